@@ -1,0 +1,59 @@
+"""Transaction-log record values (the codec that writes and reads them lives beside them).
+
+A :class:`Record` is one entry of the journal: a message as the instance recorded it. The
+local ``seq`` is this instance's order (delivery order); ``(pub_hash, pub_seq)`` is the
+bookmark, the same on every replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+
+class RecordKind(IntEnum):
+    """What a record stands for. Values are stored on disk: never renumber."""
+
+    PUBLISH = 1
+    DELTA_PUBLISH = 2
+    SOW_DELETE = 3
+    QUEUE_ACK = 4
+    QUEUE_TRANSFER = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One journal entry.
+
+    Attributes:
+        seq: local sequence, 1-based, contiguous within an instance's log.
+        timestamp_us: server time the record was appended (microseconds since the Unix epoch).
+        pub_hash: 64-bit publisher id (hash of the publishing client's name).
+        pub_seq: the publisher's sequence number.
+        topic: topic name.
+        message_type: e.g. ``json``.
+        kind: see :class:`RecordKind`.
+        path: instance names the message travelled through (replication), origin first.
+        flags: bit flags (reserved for replication/queues).
+        body: the message body, byte for byte as published.
+        corr_id: the publisher's correlation id (``x``), passed through untouched.
+        sow_key: SOW key (``k``) when the publisher gave one.
+    """
+
+    seq: int
+    timestamp_us: int
+    pub_hash: int
+    pub_seq: int
+    topic: str
+    message_type: str
+    kind: RecordKind
+    path: tuple[str, ...]
+    flags: int
+    body: bytes
+    corr_id: str = ""
+    sow_key: str = ""
+
+    @property
+    def bookmark(self) -> str:
+        """The wire bookmark ``PUBHASH|PUBSEQ|`` (PROTOCOL.md)."""
+        return f"{self.pub_hash}|{self.pub_seq}|"
