@@ -1,0 +1,57 @@
+# Spool: one command per task.  `make run` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+NODE_STAMP := node_modules/.installed-stamp
+CHROMIUM ?= /usr/bin/chromium
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-fast lint typecheck bench bench-quick browser clean
+
+install: $(STAMP) $(NODE_STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
+
+# Debian's Chromium for the Playwright tests (Playwright's own browser download cannot
+# work on machines without internet; the tests launch /usr/bin/chromium).
+browser:
+	@if [ ! -x "$(CHROMIUM)" ]; then \
+	  echo "installing chromium (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+run: install
+	$(PY) -m server.cli serve $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check server web tests migrations
+	$(VENV)/bin/ruff format --check server web tests migrations
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: install browser lint typecheck
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -m "not browser and not slow and not faults" $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m tests.bench $(ARGS)
+
+bench-quick: install
+	$(PY) -m tests.bench --quick $(ARGS)
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache test-artifacts

@@ -1,0 +1,320 @@
+"""Bookmark values: parse and format EPOCH, NOW, bookmarks, timestamps, lists and ranges.
+
+A subscriber names where a replay starts (and, for a range, where it ends) with the ``bm``
+header (PROTOCOL.md "Bookmarks"). This module turns that text into value types and back;
+it does no I/O and knows nothing about the transaction log (``server/replay.py`` resolves
+the values against the log).
+
+Grammar (whitespace around the whole value and around list items is ignored)::
+
+    spec      = point | list | range
+    point     = "0"                          EPOCH: the start of the log
+              | "0|1|"                       NOW: only messages recorded from now on
+              | HASH "|" SEQ "|"             a bookmark (the trailing "|" may be omitted)
+              | YYYYmmdd "T" HHMMSS ["." 1-6 digits] ["Z"]     a moment, always UTC
+    list      = bookmark ("," bookmark)+     start at the oldest one found in the log
+    range     = ("[" | "(") endpoint ":" endpoint ("]" | ")")
+    endpoint  = point | list                 (EPOCH may start a range, never end one)
+
+``[`` / ``]`` include the endpoint, ``(`` / ``)`` exclude it. Lists hold bookmarks only:
+they are what a client's bookmark store sends (one position per publisher).
+
+Publisher ids 0 and 1 are reserved: ``0`` is EPOCH and ``0|1|`` is NOW, so :func:`pub_hash`
+never returns them and a bookmark naming them any other way is invalid.
+
+Every malformed value raises :class:`~server.protocol.errors.InvalidBookmark` with a detail
+saying what was wrong; nothing else escapes :func:`parse_bookmark`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Final, TypeAlias
+
+from server.protocol.errors import InvalidBookmark
+
+EPOCH_TEXT: Final = "0"
+NOW_TEXT: Final = "0|1|"
+
+#: Publisher ids below this are reserved for EPOCH / NOW.
+FIRST_PUB_HASH: Final = 2
+MAX_PUB_HASH: Final = (1 << 64) - 1
+MAX_PUB_SEQ: Final = (1 << 64) - 1
+
+#: Bounds that keep a hostile ``bm`` header cheap to reject.
+MAX_BOOKMARK_TEXT: Final = 1 << 20
+MAX_LIST_ITEMS: Final = 10_000
+
+_BOOKMARK_RE: Final = re.compile(r"([0-9]{1,20})\|([0-9]{1,20})\|?")
+_TIME_RE: Final = re.compile(
+    r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})(?:\.([0-9]{1,6}))?Z?"
+)
+_UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US: Final = timedelta(microseconds=1)
+_FORMS: Final = "expected 0, 0|1|, PUBHASH|PUBSEQ|, YYYYmmddTHHMMSS[Z], a comma list or a range"
+
+
+def pub_hash(client_name: str) -> int:
+    """The stable 64-bit publisher id of a client name (the first half of a bookmark).
+
+    BLAKE2b with an 8-byte digest, read big-endian: the same on every instance, every
+    platform and every Python version, so a bookmark means the same message everywhere.
+    Results 0 and 1 are shifted up by 2 because those ids are reserved (``0`` is EPOCH,
+    ``0|1|`` is NOW); the shift makes two of 2**64 names share an id with names hashing
+    to 2 and 3, which is as harmless as any other 64-bit collision.
+    """
+    value = int.from_bytes(hashlib.blake2b(client_name.encode(), digest_size=8).digest(), "big")
+    return value + FIRST_PUB_HASH if value < FIRST_PUB_HASH else value
+
+
+def format_bookmark(pub_hash: int, pub_seq: int) -> str:
+    """The wire bookmark ``PUBHASH|PUBSEQ|`` (decimal)."""
+    return f"{pub_hash}|{pub_seq}|"
+
+
+# -- value types ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """``0``: from the first record still in the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class Now:
+    """``0|1|``: only records made durable after the subscription."""
+
+
+@dataclass(frozen=True, slots=True)
+class BookmarkPoint:
+    """One message, named by its publisher id and the publisher's sequence number."""
+
+    pub_hash: int
+    pub_seq: int
+
+    def __str__(self) -> str:
+        return format_bookmark(self.pub_hash, self.pub_seq)
+
+
+@dataclass(frozen=True, slots=True)
+class TimePoint:
+    """A moment (microseconds since the Unix epoch, UTC)."""
+
+    timestamp_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookmarkList:
+    """Several bookmarks (at least two; one bookmark alone parses as a :class:`BookmarkPoint`).
+
+    As a start it means the oldest one found in the log; as a range end, the newest.
+    """
+
+    points: tuple[BookmarkPoint, ...]
+
+
+Point: TypeAlias = Epoch | Now | BookmarkPoint | TimePoint
+Endpoint: TypeAlias = Point | BookmarkList
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """``[``/``(`` start ``:`` end ``]``/``)``: a bounded replay.
+
+    Attributes:
+        start: where delivery begins (never a range).
+        start_inclusive: ``[`` delivers the start message itself, ``(`` begins after it.
+        end: where delivery ends (never EPOCH).
+        end_inclusive: ``]`` delivers the end message itself, ``)`` stops before it.
+    """
+
+    start: Endpoint
+    start_inclusive: bool
+    end: Endpoint
+    end_inclusive: bool
+
+
+BookmarkSpec: TypeAlias = Endpoint | Range
+
+
+def spec_kind(spec: BookmarkSpec) -> str:
+    """A one-word kind for admin listings: epoch, now, bookmark, time, list or range."""
+    match spec:
+        case Epoch():
+            return "epoch"
+        case Now():
+            return "now"
+        case BookmarkPoint():
+            return "bookmark"
+        case TimePoint():
+            return "time"
+        case BookmarkList():
+            return "list"
+        case Range():
+            return "range"
+    raise TypeError(f"not a bookmark spec: {spec!r}")
+
+
+# -- timestamps -----------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _second_prefix(seconds: int) -> str:
+    """``YYYY-mm-ddTHH:MM:SS`` of a whole second; cached because records arrive in runs
+    sharing the same second and formatting a datetime costs more than the lookup."""
+    return (_UNIX_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def format_timestamp_us(timestamp_us: int) -> str:
+    """The ``ts`` header value: ISO-8601 UTC with microseconds, e.g.
+    ``2026-11-22T05:17:52.123456Z``."""
+    seconds, micros = divmod(timestamp_us, 1_000_000)
+    return f"{_second_prefix(seconds)}.{micros:06d}Z"
+
+
+def format_time_bookmark(timestamp_us: int) -> str:
+    """A moment as a bookmark value: ``YYYYmmddTHHMMSS.ffffffZ``."""
+    seconds, micros = divmod(timestamp_us, 1_000_000)
+    moment = _UNIX_EPOCH + timedelta(seconds=seconds)
+    return f"{moment.strftime('%Y%m%dT%H%M%S')}.{micros:06d}Z"
+
+
+def _parse_time(match: re.Match[str], text: str) -> TimePoint:
+    year, month, day, hour, minute, second, fraction = match.groups()
+    try:
+        moment = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=UTC
+        )
+    except ValueError as exc:
+        raise InvalidBookmark(f"{text!r} is not a valid moment: {exc}") from exc
+    micros = int(fraction.ljust(6, "0")) if fraction else 0
+    return TimePoint((moment - _UNIX_EPOCH) // _ONE_US + micros)
+
+
+# -- parsing --------------------------------------------------------------------------
+
+
+def _parse_bookmark_point(match: re.Match[str], text: str) -> Now | BookmarkPoint:
+    hash_value, seq_value = int(match.group(1)), int(match.group(2))
+    if hash_value < FIRST_PUB_HASH:
+        if hash_value == 0 and seq_value == 1:
+            return Now()
+        raise InvalidBookmark(
+            f"{text!r}: publisher ids 0 and 1 are reserved (0 is EPOCH, 0|1| is NOW)"
+        )
+    if hash_value > MAX_PUB_HASH or seq_value > MAX_PUB_SEQ:
+        raise InvalidBookmark(f"{text!r}: publisher id and sequence are 64-bit numbers")
+    return BookmarkPoint(hash_value, seq_value)
+
+
+def _parse_point(text: str) -> Point:
+    if text == EPOCH_TEXT:
+        return Epoch()
+    match = _BOOKMARK_RE.fullmatch(text)
+    if match is not None:
+        return _parse_bookmark_point(match, text)
+    match = _TIME_RE.fullmatch(text)
+    if match is not None:
+        return _parse_time(match, text)
+    if not text:
+        raise InvalidBookmark("empty bookmark")
+    if text.lower() == "recent":
+        raise InvalidBookmark(
+            "'recent' is resolved by the client's bookmark store; send the bookmark itself"
+        )
+    raise InvalidBookmark(f"{text[:80]!r}: {_FORMS}")
+
+
+def _parse_endpoint(text: str) -> Endpoint:
+    if "," not in text:
+        return _parse_point(text)
+    items = text.split(",")
+    if len(items) > MAX_LIST_ITEMS:
+        raise InvalidBookmark(f"a bookmark list holds at most {MAX_LIST_ITEMS} bookmarks")
+    points: list[BookmarkPoint] = []
+    for item in items:
+        point = _parse_point(item.strip())
+        if not isinstance(point, BookmarkPoint):
+            raise InvalidBookmark(
+                f"{item.strip()[:80]!r}: a list holds only PUBHASH|PUBSEQ| bookmarks"
+            )
+        points.append(point)
+    return BookmarkList(tuple(points))
+
+
+def _parse_range(text: str) -> Range:
+    if text[-1] not in "])":
+        raise InvalidBookmark(f"range {text[:80]!r} must end with ']' or ')'")
+    inner = text[1:-1]
+    if inner.count(":") != 1:
+        raise InvalidBookmark(f"range {text[:80]!r} needs exactly one ':' between its ends")
+    start_text, end_text = (part.strip() for part in inner.split(":"))
+    if not start_text or not end_text:
+        raise InvalidBookmark(f"range {text[:80]!r} needs both a start and an end")
+    start, end = _parse_endpoint(start_text), _parse_endpoint(end_text)
+    if isinstance(end, Epoch):
+        raise InvalidBookmark("a range cannot end at EPOCH")
+    if (
+        isinstance(start, TimePoint)
+        and isinstance(end, TimePoint)
+        and start.timestamp_us > end.timestamp_us
+    ):
+        raise InvalidBookmark(f"range {text[:80]!r} ends before it starts")
+    return Range(start, text[0] == "[", end, text[-1] == "]")
+
+
+def parse_bookmark(text: str) -> BookmarkSpec:
+    """Parse a ``bm`` header value.
+
+    Raises:
+        InvalidBookmark: the value matches none of the forms (the detail says why).
+    """
+    if not isinstance(text, str):
+        raise InvalidBookmark("a bookmark is a string")
+    if len(text) > MAX_BOOKMARK_TEXT:
+        raise InvalidBookmark(f"bookmark value longer than {MAX_BOOKMARK_TEXT} characters")
+    text = text.strip()
+    if not text:
+        raise InvalidBookmark("empty bookmark")
+    if text[0] in "[(":
+        return _parse_range(text)
+    if text[-1] in "])":
+        raise InvalidBookmark(f"range {text[:80]!r} must start with '[' or '('")
+    if ":" in text:
+        raise InvalidBookmark(f"{text[:80]!r}: a range is written [start:end]")
+    return _parse_endpoint(text)
+
+
+# -- formatting -----------------------------------------------------------------------
+
+
+def _format_endpoint(value: Endpoint) -> str:
+    match value:
+        case Epoch():
+            return EPOCH_TEXT
+        case Now():
+            return NOW_TEXT
+        case BookmarkPoint(pub_hash=h, pub_seq=s):
+            return format_bookmark(h, s)
+        case TimePoint(timestamp_us=us):
+            return format_time_bookmark(us)
+        case BookmarkList(points=points):
+            return ",".join(format_bookmark(p.pub_hash, p.pub_seq) for p in points)
+    raise TypeError(f"not a bookmark endpoint: {value!r}")
+
+
+def format_spec(spec: BookmarkSpec) -> str:
+    """The canonical text of a spec; ``parse_bookmark(format_spec(s)) == s``."""
+    if isinstance(spec, Range):
+        return (
+            ("[" if spec.start_inclusive else "(")
+            + _format_endpoint(spec.start)
+            + ":"
+            + _format_endpoint(spec.end)
+            + ("]" if spec.end_inclusive else ")")
+        )
+    return _format_endpoint(spec)

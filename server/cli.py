@@ -1,0 +1,224 @@
+"""The ``spool`` command.
+
+``spool serve`` runs an instance; ``spool publish`` / ``spool subscribe`` are small clients;
+``spool journal ...``, ``spool stats ...`` and ``spool passwd`` come from their subsystems.
+
+Exit codes: 0 success, 1 the broker refused (failure ack; the reason is printed),
+2 usage or configuration error, 3 cannot connect / connection lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from server.protocol.errors import ProtocolFailure
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_CONNECTION = 3
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    from server.config import InetAddrError, parse_inet_addr
+
+    try:
+        return parse_inet_addr(text)
+    except InetAddrError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+# -- serve -------------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from server.config import ConfigError, default_config, load_config, with_overrides
+
+    try:
+        if args.config:
+            config = load_config(args.config)
+        else:
+            config = default_config()
+        config = with_overrides(config, listen=args.listen,
+                                data_dir=Path(args.data_dir) if args.data_dir else None)
+    except ConfigError as exc:
+        print(f"spool: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # The CLI is the composition root: it is the one place in server/ that starts the web
+    # layer, and it does so by name so the package dependency still points down.
+    serve = importlib.import_module("web.serve")
+    code: int = serve.run(config, port_file=Path(args.port_file) if args.port_file else None,
+                          log_level=args.log_level)
+    return code
+
+
+# -- publish / subscribe -----------------------------------------------------------------
+
+
+def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    password = args.password or os.environ.get("SPOOL_PASSWORD")
+    return {"user_id": args.user, "password": password}
+
+
+async def _publish(args: argparse.Namespace) -> int:
+    from server.client import Client
+
+    name = args.name or f"spool-publish-{os.getpid()}"
+    client = Client(args.url, name, **_client_kwargs(args))
+    await client.connect()
+    try:
+        last = 0
+        if args.data == "-":
+            loop = asyncio.get_running_loop()
+            while True:
+                line = await loop.run_in_executor(None, sys.stdin.buffer.readline)
+                if not line:
+                    break
+                line = line.rstrip(b"\r\n")
+                if not line:
+                    continue
+                last = client.publish(args.topic, line, persisted=True)
+        else:
+            data = args.data if args.data is not None else ""
+            last = client.publish(args.topic, data.encode(), persisted=True)
+        await client.flush(timeout=args.timeout)
+        if client.failures:
+            f = client.failures[0]
+            print(f"spool: publish failed: {f.reason}", file=sys.stderr)
+            return EXIT_REFUSED
+        if args.verbose:
+            print(f"published up to seq {last}", file=sys.stderr)
+        return EXIT_OK
+    finally:
+        await client.close()
+
+
+async def _subscribe(args: argparse.Namespace) -> int:
+    from server.client import Client
+
+    name = args.name or f"spool-subscribe-{os.getpid()}"
+    client = Client(args.url, name, **_client_kwargs(args))
+    await client.connect()
+    try:
+        sub = await client.subscribe(args.topic, filter=args.filter, bookmark=args.bookmark,
+                                     options=args.options)
+        count = 0
+        out = sys.stdout.buffer
+        async for msg in sub:
+            if args.json:
+                line = orjson.dumps({
+                    "topic": msg.topic, "bookmark": msg.bookmark, "timestamp": msg.timestamp,
+                    "data": msg.data.decode("utf-8", "replace"),
+                })
+            elif args.show_bookmark:
+                line = (msg.bookmark or "").encode() + b"\t" + msg.data
+            else:
+                line = msg.data
+            out.write(line + b"\n")
+            out.flush()
+            count += 1
+            if args.count and count >= args.count:
+                break
+        return EXIT_OK
+    finally:
+        await client.close()
+
+
+def _run_client(coro_fn: Any, args: argparse.Namespace) -> int:
+    from server.client import Disconnected
+
+    try:
+        result: int = asyncio.run(coro_fn(args))
+        return result
+    except ProtocolFailure as exc:
+        print(f"spool: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except Disconnected as exc:
+        print(f"spool: disconnected: {exc.reason or 'connection closed'}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except (OSError, TimeoutError) as exc:
+        print(f"spool: cannot connect to {args.url}: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    return _run_client(_publish, args)
+
+
+def cmd_subscribe(args: argparse.Namespace) -> int:
+    return _run_client(_subscribe, args)
+
+
+# -- parser --------------------------------------------------------------------------------
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("url", help="websocket URL, e.g. ws://127.0.0.1:9007/amps/json")
+    p.add_argument("topic", help="topic (a regular expression for subscribe)")
+    p.add_argument("--name", help="client name (default: spool-<command>-<pid>)")
+    p.add_argument("--user", help="user id when the instance has Users")
+    p.add_argument("--password", help="password or token (or env SPOOL_PASSWORD)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spool", description="Spool message broker")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run a broker instance",
+                       description="Run a broker instance (embedded default without --config).")
+    p.add_argument("--config", help="XML configuration file (CONFIG.md)")
+    p.add_argument("--listen", type=_host_port, help="HOST:PORT for websocket + admin")
+    p.add_argument("--data-dir", help="data directory (journals, stats, event log)")
+    p.add_argument("--port-file", help="write the bound port to this file once listening")
+    p.add_argument("--log-level", default="warning",
+                   choices=["critical", "error", "warning", "info", "debug"],
+                   help="uvicorn log level (the event log is separate)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("publish", help="publish one message, or lines from stdin with '-'")
+    _client_args(p)
+    p.add_argument("data", nargs="?", help="message body, or '-' to read lines from stdin")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for acks")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("subscribe", help="print messages of a topic")
+    _client_args(p)
+    p.add_argument("--filter", help="content filter, e.g. \"/qty > 10\"")
+    p.add_argument("--bookmark", help="replay from: 0 (EPOCH), 0|1| (NOW), a bookmark, a time")
+    p.add_argument("--options", help="subscribe options, e.g. rate=100,timestamp")
+    p.add_argument("--count", type=int, default=0, help="exit after N messages")
+    p.add_argument("--json", action="store_true", help="print JSON lines with metadata")
+    p.add_argument("--show-bookmark", action="store_true", help="prefix lines with bookmark")
+    p.set_defaults(func=cmd_subscribe)
+
+    from server.auth import register as register_auth
+    from server.stats.cli import register as register_stats
+    from server.txlog.cli import register as register_journal
+
+    register_journal(sub)
+    register_stats(sub)
+    register_auth(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

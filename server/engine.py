@@ -1,0 +1,781 @@
+"""The broker: sessions, topics, the transaction log, subscriptions and their delivery.
+
+One asyncio event loop owns all broker state (no locks). Blocking work (fsync, file scans,
+SQLite) runs in threads owned by the subsystems, which report back to the loop.
+
+Publish path::
+
+    session.receive -> Broker.publish -> [txlog.append (recorded topics)] -> live fan-out
+                                         txlog group commit -> _on_durable -> persisted acks
+                                                                           -> replay cursors
+
+Live (plain) subscriptions get a message as soon as it is published; bookmark
+subscriptions read the log through a replay cursor (server/replay.py) and so see a message
+once it is persisted, with no gap or duplicate at the replay/live boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections import deque
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from server.auth import Authenticator
+from server.bookmarks import (
+    BookmarkList,
+    BookmarkPoint,
+    Epoch,
+    Now,
+    Range,
+    TimePoint,
+    format_bookmark,
+    parse_bookmark,
+    pub_hash,
+)
+from server.clock import SYSTEM_CLOCK, Clock
+from server.delivery import BookmarkSink, encode_publish
+from server.engine_errors import ClientNotFound, TransportNotFound
+from server.eventlog import EventLog
+from server.expr import Filter, MessageView, compile_filter
+from server.protocol.commands import Command
+from server.protocol.errors import (
+    AuthFailure,
+    BadFilter,
+    InvalidMessage,
+    InvalidOptions,
+    InvalidTopic,
+    NameInUse,
+    NotEntitled,
+    ProtocolFailure,
+    ShuttingDown,
+    SubIdInUse,
+    SubIdNotFound,
+    TxlogFull,
+)
+from server.protocol.options import SubscribeOptions, parse_subscribe_options
+from server.replay import ReplayGroup
+from server.router import Router, compile_topic, is_regex_topic
+from server.stats.histogram import LatencyHistogram
+from server.subscription import Subscription
+from server.txlog import TransactionLog
+from server.txlog.record import Record
+
+if TYPE_CHECKING:
+    from server.config import Config, TransportConfig
+    from server.session import Session, Transport
+
+VERSION: Final = "0.1.0"
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _bookmark_kind(spec: object) -> str:
+    if isinstance(spec, Epoch):
+        return "epoch"
+    if isinstance(spec, Now):
+        return "now"
+    if isinstance(spec, BookmarkPoint):
+        return "bookmark"
+    if isinstance(spec, TimePoint):
+        return "time"
+    if isinstance(spec, BookmarkList):
+        return "list"
+    if isinstance(spec, Range):
+        return "range"
+    return "bookmark"
+
+
+class Broker:
+    """One Spool instance's engine. See ENGINE surface in docs/architecture.md."""
+
+    def __init__(self, config: Config, *, clock: Clock = SYSTEM_CLOCK,
+                 console_log: bool = True) -> None:
+        self.config = config
+        self.clock = clock
+        self.started_at = clock.time()
+        self.events = EventLog(config.data_directory, config.name, console=console_log)
+        self.auth = Authenticator(config.users)
+        self.router = Router()
+        self.sessions: set[Session] = set()
+        self.by_name: dict[str, Session] = {}
+        self.txlog: TransactionLog | None = None
+        if config.transaction_log is not None:
+            self.txlog = TransactionLog(
+                config.transaction_log, config.name, clock=clock, on_event=self._txlog_event
+            )
+        self.ready = False
+        self.stopping = False
+        self.msgs_in = 0
+        self.msgs_out_live = 0
+        self.bytes_in = 0
+        self.topics: dict[str, list[int]] = {}
+        self.persisted_ack_latency = LatencyHistogram()
+        self._records_cache: dict[str, bool] = {}
+        self._topic_json: dict[str, bytes] = {}
+        self._pending_sessions: set[Session] = set()
+        self._transport_enabled: dict[str, bool] = {t.name: t.enabled
+                                                    for t in config.transports}
+        self._transport_conns: dict[str, int] = {t.name: 0 for t in config.transports}
+        self._sampler: Any = None
+        self._closed_sessions: deque[dict[str, Any]] = deque(maxlen=100)
+        self._msgs_out_closed = 0
+        self._bytes_out_closed = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Recover the transaction log, start background parts, become ready."""
+        cfg = self.config
+        self.events.emit("info", "instance", "starting", name=cfg.name, group=cfg.group,
+                         version=VERSION, pid=os.getpid(),
+                         config=str(cfg.source_path) if cfg.source_path else "<embedded>")
+        if self.txlog is not None:
+            report = await self.txlog.open()
+            self.txlog.add_durable_listener(self._on_durable)
+            self.events.emit("info", "txlog", "recovered", **_report_fields(report))
+        try:
+            from server.stats.sampler import Sampler
+        except ImportError:  # pragma: no cover - the stats package is part of the product
+            Sampler = None  # type: ignore[assignment,misc]  # noqa: N806
+        if Sampler is not None:
+            self._sampler = Sampler(self, cfg, self.clock)
+            await self._sampler.start()
+        self.ready = True
+        self.events.emit("info", "instance", "started", name=cfg.name)
+
+    async def drain(self) -> None:
+        """Shutdown step 1: refuse new work, close every client with ``shutting down``."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.ready = False
+        self.events.emit("info", "instance", "stopping", clients=len(self.sessions))
+        if self.txlog is not None:
+            # let persisted acks for everything already appended go out before closing
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.txlog.wait_durable(self.txlog.last_seq), 5.0)
+        sessions = list(self.sessions)
+        from server.session import CLOSE_GOING_AWAY
+
+        await asyncio.gather(*(s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True)
+                               for s in sessions), return_exceptions=True)
+
+    async def stop(self) -> None:
+        """Shut down in order: 1. clients, 2. sampler, 3. transaction log, 4. event log."""
+        # 1. clients: drain outbound and close with "shutting down"
+        await self.drain()
+        # 2. statistics sampler: last sample, close the database
+        if self._sampler is not None:
+            with contextlib.suppress(Exception):
+                await self._sampler.stop()
+        # 3. transaction log: final group commit and fsync
+        if self.txlog is not None:
+            await self.txlog.close()
+        self.events.emit("info", "instance", "stopped", name=self.config.name)
+        # 4. event log: flush its file
+        self.events.close()
+
+    # -- sessions ------------------------------------------------------------------------
+
+    def connect(self, transport: Transport, transport_name: str = "websocket-json") -> Session:
+        """A new client connection; the caller feeds it frames and awaits its close."""
+        from server.session import Session
+
+        session = Session(self, transport,
+                          buffer_limit=self.config.tuning.slow_client_buffer_limit)
+        session.transport_name = transport_name  # type: ignore[attr-defined]
+        self.sessions.add(session)
+        self._transport_conns[transport_name] = self._transport_conns.get(transport_name, 0) + 1
+        session.start()
+        self.events.emit("info", "session", "connected", remote=transport.remote,
+                         transport=transport_name)
+        return session
+
+    def transport_accepting(self, name: str) -> bool:
+        return self._transport_enabled.get(name, False) and not self.stopping
+
+    def session_closed(self, session: Session) -> None:
+        """Forget a session: its subscriptions, its name, pending acks."""
+        if session not in self.sessions:
+            return
+        self.sessions.discard(session)
+        tname = getattr(session, "transport_name", "websocket-json")
+        self._transport_conns[tname] = max(0, self._transport_conns.get(tname, 1) - 1)
+        for sub in list(session.subs.values()):
+            self._drop_subscription(sub)
+        session.subs.clear()
+        self._pending_sessions.discard(session)
+        if session.name is not None and self.by_name.get(session.name) is session:
+            del self.by_name[session.name]
+        self._closed_sessions.append({"name": session.name, "remote": session.remote})
+        self._msgs_out_closed += session.msgs_out
+        self._bytes_out_closed += session.bytes_out
+        self.events.emit("info", "session", "disconnected", client=session.name,
+                         remote=session.remote, reason=session.close_reason or "closed",
+                         msgs_in=session.msgs_in, msgs_out=session.msgs_out)
+
+    def logon(self, session: Session, cmd: Command) -> None:
+        """Authenticate, claim the client name, answer with the logon ack."""
+        if session.name is not None:
+            raise InvalidMessage("already logged on: one logon per connection")
+        if self.stopping:
+            raise ShuttingDown()
+        name = cmd.field("client_name")
+        if not name:
+            raise InvalidMessage("logon needs a client_name")
+        user = None
+        user_id = cmd.field("user_id")
+        if self.auth.enabled:
+            user = self.auth.authenticate(user_id, cmd.field("pw"))
+            if user is None:
+                self.events.emit("warning", "session", "auth_failure", remote=session.remote,
+                                 user=user_id, client=name)
+                raise AuthFailure("unknown user or wrong password/token")
+        user_name = user.name if user is not None else (user_id or None)
+        existing = self.by_name.get(name)
+        if existing is not None and not existing.closed:
+            if existing.user_name != user_name:
+                self.events.emit("warning", "session", "name_in_use", client=name,
+                                 remote=session.remote, refused=True)
+                raise NameInUse(f"client name {name!r} is in use by another user")
+            # same user: the new connection wins, the old one is dropped
+            self.events.emit("info", "session", "name_in_use", client=name,
+                             remote=existing.remote, replaced_by=session.remote)
+            self.session_closed(existing)
+            existing.close_soon(NameInUse.reason)
+        session.name = name
+        session.user = user
+        session.user_name = user_name
+        session.pub_hash = pub_hash(name)
+        version = cmd.field("version")
+        session.version = version if isinstance(version, str) else ""
+        self.by_name[name] = session
+        last_s = 0
+        last_bm = None
+        if self.txlog is not None:
+            last_s = self.txlog.publisher_last(session.pub_hash)
+            last_bm = self.txlog.publisher_last_bookmark(session.pub_hash)
+        session.last_persisted_seq = last_s
+        hb = cmd.field("hb")
+        hb_value: float | None = None
+        if hb:
+            hb_value = float(hb)
+            session.start_heartbeat(hb_value)
+        elif self.config.tuning.heartbeat_default > 0:
+            hb_value = self.config.tuning.heartbeat_default
+            session.start_heartbeat(hb_value)
+        session.ack("processed", cmd.cid, client_name=name, s=last_s, bm=last_bm,
+                    version=VERSION, hb=hb_value)
+        self.events.emit("info", "session", "logon", client=name, user=user_name,
+                         remote=session.remote)
+
+    # -- commands ------------------------------------------------------------------------
+
+    def execute(self, session: Session, cmd: Command) -> None:
+        """Run a command of a logged-on session (raises ProtocolFailure subclasses)."""
+        if self.stopping:
+            raise ShuttingDown()
+        name = cmd.name
+        if name == "publish" or name == "delta_publish":
+            self.publish(session, cmd)
+        elif name == "subscribe" or name == "delta_subscribe":
+            self.subscribe(session, cmd)
+        elif name == "unsubscribe":
+            self.unsubscribe(session, cmd)
+        elif name == "flush":
+            self.flush(session, cmd)
+        elif name in ("sow", "sow_and_subscribe", "sow_delete"):
+            raise InvalidTopic(f"{cmd.topic or ''!r} is not a SOW topic (no SOW configured)")
+        else:  # pragma: no cover - decode_command admits only known names
+            raise InvalidMessage(f"unhandled command {name}")
+
+    def records(self, topic: str) -> bool:
+        """Whether the transaction log records this topic."""
+        cached = self._records_cache.get(topic)
+        if cached is None:
+            tl = self.config.transaction_log
+            cached = tl is not None and tl.records(topic)
+            if len(self._records_cache) > 50_000:
+                self._records_cache.clear()
+            self._records_cache[topic] = cached
+        return cached
+
+    def can_read(self, session: Session, topic: str) -> bool:
+        return self.auth.can_read(session.user, topic)
+
+    def publish(self, session: Session, cmd: Command) -> None:
+        topic = cmd.topic
+        assert topic is not None
+        if is_regex_topic(topic):
+            raise InvalidTopic(f"cannot publish to a regular expression {topic!r}")
+        if self.auth.enabled and not self.auth.can_write(session.user, topic):
+            raise NotEntitled(f"user {session.user_name!r} may not publish to {topic!r}")
+        body = cmd.body
+        session.msgs_in += 1
+        self.msgs_in += 1
+        self.bytes_in += len(body)
+        counters = self.topics.get(topic)
+        if counters is None:
+            counters = self.topics[topic] = [0, 0]
+        counters[0] += 1
+        counters[1] += len(body)
+        acks = cmd.acks
+        rec: Record | None = None
+        txlog = self.txlog
+        if txlog is not None and self.records(topic):
+            last = txlog.publisher_last(session.pub_hash)
+            s = cmd.seq
+            if s is None:
+                s = last + 1
+            elif s <= last:
+                self._duplicate(session, cmd, s)
+                return
+            corr = cmd.field("x")
+            try:
+                rec = txlog.append(topic=topic, message_type="json", pub_hash=session.pub_hash,
+                                   pub_seq=s, body=body, corr_id=corr or "",
+                                   sow_key=cmd.field("k") or "")
+            except TxlogFull:
+                raise
+            except ProtocolFailure:
+                raise
+            except Exception as exc:
+                self.events.emit("error", "txlog", "append_failed", error=repr(exc))
+                raise TxlogFull(f"transaction log cannot accept writes: {exc}") from exc
+            if "persisted" in acks:
+                session.pending_persist.append((rec.seq, s, self.clock.monotonic()))
+                self._pending_sessions.add(session)
+        elif "persisted" in acks:
+            session.ack("persisted", None, s=cmd.seq)
+        if "processed" in acks:
+            session.ack("processed", cmd.cid)
+        matches = self.router.match(topic)
+        if matches:
+            self._fan_out(session, topic, body, matches, rec, cmd.field("x"))
+
+    def _duplicate(self, session: Session, cmd: Command, s: int) -> None:
+        """A publish whose sequence was already stored: not stored, not delivered."""
+        if "processed" in cmd.acks:
+            session.ack("processed", cmd.cid, status="failure", reason="duplicate", s=s)
+        if "persisted" in cmd.acks:
+            txlog = self.txlog
+            assert txlog is not None
+            # acked once everything this publisher has appended is durable
+            session.pending_persist.append((txlog.last_seq, s, self.clock.monotonic()))
+            self._pending_sessions.add(session)
+            if txlog.durable_seq >= txlog.last_seq:
+                self._on_durable(txlog.durable_seq)
+
+    def _fan_out(self, publisher: Session, topic: str, body: bytes,
+                 matches: list[Subscription], rec: Record | None, corr: str | None) -> None:
+        view: MessageView | None = None
+        bm = rec.bookmark if rec is not None else None
+        per_session: dict[Session, list[Subscription]] = {}
+        check_read = self.auth.enabled
+        for sub in matches:
+            if sub.state != "live":
+                continue
+            flt = sub.filter
+            if flt is not None:
+                if view is None:
+                    view = MessageView(topic, body, bookmark=bm or "",
+                                       client_name=publisher.name or "")
+                if not flt.matches(view):
+                    continue
+            s = sub.session
+            if check_read and sub.pattern is not None and not self.can_read(s, topic):
+                continue
+            lst = per_session.get(s)
+            if lst is None:
+                per_session[s] = [sub]
+            else:
+                lst.append(sub)
+        if not per_session:
+            return
+        tj = self._topic_json.get(topic)
+        if tj is None:
+            tj = orjson.dumps(topic)
+            if len(self._topic_json) < 50_000:
+                self._topic_json[topic] = tj
+        ts: str | None = None
+        for s, subs in per_session.items():
+            if len(subs) == 1:
+                sub = subs[0]
+                sids = sub.sid_bytes
+                want_ts = sub.want_ts
+            else:
+                sids = orjson.dumps(",".join(x.sub_id for x in subs))
+                want_ts = any(x.want_ts for x in subs)
+            if want_ts and ts is None:
+                from server.bookmarks import format_timestamp_us
+
+                ts = format_timestamp_us(rec.timestamp_us if rec is not None
+                                         else int(self.clock.time() * 1e6))
+            s.send_message(encode_publish(tj, sids, body, bm, ts if want_ts else None, corr))
+            self.msgs_out_live += 1
+
+    def _on_durable(self, durable_seq: int) -> None:
+        """Group commit done: persisted acks (conflated per client) and flush acks."""
+        if not self._pending_sessions:
+            return
+        now = self.clock.monotonic()
+        hist = self.persisted_ack_latency
+        done: list[Session] = []
+        for session in self._pending_sessions:
+            pending = session.pending_persist
+            top = -1
+            while pending and pending[0][0] <= durable_seq:
+                _, s, t0 = pending.popleft()
+                hist.observe(now - t0)
+                if s > top:
+                    top = s
+            if top >= 0:
+                session.last_persisted_seq = max(session.last_persisted_seq, top)
+                session.ack("persisted", None, s=top,
+                            bm=format_bookmark(session.pub_hash, top))
+            flushes = session.pending_flush
+            while flushes and flushes[0][0] <= durable_seq:
+                _, cid = flushes.popleft()
+                session.ack("processed", cid)
+            if not pending and not flushes:
+                done.append(session)
+        for session in done:
+            self._pending_sessions.discard(session)
+
+    def flush(self, session: Session, cmd: Command) -> None:
+        """Ack once every earlier command of this connection is processed and persisted."""
+        txlog = self.txlog
+        if txlog is None or txlog.durable_seq >= txlog.last_seq:
+            if "processed" in cmd.acks or "completed" in cmd.acks or not cmd.acks:
+                session.ack("processed", cmd.cid)
+            return
+        session.pending_flush.append((txlog.last_seq, cmd.cid))
+        self._pending_sessions.add(session)
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    def subscribe(self, session: Session, cmd: Command) -> None:
+        topic = cmd.topic
+        assert topic is not None
+        sub_id = cmd.sub_id or cmd.cid
+        if not sub_id:
+            raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
+        if "," in sub_id:
+            raise InvalidMessage("a sub_id cannot contain ','")
+        options = parse_subscribe_options(cmd.options)
+        existing = session.subs.get(sub_id)
+        if existing is not None and not options.replace:
+            raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
+        pattern = compile_topic(topic) if is_regex_topic(topic) else None
+        if self.auth.enabled and pattern is None and not self.can_read(session, topic):
+            raise NotEntitled(f"user {session.user_name!r} may not read {topic!r}")
+        flt: Filter | None = None
+        if cmd.filter:
+            try:
+                flt = compile_filter(cmd.filter)
+            except BadFilter:
+                raise
+            except Exception as exc:  # the compiler must never crash a session
+                raise BadFilter(f"cannot compile filter: {exc}") from exc
+        bookmark = cmd.bookmark
+        spec = None
+        if bookmark is not None and bookmark != "":
+            spec = parse_bookmark(bookmark)
+            if self.txlog is None:
+                raise InvalidTopic("no transaction log is configured on this instance")
+            if pattern is None and not self.records(topic):
+                raise InvalidTopic(f"topic {topic!r} is not recorded in the transaction log")
+        elif options.rate is not None or options.pause or options.resume:
+            raise InvalidOptions("rate, pause and resume need a bookmark subscription")
+        if existing is not None:
+            self._drop_subscription(existing)
+            del session.subs[sub_id]
+        sub = Subscription(
+            session=session, sub_id=sub_id, topic=topic, pattern=pattern, filter=flt,
+            filter_text=cmd.filter, options=options, bookmark=bookmark if spec else None,
+            bookmark_kind=_bookmark_kind(spec) if spec is not None else "none",
+            want_ts=options.timestamp, cid=cmd.cid, acks=cmd.acks,
+            sid_bytes=orjson.dumps(sub_id),
+        )
+        session.subs[sub_id] = sub
+        if spec is None:
+            self.router.add(sub)
+            if "processed" in cmd.acks:
+                session.ack("processed", cmd.cid, sub_id=sub_id)
+            return
+        try:
+            self._start_replay(sub, spec, options)
+        except ProtocolFailure:
+            del session.subs[sub_id]
+            raise
+        if "processed" in cmd.acks:
+            session.ack("processed", cmd.cid, sub_id=sub_id)
+
+    def _start_replay(self, sub: Subscription, spec: object,
+                      options: SubscribeOptions) -> None:
+        txlog = self.txlog
+        assert txlog is not None
+        sink = BookmarkSink(sub)
+        group = ReplayGroup(
+            txlog, spec, options, clock=self.clock,  # type: ignore[arg-type]
+            position_interval=self.config.tuning.persisted_ack_interval,
+        )
+        group.add_sink(sink)  # raises BookmarkNotFound for bookmark_not_found=fail
+        sub.cursor = group
+        sub.state = "paused" if options.pause else "replaying"
+        if options.pause:
+            group.pause()
+        sub.task = asyncio.get_running_loop().create_task(self._run_replay(sub, group))
+
+    async def _run_replay(self, sub: Subscription, group: ReplayGroup) -> None:
+        try:
+            await group.run()
+        except asyncio.CancelledError:
+            raise
+        except ProtocolFailure as exc:
+            sub.session.fail(sub.cid, exc)
+        except Exception as exc:
+            self.events.emit("error", "replay", "replay_failed", client=sub.session.name,
+                             sub_id=sub.sub_id, error=repr(exc))
+            sub.session.fail(sub.cid, InvalidMessage(f"replay failed: {exc}"))
+
+    def _drop_subscription(self, sub: Subscription) -> None:
+        if sub.task is not None:
+            sub.task.cancel()
+            sub.task = None
+        if sub.cursor is not None:
+            with contextlib.suppress(Exception):
+                sub.cursor.close()
+            sub.cursor = None
+        self.router.remove(sub)
+
+    def unsubscribe(self, session: Session, cmd: Command) -> None:
+        ids = (cmd.sub_id or "").strip()
+        if not ids:
+            raise InvalidMessage("unsubscribe needs sub_id (a comma list or 'all')")
+        if ids == "all":
+            targets = list(session.subs)
+        else:
+            targets = [i.strip() for i in ids.split(",") if i.strip()]
+            missing = [i for i in targets if i not in session.subs]
+            if missing:
+                raise SubIdNotFound(f"no subscription {missing[0]!r} on this connection")
+        for sub_id in targets:
+            sub = session.subs.pop(sub_id)
+            self._drop_subscription(sub)
+        if "processed" in cmd.acks:
+            session.ack("processed", cmd.cid)
+
+    # -- pause / resume (protocol options and REST) --------------------------------------
+
+    def pause_subscription(self, client: str, sub_id: str) -> None:
+        session = self.by_name.get(client)
+        if session is None:
+            raise ClientNotFound(client)
+        sub = session.subs.get(sub_id)
+        if sub is None or sub.cursor is None:
+            raise SubIdNotFound(f"no bookmark subscription {sub_id!r} for {client!r}")
+        sub.cursor.pause()
+        sub.state = "paused"
+        self.events.emit("info", "subscription", "paused", client=client, sub_id=sub_id)
+
+    def resume_subscriptions(self, client: str, sub_ids: list[str]) -> None:
+        """Resume one or several paused subscriptions; several share one cursor."""
+        session = self.by_name.get(client)
+        if session is None:
+            raise ClientNotFound(client)
+        subs: list[Subscription] = []
+        for sub_id in sub_ids:
+            sub = session.subs.get(sub_id)
+            if sub is None or sub.cursor is None:
+                raise SubIdNotFound(f"no bookmark subscription {sub_id!r} for {client!r}")
+            subs.append(sub)
+        if len(subs) > 1:
+            # merge into the first one's cursor so their relative order is preserved
+            lead = subs[0]
+            group: ReplayGroup = lead.cursor
+            for other in subs[1:]:
+                if other.cursor is group:
+                    continue
+                old: ReplayGroup = other.cursor
+                sink = old.take_sink(other.sub_id)
+                if other.task is not None:
+                    other.task.cancel()
+                    other.task = None
+                with contextlib.suppress(Exception):
+                    old.close()
+                group.add_sink_at(sink, old.position_of(sink))
+                other.cursor = group
+        for sub in subs:
+            sub.state = "replaying"
+        subs[0].cursor.resume()
+        self.events.emit("info", "subscription", "resumed", client=client, sub_ids=sub_ids)
+
+    # -- admin surface -------------------------------------------------------------------
+
+    def instance_info(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "name": cfg.name, "group": cfg.group, "version": VERSION, "pid": os.getpid(),
+            "uptime": round(self.clock.time() - self.started_at, 3),
+            "config_path": str(cfg.source_path) if cfg.source_path else None,
+            "data_dir": str(cfg.data_directory), "start_time": _iso(self.started_at),
+            "ready": self.ready,
+        }
+
+    def _client_dict(self, s: Session) -> dict[str, Any]:
+        return {
+            "name": s.name, "user": s.user_name, "remote_addr": s.remote,
+            "connected_since": _iso(s.connected_at), "msgs_in": s.msgs_in,
+            "msgs_out": s.msgs_out, "bytes_in": s.bytes_in, "bytes_out": s.bytes_out,
+            "queue_depth": s.queue_depth, "last_persisted_seq": s.last_persisted_seq,
+            "subscriptions": len(s.subs), "version": s.version,
+        }
+
+    def clients_info(self) -> list[dict[str, Any]]:
+        return [self._client_dict(s) for s in self.sessions if s.name is not None]
+
+    def client_info(self, name: str) -> dict[str, Any] | None:
+        s = self.by_name.get(name)
+        return self._client_dict(s) if s is not None else None
+
+    def _seconds_behind(self, sub: Subscription) -> float:
+        if sub.bookmark is None or self.txlog is None or not sub.position_time_us:
+            return 0.0
+        if sub.position_seq >= self.txlog.durable_seq:
+            return 0.0
+        return max(0.0, self.clock.time() - sub.position_time_us / 1e6)
+
+    def subscriptions_info(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for s in self.sessions:
+            for sub in s.subs.values():
+                out.append({
+                    "client": s.name, "sub_id": sub.sub_id, "topic": sub.topic,
+                    "filter": sub.filter_text, "bookmark_kind": sub.bookmark_kind,
+                    "bookmark": sub.bookmark, "options": sub.options.text,
+                    "state": sub.state, "position": sub.position,
+                    "position_seq": sub.position_seq, "delivered": sub.delivered,
+                    "seconds_behind": round(self._seconds_behind(sub), 3),
+                })
+        return out
+
+    def transports_info(self) -> list[dict[str, Any]]:
+        return [self._transport_dict(t) for t in self.config.transports]
+
+    def _transport_dict(self, t: TransportConfig) -> dict[str, Any]:
+        return {"name": t.name, "type": t.type, "address": t.address,
+                "enabled": self._transport_enabled.get(t.name, False),
+                "connections": self._transport_conns.get(t.name, 0)}
+
+    def set_transport_enabled(self, name: str, enabled: bool) -> None:
+        if name not in self._transport_enabled:
+            raise TransportNotFound(name)
+        self._transport_enabled[name] = enabled
+        self.events.emit("info", "transport", "enabled" if enabled else "disabled",
+                         transport=name)
+
+    async def disconnect_client(self, name: str,
+                                reason: str = "disconnected by admin") -> bool:
+        s = self.by_name.get(name)
+        if s is None:
+            return False
+        await s.close(reason)
+        return True
+
+    def transaction_log_info(self) -> dict[str, Any] | None:
+        txlog = self.txlog
+        if txlog is None:
+            return None
+        journals = [j.to_dict() for j in txlog.journals()]
+        st = txlog.stats()
+        return {
+            "journals": journals,
+            "totals": {
+                "files": len(journals), "bytes": sum(j["size"] for j in journals),
+                "first_seq": txlog.first_seq, "last_seq": txlog.last_seq,
+                "durable_seq": txlog.durable_seq,
+            },
+            "flush_latency_ms": {"p50": st.get("fsync_p50_ms", 0.0),
+                                 "p99": st.get("fsync_p99_ms", 0.0)},
+            "stats": st,
+        }
+
+    async def journal_action(self, action: str, journal_id: int) -> list[dict[str, Any]]:
+        txlog = self.txlog
+        if txlog is None:
+            from server.engine_errors import JournalNotFound
+
+            raise JournalNotFound(str(journal_id))
+        if action == "archive":
+            infos = await txlog.archive(journal_id)
+        elif action == "compress":
+            infos = await txlog.compress(journal_id)
+        elif action == "remove":
+            infos = await txlog.remove(journal_id)
+        else:
+            raise ValueError(action)
+        self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id,
+                         files=len(infos))
+        return [j.to_dict() for j in infos]
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        msgs_out = self._msgs_out_closed
+        bytes_out = self._bytes_out_closed
+        clients: dict[str, dict[str, int]] = {}
+        subs = 0
+        detail: list[dict[str, Any]] = []
+        for s in self.sessions:
+            msgs_out += s.msgs_out
+            bytes_out += s.bytes_out
+            subs += len(s.subs)
+            if s.name is not None:
+                clients[s.name] = {"msgs_in": s.msgs_in, "msgs_out": s.msgs_out,
+                                   "bytes_in": s.bytes_in, "bytes_out": s.bytes_out,
+                                   "queue_depth": s.queue_depth}
+            for sub in s.subs.values():
+                detail.append({"client": s.name, "sub_id": sub.sub_id, "topic": sub.topic,
+                               "state": sub.state, "position_seq": sub.position_seq,
+                               "seconds_behind": self._seconds_behind(sub)})
+        txlog_snapshot: dict[str, Any] | None = None
+        if self.txlog is not None:
+            st = self.txlog.stats()
+            txlog_snapshot = {
+                "last_seq": self.txlog.last_seq, "durable_seq": self.txlog.durable_seq,
+                "bytes": st.get("bytes", 0), "journals": st.get("journals", 0),
+                "appended": st.get("appended", 0), "flushes": st.get("flushes", 0),
+                "fsync_p50_ms": st.get("fsync_p50_ms", 0.0),
+                "fsync_p99_ms": st.get("fsync_p99_ms", 0.0),
+            }
+        return {
+            "time": self.clock.time(),
+            "msgs_in": self.msgs_in, "msgs_out": msgs_out, "bytes_in": self.bytes_in,
+            "bytes_out": bytes_out, "connections": len(self.sessions),
+            "subscriptions": subs, "clients": clients,
+            "topics": {t: {"msgs_in": c[0], "bytes_in": c[1]} for t, c in self.topics.items()},
+            "subscriptions_detail": detail, "txlog": txlog_snapshot,
+            "persisted_ack_latency": self.persisted_ack_latency,
+            "transports": {name: {"connections": self._transport_conns.get(name, 0),
+                                  "enabled": en}
+                           for name, en in self._transport_enabled.items()},
+        }
+
+    def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
+        level = "warning" if "truncat" in event or "fail" in event else "info"
+        self.events.emit(level, "txlog", event, **fields)
+
+
+def _report_fields(report: object) -> dict[str, Any]:
+    to_dict = getattr(report, "to_dict", None)
+    if callable(to_dict):
+        result = to_dict()
+        if isinstance(result, dict):
+            return result
+    return {"report": str(report)}

@@ -1,0 +1,128 @@
+"""The event log: structured JSON lines for operators.
+
+Every line has ``time``, ``level``, ``category``, ``event`` and the event's fields. Lines go
+to the console and to a rotating file in the data directory. File writes happen on a
+logging ``QueueListener`` thread, so emitting on the event loop costs a queue put, never a
+disk write. The last few hundred events stay in memory for the dashboard.
+
+Secrets never reach this module's output: fields whose name looks like a secret (password,
+token, pw, secret, authorization) are replaced with ``"***"``.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import queue
+import sys
+import time
+from collections import deque
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+_SECRET_WORDS: Final = ("password", "token", "secret", "authorization", "cookie")
+_SECRET_KEYS: Final = frozenset({"pw", "passwd"})
+_LEVELS: Final = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
+
+
+def _redact(fields: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        lowered = key.lower()
+        if lowered in _SECRET_KEYS or any(w in lowered for w in _SECRET_WORDS):
+            out[key] = "***"
+        else:
+            out[key] = value
+    return out
+
+
+class _JsonLineFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = getattr(record, "spool_line", None)
+        if isinstance(line, str):
+            return line
+        return super().format(record)
+
+
+class EventLog:
+    """Structured event log of one broker instance.
+
+    Args:
+        directory: where ``NAME.events.log`` rotates (None: console only).
+        name: instance name, the file prefix.
+        console: also write lines to stderr.
+        max_bytes / backups: rotation policy.
+    """
+
+    def __init__(
+        self,
+        directory: Path | None,
+        name: str,
+        *,
+        console: bool = True,
+        max_bytes: int = 16 * 1024 * 1024,
+        backups: int = 5,
+        level: str = "info",
+        keep: int = 500,
+    ) -> None:
+        self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._logger = logging.getLogger(f"spool.events.{name}.{id(self)}")
+        self._logger.propagate = False
+        self._logger.setLevel(_LEVELS.get(level, logging.INFO))
+        self._queue: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+        handlers: list[logging.Handler] = []
+        formatter = _JsonLineFormatter()
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            fh = logging.handlers.RotatingFileHandler(
+                directory / f"{name}.events.log", maxBytes=max_bytes, backupCount=backups,
+                encoding="utf-8",
+            )
+            fh.setFormatter(formatter)
+            handlers.append(fh)
+        if console:
+            ch = logging.StreamHandler(sys.stderr)
+            ch.setFormatter(formatter)
+            handlers.append(ch)
+        self._handlers = handlers
+        self._listener = logging.handlers.QueueListener(self._queue, *handlers)
+        self._logger.addHandler(logging.handlers.QueueHandler(self._queue))
+        self._listener.start()
+        self._closed = False
+
+    def emit(self, level: str, category: str, event: str, **fields: Any) -> None:
+        """Record one event (cheap; safe to call on the event loop)."""
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="microseconds"),
+            "level": level,
+            "category": category,
+            "event": event,
+        }
+        entry.update(_redact(fields))
+        self._recent.append(entry)
+        if self._closed:
+            return
+        line = orjson.dumps(entry, default=str).decode()
+        self._logger.log(_LEVELS.get(level, logging.INFO), line, extra={"spool_line": line})
+
+    def recent(self, limit: int = 200) -> list[dict[str, Any]]:
+        """The newest events, oldest first."""
+        items = list(self._recent)
+        return items[-limit:]
+
+    def close(self) -> None:
+        """Flush the queue to the handlers and close them (called last at shutdown)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._listener.stop()
+        for h in self._handlers:
+            h.close()

@@ -1,0 +1,191 @@
+"""Client commands and server acks (PROTOCOL.md "Commands from a client", "Acks"), sans-I/O.
+
+:func:`decode_command` turns a decoded :class:`~server.protocol.frame.Message` into a typed
+:class:`Command`, validating every header field's type once, so the engine never has to
+guess. :func:`encode_ack` builds ack messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import orjson
+
+from server.protocol.errors import InvalidCommand, InvalidMessage
+from server.protocol.frame import Message
+
+CommandName = Literal[
+    "logon",
+    "publish",
+    "delta_publish",
+    "subscribe",
+    "delta_subscribe",
+    "sow",
+    "sow_and_subscribe",
+    "sow_delete",
+    "unsubscribe",
+    "heartbeat",
+    "flush",
+]
+
+COMMANDS: Final[frozenset[str]] = frozenset(
+    {
+        "logon",
+        "publish",
+        "delta_publish",
+        "subscribe",
+        "delta_subscribe",
+        "sow",
+        "sow_and_subscribe",
+        "sow_delete",
+        "unsubscribe",
+        "heartbeat",
+        "flush",
+    }
+)
+
+AckKind = Literal["received", "processed", "persisted", "completed", "stats"]
+ACK_KINDS: Final[frozenset[str]] = frozenset(
+    {"received", "processed", "persisted", "completed", "stats"}
+)
+
+#: commands that need a topic
+_NEEDS_TOPIC: Final[frozenset[str]] = frozenset(
+    {"publish", "delta_publish", "subscribe", "delta_subscribe", "sow", "sow_and_subscribe"}
+)
+
+_STR_FIELDS: Final = ("t", "sub_id", "qid", "bm", "o", "f", "client_name", "user_id", "pw",
+                      "version", "k", "x")
+_INT_FIELDS: Final = ("s", "bs", "top_n", "max_msgs", "e")
+
+
+class CommandError(InvalidMessage):
+    """A message whose header is well-formed JSON but not a valid command.
+
+    Attributes:
+        cid: the command id, when present, so the failure ack can name the command.
+    """
+
+    def __init__(self, detail: str, cid: str | None) -> None:
+        super().__init__(detail)
+        self.cid = cid
+
+
+class UnknownCommand(InvalidCommand):
+    """The ``c`` field names no command of the protocol."""
+
+    def __init__(self, detail: str, cid: str | None) -> None:
+        super().__init__(detail)
+        self.cid = cid
+
+
+@dataclass(slots=True)
+class Command:
+    """A validated client command. Absent optional fields are ``None``."""
+
+    name: str
+    cid: str | None
+    acks: frozenset[str]
+    topic: str | None
+    sub_id: str | None
+    query_id: str | None
+    bookmark: str | None
+    options: str | None
+    filter: str | None
+    seq: int | None
+    body: bytes
+    header: dict[str, Any]
+
+    def field(self, key: str) -> Any:
+        """Any other header field, as received (already type-checked where known)."""
+        return self.header.get(key)
+
+
+def _str_cid(header: dict[str, Any]) -> str | None:
+    cid = header.get("cid")
+    if cid is None:
+        return None
+    if isinstance(cid, str):
+        return cid
+    if isinstance(cid, int) and not isinstance(cid, bool):
+        return str(cid)
+    return None
+
+
+def decode_command(msg: Message) -> Command:
+    """Validate a message as a command.
+
+    Raises:
+        UnknownCommand: ``c`` is missing or names no command (``invalid command``).
+        CommandError: a field has the wrong type or a required field is missing
+            (``invalid message``).
+    """
+    h = msg.header
+    cid = _str_cid(h)
+    if "cid" in h and cid is None:
+        raise CommandError("'cid' must be a string or an integer", None)
+    name = h.get("c")
+    if not isinstance(name, str) or name not in COMMANDS:
+        raise UnknownCommand(f"unknown command {name!r}", cid)
+    for key in _STR_FIELDS:
+        value = h.get(key)
+        if value is not None and not isinstance(value, str):
+            raise CommandError(f"'{key}' must be a string", cid)
+    for key in _INT_FIELDS:
+        value = h.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 0):
+            raise CommandError(f"'{key}' must be a non-negative integer", cid)
+    hb = h.get("hb")
+    if hb is not None and (isinstance(hb, bool) or not isinstance(hb, int | float) or hb < 0):
+        raise CommandError("'hb' must be a non-negative number of seconds", cid)
+    ack_field = h.get("a")
+    acks: frozenset[str] = frozenset()
+    if ack_field is not None:
+        if not isinstance(ack_field, str):
+            raise CommandError("'a' must be a comma-separated string", cid)
+        parts = frozenset(p.strip() for p in ack_field.split(",") if p.strip())
+        unknown = parts - ACK_KINDS
+        if unknown:
+            raise CommandError(f"unknown ack type {sorted(unknown)[0]!r}", cid)
+        acks = parts
+    topic = h.get("t")
+    if name in _NEEDS_TOPIC and not topic:
+        raise CommandError(f"'{name}' needs a topic 't'", cid)
+    return Command(
+        name=name,
+        cid=cid,
+        acks=acks,
+        topic=topic,
+        sub_id=h.get("sub_id"),
+        query_id=h.get("qid"),
+        bookmark=h.get("bm"),
+        options=h.get("o"),
+        filter=h.get("f"),
+        seq=h.get("s"),
+        body=msg.body,
+        header=h,
+    )
+
+
+def encode_ack(
+    kind: str,
+    *,
+    cid: str | None = None,
+    status: str = "success",
+    reason: str | None = None,
+    **fields: Any,
+) -> bytes:
+    """One ack message (header only, ``l`` 0 so it can sit anywhere in a batched frame)."""
+    header: dict[str, Any] = {"c": "ack", "a": kind}
+    if cid is not None:
+        header["cid"] = cid
+    header["status"] = status
+    if reason is not None:
+        header["reason"] = reason
+    for key, value in fields.items():
+        if value is not None:
+            header[key] = value
+    header["l"] = 0
+    return orjson.dumps(header)

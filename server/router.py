@@ -1,0 +1,91 @@
+"""The subscription index and fan-out lookup.
+
+Live (non-bookmark) subscriptions are indexed two ways: by exact topic in a dict, and, for
+regular-expression topics, in a list that is searched once per *topic* and cached (most
+brokers see a few thousand distinct topics and millions of messages, so the cache turns a
+per-message regex scan into a dict lookup). Any change to the regex set clears the cache.
+
+A topic is a regular expression when it contains one of ``^$*+?()[]{}|\\`` (the AMPS rule,
+minus ``.`` so dotted names like ``md.ibm`` stay exact topics); it matches with
+``re.search`` semantics.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Final
+
+from server.protocol.errors import BadRegexTopic
+
+if TYPE_CHECKING:
+    from server.subscription import Subscription
+
+_REGEX_CHARS: Final = frozenset("^$*+?()[]{}|\\")
+_CACHE_LIMIT: Final = 20_000
+
+
+def is_regex_topic(topic: str) -> bool:
+    """Whether a subscription topic is a regular expression."""
+    return not _REGEX_CHARS.isdisjoint(topic)
+
+
+def compile_topic(topic: str) -> re.Pattern[str]:
+    """Compile a regex topic, or raise ``bad regex topic`` with the reason."""
+    try:
+        return re.compile(topic)
+    except re.error as exc:
+        raise BadRegexTopic(f"{topic!r}: {exc}") from exc
+
+
+class Router:
+    """Index of live subscriptions by topic. Owned by the event loop: no locks."""
+
+    def __init__(self) -> None:
+        self._exact: dict[str, list[Subscription]] = {}
+        self._regex: list[Subscription] = []
+        self._regex_cache: dict[str, tuple[Subscription, ...]] = {}
+
+    def add(self, sub: Subscription) -> None:
+        if sub.pattern is None:
+            self._exact.setdefault(sub.topic, []).append(sub)
+        else:
+            self._regex.append(sub)
+            self._regex_cache.clear()
+
+    def remove(self, sub: Subscription) -> None:
+        if sub.pattern is None:
+            subs = self._exact.get(sub.topic)
+            if subs is not None:
+                try:
+                    subs.remove(sub)
+                except ValueError:
+                    return
+                if not subs:
+                    del self._exact[sub.topic]
+        else:
+            try:
+                self._regex.remove(sub)
+            except ValueError:
+                return
+            self._regex_cache.clear()
+
+    def match(self, topic: str) -> list[Subscription]:
+        """Every live subscription whose topic matches, exact ones first."""
+        exact = self._exact.get(topic)
+        if not self._regex:
+            return exact if exact is not None else []
+        regex = self._regex_cache.get(topic)
+        if regex is None:
+            regex = tuple(s for s in self._regex if s.pattern is not None
+                          and s.pattern.search(topic))
+            if len(self._regex_cache) >= _CACHE_LIMIT:
+                self._regex_cache.clear()
+            self._regex_cache[topic] = regex
+        if not regex:
+            return exact if exact is not None else []
+        if exact is None:
+            return list(regex)
+        return [*exact, *regex]
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._exact.values()) + len(self._regex)

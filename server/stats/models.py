@@ -1,0 +1,64 @@
+"""SQLAlchemy tables of the stats database (SQLite; schema managed by Alembic in migrations/).
+
+Two tables, a narrow "entity-attribute-value" layout rather than one wide table per kind,
+because the set of series changes at run time (clients and topics come and go) and a new
+series must not need a migration:
+
+``metric``
+    one row per series: ``id`` (integer key) and ``path`` (unique text such as
+    ``instance/msgs_in_rate``, ``host/cpu_percent``, ``clients/NAME/msgs_out``,
+    ``txlog/durable_seq``, ``persisted_ack/p99_ms``; the path catalogue is in
+    docs/admin-api.md). Names inside a path (client, topic, ...) are percent-encoded so a
+    ``/`` in a topic cannot be confused with the separator.
+
+``sample``
+    one row per (series, sampling time): ``metric_id``, ``ts`` (float seconds since the
+    Unix epoch, UTC) and ``value`` (float). The primary key ``(metric_id, ts)`` is the
+    clustered key (``WITHOUT ROWID``), so a time-range read of one series is a single
+    index range scan; ``ix_sample_ts`` serves retention deletes by age.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Float, ForeignKey, Index, Integer, MetaData, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Named constraints: Alembic batch mode (SQLite table rebuilds) needs stable names.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the stats tables."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Metric(Base):
+    """A named time series."""
+
+    __tablename__ = "metric"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    path: Mapped[str] = mapped_column(String(512), unique=True)
+
+
+class Sample(Base):
+    """One value of one series at one sampling time."""
+
+    __tablename__ = "sample"
+    __table_args__ = (
+        Index("ix_sample_ts", "ts"),
+        {"sqlite_with_rowid": False},
+    )
+
+    metric_id: Mapped[int] = mapped_column(
+        Integer, ForeignKey("metric.id", ondelete="CASCADE"), primary_key=True
+    )
+    ts: Mapped[float] = mapped_column(Float, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)

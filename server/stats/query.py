@@ -1,0 +1,75 @@
+"""Reads of the stats database: list the series, fetch one series over a time window.
+
+Downsampling happens in SQL: with a ``step``, samples are grouped into buckets
+``[t0 + k*step, t0 + (k+1)*step)`` and each bucket reports the average of its samples,
+stamped with the bucket's start. Empty buckets are absent (the dashboard draws a gap).
+Blocking: call from a thread.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, Integer, cast, func, select
+
+from server.protocol.errors import SpoolError
+from server.stats.models import Metric, Sample
+
+
+class UnknownMetric(SpoolError):
+    """No series with this path exists in the stats database.
+
+    Attributes:
+        path: the requested metric path.
+    """
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"no such metric: {path}")
+        self.path = path
+
+
+class StatsReader:
+    """Queries over the stats tables.
+
+    Args:
+        engine: an engine from :func:`server.stats.db.open_stats_engine`.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def list_metrics(self) -> list[str]:
+        """Every metric path that has samples, sorted."""
+        with self._engine.connect() as conn:
+            return list(conn.scalars(select(Metric.path).order_by(Metric.path)))
+
+    def query_series(
+        self, metric_path: str, t0: float, t1: float, step: float | None = None
+    ) -> list[tuple[float, float]]:
+        """Samples of ``metric_path`` with ``t0 <= ts <= t1``, oldest first.
+
+        Args:
+            metric_path: the series.
+            t0: window start, epoch seconds (inclusive).
+            t1: window end, epoch seconds (inclusive).
+            step: bucket width in seconds for averaging; None or 0 returns raw samples.
+
+        Raises:
+            UnknownMetric: no such series.
+        """
+        with self._engine.connect() as conn:
+            metric_id = conn.scalar(select(Metric.id).where(Metric.path == metric_path))
+            if metric_id is None:
+                raise UnknownMetric(metric_path)
+            window = (Sample.metric_id == metric_id) & Sample.ts.between(t0, t1)
+            if not step:
+                rows = conn.execute(
+                    select(Sample.ts, Sample.value).where(window).order_by(Sample.ts)
+                )
+                return [(float(ts), float(value)) for ts, value in rows]
+            bucket = cast((Sample.ts - t0) / step, Integer).label("bucket")
+            grouped = conn.execute(
+                select(bucket, func.avg(Sample.value))
+                .where(window)
+                .group_by(bucket)
+                .order_by(bucket)
+            )
+            return [(float(t0 + int(k) * step), float(avg)) for k, avg in grouped]

@@ -1,0 +1,187 @@
+"""The stats sampler: every ``Admin/Interval`` one row per series into the stats database.
+
+Per tick, on the event loop: take ``broker.metrics_snapshot()`` (cheap, no I/O) and a
+snapshot of the persisted-ack histogram, turn them into metric values against the previous
+tick (:mod:`server.stats.series`). Then, in worker threads: read host metrics (psutil, a
+directory scan) and write every row in one transaction. The loop never waits on SQLite.
+
+Retention: samples older than ``Admin/StatsRetention`` are deleted at start and then every
+:data:`RETENTION_EVERY` seconds; the admin API's truncate action deletes on demand through
+the same :class:`~server.stats.store.StatsStore`.
+
+Failures to write (disk full, locked file) are reported to the event log once per kind and
+sampling goes on: statistics must never take the broker down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import Any, Final
+
+from server.clock import Clock
+from server.config import Config
+from server.stats.histogram import HistogramSnapshot, LatencyHistogram
+from server.stats.host import HostProbe, host_metric_values
+from server.stats.series import snapshot_values
+from server.stats.source import MetricsSource
+from server.stats.store import StatsStore
+
+RETENTION_EVERY: Final = 300.0  # seconds between retention passes
+
+
+def instance_directories(config: Config) -> dict[str, Path]:
+    """The directories whose disk usage is reported (labels are metric path segments)."""
+    dirs: dict[str, Path] = {"data": config.data_directory}
+    if config.transaction_log is not None:
+        dirs["journal"] = config.transaction_log.journal_directory
+        dirs["archive"] = config.transaction_log.archive_directory
+    dirs["stats"] = config.admin.stats_file.parent
+    return dirs
+
+
+class Sampler:
+    """Samples the broker into the stats database.
+
+    Args:
+        broker: the metrics source (``server.engine.Broker``).
+        config: the instance configuration (``admin.interval``, ``admin.stats_file``,
+            ``admin.stats_retention``, the directories).
+        clock: time source; sampling times are ``clock.time()``.
+
+    Attributes:
+        ticks: completed sampling ticks (rows written or not).
+        last_tick: ``clock.time()`` of the last completed tick, or None.
+    """
+
+    def __init__(self, broker: MetricsSource, config: Config, clock: Clock) -> None:
+        self._broker = broker
+        self._config = config
+        self._clock = clock
+        self._interval = max(float(config.admin.interval), 1.0)
+        self._retention = float(config.admin.stats_retention)
+        self._probe = HostProbe(instance_directories(config))
+        self._store: StatsStore | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._previous: dict[str, Any] | None = None
+        self._previous_at = 0.0
+        self._previous_acks: HistogramSnapshot | None = None
+        self._last_retention = 0.0
+        self._reported: set[str] = set()
+        self._inflight: asyncio.Future[Any] | None = None
+        self.ticks = 0
+        self.last_tick: float | None = None
+
+    @property
+    def store(self) -> StatsStore | None:
+        """The open stats database (None before :meth:`start` and after :meth:`stop`)."""
+        return self._store
+
+    @property
+    def interval(self) -> float:
+        """Seconds between ticks."""
+        return self._interval
+
+    async def start(self) -> None:
+        """Open and migrate the database (in a thread), take the baseline, start ticking."""
+        self._store = await asyncio.to_thread(StatsStore.open, self._config.admin.stats_file)
+        self._baseline()
+        await self._apply_retention()
+        self._task = asyncio.create_task(self._run(), name="spool-stats-sampler")
+
+    async def stop(self) -> None:
+        """Stop ticking (a write in progress completes) and close the database."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        inflight, self._inflight = self._inflight, None
+        if inflight is not None and not inflight.done():
+            # The thread cannot be cancelled: let its transaction finish before closing.
+            await asyncio.wait({inflight})
+            if not inflight.cancelled() and inflight.exception() is not None:
+                self._report("write_failed", inflight.exception() or RuntimeError())
+        store, self._store = self._store, None
+        if store is not None:
+            await asyncio.to_thread(store.close)
+
+    def _baseline(self) -> None:
+        snapshot = self._broker.metrics_snapshot()
+        self._previous = snapshot
+        self._previous_at = self._clock.time()
+        self._previous_acks = self._ack_snapshot(snapshot)
+
+    @staticmethod
+    def _ack_snapshot(snapshot: dict[str, Any]) -> HistogramSnapshot | None:
+        histogram = snapshot.get("persisted_ack_latency")
+        return histogram.snapshot() if isinstance(histogram, LatencyHistogram) else None
+
+    async def _run(self) -> None:
+        deadline = self._clock.monotonic() + self._interval
+        while True:
+            await self._clock.sleep(max(deadline - self._clock.monotonic(), 0.0))
+            await self.sample_once()
+            deadline += self._interval
+            now = self._clock.monotonic()
+            if deadline <= now:  # fell behind (slow disk): skip ticks, do not burst
+                deadline = now + self._interval
+
+    async def sample_once(self) -> int:
+        """Take one sample now and write it; returns the number of rows written."""
+        now = self._clock.time()
+        snapshot = self._broker.metrics_snapshot()
+        acks = self._ack_snapshot(snapshot)
+        ack_delta = (
+            acks.delta(self._previous_acks)
+            if acks is not None and self._previous_acks is not None
+            else acks
+        )
+        values = snapshot_values(snapshot, self._previous, now - self._previous_at, ack_delta)
+        self._previous, self._previous_at, self._previous_acks = snapshot, now, acks
+        written = 0
+        try:
+            reading = await asyncio.to_thread(self._probe.sample)
+            values.update(host_metric_values(reading))
+        except Exception as exc:  # psutil can fail on exotic platforms; keep broker stats
+            self._report("host_metrics_failed", exc)
+        store = self._store
+        if store is not None:
+            try:
+                written = int(await self._in_thread(store.writer.write, now, values))
+            except Exception as exc:  # disk full, locked file: never fatal
+                self._report("write_failed", exc)
+            else:
+                self._reported.discard("write_failed")
+        if now - self._last_retention >= RETENTION_EVERY:
+            await self._apply_retention()
+        self.ticks += 1
+        self.last_tick = now
+        return written
+
+    async def _in_thread(self, func: Any, *args: Any) -> Any:
+        """Run a store call in a thread; a cancelled tick leaves it to finish (see stop)."""
+        future = asyncio.ensure_future(asyncio.to_thread(func, *args))
+        self._inflight = future
+        return await asyncio.shield(future)
+
+    async def _apply_retention(self) -> None:
+        store = self._store
+        if store is None:
+            return
+        now = self._clock.time()
+        self._last_retention = now
+        try:
+            deleted = int(await self._in_thread(store.writer.truncate, now - self._retention))
+        except Exception as exc:
+            self._report("retention_failed", exc)
+            return
+        if deleted:
+            self._broker.events.emit("info", "stats", "retention", deleted_samples=deleted)
+
+    def _report(self, event: str, exc: BaseException) -> None:
+        if event in self._reported:
+            return
+        self._reported.add(event)
+        self._broker.events.emit("error", "stats", event, error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,29 @@
+"""What the stats code needs from the broker, as structural types (no import of the engine).
+
+``server.engine.Broker`` satisfies these protocols; tests may pass any object that does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class EventSink(Protocol):
+    """The event log (server/eventlog.py)."""
+
+    def emit(self, level: str, category: str, event: str, **fields: Any) -> None:
+        """Record one structured event."""
+        ...
+
+
+class MetricsSource(Protocol):
+    """A broker as seen by the sampler and the Prometheus collector."""
+
+    @property
+    def events(self) -> EventSink:
+        """Where failures of sampling are reported."""
+        ...
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """Cheap counters snapshot (ENGINE_API.md); called on the event loop."""
+        ...

@@ -1,0 +1,85 @@
+"""Writes samples to the stats database and deletes old ones (thread side, blocking).
+
+One :meth:`StatsWriter.write` is one transaction: the metric rows are upserted and looked
+up, then every sample row is inserted, so a concurrent truncate (which also removes
+metrics left without samples) can never leave a sample pointing at a deleted metric. The
+lookup costs one indexed ``SELECT`` per tick instead of a cache that a truncate from
+another writer could silently invalidate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from sqlalchemy import Connection, Engine, delete, exists, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from server.stats.models import Metric, Sample
+
+_CHUNK: Final = 500  # bound parameters per IN (...) list, well under SQLite's limit
+
+
+def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class StatsWriter:
+    """Inserts sample rows; see the module docstring for the transaction shape.
+
+    Args:
+        engine: an engine from :func:`server.stats.db.open_stats_engine`.
+
+    Thread-safety: each call opens its own connection; SQLite serialises writers (WAL),
+    waiting up to the busy timeout.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def _metric_ids(self, conn: Connection, paths: list[str]) -> dict[str, int]:
+        conn.execute(
+            sqlite_insert(Metric).on_conflict_do_nothing(index_elements=["path"]),
+            [{"path": p} for p in paths],
+        )
+        ids: dict[str, int] = {}
+        for chunk in _chunks(paths, _CHUNK):
+            for metric_id, path in conn.execute(
+                select(Metric.id, Metric.path).where(Metric.path.in_(chunk))
+            ):
+                ids[path] = metric_id
+        return ids
+
+    def write(self, ts: float, values: Mapping[str, float]) -> int:
+        """Store ``values`` (metric path -> value) at time ``ts``; returns rows written.
+
+        Non-finite values (NaN, inf) are skipped: a gap is better than a lie. Writing the
+        same (metric, ts) twice keeps the last value.
+        """
+        finite = {p: float(v) for p, v in values.items() if math.isfinite(v)}
+        if not finite:
+            return 0
+        with self._engine.begin() as conn:
+            ids = self._metric_ids(conn, sorted(finite))
+            stmt = sqlite_insert(Sample)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["metric_id", "ts"], set_={"value": stmt.excluded.value}
+            )
+            conn.execute(
+                stmt,
+                [{"metric_id": ids[p], "ts": ts, "value": v} for p, v in finite.items()],
+            )
+        return len(finite)
+
+    def truncate(self, before: float) -> int:
+        """Delete samples older than ``before`` (epoch seconds) and metrics left empty.
+
+        Returns:
+            The number of sample rows deleted.
+        """
+        with self._engine.begin() as conn:
+            deleted = conn.execute(delete(Sample).where(Sample.ts < before)).rowcount
+            conn.execute(delete(Metric).where(~exists().where(Sample.metric_id == Metric.id)))
+        return int(deleted or 0)

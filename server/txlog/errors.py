@@ -1,0 +1,182 @@
+"""Failures of the transaction log, one class per reason.
+
+The transaction log raises these on purpose; everything else is a bug. ``TxlogFull`` is a
+wire failure (``txlog full``) and lives in :mod:`server.protocol.errors` with the other
+reasons a client can see; it is re-exported here so storage code has one import.
+
+Hierarchy::
+
+    SpoolError
+    ├── ProtocolFailure
+    │   └── TxlogFull                   appending would exceed TransactionLog/MaxSize
+    └── TxlogError                      root of storage failures
+        ├── TxlogWriteFailed            a journal write or fsync failed; latched until reopened
+        ├── TxlogClosed                 used before open() or after close()
+        ├── CorruptRecord               bytes that are not a valid record (codec)
+        ├── RecordTooLarge              a string or body exceeds its on-disk length field
+        ├── FieldOutOfRange             an integer does not fit its on-disk field
+        ├── PublisherSequenceRegression append with a pub_seq not above that publisher's last
+        ├── InvalidInstanceName         an instance name that cannot prefix file names
+        ├── JournalSequenceGap          a journal is missing between two others at open
+        ├── JournalNotFound             no journal with that id
+        ├── JournalActive               the active journal cannot be archived/compressed/removed
+        └── JournalPinned               a replay, queue or replication destination still needs it
+"""
+
+from __future__ import annotations
+
+from server.protocol.errors import SpoolError, TxlogFull
+
+__all__ = [
+    "CorruptRecord",
+    "FieldOutOfRange",
+    "InvalidInstanceName",
+    "JournalActive",
+    "JournalNotFound",
+    "JournalPinned",
+    "JournalSequenceGap",
+    "PublisherSequenceRegression",
+    "RecordTooLarge",
+    "TxlogClosed",
+    "TxlogError",
+    "TxlogFull",
+    "TxlogWriteFailed",
+]
+
+
+class TxlogError(SpoolError):
+    """Root of the transaction log's own failures."""
+
+
+class TxlogWriteFailed(TxlogError):
+    """A journal write or fsync failed.
+
+    The first failure is latched (as nats-server's ``werr``): the page cache can no longer
+    be trusted to match the disk after a failed fsync, so the log refuses every later
+    append and durable wait until it is closed and reopened, which recovers from what the
+    disk really holds.
+
+    Attributes:
+        path: the file whose operation failed.
+        operation: ``write``, ``fsync``, ``truncate``, ``allocate``, ``open`` or ``rename``.
+    """
+
+    def __init__(self, path: str, operation: str, cause: BaseException) -> None:
+        super().__init__(f"journal {operation} failed on {path}: {cause}")
+        self.path = path
+        self.operation = operation
+        self.cause = cause
+
+
+class TxlogClosed(TxlogError):
+    """The log is not open (before :meth:`open` or after :meth:`close`)."""
+
+
+class CorruptRecord(TxlogError):
+    """Bytes that do not decode as a journal record.
+
+    Attributes:
+        offset: byte offset of the bad record in the buffer or file.
+        reason: short machine-friendly reason (``crc mismatch``, ``torn record``...).
+        path: the file, when known.
+    """
+
+    def __init__(self, offset: int, reason: str, path: str = "") -> None:
+        where = f"{path} at offset {offset}" if path else f"offset {offset}"
+        super().__init__(f"corrupt record at {where}: {reason}")
+        self.offset = offset
+        self.reason = reason
+        self.path = path
+
+
+class RecordTooLarge(TxlogError):
+    """A variable-length field does not fit its length prefix.
+
+    Attributes:
+        field: the record field (``topic``, ``body``...).
+        size: its encoded size in bytes.
+        limit: the largest size the format can store.
+    """
+
+    def __init__(self, field: str, size: int, limit: int) -> None:
+        super().__init__(f"{field} is {size} bytes; the journal format stores at most {limit}")
+        self.field = field
+        self.size = size
+        self.limit = limit
+
+
+class FieldOutOfRange(TxlogError):
+    """An integer field does not fit its fixed-width slot (e.g. a negative ``pub_seq``)."""
+
+    def __init__(self, field: str, value: int) -> None:
+        super().__init__(f"{field}={value} does not fit its journal field")
+        self.field = field
+        self.value = value
+
+
+class PublisherSequenceRegression(TxlogError):
+    """An append whose ``pub_seq`` is not above the publisher's last one.
+
+    The engine drops duplicates before appending (PROTOCOL.md: ``s`` must increase); the
+    log refuses them too because its bookmark index relies on each publisher's sequence
+    increasing along the log.
+    """
+
+    def __init__(self, pub_hash: int, pub_seq: int, last: int) -> None:
+        super().__init__(f"publisher {pub_hash}: pub_seq {pub_seq} is not above {last}")
+        self.pub_hash = pub_hash
+        self.pub_seq = pub_seq
+        self.last = last
+
+
+class InvalidInstanceName(TxlogError):
+    """The instance name cannot be used as a journal file prefix."""
+
+
+class JournalSequenceGap(TxlogError):
+    """A journal is missing between two others: the log is not contiguous.
+
+    Recovery cuts damaged tails on its own, but a hole in the middle means files were
+    deleted by hand; guessing would lose or reorder data, so opening is refused.
+    """
+
+    def __init__(self, expected: int, found: int, path: str) -> None:
+        super().__init__(
+            f"journal sequence gap: expected a journal starting at seq {expected}, "
+            f"next is {path} starting at {found}"
+        )
+        self.expected = expected
+        self.found = found
+        self.path = path
+
+
+class JournalNotFound(TxlogError):
+    """No journal has that id."""
+
+    def __init__(self, journal_id: int) -> None:
+        super().__init__(f"no journal with id {journal_id}")
+        self.journal_id = journal_id
+
+
+class JournalActive(TxlogError):
+    """The active journal cannot be archived, compressed or removed."""
+
+    def __init__(self, journal_id: int) -> None:
+        super().__init__(f"journal {journal_id} is the active journal")
+        self.journal_id = journal_id
+
+
+class JournalPinned(TxlogError):
+    """A journal is still needed by a pin holder (replay, queue, replication destination).
+
+    Attributes:
+        journal_id: the journal that was asked for.
+        owner: the pin holder that needs it.
+        seq: the pinned sequence (the journal holds records at or after it).
+    """
+
+    def __init__(self, journal_id: int, owner: str, seq: int) -> None:
+        super().__init__(f"journal {journal_id} is still needed by {owner} (from seq {seq})")
+        self.journal_id = journal_id
+        self.owner = owner
+        self.seq = seq

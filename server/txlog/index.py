@@ -1,0 +1,805 @@
+"""Sparse per-journal indexes: seq -> offset, time -> seq, publisher -> sequences.
+
+An index cuts its journal into *blocks* of about :data:`BLOCK_BYTES` (records are never
+split) and keeps, per block, where it starts, which seqs it holds, the running maximum
+timestamp at its end and the CRC-32C of its bytes; and, per publisher present in a block,
+the range of that publisher's sequences in it. A lookup (by seq, time or bookmark) is a
+binary search to one block and then a read of that block (at most a few KB): never a
+scan of the log. The block CRCs let recovery check a whole journal at disk speed.
+
+Indexes are caches: recovery rebuilds a missing or invalid one from the journal, so
+deleting ``*.index`` files loses nothing.
+
+The index file ``NAME.<base20>.index`` has two forms. Both start with the 32-byte header::
+
+    0   8  magic        b"SPOOLIDX"
+    8   1  version      1
+    9   1  form         1 = open (appended while the journal is active), 2 = sealed
+    10  2  reserved
+    12  4  block_bytes  the target block size used
+    16  8  base_seq     the journal's base sequence
+    24  4  header_crc   CRC-32C of bytes [0, 24)
+    28  4  reserved
+
+Block entry (48 bytes; little-endian)::
+
+    0   8  first_seq    seq of the block's first record
+    8   8  offset       journal offset of the block
+    16  4  length       bytes of journal covered
+    20  4  count        records in the block
+    24  8  ts_max       i64 running maximum timestamp_us (this journal) at the block's end
+    32  4  data_crc     CRC-32C of the block's journal bytes
+    36  4  last_rel     offset of the block's last record, relative to ``offset``
+    40  2  npub         open form: publisher-range entries following this entry
+    42  2  reserved
+    44  4  entry_crc    open form: CRC-32C of this entry (this field as 0) + its ranges
+
+Publisher-range entry (40 bytes)::
+
+    0   8  pub_hash     8  8  first_pub_seq    16 8  last_pub_seq
+    24  8  last_seq     seq of the last_pub_seq record
+    32  4  block        block number      36 4  count   records of that publisher in it
+
+**Open form** (the active journal): header, then block entries each followed by its
+``npub`` range entries, appended by the flusher after the journal bytes they describe were
+fsynced (the index itself is not fsynced: a torn or stale entry fails its ``entry_crc`` or
+its ``data_crc`` against the journal and recovery scans from there).
+
+**Sealed form** (written once when a journal is finished; read through ``mmap``)::
+
+    header | block entries (48 x nblocks) | range entries sorted by (pub_hash, first)
+           | publisher summaries sorted by pub_hash (40 x npubs) | footer (112 bytes)
+
+Publisher summary: ``pub_hash, min_pub_seq, max_pub_seq, last_seq, count`` (5 x u64).
+Footer: ``count, data_len, first_seq, last_seq, first_ts, last_ts, ts_max, first_pub_hash,
+first_pub_seq, last_pub_hash, last_pub_seq`` (u64/i64), ``nblocks, nranges, npubs``
+(u32), magic ``0x58495053`` (u32), reserved (u32), ``file_crc`` (u32, CRC-32C of every
+byte before it).
+
+Thread-safety: an :class:`IndexBuilder` belongs to the event loop while its journal is
+active and is read-only once handed to the flusher for sealing; a :class:`SealedIndex` is
+immutable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import struct
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Protocol
+
+import google_crc32c
+
+from server.txlog.codec import ScanResult
+
+__all__ = [
+    "BLOCK_BYTES",
+    "BlockSpan",
+    "IndexBuilder",
+    "IndexView",
+    "OpenIndexEntry",
+    "PublisherSummary",
+    "SealedIndex",
+    "encode_open_header",
+    "parse_open_index",
+]
+
+BLOCK_BYTES: Final = 4096
+MAGIC: Final = b"SPOOLIDX"
+VERSION: Final = 1
+FORM_OPEN: Final = 1
+FORM_SEALED: Final = 2
+FOOTER_MAGIC: Final = 0x58495053
+
+HEADER: Final = struct.Struct("<8sBBHIQI4x")  # 32
+BLOCK: Final = struct.Struct("<QQIIqIIHHI")  # 48
+RANGE: Final = struct.Struct("<QQQQII")  # 40
+PUB: Final = struct.Struct("<QQQQQ")  # 40
+FOOTER: Final = struct.Struct("<QQQQqqqQQQQIIIII")  # 108
+FOOTER_SIZE: Final = 112
+
+_extend = google_crc32c.extend
+_value = google_crc32c.value
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSpan:
+    """A byte range of a journal to read for a lookup.
+
+    Attributes:
+        offset: journal offset of the first record of the span.
+        seq: seq of that record.
+        length: bytes in the span (whole records).
+        count: records in the span.
+    """
+
+    offset: int
+    seq: int
+    length: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PublisherSummary:
+    """One publisher's presence in one journal."""
+
+    pub_hash: int
+    min_pub_seq: int
+    max_pub_seq: int
+    last_seq: int
+    count: int
+
+
+class IndexView(Protocol):
+    """What lookups need from an index, active (builder) or sealed."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def data_len(self) -> int: ...
+    @property
+    def first_seq(self) -> int: ...
+    @property
+    def last_seq(self) -> int: ...
+    @property
+    def first_ts(self) -> int: ...
+    @property
+    def last_ts(self) -> int: ...
+    @property
+    def ts_max(self) -> int: ...
+    @property
+    def first_bookmark(self) -> tuple[int, int]: ...
+    @property
+    def last_bookmark(self) -> tuple[int, int]: ...
+
+    def span_for_seq(self, seq: int) -> BlockSpan | None:
+        """The block holding ``seq`` (None if outside this journal)."""
+        ...
+
+    def span_for_time(self, ts: int) -> BlockSpan | None:
+        """The first block whose running max timestamp reaches ``ts`` (None: none does)."""
+        ...
+
+    def span_for_bookmark(self, pub_hash: int, pub_seq: int) -> BlockSpan | None:
+        """The block whose range of that publisher covers ``pub_seq`` (None: none)."""
+        ...
+
+    def publisher(self, pub_hash: int) -> PublisherSummary | None:
+        """That publisher's summary in this journal."""
+        ...
+
+    def publishers(self) -> Iterator[PublisherSummary]:
+        """Every publisher present in this journal."""
+        ...
+
+
+def encode_open_header(base_seq: int, block_bytes: int = BLOCK_BYTES) -> bytes:
+    """The 32-byte header of an open-form index."""
+    return _header(FORM_OPEN, base_seq, block_bytes)
+
+
+def _header(form: int, base_seq: int, block_bytes: int) -> bytes:
+    raw = HEADER.pack(MAGIC, VERSION, form, 0, block_bytes, base_seq, 0)
+    crc = _value(raw[:24])
+    return HEADER.pack(MAGIC, VERSION, form, 0, block_bytes, base_seq, crc)
+
+
+def _parse_header(data: bytes | mmap.mmap) -> tuple[int, int, int] | None:
+    """``(form, block_bytes, base_seq)`` of a valid header, else None."""
+    if len(data) < HEADER.size:
+        return None
+    magic, version, form, _, block_bytes, base, crc = HEADER.unpack_from(data, 0)
+    if magic != MAGIC or version != VERSION or _value(bytes(data[:24])) != crc:
+        return None
+    return form, block_bytes, base
+
+
+class IndexBuilder:
+    """The index of the active journal, built record by record on the event loop.
+
+    Complete blocks are kept in compact arrays; the block being filled is tracked in a
+    few counters. :meth:`add` returns the encoded open-form entry when it closes a block
+    so the caller can persist it after the journal bytes are durable.
+    """
+
+    def __init__(self, base_seq: int, block_bytes: int = BLOCK_BYTES) -> None:
+        self.base = base_seq
+        self.block_bytes = block_bytes
+        self.b_first = array("Q")
+        self.b_off = array("Q")
+        self.b_len = array("Q")
+        self.b_cnt = array("Q")
+        self.b_ts = array("q")
+        self.b_crc = array("Q")
+        self.b_last_rel = array("Q")
+        # pub_hash -> [[first_ps, last_ps, last_seq, block, count], ...] in log order
+        self.ranges: dict[int, list[list[int]]] = {}
+        # pub_hash -> [min_ps, max_ps, last_seq, count] for closed blocks
+        self.summary: dict[int, list[int]] = {}
+        self._cur_first = base_seq
+        self._cur_off = 0
+        self._cur_len = 0
+        self._cur_cnt = 0
+        self._cur_crc = 0
+        self._cur_last_rel = 0
+        self._cur_pubs: dict[
+            int, list[int]
+        ] = {}  # pub_hash -> [first_ps, last_ps, count, last_seq]
+        self._count = 0
+        self._data_len = 0
+        self._ts_max = -(1 << 63)
+        self._first_ts = 0
+        self._last_ts = 0
+        self._first_bm = (0, 0)
+        self._last_bm = (0, 0)
+
+    # -- IndexView ---------------------------------------------------------------------
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def data_len(self) -> int:
+        return self._data_len
+
+    @property
+    def first_seq(self) -> int:
+        return self.base
+
+    @property
+    def last_seq(self) -> int:
+        return self.base + self._count - 1
+
+    @property
+    def first_ts(self) -> int:
+        return self._first_ts
+
+    @property
+    def last_ts(self) -> int:
+        return self._last_ts
+
+    @property
+    def ts_max(self) -> int:
+        return self._ts_max
+
+    @property
+    def first_bookmark(self) -> tuple[int, int]:
+        return self._first_bm
+
+    @property
+    def last_bookmark(self) -> tuple[int, int]:
+        return self._last_bm
+
+    @property
+    def block_count(self) -> int:
+        """Complete (closed) blocks."""
+        return len(self.b_first)
+
+    @property
+    def indexed_len(self) -> int:
+        """Journal bytes covered by closed blocks."""
+        return self._cur_off if self._cur_cnt else self._data_len
+
+    def _block(self, i: int) -> BlockSpan:
+        return BlockSpan(self.b_off[i], self.b_first[i], self.b_len[i], self.b_cnt[i])
+
+    def _current(self) -> BlockSpan | None:
+        if not self._cur_cnt:
+            return None
+        return BlockSpan(self._cur_off, self._cur_first, self._cur_len, self._cur_cnt)
+
+    def span_for_seq(self, seq: int) -> BlockSpan | None:
+        if not self.base <= seq <= self.last_seq:
+            return None
+        if self._cur_cnt and seq >= self._cur_first:
+            return self._current()
+        return self._block(bisect.bisect_right(self.b_first, seq) - 1)
+
+    def span_for_time(self, ts: int) -> BlockSpan | None:
+        i = bisect.bisect_left(self.b_ts, ts)
+        if i < len(self.b_ts):
+            return self._block(i)
+        if self._cur_cnt and self._ts_max >= ts:
+            return self._current()
+        return None
+
+    def span_for_bookmark(self, pub_hash: int, pub_seq: int) -> BlockSpan | None:
+        cur = self._cur_pubs.get(pub_hash)
+        if cur is not None and cur[0] <= pub_seq <= cur[1]:
+            return self._current()
+        rl = self.ranges.get(pub_hash)
+        if not rl:
+            return None
+        i = bisect.bisect_right(rl, pub_seq, key=_first_ps) - 1
+        if i < 0 or pub_seq > rl[i][1]:
+            return None
+        return self._block(rl[i][3])
+
+    def publisher(self, pub_hash: int) -> PublisherSummary | None:
+        s = self.summary.get(pub_hash)
+        cur = self._cur_pubs.get(pub_hash)
+        if s is None and cur is None:
+            return None
+        if cur is None:
+            assert s is not None
+            return PublisherSummary(pub_hash, s[0], s[1], s[2], s[3])
+        if s is None:
+            return PublisherSummary(pub_hash, cur[0], cur[1], cur[3], cur[2])
+        return PublisherSummary(pub_hash, s[0], cur[1], cur[3], s[3] + cur[2])
+
+    def publishers(self) -> Iterator[PublisherSummary]:
+        for h in self.summary.keys() | self._cur_pubs.keys():
+            p = self.publisher(h)
+            assert p is not None
+            yield p
+
+    # -- building ----------------------------------------------------------------------
+
+    def add(
+        self, seq: int, offset: int, length: int, ts: int, pub_hash: int, pub_seq: int, data: bytes
+    ) -> bytes | None:
+        """Account one appended record (``data`` is its encoded bytes).
+
+        Returns:
+            The open-form entry of the block this record closed, else None.
+        """
+        if not self._cur_cnt:
+            self._cur_first = seq
+            self._cur_off = offset
+            if not self._count:
+                self._first_ts = ts
+                self._first_bm = (pub_hash, pub_seq)
+        self._cur_last_rel = offset - self._cur_off
+        self._cur_len += length
+        self._cur_cnt += 1
+        self._cur_crc = _extend(self._cur_crc, data)
+        if ts > self._ts_max:
+            self._ts_max = ts
+        if pub_hash:
+            p = self._cur_pubs.get(pub_hash)
+            if p is None:
+                self._cur_pubs[pub_hash] = [pub_seq, pub_seq, 1, seq]
+            else:
+                p[1] = pub_seq
+                p[2] += 1
+                p[3] = seq
+        self._count += 1
+        self._data_len = offset + length
+        self._last_ts = ts
+        self._last_bm = (pub_hash, pub_seq)
+        if self._cur_len >= self.block_bytes:
+            return self.close_block()
+        return None
+
+    def add_scanned(self, buf: bytes, buf_offset: int, res: ScanResult) -> list[bytes]:
+        """Account every record of a :func:`~server.txlog.codec.scan` of ``buf``.
+
+        ``buf_offset`` is the journal offset of ``buf[0]``. Block CRCs are computed over
+        whole runs of ``buf`` rather than record by record.
+
+        Returns:
+            The open-form entries of the blocks closed.
+        """
+        entries: list[bytes] = []
+        if not res.offsets:
+            return entries
+        seq = res.next_seq - len(res.offsets)
+        crc_from = res.offsets[0]  # buf position from which bytes are not yet in _cur_crc
+        ts_max = self._ts_max
+        pubs = self._cur_pubs
+        block_bytes = self.block_bytes
+        for off, length, ts, ph, ps in zip(
+            res.offsets, res.lengths, res.timestamps, res.pub_hashes, res.pub_seqs, strict=True
+        ):
+            joff = buf_offset + off
+            if not self._cur_cnt:
+                self._cur_first = seq
+                self._cur_off = joff
+                if not self._count:
+                    self._first_ts = ts
+                    self._first_bm = (ph, ps)
+            self._cur_last_rel = joff - self._cur_off
+            self._cur_len += length
+            self._cur_cnt += 1
+            if ts > ts_max:
+                ts_max = ts
+            if ph:
+                p = pubs.get(ph)
+                if p is None:
+                    pubs[ph] = [ps, ps, 1, seq]
+                else:
+                    p[1] = ps
+                    p[2] += 1
+                    p[3] = seq
+            self._count += 1
+            seq += 1
+            if self._cur_len >= block_bytes:
+                end = off + length
+                self._cur_crc = _extend(self._cur_crc, buf[crc_from:end])
+                crc_from = end
+                self._ts_max = ts_max
+                self._last_ts = ts
+                self._last_bm = (ph, ps)
+                self._data_len = joff + length
+                entries.append(self.close_block())
+                pubs = self._cur_pubs
+        last = len(res.offsets) - 1
+        end = res.offsets[last] + res.lengths[last]
+        if crc_from < end:
+            self._cur_crc = _extend(self._cur_crc, buf[crc_from:end])
+        self._ts_max = ts_max
+        self._last_ts = res.timestamps[last]
+        self._last_bm = (res.pub_hashes[last], res.pub_seqs[last])
+        self._data_len = buf_offset + end
+        return entries
+
+    def close_block(self) -> bytes:
+        """Close the block being filled (if any) and return its open-form entry."""
+        if not self._cur_cnt:
+            return b""
+        block_no = len(self.b_first)
+        self.b_first.append(self._cur_first)
+        self.b_off.append(self._cur_off)
+        self.b_len.append(self._cur_len)
+        self.b_cnt.append(self._cur_cnt)
+        self.b_ts.append(self._ts_max)
+        self.b_crc.append(self._cur_crc)
+        self.b_last_rel.append(self._cur_last_rel)
+        ranges = []
+        for h, (first, last, cnt, last_seq) in self._cur_pubs.items():
+            self.ranges.setdefault(h, []).append([first, last, last_seq, block_no, cnt])
+            s = self.summary.get(h)
+            if s is None:
+                self.summary[h] = [first, last, last_seq, cnt]
+            else:
+                s[1] = last
+                s[2] = last_seq
+                s[3] += cnt
+            ranges.append(RANGE.pack(h, first, last, last_seq, block_no, cnt))
+        entry = self._entry(block_no, ranges)
+        self._cur_off += self._cur_len
+        self._cur_first += self._cur_cnt
+        self._cur_len = 0
+        self._cur_cnt = 0
+        self._cur_crc = 0
+        self._cur_last_rel = 0
+        self._cur_pubs = {}
+        return entry
+
+    def _entry(self, i: int, ranges: list[bytes]) -> bytes:
+        fields = (
+            self.b_first[i], self.b_off[i], self.b_len[i], self.b_cnt[i], self.b_ts[i],
+            self.b_crc[i], self.b_last_rel[i], len(ranges), 0,
+        )  # fmt: skip
+        tail = b"".join(ranges)
+        crc = _extend(_value(BLOCK.pack(*fields, 0)), tail)
+        return BLOCK.pack(*fields, crc) + tail
+
+    def restore_block(self, entry: OpenIndexEntry) -> None:
+        """Re-add a closed block read from an open-form index (already verified)."""
+        block_no = len(self.b_first)
+        if not self._count:
+            self._cur_off = entry.offset
+        self.b_first.append(entry.first_seq)
+        self.b_off.append(entry.offset)
+        self.b_len.append(entry.length)
+        self.b_cnt.append(entry.count)
+        self.b_ts.append(entry.ts_max)
+        self.b_crc.append(entry.data_crc)
+        self.b_last_rel.append(entry.last_rel)
+        for h, first, last, last_seq, _blk, cnt in entry.ranges:
+            self.ranges.setdefault(h, []).append([first, last, last_seq, block_no, cnt])
+            s = self.summary.get(h)
+            if s is None:
+                self.summary[h] = [first, last, last_seq, cnt]
+            else:
+                s[1] = last
+                s[2] = last_seq
+                s[3] += cnt
+        self._count += entry.count
+        self._data_len = entry.offset + entry.length
+        self._ts_max = max(self._ts_max, entry.ts_max)
+        self._cur_off = self._data_len
+        self._cur_first = entry.first_seq + entry.count
+
+    def set_edges(self, first: tuple[int, int, int], last: tuple[int, int, int]) -> None:
+        """Set first/last record facts ``(timestamp_us, pub_hash, pub_seq)`` after a restore."""
+        self._first_ts, self._first_bm = first[0], (first[1], first[2])
+        self._last_ts, self._last_bm = last[0], (last[1], last[2])
+
+    def open_form(self) -> bytes:
+        """The whole open-form index of the closed blocks (to rewrite it at recovery)."""
+        parts = [encode_open_header(self.base, self.block_bytes)]
+        by_block: dict[int, list[bytes]] = {}
+        for h, rl in self.ranges.items():
+            for first, last, last_seq, blk, cnt in rl:
+                by_block.setdefault(blk, []).append(RANGE.pack(h, first, last, last_seq, blk, cnt))
+        for i in range(len(self.b_first)):
+            parts.append(self._entry(i, by_block.get(i, [])))
+        return b"".join(parts)
+
+    def seal(self) -> bytes:
+        """Close the last block and return the sealed-form index bytes."""
+        self.close_block()
+        parts = [_header(FORM_SEALED, self.base, self.block_bytes)]
+        for i in range(len(self.b_first)):
+            parts.append(
+                BLOCK.pack(
+                    self.b_first[i],
+                    self.b_off[i],
+                    self.b_len[i],
+                    self.b_cnt[i],
+                    self.b_ts[i],
+                    self.b_crc[i],
+                    self.b_last_rel[i],
+                    0,
+                    0,
+                    0,
+                )  # fmt: skip
+            )
+        rows = sorted(
+            (h, first, last, last_seq, blk, cnt)
+            for h, rl in self.ranges.items()
+            for first, last, last_seq, blk, cnt in rl
+        )
+        parts.extend(RANGE.pack(*row) for row in rows)
+        pubs = sorted(self.summary.items())
+        parts.extend(PUB.pack(h, s[0], s[1], s[2], s[3]) for h, s in pubs)
+        fh, fp = self._first_bm
+        lh, lp = self._last_bm
+        footer = FOOTER.pack(
+            self._count, self._data_len, self.base, self.last_seq, self._first_ts,
+            self._last_ts, self._ts_max, fh, fp, lh, lp, len(self.b_first), len(rows),
+            len(pubs), FOOTER_MAGIC, 0,
+        )[:-4]  # fmt: skip
+        body = b"".join(parts) + footer
+        body += b"\0" * (FOOTER_SIZE - len(footer) - 4)
+        # the CRC is the last 4 bytes; FOOTER's own trailing u32 slot is replaced by padding
+        return body + struct.pack("<I", _value(body))
+
+
+def _first_ps(row: list[int]) -> int:
+    return row[0]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenIndexEntry:
+    """One verified block entry of an open-form index."""
+
+    first_seq: int
+    offset: int
+    length: int
+    count: int
+    ts_max: int
+    data_crc: int
+    last_rel: int
+    ranges: tuple[tuple[int, int, int, int, int, int], ...]
+
+
+def parse_open_index(data: bytes, base_seq: int) -> tuple[list[OpenIndexEntry], str | None]:
+    """The consistent prefix of an open-form index.
+
+    Entries must pass their CRC and follow each other (seq and offset contiguous from the
+    journal's start); parsing stops at the first that does not.
+
+    Returns:
+        ``(entries, problem)``: ``problem`` is None when every byte parsed, else why the
+        rest was ignored.
+    """
+    head = _parse_header(data)
+    if head is None:
+        return [], "bad header"
+    form, _, base = head
+    if form != FORM_OPEN:
+        return [], "not an open index"
+    if base != base_seq:
+        return [], "base mismatch"
+    pos = HEADER.size
+    out: list[OpenIndexEntry] = []
+    seq = base_seq
+    offset = 0
+    while pos < len(data):
+        if len(data) - pos < BLOCK.size:
+            return out, "torn entry"
+        first, off, length, cnt, ts_max, dcrc, last_rel, npub, _r, crc = BLOCK.unpack_from(
+            data, pos
+        )
+        end = pos + BLOCK.size + npub * RANGE.size
+        if end > len(data):
+            return out, "torn entry"
+        raw = bytes(data[pos : pos + BLOCK.size - 4]) + b"\0\0\0\0"
+        if _extend(_value(raw), bytes(data[pos + BLOCK.size : end])) != crc:
+            return out, "entry crc mismatch"
+        if first != seq or off != offset or cnt == 0 or last_rel >= length:
+            return out, "entry out of sequence"
+        ranges = tuple(
+            RANGE.unpack_from(data, pos + BLOCK.size + k * RANGE.size) for k in range(npub)
+        )
+        out.append(OpenIndexEntry(first, off, length, cnt, ts_max, dcrc, last_rel, ranges))
+        seq += cnt
+        offset += length
+        pos = end
+    return out, None
+
+
+class _Column:
+    """A read-only sequence over fixed-width rows of a buffer, for :mod:`bisect`."""
+
+    __slots__ = ("_buf", "_fmt", "_n", "_off", "_stride")
+
+    def __init__(self, buf: mmap.mmap | bytes, off: int, n: int, stride: int, fmt: str) -> None:
+        self._buf = buf
+        self._off = off
+        self._n = n
+        self._stride = stride
+        self._fmt = struct.Struct(fmt)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> tuple[int, ...]:
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._fmt.unpack_from(self._buf, self._off + i * self._stride)
+
+
+class SealedIndex:
+    """A finished journal's index, read through ``mmap`` (the OS caches the pages).
+
+    Use :meth:`load` to open and validate one; it returns None for anything that is not
+    a complete, intact sealed index of the expected journal.
+    """
+
+    def __init__(self, buf: mmap.mmap | bytes, path: Path | None, footer: tuple[int, ...]) -> None:
+        self._buf = buf
+        self.path = path
+        (
+            self._count, self._data_len, self._first_seq, self._last_seq, self._first_ts,
+            self._last_ts, self._ts_max, fh, fp, lh, lp, nb, nr, npub, _magic,
+        ) = footer  # fmt: skip
+        self._first_bm = (fh, fp)
+        self._last_bm = (lh, lp)
+        self._nb = nb
+        self._blocks_off = HEADER.size
+        self._ranges_off = self._blocks_off + nb * BLOCK.size
+        self._pubs_off = self._ranges_off + nr * RANGE.size
+        # first_seq (Q at 0) and ts_max (q at 24) columns of the block table
+        self._seq_col = _Column(buf, self._blocks_off, nb, BLOCK.size, "<Q")
+        self._ts_col = _Column(buf, self._blocks_off + 24, nb, BLOCK.size, "<q")
+        self._range_key = _Column(buf, self._ranges_off, nr, RANGE.size, "<QQ")
+        self._pub_col = _Column(buf, self._pubs_off, npub, PUB.size, "<Q")
+        self._npub = npub
+
+    @classmethod
+    def load(cls, path: Path, base_seq: int) -> SealedIndex | None:
+        """Map and validate ``path`` (header, footer, whole-file CRC, table sizes)."""
+        try:
+            with open(path, "rb") as fh:
+                size = fh.seek(0, 2)
+                if size < HEADER.size + FOOTER_SIZE:
+                    return None
+                buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            return None
+        index = cls.from_buffer(buf, base_seq, path)
+        if index is None:
+            buf.close()
+        return index
+
+    @classmethod
+    def from_buffer(
+        cls, buf: mmap.mmap | bytes, base_seq: int, path: Path | None = None
+    ) -> SealedIndex | None:
+        """Validate sealed-index bytes already in memory or mapped."""
+        size = len(buf)
+        head = _parse_header(buf)
+        if head is None or head[0] != FORM_SEALED or head[2] != base_seq:
+            return None
+        if size < HEADER.size + FOOTER_SIZE:
+            return None
+        stored = struct.unpack_from("<I", buf, size - 4)[0]
+        if _value(bytes(buf[: size - 4])) != stored:
+            return None
+        footer = FOOTER.unpack_from(buf, size - FOOTER_SIZE)[:-1]
+        nb, nr, npub, magic = footer[11], footer[12], footer[13], footer[14]
+        expect = HEADER.size + nb * BLOCK.size + nr * RANGE.size + npub * PUB.size + FOOTER_SIZE
+        if magic != FOOTER_MAGIC or expect != size or footer[2] != base_seq:
+            return None
+        return cls(buf, path, footer)
+
+    def close(self) -> None:
+        """Release the mapping."""
+        if isinstance(self._buf, mmap.mmap):
+            self._buf.close()
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @property
+    def data_len(self) -> int:
+        return self._data_len
+
+    @property
+    def first_seq(self) -> int:
+        return self._first_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    @property
+    def first_ts(self) -> int:
+        return self._first_ts
+
+    @property
+    def last_ts(self) -> int:
+        return self._last_ts
+
+    @property
+    def ts_max(self) -> int:
+        return self._ts_max
+
+    @property
+    def first_bookmark(self) -> tuple[int, int]:
+        return self._first_bm
+
+    @property
+    def last_bookmark(self) -> tuple[int, int]:
+        return self._last_bm
+
+    @property
+    def block_count(self) -> int:
+        return self._nb
+
+    def block(self, i: int) -> tuple[int, int, int, int, int, int, int]:
+        """``(first_seq, offset, length, count, ts_max, data_crc, last_rel)`` of block i."""
+        row = BLOCK.unpack_from(self._buf, self._blocks_off + i * BLOCK.size)
+        return row[0], row[1], row[2], row[3], row[4], row[5], row[6]
+
+    def _span(self, i: int) -> BlockSpan:
+        first, off, length, cnt, _ts, _crc, _rel = self.block(i)
+        return BlockSpan(off, first, length, cnt)
+
+    def span_for_seq(self, seq: int) -> BlockSpan | None:
+        if not self._first_seq <= seq <= self._last_seq or not self._nb:
+            return None
+        return self._span(bisect.bisect_right(self._seq_col, (seq,)) - 1)
+
+    def span_for_time(self, ts: int) -> BlockSpan | None:
+        i = bisect.bisect_left(self._ts_col, (ts,))
+        return self._span(i) if i < self._nb else None
+
+    def span_for_bookmark(self, pub_hash: int, pub_seq: int) -> BlockSpan | None:
+        i = bisect.bisect_right(self._range_key, (pub_hash, pub_seq)) - 1
+        if i < 0:
+            return None
+        h, first, last, _ls, blk, _cnt = RANGE.unpack_from(
+            self._buf, self._ranges_off + i * RANGE.size
+        )
+        if h != pub_hash or not first <= pub_seq <= last:
+            return None
+        return self._span(blk)
+
+    def publisher(self, pub_hash: int) -> PublisherSummary | None:
+        i = bisect.bisect_left(self._pub_col, (pub_hash,))
+        if i >= self._npub:
+            return None
+        row = PUB.unpack_from(self._buf, self._pubs_off + i * PUB.size)
+        return PublisherSummary(*row) if row[0] == pub_hash else None
+
+    def publishers(self) -> Iterator[PublisherSummary]:
+        for row in PUB.iter_unpack(
+            self._buf[self._pubs_off : self._pubs_off + self._npub * PUB.size]
+        ):
+            yield PublisherSummary(*row)
+
+    def blocks(self) -> Iterable[tuple[int, int, int, int, int, int, int]]:
+        """Every block row, in order (recovery's bulk CRC check)."""
+        for i in range(self._nb):
+            yield self.block(i)

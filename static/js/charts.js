@@ -1,0 +1,136 @@
+// Time-series charts on uPlot (npm package, served from /static/vendor/uplot/; the page
+// loads uPlot.iife.min.js before its modules, which defines the global `uPlot`).
+//
+// A TimeChart fits its container's width, follows the theme (colours come from the CSS
+// variables, so a theme change rebuilds the chart with the same data) and shows times in
+// UTC like the rest of the dashboard.
+
+import { el } from "./ui.js";
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+function colour(value) {
+  return value.startsWith("--") ? cssVar(value) : value;
+}
+
+const utc = (ts) => globalThis.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
+
+export class TimeChart {
+  /**
+   * @param {HTMLElement} container
+   * @param {object} opts
+   * @param {Array<{label: string, color: string, fmt?: function}>} opts.series colour is a
+   *   CSS value or a CSS variable name ("--in")
+   * @param {function(number): string} opts.yFormat axis labels
+   * @param {number} [opts.height]
+   * @param {boolean} [opts.zeroBased] y axis starts at 0 (default true)
+   * @param {string} [opts.empty] text shown while there is no data
+   */
+  constructor(container, opts) {
+    if (typeof globalThis.uPlot !== "function") {
+      throw new Error("uPlot is not loaded (run `npm ci`: /static/vendor/uplot/ is empty)");
+    }
+    this.container = container;
+    this.opts = { height: 220, zeroBased: true, empty: "waiting for data…", ...opts };
+    this.data = [[], ...this.opts.series.map(() => [])];
+    this.plot = null;
+    this.note = el("div", { className: "empty-note", text: this.opts.empty });
+    container.classList.add("chart");
+    container.append(this.note);
+    this._build();
+    this._resize = new ResizeObserver(() => this._fit());
+    this._resize.observe(container);
+    this._onTheme = () => this._build();
+    document.addEventListener("themechange", this._onTheme);
+  }
+
+  _width() {
+    return Math.max(200, Math.floor(this.container.clientWidth));
+  }
+
+  _build() {
+    if (this.plot !== null) this.plot.destroy();
+    const axis = cssVar("--axis");
+    const grid = cssVar("--grid");
+    const font = `11px ${cssVar("--mono")}`;
+    const { series, yFormat, zeroBased } = this.opts;
+    const opts = {
+      width: this._width(),
+      height: this.opts.height,
+      tzDate: utc,
+      legend: { show: true, live: true },
+      cursor: { drag: { x: true, y: false }, points: { size: 6 } },
+      scales: {
+        x: { time: true },
+        y: {
+          range: (u, min, max) => {
+            if (min === null || max === null) return [0, 1];
+            const top = max > 0 ? max * 1.08 : 1;
+            if (zeroBased) return [Math.min(0, min), top];
+            const pad = (max - min) * 0.08 || Math.abs(max) * 0.05 || 1;
+            return [min - pad, max + pad];
+          },
+        },
+      },
+      series: [
+        { label: "time (UTC)", value: (u, v) => (v === null ? "–" : utc(v).toISOString().slice(11, 19)) },
+        ...series.map((s) => ({
+          label: s.label,
+          stroke: colour(s.color),
+          width: 1.5,
+          fill: s.fill ? colour(s.color) + "22" : undefined,
+          spanGaps: false,
+          points: { show: false },
+          value: (u, v) => (v === null || v === undefined ? "–" : (s.fmt ?? yFormat)(v)),
+        })),
+      ],
+      axes: [
+        { stroke: axis, font, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } },
+        {
+          stroke: axis,
+          font,
+          size: 64,
+          grid: { stroke: grid, width: 1 },
+          ticks: { stroke: grid, width: 1 },
+          values: (u, splits) => splits.map((v) => yFormat(v)),
+        },
+      ],
+    };
+    this.plot = new globalThis.uPlot(opts, this.data, this.container);
+    this.container.append(this.note);
+    this._updateNote();
+  }
+
+  _fit() {
+    if (this.plot === null) return;
+    const width = this._width();
+    if (Math.abs(width - this.plot.width) > 1) {
+      this.plot.setSize({ width, height: this.opts.height });
+    }
+  }
+
+  _updateNote() {
+    this.note.hidden = this.data[0].length > 0;
+  }
+
+  /** Replace the data: `[xs, ys1, ys2, ...]`, xs in epoch seconds, nulls for gaps. */
+  setData(data) {
+    this.data = data;
+    this.plot.setData(data);
+    this._updateNote();
+  }
+
+  /** Show a message instead of data (e.g. "no samples in this range"). */
+  setEmptyText(text) {
+    this.note.textContent = text;
+  }
+
+  destroy() {
+    this._resize.disconnect();
+    document.removeEventListener("themechange", this._onTheme);
+    if (this.plot !== null) this.plot.destroy();
+    this.plot = null;
+  }
+}

@@ -1,0 +1,150 @@
+// Overview: live KPIs and charts from the SSE stream, instance and host from the API.
+
+import { TimeChart } from "./charts.js";
+import { live } from "./live.js";
+import {
+  Alert, Poller, api, el, fmtBytes, fmtCompact, fmtDateTime, fmtDuration, fmtInt, fmtLag,
+  fmtMs, fmtPercent, fmtRate, setText,
+} from "./ui.js";
+
+const alert = new Alert(document.getElementById("page-alert"));
+const $id = (id) => document.getElementById(id);
+
+// -- live figures -----------------------------------------------------------------------
+
+const rates = new TimeChart($id("chart-rates"), {
+  series: [
+    { label: "in", color: "--in", fill: true, fmt: (v) => `${fmtRate(v)}/s` },
+    { label: "out", color: "--out", fmt: (v) => `${fmtRate(v)}/s` },
+  ],
+  yFormat: fmtCompact,
+});
+const latency = new TimeChart($id("chart-latency"), {
+  series: [
+    { label: "p50", color: "--p50", fmt: fmtMs },
+    { label: "p99", color: "--p99", fmt: fmtMs },
+  ],
+  yFormat: (v) => fmtMs(v),
+  empty: "no persisted acks yet",
+});
+
+function redrawCharts() {
+  const pts = live.points;
+  const xs = pts.map((p) => p.time);
+  rates.setData([xs, pts.map((p) => p.msgs_in), pts.map((p) => p.msgs_out)]);
+  latency.setData([xs, pts.map((p) => p.ack_p50_ms), pts.map((p) => p.ack_p99_ms)]);
+}
+
+function showPoint(p) {
+  if (!p) return;
+  setText($id("kpi-in"), `${fmtRate(p.msgs_in)}/s`);
+  setText($id("kpi-out"), `${fmtRate(p.msgs_out)}/s`);
+  setText($id("kpi-in-bytes"), `${fmtBytes(p.bytes_in)}/s`);
+  setText($id("kpi-out-bytes"), `${fmtBytes(p.bytes_out)}/s`);
+  setText($id("kpi-clients"), fmtInt(p.connections));
+  setText($id("kpi-queue"), `queued ${fmtBytes(p.queue_depth)}`);
+  setText($id("kpi-subs"), fmtInt(p.subscriptions));
+  setText($id("kpi-lag"), `max lag ${fmtLag(p.lag_max)}`);
+  setText($id("kpi-ack"), p.acks > 0 ? `${fmtMs(p.ack_p50_ms)} / ${fmtMs(p.ack_p99_ms)}` : "–");
+  setText($id("kpi-acks"), `${fmtInt(p.acks)} acks/s`);
+  setText($id("kpi-journal"), p.txlog_bytes === null ? "no log" : fmtBytes(p.txlog_bytes));
+  setText($id("kpi-durable"), p.durable_seq === null ? "no transaction log" : `durable seq ${fmtInt(p.durable_seq)}`);
+}
+
+live.addEventListener("history", () => {
+  redrawCharts();
+  showPoint(live.latest);
+});
+live.addEventListener("point", (e) => {
+  redrawCharts();
+  showPoint(e.detail);
+});
+live.start();
+
+// -- instance ---------------------------------------------------------------------------
+
+let instance = null;
+let instanceAt = 0;
+
+function renderInstance() {
+  if (instance === null) return;
+  const uptime = instance.uptime + (performance.now() - instanceAt) / 1000;
+  const rows = [
+    ["name", instance.name],
+    ["group", instance.group],
+    ["version", instance.version],
+    ["uptime", fmtDuration(uptime)],
+    ["started", `${fmtDateTime(instance.start_time)} UTC`],
+    ["pid", instance.pid],
+    ["ready", instance.ready === undefined ? "–" : instance.ready ? "yes" : "no"],
+    ["config", instance.config_path ?? "embedded default"],
+    ["data dir", instance.data_dir],
+  ];
+  $id("instance-kv").replaceChildren(...rows.flatMap(([k, v]) => [
+    el("dt", { text: k }), el("dd", { text: v ?? "–", title: v ?? "" }),
+  ]));
+  setText($id("instance-line"),
+    `${instance.name} · ${instance.group} · v${instance.version} · up ${fmtDuration(uptime)}`);
+}
+
+const instancePoller = new Poller(async () => {
+  try {
+    instance = await api("/api/instance");
+    instanceAt = performance.now();
+    renderInstance();
+    alert.clear("instance");
+  } catch (err) {
+    alert.error(err, "instance", "instance");
+  }
+}, 30000);
+instancePoller.start();
+setInterval(renderInstance, 1000);
+
+// -- host -------------------------------------------------------------------------------
+
+function meter(label, percent, text, title = "") {
+  const p = Math.max(0, Math.min(100, Number(percent) || 0));
+  const bar = el("i", { className: p >= 90 ? "err" : p >= 75 ? "warn" : "", style: { width: `${p}%` } });
+  return el("div", { className: "meter", title },
+    el("span", { className: "label", text: label }),
+    el("span", { className: "bar" }, bar),
+    el("span", { className: "val", text }));
+}
+
+function renderHost(host) {
+  const cpu = host.cpu ?? {};
+  const mem = host.memory ?? {};
+  const proc = host.process ?? {};
+  const net = host.network ?? {};
+  const load = (cpu.load_avg ?? []).map((v) => v.toFixed(2)).join(" ");
+  $id("host-meters").replaceChildren(
+    meter("cpu", cpu.percent, `${fmtPercent(cpu.percent)} of ${cpu.count ?? "?"}`, `load ${load}`),
+    meter("memory", mem.percent, `${fmtBytes(mem.used)} / ${fmtBytes(mem.total)}`),
+    meter("swap", mem.swap_percent, fmtPercent(mem.swap_percent)),
+    meter("process cpu", (proc.cpu_percent ?? 0) / Math.max(1, cpu.count ?? 1),
+      fmtPercent(proc.cpu_percent), "100% = one core"),
+    el("dl", { className: "kv", style: { marginTop: "6px" } },
+      el("dt", { text: "load avg" }), el("dd", { text: load || "–" }),
+      el("dt", { text: "process" }),
+      el("dd", { text: `rss ${fmtBytes(proc.rss)} · ${fmtInt(proc.threads)} threads · ${fmtInt(proc.fds)} fds` }),
+      el("dt", { text: "network" }),
+      el("dd", { text: net.bytes_recv_rate === null || net.bytes_recv_rate === undefined ? "–"
+        : `rx ${fmtBytes(net.bytes_recv_rate)}/s · tx ${fmtBytes(net.bytes_sent_rate)}/s` })),
+  );
+  const disks = Object.entries(host.disks ?? {});
+  $id("disk-meters").replaceChildren(...(disks.length ? disks.map(([label, d]) =>
+    meter(label, d.fs_percent, `${fmtBytes(d.dir_bytes)} · ${fmtBytes(d.fs_free)} free`,
+      `${d.path}\nfilesystem ${fmtPercent(d.fs_percent)} used of ${fmtBytes(d.fs_total)}`))
+    : [el("span", { className: "muted", text: "no directories reported" })]));
+  setText($id("host-updated"), new Date().toISOString().slice(11, 19));
+}
+
+const hostPoller = new Poller(async () => {
+  try {
+    renderHost(await api("/api/host"));
+    alert.clear("host");
+  } catch (err) {
+    alert.error(err, "host", "host");
+  }
+}, 5000);
+hostPoller.start();

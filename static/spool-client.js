@@ -1,0 +1,1009 @@
+// Spool browser client: the protocol of PROTOCOL.md over a WebSocket, as an ES module.
+//
+// The module has three layers, each usable alone:
+//
+//   1. Codec (no I/O): encodeMessage / encodeFrame / parseFrame turn headers + bodies into
+//      frame bytes and back. A frame holds one or more messages; a message is a compact JSON
+//      header object immediately followed by its body, `l` giving the body length in BYTES.
+//   2. Transport: WebSocketTransport moves whole frames (Uint8Array) over one WebSocket and
+//      reports its closing. It knows nothing about commands.
+//   3. Session: SpoolClient logs on, numbers commands (`cid`), matches acks to the promises
+//      that wait for them, routes delivered messages to subscriptions by `sids`, keeps
+//      heartbeats and tracks publish sequence numbers and subscription bookmarks.
+//
+// The session talks to its transport only through `transportFactory(url)`, and keeps for
+// every subscription the last bookmark delivered, so the HA layer (a server list with
+// reconnect backoff, resubscribe from the last bookmark) can be added around it without
+// touching the codec.
+//
+// See docs/js-client.md for the API.
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8");
+
+/** Version string sent on logon. */
+export const CLIENT_VERSION = "spool-js/1";
+
+/** Long header keys accepted on input (PROTOCOL.md), mapped to the short keys used here. */
+const LONG_KEYS = Object.freeze({
+  command: "c",
+  command_id: "cid",
+  topic: "t",
+  query_id: "qid",
+  bookmark: "bm",
+  options: "o",
+  filter: "f",
+  ack_type: "a",
+  seq: "s",
+  timestamp: "ts",
+  sow_key: "k",
+  correlation_id: "x",
+  msg_len: "l",
+  lease_period: "lp",
+  expiration: "e",
+  heartbeat: "hb",
+});
+
+const BRACE_OPEN = 0x7b; // {
+const BRACE_CLOSE = 0x7d; // }
+const QUOTE = 0x22; // "
+const BACKSLASH = 0x5c; // \
+
+/** The largest header the parser looks at, as on the server (a header is ~100 bytes). */
+export const MAX_HEADER_BYTES = 64 * 1024;
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/**
+ * A failure reported by the broker (a failure ack) or met by the client.
+ *
+ * `reason` is one of the exact strings of PROTOCOL.md ("bad filter", "invalid bookmark",
+ * ...) for broker failures, or one of the client-side reasons "disconnected" (the
+ * connection ended before the answer came), "timeout" (no answer in time), "closed" (the
+ * client was closed by its owner) and "invalid message" (the broker sent bytes that do not
+ * parse).
+ */
+export class SpoolError extends Error {
+  /**
+   * @param {string} reason the failure reason string
+   * @param {string} [detail] a human-readable explanation, when there is one
+   * @param {object} [header] the failure ack's header, when the broker sent one
+   */
+  constructor(reason, detail = "", header = null) {
+    super(detail ? `${reason}: ${detail}` : reason);
+    this.name = "SpoolError";
+    this.reason = reason;
+    this.detail = detail;
+    this.header = header;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Codec (sans-I/O)
+// ---------------------------------------------------------------------------------------
+
+/** Body bytes of a value: strings are UTF-8, byte arrays pass through, anything else JSON. */
+export function toBytes(data) {
+  if (data === undefined || data === null) return new Uint8Array(0);
+  if (data instanceof Uint8Array) return data;
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (ArrayBuffer.isView(data)) {
+    return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  }
+  if (typeof data === "string") return encoder.encode(data);
+  return encoder.encode(JSON.stringify(data));
+}
+
+/**
+ * Encode one message: the header (with `l` set to the body's byte length) then the body.
+ *
+ * @param {object} header header fields; `undefined` and `null` values are left out
+ * @param {*} [body] string, bytes or a JSON-serialisable value
+ * @returns {Uint8Array}
+ */
+export function encodeMessage(header, body) {
+  const bytes = toBytes(body);
+  const clean = {};
+  for (const [key, value] of Object.entries(header)) {
+    if (value !== undefined && value !== null && key !== "l") clean[key] = value;
+  }
+  clean.l = bytes.length;
+  const head = encoder.encode(JSON.stringify(clean));
+  const out = new Uint8Array(head.length + bytes.length);
+  out.set(head, 0);
+  out.set(bytes, head.length);
+  return out;
+}
+
+/** Concatenate encoded messages into one frame. */
+export function joinFrame(parts) {
+  if (parts.length === 1) return parts[0];
+  let size = 0;
+  for (const p of parts) size += p.length;
+  const out = new Uint8Array(size);
+  let pos = 0;
+  for (const p of parts) {
+    out.set(p, pos);
+    pos += p.length;
+  }
+  return out;
+}
+
+/**
+ * Encode several messages into one frame (every message carries `l`).
+ *
+ * @param {Array<[object, *]>} messages `[header, body]` pairs
+ * @returns {Uint8Array}
+ */
+export function encodeFrame(messages) {
+  return joinFrame(messages.map(([h, b]) => encodeMessage(h, b)));
+}
+
+/**
+ * Index just past the `}` that closes the JSON object starting at `start`, or -1.
+ *
+ * Scans bytes, not characters: every structural character of JSON is ASCII and every byte
+ * of a multi-byte UTF-8 sequence is >= 0x80, so a byte scan cannot be fooled by the text
+ * inside strings. Braces inside strings (and escaped quotes) are skipped; nested objects
+ * are counted, so the scan stops at the end of the TOP-LEVEL object.
+ */
+export function findHeaderEnd(bytes, start = 0) {
+  const limit = Math.min(bytes.length, start + MAX_HEADER_BYTES);
+  if (start >= limit || bytes[start] !== BRACE_OPEN) return -1;
+  let depth = 0;
+  let inString = false;
+  for (let i = start; i < limit; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) {
+      inString = true;
+    } else if (b === BRACE_OPEN) {
+      depth++;
+    } else if (b === BRACE_CLOSE) {
+      depth--;
+      if (depth === 0) return i + 1;
+    }
+  }
+  return -1;
+}
+
+function normalizeHeader(header) {
+  let hasLong = false;
+  for (const key of Object.keys(header)) {
+    if (key in LONG_KEYS) {
+      hasLong = true;
+      break;
+    }
+  }
+  if (!hasLong) return header;
+  const out = {};
+  for (const [key, value] of Object.entries(header)) {
+    const short = LONG_KEYS[key] ?? key;
+    // both forms given: the short (canonical) one wins
+    if (short !== key && short in header) continue;
+    out[short] = value;
+  }
+  return out;
+}
+
+/**
+ * Split a frame into messages.
+ *
+ * Never throws: a malformed message ends parsing and is reported in `error`; the messages
+ * before it are returned (a stream parser would have delivered them already).
+ *
+ * @param {Uint8Array} bytes the frame
+ * @returns {{messages: Array<{header: object, body: Uint8Array}>, error: string|null}}
+ */
+export function parseFrame(bytes) {
+  const messages = [];
+  const end = bytes.length;
+  if (end === 0) return { messages, error: "empty frame" };
+  let pos = 0;
+  while (pos < end) {
+    const hend = findHeaderEnd(bytes, pos);
+    if (hend < 0) {
+      const what = bytes[pos] === BRACE_OPEN ? "unterminated JSON header" : "expected a JSON header";
+      return { messages, error: `${what} at byte ${pos}` };
+    }
+    let header;
+    try {
+      header = JSON.parse(decoder.decode(bytes.subarray(pos, hend)));
+    } catch (exc) {
+      return { messages, error: `header is not JSON: ${exc.message}` };
+    }
+    if (header === null || typeof header !== "object" || Array.isArray(header)) {
+      return { messages, error: "header is not a JSON object" };
+    }
+    header = normalizeHeader(header);
+    const length = header.l;
+    let body;
+    if (length === undefined || length === null) {
+      body = bytes.subarray(hend);
+      pos = end;
+    } else {
+      if (!Number.isInteger(length) || length < 0) {
+        return { messages, error: "'l' must be a non-negative integer" };
+      }
+      if (hend + length > end) {
+        return { messages, error: `'l' is ${length} but only ${end - hend} body bytes follow` };
+      }
+      body = bytes.subarray(hend, hend + length);
+      pos = hend + length;
+    }
+    messages.push({ header, body });
+  }
+  return { messages, error: null };
+}
+
+// ---------------------------------------------------------------------------------------
+// Messages delivered to the application
+// ---------------------------------------------------------------------------------------
+
+/** One message from the broker (a delivered publish, sow record, oof, ...). */
+export class SpoolMessage {
+  constructor(header, body) {
+    /** The header with short keys, as received. */
+    this.header = header;
+    /** The body bytes (a view into the frame; copy it to keep it past the callback). */
+    this.body = body;
+    this._text = null;
+  }
+
+  /** Command name: "publish", "sow", "oof", "group_begin", "group_end". */
+  get command() {
+    return this.header.c;
+  }
+
+  get topic() {
+    return this.header.t;
+  }
+
+  /** The bookmark `PUBHASH|PUBSEQ|` (messages of recorded topics only). */
+  get bookmark() {
+    return this.header.bm;
+  }
+
+  /** Server time the message was recorded (only with the `timestamp` option). */
+  get timestamp() {
+    return this.header.ts;
+  }
+
+  get correlationId() {
+    return this.header.x;
+  }
+
+  get sowKey() {
+    return this.header.k;
+  }
+
+  /** The subscription ids this message matched. */
+  get subIds() {
+    const sids = this.header.sids ?? this.header.sub_id;
+    return typeof sids === "string" && sids ? sids.split(",") : [];
+  }
+
+  /** The body as text (UTF-8, decoded once). */
+  get data() {
+    if (this._text === null) this._text = decoder.decode(this.body);
+    return this._text;
+  }
+
+  /** The body parsed as JSON. */
+  json() {
+    return JSON.parse(this.data);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Transport
+// ---------------------------------------------------------------------------------------
+
+/**
+ * Whole frames over one browser WebSocket.
+ *
+ * Callbacks: `onFrame(Uint8Array)` for every frame received, `onClose({code, reason,
+ * wasClean})` once when the socket is gone (whoever closed it).
+ */
+export class WebSocketTransport {
+  constructor(url) {
+    this.url = url;
+    this.onFrame = () => {};
+    this.onClose = () => {};
+    this._ws = null;
+    this._closed = false;
+  }
+
+  /** Open the socket; resolves when it is open, rejects with SpoolError if it cannot. */
+  open(timeoutMs = 10000) {
+    return new Promise((resolve, reject) => {
+      let settled = false;
+      let ws;
+      try {
+        ws = new WebSocket(this.url);
+      } catch (exc) {
+        reject(new SpoolError("disconnected", `cannot open ${this.url}: ${exc.message}`));
+        return;
+      }
+      ws.binaryType = "arraybuffer";
+      this._ws = ws;
+      const timer = setTimeout(() => {
+        if (settled) return;
+        settled = true;
+        ws.close();
+        reject(new SpoolError("timeout", `no connection to ${this.url} in ${timeoutMs} ms`));
+      }, timeoutMs);
+      ws.onopen = () => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve();
+      };
+      ws.onmessage = (event) => {
+        const data = event.data;
+        this.onFrame(typeof data === "string" ? encoder.encode(data) : new Uint8Array(data));
+      };
+      ws.onclose = (event) => {
+        clearTimeout(timer);
+        this._closed = true;
+        if (!settled) {
+          settled = true;
+          reject(new SpoolError("disconnected",
+            `connection to ${this.url} failed (code ${event.code}${event.reason ? `, ${event.reason}` : ""})`));
+          return;
+        }
+        this.onClose({ code: event.code, reason: event.reason, wasClean: event.wasClean });
+      };
+      // an error is always followed by close; close carries the information
+      ws.onerror = () => {};
+    });
+  }
+
+  get isOpen() {
+    return this._ws !== null && this._ws.readyState === WebSocket.OPEN;
+  }
+
+  /** Bytes handed to the socket and not yet sent. */
+  get bufferedAmount() {
+    return this._ws === null ? 0 : this._ws.bufferedAmount;
+  }
+
+  send(frame) {
+    if (!this.isOpen) throw new SpoolError("disconnected", "the connection is not open");
+    this._ws.send(frame);
+  }
+
+  close(code = 1000, reason = "") {
+    if (this._ws !== null && !this._closed) this._ws.close(code, reason);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Session
+// ---------------------------------------------------------------------------------------
+
+/** Largest frame the client builds when it batches messages (the server accepts 16 MB). */
+const MAX_BATCH_BYTES = 1024 * 1024;
+/** Above this many bytes waiting in the socket, publish() waits before queueing more. */
+const HIGH_WATER_BYTES = 8 * 1024 * 1024;
+
+function randomSuffix() {
+  const bytes = new Uint8Array(4);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function nextTick(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/**
+ * A Spool client session over one connection.
+ *
+ * ```js
+ * const client = new SpoolClient("ws://127.0.0.1:9007/amps/json", {name: "pricer"});
+ * await client.connect();
+ * const subId = await client.subscribe("orders", {filter: "/qty > 10"}, (m) => use(m.json()));
+ * await client.publish("orders", {id: 1, qty: 20}, {ackPersisted: true});
+ * await client.unsubscribe(subId);
+ * client.close();
+ * ```
+ */
+export class SpoolClient {
+  /**
+   * @param {string} url e.g. `ws://host:9007/amps/json`
+   * @param {object} [opts]
+   * @param {string} [opts.name] client name (unique per user); a random one if absent
+   * @param {string} [opts.userId] user for authentication
+   * @param {string} [opts.password] password or token
+   * @param {number} [opts.heartbeat] heartbeat interval in seconds (0: none)
+   * @param {number} [opts.timeoutMs] connect + logon timeout (default 10 s)
+   * @param {function(string): object} [opts.transportFactory] builds the transport
+   */
+  constructor(url, opts = {}) {
+    this.url = url;
+    this.name = opts.name || `spool-js-${randomSuffix()}`;
+    this.userId = opts.userId;
+    this.password = opts.password;
+    this.heartbeat = opts.heartbeat || 0;
+    this.timeoutMs = opts.timeoutMs ?? 10000;
+    this._transportFactory = opts.transportFactory ?? ((u) => new WebSocketTransport(u));
+    this._transport = null;
+    this._listeners = new Map();
+    this._cid = 0;
+    this._subCounter = 0;
+    /** cid -> {resolve, reject, kind} for commands whose caller awaits an ack */
+    this._pending = new Map();
+    /** publishes waiting for a persisted ack, in sequence order: {seq, resolve, reject} */
+    this._persistWaiters = [];
+    /** sub_id -> subscription state (handlers, last bookmark for resubscribe) */
+    this._subs = new Map();
+    this._out = [];
+    this._outBytes = 0;
+    this._flushScheduled = false;
+    this._beatTimer = null;
+    this._lastRx = 0;
+    this._connected = false;
+    /** Highest publish sequence number assigned on this client name. */
+    this.lastSeq = 0;
+    /** Highest sequence number the broker reported persisted for this client name. */
+    this.lastPersistedSeq = 0;
+    /** Logon ack fields: version, negotiated heartbeat, last bookmark. */
+    this.serverVersion = null;
+    this.lastBookmark = null;
+    this._pubHash = null;
+  }
+
+  // -- events ----------------------------------------------------------------------------
+
+  /**
+   * Listen to an event: "disconnect" ({code, reason, error}), "error" (SpoolError that no
+   * caller awaits, e.g. a failed fire-and-forget publish), "persisted" (every persisted ack
+   * header), "message" (delivered messages that match no local subscription).
+   * Returns a function that removes the listener.
+   */
+  on(event, callback) {
+    if (!this._listeners.has(event)) this._listeners.set(event, new Set());
+    this._listeners.get(event).add(callback);
+    return () => this.off(event, callback);
+  }
+
+  off(event, callback) {
+    this._listeners.get(event)?.delete(callback);
+  }
+
+  _emit(event, value) {
+    const set = this._listeners.get(event);
+    if (!set || set.size === 0) {
+      if (event === "error") console.error("SpoolClient:", value);
+      return;
+    }
+    for (const cb of [...set]) {
+      try {
+        cb(value);
+      } catch (exc) {
+        console.error(`SpoolClient: a '${event}' listener threw`, exc);
+      }
+    }
+  }
+
+  // -- connection ------------------------------------------------------------------------
+
+  get connected() {
+    return this._connected;
+  }
+
+  /**
+   * Open the connection and log on.
+   *
+   * @returns {Promise<object>} the logon ack header (client_name, s, bm, version, hb)
+   * @throws {SpoolError} "auth failure", "name in use", "timeout", "disconnected", ...
+   */
+  async connect() {
+    if (this._transport !== null) throw new SpoolError("invalid command", "already connected");
+    const transport = this._transportFactory(this.url);
+    this._transport = transport;
+    transport.onFrame = (frame) => this._onFrame(frame);
+    transport.onClose = (info) => this._onTransportClose(info);
+    try {
+      await transport.open(this.timeoutMs);
+    } catch (exc) {
+      this._transport = null;
+      throw exc;
+    }
+    this._lastRx = Date.now();
+    const cid = this._nextCid();
+    const header = {
+      c: "logon",
+      cid,
+      a: "processed",
+      client_name: this.name,
+      user_id: this.userId,
+      pw: this.password,
+      version: CLIENT_VERSION,
+      hb: this.heartbeat || undefined,
+    };
+    let ack;
+    try {
+      ack = await this._request(cid, header, null, this.timeoutMs);
+    } catch (exc) {
+      this._transport = null;
+      transport.close(1000, "logon failed");
+      throw exc;
+    }
+    this._connected = true;
+    this.lastPersistedSeq = ack.s ?? 0;
+    this.lastSeq = Math.max(this.lastSeq, this.lastPersistedSeq);
+    this.serverVersion = ack.version ?? null;
+    this.lastBookmark = ack.bm ?? null;
+    this._learnPubHash(this.lastBookmark);
+    this._startHeartbeat(typeof ack.hb === "number" ? ack.hb : this.heartbeat);
+    return ack;
+  }
+
+  /** Close the connection; everything still waiting fails with SpoolError("closed"). */
+  close() {
+    const transport = this._transport;
+    if (transport === null) return;
+    this._flushOut();
+    this._teardown(new SpoolError("closed", "the client was closed"));
+    transport.close(1000, "client closed");
+  }
+
+  _onTransportClose(info) {
+    if (this._transport === null) return;
+    const detail = `connection closed (code ${info.code}${info.reason ? `, ${info.reason}` : ""})`;
+    const error = new SpoolError("disconnected", detail);
+    this._teardown(error);
+    this._emit("disconnect", { code: info.code, reason: info.reason, error });
+  }
+
+  _teardown(error) {
+    this._transport = null;
+    this._connected = false;
+    this._stopHeartbeat();
+    this._out = [];
+    this._outBytes = 0;
+    const pending = [...this._pending.values()];
+    const persistWaiters = this._persistWaiters;
+    this._pending.clear();
+    this._persistWaiters = [];
+    for (const waiter of pending) waiter.reject(error);
+    for (const waiter of persistWaiters) waiter.reject(error);
+    // Subscriptions stay in _subs (with their last bookmark) for a later resubscribe; they
+    // are marked inactive so nothing is delivered to them until then.
+    for (const sub of this._subs.values()) sub.active = false;
+  }
+
+  // -- heartbeats ------------------------------------------------------------------------
+
+  _startHeartbeat(seconds) {
+    this._stopHeartbeat();
+    if (!seconds || seconds <= 0) return;
+    const ms = seconds * 1000;
+    this._beatTimer = setInterval(() => {
+      if (Date.now() - this._lastRx > 2 * ms) {
+        // The broker beats every interval; two silent ones mean the link is dead.
+        const transport = this._transport;
+        const error = new SpoolError("heartbeat", `nothing received for ${2 * seconds} s`);
+        this._teardown(error);
+        transport?.close(4000, "heartbeat");
+        this._emit("disconnect", { code: 4000, reason: "heartbeat", error });
+        return;
+      }
+      this._queue(encodeMessage({ c: "heartbeat", o: "beat" }));
+    }, ms);
+  }
+
+  _stopHeartbeat() {
+    if (this._beatTimer !== null) clearInterval(this._beatTimer);
+    this._beatTimer = null;
+  }
+
+  // -- sending ---------------------------------------------------------------------------
+
+  _nextCid() {
+    this._cid += 1;
+    return String(this._cid);
+  }
+
+  _requireOpen() {
+    if (this._transport === null || !this._transport.isOpen) {
+      throw new SpoolError("disconnected", "not connected");
+    }
+  }
+
+  /**
+   * Queue one encoded message. Messages queued in the same task go out as one frame (the
+   * protocol lets clients batch), sent from a microtask.
+   */
+  _queue(bytes) {
+    this._out.push(bytes);
+    this._outBytes += bytes.length;
+    if (this._outBytes >= MAX_BATCH_BYTES) {
+      this._flushOut();
+    } else if (!this._flushScheduled) {
+      this._flushScheduled = true;
+      queueMicrotask(() => this._flushOut());
+    }
+  }
+
+  _flushOut() {
+    this._flushScheduled = false;
+    if (this._out.length === 0 || this._transport === null) return;
+    const frame = joinFrame(this._out);
+    this._out = [];
+    this._outBytes = 0;
+    try {
+      this._transport.send(frame);
+    } catch (exc) {
+      this._emit("error", exc instanceof SpoolError ? exc : new SpoolError("disconnected", String(exc)));
+    }
+  }
+
+  /** Send a command and wait for its ack (matched by cid). */
+  _request(cid, header, body, timeoutMs = 0) {
+    return new Promise((resolve, reject) => {
+      let timer = null;
+      const done = (fn) => (value) => {
+        if (timer !== null) clearTimeout(timer);
+        this._pending.delete(cid);
+        fn(value);
+      };
+      this._pending.set(cid, { resolve: done(resolve), reject: done(reject) });
+      if (timeoutMs > 0) {
+        timer = setTimeout(() => {
+          this._pending.get(cid)?.reject(
+            new SpoolError("timeout", `no answer to '${header.c}' in ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+      this._queue(encodeMessage(header, body));
+    });
+  }
+
+  /** Resolves once the socket's send buffer is below the high-water mark. */
+  async _drain() {
+    while (this._transport !== null && this._transport.bufferedAmount > HIGH_WATER_BYTES) {
+      await nextTick(5);
+    }
+  }
+
+  /**
+   * Publish one message.
+   *
+   * Without options it resolves (to the sequence number) once the message is handed to
+   * the socket. With `ackPersisted` it resolves to `{seq, bookmark}` when the broker has
+   * made it durable (conflated persisted acks cover every earlier sequence), and rejects
+   * with SpoolError if the broker refuses it ("duplicate", "not entitled", "txlog full",
+   * ...). With `ack: "processed"` it resolves when the broker has validated it.
+   *
+   * @param {string} topic
+   * @param {*} data string, bytes, or any JSON-serialisable value
+   * @param {object} [opts]
+   * @param {number} [opts.seq] publisher sequence (default: the next one)
+   * @param {boolean} [opts.ackPersisted]
+   * @param {string} [opts.ack] "processed" to wait for validation
+   * @param {string} [opts.correlationId]
+   * @param {number} [opts.expiration] seconds
+   * @param {string} [opts.sowKey]
+   */
+  async publish(topic, data, opts = {}) {
+    this._requireOpen();
+    if (this._transport.bufferedAmount > HIGH_WATER_BYTES) await this._drain();
+    this._requireOpen();
+    const seq = opts.seq ?? this.lastSeq + 1;
+    if (seq > this.lastSeq) this.lastSeq = seq;
+    const acks = [];
+    if (opts.ack === "processed") acks.push("processed");
+    if (opts.ackPersisted) acks.push("persisted");
+    const cid = this._nextCid();
+    const header = {
+      c: "publish",
+      t: topic,
+      cid,
+      s: seq,
+      a: acks.length ? acks.join(",") : undefined,
+      x: opts.correlationId,
+      e: opts.expiration,
+      k: opts.sowKey,
+    };
+    if (acks.length === 0) {
+      this._queue(encodeMessage(header, data));
+      return seq;
+    }
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        seq,
+        cid,
+        needProcessed: opts.ack === "processed",
+        processed: false,
+        needPersisted: Boolean(opts.ackPersisted),
+        persisted: null,
+        resolve,
+        reject,
+      };
+      // Failure acks carry the cid whatever was asked, so the cid entry catches a refusal
+      // even when only the (cid-less, conflated) persisted ack was requested.
+      this._pending.set(cid, {
+        resolve: () => {
+          waiter.processed = true;
+          this._settlePublish(waiter);
+        },
+        reject: (err) => this._failPublish(waiter, err),
+      });
+      if (waiter.needPersisted) this._addPersistWaiter(waiter);
+      this._queue(encodeMessage(header, data));
+    });
+  }
+
+  _addPersistWaiter(waiter) {
+    // kept in sequence order; publishes are almost always appended at the end
+    const list = this._persistWaiters;
+    let i = list.length;
+    while (i > 0 && list[i - 1].seq > waiter.seq) i--;
+    list.splice(i, 0, waiter);
+  }
+
+  _settlePublish(waiter) {
+    if (waiter.needProcessed && !waiter.processed) return;
+    if (waiter.needPersisted && waiter.persisted === null) return;
+    this._pending.delete(waiter.cid);
+    waiter.resolve(waiter.needPersisted ? waiter.persisted : waiter.seq);
+  }
+
+  _failPublish(waiter, err) {
+    this._pending.delete(waiter.cid);
+    const i = this._persistWaiters.indexOf(waiter);
+    if (i >= 0) this._persistWaiters.splice(i, 1);
+    waiter.reject(err);
+  }
+
+  /**
+   * Resolves when every earlier command of this connection is processed and persisted.
+   */
+  flush(timeoutMs = 0) {
+    this._requireOpen();
+    const cid = this._nextCid();
+    return this._request(cid, { c: "flush", cid, a: "processed" }, null, timeoutMs);
+  }
+
+  /**
+   * Subscribe to a topic (or a regular expression of topics).
+   *
+   * Resolves to the sub id when the broker has accepted the subscription (processed ack);
+   * rejects with SpoolError(reason) when it refuses it ("bad filter", "invalid bookmark",
+   * "invalid topic", "subid in use", ...). A failure that comes later (a replay that cannot
+   * continue) goes to `onError` (or the client's "error" event) and ends the subscription.
+   *
+   * @param {string} topic
+   * @param {object} [opts]
+   * @param {string} [opts.filter] content filter expression
+   * @param {string} [opts.bookmark] "0" (epoch), "0|1|" (now), a bookmark, a timestamp,
+   *   a list or a range: makes this a bookmark (replay) subscription
+   * @param {string} [opts.options] comma-separated options ("timestamp", "live", ...)
+   * @param {string} [opts.subId] the subscription id (default: generated)
+   * @param {function(object)} [opts.onCompleted] called with the completed ack (replay
+   *   reached the live point, or the range end)
+   * @param {function(SpoolError)} [opts.onError] called on a later failure
+   * @param {function(string)} [opts.onPosition] called with the durable position the
+   *   broker reports periodically for a bookmark subscription
+   * @param {function(SpoolMessage)} onMessage called for every message delivered
+   * @returns {Promise<string>}
+   */
+  async subscribe(topic, opts = {}, onMessage = () => {}) {
+    this._requireOpen();
+    const subId = opts.subId ?? `s${++this._subCounter}-${randomSuffix()}`;
+    if (this._subs.has(subId) && this._subs.get(subId).active) {
+      throw new SpoolError("subid in use", `sub_id ${subId} is already in use on this client`);
+    }
+    const cid = this._nextCid();
+    const acks = ["processed"];
+    if (opts.onCompleted) acks.push("completed");
+    const header = {
+      c: "subscribe",
+      cid,
+      t: topic,
+      sub_id: subId,
+      f: opts.filter || undefined,
+      bm: opts.bookmark || undefined,
+      o: opts.options || undefined,
+      a: acks.join(","),
+    };
+    const sub = {
+      subId,
+      cid,
+      topic,
+      filter: opts.filter,
+      bookmark: opts.bookmark,
+      options: opts.options,
+      onMessage,
+      onCompleted: opts.onCompleted,
+      onError: opts.onError,
+      onPosition: opts.onPosition,
+      /** the last bookmark delivered or reported durable: where a resubscribe resumes */
+      lastBookmark: null,
+      active: true,
+      accepted: false,
+    };
+    this._subs.set(subId, sub);
+    try {
+      await this._request(cid, header, null);
+    } catch (exc) {
+      if (this._subs.get(subId) === sub) this._subs.delete(subId);
+      throw exc;
+    }
+    sub.accepted = true;
+    return subId;
+  }
+
+  /**
+   * End a subscription (no more messages are delivered to its callback from now on).
+   * Resolves when the broker has removed it.
+   */
+  async unsubscribe(subId) {
+    this._requireOpen();
+    this._subs.delete(subId);
+    const cid = this._nextCid();
+    await this._request(cid, { c: "unsubscribe", cid, sub_id: subId, a: "processed" }, null);
+  }
+
+  /** Ids of the subscriptions this client holds. */
+  get subscriptions() {
+    return [...this._subs.keys()];
+  }
+
+  /** The last bookmark seen on a subscription (its resume point), or null. */
+  lastBookmarkOf(subId) {
+    return this._subs.get(subId)?.lastBookmark ?? null;
+  }
+
+  // -- receiving -------------------------------------------------------------------------
+
+  _onFrame(frame) {
+    this._lastRx = Date.now();
+    const { messages, error } = parseFrame(frame);
+    for (const { header, body } of messages) {
+      try {
+        this._dispatch(header, body);
+      } catch (exc) {
+        this._emit("error", exc);
+      }
+    }
+    if (error !== null) {
+      // The broker never sends malformed frames; if it happens the stream is untrustworthy.
+      const transport = this._transport;
+      const err = new SpoolError("invalid message", error);
+      this._teardown(err);
+      transport?.close(1002, "invalid message");
+      this._emit("disconnect", { code: 1002, reason: "invalid message", error: err });
+    }
+  }
+
+  _dispatch(header, body) {
+    switch (header.c) {
+      case "ack":
+        this._onAck(header);
+        return;
+      case "heartbeat":
+        return;
+      case "publish":
+      case "sow":
+      case "oof":
+      case "group_begin":
+      case "group_end":
+        this._deliver(new SpoolMessage(header, body));
+        return;
+      default:
+        this._emit("error", new SpoolError("invalid message", `unknown command '${header.c}'`, header));
+    }
+  }
+
+  _deliver(message) {
+    const ids = message.subIds;
+    let delivered = false;
+    for (const id of ids) {
+      const sub = this._subs.get(id);
+      if (sub === undefined || !sub.active) continue;
+      delivered = true;
+      if (message.bookmark) sub.lastBookmark = message.bookmark;
+      try {
+        sub.onMessage(message);
+      } catch (exc) {
+        this._emit("error", exc);
+      }
+    }
+    if (!delivered) this._emit("message", message);
+  }
+
+  _onAck(header) {
+    const kind = header.a;
+    const failed = header.status === "failure";
+    if (kind === "persisted" && header.cid === undefined) {
+      this._onPersisted(header, failed);
+      return;
+    }
+    const cid = header.cid === undefined ? undefined : String(header.cid);
+    const pending = cid === undefined ? undefined : this._pending.get(cid);
+    if (pending !== undefined && (kind === "processed" || failed)) {
+      if (failed) pending.reject(new SpoolError(header.reason ?? "failure", header.detail ?? "", header));
+      else pending.resolve(header);
+      return;
+    }
+    const sub = this._subByCid(cid, header.sub_id);
+    if (sub !== undefined) {
+      if (failed) {
+        sub.active = false;
+        this._subs.delete(sub.subId);
+        const err = new SpoolError(header.reason ?? "failure", header.detail ?? "", header);
+        if (sub.onError) sub.onError(err);
+        else this._emit("error", err);
+      } else if (kind === "completed" && sub.onCompleted) {
+        sub.onCompleted(header);
+      }
+      return;
+    }
+    if (failed) {
+      this._emit("error", new SpoolError(header.reason ?? "failure", header.detail ?? "", header));
+    }
+  }
+
+  /** Remember this client's publisher hash, the first part of its bookmarks. */
+  _learnPubHash(bookmark) {
+    if (this._pubHash !== null || typeof bookmark !== "string") return;
+    const bar = bookmark.indexOf("|");
+    if (bar > 0) this._pubHash = bookmark.slice(0, bar);
+  }
+
+  /** Bookmark of this client's publish number `seq` (PROTOCOL.md: `PUBHASH|PUBSEQ|`). */
+  _bookmarkOf(seq) {
+    return this._pubHash === null ? null : `${this._pubHash}|${seq}|`;
+  }
+
+  _subByCid(cid, subId) {
+    if (subId !== undefined) {
+      const sub = this._subs.get(subId);
+      if (sub !== undefined) return sub;
+    }
+    if (cid === undefined) return undefined;
+    for (const sub of this._subs.values()) if (sub.cid === cid) return sub;
+    return undefined;
+  }
+
+  _onPersisted(header, failed) {
+    if (header.sub_id !== undefined) {
+      // the periodic durable position of a bookmark subscription (PROTOCOL.md "Acks")
+      const sub = this._subs.get(header.sub_id);
+      if (sub !== undefined && header.bm) {
+        sub.lastBookmark = header.bm;
+        sub.onPosition?.(header.bm);
+      }
+      this._emit("persisted", header);
+      return;
+    }
+    const s = header.s;
+    if (typeof s !== "number") return;
+    if (failed) {
+      // a failed publish is reported alone, with its own sequence number
+      const waiter = this._persistWaiters.find((w) => w.seq === s);
+      const err = new SpoolError(header.reason ?? "failure", header.detail ?? "", header);
+      if (waiter !== undefined) this._failPublish(waiter, err);
+      else this._emit("error", err);
+      return;
+    }
+    if (s > this.lastPersistedSeq) this.lastPersistedSeq = s;
+    this._learnPubHash(header.bm);
+    // conflated: one ack covers every sequence up to s
+    const waiters = this._persistWaiters;
+    let n = 0;
+    while (n < waiters.length && waiters[n].seq <= s) n++;
+    for (const w of waiters.splice(0, n)) {
+      w.persisted = { seq: w.seq, bookmark: this._bookmarkOf(w.seq) };
+      this._settlePublish(w);
+    }
+    this._emit("persisted", header);
+  }
+}

@@ -1,0 +1,141 @@
+"""Real broker processes for tests: `spool serve` on 127.0.0.1 with an ephemeral port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def config_xml(
+    data_dir: Path,
+    *,
+    name: str = "spool-test",
+    txlog: bool = True,
+    topics: tuple[str, ...] = (".*",),
+    flush_interval: str = "1ms",
+    journal_size: str = "64MB",
+    users: str = "",
+    tuning: str = "",
+    admin_interval: str = "1s",
+    admin_extra: str = "",
+    transport_extra: str = "",
+    txlog_extra: str = "",
+) -> str:
+    """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``."""
+    tl = ""
+    if txlog:
+        topic_xml = "".join(
+            f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
+        )
+        tl = (
+            "<TransactionLog>"
+            f"<JournalDirectory>{data_dir / 'journal'}</JournalDirectory>"
+            f"<JournalArchiveDirectory>{data_dir / 'archive'}</JournalArchiveDirectory>"
+            f"<JournalSize>{journal_size}</JournalSize>"
+            f"<FlushInterval>{flush_interval}</FlushInterval>"
+            f"{txlog_extra}{topic_xml}</TransactionLog>"
+        )
+    return (
+        "<SpoolConfig>"
+        f"<Name>{name}</Name>"
+        f"<DataDirectory>{data_dir}</DataDirectory>"
+        "<Admin><InetAddr>127.0.0.1:0</InetAddr>"
+        f"<FileName>{data_dir / 'stats.db'}</FileName><Interval>{admin_interval}</Interval>"
+        f"{admin_extra}</Admin>"
+        "<Transports><Transport><Name>websocket-json</Name><Type>websocket</Type>"
+        "<InetAddr>127.0.0.1:0</InetAddr><MessageType>json</MessageType>"
+        f"{transport_extra}</Transport></Transports>"
+        f"{tl}"
+        f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
+        f"{'<Users>' + users + '</Users>' if users else ''}"
+        "</SpoolConfig>"
+    )
+
+
+class SpoolProcess:
+    """One `spool serve` process. ``start()`` returns once it is listening."""
+
+    def __init__(self, workdir: Path, xml: str | None = None, *,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = workdir / "spool.xml"
+        if xml is None:
+            xml = config_xml(workdir / "data")
+        self.config_path.write_text(xml)
+        self.port_file = workdir / "port"
+        self.log_path = workdir / "server.log"
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self._log: IO[bytes] | None = None
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/amps/json"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> SpoolProcess:
+        if self.port_file.exists():
+            self.port_file.unlink()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", "serve", "--config", str(self.config_path),
+             "--port-file", str(self.port_file), *self.extra_args],
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.port_file.exists():
+                text = self.port_file.read_text().strip()
+                if text:
+                    self.port = int(text)
+                    return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"spool serve exited with {self.proc.returncode}:\n"
+                                   + self.log())
+            time.sleep(0.02)
+        self.kill()
+        raise TimeoutError("spool serve did not start listening:\n" + self.log())
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM and wait (graceful shutdown); returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+        finally:
+            self._close_log()
+
+    def kill(self) -> None:
+        """SIGKILL: the crash of the fault tests."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,135 @@
+"""The stats database: migrations, pragmas, writer and queries against an oracle."""
+
+from __future__ import annotations
+
+import math
+import random
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from server.stats.db import open_stats_engine
+from server.stats.models import Base
+from server.stats.query import UnknownMetric
+from server.stats.store import StatsStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[StatsStore]:
+    s = StatsStore.open(tmp_path / "sub" / "stats.db")
+    yield s
+    s.close()
+
+
+def test_migrations_match_the_models(tmp_path: Path) -> None:
+    engine = open_stats_engine(tmp_path / "stats.db")
+    try:
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+            assert diff == []
+            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+            assert version == "0001"
+            assert set(inspect(conn).get_table_names()) == {"alembic_version", "metric", "sample"}
+    finally:
+        engine.dispose()
+
+
+def test_reopening_an_existing_database_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "stats.db"
+    first = StatsStore.open(path)
+    first.writer.write(100.0, {"a": 1.0})
+    first.close()
+    second = StatsStore.open(path)
+    try:
+        assert second.reader.query_series("a", 0, 200) == [(100.0, 1.0)]
+    finally:
+        second.close()
+
+
+def test_connection_pragmas(store: StatsStore) -> None:
+    with store.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA synchronous")).scalar() == 1  # NORMAL
+        assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+
+
+def test_a_file_that_is_not_sqlite_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "stats.db"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(Exception, match="not a database"):
+        StatsStore.open(path)
+
+
+def test_write_and_query_against_an_oracle(store: StatsStore) -> None:
+    rng = random.Random(7)
+    oracle: dict[str, dict[float, float]] = {}
+    paths = ["instance/msgs_in_rate", "host/cpu_percent", "clients/a%2Fb/msgs_out"]
+    for tick in range(200):
+        ts = 1_000.0 + tick * 10
+        values = {p: rng.uniform(0, 100) for p in paths if rng.random() < 0.8}
+        assert store.writer.write(ts, values) == len(values)
+        for p, v in values.items():
+            oracle.setdefault(p, {})[ts] = v
+    assert store.reader.list_metrics() == sorted(paths)
+    for p in paths:
+        t0, t1 = 1_200.0, 2_500.0  # inclusive bounds on sample times
+        expected = [(ts, v) for ts, v in sorted(oracle[p].items()) if t0 <= ts <= t1]
+        assert store.reader.query_series(p, t0, t1) == expected
+        for step in (10.0, 60.0, 333.0):
+            buckets: dict[int, list[float]] = {}
+            for ts, v in expected:
+                buckets.setdefault(int((ts - t0) // step), []).append(v)
+            want = [(t0 + k * step, sum(vs) / len(vs)) for k, vs in sorted(buckets.items())]
+            got = store.reader.query_series(p, t0, t1, step)
+            assert [ts for ts, _ in got] == [ts for ts, _ in want]
+            for (_, a), (_, b) in zip(got, want, strict=True):
+                assert math.isclose(a, b, rel_tol=1e-9)
+
+
+def test_unknown_metric(store: StatsStore) -> None:
+    with pytest.raises(UnknownMetric) as info:
+        store.reader.query_series("nope", 0, 1)
+    assert info.value.path == "nope"
+
+
+def test_non_finite_values_are_skipped_and_rewrites_keep_the_last(store: StatsStore) -> None:
+    assert store.writer.write(5.0, {"a": math.nan, "b": math.inf, "c": 1.0}) == 1
+    assert store.writer.write(5.0, {"c": 2.0}) == 1
+    assert store.writer.write(6.0, {}) == 0
+    assert store.reader.list_metrics() == ["c"]
+    assert store.reader.query_series("c", 0, 10) == [(5.0, 2.0)]
+
+
+def test_truncate_deletes_old_samples_and_empty_metrics(store: StatsStore) -> None:
+    store.writer.write(10.0, {"old": 1.0, "both": 1.0})
+    store.writer.write(20.0, {"both": 2.0, "new": 3.0})
+    assert store.writer.truncate(15.0) == 2
+    assert store.reader.list_metrics() == ["both", "new"]
+    assert store.reader.query_series("both", 0, 100) == [(20.0, 2.0)]
+    # the writer recreates a metric that a truncate removed
+    store.writer.write(30.0, {"old": 4.0})
+    assert store.reader.query_series("old", 0, 100) == [(30.0, 4.0)]
+
+
+def test_many_metrics_in_one_write(store: StatsStore) -> None:
+    values = {f"clients/c{i}/msgs_in": float(i) for i in range(1_200)}
+    assert store.writer.write(1.0, values) == 1_200
+    assert len(store.reader.list_metrics()) == 1_200
+    assert store.reader.query_series("clients/c777/msgs_in", 0, 2) == [(1.0, 777.0)]
+
+
+def test_readers_see_data_while_the_file_is_open_elsewhere(store: StatsStore) -> None:
+    store.writer.write(1.0, {"a": 1.0})
+    other = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)
+    try:
+        rows = other.execute(
+            "SELECT m.path, s.value FROM sample s JOIN metric m ON m.id = s.metric_id"
+        ).fetchall()
+    finally:
+        other.close()
+    assert rows == [("a", 1.0)]

@@ -1,0 +1,161 @@
+"""The sampler over a real SQLite file, driven by a virtual clock."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from server.clock import VirtualClock
+from server.config import AdminConfig, Config
+from server.eventlog import EventLog
+from server.stats.histogram import LatencyHistogram
+from server.stats.sampler import Sampler
+from server.stats.store import StatsStore
+
+START = 1_700_000_000.0
+
+
+class MetricsBroker:
+    """The two things the sampler reads: a snapshot and the event log."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.events = EventLog(None, "test", console=False)
+        self.msgs_in = 0
+        self.latency = LatencyHistogram()
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        return {
+            "time": self.clock.time(), "msgs_in": self.msgs_in, "msgs_out": 0,
+            "bytes_in": 0, "bytes_out": 0, "connections": 1, "subscriptions": 0,
+            "clients": {}, "topics": {}, "subscriptions_detail": [], "txlog": None,
+            "persisted_ack_latency": self.latency, "transports": {},
+        }
+
+
+def make_config(tmp_path: Path, *, interval: float = 10.0, retention: float = 3600.0) -> Config:
+    return Config(
+        name="t", group="t", data_directory=tmp_path,
+        admin=AdminConfig(stats_file=tmp_path / "stats.db", interval=interval,
+                          stats_retention=retention),
+        transports=(), transaction_log=None,
+    )
+
+
+async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def test_samples_are_written_at_each_interval(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = VirtualClock(START)
+        broker = MetricsBroker(clock)
+        sampler = Sampler(broker, make_config(tmp_path), clock)
+        await sampler.start()
+        try:
+            for tick in range(1, 4):
+                broker.msgs_in += 100
+                broker.latency.observe(0.002)
+                await clock.advance(10.0)
+                await wait_until(lambda t=tick: sampler.ticks == t)  # type: ignore[misc]
+            store = sampler.store
+            assert store is not None
+            rates = await asyncio.to_thread(
+                store.reader.query_series, "instance/msgs_in_rate", START, START + 100
+            )
+            assert rates == [(START + 10, 10.0), (START + 20, 10.0), (START + 30, 10.0)]
+            p99 = await asyncio.to_thread(
+                store.reader.query_series, "persisted_ack/p99_ms", START, START + 100
+            )
+            assert len(p99) == 3 and all(1.8 < v <= 2.0 for _, v in p99)
+            paths = await asyncio.to_thread(store.reader.list_metrics)
+            assert "host/cpu_percent" in paths and "process/rss_bytes" in paths
+        finally:
+            await sampler.stop()
+        assert sampler.store is None
+        broker.events.close()
+
+    asyncio.run(main())
+
+
+def test_retention_at_start_removes_old_samples(tmp_path: Path) -> None:
+    config = make_config(tmp_path, retention=600.0)
+    seeded = StatsStore.open(config.admin.stats_file)
+    seeded.writer.write(START - 1000, {"old": 1.0})
+    seeded.writer.write(START - 10, {"recent": 2.0})
+    seeded.close()
+
+    async def main() -> None:
+        clock = VirtualClock(START)
+        broker = MetricsBroker(clock)
+        sampler = Sampler(broker, config, clock)
+        await sampler.start()
+        try:
+            store = sampler.store
+            assert store is not None
+            assert await asyncio.to_thread(store.reader.list_metrics) == ["recent"]
+            events = broker.events.recent()
+            assert any(e["event"] == "retention" and e["deleted_samples"] == 1 for e in events)
+        finally:
+            await sampler.stop()
+            broker.events.close()
+
+    asyncio.run(main())
+
+
+def test_write_failures_are_reported_once_and_sampling_goes_on(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = VirtualClock(START)
+        broker = MetricsBroker(clock)
+        sampler = Sampler(broker, make_config(tmp_path), clock)
+        await sampler.start()
+        try:
+            store = sampler.store
+            assert store is not None
+
+            def drop() -> None:
+                with store.engine.begin() as conn:
+                    conn.execute(text("DROP TABLE sample"))
+
+            await asyncio.to_thread(drop)
+            for tick in (1, 2):
+                await clock.advance(10.0)
+                await wait_until(lambda t=tick: sampler.ticks == t)  # type: ignore[misc]
+            failures = [e for e in broker.events.recent() if e["event"] == "write_failed"]
+            assert len(failures) == 1
+            assert failures[0]["level"] == "error"
+        finally:
+            await sampler.stop()
+            broker.events.close()
+
+    asyncio.run(main())
+
+
+def test_a_slow_tick_skips_missed_intervals(tmp_path: Path) -> None:
+    async def main() -> None:
+        clock = VirtualClock(START)
+        broker = MetricsBroker(clock)
+        sampler = Sampler(broker, make_config(tmp_path), clock)
+        await sampler.start()
+        try:
+            await clock.advance(35.0)  # one wake-up at +10, the +20/+30 deadlines are gone
+            await wait_until(lambda: sampler.ticks == 1)
+            await wait_until(lambda: clock.sleepers == 1)
+            assert sampler.last_tick == START + 10
+            await clock.advance(10.0)
+            await wait_until(lambda: sampler.ticks == 2)
+            assert sampler.last_tick == START + 45
+        finally:
+            await sampler.stop()
+            broker.events.close()
+
+    asyncio.run(main())

@@ -1,0 +1,637 @@
+"""The REST admin API (ADMIN_API.md): reads, actions, probes and /metrics.
+
+Every endpoint is declared once in the table built by :func:`_operations` (an OpenAPI
+:class:`~web.openapi.Operation` plus its handler); routes and ``/api/openapi.json`` come
+from that table. The layer is thin: handlers call the broker's admin surface
+(ENGINE_API.md) and turn its typed errors into the JSON bodies of web/api_errors.py.
+
+- Reads run on the event loop and only copy broker state; host metrics (psutil, directory
+  scans) and SQLite queries run in threads.
+- Actions are POST, need an admin (the auth middleware checks, and :func:`require_admin`
+  again here), and each one is written to the event log with the user who asked:
+  ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
+- Subsystems this instance does not have (replication, queues, SOW, configured actions)
+  answer 404 with the reason, never made-up data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
+
+from server.auth import Authenticator
+from server.clock import Clock
+from server.config import Config
+from server.engine_errors import AdminError
+from server.protocol.errors import SubIdNotFound
+from server.stats.host import HostProbe
+from server.stats.prometheus import PrometheusSource, make_registry
+from server.stats.query import UnknownMetric
+from server.stats.sampler import Sampler, instance_directories
+from server.stats.source import EventSink
+from server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
+from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
+from web.api_errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    InternalError,
+    JSONResponse,
+    MethodNotAllowed,
+    NotFound,
+    NotReady,
+    PayloadTooLarge,
+)
+from web.auth import auth_context, csrf_token_for, require_admin
+from web.openapi import Operation, QueryParam, openapi_document
+
+MAX_BODY: Final = 64 * 1024
+MAX_POINTS: Final = 10_000  # largest series answer /api/stats gives
+AUTO_POINTS: Final = 1_000  # points aimed at when no step is given and raw would be more
+DEFAULT_WINDOW: Final = 3600.0
+EVENTS_MAX: Final = 1000
+
+
+class AdminEvents(EventSink, Protocol):
+    """The event log as the admin API uses it."""
+
+    def recent(self, limit: int = 200) -> list[dict[str, Any]]:
+        """The newest events, oldest first."""
+        ...
+
+
+class AdminBroker(PrometheusSource, Protocol):
+    """The broker surface the admin API needs (ENGINE_API.md)."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def events(self) -> AdminEvents: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def sampler(self) -> Sampler | None:
+        """The stats sampler (None before start or when stopped)."""
+        ...
+
+    def instance_info(self) -> dict[str, Any]: ...
+
+    def clients_info(self) -> list[dict[str, Any]]: ...
+
+    def client_info(self, name: str) -> dict[str, Any] | None: ...
+
+    def subscriptions_info(self) -> list[dict[str, Any]]: ...
+
+    def transports_info(self) -> list[dict[str, Any]]: ...
+
+    def transaction_log_info(self) -> dict[str, Any] | None: ...
+
+    async def disconnect_client(self, name: str, reason: str = ...) -> bool: ...
+
+    def pause_subscription(self, client: str, sub_id: str) -> None: ...
+
+    def resume_subscriptions(self, client: str, sub_ids: list[str]) -> None: ...
+
+    def set_transport_enabled(self, name: str, enabled: bool) -> None: ...
+
+    async def journal_action(self, action: str, journal_id: int) -> list[dict[str, Any]]: ...
+
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiEndpoint:
+    """One row of the route table: the documented operation and its handler."""
+
+    op: Operation
+    handler: Handler
+
+    @property
+    def is_action(self) -> bool:
+        return self.op.method == "POST"
+
+
+def _map_error(exc: Exception) -> ApiError:
+    """The REST error for an exception raised by the broker or the stats code."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, AdminError | JournalNotFound | UnknownMetric):
+        return NotFound(str(exc))
+    if isinstance(exc, SubIdNotFound):
+        return NotFound(exc.detail or "no such subscription")
+    if isinstance(exc, JournalPinned | JournalActive):
+        return Conflict(str(exc))
+    if isinstance(exc, BadTimeValue):
+        return BadRequest(str(exc))
+    return InternalError("unexpected error; see the event log")
+
+
+class _PathEndpoint:
+    """ASGI app for one path: dispatches on method, renders errors, logs actions."""
+
+    def __init__(self, path: str, endpoints: Mapping[str, ApiEndpoint], events: AdminEvents):
+        self.path = path
+        self.endpoints = dict(endpoints)
+        self.events = events
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        method = "GET" if request.method == "HEAD" else request.method
+        endpoint = self.endpoints.get(method)
+        if endpoint is None:
+            allowed = sorted(self.endpoints)
+            response: Response = MethodNotAllowed(request.method, allowed).response()
+        else:
+            response = await self._run(endpoint, request)
+        await response(scope, receive, send)
+
+    async def _run(self, endpoint: ApiEndpoint, request: Request) -> Response:
+        try:
+            if endpoint.is_action:
+                require_admin(request)
+            result = await endpoint.handler(request)
+            response = result if isinstance(result, Response) else JSONResponse(result)
+        except Exception as exc:
+            error = _map_error(exc)
+            if isinstance(error, InternalError):
+                self.events.emit(
+                    "error",
+                    "admin",
+                    "internal_error",
+                    path=request.url.path,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            response = error.response()
+        if endpoint.is_action:
+            params = request.path_params
+            target = "/".join(str(v) for v in params.values()) or endpoint.op.tag
+            self.events.emit(
+                "info" if response.status_code < 400 else "warning",
+                "admin",
+                "action",
+                user=auth_context(request).actor,
+                action=_action_name(endpoint.op),
+                target=target,
+                status=response.status_code,
+                remote=request.client.host if request.client else "",
+            )
+        return response
+
+
+def _action_name(op: Operation) -> str:
+    """``clients.disconnect``-style name of an action, from its path."""
+    words = [w for w in op.path.removeprefix("/api/").split("/") if not w.startswith("{")]
+    return ".".join(words)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object body ({} when empty), read with a size limit."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise PayloadTooLarge(f"body larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        return {}
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    return body
+
+
+def _not_configured(what: str, verb: str = "is") -> Handler:
+    async def handler(request: Request) -> Any:
+        raise NotFound(f"{what} {verb} not configured on this instance")
+
+    return handler
+
+
+class AdminApi:
+    """Handlers of the admin API for one broker (one per app)."""
+
+    def __init__(self, broker: AdminBroker) -> None:
+        self.broker = broker
+        self.registry = make_registry(broker)
+        self.probe = HostProbe(instance_directories(broker.config))
+        self._document: dict[str, Any] | None = None
+        self.endpoints = self._table()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _store(self) -> Any:
+        sampler = self.broker.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise NotReady("the statistics database is not open")
+        return store
+
+    # -- probes ----------------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Any:
+        return {"status": "ok"}
+
+    async def readyz(self, request: Request) -> Any:
+        if not self.broker.ready:
+            raise NotReady("recovery in progress or shutting down")
+        return {"ready": True}
+
+    async def metrics(self, request: Request) -> Any:
+        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def instance(self, request: Request) -> Any:
+        return self.broker.instance_info()
+
+    async def host(self, request: Request) -> Any:
+        reading = await asyncio.to_thread(self.probe.sample)
+        return {"time": format_time(self.broker.clock.time()), **reading}
+
+    async def session(self, request: Request) -> Any:
+        context = auth_context(request)
+        return {
+            "user": context.user.name if context.user is not None else None,
+            "admin": context.admin,
+            "via": context.via,
+            "auth_enabled": self.broker.auth.enabled,
+            "csrf_token": csrf_token_for(request),
+        }
+
+    async def clients(self, request: Request) -> Any:
+        return {"clients": self.broker.clients_info()}
+
+    async def client(self, request: Request) -> Any:
+        name = request.path_params["name"]
+        info = self.broker.client_info(name)
+        if info is None:
+            raise NotFound(f"no client named {name!r}")
+        return info
+
+    async def subscriptions(self, request: Request) -> Any:
+        subs = self.broker.subscriptions_info()
+        client = request.query_params.get("client")
+        if client is not None:
+            subs = [s for s in subs if s.get("client") == client]
+        return {"subscriptions": subs}
+
+    async def transaction_log(self, request: Request) -> Any:
+        info = self.broker.transaction_log_info()
+        if info is None:
+            raise NotFound("the transaction log is not configured on this instance")
+        return info
+
+    async def transports(self, request: Request) -> Any:
+        return {"transports": self.broker.transports_info()}
+
+    async def events(self, request: Request) -> Any:
+        limit = _int_param(request, "limit", 200, 1, EVENTS_MAX)
+        category = request.query_params.get("category")
+        events = self.broker.events.recent(EVENTS_MAX if category else limit)
+        if category:
+            events = [e for e in events if e.get("category") == category][-limit:]
+        return {"events": events}
+
+    async def actions(self, request: Request) -> Any:
+        return {"actions": []}
+
+    async def openapi(self, request: Request) -> Any:
+        if self._document is None:
+            version = str(self.broker.instance_info().get("version", "0"))
+            self._document = openapi_document((e.op for e in self.endpoints), version=version)
+        return self._document
+
+    async def stats_metrics(self, request: Request) -> Any:
+        store = self._store()
+        paths = await asyncio.to_thread(store.reader.list_metrics)
+        return {"metrics": paths, "interval": self.broker.config.admin.interval}
+
+    async def stats(self, request: Request) -> Any:
+        params = request.query_params
+        metric = params.get("metric")
+        if not metric:
+            raise BadRequest("the metric parameter is required (see /api/stats/metrics)")
+        t1 = parse_time(params["t1"]) if params.get("t1") else self.broker.clock.time()
+        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
+        if t0 > t1:
+            raise BadRequest("t0 is after t1")
+        window = t1 - t0
+        step: float | None
+        if params.get("step"):
+            step = parse_duration(params["step"])
+            if window / step > MAX_POINTS:
+                raise BadRequest(
+                    f"step {params['step']} gives more than {MAX_POINTS} points; use a larger one"
+                )
+        elif window / self.broker.config.admin.interval > MAX_POINTS:
+            step = float(math.ceil(window / AUTO_POINTS))
+        else:
+            step = None
+        store = self._store()
+        points = await asyncio.to_thread(store.reader.query_series, metric, t0, t1, step)
+        return {
+            "metric": metric,
+            "t0": format_time(t0),
+            "t1": format_time(t1),
+            "step": step,
+            "points": [[ts, value] for ts, value in points],
+        }
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def disconnect(self, request: Request) -> Any:
+        name = request.path_params["name"]
+        if not await self.broker.disconnect_client(name, "disconnected by admin"):
+            raise NotFound(f"no client named {name!r}")
+        return {"ok": True, "client": name}
+
+    async def pause(self, request: Request) -> Any:
+        client, sub_id = request.path_params["client"], request.path_params["sub_id"]
+        self.broker.pause_subscription(client, sub_id)
+        return {"ok": True, "client": client, "sub_ids": [sub_id]}
+
+    async def resume(self, request: Request) -> Any:
+        client, sub_id = request.path_params["client"], request.path_params["sub_id"]
+        body = await _json_body(request)
+        extra = body.get("sub_ids", [])
+        if not isinstance(extra, list) or not all(isinstance(s, str) and s for s in extra):
+            raise BadRequest("sub_ids must be a list of subscription ids")
+        sub_ids = list(dict.fromkeys([sub_id, *extra]))
+        self.broker.resume_subscriptions(client, sub_ids)
+        return {"ok": True, "client": client, "sub_ids": sub_ids}
+
+    def _transport(self, enabled: bool) -> Handler:
+        async def handler(request: Request) -> Any:
+            name = request.path_params["name"]
+            self.broker.set_transport_enabled(name, enabled)
+            return {"ok": True, "transport": name, "enabled": enabled}
+
+        return handler
+
+    def _journal(self, action: str) -> Handler:
+        async def handler(request: Request) -> Any:
+            text = request.path_params["id"]
+            if not text.isascii() or not text.isdigit():
+                raise BadRequest(f"journal id must be a non-negative integer, got {text!r}")
+            journals = await self.broker.journal_action(action, int(text))
+            return {"ok": True, "action": action, "journals": journals}
+
+        return handler
+
+    async def truncate_stats(self, request: Request) -> Any:
+        body = await _json_body(request)
+        if ("before" in body) == ("older_than" in body):
+            raise BadRequest('give exactly one of "before" (a time) or "older_than" (e.g. "7d")')
+        if "before" in body:
+            before = parse_time(str(body["before"]))
+        else:
+            before = self.broker.clock.time() - parse_duration(str(body["older_than"]))
+        store = self._store()
+        deleted = await asyncio.to_thread(store.writer.truncate, before)
+        return {"ok": True, "deleted_samples": deleted, "before": format_time(before)}
+
+    async def run_action(self, request: Request) -> Any:
+        raise NotFound(f"no action named {request.path_params['name']!r} is configured")
+
+    # -- the table -------------------------------------------------------------------------
+
+    def _table(self) -> list[ApiEndpoint]:
+        def get(path: str, handler: Handler, summary: str, tag: str, **kw: Any) -> ApiEndpoint:
+            return ApiEndpoint(Operation("GET", path, summary, tag, **kw), handler)
+
+        def post(path: str, handler: Handler, summary: str, tag: str, **kw: Any) -> ApiEndpoint:
+            kw.setdefault("access", "admin")
+            return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
+
+        absent_replication = _not_configured("replication")
+        absent_queues = _not_configured("queues", "are")
+        absent_sow = _not_configured("the SOW")
+        time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
+        return [
+            get("/healthz", self.healthz, "Liveness", "probes", access="public"),
+            get(
+                "/readyz",
+                self.readyz,
+                "Readiness: recovery done, transports listening",
+                "probes",
+                access="public",
+                errors=(503,),
+            ),
+            get("/metrics", self.metrics, "Prometheus exposition", "probes", access="public"),
+            get("/api/instance", self.instance, "Instance identity and uptime", "instance"),
+            get("/api/host", self.host, "CPU, memory, disks, network, process", "instance"),
+            get("/api/session", self.session, "Who am I; CSRF token for POSTs", "instance"),
+            get(
+                "/api/events",
+                self.events,
+                "Recent event log entries",
+                "instance",
+                query=(
+                    QueryParam("limit", "1..1000, default 200", type="integer"),
+                    QueryParam("category", "only this category, e.g. admin"),
+                ),
+            ),
+            get("/api/clients", self.clients, "Connected clients", "clients"),
+            get("/api/clients/{name}", self.client, "One client", "clients", errors=(404,)),
+            post(
+                "/api/clients/{name}/disconnect",
+                self.disconnect,
+                "Disconnect a client",
+                "clients",
+                errors=(404,),
+            ),
+            get(
+                "/api/subscriptions",
+                self.subscriptions,
+                "Subscriptions",
+                "subscriptions",
+                query=(QueryParam("client", "only this client's"),),
+            ),
+            post(
+                "/api/subscriptions/{client}/{sub_id}/pause",
+                self.pause,
+                "Pause a bookmark subscription",
+                "subscriptions",
+                errors=(404,),
+            ),
+            post(
+                "/api/subscriptions/{client}/{sub_id}/resume",
+                self.resume,
+                "Resume bookmark subscriptions (several together with sub_ids)",
+                "subscriptions",
+                errors=(404,),
+                body={
+                    "type": "object",
+                    "properties": {"sub_ids": {"type": "array", "items": {"type": "string"}}},
+                },
+            ),
+            get(
+                "/api/transaction_log",
+                self.transaction_log,
+                "Journal files, totals, flush latency",
+                "transaction_log",
+                errors=(404,),
+            ),
+            *(
+                post(
+                    f"/api/transaction_log/journals/{{id}}/{action}",
+                    self._journal(action),
+                    f"{action.capitalize()} this journal and all older ones",
+                    "transaction_log",
+                    errors=(404, 409),
+                )
+                for action in ("archive", "compress", "remove")
+            ),
+            get("/api/transports", self.transports, "Transports", "transports"),
+            post(
+                "/api/transports/{name}/enable",
+                self._transport(True),
+                "Start accepting on a transport",
+                "transports",
+                errors=(404,),
+            ),
+            post(
+                "/api/transports/{name}/disable",
+                self._transport(False),
+                "Stop accepting on a transport",
+                "transports",
+                errors=(404,),
+            ),
+            get(
+                "/api/stats",
+                self.stats,
+                "A time series from the stats database",
+                "stats",
+                errors=(400, 404, 503),
+                query=(
+                    QueryParam("metric", "metric path", required=True),
+                    QueryParam("t0", f"window start ({time_help}); default t1 - 1h"),
+                    QueryParam("t1", f"window end ({time_help}); default now"),
+                    QueryParam("step", "bucket width (10s, 1m, or seconds); averages"),
+                ),
+            ),
+            get(
+                "/api/stats/metrics",
+                self.stats_metrics,
+                "Metric paths that exist",
+                "stats",
+                errors=(503,),
+            ),
+            post(
+                "/api/stats/truncate",
+                self.truncate_stats,
+                "Delete old samples",
+                "stats",
+                errors=(503,),
+                body={
+                    "type": "object",
+                    "properties": {
+                        "before": {"type": ["string", "number"]},
+                        "older_than": {"type": "string"},
+                    },
+                },
+            ),
+            get("/api/actions", self.actions, "Configured actions and their last run", "actions"),
+            post(
+                "/api/actions/{name}",
+                self.run_action,
+                "Run a configured on-admin action",
+                "actions",
+                errors=(404,),
+            ),
+            get(
+                "/api/replication",
+                absent_replication,
+                "Replication links",
+                "replication",
+                errors=(404,),
+            ),
+            *(
+                post(
+                    f"/api/replication/{{dest}}/{verb}",
+                    absent_replication,
+                    f"{verb.capitalize()} a replication destination",
+                    "replication",
+                    errors=(404,),
+                )
+                for verb in ("downgrade", "upgrade", "reconnect")
+            ),
+            get("/api/queues", absent_queues, "Queues", "queues", errors=(404,)),
+            get("/api/queues/{name}", absent_queues, "One queue", "queues", errors=(404,)),
+            *(
+                post(
+                    f"/api/queues/{{name}}/{verb}",
+                    absent_queues,
+                    verb.replace("_", " ").capitalize(),
+                    "queues",
+                    errors=(404,),
+                )
+                for verb in ("enable_proxied_transfer", "disable_proxied_transfer")
+            ),
+            get("/api/sow", absent_sow, "SOW topics", "sow", errors=(404,)),
+            post(
+                "/api/sow/{topic}/compact", absent_sow, "Compact a SOW file", "sow", errors=(404,)
+            ),
+            get("/api/openapi.json", self.openapi, "This document", "instance"),
+        ]
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    text = request.query_params.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be an integer") from exc
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}")
+    return value
+
+
+class _UnknownApi:
+    """ASGI app answering any method on an unknown /api path with a JSON 404."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        await NotFound(f"no API endpoint {path}").response()(scope, receive, send)
+
+
+def admin_routes(broker: AdminBroker) -> list[BaseRoute]:
+    """Routes of the admin API, the probes and /metrics, for one broker (one per app).
+
+    A last catch-all answers unknown ``/api/...`` paths with a JSON 404.
+    """
+    api = AdminApi(broker)
+    by_path: dict[str, dict[str, ApiEndpoint]] = {}
+    for endpoint in api.endpoints:
+        by_path.setdefault(endpoint.op.path, {})[endpoint.op.method] = endpoint
+    routes: list[BaseRoute] = [
+        Route(path, _PathEndpoint(path, methods, broker.events), name=f"api:{path}")
+        for path, methods in by_path.items()
+    ]
+    routes.append(Route("/api/{rest:path}", _UnknownApi(), name="api:unknown"))
+    routes.append(Route("/api", _UnknownApi(), name="api:root"))
+    return routes

@@ -1,0 +1,65 @@
+"""The Starlette application: one broker engine per app, in the server's event loop.
+
+``create_app(config)`` builds the broker and the routes; the lifespan starts the broker
+(recovery, sampler) before the first request and stops it after the last. The websocket
+data path is a raw ASGI endpoint (web/transport.py); the REST admin (web/admin.py), the
+auth layer (web/auth.py) and the dashboard (web/dashboard.py) are ordinary routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Mount, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+
+from server.clock import SYSTEM_CLOCK, Clock
+from server.config import Config
+from server.engine import Broker
+from web.admin import admin_routes
+from web.auth import auth_middleware, auth_routes
+from web.dashboard import dashboard_routes
+from web.transport import WebsocketEndpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+STATIC_DIR = ROOT / "static"
+UPLOT_DIR = ROOT / "node_modules" / "uplot" / "dist"
+
+
+def create_app(config: Config, *, clock: Clock = SYSTEM_CLOCK,
+               console_log: bool = True) -> Starlette:
+    """Build the app for one instance. The broker starts with the app's lifespan."""
+    broker = Broker(config, clock=clock, console_log=console_log)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await broker.start()
+        try:
+            yield
+        finally:
+            await broker.stop()
+
+    routes: list[BaseRoute] = []
+    for transport in config.transports:
+        if transport.type == "websocket":
+            path = f"/amps/{transport.message_type}"
+            routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name)))
+    routes.extend(auth_routes())
+    routes.extend(admin_routes(broker))
+    routes.extend(dashboard_routes())
+    if UPLOT_DIR.is_dir():
+        routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR),
+                            name="uplot"))
+    routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(auth_middleware(broker.auth))],
+    )
+    app.state.broker = broker
+    app.state.config = config
+    return app

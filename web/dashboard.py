@@ -1,0 +1,507 @@
+"""The operator dashboard: HTML pages and the live Server-Sent-Events stream.
+
+Pages are Jinja2 templates (templates/) with ES modules (static/js/) that read the REST
+admin API; this module only renders the page shells and runs ``/live/events``.
+
+Live stream: one :class:`LiveFeed` per app samples ``broker.metrics_snapshot()`` once a
+second, turns cumulative counters into rates (:class:`LivePointBuilder`) and fans the
+encoded event out to every open dashboard, so ten open browsers cost one snapshot a
+second, not ten. The feed runs only while someone listens. Each stream starts with the
+recent history (the last five minutes of points and the newest event-log entries) so a page
+that opens or reconnects draws a full chart at once.
+
+Wire format (``text/event-stream``)::
+
+    retry: 2000                        reconnect delay for EventSource, ms
+    event: history                     once, first: {"points": [...], "log": [...]}
+    data: {"time": ..., "msgs_in": ...} every second: one point (the default event)
+    event: log                         when the event log grew: [{"id": n, "entry": {...}}]
+
+A stream ends when the client goes away, when the broker starts shutting down (so
+uvicorn's graceful shutdown never waits on an open dashboard), when the client reads too
+slowly to keep up, and after :data:`STREAM_MAX_SECONDS` (EventSource reconnects by itself
+and gets a fresh history), which bounds how long any stream can hold a server shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol, TypedDict
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.templating import Jinja2Templates
+from starlette.types import Receive, Scope, Send
+
+from server.clock import Clock
+from server.stats.histogram import HistogramSnapshot, LatencyHistogram
+from web.auth import csrf_token_for
+
+TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
+templates: Final = Jinja2Templates(directory=TEMPLATES_DIR)
+
+SAMPLE_INTERVAL: Final = 1.0
+"""Seconds between two live points."""
+HISTORY_POINTS: Final = 300
+"""Points kept for a (re)connecting page: five minutes at one a second."""
+LOG_HISTORY: Final = 200
+"""Event-log entries sent in a stream's history."""
+STREAM_MAX_SECONDS: Final = 60.0
+"""A stream ends after this long; EventSource reconnects at once (``retry``)."""
+SUBSCRIBER_QUEUE: Final = 32
+"""Events buffered for one stream; a stream that falls this far behind is ended."""
+RETRY_MS: Final = 2000
+EVENT_LOG_SCAN: Final = 500
+"""How many of the event log's newest entries a tick looks at for new ones."""
+
+
+# -- pages ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One dashboard page: its path, its name (nav highlight, JS module), title, template."""
+
+    path: str
+    name: str
+    title: str
+    template: str
+
+
+PAGES: Final[tuple[Page, ...]] = (
+    Page("/", "overview", "Overview", "overview.html"),
+    Page("/clients", "clients", "Clients", "clients.html"),
+    Page("/subscriptions", "subscriptions", "Subscriptions", "subscriptions.html"),
+    Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
+    Page("/history", "history", "History", "history.html"),
+    Page("/query", "query", "Query", "query.html"),
+    Page("/events", "events", "Events", "events.html"),
+)
+
+
+def _auth_enabled(request: Request) -> bool:
+    broker = getattr(request.app.state, "broker", None)
+    auth = getattr(broker, "auth", None)
+    return bool(getattr(auth, "enabled", False))
+
+
+def page_context(request: Request, page: Page) -> dict[str, Any]:
+    """What every page template gets: instance identity, navigation, CSRF token."""
+    config = request.app.state.config
+    user = request.scope.get("user")
+    return {
+        "page": page,
+        "nav": PAGES,
+        "instance": {"name": config.name, "group": config.group},
+        "csrf_token": csrf_token_for(request),
+        "auth_enabled": _auth_enabled(request),
+        "user_name": getattr(user, "name", None) if user is not None else None,
+    }
+
+
+def _page_endpoint(page: Page) -> Any:
+    async def endpoint(request: Request) -> Response:
+        context = page_context(request, page)
+        if page.name == "events":
+            broker = request.app.state.broker
+            context["events"] = list(reversed(broker.events.recent(LOG_HISTORY)))
+        return templates.TemplateResponse(
+            request, page.template, context, headers={"Cache-Control": "no-store"}
+        )
+
+    endpoint.__name__ = f"page_{page.name.replace('-', '_')}"
+    return endpoint
+
+
+# -- live points ------------------------------------------------------------------------
+
+
+class LivePoint(TypedDict):
+    """One second of the instance, as sent on the live stream.
+
+    Rates are per second over the last interval; ``ack_p50_ms`` / ``ack_p99_ms`` are the
+    persisted-ack latency percentiles of the acks sent in that interval (None when there
+    was none).
+    """
+
+    time: float
+    msgs_in: float
+    msgs_out: float
+    bytes_in: float
+    bytes_out: float
+    connections: int
+    subscriptions: int
+    queue_depth: int
+    lag_max: float
+    durable_seq: int | None
+    txlog_bytes: int | None
+    acks: int
+    ack_p50_ms: float | None
+    ack_p99_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Totals:
+    at: float
+    msgs_in: int
+    msgs_out: int
+    bytes_in: int
+    bytes_out: int
+    acks: HistogramSnapshot | None
+
+
+def _latency(snapshot: Mapping[str, Any]) -> HistogramSnapshot | None:
+    hist = snapshot.get("persisted_ack_latency")
+    if isinstance(hist, LatencyHistogram):
+        return hist.snapshot()
+    if isinstance(hist, HistogramSnapshot):
+        return hist
+    return None
+
+
+class LivePointBuilder:
+    """Turns successive ``metrics_snapshot()`` dicts into :class:`LivePoint` rates.
+
+    Counters in the snapshot are cumulative; a rate needs the previous reading, so the
+    first snapshot only sets the baseline. A counter that went down (a client's totals
+    leave the sum when it disconnects, or the engine restarted) counts as zero for that
+    interval rather than as a negative rate.
+    """
+
+    def __init__(self) -> None:
+        self._prev: _Totals | None = None
+
+    def reset(self) -> None:
+        """Forget the baseline (after a pause, a rate over the gap would mislead)."""
+        self._prev = None
+
+    def update(self, snapshot: Mapping[str, Any], now: float) -> LivePoint | None:
+        """Feed one snapshot taken at monotonic time ``now``; None for the first one."""
+        totals = _Totals(
+            at=now,
+            msgs_in=int(snapshot.get("msgs_in", 0)),
+            msgs_out=int(snapshot.get("msgs_out", 0)),
+            bytes_in=int(snapshot.get("bytes_in", 0)),
+            bytes_out=int(snapshot.get("bytes_out", 0)),
+            acks=_latency(snapshot),
+        )
+        prev, self._prev = self._prev, totals
+        if prev is None or totals.at <= prev.at:
+            return None
+        dt = totals.at - prev.at
+
+        def rate(cur: int, old: int) -> float:
+            return round(max(cur - old, 0) / dt, 2)
+
+        acks = 0
+        p50: float | None = None
+        p99: float | None = None
+        if totals.acks is not None and prev.acks is not None:
+            interval = totals.acks.delta(prev.acks)
+            acks = interval.count
+            if acks > 0:
+                p50 = round(interval.percentile(50) * 1000.0, 4)
+                p99 = round(interval.percentile(99) * 1000.0, 4)
+        clients = snapshot.get("clients") or {}
+        queue_depth = sum(int(c.get("queue_depth", 0)) for c in clients.values())
+        subs = snapshot.get("subscriptions_detail") or ()
+        lag_max = max((float(s.get("seconds_behind", 0.0)) for s in subs), default=0.0)
+        txlog = snapshot.get("txlog")
+        return LivePoint(
+            time=round(float(snapshot.get("time", 0.0)), 3),
+            msgs_in=rate(totals.msgs_in, prev.msgs_in),
+            msgs_out=rate(totals.msgs_out, prev.msgs_out),
+            bytes_in=rate(totals.bytes_in, prev.bytes_in),
+            bytes_out=rate(totals.bytes_out, prev.bytes_out),
+            connections=int(snapshot.get("connections", 0)),
+            subscriptions=int(snapshot.get("subscriptions", 0)),
+            queue_depth=queue_depth,
+            lag_max=round(lag_max, 3),
+            durable_seq=int(txlog["durable_seq"]) if txlog else None,
+            txlog_bytes=int(txlog["bytes"]) if txlog else None,
+            acks=acks,
+            ack_p50_ms=p50,
+            ack_p99_ms=p99,
+        )
+
+
+# -- the feed ---------------------------------------------------------------------------
+
+
+class EventSource(Protocol):
+    """The event log as the feed sees it (server.eventlog.EventLog)."""
+
+    def recent(self, limit: int = 200) -> list[dict[str, Any]]: ...
+
+
+class LiveSource(Protocol):
+    """The part of the broker the feed reads (server.engine.Broker)."""
+
+    clock: Clock
+    events: EventSource
+    stopping: bool
+
+    def metrics_snapshot(self) -> dict[str, Any]: ...
+
+
+def sse_event(data: bytes, event: str | None = None) -> bytes:
+    """One SSE event. ``data`` must be one line (compact JSON is)."""
+    head = b"event: " + event.encode() + b"\n" if event else b""
+    return head + b"data: " + data + b"\n\n"
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, default=str)
+
+
+class LiveSubscriber:
+    """One open stream's mailbox. ``None`` in the queue ends the stream."""
+
+    __slots__ = ("queue",)
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
+
+    def offer(self, item: bytes | None) -> bool:
+        """Queue an item; False (and the stream ended) if the reader fell behind."""
+        try:
+            self.queue.put_nowait(item)
+            return True
+        except asyncio.QueueFull:
+            self.end()
+            return False
+
+    def end(self) -> None:
+        """End the stream: drop what it has not read and queue the end marker."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
+
+
+class LiveFeed:
+    """Samples the broker once a second for every open stream (see the module docstring).
+
+    Args:
+        broker: what to sample.
+        interval: seconds between points.
+    """
+
+    def __init__(self, broker: LiveSource, *, interval: float = SAMPLE_INTERVAL) -> None:
+        self._broker = broker
+        self._clock = broker.clock
+        self._interval = interval
+        self._subscribers: set[LiveSubscriber] = set()
+        self._builder = LivePointBuilder()
+        self._points: deque[LivePoint] = deque(maxlen=HISTORY_POINTS)
+        self._log: deque[dict[str, Any]] = deque(maxlen=LOG_HISTORY)
+        self._log_id = 0
+        self._last_entry: dict[str, Any] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def subscribers(self) -> int:
+        """Open streams."""
+        return len(self._subscribers)
+
+    @property
+    def running(self) -> bool:
+        """Whether the sampling task is alive."""
+        return self._task is not None
+
+    def _stopping(self) -> bool:
+        return self._closed or bool(getattr(self._broker, "stopping", False))
+
+    def subscribe(self) -> LiveSubscriber:
+        """Open a stream: its first item is the history; the sampler starts if needed."""
+        sub = LiveSubscriber()
+        if self._stopping():
+            sub.end()
+            return sub
+        if self._task is None:
+            self._start()
+        self._subscribers.add(sub)
+        history = {"points": list(self._points), "log": list(self._log)}
+        sub.offer(sse_event(_dumps(history), "history"))
+        return sub
+
+    def unsubscribe(self, sub: LiveSubscriber) -> None:
+        """Close a stream (the sampler stops after its next tick if it was the last)."""
+        self._subscribers.discard(sub)
+
+    def close(self) -> None:
+        """End every stream and stop sampling for good."""
+        self._closed = True
+        self._end_all()
+        if self._task is not None:
+            self._task.cancel()
+
+    def _end_all(self) -> None:
+        for sub in self._subscribers:
+            sub.end()
+        self._subscribers.clear()
+
+    def _start(self) -> None:
+        # A restart after an idle spell: the old points end long ago, and a rate over the
+        # whole gap would be an average nobody asked for.
+        now = self._clock.time()
+        if self._points and now - self._points[-1]["time"] > 3 * self._interval:
+            self._points.clear()
+        self._builder.reset()
+        self._scan_log(broadcast=False)
+        self._builder.update(self._broker.metrics_snapshot(), self._clock.monotonic())
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="live-feed")
+
+    async def _run(self) -> None:
+        try:
+            while self._subscribers and not self._stopping():
+                await self._clock.sleep(self._interval)
+                if self._stopping():
+                    break
+                self.tick()
+        finally:
+            self._task = None
+            if self._stopping():
+                self._end_all()
+
+    def tick(self) -> None:
+        """Take one sample and send it (and any new event-log entries) to every stream."""
+        point = self._builder.update(self._broker.metrics_snapshot(), self._clock.monotonic())
+        out: list[bytes] = []
+        if point is not None:
+            self._points.append(point)
+            out.append(sse_event(_dumps(point)))
+        fresh = self._scan_log(broadcast=True)
+        if fresh:
+            out.append(sse_event(_dumps(fresh), "log"))
+        if not out:
+            return
+        payload = b"".join(out)
+        for sub in list(self._subscribers):
+            if not sub.offer(payload):
+                self._subscribers.discard(sub)
+
+    def _scan_log(self, *, broadcast: bool) -> list[dict[str, Any]]:
+        """Entries added to the event log since the last scan, numbered for the pages.
+
+        The event log keeps dicts in a bounded deque and hands out the same objects, so
+        the newest entry seen last time is found again by identity; if it has been evicted
+        every entry is new.
+        """
+        entries = self._broker.events.recent(EVENT_LOG_SCAN)
+        start = 0
+        last = self._last_entry
+        if last is not None:
+            for i in range(len(entries) - 1, -1, -1):
+                if entries[i] is last:
+                    start = i + 1
+                    break
+        elif not broadcast:
+            start = max(0, len(entries) - LOG_HISTORY)
+        fresh: list[dict[str, Any]] = []
+        for entry in entries[start:]:
+            self._log_id += 1
+            item = {"id": self._log_id, "entry": entry}
+            self._log.append(item)
+            fresh.append(item)
+        if entries:
+            self._last_entry = entries[-1]
+        return fresh
+
+
+def live_feed(request: Request) -> LiveFeed:
+    """The app's feed, created on first use (on the app's event loop)."""
+    state = request.app.state
+    feed: LiveFeed | None = getattr(state, "live_feed", None)
+    if feed is None:
+        feed = LiveFeed(state.broker)
+        state.live_feed = feed
+    return feed
+
+
+class EventStreamResponse(Response):
+    """A ``text/event-stream`` response fed by one :class:`LiveSubscriber`.
+
+    The stream listens for ``http.disconnect`` itself instead of finding out at the next
+    failed write, so a closed tab frees its subscriber at once whatever the ASGI server's
+    spec version.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, feed: LiveFeed, *, max_seconds: float = STREAM_MAX_SECONDS) -> None:
+        self.status_code = 200
+        self.background = None
+        self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        self._feed = feed
+        self._max_seconds = max_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sub = self._feed.subscribe()
+        try:
+            await send(
+                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
+            )
+            writer = asyncio.ensure_future(self._write(send, sub))
+            listener = asyncio.ensure_future(_until_disconnect(receive))
+            try:
+                await asyncio.wait({writer, listener}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (writer, listener):
+                    task.cancel()
+                results = await asyncio.gather(writer, listener, return_exceptions=True)
+            for result in results:
+                # OSError: the client went away under a write (uvicorn's ClientDisconnected)
+                if isinstance(result, Exception) and not isinstance(result, OSError):
+                    raise result
+        finally:
+            self._feed.unsubscribe(sub)
+
+    async def _write(self, send: Send, sub: LiveSubscriber) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._max_seconds
+        await send(
+            {"type": "http.response.body", "body": b"retry: %d\n\n" % RETRY_MS, "more_body": True}
+        )
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            try:
+                item = await asyncio.wait_for(sub.queue.get(), remaining)
+            except TimeoutError:
+                break
+            if item is None:
+                break
+            await send({"type": "http.response.body", "body": item, "more_body": True})
+        with contextlib.suppress(OSError):
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def live_events(request: Request) -> Response:
+    """GET /live/events: the live stream of the dashboard pages."""
+    return EventStreamResponse(live_feed(request))
+
+
+def dashboard_routes() -> list[BaseRoute]:
+    """The pages (GET) and ``/live/events``; the app adds auth in front of them."""
+    routes: list[BaseRoute] = [
+        Route(page.path, _page_endpoint(page), methods=["GET"], name=f"page-{page.name}")
+        for page in PAGES
+    ]
+    routes.append(Route("/live/events", live_events, methods=["GET"], name="live-events"))
+    return routes

@@ -1,0 +1,94 @@
+"""Running an instance under uvicorn: `spool serve`.
+
+The broker lives in uvicorn's event loop. On SIGTERM/SIGINT the shutdown runs in order:
+1. stop accepting connections, 2. close every client with ``shutting down`` after its
+buffered messages left (persisted acks included), 3. uvicorn's own connection shutdown,
+4. the app lifespan stops the broker (sampler, final fsync of the log, event log).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from server.config import Config
+from web.app import create_app
+
+
+class SpoolServer(uvicorn.Server):
+    """uvicorn server that drains broker sessions before uvicorn closes connections."""
+
+    def __init__(self, config: uvicorn.Config, spool_config: Config,
+                 port_file: Path | None) -> None:
+        super().__init__(config)
+        self.spool_config = spool_config
+        self.port_file = port_file
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.started:
+            return
+        port = self.bound_port()
+        host = self.spool_config.admin.host
+        shown = f"[{host}]" if ":" in host else host
+        if self.port_file is not None:
+            tmp = self.port_file.with_suffix(".tmp")
+            tmp.write_text(str(port))
+            tmp.replace(self.port_file)
+        print(
+            f"spool {self.spool_config.name} listening:\n"
+            f"  websocket  ws://{shown}:{port}/amps/json\n"
+            f"  dashboard  http://{shown}:{port}/\n"
+            f"  admin API  http://{shown}:{port}/api/instance\n"
+            f"  metrics    http://{shown}:{port}/metrics",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def bound_port(self) -> int:
+        for server in self.servers:
+            for sock in server.sockets:
+                return int(sock.getsockname()[1])
+        return self.config.port
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # 1. stop accepting
+        for server in self.servers:
+            server.close()
+        # 2. drain and close broker sessions with "shutting down"
+        app = self.config.loaded_app
+        broker = getattr(getattr(app, "state", None), "broker", None)
+        if broker is None:
+            inner = getattr(app, "app", None)
+            broker = getattr(getattr(inner, "state", None), "broker", None)
+        if broker is not None:
+            await broker.drain()
+        # 3. and 4. uvicorn closes the remaining connections, then the lifespan stops
+        await super().shutdown(sockets)
+
+
+def run(config: Config, *, port_file: Path | None = None, log_level: str = "warning") -> int:
+    """Serve until a signal; returns the process exit code."""
+    app = create_app(config)
+    ws = next((t for t in config.transports if t.type == "websocket"), None)
+    uv_config = uvicorn.Config(
+        app,
+        host=config.admin.host,
+        port=config.admin.port,
+        ws="auto",
+        ws_per_message_deflate=ws.per_message_deflate if ws is not None else False,
+        ws_max_size=ws.max_message_size if ws is not None else 16 * 1024 * 1024,
+        ws_ping_interval=20.0,
+        ws_ping_timeout=20.0,
+        lifespan="on",
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        server_header=False,
+    )
+    server = SpoolServer(uv_config, config, port_file)
+    server.run()
+    return 0 if server.started else 1
