@@ -166,7 +166,8 @@ def spec_kind(spec: BookmarkSpec) -> str:
 def _second_prefix(seconds: int) -> str:
     """``YYYY-mm-ddTHH:MM:SS`` of a whole second; cached because records arrive in runs
     sharing the same second and formatting a datetime costs more than the lookup."""
-    return (_UNIX_EPOCH + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%S")
+    d = _UNIX_EPOCH + timedelta(seconds=seconds)
+    return f"{d.year:04d}-{d.month:02d}-{d.day:02d}T{d.hour:02d}:{d.minute:02d}:{d.second:02d}"
 
 
 def format_timestamp_us(timestamp_us: int) -> str:
@@ -179,8 +180,11 @@ def format_timestamp_us(timestamp_us: int) -> str:
 def format_time_bookmark(timestamp_us: int) -> str:
     """A moment as a bookmark value: ``YYYYmmddTHHMMSS.ffffffZ``."""
     seconds, micros = divmod(timestamp_us, 1_000_000)
-    moment = _UNIX_EPOCH + timedelta(seconds=seconds)
-    return f"{moment.strftime('%Y%m%dT%H%M%S')}.{micros:06d}Z"
+    d = _UNIX_EPOCH + timedelta(seconds=seconds)
+    return (
+        f"{d.year:04d}{d.month:02d}{d.day:02d}T{d.hour:02d}{d.minute:02d}{d.second:02d}"
+        f".{micros:06d}Z"
+    )
 
 
 def _parse_time(match: re.Match[str], text: str) -> TimePoint:

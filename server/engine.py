@@ -34,6 +34,7 @@ from server.bookmarks import (
     Range,
     TimePoint,
     format_bookmark,
+    format_timestamp_us,
     parse_bookmark,
     pub_hash,
 )
@@ -385,8 +386,11 @@ class Broker:
             flt = sub.filter
             if flt is not None:
                 if view is None:
-                    view = MessageView(topic, body, bookmark=bm or "",
-                                       client_name=publisher.name or "")
+                    view = MessageView(
+                        topic, body, bookmark=bm or "",
+                        timestamp=format_timestamp_us(rec.timestamp_us) if rec else "",
+                        client_name=publisher.name or "",
+                    )
                 if not flt.matches(view):
                     continue
             s = sub.session
@@ -414,8 +418,6 @@ class Broker:
                 sids = orjson.dumps(",".join(x.sub_id for x in subs))
                 want_ts = any(x.want_ts for x in subs)
             if want_ts and ts is None:
-                from server.bookmarks import format_timestamp_us
-
                 ts = format_timestamp_us(rec.timestamp_us if rec is not None
                                          else int(self.clock.time() * 1e6))
             s.send_message(encode_publish(tj, sids, body, bm, ts if want_ts else None, corr))
@@ -479,7 +481,7 @@ class Broker:
         flt: Filter | None = None
         if cmd.filter:
             try:
-                flt = compile_filter(cmd.filter)
+                flt = compile_filter(cmd.filter, clock=self.clock)
             except BadFilter:
                 raise
             except Exception as exc:  # the compiler must never crash a session
@@ -660,7 +662,7 @@ class Broker:
                 out.append({
                     "client": s.name, "sub_id": sub.sub_id, "topic": sub.topic,
                     "filter": sub.filter_text, "bookmark_kind": sub.bookmark_kind,
-                    "bookmark": sub.bookmark, "options": sub.options.text,
+                    "bookmark": sub.bookmark, "options": sub.options.raw,
                     "state": sub.state, "position": sub.position,
                     "position_seq": sub.position_seq, "delivered": sub.delivered,
                     "seconds_behind": round(self._seconds_behind(sub), 3),

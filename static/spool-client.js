@@ -105,10 +105,10 @@ export function toBytes(data) {
  */
 export function encodeMessage(header, body) {
   const bytes = toBytes(body);
-  const clean = {};
-  for (const [key, value] of Object.entries(header)) {
-    if (value !== undefined && value !== null && key !== "l") clean[key] = value;
-  }
+  // Object.fromEntries defines own properties, so even a "__proto__" key stays a key
+  const clean = Object.fromEntries(
+    Object.entries(header).filter(([key, value]) => value !== undefined && value !== null && key !== "l"),
+  );
   clean.l = bytes.length;
   const head = encoder.encode(JSON.stringify(clean));
   const out = new Uint8Array(head.length + bytes.length);
@@ -172,22 +172,16 @@ export function findHeaderEnd(bytes, start = 0) {
 }
 
 function normalizeHeader(header) {
-  let hasLong = false;
-  for (const key of Object.keys(header)) {
-    if (key in LONG_KEYS) {
-      hasLong = true;
-      break;
-    }
-  }
-  if (!hasLong) return header;
-  const out = {};
-  for (const [key, value] of Object.entries(header)) {
-    const short = LONG_KEYS[key] ?? key;
+  const keys = Object.keys(header);
+  if (!keys.some((key) => Object.hasOwn(LONG_KEYS, key))) return header;
+  const entries = [];
+  for (const key of keys) {
+    const short = Object.hasOwn(LONG_KEYS, key) ? LONG_KEYS[key] : key;
     // both forms given: the short (canonical) one wins
-    if (short !== key && short in header) continue;
-    out[short] = value;
+    if (short !== key && Object.hasOwn(header, short)) continue;
+    entries.push([short, header[key]]);
   }
-  return out;
+  return Object.fromEntries(entries);
 }
 
 /**
@@ -558,8 +552,10 @@ export class SpoolClient {
     if (this._transport === null) return;
     const detail = `connection closed (code ${info.code}${info.reason ? `, ${info.reason}` : ""})`;
     const error = new SpoolError("disconnected", detail);
+    // before the logon completed, connect() reports the failure; no "disconnect" event
+    const wasConnected = this._connected;
     this._teardown(error);
-    this._emit("disconnect", { code: info.code, reason: info.reason, error });
+    if (wasConnected) this._emit("disconnect", { code: info.code, reason: info.reason, error });
   }
 
   _teardown(error) {
@@ -864,6 +860,7 @@ export class SpoolClient {
   // -- receiving -------------------------------------------------------------------------
 
   _onFrame(frame) {
+    if (this._transport === null) return; // frames still in flight after a teardown
     this._lastRx = Date.now();
     const { messages, error } = parseFrame(frame);
     for (const { header, body } of messages) {
@@ -876,10 +873,12 @@ export class SpoolClient {
     if (error !== null) {
       // The broker never sends malformed frames; if it happens the stream is untrustworthy.
       const transport = this._transport;
+      const wasConnected = this._connected;
       const err = new SpoolError("invalid message", error);
       this._teardown(err);
-      transport?.close(1002, "invalid message");
-      this._emit("disconnect", { code: 1002, reason: "invalid message", error: err });
+      // browsers let a page close with 1000 or 3000-4999 only: 4002 mirrors 1002 (protocol error)
+      transport?.close(4002, "invalid message");
+      if (wasConnected) this._emit("disconnect", { code: 4002, reason: "invalid message", error: err });
     }
   }
 

@@ -317,11 +317,15 @@ class AdminApi:
     async def actions(self, request: Request) -> Any:
         return {"actions": []}
 
-    async def openapi(self, request: Request) -> Any:
+    def openapi_document(self) -> dict[str, Any]:
+        """The OpenAPI document of this table (built once)."""
         if self._document is None:
             version = str(self.broker.instance_info().get("version", "0"))
             self._document = openapi_document((e.op for e in self.endpoints), version=version)
         return self._document
+
+    async def openapi(self, request: Request) -> Any:
+        return self.openapi_document()
 
     async def stats_metrics(self, request: Request) -> Any:
         store = self._store()

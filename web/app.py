@@ -58,7 +58,7 @@ def create_app(config: Config, *, clock: Clock = SYSTEM_CLOCK,
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(auth_middleware(broker.auth))],
+        middleware=[Middleware(auth_middleware(broker.auth, metrics_public=config.admin.metrics_public, clock=clock))],
     )
     app.state.broker = broker
     app.state.config = config

@@ -57,6 +57,7 @@ LOGIN_WINDOW: Final = 300.0
 LOGIN_CSRF_MAX_AGE: Final = 3600
 CSRF_HEADER: Final = "x-csrf-token"
 CSRF_FIELD: Final = "csrf_token"
+FORM_MAX_BYTES: Final = 16 * 1024  # login/logout forms are a few hundred bytes
 
 _SCOPE_STATE: Final = "spool.auth_state"
 _SCOPE_CONTEXT: Final = "spool.auth"
@@ -620,6 +621,12 @@ def auth_routes() -> list[BaseRoute]:
     """``GET /login`` (form), ``POST /login`` (credentials), ``POST /logout``."""
     return [
         Route("/login", login_page, methods=["GET"], name="login"),
-        Route("/login", login_submit, methods=["POST"], name="login_submit"),
-        Route("/logout", logout, methods=["POST"], name="logout"),
+        Route(
+            "/login",
+            login_submit,
+            methods=["POST"],
+            name="login_submit",
+            max_body_size=FORM_MAX_BYTES,
+        ),
+        Route("/logout", logout, methods=["POST"], name="logout", max_body_size=FORM_MAX_BYTES),
     ]

@@ -6,7 +6,7 @@ admin API; this module only renders the page shells and runs ``/live/events``.
 Live stream: one :class:`LiveFeed` per app samples ``broker.metrics_snapshot()`` once a
 second, turns cumulative counters into rates (:class:`LivePointBuilder`) and fans the
 encoded event out to every open dashboard, so ten open browsers cost one snapshot a
-second, not ten. The feed runs only while someone listens. Each stream starts with the
+second, not ten. The feed runs while someone listens (and for :data:`IDLE_GRACE` after). Each stream starts with the
 recent history (the last five minutes of points and the newest event-log entries) so a page
 that opens or reconnects draws a full chart at once.
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, TypedDict
@@ -57,6 +57,9 @@ STREAM_MAX_SECONDS: Final = 60.0
 """A stream ends after this long; EventSource reconnects at once (``retry``)."""
 SUBSCRIBER_QUEUE: Final = 32
 """Events buffered for one stream; a stream that falls this far behind is ended."""
+IDLE_GRACE: Final = 60.0
+"""Seconds the feed keeps sampling after the last stream closed, so that a page reloaded or
+opened again soon after still gets a full history."""
 RETRY_MS: Final = 2000
 EVENT_LOG_SCAN: Final = 500
 """How many of the event log's newest entries a tick looks at for new ones."""
@@ -65,14 +68,28 @@ EVENT_LOG_SCAN: Final = 500
 # -- pages ------------------------------------------------------------------------------
 
 
+def _recent_events(request: Request) -> dict[str, Any]:
+    """The events page arrives with the newest entries, newest first (readable without JS)."""
+    return {"events": list(reversed(request.app.state.broker.events.recent(LOG_HISTORY)))}
+
+
 @dataclass(frozen=True, slots=True)
 class Page:
-    """One dashboard page: its path, its name (nav highlight, JS module), title, template."""
+    """One dashboard page.
+
+    Attributes:
+        path: URL path.
+        name: identifier (navigation highlight, ``data-page``).
+        title: shown in the navigation and the window title.
+        template: file under templates/.
+        extra: adds page-specific values to the template context.
+    """
 
     path: str
     name: str
     title: str
     template: str
+    extra: Callable[[Request], dict[str, Any]] | None = None
 
 
 PAGES: Final[tuple[Page, ...]] = (
@@ -82,36 +99,29 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
-    Page("/events", "events", "Events", "events.html"),
+    Page("/events", "events", "Events", "events.html", extra=_recent_events),
 )
 
 
-def _auth_enabled(request: Request) -> bool:
-    broker = getattr(request.app.state, "broker", None)
-    auth = getattr(broker, "auth", None)
-    return bool(getattr(auth, "enabled", False))
-
-
 def page_context(request: Request, page: Page) -> dict[str, Any]:
-    """What every page template gets: instance identity, navigation, CSRF token."""
-    config = request.app.state.config
-    user = request.scope.get("user")
+    """What every page template gets: instance identity, navigation, user, CSRF token."""
+    state = request.app.state
     return {
         "page": page,
         "nav": PAGES,
-        "instance": {"name": config.name, "group": config.group},
-        "csrf_token": csrf_token_for(request),
-        "auth_enabled": _auth_enabled(request),
-        "user_name": getattr(user, "name", None) if user is not None else None,
+        "instance": {"name": state.config.name, "group": state.config.group},
+        "csrf_token": csrf_token_for(request) or "",
+        "auth_enabled": state.broker.auth.enabled,
+        # set by web.auth's middleware (Starlette's convention): a UserConfig or None
+        "user_name": getattr(request.scope.get("user"), "name", None),
     }
 
 
-def _page_endpoint(page: Page) -> Any:
+def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         context = page_context(request, page)
-        if page.name == "events":
-            broker = request.app.state.broker
-            context["events"] = list(reversed(broker.events.recent(LOG_HISTORY)))
+        if page.extra is not None:
+            context.update(page.extra(request))
         return templates.TemplateResponse(
             request, page.template, context, headers={"Cache-Control": "no-store"}
         )
@@ -235,7 +245,7 @@ class LivePointBuilder:
 # -- the feed ---------------------------------------------------------------------------
 
 
-class EventSource(Protocol):
+class RecentEvents(Protocol):
     """The event log as the feed sees it (server.eventlog.EventLog)."""
 
     def recent(self, limit: int = 200) -> list[dict[str, Any]]: ...
@@ -244,9 +254,14 @@ class EventSource(Protocol):
 class LiveSource(Protocol):
     """The part of the broker the feed reads (server.engine.Broker)."""
 
-    clock: Clock
-    events: EventSource
-    stopping: bool
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def events(self) -> RecentEvents: ...
+
+    @property
+    def stopping(self) -> bool: ...
 
     def metrics_snapshot(self) -> dict[str, Any]: ...
 
@@ -291,12 +306,20 @@ class LiveFeed:
     Args:
         broker: what to sample.
         interval: seconds between points.
+        idle_grace: seconds to keep sampling with no stream open.
     """
 
-    def __init__(self, broker: LiveSource, *, interval: float = SAMPLE_INTERVAL) -> None:
+    def __init__(
+        self,
+        broker: LiveSource,
+        *,
+        interval: float = SAMPLE_INTERVAL,
+        idle_grace: float = IDLE_GRACE,
+    ) -> None:
         self._broker = broker
         self._clock = broker.clock
         self._interval = interval
+        self._idle_grace = idle_grace
         self._subscribers: set[LiveSubscriber] = set()
         self._builder = LivePointBuilder()
         self._points: deque[LivePoint] = deque(maxlen=HISTORY_POINTS)
@@ -333,7 +356,7 @@ class LiveFeed:
         return sub
 
     def unsubscribe(self, sub: LiveSubscriber) -> None:
-        """Close a stream (the sampler stops after its next tick if it was the last)."""
+        """Close a stream (the sampler stops :data:`IDLE_GRACE` after the last one)."""
         self._subscribers.discard(sub)
 
     def close(self) -> None:
@@ -360,8 +383,15 @@ class LiveFeed:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="live-feed")
 
     async def _run(self) -> None:
+        idle_since: float | None = None
         try:
-            while self._subscribers and not self._stopping():
+            while not self._stopping():
+                if self._subscribers:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = self._clock.monotonic()
+                elif self._clock.monotonic() - idle_since >= self._idle_grace:
+                    break
                 await self._clock.sleep(self._interval)
                 if self._stopping():
                     break
@@ -446,9 +476,7 @@ class EventStreamResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         sub = self._feed.subscribe()
         try:
-            await send(
-                {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-            )
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             writer = asyncio.ensure_future(self._write(send, sub))
             listener = asyncio.ensure_future(_until_disconnect(receive))
             try:

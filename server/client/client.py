@@ -384,7 +384,7 @@ class Client:
         except ConnectionClosed:
             pass
         finally:
-            rcvd = ws.close_rcvd
+            rcvd = ws.protocol.close_rcvd
             if rcvd is not None:
                 self.close_reason = rcvd.reason
                 self.close_code = rcvd.code

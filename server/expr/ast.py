@@ -278,7 +278,10 @@ def render(node: Node) -> str:
     if isinstance(node, Call):
         return f"{node.name}({', '.join(render(a) for a in node.args)})"
     if isinstance(node, Unary):
-        return f"({node.op}{render(node.operand)})"
+        operand = render(node.operand)
+        if isinstance(node.operand, Literal) and not operand.startswith("("):
+            operand = f"({operand})"  # '-5' would parse back as the literal -5
+        return f"({node.op}{operand})"
     if isinstance(node, Arith):
         return f"({render(node.left)} {node.op} {render(node.right)})"
     if isinstance(node, Comparison):

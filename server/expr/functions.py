@@ -315,7 +315,8 @@ def _power(x: Value, y: Value) -> int | float | None:
     if a is None or b is None:
         return None
     if type(a) is int and type(b) is int and b >= 0 and abs(a).bit_length() * b <= 4096:
-        return a**b  # exact for modest integer powers: POWER(2, 10) = 1024
+        exact: int = a**b  # exact for modest integer powers: POWER(2, 10) = 1024
+        return exact
     return math.pow(a, b)
 
 
@@ -493,14 +494,17 @@ def _datediff(unit: Value, start: Value, end: Value) -> int | float | None:
 
 def _check_datediff(call: Call, text: str) -> None:
     unit = call.args[0]
-    if isinstance(unit, LiteralNode) and isinstance(unit.value, str):
-        if unit.value.strip().lower() not in UNITS:
-            raise FilterSyntaxError(
-                f"unknown DATEDIFF unit {unit.value!r} "
-                "(use 'us', 'ms', 's', 'minutes', 'hours', 'days' or 'weeks')",
-                unit.pos,
-                text,
-            )
+    if (
+        isinstance(unit, LiteralNode)
+        and isinstance(unit.value, str)
+        and unit.value.strip().lower() not in UNITS
+    ):
+        raise FilterSyntaxError(
+            f"unknown DATEDIFF unit {unit.value!r} "
+            "(use 'us', 'ms', 's', 'minutes', 'hours', 'days' or 'weeks')",
+            unit.pos,
+            text,
+        )
 
 
 # --- arrays ------------------------------------------------------------------------------

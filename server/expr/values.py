@@ -164,7 +164,7 @@ def truth(value: Value) -> bool | None:
     if t is int:
         return value != 0  # type: ignore[no-any-return]
     if t is float:
-        return None if value != value else value != 0.0  # type: ignore[no-any-return]
+        return None if value != value else value != 0.0
     if t is str:
         low = value.strip().lower()
         if low == "true":
@@ -414,3 +414,44 @@ def affix_match(value: Value, affixes: Sequence[Value], *, ends: bool) -> bool |
             elif s.endswith(t) if ends else s.startswith(t):
                 return True
     return None if unknown else False
+
+
+# --- field paths -------------------------------------------------------------------------
+
+
+def resolve(value: Value, steps: Sequence[str | int]) -> Value:
+    """Follow a field path from a document.
+
+    A key step reads an object member; applied to an array it reads that member of every
+    element that is an object and collects the results (nested arrays are flattened one
+    level), so ``/legs/px`` is every leg's price. An index step reads an array element
+    (negative counts from the end); on a value that is not an array, index ``0`` or ``-1``
+    is the value itself (a scalar is a one-element array). Anything missing is NULL.
+    """
+    for step in steps:
+        if value is None:
+            return None
+        t = type(value)
+        if type(step) is str:
+            if t is dict:
+                value = value.get(step)
+            elif t is list:
+                found: list[Value] = []
+                for element in value:
+                    if type(element) is dict and step in element:
+                        got = element[step]
+                        if type(got) is list:
+                            found.extend(got)
+                        else:
+                            found.append(got)
+                value = found if found else None
+            else:
+                return None
+        elif t is list:
+            try:
+                value = value[step]
+            except IndexError:
+                return None
+        elif step != 0 and step != -1:
+            return None
+    return value

@@ -88,7 +88,9 @@ class Sampler:
         self._store = await asyncio.to_thread(StatsStore.open, self._config.admin.stats_file)
         self._baseline()
         await self._apply_retention()
-        self._task = asyncio.create_task(self._run(), name="spool-stats-sampler")
+        # The schedule is anchored here, not when the task first runs.
+        first = self._clock.monotonic() + self._interval
+        self._task = asyncio.create_task(self._run(first), name="spool-stats-sampler")
 
     async def stop(self) -> None:
         """Stop ticking (a write in progress completes) and close the database."""
@@ -118,8 +120,7 @@ class Sampler:
         histogram = snapshot.get("persisted_ack_latency")
         return histogram.snapshot() if isinstance(histogram, LatencyHistogram) else None
 
-    async def _run(self) -> None:
-        deadline = self._clock.monotonic() + self._interval
+    async def _run(self, deadline: float) -> None:
         while True:
             await self._clock.sleep(max(deadline - self._clock.monotonic(), 0.0))
             await self.sample_once()

@@ -1,0 +1,63 @@
+"""The transaction log: journals, record codec, indexes, recovery, group commit, retention.
+
+The engine appends publishes on the event loop; a flusher fsyncs them in a thread (group
+commit) and reports durable positions; replay, replication and the CLI read records back
+by sequence, bookmark or time. See docs/transaction-log.md for the file formats and the
+recovery rules.
+"""
+
+from __future__ import annotations
+
+from server.txlog.batch import RecordBatch
+from server.txlog.cursor import LogCursor
+from server.txlog.errors import (
+    CorruptRecord,
+    FieldOutOfRange,
+    InvalidInstanceName,
+    JournalActive,
+    JournalNotFound,
+    JournalPinned,
+    JournalSequenceGap,
+    PublisherSequenceRegression,
+    RecordTooLarge,
+    TxlogClosed,
+    TxlogError,
+    TxlogFull,
+    TxlogWriteFailed,
+)
+from server.txlog.files import FileSeam, JournalHandle, OsFileSeam
+from server.txlog.journal import JournalInfo
+from server.txlog.log import EventCallback, TransactionLog
+from server.txlog.pins import Pin, PinInfo
+from server.txlog.record import Record, RecordKind
+from server.txlog.recovery import RecoveryReport, Truncation
+
+__all__ = [
+    "CorruptRecord",
+    "EventCallback",
+    "FieldOutOfRange",
+    "FileSeam",
+    "InvalidInstanceName",
+    "JournalActive",
+    "JournalHandle",
+    "JournalInfo",
+    "JournalNotFound",
+    "JournalPinned",
+    "JournalSequenceGap",
+    "LogCursor",
+    "OsFileSeam",
+    "Pin",
+    "PinInfo",
+    "PublisherSequenceRegression",
+    "Record",
+    "RecordBatch",
+    "RecordKind",
+    "RecordTooLarge",
+    "RecoveryReport",
+    "TransactionLog",
+    "Truncation",
+    "TxlogClosed",
+    "TxlogError",
+    "TxlogFull",
+    "TxlogWriteFailed",
+]

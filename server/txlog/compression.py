@@ -23,16 +23,19 @@ guarded by a lock. Compression runs in a worker thread (never on the event loop)
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import struct
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
 import zstandard
 
+from server.txlog.errors import CorruptRecord
 from server.txlog.files import Compression
 
 __all__ = ["CHUNK_BYTES", "CompressedReader", "compress_journal"]
@@ -59,10 +62,15 @@ def compress_journal(
     """
     tmp = dst.with_name(dst.name + ".tmp")
     entries: list[tuple[int, int]] = []
+    squeeze: Callable[[bytes], bytes]
     if method == "zstd":
         cctx = zstandard.ZstdCompressor(
             level=level or 3, write_content_size=True, write_checksum=True
         )
+        squeeze = cctx.compress
+    else:
+        squeeze = functools.partial(_gzip_member, level=level or 6)
+
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
         remaining = data_len
         while remaining > 0:
@@ -70,10 +78,7 @@ def compress_journal(
             if not chunk:
                 raise OSError(f"{src} ends before its {data_len} data bytes")
             remaining -= len(chunk)
-            if method == "zstd":
-                comp = cctx.compress(chunk)
-            else:
-                comp = _gzip_member(chunk, level or 6)
+            comp = squeeze(chunk)
             fout.write(comp)
             entries.append((len(comp), len(chunk)))
         if method == "zstd":
@@ -108,12 +113,20 @@ class CompressedReader:
         self._comp: list[tuple[int, int]] = []
         self._size = 0
         self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._damage: str | None = None
 
     def size(self) -> int:
-        """Raw (decompressed) size in bytes."""
+        """Raw (decompressed) size in bytes (up to the first undecodable frame/member)."""
         with self._lock:
             self._ensure_table()
             return self._size
+
+    @property
+    def damage(self) -> str | None:
+        """Why the data ends early at :meth:`size`, when the file is damaged there."""
+        with self._lock:
+            self._ensure_table()
+            return self._damage
 
     def read(self, offset: int, length: int) -> bytes:
         """Raw bytes ``[offset, offset + length)`` (shorter at the end of the data)."""
@@ -145,7 +158,11 @@ class CompressedReader:
         with open(self.path, "rb") as fh:
             fh.seek(start)
             comp = fh.read(end - start)
-        data = _decompress(comp, self.method)
+        assert self._raw is not None
+        try:
+            data = _decompress(comp, self.method)
+        except _BadChunk as exc:
+            raise CorruptRecord(self._raw[i], str(exc), str(self.path)) from None
         self._cache[i] = data
         if len(self._cache) > _CACHE_CHUNKS:
             self._cache.popitem(last=False)
@@ -154,11 +171,11 @@ class CompressedReader:
     def _ensure_table(self) -> None:
         if self._raw is not None:
             return
-        with open(self.path, "rb") as fh:
-            blob = fh.read()
-        table = _read_seek_table(blob) if self.method == "zstd" else None
+        table = _read_seek_table(self.path) if self.method == "zstd" else None
         if table is None:
-            table = _walk(blob, self.method, self._cache)
+            with open(self.path, "rb") as fh:
+                blob = fh.read()
+            table, self._damage = _walk(blob, self.method, self._cache)
         raw: list[int] = []
         r = 0
         for _start, _end, dsize in table:
@@ -169,35 +186,62 @@ class CompressedReader:
         self._size = r
 
 
+class _BadChunk(ValueError):
+    """A frame or member that does not decompress."""
+
+
+def _decompress_one(comp: bytes, method: Compression) -> tuple[bytes, int]:
+    """Decompress the first frame/member of ``comp``: ``(data, bytes consumed)``."""
+    try:
+        if method == "zstd":
+            dobj = zstandard.ZstdDecompressor().decompressobj()
+            data: bytes = dobj.decompress(comp)
+            done, rest = dobj.eof, len(dobj.unused_data)
+        else:
+            zobj = zlib.decompressobj(31)
+            data = zobj.decompress(comp)
+            done, rest = zobj.eof, len(zobj.unused_data)
+    except (zlib.error, zstandard.ZstdError) as exc:
+        raise _BadChunk(f"bad compressed data ({exc})") from None
+    if not done:
+        raise _BadChunk("truncated compressed data")
+    return data, len(comp) - rest
+
+
 def _decompress(comp: bytes, method: Compression) -> bytes:
-    if method == "zstd":
-        dobj = zstandard.ZstdDecompressor().decompressobj()
-        data: bytes = dobj.decompress(comp)
-        if not dobj.eof:
-            raise OSError("truncated zstd frame")
-        return data
-    return zlib.decompress(comp, 31)
+    data, consumed = _decompress_one(comp, method)
+    if consumed != len(comp):
+        raise _BadChunk("bad compressed data (frame size)")
+    return data
 
 
-def _read_seek_table(blob: bytes) -> list[tuple[int, int, int]] | None:
-    """The frames listed by a zstd seek table at the end of ``blob``, if there is one."""
-    if len(blob) < _SKIP_HEADER.size + _SEEK_FOOTER.size:
-        return None
-    frames, descriptor, magic = _SEEK_FOOTER.unpack_from(blob, len(blob) - _SEEK_FOOTER.size)
-    if magic != SEEKABLE_MAGIC:
-        return None
-    entry = _SEEK_ENTRY.size + (4 if descriptor & 0x80 else 0)
-    table_len = frames * entry + _SEEK_FOOTER.size
-    start = len(blob) - table_len - _SKIP_HEADER.size
-    if start < 0:
-        return None
-    skip_magic, frame_size = _SKIP_HEADER.unpack_from(blob, start)
+def _read_seek_table(path: Path) -> list[tuple[int, int, int]] | None:
+    """The frames listed by a zstd seek table at the end of ``path``, if there is one.
+
+    Only the table is read (a few bytes per 256 KB chunk), not the compressed data.
+    """
+    with open(path, "rb") as fh:
+        total = fh.seek(0, 2)
+        if total < _SKIP_HEADER.size + _SEEK_FOOTER.size:
+            return None
+        fh.seek(total - _SEEK_FOOTER.size)
+        frames, descriptor, magic = _SEEK_FOOTER.unpack(fh.read(_SEEK_FOOTER.size))
+        if magic != SEEKABLE_MAGIC:
+            return None
+        entry = _SEEK_ENTRY.size + (4 if descriptor & 0x80 else 0)
+        table_len = frames * entry + _SEEK_FOOTER.size
+        start = total - table_len - _SKIP_HEADER.size
+        if start < 0:
+            return None
+        fh.seek(start)
+        blob = fh.read(table_len + _SKIP_HEADER.size)
+    skip_magic, frame_size = _SKIP_HEADER.unpack_from(blob, 0)
     if skip_magic != SKIPPABLE_MAGIC or frame_size != table_len:
         return None
     out: list[tuple[int, int, int]] = []
     c = 0
     for k in range(frames):
-        csize, dsize = _SEEK_ENTRY.unpack_from(blob, start + _SKIP_HEADER.size + k * entry)
+        csize, dsize = _SEEK_ENTRY.unpack_from(blob, _SKIP_HEADER.size + k * entry)
         out.append((c, c + csize, dsize))
         c += csize
     return out if c == start else None
@@ -205,36 +249,30 @@ def _read_seek_table(blob: bytes) -> list[tuple[int, int, int]] | None:
 
 def _walk(
     blob: bytes, method: Compression, cache: OrderedDict[int, bytes]
-) -> list[tuple[int, int, int]]:
+) -> tuple[list[tuple[int, int, int]], str | None]:
     """Find frame/member boundaries by decompressing once (files without a seek table).
 
     The decompressed chunks found on the way are kept in ``cache`` (up to its bound),
     since the read that triggered the walk usually wants one of them.
+
+    Returns:
+        ``(chunks, damage)``: the walk stops at the first frame that does not decompress
+        and says why.
     """
     out: list[tuple[int, int, int]] = []
     pos = 0
     while pos < len(blob):
-        if method == "zstd":
-            if len(blob) - pos >= 8:
-                magic, size = _SKIP_HEADER.unpack_from(blob, pos)
-                if magic & 0xFFFFFFF0 == 0x184D2A50:  # any skippable frame
-                    pos += 8 + size
-                    continue
-            dobj = zstandard.ZstdDecompressor().decompressobj()
-            data = dobj.decompress(blob[pos:])
-            if not dobj.eof:
-                raise OSError("truncated zstd frame")
-            consumed = len(blob) - pos - len(dobj.unused_data)
-        else:
-            zobj = zlib.decompressobj(31)
-            data = zobj.decompress(blob[pos:])
-            if not zobj.eof:
-                raise OSError("truncated gzip member")
-            consumed = len(blob) - pos - len(zobj.unused_data)
-        if consumed <= 0:
-            raise OSError("undecodable compressed journal")
+        if method == "zstd" and len(blob) - pos >= 8:
+            magic, size = _SKIP_HEADER.unpack_from(blob, pos)
+            if magic & 0xFFFFFFF0 == 0x184D2A50:  # any skippable frame
+                pos += 8 + size
+                continue
+        try:
+            data, consumed = _decompress_one(blob[pos:], method)
+        except _BadChunk as exc:
+            return out, str(exc)
         if len(cache) < _CACHE_CHUNKS:
             cache[len(out)] = data
         out.append((pos, pos + consumed, len(data)))
         pos += consumed
-    return out
+    return out, None

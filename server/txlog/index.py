@@ -30,7 +30,7 @@ Block entry (48 bytes; little-endian)::
     24  8  ts_max       i64 running maximum timestamp_us (this journal) at the block's end
     32  4  data_crc     CRC-32C of the block's journal bytes
     36  4  last_rel     offset of the block's last record, relative to ``offset``
-    40  2  npub         open form: publisher-range entries following this entry
+    40  2  npub         open form: publisher-range entries following (by pub_hash)
     42  2  reserved
     44  4  entry_crc    open form: CRC-32C of this entry (this field as 0) + its ranges
 
@@ -451,7 +451,7 @@ class IndexBuilder:
         self.b_crc.append(self._cur_crc)
         self.b_last_rel.append(self._cur_last_rel)
         ranges = []
-        for h, (first, last, cnt, last_seq) in self._cur_pubs.items():
+        for h, (first, last, cnt, last_seq) in sorted(self._cur_pubs.items()):
             self.ranges.setdefault(h, []).append([first, last, last_seq, block_no, cnt])
             s = self.summary.get(h)
             if s is None:
@@ -515,12 +515,13 @@ class IndexBuilder:
     def open_form(self) -> bytes:
         """The whole open-form index of the closed blocks (to rewrite it at recovery)."""
         parts = [encode_open_header(self.base, self.block_bytes)]
-        by_block: dict[int, list[bytes]] = {}
+        by_block: dict[int, list[tuple[int, int, int, int, int, int]]] = {}
         for h, rl in self.ranges.items():
             for first, last, last_seq, blk, cnt in rl:
-                by_block.setdefault(blk, []).append(RANGE.pack(h, first, last, last_seq, blk, cnt))
+                by_block.setdefault(blk, []).append((h, first, last, last_seq, blk, cnt))
         for i in range(len(self.b_first)):
-            parts.append(self._entry(i, by_block.get(i, [])))
+            rows = sorted(by_block.get(i, []))
+            parts.append(self._entry(i, [RANGE.pack(*row) for row in rows]))
         return b"".join(parts)
 
     def seal(self) -> bytes:
@@ -540,7 +541,7 @@ class IndexBuilder:
                     0,
                     0,
                     0,
-                )  # fmt: skip
+                )
             )
         rows = sorted(
             (h, first, last, last_seq, blk, cnt)

@@ -17,6 +17,17 @@ function colour(value) {
 
 const utc = (ts) => globalThis.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
 
+/** Tick labels in UTC, as precise as the visible span needs (24-hour clock). */
+function timeTicks(u, splits) {
+  const span = u.scales.x.max - u.scales.x.min;
+  return splits.map((t, i) => {
+    const iso = new Date(t * 1000).toISOString();
+    if (span > 2 * 86400) return `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
+    if (span > 900) return i === 0 || iso.slice(11, 16) === "00:00" ? `${iso.slice(5, 10)} ${iso.slice(11, 16)}` : iso.slice(11, 16);
+    return iso.slice(11, 19);
+  });
+}
+
 export class TimeChart {
   /**
    * @param {HTMLElement} container
@@ -27,6 +38,7 @@ export class TimeChart {
    * @param {number} [opts.height]
    * @param {boolean} [opts.zeroBased] y axis starts at 0 (default true)
    * @param {string} [opts.empty] text shown while there is no data
+   * @param {number} [opts.window] show the last `window` seconds (a rolling live chart)
    */
   constructor(container, opts) {
     if (typeof globalThis.uPlot !== "function") {
@@ -63,7 +75,12 @@ export class TimeChart {
       legend: { show: true, live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 6 } },
       scales: {
-        x: { time: true },
+        x: {
+          time: true,
+          range: this.opts.window
+            ? (u, min, max) => [(max ?? 0) - this.opts.window, max ?? 0]
+            : undefined,
+        },
         y: {
           range: (u, min, max) => {
             if (min === null || max === null) return [0, 1];
@@ -87,7 +104,14 @@ export class TimeChart {
         })),
       ],
       axes: [
-        { stroke: axis, font, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } },
+        {
+          stroke: axis,
+          font,
+          values: timeTicks,
+          space: 70,
+          grid: { stroke: grid, width: 1 },
+          ticks: { stroke: grid, width: 1 },
+        },
         {
           stroke: axis,
           font,

@@ -46,8 +46,8 @@ async function disconnect(button, name) {
     } catch (err) {
       alert.error(err, `disconnect ${name}`);
     }
-    await poller.now();
   });
+  await poller.now();
 }
 
 const rows = new KeyedTable(table.tBodies[0], {
@@ -83,7 +83,7 @@ function render() {
 
 const poller = new Poller(async () => {
   try {
-    const list = await api("/api/clients");
+    const list = (await api("/api/clients")).clients;
     const now = performance.now();
     const next = new Map();
     for (const c of list) {

@@ -1,16 +1,22 @@
 // The page's one connection to /live/events (Server-Sent Events), shared by every module
 // of the page (the top-bar ticker, the overview charts, the events table).
 //
+// The stream keeps what it received (`points`, `log`), so a module that starts listening
+// after the first events arrived reads the state from there and misses nothing.
+//
 // Events dispatched on `live`:
 //   "point"   detail: one point {time, msgs_in, msgs_out, ... } (every second)
 //   "history" detail: {points, log} (on every (re)connect: the last minutes)
-//   "log"     detail: [{id, entry}] new event-log entries
+//   "log"     detail: {fresh: [{id, entry}], reset: bool} event-log entries not seen
+//             before; `reset` when the broker restarted and `log` was replaced
 //   "state"   detail: "connecting" | "open" | "error"
 
 import { api } from "./ui.js";
 
 /** Points kept in the page: 15 minutes at one a second. */
 const KEEP_POINTS = 900;
+/** Event-log entries kept in the page. */
+const KEEP_LOG = 2000;
 /** After the server refused the stream for good (e.g. logged out), try again this late. */
 const RETRY_AFTER_CLOSE_MS = 5000;
 
@@ -20,6 +26,8 @@ class LiveStream extends EventTarget {
     this.url = url;
     this.source = null;
     this.points = [];
+    /** event-log entries {id, entry}, oldest first, numbered by the server's feed */
+    this.log = [];
     this.state = "connecting";
   }
 
@@ -48,9 +56,7 @@ class LiveStream extends EventTarget {
     source.addEventListener("open", () => this._setState("open"));
     source.addEventListener("history", (e) => this._onHistory(JSON.parse(e.data)));
     source.addEventListener("message", (e) => this._onPoint(JSON.parse(e.data)));
-    source.addEventListener("log", (e) => {
-      this.dispatchEvent(new CustomEvent("log", { detail: JSON.parse(e.data) }));
-    });
+    source.addEventListener("log", (e) => this._onLog(JSON.parse(e.data), false));
     source.addEventListener("error", () => {
       if (source.readyState === EventSource.CLOSED) {
         // The server answered with something other than a stream (401 after the session
@@ -77,6 +83,18 @@ class LiveStream extends EventTarget {
     }
     this._setState("open");
     this.dispatchEvent(new CustomEvent("history", { detail: history }));
+    this._onLog(history.log ?? [], true);
+  }
+
+  _onLog(items, fromHistory) {
+    const lastId = this.log.length ? this.log[this.log.length - 1].id : 0;
+    const newest = items.length ? items[items.length - 1].id : 0;
+    // a history whose numbering is behind ours: the broker restarted, start over
+    const reset = fromHistory && newest < lastId;
+    const fresh = reset ? items : items.filter((i) => i.id > lastId);
+    if (!reset && fresh.length === 0) return;
+    this.log = (reset ? fresh : this.log.concat(fresh)).slice(-KEEP_LOG);
+    this.dispatchEvent(new CustomEvent("log", { detail: { fresh, reset } }));
   }
 
   _onPoint(point) {

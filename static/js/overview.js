@@ -18,14 +18,16 @@ const rates = new TimeChart($id("chart-rates"), {
     { label: "out", color: "--out", fmt: (v) => `${fmtRate(v)}/s` },
   ],
   yFormat: fmtCompact,
+  window: 300,
 });
 const latency = new TimeChart($id("chart-latency"), {
   series: [
     { label: "p50", color: "--p50", fmt: fmtMs },
     { label: "p99", color: "--p99", fmt: fmtMs },
   ],
-  yFormat: (v) => fmtMs(v),
+  yFormat: (v) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v >= 1 ? v.toFixed(2) : v.toFixed(3)),
   empty: "no persisted acks yet",
+  window: 300,
 });
 
 function redrawCharts() {
@@ -34,6 +36,9 @@ function redrawCharts() {
   rates.setData([xs, pts.map((p) => p.msgs_in), pts.map((p) => p.msgs_out)]);
   latency.setData([xs, pts.map((p) => p.ack_p50_ms), pts.map((p) => p.ack_p99_ms)]);
 }
+
+/** Milliseconds to three significant digits (fits a KPI tile: "0.379 / 1.19 ms"). */
+const ms3 = (v) => (v >= 1000 ? v.toFixed(0) : String(Number(v.toPrecision(3))));
 
 function showPoint(p) {
   if (!p) return;
@@ -45,7 +50,7 @@ function showPoint(p) {
   setText($id("kpi-queue"), `queued ${fmtBytes(p.queue_depth)}`);
   setText($id("kpi-subs"), fmtInt(p.subscriptions));
   setText($id("kpi-lag"), `max lag ${fmtLag(p.lag_max)}`);
-  setText($id("kpi-ack"), p.acks > 0 ? `${fmtMs(p.ack_p50_ms)} / ${fmtMs(p.ack_p99_ms)}` : "–");
+  setText($id("kpi-ack"), p.acks > 0 ? `${ms3(p.ack_p50_ms)} / ${ms3(p.ack_p99_ms)} ms` : "–");
   setText($id("kpi-acks"), `${fmtInt(p.acks)} acks/s`);
   setText($id("kpi-journal"), p.txlog_bytes === null ? "no log" : fmtBytes(p.txlog_bytes));
   setText($id("kpi-durable"), p.durable_seq === null ? "no transaction log" : `durable seq ${fmtInt(p.durable_seq)}`);
@@ -66,6 +71,9 @@ live.start();
 let instance = null;
 let instanceAt = 0;
 
+/** The instance panel's rows, built once and then updated in place (text stays selectable). */
+const instanceRows = new Map();
+
 function renderInstance() {
   if (instance === null) return;
   const uptime = instance.uptime + (performance.now() - instanceAt) / 1000;
@@ -80,9 +88,17 @@ function renderInstance() {
     ["config", instance.config_path ?? "embedded default"],
     ["data dir", instance.data_dir],
   ];
-  $id("instance-kv").replaceChildren(...rows.flatMap(([k, v]) => [
-    el("dt", { text: k }), el("dd", { text: v ?? "–", title: v ?? "" }),
-  ]));
+  const kv = $id("instance-kv");
+  for (const [key, value] of rows) {
+    let dd = instanceRows.get(key);
+    if (dd === undefined) {
+      dd = el("dd");
+      instanceRows.set(key, dd);
+      kv.append(el("dt", { text: key }), dd);
+    }
+    setText(dd, value ?? "–");
+    dd.title = String(value ?? "");
+  }
   setText($id("instance-line"),
     `${instance.name} · ${instance.group} · v${instance.version} · up ${fmtDuration(uptime)}`);
 }

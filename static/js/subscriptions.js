@@ -36,8 +36,9 @@ async function act(button, context, done, fn) {
     } catch (err) {
       alert.error(err, context);
     }
-    await poller.now();
   });
+  // after busy() re-enabled the button, so the refresh sets each button's final state
+  await poller.now();
 }
 
 function pause(button, s) {
@@ -143,7 +144,7 @@ function render() {
 
 const poller = new Poller(async () => {
   try {
-    subs = await api("/api/subscriptions");
+    subs = (await api("/api/subscriptions")).subscriptions;
     const present = new Set(subs.map(keyOf));
     for (const key of [...selected]) if (!present.has(key)) selected.delete(key);
     render();
@@ -176,8 +177,7 @@ pauseSelected.addEventListener("click", () => busy(pauseSelected, async () => {
     const [s, err] = failures[0];
     alert.error(err, `pause ${s.client}/${s.sub_id}${failures.length > 1 ? ` (and ${failures.length - 1} more)` : ""}`);
   } else alert.ok(`${picked.length} paused`);
-  await poller.now();
-}));
+}).then(() => poller.now()));
 
 resumeSelected.addEventListener("click", () => {
   const picked = selectedSubs();

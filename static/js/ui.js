@@ -104,10 +104,6 @@ export function setText(node, text) {
   if (node.textContent !== value) node.textContent = value;
 }
 
-export function $(selector, root = document) {
-  return root.querySelector(selector);
-}
-
 /** A state badge (`live`, `paused`, `archived`, ...). */
 export function badge(text) {
   return el("span", { className: `badge ${String(text).replace(/[^a-z0-9_-]/gi, "")}`, text });
@@ -259,13 +255,6 @@ export function fmtDateTime(value, { ms = false } = {}) {
   if (d === null) return "–";
   const iso = d.toISOString();
   return `${iso.slice(0, 10)} ${iso.slice(11, ms ? 23 : 19)}`;
-}
-
-/** "12:00:03.123" in UTC. */
-export function fmtClock(value, { ms = true } = {}) {
-  const d = toDate(value);
-  if (d === null) return "–";
-  return d.toISOString().slice(11, ms ? 23 : 19);
 }
 
 // -- polling ----------------------------------------------------------------------------

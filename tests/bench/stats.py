@@ -44,14 +44,15 @@ class Summary:
     stdev: float
     spread_pct: float
 
-    def as_dict(self) -> dict[str, float | list[float]]:
+    def as_dict(self) -> dict[str, float | list[float] | None]:
+        """JSON shape; a non-finite spread becomes null (JSON has no infinity)."""
         return {
             "values": list(self.values),
             "median": self.median,
             "min": self.minimum,
             "max": self.maximum,
             "stdev": self.stdev,
-            "spread_pct": self.spread_pct,
+            "spread_pct": self.spread_pct if math.isfinite(self.spread_pct) else None,
         }
 
 
@@ -106,8 +107,9 @@ def latency_summary(samples_ns: Sequence[int], prefix: str = "") -> dict[str, fl
     if not samples_ns:
         raise ValueError("no latency samples")
     ordered = sorted(samples_ns)
-    out = {f"{prefix}{name}_ms": percentile(ordered, q) / 1e6
-           for name, q in LATENCY_QUANTILES.items()}
+    out = {
+        f"{prefix}{name}_ms": percentile(ordered, q) / 1e6 for name, q in LATENCY_QUANTILES.items()
+    }
     out[f"{prefix}max_ms"] = ordered[-1] / 1e6
     out[f"{prefix}mean_ms"] = sum(ordered) / len(ordered) / 1e6
     out[f"{prefix}samples"] = float(len(ordered))

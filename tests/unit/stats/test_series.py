@@ -12,9 +12,18 @@ from server.stats.series import segment, snapshot_values
 
 def snap(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
-        "time": 0.0, "msgs_in": 0, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0,
-        "connections": 0, "subscriptions": 0, "clients": {}, "topics": {},
-        "subscriptions_detail": [], "txlog": None, "transports": {},
+        "time": 0.0,
+        "msgs_in": 0,
+        "msgs_out": 0,
+        "bytes_in": 0,
+        "bytes_out": 0,
+        "connections": 0,
+        "subscriptions": 0,
+        "clients": {},
+        "topics": {},
+        "subscriptions_detail": [],
+        "txlog": None,
+        "transports": {},
     }
     base.update(over)
     return base
@@ -22,8 +31,9 @@ def snap(**over: Any) -> dict[str, Any]:
 
 def test_instance_counters_become_totals_and_rates() -> None:
     prev = snap(msgs_in=100, msgs_out=50, bytes_in=1000, bytes_out=500)
-    cur = snap(msgs_in=300, msgs_out=50, bytes_in=3000, bytes_out=900, connections=3,
-               subscriptions=2)
+    cur = snap(
+        msgs_in=300, msgs_out=50, bytes_in=3000, bytes_out=900, connections=3, subscriptions=2
+    )
     values = snapshot_values(cur, prev, 10.0)
     assert values["instance/msgs_in"] == 300
     assert values["instance/msgs_in_rate"] == 20.0
@@ -35,13 +45,17 @@ def test_instance_counters_become_totals_and_rates() -> None:
 
 
 def test_counter_reset_counts_from_zero_and_new_clients_from_zero() -> None:
-    prev = snap(clients={"a": {"msgs_in": 500, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0,
-                               "queue_depth": 0}})
-    cur = snap(clients={
-        "a": {"msgs_in": 30, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0, "queue_depth": 7},
-        "b/x": {"msgs_in": 10, "msgs_out": 20, "bytes_in": 0, "bytes_out": 0,
-                "queue_depth": 0},
-    })
+    prev = snap(
+        clients={
+            "a": {"msgs_in": 500, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0, "queue_depth": 0}
+        }
+    )
+    cur = snap(
+        clients={
+            "a": {"msgs_in": 30, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0, "queue_depth": 7},
+            "b/x": {"msgs_in": 10, "msgs_out": 20, "bytes_in": 0, "bytes_out": 0, "queue_depth": 0},
+        }
+    )
     values = snapshot_values(cur, prev, 10.0)
     assert values["clients/a/msgs_in_rate"] == 3.0  # reconnected: 30 new messages
     assert values["clients/a/queue_depth"] == 7
@@ -58,15 +72,38 @@ def test_no_rates_without_elapsed_time() -> None:
 def test_topics_subscriptions_transports_txlog() -> None:
     cur = snap(
         topics={"/audit/x": {"msgs_in": 40, "bytes_in": 400}},
-        subscriptions_detail=[{"client": "c", "sub_id": "s1", "topic": "t",
-                               "state": "replaying", "position_seq": 1,
-                               "seconds_behind": 2.5}],
+        subscriptions_detail=[
+            {
+                "client": "c",
+                "sub_id": "s1",
+                "topic": "t",
+                "state": "replaying",
+                "position_seq": 1,
+                "seconds_behind": 2.5,
+            }
+        ],
         transports={"websocket-json": {"connections": 4, "enabled": True}},
-        txlog={"last_seq": 90, "durable_seq": 80, "bytes": 4096, "journals": 2,
-               "appended": 90, "flushes": 30, "fsync_p50_ms": 0.2, "fsync_p99_ms": 0.9},
+        txlog={
+            "last_seq": 90,
+            "durable_seq": 80,
+            "bytes": 4096,
+            "journals": 2,
+            "appended": 90,
+            "flushes": 30,
+            "fsync_p50_ms": 0.2,
+            "fsync_p99_ms": 0.9,
+        },
     )
-    prev = snap(txlog={"last_seq": 0, "durable_seq": 0, "bytes": 0, "journals": 1,
-                       "appended": 10, "flushes": 10})
+    prev = snap(
+        txlog={
+            "last_seq": 0,
+            "durable_seq": 0,
+            "bytes": 0,
+            "journals": 1,
+            "appended": 10,
+            "flushes": 10,
+        }
+    )
     values = snapshot_values(cur, prev, 4.0)
     assert values["topics/%2Faudit%2Fx/msgs_in_rate"] == 10.0
     assert values["subscriptions/c/s1/seconds_behind"] == 2.5

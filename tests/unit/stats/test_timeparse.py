@@ -40,8 +40,8 @@ def test_bad_times(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"), [("10s", 10.0), ("1m", 60.0), ("2h", 7200.0), ("7d", 604800.0),
-                          ("500ms", 0.5), ("30", 30.0)]
+    ("text", "seconds"),
+    [("10s", 10.0), ("1m", 60.0), ("2h", 7200.0), ("7d", 604800.0), ("500ms", 0.5), ("30", 30.0)],
 )
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds

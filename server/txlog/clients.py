@@ -1,0 +1,56 @@
+"""The ``NAME.clients.ack`` cache: each publisher's last sequence, as of a log position.
+
+De-duplication across restarts needs, for every publisher that ever wrote, the highest
+``pub_seq`` stored and the local seq of that message. The journals are the truth; this
+file saves reading them and remembers publishers whose journals were removed since.
+Deleting it loses nothing the journals still hold: recovery rebuilds the table from the
+index summaries (publishers seen only in removed journals are then forgotten, and their
+next publish is accepted whatever its sequence).
+
+Layout (little-endian)::
+
+    0   8  magic        b"SPOOLACK"
+    8   2  version      1
+    10  6  reserved
+    16  8  covered_seq  the table reflects every record up to this seq
+    24  8  count        entries that follow
+    32  24 x count      pub_hash u64, pub_seq u64, seq u64   (sorted by pub_hash)
+    end 4  crc32c       CRC-32C of every byte before it
+
+It is rewritten whole (temp file + rename) when a journal rolls and at close.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+import google_crc32c
+
+__all__ = ["encode_clients_ack", "parse_clients_ack"]
+
+MAGIC: Final = b"SPOOLACK"
+VERSION: Final = 1
+_HEAD: Final = struct.Struct("<8sH6xQQ")  # 32
+_ENTRY: Final = struct.Struct("<QQQ")  # 24
+
+
+def encode_clients_ack(covered_seq: int, table: dict[int, tuple[int, int]]) -> bytes:
+    """Serialize ``{pub_hash: (pub_seq, seq)}`` as of ``covered_seq``."""
+    parts = [_HEAD.pack(MAGIC, VERSION, covered_seq, len(table))]
+    parts.extend(_ENTRY.pack(h, ps, seq) for h, (ps, seq) in sorted(table.items()))
+    body = b"".join(parts)
+    return body + struct.pack("<I", google_crc32c.value(body))
+
+
+def parse_clients_ack(data: bytes) -> tuple[int, dict[int, tuple[int, int]]] | None:
+    """``(covered_seq, table)`` of an intact file, else None."""
+    if len(data) < _HEAD.size + 4:
+        return None
+    magic, version, covered, count = _HEAD.unpack_from(data, 0)
+    if magic != MAGIC or version != VERSION or len(data) != _HEAD.size + count * _ENTRY.size + 4:
+        return None
+    if google_crc32c.value(data[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
+        return None
+    body = data[_HEAD.size : len(data) - 4]
+    return covered, {h: (ps, seq) for h, ps, seq in _ENTRY.iter_unpack(body)}

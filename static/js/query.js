@@ -1,0 +1,186 @@
+// Query: a subscription made by this page itself, through the browser Spool client
+// (static/spool-client.js) over the websocket. Messages stream into the table (newest
+// first, the last N kept); failure acks show their reason inline.
+
+import { SpoolClient } from "../spool-client.js";
+import { Alert, el, fmtInt, fmtRate, setText } from "./ui.js";
+
+const alert = new Alert(document.getElementById("page-alert"));
+const $id = (id) => document.getElementById(id);
+const form = $id("query-form");
+const startBtn = $id("start");
+const stopBtn = $id("stop");
+const tbody = $id("messages-table").tBodies[0];
+const bookmarkKind = $id("bookmark-kind");
+const bookmarkField = $id("bookmark-field");
+const decoder = new TextDecoder("utf-8", { fatal: false });
+
+let client = null;
+let count = 0;
+let pending = [];
+let frame = null;
+let rateBase = { at: performance.now(), count: 0 };
+let rateTimer = null;
+
+function wsUrl() {
+  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/amps/json`;
+}
+
+function setState(state, text = state) {
+  const node = $id("q-state");
+  node.className = `state-${state}`;
+  setText(node, text);
+}
+
+function maxRows() {
+  return Math.max(10, Math.min(100000, Number($id("max-rows").value) || 1000));
+}
+
+function row(m) {
+  const body = el("td", { className: "body-cell", text: m.body, title: "click to expand" });
+  body.addEventListener("click", () => body.classList.toggle("expanded"));
+  return el("tr", {},
+    el("td", { className: "num", text: fmtInt(m.n) }),
+    el("td", { className: "mono", text: m.bookmark ?? "–" }),
+    el("td", { className: "mono", text: m.timestamp ? formatTs(m.timestamp) : "–" }),
+    el("td", { className: "mono", text: m.topic }),
+    body);
+}
+
+/** "20240501T120000.123456Z" -> "2024-05-01 12:00:00.123456" */
+function formatTs(ts) {
+  const m = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\.\d+)?Z?$/.exec(ts);
+  return m ? `${m[1]}-${m[2]}-${m[3]} ${m[4]}:${m[5]}:${m[6]}${m[7] ?? ""}` : ts;
+}
+
+/** Move buffered messages into the table once per animation frame, not once per message. */
+function flushRows() {
+  frame = null;
+  const limit = maxRows();
+  const batch = pending.length > limit ? pending.slice(-limit) : pending;
+  pending = [];
+  tbody.querySelector("tr.empty")?.remove();
+  const fragment = document.createDocumentFragment();
+  for (let i = batch.length - 1; i >= 0; i--) fragment.append(row(batch[i]));
+  tbody.prepend(fragment);
+  while (tbody.rows.length > limit) tbody.lastElementChild.remove();
+  setText($id("q-count"), fmtInt(count));
+  setText($id("q-shown"), fmtInt(tbody.rows.length));
+  const last = batch[batch.length - 1];
+  if (last?.bookmark) setText($id("q-bookmark"), last.bookmark);
+}
+
+function onMessage(message) {
+  count += 1;
+  pending.push({
+    n: count,
+    bookmark: message.bookmark,
+    timestamp: message.timestamp,
+    topic: message.topic,
+    // copy out of the frame: the text is all the table needs
+    body: decoder.decode(message.body),
+  });
+  if (pending.length > maxRows()) pending.splice(0, pending.length - maxRows());
+  if (frame === null) frame = requestAnimationFrame(flushRows);
+}
+
+function updateRate() {
+  const now = performance.now();
+  const dt = (now - rateBase.at) / 1000;
+  if (dt > 0) setText($id("q-rate"), fmtRate((count - rateBase.count) / dt));
+  rateBase = { at: now, count };
+}
+
+function running(on) {
+  startBtn.disabled = on;
+  stopBtn.disabled = !on;
+  for (const input of form.querySelectorAll("input, select")) input.disabled = on;
+  clearInterval(rateTimer);
+  if (on) rateTimer = setInterval(updateRate, 1000);
+}
+
+function randomId() {
+  const b = new Uint8Array(3);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+async function start() {
+  alert.clear();
+  const topic = $id("topic").value.trim();
+  if (!topic) return;
+  const kind = bookmarkKind.value;
+  const bookmark = kind === "custom" ? $id("bookmark").value.trim() : kind;
+  const options = $id("options").value.split(",").map((o) => o.trim()).filter(Boolean);
+  if ($id("opt-timestamp").checked && !options.includes("timestamp")) options.push("timestamp");
+  const instance = $id("instance-name")?.textContent?.trim() ?? "spool";
+  client = new SpoolClient(wsUrl(), {
+    name: `dashboard-query-${randomId()}`,
+    userId: $id("ws-user")?.value || undefined,
+    password: $id("ws-password")?.value || undefined,
+    heartbeat: 10,
+  });
+  client.on("disconnect", ({ error }) => {
+    if (client === null) return;
+    alert.error(error, `connection to ${instance}`);
+    setState("failed", "disconnected");
+    client = null;
+    running(false);
+  });
+  client.on("error", (err) => alert.error(err));
+  running(true);
+  setState("running", "connecting");
+  count = 0;
+  rateBase = { at: performance.now(), count: 0 };
+  setText($id("q-count"), "0");
+  setText($id("q-completed"), bookmark ? "replaying" : "–");
+  setText($id("q-bookmark"), "–");
+  try {
+    await client.connect();
+    const subId = await client.subscribe(topic, {
+      filter: $id("filter").value.trim() || undefined,
+      bookmark: bookmark || undefined,
+      options: options.join(",") || undefined,
+      onCompleted: () => setText($id("q-completed"), "reached live"),
+      onError: (err) => {
+        alert.error(err, "subscription");
+        stop("failed");
+      },
+    }, onMessage);
+    setText($id("q-subid"), subId);
+    setState("running", "running");
+  } catch (err) {
+    alert.error(err, `subscribe to ${topic}`);
+    stop("failed");
+  }
+}
+
+function stop(state = "stopped") {
+  const c = client;
+  client = null;
+  if (c !== null) c.close();
+  running(false);
+  updateRate();
+  setState(state, state === "failed" ? "failed" : "stopped");
+}
+
+form.addEventListener("submit", (e) => {
+  e.preventDefault();
+  start();
+});
+stopBtn.addEventListener("click", () => stop());
+$id("clear").addEventListener("click", () => {
+  tbody.replaceChildren();
+  pending = [];
+  count = 0;
+  setText($id("q-count"), "0");
+  setText($id("q-shown"), "0");
+});
+bookmarkKind.addEventListener("change", () => {
+  bookmarkField.hidden = bookmarkKind.value !== "custom";
+});
+window.addEventListener("pagehide", () => client?.close());
+
+const params = new URLSearchParams(location.search);
+if (params.get("topic")) $id("topic").value = params.get("topic");
+if (params.get("filter")) $id("filter").value = params.get("filter");

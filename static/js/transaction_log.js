@@ -1,0 +1,170 @@
+// Transaction log: journal files (GET /api/transaction_log every 3 s), totals, flush
+// latency, and archive / compress / remove with a confirmation (each acts on the journal
+// and all older ones; the broker answers 409 while something still needs them).
+
+import {
+  Alert, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBytes, fmtDateTime, fmtInt,
+  fmtMs, setText,
+} from "./ui.js";
+
+const alert = new Alert(document.getElementById("page-alert"));
+const $id = (id) => document.getElementById(id);
+
+const ACTIONS = {
+  archive: {
+    title: "Archive",
+    verb: "archived",
+    text: "moves the files to the archive directory; replays can no longer read them",
+    allowed: (j) => j.state === "active",
+  },
+  compress: {
+    title: "Compress",
+    verb: "compressed",
+    text: "compresses the archived files (archiving them first if needed)",
+    allowed: (j) => j.state !== "compressed",
+  },
+  remove: {
+    title: "Remove",
+    verb: "removed",
+    text: "deletes the files for good; their messages can never be replayed again",
+    allowed: () => true,
+  },
+};
+
+function kv(node, rows) {
+  node.replaceChildren(...rows.flatMap(([k, v]) => [
+    el("dt", { text: k }), el("dd", { text: v ?? "–", title: String(v ?? "") }),
+  ]));
+}
+
+let journals = [];
+
+async function journalAction(button, action, journal) {
+  const spec = ACTIONS[action];
+  const older = journals.filter((j) => j.id < journal.id).length;
+  const yes = await confirmDialog({
+    title: `${spec.title} journal ${journal.id}${older ? ` and ${older} older` : ""}?`,
+    message: [
+      `${spec.title} ${spec.text}.`,
+      `Covers sequences up to ${fmtInt(journal.last_seq)} (${fmtDateTime(journal.last_time)} UTC).`,
+    ],
+    confirm: spec.title,
+    danger: action === "remove",
+  });
+  if (!yes) return;
+  await busy(button, async () => {
+    try {
+      const result = await api(`/api/transaction_log/journals/${journal.id}/${action}`, { method: "POST" });
+      const n = Array.isArray(result?.journals) ? result.journals.length : null;
+      alert.ok(`journal ${journal.id}${n !== null ? ` (${n} file${n === 1 ? "" : "s"})` : ""} ${spec.verb}`);
+    } catch (err) {
+      alert.error(err, `${action} journal ${journal.id}`);
+    }
+  });
+  await poller.now();
+}
+
+const CELLS = ["id", "state", "size", "first_seq", "last_seq", "first_bookmark",
+  "last_bookmark", "first_time", "last_time"];
+
+const rows = new KeyedTable($id("journals-table").tBodies[0], {
+  key: (j) => String(j.id),
+  columns: CELLS.length + 1,
+  empty: "No journal file.",
+  create: () => {
+    const tr = el("tr");
+    for (const field of CELLS) {
+      const num = ["id", "size", "first_seq", "last_seq"].includes(field);
+      tr.append(el("td", { className: num ? "num" : field.endsWith("bookmark") ? "mono" : "",
+        dataset: { field } }));
+    }
+    const cell = el("td", { className: "nowrap" });
+    for (const action of Object.keys(ACTIONS)) {
+      const button = el("button", { type: "button", className: `small${action === "remove" ? " danger" : ""}`,
+        text: ACTIONS[action].title, dataset: { action } });
+      button.addEventListener("click", () => journalAction(button, action, tr._journal));
+      cell.append(button, " ");
+    }
+    tr.append(cell);
+    return tr;
+  },
+  update: (tr, j) => {
+    tr._journal = j;
+    CELLS.forEach((field, i) => {
+      const td = tr.cells[i];
+      switch (field) {
+        case "state":
+          if (td.dataset.state !== j.state) {
+            td.dataset.state = j.state;
+            td.replaceChildren(badge(j.state));
+          }
+          break;
+        case "id":
+          setText(td, fmtInt(j.id));
+          td.title = j.path ?? "";
+          break;
+        case "size": setText(td, fmtBytes(j.size)); break;
+        case "first_seq": case "last_seq": setText(td, fmtInt(j[field])); break;
+        case "first_time": case "last_time":
+          setText(td, fmtDateTime(j[field]));
+          td.title = j[field] ?? "";
+          break;
+        default: setText(td, j[field] || "–");
+      }
+    });
+    for (const button of tr.cells[CELLS.length].querySelectorAll("button")) {
+      button.disabled = !ACTIONS[button.dataset.action].allowed(j);
+    }
+  },
+});
+
+function render(info) {
+  if (info === null) {
+    journals = [];
+    rows.render([]);
+    setText($id("summary"), "no transaction log configured");
+    return;
+  }
+  journals = info.journals ?? [];
+  rows.render([...journals].sort((a, b) => a.id - b.id));
+  const t = info.totals ?? {};
+  const st = info.stats ?? {};
+  setText($id("summary"), `${fmtInt(t.files ?? journals.length)} files · ${fmtBytes(t.bytes)}`);
+  kv($id("totals"), [
+    ["files", fmtInt(t.files ?? journals.length)],
+    ["bytes", fmtBytes(t.bytes)],
+    ["first seq", fmtInt(t.first_seq)],
+    ["last seq", fmtInt(t.last_seq)],
+    ["durable seq", fmtInt(t.durable_seq)],
+    ["not yet durable", fmtInt(Math.max(0, (t.last_seq ?? 0) - (t.durable_seq ?? 0)))],
+  ]);
+  const fl = info.flush_latency_ms ?? {};
+  kv($id("flush"), [
+    ["fsync p50", fmtMs(fl.p50)],
+    ["fsync p99", fmtMs(fl.p99)],
+    ["flushes", fmtInt(st.flushes)],
+    ["appended", fmtInt(st.appended)],
+  ]);
+  const skip = new Set(["flushes", "appended", "fsync_p50_ms", "fsync_p99_ms"]);
+  kv($id("writer"), Object.entries(st).filter(([k]) => !skip.has(k)).map(([k, v]) => [
+    k.replace(/_/g, " "),
+    typeof v === "number" ? (k.includes("bytes") ? fmtBytes(v) : k.endsWith("_ms") ? fmtMs(v) : fmtInt(v))
+      : String(v),
+  ]));
+}
+
+const poller = new Poller(async () => {
+  try {
+    render(await api("/api/transaction_log"));
+    setText($id("updated"), new Date().toISOString().slice(11, 19));
+    alert.clear("poll");
+  } catch (err) {
+    if (err.status === 404) {
+      // the instance runs without a transaction log
+      render(null);
+      return;
+    }
+    alert.error(err, "refresh", "poll");
+  }
+}, 3000);
+poller.start();

@@ -1,0 +1,332 @@
+"""The Spool benchmark workers: each runs in its own process (see processes.py).
+
+Every worker prepares (connects, logs on, subscribes), passes ``gate``, does the measured
+work and returns a small dict of monotonic-ns stamps, counts or latency percentiles (never
+the raw samples: a run can hold millions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from array import array
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection
+
+from tests.bench.bodies import STAMP_RE, PublishEncoder, body_pool, stamped_body
+from tests.bench.processes import Gate
+from tests.bench.stats import latency_summary
+from tests.bench.wire import (
+    PUBLISH_MARK,
+    BenchProtocolError,
+    close_quietly,
+    command,
+    open_session,
+    scan_acks,
+    subscribe_command,
+    wait_acks,
+)
+
+
+def _check_failures(acks: list[dict[str, Any]]) -> None:
+    for h in acks:
+        if h.get("status", "success") != "success":
+            raise BenchProtocolError(
+                f"{h.get('a')} ack failed: {h.get('reason')} {h.get('detail', '')}".strip()
+            )
+
+
+class _PersistedTracker:
+    """Follows the conflated persisted acks of one publisher connection."""
+
+    def __init__(self, ws: ClientConnection, base: int, on_ack: Any = None) -> None:
+        self.ws = ws
+        self.acked = base
+        self.changed = asyncio.Event()
+        self._on_ack = on_ack
+        self.task = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        async for frame in self.ws:
+            data = frame if isinstance(frame, bytes) else frame.encode()
+            for h in scan_acks(data):
+                if h.get("a") != "persisted" or "cid" in h or "sub_id" in h:
+                    continue
+                if h.get("status", "success") != "success":
+                    raise BenchProtocolError(f"publish {h.get('s')} failed: {h.get('reason')}")
+                s = int(h.get("s", 0))
+                if s > self.acked:
+                    if self._on_ack is not None:
+                        self._on_ack(self.acked, s, time.monotonic_ns())
+                    self.acked = s
+                    self.changed.set()
+
+    async def wait_for(self, seq: int) -> None:
+        """Until ``acked >= seq`` (re-raises a failure of the reader)."""
+        while self.acked < seq:
+            if self.task.done():
+                self.task.result()
+                raise BenchProtocolError("connection closed before the persisted ack")
+            self.changed.clear()
+            waiter = asyncio.ensure_future(self.changed.wait())
+            await asyncio.wait({waiter, self.task}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+
+
+async def publish_burst(
+    gate: Gate,
+    *,
+    url: str,
+    name: str,
+    topic: str,
+    count: int,
+    body_bytes: int,
+    seed: int,
+    persisted: bool,
+    window: int,
+    per_frame: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """Publish ``count`` messages as fast as the broker takes them.
+
+    Without acks the run ends at the ack of a ``flush`` sent after the last publish (every
+    earlier publish processed and, on a recorded topic, persisted). With persisted acks at
+    most ``window`` messages are unacked at any time and the run ends at the ack covering
+    the last one.
+    """
+    ws, logon = await open_session(url, name, timeout=timeout)
+    base = int(logon.get("s", 0) or 0)
+    bodies = body_pool(body_bytes, seed)
+    enc = PublishEncoder(topic, persisted=persisted)
+    tracker = _PersistedTracker(ws, base) if persisted else None
+    try:
+        await gate.aopen()
+        start = time.monotonic_ns()
+        sent = 0
+        while sent < count:
+            n = min(per_frame, count - sent)
+            if tracker is not None and base + sent + n - tracker.acked > window:
+                await asyncio.wait_for(tracker.wait_for(base + sent + n - window), timeout)
+            await ws.send(enc.frame(base + sent + 1, bodies, sent, n))
+            sent += n
+        if tracker is not None:
+            await asyncio.wait_for(tracker.wait_for(base + count), timeout)
+        else:
+            await ws.send(command({"c": "flush", "cid": "flush", "a": "processed"}))
+            await wait_acks(ws, {"flush"}, timeout)
+        end = time.monotonic_ns()
+    finally:
+        if tracker is not None:
+            tracker.task.cancel()
+        await close_quietly(ws)
+    return {"start_ns": start, "end_ns": end, "count": count, "bytes": count * body_bytes}
+
+
+async def _count_until(ws: ClientConnection, expected: int) -> tuple[int, int, int]:
+    """Read frames until ``expected`` deliveries; returns (first_ns, last_ns, count)."""
+    count = 0
+    first = 0
+    last = 0
+    mark = PUBLISH_MARK
+    while count < expected:
+        frame = await ws.recv(decode=False)
+        n = frame.count(mark)
+        if n:
+            last = time.monotonic_ns()
+            if not count:
+                first = last
+            count += n
+        elif b'"status":"failure"' in frame:
+            _check_failures(scan_acks(frame))
+    return first, last, count
+
+
+async def live_subscribers(
+    gate: Gate,
+    *,
+    url: str,
+    name: str,
+    topic: str,
+    connections: int,
+    expected_each: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """``connections`` connections, one live subscription each; counts deliveries."""
+    sockets: list[ClientConnection] = []
+    try:
+        for start in range(0, connections, 50):
+            batch = await asyncio.gather(
+                *(
+                    open_session(url, f"{name}-{i}", timeout=timeout)
+                    for i in range(start, min(connections, start + 50))
+                )
+            )
+            sockets.extend(ws for ws, _ in batch)
+        for ws in sockets:
+            await ws.send(subscribe_command(topic, "s1"))
+        await asyncio.gather(*(wait_acks(ws, {"s1"}, timeout) for ws in sockets))
+        await gate.aopen()
+        done = await asyncio.wait_for(
+            asyncio.gather(*(_count_until(ws, expected_each) for ws in sockets)), timeout
+        )
+    finally:
+        await asyncio.gather(*(close_quietly(ws) for ws in sockets))
+    return {
+        "first_ns": min(d[0] for d in done),
+        "last_ns": max(d[1] for d in done),
+        "count": sum(d[2] for d in done),
+    }
+
+
+async def replay_subscriber(
+    gate: Gate,
+    *,
+    url: str,
+    name: str,
+    topic: str,
+    expected: int,
+    filter: str | None,
+    timeout: float,
+) -> dict[str, Any]:
+    """Subscribe from EPOCH after go (the subscribe is part of the measured time) and count
+    deliveries until ``expected``."""
+    ws, _ = await open_session(url, name, timeout=timeout)
+    try:
+        await gate.aopen()
+        start = time.monotonic_ns()
+        await ws.send(subscribe_command(topic, "r1", bookmark="0", filter=filter))
+        first, last, count = await asyncio.wait_for(_count_until(ws, expected), timeout)
+    finally:
+        await close_quietly(ws)
+    return {"start_ns": start, "first_ns": first, "last_ns": last, "count": count}
+
+
+async def paced_publisher(
+    gate: Gate,
+    *,
+    url: str,
+    name: str,
+    topic: str,
+    rate: int,
+    seconds: float,
+    body_bytes: int,
+    persisted: bool,
+    timeout: float,
+) -> dict[str, Any]:
+    """Publish ``rate * seconds`` stamped messages at ``rate`` per second.
+
+    Whatever is due is sent in one frame each time the loop wakes (about every
+    millisecond: asyncio's timer resolution), stamped with the time the frame is built.
+    With ``persisted`` the latency from send to the persisted ack covering each message
+    is measured too.
+    """
+    total = int(rate * seconds)
+    ws, logon = await open_session(url, name, timeout=timeout)
+    base = int(logon.get("s", 0) or 0)
+    enc = PublishEncoder(topic, persisted=persisted)
+    send_ns = array("q", bytes(8 * total))
+    lat = array("q")
+
+    def on_ack(prev: int, upto: int, now: int) -> None:
+        for seq in range(prev + 1, upto + 1):
+            lat.append(now - send_ns[seq - base - 1])
+
+    tracker = _PersistedTracker(ws, base, on_ack) if persisted else None
+    try:
+        await gate.aopen()
+        start = time.monotonic_ns()
+        interval = 1e9 / rate
+        sent = 0
+        last_send = start
+        while sent < total:
+            now = time.monotonic_ns()
+            due = min(total, int((now - start) / interval) + 1) - sent
+            if due <= 0:
+                await asyncio.sleep((start + sent * interval - now) / 1e9)
+                continue
+            msgs = []
+            for j in range(due):
+                i = sent + j
+                send_ns[i] = now
+                msgs.append(enc.message(base + i + 1, stamped_body(now, i, body_bytes)))
+            await ws.send(b"".join(msgs))
+            sent += due
+            last_send = now
+        if tracker is not None:
+            await asyncio.wait_for(tracker.wait_for(base + total), timeout)
+    finally:
+        if tracker is not None:
+            tracker.task.cancel()
+        await close_quietly(ws)
+    out: dict[str, Any] = {"sent": total, "start_ns": start, "last_send_ns": last_send}
+    if persisted:
+        out.update(latency_summary(lat))
+    return out
+
+
+async def latency_subscriber(
+    gate: Gate, *, url: str, name: str, topic: str, expected: int, timeout: float
+) -> dict[str, Any]:
+    """A live subscriber that reads the send stamp of each delivered message."""
+    ws, _ = await open_session(url, name, timeout=timeout)
+    lat = array("q")
+    try:
+        await ws.send(subscribe_command(topic, "l1"))
+        await wait_acks(ws, {"l1"}, timeout)
+        await gate.aopen()
+
+        async def _read() -> None:
+            finditer = STAMP_RE.findall
+            while len(lat) < expected:
+                frame = await ws.recv(decode=False)
+                now = time.monotonic_ns()
+                for stamp in finditer(frame):
+                    lat.append(now - int(stamp))
+
+        await asyncio.wait_for(_read(), timeout)
+    finally:
+        await close_quietly(ws)
+    return latency_summary(lat)
+
+
+async def hold_connections(
+    gate: Gate, *, url: str, name: str, connections: int, timeout: float
+) -> dict[str, Any]:
+    """Open ``connections`` logged-on idle connections, hold them through the gate."""
+    sockets: list[ClientConnection] = []
+    try:
+        for start in range(0, connections, 50):
+            batch = await asyncio.gather(
+                *(
+                    open_session(url, f"{name}-{i}", timeout=timeout)
+                    for i in range(start, min(connections, start + 50))
+                )
+            )
+            sockets.extend(ws for ws, _ in batch)
+        await gate.aopen()
+    finally:
+        await asyncio.gather(*(close_quietly(ws) for ws in sockets))
+    return {"connections": len(sockets)}
+
+
+async def hold_subscriptions(
+    gate: Gate, *, url: str, name: str, topic_prefix: str, subscriptions: int, timeout: float
+) -> dict[str, Any]:
+    """One connection with ``subscriptions`` live subscriptions to distinct exact topics."""
+    ws, _ = await open_session(url, name, timeout=timeout)
+    try:
+        for start in range(0, subscriptions, 100):
+            ids = [f"m{i}" for i in range(start, min(subscriptions, start + 100))]
+            await ws.send(b"".join(subscribe_command(f"{topic_prefix}/{sid}", sid) for sid in ids))
+            await wait_acks(ws, set(ids), timeout)
+        await gate.aopen()
+    finally:
+        await close_quietly(ws)
+    return {"subscriptions": subscriptions}
+
+
+async def logon_once(url: str, name: str, timeout: float) -> None:
+    """Connect, log on, close: proves an instance serves clients (restart scenario)."""
+    ws, _ = await open_session(url, name, timeout=timeout)
+    await close_quietly(ws)

@@ -1,0 +1,348 @@
+"""The dashboard in Chromium against a real broker: what an operator sees and does.
+
+Each test drives the pages like a person would (click, type, read) and checks the effect
+through the REST API or a Python client, not through the page's own code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from server.client.sync import SyncClient
+from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, artifact_path
+from tests.support.server import SpoolProcess
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.browser
+
+
+def api(server: SpoolProcess, path: str, token: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = httpx.get(f"{server.http_url}{path}", headers=headers, timeout=10)
+    response.raise_for_status()
+    return response.json()
+
+
+def subscription_state(server: SpoolProcess, client: str, sub_id: str) -> str | None:
+    for sub in api(server, "/api/subscriptions")["subscriptions"]:
+        if sub["client"] == client and sub["sub_id"] == sub_id:
+            return str(sub["state"])
+    return None
+
+
+@pytest.fixture
+def client_factory(dashboard_server: SpoolProcess) -> Iterator[Any]:
+    """Connected Python clients, closed at the end of the test."""
+    clients: list[SyncClient] = []
+
+    def make(name: str) -> SyncClient:
+        client = SyncClient(dashboard_server.ws_url, name)
+        client.connect()
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def publish(client: SyncClient, topic: str, count: int, start: int = 0) -> None:
+    for i in range(start, start + count):
+        client.publish(topic, {"i": i, "qty": i % 50})
+    client.flush()
+
+
+# -- login and sessions -----------------------------------------------------------------
+
+
+def test_log_in_and_act_with_the_session(page: Page, auth_server: SpoolProcess) -> None:
+    page.goto(f"{auth_server.http_url}/clients")
+    expect(page).to_have_url(re.compile(r"/login\?next=/clients"))
+    page.fill("#username", ADMIN_USER)
+    page.fill("#password", "not the password")
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("Invalid user name or password")
+
+    page.fill("#username", ADMIN_USER)
+    page.fill("#password", ADMIN_PASSWORD)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(f"{auth_server.http_url}/clients")
+    expect(page.locator("#instance-name")).to_have_text("spool-auth")
+    assert page.locator('meta[name="csrf-token"]').get_attribute("content")
+
+    # a POST from the page carries the session's CSRF token: the disconnect works
+    with SyncClient(auth_server.ws_url, "feed-1", user_id=ADMIN_USER, password=ADMIN_TOKEN) as c:
+        row = page.locator('tr[data-key="feed-1"]')
+        expect(row).to_be_visible()
+        row.locator('button[data-action="disconnect"]').click()
+        page.locator('dialog [data-action="confirm"]').click()
+        expect(page.locator("#page-alert")).to_contain_text("feed-1 disconnected")
+        wait_until(lambda: c._client.closed.is_set(), message="client closed by the broker")
+    clients = api(auth_server, "/api/clients", token=ADMIN_TOKEN)["clients"]
+    assert all(c["name"] != "feed-1" for c in clients)
+
+    page.locator("form[action='/logout'] button").click()
+    expect(page).to_have_url(re.compile(r"/login"))
+
+
+# -- overview ---------------------------------------------------------------------------
+
+
+def test_overview_shows_the_instance_and_live_figures(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    page.goto(dashboard_server.http_url)
+    expect(page.locator("#instance-name")).to_have_text("spool-dash")
+    expect(page.locator("#instance-kv")).to_contain_text("spool-dash")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "open")
+    before = api(dashboard_server, "/api/clients")["clients"]
+    feeder = client_factory("overview-feeder")
+    expect(page.locator("#kpi-clients")).to_have_text(str(len(before) + 1))
+
+    # keep publishing until a one-second point shows a rate above zero
+    def rate_shows() -> bool:
+        publish(feeder, "overview", 200)
+        return re.match(r"^[1-9]", page.locator("#kpi-in").inner_text()) is not None
+
+    wait_until(rate_shows, timeout=15, interval=0.2, message="msgs in rate > 0")
+    expect(page.locator("#kpi-ack")).not_to_have_text("\u2013")  # the "no value" dash
+    expect(page.locator("#chart-rates canvas")).to_have_count(1)
+    expect(page.locator("#disk-meters .meter").first).to_be_visible()
+
+
+# -- clients ----------------------------------------------------------------------------
+
+
+def test_a_client_appears_and_its_counts_rise(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    page.goto(f"{dashboard_server.http_url}/clients")
+    feeder = client_factory("pricer-7")
+    row = page.locator('tr[data-key="pricer-7"]')
+    expect(row).to_be_visible()
+    msgs_in = row.locator('td[data-field="msgs_in"]')
+    expect(msgs_in).to_have_text("0")
+    publish(feeder, "prices", 40)
+    expect(msgs_in).to_have_text("40")
+    publish(feeder, "prices", 35, start=40)
+    expect(msgs_in).to_have_text("75")
+    page.fill("#filter", "no-such-client")
+    expect(row).to_have_count(0)
+    page.fill("#filter", "pricer")
+    expect(row).to_be_visible()
+
+
+# -- subscriptions ----------------------------------------------------------------------
+
+
+def test_pause_and_resume_a_bookmark_subscription(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    feeder = client_factory("replay-feeder")
+    publish(feeder, "ticks", 100)
+    reader = client_factory("replay-reader")
+    reader.subscribe("ticks", bookmark="0", sub_id="book-1")
+    reader.subscribe("ticks", sub_id="plain-1")
+    page.goto(f"{dashboard_server.http_url}/subscriptions")
+    row = page.locator('tr[data-key="replay-reader\u0000book-1"]')
+    plain = page.locator('tr[data-key="replay-reader\u0000plain-1"]')
+    expect(row).to_be_visible()
+    # pause and resume apply to bookmark subscriptions only
+    expect(plain.locator('button[data-action="pause"]')).to_be_disabled()
+
+    row.locator('button[data-action="pause"]').click()
+    wait_until(
+        lambda: subscription_state(dashboard_server, "replay-reader", "book-1") == "paused",
+        message="paused over REST",
+    )
+    expect(row.locator(".badge")).to_have_text("paused")
+    row.locator('button[data-action="resume"]').click()
+    wait_until(
+        lambda: (
+            subscription_state(dashboard_server, "replay-reader", "book-1") in ("replaying", "live")
+        ),
+        message="resumed over REST",
+    )
+    expect(row.locator('button[data-action="pause"]')).to_be_enabled()
+
+
+def test_resume_several_paused_subscriptions_together(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    feeder = client_factory("together-feeder")
+    publish(feeder, "fills", 50)
+    reader = client_factory("together-reader")
+    for sub_id in ("a", "b"):
+        reader.subscribe("fills", bookmark="0", sub_id=sub_id, options="pause")
+    page.goto(f"{dashboard_server.http_url}/subscriptions")
+    page.fill("#filter", "together-reader")
+    rows = [page.locator(f'tr[data-key="together-reader\u0000{s}"]') for s in ("a", "b")]
+    for row in rows:
+        expect(row.locator(".badge")).to_have_text("paused")
+        row.locator("td.check input").check()
+    expect(page.locator("#selection")).to_have_text("2 selected")
+    page.click("#resume-selected")
+    expect(page.locator("#page-alert")).to_contain_text("resumed together")
+    wait_until(
+        lambda: all(
+            subscription_state(dashboard_server, "together-reader", s) in ("replaying", "live")
+            for s in ("a", "b")
+        ),
+        message="both resumed over REST",
+    )
+
+
+def test_an_action_the_broker_refuses_shows_its_reason_inline(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    reader = client_factory("gone-soon")
+    reader.subscribe("ticks", bookmark="0", sub_id="doomed")
+    page.goto(f"{dashboard_server.http_url}/subscriptions")
+    row = page.locator('tr[data-key="gone-soon\u0000doomed"]')
+    expect(row).to_be_visible()
+    # freeze the page's view: its refreshes of the list stay unanswered from now on
+    page.route("**/api/subscriptions", lambda route: None)
+    reader.unsubscribe("doomed")
+    row.locator('button[data-action="pause"]').click()
+    alert = page.locator("#page-alert")
+    expect(alert).to_be_visible()
+    expect(alert.locator(".reason")).to_have_text("not found")
+    expect(alert).to_contain_text("pause gone-soon/doomed")
+
+
+# -- query ------------------------------------------------------------------------------
+
+
+def test_the_query_page_streams_messages_from_the_browser(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    feeder = client_factory("query-feeder")
+    publish(feeder, "orders-q", 30)
+    page.goto(f"{dashboard_server.http_url}/query")
+    page.fill("#topic", "orders-q")
+    page.fill("#filter", "/qty >= 10")
+    page.select_option("#bookmark-kind", "0")
+    page.click("#start")
+    expect(page.locator("#q-state")).to_have_text("running")
+    expect(page.locator("#q-count")).to_have_text("20")  # i = 10..29 replayed
+    expect(page.locator("#q-completed")).to_have_text("reached live")
+    publish(feeder, "orders-q", 15, start=30)  # qty 30..44: all match
+    expect(page.locator("#q-count")).to_have_text("35")
+    newest = page.locator("#messages-table tbody tr").first
+    expect(newest.locator("td.body-cell")).to_have_text('{"i":44,"qty":44}')
+    expect(newest.locator("td").nth(1)).to_have_text(re.compile(r"^\d+\|\d+\|$"))
+    names = [c["name"] for c in api(dashboard_server, "/api/clients")["clients"]]
+    assert any(n.startswith("dashboard-query-") for n in names)
+    page.click("#stop")
+    expect(page.locator("#q-state")).to_have_text("stopped")
+    wait_until(
+        lambda: (
+            not any(
+                c["name"].startswith("dashboard-query-")
+                for c in api(dashboard_server, "/api/clients")["clients"]
+            )
+        ),
+        message="the page's client went away",
+    )
+
+
+def test_the_query_page_shows_a_failure_ack_reason(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    page.goto(f"{dashboard_server.http_url}/query")
+    page.fill("#topic", "orders-q")
+    page.fill("#filter", "/qty >")
+    page.click("#start")
+    alert = page.locator("#page-alert")
+    expect(alert.locator(".reason")).to_have_text("bad filter")
+    expect(page.locator("#q-state")).to_have_text("failed")
+    expect(page.locator("#start")).to_be_enabled()
+
+
+# -- history, transaction log, events ---------------------------------------------------
+
+
+def test_the_history_page_charts_the_stats_database(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    def metrics() -> list[str]:
+        return list(api(dashboard_server, "/api/stats/metrics")["metrics"])
+
+    wait_until(lambda: len(metrics()) > 0, timeout=20, message="stats samples")
+    metric = metrics()[0]
+    wait_until(
+        lambda: len(api(dashboard_server, f"/api/stats?metric={metric}")["points"]) >= 2,
+        timeout=20,
+        message="two samples",
+    )
+    page.goto(f"{dashboard_server.http_url}/history?metric={metric}&last=900")
+    expect(page.locator("#points-label")).to_have_text(re.compile(r"^[1-9][\d,]* points"))
+    expect(page.locator("#chart-history canvas")).to_have_count(1)
+    expect(page.locator("#chart-history .empty-note")).to_be_hidden()
+    expect(page.locator("#summary")).to_contain_text(metric)
+    page.click('#presets button[data-range="86400"]')
+    expect(page).to_have_url(re.compile(r"last=86400"))
+    page.fill("#metric", "no/such/metric")
+    page.click("#show")
+    expect(page.locator("#page-alert .reason")).to_have_text("not found")
+
+
+def test_the_transaction_log_page_lists_journals_and_asks_before_acting(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    feeder = client_factory("journal-feeder")
+    publish(feeder, "bulk", 20)
+    page.goto(f"{dashboard_server.http_url}/transaction-log")
+    journals = api(dashboard_server, "/api/transaction_log")["journals"]
+    rows = page.locator("#journals-table tbody tr")
+    expect(rows).to_have_count(len(journals))
+    expect(page.locator("#totals")).to_contain_text("durable seq")
+    first = rows.first
+    first.locator('button[data-action="remove"]').click()
+    dialog = page.locator("dialog")
+    expect(dialog).to_contain_text("Remove journal")
+    dialog.locator('[data-action="cancel"]').click()
+    expect(dialog).to_have_count(0)
+    assert len(api(dashboard_server, "/api/transaction_log")["journals"]) == len(journals)
+
+
+def test_the_events_page_follows_the_event_log(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    page.goto(f"{dashboard_server.http_url}/events")
+    expect(page.locator("#live-note")).to_have_text("live")
+    client_factory("events-newcomer")
+    newest = page.locator("#events-table tbody tr", has_text="events-newcomer").first
+    expect(newest).to_contain_text("logon")
+    page.select_option("#level", "error")
+    expect(page.locator("#events-table tbody tr", has_text="events-newcomer")).to_have_count(0)
+
+
+# -- theme ------------------------------------------------------------------------------
+
+
+def test_the_theme_toggle_switches_and_is_remembered(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    html = page.locator("html")
+    page.goto(dashboard_server.http_url)
+    expect(html).to_have_attribute("data-theme", "dark")
+    expect(page.locator("#chart-rates canvas")).to_have_count(1)
+    page.screenshot(path=artifact_path("theme-dark"))
+    dark_bg = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+    page.click("#theme-toggle")
+    expect(html).to_have_attribute("data-theme", "light")
+    assert page.evaluate("() => getComputedStyle(document.body).backgroundColor") != dark_bg
+    expect(page.locator("#chart-rates canvas")).to_have_count(1)  # rebuilt, not lost
+    page.reload()
+    expect(html).to_have_attribute("data-theme", "light")
+    assert page.evaluate("() => localStorage.getItem('spool.theme')") == "light"
+    page.screenshot(path=artifact_path("theme-light"))
+    page.click("#theme-toggle")
+    expect(html).to_have_attribute("data-theme", "dark")

@@ -1,0 +1,129 @@
+"""The frame codec of static/spool-client.js, run in Chromium, against the server's codec.
+
+server/protocol/frame.py is the oracle: frames it encodes must parse the same in the
+browser, frames the browser encodes must parse in Python to what was encoded, and a
+truncated frame must yield the same good messages (and an error) on both sides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from playwright.sync_api import Page
+
+from server.protocol.frame import encode_frame, encode_message, parse_frame
+
+pytestmark = pytest.mark.browser
+
+JS_PARSE = """(bytes) => {
+  const r = window.spool.parseFrame(new Uint8Array(bytes));
+  return {error: r.error, messages: r.messages.map((m) => [m.header, Array.from(m.body)])};
+}"""
+JS_ENCODE = """(messages) => Array.from(window.spool.encodeFrame(
+  messages.map(([h, body]) => [h, new Uint8Array(body)])))"""
+
+# header values as the protocol has them: strings (with JSON's awkward characters), numbers
+# within JavaScript's exact integer range, booleans
+header_values = st.one_of(
+    st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=12),
+    st.text(alphabet='{}[]"\\:,é€😀 ', max_size=8),
+    st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1),
+    st.booleans(),
+)
+header_keys = st.one_of(
+    st.sampled_from(["c", "t", "cid", "sub_id", "bm", "f", "o", "s", "ts", "x", "k"]),
+    st.text(min_size=1, max_size=6).filter(lambda k: k not in ("l", "msg_len")),
+)
+headers = st.dictionaries(header_keys, header_values, max_size=5)
+bodies = st.one_of(st.binary(max_size=40), st.text(max_size=20).map(str.encode))
+messages = st.lists(st.tuples(headers, bodies), min_size=1, max_size=4)
+
+SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
+def _python_view(data: bytes) -> dict[str, Any]:
+    parsed = parse_frame(data)
+    return {
+        "error": parsed.error is not None,
+        "messages": [[m.header, list(m.body)] for m in parsed.messages],
+    }
+
+
+def _js_view(page: Page, data: bytes) -> dict[str, Any]:
+    result = page.evaluate(JS_PARSE, list(data))
+    return {"error": result["error"] is not None, "messages": result["messages"]}
+
+
+@SETTINGS
+@given(messages)
+def test_frames_encoded_by_the_server_parse_the_same_in_the_browser(
+    static_origin: Page, msgs: list[tuple[dict[str, Any], bytes]]
+) -> None:
+    frame = encode_frame(msgs)
+    assert _js_view(static_origin, frame) == _python_view(frame)
+
+
+@SETTINGS
+@given(messages)
+def test_frames_encoded_in_the_browser_parse_in_python(
+    static_origin: Page, msgs: list[tuple[dict[str, Any], bytes]]
+) -> None:
+    frame = bytes(static_origin.evaluate(JS_ENCODE, [[h, list(b)] for h, b in msgs]))
+    parsed = parse_frame(frame)
+    assert parsed.error is None
+    assert [(m.header, m.body) for m in parsed.messages] == [
+        ({**h, "l": len(b)}, b) for h, b in msgs
+    ]
+
+
+@SETTINGS
+@given(messages, st.data())
+def test_a_truncated_frame_fails_alike_after_the_same_good_messages(
+    static_origin: Page, msgs: list[tuple[dict[str, Any], bytes]], data: st.DataObject
+) -> None:
+    frame = encode_frame(msgs)
+    cut = data.draw(st.integers(min_value=1, max_value=len(frame)))
+    assert _js_view(static_origin, frame[:cut]) == _python_view(frame[:cut])
+
+
+def test_the_last_message_may_omit_its_length(static_origin: Page) -> None:
+    frame = encode_message({"c": "publish", "t": "a"}, b'{"x":1}') + encode_message(
+        {"c": "publish", "t": "b"}, 'héllo {"}'.encode(), with_length=False
+    )
+    view = _js_view(static_origin, frame)
+    assert view == _python_view(frame)
+    assert bytes(view["messages"][1][1]).decode() == 'héllo {"}'
+
+
+def test_lengths_count_bytes_not_characters(static_origin: Page) -> None:
+    encoded = bytes(
+        static_origin.evaluate(
+            "() => Array.from(window.spool.encodeMessage({c: 'publish', t: 'p'}, 'é€😀'))"
+        )
+    )
+    parsed = parse_frame(encoded)
+    assert parsed.error is None
+    assert parsed.messages[0].header["l"] == len("é€😀".encode()) == 9
+    assert parsed.messages[0].body.decode() == "é€😀"
+
+
+def test_long_keys_are_read_as_short_ones(static_origin: Page) -> None:
+    frame = b'{"command":"publish","topic":"orders","bookmark":"1|2|","msg_len":2}{}'
+    view = _js_view(static_origin, frame)
+    assert view["messages"] == [[{"c": "publish", "t": "orders", "bm": "1|2|", "l": 2}, [123, 125]]]
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"x{}", b'{"c":"publish"', b'{"c":"publish","l":5}abc', b'{"c":"a","l":-1}', b"[1]"],
+    ids=["empty", "no-header", "unterminated", "short-body", "negative-length", "not-object"],
+)
+def test_malformed_frames_are_reported_not_thrown(static_origin: Page, frame: bytes) -> None:
+    view = _js_view(static_origin, frame)
+    assert view["error"] is True
+    assert view == _python_view(frame)

@@ -1,0 +1,256 @@
+"""In-memory stand-ins for the transaction log and a subscription's sink.
+
+``FakeLog`` implements :class:`server.replay.ReplaySource` over a list of records with an
+appended end, a durable pointer and an ``asyncio.Condition``; ``FakeSink`` records every
+call with the (virtual) time it happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import functools
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, ParamSpec
+
+from server.bookmarks import pub_hash
+from server.clock import VirtualClock, time_us
+from server.txlog.record import Record, RecordKind
+
+P = ParamSpec("P")
+
+PUB: int = pub_hash("publisher-a")
+PUB_B: int = pub_hash("publisher-b")
+
+
+def run_async(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+    """Run an async test body in a fresh event loop (no pytest plugin needed)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        asyncio.run(fn(*args, **kwargs))
+
+    return wrapper
+
+
+async def settle(rounds: int = 200) -> None:
+    """Let every ready task run (no wall-clock sleeping)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+
+
+async def until(predicate: Callable[[], bool], rounds: int = 5000) -> None:
+    """Yield to the loop until ``predicate()`` holds, then let the tasks it woke settle
+    (so a virtual-clock ``advance`` afterwards sees their sleeps); fail after ``rounds``."""
+    for _ in range(rounds):
+        if predicate():
+            await settle()
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition not reached")
+
+
+class FakeLog:
+    """A transaction log in memory.
+
+    ``append`` adds a record (not yet durable); ``flush`` makes records durable and wakes
+    ``wait_durable`` callers. Sequence numbers are contiguous from ``first_seq``.
+    """
+
+    def __init__(self, clock: VirtualClock | None = None) -> None:
+        self.clock = clock
+        self.records: list[Record] = []
+        self._first = 1
+        self._durable = 0
+        self._cond = asyncio.Condition()
+        self._by_bookmark: dict[tuple[int, int], int] = {}
+        self._pub_seq: dict[int, int] = {}
+        self.reads = 0
+        self.read_sizes: list[int] = []
+
+    # -- writing --
+
+    def append(
+        self,
+        topic: str = "t",
+        body: bytes = b"{}",
+        *,
+        ts_us: int | None = None,
+        publisher: int = PUB,
+        pub_seq: int | None = None,
+        kind: RecordKind = RecordKind.PUBLISH,
+        sow_key: str = "",
+    ) -> Record:
+        if ts_us is None:
+            if self.clock is not None:
+                ts_us = time_us(self.clock)
+            else:
+                ts_us = self.records[-1].timestamp_us + 1000 if self.records else 1_000_000
+        if pub_seq is None:
+            pub_seq = self._pub_seq.get(publisher, 0) + 1
+        self._pub_seq[publisher] = pub_seq
+        rec = Record(
+            seq=self.last_seq + 1,
+            timestamp_us=ts_us,
+            pub_hash=publisher,
+            pub_seq=pub_seq,
+            topic=topic,
+            message_type="json",
+            kind=kind,
+            path=("a",),
+            flags=0,
+            body=body,
+            sow_key=sow_key,
+        )
+        self.records.append(rec)
+        self._by_bookmark[(publisher, pub_seq)] = rec.seq
+        return rec
+
+    async def flush(self, upto: int | None = None) -> None:
+        target = self.last_seq if upto is None else min(upto, self.last_seq)
+        async with self._cond:
+            self._durable = max(self._durable, target)
+            self._cond.notify_all()
+
+    async def publish(self, *args: Any, **kwargs: Any) -> Record:
+        rec = self.append(*args, **kwargs)
+        await self.flush()
+        return rec
+
+    def drop_before(self, seq: int) -> None:
+        """Retention: forget records below ``seq``."""
+        keep = [r for r in self.records if r.seq >= seq]
+        for r in self.records:
+            if r.seq < seq:
+                self._by_bookmark.pop((r.pub_hash, r.pub_seq), None)
+        self.records = keep
+        self._first = seq
+
+    # -- ReplaySource --
+
+    @property
+    def last_seq(self) -> int:
+        return self._first + len(self.records) - 1
+
+    @property
+    def durable_seq(self) -> int:
+        return self._durable
+
+    @property
+    def first_seq(self) -> int:
+        return self._first
+
+    def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
+        seq = self._by_bookmark.get((pub_hash, pub_seq))
+        return seq if seq is not None and seq >= self._first else None
+
+    def seq_for_time(self, timestamp_us: int) -> int:
+        stamps = [r.timestamp_us for r in self.records]
+        return self._first + bisect.bisect_left(stamps, timestamp_us)
+
+    async def read_batch(
+        self,
+        from_seq: int,
+        *,
+        max_count: int = 1000,
+        max_bytes: int = 1 << 20,
+        upto_seq: int | None = None,
+    ) -> list[Record]:
+        await asyncio.sleep(0)
+        self.reads += 1
+        end = self.last_seq if upto_seq is None else min(upto_seq, self.last_seq)
+        out: list[Record] = []
+        size = 0
+        seq = max(from_seq, self._first)
+        while seq <= end and len(out) < max_count:
+            rec = self.records[seq - self._first]
+            if out and size + len(rec.body) > max_bytes:
+                break
+            out.append(rec)
+            size += len(rec.body)
+            seq += 1
+        self.read_sizes.append(len(out))
+        return out
+
+    async def wait_durable(self, seq: int) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self._durable >= seq)
+
+
+class AppendedHorizon:
+    """The ``live`` horizon of a fake log: everything appended."""
+
+    def __init__(self, log: FakeLog) -> None:
+        self._log = log
+        self._event = asyncio.Event()
+
+    @property
+    def seq(self) -> int:
+        return self._log.last_seq
+
+    def poke(self) -> None:
+        self._event.set()
+
+    async def wait(self, seq: int) -> None:
+        while self._log.last_seq < seq:
+            self._event.clear()
+            await self._event.wait()
+
+
+class FakeSink:
+    """Records deliveries and acks. ``accept`` plays the subscription's filter; ``room``
+    cleared makes ``deliver`` wait (a client whose outbound buffer is full)."""
+
+    def __init__(
+        self,
+        sub_id: str = "s1",
+        *,
+        clock: VirtualClock | None = None,
+        accept: Callable[[Record], bool] | None = None,
+        shared: list[tuple[str, int]] | None = None,
+    ) -> None:
+        self.sub_id = sub_id
+        self.clock = clock
+        self.accept = accept
+        self.shared = shared
+        self.got: list[Record] = []
+        self.times: list[float] = []
+        self.events: list[tuple[str, object]] = []
+        self.calls = 0
+        self.room = asyncio.Event()
+        self.room.set()
+
+    @property
+    def seqs(self) -> list[int]:
+        return [r.seq for r in self.got]
+
+    @property
+    def positions(self) -> list[object]:
+        return [value for kind, value in self.events if kind == "position"]
+
+    def count(self, kind: str) -> int:
+        return sum(1 for k, _ in self.events if k == kind)
+
+    async def deliver(self, records: Sequence[Record]) -> int:
+        self.calls += 1
+        sent = 0
+        for rec in records:
+            if self.accept is not None and not self.accept(rec):
+                continue
+            self.got.append(rec)
+            self.times.append(self.clock.monotonic() if self.clock is not None else 0.0)
+            self.events.append(("deliver", rec.seq))
+            if self.shared is not None:
+                self.shared.append((self.sub_id, rec.seq))
+            sent += 1
+        await self.room.wait()
+        return sent
+
+    def caught_up(self) -> None:
+        self.events.append(("caught_up", len(self.got)))
+
+    def completed(self) -> None:
+        self.events.append(("completed", len(self.got)))
+
+    def position(self, bookmark: str) -> None:
+        self.events.append(("position", bookmark))

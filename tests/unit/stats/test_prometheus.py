@@ -1,0 +1,113 @@
+"""The Prometheus collector renders one snapshot per scrape, per registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from server.eventlog import EventLog
+from server.stats.histogram import LatencyHistogram
+from server.stats.prometheus import make_registry
+
+
+class ScrapedBroker:
+    def __init__(self) -> None:
+        self.events = EventLog(None, "prom", console=False)
+        self.ready = True
+        self.started_at = 1_700_000_000.0
+        self.latency = LatencyHistogram()
+        self.msgs_in = 0
+        self.scrapes = 0
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        self.scrapes += 1
+        return {
+            "time": 0.0,
+            "msgs_in": self.msgs_in,
+            "msgs_out": 7,
+            "bytes_in": 100,
+            "bytes_out": 70,
+            "connections": 2,
+            "subscriptions": 1,
+            "clients": {
+                'pub "1"': {
+                    "msgs_in": 5,
+                    "msgs_out": 0,
+                    "bytes_in": 50,
+                    "bytes_out": 0,
+                    "queue_depth": 12,
+                }
+            },
+            "topics": {"orders": {"msgs_in": 5, "bytes_in": 50}},
+            "subscriptions_detail": [
+                {
+                    "client": "sub",
+                    "sub_id": "1",
+                    "topic": "orders",
+                    "state": "live",
+                    "position_seq": 5,
+                    "seconds_behind": 0.5,
+                }
+            ],
+            "txlog": {
+                "last_seq": 5,
+                "durable_seq": 4,
+                "bytes": 4096,
+                "journals": 1,
+                "appended": 5,
+                "flushes": 3,
+                "fsync_p50_ms": 0.25,
+                "fsync_p99_ms": 1.5,
+            },
+            "persisted_ack_latency": self.latency,
+            "transports": {"websocket-json": {"connections": 2, "enabled": True}},
+        }
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
+    broker = ScrapedBroker()
+    registry = make_registry(broker)
+    broker.latency.observe(0.0005)
+    broker.latency.observe(0.02)
+    broker.msgs_in = 5
+    got = samples(generate_latest(registry).decode())
+    assert got[("spool_messages_in_total", ())] == 5
+    assert got[("spool_messages_out_total", ())] == 7
+    assert got[("spool_connections", ())] == 2
+    assert got[("spool_ready", ())] == 1
+    assert got[("spool_client_queue_depth_bytes", (("client", 'pub "1"'),))] == 12
+    assert got[("spool_topic_messages_in_total", (("topic", "orders"),))] == 5
+    assert got[("spool_subscription_seconds_behind", (("client", "sub"), ("sub_id", "1")))] == 0.5
+    assert got[("spool_transport_connections", (("transport", "websocket-json"),))] == 2
+    assert got[("spool_txlog_durable_seq", ())] == 4
+    assert got[("spool_fsync_latency_seconds", (("quantile", "0.99"),))] == 0.0015
+    assert got[("spool_fsync_latency_seconds_count", ())] == 3
+    assert got[("spool_persisted_ack_latency_seconds_count", ())] == 2
+    assert got[("spool_persisted_ack_latency_seconds_bucket", (("le", "0.001"),))] == 1
+    assert got[("spool_persisted_ack_latency_seconds_bucket", (("le", "+Inf"),))] == 2
+    assert any(name.startswith("process_") for name, _ in got)
+    broker.msgs_in = 9
+    again = samples(generate_latest(registry).decode())
+    assert again[("spool_messages_in_total", ())] == 9
+    broker.events.close()
+
+
+def test_registries_are_independent() -> None:
+    a, b = ScrapedBroker(), ScrapedBroker()
+    ra, rb = make_registry(a), make_registry(b)
+    generate_latest(ra)
+    assert (a.scrapes, b.scrapes) == (1, 0)
+    generate_latest(rb)
+    assert (a.scrapes, b.scrapes) == (1, 1)
+    a.events.close()
+    b.events.close()

@@ -1,0 +1,294 @@
+"""Recovery: torn tails and flipped bytes are cut exactly, reported, and the log serves on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from server.txlog import JournalSequenceGap, RecoveryReport, TransactionLog
+from server.txlog.codec import encode
+from server.txlog.files import clients_ack_name, journal_name
+from server.txlog.record import RecordKind
+from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, run
+
+Events = list[tuple[str, dict[str, object]]]
+
+
+def make_log(tmp: Path, events: Events | None = None, **kw: int) -> TransactionLog:
+    def on_event(name: str, fields: dict[str, object]) -> None:
+        if events is not None:
+            events.append((name, fields))
+
+    return TransactionLog(config(tmp, **kw), INSTANCE, on_event=on_event, block_bytes=512)
+
+
+def write_log(tmp: Path, n: int, *, crash: bool = False) -> None:
+    """``n`` records of publisher 7 (pub_seq 1..n) in 64 KB journals; close or crash."""
+
+    async def body() -> None:
+        log = make_log(tmp)
+        await log.open()
+        await fill(log, n)
+        if crash:
+            await log.abort()
+        else:
+            await log.close()
+
+    run(body)
+
+
+def record_len(i: int) -> int:
+    """Encoded size of the i-th record written by ``fill`` (pub_seq = seq = i)."""
+    return len(encode(i, 0, 7, i, "orders", "json", RecordKind.PUBLISH, (), 0, b'{"n":%d}' % i))
+
+
+def nonzero_len(path: Path, start: int, stop: int) -> int:
+    """Bytes from ``start`` to the last non-zero byte before ``stop`` (what a cut counts)."""
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        return len(fh.read(stop - start).rstrip(b"\0"))
+
+
+def offset_of(journal: Path, seq: int) -> int:
+    base = int(journal.name.split(".")[1])
+    return sum(record_len(i) for i in range(base, seq))
+
+
+def reopen(tmp: Path, events: Events | None = None) -> tuple[RecoveryReport, list[int], dict[str, object]]:
+    """Open again: the report, every seq served, and a few lookups."""
+
+    async def body() -> tuple[RecoveryReport, list[int], dict[str, object]]:
+        log = make_log(tmp, events)
+        report = await log.open()
+        seqs: list[int] = []
+        async with log.cursor(0) as cur:
+            async for batch in cur:
+                seqs.extend(batch.seqs)
+                assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
+        facts: dict[str, object] = {
+            "last_seq": log.last_seq,
+            "publisher_last": log.publisher_last(7),
+            "bm_10": log.seq_for_bookmark(7, 10),
+            "bm_last": log.seq_for_bookmark(7, log.last_seq),
+        }
+        # it serves: appends continue right after what was kept, and become durable
+        rec = log.append(topic="orders", message_type="json", pub_hash=7, pub_seq=log.last_seq + 1,
+                         body=b'{"n":%d}' % (log.last_seq + 1))  # fmt: skip
+        await log.wait_durable(rec.seq)
+        facts["appended"] = rec.seq
+        await log.close()
+        return report, seqs, facts
+
+    return run(body)
+
+
+def test_clean_reopen_uses_indexes_and_keeps_everything(tmp_path: Path) -> None:
+    write_log(tmp_path, 2000)
+    report, seqs, facts = reopen(tmp_path)
+    assert report.clean and report.truncations == ()
+    assert seqs == list(range(1, 2001))
+    assert report.records_recovered == 2000 and (report.first_seq, report.last_seq) == (1, 2000)
+    assert report.indexes_rebuilt == () and report.index_problems == ()
+    assert report.clients_ack == "used" and report.publishers == 1
+    assert facts == {"last_seq": 2000, "publisher_last": 2000, "bm_10": 10, "bm_last": 2000, "appended": 2001}
+
+
+def test_crash_keeps_every_durable_record(tmp_path: Path) -> None:
+    write_log(tmp_path, 1500, crash=True)
+    report, seqs, facts = reopen(tmp_path)
+    assert report.clean and seqs == list(range(1, 1501))
+    assert facts["publisher_last"] == 1500
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_torn_tail_file_truncated_mid_record(tmp_path: Path, crash: bool) -> None:
+    write_log(tmp_path, 1000, crash=crash)
+    active = journal_files(tmp_path)[-1]
+    base = int(active.name.split(".")[1])
+    torn_seq = 1000
+    start = offset_of(active, torn_seq)
+    cut_at = start + record_len(torn_seq) // 2
+    os.truncate(active, cut_at)  # the write of the last record stopped half way
+    cut = nonzero_len(active, start, cut_at)
+    events: Events = []
+    report, seqs, facts = reopen(tmp_path, events)
+    assert seqs == list(range(1, torn_seq))
+    assert len(report.truncations) == 1
+    t = report.truncations[0]
+    assert (t.path, t.offset, t.bytes_cut, t.reason, t.first_seq_cut) == (
+        str(active), start, cut, "torn record", torn_seq
+    )
+    assert report.bytes_truncated == cut and report.last_seq == torn_seq - 1
+    assert t.saved_to is not None and Path(t.saved_to).stat().st_size == cut
+    assert [e for e in events if e[0] == "recovery_truncated"][0][1]["bytes_cut"] == cut
+    assert facts["last_seq"] == torn_seq - 1 and facts["publisher_last"] == torn_seq - 1
+    assert facts["appended"] == torn_seq
+    assert base <= torn_seq
+    # and the next open is clean: the cut was final
+    report2, seqs2, _ = reopen(tmp_path)
+    assert report2.clean and seqs2 == list(range(1, torn_seq + 1))
+
+
+def test_torn_tail_in_preallocated_space(tmp_path: Path) -> None:
+    """A write torn inside a preallocated journal: the record's end is still zeros."""
+    write_log(tmp_path, 800)
+    active = journal_files(tmp_path)[-1]
+    start = offset_of(active, 800)
+    with open(active, "r+b") as fh:
+        fh.seek(start + 30)
+        fh.write(bytes(record_len(800) - 30))
+    report, seqs, _ = reopen(tmp_path)
+    assert seqs == list(range(1, 800))
+    (t,) = report.truncations
+    assert (t.offset, t.reason, t.first_seq_cut) == (start, "crc mismatch", 800)
+    assert t.bytes_cut == 30  # up to the last non-zero byte
+
+
+def flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        byte = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([byte[0] ^ 0x10]))
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_flipped_byte_cuts_from_that_record(tmp_path: Path, where: str) -> None:
+    write_log(tmp_path, 1000)
+    active = journal_files(tmp_path)[-1]
+    base = int(active.name.split(".")[1])
+    bad = 1000 if where == "last" else (base + 1000) // 2
+    start = offset_of(active, bad)
+    end_of_data = start + nonzero_len(active, start, offset_of(active, 1001))
+    flip(active, start + 60)  # inside the topic / body of that record
+    report, seqs, facts = reopen(tmp_path)
+    assert seqs == list(range(1, bad))
+    (t,) = report.truncations
+    assert (t.offset, t.reason, t.first_seq_cut, t.bytes_cut) == (
+        start, "crc mismatch", bad, end_of_data - start
+    )
+    assert facts["bm_10"] == 10 and facts["publisher_last"] == bad - 1
+    assert facts["bm_last"] == bad - 1 and facts["appended"] == bad
+    saved = Path(t.saved_to or "")
+    assert saved.parent.name == "damaged" and saved.stat().st_size == end_of_data - start
+
+
+def test_flipped_length_field(tmp_path: Path) -> None:
+    write_log(tmp_path, 300)
+    active = journal_files(tmp_path)[-1]
+    start = offset_of(active, 200)
+    flip(active, start + 1)  # the record length grows by 4096: it now overlaps the next ones
+    report, seqs, _ = reopen(tmp_path)
+    assert seqs == list(range(1, 200))
+    (t,) = report.truncations
+    assert t.offset == start and t.first_seq_cut == 200
+
+
+def test_damage_in_an_older_journal_cuts_every_later_one(tmp_path: Path) -> None:
+    write_log(tmp_path, 2500)
+    files = journal_files(tmp_path)
+    assert len(files) >= 3
+    first = files[0]
+    # without its index the old journal is scanned, so its damage is found at open
+    (tmp_path / "journal" / first.name.replace(".journal", ".index")).unlink()
+    second_base = int(files[1].name.split(".")[1])
+    flip(first, offset_of(first, 100) + 60)
+    report, seqs, facts = reopen(tmp_path)
+    assert seqs == list(range(1, 100))
+    reasons = [(Path(t.path).name, t.reason, t.first_seq_cut) for t in report.truncations]
+    assert reasons[0] == (first.name, "crc mismatch", 100)
+    assert reasons[1] == (files[1].name, "follows damaged journal", second_base)
+    assert len(reasons) == len(files)
+    damaged = sorted(p.name for p in (tmp_path / "journal" / "damaged").iterdir())
+    assert {f.name for f in files[1:]} <= set(damaged)
+    assert facts["appended"] == 100 and facts["publisher_last"] == 99
+
+
+def test_nonzero_bytes_after_the_end_of_data_are_cut(tmp_path: Path) -> None:
+    """Pages of a later write that reached the disk when an earlier one did not."""
+    write_log(tmp_path, 500)
+    active = journal_files(tmp_path)[-1]
+    end = offset_of(active, 501)
+    with open(active, "r+b") as fh:
+        fh.seek(end + 200)
+        fh.write(b"stale bytes")
+    report, seqs, _ = reopen(tmp_path)
+    assert seqs == list(range(1, 501))
+    (t,) = report.truncations
+    assert (t.offset, t.reason, t.bytes_cut, t.first_seq_cut) == (end, "data after end of data", 211, 501)
+
+
+def test_indexes_and_clients_ack_are_rebuildable_caches(tmp_path: Path) -> None:
+    write_log(tmp_path, 2500)
+    _, seqs_before, facts_before = reopen(tmp_path)
+    for p in (tmp_path / "journal").iterdir():
+        if p.name.endswith(".index") or p.name == clients_ack_name(INSTANCE):
+            p.unlink()
+    report, seqs, facts = reopen(tmp_path)
+    assert report.clean and seqs == seqs_before
+    assert len(report.indexes_rebuilt) == len(journal_files(tmp_path))
+    assert report.clients_ack == "rebuilt"
+    facts_before["appended"] = facts["appended"]
+    assert facts == facts_before
+    report3, _, _ = reopen(tmp_path)
+    assert report3.indexes_rebuilt == () and report3.clients_ack == "used"
+
+
+def test_damaged_index_is_reported_and_rebuilt(tmp_path: Path) -> None:
+    write_log(tmp_path, 2000)
+    index = sorted((tmp_path / "journal").glob("*.index"))[0]
+    flip(index, 100)
+    report, seqs, facts = reopen(tmp_path)
+    assert report.clean and seqs == list(range(1, 2001))
+    assert report.index_problems and str(index) in report.index_problems[0]
+    assert facts["bm_10"] == 10
+
+
+def test_a_missing_middle_journal_refuses_to_open(tmp_path: Path) -> None:
+    write_log(tmp_path, 2500)
+    files = journal_files(tmp_path)
+    files[1].unlink()
+
+    async def body() -> None:
+        log = make_log(tmp_path)
+        with pytest.raises(JournalSequenceGap) as info:
+            await log.open()
+        assert info.value.expected == int(files[1].name.split(".")[1])
+
+    run(body)
+
+
+def test_other_instances_files_are_ignored(tmp_path: Path) -> None:
+    write_log(tmp_path, 300)
+    jdir = tmp_path / "journal"
+    foreign = [
+        jdir / journal_name("spool-b", 1),
+        jdir / journal_name("spool-a2", 1),
+        jdir / (journal_name("spool", 1)),
+        jdir / "spool-a.notes.txt",
+    ]
+    for p in foreign:
+        p.write_bytes(b"not ours" * 10)
+    report, seqs, _ = reopen(tmp_path)
+    assert report.clean and seqs == list(range(1, 301))
+    assert all(p.read_bytes() == b"not ours" * 10 for p in foreign)
+
+
+def test_interrupted_compress_keeps_the_compressed_copy(tmp_path: Path) -> None:
+    write_log(tmp_path, 2000)
+    first = journal_files(tmp_path)[0]
+    keep = first.read_bytes()
+
+    async def compress_first() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        await log.compress(1)
+        await log.close()
+
+    run(compress_first)
+    first.write_bytes(keep)  # as if the plain file's removal never happened
+    report, seqs, _ = reopen(tmp_path)
+    assert report.duplicates_removed == (str(first),)
+    assert not first.exists() and seqs == list(range(1, 2001))
