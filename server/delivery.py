@@ -58,6 +58,24 @@ class BookmarkSink:
         self._topic_cache: dict[str, bytes] = {}
         self._caught_up = False
 
+    def accepts(self, rec: Record) -> bool:
+        """Topic, entitlement and filter test of one record (used before conflation)."""
+        sub = self.sub
+        pattern = sub.pattern
+        if pattern is None:
+            if rec.topic != sub.topic:
+                return False
+        elif pattern.search(rec.topic) is None:
+            return False
+        session = self._session
+        if session.broker.auth.enabled and not session.broker.can_read(session, rec.topic):
+            return False
+        flt = sub.filter
+        if flt is None:
+            return True
+        return flt.matches(MessageView(rec.topic, rec.body, bookmark=rec.bookmark,
+                                       timestamp=format_timestamp_us(rec.timestamp_us)))
+
     async def deliver(self, records: Sequence[Record]) -> int:
         """Send the matching records; returns how many were delivered."""
         sub = self.sub

@@ -28,6 +28,7 @@ import orjson
 from server.auth import Authenticator
 from server.bookmarks import (
     BookmarkList,
+    BookmarkSpec,
     BookmarkPoint,
     Epoch,
     Now,
@@ -469,9 +470,13 @@ class Broker:
         sub_id = cmd.sub_id or cmd.cid
         if not sub_id:
             raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
-        if "," in sub_id:
-            raise InvalidMessage("a sub_id cannot contain ','")
         options = parse_subscribe_options(cmd.options)
+        if options.resume or (options.pause and all(
+                i.strip() in session.subs for i in sub_id.split(","))):
+            self._pause_resume_command(session, cmd, sub_id, options)
+            return
+        if "," in sub_id:
+            raise InvalidMessage("a sub_id cannot contain ',' (lists only with pause/resume)")
         existing = session.subs.get(sub_id)
         if existing is not None and not options.replace:
             raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
@@ -520,16 +525,35 @@ class Broker:
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
 
-    def _start_replay(self, sub: Subscription, spec: object,
+    def _pause_resume_command(self, session: Session, cmd: Command, sub_ids: str,
+                              options: SubscribeOptions) -> None:
+        """``subscribe`` with ``pause``/``resume`` naming existing subscriptions."""
+        assert session.name is not None
+        ids = [i.strip() for i in sub_ids.split(",") if i.strip()]
+        for i in ids:
+            sub = session.subs.get(i)
+            if sub is None or sub.cursor is None:
+                raise SubIdNotFound(f"no bookmark subscription {i!r} on this connection")
+        if options.resume:
+            self.resume_subscriptions(session.name, ids)
+        else:
+            for i in ids:
+                self.pause_subscription(session.name, i)
+        if "processed" in cmd.acks:
+            session.ack("processed", cmd.cid, sub_id=sub_ids)
+
+    def _start_replay(self, sub: Subscription, spec: BookmarkSpec,
                       options: SubscribeOptions) -> None:
         txlog = self.txlog
         assert txlog is not None
         sink = BookmarkSink(sub)
         group = ReplayGroup(
-            txlog, spec, options, clock=self.clock,  # type: ignore[arg-type]
+            txlog, spec, options, clock=self.clock,
             position_interval=self.config.tuning.persisted_ack_interval,
         )
-        group.add_sink(sink)  # raises BookmarkNotFound for bookmark_not_found=fail
+        # with conflation the filter must run before records are conflated
+        accept = sink.accepts if options.conflation else None
+        group.add_sink(sink, accept=accept)  # BookmarkNotFound under bookmark_not_found=fail
         sub.cursor = group
         sub.state = "paused" if options.pause else "replaying"
         if options.pause:
@@ -584,7 +608,19 @@ class Broker:
         sub = session.subs.get(sub_id)
         if sub is None or sub.cursor is None:
             raise SubIdNotFound(f"no bookmark subscription {sub_id!r} for {client!r}")
-        sub.cursor.pause()
+        group: ReplayGroup = sub.cursor
+        if len(group.members) > 1:
+            # it shares a cursor since a resume-together: give it its own, paused
+            member = group.take_sink(sub_id)
+            own = ReplayGroup(self.txlog,  # type: ignore[arg-type]
+                              group.spec, sub.options, clock=self.clock,
+                              position_interval=self.config.tuning.persisted_ack_interval)
+            own.add_sink_at(member, group.position_of(member))
+            own.pause()
+            sub.cursor = own
+            sub.task = asyncio.get_running_loop().create_task(self._run_replay(sub, own))
+        else:
+            group.pause()
         sub.state = "paused"
         self.events.emit("info", "subscription", "paused", client=client, sub_id=sub_id)
 

@@ -626,6 +626,8 @@ class TransactionLog:
             if delay > 0 and self._state == _OPEN and self._pend_bytes < FLUSH_HIGH_WATER:
                 await clock.sleep(delay)
             self._wake.clear()
+            if not (self._pend_chunks or self._pend_index or self._pend_finished):
+                continue  # dropped by abort() while we waited
             batch = self._take_batch()
             self._last_flush = clock.monotonic()
             try:

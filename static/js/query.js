@@ -47,10 +47,14 @@ function row(m) {
     body);
 }
 
-/** "20240501T120000.123456Z" -> "2024-05-01 12:00:00.123456" */
+/**
+ * The `ts` header as "2024-05-01 12:00:00.123456": from ISO-8601 UTC
+ * ("2024-05-01T12:00:00.123456Z") or the compact bookmark form ("20240501T120000.123456Z").
+ */
 function formatTs(ts) {
   const m = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(\.\d+)?Z?$/.exec(ts);
-  return m ? `${m[1]}-${m[2]}-${m[3]} ${m[4]}:${m[5]}:${m[6]}${m[7] ?? ""}` : ts;
+  if (m) return `${m[1]}-${m[2]}-${m[3]} ${m[4]}:${m[5]}:${m[6]}${m[7] ?? ""}`;
+  return String(ts).replace("T", " ").replace(/(Z|[+-]00:?00)$/, "");
 }
 
 /** Move buffered messages into the table once per animation frame, not once per message. */

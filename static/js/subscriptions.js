@@ -17,10 +17,11 @@ const selectionLabel = document.getElementById("selection");
 
 let subs = [];
 let shown = [];
-/** keys of the selected subscriptions ("client\u0000sub_id") */
+/** keys of the selected subscriptions (see keyOf) */
 const selected = new Set();
 
-const keyOf = (s) => `${s.client}\u0000${s.sub_id}`;
+/** A row's key: `["client","sub_id"]` (JSON keeps any character of either part apart). */
+const keyOf = (s) => JSON.stringify([s.client, s.sub_id]);
 const isBookmark = (s) => s.bookmark_kind && s.bookmark_kind !== "none";
 const subPath = (client, subId, action) =>
   `/api/subscriptions/${encodeURIComponent(client)}/${encodeURIComponent(subId)}/${action}`;

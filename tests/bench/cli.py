@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import resource
 import shutil
 import sys
@@ -98,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=ROOT / "test-artifacts" / "bench-profiles",
         help="where py-spy profiles go",
     )
+    p.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="before each family, wait up to SECONDS for the CPUs to be mostly idle",
+    )
     p.add_argument("--workdir", type=Path, help="parent of the scratch directory (default TMP)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory")
     p.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
@@ -127,10 +135,15 @@ def _raise_fd_limit() -> None:
 
 
 def run_suite(
-    settings: Settings, specs: Sequence[ScenarioSpec], suite: Suite, argv: Sequence[str]
+    settings: Settings,
+    specs: Sequence[ScenarioSpec],
+    suite: Suite,
+    argv: Sequence[str],
+    wait_idle: float = 0.0,
 ) -> dict[str, Any]:
     """Run the selected scenarios family by family; returns the run record."""
     started = time.time()
+    machine = machine_info(suite.workdir)
     interrupted = False
     try:
         for family, runner in FAMILIES.items():
@@ -138,6 +151,8 @@ def run_suite(
             if not chosen:
                 continue
             suite.log(f"== {family}: {', '.join(s.name for s in chosen)}")
+            if wait_idle > 0:
+                suite.wait_idle(wait_idle)
             runner(suite, chosen)
     except KeyboardInterrupt:
         interrupted = True
@@ -151,7 +166,7 @@ def run_suite(
         "quick": settings.quick,
         "interrupted": interrupted,
         "argv": list(argv),
-        "machine": machine_info(suite.workdir),
+        "machine": {**machine, "loadavg_at_end": list(os.getloadavg())},
         "versions": {"packages": package_versions(), "peers": suite.peers},
         "git": git_info(),
         "settings": settings.as_dict(),
@@ -215,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     suite.log(f"scratch directory {workdir}")
     try:
-        record = run_suite(settings, specs, suite, args_list)
+        record = run_suite(settings, specs, suite, args_list, args.wait_idle)
     finally:
         if args.keep:
             suite.log(f"kept {workdir}")

@@ -142,7 +142,7 @@ def header_lines(record: dict[str, Any]) -> list[str]:
         if record.get("quick")
         else "full mode"
     )
-    return [
+    lines = [
         f"Spool benchmark, {mode}",
         f"{record.get('started_at', '?')}  commit {commit}{dirty}  "
         f"{record.get('duration_s', 0):.0f} s",
@@ -150,6 +150,13 @@ def header_lines(record: dict[str, Any]) -> list[str]:
         f"{(m.get('memory_bytes') or 0) / 2**30:.0f} GiB, Python {m.get('python', '?')}, "
         f"{m.get('platform', '?')}",
     ]
+    start, end = m.get("loadavg_at_start"), m.get("loadavg_at_end")
+    if start and end:
+        # the load at the end includes the suite's own processes; at the start it does not
+        busy = start[0] > 0.5 * (m.get("logical_cpus") or 1)
+        note = "  (other work was running: numbers are pessimistic)" if busy else ""
+        lines.append(f"load average at start {start[0]:.2f}, at end {end[0]:.2f}{note}")
+    return lines
 
 
 def format_table(record: dict[str, Any]) -> str:
@@ -191,13 +198,13 @@ def hot_spot_lines(record: dict[str, Any], top: int = 8) -> list[str]:
             lines.append(
                 f"    self {h['self_pct']:5.1f}%  incl {h['inclusive_pct']:5.1f}%  {h['function']}"
             )
-        proj = prof.get("top_inclusive_project", [])[:top]
+        proj = prof.get("top_project", [])[:top]
         if proj:
-            lines.append("    project functions by inclusive share:")
+            lines.append("    project functions, library time they call included:")
             for h in proj:
                 lines.append(
-                    f"    incl {h['inclusive_pct']:5.1f}%  self {h['self_pct']:5.1f}%"
-                    f"  {h['function']}"
+                    f"    own+libs {h['self_pct']:5.1f}%  incl {h['inclusive_pct']:5.1f}%  "
+                    f"{h['function']}"
                 )
     return lines
 

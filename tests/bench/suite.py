@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import signal
 import sys
 import time
@@ -20,6 +21,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+import psutil
 
 from tests.bench.catalog import ScenarioSpec, format_number
 from tests.bench.profiling import PySpyRecorder, find_py_spy
@@ -205,6 +208,7 @@ class Suite:
             res.detail["traceback"] = traceback.format_exc()[-4000:]
             self.log(f"    ERROR {res.reason}")
         res.seconds = time.monotonic() - started
+        res.detail["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
         self.results.append(res)
         return res
 
@@ -230,6 +234,21 @@ class Suite:
             else:
                 res.detail["profile"] = {"file": str(out), **summary.as_dict()}
                 self.log(f"    profiled: {summary.samples} samples -> {out}")
+
+    def wait_idle(self, timeout: float, busy_limit: float = 25.0) -> bool:
+        """Wait until other work on the machine leaves the CPUs mostly idle (system-wide
+        CPU busy under ``busy_limit`` percent over two seconds), at most ``timeout``
+        seconds; returns whether it did. On a shared machine this keeps a neighbour's test
+        run out of the numbers."""
+        deadline = time.monotonic() + timeout
+        while True:
+            busy = psutil.cpu_percent(interval=2.0)
+            if busy < busy_limit:
+                return True
+            if time.monotonic() >= deadline:
+                self.log(f"  machine still busy ({busy:.0f}% CPU): measuring anyway")
+                return False
+            self.log(f"  machine busy ({busy:.0f}% CPU): waiting")
 
     # -- brokers -------------------------------------------------------------------------
 

@@ -6,13 +6,14 @@ through the REST API or a Python client, not through the page's own code.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from server.client.sync import SyncClient
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, artifact_path
@@ -53,9 +54,16 @@ def client_factory(dashboard_server: SpoolProcess) -> Iterator[Any]:
 
 
 def publish(client: SyncClient, topic: str, count: int, start: int = 0) -> None:
+    """Publish ``count`` messages with persisted acks and wait until they are durable."""
     for i in range(start, start + count):
-        client.publish(topic, {"i": i, "qty": i % 50})
+        client.publish(topic, {"i": i, "qty": i % 50}, persisted=True)
     client.flush()
+
+
+def sub_row(page: Page, client: str, sub_id: str) -> Locator:
+    """The subscriptions table's row of one subscription (keyed by JSON [client, sub_id])."""
+    key = json.dumps([client, sub_id], separators=(",", ":"))
+    return page.locator(f"tr[data-key='{key}']")
 
 
 # -- login and sessions -----------------------------------------------------------------
@@ -150,8 +158,8 @@ def test_pause_and_resume_a_bookmark_subscription(
     reader.subscribe("ticks", bookmark="0", sub_id="book-1")
     reader.subscribe("ticks", sub_id="plain-1")
     page.goto(f"{dashboard_server.http_url}/subscriptions")
-    row = page.locator('tr[data-key="replay-reader\u0000book-1"]')
-    plain = page.locator('tr[data-key="replay-reader\u0000plain-1"]')
+    row = sub_row(page, "replay-reader", "book-1")
+    plain = sub_row(page, "replay-reader", "plain-1")
     expect(row).to_be_visible()
     # pause and resume apply to bookmark subscriptions only
     expect(plain.locator('button[data-action="pause"]')).to_be_disabled()
@@ -182,7 +190,7 @@ def test_resume_several_paused_subscriptions_together(
         reader.subscribe("fills", bookmark="0", sub_id=sub_id, options="pause")
     page.goto(f"{dashboard_server.http_url}/subscriptions")
     page.fill("#filter", "together-reader")
-    rows = [page.locator(f'tr[data-key="together-reader\u0000{s}"]') for s in ("a", "b")]
+    rows = [sub_row(page, "together-reader", s) for s in ("a", "b")]
     for row in rows:
         expect(row.locator(".badge")).to_have_text("paused")
         row.locator("td.check input").check()
@@ -204,7 +212,7 @@ def test_an_action_the_broker_refuses_shows_its_reason_inline(
     reader = client_factory("gone-soon")
     reader.subscribe("ticks", bookmark="0", sub_id="doomed")
     page.goto(f"{dashboard_server.http_url}/subscriptions")
-    row = page.locator('tr[data-key="gone-soon\u0000doomed"]')
+    row = sub_row(page, "gone-soon", "doomed")
     expect(row).to_be_visible()
     # freeze the page's view: its refreshes of the list stay unanswered from now on
     page.route("**/api/subscriptions", lambda route: None)

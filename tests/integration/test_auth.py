@@ -19,6 +19,7 @@ from tests.support.server import SpoolProcess, config_xml
 ADMIN_TOKEN = "admin-token-abcdefghij"
 VIEWER_TOKEN = "viewer-token-abcdefghij"
 PASSWORD = "ops password 1"
+ENABLE = "/api/transports/websocket-json/enable"  # an idempotent action
 USERS = (
     f"<User><Name>ops</Name><Token>{ADMIN_TOKEN}</Token>"
     f"<PasswordHash>{hash_password(PASSWORD)}</PasswordHash><Admin>true</Admin></User>"
@@ -75,16 +76,15 @@ def test_without_users_loopback_clients_are_admins(open_local: SpoolProcess) -> 
             "auth_enabled": False,
             "csrf_token": None,
         }
-        r = http.post("/api/stats/truncate", json={"older_than": "30d"})
+        r = http.post(ENABLE)
         assert r.status_code == 200
         same_origin = http.post(
-            "/api/stats/truncate",
-            json={"older_than": "30d"},
+            ENABLE,
             headers={"Origin": open_local.http_url},
         )
         assert same_origin.status_code == 200
         events = http.get("/api/events", params={"category": "admin"}).json()["events"]
-        assert events[-1]["user"] == "local" and events[-1]["action"] == "stats.truncate"
+        assert events[-1]["user"] == "local" and events[-1]["action"] == "transports.enable"
         assert http.get("/login").status_code == 303
 
 
@@ -96,7 +96,7 @@ def test_without_users_cross_site_posts_are_refused(
     open_local: SpoolProcess, headers: dict[str, str]
 ) -> None:
     with httpx.Client(base_url=open_local.http_url) as http:
-        r = http.post("/api/stats/truncate", json={"older_than": "30d"}, headers=headers)
+        r = http.post(ENABLE, headers=headers)
         assert r.status_code == 403
         assert r.json() == {"error": "forbidden", "detail": "cross-origin request refused"}
 
@@ -133,20 +133,17 @@ def test_login_session_csrf_and_logout(secured: SpoolProcess) -> None:
         csrf = me["csrf_token"]
         assert csrf and csrf == http.cookies[f"spool_csrf_{port}"]
 
-        body = {"older_than": "30d"}
-        missing = http.post("/api/stats/truncate", json=body)
+        missing = http.post(ENABLE)
         assert missing.status_code == 403 and "CSRF" in missing.json()["detail"]
-        forged = http.post("/api/stats/truncate", json=body, headers={"X-CSRF-Token": "x" * 43})
+        forged = http.post(ENABLE, headers={"X-CSRF-Token": "x" * 43})
         assert forged.status_code == 403
         cross = http.post(
-            "/api/stats/truncate",
-            json=body,
+            ENABLE,
             headers={"X-CSRF-Token": csrf, "Origin": "http://evil.example"},
         )
         assert cross.status_code == 403
         ok = http.post(
-            "/api/stats/truncate",
-            json=body,
+            ENABLE,
             headers={"X-CSRF-Token": csrf, "Origin": secured.http_url},
         )
         assert ok.status_code == 200
@@ -195,8 +192,7 @@ def test_a_logged_in_non_admin_cannot_act(secured: SpoolProcess) -> None:
         assert me["user"] == "viewer" and not me["admin"]
         assert http.get("/api/clients").status_code == 200
         r = http.post(
-            "/api/stats/truncate",
-            json={"older_than": "1d"},
+            ENABLE,
             headers={"X-CSRF-Token": me["csrf_token"]},
         )
         assert r.status_code == 403 and "not an admin" in r.json()["detail"]

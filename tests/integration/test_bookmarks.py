@@ -1,0 +1,274 @@
+"""Issue 5 acceptance: bookmark subscriptions against a real broker process."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from server.bookmarks import format_bookmark, pub_hash
+from server.client import Client, Message
+from server.protocol import errors
+from tests.support.server import SpoolProcess, config_xml
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
+    work = tmp_path_factory.mktemp("bookmarks")
+    proc = SpoolProcess(work, config_xml(work / "data", topics=("^bm-", "^cut$", "^pr$")))
+    proc.start()
+    yield proc
+    proc.stop()
+
+
+async def _publish(url: str, name: str, topic: str, values: list[int],
+                   field: str = "n") -> list[str]:
+    """Publish values with persisted acks; return their bookmarks."""
+    async with Client(url, name) as c:
+        first = c.seq + 1
+        for v in values:
+            c.publish(topic, {field: v}, persisted=True)
+        await c.wait_persisted(c.seq)
+        return [format_bookmark(pub_hash(name), s) for s in range(first, c.seq + 1)]
+
+
+async def _collect(sub: Any, n: int, timeout: float = 10.0) -> list[Message]:
+    return [await sub.get(timeout) for _ in range(n)]
+
+
+def _ns(msgs: list[Message]) -> list[int]:
+    return [orjson.loads(m.data)["n"] for m in msgs]
+
+
+def test_every_start_point_and_range_form(server: SpoolProcess) -> None:
+    topic = "bm-forms"
+
+    async def scenario() -> None:
+        bms = await _publish(server.ws_url, "forms-pub", topic, list(range(10)))
+        async with Client(server.ws_url, "forms-sub") as c:
+            async def replay(bm: str, *, count: int, options: str | None = None,
+                             completed: bool = False) -> list[int]:
+                sub = await c.subscribe(topic, bookmark=bm, options=options,
+                                        completed=completed)
+                got = _ns(await _collect(sub, count))
+                if completed:
+                    await asyncio.wait_for(sub.completed.wait(), 10)
+                await c.unsubscribe(sub.sub_id)
+                return got
+
+            # EPOCH: everything, with bookmarks on each message
+            sub = await c.subscribe(topic, bookmark="0", completed=True)
+            msgs = await _collect(sub, 10)
+            assert _ns(msgs) == list(range(10))
+            assert [m.bookmark for m in msgs] == bms
+            await asyncio.wait_for(sub.completed.wait(), 10)  # at the cut-over
+            await c.unsubscribe(sub.sub_id)
+            # a bookmark: resume after it
+            assert await replay(bms[4], count=5) == [5, 6, 7, 8, 9]
+            # a list: start after the oldest one found (unknown ones ignored)
+            assert await replay(f"{bms[7]},{bms[2]},99|99|", count=7) == list(range(3, 10))
+            # ranges, inclusive and exclusive at each end
+            assert await replay(f"[{bms[2]}:{bms[5]}]", count=4, completed=True) == [2, 3, 4, 5]
+            assert await replay(f"({bms[2]}:{bms[5]}]", count=3, completed=True) == [3, 4, 5]
+            assert await replay(f"[{bms[2]}:{bms[5]})", count=3, completed=True) == [2, 3, 4]
+            assert await replay(f"({bms[2]}:{bms[5]})", count=2, completed=True) == [3, 4]
+            # lists at either end of a range
+            assert await replay(f"[{bms[6]},{bms[3]}:{bms[8]},{bms[7]}]", count=6,
+                                completed=True) == [3, 4, 5, 6, 7, 8]
+            # timestamps: before the log = EPOCH
+            assert await replay("20000101T000000Z", count=10) == list(range(10))
+            # NOW: only new messages
+            now_sub = await c.subscribe(topic, bookmark="0|1|")
+            await _publish(server.ws_url, "forms-pub", topic, [100])
+            assert _ns(await _collect(now_sub, 1)) == [100]
+            await c.unsubscribe(now_sub.sub_id)
+            # unknown bookmark: NOW by default, EPOCH or failure on request
+            unk = await c.subscribe(topic, bookmark="12345|1|")
+            await _publish(server.ws_url, "forms-pub", topic, [101])
+            assert _ns(await _collect(unk, 1)) == [101]
+            await c.unsubscribe(unk.sub_id)
+            got = await replay("12345|1|", count=12, options="bookmark_not_found=epoch")
+            assert got == [*range(10), 100, 101]
+            with pytest.raises(errors.BookmarkNotFound):
+                await c.subscribe(topic, bookmark="12345|1|",
+                                  options="bookmark_not_found=fail")
+
+    run(scenario())
+
+
+def test_time_range_with_future_end_completes_when_the_time_comes(
+        server: SpoolProcess) -> None:
+    topic = "bm-time"
+
+    async def scenario() -> None:
+        await _publish(server.ws_url, "time-pub", topic, [1, 2])
+        end = datetime.fromtimestamp(datetime.now(UTC).timestamp() + 2, UTC)
+        end_text = end.strftime("%Y%m%dT%H%M%SZ")
+        async with Client(server.ws_url, "time-sub") as c:
+            sub = await c.subscribe(topic, bookmark=f"[0:{end_text}]", completed=True)
+            assert _ns(await _collect(sub, 2)) == [1, 2]
+            await _publish(server.ws_url, "time-pub", topic, [3])
+            assert _ns(await _collect(sub, 1)) == [3]
+            # the completed ack arrives once the end time passes, with no message
+            await asyncio.wait_for(sub.completed.wait(), 15)
+            assert datetime.now(UTC) >= end.replace(microsecond=0)
+            await _publish(server.ws_url, "time-pub", topic, [4])
+            await c.flush()
+            with pytest.raises(TimeoutError):
+                await sub.get(0.5)
+
+    run(scenario())
+
+
+def test_options_top_n_timestamp_and_filter(server: SpoolProcess) -> None:
+    topic = "bm-opts"
+
+    async def scenario() -> None:
+        await _publish(server.ws_url, "opts-pub", topic, list(range(20)))
+        async with Client(server.ws_url, "opts-sub") as c:
+            sub = await c.subscribe(topic, bookmark="0", options="top_n=5,timestamp",
+                                    completed=True)
+            msgs = await _collect(sub, 5)
+            assert _ns(msgs) == [0, 1, 2, 3, 4]
+            assert all(m.timestamp and m.timestamp.endswith("Z") for m in msgs)
+            await asyncio.wait_for(sub.completed.wait(), 10)
+            flt = await c.subscribe(topic, bookmark="0", filter="/n % 5 = 0")
+            assert _ns(await _collect(flt, 4)) == [0, 5, 10, 15]
+
+    run(scenario())
+
+
+@pytest.mark.slow
+def test_cut_over_ten_subscribers_no_gap_no_duplicate(server: SpoolProcess) -> None:
+    """10 subscribers start at EPOCH at random moments while 200,000 messages are published."""
+    topic = "cut"
+    total = 200_000
+    rng = random.Random(7)
+    starts = sorted(rng.randrange(1_000, total - 20_000) for _ in range(10))
+
+    async def subscriber(i: int, started: asyncio.Event) -> list[int]:
+        async with Client(server.ws_url, f"cut-sub-{i}", queue_size=100_000) as c:
+            sub = await c.subscribe(topic, bookmark="0")
+            started.set()
+            got: list[int] = []
+            while len(got) < total:
+                m = await sub.get(60)
+                got.append(int(m.data[5:-1]))
+            return got
+
+    async def scenario() -> None:
+        tasks: list[asyncio.Task[list[int]]] = []
+        async with Client(server.ws_url, "cut-pub") as pub:
+            next_start = 0
+            for n in range(total):
+                pub.publish(topic, b"{\"n\":%d}" % n, persisted=True)
+                if n % 1000 == 999:
+                    await pub.wait_persisted(pub.seq)
+                while next_start < len(starts) and n >= starts[next_start]:
+                    ev = asyncio.Event()
+                    tasks.append(asyncio.create_task(subscriber(next_start, ev)))
+                    await ev.wait()
+                    next_start += 1
+            await pub.wait_persisted(pub.seq)
+        results = await asyncio.wait_for(asyncio.gather(*tasks), 300)
+        for r in results:
+            assert r == list(range(total))
+
+    run(scenario())
+
+
+def test_pause_resume_together_interleaves_in_log_order(server: SpoolProcess) -> None:
+    async def scenario() -> None:
+        async with Client(server.ws_url, "pr-pub") as pub:
+            for n in range(30):
+                pub.publish("pr", {"n": n, "k": n % 3})
+            await pub.flush()
+        async with Client(server.ws_url, "pr-sub") as c:
+            subs = []
+            for k in range(3):
+                subs.append(await c.subscribe("pr", bookmark="0", sub_id=f"p{k}",
+                                              filter=f"/k = {k}", options="pause"))
+            await c.flush()
+            assert all(s.queue.empty() for s in subs)
+            # resume all three at once with one command
+            await c._command({"c": "subscribe", "t": "pr", "sub_id": "p0,p1,p2",
+                              "o": "resume"})
+            order: list[tuple[str, int]] = []
+            deadline = asyncio.get_running_loop().time() + 20
+            while len(order) < 30:
+                assert asyncio.get_running_loop().time() < deadline, order
+                frame_msgs = []
+                for s in subs:
+                    while not s.queue.empty():
+                        frame_msgs.append(s.queue.get_nowait())
+                if not frame_msgs:
+                    await asyncio.sleep(0.01)
+                    continue
+                order.extend((m.sub_ids[0], orjson.loads(m.data)["n"]) for m in frame_msgs)
+            ns = sorted(n for _, n in order)
+            assert ns == list(range(30))
+            # each subscription got its own messages, in log order
+            for k in range(3):
+                assert [n for sid, n in order if sid == f"p{k}"] == list(range(k, 30, 3))
+
+    run(scenario())
+
+
+def test_pause_and_resume_over_rest(server: SpoolProcess) -> None:
+    async def scenario() -> None:
+        await _publish(server.ws_url, "rest-pub", "bm-rest", list(range(5)))
+        async with Client(server.ws_url, "rest-sub") as c, httpx.AsyncClient() as http:
+            sub = await c.subscribe("bm-rest", bookmark="0", sub_id="r1", options="pause")
+            await c.flush()
+            assert sub.queue.empty()
+            r = await http.get(server.http_url + "/api/subscriptions")
+            states = {(s["client"], s["sub_id"]): s["state"]
+                      for s in r.json()["subscriptions"]}
+            assert states[("rest-sub", "r1")] == "paused"
+            r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/resume")
+            assert r.status_code == 200, r.text
+            assert _ns(await _collect(sub, 5)) == list(range(5))
+            r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/pause")
+            assert r.status_code == 200
+            r = await http.get(server.http_url + "/api/subscriptions")
+            states = {(s["client"], s["sub_id"]): s["state"]
+                      for s in r.json()["subscriptions"]}
+            assert states[("rest-sub", "r1")] == "paused"
+
+    run(scenario())
+
+
+def test_periodic_position_ack_for_sparse_subscriber(spool_server_factory: Any) -> None:
+    proc = spool_server_factory(tuning="<PersistedAckInterval>200ms</PersistedAckInterval>")
+
+    async def scenario() -> None:
+        async with Client(proc.ws_url, "sparse") as c:
+            sub = await c.subscribe("orders", bookmark="0", filter="/never = 1")
+            bms = await _publish(proc.ws_url, "sparse-pub", "orders", [1, 2, 3])
+            for _ in range(200):
+                if sub.position_bookmark == bms[-1]:
+                    break
+                await asyncio.sleep(0.02)
+            assert sub.position_bookmark == bms[-1]
+            assert sub.queue.empty()
+
+    run(scenario())
+
+
+def test_bookmark_subscription_on_unrecorded_topic_fails(server: SpoolProcess) -> None:
+    async def scenario() -> None:
+        async with Client(server.ws_url, "unrec") as c:
+            with pytest.raises(errors.InvalidTopic):
+                await c.subscribe("not-recorded", bookmark="0")
+
+    run(scenario())
