@@ -44,20 +44,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from server.config import ConfigError, default_config, load_config, with_overrides
 
     try:
-        if args.config:
-            config = load_config(args.config)
-        else:
-            config = default_config()
-        config = with_overrides(config, listen=args.listen,
-                                data_dir=Path(args.data_dir) if args.data_dir else None)
+        config = load_config(args.config) if args.config else default_config()
+        config = with_overrides(
+            config, listen=args.listen, data_dir=Path(args.data_dir) if args.data_dir else None
+        )
     except ConfigError as exc:
         print(f"spool: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # The CLI is the composition root: it is the one place in server/ that starts the web
     # layer, and it does so by name so the package dependency still points down.
     serve = importlib.import_module("web.serve")
-    code: int = serve.run(config, port_file=Path(args.port_file) if args.port_file else None,
-                          log_level=args.log_level)
+    code: int = serve.run(
+        config, port_file=Path(args.port_file) if args.port_file else None, log_level=args.log_level
+    )
     return code
 
 
@@ -109,16 +108,21 @@ async def _subscribe(args: argparse.Namespace) -> int:
     client = Client(args.url, name, **_client_kwargs(args))
     await client.connect()
     try:
-        sub = await client.subscribe(args.topic, filter=args.filter, bookmark=args.bookmark,
-                                     options=args.options)
+        sub = await client.subscribe(
+            args.topic, filter=args.filter, bookmark=args.bookmark, options=args.options
+        )
         count = 0
         out = sys.stdout.buffer
         async for msg in sub:
             if args.json:
-                line = orjson.dumps({
-                    "topic": msg.topic, "bookmark": msg.bookmark, "timestamp": msg.timestamp,
-                    "data": msg.data.decode("utf-8", "replace"),
-                })
+                line = orjson.dumps(
+                    {
+                        "topic": msg.topic,
+                        "bookmark": msg.bookmark,
+                        "timestamp": msg.timestamp,
+                        "data": msg.data.decode("utf-8", "replace"),
+                    }
+                )
             elif args.show_bookmark:
                 line = (msg.bookmark or "").encode() + b"\t" + msg.data
             else:
@@ -175,15 +179,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spool", description="Spool message broker")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("serve", help="run a broker instance",
-                       description="Run a broker instance (embedded default without --config).")
+    p = sub.add_parser(
+        "serve",
+        help="run a broker instance",
+        description="Run a broker instance (embedded default without --config).",
+    )
     p.add_argument("--config", help="XML configuration file (CONFIG.md)")
     p.add_argument("--listen", type=_host_port, help="HOST:PORT for websocket + admin")
     p.add_argument("--data-dir", help="data directory (journals, stats, event log)")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
-    p.add_argument("--log-level", default="warning",
-                   choices=["critical", "error", "warning", "info", "debug"],
-                   help="uvicorn log level (the event log is separate)")
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn log level (the event log is separate)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("publish", help="publish one message, or lines from stdin with '-'")
@@ -195,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("subscribe", help="print messages of a topic")
     _client_args(p)
-    p.add_argument("--filter", help="content filter, e.g. \"/qty > 10\"")
+    p.add_argument("--filter", help='content filter, e.g. "/qty > 10"')
     p.add_argument("--bookmark", help="replay from: 0 (EPOCH), 0|1| (NOW), a bookmark, a time")
     p.add_argument("--options", help="subscribe options, e.g. rate=100,timestamp")
     p.add_argument("--count", type=int, default=0, help="exit after N messages")

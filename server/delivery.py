@@ -73,8 +73,14 @@ class BookmarkSink:
         flt = sub.filter
         if flt is None:
             return True
-        return flt.matches(MessageView(rec.topic, rec.body, bookmark=rec.bookmark,
-                                       timestamp=format_timestamp_us(rec.timestamp_us)))
+        return flt.matches(
+            MessageView(
+                rec.topic,
+                rec.body,
+                bookmark=rec.bookmark,
+                timestamp=format_timestamp_us(rec.timestamp_us),
+            )
+        )
 
     async def deliver(self, records: Sequence[Record]) -> int:
         """Send the matching records; returns how many were delivered."""
@@ -101,7 +107,9 @@ class BookmarkSink:
             bm = rec.bookmark
             if flt is not None:
                 view = MessageView(
-                    rec.topic, rec.body, bookmark=bm,
+                    rec.topic,
+                    rec.body,
+                    bookmark=bm,
                     timestamp=format_timestamp_us(rec.timestamp_us),
                 )
                 if not flt.matches(view):
@@ -111,11 +119,16 @@ class BookmarkSink:
                 tj = orjson.dumps(rec.topic)
                 if len(topics) < 4096:
                     topics[rec.topic] = tj
-            session.send_message(encode_publish(
-                tj, self._sids, rec.body, bm,
-                format_timestamp_us(rec.timestamp_us) if want_ts else None,
-                rec.corr_id or None,
-            ))
+            session.send_message(
+                encode_publish(
+                    tj,
+                    self._sids,
+                    rec.body,
+                    bm,
+                    format_timestamp_us(rec.timestamp_us) if want_ts else None,
+                    rec.corr_id or None,
+                )
+            )
             delivered += 1
         if records:
             last = records[-1]

@@ -28,8 +28,8 @@ import orjson
 from server.auth import Authenticator
 from server.bookmarks import (
     BookmarkList,
-    BookmarkSpec,
     BookmarkPoint,
+    BookmarkSpec,
     Epoch,
     Now,
     Range,
@@ -63,6 +63,7 @@ from server.protocol.options import SubscribeOptions, parse_subscribe_options
 from server.replay import ReplayGroup
 from server.router import Router, compile_topic, is_regex_topic
 from server.stats.histogram import LatencyHistogram
+from server.stats.sampler import Sampler
 from server.subscription import Subscription
 from server.txlog import TransactionLog
 from server.txlog.record import Record
@@ -97,8 +98,9 @@ def _bookmark_kind(spec: object) -> str:
 class Broker:
     """One Spool instance's engine. See ENGINE surface in docs/architecture.md."""
 
-    def __init__(self, config: Config, *, clock: Clock = SYSTEM_CLOCK,
-                 console_log: bool = True) -> None:
+    def __init__(
+        self, config: Config, *, clock: Clock = SYSTEM_CLOCK, console_log: bool = True
+    ) -> None:
         self.config = config
         self.clock = clock
         self.started_at = clock.time()
@@ -122,10 +124,9 @@ class Broker:
         self._records_cache: dict[str, bool] = {}
         self._topic_json: dict[str, bytes] = {}
         self._pending_sessions: set[Session] = set()
-        self._transport_enabled: dict[str, bool] = {t.name: t.enabled
-                                                    for t in config.transports}
+        self._transport_enabled: dict[str, bool] = {t.name: t.enabled for t in config.transports}
         self._transport_conns: dict[str, int] = {t.name: 0 for t in config.transports}
-        self._sampler: Any = None
+        self._sampler: Sampler | None = None
         self._closed_sessions: deque[dict[str, Any]] = deque(maxlen=100)
         self._msgs_out_closed = 0
         self._bytes_out_closed = 0
@@ -135,20 +136,22 @@ class Broker:
     async def start(self) -> None:
         """Recover the transaction log, start background parts, become ready."""
         cfg = self.config
-        self.events.emit("info", "instance", "starting", name=cfg.name, group=cfg.group,
-                         version=VERSION, pid=os.getpid(),
-                         config=str(cfg.source_path) if cfg.source_path else "<embedded>")
+        self.events.emit(
+            "info",
+            "instance",
+            "starting",
+            name=cfg.name,
+            group=cfg.group,
+            version=VERSION,
+            pid=os.getpid(),
+            config=str(cfg.source_path) if cfg.source_path else "<embedded>",
+        )
         if self.txlog is not None:
             report = await self.txlog.open()
             self.txlog.add_durable_listener(self._on_durable)
             self.events.emit("info", "txlog", "recovered", **_report_fields(report))
-        try:
-            from server.stats.sampler import Sampler
-        except ImportError:  # pragma: no cover - the stats package is part of the product
-            Sampler = None  # type: ignore[assignment,misc]  # noqa: N806
-        if Sampler is not None:
-            self._sampler = Sampler(self, cfg, self.clock)
-            await self._sampler.start()
+        self._sampler = Sampler(self, cfg, self.clock)
+        await self._sampler.start()
         self.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -166,8 +169,10 @@ class Broker:
         sessions = list(self.sessions)
         from server.session import CLOSE_GOING_AWAY
 
-        await asyncio.gather(*(s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True)
-                               for s in sessions), return_exceptions=True)
+        await asyncio.gather(
+            *(s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True) for s in sessions),
+            return_exceptions=True,
+        )
 
     async def stop(self) -> None:
         """Shut down in order: 1. clients, 2. sampler, 3. transaction log, 4. event log."""
@@ -184,20 +189,25 @@ class Broker:
         # 4. event log: flush its file
         self.events.close()
 
+    @property
+    def sampler(self) -> Sampler | None:
+        """The statistics sampler (None before start)."""
+        return self._sampler
+
     # -- sessions ------------------------------------------------------------------------
 
     def connect(self, transport: Transport, transport_name: str = "websocket-json") -> Session:
         """A new client connection; the caller feeds it frames and awaits its close."""
         from server.session import Session
 
-        session = Session(self, transport,
-                          buffer_limit=self.config.tuning.slow_client_buffer_limit)
+        session = Session(self, transport, buffer_limit=self.config.tuning.slow_client_buffer_limit)
         session.transport_name = transport_name  # type: ignore[attr-defined]
         self.sessions.add(session)
         self._transport_conns[transport_name] = self._transport_conns.get(transport_name, 0) + 1
         session.start()
-        self.events.emit("info", "session", "connected", remote=transport.remote,
-                         transport=transport_name)
+        self.events.emit(
+            "info", "session", "connected", remote=transport.remote, transport=transport_name
+        )
         return session
 
     def transport_accepting(self, name: str) -> bool:
@@ -219,9 +229,16 @@ class Broker:
         self._closed_sessions.append({"name": session.name, "remote": session.remote})
         self._msgs_out_closed += session.msgs_out
         self._bytes_out_closed += session.bytes_out
-        self.events.emit("info", "session", "disconnected", client=session.name,
-                         remote=session.remote, reason=session.close_reason or "closed",
-                         msgs_in=session.msgs_in, msgs_out=session.msgs_out)
+        self.events.emit(
+            "info",
+            "session",
+            "disconnected",
+            client=session.name,
+            remote=session.remote,
+            reason=session.close_reason or "closed",
+            msgs_in=session.msgs_in,
+            msgs_out=session.msgs_out,
+        )
 
     def logon(self, session: Session, cmd: Command) -> None:
         """Authenticate, claim the client name, answer with the logon ack."""
@@ -237,19 +254,37 @@ class Broker:
         if self.auth.enabled:
             user = self.auth.authenticate(user_id, cmd.field("pw"))
             if user is None:
-                self.events.emit("warning", "session", "auth_failure", remote=session.remote,
-                                 user=user_id, client=name)
+                self.events.emit(
+                    "warning",
+                    "session",
+                    "auth_failure",
+                    remote=session.remote,
+                    user=user_id,
+                    client=name,
+                )
                 raise AuthFailure("unknown user or wrong password/token")
         user_name = user.name if user is not None else (user_id or None)
         existing = self.by_name.get(name)
         if existing is not None and not existing.closed:
             if existing.user_name != user_name:
-                self.events.emit("warning", "session", "name_in_use", client=name,
-                                 remote=session.remote, refused=True)
+                self.events.emit(
+                    "warning",
+                    "session",
+                    "name_in_use",
+                    client=name,
+                    remote=session.remote,
+                    refused=True,
+                )
                 raise NameInUse(f"client name {name!r} is in use by another user")
             # same user: the new connection wins, the old one is dropped
-            self.events.emit("info", "session", "name_in_use", client=name,
-                             remote=existing.remote, replaced_by=session.remote)
+            self.events.emit(
+                "info",
+                "session",
+                "name_in_use",
+                client=name,
+                remote=existing.remote,
+                replaced_by=session.remote,
+            )
             self.session_closed(existing)
             existing.close_soon(NameInUse.reason)
         session.name = name
@@ -273,10 +308,18 @@ class Broker:
         elif self.config.tuning.heartbeat_default > 0:
             hb_value = self.config.tuning.heartbeat_default
             session.start_heartbeat(hb_value)
-        session.ack("processed", cmd.cid, client_name=name, s=last_s, bm=last_bm,
-                    version=VERSION, hb=hb_value)
-        self.events.emit("info", "session", "logon", client=name, user=user_name,
-                         remote=session.remote)
+        session.ack(
+            "processed",
+            cmd.cid,
+            client_name=name,
+            s=last_s,
+            bm=last_bm,
+            version=VERSION,
+            hb=hb_value,
+        )
+        self.events.emit(
+            "info", "session", "logon", client=name, user=user_name, remote=session.remote
+        )
 
     # -- commands ------------------------------------------------------------------------
 
@@ -341,9 +384,15 @@ class Broker:
                 return
             corr = cmd.field("x")
             try:
-                rec = txlog.append(topic=topic, message_type="json", pub_hash=session.pub_hash,
-                                   pub_seq=s, body=body, corr_id=corr or "",
-                                   sow_key=cmd.field("k") or "")
+                rec = txlog.append(
+                    topic=topic,
+                    message_type="json",
+                    pub_hash=session.pub_hash,
+                    pub_seq=s,
+                    body=body,
+                    corr_id=corr or "",
+                    sow_key=cmd.field("k") or "",
+                )
             except TxlogFull:
                 raise
             except ProtocolFailure:
@@ -375,8 +424,15 @@ class Broker:
             if txlog.durable_seq >= txlog.last_seq:
                 self._on_durable(txlog.durable_seq)
 
-    def _fan_out(self, publisher: Session, topic: str, body: bytes,
-                 matches: list[Subscription], rec: Record | None, corr: str | None) -> None:
+    def _fan_out(
+        self,
+        publisher: Session,
+        topic: str,
+        body: bytes,
+        matches: list[Subscription],
+        rec: Record | None,
+        corr: str | None,
+    ) -> None:
         view: MessageView | None = None
         bm = rec.bookmark if rec is not None else None
         per_session: dict[Session, list[Subscription]] = {}
@@ -388,7 +444,9 @@ class Broker:
             if flt is not None:
                 if view is None:
                     view = MessageView(
-                        topic, body, bookmark=bm or "",
+                        topic,
+                        body,
+                        bookmark=bm or "",
                         timestamp=format_timestamp_us(rec.timestamp_us) if rec else "",
                         client_name=publisher.name or "",
                     )
@@ -419,8 +477,9 @@ class Broker:
                 sids = orjson.dumps(",".join(x.sub_id for x in subs))
                 want_ts = any(x.want_ts for x in subs)
             if want_ts and ts is None:
-                ts = format_timestamp_us(rec.timestamp_us if rec is not None
-                                         else int(self.clock.time() * 1e6))
+                ts = format_timestamp_us(
+                    rec.timestamp_us if rec is not None else int(self.clock.time() * 1e6)
+                )
             s.send_message(encode_publish(tj, sids, body, bm, ts if want_ts else None, corr))
             self.msgs_out_live += 1
 
@@ -441,8 +500,7 @@ class Broker:
                     top = s
             if top >= 0:
                 session.last_persisted_seq = max(session.last_persisted_seq, top)
-                session.ack("persisted", None, s=top,
-                            bm=format_bookmark(session.pub_hash, top))
+                session.ack("persisted", None, s=top, bm=format_bookmark(session.pub_hash, top))
             flushes = session.pending_flush
             while flushes and flushes[0][0] <= durable_seq:
                 _, cid = flushes.popleft()
@@ -471,8 +529,9 @@ class Broker:
         if not sub_id:
             raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
         options = parse_subscribe_options(cmd.options)
-        if options.resume or (options.pause and all(
-                i.strip() in session.subs for i in sub_id.split(","))):
+        if options.resume or (
+            options.pause and all(i.strip() in session.subs for i in sub_id.split(","))
+        ):
             self._pause_resume_command(session, cmd, sub_id, options)
             return
         if "," in sub_id:
@@ -505,10 +564,18 @@ class Broker:
             self._drop_subscription(existing)
             del session.subs[sub_id]
         sub = Subscription(
-            session=session, sub_id=sub_id, topic=topic, pattern=pattern, filter=flt,
-            filter_text=cmd.filter, options=options, bookmark=bookmark if spec else None,
+            session=session,
+            sub_id=sub_id,
+            topic=topic,
+            pattern=pattern,
+            filter=flt,
+            filter_text=cmd.filter,
+            options=options,
+            bookmark=bookmark if spec else None,
             bookmark_kind=_bookmark_kind(spec) if spec is not None else "none",
-            want_ts=options.timestamp, cid=cmd.cid, acks=cmd.acks,
+            want_ts=options.timestamp,
+            cid=cmd.cid,
+            acks=cmd.acks,
             sid_bytes=orjson.dumps(sub_id),
         )
         session.subs[sub_id] = sub
@@ -525,8 +592,9 @@ class Broker:
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
 
-    def _pause_resume_command(self, session: Session, cmd: Command, sub_ids: str,
-                              options: SubscribeOptions) -> None:
+    def _pause_resume_command(
+        self, session: Session, cmd: Command, sub_ids: str, options: SubscribeOptions
+    ) -> None:
         """``subscribe`` with ``pause``/``resume`` naming existing subscriptions."""
         assert session.name is not None
         ids = [i.strip() for i in sub_ids.split(",") if i.strip()]
@@ -542,13 +610,17 @@ class Broker:
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_ids)
 
-    def _start_replay(self, sub: Subscription, spec: BookmarkSpec,
-                      options: SubscribeOptions) -> None:
+    def _start_replay(
+        self, sub: Subscription, spec: BookmarkSpec, options: SubscribeOptions
+    ) -> None:
         txlog = self.txlog
         assert txlog is not None
         sink = BookmarkSink(sub)
         group = ReplayGroup(
-            txlog, spec, options, clock=self.clock,
+            txlog,
+            spec,
+            options,
+            clock=self.clock,
             position_interval=self.config.tuning.persisted_ack_interval,
         )
         # with conflation the filter must run before records are conflated
@@ -568,8 +640,14 @@ class Broker:
         except ProtocolFailure as exc:
             sub.session.fail(sub.cid, exc)
         except Exception as exc:
-            self.events.emit("error", "replay", "replay_failed", client=sub.session.name,
-                             sub_id=sub.sub_id, error=repr(exc))
+            self.events.emit(
+                "error",
+                "replay",
+                "replay_failed",
+                client=sub.session.name,
+                sub_id=sub.sub_id,
+                error=repr(exc),
+            )
             sub.session.fail(sub.cid, InvalidMessage(f"replay failed: {exc}"))
 
     def _drop_subscription(self, sub: Subscription) -> None:
@@ -612,9 +690,13 @@ class Broker:
         if len(group.members) > 1:
             # it shares a cursor since a resume-together: give it its own, paused
             member = group.take_sink(sub_id)
-            own = ReplayGroup(self.txlog,  # type: ignore[arg-type]
-                              group.spec, sub.options, clock=self.clock,
-                              position_interval=self.config.tuning.persisted_ack_interval)
+            own = ReplayGroup(
+                self.txlog,  # type: ignore[arg-type]
+                group.spec,
+                sub.options,
+                clock=self.clock,
+                position_interval=self.config.tuning.persisted_ack_interval,
+            )
             own.add_sink_at(member, group.position_of(member))
             own.pause()
             sub.cursor = own
@@ -661,20 +743,31 @@ class Broker:
     def instance_info(self) -> dict[str, Any]:
         cfg = self.config
         return {
-            "name": cfg.name, "group": cfg.group, "version": VERSION, "pid": os.getpid(),
+            "name": cfg.name,
+            "group": cfg.group,
+            "version": VERSION,
+            "pid": os.getpid(),
             "uptime": round(self.clock.time() - self.started_at, 3),
             "config_path": str(cfg.source_path) if cfg.source_path else None,
-            "data_dir": str(cfg.data_directory), "start_time": _iso(self.started_at),
+            "data_dir": str(cfg.data_directory),
+            "start_time": _iso(self.started_at),
             "ready": self.ready,
         }
 
     def _client_dict(self, s: Session) -> dict[str, Any]:
         return {
-            "name": s.name, "user": s.user_name, "remote_addr": s.remote,
-            "connected_since": _iso(s.connected_at), "msgs_in": s.msgs_in,
-            "msgs_out": s.msgs_out, "bytes_in": s.bytes_in, "bytes_out": s.bytes_out,
-            "queue_depth": s.queue_depth, "last_persisted_seq": s.last_persisted_seq,
-            "subscriptions": len(s.subs), "version": s.version,
+            "name": s.name,
+            "user": s.user_name,
+            "remote_addr": s.remote,
+            "connected_since": _iso(s.connected_at),
+            "msgs_in": s.msgs_in,
+            "msgs_out": s.msgs_out,
+            "bytes_in": s.bytes_in,
+            "bytes_out": s.bytes_out,
+            "queue_depth": s.queue_depth,
+            "last_persisted_seq": s.last_persisted_seq,
+            "subscriptions": len(s.subs),
+            "version": s.version,
         }
 
     def clients_info(self) -> list[dict[str, Any]]:
@@ -695,33 +788,43 @@ class Broker:
         out: list[dict[str, Any]] = []
         for s in self.sessions:
             for sub in s.subs.values():
-                out.append({
-                    "client": s.name, "sub_id": sub.sub_id, "topic": sub.topic,
-                    "filter": sub.filter_text, "bookmark_kind": sub.bookmark_kind,
-                    "bookmark": sub.bookmark, "options": sub.options.raw,
-                    "state": sub.state, "position": sub.position,
-                    "position_seq": sub.position_seq, "delivered": sub.delivered,
-                    "seconds_behind": round(self._seconds_behind(sub), 3),
-                })
+                out.append(
+                    {
+                        "client": s.name,
+                        "sub_id": sub.sub_id,
+                        "topic": sub.topic,
+                        "filter": sub.filter_text,
+                        "bookmark_kind": sub.bookmark_kind,
+                        "bookmark": sub.bookmark,
+                        "options": sub.options.raw,
+                        "state": sub.state,
+                        "position": sub.position,
+                        "position_seq": sub.position_seq,
+                        "delivered": sub.delivered,
+                        "seconds_behind": round(self._seconds_behind(sub), 3),
+                    }
+                )
         return out
 
     def transports_info(self) -> list[dict[str, Any]]:
         return [self._transport_dict(t) for t in self.config.transports]
 
     def _transport_dict(self, t: TransportConfig) -> dict[str, Any]:
-        return {"name": t.name, "type": t.type, "address": t.address,
-                "enabled": self._transport_enabled.get(t.name, False),
-                "connections": self._transport_conns.get(t.name, 0)}
+        return {
+            "name": t.name,
+            "type": t.type,
+            "address": t.address,
+            "enabled": self._transport_enabled.get(t.name, False),
+            "connections": self._transport_conns.get(t.name, 0),
+        }
 
     def set_transport_enabled(self, name: str, enabled: bool) -> None:
         if name not in self._transport_enabled:
             raise TransportNotFound(name)
         self._transport_enabled[name] = enabled
-        self.events.emit("info", "transport", "enabled" if enabled else "disabled",
-                         transport=name)
+        self.events.emit("info", "transport", "enabled" if enabled else "disabled", transport=name)
 
-    async def disconnect_client(self, name: str,
-                                reason: str = "disconnected by admin") -> bool:
+    async def disconnect_client(self, name: str, reason: str = "disconnected by admin") -> bool:
         s = self.by_name.get(name)
         if s is None:
             return False
@@ -737,12 +840,16 @@ class Broker:
         return {
             "journals": journals,
             "totals": {
-                "files": len(journals), "bytes": sum(j["size"] for j in journals),
-                "first_seq": txlog.first_seq, "last_seq": txlog.last_seq,
+                "files": len(journals),
+                "bytes": sum(j["size"] for j in journals),
+                "first_seq": txlog.first_seq,
+                "last_seq": txlog.last_seq,
                 "durable_seq": txlog.durable_seq,
             },
-            "flush_latency_ms": {"p50": st.get("fsync_p50_ms", 0.0),
-                                 "p99": st.get("fsync_p99_ms", 0.0)},
+            "flush_latency_ms": {
+                "p50": st.get("fsync_p50_ms", 0.0),
+                "p99": st.get("fsync_p99_ms", 0.0),
+            },
             "stats": st,
         }
 
@@ -760,8 +867,7 @@ class Broker:
             infos = await txlog.remove(journal_id)
         else:
             raise ValueError(action)
-        self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id,
-                         files=len(infos))
+        self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
         return [j.to_dict() for j in infos]
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -775,34 +881,54 @@ class Broker:
             bytes_out += s.bytes_out
             subs += len(s.subs)
             if s.name is not None:
-                clients[s.name] = {"msgs_in": s.msgs_in, "msgs_out": s.msgs_out,
-                                   "bytes_in": s.bytes_in, "bytes_out": s.bytes_out,
-                                   "queue_depth": s.queue_depth}
+                clients[s.name] = {
+                    "msgs_in": s.msgs_in,
+                    "msgs_out": s.msgs_out,
+                    "bytes_in": s.bytes_in,
+                    "bytes_out": s.bytes_out,
+                    "queue_depth": s.queue_depth,
+                }
             for sub in s.subs.values():
-                detail.append({"client": s.name, "sub_id": sub.sub_id, "topic": sub.topic,
-                               "state": sub.state, "position_seq": sub.position_seq,
-                               "seconds_behind": self._seconds_behind(sub)})
+                detail.append(
+                    {
+                        "client": s.name,
+                        "sub_id": sub.sub_id,
+                        "topic": sub.topic,
+                        "state": sub.state,
+                        "position_seq": sub.position_seq,
+                        "seconds_behind": self._seconds_behind(sub),
+                    }
+                )
         txlog_snapshot: dict[str, Any] | None = None
         if self.txlog is not None:
             st = self.txlog.stats()
             txlog_snapshot = {
-                "last_seq": self.txlog.last_seq, "durable_seq": self.txlog.durable_seq,
-                "bytes": st.get("bytes", 0), "journals": st.get("journals", 0),
-                "appended": st.get("appended", 0), "flushes": st.get("flushes", 0),
+                "last_seq": self.txlog.last_seq,
+                "durable_seq": self.txlog.durable_seq,
+                "bytes": st.get("bytes", 0),
+                "journals": st.get("journals", 0),
+                "appended": st.get("appended", 0),
+                "flushes": st.get("flushes", 0),
                 "fsync_p50_ms": st.get("fsync_p50_ms", 0.0),
                 "fsync_p99_ms": st.get("fsync_p99_ms", 0.0),
             }
         return {
             "time": self.clock.time(),
-            "msgs_in": self.msgs_in, "msgs_out": msgs_out, "bytes_in": self.bytes_in,
-            "bytes_out": bytes_out, "connections": len(self.sessions),
-            "subscriptions": subs, "clients": clients,
+            "msgs_in": self.msgs_in,
+            "msgs_out": msgs_out,
+            "bytes_in": self.bytes_in,
+            "bytes_out": bytes_out,
+            "connections": len(self.sessions),
+            "subscriptions": subs,
+            "clients": clients,
             "topics": {t: {"msgs_in": c[0], "bytes_in": c[1]} for t, c in self.topics.items()},
-            "subscriptions_detail": detail, "txlog": txlog_snapshot,
+            "subscriptions_detail": detail,
+            "txlog": txlog_snapshot,
             "persisted_ack_latency": self.persisted_ack_latency,
-            "transports": {name: {"connections": self._transport_conns.get(name, 0),
-                                  "enabled": en}
-                           for name, en in self._transport_enabled.items()},
+            "transports": {
+                name: {"connections": self._transport_conns.get(name, 0), "enabled": en}
+                for name, en in self._transport_enabled.items()
+            },
         }
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:

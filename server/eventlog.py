@@ -83,7 +83,9 @@ class EventLog:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
             fh = logging.handlers.RotatingFileHandler(
-                directory / f"{name}.events.log", maxBytes=max_bytes, backupCount=backups,
+                directory / f"{name}.events.log",
+                maxBytes=max_bytes,
+                backupCount=backups,
                 encoding="utf-8",
             )
             fh.setFormatter(formatter)

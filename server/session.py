@@ -109,8 +109,9 @@ class Session:
         """Bytes waiting to be sent (buffered plus the frame being written)."""
         return self._out_bytes + self._in_flight
 
-    async def close(self, reason: str | None = None, code: int = CLOSE_POLICY, *,
-                    drain: bool = False) -> None:
+    async def close(
+        self, reason: str | None = None, code: int = CLOSE_POLICY, *, drain: bool = False
+    ) -> None:
         """Close the connection with a PROTOCOL.md reason and forget the session.
 
         With ``drain`` (graceful shutdown) what is already buffered is sent first, for at
@@ -158,8 +159,13 @@ class Session:
         self._out_bytes += len(data)
         if self._out_bytes + self._in_flight > self._buffer_limit:
             self.broker.events.emit(
-                "warning", "session", "slow_client", client=self.name, remote=self.remote,
-                buffered=self._out_bytes + self._in_flight, limit=self._buffer_limit,
+                "warning",
+                "session",
+                "slow_client",
+                client=self.name,
+                remote=self.remote,
+                buffered=self._out_bytes + self._in_flight,
+                limit=self._buffer_limit,
             )
             self._out.clear()
             self._out_bytes = 0
@@ -172,14 +178,23 @@ class Session:
         self.msgs_out += 1
         self.send(data)
 
-    def ack(self, kind: str, cid: str | None, status: str = "success",
-            reason: str | None = None, **fields: Any) -> None:
+    def ack(
+        self,
+        kind: str,
+        cid: str | None,
+        status: str = "success",
+        reason: str | None = None,
+        **fields: Any,
+    ) -> None:
         self.send(encode_ack(kind, cid=cid, status=status, reason=reason, **fields))
 
     def fail(self, cid: str | None, exc: ProtocolFailure, kind: str = "processed") -> None:
         """A failure ack with the reason string of PROTOCOL.md (always sent)."""
-        self.send(encode_ack(kind, cid=cid, status="failure", reason=exc.reason,
-                             detail=exc.detail or None))
+        self.send(
+            encode_ack(
+                kind, cid=cid, status="failure", reason=exc.reason, detail=exc.detail or None
+            )
+        )
 
     def has_room(self) -> bool:
         return self.queue_depth < self._buffer_limit * _REPLAY_HIGH_WATER
@@ -223,8 +238,14 @@ class Session:
             raise
         except Exception as exc:  # the connection went away under us
             if not self.closed:
-                self.broker.events.emit("info", "session", "send_failed", client=self.name,
-                                        remote=self.remote, error=type(exc).__name__)
+                self.broker.events.emit(
+                    "info",
+                    "session",
+                    "send_failed",
+                    client=self.name,
+                    remote=self.remote,
+                    error=type(exc).__name__,
+                )
                 self.close_soon("connection lost", CLOSE_NORMAL)
 
     # -- inbound -------------------------------------------------------------------------
@@ -253,8 +274,14 @@ class Session:
             self._bad_frame(parsed.error)
 
     def _bad_frame(self, err: FrameError) -> None:
-        self.broker.events.emit("warning", "session", "invalid_frame", client=self.name,
-                                remote=self.remote, detail=err.detail)
+        self.broker.events.emit(
+            "warning",
+            "session",
+            "invalid_frame",
+            client=self.name,
+            remote=self.remote,
+            detail=err.detail,
+        )
         if err.cid is not None:
             self.fail(err.cid, InvalidMessage(err.detail))
         else:
@@ -319,9 +346,14 @@ class Session:
         while not self.closed:
             await clock.sleep(interval)
             if clock.monotonic() - self.last_rx > 2 * interval:
-                self.broker.events.emit("warning", "session", "heartbeat_timeout",
-                                        client=self.name, remote=self.remote,
-                                        interval=interval)
+                self.broker.events.emit(
+                    "warning",
+                    "session",
+                    "heartbeat_timeout",
+                    client=self.name,
+                    remote=self.remote,
+                    interval=interval,
+                )
                 await self.close(HeartbeatTimeout.reason)
                 return
             self.send(beat)

@@ -17,8 +17,9 @@ def spool_server_factory(tmp_path: Path) -> Iterator[ServerFactory]:
     """Start brokers with custom configs: ``factory(xml=None, name="a", **config_kw)``."""
     started: list[SpoolProcess] = []
 
-    def factory(xml: str | None = None, *, name: str = "a", start: bool = True,
-                **config_kw: object) -> SpoolProcess:
+    def factory(
+        xml: str | None = None, *, name: str = "a", start: bool = True, **config_kw: object
+    ) -> SpoolProcess:
         workdir = tmp_path / name
         if xml is None:
             xml = config_xml(workdir / "data", **config_kw)  # type: ignore[arg-type]

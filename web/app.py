@@ -30,8 +30,9 @@ STATIC_DIR = ROOT / "static"
 UPLOT_DIR = ROOT / "node_modules" / "uplot" / "dist"
 
 
-def create_app(config: Config, *, clock: Clock = SYSTEM_CLOCK,
-               console_log: bool = True) -> Starlette:
+def create_app(
+    config: Config, *, clock: Clock = SYSTEM_CLOCK, console_log: bool = True
+) -> Starlette:
     """Build the app for one instance. The broker starts with the app's lifespan."""
     broker = Broker(config, clock=clock, console_log=console_log)
 
@@ -52,13 +53,18 @@ def create_app(config: Config, *, clock: Clock = SYSTEM_CLOCK,
     routes.extend(admin_routes(broker))
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
-        routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR),
-                            name="uplot"))
+        routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))
     routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(auth_middleware(broker.auth, metrics_public=config.admin.metrics_public, clock=clock))],
+        middleware=[
+            Middleware(
+                auth_middleware(
+                    broker.auth, metrics_public=config.admin.metrics_public, clock=clock
+                )
+            )
+        ],
     )
     app.state.broker = broker
     app.state.config = config

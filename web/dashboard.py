@@ -340,7 +340,7 @@ class LiveFeed:
         return self._task is not None
 
     def _stopping(self) -> bool:
-        return self._closed or bool(getattr(self._broker, "stopping", False))
+        return self._closed or self._broker.stopping
 
     def subscribe(self) -> LiveSubscriber:
         """Open a stream: its first item is the history; the sampler starts if needed."""

@@ -21,8 +21,9 @@ from web.app import create_app
 class SpoolServer(uvicorn.Server):
     """uvicorn server that drains broker sessions before uvicorn closes connections."""
 
-    def __init__(self, config: uvicorn.Config, spool_config: Config,
-                 port_file: Path | None) -> None:
+    def __init__(
+        self, config: uvicorn.Config, spool_config: Config, port_file: Path | None
+    ) -> None:
         super().__init__(config)
         self.spool_config = spool_config
         self.port_file = port_file

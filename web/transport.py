@@ -53,8 +53,13 @@ class WebsocketEndpoint:
         if message["type"] != "websocket.connect":
             return
         if not broker.ready or not broker.transport_accepting(self.transport_name):
-            await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN,
-                        "reason": "not accepting connections"})
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": CLOSE_TRY_AGAIN,
+                    "reason": "not accepting connections",
+                }
+            )
             return
         await send({"type": "websocket.accept"})
         client = scope.get("client")

@@ -135,9 +135,17 @@ class Client:
             (backpressure reaches the broker, which then applies its slow-client policy).
     """
 
-    def __init__(self, url: str, name: str, *, user_id: str | None = None,
-                 password: str | None = None, heartbeat: float | None = None,
-                 queue_size: int = 10_000, max_size: int = 64 * 1024 * 1024) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        user_id: str | None = None,
+        password: str | None = None,
+        heartbeat: float | None = None,
+        queue_size: int = 10_000,
+        max_size: int = 64 * 1024 * 1024,
+    ) -> None:
         self.url = url
         self.name = name
         self.user_id = user_id
@@ -166,12 +174,20 @@ class Client:
     # -- connection ----------------------------------------------------------------------
 
     async def connect(self, timeout: float = 10.0) -> LogonInfo:
-        self._ws = await connect(self.url, compression=None, max_size=self.max_size,
-                                 open_timeout=timeout, ping_interval=None)
+        self._ws = await connect(
+            self.url,
+            compression=None,
+            max_size=self.max_size,
+            open_timeout=timeout,
+            ping_interval=None,
+        )
         self._reader = asyncio.get_running_loop().create_task(self._read_loop())
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        header: dict[str, Any] = {"c": "logon", "client_name": self.name,
-                                  "version": "spool-python/0.1"}
+        header: dict[str, Any] = {
+            "c": "logon",
+            "client_name": self.name,
+            "version": "spool-python/0.1",
+        }
         if self.user_id is not None:
             header["user_id"] = self.user_id
         if self.password is not None:
@@ -252,8 +268,14 @@ class Client:
     def _next_cid(self) -> str:
         return str(next(self._ids))
 
-    async def _command(self, header: dict[str, Any], body: bytes = b"", *,
-                       ack: str = "processed", timeout: float | None = 30.0) -> Ack:
+    async def _command(
+        self,
+        header: dict[str, Any],
+        body: bytes = b"",
+        *,
+        ack: str = "processed",
+        timeout: float | None = 30.0,
+    ) -> Ack:
         cid = header.setdefault("cid", self._next_cid())
         header["a"] = ack
         fut: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
@@ -277,9 +299,16 @@ class Client:
             return data.encode()
         return orjson.dumps(data)
 
-    def publish(self, topic: str, data: bytes | str | Any, *, seq: int | None = None,
-                persisted: bool = False, correlation_id: str | None = None,
-                auto_seq: bool = True) -> int:
+    def publish(
+        self,
+        topic: str,
+        data: bytes | str | Any,
+        *,
+        seq: int | None = None,
+        persisted: bool = False,
+        correlation_id: str | None = None,
+        auto_seq: bool = True,
+    ) -> int:
         """Queue a publish (sent with the next frame); returns its sequence number.
 
         With ``persisted`` the broker acks durability; :meth:`wait_persisted` waits for it.
@@ -299,27 +328,39 @@ class Client:
         self._send_header(header, self._body(data))
         return seq or 0
 
-    async def publish_acked(self, topic: str, data: bytes | str | Any, *,
-                            timeout: float = 30.0) -> Ack:
+    async def publish_acked(
+        self, topic: str, data: bytes | str | Any, *, timeout: float = 30.0
+    ) -> Ack:
         """Publish and wait for the processed ack (raises the typed failure)."""
         self.seq += 1
-        return await self._command({"c": "publish", "t": topic, "s": self.seq},
-                                   self._body(data), timeout=timeout)
+        return await self._command(
+            {"c": "publish", "t": topic, "s": self.seq}, self._body(data), timeout=timeout
+        )
 
     async def wait_persisted(self, seq: int, timeout: float = 30.0) -> None:
         """Wait until the broker acked persistence of every publish up to ``seq``."""
+
         async def _wait() -> None:
             async with self._persisted:
                 await self._persisted.wait_for(
-                    lambda: self.persisted_seq >= seq or self.closed.is_set())
+                    lambda: self.persisted_seq >= seq or self.closed.is_set()
+                )
+
         await asyncio.wait_for(_wait(), timeout)
         if self.persisted_seq < seq:
             raise Disconnected(self.close_reason, self.close_code)
 
-    async def subscribe(self, topic: str, *, filter: str | None = None,
-                        bookmark: str | None = None, options: str | None = None,
-                        sub_id: str | None = None, completed: bool = False,
-                        timeout: float = 30.0) -> Subscription:
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        bookmark: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        completed: bool = False,
+        timeout: float = 30.0,
+    ) -> Subscription:
         """Subscribe; returns once the broker processed the command."""
         sid = sub_id or f"s{next(self._ids)}"
         header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sid}
@@ -392,16 +433,28 @@ class Client:
 
     async def _deliver(self, h: dict[str, Any], body: bytes) -> None:
         sids = tuple(str(h.get("sids", "")).split(","))
-        msg = Message(topic=h.get("t", ""), data=body, sub_ids=sids, bookmark=h.get("bm"),
-                      timestamp=h.get("ts"), correlation_id=h.get("x"), header=h)
+        msg = Message(
+            topic=h.get("t", ""),
+            data=body,
+            sub_ids=sids,
+            bookmark=h.get("bm"),
+            timestamp=h.get("ts"),
+            correlation_id=h.get("x"),
+            header=h,
+        )
         for sid in sids:
             sub = self._subs.get(sid)
             if sub is not None:
                 await sub.queue.put(msg)
 
     async def _on_ack(self, h: dict[str, Any]) -> None:
-        ack = Ack(kind=h.get("a", ""), cid=h.get("cid"), status=h.get("status", "success"),
-                  reason=h.get("reason"), header=h)
+        ack = Ack(
+            kind=h.get("a", ""),
+            cid=h.get("cid"),
+            status=h.get("status", "success"),
+            reason=h.get("reason"),
+            header=h,
+        )
         if ack.kind == "persisted" and ack.cid is None:
             sub_id = h.get("sub_id")
             if sub_id is not None:
@@ -448,9 +501,18 @@ class Client:
         async def _notify() -> None:
             async with self._persisted:
                 self._persisted.notify_all()
+
         with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().create_task(_notify())
 
 
-__all__ = ["Ack", "Client", "ClientError", "Disconnected", "LogonInfo", "Message",
-           "ProtocolFailure", "Subscription"]
+__all__ = [
+    "Ack",
+    "Client",
+    "ClientError",
+    "Disconnected",
+    "LogonInfo",
+    "Message",
+    "ProtocolFailure",
+    "Subscription",
+]

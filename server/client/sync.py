@@ -40,8 +40,9 @@ class SyncClient:
 
     def __init__(self, url: str, name: str, **kwargs: Any) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name=f"spool-client-{name}")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name=f"spool-client-{name}"
+        )
         self._thread.start()
         self._client = Client(url, name, **kwargs)
 
@@ -54,6 +55,7 @@ class SyncClient:
     def publish(self, topic: str, data: bytes | str | Any, **kwargs: Any) -> int:
         async def _publish() -> int:
             return self._client.publish(topic, data, **kwargs)
+
         return self._run(_publish())
 
     def publish_acked(self, topic: str, data: bytes | str | Any) -> Ack:

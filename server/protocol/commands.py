@@ -55,8 +55,20 @@ _NEEDS_TOPIC: Final[frozenset[str]] = frozenset(
     {"publish", "delta_publish", "subscribe", "delta_subscribe", "sow", "sow_and_subscribe"}
 )
 
-_STR_FIELDS: Final = ("t", "sub_id", "qid", "bm", "o", "f", "client_name", "user_id", "pw",
-                      "version", "k", "x")
+_STR_FIELDS: Final = (
+    "t",
+    "sub_id",
+    "qid",
+    "bm",
+    "o",
+    "f",
+    "client_name",
+    "user_id",
+    "pw",
+    "version",
+    "k",
+    "x",
+)
 _INT_FIELDS: Final = ("s", "bs", "top_n", "max_msgs", "e")
 
 
@@ -134,8 +146,9 @@ def decode_command(msg: Message) -> Command:
             raise CommandError(f"'{key}' must be a string", cid)
     for key in _INT_FIELDS:
         value = h.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                  or value < 0):
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 0
+        ):
             raise CommandError(f"'{key}' must be a non-negative integer", cid)
     hb = h.get("hb")
     if hb is not None and (isinstance(hb, bool) or not isinstance(hb, int | float) or hb < 0):

@@ -186,8 +186,8 @@ def decode_batch(
             break
         h = unpack(buf, pos)
         length, fmt, _kind, _flags, rseq, ts, ph, ps, tl, ml, pc, cl, sl, bl = h
-        if length >= MIN_RECORD and pos + length > end:
-            break  # incomplete: the caller reads further
+        if length == 0 or (length >= MIN_RECORD and pos + length > end):
+            break  # end of data, or incomplete: the caller decides
         if length < MIN_RECORD or fmt != FORMAT or crc(buf[pos : pos + length]) != CRC_RESIDUE:
             check_at(buf, pos, end)  # raises with the precise reason
         if rseq != seq:

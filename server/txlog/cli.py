@@ -40,6 +40,7 @@ from server.txlog.recovery import Recovery, recover
 __all__ = ["iter_file_records", "parse_position", "register"]
 
 _READ = 1 << 20
+_ALL = 1 << 62
 _EXIT_OK, _EXIT_DAMAGE, _EXIT_ERROR = 0, 1, 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -124,28 +125,33 @@ def iter_file_records(path: Path) -> Iterator[tuple[int, Record]]:
         want = _READ
         while pos < size:
             buf = source.read(pos, min(want, size - pos))
-            if record_size(buf) == 0:
-                return  # end of data
             if seq is None:
                 seq = int.from_bytes(buf[8:16], "little")
+            damage: CorruptRecord | None = None
             try:
                 records, stop = decode_records(
-                    buf, 0, len(buf), seq, max_count=1 << 30, max_bytes=1 << 62
+                    buf, 0, len(buf), seq, max_count=_ALL, max_bytes=_ALL
                 )
-            except CorruptRecord as exc:
-                raise CorruptRecord(pos + exc.offset, exc.reason, str(path)) from None
+            except CorruptRecord as exc:  # the records before the damage are still shown
+                damage = CorruptRecord(pos + exc.offset, exc.reason, str(path))
+                records, stop = decode_records(
+                    buf, 0, exc.offset, seq, max_count=_ALL, max_bytes=_ALL
+                )
             off = 0
             for rec in records:
                 yield pos + off, rec
                 off += record_size(buf, off)
-            if not records:
+            if damage is not None:
+                raise damage
+            seq += len(records)
+            pos += stop
+            if stop < len(buf) and record_size(buf, stop) == 0:
+                return  # end of data: the zeros of a preallocated journal
+            if not records:  # one record larger than what was read
                 need = record_size(buf)
                 if need < MIN_RECORD or pos + need > size:
                     raise CorruptRecord(pos, "torn record", str(path))
                 want = max(want, need)
-                continue
-            seq += len(records)
-            pos += stop
     finally:
         source.retire()
 

@@ -343,7 +343,8 @@ def decode_records(
 
     Stops at ``end``, after ``max_count`` records, once ``max_bytes`` of records were
     taken (at least one record is always returned when available), after ``upto_seq``,
-    or before an incomplete record at the end of the buffer (the caller reads more).
+    at a zero length (end of data), or before an incomplete record at the end of the
+    buffer (the caller reads more, or reports a torn record).
 
     Args:
         buf: bytes holding whole records from ``pos``.
@@ -375,8 +376,8 @@ def decode_records(
             break
         h = unpack(buf, pos)
         length, fmt, kind, flags, rseq, ts, ph, ps, tl, ml, pc, cl, sl, bl = h
-        if length >= MIN_RECORD and pos + length > end:
-            break  # incomplete: the caller reads further
+        if length == 0 or (length >= MIN_RECORD and pos + length > end):
+            break  # end of data, or incomplete: the caller decides
         if length < MIN_RECORD or fmt != FORMAT or crc(buf[pos : pos + length]) != CRC_RESIDUE:
             check_at(buf, pos, end)  # raises with the precise reason
         if rseq != seq:

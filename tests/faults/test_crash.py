@@ -48,11 +48,11 @@ async def _read_all(config_path: Path) -> list[tuple[int, int, bytes]]:
 
 def test_sigkill_loses_no_acked_message_and_stores_each_once(tmp_path: Path) -> None:
     rng = random.Random(20261122)
-    proc = SpoolProcess(tmp_path / "a", config_xml(tmp_path / "a" / "data",
-                                                   journal_size="8MB"))
+    proc = SpoolProcess(tmp_path / "a", config_xml(tmp_path / "a" / "data", journal_size="8MB"))
     proc.start()
     acked = 0
     kills = 0
+    acked_at_kill: list[int] = []
     lock = threading.Lock()
 
     def killer(stop: threading.Event) -> None:
@@ -61,6 +61,7 @@ def test_sigkill_loses_no_acked_message_and_stores_each_once(tmp_path: Path) -> 
             if stop.wait(rng.uniform(0.3, 1.2)):
                 return
             with lock:
+                acked_at_kill.append(acked)
                 proc.kill()
                 kills += 1
                 proc.start()
@@ -102,6 +103,8 @@ def test_sigkill_loses_no_acked_message_and_stores_each_once(tmp_path: Path) -> 
         t.join(30)
         proc.stop()
     assert kills >= KILLS
+    # the kills landed while the publisher was still working
+    assert sum(1 for a in acked_at_kill if a < TOTAL) >= KILLS, acked_at_kill
     records = asyncio.run(_read_all(proc.config_path))
     mine = [(s, body) for h, s, body in records if h == pub_hash("crash-publisher")]
     seqs = [s for s, _ in mine]

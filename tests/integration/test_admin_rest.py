@@ -371,8 +371,8 @@ def test_journal_actions(server: SpoolProcess, http: httpx.Client) -> None:
         ),
         what="three journals",
     )
-    oldest = journals[0]["id"]
-    active = journals[-1]["id"]
+    oldest = journals[0]["id"]  # journals are listed oldest first (id = base sequence)
+    active = next(j["id"] for j in journals if j["state"] == "active")
     r = http.post(f"/api/transaction_log/journals/{oldest}/archive", headers=ADMIN)
     assert r.status_code == 200, r.text
     assert r.json()["ok"] and r.json()["action"] == "archive"

@@ -31,8 +31,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
     proc.stop()
 
 
-async def _publish(url: str, name: str, topic: str, values: list[int],
-                   field: str = "n") -> list[str]:
+async def _publish(
+    url: str, name: str, topic: str, values: list[int], field: str = "n"
+) -> list[str]:
     """Publish values with persisted acks; return their bookmarks."""
     async with Client(url, name) as c:
         first = c.seq + 1
@@ -56,10 +57,11 @@ def test_every_start_point_and_range_form(server: SpoolProcess) -> None:
     async def scenario() -> None:
         bms = await _publish(server.ws_url, "forms-pub", topic, list(range(10)))
         async with Client(server.ws_url, "forms-sub") as c:
-            async def replay(bm: str, *, count: int, options: str | None = None,
-                             completed: bool = False) -> list[int]:
-                sub = await c.subscribe(topic, bookmark=bm, options=options,
-                                        completed=completed)
+
+            async def replay(
+                bm: str, *, count: int, options: str | None = None, completed: bool = False
+            ) -> list[int]:
+                sub = await c.subscribe(topic, bookmark=bm, options=options, completed=completed)
                 got = _ns(await _collect(sub, count))
                 if completed:
                     await asyncio.wait_for(sub.completed.wait(), 10)
@@ -83,8 +85,9 @@ def test_every_start_point_and_range_form(server: SpoolProcess) -> None:
             assert await replay(f"[{bms[2]}:{bms[5]})", count=3, completed=True) == [2, 3, 4]
             assert await replay(f"({bms[2]}:{bms[5]})", count=2, completed=True) == [3, 4]
             # lists at either end of a range
-            assert await replay(f"[{bms[6]},{bms[3]}:{bms[8]},{bms[7]}]", count=6,
-                                completed=True) == [3, 4, 5, 6, 7, 8]
+            assert await replay(
+                f"[{bms[6]},{bms[3]}:{bms[8]},{bms[7]}]", count=6, completed=True
+            ) == [3, 4, 5, 6, 7, 8]
             # timestamps: before the log = EPOCH
             assert await replay("20000101T000000Z", count=10) == list(range(10))
             # NOW: only new messages
@@ -100,14 +103,12 @@ def test_every_start_point_and_range_form(server: SpoolProcess) -> None:
             got = await replay("12345|1|", count=12, options="bookmark_not_found=epoch")
             assert got == [*range(10), 100, 101]
             with pytest.raises(errors.BookmarkNotFound):
-                await c.subscribe(topic, bookmark="12345|1|",
-                                  options="bookmark_not_found=fail")
+                await c.subscribe(topic, bookmark="12345|1|", options="bookmark_not_found=fail")
 
     run(scenario())
 
 
-def test_time_range_with_future_end_completes_when_the_time_comes(
-        server: SpoolProcess) -> None:
+def test_time_range_with_future_end_completes_when_the_time_comes(server: SpoolProcess) -> None:
     topic = "bm-time"
 
     async def scenario() -> None:
@@ -136,8 +137,9 @@ def test_options_top_n_timestamp_and_filter(server: SpoolProcess) -> None:
     async def scenario() -> None:
         await _publish(server.ws_url, "opts-pub", topic, list(range(20)))
         async with Client(server.ws_url, "opts-sub") as c:
-            sub = await c.subscribe(topic, bookmark="0", options="top_n=5,timestamp",
-                                    completed=True)
+            sub = await c.subscribe(
+                topic, bookmark="0", options="top_n=5,timestamp", completed=True
+            )
             msgs = await _collect(sub, 5)
             assert _ns(msgs) == [0, 1, 2, 3, 4]
             assert all(m.timestamp and m.timestamp.endswith("Z") for m in msgs)
@@ -171,7 +173,7 @@ def test_cut_over_ten_subscribers_no_gap_no_duplicate(server: SpoolProcess) -> N
         async with Client(server.ws_url, "cut-pub") as pub:
             next_start = 0
             for n in range(total):
-                pub.publish(topic, b"{\"n\":%d}" % n, persisted=True)
+                pub.publish(topic, b'{"n":%d}' % n, persisted=True)
                 if n % 1000 == 999:
                     await pub.wait_persisted(pub.seq)
                 while next_start < len(starts) and n >= starts[next_start]:
@@ -196,13 +198,15 @@ def test_pause_resume_together_interleaves_in_log_order(server: SpoolProcess) ->
         async with Client(server.ws_url, "pr-sub") as c:
             subs = []
             for k in range(3):
-                subs.append(await c.subscribe("pr", bookmark="0", sub_id=f"p{k}",
-                                              filter=f"/k = {k}", options="pause"))
+                subs.append(
+                    await c.subscribe(
+                        "pr", bookmark="0", sub_id=f"p{k}", filter=f"/k = {k}", options="pause"
+                    )
+                )
             await c.flush()
             assert all(s.queue.empty() for s in subs)
             # resume all three at once with one command
-            await c._command({"c": "subscribe", "t": "pr", "sub_id": "p0,p1,p2",
-                              "o": "resume"})
+            await c._command({"c": "subscribe", "t": "pr", "sub_id": "p0,p1,p2", "o": "resume"})
             order: list[tuple[str, int]] = []
             deadline = asyncio.get_running_loop().time() + 20
             while len(order) < 30:
@@ -232,8 +236,7 @@ def test_pause_and_resume_over_rest(server: SpoolProcess) -> None:
             await c.flush()
             assert sub.queue.empty()
             r = await http.get(server.http_url + "/api/subscriptions")
-            states = {(s["client"], s["sub_id"]): s["state"]
-                      for s in r.json()["subscriptions"]}
+            states = {(s["client"], s["sub_id"]): s["state"] for s in r.json()["subscriptions"]}
             assert states[("rest-sub", "r1")] == "paused"
             r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/resume")
             assert r.status_code == 200, r.text
@@ -241,8 +244,7 @@ def test_pause_and_resume_over_rest(server: SpoolProcess) -> None:
             r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/pause")
             assert r.status_code == 200
             r = await http.get(server.http_url + "/api/subscriptions")
-            states = {(s["client"], s["sub_id"]): s["state"]
-                      for s in r.json()["subscriptions"]}
+            states = {(s["client"], s["sub_id"]): s["state"] for s in r.json()["subscriptions"]}
             assert states[("rest-sub", "r1")] == "paused"
 
     run(scenario())

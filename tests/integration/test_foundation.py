@@ -31,8 +31,9 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-async def raw_exchange(url: str, frames: list[bytes], expect: int = 1,
-                       timeout: float = 5.0) -> list[dict[str, Any]]:
+async def raw_exchange(
+    url: str, frames: list[bytes], expect: int = 1, timeout: float = 5.0
+) -> list[dict[str, Any]]:
     """Send raw frames on a new connection; return the first ``expect`` headers received."""
     out: list[dict[str, Any]] = []
     async with connect(url, compression=None) as ws:
@@ -52,8 +53,10 @@ LOGON = b'{"c":"logon","cid":"L","client_name":"raw","a":"processed"}'
 
 def test_publish_subscribe_round_trip(server: SpoolProcess) -> None:
     async def scenario() -> None:
-        async with Client(server.ws_url, "sub-1") as sub_client, \
-                Client(server.ws_url, "pub-1") as pub:
+        async with (
+            Client(server.ws_url, "sub-1") as sub_client,
+            Client(server.ws_url, "pub-1") as pub,
+        ):
             sub = await sub_client.subscribe("orders")
             for i in range(10):
                 pub.publish("orders", {"i": i})
@@ -102,24 +105,32 @@ def test_logon_required(server: SpoolProcess) -> None:
 
 
 def test_invalid_command_and_invalid_message(server: SpoolProcess) -> None:
-    headers = run(raw_exchange(
-        server.ws_url,
-        [LOGON, b'{"c":"bogus","cid":"2"}', b'{"c":"publish","cid":"3","t":7}'],
-        expect=3,
-    ))
+    headers = run(
+        raw_exchange(
+            server.ws_url,
+            [LOGON, b'{"c":"bogus","cid":"2"}', b'{"c":"publish","cid":"3","t":7}'],
+            expect=3,
+        )
+    )
     assert headers[0]["status"] == "success"
     assert (headers[1]["cid"], headers[1]["reason"]) == ("2", "invalid command")
     assert (headers[2]["cid"], headers[2]["reason"]) == ("3", "invalid message")
 
 
 def test_wrong_length_with_cid_gets_failure_ack_and_connection_survives(
-        server: SpoolProcess) -> None:
-    headers = run(raw_exchange(
-        server.ws_url,
-        [LOGON, b'{"c":"publish","cid":"9","t":"orders","l":50}short',
-         b'{"c":"flush","cid":"10","a":"processed"}'],
-        expect=3,
-    ))
+    server: SpoolProcess,
+) -> None:
+    headers = run(
+        raw_exchange(
+            server.ws_url,
+            [
+                LOGON,
+                b'{"c":"publish","cid":"9","t":"orders","l":50}short',
+                b'{"c":"flush","cid":"10","a":"processed"}',
+            ],
+            expect=3,
+        )
+    )
     assert headers[1]["cid"] == "9"
     assert headers[1]["reason"] == "invalid message"
     assert headers[2]["cid"] == "10"
@@ -159,6 +170,7 @@ def test_oversize_frame_is_refused(spool_server_factory: Any) -> None:
             return info.value.rcvd.code if info.value.rcvd else None
 
     assert run(scenario()) == 1009
+
     # others unaffected
     async def again() -> None:
         async with Client(proc.ws_url, "after") as c:
@@ -171,16 +183,29 @@ def test_failure_reasons_on_subscribe(server: SpoolProcess) -> None:
     async def scenario() -> None:
         async with Client(server.ws_url, "fails") as c:
             cases: list[tuple[dict[str, Any], type[errors.ProtocolFailure]]] = [
-                ({"topic": "a(", }, errors.BadRegexTopic),
+                (
+                    {
+                        "topic": "a(",
+                    },
+                    errors.BadRegexTopic,
+                ),
                 ({"topic": "orders", "filter": "/a = "}, errors.BadFilter),
                 ({"topic": "orders", "filter": "NOSUCHFN(/a)"}, errors.BadFilter),
                 ({"topic": "orders", "bookmark": "not-a-bookmark"}, errors.InvalidBookmark),
                 ({"topic": "unrecorded", "bookmark": "0"}, errors.InvalidTopic),
                 ({"topic": "orders", "options": "bogus_option"}, errors.InvalidOptions),
-                ({"topic": "orders", "bookmark": "0", "options": "live,rate=10"},
-                 errors.InvalidOptions),
-                ({"topic": "orders", "bookmark": "123|456|",
-                  "options": "bookmark_not_found=fail"}, errors.BookmarkNotFound),
+                (
+                    {"topic": "orders", "bookmark": "0", "options": "live,rate=10"},
+                    errors.InvalidOptions,
+                ),
+                (
+                    {
+                        "topic": "orders",
+                        "bookmark": "123|456|",
+                        "options": "bookmark_not_found=fail",
+                    },
+                    errors.BookmarkNotFound,
+                ),
             ]
             for kwargs, exc in cases:
                 with pytest.raises(exc):
@@ -200,8 +225,10 @@ def test_failure_reasons_on_subscribe(server: SpoolProcess) -> None:
 
 def test_duplicate_publish_is_not_stored_or_delivered(server: SpoolProcess) -> None:
     async def scenario() -> None:
-        async with Client(server.ws_url, "dedupe-sub") as s, \
-                Client(server.ws_url, "dedupe-pub") as p:
+        async with (
+            Client(server.ws_url, "dedupe-sub") as s,
+            Client(server.ws_url, "dedupe-pub") as p,
+        ):
             sub = await s.subscribe("orders", sub_id="d")
             p.publish("orders", {"n": 1}, seq=1, persisted=True)
             p.publish("orders", {"n": 2}, seq=2, persisted=True)
@@ -238,11 +265,9 @@ def test_1000_concurrent_subscribers_receive_every_message(server: SpoolProcess)
 
     async def one(i: int, ready: asyncio.Barrier, done: asyncio.Event) -> list[int]:
         async with connect(server.ws_url, compression=None) as ws:
-            await ws.send(b'{"c":"logon","cid":"l","client_name":"many-%d","a":"processed"}'
-                          % i)
+            await ws.send(b'{"c":"logon","cid":"l","client_name":"many-%d","a":"processed"}' % i)
             await ws.recv()
-            await ws.send(b'{"c":"subscribe","cid":"s","t":"orders","sub_id":"s",'
-                          b'"a":"processed"}')
+            await ws.send(b'{"c":"subscribe","cid":"s","t":"orders","sub_id":"s","a":"processed"}')
             await ws.recv()
             await ready.wait()
             got: list[int] = []
@@ -270,11 +295,12 @@ def test_1000_concurrent_subscribers_receive_every_message(server: SpoolProcess)
     run(scenario())
 
 
-def test_slow_client_is_disconnected_while_others_keep_receiving(
-        spool_server_factory: Any) -> None:
-    proc = spool_server_factory(tuning="<SlowClientBufferLimit>1MB</SlowClientBufferLimit>",
-                                transport_extra="<MaxMessageSize>256KB</MaxMessageSize>",
-                                txlog=False)
+def test_slow_client_is_disconnected_while_others_keep_receiving(spool_server_factory: Any) -> None:
+    proc = spool_server_factory(
+        tuning="<SlowClientBufferLimit>1MB</SlowClientBufferLimit>",
+        transport_extra="<MaxMessageSize>256KB</MaxMessageSize>",
+        txlog=False,
+    )
 
     async def scenario() -> None:
         # the slow one: a raw connection that subscribes and then never reads
@@ -328,8 +354,7 @@ async def _admin_clients(proc: SpoolProcess) -> set[str]:
 def test_heartbeat_timeout_closes_silent_client(server: SpoolProcess) -> None:
     async def scenario() -> None:
         async with connect(server.ws_url, compression=None) as ws:
-            await ws.send(b'{"c":"logon","cid":"l","client_name":"hb","hb":0.3,'
-                          b'"a":"processed"}')
+            await ws.send(b'{"c":"logon","cid":"l","client_name":"hb","hb":0.3,"a":"processed"}')
             ack = await ws.recv()
             assert b'"hb":0.3' in ack
             beats = 0
@@ -356,8 +381,7 @@ def test_heartbeat_kept_alive_by_beats(server: SpoolProcess) -> None:
     run(scenario())
 
 
-def test_graceful_shutdown_closes_clients_with_shutting_down(
-        spool_server_factory: Any) -> None:
+def test_graceful_shutdown_closes_clients_with_shutting_down(spool_server_factory: Any) -> None:
     proc = spool_server_factory()
 
     async def scenario() -> None:
@@ -385,8 +409,7 @@ def test_persisted_acks_are_conflated(server: SpoolProcess) -> None:
     run(scenario())
 
 
-def test_logon_ack_carries_last_persisted_sequence(server: SpoolProcess,
-                                                   tmp_path: Path) -> None:
+def test_logon_ack_carries_last_persisted_sequence(server: SpoolProcess, tmp_path: Path) -> None:
     async def scenario() -> None:
         async with Client(server.ws_url, "resume-me") as p:
             for i in range(7):

@@ -62,8 +62,9 @@ def config_xml(
 class SpoolProcess:
     """One `spool serve` process. ``start()`` returns once it is listening."""
 
-    def __init__(self, workdir: Path, xml: str | None = None, *,
-                 extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, workdir: Path, xml: str | None = None, *, extra_args: tuple[str, ...] = ()
+    ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "spool.xml"
@@ -91,9 +92,21 @@ class SpoolProcess:
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "server.cli", "serve", "--config", str(self.config_path),
-             "--port-file", str(self.port_file), *self.extra_args],
-            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            [
+                sys.executable,
+                "-m",
+                "server.cli",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--port-file",
+                str(self.port_file),
+                *self.extra_args,
+            ],
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -103,8 +116,9 @@ class SpoolProcess:
                     self.port = int(text)
                     return self
             if self.proc.poll() is not None:
-                raise RuntimeError(f"spool serve exited with {self.proc.returncode}:\n"
-                                   + self.log())
+                raise RuntimeError(
+                    f"spool serve exited with {self.proc.returncode}:\n" + self.log()
+                )
             time.sleep(0.02)
         self.kill()
         raise TimeoutError("spool serve did not start listening:\n" + self.log())

@@ -7,8 +7,12 @@ import time
 from collections.abc import Awaitable, Callable
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 10.0, interval: float = 0.01,
-               message: str = "condition") -> None:
+def wait_until(
+    cond: Callable[[], bool],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str = "condition",
+) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
@@ -16,8 +20,12 @@ def wait_until(cond: Callable[[], bool], timeout: float = 10.0, interval: float 
         time.sleep(interval)
 
 
-async def async_wait_until(cond: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0,
-                           interval: float = 0.01, message: str = "condition") -> None:
+async def async_wait_until(
+    cond: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    message: str = "condition",
+) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:

@@ -5,10 +5,24 @@ from __future__ import annotations
 from server.protocol import errors
 
 PROTOCOL_REASONS = [
-    "logon required", "name in use", "auth failure", "not entitled", "invalid topic",
-    "bad regex topic", "bad filter", "invalid bookmark", "bookmark not found",
-    "invalid options", "subid in use", "subid not found", "invalid command",
-    "invalid message", "duplicate", "txlog full", "slow client", "heartbeat",
+    "logon required",
+    "name in use",
+    "auth failure",
+    "not entitled",
+    "invalid topic",
+    "bad regex topic",
+    "bad filter",
+    "invalid bookmark",
+    "bookmark not found",
+    "invalid options",
+    "subid in use",
+    "subid not found",
+    "invalid command",
+    "invalid message",
+    "duplicate",
+    "txlog full",
+    "slow client",
+    "heartbeat",
     "shutting down",
 ]
 

@@ -126,9 +126,20 @@ def _msg(header: dict[str, Any], body: bytes = b"") -> Message:
 
 
 def test_decode_command_fields() -> None:
-    cmd = decode_command(_msg({"c": "subscribe", "cid": 5, "t": "orders", "sub_id": "s1",
-                               "f": "/a = 1", "bm": "0", "o": "timestamp",
-                               "a": "processed,completed"}))
+    cmd = decode_command(
+        _msg(
+            {
+                "c": "subscribe",
+                "cid": 5,
+                "t": "orders",
+                "sub_id": "s1",
+                "f": "/a = 1",
+                "bm": "0",
+                "o": "timestamp",
+                "a": "processed,completed",
+            }
+        )
+    )
     assert cmd.name == "subscribe"
     assert cmd.cid == "5"
     assert cmd.topic == "orders"
@@ -153,8 +164,7 @@ def test_decode_command_fields() -> None:
         ({"c": "logon", "hb": "x"}, CommandError, "'hb'"),
     ],
 )
-def test_decode_command_errors(header: dict[str, Any], exc: type[Exception],
-                               fragment: str) -> None:
+def test_decode_command_errors(header: dict[str, Any], exc: type[Exception], fragment: str) -> None:
     with pytest.raises(exc) as info:
         decode_command(_msg(header))
     assert fragment in str(info.value)
@@ -169,5 +179,11 @@ def test_encode_ack() -> None:
     raw = encode_ack("processed", cid="4", status="failure", reason="bad filter", detail=None)
     parsed = parse_frame(raw)
     assert parsed.error is None
-    assert parsed.messages[0].header == {"c": "ack", "a": "processed", "cid": "4",
-                                         "status": "failure", "reason": "bad filter", "l": 0}
+    assert parsed.messages[0].header == {
+        "c": "ack",
+        "a": "processed",
+        "cid": "4",
+        "status": "failure",
+        "reason": "bad filter",
+        "l": 0,
+    }

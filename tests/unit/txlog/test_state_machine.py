@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -17,6 +19,7 @@ from server.txlog.codec import encode, scan
 from server.txlog.record import RecordKind
 from tests.unit.txlog.helpers import INSTANCE, ManualClock, config
 
+T = TypeVar("T")
 PUBLISHERS = (11, 22, 33, 0)  # 0: records without publisher identity
 
 
@@ -47,7 +50,7 @@ class LogMachine(RuleBasedStateMachine):
         self.durable = 0  # every record up to here was acknowledged durable
         self.log = self._open()
 
-    def _run(self, coro):  # type: ignore[no-untyped-def]
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
 
     def _open(self) -> TransactionLog:

@@ -1,0 +1,152 @@
+"""``spool journal dump / verify / find``: output, exit codes, and never writing."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from server.txlog import TransactionLog
+from server.txlog.cli import parse_position, register
+from tests.unit.txlog.helpers import INSTANCE, ManualClock, config, journal_files, run
+
+T0 = 1_700_000_000_000_000  # 20231114T221320Z
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="spool")
+    sub = p.add_subparsers(dest="command", required=True)
+    register(sub)
+    return p
+
+
+def spool(*argv: str) -> int:
+    args = parser().parse_args(["journal", *argv])
+    code: int = args.func(args)
+    return code
+
+
+@pytest.fixture
+def logdir(tmp_path: Path) -> Path:
+    """1500 records, 1 ms apart, topics alternating a/b, publisher 7 then 8; one compressed."""
+
+    async def body() -> None:
+        clock = ManualClock(T0)
+        log = TransactionLog(config(tmp_path), INSTANCE, clock=clock, block_bytes=512)
+        await log.open()
+        for i in range(1500):
+            ph = 7 if i < 1000 else 8
+            log.append(topic="ab"[i % 2], message_type="json", pub_hash=ph,
+                       pub_seq=i + 1 if ph == 7 else i - 999, body=b'{"i":%d}' % i)  # fmt: skip
+            clock.advance(1000)
+        await log.wait_durable(log.last_seq)
+        await log.compress(log.journals()[0].id)
+        await log.close()
+
+    run(body)
+    return tmp_path / "journal"
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in directory.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_parse_position() -> None:
+    assert parse_position("7|12|") == (7, 12)
+    assert parse_position("7|12") == (7, 12)
+    assert parse_position("20231114T221320Z") == T0
+    assert parse_position("20231114T221320.000500") == T0 + 500
+    for bad in ("7|x|", "1|2|3|", "yesterday"):
+        with pytest.raises(ValueError):
+            parse_position(bad)
+
+
+def test_dump_prints_records_with_filters(logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = journal_files(logdir.parent)
+    assert files[0].name.endswith(".journal.zst")
+    assert spool("dump", str(files[0]), "--limit", "2") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[0].split()[:3] == ["1", "20231114T221320.000000Z", "7|1|"]
+    assert lines[0].endswith('a [7B] {"i":0}')
+    assert (
+        spool("dump", str(files[0]), "--json", "--from", "7|900|", "--topic", "b", "--limit", "3")
+        == 0
+    )
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["seq"] for r in rows] == [900, 902, 904]
+    assert (
+        rows[0]["bookmark"] == "7|900|"
+        and rows[0]["body"] == '{"i":899}'
+        and rows[0]["kind"] == "publish"
+    )
+    t = "20231114T221321.200000Z"  # the record appended 1200 ms after the first
+    assert spool("dump", str(files[-1]), "--json", "--from", t, "--limit", "1") == 0
+    assert json.loads(capsys.readouterr().out)["seq"] == 1201
+
+
+def test_dump_stops_at_damage_with_exit_1(logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    active = journal_files(logdir.parent)[-1]
+    data = bytearray(active.read_bytes())
+    data[2000] ^= 0xFF
+    active.write_bytes(bytes(data))
+    assert spool("dump", str(active), "--json") == 1
+    captured = capsys.readouterr()
+    rows = [json.loads(x) for x in captured.out.splitlines()]
+    assert rows and rows[-1]["offset"] < 2000
+    assert "corrupt record" in captured.err
+
+
+def test_verify_clean_and_damaged_without_touching_files(
+    logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert spool("verify", str(logdir)) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith("seqs 1..1500: clean")
+    active = journal_files(logdir.parent)[-1]
+    data = bytearray(active.read_bytes())
+    data[2000] ^= 0xFF
+    active.write_bytes(bytes(data))
+    before = snapshot(logdir.parent)
+    assert spool("verify", str(logdir), "--json") == 1
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    report = rows[-1]["report"]
+    (cut,) = report["truncations"]
+    assert (
+        cut["path"] == str(active) and cut["reason"] == "crc mismatch" and cut["saved_to"] is None
+    )
+    assert report["last_seq"] == cut["first_seq_cut"] - 1
+    assert snapshot(logdir.parent) == before  # verify only reads
+
+
+def test_find_by_bookmark_and_time(logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert spool("find", "8|250|", "--dir", str(logdir), "--json") == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["found"] and found["seq"] == 1250 and found["bookmark"] == "8|250|"
+    assert spool("find", "7|3|", "--dir", str(logdir)) == 0  # in the compressed journal
+    assert capsys.readouterr().out.startswith("seq 3  7|3|")
+    assert spool("find", "20231114T221320.500000Z", "--dir", str(logdir), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["seq"] == 501
+    assert spool("find", "20200101T000000Z", "--dir", str(logdir), "--json") == 0
+    assert json.loads(capsys.readouterr().out)["seq"] == 1
+    assert spool("find", "7|1001|", "--dir", str(logdir)) == 1
+    assert "not found" in capsys.readouterr().out
+    assert spool("find", "20300101T000000Z", "--dir", str(logdir)) == 1
+
+
+def test_instance_must_be_named_when_several_share_a_directory(
+    logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = journal_files(logdir.parent)[-1]
+    (logdir / first.name.replace(INSTANCE, "spool-b")).write_bytes(first.read_bytes())
+    assert spool("find", "7|3|", "--dir", str(logdir)) == 2
+    assert "use --name" in capsys.readouterr().err
+    assert spool("find", "7|3|", "--dir", str(logdir), "--name", INSTANCE) == 0
+    assert spool("verify", str(logdir), "--name", "nobody") == 0  # an empty log is clean
