@@ -20,6 +20,7 @@ from server.expr import MessageView
 if TYPE_CHECKING:
     from server.session import Session
     from server.subscription import Subscription
+    from server.txlog.pins import Pin
     from server.txlog.record import Record
 
 
@@ -57,6 +58,8 @@ class BookmarkSink:
         self._sids = orjson.dumps(sub.sub_id)
         self._topic_cache: dict[str, bytes] = {}
         self._caught_up = False
+        #: retention pin on the journals this replay still needs (moved as it advances)
+        self.pin: Pin | None = None
 
     def accepts(self, rec: Record) -> bool:
         """Topic, entitlement and filter test of one record (used before conflation)."""
@@ -132,6 +135,8 @@ class BookmarkSink:
             delivered += 1
         if records:
             last = records[-1]
+            if self.pin is not None:
+                self.pin.move(last.seq + 1)
             sub.position = last.bookmark
             sub.position_seq = last.seq
             sub.position_time_us = last.timestamp_us

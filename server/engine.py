@@ -66,10 +66,11 @@ from server.stats.histogram import LatencyHistogram
 from server.stats.sampler import Sampler
 from server.subscription import Subscription
 from server.txlog import TransactionLog
+from server.txlog.journal import JournalInfo
 from server.txlog.record import Record
 
 if TYPE_CHECKING:
-    from server.config import Config, TransportConfig
+    from server.config import Config, TransportConfig, UserConfig
     from server.session import Session, Transport
 
 VERSION: Final = "0.1.0"
@@ -240,8 +241,8 @@ class Broker:
             msgs_out=session.msgs_out,
         )
 
-    def logon(self, session: Session, cmd: Command) -> None:
-        """Authenticate, claim the client name, answer with the logon ack."""
+    def check_logon(self, session: Session, cmd: Command) -> str:
+        """Validate a logon before authentication; returns the client name."""
         if session.name is not None:
             raise InvalidMessage("already logged on: one logon per connection")
         if self.stopping:
@@ -249,42 +250,34 @@ class Broker:
         name = cmd.field("client_name")
         if not name:
             raise InvalidMessage("logon needs a client_name")
-        user = None
+        return str(name)
+
+    async def authenticate(self, session: Session, cmd: Command) -> UserConfig | None:
+        """Check credentials off the loop (scrypt runs in a thread); None without Users."""
+        if not self.auth.enabled:
+            return None
         user_id = cmd.field("user_id")
-        if self.auth.enabled:
-            user = self.auth.authenticate(user_id, cmd.field("pw"))
-            if user is None:
-                self.events.emit(
-                    "warning",
-                    "session",
-                    "auth_failure",
-                    remote=session.remote,
-                    user=user_id,
-                    client=name,
-                )
-                raise AuthFailure("unknown user or wrong password/token")
+        user = await self.auth.authenticate_async(user_id, cmd.field("pw"))
+        if user is None:
+            self.events.emit("warning", "session", "auth_failure", remote=session.remote,
+                             user=user_id, client=cmd.field("client_name"))
+            raise AuthFailure("unknown user or wrong password/token")
+        return user
+
+    def logon(self, session: Session, cmd: Command, user: UserConfig | None) -> None:
+        """Claim the client name and answer with the logon ack (credentials checked)."""
+        name = self.check_logon(session, cmd)
+        user_id = cmd.field("user_id")
         user_name = user.name if user is not None else (user_id or None)
         existing = self.by_name.get(name)
         if existing is not None and not existing.closed:
             if existing.user_name != user_name:
-                self.events.emit(
-                    "warning",
-                    "session",
-                    "name_in_use",
-                    client=name,
-                    remote=session.remote,
-                    refused=True,
-                )
+                self.events.emit("warning", "session", "name_in_use", client=name,
+                                 remote=session.remote, refused=True)
                 raise NameInUse(f"client name {name!r} is in use by another user")
             # same user: the new connection wins, the old one is dropped
-            self.events.emit(
-                "info",
-                "session",
-                "name_in_use",
-                client=name,
-                remote=existing.remote,
-                replaced_by=session.remote,
-            )
+            self.events.emit("info", "session", "name_in_use", client=name,
+                             remote=existing.remote, replaced_by=session.remote)
             self.session_closed(existing)
             existing.close_soon(NameInUse.reason)
         session.name = name
@@ -616,6 +609,7 @@ class Broker:
         txlog = self.txlog
         assert txlog is not None
         sink = BookmarkSink(sub)
+        sub.sink = sink
         group = ReplayGroup(
             txlog,
             spec,
@@ -625,7 +619,10 @@ class Broker:
         )
         # with conflation the filter must run before records are conflated
         accept = sink.accepts if options.conflation else None
-        group.add_sink(sink, accept=accept)  # BookmarkNotFound under bookmark_not_found=fail
+        member = group.add_sink(sink, accept=accept)  # BookmarkNotFound under ..._not_found=fail
+        # hold the journals this replay still needs (journal removal answers 409)
+        sink.pin = txlog.pin(f"replay:{sub.session.name}:{sub.sub_id}",
+                             group.position_of(member))
         sub.cursor = group
         sub.state = "paused" if options.pause else "replaying"
         if options.pause:
@@ -651,6 +648,9 @@ class Broker:
             sub.session.fail(sub.cid, InvalidMessage(f"replay failed: {exc}"))
 
     def _drop_subscription(self, sub: Subscription) -> None:
+        if sub.sink is not None and sub.sink.pin is not None:
+            sub.sink.pin.release()
+            sub.sink.pin = None
         if sub.task is not None:
             sub.task.cancel()
             sub.task = None
@@ -835,7 +835,7 @@ class Broker:
         txlog = self.txlog
         if txlog is None:
             return None
-        journals = [j.to_dict() for j in txlog.journals()]
+        journals = [_journal_dict(j) for j in txlog.journals()]
         st = txlog.stats()
         return {
             "journals": journals,
@@ -868,7 +868,7 @@ class Broker:
         else:
             raise ValueError(action)
         self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
-        return [j.to_dict() for j in infos]
+        return [_journal_dict(j) for j in infos]
 
     def metrics_snapshot(self) -> dict[str, Any]:
         msgs_out = self._msgs_out_closed
@@ -934,6 +934,24 @@ class Broker:
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         level = "warning" if "truncat" in event or "fail" in event else "info"
         self.events.emit(level, "txlog", event, **fields)
+
+
+def _iso_us(us: int | None) -> str | None:
+    if us is None:
+        return None
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="microseconds")
+
+
+def _journal_dict(j: JournalInfo) -> dict[str, Any]:
+    """A journal as ADMIN_API.md shows it (times as ISO-8601 UTC)."""
+    return {
+        "id": j.id, "path": j.path, "state": j.state, "size": j.size_bytes,
+        "data_bytes": j.data_bytes, "compression": j.compression, "records": j.records,
+        "first_seq": j.first_seq, "last_seq": j.last_seq,
+        "first_bookmark": j.first_bookmark, "last_bookmark": j.last_bookmark,
+        "first_time": _iso_us(j.first_time_us), "last_time": _iso_us(j.last_time_us),
+        "pinned_by": j.pinned_by,
+    }
 
 
 def _report_fields(report: object) -> dict[str, Any]:

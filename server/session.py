@@ -94,6 +94,8 @@ class Session:
         self.closed = False
         self.close_reason: str | None = None
         self.closed_event = asyncio.Event()
+        self._logon_task: asyncio.Task[None] | None = None
+        self._backlog: list[Command] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -289,11 +291,20 @@ class Session:
 
     def dispatch(self, cmd: Command) -> None:
         """Run one command; failures become failure acks, never exceptions."""
+        if self._logon_task is not None:
+            # credentials are being checked: keep order, run these after the logon
+            self._backlog.append(cmd)
+            return
         if "received" in cmd.acks:
             self.ack("received", cmd.cid)
         try:
             if cmd.name == "logon":
-                self.broker.logon(self, cmd)
+                self.broker.check_logon(self, cmd)
+                if self.broker.auth.enabled:
+                    self._logon_task = asyncio.get_running_loop().create_task(
+                        self._logon(cmd))
+                else:
+                    self.broker.logon(self, cmd, None)
                 return
             if self.name is None:
                 raise LogonRequired("the first command must be logon")
@@ -305,6 +316,23 @@ class Session:
             self.fail(cmd.cid, exc)
             if cmd.name == "logon" and self.name is None:
                 self.close_soon(exc.reason)
+
+    async def _logon(self, cmd: Command) -> None:
+        """Authenticate off the loop, then log on and run what arrived meanwhile."""
+        try:
+            user = await self.broker.authenticate(self, cmd)
+            if not self.closed:
+                self.broker.logon(self, cmd, user)
+        except ProtocolFailure as exc:
+            self.fail(cmd.cid, exc)
+            self.close_soon(exc.reason)
+        finally:
+            self._logon_task = None
+        backlog, self._backlog = self._backlog, []
+        for queued in backlog:
+            if self.closed:
+                return
+            self.dispatch(queued)
 
     # -- heartbeats ----------------------------------------------------------------------
 

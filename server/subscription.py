@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     import asyncio
 
+    from server.delivery import BookmarkSink
     from server.expr import Filter
     from server.protocol.options import SubscribeOptions
     from server.session import Session
@@ -44,6 +45,7 @@ class Subscription:
     delivered: int = 0
     task: asyncio.Task[Any] | None = None
     cursor: Any = None
+    sink: BookmarkSink | None = None
     sid_bytes: bytes = field(default=b"")
 
     @property

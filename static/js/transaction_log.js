@@ -10,26 +10,38 @@ import {
 const alert = new Alert(document.getElementById("page-alert"));
 const $id = (id) => document.getElementById(id);
 
+// Journal states (server/txlog/journal.py JournalInfo): active (being appended to),
+// closed (finished, plain), compressed, archived, preallocated (created ahead, empty).
 const ACTIONS = {
   archive: {
     title: "Archive",
     verb: "archived",
     text: "moves the files to the archive directory; replays can no longer read them",
-    allowed: (j) => j.state === "active",
+    allowed: (j) => j.state === "closed" || j.state === "compressed",
   },
   compress: {
     title: "Compress",
     verb: "compressed",
-    text: "compresses the archived files (archiving them first if needed)",
-    allowed: (j) => j.state !== "compressed",
+    text: "compresses the files in place (replays can still read them)",
+    allowed: (j) => (j.state === "closed" || j.state === "archived") && !j.compression,
   },
   remove: {
     title: "Remove",
     verb: "removed",
     text: "deletes the files for good; their messages can never be replayed again",
-    allowed: () => true,
+    allowed: (j) => j.state !== "active" && j.state !== "preallocated",
   },
 };
+
+/** Size on disk (`size_bytes`; `size` in older answers). */
+const sizeOf = (j) => j.size_bytes ?? j.size;
+
+/** A journal time as epoch seconds: `first_time_us` (or an ISO `first_time`). */
+function timeOf(j, which) {
+  const us = j[`${which}_time_us`];
+  if (us !== undefined && us !== null) return us / 1e6;
+  return j[`${which}_time`] ?? null;
+}
 
 function kv(node, rows) {
   node.replaceChildren(...rows.flatMap(([k, v]) => [
@@ -46,7 +58,7 @@ async function journalAction(button, action, journal) {
     title: `${spec.title} journal ${journal.id}${older ? ` and ${older} older` : ""}?`,
     message: [
       `${spec.title} ${spec.text}.`,
-      `Covers sequences up to ${fmtInt(journal.last_seq)} (${fmtDateTime(journal.last_time)} UTC).`,
+      `Covers sequences up to ${fmtInt(journal.last_seq)} (${fmtDateTime(timeOf(journal, "last"))} UTC).`,
     ],
     confirm: spec.title,
     danger: action === "remove",
@@ -64,8 +76,9 @@ async function journalAction(button, action, journal) {
   await poller.now();
 }
 
-const CELLS = ["id", "state", "size", "first_seq", "last_seq", "first_bookmark",
+const CELLS = ["id", "state", "size", "records", "first_seq", "last_seq", "first_bookmark",
   "last_bookmark", "first_time", "last_time"];
+const NUMERIC = new Set(["id", "size", "records", "first_seq", "last_seq"]);
 
 const rows = new KeyedTable($id("journals-table").tBodies[0], {
   key: (j) => String(j.id),
@@ -74,8 +87,7 @@ const rows = new KeyedTable($id("journals-table").tBodies[0], {
   create: () => {
     const tr = el("tr");
     for (const field of CELLS) {
-      const num = ["id", "size", "first_seq", "last_seq"].includes(field);
-      tr.append(el("td", { className: num ? "num" : field.endsWith("bookmark") ? "mono" : "",
+      tr.append(el("td", { className: NUMERIC.has(field) ? "num" : field.endsWith("bookmark") ? "mono" : "",
         dataset: { field } }));
     }
     const cell = el("td", { className: "nowrap" });
@@ -93,22 +105,35 @@ const rows = new KeyedTable($id("journals-table").tBodies[0], {
     CELLS.forEach((field, i) => {
       const td = tr.cells[i];
       switch (field) {
-        case "state":
-          if (td.dataset.state !== j.state) {
-            td.dataset.state = j.state;
+        case "state": {
+          const key = `${j.state}|${j.compression ?? ""}|${j.pinned_by ?? ""}`;
+          if (td.dataset.key !== key) {
+            td.dataset.key = key;
             td.replaceChildren(badge(j.state));
+            if (j.compression && j.state !== "compressed") td.append(" ", badge(j.compression));
+            if (j.pinned_by) {
+              const pin = badge("pinned");
+              pin.title = `still needed by ${j.pinned_by}`;
+              td.append(" ", pin);
+            }
           }
           break;
+        }
         case "id":
           setText(td, fmtInt(j.id));
           td.title = j.path ?? "";
           break;
-        case "size": setText(td, fmtBytes(j.size)); break;
-        case "first_seq": case "last_seq": setText(td, fmtInt(j[field])); break;
-        case "first_time": case "last_time":
-          setText(td, fmtDateTime(j[field]));
-          td.title = j[field] ?? "";
+        case "size":
+          setText(td, fmtBytes(sizeOf(j)));
+          td.title = j.data_bytes === undefined ? "" : `${fmtBytes(j.data_bytes)} of records`;
           break;
+        case "records": setText(td, j.records === undefined ? "–" : fmtInt(j.records)); break;
+        case "first_seq": case "last_seq": setText(td, fmtInt(j[field])); break;
+        case "first_time": case "last_time": {
+          const t = timeOf(j, field.slice(0, -5));
+          setText(td, t === null ? "–" : fmtDateTime(t));
+          break;
+        }
         default: setText(td, j[field] || "–");
       }
     });

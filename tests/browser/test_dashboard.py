@@ -301,23 +301,44 @@ def test_the_history_page_charts_the_stats_database(
     expect(page.locator("#page-alert .reason")).to_have_text("not found")
 
 
-def test_the_transaction_log_page_lists_journals_and_asks_before_acting(
+def test_the_transaction_log_page_lists_journals_and_archives_after_asking(
     page: Page, dashboard_server: SpoolProcess, client_factory: Any
 ) -> None:
     feeder = client_factory("journal-feeder")
-    publish(feeder, "bulk", 20)
+    padding = "x" * 400
+    for i in range(3000):  # ~1.3 MB: the 1 MB journal rolls over at least once
+        feeder.publish("bulk", {"i": i, "pad": padding})
+    feeder.flush()
+
+    def journals() -> list[dict[str, Any]]:
+        return list(api(dashboard_server, "/api/transaction_log")["journals"])
+
+    closed = [j for j in journals() if j["state"] == "closed"]
+    assert closed, journals()
+    oldest = min(closed, key=lambda j: j["id"])
     page.goto(f"{dashboard_server.http_url}/transaction-log")
-    journals = api(dashboard_server, "/api/transaction_log")["journals"]
-    rows = page.locator("#journals-table tbody tr")
-    expect(rows).to_have_count(len(journals))
     expect(page.locator("#totals")).to_contain_text("durable seq")
-    first = rows.first
-    first.locator('button[data-action="remove"]').click()
+    rows = page.locator("#journals-table tbody tr")
+    expect(rows).to_have_count(len(journals()))
+    active = page.locator("#journals-table tbody tr", has=page.locator(".badge.active"))
+    expect(active.locator('button[data-action="remove"]')).to_be_disabled()
+
+    row = page.locator(f'#journals-table tbody tr[data-key="{oldest["id"]}"]')
+    row.locator('button[data-action="remove"]').click()
     dialog = page.locator("dialog")
-    expect(dialog).to_contain_text("Remove journal")
+    expect(dialog).to_contain_text(f"Remove journal {oldest['id']}")
     dialog.locator('[data-action="cancel"]').click()
     expect(dialog).to_have_count(0)
-    assert len(api(dashboard_server, "/api/transaction_log")["journals"]) == len(journals)
+    assert any(j["id"] == oldest["id"] for j in journals())
+
+    row.locator('button[data-action="archive"]').click()
+    page.locator('dialog [data-action="confirm"]').click()
+    expect(page.locator("#page-alert")).to_contain_text(f"journal {oldest['id']}")
+    wait_until(
+        lambda: next(j for j in journals() if j["id"] == oldest["id"])["state"] == "archived",
+        message="archived over REST",
+    )
+    expect(row.locator(".badge").first).to_have_text("archived")
 
 
 def test_the_events_page_follows_the_event_log(
