@@ -905,7 +905,7 @@ class Broker:
             txlog_snapshot = {
                 "last_seq": self.txlog.last_seq,
                 "durable_seq": self.txlog.durable_seq,
-                "bytes": st.get("bytes", 0),
+                "bytes": st.get("disk_bytes", 0),
                 "journals": st.get("journals", 0),
                 "appended": st.get("appended", 0),
                 "flushes": st.get("flushes", 0),

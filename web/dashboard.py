@@ -6,9 +6,9 @@ admin API; this module only renders the page shells and runs ``/live/events``.
 Live stream: one :class:`LiveFeed` per app samples ``broker.metrics_snapshot()`` once a
 second, turns cumulative counters into rates (:class:`LivePointBuilder`) and fans the
 encoded event out to every open dashboard, so ten open browsers cost one snapshot a
-second, not ten. The feed runs while someone listens (and for :data:`IDLE_GRACE` after). Each stream starts with the
-recent history (the last five minutes of points and the newest event-log entries) so a page
-that opens or reconnects draws a full chart at once.
+second, not ten. The feed runs while someone listens (and for :data:`IDLE_GRACE` after).
+Each stream starts with the recent history (the last five minutes of points and the newest
+event-log entries) so a page that opens or reconnects draws a full chart at once.
 
 Wire format (``text/event-stream``)::
 
@@ -54,13 +54,14 @@ HISTORY_POINTS: Final = 300
 LOG_HISTORY: Final = 200
 """Event-log entries sent in a stream's history."""
 STREAM_MAX_SECONDS: Final = 60.0
-"""A stream ends after this long; EventSource reconnects at once (``retry``)."""
+"""A stream ends after this long; EventSource reconnects by itself after ``RETRY_MS``."""
 SUBSCRIBER_QUEUE: Final = 32
 """Events buffered for one stream; a stream that falls this far behind is ended."""
 IDLE_GRACE: Final = 60.0
 """Seconds the feed keeps sampling after the last stream closed, so that a page reloaded or
 opened again soon after still gets a full history."""
 RETRY_MS: Final = 2000
+"""The ``retry`` sent to EventSource: how long a page waits before reconnecting, ms."""
 EVENT_LOG_SCAN: Final = 500
 """How many of the event log's newest entries a tick looks at for new ones."""
 
@@ -423,7 +424,8 @@ class LiveFeed:
 
         The event log keeps dicts in a bounded deque and hands out the same objects, so
         the newest entry seen last time is found again by identity; if it has been evicted
-        every entry is new.
+        every entry is new. The very first scan (``broadcast`` false, nothing seen yet)
+        takes only the newest :data:`LOG_HISTORY` entries, the history a page gets.
         """
         entries = self._broker.events.recent(EVENT_LOG_SCAN)
         start = 0

@@ -1,10 +1,13 @@
-"""A batch of records decoded in bulk: columns now, :class:`Record` objects on demand.
+"""A batch of records decoded in bulk: the hot fields now, :class:`Record` objects on demand.
 
 Replaying to websockets needs, per message, the topic (routing, filters), the body and the
 bookmark. Building a frozen dataclass per record costs more than all of that together, so
-a replay batch keeps the hot fields as plain lists (``seqs``, ``topics``, ``bodies``...) and
-builds a :class:`Record` only when one is indexed. The batch is still a
-``Sequence[Record]``, so code that just iterates records works unchanged.
+a replay batch keeps each record's checked header tuple, topic and body, and builds a
+:class:`Record` only when one is indexed. The batch is still a ``Sequence[Record]``, so
+code that just iterates records works unchanged; fast paths use the columns::
+
+    for i in range(len(batch)):
+        send(batch.topics[i], batch.bodies[i], batch.bookmark(i))
 
 Sans-I/O like the codec: it decodes bytes it is given.
 """
@@ -18,7 +21,6 @@ import google_crc32c
 
 from server.txlog.codec import (
     CRC_RESIDUE,
-    CRC_SIZE,
     FORMAT,
     HEADER,
     HEADER_SIZE,
@@ -32,80 +34,62 @@ from server.txlog.record import Record
 
 __all__ = ["RecordBatch", "decode_batch"]
 
+# positions in a record header tuple (codec.HEADER)
+_LEN, _SEQ, _TS, _PH, _PS = 0, 4, 5, 6, 7
+
 
 class RecordBatch(Sequence[Record]):
     """Consecutive records of one log, in order.
 
     Attributes:
-        seqs: local sequences (contiguous).
-        timestamps_us: record times.
-        pub_hashes: publisher ids.
-        pub_seqs: publisher sequences.
-        topics: topics.
-        bodies: bodies, byte for byte.
-        nbytes: encoded size of the records in the journal.
+        topics: the records' topics.
+        bodies: their bodies, byte for byte.
+        nbytes: their encoded size in the journal.
     """
 
-    __slots__ = (
-        "_buf",
-        "_offs",
-        "_records",
-        "bodies",
-        "nbytes",
-        "pub_hashes",
-        "pub_seqs",
-        "seqs",
-        "timestamps_us",
-        "topics",
-    )
+    __slots__ = ("_buf", "_first", "_hdrs", "_offs", "_records", "bodies", "nbytes", "topics")
 
     def __init__(
         self,
-        seqs: list[int],
-        timestamps_us: list[int],
-        pub_hashes: list[int],
-        pub_seqs: list[int],
+        first_seq: int,
+        headers: list[tuple[int, ...]],
         topics: list[str],
         bodies: list[bytes],
         nbytes: int,
         *,
-        records: list[Record | None] | None = None,
         buf: bytes = b"",
-        offsets: list[int] | None = None,
+        start: int = 0,
+        records: list[Record | None] | None = None,
     ) -> None:
-        self.seqs = seqs
-        self.timestamps_us = timestamps_us
-        self.pub_hashes = pub_hashes
-        self.pub_seqs = pub_seqs
+        self._first = first_seq
+        self._hdrs = headers
         self.topics = topics
         self.bodies = bodies
         self.nbytes = nbytes
-        self._records: list[Record | None] = records if records is not None else [None] * len(seqs)
         self._buf = buf
-        self._offs = offsets if offsets is not None else []
+        self._offs: list[int] | int = start  # the first offset until record() needs them all
+        self._records: list[Record | None] | None = records
 
     @classmethod
-    def from_records(cls, records: Sequence[Record], nbytes: int = 0) -> RecordBatch:
-        """A batch over records already in memory (the log's tail cache)."""
-        recs: list[Record | None] = list(records)
+    def from_records(cls, records: Sequence[Record]) -> RecordBatch:
+        """A batch over records already built."""
+        headers: list[tuple[int, ...]] = [
+            (0, FORMAT, r.kind, r.flags, r.seq, r.timestamp_us, r.pub_hash, r.pub_seq)
+            for r in records
+        ]
+        first = records[0].seq if records else 0
         return cls(
-            [r.seq for r in records],
-            [r.timestamp_us for r in records],
-            [r.pub_hash for r in records],
-            [r.pub_seq for r in records],
-            [r.topic for r in records],
-            [r.body for r in records],
-            nbytes,
-            records=recs,
-        )
+            first, headers, [r.topic for r in records], [r.body for r in records], 0,
+            records=list(records),
+        )  # fmt: skip
 
     @classmethod
     def empty(cls) -> RecordBatch:
         """A batch with no records."""
-        return cls([], [], [], [], [], [], 0)
+        return cls(0, [], [], [], 0)
 
     def __len__(self) -> int:
-        return len(self.seqs)
+        return len(self._hdrs)
 
     @overload
     def __getitem__(self, index: int) -> Record: ...
@@ -115,35 +99,72 @@ class RecordBatch(Sequence[Record]):
 
     def __getitem__(self, index: int | slice) -> Record | list[Record]:
         if isinstance(index, slice):
-            return [self.record(i) for i in range(*index.indices(len(self.seqs)))]
+            return [self.record(i) for i in range(*index.indices(len(self._hdrs)))]
         return self.record(index)
 
     def __iter__(self) -> Iterator[Record]:
-        for i in range(len(self.seqs)):
+        for i in range(len(self._hdrs)):
             yield self.record(i)
 
     def record(self, i: int) -> Record:
         """The i-th record as a :class:`Record` (built once, then kept)."""
-        rec = self._records[i]
+        if i < 0:
+            i += len(self._hdrs)
+        records = self._records
+        if records is None:
+            records = self._records = [None] * len(self._hdrs)
+        rec = records[i]
         if rec is None:
-            pos = self._offs[i]
-            rec = build_record(self._buf, pos, HEADER.unpack_from(self._buf, pos))
-            self._records[i] = rec
+            offs = self._offs
+            if isinstance(offs, int):
+                pos = offs
+                offs = []
+                for h in self._hdrs:
+                    offs.append(pos)
+                    pos += h[_LEN]
+                self._offs = offs
+            rec = build_record(self._buf, offs[i], self._hdrs[i])
+            records[i] = rec
         return rec
+
+    @property
+    def seqs(self) -> range:
+        """The records' local sequences (contiguous)."""
+        return range(self._first, self._first + len(self._hdrs))
+
+    @property
+    def timestamps_us(self) -> list[int]:
+        """The records' times."""
+        return [h[_TS] for h in self._hdrs]
+
+    @property
+    def pub_hashes(self) -> list[int]:
+        """The records' publisher ids."""
+        return [h[_PH] for h in self._hdrs]
+
+    @property
+    def pub_seqs(self) -> list[int]:
+        """The records' publisher sequences."""
+        return [h[_PS] for h in self._hdrs]
+
+    def timestamp_us(self, i: int) -> int:
+        """Time of the i-th record."""
+        return self._hdrs[i][_TS]
 
     def bookmark(self, i: int) -> str:
         """The wire bookmark ``PUBHASH|PUBSEQ|`` of the i-th record."""
-        return f"{self.pub_hashes[i]}|{self.pub_seqs[i]}|"
+        h = self._hdrs[i]
+        return f"{h[_PH]}|{h[_PS]}|"
 
     @property
     def first_seq(self) -> int:
         """Seq of the first record (0 when empty)."""
-        return self.seqs[0] if self.seqs else 0
+        return self._first if self._hdrs else 0
 
     @property
     def last_seq(self) -> int:
         """Seq of the last record (0 when empty)."""
-        return self.seqs[-1] if self.seqs else 0
+        return self._first + len(self._hdrs) - 1 if self._hdrs else 0
 
     def __repr__(self) -> str:
         return f"RecordBatch(seqs {self.first_seq}..{self.last_seq}, {len(self)} records)"
@@ -161,62 +182,51 @@ def decode_batch(
 ) -> tuple[RecordBatch, int]:
     """Decode consecutive records into a :class:`RecordBatch`.
 
-    Same contract as :func:`server.txlog.codec.decode_records` (limits, checks, an
-    incomplete last record left for the next read), but only the columns are built.
+    Same contract as :func:`server.txlog.codec.decode_records` (limits, checks, a zero
+    length or an incomplete last record ending the batch), but no Record is built.
 
     Raises:
         CorruptRecord: a complete record fails its checks.
     """
-    seqs: list[int] = []
-    tss: list[int] = []
-    phs: list[int] = []
-    pss: list[int] = []
+    start = pos
+    hdrs: list[tuple[int, ...]] = []
     topics: list[str] = []
     bodies: list[bytes] = []
-    offs: list[int] = []
-    records: list[Record | None] = []
-    last = upto_seq if upto_seq is not None else 1 << 64
+    stop_seq = upto_seq if upto_seq is not None else 1 << 64
+    if max_count < stop_seq - expect_seq + 1:
+        stop_seq = expect_seq + max_count - 1
     seq = expect_seq
-    taken = 0
     unpack = HEADER.unpack_from
     crc = google_crc32c.value
     text = decode_text
-    while pos < end and len(seqs) < max_count and taken < max_bytes and seq <= last:
+    add_hdr, add_topic, add_body = hdrs.append, topics.append, bodies.append
+    while pos < end and seq <= stop_seq and pos - start < max_bytes:
         if end - pos < HEADER_SIZE:
             break
         h = unpack(buf, pos)
-        length, fmt, _kind, _flags, rseq, ts, ph, ps, tl, ml, pc, cl, sl, bl = h
+        length = h[0]
         if length == 0 or (length >= MIN_RECORD and pos + length > end):
             break  # end of data, or incomplete: the caller decides
-        if length < MIN_RECORD or fmt != FORMAT or crc(buf[pos : pos + length]) != CRC_RESIDUE:
+        if length < MIN_RECORD or h[1] != FORMAT or crc(buf[pos : pos + length]) != CRC_RESIDUE:
             check_at(buf, pos, end)  # raises with the precise reason
-        if rseq != seq:
+        if h[_SEQ] != seq:
             raise CorruptRecord(pos, "sequence gap")
-        if pc or cl or sl:
+        tl = h[8]
+        if h[10] or h[11] or h[12]:
             rec = build_record(buf, pos, h)
-            topics.append(rec.topic)
-            bodies.append(rec.body)
-            records.append(rec)
+            add_topic(rec.topic)
+            add_body(rec.body)
         else:
-            if HEADER_SIZE + tl + ml + bl + CRC_SIZE != length:
+            if MIN_RECORD + tl + h[9] + h[13] != length:
                 raise CorruptRecord(pos, "length mismatch")
             p = pos + HEADER_SIZE
             try:
-                topics.append(text(buf[p : p + tl]))
+                add_topic(text(buf[p : p + tl]))
             except UnicodeDecodeError:
                 raise CorruptRecord(pos, "bad utf-8") from None
-            p += tl + ml
-            bodies.append(buf[p : p + bl])
-            records.append(None)
-        seqs.append(seq)
-        tss.append(ts)
-        phs.append(ph)
-        pss.append(ps)
-        offs.append(pos)
+            p += tl + h[9]
+            add_body(buf[p : p + h[13]])
+        add_hdr(h)
         pos += length
-        taken += length
         seq += 1
-    batch = RecordBatch(
-        seqs, tss, phs, pss, topics, bodies, taken, records=records, buf=buf, offsets=offs
-    )
-    return batch, pos
+    return RecordBatch(expect_seq, hdrs, topics, bodies, pos - start, buf=buf, start=start), pos

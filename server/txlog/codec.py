@@ -175,23 +175,55 @@ def encode(
         RecordTooLarge: a string or the body exceeds its length field.
         FieldOutOfRange: an integer does not fit (negative, or above its width).
     """
-    tb = _utf8(topic)
-    mb = _utf8(message_type)
-    cb = corr_id.encode() if corr_id else b""
-    sb = sow_key.encode() if sow_key else b""
-    if path:
-        if len(path) > 0xFF:
-            raise RecordTooLarge("path", len(path), 0xFF)
-        parts = []
-        for name in path:
-            nb = _utf8(name)
-            if len(nb) > 0xFF:
-                raise RecordTooLarge("path name", len(nb), 0xFF)
-            parts.append(bytes((len(nb),)))
-            parts.append(nb)
-        pb = b"".join(parts)
-    else:
-        pb = b""
+    tb = _enc_cache.get(topic) or _utf8(topic)
+    mb = _enc_cache.get(message_type) or _utf8(message_type)
+    if path or corr_id or sow_key:
+        return _encode_full(
+            seq, timestamp_us, pub_hash, pub_seq, tb, mb, kind, path, flags, body, corr_id, sow_key
+        )
+    tl = len(tb)
+    ml = len(mb)
+    bl = len(body)
+    length = MIN_RECORD + tl + ml + bl
+    try:
+        head = HEADER.pack(
+            length, FORMAT, kind, flags, seq, timestamp_us, pub_hash, pub_seq, tl, ml, 0, 0, 0, bl
+        )
+    except struct.error:
+        raise _range_error(
+            length, kind, flags, seq, timestamp_us, pub_hash, pub_seq, tb, mb, b"", b""
+        ) from None
+    data = b"".join((head, tb, mb, body))
+    return data + _U32.pack(_crc(data))
+
+
+def _encode_full(
+    seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seq: int,
+    tb: bytes,
+    mb: bytes,
+    kind: int,
+    path: tuple[str, ...],
+    flags: int,
+    body: bytes,
+    corr_id: str,
+    sow_key: str,
+) -> bytes:
+    """:func:`encode` for records with a path, a correlation id or a SOW key."""
+    cb = corr_id.encode()
+    sb = sow_key.encode()
+    if len(path) > 0xFF:
+        raise RecordTooLarge("path", len(path), 0xFF)
+    parts = []
+    for name in path:
+        nb = _utf8(name)
+        if len(nb) > 0xFF:
+            raise RecordTooLarge("path name", len(nb), 0xFF)
+        parts.append(bytes((len(nb),)))
+        parts.append(nb)
+    pb = b"".join(parts)
     length = MIN_RECORD + len(tb) + len(mb) + len(pb) + len(cb) + len(sb) + len(body)
     try:
         head = HEADER.pack(
@@ -423,15 +455,12 @@ def skip_to(buf: bytes, pos: int, end: int, seq_at_pos: int, target: int) -> tup
 
 @dataclass(slots=True)
 class ScanResult:
-    """What :func:`scan` found: per-record columns and where/why it stopped.
+    """What :func:`scan` found: one row per valid record, and where/why it stopped.
 
     Attributes:
-        offsets: offset of each valid record (in the buffer's coordinates).
-        lengths: its length.
-        timestamps: its ``timestamp_us``.
-        pub_hashes: its ``pub_hash``.
-        pub_seqs: its ``pub_seq``.
-        end: offset just past the last valid record.
+        rows: ``(journal offset, length, timestamp_us, pub_hash, pub_seq)`` per record,
+            the offset being ``base`` plus the record's position in the buffer.
+        end: position in the buffer just past the last valid record.
         next_seq: the seq the next record must carry.
         reason: ``None`` when the scan stopped cleanly (end of data, or an incomplete
             record at the end of a non-final buffer), ``"end of data"`` at a zero length,
@@ -439,11 +468,7 @@ class ScanResult:
         need_more: the buffer ends inside a record that may continue in the next read.
     """
 
-    offsets: list[int] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    timestamps: list[int] = field(default_factory=list)
-    pub_hashes: list[int] = field(default_factory=list)
-    pub_seqs: list[int] = field(default_factory=list)
+    rows: list[tuple[int, int, int, int, int]] = field(default_factory=list)
     end: int = 0
     next_seq: int = 0
     reason: str | None = None
@@ -454,8 +479,15 @@ class ScanResult:
         """The scan stopped on bytes that are not a valid record (not a clean end)."""
         return self.reason is not None and self.reason != "end of data"
 
+    @property
+    def offsets(self) -> list[int]:
+        """The journal offset of each valid record."""
+        return [r[0] for r in self.rows]
 
-def scan(buf: bytes, pos: int, end: int, expect_seq: int, *, final: bool) -> ScanResult:
+
+def scan(
+    buf: bytes, pos: int, end: int, expect_seq: int, *, final: bool, base: int = 0
+) -> ScanResult:
     """Validate records from ``pos`` and collect what an index needs (recovery's loop).
 
     Every record's CRC, format byte, length arithmetic, kind and sequence are checked;
@@ -463,16 +495,15 @@ def scan(buf: bytes, pos: int, end: int, expect_seq: int, *, final: bool) -> Sca
 
     Args:
         buf: the bytes read.
-        pos: offset of the first record.
-        end: offset where the bytes read end.
+        pos: position of the first record in ``buf``.
+        end: position where the bytes read end.
         expect_seq: seq the first record must carry.
         final: ``buf`` reaches the end of the file: an incomplete record is a torn tail
             rather than a read boundary.
+        base: journal offset of ``buf[0]`` (for the rows' offsets).
     """
     res = ScanResult(end=pos, next_seq=expect_seq)
-    offsets, lengths, tss, phs, pss = (
-        res.offsets, res.lengths, res.timestamps, res.pub_hashes, res.pub_seqs,
-    )  # fmt: skip
+    add = res.rows.append
     unpack = HEADER.unpack_from
     crc = _crc
     kinds = _KINDS
@@ -514,11 +545,7 @@ def scan(buf: bytes, pos: int, end: int, expect_seq: int, *, final: bool) -> Sca
         if rseq != seq:
             reason = "sequence gap"
             break
-        offsets.append(pos)
-        lengths.append(length)
-        tss.append(ts)
-        phs.append(ph)
-        pss.append(ps)
+        add((base + pos, length, ts, ph, ps))
         pos += length
         seq += 1
     res.end = pos

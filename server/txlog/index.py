@@ -70,7 +70,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final, NamedTuple, Protocol
 
 import google_crc32c
 
@@ -201,9 +201,11 @@ def _parse_header(data: bytes | mmap.mmap) -> tuple[int, int, int] | None:
 class IndexBuilder:
     """The index of the active journal, built record by record on the event loop.
 
-    Complete blocks are kept in compact arrays; the block being filled is tracked in a
-    few counters. :meth:`add` returns the encoded open-form entry when it closes a block
-    so the caller can persist it after the journal bytes are durable.
+    Closed blocks are kept in compact arrays and per-publisher range lists; the block
+    being filled is a short list of per-record rows, summarized when it closes, so
+    :meth:`add` stays a tuple append and a CRC update. :meth:`add` returns the encoded
+    open-form entry when it closes a block, for the caller to persist after the journal
+    bytes are durable.
     """
 
     def __init__(self, base_seq: int, block_bytes: int = BLOCK_BYTES) -> None:
@@ -218,34 +220,29 @@ class IndexBuilder:
         self.b_last_rel = array("Q")
         # pub_hash -> [[first_ps, last_ps, last_seq, block, count], ...] in log order
         self.ranges: dict[int, list[list[int]]] = {}
-        # pub_hash -> [min_ps, max_ps, last_seq, count] for closed blocks
+        # pub_hash -> [min_ps, max_ps, last_seq, count] over the closed blocks
         self.summary: dict[int, list[int]] = {}
+        # the block being filled: (offset, length, ts, pub_hash, pub_seq) per record
+        self._rows: list[tuple[int, int, int, int, int]] = []
         self._cur_first = base_seq
         self._cur_off = 0
-        self._cur_len = 0
-        self._cur_cnt = 0
         self._cur_crc = 0
-        self._cur_last_rel = 0
-        self._cur_pubs: dict[
-            int, list[int]
-        ] = {}  # pub_hash -> [first_ps, last_ps, count, last_seq]
-        self._count = 0
-        self._data_len = 0
-        self._ts_max = -(1 << 63)
-        self._first_ts = 0
-        self._last_ts = 0
-        self._first_bm = (0, 0)
-        self._last_bm = (0, 0)
+        self._closed_count = 0
+        self._closed_end = 0
+        self._closed_ts_max = -(1 << 63)
+        self._first: tuple[int, int, int] | None = None  # ts, pub_hash, pub_seq
+        self._closed_last = (0, 0, 0)
 
     # -- IndexView ---------------------------------------------------------------------
 
     @property
     def count(self) -> int:
-        return self._count
+        return self._closed_count + len(self._rows)
 
     @property
     def data_len(self) -> int:
-        return self._data_len
+        rows = self._rows
+        return rows[-1][0] + rows[-1][1] if rows else self._closed_end
 
     @property
     def first_seq(self) -> int:
@@ -253,27 +250,30 @@ class IndexBuilder:
 
     @property
     def last_seq(self) -> int:
-        return self.base + self._count - 1
+        return self.base + self._closed_count + len(self._rows) - 1
 
     @property
     def first_ts(self) -> int:
-        return self._first_ts
+        return self._first[0] if self._first else 0
 
     @property
     def last_ts(self) -> int:
-        return self._last_ts
+        return self._rows[-1][2] if self._rows else self._closed_last[0]
 
     @property
     def ts_max(self) -> int:
-        return self._ts_max
+        rows = self._rows
+        return max(self._closed_ts_max, max(r[2] for r in rows)) if rows else self._closed_ts_max
 
     @property
     def first_bookmark(self) -> tuple[int, int]:
-        return self._first_bm
+        return (self._first[1], self._first[2]) if self._first else (0, 0)
 
     @property
     def last_bookmark(self) -> tuple[int, int]:
-        return self._last_bm
+        if self._rows:
+            return self._rows[-1][3], self._rows[-1][4]
+        return self._closed_last[1], self._closed_last[2]
 
     @property
     def block_count(self) -> int:
@@ -283,20 +283,21 @@ class IndexBuilder:
     @property
     def indexed_len(self) -> int:
         """Journal bytes covered by closed blocks."""
-        return self._cur_off if self._cur_cnt else self._data_len
+        return self._closed_end
 
     def _block(self, i: int) -> BlockSpan:
         return BlockSpan(self.b_off[i], self.b_first[i], self.b_len[i], self.b_cnt[i])
 
     def _current(self) -> BlockSpan | None:
-        if not self._cur_cnt:
+        rows = self._rows
+        if not rows:
             return None
-        return BlockSpan(self._cur_off, self._cur_first, self._cur_len, self._cur_cnt)
+        return BlockSpan(self._cur_off, self._cur_first, self.data_len - self._cur_off, len(rows))
 
     def span_for_seq(self, seq: int) -> BlockSpan | None:
         if not self.base <= seq <= self.last_seq:
             return None
-        if self._cur_cnt and seq >= self._cur_first:
+        if self._rows and seq >= self._cur_first:
             return self._current()
         return self._block(bisect.bisect_right(self.b_first, seq) - 1)
 
@@ -304,13 +305,12 @@ class IndexBuilder:
         i = bisect.bisect_left(self.b_ts, ts)
         if i < len(self.b_ts):
             return self._block(i)
-        if self._cur_cnt and self._ts_max >= ts:
+        if any(r[2] >= ts for r in self._rows):
             return self._current()
         return None
 
     def span_for_bookmark(self, pub_hash: int, pub_seq: int) -> BlockSpan | None:
-        cur = self._cur_pubs.get(pub_hash)
-        if cur is not None and cur[0] <= pub_seq <= cur[1]:
+        if any(r[3] == pub_hash and r[4] == pub_seq for r in self._rows):
             return self._current()
         rl = self.ranges.get(pub_hash)
         if not rl:
@@ -320,20 +320,35 @@ class IndexBuilder:
             return None
         return self._block(rl[i][3])
 
+    def _open_pubs(self) -> dict[int, list[int]]:
+        """Per publisher in the block being filled: ``[first_ps, last_ps, count, last_seq]``."""
+        pubs: dict[int, list[int]] = {}
+        seq = self._cur_first
+        for _off, _len, _ts, ph, ps in self._rows:
+            if ph:
+                p = pubs.get(ph)
+                if p is None:
+                    pubs[ph] = [ps, ps, 1, seq]
+                else:
+                    p[1] = ps
+                    p[2] += 1
+                    p[3] = seq
+            seq += 1
+        return pubs
+
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
         s = self.summary.get(pub_hash)
-        cur = self._cur_pubs.get(pub_hash)
-        if s is None and cur is None:
-            return None
+        cur = None
+        if self._rows:
+            cur = self._open_pubs().get(pub_hash)
         if cur is None:
-            assert s is not None
-            return PublisherSummary(pub_hash, s[0], s[1], s[2], s[3])
+            return None if s is None else PublisherSummary(pub_hash, s[0], s[1], s[2], s[3])
         if s is None:
             return PublisherSummary(pub_hash, cur[0], cur[1], cur[3], cur[2])
         return PublisherSummary(pub_hash, s[0], cur[1], cur[3], s[3] + cur[2])
 
     def publishers(self) -> Iterator[PublisherSummary]:
-        for h in self.summary.keys() | self._cur_pubs.keys():
+        for h in self.summary.keys() | self._open_pubs().keys():
             p = self.publisher(h)
             assert p is not None
             yield p
@@ -348,128 +363,99 @@ class IndexBuilder:
         Returns:
             The open-form entry of the block this record closed, else None.
         """
-        if not self._cur_cnt:
+        rows = self._rows
+        if not rows:
             self._cur_first = seq
             self._cur_off = offset
-            if not self._count:
-                self._first_ts = ts
-                self._first_bm = (pub_hash, pub_seq)
-        self._cur_last_rel = offset - self._cur_off
-        self._cur_len += length
-        self._cur_cnt += 1
+            if self._first is None:
+                self._first = (ts, pub_hash, pub_seq)
+        rows.append((offset, length, ts, pub_hash, pub_seq))
         self._cur_crc = _extend(self._cur_crc, data)
-        if ts > self._ts_max:
-            self._ts_max = ts
-        if pub_hash:
-            p = self._cur_pubs.get(pub_hash)
-            if p is None:
-                self._cur_pubs[pub_hash] = [pub_seq, pub_seq, 1, seq]
-            else:
-                p[1] = pub_seq
-                p[2] += 1
-                p[3] = seq
-        self._count += 1
-        self._data_len = offset + length
-        self._last_ts = ts
-        self._last_bm = (pub_hash, pub_seq)
-        if self._cur_len >= self.block_bytes:
+        if offset + length - self._cur_off >= self.block_bytes:
             return self.close_block()
         return None
 
-    def add_scanned(self, buf: bytes, buf_offset: int, res: ScanResult) -> list[bytes]:
+    def add_scanned(self, buf: bytes, buf_offset: int, res: ScanResult) -> None:
         """Account every record of a :func:`~server.txlog.codec.scan` of ``buf``.
 
-        ``buf_offset`` is the journal offset of ``buf[0]``. Block CRCs are computed over
-        whole runs of ``buf`` rather than record by record.
-
-        Returns:
-            The open-form entries of the blocks closed.
+        ``buf_offset`` is the journal offset of ``buf[0]`` (the scan's ``base``). Block
+        CRCs are computed over whole runs of ``buf`` rather than record by record, and
+        no open-form entries are encoded (recovery writes the index whole).
         """
-        entries: list[bytes] = []
-        if not res.offsets:
-            return entries
-        seq = res.next_seq - len(res.offsets)
-        crc_from = res.offsets[0]  # buf position from which bytes are not yet in _cur_crc
-        ts_max = self._ts_max
-        pubs = self._cur_pubs
+        scanned = res.rows
+        n = len(scanned)
+        if not n:
+            return
+        if self._first is None:
+            r = scanned[0]
+            self._first = (r[2], r[3], r[4])
+        seq = res.next_seq - n
         block_bytes = self.block_bytes
-        for off, length, ts, ph, ps in zip(
-            res.offsets, res.lengths, res.timestamps, res.pub_hashes, res.pub_seqs, strict=True
-        ):
-            joff = buf_offset + off
-            if not self._cur_cnt:
-                self._cur_first = seq
-                self._cur_off = joff
-                if not self._count:
-                    self._first_ts = ts
-                    self._first_bm = (ph, ps)
-            self._cur_last_rel = joff - self._cur_off
-            self._cur_len += length
-            self._cur_cnt += 1
-            if ts > ts_max:
-                ts_max = ts
-            if ph:
-                p = pubs.get(ph)
-                if p is None:
-                    pubs[ph] = [ps, ps, 1, seq]
-                else:
-                    p[1] = ps
-                    p[2] += 1
-                    p[3] = seq
-            self._count += 1
-            seq += 1
-            if self._cur_len >= block_bytes:
-                end = off + length
-                self._cur_crc = _extend(self._cur_crc, buf[crc_from:end])
-                crc_from = end
-                self._ts_max = ts_max
-                self._last_ts = ts
-                self._last_bm = (ph, ps)
-                self._data_len = joff + length
-                entries.append(self.close_block())
-                pubs = self._cur_pubs
-        last = len(res.offsets) - 1
-        end = res.offsets[last] + res.lengths[last]
-        if crc_from < end:
-            self._cur_crc = _extend(self._cur_crc, buf[crc_from:end])
-        self._ts_max = ts_max
-        self._last_ts = res.timestamps[last]
-        self._last_bm = (res.pub_hashes[last], res.pub_seqs[last])
-        self._data_len = buf_offset + end
-        return entries
+        i = 0
+        while i < n:
+            if not self._rows:
+                self._cur_first = seq + i
+                self._cur_off = scanned[i][0]
+            limit = self._cur_off + block_bytes
+            j = i
+            while j < n and scanned[j][0] + scanned[j][1] < limit:
+                j += 1
+            stop = j + 1 if j < n else n
+            self._rows.extend(scanned[i:stop])
+            first_off = scanned[i][0] - buf_offset
+            last = scanned[stop - 1]
+            self._cur_crc = _extend(self._cur_crc, buf[first_off : last[0] + last[1] - buf_offset])
+            if j < n:
+                self.close_block(encode=False)
+            i = stop
 
-    def close_block(self) -> bytes:
-        """Close the block being filled (if any) and return its open-form entry."""
-        if not self._cur_cnt:
+    def close_block(self, *, encode: bool = True) -> bytes:
+        """Close the block being filled (if any) and return its open-form entry.
+
+        Args:
+            encode: build the entry (False when nobody will write it, saving the work).
+        """
+        rows = self._rows
+        if not rows:
             return b""
         block_no = len(self.b_first)
-        self.b_first.append(self._cur_first)
+        first = self._cur_first
+        pubs = self._open_pubs()
+        ts_max = max(self._closed_ts_max, max(r[2] for r in rows))
+        last = rows[-1]
+        self.b_first.append(first)
         self.b_off.append(self._cur_off)
-        self.b_len.append(self._cur_len)
-        self.b_cnt.append(self._cur_cnt)
-        self.b_ts.append(self._ts_max)
+        self.b_len.append(last[0] + last[1] - self._cur_off)
+        self.b_cnt.append(len(rows))
+        self.b_ts.append(ts_max)
         self.b_crc.append(self._cur_crc)
-        self.b_last_rel.append(self._cur_last_rel)
-        ranges = []
-        for h, (first, last, cnt, last_seq) in sorted(self._cur_pubs.items()):
-            self.ranges.setdefault(h, []).append([first, last, last_seq, block_no, cnt])
-            s = self.summary.get(h)
-            if s is None:
-                self.summary[h] = [first, last, last_seq, cnt]
+        self.b_last_rel.append(last[0] - self._cur_off)
+        ranges_out = []
+        all_ranges = self.ranges
+        summary = self.summary
+        for h, (f, lst, cnt, last_seq) in sorted(pubs.items()):
+            row = [f, lst, last_seq, block_no, cnt]
+            rl = all_ranges.get(h)
+            if rl is None:
+                all_ranges[h] = [row]
+                summary[h] = [f, lst, last_seq, cnt]
             else:
-                s[1] = last
+                rl.append(row)
+                s = summary[h]
+                s[1] = lst
                 s[2] = last_seq
                 s[3] += cnt
-            ranges.append(RANGE.pack(h, first, last, last_seq, block_no, cnt))
-        entry = self._entry(block_no, ranges)
-        self._cur_off += self._cur_len
-        self._cur_first += self._cur_cnt
-        self._cur_len = 0
-        self._cur_cnt = 0
+            if encode:
+                ranges_out.append(RANGE.pack(h, f, lst, last_seq, block_no, cnt))
+        self._closed_count += len(rows)
+        self._closed_end = last[0] + last[1]
+        self._closed_ts_max = ts_max
+        self._closed_last = (last[2], last[3], last[4])
+        self._cur_first = first + len(rows)
+        self._cur_off = self._closed_end
         self._cur_crc = 0
-        self._cur_last_rel = 0
-        self._cur_pubs = {}
-        return entry
+        self._rows = []
+        return self._entry(block_no, ranges_out) if encode else b""
 
     def _entry(self, i: int, ranges: list[bytes]) -> bytes:
         fields = (
@@ -480,37 +466,45 @@ class IndexBuilder:
         crc = _extend(_value(BLOCK.pack(*fields, 0)), tail)
         return BLOCK.pack(*fields, crc) + tail
 
-    def restore_block(self, entry: OpenIndexEntry) -> None:
-        """Re-add a closed block read from an open-form index (already verified)."""
-        block_no = len(self.b_first)
-        if not self._count:
-            self._cur_off = entry.offset
-        self.b_first.append(entry.first_seq)
-        self.b_off.append(entry.offset)
-        self.b_len.append(entry.length)
-        self.b_cnt.append(entry.count)
-        self.b_ts.append(entry.ts_max)
-        self.b_crc.append(entry.data_crc)
-        self.b_last_rel.append(entry.last_rel)
-        for h, first, last, last_seq, _blk, cnt in entry.ranges:
-            self.ranges.setdefault(h, []).append([first, last, last_seq, block_no, cnt])
-            s = self.summary.get(h)
-            if s is None:
-                self.summary[h] = [first, last, last_seq, cnt]
-            else:
-                s[1] = last
-                s[2] = last_seq
-                s[3] += cnt
-        self._count += entry.count
-        self._data_len = entry.offset + entry.length
-        self._ts_max = max(self._ts_max, entry.ts_max)
-        self._cur_off = self._data_len
-        self._cur_first = entry.first_seq + entry.count
+    def restore(self, entries: list[OpenIndexEntry]) -> None:
+        """Re-add closed blocks read from an open-form index (already verified)."""
+        all_ranges = self.ranges
+        summary = self.summary
+        b_first, b_off, b_len, b_cnt = self.b_first, self.b_off, self.b_len, self.b_cnt
+        b_ts, b_crc, b_rel = self.b_ts, self.b_crc, self.b_last_rel
+        block_no = len(b_first)
+        for first, off, length, cnt, ts_max, dcrc, last_rel, ranges in entries:
+            b_first.append(first)
+            b_off.append(off)
+            b_len.append(length)
+            b_cnt.append(cnt)
+            b_ts.append(ts_max)
+            b_crc.append(dcrc)
+            b_rel.append(last_rel)
+            for h, f, lst, last_seq, _blk, rcnt in ranges:
+                row = [f, lst, last_seq, block_no, rcnt]
+                rl = all_ranges.get(h)
+                if rl is None:
+                    all_ranges[h] = [row]
+                    summary[h] = [f, lst, last_seq, rcnt]
+                else:
+                    rl.append(row)
+                    s = summary[h]
+                    s[1] = lst
+                    s[2] = last_seq
+                    s[3] += rcnt
+            block_no += 1
+            self._closed_count += cnt
+            self._closed_end = off + length
+            if ts_max > self._closed_ts_max:
+                self._closed_ts_max = ts_max
+        self._cur_off = self._closed_end
+        self._cur_first = self.base + self._closed_count
 
     def set_edges(self, first: tuple[int, int, int], last: tuple[int, int, int]) -> None:
         """Set first/last record facts ``(timestamp_us, pub_hash, pub_seq)`` after a restore."""
-        self._first_ts, self._first_bm = first[0], (first[1], first[2])
-        self._last_ts, self._last_bm = last[0], (last[1], last[2])
+        self._first = first
+        self._closed_last = last
 
     def open_form(self) -> bytes:
         """The whole open-form index of the closed blocks (to rewrite it at recovery)."""
@@ -551,11 +545,11 @@ class IndexBuilder:
         parts.extend(RANGE.pack(*row) for row in rows)
         pubs = sorted(self.summary.items())
         parts.extend(PUB.pack(h, s[0], s[1], s[2], s[3]) for h, s in pubs)
-        fh, fp = self._first_bm
-        lh, lp = self._last_bm
+        fh, fp = self.first_bookmark
+        lh, lp = self.last_bookmark
         footer = FOOTER.pack(
-            self._count, self._data_len, self.base, self.last_seq, self._first_ts,
-            self._last_ts, self._ts_max, fh, fp, lh, lp, len(self.b_first), len(rows),
+            self.count, self.data_len, self.base, self.last_seq, self.first_ts,
+            self.last_ts, self.ts_max, fh, fp, lh, lp, len(self.b_first), len(rows),
             len(pubs), FOOTER_MAGIC, 0,
         )[:-4]  # fmt: skip
         body = b"".join(parts) + footer
@@ -568,18 +562,17 @@ def _first_ps(row: list[int]) -> int:
     return row[0]
 
 
-@dataclass(frozen=True, slots=True)
-class OpenIndexEntry:
+class OpenIndexEntry(NamedTuple):
     """One verified block entry of an open-form index."""
 
     first_seq: int
     offset: int
     length: int
-    count: int
+    records: int
     ts_max: int
     data_crc: int
     last_rel: int
-    ranges: tuple[tuple[int, int, int, int, int, int], ...]
+    ranges: list[tuple[int, ...]]
 
 
 def parse_open_index(data: bytes, base_seq: int) -> tuple[list[OpenIndexEntry], str | None]:
@@ -604,23 +597,23 @@ def parse_open_index(data: bytes, base_seq: int) -> tuple[list[OpenIndexEntry], 
     out: list[OpenIndexEntry] = []
     seq = base_seq
     offset = 0
-    while pos < len(data):
-        if len(data) - pos < BLOCK.size:
+    size = len(data)
+    unpack = BLOCK.unpack_from
+    zero = b"\0\0\0\0"
+    entry_size = BLOCK.size
+    while pos < size:
+        if size - pos < entry_size:
             return out, "torn entry"
-        first, off, length, cnt, ts_max, dcrc, last_rel, npub, _r, crc = BLOCK.unpack_from(
-            data, pos
-        )
-        end = pos + BLOCK.size + npub * RANGE.size
-        if end > len(data):
+        first, off, length, cnt, ts_max, dcrc, last_rel, npub, _r, crc = unpack(data, pos)
+        end = pos + entry_size + npub * RANGE.size
+        if end > size:
             return out, "torn entry"
-        raw = bytes(data[pos : pos + BLOCK.size - 4]) + b"\0\0\0\0"
-        if _extend(_value(raw), bytes(data[pos + BLOCK.size : end])) != crc:
+        tail = data[pos + entry_size : end]
+        if _extend(_value(data[pos : pos + entry_size - 4] + zero), tail) != crc:
             return out, "entry crc mismatch"
         if first != seq or off != offset or cnt == 0 or last_rel >= length:
             return out, "entry out of sequence"
-        ranges = tuple(
-            RANGE.unpack_from(data, pos + BLOCK.size + k * RANGE.size) for k in range(npub)
-        )
+        ranges = list(RANGE.iter_unpack(tail)) if npub else []
         out.append(OpenIndexEntry(first, off, length, cnt, ts_max, dcrc, last_rel, ranges))
         seq += cnt
         offset += length

@@ -41,9 +41,9 @@ from typing import Final
 
 from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.config import TransactionLogConfig
-from server.txlog.batch import RecordBatch
+from server.txlog.batch import RecordBatch, decode_batch
 from server.txlog.clients import encode_clients_ack
-from server.txlog.codec import MIN_RECORD, encode, make_record
+from server.txlog.codec import HEADER, decode_records, encode, make_record
 from server.txlog.compression import compress_journal
 from server.txlog.cursor import LogCursor
 from server.txlog.errors import (
@@ -75,7 +75,7 @@ from server.txlog.lookup import SpanQuery, plan_bookmark, plan_time, search_span
 from server.txlog.pins import Pin, PinInfo, PinRegistry
 from server.txlog.reader import JournalSource, PlainSource, open_source, read_span
 from server.txlog.record import Record, RecordKind
-from server.txlog.recovery import RecoveryReport, recover
+from server.txlog.recovery import Recovery, RecoveryReport, recover
 
 __all__ = ["EventCallback", "TransactionLog"]
 
@@ -164,20 +164,25 @@ class TransactionLog:
         self._state = _NEW
         self._journals: list[Journal] = []
         self._bases: list[int] = []
-        self._active: Journal | None = None
+        self._active: Journal  # set by open()
         self._last_seq = 0
         self._durable_seq = 0
         self._pubs: dict[int, tuple[int, int]] = {}
         self._pins = PinRegistry()
         # pending writes (loop side)
-        self._pend_chunks: list[tuple[Journal, int, bytearray]] = []
+        self._builder = IndexBuilder(1, block_bytes)  # the active journal's index
+        self._active_len = 0  # data bytes of the active journal, appended so far
+        self._pend_buf = bytearray()  # appended bytes of the active journal not yet taken
+        self._pend_off = 0  # where _pend_buf starts in the active journal
+        self._pend_chunks: list[tuple[Journal, int, bytearray]] = []  # of rolled journals
         self._pend_index: list[tuple[Journal, bytes]] = []
         self._pend_finished: list[Journal] = []
-        self._pend_bytes = 0
-        self._pend_records = 0
-        # tail cache: records seq tail_first.. in _tail[_tail_head:]
-        self._tail: list[Record] = []
-        self._tail_sizes: deque[int] = deque()
+        self._taken_seq = 0  # last seq handed to the flusher
+        # tail cache: the encoded records tail_first.. in _tail[_tail_head:], accounted per
+        # batch. Encoded bytes rather than Record objects: bytes are not tracked by the
+        # garbage collector, so a large tail does not lengthen GC pauses.
+        self._tail: list[bytes] = []
+        self._tail_batches: deque[tuple[int, int]] = deque()  # (last seq, bytes)
         self._tail_head = 0
         self._tail_first = 1
         self._tail_bytes = 0
@@ -188,6 +193,7 @@ class TransactionLog:
         self._werr: TxlogWriteFailed | None = None
         self._listeners: list[Callable[[int], None]] = []
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._append_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._waiter_ids = itertools.count()
         self._closed_event = asyncio.Event()
         # flusher-thread-owned file state
@@ -199,7 +205,7 @@ class TransactionLog:
         self._disk_bytes = 0
         self._maint_lock = asyncio.Lock()
         # statistics
-        self._appended = 0
+        self._open_seq = 0
         self._appended_bytes = 0
         self._flushes = 0
         self._flush_lat: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
@@ -228,8 +234,12 @@ class TransactionLog:
         self._handles[self._active.base] = opened.handle
         if opened.index_fd >= 0:
             self._index_fds[self._active.base] = opened.index_fd
-        self._last_seq = self._durable_seq = self._active.last_seq
+        self._last_seq = self._durable_seq = self._taken_seq = self._active.last_seq
+        self._open_seq = self._last_seq
         self._tail_first = self._last_seq + 1
+        assert isinstance(self._active.index, IndexBuilder)
+        self._builder = self._active.index
+        self._active_len = self._pend_off = self._builder.data_len
         self._pubs = opened.publishers
         self._prealloc = opened.preallocated
         self._prealloc_next = opened.next_prealloc
@@ -280,6 +290,18 @@ class TransactionLog:
             )
             for r in rec.journals
         ]
+        try:
+            return self._open_active(rec, journals)
+        except BaseException:
+            for j in journals:  # nothing is left open behind a failed open()
+                if j.source is not None:
+                    j.source.retire()
+                if isinstance(j.index, SealedIndex):
+                    j.index.close()
+            raise
+
+    def _open_active(self, rec: Recovery, journals: list[Journal]) -> _Opened:
+        """Open (or create) the journal appends go to; preallocate (worker thread)."""
         prealloc = list(rec.preallocated)
         if journals and not journals[-1].finished:
             active = journals[-1]
@@ -360,12 +382,10 @@ class TransactionLog:
         # 1. refuse appends
         self._state = _CLOSING
         active = self._active
-        assert active is not None
         # 2. close the partial index block: the next open then has nothing to scan
-        if isinstance(active.index, IndexBuilder):
-            entry = active.index.close_block()
-            if entry:
-                self._pend_index.append((active, entry))
+        entry = self._builder.close_block()
+        if entry:
+            self._pend_index.append((active, entry))
         # 3. final group commit; the flusher exits once nothing is pending
         self._wake.set()
         if self._flusher is not None:
@@ -392,7 +412,7 @@ class TransactionLog:
             return
         self._state = _CLOSING
         self._pend_chunks, self._pend_index, self._pend_finished = [], [], []
-        self._pend_bytes = self._pend_records = 0
+        self._pend_buf = bytearray()
         self._wake.set()
         if self._flusher is not None:
             await self._flusher
@@ -484,8 +504,9 @@ class TransactionLog:
             raise TxlogClosed("the transaction log is not open")
         if self._werr is not None:
             raise self._werr
+        pubs = self._pubs
         if pub_hash:
-            prev = self._pubs.get(pub_hash)
+            prev = pubs.get(pub_hash)
             if prev is not None and pub_seq <= prev[0]:
                 raise PublisherSequenceRegression(pub_hash, pub_seq, prev[0])
         if type(kind) is not RecordKind:
@@ -507,29 +528,20 @@ class TransactionLog:
             sow_key,
         )
         n = len(data)
-        active = self._active
-        assert active is not None
-        index = active.index
-        assert isinstance(index, IndexBuilder)
-        offset = index.data_len
-        if offset + n > self._journal_size and index.count:
-            active = self._roll(seq)
-            index = active.index
-            assert isinstance(index, IndexBuilder)
+        offset = self._active_len
+        if offset + n > self._journal_size and offset:
+            self._roll(seq)
             offset = 0
-        entry = index.add(seq, offset, n, ts, pub_hash, pub_seq, data)
+        entry = self._builder.add(seq, offset, n, ts, pub_hash, pub_seq, data)
         if entry is not None:
-            self._pend_index.append((active, entry))
-        chunks = self._pend_chunks
-        if chunks and chunks[-1][0] is active:
-            chunks[-1][2].extend(data)
-        else:
-            chunks.append((active, offset, bytearray(data)))
-        self._pend_bytes += n
-        self._pend_records += 1
+            self._pend_index.append((self._active, entry))
+        self._pend_buf += data
+        self._active_len = offset + n
         if pub_hash:
-            self._pubs[pub_hash] = (pub_seq, seq)
+            pubs[pub_hash] = (pub_seq, seq)
         self._last_seq = seq
+        if self._append_waiters and self._append_waiters[0][0] <= seq:
+            _release(self._append_waiters, seq)
         rec = make_record(
             seq,
             ts,
@@ -544,35 +556,34 @@ class TransactionLog:
             corr_id,
             sow_key,
         )
-        self._tail.append(rec)
-        self._tail_sizes.append(n)
-        self._tail_bytes += n
-        self._appended += 1
-        self._appended_bytes += n
+        self._tail.append(data)
         self._wake.set()
         return rec
 
-    def _roll(self, seq: int) -> Journal:
+    def _roll(self, seq: int) -> None:
         """Finish the active journal; the next one starts at ``seq`` (event loop).
 
         The files are switched by the flusher thread; here only the bookkeeping.
         """
         old = self._active
-        assert old is not None and isinstance(old.index, IndexBuilder)
         prealloc = self._prealloc.pop(0) if self._prealloc else None
         if prealloc is None and not self._fits(self._disk_bytes + self._journal_size):
             raise TxlogFull(
                 f"a new {self._journal_size}-byte journal would exceed MaxSize "
                 f"({self.config.max_size} bytes, {self._disk_bytes} in use)"
             )
-        entry = old.index.close_block()
+        entry = self._builder.close_block()
         if entry:
             self._pend_index.append((old, entry))
+        if self._pend_buf:
+            self._pend_chunks.append((old, self._pend_off, self._pend_buf))
+            self._pend_buf = bytearray()
         old.finished = True
         old.rolling = True
         self._pend_finished.append(old)
+        builder = IndexBuilder(seq, self._block_bytes)
         new = Journal(
-            seq, self._dir / journal_name(self.instance, seq), IndexBuilder(seq, self._block_bytes),
+            seq, self._dir / journal_name(self.instance, seq), builder,
             prealloc=prealloc, created=False, disk_size=self._journal_size,
         )  # fmt: skip
         if prealloc is None:
@@ -580,8 +591,9 @@ class TransactionLog:
         self._journals.append(new)
         self._bases.append(seq)
         self._active = new
+        self._builder = builder
+        self._active_len = self._pend_off = 0
         self._rolls += 1
-        return new
 
     # -- group commit -------------------------------------------------------------------
 
@@ -611,11 +623,25 @@ class TransactionLog:
         heapq.heappush(self._waiters, (seq, next(self._waiter_ids), fut))
         await fut
 
+    async def wait_appended(self, seq: int) -> None:
+        """Return once a record ``seq`` was appended (for ``live`` subscriptions).
+
+        Raises:
+            TxlogClosed: the log closed first.
+        """
+        if seq <= self._last_seq:
+            return
+        if self._state != _OPEN:
+            raise TxlogClosed("the transaction log is closed")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._append_waiters, (seq, next(self._waiter_ids), fut))
+        await fut
+
     async def _flush_loop(self) -> None:
         interval = self.config.flush_interval
         clock = self._clock
         while True:
-            if not (self._pend_chunks or self._pend_index or self._pend_finished):
+            if not self._has_pending():
                 if self._state != _OPEN:
                     return
                 self._wake.clear()
@@ -623,10 +649,10 @@ class TransactionLog:
                 continue
             # group commit: at most one fsync per FlushInterval, unless a lot is pending
             delay = self._last_flush + interval - clock.monotonic()
-            if delay > 0 and self._state == _OPEN and self._pend_bytes < FLUSH_HIGH_WATER:
+            if delay > 0 and self._state == _OPEN and len(self._pend_buf) < FLUSH_HIGH_WATER:
                 await clock.sleep(delay)
             self._wake.clear()
-            if not (self._pend_chunks or self._pend_index or self._pend_finished):
+            if not self._has_pending():
                 continue  # dropped by abort() while we waited
             batch = self._take_batch()
             self._last_flush = clock.monotonic()
@@ -642,19 +668,29 @@ class TransactionLog:
             if self._state == _OPEN:
                 await self._replenish()
 
+    def _has_pending(self) -> bool:
+        return bool(self._pend_buf or self._pend_chunks or self._pend_index or self._pend_finished)
+
     def _take_batch(self) -> _Batch:
-        clients = None
-        if self._pend_finished:
-            clients = (self._last_seq, dict(self._pubs))
+        chunks = self._pend_chunks
+        if self._pend_buf:
+            chunks.append((self._active, self._pend_off, self._pend_buf))
+            self._pend_buf = bytearray()
+            self._pend_off = self._active_len
+        nbytes = sum(len(c[2]) for c in chunks)
+        clients = (self._last_seq, dict(self._pubs)) if self._pend_finished else None
         batch = _Batch(
-            self._pend_chunks, self._pend_index, self._pend_finished, self._last_seq,
-            self._pend_records, self._pend_bytes, clients,
+            chunks, self._pend_index, self._pend_finished, self._last_seq,
+            self._last_seq - self._taken_seq, nbytes, clients,
         )  # fmt: skip
         self._pend_chunks = []
         self._pend_index = []
         self._pend_finished = []
-        self._pend_bytes = 0
-        self._pend_records = 0
+        self._taken_seq = self._last_seq
+        self._appended_bytes += nbytes
+        if nbytes:
+            self._tail_batches.append((self._last_seq, nbytes))
+            self._tail_bytes += nbytes
         return batch
 
     def _write_batch(self, batch: _Batch) -> _Written:
@@ -833,11 +869,7 @@ class TransactionLog:
                 cb(durable)
             except Exception:
                 log.exception("durable listener failed")
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= durable:
-            _, _, fut = heapq.heappop(waiters)
-            if not fut.done():
-                fut.set_result(None)
+        _release(self._waiters, durable)
 
     def _latch(self, exc: TxlogWriteFailed) -> None:
         self._werr = exc
@@ -850,7 +882,8 @@ class TransactionLog:
         self._fail_waiters(exc)
 
     def _fail_waiters(self, exc: Exception) -> None:
-        waiters, self._waiters = self._waiters, []
+        waiters = self._waiters + self._append_waiters  # no append can come any more
+        self._waiters, self._append_waiters = [], []
         for _, _, fut in waiters:
             if not fut.done():
                 fut.set_exception(exc)
@@ -883,32 +916,40 @@ class TransactionLog:
     # -- tail cache ---------------------------------------------------------------------
 
     def _evict_tail(self) -> None:
-        """Drop the oldest durable records beyond the tail budget."""
+        """Drop the oldest durable batches of records beyond the tail budget."""
         budget = self._tail_budget
         durable = self._durable_seq
-        sizes = self._tail_sizes
+        batches = self._tail_batches
         head = self._tail_head
         first = self._tail_first
-        while self._tail_bytes > budget and first <= durable and sizes:
-            self._tail_bytes -= sizes.popleft()
-            head += 1
-            first += 1
+        while self._tail_bytes > budget and batches and batches[0][0] <= durable:
+            last, nbytes = batches.popleft()
+            self._tail_bytes -= nbytes
+            head += last - first + 1
+            first = last + 1
         if head > 4096 and head * 2 > len(self._tail):
             del self._tail[:head]
             head = 0
         self._tail_head = head
         self._tail_first = first
 
-    def _tail_slice(self, from_seq: int, upto: int, max_count: int, max_bytes: int) -> list[Record]:
+    def _tail_read(
+        self, from_seq: int, upto: int, max_count: int, max_bytes: int, as_batch: bool
+    ) -> list[Record] | RecordBatch:
+        """Decode records ``from_seq..upto`` from the tail cache (no I/O)."""
         i = self._tail_head + from_seq - self._tail_first
         j = min(i + max_count, self._tail_head + upto - self._tail_first + 1)
-        out = self._tail[i:j]
-        taken = 0
-        for k, r in enumerate(out):  # about the encoded size; exact is not needed here
-            taken += MIN_RECORD + len(r.body) + len(r.topic)
-            if taken >= max_bytes:
-                return out[: k + 1]
-        return out
+        parts = self._tail[i:j]
+        buf = b"".join(parts)
+        if as_batch:
+            batch, _ = decode_batch(
+                buf, 0, len(buf), from_seq, max_count=len(parts), max_bytes=max_bytes
+            )
+            return batch
+        records, _ = decode_records(
+            buf, 0, len(buf), from_seq, max_count=len(parts), max_bytes=max_bytes
+        )
+        return records
 
     # -- reading ------------------------------------------------------------------------
 
@@ -963,8 +1004,7 @@ class TransactionLog:
         if from_seq > limit or max_count <= 0:
             return (RecordBatch.empty() if as_batch else []), hint
         if from_seq >= self._tail_first:
-            recs = self._tail_slice(from_seq, limit, max_count, max_bytes)
-            return (RecordBatch.from_records(recs) if as_batch else recs), None
+            return self._tail_read(from_seq, limit, max_count, max_bytes, as_batch), None
         for _attempt in range(3):
             j = self._journal_for(from_seq)
             if hint is not None and hint[0] is j and hint[2] == from_seq:
@@ -1112,8 +1152,8 @@ class TransactionLog:
         seq = max(seq, self._tail_first)
         stop = q.span.seq + q.span.count
         while seq < stop:
-            r = self._tail[self._tail_head + seq - self._tail_first]
-            if q.matches(r.timestamp_us, r.pub_hash, r.pub_seq):
+            h = HEADER.unpack_from(self._tail[self._tail_head + seq - self._tail_first])
+            if q.matches(h[5], h[6], h[7]):
                 return seq
             seq += 1
         return None
@@ -1169,10 +1209,16 @@ class TransactionLog:
         if self._state != _OPEN:
             raise TxlogClosed("the transaction log is not open")
 
-    async def _settled(self, targets: list[Journal]) -> None:
-        """Wait for the group commit that finishes a journal just rolled (truncate, seal)."""
+    async def _settled_targets(self, journal_id: int) -> list[Journal]:
+        """:meth:`_targets`, once the group commit finishing a just-rolled one is done.
+
+        The checks are made again after waiting: a pin may have been taken meanwhile.
+        """
+        targets = self._targets(journal_id)
         if any(j.rolling for j in targets):
             await self.wait_durable(self._last_seq)
+            targets = self._targets(journal_id)
+        return targets
 
     async def archive(self, journal_id: int) -> list[JournalInfo]:
         """Move that journal and all older ones to the archive directory (still readable).
@@ -1181,8 +1227,7 @@ class TransactionLog:
             JournalNotFound, JournalActive, JournalPinned.
         """
         async with self._maint_lock:
-            targets = [j for j in self._targets(journal_id) if not j.archived]
-            await self._settled(targets)
+            targets = [j for j in await self._settled_targets(journal_id) if not j.archived]
             for j in targets:
                 moved = await asyncio.to_thread(self._move_to_archive, j)
                 old = j.source
@@ -1209,8 +1254,7 @@ class TransactionLog:
             JournalNotFound, JournalActive, JournalPinned.
         """
         async with self._maint_lock:
-            targets = [j for j in self._targets(journal_id) if j.compression is None]
-            await self._settled(targets)
+            targets = [j for j in await self._settled_targets(journal_id) if j.compression is None]
             done: list[JournalInfo] = []
             for j in targets:
                 old_path = j.path
@@ -1238,8 +1282,7 @@ class TransactionLog:
             JournalNotFound, JournalActive, JournalPinned: nothing is removed.
         """
         async with self._maint_lock:
-            targets = self._targets(journal_id)
-            await self._settled(targets)
+            targets = await self._settled_targets(journal_id)
             infos = [j.info("closed", None) for j in targets]
             n = len(targets)
             del self._journals[:n]
@@ -1277,7 +1320,7 @@ class TransactionLog:
 
         report = self._report
         return {
-            "appended": float(self._appended),
+            "appended": float(self._last_seq - self._open_seq),
             "appended_bytes": float(self._appended_bytes),
             "last_seq": float(self._last_seq),
             "durable_seq": float(self._durable_seq),
@@ -1299,3 +1342,11 @@ class TransactionLog:
             "recovery_truncated_bytes": float(report.bytes_truncated) if report else 0.0,
             "recovery_records": float(report.records_recovered) if report else 0.0,
         }
+
+
+def _release(waiters: list[tuple[int, int, asyncio.Future[None]]], upto: int) -> None:
+    """Wake every waiter (a heap by seq) whose seq is at or below ``upto``."""
+    while waiters and waiters[0][0] <= upto:
+        _, _, fut = heapq.heappop(waiters)
+        if not fut.done():
+            fut.set_result(None)

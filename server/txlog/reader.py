@@ -12,6 +12,7 @@ or removed under them is closed only once the last read finished.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from pathlib import Path
@@ -71,6 +72,20 @@ class PlainSource:
 
     def size(self) -> int:
         return os.fstat(self._fd).st_size
+
+    def next_data(self, offset: int) -> int | None:
+        """The first offset at or after ``offset`` that may hold data (``SEEK_DATA``).
+
+        Preallocated, never-written space reads as zeros and is skipped; None when
+        nothing after ``offset`` holds data. File systems without ``SEEK_DATA`` answer
+        ``offset`` itself (the caller then reads).
+        """
+        try:
+            return os.lseek(self._fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return None
+            return offset
 
     def acquire(self) -> None:
         with self._lock:

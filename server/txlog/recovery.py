@@ -57,7 +57,7 @@ from server.txlog.index import (
     SealedIndex,
     parse_open_index,
 )
-from server.txlog.reader import JournalSource, open_source
+from server.txlog.reader import JournalSource, PlainSource, open_source
 
 __all__ = [
     "RecoveredJournal",
@@ -226,6 +226,7 @@ class _Examined:
     rebuilt: bool
     verified: int
     problems: list[str] = field(default_factory=list)
+    index_intact: bool = False  # its open-form index file is right as it is
 
     @property
     def damaged(self) -> bool:
@@ -335,7 +336,8 @@ def recover(
                 _truncate(cand.path, ex.end, seam)
             if is_active:
                 assert isinstance(index, IndexBuilder)
-                write_atomic(ipath, index.open_form(), durable=False)
+                if not ex.index_intact or ex.damaged:
+                    write_atomic(ipath, index.open_form(), durable=False)
             elif isinstance(index, IndexBuilder):
                 write_atomic(ipath, index.seal())
                 sealed = SealedIndex.load(ipath, cand.base)
@@ -447,6 +449,11 @@ def _examine_source(
     problems: list[str] = []
     verified = 0
     builder: IndexBuilder | None = None
+    intact = False  # an open-form index on disk that needs no rewrite
+    if not trust:  # verification: every record, whatever the index says; then the index
+        ex = _scan(cand, source, None, 0, [], False, block_bytes)
+        ex.problems.extend(_index_problems(cand, ex))
+        return ex
     if cand.index_path is not None:
         sealed = SealedIndex.load(cand.index_path, cand.base)
         if sealed is not None and trust and not active and cand.compression is not None:
@@ -489,6 +496,7 @@ def _examine_source(
                 problems.append(f"{cand.index_path}: {problem}")
             if problem == "not an open index":
                 problems.append(f"{cand.index_path}: invalid sealed index")
+            intact = problem is None
             if entries:
                 bad, verified = _verify_blocks(
                     source, [(e.offset, e.length, e.data_crc) for e in entries]
@@ -496,18 +504,32 @@ def _examine_source(
                 if bad is not None:
                     problems.append(f"{cand.index_path}: block {bad} does not match the journal")
                     entries = entries[:bad]
+                    intact = False
             if entries:
                 builder = IndexBuilder(cand.base, block_bytes)
-                for e in entries:
-                    builder.restore_block(e)
+                builder.restore(entries)
                 first = _edge(source, 0)
                 last = _edge(source, entries[-1].offset + entries[-1].last_rel)
                 if first is None or last is None:
                     builder = None
+                    intact = False
                 else:
                     builder.set_edges(first, last)
         else:
             problems.append(f"{cand.index_path}: invalid index")
+    return _scan(cand, source, builder, verified, problems, intact, block_bytes)
+
+
+def _scan(
+    cand: _Candidate,
+    source: JournalSource,
+    builder: IndexBuilder | None,
+    verified: int,
+    problems: list[str],
+    intact: bool,
+    block_bytes: int,
+) -> _Examined:
+    """Scan a journal record by record from where ``builder`` (if any) stops."""
     size = source.size()
     rebuilt = builder is None
     if builder is None:
@@ -521,7 +543,30 @@ def _examine_source(
     if reason is None and damage is not None and end == size:
         reason = damage  # a compressed journal whose data stops at an undecodable frame
     garbage = _nonzero_end(source, end, size) if cand.compression is None and end < size else end
-    return _Examined(cand, source, builder, end, size, reason, garbage, rebuilt, verified, problems)
+    ex = _Examined(cand, source, builder, end, size, reason, garbage, rebuilt, verified, problems)
+    ex.index_intact = intact and builder.data_len > 0
+    return ex
+
+
+def _index_problems(cand: _Candidate, ex: _Examined) -> list[str]:
+    """Whether the index file of a fully scanned journal agrees with what the scan found."""
+    if cand.index_path is None:
+        return [f"{cand.path}: no index"]
+    sealed = SealedIndex.load(cand.index_path, cand.base)
+    if sealed is not None:
+        try:
+            same = (sealed.count, sealed.data_len) == (ex.index.count, ex.end)
+        finally:
+            sealed.close()
+        return [] if same else [f"{cand.index_path}: does not match the journal"]
+    try:
+        entries, problem = parse_open_index(cand.index_path.read_bytes(), cand.base)
+    except OSError as exc:
+        return [f"{cand.index_path}: {exc}"]
+    if problem is not None:
+        return [f"{cand.index_path}: {problem}"]
+    covered = entries[-1].offset + entries[-1].length if entries else 0
+    return [] if covered <= ex.end else [f"{cand.index_path}: indexes past the journal's data"]
 
 
 def _edge(source: JournalSource, offset: int) -> tuple[int, int, int] | None:
@@ -553,7 +598,7 @@ def _scan_into(
         if not buf:
             return pos, "torn record", scanned
         final = pos + len(buf) >= size
-        res = scan(buf, 0, len(buf), seq, final=final)
+        res = scan(buf, 0, len(buf), seq, final=final, base=pos)
         builder.add_scanned(buf, pos, res)
         scanned += res.end
         pos += res.end
@@ -602,16 +647,21 @@ def _verify_blocks(
 
 
 def _nonzero_end(source: JournalSource, start: int, size: int) -> int:
-    """End of the last non-zero byte in ``[start, size)`` (``start`` if all zero)."""
+    """End of the last non-zero byte in ``[start, size)`` (``start`` if all zero).
+
+    The space after a journal's data is normally preallocated and never written: the
+    file system reports it as having no data (``SEEK_DATA``), so this costs nothing; a
+    region that does hold data is read and compared with zeros in large chunks.
+    """
     found = start
-    pos = start
-    while pos < size:
+    pos = source.next_data(start) if isinstance(source, PlainSource) else start
+    zeros = bytes(min(SCAN_CHUNK, max(size - start, 0)))
+    while pos is not None and pos < size:
         buf = source.read(pos, min(SCAN_CHUNK, size - pos))
         if not buf:
             break
-        stripped = len(buf.rstrip(b"\0"))
-        if stripped:
-            found = pos + stripped
+        if buf != zeros[: len(buf)]:
+            found = pos + len(buf.rstrip(b"\0"))
         pos += len(buf)
     return found
 

@@ -32,13 +32,16 @@ export class TimeChart {
   /**
    * @param {HTMLElement} container
    * @param {object} opts
-   * @param {Array<{label: string, color: string, fmt?: function}>} opts.series colour is a
-   *   CSS value or a CSS variable name ("--in")
+   * @param {Array<{label: string, color: string, fmt?: function, fill?: boolean,
+   *   points?: boolean}>} opts.series colour is a CSS value or a CSS variable name ("--in");
+   *   `points` marks every sample (for sparse series, where a lone sample has no line)
    * @param {function(number): string} opts.yFormat axis labels
    * @param {number} [opts.height]
    * @param {boolean} [opts.zeroBased] y axis starts at 0 (default true)
    * @param {string} [opts.empty] text shown while there is no data
    * @param {number} [opts.window] show the last `window` seconds (a rolling live chart)
+   * @param {function(): ?Array<number>} [opts.xRange] the x range to show ([t0, t1] epoch
+   *   seconds), e.g. the queried window, instead of the data's extent
    */
   constructor(container, opts) {
     if (typeof globalThis.uPlot !== "function") {
@@ -77,9 +80,13 @@ export class TimeChart {
       scales: {
         x: {
           time: true,
-          range: this.opts.window
-            ? (u, min, max) => [(max ?? 0) - this.opts.window, max ?? 0]
-            : undefined,
+          range: (u, min, max) => {
+            const fixed = this.opts.xRange?.();
+            if (fixed) return fixed;
+            if (this.opts.window) return [(max ?? 0) - this.opts.window, max ?? 0];
+            // a single sample has no extent: give it a minute either side
+            return min === max ? [(min ?? 0) - 60, (max ?? 0) + 60] : [min, max];
+          },
         },
         y: {
           range: (u, min, max) => {
@@ -99,7 +106,7 @@ export class TimeChart {
           width: 1.5,
           fill: s.fill ? colour(s.color) + "22" : undefined,
           spanGaps: false,
-          points: { show: false },
+          points: s.points ? { show: true, size: 4, fill: colour(s.color) } : { show: false },
           value: (u, v) => (v === null || v === undefined ? "–" : (s.fmt ?? yFormat)(v)),
         })),
       ],

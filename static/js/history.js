@@ -23,6 +23,8 @@ let preset = 3600;
 let refreshTimer = null;
 let chart = null;
 let chartMetric = null;
+/** [t0, t1] of the last query: the chart shows the whole window asked for */
+let shownRange = null;
 
 function formatterFor(metric) {
   if (/bytes/.test(metric)) return fmtBytes;
@@ -134,6 +136,7 @@ async function show() {
   if (stepSelect.value) params.set("step", stepSelect.value);
   try {
     const series = await api(`/api/stats?${params}`);
+    shownRange = [t0, t1];
     const fmt = formatterFor(metric);
     if (chart === null || chartMetric !== metric) {
       chart?.destroy();
@@ -144,6 +147,7 @@ async function show() {
         height: 340,
         zeroBased: !/seq|time/.test(metric),
         empty: "no samples in this range",
+        xRange: () => shownRange,
       });
       chartMetric = metric;
     }
@@ -166,7 +170,8 @@ async function loadMetrics() {
     interval = Number(answer.interval) || interval;
     $id("metric-list").replaceChildren(...metrics.map((m) => el("option", { value: m })));
     if (!metricInput.value && metrics.length) {
-      metricInput.value = metrics.find((m) => /msgs_in/.test(m)) ?? metrics[0];
+      metricInput.value = metrics.find((m) => /msgs_in_rate$/.test(m))
+        ?? metrics.find((m) => /msgs_in/.test(m)) ?? metrics[0];
     }
     if (metrics.length === 0) {
       alert.error({ error: "no data", detail: "the stats database has no series yet (the sampler writes one every interval)" });

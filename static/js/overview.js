@@ -22,8 +22,8 @@ const rates = new TimeChart($id("chart-rates"), {
 });
 const latency = new TimeChart($id("chart-latency"), {
   series: [
-    { label: "p50", color: "--p50", fmt: fmtMs },
-    { label: "p99", color: "--p99", fmt: fmtMs },
+    { label: "p50", color: "--p50", fmt: fmtMs, points: true },
+    { label: "p99", color: "--p99", fmt: fmtMs, points: true },
   ],
   yFormat: (v) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v >= 1 ? v.toFixed(2) : v.toFixed(3)),
   empty: "no persisted acks yet",

@@ -76,19 +76,28 @@ async function journalAction(button, action, journal) {
   await poller.now();
 }
 
-const CELLS = ["id", "state", "size", "records", "first_seq", "last_seq", "first_bookmark",
-  "last_bookmark", "first_time", "last_time"];
-const NUMERIC = new Set(["id", "size", "records", "first_seq", "last_seq"]);
+const CELLS = ["id", "state", "size", "records", "seqs", "bookmarks", "times"];
+const NUMERIC = new Set(["id", "size", "records", "seqs"]);
+const TWO_LINE = new Set(["bookmarks", "times"]);
+
+/** Set a two-line cell (first value above, last below) only when it changed. */
+function setLines(td, first, last) {
+  const key = `${first}\n${last}`;
+  if (td.dataset.text === key) return;
+  td.dataset.text = key;
+  td.replaceChildren(el("span", { text: first }), el("span", { text: last }));
+}
 
 const rows = new KeyedTable($id("journals-table").tBodies[0], {
-  key: (j) => String(j.id),
+  // preallocated files all have id 0: the path is what tells journals apart
+  key: (j) => j.path,
   columns: CELLS.length + 1,
   empty: "No journal file.",
   create: () => {
     const tr = el("tr");
     for (const field of CELLS) {
-      tr.append(el("td", { className: NUMERIC.has(field) ? "num" : field.endsWith("bookmark") ? "mono" : "",
-        dataset: { field } }));
+      const cls = NUMERIC.has(field) ? "num" : TWO_LINE.has(field) ? "mono two-line" : "";
+      tr.append(el("td", { className: cls, dataset: { field } }));
     }
     const cell = el("td", { className: "nowrap" });
     for (const action of Object.keys(ACTIONS)) {
@@ -102,9 +111,19 @@ const rows = new KeyedTable($id("journals-table").tBodies[0], {
   },
   update: (tr, j) => {
     tr._journal = j;
+    tr.dataset.id = String(j.id);
+    const empty = j.state === "preallocated" || j.records === 0;
+    const time = (which) => {
+      const t = timeOf(j, which);
+      return t === null ? "–" : fmtDateTime(t);
+    };
     CELLS.forEach((field, i) => {
       const td = tr.cells[i];
       switch (field) {
+        case "id":
+          setText(td, j.state === "preallocated" ? "–" : fmtInt(j.id));
+          td.title = j.path ?? "";
+          break;
         case "state": {
           const key = `${j.state}|${j.compression ?? ""}|${j.pinned_by ?? ""}`;
           if (td.dataset.key !== key) {
@@ -119,22 +138,15 @@ const rows = new KeyedTable($id("journals-table").tBodies[0], {
           }
           break;
         }
-        case "id":
-          setText(td, fmtInt(j.id));
-          td.title = j.path ?? "";
-          break;
         case "size":
           setText(td, fmtBytes(sizeOf(j)));
           td.title = j.data_bytes === undefined ? "" : `${fmtBytes(j.data_bytes)} of records`;
           break;
         case "records": setText(td, j.records === undefined ? "–" : fmtInt(j.records)); break;
-        case "first_seq": case "last_seq": setText(td, fmtInt(j[field])); break;
-        case "first_time": case "last_time": {
-          const t = timeOf(j, field.slice(0, -5));
-          setText(td, t === null ? "–" : fmtDateTime(t));
-          break;
-        }
-        default: setText(td, j[field] || "–");
+        case "seqs": setText(td, empty ? "–" : `${fmtInt(j.first_seq)} – ${fmtInt(j.last_seq)}`); break;
+        case "bookmarks": setLines(td, j.first_bookmark || "–", j.last_bookmark || "–"); break;
+        case "times": setLines(td, time("first"), time("last")); break;
+        default: break;
       }
     });
     for (const button of tr.cells[CELLS.length].querySelectorAll("button")) {
@@ -151,7 +163,9 @@ function render(info) {
     return;
   }
   journals = info.journals ?? [];
-  rows.render([...journals].sort((a, b) => a.id - b.id));
+  // oldest first; preallocated (future) files last
+  const rank = (j) => (j.state === "preallocated" ? Infinity : j.id);
+  rows.render([...journals].sort((a, b) => rank(a) - rank(b) || String(a.path).localeCompare(b.path)));
   const t = info.totals ?? {};
   const st = info.stats ?? {};
   setText($id("summary"), `${fmtInt(t.files ?? journals.length)} files · ${fmtBytes(t.bytes)}`);
@@ -168,14 +182,19 @@ function render(info) {
     ["fsync p50", fmtMs(fl.p50)],
     ["fsync p99", fmtMs(fl.p99)],
     ["flushes", fmtInt(st.flushes)],
-    ["appended", fmtInt(st.appended)],
+    ["records in", fmtInt(st.appended)],
   ]);
-  const skip = new Set(["flushes", "appended", "fsync_p50_ms", "fsync_p99_ms"]);
-  kv($id("writer"), Object.entries(st).filter(([k]) => !skip.has(k)).map(([k, v]) => [
-    k.replace(/_/g, " "),
-    typeof v === "number" ? (k.includes("bytes") ? fmtBytes(v) : k.endsWith("_ms") ? fmtMs(v) : fmtInt(v))
-      : String(v),
-  ]));
+  // the writer's counters that say something to an operator; the rest is in /api/transaction_log
+  const shown = [
+    ["appended_bytes", "bytes in", fmtBytes], ["disk_bytes", "on disk", fmtBytes],
+    ["journals", "journals", fmtInt], ["preallocated", "preallocated", fmtInt],
+    ["rolls", "rolls", fmtInt], ["publishers", "publishers", fmtInt],
+    ["pins", "pins", fmtInt], ["pending_records", "pending records", fmtInt],
+    ["tail_cache_bytes", "tail cache", fmtBytes], ["write_failed", "write failed", fmtInt],
+    ["recovery_seconds", "recovery", (v) => `${Number(v).toFixed(2)} s`],
+    ["recovery_truncated_bytes", "recovery cut", fmtBytes],
+  ].filter(([key]) => st[key] !== undefined);
+  kv($id("writer"), shown.map(([key, label, fmt]) => [label, fmt(st[key])]));
 }
 
 const poller = new Poller(async () => {

@@ -92,6 +92,7 @@ def _publish_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dic
         "msgs_per_s": res["count"] / secs,
         "mb_per_s": res["bytes"] / secs / 1e6,
         "elapsed_s": secs,
+        "broker_rss_mib": _rss_mib(broker),
     }
 
 
@@ -158,6 +159,11 @@ def run_publish(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
     _with_broker(suite, "publish", specs, body)
 
 
+def _rss_mib(broker: SpoolProcess) -> float:
+    """The broker's resident memory after a run (growth across runs shows retention)."""
+    return float(psutil.Process(_pid(broker)).memory_info().rss) / 2**20
+
+
 def _pid(broker: SpoolProcess) -> int:
     assert broker.proc is not None
     return broker.proc.pid
@@ -208,6 +214,7 @@ def _fanout_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict
         "delivered_msgs_per_s": sub["count"] / secs,
         "publish_msgs_per_s": count / _seconds(pub["start_ns"], pub["end_ns"]),
         "elapsed_s": secs,
+        "broker_rss_mib": _rss_mib(broker),
     }
 
 
@@ -353,12 +360,14 @@ def _replay_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict
             "mb_per_s": total * spec.params["body_bytes"] / secs / 1e6,
             "first_message_ms": first_ms,
             "elapsed_s": secs,
+            "broker_rss_mib": _rss_mib(broker),
         }
     return {
         "scanned_msgs_per_s": total / secs,
         "delivered_msgs_per_s": expected / secs,
         "first_message_ms": first_ms,
         "elapsed_s": secs,
+        "broker_rss_mib": _rss_mib(broker),
     }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -146,7 +147,14 @@ class Source:
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
-    asyncio.run(asyncio.wait_for(coro, 30))
+    """Run a scenario on a fresh event loop in its own thread.
+
+    Playwright's sync API keeps an event loop running in the main thread for the whole
+    session (its browser fixture outlives single tests), so ``asyncio.run`` cannot be used
+    there once a browser test has run.
+    """
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, asyncio.wait_for(coro, 30)).result()
 
 
 def parse(item: bytes | None) -> list[tuple[str, Any]]:

@@ -70,7 +70,13 @@ def test_bulk_decoders_agree_with_single_decode(recs: list[Record]) -> None:
     batch, end2 = decode_batch(buf, 0, len(buf), recs[0].seq, max_count=1 << 20)
     assert end2 == len(buf)
     assert list(batch) == recs
-    assert batch.seqs == [r.seq for r in recs]
+    assert list(batch.seqs) == [r.seq for r in recs]
+    assert batch.timestamps_us == [r.timestamp_us for r in recs]
+    assert (batch.pub_hashes, batch.pub_seqs) == (
+        [r.pub_hash for r in recs],
+        [r.pub_seq for r in recs],
+    )
+    assert batch[-1] == recs[-1] and batch.timestamp_us(0) == recs[0].timestamp_us
     assert batch.topics == [r.topic for r in recs]
     assert batch.bodies == [r.body for r in recs]
     assert [batch.bookmark(i) for i in range(len(batch))] == [r.bookmark for r in recs]

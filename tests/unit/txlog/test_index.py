@@ -119,8 +119,7 @@ def test_builder_sealed_and_open_forms_agree_with_oracle(
     parsed, problem = parse_open_index(open_form, 100)
     assert problem is None
     restored = IndexBuilder(100, block)
-    for e in parsed:
-        restored.restore_block(e)
+    restored.restore(parsed)
     restored.set_edges(
         (rows[0][3], rows[0][4], rows[0][5]), (rows[-1][3], rows[-1][4], rows[-1][5])
     )
@@ -140,7 +139,7 @@ def test_scanned_and_appended_builders_are_identical(
     cut = rows[len(rows) // 2][1]
     for start, stop in ((0, cut), (cut, len(buf))):
         piece = buf[start:stop]
-        res = scan(piece, 0, len(piece), scanned.last_seq + 1, final=stop == len(buf))
+        res = scan(piece, 0, len(piece), scanned.last_seq + 1, final=stop == len(buf), base=start)
         scanned.add_scanned(piece, start, res)
     assert scanned.seal() == appended.seal()
 

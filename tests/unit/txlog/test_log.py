@@ -409,7 +409,7 @@ def test_archive_compress_remove_and_pins(tmp_path: Path) -> None:
             await log.archive(infos[3].id)
         pin.release()
         # everything still reads the same, lookups included
-        seqs = []
+        seqs: list[int] = []
         async with log.cursor(0) as cur:
             async for batch in cur:
                 assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
@@ -492,5 +492,25 @@ def test_stats_expose_the_dashboard_numbers(tmp_path: Path) -> None:
             assert key in stats and isinstance(stats[key], float)
         assert stats["fsync_p99_ms"] >= stats["fsync_p50_ms"] > 0
         await log.close()
+
+    run(body)
+
+
+def test_wait_appended_wakes_live_readers_before_the_group_commit(tmp_path: Path) -> None:
+    async def body() -> None:
+        log = new_log(tmp_path, flush_interval=0.05)
+        await log.open()
+        await log.wait_appended(0)  # nothing to wait for
+        waiter = asyncio.ensure_future(log.wait_appended(2))
+        log.append(topic="t", message_type="json", pub_hash=1, pub_seq=1, body=b"a")
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        log.append(topic="t", message_type="json", pub_hash=1, pub_seq=2, body=b"b")
+        await asyncio.wait_for(waiter, 5)
+        late = asyncio.ensure_future(log.wait_appended(3))
+        await asyncio.sleep(0)
+        await log.close()
+        with pytest.raises(TxlogClosed):
+            await late
 
     run(body)
