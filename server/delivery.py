@@ -146,11 +146,12 @@ class BookmarkSink:
         return delivered
 
     def caught_up(self) -> None:
+        """The cursor reached the durable end (again, after a resume)."""
+        if self.sub.state == "replaying":
+            self.sub.state = "live"
         if self._caught_up:
             return
         self._caught_up = True
-        if self.sub.state == "replaying":
-            self.sub.state = "live"
         if "completed" in self.sub.acks:
             self._session.ack("completed", self.sub.cid, sub_id=self.sub.sub_id)
 

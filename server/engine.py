@@ -733,9 +733,12 @@ class Broker:
                     old.close()
                 group.add_sink_at(sink, old.position_of(sink))
                 other.cursor = group
+        group = subs[0].cursor
         for sub in subs:
             sub.state = "replaying"
-        subs[0].cursor.resume()
+            # announce the next catch-up again (the state turns "live" there)
+            group.member(sub.sub_id).caught_up = False
+        group.resume()
         self.events.emit("info", "subscription", "resumed", client=client, sub_ids=sub_ids)
 
     # -- admin surface -------------------------------------------------------------------

@@ -337,10 +337,11 @@ class IndexBuilder:
         return pubs
 
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
+        cur = self._open_pubs().get(pub_hash) if self._rows else None
+        return self._merged(pub_hash, cur)
+
+    def _merged(self, pub_hash: int, cur: list[int] | None) -> PublisherSummary | None:
         s = self.summary.get(pub_hash)
-        cur = None
-        if self._rows:
-            cur = self._open_pubs().get(pub_hash)
         if cur is None:
             return None if s is None else PublisherSummary(pub_hash, s[0], s[1], s[2], s[3])
         if s is None:
@@ -348,8 +349,9 @@ class IndexBuilder:
         return PublisherSummary(pub_hash, s[0], cur[1], cur[3], s[3] + cur[2])
 
     def publishers(self) -> Iterator[PublisherSummary]:
-        for h in self.summary.keys() | self._open_pubs().keys():
-            p = self.publisher(h)
+        open_pubs = self._open_pubs()
+        for h in self.summary.keys() | open_pubs.keys():
+            p = self._merged(h, open_pubs.get(h))
             assert p is not None
             yield p
 

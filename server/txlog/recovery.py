@@ -453,6 +453,7 @@ def _examine_source(
     if not trust:  # verification: every record, whatever the index says; then the index
         ex = _scan(cand, source, None, 0, [], False, block_bytes)
         ex.problems.extend(_index_problems(cand, ex))
+        ex.rebuilt = bool(ex.problems)  # what the next open would have to rebuild
         return ex
     if cand.index_path is not None:
         sealed = SealedIndex.load(cand.index_path, cand.base)

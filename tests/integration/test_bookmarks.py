@@ -241,6 +241,17 @@ def test_pause_and_resume_over_rest(server: SpoolProcess) -> None:
             r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/resume")
             assert r.status_code == 200, r.text
             assert _ns(await _collect(sub, 5)) == list(range(5))
+
+            async def state() -> str:
+                r = await http.get(server.http_url + "/api/subscriptions")
+                return {(s["client"], s["sub_id"]): s["state"]
+                        for s in r.json()["subscriptions"]}[("rest-sub", "r1")]
+
+            for _ in range(500):  # caught up again after the resume: live
+                if await state() == "live":
+                    break
+                await asyncio.sleep(0.01)
+            assert await state() == "live"
             r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/pause")
             assert r.status_code == 200
             r = await http.get(server.http_url + "/api/subscriptions")
