@@ -60,7 +60,7 @@ from server.protocol.errors import (
     TxlogFull,
 )
 from server.protocol.options import SubscribeOptions, parse_subscribe_options
-from server.replay import ReplayGroup
+from server.replay import FunctionHorizon, Horizon, ReplayGroup, ReplaySource
 from server.router import Router, compile_topic, is_regex_topic
 from server.stats.histogram import LatencyHistogram
 from server.stats.sampler import Sampler
@@ -610,11 +610,18 @@ class Broker:
         assert txlog is not None
         sink = BookmarkSink(sub)
         sub.sink = sink
+        source: ReplaySource = txlog
+        horizon: Horizon | None = None
+        if options.live:
+            # deliver records as soon as they are appended, before the group commit
+            source = AppendedSource(txlog)
+            horizon = FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended)
         group = ReplayGroup(
-            txlog,
+            source,
             spec,
             options,
             clock=self.clock,
+            horizon=horizon,
             position_interval=self.config.tuning.persisted_ack_interval,
         )
         # with conflation the filter must run before records are conflated
@@ -937,6 +944,35 @@ class Broker:
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         level = "warning" if "truncat" in event or "fail" in event else "info"
         self.events.emit(level, "txlog", event, **fields)
+
+
+class AppendedSource:
+    """The log as a ``live`` bookmark subscription sees it: appended, not only durable."""
+
+    def __init__(self, txlog: TransactionLog) -> None:
+        self._log = txlog
+
+    @property
+    def durable_seq(self) -> int:
+        return self._log.durable_seq
+
+    @property
+    def first_seq(self) -> int:
+        return self._log.first_seq
+
+    def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
+        return self._log.seq_for_bookmark(pub_hash, pub_seq)
+
+    def seq_for_time(self, timestamp_us: int) -> int:
+        return self._log.seq_for_time(timestamp_us)
+
+    async def read_batch(self, from_seq: int, *, max_count: int = 1000,
+                         max_bytes: int = 1 << 20, upto_seq: int | None = None) -> list[Record]:
+        return await self._log.read_appended(from_seq, max_count=max_count,
+                                             max_bytes=max_bytes, upto_seq=upto_seq)
+
+    async def wait_durable(self, seq: int) -> None:
+        await self._log.wait_durable(seq)
 
 
 def _iso_us(us: int | None) -> str | None:

@@ -1,4 +1,4 @@
-"""A reading position in the log that replay, replication and the CLI iterate from.
+"""A reading position in the log that replay and replication iterate from.
 
 A :class:`LogCursor` yields :class:`~server.txlog.batch.RecordBatch` objects of durable
 records in log order. It remembers where the last read stopped inside its journal, so a

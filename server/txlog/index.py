@@ -56,6 +56,11 @@ first_pub_seq, last_pub_hash, last_pub_seq`` (u64/i64), ``nblocks, nranges, npub
 (u32), magic ``0x58495053`` (u32), reserved (u32), ``file_crc`` (u32, CRC-32C of every
 byte before it).
 
+Both :class:`IndexBuilder` and :class:`SealedIndex` answer the same questions
+(``span_for_seq``, ``span_for_time``, ``span_for_bookmark``, ``publisher``,
+``publishers`` and the journal's first/last facts), so lookups do not care which one a
+journal has.
+
 Thread-safety: an :class:`IndexBuilder` belongs to the event loop while its journal is
 active and is read-only once handed to the flusher for sealing; a :class:`SealedIndex` is
 immutable.
@@ -70,7 +75,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple, Protocol
+from typing import Final, NamedTuple
 
 import google_crc32c
 
@@ -80,7 +85,6 @@ __all__ = [
     "BLOCK_BYTES",
     "BlockSpan",
     "IndexBuilder",
-    "IndexView",
     "OpenIndexEntry",
     "PublisherSummary",
     "SealedIndex",
@@ -132,49 +136,6 @@ class PublisherSummary:
     max_pub_seq: int
     last_seq: int
     count: int
-
-
-class IndexView(Protocol):
-    """What lookups need from an index, active (builder) or sealed."""
-
-    @property
-    def count(self) -> int: ...
-    @property
-    def data_len(self) -> int: ...
-    @property
-    def first_seq(self) -> int: ...
-    @property
-    def last_seq(self) -> int: ...
-    @property
-    def first_ts(self) -> int: ...
-    @property
-    def last_ts(self) -> int: ...
-    @property
-    def ts_max(self) -> int: ...
-    @property
-    def first_bookmark(self) -> tuple[int, int]: ...
-    @property
-    def last_bookmark(self) -> tuple[int, int]: ...
-
-    def span_for_seq(self, seq: int) -> BlockSpan | None:
-        """The block holding ``seq`` (None if outside this journal)."""
-        ...
-
-    def span_for_time(self, ts: int) -> BlockSpan | None:
-        """The first block whose running max timestamp reaches ``ts`` (None: none does)."""
-        ...
-
-    def span_for_bookmark(self, pub_hash: int, pub_seq: int) -> BlockSpan | None:
-        """The block whose range of that publisher covers ``pub_seq`` (None: none)."""
-        ...
-
-    def publisher(self, pub_hash: int) -> PublisherSummary | None:
-        """That publisher's summary in this journal."""
-        ...
-
-    def publishers(self) -> Iterator[PublisherSummary]:
-        """Every publisher present in this journal."""
-        ...
 
 
 def encode_open_header(base_seq: int, block_bytes: int = BLOCK_BYTES) -> bytes:
@@ -233,7 +194,7 @@ class IndexBuilder:
         self._first: tuple[int, int, int] | None = None  # ts, pub_hash, pub_seq
         self._closed_last = (0, 0, 0)
 
-    # -- IndexView ---------------------------------------------------------------------
+    # -- the journal's facts and lookups ------------------------------------------------
 
     @property
     def count(self) -> int:
@@ -279,11 +240,6 @@ class IndexBuilder:
     def block_count(self) -> int:
         """Complete (closed) blocks."""
         return len(self.b_first)
-
-    @property
-    def indexed_len(self) -> int:
-        """Journal bytes covered by closed blocks."""
-        return self._closed_end
 
     def _block(self, i: int) -> BlockSpan:
         return BlockSpan(self.b_off[i], self.b_first[i], self.b_len[i], self.b_cnt[i])

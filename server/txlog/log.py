@@ -974,6 +974,32 @@ class TransactionLog:
         assert isinstance(records, list)
         return records
 
+    async def read_appended(
+        self,
+        from_seq: int,
+        *,
+        max_count: int = 1000,
+        max_bytes: int = 1 << 20,
+        upto_seq: int | None = None,
+    ) -> list[Record]:
+        """Like :meth:`read_batch`, but past the durable point too (``live`` subscriptions).
+
+        Records not yet fsynced are always in the in-memory tail (eviction drops only
+        durable ones), so this never reads a file for them.
+        """
+        if from_seq <= self._durable_seq:
+            return await self.read_batch(
+                from_seq, max_count=max_count, max_bytes=max_bytes, upto_seq=upto_seq
+            )
+        if self._state == _NEW or self._state == _CLOSED:
+            raise TxlogClosed("the transaction log is not open")
+        limit = self._last_seq if upto_seq is None else min(upto_seq, self._last_seq)
+        if from_seq > limit or max_count <= 0:
+            return []
+        records = self._tail_read(from_seq, limit, max_count, max_bytes, False)
+        assert isinstance(records, list)
+        return records
+
     async def read_view(
         self,
         from_seq: int,

@@ -119,6 +119,10 @@ def redis_xrange(gate: Gate, *, port: int, key: str, expected: int, batch: int) 
     return {"start_ns": start, "end_ns": end, "count": count, "bytes": size}
 
 
+#: messages handed to paho without their PUBACK (below its 65,535 message ids).
+_PAHO_QUEUE = 10_000
+
+
 def mqtt_publish_paho(
     gate: Gate,
     *,
@@ -131,7 +135,11 @@ def mqtt_publish_paho(
     timeout: float,
 ) -> dict[str, Any]:
     """QoS 1 publishes through paho-mqtt with ``inflight`` unacknowledged at most; the run
-    ends when every PUBACK arrived."""
+    ends when every PUBACK arrived.
+
+    paho queues what exceeds ``inflight`` itself, but its 16-bit message ids refuse a queue
+    that wraps them, so at most :data:`_PAHO_QUEUE` messages are handed to it unacked.
+    """
     import paho.mqtt.client as mqtt
     from paho.mqtt.enums import CallbackAPIVersion
 
@@ -140,15 +148,16 @@ def mqtt_publish_paho(
     acked = 0
     done = threading.Event()
     connected = threading.Event()
-    lock = threading.Lock()
+    progress = threading.Condition()
 
     def on_connect(client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
         connected.set()
 
     def on_publish(client: Any, userdata: Any, mid: Any, reason: Any, props: Any) -> None:
         nonlocal acked
-        with lock:
+        with progress:
             acked += 1
+            progress.notify()
             if acked >= count:
                 done.set()
 
@@ -169,6 +178,14 @@ def mqtt_publish_paho(
         gate.open()
         start = time.monotonic_ns()
         for i in range(count):
+            if i - acked >= _PAHO_QUEUE:
+
+                def room(limit: int = i - _PAHO_QUEUE) -> bool:
+                    return acked > limit
+
+                with progress:
+                    if not progress.wait_for(room, timeout):
+                        raise TimeoutError(f"no PUBACK progress within {timeout}s")
             info = client.publish(topic, bodies[i % n], qos=1)
             if info.rc != mqtt.MQTT_ERR_SUCCESS:
                 raise RuntimeError(f"paho publish failed with rc {info.rc}")

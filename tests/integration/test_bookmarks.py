@@ -285,3 +285,21 @@ def test_bookmark_subscription_on_unrecorded_topic_fails(server: SpoolProcess) -
                 await c.subscribe("not-recorded", bookmark="0")
 
     run(scenario())
+
+
+def test_live_option_delivers_before_persistence_default_after(
+        spool_server_factory: Any) -> None:
+    # a long group-commit window makes the difference observable
+    proc = spool_server_factory(flush_interval="100ms")
+
+    async def scenario() -> None:
+        async with Client(proc.ws_url, "durability") as c:
+            live = await c.subscribe("orders", bookmark="0|1|", options="live", sub_id="lv")
+            durable = await c.subscribe("orders", bookmark="0|1|", sub_id="dr")
+            seq = c.publish("orders", {"x": 1}, persisted=True)
+            await live.get(5)
+            assert c.persisted_seq < seq, "live delivery came before the persisted ack"
+            await durable.get(5)
+            assert c.persisted_seq >= seq, "default delivery waits for persistence"
+
+    run(scenario())

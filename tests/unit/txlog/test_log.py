@@ -193,6 +193,7 @@ def test_reads_agree_with_what_was_appended(tmp_path: Path, tail_budget: int) ->
             )  # fmt: skip
         await log.wait_durable(log.last_seq)
         assert len(journal_files(tmp_path)) > 3
+        journal_ends = {j.last_seq for j in log.journals()}
         for _ in range(40):
             start = rng.randrange(0, 2600)
             count = rng.randrange(1, 1500)
@@ -205,13 +206,10 @@ def test_reads_agree_with_what_was_appended(tmp_path: Path, tail_budget: int) ->
             assert len(got) <= count
             if upto is not None:
                 assert all(r.seq <= upto for r in got)
-            if got:  # a read stops early only at a journal's end
-                assert (
-                    len(got) == count
-                    or got[-1].seq == upto
-                    or got[-1].seq == 2500
-                    or (log.seq_for_bookmark(got[-1].pub_hash, got[-1].pub_seq) == got[-1].seq)
-                )
+            if got and len(got) < count:  # a read stops early only at a journal's end
+                assert got[-1].seq in journal_ends or got[-1].seq == upto
+            elif first <= min(upto or 2500, 2500):
+                assert got
         one = await log.read_batch(10, max_bytes=1)
         assert [r.seq for r in one] == [10]
         assert await log.read_batch(2501) == []
