@@ -259,8 +259,14 @@ class Broker:
         user_id = cmd.field("user_id")
         user = await self.auth.authenticate_async(user_id, cmd.field("pw"))
         if user is None:
-            self.events.emit("warning", "session", "auth_failure", remote=session.remote,
-                             user=user_id, client=cmd.field("client_name"))
+            self.events.emit(
+                "warning",
+                "session",
+                "auth_failure",
+                remote=session.remote,
+                user=user_id,
+                client=cmd.field("client_name"),
+            )
             raise AuthFailure("unknown user or wrong password/token")
         return user
 
@@ -272,12 +278,24 @@ class Broker:
         existing = self.by_name.get(name)
         if existing is not None and not existing.closed:
             if existing.user_name != user_name:
-                self.events.emit("warning", "session", "name_in_use", client=name,
-                                 remote=session.remote, refused=True)
+                self.events.emit(
+                    "warning",
+                    "session",
+                    "name_in_use",
+                    client=name,
+                    remote=session.remote,
+                    refused=True,
+                )
                 raise NameInUse(f"client name {name!r} is in use by another user")
             # same user: the new connection wins, the old one is dropped
-            self.events.emit("info", "session", "name_in_use", client=name,
-                             remote=existing.remote, replaced_by=session.remote)
+            self.events.emit(
+                "info",
+                "session",
+                "name_in_use",
+                client=name,
+                remote=existing.remote,
+                replaced_by=session.remote,
+            )
             self.session_closed(existing)
             existing.close_soon(NameInUse.reason)
         session.name = name
@@ -628,8 +646,7 @@ class Broker:
         accept = sink.accepts if options.conflation else None
         member = group.add_sink(sink, accept=accept)  # BookmarkNotFound under ..._not_found=fail
         # hold the journals this replay still needs (journal removal answers 409)
-        sink.pin = txlog.pin(f"replay:{sub.session.name}:{sub.sub_id}",
-                             group.position_of(member))
+        sink.pin = txlog.pin(f"replay:{sub.session.name}:{sub.sub_id}", group.position_of(member))
         sub.cursor = group
         sub.state = "paused" if options.pause else "replaying"
         if options.pause:
@@ -966,10 +983,17 @@ class AppendedSource:
     def seq_for_time(self, timestamp_us: int) -> int:
         return self._log.seq_for_time(timestamp_us)
 
-    async def read_batch(self, from_seq: int, *, max_count: int = 1000,
-                         max_bytes: int = 1 << 20, upto_seq: int | None = None) -> list[Record]:
-        return await self._log.read_appended(from_seq, max_count=max_count,
-                                             max_bytes=max_bytes, upto_seq=upto_seq)
+    async def read_batch(
+        self,
+        from_seq: int,
+        *,
+        max_count: int = 1000,
+        max_bytes: int = 1 << 20,
+        upto_seq: int | None = None,
+    ) -> list[Record]:
+        return await self._log.read_appended(
+            from_seq, max_count=max_count, max_bytes=max_bytes, upto_seq=upto_seq
+        )
 
     async def wait_durable(self, seq: int) -> None:
         await self._log.wait_durable(seq)
@@ -984,11 +1008,19 @@ def _iso_us(us: int | None) -> str | None:
 def _journal_dict(j: JournalInfo) -> dict[str, Any]:
     """A journal as ADMIN_API.md shows it (times as ISO-8601 UTC)."""
     return {
-        "id": j.id, "path": j.path, "state": j.state, "size": j.size_bytes,
-        "data_bytes": j.data_bytes, "compression": j.compression, "records": j.records,
-        "first_seq": j.first_seq, "last_seq": j.last_seq,
-        "first_bookmark": j.first_bookmark, "last_bookmark": j.last_bookmark,
-        "first_time": _iso_us(j.first_time_us), "last_time": _iso_us(j.last_time_us),
+        "id": j.id,
+        "path": j.path,
+        "state": j.state,
+        "size": j.size_bytes,
+        "data_bytes": j.data_bytes,
+        "compression": j.compression,
+        "records": j.records,
+        "first_seq": j.first_seq,
+        "last_seq": j.last_seq,
+        "first_bookmark": j.first_bookmark,
+        "last_bookmark": j.last_bookmark,
+        "first_time": _iso_us(j.first_time_us),
+        "last_time": _iso_us(j.last_time_us),
         "pinned_by": j.pinned_by,
     }
 

@@ -301,8 +301,7 @@ class Session:
             if cmd.name == "logon":
                 self.broker.check_logon(self, cmd)
                 if self.broker.auth.enabled:
-                    self._logon_task = asyncio.get_running_loop().create_task(
-                        self._logon(cmd))
+                    self._logon_task = asyncio.get_running_loop().create_task(self._logon(cmd))
                 else:
                     self.broker.logon(self, cmd, None)
                 return

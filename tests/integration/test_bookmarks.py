@@ -244,8 +244,9 @@ def test_pause_and_resume_over_rest(server: SpoolProcess) -> None:
 
             async def state() -> str:
                 r = await http.get(server.http_url + "/api/subscriptions")
-                return {(s["client"], s["sub_id"]): s["state"]
-                        for s in r.json()["subscriptions"]}[("rest-sub", "r1")]
+                return {(s["client"], s["sub_id"]): s["state"] for s in r.json()["subscriptions"]}[
+                    ("rest-sub", "r1")
+                ]
 
             for _ in range(500):  # caught up again after the resume: live
                 if await state() == "live":
@@ -287,8 +288,7 @@ def test_bookmark_subscription_on_unrecorded_topic_fails(server: SpoolProcess) -
     run(scenario())
 
 
-def test_live_option_delivers_before_persistence_default_after(
-        spool_server_factory: Any) -> None:
+def test_live_option_delivers_before_persistence_default_after(spool_server_factory: Any) -> None:
     # a long group-commit window makes the difference observable
     proc = spool_server_factory(flush_interval="100ms")
 
