@@ -37,6 +37,7 @@ run: install
 lint: $(STAMP)
 	$(VENV)/bin/ruff check server web tests migrations
 	$(VENV)/bin/ruff format --check server web tests migrations
+	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

@@ -33,6 +33,9 @@ are exact, not estimates.
 """
 
 
+_STEP: Final = 10 ** (1 / 20)
+
+
 def _percentile(counts: Sequence[int], total: int, p: float) -> float:
     """Estimate the ``p``-th percentile (0..100) by linear interpolation inside a bucket."""
     if total <= 0:
@@ -44,7 +47,8 @@ def _percentile(counts: Sequence[int], total: int, p: float) -> float:
         if n == 0:
             continue
         if seen + n >= rank:
-            lower = BOUNDS[i - 1] if i > 0 else 0.0
+            # the first bucket is as wide (on the log scale) as every other one
+            lower = BOUNDS[i - 1] if i > 0 else BOUNDS[0] / _STEP
             if i >= len(BOUNDS):
                 # Overflow bucket has no upper bound: report its lower edge.
                 return lower

@@ -52,7 +52,7 @@ def artifact_path(name: str) -> Path:
     return ARTIFACTS / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:150] + ".png")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.fail(
