@@ -122,6 +122,11 @@ class BookmarkSink:
                 tj = orjson.dumps(rec.topic)
                 if len(topics) < 4096:
                     topics[rec.topic] = tj
+            if delivered & 255 == 255 and not session.has_room():
+                # a big batch must not overrun the slow-client limit: wait mid-batch
+                await session.wait_room()
+                if session.closed:
+                    return delivered
             session.send_message(
                 encode_publish(
                     tj,

@@ -479,6 +479,7 @@ class Broker:
             if len(self._topic_json) < 50_000:
                 self._topic_json[topic] = tj
         ts: str | None = None
+        encoded: dict[tuple[bytes, bool], bytes] = {}
         for s, subs in per_session.items():
             if len(subs) == 1:
                 sub = subs[0]
@@ -491,8 +492,15 @@ class Broker:
                 ts = format_timestamp_us(
                     rec.timestamp_us if rec is not None else int(self.clock.time() * 1e6)
                 )
-            s.send_message(encode_publish(tj, sids, body, bm, ts if want_ts else None, corr))
-            self.msgs_out_live += 1
+            # subscribers that use the same sub id get the very same bytes: encode once
+            key = (sids, want_ts)
+            data = encoded.get(key)
+            if data is None:
+                data = encoded[key] = encode_publish(
+                    tj, sids, body, bm, ts if want_ts else None, corr
+                )
+            s.send_message(data)
+        self.msgs_out_live += len(per_session)
 
     def _on_durable(self, durable_seq: int) -> None:
         """Group commit done: persisted acks (conflated per client) and flush acks."""
@@ -641,6 +649,9 @@ class Broker:
             clock=self.clock,
             horizon=horizon,
             position_interval=self.config.tuning.persisted_ack_interval,
+            # large reads: each file read is one hop to a thread and back
+            batch_count=4096,
+            batch_bytes=2 << 20,
         )
         # with conflation the filter must run before records are conflated
         accept = sink.accepts if options.conflation else None

@@ -122,19 +122,35 @@ def parse_frame(data: bytes) -> ParsedFrame:
         return ParsedFrame(messages, FrameError("empty frame"))
     match = _HEADER_RE.match
     loads = orjson.loads
+    find = data.find
+    decode_error = orjson.JSONDecodeError
     while pos < end_of_frame:
-        m = match(data, pos, min(end_of_frame, pos + MAX_HEADER_BYTES))
-        if m is None:
-            if data[pos : pos + 1] != b"{":
-                return ParsedFrame(messages, FrameError(f"expected a JSON header at byte {pos}"))
-            return ParsedFrame(
-                messages, FrameError(f"unterminated or nested JSON header at byte {pos}")
-            )
-        hend = m.end()
-        try:
-            header = loads(data[pos:hend])
-        except orjson.JSONDecodeError as exc:
-            return ParsedFrame(messages, FrameError(f"header is not JSON: {exc}"))
+        # Fast path: the slice up to the first "}" is the header whenever it decodes (a
+        # "}" inside a string, or a nested object, leaves an invalid slice); otherwise the
+        # regex finds the first "}" outside strings.
+        header = None
+        if data[pos] == 0x7B:  # "{"
+            hend = find(b"}", pos) + 1
+            if 0 < hend <= pos + MAX_HEADER_BYTES:
+                try:
+                    header = loads(data[pos:hend])
+                except decode_error:
+                    header = None
+        if header is None:
+            m = match(data, pos, min(end_of_frame, pos + MAX_HEADER_BYTES))
+            if m is None:
+                if data[pos : pos + 1] != b"{":
+                    return ParsedFrame(
+                        messages, FrameError(f"expected a JSON header at byte {pos}")
+                    )
+                return ParsedFrame(
+                    messages, FrameError(f"unterminated or nested JSON header at byte {pos}")
+                )
+            hend = m.end()
+            try:
+                header = loads(data[pos:hend])
+            except decode_error as exc:
+                return ParsedFrame(messages, FrameError(f"header is not JSON: {exc}"))
         if not isinstance(header, dict):
             return ParsedFrame(messages, FrameError("header is not a JSON object"))
         header = _normalize(header)
