@@ -52,6 +52,7 @@ from server.bookmarks import (
 from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.protocol.errors import BookmarkNotFound, InvalidBookmark, SpoolError, SubIdNotFound
 from server.protocol.options import NotFoundPolicy, Rate, SubscribeOptions
+from server.txlog.batch import RecordBatch
 from server.txlog.record import Record, RecordKind
 
 log = logging.getLogger(__name__)
@@ -674,7 +675,8 @@ class ReplayMember:
         self._stop = plan.stop
         self._conflator = conflator
         self._kinds = kinds
-        self._outbox: list[Record] = []
+        # a list, or a whole RecordBatch handed over as it was read (no per-record objects)
+        self._outbox: Sequence[Record] = []
         self._out_pos = 0
         self._stopping = False
         self.last_position: str | None = None
@@ -708,7 +710,14 @@ class ReplayMember:
     def stopping(self) -> bool:
         return self._stopping
 
-    def output(self) -> tuple[list[Record], int]:
+    def _editable(self) -> list[Record]:
+        """The outbox as a list, to append to."""
+        if not isinstance(self._outbox, list):
+            self._outbox = list(self._outbox[self._out_pos :])
+            self._out_pos = 0
+        return self._outbox
+
+    def output(self) -> tuple[Sequence[Record], int]:
         """The outbox and the index of its first undelivered record."""
         return self._outbox, self._out_pos
 
@@ -739,10 +748,16 @@ class ReplayMember:
         view = records[skip:] if skip else records
         if self._stop is None and self._not_before_us is None and self._conflator is None:
             kinds = self._kinds
-            if all(rec.kind in kinds for rec in view):
-                self._outbox.extend(view)
+            if isinstance(view, RecordBatch):
+                if view.kinds() <= kinds and not self.has_output:
+                    self._outbox = view  # handed to the sink whole, columns and all
+                    self._out_pos = 0
+                else:
+                    self._editable().extend(rec for rec in view if rec.kind in kinds)
+            elif all(rec.kind in kinds for rec in view):
+                self._editable().extend(view)
             else:
-                self._outbox.extend(rec for rec in view if rec.kind in kinds)
+                self._editable().extend(rec for rec in view if rec.kind in kinds)
             self.next_seq = view[-1].seq + 1
             return
         self._ingest_each(view)
@@ -760,9 +775,9 @@ class ReplayMember:
                 self._not_before_us = gate = None
             if gate is None and rec.kind in kinds:
                 if conflator is None:
-                    self._outbox.append(rec)
+                    self._editable().append(rec)
                 else:
-                    self._outbox.extend(conflator.push(rec))
+                    self._editable().extend(conflator.push(rec))
             if verdict == "last":
                 self._begin_stop()
                 return
@@ -773,7 +788,7 @@ class ReplayMember:
         if self.finished or self._stopping:
             return
         if at_head and self._conflator is not None:
-            self._outbox.extend(self._conflator.advance(now_us))
+            self._editable().extend(self._conflator.advance(now_us))
         if self._stop is not None:
             self._stop.on_clock(now_us, source)
             if self._stop.reached(self.next_seq):
@@ -795,7 +810,7 @@ class ReplayMember:
     def _begin_stop(self) -> None:
         self._stopping = True
         if self._conflator is not None:
-            self._outbox.extend(self._conflator.flush())
+            self._editable().extend(self._conflator.flush())
 
     def finish(self) -> None:
         """Range end or quota reached: tell the sink; deliver nothing more."""
@@ -1105,9 +1120,23 @@ class ReplayCursor:
             # Every member has reached its range end: the next tick finishes them.
             await asyncio.sleep(0)
             return True
-        batch = await self.source.read_batch(
-            read_from, max_count=self.batch_count, max_bytes=self.batch_bytes, upto_seq=limit
-        )
+        read_view = getattr(self.source, "read_view", None)
+        batch: Sequence[Record]
+        if read_view is not None and len(members) == 1:
+            # one member: a columnar batch goes to the sink without per-record objects
+            batch = await read_view(
+                read_from,
+                max_count=self.batch_count,
+                max_bytes=self.batch_bytes,
+                upto_seq=limit,
+            )
+        else:
+            batch = await self.source.read_batch(
+                read_from,
+                max_count=self.batch_count,
+                max_bytes=self.batch_bytes,
+                upto_seq=limit,
+            )
         if not batch and read_from > self.source.durable_seq:
             # A horizon ahead of disk (``live``) over a log that serves durable records
             # only: the records exist but are not readable until the next group commit.
@@ -1128,7 +1157,7 @@ class ReplayCursor:
         return True
 
     def _check_batch(
-        self, batch: list[Record], read_from: int, limit: int, members: list[ReplayMember]
+        self, batch: Sequence[Record], read_from: int, limit: int, members: list[ReplayMember]
     ) -> None:
         if not batch:
             raise ReplayGapError(f"the log returned nothing from {read_from} up to {limit}")
@@ -1242,7 +1271,7 @@ class ReplayCursor:
         position = mark.bookmark
         return None if position == m.last_position else position
 
-    def _note_durable(self, batch: list[Record]) -> None:
+    def _note_durable(self, batch: Sequence[Record]) -> None:
         """Track the newest durable record read (a ``live`` cursor reads ahead of disk)."""
         durable = self.source.durable_seq
         if batch[-1].seq <= durable:

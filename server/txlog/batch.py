@@ -127,6 +127,16 @@ class RecordBatch(Sequence[Record]):
             records[i] = rec
         return rec
 
+    def kinds(self) -> set[int]:
+        """The distinct record kinds in the batch (without building records)."""
+        return {h[2] for h in self._hdrs}
+
+    def corr_id(self, i: int) -> str:
+        """The i-th record's correlation id ("" without building a record when absent)."""
+        if not self._hdrs[i][11]:
+            return ""
+        return self.record(i).corr_id
+
     @property
     def seqs(self) -> range:
         """The records' local sequences (contiguous)."""

@@ -146,6 +146,13 @@ def test_options_top_n_timestamp_and_filter(server: SpoolProcess) -> None:
             await asyncio.wait_for(sub.completed.wait(), 10)
             flt = await c.subscribe(topic, bookmark="0", filter="/n % 5 = 0")
             assert _ns(await _collect(flt, 4)) == [0, 5, 10, 15]
+            # message functions see the replayed record's metadata
+            ts = await c.subscribe(
+                topic,
+                bookmark="0",
+                filter="TIMESTAMP() IS NOT NULL AND BOOKMARK() IS NOT NULL AND TOPIC() = 'bm-opts'",
+            )
+            assert _ns(await _collect(ts, 20)) == list(range(20))
 
     run(scenario())
 
@@ -301,5 +308,20 @@ def test_live_option_delivers_before_persistence_default_after(spool_server_fact
             assert c.persisted_seq < seq, "live delivery came before the persisted ack"
             await durable.get(5)
             assert c.persisted_seq >= seq, "default delivery waits for persistence"
+
+    run(scenario())
+
+
+def test_correlation_id_survives_live_and_replay(server: SpoolProcess) -> None:
+    async def scenario() -> None:
+        async with Client(server.ws_url, "corr") as c:
+            live = await c.subscribe("bm-corr", sub_id="lv")
+            c.publish("bm-corr", {"n": 1}, correlation_id="order-42", persisted=True)
+            c.publish("bm-corr", {"n": 2}, persisted=True)
+            await c.wait_persisted(c.seq)
+            got_live = [(await live.get(5)).correlation_id for _ in range(2)]
+            replay = await c.subscribe("bm-corr", bookmark="0", sub_id="rp")
+            got_replay = [(await replay.get(5)).correlation_id for _ in range(2)]
+            assert got_live == got_replay == ["order-42", None]
 
     run(scenario())
