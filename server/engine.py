@@ -369,17 +369,18 @@ class Broker:
     def publish(self, session: Session, cmd: Command) -> None:
         topic = cmd.topic
         assert topic is not None
-        if is_regex_topic(topic):
-            raise InvalidTopic(f"cannot publish to a regular expression {topic!r}")
+        counters = self.topics.get(topic)
+        if counters is None:
+            # first publish to this topic: the checks that depend on the name alone
+            if is_regex_topic(topic):
+                raise InvalidTopic(f"cannot publish to a regular expression {topic!r}")
+            counters = self.topics[topic] = [0, 0]
         if self.auth.enabled and not self.auth.can_write(session.user, topic):
             raise NotEntitled(f"user {session.user_name!r} may not publish to {topic!r}")
         body = cmd.body
         session.msgs_in += 1
         self.msgs_in += 1
         self.bytes_in += len(body)
-        counters = self.topics.get(topic)
-        if counters is None:
-            counters = self.topics[topic] = [0, 0]
         counters[0] += 1
         counters[1] += len(body)
         acks = cmd.acks

@@ -259,6 +259,7 @@ class Session:
         self.bytes_in += len(data)
         self.last_rx = self.broker.clock.monotonic()
         parsed = parse_frame(data)
+        broker = self.broker
         for msg in parsed.messages:
             if self.closed:
                 return
@@ -270,6 +271,20 @@ class Session:
             except InvalidMessage as exc:
                 cid = getattr(exc, "cid", None)
                 self.fail(cid, InvalidMessage(exc.detail))
+                continue
+            if (
+                cmd.name == "publish"
+                and self.name is not None
+                and self._logon_task is None
+                and not broker.stopping
+            ):
+                # the hot path: a logged-on publish skips the general dispatch
+                if "received" in cmd.acks:
+                    self.ack("received", cmd.cid)
+                try:
+                    broker.publish(self, cmd)
+                except ProtocolFailure as exc:
+                    self.fail(cmd.cid, exc)
                 continue
             self.dispatch(cmd)
         if parsed.error is not None:
