@@ -133,8 +133,10 @@ class Session:
             self._writer.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._writer
+        # a peer that stopped reading cannot take even the close frame: do not wait on it
+        # for ever (uvicorn's ping timeout drops the TCP connection later)
         with contextlib.suppress(Exception):
-            await self.transport.close(code, reason or "")
+            await asyncio.wait_for(self.transport.close(code, reason or ""), 2.0)
         self.closed_event.set()
 
     def close_soon(self, reason: str, code: int = CLOSE_POLICY) -> None:
