@@ -374,7 +374,8 @@ class Broker:
             # first publish to this topic: the checks that depend on the name alone
             if is_regex_topic(topic):
                 raise InvalidTopic(f"cannot publish to a regular expression {topic!r}")
-            counters = self.topics[topic] = [0, 0]
+            # [messages, bytes, recorded in the transaction log (1/0)]
+            counters = self.topics[topic] = [0, 0, 1 if self.records(topic) else 0]
         if self.auth.enabled and not self.auth.can_write(session.user, topic):
             raise NotEntitled(f"user {session.user_name!r} may not publish to {topic!r}")
         body = cmd.body
@@ -386,7 +387,7 @@ class Broker:
         acks = cmd.acks
         rec: Record | None = None
         txlog = self.txlog
-        if txlog is not None and self.records(topic):
+        if txlog is not None and counters[2]:
             last = txlog.publisher_last(session.pub_hash)
             s = cmd.seq
             if s is None:
@@ -447,6 +448,20 @@ class Broker:
     ) -> None:
         view: MessageView | None = None
         bm = rec.bookmark if rec is not None else None
+        if len(matches) == 1:
+            only = matches[0]
+            if (
+                only.state == "live"
+                and only.filter is None
+                and not only.want_ts
+                and (only.pattern is None or not self.auth.enabled)
+            ):
+                # the common case: one plain subscription, nothing to group or share
+                only.session.send_message(
+                    encode_publish(self._topic_bytes(topic), only.sid_bytes, body, bm, None, corr)
+                )
+                self.msgs_out_live += 1
+                return
         per_session: dict[Session, list[Subscription]] = {}
         check_read = self.auth.enabled
         for sub in matches:
@@ -474,11 +489,7 @@ class Broker:
                 lst.append(sub)
         if not per_session:
             return
-        tj = self._topic_json.get(topic)
-        if tj is None:
-            tj = orjson.dumps(topic)
-            if len(self._topic_json) < 50_000:
-                self._topic_json[topic] = tj
+        tj = self._topic_bytes(topic)
         ts: str | None = None
         encoded: dict[tuple[bytes, bool], bytes] = {}
         for s, subs in per_session.items():
@@ -502,6 +513,15 @@ class Broker:
                 )
             s.send_message(data)
         self.msgs_out_live += len(per_session)
+
+    def _topic_bytes(self, topic: str) -> bytes:
+        """A topic as a JSON string literal, encoded once per topic."""
+        tj = self._topic_json.get(topic)
+        if tj is None:
+            tj = orjson.dumps(topic)
+            if len(self._topic_json) < 50_000:
+                self._topic_json[topic] = tj
+        return tj
 
     def _on_durable(self, durable_seq: int) -> None:
         """Group commit done: persisted acks (conflated per client) and flush acks."""

@@ -20,7 +20,7 @@ from server.bookmarks import pub_hash
 from server.client import Client, Disconnected
 from server.config import load_config
 from server.txlog import TransactionLog
-from tests.support.server import SpoolProcess, config_xml
+from tests.conftest import ServerFactory
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
@@ -46,10 +46,11 @@ async def _read_all(config_path: Path) -> list[tuple[int, int, bytes]]:
     return out
 
 
-def test_sigkill_loses_no_acked_message_and_stores_each_once(tmp_path: Path) -> None:
+def test_sigkill_loses_no_acked_message_and_stores_each_once(
+    spool_server_factory: ServerFactory,
+) -> None:
     rng = random.Random(20261122)
-    proc = SpoolProcess(tmp_path / "a", config_xml(tmp_path / "a" / "data", journal_size="8MB"))
-    proc.start()
+    proc = spool_server_factory(name="a", journal_size="8MB")
     acked = 0
     kills = 0
     acked_at_kill: list[int] = []
@@ -117,9 +118,10 @@ def test_sigkill_loses_no_acked_message_and_stores_each_once(tmp_path: Path) -> 
     assert all(body == b'{"n":%d}' % s for s, body in mine)
 
 
-def test_torn_tail_after_sigkill_is_truncated_and_server_serves(tmp_path: Path) -> None:
-    proc = SpoolProcess(tmp_path / "b", config_xml(tmp_path / "b" / "data"))
-    proc.start()
+def test_torn_tail_after_sigkill_is_truncated_and_server_serves(
+    tmp_path: Path, spool_server_factory: ServerFactory
+) -> None:
+    proc = spool_server_factory(name="b")
 
     async def publish(n: int, start: int) -> None:
         async with Client(proc.ws_url, "torn") as c:
