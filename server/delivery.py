@@ -57,7 +57,6 @@ class BookmarkSink:
         self.sub_id = sub.sub_id
         self._session: Session = sub.session
         self._sids = orjson.dumps(sub.sub_id)
-        self._topic_cache: dict[str, bytes] = {}
         self._caught_up = False
         # formatting a timestamp per record costs as much as the filter: only when it is used
         flt = sub.filter
@@ -90,132 +89,89 @@ class BookmarkSink:
         )
 
     async def deliver(self, records: Sequence[Record]) -> int:
-        """Send the matching records; returns how many were delivered."""
-        sub = self.sub
-        session = self._session
-        if session.closed:
-            return 0
-        if isinstance(records, RecordBatch) and not session.broker.auth.enabled:
-            return await self._deliver_columns(records)
-        flt = sub.filter
-        pattern = sub.pattern
-        topic = sub.topic
-        want_ts = sub.want_ts
-        auth = session.broker.auth
-        check_read = auth.enabled
-        topics = self._topic_cache
-        delivered = 0
-        for rec in records:
-            if pattern is None:
-                if rec.topic != topic:
-                    continue
-            elif pattern.search(rec.topic) is None:
-                continue
-            if check_read and not session.broker.can_read(session, rec.topic):
-                continue
-            bm = rec.bookmark
-            if flt is not None:
-                view = MessageView(
-                    rec.topic,
-                    rec.body,
-                    bookmark=bm,
-                    timestamp=format_timestamp_us(rec.timestamp_us) if self._filter_ts else "",
-                )
-                if not flt.matches(view):
-                    continue
-            tj = topics.get(rec.topic)
-            if tj is None:
-                tj = orjson.dumps(rec.topic)
-                if len(topics) < 4096:
-                    topics[rec.topic] = tj
-            if delivered & 255 == 255 and not session.has_room():
-                # a big batch must not overrun the slow-client limit: wait mid-batch
-                await session.wait_room()
-                if session.closed:
-                    return delivered
-            session.send_message(
-                encode_publish(
-                    tj,
-                    self._sids,
-                    rec.body,
-                    bm,
-                    format_timestamp_us(rec.timestamp_us) if want_ts else None,
-                    rec.corr_id or None,
-                )
-            )
-            delivered += 1
-        if records:
-            last = records[-1]
-            if self.pin is not None:
-                self.pin.move(last.seq + 1)
-            sub.position = last.bookmark
-            sub.position_seq = last.seq
-            sub.position_time_us = last.timestamp_us
-        sub.delivered += delivered
-        if not session.has_room():
-            await session.wait_room()
-        return delivered
+        """Send the matching records; returns how many were delivered.
 
-    async def _deliver_columns(self, batch: RecordBatch) -> int:
-        """:meth:`deliver` over a columnar batch: no Record object per message."""
+        A :class:`RecordBatch` (the usual replay read) is walked by its columns, so no
+        ``Record`` object is built per message; other sequences go through the same loop
+        via small accessors.
+        """
         sub = self.sub
         session = self._session
+        if session.closed or not records:
+            return 0
+        topics: Sequence[str]
+        bodies: Sequence[bytes]
+        if isinstance(records, RecordBatch):
+            topics, bodies = records.topics, records.bodies
+            bookmark_of = records.bookmark
+            time_of = records.timestamp_us
+            corr_of = records.corr_id
+        else:
+            topics = [r.topic for r in records]
+            bodies = [r.body for r in records]
+
+            def bookmark_of(i: int) -> str:
+                return records[i].bookmark
+
+            def time_of(i: int) -> int:
+                return records[i].timestamp_us
+
+            def corr_of(i: int) -> str:
+                return records[i].corr_id
+
+        broker = session.broker
+        check_read = broker.auth.enabled
         flt = sub.filter
         pattern = sub.pattern
         topic = sub.topic
         want_ts = sub.want_ts
-        topics_cache = self._topic_cache
+        filter_ts = self._filter_ts
         sids = self._sids
         send = session.send_message
-        topics = batch.topics
-        bodies = batch.bodies
-        filter_ts = self._filter_ts
         delivered = 0
-        for i in range(len(batch)):
+        for i in range(len(topics)):
             rec_topic = topics[i]
             if pattern is None:
                 if rec_topic != topic:
                     continue
             elif pattern.search(rec_topic) is None:
                 continue
+            if check_read and not broker.can_read(session, rec_topic):
+                continue
             body = bodies[i]
-            bm = batch.bookmark(i)
+            bm = bookmark_of(i)
             if flt is not None:
                 view = MessageView(
                     rec_topic,
                     body,
                     bookmark=bm,
-                    timestamp=format_timestamp_us(batch.timestamp_us(i)) if filter_ts else "",
+                    timestamp=format_timestamp_us(time_of(i)) if filter_ts else "",
                 )
                 if not flt.matches(view):
                     continue
-            tj = topics_cache.get(rec_topic)
-            if tj is None:
-                tj = orjson.dumps(rec_topic)
-                if len(topics_cache) < 4096:
-                    topics_cache[rec_topic] = tj
             if delivered & 255 == 255 and not session.has_room():
+                # a big batch must not overrun the slow-client limit: wait mid-batch
                 await session.wait_room()
                 if session.closed:
                     return delivered
             send(
                 encode_publish(
-                    tj,
+                    broker.topic_json(rec_topic),
                     sids,
                     body,
                     bm,
-                    format_timestamp_us(batch.timestamp_us(i)) if want_ts else None,
-                    batch.corr_id(i) or None,
+                    format_timestamp_us(time_of(i)) if want_ts else None,
+                    corr_of(i) or None,
                 )
             )
             delivered += 1
-        if len(batch):
-            last = len(batch) - 1
-            if self.pin is not None:
-                self.pin.move(batch.last_seq + 1)
-            sub.position = batch.bookmark(last)
-            sub.position_seq = batch.last_seq
-            sub.position_time_us = batch.timestamp_us(last)
+        last = len(topics) - 1
+        last_seq = records.last_seq if isinstance(records, RecordBatch) else records[-1].seq
+        if self.pin is not None:
+            self.pin.move(last_seq + 1)
+        sub.position = bookmark_of(last)
+        sub.position_seq = last_seq
+        sub.position_time_us = time_of(last)
         sub.delivered += delivered
         if not session.has_room():
             await session.wait_room()

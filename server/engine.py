@@ -27,17 +27,12 @@ import orjson
 
 from server.auth import Authenticator
 from server.bookmarks import (
-    BookmarkList,
-    BookmarkPoint,
     BookmarkSpec,
-    Epoch,
-    Now,
-    Range,
-    TimePoint,
     format_bookmark,
     format_timestamp_us,
     parse_bookmark,
     pub_hash,
+    spec_kind,
 )
 from server.clock import SYSTEM_CLOCK, Clock
 from server.delivery import BookmarkSink, encode_publish
@@ -78,22 +73,6 @@ VERSION: Final = "0.1.0"
 
 def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-
-
-def _bookmark_kind(spec: object) -> str:
-    if isinstance(spec, Epoch):
-        return "epoch"
-    if isinstance(spec, Now):
-        return "now"
-    if isinstance(spec, BookmarkPoint):
-        return "bookmark"
-    if isinstance(spec, TimePoint):
-        return "time"
-    if isinstance(spec, BookmarkList):
-        return "list"
-    if isinstance(spec, Range):
-        return "range"
-    return "bookmark"
 
 
 class Broker:
@@ -406,9 +385,7 @@ class Broker:
                     corr_id=corr or "",
                     sow_key=cmd.field("k") or "",
                 )
-            except TxlogFull:
-                raise
-            except ProtocolFailure:
+            except ProtocolFailure:  # txlog full, sequence problems: the reason stands
                 raise
             except Exception as exc:
                 self.events.emit("error", "txlog", "append_failed", error=repr(exc))
@@ -458,7 +435,7 @@ class Broker:
             ):
                 # the common case: one plain subscription, nothing to group or share
                 only.session.send_message(
-                    encode_publish(self._topic_bytes(topic), only.sid_bytes, body, bm, None, corr)
+                    encode_publish(self.topic_json(topic), only.sid_bytes, body, bm, None, corr)
                 )
                 self.msgs_out_live += 1
                 return
@@ -489,7 +466,7 @@ class Broker:
                 lst.append(sub)
         if not per_session:
             return
-        tj = self._topic_bytes(topic)
+        tj = self.topic_json(topic)
         ts: str | None = None
         encoded: dict[tuple[bytes, bool], bytes] = {}
         for s, subs in per_session.items():
@@ -514,7 +491,7 @@ class Broker:
             s.send_message(data)
         self.msgs_out_live += len(per_session)
 
-    def _topic_bytes(self, topic: str) -> bytes:
+    def topic_json(self, topic: str) -> bytes:
         """A topic as a JSON string literal, encoded once per topic."""
         tj = self._topic_json.get(topic)
         if tj is None:
@@ -612,7 +589,7 @@ class Broker:
             filter_text=cmd.filter,
             options=options,
             bookmark=bookmark if spec else None,
-            bookmark_kind=_bookmark_kind(spec) if spec is not None else "none",
+            bookmark_kind=spec_kind(spec) if spec is not None else "none",
             want_ts=options.timestamp,
             cid=cmd.cid,
             acks=cmd.acks,
@@ -650,20 +627,17 @@ class Broker:
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_ids)
 
-    def _start_replay(
-        self, sub: Subscription, spec: BookmarkSpec, options: SubscribeOptions
-    ) -> None:
+    def _new_group(self, spec: BookmarkSpec, options: SubscribeOptions) -> ReplayGroup:
+        """A replay cursor over the log as these options see it (durable or appended)."""
         txlog = self.txlog
         assert txlog is not None
-        sink = BookmarkSink(sub)
-        sub.sink = sink
         source: ReplaySource = txlog
         horizon: Horizon | None = None
         if options.live:
             # deliver records as soon as they are appended, before the group commit
             source = AppendedSource(txlog)
             horizon = FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended)
-        group = ReplayGroup(
+        return ReplayGroup(
             source,
             spec,
             options,
@@ -674,6 +648,15 @@ class Broker:
             batch_count=4096,
             batch_bytes=2 << 20,
         )
+
+    def _start_replay(
+        self, sub: Subscription, spec: BookmarkSpec, options: SubscribeOptions
+    ) -> None:
+        txlog = self.txlog
+        assert txlog is not None
+        sink = BookmarkSink(sub)
+        sub.sink = sink
+        group = self._new_group(spec, options)
         # with conflation the filter must run before records are conflated
         accept = sink.accepts if options.conflation else None
         member = group.add_sink(sink, accept=accept)  # BookmarkNotFound under ..._not_found=fail
@@ -746,13 +729,7 @@ class Broker:
         if len(group.members) > 1:
             # it shares a cursor since a resume-together: give it its own, paused
             member = group.take_sink(sub_id)
-            own = ReplayGroup(
-                self.txlog,  # type: ignore[arg-type]
-                group.spec,
-                sub.options,
-                clock=self.clock,
-                position_interval=self.config.tuning.persisted_ack_interval,
-            )
+            own = self._new_group(group.spec, sub.options)
             own.add_sink_at(member, group.position_of(member))
             own.pause()
             sub.cursor = own

@@ -24,6 +24,7 @@ from server.protocol.errors import (
     HeartbeatTimeout,
     InvalidCommand,
     InvalidMessage,
+    InvalidOptions,
     LogonRequired,
     ProtocolFailure,
     SlowClient,
@@ -87,6 +88,8 @@ class Session:
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
+        #: set by the writer whenever the buffer is empty (graceful close waits on it)
+        self._idle = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self.heartbeat_interval = 0.0
@@ -145,13 +148,13 @@ class Session:
             asyncio.get_running_loop().create_task(self.close(reason, code))
 
     async def _drain(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until the writer has sent everything buffered."""
         if not self._out and not self._in_flight:
             return
+        self._idle.clear()
         self._wake.set()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (self._out or self._in_flight) and loop.time() < deadline:
-            await asyncio.sleep(0.005)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
 
     # -- outbound ------------------------------------------------------------------------
 
@@ -238,6 +241,7 @@ class Session:
                         self._room.set()
                 if not self._room.is_set():
                     self._room.set()
+                self._idle.set()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the connection went away under us
@@ -360,14 +364,10 @@ class Session:
             return
         parts = [p.strip() for p in opts.split(",")]
         if parts[0] != "start":
-            from server.protocol.errors import InvalidOptions
-
             raise InvalidOptions(f"heartbeat options must be 'start,N' or 'beat', not {opts!r}")
         try:
             interval = float(parts[1]) if len(parts) > 1 else 30.0
         except ValueError as exc:
-            from server.protocol.errors import InvalidOptions
-
             raise InvalidOptions(f"bad heartbeat interval {parts[1]!r}") from exc
         self.start_heartbeat(interval)
         if "processed" in cmd.acks:

@@ -11,11 +11,14 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from websockets.asyncio.client import connect
 
 from server.bookmarks import format_bookmark, pub_hash
 from server.client import Client, Message
 from server.protocol import errors
+from server.protocol.frame import parse_frame
 from tests.support.server import SpoolProcess, config_xml
+from tests.support.wait import async_wait_until
 
 
 def run(coro: Any) -> Any:
@@ -197,40 +200,44 @@ def test_cut_over_ten_subscribers_no_gap_no_duplicate(server: SpoolProcess) -> N
 
 
 def test_pause_resume_together_interleaves_in_log_order(server: SpoolProcess) -> None:
+    """Three paused subscriptions resumed in one command share one cursor: on the wire their
+    messages arrive interleaved exactly in log order (read raw, in arrival order)."""
+
     async def scenario() -> None:
         async with Client(server.ws_url, "pr-pub") as pub:
             for n in range(30):
                 pub.publish("pr", {"n": n, "k": n % 3})
             await pub.flush()
-        async with Client(server.ws_url, "pr-sub") as c:
-            subs = []
+        async with connect(server.ws_url, compression=None) as ws:
+            await ws.send(b'{"c":"logon","cid":"l","client_name":"pr-sub","a":"processed"}')
+            await ws.recv()
             for k in range(3):
-                subs.append(
-                    await c.subscribe(
-                        "pr", bookmark="0", sub_id=f"p{k}", filter=f"/k = {k}", options="pause"
-                    )
-                )
-            await c.flush()
-            assert all(s.queue.empty() for s in subs)
-            # resume all three at once with one command
-            await c._command({"c": "subscribe", "t": "pr", "sub_id": "p0,p1,p2", "o": "resume"})
-            order: list[tuple[str, int]] = []
-            deadline = asyncio.get_running_loop().time() + 20
-            while len(order) < 30:
-                assert asyncio.get_running_loop().time() < deadline, order
-                frame_msgs = []
-                for s in subs:
-                    while not s.queue.empty():
-                        frame_msgs.append(s.queue.get_nowait())
-                if not frame_msgs:
-                    await asyncio.sleep(0.01)
-                    continue
-                order.extend((m.sub_ids[0], orjson.loads(m.data)["n"]) for m in frame_msgs)
-            ns = sorted(n for _, n in order)
-            assert ns == list(range(30))
-            # each subscription got its own messages, in log order
-            for k in range(3):
-                assert [n for sid, n in order if sid == f"p{k}"] == list(range(k, 30, 3))
+                header = {
+                    "c": "subscribe",
+                    "cid": f"s{k}",
+                    "t": "pr",
+                    "sub_id": f"p{k}",
+                    "bm": "0",
+                    "f": f"/k = {k}",
+                    "o": "pause",
+                    "a": "processed",
+                }
+                await ws.send(orjson.dumps(header))
+            await ws.send(
+                b'{"c":"subscribe","cid":"r","t":"pr","sub_id":"p0,p1,p2",'
+                b'"o":"resume","a":"processed"}'
+            )
+            arrivals: list[tuple[str, int]] = []
+            while len(arrivals) < 30:
+                frame = await asyncio.wait_for(ws.recv(), 10)
+                assert isinstance(frame, bytes)
+                for m in parse_frame(frame).messages:
+                    if m.header.get("c") == "publish":
+                        arrivals.append((m.header["sids"], orjson.loads(m.body)["n"]))
+                    else:
+                        assert m.header.get("status") == "success", m.header
+        assert [n for _, n in arrivals] == list(range(30))
+        assert [sid for sid, _ in arrivals] == [f"p{n % 3}" for n in range(30)]
 
     run(scenario())
 
@@ -255,11 +262,11 @@ def test_pause_and_resume_over_rest(server: SpoolProcess) -> None:
                     ("rest-sub", "r1")
                 ]
 
-            for _ in range(500):  # caught up again after the resume: live
-                if await state() == "live":
-                    break
-                await asyncio.sleep(0.01)
-            assert await state() == "live"
+            async def is_live() -> bool:
+                return await state() == "live"
+
+            # caught up again after the resume: live
+            await async_wait_until(is_live, timeout=10, message="state live after resume")
             r = await http.post(server.http_url + "/api/subscriptions/rest-sub/r1/pause")
             assert r.status_code == 200
             r = await http.get(server.http_url + "/api/subscriptions")
@@ -276,11 +283,11 @@ def test_periodic_position_ack_for_sparse_subscriber(spool_server_factory: Any) 
         async with Client(proc.ws_url, "sparse") as c:
             sub = await c.subscribe("orders", bookmark="0", filter="/never = 1")
             bms = await _publish(proc.ws_url, "sparse-pub", "orders", [1, 2, 3])
-            for _ in range(200):
-                if sub.position_bookmark == bms[-1]:
-                    break
-                await asyncio.sleep(0.02)
-            assert sub.position_bookmark == bms[-1]
+            await async_wait_until(
+                lambda: sub.position_bookmark == bms[-1],
+                timeout=10,
+                message="a position ack at the last durable bookmark",
+            )
             assert sub.queue.empty()
 
     run(scenario())
