@@ -128,6 +128,9 @@ class BookmarkSink:
         filter_ts = self._filter_ts
         sids = self._sids
         send = session.send_message
+        # the broker's cache, looked up without a method call per message
+        topic_json = broker.topic_json
+        topic_cache = broker.topic_json_cache
         delivered = 0
         for i in range(len(topics)):
             rec_topic = topics[i]
@@ -154,9 +157,12 @@ class BookmarkSink:
                 await session.wait_room()
                 if session.closed:
                     return delivered
+            tj = topic_cache.get(rec_topic)
+            if tj is None:
+                tj = topic_json(rec_topic)  # encodes and caches (bounded)
             send(
                 encode_publish(
-                    broker.topic_json(rec_topic),
+                    tj,
                     sids,
                     body,
                     bm,

@@ -102,7 +102,7 @@ class Broker:
         self.topics: dict[str, list[int]] = {}
         self.persisted_ack_latency = LatencyHistogram()
         self._records_cache: dict[str, bool] = {}
-        self._topic_json: dict[str, bytes] = {}
+        self.topic_json_cache: dict[str, bytes] = {}
         self._pending_sessions: set[Session] = set()
         self._transport_enabled: dict[str, bool] = {t.name: t.enabled for t in config.transports}
         self._transport_conns: dict[str, int] = {t.name: 0 for t in config.transports}
@@ -493,11 +493,11 @@ class Broker:
 
     def topic_json(self, topic: str) -> bytes:
         """A topic as a JSON string literal, encoded once per topic."""
-        tj = self._topic_json.get(topic)
+        tj = self.topic_json_cache.get(topic)
         if tj is None:
             tj = orjson.dumps(topic)
-            if len(self._topic_json) < 50_000:
-                self._topic_json[topic] = tj
+            if len(self.topic_json_cache) < 50_000:
+                self.topic_json_cache[topic] = tj
         return tj
 
     def _on_durable(self, durable_seq: int) -> None:
