@@ -39,7 +39,7 @@ from server.delivery import BookmarkSink, encode_publish
 from server.engine_errors import ClientNotFound, TransportNotFound
 from server.eventlog import EventLog
 from server.expr import Filter, MessageView, compile_filter
-from server.protocol.commands import Command
+from server.protocol.commands import Command, cached_acks
 from server.protocol.errors import (
     AuthFailure,
     BadFilter,
@@ -54,6 +54,7 @@ from server.protocol.errors import (
     SubIdNotFound,
     TxlogFull,
 )
+from server.protocol.frame import Message
 from server.protocol.options import SubscribeOptions, parse_subscribe_options
 from server.replay import FunctionHorizon, Horizon, ReplayGroup, ReplaySource
 from server.router import Router, compile_topic, is_regex_topic
@@ -399,7 +400,251 @@ class Broker:
             session.ack("processed", cmd.cid)
         matches = self.router.match(topic)
         if matches:
-            self._fan_out(session, topic, body, matches, rec, cmd.field("x"))
+            if rec is not None:
+                self._fan_out(
+                    session, topic, body, matches, rec.bookmark, rec.timestamp_us, cmd.field("x")
+                )
+            else:
+                self._fan_out(session, topic, body, matches, None, None, cmd.field("x"))
+
+    def publish_run(self, session: Session, msgs: list[Message], start: int) -> int:
+        """Publish the plain publishes of ``msgs[start:]`` as runs (the hot path).
+
+        A publisher's frame usually holds many publishes to one topic. For a run of them
+        the topic checks, the publisher's last sequence, the router match, the log append
+        bookkeeping and the delivery encoding are done once per run instead of once per
+        message. A message is plain when its header has only ``c``, ``t``, ``l``, ``s``,
+        ``a`` (a string seen before), ``cid``, all well typed; the first publish to a
+        topic, a duplicate sequence, a log that refuses an append and everything else go
+        to the general path, which gives them their exact ack or failure.
+
+        Returns:
+            The index of the first message not handled here (``start`` when none was).
+        """
+        n = len(msgs)
+        i = start
+        topics = self.topics
+        auth = self.auth
+        txlog = self.txlog
+        pub_hash = session.pub_hash
+        while i < n:
+            h = msgs[i].header
+            if h.get("c") != "publish":
+                return i
+            topic = h.get("t")
+            if type(topic) is not str:
+                return i
+            counters = topics.get(topic)
+            if counters is None:
+                return i
+            if auth.enabled and not auth.can_write(session.user, topic):
+                return i
+            recorded = txlog is not None and counters[2]
+            last = txlog.publisher_last(pub_hash) if recorded and txlog is not None else 0
+            seqs: list[int] = []
+            bodies: list[bytes] = []
+            acked: list[tuple[int, frozenset[str], str | None]] = []
+            j = i
+            while j < n:
+                msg = msgs[j]
+                h = msg.header
+                if h.get("c") != "publish" or h.get("t") != topic:
+                    break
+                acks: frozenset[str] | None = None
+                cid: str | None = None
+                s = None
+                plain = True
+                for key, value in h.items():
+                    if key == "c" or key == "t" or key == "l" or value is None:
+                        continue
+                    if key == "s":
+                        if type(value) is not int or value < 0:
+                            plain = False
+                            break
+                        s = value
+                    elif key == "a":
+                        if type(value) is not str:
+                            plain = False
+                            break
+                        acks = cached_acks(value)
+                        if acks is None:
+                            plain = False
+                            break
+                    elif key == "cid":
+                        if type(value) is str:
+                            cid = value
+                        elif type(value) is int:
+                            cid = str(value)
+                        else:
+                            plain = False
+                            break
+                    else:
+                        plain = False
+                        break
+                if not plain:
+                    break
+                if recorded:
+                    if s is None:
+                        s = last + 1
+                    elif s <= last:
+                        break  # a duplicate: the general path acks it as one
+                    last = s
+                if acks:
+                    acked.append((j - i, acks, cid))
+                seqs.append(s if s is not None else 0)
+                bodies.append(msg.body)
+                j += 1
+            if j == i:
+                return i
+            if recorded and txlog is not None:
+                k = txlog.append_many(
+                    topic=topic,
+                    message_type="json",
+                    pub_hash=pub_hash,
+                    pub_seqs=seqs,
+                    bodies=bodies,
+                )
+                if k < j - i:
+                    del seqs[k:]
+                    del bodies[k:]
+                    acked = [a for a in acked if a[0] < k]
+                if not k:
+                    return i
+                first_seq = txlog.last_seq - k + 1
+            else:
+                k = j - i
+                first_seq = 0
+            self._publish_done(
+                session, topic, counters, seqs, bodies, acked, first_seq if recorded else 0
+            )
+            i += k
+            if i < j:
+                return i  # the log refused the next one: the general path reports why
+        return i
+
+    def _publish_done(
+        self,
+        session: Session,
+        topic: str,
+        counters: list[int],
+        seqs: list[int],
+        bodies: list[bytes],
+        acked: list[tuple[int, frozenset[str], str | None]],
+        first_seq: int,
+    ) -> None:
+        """Account, ack and deliver a run of publishes (stored when ``first_seq``)."""
+        k = len(bodies)
+        nbytes = sum(map(len, bodies))
+        session.msgs_in += k
+        self.msgs_in += k
+        self.bytes_in += nbytes
+        counters[0] += k
+        counters[1] += nbytes
+        if first_seq:
+            # one pending entry for the run: persisted acks are conflated to the highest s
+            for idx, acks, _cid in reversed(acked):
+                if "persisted" in acks:
+                    session.pending_persist.append(
+                        (first_seq + idx, seqs[idx], self.clock.monotonic())
+                    )
+                    self._pending_sessions.add(session)
+                    break
+        matches = self.router.match(topic)
+        if not acked or all(
+            not ("received" in a or "processed" in a or ("persisted" in a and not first_seq))
+            for _, a, _ in acked
+        ):
+            if matches:
+                self._fan_out_run(session, topic, seqs, bodies, matches, first_seq)
+            return
+        # acks interleave with deliveries message by message, as on the general path
+        ack_at = {idx: (acks, cid) for idx, acks, cid in acked}
+        ts = self.txlog.last_timestamp_us if first_seq and self.txlog is not None else None
+        prefix = f"{session.pub_hash}|"
+        for idx in range(k):
+            a = ack_at.get(idx)
+            if a is not None:
+                acks, cid = a
+                if "received" in acks:
+                    session.ack("received", cid)
+                if "persisted" in acks and not first_seq:
+                    session.ack("persisted", None, s=seqs[idx] or None)
+                if "processed" in acks:
+                    session.ack("processed", cid)
+            if matches:
+                bm = f"{prefix}{seqs[idx]}|" if first_seq else None
+                self._fan_out(session, topic, bodies[idx], matches, bm, ts, None)
+
+    def _fan_out_run(
+        self,
+        publisher: Session,
+        topic: str,
+        seqs: list[int],
+        bodies: list[bytes],
+        matches: list[Subscription],
+        first_seq: int,
+    ) -> None:
+        """Deliver a run of publishes to live subscriptions: one encoding pass per
+        distinct (sub ids, timestamp) and one queued chunk per subscriber session."""
+        check_read = self.auth.enabled
+        ts_us = self.txlog.last_timestamp_us if first_seq and self.txlog is not None else None
+        per_session: dict[Session, list[Subscription]] = {}
+        for sub in matches:
+            if sub.state != "live":
+                continue
+            if sub.filter is not None:
+                # filters decide message by message
+                bm_prefix = f"{publisher.pub_hash}|"
+                for s, body in zip(seqs, bodies, strict=True):
+                    bm = f"{bm_prefix}{s}|" if first_seq else None
+                    self._fan_out(publisher, topic, body, matches, bm, ts_us, None)
+                return
+            sess = sub.session
+            if check_read and sub.pattern is not None and not self.can_read(sess, topic):
+                continue
+            lst = per_session.get(sess)
+            if lst is None:
+                per_session[sess] = [sub]
+            else:
+                lst.append(sub)
+        if not per_session:
+            return
+        tj = self.topic_json(topic)
+        ts: str | None = None
+        encoded: dict[tuple[bytes, bool], bytes] = {}
+        k = len(bodies)
+        for sess, subs in per_session.items():
+            if len(subs) == 1:
+                sids = subs[0].sid_bytes
+                want_ts = subs[0].want_ts
+            else:
+                sids = orjson.dumps(",".join(x.sub_id for x in subs))
+                want_ts = any(x.want_ts for x in subs)
+            if want_ts and ts is None:
+                ts = format_timestamp_us(
+                    ts_us if ts_us is not None else int(self.clock.time() * 1e6)
+                )
+            key = (sids, want_ts)
+            data = encoded.get(key)
+            if data is None:
+                head = b'{"c":"publish","t":' + tj + b',"sids":' + sids
+                if first_seq:
+                    head += b',"bm":"' + str(publisher.pub_hash).encode() + b"|"
+                    tail = b'|","ts":"' + ts.encode() + b'","l":' if want_ts and ts else b'|","l":'
+                    data = b"".join(
+                        [
+                            head + b"%d" % s + tail + b"%d}" % len(body) + body
+                            for s, body in zip(seqs, bodies, strict=True)
+                        ]
+                    )
+                else:
+                    if want_ts and ts:
+                        head += b',"ts":"' + ts.encode() + b'"'
+                    head += b',"l":'
+                    data = b"".join([head + b"%d}" % len(body) + body for body in bodies])
+                encoded[key] = data
+            sess.send_messages(data, k)
+        self.msgs_out_live += k * len(per_session)
 
     def _duplicate(self, session: Session, cmd: Command, s: int) -> None:
         """A publish whose sequence was already stored: not stored, not delivered."""
@@ -420,11 +665,11 @@ class Broker:
         topic: str,
         body: bytes,
         matches: list[Subscription],
-        rec: Record | None,
+        bm: str | None,
+        ts_us: int | None,
         corr: str | None,
     ) -> None:
         view: MessageView | None = None
-        bm = rec.bookmark if rec is not None else None
         if len(matches) == 1:
             only = matches[0]
             if (
@@ -451,7 +696,7 @@ class Broker:
                         topic,
                         body,
                         bookmark=bm or "",
-                        timestamp=format_timestamp_us(rec.timestamp_us) if rec else "",
+                        timestamp=format_timestamp_us(ts_us) if ts_us is not None else "",
                         client_name=publisher.name or "",
                     )
                 if not flt.matches(view):
@@ -479,7 +724,7 @@ class Broker:
                 want_ts = any(x.want_ts for x in subs)
             if want_ts and ts is None:
                 ts = format_timestamp_us(
-                    rec.timestamp_us if rec is not None else int(self.clock.time() * 1e6)
+                    ts_us if ts_us is not None else int(self.clock.time() * 1e6)
                 )
             # subscribers that use the same sub id get the very same bytes: encode once
             key = (sids, want_ts)

@@ -185,6 +185,11 @@ class Session:
         self.msgs_out += 1
         self.send(data)
 
+    def send_messages(self, data: bytes, count: int) -> None:
+        """Queue ``count`` encoded data messages joined in ``data``."""
+        self.msgs_out += count
+        self.send(data)
+
     def ack(
         self,
         kind: str,
@@ -266,9 +271,20 @@ class Session:
         self.last_rx = self.broker.clock.monotonic()
         parsed = parse_frame(data)
         broker = self.broker
-        for msg in parsed.messages:
+        msgs = parsed.messages
+        n = len(msgs)
+        i = 0
+        while i < n:
             if self.closed:
                 return
+            if self.name is not None and self._logon_task is None and not broker.stopping:
+                # the hot path: runs of plain publishes, batched
+                j = broker.publish_run(self, msgs, i)
+                if j > i:
+                    i = j
+                    continue
+            msg = msgs[i]
+            i += 1
             try:
                 cmd = decode_command(msg)
             except UnknownCommand as exc:

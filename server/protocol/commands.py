@@ -81,6 +81,14 @@ def _parse_acks(text: str, cid: str | None) -> frozenset[str]:
     return parts
 
 
+def cached_acks(text: str) -> frozenset[str] | None:
+    """The ack kinds of an ``a`` string already validated once, else None (no parsing).
+
+    The publish hot path uses it to skip :func:`decode_command` for headers it has seen.
+    """
+    return _ACK_CACHE.get(text)
+
+
 class CommandError(InvalidMessage):
     """A message whose header is well-formed JSON but not a valid command.
 

@@ -182,6 +182,7 @@ class TransactionLog:
         # batch. Encoded bytes rather than Record objects: bytes are not tracked by the
         # garbage collector, so a large tail does not lengthen GC pauses.
         self._tail: list[bytes] = []
+        self._last_ts = 0  # timestamp of the last appended record
         self._tail_batches: deque[tuple[int, int]] = deque()  # (last seq, bytes)
         self._tail_head = 0
         self._tail_first = 1
@@ -512,7 +513,7 @@ class TransactionLog:
         if type(kind) is not RecordKind:
             kind = RecordKind(kind)
         seq = self._last_seq + 1
-        ts = time_us(self._clock) if timestamp_us is None else timestamp_us
+        ts = self._last_ts = time_us(self._clock) if timestamp_us is None else timestamp_us
         data = encode(
             seq,
             ts,
@@ -559,6 +560,99 @@ class TransactionLog:
         self._tail.append(data)
         self._wake.set()
         return rec
+
+    def append_many(
+        self,
+        *,
+        topic: str,
+        message_type: str,
+        pub_hash: int,
+        pub_seqs: list[int],
+        bodies: list[bytes],
+        corr_ids: list[str] | None = None,
+        sow_keys: list[str] | None = None,
+    ) -> int:
+        """Append a run of publish records of one publisher to one topic (event loop).
+
+        The publish hot path: a publisher's frame usually carries many messages to one
+        topic, and doing the per-append bookkeeping (state checks, clock, flusher wake-up,
+        waiter release, publisher table) once per run instead of once per record is what
+        makes batching pay. Every record gets the same timestamp (they arrived together).
+        No :class:`Record` objects are built; record ``i`` has seq
+        ``last_seq - n + 1 + i`` and bookmark ``pub_hash|pub_seqs[i]|``.
+
+        Returns:
+            How many records were appended, from the first. Fewer than given when one
+            cannot be (a sequence not above the previous one, a record too large, a roll
+            that would exceed MaxSize, a closed or failed log): :meth:`append` of that
+            record then raises the reason, so callers fall back to it.
+        """
+        n = len(bodies)
+        if self._state != _OPEN or self._werr is not None or not n:
+            return 0
+        pubs = self._pubs
+        prev_seq = -1
+        if pub_hash:
+            prev = pubs.get(pub_hash)
+            if prev is not None:
+                prev_seq = prev[0]
+        ts = self._last_ts = time_us(self._clock)
+        seq = self._last_seq
+        offset = self._active_len
+        journal_size = self._journal_size
+        builder = self._builder
+        add = builder.add
+        pend_index = self._pend_index
+        datas: list[bytes] = []
+        keep = datas.append
+        done = 0
+        for i in range(n):
+            ps = pub_seqs[i]
+            if pub_hash and ps <= prev_seq:
+                break
+            body = bodies[i]
+            try:
+                data = encode(
+                    seq + 1, ts, pub_hash, ps, topic, message_type, RecordKind.PUBLISH, (), 0,
+                    body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+                )  # fmt: skip
+            except Exception:
+                break
+            size = len(data)
+            if offset + size > journal_size and offset:
+                # roll between records: flush this run's bookkeeping first
+                self._pend_buf += b"".join(datas)
+                self._tail.extend(datas)
+                datas.clear()
+                self._active_len = offset
+                self._last_seq = seq
+                try:
+                    self._roll(seq + 1)
+                except Exception:
+                    break
+                builder = self._builder
+                add = builder.add
+                offset = 0
+            seq += 1
+            entry = add(seq, offset, size, ts, pub_hash, ps, data)
+            if entry is not None:
+                pend_index.append((self._active, entry))
+            keep(data)
+            offset += size
+            prev_seq = ps
+            done += 1
+        if datas:
+            self._pend_buf += b"".join(datas)
+            self._tail.extend(datas)
+        self._active_len = offset
+        self._last_seq = seq
+        if done:
+            if pub_hash:
+                pubs[pub_hash] = (prev_seq, seq)
+            if self._append_waiters and self._append_waiters[0][0] <= seq:
+                _release(self._append_waiters, seq)
+            self._wake.set()
+        return done
 
     def _roll(self, seq: int) -> None:
         """Finish the active journal; the next one starts at ``seq`` (event loop).
@@ -1089,6 +1183,11 @@ class TransactionLog:
         )  # fmt: skip
 
     # -- lookups ------------------------------------------------------------------------
+
+    @property
+    def last_timestamp_us(self) -> int:
+        """Timestamp of the last appended record (0 before the first append here)."""
+        return self._last_ts
 
     def publisher_last(self, pub_hash: int) -> int:
         """Highest ``pub_seq`` appended by that publisher (0 if none); survives restarts."""
