@@ -61,6 +61,11 @@ class BookmarkSink:
         # formatting a timestamp per record costs as much as the filter: only when it is used
         flt = sub.filter
         self._filter_ts = flt is not None and "timestamp" in flt.text.lower()
+        self._filter_bm = flt is not None and "bookmark" in flt.text.lower()
+        # filters that read message metadata need a view per record (see Filter.select)
+        self._filter_meta = flt is not None and any(
+            word in flt.text.lower() for word in ("bookmark", "timestamp", "client_name")
+        )
         #: retention pin on the journals this replay still needs (moved as it advances)
         self.pin: Pin | None = None
 
@@ -99,6 +104,14 @@ class BookmarkSink:
         session = self._session
         if session.closed or not records:
             return 0
+        if (
+            isinstance(records, RecordBatch)
+            and sub.pattern is None
+            and not sub.want_ts
+            and not session.broker.auth.enabled
+            and not records.has_corr_ids()
+        ):
+            return await self._deliver_columns(records)
         topics: Sequence[str]
         bodies: Sequence[bytes]
         if isinstance(records, RecordBatch):
@@ -178,6 +191,74 @@ class BookmarkSink:
         sub.position = bookmark_of(last)
         sub.position_seq = last_seq
         sub.position_time_us = time_of(last)
+        sub.delivered += delivered
+        if not session.has_room():
+            await session.wait_room()
+        return delivered
+
+    async def _deliver_columns(self, batch: RecordBatch) -> int:
+        """:meth:`deliver` for the common replay: one exact topic, no timestamp, no
+        entitlement or correlation ids to look at. Selects the records first (topic, then
+        filter through one reused view), then encodes them in chunks of at most 256
+        messages, each queued as one piece, waiting for room between chunks."""
+        sub = self.sub
+        session = self._session
+        topic = sub.topic
+        topics = batch.topics
+        bodies = batch.bodies
+        hdrs = batch.headers
+        n = len(hdrs)
+        # a log of one topic (the usual case) needs no per-record comparison
+        everyone = topics.count(topic) == n
+        sel: Sequence[int] = range(n) if everyone else [i for i in range(n) if topics[i] == topic]
+        flt = sub.filter
+        if flt is not None and sel and not self._filter_meta:
+            sel = flt.select(topic, bodies, sel)
+        elif flt is not None and sel:
+            view = MessageView(topic, b"")
+            rebind = view.rebind
+            matches = flt.matches
+            filter_bm = self._filter_bm
+            filter_ts = self._filter_ts
+            kept: list[int] = []
+            keep = kept.append
+            for i in sel:
+                h = hdrs[i]
+                rebind(
+                    bodies[i],
+                    f"{h[6]}|{h[7]}|" if filter_bm else "",
+                    format_timestamp_us(h[5]) if filter_ts else "",
+                )
+                if matches(view):
+                    keep(i)
+            sel = kept
+        delivered = 0
+        if sel:
+            broker = session.broker
+            tj = broker.topic_json_cache.get(topic) or broker.topic_json(topic)
+            head = b'{"c":"publish","t":' + tj + b',"sids":' + self._sids + b',"bm":"'
+            for start in range(0, len(sel), 256):
+                if start and not session.has_room():
+                    await session.wait_room()
+                if session.closed:
+                    return delivered
+                part = sel[start : start + 256]
+                data = b"".join(
+                    [
+                        b'%s%d|%d|","l":%d}%s'
+                        % (head, hdrs[i][6], hdrs[i][7], len(bodies[i]), bodies[i])
+                        for i in part
+                    ]
+                )
+                session.send_messages(data, len(part))
+                delivered += len(part)
+        last = hdrs[n - 1]
+        last_seq = batch.last_seq
+        if self.pin is not None:
+            self.pin.move(last_seq + 1)
+        sub.position = f"{last[6]}|{last[7]}|"
+        sub.position_seq = last_seq
+        sub.position_time_us = last[5]
         sub.delivered += delivered
         if not session.has_room():
             await session.wait_room()

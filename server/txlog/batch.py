@@ -127,6 +127,15 @@ class RecordBatch(Sequence[Record]):
             records[i] = rec
         return rec
 
+    @property
+    def headers(self) -> list[tuple[int, ...]]:
+        """The records' checked header tuples (``codec.HEADER`` fields, in order)."""
+        return self._hdrs
+
+    def has_corr_ids(self) -> bool:
+        """Whether any record of the batch carries a correlation id."""
+        return any(h[11] for h in self._hdrs)
+
     def kinds(self) -> set[int]:
         """The distinct record kinds in the batch (without building records)."""
         return {h[2] for h in self._hdrs}
@@ -210,6 +219,10 @@ def decode_batch(
     crc = google_crc32c.value
     text = decode_text
     add_hdr, add_topic, add_body = hdrs.append, topics.append, bodies.append
+    startswith = buf.startswith
+    prev_tl = -1
+    prev_tb = b""
+    prev_topic = ""
     while pos < end and seq <= stop_seq and pos - start < max_bytes:
         if end - pos < HEADER_SIZE:
             break
@@ -230,10 +243,16 @@ def decode_batch(
             if MIN_RECORD + tl + h[9] + h[13] != length:
                 raise CorruptRecord(pos, "length mismatch")
             p = pos + HEADER_SIZE
-            try:
-                add_topic(text(buf[p : p + tl]))
-            except UnicodeDecodeError:
-                raise CorruptRecord(pos, "bad utf-8") from None
+            if tl == prev_tl and startswith(prev_tb, p):
+                add_topic(prev_topic)  # runs of one topic: no slice, no decode
+            else:
+                prev_tb = buf[p : p + tl]
+                try:
+                    prev_topic = text(prev_tb)
+                except UnicodeDecodeError:
+                    raise CorruptRecord(pos, "bad utf-8") from None
+                prev_tl = tl
+                add_topic(prev_topic)
             p += tl + h[9]
             add_body(buf[p : p + h[13]])
         add_hdr(h)
