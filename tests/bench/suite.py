@@ -195,8 +195,10 @@ class Suite:
         self.log(f"  {spec.name}: {n_warm} warm-up + {n_runs} runs")
         try:
             for _ in range(n_warm):
+                _settle_disk()
                 once()
             for i in range(n_runs):
+                _settle_disk()
                 metrics = once()
                 res.runs.append(metrics)
                 self.log(f"    run {i + 1}: " + _brief(spec, metrics))
@@ -282,3 +284,13 @@ def reason_of(exc: BaseException) -> str:
     """``Type: last line of the message`` (a worker's traceback ends with the cause)."""
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+
+
+def _settle_disk() -> None:
+    """Write back every dirty page before a run (``sync``).
+
+    A run that fills the page cache (a 1M-message log, a publish burst) leaves the
+    kernel writing back for seconds afterwards; the next run's fsyncs would queue behind
+    that writeback and measure the previous run. Runs start on a settled disk instead.
+    """
+    os.sync()
