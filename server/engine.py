@@ -428,6 +428,8 @@ class Broker:
         txlog = self.txlog
         pub_hash = session.pub_hash
         while i < n:
+            if session.closed:
+                return i  # the caller stops too
             h = msgs[i].header
             if h.get("c") != "publish":
                 return i

@@ -34,7 +34,7 @@ from tests.bench.catalog import (
     format_number,
     select,
 )
-from tests.bench.features import FeatureBenchError, discover, parse_output
+from tests.bench.features import FeatureBenchError, discover, parse_output, run_module
 from tests.bench.peer_workers import mqtt_connect_packet, mqtt_publish_packet
 from tests.bench.processes import Gate, Task, WorkerError, run_tasks
 from tests.bench.profiling import frame_key, summarize_collapsed
@@ -399,3 +399,12 @@ def test_run_tasks_gates_and_collects_in_order() -> None:
 def test_run_tasks_reports_worker_failure() -> None:
     with pytest.raises(WorkerError, match="worker exploded"):
         run_tasks([Task(_echo, {"value": 1}), Task(_boom)], timeout=60)
+
+
+@pytest.mark.parametrize("module", discover())
+def test_feature_bench_modules_run_in_quick_mode(module: str) -> None:
+    """Every feature benchmark still runs against the current code (a smoke run, no
+    timing asserted): a renamed API must break `make test`, not the next `make bench`."""
+    metrics = run_module(module, quick=True, timeout=240)
+    assert metrics
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
