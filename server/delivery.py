@@ -206,8 +206,10 @@ class BookmarkSink:
         topic = sub.topic
         topics = batch.topics
         bodies = batch.bodies
-        hdrs = batch.headers
-        n = len(hdrs)
+        hashes = batch.pub_hashes
+        pseqs = batch.pub_seqs
+        times = batch.timestamps_us
+        n = len(bodies)
         # a log of one topic (the usual case) needs no per-record comparison
         everyone = topics.count(topic) == n
         sel: Sequence[int] = range(n) if everyone else [i for i in range(n) if topics[i] == topic]
@@ -223,11 +225,10 @@ class BookmarkSink:
             kept: list[int] = []
             keep = kept.append
             for i in sel:
-                h = hdrs[i]
                 rebind(
                     bodies[i],
-                    f"{h[6]}|{h[7]}|" if filter_bm else "",
-                    format_timestamp_us(h[5]) if filter_ts else "",
+                    f"{hashes[i]}|{pseqs[i]}|" if filter_bm else "",
+                    format_timestamp_us(times[i]) if filter_ts else "",
                 )
                 if matches(view):
                     keep(i)
@@ -246,19 +247,18 @@ class BookmarkSink:
                 data = b"".join(
                     [
                         b'%s%d|%d|","l":%d}%s'
-                        % (head, hdrs[i][6], hdrs[i][7], len(bodies[i]), bodies[i])
+                        % (head, hashes[i], pseqs[i], len(bodies[i]), bodies[i])
                         for i in part
                     ]
                 )
                 session.send_messages(data, len(part))
                 delivered += len(part)
-        last = hdrs[n - 1]
         last_seq = batch.last_seq
         if self.pin is not None:
             self.pin.move(last_seq + 1)
-        sub.position = f"{last[6]}|{last[7]}|"
+        sub.position = f"{hashes[n - 1]}|{pseqs[n - 1]}|"
         sub.position_seq = last_seq
-        sub.position_time_us = last[5]
+        sub.position_time_us = times[n - 1]
         sub.delivered += delivered
         if not session.has_room():
             await session.wait_room()

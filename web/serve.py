@@ -8,6 +8,7 @@ buffered messages left (persisted acks included), 3. uvicorn's own connection sh
 
 from __future__ import annotations
 
+import gc
 import socket
 import sys
 from pathlib import Path
@@ -32,6 +33,7 @@ class SpoolServer(uvicorn.Server):
         await super().startup(sockets)
         if not self.started:
             return
+        tune_gc()
         port = self.bound_port()
         host = self.spool_config.admin.host
         shown = f"[{host}]" if ":" in host else host
@@ -69,6 +71,27 @@ class SpoolServer(uvicorn.Server):
             await broker.drain()
         # 3. and 4. uvicorn closes the remaining connections, then the lifespan stops
         await super().shutdown(sockets)
+
+
+#: allocations of tracked objects between young collections (CPython's default: 700)
+GC_GEN0_THRESHOLD = 10_000
+
+
+def tune_gc() -> None:
+    """Set the cyclic garbage collector up for a broker (once started).
+
+    A replay or a publish burst allocates container objects by the million (header
+    tuples, batch lists), nearly all freed by reference counting, never by the cycle
+    collector. With CPython's default threshold the collector runs every 700
+    allocations and re-examines what is alive, measured at up to half the cost of
+    decoding a replay batch. Everything alive after start-up (modules, config, app) is
+    moved out of the collector's sight (``gc.freeze``), and young collections run every
+    10,000 allocations: each pause stays in the low milliseconds, garbage cycles are
+    still collected.
+    """
+    gc.freeze()
+    _g0, g1, g2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
 
 
 def run(config: Config, *, port_file: Path | None = None, log_level: str = "warning") -> int:

@@ -257,6 +257,22 @@ class IndexBuilder:
             return self._current()
         return self._block(bisect.bisect_right(self.b_first, seq) - 1)
 
+    def block_crcs(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """``(offset, length, crc)`` of the closed blocks lying inside ``[start, end)``.
+
+        Readers verify whole blocks with one CRC each instead of one per record. Safe to
+        call from a reader thread while the loop closes blocks (only indexes below the
+        shortest column are read).
+        """
+        offs, lens, crcs = self.b_off, self.b_len, self.b_crc
+        n = min(len(offs), len(lens), len(crcs))
+        i = bisect.bisect_left(offs, start, 0, n)
+        out: list[tuple[int, int, int]] = []
+        while i < n and offs[i] + lens[i] <= end:
+            out.append((offs[i], lens[i], crcs[i]))
+            i += 1
+        return out
+
     def span_for_time(self, ts: int) -> BlockSpan | None:
         i = bisect.bisect_left(self.b_ts, ts)
         if i < len(self.b_ts):
@@ -579,6 +595,10 @@ def parse_open_index(data: bytes, base_seq: int) -> tuple[list[OpenIndexEntry], 
     return out, None
 
 
+def _first_of(row: tuple[int, ...]) -> int:
+    return row[0]
+
+
 class _Column:
     """A read-only sequence over fixed-width rows of a buffer, for :mod:`bisect`."""
 
@@ -622,6 +642,7 @@ class SealedIndex:
         self._pubs_off = self._ranges_off + nr * RANGE.size
         # first_seq (Q at 0) and ts_max (q at 24) columns of the block table
         self._seq_col = _Column(buf, self._blocks_off, nb, BLOCK.size, "<Q")
+        self._off_col = _Column(buf, self._blocks_off + 8, nb, BLOCK.size, "<Q")
         self._ts_col = _Column(buf, self._blocks_off + 24, nb, BLOCK.size, "<q")
         self._range_key = _Column(buf, self._ranges_off, nr, RANGE.size, "<QQ")
         self._pub_col = _Column(buf, self._pubs_off, npub, PUB.size, "<Q")
@@ -713,6 +734,18 @@ class SealedIndex:
         """``(first_seq, offset, length, count, ts_max, data_crc, last_rel)`` of block i."""
         row = BLOCK.unpack_from(self._buf, self._blocks_off + i * BLOCK.size)
         return row[0], row[1], row[2], row[3], row[4], row[5], row[6]
+
+    def block_crcs(self, start: int, end: int) -> list[tuple[int, int, int]]:
+        """``(offset, length, crc)`` of the blocks lying inside ``[start, end)``."""
+        i = bisect.bisect_left(self._off_col, start, key=_first_of)
+        out: list[tuple[int, int, int]] = []
+        while i < self._nb:
+            _first, off, length, _cnt, _ts, crc, _rel = self.block(i)
+            if off + length > end:
+                break
+            out.append((off, length, crc))
+            i += 1
+        return out
 
     def _span(self, i: int) -> BlockSpan:
         first, off, length, cnt, _ts, _crc, _rel = self.block(i)

@@ -88,7 +88,7 @@ async def _variant(url: str, p: str, batched: bool) -> tuple[list[Any], list[Any
                     "sub_id": "s",
                     "a": "processed",
                 }
-            )  # fmt: skip
+            )
         )
         ack = parse_frame(await sub.recv()).messages[0].header  # type: ignore[arg-type]
         assert ack["status"] == "success", ack
@@ -108,10 +108,7 @@ async def _variant(url: str, p: str, batched: bool) -> tuple[list[Any], list[Any
         expected = 298  # n = 1..299 once, without the invalid n = 12
 
         async def settled() -> None:
-            while not (
-                len(got) >= expected
-                and any(h.get("cid") == "end" for h, _ in acks)
-            ):
+            while not (len(got) >= expected and any(h.get("cid") == "end" for h, _ in acks)):
                 await asyncio.sleep(0.01)
 
         try:
