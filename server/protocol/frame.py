@@ -85,10 +85,7 @@ class ParsedFrame:
 
 
 def _normalize(header: dict[str, Any]) -> dict[str, Any]:
-    for key in header:
-        if key in LONG_KEYS:
-            break
-    else:
+    if _LONG.isdisjoint(header):  # the usual case, tested in C
         return header
     out: dict[str, Any] = {}
     for key, value in header.items():
@@ -98,6 +95,9 @@ def _normalize(header: dict[str, Any]) -> dict[str, Any]:
             continue
         out[short] = value
     return out
+
+
+_LONG: Final = frozenset(LONG_KEYS)
 
 
 def _cid_of(header: dict[str, Any]) -> str | None:
@@ -151,15 +151,16 @@ def parse_frame(data: bytes) -> ParsedFrame:
                 header = loads(data[pos:hend])
             except decode_error as exc:
                 return ParsedFrame(messages, FrameError(f"header is not JSON: {exc}"))
-        if not isinstance(header, dict):
+        if type(header) is not dict:
             return ParsedFrame(messages, FrameError("header is not a JSON object"))
-        header = _normalize(header)
+        if not _LONG.isdisjoint(header):
+            header = _normalize(header)
         length = header.get("l")
         if length is None:
             body = data[hend:]
             pos = end_of_frame
         else:
-            if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            if type(length) is not int or length < 0:
                 return ParsedFrame(
                     messages,
                     FrameError("'l' must be a non-negative integer", _cid_of(header)),

@@ -60,7 +60,8 @@ class RecordBatch(Sequence[Record]):
     """
 
     __slots__ = (
-        "_buf", "_first", "_kinds", "_offs", "_records", "_special", "bodies", "nbytes",
+        "_buf", "_first", "_kinds", "_last_off", "_offs", "_records", "_special", "bodies",
+        "nbytes",
         "pub_hashes", "pub_seqs", "timestamps_us", "topics",
     )  # fmt: skip
 
@@ -78,9 +79,11 @@ class RecordBatch(Sequence[Record]):
         special: dict[int, Record] | None = None,
         buf: bytes = b"",
         start: int = 0,
+        last_off: int = -1,
         records: list[Record | None] | None = None,
     ) -> None:
         self._first = first_seq
+        self._last_off = last_off  # offset of the last record in buf (-1: unknown)
         self.topics = topics
         self.bodies = bodies
         self.timestamps_us = timestamps_us
@@ -144,6 +147,12 @@ class RecordBatch(Sequence[Record]):
             rec = self._special.get(i)
             if rec is None:
                 offs = self._offs
+                if isinstance(offs, int) and (i == 0 or (i == n - 1 and self._last_off >= 0)):
+                    # the first and last records (what cursors look at) need no walk
+                    off = offs if i == 0 else self._last_off
+                    rec = build_record(self._buf, off, HEADER.unpack_from(self._buf, off))
+                    records[i] = rec
+                    return rec
                 if isinstance(offs, int):
                     pos = offs
                     offs = []
@@ -229,6 +238,7 @@ def decode_batch(
     kinds: set[int] = set()
     special: dict[int, Record] = {}
     prev_kind = -1
+    last_off = -1
     stop_seq = upto_seq if upto_seq is not None else 1 << 64
     if max_count < stop_seq - expect_seq + 1:
         stop_seq = expect_seq + max_count - 1
@@ -289,10 +299,11 @@ def decode_batch(
         add_time(h[_TS])
         add_hash(h[_PH])
         add_pseq(h[_PS])
+        last_off = pos
         pos += length
         seq += 1
     batch = RecordBatch(
         expect_seq, topics, bodies, times, hashes, pseqs, pos - start, kinds=kinds,
-        special=special, buf=buf, start=start,
+        special=special, buf=buf, start=start, last_off=last_off,
     )  # fmt: skip
     return batch, pos

@@ -197,6 +197,50 @@ def encode(
     return data + _U32.pack(_crc(data))
 
 
+def encode_run(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+) -> list[bytes]:
+    """Encode consecutive publish records of one publisher and topic, one timestamp.
+
+    The batched form of :func:`encode` (no path, correlation id or SOW key): the topic
+    and message type are encoded once and the per-record work is one header pack, one
+    concatenation and one CRC. Record ``i`` gets seq ``first_seq + i``.
+
+    Returns:
+        The encoded records, from the first; fewer than given when one does not fit the
+        format (:func:`encode` of that record raises the reason).
+    """
+    tb = _enc_cache.get(topic) or _utf8(topic)
+    mb = _enc_cache.get(message_type) or _utf8(message_type)
+    tl = len(tb)
+    ml = len(mb)
+    fixed = MIN_RECORD + tl + ml
+    strings = tb + mb
+    pack = HEADER.pack
+    crc = _crc
+    u32 = _U32.pack
+    kind = int(RecordKind.PUBLISH)
+    out: list[bytes] = []
+    keep = out.append
+    seq = first_seq
+    try:
+        for ps, body in zip(pub_seqs, bodies, strict=True):
+            bl = len(body)
+            data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
+                        0, 0, 0, bl) + strings + body  # fmt: skip
+            keep(data + u32(crc(data)))
+            seq += 1
+    except struct.error:
+        pass  # that record does not fit: the caller gets the ones before it
+    return out
+
+
 def _encode_full(
     seq: int,
     timestamp_us: int,

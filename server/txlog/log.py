@@ -43,7 +43,7 @@ from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch, decode_batch
 from server.txlog.clients import encode_clients_ack
-from server.txlog.codec import HEADER, decode_records, encode, make_record
+from server.txlog.codec import HEADER, decode_records, encode, encode_run, make_record
 from server.txlog.compression import compress_journal
 from server.txlog.cursor import LogCursor
 from server.txlog.errors import (
@@ -598,26 +598,38 @@ class TransactionLog:
                 prev_seq = prev[0]
         ts = self._last_ts = time_us(self._clock)
         seq = self._last_seq
+        # a sequence that does not increase ends the run there (append() says why)
+        if pub_hash:
+            for i, ps in enumerate(pub_seqs):
+                if ps <= prev_seq:
+                    n = i
+                    break
+                prev_seq = ps
+        encoded: list[bytes]
+        if corr_ids or sow_keys:
+            encoded = []
+            for i in range(n):
+                fields = (
+                    seq + 1 + i, ts, pub_hash, pub_seqs[i], topic, message_type,
+                    RecordKind.PUBLISH, (), 0, bodies[i],
+                    corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+                )  # fmt: skip
+                try:
+                    encoded.append(encode(*fields))
+                except Exception:
+                    break
+        else:
+            encoded = encode_run(
+                seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n]
+            )
         offset = self._active_len
         journal_size = self._journal_size
-        builder = self._builder
-        add = builder.add
+        add = self._builder.add
         pend_index = self._pend_index
         datas: list[bytes] = []
         keep = datas.append
         done = 0
-        for i in range(n):
-            ps = pub_seqs[i]
-            if pub_hash and ps <= prev_seq:
-                break
-            body = bodies[i]
-            try:
-                data = encode(
-                    seq + 1, ts, pub_hash, ps, topic, message_type, RecordKind.PUBLISH, (), 0,
-                    body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
-                )  # fmt: skip
-            except Exception:
-                break
+        for data in encoded:
             size = len(data)
             if offset + size > journal_size and offset:
                 # roll between records: flush this run's bookkeeping first
@@ -630,16 +642,14 @@ class TransactionLog:
                     self._roll(seq + 1)
                 except Exception:
                     break
-                builder = self._builder
-                add = builder.add
+                add = self._builder.add
                 offset = 0
             seq += 1
-            entry = add(seq, offset, size, ts, pub_hash, ps, data)
+            entry = add(seq, offset, size, ts, pub_hash, pub_seqs[done], data)
             if entry is not None:
                 pend_index.append((self._active, entry))
             keep(data)
             offset += size
-            prev_seq = ps
             done += 1
         if datas:
             self._pend_buf += b"".join(datas)
@@ -648,7 +658,7 @@ class TransactionLog:
         self._last_seq = seq
         if done:
             if pub_hash:
-                pubs[pub_hash] = (prev_seq, seq)
+                pubs[pub_hash] = (pub_seqs[done - 1], seq)
             if self._append_waiters and self._append_waiters[0][0] <= seq:
                 _release(self._append_waiters, seq)
             self._wake.set()

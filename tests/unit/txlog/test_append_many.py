@@ -158,3 +158,20 @@ class _Factory:
         path = self.root / f"{name}{self.n}"
         path.mkdir()
         return path
+
+
+def test_runs_with_correlation_ids_and_sow_keys(tmp_path: Path) -> None:
+    async def body() -> None:
+        log = _log(tmp_path, ManualClock())
+        await log.open()
+        n = log.append_many(
+            topic="t", message_type="json", pub_hash=3, pub_seqs=[1, 2, 3],
+            bodies=[b"a", b"b", b"c"], corr_ids=["x1", "", "x3"], sow_keys=["k1", "k2", ""],
+        )  # fmt: skip
+        assert n == 3
+        await log.wait_durable(log.last_seq)
+        got = [(r.pub_seq, r.body, r.corr_id, r.sow_key) for r in await log.read_batch(1)]
+        assert got == [(1, b"a", "x1", "k1"), (2, b"b", "", "k2"), (3, b"c", "x3", "")]
+        await log.close()
+
+    run(body)

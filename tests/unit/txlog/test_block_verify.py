@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from server.txlog import CorruptRecord
 from server.txlog.batch import decode_batch
-from server.txlog.codec import encode
+from server.txlog.codec import decode_records, encode
 from server.txlog.index import IndexBuilder
 from server.txlog.reader import verified_range
 from tests.unit.txlog.helpers import journal_files, run
@@ -91,3 +92,24 @@ def test_damage_in_a_sealed_journal_is_reported_at_its_record_on_read(tmp_path: 
         await log.close()
 
     run(body)
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(0, 200), min_size=1, max_size=30), data=st.data())
+def test_batch_records_in_any_order_equal_decoded_records(sizes: list[int], data: Any) -> None:
+    """RecordBatch builds a record from its columns and buffer whatever order it is asked."""
+    records = [
+        encode(i + 1, 1_700_000_000_000_000 + i, 7, i + 1, "t", "json", 1, (), 0, b"y" * n,
+               "corr" if n % 7 == 0 else "")
+        for i, n in enumerate(sizes)
+    ]  # fmt: skip
+    buf = b"".join(records)
+    want, _ = decode_records(buf, 0, len(buf), 1, max_count=1000)
+    batch, _ = decode_batch(buf, 0, len(buf), 1, max_count=1000)
+    order = data.draw(st.permutations(range(len(sizes))), label="order")
+    for i in order:
+        assert batch[i] == want[i]
+        assert batch.corr_id(i) == want[i].corr_id
+        assert batch.bookmark(i) == want[i].bookmark
+    assert batch.has_corr_ids() == any(r.corr_id for r in want)
+    assert batch.kinds() == {int(r.kind) for r in want}
