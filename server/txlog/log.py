@@ -190,6 +190,10 @@ class TransactionLog:
         # flusher
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
+        self._cache_queue: deque[_Batch] = deque()
+        self._prealloc_busy = 0  # preallocations under way (counted in _disk_bytes)
+        self._prealloc_void = 0  # of those, how many a roll took the room of
+        self._cache_task: asyncio.Task[None] | None = None
         self._last_flush = float("-inf")
         self._werr: TxlogWriteFailed | None = None
         self._listeners: list[Callable[[int], None]] = []
@@ -391,6 +395,7 @@ class TransactionLog:
         self._wake.set()
         if self._flusher is not None:
             await self._flusher
+        await self._wait_caches()
         # 4. clients.ack as of the durable position, then close every file
         snapshot = dict(self._pubs) if self._werr is None else None
         await asyncio.to_thread(self._close_files, snapshot, self._durable_seq)
@@ -417,6 +422,7 @@ class TransactionLog:
         self._wake.set()
         if self._flusher is not None:
             await self._flusher
+        await self._wait_caches()
         await asyncio.to_thread(self._close_files, None, self._durable_seq)
         self._state = _CLOSED
         self._fail_waiters(self._werr or TxlogClosed("the transaction log was aborted"))
@@ -672,10 +678,15 @@ class TransactionLog:
         old = self._active
         prealloc = self._prealloc.pop(0) if self._prealloc else None
         if prealloc is None and not self._fits(self._disk_bytes + self._journal_size):
-            raise TxlogFull(
-                f"a new {self._journal_size}-byte journal would exceed MaxSize "
-                f"({self.config.max_size} bytes, {self._disk_bytes} in use)"
-            )
+            if self._prealloc_busy <= self._prealloc_void:
+                raise TxlogFull(
+                    f"a new {self._journal_size}-byte journal would exceed MaxSize "
+                    f"({self.config.max_size} bytes, {self._disk_bytes} in use)"
+                )
+            # a preallocation is under way and already counted: this journal takes its
+            # room, and the file is deleted when it is done
+            self._prealloc_void += 1
+            self._disk_bytes -= self._journal_size
         entry = self._builder.close_block()
         if entry:
             self._pend_index.append((old, entry))
@@ -769,8 +780,40 @@ class TransactionLog:
                 self._latch(TxlogWriteFailed(str(self._dir), "write", exc))
                 return
             self._apply_written(batch, written)
+            self._queue_caches(batch)
+
+    def _queue_caches(self, batch: _Batch) -> None:
+        """Hand a committed batch's cache work to the cache task (started on demand).
+
+        Index entries, sealed indexes, ``clients.ack`` and the preallocation of the next
+        journal are not on the durability path: doing them in the flusher made every
+        ack of a group commit that closed a journal wait for a sealed index to be built
+        and written (several fsyncs), and the next group commit wait for a 64 MB
+        preallocation. They run in their own task, in commit order.
+        """
+        self._cache_queue.append(batch)
+        if self._cache_task is None or self._cache_task.done():
+            self._cache_task = asyncio.get_running_loop().create_task(self._cache_loop())
+
+    async def _cache_loop(self) -> None:
+        while self._cache_queue:
+            batch = self._cache_queue.popleft()
+            out = _Written()
+            try:
+                await asyncio.to_thread(self._write_caches, batch, out)
+            except Exception as exc:  # caches are rebuildable: report, never latch
+                out.cache_errors.append(f"cache writer: {exc!r}")
+            for j, sealed in out.sealed:
+                j.index = sealed
+            self._report_cache_errors(out)
             if self._state == _OPEN:
                 await self._replenish()
+
+    async def _wait_caches(self) -> None:
+        """Until the cache task has done everything queued (close and abort)."""
+        task = self._cache_task
+        if task is not None and not task.done():
+            await task
 
     def _has_pending(self) -> bool:
         return bool(self._pend_buf or self._pend_chunks or self._pend_index or self._pend_finished)
@@ -856,7 +899,13 @@ class TransactionLog:
             except OSError as exc:
                 raise TxlogWriteFailed(str(self._dir), "fsync", exc) from exc
         out.fsync_s = fsync_time + time.perf_counter() - t0
-        # durable from here on; the rest are caches: failures are reported, not latched
+        return out
+
+    def _write_caches(self, batch: _Batch, out: _Written) -> None:
+        """After a group commit (cache thread): index entries, seals, ``clients.ack``.
+
+        Failures are reported, not latched: every cache can be rebuilt from the journals.
+        """
         self._write_index_entries(batch, out)
         for j in batch.finished:
             self._seal(j, out)
@@ -868,7 +917,6 @@ class TransactionLog:
                 )
             except OSError as exc:
                 out.cache_errors.append(f"{clients_ack_name(self.instance)}: {exc}")
-        return out
 
     def _create_journal(self, j: Journal) -> JournalHandle:
         """Create ``j``'s file: rename a preallocated file, or create and allocate one."""
@@ -946,8 +994,6 @@ class TransactionLog:
             j.rolling = False
             self._disk_bytes += j.index.data_len - j.disk_size
             j.disk_size = j.index.data_len
-        for j, sealed in written.sealed:
-            j.index = sealed
         self._durable_seq = batch.last_seq
         self._flushes += 1
         self._flush_lat.append(written.fsync_s)
@@ -963,9 +1009,7 @@ class TransactionLog:
                 {"journal": j.base, "path": str(j.path), "records": j.count,
                  "bytes": j.index.data_len, "next": nxt},
             )  # fmt: skip
-        for problem in written.cache_errors:
-            log.warning("transaction log cache not written: %s", problem)
-            self._emit("cache_write_failed", {"problem": problem})
+        self._report_cache_errors(written)
         self._evict_tail()
         durable = self._durable_seq
         for cb in list(self._listeners):
@@ -974,6 +1018,11 @@ class TransactionLog:
             except Exception:
                 log.exception("durable listener failed")
         _release(self._waiters, durable)
+
+    def _report_cache_errors(self, written: _Written) -> None:
+        for problem in written.cache_errors:
+            log.warning("transaction log cache not written: %s", problem)
+            self._emit("cache_write_failed", {"problem": problem})
 
     def _latch(self, exc: TxlogWriteFailed) -> None:
         self._werr = exc
@@ -999,15 +1048,27 @@ class TransactionLog:
             path = self._dir / prealloc_name(self.instance, self._prealloc_next)
             self._prealloc_next += 1
             self._disk_bytes += self._journal_size
+            self._prealloc_busy += 1
             try:
                 await asyncio.to_thread(self._allocate_file, path)
             except OSError as exc:
-                self._disk_bytes -= self._journal_size
+                if self._prealloc_void:
+                    self._prealloc_void -= 1  # its room already went to a journal
+                else:
+                    self._disk_bytes -= self._journal_size
                 log.warning("could not preallocate %s: %s", path, exc)
                 self._emit("cache_write_failed", {"problem": f"{path}: {exc}"})
                 with contextlib.suppress(OSError):
                     path.unlink()
                 return
+            finally:
+                self._prealloc_busy -= 1
+            if self._prealloc_void:
+                # a roll took this file's room while it was being made (see _roll)
+                self._prealloc_void -= 1
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(path.unlink)
+                continue
             self._prealloc.append(path)
 
     def _emit(self, name: str, fields: dict[str, object]) -> None:

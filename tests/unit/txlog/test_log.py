@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -510,5 +511,56 @@ def test_wait_appended_wakes_live_readers_before_the_group_commit(tmp_path: Path
         await log.close()
         with pytest.raises(TxlogClosed):
             await late
+
+    run(body)
+
+
+class _GatedSeam(FaultySeam):
+    """Preallocations wait for ``gate`` while ``gating`` is set (in the worker thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gating = False
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+
+    def check(self, operation: str, path: Path) -> None:
+        if operation == "allocate" and self.gating and "prealloc" in path.name:
+            self.waiting.set()
+            assert self.gate.wait(10)
+        super().check(operation, path)
+
+
+def test_a_roll_during_a_preallocation_takes_its_room(tmp_path: Path) -> None:
+    """Rolling while the next preallocated file is still being made is not `txlog full`:
+    the new journal takes the room reserved for that file, which is deleted when done."""
+
+    async def body() -> None:
+        size = 64 * 1024
+        seam = _GatedSeam()
+        log = new_log(tmp_path, preallocated=1, max_size=2 * size + 10, files=seam)
+        await log.open()
+
+        def append() -> None:
+            log.append(topic="t", message_type="json", pub_hash=1,
+                       pub_seq=log.publisher_last(1) + 1, body=b"x" * 100)  # fmt: skip
+
+        while log.stats()["rolls"] < 1:  # fill the first journal: the roll uses the prealloc
+            append()
+        await log.wait_durable(log.last_seq)
+        seam.gating = True
+        await log.remove(log.journals()[0].id)
+        append()  # a group commit: the cache task starts preallocating (and waits)
+        await log.wait_durable(log.last_seq)
+        await asyncio.to_thread(seam.waiting.wait, 10)
+        rolls = log.stats()["rolls"]
+        while log.stats()["rolls"] == rolls:  # roll while the preallocation is under way
+            append()
+        seam.gate.set()
+        await log.wait_durable(log.last_seq)
+        await wait_for(lambda: not list((tmp_path / "journal").glob("*prealloc*")))
+        assert log.stats()["preallocated"] == 0
+        assert log.stats()["disk_bytes"] <= 2 * size + 10
+        await log.close()
 
     run(body)
