@@ -601,14 +601,9 @@ class Broker:
                     bm = f"{bm_prefix}{s}|" if first_seq else None
                     self._fan_out(publisher, topic, body, matches, bm, ts_us, None)
                 return
-            sess = sub.session
-            if check_read and sub.pattern is not None and not self.can_read(sess, topic):
+            if check_read and sub.pattern is not None and not self.can_read(sub.session, topic):
                 continue
-            lst = per_session.get(sess)
-            if lst is None:
-                per_session[sess] = [sub]
-            else:
-                lst.append(sub)
+            per_session.setdefault(sub.session, []).append(sub)
         if not per_session:
             return
         tj = self.topic_json(topic)
@@ -616,17 +611,9 @@ class Broker:
         encoded: dict[tuple[bytes, bool], bytes] = {}
         k = len(bodies)
         for sess, subs in per_session.items():
-            if len(subs) == 1:
-                sids = subs[0].sid_bytes
-                want_ts = subs[0].want_ts
-            else:
-                sids = orjson.dumps(",".join(x.sub_id for x in subs))
-                want_ts = any(x.want_ts for x in subs)
+            key = sids, want_ts = _delivery_key(subs)
             if want_ts and ts is None:
-                ts = format_timestamp_us(
-                    ts_us if ts_us is not None else int(self.clock.time() * 1e6)
-                )
-            key = (sids, want_ts)
+                ts = self._timestamp(ts_us)
             data = encoded.get(key)
             if data is None:
                 head = b'{"c":"publish","t":' + tj + b',"sids":' + sids
@@ -703,33 +690,19 @@ class Broker:
                     )
                 if not flt.matches(view):
                     continue
-            s = sub.session
-            if check_read and sub.pattern is not None and not self.can_read(s, topic):
+            if check_read and sub.pattern is not None and not self.can_read(sub.session, topic):
                 continue
-            lst = per_session.get(s)
-            if lst is None:
-                per_session[s] = [sub]
-            else:
-                lst.append(sub)
+            per_session.setdefault(sub.session, []).append(sub)
         if not per_session:
             return
         tj = self.topic_json(topic)
         ts: str | None = None
         encoded: dict[tuple[bytes, bool], bytes] = {}
         for s, subs in per_session.items():
-            if len(subs) == 1:
-                sub = subs[0]
-                sids = sub.sid_bytes
-                want_ts = sub.want_ts
-            else:
-                sids = orjson.dumps(",".join(x.sub_id for x in subs))
-                want_ts = any(x.want_ts for x in subs)
-            if want_ts and ts is None:
-                ts = format_timestamp_us(
-                    ts_us if ts_us is not None else int(self.clock.time() * 1e6)
-                )
             # subscribers that use the same sub id get the very same bytes: encode once
-            key = (sids, want_ts)
+            key = sids, want_ts = _delivery_key(subs)
+            if want_ts and ts is None:
+                ts = self._timestamp(ts_us)
             data = encoded.get(key)
             if data is None:
                 data = encoded[key] = encode_publish(
@@ -737,6 +710,10 @@ class Broker:
                 )
             s.send_message(data)
         self.msgs_out_live += len(per_session)
+
+    def _timestamp(self, ts_us: int | None) -> str:
+        """The ``ts`` of a delivery: the record's time, or now for unrecorded topics."""
+        return format_timestamp_us(ts_us if ts_us is not None else int(self.clock.time() * 1e6))
 
     def topic_json(self, topic: str) -> bytes:
         """A topic as a JSON string literal, encoded once per topic."""
@@ -1288,3 +1265,11 @@ def _report_fields(report: object) -> dict[str, Any]:
         if isinstance(result, dict):
             return result
     return {"report": str(report)}
+
+
+def _delivery_key(subs: list[Subscription]) -> tuple[bytes, bool]:
+    """(sub ids as a JSON string, wants a timestamp) of one session's matching
+    subscriptions: a session gets one message per publish whatever number matched."""
+    if len(subs) == 1:
+        return subs[0].sid_bytes, subs[0].want_ts
+    return orjson.dumps(",".join(x.sub_id for x in subs)), any(x.want_ts for x in subs)
