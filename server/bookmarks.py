@@ -141,6 +141,22 @@ class Range:
 BookmarkSpec: TypeAlias = Endpoint | Range
 
 
+def lookup_points(spec: BookmarkSpec) -> tuple[list[tuple[int, int]], list[int]]:
+    """The log lookups planning ``spec`` makes: ``(pub_hash, pub_seq)`` bookmarks and
+    timestamps (µs), from both ends of a range."""
+    bookmarks: list[tuple[int, int]] = []
+    times: list[int] = []
+    ends = (spec.start, spec.end) if isinstance(spec, Range) else (spec,)
+    for end in ends:
+        if isinstance(end, BookmarkPoint):
+            bookmarks.append((end.pub_hash, end.pub_seq))
+        elif isinstance(end, BookmarkList):
+            bookmarks.extend((p.pub_hash, p.pub_seq) for p in end.points)
+        elif isinstance(end, TimePoint):
+            times.append(end.timestamp_us)
+    return bookmarks, times
+
+
 def spec_kind(spec: BookmarkSpec) -> str:
     """A one-word kind for admin listings: epoch, now, bookmark, time, list or range."""
     match spec:

@@ -30,6 +30,7 @@ from server.bookmarks import (
     BookmarkSpec,
     format_bookmark,
     format_timestamp_us,
+    lookup_points,
     parse_bookmark,
     pub_hash,
     spec_kind,
@@ -63,6 +64,7 @@ from server.stats.sampler import Sampler
 from server.subscription import Subscription
 from server.txlog import TransactionLog
 from server.txlog.journal import JournalInfo
+from server.txlog.log import Located
 from server.txlog.record import Record
 
 if TYPE_CHECKING:
@@ -762,6 +764,40 @@ class Broker:
         self._pending_sessions.add(session)
 
     # -- subscriptions -------------------------------------------------------------------
+
+    def lookups_to_prefetch(self, cmd: Command) -> bool:
+        """Whether planning this subscribe would read the log's files on the loop.
+
+        A bookmark or time that is no longer in memory (an older journal, a compressed
+        one) costs a file read or a chunk decompression to locate. The session then
+        resolves those lookups off the loop first (:meth:`prefetch_lookups`) and runs the
+        command afterwards, holding its later commands back to keep their order.
+        """
+        txlog = self.txlog
+        if txlog is None or cmd.name != "subscribe" or not cmd.bookmark:
+            return False
+        try:
+            spec = parse_bookmark(cmd.bookmark)
+        except ProtocolFailure:
+            return False  # the command reports it when it runs
+        bookmarks, times = lookup_points(spec)
+        return (bool(bookmarks) or bool(times)) and txlog.lookups_need_io(bookmarks, times)
+
+    async def prefetch_lookups(self, cmd: Command) -> Located | None:
+        """The lookups of a subscribe's bookmark, resolved with file reads in a thread."""
+        txlog = self.txlog
+        if txlog is None or not cmd.bookmark:
+            return None
+        bookmarks, times = lookup_points(parse_bookmark(cmd.bookmark))
+        return await txlog.locate_all(bookmarks, times)
+
+    def execute_prefetched(self, session: Session, cmd: Command, located: Located | None) -> None:
+        """:meth:`execute` with the lookups of :meth:`prefetch_lookups` answered."""
+        if self.txlog is None or located is None:
+            self.execute(session, cmd)
+            return
+        with self.txlog.using(located):
+            self.execute(session, cmd)
 
     def subscribe(self, session: Session, cmd: Command) -> None:
         topic = cmd.topic

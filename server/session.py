@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from server.config import UserConfig
     from server.engine import Broker
     from server.subscription import Subscription
+    from server.txlog.log import Located
 
 #: WebSocket close codes used by the broker.
 CLOSE_NORMAL: Final = 1000
@@ -97,7 +98,9 @@ class Session:
         self.closed = False
         self.close_reason: str | None = None
         self.closed_event = asyncio.Event()
-        self._logon_task: asyncio.Task[None] | None = None
+        #: a command being prepared off the loop (logon authentication, replay lookups);
+        #: commands arriving meanwhile wait in _backlog, in order
+        self._waiting: asyncio.Task[None] | None = None
         self._backlog: list[Command] = []
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -277,7 +280,7 @@ class Session:
         while i < n:
             if self.closed:
                 return
-            if self.name is not None and self._logon_task is None and not broker.stopping:
+            if self.name is not None and self._waiting is None and not broker.stopping:
                 # the hot path: runs of plain publishes, batched
                 j = broker.publish_run(self, msgs, i)
                 if j > i:
@@ -297,7 +300,7 @@ class Session:
             if (
                 cmd.name == "publish"
                 and self.name is not None
-                and self._logon_task is None
+                and self._waiting is None
                 and not broker.stopping
             ):
                 # the hot path: a logged-on publish skips the general dispatch
@@ -328,17 +331,20 @@ class Session:
 
     def dispatch(self, cmd: Command) -> None:
         """Run one command; failures become failure acks, never exceptions."""
-        if self._logon_task is not None:
-            # credentials are being checked: keep order, run these after the logon
+        if self._waiting is not None:
+            # a command is being prepared off the loop: keep order, run these after it
             self._backlog.append(cmd)
             return
         if "received" in cmd.acks:
             self.ack("received", cmd.cid)
+        self._run(cmd)
+
+    def _run(self, cmd: Command, located: Located | None = None, prefetched: bool = False) -> None:
         try:
             if cmd.name == "logon":
                 self.broker.check_logon(self, cmd)
                 if self.broker.auth.enabled:
-                    self._logon_task = asyncio.get_running_loop().create_task(self._logon(cmd))
+                    self._waiting = asyncio.get_running_loop().create_task(self._logon(cmd))
                 else:
                     self.broker.logon(self, cmd, None)
                 return
@@ -347,7 +353,12 @@ class Session:
             if cmd.name == "heartbeat":
                 self._heartbeat_command(cmd)
                 return
-            self.broker.execute(self, cmd)
+            if prefetched:
+                self.broker.execute_prefetched(self, cmd, located)
+            elif self.broker.lookups_to_prefetch(cmd):
+                self._waiting = asyncio.get_running_loop().create_task(self._prefetch(cmd))
+            else:
+                self.broker.execute(self, cmd)
         except ProtocolFailure as exc:
             self.fail(cmd.cid, exc)
             if cmd.name == "logon" and self.name is None:
@@ -363,12 +374,31 @@ class Session:
             self.fail(cmd.cid, exc)
             self.close_soon(exc.reason)
         finally:
-            self._logon_task = None
-        backlog, self._backlog = self._backlog, []
-        for queued in backlog:
+            self._waiting = None
+        self._drain_backlog()
+
+    async def _prefetch(self, cmd: Command) -> None:
+        """Resolve a replay's log lookups in a thread, then run the command."""
+        located: Located | None = None
+        try:
+            located = await self.broker.prefetch_lookups(cmd)
+        except Exception as exc:  # planning repeats the lookup and reports what is wrong
+            self.broker.events.emit(
+                "warning", "session", "lookup_failed", client=self.name, error=repr(exc)
+            )
+        finally:
+            self._waiting = None
+        if not self.closed:
+            self._run(cmd, located, prefetched=True)
+        self._drain_backlog()
+
+    def _drain_backlog(self) -> None:
+        """Run what waited, in order, until one of them has to wait again."""
+        while self._backlog and self._waiting is None:
             if self.closed:
+                self._backlog.clear()
                 return
-            self.dispatch(queued)
+            self.dispatch(self._backlog.pop(0))
 
     # -- heartbeats ----------------------------------------------------------------------
 

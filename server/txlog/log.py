@@ -34,7 +34,7 @@ import os
 import shutil
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -115,6 +115,14 @@ class _Written:
 
 
 @dataclass(slots=True)
+class Located:
+    """Answers of lookups made ahead of a synchronous planning (see ``using``)."""
+
+    bookmarks: dict[tuple[int, int], int | None] = field(default_factory=dict)
+    times: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class _Opened:
     report: RecoveryReport
     journals: list[Journal]
@@ -191,6 +199,7 @@ class TransactionLog:
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
         self._cache_queue: deque[_Batch] = deque()
+        self._located: Located | None = None  # see using()
         self._prealloc_busy = 0  # preallocations under way (counted in _disk_bytes)
         self._prealloc_void = 0  # of those, how many a roll took the room of
         self._cache_task: asyncio.Task[None] | None = None
@@ -1272,6 +1281,41 @@ class TransactionLog:
         last = self._pubs.get(pub_hash)
         return f"{pub_hash}|{last[0]}|" if last is not None else None
 
+    def lookups_need_io(self, bookmarks: list[tuple[int, int]], times: list[int]) -> bool:
+        """Whether any of these lookups would read a file (else memory answers them all)."""
+        for h, s in bookmarks:
+            plan = self._plan_bookmark(h, s)
+            if isinstance(plan, SpanQuery) and plan.span.seq < self._tail_first:
+                return True
+        for t in times:
+            tplan = self._plan_time(t)
+            if isinstance(tplan, SpanQuery) and tplan.span.seq < self._tail_first:
+                return True
+        return False
+
+    async def locate_all(self, bookmarks: list[tuple[int, int]], times: list[int]) -> Located:
+        """Resolve lookups with any file read in a worker thread, for :meth:`using`."""
+        found = Located()
+        for h, s in bookmarks:
+            found.bookmarks[(h, s)] = await self.locate_bookmark(h, s)
+        for t in times:
+            found.times[t] = await self.locate_time(t)
+        return found
+
+    @contextlib.contextmanager
+    def using(self, located: Located | None) -> Iterator[None]:
+        """Within the block, the lookups in ``located`` answer from it (no file read).
+
+        Planning a replay is synchronous; the broker resolves its lookups first with
+        :meth:`locate_all` (off the loop) and plans inside this block. Nothing awaits
+        inside it, so the answers cannot go stale.
+        """
+        self._located = located
+        try:
+            yield
+        finally:
+            self._located = None
+
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
         """Local seq of the message with that bookmark; None if unknown or removed.
 
@@ -1279,6 +1323,9 @@ class TransactionLog:
         recent, else one read of at most a few KB (a chunk decompression for compressed
         journals). :meth:`locate_bookmark` does the read in a thread.
         """
+        located = self._located
+        if located is not None and (pub_hash, pub_seq) in located.bookmarks:
+            return located.bookmarks[(pub_hash, pub_seq)]
         plan = self._plan_bookmark(pub_hash, pub_seq)
         if not isinstance(plan, SpanQuery):
             return plan
@@ -1297,6 +1344,9 @@ class TransactionLog:
         A time before the log's start gives :attr:`first_seq`. Exact even if recorded
         times went backwards (lookups use each journal's running maximum).
         """
+        located = self._located
+        if located is not None and timestamp_us in located.times:
+            return located.times[timestamp_us]
         plan = self._plan_time(timestamp_us)
         if not isinstance(plan, SpanQuery):
             return plan

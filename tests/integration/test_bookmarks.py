@@ -332,3 +332,59 @@ def test_correlation_id_survives_live_and_replay(server: SpoolProcess) -> None:
             assert got_live == got_replay == ["order-42", None]
 
     run(scenario())
+
+
+def test_replay_lookups_that_read_files_keep_command_order(spool_server_factory: Any) -> None:
+    """After a restart every bookmark and time lives only in the journal files: planning
+    reads them in a worker thread, and the commands that follow in the same frame still
+    run after the subscribe, in order."""
+    proc = spool_server_factory()
+
+    async def scenario() -> None:
+        bms = await _publish(proc.ws_url, "old-pub", "orders", list(range(1, 301)))
+        proc.stop()
+        proc.start()
+        start_bm = bms[99]  # resume after n = 100
+        frame = b"".join(
+            orjson.dumps(h)
+            for h in (
+                {"c": "subscribe", "t": "orders", "sub_id": "a", "bm": start_bm,
+                 "a": "processed", "cid": "s1", "l": 0},
+                {"c": "subscribe", "t": "orders", "sub_id": "b",
+                 "bm": f"[{bms[9]}:{bms[19]}]", "a": "processed,completed", "cid": "s2", "l": 0},
+                {"c": "unsubscribe", "sub_id": "a", "a": "processed", "cid": "u1", "l": 0},
+            )
+        )  # fmt: skip
+        async with connect(proc.ws_url, compression=None) as ws:
+            await ws.send(orjson.dumps({"c": "logon", "cid": "L", "client_name": "late", "l": 0}))
+            await ws.send(frame)
+            acks: list[dict[str, Any]] = []
+            b_ns: list[int] = []
+            a_ns: list[int] = []
+
+            async def until_done() -> None:
+                while (
+                    not any(h.get("a") == "completed" for h in acks)
+                    or len([h for h in acks if h.get("a") == "processed"]) < 3
+                ):
+                    data = await ws.recv()
+                    assert isinstance(data, bytes)
+                    for m in parse_frame(data).messages:
+                        h = m.header
+                        if (
+                            h.get("c") == "ack"
+                            and h.get("a") != "persisted"
+                            and h.get("cid") != "L"
+                        ):
+                            acks.append(h)
+                        elif h.get("c") == "publish":
+                            (b_ns if h["sids"] == "b" else a_ns).append(orjson.loads(m.body)["n"])
+
+            await asyncio.wait_for(until_done(), 15)
+        processed = [(h["cid"], h["status"]) for h in acks if h.get("a") == "processed"]
+        assert processed == [("s1", "success"), ("s2", "success"), ("u1", "success")]
+        assert b_ns == list(range(10, 21))
+        # whatever "a" delivered before its unsubscribe starts right after its bookmark
+        assert a_ns == list(range(101, 101 + len(a_ns)))
+
+    run(scenario())

@@ -564,3 +564,35 @@ def test_a_roll_during_a_preallocation_takes_its_room(tmp_path: Path) -> None:
         await log.close()
 
     run(body)
+
+
+def test_lookups_resolved_ahead_answer_synchronous_planning(tmp_path: Path) -> None:
+    """After a reopen lookups need a file read; locate_all does it off the loop and
+    `using` makes the synchronous lookups answer from it."""
+
+    async def body() -> None:
+        clock = ManualClock()
+        log = new_log(tmp_path, clock=clock)
+        await log.open()
+        for i in range(1, 2001):
+            log.append(topic="t", message_type="json", pub_hash=9, pub_seq=i, body=b"x" * 50)
+            clock.advance(1000)
+        await log.wait_durable(log.last_seq)
+        await log.close()
+        log = new_log(tmp_path, clock=clock)
+        await log.open()
+        t_mid = 1_700_000_000_000_000 + 700 * 1000
+        bookmarks, times = [(9, 500), (9, 1999), (9, 5000), (77, 1)], [t_mid]
+        assert log.lookups_need_io(bookmarks, times)
+        assert not log.lookups_need_io([(9, 2000)], [])  # the publisher's last: in memory
+        found = await log.locate_all(bookmarks, times)
+        assert found.bookmarks == {(9, 500): 500, (9, 1999): 1999, (9, 5000): None, (77, 1): None}
+        assert found.times == {t_mid: 701}
+        with log.using(found):
+            assert [log.seq_for_bookmark(h, s) for h, s in bookmarks] == [500, 1999, None, None]
+            assert log.seq_for_time(t_mid) == 701
+        # outside the block the log answers by itself, the same
+        assert log.seq_for_bookmark(9, 500) == 500 and log.seq_for_time(t_mid) == 701
+        await log.close()
+
+    run(body)
