@@ -58,14 +58,9 @@ class BookmarkSink:
         self._session: Session = sub.session
         self._sids = orjson.dumps(sub.sub_id)
         self._caught_up = False
-        # formatting a timestamp per record costs as much as the filter: only when it is used
         flt = sub.filter
-        self._filter_ts = flt is not None and "timestamp" in flt.text.lower()
-        self._filter_bm = flt is not None and "bookmark" in flt.text.lower()
-        # filters that read message metadata need a view per record (see Filter.select)
-        self._filter_meta = flt is not None and any(
-            word in flt.text.lower() for word in ("bookmark", "timestamp", "client_name")
-        )
+        # formatting a timestamp per record costs as much as the filter: only when read
+        self._filter_ts = flt is not None and "TIMESTAMP" in flt.functions
         #: retention pin on the journals this replay still needs (moved as it advances)
         self.pin: Pin | None = None
 
@@ -96,173 +91,107 @@ class BookmarkSink:
     async def deliver(self, records: Sequence[Record]) -> int:
         """Send the matching records; returns how many were delivered.
 
-        A :class:`RecordBatch` (the usual replay read) is walked by its columns, so no
-        ``Record`` object is built per message; other sequences go through the same loop
-        via small accessors.
+        Works on a :class:`RecordBatch` (the usual replay read, walked by its columns
+        with no ``Record`` per message; other sequences are wrapped in one): first the
+        records this subscription takes are selected, then they are encoded and queued,
+        at most 256 per piece, waiting for room in the client's buffer between pieces so
+        a replay never overruns the slow-client limit.
         """
-        sub = self.sub
         session = self._session
         if session.closed or not records:
             return 0
-        if (
-            isinstance(records, RecordBatch)
-            and sub.pattern is None
-            and not sub.want_ts
-            and not session.broker.auth.enabled
-            and not records.has_corr_ids()
-        ):
-            return await self._deliver_columns(records)
-        topics: Sequence[str]
-        bodies: Sequence[bytes]
-        if isinstance(records, RecordBatch):
-            topics, bodies = records.topics, records.bodies
-            bookmark_of = records.bookmark
-            time_of = records.timestamp_us
-            corr_of = records.corr_id
-        else:
-            topics = [r.topic for r in records]
-            bodies = [r.body for r in records]
-
-            def bookmark_of(i: int) -> str:
-                return records[i].bookmark
-
-            def time_of(i: int) -> int:
-                return records[i].timestamp_us
-
-            def corr_of(i: int) -> str:
-                return records[i].corr_id
-
-        broker = session.broker
-        check_read = broker.auth.enabled
-        flt = sub.filter
-        pattern = sub.pattern
-        topic = sub.topic
-        want_ts = sub.want_ts
-        filter_ts = self._filter_ts
-        sids = self._sids
-        send = session.send_message
-        # the broker's cache, looked up without a method call per message
-        topic_json = broker.topic_json
-        topic_cache = broker.topic_json_cache
+        batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
+        sel = self._select(batch)
         delivered = 0
-        for i in range(len(topics)):
-            rec_topic = topics[i]
-            if pattern is None:
-                if rec_topic != topic:
-                    continue
-            elif pattern.search(rec_topic) is None:
-                continue
-            if check_read and not broker.can_read(session, rec_topic):
-                continue
-            body = bodies[i]
-            bm = bookmark_of(i)
-            if flt is not None:
-                view = MessageView(
-                    rec_topic,
-                    body,
-                    bookmark=bm,
-                    timestamp=format_timestamp_us(time_of(i)) if filter_ts else "",
-                )
-                if not flt.matches(view):
-                    continue
-            if delivered & 255 == 255 and not session.has_room():
-                # a big batch must not overrun the slow-client limit: wait mid-batch
+        for start in range(0, len(sel), 256):
+            if start and not session.has_room():
                 await session.wait_room()
-                if session.closed:
-                    return delivered
-            tj = topic_cache.get(rec_topic)
-            if tj is None:
-                tj = topic_json(rec_topic)  # encodes and caches (bounded)
-            send(
-                encode_publish(
-                    tj,
-                    sids,
-                    body,
-                    bm,
-                    format_timestamp_us(time_of(i)) if want_ts else None,
-                    corr_of(i) or None,
-                )
-            )
-            delivered += 1
-        last = len(topics) - 1
-        last_seq = records.last_seq if isinstance(records, RecordBatch) else records[-1].seq
+            if session.closed:
+                return delivered
+            part = sel[start : start + 256]
+            session.send_messages(self._encode(batch, part), len(part))
+            delivered += len(part)
+        sub = self.sub
+        n = len(batch)
+        last_seq = batch.record(n - 1).seq  # a conflated list need not be contiguous
         if self.pin is not None:
             self.pin.move(last_seq + 1)
-        sub.position = bookmark_of(last)
+        sub.position = batch.bookmark(n - 1)
         sub.position_seq = last_seq
-        sub.position_time_us = time_of(last)
+        sub.position_time_us = batch.timestamp_us(n - 1)
         sub.delivered += delivered
         if not session.has_room():
             await session.wait_room()
         return delivered
 
-    async def _deliver_columns(self, batch: RecordBatch) -> int:
-        """:meth:`deliver` for the common replay: one exact topic, no timestamp, no
-        entitlement or correlation ids to look at. Selects the records first (topic, then
-        filter through one reused view), then encodes them in chunks of at most 256
-        messages, each queued as one piece, waiting for room between chunks."""
+    def _select(self, batch: RecordBatch) -> Sequence[int]:
+        """Indices of the records this subscription takes: topic, entitlement, filter."""
         sub = self.sub
-        session = self._session
-        topic = sub.topic
         topics = batch.topics
+        n = len(topics)
+        sel: Sequence[int]
+        if sub.pattern is None:
+            topic = sub.topic
+            # a log of one topic (the usual case) needs no per-record comparison
+            sel = (
+                range(n)
+                if topics.count(topic) == n
+                else [i for i in range(n) if topics[i] == topic]
+            )
+        else:
+            search = sub.pattern.search
+            sel = [i for i in range(n) if search(topics[i]) is not None]
+        session = self._session
+        broker = session.broker
+        if broker.auth.enabled and sel:
+            allowed: dict[str, bool] = {}
+
+            def readable(topic: str) -> bool:
+                ok = allowed.get(topic)
+                if ok is None:
+                    ok = allowed[topic] = broker.can_read(session, topic)
+                return ok
+
+            sel = [i for i in sel if readable(topics[i])]
+        if sub.filter is not None and sel:
+            sel = sub.filter.select(
+                topics, batch.bodies, sel, batch.bookmark,
+                lambda i: format_timestamp_us(batch.timestamp_us(i)),
+            )  # fmt: skip
+        return sel
+
+    def _encode(self, batch: RecordBatch, part: Sequence[int]) -> bytes:
+        """The ``publish`` messages of records ``part`` of ``batch``, joined."""
         bodies = batch.bodies
         hashes = batch.pub_hashes
         pseqs = batch.pub_seqs
-        times = batch.timestamps_us
-        n = len(bodies)
-        # a log of one topic (the usual case) needs no per-record comparison
-        everyone = topics.count(topic) == n
-        sel: Sequence[int] = range(n) if everyone else [i for i in range(n) if topics[i] == topic]
-        flt = sub.filter
-        if flt is not None and sel and not self._filter_meta:
-            sel = flt.select(topic, bodies, sel)
-        elif flt is not None and sel:
-            view = MessageView(topic, b"")
-            rebind = view.rebind
-            matches = flt.matches
-            filter_bm = self._filter_bm
-            filter_ts = self._filter_ts
-            kept: list[int] = []
-            keep = kept.append
-            for i in sel:
-                rebind(
-                    bodies[i],
-                    f"{hashes[i]}|{pseqs[i]}|" if filter_bm else "",
-                    format_timestamp_us(times[i]) if filter_ts else "",
-                )
-                if matches(view):
-                    keep(i)
-            sel = kept
-        delivered = 0
-        if sel:
-            broker = session.broker
-            tj = broker.topic_json_cache.get(topic) or broker.topic_json(topic)
+        broker = self._session.broker
+        sub = self.sub
+        if sub.pattern is None and not sub.want_ts and not batch.has_corr_ids():
+            # one topic, nothing per record but the bookmark: one format per message
+            tj = broker.topic_json_cache.get(sub.topic) or broker.topic_json(sub.topic)
             head = b'{"c":"publish","t":' + tj + b',"sids":' + self._sids + b',"bm":"'
-            for start in range(0, len(sel), 256):
-                if start and not session.has_room():
-                    await session.wait_room()
-                if session.closed:
-                    return delivered
-                part = sel[start : start + 256]
-                data = b"".join(
-                    [
-                        b'%s%d|%d|","l":%d}%s'
-                        % (head, hashes[i], pseqs[i], len(bodies[i]), bodies[i])
-                        for i in part
-                    ]
+            return b"".join(
+                [
+                    b'%s%d|%d|","l":%d}%s' % (head, hashes[i], pseqs[i], len(bodies[i]), bodies[i])
+                    for i in part
+                ]
+            )
+        topics = batch.topics
+        want_ts = sub.want_ts
+        return b"".join(
+            [
+                encode_publish(
+                    broker.topic_json_cache.get(topics[i]) or broker.topic_json(topics[i]),
+                    self._sids,
+                    bodies[i],
+                    f"{hashes[i]}|{pseqs[i]}|",
+                    format_timestamp_us(batch.timestamp_us(i)) if want_ts else None,
+                    batch.corr_id(i) or None,
                 )
-                session.send_messages(data, len(part))
-                delivered += len(part)
-        last_seq = batch.last_seq
-        if self.pin is not None:
-            self.pin.move(last_seq + 1)
-        sub.position = f"{hashes[n - 1]}|{pseqs[n - 1]}|"
-        sub.position_seq = last_seq
-        sub.position_time_us = times[n - 1]
-        sub.delivered += delivered
-        if not session.has_room():
-            await session.wait_room()
-        return delivered
+                for i in part
+            ]
+        )
 
     def caught_up(self) -> None:
         """The cursor reached the durable end (again, after a resume)."""

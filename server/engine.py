@@ -518,9 +518,7 @@ class Broker:
             else:
                 k = j - i
                 first_seq = 0
-            self._publish_done(
-                session, topic, counters, seqs, bodies, acked, first_seq if recorded else 0
-            )
+            self._publish_done(session, topic, counters, seqs, bodies, acked, first_seq)
             i += k
             if i < j:
                 return i  # the log refused the next one: the general path reports why
@@ -590,22 +588,16 @@ class Broker:
     ) -> None:
         """Deliver a run of publishes to live subscriptions: one encoding pass per
         distinct (sub ids, timestamp) and one queued chunk per subscriber session."""
-        check_read = self.auth.enabled
         ts_us = self.txlog.last_timestamp_us if first_seq and self.txlog is not None else None
-        per_session: dict[Session, list[Subscription]] = {}
-        for sub in matches:
-            if sub.state != "live":
-                continue
-            if sub.filter is not None:
-                # filters decide message by message
-                bm_prefix = f"{publisher.pub_hash}|"
-                for s, body in zip(seqs, bodies, strict=True):
-                    bm = f"{bm_prefix}{s}|" if first_seq else None
-                    self._fan_out(publisher, topic, body, matches, bm, ts_us, None)
-                return
-            if check_read and sub.pattern is not None and not self.can_read(sub.session, topic):
-                continue
-            per_session.setdefault(sub.session, []).append(sub)
+        live = [sub for sub in matches if sub.state == "live"]
+        if any(sub.filter is not None for sub in live):
+            # filters decide message by message
+            bm_prefix = f"{publisher.pub_hash}|"
+            for s, body in zip(seqs, bodies, strict=True):
+                bm = f"{bm_prefix}{s}|" if first_seq else None
+                self._fan_out(publisher, topic, body, matches, bm, ts_us, None)
+            return
+        per_session = self._by_session(live, topic)
         if not per_session:
             return
         tj = self.topic_json(topic)
@@ -675,8 +667,7 @@ class Broker:
                 )
                 self.msgs_out_live += 1
                 return
-        per_session: dict[Session, list[Subscription]] = {}
-        check_read = self.auth.enabled
+        taken: list[Subscription] = []
         for sub in matches:
             if sub.state != "live":
                 continue
@@ -692,9 +683,8 @@ class Broker:
                     )
                 if not flt.matches(view):
                     continue
-            if check_read and sub.pattern is not None and not self.can_read(sub.session, topic):
-                continue
-            per_session.setdefault(sub.session, []).append(sub)
+            taken.append(sub)
+        per_session = self._by_session(taken, topic)
         if not per_session:
             return
         tj = self.topic_json(topic)
@@ -712,6 +702,22 @@ class Broker:
                 )
             s.send_message(data)
         self.msgs_out_live += len(per_session)
+
+    def _by_session(
+        self, subs: list[Subscription], topic: str
+    ) -> dict[Session, list[Subscription]]:
+        """Subscriptions that receive ``topic``, grouped by session (one message each).
+
+        A regex subscription only gets topics its user may read (exact topics were
+        checked at subscribe time).
+        """
+        check_read = self.auth.enabled
+        per_session: dict[Session, list[Subscription]] = {}
+        for sub in subs:
+            if check_read and sub.pattern is not None and not self.can_read(sub.session, topic):
+                continue
+            per_session.setdefault(sub.session, []).append(sub)
+        return per_session
 
     def _timestamp(self, ts_us: int | None) -> str:
         """The ``ts`` of a delivery: the record's time, or now for unrecorded topics."""

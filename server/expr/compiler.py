@@ -579,16 +579,19 @@ class Filter:
         text: the expression as given.
         paths: the field paths it reads (canonical spelling, e.g. ``/legs[0]/px``).
         reads_body: whether it reads the body at all (if not, no message is parsed for it).
+        functions: the (upper-case) names of the functions it calls, so callers can skip
+            preparing message metadata nobody reads (``BOOKMARK()``, ``TIMESTAMP()``).
         errors: evaluations that hit an unexpected internal error and were treated as "no
             match" (should stay 0; counted so a defect is visible instead of fatal).
     """
 
-    __slots__ = ("_clock", "_pred", "errors", "paths", "reads_body", "text")
+    __slots__ = ("_clock", "_pred", "errors", "functions", "paths", "reads_body", "text")
 
     def __init__(self, text: str, tree: Node, clock: Clock) -> None:
         self.text = text
         self.paths = _paths(tree)
         self.reads_body = _reads_body(tree)
+        self.functions = frozenset(n.name for n in walk(tree) if isinstance(n, Call))
         self.errors = 0
         self._clock = clock
         self._pred: Pred = _Compiler(clock).true(tree)
@@ -604,21 +607,37 @@ class Filter:
             self.errors += 1
             return False
 
-    def select(self, topic: str, bodies: Sequence[bytes], indices: Iterable[int]) -> list[int]:
-        """The indices of ``bodies`` (messages of ``topic``) the filter matches.
+    def select(
+        self,
+        topics: Sequence[str],
+        bodies: Sequence[bytes],
+        indices: Iterable[int],
+        bookmark_of: Callable[[int], str] | None = None,
+        timestamp_of: Callable[[int], str] | None = None,
+    ) -> list[int]:
+        """The indices ``i`` of messages ``(topics[i], bodies[i])`` the filter matches.
 
         The batch form of :meth:`matches` for replays, which filter thousands of
-        records per read: one view is reused and the per-call overhead goes away. Only
-        for filters that do not read ``BOOKMARK()``, ``TIMESTAMP()`` or ``CLIENT_NAME()``
-        (the view has none of them); callers check :attr:`text` for those.
+        records per read: one view is reused and the per-call overhead goes away.
+        ``bookmark_of`` / ``timestamp_of`` give a record's ``BOOKMARK()`` and
+        ``TIMESTAMP()``; they are called only when the filter uses those functions.
+        ``CLIENT_NAME()`` is empty (a replayed record does not keep its publisher's name).
         """
-        view = MessageView(topic, b"")
+        view = MessageView("", b"")
         pred = self._pred
+        functions = self.functions
+        bm_of = bookmark_of if "BOOKMARK" in functions else None
+        ts_of = timestamp_of if "TIMESTAMP" in functions else None
         out: list[int] = []
         keep = out.append
         for i in indices:
+            view.topic = topics[i]
             view.body = bodies[i]
             view._doc = None
+            if bm_of is not None:
+                view.bookmark = bm_of(i)
+            if ts_of is not None:
+                view.timestamp = ts_of(i)
             try:
                 if pred(view):
                     keep(i)

@@ -87,17 +87,6 @@ class MessageView:
         view._doc = document if type(document) is dict else {}
         return view
 
-    def rebind(self, body: bytes, bookmark: str = "", timestamp: str = "") -> None:
-        """Point this view at another message of the same topic (its parse is dropped).
-
-        A replay filtering thousands of records reuses one view instead of building one
-        per record; nothing may keep a reference to the view between records.
-        """
-        self.body = body
-        self.bookmark = bookmark
-        self.timestamp = timestamp
-        self._doc = None
-
     @property
     def document(self) -> dict[str, Value]:
         """The parsed body (``{}`` for a body that is not a JSON object); parses on first use."""

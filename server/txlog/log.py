@@ -529,52 +529,13 @@ class TransactionLog:
             kind = RecordKind(kind)
         seq = self._last_seq + 1
         ts = self._last_ts = time_us(self._clock) if timestamp_us is None else timestamp_us
-        data = encode(
-            seq,
-            ts,
-            pub_hash,
-            pub_seq,
-            topic,
-            message_type,
-            kind,
-            path,
-            flags,
-            body,
-            corr_id,
+        fields = (
+            seq, ts, pub_hash, pub_seq, topic, message_type, kind, path, flags, body, corr_id,
             sow_key,
-        )
-        n = len(data)
-        offset = self._active_len
-        if offset + n > self._journal_size and offset:
-            self._roll(seq)
-            offset = 0
-        entry = self._builder.add(seq, offset, n, ts, pub_hash, pub_seq, data)
-        if entry is not None:
-            self._pend_index.append((self._active, entry))
-        self._pend_buf += data
-        self._active_len = offset + n
-        if pub_hash:
-            pubs[pub_hash] = (pub_seq, seq)
-        self._last_seq = seq
-        if self._append_waiters and self._append_waiters[0][0] <= seq:
-            _release(self._append_waiters, seq)
-        rec = make_record(
-            seq,
-            ts,
-            pub_hash,
-            pub_seq,
-            topic,
-            message_type,
-            kind,
-            path,
-            flags,
-            body,
-            corr_id,
-            sow_key,
-        )
-        self._tail.append(data)
-        self._wake.set()
-        return rec
+        )  # fmt: skip
+        data = encode(*fields)
+        self._place([data], ts, pub_hash, [pub_seq])
+        return make_record(*fields)
 
     def append_many(
         self,
@@ -637,6 +598,21 @@ class TransactionLog:
             encoded = encode_run(
                 seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n]
             )
+        try:
+            return self._place(encoded, ts, pub_hash, pub_seqs)
+        except Exception:
+            return 0  # not even the first fitted: append() of it raises the reason
+
+    def _place(self, encoded: list[bytes], ts: int, pub_hash: int, pub_seqs: list[int]) -> int:
+        """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
+        journal's pending bytes, index and tail, rolling to a new journal between records
+        when one does not fit; then account them once (publisher table, waiters, flusher).
+
+        Returns:
+            How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
+            is raised only when nothing was placed, so :meth:`append` reports it.
+        """
+        seq = self._last_seq
         offset = self._active_len
         journal_size = self._journal_size
         add = self._builder.add
@@ -647,7 +623,7 @@ class TransactionLog:
         for data in encoded:
             size = len(data)
             if offset + size > journal_size and offset:
-                # roll between records: flush this run's bookkeeping first
+                # roll between records: this run's bookkeeping first
                 self._pend_buf += b"".join(datas)
                 self._tail.extend(datas)
                 datas.clear()
@@ -656,6 +632,8 @@ class TransactionLog:
                 try:
                     self._roll(seq + 1)
                 except Exception:
+                    if not done:
+                        raise
                     break
                 add = self._builder.add
                 offset = 0
@@ -673,7 +651,7 @@ class TransactionLog:
         self._last_seq = seq
         if done:
             if pub_hash:
-                pubs[pub_hash] = (pub_seqs[done - 1], seq)
+                self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
             if self._append_waiters and self._append_waiters[0][0] <= seq:
                 _release(self._append_waiters, seq)
             self._wake.set()
