@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Final, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 from server.protocol.errors import InvalidBookmark
 
@@ -74,6 +74,10 @@ def pub_hash(client_name: str) -> int:
 def format_bookmark(pub_hash: int, pub_seq: int) -> str:
     """The wire bookmark ``PUBHASH|PUBSEQ|`` (decimal)."""
     return f"{pub_hash}|{pub_seq}|"
+
+
+#: what kind of bookmark a subscription gave (admin listings)
+SpecKind = Literal["epoch", "now", "bookmark", "time", "list", "range"]
 
 
 # -- value types ----------------------------------------------------------------------
@@ -157,7 +161,7 @@ def lookup_points(spec: BookmarkSpec) -> tuple[list[tuple[int, int]], list[int]]
     return bookmarks, times
 
 
-def spec_kind(spec: BookmarkSpec) -> str:
+def spec_kind(spec: BookmarkSpec) -> SpecKind:
     """A one-word kind for admin listings: epoch, now, bookmark, time, list or range."""
     match spec:
         case Epoch():

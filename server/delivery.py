@@ -1,62 +1,40 @@
-"""Building outbound ``publish`` messages, and the sink that feeds a bookmark subscription.
+"""The sink that feeds one bookmark subscription from its replay cursor.
 
-Delivered messages are the hottest bytes in the broker, so their headers are assembled from
-pre-encoded pieces (the topic and subscription ids are JSON-encoded once) instead of going
-through a JSON encoder per message. The layout matches PROTOCOL.md::
-
-    {"c":"publish","t":TOPIC,"sids":"a,b","bm":"H|S|","ts":"...","x":"...","l":N}BODY
+It selects what the subscription takes (topic, entitlement, filter) from each batch the
+cursor reads, encodes the deliveries with :func:`server.wire.encode_batch`, and waits for
+room in the client's outbound buffer between pieces, so a replay paces itself to the
+consumer instead of ever tripping the slow-client limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
-import orjson
 
 from server.bookmarks import format_timestamp_us
 from server.expr import MessageView
+from server.ports import Entitlements
+from server.subscription import Subscription
 from server.txlog.batch import RecordBatch
+from server.txlog.pins import Pin
+from server.txlog.record import Record
+from server.wire import encode_batch, topic_json
 
-if TYPE_CHECKING:
-    from server.session import Session
-    from server.subscription import Subscription
-    from server.txlog.pins import Pin
-    from server.txlog.record import Record
-
-
-def encode_publish(
-    topic_json: bytes,
-    sids_json: bytes,
-    body: bytes,
-    bookmark: str | None = None,
-    ts: str | None = None,
-    corr_id: str | None = None,
-) -> bytes:
-    """One outbound ``publish`` message (header + body)."""
-    head = b'{"c":"publish","t":' + topic_json + b',"sids":' + sids_json
-    if bookmark:
-        head += b',"bm":"' + bookmark.encode() + b'"'
-    if ts:
-        head += b',"ts":"' + ts.encode() + b'"'
-    if corr_id:
-        head += b',"x":' + orjson.dumps(corr_id)
-    return head + b',"l":%d}' % len(body) + body
+#: deliveries encoded into one queued piece before the client's buffer is checked
+_PIECE = 256
 
 
 class BookmarkSink:
-    """Feeds one bookmark subscription from its replay cursor (the ReplaySink of replay.py).
+    """Feeds one bookmark subscription (the ``ReplaySink`` of server/replay).
 
-    It applies the subscription's filter, builds messages and waits for room in the
-    session's outbound buffer, so a replay paces itself to the consumer instead of ever
-    tripping the slow-client limit.
+    Args:
+        sub: the subscription (its outbound connection, topic, filter, options).
+        entitlements: read entitlements (regex topics are checked per record topic).
     """
 
-    def __init__(self, sub: Subscription, on_done: object = None) -> None:
+    def __init__(self, sub: Subscription, entitlements: Entitlements) -> None:
         self.sub = sub
         self.sub_id = sub.sub_id
-        self._session: Session = sub.session
-        self._sids = orjson.dumps(sub.sub_id)
+        self._auth = entitlements
         self._caught_up = False
         flt = sub.filter
         # formatting a timestamp per record costs as much as the filter: only when read
@@ -73,8 +51,7 @@ class BookmarkSink:
                 return False
         elif pattern.search(rec.topic) is None:
             return False
-        session = self._session
-        if session.broker.auth.enabled and not session.broker.can_read(session, rec.topic):
+        if self._auth.enabled and not self._auth.can_read(sub.user, rec.topic):
             return False
         flt = sub.filter
         if flt is None:
@@ -97,31 +74,37 @@ class BookmarkSink:
         at most 256 per piece, waiting for room in the client's buffer between pieces so
         a replay never overruns the slow-client limit.
         """
-        session = self._session
-        if session.closed or not records:
+        sub = self.sub
+        out = sub.outbound
+        if out.closed or not records:
             return 0
         batch = records if isinstance(records, RecordBatch) else RecordBatch.from_records(records)
         sel = self._select(batch)
+        literal = topic_json(sub.topic) if sub.pattern is None else None
+        want_ts = sub.want_ts
         delivered = 0
-        for start in range(0, len(sel), 256):
-            if start and not session.has_room():
-                await session.wait_room()
-            if session.closed:
+        for start in range(0, len(sel), _PIECE):
+            if start and not out.has_room():
+                await out.wait_room()
+            if out.closed:
                 return delivered
-            part = sel[start : start + 256]
-            session.send_messages(self._encode(batch, part), len(part))
+            part = sel[start : start + _PIECE]
+            out.send_messages(
+                encode_batch(batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts),
+                len(part),
+            )
             delivered += len(part)
-        sub = self.sub
         n = len(batch)
         last_seq = batch.record(n - 1).seq  # a conflated list need not be contiguous
         if self.pin is not None:
             self.pin.move(last_seq + 1)
-        sub.position = batch.bookmark(n - 1)
-        sub.position_seq = last_seq
-        sub.position_time_us = batch.timestamp_us(n - 1)
-        sub.delivered += delivered
-        if not session.has_room():
-            await session.wait_room()
+        progress = sub.progress
+        progress.position = batch.bookmark(n - 1)
+        progress.position_seq = last_seq
+        progress.position_time_us = batch.timestamp_us(n - 1)
+        progress.delivered += delivered
+        if not out.has_room():
+            await out.wait_room()
         return delivered
 
     def _select(self, batch: RecordBatch) -> Sequence[int]:
@@ -141,15 +124,15 @@ class BookmarkSink:
         else:
             search = sub.pattern.search
             sel = [i for i in range(n) if search(topics[i]) is not None]
-        session = self._session
-        broker = session.broker
-        if broker.auth.enabled and sel:
+        auth = self._auth
+        if auth.enabled and sel:
             allowed: dict[str, bool] = {}
+            user = sub.user
 
             def readable(topic: str) -> bool:
                 ok = allowed.get(topic)
                 if ok is None:
-                    ok = allowed[topic] = broker.can_read(session, topic)
+                    ok = allowed[topic] = auth.can_read(user, topic)
                 return ok
 
             sel = [i for i in sel if readable(topics[i])]
@@ -160,57 +143,26 @@ class BookmarkSink:
             )  # fmt: skip
         return sel
 
-    def _encode(self, batch: RecordBatch, part: Sequence[int]) -> bytes:
-        """The ``publish`` messages of records ``part`` of ``batch``, joined."""
-        bodies = batch.bodies
-        hashes = batch.pub_hashes
-        pseqs = batch.pub_seqs
-        broker = self._session.broker
-        sub = self.sub
-        if sub.pattern is None and not sub.want_ts and not batch.has_corr_ids():
-            # one topic, nothing per record but the bookmark: one format per message
-            tj = broker.topic_json_cache.get(sub.topic) or broker.topic_json(sub.topic)
-            head = b'{"c":"publish","t":' + tj + b',"sids":' + self._sids + b',"bm":"'
-            return b"".join(
-                [
-                    b'%s%d|%d|","l":%d}%s' % (head, hashes[i], pseqs[i], len(bodies[i]), bodies[i])
-                    for i in part
-                ]
-            )
-        topics = batch.topics
-        want_ts = sub.want_ts
-        return b"".join(
-            [
-                encode_publish(
-                    broker.topic_json_cache.get(topics[i]) or broker.topic_json(topics[i]),
-                    self._sids,
-                    bodies[i],
-                    f"{hashes[i]}|{pseqs[i]}|",
-                    format_timestamp_us(batch.timestamp_us(i)) if want_ts else None,
-                    batch.corr_id(i) or None,
-                )
-                for i in part
-            ]
-        )
-
     def caught_up(self) -> None:
         """The cursor reached the durable end (again, after a resume)."""
-        if self.sub.state == "replaying":
-            self.sub.state = "live"
+        progress = self.sub.progress
+        if progress.state == "replaying":
+            progress.state = "live"
         if self._caught_up:
             return
         self._caught_up = True
         if "completed" in self.sub.acks:
-            self._session.ack("completed", self.sub.cid, sub_id=self.sub.sub_id)
+            self.sub.outbound.ack("completed", self.sub.cid, sub_id=self.sub.sub_id)
 
     def completed(self) -> None:
-        if "completed" in self.sub.acks and not (self._caught_up and self._is_open_ended()):
-            self._session.ack("completed", self.sub.cid, sub_id=self.sub.sub_id)
-        self.sub.state = "live"
-
-    def _is_open_ended(self) -> bool:
-        return self.sub.bookmark_kind != "range"
+        """The range end was reached (or ``top_n`` delivered)."""
+        sub = self.sub
+        if "completed" in sub.acks and not (self._caught_up and sub.bookmark_kind != "range"):
+            sub.outbound.ack("completed", sub.cid, sub_id=sub.sub_id)
+        sub.progress.state = "live"
 
     def position(self, bookmark: str) -> None:
-        if not self._session.closed:
-            self._session.ack("persisted", None, sub_id=self.sub.sub_id, bm=bookmark)
+        """The periodic position ack (PROTOCOL.md "Acks": sparse subscribers advance)."""
+        out = self.sub.outbound
+        if not out.closed:
+            out.ack("persisted", None, sub_id=self.sub.sub_id, bm=bookmark)

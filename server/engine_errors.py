@@ -5,8 +5,11 @@ Hierarchy::
     SpoolError
     └── AdminError            .name: what was asked for
         ├── ClientNotFound
-        ├── TransportNotFound
-        └── JournalNotFound
+        └── TransportNotFound
+    StatsUnavailable              the statistics database is not open
+
+A journal that does not exist is :class:`server.txlog.errors.JournalNotFound` (the log's
+own error; the admin API maps both families to 404).
 """
 
 from __future__ import annotations
@@ -32,5 +35,5 @@ class TransportNotFound(AdminError):
     what = "transport"
 
 
-class JournalNotFound(AdminError):
-    what = "journal"
+class StatsUnavailable(SpoolError):
+    """The statistics database is not open (before start, or after stop)."""

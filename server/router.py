@@ -5,36 +5,17 @@ regular-expression topics, in a list that is searched once per *topic* and cache
 brokers see a few thousand distinct topics and millions of messages, so the cache turns a
 per-message regex scan into a dict lookup). Any change to the regex set clears the cache.
 
-A topic is a regular expression when it contains one of ``^$*+?()[]{}|\\`` (the AMPS rule,
-minus ``.`` so dotted names like ``md.ibm`` stay exact topics); it matches with
-``re.search`` semantics.
+Which topics are regular expressions is decided by :mod:`server.protocol.topic`; a regex
+subscription matches with ``re.search`` semantics.
 """
 
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from server.protocol.errors import BadRegexTopic
+from server.subscription import Subscription
 
-if TYPE_CHECKING:
-    from server.subscription import Subscription
-
-_REGEX_CHARS: Final = frozenset("^$*+?()[]{}|\\")
 _CACHE_LIMIT: Final = 20_000
-
-
-def is_regex_topic(topic: str) -> bool:
-    """Whether a subscription topic is a regular expression."""
-    return not _REGEX_CHARS.isdisjoint(topic)
-
-
-def compile_topic(topic: str) -> re.Pattern[str]:
-    """Compile a regex topic, or raise ``bad regex topic`` with the reason."""
-    try:
-        return re.compile(topic)
-    except re.error as exc:
-        raise BadRegexTopic(f"{topic!r}: {exc}") from exc
 
 
 class Router:

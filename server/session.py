@@ -1,10 +1,12 @@
-"""One connected client: logon, outbound batching, heartbeats, slow-client limits.
+"""One connected client: the outbound buffer and its writer, heartbeats, slow-client limits.
 
-The transport (websocket adapter in web/transport.py) hands every received frame to
-:meth:`Session.receive`; the session decodes it with the sans-I/O codec and dispatches the
-commands to the :class:`~server.engine.Broker`. Everything the session sends goes through
-one outbound buffer drained by a single writer task, so all messages that become ready in
-one turn of the event loop leave in one WebSocket frame (frame batching).
+The transport (the websocket adapter in web/transport.py) hands every received frame to
+:meth:`Session.receive`, which passes it to the connection's
+:class:`~server.ports.FrameHandler` (the dispatcher, server/dispatch.py). Everything the
+broker sends goes through one outbound buffer drained by a single writer task, so all
+messages that become ready in one turn of the event loop leave in one WebSocket frame
+(frame batching). A session is an :class:`~server.ports.Outbound`: the publish pipeline,
+the fan-out, the replay sinks and the acks send through that interface only.
 
 The outbound buffer is bounded by ``Tuning/SlowClientBufferLimit``: a client that stops
 reading makes the transport's ``send`` wait (uvicorn applies TCP flow control), the buffer
@@ -16,26 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import deque
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Final, Protocol
 
-from server.protocol.commands import Command, UnknownCommand, decode_command, encode_ack
-from server.protocol.errors import (
-    HeartbeatTimeout,
-    InvalidCommand,
-    InvalidMessage,
-    InvalidOptions,
-    LogonRequired,
-    ProtocolFailure,
-    SlowClient,
-)
-from server.protocol.frame import FrameError, parse_frame
-
-if TYPE_CHECKING:
-    from server.config import UserConfig
-    from server.engine import Broker
-    from server.subscription import Subscription
-    from server.txlog.log import Located
+from server.clock import Clock
+from server.config import UserConfig
+from server.ports import AckValue, FrameHandler, Origin, Traffic
+from server.protocol.commands import encode_ack
+from server.protocol.errors import HeartbeatTimeout, ProtocolFailure, SlowClient
+from server.stats.source import EventSink
+from server.subscription import Subscription
 
 #: WebSocket close codes used by the broker.
 CLOSE_NORMAL: Final = 1000
@@ -47,6 +38,7 @@ CLOSE_POLICY: Final = 1008
 _REPLAY_HIGH_WATER: Final = 0.25
 #: largest frame the writer builds from the buffer (several frames leave when more is queued).
 _MAX_FRAME: Final = 1 << 20
+_BEAT: Final = b'{"c":"heartbeat","l":0}'
 
 
 class Transport(Protocol):
@@ -59,29 +51,56 @@ class Transport(Protocol):
     async def close(self, code: int, reason: str) -> None: ...
 
 
-class Session:
-    """State of one client connection. Owned by the event loop."""
+class SessionOwner(Protocol):
+    """Who is told when a session closes (the client registry, server/clients.py)."""
 
-    def __init__(self, broker: Broker, transport: Transport, *, buffer_limit: int) -> None:
-        self.broker = broker
+    def session_closed(self, session: Session) -> None: ...
+
+
+class Session:
+    """One client connection. Owned by the event loop.
+
+    Attributes:
+        remote: the peer's address.
+        transport_name: the configured transport it came in on.
+        connected_at: wall-clock time of the connection.
+        traffic: messages and bytes in and out.
+        name: the client name, once logged on.
+        user: the authenticated user (None without users).
+        user_name: the user's name, or the ``user_id`` given when there are no users.
+        pub_hash: the publisher id of the client name (its records' bookmarks).
+        version: the client's version string from the logon.
+        origin: the session as the publish pipeline sees it (None before logon).
+        subs: its subscriptions by sub id (kept by server/subscriptions.py).
+        handler: where received frames go (the dispatcher).
+    """
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        transport_name: str,
+        owner: SessionOwner,
+        clock: Clock,
+        events: EventSink,
+        buffer_limit: int,
+    ) -> None:
         self.transport = transport
         self.remote = transport.remote
+        self.transport_name = transport_name
+        self._owner = owner
+        self._clock = clock
+        self._events = events
+        self.connected_at = clock.time()
+        self.traffic = Traffic()
         self.name: str | None = None
         self.user: UserConfig | None = None
         self.user_name: str | None = None
         self.pub_hash = 0
         self.version = ""
-        self.connected_at = broker.clock.time()
+        self.origin: Origin | None = None
         self.subs: dict[str, Subscription] = {}
-        self.msgs_in = 0
-        self.msgs_out = 0
-        self.bytes_in = 0
-        self.bytes_out = 0
-        self.last_persisted_seq = 0
-        #: (local seq, publisher seq, monotonic arrival) of publishes awaiting a persisted ack
-        self.pending_persist: deque[tuple[int, int, float]] = deque()
-        #: flush commands waiting for durability: (local seq, cid)
-        self.pending_flush: deque[tuple[int, str | None]] = deque()
+        self.handler: FrameHandler | None = None
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._in_flight = 0
@@ -94,23 +113,26 @@ class Session:
         self._writer: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self.heartbeat_interval = 0.0
-        self.last_rx = broker.clock.monotonic()
+        self.last_rx = clock.monotonic()
         self.closed = False
         self.close_reason: str | None = None
         self.closed_event = asyncio.Event()
-        #: a command being prepared off the loop (logon authentication, replay lookups);
-        #: commands arriving meanwhile wait in _backlog, in order
-        self._waiting: asyncio.Task[None] | None = None
-        self._backlog: list[Command] = []
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
+        """Start the writer task (the caller then feeds frames to :meth:`receive`)."""
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
-    @property
-    def logged_on(self) -> bool:
-        return self.name is not None
+    def log_on(self, name: str, user: UserConfig | None, user_name: str | None,
+               pub_hash: int, version: str) -> None:  # fmt: skip
+        """Take the identity the logon established (server/clients.py checked it)."""
+        self.name = name
+        self.user = user
+        self.user_name = user_name
+        self.pub_hash = pub_hash
+        self.version = version
+        self.origin = Origin("client", name, user, self, self.traffic)
 
     @property
     def queue_depth(self) -> int:
@@ -129,7 +151,7 @@ class Session:
             return
         self.closed = True
         self.close_reason = reason
-        self.broker.session_closed(self)
+        self._owner.session_closed(self)
         self._room.set()
         if self._heartbeat is not None and self._heartbeat is not asyncio.current_task():
             self._heartbeat.cancel()
@@ -159,7 +181,18 @@ class Session:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout)
 
-    # -- outbound ------------------------------------------------------------------------
+    # -- inbound -------------------------------------------------------------------------
+
+    def receive(self, data: bytes) -> None:
+        """Handle one received frame (called by the transport for every frame)."""
+        if self.closed:
+            return
+        self.traffic.bytes_in += len(data)
+        self.last_rx = self._clock.monotonic()
+        if self.handler is not None:
+            self.handler.receive(data)
+
+    # -- outbound (the Outbound port) ----------------------------------------------------
 
     def send(self, data: bytes) -> None:
         """Queue bytes (one or more encoded messages) for the next outbound frame."""
@@ -168,7 +201,7 @@ class Session:
         self._out.append(data)
         self._out_bytes += len(data)
         if self._out_bytes + self._in_flight > self._buffer_limit:
-            self.broker.events.emit(
+            self._events.emit(
                 "warning",
                 "session",
                 "slow_client",
@@ -183,14 +216,9 @@ class Session:
             return
         self._wake.set()
 
-    def send_message(self, data: bytes) -> None:
-        """Queue one data message (counted in msgs_out)."""
-        self.msgs_out += 1
-        self.send(data)
-
     def send_messages(self, data: bytes, count: int) -> None:
         """Queue ``count`` encoded data messages joined in ``data``."""
-        self.msgs_out += count
+        self.traffic.msgs_out += count
         self.send(data)
 
     def ack(
@@ -199,17 +227,18 @@ class Session:
         cid: str | None,
         status: str = "success",
         reason: str | None = None,
-        **fields: Any,
+        **fields: AckValue,
     ) -> None:
         self.send(encode_ack(kind, cid=cid, status=status, reason=reason, **fields))
 
-    def fail(self, cid: str | None, exc: ProtocolFailure, kind: str = "processed") -> None:
+    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
         """A failure ack with the reason string of PROTOCOL.md (always sent)."""
         self.send(
             encode_ack(
-                kind, cid=cid, status="failure", reason=exc.reason, detail=exc.detail or None
+                "processed", cid=cid, status="failure", reason=exc.reason,
+                detail=exc.detail or None,
             )
-        )
+        )  # fmt: skip
 
     def has_room(self) -> bool:
         return self.queue_depth < self._buffer_limit * _REPLAY_HIGH_WATER
@@ -243,7 +272,7 @@ class Session:
                     self._out_bytes -= len(frame)
                     self._in_flight = len(frame)
                     await send(frame)
-                    self.bytes_out += len(frame)
+                    self.traffic.bytes_out += len(frame)
                     self._in_flight = 0
                     if not self._room.is_set() and self.has_room():
                         self._room.set()
@@ -254,7 +283,7 @@ class Session:
             raise
         except Exception as exc:  # the connection went away under us
             if not self.closed:
-                self.broker.events.emit(
+                self._events.emit(
                     "info",
                     "session",
                     "send_failed",
@@ -264,160 +293,7 @@ class Session:
                 )
                 self.close_soon("connection lost", CLOSE_NORMAL)
 
-    # -- inbound -------------------------------------------------------------------------
-
-    def receive(self, data: bytes) -> None:
-        """Handle one received frame (called by the transport for every frame)."""
-        if self.closed:
-            return
-        self.bytes_in += len(data)
-        self.last_rx = self.broker.clock.monotonic()
-        parsed = parse_frame(data)
-        broker = self.broker
-        msgs = parsed.messages
-        n = len(msgs)
-        i = 0
-        while i < n:
-            if self.closed:
-                return
-            if self.name is not None and self._waiting is None and not broker.stopping:
-                # the hot path: runs of plain publishes, batched
-                j = broker.publish_run(self, msgs, i)
-                if j > i:
-                    i = j
-                    continue
-            msg = msgs[i]
-            i += 1
-            try:
-                cmd = decode_command(msg)
-            except UnknownCommand as exc:
-                self.fail(exc.cid, InvalidCommand(exc.detail))
-                continue
-            except InvalidMessage as exc:
-                cid = getattr(exc, "cid", None)
-                self.fail(cid, InvalidMessage(exc.detail))
-                continue
-            if (
-                cmd.name == "publish"
-                and self.name is not None
-                and self._waiting is None
-                and not broker.stopping
-            ):
-                # the hot path: a logged-on publish skips the general dispatch
-                if "received" in cmd.acks:
-                    self.ack("received", cmd.cid)
-                try:
-                    broker.publish(self, cmd)
-                except ProtocolFailure as exc:
-                    self.fail(cmd.cid, exc)
-                continue
-            self.dispatch(cmd)
-        if parsed.error is not None:
-            self._bad_frame(parsed.error)
-
-    def _bad_frame(self, err: FrameError) -> None:
-        self.broker.events.emit(
-            "warning",
-            "session",
-            "invalid_frame",
-            client=self.name,
-            remote=self.remote,
-            detail=err.detail,
-        )
-        if err.cid is not None:
-            self.fail(err.cid, InvalidMessage(err.detail))
-        else:
-            self.close_soon(f"{InvalidMessage.reason}: {err.detail}"[:120], CLOSE_INVALID_DATA)
-
-    def dispatch(self, cmd: Command) -> None:
-        """Run one command; failures become failure acks, never exceptions."""
-        if self._waiting is not None:
-            # a command is being prepared off the loop: keep order, run these after it
-            self._backlog.append(cmd)
-            return
-        if "received" in cmd.acks:
-            self.ack("received", cmd.cid)
-        self._run(cmd)
-
-    def _run(self, cmd: Command, located: Located | None = None, prefetched: bool = False) -> None:
-        try:
-            if cmd.name == "logon":
-                self.broker.check_logon(self, cmd)
-                if self.broker.auth.enabled:
-                    self._waiting = asyncio.get_running_loop().create_task(self._logon(cmd))
-                else:
-                    self.broker.logon(self, cmd, None)
-                return
-            if self.name is None:
-                raise LogonRequired("the first command must be logon")
-            if cmd.name == "heartbeat":
-                self._heartbeat_command(cmd)
-                return
-            if prefetched:
-                self.broker.execute_prefetched(self, cmd, located)
-            elif self.broker.lookups_to_prefetch(cmd):
-                self._waiting = asyncio.get_running_loop().create_task(self._prefetch(cmd))
-            else:
-                self.broker.execute(self, cmd)
-        except ProtocolFailure as exc:
-            self.fail(cmd.cid, exc)
-            if cmd.name == "logon" and self.name is None:
-                self.close_soon(exc.reason)
-
-    async def _logon(self, cmd: Command) -> None:
-        """Authenticate off the loop, then log on and run what arrived meanwhile."""
-        try:
-            user = await self.broker.authenticate(self, cmd)
-            if not self.closed:
-                self.broker.logon(self, cmd, user)
-        except ProtocolFailure as exc:
-            self.fail(cmd.cid, exc)
-            self.close_soon(exc.reason)
-        finally:
-            self._waiting = None
-        self._drain_backlog()
-
-    async def _prefetch(self, cmd: Command) -> None:
-        """Resolve a replay's log lookups in a thread, then run the command."""
-        located: Located | None = None
-        try:
-            located = await self.broker.prefetch_lookups(cmd)
-        except Exception as exc:  # planning repeats the lookup and reports what is wrong
-            self.broker.events.emit(
-                "warning", "session", "lookup_failed", client=self.name, error=repr(exc)
-            )
-        finally:
-            self._waiting = None
-        if not self.closed:
-            self._run(cmd, located, prefetched=True)
-        self._drain_backlog()
-
-    def _drain_backlog(self) -> None:
-        """Run what waited, in order, until one of them has to wait again."""
-        while self._backlog and self._waiting is None:
-            if self.closed:
-                self._backlog.clear()
-                return
-            self.dispatch(self._backlog.pop(0))
-
     # -- heartbeats ----------------------------------------------------------------------
-
-    def _heartbeat_command(self, cmd: Command) -> None:
-        opts = (cmd.options or "").strip()
-        if opts == "beat" or not opts:
-            if "processed" in cmd.acks:
-                self.ack("processed", cmd.cid)
-            return
-        parts = [p.strip() for p in opts.split(",")]
-        if parts[0] != "start":
-            raise InvalidOptions(f"heartbeat options must be 'start,N' or 'beat', not {opts!r}")
-        try:
-            interval = float(parts[1]) if len(parts) > 1 else 30.0
-        except ValueError as exc:
-            raise InvalidOptions(f"bad heartbeat interval {parts[1]!r}") from exc
-        self.start_heartbeat(interval)
-        if "processed" in cmd.acks:
-            self.ack("processed", cmd.cid)
 
     def start_heartbeat(self, interval: float) -> None:
         """Beat every ``interval`` seconds; two silent intervals from the client close it."""
@@ -426,17 +302,16 @@ class Session:
             self._heartbeat = None
         self.heartbeat_interval = interval
         if interval > 0:
-            self.last_rx = self.broker.clock.monotonic()
+            self.last_rx = self._clock.monotonic()
             self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeat_loop())
 
     async def _heartbeat_loop(self) -> None:
-        clock = self.broker.clock
+        clock = self._clock
         interval = self.heartbeat_interval
-        beat = b'{"c":"heartbeat","l":0}'
         while not self.closed:
             await clock.sleep(interval)
             if clock.monotonic() - self.last_rx > 2 * interval:
-                self.broker.events.emit(
+                self._events.emit(
                     "warning",
                     "session",
                     "heartbeat_timeout",
@@ -446,4 +321,4 @@ class Session:
                 )
                 await self.close(HeartbeatTimeout.reason)
                 return
-            self.send(beat)
+            self.send(_BEAT)

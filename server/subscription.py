@@ -1,32 +1,75 @@
-"""A subscription of one client: what it asked for and where it stands."""
+"""A subscription of one client: what it asked for, and how far it got.
+
+The value part (topic, filter, options, bookmark...) is fixed when the subscription is
+made (a ``replace`` makes a new one); :class:`Progress` is the part its delivery moves
+(state, position, counts). Runtime handles (the replay cursor, its task, its sink) are
+kept by their owner, server/subscriptions.py, not here.
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
-if TYPE_CHECKING:
-    import asyncio
-
-    from server.delivery import BookmarkSink
-    from server.expr import Filter
-    from server.protocol.options import SubscribeOptions
-    from server.session import Session
+from server.bookmarks import SpecKind
+from server.config import UserConfig
+from server.expr import Filter
+from server.ports import Outbound
+from server.protocol.options import SubscribeOptions
 
 State = Literal["live", "replaying", "paused"]
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(slots=True)
+class Progress:
+    """Where a subscription stands (moved by its delivery; read by admin views).
+
+    Attributes:
+        state: ``live`` (receiving as published or, for a bookmark subscription, caught
+            up), ``replaying`` (reading the log behind the live point) or ``paused``.
+        position: bookmark of the last record its replay cursor passed.
+        position_seq: local sequence of that record.
+        position_time_us: record time of that record.
+        delivered: messages delivered by its replay cursor.
+    """
+
+    state: State = "live"
+    position: str = ""
+    position_seq: int = 0
+    position_time_us: int = 0
+    delivered: int = 0
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Subscription:
-    """One subscription.
+    """One subscription of one client connection.
 
     Live subscriptions sit in the :class:`~server.router.Router` and get messages as they
     are published; bookmark subscriptions are fed by a replay cursor over the transaction
-    log for their whole life (see server/replay.py) and never enter the router.
+    log for their whole life (server/replay) and never enter the router.
+
+    Attributes:
+        outbound: where its messages go (the client's connection).
+        client: the client's name (admin views, events).
+        user: whose read entitlements apply (None without users).
+        sub_id: its id on that connection.
+        topic: the topic, or a regular expression of topics.
+        pattern: the compiled expression when ``topic`` is one.
+        filter: the content filter, compiled.
+        filter_text: the filter as given.
+        options: the subscribe options.
+        bookmark: the bookmark as given (bookmark subscriptions only).
+        bookmark_kind: what kind of bookmark it is.
+        cid: the subscribe command's id (for later acks and failures).
+        acks: the acks the subscribe asked for.
+        sid_bytes: ``sub_id`` as a JSON literal (encoded once).
+        progress: where it stands.
     """
 
-    session: Session
+    outbound: Outbound
+    client: str
+    user: UserConfig | None
     sub_id: str
     topic: str
     pattern: re.Pattern[str] | None
@@ -34,20 +77,13 @@ class Subscription:
     filter_text: str | None
     options: SubscribeOptions
     bookmark: str | None = None
-    bookmark_kind: str = "none"
-    want_ts: bool = False
+    bookmark_kind: SpecKind | Literal["none"] = "none"
     cid: str | None = None
     acks: frozenset[str] = frozenset()
-    state: State = "live"
-    position: str = ""
-    position_seq: int = 0
-    position_time_us: int = 0
-    delivered: int = 0
-    task: asyncio.Task[Any] | None = None
-    cursor: Any = None
-    sink: BookmarkSink | None = None
-    sid_bytes: bytes = field(default=b"")
+    sid_bytes: bytes = b""
+    progress: Progress = field(default_factory=Progress)
 
     @property
-    def is_bookmark(self) -> bool:
-        return self.bookmark is not None
+    def want_ts(self) -> bool:
+        """Whether delivered messages carry ``ts`` (the ``timestamp`` option)."""
+        return self.options.timestamp

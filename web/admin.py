@@ -2,8 +2,9 @@
 
 Every endpoint is declared once in the table built by :func:`_operations` (an OpenAPI
 :class:`~web.openapi.Operation` plus its handler); routes and ``/api/openapi.json`` come
-from that table. The layer is thin: handlers call the broker's admin surface
-(ENGINE_API.md) and turn its typed errors into the JSON bodies of web/api_errors.py.
+from that table. The layer is thin: handlers call the instance's admin surface
+(:class:`server.operations.Operations`) and turn its typed errors into the JSON bodies of
+web/api_errors.py.
 
 - Reads run on the event loop and only copy broker state; host metrics (psutil, directory
   scans) and SQLite queries run in threads.
@@ -20,7 +21,7 @@ import asyncio
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,16 +30,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from server.auth import Authenticator
-from server.clock import Clock
-from server.config import Config
-from server.engine_errors import AdminError
-from server.protocol.errors import SubIdNotFound
+from server.engine_errors import AdminError, StatsUnavailable
+from server.eventlog import EventLog
+from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
+from server.protocol.errors import InvalidOptions, SubIdNotFound
 from server.stats.host import HostProbe
-from server.stats.prometheus import PrometheusSource, make_registry
+from server.stats.prometheus import make_registry
 from server.stats.query import UnknownMetric
-from server.stats.sampler import Sampler, instance_directories
-from server.stats.source import EventSink
+from server.stats.sampler import instance_directories
 from server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from web.api_errors import (
@@ -60,57 +59,6 @@ MAX_POINTS: Final = 10_000  # largest series answer /api/stats gives
 AUTO_POINTS: Final = 1_000  # points aimed at when no step is given and raw would be more
 DEFAULT_WINDOW: Final = 3600.0
 EVENTS_MAX: Final = 1000
-
-
-class AdminEvents(EventSink, Protocol):
-    """The event log as the admin API uses it."""
-
-    def recent(self, limit: int = 200) -> list[dict[str, Any]]:
-        """The newest events, oldest first."""
-        ...
-
-
-class AdminBroker(PrometheusSource, Protocol):
-    """The broker surface the admin API needs (ENGINE_API.md)."""
-
-    @property
-    def config(self) -> Config: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def events(self) -> AdminEvents: ...
-
-    @property
-    def auth(self) -> Authenticator: ...
-
-    @property
-    def sampler(self) -> Sampler | None:
-        """The stats sampler (None before start or when stopped)."""
-        ...
-
-    def instance_info(self) -> dict[str, Any]: ...
-
-    def clients_info(self) -> list[dict[str, Any]]: ...
-
-    def client_info(self, name: str) -> dict[str, Any] | None: ...
-
-    def subscriptions_info(self) -> list[dict[str, Any]]: ...
-
-    def transports_info(self) -> list[dict[str, Any]]: ...
-
-    def transaction_log_info(self) -> dict[str, Any] | None: ...
-
-    async def disconnect_client(self, name: str, reason: str = ...) -> bool: ...
-
-    def pause_subscription(self, client: str, sub_id: str) -> None: ...
-
-    def resume_subscriptions(self, client: str, sub_ids: list[str]) -> None: ...
-
-    def set_transport_enabled(self, name: str, enabled: bool) -> None: ...
-
-    async def journal_action(self, action: str, journal_id: int) -> list[dict[str, Any]]: ...
 
 
 Handler = Callable[[Request], Awaitable[Any]]
@@ -136,8 +84,13 @@ def _map_error(exc: Exception) -> ApiError:
         return NotFound(str(exc))
     if isinstance(exc, SubIdNotFound):
         return NotFound(exc.detail or "no such subscription")
+    if isinstance(exc, InvalidOptions):
+        # e.g. pausing a ``live`` subscription: its state does not allow the action
+        return Conflict(exc.detail or exc.reason)
     if isinstance(exc, JournalPinned | JournalActive):
         return Conflict(str(exc))
+    if isinstance(exc, StatsUnavailable):
+        return NotReady(str(exc))
     if isinstance(exc, BadTimeValue):
         return BadRequest(str(exc))
     return InternalError("unexpected error; see the event log")
@@ -146,7 +99,7 @@ def _map_error(exc: Exception) -> ApiError:
 class _PathEndpoint:
     """ASGI app for one path: dispatches on method, renders errors, logs actions."""
 
-    def __init__(self, path: str, endpoints: Mapping[str, ApiEndpoint], events: AdminEvents):
+    def __init__(self, path: str, endpoints: Mapping[str, ApiEndpoint], events: EventLog):
         self.path = path
         self.endpoints = dict(endpoints)
         self.events = events
@@ -232,17 +185,17 @@ def _not_configured(what: str, verb: str = "is") -> Handler:
 class AdminApi:
     """Handlers of the admin API for one broker (one per app)."""
 
-    def __init__(self, broker: AdminBroker) -> None:
-        self.broker = broker
-        self.registry = make_registry(broker)
-        self.probe = HostProbe(instance_directories(broker.config))
+    def __init__(self, ops: Operations) -> None:
+        self.ops = ops
+        self.registry = make_registry(ops)
+        self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
         self.endpoints = self._table()
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _store(self) -> Any:
-        sampler = self.broker.sampler
+        sampler = self.ops.sampler
         store = sampler.store if sampler is not None else None
         if store is None:
             raise NotReady("the statistics database is not open")
@@ -254,7 +207,7 @@ class AdminApi:
         return {"status": "ok"}
 
     async def readyz(self, request: Request) -> Any:
-        if not self.broker.ready:
+        if not self.ops.ready:
             raise NotReady("recovery in progress or shutting down")
         return {"ready": True}
 
@@ -264,11 +217,11 @@ class AdminApi:
     # -- reads -----------------------------------------------------------------------------
 
     async def instance(self, request: Request) -> Any:
-        return self.broker.instance_info()
+        return self.ops.instance_info()
 
     async def host(self, request: Request) -> Any:
         reading = await asyncio.to_thread(self.probe.sample)
-        return {"time": format_time(self.broker.clock.time()), **reading}
+        return {"time": format_time(self.ops.clock.time()), **reading}
 
     async def session(self, request: Request) -> Any:
         context = auth_context(request)
@@ -276,40 +229,40 @@ class AdminApi:
             "user": context.user.name if context.user is not None else None,
             "admin": context.admin,
             "via": context.via,
-            "auth_enabled": self.broker.auth.enabled,
+            "auth_enabled": self.ops.auth.enabled,
             "csrf_token": csrf_token_for(request),
         }
 
     async def clients(self, request: Request) -> Any:
-        return {"clients": self.broker.clients_info()}
+        return {"clients": self.ops.clients_info()}
 
     async def client(self, request: Request) -> Any:
         name = request.path_params["name"]
-        info = self.broker.client_info(name)
+        info = self.ops.client_info(name)
         if info is None:
             raise NotFound(f"no client named {name!r}")
         return info
 
     async def subscriptions(self, request: Request) -> Any:
-        subs = self.broker.subscriptions_info()
+        subs = self.ops.subscriptions_info()
         client = request.query_params.get("client")
         if client is not None:
             subs = [s for s in subs if s.get("client") == client]
         return {"subscriptions": subs}
 
     async def transaction_log(self, request: Request) -> Any:
-        info = self.broker.transaction_log_info()
+        info = self.ops.transaction_log_info()
         if info is None:
             raise NotFound("the transaction log is not configured on this instance")
         return info
 
     async def transports(self, request: Request) -> Any:
-        return {"transports": self.broker.transports_info()}
+        return {"transports": self.ops.transports_info()}
 
     async def events(self, request: Request) -> Any:
         limit = _int_param(request, "limit", 200, 1, EVENTS_MAX)
         category = request.query_params.get("category")
-        events = self.broker.events.recent(EVENTS_MAX if category else limit)
+        events = self.ops.events.recent(EVENTS_MAX if category else limit)
         if category:
             events = [e for e in events if e.get("category") == category][-limit:]
         return {"events": events}
@@ -320,7 +273,7 @@ class AdminApi:
     def openapi_document(self) -> dict[str, Any]:
         """The OpenAPI document of this table (built once)."""
         if self._document is None:
-            version = str(self.broker.instance_info().get("version", "0"))
+            version = self.ops.instance_info()["version"]
             self._document = openapi_document((e.op for e in self.endpoints), version=version)
         return self._document
 
@@ -330,14 +283,14 @@ class AdminApi:
     async def stats_metrics(self, request: Request) -> Any:
         store = self._store()
         paths = await asyncio.to_thread(store.reader.list_metrics)
-        return {"metrics": paths, "interval": self.broker.config.admin.interval}
+        return {"metrics": paths, "interval": self.ops.config.admin.interval}
 
     async def stats(self, request: Request) -> Any:
         params = request.query_params
         metric = params.get("metric")
         if not metric:
             raise BadRequest("the metric parameter is required (see /api/stats/metrics)")
-        t1 = parse_time(params["t1"]) if params.get("t1") else self.broker.clock.time()
+        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
         t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
         if t0 > t1:
             raise BadRequest("t0 is after t1")
@@ -349,7 +302,7 @@ class AdminApi:
                 raise BadRequest(
                     f"step {params['step']} gives more than {MAX_POINTS} points; use a larger one"
                 )
-        elif window / self.broker.config.admin.interval > MAX_POINTS:
+        elif window / self.ops.config.admin.interval > MAX_POINTS:
             step = float(math.ceil(window / AUTO_POINTS))
         else:
             step = None
@@ -367,13 +320,13 @@ class AdminApi:
 
     async def disconnect(self, request: Request) -> Any:
         name = request.path_params["name"]
-        if not await self.broker.disconnect_client(name, "disconnected by admin"):
+        if not await self.ops.disconnect_client(name, "disconnected by admin"):
             raise NotFound(f"no client named {name!r}")
         return {"ok": True, "client": name}
 
     async def pause(self, request: Request) -> Any:
         client, sub_id = request.path_params["client"], request.path_params["sub_id"]
-        self.broker.pause_subscription(client, sub_id)
+        self.ops.pause_subscription(client, sub_id)
         return {"ok": True, "client": client, "sub_ids": [sub_id]}
 
     async def resume(self, request: Request) -> Any:
@@ -383,23 +336,23 @@ class AdminApi:
         if not isinstance(extra, list) or not all(isinstance(s, str) and s for s in extra):
             raise BadRequest("sub_ids must be a list of subscription ids")
         sub_ids = list(dict.fromkeys([sub_id, *extra]))
-        self.broker.resume_subscriptions(client, sub_ids)
+        self.ops.resume_subscriptions(client, sub_ids)
         return {"ok": True, "client": client, "sub_ids": sub_ids}
 
     def _transport(self, enabled: bool) -> Handler:
         async def handler(request: Request) -> Any:
             name = request.path_params["name"]
-            self.broker.set_transport_enabled(name, enabled)
+            self.ops.set_transport_enabled(name, enabled)
             return {"ok": True, "transport": name, "enabled": enabled}
 
         return handler
 
-    def _journal(self, action: str) -> Handler:
+    def _journal(self, action: JournalAction) -> Handler:
         async def handler(request: Request) -> Any:
             text = request.path_params["id"]
             if not text.isascii() or not text.isdigit():
                 raise BadRequest(f"journal id must be a non-negative integer, got {text!r}")
-            journals = await self.broker.journal_action(action, int(text))
+            journals = await self.ops.journal_action(action, int(text))
             return {"ok": True, "action": action, "journals": journals}
 
         return handler
@@ -411,9 +364,8 @@ class AdminApi:
         if "before" in body:
             before = parse_time(str(body["before"]))
         else:
-            before = self.broker.clock.time() - parse_duration(str(body["older_than"]))
-        store = self._store()
-        deleted = await asyncio.to_thread(store.writer.truncate, before)
+            before = self.ops.clock.time() - parse_duration(str(body["older_than"]))
+        deleted = await self.ops.truncate_stats(before)
         return {"ok": True, "deleted_samples": deleted, "before": format_time(before)}
 
     async def run_action(self, request: Request) -> Any:
@@ -506,7 +458,7 @@ class AdminApi:
                     "transaction_log",
                     errors=(404, 409),
                 )
-                for action in ("archive", "compress", "remove")
+                for action in JOURNAL_ACTIONS
             ),
             get("/api/transports", self.transports, "Transports", "transports"),
             post(
@@ -623,17 +575,17 @@ class _UnknownApi:
         await NotFound(f"no API endpoint {path}").response()(scope, receive, send)
 
 
-def admin_routes(broker: AdminBroker) -> list[BaseRoute]:
+def admin_routes(ops: Operations) -> list[BaseRoute]:
     """Routes of the admin API, the probes and /metrics, for one broker (one per app).
 
     A last catch-all answers unknown ``/api/...`` paths with a JSON 404.
     """
-    api = AdminApi(broker)
+    api = AdminApi(ops)
     by_path: dict[str, dict[str, ApiEndpoint]] = {}
     for endpoint in api.endpoints:
         by_path.setdefault(endpoint.op.path, {})[endpoint.op.method] = endpoint
     routes: list[BaseRoute] = [
-        Route(path, _PathEndpoint(path, methods, broker.events), name=f"api:{path}")
+        Route(path, _PathEndpoint(path, methods, ops.events), name=f"api:{path}")
         for path, methods in by_path.items()
     ]
     routes.append(Route("/api/{rest:path}", _UnknownApi(), name="api:unknown"))

@@ -31,10 +31,20 @@ UPLOT_DIR = ROOT / "node_modules" / "uplot" / "dist"
 
 
 def create_app(
-    config: Config, *, clock: Clock = SYSTEM_CLOCK, console_log: bool = True
+    config: Config,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    console_log: bool = True,
+    broker: Broker | None = None,
 ) -> Starlette:
-    """Build the app for one instance. The broker starts with the app's lifespan."""
-    broker = Broker(config, clock=clock, console_log=console_log)
+    """Build the app for one instance. The broker starts with the app's lifespan.
+
+    Args:
+        broker: the instance's engine (built from ``config`` when not given; ``spool
+            serve`` builds it first so its shutdown can drain the broker's sessions).
+    """
+    if broker is None:
+        broker = Broker(config, clock=clock, console_log=console_log)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -50,7 +60,7 @@ def create_app(
             path = f"/amps/{transport.message_type}"
             routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name)))
     routes.extend(auth_routes())
-    routes.extend(admin_routes(broker))
+    routes.extend(admin_routes(broker.operations))
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))

@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 
 from server.clock import Clock
 from server.stats.histogram import HistogramSnapshot, LatencyHistogram
+from server.stats.snapshot import MetricsSnapshot
 from web.auth import csrf_token_for
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
@@ -253,7 +254,7 @@ class RecentEvents(Protocol):
 
 
 class LiveSource(Protocol):
-    """The part of the broker the feed reads (server.engine.Broker)."""
+    """The part of the broker the feed reads (:class:`server.operations.Operations`)."""
 
     @property
     def clock(self) -> Clock: ...
@@ -264,7 +265,7 @@ class LiveSource(Protocol):
     @property
     def stopping(self) -> bool: ...
 
-    def metrics_snapshot(self) -> dict[str, Any]: ...
+    def metrics_snapshot(self) -> MetricsSnapshot: ...
 
 
 def sse_event(data: bytes, event: str | None = None) -> bytes:
@@ -453,7 +454,7 @@ def live_feed(request: Request) -> LiveFeed:
     state = request.app.state
     feed: LiveFeed | None = getattr(state, "live_feed", None)
     if feed is None:
-        feed = LiveFeed(state.broker)
+        feed = LiveFeed(state.broker.operations)
         state.live_feed = feed
     return feed
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import uvicorn
 
 from server.config import Config
+from server.engine import Broker
 from web.app import create_app
 
 
@@ -23,11 +24,16 @@ class SpoolServer(uvicorn.Server):
     """uvicorn server that drains broker sessions before uvicorn closes connections."""
 
     def __init__(
-        self, config: uvicorn.Config, spool_config: Config, port_file: Path | None
+        self,
+        config: uvicorn.Config,
+        spool_config: Config,
+        port_file: Path | None,
+        broker: Broker,
     ) -> None:
         super().__init__(config)
         self.spool_config = spool_config
         self.port_file = port_file
+        self.broker = broker
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -62,13 +68,7 @@ class SpoolServer(uvicorn.Server):
         for server in self.servers:
             server.close()
         # 2. drain and close broker sessions with "shutting down"
-        app = self.config.loaded_app
-        broker = getattr(getattr(app, "state", None), "broker", None)
-        if broker is None:
-            inner = getattr(app, "app", None)
-            broker = getattr(getattr(inner, "state", None), "broker", None)
-        if broker is not None:
-            await broker.drain()
+        await self.broker.drain()
         # 3. and 4. uvicorn closes the remaining connections, then the lifespan stops
         await super().shutdown(sockets)
 
@@ -96,7 +96,8 @@ def tune_gc() -> None:
 
 def run(config: Config, *, port_file: Path | None = None, log_level: str = "warning") -> int:
     """Serve until a signal; returns the process exit code."""
-    app = create_app(config)
+    broker = Broker(config)
+    app = create_app(config, broker=broker)
     ws = next((t for t in config.transports if t.type == "websocket"), None)
     uv_config = uvicorn.Config(
         app,
@@ -113,6 +114,6 @@ def run(config: Config, *, port_file: Path | None = None, log_level: str = "warn
         timeout_graceful_shutdown=5,
         server_header=False,
     )
-    server = SpoolServer(uv_config, config, port_file)
+    server = SpoolServer(uv_config, config, port_file, broker)
     server.run()
     return 0 if server.started else 1

@@ -9,14 +9,11 @@ of the broker and needs nothing but ``receive`` and ``send``.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Scope, Send
 
+from server.engine import Broker
 from server.session import CLOSE_NORMAL
-
-if TYPE_CHECKING:
-    from server.engine import Broker
 
 #: "try again later": the transport is disabled or the broker is not ready.
 CLOSE_TRY_AGAIN = 1013
@@ -38,6 +35,10 @@ class AsgiTransport:
             return
         self._closed = True
         await self._send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+    def disconnected(self) -> None:
+        """The peer went away: nothing can be sent any more (not even a close frame)."""
+        self._closed = True
 
 
 class WebsocketEndpoint:
@@ -79,8 +80,7 @@ class WebsocketEndpoint:
                     break
         finally:
             if not session.closed:
-                # the peer went away: nothing can be sent any more
-                transport._closed = True
+                transport.disconnected()
                 with contextlib.suppress(Exception):
                     await session.close("connection lost", CLOSE_NORMAL)
             else:

@@ -215,3 +215,94 @@ def encode_ack(
             header[key] = value
     header["l"] = 0
     return orjson.dumps(header)
+
+
+@dataclass(slots=True)
+class PublishScan:
+    """A run of plain publishes to one topic, read straight off a frame's headers.
+
+    Attributes:
+        topic: their topic.
+        seqs: per message, the ``s`` given, or None.
+        bodies: per message, the body.
+        acks: (index in the run, ack kinds, cid) of the messages that asked for acks.
+        end: index (in the frame's message list) of the first message after the run.
+    """
+
+    topic: str
+    seqs: list[int | None]
+    bodies: list[bytes]
+    acks: list[tuple[int, frozenset[str], str | None]]
+    end: int
+
+
+def take_publish_run(msgs: list[Message], start: int) -> PublishScan | None:
+    """The run of *plain* publishes to one topic at ``msgs[start:]``, or None.
+
+    The publish hot path: a publisher's frame usually holds many publishes to one topic,
+    and :func:`decode_command` per message costs more than the rest of the publish.
+    A publish is plain when its header holds only ``c``, ``t``, ``l``, ``s``, ``a`` (an
+    ack string already validated once, see :func:`cached_acks`) and ``cid``, each of the
+    type :func:`decode_command` requires; anything else (a correlation id, a SOW key, a
+    bad field, an unknown ack string) ends the run before that message, and
+    :func:`decode_command` then gives it its exact meaning or failure. The type rules
+    are :func:`decode_command`'s: a message this function takes is one that
+    :func:`decode_command` accepts as the same publish.
+    """
+    n = len(msgs)
+    h = msgs[start].header
+    if h.get("c") != "publish":
+        return None
+    topic = h.get("t")
+    if type(topic) is not str or not topic:
+        return None
+    seqs: list[int | None] = []
+    bodies: list[bytes] = []
+    acks: list[tuple[int, frozenset[str], str | None]] = []
+    j = start
+    while j < n:
+        msg = msgs[j]
+        h = msg.header
+        if h.get("c") != "publish" or h.get("t") != topic:
+            break
+        kinds: frozenset[str] | None = None
+        cid: str | None = None
+        s: int | None = None
+        plain = True
+        for key, value in h.items():
+            if key == "c" or key == "t" or key == "l" or value is None:
+                continue
+            if key == "s":
+                if type(value) is not int or value < 0:
+                    plain = False
+                    break
+                s = value
+            elif key == "a":
+                if type(value) is not str:
+                    plain = False
+                    break
+                kinds = _ACK_CACHE.get(value)
+                if kinds is None:
+                    plain = False
+                    break
+            elif key == "cid":
+                if type(value) is str:
+                    cid = value
+                elif type(value) is int:
+                    cid = str(value)
+                else:
+                    plain = False
+                    break
+            else:
+                plain = False
+                break
+        if not plain:
+            break
+        if kinds:
+            acks.append((j - start, kinds, cid))
+        seqs.append(s)
+        bodies.append(msg.body)
+        j += 1
+    if j == start:
+        return None
+    return PublishScan(topic, seqs, bodies, acks, j)

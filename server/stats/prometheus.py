@@ -25,7 +25,7 @@ Families (``_total`` suffixes are added by the exposition format for counters)::
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Protocol
+from typing import Literal, Protocol
 
 from prometheus_client import GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import (
@@ -37,6 +37,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from server.stats.histogram import LatencyHistogram
+from server.stats.snapshot import (
+    ClientCounters,
+    TopicCounters,
+    TransportCounters,
+    TxlogCounters,
+)
 from server.stats.source import MetricsSource
 
 
@@ -52,6 +58,9 @@ class PrometheusSource(MetricsSource, Protocol):
     def started_at(self) -> float:
         """Wall-clock start time, epoch seconds."""
         ...
+
+
+_ClientCounter = Literal["msgs_in", "msgs_out", "bytes_in", "bytes_out"]
 
 
 def _le(bound: float) -> str:
@@ -93,52 +102,49 @@ class SpoolCollector(Collector):
         yield GaugeMetricFamily(
             "spool_start_time_seconds", "Start time, epoch seconds", value=broker.started_at
         )
-        for key, what in (
-            ("msgs_in", "messages_in"),
-            ("msgs_out", "messages_out"),
-            ("bytes_in", "bytes_in"),
-            ("bytes_out", "bytes_out"),
+        for count, what in (
+            (snap["msgs_in"], "messages_in"),
+            (snap["msgs_out"], "messages_out"),
+            (snap["bytes_in"], "bytes_in"),
+            (snap["bytes_out"], "bytes_out"),
         ):
             yield CounterMetricFamily(
-                f"spool_{what}", f"Total {what.replace('_', ' ')}", value=float(snap.get(key, 0))
+                f"spool_{what}", f"Total {what.replace('_', ' ')}", value=float(count)
             )
         yield GaugeMetricFamily(
-            "spool_connections", "Connected clients", value=float(snap.get("connections", 0))
+            "spool_connections", "Connected clients", value=float(snap["connections"])
         )
         yield GaugeMetricFamily(
-            "spool_subscriptions", "Active subscriptions", value=float(snap.get("subscriptions", 0))
+            "spool_subscriptions", "Active subscriptions", value=float(snap["subscriptions"])
         )
-        yield from self._clients(snap.get("clients") or {})
-        yield from self._topics(snap.get("topics") or {})
-        yield from self._transports(snap.get("transports") or {})
+        yield from self._clients(snap["clients"])
+        yield from self._topics(snap["topics"])
+        yield from self._transports(snap["transports"])
         behind = GaugeMetricFamily(
             "spool_subscription_seconds_behind",
             "How far a bookmark subscription is behind live",
             labels=["client", "sub_id"],
         )
-        for sub in snap.get("subscriptions_detail") or ():
-            behind.add_metric(
-                [str(sub["client"]), str(sub["sub_id"])], float(sub.get("seconds_behind", 0.0))
-            )
+        for sub in snap["subscriptions_detail"]:
+            behind.add_metric([str(sub["client"]), sub["sub_id"]], float(sub["seconds_behind"]))
         yield behind
-        txlog = snap.get("txlog")
-        if txlog:
+        txlog = snap["txlog"]
+        if txlog is not None:
             yield from self._txlog(txlog)
-        histogram = snap.get("persisted_ack_latency")
-        if isinstance(histogram, LatencyHistogram):
-            yield self._ack_histogram(histogram)
+        yield self._ack_histogram(snap["persisted_ack_latency"])
 
     @staticmethod
-    def _clients(clients: dict[str, Any]) -> Iterator[Metric]:
-        for key, name, doc in (
-            ("msgs_in", "spool_client_messages_in", "Messages received from the client"),
-            ("msgs_out", "spool_client_messages_out", "Messages sent to the client"),
-            ("bytes_in", "spool_client_bytes_in", "Bytes received from the client"),
-            ("bytes_out", "spool_client_bytes_out", "Bytes sent to the client"),
-        ):
+    def _clients(clients: dict[str, ClientCounters]) -> Iterator[Metric]:
+        counters: tuple[tuple[str, str, _ClientCounter], ...] = (
+            ("spool_client_messages_in", "Messages received from the client", "msgs_in"),
+            ("spool_client_messages_out", "Messages sent to the client", "msgs_out"),
+            ("spool_client_bytes_in", "Bytes received from the client", "bytes_in"),
+            ("spool_client_bytes_out", "Bytes sent to the client", "bytes_out"),
+        )
+        for name, doc, key in counters:
             yield _labelled(
                 CounterMetricFamily(name, doc, labels=["client"]),
-                (([c], float(s.get(key, 0))) for c, s in clients.items()),
+                (([c], float(s[key])) for c, s in clients.items()),
             )
         yield _labelled(
             GaugeMetricFamily(
@@ -146,64 +152,60 @@ class SpoolCollector(Collector):
                 "Bytes buffered outbound for the client",
                 labels=["client"],
             ),
-            (([c], float(s.get("queue_depth", 0))) for c, s in clients.items()),
+            (([c], float(s["queue_depth"])) for c, s in clients.items()),
         )
 
     @staticmethod
-    def _topics(topics: dict[str, Any]) -> Iterator[Metric]:
+    def _topics(topics: dict[str, TopicCounters]) -> Iterator[Metric]:
         yield _labelled(
             CounterMetricFamily(
                 "spool_topic_messages_in", "Messages published to the topic", labels=["topic"]
             ),
-            (([t], float(s.get("msgs_in", 0))) for t, s in topics.items()),
+            (([t], float(s["msgs_in"])) for t, s in topics.items()),
         )
         yield _labelled(
             CounterMetricFamily(
                 "spool_topic_bytes_in", "Bytes published to the topic", labels=["topic"]
             ),
-            (([t], float(s.get("bytes_in", 0))) for t, s in topics.items()),
+            (([t], float(s["bytes_in"])) for t, s in topics.items()),
         )
 
     @staticmethod
-    def _transports(transports: dict[str, Any]) -> Iterator[Metric]:
+    def _transports(transports: dict[str, TransportCounters]) -> Iterator[Metric]:
         yield _labelled(
             GaugeMetricFamily(
                 "spool_transport_connections", "Connections on the transport", labels=["transport"]
             ),
-            (([n], float(s.get("connections", 0))) for n, s in transports.items()),
+            (([n], float(s["connections"])) for n, s in transports.items()),
         )
         yield _labelled(
             GaugeMetricFamily(
                 "spool_transport_enabled", "1 when the transport accepts", labels=["transport"]
             ),
-            (([n], 1.0 if s.get("enabled") else 0.0) for n, s in transports.items()),
+            (([n], 1.0 if s["enabled"] else 0.0) for n, s in transports.items()),
         )
 
     @staticmethod
-    def _txlog(txlog: dict[str, Any]) -> Iterator[Metric]:
-        for key, doc in (
-            ("last_seq", "Last sequence appended to the transaction log"),
-            ("durable_seq", "Last sequence fsynced to the transaction log"),
-            ("bytes", "Bytes of journal files"),
-            ("journals", "Journal files"),
+    def _txlog(txlog: TxlogCounters) -> Iterator[Metric]:
+        for key, doc, gauge in (
+            ("last_seq", "Last sequence appended to the transaction log", txlog["last_seq"]),
+            ("durable_seq", "Last sequence fsynced to the transaction log", txlog["durable_seq"]),
+            ("bytes", "Bytes of journal files", txlog["bytes"]),
+            ("journals", "Journal files", txlog["journals"]),
         ):
-            if key in txlog:
-                yield GaugeMetricFamily(f"spool_txlog_{key}", doc, value=float(txlog[key]))
-        for key, doc in (("appended", "Records appended"), ("flushes", "Group-commit fsyncs")):
-            if key in txlog:
-                yield CounterMetricFamily(f"spool_txlog_{key}", doc, value=float(txlog[key]))
+            yield GaugeMetricFamily(f"spool_txlog_{key}", doc, value=float(gauge))
+        for key, doc, count in (
+            ("appended", "Records appended", txlog["appended"]),
+            ("flushes", "Group-commit fsyncs", txlog["flushes"]),
+        ):
+            yield CounterMetricFamily(f"spool_txlog_{key}", doc, value=float(count))
         summary = Metric("spool_fsync_latency_seconds", "Journal fsync latency", "summary")
-        for quantile, key in (("0.5", "fsync_p50_ms"), ("0.99", "fsync_p99_ms")):
-            if txlog.get(key) is not None:
-                summary.add_sample(
-                    "spool_fsync_latency_seconds",
-                    {"quantile": quantile},
-                    float(txlog[key]) / 1000.0,
-                )
-        if "flushes" in txlog:
-            summary.add_sample("spool_fsync_latency_seconds_count", {}, float(txlog["flushes"]))
-        if summary.samples:
-            yield summary
+        for quantile, ms in (("0.5", txlog["fsync_p50_ms"]), ("0.99", txlog["fsync_p99_ms"])):
+            summary.add_sample(
+                "spool_fsync_latency_seconds", {"quantile": quantile}, float(ms) / 1000.0
+            )
+        summary.add_sample("spool_fsync_latency_seconds_count", {}, float(txlog["flushes"]))
+        yield summary
 
     @staticmethod
     def _ack_histogram(histogram: LatencyHistogram) -> Metric:

@@ -22,9 +22,10 @@ from typing import Any, Final
 
 from server.clock import Clock
 from server.config import Config
-from server.stats.histogram import HistogramSnapshot, LatencyHistogram
+from server.stats.histogram import HistogramSnapshot
 from server.stats.host import HostProbe, host_metric_values
 from server.stats.series import snapshot_values
+from server.stats.snapshot import MetricsSnapshot
 from server.stats.source import MetricsSource
 from server.stats.store import StatsStore
 
@@ -64,7 +65,7 @@ class Sampler:
         self._probe = HostProbe(instance_directories(config))
         self._store: StatsStore | None = None
         self._task: asyncio.Task[None] | None = None
-        self._previous: dict[str, Any] | None = None
+        self._previous: MetricsSnapshot | None = None
         self._previous_at = 0.0
         self._previous_acks: HistogramSnapshot | None = None
         self._last_retention = 0.0
@@ -116,9 +117,8 @@ class Sampler:
         self._previous_acks = self._ack_snapshot(snapshot)
 
     @staticmethod
-    def _ack_snapshot(snapshot: dict[str, Any]) -> HistogramSnapshot | None:
-        histogram = snapshot.get("persisted_ack_latency")
-        return histogram.snapshot() if isinstance(histogram, LatencyHistogram) else None
+    def _ack_snapshot(snapshot: MetricsSnapshot) -> HistogramSnapshot:
+        return snapshot["persisted_ack_latency"].snapshot()
 
     async def _run(self, deadline: float) -> None:
         while True:
@@ -134,11 +134,7 @@ class Sampler:
         now = self._clock.time()
         snapshot = self._broker.metrics_snapshot()
         acks = self._ack_snapshot(snapshot)
-        ack_delta = (
-            acks.delta(self._previous_acks)
-            if acks is not None and self._previous_acks is not None
-            else acks
-        )
+        ack_delta = acks.delta(self._previous_acks) if self._previous_acks is not None else acks
         values = snapshot_values(snapshot, self._previous, now - self._previous_at, ack_delta)
         self._previous, self._previous_at, self._previous_acks = snapshot, now, acks
         written = 0

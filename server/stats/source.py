@@ -1,11 +1,14 @@
 """What the stats code needs from the broker, as structural types (no import of the engine).
 
-``server.engine.Broker`` satisfies these protocols; tests may pass any object that does.
+``server.operations.Operations`` satisfies these protocols; tests may pass any object that
+does.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from server.stats.snapshot import MetricsSnapshot
 
 
 class EventSink(Protocol):
@@ -24,6 +27,6 @@ class MetricsSource(Protocol):
         """Where failures of sampling are reported."""
         ...
 
-    def metrics_snapshot(self) -> dict[str, Any]:
-        """Cheap counters snapshot (ENGINE_API.md); called on the event loop."""
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """Cheap counters snapshot (server/stats/snapshot.py); called on the event loop."""
         ...

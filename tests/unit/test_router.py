@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.protocol.errors import BadRegexTopic
-from server.router import Router, compile_topic, is_regex_topic
+from server.protocol.topic import compile_topic, is_regex_topic
+from server.router import Router
 
 
 @dataclass(eq=False)

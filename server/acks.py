@@ -1,0 +1,171 @@
+"""Persisted and flush acks, released by a durability horizon.
+
+A publish that asked for a ``persisted`` ack is answered once its record is durable: today
+written and fsynced to the local journal (:class:`LocalHorizon`); with replication, also
+acknowledged by every sync destination (a horizon that waits for both). This module does
+not care which: it registers on a :class:`~server.ports.DurabilityHorizon` and releases
+what the new horizon covers.
+
+Persisted acks are conflated per client (PROTOCOL.md "Acks"): each release sends one ack
+with the highest publisher sequence it covers and that bookmark, however many publishes it
+covers. Flush acks (``flush``: every earlier command of this connection processed and
+persisted) wait on the same horizon, in order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from server.bookmarks import format_bookmark
+from server.clock import Clock
+from server.ports import DurabilityHorizon, Outbound
+from server.protocol.commands import Command
+from server.stats.histogram import LatencyHistogram
+from server.txlog import TransactionLog
+
+
+class LocalHorizon:
+    """The durability horizon of an instance without sync replication: the local fsync."""
+
+    def __init__(self, txlog: TransactionLog) -> None:
+        self._log = txlog
+
+    @property
+    def seq(self) -> int:
+        return self._log.durable_seq
+
+    async def wait(self, seq: int) -> None:
+        await self._log.wait_durable(seq)
+
+    def on_advance(self, callback: Callable[[int], None]) -> None:
+        self._log.add_durable_listener(callback)
+
+
+@dataclass(slots=True, eq=False)
+class _Waiting:
+    """What one peer waits for."""
+
+    pub_hash: int
+    #: (local seq, publisher seq, monotonic arrival) of publishes awaiting a persisted ack
+    persist: deque[tuple[int, int, float]] = field(default_factory=deque)
+    #: flush commands waiting for durability: (local seq, cid)
+    flushes: deque[tuple[int, str | None]] = field(default_factory=deque)
+
+
+class DurableAcks:
+    """Persisted and flush acks of every peer. Owned by the event loop.
+
+    Args:
+        horizon: how far the log is durable, or None without a transaction log (then
+            nothing is ever pending: flushes are answered at once).
+        last_seq: the local sequence of the last record appended (what a flush covers).
+        clock: arrival and release times for the latency histogram.
+    """
+
+    def __init__(
+        self,
+        horizon: DurabilityHorizon | None,
+        last_seq: Callable[[], int],
+        clock: Clock,
+    ) -> None:
+        self._horizon = horizon
+        self._last_seq = last_seq
+        self._clock = clock
+        self._waiting: dict[Outbound, _Waiting] = {}
+        #: peers with something pending (the release walks only these)
+        self._pending: set[Outbound] = set()
+        #: the highest publisher sequence acked as persisted, per peer
+        self._last_persisted: dict[Outbound, int] = {}
+        self.latency = LatencyHistogram()
+        if horizon is not None:
+            horizon.on_advance(self._release)
+
+    # -- registration ---------------------------------------------------------------------
+
+    def _entry(self, peer: Outbound, pub_hash: int) -> _Waiting:
+        w = self._waiting.get(peer)
+        if w is None:
+            w = self._waiting[peer] = _Waiting(pub_hash)
+        elif pub_hash:
+            w.pub_hash = pub_hash
+        return w
+
+    def expect_persisted(self, peer: Outbound, pub_hash: int, seq: int, pub_seq: int) -> None:
+        """Ack ``pub_seq`` (and what it covers) to ``peer`` once ``seq`` is durable."""
+        self._entry(peer, pub_hash).persist.append((seq, pub_seq, self._clock.monotonic()))
+        self._pending.add(peer)
+
+    def expect_duplicate(self, peer: Outbound, pub_hash: int, pub_seq: int) -> None:
+        """A duplicate publish asked for a persisted ack: it is persisted once everything
+        appended so far is (its first copy is among it)."""
+        seq = self._last_seq()
+        self.expect_persisted(peer, pub_hash, seq, pub_seq)
+        horizon = self._horizon
+        if horizon is not None and horizon.seq >= seq:
+            self._release_peer(peer, horizon.seq, self._clock.monotonic())
+
+    def flush(self, peer: Outbound, cmd: Command) -> None:
+        """The ``flush`` command: ack once every earlier publish of ``peer`` is durable."""
+        horizon = self._horizon
+        seq = self._last_seq()
+        if horizon is None or horizon.seq >= seq:
+            if "processed" in cmd.acks or "completed" in cmd.acks or not cmd.acks:
+                peer.ack("processed", cmd.cid)
+            return
+        self._entry(peer, 0).flushes.append((seq, cmd.cid))
+        self._pending.add(peer)
+
+    def set_last_persisted(self, peer: Outbound, pub_seq: int) -> None:
+        """What a client's logon ack reported as its last persisted sequence."""
+        self._last_persisted[peer] = pub_seq
+
+    def last_persisted(self, peer: Outbound) -> int:
+        """The highest publisher sequence acked as persisted to ``peer``."""
+        return self._last_persisted.get(peer, 0)
+
+    def forget(self, peer: Outbound) -> None:
+        """The peer is gone: drop what it waited for."""
+        self._waiting.pop(peer, None)
+        self._pending.discard(peer)
+        self._last_persisted.pop(peer, None)
+
+    @property
+    def pending_peers(self) -> int:
+        """Peers waiting for a persisted or flush ack."""
+        return len(self._pending)
+
+    # -- release ------------------------------------------------------------------------
+
+    def _release(self, durable_seq: int) -> None:
+        """The horizon moved: persisted acks (conflated per peer) and flush acks."""
+        if not self._pending:
+            return
+        now = self._clock.monotonic()
+        done = [p for p in self._pending if self._release_peer(p, durable_seq, now)]
+        for peer in done:
+            self._pending.discard(peer)
+
+    def _release_peer(self, peer: Outbound, durable_seq: int, now: float) -> bool:
+        """Send what ``durable_seq`` covers for one peer; True when nothing is left."""
+        w = self._waiting.get(peer)
+        if w is None:
+            return True
+        pending = w.persist
+        top = -1
+        observe = self.latency.observe
+        while pending and pending[0][0] <= durable_seq:
+            _, s, t0 = pending.popleft()
+            observe(now - t0)
+            if s > top:
+                top = s
+        if top >= 0:
+            if top > self._last_persisted.get(peer, 0):
+                self._last_persisted[peer] = top
+            peer.ack("persisted", None, s=top, bm=format_bookmark(w.pub_hash, top))
+        flushes = w.flushes
+        while flushes and flushes[0][0] <= durable_seq:
+            _, cid = flushes.popleft()
+            peer.ack("processed", cid)
+        return not pending and not flushes

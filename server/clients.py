@@ -1,0 +1,251 @@
+"""The client registry: connections, logon, client names, users and transports.
+
+A connection becomes a client with its ``logon``: the credentials are checked (scrypt runs
+in a thread, so the logon returns an awaitable and the connection's later commands wait),
+the client name is claimed (the same user reconnecting takes it over and the old connection
+is dropped; another user is refused with ``name in use``), and the logon ack tells the
+client the last sequence the log holds for its name, so it can resend what was not
+persisted (PROTOCOL.md "Acks").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from server import __version__
+from server.acks import DurableAcks
+from server.auth import Authenticator
+from server.bookmarks import pub_hash
+from server.clock import Clock
+from server.config import Config, UserConfig
+from server.engine_errors import TransportNotFound
+from server.eventlog import EventLog
+from server.lifecycle import Lifecycle
+from server.protocol.commands import Command
+from server.protocol.errors import (
+    AuthFailure,
+    InvalidMessage,
+    NameInUse,
+    ShuttingDown,
+)
+from server.session import CLOSE_GOING_AWAY, Session, Transport
+from server.txlog import TransactionLog
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedSession:
+    """A connection that went away (the admin API lists the last ones)."""
+
+    name: str | None
+    remote: str
+
+
+class ClientRegistry:
+    """Every connection of an instance, by name once logged on. Owned by the event loop.
+
+    Args:
+        config: the instance configuration (users, transports, tuning).
+        auth: credentials and entitlements.
+        txlog: the transaction log (each client's last sequence), or None.
+        acks: persisted acks (a client's last persisted sequence).
+        lifecycle: whether the instance is stopping.
+        events: the event log.
+        clock: connection times, heartbeats.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        auth: Authenticator,
+        txlog: TransactionLog | None,
+        acks: DurableAcks,
+        lifecycle: Lifecycle,
+        events: EventLog,
+        clock: Clock,
+    ) -> None:
+        self._config = config
+        self._auth = auth
+        self._txlog = txlog
+        self._acks = acks
+        self._lifecycle = lifecycle
+        self._events = events
+        self._clock = clock
+        self.sessions: set[Session] = set()
+        self.by_name: dict[str, Session] = {}
+        self._transport_enabled = {t.name: t.enabled for t in config.transports}
+        self._transport_conns = {t.name: 0 for t in config.transports}
+        self._closed: deque[ClosedSession] = deque(maxlen=100)
+        #: data messages and bytes sent to connections that are gone (totals stay monotonic)
+        self.msgs_out_closed = 0
+        self.bytes_out_closed = 0
+        #: called with every session that closes (subscriptions, acks forget it)
+        self.on_close: list[Callable[[Session], None]] = []
+
+    # -- connections ---------------------------------------------------------------------
+
+    def connect(self, transport: Transport, transport_name: str) -> Session:
+        """A new connection (the caller gives it a frame handler and starts it)."""
+        session = Session(
+            transport,
+            transport_name=transport_name,
+            owner=self,
+            clock=self._clock,
+            events=self._events,
+            buffer_limit=self._config.tuning.slow_client_buffer_limit,
+        )
+        self.sessions.add(session)
+        self._transport_conns[transport_name] = self._transport_conns.get(transport_name, 0) + 1
+        self._events.emit(
+            "info", "session", "connected", remote=transport.remote, transport=transport_name
+        )
+        return session
+
+    def session_closed(self, session: Session) -> None:
+        """Forget a session: its name, its subscriptions, what it waited for."""
+        if session not in self.sessions:
+            return
+        self.sessions.discard(session)
+        name = session.transport_name
+        self._transport_conns[name] = max(0, self._transport_conns.get(name, 1) - 1)
+        for forget in self.on_close:
+            forget(session)
+        if session.name is not None and self.by_name.get(session.name) is session:
+            del self.by_name[session.name]
+        self._closed.append(ClosedSession(session.name, session.remote))
+        self.msgs_out_closed += session.traffic.msgs_out
+        self.bytes_out_closed += session.traffic.bytes_out
+        self._events.emit(
+            "info",
+            "session",
+            "disconnected",
+            client=session.name,
+            remote=session.remote,
+            reason=session.close_reason or "closed",
+            msgs_in=session.traffic.msgs_in,
+            msgs_out=session.traffic.msgs_out,
+        )
+
+    async def close_all(self) -> None:
+        """Close every connection with ``shutting down`` after what it has buffered."""
+        await asyncio.gather(
+            *(
+                s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True)
+                for s in list(self.sessions)
+            ),
+            return_exceptions=True,
+        )
+
+    def logged_on(self) -> list[Session]:
+        """The connections that logged on."""
+        return [s for s in self.sessions if s.name is not None]
+
+    # -- transports ----------------------------------------------------------------------
+
+    def transport_accepting(self, name: str) -> bool:
+        """Whether the transport takes new connections now."""
+        return self._transport_enabled.get(name, False) and not self._lifecycle.stopping
+
+    def transport_enabled(self, name: str) -> bool:
+        return self._transport_enabled.get(name, False)
+
+    def transport_connections(self, name: str) -> int:
+        return self._transport_conns.get(name, 0)
+
+    def set_transport_enabled(self, name: str, enabled: bool) -> None:
+        """Enable or disable a transport (existing connections stay)."""
+        if name not in self._transport_enabled:
+            raise TransportNotFound(name)
+        self._transport_enabled[name] = enabled
+        self._events.emit("info", "transport", "enabled" if enabled else "disabled", transport=name)
+
+    # -- logon ---------------------------------------------------------------------------
+
+    def logon(self, session: Session, cmd: Command) -> Awaitable[None] | None:
+        """The ``logon`` command: at once without users, else after checking credentials
+        off the loop (the returned awaitable)."""
+        self._check(session, cmd)
+        if not self._auth.enabled:
+            self._complete(session, cmd, None)
+            return None
+        return self._authenticated_logon(session, cmd)
+
+    def _check(self, session: Session, cmd: Command) -> str:
+        """Validate a logon before authentication; returns the client name."""
+        if session.name is not None:
+            raise InvalidMessage("already logged on: one logon per connection")
+        if self._lifecycle.stopping:
+            raise ShuttingDown()
+        name = cmd.field("client_name")
+        if not name:
+            raise InvalidMessage("logon needs a client_name")
+        return str(name)
+
+    async def _authenticated_logon(self, session: Session, cmd: Command) -> None:
+        user_id = cmd.field("user_id")
+        user = await self._auth.authenticate_async(user_id, cmd.field("pw"))
+        if user is None:
+            self._events.emit(
+                "warning",
+                "session",
+                "auth_failure",
+                remote=session.remote,
+                user=user_id,
+                client=cmd.field("client_name"),
+            )
+            raise AuthFailure("unknown user or wrong password/token")
+        if not session.closed:
+            self._complete(session, cmd, user)
+
+    def _complete(self, session: Session, cmd: Command, user: UserConfig | None) -> None:
+        """Claim the client name and answer with the logon ack (credentials checked)."""
+        name = self._check(session, cmd)
+        user_id = cmd.field("user_id")
+        user_name = user.name if user is not None else (user_id or None)
+        existing = self.by_name.get(name)
+        if existing is not None and not existing.closed:
+            if existing.user_name != user_name:
+                self._events.emit(
+                    "warning", "session", "name_in_use",
+                    client=name, remote=session.remote, refused=True,
+                )  # fmt: skip
+                raise NameInUse(f"client name {name!r} is in use by another user")
+            # same user: the new connection wins, the old one is dropped
+            self._events.emit(
+                "info", "session", "name_in_use",
+                client=name, remote=existing.remote, replaced_by=session.remote,
+            )  # fmt: skip
+            self.session_closed(existing)
+            existing.close_soon(NameInUse.reason)
+        version = cmd.field("version")
+        session.log_on(
+            name, user, user_name, pub_hash(name), version if isinstance(version, str) else ""
+        )
+        self.by_name[name] = session
+        last_s = 0
+        last_bm = None
+        if self._txlog is not None:
+            last_s = self._txlog.publisher_last(session.pub_hash)
+            last_bm = self._txlog.publisher_last_bookmark(session.pub_hash)
+        self._acks.set_last_persisted(session, last_s)
+        hb = cmd.field("hb")
+        hb_value: float | None = None
+        if hb:
+            hb_value = float(hb)
+        elif self._config.tuning.heartbeat_default > 0:
+            hb_value = self._config.tuning.heartbeat_default
+        if hb_value:
+            session.start_heartbeat(hb_value)
+        session.ack(
+            "processed", cmd.cid, client_name=name, s=last_s, bm=last_bm, version=__version__,
+            hb=hb_value,
+        )  # fmt: skip
+        self._events.emit(
+            "info", "session", "logon", client=name, user=user_name, remote=session.remote
+        )
+
+    @property
+    def recently_closed(self) -> list[ClosedSession]:
+        return list(self._closed)

@@ -1,0 +1,217 @@
+"""One connection's command order: frames in, runs of publishes and commands out, in order.
+
+A :class:`Dispatcher` is a connection's :class:`~server.ports.FrameHandler`. For each frame
+it takes runs of plain publishes straight to the publish pipeline (the hot path, no
+:func:`~server.protocol.commands.decode_command` per message), decodes everything else
+and runs it through the broker's command table.
+
+Some commands must wait for I/O before they can run: a ``logon`` whose credentials are
+checked (scrypt, in a thread), a bookmark ``subscribe`` whose start must be looked up in
+journal files. A command handler returns an awaitable for those; while it is pending, the
+connection's later commands wait in a backlog and run afterwards, in order (a publish or an
+unsubscribe sent in the same frame never overtakes them). Other connections are not held up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+from server.lifecycle import Lifecycle
+from server.ports import PublishRun
+from server.protocol.commands import Command, UnknownCommand, decode_command
+from server.protocol.errors import (
+    InvalidCommand,
+    InvalidMessage,
+    InvalidOptions,
+    LogonRequired,
+    ProtocolFailure,
+    ShuttingDown,
+)
+from server.protocol.frame import FrameError, parse_frame
+from server.publishing import PublishPipeline
+from server.session import CLOSE_INVALID_DATA, Session
+from server.stats.source import EventSink
+
+#: a command handler: runs the command now (returns None) or returns what to await first
+CommandHandler = Callable[[Session, Command], Awaitable[None] | None]
+
+#: the interval of ``heartbeat`` with ``o=start`` and no number (seconds)
+_DEFAULT_BEAT: Final = 30.0
+
+
+class Dispatcher:
+    """Runs one connection's frames, in order.
+
+    Args:
+        session: the connection.
+        pipeline: where publishes go.
+        commands: the command table (every command but ``publish`` and ``heartbeat``).
+        lifecycle: whether the broker is stopping (then work is refused).
+        events: where malformed frames are reported.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        pipeline: PublishPipeline,
+        commands: Mapping[str, CommandHandler],
+        lifecycle: Lifecycle,
+        events: EventSink,
+    ) -> None:
+        self._session = session
+        self._pipeline = pipeline
+        self._commands = commands
+        self._lifecycle = lifecycle
+        self._events = events
+        #: a command being prepared off the loop; commands arriving meanwhile wait in
+        #: _backlog, in order
+        self._waiting: asyncio.Task[None] | None = None
+        self._backlog: list[Command] = []
+
+    def receive(self, data: bytes) -> None:
+        """Handle one received frame; failures become failure acks (or a close), never
+        exceptions."""
+        session = self._session
+        parsed = parse_frame(data)
+        msgs = parsed.messages
+        n = len(msgs)
+        i = 0
+        pipeline = self._pipeline
+        lifecycle = self._lifecycle
+        while i < n:
+            if session.closed:
+                return
+            origin = session.origin
+            if origin is not None and self._waiting is None and not lifecycle.stopping:
+                # the hot path: runs of plain publishes
+                j = pipeline.publish_frame(origin, session.pub_hash, msgs, i)
+                if j > i:
+                    i = j
+                    continue
+            msg = msgs[i]
+            i += 1
+            try:
+                cmd = decode_command(msg)
+            except UnknownCommand as exc:
+                session.fail(exc.cid, InvalidCommand(exc.detail))
+                continue
+            except InvalidMessage as exc:
+                session.fail(getattr(exc, "cid", None), InvalidMessage(exc.detail))
+                continue
+            self.dispatch(cmd)
+        if parsed.error is not None:
+            self._bad_frame(parsed.error)
+
+    def dispatch(self, cmd: Command) -> None:
+        """Run one decoded command, after what is already waiting."""
+        if self._waiting is not None:
+            self._backlog.append(cmd)
+            return
+        if "received" in cmd.acks:
+            self._session.ack("received", cmd.cid)
+        self._run(cmd)
+
+    def _run(self, cmd: Command) -> None:
+        session = self._session
+        try:
+            if session.origin is None and cmd.name != "logon":
+                raise LogonRequired("the first command must be logon")
+            if self._lifecycle.stopping:
+                raise ShuttingDown()
+            if cmd.name == "publish":
+                self._publish(cmd)
+                return
+            if cmd.name == "heartbeat":
+                self._heartbeat(cmd)
+                return
+            pending = self._commands[cmd.name](session, cmd)
+            if pending is not None:
+                self._waiting = asyncio.get_running_loop().create_task(self._finish(cmd, pending))
+        except ProtocolFailure as exc:
+            self._failed(cmd, exc)
+
+    def _publish(self, cmd: Command) -> None:
+        """A publish the run path did not take (a correlation id, a SOW key, a first
+        use of an ack string...): the same pipeline, as a run of one."""
+        session = self._session
+        origin = session.origin
+        assert origin is not None
+        kinds = cmd.acks - {"received"}  # already sent by dispatch()
+        corr = cmd.field("x")
+        key = cmd.field("k")
+        self._pipeline.publish(
+            origin,
+            PublishRun(
+                topic=cmd.topic or "",
+                pub_hash=session.pub_hash,
+                pub_seqs=[cmd.seq],
+                bodies=[cmd.body],
+                acks=[(0, kinds, cmd.cid)] if kinds else [],
+                corr_ids=[corr] if corr else None,
+                sow_keys=[key] if key else None,
+                publisher_name=origin.name,
+            ),
+        )
+
+    def _heartbeat(self, cmd: Command) -> None:
+        """``heartbeat``: ``o=beat`` (or nothing) is a beat, ``o=start,N`` starts beating."""
+        session = self._session
+        opts = (cmd.options or "").strip()
+        if opts and opts != "beat":
+            parts = [p.strip() for p in opts.split(",")]
+            if parts[0] != "start":
+                raise InvalidOptions(f"heartbeat options must be 'start,N' or 'beat', not {opts!r}")
+            try:
+                interval = float(parts[1]) if len(parts) > 1 else _DEFAULT_BEAT
+            except ValueError as exc:
+                raise InvalidOptions(f"bad heartbeat interval {parts[1]!r}") from exc
+            session.start_heartbeat(interval)
+        if "processed" in cmd.acks:
+            session.ack("processed", cmd.cid)
+
+    async def _finish(self, cmd: Command, pending: Awaitable[None]) -> None:
+        """Await a command's I/O, then run what arrived meanwhile."""
+        try:
+            await pending
+        except ProtocolFailure as exc:
+            self._failed(cmd, exc)
+        except Exception as exc:  # a defect must not wedge the connection's backlog
+            self._events.emit(
+                "error", "session", "command_failed",
+                client=self._session.name, command=cmd.name, error=repr(exc),
+            )  # fmt: skip
+            self._failed(cmd, InvalidMessage(f"{cmd.name} failed: {exc}"))
+        finally:
+            self._waiting = None
+        self._drain_backlog()
+
+    def _failed(self, cmd: Command, exc: ProtocolFailure) -> None:
+        session = self._session
+        session.fail(cmd.cid, exc)
+        if cmd.name == "logon" and session.origin is None:
+            session.close_soon(exc.reason)
+
+    def _drain_backlog(self) -> None:
+        """Run what waited, in order, until one of them has to wait again."""
+        while self._backlog and self._waiting is None:
+            if self._session.closed:
+                self._backlog.clear()
+                return
+            self.dispatch(self._backlog.pop(0))
+
+    def _bad_frame(self, err: FrameError) -> None:
+        session = self._session
+        self._events.emit(
+            "warning",
+            "session",
+            "invalid_frame",
+            client=session.name,
+            remote=session.remote,
+            detail=err.detail,
+        )
+        if err.cid is not None:
+            session.fail(err.cid, InvalidMessage(err.detail))
+        else:
+            session.close_soon(f"{InvalidMessage.reason}: {err.detail}"[:120], CLOSE_INVALID_DATA)

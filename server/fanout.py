@@ -1,0 +1,179 @@
+"""The live fan-out: the publish stage that delivers appended runs to live subscriptions.
+
+One implementation for every run length (a single publish is a run of one). For a run:
+the router is asked once; a subscription with a content filter decides message by message
+(one :class:`~server.expr.MessageView` per message, shared by every filter, so a body is
+parsed at most once whatever number of filters read it); then each client connection gets
+one message per publish whatever number of its subscriptions matched (``sids`` lists them),
+encoded in one pass per connection by :func:`server.wire.encode_run` and queued as one
+piece. Connections whose matching subscriptions are the same get the very same bytes.
+
+Bookmarks come from the run's records (``AppendedRun.pub_hash``/``pub_seqs``), never from
+the connection that published them: a replicated message keeps the bookmark its publisher
+gave it elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from server.bookmarks import format_bookmark, format_timestamp_us
+from server.clock import Clock, time_us
+from server.expr import MessageView
+from server.ports import AppendedRun, Entitlements, Outbound
+from server.router import Router
+from server.subscription import Subscription
+from server.wire import encode_run, sids_json
+
+#: messages of a run each subscription of one connection takes (None: all of them)
+_Taken = list[tuple[Subscription, list[int] | None]]
+
+
+class FanOut:
+    """Delivers published runs to the live subscriptions of the router.
+
+    Args:
+        router: the index of live subscriptions.
+        entitlements: read entitlements of regex subscriptions (checked per topic).
+        clock: the ``ts`` of messages of topics not in the log (stamped on delivery).
+    """
+
+    def __init__(self, router: Router, entitlements: Entitlements, clock: Clock) -> None:
+        self._router = router
+        self._auth = entitlements
+        self._clock = clock
+
+    def applies_to(self, topic: str) -> bool:
+        """Every topic can have live subscribers."""
+        return True
+
+    def appended(self, run: AppendedRun) -> None:
+        """Deliver ``run`` to every live subscription that takes (some of) it."""
+        matches = self._router.match(run.topic)
+        if not matches:
+            return
+        n = len(run.bodies)
+        if len(matches) == 1:
+            only = matches[0]
+            if only.filter is None and (only.pattern is None or not self._auth.enabled):
+                # the common case: one plain subscription, nothing to select or group
+                data = self._encode(run, only.sid_bytes, range(n), self._ts(run, only.want_ts))
+                only.outbound.send_messages(data, n)
+                return
+        self._deliver(run, matches, n)
+
+    def _deliver(self, run: AppendedRun, matches: Sequence[Subscription], n: int) -> None:
+        """The general case: entitlements, filters, several subscriptions per connection."""
+        per_peer: dict[Outbound, _Taken] = {}
+        filtered: list[tuple[Subscription, list[int]]] = []
+        auth = self._auth
+        for sub in matches:
+            if auth.enabled and sub.pattern is not None and not auth.can_read(sub.user, run.topic):
+                continue  # exact topics were checked when the subscription was made
+            if sub.filter is None:
+                per_peer.setdefault(sub.outbound, []).append((sub, None))
+            else:
+                taken: list[int] = []
+                filtered.append((sub, taken))
+                per_peer.setdefault(sub.outbound, []).append((sub, taken))
+        if filtered:
+            self._select(run, filtered, n)
+        encoded: dict[tuple[bytes, bool], bytes] = {}
+        for peer, subs in per_peer.items():
+            if len(subs) == 1:
+                sub, sel = subs[0]
+                if sel is None:
+                    # connections that take the whole run under the same ids share bytes
+                    key = (sub.sid_bytes, sub.want_ts)
+                    data = encoded.get(key)
+                    if data is None:
+                        data = encoded[key] = self._encode(
+                            run, sub.sid_bytes, range(n), self._ts(run, sub.want_ts)
+                        )
+                    peer.send_messages(data, n)
+                elif sel:
+                    peer.send_messages(
+                        self._encode(run, sub.sid_bytes, sel, self._ts(run, sub.want_ts)), len(sel)
+                    )
+            else:
+                self._deliver_several(run, peer, subs, n, encoded)
+
+    def _deliver_several(
+        self,
+        run: AppendedRun,
+        peer: Outbound,
+        subs: _Taken,
+        n: int,
+        encoded: dict[tuple[bytes, bool], bytes],
+    ) -> None:
+        """One connection with several matching subscriptions: one message per publish,
+        ``sids`` naming the subscriptions that took it."""
+        if all(sel is None for _, sel in subs):
+            ids = [sub.sub_id for sub, _ in subs]
+            want_ts = any(sub.want_ts for sub, _ in subs)
+            sids = sids_json(ids)
+            key = (sids, want_ts)
+            data = encoded.get(key)
+            if data is None:
+                data = encoded[key] = self._encode(run, sids, range(n), self._ts(run, want_ts))
+            peer.send_messages(data, n)
+            return
+        takers: list[list[Subscription]] = [[] for _ in range(n)]
+        for sub, sel in subs:
+            for i in range(n) if sel is None else sel:
+                takers[i].append(sub)
+        pieces: list[bytes] = []
+        for i, these in enumerate(takers):
+            if these:
+                want_ts = any(s.want_ts for s in these)
+                sids = sids_json([s.sub_id for s in these])
+                pieces.append(self._encode(run, sids, (i,), self._ts(run, want_ts)))
+        if pieces:
+            peer.send_messages(b"".join(pieces), len(pieces))
+
+    def _select(
+        self, run: AppendedRun, filtered: list[tuple[Subscription, list[int]]], n: int
+    ) -> None:
+        """Fill each filtered subscription's list with the messages its filter matches."""
+        needs_bm = any("BOOKMARK" in sub.filter.functions for sub, _ in filtered if sub.filter)
+        needs_ts = any("TIMESTAMP" in sub.filter.functions for sub, _ in filtered if sub.filter)
+        recorded = run.recorded
+        ts = format_timestamp_us(run.timestamp_us) if needs_ts and run.timestamp_us else ""
+        topic = run.topic
+        bodies = run.bodies
+        for i in range(n):
+            view = MessageView(
+                topic,
+                bodies[i],
+                bookmark=format_bookmark(run.pub_hash, run.pub_seqs[i])
+                if needs_bm and recorded
+                else "",
+                timestamp=ts,
+                client_name=run.publisher_name,
+            )
+            for sub, taken in filtered:
+                flt = sub.filter
+                if flt is not None and flt.matches(view):
+                    taken.append(i)
+
+    def _ts(self, run: AppendedRun, want: bool) -> str | None:
+        """The ``ts`` of the run's deliveries: the record time, or now when not recorded."""
+        if not want:
+            return None
+        us = run.timestamp_us
+        return format_timestamp_us(us if us is not None else time_us(self._clock))
+
+    @staticmethod
+    def _encode(
+        run: AppendedRun, sids: bytes, part: Sequence[int] | range, ts: str | None
+    ) -> bytes:
+        return encode_run(
+            run.topic_literal,
+            sids,
+            run.bodies,
+            part,
+            pub_hash=run.pub_hash,
+            pub_seqs=run.pub_seqs if run.recorded else None,
+            ts=ts,
+            corr_ids=run.corr_ids,
+        )

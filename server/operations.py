@@ -1,0 +1,356 @@
+"""The admin surface of an instance: the reads and actions REST and (later) actions share.
+
+``web/admin.py`` is a thin HTTP layer over :class:`Operations`; the scheduled and on-demand
+actions (server/actions, a later issue) call the same methods, never the web layer. Reads
+copy broker state on the loop; actions that touch files (journals, the stats database) do
+their I/O in threads. Results are the JSON shapes of ADMIN_API.md, typed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime
+from typing import Literal, TypedDict
+
+from server import __version__
+from server.acks import DurableAcks
+from server.auth import Authenticator
+from server.clients import ClientRegistry
+from server.clock import Clock
+from server.config import Config
+from server.engine_errors import ClientNotFound, StatsUnavailable
+from server.eventlog import EventLog
+from server.lifecycle import Lifecycle
+from server.metrics import Metrics
+from server.session import Session
+from server.stats.sampler import Sampler
+from server.stats.snapshot import MetricsSnapshot
+from server.subscriptions import SubscriptionService
+from server.txlog import TransactionLog
+from server.txlog.errors import JournalNotFound
+from server.txlog.journal import JournalInfo
+
+JournalAction = Literal["archive", "compress", "remove"]
+JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")
+
+
+class InstanceInfo(TypedDict):
+    name: str
+    group: str
+    version: str
+    pid: int
+    uptime: float
+    config_path: str | None
+    data_dir: str
+    start_time: str
+    ready: bool
+
+
+class ClientInfo(TypedDict):
+    name: str | None
+    user: str | None
+    remote_addr: str
+    connected_since: str
+    msgs_in: int
+    msgs_out: int
+    bytes_in: int
+    bytes_out: int
+    queue_depth: int
+    last_persisted_seq: int
+    subscriptions: int
+    version: str
+
+
+class SubscriptionInfo(TypedDict):
+    client: str | None
+    sub_id: str
+    topic: str
+    filter: str | None
+    bookmark_kind: str
+    bookmark: str | None
+    options: str
+    state: str
+    position: str
+    position_seq: int
+    delivered: int
+    seconds_behind: float
+
+
+class TransportInfo(TypedDict):
+    name: str
+    type: str
+    address: str
+    enabled: bool
+    connections: int
+
+
+class JournalDict(TypedDict):
+    id: int
+    path: str
+    state: str
+    size: int
+    data_bytes: int
+    compression: str | None
+    records: int
+    first_seq: int
+    last_seq: int
+    first_bookmark: str | None
+    last_bookmark: str | None
+    first_time: str | None
+    last_time: str | None
+    pinned_by: str | None
+
+
+class TxlogTotals(TypedDict):
+    files: int
+    bytes: int
+    first_seq: int
+    last_seq: int
+    durable_seq: int
+
+
+class FlushLatency(TypedDict):
+    p50: float
+    p99: float
+
+
+class TransactionLogInfo(TypedDict):
+    journals: list[JournalDict]
+    totals: TxlogTotals
+    flush_latency_ms: FlushLatency
+    stats: dict[str, float]
+
+
+class Operations:
+    """Reads and actions over an instance's parts (no HTTP here).
+
+    Attributes:
+        config, clock, events, auth, lifecycle: the instance's own.
+        sampler: the statistics sampler (set by the engine once started; None before).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        clock: Clock,
+        events: EventLog,
+        auth: Authenticator,
+        lifecycle: Lifecycle,
+        clients: ClientRegistry,
+        subscriptions: SubscriptionService,
+        metrics: Metrics,
+        acks: DurableAcks,
+        txlog: TransactionLog | None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.events = events
+        self.auth = auth
+        self.lifecycle = lifecycle
+        self._clients = clients
+        self._subscriptions = subscriptions
+        self._metrics = metrics
+        self._acks = acks
+        self._txlog = txlog
+        self.sampler: Sampler | None = None
+
+    # -- the instance -------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.lifecycle.ready
+
+    @property
+    def stopping(self) -> bool:
+        return self.lifecycle.stopping
+
+    @property
+    def started_at(self) -> float:
+        return self.lifecycle.started_at
+
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        """Every counter now (server/stats/snapshot.py)."""
+        return self._metrics.snapshot()
+
+    def instance_info(self) -> InstanceInfo:
+        cfg = self.config
+        started = self.lifecycle.started_at
+        return {
+            "name": cfg.name,
+            "group": cfg.group,
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime": round(self.clock.time() - started, 3),
+            "config_path": str(cfg.source_path) if cfg.source_path else None,
+            "data_dir": str(cfg.data_directory),
+            "start_time": _iso(started),
+            "ready": self.lifecycle.ready,
+        }
+
+    # -- clients ------------------------------------------------------------------------
+
+    def _client_info(self, s: Session) -> ClientInfo:
+        t = s.traffic
+        return {
+            "name": s.name,
+            "user": s.user_name,
+            "remote_addr": s.remote,
+            "connected_since": _iso(s.connected_at),
+            "msgs_in": t.msgs_in,
+            "msgs_out": t.msgs_out,
+            "bytes_in": t.bytes_in,
+            "bytes_out": t.bytes_out,
+            "queue_depth": s.queue_depth,
+            "last_persisted_seq": self._acks.last_persisted(s),
+            "subscriptions": len(s.subs),
+            "version": s.version,
+        }
+
+    def clients_info(self) -> list[ClientInfo]:
+        return [self._client_info(s) for s in self._clients.logged_on()]
+
+    def client_info(self, name: str) -> ClientInfo | None:
+        s = self._clients.by_name.get(name)
+        return self._client_info(s) if s is not None else None
+
+    async def disconnect_client(self, name: str, reason: str = "disconnected by admin") -> bool:
+        s = self._clients.by_name.get(name)
+        if s is None:
+            return False
+        await s.close(reason)
+        return True
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def subscriptions_info(self) -> list[SubscriptionInfo]:
+        out: list[SubscriptionInfo] = []
+        for s in self._clients.sessions:
+            for sub in s.subs.values():
+                p = sub.progress
+                out.append(
+                    {
+                        "client": s.name,
+                        "sub_id": sub.sub_id,
+                        "topic": sub.topic,
+                        "filter": sub.filter_text,
+                        "bookmark_kind": sub.bookmark_kind,
+                        "bookmark": sub.bookmark,
+                        "options": sub.options.raw,
+                        "state": p.state,
+                        "position": p.position,
+                        "position_seq": p.position_seq,
+                        "delivered": p.delivered,
+                        "seconds_behind": round(self._metrics.seconds_behind(sub), 3),
+                    }
+                )
+        return out
+
+    def _session(self, client: str) -> Session:
+        s = self._clients.by_name.get(client)
+        if s is None:
+            raise ClientNotFound(client)
+        return s
+
+    def pause_subscription(self, client: str, sub_id: str) -> None:
+        """Pause a bookmark subscription of a client (``live`` ones are refused)."""
+        self._subscriptions.pause(self._session(client), [sub_id])
+
+    def resume_subscriptions(self, client: str, sub_ids: list[str]) -> None:
+        """Resume bookmark subscriptions of a client; several resume together."""
+        self._subscriptions.resume(self._session(client), sub_ids)
+
+    # -- transports ---------------------------------------------------------------------
+
+    def transports_info(self) -> list[TransportInfo]:
+        return [
+            {
+                "name": t.name,
+                "type": t.type,
+                "address": t.address,
+                "enabled": self._clients.transport_enabled(t.name),
+                "connections": self._clients.transport_connections(t.name),
+            }
+            for t in self.config.transports
+        ]
+
+    def set_transport_enabled(self, name: str, enabled: bool) -> None:
+        self._clients.set_transport_enabled(name, enabled)
+
+    # -- the transaction log ------------------------------------------------------------
+
+    def transaction_log_info(self) -> TransactionLogInfo | None:
+        txlog = self._txlog
+        if txlog is None:
+            return None
+        journals = [journal_dict(j) for j in txlog.journals()]
+        st = txlog.stats()
+        return {
+            "journals": journals,
+            "totals": {
+                "files": len(journals),
+                "bytes": sum(j["size"] for j in journals),
+                "first_seq": txlog.first_seq,
+                "last_seq": txlog.last_seq,
+                "durable_seq": txlog.durable_seq,
+            },
+            "flush_latency_ms": {
+                "p50": st.get("fsync_p50_ms", 0.0),
+                "p99": st.get("fsync_p99_ms", 0.0),
+            },
+            "stats": st,
+        }
+
+    async def journal_action(self, action: JournalAction, journal_id: int) -> list[JournalDict]:
+        """Archive, compress or remove a journal and every older one (files in threads)."""
+        txlog = self._txlog
+        if txlog is None:
+            raise JournalNotFound(journal_id)
+        if action == "archive":
+            infos = await txlog.archive(journal_id)
+        elif action == "compress":
+            infos = await txlog.compress(journal_id)
+        else:
+            infos = await txlog.remove(journal_id)
+        self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
+        return [journal_dict(j) for j in infos]
+
+    # -- statistics ---------------------------------------------------------------------
+
+    async def truncate_stats(self, before: float) -> int:
+        """Delete stats samples older than ``before`` (epoch seconds); how many went."""
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(store.writer.truncate, before)
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _iso_us(us: int | None) -> str | None:
+    if us is None:
+        return None
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat(timespec="microseconds")
+
+
+def journal_dict(j: JournalInfo) -> JournalDict:
+    """A journal as ADMIN_API.md shows it (times as ISO-8601 UTC)."""
+    return {
+        "id": j.id,
+        "path": j.path,
+        "state": j.state,
+        "size": j.size_bytes,
+        "data_bytes": j.data_bytes,
+        "compression": j.compression,
+        "records": j.records,
+        "first_seq": j.first_seq,
+        "last_seq": j.last_seq,
+        "first_bookmark": j.first_bookmark,
+        "last_bookmark": j.last_bookmark,
+        "first_time": _iso_us(j.first_time_us),
+        "last_time": _iso_us(j.last_time_us),
+        "pinned_by": j.pinned_by,
+    }

@@ -1,0 +1,324 @@
+"""The seams of the engine core: what subsystems implement and what they are handed.
+
+Everything that is not the engine core plugs in here, so these types import nothing of the
+core (only the protocol, the config model, the record types and the filter type):
+
+- :class:`Outbound`: where the broker sends bytes for one peer. A client ``Session``
+  implements it; a replication link and a test double will.
+- :class:`Origin`: who sent a publish (a client, a replication link, the broker itself),
+  kept apart from the *record's* publisher identity (``PublishRun.pub_hash``), whose
+  bookmark a record carries: a replicated message arrives from a link but keeps the
+  bookmark of the client that published it elsewhere.
+- :class:`PublishRun` / :class:`AppendedRun`: the unit of the publish pipeline, a run of
+  consecutive publishes to one topic (a single publish is a run of one), as columns.
+- :class:`PublishStage` and its hooks: what the pipeline calls for each run (before the
+  append, after it), when the durability horizon moves, and once per journal batch at
+  start-up. The live fan-out is the first stage; SOW, queues and the replication push
+  come next.
+- :class:`DurabilityHorizon`: how far the log is durable. Persisted acks, flush acks and
+  ``fully_durable`` subscriptions wait on it. Today it is the local fsync; with
+  replication it also waits for every sync destination.
+- :class:`TopicStore`: keyed current state of a topic (SOW topics and queues), one
+  interface for its memory and persistent backends.
+- :class:`FrameHandler`: what a connection hands its received frames to (the dispatcher).
+
+Who implements what is listed in docs/architecture.md ("Ports").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from server.config import UserConfig
+from server.expr import Filter
+from server.protocol.errors import ProtocolFailure
+from server.txlog.batch import RecordBatch
+from server.txlog.record import Record, RecordKind
+
+#: an ack header value (PROTOCOL.md "Acks")
+AckValue = str | int | float | bool | None
+
+#: one message of a run that asked for acks: (index in the run, ack kinds, cid)
+AckRequest = tuple[int, frozenset[str], str | None]
+
+OriginKind = Literal["client", "replication", "broker"]
+
+
+class Outbound(Protocol):
+    """Where the broker sends to one peer: a client session, a replication link, a double.
+
+    Sends never block and never raise: a closed peer drops what it is given. Data messages
+    (``send_messages``) are counted apart from control messages (acks, heartbeats).
+    """
+
+    @property
+    def closed(self) -> bool:
+        """Whether the peer is gone (sends are dropped)."""
+        ...
+
+    def send(self, data: bytes) -> None:
+        """Queue control bytes (acks, heartbeats) for the next outbound frame."""
+        ...
+
+    def send_messages(self, data: bytes, count: int) -> None:
+        """Queue ``count`` encoded data messages joined in ``data``."""
+        ...
+
+    def ack(
+        self,
+        kind: str,
+        cid: str | None,
+        status: str = "success",
+        reason: str | None = None,
+        **fields: AckValue,
+    ) -> None:
+        """Send one ack (PROTOCOL.md "Acks")."""
+        ...
+
+    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
+        """Send a failure ack with the reason string of ``exc`` (always sent)."""
+        ...
+
+    def has_room(self) -> bool:
+        """Whether a paced producer (a replay) may queue more now."""
+        ...
+
+    async def wait_room(self) -> None:
+        """Wait until :meth:`has_room` (or the peer closed)."""
+        ...
+
+
+@dataclass(slots=True)
+class Traffic:
+    """Counters of one peer (a client connection, later a replication link)."""
+
+    msgs_in: int = 0
+    msgs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Origin:
+    """Who sent a publish: where its acks go and whose entitlements apply.
+
+    Attributes:
+        kind: a client connection, a replication link, or the broker itself.
+        name: the client name, the link's name, or the instance name.
+        user: whose write entitlements apply (None: no users configured, or trusted).
+        replies: where acks and failures go (None: nobody is waiting for them).
+        traffic: the counters the publish adds to.
+    """
+
+    kind: OriginKind
+    name: str
+    user: UserConfig | None
+    replies: Outbound | None
+    traffic: Traffic = field(default_factory=Traffic)
+
+
+@dataclass(slots=True, eq=False)
+class PublishRun:
+    """Consecutive publishes to one topic from one origin: the unit of the publish path.
+
+    Columns, not objects: a publisher's frame carries a hundred publishes and the pipeline
+    does its checks and bookkeeping once per run.
+
+    Attributes:
+        topic: the topic.
+        pub_hash: the records' publisher id (the first half of their bookmarks).
+        pub_seqs: per message, the publisher's sequence, or None for "the next one".
+        bodies: per message, the body.
+        acks: the messages that asked for acks, in order.
+        corr_ids: per message, the correlation id (``""`` for none), or None.
+        sow_keys: per message, the SOW key given with ``k`` (``""`` for none), or None.
+        kind: the record kind the messages are logged as.
+        path: instances the messages travelled through (replication), origin first.
+        publisher_name: the publishing client's name, when known (``CLIENT_NAME()``).
+    """
+
+    topic: str
+    pub_hash: int
+    pub_seqs: list[int | None]
+    bodies: list[bytes]
+    acks: list[AckRequest]
+    corr_ids: list[str] | None = None
+    sow_keys: list[str] | None = None
+    kind: RecordKind = RecordKind.PUBLISH
+    path: tuple[str, ...] = ()
+    publisher_name: str = ""
+
+
+@dataclass(slots=True, eq=False)
+class AppendedRun:
+    """Publishes that passed the checks (and were appended, for recorded topics).
+
+    Attributes:
+        topic: the topic.
+        topic_literal: the topic as a JSON string literal (encoded once per topic).
+        origin: who sent them.
+        pub_hash: the records' publisher id.
+        pub_seqs: per message, the publisher sequence (as given, or 0, when not recorded).
+        bodies: per message, the body.
+        first_seq: local sequence of the first record; 0 when the topic is not recorded.
+        timestamp_us: the records' time; None when not recorded (deliveries stamp now).
+        corr_ids: per message, the correlation id, or None.
+        sow_keys: per message, the SOW key, or None.
+        kind: the record kind.
+        publisher_name: the publishing client's name, when known.
+    """
+
+    topic: str
+    topic_literal: bytes
+    origin: Origin
+    pub_hash: int
+    pub_seqs: Sequence[int]
+    bodies: Sequence[bytes]
+    first_seq: int
+    timestamp_us: int | None
+    corr_ids: Sequence[str] | None
+    sow_keys: Sequence[str] | None
+    kind: RecordKind
+    publisher_name: str
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the messages are in the transaction log (they have bookmarks)."""
+        return self.first_seq > 0
+
+
+class PublishStage(Protocol):
+    """A subsystem on the publish path (the fan-out; later SOW, queues, replication).
+
+    A stage implements the hooks it needs, each its own protocol below
+    (:class:`PreparingStage`, :class:`AppendedStage`, :class:`DurableStage`,
+    :class:`RecoveringStage`); the pipeline registers each hook a stage has and never
+    calls one it lacks, and resolves once per topic which stages apply to it.
+    """
+
+    def applies_to(self, topic: str) -> bool:
+        """Whether publishes to ``topic`` go through this stage (asked once per topic)."""
+        ...
+
+
+@runtime_checkable
+class PreparingStage(PublishStage, Protocol):
+    """A stage with work before the append."""
+
+    def prepare(self, run: PublishRun) -> None:
+        """On the loop, before the append: derive keys, merge deltas, or refuse the run
+        by raising a :class:`~server.protocol.errors.ProtocolFailure`."""
+        ...
+
+
+@runtime_checkable
+class AppendedStage(PublishStage, Protocol):
+    """A stage with work after the append."""
+
+    def appended(self, run: AppendedRun) -> None:
+        """On the loop, after the append, in publish order (deliver, index, enqueue)."""
+        ...
+
+
+@runtime_checkable
+class DurableStage(PublishStage, Protocol):
+    """A stage that follows the durability horizon."""
+
+    def durable(self, seq: int) -> None:
+        """The horizon reached ``seq`` (push to replicas, start lease timers)."""
+        ...
+
+
+@runtime_checkable
+class RecoveringStage(PublishStage, Protocol):
+    """A stage whose state is rebuilt from the journal at start-up."""
+
+    def recover(self, batch: RecordBatch) -> None:
+        """Before clients are served: one batch of the journal, in log order."""
+        ...
+
+
+class DurabilityHorizon(Protocol):
+    """How far the log is durable, and a way to wait for it to move.
+
+    Persisted acks and flush acks are released by :meth:`on_advance`; a
+    ``fully_durable`` bookmark subscription delivers up to :attr:`seq`. It also satisfies
+    the replay cursor's ``Horizon`` (``seq`` and ``wait``).
+    """
+
+    @property
+    def seq(self) -> int:
+        """Every record up to this local sequence is durable."""
+        ...
+
+    async def wait(self, seq: int) -> None:
+        """Return once :attr:`seq` >= ``seq``."""
+        ...
+
+    def on_advance(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(seq)`` on the loop whenever :attr:`seq` moves."""
+        ...
+
+
+class FrameHandler(Protocol):
+    """What a connection hands each received frame to (server/dispatch.py)."""
+
+    def receive(self, data: bytes) -> None:
+        """Handle one frame; never raises (failures become acks or a close)."""
+        ...
+
+
+class Entitlements(Protocol):
+    """Who may read and write which topics (server/auth.py ``Authenticator``)."""
+
+    @property
+    def enabled(self) -> bool:
+        """False when no users are configured: everyone may do everything."""
+        ...
+
+    def can_read(self, user: UserConfig | None, topic: str) -> bool: ...
+
+    def can_write(self, user: UserConfig | None, topic: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What one update did to a keyed store: ``old`` and ``new`` of one key.
+
+    ``old`` is None for an insert, ``new`` is None for a delete; out-of-focus notices
+    (``oof``) need both to test a subscriber's filter before and after.
+    """
+
+    key: str
+    old: Record | None
+    new: Record | None
+
+
+class TopicStore(Protocol):
+    """The current state of a keyed topic: the latest record per key (SOW, queues).
+
+    One interface for the memory and the persistent backends, so one test suite runs
+    over both (nats-server ``store.go``). Owned by the event loop.
+    """
+
+    def apply(self, record: Record, key: str) -> Change:
+        """Store ``record`` as the latest of ``key``."""
+        ...
+
+    def delete(self, key: str) -> Change | None:
+        """Remove ``key``; None when it was not there."""
+        ...
+
+    def get(self, key: str) -> Record | None:
+        """The latest record of ``key``."""
+        ...
+
+    def query(self, flt: Filter | None) -> Iterator[tuple[str, Record]]:
+        """Every (key, record) the filter matches (all with None), in key order."""
+        ...
+
+    def __len__(self) -> int:
+        """How many keys are stored."""
+        ...

@@ -1,0 +1,388 @@
+"""The publish pipeline: every publish takes this one path, a run at a time.
+
+A client's publishes, a replicated message and the broker's own all enter
+:meth:`PublishPipeline.publish` as a :class:`~server.ports.PublishRun` (consecutive
+publishes to one topic; a single publish is a run of one) with an
+:class:`~server.ports.Origin`::
+
+    checks (topic, entitlement: once per run)
+      -> prepare stages            (SOW keys, delta merge: may refuse the run)
+      -> sequence + de-duplication (publisher id + sequence, against the log)
+      -> append                    (TransactionLog.append_many, for recorded topics)
+      -> acks on the wire          (received / processed, interleaved with deliveries)
+      -> appended stages           (live fan-out; later SOW, queues, replication push)
+      -> persisted acks            (server/acks.py, when the durability horizon covers them)
+
+The unit of work is the run: topic and entitlement checks, the publisher's last sequence,
+the append bookkeeping, the stage calls and the delivery encoding happen once per run, not
+once per message. What must stay per message stays per message: a duplicate sequence is
+answered alone (``duplicate``) and splits the run around it; a record the log refuses gets
+its exact failure from :meth:`TransactionLog.append`, and the rest of the run continues;
+``received`` and ``processed`` acks go out message by message, each before that message's
+deliveries, so a batched frame behaves on the wire exactly like one command per frame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from server.acks import DurableAcks
+from server.ports import (
+    AckRequest,
+    AppendedRun,
+    DurabilityHorizon,
+    DurableStage,
+    Entitlements,
+    Origin,
+    Outbound,
+    PublishRun,
+    PublishStage,
+    RecoveringStage,
+)
+from server.protocol.commands import take_publish_run
+from server.protocol.errors import (
+    Duplicate,
+    NotEntitled,
+    ProtocolFailure,
+    TxlogFull,
+)
+from server.protocol.frame import Message
+from server.stats.source import EventSink
+from server.topics import Topic, TopicTable
+from server.txlog import TransactionLog
+
+#: ack kinds that go out message by message, in order with the deliveries
+_INLINE: Final = frozenset({"received", "processed"})
+
+
+class PublishPipeline:
+    """The one publish path of an instance. Owned by the event loop.
+
+    Args:
+        topics: the topic table (resolves each topic's checks and stages once).
+        txlog: the transaction log, or None (nothing is recorded).
+        horizon: the durability horizon (stages with a ``durable`` hook follow it).
+        acks: persisted acks, released by the durability horizon.
+        entitlements: who may publish to which topic.
+        events: where unexpected append failures are reported.
+        stages: the publish stages, in the order they run.
+    """
+
+    def __init__(
+        self,
+        topics: TopicTable,
+        txlog: TransactionLog | None,
+        horizon: DurabilityHorizon | None,
+        acks: DurableAcks,
+        entitlements: Entitlements,
+        events: EventSink,
+        *,
+        stages: tuple[PublishStage, ...] = (),
+    ) -> None:
+        self._topics = topics
+        self._txlog = txlog
+        self._acks = acks
+        self._auth = entitlements
+        self._events = events
+        self._stages = stages
+        topics.set_stages(stages)
+        if horizon is not None:
+            for stage in stages:
+                if isinstance(stage, DurableStage):
+                    horizon.on_advance(stage.durable)
+        #: messages and body bytes published (all topics, all origins)
+        self.msgs_in = 0
+        self.bytes_in = 0
+
+    async def recover(self, *, batch_count: int = 4096) -> int:
+        """Feed the journal, in order, to the stages that rebuild state from it (start-up).
+
+        Returns:
+            How many records were read (0 when no stage recovers, or without a log).
+        """
+        txlog = self._txlog
+        stages = [s for s in self._stages if isinstance(s, RecoveringStage)]
+        if txlog is None or not stages:
+            return 0
+        seq = txlog.first_seq
+        read = 0
+        while seq <= txlog.durable_seq:
+            batch = await txlog.read_view(seq, max_count=batch_count)
+            if not len(batch):
+                break
+            for stage in stages:
+                stage.recover(batch)
+            read += len(batch)
+            seq = batch.last_seq + 1
+        return read
+
+    # -- front ends ---------------------------------------------------------------------
+
+    def publish_frame(self, origin: Origin, pub_hash: int, msgs: list[Message], start: int) -> int:
+        """Publish the runs of plain publishes at ``msgs[start:]`` (a client's frame).
+
+        Returns:
+            The index of the first message not taken (``start`` when none was): it is not
+            a plain publish, and :func:`~server.protocol.commands.decode_command` decides
+            what it is.
+        """
+        i = start
+        n = len(msgs)
+        replies = origin.replies
+        while i < n:
+            if replies is not None and replies.closed:
+                return i
+            scan = take_publish_run(msgs, i)
+            if scan is None:
+                return i
+            self.publish(
+                origin,
+                PublishRun(scan.topic, pub_hash, scan.seqs, scan.bodies, scan.acks,
+                           publisher_name=origin.name),
+            )  # fmt: skip
+            i = scan.end
+        return i
+
+    # -- the pipeline -------------------------------------------------------------------
+
+    def publish(self, origin: Origin, run: PublishRun) -> None:
+        """Publish a run: store, ack and deliver it, or report why not, message by message.
+
+        Never raises: a refusal becomes a failure ack per message to ``origin.replies``.
+        """
+        try:
+            topic = self._topics.admit(run.topic)
+            auth = self._auth
+            if auth.enabled and not auth.can_write(origin.user, run.topic):
+                raise NotEntitled(f"{origin.name!r} may not publish to {run.topic!r}")
+            for prepare in topic.prepare:
+                prepare(run)
+        except ProtocolFailure as exc:
+            for i in range(len(run.bodies)):
+                self._refuse(origin, run, i, exc)
+            return
+        txlog = self._txlog
+        if topic.recorded and txlog is not None:
+            self._publish_recorded(origin, topic, run, txlog)
+        else:
+            self._publish_unrecorded(origin, topic, run)
+
+    def _publish_recorded(
+        self, origin: Origin, topic: Topic, run: PublishRun, txlog: TransactionLog
+    ) -> None:
+        """Sequence, de-duplicate, append and hand over a run of a recorded topic."""
+        pub_hash = run.pub_hash
+        given = run.pub_seqs
+        bodies = run.bodies
+        n = len(bodies)
+        last = txlog.publisher_last(pub_hash)
+        i = 0
+        while i < n:
+            # the longest stretch from i whose sequences are new
+            seqs: list[int] = []
+            j = i
+            while j < n:
+                s = given[j]
+                if s is None:
+                    s = last + 1
+                elif s <= last:
+                    break
+                last = s
+                seqs.append(s)
+                j += 1
+            if j > i:
+                k = txlog.append_many(
+                    topic=run.topic,
+                    message_type="json",
+                    pub_hash=pub_hash,
+                    pub_seqs=seqs,
+                    bodies=bodies if i == 0 and j == n else bodies[i:j],
+                    corr_ids=run.corr_ids[i:j] if run.corr_ids else None,
+                    sow_keys=run.sow_keys[i:j] if run.sow_keys else None,
+                )
+                if k:
+                    first = txlog.last_seq - k + 1
+                    self._accepted(origin, topic, run, i, i + k, seqs[:k], first,
+                                   txlog.last_timestamp_us)  # fmt: skip
+                if k < j - i:
+                    # the log refused record i + k: append() of it says why
+                    self._append_one(origin, topic, run, i + k, seqs[k], txlog)
+                    last = txlog.publisher_last(pub_hash)
+                    i += k + 1
+                    continue
+            if j < n:
+                dup = given[j]
+                assert dup is not None  # only a given sequence can repeat one
+                self._duplicate(origin, run, j, dup)
+                j += 1
+            i = j
+
+    def _append_one(
+        self,
+        origin: Origin,
+        topic: Topic,
+        run: PublishRun,
+        i: int,
+        s: int,
+        txlog: TransactionLog,
+    ) -> None:
+        """Append message ``i`` alone: it gets the log's exact refusal, or goes through."""
+        try:
+            rec = txlog.append(
+                topic=run.topic,
+                message_type="json",
+                pub_hash=run.pub_hash,
+                pub_seq=s,
+                body=run.bodies[i],
+                corr_id=run.corr_ids[i] if run.corr_ids else "",
+                sow_key=run.sow_keys[i] if run.sow_keys else "",
+            )
+        except ProtocolFailure as exc:  # txlog full, a failed write: the reason stands
+            self._refuse(origin, run, i, exc)
+            return
+        except Exception as exc:
+            self._events.emit("error", "txlog", "append_failed", error=repr(exc))
+            self._refuse(origin, run, i, TxlogFull(f"transaction log cannot accept writes: {exc}"))
+            return
+        self._accepted(origin, topic, run, i, i + 1, [s], rec.seq, rec.timestamp_us)
+
+    def _publish_unrecorded(self, origin: Origin, topic: Topic, run: PublishRun) -> None:
+        """A run of a topic the log does not record: acked and delivered at once."""
+        seqs = [s or 0 for s in run.pub_seqs]
+        self._accepted(origin, topic, run, 0, len(run.bodies), seqs, 0, None)
+
+    # -- after the checks ---------------------------------------------------------------
+
+    def _accepted(
+        self,
+        origin: Origin,
+        topic: Topic,
+        run: PublishRun,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int],
+        first_seq: int,
+        timestamp_us: int | None,
+    ) -> None:
+        """Messages ``lo:hi`` passed (and were appended from ``first_seq``, when recorded):
+        count them, register their persisted ack, send inline acks and hand them to the
+        topic's stages, each message's acks before its deliveries."""
+        bodies = run.bodies if lo == 0 and hi == len(run.bodies) else run.bodies[lo:hi]
+        k = hi - lo
+        nbytes = sum(map(len, bodies))
+        origin.traffic.msgs_in += k
+        self.msgs_in += k
+        self.bytes_in += nbytes
+        topic.msgs_in += k
+        topic.bytes_in += nbytes
+        replies = origin.replies
+        inline: list[AckRequest] = []
+        if run.acks:
+            recorded = first_seq > 0
+            persist_at = -1
+            for req in run.acks:
+                idx, kinds, _cid = req
+                if idx < lo or idx >= hi:
+                    continue
+                if "persisted" in kinds and recorded:
+                    persist_at = idx
+                if not _INLINE.isdisjoint(kinds) or ("persisted" in kinds and not recorded):
+                    inline.append(req)
+            if persist_at >= 0 and replies is not None:
+                # one pending entry for the stretch: persisted acks are conflated anyway
+                self._acks.expect_persisted(
+                    replies, run.pub_hash, first_seq + persist_at - lo, seqs[persist_at - lo]
+                )
+        stages = topic.appended
+        if not inline:
+            if stages:
+                self._hand_over(origin, topic, run, lo, hi, seqs, bodies, first_seq, timestamp_us)
+            return
+        pos = lo
+        for idx, kinds, cid in inline:
+            if idx > pos and stages:
+                self._hand_over(origin, topic, run, pos, idx, seqs[pos - lo : idx - lo],
+                                bodies[pos - lo : idx - lo], first_seq + pos - lo if first_seq else 0,
+                                timestamp_us)  # fmt: skip
+            if replies is not None:
+                _send_acks(replies, kinds, cid, seqs[idx - lo], first_seq > 0)
+            pos = idx
+        if pos < hi and stages:
+            self._hand_over(origin, topic, run, pos, hi, seqs[pos - lo :], bodies[pos - lo :],
+                            first_seq + pos - lo if first_seq else 0, timestamp_us)  # fmt: skip
+
+    def _hand_over(
+        self,
+        origin: Origin,
+        topic: Topic,
+        run: PublishRun,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int],
+        bodies: Sequence[bytes],
+        first_seq: int,
+        timestamp_us: int | None,
+    ) -> None:
+        """Messages ``lo:hi`` to the topic's appended stages, as one run."""
+        appended = AppendedRun(
+            topic=run.topic,
+            topic_literal=topic.literal,
+            origin=origin,
+            pub_hash=run.pub_hash,
+            pub_seqs=seqs,
+            bodies=bodies,
+            first_seq=first_seq,
+            timestamp_us=timestamp_us,
+            corr_ids=run.corr_ids[lo:hi] if run.corr_ids else None,
+            sow_keys=run.sow_keys[lo:hi] if run.sow_keys else None,
+            kind=run.kind,
+            publisher_name=run.publisher_name,
+        )
+        for stage in topic.appended:
+            stage(appended)
+
+    def _duplicate(self, origin: Origin, run: PublishRun, i: int, s: int) -> None:
+        """Message ``i`` repeats a sequence already stored: not stored, not delivered."""
+        replies = origin.replies
+        if replies is None:
+            return
+        kinds, cid = _acks_of(run.acks, i)
+        if "received" in kinds:
+            replies.ack("received", cid)
+        if "processed" in kinds:
+            replies.ack("processed", cid, status="failure", reason=Duplicate.reason, s=s)
+        if "persisted" in kinds:
+            self._acks.expect_duplicate(replies, run.pub_hash, s)
+
+    def _refuse(self, origin: Origin, run: PublishRun, i: int, exc: ProtocolFailure) -> None:
+        """Message ``i`` failed: its ``received`` ack if asked, then the failure (always)."""
+        replies = origin.replies
+        if replies is None:
+            return
+        kinds, cid = _acks_of(run.acks, i)
+        if "received" in kinds:
+            replies.ack("received", cid)
+        replies.fail(cid, exc)
+
+
+def _acks_of(acks: list[AckRequest], i: int) -> tuple[frozenset[str], str | None]:
+    """The ack kinds and cid of message ``i`` of a run (none when it asked for none)."""
+    for idx, kinds, cid in acks:
+        if idx == i:
+            return kinds, cid
+        if idx > i:
+            break
+    return frozenset(), None
+
+
+def _send_acks(
+    replies: Outbound, kinds: frozenset[str], cid: str | None, s: int, recorded: bool
+) -> None:
+    """The acks a message gets as it passes (``persisted`` here only when not recorded)."""
+    if "received" in kinds:
+        replies.ack("received", cid)
+    if "persisted" in kinds and not recorded:
+        replies.ack("persisted", None, s=s or None)
+    if "processed" in kinds:
+        replies.ack("processed", cid)

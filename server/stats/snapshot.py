@@ -1,0 +1,79 @@
+"""The shape of a metrics snapshot: what the broker counts, read once per tick or scrape.
+
+The engine builds one with :meth:`server.metrics.Metrics.snapshot` (cheap, on the loop, no
+I/O); the stats sampler, the Prometheus collector and the dashboard's live feed read it.
+Counters are cumulative since the start of the instance (a client's counters since its
+connection); rates are computed by the readers over two snapshots.
+"""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from server.stats.histogram import LatencyHistogram
+
+
+class ClientCounters(TypedDict):
+    """One logged-on client."""
+
+    msgs_in: int
+    msgs_out: int
+    bytes_in: int
+    bytes_out: int
+    queue_depth: int
+
+
+class TopicCounters(TypedDict):
+    """One topic of the topic table."""
+
+    msgs_in: int
+    bytes_in: int
+
+
+class SubscriptionLag(TypedDict):
+    """Where one subscription stands."""
+
+    client: str | None
+    sub_id: str
+    topic: str
+    state: str
+    position_seq: int
+    seconds_behind: float
+
+
+class TxlogCounters(TypedDict):
+    """The transaction log."""
+
+    last_seq: int
+    durable_seq: int
+    bytes: float
+    journals: float
+    appended: float
+    flushes: float
+    fsync_p50_ms: float
+    fsync_p99_ms: float
+
+
+class TransportCounters(TypedDict):
+    """One configured transport."""
+
+    connections: int
+    enabled: bool
+
+
+class MetricsSnapshot(TypedDict):
+    """Everything counted, at one moment (``time``, epoch seconds)."""
+
+    time: float
+    msgs_in: int
+    msgs_out: int
+    bytes_in: int
+    bytes_out: int
+    connections: int
+    subscriptions: int
+    clients: dict[str, ClientCounters]
+    topics: dict[str, TopicCounters]
+    subscriptions_detail: list[SubscriptionLag]
+    txlog: TxlogCounters | None
+    persisted_ack_latency: LatencyHistogram
+    transports: dict[str, TransportCounters]

@@ -1,0 +1,178 @@
+"""The only encoder of outbound data messages (PROTOCOL.md "Messages from the server").
+
+Delivered messages are the hottest bytes in the broker, so their headers are assembled from
+pre-encoded pieces (the topic and the subscription ids are JSON-encoded once) instead of
+going through a JSON encoder per message. Every producer of ``publish`` messages (the live
+fan-out, the replay sink, later SOW queries and replication) encodes here, so the layout is
+written once::
+
+    {"c":"publish","t":TOPIC,"sids":"a,b","bm":"H|S|","ts":"...","x":"...","l":N}BODY
+
+Bookmarks are ``format_bookmark(pub_hash, pub_seq)`` (server/bookmarks.py, the one
+definition of the text); the run encoders below format the same text straight into bytes
+(``%d|%d|``), which ``tests/unit/test_wire.py`` checks against ``format_bookmark`` so the
+two cannot drift apart. Sans-I/O: bytes in, bytes out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import orjson
+
+from server.bookmarks import format_bookmark, format_timestamp_us
+from server.txlog.batch import RecordBatch
+
+__all__ = [
+    "encode_batch",
+    "encode_publish",
+    "encode_run",
+    "sids_json",
+    "topic_json",
+]
+
+#: most topics whose JSON literal is kept (a broker sees thousands of topics, not millions;
+#: past the limit a literal is encoded per call instead of being cached)
+TOPIC_JSON_LIMIT: Final = 50_000
+
+_topic_json: dict[str, bytes] = {}
+
+
+def topic_json(topic: str) -> bytes:
+    """A topic as a JSON string literal, encoded once per topic."""
+    tj = _topic_json.get(topic)
+    if tj is None:
+        tj = orjson.dumps(topic)
+        if len(_topic_json) < TOPIC_JSON_LIMIT:
+            _topic_json[topic] = tj
+    return tj
+
+
+def sids_json(sub_ids: Sequence[str]) -> bytes:
+    """The ``sids`` value of a delivery that matched these subscriptions of one client."""
+    return orjson.dumps(sub_ids[0] if len(sub_ids) == 1 else ",".join(sub_ids))
+
+
+def encode_publish(
+    topic_literal: bytes,
+    sids: bytes,
+    body: bytes,
+    bookmark: str | None = None,
+    ts: str | None = None,
+    corr_id: str | None = None,
+) -> bytes:
+    """One outbound ``publish`` message (header + body).
+
+    Args:
+        topic_literal: the topic as a JSON literal (:func:`topic_json`).
+        sids: the subscription ids as a JSON literal (:func:`sids_json`).
+        body: the body, byte for byte as published.
+        bookmark: ``format_bookmark(...)`` text, or None for topics not in the log.
+        ts: the ``ts`` value (:func:`server.bookmarks.format_timestamp_us`), when asked.
+        corr_id: the publisher's correlation id, passed through.
+    """
+    head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    if corr_id:
+        head += b',"x":' + orjson.dumps(corr_id)
+    return head + b',"l":%d}' % len(body) + body
+
+
+def encode_run(
+    topic_literal: bytes,
+    sids: bytes,
+    bodies: Sequence[bytes],
+    part: Sequence[int] | range,
+    *,
+    pub_hash: int = 0,
+    pub_seqs: Sequence[int] | None = None,
+    ts: str | None = None,
+    corr_ids: Sequence[str] | None = None,
+) -> bytes:
+    """The deliveries of messages ``part`` of a run (one topic, one publisher), joined.
+
+    The live fan-out's encoder: a run's messages share the topic, the publisher id and
+    the record time, so only the sequence and the body change per message.
+
+    Args:
+        part: indices into ``bodies`` (``range(len(bodies))`` for all of them).
+        pub_hash: the records' publisher id (with ``pub_seqs``: the bookmarks).
+        pub_seqs: the publisher sequences, or None for messages not in the log (no ``bm``).
+        ts: the ``ts`` value shared by the run, when asked.
+        corr_ids: per-message correlation ids (``""`` for none), or None.
+    """
+    if corr_ids is not None and any(corr_ids[i] for i in part):
+        return b"".join(
+            [
+                encode_publish(
+                    topic_literal,
+                    sids,
+                    bodies[i],
+                    format_bookmark(pub_hash, pub_seqs[i]) if pub_seqs is not None else None,
+                    ts,
+                    corr_ids[i] or None,
+                )
+                for i in part
+            ]
+        )
+    head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
+    if pub_seqs is not None:
+        # "bm":"H|S|" with H fixed for the run: only S and the length vary per message
+        head += b',"bm":"%d|' % pub_hash
+        tail = b'|","ts":"' + ts.encode() + b'","l":' if ts else b'|","l":'
+        return b"".join(
+            [b"%s%d%s%d}%s" % (head, pub_seqs[i], tail, len(bodies[i]), bodies[i]) for i in part]
+        )
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    head += b',"l":'
+    return b"".join([b"%s%d}%s" % (head, len(bodies[i]), bodies[i]) for i in part])
+
+
+def encode_batch(
+    batch: RecordBatch,
+    part: Sequence[int] | range,
+    sids: bytes,
+    *,
+    topic_literal: bytes | None = None,
+    want_ts: bool = False,
+    literal_of: Callable[[str], bytes] = topic_json,
+) -> bytes:
+    """The deliveries of records ``part`` of a log batch (the replay sink's encoder).
+
+    Args:
+        topic_literal: the topic literal when every record of ``part`` has the same topic
+            (a subscription to one topic); None looks each record's topic up.
+        want_ts: add ``ts`` (the record's time) to each message.
+        literal_of: the topic-literal cache (:func:`topic_json`).
+    """
+    bodies = batch.bodies
+    hashes = batch.pub_hashes
+    pseqs = batch.pub_seqs
+    if topic_literal is not None and not want_ts and not batch.has_corr_ids():
+        # one topic, nothing per record but the bookmark: one format per message
+        head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids + b',"bm":"'
+        return b"".join(
+            [
+                b'%s%d|%d|","l":%d}%s' % (head, hashes[i], pseqs[i], len(bodies[i]), bodies[i])
+                for i in part
+            ]
+        )
+    topics = batch.topics
+    return b"".join(
+        [
+            encode_publish(
+                topic_literal if topic_literal is not None else literal_of(topics[i]),
+                sids,
+                bodies[i],
+                format_bookmark(hashes[i], pseqs[i]),
+                format_timestamp_us(batch.timestamp_us(i)) if want_ts else None,
+                batch.corr_id(i) or None,
+            )
+            for i in part
+        ]
+    )
