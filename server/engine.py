@@ -87,7 +87,7 @@ class Broker:
         self.config = config
         self.clock = clock
         self.started_at = clock.time()
-        self.events = EventLog(config.data_directory, config.name, console=console_log)
+        self.events = EventLog(config.data_directory, config.name, console=console_log, clock=clock)
         self.auth = Authenticator(config.users)
         self.router = Router()
         self.sessions: set[Session] = set()
