@@ -10,7 +10,7 @@ import asyncio
 import socket
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -47,7 +47,8 @@ def test_ready_callbacks_sees_call_soon_and_a_woken_task() -> None:
         await asyncio.sleep(0)
         assert ready_callbacks(loop) == 0  # it is blocked on the future
         gate.set_result(None)
-        assert ready_callbacks(loop) >= 1  # its wake-up is queued
+        woken = ready_callbacks(loop)
+        assert woken is not None and woken >= 1  # its wake-up is queued
         await waiter
 
     run(scenario())
@@ -75,10 +76,10 @@ def test_ready_callbacks_sees_a_call_from_another_thread() -> None:
 
 
 def test_ready_callbacks_is_none_for_a_loop_without_a_ready_queue() -> None:
-    class OtherLoop(asyncio.AbstractEventLoop):
-        pass
+    class OtherLoop:
+        """Stands for a loop written elsewhere (uvloop): no ``_ready`` deque."""
 
-    assert ready_callbacks(OtherLoop()) is None
+    assert ready_callbacks(cast(asyncio.AbstractEventLoop, OtherLoop())) is None
 
 
 # -- wait_all_blocked -------------------------------------------------------------------
