@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -136,7 +135,7 @@ class Source:
 
     def __init__(self) -> None:
         self.clock = VirtualClock()
-        self.events = EventLog(None, "test", console=False)
+        self.events = EventLog(None, "test", console=False, clock=self.clock)
         self.stopping = False
         self.msgs_in = 0
         self.snapshots = 0
@@ -147,14 +146,7 @@ class Source:
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a scenario on a fresh event loop in its own thread.
-
-    Playwright's sync API keeps an event loop running in the main thread for the whole
-    session (its browser fixture outlives single tests), so ``asyncio.run`` cannot be used
-    there once a browser test has run.
-    """
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, asyncio.wait_for(coro, 30)).result()
+    asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def parse(item: bytes | None) -> list[tuple[str, Any]]:
