@@ -1,15 +1,22 @@
 """Injected time.
 
 Everything that waits or stamps time (heartbeats, group commit, replay pacing, retention,
-sampling) takes a :class:`Clock` so tests can drive a virtual clock and assert exact times
-instead of sleeping.
+sampling, the event log) takes a :class:`Clock` so tests can drive a virtual clock and assert
+exact times instead of sleeping.
+
+:class:`VirtualClock` follows trio's ``MockClock`` with ``wait_all_tasks_blocked``: time only
+moves in :meth:`VirtualClock.advance`, and between two moves the event loop runs until it is
+*quiescent* (no task is ready to run), so a test states exact virtual times without guessing
+how many loop turns the code under test needs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import heapq
 import time
-from typing import Protocol
+from typing import Final, Protocol
 
 
 class Clock(Protocol):
@@ -49,18 +56,95 @@ def time_us(clock: Clock) -> int:
     return int(clock.time() * 1_000_000)
 
 
+# -- quiescence -------------------------------------------------------------------------
+
+QUIET_TURNS: Final = 2
+"""Consecutive loop turns with nothing ready before the loop counts as quiescent.
+
+Two, because one turn is not enough for I/O: a task may write to a socket that another task
+of this loop reads, and the reader's callback only becomes ready at the next I/O poll. Each
+turn of :func:`wait_all_blocked` leaves its own task ready, so the next iteration polls with
+a zero timeout and queues that callback ahead of the check.
+"""
+
+FALLBACK_TURNS: Final = 50
+"""Loop turns :func:`wait_all_blocked` yields on a loop whose ready queue it cannot see."""
+
+MAX_TURNS: Final = 100_000
+"""Loop turns after which :func:`wait_all_blocked` gives up: a task that never blocks (a
+busy loop on ``sleep(0)``) keeps the loop from ever going quiet, and a clear error beats a
+hung test."""
+
+
+def ready_callbacks(loop: asyncio.AbstractEventLoop) -> int | None:
+    """How many live callbacks ``loop`` will run at its next turn; None if it cannot tell.
+
+    asyncio has no public API for this. CPython's ``BaseEventLoop`` (every loop of the
+    standard library on 3.11) keeps the callbacks it runs next in the private deque
+    ``_ready``: a task becomes ready by a handle being appended there (a future's result,
+    ``call_soon``, ``call_soon_threadsafe``, an I/O event, a due timer). This is the only
+    place that reads the private attribute; tests/unit/test_clock.py pins its behaviour on
+    the Python this project runs. Other loops (uvloop) return None and
+    :func:`wait_all_blocked` falls back to a fixed number of turns.
+    """
+    ready = getattr(loop, "_ready", None)
+    if not isinstance(ready, collections.deque):
+        return None
+    return sum(1 for handle in ready if not _cancelled(handle))
+
+
+def _cancelled(handle: object) -> bool:
+    return isinstance(handle, asyncio.Handle) and handle.cancelled()
+
+
+async def wait_all_blocked(*, max_turns: int = MAX_TURNS) -> None:
+    """Return once every other task of the running loop is blocked (trio's
+    ``wait_all_tasks_blocked``).
+
+    Blocked means waiting on something that is not "ready to run": a future, an event, a
+    queue, a lock, a real timer or I/O that has not arrived. Work handed to a thread
+    (``asyncio.to_thread``, ``run_in_executor``) is *not* waited for: the awaiting task is
+    blocked until the thread finishes, so a test of such code still waits on a condition
+    (tests/support/wait.py) for the thread's result.
+
+    Raises:
+        RuntimeError: the loop was still busy after ``max_turns`` turns (some task never
+            blocks).
+    """
+    loop = asyncio.get_running_loop()
+    quiet = 0
+    for _ in range(max_turns):
+        await asyncio.sleep(0)
+        pending = ready_callbacks(loop)
+        if pending is None:
+            for _ in range(FALLBACK_TURNS):
+                await asyncio.sleep(0)
+            return
+        quiet = quiet + 1 if pending == 0 else 0
+        if quiet >= QUIET_TURNS:
+            return
+    raise RuntimeError(f"the event loop did not go quiet in {max_turns} turns (a busy task?)")
+
+
+# -- the virtual clock ------------------------------------------------------------------
+
+
 class VirtualClock:
     """A clock that only moves when told to, for exact tests of time-driven code.
 
-    ``sleep`` parks the caller until :meth:`advance` moves time past its deadline; sleepers
-    wake in deadline order. ``time()`` is ``start + elapsed``.
+    ``sleep`` parks the caller until :meth:`advance` moves time to its deadline. ``time()``
+    is ``start + elapsed`` and ``monotonic()`` is ``elapsed``. One clock may serve several
+    event loops one after another (each ``asyncio.run`` of a test), not at the same time.
     """
 
     def __init__(self, start: float = 1_700_000_000.0) -> None:
         self._start = start
         self._now = 0.0
+        # (deadline, arrival order, future): a heap, so equal deadlines wake first-come
+        # first-served like asyncio's own timers
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._counter = 0
+        self._advancing = False
 
     def time(self) -> float:
         return self._start + self._now
@@ -74,8 +158,7 @@ class VirtualClock:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._counter += 1
-        self._sleepers.append((self._now + seconds, self._counter, fut))
-        self._sleepers.sort(key=lambda s: (s[0], s[1]))
+        heapq.heappush(self._sleepers, (self._now + seconds, self._counter, fut))
         await fut
 
     @property
@@ -83,22 +166,55 @@ class VirtualClock:
         """How many tasks are parked in :meth:`sleep` (for tests waiting on a condition)."""
         return sum(1 for _, _, f in self._sleepers if not f.done())
 
-    async def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds``, waking every sleeper whose deadline passed.
+    async def wait_all_blocked(self) -> None:
+        """Let the running loop settle without moving time (see :func:`wait_all_blocked`)."""
+        await wait_all_blocked()
 
-        Sleepers are woken one deadline at a time, letting the loop run in between, so code
-        that sleeps again after waking sees the intermediate times.
+    async def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds``, waking every sleeper whose deadline it reaches.
+
+        First the loop settles at the current time, so tasks that were about to sleep do so
+        before time moves (a real clock does not move while the loop has work either). Then
+        time jumps from deadline to deadline: the sleepers of one deadline wake together, in
+        the order they went to sleep, and the loop settles again before the next deadline.
+        Code that sleeps again after waking therefore sees the intermediate time, and
+        chains of tasks that wake each other (events, queues) have all run when this
+        returns. Time finally stands at exactly ``monotonic() + seconds``.
+
+        Threads are not waited for (see :func:`wait_all_blocked`).
+
+        Raises:
+            ValueError: ``seconds`` is negative (time does not go back).
+            RuntimeError: another ``advance`` is running, or the loop never settles.
         """
-        target = self._now + seconds
-        while True:
-            self._sleepers = [s for s in self._sleepers if not s[2].done()]
-            if not self._sleepers or self._sleepers[0][0] > target:
-                break
-            deadline, _, fut = self._sleepers.pop(0)
-            self._now = max(self._now, deadline)
-            fut.set_result(None)
-            for _ in range(5):
-                await asyncio.sleep(0)
-        self._now = target
-        for _ in range(5):
-            await asyncio.sleep(0)
+        if seconds < 0:
+            raise ValueError(f"cannot advance a clock by {seconds} s")
+        if self._advancing:
+            raise RuntimeError("VirtualClock.advance is already running")
+        self._advancing = True
+        try:
+            target = self._now + seconds
+            await wait_all_blocked()
+            while self._wake_next(target):
+                await wait_all_blocked()
+            self._now = target
+        finally:
+            self._advancing = False
+
+    def _wake_next(self, target: float) -> bool:
+        """Move to the earliest live deadline up to ``target`` and wake its sleepers.
+
+        Returns False when no live sleeper is due by ``target``.
+        """
+        heap = self._sleepers
+        while heap and heap[0][2].done():  # cancelled sleeps
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > target:
+            return False
+        deadline = heap[0][0]
+        self._now = max(self._now, deadline)
+        while heap and heap[0][0] == deadline:
+            _, _, fut = heapq.heappop(heap)
+            if not fut.done():
+                fut.set_result(None)
+        return True

@@ -15,13 +15,14 @@ import logging
 import logging.handlers
 import queue
 import sys
-import time
 from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
+
+from server.clock import SYSTEM_CLOCK, Clock
 
 _SECRET_WORDS: Final = ("password", "token", "secret", "authorization", "cookie")
 _SECRET_KEYS: Final = frozenset({"pw", "passwd"})
@@ -60,6 +61,10 @@ class EventLog:
         name: instance name, the file prefix.
         console: also write lines to stderr.
         max_bytes / backups: rotation policy.
+        level: the lowest level written to the handlers (``recent()`` keeps every event).
+        keep: how many events ``recent()`` remembers.
+        clock: stamps each event's ``time``; the broker passes its own, so events line up
+            with everything else it stamps (and tests on a virtual clock see exact times).
     """
 
     def __init__(
@@ -72,7 +77,9 @@ class EventLog:
         backups: int = 5,
         level: str = "info",
         keep: int = 500,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
         self._logger = logging.getLogger(f"spool.events.{name}.{id(self)}")
         self._logger.propagate = False
@@ -102,8 +109,9 @@ class EventLog:
 
     def emit(self, level: str, category: str, event: str, **fields: Any) -> None:
         """Record one event (cheap; safe to call on the event loop)."""
+        stamp = datetime.fromtimestamp(self._clock.time(), UTC)
         entry: dict[str, Any] = {
-            "time": datetime.fromtimestamp(time.time(), UTC).isoformat(timespec="microseconds"),
+            "time": stamp.isoformat(timespec="microseconds"),
             "level": level,
             "category": category,
             "event": event,

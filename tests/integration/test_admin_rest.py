@@ -10,7 +10,7 @@ import contextlib
 import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from server.client import SyncClient
 from server.config import AdminConfig, Config
 from server.stats.timeparse import format_time
 from tests.support.server import SpoolProcess, config_xml
+from tests.support.wait import wait_until
 from web.admin import AdminApi
 from web.app import create_app
 
@@ -36,18 +37,6 @@ USERS = (
     f"<User><Name>viewer</Name><Token>{READER_TOKEN}</Token></User>"
     f"<User><Name>feed</Name><Token>{FEED_TOKEN}</Token><Read>.*</Read><Write>.*</Write></User>"
 )
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll ``condition`` until it returns something truthy (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -298,9 +287,11 @@ def test_disconnect_is_done_and_logged(server: SpoolProcess, http: httpx.Client)
     with feed_client(server, "to-kick"):
         r = http.post("/api/clients/to-kick/disconnect", headers=ADMIN)
         assert r.status_code == 200 and r.json() == {"ok": True, "client": "to-kick"}
-        wait_for(
+        wait_until(
             lambda: http.get("/api/clients/to-kick", headers=ADMIN).status_code == 404,
-            what="client gone",
+            timeout=15,
+            interval=0.05,
+            message="client gone",
         )
     logged = admin_events(http, "clients.disconnect")
     ok = [e for e in logged if e["target"] == "to-kick" and e["status"] == 200]
@@ -363,13 +354,15 @@ def test_journal_actions(server: SpoolProcess, http: httpx.Client) -> None:
         for i in range(2600):  # > 2 journals of 1 MB
             pub.publish("orders", f'{{"i":{i},"pad":"{body}"}}', persisted=True)
         pub.flush()
-    journals = wait_for(
+    journals = wait_until(
         lambda: (
             (j := http.get("/api/transaction_log", headers=ADMIN).json()["journals"])
             and len(j) >= 3
             and j
         ),
-        what="three journals",
+        timeout=15,
+        interval=0.05,
+        message="three journals",
     )
     oldest = journals[0]["id"]  # journals are listed oldest first (id = base sequence)
     active = next(j["id"] for j in journals if j["state"] == "active")
@@ -393,17 +386,19 @@ def test_stats_series_window_step_and_truncate(server: SpoolProcess, http: httpx
     with feed_client(server, "stats-pub") as pub:
         pub.publish("orders", b"{}", persisted=True)
         pub.flush()
-        metrics = wait_for(
+        metrics = wait_until(
             lambda: (
                 "clients/stats-pub/msgs_in"
                 in (m := http.get("/api/stats/metrics", headers=READER).json())["metrics"]
                 and m
             ),
-            what="per-client metric sampled",
+            timeout=15,
+            interval=0.05,
+            message="per-client metric sampled",
         )
     assert metrics["interval"] == 1.0
     assert "host/cpu_percent" in metrics["metrics"]
-    wait_for(
+    wait_until(
         lambda: (
             len(
                 http.get(
@@ -412,7 +407,9 @@ def test_stats_series_window_step_and_truncate(server: SpoolProcess, http: httpx
             )
             >= 3
         ),
-        what="3 samples",
+        timeout=15,
+        interval=0.05,
+        message="3 samples",
     )
     series = http.get(
         "/api/stats", params={"metric": "instance/connections"}, headers=READER
@@ -461,7 +458,7 @@ def test_acceptance_stats_hold_samples_at_the_interval_under_load(
                 pub.flush()
         ended = time.time()
         with httpx.Client(base_url=proc.http_url, headers=ADMIN, timeout=30) as http:
-            wait_for(
+            wait_until(
                 lambda: (
                     len(
                         http.get(
@@ -475,7 +472,9 @@ def test_acceptance_stats_hold_samples_at_the_interval_under_load(
                     )
                     >= 10
                 ),
-                what="10 samples",
+                timeout=15,
+                interval=0.05,
+                message="10 samples",
             )
             series = http.get(
                 "/api/stats",

@@ -20,6 +20,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from server.protocol.frame import parse_frame
 from tests.support.server import SpoolProcess, config_xml
+from tests.support.wait import async_wait_until
 
 
 @pytest.fixture(scope="module")
@@ -107,12 +108,12 @@ async def _variant(url: str, p: str, batched: bool) -> tuple[list[Any], list[Any
                 await pub.send(frame)
         expected = 298  # n = 1..299 once, without the invalid n = 12
 
-        async def settled() -> None:
-            while not (len(got) >= expected and any(h.get("cid") == "end" for h, _ in acks)):
-                await asyncio.sleep(0.01)
-
         try:
-            await asyncio.wait_for(settled(), 15)
+            await async_wait_until(
+                lambda: len(got) >= expected and any(h.get("cid") == "end" for h, _ in acks),
+                timeout=15,
+                message="every delivery and the last ack",
+            )
         except TimeoutError:
             pytest.fail(f"{p}: {len(got)} delivered, acks {[h for h, _ in acks][-8:]}")
         for r in readers:

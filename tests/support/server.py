@@ -6,9 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import IO
+
+from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,20 +109,25 @@ class SpoolProcess:
             stderr=subprocess.STDOUT,
             env=env,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.port_file.exists():
-                text = self.port_file.read_text().strip()
-                if text:
-                    self.port = int(text)
-                    return self
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"spool serve exited with {self.proc.returncode}:\n" + self.log()
-                )
-            time.sleep(0.02)
-        self.kill()
-        raise TimeoutError("spool serve did not start listening:\n" + self.log())
+        try:
+            self.port = wait_until(
+                self._listening_port, timeout, interval=0.02, message="spool serve to listen"
+            )
+        except TimeoutError:
+            self.kill()
+            raise TimeoutError("spool serve did not start listening:\n" + self.log()) from None
+        return self
+
+    def _listening_port(self) -> int | None:
+        """The port once the server wrote it; raises if the process died before that."""
+        assert self.proc is not None
+        if self.port_file.exists():
+            text = self.port_file.read_text().strip()
+            if text:
+                return int(text)
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"spool serve exited with {self.proc.returncode}:\n" + self.log())
+        return None
 
     def log(self) -> str:
         try:

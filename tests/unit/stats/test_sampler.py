@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +14,7 @@ from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
 from server.stats.sampler import Sampler
 from server.stats.store import StatsStore
+from tests.support.wait import async_wait_until
 
 START = 1_700_000_000.0
 
@@ -25,7 +24,7 @@ class MetricsBroker:
 
     def __init__(self, clock: VirtualClock) -> None:
         self.clock = clock
-        self.events = EventLog(None, "test", console=False)
+        self.events = EventLog(None, "test", console=False, clock=clock)
         self.msgs_in = 0
         self.latency = LatencyHistogram()
 
@@ -60,12 +59,15 @@ def make_config(tmp_path: Path, *, interval: float = 10.0, retention: float = 36
     )
 
 
-async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
+async def ticked(sampler: Sampler, n: int) -> None:
+    """Wait for the ``n``-th tick: its write runs in a thread, which the virtual clock's
+    ``advance`` does not wait for (it settles the event loop only)."""
+    await async_wait_until(lambda: sampler.ticks == n, message=f"tick {n}")
+
+
+async def parked(clock: VirtualClock) -> None:
+    """Wait until the sampler sleeps on the clock (after a tick's thread work)."""
+    await async_wait_until(lambda: clock.sleepers == 1, message="the sampler asleep")
 
 
 def test_samples_are_written_at_each_interval(tmp_path: Path) -> None:
@@ -76,11 +78,11 @@ def test_samples_are_written_at_each_interval(tmp_path: Path) -> None:
         await sampler.start()
         try:
             for tick in range(1, 4):
-                await wait_until(lambda: clock.sleepers == 1)
+                await parked(clock)
                 broker.msgs_in += 100
                 broker.latency.observe(0.002)
                 await clock.advance(10.0)
-                await wait_until(lambda t=tick: sampler.ticks == t)  # type: ignore[misc]
+                await ticked(sampler, tick)
             store = sampler.store
             assert store is not None
             rates = await asyncio.to_thread(
@@ -144,7 +146,7 @@ def test_write_failures_are_reported_once_and_sampling_goes_on(tmp_path: Path) -
             await asyncio.to_thread(drop)
             for tick in (1, 2):
                 await clock.advance(10.0)
-                await wait_until(lambda t=tick: sampler.ticks == t)  # type: ignore[misc]
+                await ticked(sampler, tick)
             failures = [e for e in broker.events.recent() if e["event"] == "write_failed"]
             assert len(failures) == 1
             assert failures[0]["level"] == "error"
@@ -162,13 +164,13 @@ def test_a_slow_tick_skips_missed_intervals(tmp_path: Path) -> None:
         sampler = Sampler(broker, make_config(tmp_path), clock)
         await sampler.start()
         try:
-            await wait_until(lambda: clock.sleepers == 1)
+            await parked(clock)
             await clock.advance(35.0)  # one wake-up at +10, the +20/+30 deadlines are gone
-            await wait_until(lambda: sampler.ticks == 1)
-            await wait_until(lambda: clock.sleepers == 1)
+            await ticked(sampler, 1)
+            await parked(clock)
             assert sampler.last_tick == START + 10
             await clock.advance(10.0)
-            await wait_until(lambda: sampler.ticks == 2)
+            await ticked(sampler, 2)
             assert sampler.last_tick == START + 45
         finally:
             await sampler.stop()

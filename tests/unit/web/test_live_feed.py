@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
 import pytest
 
-from server.clock import VirtualClock
+from server.clock import VirtualClock, wait_all_blocked
 from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
-from tests.support.wait import async_wait_until
 from web.dashboard import (
     SUBSCRIBER_QUEUE,
     EventStreamResponse,
@@ -136,7 +134,7 @@ class Source:
 
     def __init__(self) -> None:
         self.clock = VirtualClock()
-        self.events = EventLog(None, "test", console=False)
+        self.events = EventLog(None, "test", console=False, clock=self.clock)
         self.stopping = False
         self.msgs_in = 0
         self.snapshots = 0
@@ -147,14 +145,7 @@ class Source:
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a scenario on a fresh event loop in its own thread.
-
-    Playwright's sync API keeps an event loop running in the main thread for the whole
-    session (its browser fixture outlives single tests), so ``asyncio.run`` cannot be used
-    there once a browser test has run.
-    """
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, asyncio.wait_for(coro, 30)).result()
+    asyncio.run(asyncio.wait_for(coro, 30))
 
 
 def parse(item: bytes | None) -> list[tuple[str, Any]]:
@@ -191,7 +182,6 @@ def test_a_stream_starts_with_history_then_gets_one_point_per_interval() -> None
         assert history["points"] == []
         assert [i["entry"]["event"] for i in history["log"]] == ["logon"]
         src.msgs_in = 300
-        await async_wait_until(lambda: src.clock.sleepers == 1)
         await src.clock.advance(1.0)
         [(name, point)] = parse(await next_item(sub))
         assert name == "message"
@@ -214,13 +204,11 @@ def test_new_event_log_entries_are_sent_once_with_increasing_ids() -> None:
         await next_item(sub)
         src.events.emit("warning", "session", "slow_client", client="x")
         src.events.emit("info", "admin", "login", user="ops")
-        await async_wait_until(lambda: src.clock.sleepers == 1)
         await src.clock.advance(1.0)
         events = dict(parse(await next_item(sub)))
         log = events["log"]
         assert [i["entry"]["event"] for i in log] == ["slow_client", "login"]
         assert log[1]["id"] == log[0]["id"] + 1
-        await async_wait_until(lambda: src.clock.sleepers == 1)
         await src.clock.advance(1.0)
         assert "log" not in dict(parse(await next_item(sub)))
         feed.close()
@@ -235,12 +223,10 @@ def test_the_sampler_stops_after_the_idle_grace_and_restarts_on_demand() -> None
         sub = feed.subscribe()
         feed.unsubscribe(sub)
         assert feed.running
-        for _ in range(5):
-            await async_wait_until(lambda: src.clock.sleepers == 1 or not feed.running)
-            if not feed.running:
-                break
-            await src.clock.advance(1.0)
-        await async_wait_until(lambda: not feed.running)
+        await src.clock.advance(2.999)
+        assert feed.running  # idle, but not for the whole grace yet
+        await src.clock.advance(0.001)
+        assert not feed.running  # stopped at the first tick past the grace (t = 3)
         taken = src.snapshots
         await src.clock.advance(10.0)
         assert src.snapshots == taken
@@ -260,10 +246,9 @@ def test_streams_end_when_the_broker_starts_stopping() -> None:
         sub = feed.subscribe()
         await next_item(sub)
         src.stopping = True
-        await async_wait_until(lambda: src.clock.sleepers == 1)
         await src.clock.advance(1.0)
         assert await next_item(sub) is None
-        await async_wait_until(lambda: not feed.running)
+        assert not feed.running
         refused = feed.subscribe()
         assert await next_item(refused) is None
 
@@ -275,9 +260,10 @@ def test_a_reader_that_falls_behind_is_ended_and_dropped() -> None:
         src = Source()
         feed = LiveFeed(src, interval=1.0)
         slow = feed.subscribe()  # never read: the history, then one point a second
-        for _ in range(SUBSCRIBER_QUEUE):
-            await async_wait_until(lambda: src.clock.sleepers == 1)
-            await src.clock.advance(1.0)
+        await src.clock.advance(SUBSCRIBER_QUEUE - 1)
+        assert feed.subscribers == 1  # the history and SUBSCRIBER_QUEUE - 1 points: full
+        assert slow.queue.full()
+        await src.clock.advance(1.0)  # one point more
         assert feed.subscribers == 0
         assert slow.queue.qsize() == 1
         assert await next_item(slow) is None
@@ -304,16 +290,15 @@ def test_the_response_streams_until_the_client_disconnects() -> None:
             sent.append(message)
 
         task = asyncio.create_task(EventStreamResponse(feed)({"type": "http"}, receive, send))
-        await async_wait_until(lambda: len(sent) >= 3)
-        start, retry, history = sent[:3]
+        await src.clock.wait_all_blocked()
+        start, retry, history = sent
         assert start["status"] == 200
         assert (b"content-type", b"text/event-stream; charset=utf-8") in start["headers"]
         assert retry["body"].startswith(b"retry: ")
         assert history["body"].startswith(b"event: history\n")
         src.msgs_in = 42
-        await async_wait_until(lambda: src.clock.sleepers == 1)
         await src.clock.advance(1.0)
-        await async_wait_until(lambda: len(sent) >= 4)
+        assert len(sent) == 4
         assert parse(sent[3]["body"])[0][1]["msgs_in"] == 42.0
         gone.set()
         await task
@@ -339,7 +324,8 @@ async def _stream_until_it_ends(
 
     task = asyncio.create_task(response({"type": "http"}, receive, send))
     if close_feed:
-        await async_wait_until(lambda: len(sent) >= 3)
+        await wait_all_blocked()
+        assert len(sent) == 3  # start, retry, history
         feed.close()
     await task
     return sent
