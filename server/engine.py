@@ -57,8 +57,9 @@ from server.protocol.errors import (
 )
 from server.protocol.frame import Message
 from server.protocol.options import SubscribeOptions, parse_subscribe_options
+from server.protocol.topic import compile_topic, is_regex_topic
 from server.replay import FunctionHorizon, Horizon, ReplayGroup, ReplaySource
-from server.router import Router, compile_topic, is_regex_topic
+from server.router import Router
 from server.stats.histogram import LatencyHistogram
 from server.stats.sampler import Sampler
 from server.subscription import Subscription

@@ -5,36 +5,18 @@ regular-expression topics, in a list that is searched once per *topic* and cache
 brokers see a few thousand distinct topics and millions of messages, so the cache turns a
 per-message regex scan into a dict lookup). Any change to the regex set clears the cache.
 
-A topic is a regular expression when it contains one of ``^$*+?()[]{}|\\`` (the AMPS rule,
-minus ``.`` so dotted names like ``md.ibm`` stay exact topics); it matches with
-``re.search`` semantics.
+Whether a topic is a regular expression, and its compiled pattern, come from
+:mod:`server.protocol.topic` (``sub.pattern``); a regex matches with ``re.search`` semantics.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Final
-
-from server.protocol.errors import BadRegexTopic
 
 if TYPE_CHECKING:
     from server.subscription import Subscription
 
-_REGEX_CHARS: Final = frozenset("^$*+?()[]{}|\\")
 _CACHE_LIMIT: Final = 20_000
-
-
-def is_regex_topic(topic: str) -> bool:
-    """Whether a subscription topic is a regular expression."""
-    return not _REGEX_CHARS.isdisjoint(topic)
-
-
-def compile_topic(topic: str) -> re.Pattern[str]:
-    """Compile a regex topic, or raise ``bad regex topic`` with the reason."""
-    try:
-        return re.compile(topic)
-    except re.error as exc:
-        raise BadRegexTopic(f"{topic!r}: {exc}") from exc
 
 
 class Router:
