@@ -13,7 +13,7 @@ Errors::
     SpoolError (server.protocol.errors)
     ├── ConfigError            a configuration that cannot run: .path, .line, .message
     ├── InetAddrError          an address that is not HOST:PORT (also a ValueError)
-    ├── InvalidPasswordHash    a PasswordHash not shaped scrypt$N$r$p$salt$hash (ValueError)
+    ├── InvalidPasswordHash    (server.passwords) a PasswordHash that is not scrypt$N$r$p$salt$hash
     └── UnitError              (server.units) a size or duration that cannot be read
 
 The XML is read with :mod:`xml.parsers.expat` directly (not ``ElementTree``) because every
@@ -26,8 +26,6 @@ Decisions where CONFIG.md is silent are listed in docs/configuration.md.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import difflib
 import functools
 import ipaddress
@@ -39,6 +37,7 @@ from pathlib import Path
 from typing import Final
 from xml.parsers import expat
 
+from server.passwords import InvalidPasswordHash, parse_password_hash
 from server.protocol.errors import SpoolError
 from server.units import UnitError, format_duration, format_size, parse_duration, parse_size
 
@@ -53,8 +52,6 @@ __all__ = [
     "Config",
     "ConfigError",
     "InetAddrError",
-    "InvalidPasswordHash",
-    "ScryptHash",
     "TopicRule",
     "TransactionLogConfig",
     "TransportConfig",
@@ -67,7 +64,6 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_inet_addr",
-    "parse_password_hash",
     "render_default_xml",
     "with_overrides",
 ]
@@ -111,13 +107,6 @@ class ConfigError(SpoolError):
 
 class InetAddrError(SpoolError, ValueError):
     """An address that is not ``HOST:PORT``, ``[IPv6]:PORT`` or ``PORT``."""
-
-
-class InvalidPasswordHash(SpoolError, ValueError):
-    """A PasswordHash that is not ``scrypt$N$r$p$salt_b64$hash_b64``.
-
-    The message describes the shape only; it never repeats the value.
-    """
 
 
 # --------------------------------------------------------------------------- model
@@ -382,77 +371,6 @@ def is_loopback(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback
     return address.is_loopback
-
-
-@dataclass(frozen=True, slots=True)
-class ScryptHash:
-    """A parsed ``scrypt$N$r$p$salt_b64$hash_b64`` password hash.
-
-    Verification is ``hashlib.scrypt(password, salt=salt, n=n, r=r, p=p, maxmem=maxmem,
-    dklen=len(hash))`` compared with ``hmac.compare_digest``; it costs tens of
-    milliseconds of CPU, so run it in a thread.
-    """
-
-    n: int
-    r: int
-    p: int
-    salt: bytes = field(repr=False)
-    hash: bytes = field(repr=False)
-
-    @property
-    def maxmem(self) -> int:
-        """The ``maxmem`` that ``hashlib.scrypt`` needs for these parameters (plus slack)."""
-        return 128 * self.r * (self.n + self.p + 2) + 1024 * 1024
-
-
-# Bounds on scrypt parameters: strong enough to mean something, small enough that checking
-# a password cannot exhaust memory (128 * N * r bytes <= 64 MiB) or hang a worker thread.
-_SCRYPT_MAX_MEMORY: Final = 64 * 1024 * 1024
-_SCRYPT_SHAPE: Final = "PasswordHash must have the form scrypt$N$r$p$salt_b64$hash_b64"
-
-
-def _b64(text: str, what: str) -> bytes:
-    if not re.fullmatch(r"[A-Za-z0-9+/]+={0,2}", text):
-        raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: the {what} is not base64")
-    try:
-        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
-    except binascii.Error as exc:
-        raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: the {what} is not base64") from exc
-
-
-def parse_password_hash(text: str) -> ScryptHash:
-    """Check and split a PasswordHash.
-
-    Rules: N a power of two >= 2, r and p in 1..64, 128*N*r <= 64 MiB, a salt of at least
-    8 bytes, a hash of 16..1024 bytes; base64 with or without padding.
-
-    Raises:
-        InvalidPasswordHash: the shape or a parameter is wrong (the value is not repeated).
-    """
-    parts = text.split("$")
-    if len(parts) != 6 or parts[0] != "scrypt":
-        raise InvalidPasswordHash(_SCRYPT_SHAPE)
-    numbers: list[int] = []
-    for label, part in zip(("N", "r", "p"), parts[1:4], strict=True):
-        if not (part.isascii() and part.isdigit()) or len(part) > 10:
-            raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: {label} is not a number")
-        numbers.append(int(part))
-    n, r, p = numbers
-    if n < 2 or n & (n - 1):
-        raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: N must be a power of two >= 2")
-    if not 1 <= r <= 64 or not 1 <= p <= 64:
-        raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: r and p must be between 1 and 64")
-    if 128 * n * r > _SCRYPT_MAX_MEMORY:
-        raise InvalidPasswordHash(
-            f"{_SCRYPT_SHAPE}: N and r need more than 64 MiB per check (128*N*r); lower them"
-        )
-    salt = _b64(parts[4], "salt")
-    digest = _b64(parts[5], "hash")
-    if len(salt) < 8:
-        raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: the salt must be at least 8 bytes")
-    if not 16 <= len(digest) <= 1024:
-        raise InvalidPasswordHash(f"{_SCRYPT_SHAPE}: the hash must be 16..1024 bytes")
-    return ScryptHash(n=n, r=r, p=p, salt=salt, hash=digest)
 
 
 # --------------------------------------------------------------------------- XML tree
