@@ -184,7 +184,6 @@ def render_default_xml() -> str:
   </TransactionLog>
 
   <Tuning>
-    <MinimumSyncDestinations>{tuning.minimum_sync_destinations}</MinimumSyncDestinations>
     <SlowClientBufferLimit>{format_size(tuning.slow_client_buffer_limit)}</SlowClientBufferLimit>
     <!-- HeartbeatDefault 0 = the client chooses -->
     <HeartbeatDefault>{format_duration(tuning.heartbeat_default)}</HeartbeatDefault>

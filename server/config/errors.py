@@ -24,7 +24,7 @@ BIND_REQUIRES_USERS: Final = "binding a non-loopback address requires <Users> (a
 #: Why every transport and the Admin must agree on one InetAddr.
 SHARED_ADDRESS: Final = (
     "all transports and Admin must share one InetAddr in this version (one HTTP server "
-    "serves /amps/json, /replication, /api and the dashboard)"
+    "serves /amps/json, /api and the dashboard)"
 )
 
 

@@ -55,7 +55,7 @@ EXPLICIT_STATS_FILE: Final = "Admin/FileName"
 
 @dataclass(frozen=True, slots=True)
 class TransportConfig:
-    """One listener. ``type`` is ``websocket`` (clients) or ``amps-replication``."""
+    """One listener. ``type`` is ``websocket`` (clients), the only type in this version."""
 
     name: str
     type: str
@@ -175,8 +175,6 @@ class TuningConfig:
     """Limits and timings of client connections.
 
     Attributes:
-        minimum_sync_destinations: synchronous replication destinations a publish waits for
-            (takes effect with replication).
         slow_client_buffer_limit: bytes buffered for one client before it is disconnected
             with ``slow client``.
         heartbeat_default: heartbeat interval in seconds for clients that ask for none;
@@ -185,7 +183,6 @@ class TuningConfig:
             replay.
     """
 
-    minimum_sync_destinations: int = 1
     slow_client_buffer_limit: int = 64 * 1024 * 1024
     heartbeat_default: float = 0.0  # seconds; 0 = client chooses
     persisted_ack_interval: float = 1.0  # periodic bookmark-position ack after replay

@@ -1,11 +1,13 @@
-"""The ``<Transports>`` section: the listeners on the shared web address.
+"""The ``<Transports>`` section: the client listeners on the shared web address.
 
-``websocket`` transports serve clients (at ``/amps/<message type>``); ``amps-replication``
-is the incoming replication listener and carries every message type.
+``websocket`` is the only transport type in this version (served at ``/amps/json``). CONFIG.md
+also describes ``amps-replication``; it is refused with "not supported yet" until
+replication exists, because accepting it would list a listener that has no route behind it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -26,6 +28,7 @@ from server.config.values import (
     read_choice,
     read_name,
     read_size,
+    read_value,
 )
 from server.config.xmltree import Children, Node, Spec, fail
 
@@ -41,7 +44,11 @@ _TRANSPORT_SPEC: Final[Spec] = {
     "MaxMessageSize": False,
     "Enabled": False,
 }
-_TRANSPORT_TYPES: Final = ("websocket", "amps-replication")
+_TRANSPORT_TYPES: Final = ("websocket",)
+#: Transport types CONFIG.md describes that this version refuses, with the missing feature.
+_UNSUPPORTED_TYPES: Final[Mapping[str, str]] = {
+    "amps-replication": "replication between instances",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,21 +68,26 @@ class TransportPart:
     max_message_size: Node | None
 
 
+def _transport_type(node: Node, ctx: Context) -> str:
+    kind = read_value(node, ctx)
+    if kind in _UNSUPPORTED_TYPES:
+        raise fail(
+            node,
+            f"Type {kind} is not supported yet ({_UNSUPPORTED_TYPES[kind]} is not available "
+            "in this version of Spool; nothing would serve it); remove this <Transport>",
+        )
+    return read_choice(node, ctx, _TRANSPORT_TYPES, "transport Type")
+
+
 def _transport(node: Node, ctx: Context) -> TransportPart:
     kids = Children(node, _TRANSPORT_SPEC)
     name = read_name(kids.require("Name"), ctx, "transport name")
-    kind = read_choice(kids.require("Type"), ctx, _TRANSPORT_TYPES, "transport Type")
+    kind = _transport_type(kids.require("Type"), ctx)
     bind = None
     if (addr := kids.one("InetAddr")) is not None:
         bind = read_bind(addr, ctx)
     message_type = "json"
     if (type_node := kids.one("MessageType")) is not None:
-        if kind == "amps-replication":
-            raise fail(
-                type_node,
-                "MessageType does not apply to an amps-replication transport (it carries "
-                "every message type); remove it",
-            )
         message_type = read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
     deflate = False
     if (deflate_node := kids.one("PerMessageDeflate")) is not None:
@@ -101,10 +113,10 @@ def _transport(node: Node, ctx: Context) -> TransportPart:
 
 
 def read_transports(node: Node, ctx: Context) -> list[TransportPart]:
-    """Read ``<Transports>``: unique names, one transport per type and message type.
+    """Read ``<Transports>``: unique names, one websocket transport per message type.
 
-    One HTTP server serves every transport, with one endpoint per type and message type, so
-    a second such transport would have nowhere to listen.
+    One HTTP server serves every transport, with one endpoint per message type, so a second
+    websocket transport for the same message type would have nowhere to listen.
     """
     parts: list[TransportPart] = []
     names: dict[str, TransportPart] = {}
@@ -120,14 +132,10 @@ def read_transports(node: Node, ctx: Context) -> list[TransportPart]:
         names[config.name] = part
         kind = (config.type, config.message_type)
         if (first := kinds.get(kind)) is not None:
-            what = (
-                f"websocket transport for MessageType {config.message_type}"
-                if config.type == "websocket"
-                else "amps-replication transport"
-            )
             raise fail(
                 transport_node,
-                f"only one {what} in this version, the HTTP server has one endpoint for it "
+                f"only one {config.type} transport for MessageType {config.message_type} in "
+                "this version, the HTTP server has one endpoint for it "
                 f"(first is {first.config.name!r} at line {first.node.line})",
             )
         kinds[kind] = part

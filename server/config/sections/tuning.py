@@ -1,21 +1,29 @@
-"""The ``<Tuning>`` section: limits and timings of client connections."""
+"""The ``<Tuning>`` section: limits and timings of client connections.
+
+``MinimumSyncDestinations`` (CONFIG.md) counts synchronous replication destinations; with
+no replication in this version nothing would read it, so it is refused as "not supported
+yet" instead of being accepted and ignored.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Final
 
 from server.config.model import TuningConfig
-from server.config.values import GB, KB, Context, read_duration, read_int, read_size
+from server.config.values import GB, KB, Context, read_duration, read_size
 from server.config.xmltree import Children, Node, Spec
 
 __all__ = ["read_tuning"]
 
 _TUNING_SPEC: Final[Spec] = {
-    "MinimumSyncDestinations": False,
     "SlowClientBufferLimit": False,
     "HeartbeatDefault": False,
     "PersistedAckInterval": False,
+}
+_UNSUPPORTED: Final[Mapping[str, str]] = {
+    "MinimumSyncDestinations": "synchronous replication destinations",
 }
 
 
@@ -29,11 +37,7 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
     tuning = TuningConfig()
     if node is None:
         return tuning, None
-    kids = Children(node, _TUNING_SPEC)
-    if (sync_node := kids.one("MinimumSyncDestinations")) is not None:
-        tuning = replace(
-            tuning, minimum_sync_destinations=read_int(sync_node, ctx, minimum=0, maximum=1000)
-        )
+    kids = Children(node, _TUNING_SPEC, _UNSUPPORTED)
     limit_node = kids.one("SlowClientBufferLimit")
     if limit_node is not None:
         limit = read_size(limit_node, ctx, minimum=64 * KB, maximum=1024 * GB)

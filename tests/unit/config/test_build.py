@@ -152,11 +152,32 @@ CONFIG_MD_EXAMPLE = """\
 """
 
 
-def test_config_md_example_loads(tmp_path: Path) -> None:
+# What the example holds for replication, which this version refuses rather than ignores.
+REPLICATION_TRANSPORT = """\
+    <Transport><Name>amps-replication</Name><Type>amps-replication</Type>
+      <InetAddr>127.0.0.1:9007</InetAddr></Transport>   <!-- served at /replication -->
+"""
+MINIMUM_SYNC = "<MinimumSyncDestinations>1</MinimumSyncDestinations>"
+EXAMPLE_ENV = {"OPS_HASH": HASH, "FEED_TOKEN": TOKEN}
+
+
+def test_config_md_example_refuses_what_belongs_to_replication() -> None:
+    assert REPLICATION_TRANSPORT in CONFIG_MD_EXAMPLE and MINIMUM_SYNC in CONFIG_MD_EXAMPLE
+    with pytest.raises(ConfigError) as info:
+        parse(CONFIG_MD_EXAMPLE, env=EXAMPLE_ENV)
+    assert (info.value.path, info.value.line) == ("/SpoolConfig/Transports/Transport[2]/Type", 17)
+    assert "Type amps-replication is not supported yet" in info.value.message
+    with pytest.raises(ConfigError) as info:
+        parse(CONFIG_MD_EXAMPLE.replace(REPLICATION_TRANSPORT, ""), env=EXAMPLE_ENV)
+    assert (info.value.path, info.value.line) == ("/SpoolConfig/Tuning/MinimumSyncDestinations", 29)
+    assert "<MinimumSyncDestinations> is not supported yet" in info.value.message
+
+
+def test_config_md_example_loads_without_replication(tmp_path: Path) -> None:
     file = tmp_path / "etc" / "spool-a.xml"
     file.parent.mkdir()
-    file.write_text(CONFIG_MD_EXAMPLE)
-    cfg = load_config(file, env={"OPS_HASH": HASH, "FEED_TOKEN": TOKEN})
+    file.write_text(CONFIG_MD_EXAMPLE.replace(REPLICATION_TRANSPORT, "").replace(MINIMUM_SYNC, ""))
+    cfg = load_config(file, env=EXAMPLE_ENV)
     here = file.parent
     assert cfg == Config(
         name="spool-a",
@@ -169,10 +190,7 @@ def test_config_md_example_loads(tmp_path: Path) -> None:
             interval=10.0,
             authentication="token",
         ),
-        transports=(
-            TransportConfig("websocket-json", "websocket", "127.0.0.1", 9007),
-            TransportConfig("amps-replication", "amps-replication", "127.0.0.1", 9007),
-        ),
+        transports=(TransportConfig("websocket-json", "websocket", "127.0.0.1", 9007),),
         transaction_log=TransactionLogConfig(
             journal_directory=here / "data" / "journal",
             archive_directory=here / "data" / "archive",
@@ -181,7 +199,7 @@ def test_config_md_example_loads(tmp_path: Path) -> None:
             flush_interval=0.001,
             topics=(TopicRule("orders"), TopicRule("^/audit/", is_regex=True)),
         ),
-        tuning=TuningConfig(minimum_sync_destinations=1, slow_client_buffer_limit=64 * MB),
+        tuning=TuningConfig(slow_client_buffer_limit=64 * MB),
         users=(
             UserConfig("ops", password_hash=HASH, admin=True),
             UserConfig("feed", token=TOKEN, read=("^orders$",), write=("^orders$",)),
@@ -224,8 +242,7 @@ def test_everything_optional_can_be_set() -> None:
             "<MaxSize>1GB</MaxSize>",
         )
     }
-<Tuning><MinimumSyncDestinations>0</MinimumSyncDestinations>
-<SlowClientBufferLimit>2MB</SlowClientBufferLimit><HeartbeatDefault>30s</HeartbeatDefault>
+<Tuning><SlowClientBufferLimit>2MB</SlowClientBufferLimit><HeartbeatDefault>30s</HeartbeatDefault>
 <PersistedAckInterval>250ms</PersistedAckInterval></Tuning>
 <Users><User><Name>x@y</Name><PasswordHash>{HASH}</PasswordHash><Token>{TOKEN}</Token>
 <Admin>1</Admin><Read>a</Read><Read>b</Read><Write>c</Write></User></Users>"""
@@ -251,7 +268,7 @@ def test_everything_optional_can_be_set() -> None:
         30e-6,
         1024 * MB,
     )
-    assert cfg.tuning == TuningConfig(0, 2 * MB, 30.0, 0.25)
+    assert cfg.tuning == TuningConfig(2 * MB, 30.0, 0.25)
     assert cfg.users == (UserConfig("x@y", HASH, TOKEN, admin=True, read=("a", "b"), write=("c",)),)
 
 

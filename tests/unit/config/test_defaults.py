@@ -97,12 +97,15 @@ def test_documented_default_is_the_rendered_default() -> None:
 
 
 def test_listen_override_moves_admin_and_transports() -> None:
-    cfg = parse(
-        doc(
-            f"{USERS}\n<Transports><Transport><Name>r</Name><Type>amps-replication</Type>"
-            "</Transport><Transport><Name>w</Name><Type>websocket</Type></Transport>"
-            "</Transports>"
-        )
+    # A file holds one transport in this version; the model may hold several (one per
+    # message type later), and every one of them moves.
+    cfg = parse(doc(f"{USERS}\n<Admin><InetAddr>9100</InetAddr></Admin>"))
+    cfg = dataclasses.replace(
+        cfg,
+        transports=(
+            TransportConfig("r", "websocket", "127.0.0.1", 9100),
+            TransportConfig("w", "websocket", "127.0.0.1", 9100),
+        ),
     )
     moved = with_overrides(cfg, listen=("0.0.0.0", 9500))
     assert (moved.admin.host, moved.admin.port) == ("0.0.0.0", 9500)

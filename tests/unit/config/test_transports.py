@@ -36,7 +36,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Transports><Transport><Name>w</Name>\n<Type>tcp</Type></Transport></Transports>",
         "/SpoolConfig/Transports/Transport/Type",
         4,
-        "'tcp' is not a valid transport Type (allowed: websocket, amps-replication)",
+        "'tcp' is not a valid transport Type (allowed: websocket)",
     ),
     (
         "transport without Type",
@@ -53,18 +53,30 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         4,
         "'fix' is not a valid MessageType (allowed: json)",
     ),
+    # Replication does not exist in this version: nothing serves /replication, so the
+    # transport is refused rather than listed as a listener with no route behind it.
     (
-        "message type on replication",
-        "<Transports><Transport><Name>r</Name><Type>amps-replication</Type>\n"
-        "<MessageType>json</MessageType></Transport></Transports>",
-        "/SpoolConfig/Transports/Transport/MessageType",
+        "replication transport",
+        "<Transports><Transport><Name>r</Name>\n<Type>amps-replication</Type></Transport>"
+        "</Transports>",
+        "/SpoolConfig/Transports/Transport/Type",
         4,
-        "MessageType does not apply to an amps-replication transport",
+        "Type amps-replication is not supported yet (replication between instances is not "
+        "available in this version of Spool",
+    ),
+    (
+        "replication transport beside a websocket",
+        "<Transports>\n<Transport><Name>websocket-json</Name><Type>websocket</Type></Transport>\n"
+        "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>\n"
+        "<InetAddr>127.0.0.1:9007</InetAddr></Transport>\n</Transports>",
+        "/SpoolConfig/Transports/Transport[2]/Type",
+        5,
+        "Type amps-replication is not supported yet",
     ),
     (
         "duplicate transport name",
         "<Transports>\n<Transport><Name>w</Name><Type>websocket</Type></Transport>\n"
-        "<Transport><Name>w</Name><Type>amps-replication</Type></Transport>\n</Transports>",
+        "<Transport><Name>w</Name><Type>websocket</Type></Transport>\n</Transports>",
         "/SpoolConfig/Transports/Transport[2]",
         5,
         "duplicate transport name 'w' (first at line 4)",
@@ -90,14 +102,13 @@ def test_refused(body: str, path: str, line: int, fragment: str) -> None:
 
 
 def test_shared_address_is_inherited_where_omitted() -> None:
-    body = (
-        "<Transports><Transport><Name>ws</Name><Type>websocket</Type>"
-        "<InetAddr>9300</InetAddr></Transport>"
-        "<Transport><Name>repl</Name><Type>amps-replication</Type></Transport></Transports>"
+    transport = (
+        "<Transports><Transport><Name>ws</Name><Type>websocket</Type>{}</Transport></Transports>"
     )
-    cfg = parse(doc(body))
+    cfg = parse(doc(transport.format("<InetAddr>9300</InetAddr>")))
     assert (cfg.admin.host, cfg.admin.port) == ("127.0.0.1", 9300)
-    assert [(t.host, t.port) for t in cfg.transports] == [("127.0.0.1", 9300)] * 2
+    cfg = parse(doc("<Admin><InetAddr>[::1]:9400</InetAddr></Admin>" + transport.format("")))
+    assert [(t.host, t.port) for t in cfg.transports] == [("::1", 9400)]
 
 
 def test_admin_address_moves_the_implicit_transport() -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.config.helpers import (
-    assert_refused,
-)
+from server.config import TuningConfig
+from tests.unit.config.helpers import assert_refused, doc, parse
 
 # (id, body inside <SpoolConfig> after <Name>, path, line, fragment of the message)
 REFUSED: list[tuple[str, str, str, int, str]] = [
@@ -24,12 +23,15 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         4,
         "HeartbeatDefault must be between 1s and 1h (or 0), got 500ms",
     ),
+    # Nothing reads it until replication exists: refused, not accepted and ignored.
     (
         "MinimumSyncDestinations",
-        "<Tuning><MinimumSyncDestinations>x</MinimumSyncDestinations></Tuning>",
+        "<Tuning><SlowClientBufferLimit>64MB</SlowClientBufferLimit>\n"
+        "<MinimumSyncDestinations>1</MinimumSyncDestinations></Tuning>",
         "/SpoolConfig/Tuning/MinimumSyncDestinations",
-        3,
-        "'x' is not a whole number",
+        4,
+        "<MinimumSyncDestinations> is not supported yet (synchronous replication destinations "
+        "arrive in a later version of Spool); remove this element",
     ),
 ]
 
@@ -41,3 +43,12 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
 )
 def test_refused(body: str, path: str, line: int, fragment: str) -> None:
     assert_refused(body, path, line, fragment)
+
+
+def test_every_tuning_element_can_be_set() -> None:
+    body = (
+        "<Tuning><SlowClientBufferLimit>64KB</SlowClientBufferLimit>"
+        "<HeartbeatDefault>0</HeartbeatDefault><PersistedAckInterval>1ms</PersistedAckInterval>"
+        "</Tuning><Transports/>"
+    )
+    assert parse(doc(body)).tuning == TuningConfig(64 * 1024, 0.0, 0.001)
