@@ -5,10 +5,10 @@ logon (PROTOCOL.md ``user_id`` / ``pw``), the REST API (``Authorization: Bearer`
 dashboard login all go through :class:`Authenticator`, so there is one place that
 compares secrets, and it does so in constant time.
 
-Password hashes have the form ``scrypt$N$r$p$SALT$HASH`` (salt and hash base64), made by
-:func:`hash_password` or ``spool passwd``. Verifying costs tens of milliseconds by design;
-code on the event loop uses :meth:`Authenticator.authenticate_async`, which runs scrypt in
-a thread.
+Password hashes have the form ``scrypt$N$r$p$SALT$HASH`` (salt and hash base64); that
+format (hash, parse, verify) is :mod:`server.passwords`, and ``spool passwd`` (registered
+here) prints a new one. Verifying costs tens of milliseconds by design; code on the event
+loop uses :meth:`Authenticator.authenticate_async`, which runs scrypt in a thread.
 
 Entitlements: ``Read`` / ``Write`` are regexes matched with ``re.search`` against the
 topic; a user without any has none. ``Admin`` grants the REST actions, not topics. With no
@@ -16,7 +16,7 @@ topic; a user without any has none. ``Admin`` grants the REST actions, not topic
 only listens on loopback, see CONFIG.md).
 
 Errors: :class:`InvalidEntitlement` (a ``SpoolError``) for a Read/Write pattern that is
-not a regex; malformed hashes are :class:`server.config.InvalidPasswordHash`, raised by
+not a regex; malformed hashes are :class:`server.passwords.InvalidPasswordHash`, raised by
 the config loader, and simply never verify here.
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import getpass
 import hashlib
 import hmac
@@ -33,14 +32,10 @@ import secrets
 import sys
 from typing import Final
 
-from server.config import InvalidPasswordHash, ScryptHash, UserConfig, parse_password_hash
+from server.config import UserConfig
+from server.passwords import hash_password, verify_password
 from server.protocol.errors import SpoolError
 
-SCRYPT_N: Final = 2**14
-SCRYPT_R: Final = 8
-SCRYPT_P: Final = 1
-_SALT_BYTES: Final = 16
-_KEY_BYTES: Final = 32
 _ENTITLEMENT_CACHE_MAX: Final = 65536
 
 
@@ -56,46 +51,6 @@ class InvalidEntitlement(SpoolError):
         super().__init__(f"user {user!r}: bad entitlement regex {pattern!r}: {error}")
         self.user = user
         self.pattern = pattern
-
-
-def _derive(password: str, params: ScryptHash) -> bytes:
-    return hashlib.scrypt(
-        password.encode("utf-8"),
-        salt=params.salt,
-        n=params.n,
-        r=params.r,
-        p=params.p,
-        maxmem=params.maxmem,
-        dklen=len(params.hash),
-    )
-
-
-def hash_password(password: str) -> str:
-    """Hash a password for the ``PasswordHash`` element (random salt, scrypt N=2**14 r=8 p=1)."""
-    params = ScryptHash(
-        n=SCRYPT_N,
-        r=SCRYPT_R,
-        p=SCRYPT_P,
-        salt=secrets.token_bytes(_SALT_BYTES),
-        hash=bytes(_KEY_BYTES),
-    )
-    key = _derive(password, params)
-    salt_b64 = base64.b64encode(params.salt).decode()
-    key_b64 = base64.b64encode(key).decode()
-    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${salt_b64}${key_b64}"
-
-
-def verify_password(password: str, stored: str) -> bool:
-    """Whether ``password`` matches ``stored``; False for a malformed hash (never raises).
-
-    The hash is checked by :func:`server.config.parse_password_hash` (bounded parameters)
-    and the derived key compared with :func:`hmac.compare_digest`.
-    """
-    try:
-        params = parse_password_hash(stored)
-    except InvalidPasswordHash:
-        return False
-    return hmac.compare_digest(_derive(password, params), params.hash)
 
 
 def _digest(secret: str) -> bytes:

@@ -16,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from server.auth import Authenticator, hash_password, verify_password
+from server.auth import Authenticator
 from server.config import UserConfig
+from server.passwords import hash_password, verify_password
 from server.stats.histogram import LatencyHistogram
 from server.stats.store import StatsStore
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Route, sync_playwright
 
-from server.auth import hash_password
+from server.passwords import hash_password
 from tests.support.server import SpoolProcess, config_xml
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from server.auth import hash_password
 from server.client import SyncClient
 from server.config import AdminConfig, Config
+from server.passwords import hash_password
 from server.stats.timeparse import format_time
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until

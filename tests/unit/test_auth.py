@@ -1,5 +1,5 @@
-"""server/auth.py (hashing, credentials, entitlements, `spool passwd`) and the pure parts
-of web/auth.py (sessions, throttle, redirect targets)."""
+"""server/auth.py (credentials, entitlements, `spool passwd`) and the pure parts of
+web/auth.py (sessions, throttle, redirect targets). Hash format: test_passwords.py."""
 
 from __future__ import annotations
 
@@ -9,15 +9,10 @@ import io
 
 import pytest
 
-from server.auth import (
-    Authenticator,
-    InvalidEntitlement,
-    hash_password,
-    register,
-    verify_password,
-)
+from server.auth import Authenticator, InvalidEntitlement, register
 from server.clock import VirtualClock
-from server.config import UserConfig, parse_password_hash
+from server.config import UserConfig
+from server.passwords import hash_password, verify_password
 from web.auth import LoginThrottle, SessionStore, safe_next
 
 OPS_HASH = hash_password("correct horse")
@@ -26,20 +21,6 @@ USERS = (
     UserConfig(name="feed", token="feed-token-123", read=("^orders$",), write=("^orders$",)),
     UserConfig(name="audit", token="audit-token", read=("^/audit/", "^orders")),
 )
-
-
-def test_hash_format_and_verification() -> None:
-    parsed = parse_password_hash(OPS_HASH)
-    assert (parsed.n, parsed.r, parsed.p) == (2**14, 8, 1)
-    assert OPS_HASH.startswith("scrypt$16384$8$1$")
-    assert verify_password("correct horse", OPS_HASH)
-    assert not verify_password("correct horse ", OPS_HASH)
-    assert hash_password("x") != hash_password("x")  # salted
-
-
-@pytest.mark.parametrize("stored", ["", "scrypt$", "bcrypt$1$2$3$4$5", "scrypt$3$8$1$AAAA$AAAA"])
-def test_malformed_hashes_never_verify(stored: str) -> None:
-    assert not verify_password("anything", stored)
 
 
 def test_authenticate_by_password_and_token() -> None:

@@ -1,0 +1,74 @@
+"""Instance configuration: the AMPS-shaped XML file of CONFIG.md as frozen dataclasses.
+
+The model (the dataclasses) is what the rest of the broker reads. :func:`load_config` parses
+and validates a file, :func:`parse_config` the same from text, :func:`default_config` is the
+embedded default used by ``spool serve`` without a file, and :func:`with_overrides` applies
+the ``--listen`` / ``--data-dir`` command-line flags. Everything that is wrong is a
+:class:`ConfigError` carrying the element's path and line: an operator fixes a file from the
+message alone, and nothing is silently ignored (unknown elements, bad units, duplicates,
+out-of-range values, contradictions, and elements of features that do not exist yet are all
+refused at start-up).
+
+Modules, each depending only on those above it::
+
+    errors      ConfigError, InetAddrError, the messages callers match on
+    netaddr     HOST:PORT parsing and formatting, the loopback test
+    model       the dataclasses (and the transaction log's topic matcher)
+    xmltree     the expat tree with lines and paths; Children checks an element's children
+    values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
+    sections/   one reader per top-level section (admin, transports, transactionlog,
+                tuning, users)
+    build       the root element and the cross-checks between sections
+    loader      load_config (a file), parse_config (text)
+    defaults    default_config, with_overrides, render_default_xml
+
+Other modules import from this package only (``from server.config import Config``); the
+modules inside it are its own business. Password hashes are :mod:`server.passwords` and the
+regex-topic rule is :mod:`server.protocol.topic`: both are shared with other layers.
+
+Decisions where CONFIG.md is silent are listed in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+from server.config.defaults import default_config, render_default_xml, with_overrides
+from server.config.errors import BIND_REQUIRES_USERS, SHARED_ADDRESS, ConfigError, InetAddrError
+from server.config.loader import load_config, parse_config
+from server.config.model import (
+    EXPLICIT_ARCHIVE_DIRECTORY,
+    EXPLICIT_JOURNAL_DIRECTORY,
+    EXPLICIT_STATS_FILE,
+    AdminConfig,
+    Config,
+    TopicRule,
+    TransactionLogConfig,
+    TransportConfig,
+    TuningConfig,
+    UserConfig,
+)
+from server.config.netaddr import format_inet_addr, is_loopback, parse_inet_addr
+
+__all__ = [
+    "BIND_REQUIRES_USERS",
+    "EXPLICIT_ARCHIVE_DIRECTORY",
+    "EXPLICIT_JOURNAL_DIRECTORY",
+    "EXPLICIT_STATS_FILE",
+    "SHARED_ADDRESS",
+    "AdminConfig",
+    "Config",
+    "ConfigError",
+    "InetAddrError",
+    "TopicRule",
+    "TransactionLogConfig",
+    "TransportConfig",
+    "TuningConfig",
+    "UserConfig",
+    "default_config",
+    "format_inet_addr",
+    "is_loopback",
+    "load_config",
+    "parse_config",
+    "parse_inet_addr",
+    "render_default_xml",
+    "with_overrides",
+]

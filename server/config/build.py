@@ -1,0 +1,189 @@
+"""From the element tree to a :class:`~server.config.model.Config`: the root and the
+contradictions between sections.
+
+Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
+``Transports``, ``TransactionLog``, ``Tuning``, ``Users``) and then checked against each
+other, each contradiction reported at the element that makes it:
+
+- every ``InetAddr`` given must be the same address (one HTTP server serves everything);
+- a non-loopback address needs ``<Users>``;
+- ``Admin/Authentication`` must agree with ``<Users>`` (and follows it when omitted);
+- no transport's ``MaxMessageSize`` may exceed ``Tuning/SlowClientBufferLimit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Final
+
+from server.config.errors import BIND_REQUIRES_USERS, SHARED_ADDRESS
+from server.config.model import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_PORT,
+    DEFAULT_TRANSPORT,
+    EXPLICIT_STATS_FILE,
+    Config,
+    TransactionLogConfig,
+    TransportConfig,
+    TuningConfig,
+    UserConfig,
+)
+from server.config.netaddr import format_inet_addr, is_loopback
+from server.config.sections.admin import AdminPart, read_admin
+from server.config.sections.transactionlog import read_transaction_log
+from server.config.sections.transports import TransportPart, read_transports
+from server.config.sections.tuning import read_tuning
+from server.config.sections.users import read_users
+from server.config.values import Bind, Context, read_name, read_path
+from server.config.xmltree import Children, Node, Spec, fail, reject_attributes
+from server.units import format_size
+
+__all__ = ["build"]
+
+_ROOT_TAGS: Final = ("SpoolConfig", "AMPSConfig")
+_ROOT_SPEC: Final[Spec] = {
+    "Name": False,
+    "Group": False,
+    "DataDirectory": False,
+    "Admin": False,
+    "Transports": False,
+    "TransactionLog": False,
+    "Tuning": False,
+    "Users": False,
+}
+#: CONFIG.md sections that this version refuses, with the feature each belongs to.
+_UNSUPPORTED: Final[Mapping[str, str]] = {
+    "SOW": "the state-of-the-world store and queues",
+    "Replication": "replication to other instances",
+    "Bootstrap": "bootstrapping from another instance",
+    "Actions": "scheduled and admin-triggered actions",
+}
+
+
+def _settle_address(binds: Sequence[Bind]) -> tuple[str, int]:
+    """The one web address: every InetAddr given must agree; none given = 127.0.0.1:9007."""
+    if not binds:
+        return DEFAULT_HOST, DEFAULT_PORT
+    first = binds[0]
+    for bind in binds[1:]:
+        if (bind.host, bind.port) != (first.host, first.port):
+            raise fail(
+                bind.node,
+                f"{SHARED_ADDRESS}: {format_inet_addr(bind.host, bind.port)} differs from "
+                f"{format_inet_addr(first.host, first.port)} at {first.node.path} "
+                f"(line {first.node.line})",
+            )
+    return first.host, first.port
+
+
+def _authentication(admin: AdminPart, users: tuple[UserConfig, ...]) -> str:
+    """``Admin/Authentication``: follows ``<Users>`` when omitted, must agree when given."""
+    if admin.authentication is None:
+        return "token" if users else "none"
+    authentication = admin.config.authentication
+    if authentication == "token" and not users:
+        raise fail(
+            admin.authentication,
+            "Authentication token requires <Users> (tokens belong to users); add <Users> or "
+            "use none",
+        )
+    if authentication == "none" and users:
+        raise fail(
+            admin.authentication,
+            "Authentication none contradicts <Users>: with users configured every /api call "
+            "needs a token (ADMIN_API.md); use token or remove the element",
+        )
+    return authentication
+
+
+def _check_message_sizes(
+    transports: Sequence[TransportPart] | None, tuning: TuningConfig, limit_node: Node | None
+) -> None:
+    """No transport may accept a message larger than a client's buffer."""
+    if transports is None and limit_node is not None:
+        implicit = DEFAULT_MAX_MESSAGE_SIZE
+        if implicit > tuning.slow_client_buffer_limit:
+            raise fail(
+                limit_node,
+                f"SlowClientBufferLimit ({format_size(tuning.slow_client_buffer_limit)}) is "
+                f"smaller than the MaxMessageSize ({format_size(implicit)}) of the implicit "
+                f"{DEFAULT_TRANSPORT!r} transport; raise it or declare <Transports>",
+            )
+    for part in transports or ():
+        if part.config.max_message_size > tuning.slow_client_buffer_limit:
+            at = part.max_message_size or limit_node or part.node
+            raise fail(
+                at,
+                f"MaxMessageSize of transport {part.config.name!r} "
+                f"({format_size(part.config.max_message_size)}) exceeds "
+                f"Tuning/SlowClientBufferLimit ({format_size(tuning.slow_client_buffer_limit)}): "
+                "one message would overflow a client's buffer",
+            )
+
+
+def build(root: Node, ctx: Context) -> Config:
+    """Read and cross-check a whole configuration (``source_path`` is left None).
+
+    Raises:
+        ConfigError: the first problem, in the order of the module docstring.
+    """
+    if root.tag not in _ROOT_TAGS:
+        raise fail(
+            root, f"the root element must be <SpoolConfig> (or <AMPSConfig>), not <{root.tag}>"
+        )
+    reject_attributes(root)
+    kids = Children(root, _ROOT_SPEC, _UNSUPPORTED)
+    name = read_name(
+        kids.require("Name", " (the instance name; it prefixes the instance's files)"),
+        ctx,
+        "instance name",
+    )
+    group = name
+    if (group_node := kids.one("Group")) is not None:
+        group = read_name(group_node, ctx, "group name")
+    data_dir = ctx.base_dir / "data"
+    if (data_node := kids.one("DataDirectory")) is not None:
+        data_dir = read_path(data_node, ctx)
+
+    admin = read_admin(kids.one("Admin"), ctx, data_dir)
+    transports_node = kids.one("Transports")
+    transports = read_transports(transports_node, ctx) if transports_node is not None else None
+    explicit: frozenset[str] = frozenset()
+    txlog: TransactionLogConfig | None = None
+    if (txlog_node := kids.one("TransactionLog")) is not None:
+        txlog, explicit = read_transaction_log(txlog_node, ctx, data_dir)
+    tuning, limit_node = read_tuning(kids.one("Tuning"), ctx)
+    users = read_users(kids.one("Users"), ctx)
+    if admin.stats_explicit:
+        explicit = explicit | {EXPLICIT_STATS_FILE}
+
+    # Cross-checks, each reported at the element that makes the contradiction.
+    binds = [bind for bind in [admin.bind] + [t.bind for t in transports or ()] if bind]
+    host, port = _settle_address(binds)
+    if not users and not is_loopback(host):
+        raise fail(
+            binds[0].node,
+            f"{BIND_REQUIRES_USERS}; {format_inet_addr(host, port)} is reachable from other machines",
+        )
+    authentication = _authentication(admin, users)
+    _check_message_sizes(transports, tuning, limit_node)
+
+    if transports is None:
+        transport_configs: tuple[TransportConfig, ...] = (
+            TransportConfig(DEFAULT_TRANSPORT, "websocket", host, port),
+        )
+    else:
+        transport_configs = tuple(replace(t.config, host=host, port=port) for t in transports)
+    return Config(
+        name=name,
+        group=group,
+        data_directory=data_dir,
+        admin=replace(admin.config, host=host, port=port, authentication=authentication),
+        transports=transport_configs,
+        transaction_log=txlog,
+        tuning=tuning,
+        users=users,
+        explicit_paths=explicit,
+    )

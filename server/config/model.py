@@ -1,0 +1,236 @@
+"""The configuration model: frozen dataclasses the rest of the broker reads.
+
+Everything here is already validated: the loader (:mod:`server.config.build`) refuses a
+file before any of these is built from it, so readers never re-check a value. Paths are
+absolute, durations are float seconds, sizes int bytes. :class:`TransactionLogConfig`
+also answers "is this topic recorded?" with a matcher compiled once per rule tuple.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from server.config.netaddr import format_inet_addr
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_MAX_MESSAGE_SIZE",
+    "DEFAULT_NAME",
+    "DEFAULT_PORT",
+    "DEFAULT_TRANSPORT",
+    "EXPLICIT_ARCHIVE_DIRECTORY",
+    "EXPLICIT_JOURNAL_DIRECTORY",
+    "EXPLICIT_STATS_FILE",
+    "MESSAGE_TYPES",
+    "AdminConfig",
+    "Config",
+    "TopicRule",
+    "TransactionLogConfig",
+    "TransportConfig",
+    "TuningConfig",
+    "UserConfig",
+]
+
+#: The shared web address when the file gives none (CONFIG.md).
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 9007
+DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
+#: The one transport of the embedded default, and of a file without ``<Transports>``.
+DEFAULT_TRANSPORT: Final = "websocket-json"
+#: Instance and group name of the embedded default.
+DEFAULT_NAME: Final = "spool"
+#: The message types Spool carries (of transports and transaction log topics).
+MESSAGE_TYPES: Final = ("json",)
+
+#: Names recorded in :attr:`Config.explicit_paths` when the file set the path itself, so a
+#: ``--data-dir`` override leaves it alone (otherwise it is re-derived under the new dir).
+EXPLICIT_JOURNAL_DIRECTORY: Final = "TransactionLog/JournalDirectory"
+EXPLICIT_ARCHIVE_DIRECTORY: Final = "TransactionLog/JournalArchiveDirectory"
+EXPLICIT_STATS_FILE: Final = "Admin/FileName"
+
+
+@dataclass(frozen=True, slots=True)
+class TransportConfig:
+    """One listener. ``type`` is ``websocket`` (clients), the only type in this version."""
+
+    name: str
+    type: str
+    host: str
+    port: int
+    message_type: str = "json"
+    per_message_deflate: bool = False
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    enabled: bool = True
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (IPv6 in brackets), as shown by the admin API."""
+        return format_inet_addr(self.host, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """REST admin + dashboard + /metrics; served on the web port."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    stats_file: Path = Path("./data/stats.db")
+    interval: float = 10.0  # seconds, >= 1
+    authentication: str = "none"  # "none" | "token"
+    stats_retention: float = 7 * 86400.0  # seconds of samples kept
+    metrics_public: bool = False  # /healthz and /metrics readable without auth off-loopback
+
+    @property
+    def address(self) -> str:
+        """``host:port`` (IPv6 in brackets)."""
+        return format_inet_addr(self.host, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRule:
+    """A TransactionLog/Topic: exact name or regex (a name with regex metacharacters)."""
+
+    name: str
+    message_type: str = "json"
+    is_regex: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicMatcher:
+    """The compiled form of a tuple of :class:`TopicRule` (see :func:`_matcher_for`)."""
+
+    everything: bool
+    exact: frozenset[str]
+    patterns: tuple[re.Pattern[str], ...]
+
+    def matches(self, topic: str) -> bool:
+        if self.everything or topic in self.exact:
+            return True
+        return any(pattern.search(topic) for pattern in self.patterns)
+
+
+# Regexes that match every topic: the default configuration records ".*", and it would be a
+# shame to run a regex search per publish for it.
+_MATCH_ALL: Final[frozenset[str]] = frozenset({".*", "^.*", ".*$", "^.*$", "", "^", "(.*)"})
+
+
+@functools.lru_cache(maxsize=256)
+def _matcher_for(rules: tuple[TopicRule, ...]) -> _TopicMatcher:
+    """Compile rules once per distinct tuple (``dataclasses.replace`` copies share it)."""
+    json_rules = [rule for rule in rules if rule.message_type == "json"]
+    regexes = [rule.name for rule in json_rules if rule.is_regex]
+    return _TopicMatcher(
+        everything=any(name in _MATCH_ALL for name in regexes),
+        exact=frozenset(rule.name for rule in json_rules if not rule.is_regex),
+        patterns=tuple(re.compile(name) for name in regexes),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionLogConfig:
+    """Where and how the transaction log is written, and which topics it records.
+
+    Attributes:
+        journal_directory: active and preallocated journal files.
+        archive_directory: where archived journals are moved.
+        preallocated_files: journals created ahead of need (0 = create on demand).
+        journal_size: bytes per journal file before rolling to the next.
+        flush_interval: group-commit window in seconds (30us..100ms).
+        topics: the recorded topics; see :meth:`records`.
+        max_size: bytes of journals kept locally (active + preallocated + archived) before
+            publishes fail with "txlog full"; 0 = unlimited.
+    """
+
+    journal_directory: Path
+    archive_directory: Path
+    preallocated_files: int = 2
+    journal_size: int = 64 * 1024 * 1024
+    flush_interval: float = 0.001  # seconds, 30us..100ms
+    topics: tuple[TopicRule, ...] = ()
+    # Maximum bytes of journals (active + preallocated + archived kept locally) before
+    # publishes fail with "txlog full"; 0 = unlimited.
+    max_size: int = 0
+    _matcher: _TopicMatcher = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        # Frozen dataclass: the compiled matcher is derived state, set once here.
+        object.__setattr__(self, "_matcher", _matcher_for(self.topics))
+
+    def records(self, topic: str) -> bool:
+        """Whether a json message published to ``topic`` goes into the transaction log.
+
+        A rule with ``is_regex`` matches when ``re.search`` finds its pattern anywhere in the
+        topic (anchor with ``^``/``$`` for whole names); any other rule matches the exact
+        name. Regexes are compiled once per distinct rule tuple.
+        """
+        return self._matcher.matches(topic)
+
+
+@dataclass(frozen=True, slots=True)
+class TuningConfig:
+    """Limits and timings of client connections.
+
+    Attributes:
+        slow_client_buffer_limit: bytes buffered for one client before it is disconnected
+            with ``slow client``.
+        heartbeat_default: heartbeat interval in seconds for clients that ask for none;
+            0 = the client chooses.
+        persisted_ack_interval: seconds between periodic bookmark-position acks after a
+            replay.
+    """
+
+    slow_client_buffer_limit: int = 64 * 1024 * 1024
+    heartbeat_default: float = 0.0  # seconds; 0 = client chooses
+    persisted_ack_interval: float = 1.0  # periodic bookmark-position ack after replay
+
+
+@dataclass(frozen=True, slots=True)
+class UserConfig:
+    """A user: password hash (scrypt$...) and/or token; topic entitlements as regexes."""
+
+    name: str
+    # Both are kept out of repr(): a hash in a log invites offline cracking.
+    password_hash: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    admin: bool = False
+    read: tuple[str, ...] = ()  # regexes; empty = nothing
+    write: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """One instance's configuration (CONFIG.md), as loaded from a file or the default.
+
+    Attributes:
+        name: the instance name; prefixes its files.
+        group: the replication group (defaults to ``name``).
+        data_directory: root of everything the instance writes.
+        admin: the REST admin, dashboard and /metrics.
+        transports: the listeners; they share the admin's address.
+        transaction_log: the journal, or ``None`` to run without one.
+        tuning: limits and timings.
+        users: empty = no authentication (and loopback only).
+        source_path: the file it was loaded from; ``None`` for text or the default.
+        explicit_paths: which data-directory-derived paths the file gave itself
+            (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
+    """
+
+    name: str
+    group: str
+    data_directory: Path
+    admin: AdminConfig
+    transports: tuple[TransportConfig, ...]
+    transaction_log: TransactionLogConfig | None
+    tuning: TuningConfig = TuningConfig()
+    users: tuple[UserConfig, ...] = ()
+    source_path: Path | None = None
+    explicit_paths: frozenset[str] = frozenset()
+
+    @property
+    def auth_enabled(self) -> bool:
+        """Whether users are configured (every logon and /api call then authenticates)."""
+        return bool(self.users)

@@ -1,0 +1,92 @@
+"""The ``<Admin>`` section: the REST admin, dashboard and /metrics on the web port."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from server.config.model import AdminConfig
+from server.config.values import (
+    DAY,
+    Bind,
+    Context,
+    read_bind,
+    read_bool,
+    read_choice,
+    read_duration,
+    read_path,
+)
+from server.config.xmltree import Children, Node, Spec, fail
+from server.units import format_duration
+
+__all__ = ["AdminPart", "read_admin"]
+
+_ADMIN_SPEC: Final[Spec] = {
+    "InetAddr": False,
+    "FileName": False,
+    "Interval": False,
+    "Authentication": False,
+    "StatsRetention": False,
+    "MetricsPublic": False,
+}
+_AUTHENTICATION: Final = ("none", "token")
+
+
+@dataclass(frozen=True, slots=True)
+class AdminPart:
+    """The Admin section, and what the cross-checks need of it.
+
+    Attributes:
+        bind: the InetAddr the file gave, if any.
+        config: host/port still the defaults (filled once the shared address is settled),
+            ``authentication`` as written or the default.
+        authentication: the Authentication element, if given (checked against Users).
+        stats_explicit: whether the file gave FileName (so ``--data-dir`` leaves it alone).
+    """
+
+    bind: Bind | None
+    config: AdminConfig
+    authentication: Node | None
+    stats_explicit: bool
+
+
+def read_admin(node: Node | None, ctx: Context, data_dir: Path) -> AdminPart:
+    """Read ``<Admin>`` (absent: every default, the stats file under ``data_dir``)."""
+    default = AdminConfig(stats_file=data_dir / "stats.db")
+    if node is None:
+        return AdminPart(None, default, None, False)
+    kids = Children(node, _ADMIN_SPEC)
+    bind = None
+    if (addr := kids.one("InetAddr")) is not None:
+        bind = read_bind(addr, ctx)
+    stats_node = kids.one("FileName")
+    stats_file = read_path(stats_node, ctx) if stats_node is not None else default.stats_file
+    interval = default.interval
+    if (interval_node := kids.one("Interval")) is not None:
+        interval = read_duration(interval_node, ctx, minimum=1.0, maximum=DAY)
+    retention = default.stats_retention
+    if (retention_node := kids.one("StatsRetention")) is not None:
+        retention = read_duration(retention_node, ctx, minimum=1.0, maximum=3650 * DAY)
+        if retention < interval:
+            raise fail(
+                retention_node,
+                f"StatsRetention ({format_duration(retention)}) is shorter than the sampling "
+                f"Interval ({format_duration(interval)}): no sample would be kept",
+            )
+    auth_node = kids.one("Authentication")
+    authentication = default.authentication
+    if auth_node is not None:
+        authentication = read_choice(auth_node, ctx, _AUTHENTICATION, "Authentication")
+    metrics_public = default.metrics_public
+    if (public_node := kids.one("MetricsPublic")) is not None:
+        metrics_public = read_bool(public_node, ctx)
+    config = replace(
+        default,
+        stats_file=stats_file,
+        interval=interval,
+        authentication=authentication,
+        stats_retention=retention,
+        metrics_public=metrics_public,
+    )
+    return AdminPart(bind, config, auth_node, stats_node is not None)

@@ -1,0 +1,143 @@
+"""The ``<Transports>`` section: the client listeners on the shared web address.
+
+``websocket`` is the only transport type in this version (served at ``/amps/json``). CONFIG.md
+also describes ``amps-replication``; it is refused with "not supported yet" until
+replication exists, because accepting it would list a listener that has no route behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from server.config.model import (
+    DEFAULT_HOST,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    DEFAULT_PORT,
+    MESSAGE_TYPES,
+    TransportConfig,
+)
+from server.config.values import (
+    GB,
+    KB,
+    Bind,
+    Context,
+    read_bind,
+    read_bool,
+    read_choice,
+    read_name,
+    read_size,
+    read_value,
+)
+from server.config.xmltree import Children, Node, Spec, fail
+
+__all__ = ["TransportPart", "read_transports"]
+
+_TRANSPORTS_SPEC: Final[Spec] = {"Transport": True}
+_TRANSPORT_SPEC: Final[Spec] = {
+    "Name": False,
+    "Type": False,
+    "InetAddr": False,
+    "MessageType": False,
+    "PerMessageDeflate": False,
+    "MaxMessageSize": False,
+    "Enabled": False,
+}
+_TRANSPORT_TYPES: Final = ("websocket",)
+#: Transport types CONFIG.md describes that this version refuses, with the missing feature.
+_UNSUPPORTED_TYPES: Final[Mapping[str, str]] = {
+    "amps-replication": "replication between instances",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TransportPart:
+    """One transport, and the elements the cross-checks report at.
+
+    Attributes:
+        bind: the InetAddr the file gave, if any.
+        config: host/port still the defaults (filled once the shared address is settled).
+        node: the ``<Transport>`` element.
+        max_message_size: the MaxMessageSize element, if given.
+    """
+
+    bind: Bind | None
+    config: TransportConfig
+    node: Node
+    max_message_size: Node | None
+
+
+def _transport_type(node: Node, ctx: Context) -> str:
+    kind = read_value(node, ctx)
+    if kind in _UNSUPPORTED_TYPES:
+        raise fail(
+            node,
+            f"Type {kind} is not supported yet ({_UNSUPPORTED_TYPES[kind]} is not available "
+            "in this version of Spool; nothing would serve it); remove this <Transport>",
+        )
+    return read_choice(node, ctx, _TRANSPORT_TYPES, "transport Type")
+
+
+def _transport(node: Node, ctx: Context) -> TransportPart:
+    kids = Children(node, _TRANSPORT_SPEC)
+    name = read_name(kids.require("Name"), ctx, "transport name")
+    kind = _transport_type(kids.require("Type"), ctx)
+    bind = None
+    if (addr := kids.one("InetAddr")) is not None:
+        bind = read_bind(addr, ctx)
+    message_type = "json"
+    if (type_node := kids.one("MessageType")) is not None:
+        message_type = read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
+    deflate = False
+    if (deflate_node := kids.one("PerMessageDeflate")) is not None:
+        deflate = read_bool(deflate_node, ctx)
+    size_node = kids.one("MaxMessageSize")
+    max_size = DEFAULT_MAX_MESSAGE_SIZE
+    if size_node is not None:
+        max_size = read_size(size_node, ctx, minimum=KB, maximum=GB)
+    enabled = True
+    if (enabled_node := kids.one("Enabled")) is not None:
+        enabled = read_bool(enabled_node, ctx)
+    config = TransportConfig(
+        name=name,
+        type=kind,
+        host=DEFAULT_HOST,
+        port=DEFAULT_PORT,
+        message_type=message_type,
+        per_message_deflate=deflate,
+        max_message_size=max_size,
+        enabled=enabled,
+    )
+    return TransportPart(bind, config, node, size_node)
+
+
+def read_transports(node: Node, ctx: Context) -> list[TransportPart]:
+    """Read ``<Transports>``: unique names, one websocket transport per message type.
+
+    One HTTP server serves every transport, with one endpoint per message type, so a second
+    websocket transport for the same message type would have nowhere to listen.
+    """
+    parts: list[TransportPart] = []
+    names: dict[str, TransportPart] = {}
+    kinds: dict[tuple[str, str], TransportPart] = {}
+    for transport_node in Children(node, _TRANSPORTS_SPEC).many("Transport"):
+        part = _transport(transport_node, ctx)
+        config = part.config
+        if (first := names.get(config.name)) is not None:
+            raise fail(
+                transport_node,
+                f"duplicate transport name {config.name!r} (first at line {first.node.line})",
+            )
+        names[config.name] = part
+        kind = (config.type, config.message_type)
+        if (first := kinds.get(kind)) is not None:
+            raise fail(
+                transport_node,
+                f"only one {config.type} transport for MessageType {config.message_type} in "
+                "this version, the HTTP server has one endpoint for it "
+                f"(first is {first.config.name!r} at line {first.node.line})",
+            )
+        kinds[kind] = part
+        parts.append(part)
+    return parts

@@ -1,0 +1,51 @@
+"""The ``<Tuning>`` section: limits and timings of client connections.
+
+``MinimumSyncDestinations`` (CONFIG.md) counts synchronous replication destinations; with
+no replication in this version nothing would read it, so it is refused as "not supported
+yet" instead of being accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Final
+
+from server.config.model import TuningConfig
+from server.config.values import GB, KB, Context, read_duration, read_size
+from server.config.xmltree import Children, Node, Spec
+
+__all__ = ["read_tuning"]
+
+_TUNING_SPEC: Final[Spec] = {
+    "SlowClientBufferLimit": False,
+    "HeartbeatDefault": False,
+    "PersistedAckInterval": False,
+}
+_UNSUPPORTED: Final[Mapping[str, str]] = {
+    "MinimumSyncDestinations": "synchronous replication destinations",
+}
+
+
+def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | None]:
+    """Read ``<Tuning>`` (absent: the defaults).
+
+    Returns:
+        The configuration, and the SlowClientBufferLimit element if given (the
+        message-size cross-check reports at it).
+    """
+    tuning = TuningConfig()
+    if node is None:
+        return tuning, None
+    kids = Children(node, _TUNING_SPEC, _UNSUPPORTED)
+    limit_node = kids.one("SlowClientBufferLimit")
+    if limit_node is not None:
+        limit = read_size(limit_node, ctx, minimum=64 * KB, maximum=1024 * GB)
+        tuning = replace(tuning, slow_client_buffer_limit=limit)
+    if (heartbeat_node := kids.one("HeartbeatDefault")) is not None:
+        heartbeat = read_duration(heartbeat_node, ctx, minimum=1.0, maximum=3600.0, zero_ok=True)
+        tuning = replace(tuning, heartbeat_default=heartbeat)
+    if (ack_node := kids.one("PersistedAckInterval")) is not None:
+        interval = read_duration(ack_node, ctx, minimum=0.001, maximum=3600.0)
+        tuning = replace(tuning, persisted_ack_interval=interval)
+    return tuning, limit_node
