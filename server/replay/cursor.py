@@ -286,23 +286,15 @@ class ReplayCursor:
             # Every member has reached its range end: the next tick finishes them.
             await asyncio.sleep(0)
             return True
-        read_view = getattr(self.source, "read_view", None)
-        batch: Sequence[Record]
-        if read_view is not None and len(members) == 1:
-            # one member: a columnar batch goes to the sink without per-record objects
-            batch = await read_view(
-                read_from,
-                max_count=self.batch_count,
-                max_bytes=self.batch_bytes,
-                upto_seq=limit,
-            )
-        else:
-            batch = await self.source.read_batch(
-                read_from,
-                max_count=self.batch_count,
-                max_bytes=self.batch_bytes,
-                upto_seq=limit,
-            )
+        # One read for every cursor: a lone member hands the columnar batch to its sink
+        # whole (no Record per message); a group walks it record by record, which builds
+        # the records it needs for log-order interleaving.
+        batch = await self.source.read_view(
+            read_from,
+            max_count=self.batch_count,
+            max_bytes=self.batch_bytes,
+            upto_seq=limit,
+        )
         if not batch and read_from > self.source.durable_seq:
             # A horizon ahead of disk (``live``) over a log that serves durable records
             # only: the records exist but are not readable until the next group commit.

@@ -103,7 +103,11 @@ class StopRule:
 
     def on_clock(self, now_us: int, source: ReplaySource) -> None:
         """The clock passed a time end: every record up to it is in the log (or on its
-        way to disk), so the bound is the log's answer for that moment."""
+        way to disk), so the bound is the log's answer for that moment.
+
+        This runs while the cursor runs and asks the synchronous ``seq_for_time``: the
+        known limit written down on :class:`~server.replay.ports.ReplaySource`.
+        """
         if self._stop_at_us is not None and self._time_bound is None and now_us >= self._stop_at_us:
             self._time_bound = source.seq_for_time(self._stop_at_us) - 1
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
+from server.txlog.batch import RecordBatch
 from server.txlog.record import Record
 
 
@@ -20,10 +21,19 @@ class ReplaySource(Protocol):
 
     ``first_seq`` is the oldest record still held (``durable_seq + 1`` when none is);
     ``seq_for_time(t)`` is the first record stamped at or after ``t`` (one past the newest
-    *appended* record when there is none yet); ``read_batch`` returns contiguous records
+    *appended* record when there is none yet); ``read_view`` returns contiguous records
     from ``from_seq`` (from ``first_seq`` if that is later; never past ``upto_seq``; it may
-    serve durable records only, then a ``live`` cursor waits for them);
-    ``wait_durable(seq)`` returns once ``durable_seq >= seq``.
+    serve durable records only, then a ``live`` cursor waits for them) as a
+    :class:`RecordBatch`, the columnar form a sink encodes without building a
+    :class:`Record` per message; ``wait_durable(seq)`` returns once ``durable_seq >= seq``.
+
+    Known limit: the two lookups are synchronous. Planning calls them before a cursor runs
+    (the engine resolves lookups that would read a journal file in a worker thread first),
+    but :meth:`StopRule.on_clock <server.replay.plan.StopRule.on_clock>` calls
+    ``seq_for_time`` *while the cursor runs*, when the clock passes a future range end; an
+    implementation may then read a file on the event loop (the transaction log answers from
+    its in-memory tail when the moment has just passed, the usual case). See "Known limits"
+    in docs/architecture.md.
     """
 
     @property
@@ -36,14 +46,14 @@ class ReplaySource(Protocol):
 
     def seq_for_time(self, timestamp_us: int) -> int: ...
 
-    async def read_batch(
+    async def read_view(
         self,
         from_seq: int,
         *,
         max_count: int = 1000,
         max_bytes: int = 1 << 20,
         upto_seq: int | None = None,
-    ) -> list[Record]: ...
+    ) -> RecordBatch: ...
 
     async def wait_durable(self, seq: int) -> None: ...
 

@@ -15,6 +15,7 @@ from typing import Any, ParamSpec
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock, time_us
+from server.txlog.batch import RecordBatch
 from server.txlog.record import Record, RecordKind
 
 P = ParamSpec("P")
@@ -148,14 +149,14 @@ class FakeLog:
         stamps = [r.timestamp_us for r in self.records]
         return self._first + bisect.bisect_left(stamps, timestamp_us)
 
-    async def read_batch(
+    async def read_view(
         self,
         from_seq: int,
         *,
         max_count: int = 1000,
         max_bytes: int = 1 << 20,
         upto_seq: int | None = None,
-    ) -> list[Record]:
+    ) -> RecordBatch:
         await asyncio.sleep(0)
         self.reads += 1
         end = self.last_seq if upto_seq is None else min(upto_seq, self.last_seq)
@@ -170,7 +171,7 @@ class FakeLog:
             size += len(rec.body)
             seq += 1
         self.read_sizes.append(len(out))
-        return out
+        return RecordBatch.from_records(out)
 
     async def wait_durable(self, seq: int) -> None:
         async with self._cond:

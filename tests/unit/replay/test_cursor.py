@@ -12,7 +12,8 @@ from server.bookmarks import format_time_bookmark, parse_bookmark
 from server.clock import VirtualClock, time_us
 from server.protocol.options import parse_subscribe_options
 from server.replay import ReplayCursor, ReplayGapError, build_member, resume_together
-from server.txlog.record import Record, RecordKind
+from server.txlog.batch import RecordBatch
+from server.txlog.record import RecordKind
 from tests.unit.replay.fakes import (
     PUB,
     PUB_B,
@@ -579,9 +580,9 @@ async def test_retention_gap_is_skipped() -> None:
 
 
 class BrokenLog(FakeLog):
-    async def read_batch(self, from_seq: int, **kwargs: Any) -> list[Record]:
-        batch = await super().read_batch(from_seq, **kwargs)
-        return batch[1:]  # skips a record
+    async def read_view(self, from_seq: int, **kwargs: Any) -> RecordBatch:
+        batch = await super().read_view(from_seq, **kwargs)
+        return RecordBatch.from_records(batch[1:])  # skips a record
 
 
 @run_async
@@ -869,10 +870,10 @@ async def test_moving_a_member_during_a_blocked_delivery_never_duplicates() -> N
 class DurableOnlyLog(FakeLog):
     """Like the real transaction log: reads serve durable records only."""
 
-    async def read_batch(self, from_seq: int, **kwargs: Any) -> list[Record]:
+    async def read_view(self, from_seq: int, **kwargs: Any) -> RecordBatch:
         upto = kwargs.pop("upto_seq", None)
         upto = self.durable_seq if upto is None else min(upto, self.durable_seq)
-        return await super().read_batch(from_seq, upto_seq=upto, **kwargs)
+        return await super().read_view(from_seq, upto_seq=upto, **kwargs)
 
 
 @run_async
