@@ -70,9 +70,7 @@ class Broker:
         self.config = config
         self.clock = clock
         self.lifecycle = Lifecycle(started_at=clock.time())
-        self.events = EventLog(
-            config.data_directory, config.name, console=console_log, clock=clock
-        )
+        self.events = EventLog(config.data_directory, config.name, console=console_log, clock=clock)
         self.auth = Authenticator(config.users)
         self.txlog: TransactionLog | None = None
         if config.transaction_log is not None:

@@ -24,7 +24,6 @@ import orjson
 from server.bookmarks import BookmarkSpec, lookup_points, parse_bookmark, spec_kind
 from server.clock import Clock
 from server.config import Config
-from server.delivery import BookmarkSink
 from server.expr import Filter, compile_filter
 from server.ports import DurabilityHorizon, Entitlements
 from server.protocol.commands import Command
@@ -49,7 +48,8 @@ from server.replay import (
     build_member,
     resume_together,
 )
-from server.replay_sources import AppendedSource
+from server.replay.sink import BookmarkSink
+from server.replay.sources import AppendedSource
 from server.router import Router
 from server.session import Session
 from server.stats.source import EventSink

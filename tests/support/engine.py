@@ -94,7 +94,9 @@ class FakeClient:
     def acks(self, kind: str | None = None) -> list[Header]:
         """The acks received (of one kind, if given)."""
         return [
-            h for h, _ in self.received() if h.get("c") == "ack" and (kind is None or h["a"] == kind)
+            h
+            for h, _ in self.received()
+            if h.get("c") == "ack" and (kind is None or h["a"] == kind)
         ]
 
     @property

@@ -2,67 +2,47 @@
 
 ``FakeLog`` implements :class:`server.replay.ReplaySource` over a list of records with an
 appended end, a durable pointer and an ``asyncio.Condition``; ``FakeSink`` records every
-call with the (virtual) time it happened.
+call with the (virtual) time it happened. tests/unit/replay/backends.py gives a real
+:class:`~server.txlog.TransactionLog` the same helper API, so cursor tests run over both.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import functools
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any, ParamSpec
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock, time_us
+from server.replay import FunctionHorizon, Horizon
+from server.txlog.batch import RecordBatch
 from server.txlog.record import Record, RecordKind
-
-P = ParamSpec("P")
 
 PUB: int = pub_hash("publisher-a")
 PUB_B: int = pub_hash("publisher-b")
-
-
-def run_async(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run an async test body in a fresh event loop (no pytest plugin needed)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
-        asyncio.run(fn(*args, **kwargs))
-
-    return wrapper
-
-
-async def settle(rounds: int = 200) -> None:
-    """Let every ready task run (no wall-clock sleeping)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0)
-
-
-async def until(predicate: Callable[[], bool], rounds: int = 5000) -> None:
-    """Yield to the loop until ``predicate()`` holds, then let the tasks it woke settle
-    (so a virtual-clock ``advance`` afterwards sees their sleeps); fail after ``rounds``."""
-    for _ in range(rounds):
-        if predicate():
-            await settle()
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition not reached")
 
 
 class FakeLog:
     """A transaction log in memory.
 
     ``append`` adds a record (not yet durable); ``flush`` makes records durable and wakes
-    ``wait_durable`` callers. Sequence numbers are contiguous from ``first_seq``.
+    ``wait_durable`` callers. Sequence numbers are contiguous from ``first_seq``. Reads
+    serve every appended record (a ``DurableHorizon`` keeps a cursor at the durable point),
+    unless ``durable_reads_only``: then they serve durable records only, as the real log's
+    ``read_view`` does.
     """
 
-    def __init__(self, clock: VirtualClock | None = None) -> None:
+    def __init__(
+        self, clock: VirtualClock | None = None, *, durable_reads_only: bool = False
+    ) -> None:
         self.clock = clock
         self.records: list[Record] = []
+        self.durable_reads_only = durable_reads_only
         self._first = 1
         self._durable = 0
         self._cond = asyncio.Condition()
+        self._appended = asyncio.Event()
         self._by_bookmark: dict[tuple[int, int], int] = {}
         self._pub_seq: dict[int, int] = {}
         self.reads = 0
@@ -82,10 +62,7 @@ class FakeLog:
         sow_key: str = "",
     ) -> Record:
         if ts_us is None:
-            if self.clock is not None:
-                ts_us = time_us(self.clock)
-            else:
-                ts_us = self.records[-1].timestamp_us + 1000 if self.records else 1_000_000
+            ts_us = next_timestamp(self.clock, self.records)
         if pub_seq is None:
             pub_seq = self._pub_seq.get(publisher, 0) + 1
         self._pub_seq[publisher] = pub_seq
@@ -104,9 +81,12 @@ class FakeLog:
         )
         self.records.append(rec)
         self._by_bookmark[(publisher, pub_seq)] = rec.seq
+        self._appended.set()
+        self._appended = asyncio.Event()
         return rec
 
     async def flush(self, upto: int | None = None) -> None:
+        """Make records durable up to ``upto`` exactly (default: all appended)."""
         target = self.last_seq if upto is None else min(upto, self.last_seq)
         async with self._cond:
             self._durable = max(self._durable, target)
@@ -125,6 +105,19 @@ class FakeLog:
                 self._by_bookmark.pop((r.pub_hash, r.pub_seq), None)
         self.records = keep
         self._first = seq
+
+    async def close(self) -> None:
+        """Nothing to release (the real log's adapter closes its files here)."""
+
+    # -- the views a ``live`` subscription uses --
+
+    def live_source(self) -> FakeLog:
+        """The source a ``live`` cursor reads: this log serves appended records already."""
+        return self
+
+    def live_horizon(self) -> Horizon:
+        """The engine's ``live`` horizon, built the way the engine builds it."""
+        return FunctionHorizon(lambda: self.last_seq, self.wait_appended)
 
     # -- ReplaySource --
 
@@ -148,17 +141,19 @@ class FakeLog:
         stamps = [r.timestamp_us for r in self.records]
         return self._first + bisect.bisect_left(stamps, timestamp_us)
 
-    async def read_batch(
+    async def read_view(
         self,
         from_seq: int,
         *,
         max_count: int = 1000,
         max_bytes: int = 1 << 20,
         upto_seq: int | None = None,
-    ) -> list[Record]:
+    ) -> RecordBatch:
         await asyncio.sleep(0)
         self.reads += 1
-        end = self.last_seq if upto_seq is None else min(upto_seq, self.last_seq)
+        end = self.durable_seq if self.durable_reads_only else self.last_seq
+        if upto_seq is not None:
+            end = min(end, upto_seq)
         out: list[Record] = []
         size = 0
         seq = max(from_seq, self._first)
@@ -170,31 +165,24 @@ class FakeLog:
             size += len(rec.body)
             seq += 1
         self.read_sizes.append(len(out))
-        return out
+        return RecordBatch.from_records(out)
 
     async def wait_durable(self, seq: int) -> None:
         async with self._cond:
             await self._cond.wait_for(lambda: self._durable >= seq)
 
+    async def wait_appended(self, seq: int) -> None:
+        """Return once record ``seq`` was appended (the real log's ``wait_appended``)."""
+        while self.last_seq < seq:
+            await self._appended.wait()
 
-class AppendedHorizon:
-    """The ``live`` horizon of a fake log: everything appended."""
 
-    def __init__(self, log: FakeLog) -> None:
-        self._log = log
-        self._event = asyncio.Event()
-
-    @property
-    def seq(self) -> int:
-        return self._log.last_seq
-
-    def poke(self) -> None:
-        self._event.set()
-
-    async def wait(self, seq: int) -> None:
-        while self._log.last_seq < seq:
-            self._event.clear()
-            await self._event.wait()
+def next_timestamp(clock: VirtualClock | None, records: Sequence[Record]) -> int:
+    """The stamp of a record appended without one: the clock's time, or 1 ms after the
+    previous record (1 s after the epoch for the first) when the log has no clock."""
+    if clock is not None:
+        return time_us(clock)
+    return records[-1].timestamp_us + 1000 if records else 1_000_000
 
 
 class FakeSink:
@@ -217,6 +205,8 @@ class FakeSink:
         self.times: list[float] = []
         self.events: list[tuple[str, object]] = []
         self.calls = 0
+        #: how many deliver() calls were handed a whole columnar batch
+        self.batches = 0
         self.room = asyncio.Event()
         self.room.set()
 
@@ -233,6 +223,8 @@ class FakeSink:
 
     async def deliver(self, records: Sequence[Record]) -> int:
         self.calls += 1
+        if isinstance(records, RecordBatch):
+            self.batches += 1
         sent = 0
         for rec in records:
             if self.accept is not None and not self.accept(rec):

@@ -1,12 +1,18 @@
 """Properties of the driver: exact log order with no gap or duplicate under random
 interleavings of appends, flushes, slow consumers, pauses and loop turns; ranges agree
-with an oracle that reads the log directly."""
+with an oracle that reads the log directly. Each property runs over the in-memory fake
+and over a real transaction log (one fresh log per example)."""
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,12 +24,28 @@ from server.bookmarks import (
     Now,
     Range,
     TimePoint,
+    parse_bookmark,
 )
 from server.clock import VirtualClock
 from server.protocol.options import SubscribeOptions
 from server.replay import ReplayCursor, build_member, resume_together
 from server.txlog.record import Record
-from tests.unit.replay.fakes import PUB, PUB_B, FakeLog, FakeSink, settle, until
+from tests.support.wait import run_turns, turns_until
+from tests.unit.replay.backends import BACKENDS, Backend, LogFactory, ReplayLog
+from tests.unit.replay.fakes import PUB, PUB_B, FakeSink
+
+
+@asynccontextmanager
+async def example_log(backend: Backend, clock: VirtualClock) -> AsyncIterator[ReplayLog]:
+    """A fresh log for one hypothesis example (a tmp_path fixture would be shared by all
+    the examples of a test), closed when the example ends."""
+    with tempfile.TemporaryDirectory(prefix="spool-replay-") as tmp:
+        logs = LogFactory(backend, Path(tmp))
+        try:
+            yield await logs.open(clock)
+        finally:
+            await logs.aclose()
+
 
 Op = tuple[str, int]
 
@@ -38,7 +60,9 @@ operations = st.lists(
 )
 
 
-async def apply(op: Op, log: FakeLog, sinks: list[FakeSink], cursor: ReplayCursor) -> ReplayCursor:
+async def apply(
+    op: Op, log: ReplayLog, sinks: list[FakeSink], cursor: ReplayCursor
+) -> ReplayCursor:
     """Apply one operation; returns the cursor now feeding the sinks (``move`` makes a new
     one, taking the members over at any moment, even in the middle of a delivery)."""
     kind, n = op
@@ -71,7 +95,7 @@ async def apply(op: Op, log: FakeLog, sinks: list[FakeSink], cursor: ReplayCurso
     return cursor
 
 
-def start_seq_of(start: str, log: FakeLog) -> tuple[str, int]:
+def start_seq_of(start: str, log: ReplayLog) -> tuple[str, int]:
     """(bm text, first expected seq)."""
     if start == "epoch" or log.durable_seq == 0:
         return "0", 1
@@ -81,13 +105,14 @@ def start_seq_of(start: str, log: FakeLog) -> tuple[str, int]:
     return rec.bookmark, rec.seq + 1
 
 
-async def finish(log: FakeLog, sinks: list[FakeSink], cursor: ReplayCursor) -> None:
+async def finish(log: ReplayLog, sinks: list[FakeSink], cursor: ReplayCursor) -> None:
     for sink in sinks:
         sink.room.set()
     cursor.resume()
     await log.flush()
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.integers(0, 8),
@@ -96,37 +121,36 @@ async def finish(log: FakeLog, sinks: list[FakeSink], cursor: ReplayCursor) -> N
     ops=operations,
 )
 def test_cursor_delivers_exactly_the_log_order(
-    initial: int, start: str, batch: int, ops: list[Op]
+    backend: Backend, initial: int, start: str, batch: int, ops: list[Op]
 ) -> None:
     async def body() -> None:
         clock = VirtualClock()
-        log = FakeLog(clock)
-        for _ in range(initial):
-            log.append()
-        await log.flush()
-        text, first = start_seq_of(start, log)
-        from server.bookmarks import parse_bookmark
-
-        sink = FakeSink()
-        member = build_member(sink, parse_bookmark(text), SubscribeOptions(), log)
-        cursor = ReplayCursor(log, [member], clock=clock, batch_count=batch)
-        cursor.start()
-        for op in ops:
-            cursor = await apply(op, log, [sink], cursor)
-            # Never ahead of the durable point, never out of order.
-            assert sink.seqs == list(range(first, first + len(sink.seqs)))
-            assert not sink.seqs or sink.seqs[-1] <= log.durable_seq
-        await finish(log, [sink], cursor)
-        await until(lambda: len(sink.got) == log.last_seq - first + 1)
-        assert sink.seqs == list(range(first, log.last_seq + 1))
-        assert sink.count("caught_up") <= 1
-        cursor.close()
-        await cursor.wait_closed()
-        assert cursor.error is None
+        async with example_log(backend, clock) as log:
+            for _ in range(initial):
+                log.append()
+            await log.flush()
+            text, first = start_seq_of(start, log)
+            sink = FakeSink()
+            member = build_member(sink, parse_bookmark(text), SubscribeOptions(), log)
+            cursor = ReplayCursor(log, [member], clock=clock, batch_count=batch)
+            cursor.start()
+            for op in ops:
+                cursor = await apply(op, log, [sink], cursor)
+                # Never ahead of the durable point, never out of order.
+                assert sink.seqs == list(range(first, first + len(sink.seqs)))
+                assert not sink.seqs or sink.seqs[-1] <= log.durable_seq
+            await finish(log, [sink], cursor)
+            await turns_until(lambda: len(sink.got) == log.last_seq - first + 1)
+            assert sink.seqs == list(range(first, log.last_seq + 1))
+            assert sink.count("caught_up") <= 1
+            cursor.close()
+            await cursor.wait_closed()
+            assert cursor.error is None
 
     asyncio.run(body())
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     initial=st.integers(0, 8),
@@ -135,43 +159,44 @@ def test_cursor_delivers_exactly_the_log_order(
     ops=operations,
 )
 def test_group_interleaves_in_log_order(
-    initial: int, offsets: list[int], batch: int, ops: list[Op]
+    backend: Backend, initial: int, offsets: list[int], batch: int, ops: list[Op]
 ) -> None:
     async def body() -> None:
-        from server.bookmarks import parse_bookmark
-
         clock = VirtualClock()
-        log = FakeLog(clock)
-        for _ in range(initial):
-            log.append()
-        await log.flush()
-        shared: list[tuple[str, int]] = []
-        sinks, cursors, firsts = [], [], {}
-        for i, offset in enumerate(offsets):
-            sink = FakeSink(f"s{i}", shared=shared)
-            seq = min(offset, log.durable_seq)
-            text = "0" if seq == 0 else log.records[seq - 1].bookmark
-            firsts[sink.sub_id] = seq + 1
-            member = build_member(sink, parse_bookmark(text), SubscribeOptions(), log)
-            cursor = ReplayCursor(log, [member], clock=clock, batch_count=batch)
-            cursor.start(paused=True)
-            sinks.append(sink)
-            cursors.append(cursor)
-        group = resume_together(cursors)
-        group.start()
-        for op in ops:
-            group = await apply(op, log, sinks, group)
-        await finish(log, sinks, group)
+        async with example_log(backend, clock) as log:
+            for _ in range(initial):
+                log.append()
+            await log.flush()
+            shared: list[tuple[str, int]] = []
+            sinks, cursors, firsts = [], [], {}
+            for i, offset in enumerate(offsets):
+                sink = FakeSink(f"s{i}", shared=shared)
+                seq = min(offset, log.durable_seq)
+                text = "0" if seq == 0 else log.records[seq - 1].bookmark
+                firsts[sink.sub_id] = seq + 1
+                member = build_member(sink, parse_bookmark(text), SubscribeOptions(), log)
+                cursor = ReplayCursor(log, [member], clock=clock, batch_count=batch)
+                cursor.start(paused=True)
+                sinks.append(sink)
+                cursors.append(cursor)
+            group = resume_together(cursors)
+            group.start()
+            for op in ops:
+                group = await apply(op, log, sinks, group)
+            await finish(log, sinks, group)
 
-        def expected() -> list[tuple[str, int]]:
-            return [
-                (s.sub_id, r.seq) for r in log.records for s in sinks if r.seq >= firsts[s.sub_id]
-            ]
+            def expected() -> list[tuple[str, int]]:
+                return [
+                    (s.sub_id, r.seq)
+                    for r in log.records
+                    for s in sinks
+                    if r.seq >= firsts[s.sub_id]
+                ]
 
-        await until(lambda: len(shared) == len(expected()))
-        assert shared == expected()
-        group.close()
-        await group.wait_closed()
+            await turns_until(lambda: len(shared) == len(expected()))
+            assert shared == expected()
+            group.close()
+            await group.wait_closed()
 
     asyncio.run(body())
 
@@ -233,6 +258,7 @@ def oracle(spec: Range, recs: list[Record]) -> list[int]:
     return [r.seq for r in recs if admitted_by_start(r) and admitted_by_end(r)]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     gaps=st.lists(st.sampled_from([0, 1, 500_000, 1_000_000]), min_size=1, max_size=12),
@@ -243,6 +269,7 @@ def oracle(spec: Range, recs: list[Record]) -> list[int]:
     batch=st.integers(1, 5),
 )
 def test_ranges_agree_with_the_oracle(
+    backend: Backend,
     gaps: list[int],
     start: Pick | None,
     end: Pick | None,
@@ -252,26 +279,26 @@ def test_ranges_agree_with_the_oracle(
 ) -> None:
     async def body() -> None:
         clock = VirtualClock()
-        log = FakeLog(clock)
-        t = 1_600_000_000_000_000
-        for i, gap in enumerate(gaps):
-            t += gap
-            log.append(ts_us=t, publisher=PUB if i % 2 else PUB_B)
-        await log.flush()
-        recs = list(log.records)
-        spec = Range(
-            Epoch() if start is None else endpoint(start, recs),
-            start_inclusive,
-            Now() if end is None else endpoint(end, recs),
-            end_inclusive,
-        )
-        sink = FakeSink()
-        member = build_member(sink, spec, SubscribeOptions(), log)
-        cursor = ReplayCursor(log, [member], clock=clock, batch_count=batch)
-        cursor.start()
-        await asyncio.wait_for(cursor.wait_closed(), 5)
-        assert sink.seqs == oracle(spec, recs)
-        assert sink.count("completed") == 1
-        await settle(5)
+        async with example_log(backend, clock) as log:
+            t = 1_600_000_000_000_000
+            for i, gap in enumerate(gaps):
+                t += gap
+                log.append(ts_us=t, publisher=PUB if i % 2 else PUB_B)
+            await log.flush()
+            recs = list(log.records)
+            spec = Range(
+                Epoch() if start is None else endpoint(start, recs),
+                start_inclusive,
+                Now() if end is None else endpoint(end, recs),
+                end_inclusive,
+            )
+            sink = FakeSink()
+            member = build_member(sink, spec, SubscribeOptions(), log)
+            cursor = ReplayCursor(log, [member], clock=clock, batch_count=batch)
+            cursor.start()
+            await asyncio.wait_for(cursor.wait_closed(), 5)
+            assert sink.seqs == oracle(spec, recs)
+            assert sink.count("completed") == 1
+            await run_turns(5)
 
     asyncio.run(body())

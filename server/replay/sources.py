@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from server.txlog import TransactionLog
-from server.txlog.record import Record
+from server.txlog.batch import RecordBatch
 
 
 class AppendedSource:
@@ -26,17 +26,29 @@ class AppendedSource:
     def seq_for_time(self, timestamp_us: int) -> int:
         return self._log.seq_for_time(timestamp_us)
 
-    async def read_batch(
+    async def read_view(
         self,
         from_seq: int,
         *,
         max_count: int = 1000,
         max_bytes: int = 1 << 20,
         upto_seq: int | None = None,
-    ) -> list[Record]:
-        return await self._log.read_appended(
+    ) -> RecordBatch:
+        """Appended records from ``from_seq``, as a :class:`RecordBatch` (the protocol's
+        one read; see ``ReplaySource``).
+
+        Durable records come from the log's own columnar read, as for any other bookmark
+        subscription (a log read never crosses the durable point); records not on disk yet
+        come from the in-memory tail (``read_appended``) and are wrapped in a batch.
+        """
+        if from_seq <= self._log.durable_seq:
+            return await self._log.read_view(
+                from_seq, max_count=max_count, max_bytes=max_bytes, upto_seq=upto_seq
+            )
+        records = await self._log.read_appended(
             from_seq, max_count=max_count, max_bytes=max_bytes, upto_seq=upto_seq
         )
+        return RecordBatch.from_records(records)
 
     async def wait_durable(self, seq: int) -> None:
         await self._log.wait_durable(seq)
