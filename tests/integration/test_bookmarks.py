@@ -308,6 +308,8 @@ def test_live_option_delivers_before_persistence_default_after(spool_server_fact
 
     async def scenario() -> None:
         async with Client(proc.ws_url, "durability") as c:
+            # the first group commit runs at once; the next one waits for the window
+            await c.wait_persisted(c.publish("warm-up", {}, persisted=True))
             live = await c.subscribe("orders", bookmark="0|1|", options="live", sub_id="lv")
             durable = await c.subscribe("orders", bookmark="0|1|", sub_id="dr")
             seq = c.publish("orders", {"x": 1}, persisted=True)

@@ -1,0 +1,296 @@
+"""The seams of the engine core, each with a test double on the other side."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.acks import DurableAcks, LocalHorizon
+from server.bookmarks import format_bookmark
+from server.clock import VirtualClock
+from server.expr import MessageView, compile_filter
+from server.fanout import FanOut
+from server.ports import AckValue, AppendedRun, Origin, PublishRun
+from server.protocol.commands import decode_command
+from server.protocol.errors import InvalidTopic, NotEntitled, ProtocolFailure
+from server.protocol.frame import Message, parse_frame
+from server.protocol.options import parse_subscribe_options
+from server.publishing import PublishPipeline
+from server.router import Router
+from server.subscription import Subscription
+from server.topics import TopicTable
+from server.txlog.batch import RecordBatch
+from server.txlog.record import Record, RecordKind
+from server.wire import encode_batch, encode_publish, encode_run, topic_json
+from tests.support.engine import EngineHarness
+
+
+class Peer:
+    """An Outbound that records what it is sent."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.sent: list[bytes] = []
+        self.counted = 0
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+    def send_messages(self, data: bytes, count: int) -> None:
+        self.counted += count
+        self.sent.append(data)
+
+    def ack(
+        self,
+        kind: str,
+        cid: str | None,
+        status: str = "success",
+        reason: str | None = None,
+        **fields: AckValue,
+    ) -> None:
+        self.sent.append(orjson.dumps({"a": kind, "cid": cid, "status": status, **fields}))
+
+    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
+        self.sent.append(orjson.dumps({"a": "processed", "cid": cid, "reason": exc.reason}))
+
+    def has_room(self) -> bool:
+        return True
+
+    async def wait_room(self) -> None:
+        return None
+
+    def messages(self) -> list[tuple[dict[str, object], bytes]]:
+        out: list[tuple[dict[str, object], bytes]] = []
+        for data in self.sent:
+            if data.startswith(b'{"a"'):
+                out.append((orjson.loads(data), b""))
+            else:
+                out.extend((m.header, m.body) for m in parse_frame(data).messages)
+        return out
+
+
+class Horizon:
+    """A durability horizon moved by the test (e.g. local fsync and a sync replica)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self._listeners: list[Callable[[int], None]] = []
+
+    async def wait(self, seq: int) -> None:
+        raise AssertionError("not used here")
+
+    def on_advance(self, callback: Callable[[int], None]) -> None:
+        self._listeners.append(callback)
+
+    def move(self, seq: int) -> None:
+        self.seq = seq
+        for cb in self._listeners:
+            cb(seq)
+
+
+# -- wire -------------------------------------------------------------------------------
+
+
+@given(
+    st.integers(min_value=2, max_value=2**64 - 1),
+    st.lists(st.integers(min_value=1, max_value=2**63), min_size=1, max_size=5),
+)
+def test_run_encoder_bookmarks_are_format_bookmark(h: int, seqs: list[int]) -> None:
+    bodies = [b'{"n":%d}' % i for i in range(len(seqs))]
+    data = encode_run(topic_json("t"), b'"s"', bodies, range(len(seqs)), pub_hash=h, pub_seqs=seqs)
+    msgs = parse_frame(data).messages
+    assert [m.header["bm"] for m in msgs] == [format_bookmark(h, s) for s in seqs]
+    assert [m.body for m in msgs] == bodies
+    single = [encode_publish(topic_json("t"), b'"s"', b, format_bookmark(h, s)) for s, b in
+              zip(seqs, bodies, strict=True)]  # fmt: skip
+    assert data == b"".join(single)
+
+
+def test_batch_and_run_encoders_agree_on_the_layout() -> None:
+    recs = [
+        Record(i, 1_700_000_000_000_000 + i, 7, i, "t", "json", RecordKind.PUBLISH, (), 0,
+               b"{}", "x" if i == 2 else "", "")
+        for i in (1, 2)
+    ]  # fmt: skip
+    batch = RecordBatch.from_records(recs)
+    out = encode_batch(batch, range(2), b'"s"', topic_literal=topic_json("t"))
+    run = encode_run(topic_json("t"), b'"s"', [b"{}", b"{}"], range(2), pub_hash=7,
+                     pub_seqs=[1, 2], corr_ids=["", "x"])  # fmt: skip
+    assert out == run
+    assert [m.header.get("x") for m in parse_frame(out).messages] == [None, "x"]
+
+
+# -- topics ---------------------------------------------------------------------------
+
+
+def test_the_topic_table_is_bounded_and_forgets_the_least_recently_published() -> None:
+    table = TopicTable(lambda t: t.startswith("rec"), limit=3)
+    for name in ("a", "b", "rec.c"):
+        table.admit(name)
+    assert table.get("a") is not None  # a is now the most recently used
+    table.admit("d")
+    assert [t.name for t in table] == ["rec.c", "a", "d"]
+    assert table.evicted == 1
+    assert table.admit("rec.c").recorded and not table.admit("d").recorded
+    with pytest.raises(InvalidTopic):
+        table.admit("orders.*")
+
+
+# -- acks on a durability horizon --------------------------------------------------------
+
+
+def test_persisted_acks_wait_for_the_horizon_and_are_conflated() -> None:
+    horizon = Horizon()
+    last = [0]
+    acks = DurableAcks(horizon, lambda: last[0], VirtualClock())
+    peer = Peer()
+    acks.expect_persisted(peer, 9, 1, 10)
+    acks.expect_persisted(peer, 9, 3, 12)
+    last[0] = 3
+    acks.flush(peer, decode_command(Message({"c": "flush", "cid": "f"}, b"")))
+    horizon.move(1)
+    assert [m for m, _ in peer.messages()] == [
+        {"a": "persisted", "cid": None, "status": "success", "s": 10, "bm": "9|10|"}
+    ]
+    horizon.move(3)
+    got = [m for m, _ in peer.messages()][1:]
+    assert got == [
+        {"a": "persisted", "cid": None, "status": "success", "s": 12, "bm": "9|12|"},
+        {"a": "processed", "cid": "f", "status": "success"},
+    ]
+    assert acks.last_persisted(peer) == 12
+    assert acks.pending_peers == 0
+
+
+def test_a_duplicate_is_acked_at_once_when_everything_is_durable() -> None:
+    horizon = Horizon()
+    acks = DurableAcks(horizon, lambda: 5, VirtualClock())
+    horizon.move(5)
+    peer = Peer()
+    acks.expect_duplicate(peer, 9, 4)
+    assert [m["s"] for m, _ in peer.messages()] == [4]
+
+
+# -- fan-out ------------------------------------------------------------------------------
+
+
+def _sub(
+    peer: Peer, sub_id: str, topic: str, flt: str | None = None, ts: bool = False
+) -> Subscription:
+    return Subscription(
+        outbound=peer, client="c", user=None, sub_id=sub_id, topic=topic, pattern=None,
+        filter=compile_filter(flt) if flt else None, filter_text=flt,
+        options=parse_subscribe_options("timestamp" if ts else None),
+        sid_bytes=orjson.dumps(sub_id),
+    )  # fmt: skip
+
+
+class _NoAuth:
+    enabled = False
+
+    def can_read(self, user: object, topic: str) -> bool:
+        return True
+
+    def can_write(self, user: object, topic: str) -> bool:
+        return True
+
+
+def _run(bodies: list[bytes]) -> AppendedRun:
+    return AppendedRun(
+        topic="t", topic_literal=topic_json("t"), origin=Origin("client", "p", None, None),
+        pub_hash=5, pub_seqs=list(range(1, len(bodies) + 1)), bodies=bodies, first_seq=1,
+        timestamp_us=1_700_000_000_000_000, corr_ids=None, sow_keys=None,
+        kind=RecordKind.PUBLISH,
+        publisher_name="p",
+    )  # fmt: skip
+
+
+def test_a_connection_gets_one_message_per_publish_naming_the_subscriptions_that_took_it() -> None:
+    router = Router()
+    one, two = Peer(), Peer()
+    for sub in (
+        _sub(one, "even", "t", "/n % 2 = 0"),
+        _sub(one, "big", "t", "/n > 2"),
+        _sub(one, "all", "t"),
+        _sub(two, "odd", "t", "/n % 2 = 1"),
+    ):
+        router.add(sub)
+    parses = MessageView.parse_count()
+    FanOut(router, _NoAuth(), VirtualClock()).appended(_run([b'{"n":%d}' % n for n in range(1, 5)]))
+    assert MessageView.parse_count() - parses == 4  # once per message, whatever the filters
+    assert [(m["sids"], b) for m, b in one.messages()] == [
+        ("all", b'{"n":1}'),
+        ("even,all", b'{"n":2}'),
+        ("big,all", b'{"n":3}'),
+        ("even,big,all", b'{"n":4}'),
+    ]
+    assert [b for _, b in two.messages()] == [b'{"n":1}', b'{"n":3}']
+    assert (one.counted, two.counted) == (4, 2)
+
+
+# -- the pipeline's stages --------------------------------------------------------------
+
+
+class RecordingStage:
+    """A stage with every hook, recording its calls (SOW, queues, replication to come)."""
+
+    def __init__(self, refuse: str | None = None) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.refuse = refuse
+
+    def applies_to(self, topic: str) -> bool:
+        return topic != "other"
+
+    def prepare(self, run: PublishRun) -> None:
+        self.calls.append(("prepare", list(run.bodies)))
+        if run.topic == self.refuse:
+            raise NotEntitled("refused by the stage")
+
+    def appended(self, run: AppendedRun) -> None:
+        self.calls.append(("appended", (run.first_seq, list(run.bodies))))
+
+    def durable(self, seq: int) -> None:
+        self.calls.append(("durable", seq))
+
+    def recover(self, batch: RecordBatch) -> None:
+        self.calls.append(("recover", list(batch.bodies)))
+
+
+def test_stages_see_runs_before_and_after_the_append_then_durability_and_recovery(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        async with EngineHarness(tmp_path) as h:
+            stage = RecordingStage(refuse="no")
+            txlog = h.broker.txlog
+            assert txlog is not None
+            p2 = PublishPipeline(
+                TopicTable(lambda t: True), txlog, LocalHorizon(txlog), h.broker.acks,
+                _NoAuth(), h.broker.events, stages=(stage,),
+            )  # fmt: skip
+            peer = Peer()
+            origin = Origin("client", "p", None, peer)
+            p2.publish(origin, PublishRun("t", 77, [None, None], [b"1", b"2"], []))
+            p2.publish(origin, PublishRun("other", 77, [None], [b"3"], []))
+            p2.publish(
+                origin, PublishRun("no", 77, [None], [b"4"], [(0, frozenset({"processed"}), "x")])
+            )
+            assert stage.calls == [
+                ("prepare", [b"1", b"2"]),
+                ("appended", (1, [b"1", b"2"])),
+                ("prepare", [b"4"]),
+            ]
+            assert [m["reason"] for m, _ in peer.messages()] == ["not entitled"]
+            await h.commit()
+            assert ("durable", 3) in stage.calls
+            stage.calls.clear()
+            assert await p2.recover(batch_count=2) == 3
+            assert stage.calls == [("recover", [b"1", b"2"]), ("recover", [b"3"])]
+
+    asyncio.run(body())
