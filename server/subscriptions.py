@@ -245,13 +245,16 @@ class SubscriptionService:
         txlog = self._txlog
         assert txlog is not None
         source: ReplaySource = txlog
-        horizon: Horizon | None = None
-        if options.live:
-            # deliver records as soon as they are appended, before the group commit
-            source = AppendedSource(txlog)
-            horizon = FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended)
-        elif options.fully_durable:
-            horizon = self._horizon
+        horizon: Horizon | None = None  # the cursor's default: the local fsync
+        match options.durability:
+            case "live":
+                # deliver records as soon as they are appended, before the group commit
+                source = AppendedSource(txlog)
+                horizon = FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended)
+            case "fully_durable":
+                horizon = self._horizon
+            case "persisted":
+                pass
         return ReplayCursor(
             source,
             (member,),

@@ -81,14 +81,6 @@ def _parse_acks(text: str, cid: str | None) -> frozenset[str]:
     return parts
 
 
-def cached_acks(text: str) -> frozenset[str] | None:
-    """The ack kinds of an ``a`` string already validated once, else None (no parsing).
-
-    The publish hot path uses it to skip :func:`decode_command` for headers it has seen.
-    """
-    return _ACK_CACHE.get(text)
-
-
 class CommandError(InvalidMessage):
     """A message whose header is well-formed JSON but not a valid command.
 
@@ -242,7 +234,7 @@ def take_publish_run(msgs: list[Message], start: int) -> PublishScan | None:
     The publish hot path: a publisher's frame usually holds many publishes to one topic,
     and :func:`decode_command` per message costs more than the rest of the publish.
     A publish is plain when its header holds only ``c``, ``t``, ``l``, ``s``, ``a`` (an
-    ack string already validated once, see :func:`cached_acks`) and ``cid``, each of the
+    ack string already validated once by :func:`decode_command`) and ``cid``, each of the
     type :func:`decode_command` requires; anything else (a correlation id, a SOW key, a
     bad field, an unknown ack string) ends the run before that message, and
     :func:`decode_command` then gives it its exact meaning or failure. The type rules
