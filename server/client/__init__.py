@@ -1,4 +1,10 @@
-"""Python client of Spool: :class:`Client` (asyncio) and :class:`SyncClient` (blocking)."""
+"""Python client of Spool: :class:`Client` (asyncio) and :class:`SyncClient` (blocking).
+
+Modules, lowest first: ``errors`` (what the client raises), ``events`` (values and the
+events of the session state), ``state`` (sans-I/O session state: frames in, events out,
+commands as bytes), ``connection`` (the transport: bytes in and out over a websocket),
+``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper).
+"""
 
 from server.client.client import (
     Ack,

@@ -1,9 +1,17 @@
-"""The asyncio Python client of Spool.
+"""The asyncio Python client of Spool: the public :class:`Client` API.
 
-The client has three separate parts so the HA client can reuse them: the *connection*
-(one websocket, frame batching out, frame parsing in), the *session state* (pending acks
-by command id, subscriptions by id, persisted-publish tracking), and this public
-:class:`Client` API. It imports only ``server.protocol`` and ``websockets``.
+The client is three parts, so the HA client can reuse the first two as they are:
+
+- the *connection* (:mod:`server.client.connection`): one websocket, bytes in and out,
+  the reader, writer and heartbeat tasks; no protocol knowledge;
+- the *session state* (:mod:`server.client.state`, sans-I/O): frames in, events out;
+  commands encoded and batched into frames; command ids, waiting commands, subscriptions
+  by id, publish sequence numbers and the last persisted one;
+- this module: :class:`Client` composes the two. It turns commands into futures it awaits,
+  and applies the state's events to asyncio objects: acks resolve futures, deliveries go
+  to a :class:`Subscription`'s queue, persisted acks wake :meth:`Client.wait_persisted`.
+
+The package imports only ``server.protocol`` and ``websockets``.
 
 Typical use::
 
@@ -17,85 +25,60 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
 
-import orjson
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
-
+from server.client.connection import Connector, Handlers, Transport, connect_websocket
+from server.client.errors import ClientError, Disconnected
+from server.client.events import (
+    Ack,
+    Completed,
+    ConnectionFailed,
+    Delivered,
+    Event,
+    Failed,
+    LogonInfo,
+    Message,
+    Persisted,
+    PositionReported,
+    Replied,
+)
+from server.client.state import SessionState, encode_body
 from server.protocol.errors import ProtocolFailure, failure_for
-from server.protocol.frame import parse_frame
+from server.protocol.frame import FrameError
+
+#: the queue item that ends a subscription's iteration (after an unsubscribe).
+_END: Final = object()
+
+#: close code and reason when the broker sent a frame the client cannot parse (RFC 6455
+#: 1002, protocol error; the reason is the protocol's failure string, as the JS client).
+_MALFORMED_CODE: Final = 1002
+_MALFORMED_REASON: Final = "invalid message"
 
 
-class ClientError(Exception):
-    """A client-side failure that is not a broker failure ack."""
-
-
-class Disconnected(ClientError):
-    """The connection closed; ``reason`` is the close reason the broker gave, if any."""
-
-    def __init__(self, reason: str = "", code: int | None = None) -> None:
-        super().__init__(reason or "disconnected")
-        self.reason = reason
-        self.code = code
-
-
-@dataclass(slots=True)
-class Message:
-    """A message delivered to a subscription."""
-
-    topic: str
-    data: bytes
-    sub_ids: tuple[str, ...]
-    bookmark: str | None
-    timestamp: str | None
-    correlation_id: str | None
-    header: dict[str, Any]
-
-    def json(self) -> Any:
-        return orjson.loads(self.data)
-
-
-@dataclass(slots=True)
-class Ack:
-    """An ack from the broker."""
-
-    kind: str
-    cid: str | None
-    status: str
-    reason: str | None
-    header: dict[str, Any]
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "success"
-
-
-@dataclass(slots=True)
-class LogonInfo:
-    client_name: str
-    last_seq: int
-    last_bookmark: str | None
-    version: str
-    heartbeat: float | None
-
-
-_END = object()
+def _nothing() -> None:
+    """``flush_soon`` before there is a transport."""
 
 
 class Subscription:
-    """An async iterator of the messages of one subscription."""
+    """An async iterator of the messages of one subscription.
+
+    Attributes:
+        sub_id: the subscription id.
+        queue: the messages not consumed yet (bounded by the client's ``queue_size``:
+            when it is full the client stops reading, and backpressure reaches the broker).
+        completed: set when the broker's ``completed`` ack arrived (replay caught up).
+        position_bookmark: the last durable position the broker reported for it.
+    """
 
     def __init__(self, client: Client, sub_id: str, maxsize: int) -> None:
         self.client = client
         self.sub_id = sub_id
-        self.queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)
+        self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize)
         self.completed = asyncio.Event()
         self.position_bookmark: str | None = None
         self.acks: list[Ack] = []
+        self._ending: set[asyncio.Task[None]] = set()
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
@@ -107,6 +90,7 @@ class Subscription:
                 return
             if isinstance(item, BaseException):
                 raise item
+            assert isinstance(item, Message)
             yield item
 
     async def get(self, timeout: float | None = None) -> Message:
@@ -122,6 +106,17 @@ class Subscription:
     async def unsubscribe(self) -> None:
         await self.client.unsubscribe(self.sub_id)
 
+    def _end(self, item: BaseException | object) -> None:
+        """Queue the last item (the end marker or the exception that ended it) after every
+        message already queued, without blocking: when the queue is full, a task puts it
+        as soon as the consumer makes room."""
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            task = asyncio.get_running_loop().create_task(self.queue.put(item))
+            self._ending.add(task)
+            task.add_done_callback(self._ending.discard)
+
 
 class Client:
     """Asyncio client for one broker connection.
@@ -133,6 +128,8 @@ class Client:
         heartbeat: seconds; the broker beats at this interval and drops a silent client.
         queue_size: messages buffered per subscription before the reader stops reading
             (backpressure reaches the broker, which then applies its slow-client policy).
+        max_size: the largest frame accepted from the broker, in bytes.
+        connector: opens the transport (default: a websocket); tests pass a double.
     """
 
     def __init__(
@@ -145,6 +142,7 @@ class Client:
         heartbeat: float | None = None,
         queue_size: int = 10_000,
         max_size: int = 64 * 1024 * 1024,
+        connector: Connector = connect_websocket,
     ) -> None:
         self.url = url
         self.name = name
@@ -153,60 +151,61 @@ class Client:
         self.heartbeat = heartbeat
         self.queue_size = queue_size
         self.max_size = max_size
-        self._ws: ClientConnection | None = None
-        self._ids = itertools.count(1)
-        self._pending: dict[str, asyncio.Future[Ack]] = {}
-        self._subs: dict[str, Subscription] = {}
-        self._out: list[bytes] = []
-        self._wake = asyncio.Event()
-        self._reader: asyncio.Task[None] | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._hb_task: asyncio.Task[None] | None = None
-        self.persisted_seq = 0
+        self._connector = connector
+        self._state: SessionState[Subscription] = SessionState(name)
+        self._conn: Transport | None = None
+        #: the transport's ``flush_soon`` once connected; before that, commands only queue.
+        self._flush_soon: Callable[[], None] = _nothing
+        self._waiters: dict[str, asyncio.Future[Ack]] = {}
         self._persisted = asyncio.Condition()
-        self.failures: list[Ack] = []
-        self.logon: LogonInfo | None = None
+        self._notify: asyncio.Task[None] | None = None
         self.closed = asyncio.Event()
         self.close_reason: str = ""
         self.close_code: int | None = None
-        self.seq = 0
+
+    # -- session values (kept by the session state) --------------------------------------
+
+    @property
+    def seq(self) -> int:
+        """The last sequence number given to a publish."""
+        return self._state.seq
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        self._state.seq = value
+
+    @property
+    def persisted_seq(self) -> int:
+        """The highest sequence number the broker acked as persisted."""
+        return self._state.persisted_seq
+
+    @property
+    def failures(self) -> list[Ack]:
+        """Failure acks no command waited for (refused fire-and-forget publishes, ...)."""
+        return self._state.failures
+
+    @property
+    def logon(self) -> LogonInfo | None:
+        """What the logon ack said, once connected."""
+        return self._state.logon
 
     # -- connection ----------------------------------------------------------------------
 
     async def connect(self, timeout: float = 10.0) -> LogonInfo:
-        self._ws = await connect(
-            self.url,
-            compression=None,
-            max_size=self.max_size,
-            open_timeout=timeout,
-            ping_interval=None,
+        """Open the connection and log on; raises the typed failure if refused."""
+        handlers = Handlers(self._frame_received, self._state.data_to_send, self._connection_lost)
+        self._conn = await self._connector(
+            self.url, handlers, open_timeout=timeout, max_size=self.max_size
         )
-        self._reader = asyncio.get_running_loop().create_task(self._read_loop())
-        self._writer = asyncio.get_running_loop().create_task(self._write_loop())
-        header: dict[str, Any] = {
-            "c": "logon",
-            "client_name": self.name,
-            "version": "spool-python/0.1",
-        }
-        if self.user_id is not None:
-            header["user_id"] = self.user_id
-        if self.password is not None:
-            header["pw"] = self.password
-        if self.heartbeat:
-            header["hb"] = self.heartbeat
-        ack = await self._command(header, timeout=timeout, ack="processed")
-        info = LogonInfo(
-            client_name=ack.header.get("client_name", self.name),
-            last_seq=int(ack.header.get("s", 0) or 0),
-            last_bookmark=ack.header.get("bm"),
-            version=str(ack.header.get("version", "")),
-            heartbeat=ack.header.get("hb"),
+        self._flush_soon = self._conn.flush_soon
+        cid = self._state.logon_command(
+            user_id=self.user_id, password=self.password, heartbeat=self.heartbeat
         )
-        self.seq = max(self.seq, info.last_seq)
-        self.persisted_seq = info.last_seq
-        self.logon = info
+        await self._reply(cid, timeout)
+        info = self._state.logon
+        assert info is not None  # a successful logon ack sets it
         if self.heartbeat:
-            self._hb_task = asyncio.get_running_loop().create_task(self._beat())
+            self._conn.start_heartbeat(self.heartbeat, self._beat)
         return info
 
     async def __aenter__(self) -> Client:
@@ -218,55 +217,16 @@ class Client:
 
     async def close(self) -> None:
         """Send what is queued and close the connection."""
-        if self._hb_task is not None:
-            self._hb_task.cancel()
-        if self._ws is not None:
-            with contextlib.suppress(Exception):
-                await self._flush_out()
-            with contextlib.suppress(Exception):
-                await self._ws.close()
-        for task in (self._reader, self._writer):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+        if self._conn is not None:
+            await self._conn.close()
         self._fail_all(Disconnected(self.close_reason or "closed by client", self.close_code))
 
-    async def _beat(self) -> None:
-        assert self.heartbeat
-        while True:
-            await asyncio.sleep(self.heartbeat)
-            self._send_header({"c": "heartbeat", "o": "beat"})
+    def _beat(self) -> None:
+        if not self.closed.is_set():
+            self._state.heartbeat()
+            self._flush_soon()
 
     # -- outbound ------------------------------------------------------------------------
-
-    def _send_raw(self, data: bytes) -> None:
-        if self.closed.is_set():
-            raise Disconnected(self.close_reason, self.close_code)
-        self._out.append(data)
-        self._wake.set()
-
-    def _send_header(self, header: dict[str, Any], body: bytes = b"") -> None:
-        header["l"] = len(body)
-        self._send_raw(orjson.dumps(header) + body)
-
-    async def _flush_out(self) -> None:
-        if self._out and self._ws is not None:
-            frame = b"".join(self._out)
-            self._out.clear()
-            await self._ws.send(frame)
-
-    async def _write_loop(self) -> None:
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                await self._flush_out()
-        except ConnectionClosed:
-            pass
-
-    def _next_cid(self) -> str:
-        return str(next(self._ids))
 
     async def _command(
         self,
@@ -276,28 +236,24 @@ class Client:
         ack: str = "processed",
         timeout: float | None = 30.0,
     ) -> Ack:
-        cid = header.setdefault("cid", self._next_cid())
-        header["a"] = ack
+        """Send a command and wait for its ``ack`` (raises the typed failure)."""
+        return await self._reply(self._state.command(header, body, ack=ack), timeout)
+
+    async def _reply(self, cid: str, timeout: float | None) -> Ack:
+        """Wait for the final ack of queued command ``cid``."""
         fut: asyncio.Future[Ack] = asyncio.get_running_loop().create_future()
-        self._pending[cid] = fut
+        self._waiters[cid] = fut
+        self._flush_soon()
         try:
-            self._send_header(header, body)
             result = await asyncio.wait_for(asyncio.shield(fut), timeout)
         finally:
-            self._pending.pop(cid, None)
+            self._waiters.pop(cid, None)
+            self._state.forget(cid)
         if not result.ok:
             raise failure_for(result.reason or "", str(result.header.get("detail", "")))
         return result
 
     # -- API -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _body(data: bytes | str | Any) -> bytes:
-        if isinstance(data, bytes):
-            return data
-        if isinstance(data, str):
-            return data.encode()
-        return orjson.dumps(data)
 
     def publish(
         self,
@@ -313,29 +269,22 @@ class Client:
 
         With ``persisted`` the broker acks durability; :meth:`wait_persisted` waits for it.
         """
-        if seq is None and auto_seq:
-            self.seq += 1
-            seq = self.seq
-        elif seq is not None:
-            self.seq = max(self.seq, seq)
-        header: dict[str, Any] = {"c": "publish", "t": topic}
-        if seq is not None:
-            header["s"] = seq
-        if persisted:
-            header["a"] = "persisted"
-        if correlation_id is not None:
-            header["x"] = correlation_id
-        self._send_header(header, self._body(data))
-        return seq or 0
+        seq = self._state.publish(
+            topic,
+            encode_body(data),
+            seq=seq,
+            persisted=persisted,
+            correlation_id=correlation_id,
+            auto_seq=auto_seq,
+        )
+        self._flush_soon()
+        return seq
 
     async def publish_acked(
         self, topic: str, data: bytes | str | Any, *, timeout: float = 30.0
     ) -> Ack:
         """Publish and wait for the processed ack (raises the typed failure)."""
-        self.seq += 1
-        return await self._command(
-            {"c": "publish", "t": topic, "s": self.seq}, self._body(data), timeout=timeout
-        )
+        return await self._reply(self._state.publish_command(topic, encode_body(data)), timeout)
 
     async def wait_persisted(self, seq: int, timeout: float = 30.0) -> None:
         """Wait until the broker acked persistence of every publish up to ``seq``."""
@@ -362,148 +311,103 @@ class Client:
         timeout: float = 30.0,
     ) -> Subscription:
         """Subscribe; returns once the broker processed the command."""
-        sid = sub_id or f"s{next(self._ids)}"
-        header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sid}
-        if filter is not None:
-            header["f"] = filter
-        if bookmark is not None:
-            header["bm"] = bookmark
-        if options is not None:
-            header["o"] = options
+        sid = sub_id or self._state.next_sub_id()
         sub = Subscription(self, sid, self.queue_size)
-        replaced = self._subs.get(sid)
-        self._subs[sid] = sub
-        cid = self._next_cid()
-        header["cid"] = cid
-        acks = "processed,completed" if completed else "processed"
+        replaced = self._state.add_subscription(sid, sub)
         try:
-            await self._command(header, ack=acks, timeout=timeout)
+            cid = self._state.subscribe_command(
+                topic, sid, filter=filter, bookmark=bookmark, options=options, completed=completed
+            )
+            await self._reply(cid, timeout)
         except BaseException:
             if replaced is not None:
-                self._subs[sid] = replaced
+                self._state.add_subscription(sid, replaced)
             else:
-                self._subs.pop(sid, None)
+                self._state.remove_subscription(sid)
             raise
         return sub
 
     async def unsubscribe(self, sub_id: str = "all", timeout: float = 30.0) -> None:
-        await self._command({"c": "unsubscribe", "sub_id": sub_id}, timeout=timeout)
-        ids = list(self._subs) if sub_id == "all" else sub_id.split(",")
-        for sid in ids:
-            sub = self._subs.pop(sid.strip(), None)
-            if sub is not None:
-                sub.queue.put_nowait(_END)
+        """Unsubscribe ``all`` or a comma list of ids; their iterations end."""
+        await self._reply(self._state.unsubscribe_command(sub_id), timeout)
+        for sub in self._state.remove_subscriptions(sub_id):
+            sub._end(_END)
 
     async def flush(self, timeout: float = 30.0) -> None:
         """Returns once every earlier command is processed and persisted."""
-        await self._command({"c": "flush"}, timeout=timeout)
+        await self._reply(self._state.flush_command(), timeout)
 
     async def send_raw(self, frame: bytes) -> None:
         """Send bytes as one frame, untouched (tests of malformed input)."""
-        assert self._ws is not None
-        await self._flush_out()
-        await self._ws.send(frame)
+        assert self._conn is not None
+        await self._conn.send(frame)
 
     # -- inbound -------------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
-        assert self._ws is not None
-        ws = self._ws
-        try:
-            async for frame in ws:
-                data = frame if isinstance(frame, bytes) else frame.encode()
-                parsed = parse_frame(data)
-                for msg in parsed.messages:
-                    h = msg.header
-                    c = h.get("c")
-                    if c == "publish":
-                        await self._deliver(h, msg.body)
-                    elif c == "ack":
-                        await self._on_ack(h)
-                if parsed.error is not None:
-                    raise ClientError(f"broker sent a malformed frame: {parsed.error}")
-        except ConnectionClosed:
-            pass
-        finally:
-            rcvd = ws.protocol.close_rcvd
-            if rcvd is not None:
-                self.close_reason = rcvd.reason
-                self.close_code = rcvd.code
-            self._fail_all(Disconnected(self.close_reason, self.close_code))
+    async def _frame_received(self, data: bytes) -> None:
+        for event in self._state.receive_frame(data):
+            if type(event) is Delivered:
+                # Awaited: a full queue stops the reader (backpressure to the broker).
+                put = event.subscription.queue.put
+                for message in event.messages:
+                    await put(message)
+            else:
+                await self._apply(event)
 
-    async def _deliver(self, h: dict[str, Any], body: bytes) -> None:
-        sids = tuple(str(h.get("sids", "")).split(","))
-        msg = Message(
-            topic=h.get("t", ""),
-            data=body,
-            sub_ids=sids,
-            bookmark=h.get("bm"),
-            timestamp=h.get("ts"),
-            correlation_id=h.get("x"),
-            header=h,
-        )
-        for sid in sids:
-            sub = self._subs.get(sid)
-            if sub is not None:
-                await sub.queue.put(msg)
+    async def _apply(self, event: Event[Subscription]) -> None:
+        if isinstance(event, Replied):
+            fut = self._waiters.get(event.cid)
+            if fut is not None and not fut.done():
+                fut.set_result(event.ack)
+        elif isinstance(event, Persisted):
+            async with self._persisted:
+                self._persisted.notify_all()
+        elif isinstance(event, PositionReported):
+            event.subscription.position_bookmark = event.bookmark
+        elif isinstance(event, Completed):
+            event.subscription.completed.set()
+        elif isinstance(event, Failed):
+            if event.subscription is not None:
+                await event.subscription.queue.put(event.error)
+        elif isinstance(event, ConnectionFailed):
+            await self._malformed(event.error)
+        # Delivered never gets here (the hot path above); HeartbeatReceived needs nothing:
+        # the transport already noted when the last frame came.
 
-    async def _on_ack(self, h: dict[str, Any]) -> None:
-        ack = Ack(
-            kind=h.get("a", ""),
-            cid=h.get("cid"),
-            status=h.get("status", "success"),
-            reason=h.get("reason"),
-            header=h,
-        )
-        if ack.kind == "persisted" and ack.cid is None:
-            sub_id = h.get("sub_id")
-            if sub_id is not None:
-                sub = self._subs.get(sub_id)
-                if sub is not None:
-                    sub.position_bookmark = h.get("bm")
-                return
-            if not ack.ok:
-                self.failures.append(ack)
-                return
-            s = int(h.get("s", 0) or 0)
-            if s > self.persisted_seq:
-                async with self._persisted:
-                    self.persisted_seq = s
-                    self._persisted.notify_all()
-            return
-        if ack.kind == "completed":
-            sub = self._subs.get(h.get("sub_id", ""))
-            if sub is not None:
-                sub.completed.set()
-        fut = self._pending.get(ack.cid or "")
-        if fut is not None and not fut.done():
-            if ack.kind == "completed" and ack.ok:
-                return  # the command's processed ack resolves it
-            fut.set_result(ack)
-            return
-        if not ack.ok:
-            self.failures.append(ack)
-            sub = self._subs.get(h.get("sub_id", "") or "")
-            if sub is not None:
-                sub.queue.put_nowait(failure_for(ack.reason or "", h.get("detail", "")))
+    async def _malformed(self, error: FrameError) -> None:
+        """The broker sent a frame we cannot parse: nothing after it can be trusted, so
+        every waiter fails now and the connection closes with a protocol error."""
+        self.close_reason = _MALFORMED_REASON
+        self.close_code = _MALFORMED_CODE
+        exc = Disconnected(_MALFORMED_REASON, _MALFORMED_CODE)
+        exc.__cause__ = error
+        self._fail_all(exc)
+        if self._conn is not None:
+            await self._conn.close(_MALFORMED_CODE, _MALFORMED_REASON)
+
+    def _connection_lost(self, reason: str, code: int | None) -> None:
+        if not self.closed.is_set():
+            self.close_reason = reason
+            self.close_code = code
+        self._fail_all(Disconnected(self.close_reason, self.close_code))
 
     def _fail_all(self, exc: Disconnected) -> None:
         if self.closed.is_set():
             return
         self.closed.set()
-        for fut in self._pending.values():
+        self._state.connection_lost(self.close_reason, self.close_code)
+        for fut in self._waiters.values():
             if not fut.done():
                 fut.set_exception(exc)
-        for sub in self._subs.values():
-            with contextlib.suppress(asyncio.QueueFull):
-                sub.queue.put_nowait(exc)
+        for sub in self._state.subscriptions.values():
+            sub._end(exc)
 
         async def _notify() -> None:
             async with self._persisted:
                 self._persisted.notify_all()
 
         with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop().create_task(_notify())
+            self._notify = asyncio.get_running_loop().create_task(_notify())
 
 
 __all__ = [

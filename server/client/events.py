@@ -1,0 +1,221 @@
+"""What the client's session state reports: received values and the events that carry them.
+
+:meth:`server.client.state.SessionState.receive_frame` turns the bytes of one frame into a
+list of these events, in the order their messages arrived. The API layer
+(:class:`server.client.client.Client`) applies them in that order; an HA client applies
+the same events to its own stores. The events hold no asyncio objects: a subscription is
+whatever handle type ``S`` the owner registered with the state.
+
+Values: :class:`Message` (a delivered message), :class:`Ack`, :class:`LogonInfo`.
+
+Events: :class:`Delivered` (a run of messages for one subscription), :class:`Replied`
+(the final ack of a command somebody waits for), :class:`Persisted` (the broker's last
+persisted sequence advanced), :class:`PositionReported` (a bookmark subscription's durable
+position), :class:`Completed`, :class:`Failed` (a failure no command waits for),
+:class:`HeartbeatReceived` and :class:`ConnectionFailed` (the broker sent a frame that
+cannot be parsed: the connection must end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeAlias, TypeVar
+
+import orjson
+
+from server.protocol.errors import ProtocolFailure
+from server.protocol.frame import FrameError
+
+S = TypeVar("S")
+
+
+@dataclass(slots=True)
+class Message:
+    """A message delivered to a subscription.
+
+    Attributes:
+        topic: the topic it was published to.
+        data: the body, byte for byte as published.
+        sub_ids: the ids of the subscriptions it matched (one message may serve several).
+        bookmark: its bookmark (``PUBHASH|PUBSEQ|``) on recorded topics.
+        timestamp: when it was recorded, if the subscription asked for ``timestamp``.
+        correlation_id: the publisher's tag, passed through untouched.
+        header: the whole header, short keys.
+    """
+
+    topic: str
+    data: bytes
+    sub_ids: tuple[str, ...]
+    bookmark: str | None
+    timestamp: str | None
+    correlation_id: str | None
+    header: dict[str, Any]
+
+    def json(self) -> Any:
+        """The body decoded as JSON."""
+        return orjson.loads(self.data)
+
+
+@dataclass(slots=True)
+class Ack:
+    """An ack from the broker.
+
+    Attributes:
+        kind: the ack type (``processed``, ``completed``, ``persisted``, ...).
+        cid: the command id it answers; ``None`` on conflated persisted acks.
+        status: ``success`` or ``failure``.
+        reason: the failure reason string of PROTOCOL.md, on failures.
+        header: the whole header, short keys.
+    """
+
+    kind: str
+    cid: str | None
+    status: str
+    reason: str | None
+    header: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "success"
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> Ack:
+        return cls(
+            kind=header.get("a", ""),
+            cid=header.get("cid"),
+            status=header.get("status", "success"),
+            reason=header.get("reason"),
+            header=header,
+        )
+
+
+@dataclass(slots=True)
+class LogonInfo:
+    """What the logon ack told the client.
+
+    Attributes:
+        client_name: the name the broker registered.
+        last_seq: the last sequence number the broker persisted for this client name
+            (where publishing resumes after a restart).
+        last_bookmark: the bookmark of that last persisted message.
+        version: the broker's version string.
+        heartbeat: the negotiated heartbeat interval in seconds, if any.
+    """
+
+    client_name: str
+    last_seq: int
+    last_bookmark: str | None
+    version: str
+    heartbeat: float | None
+
+
+@dataclass(slots=True)
+class Delivered(Generic[S]):
+    """``messages`` matched ``subscription``, in arrival order.
+
+    Consecutive deliveries to the same subscription share one event (a frame of a
+    thousand deliveries is one event, not a thousand); any other event in between starts
+    a new one, so applying the events in order keeps the arrival order exactly.
+    """
+
+    subscription: S
+    messages: list[Message]
+
+
+@dataclass(slots=True)
+class Replied:
+    """The final ack of command ``cid``, which the owner is waiting for.
+
+    A ``completed`` success is not final (the ``processed`` ack answers the command); a
+    failure of any kind is.
+    """
+
+    cid: str
+    ack: Ack
+
+
+@dataclass(slots=True)
+class Persisted:
+    """The broker persisted every publish of this connection up to ``seq``."""
+
+    seq: int
+
+
+@dataclass(slots=True)
+class PositionReported(Generic[S]):
+    """The broker's periodic durable position of a bookmark subscription (its resume point)."""
+
+    subscription: S
+    bookmark: str | None
+
+
+@dataclass(slots=True)
+class Completed(Generic[S]):
+    """The subscription's replay reached the live point or the range end."""
+
+    subscription: S
+    ack: Ack
+
+
+@dataclass(slots=True)
+class Failed(Generic[S]):
+    """A failure ack nobody waits for: a fire-and-forget publish, or a subscription that
+    cannot continue (``subscription`` is set then, and the subscription is over).
+
+    Attributes:
+        ack: the failure ack as received.
+        error: the same failure as its typed exception.
+        subscription: the subscription it names, if the state knows it.
+    """
+
+    ack: Ack
+    error: ProtocolFailure
+    subscription: S | None
+
+
+@dataclass(slots=True)
+class HeartbeatReceived:
+    """The broker's heartbeat: the connection is alive."""
+
+
+@dataclass(slots=True)
+class ConnectionFailed:
+    """The broker sent a frame that cannot be parsed; the stream cannot be trusted any more.
+
+    Events of the messages before the malformed one come first. The owner must close the
+    connection; the state ignores every later frame.
+    """
+
+    error: FrameError
+
+
+#: the one heartbeat event (it carries nothing, so it is never allocated per beat).
+HEARTBEAT: Final = HeartbeatReceived()
+
+#: everything :meth:`~server.client.state.SessionState.receive_frame` returns.
+Event: TypeAlias = (
+    Delivered[S]
+    | Replied
+    | Persisted
+    | PositionReported[S]
+    | Completed[S]
+    | Failed[S]
+    | HeartbeatReceived
+    | ConnectionFailed
+)
+
+__all__ = [
+    "HEARTBEAT",
+    "Ack",
+    "Completed",
+    "ConnectionFailed",
+    "Delivered",
+    "Event",
+    "Failed",
+    "HeartbeatReceived",
+    "LogonInfo",
+    "Message",
+    "Persisted",
+    "PositionReported",
+    "Replied",
+]

@@ -1,0 +1,391 @@
+"""The client side of one Spool session, sans-I/O: frames in, events out, commands as bytes.
+
+:class:`SessionState` holds everything the client knows about its session and nothing
+about how bytes travel: command ids and the commands waiting for their ack, the
+subscriptions by id, the publish sequence numbers and the last sequence the broker
+persisted, and the outbound messages not yet handed to the connection. It uses no asyncio
+and no sockets, so it is tested with bytes alone and reused unchanged by the HA client
+(which replays the same commands on a new connection) and by any other transport.
+
+Outbound, every command method encodes its message and appends it to a buffer;
+:meth:`SessionState.data_to_send` joins the buffer into one frame. The owner calls it
+once per loop turn, so everything queued in one turn leaves in one frame (PROTOCOL.md
+lets clients batch like the server does).
+
+Inbound, :meth:`SessionState.receive_frame` parses one frame and returns the
+:mod:`~server.client.events` its messages mean, in arrival order, after updating its own
+bookkeeping (waiting commands, persisted sequence, logon). The owner applies the events in
+that order. Like the websockets library's ``protocol.py``, a parse error is never raised:
+it becomes a :class:`~server.client.events.ConnectionFailed` event, and later frames are
+ignored.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, Final, Generic, TypeVar
+
+import orjson
+
+from server.client.errors import Disconnected
+from server.client.events import (
+    HEARTBEAT,
+    Ack,
+    Completed,
+    ConnectionFailed,
+    Delivered,
+    Event,
+    Failed,
+    LogonInfo,
+    Message,
+    Persisted,
+    PositionReported,
+    Replied,
+)
+from server.protocol.errors import failure_for
+from server.protocol.frame import FrameError, parse_frame
+
+S = TypeVar("S")
+
+#: the version string the client sends on logon.
+CLIENT_VERSION: Final = "spool-python/0.1"
+
+
+def encode_body(data: bytes | str | Any) -> bytes:
+    """A publish body: bytes as they are, text as UTF-8, anything else as JSON."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    return orjson.dumps(data)
+
+
+class SessionState(Generic[S]):
+    """One session's state: what was sent, what is awaited, what arrived.
+
+    ``S`` is the owner's subscription handle (the asyncio client registers its
+    :class:`~server.client.client.Subscription` objects); deliveries and subscription
+    events carry the handle, so the owner never looks a subscription up again.
+
+    Attributes:
+        name: the client name sent on logon.
+        seq: the last sequence number given to a publish of this client name.
+        persisted_seq: the highest sequence the broker acked as persisted (from the logon
+            ack, then from conflated persisted acks).
+        logon: what the logon ack said, once it arrived.
+        failures: every failure ack no command was waiting for, in arrival order.
+        error: the parse error of a malformed frame from the broker, once there was one.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.seq = 0
+        self.persisted_seq = 0
+        self.logon: LogonInfo | None = None
+        self.failures: list[Ack] = []
+        self.error: FrameError | None = None
+        self._ids = itertools.count(1)
+        self._out: list[bytes] = []
+        self._waiting: set[str] = set()
+        self._logon_cid: str | None = None
+        self._subs: dict[str, S] = {}
+        self._lost: Disconnected | None = None
+
+    # -- ids and subscriptions -----------------------------------------------------------
+
+    def next_cid(self) -> str:
+        """A fresh command id."""
+        return str(next(self._ids))
+
+    def next_sub_id(self) -> str:
+        """A fresh subscription id (from the same counter as command ids, so never equal)."""
+        return f"s{next(self._ids)}"
+
+    @property
+    def subscriptions(self) -> Mapping[str, S]:
+        """The registered subscriptions by id (read-only view)."""
+        return self._subs
+
+    @property
+    def waiting(self) -> frozenset[str]:
+        """The command ids whose final ack has not arrived yet."""
+        return frozenset(self._waiting)
+
+    def add_subscription(self, sub_id: str, handle: S) -> S | None:
+        """Route deliveries for ``sub_id`` to ``handle`` from now on.
+
+        Registered before the subscribe command is sent, because the broker may put the
+        first deliveries in the same frame as the processed ack.
+
+        Returns:
+            The handle it replaces, so a refused ``replace`` can put it back.
+        """
+        previous = self._subs.get(sub_id)
+        self._subs[sub_id] = handle
+        return previous
+
+    def remove_subscription(self, sub_id: str) -> S | None:
+        """Stop routing ``sub_id``; returns its handle if it had one."""
+        return self._subs.pop(sub_id, None)
+
+    def remove_subscriptions(self, sub_ids: str) -> list[S]:
+        """Stop routing ``all`` or a comma list of ids (an unsubscribe's argument)."""
+        ids = list(self._subs) if sub_ids == "all" else sub_ids.split(",")
+        removed = []
+        for sid in ids:
+            handle = self._subs.pop(sid.strip(), None)
+            if handle is not None:
+                removed.append(handle)
+        return removed
+
+    # -- commands out --------------------------------------------------------------------
+
+    def send(self, header: dict[str, Any], body: bytes = b"") -> None:
+        """Queue one message for the next frame (sets ``l`` in ``header``).
+
+        Raises:
+            Disconnected: the connection was lost (with its close reason and code).
+        """
+        if self._lost is not None:
+            raise Disconnected(self._lost.reason, self._lost.code)
+        header["l"] = len(body)
+        self._out.append(orjson.dumps(header) + body)
+
+    def command(self, header: dict[str, Any], body: bytes = b"", *, ack: str = "processed") -> str:
+        """Queue a command whose ``ack`` the owner will wait for; returns its command id.
+
+        ``header`` keeps a ``cid`` it already has. The id stays in :attr:`waiting` until
+        the final ack arrives (a :class:`~server.client.events.Replied` event) or the
+        owner stops waiting (:meth:`forget`).
+        """
+        cid: str = header.setdefault("cid", self.next_cid())
+        header["a"] = ack
+        self.send(header, body)
+        self._waiting.add(cid)
+        return cid
+
+    def forget(self, cid: str) -> None:
+        """The owner stopped waiting for ``cid`` (it timed out or was cancelled); a late
+        ack for it is then treated like any ack nobody waits for."""
+        self._waiting.discard(cid)
+
+    def logon_command(
+        self,
+        *,
+        user_id: str | None = None,
+        password: str | None = None,
+        heartbeat: float | None = None,
+    ) -> str:
+        """Queue the logon; when its ack arrives :attr:`logon` and the sequences are set."""
+        header: dict[str, Any] = {"c": "logon", "client_name": self.name, "version": CLIENT_VERSION}
+        if user_id is not None:
+            header["user_id"] = user_id
+        if password is not None:
+            header["pw"] = password
+        if heartbeat:
+            header["hb"] = heartbeat
+        cid = self.command(header)
+        self._logon_cid = cid
+        return cid
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        seq: int | None = None,
+        persisted: bool = False,
+        correlation_id: str | None = None,
+        auto_seq: bool = True,
+    ) -> int:
+        """Queue a fire-and-forget publish; returns its sequence number (0 without one).
+
+        Without ``seq`` the next number is taken (unless ``auto_seq`` is false: the broker
+        then does no duplicate detection for it); an explicit ``seq`` moves the counter
+        forward so later automatic numbers stay above it.
+        """
+        if seq is None and auto_seq:
+            self.seq += 1
+            seq = self.seq
+        elif seq is not None:
+            self.seq = max(self.seq, seq)
+        if self._lost is not None:
+            raise Disconnected(self._lost.reason, self._lost.code)
+        header: dict[str, Any] = {"c": "publish", "t": topic}
+        if seq is not None:
+            header["s"] = seq
+        if persisted:
+            header["a"] = "persisted"
+        if correlation_id is not None:
+            header["x"] = correlation_id
+        header["l"] = len(body)
+        # :meth:`send` inlined: this is the one command sent in loops of thousands.
+        self._out.append(orjson.dumps(header) + body)
+        return seq or 0
+
+    def publish_command(self, topic: str, body: bytes) -> str:
+        """Queue a publish with the next sequence number that waits for its processed ack."""
+        self.seq += 1
+        return self.command({"c": "publish", "t": topic, "s": self.seq}, body)
+
+    def subscribe_command(
+        self,
+        topic: str,
+        sub_id: str,
+        *,
+        filter: str | None = None,
+        bookmark: str | None = None,
+        options: str | None = None,
+        completed: bool = False,
+    ) -> str:
+        """Queue a subscribe for ``sub_id`` (register its handle first)."""
+        header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sub_id}
+        if filter is not None:
+            header["f"] = filter
+        if bookmark is not None:
+            header["bm"] = bookmark
+        if options is not None:
+            header["o"] = options
+        return self.command(header, ack="processed,completed" if completed else "processed")
+
+    def unsubscribe_command(self, sub_ids: str = "all") -> str:
+        """Queue an unsubscribe of ``all`` or a comma list of ids."""
+        return self.command({"c": "unsubscribe", "sub_id": sub_ids})
+
+    def flush_command(self) -> str:
+        """Queue a flush (acked once every earlier command is processed and persisted)."""
+        return self.command({"c": "flush"})
+
+    def heartbeat(self) -> None:
+        """Queue a heartbeat beat (the broker drops a client silent for two intervals)."""
+        self.send({"c": "heartbeat", "o": "beat"})
+
+    def data_to_send(self) -> bytes:
+        """Everything queued since the last call, as one frame (``b""`` when nothing is)."""
+        if not self._out:
+            return b""
+        frame = b"".join(self._out)
+        self._out.clear()
+        return frame
+
+    # -- frames in -----------------------------------------------------------------------
+
+    def receive_frame(self, data: bytes) -> list[Event[S]]:
+        """The events of one frame from the broker, in arrival order.
+
+        Never raises: a malformed message ends the frame with a
+        :class:`~server.client.events.ConnectionFailed` event after the events of the
+        messages before it, and every later frame is ignored.
+        """
+        if self.error is not None:
+            return []
+        parsed = parse_frame(data)
+        events: list[Event[S]] = []
+        subs = self._subs
+        # The open run: deliveries to ``run_sid`` join it until any other event comes.
+        run_sid: str | None = None
+        run: list[Message] = []
+        for msg in parsed.messages:
+            h = msg.header
+            c = h.get("c")
+            if c == "publish":
+                sids = tuple(str(h.get("sids", "")).split(","))
+                message = Message(
+                    topic=h.get("t", ""),
+                    data=msg.body,
+                    sub_ids=sids,
+                    bookmark=h.get("bm"),
+                    timestamp=h.get("ts"),
+                    correlation_id=h.get("x"),
+                    header=h,
+                )
+                for sid in sids:
+                    if sid == run_sid:
+                        run.append(message)
+                        continue
+                    sub = subs.get(sid)
+                    if sub is not None:
+                        run = [message]
+                        run_sid = sid
+                        events.append(Delivered(sub, run))
+                continue
+            run_sid = None
+            if c == "ack":
+                self._ack(h, events)
+            elif c == "heartbeat":
+                events.append(HEARTBEAT)
+        if parsed.error is not None:
+            self.error = parsed.error
+            events.append(ConnectionFailed(parsed.error))
+        return events
+
+    def _ack(self, h: dict[str, Any], events: list[Event[S]]) -> None:
+        ack = Ack.from_header(h)
+        kind = ack.kind
+        if kind == "persisted" and ack.cid is None:
+            # Conflated publish acks, and the durable position of bookmark subscriptions.
+            sub_id = h.get("sub_id")
+            if sub_id is not None:
+                handle = self._subs.get(sub_id)
+                if handle is not None:
+                    events.append(PositionReported(handle, h.get("bm")))
+                return
+            if not ack.ok:
+                self._failed(ack, None, events)
+                return
+            s = int(h.get("s", 0) or 0)
+            if s > self.persisted_seq:
+                self.persisted_seq = s
+                events.append(Persisted(s))
+            return
+        if kind == "completed":
+            handle = self._subs.get(h.get("sub_id", ""))
+            if handle is not None:
+                events.append(Completed(handle, ack))
+        cid = ack.cid
+        if cid is not None and cid in self._waiting:
+            if kind == "completed" and ack.ok:
+                return  # the command's processed ack answers it
+            self._waiting.discard(cid)
+            if cid == self._logon_cid and ack.ok:
+                self._logged_on(h)
+            events.append(Replied(cid, ack))
+            return
+        if not ack.ok:
+            self._failed(ack, self._subs.get(h.get("sub_id", "") or ""), events)
+
+    def _failed(self, ack: Ack, handle: S | None, events: list[Event[S]]) -> None:
+        self.failures.append(ack)
+        error = failure_for(ack.reason or "", str(ack.header.get("detail", "")))
+        events.append(Failed(ack, error, handle))
+
+    def _logged_on(self, h: dict[str, Any]) -> None:
+        info = LogonInfo(
+            client_name=h.get("client_name", self.name),
+            last_seq=int(h.get("s", 0) or 0),
+            last_bookmark=h.get("bm"),
+            version=str(h.get("version", "")),
+            heartbeat=h.get("hb"),
+        )
+        # Publishing resumes after what the broker already has for this name.
+        self.seq = max(self.seq, info.last_seq)
+        self.persisted_seq = info.last_seq
+        self.logon = info
+
+    # -- end -----------------------------------------------------------------------------
+
+    def connection_lost(self, reason: str = "", code: int | None = None) -> None:
+        """The connection ended: nothing waits any more, and later commands raise
+        :class:`~server.client.errors.Disconnected` with this reason and code."""
+        if self._lost is None:
+            self._lost = Disconnected(reason, code)
+        self._waiting.clear()
+
+    @property
+    def lost(self) -> bool:
+        """Whether :meth:`connection_lost` was called."""
+        return self._lost is not None
+
+
+__all__ = ["CLIENT_VERSION", "SessionState", "encode_body"]

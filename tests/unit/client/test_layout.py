@@ -1,0 +1,37 @@
+"""The client's parts keep to their side: the session state does no I/O, the transport
+knows no protocol. (pyproject's import-linter contract covers the package as a whole; this
+covers the split inside it.)"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import server.client
+
+PACKAGE = Path(server.client.__file__).parent
+
+
+def imported(module: str) -> set[str]:
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("module", ["errors", "events", "state"])
+def test_the_session_state_imports_no_io(module: str) -> None:
+    io = {n for n in imported(module) if n.split(".")[0] in {"asyncio", "socket", "websockets"}}
+    assert io == set()
+    parts = {n for n in imported(module) if n.startswith("server.client.")}
+    assert parts <= {"server.client.errors", "server.client.events"}
+
+
+def test_the_transport_knows_no_protocol() -> None:
+    assert {n for n in imported("connection") if n.startswith("server")} == set()
