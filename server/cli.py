@@ -5,6 +5,10 @@
 
 Exit codes: 0 success, 1 the broker refused (failure ack; the reason is printed),
 2 usage or configuration error, 3 cannot connect / connection lost.
+
+Each subcommand imports what it needs when it runs (not to dodge an import cycle: there is
+none, lint-imports keeps it so), so that ``spool publish`` starts without loading the
+broker, SQLAlchemy or the web stack.
 """
 
 from __future__ import annotations
