@@ -47,6 +47,10 @@ class FanOut:
         """Every topic can have live subscribers."""
         return True
 
+    def reaches(self, topic: str, peer: Outbound) -> bool:
+        """Whether a live subscription of ``peer`` takes ``topic``."""
+        return any(sub.outbound is peer for sub in self._router.match(topic))
+
     def appended(self, run: AppendedRun) -> None:
         """Deliver ``run`` to every live subscription that takes (some of) it."""
         matches = self._router.match(run.topic)
