@@ -554,7 +554,9 @@ class TransactionLog:
         await self._commit.appended.wait(seq)
 
     async def _settle(self) -> None:
+        """Until everything appended is durable and its commits' caches are written."""
         await self.wait_durable(self._pending.last_seq)
+        await self._caches.drain()
 
     def _committed(self, batch: Batch, written: Written) -> None:
         """After a group commit (on the loop, from the flusher): disk accounting, events,

@@ -5,7 +5,8 @@ Holders (a replay, a queue, a replication destination) take a
 ``compress`` and ``remove`` act on a journal *and every older one* (ADMIN_API.md), never on
 the active journal, and refuse - doing nothing - when a pin still needs any of them. A
 journal that was just rolled is acted on only once the commit that finishes it (truncate,
-fsync) is done; the checks are made again after waiting, as a pin may be taken meanwhile.
+fsync) is done and its index sealed; the checks are made again after waiting, as a pin may
+be taken meanwhile.
 
 Operations run one at a time (a lock); file work runs in worker threads, and the journals'
 new paths, readers and sizes are applied on the loop. Event loop only.
@@ -44,8 +45,8 @@ class Retention:
         emit: the log's event callback (``journal_archived``, ``journal_compressed``,
             ``journal_removed``).
         check_open: raises :class:`~server.txlog.errors.TxlogClosed` unless the log is open.
-        settle: returns once every record appended so far is durable (so a just-rolled
-            journal is finished on disk).
+        settle: returns once every record appended so far is durable and the caches of
+            its commits are written (so a just-rolled journal is finished and sealed).
     """
 
     def __init__(
@@ -193,9 +194,17 @@ class Retention:
         return targets
 
     async def _settled_targets(self, journal_id: int) -> list[Journal]:
-        """:meth:`_targets`, once the commit finishing a just-rolled one is done."""
+        """:meth:`_targets`, once every one of them is finished on disk and sealed.
+
+        A just-rolled journal is finished by a later commit, then sealed by the caches
+        after it; acting on it before the seal left the cache thread to write a sealed
+        index for a journal already removed or archived (an orphan ``.index`` file in the
+        journal directory). One wait suffices: the targets are the journals up to
+        ``journal_id``, all of which existed at the first check. A journal whose seal
+        failed stays unsealed; it is acted on after that one wait.
+        """
         targets = self._targets(journal_id)
-        if any(j.rolling for j in targets):
+        if any(j.rolling or not j.sealed for j in targets):
             await self._settle()
             targets = self._targets(journal_id)
         return targets

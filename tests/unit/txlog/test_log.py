@@ -513,3 +513,33 @@ def test_a_roll_during_a_preallocation_takes_its_room(tmp_path: Path) -> None:
         await log.close()
 
     run(body)
+
+
+@pytest.mark.parametrize("action", ["remove", "archive"])
+def test_retention_right_after_a_roll_leaves_no_orphan_index(tmp_path: Path, action: str) -> None:
+    """Removing or archiving a journal whose commit just finished it waits for its seal:
+    before, the cache thread sealed it afterwards and left its `.index` in the journal
+    directory, for a journal that was no longer there."""
+
+    async def body() -> None:
+        log = new_log(tmp_path)
+        await log.open()
+        seq = 0
+        while log.stats()["rolls"] < 1:
+            seq += 1
+            log.append(topic="t", message_type="json", pub_hash=1, pub_seq=seq, body=b"x" * 100)
+        await log.wait_durable(log.last_seq)
+        oldest = log.journals()[0]
+        done = await (log.remove(oldest.id) if action == "remove" else log.archive(oldest.id))
+        assert [j.id for j in done] == [oldest.id]
+        await log.close()
+        name = Path(oldest.path).name.replace(".journal", ".index")
+        assert not (tmp_path / "journal" / name).exists()
+        if action == "archive":
+            assert (tmp_path / "archive" / name).exists()
+            log = new_log(tmp_path)
+            await log.open()
+            assert [r.seq for r in await log.read_batch(1, max_count=2)] == [1, 2]
+            await log.close()
+
+    run(body)
