@@ -12,7 +12,10 @@ therefore resolves a subscription's lookups first with :meth:`Locator.locate_all
 reads in a thread) and plans against :class:`LookupView`, which answers from memory when
 memory can and from those prefetched answers when it would otherwise need the file.
 Memory goes first because its answers are current: a prefetched answer only stands in for
-a block read, and a block below the tail holds history that does not change.
+a block read, and a block below the tail holds history that does not change (unless its
+journal is removed: a time answer from a removed journal is not used). So a view may
+outlive the planning - a replay that settles a time end later asks it again - without
+answering from stale prefetches.
 
 Event loop only.
 """
@@ -247,9 +250,9 @@ class LookupView:
         answer = self._locator.time_in_memory(timestamp_us)
         if not isinstance(answer, SpanQuery):
             return answer
-        known = self._located.times
-        if timestamp_us in known:
-            return known[timestamp_us]
+        seq = self._located.times.get(timestamp_us)
+        if seq is not None and seq >= self._log.first_seq:  # not removed since
+            return seq
         return self._locator.seq_for_time(timestamp_us)
 
     async def read_batch(

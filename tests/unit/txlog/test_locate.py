@@ -137,6 +137,20 @@ def test_memory_answers_win_over_located_ones_that_went_stale(tmp_path: Path) ->
     run(body)
 
 
+def test_a_located_time_in_a_removed_journal_is_not_used(tmp_path: Path) -> None:
+    async def body() -> None:
+        log = await _reopened(tmp_path)
+        t = T0 + 10 * 1000
+        found = await log.locate_all([], [t])
+        assert found.times == {t: 10}
+        await log.remove(log.journals()[0].id)
+        assert log.first_seq > 10
+        assert log.with_lookups(found).seq_for_time(t) == log.first_seq == log.seq_for_time(t)
+        await log.close()
+
+    run(body)
+
+
 def test_a_lookup_neither_located_nor_in_memory_is_read_from_the_file(
     tmp_path: Path, reads: Reads
 ) -> None:
