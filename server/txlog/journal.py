@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from server.bookmarks import format_bookmark
 from server.txlog.files import Compression
 from server.txlog.index import IndexBuilder, SealedIndex
 from server.txlog.reader import JournalSource
@@ -170,8 +171,8 @@ class Journal:
             records=idx.count,
             first_seq=self.base,
             last_seq=idx.last_seq,
-            first_bookmark=None if empty else f"{fh}|{fp}|",
-            last_bookmark=None if empty else f"{lh}|{lp}|",
+            first_bookmark=None if empty else format_bookmark(fh, fp),
+            last_bookmark=None if empty else format_bookmark(lh, lp),
             first_time_us=None if empty else idx.first_ts,
             last_time_us=None if empty else idx.last_ts,
             pinned_by=pinned_by,

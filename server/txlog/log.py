@@ -37,12 +37,12 @@ and reports back.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from server.bookmarks import format_bookmark
 from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch
@@ -144,7 +144,6 @@ class TransactionLog:
             archive_directory=self._archive_dir, instance=self.instance, emit=self._emit,
             check_open=self._check_open, settle=self._settle,
         )  # fmt: skip
-        self._planning: LookupView | None = None  # see using() (deprecated)
         # statistics
         self._open_seq = 0
         self._rolls = 0
@@ -309,7 +308,7 @@ class TransactionLog:
     def publisher_last_bookmark(self, pub_hash: int) -> str | None:
         """Bookmark ``PUBHASH|PUBSEQ|`` of that publisher's last message, if any."""
         last = self._pubs.get(pub_hash)
-        return f"{pub_hash}|{last[0]}|" if last is not None else None
+        return format_bookmark(pub_hash, last[0]) if last is not None else None
 
     # -- append -------------------------------------------------------------------------
 
@@ -657,19 +656,6 @@ class TransactionLog:
         cannot (no file read on the loop). Pass it to the replay planner as its source."""
         return LookupView(self, self._locator, located)
 
-    @contextlib.contextmanager
-    def using(self, located: Located | None) -> Iterator[None]:
-        """Deprecated: plan against ``self.with_lookups(located)`` instead.
-
-        Within the block, :meth:`seq_for_bookmark` and :meth:`seq_for_time` answer as
-        :meth:`with_lookups` does. Kept only until the broker passes the view explicitly.
-        """
-        self._planning = None if located is None else self.with_lookups(located)
-        try:
-            yield
-        finally:
-            self._planning = None
-
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
         """Local seq of the message with that bookmark; None if unknown or removed.
 
@@ -677,8 +663,6 @@ class TransactionLog:
         recent, else one read of at most a few KB (a chunk decompression for compressed
         journals). :meth:`locate_bookmark` does the read in a thread.
         """
-        if self._planning is not None:
-            return self._planning.seq_for_bookmark(pub_hash, pub_seq)
         return self._locator.seq_for_bookmark(pub_hash, pub_seq)
 
     async def locate_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
@@ -691,8 +675,6 @@ class TransactionLog:
         A time before the log's start gives :attr:`first_seq`. Exact even if recorded
         times went backwards (lookups use each journal's running maximum).
         """
-        if self._planning is not None:
-            return self._planning.seq_for_time(timestamp_us)
         return self._locator.seq_for_time(timestamp_us)
 
     async def locate_time(self, timestamp_us: int) -> int:

@@ -210,21 +210,3 @@ def test_replay_plans_the_same_against_the_view_without_reading(
         await log.close()
 
     run(body)
-
-
-def test_deprecated_using_answers_like_the_view(tmp_path: Path, reads: Reads) -> None:
-    """``using()`` is kept only until the broker passes the view; it answers the same."""
-
-    async def body() -> None:
-        log = await _reopened(tmp_path)
-        found = await log.locate_all([(PUB, 500)], [])
-        reads.count = 0
-        with log.using(found):
-            assert log.seq_for_bookmark(PUB, 500) == 500
-        assert reads.count == 0
-        with log.using(Located(bookmarks={(PUB, 500): 42})):
-            assert log.seq_for_bookmark(PUB, 500) == 42
-        assert log.seq_for_bookmark(PUB, 500) == 500  # outside the block: the log itself
-        await log.close()
-
-    run(body)
