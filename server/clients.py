@@ -81,6 +81,8 @@ class ClientRegistry:
         #: data messages and bytes sent to connections that are gone (totals stay monotonic)
         self.msgs_out_closed = 0
         self.bytes_out_closed = 0
+        #: connections that ended, by cause (server/session.py ``DisconnectCause``)
+        self.disconnects: dict[str, int] = {}
         #: called with every session that closes (subscriptions, acks forget it)
         self.on_close: list[Callable[[Session], None]] = []
 
@@ -117,6 +119,8 @@ class ClientRegistry:
         self._closed.append(ClosedSession(session.name, session.remote))
         self.msgs_out_closed += session.traffic.msgs_out
         self.bytes_out_closed += session.traffic.bytes_out
+        cause = session.close_cause or "client"
+        self.disconnects[cause] = self.disconnects.get(cause, 0) + 1
         self._events.emit(
             "info",
             "session",
@@ -124,6 +128,7 @@ class ClientRegistry:
             client=session.name,
             remote=session.remote,
             reason=session.close_reason or "closed",
+            cause=cause,
             msgs_in=session.traffic.msgs_in,
             msgs_out=session.traffic.msgs_out,
         )
@@ -132,7 +137,7 @@ class ClientRegistry:
         """Close every connection with ``shutting down`` after what it has buffered."""
         await asyncio.gather(
             *(
-                s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True)
+                s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True, cause="shutting_down")
                 for s in list(self.sessions)
             ),
             return_exceptions=True,
@@ -170,6 +175,11 @@ class ClientRegistry:
         if not self._auth.enabled:
             self._complete(session, cmd, None)
             return None
+        if session.foreign_origin and not cmd.field("pw"):
+            # nothing the browser adds by itself may log a page of another origin on
+            raise AuthFailure(
+                f"a page of origin {session.web_origin} must log on with a password or token"
+            )
         return self._authenticated_logon(session, cmd)
 
     def _check(self, session: Session, cmd: Command) -> str:
@@ -217,8 +227,9 @@ class ClientRegistry:
                 "info", "session", "name_in_use",
                 client=name, remote=existing.remote, replaced_by=session.remote,
             )  # fmt: skip
+            existing.close_cause = "name_in_use"
             self.session_closed(existing)
-            existing.close_soon(NameInUse.reason)
+            existing.close_soon(NameInUse.reason, cause="name_in_use")
         version = cmd.field("version")
         session.log_on(
             name, user, user_name, pub_hash(name), version if isinstance(version, str) else ""

@@ -42,6 +42,8 @@ from server.protocol.errors import InvalidTopic
 from server.publishing import PublishPipeline
 from server.router import Router
 from server.session import Session, Transport
+from server.spills import Spills
+from server.stalls import StallWatch
 from server.stats.sampler import Sampler
 from server.subscriptions import SubscriptionService
 from server.topics import TopicTable
@@ -83,7 +85,8 @@ class Broker:
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
         self.router = Router()
-        self.fanout = FanOut(self.router, self.auth, clock)
+        self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
+        self.fanout = FanOut(self.router, self.auth, clock, self.spills)
         self.topics = TopicTable(self._records)
         self.pipeline = PublishPipeline(
             self.topics, txlog, horizon, self.acks, self.auth, self.events, stages=(self.fanout,)
@@ -92,7 +95,10 @@ class Broker:
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock
         )
         self.subscriptions = SubscriptionService(
-            config, self.router, txlog, horizon, self.auth, self.events, clock
+            config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills
+        )
+        self.stalls = StallWatch(
+            lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
@@ -104,6 +110,7 @@ class Broker:
             self.acks,
             tuple(t.name for t in config.transports),
             clock,
+            self.spills,
         )
         self.operations = Operations(
             config,
@@ -161,7 +168,9 @@ class Broker:
         self._sampler = Sampler(self.operations, cfg, self.clock)
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 4. serve
+        # 4. the slow-client watch (SlowClientTimeout)
+        self.stalls.start()
+        # 5. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -184,8 +193,9 @@ class Broker:
 
     async def stop(self) -> None:
         """Shut down in order: 1. clients, 2. sampler, 3. transaction log, 4. event log."""
-        # 1. clients: drain outbound and close with "shutting down"
+        # 1. clients: drain outbound and close with "shutting down"; nothing left to watch
         await self.drain()
+        await self.stalls.stop()
         # 2. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:

@@ -8,13 +8,18 @@ collector and the dashboard's live feed (server/stats/snapshot.py has the shape)
 
 from __future__ import annotations
 
+from typing import Final, get_args
+
 from server.acks import DurableAcks
 from server.clients import ClientRegistry
 from server.clock import Clock
 from server.publishing import PublishPipeline
+from server.session import DisconnectCause
+from server.spills import Spills
 from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
+    SpillCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -23,6 +28,9 @@ from server.stats.snapshot import (
 from server.subscription import Subscription
 from server.topics import TopicTable
 from server.txlog import TransactionLog
+
+#: every cause a connection can end with, so each is counted from zero
+DISCONNECT_CAUSES: Final[tuple[str, ...]] = get_args(DisconnectCause)
 
 
 class Metrics:
@@ -36,6 +44,7 @@ class Metrics:
         acks: the persisted-ack latency histogram.
         transports: the configured transports' names.
         clock: the snapshot's time and the subscriptions' lag.
+        spills: the catch-up reads of live subscriptions (None without a log).
     """
 
     def __init__(
@@ -47,7 +56,9 @@ class Metrics:
         acks: DurableAcks,
         transports: tuple[str, ...],
         clock: Clock,
+        spills: Spills | None = None,
     ) -> None:
+        self._spills = spills
         self._clients = clients
         self._topics = topics
         self._pipeline = pipeline
@@ -57,11 +68,13 @@ class Metrics:
         self._clock = clock
 
     def seconds_behind(self, sub: Subscription) -> float:
-        """How far behind the durable end of the log a bookmark subscription's position is
-        (0 when caught up, and for live subscriptions)."""
+        """How far behind the durable end of the log a bookmark subscription's position is,
+        or a live one's while it catches up after a burst (0 when caught up, and for live
+        subscriptions on the live path)."""
         progress = sub.progress
         txlog = self._txlog
-        if sub.bookmark is None or txlog is None or not progress.position_time_us:
+        reading = sub.bookmark is not None or progress.feed.catching_up
+        if not reading or txlog is None or not progress.position_time_us:
             return 0.0
         if progress.position_seq >= txlog.durable_seq:
             return 0.0
@@ -136,4 +149,19 @@ class Metrics:
             "txlog": txlog_counters,
             "persisted_ack_latency": self._acks.latency,
             "transports": transports,
+            "spills": self._spill_counters(),
+            "disconnects": {
+                cause: registry.disconnects.get(cause, 0) for cause in DISCONNECT_CAUSES
+            },
+        }
+
+    def _spill_counters(self) -> SpillCounters:
+        spills = self._spills
+        if spills is None:
+            return {"catching_up": 0, "spills": 0, "rejoins": 0, "seconds": 0.0}
+        return {
+            "catching_up": spills.catching_up,
+            "spills": spills.spills,
+            "rejoins": spills.rejoins,
+            "seconds": spills.seconds(),
         }

@@ -60,6 +60,7 @@ class ClientInfo(TypedDict):
     last_persisted_seq: int
     subscriptions: int
     version: str
+    origin: str | None
 
 
 class SubscriptionInfo(TypedDict):
@@ -205,6 +206,7 @@ class Operations:
             "last_persisted_seq": self._acks.last_persisted(s),
             "subscriptions": len(s.subs),
             "version": s.version,
+            "origin": s.web_origin,
         }
 
     def clients_info(self) -> list[ClientInfo]:
@@ -218,7 +220,7 @@ class Operations:
         s = self._clients.by_name.get(name)
         if s is None:
             return False
-        await s.close(reason)
+        await s.close(reason, cause="admin")
         return True
 
     # -- subscriptions ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
+    SpillCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -99,6 +100,13 @@ def transport_counters(*, connections: int = 0, enabled: bool = True) -> Transpo
     return {"connections": connections, "enabled": enabled}
 
 
+def spill_counters(
+    *, catching_up: int = 0, spills: int = 0, rejoins: int = 0, seconds: float = 0.0
+) -> SpillCounters:
+    """The catch-up reads of live subscriptions."""
+    return {"catching_up": catching_up, "spills": spills, "rejoins": rejoins, "seconds": seconds}
+
+
 def metrics_snapshot(
     *,
     time: float = EPOCH,
@@ -114,6 +122,8 @@ def metrics_snapshot(
     txlog: TxlogCounters | None = None,
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
+    spills: SpillCounters | None = None,
+    disconnects: Mapping[str, int] | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -132,4 +142,6 @@ def metrics_snapshot(
             persisted_ack_latency if persisted_ack_latency is not None else LatencyHistogram()
         ),
         "transports": dict(transports or {}),
+        "spills": spills if spills is not None else spill_counters(),
+        "disconnects": dict(disconnects or {}),
     }

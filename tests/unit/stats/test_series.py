@@ -9,6 +9,7 @@ from server.stats.series import segment, snapshot_values
 from tests.support.snapshots import (
     client_counters,
     metrics_snapshot,
+    spill_counters,
     subscription_lag,
     topic_counters,
     transport_counters,
@@ -109,6 +110,7 @@ def test_the_catalogue_of_paths() -> None:
         subscriptions_detail=[subscription_lag("a", "s")],
         transports={"ws": transport_counters()},
         txlog=txlog_counters(),
+        disconnects={"slow_client_stalled": 0, "heartbeat": 2},
     )
     counters = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
     assert set(snapshot_values(cur, cur, 1.0, h.snapshot())) == {
@@ -125,6 +127,13 @@ def test_the_catalogue_of_paths() -> None:
         "txlog/flushes_rate",
         "txlog/fsync_p50_ms",
         "txlog/fsync_p99_ms",
+        "spills/catching_up",
+        *(f"spills/{k}{r}" for k in ("spills", "rejoins", "seconds") for r in ("", "_rate")),
+        *(
+            f"disconnects/{k}{r}"
+            for k in ("slow_client_stalled", "heartbeat")
+            for r in ("", "_rate")
+        ),
         *(f"persisted_ack/{k}" for k in ("count", "mean_ms", "p50_ms", "p90_ms", "p99_ms")),
         "persisted_ack/p999_ms",
     }
@@ -151,3 +160,31 @@ def test_persisted_ack_percentiles_of_the_interval() -> None:
 
 def test_segment_escapes_separators() -> None:
     assert segment("a/b c%") == "a%2Fb%20c%25"
+
+
+def test_spills_and_disconnects_by_cause() -> None:
+    prev = metrics_snapshot(
+        txlog=txlog_counters(),
+        spills=spill_counters(spills=2, rejoins=1, seconds=3.0),
+        disconnects={"slow_client_stalled": 1, "client": 5},
+    )
+    cur = metrics_snapshot(
+        txlog=txlog_counters(),
+        spills=spill_counters(catching_up=1, spills=6, rejoins=5, seconds=7.0),
+        disconnects={"slow_client_stalled": 3, "client": 5},
+    )
+    values = snapshot_values(cur, prev, 2.0)
+    assert values["spills/catching_up"] == 1
+    assert (values["spills/spills"], values["spills/spills_rate"]) == (6, 2.0)
+    assert values["spills/rejoins_rate"] == 2.0
+    # seconds spent catching up per second: how many subscriptions caught up, on average
+    assert values["spills/seconds_rate"] == 2.0
+    assert (
+        values["disconnects/slow_client_stalled"],
+        values["disconnects/slow_client_stalled_rate"],
+    ) == (3, 1.0)
+    assert values["disconnects/client_rate"] == 0.0
+    # without a transaction log nothing can spill: no spill series
+    assert not [
+        p for p in snapshot_values(metrics_snapshot(), None, 1.0) if p.startswith("spills/")
+    ]
