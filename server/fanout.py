@@ -94,10 +94,17 @@ class FanOut:
             only = matches[0]
             if only.filter is None and (only.pattern is None or not self._auth.enabled):
                 # the common case: one plain subscription, nothing to select or group
-                if not only.progress.feed.takes(run.recorded):
-                    return  # catching up: its read delivers this run
+                recorded = run.first_seq > 0
+                if recorded and only.progress.feed.catching_up:
+                    return  # its catch-up read delivers this run
                 data = self._encode(run, only.sid_bytes, range(n), self._ts(run, only.want_ts))
-                self._offer(run, only.outbound, (only,), data, n)
+                peer = only.outbound
+                # no filter: it can read the run back when the log holds it
+                can_read_back = recorded and self._spiller is not None
+                if peer.live_fits(len(data), readable=can_read_back):
+                    peer.send_messages(data, n)
+                else:
+                    self._refused(run, peer, (only,), len(data), can_read_back)
                 return
         self._deliver(run, matches, n)
 
@@ -110,17 +117,32 @@ class FanOut:
         count: int,
     ) -> None:
         """Queue one connection's share of ``run`` if it fits; else spill or overflow."""
-        spiller = self._spiller
-        can_read_back = run.recorded and spiller is not None and all(map(readable, takers))
-        fits = peer.live_fits(len(data), readable=can_read_back)
-        match route(fits=fits, readable=can_read_back):
-            case "deliver":
-                peer.send_messages(data, count)
+        can_read_back = (
+            run.first_seq > 0 and self._spiller is not None and all(map(readable, takers))
+        )
+        if peer.live_fits(len(data), readable=can_read_back):
+            peer.send_messages(data, count)
+        else:
+            self._refused(run, peer, takers, len(data), can_read_back)
+
+    def _refused(
+        self,
+        run: AppendedRun,
+        peer: Outbound,
+        takers: Sequence[Subscription],
+        nbytes: int,
+        can_read_back: bool,
+    ) -> None:
+        """A connection's share of ``run`` does not fit: its subscriptions spill, or the
+        connection overflows (server/backpressure.py ``route``)."""
+        match route(fits=False, readable=can_read_back):
             case "spill":
-                assert spiller is not None
-                spiller.spill(takers, run.first_seq)
+                assert self._spiller is not None
+                self._spiller.spill(takers, run.first_seq)
             case "overflow":
-                peer.overflow(len(data))
+                peer.overflow(nbytes)
+            case "deliver":  # pragma: no cover - route() never delivers what does not fit
+                raise AssertionError("route() delivered what does not fit")
 
     def _deliver(self, run: AppendedRun, matches: Sequence[Subscription], n: int) -> None:
         """The general case: entitlements, filters, several subscriptions per connection."""

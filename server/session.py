@@ -127,6 +127,9 @@ class Session:
         self._out_bytes = 0
         self._in_flight = 0
         self.limits = BufferLimits(buffer_limit)
+        # the thresholds of the hot checks, read once (server/backpressure.py)
+        self._limit = self.limits.limit
+        self._spill_at = self.limits.spill_at
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -238,7 +241,7 @@ class Session:
         """
         if self.closed:
             return
-        if not self.limits.fits(self.queue_depth, len(data)):
+        if self._out_bytes + self._in_flight + len(data) > self._limit:
             self.overflow(len(data))
             return
         self._queue(data)
@@ -253,8 +256,12 @@ class Session:
 
     def live_fits(self, nbytes: int, *, readable: bool) -> bool:
         """Whether ``nbytes`` of live messages may be queued now (``readable``: their
-        subscriptions could read them back from the log instead)."""
-        return self.limits.live_fits(self.queue_depth, nbytes, readable=readable)
+        subscriptions could read them back from the log instead).
+
+        :meth:`BufferLimits.live_fits`, inlined: the fan-out asks once per run.
+        """
+        depth = self._out_bytes + self._in_flight + nbytes
+        return depth <= (self._spill_at if readable else self._limit)
 
     def overflow(self, nbytes: int) -> None:
         """Bytes that cannot be read back do not fit: disconnect with ``slow client``."""
