@@ -230,7 +230,8 @@ def test_probes_from_another_address(tmp_path: Path, public: bool) -> None:
     xml = config_xml(
         tmp_path / "data",
         users=USERS,
-        admin_extra="<MetricsPublic>true</MetricsPublic>" if public else "",
+        admin_extra="<AllowPlaintext>true</AllowPlaintext>"
+        + ("<MetricsPublic>true</MetricsPublic>" if public else ""),
     )
     xml = xml.replace("127.0.0.1:0", "0.0.0.0:0")
     with (
