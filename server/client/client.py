@@ -250,7 +250,12 @@ class Client:
             self._waiters.pop(cid, None)
             self._state.forget(cid)
         if not result.ok:
-            raise failure_for(result.reason or "", str(result.header.get("detail", "")))
+            retry = result.header.get("retry_after")
+            raise failure_for(
+                result.reason or "",
+                str(result.header.get("detail", "")),
+                float(retry) if isinstance(retry, int | float) else None,
+            )
         return result
 
     # -- API -----------------------------------------------------------------------------

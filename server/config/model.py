@@ -28,10 +28,10 @@ __all__ = [
     "MESSAGE_TYPES",
     "AdminConfig",
     "Config",
+    "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",
     "TransportConfig",
-    "TlsConfig",
     "TuningConfig",
     "UserConfig",
 ]

@@ -112,6 +112,20 @@ def snapshot_values(
             if txlog.get(key) is not None:
                 out[f"txlog/{key}"] = float(txlog[key])
 
+    security = current.get("security")
+    if security:
+        prev_security = (previous or {}).get("security") or {}
+        for key in ("logon_failures", "logon_refused"):
+            now_total = float(sum(security.get(key, {}).values()))
+            out[f"security/{key}"] = now_total
+            if elapsed > 0:
+                before = float(sum((prev_security.get(key) or {}).values()))
+                delta = now_total - before if now_total >= before else now_total
+                out[f"security/{key}_rate"] = delta / elapsed
+        if security.get("tls_not_after") is not None:
+            days = (float(security["tls_not_after"]) - float(current.get("time", 0.0))) / 86400
+            out["security/tls_expires_in_days"] = days
+
     if ack_delta is not None:
         out["persisted_ack/count"] = float(ack_delta.count)
         if ack_delta.count:

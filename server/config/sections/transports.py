@@ -18,6 +18,7 @@ from server.config.model import (
     MESSAGE_TYPES,
     TransportConfig,
 )
+from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
 from server.config.values import (
     GB,
     KB,
@@ -30,7 +31,6 @@ from server.config.values import (
     read_size,
     read_value,
 )
-from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
 from server.config.xmltree import Children, Node, Spec, fail
 
 __all__ = ["TransportPart", "read_transports"]

@@ -100,7 +100,9 @@ def test_listen_override_moves_admin_and_transports() -> None:
     # A file holds one transport in this version; the model may hold several (one per
     # message type later), and every one of them moves.
     cfg = parse(
-        doc(f"{USERS}\n<Admin><InetAddr>9100</InetAddr><AllowPlaintext>true</AllowPlaintext></Admin>")
+        doc(
+            f"{USERS}\n<Admin><InetAddr>9100</InetAddr><AllowPlaintext>true</AllowPlaintext></Admin>"
+        )
     )
     cfg = dataclasses.replace(
         cfg,

@@ -45,9 +45,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def tls_xml(pki: dict[str, Path], *, cert: str = "cert", key: str = "key", extra: str = "") -> str:
-    return (
-        f"<Certificate>{pki[cert]}</Certificate>\n<PrivateKey>{pki[key]}</PrivateKey>{extra}"
-    )
+    return f"<Certificate>{pki[cert]}</Certificate>\n<PrivateKey>{pki[key]}</PrivateKey>{extra}"
 
 
 def refused(body: str) -> ConfigError:
@@ -84,7 +82,9 @@ def test_the_same_tls_in_admin_and_transport_is_one_listener(pki: dict[str, Path
 
 def test_relative_tls_paths_follow_the_file(pki: dict[str, Path]) -> None:
     cfg = parse_config(
-        doc("<Admin><Certificate>server.pem</Certificate><PrivateKey>server.key</PrivateKey></Admin>"),
+        doc(
+            "<Admin><Certificate>server.pem</Certificate><PrivateKey>server.key</PrivateKey></Admin>"
+        ),
         base_dir=pki["dir"],
         env={},
     )
