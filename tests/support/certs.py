@@ -98,20 +98,7 @@ class TestCA:
             .not_valid_before(_when(self.now - DAY))
             .not_valid_after(_when(self.now + 3650 * DAY))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )  # fmt: skip
+            .add_extension(_CA_USAGE, critical=True)
             .sign(self.key, hashes.SHA256())
         )
         self.cert_path = directory / f"{name}.ca.pem"
