@@ -17,7 +17,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from websockets.exceptions import InvalidMessage
 
 from server.client import Client, client_context
@@ -25,7 +24,7 @@ from server.passwords import hash_password
 from server.protocol.errors import AuthFailure, NotEntitled
 from tests.support.certs import Issued, TestCA
 from tests.support.server import ROOT, SpoolProcess, config_xml
-from tests.support.wait import async_wait_until, wait_until
+from tests.support.wait import wait_until
 
 PASSWORD = "ops password for tls"
 #: how a refused TLS handshake shows in the client: an alert during the handshake
@@ -67,9 +66,7 @@ def tls_elements(pki: Pki, client_auth: str, cert: Issued | None = None) -> str:
 
 @contextlib.contextmanager
 def tls_server(workdir: Path, pki: Pki, client_auth: str) -> Iterator[SpoolProcess]:
-    xml = config_xml(
-        workdir / "data", users=users(pki), admin_extra=tls_elements(pki, client_auth)
-    )
+    xml = config_xml(workdir / "data", users=users(pki), admin_extra=tls_elements(pki, client_auth))
     proc = SpoolProcess(workdir, xml, tls=True)
     proc.start()
     try:
@@ -92,9 +89,7 @@ def optional_mtls(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterato
 def ctx(pki: Pki, client: Issued | None = None, *, ca: TestCA | None = None) -> ssl.SSLContext:
     certfile = client.cert_path if client else None
     keyfile = client.key_path if client else None
-    return client_context(
-        cafile=(ca or pki.ca).cert_path, certfile=certfile, keyfile=keyfile
-    )
+    return client_context(cafile=(ca or pki.ca).cert_path, certfile=certfile, keyfile=keyfile)
 
 
 # -- the Python client -------------------------------------------------------------------
@@ -128,7 +123,9 @@ def test_python_client_refuses_a_server_not_signed_by_its_ca(
     context = ctx(pki, ca=pki.other) if trust == "other CA" else client_context()
 
     async def main() -> None:
-        client = Client(optional_mtls.ws_url, "untrusting", user_id="ops", password=PASSWORD, ssl=context)
+        client = Client(
+            optional_mtls.ws_url, "untrusting", user_id="ops", password=PASSWORD, ssl=context
+        )
         with pytest.raises(ssl.SSLCertVerificationError, match="certificate verify failed"):
             await client.connect(timeout=10)
 
@@ -224,9 +221,7 @@ def test_mutual_tls_maps_a_client_certificate_to_its_user(
             await mallory.connect(timeout=10)
 
     asyncio.run(main())
-    with httpx.Client(
-        base_url=optional_mtls.http_url, verify=ctx(pki, pki.alice)
-    ) as http:
+    with httpx.Client(base_url=optional_mtls.http_url, verify=ctx(pki, pki.alice)) as http:
         me = http.get("/api/session").json()
         assert (me["user"], me["via"], me["admin"]) == ("alice", "certificate", False)
         clients = httpx.get(
@@ -237,13 +232,13 @@ def test_mutual_tls_maps_a_client_certificate_to_its_user(
     assert clients is not None
 
 
-def test_mutual_tls_required_refuses_a_missing_certificate(
-    tmp_path: Path, pki: Pki
-) -> None:
+def test_mutual_tls_required_refuses_a_missing_certificate(tmp_path: Path, pki: Pki) -> None:
     with tls_server(tmp_path, pki, "required") as proc:
 
         async def main() -> None:
-            nameless = Client(proc.ws_url, "no-cert", user_id="ops", password=PASSWORD, ssl=ctx(pki))
+            nameless = Client(
+                proc.ws_url, "no-cert", user_id="ops", password=PASSWORD, ssl=ctx(pki)
+            )
             with pytest.raises(HANDSHAKE_REFUSED):
                 await nameless.connect(timeout=10)
             alice = Client(proc.ws_url, "alice-required", ssl=ctx(pki, pki.alice))
@@ -264,3 +259,127 @@ def test_mutual_tls_required_refuses_a_missing_certificate(
         ).json()["events"]
         loaded = [e for e in events if e["event"] == "loaded"]
         assert loaded and loaded[0]["client_auth"] == "required"
+
+
+# -- reloads -----------------------------------------------------------------------------
+
+
+def install(pair: Issued, cert: Path, key: Path) -> None:
+    """Put ``pair`` where the server's configuration points (as a renewal job would)."""
+    shutil.copyfile(pair.cert_path, cert)
+    shutil.copyfile(pair.key_path, key)
+
+
+def test_a_reload_is_picked_up_by_new_connections_while_an_old_one_keeps_streaming(
+    tmp_path: Path, pki: Pki
+) -> None:
+    renewed_ca = TestCA(tmp_path / "pki", "renewed")
+    renewed = renewed_ca.issue_server("renewed")
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    install(pki.server, cert, key)
+    xml = config_xml(
+        tmp_path / "data",
+        users=users(pki),
+        admin_extra=f"<Certificate>{cert}</Certificate><PrivateKey>{key}</PrivateKey>",
+    )
+    proc = SpoolProcess(tmp_path / "srv", xml, tls=True).start()
+    try:
+
+        async def main() -> None:
+            old = Client(proc.ws_url, "old-conn", user_id="ops", password=TOKEN, ssl=ctx(pki))
+            await old.connect()
+            stream = await old.subscribe("reload/stream")
+            old.publish("reload/stream", b'{"n":1}')
+            assert (await stream.get(timeout=10)).data == b'{"n":1}'
+
+            # the renewal: new files, then the admin action
+            install(renewed, cert, key)
+            async with httpx.AsyncClient(base_url=proc.http_url, verify=ctx(pki)) as http:
+                r = await http.post("/api/tls/reload", headers={"Authorization": f"Bearer {TOKEN}"})
+            assert r.status_code == 200, r.text
+            assert r.json()["certificate"]["issuer"] == renewed_ca.cert.subject.rfc4514_string()
+
+            # new handshakes get the new pair: only its CA verifies them now
+            stale = Client(proc.ws_url, "stale", user_id="ops", password=TOKEN, ssl=ctx(pki))
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await stale.connect(timeout=10)
+            fresh = Client(
+                proc.ws_url, "fresh", user_id="ops", password=TOKEN, ssl=ctx(pki, ca=renewed_ca)
+            )
+            await fresh.connect()
+            # ... while the old connection keeps streaming on the pair it negotiated
+            for n in range(2, 12):
+                fresh.publish("reload/stream", b'{"n":%d}' % n)
+            got = [(await stream.get(timeout=10)).data for _ in range(10)]
+            assert got == [b'{"n":%d}' % n for n in range(2, 12)]
+            assert not old.closed.is_set()
+            await fresh.close()
+            await old.close()
+
+        asyncio.run(main())
+
+        # SIGHUP reloads too: back to a pair of the first CA
+        install(pki.ca.issue_server("third"), cert, key)
+        proc.signal(signal.SIGHUP)
+
+        def trusted_again() -> bool:
+            try:
+                httpx.get(f"{proc.http_url}/healthz", verify=ctx(pki))
+            except httpx.ConnectError:
+                return False
+            return True
+
+        wait_until(trusted_again, 10, message="the SIGHUP reload")
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=proc.http_url, verify=ctx(pki), headers=headers) as http:
+            status = http.get("/api/tls").json()
+            assert status["tls"]["reloads"] == 2 and status["plaintext"] is False
+            reloaded = [
+                e for e in http.get("/api/events", params={"category": "tls"}).json()["events"]
+                if e["event"] == "reloaded"
+            ]  # fmt: skip
+            assert [e["user"] for e in reloaded] == ["ops", "SIGHUP"]
+
+            # a broken renewal changes nothing: 409, the current pair keeps serving
+            sha = status["tls"]["certificate"]["sha256"]
+            cert.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n")
+            bad = http.post("/api/tls/reload")
+            assert bad.status_code == 409 and bad.json()["error"] == "conflict"
+            assert str(cert) in bad.json()["detail"]
+            assert "keeps serving" in bad.json()["detail"]
+            after = http.get("/api/tls").json()["tls"]
+            assert after["certificate"]["sha256"] == sha and after["last_reload_error"]
+            metrics = http.get("/metrics").text
+            assert "spool_tls_certificate_not_after_seconds " in metrics
+            assert "spool_tls_certificate_reloads_total 2.0" in metrics
+    finally:
+        proc.stop()
+
+
+# -- the dashboard over https ------------------------------------------------------------
+
+
+def test_https_dashboard_headers_and_secure_cookies(optional_mtls: SpoolProcess, pki: Pki) -> None:
+    with httpx.Client(base_url=optional_mtls.http_url, verify=ctx(pki)) as http:
+        page = http.get("/login")
+        assert page.status_code == 200
+        h = page.headers
+        assert "script-src 'self'" in h["content-security-policy"]
+        assert "frame-ancestors 'none'" in h["content-security-policy"]
+        assert "'unsafe-inline'" not in h["content-security-policy"]
+        assert h["x-frame-options"] == "DENY"
+        assert h["referrer-policy"] == "no-referrer"
+        assert h["x-content-type-options"] == "nosniff"
+        assert h["strict-transport-security"].startswith("max-age=")
+        assert "Secure" in h["set-cookie"]
+        token = http.cookies[f"spool_login_{optional_mtls.port}"]
+        r = http.post(
+            "/login",
+            data={"username": "ops", "password": PASSWORD, "csrf_token": token, "next": "/"},
+        )
+        assert r.status_code == 303
+        cookies = r.headers.get_list("set-cookie")
+        session = [c for c in cookies if c.startswith(f"spool_session_{optional_mtls.port}=")]
+        assert session and "Secure" in session[0] and "HttpOnly" in session[0]
+        api = http.get("/api/instance")
+        assert api.status_code == 200 and api.headers["x-frame-options"] == "DENY"
