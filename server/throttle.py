@@ -62,12 +62,15 @@ def address_key(host: str) -> str:
 
 
 class _Window:
-    """Failure times of one key, each with the other half of its (address, user) pair."""
+    """Failure times of one key, oldest first, each with the other half of its (address,
+    user) pair. Failures are recorded only for admitted attempts, so a window holds at
+    most the limit plus the attempts that were being checked at once (bounded by the
+    password-check pool)."""
 
     __slots__ = ("failures",)
 
-    def __init__(self, limit: int) -> None:
-        self.failures: deque[tuple[float, str]] = deque(maxlen=limit)
+    def __init__(self) -> None:
+        self.failures: deque[tuple[float, str]] = deque()
 
 
 class LogonThrottle:
@@ -106,9 +109,11 @@ class LogonThrottle:
         if not failures:
             del table[key]
             return 0.0
-        if len(failures) < limit:
+        n = len(failures)
+        if n < limit:
             return 0.0
-        return self.policy.window - (now - failures[0][0])
+        # refused until enough failures leave the window to bring the count below limit
+        return self.policy.window - (now - failures[n - limit][0])
 
     def blocked(self) -> tuple[int, int]:
         """How many addresses and user names are refused right now."""
@@ -128,20 +133,21 @@ class LogonThrottle:
         """A logon from ``host`` as ``user`` was checked and failed."""
         now = self._clock.monotonic()
         address = address_key(host)
-        self._record(self._addresses, address, self.policy.per_address, now, user or "")
+        self._record(self._addresses, address, now, user or "")
         if user:
-            self._record(self._users, user, self.policy.per_user, now, address)
+            self._record(self._users, user, now, address)
 
-    def _record(
-        self, table: OrderedDict[str, _Window], key: str, limit: int, now: float, other: str
-    ) -> None:
+    def _record(self, table: OrderedDict[str, _Window], key: str, now: float, other: str) -> None:
         window = table.get(key)
         if window is None:
             if len(table) >= self._max_keys:
                 table.popitem(last=False)
-            window = table[key] = _Window(limit)
+            window = table[key] = _Window()
         else:
             table.move_to_end(key)
+            failures = window.failures
+            while failures and now - failures[0][0] >= self.policy.window:
+                failures.popleft()
         window.failures.append((now, other))
 
     def succeeded(self, host: str, user: str) -> None:
