@@ -40,7 +40,9 @@ class Oracle:
 
     def retry_after(self, now: float, host: str, user: str | None) -> float:
         a = address_key(host)
-        wait = self._wait(now, [t for t, fa, _ in self.failures if fa == a], self.policy.per_address)
+        wait = self._wait(
+            now, [t for t, fa, _ in self.failures if fa == a], self.policy.per_address
+        )
         if user:
             by_user = [t for t, _, fu in self.failures if fu == user]
             wait = max(wait, self._wait(now, by_user, self.policy.per_user))
@@ -144,7 +146,9 @@ def test_ipv6_counts_by_64_and_mapped_ipv4_as_ipv4() -> None:
 
 def test_memory_is_bounded() -> None:
     clock = VirtualClock()
-    throttle = LogonThrottle(ThrottlePolicy(per_address=1, per_user=1, window=60), clock, max_keys=5)
+    throttle = LogonThrottle(
+        ThrottlePolicy(per_address=1, per_user=1, window=60), clock, max_keys=5
+    )
     for i in range(20):
         throttle.failed(f"10.0.1.{i}", f"user{i}")
     assert throttle.blocked() == (5, 5)
