@@ -140,11 +140,11 @@ def canonical_name(text: str) -> str:
     Raises:
         InvalidName: not a distinguished name.
     """
-    stripped = text.strip()
-    if not stripped:
+    if not text.strip():
         raise InvalidName("the name is empty")
     try:
-        name = x509.Name.from_rfc4514_string(_upper_types(stripped))
+        # (no strip() of the whole text: a trailing "\ " is an escaped space)
+        name = x509.Name.from_rfc4514_string(_upper_types(text))
     except ValueError as exc:
         raise InvalidName(str(exc)) from exc
     return name.rfc4514_string()
