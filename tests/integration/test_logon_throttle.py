@@ -49,7 +49,7 @@ async def logon(
                     "client_name": name,
                     "user_id": "ops",
                     "pw": password,
-                }  # fmt: skip
+                }
             )
         )
         frame = await asyncio.wait_for(ws.recv(), 30)
