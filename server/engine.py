@@ -48,7 +48,6 @@ from server.session import Session, Transport
 from server.stats.sampler import Sampler
 from server.subscriptions import SubscriptionService
 from server.throttle import LogonThrottle, ThrottlePolicy
-from server.tls.context import ServerPair
 from server.tls.listener import TlsListener
 from server.topics import TopicTable
 from server.txlog import TransactionLog
@@ -79,7 +78,6 @@ class Broker:
         *,
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
-        tls_pair: ServerPair | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -101,7 +99,7 @@ class Broker:
         )
         self.tls: TlsListener | None = None
         if config.tls is not None:
-            self.tls = TlsListener(config.tls, clock, self.events, pair=tls_pair)
+            self.tls = TlsListener(config.tls, clock, self.events)
         self.txlog: TransactionLog | None = None
         if config.transaction_log is not None:
             self.txlog = TransactionLog(

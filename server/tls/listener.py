@@ -74,11 +74,12 @@ class TlsListener:
         config: the configured files and client-certificate mode.
         clock: reload times and the expiry watch.
         events: where loads, reloads, failures and expiry warnings go.
-        pair: the pair already loaded (the configuration loader checked the files); read
-            from the files when not given (blocking: call before the loop serves).
+
+    The files are read at construction (blocking: the broker is built before the loop
+    serves; the configuration loader already checked them).
 
     Raises:
-        TlsError: when ``pair`` is not given and the files cannot be loaded.
+        TlsError: the files cannot be loaded (changed since the configuration was read).
     """
 
     def __init__(
@@ -86,13 +87,11 @@ class TlsListener:
         config: TlsConfig,
         clock: Clock,
         events: EventSink,
-        *,
-        pair: ServerPair | None = None,
     ) -> None:
         self.config = config
         self._clock = clock
         self._events = events
-        first = pair if pair is not None else self._load()
+        first = self._load()
         self._active = _Active(first, clock.time())
         #: the context uvicorn listens with; its handshakes switch to the active one
         self.context: ssl.SSLContext = first.context

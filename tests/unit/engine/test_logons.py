@@ -154,4 +154,10 @@ async def test_a_flood_of_password_checks_does_not_hold_up_fsync(tmp_path: Path)
         answered = sum(1 for c in flood if c.acks())
         assert answered < 15, (answered, durable_after)
         await h.until(lambda: all(c.acks() for c in flood), timeout=60)
+        all_answered = time.monotonic() - started
         assert h.broker.auth.pool.checks == 30
+        print(
+            f"\n30 queued password checks: persisted ack after {durable_after * 1000:.0f} ms "
+            f"({answered} logons answered by then); all logons answered after "
+            f"{all_answered * 1000:.0f} ms"
+        )
