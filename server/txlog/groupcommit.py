@@ -31,7 +31,7 @@ from server.clock import Clock
 from server.txlog.errors import TxlogWriteFailed
 from server.txlog.events import EventCallback
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir
-from server.txlog.index import IndexBuilder
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalList
 from server.txlog.reader import JournalSource, PlainSource
 

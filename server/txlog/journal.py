@@ -16,8 +16,9 @@ from typing import Literal
 
 from server.bookmarks import format_bookmark
 from server.txlog.files import Compression
-from server.txlog.index import IndexBuilder, SealedIndex
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.reader import JournalSource
+from server.txlog.sealedindex import SealedIndex
 
 __all__ = ["Journal", "JournalInfo", "JournalList", "JournalState"]
 

@@ -63,7 +63,8 @@ from server.txlog.files import (
     validate_instance,
 )
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
-from server.txlog.index import BLOCK_BYTES, IndexBuilder, SealedIndex
+from server.txlog.index import BLOCK_BYTES
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.pins import Pin, PinInfo
@@ -71,6 +72,7 @@ from server.txlog.reading import RecordReader
 from server.txlog.record import Record, RecordKind
 from server.txlog.recovery import RecoveryReport
 from server.txlog.retention import Retention
+from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace
 from server.txlog.startup import open_files
 from server.txlog.tail import TailCache

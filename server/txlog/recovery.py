@@ -51,13 +51,11 @@ from server.txlog.files import (
     parse_name,
     write_atomic,
 )
-from server.txlog.index import (
-    BLOCK_BYTES,
-    IndexBuilder,
-    SealedIndex,
-    parse_open_index,
-)
+from server.txlog.index import BLOCK_BYTES
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.indexfile import parse_open_index
 from server.txlog.reader import JournalSource, PlainSource, open_source
+from server.txlog.sealedindex import SealedIndex
 
 __all__ = [
     "RecoveredJournal",

@@ -24,10 +24,10 @@ from server.txlog.compression import compress_journal
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from server.txlog.events import EventCallback
 from server.txlog.files import Compression, fsync_dir, index_name, journal_name
-from server.txlog.index import SealedIndex
 from server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
 from server.txlog.pins import Pin, PinInfo, PinRegistry
 from server.txlog.reader import JournalSource, open_source
+from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace
 
 __all__ = ["Retention"]

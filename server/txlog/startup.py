@@ -20,10 +20,11 @@ from server.config import TransactionLogConfig
 from server.txlog.caches import CacheWriter
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
 from server.txlog.groupcommit import GroupCommit
-from server.txlog.index import IndexBuilder, SealedIndex
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal
 from server.txlog.reader import PlainSource
 from server.txlog.recovery import RecoveryReport, recover
+from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace
 
 __all__ = ["Opened", "open_files"]
