@@ -70,7 +70,7 @@ from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.reading import RecordReader
 from server.txlog.record import Record, RecordKind
-from server.txlog.recovery import RecoveryReport
+from server.txlog.recoveryreport import RecoveryReport
 from server.txlog.retention import Retention
 from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace

@@ -23,7 +23,8 @@ from server.txlog.groupcommit import GroupCommit
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal
 from server.txlog.reader import PlainSource
-from server.txlog.recovery import RecoveryReport, recover
+from server.txlog.recovery import recover
+from server.txlog.recoveryreport import RecoveryReport
 from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace
 
