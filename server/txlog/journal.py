@@ -156,6 +156,13 @@ class Journal:
         """Finished and its sealed index is in place (safe to archive, compress, remove)."""
         return self.finished and isinstance(self.index, SealedIndex)
 
+    def close(self) -> None:
+        """Release its reader and its mapped index (closing, removed, or a failed open)."""
+        if self.source is not None:
+            self.source.retire()
+        if isinstance(self.index, SealedIndex):
+            self.index.close()
+
     def info(self, state: JournalState, pinned_by: str | None) -> JournalInfo:
         """The public view of this journal."""
         idx = self.index
