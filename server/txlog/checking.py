@@ -18,6 +18,11 @@ journal is checked the cheapest way its files allow, as the recovery rules say
 The result, :class:`Examined`, says where the valid data ends, why it stops there (None:
 it does not, or only zeros follow), where the last non-zero byte after it is, and carries
 the journal's index and open reader for the log to keep.
+
+Thread contract: everything here runs in the one thread that runs recovery (a worker
+thread at ``open()``, the CLI's main thread); an :class:`Examined` and the index and
+reader it holds stay with that thread until :func:`~server.txlog.recovery.recover`
+returns them.
 """
 
 from __future__ import annotations
