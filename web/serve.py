@@ -126,6 +126,19 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
 
 
+SslContextFactory = Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]
+
+
+def _listener_context(context: ssl.SSLContext) -> SslContextFactory:
+    """uvicorn's ``ssl_context_factory`` handing it the listener's own context (not one
+    built from uvicorn's ``ssl_*`` settings): reloads swap pairs behind it."""
+
+    def factory(_config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        return context
+
+    return factory
+
+
 def run(config: Config, *, port_file: Path | None = None, log_level: str = "warning") -> int:
     """Serve until a signal; returns the process exit code."""
     broker = Broker(config)
@@ -133,20 +146,12 @@ def run(config: Config, *, port_file: Path | None = None, log_level: str = "warn
     ws = next((t for t in config.transports if t.type == "websocket"), None)
     http_protocol: type[asyncio.Protocol] | str = "auto"
     ws_protocol: type[asyncio.Protocol] | str = "auto"
-    ssl_factory: Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext] | None
-    ssl_factory = None
-    tls = broker.tls
-    if tls is not None:
+    ssl_factory: SslContextFactory | None = None
+    if broker.tls is not None:
         # our context (its SNI callback switches handshakes to the active pair, see
         # server/tls/listener.py) and protocols that put the TLS facts in the scope
         http_protocol, ws_protocol = tls_protocols()
-        context = tls.context
-
-        def ssl_factory(
-            _config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]
-        ) -> ssl.SSLContext:
-            return context
-
+        ssl_factory = _listener_context(broker.tls.context)
     uv_config = uvicorn.Config(
         app,
         host=config.admin.host,
