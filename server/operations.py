@@ -63,6 +63,8 @@ class ClientInfo(TypedDict):
     last_persisted_seq: int
     subscriptions: int
     version: str
+    tls: str | None
+    certificate: str | None
 
 
 class SubscriptionInfo(TypedDict):
@@ -244,6 +246,8 @@ class Operations:
             "last_persisted_seq": self._acks.last_persisted(s),
             "subscriptions": len(s.subs),
             "version": s.version,
+            "tls": s.peer.tls_version,
+            "certificate": s.peer.client_subject,
         }
 
     def clients_info(self) -> list[ClientInfo]:

@@ -224,12 +224,23 @@ def test_mutual_tls_maps_a_client_certificate_to_its_user(
     with httpx.Client(base_url=optional_mtls.http_url, verify=ctx(pki, pki.alice)) as http:
         me = http.get("/api/session").json()
         assert (me["user"], me["via"], me["admin"]) == ("alice", "certificate", False)
-        clients = httpx.get(
-            f"{optional_mtls.http_url}/api/clients",
-            headers={"Authorization": f"Bearer {TOKEN}"},
-            verify=ctx(pki),
-        ).json()
-    assert clients is not None
+
+    async def connected_alice() -> None:
+        alice = Client(optional_mtls.ws_url, "alice-listed", ssl=ctx(pki, pki.alice))
+        await alice.connect()
+        async with httpx.AsyncClient(verify=ctx(pki)) as http:
+            r = await http.get(
+                f"{optional_mtls.http_url}/api/clients/alice-listed",
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            )
+        info = r.json()
+        # what the ASGI TLS extension carried from the handshake to the session
+        assert info["user"] == "alice"
+        assert info["tls"] in ("TLSv1.3", "TLSv1.2")
+        assert info["certificate"] == pki.alice.subject
+        await alice.close()
+
+    asyncio.run(connected_alice())
 
 
 def test_mutual_tls_required_refuses_a_missing_certificate(tmp_path: Path, pki: Pki) -> None:
