@@ -24,6 +24,7 @@ from server.engine import Broker
 from web.admin import admin_routes
 from web.auth import auth_middleware, auth_routes
 from web.dashboard import dashboard_routes
+from web.headers import SecurityHeadersMiddleware
 from web.origins import OriginPolicy
 from web.transport import WebsocketEndpoint
 
@@ -68,7 +69,7 @@ def create_app(
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))
     routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
-    middleware: list[Middleware] = []
+    middleware: list[Middleware] = [Middleware(SecurityHeadersMiddleware)]
     if config.admin.allowed_origins:
         # pages of the allowed origins may read the API's answers (and send the headers
         # it needs); the origin checks themselves are web/origins.py's
@@ -85,6 +86,7 @@ def create_app(
         Middleware(
             auth_middleware(
                 broker.auth,
+                broker.logons,
                 metrics_public=config.admin.metrics_public,
                 clock=clock,
                 origins=origins,

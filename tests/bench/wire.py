@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import re
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -50,13 +51,18 @@ class BenchProtocolError(Exception):
 
 
 async def open_session(
-    url: str, name: str, *, timeout: float = 30.0, sock: socket.socket | None = None
+    url: str,
+    name: str,
+    *,
+    timeout: float = 30.0,
+    cafile: str | None = None,
+    sock: socket.socket | None = None,
 ) -> tuple[ClientConnection, dict[str, Any]]:
     """Connect without compression and log on as ``name``; returns the logon ack too
     (its ``s`` is the last sequence number the broker persisted for this name).
 
-    Args:
-        sock: a connected socket to use (to set its options first).
+    A ``wss://`` URL verifies the broker against ``cafile`` (the TLS scenarios' own CA);
+    ``sock`` is a connected socket to use (to set its options first).
 
     Raises:
         BenchProtocolError: the logon was refused.
@@ -64,6 +70,7 @@ async def open_session(
     """
     ws = await connect(
         url,
+        ssl=ssl.create_default_context(cafile=cafile) if url.startswith("wss://") else None,
         compression=None,
         max_size=None,
         open_timeout=timeout,

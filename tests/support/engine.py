@@ -44,7 +44,7 @@ class FakeTransport:
     the broker's writer waits in it meanwhile.
     """
 
-    def __init__(self, remote: str, clock: VirtualClock) -> None:
+    def __init__(self, remote: str, clock: VirtualClock | None = None) -> None:
         self.remote = remote
         self.frames: list[bytes] = []
         self.close_code: int | None = None
@@ -65,6 +65,7 @@ class FakeTransport:
     async def send(self, frame: bytes) -> None:
         await self._reading.wait()
         if self.rate is not None:
+            assert self._clock is not None, "a paced reader needs the harness's clock"
             await self._clock.sleep(len(frame) / self.rate)
         self.frames.append(frame)
 
@@ -169,7 +170,7 @@ class EngineHarness:
     def connect(self) -> FakeClient:
         """A new connection (not logged on)."""
         self._clients += 1
-        transport = FakeTransport(f"127.0.0.1:{10000 + self._clients}", self.clock)
+        transport = FakeTransport(f"127.0.0.1:{10000 + self._clients}", clock=self.clock)
         return FakeClient(self.broker.connect(transport), transport)
 
     async def logon(self, name: str, **fields: Any) -> FakeClient:

@@ -17,6 +17,7 @@ from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
+    SecurityCounters,
     SpillCounters,
     SubscriptionLag,
     TopicCounters,
@@ -107,6 +108,30 @@ def spill_counters(
     return {"catching_up": catching_up, "spills": spills, "rejoins": rejoins, "seconds": seconds}
 
 
+def security_counters(
+    *,
+    logon_failures: Mapping[str, int] | None = None,
+    logon_refused: Mapping[str, int] | None = None,
+    tls_not_after: float | None = None,
+) -> SecurityCounters:
+    """Logons and TLS: no logons yet, plain text unless ``tls_not_after`` is given."""
+    zero = {"websocket": 0, "dashboard": 0}
+    return {
+        "logon_succeeded": dict(zero),
+        "logon_failures": dict(logon_failures or zero),
+        "logon_refused": dict(logon_refused or zero),
+        "blocked_addresses": 0,
+        "blocked_users": 0,
+        "password_checks": 0,
+        "password_check_seconds": 0.0,
+        "password_checks_pending": 0,
+        "tls_enabled": tls_not_after is not None,
+        "tls_not_after": tls_not_after,
+        "tls_reloads": 0,
+        "plaintext_exposed": False,
+    }
+
+
 def metrics_snapshot(
     *,
     time: float = EPOCH,
@@ -122,6 +147,7 @@ def metrics_snapshot(
     txlog: TxlogCounters | None = None,
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
+    security: SecurityCounters | None = None,
     spills: SpillCounters | None = None,
     disconnects: Mapping[str, int] | None = None,
 ) -> MetricsSnapshot:
@@ -142,6 +168,7 @@ def metrics_snapshot(
             persisted_ack_latency if persisted_ack_latency is not None else LatencyHistogram()
         ),
         "transports": dict(transports or {}),
+        "security": security if security is not None else security_counters(),
         "spills": spills if spills is not None else spill_counters(),
         "disconnects": dict(disconnects or {}),
     }

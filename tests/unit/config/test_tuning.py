@@ -65,7 +65,12 @@ def test_every_tuning_element_can_be_set() -> None:
         "<HeartbeatDefault>0</HeartbeatDefault><PersistedAckInterval>1ms</PersistedAckInterval>"
         "<SlowClientTimeout>2m</SlowClientTimeout></Tuning><Transports/>"
     )
-    assert parse(doc(body)).tuning == TuningConfig(64 * 1024, 0.0, 0.001, 120.0)
+    assert parse(doc(body)).tuning == TuningConfig(
+        slow_client_buffer_limit=64 * 1024,
+        heartbeat_default=0.0,
+        persisted_ack_interval=0.001,
+        slow_client_timeout=120.0,
+    )
 
 
 def test_slow_client_timeout_defaults_to_30s() -> None:
