@@ -78,8 +78,9 @@ class BookmarkSink:
         Works on a :class:`RecordBatch` (the usual replay read, walked by its columns
         with no ``Record`` per message; other sequences are wrapped in one): first the
         records this subscription takes are selected, then they are encoded and queued,
-        at most 256 per piece, waiting for room in the client's buffer between pieces so
-        a replay never overruns the slow-client limit.
+        at most 256 per piece (fewer for large messages: about 64 KB of bodies), waiting
+        for room in the client's buffer between pieces so a replay never overruns the
+        slow-client limit.
         """
         sub = self.sub
         out = sub.outbound
