@@ -168,6 +168,11 @@ class Session:
         self.origin = Origin("client", name, user, self, self.traffic)
 
     @property
+    def closing(self) -> bool:
+        """Closed, or about to be (a close was decided and scheduled): sends are dropped."""
+        return self.closed or self.close_cause is not None
+
+    @property
     def queue_depth(self) -> int:
         """Bytes waiting to be sent (buffered plus the frame being written)."""
         return self._out_bytes + self._in_flight
@@ -243,7 +248,7 @@ class Session:
         disconnects the client (``slow client``), e.g. a publisher that asks for acks and
         never reads them.
         """
-        if self.closed:
+        if self.closing:
             return
         if self._out_bytes + self._in_flight + len(data) > self._limit:
             self.overflow(len(data))
@@ -253,7 +258,7 @@ class Session:
     def send_messages(self, data: bytes, count: int) -> None:
         """Queue ``count`` encoded data messages joined in ``data``: live ones the caller
         checked with :meth:`live_fits`, or paced ones (replays wait for room first)."""
-        if self.closed:
+        if self.closing:
             return
         self.traffic.msgs_out += count
         self._queue(data)
@@ -269,8 +274,9 @@ class Session:
 
     def overflow(self, nbytes: int) -> None:
         """Bytes that cannot be read back do not fit: disconnect with ``slow client``."""
-        if self.closed:
+        if self.closing:
             return
+        self.close_cause = "slow_client_buffer"  # closing: nothing more is queued
         self._events.emit(
             "warning",
             "session",

@@ -82,7 +82,7 @@ class StallWatch:
         wait = timeout
         for session in list(self._sessions()):
             started = session.send_started
-            if started is None or session.closed:
+            if started is None or session.closing:
                 continue
             left = started + timeout - now
             if left <= _EPSILON:
@@ -93,6 +93,7 @@ class StallWatch:
 
     def _close(self, session: Session, waited: float) -> None:
         self.closed += 1
+        session.close_cause = "slow_client_stalled"  # closing: nothing more is queued
         self._events.emit(
             "warning", "session", "slow_client",
             client=session.name, remote=session.remote, cause="stalled",
