@@ -38,7 +38,7 @@ function redrawCharts() {
 }
 
 /** Rows of a <dl class="kv">, made once and then updated in place (no flicker). */
-function kvRows(dl, cache, rows) {
+function kvUpdate(dl, cache, rows) {
   for (const [key, value, title] of rows) {
     let dd = cache.get(key);
     if (dd === undefined) {
@@ -66,14 +66,14 @@ const slowRows = new Map();
 const causeRows = new Map();
 
 function showSlow(p) {
-  kvRows($id("slow-kv"), slowRows, [
+  kvUpdate($id("slow-kv"), slowRows, [
     ["catching up now", fmtInt(p.catching_up),
       "live subscriptions reading the transaction log after a burst their connection could not take"],
     ["spills", fmtInt(p.spills), "times a live subscription left the live path to catch up from the log"],
     ["time catching up", fmtDuration(p.catch_up_seconds), "all subscriptions together"],
   ]);
   const counts = p.disconnects ?? {};
-  kvRows($id("disconnects-kv"), causeRows,
+  kvUpdate($id("disconnects-kv"), causeRows,
     CAUSES.map(([cause, label, title]) => [label, fmtInt(counts[cause] ?? 0), title]));
 }
 
