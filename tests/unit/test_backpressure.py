@@ -262,4 +262,4 @@ class BackPressureModel(RuleBasedStateMachine):
 
 
 TestBackPressureModel = BackPressureModel.TestCase
-TestBackPressureModel.settings = settings(max_examples=200, stateful_step_count=60, deadline=None)
+TestBackPressureModel.settings = settings(max_examples=120, stateful_step_count=60, deadline=None)
