@@ -292,6 +292,14 @@ class IndexBuilder:
             return None
         return self._block(rl[i][3])
 
+    def publisher_blocks(self, pub_hash: int) -> list[int]:
+        """Numbers of the closed blocks holding records of ``pub_hash`` (ascending).
+
+        Readers that want one publisher's records (the Spark pipeline's pushed-down
+        ``publisher_id`` filter) read only these blocks.
+        """
+        return [row[3] for row in self.ranges.get(pub_hash, ())]
+
     def _open_pubs(self) -> dict[int, list[int]]:
         """Per publisher in the block being filled: ``[first_ps, last_ps, count, last_seq]``."""
         pubs: dict[int, list[int]] = {}
@@ -770,6 +778,20 @@ class SealedIndex:
         if h != pub_hash or not first <= pub_seq <= last:
             return None
         return self._span(blk)
+
+    def publisher_blocks(self, pub_hash: int) -> list[int]:
+        """Numbers of the blocks holding records of ``pub_hash`` (ascending)."""
+        i = bisect.bisect_left(self._range_key, (pub_hash, 0))
+        out: list[int] = []
+        while i < len(self._range_key):
+            h, _first, _last, _ls, blk, _cnt = RANGE.unpack_from(
+                self._buf, self._ranges_off + i * RANGE.size
+            )
+            if h != pub_hash:
+                break
+            out.append(blk)
+            i += 1
+        return out
 
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
         i = bisect.bisect_left(self._pub_col, (pub_hash,))
