@@ -64,7 +64,9 @@ class AdminClient:
             data = None
         if response.status_code >= 400:
             detail = data.get("detail") or data.get("error") if isinstance(data, dict) else None
-            raise AdminRequestFailed(where, f"HTTP {response.status_code}: {detail or response.text[:200]}")
+            raise AdminRequestFailed(
+                where, f"HTTP {response.status_code}: {detail or response.text[:200]}"
+            )
         return data
 
     def position(self) -> LogPosition:
@@ -76,7 +78,9 @@ class AdminClient:
                 int(totals["first_seq"]), int(totals["last_seq"]), int(totals["durable_seq"])
             )
         except (TypeError, KeyError, ValueError) as exc:
-            raise AdminRequestFailed(f"GET {self.url}/api/transaction_log", f"bad answer: {exc}") from exc
+            raise AdminRequestFailed(
+                f"GET {self.url}/api/transaction_log", f"bad answer: {exc}"
+            ) from exc
 
     def pin(self, owner: str, seq: int) -> int:
         """Take or move the pin named ``owner`` to ``seq``; returns the log's first seq."""

@@ -159,5 +159,3 @@ def damage_batch(d: Damage) -> pa.RecordBatch:
         damage={"reason": d.reason, "bytes": d.nbytes, "records": d.records},
     )
     return pa.RecordBatch.from_pylist([row], schema=ARROW_SCHEMA)
-
-

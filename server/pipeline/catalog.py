@@ -40,7 +40,7 @@ from server.txlog.journal import Journal
 from server.txlog.lookup import SpanQuery, plan_bookmark, plan_time, search_span
 from server.txlog.reader import JournalSource, open_source
 
-__all__ = ["Block", "Catalog", "JournalFile", "TAIL_SCAN_LIMIT"]
+__all__ = ["TAIL_SCAN_LIMIT", "Block", "Catalog", "JournalFile"]
 
 #: the most bytes of a journal the catalog checks and indexes itself (the unindexed tail of
 #: the active journal is a few KB; a whole journal without index larger than this is left
@@ -194,9 +194,7 @@ class Catalog:
                 parsed = parse_name(filename, instance)
                 if parsed is None or parsed.kind != "journal":
                     continue
-                cand = JournalFile(
-                    parsed.base, directory / filename, parsed.compression, archived
-                )
+                cand = JournalFile(parsed.base, directory / filename, parsed.compression, archived)
                 old = found.get(parsed.base)
                 if old is None or _rank(cand) > _rank(old):
                     found[parsed.base] = cand
@@ -249,9 +247,7 @@ class Catalog:
         for j in self.journals:
             if j.index is not None:
                 out.append(
-                    Journal(
-                        j.base, j.path, j.index, compression=j.compression, archived=j.archived
-                    )
+                    Journal(j.base, j.path, j.index, compression=j.compression, archived=j.archived)
                 )
         return out
 
@@ -355,9 +351,13 @@ def _index(instance: str, j: JournalFile, scan_limit: int) -> None:
     j.index = builder
     j.blocks = [
         Block(
-            builder.b_first[i], builder.b_off[i], builder.b_len[i], builder.b_cnt[i],
-            builder.b_ts[i], builder.b_crc[i],
-        )  # fmt: skip
+            builder.b_first[i],
+            builder.b_off[i],
+            builder.b_len[i],
+            builder.b_cnt[i],
+            builder.b_ts[i],
+            builder.b_crc[i],
+        )
         for i in range(len(builder.b_first))
     ]
     j.indexed_end = builder.data_len

@@ -237,7 +237,9 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
     opts = _check_known(options, WRITE_OPTIONS)
     url = opts.get("url")
     if not url or not url.startswith(("ws://", "wss://")):
-        raise BadOption("url", url, "the broker's websocket URL, e.g. ws://127.0.0.1:9007/amps/json")
+        raise BadOption(
+            "url", url, "the broker's websocket URL, e.g. ws://127.0.0.1:9007/amps/json"
+        )
     timeout = opts.get("timeout")
     try:
         seconds = float(timeout) if timeout else 60.0

@@ -116,17 +116,25 @@ def plan_scan(
         for run in _runs(kept, slice_bytes):
             plan.slices.append(_slice(catalog, j, run[0].offset, run[0].first_seq, run))
         if not j.complete and j.next_seq <= predicate.seq_hi:
-            plan.slices.append(
-                _slice(catalog, j, j.indexed_end, j.next_seq, (), damage=j.damage)
-            )
+            plan.slices.append(_slice(catalog, j, j.indexed_end, j.next_seq, (), damage=j.damage))
             plan.unindexed += 1
         if len(plan.slices) > before:
             plan.journals += 1
     plan.slices = [
         Slice(
-            s.instance, s.journal_dir, s.archive_dir, s.base, s.path, s.compression,
-            s.offset, s.first_seq, s.end, s.blocks, s.damage, i,
-        )  # fmt: skip
+            s.instance,
+            s.journal_dir,
+            s.archive_dir,
+            s.base,
+            s.path,
+            s.compression,
+            s.offset,
+            s.first_seq,
+            s.end,
+            s.blocks,
+            s.damage,
+            i,
+        )
         for i, s in enumerate(plan.slices)
     ]
     return plan

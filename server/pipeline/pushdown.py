@@ -72,7 +72,7 @@ def _range(p: ScanPredicate, f: Filter, value: int, column: str) -> ScanPredicat
 
 def _one(p: ScanPredicate, f: Filter) -> ScanPredicate | None:
     """``p`` narrowed by ``f``, or None when ``f`` is not something a predicate holds."""
-    attr = getattr(f, "attribute", ())
+    attr: tuple[str, ...] = getattr(f, "attribute", ())
     if len(attr) != 1:
         return None
     column = attr[0]
@@ -109,7 +109,9 @@ def _one(p: ScanPredicate, f: Filter) -> ScanPredicate | None:
         return None
     if column == "kind":
         if isinstance(f, EqualTo) and isinstance(value, str):
-            return p.only_kinds(frozenset([KIND_CODES[value]]) if value in KIND_CODES else frozenset())
+            return p.only_kinds(
+                frozenset([KIND_CODES[value]]) if value in KIND_CODES else frozenset()
+            )
         if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
             return p.only_kinds(frozenset(KIND_CODES[v] for v in f.value if v in KIND_CODES))
         return None

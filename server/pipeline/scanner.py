@@ -111,6 +111,16 @@ class ScanStats:
     damage: int = 0
 
 
+_FORMS: Final[tuple[Compression | None, ...]] = ("zstd", "gzip", None)
+
+
+def _compression(s: Slice) -> Compression | None:
+    for form in _FORMS:
+        if form == s.compression:
+            return form
+    raise ValueError(f"unknown compression {s.compression!r}")
+
+
 def open_journal(s: Slice) -> JournalSource:
     """The slice's journal, wherever it is now.
 
@@ -120,15 +130,13 @@ def open_journal(s: Slice) -> JournalSource:
     Raises:
         UnreadableJournal: no form of the journal can be opened.
     """
-    candidates: list[tuple[Path, Compression | None]] = [
-        (Path(s.path), s.compression)  # type: ignore[list-item]
-    ]
+    candidates: list[tuple[Path, Compression | None]] = [(Path(s.path), _compression(s))]
     dirs = [Path(s.journal_dir)] + ([Path(s.archive_dir)] if s.archive_dir else [])
     for d in reversed(dirs):
-        for comp in ("zstd", "gzip", None):
-            path = d / journal_name(s.instance, s.base, comp)  # type: ignore[arg-type]
+        for comp in _FORMS:
+            path = d / journal_name(s.instance, s.base, comp)
             if path != Path(s.path):
-                candidates.append((path, comp))  # type: ignore[arg-type]
+                candidates.append((path, comp))
     first_error: OSError | None = None
     for path, comp in candidates:
         try:
@@ -295,7 +303,12 @@ class SliceScanner:
         crc = google_crc32c.value
         text = decode_text
         names = KIND_NAMES
-        a_seq, a_ts, a_h, a_ps = cols.seqs.append, cols.times.append, cols.hashes.append, cols.pseqs.append
+        a_seq, a_ts, a_h, a_ps = (
+            cols.seqs.append,
+            cols.times.append,
+            cols.hashes.append,
+            cols.pseqs.append,
+        )
         a_top, a_mt, a_kind = cols.topics.append, cols.mtypes.append, cols.kinds.append
         a_path, a_flags = cols.paths.append, cols.flags.append
         a_corr, a_sow, a_body, a_off = (
@@ -310,8 +323,10 @@ class SliceScanner:
                     break
                 if length >= MIN_RECORD and pos + length > end:
                     break  # incomplete: the caller reads more or reports it
-                if length < MIN_RECORD or h[1] != FORMAT or (
-                    not trusted and crc(buf[pos : pos + length]) != CRC_RESIDUE
+                if (
+                    length < MIN_RECORD
+                    or h[1] != FORMAT
+                    or (not trusted and crc(buf[pos : pos + length]) != CRC_RESIDUE)
                 ):
                     check_at(buf, pos, end)
                 if h[4] != seq:
@@ -337,9 +352,7 @@ class SliceScanner:
                 if h[10] or h[11] or h[12]:
                     rec = build_record(buf, pos, h)
                     topic = rec.topic
-                    if (topics is not None and topic not in topics) or not topic.startswith(
-                        prefix
-                    ):
+                    if (topics is not None and topic not in topics) or not topic.startswith(prefix):
                         pos += length
                         seq += 1
                         continue
@@ -357,9 +370,7 @@ class SliceScanner:
                         topic = text(buf[q : q + tl])
                     except UnicodeDecodeError:
                         raise CorruptRecord(pos, "bad utf-8") from None
-                    if (topics is not None and topic not in topics) or not topic.startswith(
-                        prefix
-                    ):
+                    if (topics is not None and topic not in topics) or not topic.startswith(prefix):
                         pos += length
                         seq += 1
                         continue

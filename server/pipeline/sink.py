@@ -80,7 +80,9 @@ class SpoolWriter(DataSourceArrowWriter):
                     "select the columns to publish"
                 )  # fmt: skip
             if not isinstance(dtype, allowed):
-                raise BadOption("columns", name, f"{name} must be {' or '.join(t.__name__ for t in allowed)}")
+                raise BadOption(
+                    "columns", name, f"{name} must be {' or '.join(t.__name__ for t in allowed)}"
+                )
         if "data" not in fields:
             raise BadOption("columns", sorted(fields), "the rows need a data column (the body)")
         if "topic" not in fields and options.topic is None:
@@ -115,9 +117,13 @@ class SpoolWriter(DataSourceArrowWriter):
                         continue  # stored by an earlier attempt of this task
                     topic = (topics[i] if topics is not None else None) or o.topic
                     if topic is None:
-                        raise BadOption("topic", None, f"row {n} of partition {partition} has no topic")
+                        raise BadOption(
+                            "topic", None, f"row {n} of partition {partition} has no topic"
+                        )
                     if body is None:
-                        raise BadOption("data", None, f"row {n} of partition {partition} has no data")
+                        raise BadOption(
+                            "data", None, f"row {n} of partition {partition} has no data"
+                        )
                     client.publish(
                         topic,
                         body.encode() if isinstance(body, str) else body,

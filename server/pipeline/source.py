@@ -55,7 +55,7 @@ class SpoolReader(DataSourceReader):
         self.options = options
         self.predicate = ScanPredicate()
 
-    def pushFilters(self, filters: list[Filter]) -> list[Filter]:  # noqa: N802 (Spark API)
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         self.predicate, rest = push_filters(self.predicate, filters)
         return rest
 
@@ -65,9 +65,7 @@ class SpoolReader(DataSourceReader):
             plan = plan_scan(catalog, self.predicate, o.slice_bytes)
         for note in plan.notes:
             log.info("%s", note)
-        return [
-            SlicePartition(s, self.predicate, o.mode, o.batch_rows) for s in plan.slices
-        ]
+        return [SlicePartition(s, self.predicate, o.mode, o.batch_rows) for s in plan.slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, SlicePartition)
@@ -88,7 +86,7 @@ class SpoolDataSource(DataSource):
         _same_schema(schema)
         return SpoolReader(parse_read(self.options))
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         _same_schema(schema)
         return SpoolStreamReader(parse_stream(self.options))
 

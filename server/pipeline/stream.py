@@ -37,13 +37,13 @@ from pyspark.sql.streaming.datasource import (
 
 from server.bookmarks import BookmarkPoint, Epoch, Now, TimePoint, parse_bookmark
 from server.pipeline.admin import AdminClient
-from server.protocol.errors import InvalidBookmark
 from server.pipeline.catalog import Catalog
 from server.pipeline.errors import BadOption, RecordsRemoved
 from server.pipeline.options import StreamOptions
 from server.pipeline.partition import SlicePartition
 from server.pipeline.planner import plan_scan
 from server.pipeline.predicate import ScanPredicate
+from server.protocol.errors import InvalidBookmark
 
 __all__ = ["SpoolStreamReader"]
 
@@ -56,12 +56,11 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self._admin: AdminClient | None = None
-        self._pinned: int | None = None
         self._target: int | None = None
 
     # the admin client holds a connection pool: never pickled to executors
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_admin": None, "_pinned": None, "_target": None}
+        return {"options": self.options, "_admin": None, "_target": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -89,16 +88,16 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return catalog.journals[-1].next_seq
 
     def _pin(self, seq: int) -> None:
+        """Take or move the pin (every trigger: a restarted instance lost it)."""
         admin = self._client()
-        if admin is None or self._pinned == seq:
+        if admin is None:
             return
         assert self.options.pin_owner is not None
         admin.pin(self.options.pin_owner, seq)
-        self._pinned = seq
 
     # -- Spark's calls --------------------------------------------------------------------
 
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 (Spark API)
+    def initialOffset(self) -> dict[str, int]:
         start = self._starting()
         self._pin(start)
         return {"seq": start}
@@ -132,14 +131,14 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return catalog.seq_for_time(spec.timestamp_us)
         raise BadOption("startingOffsets", text, "earliest, latest, a seq, a bookmark or a time")
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_records
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._end()
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         first = int(start["seq"])
         self._pin(first)  # again after a restart from a checkpoint
         end = self._end() if self._target is None else self._target
@@ -147,7 +146,7 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = min(end, first + limit.max_rows)
         return {"seq": max(end, first)}
 
-    def reportLatestOffset(self) -> dict[str, int]:  # noqa: N802
+    def reportLatestOffset(self) -> dict[str, int]:
         return {"seq": self._end()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:

@@ -1,0 +1,269 @@
+"""``spool pipeline stats``: traffic of the journals per topic, publisher and interval.
+
+For each *dimension* (``all`` records, each ``topic``, each ``publisher`` id) and each
+interval (default 1s, 1m, 1h), the records are bucketed into windows of the interval
+(aligned on the Unix epoch, UTC, by the record's time) and each window gets:
+
+- ``count``, ``bytes`` (body bytes) and ``rate`` (count / interval seconds);
+- for intervals above a second, the percentiles of the per-second publish rate inside
+  the window: ``rate_p50``, ``rate_p99``, ``rate_max`` (nearest rank over the window's
+  seconds, the seconds without a record counting as 0).
+
+And per dimension key and interval, a summary over the whole span of the journals (first
+to last window, empty windows counting as 0): records, bytes, first and last time, and
+the per-window rate's p50 / p90 / p99 / max.
+
+Spark computes everything in the executors from a projection of the source (time,
+topic, publisher, body size: no body is kept) cached for the several aggregations. The
+windows go to the stats database (:mod:`.statsdb`: series the dashboard's history page
+charts, ``pipeline/<instance>/<dimension>/<key>/<interval>/<field>``) and/or to Parquet
+(``OUT/windows`` and ``OUT/summary``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from server.pipeline.errors import BadOption
+from server.pipeline.scope import Scope
+from server.pipeline.statsdb import PipelineStatsWriter, WindowRow
+from server.pipeline.tally import DamageReport, Tally
+
+__all__ = [
+    "DEFAULT_INTERVALS",
+    "DIMENSIONS",
+    "StatsResult",
+    "parse_intervals",
+    "run_stats",
+    "stats_frames",
+]
+
+DEFAULT_INTERVALS = (1, 60, 3600)
+DIMENSIONS = ("all", "topics", "publishers")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SUMMARY_PCTS = (("rate_p50", 0.5), ("rate_p90", 0.9), ("rate_p99", 0.99))
+
+
+def parse_intervals(text: str) -> tuple[int, ...]:
+    """``"1s,1m,1h"`` -> ``(1, 60, 3600)`` (seconds, ascending, distinct).
+
+    Raises:
+        BadOption: not a list of positive durations.
+    """
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            n, unit = (int(part[:-1]), part[-1]) if part[-1:] in _UNITS else (int(part), "s")
+        except ValueError:
+            raise BadOption("--intervals", text, "durations like 1s,1m,1h") from None
+        if n <= 0:
+            raise BadOption("--intervals", text, "durations must be positive")
+        out.add(n * _UNITS[unit])
+    if not out:
+        raise BadOption("--intervals", text, "at least one duration")
+    return tuple(sorted(out))
+
+
+def interval_name(seconds: int) -> str:
+    """``60`` -> ``1m`` (the name used in metric paths and Parquet rows)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+@dataclass(slots=True)
+class StatsResult:
+    """What a stats run computed and saw."""
+
+    records: int = 0
+    nbytes: int = 0
+    windows: int = 0
+    samples: int = 0
+    run_id: int | None = None
+    first_seq: int | None = None
+    last_seq: int | None = None
+    damage: list[DamageReport] = field(default_factory=list)
+    summary: list[dict[str, object]] = field(default_factory=list)
+
+
+def _rank_value(values: Column, slots: Column, p: float) -> Column:
+    """Nearest-rank percentile ``p`` of ``values`` padded with zeros up to ``slots``."""
+    ordered = F.array_sort(values)
+    zeros = slots - F.size(values)
+    rank = F.greatest(F.lit(1), F.ceil(slots * F.lit(p)).cast("long"))
+    return F.when(rank <= zeros, F.lit(0)).otherwise(
+        F.element_at(ordered, (rank - zeros).cast("int"))
+    )
+
+
+def _keyed(base: DataFrame, dimension: str) -> DataFrame:
+    if dimension == "all":
+        key = F.lit("all")
+    elif dimension == "topics":
+        key = F.col("topic")
+    else:
+        key = F.col("publisher_id").cast("string")
+    return base.select(key.alias("key"), "sec", "size")
+
+
+def stats_frames(base: DataFrame, intervals: Sequence[int]) -> tuple[DataFrame, DataFrame]:
+    """``(windows, summary)`` frames from ``base`` (columns sec, topic, publisher_id, size).
+
+    windows: dimension, key, interval, window (epoch seconds), count, bytes, rate,
+    rate_p50, rate_p99, rate_max. summary: dimension, key, interval, records, bytes,
+    first, last (epoch seconds), windows, rate_p50, rate_p90, rate_p99, rate_max.
+    """
+    windows: list[DataFrame] = []
+    summaries: list[DataFrame] = []
+    for dimension in DIMENSIONS:
+        per_sec = (
+            _keyed(base, dimension)
+            .groupBy("key", "sec")
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("size").alias("bytes"))
+        )
+        for seconds in intervals:
+            size = F.lit(seconds)
+            if seconds == 1:
+                w = per_sec.select(
+                    "key", F.col("sec").alias("window"), "count", "bytes",
+                    F.col("count").cast("double").alias("rate"),
+                    F.lit(None).cast("double").alias("rate_p50"),
+                    F.lit(None).cast("double").alias("rate_p99"),
+                    F.lit(None).cast("double").alias("rate_max"),
+                )  # fmt: skip
+            else:
+                grouped = per_sec.groupBy(
+                    "key", (F.floor(F.col("sec") / size) * size).alias("window")
+                ).agg(
+                    F.sum("count").alias("count"),
+                    F.sum("bytes").alias("bytes"),
+                    F.collect_list("count").alias("secs"),
+                    F.max("count").alias("peak"),
+                )
+                w = grouped.select(
+                    "key", "window", "count", "bytes",
+                    (F.col("count") / size).alias("rate"),
+                    _rank_value(F.col("secs"), size, 0.5).cast("double").alias("rate_p50"),
+                    _rank_value(F.col("secs"), size, 0.99).cast("double").alias("rate_p99"),
+                    F.col("peak").cast("double").alias("rate_max"),
+                )  # fmt: skip
+            w = w.select(
+                F.lit(dimension).alias("dimension"), "key",
+                F.lit(interval_name(seconds)).alias("interval"), "window", "count", "bytes",
+                "rate", "rate_p50", "rate_p99", "rate_max",
+            )  # fmt: skip
+            windows.append(w)
+            span = ((F.max("window") - F.min("window")) / size + 1).cast("long")
+            agg = w.groupBy("dimension", "key", "interval").agg(
+                F.sum("count").alias("records"),
+                F.sum("bytes").alias("bytes"),
+                F.min("window").alias("first"),
+                F.max("window").alias("last"),
+                span.alias("windows"),
+                F.collect_list(F.col("rate")).alias("rates"),
+                F.max("rate").alias("rate_max"),
+            )
+            summaries.append(
+                agg.select(
+                    "dimension",
+                    "key",
+                    "interval",
+                    "records",
+                    "bytes",
+                    "first",
+                    "last",
+                    "windows",
+                    *[
+                        _rank_value(F.col("rates"), F.col("windows"), p).cast("double").alias(n)
+                        for n, p in _SUMMARY_PCTS
+                    ],
+                    "rate_max",
+                )
+            )
+    out_w = windows[0]
+    for w in windows[1:]:
+        out_w = out_w.unionByName(w)
+    out_s = summaries[0]
+    for s in summaries[1:]:
+        out_s = out_s.unionByName(s)
+    return out_w, out_s
+
+
+def run_stats(
+    spark: SparkSession,
+    scope: Scope,
+    *,
+    intervals: Sequence[int] = DEFAULT_INTERVALS,
+    db: Path | None = None,
+    parquet: Path | None = None,
+) -> StatsResult:
+    """Compute the statistics of ``scope``; store them in ``db`` and/or ``parquet``.
+
+    Raises:
+        BadOption: neither output given, or ``parquet`` exists.
+    """
+    if db is None and parquet is None:
+        raise BadOption("output", None, "give --db (the stats database) and/or --parquet DIR")
+    if parquet is not None and parquet.exists():
+        raise BadOption("--parquet", str(parquet), "exists already")
+    started = time.time()
+    tally = Tally(spark.sparkContext)
+    df = scope.load(spark)
+    clean = df.mapInArrow(tally.wrap(lambda b: b), df.schema)
+    base = clean.select(
+        "seq",
+        F.floor(F.unix_micros("timestamp") / F.lit(1_000_000)).cast("long").alias("sec"),
+        "topic",
+        "publisher_id",
+        F.length("data").cast("long").alias("size"),
+    ).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        edges = base.agg(F.count(F.lit(1)), F.sum("size"), F.min("seq"), F.max("seq")).first()
+        assert edges is not None
+        result = StatsResult(
+            records=int(edges[0]), nbytes=int(edges[1] or 0), first_seq=edges[2], last_seq=edges[3]
+        )
+        windows, summary = stats_frames(base, intervals)
+        windows = windows.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            result.windows = windows.count()
+            if parquet is not None:
+                windows.write.parquet(str(parquet / "windows"))
+                summary.write.parquet(str(parquet / "summary"))
+            result.summary = [
+                r.asDict() for r in summary.where(F.col("dimension") == "all").collect()
+            ]
+            result.damage = tally.damage
+            if db is not None:
+                writer = PipelineStatsWriter(db)
+                try:
+                    result.run_id = writer.begin(
+                        scope.name, str(scope.journal_dir), [interval_name(i) for i in intervals],
+                        started,
+                    )  # fmt: skip
+                    result.samples = writer.write_windows(scope.name, _window_rows(windows))
+                    writer.finish(result.run_id, result.records, result.first_seq,
+                                  result.last_seq, len(result.damage))  # fmt: skip
+                finally:
+                    writer.close()
+        finally:
+            windows.unpersist()
+    finally:
+        base.unpersist()
+    return result
+
+
+def _window_rows(windows: DataFrame) -> Iterator[WindowRow]:
+    cols = ("dimension", "key", "interval", "window", "count", "bytes", "rate",
+            "rate_p50", "rate_p99", "rate_max")  # fmt: skip
+    for row in windows.select(*cols).toLocalIterator(prefetchPartitions=True):
+        yield WindowRow(*row)
