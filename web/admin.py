@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -55,7 +56,7 @@ from web.auth import auth_context, csrf_token_for, require_admin
 from web.openapi import Operation, QueryParam, openapi_document
 
 MAX_BODY: Final = 64 * 1024
-MAX_PIN_OWNER: Final = 200
+PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 MAX_POINTS: Final = 10_000  # largest series answer /api/stats gives
 AUTO_POINTS: Final = 1_000  # points aimed at when no step is given and raw would be more
 DEFAULT_WINDOW: Final = 3600.0
@@ -365,9 +366,10 @@ class AdminApi:
         body = await _json_body(request)
         owner = body.get("owner")
         seq = body.get("seq")
-        if not isinstance(owner, str) or not owner.strip() or len(owner) > MAX_PIN_OWNER:
+        if not isinstance(owner, str) or not PIN_OWNER.fullmatch(owner):
             raise BadRequest(
-                f"owner must be a non-empty string of at most {MAX_PIN_OWNER} characters"
+                "owner must be 1 to 200 letters, digits, '_', '.', ':' or '-' "
+                "(it names the pin in /api/transaction_log/pins/{owner}/release)"
             )
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
             raise BadRequest("seq must be a non-negative integer (the first seq to keep)")

@@ -7,6 +7,7 @@ error naming the options that exist, never silently ignored (docs/pipeline.md li
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
 
 Mode = Literal["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]
 _MODES: Final = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
+_PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
 READ_OPTIONS: Final = ("path", "archive", "name", "mode", "partitionbytes", "batchrows")
 STREAM_OPTIONS: Final = (
@@ -191,6 +193,8 @@ def parse_stream(options: Mapping[str, str]) -> StreamOptions:
             "restarts (e.g. its checkpoint's name); the instance keeps the journals the "
             "query still needs under it",
         )
+    if owner is not None and not _PIN_OWNER.fullmatch(owner):
+        raise BadOption("pinOwner", owner, "1 to 200 letters, digits, '_', '.', ':' or '-'")
     if owner is not None and url is None:
         raise BadOption("pinOwner", owner, "needs adminUrl (pins are taken over REST)")
     max_records = opts.get("maxrecordspertrigger")
