@@ -27,7 +27,7 @@ from typing import Any
 
 from server.pipeline.errors import PipelineNotInstalled
 
-__all__ = ["register"]
+__all__ = ["add_commands", "register"]
 
 EXIT_OK, EXIT_DAMAGE, EXIT_USAGE = 0, 1, 2
 
@@ -35,8 +35,11 @@ EXIT_OK, EXIT_DAMAGE, EXIT_USAGE = 0, 1, 2
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``pipeline`` with ``stats``, ``grep`` and ``export`` to the ``spool`` command."""
     pipeline = subparsers.add_parser("pipeline", help="journal jobs on Spark (stats, grep, export)")
-    sub = pipeline.add_subparsers(dest="pipeline_command", required=True)
+    add_commands(pipeline.add_subparsers(dest="pipeline_command", required=True))
 
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``stats``, ``grep`` and ``export`` commands (``spool pipeline`` and submit.py)."""
     stats = sub.add_parser("stats", help="counts, bytes and rates per topic/publisher/interval")
     _common(stats)
     stats.add_argument("--db", type=Path, help="the stats database to add the series to")
