@@ -35,10 +35,12 @@ from server.pipeline.errors import (
 from server.txlog.codec import scan
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import Compression, index_name, parse_name
-from server.txlog.index import IndexBuilder, SealedIndex, parse_open_index
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.indexfile import parse_open_index
 from server.txlog.journal import Journal
 from server.txlog.lookup import SpanQuery, plan_bookmark, plan_time, search_span
 from server.txlog.reader import JournalSource, open_source
+from server.txlog.sealedindex import SealedIndex
 
 __all__ = ["TAIL_SCAN_LIMIT", "Block", "Catalog", "JournalFile"]
 
