@@ -92,6 +92,7 @@ def run_export(
     topic: str | None = None,
     flatten: str | None = None,
     overwrite: bool = False,
+    tally: Tally | None = None,
 ) -> ExportResult:
     """Write ``scope``'s records to the Parquet dataset ``out``.
 
@@ -101,7 +102,7 @@ def run_export(
     if out.exists() and not overwrite:
         raise BadOption("OUT", str(out), "exists already (use --overwrite to replace it)")
     schema = _flatten_schema(flatten) if flatten else None
-    tally = Tally(spark.sparkContext)
+    tally = tally or Tally(spark.sparkContext)
     df = scope.load(spark)
     clean = df.mapInArrow(tally.wrap(topic_selector(topic)), df.schema)
     cols = [F.col(c) for c in EXPORT_COLUMNS]

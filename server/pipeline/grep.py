@@ -126,13 +126,14 @@ def run_grep(
     filter_text: str | None = None,
     out: IO[bytes] | None = None,
     parquet: Path | None = None,
+    tally: Tally | None = None,
 ) -> GrepResult:
     """Search ``scope``; write JSON lines to ``out`` (in log order) or Parquet to ``parquet``.
 
     Raises:
         BadOption: a bad topic expression; FilterSyntaxError: a bad filter.
     """
-    tally = Tally(spark.sparkContext)
+    tally = tally or Tally(spark.sparkContext)
     matches = grep_frame(scope.load(spark), tally, topic, filter_text)
     result = GrepResult()
     if parquet is not None:

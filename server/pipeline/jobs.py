@@ -26,7 +26,7 @@ from server.pipeline.progress import Progress
 from server.pipeline.scope import Scope
 from server.pipeline.session import spark_session
 from server.pipeline.stats import interval_name, parse_intervals, run_stats
-from server.pipeline.tally import DamageReport
+from server.pipeline.tally import DamageReport, Tally
 
 __all__ = ["run"]
 
@@ -87,8 +87,11 @@ def run(command: str, args: argparse.Namespace) -> int:
 def _stats(
     spark: SparkSession, scope: Scope, args: argparse.Namespace, intervals: tuple[int, ...]
 ) -> int:
-    with Progress(spark.sparkContext, None, "stats", enabled=not args.quiet):
-        result = run_stats(spark, scope, intervals=intervals, db=args.db, parquet=args.parquet)
+    tally = Tally(spark.sparkContext)
+    with Progress(spark.sparkContext, tally, "stats", enabled=not args.quiet):
+        result = run_stats(
+            spark, scope, intervals=intervals, db=args.db, parquet=args.parquet, tally=tally
+        )
     for row in sorted(result.summary, key=lambda r: str(r["interval"])):
         print(
             f"{row['interval']:>4}  {row['records']:>12,} records  {row['bytes']:>14,} bytes  "
@@ -110,22 +113,25 @@ def _stats(
 
 
 def _grep(spark: SparkSession, scope: Scope, args: argparse.Namespace) -> int:
-    with Progress(spark.sparkContext, None, "grep", enabled=not args.quiet):
+    tally = Tally(spark.sparkContext)
+    with Progress(spark.sparkContext, tally, "grep", enabled=not args.quiet):
         if args.parquet is not None:
             result = run_grep(
-                spark, scope, topic=args.topic, filter_text=args.filter_text, parquet=args.parquet
-            )
+                spark, scope, topic=args.topic, filter_text=args.filter_text,
+                parquet=args.parquet, tally=tally,
+            )  # fmt: skip
         else:
             with _output(args.out) as out:
                 result = run_grep(spark, scope, topic=args.topic, filter_text=args.filter_text,
-                                  out=out)  # fmt: skip
+                                  out=out, tally=tally)  # fmt: skip
     print(f"grep: {result.matches:,} matches in {result.scanned:,} records", file=sys.stderr)
     return _report("grep", result.damage)
 
 
 def _export(spark: SparkSession, scope: Scope, args: argparse.Namespace) -> int:
-    with Progress(spark.sparkContext, None, "export", enabled=not args.quiet):
+    tally = Tally(spark.sparkContext)
+    with Progress(spark.sparkContext, tally, "export", enabled=not args.quiet):
         result = run_export(spark, scope, args.out, topic=args.topic, flatten=args.flatten,
-                            overwrite=args.overwrite)  # fmt: skip
+                            overwrite=args.overwrite, tally=tally)  # fmt: skip
     print(f"export: {result.records:,} records to {args.out}", file=sys.stderr)
     return _report("export", result.damage)

@@ -205,6 +205,7 @@ def run_stats(
     intervals: Sequence[int] = DEFAULT_INTERVALS,
     db: Path | None = None,
     parquet: Path | None = None,
+    tally: Tally | None = None,
 ) -> StatsResult:
     """Compute the statistics of ``scope``; store them in ``db`` and/or ``parquet``.
 
@@ -216,7 +217,7 @@ def run_stats(
     if parquet is not None and parquet.exists():
         raise BadOption("--parquet", str(parquet), "exists already")
     started = time.time()
-    tally = Tally(spark.sparkContext)
+    tally = tally or Tally(spark.sparkContext)
     df = scope.load(spark)
     clean = df.mapInArrow(tally.wrap(lambda b: b), df.schema)
     base = clean.select(

@@ -21,9 +21,11 @@ from server.cli import main
 from server.expr import MessageView, compile_filter
 from server.pipeline.export import run_export
 from server.pipeline.grep import run_grep
+from server.pipeline.progress import Progress
 from server.pipeline.scope import Scope
 from server.pipeline.stats import run_stats
 from server.pipeline.statsdb import series_path
+from server.pipeline.tally import Tally
 from tests.spark.conftest import INSTANCE, Journals, broker, env_without_java
 from tests.support.server import ROOT
 
@@ -208,6 +210,16 @@ def test_cli_without_java(journals: Journals) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "Spark needs Java 17 or newer: no java on PATH" in done.stderr
+
+
+def test_progress_line(spark: SparkSession, journals: Journals) -> None:
+    tally = Tally(spark.sparkContext)
+    out = io.StringIO()
+    with Progress(spark.sparkContext, tally, "grep", out=out, every=0.05) as progress:
+        run_grep(spark, scope_of(journals), filter_text="/qty = 1", out=io.BytesIO(), tally=tally)
+        line = progress.line()
+    assert line.startswith("grep: 16,000 records, ") and "records/s" in line
+    assert out.getvalue().splitlines()[-1].startswith("grep: 16,000 records, ")
 
 
 def test_cli_grep_in_process(

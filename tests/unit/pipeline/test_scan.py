@@ -24,7 +24,7 @@ from server.txlog import TransactionLog
 from server.txlog.cli import iter_file_records
 from server.txlog.files import index_name, journal_name
 from server.txlog.record import Record, RecordKind
-from tests.unit.txlog.helpers import INSTANCE, ManualClock, config
+from tests.unit.txlog.helpers import INSTANCE, config
 
 T0 = 1_700_000_000_000_000
 
@@ -32,12 +32,13 @@ T0 = 1_700_000_000_000_000
 async def _write(tmp: Path, n: int, *, close: bool = True) -> TransactionLog:
     """``n`` records: publisher 7 first half, 8 second half; 3 topics; 1 ms apart; rare
     records with a correlation id, a path or a SOW key."""
-    clock = ManualClock(T0)
-    log = TransactionLog(config(tmp, journal_size=64 * 1024), INSTANCE, clock=clock)
+    log = TransactionLog(config(tmp, journal_size=64 * 1024), INSTANCE)
     await log.open()
+    ts = T0
     for i in range(n):
-        clock.advance(1000 if i % 40 else -3000)  # the clock steps back now and then
+        ts += 1000 if i % 40 else -3000  # the clock steps back now and then
         log.append(
+            timestamp_us=ts,
             topic=("orders", "trades", "md.ibm")[i % 3],
             message_type="json",
             pub_hash=7 if i < n // 2 else 8,
