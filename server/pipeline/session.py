@@ -7,8 +7,9 @@ it too or build their own session and call :func:`~server.pipeline.source.regist
   :class:`~server.pipeline.errors.JavaNotFound` naming what to install, before Spark
   prints a page of launcher errors.
 - **Local by default, loopback only**: the master is ``local[*]`` unless given (or set by
-  ``spark-submit``); in local mode the driver binds 127.0.0.1 and the web UI is off (it
-  would listen on every interface). Executors run this interpreter (``PYSPARK_PYTHON``),
+  ``spark-submit``); in local mode the driver binds 127.0.0.1, the web UI is off (it
+  would listen on every interface) and shuffles use twice as many partitions as cores
+  (Spark's default, 200, is sized for clusters: thousands of tiny tasks for a stats job). Executors run this interpreter (``PYSPARK_PYTHON``),
   so they import the same Spool.
 - **Settings the source needs**: Python filter pushdown on (Spark refuses a source that
   implements ``pushFilters`` without it), session time zone UTC (the log's times).
@@ -112,6 +113,8 @@ def spark_session(
                 "spark.driver.host": "127.0.0.1",
                 "spark.driver.bindAddress": "127.0.0.1",
                 "spark.ui.enabled": "true" if ui else "false",
+                # one machine: a few shuffle partitions, not Spark's cluster-sized 200
+                "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
             }
         )
     settings.update(conf or {})

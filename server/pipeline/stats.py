@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 DEFAULT_INTERVALS = (1, 60, 3600)
-DIMENSIONS = ("all", "topics", "publishers")
+DIMENSIONS = ("all", "topics", "publishers")  # the order of ``keys`` in stats_frames
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SUMMARY_PCTS = (("rate_p50", 0.5), ("rate_p90", 0.9), ("rate_p99", 0.99))
 
@@ -105,97 +105,96 @@ def _rank_value(values: Column, slots: Column, p: float) -> Column:
     )
 
 
-def _keyed(base: DataFrame, dimension: str) -> DataFrame:
-    if dimension == "all":
-        key = F.lit("all")
-    elif dimension == "topics":
-        key = F.col("topic")
-    else:
-        key = F.col("publisher_id").cast("string")
-    return base.select(key.alias("key"), "sec", "size")
-
-
 def stats_frames(base: DataFrame, intervals: Sequence[int]) -> tuple[DataFrame, DataFrame]:
     """``(windows, summary)`` frames from ``base`` (columns sec, topic, publisher_id, size).
+
+    Three aggregations whatever the number of dimensions and intervals: records to
+    per-second counts per dimension key (each record counted under ``all``, its topic and
+    its publisher, by one ``explode``), seconds to windows of every interval (one more
+    ``explode``), windows to the summary.
 
     windows: dimension, key, interval, window (epoch seconds), count, bytes, rate,
     rate_p50, rate_p99, rate_max. summary: dimension, key, interval, records, bytes,
     first, last (epoch seconds), windows, rate_p50, rate_p90, rate_p99, rate_max.
     """
-    windows: list[DataFrame] = []
-    summaries: list[DataFrame] = []
-    for dimension in DIMENSIONS:
-        per_sec = (
-            _keyed(base, dimension)
-            .groupBy("key", "sec")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("size").alias("bytes"))
+    keys = F.array(
+        F.struct(F.lit("all").alias("dimension"), F.lit("all").alias("key")),
+        F.struct(F.lit("topics").alias("dimension"), F.col("topic").alias("key")),
+        F.struct(
+            F.lit("publishers").alias("dimension"),
+            F.col("publisher_id").cast("string").alias("key"),
+        ),
+    )
+    per_sec = (
+        base.select(F.explode(keys).alias("k"), "sec", "size")
+        .groupBy(F.col("k.dimension").alias("dimension"), F.col("k.key").alias("key"), "sec")
+        .agg(F.count(F.lit(1)).alias("count"), F.sum("size").alias("bytes"))
+    )
+    sizes = F.array(*[F.lit(i) for i in intervals])
+    size = F.col("size")
+    grouped = (
+        per_sec.select("*", F.explode(sizes).alias("size"))
+        .groupBy("dimension", "key", "size", (F.floor(F.col("sec") / size) * size).alias("window"))
+        .agg(
+            F.sum("count").alias("count"),
+            F.sum("bytes").alias("bytes"),
+            F.collect_list("count").alias("secs"),
+            F.max("count").alias("peak"),
         )
-        for seconds in intervals:
-            size = F.lit(seconds)
-            if seconds == 1:
-                w = per_sec.select(
-                    "key", F.col("sec").alias("window"), "count", "bytes",
-                    F.col("count").cast("double").alias("rate"),
-                    F.lit(None).cast("double").alias("rate_p50"),
-                    F.lit(None).cast("double").alias("rate_p99"),
-                    F.lit(None).cast("double").alias("rate_max"),
-                )  # fmt: skip
-            else:
-                grouped = per_sec.groupBy(
-                    "key", (F.floor(F.col("sec") / size) * size).alias("window")
-                ).agg(
-                    F.sum("count").alias("count"),
-                    F.sum("bytes").alias("bytes"),
-                    F.collect_list("count").alias("secs"),
-                    F.max("count").alias("peak"),
-                )
-                w = grouped.select(
-                    "key", "window", "count", "bytes",
-                    (F.col("count") / size).alias("rate"),
-                    _rank_value(F.col("secs"), size, 0.5).cast("double").alias("rate_p50"),
-                    _rank_value(F.col("secs"), size, 0.99).cast("double").alias("rate_p99"),
-                    F.col("peak").cast("double").alias("rate_max"),
-                )  # fmt: skip
-            w = w.select(
-                F.lit(dimension).alias("dimension"), "key",
-                F.lit(interval_name(seconds)).alias("interval"), "window", "count", "bytes",
-                "rate", "rate_p50", "rate_p99", "rate_max",
-            )  # fmt: skip
-            windows.append(w)
-            span = ((F.max("window") - F.min("window")) / size + 1).cast("long")
-            agg = w.groupBy("dimension", "key", "interval").agg(
-                F.sum("count").alias("records"),
-                F.sum("bytes").alias("bytes"),
-                F.min("window").alias("first"),
-                F.max("window").alias("last"),
-                span.alias("windows"),
-                F.collect_list(F.col("rate")).alias("rates"),
-                F.max("rate").alias("rate_max"),
-            )
-            summaries.append(
-                agg.select(
-                    "dimension",
-                    "key",
-                    "interval",
-                    "records",
-                    "bytes",
-                    "first",
-                    "last",
-                    "windows",
-                    *[
-                        _rank_value(F.col("rates"), F.col("windows"), p).cast("double").alias(n)
-                        for n, p in _SUMMARY_PCTS
-                    ],
-                    "rate_max",
-                )
-            )
-    out_w = windows[0]
-    for w in windows[1:]:
-        out_w = out_w.unionByName(w)
-    out_s = summaries[0]
-    for s in summaries[1:]:
-        out_s = out_s.unionByName(s)
-    return out_w, out_s
+    )
+    above_1s = size > 1
+    windows = grouped.select(
+        "dimension",
+        "key",
+        _interval_name(size).alias("interval"),
+        "size",
+        "window",
+        "count",
+        "bytes",
+        (F.col("count") / size).alias("rate"),
+        F.when(above_1s, _rank_value(F.col("secs"), size, 0.5)).cast("double").alias("rate_p50"),
+        F.when(above_1s, _rank_value(F.col("secs"), size, 0.99)).cast("double").alias("rate_p99"),
+        F.when(above_1s, F.col("peak")).cast("double").alias("rate_max"),
+    )
+    span = ((F.max("window") - F.min("window")) / F.first("size") + 1).cast("long")
+    summary = (
+        windows.groupBy("dimension", "key", "interval")
+        .agg(
+            F.sum("count").alias("records"),
+            F.sum("bytes").alias("bytes"),
+            F.min("window").alias("first"),
+            F.max("window").alias("last"),
+            span.alias("windows"),
+            F.collect_list(F.col("rate")).alias("rates"),
+            F.max("rate").alias("rate_max"),
+        )
+        .select(
+            "dimension",
+            "key",
+            "interval",
+            "records",
+            "bytes",
+            "first",
+            "last",
+            "windows",
+            *[
+                _rank_value(F.col("rates"), F.col("windows"), p).cast("double").alias(n)
+                for n, p in _SUMMARY_PCTS
+            ],
+            "rate_max",
+        )
+    )
+    return windows.drop("size"), summary
+
+
+def _interval_name(size: Column) -> Column:
+    """:func:`interval_name` as a column expression."""
+    out = F.concat(size.cast("string"), F.lit("s"))
+    for unit, seconds in (("m", 60), ("h", 3600), ("d", 86400)):
+        out = F.when(
+            size % seconds == 0, F.concat((size / seconds).cast("long").cast("string"), F.lit(unit))
+        ).otherwise(out)
+    return out
 
 
 def run_stats(
@@ -235,6 +234,7 @@ def run_stats(
         )
         windows, summary = stats_frames(base, intervals)
         windows = windows.persist(StorageLevel.MEMORY_AND_DISK)
+        summary = summary.persist(StorageLevel.MEMORY_AND_DISK)
         try:
             result.windows = windows.count()
             if parquet is not None:
@@ -258,6 +258,7 @@ def run_stats(
                     writer.close()
         finally:
             windows.unpersist()
+            summary.unpersist()
     finally:
         base.unpersist()
     return result

@@ -411,7 +411,7 @@ def test_run_tasks_reports_worker_failure() -> None:
 def test_feature_bench_modules_run_in_quick_mode(module: str) -> None:
     """Every feature benchmark still runs against the current code (a smoke run, no
     timing asserted): a renamed API must break `make test`, not the next `make bench`."""
-    metrics = run_module(module, quick=True, timeout=240)
+    metrics = run_module(module, quick=True, timeout=max(240.0, quick_timeout(module)))
     assert metrics
     assert all(math.isfinite(v) for v in metrics.values()), metrics
 
