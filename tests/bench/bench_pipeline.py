@@ -13,7 +13,7 @@ indexes sealed), then measured:
 - ``stats_rows_per_s_local{1,2}``: ``run_stats`` with 1s/1m/1h windows to Parquet;
 - ``read_vs_python_scan_local{1,2}``: the source's read rate over the baseline.
 
-``--quick`` measures 50,000 records on ``local[2]`` only, within ``QUICK_TIMEOUT_S`` (the
+``--quick`` measures 20,000 records on ``local[2]`` only, within ``QUICK_TIMEOUT_S`` (the
 harness's 120 s for feature modules is too short here: a SparkSession alone takes 5-30 s
 to start on the shared machine).
 
@@ -90,7 +90,7 @@ def _python_scan(journal_dir: Path) -> int:
 
 
 def run(quick: bool = False) -> dict[str, float]:
-    count = 50_000 if quick else 2_000_000
+    count = 20_000 if quick else 2_000_000
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="spool-bench-pipeline-") as tmp:
         root = Path(tmp)

@@ -35,7 +35,10 @@ def test_migrations_match_the_models(tmp_path: Path) -> None:
             version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
             assert version == "0002"
             assert set(inspect(conn).get_table_names()) == {
-                "alembic_version", "metric", "sample", "pipeline_run"
+                "alembic_version",
+                "metric",
+                "sample",
+                "pipeline_run",
             }
     finally:
         engine.dispose()
