@@ -9,6 +9,7 @@ Hierarchy::
         ├── PinNotFound       no retention pin taken over the admin API has that owner
         └── NoTransactionLog  the instance records nothing (no TransactionLog configured)
     StatsUnavailable              the statistics database is not open
+    TlsNotConfigured              a TLS action on a listener without TLS
 
 A journal that does not exist is :class:`server.txlog.errors.JournalNotFound` (the log's
 own error; the admin API maps both families to 404).
@@ -52,3 +53,7 @@ class NoTransactionLog(AdminError):
 
 class StatsUnavailable(SpoolError):
     """The statistics database is not open (before start, or after stop)."""
+
+
+class TlsNotConfigured(SpoolError):
+    """A TLS action (reload) on an instance whose listener has no TLS (404)."""
