@@ -51,6 +51,9 @@ WRITE_OPTIONS: Final = (
     "password",
     "batchsize",
     "timeout",
+    "cafile",
+    "certfile",
+    "keyfile",
 )
 _SPELLING: Final = {
     "partitionbytes": "partitionBytes",
@@ -63,6 +66,9 @@ _SPELLING: Final = {
     "failondataloss": "failOnDataLoss",
     "clientname": "clientName",
     "batchsize": "batchSize",
+    "cafile": "caFile",
+    "certfile": "certFile",
+    "keyfile": "keyFile",
 }
 
 
@@ -221,6 +227,9 @@ class WriteOptions:
         user, password: credentials when the instance has users.
         batch_size: publishes sent before waiting for their persisted acks.
         timeout: seconds to wait for acks.
+        ca_file: ``wss://``: PEM CA bundle the broker's certificate is verified against
+            (default: the system's; the certificate is always verified).
+        cert_file, key_file: ``wss://``: a client certificate (mutual TLS).
     """
 
     url: str
@@ -230,6 +239,9 @@ class WriteOptions:
     password: str | None = None
     batch_size: int = 10_000
     timeout: float = 60.0
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
 
 
 def parse_write(options: Mapping[str, str]) -> WriteOptions:
@@ -249,7 +261,13 @@ def parse_write(options: Mapping[str, str]) -> WriteOptions:
         seconds = float(timeout) if timeout else 60.0
     except ValueError:
         raise BadOption("timeout", timeout, "seconds, e.g. 60") from None
+    tls = {k: opts[k] for k in ("cafile", "certfile", "keyfile") if opts.get(k)}
+    if tls and not url.startswith("wss://"):
+        raise BadOption(_spelled(next(iter(tls))), next(iter(tls.values())), "needs a wss:// url")
     return WriteOptions(
+        ca_file=tls.get("cafile"),
+        cert_file=tls.get("certfile"),
+        key_file=tls.get("keyfile"),
         url=url,
         topic=opts.get("topic") or None,
         client_name=opts.get("clientname") or None,

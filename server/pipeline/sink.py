@@ -17,6 +17,9 @@ every attempt (a deterministic input, e.g. files, or ``sortWithinPartitions``), 
 topics must be recorded in the transaction log (the broker cannot de-duplicate what it
 does not store). docs/pipeline.md says more.
 
+A ``wss://`` URL verifies the broker's certificate (against ``caFile`` when given, the
+system's CAs otherwise); ``certFile`` / ``keyFile`` present a client certificate.
+
 Rows: a ``data`` column (binary or string) and, optionally, ``topic`` (string; the
 ``topic`` option is the default) and ``corr_id`` (string, passed through). Other columns
 are refused rather than silently dropped.
@@ -35,7 +38,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from server.client import Client
+from server.client import Client, client_context
 from server.pipeline.errors import BadOption, PublishFailed
 from server.pipeline.options import WriteOptions
 
@@ -100,7 +103,12 @@ class SpoolWriter(DataSourceArrowWriter):
         self, partition: int, name: str, batches: Iterator[pa.RecordBatch]
     ) -> SinkCommit:
         o = self.options
-        client = Client(o.url, name, user_id=o.user, password=o.password)
+        tls = (
+            client_context(cafile=o.ca_file, certfile=o.cert_file, keyfile=o.key_file)
+            if o.url.startswith("wss://")
+            else None
+        )
+        client = Client(o.url, name, user_id=o.user, password=o.password, ssl=tls)
         info = await client.connect(timeout=o.timeout)
         stored = info.last_seq
         n = 0

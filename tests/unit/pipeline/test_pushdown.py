@@ -103,5 +103,9 @@ def test_options(tmp_path: Path) -> None:
     assert (s.admin_url, s.max_records, s.fail_on_data_loss) == ("http://h:1", 5, True)
     with pytest.raises(BadOption, match="websocket URL"):
         parse_write({"url": "http://x"})
+    with pytest.raises(BadOption, match="needs a wss:// url"):
+        parse_write({"url": "ws://h:1/amps/json", "caFile": "ca.pem"})
+    tls = parse_write({"url": "wss://h:1/amps/json", "caFile": "ca.pem", "certFile": "c.pem"})
+    assert (tls.ca_file, tls.cert_file, tls.key_file) == ("ca.pem", "c.pem", None)
     w = parse_write({"url": "ws://h:1/amps/json", "topic": "t", "batchSize": "10"})
     assert (w.topic, w.batch_size, w.client_name) == ("t", 10, None)
