@@ -45,7 +45,7 @@ FILTERS = (
     "/pad LIKE 'x{200,}'",
     "TOPIC() = 'md.ibm'",
     "TOPIC() LIKE '^audit' AND /qty < 40",
-    "BOOKMARK() LIKE '[|]1[0-9]*7[|]$'",
+    "BOOKMARK() LIKE '7[|]$'",
     "TIMESTAMP() > '2000-01-01'",
     "/i BETWEEN 8000 AND 8100 OR /i = 15999",
     "/px * /qty > 9000",
