@@ -208,7 +208,7 @@ class SliceScanner:
                 rel = b.offset - start
                 if rel + b.length > len(buf):
                     have = max(0, len(buf) - rel)
-                    yield self._damage(b.offset + have, "missing bytes", b.first_seq,
+                    yield from self._report(b.offset + have, "missing bytes", b.first_seq,
                                        None, b.end - (b.offset + have))  # fmt: skip
                     return
                 stats.blocks_read += 1
@@ -230,12 +230,14 @@ class SliceScanner:
             yield self._take()
         if stop is not None:
             off = start + stop.pos
-            yield self._damage(off, stop.reason, stop.seq, b.last_seq - stop.seq + 1, b.end - off)
+            yield from self._report(
+                off, stop.reason, stop.seq, b.last_seq - stop.seq + 1, b.end - off
+            )
             return
         if seq != b.last_seq + 1 and seq <= self.predicate.seq_hi:
             off = start + pos
             why = "end of data" if pos < end else "index mismatch"
-            yield self._damage(off, f"block ends early ({why})", seq, b.last_seq - seq + 1,
+            yield from self._report(off, f"block ends early ({why})", seq, b.last_seq - seq + 1,
                                b.end - off)  # fmt: skip
 
     # -- unindexed slices -----------------------------------------------------------------
@@ -260,7 +262,9 @@ class SliceScanner:
                 yield self._take()
             if bad is not None:
                 off = pos + bad.pos
-                yield self._damage(off, bad.reason, bad.seq, None, _data_end(source, size) - off)
+                yield from self._report(
+                    off, bad.reason, bad.seq, None, _data_end(source, size) - off
+                )
                 return
             if stop < len(buf) and _zero_length(buf, stop):
                 return  # end of data
@@ -268,7 +272,7 @@ class SliceScanner:
                 need = int.from_bytes(buf[0:4], "little") if len(buf) >= 4 else 0
                 if final or need < MIN_RECORD:
                     reason = "torn record" if need >= MIN_RECORD or final else "bad length"
-                    yield self._damage(pos, reason, seq, None, _data_end(source, size) - pos)
+                    yield from self._report(pos, reason, seq, None, _data_end(source, size) - pos)
                     return
                 want = max(want, need)
                 continue
@@ -276,7 +280,7 @@ class SliceScanner:
             if final and pos < size:
                 end = _data_end(source, size)
                 if pos < end:
-                    yield self._damage(pos, "torn record", seq, None, end - pos)
+                    yield from self._report(pos, "torn record", seq, None, end - pos)
                 return
 
     # -- the record loop ------------------------------------------------------------------
@@ -408,12 +412,15 @@ class SliceScanner:
         self._cols = Columns(journal=self.slice.base)
         return cols
 
-    def _damage(
+    def _report(
         self, offset: int, reason: str, first_seq: int, records: int | None, nbytes: int
-    ) -> Damage:
+    ) -> Iterator[Columns | Damage]:
+        """The records decoded before the damage, then the damage (log order)."""
+        if self._cols.seqs:
+            yield self._take()
         self.stats.damage += 1
         s = self.slice
-        return Damage(s.base, s.path, offset, reason, first_seq, records, max(0, nbytes))
+        yield Damage(s.base, s.path, offset, reason, first_seq, records, max(0, nbytes))
 
 
 class _Stop(Exception):

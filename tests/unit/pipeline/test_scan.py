@@ -230,3 +230,24 @@ def test_errors(tmp_path: Path) -> None:
     (bad / journal_name(INSTANCE, 1)).mkdir()
     with pytest.raises(UnreadableJournal, match="cannot read"):
         Catalog.open(bad)
+
+
+def test_damage_comes_after_the_records_before_it(journal_dir: Path, tmp_path: Path) -> None:
+    d = tmp_path / "journal"
+    shutil.copytree(journal_dir, d)
+    with Catalog.open(d) as catalog:
+        victim = catalog.journals[0]
+        block = victim.blocks[3]
+    path = d / journal_name(INSTANCE, victim.base)
+    raw = bytearray(path.read_bytes())
+    raw[block.offset + 60] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with Catalog.open(d) as catalog:
+        plan = plan_scan(catalog, ScanPredicate(), 1 << 20)
+    order: list[int] = []
+    for s in plan.slices[:1]:
+        for item in SliceScanner(s, ScanPredicate(), batch_rows=10_000).scan():
+            order += item.seqs if isinstance(item, Columns) else [-item.first_seq]
+    cut = order.index(-block.first_seq)
+    assert order[:cut] == list(range(1, block.first_seq))
+    assert order[cut + 1] == block.last_seq + 1
