@@ -217,21 +217,32 @@ def run_stats(
         raise BadOption("--parquet", str(parquet), "exists already")
     started = time.time()
     tally = tally or Tally(spark.sparkContext)
-    df = scope.load(spark)
-    clean = df.mapInArrow(tally.wrap(lambda b: b), df.schema)
-    base = clean.select(
-        "seq",
-        F.floor(F.unix_micros("timestamp") / F.lit(1_000_000)).cast("long").alias("sec"),
-        "topic",
-        "publisher_id",
-        F.length("data").cast("long").alias("size"),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
+    # the projection is cached with the damage rows in it: the records and the damage
+    # report come from one scan, and no batch goes through Python a second time
+    scanned = (
+        scope.load(spark)
+        .select(
+            "seq",
+            F.floor(F.unix_micros("timestamp") / F.lit(1_000_000)).cast("long").alias("sec"),
+            "topic",
+            "publisher_id",
+            F.length("data").cast("long").alias("size"),
+            "journal",
+            "offset",
+            "damage",
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    base = scanned.where(F.col("damage").isNull())
     try:
         edges = base.agg(F.count(F.lit(1)), F.sum("size"), F.min("seq"), F.max("seq")).first()
         assert edges is not None
         result = StatsResult(
             records=int(edges[0]), nbytes=int(edges[1] or 0), first_seq=edges[2], last_seq=edges[3]
         )
+        tally.records.add(result.records)
+        tally.nbytes.add(result.nbytes)
+        tally.add_damage(scanned.where(F.col("damage").isNotNull()).collect())
         windows, summary = stats_frames(base, intervals)
         windows = windows.persist(StorageLevel.MEMORY_AND_DISK)
         summary = summary.persist(StorageLevel.MEMORY_AND_DISK)
@@ -260,7 +271,7 @@ def run_stats(
             windows.unpersist()
             summary.unpersist()
     finally:
-        base.unpersist()
+        scanned.unpersist()
     return result
 
 

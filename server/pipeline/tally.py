@@ -9,7 +9,7 @@ by ``(journal, offset)`` and the record count is only a progress figure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,18 @@ class Tally:
     def damage(self) -> list[DamageReport]:
         """Damaged spans, in log order."""
         return sorted(self.spans.value.values(), key=lambda d: (d.journal, d.offset))
+
+    def add_damage(self, rows: Iterable[Any]) -> None:
+        """Damage rows collected on the driver (Spark ``Row``s with journal, offset, seq
+        and damage)."""
+        found: dict[tuple[int, int], DamageReport] = {}
+        for row in rows:
+            d = row["damage"]
+            report = DamageReport(
+                row["journal"], row["offset"], row["seq"], d["reason"], d["bytes"], d["records"]
+            )
+            found[(report.journal, report.offset)] = report
+        self.spans.add(found)
 
     def split(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """Count ``batch`` and return it without its damage rows (executor side)."""
