@@ -44,6 +44,7 @@ from server.txlog.files import (
     DAMAGED_DIR,
     Compression,
     FileSeam,
+    JournalHandle,
     clients_ack_name,
     fsync_dir,
     index_name,
@@ -334,15 +335,21 @@ def recover(
             ipath = cand.path.parent / index_name(instance, cand.base)
             if not is_active and cand.compression is None and ex.size > ex.end:
                 _truncate(cand.path, ex.end, seam)
-            if is_active:
-                assert isinstance(index, IndexBuilder)
-                if not ex.index_intact or ex.damaged:
-                    write_atomic(ipath, index.open_form(), durable=False)
-            elif isinstance(index, IndexBuilder):
-                write_atomic(ipath, index.seal())
-                sealed = SealedIndex.load(ipath, cand.base)
-                if sealed is not None:
-                    index = sealed
+            # indexes are caches: one that cannot be written (a full disk) is rebuilt at
+            # the next open, and the log works from the one in memory meanwhile
+            try:
+                if is_active:
+                    assert isinstance(index, IndexBuilder)
+                    if not ex.index_intact or ex.damaged:
+                        write_atomic(ipath, index.open_form(), durable=False)
+                elif isinstance(index, IndexBuilder):
+                    write_atomic(ipath, index.seal())
+                    sealed = SealedIndex.load(ipath, cand.base)
+                    if sealed is not None:
+                        index = sealed
+            except OSError as exc:
+                log.warning("index %s not written: %s", ipath, exc)
+                problems.append(f"{ipath}: not written: {exc}")
         journals.append(
             RecoveredJournal(
                 cand.base,
@@ -689,8 +696,7 @@ def _cut_journal(
         handle = _seam(seam).open(cand.path, create=False)
         try:
             handle.truncate(ex.end)
-            if journal_size:
-                handle.allocate(journal_size)
+            _allocate(handle, journal_size)
             handle.fsync()
         finally:
             handle.close()
@@ -704,8 +710,7 @@ def _cut_journal(
             buf = ex.source.read(pos, min(SCAN_CHUNK, ex.end - pos))
             handle.write(pos, buf)
             pos += len(buf)
-        if journal_size:
-            handle.allocate(journal_size)
+        _allocate(handle, journal_size)
         handle.fsync()
     finally:
         handle.close()
@@ -717,6 +722,16 @@ def _cut_journal(
     ex.cand = _Candidate(cand.base, plain, None, False, None)
     fsync_dir(journal_dir)
     return str(saved)
+
+
+def _allocate(handle: JournalHandle, journal_size: int) -> None:
+    """Allocate a journal to ``JournalSize`` when there is room; without it the writes
+    extend the file (preallocation is an optimisation, see space.py)."""
+    if journal_size:
+        try:
+            handle.allocate(journal_size)
+        except OSError as exc:
+            log.warning("journal not preallocated (%s); writes will extend it", exc)
 
 
 def _copy_range(source: JournalSource, start: int, stop: int, dest: Path) -> None:
