@@ -33,7 +33,7 @@ from server.txlog.log import TransactionLog
 from server.txlog.outage import WriteOutage
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.record import Record, RecordKind
-from server.txlog.recovery import RecoveryReport, Truncation
+from server.txlog.recoveryreport import RecoveryReport, Truncation
 from server.txlog.space import PreallocationShortfall
 
 __all__ = [

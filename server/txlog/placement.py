@@ -14,8 +14,8 @@ from pathlib import Path
 
 from server.txlog.files import journal_name
 from server.txlog.groupcommit import GroupCommit, Pending
-from server.txlog.index import IndexBuilder
-from server.txlog.journal import Journal, JournalList
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.journal import Journal
 from server.txlog.space import DiskSpace
 from server.txlog.tail import TailCache
 
@@ -28,7 +28,6 @@ class Placement:
     Args:
         pending: what the flusher takes next.
         tail: the in-memory tail readers use.
-        journals: the log's journals (a roll adds one).
         publishers: the log's publisher table ``pub_hash -> (pub_seq, seq)`` (shared).
         space: disk accounting (a roll takes a preallocated file or room).
         commit: the group commit (waiters of appends, the flusher's wake-up).
@@ -45,7 +44,6 @@ class Placement:
         self,
         pending: Pending,
         tail: TailCache,
-        journals: JournalList,
         publishers: dict[int, tuple[int, int]],
         space: DiskSpace,
         commit: GroupCommit,
@@ -57,7 +55,6 @@ class Placement:
     ) -> None:
         self._pending = pending
         self._tail = tail
-        self._journals = journals
         self._pubs = publishers
         self._space = space
         self._commit = commit
@@ -108,7 +105,7 @@ class Placement:
             seq += 1
             entry = add(seq, offset, size, ts, pub_hash, pub_seqs[done], data)
             if entry is not None:  # a block closed (every few KB)
-                pend_index.append((self._journals.active, entry))
+                pend_index.append((pending.journals.active, entry))
             keep(data)
             offset += size
             done += 1
@@ -134,24 +131,11 @@ class Placement:
         Raises:
             TxlogFull: a new journal would exceed MaxSize.
         """
-        pending = self._pending
-        old = self._journals.active
         prealloc = self._space.room_for_roll()
-        entry = pending.builder.close_block()
-        if entry:
-            pending.index.append((old, entry))
-        if pending.buf:
-            pending.chunks.append((old, pending.offset, pending.buf))
-            pending.buf = bytearray()
-        old.finished = True
-        old.rolling = True
-        pending.finished.append(old)
         builder = IndexBuilder(seq, self._block_bytes)
         new = Journal(
             seq, self._dir / journal_name(self._instance, seq), builder,
             prealloc=prealloc, created=False, disk_size=self._journal_size,
         )  # fmt: skip
-        self._journals.add(new)
-        pending.builder = builder
-        pending.length = pending.offset = 0
+        self._pending.roll(new, builder)
         self.rolls += 1
