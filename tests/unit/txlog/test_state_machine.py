@@ -195,13 +195,21 @@ class LogMachine(RuleBasedStateMachine):
     def heal_disk(self) -> None:
         """The disk takes writes again: whatever was accepted becomes durable at the next
         retry (at most 16 retry intervals away), and appends are taken again."""
-        event("healed during an outage" if self.log.write_outage else "healed, no outage yet")
+        self._run(self._until_committed_or_outage())  # let the broken disk be tried
+        event("healed during an outage" if self.log.write_outage else "healed, no outage")
         self.seam.heal()
         self.broken = False
         self._run(self._until_durable())
         assert self.log.write_outage is None
         assert self.log.durable_seq == self.log.last_seq == len(self.oracle.records)
         self.durable = self.log.durable_seq
+
+    async def _until_committed_or_outage(self) -> None:
+        for _ in range(5000):
+            if self.log.write_outage is not None or self.log.durable_seq == self.log.last_seq:
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("the flusher neither committed nor failed")
 
     async def _until_durable(self) -> None:
         # the retry sleeps on the virtual clock; the write itself runs in a thread
