@@ -98,7 +98,16 @@ async def test_an_outage_fails_waiters_at_once_keeps_replays_and_resumes_on_the_
         assert len(reader.deliveries("r")) == 5 and failures(reader) == []
         [began] = events(h, "flush_failed")
         assert began["level"] == "error" and began["retry_in_s"] == 1.0
-        assert h.broker.operations.transaction_log_info() is not None
+        # every dashboard page and /api/instance show it, with the cause and since when
+        [alert] = h.broker.operations.instance_info()["alerts"]
+        assert (alert["id"], alert["level"]) == ("txlog-refusing-writes", "error")
+        assert (
+            alert["since"] == "2023-11-14T22:13:20Z"
+            and "injected write failure" in alert["message"]
+        )
+        info = h.broker.operations.transaction_log_info()
+        assert info is not None and info["write_outage"] is not None
+        assert info["write_outage"]["pending_records"] == 3
 
         # retries 1 s after the failure (fails: still full) and 2 s after that (works)
         first = await next_retry(h, log)
@@ -122,6 +131,7 @@ async def test_an_outage_fails_waiters_at_once_keeps_replays_and_resumes_on_the_
             "c": "ack", "a": "persisted", "status": "success", "s": 8, "bm": pub.acks("persisted")[0]["bm"].replace("|5|", "|8|"), "l": 0,
         }  # fmt: skip
         assert [b for _, b in reader.deliveries("r")] == [b'{"n":%d}' % n for n in range(1, 9)]
+        assert h.broker.operations.alerts() == []
         [resumed] = events(h, "writes_resumed")
         assert resumed["level"] == "warning" and resumed["retries"] == 2
         assert resumed["records"] == 3 and resumed["down_s"] == pytest.approx(3.0, abs=0.005)
@@ -154,3 +164,22 @@ async def test_a_flush_already_waiting_when_the_outage_begins_fails_then(tmp_pat
         seam.heal()
         await h.clock.advance(1.0)
         await h.until(lambda: log.durable_seq == 2)
+
+
+@scenario
+async def test_an_instance_starts_without_room_for_preallocation_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """Preallocation is an optimisation: an instance whose disk cannot allocate its
+    journals starts, takes publishes (the journal grows as it is written), and warns."""
+    seam = FaultySeam("allocate", fail_at=1, err=errno.ENOSPC)
+    async with EngineHarness(tmp_path, files=seam) as h:
+        assert h.broker.ready
+        [warned] = events(h, "preallocation_failed")
+        assert warned["level"] == "warning" and warned["ready"] == 0
+        [alert] = h.broker.operations.alerts()
+        assert (alert["id"], alert["level"]) == ("txlog-preallocation", "warning")
+        pub = await h.logon("pub")
+        pub.send(*(publish(n, a="persisted") for n in range(1, 4)))
+        await h.commit()
+        assert [a["s"] for a in pub.acks("persisted")] == [3] and failures(pub) == []
