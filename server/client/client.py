@@ -308,9 +308,10 @@ class Client:
         Raises:
             ProtocolFailure: the broker said ``seq`` is not persisted (``txlog full`` while
                 its log refuses writes, or the publish was refused): at once, not after
-                ``timeout``. The publish may still be persisted later (the log retries);
-                resend from the last persisted sequence to be sure, duplicates are
-                recognised.
+                ``timeout``. That failure stays the answer for ``seq`` until a later
+                persisted ack covers it: the publish may still be persisted (the log
+                retries), so wait for :attr:`persisted_seq` or resend from it (duplicates
+                are recognised and acked as persisted).
             Disconnected: the connection closed first.
             TimeoutError: nothing decided within ``timeout``.
         """

@@ -120,12 +120,13 @@ class FaultySeam:
 class ControlledSeam(FaultySeam):
     """A :class:`FaultySeam` that reads what to fail from a control file at each call.
 
-    The file holds lines ``OPERATION ERRNO-NAME`` (``fsync EIO``); no file, or an empty
-    one, fails nothing. Every journal operation costs one ``stat`` of it (tests only).
+    The file holds lines ``OPERATION ERRNO-NAME`` (``fsync EIO``), and ``lossy`` for a
+    failed fsync to drop what it covered; no file, or an empty one, fails nothing. Every
+    journal operation costs one ``stat`` of it (tests only).
     """
 
-    def __init__(self, control: Path, *, lossy: bool = False) -> None:
-        super().__init__(lossy=lossy)
+    def __init__(self, control: Path) -> None:
+        super().__init__()
         self.failures.clear()
         self.control = control
         self._seen: tuple[int, int] | None = None
@@ -147,7 +148,10 @@ class ControlledSeam(FaultySeam):
             return
         self._seen = stamp
         self.heal()
+        self.lossy = False
         for line in self.control.read_text().splitlines():
             parts = line.split()
-            if len(parts) == 2:
+            if parts == ["lossy"]:
+                self.lossy = True
+            elif len(parts) == 2:
                 self.fail(parts[0], getattr(errno, parts[1]))

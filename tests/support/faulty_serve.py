@@ -7,7 +7,8 @@ Usage (tests/support/server.py does it with ``SpoolProcess(..., control=PATH)``)
 Everything is the real ``spool serve`` (the data directory lock, uvicorn, the broker)
 except the file seam of the log's journal writes: a
 :class:`~tests.support.faults.ControlledSeam` that fails an operation while the control
-file names it (``fsync EIO``, ``write ENOSPC``). Production code has no flag for this; the
+file names it (``fsync EIO``, ``write ENOSPC``; ``lossy``: a failed fsync also drops the
+pages it covered, as Linux may). Production code has no flag for this; the
 seam is handed in by this launcher, the only caller that passes one.
 """
 
@@ -25,7 +26,6 @@ from tests.support.faults import ControlledSeam
 def main(argv: Sequence[str] | None = None) -> int:
     outer = argparse.ArgumentParser(prog="faulty_serve")
     outer.add_argument("--control", required=True, help="file naming what to fail")
-    outer.add_argument("--lossy", action="store_true", help="a failed fsync drops its pages")
     ours, rest = outer.parse_known_args(argv)
     args = build_parser().parse_args(rest)
     if args.command != "serve":
@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = serve_config(args)
     if config is None:
         return EXIT_USAGE
-    seam = ControlledSeam(Path(ours.control), lossy=ours.lossy)
+    seam = ControlledSeam(Path(ours.control))
     return serve_locked(config, args, files=seam)
 
 
