@@ -46,6 +46,8 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
         retry = (
             f"; next retry {_iso(outage.next_attempt)}" if outage.next_attempt is not None else ""
         )
+        n = outage.pending_records
+        kept = f"{n} accepted record{'' if n == 1 else 's'} {'is' if n == 1 else 'are'}"
         alerts.append(
             {
                 "id": "txlog-refusing-writes",
@@ -53,8 +55,8 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
                 "title": "Transaction log refusing writes",
                 "message": (
                     f"{outage.error}. Publishes to recorded topics fail with 'txlog full' "
-                    f"and persisted acks wait; {outage.pending_records} accepted records "
-                    f"are kept and written once the disk takes writes again "
+                    f"and persisted acks wait; {kept} kept and written once the disk takes "
+                    f"writes again "
                     f"({outage.attempts} retries so far{retry})."
                 ),
                 "since": _iso(outage.since),
