@@ -19,6 +19,7 @@ import pytest
 
 from server.cli import EXIT_IN_USE
 from server.client import Client
+from server.pipeline.catalog import Catalog
 from tests.support.server import ROOT, SpoolProcess, config_xml
 
 pytestmark = [pytest.mark.faults]
@@ -82,6 +83,9 @@ def test_a_second_instance_is_refused_until_the_holder_dies(tmp_path: Path) -> N
         assert verify.returncode == 0, verify.stderr
         report = json.loads(verify.stdout.splitlines()[-1])["report"]
         assert report["records_recovered"] == 200 and report["truncations"] == []
+        # so does the pipeline's catalog (what its Spark source plans with)
+        catalog = Catalog.open(data / "journal", data / "archive")
+        assert sum(j.index.count for j in catalog.journals if j.index is not None) == 200
         # SIGKILL: no shutdown, the lock file keeps the dead pid; the kernel dropped the lock
         first.kill()
         assert json.loads((data / "spool.lock").read_text())["pid"] == first.pid
