@@ -5,7 +5,8 @@
 from their subsystems.
 
 Exit codes: 0 success, 1 the broker refused (failure ack; the reason is printed),
-2 usage or configuration error, 3 cannot connect / connection lost.
+2 usage or configuration error, 3 cannot connect / connection lost, 4 (``serve``) the data
+directory is in use by another instance (its pid and address are printed).
 
 Each subcommand imports what it needs when it runs (not to dodge an import cycle: there is
 none, lint-imports keeps it so), so that ``spool publish`` starts without loading the
@@ -22,16 +23,21 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from server.protocol.errors import ProtocolFailure
 
+if TYPE_CHECKING:  # annotations only: each subcommand imports what it runs when it runs
+    from server.config import Config
+    from server.txlog import FileSeam
+
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
+EXIT_IN_USE = 4
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -47,23 +53,53 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    config = serve_config(args)
+    if config is None:
+        return EXIT_USAGE
+    return serve_locked(config, args, files=None)
+
+
+def serve_config(args: argparse.Namespace) -> Config | None:
+    """The configuration ``spool serve`` runs with (its file or the embedded default, with
+    ``--listen`` and ``--data-dir``); None, the error printed, when it is refused."""
     from server.config import ConfigError, default_config, load_config, with_overrides
 
     try:
         config = load_config(args.config) if args.config else default_config()
-        config = with_overrides(
+        return with_overrides(
             config, listen=args.listen, data_dir=Path(args.data_dir) if args.data_dir else None
         )
     except ConfigError as exc:
         print(f"spool: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    # The CLI is the composition root: it is the one place in server/ that starts the web
-    # layer, and it does so by name so the package dependency still points down.
-    serve = importlib.import_module("web.serve")
-    code: int = serve.run(
-        config, port_file=Path(args.port_file) if args.port_file else None, log_level=args.log_level
-    )
-    return code
+        return None
+
+
+def serve_locked(config: Config, args: argparse.Namespace, *, files: FileSeam | None) -> int:
+    """Take the data directory's lock, then serve until a signal (``spool serve``).
+
+    The lock comes before anything touches a file of the instance (server/datalock.py);
+    a second instance on the same directories exits with :data:`EXIT_IN_USE`.
+    ``files`` is the transaction log's file seam (None: the real one; the fault tests'
+    launcher passes one that injects failures).
+    """
+    from server.datalock import DataDirectoryInUse, DataDirectoryLock
+
+    try:
+        lock = DataDirectoryLock.acquire(config)
+    except DataDirectoryInUse as exc:
+        print(f"spool: {exc}", file=sys.stderr)
+        return EXIT_IN_USE
+    try:
+        # The CLI is the composition root: it is the one place in server/ that starts the
+        # web layer, and it does so by name so the package dependency still points down.
+        serve = importlib.import_module("web.serve")
+        code: int = serve.run(
+            config, port_file=Path(args.port_file) if args.port_file else None,
+            log_level=args.log_level, lock=lock, files=files,
+        )  # fmt: skip
+        return code
+    finally:
+        lock.release()
 
 
 # -- publish / subscribe -----------------------------------------------------------------

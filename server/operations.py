@@ -15,6 +15,7 @@ from typing import Literal, TypedDict
 
 from server import __version__
 from server.acks import DurableAcks
+from server.alerts import Alert, txlog_alerts
 from server.auth import Authenticator
 from server.clients import ClientRegistry
 from server.clock import Clock
@@ -39,7 +40,9 @@ from server.tls.listener import TlsListener, TlsStatus
 from server.txlog import TransactionLog
 from server.txlog.errors import JournalNotFound
 from server.txlog.journal import JournalInfo
+from server.txlog.outage import WriteOutageDict
 from server.txlog.pins import Pin
+from server.txlog.space import ShortfallDict
 
 JournalAction = Literal["archive", "compress", "remove"]
 JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")
@@ -55,6 +58,7 @@ class InstanceInfo(TypedDict):
     data_dir: str
     start_time: str
     ready: bool
+    alerts: list[Alert]
 
 
 class ClientInfo(TypedDict):
@@ -178,6 +182,8 @@ class TransactionLogInfo(TypedDict):
     totals: TxlogTotals
     flush_latency_ms: FlushLatency
     stats: dict[str, float]
+    write_outage: WriteOutageDict | None
+    preallocation: ShortfallDict | None
 
 
 class Operations:
@@ -250,7 +256,12 @@ class Operations:
             "data_dir": str(cfg.data_directory),
             "start_time": _iso(started),
             "ready": self.lifecycle.ready,
+            "alerts": self.alerts(),
         }
+
+    def alerts(self) -> list[Alert]:
+        """What every dashboard page shows in a banner now (server/alerts.py)."""
+        return txlog_alerts(self._txlog)
 
     # -- clients ------------------------------------------------------------------------
 
@@ -420,6 +431,10 @@ class Operations:
                 "p99": st.get("fsync_p99_ms", 0.0),
             },
             "stats": st,
+            "write_outage": outage.to_dict() if (outage := txlog.write_outage) else None,
+            "preallocation": (
+                short.to_dict() if (short := txlog.preallocation_shortfall) else None
+            ),
         }
 
     async def journal_action(self, action: JournalAction, journal_id: int) -> list[JournalDict]:

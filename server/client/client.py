@@ -303,17 +303,37 @@ class Client:
         return await self._reply(self._state.publish_command(topic, encode_body(data)), timeout)
 
     async def wait_persisted(self, seq: int, timeout: float = 30.0) -> None:
-        """Wait until the broker acked persistence of every publish up to ``seq``."""
+        """Wait until the broker acked persistence of every publish up to ``seq``.
+
+        Raises:
+            ProtocolFailure: the broker said ``seq`` is not persisted (``txlog full`` while
+                its log refuses writes, or the publish was refused): at once, not after
+                ``timeout``. That failure stays the answer for ``seq`` until a later
+                persisted ack covers it: the publish may still be persisted (the log
+                retries), so wait for :attr:`persisted_seq` or resend from it (duplicates
+                are recognised and acked as persisted).
+            Disconnected: the connection closed first.
+            TimeoutError: nothing decided within ``timeout``.
+        """
+        state = self._state
 
         async def _wait() -> None:
             async with self._persisted:
                 await self._persisted.wait_for(
-                    lambda: self.persisted_seq >= seq or self.closed.is_set()
+                    lambda: (
+                        state.persisted_seq >= seq
+                        or state.not_persisted(seq) is not None
+                        or self.closed.is_set()
+                    )
                 )
 
         await asyncio.wait_for(_wait(), timeout)
-        if self.persisted_seq < seq:
-            raise Disconnected(self.close_reason, self.close_code)
+        if state.persisted_seq >= seq:
+            return
+        failed = state.not_persisted(seq)
+        if failed is not None:
+            raise failure_for(failed.reason or "", str(failed.header.get("detail", "")))
+        raise Disconnected(self.close_reason, self.close_code)
 
     async def subscribe(
         self,
@@ -385,6 +405,9 @@ class Client:
         elif isinstance(event, Failed):
             if event.subscription is not None:
                 await event.subscription.queue.put(event.error)
+            else:  # perhaps a publish that wait_persisted waits for
+                async with self._persisted:
+                    self._persisted.notify_all()
         elif isinstance(event, ConnectionFailed):
             await self._malformed(event.error)
         # Delivered never gets here (the hot path above); HeartbeatReceived needs nothing:

@@ -73,6 +73,9 @@ class SessionState(Generic[S]):
         seq: the last sequence number given to a publish of this client name.
         persisted_seq: the highest sequence the broker acked as persisted (from the logon
             ack, then from conflated persisted acks).
+        unpersisted: the latest failure saying publishes up to its ``s`` are not persisted
+            (a ``persisted`` failure while the broker's log refuses writes, or a refused
+            publish), as ``(s, ack)``; a later success above ``s`` supersedes it.
         logon: what the logon ack said, once it arrived.
         failures: every failure ack no command was waiting for, in arrival order.
         error: the parse error of a malformed frame from the broker, once there was one.
@@ -82,6 +85,7 @@ class SessionState(Generic[S]):
         self.name = name
         self.seq = 0
         self.persisted_seq = 0
+        self.unpersisted: tuple[int, Ack] | None = None
         self.logon: LogonInfo | None = None
         self.failures: list[Ack] = []
         self.error: FrameError | None = None
@@ -332,6 +336,7 @@ class SessionState(Generic[S]):
                     events.append(PositionReported(handle, h.get("bm")))
                 return
             if not ack.ok:
+                self._not_persisted(ack)
                 self._failed(ack, None, events)
                 return
             s = int(h.get("s", 0) or 0)
@@ -343,6 +348,8 @@ class SessionState(Generic[S]):
             handle = self._subs.get(h.get("sub_id", ""))
             if handle is not None:
                 events.append(Completed(handle, ack))
+        if not ack.ok and kind == "processed" and ack.reason != "duplicate":
+            self._not_persisted(ack)  # a refused publish carries its own s
         cid = ack.cid
         if cid is not None and cid in self._waiting:
             if kind == "completed" and ack.ok:
@@ -354,6 +361,24 @@ class SessionState(Generic[S]):
             return
         if not ack.ok:
             self._failed(ack, self._subs.get(h.get("sub_id", "") or ""), events)
+
+    def _not_persisted(self, ack: Ack) -> None:
+        s = ack.header.get("s")
+        if (
+            isinstance(s, int)
+            and not isinstance(s, bool)
+            and s > self.persisted_seq
+            and (self.unpersisted is None or s >= self.unpersisted[0])
+        ):
+            self.unpersisted = (s, ack)
+
+    def not_persisted(self, seq: int) -> Ack | None:
+        """The failure saying ``seq`` is not persisted, if one came and no later success
+        covers ``seq`` (see :attr:`unpersisted`)."""
+        failed = self.unpersisted
+        if failed is None or seq <= self.persisted_seq or seq > failed[0]:
+            return None
+        return failed[1]
 
     def _failed(self, ack: Ack, handle: S | None, events: list[Event[S]]) -> None:
         self.failures.append(ack)

@@ -70,6 +70,7 @@ class SpoolProcess:
         *,
         extra_args: tuple[str, ...] = (),
         tls: bool = False,
+        control: Path | None = None,
     ) -> None:
         self.workdir = workdir
         #: the config serves TLS: URLs are wss:// and https://
@@ -82,6 +83,9 @@ class SpoolProcess:
         self.port_file = workdir / "port"
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
+        #: with a control file, the journal file seam fails what it names: the process
+        #: runs under tests/support/faulty_serve.py (see tests/support/faults.py)
+        self.control = control
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -109,11 +113,13 @@ class SpoolProcess:
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        launcher = ["-m", "server.cli"]
+        if self.control is not None:
+            launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "server.cli",
+                *launcher,
                 "serve",
                 "--config",
                 str(self.config_path),
