@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean
+.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -65,6 +65,11 @@ bench: install java
 
 bench-quick: install java
 	$(PY) -m tests.bench --quick $(ARGS)
+
+# The soak (tests/soak, docs/soak.md): clients against a broker that is killed, frozen and
+# starved of disk (root: a tmpfs), then an oracle over the journals. ARGS="--minutes 10".
+soak: install
+	$(PY) -m tests.soak $(ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache test-artifacts
