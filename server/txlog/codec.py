@@ -47,7 +47,7 @@ from typing import Final
 import google_crc32c
 
 from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import FLAG_LATE, Record, RecordKind, late_key
 
 __all__ = [
     "CRC_RESIDUE",
@@ -503,7 +503,8 @@ class ScanResult:
 
     Attributes:
         rows: ``(journal offset, length, timestamp_us, pub_hash, pub_seq)`` per record,
-            the offset being ``base`` plus the record's position in the buffer.
+            the offset being ``base`` plus the record's position in the buffer;
+            ``pub_hash`` is the record's index key (:func:`~server.txlog.record.index_key`).
         end: position in the buffer just past the last valid record.
         next_seq: the seq the next record must carry.
         reason: ``None`` when the scan stopped cleanly (end of data, or an incomplete
@@ -589,7 +590,8 @@ def scan(
         if rseq != seq:
             reason = "sequence gap"
             break
-        add((base + pos, length, ts, ph, ps))
+        # a late record is indexed under its late key (server/txlog/record.py FLAG_LATE)
+        add((base + pos, length, ts, late_key(ph) if _f & FLAG_LATE else ph, ps))
         pos += length
         seq += 1
     res.end = pos

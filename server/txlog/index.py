@@ -34,7 +34,8 @@ Block entry (48 bytes; little-endian)::
     42  2  reserved
     44  4  entry_crc    open form: CRC-32C of this entry (this field as 0) + its ranges
 
-Publisher-range entry (40 bytes)::
+Publisher-range entry (40 bytes; a publisher's lowest and highest sequence in the block,
+its first and last there except under a late key, server/txlog/record.py)::
 
     0   8  pub_hash     8  8  first_pub_seq    16 8  last_pub_seq
     24  8  last_seq     seq of the last_pub_seq record
@@ -293,7 +294,11 @@ class IndexBuilder:
         return self._block(rl[i][3])
 
     def _open_pubs(self) -> dict[int, list[int]]:
-        """Per publisher in the block being filled: ``[first_ps, last_ps, count, last_seq]``."""
+        """Per publisher in the block being filled: ``[min_ps, max_ps, count, last_seq]``.
+
+        A publisher's sequences increase along the log under its own key, so these are its
+        first and last there; under a late key (server/txlog/record.py) they need not.
+        """
         pubs: dict[int, list[int]] = {}
         seq = self._cur_first
         for _off, _len, _ts, ph, ps in self._rows:
@@ -302,11 +307,24 @@ class IndexBuilder:
                 if p is None:
                     pubs[ph] = [ps, ps, 1, seq]
                 else:
-                    p[1] = ps
+                    if ps > p[1]:
+                        p[1] = ps
+                    elif ps < p[0]:
+                        p[0] = ps
                     p[2] += 1
                     p[3] = seq
             seq += 1
         return pubs
+
+    def late_spans(self, key: int, pub_seq: int) -> list[BlockSpan]:
+        """Every block whose range of ``key`` covers ``pub_seq``: a late key's ranges need
+        not increase along the log, so no binary search (they are few)."""
+        spans = [self._block(r[3]) for r in self.ranges.get(key, ()) if r[0] <= pub_seq <= r[1]]
+        if any(r[3] == key and r[4] == pub_seq for r in self._rows):
+            current = self._current()
+            if current is not None:
+                spans.append(current)
+        return spans
 
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
         cur = self._open_pubs().get(pub_hash) if self._rows else None
@@ -318,7 +336,23 @@ class IndexBuilder:
             return None if s is None else PublisherSummary(pub_hash, s[0], s[1], s[2], s[3])
         if s is None:
             return PublisherSummary(pub_hash, cur[0], cur[1], cur[3], cur[2])
-        return PublisherSummary(pub_hash, s[0], cur[1], cur[3], s[3] + cur[2])
+        return PublisherSummary(
+            pub_hash, min(s[0], cur[0]), max(s[1], cur[1]), cur[3], s[3] + cur[2]
+        )
+
+    def key_ranges(self) -> Iterator[tuple[int, int, int, int, BlockSpan | None]]:
+        """Every ``(index key, first, last, count, block)`` range of the journal.
+
+        Closed blocks give their publisher ranges; the records of the block being filled
+        come one by one, exact, with no block (server/txlog/holdings.py reads these to
+        rebuild the gap table).
+        """
+        for h, rows in self.ranges.items():
+            for first, last, _last_seq, block, count in rows:
+                yield h, first, last, count, self._block(block)
+        for _off, _len, _ts, ph, ps in self._rows:
+            if ph:
+                yield ph, ps, ps, 1, None
 
     def publishers(self) -> Iterator[PublisherSummary]:
         open_pubs = self._open_pubs()
@@ -416,7 +450,10 @@ class IndexBuilder:
             else:
                 rl.append(row)
                 s = summary[h]
-                s[1] = lst
+                if f < s[0]:
+                    s[0] = f
+                if lst > s[1]:
+                    s[1] = lst
                 s[2] = last_seq
                 s[3] += cnt
             if encode:
@@ -464,7 +501,10 @@ class IndexBuilder:
                 else:
                     rl.append(row)
                     s = summary[h]
-                    s[1] = lst
+                    if f < s[0]:
+                        s[0] = f
+                    if lst > s[1]:
+                        s[1] = lst
                     s[2] = last_seq
                     s[3] += rcnt
             block_no += 1
@@ -647,6 +687,7 @@ class SealedIndex:
         self._range_key = _Column(buf, self._ranges_off, nr, RANGE.size, "<QQ")
         self._pub_col = _Column(buf, self._pubs_off, npub, PUB.size, "<Q")
         self._npub = npub
+        self._nr = nr
 
     @classmethod
     def load(cls, path: Path, base_seq: int) -> SealedIndex | None:
@@ -770,6 +811,27 @@ class SealedIndex:
         if h != pub_hash or not first <= pub_seq <= last:
             return None
         return self._span(blk)
+
+    def late_spans(self, key: int, pub_seq: int) -> list[BlockSpan]:
+        """Every block whose range of ``key`` covers ``pub_seq`` (see IndexBuilder's)."""
+        i = bisect.bisect_left(self._range_key, (key,))
+        spans: list[BlockSpan] = []
+        while i < self._nr:
+            h, first, last, _ls, blk, _cnt = RANGE.unpack_from(
+                self._buf, self._ranges_off + i * RANGE.size
+            )
+            if h != key or first > pub_seq:
+                break
+            if pub_seq <= last:
+                spans.append(self._span(blk))
+            i += 1
+        return spans
+
+    def key_ranges(self) -> Iterator[tuple[int, int, int, int, BlockSpan | None]]:
+        """Every ``(index key, first, last, count, block)`` range (as IndexBuilder's)."""
+        end = self._ranges_off + self._nr * RANGE.size
+        for h, first, last, _ls, blk, cnt in RANGE.iter_unpack(self._buf[self._ranges_off : end]):
+            yield h, first, last, cnt, self._span(blk)
 
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
         i = bisect.bisect_left(self._pub_col, (pub_hash,))

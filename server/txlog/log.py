@@ -62,13 +62,15 @@ from server.txlog.files import (
     journal_name,
     validate_instance,
 )
+from server.txlog.gaps import Interval, PublisherGaps
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
+from server.txlog.holdings import build_gaps, plan_held, read_held
 from server.txlog.index import BLOCK_BYTES, IndexBuilder, SealedIndex
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.reading import RecordReader
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import FLAG_LATE, Record, RecordKind, late_key
 from server.txlog.recovery import RecoveryReport
 from server.txlog.retention import Retention
 from server.txlog.space import DiskSpace
@@ -95,6 +97,10 @@ class TransactionLog:
         files: the file seam for journal writes (tests inject failures through it).
         tail_cache_bytes: budget of recent records kept in memory for readers.
         block_bytes: index block size (tests use small blocks).
+        track_gaps: keep the table of sequences each publisher is missing below its
+            highest (server/txlog/gaps.py), so a message arriving late by another
+            replication route is told from a duplicate (:meth:`publisher_missing`,
+            ``append(late=True)``). Replication turns it on.
     """
 
     def __init__(
@@ -107,6 +113,7 @@ class TransactionLog:
         files: FileSeam | None = None,
         tail_cache_bytes: int = TAIL_CACHE_BYTES,
         block_bytes: int = BLOCK_BYTES,
+        track_gaps: bool = False,
     ) -> None:
         self.config = config
         self.instance = validate_instance(instance)
@@ -121,6 +128,7 @@ class TransactionLog:
         self._closed_event = asyncio.Event()
         self._journals = JournalList()
         self._pubs: dict[int, tuple[int, int]] = {}  # pub_hash -> (last pub_seq, its seq)
+        self._gaps: PublisherGaps | None = PublisherGaps() if track_gaps else None
         self._last_ts = 0  # timestamp of the last appended record
         self._tail = TailCache(tail_cache_bytes)
         self._pending = Pending(self._journals, self._pubs, block_bytes)
@@ -175,6 +183,12 @@ class TransactionLog:
         self._open_seq = active.last_seq
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
+        if self._gaps is not None:
+            plan = plan_held(self._journals)
+            held = await asyncio.to_thread(read_held, plan) if plan.reads else plan.held
+            self._gaps = build_gaps(
+                held, list(self._pubs), removed_before=self._journals.items[0].base > 1
+            )
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit(
@@ -310,6 +324,29 @@ class TransactionLog:
         last = self._pubs.get(pub_hash)
         return format_bookmark(pub_hash, last[0]) if last is not None else None
 
+    @property
+    def tracks_gaps(self) -> bool:
+        """Whether the log keeps each publisher's gaps (``track_gaps``)."""
+        return self._gaps is not None
+
+    def publisher_missing(self, pub_hash: int, pub_seq: int) -> bool:
+        """Whether ``pub_seq`` is below the publisher's highest and not in the log: a gap
+        that a late copy may fill (False when gaps are not tracked)."""
+        gaps = self._gaps
+        return gaps is not None and gaps.missing(pub_hash, pub_seq)
+
+    def holdings(self) -> dict[int, tuple[int, list[Interval]]]:
+        """What the log holds per publisher: ``pub_hash -> (highest, gaps)``.
+
+        Every sequence from 1 to the highest is held except those in the gaps (as far as
+        the gap table knows: see server/txlog/gaps.py for what it forgets).
+        """
+        gaps = self._gaps
+        return {
+            h: (last, gaps.gaps(h) if gaps is not None else [])
+            for h, (last, _seq) in self._pubs.items()
+        }
+
     # -- append -------------------------------------------------------------------------
 
     def append(
@@ -326,17 +363,23 @@ class TransactionLog:
         corr_id: str = "",
         sow_key: str = "",
         timestamp_us: int | None = None,
+        late: bool = False,
     ) -> Record:
         """Append one record (event loop; no I/O). It becomes durable at a later flush.
 
         ``pub_hash`` 0 means "no publisher identity" (e.g. queue events): such records
         are not indexed by bookmark and do not count as a publisher's last message.
 
+        ``late``: the record fills a gap of its publisher (:meth:`publisher_missing`): it
+        is appended below the publisher's highest sequence, flagged ``FLAG_LATE``, and the
+        highest stays where it was.
+
         Raises:
             TxlogClosed: the log is not open.
             TxlogWriteFailed: a previous write failed (latched until reopened).
             TxlogFull: rolling to a new journal would exceed TransactionLog/MaxSize.
-            PublisherSequenceRegression: ``pub_seq`` not above the publisher's last.
+            PublisherSequenceRegression: ``pub_seq`` not above the publisher's last (or,
+                for a late record, not in one of its gaps).
             RecordTooLarge, FieldOutOfRange: the record does not fit the format.
         """
         if self._state != _OPEN:
@@ -344,7 +387,11 @@ class TransactionLog:
         werr = self._commit.write_error
         if werr is not None:
             raise werr
-        if pub_hash:
+        if late:
+            if not pub_hash or not self.publisher_missing(pub_hash, pub_seq):
+                raise PublisherSequenceRegression(pub_hash, pub_seq, self.publisher_last(pub_hash))
+            flags |= FLAG_LATE
+        elif pub_hash:
             prev = self._pubs.get(pub_hash)
             if prev is not None and pub_seq <= prev[0]:
                 raise PublisherSequenceRegression(pub_hash, pub_seq, prev[0])
@@ -357,7 +404,7 @@ class TransactionLog:
             sow_key,
         )  # fmt: skip
         data = encode(*fields)
-        self._place([data], ts, pub_hash, [pub_seq])
+        self._place([data], ts, pub_hash, [pub_seq], late=late)
         return make_record(*fields)
 
     def append_many(
@@ -370,15 +417,18 @@ class TransactionLog:
         bodies: list[bytes],
         corr_ids: list[str] | None = None,
         sow_keys: list[str] | None = None,
+        kind: RecordKind = RecordKind.PUBLISH,
+        path: tuple[str, ...] = (),
     ) -> int:
-        """Append a run of publish records of one publisher to one topic (event loop).
+        """Append a run of records of one publisher to one topic (event loop).
 
         The publish hot path: a publisher's frame usually carries many messages to one
         topic, and doing the per-append bookkeeping (state checks, clock, flusher wake-up,
         waiter release, publisher table) once per run instead of once per record is what
         makes batching pay. Every record gets the same timestamp (they arrived together).
         No :class:`Record` objects are built; record ``i`` has seq
-        ``last_seq - n + 1 + i`` and bookmark ``pub_hash|pub_seqs[i]|``.
+        ``last_seq - n + 1 + i`` and bookmark ``pub_hash|pub_seqs[i]|``. Every record
+        has ``kind`` and ``path`` (a replicated run: the instances it travelled through).
 
         Returns:
             How many records were appended, from the first. Fewer than given when one
@@ -404,12 +454,12 @@ class TransactionLog:
                     break
                 prev_seq = ps
         encoded: list[bytes]
-        if corr_ids or sow_keys:
+        if corr_ids or sow_keys or path or kind != RecordKind.PUBLISH:
             encoded = []
             for i in range(n):
                 fields = (
                     seq + 1 + i, ts, pub_hash, pub_seqs[i], topic, message_type,
-                    RecordKind.PUBLISH, (), 0, bodies[i],
+                    kind, path, 0, bodies[i],
                     corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
                 )  # fmt: skip
                 try:
@@ -425,18 +475,30 @@ class TransactionLog:
         except Exception:
             return 0  # not even the first fitted: append() of it raises the reason
 
-    def _place(self, encoded: list[bytes], ts: int, pub_hash: int, pub_seqs: list[int]) -> int:
+    def _place(
+        self,
+        encoded: list[bytes],
+        ts: int,
+        pub_hash: int,
+        pub_seqs: list[int],
+        *,
+        late: bool = False,
+    ) -> int:
         """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
         journal's pending bytes, index and tail, rolling to a new journal between records
         when one does not fit; then account them once (publisher table, waiters, flusher).
 
         Everything the per-record loop touches is bound to a local first.
 
+        A late record (one, filling a gap) is indexed under its publisher's late key and
+        leaves the publisher's highest sequence alone.
+
         Returns:
             How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
             is raised only when nothing was placed, so :meth:`append` reports it.
         """
         pending = self._pending
+        key = late_key(pub_hash) if late and pub_hash else pub_hash
         tail = self._tail.records
         seq = pending.last_seq
         offset = pending.length
@@ -464,7 +526,7 @@ class TransactionLog:
                 add = pending.builder.add
                 offset = 0
             seq += 1
-            entry = add(seq, offset, size, ts, pub_hash, pub_seqs[done], data)
+            entry = add(seq, offset, size, ts, key, pub_seqs[done], data)
             if entry is not None:  # a block closed (every few KB)
                 pend_index.append((self._journals.active, entry))
             keep(data)
@@ -477,7 +539,17 @@ class TransactionLog:
         pending.last_seq = seq
         if done:
             if pub_hash:
-                self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
+                gaps = self._gaps
+                if late:
+                    if gaps is not None:
+                        gaps.fill(pub_hash, pub_seqs[0])
+                else:
+                    if gaps is not None:
+                        before = self._pubs.get(pub_hash)
+                        last = before[0] if before is not None else 0
+                        if pub_seqs[0] != last + 1 or pub_seqs[done - 1] != last + done:
+                            gaps.advanced(pub_hash, last, pub_seqs[:done])
+                    self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
             commit = self._commit
             if commit.appended.due(seq):
                 commit.appended.release(seq)
