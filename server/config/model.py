@@ -26,8 +26,14 @@ __all__ = [
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
     "MESSAGE_TYPES",
+    "NON_EXCLUDABLE_CHECKS",
+    "VALIDATION_CHECKS",
     "AdminConfig",
     "Config",
+    "DestinationConfig",
+    "ReplicationConfig",
+    "ReplicationTopic",
+    "ReplicationTransport",
     "TopicRule",
     "TransactionLogConfig",
     "TransportConfig",
@@ -46,6 +52,23 @@ DEFAULT_NAME: Final = "spool"
 #: The message types Spool carries (of transports and transaction log topics).
 MESSAGE_TYPES: Final = ("json",)
 
+#: Replication validation checks (docs/replication.md "Validation"), in the order they run.
+VALIDATION_CHECKS: Final = (
+    "txlog",
+    "replicate",
+    "sow",
+    "keys",
+    "cascade",
+    "queue",
+    "replicate_filter",
+    "queue_passthrough",
+    "queue_underlying",
+)
+#: The checks ``ExcludeValidation`` may not exclude.
+NON_EXCLUDABLE_CHECKS: Final = frozenset({"queue", "queue_underlying"})
+#: The most destinations whose acknowledgment a persisted ack may wait for.
+MAX_SYNC_DESTINATIONS: Final = 64
+
 #: Names recorded in :attr:`Config.explicit_paths` when the file set the path itself, so a
 #: ``--data-dir`` override leaves it alone (otherwise it is re-derived under the new dir).
 EXPLICIT_JOURNAL_DIRECTORY: Final = "TransactionLog/JournalDirectory"
@@ -55,7 +78,8 @@ EXPLICIT_STATS_FILE: Final = "Admin/FileName"
 
 @dataclass(frozen=True, slots=True)
 class TransportConfig:
-    """One listener. ``type`` is ``websocket`` (clients), the only type in this version."""
+    """One listener: ``websocket`` (clients, ``/amps/json``) or ``amps-replication``
+    (other instances replicating to this one, ``/replication``)."""
 
     name: str
     type: str
@@ -171,6 +195,100 @@ class TransactionLogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationTopic:
+    """A ``Replication/Destination/Topic`` block: which messages go to that destination.
+
+    Attributes:
+        name: a topic, or a regular expression of topics (``is_regex``, ``re.search``).
+        is_regex: whether ``name`` is a regular expression.
+        message_type: ``json``.
+        filter: a content filter (docs/filters.md) the message must match, or None.
+        exclude_validation: validation checks not applied to this block's topics.
+    """
+
+    name: str
+    is_regex: bool = False
+    message_type: str = "json"
+    filter: str | None = None
+    exclude_validation: frozenset[str] = frozenset()
+    _pattern: re.Pattern[str] | None = field(
+        init=False, repr=False, compare=False, hash=False, default=None
+    )
+
+    def __post_init__(self) -> None:
+        if self.is_regex:
+            object.__setattr__(self, "_pattern", re.compile(self.name))
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` falls in this block."""
+        pattern = self._pattern
+        if pattern is None:
+            return topic == self.name
+        return pattern.search(topic) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationTransport:
+    """How a source reaches a destination.
+
+    Attributes:
+        addresses: ``(host, port)`` to try in order on each reconnect (failover list).
+        compression: ``zstd`` to compress the message stream, or None.
+        user: the user the source logs on as (the destination has ``<Users>``), or None.
+        secret: that user's password or token (never shown, never logged).
+    """
+
+    addresses: tuple[tuple[str, int], ...]
+    compression: str | None = None
+    user: str | None = None
+    secret: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationConfig:
+    """A ``Replication/Destination``: an instance this one pushes messages to.
+
+    Attributes:
+        name: the destination's name (unique; the admin API's ``{dest}``).
+        group: the Group the remote instance must have (the link is refused otherwise).
+        sync: whether persisted acks wait for it (``SyncType`` sync) or not (async).
+        topics: the topic blocks; a message goes when one of them takes it.
+        passthrough: regexes over group names: a message that arrived by replication goes
+            on only when the group of the instance it arrived from matches one (empty:
+            only messages published directly here).
+        transport: addresses, compression, credentials.
+    """
+
+    name: str
+    group: str
+    sync: bool
+    topics: tuple[ReplicationTopic, ...]
+    passthrough: tuple[str, ...]
+    transport: ReplicationTransport
+
+    @property
+    def sync_type(self) -> str:
+        return "sync" if self.sync else "async"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """The ``<Replication>`` section.
+
+    Attributes:
+        destinations: the instances this one replicates to, in file order.
+        ack_interval: how often a destination acknowledges what it made durable (acks
+            in between are conflated into the next); 0 = after every group commit.
+    """
+
+    destinations: tuple[DestinationConfig, ...] = ()
+    ack_interval: float = 0.001
+
+    def destination(self, name: str) -> DestinationConfig | None:
+        return next((d for d in self.destinations if d.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
 class TuningConfig:
     """Limits and timings of client connections.
 
@@ -181,11 +299,14 @@ class TuningConfig:
             0 = the client chooses.
         persisted_ack_interval: seconds between periodic bookmark-position acks after a
             replay.
+        minimum_sync_destinations: a downgrade that would leave fewer destinations of
+            effective type sync than this is refused (it never causes an upgrade).
     """
 
     slow_client_buffer_limit: int = 64 * 1024 * 1024
     heartbeat_default: float = 0.0  # seconds; 0 = client chooses
     persisted_ack_interval: float = 1.0  # periodic bookmark-position ack after replay
+    minimum_sync_destinations: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +335,7 @@ class Config:
         transaction_log: the journal, or ``None`` to run without one.
         tuning: limits and timings.
         users: empty = no authentication (and loopback only).
+        replication: the destinations this instance replicates to, or None.
         source_path: the file it was loaded from; ``None`` for text or the default.
         explicit_paths: which data-directory-derived paths the file gave itself
             (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
@@ -227,8 +349,20 @@ class Config:
     transaction_log: TransactionLogConfig | None
     tuning: TuningConfig = TuningConfig()
     users: tuple[UserConfig, ...] = ()
+    replication: ReplicationConfig | None = None
     source_path: Path | None = None
     explicit_paths: frozenset[str] = frozenset()
+
+    @property
+    def replication_transport(self) -> TransportConfig | None:
+        """The ``amps-replication`` transport (the inbound ``/replication`` endpoint)."""
+        return next((t for t in self.transports if t.type == "amps-replication"), None)
+
+    @property
+    def replicates(self) -> bool:
+        """Whether the instance takes part in replication (destinations or an inbound
+        endpoint): its log then tracks publisher gaps (server/txlog/gaps.py)."""
+        return self.replication is not None or self.replication_transport is not None
 
     @property
     def auth_enabled(self) -> bool:

@@ -23,7 +23,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "/SpoolConfig/Logging",
         3,
         "unknown element <Logging> in <SpoolConfig> (allowed: Admin, DataDirectory, Group, Name, "
-        "TransactionLog, Transports, Tuning, Users)",
+        "Replication, TransactionLog, Transports, Tuning, Users)",
     ),
     (
         "case-sensitive name",
@@ -49,11 +49,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
     ),
     ("SOW", "<SOW>\n<Topic/>\n</SOW>", "/SpoolConfig/SOW", 3, "<SOW> is not supported yet"),
     (
-        "Replication",
+        "Replication without a log",
         "\n<Replication/>",
         "/SpoolConfig/Replication",
         4,
-        "<Replication> is not supported yet",
+        "<Replication> needs a <TransactionLog>",
     ),
     (
         "Bootstrap",
