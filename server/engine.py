@@ -37,9 +37,12 @@ from server.fanout import FanOut
 from server.lifecycle import Lifecycle
 from server.metrics import Metrics
 from server.operations import Operations
+from server.ports import DurabilityHorizon
 from server.protocol.commands import Command
 from server.protocol.errors import InvalidTopic
 from server.publishing import PublishPipeline
+from server.replication.horizon import SyncHorizon
+from server.replication.service import Replication
 from server.router import Router
 from server.session import Session, Transport
 from server.stats.sampler import Sampler
@@ -75,10 +78,16 @@ class Broker:
         self.txlog: TransactionLog | None = None
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
-                config.transaction_log, config.name, clock=clock, on_event=self._txlog_event
-            )
+                config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
+                track_gaps=config.replicates,
+            )  # fmt: skip
         txlog = self.txlog
-        horizon = LocalHorizon(txlog) if txlog is not None else None
+        # the local fsync: what the replication push and durable stages follow
+        local = LocalHorizon(txlog) if txlog is not None else None
+        # what persisted acks and fully_durable subscriptions wait for: with replication,
+        # the local fsync and every destination whose effective sync type is sync
+        sync = SyncHorizon(txlog) if txlog is not None and config.replicates else None
+        horizon: DurabilityHorizon | None = sync if sync is not None else local
         self.acks = DurableAcks(
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
@@ -86,11 +95,18 @@ class Broker:
         self.fanout = FanOut(self.router, self.auth, clock)
         self.topics = TopicTable(self._records)
         self.pipeline = PublishPipeline(
-            self.topics, txlog, horizon, self.acks, self.auth, self.events, stages=(self.fanout,)
+            self.topics, txlog, local, self.acks, self.auth, self.events, stages=(self.fanout,)
         )
+        self.replication: Replication | None = None
+        if txlog is not None and sync is not None:
+            self.replication = Replication(
+                config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync
+            )
+        replication = self.replication
         self.clients = ClientRegistry(
-            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock
-        )
+            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock,
+            logon_fields=replication.failover_fields if replication is not None else None,
+        )  # fmt: skip
         self.subscriptions = SubscriptionService(
             config, self.router, txlog, horizon, self.auth, self.events, clock
         )
@@ -104,6 +120,7 @@ class Broker:
             self.acks,
             tuple(t.name for t in config.transports),
             clock,
+            replication=replication.counters if replication is not None else None,
         )
         self.operations = Operations(
             config,
@@ -116,6 +133,7 @@ class Broker:
             self.metrics,
             self.acks,
             txlog,
+            replication,
         )
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
@@ -157,11 +175,17 @@ class Broker:
             self.events.emit("info", "txlog", "recovered", **report.to_dict())
         # 2. publish stages rebuild their state from the journal (SOW, queues)
         await self.pipeline.recover()
-        # 3. the statistics sampler
-        self._sampler = Sampler(self.operations, cfg, self.clock)
+        # 3. replication: positions, pins, the links to the destinations
+        if self.replication is not None:
+            await self.replication.start()
+        # 4. the statistics sampler
+        self._sampler = Sampler(
+            self.operations, cfg, self.clock,
+            link_events=self.replication.drain_history if self.replication else None,
+        )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 4. serve
+        # 5. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -183,19 +207,24 @@ class Broker:
         await self.clients.close_all()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. sampler, 3. transaction log, 4. event log."""
+        """Shut down in order: 1. clients, 2. replication links, 3. sampler, 4. transaction
+        log, 5. event log."""
         # 1. clients: drain outbound and close with "shutting down"
         await self.drain()
-        # 2. statistics sampler: last sample, close the database
+        # 2. replication: tell the peers, save the positions
+        if self.replication is not None:
+            with contextlib.suppress(Exception):
+                await self.replication.stop()
+        # 3. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 3. transaction log: final group commit and fsync
+        # 4. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 4. event log: flush its file
+        # 5. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------

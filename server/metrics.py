@@ -8,12 +8,15 @@ collector and the dashboard's live feed (server/stats/snapshot.py has the shape)
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from server.acks import DurableAcks
 from server.clients import ClientRegistry
 from server.clock import Clock
 from server.publishing import PublishPipeline
 from server.stats.snapshot import (
     ClientCounters,
+    LinkCounters,
     MetricsSnapshot,
     SubscriptionLag,
     TopicCounters,
@@ -36,6 +39,7 @@ class Metrics:
         acks: the persisted-ack latency histogram.
         transports: the configured transports' names.
         clock: the snapshot's time and the subscriptions' lag.
+        replication: the replication links' counters, when the instance replicates.
     """
 
     def __init__(
@@ -47,6 +51,8 @@ class Metrics:
         acks: DurableAcks,
         transports: tuple[str, ...],
         clock: Clock,
+        *,
+        replication: Callable[[], dict[str, LinkCounters]] | None = None,
     ) -> None:
         self._clients = clients
         self._topics = topics
@@ -55,6 +61,7 @@ class Metrics:
         self._acks = acks
         self._transports = transports
         self._clock = clock
+        self._replication = replication
 
     def seconds_behind(self, sub: Subscription) -> float:
         """How far behind the durable end of the log a bookmark subscription's position is
@@ -136,4 +143,5 @@ class Metrics:
             "txlog": txlog_counters,
             "persisted_ack_latency": self._acks.latency,
             "transports": transports,
+            "replication": self._replication() if self._replication is not None else {},
         }

@@ -23,6 +23,7 @@ from server.engine import Broker
 from web.admin import admin_routes
 from web.auth import auth_middleware, auth_routes
 from web.dashboard import dashboard_routes
+from web.replication import ReplicationEndpoint
 from web.transport import WebsocketEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +60,9 @@ def create_app(
         if transport.type == "websocket":
             path = f"/amps/{transport.message_type}"
             routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name)))
+        elif transport.type == "amps-replication":
+            endpoint = ReplicationEndpoint(broker, transport.name)
+            routes.append(WebSocketRoute("/replication", endpoint))
     routes.extend(auth_routes())
     routes.extend(admin_routes(broker.operations))
     routes.extend(dashboard_routes())

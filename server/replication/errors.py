@@ -19,9 +19,11 @@ Hierarchy::
         │   ├── ValidationFailed           "validation failed" (check, topic, exact fix)
         │   ├── ValidationReported         "validation failed", as received from the peer
         │   ├── NotEntitledToReplicate     "not entitled" (the link's user may not write)
+        │   ├── RecordRefused              "record refused" (e.g. the log is full)
         │   ├── LinkReplaced               "replaced" (the same source connected again)
         │   ├── ReconnectRequested         "reconnect" (an operator asked for it)
         │   ├── PeerShuttingDown           "shutting down"
+        ├── ReplicationNotConfigured   the instance does not replicate (REST 404)
         ├── DestinationNotFound        no destination of that name (REST 404)
         └── SyncChangeRefused          a downgrade or upgrade that cannot be done (REST 409)
 """
@@ -45,7 +47,9 @@ __all__ = [
     "PeerShuttingDown",
     "ProtocolRefusal",
     "ReconnectRequested",
+    "RecordRefused",
     "ReplicationError",
+    "ReplicationNotConfigured",
     "ReplicationProtocolError",
     "SyncChangeRefused",
     "ValidationFailed",
@@ -128,6 +132,12 @@ class NotEntitledToReplicate(LinkRefused):
     reason = "not entitled"
 
 
+class RecordRefused(LinkRefused):
+    """The destination's pipeline refused a replicated record (e.g. its log is full)."""
+
+    reason = "record refused"
+
+
 class LinkReplaced(LinkRefused):
     reason = "replaced"
 
@@ -156,6 +166,7 @@ REASONS: Final[dict[str, type[LinkRefused]]] = {
         NameConflict,
         GroupMismatch,
         NotEntitledToReplicate,
+        RecordRefused,
         LinkReplaced,
         ReconnectRequested,
         PeerShuttingDown,
@@ -169,6 +180,10 @@ def refusal_for(reason: str, detail: str) -> LinkRefused:
     """The refusal a peer sent, as its class (unknown reasons keep their text)."""
     cls = REASONS.get(reason)
     return cls(detail) if cls is not None else LinkRefused(f"{reason}: {detail}")
+
+
+class ReplicationNotConfigured(ReplicationError):
+    """The instance does not replicate (REST 404 "not configured")."""
 
 
 class DestinationNotFound(ReplicationError):

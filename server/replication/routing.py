@@ -17,7 +17,7 @@ records that need them, one reused view per filter (the replay's batch form).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from server.config import DestinationConfig
@@ -106,7 +106,7 @@ class Route:
 
 
 def held_by(
-    holdings: dict[int, tuple[int, Sequence[tuple[int, int]]]],
+    holdings: Mapping[int, tuple[int, Sequence[tuple[int, int]]]],
 ) -> Callable[[int, int], bool]:
     """A predicate: does a destination with these holdings already hold ``(pub, seq)``."""
 

@@ -32,7 +32,7 @@ from server.txlog.index import BlockSpan
 from server.txlog.journal import Journal
 from server.txlog.record import index_key, late_key
 
-__all__ = ["MAX_BLOCK_READS", "HeldPlan", "build_gaps", "plan_held", "read_held"]
+__all__ = ["MAX_BLOCK_READS", "HeldPlan", "build_gaps", "plan_held", "read_held", "resync_start"]
 
 #: most index blocks read at start-up to find the gaps inside them
 MAX_BLOCK_READS: Final = 4096
@@ -141,3 +141,35 @@ def build_gaps(
             yield pub, intervals
 
     return PublisherGaps.rebuild_from(pieces())
+
+
+def _lacks(holdings: dict[int, tuple[int, list[Interval]]], pub: int, lo: int, hi: int) -> bool:
+    """Whether holdings miss any sequence of ``pub`` in ``[lo, hi]``."""
+    entry = holdings.get(pub)
+    if entry is None:
+        return True
+    last, gaps = entry
+    return hi > last or any(g_lo <= hi and lo <= g_hi for g_lo, g_hi in gaps)
+
+
+def resync_start(
+    journals: Iterable[Journal],
+    publishers: dict[int, tuple[int, int]],
+    holdings: dict[int, tuple[int, list[Interval]]],
+) -> int | None:
+    """The first seq of the oldest journal that may hold a record another instance lacks.
+
+    ``holdings`` is what that instance holds per publisher (its highest and its gaps).
+    Coarse to a journal (the per-journal publisher summaries answer without reading a
+    record): a resync from there examines records the other side already holds and skips
+    them. None when no journal holds anything it lacks.
+    """
+    for journal in journals:
+        if not journal.index.count:
+            continue
+        for summary in journal.index.publishers():
+            key = summary.pub_hash
+            pub = key if key in publishers or late_key(key) not in publishers else late_key(key)
+            if _lacks(holdings, pub, summary.min_pub_seq, summary.max_pub_seq):
+                return journal.base
+    return None

@@ -64,7 +64,7 @@ from server.txlog.files import (
 )
 from server.txlog.gaps import Interval, PublisherGaps
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
-from server.txlog.holdings import build_gaps, plan_held, read_held
+from server.txlog.holdings import build_gaps, plan_held, read_held, resync_start
 from server.txlog.index import BLOCK_BYTES, IndexBuilder, SealedIndex
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
@@ -346,6 +346,13 @@ class TransactionLog:
             h: (last, gaps.gaps(h) if gaps is not None else [])
             for h, (last, _seq) in self._pubs.items()
         }
+
+    def resync_start(self, holdings: dict[int, tuple[int, list[Interval]]]) -> int:
+        """Where to start sending another instance what it lacks, given its holdings
+        (``pub_hash -> (highest, gaps)``): the first seq of the oldest journal that may hold
+        such a record (``last_seq + 1`` when none does; never below :attr:`first_seq`)."""
+        start = resync_start(self._journals, self._pubs, holdings)
+        return max(start, self.first_seq) if start is not None else self.last_seq + 1
 
     # -- append -------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
+    LinkCounters,
     MetricsSnapshot,
     SubscriptionLag,
     TopicCounters,
@@ -99,6 +100,32 @@ def transport_counters(*, connections: int = 0, enabled: bool = True) -> Transpo
     return {"connections": connections, "enabled": enabled}
 
 
+def link_counters(
+    *,
+    direction: str = "out",
+    connected: bool = True,
+    sync: bool = True,
+    msgs: int = 0,
+    bytes: int = 0,
+    acked: int = 0,
+    messages_behind: int = 0,
+    seconds_behind: float = 0.0,
+    disconnects: int = 0,
+) -> LinkCounters:
+    """One replication link."""
+    return {
+        "direction": direction,
+        "connected": connected,
+        "sync": sync,
+        "msgs": msgs,
+        "bytes": bytes,
+        "acked": acked,
+        "messages_behind": messages_behind,
+        "seconds_behind": seconds_behind,
+        "disconnects": disconnects,
+    }
+
+
 def metrics_snapshot(
     *,
     time: float = EPOCH,
@@ -114,6 +141,7 @@ def metrics_snapshot(
     txlog: TxlogCounters | None = None,
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
+    replication: Mapping[str, LinkCounters] | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -132,4 +160,5 @@ def metrics_snapshot(
             persisted_ack_latency if persisted_ack_latency is not None else LatencyHistogram()
         ),
         "transports": dict(transports or {}),
+        "replication": dict(replication or {}),
     }
