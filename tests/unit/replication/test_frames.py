@@ -39,7 +39,9 @@ hellos = st.builds(
     user=st.none() | names,
     secret=st.none() | st.text(max_size=20),
     compression=st.sampled_from([None, "zstd"]),
-    validation=st.dictionaries(names, st.integers(-(2**53), 2**53) | st.text(max_size=5), max_size=3),
+    validation=st.dictionaries(
+        names, st.integers(-(2**53), 2**53) | st.text(max_size=5), max_size=3
+    ),
 )
 welcomes = st.builds(
     Welcome,
