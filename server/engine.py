@@ -43,6 +43,7 @@ from server.protocol.errors import InvalidTopic
 from server.publishing import PublishPipeline
 from server.replication.horizon import SyncHorizon
 from server.replication.service import Replication
+from server.replication.transport import Connector, connect_websocket
 from server.router import Router
 from server.session import Session, Transport
 from server.stats.sampler import Sampler
@@ -57,6 +58,13 @@ _DRAIN_DURABLE_TIMEOUT = 5.0
 class Broker:
     """One Spool instance's engine.
 
+    Args:
+        config: the instance configuration.
+        clock: the time source every part uses.
+        console_log: also log events to the console.
+        connector: how replication links dial their destinations (tests link in-process
+            brokers with an in-memory one).
+
     Attributes:
         config: the instance configuration.
         clock: the time source every part uses.
@@ -64,11 +72,18 @@ class Broker:
         events: the event log.
         auth: users and entitlements.
         txlog: the transaction log (None when not configured).
+        replication: destinations, inbound links, the sync horizon (None when the instance
+            does not replicate).
         operations: the admin surface (web/admin.py, the dashboard, later actions).
     """
 
     def __init__(
-        self, config: Config, *, clock: Clock = SYSTEM_CLOCK, console_log: bool = True
+        self,
+        config: Config,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        console_log: bool = True,
+        connector: Connector = connect_websocket,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -100,8 +115,9 @@ class Broker:
         self.replication: Replication | None = None
         if txlog is not None and sync is not None:
             self.replication = Replication(
-                config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync
-            )
+                config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync,
+                connector=connector,
+            )  # fmt: skip
         replication = self.replication
         self.clients = ClientRegistry(
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock,

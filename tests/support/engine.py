@@ -27,6 +27,7 @@ from server.clock import VirtualClock
 from server.config import parse_config
 from server.engine import Broker
 from server.protocol.frame import parse_frame
+from server.replication.transport import Connector
 from server.session import Session
 from tests.support.server import config_xml
 from tests.support.wait import async_wait_until
@@ -112,15 +113,26 @@ class EngineHarness:
     Args:
         tmp_path: where its data directory goes.
         xml: a whole configuration (default: :func:`config_xml` with ``config_kw``).
+        clock: a clock shared with other harnesses (several brokers of one scenario).
+        connector: how its replication links dial (tests/support/replication.py).
         **config_kw: options of :func:`tests.support.server.config_xml`.
     """
 
-    def __init__(self, tmp_path: Path, xml: str | None = None, **config_kw: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        xml: str | None = None,
+        *,
+        clock: VirtualClock | None = None,
+        connector: Connector | None = None,
+        **config_kw: Any,
+    ) -> None:
         if xml is None:
             xml = config_xml(tmp_path / "data", **config_kw)
         self.config = parse_config(xml)
-        self.clock = VirtualClock()
-        self.broker = Broker(self.config, clock=self.clock, console_log=False)
+        self.clock = clock if clock is not None else VirtualClock()
+        extra = {"connector": connector} if connector is not None else {}
+        self.broker = Broker(self.config, clock=self.clock, console_log=False, **extra)
         self._clients = 0
 
     async def __aenter__(self) -> EngineHarness:
