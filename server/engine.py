@@ -206,7 +206,8 @@ class Broker:
         self.events.emit("info", "instance", "started", name=cfg.name)
 
     async def drain(self) -> None:
-        """Shutdown step 1: refuse new work, close every client with ``shutting down``."""
+        """Shutdown step 1: refuse new work, close every client with ``shutting down``,
+        end the replication links."""
         if self.lifecycle.stopping:
             return
         # 1. refuse new connections and commands
@@ -221,26 +222,27 @@ class Broker:
                 )
         # 3. close every client after what it has buffered
         await self.clients.close_all()
-
-    async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. replication links, 3. sampler, 4. transaction
-        log, 5. event log."""
-        # 1. clients: drain outbound and close with "shutting down"
-        await self.drain()
-        # 2. replication: tell the peers, save the positions
+        # 4. tell the replication peers this instance stops (before the web server drops
+        #    their connections), and save the positions
         if self.replication is not None:
             with contextlib.suppress(Exception):
                 await self.replication.stop()
-        # 3. statistics sampler: last sample, close the database
+
+    async def stop(self) -> None:
+        """Shut down in order: 1. clients and replication links, 2. sampler, 3. transaction
+        log, 4. event log."""
+        # 1. clients: drain outbound and close with "shutting down"; replication links end
+        await self.drain()
+        # 2. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 4. transaction log: final group commit and fsync
+        # 3. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 5. event log: flush its file
+        # 4. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------

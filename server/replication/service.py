@@ -193,6 +193,7 @@ class Replication:
         self._dirty = False
         self._rates: dict[str, _Rate] = {}
         self._tick: asyncio.Task[None] | None = None
+        self._stopped = False
         replication = config.replication
         self._ack_interval = replication.ack_interval if replication is not None else 0.001
         self._minimum = config.tuning.minimum_sync_destinations
@@ -240,7 +241,11 @@ class Replication:
         self._tick = asyncio.get_running_loop().create_task(self._ticker(), name="spool-repl-tick")
 
     async def stop(self) -> None:
-        """Close every link (peers are told the instance stops) and save the state."""
+        """Close every link (peers are told the instance stops) and save the state.
+        Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         tick, self._tick = self._tick, None
         if tick is not None:
             tick.cancel()

@@ -17,14 +17,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
+import httpx
+
+from server.client import Client, ClientError, Disconnected
+from server.config import load_config
 from server.engine import Broker
 from server.replication.inbound import InboundLink
 from server.replication.transport import Connector, Dialed, LinkLost
+from server.txlog import TransactionLog
+from tests.support.server import SpoolProcess
 
 _EOF = b""
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` ports free on 127.0.0.1 now (bound together, then released), for instances
+    that must know each other's address before they start."""
+    socks = []
+    try:
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def destination(
@@ -264,3 +289,118 @@ class MemoryFabric:
                 pipe.cut()
                 with contextlib.suppress(asyncio.CancelledError):
                     await pipe.delivery
+
+
+class Cluster:
+    """Broker processes that replicate to each other, on ports known before they start.
+
+    Args:
+        root: where their work directories go.
+        names: the instances.
+    """
+
+    def __init__(self, root: Path, names: Sequence[str]) -> None:
+        self.root = root
+        self.port = dict(zip(names, free_ports(len(names)), strict=True))
+        self.procs: dict[str, SpoolProcess] = {}
+
+    def address(self, name: str) -> tuple[str, int]:
+        return ("127.0.0.1", self.port[name])
+
+    def data_dir(self, name: str) -> Path:
+        return self.root / name / "data"
+
+    def add(self, name: str, *, destinations: Sequence[str] = (), **kw: Any) -> SpoolProcess:
+        """Configure (not start) instance ``name``; ``kw``: :func:`replication_xml`'s."""
+        xml = replication_xml(
+            self.data_dir(name), name, port=self.port[name], destinations=destinations, **kw
+        )
+        proc = SpoolProcess(self.root / name, xml)
+        self.procs[name] = proc
+        return proc
+
+    def start(self, *names: str) -> None:
+        for name in names or list(self.procs):
+            self.procs[name].start()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+
+    def api(self, name: str, path: str, method: str = "GET") -> Any:
+        """A call to an instance's admin API (JSON)."""
+        response = httpx.request(method, f"{self.procs[name].http_url}{path}", timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def replication(self, name: str) -> Any:
+        return self.api(name, "/api/replication")
+
+    def destination(self, name: str, dest: str) -> Any:
+        return next(d for d in self.replication(name)["destinations"] if d["name"] == dest)
+
+    def caught_up(self, name: str) -> bool:
+        """Every destination of ``name`` acknowledged its whole log."""
+        info = self.replication(name)
+        return all(
+            d["connected"] and d["last_acked_position"] >= info["durable_seq"]
+            for d in info["destinations"]
+        )
+
+
+async def read_log(proc: SpoolProcess) -> list[tuple[int, int, bytes, tuple[str, ...]]]:
+    """Every record of a stopped instance's log: (pub_hash, pub_seq, body, path)."""
+    cfg = load_config(proc.config_path)
+    assert cfg.transaction_log is not None
+    log = TransactionLog(cfg.transaction_log, cfg.name)
+    await log.open()
+    out: list[tuple[int, int, bytes, tuple[str, ...]]] = []
+    seq = log.first_seq
+    try:
+        while batch := await log.read_batch(seq, max_count=10_000):
+            out.extend((r.pub_hash, r.pub_seq, r.body, r.path) for r in batch)
+            seq = batch[-1].seq + 1
+    finally:
+        await log.close()
+    return out
+
+
+async def publish_resending(
+    urls: Sequence[str],
+    name: str,
+    topic: str,
+    seqs: range,
+    *,
+    batch: int = 1000,
+    progress: Callable[[int], None] | None = None,
+    timeout: float = 120.0,
+) -> int:
+    """Publish ``seqs`` with persisted acks as a plain client does to survive failures:
+    on a lost connection, connect again (the next URL of ``urls`` when one is down) and
+    resend everything after the last persisted ack. Returns the last acked sequence."""
+    acked = seqs.start - 1
+    attempt = 0
+    deadline = time.monotonic() + timeout
+    while acked < seqs.stop - 1:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name}: acked up to {acked} of {seqs.stop - 1}")
+        url = urls[attempt % len(urls)]
+        client = Client(url, name)
+        try:
+            await client.connect(timeout=5)
+            nxt = acked + 1
+            while nxt < seqs.stop:
+                end = min(seqs.stop - 1, nxt + batch - 1)
+                for s in range(nxt, end + 1):
+                    client.publish(topic, b'{"n":%d}' % s, seq=s, persisted=True)
+                await client.wait_persisted(end, timeout=30)
+                acked = end  # only an ack of this connection counts (not the logon's)
+                if progress is not None:
+                    progress(acked)
+                nxt = end + 1
+        except (Disconnected, OSError, TimeoutError, ClientError):
+            attempt += 1
+            await asyncio.sleep(0.1)
+        finally:
+            await client.close()
+    return acked
