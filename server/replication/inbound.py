@@ -469,7 +469,19 @@ class InboundLink:
     def _spawn(self, coro: object) -> None:
         assert asyncio.iscoroutine(coro)
         task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(self._task_done)
         self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A link task that fails is a bug: say so, and end the link (the source resends)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self._ctx.events.emit(
+            "error", "replication", "inbound_failed", source=self.source,
+            error=f"{type(exc).__name__}: {exc}",
+        )  # fmt: skip
+        self.refuse(RecordRefused(f"internal error: {type(exc).__name__}: {exc}"))
 
     def _event(self, event: str, detail: str) -> None:
         ctx = self._ctx

@@ -507,7 +507,28 @@ class DestinationLink:
     # -- the pump -----------------------------------------------------------------------
 
     async def _pump(self) -> None:
-        """Follow the log: send while streaming, scan while not (module docstring)."""
+        """Follow the log: send while streaming, scan while not (module docstring).
+
+        It must never stop while the instance runs: an unexpected error is reported, the
+        link is dropped (its records are sent again from the acknowledged position when
+        it comes back) and the pump goes on.
+        """
+        while not self._stopping:
+            try:
+                await self._pump_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = f"internal error: {type(exc).__name__}: {exc}"
+                self._ctx.events.emit(
+                    "error", "replication", "pump_failed", destination=self.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )  # fmt: skip
+                self.reconnect()
+                await self._sleep_until_woken(1.0)
+
+    async def _pump_once(self) -> None:
+        """Run the pump until it stops or fails."""
         txlog = self._ctx.txlog
         while not self._stopping:
             stream = self._stream
@@ -612,8 +633,8 @@ class DestinationLink:
         compressor = stream.compressor
         if compressor is not None:
             payload = await asyncio.to_thread(compressor.compress, payload)
-        if self._stream is not stream:
-            return  # the link ended while compressing: the pump starts over
+        if self._stream is not stream or stream.protocol.state is not State.STREAMING:
+            return  # the link ended meanwhile: the pump starts over from the acked position
         stream.protocol.send_data(upto, writer.count, payload, compressed=compressor is not None)
         self._pos = upto + 1
         self._scanned = upto

@@ -19,7 +19,8 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
-from server.replication.errors import SyncChangeRefused
+from server.replication.errors import ReconnectRequested, SyncChangeRefused
+from server.replication.routing import Route
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.replication import MemoryFabric, destination, replication_xml
 
@@ -392,3 +393,53 @@ async def test_passthrough_and_filters_route_a_chain(tmp_path: Path) -> None:
         got = await _records(c)
         assert [(ph, s) for ph, s, _, _ in got] == [(pub_hash("pb"), s) for s in range(1, 5)]
         assert all(path == ("b",) for _, _, _, path in got)
+
+
+class _FailingOnce(Route):
+    """A route whose first decision raises (an unexpected error inside the pump)."""
+
+    __slots__ = ("failed",)
+
+    def select(self, *args: object, **kwargs: object) -> list[int]:  # type: ignore[override]
+        if not getattr(self, "failed", False):
+            self.failed = True
+            raise RuntimeError("injected")
+        return super().select(*args, **kwargs)  # type: ignore[arg-type]
+
+
+@scenario
+async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
+    tmp_path: Path,
+) -> None:
+    """Regression: the pump sent a batch on a protocol the session had just closed (the
+    peer refused the link while the pump held records), raised, and stayed dead: the link
+    reconnected and showed streaming, but nothing more was sent."""
+    configs = {
+        "a": _xml(tmp_path, "a", destination("b", [B], sync=False, exclude="replicate")),
+        "b": _xml(tmp_path, "b"),
+    }
+    async with fabric_of(tmp_path, configs) as (fabric, clock, h):
+        a, b = h["a"], h["b"]
+        link = a.broker.replication.destinations["b"]
+        await drive(clock, lambda: link.connected)
+        pub = await a.logon("pub")
+        _publish(pub, "orders", range(1, 11))
+        await drive(clock, lambda: link.acked >= 10)
+        # the protocol closes under a connected stream: a send must not raise
+        stream = link._stream
+        assert stream is not None
+        stream.protocol.refuse(ReconnectRequested("test"))
+        txlog = a.broker.txlog
+        assert txlog is not None
+        batch = await txlog.read_view(1, max_count=10)
+        await link._send(stream, batch)  # nothing sent, nothing raised
+        await stream.writer.write()  # the refusal reaches b, which closes: a reconnects
+        await drive(clock, lambda: link.connected and link._stream is not stream)
+        # an unexpected error in the pump is reported, the link drops and comes back
+        link.route = _FailingOnce(link.config)
+        _publish(pub, "orders", range(11, 21))
+        await drive(clock, lambda: link.acked >= a.last_seq)
+        assert any(e["event"] == "pump_failed" for e in a.broker.events.recent())
+        got = [s for ph, s, _, _ in await _records(b) if ph == pub_hash("pub")]
+        assert got == list(range(1, 21))
+        del fabric
