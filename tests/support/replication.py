@@ -74,7 +74,7 @@ def destination(
         for t, f in topics
     )
     addrs = "".join(f"<InetAddr>{h}:{p}</InetAddr>" for h, p in addresses)
-    creds = f"<User>{user}</User><Password>{secret}</Password>" if user else ""
+    creds = f"<User>{user}</User><Token>{secret}</Token>" if user else ""
     comp = f"<Compression>{compression}</Compression>" if compression else ""
     return (
         f"<Destination><Name>{name}</Name>"
@@ -92,6 +92,7 @@ def replication_xml(
     name: str,
     *,
     port: int = 0,
+    host: str = "127.0.0.1",
     group: str | None = None,
     destinations: Sequence[str] = (),
     inbound: bool = True,
@@ -114,7 +115,7 @@ def replication_xml(
         repl = f"<Replication>{ack}{''.join(destinations)}</Replication>"
     replication_transport = (
         "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>"
-        f"<InetAddr>127.0.0.1:{port}</InetAddr></Transport>"
+        f"<InetAddr>{host}:{port}</InetAddr></Transport>"
         if inbound
         else ""
     )
@@ -123,10 +124,10 @@ def replication_xml(
         f"<Name>{name}</Name>"
         + (f"<Group>{group}</Group>" if group else "")
         + f"<DataDirectory>{data_dir}</DataDirectory>"
-        f"<Admin><InetAddr>127.0.0.1:{port}</InetAddr>"
+        f"<Admin><InetAddr>{host}:{port}</InetAddr>"
         f"<FileName>{data_dir / 'stats.db'}</FileName><Interval>{admin_interval}</Interval></Admin>"
         "<Transports><Transport><Name>websocket-json</Name><Type>websocket</Type>"
-        f"<InetAddr>127.0.0.1:{port}</InetAddr><MessageType>json</MessageType></Transport>"
+        f"<InetAddr>{host}:{port}</InetAddr><MessageType>json</MessageType></Transport>"
         f"{replication_transport}</Transports>"
         "<TransactionLog>"
         f"<JournalDirectory>{data_dir / 'journal'}</JournalDirectory>"
@@ -374,6 +375,8 @@ async def publish_resending(
     batch: int = 1000,
     progress: Callable[[int], None] | None = None,
     timeout: float = 120.0,
+    user_id: str | None = None,
+    password: str | None = None,
 ) -> int:
     """Publish ``seqs`` with persisted acks as a plain client does to survive failures:
     on a lost connection, connect again (the next URL of ``urls`` when one is down) and
@@ -385,7 +388,7 @@ async def publish_resending(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name}: acked up to {acked} of {seqs.stop - 1}")
         url = urls[attempt % len(urls)]
-        client = Client(url, name)
+        client = Client(url, name, user_id=user_id, password=password)
         try:
             await client.connect(timeout=5)
             nxt = acked + 1

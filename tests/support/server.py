@@ -64,8 +64,14 @@ class SpoolProcess:
     """One `spool serve` process. ``start()`` returns once it is listening."""
 
     def __init__(
-        self, workdir: Path, xml: str | None = None, *, extra_args: tuple[str, ...] = ()
+        self,
+        workdir: Path,
+        xml: str | None = None,
+        *,
+        extra_args: tuple[str, ...] = (),
+        prefix: tuple[str, ...] = (),
     ) -> None:
+        """``prefix``: a command the server runs under (``ip netns exec NS``)."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "spool.xml"
@@ -75,6 +81,7 @@ class SpoolProcess:
         self.port_file = workdir / "port"
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
+        self.prefix = prefix
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -94,6 +101,7 @@ class SpoolProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [
+                *self.prefix,
                 sys.executable,
                 "-m",
                 "server.cli",
