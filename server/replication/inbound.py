@@ -53,14 +53,7 @@ from server.replication.errors import (
     ReplicationProtocolError,
     VersionMismatch,
 )
-from server.replication.frames import (
-    PROTOCOL_VERSION,
-    Data,
-    Hello,
-    Holdings,
-    Records,
-    decode_records,
-)
+from server.replication.frames import PROTOCOL_VERSION, Data, Hello, Holdings, Run, decode_runs
 from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
 from server.replication.protocol import (
@@ -354,15 +347,15 @@ class InboundLink:
                 self._room.set()
             try:
                 if data.compressed:
-                    records = await asyncio.to_thread(self._inflate, data)
+                    runs = await asyncio.to_thread(self._inflate, data)
                 else:
-                    records = decode_records(data.payload, data.count)
+                    runs = decode_runs(data.payload, data.count)
             except (ReplicationProtocolError, zstandard.ZstdError) as exc:
                 self.refuse(ProtocolRefusal(f"a data batch is malformed: {exc}"))
                 return
             if self._closed.is_set():
                 return
-            self._publish(records)
+            self._publish(runs)
             failures = self._replies.failures
             if failures:
                 self._refuse_for(failures[0])
@@ -371,54 +364,36 @@ class InboundLink:
             self._pending.append((self._ctx.txlog.last_seq, data.upto))
             self._durable(self._ctx.txlog.durable_seq)
 
-    def _inflate(self, data: Data) -> Records:
+    def _inflate(self, data: Data) -> list[Run]:
         """Decompress and decode a batch (worker thread)."""
         raw = self._decompressor.decompress(data.payload, max_output_size=1 << 30)
-        return decode_records(raw, data.count)
+        return decode_runs(raw, data.count)
 
-    def _publish(self, records: Records) -> None:
-        """The batch as runs of one topic, publisher, kind and path, through the pipeline."""
+    def _publish(self, runs: list[Run]) -> None:
+        """Each run of the batch through the pipeline, keeping its publisher's bookmarks
+        and with the source appended to its path."""
         origin = self._origin
         assert origin is not None
         pipeline = self._ctx.pipeline
         hop = (self._hop,)
-        topics, hashes, kinds, paths = (
-            records.topics, records.pub_hashes, records.kinds, records.paths
-        )  # fmt: skip
-        pseqs, bodies, corrs, keys = (
-            records.pub_seqs, records.bodies, records.corr_ids, records.sow_keys
-        )  # fmt: skip
-        n = len(records)
-        i = 0
-        while i < n:
-            topic, ph, kind, path = topics[i], hashes[i], kinds[i], paths[i]
-            j = i + 1
-            while (
-                j < n
-                and topics[j] == topic
-                and hashes[j] == ph
-                and kinds[j] == kind
-                and paths[j] == path
-            ):
-                j += 1
-            seqs: list[int | None] = [*pseqs[i:j]]
-            corr = corrs[i:j]
-            key = keys[i:j]
-            run = PublishRun(
-                topic=topic,
-                pub_hash=ph,
-                pub_seqs=seqs,
-                bodies=bodies[i:j],
-                acks=[],
-                corr_ids=corr if any(corr) else None,
-                sow_keys=key if any(key) else None,
-                kind=RecordKind(kind),
-                path=path + hop,
+        for run in runs:
+            seqs: list[int | None] = [*run.pub_seqs]
+            pipeline.publish(
+                origin,
+                PublishRun(
+                    topic=run.topic,
+                    pub_hash=run.pub_hash,
+                    pub_seqs=seqs,
+                    bodies=run.bodies,
+                    acks=[],
+                    corr_ids=run.corr_ids,
+                    sow_keys=run.sow_keys,
+                    kind=RecordKind(run.kind),
+                    path=run.path + hop,
+                ),
             )
-            pipeline.publish(origin, run)
             if self._replies.failures:
                 return
-            i = j
 
     def _refuse_for(self, failure: ProtocolFailure) -> None:
         if isinstance(failure, NotEntitled):

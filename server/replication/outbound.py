@@ -614,21 +614,44 @@ class DestinationLink:
         topic_bytes = self._topic_bytes
         topics, bodies = batch.topics, batch.bodies
         hashes, pseqs, times = batch.pub_hashes, batch.pub_seqs, batch.timestamps_us
-        unacked = self._unacked
-        for i in chosen:
-            topic = topics[i]
+        plain = batch.plain
+        one_kind = len(batch.kinds()) == 1
+        n = len(chosen)
+        start = 0
+        while start < n:
+            i0 = chosen[start]
+            topic, pub, kind = topics[i0], hashes[i0], batch.kind(i0)
+            path = () if plain else batch.path(i0)
+            end = start + 1
+            while end < n:
+                j = chosen[end]
+                if (
+                    topics[j] != topic
+                    or hashes[j] != pub
+                    or (not one_kind and batch.kind(j) != kind)
+                    or (not plain and batch.path(j) != path)
+                ):
+                    break
+                end += 1
+            run = chosen[start:end] if start or end < n else chosen
             raw = topic_bytes.get(topic)
             if raw is None:
                 if len(topic_bytes) > 10_000:
                     topic_bytes.clear()
                 raw = topic_bytes[topic] = topic.encode()
-            corr = batch.corr_id(i)
-            key = batch.sow_key(i)
-            writer.add(
-                first + i, times[i], hashes[i], pseqs[i], batch.kind(i), raw, batch.path(i),
-                corr.encode() if corr else b"", key.encode() if key else b"", bodies[i],
+            corrs = keys = None
+            if not plain:
+                corrs = [batch.corr_id(j).encode() for j in run]
+                keys = [batch.sow_key(j).encode() for j in run]
+            seqs = [first + j for j in run]
+            stamps = [times[j] for j in run]
+            writer.add_run(
+                raw, pub, kind, path, seqs, stamps, [pseqs[j] for j in run],
+                [bodies[j] for j in run], corrs if corrs and any(corrs) else None,
+                keys if keys and any(keys) else None,
             )  # fmt: skip
-            unacked.append((first + i, times[i]))
+            self._unacked.extend(zip(seqs, stamps, strict=True))
+            start = end
         payload = writer.payload()
         compressor = stream.compressor
         if compressor is not None:

@@ -186,6 +186,11 @@ class RecordBatch(Sequence[Record]):
             return next(iter(kinds))
         return int(self.record(i).kind)
 
+    @property
+    def plain(self) -> bool:
+        """No record of the batch has a path, a correlation id or a SOW key."""
+        return not self._special
+
     def has_corr_ids(self) -> bool:
         """Whether any record of the batch carries a correlation id."""
         return any(r.corr_id for r in self._special.values())

@@ -20,7 +20,7 @@ from server.replication.frames import (
     Refuse,
     Stream,
     Welcome,
-    decode_records,
+    decode_runs,
     encode,
 )
 from server.txlog.record import RecordKind
@@ -82,43 +82,70 @@ def test_any_framing_of_a_stream_gives_the_same_messages(
     assert parser.buffered == 0
 
 
-record_fields = st.tuples(
-    small, st.integers(-(2**62), 2**62), u64, u64, st.sampled_from([int(k) for k in RecordKind]),
-    st.text(min_size=1, max_size=12), st.lists(names, max_size=3).map(tuple),
-    st.text(max_size=6), st.text(max_size=6), st.binary(max_size=40),
+runs_strategy = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=12),  # topic
+        u64,  # pub_hash
+        st.sampled_from([int(k) for k in RecordKind]),
+        st.lists(names, max_size=3).map(tuple),  # path
+        st.lists(
+            st.tuples(small, st.integers(-(2**62), 2**62), u64, st.binary(max_size=40),
+                      st.text(max_size=6), st.text(max_size=6)),
+            min_size=1, max_size=6,
+        ),  # (source seq, ts, pub seq, body, corr, key) per record
+        st.booleans(),  # with correlation ids / SOW keys
+    ),
+    max_size=6,
 )  # fmt: skip
 
 
-@given(st.lists(record_fields, max_size=12))
-def test_records_round_trip(records: list[tuple]) -> None:  # type: ignore[type-arg]
+@given(runs_strategy)
+def test_runs_round_trip(runs: list[tuple]) -> None:  # type: ignore[type-arg]
     writer = RecordsWriter()
-    for seq, ts, ph, ps, kind, topic, path, corr, key, body in records:
-        writer.add(seq, ts, ph, ps, kind, topic.encode(), path, corr.encode(), key.encode(), body)
+    total = 0
+    for topic, ph, kind, path, records, extras in runs:
+        seqs, times, pseqs, bodies, corrs, keys = (list(c) for c in zip(*records, strict=True))
+        writer.add_run(
+            topic.encode(), ph, kind, path, seqs, times, pseqs, bodies,
+            [c.encode() for c in corrs] if extras else None,
+            [k.encode() for k in keys] if extras else None,
+        )  # fmt: skip
+        total += len(records)
     payload = writer.payload()
-    assert writer.count == len(records) and writer.nbytes == len(payload)
-    got = decode_records(payload, len(records))
-    assert list(
-        zip(
-            got.source_seqs, got.timestamps_us, got.pub_hashes, got.pub_seqs, got.kinds,
-            got.topics, got.paths, got.corr_ids, got.sow_keys, got.bodies, strict=True,
-        )
-    ) == records  # fmt: skip
+    assert writer.count == total and writer.nbytes == len(payload)
+    got = decode_runs(payload, total)
+    assert len(got) == len(runs)
+    for run, (topic, ph, kind, path, records, extras) in zip(got, runs, strict=True):
+        assert (run.topic, run.pub_hash, run.kind, run.path) == (topic, ph, kind, path)
+        assert list(
+            zip(run.source_seqs, run.timestamps_us, run.pub_seqs, run.bodies, strict=True)
+        ) == [r[:4] for r in records]
+        assert run.corr_ids == ([r[4] for r in records] if extras else None)
+        assert run.sow_keys == ([r[5] for r in records] if extras else None)
 
 
-def test_truncated_and_padded_records_are_refused() -> None:
+def _one_run() -> bytes:
     writer = RecordsWriter()
-    writer.add(1, 2, 3, 4, 1, b"t", ("a@g",), b"", b"", b"body")
-    payload = writer.payload()
-    with pytest.raises(ReplicationProtocolError, match="ends inside"):
-        decode_records(payload[:-2], 1)
+    writer.add_run(b"t", 3, 1, ("a@g",), [1], [2], [4], [b"body"])
+    return writer.payload()
+
+
+def test_truncated_and_padded_runs_are_refused() -> None:
+    payload = _one_run()
+    with pytest.raises(ReplicationProtocolError, match="ends inside a record body"):
+        decode_runs(payload[:-2], 1)
     with pytest.raises(ReplicationProtocolError, match="bytes follow the last record"):
-        decode_records(payload + b"x", 1)
-    with pytest.raises(ReplicationProtocolError, match="ends inside a record header"):
-        decode_records(payload, 2)
+        decode_runs(payload + b"x", 1)
+    with pytest.raises(ReplicationProtocolError, match="ends inside a run header"):
+        decode_runs(payload, 2)
+    two = RecordsWriter()
+    two.add_run(b"t", 3, 1, (), [1, 2], [2, 2], [4, 5], [b"x", b"y"])
+    with pytest.raises(ReplicationProtocolError, match="a run of 2 records in a batch of 1"):
+        decode_runs(two.payload(), 1)
     bad_kind = bytearray(payload)
-    bad_kind[32] = 99
+    bad_kind[12] = 99
     with pytest.raises(ReplicationProtocolError, match="unknown record kind 99"):
-        decode_records(bytes(bad_kind), 1)
+        decode_runs(bytes(bad_kind), 1)
 
 
 @pytest.mark.parametrize(
