@@ -395,8 +395,8 @@ def decode_runs(payload: bytes, count: int) -> list[Run]:
             bodies_end = pos + sum(lengths)
             if bodies_end > end:
                 raise ReplicationProtocolError("a data message ends inside a record body")
-            offsets = list(itertools.accumulate(lengths, initial=pos))
-            bodies = [payload[a:b] for a, b in zip(offsets, offsets[1:], strict=False)]
+            offsets = itertools.accumulate(lengths, initial=pos)
+            bodies = [payload[a:b] for a, b in itertools.pairwise(offsets)]
             pos = bodies_end
             runs.append(
                 Run(topic, pub_hash, kind, tuple(path_entries), list(seqs), list(times),
