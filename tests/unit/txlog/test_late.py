@@ -195,3 +195,34 @@ class LateMachine(RuleBasedStateMachine):
 
 TestLateMachine = LateMachine.TestCase
 TestLateMachine.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+
+
+def test_resync_starts_at_the_oldest_journal_holding_what_the_other_side_lacks(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        log = _open(tmp_path)
+        await log.open()
+        for s in range(1, 301):
+            _append(log, 7, s)
+            if s % 3 == 0:
+                _append(log, 8, s // 3)
+        await log.wait_durable(log.last_seq)
+        journals = [j for j in log.journals() if j.state != "preallocated"]
+        assert len(journals) >= 3, journals  # small journals: it rolled
+        everything = {7: (300, []), 8: (100, [])}
+        assert log.resync_start(everything) == log.last_seq + 1
+        assert log.resync_start({7: (300, [])}) == journals[0].id  # lacks publisher 8
+        assert log.resync_start({}) == journals[0].id
+        # lacks 7's 250..260 only: the journal that holds them (or an older one)
+        start = log.resync_start({7: (300, [(250, 260)]), 8: (100, [])})
+        holder = log.seq_for_bookmark(7, 250)
+        assert holder is not None
+        assert start <= holder
+        assert start > journals[0].id  # not from the beginning
+        # lacks only what comes after 290
+        start = log.resync_start({7: (290, []), 8: (100, [])})
+        assert start <= log.seq_for_bookmark(7, 291)  # type: ignore[operator]
+        await log.close()
+
+    run(body)
