@@ -222,7 +222,7 @@ class PublishPipeline:
             if j < n:
                 below = given[j]
                 assert below is not None  # only a given sequence can be at or below the last
-                if txlog.publisher_missing(pub_hash, below):
+                if txlog.publishers.missing(pub_hash, below):
                     # a gap of this publisher: the message arrived late, by another route
                     self._append_one(origin, topic, run, j, below, txlog, late=True)
                 else:

@@ -291,7 +291,7 @@ class InboundLink:
             traffic=self.traffic,
         )
         ctx.register(self)
-        holdings: Holdings = ctx.txlog.holdings()
+        holdings: Holdings = ctx.txlog.publishers.holdings()
         self.protocol.welcome(
             name=cfg.name,
             group=cfg.group,

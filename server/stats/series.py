@@ -20,6 +20,7 @@ Paths (docs/admin-api.md has the full table)::
     replication/out/D/{msgs_out,bytes_out}[_rate]  replication/in/S/{msgs_in,bytes_in}[_rate]
     replication/{out,in}/L/{messages_behind,seconds_behind,acked,connected}
     replication/out/D/{sync,disconnects}
+    security/{logon_failures,logon_refused}[_rate]  security/tls_expires_in_days
 """
 
 from __future__ import annotations
@@ -138,6 +139,26 @@ def snapshot_values(
         if direction == "out":
             out[f"{base}/sync"] = 1.0 if link["sync"] else 0.0
             out[f"{base}/disconnects"] = float(link["disconnects"])
+    security = current["security"]
+    prev_security = previous["security"] if previous is not None else None
+    for path, per_path, prev_per_path in (
+        (
+            "security/logon_failures",
+            security["logon_failures"],
+            prev_security["logon_failures"] if prev_security is not None else None,
+        ),
+        (
+            "security/logon_refused",
+            security["logon_refused"],
+            prev_security["logon_refused"] if prev_security is not None else None,
+        ),
+    ):
+        total = float(sum(per_path.values()))
+        before = float(sum(prev_per_path.values())) if prev_per_path is not None else None
+        _counter(out, path, total, before, elapsed)
+    not_after = security["tls_not_after"]
+    if not_after is not None:
+        out["security/tls_expires_in_days"] = (not_after - current["time"]) / 86400.0
 
     if ack_delta is not None:
         out["persisted_ack/count"] = float(ack_delta.count)

@@ -205,27 +205,41 @@ def encode_run(
     topic: str,
     message_type: str,
     bodies: list[bytes],
+    corr_ids: list[str] | None = None,
+    sow_keys: list[str] | None = None,
+    kind: int = RecordKind.PUBLISH,
+    path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """Encode consecutive publish records of one publisher and topic, one timestamp.
+    """Encode consecutive records of one publisher, topic, kind and path, one timestamp.
 
-    The batched form of :func:`encode` (no path, correlation id or SOW key): the topic
-    and message type are encoded once and the per-record work is one header pack, one
-    concatenation and one CRC. Record ``i`` gets seq ``first_seq + i``.
+    The batched form of :func:`encode`: the topic, message type and path are encoded once
+    and the per-record work is one header pack, one concatenation and one CRC (a
+    replicated run, with its path, takes this path too). Record ``i`` gets seq
+    ``first_seq + i``. With correlation ids or SOW keys (record ``i`` takes entry ``i``),
+    each record is a whole :func:`encode` instead.
 
     Returns:
-        The encoded records, from the first; fewer than given when one does not fit the
-        format (:func:`encode` of that record raises the reason).
+        The encoded records, from the first; fewer than given when one cannot be encoded
+        (:func:`encode` of that record raises the reason).
     """
+    names = [_utf8(name) for name in path]
+    if corr_ids or sow_keys or len(names) > 0xFF or any(len(nb) > 0xFF for nb in names):
+        return _encode_each(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys, kind, path,
+        )  # fmt: skip
     tb = _enc_cache.get(topic) or _utf8(topic)
     mb = _enc_cache.get(message_type) or _utf8(message_type)
     tl = len(tb)
     ml = len(mb)
-    fixed = MIN_RECORD + tl + ml
-    strings = tb + mb
+    pb = b"".join(bytes((len(nb),)) + nb for nb in names)
+    fixed = MIN_RECORD + tl + ml + len(pb)
+    strings = tb + mb + pb
+    npath = len(path)
     pack = HEADER.pack
     crc = _crc
     u32 = _U32.pack
-    kind = int(RecordKind.PUBLISH)
+    kind = int(kind)
     out: list[bytes] = []
     keep = out.append
     seq = first_seq
@@ -233,11 +247,38 @@ def encode_run(
         for ps, body in zip(pub_seqs, bodies, strict=True):
             bl = len(body)
             data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
-                        0, 0, 0, bl) + strings + body  # fmt: skip
+                        npath, 0, 0, bl) + strings + body  # fmt: skip
             keep(data + u32(crc(data)))
             seq += 1
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
+    return out
+
+
+def _encode_each(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+    corr_ids: list[str] | None,
+    sow_keys: list[str] | None,
+    kind: int = RecordKind.PUBLISH,
+    path: tuple[str, ...] = (),
+) -> list[bytes]:
+    """:func:`encode_run` of records with correlation ids or SOW keys, one at a time."""
+    out: list[bytes] = []
+    for i, body in enumerate(bodies):
+        fields = (
+            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind,
+            path, 0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+        )  # fmt: skip
+        try:
+            out.append(encode(*fields))
+        except Exception:
+            break  # that record cannot be encoded: the caller gets the ones before it
     return out
 
 

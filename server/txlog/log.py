@@ -42,14 +42,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from server.bookmarks import format_bookmark
 from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch
 from server.txlog.caches import CacheWriter
 from server.txlog.codec import encode, encode_run, make_record
 from server.txlog.errors import (
-    PublisherSequenceRegression,
     TxlogClosed,
     TxlogError,
     TxlogWriteFailed,
@@ -62,16 +60,16 @@ from server.txlog.files import (
     journal_name,
     validate_instance,
 )
-from server.txlog.gaps import Interval, PublisherGaps
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
-from server.txlog.holdings import build_gaps, plan_held, read_held, resync_start
-from server.txlog.index import BLOCK_BYTES, IndexBuilder, SealedIndex
+from server.txlog.index import BLOCK_BYTES
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.pins import Pin, PinInfo
+from server.txlog.publishers import Holdings, Publishers
 from server.txlog.reading import RecordReader
 from server.txlog.record import FLAG_LATE, Record, RecordKind, late_key
-from server.txlog.recovery import RecoveryReport
+from server.txlog.recoveryreport import RecoveryReport, recovery_stats
 from server.txlog.retention import Retention
 from server.txlog.space import DiskSpace
 from server.txlog.startup import open_files
@@ -97,10 +95,7 @@ class TransactionLog:
         files: the file seam for journal writes (tests inject failures through it).
         tail_cache_bytes: budget of recent records kept in memory for readers.
         block_bytes: index block size (tests use small blocks).
-        track_gaps: keep the table of sequences each publisher is missing below its
-            highest (server/txlog/gaps.py), so a message arriving late by another
-            replication route is told from a duplicate (:meth:`publisher_missing`,
-            ``append(late=True)``). Replication turns it on.
+        track_gaps: keep each publisher's gaps, for late records (server/txlog/publishers.py).
     """
 
     def __init__(
@@ -127,8 +122,8 @@ class TransactionLog:
         self._state = _NEW
         self._closed_event = asyncio.Event()
         self._journals = JournalList()
-        self._pubs: dict[int, tuple[int, int]] = {}  # pub_hash -> (last pub_seq, its seq)
-        self._gaps: PublisherGaps | None = PublisherGaps() if track_gaps else None
+        self._publishers = Publishers(track_gaps)
+        self._pubs = self._publishers.table  # pub_hash -> (last pub_seq, its seq)
         self._last_ts = 0  # timestamp of the last appended record
         self._tail = TailCache(tail_cache_bytes)
         self._pending = Pending(self._journals, self._pubs, block_bytes)
@@ -183,25 +178,10 @@ class TransactionLog:
         self._open_seq = active.last_seq
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
-        if self._gaps is not None:
-            plan = plan_held(self._journals)
-            held = await asyncio.to_thread(read_held, plan) if plan.reads else plan.held
-            self._gaps = build_gaps(
-                held, list(self._pubs), removed_before=self._journals.items[0].base > 1
-            )
+        await self._publishers.rebuild_gaps(self._journals.items)
         self._state = _OPEN
         for t in opened.report.truncations:
-            self._emit(
-                "recovery_truncated",
-                {
-                    "path": t.path,
-                    "offset": t.offset,
-                    "bytes_cut": t.bytes_cut,
-                    "reason": t.reason,
-                    "first_seq_cut": t.first_seq_cut,
-                    "saved_to": t.saved_to,
-                },
-            )
+            self._emit("recovery_truncated", t.to_dict())
         self._commit.start(active.last_seq, active, opened.handle)
         log.info(
             "transaction log %s open: seqs %d..%d in %d journals, recovery %.3fs",
@@ -223,23 +203,9 @@ class TransactionLog:
             return
         # 1. refuse appends
         self._state = _CLOSING
-        pending = self._pending
         # 2. close the partial index block: the next open then has nothing to scan
-        entry = pending.builder.close_block()
-        if entry:
-            pending.index.append((self._journals.active, entry))
-        # 3. final group commit; the flusher exits once nothing is pending
-        await self._commit.stop()
-        await self._caches.drain()
-        # 4. clients.ack as of the durable position, then close every file
-        snapshot = dict(self._pubs) if self._commit.write_error is None else None
-        await asyncio.to_thread(self._close_files, snapshot, self._commit.durable_seq)
-        # 5. wake whoever still waits
-        self._state = _CLOSED
-        self._commit.fail_waiters(
-            self._commit.write_error or TxlogClosed("the transaction log is closed")
-        )
-        self._closed_event.set()
+        self._pending.close_block()
+        await self._shut_down("the transaction log is closed", clients_ack=True)
 
     async def abort(self) -> None:
         """Stop as a crash would: drop what is not durable yet, write no cache, close.
@@ -255,13 +221,20 @@ class TransactionLog:
             return
         self._state = _CLOSING
         self._pending.drop()
-        await self._commit.stop()
+        await self._shut_down("the transaction log was aborted", clients_ack=False)
+
+    async def _shut_down(self, reason: str, *, clients_ack: bool) -> None:
+        """The steps :meth:`close` and :meth:`abort` share, once appends are refused."""
+        commit = self._commit
+        # 3. final group commit; the flusher exits once nothing is pending
+        await commit.stop()
         await self._caches.drain()
-        await asyncio.to_thread(self._close_files, None, self._commit.durable_seq)
+        # 4. clients.ack as of the durable position (close only), then close every file
+        snapshot = dict(self._pubs) if clients_ack and commit.write_error is None else None
+        await asyncio.to_thread(self._close_files, snapshot, commit.durable_seq)
+        # 5. wake whoever still waits
         self._state = _CLOSED
-        self._commit.fail_waiters(
-            self._commit.write_error or TxlogClosed("the transaction log was aborted")
-        )
+        commit.fail_waiters(commit.write_error or TxlogClosed(reason))
         self._closed_event.set()
 
     def _close_files(self, publishers: dict[int, tuple[int, int]] | None, covered: int) -> None:
@@ -270,10 +243,7 @@ class TransactionLog:
         self._commit.close_files()
         self._caches.close()
         for j in self._journals:
-            if j.source is not None:
-                j.source.retire()
-            if isinstance(j.index, SealedIndex):
-                j.index.close()
+            j.close()
 
     def _check_open(self) -> None:
         if self._state != _OPEN:
@@ -316,42 +286,21 @@ class TransactionLog:
 
     def publisher_last(self, pub_hash: int) -> int:
         """Highest ``pub_seq`` appended by that publisher (0 if none); survives restarts."""
-        last = self._pubs.get(pub_hash)
-        return last[0] if last is not None else 0
+        return self._publishers.last(pub_hash)
 
     def publisher_last_bookmark(self, pub_hash: int) -> str | None:
         """Bookmark ``PUBHASH|PUBSEQ|`` of that publisher's last message, if any."""
-        last = self._pubs.get(pub_hash)
-        return format_bookmark(pub_hash, last[0]) if last is not None else None
+        return self._publishers.last_bookmark(pub_hash)
 
     @property
-    def tracks_gaps(self) -> bool:
-        """Whether the log keeps each publisher's gaps (``track_gaps``)."""
-        return self._gaps is not None
+    def publishers(self) -> Publishers:
+        """The publisher table: highest sequences, gaps and holdings (publishers.py)."""
+        return self._publishers
 
-    def publisher_missing(self, pub_hash: int, pub_seq: int) -> bool:
-        """Whether ``pub_seq`` is below the publisher's highest and not in the log: a gap
-        that a late copy may fill (False when gaps are not tracked)."""
-        gaps = self._gaps
-        return gaps is not None and gaps.missing(pub_hash, pub_seq)
-
-    def holdings(self) -> dict[int, tuple[int, list[Interval]]]:
-        """What the log holds per publisher: ``pub_hash -> (highest, gaps)``.
-
-        Every sequence from 1 to the highest is held except those in the gaps (as far as
-        the gap table knows: see server/txlog/gaps.py for what it forgets).
-        """
-        gaps = self._gaps
-        return {
-            h: (last, gaps.gaps(h) if gaps is not None else [])
-            for h, (last, _seq) in self._pubs.items()
-        }
-
-    def resync_start(self, holdings: dict[int, tuple[int, list[Interval]]]) -> int:
-        """Where to start sending another instance what it lacks, given its holdings
-        (``pub_hash -> (highest, gaps)``): the first seq of the oldest journal that may hold
-        such a record (``last_seq + 1`` when none does; never below :attr:`first_seq`)."""
-        start = resync_start(self._journals, self._pubs, holdings)
+    def resync_start(self, holdings: Holdings) -> int:
+        """Where to start sending another instance what ``holdings`` lack: the first seq of
+        the oldest journal that may hold such a record (``last_seq + 1`` when none does)."""
+        start = self._publishers.resync_start(self._journals, holdings)
         return max(start, self.first_seq) if start is not None else self.last_seq + 1
 
     # -- append -------------------------------------------------------------------------
@@ -377,9 +326,8 @@ class TransactionLog:
         ``pub_hash`` 0 means "no publisher identity" (e.g. queue events): such records
         are not indexed by bookmark and do not count as a publisher's last message.
 
-        ``late``: the record fills a gap of its publisher (:meth:`publisher_missing`): it
-        is appended below the publisher's highest sequence, flagged ``FLAG_LATE``, and the
-        highest stays where it was.
+        ``late``: it fills a gap of its publisher (``publishers.missing``), below the
+        highest, flagged ``FLAG_LATE``; the highest stays where it was.
 
         Raises:
             TxlogClosed: the log is not open.
@@ -394,14 +342,9 @@ class TransactionLog:
         werr = self._commit.write_error
         if werr is not None:
             raise werr
+        self._publishers.check(pub_hash, pub_seq, late=late)
         if late:
-            if not pub_hash or not self.publisher_missing(pub_hash, pub_seq):
-                raise PublisherSequenceRegression(pub_hash, pub_seq, self.publisher_last(pub_hash))
             flags |= FLAG_LATE
-        elif pub_hash:
-            prev = self._pubs.get(pub_hash)
-            if prev is not None and pub_seq <= prev[0]:
-                raise PublisherSequenceRegression(pub_hash, pub_seq, prev[0])
         if type(kind) is not RecordKind:
             kind = RecordKind(kind)
         seq = self._pending.last_seq + 1
@@ -460,36 +403,17 @@ class TransactionLog:
                     n = i
                     break
                 prev_seq = ps
-        encoded: list[bytes]
-        if corr_ids or sow_keys or path or kind != RecordKind.PUBLISH:
-            encoded = []
-            for i in range(n):
-                fields = (
-                    seq + 1 + i, ts, pub_hash, pub_seqs[i], topic, message_type,
-                    kind, path, 0, bodies[i],
-                    corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
-                )  # fmt: skip
-                try:
-                    encoded.append(encode(*fields))
-                except Exception:
-                    break
-        else:
-            encoded = encode_run(
-                seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n]
-            )
+        encoded = encode_run(
+            seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n], corr_ids,
+            sow_keys, kind, path,
+        )  # fmt: skip
         try:
             return self._place(encoded, ts, pub_hash, pub_seqs)
         except Exception:
             return 0  # not even the first fitted: append() of it raises the reason
 
     def _place(
-        self,
-        encoded: list[bytes],
-        ts: int,
-        pub_hash: int,
-        pub_seqs: list[int],
-        *,
-        late: bool = False,
+        self, encoded: list[bytes], ts: int, pub_hash: int, pub_seqs: list[int], late: bool = False
     ) -> int:
         """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
         journal's pending bytes, index and tail, rolling to a new journal between records
@@ -497,9 +421,7 @@ class TransactionLog:
 
         Everything the per-record loop touches is bound to a local first.
 
-        A late record (one, filling a gap) is indexed under its publisher's late key and
-        leaves the publisher's highest sequence alone.
-
+        A late record is indexed under its publisher's late key.
         Returns:
             How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
             is raised only when nothing was placed, so :meth:`append` reports it.
@@ -545,18 +467,7 @@ class TransactionLog:
         pending.length = offset
         pending.last_seq = seq
         if done:
-            if pub_hash:
-                gaps = self._gaps
-                if late:
-                    if gaps is not None:
-                        gaps.fill(pub_hash, pub_seqs[0])
-                else:
-                    if gaps is not None:
-                        before = self._pubs.get(pub_hash)
-                        last = before[0] if before is not None else 0
-                        if pub_seqs[0] != last + 1 or pub_seqs[done - 1] != last + done:
-                            gaps.advanced(pub_hash, last, pub_seqs[:done])
-                    self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
+            self._publishers.placed(pub_hash, pub_seqs[:done], seq, late=late)
             commit = self._commit
             if commit.appended.due(seq):
                 commit.appended.release(seq)
@@ -571,26 +482,13 @@ class TransactionLog:
         Raises:
             TxlogFull: a new journal would exceed MaxSize.
         """
-        pending = self._pending
-        old = self._journals.active
         prealloc = self._space.room_for_roll()
-        entry = pending.builder.close_block()
-        if entry:
-            pending.index.append((old, entry))
-        if pending.buf:
-            pending.chunks.append((old, pending.offset, pending.buf))
-            pending.buf = bytearray()
-        old.finished = True
-        old.rolling = True
-        pending.finished.append(old)
         builder = IndexBuilder(seq, self._block_bytes)
         new = Journal(
             seq, self._dir / journal_name(self.instance, seq), builder,
             prealloc=prealloc, created=False, disk_size=self._journal_size,
         )  # fmt: skip
-        self._journals.add(new)
-        pending.builder = builder
-        pending.length = pending.offset = 0
+        self._pending.roll(new, builder)
         self._rolls += 1
 
     # -- durability ---------------------------------------------------------------------
@@ -802,29 +700,18 @@ class TransactionLog:
 
     def stats(self) -> dict[str, float]:
         """Counters and gauges for the dashboard and /metrics."""
-        commit = self._commit
         last = self._pending.last_seq
-        report = self._report
         return {
             "appended": float(last - self._open_seq),
-            "appended_bytes": float(commit.appended_bytes),
             "last_seq": float(last),
-            "durable_seq": float(commit.durable_seq),
             "first_seq": float(self.first_seq) if len(self._journals) else 0.0,
-            "pending_records": float(last - commit.durable_seq),
-            "flushes": float(commit.flushes),
-            "fsync_p50_ms": commit.fsync_ms(0.5),
-            "fsync_p99_ms": commit.fsync_ms(0.99),
-            "last_flush_records": float(commit.last_batch_records),
+            "pending_records": float(last - self._commit.durable_seq),
             "journals": float(len(self._journals)),
-            "preallocated": float(len(self._space.files)),
             "rolls": float(self._rolls),
-            "disk_bytes": float(self._space.used),
             "publishers": float(len(self._pubs)),
             "pins": float(len(self._retention.pins())),
             "tail_cache_bytes": float(self._tail.nbytes),
-            "write_failed": 1.0 if commit.write_error is not None else 0.0,
-            "recovery_seconds": report.duration_s if report else 0.0,
-            "recovery_truncated_bytes": float(report.bytes_truncated) if report else 0.0,
-            "recovery_records": float(report.records_recovered) if report else 0.0,
+            **self._commit.stats(),
+            **self._space.stats(),
+            **recovery_stats(self._report),
         }

@@ -18,6 +18,7 @@ from server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
     MetricsSnapshot,
+    SecurityCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -126,6 +127,30 @@ def link_counters(
     }
 
 
+def security_counters(
+    *,
+    logon_failures: Mapping[str, int] | None = None,
+    logon_refused: Mapping[str, int] | None = None,
+    tls_not_after: float | None = None,
+) -> SecurityCounters:
+    """Logons and TLS: no logons yet, plain text unless ``tls_not_after`` is given."""
+    zero = {"websocket": 0, "dashboard": 0}
+    return {
+        "logon_succeeded": dict(zero),
+        "logon_failures": dict(logon_failures or zero),
+        "logon_refused": dict(logon_refused or zero),
+        "blocked_addresses": 0,
+        "blocked_users": 0,
+        "password_checks": 0,
+        "password_check_seconds": 0.0,
+        "password_checks_pending": 0,
+        "tls_enabled": tls_not_after is not None,
+        "tls_not_after": tls_not_after,
+        "tls_reloads": 0,
+        "plaintext_exposed": False,
+    }
+
+
 def metrics_snapshot(
     *,
     time: float = EPOCH,
@@ -142,6 +167,7 @@ def metrics_snapshot(
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
     replication: Mapping[str, LinkCounters] | None = None,
+    security: SecurityCounters | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -161,4 +187,5 @@ def metrics_snapshot(
         ),
         "transports": dict(transports or {}),
         "replication": dict(replication or {}),
+        "security": security if security is not None else security_counters(),
     }

@@ -1,6 +1,10 @@
 """The ``<Tuning>`` section: limits and timings of client connections, and the floor of
 synchronous replication destinations (``MinimumSyncDestinations``: a downgrade that would
 go below it is refused; it never upgrades anything).
+
+The logon throttle (``LogonFailuresPerAddress``, ``LogonFailuresPerUser``,
+``LogonFailureWindow``) and the password-check pool (``PasswordCheckThreads``) are here
+too: they bound what a flood of logons can cost (docs/security.md).
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from dataclasses import replace
 from typing import Final
 
 from server.config.model import MAX_SYNC_DESTINATIONS, TuningConfig
-from server.config.values import GB, KB, Context, read_duration, read_int, read_size
+from server.config.values import DAY, GB, KB, Context, read_duration, read_int, read_size
 from server.config.xmltree import Children, Node, Spec
 
 __all__ = ["read_tuning"]
@@ -19,6 +23,10 @@ _TUNING_SPEC: Final[Spec] = {
     "HeartbeatDefault": False,
     "PersistedAckInterval": False,
     "MinimumSyncDestinations": False,
+    "LogonFailuresPerAddress": False,
+    "LogonFailuresPerUser": False,
+    "LogonFailureWindow": False,
+    "PasswordCheckThreads": False,
 }
 
 
@@ -44,6 +52,20 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
     if (ack_node := kids.one("PersistedAckInterval")) is not None:
         interval = read_duration(ack_node, ctx, minimum=0.001, maximum=3600.0)
         tuning = replace(tuning, persisted_ack_interval=interval)
+    if (node_ := kids.one("LogonFailuresPerAddress")) is not None:
+        tuning = replace(
+            tuning, logon_failures_per_address=read_int(node_, ctx, minimum=1, maximum=10_000)
+        )
+    if (node_ := kids.one("LogonFailuresPerUser")) is not None:
+        tuning = replace(
+            tuning, logon_failures_per_user=read_int(node_, ctx, minimum=1, maximum=100_000)
+        )
+    if (node_ := kids.one("LogonFailureWindow")) is not None:
+        tuning = replace(
+            tuning, logon_failure_window=read_duration(node_, ctx, minimum=1.0, maximum=DAY)
+        )
+    if (node_ := kids.one("PasswordCheckThreads")) is not None:
+        tuning = replace(tuning, password_check_threads=read_int(node_, ctx, minimum=1, maximum=64))
     min_sync_node = kids.one("MinimumSyncDestinations")
     if min_sync_node is not None:
         minimum = read_int(min_sync_node, ctx, minimum=0, maximum=MAX_SYNC_DESTINATIONS)

@@ -239,12 +239,12 @@ async def test_a_late_copy_from_one_route_is_kept_and_a_second_copy_dropped(
         await drive(clock, lambda: _persisted(p_at_b) == 101)
         await drive(clock, lambda: c.broker.txlog.durable_seq >= 100)
         assert await seqs_of(c) == [*range(1, 100), 101]
-        assert c.broker.txlog.publisher_missing(p, 100)
+        assert c.broker.txlog.publishers.missing(p, 100)
         # A comes back: its 100 reaches B and C late, and B passes it on to C too
         fabric.heal(B, source="a")
         fabric.heal(C, source="a")
-        await drive(clock, lambda: not c.broker.txlog.publisher_missing(p, 100))
-        await drive(clock, lambda: not b.broker.txlog.publisher_missing(p, 100))
+        await drive(clock, lambda: not c.broker.txlog.publishers.missing(p, 100))
+        await drive(clock, lambda: not b.broker.txlog.publishers.missing(p, 100))
         await drive(clock, lambda: b.broker.replication.destinations["c"].messages_behind() == 0)
         for x in (b, c):
             got = await seqs_of(x)

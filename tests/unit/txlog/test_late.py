@@ -2,7 +2,7 @@
 
 The oracle is the set of bookmarks each publisher has in the log. Through appends in
 order (with jumps), late fills, rolls, clean reopens and crashes (``abort``), the log must
-say exactly which sequences are missing (``publisher_missing``), find every held bookmark
+say exactly which sequences are missing (``publishers.missing``), find every held bookmark
 (``seq_for_bookmark`` / ``locate_bookmark``, own key or late key), refuse a second copy of
 a late record, and keep the publisher's highest where it was.
 """
@@ -45,11 +45,11 @@ def test_a_late_copy_fills_its_gap_once_and_is_found(tmp_path: Path) -> None:
         for s in range(1, 100):
             _append(log, 7, s)
         _append(log, 7, 101)  # B's copy of 101 before A's 100
-        assert log.publisher_missing(7, 100)
-        assert not log.publisher_missing(7, 99)
+        assert log.publishers.missing(7, 100)
+        assert not log.publishers.missing(7, 99)
         _append(log, 7, 100, late=True)
         assert log.publisher_last(7) == 101
-        assert not log.publisher_missing(7, 100)
+        assert not log.publishers.missing(7, 100)
         with pytest.raises(PublisherSequenceRegression):
             _append(log, 7, 100, late=True)  # a second copy is a duplicate
         with pytest.raises(PublisherSequenceRegression):
@@ -65,7 +65,7 @@ def test_a_late_copy_fills_its_gap_once_and_is_found(tmp_path: Path) -> None:
         assert reopened.seq_for_bookmark(7, 100) == late_seq
         assert await reopened.locate_bookmark(7, 101) == late_seq - 1
         assert reopened.publisher_last(7) == 101
-        assert not reopened.publisher_missing(7, 100)
+        assert not reopened.publishers.missing(7, 100)
         await reopened.close()
 
     run(body)
@@ -77,7 +77,7 @@ def test_without_gap_tracking_late_appends_are_refused(tmp_path: Path) -> None:
         await log.open()
         _append(log, 7, 1)
         _append(log, 7, 3)
-        assert not log.publisher_missing(7, 2)
+        assert not log.publishers.missing(7, 2)
         with pytest.raises(PublisherSequenceRegression):
             _append(log, 7, 2, late=True)
         await log.close()
@@ -92,7 +92,7 @@ def test_holdings_report_the_highest_and_the_gaps(tmp_path: Path) -> None:
         for s in (3, 4, 5, 9):
             _append(log, 7, s)
         _append(log, 8, 1)
-        assert log.holdings() == {7: (9, [(1, 2), (6, 8)]), 8: (1, [])}
+        assert log.publishers.holdings() == {7: (9, [(1, 2), (6, 8)]), 8: (1, [])}
         await log.close()
 
     run(body)
@@ -180,7 +180,9 @@ class LateMachine(RuleBasedStateMachine):
             last = self._last(pub)
             assert self.log.publisher_last(pub) == last
             for s in range(1, last + 2):
-                assert self.log.publisher_missing(pub, s) == (s <= last and s not in self.held[pub])
+                assert self.log.publishers.missing(pub, s) == (
+                    s <= last and s not in self.held[pub]
+                )
 
     @invariant()
     def every_held_bookmark_is_found(self) -> None:
