@@ -140,7 +140,7 @@ class Broker:
         if txlog is not None and sync is not None:
             self.replication = Replication(
                 config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync,
-                connector=connector,
+                connector=connector, logons=self.logons,
             )  # fmt: skip
         replication = self.replication
         self.clients = ClientRegistry(

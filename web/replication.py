@@ -4,9 +4,10 @@ Like web/transport.py for clients, this is the thin I/O shell around the sans-I/
 protocol: bytes received from the socket go to
 :meth:`server.replication.inbound.InboundLink.receive` (awaited: a link whose batches pile
 up stops being read, and TCP backpressure reaches the source); the link writes through
-:class:`AsgiLinkTransport`. Authentication is the link's own (its hello), as the protocol
-logon is for clients; the endpoint only refuses connections when the ``amps-replication``
-transport is disabled or the instance is not ready.
+:class:`AsgiLinkTransport`. Authentication is the link's own (its hello, or the client
+certificate the TLS listener verified, handed over as the :class:`~server.peer.Peer`), as
+the protocol logon is for clients; the endpoint only refuses connections when the
+``amps-replication`` transport is disabled or the instance is not ready.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from server.engine import Broker
 from server.replication.transport import LinkLost
+from web.tls import peer_of
 from web.transport import CLOSE_TRY_AGAIN
 
 
@@ -79,10 +81,9 @@ class ReplicationEndpoint:
             )
             return
         await send({"type": "websocket.accept"})
-        client = scope.get("client")
-        remote = f"{client[0]}:{client[1]}" if client else "unknown"
-        transport = AsgiLinkTransport(send, remote)
-        link = replication.accept(transport)
+        peer = peer_of(scope)
+        transport = AsgiLinkTransport(send, peer.address)
+        link = replication.accept(transport, peer)
         broker.clients.transport_opened(self.transport_name)
         try:
             while True:

@@ -255,12 +255,22 @@ class ReplicationTransport:
         compression: ``zstd`` to compress the message stream, or None.
         user: the user the source logs on as (the destination has ``<Users>``), or None.
         secret: that user's password or token (never shown, never logged).
+        tls: dial ``wss://`` (the destination's listener serves TLS); never falls back.
+        ca_certificate: the CA bundle the destination's certificate must chain to (None:
+            the system's CAs); its host name is checked against the address dialed.
+        certificate: a client certificate presented to the destination (mutual TLS: the
+            destination maps its subject to a user), with ``private_key``.
+        private_key: the certificate's unencrypted key.
     """
 
     addresses: tuple[tuple[str, int], ...]
     compression: str | None = None
     user: str | None = None
     secret: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_certificate: Path | None = None
+    certificate: Path | None = None
+    private_key: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)

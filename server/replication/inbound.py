@@ -5,9 +5,11 @@ bytes into :meth:`InboundLink.receive`. The link:
 
 1. on the hello: checks the protocol version, that this instance is not stopping, that the
    source does not carry this instance's own Name, that the Group the source expects is
-   this instance's Group (both names in the refusal), and the credentials (scrypt in a
-   thread; with ``<Users>`` configured a source must log on as a user, whose Write
-   entitlements then apply to every replicated message); then welcomes it with this
+   this instance's Group (both names in the refusal), and the credentials (with
+   ``<Users>`` configured a source must log on as a user, whose Write entitlements then
+   apply to every replicated message: a verified client certificate mapped to a user, or
+   a user and password/token checked off the loop behind the instance's logon throttle);
+   then welcomes it with this
    instance's name, group, log identity, holdings (what it holds per publisher, so the
    source resyncs from what is missing) and configuration summary;
 2. on each ``data`` batch, in order: decompresses it (in a thread), and publishes its
@@ -37,6 +39,8 @@ import zstandard
 from server.auth import Authenticator
 from server.clock import Clock
 from server.config import Config, UserConfig
+from server.logons import LogonGuard
+from server.peer import Peer
 from server.ports import AckValue, Origin, PublishRun, Traffic
 from server.protocol.errors import NotEntitled, ProtocolFailure
 from server.publishing import PublishPipeline
@@ -67,6 +71,7 @@ from server.replication.protocol import (
     StreamStarted,
 )
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter
+from server.scryptpool import PoolBusy
 from server.stats.source import EventSink
 from server.txlog import RecordKind, TransactionLog
 
@@ -93,6 +98,7 @@ class InboundContext:
     unregister: Callable[[InboundLink], None]
     record: Callable[[LinkEvent], None]
     ack_interval: float
+    logons: LogonGuard | None = None
 
 
 class _Replies:
@@ -149,9 +155,11 @@ class InboundLink:
         last_error: why the link ended, once it has.
     """
 
-    def __init__(self, ctx: InboundContext, transport: LinkTransport) -> None:
+    def __init__(self, ctx: InboundContext, transport: LinkTransport, peer: Peer) -> None:
         self._ctx = ctx
         self._transport = transport
+        #: the far end as the listener saw it (address; TLS and a verified client subject)
+        self.peer = peer
         self.protocol = LinkProtocol(Side.DESTINATION)
         self._writer = LinkWriter(self.protocol.data_to_send, transport)
         self.remote = transport.remote
@@ -240,6 +248,59 @@ class InboundLink:
             elif isinstance(event, Closed):
                 self._finish(event)
 
+    async def _authenticate(self, hello: Hello) -> UserConfig:
+        """The source's user: its verified client certificate's (mutual TLS) when it
+        gives no secret, else its user and password or token, checked behind the
+        instance's logon throttle like any logon (path ``replication``).
+
+        Raises:
+            AuthRefused: no credentials, wrong ones, or throttled.
+            NotAccepting: the password-check pool is full (the source retries).
+        """
+        ctx = self._ctx
+        auth = ctx.auth
+        cert_user = auth.by_certificate(self.peer.client_subject)
+        if cert_user is not None and not hello.secret:
+            if hello.user and hello.user != cert_user.name:
+                raise AuthRefused(
+                    f"replication from {hello.name!r}: the client certificate belongs to "
+                    f"user {cert_user.name!r}, not {hello.user!r}"
+                )
+            self._logged_on(cert_user)
+            return cert_user
+        host = self.peer.host
+        wait = ctx.logons.admit("replication", host, hello.user) if ctx.logons else 0.0
+        if wait > 0:
+            raise AuthRefused(
+                f"replication from {hello.name!r}: too many failed logons from {host} or "
+                f"for user {hello.user!r}; refused unchecked for {max(1, round(wait))} s"
+            )
+        try:
+            user = await auth.authenticate_async(hello.user, hello.secret)
+        except PoolBusy:
+            if ctx.logons is not None:
+                ctx.logons.refused("replication")
+            raise NotAccepting(
+                "busy checking other logons' passwords; the source retries"
+            ) from None
+        if user is None or (cert_user is not None and user is not cert_user):
+            if ctx.logons is not None:
+                ctx.logons.failed("replication", host, hello.user)
+            detail = (
+                "these credentials do not belong to the client certificate's user"
+                if user is not None
+                else "unknown user or wrong password/token (give its Destination/Transport "
+                "a <User> of this instance with its <Password> or <Token>, or a client "
+                "<Certificate> whose subject is a user's CertificateSubject)"
+            )
+            raise AuthRefused(f"replication from {hello.name!r}: {detail}")
+        self._logged_on(user)
+        return user
+
+    def _logged_on(self, user: UserConfig) -> None:
+        if self._ctx.logons is not None:
+            self._ctx.logons.succeeded("replication", self.peer.host, user.name)
+
     async def _handshake(self, hello: Hello) -> None:
         ctx = self._ctx
         cfg = ctx.config
@@ -264,14 +325,7 @@ class InboundLink:
                     f"<Group>{cfg.group}</Group> in its Destination, or this instance's Group"
                 )
             if ctx.auth.enabled:
-                user = await ctx.auth.authenticate_async(hello.user, hello.secret)
-                if user is None:
-                    raise AuthRefused(
-                        f"replication from {hello.name!r}: unknown user or wrong "
-                        "password/token (give its Destination/Transport a <User> of this "
-                        "instance with its <Password> or <Token>)"
-                    )
-                self.user = user
+                self.user = await self._authenticate(hello)
         except LinkRefused as exc:
             self.last_error = f"{exc.reason}: {exc.detail}"
             ctx.events.emit(

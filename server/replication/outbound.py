@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,9 +64,11 @@ from server.replication.protocol import (
 from server.replication.routing import Route, held_by
 from server.replication.state import Acked as AckedState
 from server.replication.syncstate import SyncState
-from server.replication.transport import Connector, Dialed, LinkLost, LinkWriter
+from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
 from server.replication.validation import validate
 from server.stats.source import EventSink
+from server.tls.context import load_dial_context
+from server.tls.errors import TlsError
 from server.txlog import Pin, TransactionLog
 from server.txlog.batch import RecordBatch
 
@@ -185,6 +188,7 @@ class DestinationLink:
         self._stopping = False
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_bytes: dict[str, bytes] = {}
+        self._tls_reported: str | None = None
 
     # -- life ---------------------------------------------------------------------------
 
@@ -286,7 +290,12 @@ class DestinationLink:
             self.status = "connecting"
             self.address = address
             try:
-                transport = await self._ctx.connector(*address)
+                tls = await self._tls_context()
+                transport = await self._ctx.connector(*address, tls)
+            except (LinkTlsFailed, TlsError) as exc:
+                self._tls_failed(str(exc))
+                self.dialer.failed()
+                continue
             except (OSError, LinkLost) as exc:
                 self.last_error = f"cannot connect to {address[0]}:{address[1]}: {exc}"
                 self.dialer.failed()
@@ -451,6 +460,7 @@ class DestinationLink:
         self.status = "streaming"
         self.connected_since = ctx.clock.time()
         self.last_error = None
+        self._tls_reported = None
         ctx.changed()
         self._event(
             "connected",
@@ -682,6 +692,27 @@ class DestinationLink:
         if self.address is None:
             return "?"
         return f"{self.address[0]}:{self.address[1]}"
+
+    async def _tls_context(self) -> ssl.SSLContext | None:
+        """The context to dial with, built anew for each attempt (its files are read off
+        the loop; a certificate renewed on disk is used from the next reconnect)."""
+        transport = self.config.transport
+        if not transport.tls:
+            return None
+        return await asyncio.to_thread(
+            load_dial_context,
+            transport.ca_certificate,
+            transport.certificate,
+            transport.private_key,
+        )
+
+    def _tls_failed(self, detail: str) -> None:
+        """A TLS failure is a link error, reported once per distinct reason (the dialer
+        keeps retrying; it never falls back to plain text)."""
+        self.last_error = detail
+        if detail != self._tls_reported:
+            self._tls_reported = detail
+            self._event("tls_failed", detail)
 
     def _event(self, event: str, detail: str) -> None:
         ctx = self._ctx

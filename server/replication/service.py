@@ -33,6 +33,8 @@ from server.auth import Authenticator
 from server.clock import Clock
 from server.config import Config, DestinationConfig, UserConfig
 from server.lifecycle import Lifecycle
+from server.logons import LogonGuard
+from server.peer import Peer
 from server.ports import AckValue
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
@@ -90,6 +92,8 @@ class DestinationInfo(TypedDict):
     passthrough: list[str]
     topics: list[str]
     compression: str | None
+    tls: bool
+    client_certificate: bool
     last_error: str | None
     validation_failures: list[str]
     events: list[EventInfo]
@@ -104,6 +108,8 @@ class InboundInfo(TypedDict):
     status: str
     address: str
     user: str | None
+    tls: str | None
+    certificate_subject: str | None
     connected_since: float
     last_acked_position: int
     received_position: int
@@ -156,6 +162,8 @@ class Replication:
         horizon: the sync horizon the instance's persisted acks wait on (built before the
             publish pipeline; the destinations join it here).
         connector: how destinations are dialed (tests pass an in-memory one).
+        logons: the instance's logon throttle and counters (inbound links' password
+            logons go through it, path ``replication``).
         rng: the dialers' jitter.
     """
 
@@ -172,8 +180,10 @@ class Replication:
         *,
         connector: Connector = connect_websocket,
         rng: random.Random | None = None,
+        logons: LogonGuard | None = None,
     ) -> None:
         self.config = config
+        self._logons = logons
         self._txlog = txlog
         self._pipeline = pipeline
         self._auth = auth
@@ -295,9 +305,10 @@ class Replication:
 
     # -- inbound ------------------------------------------------------------------------
 
-    def accept(self, transport: LinkTransport) -> InboundLink:
+    def accept(self, transport: LinkTransport, peer: Peer | None = None) -> InboundLink:
         """A websocket opened on ``/replication``: a new inbound link (the caller pushes
-        its bytes into it and calls ``lost`` when it goes)."""
+        its bytes into it and calls ``lost`` when it goes). ``peer``: what the listener
+        knows of the far end (address, TLS, a verified client certificate's subject)."""
         replication_transport = self.config.replication_transport
 
         def accepting() -> bool:
@@ -318,8 +329,11 @@ class Replication:
             unregister=self._unregister,
             record=self.history.record,
             ack_interval=self._ack_interval,
+            logons=self._logons,
         )
-        link = InboundLink(ctx, transport)
+        link = InboundLink(
+            ctx, transport, peer if peer is not None else Peer.parse(transport.remote)
+        )
         self._accepted.add(link)
         return link
 
@@ -427,6 +441,8 @@ class Replication:
             "passthrough": list(cfg.passthrough),
             "topics": [t.name for t in cfg.topics],
             "compression": cfg.transport.compression,
+            "tls": cfg.transport.tls,
+            "client_certificate": cfg.transport.certificate is not None,
             "last_error": link.last_error,
             "validation_failures": list(link.validation_failures),
             "events": self._events_of("out", link.name),
@@ -440,6 +456,8 @@ class Replication:
             "status": link.state,
             "address": link.remote,
             "user": link.user.name if link.user is not None else None,
+            "tls": link.peer.tls_version,
+            "certificate_subject": link.peer.client_subject,
             "connected_since": link.connected_since,
             "last_acked_position": link.acked,
             "received_position": link.upto,

@@ -3,8 +3,10 @@
 The protocol (server/replication/protocol.py) knows bytes; a link's pipe is a websocket:
 
 - a *source* dials its destination with the ``websockets`` client
-  (:func:`connect_websocket`, ``ws://HOST:PORT/replication``; permessage-deflate off, the
-  library's keepalive pings on so a silent peer - a partition - is noticed within
+  (:func:`connect_websocket`, ``ws://HOST:PORT/replication``, or ``wss://`` with the TLS
+  context its destination's configuration builds - the destination verified, its host
+  name checked, never a fall back to ``ws://``; permessage-deflate off, the library's
+  keepalive pings on so a silent peer - a partition - is noticed within
   :data:`PING_TIMEOUT` seconds);
 - a *destination* is handed its pipe by the web layer (web/replication.py, a raw ASGI
   endpoint beside ``/amps/json``), which pushes received bytes into the inbound link.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
@@ -35,6 +38,7 @@ __all__ = [
     "Connector",
     "Dialed",
     "LinkLost",
+    "LinkTlsFailed",
     "LinkTransport",
     "LinkWriter",
     "connect_websocket",
@@ -53,6 +57,11 @@ PATH: Final = "/replication"
 
 class LinkLost(ReplicationError):
     """The pipe under a link went away (closed, reset, or silent past the ping timeout)."""
+
+
+class LinkTlsFailed(LinkLost):
+    """The TLS handshake with a destination failed: its certificate does not verify (CA,
+    host name, expiry), it does not speak TLS, or it refused this side's certificate."""
 
 
 class LinkTransport(Protocol):
@@ -88,8 +97,9 @@ class Dialed(LinkTransport, Protocol):
         ...
 
 
-#: opens a pipe to ``(host, port)``; raises OSError / LinkLost when it cannot
-Connector = Callable[[str, int], Awaitable[Dialed]]
+#: opens a pipe to ``(host, port)``, over TLS with the context when one is given; raises
+#: OSError / LinkLost (LinkTlsFailed) when it cannot
+Connector = Callable[[str, int, ssl.SSLContext | None], Awaitable[Dialed]]
 
 
 class WebsocketLink:
@@ -121,18 +131,21 @@ class WebsocketLink:
             await self._conn.close(code, reason[:120])
 
 
-async def connect_websocket(host: str, port: int) -> Dialed:
-    """Dial a destination's ``/replication`` endpoint.
+async def connect_websocket(host: str, port: int, tls: ssl.SSLContext | None = None) -> Dialed:
+    """Dial a destination's ``/replication`` endpoint (``wss://`` with ``tls``).
 
     Raises:
+        LinkTlsFailed: the TLS handshake failed (the message says why).
         LinkLost: the endpoint refused the websocket (disabled transport, not ready) or
             the handshake failed.
         OSError: no TCP connection (refused, unreachable, timed out).
     """
     address = format_inet_addr(host, port)
+    scheme = "wss" if tls is not None else "ws"
     try:
         conn = await connect(
-            f"ws://{address}{PATH}",
+            f"{scheme}://{address}{PATH}",
+            ssl=tls,
             compression=None,
             max_size=None,
             ping_interval=PING_INTERVAL,
@@ -140,8 +153,20 @@ async def connect_websocket(host: str, port: int) -> Dialed:
             open_timeout=OPEN_TIMEOUT,
             close_timeout=2.0,
         )
+    except ssl.SSLCertVerificationError as exc:
+        raise LinkTlsFailed(
+            f"TLS with {address}: its certificate does not verify "
+            f"({exc.verify_message or exc.reason}); check the Destination's <CACertificate> "
+            "and that the certificate names this address"
+        ) from exc
+    except ssl.SSLError as exc:
+        raise LinkTlsFailed(
+            f"TLS with {address} failed ({exc.reason or exc}); does it serve TLS, and does "
+            "it accept this instance's <Certificate>?"
+        ) from exc
     except (InvalidHandshake, InvalidURI) as exc:
-        raise LinkLost(f"websocket handshake with {address} failed: {exc}") from exc
+        hint = "" if tls is not None else " (if it serves TLS, set <TLS>true</TLS>)"
+        raise LinkLost(f"websocket handshake with {address} failed: {exc}{hint}") from exc
     except TimeoutError as exc:
         raise OSError(f"connecting to {address} timed out") from exc
     return WebsocketLink(conn, address)

@@ -111,7 +111,8 @@ const destinations = new KeyedTable($id("destinations-table").tBodies[0], {
     const c = Object.fromEntries(DEST_CELLS.map((f, i) => [f, tr.cells[i]]));
     setText(c.name, `${d.name} @ ${d.group}`);
     syncCell(c.sync, d);
-    linkCell(c.link, d.status, d.address, d.connected ? null : d.last_error);
+    linkCell(c.link, d.status, d.address && d.tls ? `wss://${d.address}` : d.address,
+      d.connected ? null : d.last_error);
     setText(c.acked, fmtInt(d.last_acked_position));
     setText(c.behind, `${fmtCompact(d.messages_behind)} · ${fmtLag(d.seconds_behind)}`);
     setText(c.rate, fmtRate(d.msgs_per_sec_out));
@@ -136,7 +137,8 @@ const incoming = new KeyedTable($id("incoming-table").tBodies[0], {
     const c = tr.cells;
     setText(c[0], `${i.name} @ ${i.group}`);
     linkCell(c[1], i.status, i.address, i.connected ? null : i.last_error);
-    setText(c[2], i.user ?? "–");
+    setText(c[2], [i.user ?? "–", i.tls, i.certificate_subject ? "certificate" : null]
+      .filter(Boolean).join(" · "));
     setText(c[3], fmtInt(i.received_position));
     setText(c[4], fmtInt(i.last_acked_position));
     setText(c[5], fmtCompact(i.messages_behind));

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ import httpx
 from server.client import Client, ClientError, Disconnected
 from server.config import load_config
 from server.engine import Broker
+from server.peer import Peer
 from server.replication.inbound import InboundLink
 from server.replication.transport import Connector, Dialed, LinkLost
 from server.txlog import TransactionLog
@@ -64,8 +66,10 @@ def destination(
     compression: str | None = None,
     user: str | None = None,
     secret: str | None = None,
+    transport_extra: str = "",
 ) -> str:
-    """One ``<Destination>``: topic blocks are ``(name, filter or None)``."""
+    """One ``<Destination>``: topic blocks are ``(name, filter or None)``;
+    ``transport_extra``: more ``<Transport>`` elements (TLS)."""
     blocks = "".join(
         f"<Topic><Name>{t}</Name>"
         + (f"<Filter>{f}</Filter>" if f else "")
@@ -82,7 +86,8 @@ def destination(
         + f"<SyncType>{'sync' if sync else 'async'}</SyncType>"
         + "".join(f"<PassThrough>{p}</PassThrough>" for p in passthrough)
         + blocks
-        + f"<Transport><Type>amps-replication</Type>{addrs}{comp}{creds}</Transport>"
+        + f"<Transport><Type>amps-replication</Type>{addrs}{comp}{creds}{transport_extra}"
+        + "</Transport>"
         + "</Destination>"
     )
 
@@ -103,9 +108,11 @@ def replication_xml(
     tuning: str = "",
     users: str = "",
     admin_interval: str = "1s",
+    admin_extra: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
-    :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False."""
+    :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
+    ``admin_extra``: more ``<Admin>`` elements (the listener's TLS)."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -125,7 +132,8 @@ def replication_xml(
         + (f"<Group>{group}</Group>" if group else "")
         + f"<DataDirectory>{data_dir}</DataDirectory>"
         f"<Admin><InetAddr>{host}:{port}</InetAddr>"
-        f"<FileName>{data_dir / 'stats.db'}</FileName><Interval>{admin_interval}</Interval></Admin>"
+        f"<FileName>{data_dir / 'stats.db'}</FileName><Interval>{admin_interval}</Interval>"
+        f"{admin_extra}</Admin>"
         "<Transports><Transport><Name>websocket-json</Name><Type>websocket</Type>"
         f"<InetAddr>{host}:{port}</InetAddr><MessageType>json</MessageType></Transport>"
         f"{replication_transport}</Transports>"
@@ -240,6 +248,9 @@ class MemoryFabric:
         self.down: set[tuple[tuple[str, int], str | None]] = set()
         self.pipes: dict[tuple[str, int], list[tuple[str, _Pipe]]] = {}
         self.dials: list[tuple[str, tuple[str, int]]] = []
+        #: what a destination's listener sees of each source (the address, and the subject
+        #: of a client certificate as if mutual TLS verified it)
+        self.peers: dict[str, Peer] = {}
 
     def register(self, address: tuple[str, int], broker: Broker) -> None:
         self.brokers[address] = broker
@@ -247,7 +258,7 @@ class MemoryFabric:
     def connector(self, source: str) -> Connector:
         """The dialer of the broker called ``source``."""
 
-        async def connect(host: str, port: int) -> Dialed:
+        async def connect(host: str, port: int, tls: ssl.SSLContext | None = None) -> Dialed:
             return await self._connect(source, (host, port))
 
         return connect
@@ -265,7 +276,8 @@ class MemoryFabric:
         if not broker.ready:
             raise LinkLost(f"{address[0]}:{address[1]} is not accepting replication")
         pipe = _Pipe(f"{address[0]}:{address[1]}")
-        pipe.link = broker.replication.accept(pipe.destination)
+        peer = self.peers.get(source, Peer("127.0.0.1", 40000 + len(self.dials)))
+        pipe.link = broker.replication.accept(pipe.destination, peer)
         self.pipes.setdefault(address, []).append((source, pipe))
         return pipe.source
 

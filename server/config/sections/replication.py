@@ -16,6 +16,9 @@ Shaped like AMPS's (CONFIG.md; docs/replication.md has the whole model)::
           <InetAddr>10.0.0.2:9007</InetAddr><InetAddr>10.0.0.3:9007</InetAddr>
           <Compression>zstd</Compression>     <!-- zstd | none -->
           <User>repl</User><Password>${REPL_PASSWORD}</Password>  <!-- or <Token> -->
+          <TLS>true</TLS>                     <!-- wss://; then optionally: -->
+          <CACertificate>ca.pem</CACertificate>   <!-- default: the system's CAs -->
+          <Certificate>a.pem</Certificate><PrivateKey>a.key</PrivateKey>  <!-- mutual TLS -->
         </Transport>
       </Destination>
     </Replication>
@@ -23,13 +26,16 @@ Shaped like AMPS's (CONFIG.md; docs/replication.md has the whole model)::
 Refused here, at the element that says it: a duplicate destination name, a destination
 named like this instance, a Filter that does not compile, an unknown check in
 ExcludeValidation or one that cannot be excluded (``queue``, ``queue_underlying``), a
-Password and a Token together, a User without either. Cross-checks with other sections
+Password and a Token together, a User without either; TLS files without ``<TLS>true``, a
+client Certificate without its PrivateKey, a TLS file that cannot be used (read and
+checked here, as the listener's are). Cross-checks with other sections
 (the transaction log records the topic, MinimumSyncDestinations, at most 64 sync
 destinations) are in :mod:`server.config.build`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
 from server.config.model import (
@@ -44,15 +50,19 @@ from server.config.model import (
 from server.config.values import (
     Context,
     read_bind,
+    read_bool,
     read_choice,
     read_duration,
     read_name,
+    read_path,
     read_regex,
     read_value,
 )
 from server.config.xmltree import Children, Node, Spec, fail
 from server.expr import FilterSyntaxError, compile_filter
 from server.protocol.topic import is_regex_topic
+from server.tls.context import load_dial_context
+from server.tls.errors import TlsError
 
 __all__ = ["DestinationPart", "ReplicationPart", "read_replication"]
 
@@ -79,6 +89,10 @@ _TRANSPORT_SPEC: Final[Spec] = {
     "User": False,
     "Password": False,
     "Token": False,
+    "TLS": False,
+    "CACertificate": False,
+    "Certificate": False,
+    "PrivateKey": False,
 }
 _TOPIC_NAME_MAX: Final = 1024
 
@@ -204,9 +218,46 @@ def _transport(node: Node, ctx: Context) -> ReplicationTransport:
         secret = read_value(token_node, ctx)  # a token names its user
     elif password_node is not None:
         raise fail(password_node, "a <Password> needs the <User> it belongs to")
+    tls, ca, certificate, private_key = _tls(node, kids, ctx)
     return ReplicationTransport(
-        addresses=tuple(addresses), compression=compression, user=user, secret=secret
-    )
+        addresses=tuple(addresses), compression=compression, user=user, secret=secret,
+        tls=tls, ca_certificate=ca, certificate=certificate, private_key=private_key,
+    )  # fmt: skip
+
+
+def _tls(
+    node: Node, kids: Children, ctx: Context
+) -> tuple[bool, Path | None, Path | None, Path | None]:
+    """``TLS`` and its files: checked now, as the listener's are (a link must not find a
+    bad file on its first dial)."""
+    tls_node = kids.one("TLS")
+    tls = read_bool(tls_node, ctx) if tls_node is not None else False
+    ca_node = kids.one("CACertificate")
+    cert_node = kids.one("Certificate")
+    key_node = kids.one("PrivateKey")
+    if not tls:
+        for file_node in (ca_node, cert_node, key_node):
+            if file_node is not None:
+                raise fail(
+                    file_node,
+                    f"{file_node.tag} is for a TLS link: add <TLS>true</TLS> (the destination's "
+                    "listener serves TLS), or remove it",
+                )
+        return False, None, None, None
+    if (cert_node is None) != (key_node is None):
+        raise fail(
+            cert_node or key_node or node,
+            "a client <Certificate> and its <PrivateKey> go together",
+        )
+    ca = read_path(ca_node, ctx) if ca_node is not None else None
+    certificate = read_path(cert_node, ctx) if cert_node is not None else None
+    private_key = read_path(key_node, ctx) if key_node is not None else None
+    try:
+        load_dial_context(ca, certificate, private_key)
+    except TlsError as exc:
+        at = {"Certificate": cert_node, "PrivateKey": key_node, "CACertificate": ca_node}
+        raise fail(at[exc.element] or tls_node or node, str(exc)) from None
+    return True, ca, certificate, private_key
 
 
 def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:

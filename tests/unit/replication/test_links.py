@@ -7,11 +7,6 @@ are tests/support/replication.py's; a partition is ``fabric.cut(address)``.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from functools import wraps
 from pathlib import Path
 
 import orjson
@@ -21,78 +16,20 @@ from server.bookmarks import pub_hash
 from server.clock import VirtualClock
 from server.replication.errors import ReconnectRequested, SyncChangeRefused
 from server.replication.routing import Route
-from tests.support.engine import EngineHarness, FakeClient
-from tests.support.replication import MemoryFabric, destination, replication_xml
-
-A = ("a.test", 1)
-B = ("b.test", 2)
-C = ("c.test", 3)
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
-
-
-async def drive(clock: VirtualClock, cond: Callable[[], object], timeout: float = 15.0) -> None:
-    """Move virtual time in small steps (group commits, ack intervals, back-offs) and let
-    the threads (fsync) report, until ``cond()`` holds."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        await clock.advance(0.002)
-        await asyncio.sleep(0.001)
-
-
-@asynccontextmanager
-async def fabric_of(
-    tmp_path: Path, configs: dict[str, str]
-) -> AsyncIterator[tuple[MemoryFabric, VirtualClock, dict[str, EngineHarness]]]:
-    """Start one broker per (name -> xml), linked by a memory fabric."""
-    fabric = MemoryFabric()
-    clock = VirtualClock()
-    addresses = {"a": A, "b": B, "c": C}
-    harnesses: dict[str, EngineHarness] = {}
-    for name, xml in configs.items():
-        h = EngineHarness(tmp_path / name, xml, clock=clock, connector=fabric.connector(name))
-        fabric.register(addresses[name], h.broker)
-        harnesses[name] = h
-    for h in harnesses.values():
-        await h.__aenter__()
-    try:
-        yield fabric, clock, harnesses
-    finally:
-        for h in harnesses.values():
-            await h.__aexit__(None, None, None)
-        await fabric.close()
-
-
-def _xml(tmp: Path, name: str, *dests: str, **kw: object) -> str:
-    return replication_xml(tmp / name / "data", name, destinations=dests, **kw)  # type: ignore[arg-type]
-
-
-async def _records(h: EngineHarness) -> list[tuple[int, int, bytes, tuple[str, ...]]]:
-    """Every durable record of a broker: (pub_hash, pub_seq, body, path)."""
-    txlog = h.broker.txlog
-    assert txlog is not None
-    out = []
-    seq = txlog.first_seq
-    while batch := await txlog.read_batch(seq, max_count=10_000):
-        out.extend((r.pub_hash, r.pub_seq, r.body, r.path) for r in batch)
-        seq = batch[-1].seq + 1
-    return out
-
-
-def _publish(client: FakeClient, topic: str, seqs: range, *, acks: str = "persisted") -> None:
-    client.send(*[({"c": "publish", "t": topic, "s": s, "a": acks}, b'{"n":%d}' % s) for s in seqs])
-
-
-def _persisted(client: FakeClient) -> int:
-    return max((int(h["s"]) for h in client.acks("persisted")), default=0)
+from tests.support.engine import EngineHarness
+from tests.support.fabric import (
+    A,
+    B,
+    C,
+    drive,
+    fabric_of,
+    persisted,
+    publish,
+    records,
+    scenario,
+    xml,
+)
+from tests.support.replication import MemoryFabric, destination
 
 
 @scenario
@@ -100,8 +37,8 @@ async def test_a_sync_pair_replicates_both_ways_and_acks_wait_for_the_other_side
     tmp_path: Path,
 ) -> None:
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B])),
-        "b": _xml(tmp_path, "b", destination("a", [A])),
+        "a": xml(tmp_path, "a", destination("b", [B])),
+        "b": xml(tmp_path, "b", destination("a", [A])),
     }
     async with fabric_of(tmp_path, configs) as (fabric, clock, h):
         a, b = h["a"], h["b"]
@@ -111,15 +48,15 @@ async def test_a_sync_pair_replicates_both_ways_and_acks_wait_for_the_other_side
         sub.send(({"c": "subscribe", "t": "orders", "sub_id": "s"}, b""))
         pa = await a.logon("pub-a")
         pb = await b.logon("pub-b")
-        _publish(pa, "orders", range(1, 51))
-        _publish(pb, "orders", range(1, 31))
-        await drive(clock, lambda: _persisted(pa) == 50 and _persisted(pb) == 30)
+        publish(pa, "orders", range(1, 51))
+        publish(pb, "orders", range(1, 31))
+        await drive(clock, lambda: persisted(pa) == 50 and persisted(pb) == 30)
         # the persisted acks came only once the other side had the records durably
         for far in (a, b):
-            records = await _records(far)
-            assert len(records) == 80
-            assert len(set((h_, s) for h_, s, _, _ in records)) == 80
-        got_b = await _records(b)
+            got = await records(far)
+            assert len(got) == 80
+            assert len(set((h_, s) for h_, s, _, _ in got)) == 80
+        got_b = await records(b)
         from_a = [r for r in got_b if r[0] == pub_hash("pub-a")]
         assert [r[1] for r in from_a] == list(range(1, 51))  # A's order
         assert all(r[3] == ("a",) for r in from_a)  # the path says where it came from
@@ -137,8 +74,8 @@ async def test_a_downgrade_releases_the_acks_that_wait_for_a_down_destination(
     tmp_path: Path,
 ) -> None:
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
-        "b": _xml(tmp_path, "b"),
+        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
+        "b": xml(tmp_path, "b"),
     }
     async with fabric_of(tmp_path, configs) as (fabric, clock, h):
         a, b = h["a"], h["b"]
@@ -146,48 +83,48 @@ async def test_a_downgrade_releases_the_acks_that_wait_for_a_down_destination(
         assert repl is not None
         await drive(clock, lambda: repl.destinations["b"].connected)
         pub = await a.logon("pub")
-        _publish(pub, "orders", range(1, 11))
-        await drive(clock, lambda: _persisted(pub) == 10)
+        publish(pub, "orders", range(1, 11))
+        await drive(clock, lambda: persisted(pub) == 10)
         fabric.cut(B)
         await drive(clock, lambda: not repl.destinations["b"].connected)
-        _publish(pub, "orders", range(11, 21))
+        publish(pub, "orders", range(11, 21))
         await a.commit()
         for _ in range(50):  # durable here, but B is down: the acks stall
             await clock.advance(0.01)
         assert a.durable_seq == a.last_seq
-        assert _persisted(pub) == 10
+        assert persisted(pub) == 10
         repl.downgrade("b")  # released at once, in the same loop turn
         await a.settle()
-        assert _persisted(pub) == 20
+        assert persisted(pub) == 20
         assert repl.destinations["b"].sync.effective == "async"
-        _publish(pub, "orders", range(21, 26))
-        await drive(clock, lambda: _persisted(pub) == 25)  # async: no wait for B
+        publish(pub, "orders", range(21, 26))
+        await drive(clock, lambda: persisted(pub) == 25)  # async: no wait for B
         # B comes back, catches up; an upgrade completes once it has caught up
         fabric.heal(B)
         repl.upgrade("b")
         assert repl.destinations["b"].sync.effective == "upgrading"
         await drive(clock, lambda: repl.destinations["b"].sync.effective == "sync")
-        assert len(await _records(b)) == 25
+        assert len(await records(b)) == 25
         # and acks wait for it again
         fabric.cut(B)
         await drive(clock, lambda: not repl.destinations["b"].connected)
-        _publish(pub, "orders", range(26, 31))
+        publish(pub, "orders", range(26, 31))
         await a.commit()
         for _ in range(50):
             await clock.advance(0.01)
-        assert _persisted(pub) == 25
+        assert persisted(pub) == 25
         fabric.heal(B)
-        await drive(clock, lambda: _persisted(pub) == 30)
+        await drive(clock, lambda: persisted(pub) == 30)
 
 
 @scenario
 async def test_the_floor_refuses_a_downgrade_and_names_the_setting(tmp_path: Path) -> None:
     configs = {
-        "a": _xml(
+        "a": xml(
             tmp_path, "a", destination("b", [B], exclude="replicate"),
             tuning="<MinimumSyncDestinations>1</MinimumSyncDestinations>",
         ),
-        "b": _xml(tmp_path, "b"),
+        "b": xml(tmp_path, "b"),
     }  # fmt: skip
     async with fabric_of(tmp_path, configs) as (_fabric, _clock, h):
         repl = h["a"].broker.replication
@@ -210,33 +147,33 @@ async def test_a_late_copy_from_one_route_is_kept_and_a_second_copy_dropped(
     """
     async_all = {"sync": False, "exclude": "replicate"}
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], **async_all),  # type: ignore[arg-type]
+        "a": xml(tmp_path, "a", destination("b", [B], **async_all),  # type: ignore[arg-type]
                   destination("c", [C], **async_all)),  # type: ignore[arg-type]
-        "b": _xml(tmp_path, "b", destination("c", [C], passthrough=(".*",), **async_all)),  # type: ignore[arg-type]
-        "c": _xml(tmp_path, "c"),
+        "b": xml(tmp_path, "b", destination("c", [C], passthrough=(".*",), **async_all)),  # type: ignore[arg-type]
+        "c": xml(tmp_path, "c"),
     }  # fmt: skip
     async with fabric_of(tmp_path, configs) as (fabric, clock, h):
         a, b, c = h["a"], h["b"], h["c"]
         sub = await c.logon("watcher")
         sub.send(({"c": "subscribe", "t": "orders", "sub_id": "w"}, b""))
         p_at_a = await a.logon("P")
-        _publish(p_at_a, "orders", range(1, 100))
+        publish(p_at_a, "orders", range(1, 100))
         p = pub_hash("P")
 
         async def seqs_of(h_: EngineHarness) -> list[int]:
-            return [s for ph, s, _, _ in await _records(h_) if ph == p]
+            return [s for ph, s, _, _ in await records(h_) if ph == p]
 
         for x in (b, c):
             await drive(clock, lambda x=x: x.broker.txlog.durable_seq >= 99)  # type: ignore[misc]
-        await drive(clock, lambda: _persisted(p_at_a) == 99)
+        await drive(clock, lambda: persisted(p_at_a) == 99)
         fabric.cut(B, source="a")
         fabric.cut(C, source="a")
-        _publish(p_at_a, "orders", range(100, 101))
-        await drive(clock, lambda: _persisted(p_at_a) == 100)
+        publish(p_at_a, "orders", range(100, 101))
+        await drive(clock, lambda: persisted(p_at_a) == 100)
         # P fails over to B (A lost its connection) and goes on from its last ack
         p_at_b = await b.logon("P")
-        _publish(p_at_b, "orders", range(101, 102))
-        await drive(clock, lambda: _persisted(p_at_b) == 101)
+        publish(p_at_b, "orders", range(101, 102))
+        await drive(clock, lambda: persisted(p_at_b) == 101)
         await drive(clock, lambda: c.broker.txlog.durable_seq >= 100)
         assert await seqs_of(c) == [*range(1, 100), 101]
         assert c.broker.txlog.publishers.missing(p, 100)
@@ -262,8 +199,8 @@ def orjson_n(body: bytes) -> int:
 @scenario
 async def test_a_group_mismatch_refuses_the_link_with_both_names(tmp_path: Path) -> None:
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], group="nyc", exclude="replicate")),
-        "b": _xml(tmp_path, "b", group="ldn"),
+        "a": xml(tmp_path, "a", destination("b", [B], group="nyc", exclude="replicate")),
+        "b": xml(tmp_path, "b", group="ldn"),
     }
     async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
         link = h["a"].broker.replication.destinations["b"]
@@ -277,8 +214,8 @@ async def test_a_group_mismatch_refuses_the_link_with_both_names(tmp_path: Path)
 @scenario
 async def test_a_validation_failure_is_logged_with_its_fix_on_both_sides(tmp_path: Path) -> None:
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], topics=(("orders", None),))),
-        "b": _xml(tmp_path, "b", topics=("trades",)),
+        "a": xml(tmp_path, "a", destination("b", [B], topics=(("orders", None),))),
+        "b": xml(tmp_path, "b", topics=("trades",)),
     }
     async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
         link = h["a"].broker.replication.destinations["b"]
@@ -303,8 +240,8 @@ async def test_a_validation_failure_is_logged_with_its_fix_on_both_sides(tmp_pat
 async def test_a_restarted_destination_resyncs_from_what_it_lacks(tmp_path: Path) -> None:
     one_way = {"exclude": "replicate"}
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], sync=False, **one_way)),  # type: ignore[arg-type]
-        "b": _xml(tmp_path, "b"),
+        "a": xml(tmp_path, "a", destination("b", [B], sync=False, **one_way)),  # type: ignore[arg-type]
+        "b": xml(tmp_path, "b"),
     }
     fabric = MemoryFabric()
     clock = VirtualClock()
@@ -316,20 +253,20 @@ async def test_a_restarted_destination_resyncs_from_what_it_lacks(tmp_path: Path
     await b.__aenter__()
     try:
         pub = await a.logon("pub")
-        _publish(pub, "orders", range(1, 201))
+        publish(pub, "orders", range(1, 201))
         link = a.broker.replication.destinations["b"]
         await drive(clock, lambda: link.acked >= 200)
         await b.__aexit__(None, None, None)  # B stops
         await drive(clock, lambda: not link.connected)
-        _publish(pub, "orders", range(201, 401))
-        await drive(clock, lambda: _persisted(pub) == 400)
+        publish(pub, "orders", range(201, 401))
+        await drive(clock, lambda: persisted(pub) == 400)
         b = EngineHarness(
             tmp_path / "b", configs["b"], clock=clock, connector=fabric.connector("b")
         )
         fabric.register(B, b.broker)
         await b.__aenter__()
         await drive(clock, lambda: link.connected and link.acked >= a.last_seq)
-        got = [s for ph, s, _, _ in await _records(b) if ph == pub_hash("pub")]
+        got = [s for ph, s, _, _ in await records(b) if ph == pub_hash("pub")]
         assert got == list(range(1, 401))
         # the resync started after what B had acknowledged: nothing was sent twice
         assert link.msgs_out == 400
@@ -342,10 +279,10 @@ async def test_a_restarted_destination_resyncs_from_what_it_lacks(tmp_path: Path
 @scenario
 async def test_the_logon_ack_says_whether_failover_is_safe(tmp_path: Path) -> None:
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], exclude="replicate"),
+        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate"),
                   destination("c", [C], sync=False, exclude="replicate")),
-        "b": _xml(tmp_path, "b"),
-        "c": _xml(tmp_path, "c"),
+        "b": xml(tmp_path, "b"),
+        "c": xml(tmp_path, "c"),
     }  # fmt: skip
     async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
         a = h["a"]
@@ -375,22 +312,22 @@ async def test_passthrough_and_filters_route_a_chain(tmp_path: Path) -> None:
     sends only matching messages."""
     one_way = {"exclude": "replicate,replicate_filter,cascade"}
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], **one_way)),  # type: ignore[arg-type]
-        "b": _xml(tmp_path, "b", destination("c", [C], topics=(("orders", "/n &lt; 5"),),
+        "a": xml(tmp_path, "a", destination("b", [B], **one_way)),  # type: ignore[arg-type]
+        "b": xml(tmp_path, "b", destination("c", [C], topics=(("orders", "/n &lt; 5"),),
                                              **one_way)),  # type: ignore[arg-type]
-        "c": _xml(tmp_path, "c"),
+        "c": xml(tmp_path, "c"),
     }  # fmt: skip
     async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
         a, b, c = h["a"], h["b"], h["c"]
         pa = await a.logon("pa")
         pb = await b.logon("pb")
-        _publish(pa, "orders", range(1, 11))
-        _publish(pb, "orders", range(1, 11))
-        await drive(clock, lambda: _persisted(pa) == 10 and _persisted(pb) == 10)
+        publish(pa, "orders", range(1, 11))
+        publish(pb, "orders", range(1, 11))
+        await drive(clock, lambda: persisted(pa) == 10 and persisted(pb) == 10)
         await drive(clock, lambda: c.broker.replication.inbound.get("b") is not None)
         link = b.broker.replication.destinations["c"]
         await drive(clock, lambda: link.messages_behind() == 0)
-        got = await _records(c)
+        got = await records(c)
         assert [(ph, s) for ph, s, _, _ in got] == [(pub_hash("pb"), s) for s in range(1, 5)]
         assert all(path == ("b",) for _, _, _, path in got)
 
@@ -415,15 +352,15 @@ async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
     peer refused the link while the pump held records), raised, and stayed dead: the link
     reconnected and showed streaming, but nothing more was sent."""
     configs = {
-        "a": _xml(tmp_path, "a", destination("b", [B], sync=False, exclude="replicate")),
-        "b": _xml(tmp_path, "b"),
+        "a": xml(tmp_path, "a", destination("b", [B], sync=False, exclude="replicate")),
+        "b": xml(tmp_path, "b"),
     }
     async with fabric_of(tmp_path, configs) as (fabric, clock, h):
         a, b = h["a"], h["b"]
         link = a.broker.replication.destinations["b"]
         await drive(clock, lambda: link.connected)
         pub = await a.logon("pub")
-        _publish(pub, "orders", range(1, 11))
+        publish(pub, "orders", range(1, 11))
         await drive(clock, lambda: link.acked >= 10)
         # the protocol closes under a connected stream: a send must not raise
         stream = link._stream
@@ -437,9 +374,9 @@ async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
         await drive(clock, lambda: link.connected and link._stream is not stream)
         # an unexpected error in the pump is reported, the link drops and comes back
         link.route = _FailingOnce(link.config)
-        _publish(pub, "orders", range(11, 21))
+        publish(pub, "orders", range(11, 21))
         await drive(clock, lambda: link.acked >= a.last_seq)
         assert any(e["event"] == "pump_failed" for e in a.broker.events.recent())
-        got = [s for ph, s, _, _ in await _records(b) if ph == pub_hash("pub")]
+        got = [s for ph, s, _, _ in await records(b) if ph == pub_hash("pub")]
         assert got == list(range(1, 21))
         del fabric
