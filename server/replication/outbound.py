@@ -50,8 +50,9 @@ from server.replication.errors import (
     ValidationFailed,
     ValidationReported,
 )
-from server.replication.frames import Holdings, RecordsWriter
+from server.replication.frames import Holdings
 from server.replication.history import LinkEvent
+from server.replication.packing import pack_runs
 from server.replication.protocol import (
     Acked,
     Closed,
@@ -620,48 +621,7 @@ class DestinationLink:
             self._scanned = upto
             self._marker_due = upto
             return
-        writer = RecordsWriter()
-        topic_bytes = self._topic_bytes
-        topics, bodies = batch.topics, batch.bodies
-        hashes, pseqs, times = batch.pub_hashes, batch.pub_seqs, batch.timestamps_us
-        plain = batch.plain
-        one_kind = len(batch.kinds()) == 1
-        n = len(chosen)
-        start = 0
-        while start < n:
-            i0 = chosen[start]
-            topic, pub, kind = topics[i0], hashes[i0], batch.kind(i0)
-            path = () if plain else batch.path(i0)
-            end = start + 1
-            while end < n:
-                j = chosen[end]
-                if (
-                    topics[j] != topic
-                    or hashes[j] != pub
-                    or (not one_kind and batch.kind(j) != kind)
-                    or (not plain and batch.path(j) != path)
-                ):
-                    break
-                end += 1
-            run = chosen[start:end] if start or end < n else chosen
-            raw = topic_bytes.get(topic)
-            if raw is None:
-                if len(topic_bytes) > 10_000:
-                    topic_bytes.clear()
-                raw = topic_bytes[topic] = topic.encode()
-            corrs = keys = None
-            if not plain:
-                corrs = [batch.corr_id(j).encode() for j in run]
-                keys = [batch.sow_key(j).encode() for j in run]
-            seqs = [first + j for j in run]
-            stamps = [times[j] for j in run]
-            writer.add_run(
-                raw, pub, kind, path, seqs, stamps, [pseqs[j] for j in run],
-                [bodies[j] for j in run], corrs if corrs and any(corrs) else None,
-                keys if keys and any(keys) else None,
-            )  # fmt: skip
-            self._unacked.extend(zip(seqs, stamps, strict=True))
-            start = end
+        writer = pack_runs(batch, chosen, self._topic_bytes, self._unacked)
         payload = writer.payload()
         compressor = stream.compressor
         if compressor is not None:
