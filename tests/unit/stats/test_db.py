@@ -36,11 +36,13 @@ def test_migrations_match_the_models(tmp_path: Path) -> None:
             version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
             heads = ScriptDirectory.from_config(alembic_config("sqlite://")).get_heads()
             assert heads == [version]  # one head: the branches' migrations are merged
+            assert version == "0003"
             assert set(inspect(conn).get_table_names()) == {
                 "alembic_version",
                 "metric",
                 "sample",
                 "replication_event",
+                "pipeline_run",
             }
     finally:
         engine.dispose()
