@@ -48,6 +48,10 @@ pytestmark = [
 
 PER_SIDE = 4_000
 PARTITION = 10.0
+# The 10.200.N.x addresses live only inside the namespaces this test creates (nothing
+# outside can reach them), so the listeners run without TLS; the config refuses a
+# non-loopback listener with users and no TLS unless it is told so explicitly.
+PLAINTEXT = "<AllowPlaintext>true</AllowPlaintext>"
 
 
 def _ip(*args: str) -> None:
@@ -125,7 +129,7 @@ def test_a_ten_second_partition_heals_with_no_loss(tmp_path: Path, net: Net) -> 
     for name, other in (("a", "b"), ("b", "a")):
         xml = replication_xml(
             tmp_path / name / "data", name, host=hosts[name][0], port=hosts[name][1],
-            users=users,
+            users=users, admin_extra=PLAINTEXT,
             destinations=[destination(other, [hosts[other]], user="repl", secret=token["repl"])],
         )  # fmt: skip
         procs[name] = SpoolProcess(tmp_path / name, xml, prefix=net.prefix if name == "b" else ())
