@@ -1,0 +1,149 @@
+"""The compiled frame splitter against its pure-Python oracle: same messages (header
+dicts with the same keys, order and value types; the same bodies) and the same error (type,
+text, ``cid``) on valid, random and adversarial frames."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from server.protocol.frame import LONG_KEYS, ParsedFrame, parse_frame_py
+from tests.support.twins import compiled, typed
+
+_c = compiled("server.protocol._frame_c")
+
+# Keys and values that reach every branch of the compiled header parser: the common keys,
+# long keys, unknown keys, escapes, non-ASCII, control characters, braces and quotes in
+# strings, every JSON scalar, numbers at the edges of its integer fast path.
+keys = st.one_of(
+    st.sampled_from(["c", "t", "l", "s", "a", "cid", "sids", "bm", "ts", "x", "k", "sub_id"]),
+    st.sampled_from(sorted(LONG_KEYS)),
+    st.text(max_size=6),
+)
+ints = st.one_of(
+    st.integers(min_value=-5, max_value=300),
+    st.integers(min_value=10**17, max_value=10**19 + 5),
+    st.integers(min_value=2**63 - 3, max_value=2**64 + 3),
+    st.integers(min_value=-(2**70), max_value=2**70),
+)
+scalars = st.one_of(
+    ints,
+    st.text(max_size=12),
+    st.text(alphabet='ab{}"\\/\x00\x1f\u00e9\u20ac', max_size=8),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.none(),
+)
+values = st.one_of(scalars, st.lists(scalars, max_size=3))
+
+
+@st.composite
+def headers(draw: st.DrawFn) -> bytes:
+    items = draw(st.lists(st.tuples(keys, values), max_size=5))
+    if draw(st.booleans()):
+        # a well-formed message: a body length that fits, or none on the last one
+        items.append(("l", draw(st.integers(min_value=0, max_value=40))))
+    ascii_only = draw(st.booleans())
+    text = (
+        "{"
+        + ",".join(
+            json.dumps(k, ensure_ascii=ascii_only) + ":" + json.dumps(v, ensure_ascii=ascii_only)
+            for k, v in items
+        )
+        + "}"
+    )
+    return text.encode()
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> bytes:
+    parts = []
+    for _ in range(draw(st.integers(min_value=0, max_value=4))):
+        parts.append(draw(headers()))
+        parts.append(draw(st.binary(max_size=40)))
+    frame = b"".join(parts)
+    # adversarial edits: cut it, flip bytes, splice random bytes in
+    for _ in range(draw(st.integers(min_value=0, max_value=3))):
+        if not frame:
+            break
+        i = draw(st.integers(min_value=0, max_value=len(frame) - 1))
+        op = draw(st.sampled_from(["cut", "flip", "insert"]))
+        if op == "cut":
+            frame = frame[:i]
+        elif op == "flip":
+            frame = frame[:i] + bytes([draw(st.integers(0, 255))]) + frame[i + 1 :]
+        else:
+            frame = frame[:i] + draw(st.binary(min_size=1, max_size=4)) + frame[i:]
+    return frame
+
+
+def _view(parsed: ParsedFrame) -> Any:
+    err = parsed.error
+    return (
+        [(typed(m.header), m.body) for m in parsed.messages],
+        None if err is None else (type(err), err.args, err.cid),
+    )
+
+
+def _same(frame: bytes) -> None:
+    assert _view(_c.parse_frame(frame)) == _view(parse_frame_py(frame))
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(frames())
+@example(b"")
+@example(b"{}")
+@example(b"{")
+@example(b"x")
+@example(b'{"l":01}')
+@example(b'{"l":-0}')
+@example(b'{"l":1.0}')
+@example(b'{"l":true}')
+@example(b'{"l":18446744073709551616}ab')
+@example(b'{"l":9223372036854775808}ab')
+@example(b'{"l":999999999999999999}ab')
+@example(b'{"a":"}","l":1}x')
+@example(b'{"a":{"b":1}}')
+@example(b'{"a" :1}')
+@example(b'{"t":"\\u00e9"}')
+@example(b'{"t":"\xc3\xa9"}')
+@example(b'{"t":"\xff"}')
+@example(b'{"topic":"a","t":"b","l":0}{"command":"x"}')
+@example(b'{"a":1,"a":2}')
+@example(b'{"cid":7,"l":5}ab')
+@example(b'{"command_id":"q","l":-1}')
+@example(b'{"s":1e5}')
+@example(b'{"s":"\\"}"}')
+def test_parse_frame_twins_agree(frame: bytes) -> None:
+    _same(frame)
+
+
+@given(st.binary(max_size=200))
+def test_parse_frame_twins_agree_on_random_bytes(frame: bytes) -> None:
+    _same(frame)
+
+
+def test_long_header_limits_agree() -> None:
+    big = b'{"t":"' + b"a" * (64 * 1024) + b'","l":0}'
+    _same(big)
+    _same(b'{"t":"' + b"a" * (64 * 1024 - 20) + b'","l":0}')
+    _same(b'{"t":"' + b"\\u0041" * 20000 + b'"}')
+
+
+def test_bytes_like_frames_give_bytes_bodies() -> None:
+    frame = b'{"c":"publish","l":2}ab{"c":"x"}rest'
+    for data in (bytearray(frame), memoryview(frame)):
+        got = _c.parse_frame(data)
+        assert _view(got) == _view(parse_frame_py(data))
+        assert all(type(m.body) is bytes for m in got.messages)
+
+
+def test_value_cache_never_mixes_up_strings() -> None:
+    # Strings of one length that map to one cache slot must still be told apart.
+    names = [f"t{i:03d}" for i in range(500)]
+    frame = b"".join(b'{"t":"%s","l":0}' % n.encode() for n in names * 2)
+    got = _c.parse_frame(frame)
+    assert [m.header["t"] for m in got.messages] == names * 2
