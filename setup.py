@@ -18,6 +18,7 @@ _SOURCES = {
     "server.protocol._frame_c": ["server/protocol/_frame_c.pyx"],
     "server.protocol._scan_c": ["server/protocol/_scan_c.pyx"],
     "server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
+    "server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
     "server._wire_c": ["server/_wire_c.pyx"],
 }
 

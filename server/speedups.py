@@ -34,7 +34,8 @@ ENABLED: Final[bool] = os.environ.get(ENV_VAR, "") in ("", "0")
 EXTENSIONS: Final[dict[str, str]] = {
     "server.protocol._frame_c": "server.protocol.frame",
     "server.protocol._scan_c": "server.protocol.commands, server.protocol.deliveries",
-    "server.txlog._codec_c": "server.txlog.codec, server.txlog.batch",
+    "server.txlog._codec_c": "server.txlog.codec",
+    "server.txlog._batch_c": "server.txlog.batch",
     "server._wire_c": "server.wire",
 }
 

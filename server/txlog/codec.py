@@ -40,12 +40,13 @@ strings: ``torn record``, ``bad length``, ``bad format``, ``crc mismatch``,
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
 import google_crc32c
 
+from server import speedups
 from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
 from server.txlog.record import Record, RecordKind
 
@@ -197,7 +198,7 @@ def encode(
     return data + _U32.pack(_crc(data))
 
 
-def encode_run(
+def encode_run_py(
     first_seq: int,
     timestamp_us: int,
     pub_hash: int,
@@ -212,9 +213,15 @@ def encode_run(
     and message type are encoded once and the per-record work is one header pack, one
     concatenation and one CRC. Record ``i`` gets seq ``first_seq + i``.
 
+    This is the pure-Python implementation and the oracle of the compiled one
+    (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
+
     Returns:
         The encoded records, from the first; fewer than given when one does not fit the
         format (:func:`encode` of that record raises the reason).
+
+    Raises:
+        ValueError: ``pub_seqs`` and ``bodies`` differ in length.
     """
     tb = _enc_cache.get(topic) or _utf8(topic)
     mb = _enc_cache.get(message_type) or _utf8(message_type)
@@ -239,6 +246,16 @@ def encode_run(
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
     return out
+
+
+encode_run: Callable[[int, int, int, list[int], str, str, list[bytes]], list[bytes]] = encode_run_py
+if speedups.ENABLED:
+    try:
+        from server.txlog._codec_c import encode_run as _encode_run_c
+    except ImportError:  # not built: speedups.status() says why
+        pass
+    else:
+        encode_run = _encode_run_c
 
 
 def _encode_full(

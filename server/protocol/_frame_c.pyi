@@ -1,0 +1,3 @@
+from server.protocol.message import ParsedFrame
+
+def parse_frame(data: bytes) -> ParsedFrame: ...
