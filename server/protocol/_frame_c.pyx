@@ -20,19 +20,23 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.dict cimport PyDict_GetItem, PyDict_SetItem
 from cpython.list cimport PyList_Append
 from cpython.object cimport PyObject
-from libc.string cimport memchr, memcmp
+from libc.string cimport memchr, memcmp, memcpy
 
 import orjson
 
 from server.protocol.message import (
     LONG,
     MAX_HEADER_BYTES,
+    Delivery,
     FrameError,
     Message,
     ParsedFrame,
     cid_of,
+    delivery_of,
     normalize,
+    sub_ids_of,
 )
+from server.protocol.message import _UNSET, _sids_cache
 
 
 cdef extern from "Python.h":
@@ -276,66 +280,265 @@ cdef object _slow_header(bytes data, const char *buf, Py_ssize_t pos, Py_ssize_t
     return header
 
 
-def parse_frame(data):
-    """Split a frame into messages (compiled; see :func:`server.protocol.frame.parse_frame_py`)."""
-    cdef bytes frame
-    cdef list messages = []
-    cdef Py_ssize_t pos = 0
-    cdef Py_ssize_t end, hend, bend
+cdef object _one(bytes frame, const char *buf, Py_ssize_t pos, Py_ssize_t end,
+                 Py_ssize_t *next_pos):
+    """The message at ``pos`` as a :class:`Message` (``next_pos`` set past it), or the
+    :class:`FrameError` that ends the frame there: parse_frame_py's loop body."""
+    cdef Py_ssize_t hend = 0, bend
     cdef long long length
-    cdef const char *buf
-    cdef bint has_long
+    cdef bint has_long = False
     cdef int overflow
     cdef PyObject *lp
-    cdef object header, body, msg
-    if type(data) is bytes:
-        frame = <bytes>data
+    cdef object header = None, body
+    if buf[pos] == b'{':
+        header = _fast_header(buf, pos, end if end - pos < _MAX_HEADER else pos + _MAX_HEADER,
+                              &hend, &has_long)
+    if header is None:
+        header = _slow_header(frame, buf, pos, end, &hend)
+        if type(header) is _FrameError:
+            return header
+        if type(header) is not dict:
+            return _FrameError("header is not a JSON object")
+        has_long = not _LONG.isdisjoint(header)
+    if has_long:
+        header = _normalize(header)
+    lp = PyDict_GetItem(header, _L)
+    if lp == NULL or <object>lp is None:
+        body = PyBytes_FromStringAndSize(buf + hend, end - hend)
+        next_pos[0] = end
     else:
-        frame = bytes(data)
-    end = PyBytes_GET_SIZE(frame)
-    buf = PyBytes_AS_STRING(frame)
+        lobj = <object>lp
+        overflow = 0
+        length = -1
+        if type(lobj) is int:
+            length = PyLong_AsLongLongAndOverflow(lobj, &overflow)
+        if length < 0 and overflow <= 0:
+            return _FrameError("'l' must be a non-negative integer", _cid_of(header))
+        if overflow > 0 or length > end - hend:
+            return _FrameError(
+                f"'l' is {lobj} but only {end - hend} body bytes follow", _cid_of(header)
+            )
+        bend = hend + length
+        body = PyBytes_FromStringAndSize(buf + hend, length)
+        next_pos[0] = bend
+    return _message(header, body)
+
+
+def parse_frame(data):
+    """Split a frame into messages (compiled; see :func:`server.protocol.frame.parse_frame_py`)."""
+    cdef bytes frame = data if type(data) is bytes else bytes(data)
+    cdef list messages = []
+    cdef Py_ssize_t pos = 0, nxt = 0
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(frame)
+    cdef const char *buf = PyBytes_AS_STRING(frame)
+    cdef object item
     if end == 0:
         return _ParsedFrame(messages, _FrameError("empty frame"))
     while pos < end:
-        has_long = False
-        header = None
-        if buf[pos] == b'{':
-            header = _fast_header(buf, pos, end if end - pos < _MAX_HEADER else pos + _MAX_HEADER,
-                                  &hend, &has_long)
-        if header is None:
-            header = _slow_header(frame, buf, pos, end, &hend)
-            if type(header) is _FrameError:
-                return _ParsedFrame(messages, header)
-            if type(header) is not dict:
-                return _ParsedFrame(messages, _FrameError("header is not a JSON object"))
-            has_long = not _LONG.isdisjoint(header)
-        if has_long:
-            header = _normalize(header)
-        lp = PyDict_GetItem(header, _L)
-        if lp == NULL or <object>lp is None:
-            body = PyBytes_FromStringAndSize(buf + hend, end - hend)
-            pos = end
-        else:
-            lobj = <object>lp
-            overflow = 0
-            length = -1
-            if type(lobj) is int:
-                length = PyLong_AsLongLongAndOverflow(lobj, &overflow)
-            if length < 0 and overflow <= 0:
-                return _ParsedFrame(
-                    messages, _FrameError("'l' must be a non-negative integer", _cid_of(header))
-                )
-            if overflow > 0 or length > end - hend:
-                return _ParsedFrame(
-                    messages,
-                    _FrameError(
-                        f"'l' is {lobj} but only {end - hend} body bytes follow",
-                        _cid_of(header),
-                    ),
-                )
-            bend = hend + length
-            body = PyBytes_FromStringAndSize(buf + hend, length)
-            pos = bend
-        msg = _message(header, body)
-        PyList_Append(messages, msg)
+        item = _one(frame, buf, pos, end, &nxt)
+        if type(item) is _FrameError:
+            return _ParsedFrame(messages, item)
+        PyList_Append(messages, item)
+        pos = nxt
     return _ParsedFrame(messages)
+
+
+# -- deliveries (the client's splitter) ----------------------------------------------------
+
+cdef object _Delivery = Delivery
+cdef object _delivery_of = delivery_of
+cdef object _sub_ids_of = sub_ids_of
+cdef dict _sids = _sids_cache
+cdef object _UNSET_ = _UNSET
+cdef object _PUBLISH = "publish"
+cdef object _C = "c"
+cdef tuple _DELIVERY_SLOTS = tuple(
+    getattr(Delivery, name)
+    for name in ("topic", "data", "sub_ids", "bookmark", "timestamp", "correlation_id",
+                 "_header", "_json")
+)
+
+
+cdef inline void _set_slot(object descr, object obj, object value) except *:
+    Py_TYPE(<PyObject *>descr).tp_descr_set(<PyObject *>descr, <PyObject *>obj,
+                                            <PyObject *>value)
+
+
+cdef inline Py_ssize_t _expect(const char *buf, Py_ssize_t i, Py_ssize_t end, const char *lit,
+                               Py_ssize_t n) noexcept:
+    """``i + n`` when ``buf[i:i + n] == lit``, else -1."""
+    if i < 0 or end - i < n or memcmp(buf + i, lit, n) != 0:
+        return -1
+    return i + n
+
+
+cdef object _fast_delivery(const char *buf, Py_ssize_t pos, Py_ssize_t end,
+                           Py_ssize_t *next_pos):
+    """The :class:`Delivery` at ``pos`` when its header is exactly the broker's layout
+    ``{"c":"publish","t":T,"sids":S[,"bm":B][,"ts":TS][,"x":X],"l":N}`` with plain ASCII
+    strings and a body that fits; None otherwise (the general path then decides)."""
+    cdef Py_ssize_t i, j, ndig
+    cdef long long num
+    cdef object topic, sids, ids, bm = None, ts = None, x = None, body, d
+    cdef PyObject *hit
+    cdef PyTypeObject *tp
+    cdef PyObject *raw
+    i = _expect(buf, pos, end, b'{"c":"publish","t":"', 20)
+    if i < 0:
+        return None
+    j = _ascii_string_end(buf, i, end)
+    if j < 0:
+        return None
+    topic = _cached_str(buf + i, j - i)
+    i = _expect(buf, j + 1, end, b',"sids":"', 9)
+    if i < 0:
+        return None
+    j = _ascii_string_end(buf, i, end)
+    if j < 0:
+        return None
+    sids = _cached_str(buf + i, j - i)
+    i = j + 1
+    j = _expect(buf, i, end, b',"bm":"', 7)
+    if j >= 0:
+        i = _ascii_string_end(buf, j, end)
+        if i < 0:
+            return None
+        bm = PyUnicode_DecodeASCII(buf + j, i - j, NULL)
+        i += 1
+    j = _expect(buf, i, end, b',"ts":"', 7)
+    if j >= 0:
+        i = _ascii_string_end(buf, j, end)
+        if i < 0:
+            return None
+        ts = PyUnicode_DecodeASCII(buf + j, i - j, NULL)
+        i += 1
+    j = _expect(buf, i, end, b',"x":"', 6)
+    if j >= 0:
+        i = _ascii_string_end(buf, j, end)
+        if i < 0:
+            return None
+        x = PyUnicode_DecodeASCII(buf + j, i - j, NULL)
+        i += 1
+    i = _expect(buf, i, end, b',"l":', 5)
+    if i < 0 or i >= end:
+        return None
+    if buf[i] == b'0' and i + 1 < end and 48 <= <unsigned char>buf[i + 1] <= 57:
+        return None
+    num = 0
+    ndig = 0
+    while i < end and 48 <= <unsigned char>buf[i] <= 57:
+        num = num * 10 + (<unsigned char>buf[i] - 48)
+        ndig += 1
+        i += 1
+        if ndig > 18:
+            return None
+    if ndig == 0 or i >= end or buf[i] != b'}':
+        return None
+    i += 1
+    if num > end - i:
+        return None  # the general path reports it
+    if i - pos > _MAX_HEADER:
+        return None
+    hit = PyDict_GetItem(_sids, sids)
+    ids = <object>hit if hit != NULL else _sub_ids_of(sids)
+    body = PyBytes_FromStringAndSize(buf + i, num)
+    tp = <PyTypeObject *>_Delivery
+    raw = tp.tp_alloc(tp, 0)
+    d = <object>raw
+    Py_DECREF(raw)
+    _set_slot(_DELIVERY_SLOTS[0], d, topic)
+    _set_slot(_DELIVERY_SLOTS[1], d, body)
+    _set_slot(_DELIVERY_SLOTS[2], d, ids)
+    _set_slot(_DELIVERY_SLOTS[3], d, bm)
+    _set_slot(_DELIVERY_SLOTS[4], d, ts)
+    _set_slot(_DELIVERY_SLOTS[5], d, x)
+    _set_slot(_DELIVERY_SLOTS[6], d, None)
+    _set_slot(_DELIVERY_SLOTS[7], d, _UNSET_)
+    next_pos[0] = i + num
+    return d
+
+
+def split_deliveries(data):
+    """A frame from the broker as deliveries and other messages (compiled; see
+    :func:`server.protocol.delivery.split_deliveries_py`)."""
+    cdef bytes frame = data if type(data) is bytes else bytes(data)
+    cdef list items = []
+    cdef Py_ssize_t pos = 0, nxt = 0
+    cdef Py_ssize_t end = PyBytes_GET_SIZE(frame)
+    cdef const char *buf = PyBytes_AS_STRING(frame)
+    cdef object item
+    if end == 0:
+        return items, _FrameError("empty frame")
+    while pos < end:
+        item = _fast_delivery(buf, pos, end, &nxt)
+        if item is None:
+            item = _one(frame, buf, pos, end, &nxt)
+            if type(item) is _FrameError:
+                return items, item
+            if (<object>PyDict_GetItem(item.header, _C) if PyDict_GetItem(item.header, _C) != NULL
+                    else None) == _PUBLISH:
+                item = _delivery_of(item.header, item.body)
+        PyList_Append(items, item)
+        pos = nxt
+    return items, None
+
+
+# -- publishes (the clients' encoder) ------------------------------------------------------
+
+cdef inline int _ndigits(unsigned long long v) noexcept:
+    cdef int n = 1
+    while v >= 10:
+        v //= 10
+        n += 1
+    return n
+
+
+cdef inline char *_put_digits(char *p, unsigned long long v, int n) noexcept:
+    cdef char *q = p + n
+    while True:
+        q -= 1
+        q[0] = <char>(48 + v % 10)
+        v //= 10
+        if v == 0:
+            break
+    return p + n
+
+
+def encode_publishes(bytes head, first_seq, bytes mid, list bodies):
+    """Compiled :func:`server.protocol.frame.encode_publishes_py` (same bytes)."""
+    cdef Py_ssize_t n = len(bodies), k, total = 0, bl
+    cdef Py_ssize_t hl = PyBytes_GET_SIZE(head), ml = PyBytes_GET_SIZE(mid)
+    cdef unsigned long long seq
+    cdef bytes out
+    cdef char *p
+    cdef object b
+    if n == 0:
+        return b""
+    if type(first_seq) is not int or first_seq < 0 or first_seq + n > 0xFFFFFFFFFFFFFFFF:
+        return b"".join([b"%s%d%s%d}%s" % (head, first_seq + i, mid, len(x), x)
+                         for i, x in enumerate(bodies)])
+    for k in range(n):
+        b = bodies[k]
+        if type(b) is not bytes:
+            return b"".join([b"%s%d%s%d}%s" % (head, first_seq + i, mid, len(x), x)
+                             for i, x in enumerate(bodies)])
+        bl = PyBytes_GET_SIZE(b)
+        seq = <unsigned long long>first_seq + k
+        total += hl + _ndigits(seq) + ml + _ndigits(bl) + 1 + bl
+    out = PyBytes_FromStringAndSize(NULL, total)
+    p = PyBytes_AS_STRING(out)
+    for k in range(n):
+        b = bodies[k]
+        bl = PyBytes_GET_SIZE(b)
+        seq = <unsigned long long>first_seq + k
+        memcpy(p, PyBytes_AS_STRING(head), hl)
+        p += hl
+        p = _put_digits(p, seq, _ndigits(seq))
+        memcpy(p, PyBytes_AS_STRING(mid), ml)
+        p += ml
+        p = _put_digits(p, bl, _ndigits(bl))
+        p[0] = b'}'
+        p += 1
+        memcpy(p, PyBytes_AS_STRING(b), bl)
+        p += bl
+    return out

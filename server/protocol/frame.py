@@ -45,6 +45,8 @@ __all__ = [
     "ParsedFrame",
     "encode_frame",
     "encode_message",
+    "encode_publishes",
+    "encode_publishes_py",
     "json_str",
     "parse_frame",
     "parse_frame_py",
@@ -137,6 +139,25 @@ if speedups.ENABLED:
         pass
     else:
         parse_frame = _parse_frame_c
+
+
+def encode_publishes_py(head: bytes, first_seq: int, mid: bytes, bodies: list[bytes]) -> bytes:
+    """``head + seq + mid + len(body) + "}" + body`` per body, ``seq`` counting up from
+    ``first_seq``: a batch of publishes whose headers differ only in those numbers (the
+    clients' publish path; ``head`` ends with ``"s":`` and ``mid`` with ``"l":``)."""
+    return b"".join(
+        [b"%s%d%s%d}%s" % (head, first_seq + i, mid, len(b), b) for i, b in enumerate(bodies)]
+    )
+
+
+encode_publishes: Callable[[bytes, int, bytes, list[bytes]], bytes] = encode_publishes_py
+if speedups.ENABLED:
+    try:
+        from server.protocol._frame_c import encode_publishes as _encode_publishes_c
+    except ImportError:  # not built: speedups.status() says why
+        pass
+    else:
+        encode_publishes = _encode_publishes_c
 
 
 def encode_message(header: dict[str, Any], body: bytes = b"", *, with_length: bool = True) -> bytes:
