@@ -16,7 +16,6 @@ from setuptools import Extension, setup
 
 _SOURCES = {
     "server.protocol._frame_c": ["server/protocol/_frame_c.pyx"],
-    "server.protocol._scan_c": ["server/protocol/_scan_c.pyx"],
     "server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
     "server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
     "server._wire_c": ["server/_wire_c.pyx"],
@@ -31,18 +30,12 @@ def _extensions() -> list[Extension]:
     except ImportError:
         print("spool: Cython is not installed: building no compiled extension")
         return []
-    exts = [
-        Extension(name, sources, optional=True, extra_compile_args=["-O2"])
-        for name, sources in _SOURCES.items()
-        if all(os.path.exists(s) for s in sources)
-    ]
-    return list(
-        cythonize(
-            exts,
-            compiler_directives={"language_level": "3"},
-            quiet=True,
-        )
-    )
+    exts = [Extension(name, sources) for name, sources in _SOURCES.items()]
+    built = list(cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True))
+    for ext in built:
+        # set after cythonize, which does not carry the flag over to the Extensions it makes
+        ext.optional = True
+    return built
 
 
 setup(ext_modules=_extensions())

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from server import __version__, speedups
 from server.protocol.errors import ProtocolFailure
 
 EXIT_OK = 0
@@ -181,6 +182,12 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spool", description="Spool message broker")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"spool {__version__} (hot loops: {speedups.describe()})",
+        help="print the version and whether the compiled hot loops are active",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(

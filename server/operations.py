@@ -13,7 +13,7 @@ import os
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from server import __version__
+from server import __version__, speedups
 from server.acks import DurableAcks
 from server.auth import Authenticator
 from server.clients import ClientRegistry
@@ -45,6 +45,7 @@ class InstanceInfo(TypedDict):
     data_dir: str
     start_time: str
     ready: bool
+    extensions: speedups.Status
 
 
 class ClientInfo(TypedDict):
@@ -186,6 +187,7 @@ class Operations:
             "data_dir": str(cfg.data_directory),
             "start_time": _iso(started),
             "ready": self.lifecycle.ready,
+            "extensions": speedups.status(),
         }
 
     # -- clients ------------------------------------------------------------------------

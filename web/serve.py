@@ -15,6 +15,7 @@ from pathlib import Path
 
 import uvicorn
 
+from server import speedups
 from server.config import Config
 from server.engine import Broker
 from web.app import create_app
@@ -56,6 +57,9 @@ class SpoolServer(uvicorn.Server):
             file=sys.stderr,
             flush=True,
         )
+        notice = speedups.startup_notice()
+        if notice is not None:
+            print(notice, file=sys.stderr, flush=True)
 
     def bound_port(self) -> int:
         for server in self.servers:

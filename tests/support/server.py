@@ -64,7 +64,12 @@ class SpoolProcess:
     """One `spool serve` process. ``start()`` returns once it is listening."""
 
     def __init__(
-        self, workdir: Path, xml: str | None = None, *, extra_args: tuple[str, ...] = ()
+        self,
+        workdir: Path,
+        xml: str | None = None,
+        *,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -75,6 +80,7 @@ class SpoolProcess:
         self.port_file = workdir / "port"
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
+        self.env = env or {}  # added to this process's environment (SPOOL_NO_EXTENSIONS...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -91,7 +97,7 @@ class SpoolProcess:
         if self.port_file.exists():
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -147,3 +147,85 @@ def test_value_cache_never_mixes_up_strings() -> None:
     frame = b"".join(b'{"t":"%s","l":0}' % n.encode() for n in names * 2)
     got = _c.parse_frame(frame)
     assert [m.header["t"] for m in got.messages] == names * 2
+
+
+# -- the client's splitter and publish encoder ---------------------------------------------
+
+from server.protocol.delivery import split_deliveries_py  # noqa: E402
+from server.protocol.frame import encode_publishes_py  # noqa: E402
+from server.protocol.message import Delivery  # noqa: E402
+
+
+def _split_view(result: tuple[list[Any], Any]) -> Any:
+    items, err = result
+    out = []
+    for it in items:
+        if isinstance(it, Delivery):
+            out.append(("delivery", typed(it.topic), it.data, it.sub_ids, typed(it.bookmark),
+                        typed(it.timestamp), typed(it.correlation_id), typed(it.header)))  # fmt: skip
+        else:
+            out.append(("message", typed(it.header), it.body))
+    return out, None if err is None else (type(err), err.args, err.cid)
+
+
+ascii_text = st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=126), max_size=8)
+
+
+@st.composite
+def broker_frames(draw: st.DrawFn) -> bytes:
+    """Frames as the broker writes them (the fast layout), with acks mixed in, odd values
+    (escapes, non-ASCII, numbers where strings belong) and adversarial edits."""
+    parts = []
+    for _ in range(draw(st.integers(min_value=0, max_value=5))):
+        body = draw(st.binary(max_size=30))
+        kind = draw(st.sampled_from(["delivery", "delivery", "odd", "ack"]))
+        if kind == "delivery":
+            h = b'{"c":"publish","t":%s,"sids":%s' % (
+                json.dumps(draw(ascii_text)).encode(),
+                json.dumps(draw(ascii_text)).encode(),
+            )
+            for key in ("bm", "ts", "x"):
+                if draw(st.booleans()):
+                    h += b',"%s":%s' % (key.encode(), json.dumps(draw(ascii_text)).encode())
+            parts.append(h + b',"l":%d}' % len(body) + body)
+        elif kind == "odd":
+            parts.append(draw(headers()) + body)
+        else:
+            parts.append(b'{"c":"ack","a":"persisted","s":%d,"l":0}' % draw(st.integers(0, 99)))
+    frame = b"".join(parts)
+    if frame and draw(st.booleans()):
+        i = draw(st.integers(min_value=0, max_value=len(frame) - 1))
+        frame = frame[:i] + draw(st.binary(max_size=3)) + frame[i + 1 :]
+    return frame
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(broker_frames())
+@example(b'{"c":"publish","t":"a","sids":"s1,s2","bm":"1|2|","l":3}abc')
+@example(b'{"c":"publish","t":"a","sids":"s1","l":4}abc')
+@example(b'{"c":"publish","t":"a","sids":"s1","l":01}a')
+@example(b'{"c":"publish","t":"a","sids":"s1","l":}a')
+@example(b'{"c":"publish","t":"a","sids":"s1","x":"q","bm":"1|2|","l":1}a')
+@example(b'{"c":"publish","t":"\\u00e9","sids":"s1","l":1}a')
+@example(b'{"c":"publish","t":"a","sids":7,"l":1}a')
+@example(b'{"c":"publish","t":"a","sids":"s1"}rest')
+def test_split_deliveries_twins_agree(frame: bytes) -> None:
+    assert _split_view(_c.split_deliveries(frame)) == _split_view(split_deliveries_py(frame))
+
+
+@given(st.binary(max_size=200))
+def test_split_deliveries_twins_agree_on_random_bytes(frame: bytes) -> None:
+    assert _split_view(_c.split_deliveries(frame)) == _split_view(split_deliveries_py(frame))
+
+
+@given(
+    st.integers(min_value=0, max_value=2**64 + 5),
+    st.lists(st.binary(max_size=20), max_size=5),
+    st.booleans(),
+)
+@example(2**64 - 2, [b"a", b"b"], False)
+def test_encode_publishes_twins_agree(first: int, bodies: list[bytes], persisted: bool) -> None:
+    head, mid = b'{"c":"publish","t":"x","s":', b',"a":"persisted","l":' if persisted else b',"l":'
+    assert _c.encode_publishes(head, first, mid, bodies) == encode_publishes_py(
+        head, first, mid, bodies
+    )
