@@ -82,3 +82,32 @@ def test_a_broker_reports_its_implementation_and_serves_the_same(
     assert [d for _, d, _ in got[:2]] == [b'{"i":0}', b'{"i":1}']
     assert got[-1][1] == b'{"i":"last"}'
     assert len(got) == 501 and all(t == "twins" and bm for t, _, bm in got)
+
+
+def test_cli_publishes_stdin_in_batches_and_subscribes_in_batches(tmp_path: Path) -> None:
+    server = SpoolProcess(tmp_path / "cli")
+    server.start()
+    lines = [b'{"n":%d}' % i for i in range(3000)]
+    try:
+        pub = subprocess.run(
+            [sys.executable, "-m", "server.cli", "publish", server.ws_url, "cli/t", "-", "-v"],
+            cwd=ROOT,
+            input=b"\n".join(lines) + b"\r\n\n",
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert pub.returncode == 0, pub.stderr
+        assert b"published up to seq 3000" in pub.stderr
+        sub = subprocess.run(
+            [sys.executable, "-m", "server.cli", "subscribe", server.ws_url, "cli/t",
+             "--bookmark", "0", "--count", "2999"],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    assert sub.returncode == 0, sub.stderr
+    assert sub.stdout.split(b"\n") == [*lines[:2999], b""]
