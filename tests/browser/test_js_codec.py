@@ -127,3 +127,43 @@ def test_malformed_frames_are_reported_not_thrown(static_origin: Page, frame: by
     view = _js_view(static_origin, frame)
     assert view["error"] is True
     assert view == _python_view(frame)
+
+
+JS_TWINS = """(bytes) => {
+  const data = new Uint8Array(bytes);
+  const view = (r) => ({error: r.error,
+    messages: r.messages.map((m) => [JSON.stringify(Object.entries(m.header)),
+                                     Array.from(m.body)])});
+  return [view(window.spool.parseFrame(data)), view(window.spool.parseFrameOneByOne(data))];
+}"""
+
+
+@st.composite
+def adversarial_frames(draw: st.DrawFn) -> bytes:
+    """Server-encoded frames, some with long keys, duplicate or odd `l`, cut or spliced."""
+    msgs = draw(messages)
+    frame = encode_frame(msgs)
+    edit = draw(st.sampled_from(["none", "cut", "splice", "long", "dup", "spaced", "nol"]))
+    if edit == "cut":
+        frame = frame[: draw(st.integers(0, len(frame)))]
+    elif edit == "splice" and frame:
+        i = draw(st.integers(0, len(frame) - 1))
+        frame = frame[:i] + draw(st.binary(min_size=1, max_size=3)) + frame[i + 1 :]
+    elif edit == "long":
+        frame = b'{"topic":"a","msg_len":1}x' + frame
+    elif edit == "dup":
+        frame = b'{"l":1,"l":0}' + frame
+    elif edit == "spaced":
+        frame = b'{"c":"x", "l" : 2}ab' + frame
+    elif edit == "nol":
+        frame = frame + b'{"c":"tail"}rest of the frame'
+    return frame
+
+
+@SETTINGS
+@given(adversarial_frames())
+def test_the_one_pass_parser_agrees_with_the_one_by_one_definition(
+    static_origin: Page, frame: bytes
+) -> None:
+    fast, slow = static_origin.evaluate(JS_TWINS, list(frame))
+    assert fast == slow
