@@ -170,8 +170,12 @@ def run_publish(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
                 suite.measure(
                     spec,
                     functools.partial(_client_publish_once, suite, broker, spec),
-                    params={"count": s.publish_count, "per_batch": s.per_frame,
-                            "window": s.window, "flush_interval": "1ms"},  # fmt: skip
+                    params={
+                        "count": s.publish_count,
+                        "per_batch": s.per_frame,
+                        "window": s.window,
+                        "flush_interval": "1ms",
+                    },
                     profile_pid=pid,
                 )
             elif "rate_per_s" in spec.params:
