@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from server.bookmarks import format_bookmark
+
 
 class RecordKind(IntEnum):
     """What a record stands for. Values are stored on disk: never renumber."""
@@ -56,4 +58,4 @@ class Record:
     @property
     def bookmark(self) -> str:
         """The wire bookmark ``PUBHASH|PUBSEQ|`` (PROTOCOL.md)."""
-        return f"{self.pub_hash}|{self.pub_seq}|"
+        return format_bookmark(self.pub_hash, self.pub_seq)
