@@ -16,6 +16,7 @@ from setuptools import Extension, setup
 
 _SOURCES = {
     "server.protocol._frame_c": ["server/protocol/_frame_c.pyx"],
+    "server.protocol._commands_c": ["server/protocol/_commands_c.pyx"],
     "server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
     "server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
     "server._wire_c": ["server/_wire_c.pyx"],

@@ -33,6 +33,7 @@ ENABLED: Final[bool] = os.environ.get(ENV_VAR, "") in ("", "0")
 #: every compiled module, with the public module that selects it.
 EXTENSIONS: Final[dict[str, str]] = {
     "server.protocol._frame_c": "server.protocol.frame, server.protocol.delivery",
+    "server.protocol._commands_c": "server.protocol.commands",
     "server.txlog._codec_c": "server.txlog.codec",
     "server.txlog._batch_c": "server.txlog.batch",
     "server._wire_c": "server.wire",
