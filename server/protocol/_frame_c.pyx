@@ -46,6 +46,7 @@ cdef extern from "Python.h":
     PyTypeObject *Py_TYPE(PyObject *o)
     void Py_DECREF(PyObject *o)
     long long PyLong_AsLongLongAndOverflow(object o, int *overflow) except? -1
+    void PyObject_GC_UnTrack(void *op)
     object PyUnicode_DecodeASCII(const char *s, Py_ssize_t size, const char *errors)
     object PyLong_FromLongLong(long long v)
     Py_ssize_t PyUnicode_GET_LENGTH(object o)
@@ -454,6 +455,11 @@ cdef object _fast_delivery(const char *buf, Py_ssize_t pos, Py_ssize_t end,
     _set_slot(_DELIVERY_SLOTS[5], d, x)
     _set_slot(_DELIVERY_SLOTS[6], d, None)
     _set_slot(_DELIVERY_SLOTS[7], d, _UNSET_)
+    # It holds only strings, bytes and a tuple of strings: it cannot be part of a cycle,
+    # so the cycle collector need not walk it (as CPython untracks such tuples). A replay
+    # keeps hundreds of thousands of them in a subscription's buffer; tracked, every full
+    # collection walked them all (measured: up to half the receive cost).
+    PyObject_GC_UnTrack(<void *>d)
     next_pos[0] = i + num
     return d
 

@@ -136,6 +136,12 @@ class Delivery:
     layout, so the full header dict is built only if someone asks for :attr:`header`,
     and the body is decoded as JSON only by :meth:`json`, once.
 
+    The compiled splitter hands deliveries over untracked by the cycle collector (they
+    hold only strings, bytes and a tuple of strings, like the tuples CPython untracks
+    itself), so a subscription buffering a replay costs the collector nothing. Do not
+    store a message inside its own :meth:`json` value or :attr:`header` (a cycle through
+    an untracked object is never collected).
+
     Attributes:
         topic: the topic it was published to.
         data: the body, byte for byte as published.
