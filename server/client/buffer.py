@@ -17,8 +17,13 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Final
 
 from server.client.events import Message
+
+
+#: what :meth:`MessageBuffer.take` returns when nothing waits.
+EMPTY: Final = object()
 
 
 class MessageBuffer:
@@ -74,6 +79,24 @@ class MessageBuffer:
         if not self.full():
             self._room.set()
 
+    def take(self) -> Message | object:
+        """The next message or end item when one waits, else :data:`EMPTY` (no await:
+        the per-message iteration takes what is buffered without a coroutine each)."""
+        if not self._items:
+            return EMPTY
+        first = self._items[0]
+        if type(first) is not list:
+            return self._items.popleft()
+        msg: Message = first[self._pos]
+        self._pos += 1
+        if self._pos == len(first):
+            self._items.popleft()
+            self._pos = 0
+        self._count -= 1
+        if self._max > self._count:
+            self._room.set()
+        return msg
+
     async def get(self) -> Message | object:
         """The next message, or the end item."""
         first = await self._first()
@@ -101,4 +124,4 @@ class MessageBuffer:
         return batch
 
 
-__all__ = ["MessageBuffer"]
+__all__ = ["EMPTY", "MessageBuffer"]

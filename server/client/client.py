@@ -28,7 +28,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
-from server.client.buffer import MessageBuffer
+from server.client.buffer import EMPTY, MessageBuffer
 from server.client.connection import Connector, Handlers, Transport, connect_websocket
 from server.client.errors import ClientError, Disconnected
 from server.client.events import (
@@ -86,8 +86,11 @@ class Subscription:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Message]:
+        take = self.queue.take
         while True:
-            item = await self.queue.get()
+            item = take()
+            if item is EMPTY:
+                item = await self.queue.get()
             if item is _END:
                 return
             if isinstance(item, BaseException):
