@@ -200,39 +200,42 @@ export function parseFrameOneByOne(bytes) {
   if (end === 0) return { messages, error: "empty frame" };
   let pos = 0;
   while (pos < end) {
-    const hend = findHeaderEnd(bytes, pos);
-    if (hend < 0) {
-      const what = bytes[pos] === BRACE_OPEN ? "unterminated JSON header" : "expected a JSON header";
-      return { messages, error: `${what} at byte ${pos}` };
-    }
-    let header;
-    try {
-      header = JSON.parse(decoder.decode(bytes.subarray(pos, hend)));
-    } catch (exc) {
-      return { messages, error: `header is not JSON: ${exc.message}` };
-    }
-    if (header === null || typeof header !== "object" || Array.isArray(header)) {
-      return { messages, error: "header is not a JSON object" };
-    }
-    header = normalizeHeader(header);
-    const length = header.l;
-    let body;
-    if (length === undefined || length === null) {
-      body = bytes.subarray(hend);
-      pos = end;
-    } else {
-      if (!Number.isInteger(length) || length < 0) {
-        return { messages, error: "'l' must be a non-negative integer" };
-      }
-      if (hend + length > end) {
-        return { messages, error: `'l' is ${length} but only ${end - hend} body bytes follow` };
-      }
-      body = bytes.subarray(hend, hend + length);
-      pos = hend + length;
-    }
-    messages.push({ header, body });
+    const one = parseOne(bytes, pos, end);
+    if (one.error !== undefined) return { messages, error: one.error };
+    messages.push({ header: one.header, body: one.body });
+    pos = one.next;
   }
   return { messages, error: null };
+}
+
+/** The message at `pos`: `{header, body, next}`, or `{error}` (the definition). */
+function parseOne(bytes, pos, end) {
+  const hend = findHeaderEnd(bytes, pos);
+  if (hend < 0) {
+    const what = bytes[pos] === BRACE_OPEN ? "unterminated JSON header" : "expected a JSON header";
+    return { error: `${what} at byte ${pos}` };
+  }
+  let header;
+  try {
+    header = JSON.parse(decoder.decode(bytes.subarray(pos, hend)));
+  } catch (exc) {
+    return { error: `header is not JSON: ${exc.message}` };
+  }
+  if (header === null || typeof header !== "object" || Array.isArray(header)) {
+    return { error: "header is not a JSON object" };
+  }
+  header = normalizeHeader(header);
+  const length = header.l;
+  if (length === undefined || length === null) {
+    return { header, body: bytes.subarray(hend), next: end };
+  }
+  if (!Number.isInteger(length) || length < 0) {
+    return { error: "'l' must be a non-negative integer" };
+  }
+  if (hend + length > end) {
+    return { error: `'l' is ${length} but only ${end - hend} body bytes follow` };
+  }
+  return { header, body: bytes.subarray(hend, hend + length), next: hend + length };
 }
 
 const COLON = 0x3a; // :
@@ -366,6 +369,117 @@ export function parseFrame(bytes) {
   return { messages, error: null };
 }
 
+const PREFIX_PUBLISH = encoder.encode('{"c":"publish","t":"');
+const KEY_SIDS = encoder.encode(',"sids":"');
+const KEY_BM = encoder.encode(',"bm":"');
+const KEY_TS = encoder.encode(',"ts":"');
+const KEY_X = encoder.encode(',"x":"');
+const KEY_L = encoder.encode(',"l":');
+
+/** `i + lit.length` when `bytes` holds `lit` at `i`, else -1. */
+function expect(bytes, i, end, lit) {
+  if (i < 0 || end - i < lit.length) return -1;
+  for (let k = 0; k < lit.length; k++) if (bytes[i + k] !== lit[k]) return -1;
+  return i + lit.length;
+}
+
+/** Index of the quote closing a plain printable-ASCII string (no escape) from `i`, or -1. */
+function plainStringEnd(bytes, i, end) {
+  for (; i < end; i++) {
+    const b = bytes[i];
+    if (b === QUOTE) return i;
+    if (b < 0x20 || b >= 0x80 || b === BACKSLASH) return -1;
+  }
+  return -1;
+}
+
+function sameBytes(bytes, a, b, n) {
+  for (let k = 0; k < n; k++) if (bytes[a + k] !== bytes[b + k]) return false;
+  return true;
+}
+
+function ascii(bytes, start, stop) {
+  return String.fromCharCode.apply(null, bytes.subarray(start, stop));
+}
+
+/**
+ * Split a frame from the broker for the session: a delivery in the broker's own header
+ * layout (`{"c":"publish","t":T,"sids":S[,"bm":B][,"ts":TS][,"x":X],"l":N}` with plain
+ * ASCII strings) becomes a lazy `SpoolMessage` read straight from the bytes (no string,
+ * header object or body view allocated until asked for; the topic and `sids` strings are
+ * shared by a frame's messages); any other message is `{header, body}` as
+ * `parseFrameOneByOne` gives it, and so is the error. A Chromium test checks that the
+ * messages' headers and bodies are exactly the definition's.
+ *
+ * @param {Uint8Array} bytes the frame
+ * @returns {{items: Array<SpoolMessage|{header: object, body: Uint8Array}>, error: string|null}}
+ */
+export function splitFrame(bytes) {
+  const items = [];
+  const end = bytes.length;
+  if (end === 0) return { items, error: "empty frame" };
+  let pos = 0;
+  let topic = null;
+  let topicAt = -1;
+  let topicLen = -1;
+  let sids = null;
+  let sidsAt = -1;
+  let sidsLen = -1;
+  while (pos < end) {
+    let message = null;
+    let i = expect(bytes, pos, end, PREFIX_PUBLISH);
+    if (i >= 0) {
+      const limit = Math.min(end, pos + MAX_HEADER_BYTES);
+      const tEnd = plainStringEnd(bytes, i, limit);
+      const sStart = tEnd < 0 ? -1 : expect(bytes, tEnd + 1, limit, KEY_SIDS);
+      const sEnd = sStart < 0 ? -1 : plainStringEnd(bytes, sStart, limit);
+      if (sEnd >= 0) {
+        if (tEnd - i !== topicLen || !sameBytes(bytes, topicAt, i, topicLen)) {
+          topic = ascii(bytes, i, tEnd);
+          topicAt = i;
+          topicLen = tEnd - i;
+        }
+        if (sEnd - sStart !== sidsLen || !sameBytes(bytes, sidsAt, sStart, sidsLen)) {
+          sids = ascii(bytes, sStart, sEnd);
+          sidsAt = sStart;
+          sidsLen = sEnd - sStart;
+        }
+        let at = sEnd + 1;
+        let bmS = -1, bmE = -1, tsS = -1, tsE = -1, xS = -1, xE = -1;
+        let j = expect(bytes, at, limit, KEY_BM);
+        if (j >= 0) { bmS = j; bmE = plainStringEnd(bytes, j, limit); at = bmE < 0 ? -1 : bmE + 1; }
+        j = expect(bytes, at, limit, KEY_TS);
+        if (j >= 0) { tsS = j; tsE = plainStringEnd(bytes, j, limit); at = tsE < 0 ? -1 : tsE + 1; }
+        j = expect(bytes, at, limit, KEY_X);
+        if (j >= 0) { xS = j; xE = plainStringEnd(bytes, j, limit); at = xE < 0 ? -1 : xE + 1; }
+        j = expect(bytes, at, limit, KEY_L);
+        if (j >= 0 && j < limit && !(bytes[j] === DIGIT_0 && bytes[j + 1] >= DIGIT_0 && bytes[j + 1] <= DIGIT_9)) {
+          let n = 0;
+          let digits = 0;
+          while (j < limit && bytes[j] >= DIGIT_0 && bytes[j] <= DIGIT_9 && digits < 15) {
+            n = n * 10 + (bytes[j] - DIGIT_0);
+            j++;
+            digits++;
+          }
+          if (digits > 0 && bytes[j] === BRACE_CLOSE && j + 1 + n <= end) {
+            message = SpoolMessage.fromFrame(bytes, topic, sids, bmS, bmE, tsS, tsE, xS, xE, j + 1, n);
+            pos = j + 1 + n;
+          }
+        }
+      }
+    }
+    if (message === null) {
+      const one = parseOne(bytes, pos, end);
+      if (one.error !== undefined) return { items, error: one.error };
+      items.push({ header: one.header, body: one.body });
+      pos = one.next;
+    } else {
+      items.push(message);
+    }
+  }
+  return { items, error: null };
+}
+
 // ---------------------------------------------------------------------------------------
 // Messages delivered to the application
 // ---------------------------------------------------------------------------------------
@@ -376,25 +490,67 @@ const SIDS_CACHE = new Map();
 /** One message from the broker (a delivered publish, sow record, oof, ...). */
 export class SpoolMessage {
   constructor(header, body) {
-    /** The header with short keys, as received. */
-    this.header = header;
-    /** The body bytes (a view into the frame; copy it to keep it past the callback). */
-    this.body = body;
+    this._header = header;
+    this._body = body;
     this._text = null;
+    this._frame = null;
+  }
+
+  /**
+   * A delivery read by `splitFrame`: its fields stay offsets into the frame until used
+   * (the header object, the bookmark string and the body view are made on first access).
+   */
+  static fromFrame(frame, topic, sids, bmS, bmE, tsS, tsE, xS, xE, bodyStart, bodyLen) {
+    const m = new SpoolMessage(null, null);
+    m._frame = frame;
+    m._topic = topic;
+    m._sids = sids;
+    m._bmS = bmS;
+    m._bmE = bmE;
+    m._tsS = tsS;
+    m._tsE = tsE;
+    m._xS = xS;
+    m._xE = xE;
+    m._bodyStart = bodyStart;
+    m._bodyLen = bodyLen;
+    return m;
+  }
+
+  /** The header with short keys, as received. */
+  get header() {
+    if (this._header === null) {
+      const f = this._frame;
+      const h = { c: "publish", t: this._topic, sids: this._sids };
+      if (this._bmS >= 0) h.bm = ascii(f, this._bmS, this._bmE);
+      if (this._tsS >= 0) h.ts = ascii(f, this._tsS, this._tsE);
+      if (this._xS >= 0) h.x = ascii(f, this._xS, this._xE);
+      h.l = this._bodyLen;
+      this._header = h;
+    }
+    return this._header;
+  }
+
+  /** The body bytes (a view into the frame; copy it to keep it past the callback). */
+  get body() {
+    if (this._body === null) {
+      this._body = this._frame.subarray(this._bodyStart, this._bodyStart + this._bodyLen);
+    }
+    return this._body;
   }
 
   /** Command name: "publish", "sow", "oof", "group_begin", "group_end". */
   get command() {
-    return this.header.c;
+    return this._header === null ? "publish" : this.header.c;
   }
 
   get topic() {
-    return this.header.t;
+    return this._header === null ? this._topic : this.header.t;
   }
 
   /** The bookmark `PUBHASH|PUBSEQ|` (messages of recorded topics only). */
   get bookmark() {
-    return this.header.bm;
+    if (this._header !== null) return this._header.bm;
+    return this._bmS >= 0 ? ascii(this._frame, this._bmS, this._bmE) : undefined;
   }
 
   /** Server time the message was recorded (only with the `timestamp` option). */
@@ -412,7 +568,7 @@ export class SpoolMessage {
 
   /** The subscription ids this message matched (split once per distinct `sids`). */
   get subIds() {
-    const sids = this.header.sids ?? this.header.sub_id;
+    const sids = this._header === null ? this._sids : (this.header.sids ?? this.header.sub_id);
     if (typeof sids !== "string" || !sids) return [];
     let ids = SIDS_CACHE.get(sids);
     if (ids === undefined) {
@@ -1012,11 +1168,15 @@ export class SpoolClient {
   _onFrame(frame) {
     if (this._transport === null) return; // frames still in flight after a teardown
     this._lastRx = Date.now();
-    const { messages, error } = parseFrame(frame);
-    for (const { header, body } of messages) {
-      if (header.c !== "publish" && this._batching.length > 0) this._flushBatches();
+    const { items, error } = splitFrame(frame);
+    for (const item of items) {
       try {
-        this._dispatch(header, body);
+        if (item instanceof SpoolMessage) {
+          this._deliver(item); // a delivery read by the fast path
+          continue;
+        }
+        if (item.header.c !== "publish" && this._batching.length > 0) this._flushBatches();
+        this._dispatch(item.header, item.body);
       } catch (exc) {
         this._emit("error", exc);
       }
@@ -1060,8 +1220,8 @@ export class SpoolClient {
       const sub = this._subs.get(id);
       if (sub === undefined || !sub.active) continue;
       delivered = true;
-      if (message.bookmark) sub.lastBookmark = message.bookmark;
       if (sub.onBatch) {
+        // the batch's last bookmark becomes the resume point when the batch is handed over
         if (sub.batch === null) {
           sub.batch = [];
           this._batching.push(sub);
@@ -1069,6 +1229,8 @@ export class SpoolClient {
         sub.batch.push(message);
         continue;
       }
+      const bookmark = message.bookmark;
+      if (bookmark) sub.lastBookmark = bookmark;
       try {
         sub.onMessage(message);
       } catch (exc) {
@@ -1086,6 +1248,13 @@ export class SpoolClient {
     for (const sub of subs) {
       const batch = sub.batch;
       sub.batch = null;
+      for (let k = batch.length - 1; k >= 0; k--) {
+        const bookmark = batch[k].bookmark;
+        if (bookmark) {
+          sub.lastBookmark = bookmark;
+          break;
+        }
+      }
       if (!sub.active) continue;
       try {
         sub.onBatch(batch);

@@ -15,6 +15,11 @@ whatever the body contains; orjson then decodes exactly that slice.
 Nothing here does I/O: :func:`parse_frame` takes bytes and returns messages plus, at most,
 one error (the messages before a malformed one are still delivered, as a stream parser
 would), and the ``encode_*`` helpers return bytes for the caller to send.
+
+:func:`parse_frame_py` and :func:`encode_publishes_py` are the definitions and the oracles
+of their compiled twins in ``_frame_c.pyx`` (:mod:`server.speedups`); :func:`parse_frame`
+and :func:`encode_publishes` are the ones selected at import. The values they return live
+in :mod:`server.protocol.message`.
 """
 
 from __future__ import annotations
