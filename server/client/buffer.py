@@ -21,7 +21,6 @@ from typing import Final
 
 from server.client.events import Message
 
-
 #: what :meth:`MessageBuffer.take` returns when nothing waits.
 EMPTY: Final = object()
 

@@ -40,7 +40,7 @@ strings: ``torn record``, ``bad length``, ``bad format``, ``crc mismatch``,
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -206,23 +206,31 @@ def encode_run_py(
     topic: str,
     message_type: str,
     bodies: list[bytes],
+    corr_ids: list[str] | None = None,
+    sow_keys: list[str] | None = None,
 ) -> list[bytes]:
     """Encode consecutive publish records of one publisher and topic, one timestamp.
 
-    The batched form of :func:`encode` (no path, correlation id or SOW key): the topic
-    and message type are encoded once and the per-record work is one header pack, one
-    concatenation and one CRC. Record ``i`` gets seq ``first_seq + i``.
+    The batched form of :func:`encode`: the topic and message type are encoded once and
+    the per-record work is one header pack, one concatenation and one CRC. Record ``i``
+    gets seq ``first_seq + i``. With correlation ids or SOW keys (record ``i`` takes
+    entry ``i``), each record is a whole :func:`encode` instead.
 
     This is the pure-Python implementation and the oracle of the compiled one
     (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
 
     Returns:
-        The encoded records, from the first; fewer than given when one does not fit the
-        format (:func:`encode` of that record raises the reason).
+        The encoded records, from the first; fewer than given when one cannot be encoded
+        (:func:`encode` of that record raises the reason).
 
     Raises:
-        ValueError: ``pub_seqs`` and ``bodies`` differ in length.
+        ValueError: ``pub_seqs`` and ``bodies`` differ in length (plain records).
     """
+    if corr_ids or sow_keys:
+        return _encode_each(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys,
+        )  # fmt: skip
     tb = _enc_cache.get(topic) or _utf8(topic)
     mb = _enc_cache.get(message_type) or _utf8(message_type)
     tl = len(tb)
@@ -248,14 +256,60 @@ def encode_run_py(
     return out
 
 
-encode_run: Callable[[int, int, int, list[int], str, str, list[bytes]], list[bytes]] = encode_run_py
-if speedups.ENABLED:
-    try:
-        from server.txlog._codec_c import encode_run as _encode_run_c
-    except ImportError:  # not built: speedups.status() says why
-        pass
-    else:
-        encode_run = _encode_run_c
+def _encode_each(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+    corr_ids: list[str] | None,
+    sow_keys: list[str] | None,
+) -> list[bytes]:
+    """:func:`encode_run` of records with correlation ids or SOW keys, one at a time."""
+    out: list[bytes] = []
+    kind = int(RecordKind.PUBLISH)
+    for i, body in enumerate(bodies):
+        fields = (
+            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind, (),
+            0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+        )  # fmt: skip
+        try:
+            out.append(encode(*fields))
+        except Exception:
+            break  # that record cannot be encoded: the caller gets the ones before it
+    return out
+
+
+def _encode_run_c(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+    corr_ids: list[str] | None = None,
+    sow_keys: list[str] | None = None,
+) -> list[bytes]:
+    """:func:`encode_run_py` with the plain records' loop compiled (``_codec_c.pyx``)."""
+    if corr_ids or sow_keys:
+        return _encode_each(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys,
+        )  # fmt: skip
+    assert _encode_plain_c is not None  # selected only when it was built
+    return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
+                           bodies)  # fmt: skip
+
+
+try:
+    from server.txlog._codec_c import encode_run as _encode_plain_c
+except ImportError:  # not built: speedups.status() says why
+    _encode_plain_c = None  # type: ignore[assignment]
+
+encode_run = _encode_run_c if speedups.ENABLED and _encode_plain_c is not None else encode_run_py
 
 
 def _encode_full(
