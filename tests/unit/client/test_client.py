@@ -471,6 +471,7 @@ async def test_batches_hand_out_each_frame_s_run_and_mix_with_per_message_reads(
     batches = sub.batches()
     rest = await anext(batches)
     assert [first.json()] + [m.json() for m in rest] == [{"n": n} for n in range(5)]
+    assert first.json() is first.json()  # decoded once, on first use
     # the second frame was two runs: the ack in between split them
     assert [[m.data for m in await anext(batches)] for _ in range(2)] == [[b'{"n":5}'], [b"6"]]
     assert sub.queue.qsize() == 0 and sub.queue.empty()
