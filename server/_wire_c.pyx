@@ -39,7 +39,9 @@ cdef inline char *_put_u64(char *p, uint64_t v, int n) noexcept:
 
 
 cdef inline bint _u64(object value, uint64_t *out):
-    if type(value) is not int or value < 0:
+    """``value`` as a 64-bit unsigned int; False for anything else (negative ints and
+    ints past 64 bits raise OverflowError in the conversion: the rare path)."""
+    if type(value) is not int:
         return False
     try:
         out[0] = PyLong_AsUnsignedLongLong(value)
@@ -48,8 +50,12 @@ cdef inline bint _u64(object value, uint64_t *out):
     return True
 
 
-cdef list _indices(object part):
-    return part if type(part) is list else list(part)
+cdef object _indices(object part):
+    """``part`` as something indexable by position: a list or a range as they are (a
+    range of a thousand indices is not turned into a thousand ints)."""
+    if type(part) is list or type(part) is range:
+        return part
+    return list(part)
 
 
 def bookmarked(bytes head, object hashes, object pub_hash, object pub_seqs, bytes tail,
@@ -60,9 +66,11 @@ def bookmarked(bytes head, object hashes, object pub_hash, object pub_seqs, byte
     (a run's one publisher); ``S`` is ``pub_seqs[i]``. Returns None when a number is not
     a 64-bit unsigned int.
     """
-    cdef list idx = _indices(part)
-    cdef Py_ssize_t n = len(idx)
+    cdef object idx = _indices(part)
+    cdef Py_ssize_t n
     cdef Py_ssize_t k, i, total = 0, hl = PyBytes_GET_SIZE(head), tl = PyBytes_GET_SIZE(tail)
+    cdef Py_ssize_t r_start = 0, r_step = 1
+    cdef bint is_range = type(idx) is range
     cdef uint64_t h = 0, s = 0
     cdef Py_ssize_t bl
     cdef bytes body, out
@@ -70,9 +78,19 @@ def bookmarked(bytes head, object hashes, object pub_hash, object pub_seqs, byte
     cdef bint one_hash = hashes is None
     if one_hash and not _u64(pub_hash, &h):
         return None
+    try:
+        n = len(idx)
+    except OverflowError:
+        return None  # a range longer than Py_ssize_t: the Python loop says what is wrong
+    if is_range:
+        try:
+            r_start = idx.start
+            r_step = idx.step
+        except OverflowError:
+            return None  # indices past Py_ssize_t: the Python loop says what is wrong
     # pass 1: sizes and checks
     for k in range(n):
-        i = idx[k]
+        i = r_start + k * r_step if is_range else idx[k]
         if not one_hash and not _u64(hashes[i], &h):
             return None
         if not _u64(pub_seqs[i], &s):
@@ -87,7 +105,7 @@ def bookmarked(bytes head, object hashes, object pub_hash, object pub_seqs, byte
     p = PyBytes_AS_STRING(out)
     # pass 2: copies
     for k in range(n):
-        i = idx[k]
+        i = r_start + k * r_step if is_range else idx[k]
         if not one_hash:
             h = PyLong_AsUnsignedLongLong(hashes[i])
         s = PyLong_AsUnsignedLongLong(pub_seqs[i])
@@ -112,11 +130,17 @@ def bookmarked(bytes head, object hashes, object pub_hash, object pub_seqs, byte
 def plain(bytes head, object bodies, object part):
     """``head + len(body) + b"}" + body`` for each ``i`` in ``part`` (``head`` ends with
     ``"l":``)."""
-    cdef list idx = _indices(part)
-    cdef Py_ssize_t n = len(idx)
+    cdef object idx = _indices(part)
+    cdef Py_ssize_t n
     cdef Py_ssize_t k, total = 0, hl = PyBytes_GET_SIZE(head), bl
     cdef bytes body, out
     cdef char *p
+    try:
+        n = len(idx)
+        for k in range(n):
+            <Py_ssize_t>idx[k]
+    except OverflowError:
+        return None  # indices past Py_ssize_t: the Python loop says what is wrong
     for k in range(n):
         obj = bodies[<Py_ssize_t>idx[k]]
         if type(obj) is not bytes:

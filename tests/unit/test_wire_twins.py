@@ -48,8 +48,12 @@ def _both(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
 
 @st.composite
 def parts(draw: st.DrawFn, n: int) -> Any:
-    if n == 0 or draw(st.booleans()):
+    kind = draw(st.sampled_from(["all", "list", "range"])) if n else "all"
+    if kind == "all":
         return range(n)
+    if kind == "range":  # steps, negative starts (Python wraps them), huge starts
+        start = draw(st.one_of(st.integers(-n, n - 1), st.just(2**63 + 1)))
+        return range(start, draw(st.integers(-n, n)), draw(st.sampled_from([1, 2, -1])))
     return draw(st.lists(st.integers(min_value=-n, max_value=n - 1), max_size=8))
 
 
