@@ -43,6 +43,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "fanout": spool_families.run_fanout,
     "latency": spool_families.run_latency,
     "replay": spool_families.run_replay,
+    "tls": spool_families.run_tls,
     "memory": spool_families.run_memory,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,

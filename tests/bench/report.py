@@ -233,11 +233,10 @@ def format_markdown(record: dict[str, Any]) -> str:
             if c["ratio"] is None:
                 out.append(f"| {c['label']} | | | n/a | {_clip(c['reason'], 80)} |")
                 continue
-            want = f">= {c.get('goal_ratio', 1.0):g}"
             goal = (
                 ""
                 if c["goal_met"] is None
-                else (f"{want}: met" if c["goal_met"] else f"{want}: MISSED")
+                else f">= {c.get('goal_ratio', 1.0):g}: " + ("met" if c["goal_met"] else "MISSED")
             )
             out.append(
                 f"| {c['label']} | {format_number(c['spool_value'])} | "
