@@ -13,7 +13,7 @@ import os
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from server import __version__
+from server import __version__, speedups
 from server.acks import DurableAcks
 from server.alerts import Alert, txlog_alerts
 from server.auth import Authenticator
@@ -59,6 +59,7 @@ class InstanceInfo(TypedDict):
     start_time: str
     ready: bool
     alerts: list[Alert]
+    extensions: speedups.Status
 
 
 class ClientInfo(TypedDict):
@@ -257,6 +258,7 @@ class Operations:
             "start_time": _iso(started),
             "ready": self.lifecycle.ready,
             "alerts": self.alerts(),
+            "extensions": speedups.status(),
         }
 
     def alerts(self) -> list[Alert]:

@@ -43,8 +43,9 @@ from server.client.events import (
     PositionReported,
     Replied,
 )
+from server.protocol.delivery import split_deliveries
 from server.protocol.errors import failure_for
-from server.protocol.frame import FrameError, parse_frame
+from server.protocol.frame import FrameError, encode_publishes
 
 S = TypeVar("S")
 
@@ -228,6 +229,24 @@ class SessionState(Generic[S]):
         self._out.append(orjson.dumps(header) + body)
         return seq or 0
 
+    def publish_many(self, topic: str, bodies: list[bytes], *, persisted: bool = False) -> int:
+        """Queue a publish per body, numbered from the next sequence, encoded in one pass;
+        returns the last sequence number (the current one when ``bodies`` is empty).
+
+        The batch form of :meth:`publish` (every message gets an automatic sequence, no
+        correlation id): the header's constant parts are encoded once for the batch.
+        """
+        if self._lost is not None:
+            raise Disconnected(self._lost.reason, self._lost.code)
+        if not bodies:
+            return self.seq
+        first = self.seq + 1
+        head = b'{"c":"publish","t":' + orjson.dumps(topic) + b',"s":'
+        mid = b',"a":"persisted","l":' if persisted else b',"l":'
+        self._out.append(encode_publishes(head, first, mid, bodies))
+        self.seq = first + len(bodies) - 1
+        return self.seq
+
     def publish_command(self, topic: str, body: bytes) -> str:
         """Queue a publish with the next sequence number that waits for its processed ack."""
         self.seq += 1
@@ -284,44 +303,34 @@ class SessionState(Generic[S]):
         """
         if self.error is not None:
             return []
-        parsed = parse_frame(data)
+        items, error = split_deliveries(data)
         events: list[Event[S]] = []
         subs = self._subs
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
         run_sid: str | None = None
         run: list[Message] = []
-        for msg in parsed.messages:
-            h = msg.header
-            c = h.get("c")
-            if c == "publish":
-                sids = tuple(str(h.get("sids", "")).split(","))
-                message = Message(
-                    topic=h.get("t", ""),
-                    data=msg.body,
-                    sub_ids=sids,
-                    bookmark=h.get("bm"),
-                    timestamp=h.get("ts"),
-                    correlation_id=h.get("x"),
-                    header=h,
-                )
-                for sid in sids:
+        for item in items:
+            if type(item) is Message:
+                for sid in item.sub_ids:
                     if sid == run_sid:
-                        run.append(message)
+                        run.append(item)
                         continue
                     sub = subs.get(sid)
                     if sub is not None:
-                        run = [message]
+                        run = [item]
                         run_sid = sid
                         events.append(Delivered(sub, run))
                 continue
             run_sid = None
+            h = item.header
+            c = h.get("c")
             if c == "ack":
                 self._ack(h, events)
             elif c == "heartbeat":
                 events.append(HEARTBEAT)
-        if parsed.error is not None:
-            self.error = parsed.error
-            events.append(ConnectionFailed(parsed.error))
+        if error is not None:
+            self.error = error
+            events.append(ConnectionFailed(error))
         return events
 
     def _ack(self, h: dict[str, Any], events: list[Event[S]]) -> None:

@@ -69,6 +69,7 @@ class SpoolProcess:
         xml: str | None = None,
         *,
         extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         tls: bool = False,
         control: Path | None = None,
     ) -> None:
@@ -86,6 +87,7 @@ class SpoolProcess:
         #: with a control file, the journal file seam fails what it names: the process
         #: runs under tests/support/faulty_serve.py (see tests/support/faults.py)
         self.control = control
+        self.env = env or {}  # added to this process's environment (SPOOL_NO_EXTENSIONS...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -116,6 +118,7 @@ class SpoolProcess:
         launcher = ["-m", "server.cli"]
         if self.control is not None:
             launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
