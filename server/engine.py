@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Mapping
+from typing import Final
 
 from server import __version__
 from server.acks import DurableAcks, LocalHorizon
@@ -49,15 +50,26 @@ from server.replication.transport import Connector, connect_websocket
 from server.router import Router
 from server.scryptpool import ScryptPool
 from server.session import Session, Transport
+from server.spills import Spills
+from server.stalls import StallWatch
 from server.stats.sampler import Sampler
 from server.subscriptions import SubscriptionService
 from server.throttle import LogonThrottle, ThrottlePolicy
 from server.tls.listener import TlsListener
 from server.topics import TopicTable
-from server.txlog import TransactionLog
+from server.txlog import FileSeam, TransactionLog
 
 #: how long a graceful stop waits for what was appended to become durable (seconds)
 _DRAIN_DURABLE_TIMEOUT = 5.0
+#: event-log level of the transaction log's events (server/txlog/events.py); others: info
+_TXLOG_LEVELS: Final[dict[str, str]] = {
+    "flush_failed": "error",  # a write outage began: publishes are refused
+    "unwritten_at_close": "error",
+    "writes_resumed": "warning",
+    "recovery_truncated": "warning",
+    "preallocation_failed": "warning",
+    "cache_write_failed": "warning",
+}
 
 
 class Broker:
@@ -67,6 +79,8 @@ class Broker:
         config: the instance configuration.
         clock: the time source every part uses.
         console_log: also log events to the console.
+        files: the file seam journal writes go through (None: the real one; fault tests
+            inject write and fsync failures here).
         connector: how replication links dial their destinations (tests link in-process
             brokers with an in-memory one).
 
@@ -91,6 +105,7 @@ class Broker:
         *,
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
+        files: FileSeam | None = None,
         connector: Connector = connect_websocket,
     ) -> None:
         self.config = config
@@ -118,7 +133,7 @@ class Broker:
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
                 config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
-                track_gaps=config.replicates,
+                files=files, track_gaps=config.replicates,
             )  # fmt: skip
         txlog = self.txlog
         # the local fsync: what the replication push and durable stages follow
@@ -131,7 +146,8 @@ class Broker:
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
         self.router = Router()
-        self.fanout = FanOut(self.router, self.auth, clock)
+        self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
+        self.fanout = FanOut(self.router, self.auth, clock, self.spills)
         self.topics = TopicTable(self._records)
         self.pipeline = PublishPipeline(
             self.topics, txlog, local, self.acks, self.auth, self.events, stages=(self.fanout,)
@@ -148,7 +164,10 @@ class Broker:
             logon_fields=replication.failover_fields if replication is not None else None,
         )  # fmt: skip
         self.subscriptions = SubscriptionService(
-            config, self.router, txlog, horizon, self.auth, self.events, clock
+            config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills
+        )
+        self.stalls = StallWatch(
+            lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
@@ -164,6 +183,7 @@ class Broker:
             self.auth.pool,
             self.tls,
             config.plaintext_exposed,
+            spills=self.spills,
             replication=replication.counters if replication is not None else None,
         )
         self.operations = Operations(
@@ -240,7 +260,9 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 6. serve
+        # 6. the slow-client watch (SlowClientTimeout)
+        self.stalls.start()
+        # 7. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -271,11 +293,13 @@ class Broker:
         """Shut down in order: 1. clients and replication links, 2. sampler, 3. transaction
         log, 4. event log."""
         # 1. clients: drain outbound and close with "shutting down"; replication links end;
-        #    no more password checks, no more expiry watch
+        #    no more password checks, no more expiry watch, nothing left to watch for slow
+        #    clients
         await self.drain()
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()
+        await self.stalls.stop()
         # 2. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
@@ -319,8 +343,7 @@ class Broker:
         return self.txlog is not None and self.subscriptions.records(topic)
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
-        level = "warning" if "truncat" in event or "fail" in event else "info"
-        self.events.emit(level, "txlog", event, **fields)
+        self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)
 
 
 def _needs_sow(session: Session, cmd: Command) -> None:

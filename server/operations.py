@@ -13,8 +13,9 @@ import os
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from server import __version__
+from server import __version__, speedups
 from server.acks import DurableAcks
+from server.alerts import Alert, txlog_alerts
 from server.auth import Authenticator
 from server.clients import ClientRegistry
 from server.clock import Clock
@@ -41,7 +42,9 @@ from server.tls.listener import TlsListener, TlsStatus
 from server.txlog import TransactionLog
 from server.txlog.errors import JournalNotFound
 from server.txlog.journal import JournalInfo
+from server.txlog.outage import WriteOutageDict
 from server.txlog.pins import Pin
+from server.txlog.space import ShortfallDict
 
 JournalAction = Literal["archive", "compress", "remove"]
 JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")
@@ -57,6 +60,8 @@ class InstanceInfo(TypedDict):
     data_dir: str
     start_time: str
     ready: bool
+    alerts: list[Alert]
+    extensions: speedups.Status
 
 
 class ClientInfo(TypedDict):
@@ -74,6 +79,7 @@ class ClientInfo(TypedDict):
     version: str
     tls: str | None
     certificate: str | None
+    origin: str | None
 
 
 class SubscriptionInfo(TypedDict):
@@ -179,6 +185,8 @@ class TransactionLogInfo(TypedDict):
     totals: TxlogTotals
     flush_latency_ms: FlushLatency
     stats: dict[str, float]
+    write_outage: WriteOutageDict | None
+    preallocation: ShortfallDict | None
 
 
 class Operations:
@@ -253,7 +261,13 @@ class Operations:
             "data_dir": str(cfg.data_directory),
             "start_time": _iso(started),
             "ready": self.lifecycle.ready,
+            "alerts": self.alerts(),
+            "extensions": speedups.status(),
         }
+
+    def alerts(self) -> list[Alert]:
+        """What every dashboard page shows in a banner now (server/alerts.py)."""
+        return txlog_alerts(self._txlog)
 
     # -- clients ------------------------------------------------------------------------
 
@@ -274,6 +288,7 @@ class Operations:
             "version": s.version,
             "tls": s.peer.tls_version,
             "certificate": s.peer.client_subject,
+            "origin": s.web_origin,
         }
 
     def clients_info(self) -> list[ClientInfo]:
@@ -287,7 +302,7 @@ class Operations:
         s = self._clients.by_name.get(name)
         if s is None:
             return False
-        await s.close(reason)
+        await s.close(reason, cause="admin")
         return True
 
     # -- subscriptions ------------------------------------------------------------------
@@ -422,6 +437,10 @@ class Operations:
                 "p99": st.get("fsync_p99_ms", 0.0),
             },
             "stats": st,
+            "write_outage": outage.to_dict() if (outage := txlog.write_outage) else None,
+            "preallocation": (
+                short.to_dict() if (short := txlog.preallocation_shortfall) else None
+            ),
         }
 
     async def journal_action(self, action: JournalAction, journal_id: int) -> list[JournalDict]:

@@ -7,13 +7,18 @@ up stops being read, and TCP backpressure reaches the source); the link writes t
 :class:`AsgiLinkTransport`. Authentication is the link's own (its hello, or the client
 certificate the TLS listener verified, handed over as the :class:`~server.peer.Peer`), as
 the protocol logon is for clients; the endpoint only refuses connections when the
-``amps-replication`` transport is disabled or the instance is not ready.
+``amps-replication`` transport is disabled or the instance is not ready, and any handshake
+that names a page's ``Origin``: a replication link is never a browser page (the source's
+dialer sends no ``Origin``), so a page that opens ``/replication`` - which, on a broker
+without users, would let it inject messages as a peer - is refused before the upgrade
+(web/origins.py says why pages get no ambient authority).
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from server.engine import Broker
@@ -65,6 +70,15 @@ class ReplicationEndpoint:
         broker = self.broker
         message = await receive()
         if message["type"] != "websocket.connect":
+            return
+        origin = Headers(scope=scope).get("origin")
+        if origin is not None:
+            client = scope.get("client")
+            broker.events.emit(
+                "warning", "replication", "origin_refused", origin=origin,
+                remote=f"{client[0]}:{client[1]}" if client else "unknown",
+            )  # fmt: skip
+            await send({"type": "websocket.close", "code": 1008, "reason": "forbidden origin"})
             return
         replication = broker.replication
         if (

@@ -11,8 +11,8 @@ refused at start-up).
 
 Modules, each depending only on those above it::
 
-    errors      ConfigError, InetAddrError, the messages callers match on
-    netaddr     HOST:PORT parsing and formatting, the loopback test
+    errors      ConfigError, InetAddrError, OriginError, the messages callers match on
+    netaddr     HOST:PORT parsing and formatting, the loopback test, web origins
     model       the dataclasses (and the transaction log's topic matcher)
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
@@ -32,7 +32,13 @@ Decisions where CONFIG.md is silent are listed in docs/configuration.md.
 from __future__ import annotations
 
 from server.config.defaults import default_config, render_default_xml, with_overrides
-from server.config.errors import BIND_REQUIRES_USERS, SHARED_ADDRESS, ConfigError, InetAddrError
+from server.config.errors import (
+    BIND_REQUIRES_USERS,
+    SHARED_ADDRESS,
+    ConfigError,
+    InetAddrError,
+    OriginError,
+)
 from server.config.loader import load_config, parse_config
 from server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
@@ -54,7 +60,14 @@ from server.config.model import (
     TuningConfig,
     UserConfig,
 )
-from server.config.netaddr import format_inet_addr, is_loopback, parse_inet_addr
+from server.config.netaddr import (
+    WebOrigin,
+    format_inet_addr,
+    is_loopback,
+    parse_host_header,
+    parse_inet_addr,
+    parse_origin,
+)
 
 __all__ = [
     "BIND_REQUIRES_USERS",
@@ -70,6 +83,7 @@ __all__ = [
     "ConfigError",
     "DestinationConfig",
     "InetAddrError",
+    "OriginError",
     "ReplicationConfig",
     "ReplicationTopic",
     "ReplicationTransport",
@@ -79,12 +93,15 @@ __all__ = [
     "TransportConfig",
     "TuningConfig",
     "UserConfig",
+    "WebOrigin",
     "default_config",
     "format_inet_addr",
     "is_loopback",
     "load_config",
     "parse_config",
+    "parse_host_header",
     "parse_inet_addr",
+    "parse_origin",
     "render_default_xml",
     "with_overrides",
 ]

@@ -173,6 +173,8 @@ def render_default_xml() -> str:
     <Authentication>{admin.authentication}</Authentication>
     <StatsRetention>{format_duration(admin.stats_retention)}</StatsRetention>
     <MetricsPublic>{boolean(admin.metrics_public)}</MetricsPublic>
+    <!-- <AllowedOrigins>https://ops.example.com</AllowedOrigins>: web pages of other
+         origins that may use the websocket and the API (none: the broker's own pages) -->
   </Admin>
 
   <Transports>
@@ -193,12 +195,15 @@ def render_default_xml() -> str:
     <PreallocatedJournalFiles>{txlog.preallocated_files}</PreallocatedJournalFiles>
     <JournalSize>{format_size(txlog.journal_size)}</JournalSize>
     <FlushInterval>{format_duration(txlog.flush_interval)}</FlushInterval>
+    <!-- after a failed journal write: retry after this, then x2 each time, up to x16 -->
+    <WriteRetryInterval>{format_duration(txlog.write_retry_interval)}</WriteRetryInterval>
     <MaxSize>{txlog.max_size}</MaxSize>  <!-- 0 = unlimited -->
     <Topic><Name>{topic.name}</Name><MessageType>{topic.message_type}</MessageType></Topic>
   </TransactionLog>
 
   <Tuning>
     <SlowClientBufferLimit>{format_size(tuning.slow_client_buffer_limit)}</SlowClientBufferLimit>
+    <SlowClientTimeout>{format_duration(tuning.slow_client_timeout)}</SlowClientTimeout>
     <!-- HeartbeatDefault 0 = the client chooses -->
     <HeartbeatDefault>{format_duration(tuning.heartbeat_default)}</HeartbeatDefault>
     <PersistedAckInterval>{format_duration(tuning.persisted_ack_interval)}</PersistedAckInterval>

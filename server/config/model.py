@@ -126,6 +126,10 @@ class AdminConfig:
     authentication: str = "none"  # "none" | "token"
     stats_retention: float = 7 * 86400.0  # seconds of samples kept
     metrics_public: bool = False  # /healthz and /metrics readable without auth off-loopback
+    #: browser origins besides the broker's own that may use the websocket and the REST
+    #: API with ambient credentials (no users, a dashboard session): canonical
+    #: ``scheme://host[:port]`` (server/config/netaddr.py ``parse_origin``)
+    allowed_origins: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -180,9 +184,12 @@ class TransactionLogConfig:
     Attributes:
         journal_directory: active and preallocated journal files.
         archive_directory: where archived journals are moved.
-        preallocated_files: journals created ahead of need (0 = create on demand).
+        preallocated_files: journals created ahead of need (the XML element is at least 1;
+            0 here, for tests, creates every journal on demand).
         journal_size: bytes per journal file before rolling to the next.
         flush_interval: group-commit window in seconds (30us..100ms).
+        write_retry_interval: after a failed journal write or fsync, the first retry comes
+            this many seconds later, then twice as long each time, up to 16 times it.
         topics: the recorded topics; see :meth:`records`.
         max_size: bytes of journals kept locally (active + preallocated + archived) before
             publishes fail with "txlog full"; 0 = unlimited.
@@ -193,6 +200,7 @@ class TransactionLogConfig:
     preallocated_files: int = 2
     journal_size: int = 64 * 1024 * 1024
     flush_interval: float = 0.001  # seconds, 30us..100ms
+    write_retry_interval: float = 1.0  # seconds, 10ms..10m
     topics: tuple[TopicRule, ...] = ()
     # Maximum bytes of journals (active + preallocated + archived kept locally) before
     # publishes fail with "txlog full"; 0 = unlimited.
@@ -325,8 +333,12 @@ class TuningConfig:
         logon_failures_per_address / logon_failures_per_user / logon_failure_window:
             the logon throttle (server/throttle.py).
         password_check_threads: size of the password-check pool (server/scryptpool.py).
-        slow_client_buffer_limit: bytes buffered for one client before it is disconnected
-            with ``slow client``.
+        slow_client_buffer_limit: bytes buffered for one client. Live messages of recorded
+            topics stop being buffered at half of it (the subscription catches up from the
+            log instead); what cannot be read back again (messages of topics not recorded,
+            acks) disconnects the client with ``slow client`` when it would pass it.
+        slow_client_timeout: seconds a client may take no data at all while some waits for
+            it before it is disconnected with ``slow client``.
         heartbeat_default: heartbeat interval in seconds for clients that ask for none;
             0 = the client chooses.
         persisted_ack_interval: seconds between periodic bookmark-position acks after a
@@ -348,6 +360,7 @@ class TuningConfig:
     #: threads that run password checks (scrypt); a flood of logons waits for them
     #: instead of taking the threads fsync and file reads use
     password_check_threads: int = 1
+    slow_client_timeout: float = 30.0  # seconds without progress before "slow client"
 
 
 @dataclass(frozen=True, slots=True)

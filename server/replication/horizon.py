@@ -18,6 +18,10 @@ instance's disk", and the instance warns at start that it is a single point of l
 
 The replication push itself follows the *local* horizon (the log's durable listener), not
 this one: a destination cannot be sent what waits for its own ack.
+
+Its :attr:`failure` is the local log's (a write outage: ``txlog full`` with its cause), as
+:class:`~server.acks.LocalHorizon` says it. A sync destination that is down is not a
+failure: acks wait for it (or for a downgrade), as the issue asks.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import heapq
 from collections.abc import Callable
 from typing import Protocol
 
+from server.acks import LocalHorizon
+from server.protocol.errors import ProtocolFailure
 from server.txlog import TransactionLog
 
 __all__ = ["HorizonMember", "SyncHorizon"]
@@ -55,6 +61,7 @@ class SyncHorizon:
 
     def __init__(self, txlog: TransactionLog) -> None:
         self._txlog = txlog
+        self._local = LocalHorizon(txlog)
         self._members: list[HorizonMember] = []
         self._listeners: list[Callable[[int], None]] = []
         self._seq = 0
@@ -81,6 +88,13 @@ class SyncHorizon:
 
     def on_advance(self, callback: Callable[[int], None]) -> None:
         self._listeners.append(callback)
+
+    @property
+    def failure(self) -> ProtocolFailure | None:
+        return self._local.failure
+
+    def on_failure(self, callback: Callable[[ProtocolFailure | None], None]) -> None:
+        self._local.on_failure(callback)
 
     async def wait(self, seq: int) -> None:
         if seq <= self._seq:

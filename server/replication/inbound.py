@@ -116,6 +116,12 @@ class _Replies:
     def send_messages(self, data: bytes, count: int) -> None:
         pass
 
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        return True  # nothing is ever queued here
+
+    def overflow(self, nbytes: int) -> None:
+        pass
+
     def ack(
         self,
         kind: str,
@@ -126,7 +132,7 @@ class _Replies:
     ) -> None:
         pass
 
-    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
         self.failures.append(exc)
 
     def has_room(self) -> bool:

@@ -52,6 +52,22 @@ class TxlogCounters(TypedDict):
     flushes: float
     fsync_p50_ms: float
     fsync_p99_ms: float
+    #: a write outage: the log refuses publishes and retries (docs/transaction-log.md)
+    refusing_writes: bool
+    write_outages: float
+    write_retries: float
+    #: fewer preallocated journal files than configured (a disk short of room)
+    preallocation_shortfall: bool
+
+
+class SpillCounters(TypedDict):
+    """Live subscriptions that spilled after a burst and caught up from the log
+    (server/spills.py); zero without a transaction log."""
+
+    catching_up: int  # reading the log now
+    spills: int  # times a subscription spilled
+    rejoins: int  # catch-ups that ended back on the live path
+    seconds: float  # time spent catching up, every subscription together
 
 
 class TransportCounters(TypedDict):
@@ -115,3 +131,6 @@ class MetricsSnapshot(TypedDict):
     transports: dict[str, TransportCounters]
     replication: dict[str, LinkCounters]  # "out/NAME" or "in/NAME"
     security: SecurityCounters
+    spills: SpillCounters
+    #: connections ended since the start, by cause (every cause, zeros included)
+    disconnects: dict[str, int]

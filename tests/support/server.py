@@ -70,7 +70,9 @@ class SpoolProcess:
         *,
         extra_args: tuple[str, ...] = (),
         prefix: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         tls: bool = False,
+        control: Path | None = None,
     ) -> None:
         """``prefix``: a command the server runs under (``ip netns exec NS``)."""
         self.workdir = workdir
@@ -85,6 +87,10 @@ class SpoolProcess:
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
         self.prefix = prefix
+        #: with a control file, the journal file seam fails what it names: the process
+        #: runs under tests/support/faulty_serve.py (see tests/support/faults.py)
+        self.control = control
+        self.env = env or {}  # added to this process's environment (SPOOL_NO_EXTENSIONS...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -111,13 +117,15 @@ class SpoolProcess:
         if self.port_file.exists():
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        launcher = ["-m", "server.cli"]
+        if self.control is not None:
+            launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
                 *self.prefix,
                 sys.executable,
-                "-m",
-                "server.cli",
+                *launcher,
                 "serve",
                 "--config",
                 str(self.config_path),

@@ -19,6 +19,7 @@ from server.stats.snapshot import (
     LinkCounters,
     MetricsSnapshot,
     SecurityCounters,
+    SpillCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -82,6 +83,10 @@ def txlog_counters(
     flushes: float = 0.0,
     fsync_p50_ms: float = 0.0,
     fsync_p99_ms: float = 0.0,
+    refusing_writes: bool = False,
+    write_outages: float = 0.0,
+    write_retries: float = 0.0,
+    preallocation_shortfall: bool = False,
 ) -> TxlogCounters:
     """The transaction log's counters."""
     return {
@@ -93,6 +98,10 @@ def txlog_counters(
         "flushes": flushes,
         "fsync_p50_ms": fsync_p50_ms,
         "fsync_p99_ms": fsync_p99_ms,
+        "refusing_writes": refusing_writes,
+        "write_outages": write_outages,
+        "write_retries": write_retries,
+        "preallocation_shortfall": preallocation_shortfall,
     }
 
 
@@ -125,6 +134,13 @@ def link_counters(
         "seconds_behind": seconds_behind,
         "disconnects": disconnects,
     }
+
+
+def spill_counters(
+    *, catching_up: int = 0, spills: int = 0, rejoins: int = 0, seconds: float = 0.0
+) -> SpillCounters:
+    """The catch-up reads of live subscriptions."""
+    return {"catching_up": catching_up, "spills": spills, "rejoins": rejoins, "seconds": seconds}
 
 
 def security_counters(
@@ -168,6 +184,8 @@ def metrics_snapshot(
     transports: Mapping[str, TransportCounters] | None = None,
     replication: Mapping[str, LinkCounters] | None = None,
     security: SecurityCounters | None = None,
+    spills: SpillCounters | None = None,
+    disconnects: Mapping[str, int] | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -188,4 +206,6 @@ def metrics_snapshot(
         "transports": dict(transports or {}),
         "replication": dict(replication or {}),
         "security": security if security is not None else security_counters(),
+        "spills": spills if spills is not None else spill_counters(),
+        "disconnects": dict(disconnects or {}),
     }

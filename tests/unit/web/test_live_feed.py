@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from server.alerts import Alert
 from server.clock import VirtualClock, wait_all_blocked
 from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
@@ -21,6 +22,7 @@ from server.stats.snapshot import MetricsSnapshot
 from tests.support.snapshots import (
     client_counters,
     metrics_snapshot,
+    spill_counters,
     subscription_lag,
     txlog_counters,
 )
@@ -63,6 +65,8 @@ def test_rates_are_deltas_over_the_elapsed_time() -> None:
                 subscription_lag("b", "1", seconds_behind=2.25),
             ],
             txlog=txlog_counters(durable_seq=77, bytes=4096.0),
+            spills=spill_counters(catching_up=2, spills=5, rejoins=3, seconds=1.23456),
+            disconnects={"slow_client_stalled": 1, "client": 4},
         ),
         now=12.0,
     )
@@ -74,6 +78,8 @@ def test_rates_are_deltas_over_the_elapsed_time() -> None:
     assert point["queue_depth"] == 123
     assert point["lag_max"] == 2.25
     assert (point["durable_seq"], point["txlog_bytes"]) == (77, 4096)
+    assert (point["catching_up"], point["spills"], point["catch_up_seconds"]) == (2, 5, 1.235)
+    assert point["disconnects"] == {"slow_client_stalled": 1, "client": 4}
 
 
 def test_a_counter_that_went_down_was_reset_and_counts_from_zero() -> None:
@@ -147,10 +153,14 @@ class Source:
         self.stopping = False
         self.msgs_in = 0
         self.snapshots = 0
+        self.current_alerts: list[Alert] = []
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         self.snapshots += 1
         return metrics_snapshot(time=self.clock.time(), msgs_in=self.msgs_in, connections=1)
+
+    def alerts(self) -> list[Alert]:
+        return list(self.current_alerts)
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -200,6 +210,35 @@ def test_a_stream_starts_with_history_then_gets_one_point_per_interval() -> None
         late = feed.subscribe()
         [(_, history)] = parse(await next_item(late))
         assert [p["msgs_in"] for p in history["points"]] == [300.0]
+        feed.close()
+
+    run(scenario())
+
+
+def test_every_point_carries_the_alerts_of_its_moment() -> None:
+    """The banner of every open page follows the conditions second by second: a write
+    outage shows up in the next point, and its end too (no reload needed)."""
+
+    async def scenario() -> None:
+        src = Source()
+        feed = LiveFeed(src, interval=1.0, idle_grace=10.0)
+        sub = feed.subscribe()
+        await next_item(sub)
+        await src.clock.advance(1.0)
+        [(_, point)] = parse(await next_item(sub))
+        assert point["alerts"] == []
+        outage: Alert = {
+            "id": "txlog-refusing-writes", "level": "error", "title": "Transaction log refusing writes",
+            "message": "journal write failed on x: No space left on device", "since": "2026-01-01T00:00:00Z",
+        }  # fmt: skip
+        src.current_alerts = [outage]
+        await src.clock.advance(1.0)
+        [(_, point)] = parse(await next_item(sub))
+        assert point["alerts"] == [outage]
+        src.current_alerts = []
+        await src.clock.advance(1.0)
+        [(_, point)] = parse(await next_item(sub))
+        assert point["alerts"] == []
         feed.close()
 
     run(scenario())
