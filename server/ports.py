@@ -1,7 +1,7 @@
 """The seams of the engine core: what subsystems implement and what they are handed.
 
 Everything that is not the engine core plugs in here, so these types import nothing of the
-core (only the protocol, the config model, the record types and the filter type):
+core (only the protocol, the config model and the record types):
 
 - :class:`Outbound`: where the broker sends bytes for one peer. A client ``Session``
   implements it; a replication link and a test double will.
@@ -18,8 +18,9 @@ core (only the protocol, the config model, the record types and the filter type)
 - :class:`DurabilityHorizon`: how far the log is durable. Persisted acks, flush acks and
   ``fully_durable`` subscriptions wait on it. Today it is the local fsync; with
   replication it also waits for every sync destination.
-- :class:`TopicStore`: keyed current state of a topic (SOW topics and queues), one
-  interface for its memory and persistent backends.
+- :class:`TopicStore`: keyed current state of a topic (SOW topics, later queues), one
+  interface for its memory and persistent backends; its values are :class:`SowRecord`
+  and every change is reported as a :class:`Change`.
 - :class:`FrameHandler`: what a connection hands its received frames to (the dispatcher).
 
 Who implements what is listed in docs/architecture.md ("Ports").
@@ -27,21 +28,23 @@ Who implements what is listed in docs/architecture.md ("Ports").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from server.config import UserConfig
-from server.expr import Filter
 from server.protocol.errors import ProtocolFailure
 from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import RecordKind
 
 #: an ack header value (PROTOCOL.md "Acks")
 AckValue = str | int | float | bool | None
 
 #: one message of a run that asked for acks: (index in the run, ack kinds, cid)
 AckRequest = tuple[int, frozenset[str], str | None]
+
+#: messages of a run a preparing stage refuses alone: (index in the run, why)
+Refusals = list[tuple[int, ProtocolFailure]]
 
 OriginKind = Literal["client", "replication", "broker"]
 
@@ -134,6 +137,11 @@ class PublishRun:
         acks: the messages that asked for acks, in order.
         corr_ids: per message, the correlation id (``""`` for none), or None.
         sow_keys: per message, the SOW key given with ``k`` (``""`` for none), or None.
+            A SOW stage's ``prepare`` replaces it with the key field each record is logged
+            with (:func:`server.txlog.record.sow_key_field`).
+        expirations: per message, the lifetime in seconds given with ``e`` (None for
+            none), or None when no message gave one. Only a stage that keeps records
+            (SOW) takes it; a topic without one refuses it.
         kind: the record kind the messages are logged as.
         path: instances the messages travelled through (replication), origin first.
         publisher_name: the publishing client's name, when known (``CLIENT_NAME()``).
@@ -149,6 +157,7 @@ class PublishRun:
     kind: RecordKind = RecordKind.PUBLISH
     path: tuple[str, ...] = ()
     publisher_name: str = ""
+    expirations: list[int | None] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -207,9 +216,14 @@ class PublishStage(Protocol):
 class PreparingStage(PublishStage, Protocol):
     """A stage with work before the append."""
 
-    def prepare(self, run: PublishRun) -> None:
-        """On the loop, before the append: derive keys, merge deltas, or refuse the run
-        by raising a :class:`~server.protocol.errors.ProtocolFailure`."""
+    def prepare(self, run: PublishRun) -> Refusals | None:
+        """On the loop, before the append: derive keys, merge deltas, or refuse.
+
+        The whole run is refused by raising a
+        :class:`~server.protocol.errors.ProtocolFailure`; single messages (a body without
+        its key field) by returning them: the pipeline answers each alone and publishes
+        the rest of the run.
+        """
         ...
 
 
@@ -237,6 +251,11 @@ class RecoveringStage(PublishStage, Protocol):
 
     def recover(self, batch: RecordBatch) -> None:
         """Before clients are served: one batch of the journal, in log order."""
+        ...
+
+    def recover_from(self) -> int:
+        """The first local sequence this stage needs to see (1: the whole log); the
+        pipeline starts reading at the lowest of its recovering stages."""
         ...
 
 
@@ -284,41 +303,102 @@ class Entitlements(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class SowRecord:
+    """The latest message of one key in a keyed store (a SOW topic).
+
+    Immutable: a query's snapshot is a list of references that later updates cannot
+    change, so a result streamed over many loop turns is the state of one instant.
+
+    Attributes:
+        key: the record's key.
+        body: the message body, byte for byte (for a ``delta_publish``, the merged one).
+        seq: local sequence of the log record it came from; 0 for a topic not in the log.
+        timestamp_us: when it was recorded (microseconds since the Unix epoch).
+        pub_hash: publisher id of its bookmark.
+        pub_seq: publisher sequence of its bookmark.
+        expires_us: when it expires (wall clock, microseconds); 0 = never.
+        version: the store's change counter when it was stored: strictly increasing per
+            store, so "stored after a snapshot" is ``version > snapshot_version``.
+    """
+
+    key: str
+    body: bytes
+    seq: int
+    timestamp_us: int
+    pub_hash: int
+    pub_seq: int
+    expires_us: int
+    version: int
+
+    @property
+    def bookmark(self) -> str:
+        """The wire bookmark ``PUBHASH|PUBSEQ|`` (empty for a topic not in the log)."""
+        return f"{self.pub_hash}|{self.pub_seq}|" if self.seq else ""
+
+
+@dataclass(frozen=True, slots=True)
 class Change:
     """What one update did to a keyed store: ``old`` and ``new`` of one key.
 
     ``old`` is None for an insert, ``new`` is None for a delete; out-of-focus notices
-    (``oof``) need both to test a subscriber's filter before and after.
+    (``oof``) and delta deliveries need both.
     """
 
     key: str
-    old: Record | None
-    new: Record | None
+    old: SowRecord | None
+    new: SowRecord | None
 
 
 class TopicStore(Protocol):
-    """The current state of a keyed topic: the latest record per key (SOW, queues).
+    """The current state of a keyed topic: the latest record per key (SOW topics).
 
     One interface for the memory and the persistent backends, so one test suite runs
-    over both (nats-server ``store.go``). Owned by the event loop.
+    over both (nats-server ``store.go``). Owned by the event loop; a backend that writes
+    files does so in worker threads and never blocks the loop.
     """
 
-    def apply(self, record: Record, key: str) -> Change:
-        """Store ``record`` as the latest of ``key``."""
+    @property
+    def topic(self) -> str:
+        """The topic whose records it keeps."""
         ...
 
-    def delete(self, key: str) -> Change | None:
-        """Remove ``key``; None when it was not there."""
+    @property
+    def version(self) -> int:
+        """The version of the last change (0 when nothing was ever stored)."""
         ...
 
-    def get(self, key: str) -> Record | None:
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        seq: int = 0,
+        timestamp_us: int = 0,
+        pub_hash: int = 0,
+        pub_seq: int = 0,
+        expires_us: int = 0,
+    ) -> Change:
+        """Store ``body`` as the latest record of ``key``."""
+        ...
+
+    def delete(self, key: str, *, seq: int = 0) -> Change | None:
+        """Remove ``key`` (``seq``: the log record of the removal); None when absent."""
+        ...
+
+    def get(self, key: str) -> SowRecord | None:
         """The latest record of ``key``."""
         ...
 
-    def query(self, flt: Filter | None) -> Iterator[tuple[str, Record]]:
-        """Every (key, record) the filter matches (all with None), in key order."""
+    def records(self) -> list[SowRecord]:
+        """Every record, in the order their keys were first stored (a snapshot: a new
+        list of immutable records, unaffected by later changes)."""
         ...
 
     def __len__(self) -> int:
         """How many keys are stored."""
+        ...
+
+    @property
+    def body_bytes(self) -> int:
+        """Bytes of the stored bodies."""
         ...
