@@ -129,7 +129,9 @@ class KeySpec:
             if type(value) is str and len(value) <= MAX_KEY_CHARS and value.isprintable():
                 return value  # the common case: no escaping to do
             return self._finish(topic, [self._scalar(topic, 0, value)])
-        parts = [self._scalar(topic, i, self._walk(doc, steps)) for i, steps in enumerate(self._steps)]
+        parts = [
+            self._scalar(topic, i, self._walk(doc, steps)) for i, steps in enumerate(self._steps)
+        ]
         return self._finish(topic, parts)
 
     @staticmethod

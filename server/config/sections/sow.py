@@ -122,7 +122,8 @@ def read_sow(node: Node, ctx: Context) -> tuple[SowTopicConfig, ...]:
         rule = _topic(topic_node, ctx)
         if rule.name in first_line:
             raise fail(
-                topic_node, f"duplicate SOW Topic {rule.name!r} (first at line {first_line[rule.name]})"
+                topic_node,
+                f"duplicate SOW Topic {rule.name!r} (first at line {first_line[rule.name]})",
             )
         first_line[rule.name] = topic_node.line
         topics.append(rule)

@@ -10,7 +10,8 @@ from server.sow.delta import diff, merge
 leaves = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3))
 names = st.sampled_from(["a", "b", "c", "d"])
 values = st.recursive(
-    leaves, lambda inner: st.dictionaries(names, inner, max_size=3) | st.lists(inner, max_size=2),
+    leaves,
+    lambda inner: st.dictionaries(names, inner, max_size=3) | st.lists(inner, max_size=2),
     max_leaves=8,
 )
 docs = st.dictionaries(names, values, max_size=4)
@@ -45,7 +46,9 @@ def test_type_changes_count_as_changes() -> None:
 
 
 @given(docs, docs)
-def test_merging_the_diff_gives_the_new_record(old: dict[str, object], new: dict[str, object]) -> None:
+def test_merging_the_diff_gives_the_new_record(
+    old: dict[str, object], new: dict[str, object]
+) -> None:
     delta = diff(old, new)
     if delta is None:
         assert any(name not in new for name in old) or any(
@@ -56,7 +59,9 @@ def test_merging_the_diff_gives_the_new_record(old: dict[str, object], new: dict
 
 
 @given(docs, docs)
-def test_merge_then_diff_is_within_the_update(old: dict[str, object], upd: dict[str, object]) -> None:
+def test_merge_then_diff_is_within_the_update(
+    old: dict[str, object], upd: dict[str, object]
+) -> None:
     merged = merge(old, upd)
     delta = diff(old, merged)
     assert delta is not None  # a merge never drops a field

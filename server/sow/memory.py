@@ -1,0 +1,146 @@
+"""The memory backend of :class:`~server.ports.TopicStore`: a dict of immutable records.
+
+Also the in-memory half of the persistent backend (server/sow/filestore.py extends it),
+and the scratch store a historical query rebuilds from the transaction log. Records are
+kept in the order their keys were first stored (a ``dict`` keeps insertion order), which is
+the order of an unsorted query.
+
+Building a frozen dataclass through its ``__init__`` costs a call to
+``object.__setattr__`` per field; a publish to a SOW topic builds a record and a change
+per message, so :func:`new_record` and :func:`new_change` set the slots through their
+descriptors directly (as the journal codec's ``make_record`` does).
+"""
+
+from __future__ import annotations
+
+from server.ports import Change, SowRecord
+
+__all__ = ["MemoryStore", "new_change", "new_record"]
+
+_R = tuple(getattr(SowRecord, name).__set__ for name in SowRecord.__slots__)
+_C = tuple(getattr(Change, name).__set__ for name in Change.__slots__)
+_new = object.__new__
+
+
+def new_record(
+    key: str,
+    body: bytes,
+    seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seq: int,
+    expires_us: int,
+    version: int,
+) -> SowRecord:
+    """A :class:`SowRecord` (fields in declaration order), built without ``__init__``."""
+    rec = _new(SowRecord)
+    r0, r1, r2, r3, r4, r5, r6, r7 = _R
+    r0(rec, key)
+    r1(rec, body)
+    r2(rec, seq)
+    r3(rec, timestamp_us)
+    r4(rec, pub_hash)
+    r5(rec, pub_seq)
+    r6(rec, expires_us)
+    r7(rec, version)
+    return rec
+
+
+def new_change(key: str, old: SowRecord | None, new: SowRecord | None) -> Change:
+    """A :class:`Change`, built without ``__init__``."""
+    ch = _new(Change)
+    c0, c1, c2 = _C
+    c0(ch, key)
+    c1(ch, old)
+    c2(ch, new)
+    return ch
+
+
+class MemoryStore:
+    """A topic's records in memory (the ``transient`` durability). Owned by the loop.
+
+    Args:
+        topic: the topic whose records it keeps.
+    """
+
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+        self._records: dict[str, SowRecord] = {}
+        self._version = 0
+        self._bytes = 0
+
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def body_bytes(self) -> int:
+        return self._bytes
+
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        seq: int = 0,
+        timestamp_us: int = 0,
+        pub_hash: int = 0,
+        pub_seq: int = 0,
+        expires_us: int = 0,
+    ) -> Change:
+        self._version = version = self._version + 1
+        rec = new_record(key, body, seq, timestamp_us, pub_hash, pub_seq, expires_us, version)
+        records = self._records
+        old = records.get(key)
+        records[key] = rec
+        self._bytes += len(body) - (len(old.body) if old is not None else 0)
+        self._changed(old, rec, seq)
+        return new_change(key, old, rec)
+
+    def delete(self, key: str, *, seq: int = 0) -> Change | None:
+        old = self._records.pop(key, None)
+        if old is None:
+            return None
+        self._version += 1
+        self._bytes -= len(old.body)
+        self._changed(old, None, seq)
+        return new_change(key, old, None)
+
+    def get(self, key: str) -> SowRecord | None:
+        return self._records.get(key)
+
+    def records(self) -> list[SowRecord]:
+        return list(self._records.values())
+
+    def keys(self) -> list[str]:
+        """Every key, in store order."""
+        return list(self._records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._records
+
+    def _changed(self, old: SowRecord | None, new: SowRecord | None, seq: int) -> None:
+        """Hook for the persistent backend: ``old`` became ``new`` (None: deleted by the
+        log record ``seq``); nothing to do in memory."""
+
+    def _load(self, rec: SowRecord) -> None:
+        """Take a record read back from a file, as it was (no change to write)."""
+        records = self._records
+        old = records.get(rec.key)
+        records[rec.key] = rec
+        self._bytes += len(rec.body) - (len(old.body) if old is not None else 0)
+        if rec.version > self._version:
+            self._version = rec.version
+
+    def _unload(self, key: str) -> None:
+        """Forget a key read back as deleted from a file (no change to write)."""
+        old = self._records.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old.body)
