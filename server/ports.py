@@ -69,6 +69,11 @@ class Outbound(Protocol):
         """Queue ``count`` encoded data messages joined in ``data``."""
         ...
 
+    def send_batch(self, data: bytes, count: int) -> None:
+        """Queue ``count`` data messages that leave as a frame of their own (a SOW query
+        result of ``bs`` records per frame), not joined with what comes before or after."""
+        ...
+
     def ack(
         self,
         kind: str,

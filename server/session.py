@@ -101,8 +101,10 @@ class Session:
         self.origin: Origin | None = None
         self.subs: dict[str, Subscription] = {}
         self.handler: FrameHandler | None = None
-        self._out: list[bytes] = []
+        #: pieces to send; None marks a frame boundary (send_batch)
+        self._out: list[bytes | None] = []
         self._out_bytes = 0
+        self._breaks = 0
         self._in_flight = 0
         self._buffer_limit = buffer_limit
         self._wake = asyncio.Event()
@@ -212,6 +214,7 @@ class Session:
             )
             self._out.clear()
             self._out_bytes = 0
+            self._breaks = 0
             self.close_soon(SlowClient.reason)
             return
         self._wake.set()
@@ -220,6 +223,20 @@ class Session:
         """Queue ``count`` encoded data messages joined in ``data``."""
         self.traffic.msgs_out += count
         self.send(data)
+
+    def send_batch(self, data: bytes, count: int) -> None:
+        """Queue ``count`` data messages as a frame of their own (a SOW query batch of
+        ``bs`` records): nothing queued before or after joins that frame."""
+        if self.closed:
+            return
+        out = self._out
+        if out and out[-1] is not None:
+            out.append(None)
+            self._breaks += 1
+        self.send_messages(data, count)
+        if not self.closed and self._out:
+            self._out.append(None)
+            self._breaks += 1
 
     def ack(
         self,
@@ -257,17 +274,22 @@ class Session:
                 self._wake.clear()
                 while self._out:
                     out = self._out
-                    if self._out_bytes <= _MAX_FRAME:
-                        frame = b"".join(out)
+                    if self._breaks:
+                        frame = self._take_frame(out)
+                        if not frame:
+                            continue
+                    elif self._out_bytes <= _MAX_FRAME:
+                        frame = b"".join(out)  # type: ignore[arg-type]  # no None without breaks
                         self._out = []
                     else:
                         size = 0
                         n = 0
                         for n, piece in enumerate(out, 1):  # noqa: B007
+                            assert piece is not None
                             size += len(piece)
                             if size >= _MAX_FRAME:
                                 break
-                        frame = b"".join(out[:n])
+                        frame = b"".join(out[:n])  # type: ignore[arg-type]
                         del out[:n]
                     self._out_bytes -= len(frame)
                     self._in_flight = len(frame)
@@ -292,6 +314,25 @@ class Session:
                     error=type(exc).__name__,
                 )
                 self.close_soon("connection lost", CLOSE_NORMAL)
+
+    def _take_frame(self, out: list[bytes | None]) -> bytes:
+        """The next frame from a buffer with boundaries: pieces up to the next boundary
+        (consumed) or :data:`_MAX_FRAME`; empty when the buffer starts with a boundary."""
+        pieces: list[bytes] = []
+        size = 0
+        cut = len(out)
+        for i, piece in enumerate(out):
+            if piece is None:
+                cut = i + 1
+                self._breaks -= 1
+                break
+            pieces.append(piece)
+            size += len(piece)
+            if size >= _MAX_FRAME:
+                cut = i + 1
+                break
+        del out[:cut]
+        return b"".join(pieces)
 
     # -- heartbeats ----------------------------------------------------------------------
 

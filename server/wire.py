@@ -3,7 +3,7 @@
 Delivered messages are the hottest bytes in the broker, so their headers are assembled from
 pre-encoded pieces (the topic and the subscription ids are JSON-encoded once) instead of
 going through a JSON encoder per message. Every producer of ``publish`` messages (the live
-fan-out, the replay sink, later SOW queries and replication) encodes here, so the layout is
+fan-out, the replay sink, the SOW, later replication) encodes here, so the layout is
 written once::
 
     {"c":"publish","t":TOPIC,"sids":"a,b","bm":"H|S|","ts":"...","x":"...","l":N}BODY
@@ -26,8 +26,13 @@ from server.txlog.batch import RecordBatch
 
 __all__ = [
     "encode_batch",
+    "encode_group",
+    "encode_keyed",
+    "encode_oof",
     "encode_publish",
     "encode_run",
+    "encode_sow_record",
+    "key_json",
     "sids_json",
     "topic_json",
 ]
@@ -176,3 +181,90 @@ def encode_batch(
             for i in part
         ]
     )
+
+
+# -- SOW: query results, live deliveries with a key, out-of-focus notices -----------------
+# (server/sow uses these; the layouts are PROTOCOL.md "Messages from the server")
+
+
+def key_json(key: str) -> bytes:
+    """A SOW key as a JSON string literal."""
+    return orjson.dumps(key)
+
+
+def encode_group(kind: bytes, qid: bytes, sub_id: bytes | None = None) -> bytes:
+    """A ``group_begin`` / ``group_end`` message around a query result.
+
+    Args:
+        kind: ``b"group_begin"`` or ``b"group_end"``.
+        qid: the query id as a JSON literal.
+        sub_id: the subscription id as a JSON literal (``sow_and_subscribe``), if any.
+    """
+    head = b'{"c":"' + kind + b'","qid":' + qid
+    if sub_id is not None:
+        head += b',"sub_id":' + sub_id
+    return head + b',"l":0}'
+
+
+def encode_sow_record(
+    topic_literal: bytes,
+    qid: bytes,
+    key: str | None,
+    body: bytes,
+    bookmark: str | None = None,
+    ts: str | None = None,
+) -> bytes:
+    """One ``sow`` message: a query-result record (``key`` None: ``no_sowkey``)."""
+    head = b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body
+
+
+def encode_keyed(
+    topic_literal: bytes,
+    sids: bytes,
+    key: str | None,
+    body: bytes,
+    bookmark: str | None = None,
+    ts: str | None = None,
+) -> bytes:
+    """One ``publish`` delivery of a SOW topic: with the record's ``k`` (None:
+    ``no_sowkey``). A delta subscription's body is the delta."""
+    head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body
+
+
+def encode_oof(
+    topic_literal: bytes,
+    sids: bytes,
+    key: str | None,
+    reason: str,
+    body: bytes,
+    bookmark: str | None = None,
+) -> bytes:
+    """One ``oof`` message: the record ``key`` left a subscription's focus.
+
+    Args:
+        reason: ``match`` (the update no longer matches the filter: ``body`` is the
+            update), ``deleted`` / ``expired`` (``body`` is the record's last state) or
+            ``entitlement``.
+        bookmark: the bookmark of the update or deletion that caused it, when recorded.
+    """
+    head = b'{"c":"oof","t":' + topic_literal + b',"sids":' + sids
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    head += b',"reason":"' + reason.encode() + b'"'
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body

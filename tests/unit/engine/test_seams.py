@@ -46,6 +46,9 @@ class Peer:
         self.counted += count
         self.sent.append(data)
 
+    def send_batch(self, data: bytes, count: int) -> None:
+        self.send_messages(data, count)
+
     def ack(
         self,
         kind: str,
