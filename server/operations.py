@@ -24,6 +24,7 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.metrics import Metrics
 from server.session import Session
+from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.sampler import Sampler
 from server.stats.snapshot import MetricsSnapshot
 from server.subscriptions import SubscriptionService
@@ -142,6 +143,7 @@ class Operations:
         metrics: Metrics,
         acks: DurableAcks,
         txlog: TransactionLog | None,
+        sow: SowService,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -153,6 +155,7 @@ class Operations:
         self._metrics = metrics
         self._acks = acks
         self._txlog = txlog
+        self._sow = sow
         self.sampler: Sampler | None = None
 
     # -- the instance -------------------------------------------------------------------
@@ -314,6 +317,28 @@ class Operations:
             infos = await txlog.remove(journal_id)
         self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
         return [journal_dict(j) for j in infos]
+
+    # -- the SOW ------------------------------------------------------------------------
+
+    def sow_topics(self) -> list[SowTopicInfo]:
+        """Every SOW topic: records, bytes, key paths, file, last compaction
+        (``GET /api/sow``)."""
+        return self._sow.topic_infos()
+
+    def sow_topic(self, topic: str) -> SowTopicInfo:
+        """One SOW topic (:class:`~server.sow.errors.SowTopicNotFound`: 404)."""
+        return self._sow.topic_info(topic)
+
+    def sow_keys(self, topic: str, *, after: str | None = None, limit: int = 1000) -> SowKeys:
+        """A page of a SOW topic's keys, in store order."""
+        return self._sow.keys(topic, after=after, limit=limit)
+
+    async def compact_sow(self, topic: str) -> SowCompaction:
+        """Compact a persistent SOW topic's file (``POST /api/sow/{topic}/compact``);
+        the file work runs in a thread."""
+        result = await self._sow.compact(topic)
+        self.events.emit("info", "sow", "sow_compact", **result)
+        return result
 
     # -- statistics ---------------------------------------------------------------------
 

@@ -19,7 +19,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from server.ports import AppendedRun, AppendedStage, PreparingStage, PublishRun, PublishStage
+from server.ports import (
+    AppendedRun,
+    AppendedStage,
+    PreparingStage,
+    PublishRun,
+    PublishStage,
+    Refusals,
+)
 from server.protocol.errors import InvalidTopic
 from server.protocol.topic import is_regex_topic
 from server.wire import topic_json
@@ -45,7 +52,7 @@ class Topic:
     name: str
     literal: bytes
     recorded: bool
-    prepare: tuple[Callable[[PublishRun], None], ...]
+    prepare: tuple[Callable[[PublishRun], Refusals | None], ...]
     appended: tuple[Callable[[AppendedRun], None], ...]
     msgs_in: int = 0
     bytes_in: int = 0

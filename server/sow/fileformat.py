@@ -124,10 +124,19 @@ def encode_header(
     """The header of a new (or compacted) file."""
     tb = topic.encode()
     kb = ",".join(keys).encode()
-    data = _HEAD.pack(
-        MAGIC, VERSION, 0, base_seq,
-        written_us if written_us is not None else int(time.time() * 1e6), len(tb), len(kb),
-    ) + tb + kb  # fmt: skip
+    data = (
+        _HEAD.pack(
+            MAGIC,
+            VERSION,
+            0,
+            base_seq,
+            written_us if written_us is not None else int(time.time() * 1e6),
+            len(tb),
+            len(kb),
+        )
+        + tb
+        + kb
+    )
     return data + _U32.pack(_crc(data))
 
 
@@ -163,10 +172,22 @@ def encode_put(rec: SowRecord) -> bytes:
     """A put change of ``rec``."""
     kb = rec.key.encode()
     body = rec.body
-    data = _PUT.pack(
-        _PUT.size + len(kb) + len(body) + 4, CHANGE_PUT, 0, len(kb), rec.seq,
-        rec.timestamp_us, rec.pub_hash, rec.pub_seq, rec.expires_us, len(body),
-    ) + kb + body  # fmt: skip
+    data = (
+        _PUT.pack(
+            _PUT.size + len(kb) + len(body) + 4,
+            CHANGE_PUT,
+            0,
+            len(kb),
+            rec.seq,
+            rec.timestamp_us,
+            rec.pub_hash,
+            rec.pub_seq,
+            rec.expires_us,
+            len(body),
+        )
+        + kb
+        + body
+    )
     return data + _U32.pack(_crc(data))
 
 

@@ -232,9 +232,16 @@ class FileStore(MemoryStore):
 
     # -- open / close -------------------------------------------------------------------
 
-    async def open(self) -> LoadReport:
-        """Load the file (creating it when missing) and start the writer."""
-        report = await asyncio.to_thread(self._open_file)
+    async def open(self, *, fresh: bool = False) -> LoadReport:
+        """Load the file (creating it when missing) and start the writer.
+
+        Args:
+            fresh: the store was made for a topic first seen now, after start-up (a regex
+                rule's new topic): a file already there was not loaded at start and is
+                not this store's; it is moved aside. Changes made before this returns
+                are kept and written once the file is ready.
+        """
+        report = await asyncio.to_thread(self._open_fresh if fresh else self._open_file)
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
         return report
 
@@ -252,8 +259,11 @@ class FileStore(MemoryStore):
             moved = path.with_name(path.name + ".unusable")
             os.replace(path, moved)
             self._create_file(0)
-            self._event("warning", "sow_file_replaced", {"path": str(path), "reason": why,
-                                                         "moved_to": str(moved)})  # fmt: skip
+            self._event(
+                "warning",
+                "sow_file_replaced",
+                {"path": str(path), "reason": why, "moved_to": str(moved)},
+            )
             return LoadReport(self.topic, path, "replaced", 0, 0, moved_to=moved)
         rekeyed = header.keys != self._keys
         dropped = 0
@@ -268,8 +278,16 @@ class FileStore(MemoryStore):
                     continue
                 key = new_key
             version += 1
-            rec = new_record(key, change.body, change.seq, change.timestamp_us,
-                             change.pub_hash, change.pub_seq, change.expires_us, version)  # fmt: skip
+            rec = new_record(
+                key,
+                change.body,
+                change.seq,
+                change.timestamp_us,
+                change.pub_hash,
+                change.pub_seq,
+                change.expires_us,
+                version,
+            )
             self._load(rec)
             self._live_file_bytes += _PUT_FIXED + len(key) + len(change.body)
         self.file_seq = read.file_seq
@@ -284,8 +302,21 @@ class FileStore(MemoryStore):
                 os.fsync(self._fd)
                 self.file_bytes = read.valid_end
         status: LoadStatus = "repaired" if read.damage is not None else "loaded"
-        return LoadReport(self.topic, path, status, len(self), self.file_seq, read.damage,
-                          rekeyed, dropped)  # fmt: skip
+        return LoadReport(
+            self.topic, path, status, len(self), self.file_seq, read.damage, rekeyed, dropped
+        )
+
+    def _open_fresh(self) -> LoadReport:
+        """Blocking: a new file, whatever was there."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        moved = None
+        if self.path.exists():
+            moved = self.path.with_name(self.path.name + ".unusable")
+            os.replace(self.path, moved)
+        self._create_file(0)
+        if moved is not None:
+            return LoadReport(self.topic, self.path, "replaced", 0, 0, moved_to=moved)
+        return LoadReport(self.topic, self.path, "created", 0, 0)
 
     def _create_file(self, base_seq: int) -> None:
         """Blocking: a new file with just a header."""
@@ -397,8 +428,11 @@ class FileStore(MemoryStore):
                         written = await asyncio.to_thread(self._write_batch, batch)
                     except OSError as exc:
                         self.write_error = exc
-                        self._event("error", "sow_write_failed",
-                                    {"path": str(self.path), "error": repr(exc)})  # fmt: skip
+                        self._event(
+                            "error",
+                            "sow_write_failed",
+                            {"path": str(self.path), "error": repr(exc)},
+                        )
                     else:
                         self.file_bytes += written
                         top = max(s for s, _ in batch)
@@ -460,8 +494,11 @@ class FileStore(MemoryStore):
             self.file_bytes = after
         report = CompactReport(self.topic, before, after, records, time_us(self._clock))
         self.last_compaction_us = report.at_us
-        self._event("info", "sow_compacted", {"topic": self.topic, "before": before,
-                                              "after": after, "records": records})  # fmt: skip
+        self._event(
+            "info",
+            "sow_compacted",
+            {"topic": self.topic, "before": before, "after": after, "records": records},
+        )
         return report
 
     def _compact_file(self) -> tuple[int, int, int]:
@@ -475,8 +512,20 @@ class FileStore(MemoryStore):
             parts = [encode_header(self.topic, self._keys, read.file_seq)]
             for c in read.records.values():
                 assert c.body is not None
-                parts.append(encode_put(new_record(c.key, c.body, c.seq, c.timestamp_us,
-                                                   c.pub_hash, c.pub_seq, c.expires_us, 0)))  # fmt: skip
+                parts.append(
+                    encode_put(
+                        new_record(
+                            c.key,
+                            c.body,
+                            c.seq,
+                            c.timestamp_us,
+                            c.pub_hash,
+                            c.pub_seq,
+                            c.expires_us,
+                            0,
+                        )
+                    )
+                )
             data = b"".join(parts)
             _write_all(fd, data)
             os.fsync(fd)

@@ -89,6 +89,11 @@ class KeySpec:
         self._single = self._steps[0][0] if len(paths) == 1 and len(self._steps[0]) == 1 else None
 
     @property
+    def steps(self) -> tuple[tuple[str, ...], ...]:
+        """The key paths as steps (``("order", "id")`` for ``/order/id``)."""
+        return self._steps
+
+    @property
     def derived(self) -> bool:
         """Whether keys come from the body's fields (``<Key>`` paths configured)."""
         return bool(self.paths)
@@ -120,6 +125,13 @@ class KeySpec:
                 f"{', '.join(self.paths)} give"
             )
         return key
+
+    def try_key(self, topic: str, body: bytes) -> str | None:
+        """The key the body gives, or None when it gives none (recovery, re-keying)."""
+        try:
+            return self.key(topic, body, None)
+        except InvalidMessage:
+            return None
 
     def key_of(self, topic: str, doc: dict[str, object]) -> str:
         """The key of a parsed body (see :meth:`key`)."""

@@ -264,6 +264,9 @@ class RecordingStage:
     def recover(self, batch: RecordBatch) -> None:
         self.calls.append(("recover", list(batch.bodies)))
 
+    def recover_from(self) -> int:
+        return 1
+
 
 def test_stages_see_runs_before_and_after_the_append_then_durability_and_recovery(
     tmp_path: Path,
