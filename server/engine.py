@@ -237,4 +237,3 @@ class Broker:
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         level = "warning" if "truncat" in event or "fail" in event else "info"
         self.events.emit(level, "txlog", event, **fields)
-

@@ -30,7 +30,6 @@ from typing import Final
 from server.acks import DurableAcks
 from server.ports import (
     AckRequest,
-    Refusals,
     AppendedRun,
     DurabilityHorizon,
     DurableStage,
@@ -40,6 +39,7 @@ from server.ports import (
     PublishRun,
     PublishStage,
     RecoveringStage,
+    Refusals,
 )
 from server.protocol.commands import take_publish_run
 from server.protocol.errors import (

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness
 from tests.support.server import sow_topic
 
 Msg = tuple[dict[str, Any], bytes]
@@ -36,9 +36,18 @@ def ORDERS(**kw: Any) -> str:
     return sow_topic("orders", "/id", **kw)
 
 
+def harness(tmp_path: Path, sow: str, **kw: Any) -> EngineHarness:
+    """An engine with small journals and none preallocated (scenarios write little, and
+    a hypothesis test makes dozens of instances)."""
+    return EngineHarness(
+        tmp_path, sow=sow, journal_size="1MB",
+        txlog_extra="<PreallocatedJournalFiles>0</PreallocatedJournalFiles>", **kw,
+    )  # fmt: skip
+
+
 @scenario
 async def test_a_query_returns_the_latest_record_per_key(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(pub("orders", {"id": 1, "q": 1}), pub("orders", {"id": 2, "q": 2}),
                pub("orders", {"id": 1, "q": 3}))  # fmt: skip
@@ -48,7 +57,15 @@ async def test_a_query_returns_the_latest_record_per_key(tmp_path: Path) -> None
         await h.settle()
         got = c.new()
         kinds = [h_["c"] if h_["c"] != "ack" else h_["a"] for h_, _ in got]
-        assert kinds == ["processed", "group_begin", "sow", "sow", "group_end", "stats", "completed"]
+        assert kinds == [
+            "processed",
+            "group_begin",
+            "sow",
+            "sow",
+            "group_end",
+            "stats",
+            "completed",
+        ]
         records = of(got, "sow")
         assert [(hd["k"], orjson.loads(b)) for hd, b in records] == [
             ("1", {"id": 1, "q": 3}),
@@ -61,7 +78,7 @@ async def test_a_query_returns_the_latest_record_per_key(tmp_path: Path) -> None
 
 @scenario
 async def test_a_message_without_its_key_is_refused_alone(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(
             pub("orders", {"id": 1}, a="processed", cid="a"),
@@ -80,7 +97,7 @@ async def test_a_message_without_its_key_is_refused_alone(tmp_path: Path) -> Non
 
 @scenario
 async def test_filter_orderby_top_n_and_bs_frames(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(*[pub("orders", {"id": i, "px": i % 4, "s": f"n{i}"}) for i in range(10)])
         await h.settle()
@@ -105,7 +122,7 @@ async def test_filter_orderby_top_n_and_bs_frames(tmp_path: Path) -> None:
 
 @scenario
 async def test_a_query_by_keys_and_no_sowkey(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(*[pub("orders", {"id": i}) for i in range(5)])
         await h.settle()
@@ -121,7 +138,7 @@ async def test_a_query_by_keys_and_no_sowkey(tmp_path: Path) -> None:
 async def test_delta_publish_merges_nested_fields_and_logs_the_merged_record(
     tmp_path: Path,
 ) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         s = await h.logon("sub")
         s.send(({"c": "subscribe", "t": "orders", "sub_id": "s"}, b""))
         p = await h.logon("pub")
@@ -147,7 +164,7 @@ async def test_delta_publish_merges_nested_fields_and_logs_the_merged_record(
 
 @scenario
 async def test_a_delta_of_a_new_key_is_stored_as_it_is(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(({"c": "delta_publish", "t": "orders"}, b'{"id":7,"a":1}'))
         await h.settle()
@@ -157,7 +174,7 @@ async def test_a_delta_of_a_new_key_is_stored_as_it_is(tmp_path: Path) -> None:
 
 @scenario
 async def test_keys_from_the_k_header_or_a_digest(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=sow_topic("kv")) as h:
+    async with harness(tmp_path, sow=sow_topic("kv")) as h:
         p = await h.logon("pub")
         p.send(({"c": "publish", "t": "kv", "k": "alpha"}, b"1"),
                ({"c": "publish", "t": "kv", "k": "alpha"}, b"2"),
@@ -171,7 +188,7 @@ async def test_keys_from_the_k_header_or_a_digest(tmp_path: Path) -> None:
 
 @scenario
 async def test_sow_commands_on_topics_without_a_sow_are_refused(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         c = await h.logon("c")
         script: list[tuple[dict[str, Any], str]] = [
             ({"c": "sow", "t": "plain"}, "invalid topic"),
@@ -192,7 +209,12 @@ async def test_sow_commands_on_topics_without_a_sow_are_refused(tmp_path: Path) 
             ({"c": "sow_delete", "t": "orders", "f": "1=1", "k": "a"}, "invalid message"),
         ]
         for i, (header, _) in enumerate(script):
-            c.send(({**header, "cid": str(i), "a": "processed"}, b"{}" if header["c"] == "delta_publish" else b""))
+            c.send(
+                (
+                    {**header, "cid": str(i), "a": "processed"},
+                    b"{}" if header["c"] == "delta_publish" else b"",
+                )
+            )
             await h.settle()
         fails = {a["cid"]: a.get("reason") for a in c.acks("processed") if a["status"] == "failure"}
         assert fails == {str(i): reason for i, (_, reason) in enumerate(script)}
@@ -200,12 +222,23 @@ async def test_sow_commands_on_topics_without_a_sow_are_refused(tmp_path: Path) 
 
 @scenario
 async def test_sow_delete_by_filter_keys_and_message(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(*[pub("orders", {"id": i, "g": i % 3}) for i in range(9)])
         await h.settle()
         c = await h.logon("d")
-        c.send(({"c": "sow_delete", "t": "orders", "f": "/g = 0", "cid": "f", "a": "processed,stats"}, b""))
+        c.send(
+            (
+                {
+                    "c": "sow_delete",
+                    "t": "orders",
+                    "f": "/g = 0",
+                    "cid": "f",
+                    "a": "processed,stats",
+                },
+                b"",
+            )
+        )
         await h.settle()
         c.send(({"c": "sow_delete", "t": "orders", "k": "1,2,99", "cid": "k", "a": "stats"}, b""))
         c.send(({"c": "sow_delete", "t": "orders", "cid": "m", "a": "stats"}, b'{"id":4,"g":1}'))

@@ -8,9 +8,9 @@ from typing import Any
 
 import orjson
 
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import FakeClient
 from tests.support.server import sow_topic
-from tests.unit.sow.test_engine_sow import ORDERS, Msg, of, pub, scenario
+from tests.unit.sow.test_engine_sow import ORDERS, harness, pub, scenario
 
 
 def view(c: FakeClient) -> list[tuple[str, str, Any]]:
@@ -29,7 +29,7 @@ def view(c: FakeClient) -> list[tuple[str, str, Any]]:
 
 @scenario
 async def test_updates_during_the_snapshot_come_after_its_end(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(*[pub("orders", {"id": i, "v": 0}) for i in range(3)])
         await h.settle()
@@ -54,7 +54,7 @@ async def test_updates_during_the_snapshot_come_after_its_end(tmp_path: Path) ->
 
 @scenario
 async def test_oof_when_a_record_stops_matching_is_deleted_or_expires(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(pub("orders", {"id": 1, "q": 10}), pub("orders", {"id": 2, "q": 10}),
                pub("orders", {"id": 3, "q": 1}))  # fmt: skip
@@ -92,7 +92,7 @@ async def test_oof_when_a_record_stops_matching_is_deleted_or_expires(tmp_path: 
 async def test_topic_expiration_and_a_message_lifetime_on_the_virtual_clock(
     tmp_path: Path,
 ) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS(expiration="10s")) as h:
+    async with harness(tmp_path, sow=ORDERS(expiration="10s")) as h:
         p = await h.logon("pub")
         p.send(pub("orders", {"id": 1}))
         await h.clock.advance(2)
@@ -121,7 +121,7 @@ async def test_topic_expiration_and_a_message_lifetime_on_the_virtual_clock(
 
 @scenario
 async def test_delta_subscribers_get_changed_fields_and_the_key(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         p = await h.logon("pub")
         p.send(pub("orders", {"id": 1, "px": {"bid": 1, "ask": 2}, "n": "a"}))
         await h.settle()
@@ -146,7 +146,7 @@ async def test_delta_subscribers_get_changed_fields_and_the_key(tmp_path: Path) 
 
 @scenario
 async def test_conflation_delivers_the_latest_state_once_per_window(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         c = await h.logon("c")
         c.send(({"c": "subscribe", "t": "orders", "sub_id": "s", "o": "conflation=1s,oof"}, b""))
         p = await h.logon("pub")
@@ -172,7 +172,7 @@ async def test_conflation_delivers_the_latest_state_once_per_window(tmp_path: Pa
 
 @scenario
 async def test_regex_sow_and_subscribe_spans_topics_made_later(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=sow_topic("^md\\.", "/sym", durability="transient")) as h:
+    async with harness(tmp_path, sow=sow_topic("^md\\.", "/sym", durability="transient")) as h:
         p = await h.logon("pub")
         p.send(pub("md.a", {"sym": "X", "p": 1}))
         await h.settle()
@@ -188,7 +188,7 @@ async def test_regex_sow_and_subscribe_spans_topics_made_later(tmp_path: Path) -
 
 @scenario
 async def test_unsubscribe_and_replace_of_sow_subscriptions(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=ORDERS()) as h:
+    async with harness(tmp_path, sow=ORDERS()) as h:
         c = await h.logon("c")
         c.send(({"c": "sow_and_subscribe", "t": "orders", "sub_id": "s"}, b""))
         c.send(({"c": "subscribe", "t": "orders", "sub_id": "s", "f": "/v = 1",
@@ -207,6 +207,3 @@ async def test_unsubscribe_and_replace_of_sow_subscriptions(tmp_path: Path) -> N
         await h.settle()
         assert [cmd for cmd, _, _ in view(c)] == []
 
-
-def _unused(_: list[Msg]) -> None:
-    of(_, "x")
