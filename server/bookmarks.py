@@ -150,14 +150,22 @@ def lookup_points(spec: BookmarkSpec) -> tuple[list[tuple[int, int]], list[int]]
     timestamps (µs), from both ends of a range."""
     bookmarks: list[tuple[int, int]] = []
     times: list[int] = []
-    ends = (spec.start, spec.end) if isinstance(spec, Range) else (spec,)
-    for end in ends:
+    # (endpoint, the microsecond its time is looked up at): a range's start is looked up
+    # one past an exclusive time, its end one past an inclusive time (the first record
+    # *after* the end: server/replay/plan.py)
+    ends: tuple[tuple[Endpoint, int], ...]
+    if isinstance(spec, Range):
+        ends = ((spec.start, 0 if spec.start_inclusive else 1),
+                (spec.end, 1 if spec.end_inclusive else 0))  # fmt: skip
+    else:
+        ends = ((spec, 0),)
+    for end, past in ends:
         if isinstance(end, BookmarkPoint):
             bookmarks.append((end.pub_hash, end.pub_seq))
         elif isinstance(end, BookmarkList):
             bookmarks.extend((p.pub_hash, p.pub_seq) for p in end.points)
         elif isinstance(end, TimePoint):
-            times.append(end.timestamp_us)
+            times.append(end.timestamp_us + past)
     return bookmarks, times
 
 

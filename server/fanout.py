@@ -42,10 +42,16 @@ class FanOut:
         self._router = router
         self._auth = entitlements
         self._clock = clock
+        self._ts_run: AppendedRun | None = None
+        self._ts_text = ""
 
     def applies_to(self, topic: str) -> bool:
         """Every topic can have live subscribers."""
         return True
+
+    def reaches(self, topic: str, peer: Outbound) -> bool:
+        """Whether a live subscription of ``peer`` takes ``topic``."""
+        return any(sub.outbound is peer for sub in self._router.match(topic))
 
     def appended(self, run: AppendedRun) -> None:
         """Deliver ``run`` to every live subscription that takes (some of) it."""
@@ -157,11 +163,15 @@ class FanOut:
                     taken.append(i)
 
     def _ts(self, run: AppendedRun, want: bool) -> str | None:
-        """The ``ts`` of the run's deliveries: the record time, or now when not recorded."""
+        """The ``ts`` of the run's deliveries: the record time, or now when not recorded
+        (formatted once per run, whatever number of connections asked for it)."""
         if not want:
             return None
-        us = run.timestamp_us
-        return format_timestamp_us(us if us is not None else time_us(self._clock))
+        if self._ts_run is not run:
+            us = run.timestamp_us
+            self._ts_run = run
+            self._ts_text = format_timestamp_us(us if us is not None else time_us(self._clock))
+        return self._ts_text
 
     @staticmethod
     def _encode(

@@ -240,6 +240,16 @@ class AppendedStage(PublishStage, Protocol):
         """On the loop, after the append, in publish order (deliver, index, enqueue)."""
         ...
 
+    def reaches(self, topic: str, peer: Outbound) -> bool:
+        """Whether :meth:`appended` of a run of ``topic`` may send to ``peer`` at once.
+
+        A publisher's ``received``/``processed`` acks must reach it in order with what the
+        same run delivers to its own connection (a batched frame behaves like one command
+        per frame). When no stage reaches the publisher, the pipeline sends a run's acks
+        first and hands the run over whole, instead of splitting it at every ack.
+        """
+        ...
+
 
 @runtime_checkable
 class DurableStage(PublishStage, Protocol):

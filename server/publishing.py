@@ -344,22 +344,26 @@ class PublishPipeline:
                     replies, run.pub_hash, first_seq + persist_at - lo, seqs[persist_at - lo]
                 )
         stages = topic.appended
-        if not inline:
-            if stages:
-                self._hand_over(origin, topic, run, lo, hi, seqs, bodies, first_seq, timestamp_us)
-            return
-        pos = lo
-        for idx, kinds, cid in inline:
-            if idx > pos and stages:
-                self._hand_over(origin, topic, run, pos, idx, seqs[pos - lo : idx - lo],
-                                bodies[pos - lo : idx - lo], first_seq + pos - lo if first_seq else 0,
-                                timestamp_us)  # fmt: skip
-            if replies is not None:
+        if inline and replies is not None and any(r(run.topic, replies) for r in topic.reaches):
+            # the publisher also receives this run: each message's acks before its delivery
+            pos = lo
+            for idx, kinds, cid in inline:
+                if idx > pos:
+                    self._hand_over(origin, topic, run, pos, idx, seqs[pos - lo : idx - lo],
+                                    bodies[pos - lo : idx - lo],
+                                    first_seq + pos - lo if first_seq else 0,
+                                    timestamp_us)  # fmt: skip
                 _send_acks(replies, kinds, cid, seqs[idx - lo], first_seq > 0)
-            pos = idx
-        if pos < hi and stages:
-            self._hand_over(origin, topic, run, pos, hi, seqs[pos - lo :], bodies[pos - lo :],
-                            first_seq + pos - lo if first_seq else 0, timestamp_us)  # fmt: skip
+                pos = idx
+            if pos < hi:
+                self._hand_over(origin, topic, run, pos, hi, seqs[pos - lo :], bodies[pos - lo :],
+                                first_seq + pos - lo if first_seq else 0, timestamp_us)  # fmt: skip
+            return
+        if replies is not None:
+            for _idx, kinds, cid in inline:
+                _send_acks(replies, kinds, cid, seqs[_idx - lo], first_seq > 0)
+        if stages:
+            self._hand_over(origin, topic, run, lo, hi, seqs, bodies, first_seq, timestamp_us)
 
     def _hand_over(
         self,

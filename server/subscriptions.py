@@ -258,8 +258,8 @@ class SubscriptionService:
         sink = BookmarkSink(sub, self._auth)
         # with conflation the filter must run before records are conflated
         accept = sink.accepts if options.conflation else None
-        with txlog.using(located):
-            member = build_member(sink, spec, options, txlog, accept=accept)  # BookmarkNotFound
+        planning: ReplaySource = txlog if located is None else txlog.with_lookups(located)
+        member = build_member(sink, spec, options, planning, accept=accept)  # BookmarkNotFound
         # hold the journals this replay still needs (journal removal answers 409)
         sink.pin = txlog.pin(f"replay:{sub.client}:{sub.sub_id}", member.next_seq)
         start = member.next_seq

@@ -22,6 +22,7 @@ from typing import Final
 from server.ports import (
     AppendedRun,
     AppendedStage,
+    Outbound,
     PreparingStage,
     PublishRun,
     PublishStage,
@@ -45,6 +46,7 @@ class Topic:
         recorded: whether the transaction log records it.
         prepare: the stages' ``prepare`` hooks, in stage order.
         appended: the stages' ``appended`` hooks, in stage order.
+        reaches: the stages' ``reaches`` hooks (may a run's hand-over send to a peer now).
         msgs_in: messages published to it (since it entered the table).
         bytes_in: body bytes published to it.
     """
@@ -54,6 +56,7 @@ class Topic:
     recorded: bool
     prepare: tuple[Callable[[PublishRun], Refusals | None], ...]
     appended: tuple[Callable[[AppendedRun], None], ...]
+    reaches: tuple[Callable[[str, Outbound], bool], ...]
     msgs_in: int = 0
     bytes_in: int = 0
 
@@ -110,6 +113,7 @@ class TopicTable:
             recorded=self._records(name),
             prepare=tuple(s.prepare for s in stages if isinstance(s, PreparingStage)),
             appended=tuple(s.appended for s in stages if isinstance(s, AppendedStage)),
+            reaches=tuple(s.reaches for s in stages if isinstance(s, AppendedStage)),
         )
         self._entries[name] = entry
         if len(self._entries) > self._limit:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, TypedDict
@@ -41,7 +41,8 @@ from starlette.templating import Jinja2Templates
 from starlette.types import Receive, Scope, Send
 
 from server.clock import Clock
-from server.stats.histogram import HistogramSnapshot, LatencyHistogram
+from server.stats.histogram import HistogramSnapshot
+from server.stats.rates import interval_histogram, rate
 from server.stats.snapshot import MetricsSnapshot
 from web.auth import csrf_token_for
 
@@ -160,91 +161,92 @@ class LivePoint(TypedDict):
 
 
 @dataclass(frozen=True, slots=True)
-class _Totals:
+class _Reading:
+    """The cumulative counters of one snapshot, kept as the next interval's baseline.
+
+    The histogram is copied (:meth:`LatencyHistogram.snapshot`): the snapshot holds the
+    engine's live histogram, which keeps counting after the reading.
+    """
+
     at: float
     msgs_in: int
     msgs_out: int
     bytes_in: int
     bytes_out: int
-    acks: HistogramSnapshot | None
+    acks: HistogramSnapshot
 
-
-def _latency(snapshot: Mapping[str, Any]) -> HistogramSnapshot | None:
-    hist = snapshot.get("persisted_ack_latency")
-    if isinstance(hist, LatencyHistogram):
-        return hist.snapshot()
-    if isinstance(hist, HistogramSnapshot):
-        return hist
-    return None
+    @classmethod
+    def of(cls, snapshot: MetricsSnapshot, at: float) -> _Reading:
+        """Read ``snapshot`` (taken at monotonic time ``at``)."""
+        return cls(
+            at=at,
+            msgs_in=snapshot["msgs_in"],
+            msgs_out=snapshot["msgs_out"],
+            bytes_in=snapshot["bytes_in"],
+            bytes_out=snapshot["bytes_out"],
+            acks=snapshot["persisted_ack_latency"].snapshot(),
+        )
 
 
 class LivePointBuilder:
-    """Turns successive ``metrics_snapshot()`` dicts into :class:`LivePoint` rates.
+    """Turns successive :class:`MetricsSnapshot` readings into :class:`LivePoint` rates.
 
     Counters in the snapshot are cumulative; a rate needs the previous reading, so the
-    first snapshot only sets the baseline. A counter that went down (a client's totals
-    leave the sum when it disconnects, or the engine restarted) counts as zero for that
-    interval rather than as a negative rate.
+    first snapshot only sets the baseline. Rates follow :mod:`server.stats.rates`, the
+    rule of the stats database too: a counter that went down was reset (the engine
+    restarted) and counts from zero, never as a negative rate.
     """
 
     def __init__(self) -> None:
-        self._prev: _Totals | None = None
+        self._prev: _Reading | None = None
 
     def reset(self) -> None:
         """Forget the baseline (after a pause, a rate over the gap would mislead)."""
         self._prev = None
 
-    def update(self, snapshot: Mapping[str, Any], now: float) -> LivePoint | None:
+    def update(self, snapshot: MetricsSnapshot, now: float) -> LivePoint | None:
         """Feed one snapshot taken at monotonic time ``now``; None for the first one."""
-        totals = _Totals(
-            at=now,
-            msgs_in=int(snapshot.get("msgs_in", 0)),
-            msgs_out=int(snapshot.get("msgs_out", 0)),
-            bytes_in=int(snapshot.get("bytes_in", 0)),
-            bytes_out=int(snapshot.get("bytes_out", 0)),
-            acks=_latency(snapshot),
-        )
-        prev, self._prev = self._prev, totals
-        if prev is None or totals.at <= prev.at:
+        cur = _Reading.of(snapshot, now)
+        prev, self._prev = self._prev, cur
+        if prev is None or cur.at <= prev.at:
             return None
-        dt = totals.at - prev.at
-
-        def rate(cur: int, old: int) -> float:
-            return round(max(cur - old, 0) / dt, 2)
-
-        acks = 0
+        dt = cur.at - prev.at
+        interval = interval_histogram(cur.acks, prev.acks)
         p50: float | None = None
         p99: float | None = None
-        if totals.acks is not None and prev.acks is not None:
-            interval = totals.acks.delta(prev.acks)
-            acks = interval.count
-            if acks > 0:
-                p50 = round(interval.percentile(50) * 1000.0, 4)
-                p99 = round(interval.percentile(99) * 1000.0, 4)
-        clients = snapshot.get("clients") or {}
-        queue_depth = sum(int(c.get("queue_depth", 0)) for c in clients.values())
-        subs = snapshot.get("subscriptions_detail") or ()
-        lag_max = max((float(s.get("seconds_behind", 0.0)) for s in subs), default=0.0)
-        txlog = snapshot.get("txlog")
+        if interval.count > 0:
+            p50 = round(interval.percentile(50) * 1000.0, 4)
+            p99 = round(interval.percentile(99) * 1000.0, 4)
+        txlog = snapshot["txlog"]
         return LivePoint(
-            time=round(float(snapshot.get("time", 0.0)), 3),
-            msgs_in=rate(totals.msgs_in, prev.msgs_in),
-            msgs_out=rate(totals.msgs_out, prev.msgs_out),
-            bytes_in=rate(totals.bytes_in, prev.bytes_in),
-            bytes_out=rate(totals.bytes_out, prev.bytes_out),
-            connections=int(snapshot.get("connections", 0)),
-            subscriptions=int(snapshot.get("subscriptions", 0)),
-            queue_depth=queue_depth,
-            lag_max=round(lag_max, 3),
-            durable_seq=int(txlog["durable_seq"]) if txlog else None,
-            txlog_bytes=int(txlog["bytes"]) if txlog else None,
-            acks=acks,
+            time=round(snapshot["time"], 3),
+            msgs_in=round(rate(cur.msgs_in, prev.msgs_in, dt), 2),
+            msgs_out=round(rate(cur.msgs_out, prev.msgs_out, dt), 2),
+            bytes_in=round(rate(cur.bytes_in, prev.bytes_in, dt), 2),
+            bytes_out=round(rate(cur.bytes_out, prev.bytes_out, dt), 2),
+            connections=snapshot["connections"],
+            subscriptions=snapshot["subscriptions"],
+            queue_depth=sum(c["queue_depth"] for c in snapshot["clients"].values()),
+            lag_max=round(
+                max((s["seconds_behind"] for s in snapshot["subscriptions_detail"]), default=0.0),
+                3,
+            ),
+            durable_seq=txlog["durable_seq"] if txlog is not None else None,
+            txlog_bytes=int(txlog["bytes"]) if txlog is not None else None,
+            acks=interval.count,
             ack_p50_ms=p50,
             ack_p99_ms=p99,
         )
 
 
 # -- the feed ---------------------------------------------------------------------------
+
+
+class LogItem(TypedDict):
+    """One event-log entry on the live stream, numbered by the feed (``id`` increases)."""
+
+    id: int
+    entry: dict[str, Any]
 
 
 class RecentEvents(Protocol):
@@ -274,7 +276,7 @@ def sse_event(data: bytes, event: str | None = None) -> bytes:
     return head + b"data: " + data + b"\n\n"
 
 
-def _dumps(value: Any) -> bytes:
+def _dumps(value: object) -> bytes:
     return orjson.dumps(value, default=str)
 
 
@@ -325,7 +327,7 @@ class LiveFeed:
         self._subscribers: set[LiveSubscriber] = set()
         self._builder = LivePointBuilder()
         self._points: deque[LivePoint] = deque(maxlen=HISTORY_POINTS)
-        self._log: deque[dict[str, Any]] = deque(maxlen=LOG_HISTORY)
+        self._log: deque[LogItem] = deque(maxlen=LOG_HISTORY)
         self._log_id = 0
         self._last_entry: dict[str, Any] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -420,7 +422,7 @@ class LiveFeed:
             if not sub.offer(payload):
                 self._subscribers.discard(sub)
 
-    def _scan_log(self, *, broadcast: bool) -> list[dict[str, Any]]:
+    def _scan_log(self, *, broadcast: bool) -> list[LogItem]:
         """Entries added to the event log since the last scan, numbered for the pages.
 
         The event log keeps dicts in a bounded deque and hands out the same objects, so
@@ -438,10 +440,10 @@ class LiveFeed:
                     break
         elif not broadcast:
             start = max(0, len(entries) - LOG_HISTORY)
-        fresh: list[dict[str, Any]] = []
+        fresh: list[LogItem] = []
         for entry in entries[start:]:
             self._log_id += 1
-            item = {"id": self._log_id, "entry": entry}
+            item = LogItem(id=self._log_id, entry=entry)
             self._log.append(item)
             fresh.append(item)
         if entries:

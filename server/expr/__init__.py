@@ -7,23 +7,37 @@ Spark journal search all use it. The engine's view of it is small::
     view = MessageView(topic, body, bookmark=bm, client_name=publisher)   # one per message
     if flt.matches(view): ...                             # body parsed at most once
 
-Modules: ``lexer`` (text -> tokens), ``parser`` (tokens -> ``ast``), ``values`` (the
-coercion and comparison rules), ``functions`` (built-ins), ``reference`` (tree-walking
-evaluator, the oracle), ``compiler`` (closures, caches), ``view`` (the lazily parsed
-message), ``errors``. The language itself is documented in docs/filters.md.
+Modules, lowest first (each imports only those above it; the ``layers`` contract in
+pyproject.toml keeps it so)::
+
+    values.py       the coercion and comparison rules (NULL, numbers, strings, arrays)
+    errors.py       FilterSyntaxError (a BadFilter)
+    ast.py          the tree the parser builds
+    view.py         MessageView: the message, its body parsed on first field access
+    lexer.py        text -> tokens
+    functions/      the built-ins (one module per family; see its docstring)
+    parser.py       tokens -> tree, checking names, arities and literal patterns
+    reference.py    the tree-walking evaluator, the oracle of the differential tests
+    closures.py     the closures compiled expressions are made of (fields, AND/OR chains)
+    comparisons.py  ``field OP constant`` from generated source; other comparisons
+    folding.py      constant sub-expressions, folded by the reference evaluator
+    compiler.py     Compiler: tree -> closures, in value / "is TRUE" / "is FALSE" modes
+    compiled.py     Filter, ValueExpr: what callers hold (matches, select, evaluate)
+    cache.py        compile_filter, compile_value and their LRU caches
+
+The language itself is documented in docs/filters.md.
 """
 
 from __future__ import annotations
 
-from server.expr.compiler import (
+from server.expr.cache import (
     CACHE_SIZE,
-    Filter,
-    ValueExpr,
     cache_sizes,
     clear_caches,
     compile_filter,
     compile_value,
 )
+from server.expr.compiled import Filter, ValueExpr
 from server.expr.errors import FilterSyntaxError
 from server.expr.functions import FUNCTIONS
 from server.expr.parser import parse

@@ -3,8 +3,8 @@
 It is deliberately simple -- one method per node kind, no specialisation, no caching --
 so that the compiled closures (server/expr/compiler.py), which are fast and therefore
 clever, can be checked against it on generated expressions and documents (the
-differential property test). The compiler also uses it to fold constant sub-expressions,
-so a constant means exactly what the reference says it means.
+differential property test). The compiler also uses it to fold constant sub-expressions
+(server/expr/folding.py), so a constant means exactly what the reference says it means.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import orjson
 
 from server.clock import Clock, time_us
-from server.ports import AppendedRun, Change, PublishRun, Refusals
+from server.ports import AppendedRun, Change, Outbound, PublishRun, Refusals
 from server.protocol.errors import InvalidMessage, ProtocolFailure
 from server.sow.delta import merge
 from server.sow.filestore import FileStore
@@ -126,7 +126,11 @@ class SowStage:
         merged[key] = body
         return body
 
-    # -- after the append ---------------------------------------------------------------
+    # -- after the append ------------------------------------------------------------------
+
+    def reaches(self, topic: str, peer: Outbound) -> bool:
+        """Whether a SOW subscription of ``peer`` takes ``topic``."""
+        return any(sub.outbound is peer for sub in self._delivery.router.match(topic))
 
     def appended(self, run: AppendedRun) -> None:
         topics = self._topics

@@ -81,7 +81,7 @@ class SpoolCollector(Collector):
     """Builds the ``spool_*`` families from one snapshot per scrape.
 
     Args:
-        broker: the broker (``server.engine.Broker``).
+        broker: what is scraped (``server.operations.Operations``).
     """
 
     def __init__(self, broker: PrometheusSource) -> None:

@@ -2,8 +2,9 @@
 
 Per tick, on the event loop: take ``broker.metrics_snapshot()`` (cheap, no I/O) and a
 snapshot of the persisted-ack histogram, turn them into metric values against the previous
-tick (:mod:`server.stats.series`). Then, in worker threads: read host metrics (psutil, a
-directory scan) and write every row in one transaction. The loop never waits on SQLite.
+tick (:mod:`server.stats.series`, by the counter rule of :mod:`server.stats.rates`). Then,
+in worker threads: read host metrics (psutil, a directory scan) and write every row in one
+transaction. The loop never waits on SQLite.
 
 Retention: samples older than ``Admin/StatsRetention`` are deleted at start and then every
 :data:`RETENTION_EVERY` seconds; the admin API's truncate action deletes on demand through
@@ -17,19 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final, ParamSpec
 
 from server.clock import Clock
 from server.config import Config
 from server.stats.histogram import HistogramSnapshot
 from server.stats.host import HostProbe, host_metric_values
+from server.stats.rates import interval_histogram
 from server.stats.series import snapshot_values
 from server.stats.snapshot import MetricsSnapshot
 from server.stats.source import MetricsSource
 from server.stats.store import StatsStore
 
 RETENTION_EVERY: Final = 300.0  # seconds between retention passes
+
+P = ParamSpec("P")
 
 
 def instance_directories(config: Config) -> dict[str, Path]:
@@ -46,7 +51,7 @@ class Sampler:
     """Samples the broker into the stats database.
 
     Args:
-        broker: the metrics source (``server.engine.Broker``).
+        broker: the metrics source (``server.operations.Operations``).
         config: the instance configuration (``admin.interval``, ``admin.stats_file``,
             ``admin.stats_retention``, the directories).
         clock: time source; sampling times are ``clock.time()``.
@@ -70,7 +75,7 @@ class Sampler:
         self._previous_acks: HistogramSnapshot | None = None
         self._last_retention = 0.0
         self._reported: set[str] = set()
-        self._inflight: asyncio.Future[Any] | None = None
+        self._inflight: asyncio.Future[int] | None = None
         self.ticks = 0
         self.last_tick: float | None = None
 
@@ -134,7 +139,7 @@ class Sampler:
         now = self._clock.time()
         snapshot = self._broker.metrics_snapshot()
         acks = self._ack_snapshot(snapshot)
-        ack_delta = acks.delta(self._previous_acks) if self._previous_acks is not None else acks
+        ack_delta = interval_histogram(acks, self._previous_acks)
         values = snapshot_values(snapshot, self._previous, now - self._previous_at, ack_delta)
         self._previous, self._previous_at, self._previous_acks = snapshot, now, acks
         written = 0
@@ -146,7 +151,7 @@ class Sampler:
         store = self._store
         if store is not None:
             try:
-                written = int(await self._in_thread(store.writer.write, now, values))
+                written = await self._in_thread(store.writer.write, now, values)
             except Exception as exc:  # disk full, locked file: never fatal
                 self._report("write_failed", exc)
             else:
@@ -157,9 +162,9 @@ class Sampler:
         self.last_tick = now
         return written
 
-    async def _in_thread(self, func: Any, *args: Any) -> Any:
+    async def _in_thread(self, func: Callable[P, int], *args: P.args, **kwargs: P.kwargs) -> int:
         """Run a store call in a thread; a cancelled tick leaves it to finish (see stop)."""
-        future = asyncio.ensure_future(asyncio.to_thread(func, *args))
+        future = asyncio.ensure_future(asyncio.to_thread(func, *args, **kwargs))
         self._inflight = future
         return await asyncio.shield(future)
 
@@ -170,7 +175,7 @@ class Sampler:
         now = self._clock.time()
         self._last_retention = now
         try:
-            deleted = int(await self._in_thread(store.writer.truncate, now - self._retention))
+            deleted = await self._in_thread(store.writer.truncate, now - self._retention)
         except Exception as exc:
             self._report("retention_failed", exc)
             return

@@ -1,7 +1,8 @@
-"""The catalogue of stats series: how a ``metrics_snapshot()`` becomes metric paths.
+"""The catalogue of stats series: how a :class:`MetricsSnapshot` becomes metric paths.
 
 Pure functions (no I/O, no clock) so the mapping is tested on its own. Counters become both
-the cumulative value and a per-second rate over the sampling interval; a counter that went
+the cumulative value and a per-second rate over the sampling interval, by the rule of
+:mod:`server.stats.rates` (the one the dashboard's live feed uses too): a counter that went
 down (a client reconnected under the same name, the broker restarted) counts from zero
 again, as Prometheus ``rate()`` does. Names inside paths are percent-encoded
 (:func:`segment`), so ``topics/%2Faudit%2Fx/msgs_in_rate`` is topic ``/audit/x``.
@@ -20,14 +21,26 @@ Paths (docs/admin-api.md has the full table)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final, Literal
 from urllib.parse import quote
 
 from server.stats.histogram import HistogramSnapshot
+from server.stats.rates import rate
+from server.stats.snapshot import MetricsSnapshot
 
-COUNTERS: Final = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
-TOPIC_COUNTERS: Final = ("msgs_in", "bytes_in")
+Counter = Literal["msgs_in", "msgs_out", "bytes_in", "bytes_out"]
+"""A traffic counter of the instance and of each client."""
+TopicCounter = Literal["msgs_in", "bytes_in"]
+"""A traffic counter of each topic."""
+TxlogGauge = Literal["last_seq", "durable_seq", "bytes", "journals"]
+TxlogCounter = Literal["appended", "flushes"]
+TxlogLatency = Literal["fsync_p50_ms", "fsync_p99_ms"]
+
+COUNTERS: Final[tuple[Counter, ...]] = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
+TOPIC_COUNTERS: Final[tuple[TopicCounter, ...]] = ("msgs_in", "bytes_in")
+TXLOG_GAUGES: Final[tuple[TxlogGauge, ...]] = ("last_seq", "durable_seq", "bytes", "journals")
+TXLOG_COUNTERS: Final[tuple[TxlogCounter, ...]] = ("appended", "flushes")
+TXLOG_LATENCIES: Final[tuple[TxlogLatency, ...]] = ("fsync_p50_ms", "fsync_p99_ms")
 ACK_PERCENTILES: Final = (("p50_ms", 50.0), ("p90_ms", 90.0), ("p99_ms", 99.0), ("p999_ms", 99.9))
 
 
@@ -37,80 +50,73 @@ def segment(name: str) -> str:
 
 
 def _counter(
-    out: dict[str, float],
-    base: str,
-    key: str,
-    current: Mapping[str, Any],
-    previous: Mapping[str, Any] | None,
-    elapsed: float,
+    out: dict[str, float], path: str, now: float, before: float | None, elapsed: float
 ) -> None:
-    value = current.get(key)
-    if value is None:
-        return
-    now = float(value)
-    before = float(previous.get(key, 0)) if previous is not None else 0.0
-    delta = now - before if now >= before else now
-    out[f"{base}/{key}"] = now
+    """Store a counter's cumulative value and, when time passed, its rate (``_rate``)."""
+    out[path] = float(now)
     if elapsed > 0:
-        out[f"{base}/{key}_rate"] = delta / elapsed
+        out[f"{path}_rate"] = float(rate(now, before, elapsed))
 
 
 def snapshot_values(
-    current: Mapping[str, Any],
-    previous: Mapping[str, Any] | None,
+    current: MetricsSnapshot,
+    previous: MetricsSnapshot | None,
     elapsed: float,
     ack_delta: HistogramSnapshot | None = None,
 ) -> dict[str, float]:
     """Metric path -> value for one sampling tick.
 
     Args:
-        current: this tick's ``broker.metrics_snapshot()``.
-        previous: the previous tick's snapshot (None: rates count from zero).
+        current: this tick's ``metrics_snapshot()``.
+        previous: the previous tick's snapshot (None: every counter counts from zero).
         elapsed: seconds between the two snapshots (rates are skipped when not positive).
-        ack_delta: persisted-ack latencies observed during the interval.
+        ack_delta: persisted-ack latencies observed during the interval
+            (:func:`server.stats.rates.interval_histogram`).
     """
     out: dict[str, float] = {}
+    before: float | None
     for key in COUNTERS:
-        _counter(out, "instance", key, current, previous, elapsed)
-    for key in ("connections", "subscriptions"):
-        if key in current:
-            out[f"instance/{key}"] = float(current[key])
+        before = previous[key] if previous is not None else None
+        _counter(out, f"instance/{key}", current[key], before, elapsed)
+    out["instance/connections"] = float(current["connections"])
+    out["instance/subscriptions"] = float(current["subscriptions"])
 
-    prev_clients: Mapping[str, Any] = (previous or {}).get("clients") or {}
-    for name, stats in (current.get("clients") or {}).items():
+    prev_clients = previous["clients"] if previous is not None else {}
+    for name, client in current["clients"].items():
         base = f"clients/{segment(name)}"
+        prev_client = prev_clients.get(name)  # None: connected during the interval
         for key in COUNTERS:
-            _counter(out, base, key, stats, prev_clients.get(name), elapsed)
-        if "queue_depth" in stats:
-            out[f"{base}/queue_depth"] = float(stats["queue_depth"])
+            before = prev_client[key] if prev_client is not None else None
+            _counter(out, f"{base}/{key}", client[key], before, elapsed)
+        out[f"{base}/queue_depth"] = float(client["queue_depth"])
 
-    prev_topics: Mapping[str, Any] = (previous or {}).get("topics") or {}
-    for topic, stats in (current.get("topics") or {}).items():
+    prev_topics = previous["topics"] if previous is not None else {}
+    for topic, counters in current["topics"].items():
         base = f"topics/{segment(topic)}"
-        for key in TOPIC_COUNTERS:
-            _counter(out, base, key, stats, prev_topics.get(topic), elapsed)
+        prev_topic = prev_topics.get(topic)  # None: first published to during the interval
+        for tkey in TOPIC_COUNTERS:
+            before = prev_topic[tkey] if prev_topic is not None else None
+            _counter(out, f"{base}/{tkey}", counters[tkey], before, elapsed)
 
-    for sub in current.get("subscriptions_detail") or ():
-        base = f"subscriptions/{segment(str(sub['client']))}/{segment(str(sub['sub_id']))}"
-        out[f"{base}/seconds_behind"] = float(sub.get("seconds_behind", 0.0))
+    for sub in current["subscriptions_detail"]:
+        base = f"subscriptions/{segment(str(sub['client']))}/{segment(sub['sub_id'])}"
+        out[f"{base}/seconds_behind"] = float(sub["seconds_behind"])
 
-    for name, stats in (current.get("transports") or {}).items():
-        out[f"transports/{segment(name)}/connections"] = float(stats.get("connections", 0))
+    for name, transport in current["transports"].items():
+        out[f"transports/{segment(name)}/connections"] = float(transport["connections"])
 
-    txlog = current.get("txlog")
-    if txlog:
-        for key in ("last_seq", "durable_seq", "bytes", "journals"):
-            if key in txlog:
-                out[f"txlog/{key}"] = float(txlog[key])
-        prev_txlog = (previous or {}).get("txlog")
-        for key in ("appended", "flushes"):
-            if key in txlog and elapsed > 0:
-                now = float(txlog[key])
-                before = float(prev_txlog.get(key, 0)) if prev_txlog else 0.0
-                out[f"txlog/{key}_rate"] = (now - before if now >= before else now) / elapsed
-        for key in ("fsync_p50_ms", "fsync_p99_ms"):
-            if txlog.get(key) is not None:
-                out[f"txlog/{key}"] = float(txlog[key])
+    txlog = current["txlog"]
+    if txlog is not None:
+        for gauge in TXLOG_GAUGES:
+            out[f"txlog/{gauge}"] = float(txlog[gauge])
+        prev_txlog = previous["txlog"] if previous is not None else None
+        if elapsed > 0:
+            # stored as rates only (docs/admin-api.md); the totals are spool_txlog_*_total
+            for counter in TXLOG_COUNTERS:
+                before = prev_txlog[counter] if prev_txlog is not None else None
+                out[f"txlog/{counter}_rate"] = rate(txlog[counter], before, elapsed)
+        for latency in TXLOG_LATENCIES:
+            out[f"txlog/{latency}"] = float(txlog[latency])
 
     if ack_delta is not None:
         out["persisted_ack/count"] = float(ack_delta.count)

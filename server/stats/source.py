@@ -6,7 +6,7 @@ does.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from server.stats.snapshot import MetricsSnapshot
 
@@ -14,8 +14,8 @@ from server.stats.snapshot import MetricsSnapshot
 class EventSink(Protocol):
     """The event log (server/eventlog.py)."""
 
-    def emit(self, level: str, category: str, event: str, **fields: Any) -> None:
-        """Record one structured event."""
+    def emit(self, level: str, category: str, event: str, **fields: object) -> None:
+        """Record one structured event (``fields``: any JSON-encodable values)."""
         ...
 
 

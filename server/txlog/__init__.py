@@ -9,7 +9,6 @@ recovery rules.
 from __future__ import annotations
 
 from server.txlog.batch import RecordBatch
-from server.txlog.cursor import LogCursor
 from server.txlog.errors import (
     CorruptRecord,
     FieldOutOfRange,
@@ -25,9 +24,11 @@ from server.txlog.errors import (
     TxlogFull,
     TxlogWriteFailed,
 )
+from server.txlog.events import EventCallback
 from server.txlog.files import FileSeam, JournalHandle, OsFileSeam
 from server.txlog.journal import JournalInfo
-from server.txlog.log import EventCallback, TransactionLog
+from server.txlog.locate import Located, LookupView
+from server.txlog.log import TransactionLog
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.record import Record, RecordKind
 from server.txlog.recovery import RecoveryReport, Truncation
@@ -44,7 +45,8 @@ __all__ = [
     "JournalNotFound",
     "JournalPinned",
     "JournalSequenceGap",
-    "LogCursor",
+    "Located",
+    "LookupView",
     "OsFileSeam",
     "Pin",
     "PinInfo",

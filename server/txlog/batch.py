@@ -20,6 +20,7 @@ from typing import overload
 
 import google_crc32c
 
+from server.bookmarks import format_bookmark
 from server.txlog.codec import (
     CRC_RESIDUE,
     FORMAT,
@@ -191,7 +192,7 @@ class RecordBatch(Sequence[Record]):
 
     def bookmark(self, i: int) -> str:
         """The wire bookmark ``PUBHASH|PUBSEQ|`` of the i-th record."""
-        return f"{self.pub_hashes[i]}|{self.pub_seqs[i]}|"
+        return format_bookmark(self.pub_hashes[i], self.pub_seqs[i])
 
     @property
     def first_seq(self) -> int:

@@ -28,6 +28,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from server.bookmarks import format_bookmark
 from server.txlog.codec import MIN_RECORD, decode_records, record_size
 from server.txlog.errors import CorruptRecord, JournalSequenceGap, TxlogError
 from server.txlog.files import discover_instances, parse_name
@@ -346,7 +347,7 @@ def cmd_find(args: argparse.Namespace, out: TextIO | None = None) -> int:
             "seq": match.seq,
             "journal": str(plan.journal.path),
             "offset": match.offset,
-            "bookmark": f"{match.pub_hash}|{match.pub_seq}|",
+            "bookmark": format_bookmark(match.pub_hash, match.pub_seq),
             "timestamp": _time(match.timestamp_us),
         }
         if args.json:

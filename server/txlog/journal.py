@@ -1,20 +1,25 @@
-"""One journal file as the log tracks it, and :class:`JournalInfo`, its public view.
+"""One journal file as the log tracks it, the ordered list of them, and :class:`JournalInfo`,
+their public view.
 
-A :class:`Journal` is owned by the event loop: the flusher thread only reads the fields it
-was handed for one batch, and results come back to the loop to be applied.
+A :class:`Journal` and the :class:`JournalList` are owned by the event loop: the flusher
+thread only reads the fields it was handed for one batch, and results come back to the loop
+to be applied.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from server.bookmarks import format_bookmark
 from server.txlog.files import Compression
 from server.txlog.index import IndexBuilder, SealedIndex
 from server.txlog.reader import JournalSource
 
-__all__ = ["Journal", "JournalInfo", "JournalState"]
+__all__ = ["Journal", "JournalInfo", "JournalList", "JournalState"]
 
 JournalState = Literal["active", "closed", "compressed", "archived", "preallocated"]
 
@@ -166,8 +171,8 @@ class Journal:
             records=idx.count,
             first_seq=self.base,
             last_seq=idx.last_seq,
-            first_bookmark=None if empty else f"{fh}|{fp}|",
-            last_bookmark=None if empty else f"{lh}|{lp}|",
+            first_bookmark=None if empty else format_bookmark(fh, fp),
+            last_bookmark=None if empty else format_bookmark(lh, lp),
             first_time_us=None if empty else idx.first_ts,
             last_time_us=None if empty else idx.last_ts,
             pinned_by=pinned_by,
@@ -175,3 +180,65 @@ class Journal:
 
     def __repr__(self) -> str:
         return f"Journal({self.base}, {self.path.name}, records={self.count})"
+
+
+class JournalList:
+    """The journals of one log, oldest first; the newest is the active one.
+
+    Journals are contiguous: each starts at the seq after the previous one's last. Appends
+    go to the newest (:attr:`active`); a roll adds a new newest; retention drops the oldest.
+    Event loop only.
+    """
+
+    __slots__ = ("_bases", "_items")
+
+    def __init__(self) -> None:
+        self._items: list[Journal] = []
+        self._bases: list[int] = []  # the items' base seqs, for bisection
+
+    def reset(self, journals: list[Journal]) -> None:
+        """Start from what recovery found (at open)."""
+        self._items = list(journals)
+        self._bases = [j.base for j in journals]
+
+    @property
+    def items(self) -> list[Journal]:
+        """The journals, oldest first (the list itself: do not modify)."""
+        return self._items
+
+    @property
+    def active(self) -> Journal:
+        """The journal appends go to."""
+        return self._items[-1]
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Journal]:
+        return iter(self._items)
+
+    def __contains__(self, base: object) -> bool:
+        """Whether a journal has this base seq (its id)."""
+        i = bisect.bisect_left(self._bases, base) if isinstance(base, int) else len(self._bases)
+        return i < len(self._bases) and self._bases[i] == base
+
+    def holding(self, seq: int) -> Journal:
+        """The journal whose range holds ``seq`` (the oldest for a seq before the log)."""
+        i = bisect.bisect_right(self._bases, seq) - 1
+        return self._items[max(i, 0)]
+
+    def after(self, journal: Journal) -> int:
+        """Base seq of the journal that follows ``journal``; 0 for the active one."""
+        if journal is self.active:
+            return 0
+        return self._bases[bisect.bisect_right(self._bases, journal.base)]
+
+    def add(self, journal: Journal) -> None:
+        """A roll: ``journal`` becomes the active one."""
+        self._items.append(journal)
+        self._bases.append(journal.base)
+
+    def drop_oldest(self, n: int) -> None:
+        """Forget the ``n`` oldest journals (removed from disk by the caller)."""
+        del self._items[:n]
+        del self._bases[:n]

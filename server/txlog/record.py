@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
+from server.bookmarks import format_bookmark
+
 #: separates a SOW key from the message's lifetime in a record's SOW key field
 SOW_FIELD_SEPARATOR: Final = "\x1e"
 
@@ -62,7 +64,7 @@ class Record:
     @property
     def bookmark(self) -> str:
         """The wire bookmark ``PUBHASH|PUBSEQ|`` (PROTOCOL.md)."""
-        return f"{self.pub_hash}|{self.pub_seq}|"
+        return format_bookmark(self.pub_hash, self.pub_seq)
 
 
 def sow_key_field(key: str, expiration: int | None = None) -> str:

@@ -9,9 +9,8 @@ Run: ``python -m tests.bench.bench_txlog [--quick]``; prints a JSON dict of metr
   latency from append to the durable callback.
 - ``open_s`` / ``open_rebuild_s``: restart with N records (1M, or 200k quick) with
   indexes, then with every ``.index`` and ``clients.ack`` deleted.
-- ``read_batch_records_per_s`` / ``read_view_records_per_s`` / ``cursor_records_per_s``:
-  replay from the journal files (tail cache off), as lists of Record, as columnar
-  batches, and through a cursor.
+- ``read_batch_records_per_s`` / ``read_view_records_per_s``: replay from the journal
+  files (tail cache off), as lists of Record and as columnar batches.
 - ``bookmark_lookup_us`` / ``time_lookup_us``: random lookups over the whole log.
 """
 
@@ -150,13 +149,6 @@ async def _restart_and_replay(tmp: Path, n: int) -> dict[str, float]:
         count += got
         seq += got
     out["read_view_records_per_s"] = n / (time.perf_counter() - start)
-
-    start = time.perf_counter()
-    count = 0
-    async with log.cursor(1, max_count=1000) as cur:
-        async for view in cur:
-            count += len(view)
-    out["cursor_records_per_s"] = count / (time.perf_counter() - start)
 
     rng = random.Random(1)
     per_pub = n // 10

@@ -348,6 +348,22 @@ def test_pause_and_resume_bookmark_subscriptions(server: SpoolProcess, http: htt
     assert any(e["target"] == "replayer/r1" and e["status"] == 200 for e in logged)
 
 
+def test_pausing_a_live_bookmark_subscription_is_refused_like_the_protocol_refuses_it(
+    server: SpoolProcess, http: httpx.Client
+) -> None:
+    with feed_client(server, "live-replayer") as sub:
+        sub.subscribe("orders", bookmark="0", sub_id="fast", options="live")
+        r = http.post("/api/subscriptions/live-replayer/fast/pause", headers=ADMIN)
+        assert r.status_code == 409
+        assert "live" in r.json()["detail"]
+        r = http.post("/api/subscriptions/live-replayer/fast/resume", headers=ADMIN)
+        assert r.status_code == 409
+        subs = http.get(
+            "/api/subscriptions", params={"client": "live-replayer"}, headers=ADMIN
+        ).json()["subscriptions"]
+        assert [s["state"] for s in subs] != ["paused"]
+
+
 def test_journal_actions(server: SpoolProcess, http: httpx.Client) -> None:
     body = "x" * 1000
     with feed_client(server, "journal-filler") as pub:

@@ -369,18 +369,6 @@ def test_heartbeat_timeout_closes_silent_client(server: SpoolProcess) -> None:
     run(scenario())
 
 
-def test_heartbeat_kept_alive_by_beats(server: SpoolProcess) -> None:
-    async def scenario() -> None:
-        c = Client(server.ws_url, "hb-ok", heartbeat=0.2)
-        await c.connect()
-        await asyncio.sleep(1.0)  # five intervals: the client's beats keep it alive
-        assert not c.closed.is_set()
-        await c.publish_acked("orders", {"alive": True})
-        await c.close()
-
-    run(scenario())
-
-
 def test_graceful_shutdown_closes_clients_with_shutting_down(spool_server_factory: Any) -> None:
     proc = spool_server_factory()
 

@@ -258,6 +258,9 @@ class RecordingStage:
     def appended(self, run: AppendedRun) -> None:
         self.calls.append(("appended", (run.first_seq, list(run.bodies))))
 
+    def reaches(self, topic: str, peer: object) -> bool:
+        return False
+
     def durable(self, seq: int) -> None:
         self.calls.append(("durable", seq))
 

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
 from server.stats.prometheus import make_registry
+from server.stats.snapshot import MetricsSnapshot
+from tests.support.snapshots import (
+    client_counters,
+    metrics_snapshot,
+    subscription_lag,
+    topic_counters,
+    transport_counters,
+    txlog_counters,
+)
 
 
 class ScrapedBroker:
@@ -21,49 +28,34 @@ class ScrapedBroker:
         self.msgs_in = 0
         self.scrapes = 0
 
-    def metrics_snapshot(self) -> dict[str, Any]:
+    def metrics_snapshot(self) -> MetricsSnapshot:
         self.scrapes += 1
-        return {
-            "time": 0.0,
-            "msgs_in": self.msgs_in,
-            "msgs_out": 7,
-            "bytes_in": 100,
-            "bytes_out": 70,
-            "connections": 2,
-            "subscriptions": 1,
-            "clients": {
-                'pub "1"': {
-                    "msgs_in": 5,
-                    "msgs_out": 0,
-                    "bytes_in": 50,
-                    "bytes_out": 0,
-                    "queue_depth": 12,
-                }
-            },
-            "topics": {"orders": {"msgs_in": 5, "bytes_in": 50}},
-            "subscriptions_detail": [
-                {
-                    "client": "sub",
-                    "sub_id": "1",
-                    "topic": "orders",
-                    "state": "live",
-                    "position_seq": 5,
-                    "seconds_behind": 0.5,
-                }
+        return metrics_snapshot(
+            time=0.0,
+            msgs_in=self.msgs_in,
+            msgs_out=7,
+            bytes_in=100,
+            bytes_out=70,
+            connections=2,
+            subscriptions=1,
+            clients={'pub "1"': client_counters(msgs_in=5, bytes_in=50, queue_depth=12)},
+            topics={"orders": topic_counters(msgs_in=5, bytes_in=50)},
+            subscriptions_detail=[
+                subscription_lag("sub", "1", topic="orders", position_seq=5, seconds_behind=0.5)
             ],
-            "txlog": {
-                "last_seq": 5,
-                "durable_seq": 4,
-                "bytes": 4096,
-                "journals": 1,
-                "appended": 5,
-                "flushes": 3,
-                "fsync_p50_ms": 0.25,
-                "fsync_p99_ms": 1.5,
-            },
-            "persisted_ack_latency": self.latency,
-            "transports": {"websocket-json": {"connections": 2, "enabled": True}},
-        }
+            txlog=txlog_counters(
+                last_seq=5,
+                durable_seq=4,
+                bytes=4096.0,
+                journals=1.0,
+                appended=5.0,
+                flushes=3.0,
+                fsync_p50_ms=0.25,
+                fsync_p99_ms=1.5,
+            ),
+            persisted_ack_latency=self.latency,
+            transports={"websocket-json": transport_counters(connections=2)},
+        )
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import text
 
@@ -13,7 +12,9 @@ from server.config import AdminConfig, Config
 from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
 from server.stats.sampler import Sampler
+from server.stats.snapshot import MetricsSnapshot
 from server.stats.store import StatsStore
+from tests.support.snapshots import metrics_snapshot
 from tests.support.wait import async_wait_until
 
 START = 1_700_000_000.0
@@ -28,22 +29,13 @@ class MetricsBroker:
         self.msgs_in = 0
         self.latency = LatencyHistogram()
 
-    def metrics_snapshot(self) -> dict[str, Any]:
-        return {
-            "time": self.clock.time(),
-            "msgs_in": self.msgs_in,
-            "msgs_out": 0,
-            "bytes_in": 0,
-            "bytes_out": 0,
-            "connections": 1,
-            "subscriptions": 0,
-            "clients": {},
-            "topics": {},
-            "subscriptions_detail": [],
-            "txlog": None,
-            "persisted_ack_latency": self.latency,
-            "transports": {},
-        }
+    def metrics_snapshot(self) -> MetricsSnapshot:
+        return metrics_snapshot(
+            time=self.clock.time(),
+            msgs_in=self.msgs_in,
+            connections=1,
+            persisted_ack_latency=self.latency,
+        )
 
 
 def make_config(tmp_path: Path, *, interval: float = 10.0, retention: float = 3600.0) -> Config:

@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from server.stats.histogram import LatencyHistogram
 from server.stats.series import segment, snapshot_values
-
-
-def snap(**over: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "time": 0.0,
-        "msgs_in": 0,
-        "msgs_out": 0,
-        "bytes_in": 0,
-        "bytes_out": 0,
-        "connections": 0,
-        "subscriptions": 0,
-        "clients": {},
-        "topics": {},
-        "subscriptions_detail": [],
-        "txlog": None,
-        "transports": {},
-    }
-    base.update(over)
-    return base
+from tests.support.snapshots import (
+    client_counters,
+    metrics_snapshot,
+    subscription_lag,
+    topic_counters,
+    transport_counters,
+    txlog_counters,
+)
 
 
 def test_instance_counters_become_totals_and_rates() -> None:
-    prev = snap(msgs_in=100, msgs_out=50, bytes_in=1000, bytes_out=500)
-    cur = snap(
+    prev = metrics_snapshot(msgs_in=100, msgs_out=50, bytes_in=1000, bytes_out=500)
+    cur = metrics_snapshot(
         msgs_in=300, msgs_out=50, bytes_in=3000, bytes_out=900, connections=3, subscriptions=2
     )
     values = snapshot_values(cur, prev, 10.0)
@@ -45,15 +32,11 @@ def test_instance_counters_become_totals_and_rates() -> None:
 
 
 def test_counter_reset_counts_from_zero_and_new_clients_from_zero() -> None:
-    prev = snap(
+    prev = metrics_snapshot(clients={"a": client_counters(msgs_in=500)})
+    cur = metrics_snapshot(
         clients={
-            "a": {"msgs_in": 500, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0, "queue_depth": 0}
-        }
-    )
-    cur = snap(
-        clients={
-            "a": {"msgs_in": 30, "msgs_out": 0, "bytes_in": 0, "bytes_out": 0, "queue_depth": 7},
-            "b/x": {"msgs_in": 10, "msgs_out": 20, "bytes_in": 0, "bytes_out": 0, "queue_depth": 0},
+            "a": client_counters(msgs_in=30, queue_depth=7),
+            "b/x": client_counters(msgs_in=10, msgs_out=20),
         }
     )
     values = snapshot_values(cur, prev, 10.0)
@@ -63,47 +46,42 @@ def test_counter_reset_counts_from_zero_and_new_clients_from_zero() -> None:
     assert values["clients/b%2Fx/msgs_out"] == 20
 
 
+def test_without_a_previous_snapshot_every_counter_counts_from_zero() -> None:
+    cur = metrics_snapshot(
+        msgs_in=40,
+        topics={"t": topic_counters(msgs_in=8)},
+        txlog=txlog_counters(appended=12.0),
+    )
+    values = snapshot_values(cur, None, 4.0)
+    assert values["instance/msgs_in_rate"] == 10.0
+    assert values["topics/t/msgs_in_rate"] == 2.0
+    assert values["txlog/appended_rate"] == 3.0
+
+
 def test_no_rates_without_elapsed_time() -> None:
-    values = snapshot_values(snap(msgs_in=5), None, 0.0)
+    cur = metrics_snapshot(msgs_in=5, txlog=txlog_counters(appended=5.0))
+    values = snapshot_values(cur, None, 0.0)
     assert values["instance/msgs_in"] == 5
-    assert "instance/msgs_in_rate" not in values
+    assert not [path for path in values if path.endswith("_rate")]
 
 
 def test_topics_subscriptions_transports_txlog() -> None:
-    cur = snap(
-        topics={"/audit/x": {"msgs_in": 40, "bytes_in": 400}},
-        subscriptions_detail=[
-            {
-                "client": "c",
-                "sub_id": "s1",
-                "topic": "t",
-                "state": "replaying",
-                "position_seq": 1,
-                "seconds_behind": 2.5,
-            }
-        ],
-        transports={"websocket-json": {"connections": 4, "enabled": True}},
-        txlog={
-            "last_seq": 90,
-            "durable_seq": 80,
-            "bytes": 4096,
-            "journals": 2,
-            "appended": 90,
-            "flushes": 30,
-            "fsync_p50_ms": 0.2,
-            "fsync_p99_ms": 0.9,
-        },
+    cur = metrics_snapshot(
+        topics={"/audit/x": topic_counters(msgs_in=40, bytes_in=400)},
+        subscriptions_detail=[subscription_lag("c", "s1", state="replaying", seconds_behind=2.5)],
+        transports={"websocket-json": transport_counters(connections=4)},
+        txlog=txlog_counters(
+            last_seq=90,
+            durable_seq=80,
+            bytes=4096.0,
+            journals=2.0,
+            appended=90.0,
+            flushes=30.0,
+            fsync_p50_ms=0.2,
+            fsync_p99_ms=0.9,
+        ),
     )
-    prev = snap(
-        txlog={
-            "last_seq": 0,
-            "durable_seq": 0,
-            "bytes": 0,
-            "journals": 1,
-            "appended": 10,
-            "flushes": 10,
-        }
-    )
+    prev = metrics_snapshot(txlog=txlog_counters(appended=10.0, flushes=10.0))
     values = snapshot_values(cur, prev, 4.0)
     assert values["topics/%2Faudit%2Fx/msgs_in_rate"] == 10.0
     assert values["subscriptions/c/s1/seconds_behind"] == 2.5
@@ -114,16 +92,59 @@ def test_topics_subscriptions_transports_txlog() -> None:
     assert values["txlog/fsync_p99_ms"] == 0.9
 
 
+def test_a_restarted_log_counts_its_appends_from_zero() -> None:
+    prev = metrics_snapshot(txlog=txlog_counters(appended=1000.0, flushes=300.0))
+    cur = metrics_snapshot(txlog=txlog_counters(appended=20.0, flushes=4.0))
+    values = snapshot_values(cur, prev, 2.0)
+    assert (values["txlog/appended_rate"], values["txlog/flushes_rate"]) == (10.0, 2.0)
+
+
+def test_the_catalogue_of_paths() -> None:
+    """Every path one snapshot of each kind of thing produces (docs/admin-api.md)."""
+    h = LatencyHistogram()
+    h.observe(0.001)
+    cur = metrics_snapshot(
+        clients={"a": client_counters()},
+        topics={"t": topic_counters()},
+        subscriptions_detail=[subscription_lag("a", "s")],
+        transports={"ws": transport_counters()},
+        txlog=txlog_counters(),
+    )
+    counters = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
+    assert set(snapshot_values(cur, cur, 1.0, h.snapshot())) == {
+        *(f"instance/{k}{r}" for k in counters for r in ("", "_rate")),
+        "instance/connections",
+        "instance/subscriptions",
+        *(f"clients/a/{k}{r}" for k in counters for r in ("", "_rate")),
+        "clients/a/queue_depth",
+        *(f"topics/t/{k}{r}" for k in ("msgs_in", "bytes_in") for r in ("", "_rate")),
+        "subscriptions/a/s/seconds_behind",
+        "transports/ws/connections",
+        *(f"txlog/{k}" for k in ("last_seq", "durable_seq", "bytes", "journals")),
+        "txlog/appended_rate",
+        "txlog/flushes_rate",
+        "txlog/fsync_p50_ms",
+        "txlog/fsync_p99_ms",
+        *(f"persisted_ack/{k}" for k in ("count", "mean_ms", "p50_ms", "p90_ms", "p99_ms")),
+        "persisted_ack/p999_ms",
+    }
+    assert set(snapshot_values(metrics_snapshot(), None, 1.0)) == {
+        *(f"instance/{k}{r}" for k in counters for r in ("", "_rate")),
+        "instance/connections",
+        "instance/subscriptions",
+    }
+
+
 def test_persisted_ack_percentiles_of_the_interval() -> None:
     h = LatencyHistogram()
     for _ in range(99):
         h.observe(0.001)
     h.observe(0.1)
-    values = snapshot_values(snap(), None, 1.0, h.snapshot())
+    values = snapshot_values(metrics_snapshot(), None, 1.0, h.snapshot())
     assert values["persisted_ack/count"] == 100
     assert values["persisted_ack/p50_ms"] == pytest.approx(1.0, rel=0.13)
     assert values["persisted_ack/p999_ms"] == pytest.approx(100.0, rel=0.13)
-    empty = snapshot_values(snap(), None, 1.0, h.delta(h.snapshot()))
+    empty = snapshot_values(metrics_snapshot(), None, 1.0, h.delta(h.snapshot()))
     assert empty["persisted_ack/count"] == 0
     assert "persisted_ack/p99_ms" not in empty
 

@@ -1,16 +1,22 @@
-"""Shared pieces of the transaction-log tests: configs, a settable clock, a faulty seam."""
+"""Shared pieces of the transaction-log tests: configs, a faulty seam, reading everything.
+
+Tests that set the wall time of appends use :class:`server.clock.VirtualClock` (or pass
+``timestamp_us`` when the times must step back, which a clock does not). A log on a
+virtual clock is configured with ``flush_interval=0``: the flusher then never sleeps on the
+clock, so group commits happen without the test moving time - only the test that checks
+the interval itself drives it with ``advance``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import errno
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
 from server.config import TransactionLogConfig
-from server.txlog import TransactionLog
+from server.txlog import RecordBatch, TransactionLog
 from server.txlog.files import JournalHandle, OsFileSeam
 
 T = TypeVar("T")
@@ -35,25 +41,6 @@ def config(
         flush_interval=flush_interval,
         max_size=max_size,
     )
-
-
-class ManualClock:
-    """Wall time set by the test; intervals and sleeps are real (the flusher needs them)."""
-
-    def __init__(self, start_us: int = 1_700_000_000_000_000) -> None:
-        self.now_us = start_us
-
-    def time(self) -> float:
-        return self.now_us / 1_000_000
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-    def advance(self, us: int) -> None:
-        self.now_us += us
 
 
 class FaultyHandle:
@@ -144,3 +131,16 @@ def journal_files(tmp: Path) -> list[Path]:
         for p in (tmp / "journal").iterdir()
         if ".journal" in p.name and p.name.startswith(INSTANCE + ".")
     )
+
+
+async def read_all(
+    log: TransactionLog, from_seq: int = 0, upto_seq: int | None = None
+) -> list[RecordBatch]:
+    """Every durable record from ``from_seq`` (to ``upto_seq``), batch by batch, the way
+    replay reads: ``read_view`` again from the next seq until a read comes back empty."""
+    batches: list[RecordBatch] = []
+    seq = max(from_seq, log.first_seq)
+    while batch := await log.read_view(seq, max_count=500, upto_seq=upto_seq):
+        batches.append(batch)
+        seq = batch.last_seq + 1
+    return batches

@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from server.clock import VirtualClock, time_us
 from server.txlog import PublisherSequenceRegression, TransactionLog, TxlogFull
-from tests.unit.txlog.helpers import INSTANCE, ManualClock, config, run
+from tests.unit.txlog.helpers import INSTANCE, config, run
 
 runs_strategy = st.lists(
     st.tuples(
@@ -37,8 +38,10 @@ def _journal_names(tmp: Path) -> list[str]:
     return sorted(p.name for p in (tmp / "journal").iterdir() if pattern.fullmatch(p.name))
 
 
-def _log(tmp: Path, clock: ManualClock, **kw: int) -> TransactionLog:
-    return TransactionLog(config(tmp, **kw), INSTANCE, clock=clock, block_bytes=512)  # type: ignore[arg-type]
+def _log(tmp: Path, clock: VirtualClock, **kw: int) -> TransactionLog:
+    """A log on ``clock`` (its flusher never sleeps on it: see helpers)."""
+    cfg = config(tmp, flush_interval=0, **kw)
+    return TransactionLog(cfg, INSTANCE, clock=clock, block_bytes=512)
 
 
 @settings(
@@ -53,7 +56,7 @@ def _compare(one_dir: Path, many_dir: Path, runs: list[tuple[str, int, list[int]
     """Append ``runs`` both ways; assert identical logs; return how many journals."""
 
     async def body() -> int:
-        clock = ManualClock()
+        clock = VirtualClock()
         one = _log(one_dir, clock, journal_size=8 * 1024)
         many = _log(many_dir, clock, journal_size=8 * 1024)
         await one.open()
@@ -70,8 +73,8 @@ def _compare(one_dir: Path, many_dir: Path, runs: list[tuple[str, int, list[int]
             assert got == len(bodies)
             assert many.last_seq == one.last_seq
             assert many.publisher_last(ph) == seqs[-1]
-            assert many.last_timestamp_us == clock.now_us
-            clock.advance(1000)
+            assert many.last_timestamp_us == time_us(clock)
+            await clock.advance(0.001)
         await one.wait_durable(one.last_seq)
         await many.wait_durable(many.last_seq)
         assert await many.read_batch(1, max_count=10_000) == await one.read_batch(
@@ -96,7 +99,7 @@ def _compare(one_dir: Path, many_dir: Path, runs: list[tuple[str, int, list[int]
 
 def test_a_run_stops_at_the_record_append_refuses(tmp_path: Path) -> None:
     async def body() -> None:
-        log = _log(tmp_path, ManualClock())
+        log = _log(tmp_path, VirtualClock())
         await log.open()
         kw: dict[str, Any] = {"topic": "t", "message_type": "json", "pub_hash": 5}
         # a sequence that does not increase: the records before it go in
@@ -118,7 +121,7 @@ def test_a_run_stops_at_the_record_append_refuses(tmp_path: Path) -> None:
 def test_a_run_stops_where_a_roll_would_exceed_max_size(tmp_path: Path) -> None:
     async def body() -> None:
         size = 64 * 1024
-        log = _log(tmp_path, ManualClock(), preallocated=1, max_size=2 * size + 10)
+        log = _log(tmp_path, VirtualClock(), preallocated=1, max_size=2 * size + 10)
         await log.open()
         rng = random.Random(4)
         total = 0
@@ -153,7 +156,7 @@ def test_runs_that_cross_journal_rolls_equal_single_appends(tmp_path: Path) -> N
 
 def test_runs_with_correlation_ids_and_sow_keys(tmp_path: Path) -> None:
     async def body() -> None:
-        log = _log(tmp_path, ManualClock())
+        log = _log(tmp_path, VirtualClock())
         await log.open()
         n = log.append_many(
             topic="t", message_type="json", pub_hash=3, pub_seqs=[1, 2, 3],

@@ -11,7 +11,7 @@ import pytest
 
 from server.txlog import TransactionLog
 from server.txlog.cli import parse_position, register
-from tests.unit.txlog.helpers import INSTANCE, ManualClock, config, journal_files, run
+from tests.unit.txlog.helpers import INSTANCE, config, journal_files, run
 
 T0 = 1_700_000_000_000_000  # 20231114T221320Z
 
@@ -34,14 +34,13 @@ def logdir(tmp_path: Path) -> Path:
     """1500 records, 1 ms apart, topics alternating a/b, publisher 7 then 8; one compressed."""
 
     async def body() -> None:
-        clock = ManualClock(T0)
-        log = TransactionLog(config(tmp_path), INSTANCE, clock=clock, block_bytes=512)
+        log = TransactionLog(config(tmp_path), INSTANCE, block_bytes=512)
         await log.open()
         for i in range(1500):
             ph = 7 if i < 1000 else 8
             log.append(topic="ab"[i % 2], message_type="json", pub_hash=ph,
-                       pub_seq=i + 1 if ph == 7 else i - 999, body=b'{"i":%d}' % i)  # fmt: skip
-            clock.advance(1000)
+                       pub_seq=i + 1 if ph == 7 else i - 999, body=b'{"i":%d}' % i,
+                       timestamp_us=T0 + i * 1000)  # fmt: skip
         await log.wait_durable(log.last_seq)
         await log.compress(log.journals()[0].id)
         await log.close()

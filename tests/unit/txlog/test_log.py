@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from server.clock import VirtualClock, time_us
 from server.txlog import (
     JournalActive,
     JournalNotFound,
@@ -23,13 +24,14 @@ from server.txlog import (
     TxlogWriteFailed,
 )
 from server.txlog.files import prealloc_name
+from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import (
     INSTANCE,
     FaultySeam,
-    ManualClock,
     config,
     fill,
     journal_files,
+    read_all,
     run,
 )
 
@@ -48,48 +50,22 @@ def new_log(tmp: Path, events: Events | None = None, **kw: object) -> Transactio
     return TransactionLog(cfg, INSTANCE, on_event=on_event, block_bytes=512, **extra)  # type: ignore[arg-type]
 
 
-async def wait_for(cond: object, timeout: float = 5.0) -> None:
-    """Wait until ``cond()`` is true (polling the loop, never sleeping a fixed time)."""
-    assert callable(cond)
-    async with asyncio.timeout(timeout):
-        while not cond():
-            await asyncio.sleep(0.001)
-
-
-class VirtualClock(ManualClock):
-    """Monotonic time that only moves when the flusher sleeps; sleeps are recorded."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.mono = 100.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.mono += seconds
-        await asyncio.sleep(0)
-
-
 def test_append_assigns_sequence_and_time_and_becomes_durable(tmp_path: Path) -> None:
     async def body() -> None:
-        clock = ManualClock()
-        log = new_log(tmp_path, clock=clock)
+        clock = VirtualClock()
+        log = new_log(tmp_path, clock=clock, flush_interval=0)
         with pytest.raises(TxlogClosed):
             log.append(topic="t", message_type="json", pub_hash=1, pub_seq=1, body=b"x")
         await log.open()
         seen: list[int] = []
         log.add_durable_listener(seen.append)
         r1 = log.append(topic="t", message_type="json", pub_hash=1, pub_seq=1, body=b"a")
-        clock.advance(5)
         r2 = log.append(
             topic="u", message_type="json", pub_hash=2, pub_seq=9, body=b"b", kind=RecordKind.SOW_DELETE,
             path=("spool-b", "spool-c"), flags=3, corr_id="x-1", sow_key="k1", timestamp_us=42,
         )  # fmt: skip
         assert (r1.seq, r2.seq, log.last_seq) == (1, 2, 2)
-        assert r1.timestamp_us == clock.now_us - 5 and r2.timestamp_us == 42
+        assert r1.timestamp_us == time_us(clock) and r2.timestamp_us == 42
         assert log.durable_seq == 0
         await log.wait_durable(2)
         assert log.durable_seq == 2 and seen[-1] == 2
@@ -99,7 +75,7 @@ def test_append_assigns_sequence_and_time_and_becomes_durable(tmp_path: Path) ->
         await log.close()  # idempotent
         with pytest.raises(TxlogClosed):
             log.append(topic="t", message_type="json", pub_hash=1, pub_seq=2, body=b"x")
-        again = new_log(tmp_path, clock=clock)
+        again = new_log(tmp_path, clock=clock, flush_interval=0)
         await again.open()
         assert await again.read_batch(1) == [r1, r2]  # every field survives the files
         await again.close()
@@ -129,13 +105,16 @@ def test_fsyncs_are_spaced_by_the_flush_interval(tmp_path: Path) -> None:
         log = new_log(tmp_path, clock=clock, flush_interval=0.01)
         await log.open()
         log.append(topic="t", message_type="json", pub_hash=1, pub_seq=1, body=b"x")
-        await log.wait_durable(1)
-        assert clock.sleeps == []  # idle log: the first append is flushed at once
+        await log.wait_durable(1)  # an idle log: the first append is flushed at once
+        assert clock.sleepers == 0
         log.append(topic="t", message_type="json", pub_hash=1, pub_seq=2, body=b"x")
         log.append(topic="t", message_type="json", pub_hash=1, pub_seq=3, body=b"x")
+        # the second group commit waits out the interval since the first one started
+        await async_wait_until(lambda: clock.sleepers == 1, message="the flusher sleeping")
+        await clock.advance(0.005)
+        assert log.durable_seq == 1 and clock.sleepers == 1
+        await clock.advance(0.005)
         await log.wait_durable(3)
-        # the second group commit waited out the interval since the first one started
-        assert clock.sleeps == [pytest.approx(0.01)]
         assert log.stats()["flushes"] == 2 and log.stats()["last_flush_records"] == 2
         await log.close()
 
@@ -235,38 +214,6 @@ def test_only_durable_records_are_read(tmp_path: Path) -> None:
     run(body)
 
 
-def test_cursor_follows_the_log_and_holds_a_pin(tmp_path: Path) -> None:
-    async def body() -> None:
-        log = new_log(tmp_path)
-        await log.open()
-        await fill(log, 1200)
-        got: list[int] = []
-        cur = log.cursor(0, follow=True, max_count=100, owner="replay:s1")
-
-        async def consume() -> None:
-            async for batch in cur:
-                got.extend(batch.seqs)
-
-        task = asyncio.create_task(consume())
-        await wait_for(lambda: len(got) == 1200)
-        assert [p.owner for p in log.pins()] == ["replay:s1"]
-        await fill(log, 900)
-        await wait_for(lambda: len(got) == 2100)
-        assert got == list(range(1, 2101))
-        assert log.pins()[0].seq == 2101
-        cur.close()
-        await fill(log, 1)  # wakes the cursor, which notices it is closed
-        await asyncio.wait_for(task, 5)
-        assert log.pins() == []
-        # without follow the iteration ends at the durable end; upto_seq stops earlier
-        async with log.cursor(2000, upto_seq=2050) as c2:
-            seqs = [s async for b in c2 for s in b.seqs]
-        assert seqs == list(range(2000, 2051))
-        await log.close()
-
-    run(body)
-
-
 def test_rolls_into_preallocated_files_and_replaces_them(tmp_path: Path) -> None:
     async def body() -> None:
         events: Events = []
@@ -277,7 +224,7 @@ def test_rolls_into_preallocated_files_and_replaces_them(tmp_path: Path) -> None
             prealloc_name(INSTANCE, 1), prealloc_name(INSTANCE, 2)
         ]  # fmt: skip
         await fill(log, 2000)
-        await wait_for(lambda: log.stats()["preallocated"] == 2)
+        await async_wait_until(lambda: log.stats()["preallocated"] == 2, message="2 preallocated")
         assert len(list(jdir.glob("*.prealloc.*"))) == 2
         states = [j.state for j in log.journals()]
         assert states[-3:] == ["active", "preallocated", "preallocated"]
@@ -409,10 +356,9 @@ def test_archive_compress_remove_and_pins(tmp_path: Path) -> None:
         pin.release()
         # everything still reads the same, lookups included
         seqs: list[int] = []
-        async with log.cursor(0) as cur:
-            async for batch in cur:
-                assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
-                seqs.extend(batch.seqs)
+        for batch in await read_all(log):
+            assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
+            seqs.extend(batch.seqs)
         assert seqs == list(range(infos[1].first_seq, 4001))
         for target in (infos[1].first_seq + 5, infos[2].last_seq, infos[3].first_seq):
             assert log.seq_for_bookmark(7, target) == target
@@ -439,15 +385,15 @@ def test_archive_compress_remove_and_pins(tmp_path: Path) -> None:
 
 def test_time_lookups_follow_the_first_record_at_or_after(tmp_path: Path) -> None:
     async def body() -> None:
-        clock = ManualClock()
-        log = new_log(tmp_path, clock=clock, tail_cache_bytes=0)
+        log = new_log(tmp_path, tail_cache_bytes=0)
         await log.open()
         rng = random.Random(9)
         times: list[int] = []
+        ts = 1_700_000_000_000_000
         for i in range(2500):
-            clock.advance(rng.choice([0, 1, 7, 100, -50]))  # the clock may step back
+            ts += rng.choice([0, 1, 7, 100, -50])  # recorded times may step back
             times.append(log.append(topic="t", message_type="json", pub_hash=1, pub_seq=i + 1,
-                                    body=b"x" * 20).timestamp_us)  # fmt: skip
+                                    body=b"x" * 20, timestamp_us=ts).timestamp_us)  # fmt: skip
         await log.wait_durable(log.last_seq)
         for t in [times[0] - 1, *rng.sample(times, 60), max(times), max(times) + 1]:
             want = next((i + 1 for i, x in enumerate(times) if x >= t), log.last_seq + 1)
@@ -558,7 +504,10 @@ def test_a_roll_during_a_preallocation_takes_its_room(tmp_path: Path) -> None:
             append()
         seam.gate.set()
         await log.wait_durable(log.last_seq)
-        await wait_for(lambda: not list((tmp_path / "journal").glob("*prealloc*")))
+        await async_wait_until(
+            lambda: not list((tmp_path / "journal").glob("*prealloc*")),
+            message="the preallocated file deleted",
+        )
         assert log.stats()["preallocated"] == 0
         assert log.stats()["disk_bytes"] <= 2 * size + 10
         await log.close()
@@ -566,33 +515,31 @@ def test_a_roll_during_a_preallocation_takes_its_room(tmp_path: Path) -> None:
     run(body)
 
 
-def test_lookups_resolved_ahead_answer_synchronous_planning(tmp_path: Path) -> None:
-    """After a reopen lookups need a file read; locate_all does it off the loop and
-    `using` makes the synchronous lookups answer from it."""
+@pytest.mark.parametrize("action", ["remove", "archive"])
+def test_retention_right_after_a_roll_leaves_no_orphan_index(tmp_path: Path, action: str) -> None:
+    """Removing or archiving a journal whose commit just finished it waits for its seal:
+    before, the cache thread sealed it afterwards and left its `.index` in the journal
+    directory, for a journal that was no longer there."""
 
     async def body() -> None:
-        clock = ManualClock()
-        log = new_log(tmp_path, clock=clock)
+        log = new_log(tmp_path)
         await log.open()
-        for i in range(1, 2001):
-            log.append(topic="t", message_type="json", pub_hash=9, pub_seq=i, body=b"x" * 50)
-            clock.advance(1000)
+        seq = 0
+        while log.stats()["rolls"] < 1:
+            seq += 1
+            log.append(topic="t", message_type="json", pub_hash=1, pub_seq=seq, body=b"x" * 100)
         await log.wait_durable(log.last_seq)
+        oldest = log.journals()[0]
+        done = await (log.remove(oldest.id) if action == "remove" else log.archive(oldest.id))
+        assert [j.id for j in done] == [oldest.id]
         await log.close()
-        log = new_log(tmp_path, clock=clock)
-        await log.open()
-        t_mid = 1_700_000_000_000_000 + 700 * 1000
-        bookmarks, times = [(9, 500), (9, 1999), (9, 5000), (77, 1)], [t_mid]
-        assert log.lookups_need_io(bookmarks, times)
-        assert not log.lookups_need_io([(9, 2000)], [])  # the publisher's last: in memory
-        found = await log.locate_all(bookmarks, times)
-        assert found.bookmarks == {(9, 500): 500, (9, 1999): 1999, (9, 5000): None, (77, 1): None}
-        assert found.times == {t_mid: 701}
-        with log.using(found):
-            assert [log.seq_for_bookmark(h, s) for h, s in bookmarks] == [500, 1999, None, None]
-            assert log.seq_for_time(t_mid) == 701
-        # outside the block the log answers by itself, the same
-        assert log.seq_for_bookmark(9, 500) == 500 and log.seq_for_time(t_mid) == 701
-        await log.close()
+        name = Path(oldest.path).name.replace(".journal", ".index")
+        assert not (tmp_path / "journal" / name).exists()
+        if action == "archive":
+            assert (tmp_path / "archive" / name).exists()
+            log = new_log(tmp_path)
+            await log.open()
+            assert [r.seq for r in await log.read_batch(1, max_count=2)] == [1, 2]
+            await log.close()
 
     run(body)

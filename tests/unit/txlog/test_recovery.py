@@ -11,7 +11,7 @@ from server.txlog import JournalSequenceGap, RecoveryReport, TransactionLog
 from server.txlog.codec import encode
 from server.txlog.files import clients_ack_name, journal_name
 from server.txlog.record import RecordKind
-from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, run
+from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 
 Events = list[tuple[str, dict[str, object]]]
 
@@ -65,10 +65,9 @@ def reopen(
         log = make_log(tmp, events)
         report = await log.open()
         seqs: list[int] = []
-        async with log.cursor(0) as cur:
-            async for batch in cur:
-                seqs.extend(batch.seqs)
-                assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
+        for batch in await read_all(log):
+            seqs.extend(batch.seqs)
+            assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
         facts: dict[str, object] = {
             "last_seq": log.last_seq,
             "publisher_last": log.publisher_last(7),

@@ -16,6 +16,14 @@ import pytest
 from server.clock import VirtualClock, wait_all_blocked
 from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
+from server.stats.series import snapshot_values
+from server.stats.snapshot import MetricsSnapshot
+from tests.support.snapshots import (
+    client_counters,
+    metrics_snapshot,
+    subscription_lag,
+    txlog_counters,
+)
 from web.dashboard import (
     SUBSCRIBER_QUEUE,
     EventStreamResponse,
@@ -25,38 +33,20 @@ from web.dashboard import (
     sse_event,
 )
 
-
-def snapshot(**overrides: Any) -> dict[str, Any]:
-    """A metrics_snapshot() shaped dict (server/engine.py)."""
-    base: dict[str, Any] = {
-        "time": 1_700_000_000.0,
-        "msgs_in": 0,
-        "msgs_out": 0,
-        "bytes_in": 0,
-        "bytes_out": 0,
-        "connections": 0,
-        "subscriptions": 0,
-        "clients": {},
-        "subscriptions_detail": [],
-        "txlog": None,
-        "persisted_ack_latency": LatencyHistogram(),
-    }
-    base.update(overrides)
-    return base
-
-
 # -- LivePointBuilder -------------------------------------------------------------------
 
 
 def test_the_first_snapshot_is_only_a_baseline() -> None:
-    assert LivePointBuilder().update(snapshot(msgs_in=10), now=5.0) is None
+    assert LivePointBuilder().update(metrics_snapshot(msgs_in=10), now=5.0) is None
 
 
 def test_rates_are_deltas_over_the_elapsed_time() -> None:
     builder = LivePointBuilder()
-    builder.update(snapshot(msgs_in=100, msgs_out=10, bytes_in=1000, bytes_out=50), now=10.0)
+    builder.update(
+        metrics_snapshot(msgs_in=100, msgs_out=10, bytes_in=1000, bytes_out=50), now=10.0
+    )
     point = builder.update(
-        snapshot(
+        metrics_snapshot(
             time=1_700_000_002.5,
             msgs_in=600,
             msgs_out=310,
@@ -64,9 +54,15 @@ def test_rates_are_deltas_over_the_elapsed_time() -> None:
             bytes_out=50,
             connections=3,
             subscriptions=4,
-            clients={"a": {"queue_depth": 100}, "b": {"queue_depth": 23}},
-            subscriptions_detail=[{"seconds_behind": 0.5}, {"seconds_behind": 2.25}],
-            txlog={"durable_seq": 77, "bytes": 4096},
+            clients={
+                "a": client_counters(queue_depth=100),
+                "b": client_counters(queue_depth=23),
+            },
+            subscriptions_detail=[
+                subscription_lag("a", "1", seconds_behind=0.5),
+                subscription_lag("b", "1", seconds_behind=2.25),
+            ],
+            txlog=txlog_counters(durable_seq=77, bytes=4096.0),
         ),
         now=12.0,
     )
@@ -80,11 +76,24 @@ def test_rates_are_deltas_over_the_elapsed_time() -> None:
     assert (point["durable_seq"], point["txlog_bytes"]) == (77, 4096)
 
 
-def test_a_counter_that_went_down_reads_as_zero_not_negative() -> None:
+def test_a_counter_that_went_down_was_reset_and_counts_from_zero() -> None:
     builder = LivePointBuilder()
-    builder.update(snapshot(msgs_out=1000), now=0.0)
-    point = builder.update(snapshot(msgs_out=400), now=1.0)
-    assert point is not None and point["msgs_out"] == 0.0
+    builder.update(metrics_snapshot(msgs_out=1000), now=0.0)
+    point = builder.update(metrics_snapshot(msgs_out=400), now=2.0)
+    assert point is not None and point["msgs_out"] == 200.0
+
+
+def test_live_points_and_stored_series_agree_on_an_interval() -> None:
+    """The live chart and the stats database use one counter rule (server/stats/rates.py)."""
+    before = metrics_snapshot(msgs_in=500, msgs_out=9000, bytes_in=70, bytes_out=123_456)
+    after = metrics_snapshot(msgs_in=800, msgs_out=300, bytes_in=70, bytes_out=123_999)
+    builder = LivePointBuilder()
+    builder.update(before, now=100.0)
+    point = builder.update(after, now=104.0)
+    stored = snapshot_values(after, before, 4.0)
+    assert point is not None
+    for key in ("msgs_in", "msgs_out", "bytes_in", "bytes_out"):
+        assert point[key] == round(stored[f"instance/{key}_rate"], 2), key
 
 
 def test_ack_percentiles_cover_only_the_acks_of_the_interval() -> None:
@@ -92,33 +101,33 @@ def test_ack_percentiles_cover_only_the_acks_of_the_interval() -> None:
     for _ in range(1000):
         hist.observe(0.050)  # old, slow acks: must not show in the next interval
     builder = LivePointBuilder()
-    builder.update(snapshot(persisted_ack_latency=hist), now=0.0)
+    builder.update(metrics_snapshot(persisted_ack_latency=hist), now=0.0)
     for _ in range(99):
         hist.observe(0.001)
     hist.observe(0.010)
-    point = builder.update(snapshot(persisted_ack_latency=hist), now=1.0)
+    point = builder.update(metrics_snapshot(persisted_ack_latency=hist), now=1.0)
     assert point is not None
     assert point["acks"] == 100
     assert point["ack_p50_ms"] == pytest.approx(1.0, rel=0.13)
     assert point["ack_p99_ms"] == pytest.approx(1.0, rel=0.13)
-    quiet = builder.update(snapshot(persisted_ack_latency=hist), now=2.0)
+    quiet = builder.update(metrics_snapshot(persisted_ack_latency=hist), now=2.0)
     assert quiet is not None
     assert (quiet["acks"], quiet["ack_p50_ms"], quiet["ack_p99_ms"]) == (0, None, None)
 
 
 def test_without_a_transaction_log_the_log_fields_are_null() -> None:
     builder = LivePointBuilder()
-    builder.update(snapshot(), now=0.0)
-    point = builder.update(snapshot(), now=1.0)
+    builder.update(metrics_snapshot(), now=0.0)
+    point = builder.update(metrics_snapshot(), now=1.0)
     assert point is not None
     assert (point["durable_seq"], point["txlog_bytes"]) == (None, None)
 
 
 def test_reset_forgets_the_baseline() -> None:
     builder = LivePointBuilder()
-    builder.update(snapshot(msgs_in=0), now=0.0)
+    builder.update(metrics_snapshot(msgs_in=0), now=0.0)
     builder.reset()
-    assert builder.update(snapshot(msgs_in=1_000_000), now=600.0) is None
+    assert builder.update(metrics_snapshot(msgs_in=1_000_000), now=600.0) is None
 
 
 def test_sse_events_are_framed_by_a_blank_line() -> None:
@@ -139,9 +148,9 @@ class Source:
         self.msgs_in = 0
         self.snapshots = 0
 
-    def metrics_snapshot(self) -> dict[str, Any]:
+    def metrics_snapshot(self) -> MetricsSnapshot:
         self.snapshots += 1
-        return snapshot(time=self.clock.time(), msgs_in=self.msgs_in, connections=1)
+        return metrics_snapshot(time=self.clock.time(), msgs_in=self.msgs_in, connections=1)
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:

@@ -1,0 +1,47 @@
+"""The structured events the transaction log reports, and the callback that receives them.
+
+The log calls ``on_event(name, fields)`` on the event loop; the broker turns them into its
+event log. A failing callback is logged and never stops the log (:class:`Emitter`).
+
+=====================  ===============================================================
+name                   fields
+=====================  ===============================================================
+``recovery_truncated`` ``path``, ``offset``, ``bytes_cut``, ``reason``, ``first_seq_cut``,
+                       ``saved_to`` (open found damaged or torn bytes and cut them)
+``journal_rolled``     ``journal``, ``path``, ``records``, ``bytes``, ``next``
+``flush_failed``       ``path``, ``operation``, ``error``, ``durable_seq``, ``last_seq``
+                       (the write failure is latched)
+``cache_write_failed`` ``problem`` (an index, ``clients.ack`` or preallocated file could not
+                       be written; all are rebuildable)
+``journal_archived``   ``journal``, ``path``
+``journal_compressed`` ``journal``, ``path``, ``bytes``
+``journal_removed``    ``journal``, ``path``
+=====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+__all__ = ["Emitter", "EventCallback"]
+
+log = logging.getLogger("spool.txlog")
+
+EventCallback = Callable[[str, dict[str, object]], None]
+
+
+class Emitter:
+    """Calls the log's ``on_event`` callback, if any, and contains its failures."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: EventCallback | None) -> None:
+        self._callback = callback
+
+    def __call__(self, name: str, fields: dict[str, object]) -> None:
+        if self._callback is not None:
+            try:
+                self._callback(name, fields)
+            except Exception:
+                log.exception("transaction log event callback failed")

@@ -1,0 +1,456 @@
+"""Group commit: appends gathered on the loop, written and fsynced together in a thread.
+
+The log's append path adds encoded records to :class:`Pending` and wakes the flusher. The
+flusher (:class:`GroupCommit`) waits out ``FlushInterval`` since the previous commit (or not,
+when a lot is pending or the log is closing), takes everything pending as one
+:class:`Batch`, and hands it whole to a worker thread that writes and fsyncs it. Back on
+the loop the durable position advances, then durable listeners (persisted acks) run and
+the callers waiting for a seq to be durable wake, in seq order (:class:`Waiters`).
+
+The first failed write or fsync is **latched**: after a failed fsync the page cache may
+hold data the disk does not, so the flusher stops, every waiter fails with the
+:class:`~server.txlog.errors.TxlogWriteFailed`, and the log refuses appends until it is
+reopened (recovery then decides from what the disk holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from server.clock import Clock
+from server.txlog.errors import TxlogWriteFailed
+from server.txlog.events import EventCallback
+from server.txlog.files import FileSeam, JournalHandle, fsync_dir
+from server.txlog.index import IndexBuilder
+from server.txlog.journal import Journal, JournalList
+from server.txlog.reader import JournalSource, PlainSource
+
+__all__ = ["FLUSH_HIGH_WATER", "Batch", "GroupCommit", "Pending", "Waiters", "Written"]
+
+log = logging.getLogger("spool.txlog")
+
+#: flush at once, without waiting for the interval, past this many pending bytes
+FLUSH_HIGH_WATER: Final = 4 << 20
+_LATENCY_SAMPLES: Final = 2048
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one group commit writes: handed whole to the flusher thread.
+
+    Attributes:
+        chunks: ``(journal, offset, bytes)`` to write, in log order.
+        index_entries: ``(journal, entry)`` index entries of closed blocks (for the caches).
+        finished: journals rolled since the previous batch: truncated to their data and
+            fsynced, then sealed by the caches.
+        last_seq: the last seq in the batch; durable once the batch is applied.
+        records: how many records the batch holds.
+        nbytes: bytes of records written.
+        clients: ``(covered seq, publisher table)`` for ``clients.ack`` when a journal was
+            finished, else None.
+    """
+
+    chunks: list[tuple[Journal, int, bytearray]]
+    index_entries: list[tuple[Journal, bytes]]
+    finished: list[Journal]
+    last_seq: int
+    records: int
+    nbytes: int
+    clients: tuple[int, dict[int, tuple[int, int]]] | None = None
+
+
+@dataclass(slots=True)
+class Written:
+    """What the flusher thread reports back to the loop.
+
+    Attributes:
+        created: journals whose file this batch created, with a reader of it.
+        fsync_s: seconds spent in fsyncs.
+    """
+
+    created: list[tuple[Journal, JournalSource]] = field(default_factory=list)
+    fsync_s: float = 0.0
+
+
+class Waiters:
+    """Futures waiting for a seq to be reached, a heap by seq (event loop only)."""
+
+    __slots__ = ("_heap", "_ids")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._ids = itertools.count()  # ties broken by arrival
+
+    def due(self, seq: int) -> bool:
+        """Whether anyone waits for ``seq`` or an earlier one."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] <= seq
+
+    def wait(self, seq: int) -> asyncio.Future[None]:
+        """A future that resolves once :meth:`release` reaches ``seq``."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, (seq, next(self._ids), fut))
+        return fut
+
+    def release(self, upto: int) -> None:
+        """Wake every waiter whose seq is at or below ``upto``."""
+        heap = self._heap
+        while heap and heap[0][0] <= upto:
+            _, _, fut = heapq.heappop(heap)
+            if not fut.done():
+                fut.set_result(None)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every waiter with ``exc``."""
+        heap, self._heap = self._heap, []
+        for _, _, fut in heap:
+            if not fut.done():
+                fut.set_exception(exc)
+
+
+class Pending:
+    """What the loop appended since the flusher last took a batch (event loop only).
+
+    The log's append path writes these fields directly, bound to locals once per run (it
+    is the hot path); the flusher takes them whole with :meth:`take`.
+
+    Layout: the active journal's data bytes ``[offset, offset + len(buf))`` are ``buf``,
+    and ``length`` is where the active journal's data ends (``offset + len(buf)``); bytes
+    of journals rolled since the last take wait in ``chunks``.
+
+    Attributes:
+        journals: the log's journals (the newest is the active one).
+        publishers: the log's publisher table ``pub_hash -> (pub_seq, seq)`` (shared, not
+            copied): a batch that finishes a journal carries a snapshot of it.
+        builder: the active journal's index.
+        length: data bytes of the active journal appended so far.
+        buf: appended bytes of the active journal not yet taken.
+        offset: where ``buf`` starts in the active journal.
+        chunks: ``(journal, offset, bytes)`` of rolled journals not yet taken.
+        index: ``(journal, entry)`` index entries not yet taken.
+        finished: journals rolled since the last take.
+        last_seq: the last seq appended.
+        taken_seq: the last seq handed to the flusher.
+    """
+
+    __slots__ = (
+        "buf",
+        "builder",
+        "chunks",
+        "finished",
+        "index",
+        "journals",
+        "last_seq",
+        "length",
+        "offset",
+        "publishers",
+        "taken_seq",
+    )
+
+    def __init__(
+        self, journals: JournalList, publishers: dict[int, tuple[int, int]], block_bytes: int
+    ) -> None:
+        self.journals = journals
+        self.publishers = publishers
+        self.builder = IndexBuilder(1, block_bytes)  # replaced at open
+        self.length = 0
+        self.buf = bytearray()
+        self.offset = 0
+        self.chunks: list[tuple[Journal, int, bytearray]] = []
+        self.index: list[tuple[Journal, bytes]] = []
+        self.finished: list[Journal] = []
+        self.last_seq = 0
+        self.taken_seq = 0
+
+    def start(self, active: Journal, builder: IndexBuilder) -> None:
+        """Continue appending to ``active`` after its last record (at open)."""
+        self.builder = builder
+        self.length = self.offset = builder.data_len
+        self.last_seq = self.taken_seq = active.last_seq
+
+    @property
+    def empty(self) -> bool:
+        """Nothing for the flusher to write."""
+        return not (self.buf or self.chunks or self.index or self.finished)
+
+    def take(self) -> Batch:
+        """Everything pending, as one batch; pending starts over after it."""
+        chunks = self.chunks
+        if self.buf:
+            chunks.append((self.journals.active, self.offset, self.buf))
+            self.buf = bytearray()
+            self.offset = self.length
+        nbytes = sum(len(c[2]) for c in chunks)
+        clients = (self.last_seq, dict(self.publishers)) if self.finished else None
+        batch = Batch(
+            chunks, self.index, self.finished, self.last_seq, self.last_seq - self.taken_seq,
+            nbytes, clients,
+        )  # fmt: skip
+        self.chunks = []
+        self.index = []
+        self.finished = []
+        self.taken_seq = self.last_seq
+        return batch
+
+    def drop(self) -> None:
+        """Forget what was not taken yet (a crash at a group-commit boundary)."""
+        self.chunks, self.index, self.finished = [], [], []
+        self.buf = bytearray()
+
+
+class GroupCommit:
+    """The flusher of one log and its durable position (see the module docstring).
+
+    Thread contract: :meth:`_write_batch` runs in a worker thread, one batch at a time
+    (the flusher awaits each), and is the only user of the open journal handles while the
+    flusher runs; :meth:`create_journal` and :meth:`close_files` run in worker threads at
+    open and after the flusher ended. Everything else is for the event loop.
+
+    Args:
+        pending: what the append path accumulates.
+        directory: the journal directory (fsynced when a batch creates a file).
+        seam: the file seam journal writes go through.
+        journal_size: ``JournalSize`` (a journal created without a preallocated file is
+            allocated to it).
+        interval: ``FlushInterval``: at most one commit starts per interval, unless more
+            than :data:`FLUSH_HIGH_WATER` bytes are pending.
+        clock: time source of the interval.
+        emit: the log's event callback (``flush_failed``).
+        committed: called on the loop once a batch is durable, before durable listeners
+            and waiters run (the log's own accounting: disk, tail, caches, events).
+    """
+
+    def __init__(
+        self,
+        pending: Pending,
+        *,
+        directory: Path,
+        seam: FileSeam,
+        journal_size: int,
+        interval: float,
+        clock: Clock,
+        emit: EventCallback,
+        committed: Callable[[Batch, Written], None],
+    ) -> None:
+        self._pending = pending
+        self._dir = directory
+        self._seam = seam
+        self._journal_size = journal_size
+        self._interval = interval
+        self._clock = clock
+        self._emit = emit
+        self._committed = committed
+        #: highest seq written and fsynced (written here only)
+        self.durable_seq = 0
+        #: set by the append path to start a commit
+        self.wake = asyncio.Event()
+        #: callers of wait_durable, released as batches become durable
+        self.durable = Waiters()
+        #: callers of wait_appended, released by the append path
+        self.appended = Waiters()
+        self._listeners: list[Callable[[int], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_flush = float("-inf")
+        #: the latched write failure (set only by the flusher), if any
+        self.write_error: TxlogWriteFailed | None = None
+        self._handles: dict[int, JournalHandle] = {}  # flusher-thread-owned
+        # statistics
+        self.flushes = 0
+        self.appended_bytes = 0
+        self.last_batch_records = 0
+        self._latencies: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+
+    def fsync_ms(self, quantile: float) -> float:
+        """That quantile of the recent fsync times of a commit, in ms (0 before any)."""
+        lat = sorted(self._latencies)
+        return lat[min(len(lat) - 1, int(quantile * len(lat)))] * 1000.0 if lat else 0.0
+
+    # -- lifecycle (event loop) ---------------------------------------------------------
+
+    def start(self, durable_seq: int, active: Journal, handle: JournalHandle) -> None:
+        """Start the flusher; ``handle`` is the active journal's file, opened at open."""
+        self.durable_seq = durable_seq
+        self._handles[active.base] = handle
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="txlog-flusher")
+
+    async def stop(self) -> None:
+        """Commit what is pending without waiting for the interval; end the flusher."""
+        self._stopping = True
+        self.wake.set()
+        if self._task is not None:
+            await self._task
+
+    def add_listener(self, cb: Callable[[int], None]) -> None:
+        """Call ``cb(durable_seq)`` after each commit."""
+        self._listeners.append(cb)
+
+    def remove_listener(self, cb: Callable[[int], None]) -> None:
+        """Stop calling ``cb``."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(cb)
+
+    def fail_waiters(self, exc: BaseException) -> None:
+        """Fail everyone waiting for durability or for appends (no append can come)."""
+        self.durable.fail(exc)
+        self.appended.fail(exc)
+
+    # -- the flusher (event loop) -------------------------------------------------------
+
+    async def _run(self) -> None:
+        pending = self._pending
+        interval = self._interval
+        clock = self._clock
+        while True:
+            if pending.empty:
+                if self._stopping:
+                    return
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            # at most one fsync per FlushInterval, unless a lot is pending
+            delay = self._last_flush + interval - clock.monotonic()
+            if delay > 0 and not self._stopping and len(pending.buf) < FLUSH_HIGH_WATER:
+                await clock.sleep(delay)
+            self.wake.clear()
+            if pending.empty:
+                continue  # dropped by abort() while we waited
+            batch = pending.take()
+            self.appended_bytes += batch.nbytes
+            self._last_flush = clock.monotonic()
+            try:
+                written = await asyncio.to_thread(self._write_batch, batch)
+            except TxlogWriteFailed as exc:
+                self._latch(exc)
+                return
+            except Exception as exc:  # anything else from the thread is a write failure too
+                self._latch(TxlogWriteFailed(str(self._dir), "write", exc))
+                return
+            self._apply(batch, written)
+
+    def _apply(self, batch: Batch, written: Written) -> None:
+        """Back on the loop after a commit: advance, account, notify."""
+        for j, source in written.created:
+            j.source = source
+            j.created = True
+        for j, offset, data in batch.chunks:
+            j.durable_len = max(j.durable_len, offset + len(data))
+        for j in batch.finished:
+            j.durable_len = j.index.data_len
+            j.rolling = False
+        self.durable_seq = durable = batch.last_seq
+        self.flushes += 1
+        self._latencies.append(written.fsync_s)
+        self.last_batch_records = batch.records
+        self._committed(batch, written)
+        for cb in list(self._listeners):
+            try:
+                cb(durable)
+            except Exception:
+                log.exception("durable listener failed")
+        self.durable.release(durable)
+
+    def _latch(self, exc: TxlogWriteFailed) -> None:
+        self.write_error = exc
+        log.error("transaction log write failed, refusing appends until reopened: %s", exc)
+        self._emit(
+            "flush_failed",
+            {"path": exc.path, "operation": exc.operation, "error": str(exc.cause),
+             "durable_seq": self.durable_seq, "last_seq": self._pending.last_seq},
+        )  # fmt: skip
+        self.fail_waiters(exc)
+
+    # -- files (worker threads) ---------------------------------------------------------
+
+    def _write_batch(self, batch: Batch) -> Written:
+        """Write and fsync one batch (flusher thread).
+
+        Order matters for recovery: a finished journal is truncated and fsynced before
+        any byte of the next one is written, so a durable record in journal N+1 implies
+        journal N is complete; a new file's directory entry is fsynced before the batch
+        counts as durable.
+        """
+        out = Written()
+        finished = {id(j) for j in batch.finished}
+        dirty: dict[int, tuple[Journal, JournalHandle]] = {}
+        new_files = False
+        fsync_time = 0.0
+        by_journal: dict[int, Journal] = {j.base: j for j in batch.finished}
+        for j, _, _ in batch.chunks:
+            by_journal[j.base] = j
+        for base in sorted(by_journal):  # log order
+            j = by_journal[base]
+            handle = self._handles.get(base)
+            if handle is None:
+                handle = self.create_journal(j)
+                self._handles[base] = handle
+                try:
+                    out.created.append((j, PlainSource(j.path)))
+                except OSError as exc:
+                    raise TxlogWriteFailed(str(j.path), "open", exc) from exc
+                new_files = True
+            for cj, offset, data in batch.chunks:
+                if cj is j:
+                    try:
+                        handle.write(offset, data)
+                    except OSError as exc:
+                        raise TxlogWriteFailed(str(j.path), "write", exc) from exc
+            if id(j) not in finished:
+                dirty[base] = (j, handle)
+                continue
+            t0 = time.perf_counter()
+            try:
+                handle.truncate(j.index.data_len)
+                handle.fsync()
+            except OSError as exc:
+                raise TxlogWriteFailed(str(j.path), "fsync", exc) from exc
+            fsync_time += time.perf_counter() - t0
+            del self._handles[base]
+            with contextlib.suppress(OSError):
+                handle.close()
+        t0 = time.perf_counter()
+        for j, handle in dirty.values():
+            try:
+                handle.fsync()
+            except OSError as exc:
+                raise TxlogWriteFailed(str(j.path), "fsync", exc) from exc
+        if new_files:
+            try:
+                fsync_dir(self._dir)
+            except OSError as exc:
+                raise TxlogWriteFailed(str(self._dir), "fsync", exc) from exc
+        out.fsync_s = fsync_time + time.perf_counter() - t0
+        return out
+
+    def create_journal(self, j: Journal) -> JournalHandle:
+        """Create ``j``'s file: rename a preallocated file, or create and allocate one.
+
+        Raises:
+            TxlogWriteFailed: the file cannot be created (``open``).
+        """
+        try:
+            if j.prealloc is not None:
+                self._seam.rename(j.prealloc, j.path)
+                return self._seam.open(j.path, create=False)
+            handle = self._seam.open(j.path, create=True)
+            handle.allocate(self._journal_size)
+            return handle
+        except OSError as exc:
+            raise TxlogWriteFailed(str(j.path), "open", exc) from exc
+
+    def close_files(self) -> None:
+        """Close every journal handle (worker thread, once the flusher ended)."""
+        for handle in self._handles.values():
+            with contextlib.suppress(OSError):
+                handle.close()
+        self._handles.clear()

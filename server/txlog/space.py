@@ -1,0 +1,216 @@
+"""Disk space of the log: preallocated journal files and the ``MaxSize`` accounting.
+
+``TransactionLog/MaxSize`` bounds the bytes of journals kept locally. :class:`DiskSpace`
+counts them in :attr:`~DiskSpace.used`: every journal at its size on disk (the active one
+at ``JournalSize``, since it is allocated whole; a finished one at its data length; a
+compressed one at its compressed size) plus every preallocated file, including one still
+being made. A roll that would take ``used`` past the limit raises
+:class:`~server.txlog.errors.TxlogFull`.
+
+Preallocation keeps ``PreallocatedJournalFiles`` files of ``JournalSize`` ready, so a roll
+renames a file instead of allocating 64 MB on the commit path. Files are made one at a
+time in a worker thread (:meth:`DiskSpace.replenish`), their room counted in ``used``
+before the thread starts. Two counters keep that honest while a file is being made:
+
+- ``busy``: preallocations under way (each already counted in ``used``).
+- ``void``: of those, how many a roll has *taken the room of*. A roll that finds no
+  preallocated file and no room, while a preallocation is under way, does not fail: the
+  new journal takes the room reserved for the file being made (``used`` is unchanged,
+  ``void`` goes up), and that file is deleted as soon as it is done instead of being
+  kept. The roll is refused only when ``busy <= void`` (no reserved room is left to take).
+
+Thread contract: :meth:`DiskSpace.prepare` runs in a worker thread during open, before the
+loop uses this object; :meth:`DiskSpace.allocate_file` runs in worker threads and touches
+no state; everything else is for the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from server.txlog.errors import TxlogFull
+from server.txlog.events import EventCallback
+from server.txlog.files import FileSeam, fsync_dir, prealloc_name
+
+__all__ = ["DiskSpace"]
+
+log = logging.getLogger("spool.txlog")
+
+
+class DiskSpace:
+    """Preallocated files and disk accounting of one log (see the module docstring).
+
+    Args:
+        directory: the journal directory (preallocated files live there).
+        instance: the instance name (prefixes the file names).
+        journal_size: ``JournalSize``: bytes of a journal and of a preallocated file.
+        max_size: ``MaxSize`` in bytes; 0 is unlimited.
+        want: ``PreallocatedJournalFiles``: how many files to keep ready.
+        seam: the file seam (tests inject allocation failures through it).
+        emit: the log's event callback (``cache_write_failed`` when a file cannot be made).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        instance: str,
+        *,
+        journal_size: int,
+        max_size: int,
+        want: int,
+        seam: FileSeam,
+        emit: EventCallback,
+    ) -> None:
+        self._dir = directory
+        self._instance = instance
+        self._journal_size = journal_size
+        self._max_size = max_size
+        self._want = want
+        self._seam = seam
+        self._emit = emit
+        self._files: list[Path] = []  # preallocated files ready, oldest first
+        self._next = 1  # number of the next preallocated file name
+        self._used = 0
+        self._busy = 0  # preallocations under way (counted in _used)
+        self._void = 0  # of those, how many a roll took the room of
+
+    @property
+    def used(self) -> int:
+        """Bytes counted against ``MaxSize``."""
+        return self._used
+
+    @property
+    def journal_size(self) -> int:
+        """``JournalSize``: bytes of an active journal and of a preallocated file."""
+        return self._journal_size
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The preallocated files ready for rolls, oldest first."""
+        return tuple(self._files)
+
+    @property
+    def busy(self) -> int:
+        """Preallocations under way."""
+        return self._busy
+
+    @property
+    def void(self) -> int:
+        """Preallocations under way whose room a roll already took."""
+        return self._void
+
+    def fits(self, total: int) -> bool:
+        """Whether ``total`` bytes are within ``MaxSize``."""
+        return not self._max_size or total <= self._max_size
+
+    # -- open (worker thread) -----------------------------------------------------------
+
+    def prepare(self, existing: list[Path], number: int, journal_bytes: int) -> None:
+        """Keep ``PreallocatedJournalFiles`` files of ``JournalSize`` ready (at open).
+
+        Runs in the worker thread of :meth:`TransactionLog.open`, before the loop uses this
+        object: surplus or oversized files are deleted, the rest reallocated to full size,
+        missing ones made while they fit.
+
+        Args:
+            existing: the preallocated files recovery found (and the log did not take).
+            number: the number for the next file name.
+            journal_bytes: bytes the journals occupy on disk.
+        """
+        keep: list[Path] = []
+        for path in existing:
+            if len(keep) >= self._want or path.stat().st_size > self._journal_size:
+                path.unlink()
+                continue
+            keep.append(path)
+        for path in keep:
+            handle = self._seam.open(path, create=False)
+            try:
+                handle.allocate(self._journal_size)
+            finally:
+                handle.close()
+        used = journal_bytes + len(keep) * self._journal_size
+        while len(keep) < self._want and self.fits(used + self._journal_size):
+            path = self._dir / prealloc_name(self._instance, number)
+            number += 1
+            self.allocate_file(path)
+            keep.append(path)
+            used += self._journal_size
+        fsync_dir(self._dir)
+        self._files, self._next, self._used = keep, number, used
+
+    def allocate_file(self, path: Path) -> None:
+        """Create ``path`` at ``JournalSize``, allocated and fsynced (worker thread)."""
+        handle = self._seam.open(path, create=True)
+        try:
+            handle.allocate(self._journal_size)
+            handle.fsync()
+        finally:
+            handle.close()
+
+    # -- event loop ---------------------------------------------------------------------
+
+    def room_for_roll(self) -> Path | None:
+        """Account a new journal; the preallocated file it takes, or None to create one.
+
+        Raises:
+            TxlogFull: no preallocated file, no room under ``MaxSize``, and no room
+                reserved by a preallocation under way to take.
+        """
+        if self._files:
+            return self._files.pop(0)  # its room is counted already
+        size = self._journal_size
+        if self.fits(self._used + size):
+            self._used += size
+        elif self._busy > self._void:
+            # a preallocation under way has its room counted: this journal takes it, and
+            # the file is deleted when it is done (see replenish)
+            self._void += 1
+        else:
+            raise TxlogFull(
+                f"a new {size}-byte journal would exceed MaxSize "
+                f"({self._max_size} bytes, {self._used} in use)"
+            )
+        return None
+
+    def resize(self, old_bytes: int, new_bytes: int) -> None:
+        """A journal's size on disk changed (finished and trimmed, or compressed)."""
+        self._used += new_bytes - old_bytes
+
+    def release(self, nbytes: int) -> None:
+        """A journal of ``nbytes`` on disk was removed."""
+        self._used -= nbytes
+
+    async def replenish(self) -> None:
+        """Make preallocated files until ``PreallocatedJournalFiles`` are ready or the next
+        would not fit; one at a time, each in a worker thread."""
+        size = self._journal_size
+        while len(self._files) < self._want and self.fits(self._used + size):
+            path = self._dir / prealloc_name(self._instance, self._next)
+            self._next += 1
+            self._used += size
+            self._busy += 1
+            try:
+                await asyncio.to_thread(self.allocate_file, path)
+            except OSError as exc:
+                if self._void:
+                    self._void -= 1  # its room already went to a journal
+                else:
+                    self._used -= size
+                log.warning("could not preallocate %s: %s", path, exc)
+                self._emit("cache_write_failed", {"problem": f"{path}: {exc}"})
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                return
+            finally:
+                self._busy -= 1
+            if self._void:
+                # a roll took this file's room while it was being made (see room_for_roll)
+                self._void -= 1
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(path.unlink)
+                continue
+            self._files.append(path)

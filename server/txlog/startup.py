@@ -1,0 +1,114 @@
+"""Opening a log's files: recovery, the active journal, preallocation.
+
+:func:`open_files` is the file work of :meth:`TransactionLog.open`, run whole in one worker
+thread before the log takes any append: it recovers the directory (truncating damage,
+rebuilding missing indexes), opens the active journal - or creates one after the last
+finished journal, from a preallocated file when there is one - with its open index, and
+brings the preallocated files to ``PreallocatedJournalFiles``. The parts it fills in
+(:class:`~server.txlog.groupcommit.GroupCommit`'s first handle,
+:class:`~server.txlog.caches.CacheWriter`'s index descriptor,
+:class:`~server.txlog.space.DiskSpace`'s accounting) are not used by the loop until
+``open()`` has them back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.config import TransactionLogConfig
+from server.txlog.caches import CacheWriter
+from server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
+from server.txlog.groupcommit import GroupCommit
+from server.txlog.index import IndexBuilder, SealedIndex
+from server.txlog.journal import Journal
+from server.txlog.reader import PlainSource
+from server.txlog.recovery import RecoveryReport, recover
+from server.txlog.space import DiskSpace
+
+__all__ = ["Opened", "open_files"]
+
+
+@dataclass(slots=True)
+class Opened:
+    """What :func:`open_files` found and opened.
+
+    Attributes:
+        report: what recovery found and did.
+        journals: every journal, oldest first; the last one is active.
+        publishers: the publisher table ``pub_hash -> (last pub_seq, its seq)``.
+        handle: the active journal's file, open for writing.
+    """
+
+    report: RecoveryReport
+    journals: list[Journal]
+    publishers: dict[int, tuple[int, int]]
+    handle: JournalHandle
+
+
+def open_files(
+    config: TransactionLogConfig,
+    instance: str,
+    *,
+    seam: FileSeam,
+    block_bytes: int,
+    commit: GroupCommit,
+    caches: CacheWriter,
+    space: DiskSpace,
+) -> Opened:
+    """Recover the journals and open the active one (worker thread; see the module).
+
+    Raises:
+        JournalSequenceGap: a journal is missing between two others.
+        OSError: the directories or files cannot be used.
+    """
+    directory = Path(config.journal_directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    Path(config.archive_directory).mkdir(parents=True, exist_ok=True)
+    rec = recover(
+        directory, Path(config.archive_directory), instance, apply=True,
+        journal_size=config.journal_size, seam=seam, block_bytes=block_bytes,
+    )  # fmt: skip
+    journals = [
+        Journal(
+            r.base,
+            r.path,
+            r.index,
+            compression=r.compression,
+            archived=r.archived,
+            source=r.source,
+            disk_size=r.size,
+            finished=not r.active,
+        )
+        for r in rec.journals
+    ]
+    preallocated = list(rec.preallocated)
+    try:
+        if journals and not journals[-1].finished:
+            active = journals[-1]
+            handle = seam.open(active.path, create=False)
+            handle.allocate(config.journal_size)
+            active.disk_size = max(config.journal_size, active.index.data_len)
+            caches.open_active(active.base, create=False)
+        else:  # a journal to append to after the last finished one
+            base = journals[-1].last_seq + 1 if journals else 1
+            active = Journal(
+                base, directory / journal_name(instance, base), IndexBuilder(base, block_bytes),
+                prealloc=preallocated.pop(0) if preallocated else None, created=False,
+            )  # fmt: skip
+            handle = commit.create_journal(active)
+            active.source = PlainSource(active.path)
+            active.created = True
+            active.disk_size = config.journal_size
+            journals.append(active)
+            caches.open_active(base, create=True)
+            fsync_dir(directory)
+        space.prepare(preallocated, rec.next_prealloc_number, sum(j.disk_size for j in journals))
+    except BaseException:
+        for j in journals:  # nothing is left open behind a failed open()
+            if j.source is not None:
+                j.source.retire()
+            if isinstance(j.index, SealedIndex):
+                j.index.close()
+        raise
+    return Opened(rec.report, journals, rec.publishers, handle)

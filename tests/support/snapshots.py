@@ -1,0 +1,135 @@
+"""Complete metrics snapshots for tests, built with keyword overrides.
+
+The stats series, the Prometheus collector and the dashboard's live feed read a
+:class:`~server.stats.snapshot.MetricsSnapshot` by key without defaults, so a test feeds
+them the whole shape, as :meth:`server.metrics.Metrics.snapshot` builds it: every field
+is here with a neutral default (no traffic, no clients, no transaction log), and a test
+names only what it is about::
+
+    metrics_snapshot(msgs_in=300, clients={"a": client_counters(queue_depth=7)})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from server.stats.histogram import LatencyHistogram
+from server.stats.snapshot import (
+    ClientCounters,
+    MetricsSnapshot,
+    SubscriptionLag,
+    TopicCounters,
+    TransportCounters,
+    TxlogCounters,
+)
+
+EPOCH = 1_700_000_000.0
+"""The default ``time`` of a snapshot (epoch seconds)."""
+
+
+def client_counters(
+    *,
+    msgs_in: int = 0,
+    msgs_out: int = 0,
+    bytes_in: int = 0,
+    bytes_out: int = 0,
+    queue_depth: int = 0,
+) -> ClientCounters:
+    """One client's counters."""
+    return {
+        "msgs_in": msgs_in,
+        "msgs_out": msgs_out,
+        "bytes_in": bytes_in,
+        "bytes_out": bytes_out,
+        "queue_depth": queue_depth,
+    }
+
+
+def topic_counters(*, msgs_in: int = 0, bytes_in: int = 0) -> TopicCounters:
+    """One topic's counters."""
+    return {"msgs_in": msgs_in, "bytes_in": bytes_in}
+
+
+def subscription_lag(
+    client: str | None = "c",
+    sub_id: str = "1",
+    *,
+    topic: str = "t",
+    state: str = "live",
+    position_seq: int = 0,
+    seconds_behind: float = 0.0,
+) -> SubscriptionLag:
+    """Where one subscription stands."""
+    return {
+        "client": client,
+        "sub_id": sub_id,
+        "topic": topic,
+        "state": state,
+        "position_seq": position_seq,
+        "seconds_behind": seconds_behind,
+    }
+
+
+def txlog_counters(
+    *,
+    last_seq: int = 0,
+    durable_seq: int = 0,
+    bytes: float = 0.0,
+    journals: float = 1.0,
+    appended: float = 0.0,
+    flushes: float = 0.0,
+    fsync_p50_ms: float = 0.0,
+    fsync_p99_ms: float = 0.0,
+) -> TxlogCounters:
+    """The transaction log's counters."""
+    return {
+        "last_seq": last_seq,
+        "durable_seq": durable_seq,
+        "bytes": bytes,
+        "journals": journals,
+        "appended": appended,
+        "flushes": flushes,
+        "fsync_p50_ms": fsync_p50_ms,
+        "fsync_p99_ms": fsync_p99_ms,
+    }
+
+
+def transport_counters(*, connections: int = 0, enabled: bool = True) -> TransportCounters:
+    """One transport."""
+    return {"connections": connections, "enabled": enabled}
+
+
+def metrics_snapshot(
+    *,
+    time: float = EPOCH,
+    msgs_in: int = 0,
+    msgs_out: int = 0,
+    bytes_in: int = 0,
+    bytes_out: int = 0,
+    connections: int = 0,
+    subscriptions: int = 0,
+    clients: Mapping[str, ClientCounters] | None = None,
+    topics: Mapping[str, TopicCounters] | None = None,
+    subscriptions_detail: Iterable[SubscriptionLag] = (),
+    txlog: TxlogCounters | None = None,
+    persisted_ack_latency: LatencyHistogram | None = None,
+    transports: Mapping[str, TransportCounters] | None = None,
+) -> MetricsSnapshot:
+    """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
+    return {
+        "time": time,
+        "msgs_in": msgs_in,
+        "msgs_out": msgs_out,
+        "bytes_in": bytes_in,
+        "bytes_out": bytes_out,
+        "connections": connections,
+        "subscriptions": subscriptions,
+        "clients": dict(clients or {}),
+        "topics": dict(topics or {}),
+        "subscriptions_detail": list(subscriptions_detail),
+        "txlog": txlog,
+        "persisted_ack_latency": (
+            persisted_ack_latency if persisted_ack_latency is not None else LatencyHistogram()
+        ),
+        "transports": dict(transports or {}),
+    }
