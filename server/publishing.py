@@ -233,20 +233,16 @@ class PublishPipeline:
                 seqs.append(s)
                 j += 1
             if j > i:
-                # append_many writes PUBLISH records without a path: other runs take the
-                # per-record path of append(), which records both
-                k = (
-                    txlog.append_many(
-                        topic=run.topic,
-                        message_type="json",
-                        pub_hash=pub_hash,
-                        pub_seqs=seqs,
-                        bodies=bodies if i == 0 and j == n else bodies[i:j],
-                        corr_ids=run.corr_ids[i:j] if run.corr_ids else None,
-                        sow_keys=run.sow_keys[i:j] if run.sow_keys else None,
-                    )
-                    if run.kind == RecordKind.PUBLISH and not run.path
-                    else 0
+                k = txlog.append_many(
+                    topic=run.topic,
+                    message_type="json",
+                    pub_hash=pub_hash,
+                    pub_seqs=seqs,
+                    bodies=bodies if i == 0 and j == n else bodies[i:j],
+                    corr_ids=run.corr_ids[i:j] if run.corr_ids else None,
+                    sow_keys=run.sow_keys[i:j] if run.sow_keys else None,
+                    kind=run.kind,
+                    path=run.path,
                 )
                 if k:
                     first = txlog.last_seq - k + 1

@@ -199,21 +199,19 @@ class SowDeletes:
         txlog = self._txlog
         if txlog is None or not self._topics.recorded(topic):
             return [0] * len(keys), None
-        seqs: list[int] = []
-        for key in keys:
-            try:
-                rec = txlog.append(
-                    topic=topic,
-                    message_type="json",
-                    pub_hash=0,
-                    pub_seq=0,
-                    body=b"",
-                    kind=_SOW_DELETE,
-                    sow_key=key,
-                )
-            except ProtocolFailure as exc:
-                return seqs, exc
-            except Exception as exc:
-                return seqs, TxlogFull(f"transaction log cannot accept writes: {exc}")
-            seqs.append(rec.seq)
-        return seqs, None
+        n = len(keys)
+        done = txlog.append_many(topic=topic, message_type="json", pub_hash=0, pub_seqs=[0] * n,
+                                 bodies=[b""] * n, sow_keys=keys, kind=_SOW_DELETE)  # fmt: skip
+        seqs = list(range(txlog.last_seq - done + 1, txlog.last_seq + 1))
+        if done == n:
+            return seqs, None
+        try:  # the log refused key ``done``: append() of it says why, or takes it
+            rec = txlog.append(topic=topic, message_type="json", pub_hash=0, pub_seq=0,
+                               body=b"", kind=_SOW_DELETE, sow_key=keys[done])  # fmt: skip
+        except ProtocolFailure as exc:
+            return seqs, exc
+        except Exception as exc:
+            return seqs, TxlogFull(f"transaction log cannot accept writes: {exc}")
+        seqs.append(rec.seq)
+        more, refusal = self._log(topic, keys[done + 1 :])
+        return seqs + more, refusal

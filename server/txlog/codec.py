@@ -205,12 +205,16 @@ def encode_run(
     topic: str,
     message_type: str,
     bodies: list[bytes],
+    *,
+    kind: int = RecordKind.PUBLISH,
+    sow_keys: list[str] | None = None,
 ) -> list[bytes]:
-    """Encode consecutive publish records of one publisher and topic, one timestamp.
+    """Encode consecutive records of one publisher, topic and kind, one timestamp.
 
-    The batched form of :func:`encode` (no path, correlation id or SOW key): the topic
-    and message type are encoded once and the per-record work is one header pack, one
-    concatenation and one CRC. Record ``i`` gets seq ``first_seq + i``.
+    The batched form of :func:`encode` (no path or correlation id; a SOW key per record
+    when ``sow_keys`` is given): the topic and message type are encoded once and the
+    per-record work is one header pack, one concatenation and one CRC. Record ``i`` gets
+    seq ``first_seq + i``.
 
     Returns:
         The encoded records, from the first; fewer than given when one does not fit the
@@ -225,17 +229,27 @@ def encode_run(
     pack = HEADER.pack
     crc = _crc
     u32 = _U32.pack
-    kind = int(RecordKind.PUBLISH)
+    kind = int(kind)
     out: list[bytes] = []
     keep = out.append
     seq = first_seq
     try:
-        for ps, body in zip(pub_seqs, bodies, strict=True):
-            bl = len(body)
-            data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
-                        0, 0, 0, bl) + strings + body  # fmt: skip
-            keep(data + u32(crc(data)))
-            seq += 1
+        if sow_keys is None:
+            for ps, body in zip(pub_seqs, bodies, strict=True):
+                bl = len(body)
+                data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
+                            0, 0, 0, bl) + strings + body  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
+        else:
+            for ps, body, key in zip(pub_seqs, bodies, sow_keys, strict=True):
+                bl = len(body)
+                kb = key.encode()
+                data = b"".join((pack(fixed + len(kb) + bl, FORMAT, kind, 0, seq, timestamp_us,
+                                      pub_hash, ps, tl, ml, 0, 0, len(kb), bl),
+                                 strings, kb, body))  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
     return out

@@ -206,4 +206,3 @@ async def test_unsubscribe_and_replace_of_sow_subscriptions(tmp_path: Path) -> N
         p.send(pub("orders", {"id": 2, "v": 1}))
         await h.settle()
         assert [cmd for cmd, _, _ in view(c)] == []
-
