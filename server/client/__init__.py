@@ -13,6 +13,7 @@ from server.client.client import (
     Disconnected,
     LogonInfo,
     Message,
+    SowResult,
     Subscription,
 )
 from server.client.sync import SyncClient, SyncSubscription
@@ -24,6 +25,7 @@ __all__ = [
     "Disconnected",
     "LogonInfo",
     "Message",
+    "SowResult",
     "Subscription",
     "SyncClient",
     "SyncSubscription",

@@ -8,7 +8,9 @@ whatever handle type ``S`` the owner registered with the state.
 
 Values: :class:`Message` (a delivered message), :class:`Ack`, :class:`LogonInfo`.
 
-Events: :class:`Delivered` (a run of messages for one subscription), :class:`Replied`
+Events: :class:`Delivered` (a run of messages for one subscription, ``oof`` notices
+included), :class:`QueryRecords` and :class:`QueryEnded` (a SOW query's result),
+:class:`Replied`
 (the final ack of a command somebody waits for), :class:`Persisted` (the broker's last
 persisted sequence advanced), :class:`PositionReported` (a bookmark subscription's durable
 position), :class:`Completed`, :class:`Failed` (a failure no command waits for),
@@ -31,16 +33,23 @@ S = TypeVar("S")
 
 @dataclass(slots=True)
 class Message:
-    """A message delivered to a subscription.
+    """A message delivered to a subscription, or a record of a SOW query result.
 
     Attributes:
         topic: the topic it was published to.
-        data: the body, byte for byte as published.
-        sub_ids: the ids of the subscriptions it matched (one message may serve several).
+        data: the body, byte for byte as published (for a delta subscription, the delta;
+            for an ``oof`` notice, the record's last or new state).
+        sub_ids: the ids of the subscriptions it matched (one message may serve several);
+            empty for a query record.
         bookmark: its bookmark (``PUBHASH|PUBSEQ|``) on recorded topics.
         timestamp: when it was recorded, if the subscription asked for ``timestamp``.
         correlation_id: the publisher's tag, passed through untouched.
         header: the whole header, short keys.
+        command: ``publish`` (a delivery), ``sow`` (a query record) or ``oof`` (the record
+            left the subscription's focus).
+        key: the record's SOW key (``k``), on SOW topics.
+        reason: why an ``oof`` was sent (``match``, ``deleted``, ``expired``,
+            ``entitlement``).
     """
 
     topic: str
@@ -50,6 +59,9 @@ class Message:
     timestamp: str | None
     correlation_id: str | None
     header: dict[str, Any]
+    command: str = "publish"
+    key: str | None = None
+    reason: str | None = None
 
     def json(self) -> Any:
         """The body decoded as JSON."""
@@ -120,6 +132,22 @@ class Delivered(Generic[S]):
 
     subscription: S
     messages: list[Message]
+
+
+@dataclass(slots=True)
+class QueryRecords(Generic[S]):
+    """Records of a query result (``sow`` messages) for the handle registered under their
+    ``qid``, in arrival order; consecutive ones share an event like deliveries."""
+
+    query: S
+    records: list[Message]
+
+
+@dataclass(slots=True)
+class QueryEnded(Generic[S]):
+    """The ``group_end`` of a query result: every record of it has arrived."""
+
+    query: S
 
 
 @dataclass(slots=True)
@@ -195,6 +223,8 @@ HEARTBEAT: Final = HeartbeatReceived()
 #: everything :meth:`~server.client.state.SessionState.receive_frame` returns.
 Event: TypeAlias = (
     Delivered[S]
+    | QueryRecords[S]
+    | QueryEnded[S]
     | Replied
     | Persisted
     | PositionReported[S]
@@ -217,5 +247,7 @@ __all__ = [
     "Message",
     "Persisted",
     "PositionReported",
+    "QueryEnded",
+    "QueryRecords",
     "Replied",
 ]
