@@ -48,7 +48,14 @@ from server.sow.fileformat import (
 )
 from server.sow.memory import MemoryStore, new_record
 
-__all__ = ["AUTO_COMPACT_MIN", "CompactReport", "FileStore", "LoadReport", "read_sow_file"]
+__all__ = [
+    "AUTO_COMPACT_MIN",
+    "CompactReport",
+    "FileStore",
+    "LoadReport",
+    "read_sow_file",
+    "write_sow_file",
+]
 
 #: a file smaller than this is never compacted by itself
 AUTO_COMPACT_MIN: Final = 8 << 20
@@ -153,6 +160,27 @@ def read_sow_file(path: Path) -> _Read:
             top = change.seq
         valid += change.size
     return _Read(header, None, live, top, valid, len(buf), damage)
+
+
+def write_sow_file(
+    path: Path, topic: str, keys: tuple[str, ...], base_seq: int, records: list[SowRecord]
+) -> int:
+    """Blocking: a whole SOW file (header and one put per record), written to a temporary
+    file, fsynced and renamed over ``path``. Returns its size.
+
+    Used by a compaction and by ``spool sow rebuild``.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        data = encode_header(topic, keys, base_seq) + b"".join(encode_put(r) for r in records)
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+    return len(data)
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -332,23 +360,12 @@ class FileStore(MemoryStore):
     def _rewrite(self, base_seq: int) -> int:
         """Blocking: write the records in memory as a new file (atomically, by rename).
         Only called while nothing in memory is newer than the file (at open)."""
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            data = encode_header(self.topic, self._keys, base_seq) + b"".join(
-                encode_put(r) for r in self._records.values()
-            )
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        size = write_sow_file(self.path, self.topic, self._keys, base_seq, self.records())
         if self._fd is not None:
             os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        self.file_bytes = len(data)
-        return len(data)
+        self.file_bytes = size
+        return size
 
     async def close(self) -> None:
         """Write what is ready (everything, for a topic the log does not record), stop the
@@ -506,35 +523,15 @@ class FileStore(MemoryStore):
         read = read_sow_file(self.path)
         if read.header is None:
             raise OSError(f"cannot compact {self.path}: {read.reason}")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            parts = [encode_header(self.topic, self._keys, read.file_seq)]
-            for c in read.records.values():
-                assert c.body is not None
-                parts.append(
-                    encode_put(
-                        new_record(
-                            c.key,
-                            c.body,
-                            c.seq,
-                            c.timestamp_us,
-                            c.pub_hash,
-                            c.pub_seq,
-                            c.expires_us,
-                            0,
-                        )
-                    )
-                )
-            data = b"".join(parts)
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.path.parent)
+        live = [
+            new_record(
+                c.key, c.body or b"", c.seq, c.timestamp_us, c.pub_hash, c.pub_seq, c.expires_us, 0
+            )
+            for c in read.records.values()
+        ]
+        size = write_sow_file(self.path, self.topic, self._keys, read.file_seq, live)
         new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        return len(data), len(read.records), new_fd
+        return size, len(live), new_fd
 
     def _event(self, level: str, event: str, fields: dict[str, object]) -> None:
         if self._on_event is not None:
