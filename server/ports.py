@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from server.config import UserConfig
 from server.protocol.errors import ProtocolFailure
@@ -141,9 +141,10 @@ class PublishRun:
         bodies: per message, the body.
         acks: the messages that asked for acks, in order.
         corr_ids: per message, the correlation id (``""`` for none), or None.
-        sow_keys: per message, the SOW key given with ``k`` (``""`` for none), or None.
-            A SOW stage's ``prepare`` replaces it with the key field each record is logged
-            with (:func:`server.txlog.record.sow_key_field`).
+        sow_keys: per message, the SOW key field it is logged with (``""`` for none), or
+            None: the ``k`` given by the publisher, which a SOW stage's ``prepare``
+            replaces with what the record must carry
+            (:func:`server.txlog.record.sow_key_field`).
         expirations: per message, the lifetime in seconds given with ``e`` (None for
             none), or None when no message gave one. Only a stage that keeps records
             (SOW) takes it; a topic without one refuses it.
@@ -163,6 +164,7 @@ class PublishRun:
     path: tuple[str, ...] = ()
     publisher_name: str = ""
     expirations: list[int | None] | None = None
+    keys: list[str] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -179,9 +181,10 @@ class AppendedRun:
         first_seq: local sequence of the first record; 0 when the topic is not recorded.
         timestamp_us: the records' time; None when not recorded (deliveries stamp now).
         corr_ids: per message, the correlation id, or None.
-        sow_keys: per message, the SOW key, or None.
+        sow_keys: per message, the SOW key field as logged, or None.
         kind: the record kind.
         publisher_name: the publishing client's name, when known.
+        keys: per message, the key a preparing stage derived, or None.
     """
 
     topic: str
@@ -196,6 +199,7 @@ class AppendedRun:
     sow_keys: Sequence[str] | None
     kind: RecordKind
     publisher_name: str
+    keys: Sequence[str] | None = None
 
     @property
     def recorded(self) -> bool:
@@ -317,12 +321,13 @@ class Entitlements(Protocol):
     def can_write(self, user: UserConfig | None, topic: str) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class SowRecord:
+class SowRecord(NamedTuple):
     """The latest message of one key in a keyed store (a SOW topic).
 
-    Immutable: a query's snapshot is a list of references that later updates cannot
-    change, so a result streamed over many loop turns is the state of one instant.
+    Immutable (a named tuple: the cheapest immutable value to build, and a publish to a
+    SOW topic builds one per message): a query's snapshot is a list of references that
+    later updates cannot change, so a result streamed over many loop turns is the state
+    of one instant.
 
     Attributes:
         key: the record's key.
@@ -351,8 +356,7 @@ class SowRecord:
         return f"{self.pub_hash}|{self.pub_seq}|" if self.seq else ""
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(NamedTuple):
     """What one update did to a keyed store: ``old`` and ``new`` of one key.
 
     ``old`` is None for an insert, ``new`` is None for a delete; out-of-focus notices
@@ -394,6 +398,27 @@ class TopicStore(Protocol):
         expires_us: int = 0,
     ) -> Change:
         """Store ``body`` as the latest record of ``key``."""
+        ...
+
+    def put_run(
+        self,
+        keys: Sequence[str],
+        bodies: Sequence[bytes],
+        *,
+        seqs: Sequence[int],
+        timestamp_us: int,
+        pub_hash: int,
+        pub_seqs: Sequence[int],
+        expires: Sequence[int] | None,
+        changes: bool,
+    ) -> list[Change]:
+        """Store a run of records at once (the publish path: one call per run).
+
+        Args:
+            seqs: per record, its log sequence (0: not in the log).
+            expires: per record, its deadline (0: never), or None when none expires.
+            changes: return the changes (else an empty list: nobody needs them).
+        """
         ...
 
     def delete(self, key: str, *, seq: int = 0) -> Change | None:

@@ -207,6 +207,7 @@ class PublishPipeline:
             path=run.path,
             publisher_name=run.publisher_name,
             expirations=[run.expirations[i] for i in keep] if run.expirations else None,
+            keys=[run.keys[i] for i in keep] if run.keys else None,
         )
 
     def _publish_recorded(
@@ -387,6 +388,7 @@ class PublishPipeline:
             sow_keys=run.sow_keys[lo:hi] if run.sow_keys else None,
             kind=run.kind,
             publisher_name=run.publisher_name,
+            keys=run.keys[lo:hi] if run.keys else None,
         )
         for stage in topic.appended:
             stage(appended)

@@ -401,6 +401,26 @@ class FileStore(MemoryStore):
             self._idle.clear()
             self._wake.set()
 
+    def _changed_run(self, olds: list[SowRecord | None], news: list[SowRecord]) -> None:
+        grown = 0
+        for old in olds:
+            if old is not None:
+                grown -= _PUT_FIXED + len(old.key) + len(old.body)
+        items: list[_Pending] = []
+        keep = items.append
+        for new in news:
+            grown += _PUT_FIXED + len(new.key) + len(new.body)
+            keep((new.seq, new))
+        self._live_file_bytes += grown
+        if not items:
+            return
+        if self.recorded and items[-1][0] > self._durable_seq:
+            self._pending.extend(items)
+        else:
+            self._ready.extend(items)
+            self._idle.clear()
+            self._wake.set()
+
     def durable(self, seq: int) -> None:
         """The log is durable up to ``seq``: the changes it covers may be written."""
         if seq <= self._durable_seq:

@@ -138,8 +138,11 @@ class KeySpec:
         single = self._single
         if single is not None:
             value = doc.get(single)
-            if type(value) is str and len(value) <= MAX_KEY_CHARS and value.isprintable():
-                return value  # the common case: no escaping to do
+            if isinstance(value, str):
+                if len(value) <= MAX_KEY_CHARS and value.isprintable():
+                    return value  # the common case: nothing to escape
+            elif type(value) is int:
+                return str(value)  # what JSON writes for it
             return self._finish(topic, [self._scalar(topic, 0, value)])
         parts = [
             self._scalar(topic, i, self._walk(doc, steps)) for i, steps in enumerate(self._steps)

@@ -5,21 +5,18 @@ and the scratch store a historical query rebuilds from the transaction log. Reco
 kept in the order their keys were first stored (a ``dict`` keeps insertion order), which is
 the order of an unsorted query.
 
-Building a frozen dataclass through its ``__init__`` costs a call to
-``object.__setattr__`` per field; a publish to a SOW topic builds a record and a change
-per message, so :func:`new_record` and :func:`new_change` set the slots through their
-descriptors directly (as the journal codec's ``make_record`` does).
+A publish to a SOW topic builds a record and a change per message: both are named tuples
+built with ``tuple.__new__`` directly (:func:`new_record`, :func:`new_change`), and a run
+of publishes is stored by one :meth:`MemoryStore.put_run` call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from server.ports import Change, SowRecord
 
 __all__ = ["MemoryStore", "new_change", "new_record"]
-
-_R = tuple(getattr(SowRecord, name).__set__ for name in SowRecord.__slots__)
-_C = tuple(getattr(Change, name).__set__ for name in Change.__slots__)
-_new = object.__new__
 
 
 def new_record(
@@ -32,28 +29,17 @@ def new_record(
     expires_us: int,
     version: int,
 ) -> SowRecord:
-    """A :class:`SowRecord` (fields in declaration order), built without ``__init__``."""
-    rec = _new(SowRecord)
-    r0, r1, r2, r3, r4, r5, r6, r7 = _R
-    r0(rec, key)
-    r1(rec, body)
-    r2(rec, seq)
-    r3(rec, timestamp_us)
-    r4(rec, pub_hash)
-    r5(rec, pub_seq)
-    r6(rec, expires_us)
-    r7(rec, version)
-    return rec
+    """A :class:`SowRecord` (fields in declaration order)."""
+    return _new_tuple(SowRecord, (key, body, seq, timestamp_us, pub_hash, pub_seq, expires_us,
+                                  version))  # fmt: skip
 
 
 def new_change(key: str, old: SowRecord | None, new: SowRecord | None) -> Change:
-    """A :class:`Change`, built without ``__init__``."""
-    ch = _new(Change)
-    c0, c1, c2 = _C
-    c0(ch, key)
-    c1(ch, old)
-    c2(ch, new)
-    return ch
+    """A :class:`Change`."""
+    return _new_tuple(Change, (key, old, new))
+
+
+_new_tuple = tuple.__new__
 
 
 class MemoryStore:
@@ -101,6 +87,46 @@ class MemoryStore:
         self._changed(old, rec, seq)
         return new_change(key, old, rec)
 
+    def put_run(
+        self,
+        keys: Sequence[str],
+        bodies: Sequence[bytes],
+        *,
+        seqs: Sequence[int],
+        timestamp_us: int,
+        pub_hash: int,
+        pub_seqs: Sequence[int],
+        expires: Sequence[int] | None,
+        changes: bool,
+    ) -> list[Change]:
+        records = self._records
+        get = records.get
+        make = _new_tuple
+        out: list[Change] = []
+        keep = out.append
+        version = self._version
+        grown = 0
+        new_recs: list[SowRecord] = []
+        add = new_recs.append
+        olds: list[SowRecord | None] = []
+        add_old = olds.append
+        for i, key in enumerate(keys):
+            body = bodies[i]
+            version += 1
+            rec = make(SowRecord, (key, body, seqs[i], timestamp_us, pub_hash, pub_seqs[i],
+                                   expires[i] if expires is not None else 0, version))  # fmt: skip
+            old = get(key)
+            records[key] = rec
+            grown += len(body) - (len(old[1]) if old is not None else 0)
+            add(rec)
+            add_old(old)
+            if changes:
+                keep(make(Change, (key, old, rec)))
+        self._version = version
+        self._bytes += grown
+        self._changed_run(olds, new_recs)
+        return out
+
     def delete(self, key: str, *, seq: int = 0) -> Change | None:
         old = self._records.pop(key, None)
         if old is None:
@@ -129,6 +155,9 @@ class MemoryStore:
     def _changed(self, old: SowRecord | None, new: SowRecord | None, seq: int) -> None:
         """Hook for the persistent backend: ``old`` became ``new`` (None: deleted by the
         log record ``seq``); nothing to do in memory."""
+
+    def _changed_run(self, olds: list[SowRecord | None], news: list[SowRecord]) -> None:
+        """Hook for the persistent backend: a run of puts (nothing to do in memory)."""
 
     def _load(self, rec: SowRecord) -> None:
         """Take a record read back from a file, as it was (no change to write)."""

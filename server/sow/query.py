@@ -193,7 +193,8 @@ class QueryRun:
         self._seen = 0
         #: sorted slices of matches (with ``orderby``), or the matches in order (without)
         self._runs: list[list[_Match]] = []
-        self._plain: list[tuple[int, SowRecord]] = []
+        #: without orderby: the matches, a list per slice (source index, records)
+        self._plain: list[tuple[int, list[SowRecord]]] = []
         self.done = not any(s.records for s in self.sources)
 
     def step(self) -> bool:
@@ -223,8 +224,9 @@ class QueryRun:
             if run:
                 self._runs.append(run)
         else:
-            s = self._src
-            self._plain.extend((s, chunk[i]) for i in picked)
+            taken = chunk if flt is None else [chunk[i] for i in picked]
+            if taken:
+                self._plain.append((self._src, taken))
         self._seen += len(chunk)
         self._pos = hi
         if hi >= len(records):
@@ -260,16 +262,49 @@ class QueryRun:
 
     def results(self) -> Iterator[tuple[Source, SowRecord]]:
         """The matches in order (after the last :meth:`step`), ``top_n`` applied."""
+        for src, records in self.batches(CHUNK):
+            for rec in records:
+                yield src, rec
+
+    def batches(self, size: int) -> Iterator[tuple[Source, list[SowRecord]]]:
+        """The matches in order, ``top_n`` applied, as lists of at most ``size`` records
+        of one source (a query result is encoded a batch at a time)."""
         sources = self.sources
-        items: Iterator[tuple[int, SowRecord]]
+        left = self.returned
         if self._order:
             merged = heapq.merge(*self._runs, key=_first_two)
-            items = ((s, rec) for _, s, rec in merged)
-        else:
-            items = iter(self._plain)
-        if self.top_n is not None:
-            items = itertools.islice(items, self.top_n)
-        return ((sources[s], rec) for s, rec in items)
+            batch: list[SowRecord] = []
+            current = -1
+            for _, s, rec in itertools.islice(merged, left):
+                if s != current or len(batch) >= size:
+                    if batch:
+                        yield sources[current], batch
+                    batch = []
+                    current = s
+                batch.append(rec)
+            if batch:
+                yield sources[current], batch
+            return
+        pending: list[SowRecord] = []
+        current = -1
+        for s, records in self._plain:
+            if s != current and pending:
+                yield sources[current], pending
+                pending = []
+            current = s
+            lo = 0
+            while lo < len(records) and left > 0:
+                take = min(size - len(pending), left, len(records) - lo)
+                pending.extend(records[lo : lo + take])
+                lo += take
+                left -= take
+                if len(pending) >= size:
+                    yield sources[s], pending
+                    pending = []
+            if left <= 0:
+                break
+        if pending:
+            yield sources[current], pending
 
 
 def _first_two(m: _Match) -> tuple[object, ...]:

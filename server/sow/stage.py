@@ -24,7 +24,7 @@ from collections.abc import Callable
 import orjson
 
 from server.clock import Clock, time_us
-from server.ports import AppendedRun, Change, Outbound, PublishRun, Refusals
+from server.ports import AppendedRun, Outbound, PublishRun, Refusals
 from server.protocol.errors import InvalidMessage, ProtocolFailure
 from server.sow.delta import merge
 from server.sow.filestore import FileStore
@@ -78,9 +78,14 @@ class SowStage:
         given = run.sow_keys
         expirations = run.expirations
         delta = run.kind == _DELTA
+        # a key the body gives is derived again when the log is read: only a key that
+        # came from k (or a digest) and a message's lifetime are logged
+        log_key = not spec.derived
         store = topics.store(topic)
         merged: dict[str, bytes] = {}
+        keys: list[str] = []
         fields: list[str] = []
+        logged = False
         refusals: Refusals | None = None
         key_of = spec.key
         for i, body in enumerate(bodies):
@@ -92,11 +97,21 @@ class SowStage:
                 if refusals is None:
                     refusals = []
                 refusals.append((i, exc))
+                keys.append("")
                 fields.append("")
                 continue
+            keys.append(key)
             e = expirations[i] if expirations else None
-            fields.append(key if e is None else sow_key_field(key, e))
-        run.sow_keys = fields
+            if e is not None:
+                fields.append(sow_key_field(key, e))
+                logged = True
+            elif log_key:
+                fields.append(key)
+                logged = True
+            else:
+                fields.append("")
+        run.keys = keys
+        run.sow_keys = fields if logged else None
         return refusals
 
     @staticmethod
@@ -138,45 +153,39 @@ class SowStage:
         rule = topics.rule(topic)
         assert rule is not None
         store = topics.store_for(topic, rule)
-        fields = run.sow_keys
-        assert fields is not None  # set by prepare
-        recorded = run.recorded
-        first = run.first_seq
+        keys = run.keys
+        assert keys is not None  # set by prepare
+        n = len(keys)
         ts = run.timestamp_us if run.timestamp_us is not None else time_us(self._clock)
+        first = run.first_seq
+        seqs = range(first, first + n) if first else [0] * n
         topic_life = int(rule.expiration * 1_000_000)
-        pub_hash = run.pub_hash
-        seqs = run.pub_seqs
-        put = store.put
+        expires: list[int] | None = [ts + topic_life] * n if topic_life else None
+        fields = run.sow_keys
+        if fields is not None:
+            for i, field in enumerate(fields):
+                if SOW_FIELD_SEPARATOR in field:
+                    if expires is None:
+                        expires = [0] * n
+                    life = int(field.rpartition(SOW_FIELD_SEPARATOR)[2])
+                    expires[i] = ts + life * 1_000_000 if life else 0
         wanted = bool(self._delivery.router.match(topic))
-        changes: list[Change] = []
-        keep = changes.append
-        index = topics.expiry[topic]
-        earliest = 0
-        for i, body in enumerate(run.bodies):
-            key = fields[i]
-            expires = ts + topic_life if topic_life else 0
-            if SOW_FIELD_SEPARATOR in key:
-                key, _, life = key.partition(SOW_FIELD_SEPARATOR)
-                expires = ts + int(life) * 1_000_000 if int(life) else 0
-            ch = put(
-                key,
-                body,
-                seq=first + i if recorded else 0,
-                timestamp_us=ts,
-                pub_hash=pub_hash,
-                pub_seq=seqs[i],
-                expires_us=expires,
-            )
-            if expires:
-                assert ch.new is not None
-                index.add(ch.new)
-                if not earliest or expires < earliest:
-                    earliest = expires
-            if wanted:
-                keep(ch)
-        if earliest:
-            self._on_deadline(earliest)
-        if changes:
+        changes = store.put_run(
+            keys, run.bodies, seqs=seqs, timestamp_us=ts, pub_hash=run.pub_hash,
+            pub_seqs=run.pub_seqs, expires=expires, changes=wanted or expires is not None,
+        )  # fmt: skip
+        if expires is not None:
+            index = topics.expiry[topic]
+            earliest = 0
+            for ch in changes:
+                new = ch.new
+                if new is not None and new.expires_us:
+                    index.add(new)
+                    if not earliest or new.expires_us < earliest:
+                        earliest = new.expires_us
+            if earliest:
+                self._on_deadline(earliest)
+        if wanted:
             self._delivery.changed(topic, run.topic_literal, changes)
 
     # -- durability and recovery --------------------------------------------------------

@@ -18,10 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from server.bookmarks import format_timestamp_us
 from server.ports import Outbound, SowRecord
 from server.sow.query import QueryRun, Source
-from server.wire import encode_group, encode_sow_record
+from server.wire import encode_group, encode_sow_records
 
 __all__ = ["StreamSpec", "stream_query"]
 
@@ -76,34 +75,23 @@ async def stream_query(
     qid = spec.qid
     send_key = spec.send_key
     want_ts = spec.want_ts
-    batch: list[bytes] = []
     since_yield = 0
-    for src, rec in run.results():
-        batch.append(
-            encode_sow_record(
-                src.literal,
-                qid,
-                rec.key if send_key else None,
-                rec.body,
-                rec.bookmark,
-                format_timestamp_us(rec.timestamp_us) if want_ts else None,
-            )
+    for src, records in run.batches(per):
+        send(
+            encode_sow_records(src.literal, qid, records, send_key=send_key, want_ts=want_ts),
+            len(records),
         )
         if on_sent is not None:
-            on_sent(src, rec)
-        if len(batch) >= per:
-            send(b"".join(batch), len(batch))
-            batch = []
-            since_yield += per
-            if not out.has_room():
-                await out.wait_room()
-            elif since_yield >= _YIELD_EVERY:
-                since_yield = 0
-                await asyncio.sleep(0)
-            if out.closed:
-                return False
-    if batch:
-        send(b"".join(batch), len(batch))
+            for rec in records:
+                on_sent(src, rec)
+        since_yield += len(records)
+        if not out.has_room():
+            await out.wait_room()
+        elif since_yield >= _YIELD_EVERY:
+            since_yield = 0
+            await asyncio.sleep(0)
+        if out.closed:
+            return False
     out.send(encode_group(b"group_end", spec.qid, spec.sub_id))
     if "stats" in spec.acks:
         out.ack("stats", spec.cid, matches=run.matches, records_returned=run.returned)

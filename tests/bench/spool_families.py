@@ -43,12 +43,17 @@ def _seconds(start_ns: int, end_ns: int) -> float:
 
 
 def _with_broker(
-    suite: Suite, label: str, specs: Sequence[ScenarioSpec], body: Callable[[SpoolProcess], None]
+    suite: Suite,
+    label: str,
+    specs: Sequence[ScenarioSpec],
+    body: Callable[[SpoolProcess], None],
+    *,
+    sow: str = "",
 ) -> None:
     """Run ``body`` with a broker; if it does not start, every spec is an error."""
     with contextlib.ExitStack() as stack:
         try:
-            broker = stack.enter_context(suite.spool_broker(label))
+            broker = stack.enter_context(suite.spool_broker(label, sow=sow))
         except Exception as exc:
             suite.record_all(
                 specs,

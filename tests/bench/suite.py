@@ -255,16 +255,19 @@ class Suite:
     # -- brokers -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def spool_broker(self, label: str) -> Iterator[SpoolProcess]:
+    def spool_broker(self, label: str, *, sow: str = "") -> Iterator[SpoolProcess]:
         """A fresh broker (own data directory) for a family; stopped at the end.
+
+        ``sow``: ``SOW/Topic`` elements of its configuration, if any.
 
         Raises:
             RuntimeError / TimeoutError: it did not start (the message holds its log).
         """
         d = self.workdir / f"spool-{label}"
         xml = config_xml(
-            d / "data", name=f"bench-{label}", admin_interval="10s", tuning=BENCH_TUNING
-        )
+            d / "data", name=f"bench-{label}", admin_interval="10s", tuning=BENCH_TUNING,
+            sow=sow,
+        )  # fmt: skip
         proc = SpoolProcess(d, xml)
         proc.start(timeout=120)
         try:

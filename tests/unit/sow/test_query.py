@@ -124,3 +124,27 @@ class _R:
 
 def _maybe_rev(v: Any, desc: bool) -> Any:
     return _R(v) if desc else v
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=60), st.integers(1, 7), st.none() | st.integers(1, 30),
+       st.booleans(), st.integers(1, 5))  # fmt: skip
+def test_batches_are_the_results_in_slices(
+    xs: list[int], size: int, top_n: int | None, ordered: bool, chunk: int
+) -> None:
+    query_mod_chunk = query_mod.CHUNK
+    query_mod.CHUNK = chunk
+    try:
+        a = source([{"x": x} for x in xs], "a")
+        b = source([{"x": x} for x in reversed(xs)], "b")
+        q = QueryRun(
+            [a, b], compile_filter("/x > 2"), parse_orderby("/x") if ordered else (), top_n
+        )
+        q.run_all()
+        flat = [(s.topic, r.key) for s, r in q.results()]
+        batches = list(q.batches(size))
+        assert [(s.topic, r.key) for s, rs in batches for r in rs] == flat
+        assert all(0 < len(rs) <= size for _, rs in batches)
+        assert len(flat) == q.returned
+    finally:
+        query_mod.CHUNK = query_mod_chunk
