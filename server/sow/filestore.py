@@ -61,6 +61,8 @@ __all__ = [
 AUTO_COMPACT_MIN: Final = 8 << 20
 #: the fixed part of a put change (server/sow/fileformat.py) and its CRC
 _PUT_FIXED: Final = 56
+#: bytes of a key, for the estimate of what live records take in a file
+_TYPICAL_KEY: Final = 16
 
 #: a function that re-derives a key from a body (None: the body gives none)
 Rekey = Callable[[bytes], str | None]
@@ -251,8 +253,6 @@ class FileStore(MemoryStore):
         self.file_bytes = 0
         #: the last log sequence the file's state includes
         self.file_seq = 0
-        #: what the live records would take in a compacted file (an estimate)
-        self._live_file_bytes = 0
         self.last_compaction_us = 0
         self.write_error: OSError | None = None
         #: called with ``file_seq`` after each write (the stage moves its journal pin)
@@ -317,7 +317,6 @@ class FileStore(MemoryStore):
                 version,
             )
             self._load(rec)
-            self._live_file_bytes += _PUT_FIXED + len(key) + len(change.body)
         self.file_seq = read.file_seq
         if rekeyed:
             # the file must hold the keys of the current paths: write it anew
@@ -384,12 +383,8 @@ class FileStore(MemoryStore):
     # -- changes ------------------------------------------------------------------------
 
     def _changed(self, old: SowRecord | None, new: SowRecord | None, seq: int) -> None:
-        # what the live records take in a compacted file, estimated from characters
-        if old is not None:
-            self._live_file_bytes -= _PUT_FIXED + len(old.key) + len(old.body)
         item: _Pending
         if new is not None:
-            self._live_file_bytes += _PUT_FIXED + len(new.key) + len(new.body)
             item = (seq, new)
         else:
             assert old is not None
@@ -401,19 +396,10 @@ class FileStore(MemoryStore):
             self._idle.clear()
             self._wake.set()
 
-    def _changed_run(self, olds: list[SowRecord | None], news: list[SowRecord]) -> None:
-        grown = 0
-        for old in olds:
-            if old is not None:
-                grown -= _PUT_FIXED + len(old.key) + len(old.body)
-        items: list[_Pending] = []
-        keep = items.append
-        for new in news:
-            grown += _PUT_FIXED + len(new.key) + len(new.body)
-            keep((new.seq, new))
-        self._live_file_bytes += grown
-        if not items:
+    def _changed_run(self, news: list[SowRecord]) -> None:
+        if not news:
             return
+        items: list[_Pending] = list(zip([r[2] for r in news], news, strict=True))
         if self.recorded and items[-1][0] > self._durable_seq:
             self._pending.extend(items)
         else:
@@ -508,10 +494,13 @@ class FileStore(MemoryStore):
         return len(data)
 
     def _wants_compaction(self) -> bool:
+        """The file holds more than twice what its live records need (estimated from the
+        bodies' bytes and a typical key: counting exactly would cost per change)."""
+        live = self._bytes + len(self._records) * (_PUT_FIXED + _TYPICAL_KEY)
         return (
             self.write_error is None
             and self.file_bytes > AUTO_COMPACT_MIN
-            and self.file_bytes > 2 * max(self._live_file_bytes, 1)
+            and self.file_bytes > 2 * live
         )
 
     # -- compaction ---------------------------------------------------------------------

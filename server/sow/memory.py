@@ -42,6 +42,10 @@ def new_change(key: str, old: SowRecord | None, new: SowRecord | None) -> Change
 _new_tuple = tuple.__new__
 
 
+def _zeros(n: int) -> list[int]:
+    return [0] * n
+
+
 class MemoryStore:
     """A topic's records in memory (the ``transient`` durability). Owned by the loop.
 
@@ -106,25 +110,28 @@ class MemoryStore:
         keep = out.append
         version = self._version
         grown = 0
-        new_recs: list[SowRecord] = []
-        add = new_recs.append
-        olds: list[SowRecord | None] = []
-        add_old = olds.append
-        for i, key in enumerate(keys):
-            body = bodies[i]
+        news: list[SowRecord] = []
+        add = news.append
+        ts = timestamp_us
+        ph = pub_hash
+        for key, body, seq, ps, exp in zip(
+            keys, bodies, seqs, pub_seqs, expires if expires is not None else _zeros(len(keys)),
+            strict=True,
+        ):  # fmt: skip
             version += 1
-            rec = make(SowRecord, (key, body, seqs[i], timestamp_us, pub_hash, pub_seqs[i],
-                                   expires[i] if expires is not None else 0, version))  # fmt: skip
+            rec = make(SowRecord, (key, body, seq, ts, ph, ps, exp, version))
             old = get(key)
             records[key] = rec
-            grown += len(body) - (len(old[1]) if old is not None else 0)
             add(rec)
-            add_old(old)
+            if old is None:
+                grown += len(body)
+            else:
+                grown += len(body) - len(old[1])
             if changes:
                 keep(make(Change, (key, old, rec)))
         self._version = version
         self._bytes += grown
-        self._changed_run(olds, new_recs)
+        self._changed_run(news)
         return out
 
     def delete(self, key: str, *, seq: int = 0) -> Change | None:
@@ -156,7 +163,7 @@ class MemoryStore:
         """Hook for the persistent backend: ``old`` became ``new`` (None: deleted by the
         log record ``seq``); nothing to do in memory."""
 
-    def _changed_run(self, olds: list[SowRecord | None], news: list[SowRecord]) -> None:
+    def _changed_run(self, news: list[SowRecord]) -> None:
         """Hook for the persistent backend: a run of puts (nothing to do in memory)."""
 
     def _load(self, rec: SowRecord) -> None:
