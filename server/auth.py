@@ -8,7 +8,11 @@ compares secrets, and it does so in constant time.
 Password hashes have the form ``scrypt$N$r$p$SALT$HASH`` (salt and hash base64); that
 format (hash, parse, verify) is :mod:`server.passwords`, and ``spool passwd`` (registered
 here) prints a new one. Verifying costs tens of milliseconds by design; code on the event
-loop uses :meth:`Authenticator.authenticate_async`, which runs scrypt in a thread.
+loop uses :meth:`Authenticator.authenticate_async`, which runs scrypt on the bounded
+password-check pool (:mod:`server.scryptpool`), never on the loop's default executor.
+
+Over mutual TLS a verified client certificate whose subject is a user's
+``CertificateSubject`` identifies that user (:meth:`Authenticator.by_certificate`).
 
 Entitlements: ``Read`` / ``Write`` are regexes matched with ``re.search`` against the
 topic; a user without any has none. ``Admin`` grants the REST actions, not topics. With no
@@ -23,7 +27,6 @@ the config loader, and simply never verify here.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import getpass
 import hashlib
 import hmac
@@ -35,6 +38,7 @@ from typing import Final
 from server.config import UserConfig
 from server.passwords import hash_password, verify_password
 from server.protocol.errors import SpoolError
+from server.scryptpool import ScryptPool
 
 _ENTITLEMENT_CACHE_MAX: Final = 65536
 
@@ -73,6 +77,7 @@ class Authenticator:
 
     Args:
         users: the ``Users`` of the configuration; empty disables authentication.
+        pool: where password checks run (a one-thread pool when not given).
 
     Raises:
         InvalidEntitlement: a Read/Write pattern does not compile.
@@ -81,8 +86,12 @@ class Authenticator:
     entitlement cache is touched from the event loop only.
     """
 
-    def __init__(self, users: tuple[UserConfig, ...]) -> None:
+    def __init__(self, users: tuple[UserConfig, ...], pool: ScryptPool | None = None) -> None:
         self._users = users
+        self.pool = pool if pool is not None else ScryptPool()
+        self._by_subject: dict[str, UserConfig] = {
+            u.certificate_subject: u for u in users if u.certificate_subject
+        }
         self._by_name: dict[str, UserConfig] = {u.name: u for u in users}
         self._tokens: tuple[tuple[bytes, UserConfig], ...] = tuple(
             (_digest(u.token), u) for u in users if u.token
@@ -116,6 +125,13 @@ class Authenticator:
             if hmac.compare_digest(probe, digest) and found is None:
                 found = user
         return found
+
+    def by_certificate(self, subject: str | None) -> UserConfig | None:
+        """The user whose ``CertificateSubject`` is ``subject`` (the RFC 4514 subject of a
+        client certificate the TLS layer verified), or None."""
+        if not subject:
+            return None
+        return self._by_subject.get(subject)
 
     def _token_of(self, user_id: str | None, secret: str) -> UserConfig | None:
         """The user if ``secret`` is the token of ``user_id`` (or of anyone, without a name)."""
@@ -162,13 +178,17 @@ class Authenticator:
     async def authenticate_async(
         self, user_id: str | None, secret: str | None
     ) -> UserConfig | None:
-        """:meth:`authenticate` for the event loop: tokens inline, scrypt in a thread."""
+        """:meth:`authenticate` for the event loop: tokens inline, scrypt on the pool.
+
+        Raises:
+            PoolBusy: too many password checks are already waiting.
+        """
         if not self.enabled or not secret:
             return None
         user = self._token_of(user_id, secret)
         if user is not None or not user_id:
             return user
-        return await asyncio.to_thread(self._password_of, user_id, secret)
+        return await self.pool.run(lambda: self._password_of(user_id, secret))
 
     def _allowed(
         self,

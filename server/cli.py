@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import importlib
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,9 +69,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # -- publish / subscribe -----------------------------------------------------------------
 
 
+class UsageError(Exception):
+    """A command line that cannot work (printed, exit code 2)."""
+
+
 def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Credentials and TLS of ``spool publish`` / ``subscribe``.
+
+    A ``wss://`` URL verifies the broker's certificate: against ``--cafile`` when given,
+    else the system's CAs. ``--cert`` / ``--key`` present a client certificate (mutual
+    TLS). ``--insecure`` skips verification (tests with throwaway certificates only).
+
+    Raises:
+        UsageError: TLS options with a ``ws://`` URL.
+    """
+    from server.client import ClientError, client_context
+
     password = args.password or os.environ.get("SPOOL_PASSWORD")
-    return {"user_id": args.user, "password": password}
+    kwargs: dict[str, Any] = {"user_id": args.user, "password": password}
+    tls_options = args.cafile or args.cert or args.key or args.insecure
+    if not args.url.lower().startswith("wss://"):
+        if tls_options:
+            raise UsageError("--cafile, --cert, --key and --insecure need a wss:// URL")
+        return kwargs
+    if args.insecure:
+        print(
+            "spool: --insecure: the broker's certificate is NOT verified (tests only)",
+            file=sys.stderr,
+        )
+    try:
+        kwargs["ssl"] = client_context(
+            cafile=args.cafile, certfile=args.cert, keyfile=args.key, insecure=args.insecure
+        )
+    except ClientError as exc:
+        raise UsageError(str(exc)) from exc
+    return kwargs
 
 
 async def _publish(args: argparse.Namespace) -> int:
@@ -148,11 +181,21 @@ def _run_client(coro_fn: Any, args: argparse.Namespace) -> int:
     try:
         result: int = asyncio.run(coro_fn(args))
         return result
+    except UsageError as exc:
+        print(f"spool: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ProtocolFailure as exc:
         print(f"spool: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except Disconnected as exc:
         print(f"spool: disconnected: {exc.reason or 'connection closed'}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except ssl.SSLCertVerificationError as exc:
+        print(
+            f"spool: cannot connect to {args.url}: the broker's certificate is not trusted "
+            f"({exc.verify_message}); give its CA with --cafile",
+            file=sys.stderr,
+        )
         return EXIT_CONNECTION
     except (OSError, TimeoutError) as exc:
         print(f"spool: cannot connect to {args.url}: {exc}", file=sys.stderr)
@@ -173,11 +216,21 @@ def cmd_subscribe(args: argparse.Namespace) -> int:
 
 
 def _client_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("url", help="websocket URL, e.g. ws://127.0.0.1:9007/amps/json")
+    p.add_argument(
+        "url", help="websocket URL, e.g. ws://127.0.0.1:9007/amps/json or wss://... (TLS)"
+    )
     p.add_argument("topic", help="topic (a regular expression for subscribe)")
     p.add_argument("--name", help="client name (default: spool-<command>-<pid>)")
     p.add_argument("--user", help="user id when the instance has Users")
     p.add_argument("--password", help="password or token (or env SPOOL_PASSWORD)")
+    p.add_argument("--cafile", help="wss://: PEM CA bundle to verify the broker against")
+    p.add_argument("--cert", help="wss://: client certificate (PEM) for mutual TLS")
+    p.add_argument("--key", help="wss://: the client certificate's key (PEM)")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="wss://: do not verify the broker's certificate (tests only)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

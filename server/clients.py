@@ -1,7 +1,11 @@
 """The client registry: connections, logon, client names, users and transports.
 
 A connection becomes a client with its ``logon``: the credentials are checked (scrypt runs
-in a thread, so the logon returns an awaitable and the connection's later commands wait),
+on the password-check pool, so the logon returns an awaitable and the connection's later
+commands wait), unless the logon throttle refuses the attempt first (too many recent
+failures from the address or for the user: ``auth failure`` with ``retry_after``, no
+check run); over mutual TLS a verified client certificate mapped to a user is the
+credential.
 the client name is claimed (the same user reconnecting takes it over and the old connection
 is dropped; another user is refused with ``name in use``), and the logon ack tells the
 client the last sequence the log holds for its name, so it can resend what was not
@@ -24,6 +28,8 @@ from server.config import Config, UserConfig
 from server.engine_errors import TransportNotFound
 from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
+from server.logons import LogonGuard
+from server.peer import Peer
 from server.protocol.commands import Command
 from server.protocol.errors import (
     AuthFailure,
@@ -31,6 +37,7 @@ from server.protocol.errors import (
     NameInUse,
     ShuttingDown,
 )
+from server.scryptpool import PoolBusy
 from server.session import CLOSE_GOING_AWAY, Session, Transport
 from server.txlog import TransactionLog
 
@@ -54,6 +61,7 @@ class ClientRegistry:
         lifecycle: whether the instance is stopping.
         events: the event log.
         clock: connection times, heartbeats.
+        logons: the logon throttle and counters (shared with the dashboard login).
     """
 
     def __init__(
@@ -65,8 +73,10 @@ class ClientRegistry:
         lifecycle: Lifecycle,
         events: EventLog,
         clock: Clock,
+        logons: LogonGuard,
     ) -> None:
         self._config = config
+        self._logons = logons
         self._auth = auth
         self._txlog = txlog
         self._acks = acks
@@ -86,7 +96,9 @@ class ClientRegistry:
 
     # -- connections ---------------------------------------------------------------------
 
-    def connect(self, transport: Transport, transport_name: str) -> Session:
+    def connect(
+        self, transport: Transport, transport_name: str, peer: Peer | None = None
+    ) -> Session:
         """A new connection (the caller gives it a frame handler and starts it)."""
         session = Session(
             transport,
@@ -95,12 +107,15 @@ class ClientRegistry:
             clock=self._clock,
             events=self._events,
             buffer_limit=self._config.tuning.slow_client_buffer_limit,
+            peer=peer,
         )
         self.sessions.add(session)
         self._transport_conns[transport_name] = self._transport_conns.get(transport_name, 0) + 1
+        p = session.peer
         self._events.emit(
-            "info", "session", "connected", remote=transport.remote, transport=transport_name
-        )
+            "info", "session", "connected", remote=transport.remote, transport=transport_name,
+            tls=p.tls_version, certificate=p.client_subject,
+        )  # fmt: skip
         return session
 
     def session_closed(self, session: Session) -> None:
@@ -164,13 +179,36 @@ class ClientRegistry:
     # -- logon ---------------------------------------------------------------------------
 
     def logon(self, session: Session, cmd: Command) -> Awaitable[None] | None:
-        """The ``logon`` command: at once without users, else after checking credentials
-        off the loop (the returned awaitable)."""
+        """The ``logon`` command: at once without users or with a client certificate that
+        is the credential; else after the throttle admits it and the credentials are
+        checked off the loop (the returned awaitable).
+
+        Over mutual TLS, a verified client certificate mapped to a user logs on as that
+        user without ``pw`` (``user_id``, if given, must name the same user). With ``pw``
+        the credentials are checked as usual and must belong to the certificate's user.
+        """
         self._check(session, cmd)
         if not self._auth.enabled:
             self._complete(session, cmd, None)
             return None
-        return self._authenticated_logon(session, cmd)
+        user_id = cmd.field("user_id")
+        cert_user = self._auth.by_certificate(session.peer.client_subject)
+        if cert_user is not None and not cmd.field("pw"):
+            if user_id and user_id != cert_user.name:
+                self._auth_failed(session, cmd, counted=False)
+                raise AuthFailure(
+                    f"the client certificate belongs to user {cert_user.name!r}, not {user_id!r}"
+                )
+            self._complete(session, cmd, cert_user)
+            return None
+        wait = self._logons.admit("websocket", session.peer.host, user_id)
+        if wait > 0:
+            raise AuthFailure(
+                "too many failed logons from this address or for this user; try again in "
+                f"{max(1, int(wait + 0.999))} s",
+                retry_after=wait,
+            )
+        return self._authenticated_logon(session, cmd, cert_user)
 
     def _check(self, session: Session, cmd: Command) -> str:
         """Validate a logon before authentication; returns the client name."""
@@ -183,21 +221,36 @@ class ClientRegistry:
             raise InvalidMessage("logon needs a client_name")
         return str(name)
 
-    async def _authenticated_logon(self, session: Session, cmd: Command) -> None:
+    async def _authenticated_logon(
+        self, session: Session, cmd: Command, cert_user: UserConfig | None
+    ) -> None:
         user_id = cmd.field("user_id")
-        user = await self._auth.authenticate_async(user_id, cmd.field("pw"))
-        if user is None:
-            self._events.emit(
-                "warning",
-                "session",
-                "auth_failure",
-                remote=session.remote,
-                user=user_id,
-                client=cmd.field("client_name"),
-            )
-            raise AuthFailure("unknown user or wrong password/token")
+        try:
+            user = await self._auth.authenticate_async(user_id, cmd.field("pw"))
+        except PoolBusy as exc:
+            self._logons.refused("websocket")
+            raise AuthFailure(
+                "the server is busy checking other logons; try again shortly",
+                retry_after=exc.retry_after,
+            ) from None
+        if user is None or (cert_user is not None and user is not cert_user):
+            self._auth_failed(session, cmd, counted=True)
+            detail = "unknown user or wrong password/token"
+            if user is not None:
+                detail = "these credentials do not belong to the client certificate's user"
+            raise AuthFailure(detail)
+        self._logons.succeeded("websocket", session.peer.host, user.name)
         if not session.closed:
             self._complete(session, cmd, user)
+
+    def _auth_failed(self, session: Session, cmd: Command, *, counted: bool) -> None:
+        user_id = cmd.field("user_id")
+        if counted:
+            self._logons.failed("websocket", session.peer.host, user_id)
+        self._events.emit(
+            "warning", "session", "auth_failure", remote=session.remote, user=user_id,
+            client=cmd.field("client_name"), certificate=session.peer.client_subject,
+        )  # fmt: skip
 
     def _complete(self, session: Session, cmd: Command, user: UserConfig | None) -> None:
         """Claim the client name and answer with the logon ack (credentials checked)."""

@@ -36,14 +36,19 @@ from server.dispatch import CommandHandler, Dispatcher
 from server.eventlog import EventLog
 from server.fanout import FanOut
 from server.lifecycle import Lifecycle
+from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.operations import Operations
+from server.peer import Peer
 from server.publishing import PublishPipeline
 from server.router import Router
+from server.scryptpool import ScryptPool
 from server.session import Session, Transport
 from server.sow import SowService
 from server.stats.sampler import Sampler
 from server.subscriptions import SubscriptionService
+from server.throttle import LogonThrottle, ThrottlePolicy
+from server.tls.listener import TlsListener
 from server.topics import TopicTable
 from server.txlog import TransactionLog
 
@@ -59,19 +64,42 @@ class Broker:
         clock: the time source every part uses.
         lifecycle: ready / stopping.
         events: the event log.
-        auth: users and entitlements.
+        auth: users and entitlements (password checks on their own bounded pool).
+        logons: the logon throttle and counters, shared by the websocket logon and the
+            dashboard login.
+        tls: the listener's TLS (certificate pair, reloads, expiry), None in plain text.
         txlog: the transaction log (None when not configured).
         operations: the admin surface (web/admin.py, the dashboard, later actions).
     """
 
     def __init__(
-        self, config: Config, *, clock: Clock = SYSTEM_CLOCK, console_log: bool = True
+        self,
+        config: Config,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        console_log: bool = True,
     ) -> None:
         self.config = config
         self.clock = clock
         self.lifecycle = Lifecycle(started_at=clock.time())
         self.events = EventLog(config.data_directory, config.name, console=console_log, clock=clock)
-        self.auth = Authenticator(config.users)
+        tuning = config.tuning
+        self.auth = Authenticator(config.users, ScryptPool(tuning.password_check_threads))
+        self.logons = LogonGuard(
+            LogonThrottle(
+                ThrottlePolicy(
+                    tuning.logon_failures_per_address,
+                    tuning.logon_failures_per_user,
+                    tuning.logon_failure_window,
+                ),
+                clock,
+            ),
+            self.events,
+            clock,
+        )
+        self.tls: TlsListener | None = None
+        if config.tls is not None:
+            self.tls = TlsListener(config.tls, clock, self.events)
         self.txlog: TransactionLog | None = None
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
@@ -95,7 +123,7 @@ class Broker:
         )  # fmt: skip
         self.sow.attach(self.pipeline)
         self.clients = ClientRegistry(
-            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock
+            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
         )
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)
@@ -108,6 +136,10 @@ class Broker:
             self.acks,
             tuple(t.name for t in config.transports),
             clock,
+            self.logons,
+            self.auth.pool,
+            self.tls,
+            config.plaintext_exposed,
         )
         self.operations = Operations(
             config,
@@ -120,7 +152,9 @@ class Broker:
             self.metrics,
             self.acks,
             txlog,
-            self.sow,
+            self.tls,
+            self.logons,
+            sow=self.sow,
         )
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
@@ -171,7 +205,16 @@ class Broker:
         self._sampler = Sampler(self.operations, cfg, self.clock)
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 5. serve
+        # 5. TLS: say what is served, watch its expiry; or say the listener is plain text
+        if self.tls is not None:
+            self.tls.start()
+        elif cfg.plaintext_exposed:
+            self.events.emit(
+                "warning", "instance", "plaintext_listener", address=cfg.admin.address,
+                detail="AllowPlaintext: passwords, tokens and messages cross the network "
+                "without TLS unless a TLS-terminating proxy is in front",
+            )  # fmt: skip
+        # 6. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -195,8 +238,12 @@ class Broker:
     async def stop(self) -> None:
         """Shut down in order: 1. clients, 2. SOW queries and expirations, 3. sampler,
         4. transaction log, 5. SOW files, 6. event log."""
-        # 1. clients: drain outbound and close with "shutting down"
+        # 1. clients: drain outbound and close with "shutting down"; no more password
+        #    checks, no more expiry watch
         await self.drain()
+        self.auth.pool.close()
+        if self.tls is not None:
+            await self.tls.stop()
         # 2. SOW: no more query streams or expirations (they append to the log)
         await self.sow.close()
         # 3. statistics sampler: last sample, close the database
@@ -219,9 +266,18 @@ class Broker:
         """Whether the transport takes new connections now."""
         return self.clients.transport_accepting(name)
 
-    def connect(self, transport: Transport, transport_name: str = "websocket-json") -> Session:
-        """A new client connection; the caller feeds it frames and awaits its close."""
-        session = self.clients.connect(transport, transport_name)
+    def connect(
+        self,
+        transport: Transport,
+        transport_name: str = "websocket-json",
+        peer: Peer | None = None,
+    ) -> Session:
+        """A new client connection; the caller feeds it frames and awaits its close.
+
+        ``peer`` is what the transport knows of the far end (address, TLS, a verified
+        client certificate); without it the address is read from ``transport.remote``.
+        """
+        session = self.clients.connect(transport, transport_name, peer)
         session.handler = Dispatcher(
             session, self.pipeline, self.commands, self.lifecycle, self.events
         )

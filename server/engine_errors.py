@@ -7,6 +7,7 @@ Hierarchy::
         ├── ClientNotFound
         └── TransportNotFound
     StatsUnavailable              the statistics database is not open
+    TlsNotConfigured              a TLS action on a listener without TLS
 
 A journal that does not exist is :class:`server.txlog.errors.JournalNotFound` (the log's
 own error; the admin API maps both families to 404).
@@ -37,3 +38,7 @@ class TransportNotFound(AdminError):
 
 class StatsUnavailable(SpoolError):
     """The statistics database is not open (before start, or after stop)."""
+
+
+class TlsNotConfigured(SpoolError):
+    """A TLS action (reload) on an instance whose listener has no TLS (404)."""

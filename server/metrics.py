@@ -11,16 +11,20 @@ from __future__ import annotations
 from server.acks import DurableAcks
 from server.clients import ClientRegistry
 from server.clock import Clock
+from server.logons import LogonGuard
 from server.publishing import PublishPipeline
+from server.scryptpool import ScryptPool
 from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
+    SecurityCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
     TxlogCounters,
 )
 from server.subscription import Subscription
+from server.tls.listener import TlsListener
 from server.topics import TopicTable
 from server.txlog import TransactionLog
 
@@ -36,6 +40,10 @@ class Metrics:
         acks: the persisted-ack latency histogram.
         transports: the configured transports' names.
         clock: the snapshot's time and the subscriptions' lag.
+        logons: logon outcomes and the throttle.
+        passwords: the password-check pool.
+        tls: the listener's TLS, or None.
+        plaintext_exposed: the listener is off loopback without TLS (AllowPlaintext).
     """
 
     def __init__(
@@ -47,7 +55,15 @@ class Metrics:
         acks: DurableAcks,
         transports: tuple[str, ...],
         clock: Clock,
+        logons: LogonGuard,
+        passwords: ScryptPool,
+        tls: TlsListener | None,
+        plaintext_exposed: bool = False,
     ) -> None:
+        self._plaintext_exposed = plaintext_exposed
+        self._logons = logons
+        self._passwords = passwords
+        self._tls = tls
         self._clients = clients
         self._topics = topics
         self._pipeline = pipeline
@@ -136,4 +152,25 @@ class Metrics:
             "txlog": txlog_counters,
             "persisted_ack_latency": self._acks.latency,
             "transports": transports,
+            "security": self.security(),
+        }
+
+    def security(self) -> SecurityCounters:
+        """Logon outcomes, password checks and the TLS certificate's expiry."""
+        logons = self._logons.counters()
+        pool = self._passwords
+        tls = self._tls
+        return {
+            "logon_succeeded": logons["succeeded"],
+            "logon_failures": logons["failures"],
+            "logon_refused": logons["refused"],
+            "blocked_addresses": logons["blocked_addresses"],
+            "blocked_users": logons["blocked_users"],
+            "password_checks": pool.checks,
+            "password_check_seconds": pool.busy_seconds,
+            "password_checks_pending": pool.pending,
+            "tls_enabled": tls is not None,
+            "tls_not_after": tls.certificate.not_after if tls is not None else None,
+            "tls_reloads": tls.reloads if tls is not None else 0,
+            "plaintext_exposed": self._plaintext_exposed,
         }

@@ -19,15 +19,18 @@ from server.auth import Authenticator
 from server.clients import ClientRegistry
 from server.clock import Clock
 from server.config import Config
-from server.engine_errors import ClientNotFound, StatsUnavailable
+from server.engine_errors import ClientNotFound, StatsUnavailable, TlsNotConfigured
 from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
+from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.session import Session
 from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.sampler import Sampler
 from server.stats.snapshot import MetricsSnapshot
 from server.subscriptions import SubscriptionService
+from server.tls.certificate import CertificateDict
+from server.tls.listener import TlsListener, TlsStatus
 from server.txlog import TransactionLog
 from server.txlog.errors import JournalNotFound
 from server.txlog.journal import JournalInfo
@@ -61,6 +64,8 @@ class ClientInfo(TypedDict):
     last_persisted_seq: int
     subscriptions: int
     version: str
+    tls: str | None
+    certificate: str | None
 
 
 class SubscriptionInfo(TypedDict):
@@ -84,6 +89,38 @@ class TransportInfo(TypedDict):
     address: str
     enabled: bool
     connections: int
+    tls: bool
+
+
+class LogonPolicyInfo(TypedDict):
+    failures_per_address: int
+    failures_per_user: int
+    window_s: float
+    password_check_threads: int
+
+
+class LogonInfo(TypedDict):
+    """``GET /api/logons``: outcomes per path, the throttle now, the password pool."""
+
+    policy: LogonPolicyInfo
+    succeeded: dict[str, int]
+    failures: dict[str, int]
+    refused: dict[str, int]
+    blocked_addresses: int
+    blocked_users: int
+    password_checks: int
+    password_checks_pending: int
+    recent_failures: list[dict[str, object]]
+
+
+class ListenerInfo(TypedDict):
+    """``GET /api/tls``: the listener's security, with or without TLS."""
+
+    address: str
+    tls: TlsStatus | None
+    plaintext: bool
+    plaintext_exposed: bool
+    allow_plaintext: bool
 
 
 class JournalDict(TypedDict):
@@ -143,8 +180,13 @@ class Operations:
         metrics: Metrics,
         acks: DurableAcks,
         txlog: TransactionLog | None,
+        tls: TlsListener | None = None,
+        logons: LogonGuard | None = None,
+        *,
         sow: SowService,
     ) -> None:
+        self._tls = tls
+        self._logons = logons
         self.config = config
         self.clock = clock
         self.events = events
@@ -208,6 +250,8 @@ class Operations:
             "last_persisted_seq": self._acks.last_persisted(s),
             "subscriptions": len(s.subs),
             "version": s.version,
+            "tls": s.peer.tls_version,
+            "certificate": s.peer.client_subject,
         }
 
     def clients_info(self) -> list[ClientInfo]:
@@ -273,12 +317,66 @@ class Operations:
                 "address": t.address,
                 "enabled": self._clients.transport_enabled(t.name),
                 "connections": self._clients.transport_connections(t.name),
+                "tls": self._tls is not None,
             }
             for t in self.config.transports
         ]
 
     def set_transport_enabled(self, name: str, enabled: bool) -> None:
         self._clients.set_transport_enabled(name, enabled)
+
+    # -- security -----------------------------------------------------------------------
+
+    def listener_info(self) -> ListenerInfo:
+        """The listener's TLS (certificate, expiry, client certificates) or plain text."""
+        cfg = self.config
+        return {
+            "address": cfg.admin.address,
+            "tls": self._tls.status() if self._tls is not None else None,
+            "plaintext": self._tls is None,
+            "plaintext_exposed": cfg.plaintext_exposed,
+            "allow_plaintext": cfg.allow_plaintext,
+        }
+
+    async def reload_tls(self, actor: str) -> CertificateDict:
+        """Load the certificate pair again (SIGHUP and ``POST /api/tls/reload``): new
+        handshakes use it, established connections keep theirs.
+
+        Raises:
+            TlsNotConfigured: the listener has no TLS.
+            TlsError: the files cannot be used; the old pair keeps serving.
+        """
+        if self._tls is None:
+            raise TlsNotConfigured("TLS is not configured on this instance")
+        cert = await self._tls.reload(actor)
+        return cert.as_dict()
+
+    def logon_info(self) -> LogonInfo:
+        """Logon outcomes, who is throttled now, and the password-check pool."""
+        tuning = self.config.tuning
+        snap = self._metrics.security()
+        failures = [
+            e
+            for e in self.events.recent(500)
+            if (e.get("category"), e.get("event"))
+            in (("session", "auth_failure"), ("admin", "login_failed"), ("auth", "logon_throttled"))
+        ][-20:]
+        return {
+            "policy": {
+                "failures_per_address": tuning.logon_failures_per_address,
+                "failures_per_user": tuning.logon_failures_per_user,
+                "window_s": tuning.logon_failure_window,
+                "password_check_threads": tuning.password_check_threads,
+            },
+            "succeeded": snap["logon_succeeded"],
+            "failures": snap["logon_failures"],
+            "refused": snap["logon_refused"],
+            "blocked_addresses": snap["blocked_addresses"],
+            "blocked_users": snap["blocked_users"],
+            "password_checks": snap["password_checks"],
+            "password_checks_pending": snap["password_checks_pending"],
+            "recent_failures": failures,
+        }
 
     # -- the transaction log ------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from typing import Final, Protocol
 
 from server.clock import Clock
 from server.config import UserConfig
+from server.peer import Peer
 from server.ports import AckValue, FrameHandler, Origin, Traffic
 from server.protocol.commands import encode_ack
 from server.protocol.errors import HeartbeatTimeout, ProtocolFailure, SlowClient
@@ -61,7 +62,8 @@ class Session:
     """One client connection. Owned by the event loop.
 
     Attributes:
-        remote: the peer's address.
+        peer: the far end (address, TLS version, verified client certificate subject).
+        remote: the peer's address (``host:port``).
         transport_name: the configured transport it came in on.
         connected_at: wall-clock time of the connection.
         traffic: messages and bytes in and out.
@@ -84,8 +86,10 @@ class Session:
         clock: Clock,
         events: EventSink,
         buffer_limit: int,
+        peer: Peer | None = None,
     ) -> None:
         self.transport = transport
+        self.peer = peer if peer is not None else Peer.parse(transport.remote)
         self.remote = transport.remote
         self.transport_name = transport_name
         self._owner = owner
@@ -253,7 +257,7 @@ class Session:
         self.send(
             encode_ack(
                 "processed", cid=cid, status="failure", reason=exc.reason,
-                detail=exc.detail or None,
+                detail=exc.detail or None, **exc.ack_fields(),
             )
         )  # fmt: skip
 

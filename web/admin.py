@@ -30,7 +30,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from server.engine_errors import AdminError, StatsUnavailable
+from server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
 from server.eventlog import EventLog
 from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
 from server.protocol.errors import InvalidOptions, SubIdNotFound
@@ -39,6 +39,7 @@ from server.stats.prometheus import make_registry
 from server.stats.query import UnknownMetric
 from server.stats.sampler import instance_directories
 from server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
+from server.tls.errors import TlsError
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from web.api_errors import (
     ApiError,
@@ -80,8 +81,11 @@ def _map_error(exc: Exception) -> ApiError:
     """The REST error for an exception raised by the broker or the stats code."""
     if isinstance(exc, ApiError):
         return exc
-    if isinstance(exc, AdminError | JournalNotFound | UnknownMetric):
+    if isinstance(exc, AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured):
         return NotFound(str(exc))
+    if isinstance(exc, TlsError):
+        # the files on disk cannot be used: the pair in service keeps serving
+        return Conflict(f"{exc}; the current certificate keeps serving")
     if isinstance(exc, SubIdNotFound):
         return NotFound(exc.detail or "no such subscription")
     if isinstance(exc, InvalidOptions):
@@ -269,6 +273,16 @@ class AdminApi:
 
     async def actions(self, request: Request) -> Any:
         return {"actions": []}
+
+    async def tls(self, request: Request) -> Any:
+        return self.ops.listener_info()
+
+    async def logons(self, request: Request) -> Any:
+        return self.ops.logon_info()
+
+    async def reload_tls(self, request: Request) -> Any:
+        certificate = await self.ops.reload_tls(auth_context(request).actor)
+        return {"ok": True, "certificate": certificate}
 
     def openapi_document(self) -> dict[str, Any]:
         """The OpenAPI document of this table (built once)."""
@@ -461,6 +475,25 @@ class AdminApi:
                 for action in JOURNAL_ACTIONS
             ),
             get("/api/transports", self.transports, "Transports", "transports"),
+            get(
+                "/api/tls",
+                self.tls,
+                "The listener's TLS: certificate, expiry, client certificates; or plain text",
+                "security",
+            ),
+            post(
+                "/api/tls/reload",
+                self.reload_tls,
+                "Reload the certificate pair (new handshakes use it; connections stay)",
+                "security",
+                errors=(404, 409),
+            ),
+            get(
+                "/api/logons",
+                self.logons,
+                "Logon outcomes, the throttle, the password-check pool",
+                "security",
+            ),
             post(
                 "/api/transports/{name}/enable",
                 self._transport(True),

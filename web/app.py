@@ -23,6 +23,7 @@ from server.engine import Broker
 from web.admin import admin_routes
 from web.auth import auth_middleware, auth_routes
 from web.dashboard import dashboard_routes
+from web.headers import SecurityHeadersMiddleware
 from web.transport import WebsocketEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,11 +70,15 @@ def create_app(
         routes=routes,
         lifespan=lifespan,
         middleware=[
+            Middleware(SecurityHeadersMiddleware),
             Middleware(
                 auth_middleware(
-                    broker.auth, metrics_public=config.admin.metrics_public, clock=clock
+                    broker.auth,
+                    broker.logons,
+                    metrics_public=config.admin.metrics_public,
+                    clock=clock,
                 )
-            )
+            ),
         ],
     )
     app.state.broker = broker

@@ -17,12 +17,17 @@ Model (docs/admin-api.md, "Authentication"):
   or ``Sec-Fetch-Site`` says ``cross-site``: a page on another site cannot drive actions.
 - Websockets (``/amps/json``, ``/replication``) pass through untouched: the protocol logon
   authenticates them.
+- Mutual TLS: a client certificate the TLS layer verified whose subject is a user's
+  ``<CertificateSubject>`` identifies that user (``via: certificate``), after a bearer
+  token and a dashboard session. A browser presents it on its own, like a cookie, so its
+  POSTs get the same cross-origin check as the session's.
 
 Sessions are kept server-side in memory (a random 256-bit id in an HttpOnly,
 SameSite=Strict cookie; nothing to forge or decode), expire after 8 h idle or 24 h, and die
 with the process. Cookie names carry the server port, so two instances on one host do not
-log each other out. Failed logins are throttled per client address. Secrets are never
-logged.
+log each other out. Failed logins are throttled by the instance's logon guard
+(server/logons.py), the same policy object as the websocket logon: per client address
+and per user name. Cookies are ``Secure`` on a TLS listener. Secrets are never logged.
 """
 
 from __future__ import annotations
@@ -30,7 +35,6 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,14 +50,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from server.auth import Authenticator
 from server.clock import SYSTEM_CLOCK, Clock
 from server.config import UserConfig, is_loopback
+from server.logons import LogonGuard
+from server.scryptpool import PoolBusy
 from web.api_errors import ApiError, Forbidden, TooManyRequests, Unauthorized
+from web.tls import tls_of
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
 SESSION_IDLE_TIMEOUT: Final = 8 * 3600.0
 SESSION_MAX_AGE: Final = 24 * 3600.0
 MAX_SESSIONS: Final = 10_000
-LOGIN_MAX_FAILURES: Final = 10
-LOGIN_WINDOW: Final = 300.0
 LOGIN_CSRF_MAX_AGE: Final = 3600
 CSRF_HEADER: Final = "x-csrf-token"
 CSRF_FIELD: Final = "csrf_token"
@@ -65,7 +70,7 @@ _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _PROBES: Final = frozenset({"/healthz", "/readyz", "/metrics"})
 _PUBLIC: Final = frozenset({"/login", "/logout", "/favicon.ico"})
 
-Via = Literal["token", "session", "local", "anonymous"]
+Via = Literal["token", "session", "certificate", "local", "anonymous"]
 
 
 @dataclass(slots=True)
@@ -135,61 +140,15 @@ class SessionStore:
         self._sessions.pop(session_id, None)
 
 
-class LoginThrottle:
-    """Refuses logins from an address after too many failures in a sliding window.
-
-    Scrypt makes each guess cost the server tens of milliseconds, so an unthrottled form
-    would be both a password oracle and a CPU sink.
-    """
-
-    def __init__(
-        self,
-        clock: Clock,
-        *,
-        max_failures: int = LOGIN_MAX_FAILURES,
-        window: float = LOGIN_WINDOW,
-        max_keys: int = 10_000,
-    ) -> None:
-        self._clock = clock
-        self._max = max_failures
-        self._window = window
-        self._max_keys = max_keys
-        self._failures: dict[str, deque[float]] = {}
-
-    def retry_after(self, key: str) -> float:
-        """Seconds until ``key`` may try again (0.0: now)."""
-        times = self._failures.get(key)
-        if not times:
-            return 0.0
-        now = self._clock.monotonic()
-        while times and now - times[0] >= self._window:
-            times.popleft()
-        if not times:
-            del self._failures[key]
-            return 0.0
-        if len(times) < self._max:
-            return 0.0
-        return self._window - (now - times[0])
-
-    def failed(self, key: str) -> None:
-        """Record a failed attempt."""
-        if key not in self._failures and len(self._failures) >= self._max_keys:
-            self._failures.pop(next(iter(self._failures)))
-        self._failures.setdefault(key, deque(maxlen=self._max)).append(self._clock.monotonic())
-
-    def succeeded(self, key: str) -> None:
-        """Forget the failures of ``key``."""
-        self._failures.pop(key, None)
-
-
 @dataclass(frozen=True, slots=True)
 class AuthContext:
     """Who is making a request.
 
     Attributes:
         user: the configured user, or None (anonymous, or auth disabled).
-        via: how they were identified: bearer ``token``, dashboard ``session``, ``local``
-            (no users configured; loopback client) or ``anonymous``.
+        via: how they were identified: bearer ``token``, dashboard ``session``, client
+            ``certificate`` (mutual TLS), ``local`` (no users configured; loopback
+            client) or ``anonymous``.
         admin: whether actions are allowed.
         session: the dashboard session when ``via == "session"``.
     """
@@ -213,7 +172,7 @@ class AuthState:
 
     authenticator: Authenticator
     sessions: SessionStore
-    throttle: LoginThrottle
+    logons: LogonGuard
     metrics_public: bool
     clock: Clock
 
@@ -273,22 +232,22 @@ class AuthMiddleware:
     Args:
         app: the wrapped application.
         authenticator: the users of the instance.
+        logons: the logon throttle and counters (the broker's, shared with the websocket).
         metrics_public: serve /healthz, /readyz and /metrics without auth to anyone.
-        clock: time source for sessions and throttling.
+        clock: time source for sessions.
     """
 
     def __init__(
         self,
         app: ASGIApp,
         authenticator: Authenticator,
+        logons: LogonGuard,
         *,
         metrics_public: bool = False,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.app = app
-        self.state = AuthState(
-            authenticator, SessionStore(clock), LoginThrottle(clock), metrics_public, clock
-        )
+        self.state = AuthState(authenticator, SessionStore(clock), logons, metrics_public, clock)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -333,6 +292,11 @@ class AuthMiddleware:
             user = auth.user(session.user)
             if user is not None:
                 return AuthContext(user, "session", user.admin, session)
+        tls = tls_of(scope)
+        if tls is not None:
+            user = auth.by_certificate(tls.get("client_cert_name"))
+            if user is not None:
+                return AuthContext(user, "certificate", user.admin)
         return AuthContext(None, "anonymous", False)
 
     def _authorize(self, request: HTTPConnection, context: AuthContext) -> Response | None:
@@ -362,7 +326,7 @@ class AuthMiddleware:
 
     @staticmethod
     def _check_action(request: HTTPConnection, context: AuthContext) -> None:
-        if context.via in ("session", "local") and not _same_origin(request):
+        if context.via in ("session", "certificate", "local") and not _same_origin(request):
             raise Forbidden("cross-origin request refused")
         if context.session is not None:
             sent = request.headers.get(CSRF_HEADER, "")
@@ -394,20 +358,24 @@ class AuthMiddleware:
 
 def auth_middleware(
     authenticator: Authenticator,
+    logons: LogonGuard,
     *,
     metrics_public: bool = False,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Callable[[ASGIApp], ASGIApp]:
-    """The middleware factory for ``Middleware(auth_middleware(broker.auth, ...))``.
+    """The middleware factory for ``Middleware(auth_middleware(broker.auth, broker.logons))``.
 
     Args:
         authenticator: the instance's users (``broker.auth``).
+        logons: the instance's logon guard (``broker.logons``).
         metrics_public: ``config.admin.metrics_public``.
-        clock: time source for session expiry and login throttling.
+        clock: time source for session expiry.
     """
 
     def factory(app: ASGIApp) -> ASGIApp:
-        return AuthMiddleware(app, authenticator, metrics_public=metrics_public, clock=clock)
+        return AuthMiddleware(
+            app, authenticator, logons, metrics_public=metrics_public, clock=clock
+        )
 
     return factory
 
@@ -516,6 +484,19 @@ def _render_login(
     return response
 
 
+def _too_many(request: Request, next_path: str, wait: float) -> Response:
+    """429 with the form again and ``Retry-After`` (the credentials were not checked)."""
+    exc = TooManyRequests("too many failed logins", wait)
+    response = _render_login(
+        request,
+        next_path=next_path,
+        status=429,
+        error=f"Too many failed attempts. Try again in {int(wait) + 1} seconds.",
+    )
+    response.headers.update(exc.headers)
+    return response
+
+
 async def login_page(request: Request) -> Response:
     """GET /login: the form (or straight to ``next`` when there is nothing to log into)."""
     next_path = safe_next(request.query_params.get("next"))
@@ -544,22 +525,18 @@ async def login_submit(request: Request) -> Response:
             status=403,
             error="The login form expired. Please try again.",
         )
-    key = _client_host(request.scope)
-    wait = state.throttle.retry_after(key)
+    host = _client_host(request.scope)
+    wait = state.logons.admit("dashboard", host, username or None)
     if wait > 0:
-        exc = TooManyRequests("too many failed logins", wait)
-        response = _render_login(
-            request,
-            next_path=next_path,
-            status=429,
-            error=f"Too many failed attempts. Try again in {int(wait) + 1} seconds.",
-        )
-        response.headers.update(exc.headers)
-        return response
+        return _too_many(request, next_path, wait)
     started = time.monotonic()
-    user = await state.authenticator.authenticate_async(username or None, password or None)
+    try:
+        user = await state.authenticator.authenticate_async(username or None, password or None)
+    except PoolBusy as busy:
+        state.logons.refused("dashboard")
+        return _too_many(request, next_path, busy.retry_after)
     if user is None or not username:
-        state.throttle.failed(key)
+        state.logons.failed("dashboard", host, username or None)
         _emit(
             request.scope,
             "warning",
@@ -568,7 +545,7 @@ async def login_submit(request: Request) -> Response:
             check_ms=round((time.monotonic() - started) * 1000, 1),
         )
         return _render_login(request, next_path=next_path, error="Invalid user name or password.")
-    state.throttle.succeeded(key)
+    state.logons.succeeded("dashboard", host, user.name)
     old = auth_context(request).session
     if old is not None:
         state.sessions.delete(old.id)

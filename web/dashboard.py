@@ -112,9 +112,15 @@ def page_context(request: Request, page: Page) -> dict[str, Any]:
     return {
         "page": page,
         "nav": PAGES,
-        "instance": {"name": state.config.name, "group": state.config.group},
+        "instance": {
+            "name": state.config.name,
+            "group": state.config.group,
+            "address": state.config.admin.address,
+        },
         "csrf_token": csrf_token_for(request) or "",
         "auth_enabled": state.broker.auth.enabled,
+        # AllowPlaintext on a non-loopback address: every page says so (docs/security.md)
+        "plaintext_exposed": state.config.plaintext_exposed,
         # set by web.auth's middleware (Starlette's convention): a UserConfig or None
         "user_name": getattr(request.scope.get("user"), "name", None),
     }

@@ -8,16 +8,22 @@ buffered messages left (persisted acks included), 3. uvicorn's own connection sh
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import signal
 import socket
+import ssl
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
 
 from server.config import Config
 from server.engine import Broker
+from server.tls.errors import TlsError
 from web.app import create_app
+from web.tls import tls_protocols
 
 
 class SpoolServer(uvicorn.Server):
@@ -34,12 +40,15 @@ class SpoolServer(uvicorn.Server):
         self.spool_config = spool_config
         self.port_file = port_file
         self.broker = broker
+        self._reloads: set[asyncio.Task[None]] = set()
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if not self.started:
             return
         tune_gc()
+        # SIGHUP reloads the certificate pair (uvicorn handles only SIGINT and SIGTERM)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._sighup)
         port = self.bound_port()
         host = self.spool_config.admin.host
         shown = f"[{host}]" if ":" in host else host
@@ -47,15 +56,38 @@ class SpoolServer(uvicorn.Server):
             tmp = self.port_file.with_suffix(".tmp")
             tmp.write_text(str(port))
             tmp.replace(self.port_file)
+        tls = self.broker.tls is not None
+        ws, http = ("wss", "https") if tls else ("ws", "http")
         print(
-            f"spool {self.spool_config.name} listening:\n"
-            f"  websocket  ws://{shown}:{port}/amps/json\n"
-            f"  dashboard  http://{shown}:{port}/\n"
-            f"  admin API  http://{shown}:{port}/api/instance\n"
-            f"  metrics    http://{shown}:{port}/metrics",
+            f"spool {self.spool_config.name} listening"
+            f"{' (TLS)' if tls else ''}:\n"
+            f"  websocket  {ws}://{shown}:{port}/amps/json\n"
+            f"  dashboard  {http}://{shown}:{port}/\n"
+            f"  admin API  {http}://{shown}:{port}/api/instance\n"
+            f"  metrics    {http}://{shown}:{port}/metrics",
             file=sys.stderr,
             flush=True,
         )
+
+    def _sighup(self) -> None:
+        """Reload the TLS certificate pair (a failure is in the event log; the old pair
+        keeps serving)."""
+        if self.broker.tls is None:
+            self.broker.events.emit(
+                "warning", "tls", "reload_failed", user="SIGHUP",
+                error="TLS is not configured on this instance; nothing to reload",
+            )  # fmt: skip
+            return
+
+        async def reload() -> None:
+            try:
+                await self.broker.operations.reload_tls("SIGHUP")
+            except TlsError:
+                pass  # written to the event log by the listener
+
+        task = asyncio.get_running_loop().create_task(reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
 
     def bound_port(self) -> int:
         for server in self.servers:
@@ -94,16 +126,39 @@ def tune_gc() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
 
 
+SslContextFactory = Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]
+
+
+def _listener_context(context: ssl.SSLContext) -> SslContextFactory:
+    """uvicorn's ``ssl_context_factory`` handing it the listener's own context (not one
+    built from uvicorn's ``ssl_*`` settings): reloads swap pairs behind it."""
+
+    def factory(_config: uvicorn.Config, _default: Callable[[], ssl.SSLContext]) -> ssl.SSLContext:
+        return context
+
+    return factory
+
+
 def run(config: Config, *, port_file: Path | None = None, log_level: str = "warning") -> int:
     """Serve until a signal; returns the process exit code."""
     broker = Broker(config)
     app = create_app(config, broker=broker)
     ws = next((t for t in config.transports if t.type == "websocket"), None)
+    http_protocol: type[asyncio.Protocol] | str = "auto"
+    ws_protocol: type[asyncio.Protocol] | str = "auto"
+    ssl_factory: SslContextFactory | None = None
+    if broker.tls is not None:
+        # our context (its SNI callback switches handshakes to the active pair, see
+        # server/tls/listener.py) and protocols that put the TLS facts in the scope
+        http_protocol, ws_protocol = tls_protocols()
+        ssl_factory = _listener_context(broker.tls.context)
     uv_config = uvicorn.Config(
         app,
         host=config.admin.host,
         port=config.admin.port,
-        ws="auto",
+        http=http_protocol,
+        ws=ws_protocol,
+        ssl_context_factory=ssl_factory,
         ws_per_message_deflate=ws.per_message_deflate if ws is not None else False,
         ws_max_size=ws.max_message_size if ws is not None else 16 * 1024 * 1024,
         ws_ping_interval=20.0,

@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from server.engine import Broker
 from server.session import CLOSE_NORMAL
+from web.tls import peer_of
 
 #: "try again later": the transport is disabled or the broker is not ready.
 CLOSE_TRY_AGAIN = 1013
@@ -63,10 +64,9 @@ class WebsocketEndpoint:
             )
             return
         await send({"type": "websocket.accept"})
-        client = scope.get("client")
-        remote = f"{client[0]}:{client[1]}" if client else "unknown"
-        transport = AsgiTransport(send, remote)
-        session = broker.connect(transport, self.transport_name)
+        peer = peer_of(scope)
+        transport = AsgiTransport(send, peer.address)
+        session = broker.connect(transport, self.transport_name, peer)
         try:
             while True:
                 message = await receive()

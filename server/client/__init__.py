@@ -3,7 +3,8 @@
 Modules, lowest first: ``errors`` (what the client raises), ``events`` (values and the
 events of the session state), ``state`` (sans-I/O session state: frames in, events out,
 commands as bytes), ``connection`` (the transport: bytes in and out over a websocket),
-``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper).
+``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper); ``tls``
+(the client's TLS context: verify by default, CA file, client certificate).
 """
 
 from server.client.client import (
@@ -17,6 +18,7 @@ from server.client.client import (
     Subscription,
 )
 from server.client.sync import SyncClient, SyncSubscription
+from server.client.tls import client_context
 
 __all__ = [
     "Ack",
@@ -29,4 +31,5 @@ __all__ = [
     "Subscription",
     "SyncClient",
     "SyncSubscription",
+    "client_context",
 ]

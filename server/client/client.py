@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -144,7 +145,8 @@ class Client:
     """Asyncio client for one broker connection.
 
     Args:
-        url: ``ws://host:port/amps/json``.
+        url: ``ws://host:port/amps/json``, or ``wss://`` on a TLS listener (the broker's
+            certificate is verified: against ``ssl``'s CAs, else the system's).
         name: client name (unique per instance; it is the publisher identity).
         user_id / password: credentials when the instance has Users.
         heartbeat: seconds; the broker beats at this interval and drops a silent client.
@@ -152,6 +154,11 @@ class Client:
             (backpressure reaches the broker, which then applies its slow-client policy).
         max_size: the largest frame accepted from the broker, in bytes.
         connector: opens the transport (default: a websocket); tests pass a double.
+        ssl: TLS context for a ``wss://`` URL (:func:`server.client.client_context`: a CA
+            file, a client certificate for mutual TLS); refused with a ``ws://`` URL.
+
+    Raises:
+        ClientError: ``ssl`` given for a ``ws://`` URL.
     """
 
     def __init__(
@@ -165,8 +172,12 @@ class Client:
         queue_size: int = 10_000,
         max_size: int = 64 * 1024 * 1024,
         connector: Connector = connect_websocket,
+        ssl: ssl.SSLContext | None = None,
     ) -> None:
+        if ssl is not None and not url.lower().startswith("wss://"):
+            raise ClientError(f"a TLS context needs a wss:// URL, not {url!r}")
         self.url = url
+        self.ssl = ssl
         self.name = name
         self.user_id = user_id
         self.password = password
@@ -217,7 +228,7 @@ class Client:
         """Open the connection and log on; raises the typed failure if refused."""
         handlers = Handlers(self._frame_received, self._state.data_to_send, self._connection_lost)
         self._conn = await self._connector(
-            self.url, handlers, open_timeout=timeout, max_size=self.max_size
+            self.url, handlers, open_timeout=timeout, max_size=self.max_size, ssl=self.ssl
         )
         self._flush_soon = self._conn.flush_soon
         cid = self._state.logon_command(
@@ -272,7 +283,12 @@ class Client:
             self._waiters.pop(cid, None)
             self._state.forget(cid)
         if not result.ok:
-            raise failure_for(result.reason or "", str(result.header.get("detail", "")))
+            retry = result.header.get("retry_after")
+            raise failure_for(
+                result.reason or "",
+                str(result.header.get("detail", "")),
+                float(retry) if isinstance(retry, int | float) else None,
+            )
         return result
 
     # -- API -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -80,10 +81,20 @@ class Transport(Protocol):
 
 
 class Connector(Protocol):
-    """Opens a :class:`Transport` (the client's ``connector`` argument)."""
+    """Opens a :class:`Transport` (the client's ``connector`` argument).
+
+    ``ssl`` is the TLS context for a ``wss://`` URL (None: the library's default, which
+    verifies against the system's CAs).
+    """
 
     def __call__(
-        self, url: str, handlers: Handlers, *, open_timeout: float, max_size: int | None
+        self,
+        url: str,
+        handlers: Handlers,
+        *,
+        open_timeout: float,
+        max_size: int | None,
+        ssl: ssl.SSLContext | None = None,
     ) -> Awaitable[Transport]: ...
 
 
@@ -108,14 +119,18 @@ class WebSocketTransport:
         *,
         open_timeout: float = 10.0,
         max_size: int | None = 64 * 1024 * 1024,
+        ssl: ssl.SSLContext | None = None,
     ) -> WebSocketTransport:
-        """Connect to ``url`` (``ws://host:port/amps/json``) and start reading."""
+        """Connect to ``url`` (``ws://`` or ``wss://host:port/amps/json``) and start
+        reading. A ``wss://`` URL verifies the broker's certificate (``ssl``, or the
+        system's CAs)."""
         ws = await connect(
             url,
             compression=None,
             max_size=max_size,
             open_timeout=open_timeout,
             ping_interval=None,
+            ssl=ssl,
         )
         return cls(ws, handlers)
 
@@ -205,11 +220,16 @@ class WebSocketTransport:
 
 
 async def connect_websocket(
-    url: str, handlers: Handlers, *, open_timeout: float, max_size: int | None
+    url: str,
+    handlers: Handlers,
+    *,
+    open_timeout: float,
+    max_size: int | None,
+    ssl: ssl.SSLContext | None = None,
 ) -> Transport:
     """The default :class:`Connector`: a :class:`WebSocketTransport`."""
     return await WebSocketTransport.open(
-        url, handlers, open_timeout=open_timeout, max_size=max_size
+        url, handlers, open_timeout=open_timeout, max_size=max_size, ssl=ssl
     )
 
 

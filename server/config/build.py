@@ -6,7 +6,9 @@ Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Ad
 other, each contradiction reported at the element that makes it:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
-- a non-loopback address needs ``<Users>``;
+- a non-loopback address needs ``<Users>``, and TLS or an explicit ``AllowPlaintext``;
+- the TLS elements given in Admin and the transports must agree (one listener), and
+  client certificates (``ClientAuth``) need users to map them to;
 - ``Admin/Authentication`` must agree with ``<Users>`` (and follows it when omitted);
 - no transport's ``MaxMessageSize`` may exceed ``Tuning/SlowClientBufferLimit``.
 """
@@ -17,7 +19,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from server.config.errors import BIND_REQUIRES_USERS, SHARED_ADDRESS
+from server.config.errors import (
+    BIND_REQUIRES_USERS,
+    PLAINTEXT_NEEDS_PERMISSION,
+    SHARED_ADDRESS,
+    SHARED_TLS,
+)
 from server.config.model import (
     DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -25,6 +32,7 @@ from server.config.model import (
     DEFAULT_TRANSPORT,
     EXPLICIT_STATS_FILE,
     Config,
+    TlsConfig,
     TransactionLogConfig,
     TransportConfig,
     TuningConfig,
@@ -33,6 +41,7 @@ from server.config.model import (
 from server.config.netaddr import format_inet_addr, is_loopback
 from server.config.sections.admin import AdminPart, read_admin
 from server.config.sections.sow import read_sow
+from server.config.sections.tls import ListenerPart
 from server.config.sections.transactionlog import read_transaction_log
 from server.config.sections.transports import TransportPart, read_transports
 from server.config.sections.tuning import read_tuning
@@ -77,6 +86,41 @@ def _settle_address(binds: Sequence[Bind]) -> tuple[str, int]:
                 f"(line {first.node.line})",
             )
     return first.host, first.port
+
+
+def _settle_listener(parts: Sequence[ListenerPart]) -> tuple[TlsConfig | None, bool]:
+    """The listener's TLS and AllowPlaintext: every section that gives them must agree."""
+    tls_first = next((p for p in parts if p.tls is not None), None)
+    plain_first = next((p for p in parts if p.allow_plaintext is not None), None)
+    for part in parts:
+        if tls_first is not None and part.tls is not None and part.tls != tls_first.tls:
+            assert part.tls_node is not None and tls_first.tls_node is not None
+            raise fail(
+                part.tls_node,
+                f"{SHARED_TLS}: these TLS settings differ from those at "
+                f"{tls_first.tls_node.path} (line {tls_first.tls_node.line})",
+            )
+        if (
+            plain_first is not None
+            and part.allow_plaintext is not None
+            and part.allow_plaintext != plain_first.allow_plaintext
+        ):
+            assert part.plaintext_node is not None and plain_first.plaintext_node is not None
+            raise fail(
+                part.plaintext_node,
+                f"{SHARED_TLS}: AllowPlaintext differs from "
+                f"{plain_first.plaintext_node.path} (line {plain_first.plaintext_node.line})",
+            )
+    tls = tls_first.tls if tls_first is not None else None
+    allow = bool(plain_first.allow_plaintext) if plain_first is not None else False
+    if tls is not None and allow:
+        assert plain_first is not None and plain_first.plaintext_node is not None
+        raise fail(
+            plain_first.plaintext_node,
+            "AllowPlaintext true contradicts the <Certificate> of this listener: it serves "
+            "TLS; remove AllowPlaintext",
+        )
+    return tls, allow
 
 
 def _authentication(admin: AdminPart, users: tuple[UserConfig, ...]) -> str:
@@ -165,10 +209,25 @@ def build(root: Node, ctx: Context) -> Config:
     # Cross-checks, each reported at the element that makes the contradiction.
     binds = [bind for bind in [admin.bind] + [t.bind for t in transports or ()] if bind]
     host, port = _settle_address(binds)
+    listeners = [admin.listener] + [t.listener for t in transports or ()]
+    tls, allow_plaintext = _settle_listener(listeners)
     if not users and not is_loopback(host):
         raise fail(
             binds[0].node,
             f"{BIND_REQUIRES_USERS}; {format_inet_addr(host, port)} is reachable from other machines",
+        )
+    if users and tls is None and not allow_plaintext and not is_loopback(host):
+        raise fail(
+            binds[0].node,
+            f"{PLAINTEXT_NEEDS_PERMISSION}; {format_inet_addr(host, port)} is reachable from "
+            "other machines",
+        )
+    if tls is not None and tls.client_auth != "none" and not users:
+        tls_node = next(p.tls_node for p in listeners if p.tls_node is not None)
+        raise fail(
+            tls_node,
+            f"ClientAuth {tls.client_auth} maps client certificates to users: add <Users> "
+            "with <CertificateSubject>, or use ClientAuth none",
         )
     authentication = _authentication(admin, users)
     _check_message_sizes(transports, tuning, limit_node)
@@ -189,5 +248,7 @@ def build(root: Node, ctx: Context) -> Config:
         tuning=tuning,
         users=users,
         sow=sow,
+        tls=tls,
+        allow_plaintext=allow_plaintext,
         explicit_paths=explicit,
     )

@@ -11,7 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from server.config.errors import BIND_REQUIRES_USERS, ConfigError, InetAddrError
+from server.config.errors import (
+    BIND_REQUIRES_USERS,
+    PLAINTEXT_NEEDS_PERMISSION,
+    ConfigError,
+    InetAddrError,
+)
 from server.config.model import (
     DEFAULT_HOST,
     DEFAULT_NAME,
@@ -35,11 +40,20 @@ _ADMIN_INET_ADDR = "/SpoolConfig/Admin/InetAddr"
 
 
 def _check_bind(config: Config) -> None:
-    if not config.users and not is_loopback(config.admin.host):
+    if is_loopback(config.admin.host):
+        return
+    if not config.users:
         raise ConfigError(
             _ADMIN_INET_ADDR,
             None,
             f"{BIND_REQUIRES_USERS}; {config.admin.address} is reachable from other machines",
+        )
+    if config.tls is None and not config.allow_plaintext:
+        raise ConfigError(
+            _ADMIN_INET_ADDR,
+            None,
+            f"{PLAINTEXT_NEEDS_PERMISSION}; {config.admin.address} is reachable from other "
+            "machines",
         )
 
 
@@ -188,8 +202,15 @@ def render_default_xml() -> str:
     <!-- HeartbeatDefault 0 = the client chooses -->
     <HeartbeatDefault>{format_duration(tuning.heartbeat_default)}</HeartbeatDefault>
     <PersistedAckInterval>{format_duration(tuning.persisted_ack_interval)}</PersistedAckInterval>
+    <!-- failed logons (websocket and dashboard) before further ones are refused unchecked -->
+    <LogonFailuresPerAddress>{tuning.logon_failures_per_address}</LogonFailuresPerAddress>
+    <LogonFailuresPerUser>{tuning.logon_failures_per_user}</LogonFailuresPerUser>
+    <LogonFailureWindow>{format_duration(tuning.logon_failure_window)}</LogonFailureWindow>
+    <PasswordCheckThreads>{tuning.password_check_threads}</PasswordCheckThreads>
   </Tuning>
 
-  <!-- No <Users>: no authentication, so only loopback addresses may be bound. -->
+  <!-- No <Users>: no authentication, so only loopback addresses may be bound.
+       TLS: <Certificate>, <PrivateKey> (and <CACertificate>, <ClientAuth> for client
+       certificates) in <Admin> or a <Transport>; see docs/security.md. -->
 </SpoolConfig>
 """

@@ -17,10 +17,29 @@ from typing import Final
 
 from server.protocol.errors import SpoolError
 
-__all__ = ["BIND_REQUIRES_USERS", "SHARED_ADDRESS", "ConfigError", "InetAddrError"]
+__all__ = [
+    "BIND_REQUIRES_USERS",
+    "PLAINTEXT_NEEDS_PERMISSION",
+    "SHARED_ADDRESS",
+    "SHARED_TLS",
+    "ConfigError",
+    "InetAddrError",
+]
 
 #: The loopback rule, refused by the file loader and by the command-line overrides alike.
 BIND_REQUIRES_USERS: Final = "binding a non-loopback address requires <Users> (authentication)"
+#: The TLS rule: passwords, tokens and messages never cross the network in clear text
+#: unless the operator says a TLS-terminating proxy is in front.
+PLAINTEXT_NEEDS_PERMISSION: Final = (
+    "a non-loopback listener with <Users> needs TLS (<Certificate> and <PrivateKey>), or "
+    "<AllowPlaintext>true</AllowPlaintext> when a TLS-terminating proxy is in front: "
+    "otherwise passwords, tokens and messages cross the network in clear text"
+)
+#: Why the TLS elements of every transport and the Admin must agree.
+SHARED_TLS: Final = (
+    "all transports and Admin share one listener, so one TLS setting (one HTTP server "
+    "serves /amps/json, /api and the dashboard on one port)"
+)
 #: Why every transport and the Admin must agree on one InetAddr.
 SHARED_ADDRESS: Final = (
     "all transports and Admin must share one InetAddr in this version (one HTTP server "

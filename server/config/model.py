@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from server.config.netaddr import format_inet_addr
+from server.config.netaddr import format_inet_addr, is_loopback
 
 __all__ = [
     "DEFAULT_HOST",
@@ -30,6 +30,7 @@ __all__ = [
     "AdminConfig",
     "Config",
     "SowTopicConfig",
+    "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",
     "TransportConfig",
@@ -75,6 +76,24 @@ class TransportConfig:
     def address(self) -> str:
         """``host:port`` (IPv6 in brackets), as shown by the admin API."""
         return format_inet_addr(self.host, self.port)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """TLS of the one listener (``wss://`` and ``https://`` on the web port).
+
+    Attributes:
+        certificate: PEM file: the server certificate, then its intermediates.
+        private_key: PEM file: its unencrypted private key.
+        ca_certificate: PEM bundle that client certificates must chain to.
+        client_auth: ``none`` (no client certificate asked), ``optional`` (verified when
+            sent) or ``required`` (a handshake without a valid one is refused).
+    """
+
+    certificate: Path
+    private_key: Path
+    ca_certificate: Path | None = None
+    client_auth: str = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +243,9 @@ class TuningConfig:
     """Limits and timings of client connections.
 
     Attributes:
+        logon_failures_per_address / logon_failures_per_user / logon_failure_window:
+            the logon throttle (server/throttle.py).
+        password_check_threads: size of the password-check pool (server/scryptpool.py).
         slow_client_buffer_limit: bytes buffered for one client before it is disconnected
             with ``slow client``.
         heartbeat_default: heartbeat interval in seconds for clients that ask for none;
@@ -235,11 +257,21 @@ class TuningConfig:
     slow_client_buffer_limit: int = 64 * 1024 * 1024
     heartbeat_default: float = 0.0  # seconds; 0 = client chooses
     persisted_ack_interval: float = 1.0  # periodic bookmark-position ack after replay
+    #: failed logons (websocket and dashboard together) from one address, in
+    #: ``logon_failure_window``, after which its logons are refused without a check
+    logon_failures_per_address: int = 10
+    #: failed logons for one user name, from any address, in the window
+    logon_failures_per_user: int = 30
+    logon_failure_window: float = 300.0  # seconds, sliding
+    #: threads that run password checks (scrypt); a flood of logons waits for them
+    #: instead of taking the threads fsync and file reads use
+    password_check_threads: int = 1
 
 
 @dataclass(frozen=True, slots=True)
 class UserConfig:
-    """A user: password hash (scrypt$...) and/or token; topic entitlements as regexes."""
+    """A user: password hash (scrypt$...), token and/or client certificate subject; topic
+    entitlements as regexes."""
 
     name: str
     # Both are kept out of repr(): a hash in a log invites offline cracking.
@@ -248,6 +280,9 @@ class UserConfig:
     admin: bool = False
     read: tuple[str, ...] = ()  # regexes; empty = nothing
     write: tuple[str, ...] = ()
+    #: RFC 4514 subject (canonical form) of the client certificate that logs on as this
+    #: user over mutual TLS
+    certificate_subject: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +299,9 @@ class Config:
         tuning: limits and timings.
         users: empty = no authentication (and loopback only).
         sow: the SOW topics, in file order (the first rule that matches a topic wins).
+        tls: the listener's TLS, or ``None`` (plain ``ws://`` and ``http://``).
+        allow_plaintext: a non-loopback listener with users may run without TLS (a
+            TLS-terminating proxy is in front).
         source_path: the file it was loaded from; ``None`` for text or the default.
         explicit_paths: which data-directory-derived paths the file gave itself
             (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
@@ -278,6 +316,8 @@ class Config:
     tuning: TuningConfig = TuningConfig()
     users: tuple[UserConfig, ...] = ()
     sow: tuple[SowTopicConfig, ...] = ()
+    tls: TlsConfig | None = None
+    allow_plaintext: bool = False
     source_path: Path | None = None
     explicit_paths: frozenset[str] = frozenset()
 
@@ -287,6 +327,12 @@ class Config:
             if rule.matches(topic):
                 return rule
         return None
+
+    @property
+    def plaintext_exposed(self) -> bool:
+        """Whether the listener is reachable from other machines without TLS (allowed only
+        with ``AllowPlaintext``; the event log and the dashboard say so)."""
+        return self.tls is None and not is_loopback(self.admin.host)
 
     @property
     def auth_enabled(self) -> bool:

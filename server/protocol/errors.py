@@ -56,6 +56,10 @@ class ProtocolFailure(SpoolError):
     def __str__(self) -> str:
         return f"{self.reason}: {self.detail}" if self.detail else self.reason
 
+    def ack_fields(self) -> dict[str, str | int | float]:
+        """Extra header fields of the failure ack (none for most reasons)."""
+        return {}
+
 
 class LogonRequired(ProtocolFailure):
     reason = "logon required"
@@ -66,7 +70,20 @@ class NameInUse(ProtocolFailure):
 
 
 class AuthFailure(ProtocolFailure):
+    """``auth failure``; with ``retry_after`` (seconds) when the logon was refused unchecked
+    because of the throttle or a full password-check pool (docs/protocol.md)."""
+
     reason = "auth failure"
+
+    def __init__(self, detail: str = "", retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+    def ack_fields(self) -> dict[str, str | int | float]:
+        if self.retry_after is None:
+            return {}
+        # whole seconds, rounded up, at least 1 (like HTTP Retry-After)
+        return {"retry_after": max(1, int(self.retry_after + 0.999))}
 
 
 class NotEntitled(ProtocolFailure):
@@ -158,10 +175,13 @@ ALL_FAILURES: Final[tuple[type[ProtocolFailure], ...]] = (
 BY_REASON: Final[dict[str, type[ProtocolFailure]]] = {cls.reason: cls for cls in ALL_FAILURES}
 
 
-def failure_for(reason: str, detail: str = "") -> ProtocolFailure:
-    """Rebuild the typed exception for a reason string received on the wire (client side)."""
+def failure_for(reason: str, detail: str = "", retry_after: float | None = None) -> ProtocolFailure:
+    """Rebuild the typed exception for a reason string received on the wire (client side);
+    ``retry_after`` is the ack's field of that name (an ``auth failure`` of the throttle)."""
     cls = BY_REASON.get(reason)
     if cls is None:
         err = InvalidMessage(detail or reason)
         return err
+    if cls is AuthFailure:
+        return AuthFailure(detail, retry_after)
     return cls(detail)

@@ -19,6 +19,11 @@ Families (``_total`` suffixes are added by the exposition format for counters)::
     spool_txlog_appended_total, spool_txlog_flushes_total
     spool_fsync_latency_seconds{quantile}            (summary; count = flushes)
     spool_persisted_ack_latency_seconds_bucket{le}   (histogram)
+    spool_logon_{succeeded,failures,refused}_total{path}, spool_logon_blocked{kind}
+    spool_password_checks_total, spool_password_check_seconds_total,
+    spool_password_checks_pending
+    spool_tls_enabled, spool_tls_certificate_not_after_seconds,
+    spool_tls_certificate_reloads_total, spool_plaintext_listener
     process_* / python_*                             (prometheus-client's collectors)
 """
 
@@ -39,6 +44,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
+    SecurityCounters,
     TopicCounters,
     TransportCounters,
     TxlogCounters,
@@ -132,6 +138,68 @@ class SpoolCollector(Collector):
         if txlog is not None:
             yield from self._txlog(txlog)
         yield self._ack_histogram(snap["persisted_ack_latency"])
+        yield from self._security(snap["security"])
+
+    @staticmethod
+    def _security(sec: SecurityCounters) -> Iterator[Metric]:
+        for per_path, name, doc in (
+            (sec["logon_succeeded"], "spool_logon_succeeded", "Logons that succeeded"),
+            (sec["logon_failures"], "spool_logon_failures", "Logons checked and refused"),
+            (
+                sec["logon_refused"],
+                "spool_logon_refused",
+                "Logons refused unchecked (throttle, full password-check pool)",
+            ),
+        ):
+            yield _labelled(
+                CounterMetricFamily(name, doc, labels=["path"]),
+                (([path], float(n)) for path, n in per_path.items()),
+            )
+        yield _labelled(
+            GaugeMetricFamily(
+                "spool_logon_blocked",
+                "Addresses and user names whose logons are refused now",
+                labels=["kind"],
+            ),
+            (
+                (["address"], float(sec["blocked_addresses"])),
+                (["user"], float(sec["blocked_users"])),
+            ),
+        )
+        yield CounterMetricFamily(
+            "spool_password_checks",
+            "Password checks (scrypt) run",
+            value=float(sec["password_checks"]),
+        )
+        yield CounterMetricFamily(
+            "spool_password_check_seconds",
+            "Thread time spent checking passwords",
+            value=sec["password_check_seconds"],
+        )
+        yield GaugeMetricFamily(
+            "spool_password_checks_pending",
+            "Password checks queued or running",
+            value=float(sec["password_checks_pending"]),
+        )
+        yield GaugeMetricFamily(
+            "spool_tls_enabled", "1 when the listener serves TLS", value=float(sec["tls_enabled"])
+        )
+        yield GaugeMetricFamily(
+            "spool_plaintext_listener",
+            "1 when the listener is reachable from other machines without TLS (AllowPlaintext)",
+            value=float(sec["plaintext_exposed"]),
+        )
+        if sec["tls_not_after"] is not None:
+            yield GaugeMetricFamily(
+                "spool_tls_certificate_not_after_seconds",
+                "When the served certificate expires, epoch seconds",
+                value=sec["tls_not_after"],
+            )
+            yield CounterMetricFamily(
+                "spool_tls_certificate_reloads",
+                "Certificate reloads (SIGHUP, admin action)",
+                value=float(sec["tls_reloads"]),
+            )
 
     @staticmethod
     def _clients(clients: dict[str, ClientCounters]) -> Iterator[Metric]:

@@ -17,6 +17,7 @@ Paths (docs/admin-api.md has the full table)::
     txlog/{last_seq,durable_seq,bytes,journals}  txlog/{appended,flushes}_rate
     txlog/fsync_{p50,p99}_ms
     persisted_ack/{count,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms}   (per interval)
+    security/{logon_failures,logon_refused}[_rate]  security/tls_expires_in_days
 """
 
 from __future__ import annotations
@@ -117,6 +118,27 @@ def snapshot_values(
                 out[f"txlog/{counter}_rate"] = rate(txlog[counter], before, elapsed)
         for latency in TXLOG_LATENCIES:
             out[f"txlog/{latency}"] = float(txlog[latency])
+
+    security = current["security"]
+    prev_security = previous["security"] if previous is not None else None
+    for path, per_path, prev_per_path in (
+        (
+            "security/logon_failures",
+            security["logon_failures"],
+            prev_security["logon_failures"] if prev_security is not None else None,
+        ),
+        (
+            "security/logon_refused",
+            security["logon_refused"],
+            prev_security["logon_refused"] if prev_security is not None else None,
+        ),
+    ):
+        total = float(sum(per_path.values()))
+        before = float(sum(prev_per_path.values())) if prev_per_path is not None else None
+        _counter(out, path, total, before, elapsed)
+    not_after = security["tls_not_after"]
+    if not_after is not None:
+        out["security/tls_expires_in_days"] = (not_after - current["time"]) / 86400.0
 
     if ack_delta is not None:
         out["persisted_ack/count"] = float(ack_delta.count)

@@ -61,6 +61,27 @@ class TransportCounters(TypedDict):
     enabled: bool
 
 
+class SecurityCounters(TypedDict):
+    """Logons, password checks and the listener's TLS.
+
+    ``logon_*`` are per path (``websocket``, ``dashboard``): ``failures`` were checked and
+    wrong, ``refused`` turned away unchecked (throttle, full password pool).
+    """
+
+    logon_succeeded: dict[str, int]
+    logon_failures: dict[str, int]
+    logon_refused: dict[str, int]
+    blocked_addresses: int
+    blocked_users: int
+    password_checks: int
+    password_check_seconds: float
+    password_checks_pending: int
+    tls_enabled: bool
+    tls_not_after: float | None
+    tls_reloads: int
+    plaintext_exposed: bool
+
+
 class MetricsSnapshot(TypedDict):
     """Everything counted, at one moment (``time``, epoch seconds)."""
 
@@ -77,3 +98,4 @@ class MetricsSnapshot(TypedDict):
     txlog: TxlogCounters | None
     persisted_ack_latency: LatencyHistogram
     transports: dict[str, TransportCounters]
+    security: SecurityCounters

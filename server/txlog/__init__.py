@@ -31,7 +31,7 @@ from server.txlog.locate import Located, LookupView
 from server.txlog.log import TransactionLog
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.record import Record, RecordKind
-from server.txlog.recovery import RecoveryReport, Truncation
+from server.txlog.recoveryreport import RecoveryReport, Truncation
 
 __all__ = [
     "CorruptRecord",

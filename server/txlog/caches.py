@@ -6,11 +6,11 @@ flusher made every ack of a commit that closed a journal wait for a sealed index
 built and written (several fsyncs). Failures are reported (``cache_write_failed``), never
 latched.
 
-Per journal the index file goes through two forms (see :mod:`.index`): while the journal is
+Per journal the index file goes through two forms (see :mod:`.indexfile`): while the journal is
 active, an *open* index - a header, then one entry appended per closed block; once the
 journal is finished, the *sealed* index replaces it atomically, and the journal's in-memory
-:class:`~server.txlog.index.IndexBuilder` is swapped for the mmapped
-:class:`~server.txlog.index.SealedIndex` on the loop.
+:class:`~server.txlog.indexbuilder.IndexBuilder` is swapped for the mmapped
+:class:`~server.txlog.sealedindex.SealedIndex` on the loop.
 
 Thread contract: the work of one batch runs in a worker thread, one batch at a time (the
 cache task awaits each). The index file descriptors belong to that work; the loop touches
@@ -32,8 +32,10 @@ from server.txlog.clients import encode_clients_ack
 from server.txlog.events import EventCallback
 from server.txlog.files import clients_ack_name, index_name, write_atomic
 from server.txlog.groupcommit import Batch
-from server.txlog.index import IndexBuilder, SealedIndex, encode_open_header
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.indexfile import encode_open_header
 from server.txlog.journal import Journal
+from server.txlog.sealedindex import SealedIndex
 
 __all__ = ["CacheWriter"]
 

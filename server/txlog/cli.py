@@ -255,14 +255,6 @@ def _open(args: argparse.Namespace, directory: Path, trust: bool) -> Recovery:
     return recover(directory, args.archive, instance, apply=False, trust_indexes=trust)
 
 
-def _close(rec: Recovery) -> None:
-    for j in rec.journals:
-        j.source.retire()
-        close = getattr(j.index, "close", None)
-        if close is not None:
-            close()
-
-
 def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """``spool journal verify``."""
     out = out or sys.stdout
@@ -301,7 +293,7 @@ def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
             )
         return _EXIT_OK if report.clean else _EXIT_DAMAGE
     finally:
-        _close(rec)
+        rec.close()
 
 
 def cmd_find(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -362,4 +354,4 @@ def cmd_find(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"spool journal find: {exc}", file=sys.stderr)
         return _EXIT_DAMAGE
     finally:
-        _close(rec)
+        rec.close()

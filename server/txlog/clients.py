@@ -17,17 +17,28 @@ Layout (little-endian)::
     32  24 x count      pub_hash u64, pub_seq u64, seq u64   (sorted by pub_hash)
     end 4  crc32c       CRC-32C of every byte before it
 
-It is rewritten whole (temp file + rename) when a journal rolls and at close.
+It is rewritten whole (temp file + rename) when a journal rolls and at close. At open,
+recovery turns it back into the table with :func:`rebuild_publishers`. No I/O here: the
+callers read and write the file.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Final
+from collections.abc import Iterator, Sequence
+from typing import Final, Literal, Protocol
 
 import google_crc32c
 
-__all__ = ["encode_clients_ack", "parse_clients_ack"]
+from server.txlog.index import PublisherSummary
+
+__all__ = [
+    "ClientsAckUse",
+    "PublisherIndex",
+    "encode_clients_ack",
+    "parse_clients_ack",
+    "rebuild_publishers",
+]
 
 MAGIC: Final = b"SPOOLACK"
 VERSION: Final = 1
@@ -54,3 +65,57 @@ def parse_clients_ack(data: bytes) -> tuple[int, dict[int, tuple[int, int]]] | N
         return None
     body = data[_HEAD.size : len(data) - 4]
     return covered, {h: (ps, seq) for h, ps, seq in _ENTRY.iter_unpack(body)}
+
+
+#: how recovery used ``clients.ack``: as it was, completed from indexes, or not at all
+ClientsAckUse = Literal["used", "partial", "rebuilt"]
+
+
+class PublisherIndex(Protocol):
+    """What :func:`rebuild_publishers` needs of a journal's index (either form has it)."""
+
+    @property
+    def last_seq(self) -> int: ...
+
+    def publishers(self) -> Iterator[PublisherSummary]: ...
+
+
+def rebuild_publishers(
+    data: bytes | None, indexes: Sequence[PublisherIndex]
+) -> tuple[dict[int, tuple[int, int]], ClientsAckUse]:
+    """The publisher table of a recovered log.
+
+    ``clients.ack`` is trimmed to the log (entries for seqs recovery cut are dropped) and
+    completed from the publisher summaries of the journals it does not cover; a missing
+    or damaged file means every journal's summaries are read.
+
+    Args:
+        data: the bytes of ``clients.ack``, None when it could not be read.
+        indexes: the recovered journals' indexes, oldest first.
+
+    Returns:
+        ``(pub_hash -> (pub_seq, seq), how the file was used)``.
+    """
+    last_seq = indexes[-1].last_seq if indexes else 0
+    parsed = parse_clients_ack(data) if data is not None else None
+    table: dict[int, tuple[int, int]] = {}
+    todo: Sequence[PublisherIndex]
+    state: ClientsAckUse
+    if parsed is None:
+        state = "rebuilt"
+        todo = indexes
+    else:
+        covered, saved = parsed
+        table = {h: v for h, v in saved.items() if v[1] <= last_seq}
+        if covered > last_seq:
+            state = "partial"
+            todo = indexes
+        else:
+            todo = [index for index in indexes if index.last_seq > covered]
+            state = "used" if not todo else "partial"
+    for index in todo:
+        for p in index.publishers():
+            cur = table.get(p.pub_hash)
+            if cur is None or p.last_seq > cur[1]:
+                table[p.pub_hash] = (p.max_pub_seq, p.last_seq)
+    return table, state

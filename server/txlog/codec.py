@@ -205,21 +205,29 @@ def encode_run(
     topic: str,
     message_type: str,
     bodies: list[bytes],
+    corr_ids: list[str] | None = None,
+    sow_keys: list[str] | None = None,
     *,
     kind: int = RecordKind.PUBLISH,
-    sow_keys: list[str] | None = None,
+    path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """Encode consecutive records of one publisher, topic and kind, one timestamp.
+    """Encode consecutive records of one publisher, topic, kind and path, one timestamp.
 
-    The batched form of :func:`encode` (no path or correlation id; a SOW key per record
-    when ``sow_keys`` is given): the topic and message type are encoded once and the
-    per-record work is one header pack, one concatenation and one CRC. Record ``i`` gets
-    seq ``first_seq + i``.
+    The batched form of :func:`encode`: the topic and message type are encoded once and
+    the per-record work is one header pack, one concatenation and one CRC (a SOW key per
+    record included, when ``sow_keys`` is given). Record ``i`` gets seq
+    ``first_seq + i``. With correlation ids or a replication path, each record is a whole
+    :func:`encode` instead.
 
     Returns:
-        The encoded records, from the first; fewer than given when one does not fit the
-        format (:func:`encode` of that record raises the reason).
+        The encoded records, from the first; fewer than given when one cannot be encoded
+        (:func:`encode` of that record raises the reason).
     """
+    if corr_ids or path:
+        return _encode_each(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys, kind, path,
+        )  # fmt: skip
     tb = _enc_cache.get(topic) or _utf8(topic)
     mb = _enc_cache.get(message_type) or _utf8(message_type)
     tl = len(tb)
@@ -252,6 +260,33 @@ def encode_run(
                 seq += 1
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
+    return out
+
+
+def _encode_each(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+    corr_ids: list[str] | None,
+    sow_keys: list[str] | None,
+    kind: int,
+    path: tuple[str, ...],
+) -> list[bytes]:
+    """:func:`encode_run` of records with correlation ids or a path, one at a time."""
+    out: list[bytes] = []
+    for i, body in enumerate(bodies):
+        fields = (
+            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind,
+            path, 0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+        )  # fmt: skip
+        try:
+            out.append(encode(*fields))
+        except Exception:
+            break  # that record cannot be encoded: the caller gets the ones before it
     return out
 
 

@@ -31,7 +31,7 @@ from server.clock import Clock
 from server.txlog.errors import TxlogWriteFailed
 from server.txlog.events import EventCallback
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir
-from server.txlog.index import IndexBuilder
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalList
 from server.txlog.reader import JournalSource, PlainSource
 
@@ -202,6 +202,31 @@ class Pending:
         self.taken_seq = self.last_seq
         return batch
 
+    def close_block(self) -> None:
+        """Close the active journal's partial index block; its entry goes in the next batch."""
+        entry = self.builder.close_block()
+        if entry:
+            self.index.append((self.journals.active, entry))
+
+    def roll(self, new: Journal, builder: IndexBuilder) -> None:
+        """Finish the active journal and continue in ``new``, whose index is ``builder``.
+
+        Bookkeeping only: the finished journal's last block and bytes go in the next
+        batch, whose commit truncates and fsyncs it before any byte of ``new`` is written
+        (the flusher thread switches the files).
+        """
+        old = self.journals.active
+        self.close_block()
+        if self.buf:
+            self.chunks.append((old, self.offset, self.buf))
+            self.buf = bytearray()
+        old.finished = True
+        old.rolling = True
+        self.finished.append(old)
+        self.journals.add(new)
+        self.builder = builder
+        self.length = self.offset = 0
+
     def drop(self) -> None:
         """Forget what was not taken yet (a crash at a group-commit boundary)."""
         self.chunks, self.index, self.finished = [], [], []
@@ -275,6 +300,18 @@ class GroupCommit:
         """That quantile of the recent fsync times of a commit, in ms (0 before any)."""
         lat = sorted(self._latencies)
         return lat[min(len(lat) - 1, int(quantile * len(lat)))] * 1000.0 if lat else 0.0
+
+    def stats(self) -> dict[str, float]:
+        """The group-commit entries of the log's ``stats()``."""
+        return {
+            "appended_bytes": float(self.appended_bytes),
+            "durable_seq": float(self.durable_seq),
+            "flushes": float(self.flushes),
+            "fsync_p50_ms": self.fsync_ms(0.5),
+            "fsync_p99_ms": self.fsync_ms(0.99),
+            "last_flush_records": float(self.last_batch_records),
+            "write_failed": 1.0 if self.write_error is not None else 0.0,
+        }
 
     # -- lifecycle (event loop) ---------------------------------------------------------
 

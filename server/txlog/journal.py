@@ -16,8 +16,9 @@ from typing import Literal
 
 from server.bookmarks import format_bookmark
 from server.txlog.files import Compression
-from server.txlog.index import IndexBuilder, SealedIndex
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.reader import JournalSource
+from server.txlog.sealedindex import SealedIndex
 
 __all__ = ["Journal", "JournalInfo", "JournalList", "JournalState"]
 
@@ -154,6 +155,13 @@ class Journal:
     def sealed(self) -> bool:
         """Finished and its sealed index is in place (safe to archive, compress, remove)."""
         return self.finished and isinstance(self.index, SealedIndex)
+
+    def close(self) -> None:
+        """Release its reader and its mapped index (closing, removed, or a failed open)."""
+        if self.source is not None:
+            self.source.retire()
+        if isinstance(self.index, SealedIndex):
+            self.index.close()
 
     def info(self, state: JournalState, pinned_by: str | None) -> JournalInfo:
         """The public view of this journal."""

@@ -63,13 +63,14 @@ from server.txlog.files import (
     validate_instance,
 )
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
-from server.txlog.index import BLOCK_BYTES, IndexBuilder, SealedIndex
+from server.txlog.index import BLOCK_BYTES
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.reading import RecordReader
 from server.txlog.record import Record, RecordKind
-from server.txlog.recovery import RecoveryReport
+from server.txlog.recoveryreport import RecoveryReport, recovery_stats
 from server.txlog.retention import Retention
 from server.txlog.space import DiskSpace
 from server.txlog.startup import open_files
@@ -177,17 +178,7 @@ class TransactionLog:
         self._pubs.update(opened.publishers)
         self._state = _OPEN
         for t in opened.report.truncations:
-            self._emit(
-                "recovery_truncated",
-                {
-                    "path": t.path,
-                    "offset": t.offset,
-                    "bytes_cut": t.bytes_cut,
-                    "reason": t.reason,
-                    "first_seq_cut": t.first_seq_cut,
-                    "saved_to": t.saved_to,
-                },
-            )
+            self._emit("recovery_truncated", t.to_dict())
         self._commit.start(active.last_seq, active, opened.handle)
         log.info(
             "transaction log %s open: seqs %d..%d in %d journals, recovery %.3fs",
@@ -209,23 +200,9 @@ class TransactionLog:
             return
         # 1. refuse appends
         self._state = _CLOSING
-        pending = self._pending
         # 2. close the partial index block: the next open then has nothing to scan
-        entry = pending.builder.close_block()
-        if entry:
-            pending.index.append((self._journals.active, entry))
-        # 3. final group commit; the flusher exits once nothing is pending
-        await self._commit.stop()
-        await self._caches.drain()
-        # 4. clients.ack as of the durable position, then close every file
-        snapshot = dict(self._pubs) if self._commit.write_error is None else None
-        await asyncio.to_thread(self._close_files, snapshot, self._commit.durable_seq)
-        # 5. wake whoever still waits
-        self._state = _CLOSED
-        self._commit.fail_waiters(
-            self._commit.write_error or TxlogClosed("the transaction log is closed")
-        )
-        self._closed_event.set()
+        self._pending.close_block()
+        await self._shut_down("the transaction log is closed", clients_ack=True)
 
     async def abort(self) -> None:
         """Stop as a crash would: drop what is not durable yet, write no cache, close.
@@ -241,13 +218,20 @@ class TransactionLog:
             return
         self._state = _CLOSING
         self._pending.drop()
-        await self._commit.stop()
+        await self._shut_down("the transaction log was aborted", clients_ack=False)
+
+    async def _shut_down(self, reason: str, *, clients_ack: bool) -> None:
+        """The steps :meth:`close` and :meth:`abort` share, once appends are refused."""
+        commit = self._commit
+        # 3. final group commit; the flusher exits once nothing is pending
+        await commit.stop()
         await self._caches.drain()
-        await asyncio.to_thread(self._close_files, None, self._commit.durable_seq)
+        # 4. clients.ack as of the durable position (close only), then close every file
+        snapshot = dict(self._pubs) if clients_ack and commit.write_error is None else None
+        await asyncio.to_thread(self._close_files, snapshot, commit.durable_seq)
+        # 5. wake whoever still waits
         self._state = _CLOSED
-        self._commit.fail_waiters(
-            self._commit.write_error or TxlogClosed("the transaction log was aborted")
-        )
+        commit.fail_waiters(commit.write_error or TxlogClosed(reason))
         self._closed_event.set()
 
     def _close_files(self, publishers: dict[int, tuple[int, int]] | None, covered: int) -> None:
@@ -256,10 +240,7 @@ class TransactionLog:
         self._commit.close_files()
         self._caches.close()
         for j in self._journals:
-            if j.source is not None:
-                j.source.retire()
-            if isinstance(j.index, SealedIndex):
-                j.index.close()
+            j.close()
 
     def _check_open(self) -> None:
         if self._state != _OPEN:
@@ -408,24 +389,11 @@ class TransactionLog:
                     n = i
                     break
                 prev_seq = ps
-        encoded: list[bytes]
-        if corr_ids or path:
-            encoded = []
-            for i in range(n):
-                fields = (
-                    seq + 1 + i, ts, pub_hash, pub_seqs[i], topic, message_type,
-                    kind, path, 0, bodies[i],
-                    corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
-                )  # fmt: skip
-                try:
-                    encoded.append(encode(*fields))
-                except Exception:
-                    break
-        else:
-            encoded = encode_run(
-                seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n],
-                kind=kind, sow_keys=sow_keys[:n] if sow_keys else None,
-            )  # fmt: skip
+        encoded = encode_run(
+            seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n],
+            corr_ids[:n] if corr_ids else None, sow_keys[:n] if sow_keys else None,
+            kind=kind, path=path,
+        )  # fmt: skip
         try:
             return self._place(encoded, ts, pub_hash, pub_seqs)
         except Exception:
@@ -498,26 +466,13 @@ class TransactionLog:
         Raises:
             TxlogFull: a new journal would exceed MaxSize.
         """
-        pending = self._pending
-        old = self._journals.active
         prealloc = self._space.room_for_roll()
-        entry = pending.builder.close_block()
-        if entry:
-            pending.index.append((old, entry))
-        if pending.buf:
-            pending.chunks.append((old, pending.offset, pending.buf))
-            pending.buf = bytearray()
-        old.finished = True
-        old.rolling = True
-        pending.finished.append(old)
         builder = IndexBuilder(seq, self._block_bytes)
         new = Journal(
             seq, self._dir / journal_name(self.instance, seq), builder,
             prealloc=prealloc, created=False, disk_size=self._journal_size,
         )  # fmt: skip
-        self._journals.add(new)
-        pending.builder = builder
-        pending.length = pending.offset = 0
+        self._pending.roll(new, builder)
         self._rolls += 1
 
     # -- durability ---------------------------------------------------------------------
@@ -729,29 +684,18 @@ class TransactionLog:
 
     def stats(self) -> dict[str, float]:
         """Counters and gauges for the dashboard and /metrics."""
-        commit = self._commit
         last = self._pending.last_seq
-        report = self._report
         return {
             "appended": float(last - self._open_seq),
-            "appended_bytes": float(commit.appended_bytes),
             "last_seq": float(last),
-            "durable_seq": float(commit.durable_seq),
             "first_seq": float(self.first_seq) if len(self._journals) else 0.0,
-            "pending_records": float(last - commit.durable_seq),
-            "flushes": float(commit.flushes),
-            "fsync_p50_ms": commit.fsync_ms(0.5),
-            "fsync_p99_ms": commit.fsync_ms(0.99),
-            "last_flush_records": float(commit.last_batch_records),
+            "pending_records": float(last - self._commit.durable_seq),
             "journals": float(len(self._journals)),
-            "preallocated": float(len(self._space.files)),
             "rolls": float(self._rolls),
-            "disk_bytes": float(self._space.used),
             "publishers": float(len(self._pubs)),
             "pins": float(len(self._retention.pins())),
             "tail_cache_bytes": float(self._tail.nbytes),
-            "write_failed": 1.0 if commit.write_error is not None else 0.0,
-            "recovery_seconds": report.duration_s if report else 0.0,
-            "recovery_truncated_bytes": float(report.bytes_truncated) if report else 0.0,
-            "recovery_records": float(report.records_recovered) if report else 0.0,
+            **self._commit.stats(),
+            **self._space.stats(),
+            **recovery_stats(self._report),
         }

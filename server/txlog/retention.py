@@ -24,7 +24,6 @@ from server.txlog.compression import compress_journal
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from server.txlog.events import EventCallback
 from server.txlog.files import Compression, fsync_dir, index_name, journal_name
-from server.txlog.index import SealedIndex
 from server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
 from server.txlog.pins import Pin, PinInfo, PinRegistry
 from server.txlog.reader import JournalSource, open_source
@@ -168,10 +167,7 @@ class Retention:
             paths: list[Path] = []
             for j in targets:
                 self._space.release(j.disk_size)
-                if j.source is not None:
-                    j.source.retire()
-                if isinstance(j.index, SealedIndex):
-                    j.index.close()
+                j.close()
                 paths.append(j.path)
                 paths.append(j.path.parent / index_name(self._instance, j.base))
                 self._emit("journal_removed", {"journal": j.base, "path": str(j.path)})

@@ -102,6 +102,10 @@ class DiskSpace:
         """Preallocations under way whose room a roll already took."""
         return self._void
 
+    def stats(self) -> dict[str, float]:
+        """The disk entries of the log's ``stats()``: files ready, bytes counted."""
+        return {"preallocated": float(len(self._files)), "disk_bytes": float(self._used)}
+
     def fits(self, total: int) -> bool:
         """Whether ``total`` bytes are within ``MaxSize``."""
         return not self._max_size or total <= self._max_size

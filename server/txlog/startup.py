@@ -20,10 +20,11 @@ from server.config import TransactionLogConfig
 from server.txlog.caches import CacheWriter
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
 from server.txlog.groupcommit import GroupCommit
-from server.txlog.index import IndexBuilder, SealedIndex
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal
 from server.txlog.reader import PlainSource
-from server.txlog.recovery import RecoveryReport, recover
+from server.txlog.recovery import recover
+from server.txlog.recoveryreport import RecoveryReport
 from server.txlog.space import DiskSpace
 
 __all__ = ["Opened", "open_files"]
@@ -106,9 +107,6 @@ def open_files(
         space.prepare(preallocated, rec.next_prealloc_number, sum(j.disk_size for j in journals))
     except BaseException:
         for j in journals:  # nothing is left open behind a failed open()
-            if j.source is not None:
-                j.source.retire()
-            if isinstance(j.index, SealedIndex):
-                j.index.close()
+            j.close()
         raise
     return Opened(rec.report, journals, rec.publishers, handle)

@@ -164,3 +164,70 @@ const hostPoller = new Poller(async () => {
   }
 }, 5000);
 hostPoller.start();
+
+// -- listener security and logons -------------------------------------------------------
+
+function kvRows(node, rows) {
+  node.replaceChildren(...rows.flatMap(([label, value, cls = ""]) => [
+    el("dt", { text: label }),
+    el("dd", { text: String(value ?? "–"), className: cls, title: String(value ?? "") }),
+  ]));
+}
+
+function perPath(counts) {
+  const c = counts ?? {};
+  return `websocket ${fmtInt(c.websocket ?? 0)} · dashboard ${fmtInt(c.dashboard ?? 0)}`;
+}
+
+function renderSecurity(listener, logons) {
+  const tls = listener.tls;
+  if (tls) {
+    const cert = tls.certificate;
+    const days = tls.expires_in_days;
+    const expiry = `${fmtDateTime(cert.not_after)} (${days < 0 ? "expired" : `${days.toFixed(1)} days`})`;
+    setText($id("tls-badge"), `TLS · ${tls.minimum_version}+`);
+    kvRows($id("tls-kv"), [
+      ["address", listener.address],
+      ["certificate", cert.subject],
+      ["issuer", cert.issuer],
+      ["expires", expiry, tls.expired ? "err" : tls.expiring ? "warn" : ""],
+      ["client certs", tls.client_auth],
+      ["reloads", `${fmtInt(tls.reloads)} · loaded ${fmtDateTime(tls.loaded_at)}`],
+      ["last reload", tls.last_reload_error ?? "ok", tls.last_reload_error ? "err" : ""],
+      ["sha-256", cert.sha256],
+    ]);
+  } else {
+    setText($id("tls-badge"), "plain text");
+    kvRows($id("tls-kv"), [
+      ["address", listener.address],
+      ["TLS", listener.plaintext_exposed
+        ? "none: reachable from other machines in clear text (AllowPlaintext)"
+        : "none (loopback only)", listener.plaintext_exposed ? "warn" : ""],
+    ]);
+  }
+  const p = logons.policy;
+  setText($id("logons-policy"),
+    `${p.failures_per_address}/address · ${p.failures_per_user}/user per ${fmtDuration(p.window_s)}`);
+  const blocked = logons.blocked_addresses + logons.blocked_users;
+  const last = logons.recent_failures.at(-1);
+  kvRows($id("logons-kv"), [
+    ["succeeded", perPath(logons.succeeded)],
+    ["failed", perPath(logons.failures), (logons.failures.websocket + logons.failures.dashboard) ? "warn" : ""],
+    ["refused unchecked", perPath(logons.refused)],
+    ["throttled now", `${fmtInt(logons.blocked_addresses)} addresses · ${fmtInt(logons.blocked_users)} users`,
+      blocked ? "warn" : ""],
+    ["password checks", `${fmtInt(logons.password_checks)} run · ${fmtInt(logons.password_checks_pending)} waiting`],
+    ["last failure", last ? `${fmtDateTime(last.time)} ${last.remote ?? ""} ${last.user ?? ""}` : "none"],
+  ]);
+}
+
+const securityPoller = new Poller(async () => {
+  try {
+    const [listener, logons] = await Promise.all([api("/api/tls"), api("/api/logons")]);
+    renderSecurity(listener, logons);
+    alert.clear("security");
+  } catch (err) {
+    alert.error(err, "security", "security");
+  }
+}, 10000);
+securityPoller.start();

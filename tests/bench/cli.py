@@ -42,6 +42,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "fanout": spool_families.run_fanout,
     "latency": spool_families.run_latency,
     "replay": spool_families.run_replay,
+    "tls": spool_families.run_tls,
     "memory": spool_families.run_memory,
     "sow": sow_family.run_sow,
     "redis": peer_families.run_redis,

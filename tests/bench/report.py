@@ -29,6 +29,7 @@ def compare(
             "peer": c.peer,
             "metric": c.metric,
             "goal": c.goal,
+            "goal_ratio": c.goal_ratio,
         }
         sides = [by_name.get(c.spool), by_name.get(c.peer)]
         if sides[0] is None or sides[1] is None:
@@ -58,7 +59,7 @@ def compare(
                 spool_value=values[0],
                 peer_value=values[1],
                 ratio=ratio,
-                goal_met=(ratio >= 1.0) if (c.goal and ratio is not None) else None,
+                goal_met=(ratio >= c.goal_ratio) if (c.goal and ratio is not None) else None,
                 reason="",
             )
         out.append(row)
@@ -124,7 +125,9 @@ def _comparison_lines(record: dict[str, Any]) -> list[str]:
             continue
         goal = ""
         if c["goal_met"] is not None:
-            goal = "  goal >= 1.00x " + ("met" if c["goal_met"] else "MISSED")
+            goal = f"  goal >= {c.get('goal_ratio', 1.0):.2f}x " + (
+                "met" if c["goal_met"] else "MISSED"
+            )
         lines.append(
             f"  {c['label']}: {format_number(c['spool_value'])} / "
             f"{format_number(c['peer_value'])} = {c['ratio']:.2f}x{goal}"
@@ -231,7 +234,9 @@ def format_markdown(record: dict[str, Any]) -> str:
                 out.append(f"| {c['label']} | | | n/a | {_clip(c['reason'], 80)} |")
                 continue
             goal = (
-                "" if c["goal_met"] is None else (">= 1: met" if c["goal_met"] else ">= 1: MISSED")
+                ""
+                if c["goal_met"] is None
+                else f">= {c.get('goal_ratio', 1.0):g}: " + ("met" if c["goal_met"] else "MISSED")
             )
             out.append(
                 f"| {c['label']} | {format_number(c['spool_value'])} | "

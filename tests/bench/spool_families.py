@@ -68,7 +68,9 @@ def _with_broker(
 # -- publish -----------------------------------------------------------------------------
 
 
-def _publish_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict[str, float]:
+def _publish_once(
+    suite: Suite, broker: SpoolProcess, spec: ScenarioSpec, cafile: str | None = None
+) -> dict[str, float]:
     s = suite.settings
     rid = suite.next_id()
     persisted = spec.params["ack"] == "persisted"
@@ -87,6 +89,7 @@ def _publish_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dic
                     "window": s.window,
                     "per_frame": s.per_frame,
                     "timeout": s.worker_timeout,
+                    "cafile": cafile,
                 },
             )
         ],
@@ -307,7 +310,9 @@ def run_latency(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
 REPLAY_TOPIC = "bench/replay"
 
 
-def _populate(suite: Suite, broker: SpoolProcess, body_bytes: int) -> dict[str, float]:
+def _populate(
+    suite: Suite, broker: SpoolProcess, body_bytes: int, cafile: str | None = None
+) -> dict[str, float]:
     s = suite.settings
     (res,) = run_tasks(
         [
@@ -324,6 +329,7 @@ def _populate(suite: Suite, broker: SpoolProcess, body_bytes: int) -> dict[str, 
                     "window": s.window,
                     "per_frame": s.per_frame,
                     "timeout": s.worker_timeout * 4,
+                    "cafile": cafile,
                 },
             )
         ],
@@ -333,7 +339,9 @@ def _populate(suite: Suite, broker: SpoolProcess, body_bytes: int) -> dict[str, 
     return {"messages": float(s.replay_count), "seconds": secs, "msgs_per_s": s.replay_count / secs}
 
 
-def _replay_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict[str, float]:
+def _replay_once(
+    suite: Suite, broker: SpoolProcess, spec: ScenarioSpec, cafile: str | None = None
+) -> dict[str, float]:
     s = suite.settings
     rid = suite.next_id()
     flt = spec.params.get("filter")
@@ -350,6 +358,7 @@ def _replay_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict
                     "expected": expected,
                     "filter": flt,
                     "timeout": s.worker_timeout,
+                    "cafile": cafile,
                 },
             )
         ],
@@ -429,6 +438,46 @@ def run_replay(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
                     )
 
         _with_broker(suite, f"replay-{body_bytes}", group, body)
+
+
+# -- TLS -------------------------------------------------------------------------------
+
+
+def run_tls(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
+    """Persisted publish and replay over wss:// against a TLS broker (certificates of a
+    throwaway CA made for the run). The plain figures come from the publish and replay
+    families of the same run; the report prints the ratios (goal >= 0.8x, issue 21)."""
+    s = suite.settings
+    with contextlib.ExitStack() as stack:
+        try:
+            broker, cafile = stack.enter_context(suite.spool_tls_broker("tls"))
+        except Exception as exc:
+            suite.record_all(specs, "error", f"broker did not start: {reason_of(exc)}")
+            return
+        pid = functools.partial(_pid, broker)
+        for spec in (sp for sp in specs if "ack" in sp.params):
+            suite.measure(
+                spec,
+                functools.partial(_publish_once, suite, broker, spec, cafile),
+                params={"count": s.publish_count, "window": s.window, "flush_interval": "1ms"},
+                profile_pid=pid,
+            )
+        replays = [sp for sp in specs if "ack" not in sp.params]
+        if not replays:
+            return
+        suite.log(f"  populating {s.replay_count:,} messages of 100 bytes over wss://")
+        try:
+            fill = _populate(suite, broker, 100, cafile)
+        except Exception as exc:
+            suite.record_all(replays, "error", f"populating the log failed: {reason_of(exc)}")
+            return
+        for spec in replays:
+            suite.measure(
+                spec,
+                functools.partial(_replay_once, suite, broker, spec, cafile),
+                params={"log_messages": s.replay_count, "populate": fill},
+                profile_pid=pid,
+            )
 
 
 # -- memory ------------------------------------------------------------------------------

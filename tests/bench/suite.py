@@ -27,6 +27,7 @@ import psutil
 from tests.bench.catalog import ScenarioSpec, format_number
 from tests.bench.profiling import PySpyRecorder, find_py_spy
 from tests.bench.results import ScenarioResult, Status
+from tests.support.certs import TestCA
 from tests.support.server import SpoolProcess, config_xml
 
 #: tuning of the benchmark brokers: a deep outbound buffer, so a burst that outruns a
@@ -275,6 +276,32 @@ class Suite:
         finally:
             code = proc.stop()
             if code not in (0, None, -signal.SIGTERM):  # uvicorn re-raises SIGTERM
+                self.log(f"  broker {label} exited with {code}; log: {proc.log_path}")
+
+    @contextlib.contextmanager
+    def spool_tls_broker(self, label: str) -> Iterator[tuple[SpoolProcess, str]]:
+        """A fresh broker serving TLS (a throwaway CA's certificate for 127.0.0.1), and the
+        CA file its clients verify it with; stopped at the end."""
+        d = self.workdir / f"spool-{label}"
+        pki = TestCA(d / "pki", "bench")
+        pair = pki.issue_server("server")
+        xml = config_xml(
+            d / "data",
+            name=f"bench-{label}",
+            admin_interval="10s",
+            tuning=BENCH_TUNING,
+            admin_extra=(
+                f"<Certificate>{pair.cert_path}</Certificate>"
+                f"<PrivateKey>{pair.key_path}</PrivateKey>"
+            ),
+        )
+        proc = SpoolProcess(d, xml, tls=True)
+        proc.start(timeout=120)
+        try:
+            yield proc, str(pki.cert_path)
+        finally:
+            code = proc.stop()
+            if code not in (0, None, -signal.SIGTERM):
                 self.log(f"  broker {label} exited with {code}; log: {proc.log_path}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import ssl
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -49,10 +50,12 @@ class BenchProtocolError(Exception):
 
 
 async def open_session(
-    url: str, name: str, *, timeout: float = 30.0
+    url: str, name: str, *, timeout: float = 30.0, cafile: str | None = None
 ) -> tuple[ClientConnection, dict[str, Any]]:
     """Connect without compression and log on as ``name``; returns the logon ack too
     (its ``s`` is the last sequence number the broker persisted for this name).
+
+    A ``wss://`` URL verifies the broker against ``cafile`` (the TLS scenarios' own CA).
 
     Raises:
         BenchProtocolError: the logon was refused.
@@ -60,6 +63,7 @@ async def open_session(
     """
     ws = await connect(
         url,
+        ssl=ssl.create_default_context(cafile=cafile) if url.startswith("wss://") else None,
         compression=None,
         max_size=None,
         open_timeout=timeout,

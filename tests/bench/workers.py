@@ -87,6 +87,7 @@ async def publish_burst(
     window: int,
     per_frame: int,
     timeout: float,
+    cafile: str | None = None,
 ) -> dict[str, Any]:
     """Publish ``count`` messages as fast as the broker takes them.
 
@@ -95,7 +96,7 @@ async def publish_burst(
     most ``window`` messages are unacked at any time and the run ends at the ack covering
     the last one.
     """
-    ws, logon = await open_session(url, name, timeout=timeout)
+    ws, logon = await open_session(url, name, timeout=timeout, cafile=cafile)
     base = int(logon.get("s", 0) or 0)
     bodies = body_pool(body_bytes, seed)
     enc = PublishEncoder(topic, persisted=persisted)
@@ -188,10 +189,11 @@ async def replay_subscriber(
     expected: int,
     filter: str | None,
     timeout: float,
+    cafile: str | None = None,
 ) -> dict[str, Any]:
     """Subscribe from EPOCH after go (the subscribe is part of the measured time) and count
     deliveries until ``expected``."""
-    ws, _ = await open_session(url, name, timeout=timeout)
+    ws, _ = await open_session(url, name, timeout=timeout, cafile=cafile)
     try:
         await gate.aopen()
         start = time.monotonic_ns()

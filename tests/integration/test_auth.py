@@ -230,7 +230,8 @@ def test_probes_from_another_address(tmp_path: Path, public: bool) -> None:
     xml = config_xml(
         tmp_path / "data",
         users=USERS,
-        admin_extra="<MetricsPublic>true</MetricsPublic>" if public else "",
+        admin_extra="<AllowPlaintext>true</AllowPlaintext>"
+        + ("<MetricsPublic>true</MetricsPublic>" if public else ""),
     )
     xml = xml.replace("127.0.0.1:0", "0.0.0.0:0")
     with (
@@ -250,6 +251,15 @@ def test_probes_from_another_address(tmp_path: Path, public: bool) -> None:
             == 200
         )
         assert http.get("/").status_code == 303
+        # plain text off loopback (AllowPlaintext) is said: event log, every page, /metrics
+        bearer = {"Authorization": f"Bearer {VIEWER_TOKEN}"}
+        page = http.get("/", headers=bearer)
+        assert page.status_code == 200 and 'id="plaintext-banner"' in page.text
+        events = http.get("/api/events", params={"category": "instance"}, headers=bearer)
+        plain = [e for e in events.json()["events"] if e["event"] == "plaintext_listener"]
+        assert plain and plain[0]["level"] == "warning"
+        assert "spool_plaintext_listener 1.0" in http.get("/metrics", headers=bearer).text
+        assert http.get("/api/tls", headers=bearer).json()["plaintext_exposed"] is True
 
 
 # -- websocket logon -----------------------------------------------------------------------

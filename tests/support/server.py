@@ -69,9 +69,16 @@ class SpoolProcess:
     """One `spool serve` process. ``start()`` returns once it is listening."""
 
     def __init__(
-        self, workdir: Path, xml: str | None = None, *, extra_args: tuple[str, ...] = ()
+        self,
+        workdir: Path,
+        xml: str | None = None,
+        *,
+        extra_args: tuple[str, ...] = (),
+        tls: bool = False,
     ) -> None:
         self.workdir = workdir
+        #: the config serves TLS: URLs are wss:// and https://
+        self.tls = tls
         workdir.mkdir(parents=True, exist_ok=True)
         self.config_path = workdir / "spool.xml"
         if xml is None:
@@ -86,11 +93,21 @@ class SpoolProcess:
 
     @property
     def ws_url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/amps/json"
+        return f"{'wss' if self.tls else 'ws'}://127.0.0.1:{self.port}/amps/json"
 
     @property
     def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the server (SIGHUP reloads its TLS certificate pair)."""
+        assert self.proc is not None
+        self.proc.send_signal(sig)
 
     def start(self, timeout: float = 30.0) -> SpoolProcess:
         if self.port_file.exists():

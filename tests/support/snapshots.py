@@ -17,6 +17,7 @@ from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
+    SecurityCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -99,6 +100,30 @@ def transport_counters(*, connections: int = 0, enabled: bool = True) -> Transpo
     return {"connections": connections, "enabled": enabled}
 
 
+def security_counters(
+    *,
+    logon_failures: Mapping[str, int] | None = None,
+    logon_refused: Mapping[str, int] | None = None,
+    tls_not_after: float | None = None,
+) -> SecurityCounters:
+    """Logons and TLS: no logons yet, plain text unless ``tls_not_after`` is given."""
+    zero = {"websocket": 0, "dashboard": 0}
+    return {
+        "logon_succeeded": dict(zero),
+        "logon_failures": dict(logon_failures or zero),
+        "logon_refused": dict(logon_refused or zero),
+        "blocked_addresses": 0,
+        "blocked_users": 0,
+        "password_checks": 0,
+        "password_check_seconds": 0.0,
+        "password_checks_pending": 0,
+        "tls_enabled": tls_not_after is not None,
+        "tls_not_after": tls_not_after,
+        "tls_reloads": 0,
+        "plaintext_exposed": False,
+    }
+
+
 def metrics_snapshot(
     *,
     time: float = EPOCH,
@@ -114,6 +139,7 @@ def metrics_snapshot(
     txlog: TxlogCounters | None = None,
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
+    security: SecurityCounters | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -132,4 +158,5 @@ def metrics_snapshot(
             persisted_ack_latency if persisted_ack_latency is not None else LatencyHistogram()
         ),
         "transports": dict(transports or {}),
+        "security": security if security is not None else security_counters(),
     }

@@ -13,7 +13,7 @@ from server.auth import Authenticator, InvalidEntitlement, register
 from server.clock import VirtualClock
 from server.config import UserConfig
 from server.passwords import hash_password, verify_password
-from web.auth import LoginThrottle, SessionStore, safe_next
+from web.auth import SessionStore, safe_next
 
 OPS_HASH = hash_password("correct horse")
 USERS = (
@@ -122,23 +122,6 @@ def test_session_store_is_bounded() -> None:
     assert store.get(ids[-1]) is not None
     store.delete(ids[-1])
     assert store.get(ids[-1]) is None
-
-
-def test_login_throttle_window() -> None:
-    clock = VirtualClock()
-    throttle = LoginThrottle(clock, max_failures=3, window=60)
-    for _ in range(3):
-        assert throttle.retry_after("1.2.3.4") == 0.0
-        throttle.failed("1.2.3.4")
-    assert throttle.retry_after("1.2.3.4") == 60.0
-    assert throttle.retry_after("5.6.7.8") == 0.0
-    asyncio.run(clock.advance(30))
-    assert throttle.retry_after("1.2.3.4") == 30.0
-    asyncio.run(clock.advance(30))
-    assert throttle.retry_after("1.2.3.4") == 0.0
-    throttle.failed("9.9.9.9")
-    throttle.succeeded("9.9.9.9")
-    assert throttle.retry_after("9.9.9.9") == 0.0
 
 
 @pytest.mark.parametrize(

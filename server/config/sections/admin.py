@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Final
 
 from server.config.model import AdminConfig
+from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
 from server.config.values import (
     DAY,
     Bind,
@@ -29,6 +30,7 @@ _ADMIN_SPEC: Final[Spec] = {
     "Authentication": False,
     "StatsRetention": False,
     "MetricsPublic": False,
+    **TLS_ELEMENTS,
 }
 _AUTHENTICATION: Final = ("none", "token")
 
@@ -43,19 +45,21 @@ class AdminPart:
             ``authentication`` as written or the default.
         authentication: the Authentication element, if given (checked against Users).
         stats_explicit: whether the file gave FileName (so ``--data-dir`` leaves it alone).
+        listener: the TLS elements it gave (sections/tls.py).
     """
 
     bind: Bind | None
     config: AdminConfig
     authentication: Node | None
     stats_explicit: bool
+    listener: ListenerPart
 
 
 def read_admin(node: Node | None, ctx: Context, data_dir: Path) -> AdminPart:
     """Read ``<Admin>`` (absent: every default, the stats file under ``data_dir``)."""
     default = AdminConfig(stats_file=data_dir / "stats.db")
     if node is None:
-        return AdminPart(None, default, None, False)
+        return AdminPart(None, default, None, False, ListenerPart(None, None, None, None))
     kids = Children(node, _ADMIN_SPEC)
     bind = None
     if (addr := kids.one("InetAddr")) is not None:
@@ -89,4 +93,5 @@ def read_admin(node: Node | None, ctx: Context, data_dir: Path) -> AdminPart:
         stats_retention=retention,
         metrics_public=metrics_public,
     )
-    return AdminPart(bind, config, auth_node, stats_node is not None)
+    listener = read_listener(kids, ctx)
+    return AdminPart(bind, config, auth_node, stats_node is not None, listener)

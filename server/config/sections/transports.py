@@ -18,6 +18,7 @@ from server.config.model import (
     MESSAGE_TYPES,
     TransportConfig,
 )
+from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
 from server.config.values import (
     GB,
     KB,
@@ -43,6 +44,7 @@ _TRANSPORT_SPEC: Final[Spec] = {
     "PerMessageDeflate": False,
     "MaxMessageSize": False,
     "Enabled": False,
+    **TLS_ELEMENTS,
 }
 _TRANSPORT_TYPES: Final = ("websocket",)
 #: Transport types CONFIG.md describes that this version refuses, with the missing feature.
@@ -60,12 +62,14 @@ class TransportPart:
         config: host/port still the defaults (filled once the shared address is settled).
         node: the ``<Transport>`` element.
         max_message_size: the MaxMessageSize element, if given.
+        listener: the TLS elements it gave (sections/tls.py).
     """
 
     bind: Bind | None
     config: TransportConfig
     node: Node
     max_message_size: Node | None
+    listener: ListenerPart
 
 
 def _transport_type(node: Node, ctx: Context) -> str:
@@ -109,7 +113,7 @@ def _transport(node: Node, ctx: Context) -> TransportPart:
         max_message_size=max_size,
         enabled=enabled,
     )
-    return TransportPart(bind, config, node, size_node)
+    return TransportPart(bind, config, node, size_node, read_listener(kids, ctx))
 
 
 def read_transports(node: Node, ctx: Context) -> list[TransportPart]:

@@ -1,5 +1,9 @@
 """The ``<Tuning>`` section: limits and timings of client connections.
 
+The logon throttle (``LogonFailuresPerAddress``, ``LogonFailuresPerUser``,
+``LogonFailureWindow``) and the password-check pool (``PasswordCheckThreads``) are here
+too: they bound what a flood of logons can cost (docs/security.md).
+
 ``MinimumSyncDestinations`` (CONFIG.md) counts synchronous replication destinations; with
 no replication in this version nothing would read it, so it is refused as "not supported
 yet" instead of being accepted and ignored.
@@ -12,7 +16,7 @@ from dataclasses import replace
 from typing import Final
 
 from server.config.model import TuningConfig
-from server.config.values import GB, KB, Context, read_duration, read_size
+from server.config.values import DAY, GB, KB, Context, read_duration, read_int, read_size
 from server.config.xmltree import Children, Node, Spec
 
 __all__ = ["read_tuning"]
@@ -21,6 +25,10 @@ _TUNING_SPEC: Final[Spec] = {
     "SlowClientBufferLimit": False,
     "HeartbeatDefault": False,
     "PersistedAckInterval": False,
+    "LogonFailuresPerAddress": False,
+    "LogonFailuresPerUser": False,
+    "LogonFailureWindow": False,
+    "PasswordCheckThreads": False,
 }
 _UNSUPPORTED: Final[Mapping[str, str]] = {
     "MinimumSyncDestinations": "synchronous replication destinations",
@@ -48,4 +56,18 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
     if (ack_node := kids.one("PersistedAckInterval")) is not None:
         interval = read_duration(ack_node, ctx, minimum=0.001, maximum=3600.0)
         tuning = replace(tuning, persisted_ack_interval=interval)
+    if (node_ := kids.one("LogonFailuresPerAddress")) is not None:
+        tuning = replace(
+            tuning, logon_failures_per_address=read_int(node_, ctx, minimum=1, maximum=10_000)
+        )
+    if (node_ := kids.one("LogonFailuresPerUser")) is not None:
+        tuning = replace(
+            tuning, logon_failures_per_user=read_int(node_, ctx, minimum=1, maximum=100_000)
+        )
+    if (node_ := kids.one("LogonFailureWindow")) is not None:
+        tuning = replace(
+            tuning, logon_failure_window=read_duration(node_, ctx, minimum=1.0, maximum=DAY)
+        )
+    if (node_ := kids.one("PasswordCheckThreads")) is not None:
+        tuning = replace(tuning, password_check_threads=read_int(node_, ctx, minimum=1, maximum=64))
     return tuning, limit_node

@@ -1,5 +1,9 @@
 """The ``<Users>`` section: who may log on, with what, and which topics they may use.
 
+A user logs on with a password (``PasswordHash``), a ``Token``, or a client certificate
+over mutual TLS (``CertificateSubject``: the certificate's subject as an RFC 4514 name,
+kept in canonical form; unique among users).
+
 Secrets are checked for shape here (a PasswordHash through
 :func:`server.passwords.parse_password_hash`, a Token for length and characters) so that a
 broken user is refused at start-up rather than at the first logon. Error messages never
@@ -15,6 +19,7 @@ from server.config.model import UserConfig
 from server.config.values import Context, read_bool, read_regex, read_value
 from server.config.xmltree import Children, Node, Spec, fail
 from server.passwords import InvalidPasswordHash, parse_password_hash
+from server.tls.certificate import InvalidName, canonical_name
 
 __all__ = ["read_users"]
 
@@ -26,13 +31,15 @@ _USER_SPEC: Final[Spec] = {
     "Admin": False,
     "Read": True,
     "Write": True,
+    "CertificateSubject": False,
 }
 _MIN_TOKEN_LENGTH: Final = 16
 _USER_NAME: Final = re.compile(r"[A-Za-z0-9_.@+-]{1,128}")
 
 
-def _user(node: Node, ctx: Context) -> tuple[UserConfig, Node | None]:
-    """One user, and its Token element (the duplicate-token check reports at it)."""
+def _user(node: Node, ctx: Context) -> tuple[UserConfig, Node | None, Node | None]:
+    """One user, and its Token and CertificateSubject elements (the uniqueness checks
+    report at them)."""
     kids = Children(node, _USER_SPEC)
     name_node = kids.require("Name")
     name = read_value(name_node, ctx)
@@ -60,17 +67,36 @@ def _user(node: Node, ctx: Context) -> tuple[UserConfig, Node | None]:
             )
         if not token.isascii() or not token.isprintable() or " " in token:
             raise fail(token_node, "the Token must be printable ASCII without spaces")
-    if password_hash is None and token is None:
-        raise fail(node, f"user {name!r} needs a <PasswordHash> or a <Token> (or both)")
+    subject = None
+    if (subject_node := kids.one("CertificateSubject")) is not None:
+        try:
+            subject = canonical_name(read_value(subject_node, ctx))
+        except InvalidName as exc:
+            raise fail(
+                subject_node,
+                f"not an RFC 4514 distinguished name ({exc}); write it as "
+                "CN=alice,O=Example (most specific first)",
+            ) from None
+    if password_hash is None and token is None and subject is None:
+        raise fail(
+            node,
+            f"user {name!r} needs a <PasswordHash>, a <Token> or a <CertificateSubject>",
+        )
     admin = False
     if (admin_node := kids.one("Admin")) is not None:
         admin = read_bool(admin_node, ctx)
     read = tuple(read_regex(read_node, ctx) for read_node in kids.many("Read"))
     write = tuple(read_regex(write_node, ctx) for write_node in kids.many("Write"))
     user = UserConfig(
-        name=name, password_hash=password_hash, token=token, admin=admin, read=read, write=write
+        name=name,
+        password_hash=password_hash,
+        token=token,
+        admin=admin,
+        read=read,
+        write=write,
+        certificate_subject=subject,
     )
-    return user, token_node
+    return user, token_node, subject_node
 
 
 def read_users(node: Node | None, ctx: Context) -> tuple[UserConfig, ...]:
@@ -87,8 +113,18 @@ def read_users(node: Node | None, ctx: Context) -> tuple[UserConfig, ...]:
     users: list[UserConfig] = []
     names: dict[str, int] = {}
     tokens: dict[str, str] = {}
+    subjects: dict[str, str] = {}
     for user_node in user_nodes:
-        user, token_node = _user(user_node, ctx)
+        user, token_node, subject_node = _user(user_node, ctx)
+        subject = user.certificate_subject
+        if subject is not None and subject_node is not None:
+            if subject in subjects:
+                raise fail(
+                    subject_node,
+                    f"user {user.name!r} has the same CertificateSubject as user "
+                    f"{subjects[subject]!r}; a certificate logs on as one user",
+                )
+            subjects[subject] = user.name
         if user.name in names:
             raise fail(
                 user_node, f"duplicate user {user.name!r} (first at line {names[user.name]})"

@@ -11,15 +11,18 @@ Two kinds of broker stand in for the real one:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import ssl
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, ParamSpec
 
 import pytest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from server.client import Client, Disconnected, Message
+from server.client import Client, ClientError, Disconnected, Message, client_context
 from server.client.connection import Handlers, Transport
 from server.protocol import errors
 from server.protocol.frame import FrameError, encode_message, parse_frame
@@ -117,11 +120,19 @@ class FakeConnector:
     def __init__(self) -> None:
         self.transport: FakeTransport | None = None
         self.calls: list[tuple[str, float, int | None]] = []
+        self.ssl: ssl.SSLContext | None = None
 
     async def __call__(
-        self, url: str, handlers: Handlers, *, open_timeout: float, max_size: int | None
+        self,
+        url: str,
+        handlers: Handlers,
+        *,
+        open_timeout: float,
+        max_size: int | None,
+        ssl: ssl.SSLContext | None = None,
     ) -> Transport:
         self.calls.append((url, open_timeout, max_size))
+        self.ssl = ssl
         self.transport = FakeTransport(handlers)
         return self.transport
 
@@ -453,3 +464,35 @@ async def test_a_subscription_failure_waits_for_room_in_a_full_queue() -> None:
         await broker.answer(asyncio.create_task(client.flush()))
         assert not client.closed.is_set()
         await client.close()
+
+
+def test_a_tls_context_needs_a_wss_url() -> None:
+    with pytest.raises(ClientError, match="needs a wss:// URL"):
+        Client("ws://fake/amps/json", "t", ssl=client_context())
+
+
+def test_the_tls_context_reaches_the_connector() -> None:
+    async def main() -> None:
+        connector = FakeConnector()
+        ctx = client_context(insecure=True)
+        client = Client("wss://fake/amps/json", "t", connector=connector, ssl=ctx)
+        task = asyncio.create_task(client.connect(timeout=5))
+        await async_wait_until(lambda: connector.transport is not None, 5, message="connect")
+        assert connector.ssl is ctx
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+def test_client_context_verifies_unless_told_not_to(tmp_path: Path) -> None:
+    strict = client_context()
+    assert strict.verify_mode == ssl.CERT_REQUIRED and strict.check_hostname
+    assert strict.minimum_version == ssl.TLSVersion.TLSv1_2
+    loose = client_context(insecure=True)
+    assert loose.verify_mode == ssl.CERT_NONE and not loose.check_hostname
+    with pytest.raises(ClientError, match="cannot use the CA file"):
+        client_context(cafile=tmp_path / "missing.pem")
+    with pytest.raises(ClientError, match="needs its certificate"):
+        client_context(keyfile=tmp_path / "k.pem")

@@ -99,7 +99,11 @@ def test_documented_default_is_the_rendered_default() -> None:
 def test_listen_override_moves_admin_and_transports() -> None:
     # A file holds one transport in this version; the model may hold several (one per
     # message type later), and every one of them moves.
-    cfg = parse(doc(f"{USERS}\n<Admin><InetAddr>9100</InetAddr></Admin>"))
+    cfg = parse(
+        doc(
+            f"{USERS}\n<Admin><InetAddr>9100</InetAddr><AllowPlaintext>true</AllowPlaintext></Admin>"
+        )
+    )
     cfg = dataclasses.replace(
         cfg,
         transports=(
@@ -111,6 +115,18 @@ def test_listen_override_moves_admin_and_transports() -> None:
     assert (moved.admin.host, moved.admin.port) == ("0.0.0.0", 9500)
     assert {(t.host, t.port) for t in moved.transports} == {("0.0.0.0", 9500)}
     assert [t.name for t in moved.transports] == ["r", "w"]
+
+
+def test_listen_override_keeps_the_plaintext_rule() -> None:
+    # users, no TLS, no AllowPlaintext: fine on loopback, refused once --listen exposes it
+    cfg = parse(doc(f"{USERS}\n<Admin><InetAddr>9100</InetAddr></Admin>"))
+    assert not cfg.plaintext_exposed
+    with pytest.raises(ConfigError) as info:
+        with_overrides(cfg, listen=("0.0.0.0", 9500))
+    assert info.value.path == "/SpoolConfig/Admin/InetAddr"
+    assert "AllowPlaintext" in info.value.message and "clear text" in info.value.message
+    allowed = with_overrides(dataclasses.replace(cfg, allow_plaintext=True), listen=("0.0.0.0", 1))
+    assert allowed.plaintext_exposed
 
 
 def test_listen_override_keeps_the_loopback_rule() -> None:

@@ -23,7 +23,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Users>\n<User><Name>u</Name><Admin>true</Admin></User>\n</Users>",
         "/SpoolConfig/Users/User",
         4,
-        "user 'u' needs a <PasswordHash> or a <Token> (or both)",
+        "user 'u' needs a <PasswordHash>, a <Token> or a <CertificateSubject>",
     ),
     (
         "hash shape",
@@ -120,7 +120,12 @@ def test_refused(body: str, path: str, line: int, fragment: str) -> None:
 
 
 def test_users_allow_any_address_and_imply_token_auth() -> None:
-    cfg = parse(doc(f"<Admin><InetAddr>0.0.0.0:9007</InetAddr></Admin>\n{USERS}"))
+    cfg = parse(
+        doc(
+            "<Admin><InetAddr>0.0.0.0:9007</InetAddr><AllowPlaintext>true</AllowPlaintext>"
+            f"</Admin>\n{USERS}"
+        )
+    )
     assert cfg.admin.authentication == "token"
     assert cfg.transports[0].host == "0.0.0.0"
     assert cfg.users[0].token == TOKEN

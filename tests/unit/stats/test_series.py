@@ -9,6 +9,7 @@ from server.stats.series import segment, snapshot_values
 from tests.support.snapshots import (
     client_counters,
     metrics_snapshot,
+    security_counters,
     subscription_lag,
     topic_counters,
     transport_counters,
@@ -109,8 +110,12 @@ def test_the_catalogue_of_paths() -> None:
         subscriptions_detail=[subscription_lag("a", "s")],
         transports={"ws": transport_counters()},
         txlog=txlog_counters(),
+        security=security_counters(tls_not_after=1_800_000_000.0),
     )
     counters = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
+    security = (
+        *(f"security/{k}{r}" for k in ("logon_failures", "logon_refused") for r in ("", "_rate")),
+    )
     assert set(snapshot_values(cur, cur, 1.0, h.snapshot())) == {
         *(f"instance/{k}{r}" for k in counters for r in ("", "_rate")),
         "instance/connections",
@@ -127,11 +132,14 @@ def test_the_catalogue_of_paths() -> None:
         "txlog/fsync_p99_ms",
         *(f"persisted_ack/{k}" for k in ("count", "mean_ms", "p50_ms", "p90_ms", "p99_ms")),
         "persisted_ack/p999_ms",
+        *security,
+        "security/tls_expires_in_days",
     }
     assert set(snapshot_values(metrics_snapshot(), None, 1.0)) == {
         *(f"instance/{k}{r}" for k in counters for r in ("", "_rate")),
         "instance/connections",
         "instance/subscriptions",
+        *security,
     }
 
 
@@ -151,3 +159,24 @@ def test_persisted_ack_percentiles_of_the_interval() -> None:
 
 def test_segment_escapes_separators() -> None:
     assert segment("a/b c%") == "a%2Fb%20c%25"
+
+
+def test_security_series_sum_both_logon_paths_and_count_days_to_expiry() -> None:
+    prev = metrics_snapshot(
+        security=security_counters(logon_failures={"websocket": 3, "dashboard": 1})
+    )
+    cur = metrics_snapshot(
+        time=1_700_000_000.0,
+        security=security_counters(
+            logon_failures={"websocket": 13, "dashboard": 1},
+            logon_refused={"websocket": 90, "dashboard": 0},
+            tls_not_after=1_700_000_000.0 + 14 * 86400,
+        ),
+    )
+    values = snapshot_values(cur, prev, 10.0)
+    assert values["security/logon_failures"] == 14
+    assert values["security/logon_failures_rate"] == 1.0
+    assert values["security/logon_refused_rate"] == 9.0
+    assert values["security/tls_expires_in_days"] == 14.0
+    plain = snapshot_values(metrics_snapshot(), None, 1.0)
+    assert "security/tls_expires_in_days" not in plain

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from server.txlog import CorruptRecord
 from server.txlog.batch import decode_batch
 from server.txlog.codec import decode_records, encode
-from server.txlog.index import IndexBuilder
+from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.reader import verified_range
 from tests.unit.txlog.helpers import journal_files, run
 from tests.unit.txlog.test_recovery import flip, make_log, offset_of, write_log

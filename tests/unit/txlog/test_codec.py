@@ -15,6 +15,7 @@ from server.txlog.codec import (
     decode_records,
     encode,
     encode_record,
+    encode_run,
     iter_records,
     make_record,
     scan,
@@ -219,3 +220,27 @@ def test_batch_from_records_matches_decoded(recs: list[Record]) -> None:
     assert list(batch) == recs and batch[1:] == recs[1:]
     assert batch.first_seq == recs[0].seq and batch.last_seq == recs[-1].seq
     assert len(RecordBatch.empty()) == 0 and RecordBatch.empty().last_seq == 0
+
+
+@pytest.mark.parametrize("extras", [False, True])
+def test_encode_run_is_encode_per_record_and_stops_before_one_that_does_not_fit(
+    extras: bool,
+) -> None:
+    bodies = [b"a", b"bb", b"", b"dddd"]
+    corr_ids = ["x1", "", "x3", "x4"] if extras else None
+    sow_keys = ["k1", "k2", "", "k4"] if extras else None
+    ts, h = 1_700_000_000_000_000, 77
+
+    def one(i: int, ps: int) -> bytes:
+        corr = corr_ids[i] if corr_ids else ""
+        key = sow_keys[i] if sow_keys else ""
+        return encode(10 + i, ts, h, ps, "t", "json", RecordKind.PUBLISH, (), 0, bodies[i],
+                      corr, key)  # fmt: skip
+
+    run = encode_run(10, ts, h, [5, 6, 7, 8], "t", "json", bodies, corr_ids, sow_keys)
+    assert run == [one(i, ps) for i, ps in enumerate([5, 6, 7, 8])]
+    # a pub_seq out of the u64 range: the run ends before it, encode() names the reason
+    short = encode_run(10, ts, h, [5, 6, 1 << 64, 8], "t", "json", bodies, corr_ids, sow_keys)
+    assert short == run[:2]
+    with pytest.raises(FieldOutOfRange):
+        one(2, 1 << 64)

@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.txlog.codec import encode, scan
-from server.txlog.index import BLOCK, IndexBuilder, SealedIndex, parse_open_index
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.indexfile import BLOCK, parse_open_index
 from server.txlog.record import RecordKind
+from server.txlog.sealedindex import SealedIndex
 
 Row = tuple[int, int, int, int, int, int]  # seq, offset, length, ts, pub_hash, pub_seq
 

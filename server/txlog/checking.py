@@ -1,0 +1,325 @@
+"""Checking one journal: how much of it is good, and its index.
+
+The read-only half of recovery, shared by ``open()`` (then :mod:`.repair` acts on the
+result) and by ``spool journal verify`` / ``find`` (which must not change anything). A
+journal is checked the cheapest way its files allow, as the recovery rules say
+(:mod:`.recovery`):
+
+- a finished journal with a valid sealed index is trusted (it was fully checked when it
+  was sealed): only the bytes after its indexed end are looked at (normally unwritten
+  preallocated space, which costs nothing to skip);
+- the journal that was being written is checked at disk speed where its index covers it
+  (one CRC-32C per ~4 KB block, read in large chunks), record by record after that;
+- a journal without a usable index is scanned record by record into a new
+  :class:`~server.txlog.indexbuilder.IndexBuilder`;
+- with ``trust`` off (``verify``) every record is scanned, and the index file is only
+  compared with what the scan found.
+
+The result, :class:`Examined`, says where the valid data ends, why it stops there (None:
+it does not, or only zeros follow), where the last non-zero byte after it is, and carries
+the journal's index and open reader for the log to keep.
+
+Thread contract: everything here runs in the one thread that runs recovery (a worker
+thread at ``open()``, the CLI's main thread); an :class:`Examined` and the index and
+reader it holds stay with that thread until :func:`~server.txlog.recovery.recover`
+returns them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import google_crc32c
+
+from server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD, record_size, scan
+from server.txlog.discovery import Candidate
+from server.txlog.errors import CorruptRecord
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.indexfile import parse_open_index
+from server.txlog.reader import JournalSource, PlainSource, open_source
+from server.txlog.sealedindex import SealedIndex
+
+__all__ = ["SCAN_CHUNK", "Examined", "examine"]
+
+#: bytes read at a time when scanning records or looking for non-zero bytes
+SCAN_CHUNK: Final = 8 << 20
+#: bytes read at a time when checking block CRCs
+VERIFY_CHUNK: Final = 8 << 20
+
+
+@dataclass(slots=True)
+class Examined:
+    """One checked journal.
+
+    Attributes:
+        cand: the journal file (replaced when repair rewrites a compressed journal plain).
+        source: an open reader of its bytes (the log keeps it; retire it otherwise).
+        index: its index up to ``end``: the sealed one when trusted, else a builder.
+        end: where its valid data ends.
+        size: its size (raw bytes for a compressed journal).
+        reason: why the data stops at ``end`` (None: clean, or only zeros follow).
+        garbage_end: end of the last non-zero byte at or after ``end``.
+        rebuilt: its index was (or, in ``verify``, would be) rebuilt from the records.
+        verified: journal bytes whose CRCs were checked.
+        problems: why its index file could not be used as it is.
+        index_intact: its open-form index file is right as it is (no rewrite needed).
+    """
+
+    cand: Candidate
+    source: JournalSource
+    index: IndexBuilder | SealedIndex
+    end: int
+    size: int
+    reason: str | None
+    garbage_end: int
+    rebuilt: bool
+    verified: int
+    problems: list[str] = field(default_factory=list)
+    index_intact: bool = False
+
+    @property
+    def damaged(self) -> bool:
+        """Recovery must cut it: a bad record, or non-zero bytes after the data."""
+        return self.reason is not None or self.garbage_end > self.end
+
+
+def examine(cand: Candidate, *, active: bool, trust: bool, block_bytes: int) -> Examined:
+    """Check one journal and produce its index (see the module docstring).
+
+    Args:
+        cand: the journal.
+        active: it is the journal that was being written (always checked).
+        trust: use a valid sealed index instead of reading a finished journal.
+        block_bytes: block size of an index built here.
+    """
+    source = open_source(cand.path, cand.compression)
+    try:
+        return _examine_source(cand, source, active=active, trust=trust, block_bytes=block_bytes)
+    except BaseException:
+        source.retire()
+        raise
+
+
+def _examine_source(
+    cand: Candidate, source: JournalSource, *, active: bool, trust: bool, block_bytes: int
+) -> Examined:
+    problems: list[str] = []
+    verified = 0
+    builder: IndexBuilder | None = None
+    intact = False  # an open-form index on disk that needs no rewrite
+    if not trust:  # verification: every record, whatever the index says; then the index
+        ex = _scan(cand, source, None, 0, [], False, block_bytes)
+        ex.problems.extend(_index_problems(cand, ex))
+        ex.rebuilt = bool(ex.problems)  # what the next open would have to rebuild
+        return ex
+    if cand.index_path is not None:
+        sealed = SealedIndex.load(cand.index_path, cand.base)
+        if sealed is not None and trust and not active and cand.compression is not None:
+            # compressed from a verified journal, with zstd/gzip checksums of their own:
+            # trusted without decompressing anything at open
+            end = sealed.data_len
+            return Examined(cand, source, sealed, end, end, None, end, False, 0)
+        size = source.size()
+        if sealed is not None:
+            fits = sealed.data_len == size or (cand.compression is None and sealed.data_len <= size)
+            if not fits:
+                problems.append(f"{cand.index_path}: does not match the journal's size")
+                sealed.close()
+            elif trust and not active:
+                garbage = _nonzero_end(source, sealed.data_len, size)
+                if garbage == sealed.data_len:
+                    return Examined(
+                        cand, source, sealed, sealed.data_len, size, None, garbage, False, 0
+                    )
+                problems.append(f"{cand.index_path}: journal has bytes after its indexed end")
+                sealed.close()
+            else:
+                blocks = [(b[1], b[2], b[5]) for b in sealed.blocks()]
+                bad, verified = _verify_blocks(source, blocks)
+                if bad is None:
+                    garbage = _nonzero_end(source, sealed.data_len, size)
+                    return Examined(
+                        cand, source, sealed, sealed.data_len, size, None, garbage, False, verified
+                    )
+                problems.append(f"{cand.index_path}: block {bad} does not match the journal")
+                sealed.close()
+        elif cand.compression is None:
+            try:
+                data = cand.index_path.read_bytes()
+            except OSError as exc:
+                data = b""
+                problems.append(f"{cand.index_path}: {exc}")
+            entries, problem = parse_open_index(data, cand.base)
+            if problem is not None and problem != "not an open index":
+                problems.append(f"{cand.index_path}: {problem}")
+            if problem == "not an open index":
+                problems.append(f"{cand.index_path}: invalid sealed index")
+            intact = problem is None
+            if entries:
+                bad, verified = _verify_blocks(
+                    source, [(e.offset, e.length, e.data_crc) for e in entries]
+                )
+                if bad is not None:
+                    problems.append(f"{cand.index_path}: block {bad} does not match the journal")
+                    entries = entries[:bad]
+                    intact = False
+            if entries:
+                builder = IndexBuilder(cand.base, block_bytes)
+                builder.restore(entries)
+                first = _edge(source, 0)
+                last = _edge(source, entries[-1].offset + entries[-1].last_rel)
+                if first is None or last is None:
+                    builder = None
+                    intact = False
+                else:
+                    builder.set_edges(first, last)
+        else:
+            problems.append(f"{cand.index_path}: invalid index")
+    return _scan(cand, source, builder, verified, problems, intact, block_bytes)
+
+
+def _scan(
+    cand: Candidate,
+    source: JournalSource,
+    builder: IndexBuilder | None,
+    verified: int,
+    problems: list[str],
+    intact: bool,
+    block_bytes: int,
+) -> Examined:
+    """Scan a journal record by record from where ``builder`` (if any) stops."""
+    size = source.size()
+    rebuilt = builder is None
+    if builder is None:
+        builder = IndexBuilder(cand.base, block_bytes)
+    start = builder.data_len
+    end, reason, scanned = _scan_into(builder, source, start, size)
+    verified += scanned
+    if reason == "end of data":
+        reason = None
+    damage = getattr(source, "damage", None)
+    if reason is None and damage is not None and end == size:
+        reason = damage  # a compressed journal whose data stops at an undecodable frame
+    garbage = _nonzero_end(source, end, size) if cand.compression is None and end < size else end
+    ex = Examined(cand, source, builder, end, size, reason, garbage, rebuilt, verified, problems)
+    ex.index_intact = intact and builder.data_len > 0
+    return ex
+
+
+def _index_problems(cand: Candidate, ex: Examined) -> list[str]:
+    """Whether the index file of a fully scanned journal agrees with what the scan found."""
+    if cand.index_path is None:
+        return [f"{cand.path}: no index"]
+    sealed = SealedIndex.load(cand.index_path, cand.base)
+    if sealed is not None:
+        try:
+            same = (sealed.count, sealed.data_len) == (ex.index.count, ex.end)
+        finally:
+            sealed.close()
+        return [] if same else [f"{cand.index_path}: does not match the journal"]
+    try:
+        entries, problem = parse_open_index(cand.index_path.read_bytes(), cand.base)
+    except OSError as exc:
+        return [f"{cand.index_path}: {exc}"]
+    if problem is not None:
+        return [f"{cand.index_path}: {problem}"]
+    covered = entries[-1].offset + entries[-1].length if entries else 0
+    return [] if covered <= ex.end else [f"{cand.index_path}: indexes past the journal's data"]
+
+
+def _edge(source: JournalSource, offset: int) -> tuple[int, int, int] | None:
+    """``(timestamp_us, pub_hash, pub_seq)`` of the record header at ``offset``."""
+    head = source.read(offset, HEADER_SIZE)
+    if len(head) < HEADER_SIZE:
+        return None
+    h = HEADER.unpack(head)
+    return h[5], h[6], h[7]
+
+
+def _scan_into(
+    builder: IndexBuilder, source: JournalSource, start: int, size: int
+) -> tuple[int, str | None, int]:
+    """Scan records from ``start`` into ``builder``.
+
+    Returns:
+        ``(end of valid data, reason it stopped or None at the end of the file, bytes)``.
+    """
+    pos = start
+    seq = builder.last_seq + 1
+    chunk = SCAN_CHUNK
+    scanned = 0
+    while pos < size:
+        try:
+            buf = source.read(pos, min(chunk, size - pos))
+        except CorruptRecord as exc:  # a compressed chunk that does not decompress
+            return pos, exc.reason, scanned
+        if not buf:
+            return pos, "torn record", scanned
+        final = pos + len(buf) >= size
+        res = scan(buf, 0, len(buf), seq, final=final, base=pos)
+        builder.add_scanned(buf, pos, res)
+        scanned += res.end
+        pos += res.end
+        seq = res.next_seq
+        if res.need_more:
+            need = record_size(buf, res.end)
+            chunk = max(SCAN_CHUNK, need) if need >= MIN_RECORD else SCAN_CHUNK
+            continue
+        chunk = SCAN_CHUNK
+        if res.reason is not None:
+            return pos, res.reason, scanned
+    return pos, None, scanned
+
+
+def _verify_blocks(
+    source: JournalSource, blocks: list[tuple[int, int, int]]
+) -> tuple[int | None, int]:
+    """Check ``(offset, length, crc)`` blocks in large reads.
+
+    Returns:
+        ``(index of the first bad block or None, bytes checked)``.
+    """
+    crc = google_crc32c.value
+    checked = 0
+    i = 0
+    n = len(blocks)
+    while i < n:
+        start = blocks[i][0]
+        j = i
+        stop = start
+        while j < n and (stop - start < VERIFY_CHUNK or j == i):
+            stop = blocks[j][0] + blocks[j][1]
+            j += 1
+        try:
+            buf = source.read(start, stop - start)
+        except CorruptRecord:
+            return i, checked
+        for k in range(i, j):
+            off, length, want = blocks[k]
+            a = off - start
+            if a + length > len(buf) or crc(buf[a : a + length]) != want:
+                return k, checked
+            checked += length
+        i = j
+    return None, checked
+
+
+def _nonzero_end(source: JournalSource, start: int, size: int) -> int:
+    """End of the last non-zero byte in ``[start, size)`` (``start`` if all zero).
+
+    The space after a journal's data is normally preallocated and never written: the
+    file system reports it as having no data (``SEEK_DATA``), so this costs nothing; a
+    region that does hold data is read and compared with zeros in large chunks.
+    """
+    found = start
+    pos = source.next_data(start) if isinstance(source, PlainSource) else start
+    zeros = bytes(min(SCAN_CHUNK, max(size - start, 0)))
+    while pos is not None and pos < size:
+        buf = source.read(pos, min(SCAN_CHUNK, size - pos))
+        if not buf:
+            break
+        if buf != zeros[: len(buf)]:
+            found = pos + len(buf.rstrip(b"\0"))
+        pos += len(buf)
+    return found
