@@ -76,6 +76,7 @@ _REPLAY_ONLY: Final = (
     ("pause", "a paused replay"),
     ("resume", "resuming a replay"),
     ("fully_durable", "a replay's durability"),
+    ("bookmark_not_found", "what an unknown bookmark means"),
 )
 
 
@@ -224,6 +225,7 @@ class SowQueries:
             "oof",
             "conflation",
             "max_backlog",
+            "bookmark_not_found",
         ):
             if _given(options, name):
                 raise InvalidOptions(

@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from server.protocol.frame import parse_frame
+from server.txlog.record import RecordKind
 from tests.support.engine import EngineHarness
 from tests.support.server import sow_topic
 
@@ -111,7 +113,6 @@ async def test_filter_orderby_top_n_and_bs_frames(tmp_path: Path) -> None:
                                                    (1, "n1")]  # fmt: skip
         stats = c.acks("stats")[0]
         assert (stats["matches"], stats["records_returned"]) == (7, 5)
-        from server.protocol.frame import parse_frame
 
         per_frame = [
             sum(1 for m in parse_frame(f).messages if m.header.get("c") == "sow")
@@ -156,7 +157,6 @@ async def test_delta_publish_merges_nested_fields_and_logs_the_merged_record(
         txlog = h.broker.txlog
         assert txlog is not None
         recs = await txlog.read_batch(1)
-        from server.txlog.record import RecordKind
 
         assert [r.kind for r in recs] == [RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH]
         # the body gives the key again when the log is read: it is not logged
@@ -214,6 +214,25 @@ async def test_sow_commands_on_topics_without_a_sow_are_refused(tmp_path: Path) 
             ({"c": "sow", "t": "orders", "f": "/a = "}, "bad filter"),
             ({"c": "sow", "t": "orders", "bm": "0|1|,5|5|"}, "invalid bookmark"),
             ({"c": "subscribe", "t": "orders", "sub_id": "r", "o": "rate=5"}, "invalid options"),
+            (
+                {"c": "subscribe", "t": "orders", "sub_id": "b", "o": "bookmark_not_found=fail"},
+                "invalid options",
+            ),
+            (
+                {"c": "sow", "t": "orders", "bm": "0", "o": "bookmark_not_found=fail"},
+                "invalid options",
+            ),
+            (
+                {"c": "sow_and_subscribe", "t": "orders", "sub_id": "p", "o": "pause"},
+                "invalid options",
+            ),
+            (
+                {"c": "sow_and_delta_subscribe", "t": "orders", "sub_id": "q", "bm": "0"},
+                "invalid options",
+            ),
+            ({"c": "sow", "t": "orders", "max_msgs": 5}, "invalid message"),
+            ({"c": "sow", "t": "orders", "top_n": 3, "o": "top_n=4"}, "invalid message"),
+            ({"c": "sow", "t": "^ord", "k": "1"}, "invalid message"),
             ({"c": "sow_delete", "t": "orders"}, "invalid message"),
             ({"c": "sow_delete", "t": "orders", "f": "1=1", "k": "a"}, "invalid message"),
         ]
@@ -259,7 +278,6 @@ async def test_sow_delete_by_filter_keys_and_message(tmp_path: Path) -> None:
         await h.commit()
         txlog = h.broker.txlog
         assert txlog is not None
-        from server.txlog.record import RecordKind
 
         deletes = [r.sow_key for r in await txlog.read_batch(1, max_count=100)
                    if r.kind == RecordKind.SOW_DELETE]  # fmt: skip

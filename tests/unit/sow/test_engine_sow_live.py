@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from server.txlog.record import RecordKind
 from tests.support.engine import FakeClient
 from tests.support.server import sow_topic
 from tests.unit.sow.test_engine_sow import ORDERS, harness, pub, scenario
@@ -113,7 +114,6 @@ async def test_topic_expiration_and_a_message_lifetime_on_the_virtual_clock(
         await h.commit()
         txlog = h.broker.txlog
         assert txlog is not None
-        from server.txlog.record import RecordKind
 
         deleted = [r.sow_key for r in await txlog.read_batch(1) if r.kind == RecordKind.SOW_DELETE]
         assert deleted == ["2", "1"]
