@@ -33,8 +33,13 @@ def test_migrations_match_the_models(tmp_path: Path) -> None:
             diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
             assert diff == []
             version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert version == "0001"
-            assert set(inspect(conn).get_table_names()) == {"alembic_version", "metric", "sample"}
+            assert version == "0002"
+            assert set(inspect(conn).get_table_names()) == {
+                "alembic_version",
+                "metric",
+                "sample",
+                "pipeline_run",
+            }
     finally:
         engine.dispose()
 
