@@ -122,6 +122,10 @@ class SowService:
         files that still need it, start expiring."""
         txlog = self._txlog
         counts = self.stage.applier.counts
+        for topic, pin in self._pins.items():
+            store = self.topics.store(topic)
+            if isinstance(store, FileStore):
+                pin.move(store.file_seq + 1)  # the file is loaded: hold only what it lacks
         for store in self.topics:
             recorded = self.topics.recorded(store.topic)
             fields: dict[str, object] = {

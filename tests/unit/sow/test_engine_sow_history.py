@@ -222,3 +222,21 @@ async def test_sow_and_subscribe_with_a_bookmark_continues_from_the_log(tmp_path
         ]
         kinds = [hd["c"] for hd, _ in c.received() if hd["c"] != "ack"]
         assert kinds.index("group_end") < kinds.index("publish")
+
+
+@scenario
+async def test_the_sow_holds_only_the_journals_its_file_still_needs(tmp_path: Path) -> None:
+    async with harness(tmp_path, sow=ORDERS()) as h:
+        p = await h.logon("pub")
+        p.send(*[pub("orders", {"id": i}) for i in range(5)])
+        await h.commit()
+        await h.broker.sow.flush()
+        txlog = h.broker.txlog
+        assert txlog is not None
+        (pin,) = [p for p in txlog.pins() if p.owner == "sow:orders"]
+        assert pin.seq == 6  # everything up to seq 5 is in the file
+    async with harness(tmp_path, sow=ORDERS()) as h:
+        txlog = h.broker.txlog
+        assert txlog is not None
+        (pin,) = [p for p in txlog.pins() if p.owner == "sow:orders"]
+        assert pin.seq == 6  # after a restart too, not the whole log
