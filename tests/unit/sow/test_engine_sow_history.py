@@ -240,3 +240,25 @@ async def test_the_sow_holds_only_the_journals_its_file_still_needs(tmp_path: Pa
         assert txlog is not None
         (pin,) = [p for p in txlog.pins() if p.owner == "sow:orders"]
         assert pin.seq == 6  # after a restart too, not the whole log
+
+
+@scenario
+async def test_without_a_transaction_log_the_file_is_the_only_copy(tmp_path: Path) -> None:
+    async with harness(tmp_path, sow=ORDERS(), txlog=False) as h:
+        p = await h.logon("pub")
+        p.send(*[pub("orders", {"id": i % 3, "v": i}) for i in range(9)])
+        p.send(({"c": "sow_delete", "t": "orders", "k": "0"}, b""))
+        await h.settle()
+        await h.until(lambda: h.broker.sow.topics.store("orders").unwritten == 0)  # type: ignore[union-attr]
+        c = await h.logon("q")
+        c.send(({"c": "sow", "t": "orders", "bm": "0"}, b""))
+        await h.settle()
+        assert c.acks()[0]["reason"] == "invalid topic"  # no log: no history
+    async with harness(tmp_path, sow=ORDERS(), txlog=False) as h:
+        store = h.broker.sow.topics.store("orders")
+        assert store is not None
+        assert {r.key: r.body for r in store.records()} == {
+            "1": b'{"id":1,"v":7}',
+            "2": b'{"id":2,"v":8}',
+        }
+        assert all(r.seq == 0 and r.bookmark == "" for r in store.records())
