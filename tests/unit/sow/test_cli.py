@@ -22,7 +22,7 @@ SOW = (
 def make_instance(tmp_path: Path) -> Path:
     """An instance that ran and stopped; returns its configuration file."""
     xml = config_xml(tmp_path / "data", sow=SOW, journal_size="1MB",
-                     txlog_extra="<PreallocatedJournalFiles>0</PreallocatedJournalFiles>")  # fmt: skip
+                     txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>")  # fmt: skip
     path = tmp_path / "spool.xml"
     path.write_text(xml)
 

@@ -43,7 +43,7 @@ def harness(tmp_path: Path, sow: str, **kw: Any) -> EngineHarness:
     a hypothesis test makes dozens of instances)."""
     return EngineHarness(
         tmp_path, sow=sow, journal_size="1MB",
-        txlog_extra="<PreallocatedJournalFiles>0</PreallocatedJournalFiles>", **kw,
+        txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>", **kw,
     )  # fmt: skip
 
 
