@@ -2,7 +2,7 @@
 contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
-``Transports``, ``TransactionLog``, ``Tuning``, ``Users``) and then checked against each
+``Transports``, ``TransactionLog``, ``SOW``, ``Tuning``, ``Users``) and then checked against each
 other, each contradiction reported at the element that makes it:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
@@ -40,6 +40,7 @@ from server.config.model import (
 )
 from server.config.netaddr import format_inet_addr, is_loopback
 from server.config.sections.admin import AdminPart, read_admin
+from server.config.sections.sow import read_sow
 from server.config.sections.tls import ListenerPart
 from server.config.sections.transactionlog import read_transaction_log
 from server.config.sections.transports import TransportPart, read_transports
@@ -59,12 +60,12 @@ _ROOT_SPEC: Final[Spec] = {
     "Admin": False,
     "Transports": False,
     "TransactionLog": False,
+    "SOW": False,
     "Tuning": False,
     "Users": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
 _UNSUPPORTED: Final[Mapping[str, str]] = {
-    "SOW": "the state-of-the-world store and queues",
     "Replication": "replication to other instances",
     "Bootstrap": "bootstrapping from another instance",
     "Actions": "scheduled and admin-triggered actions",
@@ -198,6 +199,8 @@ def build(root: Node, ctx: Context) -> Config:
     txlog: TransactionLogConfig | None = None
     if (txlog_node := kids.one("TransactionLog")) is not None:
         txlog, explicit = read_transaction_log(txlog_node, ctx, data_dir)
+    sow_node = kids.one("SOW")
+    sow = read_sow(sow_node, ctx) if sow_node is not None else ()
     tuning, limit_node = read_tuning(kids.one("Tuning"), ctx)
     users = read_users(kids.one("Users"), ctx)
     if admin.stats_explicit:
@@ -244,6 +247,7 @@ def build(root: Node, ctx: Context) -> Config:
         transaction_log=txlog,
         tuning=tuning,
         users=users,
+        sow=sow,
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,
