@@ -34,6 +34,7 @@ from server.metrics import Metrics
 from server.replication.errors import ReplicationNotConfigured
 from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
+from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.sampler import Sampler
 from server.stats.snapshot import MetricsSnapshot
 from server.subscriptions import SubscriptionService
@@ -212,6 +213,8 @@ class Operations:
         tls: TlsListener | None = None,
         logons: LogonGuard | None = None,
         replication: Replication | None = None,
+        *,
+        sow: SowService,
     ) -> None:
         self._tls = tls
         self._logons = logons
@@ -226,6 +229,7 @@ class Operations:
         self._acks = acks
         self._txlog = txlog
         self._replication = replication
+        self._sow = sow
         self.sampler: Sampler | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
@@ -561,6 +565,28 @@ class Operations:
         if pin is None:
             raise PinNotFound(owner)
         pin.release()
+
+    # -- the SOW ------------------------------------------------------------------------
+
+    def sow_topics(self) -> list[SowTopicInfo]:
+        """Every SOW topic: records, bytes, key paths, file, last compaction
+        (``GET /api/sow``)."""
+        return self._sow.topic_infos()
+
+    def sow_topic(self, topic: str) -> SowTopicInfo:
+        """One SOW topic (:class:`~server.sow.errors.SowTopicNotFound`: 404)."""
+        return self._sow.topic_info(topic)
+
+    def sow_keys(self, topic: str, *, after: str | None = None, limit: int = 1000) -> SowKeys:
+        """A page of a SOW topic's keys, in store order."""
+        return self._sow.keys(topic, after=after, limit=limit)
+
+    async def compact_sow(self, topic: str) -> SowCompaction:
+        """Compact a persistent SOW topic's file (``POST /api/sow/{topic}/compact``);
+        the file work runs in a thread."""
+        result = await self._sow.compact(topic)
+        self.events.emit("info", "sow", "sow_compact", **result)
+        return result
 
     # -- statistics ---------------------------------------------------------------------
 

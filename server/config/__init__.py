@@ -17,7 +17,7 @@ Modules, each depending only on those above it::
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
     sections/   one reader per top-level section (admin, transports, transactionlog,
-                replication, tuning, users)
+                replication, sow, tuning, users)
     build       the root element and the cross-checks between sections
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
@@ -53,6 +53,7 @@ from server.config.model import (
     ReplicationConfig,
     ReplicationTopic,
     ReplicationTransport,
+    SowTopicConfig,
     TlsConfig,
     TopicRule,
     TransactionLogConfig,
@@ -87,6 +88,7 @@ __all__ = [
     "ReplicationConfig",
     "ReplicationTopic",
     "ReplicationTransport",
+    "SowTopicConfig",
     "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",

@@ -2,8 +2,8 @@
 contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
-``Transports``, ``TransactionLog``, ``Replication``, ``Tuning``, ``Users``) and then checked
-against each other, each contradiction reported at the element that makes it:
+``Transports``, ``TransactionLog``, ``Replication``, ``SOW``, ``Tuning``, ``Users``) and
+then checked against each other, each contradiction reported at the element that makes it:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
 - a non-loopback address needs ``<Users>``, and TLS or an explicit ``AllowPlaintext``;
@@ -46,6 +46,7 @@ from server.config.model import (
 from server.config.netaddr import format_inet_addr, is_loopback
 from server.config.sections.admin import AdminPart, read_admin
 from server.config.sections.replication import ReplicationPart, read_replication
+from server.config.sections.sow import read_sow
 from server.config.sections.tls import ListenerPart
 from server.config.sections.transactionlog import read_transaction_log
 from server.config.sections.transports import TransportPart, read_transports
@@ -66,12 +67,12 @@ _ROOT_SPEC: Final[Spec] = {
     "Transports": False,
     "TransactionLog": False,
     "Replication": False,
+    "SOW": False,
     "Tuning": False,
     "Users": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
 _UNSUPPORTED: Final[Mapping[str, str]] = {
-    "SOW": "the state-of-the-world store and queues",
     "Bootstrap": "bootstrapping from another instance",
     "Actions": "scheduled and admin-triggered actions",
 }
@@ -258,6 +259,8 @@ def build(root: Node, ctx: Context) -> Config:
     replication = (
         read_replication(replication_node, ctx, name) if replication_node is not None else None
     )
+    sow_node = kids.one("SOW")
+    sow = read_sow(sow_node, ctx) if sow_node is not None else ()
     tuning, limit_node, min_sync_node = read_tuning(kids.one("Tuning"), ctx)
     users = read_users(kids.one("Users"), ctx)
     if admin.stats_explicit:
@@ -306,6 +309,7 @@ def build(root: Node, ctx: Context) -> Config:
         tuning=tuning,
         users=users,
         replication=replication.config if replication is not None else None,
+        sow=sow,
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,

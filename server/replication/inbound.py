@@ -116,6 +116,9 @@ class _Replies:
     def send_messages(self, data: bytes, count: int) -> None:
         pass
 
+    def send_batch(self, data: bytes, count: int) -> None:
+        pass
+
     def live_fits(self, nbytes: int, *, readable: bool) -> bool:
         return True  # nothing is ever queued here
 

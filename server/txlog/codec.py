@@ -208,16 +208,17 @@ def encode_run_py(
     bodies: list[bytes],
     corr_ids: list[str] | None = None,
     sow_keys: list[str] | None = None,
+    *,
     kind: int = RecordKind.PUBLISH,
     path: tuple[str, ...] = (),
 ) -> list[bytes]:
     """Encode consecutive records of one publisher, topic, kind and path, one timestamp.
 
     The batched form of :func:`encode`: the topic, message type and path are encoded once
-    and the per-record work is one header pack, one concatenation and one CRC (a
-    replicated run, with its path, takes this path too). Record ``i`` gets seq
-    ``first_seq + i``. With correlation ids or SOW keys (record ``i`` takes entry ``i``),
-    each record is a whole :func:`encode` instead.
+    and the per-record work is one header pack, one concatenation and one CRC (a SOW key
+    per record included, when ``sow_keys`` is given; a replicated run's path too). Record
+    ``i`` gets seq ``first_seq + i``. With correlation ids, each record is a whole
+    :func:`encode` instead.
 
     This is the pure-Python implementation and the oracle of the compiled one
     (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
@@ -230,7 +231,7 @@ def encode_run_py(
         ValueError: ``pub_seqs`` and ``bodies`` differ in length (plain records).
     """
     names = [_utf8(name) for name in path]
-    if corr_ids or sow_keys or len(names) > 0xFF or any(len(nb) > 0xFF for nb in names):
+    if corr_ids or len(names) > 0xFF or any(len(nb) > 0xFF for nb in names):
         return _encode_each(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
             corr_ids, sow_keys, kind, path,
@@ -251,12 +252,22 @@ def encode_run_py(
     keep = out.append
     seq = first_seq
     try:
-        for ps, body in zip(pub_seqs, bodies, strict=True):
-            bl = len(body)
-            data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
-                        npath, 0, 0, bl) + strings + body  # fmt: skip
-            keep(data + u32(crc(data)))
-            seq += 1
+        if sow_keys is None:
+            for ps, body in zip(pub_seqs, bodies, strict=True):
+                bl = len(body)
+                data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
+                            npath, 0, 0, bl) + strings + body  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
+        else:
+            for ps, body, key in zip(pub_seqs, bodies, sow_keys, strict=True):
+                bl = len(body)
+                kb = key.encode()
+                data = b"".join((pack(fixed + len(kb) + bl, FORMAT, kind, 0, seq, timestamp_us,
+                                      pub_hash, ps, tl, ml, npath, 0, len(kb), bl),
+                                 strings, kb, body))  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
     return out
@@ -272,10 +283,11 @@ def _encode_each(
     bodies: list[bytes],
     corr_ids: list[str] | None,
     sow_keys: list[str] | None,
-    kind: int = RecordKind.PUBLISH,
-    path: tuple[str, ...] = (),
+    kind: int,
+    path: tuple[str, ...],
 ) -> list[bytes]:
-    """:func:`encode_run` of records with correlation ids or SOW keys, one at a time."""
+    """:func:`encode_run` of records with correlation ids (or a path too long to batch),
+    one at a time."""
     out: list[bytes] = []
     for i, body in enumerate(bodies):
         fields = (
@@ -299,19 +311,17 @@ def _encode_run_c(
     bodies: list[bytes],
     corr_ids: list[str] | None = None,
     sow_keys: list[str] | None = None,
+    *,
     kind: int = RecordKind.PUBLISH,
     path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """:func:`encode_run_py` with the plain records' loop compiled (``_codec_c.pyx``).
-
-    The compiled loop writes plain publishes (no path, no correlation ids, no SOW keys);
-    anything else (a replicated run with its path, a SOW's delta or delete) takes the
-    Python loop, which handles every field.
-    """
+    """:func:`encode_run_py` with the plain publishes' loop compiled (``_codec_c.pyx``);
+    other kinds and records with correlation ids, SOW keys or a path take the Python
+    definition."""
     if corr_ids or sow_keys or path or kind != RecordKind.PUBLISH:
         return encode_run_py(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
-            corr_ids, sow_keys, kind, path,
+            corr_ids, sow_keys, kind=kind, path=path,
         )  # fmt: skip
     assert _encode_plain_c is not None  # selected only when it was built
     return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
