@@ -10,6 +10,15 @@
 The same rules apply while resyncing. One more skip applies only then: a record the
 destination already holds (its holdings said so at connect) is not sent again.
 
+Only messages are replicated: ``PUBLISH`` and a SOW's ``DELTA_PUBLISH`` records (the merged
+message; the destination's SOW stage takes it like a local publish). A SOW's
+``SOW_DELETE`` records (a ``sow_delete``, an expiration) are not sent in this version: they
+carry no publisher identity (``pub_hash`` 0), so the destination could not tell on a
+resync whether it already applied one, and a delete replayed after a newer publish of its
+key would remove that newer record. Expirations run on every instance from its own
+``<SOW>`` configuration; replicated ``sow_delete`` needs a bookmark for deletes first
+(docs/replication.md "Limits").
+
 A :class:`Route` decides a whole :class:`~server.txlog.batch.RecordBatch` at once: per
 record only dict lookups and a path check; filters run through ``Filter.select`` over the
 records that need them, one reused view per filter (the replay's batch form).
@@ -24,11 +33,15 @@ from server.config import DestinationConfig
 from server.expr import Filter, compile_filter
 from server.replication.hops import PassThrough, on_path
 from server.txlog.batch import RecordBatch
+from server.txlog.record import RecordKind
 
-__all__ = ["Route", "held_by"]
+__all__ = ["REPLICATED_KINDS", "Route", "held_by"]
 
 #: topics whose blocks are remembered (a stream of one-off topic names stays bounded)
 _TOPIC_CACHE: Final = 10_000
+
+#: the record kinds a destination is sent (module docstring)
+REPLICATED_KINDS: Final = frozenset({int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH)})
 
 #: per topic: the filters of the blocks that take it (None: a block without a filter)
 _Blocks = tuple[Filter | None, ...]
@@ -76,6 +89,10 @@ class Route:
             remote: the destination instance's actual name (loop protection).
             held: while resyncing, whether the destination already holds a bookmark.
         """
+        kinds = batch.kinds()
+        if kinds.isdisjoint(REPLICATED_KINDS):
+            return []
+        mixed = not kinds <= REPLICATED_KINDS  # some records are not messages
         topics = batch.topics
         hashes = batch.pub_hashes
         seqs = batch.pub_seqs
@@ -85,6 +102,8 @@ class Route:
         for i in range(len(topics)):
             blocks = self.blocks_for(topics[i])
             if blocks is None:
+                continue
+            if mixed and batch.kind(i) not in REPLICATED_KINDS:
                 continue
             path = batch.path(i)
             if path and (on_path(path, remote) or not passthrough.allows(path)):

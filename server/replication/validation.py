@@ -17,7 +17,7 @@ check                the destination must ...
 ``replicate``        replicate the topic back to this instance
 ``sow``              keep the topic in its SOW when this instance does (and not
                      when this instance does not)
-``keys``             give a SOW topic the same Key definitions
+``keys``             give a SOW topic the same Key definitions, in the same order
 ``cascade``          enforce, where it replicates the topic itself, every check
                      this instance enforces for it
 ``queue``            define the topic as a queue exactly when this instance does
@@ -31,10 +31,18 @@ the other side *covers* a block when it is the same text, a pattern that matches
 topic, or a pattern that matches the block's one topic name; a rule naming one topic never
 covers a pattern (a pattern may take topics that rule does not).
 
-SOW and queues: this version's configuration has no ``<SOW>`` topics or queues yet (the
-SOW and queue issues add them); the summary says so (empty lists), so the ``sow``,
-``keys``, ``queue``, ``queue_passthrough`` and ``queue_underlying`` checks compare "none on
-either side" today and compare definitions once the summary lists them.
+SOW topics: the summary lists each side's ``<SOW><Topic>`` rules (name or pattern, and
+their ``<Key>`` paths in order: the key is made of them in that order). The ``sow`` and
+``keys`` checks look at every SOW rule of either side that a block replicates (the block
+covers the rule, or the rule covers the block): the other side must keep it in its SOW
+too (a rule that covers it), with the same keys, or a failover changes what ``sow``
+queries answer and how updates merge. ``Durability`` and ``Expiration`` may differ (a
+memory-only SOW on a reporting instance is a deliberate choice).
+
+Queues: this version's configuration has no queues yet (the queue issue adds them); the
+summary says so (an empty list), so the ``queue``, ``queue_passthrough`` and
+``queue_underlying`` checks compare "none on either side" today and compare definitions
+once the summary lists them.
 
 Pure: the summary is plain JSON data; :func:`validate` reads the peer's defensively (it
 came from the network) and raises ReplicationProtocolError for a malformed one.
@@ -139,8 +147,8 @@ def summarize(config: Config) -> dict[str, object]:
         "name": config.name,
         "group": config.group,
         "txlog": [[t.name, t.is_regex] for t in txlog.topics] if txlog is not None else [],
-        # no SOW topics nor queues in this version's configuration (module docstring)
-        "sow": [],
+        "sow": [{"topic": [t.name, t.is_regex], "keys": list(t.keys)} for t in config.sow],
+        # no queues in this version's configuration (module docstring)
         "queues": [],
         "destinations": [
             {
@@ -259,8 +267,59 @@ def _back_to(remote: Summary, local: Summary, rule: Rule) -> list[tuple[Destinat
     ]
 
 
-def _sow_of(summary: Summary, rule: Rule) -> SowTopic | None:
+def _sow_in(summary: Summary, rule: Rule) -> list[tuple[Rule, SowTopic]]:
+    """The SOW rules of ``summary`` that keep some of the topics a block of ``rule``
+    replicates, each with what the two have in common: the block's topic when the SOW rule
+    covers it, else the SOW rule's own (a topic or pattern inside the block's)."""
+    return [
+        (rule if s.rule.covers(rule) else s.rule, s)
+        for s in summary.sow
+        if rule.covers(s.rule) or s.rule.covers(rule)
+    ]
+
+
+def _sow_covering(summary: Summary, rule: Rule) -> SowTopic | None:
+    """The first SOW rule of ``summary`` that keeps every topic ``rule`` names."""
     return next((s for s in summary.sow if s.rule.covers(rule)), None)
+
+
+def _sow_xml(subject: Rule, sow: SowTopic) -> str:
+    keys = "".join(f"<Key>{k}</Key>" for k in sow.keys)
+    return (
+        f"<SOW><Topic><Name>{subject.name}</Name><MessageType>json</MessageType>{keys}"
+        "</Topic></SOW>"
+    )
+
+
+def _sow_check(local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+    """``sow``: what the block replicates of either side's SOW is in the other's SOW."""
+    for side, other in ((local, remote), (remote, local)):
+        for subject, sow in _sow_in(side, block.rule):
+            if _sow_covering(other, subject) is None:
+                return ValidationFailed(
+                    "sow", subject.name,
+                    f"it is a SOW topic on {side.name!r} but not on {other.name!r}",
+                    f"add {_sow_xml(subject, sow)} to {other.name!r}, or remove it from the "
+                    f"<SOW> of {side.name!r}",
+                )  # fmt: skip
+    return None
+
+
+def _keys_check(local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+    """``keys``: a SOW topic within the block has the same keys, in order, on both sides."""
+    peer = remote.name
+    for subject, here in _sow_in(local, block.rule):
+        there = _sow_covering(remote, subject)
+        if there is not None and here.keys != there.keys:
+            keys = "".join(f"<Key>{k}</Key>" for k in here.keys) or "no <Key> (remove them)"
+            return ValidationFailed(
+                "keys", subject.name,
+                f"its SOW keys differ ({list(here.keys)} on {local.name!r}, "
+                f"{list(there.keys)} on {peer!r})",
+                f"give the <SOW><Topic> {there.rule.name!r} of {peer!r} the keys {keys}, in "
+                "this order",
+            )  # fmt: skip
+    return None
 
 
 def _queue_of(summary: Summary, rule: Rule) -> Queue | None:
@@ -286,22 +345,9 @@ def _check(check: str, local: Summary, remote: Summary, block: Block) -> Validat
                 f"(Group {local.group!r}) with {_topic_xml(rule)}",
             )  # fmt: skip
     elif check == "sow":
-        here, there = _sow_of(local, rule), _sow_of(remote, rule)
-        if (here is None) != (there is None):
-            where, other = (local.name, peer) if here is not None else (peer, local.name)
-            return ValidationFailed(
-                check, topic, f"it is a SOW topic on {where!r} but not on {other!r}",
-                f"add the same <SOW><Topic> for it to {other!r}, or remove it from {where!r}",
-            )  # fmt: skip
+        return _sow_check(local, remote, block)
     elif check == "keys":
-        here, there = _sow_of(local, rule), _sow_of(remote, rule)
-        if here is not None and there is not None and here.keys != there.keys:
-            keys = "".join(f"<Key>{k}</Key>" for k in here.keys) or "no <Key>"
-            return ValidationFailed(
-                check, topic, f"its SOW keys differ ({list(here.keys)} here, "
-                f"{list(there.keys)} on {peer!r})",
-                f"give {peer!r}'s SOW/Topic {topic!r} the same keys: {keys}",
-            )  # fmt: skip
+        return _keys_check(local, remote, block)
     elif check == "cascade":
         for d in remote.destinations:
             for b in d.blocks:

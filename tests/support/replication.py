@@ -109,10 +109,12 @@ def replication_xml(
     users: str = "",
     admin_interval: str = "1s",
     admin_extra: str = "",
+    sow: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
     :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
-    ``admin_extra``: more ``<Admin>`` elements (the listener's TLS)."""
+    ``admin_extra``: more ``<Admin>`` elements (the listener's TLS); ``sow``: ``<SOW>``
+    topics (tests/support/server.py ``sow_topic``)."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -143,6 +145,7 @@ def replication_xml(
         f"<JournalSize>{journal_size}</JournalSize>"
         f"<FlushInterval>{flush_interval}</FlushInterval>{topic_xml}</TransactionLog>"
         f"{repl}"
+        f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
         "</SpoolConfig>"

@@ -73,3 +73,19 @@ def test_resync_skips_what_the_destination_holds() -> None:
     batch = _batch(*[("t", b"{}", ())] * 6)  # publisher 7, seqs 1..6
     held = held_by({7: (4, [(2, 3)])})
     assert route.select(batch, "c", held) == [1, 2, 4, 5]
+
+
+def test_only_messages_go_not_sow_deletes() -> None:
+    """PUBLISH and DELTA_PUBLISH records go; a SOW_DELETE (no publisher identity: it could
+    not be de-duplicated on a resync) does not, in a batch of its own or among messages."""
+    kinds = (RecordKind.PUBLISH, RecordKind.SOW_DELETE, RecordKind.DELTA_PUBLISH)
+    records = [
+        Record(i + 1, 0, 7 if k != RecordKind.SOW_DELETE else 0, i + 1, "orders", "json", k,
+               (), 0, b"{}" if k != RecordKind.SOW_DELETE else b"", sow_key="1")
+        for i, k in enumerate(kinds)
+    ]  # fmt: skip
+    route = Route(_dest(ReplicationTopic(".*", is_regex=True)))
+    assert route.select(RecordBatch.from_records(records), "c") == [0, 2]
+    assert route.select(RecordBatch.from_records(records[1:2]), "c") == []
+    filtered = Route(_dest(ReplicationTopic("orders", filter="/qty > 0")))
+    assert filtered.select(RecordBatch.from_records(records[1:2]), "c") == []

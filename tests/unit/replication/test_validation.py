@@ -12,12 +12,13 @@ from server.replication.errors import ReplicationProtocolError
 from server.replication.validation import parse_summary, summarize, validate
 
 
-def _config(name: str, txlog: str, destinations: str) -> Config:
+def _config(name: str, txlog: str, destinations: str, sow: str = "") -> Config:
     topics = "".join(f"<Topic><Name>{t}</Name></Topic>" for t in txlog.split())
     repl = f"<Replication>{destinations}</Replication>" if destinations else ""
+    sow = f"<SOW>{sow}</SOW>" if sow else ""
     return parse_config(
         f"<SpoolConfig><Name>{name}</Name><TransactionLog>{topics}</TransactionLog>{repl}"
-        "</SpoolConfig>",
+        f"{sow}</SpoolConfig>",
         base_dir=Path("/tmp"),
         env={},
     )
@@ -112,22 +113,74 @@ def _with(summary: dict[str, object], **extra: object) -> dict[str, object]:
     return {**summary, **extra}
 
 
-def test_sow_and_keys_compare_definitions() -> None:
-    a = _config("a", "orders", _dest("b"))
+def _sow(topic: str, *keys: str, extra: str = "") -> str:
+    k = "".join(f"<Key>{key}</Key>" for key in keys)
+    return f"<Topic><Name>{topic}</Name><MessageType>json</MessageType>{k}{extra}</Topic>"
+
+
+def test_the_summary_lists_the_sow_topics_with_their_keys_in_order() -> None:
+    a = _config("a", "orders", _dest("b"), _sow("orders", "/region", "/id") + _sow("^md"))
+    assert summarize(a)["sow"] == [
+        {"topic": ["orders", False], "keys": ["/region", "/id"]},
+        {"topic": ["^md", True], "keys": []},
+    ]
+    assert parse_summary(summarize(a)).sow[0].keys == ("/region", "/id")
+
+
+def test_sow_fails_on_either_side_with_its_fix_and_passes_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b"), _sow("orders", "/id"))
     b = _config("b", "orders", _dest("a"))
-    sa, sb = summarize(a), summarize(b)
-    # this version's configurations have no SOW: both say none, the checks pass
-    assert sa["sow"] == [] and sb["sow"] == []
-    assert validate(sa, sb, _only(a)) == []
-    sow_a = [{"topic": ["orders", False], "keys": ["/id"]}]
-    (failure,) = validate(_with(sa, sow=sow_a), sb, _only(a))
-    assert failure.check == "sow"
-    assert "it is a SOW topic on 'a' but not on 'b'" in failure.detail
-    sow_b = [{"topic": [".*", True], "keys": ["/order_id"]}]
-    (failure,) = validate(_with(sa, sow=sow_a), _with(sb, sow=sow_b), _only(a))
-    assert failure.check == "keys" and "<Key>/id</Key>" in failure.fix
-    a2 = _config("a", "orders", _dest("b", _block(exclude="sow,keys")))
-    assert validate(_with(summarize(a2), sow=sow_a), sb, _only(a2)) == []
+    (detail,) = _run(a, b)
+    assert detail == (
+        "[sow] 'orders': it is a SOW topic on 'a' but not on 'b'; fix: add <SOW><Topic><Name>"
+        "orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic></SOW> to 'b', or "
+        "remove it from the <SOW> of 'a'"
+    )
+    # the other way round: b keeps it, a does not
+    (detail,) = _run(b, a)
+    assert detail.startswith("[sow] 'orders': it is a SOW topic on 'a' but not on 'b'")
+    assert "add <SOW><Topic><Name>orders</Name>" in detail and "to 'b'" in detail
+    # a SOW pattern of the peer that covers the topic is enough; durability may differ
+    b2 = _config(
+        "b", "orders", _dest("a"), _sow("^ord", "/id", extra="<Durability>transient</Durability>")
+    )
+    assert _run(a, b2) == []
+    excluded = _config("a", "orders", _dest("b", _block(exclude="sow")), _sow("orders", "/id"))
+    assert _run(excluded, b) == []
+
+
+def test_a_block_pattern_takes_in_the_sow_topics_it_replicates() -> None:
+    """A block ``.*`` replicates the SOW topic ``orders``: b must keep it too."""
+    a = _config("a", ".*", _dest("b", _block(".*")), _sow("orders", "/id"))
+    b = _config("b", ".*", _dest("a", _block(".*")))
+    (detail,) = _run(a, b)
+    assert detail.startswith("[sow] 'orders': it is a SOW topic on 'a' but not on 'b'")
+    # a block of another topic does not care
+    a2 = _config("a", "trades", _dest("b", _block("trades")), _sow("orders", "/id"))
+    b2 = _config("b", "trades", _dest("a", _block("trades")))
+    assert _run(a2, b2) == []
+
+
+def test_keys_fail_with_the_exact_keys_and_pass_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b"), _sow("orders", "/region", "/id"))
+    b = _config("b", "orders", _dest("a"), _sow("orders", "/id", "/region"))
+    (detail,) = _run(a, b)
+    assert detail == (
+        "[keys] 'orders': its SOW keys differ (['/region', '/id'] on 'a', ['/id', '/region'] "
+        "on 'b'); fix: give the <SOW><Topic> 'orders' of 'b' the keys "
+        "<Key>/region</Key><Key>/id</Key>, in this order"
+    )
+    no_keys = _config("b", "orders", _dest("a"), _sow("orders"))
+    (failure,) = validate(summarize(a), summarize(no_keys), _only(a))
+    assert failure.check == "keys"
+    (failure,) = validate(summarize(no_keys), summarize(a), _only(no_keys))
+    assert "no <Key> (remove them)" in failure.fix
+    excluded = _config(
+        "a", "orders", _dest("b", _block(exclude="keys")), _sow("orders", "/region", "/id")
+    )
+    assert _run(excluded, b) == []
+    same = _config("b", "orders", _dest("a"), _sow("orders", "/region", "/id"))
+    assert _run(a, same) == []
 
 
 def test_queue_checks_cannot_be_excluded() -> None:
