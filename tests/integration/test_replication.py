@@ -14,6 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
 
 from server.bookmarks import pub_hash
 from server.client import Client
@@ -217,5 +220,18 @@ def test_validation_failures_and_a_group_mismatch_show_on_the_admin_api(tmp_path
         assert any(e["event"] == "refused" for e in c["events"])
         # the destination logged the refusal too
         wait_until(lambda: "validation failed" in cluster.procs["b"].log(), 10)
+        # a browser page may not open /replication (no users here: it would inject
+        # messages as a peer), not even the broker's own origin: links send no Origin
+        host, port = cluster.address("b")
+        for origin in ("http://evil.example", f"http://{host}:{port}"):
+            with pytest.raises(InvalidStatus) as info:
+                asyncio.run(_open_replication(f"ws://{host}:{port}/replication", origin))
+            assert info.value.response.status_code == 403
+        wait_until(lambda: "origin_refused" in cluster.procs["b"].log(), 10)
     finally:
         cluster.stop()
+
+
+async def _open_replication(url: str, origin: str) -> None:
+    async with connect(url, origin=Origin(origin), compression=None):
+        pass
