@@ -7,7 +7,8 @@ path has its own module (docs/architecture.md has the map)::
     transport -> Session (connection) -> Dispatcher (one connection's command order)
         runs of publishes -> PublishPipeline -> TransactionLog.append_many
                                              -> appended stages: FanOut -> Router -> Sessions
-        the command table -> ClientRegistry (logon), SubscriptionService (subscribe...),
+        the command table -> ClientRegistry (logon), SowService (SOW commands; routes
+                             subscribe / unsubscribe), SubscriptionService (subscribe...),
                              DurableAcks (flush)
     group commit -> durability horizon -> DurableAcks (persisted, flush acks)
                                        -> replay cursors (bookmark subscriptions)
@@ -40,12 +41,15 @@ from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.operations import Operations
 from server.peer import Peer
-from server.protocol.commands import Command
-from server.protocol.errors import InvalidTopic
+from server.ports import DurabilityHorizon
 from server.publishing import PublishPipeline
+from server.replication.horizon import SyncHorizon
+from server.replication.service import Replication
+from server.replication.transport import Connector, connect_websocket
 from server.router import Router
 from server.scryptpool import ScryptPool
 from server.session import Session, Transport
+from server.sow import SowService
 from server.spills import Spills
 from server.stalls import StallWatch
 from server.stats.sampler import Sampler
@@ -72,8 +76,13 @@ class Broker:
     """One Spool instance's engine.
 
     Args:
+        config: the instance configuration.
+        clock: the time source every part uses.
+        console_log: also log events to the console.
         files: the file seam journal writes go through (None: the real one; fault tests
             inject write and fsync failures here).
+        connector: how replication links dial their destinations (tests link in-process
+            brokers with an in-memory one).
 
     Attributes:
         config: the instance configuration.
@@ -85,6 +94,8 @@ class Broker:
             dashboard login.
         tls: the listener's TLS (certificate pair, reloads, expiry), None in plain text.
         txlog: the transaction log (None when not configured).
+        replication: destinations, inbound links, the sync horizon (None when the instance
+            does not replicate).
         operations: the admin surface (web/admin.py, the dashboard, later actions).
     """
 
@@ -95,6 +106,7 @@ class Broker:
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
         files: FileSeam | None = None,
+        connector: Connector = connect_websocket,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -121,10 +133,15 @@ class Broker:
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
                 config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
-                files=files,
+                files=files, track_gaps=config.replicates,
             )  # fmt: skip
         txlog = self.txlog
-        horizon = LocalHorizon(txlog) if txlog is not None else None
+        # the local fsync: what the replication push and durable stages follow
+        local = LocalHorizon(txlog) if txlog is not None else None
+        # what persisted acks and fully_durable subscriptions wait for: with replication,
+        # the local fsync and every destination whose effective sync type is sync
+        sync = SyncHorizon(txlog) if txlog is not None and config.replicates else None
+        horizon: DurabilityHorizon | None = sync if sync is not None else local
         self.acks = DurableAcks(
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
@@ -132,18 +149,31 @@ class Broker:
         self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
         self.fanout = FanOut(self.router, self.auth, clock, self.spills)
         self.topics = TopicTable(self._records)
-        self.pipeline = PublishPipeline(
-            self.topics, txlog, horizon, self.acks, self.auth, self.events, stages=(self.fanout,)
-        )
-        self.clients = ClientRegistry(
-            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
-        )
         self.subscriptions = SubscriptionService(
             config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills
         )
         self.stalls = StallWatch(
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
+        self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
+        self.pipeline = PublishPipeline(
+            self.topics, txlog, local, self.acks, self.auth, self.events,
+            stages=(self.sow.stage, self.fanout),
+        )  # fmt: skip
+        self.sow.attach(self.pipeline)
+        self.replication: Replication | None = None
+        if txlog is not None and sync is not None:
+            self.replication = Replication(
+                config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync,
+                connector=connector, logons=self.logons,
+            )  # fmt: skip
+        replication = self.replication
+        self.clients = ClientRegistry(
+            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
+            logon_fields=replication.failover_fields if replication is not None else None,
+        )  # fmt: skip
+        self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
         self.metrics = Metrics(
@@ -159,6 +189,7 @@ class Broker:
             self.tls,
             config.plaintext_exposed,
             spills=self.spills,
+            replication=replication.counters if replication is not None else None,
         )
         self.operations = Operations(
             config,
@@ -173,19 +204,23 @@ class Broker:
             txlog,
             self.tls,
             self.logons,
+            replication,
+            sow=self.sow,
         )
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
         self.commands: Mapping[str, CommandHandler] = {
             "logon": self.clients.logon,
-            "subscribe": self.subscriptions.subscribe,
-            "delta_subscribe": self.subscriptions.subscribe,
-            "unsubscribe": self.subscriptions.unsubscribe,
+            # SOW topics by name are the SOW's; it hands the rest to the subscriptions
+            "subscribe": self.sow.subscribe,
+            "delta_subscribe": self.sow.subscribe,
+            "unsubscribe": self.sow.unsubscribe,
             "flush": self.acks.flush,
-            "delta_publish": _needs_sow,
-            "sow": _needs_sow,
-            "sow_and_subscribe": _needs_sow,
-            "sow_delete": _needs_sow,
+            "delta_publish": self.sow.delta_publish,
+            "sow": self.sow.sow,
+            "sow_and_subscribe": self.sow.sow_and_subscribe,
+            "sow_and_delta_subscribe": self.sow.sow_and_subscribe,
+            "sow_delete": self.sow.sow_delete,
         }
         self._sampler: Sampler | None = None
 
@@ -212,13 +247,22 @@ class Broker:
         if self.txlog is not None:
             report = await self.txlog.open()
             self.events.emit("info", "txlog", "recovered", **report.to_dict())
-        # 2. publish stages rebuild their state from the journal (SOW, queues)
+        # 2. SOW files: load what persistent topics kept
+        await self.sow.open()
+        # 3. publish stages rebuild their state from the journal (SOW, queues)
         await self.pipeline.recover()
-        # 3. the statistics sampler
-        self._sampler = Sampler(self.operations, cfg, self.clock)
+        self.sow.recovered()
+        # 4. replication: positions, pins, the links to the destinations
+        if self.replication is not None:
+            await self.replication.start()
+        # 5. the statistics sampler
+        self._sampler = Sampler(
+            self.operations, cfg, self.clock,
+            link_events=self.replication.drain_history if self.replication else None,
+        )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 4. TLS: say what is served, watch its expiry; or say the listener is plain text
+        # 6. TLS: say what is served, watch its expiry; or say the listener is plain text
         if self.tls is not None:
             self.tls.start()
         elif cfg.plaintext_exposed:
@@ -227,14 +271,15 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 5. the slow-client watch (SlowClientTimeout)
+        # 7. the slow-client watch (SlowClientTimeout)
         self.stalls.start()
-        # 6. serve
+        # 8. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
     async def drain(self) -> None:
-        """Shutdown step 1: refuse new work, close every client with ``shutting down``."""
+        """Shutdown step 1: refuse new work, close every client with ``shutting down``,
+        end the replication links."""
         if self.lifecycle.stopping:
             return
         # 1. refuse new connections and commands
@@ -249,26 +294,37 @@ class Broker:
                 )
         # 3. close every client after what it has buffered
         await self.clients.close_all()
+        # 4. tell the replication peers this instance stops (before the web server drops
+        #    their connections), and save the positions
+        if self.replication is not None:
+            with contextlib.suppress(Exception):
+                await self.replication.stop()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. sampler, 3. transaction log, 4. event log."""
-        # 1. clients: drain outbound and close with "shutting down"; no more password
-        #    checks, no more expiry watch, nothing left to watch for slow clients
+        """Shut down in order: 1. clients and replication links, 2. SOW queries and
+        expirations, 3. sampler, 4. transaction log, 5. SOW files, 6. event log."""
+        # 1. clients: drain outbound and close with "shutting down"; replication links end;
+        #    no more password checks, no more expiry watch, nothing left to watch for slow
+        #    clients
         await self.drain()
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()
         await self.stalls.stop()
-        # 2. statistics sampler: last sample, close the database
+        # 2. SOW: no more query streams or expirations (they append to the log)
+        await self.sow.close()
+        # 3. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 3. transaction log: final group commit and fsync
+        # 4. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
+        # 5. SOW files: write what the last commit covered, close them
+        await self.sow.close_files()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 4. event log: flush its file
+        # 6. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------
@@ -303,8 +359,3 @@ class Broker:
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)
-
-
-def _needs_sow(session: Session, cmd: Command) -> None:
-    """SOW commands and ``delta_publish`` need a SOW topic; none exists in this version."""
-    raise InvalidTopic(f"{cmd.topic or ''!r} is not a SOW topic (no SOW configured)")

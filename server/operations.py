@@ -13,7 +13,7 @@ import os
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from server import __version__
+from server import __version__, speedups
 from server.acks import DurableAcks
 from server.alerts import Alert, txlog_alerts
 from server.auth import Authenticator
@@ -31,7 +31,10 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
+from server.replication.errors import ReplicationNotConfigured
+from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
+from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.sampler import Sampler
 from server.stats.snapshot import MetricsSnapshot
 from server.subscriptions import SubscriptionService
@@ -59,6 +62,7 @@ class InstanceInfo(TypedDict):
     start_time: str
     ready: bool
     alerts: list[Alert]
+    extensions: speedups.Status
 
 
 class ClientInfo(TypedDict):
@@ -208,6 +212,9 @@ class Operations:
         txlog: TransactionLog | None,
         tls: TlsListener | None = None,
         logons: LogonGuard | None = None,
+        replication: Replication | None = None,
+        *,
+        sow: SowService,
     ) -> None:
         self._tls = tls
         self._logons = logons
@@ -221,6 +228,8 @@ class Operations:
         self._metrics = metrics
         self._acks = acks
         self._txlog = txlog
+        self._replication = replication
+        self._sow = sow
         self.sampler: Sampler | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
@@ -257,6 +266,7 @@ class Operations:
             "start_time": _iso(started),
             "ready": self.lifecycle.ready,
             "alerts": self.alerts(),
+            "extensions": speedups.status(),
         }
 
     def alerts(self) -> list[Alert]:
@@ -451,6 +461,64 @@ class Operations:
         self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
         return [journal_dict(j) for j in infos]
 
+    # -- replication --------------------------------------------------------------------
+
+    def _repl(self) -> Replication:
+        if self._replication is None:
+            raise ReplicationNotConfigured(
+                "this instance has no <Replication> nor amps-replication transport"
+            )
+        return self._replication
+
+    def replication_info(self) -> ReplicationInfo:
+        """Destinations and incoming links (ADMIN_API.md ``/api/replication``).
+
+        Raises:
+            ReplicationNotConfigured: the instance does not replicate.
+        """
+        return self._repl().info()
+
+    def downgrade_destination(self, name: str) -> None:
+        """Persisted acks stop waiting for a sync destination, at once.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound, SyncChangeRefused.
+        """
+        self._repl().downgrade(name)
+
+    def upgrade_destination(self, name: str) -> None:
+        """A downgraded destination becomes sync again once it has caught up.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound, SyncChangeRefused.
+        """
+        self._repl().upgrade(name)
+
+    def reconnect_destination(self, name: str) -> None:
+        """Drop a destination's link and dial it again from the top of its addresses.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound.
+        """
+        self._repl().reconnect(name)
+
+    async def replication_events(
+        self, t0: float, t1: float, link: str | None, direction: str | None, limit: int
+    ) -> list[tuple[float, str, str, str, str]]:
+        """Link events from the stats database (SQLite in a thread).
+
+        Raises:
+            ReplicationNotConfigured, StatsUnavailable.
+        """
+        self._repl()
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(
+            store.reader.link_events, t0, t1, link=link, direction=direction, limit=limit
+        )
+
     # -- retention pins taken over the admin API -----------------------------------------
 
     def _log(self) -> TransactionLog:
@@ -497,6 +565,28 @@ class Operations:
         if pin is None:
             raise PinNotFound(owner)
         pin.release()
+
+    # -- the SOW ------------------------------------------------------------------------
+
+    def sow_topics(self) -> list[SowTopicInfo]:
+        """Every SOW topic: records, bytes, key paths, file, last compaction
+        (``GET /api/sow``)."""
+        return self._sow.topic_infos()
+
+    def sow_topic(self, topic: str) -> SowTopicInfo:
+        """One SOW topic (:class:`~server.sow.errors.SowTopicNotFound`: 404)."""
+        return self._sow.topic_info(topic)
+
+    def sow_keys(self, topic: str, *, after: str | None = None, limit: int = 1000) -> SowKeys:
+        """A page of a SOW topic's keys, in store order."""
+        return self._sow.keys(topic, after=after, limit=limit)
+
+    async def compact_sow(self, topic: str) -> SowCompaction:
+        """Compact a persistent SOW topic's file (``POST /api/sow/{topic}/compact``);
+        the file work runs in a thread."""
+        result = await self._sow.compact(topic)
+        self.events.emit("info", "sow", "sow_compact", **result)
+        return result
 
     # -- statistics ---------------------------------------------------------------------
 

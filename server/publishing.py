@@ -13,6 +13,12 @@ publishes to one topic; a single publish is a run of one) with an
       -> appended stages           (live fan-out; later SOW, queues, replication push)
       -> persisted acks            (server/acks.py, when the durability horizon covers them)
 
+De-duplication is by bookmark, exactly: a message whose sequence is at or below its
+publisher's highest is a duplicate unless the log is missing that sequence (a *gap*,
+server/txlog/gaps.py, tracked when replication is configured). A publisher that fails over
+between instances can make one instance receive its 101 by one route before its 100 by
+another; 100 then fills the gap as a late record instead of being dropped.
+
 The unit of work is the run: topic and entitlement checks, the publisher's last sequence,
 the append bookkeeping, the stage calls and the delivery encoding happen once per run, not
 once per message. What must stay per message stays per message: a duplicate sequence is
@@ -45,6 +51,8 @@ from server.ports import (
 from server.protocol.commands import take_publish_run
 from server.protocol.errors import (
     Duplicate,
+    InvalidMessage,
+    InvalidTopic,
     NotEntitled,
     ProtocolFailure,
     TxlogFull,
@@ -53,6 +61,7 @@ from server.protocol.frame import Message
 from server.stats.source import EventSink
 from server.topics import Topic, TopicTable
 from server.txlog import TransactionLog, TxlogWriteFailed
+from server.txlog.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
@@ -107,7 +116,9 @@ class PublishPipeline:
         stages = [s for s in self._stages if isinstance(s, RecoveringStage)]
         if txlog is None or not stages:
             return 0
-        seq = txlog.first_seq
+        # the oldest record any recovering stage needs (a persistent SOW needs only what
+        # its file lacks)
+        seq = max(txlog.first_seq, min(s.recover_from() for s in stages))
         read = 0
         while seq <= txlog.durable_seq:
             batch = await txlog.read_view(seq, max_count=batch_count)
@@ -152,23 +163,69 @@ class PublishPipeline:
         """Publish a run: store, ack and deliver it, or report why not, message by message.
 
         Never raises: a refusal becomes a failure ack per message to ``origin.replies``.
+        Answers keep the order of the messages: when a stage refuses single messages, the
+        run is stored in the segments between them, each refusal answered after the
+        segment before it (as a duplicate splits a run).
         """
+        #: refusals of single messages: (position in the run as sent, run, index, why)
+        refusals: list[tuple[int, PublishRun, int, ProtocolFailure]] = []
+        #: for each message of ``run``, its position in the run as sent
+        place = list(range(len(run.bodies)))
         try:
             topic = self._topics.admit(run.topic)
             auth = self._auth
             if auth.enabled and not auth.can_write(origin.user, run.topic):
                 raise NotEntitled(f"{origin.name!r} may not publish to {run.topic!r}")
+            if run.expirations is not None and not topic.prepare:
+                raise InvalidMessage(
+                    f"'e' (a message lifetime) needs a SOW topic; {run.topic!r} keeps no records"
+                )
+            if run.kind != RecordKind.PUBLISH and not topic.prepare:
+                raise InvalidTopic(f"{run.topic!r} is not a SOW topic")
             for prepare in topic.prepare:
-                prepare(run)
+                refused = prepare(run)
+                if refused:
+                    out = {i for i, _ in refused}
+                    refusals.extend((place[i], run, i, exc) for i, exc in refused)
+                    keep = [i for i in range(len(run.bodies)) if i not in out]
+                    place = [place[i] for i in keep]
+                    run = _subrun(run, keep)
+                    if not keep:
+                        break
         except ProtocolFailure as exc:
-            for i in range(len(run.bodies)):
-                self._refuse(origin, run, i, exc)
+            refusals.extend((place[i], run, i, exc) for i in range(len(run.bodies)))
+            self._answer(origin, refusals)
             return
+        if not refusals:
+            self._store(origin, topic, run)
+            return
+        refusals.sort(key=lambda refusal: refusal[0])
+        start = 0  # the first message of ``run`` not stored yet
+        for position, refused_run, i, why in refusals:
+            end = start
+            while end < len(place) and place[end] < position:
+                end += 1
+            if end > start:
+                self._store(origin, topic, _subrun(run, range(start, end)))
+            start = end
+            self._refuse(origin, refused_run, i, why)
+        if start < len(place):
+            self._store(origin, topic, _subrun(run, range(start, len(place))))
+
+    def _store(self, origin: Origin, topic: Topic, run: PublishRun) -> None:
+        """Log (when the topic is recorded), ack and hand over a run every stage took."""
         txlog = self._txlog
         if topic.recorded and txlog is not None:
             self._publish_recorded(origin, topic, run, txlog)
         else:
             self._publish_unrecorded(origin, topic, run)
+
+    def _answer(
+        self, origin: Origin, refusals: list[tuple[int, PublishRun, int, ProtocolFailure]]
+    ) -> None:
+        """Refuse messages in the order they were sent."""
+        for _, run, i, exc in sorted(refusals, key=lambda refusal: refusal[0]):
+            self._refuse(origin, run, i, exc)
 
     def _publish_recorded(
         self, origin: Origin, topic: Topic, run: PublishRun, txlog: TransactionLog
@@ -208,6 +265,8 @@ class PublishPipeline:
                     bodies=bodies if i == 0 and j == n else bodies[i:j],
                     corr_ids=run.corr_ids[i:j] if run.corr_ids else None,
                     sow_keys=run.sow_keys[i:j] if run.sow_keys else None,
+                    kind=run.kind,
+                    path=run.path,
                 )
                 if k:
                     first = txlog.last_seq - k + 1
@@ -220,9 +279,13 @@ class PublishPipeline:
                     i += k + 1
                     continue
             if j < n:
-                dup = given[j]
-                assert dup is not None  # only a given sequence can repeat one
-                self._duplicate(origin, run, j, dup)
+                below = given[j]
+                assert below is not None  # only a given sequence can be at or below the last
+                if txlog.publishers.missing(pub_hash, below):
+                    # a gap of this publisher: the message arrived late, by another route
+                    self._append_one(origin, topic, run, j, below, txlog, late=True)
+                else:
+                    self._duplicate(origin, run, j, below)
                 j += 1
             i = j
 
@@ -234,8 +297,11 @@ class PublishPipeline:
         i: int,
         s: int,
         txlog: TransactionLog,
+        *,
+        late: bool = False,
     ) -> None:
-        """Append message ``i`` alone: it gets the log's exact refusal, or goes through."""
+        """Append message ``i`` alone: it gets the log's exact refusal, or goes through
+        (``late``: it fills a gap of its publisher, below the publisher's highest)."""
         try:
             rec = txlog.append(
                 topic=run.topic,
@@ -243,8 +309,11 @@ class PublishPipeline:
                 pub_hash=run.pub_hash,
                 pub_seq=s,
                 body=run.bodies[i],
+                kind=run.kind,
+                path=run.path,
                 corr_id=run.corr_ids[i] if run.corr_ids else "",
                 sow_key=run.sow_keys[i] if run.sow_keys else "",
+                late=late,
             )
         except ProtocolFailure as exc:  # txlog full (MaxSize): the reason stands
             self._refuse(origin, run, i, exc)
@@ -354,6 +423,7 @@ class PublishPipeline:
             sow_keys=run.sow_keys[lo:hi] if run.sow_keys else None,
             kind=run.kind,
             publisher_name=run.publisher_name,
+            keys=run.keys[lo:hi] if run.keys else None,
         )
         for stage in topic.appended:
             stage(appended)
@@ -404,3 +474,22 @@ def _send_acks(
         replies.ack("persisted", None, s=s or None)
     if "processed" in kinds:
         replies.ack("processed", cid)
+
+
+def _subrun(run: PublishRun, keep: Sequence[int]) -> PublishRun:
+    """The messages ``keep`` (indexes, ascending) of ``run`` as a run of their own."""
+    position = {old: new for new, old in enumerate(keep)}
+    return PublishRun(
+        topic=run.topic,
+        pub_hash=run.pub_hash,
+        pub_seqs=[run.pub_seqs[i] for i in keep],
+        bodies=[run.bodies[i] for i in keep],
+        acks=[(position[i], kinds, cid) for i, kinds, cid in run.acks if i in position],
+        corr_ids=[run.corr_ids[i] for i in keep] if run.corr_ids else None,
+        sow_keys=[run.sow_keys[i] for i in keep] if run.sow_keys else None,
+        kind=run.kind,
+        path=run.path,
+        publisher_name=run.publisher_name,
+        expirations=[run.expirations[i] for i in keep] if run.expirations else None,
+        keys=[run.keys[i] for i in keep] if run.keys else None,
+    )

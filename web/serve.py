@@ -23,6 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
+from server import speedups
 from server.config import Config
 from server.datalock import DataDirectoryLock
 from server.engine import Broker
@@ -78,6 +79,9 @@ class SpoolServer(uvicorn.Server):
             file=sys.stderr,
             flush=True,
         )
+        notice = speedups.startup_notice()
+        if notice is not None:
+            print(notice, file=sys.stderr, flush=True)
 
     def _sighup(self) -> None:
         """Reload the TLS certificate pair (a failure is in the event log; the old pair

@@ -8,7 +8,9 @@ whatever handle type ``S`` the owner registered with the state.
 
 Values: :class:`Message` (a delivered message), :class:`Ack`, :class:`LogonInfo`.
 
-Events: :class:`Delivered` (a run of messages for one subscription), :class:`Replied`
+Events: :class:`Delivered` (a run of messages for one subscription, ``oof`` notices
+included), :class:`QueryRecords` and :class:`QueryEnded` (a SOW query's result),
+:class:`Replied`
 (the final ack of a command somebody waits for), :class:`Persisted` (the broker's last
 persisted sequence advanced), :class:`PositionReported` (a bookmark subscription's durable
 position), :class:`Completed`, :class:`Failed` (a failure no command waits for),
@@ -21,39 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
-import orjson
-
 from server.protocol.errors import ProtocolFailure
 from server.protocol.frame import FrameError
+from server.protocol.message import Delivery
+
+#: a message delivered to a subscription (topic, data, sub_ids, bookmark, timestamp,
+#: correlation_id, header, json()): built by the frame splitter for clients without a
+#: header dict per message (server/protocol/message.py says how).
+Message = Delivery
 
 S = TypeVar("S")
-
-
-@dataclass(slots=True)
-class Message:
-    """A message delivered to a subscription.
-
-    Attributes:
-        topic: the topic it was published to.
-        data: the body, byte for byte as published.
-        sub_ids: the ids of the subscriptions it matched (one message may serve several).
-        bookmark: its bookmark (``PUBHASH|PUBSEQ|``) on recorded topics.
-        timestamp: when it was recorded, if the subscription asked for ``timestamp``.
-        correlation_id: the publisher's tag, passed through untouched.
-        header: the whole header, short keys.
-    """
-
-    topic: str
-    data: bytes
-    sub_ids: tuple[str, ...]
-    bookmark: str | None
-    timestamp: str | None
-    correlation_id: str | None
-    header: dict[str, Any]
-
-    def json(self) -> Any:
-        """The body decoded as JSON."""
-        return orjson.loads(self.data)
 
 
 @dataclass(slots=True)
@@ -100,6 +79,11 @@ class LogonInfo:
         last_bookmark: the bookmark of that last persisted message.
         version: the broker's version string.
         heartbeat: the negotiated heartbeat interval in seconds, if any.
+        failover: for a broker that replicates, ``safe`` when every destination that
+            takes this client's topics holds persisted acks (effective sync type sync),
+            else ``unsafe``; None from a broker that does not replicate.
+        async_links: the destinations that do not hold persisted acks now (configured
+            async, downgraded, or upgrading): failing over loses what they lack.
     """
 
     client_name: str
@@ -107,6 +91,13 @@ class LogonInfo:
     last_bookmark: str | None
     version: str
     heartbeat: float | None
+    failover: str | None = None
+    async_links: tuple[str, ...] = ()
+
+    @property
+    def failover_safe(self) -> bool:
+        """Whether failing over from this broker keeps every persisted message."""
+        return self.failover == "safe"
 
 
 @dataclass(slots=True)
@@ -120,6 +111,22 @@ class Delivered(Generic[S]):
 
     subscription: S
     messages: list[Message]
+
+
+@dataclass(slots=True)
+class QueryRecords(Generic[S]):
+    """Records of a query result (``sow`` messages) for the handle registered under their
+    ``qid``, in arrival order; consecutive ones share an event like deliveries."""
+
+    query: S
+    records: list[Message]
+
+
+@dataclass(slots=True)
+class QueryEnded(Generic[S]):
+    """The ``group_end`` of a query result: every record of it has arrived."""
+
+    query: S
 
 
 @dataclass(slots=True)
@@ -195,6 +202,8 @@ HEARTBEAT: Final = HeartbeatReceived()
 #: everything :meth:`~server.client.state.SessionState.receive_frame` returns.
 Event: TypeAlias = (
     Delivered[S]
+    | QueryRecords[S]
+    | QueryEnded[S]
     | Replied
     | Persisted
     | PositionReported[S]
@@ -217,5 +226,7 @@ __all__ = [
     "Message",
     "Persisted",
     "PositionReported",
+    "QueryEnded",
+    "QueryRecords",
     "Replied",
 ]

@@ -41,10 +41,15 @@ from server.client.events import (
     Message,
     Persisted,
     PositionReported,
+    QueryEnded,
+    QueryRecords,
     Replied,
 )
+from server.protocol.delivery import split_deliveries
 from server.protocol.errors import failure_for
-from server.protocol.frame import FrameError, parse_frame
+from server.protocol.frame import FrameError, encode_publishes
+from server.protocol.message import Message as FrameMessage
+from server.protocol.message import delivery_of
 
 S = TypeVar("S")
 
@@ -94,6 +99,8 @@ class SessionState(Generic[S]):
         self._waiting: set[str] = set()
         self._logon_cid: str | None = None
         self._subs: dict[str, S] = {}
+        #: query handles by query id: where ``sow`` records and ``group_end`` go
+        self._queries: dict[str, S] = {}
         self._lost: Disconnected | None = None
 
     # -- ids and subscriptions -----------------------------------------------------------
@@ -142,6 +149,15 @@ class SessionState(Generic[S]):
             if handle is not None:
                 removed.append(handle)
         return removed
+
+    def add_query(self, qid: str, handle: S) -> None:
+        """Route the ``sow`` records and ``group_end`` of query ``qid`` to ``handle`` (a
+        ``sow`` or the snapshot of a ``sow_and_subscribe``; register before sending)."""
+        self._queries[qid] = handle
+
+    def remove_query(self, qid: str) -> S | None:
+        """Stop routing query ``qid``."""
+        return self._queries.pop(qid, None)
 
     # -- commands out --------------------------------------------------------------------
 
@@ -228,6 +244,93 @@ class SessionState(Generic[S]):
         self._out.append(orjson.dumps(header) + body)
         return seq or 0
 
+    def publish_many(self, topic: str, bodies: list[bytes], *, persisted: bool = False) -> int:
+        """Queue a publish per body, numbered from the next sequence, encoded in one pass;
+        returns the last sequence number (the current one when ``bodies`` is empty).
+
+        The batch form of :meth:`publish` (every message gets an automatic sequence, no
+        correlation id): the header's constant parts are encoded once for the batch.
+        """
+        if self._lost is not None:
+            raise Disconnected(self._lost.reason, self._lost.code)
+        if not bodies:
+            return self.seq
+        first = self.seq + 1
+        head = b'{"c":"publish","t":' + orjson.dumps(topic) + b',"s":'
+        mid = b',"a":"persisted","l":' if persisted else b',"l":'
+        self._out.append(encode_publishes(head, first, mid, bodies))
+        self.seq = first + len(bodies) - 1
+        return self.seq
+
+    def publish_keyed(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        delta: bool = False,
+        sow_key: str | None = None,
+        expiration: int | None = None,
+        persisted: bool = False,
+    ) -> int:
+        """Queue a ``publish`` (or a ``delta_publish``) with a SOW key or a lifetime;
+        returns its sequence number."""
+        self.seq += 1
+        header: dict[str, Any] = {"c": "delta_publish" if delta else "publish", "t": topic,
+                                  "s": self.seq}  # fmt: skip
+        if sow_key is not None:
+            header["k"] = sow_key
+        if expiration is not None:
+            header["e"] = expiration
+        if persisted:
+            header["a"] = "persisted"
+        self.send(header, body)
+        return self.seq
+
+    def sow_command(
+        self,
+        name: str,
+        topic: str,
+        qid: str,
+        *,
+        sub_id: str | None = None,
+        filter: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int | None = None,
+        bookmark: str | None = None,
+        keys: list[str] | None = None,
+        options: str | None = None,
+        ack: str = "processed",
+    ) -> str:
+        """Queue a ``sow`` / ``sow_and_subscribe`` / ``sow_and_delta_subscribe`` (register
+        its query handle, and for the latter two its subscription, first)."""
+        header: dict[str, Any] = {"c": name, "t": topic, "qid": qid}
+        if sub_id is not None:
+            header["sub_id"] = sub_id
+        for field, value in (("f", filter), ("top_n", top_n), ("orderby", orderby),
+                             ("bs", batch_size), ("bm", bookmark), ("o", options)):  # fmt: skip
+            if value is not None:
+                header[field] = value
+        if keys:
+            header["k"] = ",".join(keys)
+        return self.command(header, ack=ack)
+
+    def sow_delete_command(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: list[str] | None = None,
+        data: bytes = b"",
+    ) -> str:
+        """Queue a ``sow_delete`` answered by its ``stats`` ack (``records_deleted``)."""
+        header: dict[str, Any] = {"c": "sow_delete", "t": topic}
+        if filter is not None:
+            header["f"] = filter
+        if keys:
+            header["k"] = ",".join(keys)
+        return self.command(header, data, ack="stats")
+
     def publish_command(self, topic: str, body: bytes) -> str:
         """Queue a publish with the next sequence number that waits for its processed ack."""
         self.seq += 1
@@ -242,9 +345,13 @@ class SessionState(Generic[S]):
         bookmark: str | None = None,
         options: str | None = None,
         completed: bool = False,
+        delta: bool = False,
     ) -> str:
-        """Queue a subscribe for ``sub_id`` (register its handle first)."""
-        header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sub_id}
+        """Queue a subscribe (``delta``: a ``delta_subscribe``) for ``sub_id`` (register its
+        handle first)."""
+        header: dict[str, Any] = {
+            "c": "delta_subscribe" if delta else "subscribe", "t": topic, "sub_id": sub_id,
+        }  # fmt: skip
         if filter is not None:
             header["f"] = filter
         if bookmark is not None:
@@ -284,44 +391,61 @@ class SessionState(Generic[S]):
         """
         if self.error is not None:
             return []
-        parsed = parse_frame(data)
+        items, error = split_deliveries(data)
         events: list[Event[S]] = []
         subs = self._subs
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
         run_sid: str | None = None
         run: list[Message] = []
-        for msg in parsed.messages:
-            h = msg.header
-            c = h.get("c")
-            if c == "publish":
-                sids = tuple(str(h.get("sids", "")).split(","))
-                message = Message(
-                    topic=h.get("t", ""),
-                    data=msg.body,
-                    sub_ids=sids,
-                    bookmark=h.get("bm"),
-                    timestamp=h.get("ts"),
-                    correlation_id=h.get("x"),
-                    header=h,
-                )
-                for sid in sids:
+        # the open run of query records, for ``query_qid``
+        query_qid: str | None = None
+        records: list[Message] = []
+        for item in items:
+            if type(item) is not Message:
+                assert isinstance(item, FrameMessage)  # what is not a delivery
+                h = item.header
+                c = h.get("c")
+                if c == "sow":
+                    run_sid = None
+                    qid = str(h.get("qid", ""))
+                    if qid != query_qid:
+                        handle = self._queries.get(qid)
+                        if handle is None:
+                            continue
+                        records = []
+                        query_qid = qid
+                        events.append(QueryRecords(handle, records))
+                    records.append(Message(h.get("t", ""), item.body, (), h.get("bm"),
+                                           h.get("ts"), None, h))  # fmt: skip
+                    continue
+                if c == "oof":  # routed like a delivery: it ends a record's life there
+                    item = delivery_of(h, item.body)
+            query_qid = None
+            if type(item) is Message:
+                for sid in item.sub_ids:
                     if sid == run_sid:
-                        run.append(message)
+                        run.append(item)
                         continue
                     sub = subs.get(sid)
                     if sub is not None:
-                        run = [message]
+                        run = [item]
                         run_sid = sid
                         events.append(Delivered(sub, run))
                 continue
             run_sid = None
+            h = item.header
+            c = h.get("c")
             if c == "ack":
                 self._ack(h, events)
             elif c == "heartbeat":
                 events.append(HEARTBEAT)
-        if parsed.error is not None:
-            self.error = parsed.error
-            events.append(ConnectionFailed(parsed.error))
+            elif c == "group_end":
+                handle = self._queries.get(str(h.get("qid", "")))
+                if handle is not None:
+                    events.append(QueryEnded(handle))
+        if error is not None:
+            self.error = error
+            events.append(ConnectionFailed(error))
         return events
 
     def _ack(self, h: dict[str, Any], events: list[Event[S]]) -> None:
@@ -392,6 +516,8 @@ class SessionState(Generic[S]):
             last_bookmark=h.get("bm"),
             version=str(h.get("version", "")),
             heartbeat=h.get("hb"),
+            failover=h.get("failover"),
+            async_links=tuple(x for x in str(h.get("async_links") or "").split(",") if x),
         )
         # Publishing resumes after what the broker already has for this name.
         self.seq = max(self.seq, info.last_seq)

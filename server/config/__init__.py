@@ -17,7 +17,7 @@ Modules, each depending only on those above it::
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
     sections/   one reader per top-level section (admin, transports, transactionlog,
-                tuning, users)
+                replication, sow, tuning, users)
     build       the root element and the cross-checks between sections
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
@@ -44,8 +44,16 @@ from server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
     EXPLICIT_JOURNAL_DIRECTORY,
     EXPLICIT_STATS_FILE,
+    MAX_SYNC_DESTINATIONS,
+    NON_EXCLUDABLE_CHECKS,
+    VALIDATION_CHECKS,
     AdminConfig,
     Config,
+    DestinationConfig,
+    ReplicationConfig,
+    ReplicationTopic,
+    ReplicationTransport,
+    SowTopicConfig,
     TlsConfig,
     TopicRule,
     TransactionLogConfig,
@@ -67,12 +75,20 @@ __all__ = [
     "EXPLICIT_ARCHIVE_DIRECTORY",
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
+    "MAX_SYNC_DESTINATIONS",
+    "NON_EXCLUDABLE_CHECKS",
     "SHARED_ADDRESS",
+    "VALIDATION_CHECKS",
     "AdminConfig",
     "Config",
     "ConfigError",
+    "DestinationConfig",
     "InetAddrError",
     "OriginError",
+    "ReplicationConfig",
+    "ReplicationTopic",
+    "ReplicationTransport",
+    "SowTopicConfig",
     "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",

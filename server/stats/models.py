@@ -16,11 +16,19 @@ series must not need a migration:
     Unix epoch, UTC) and ``value`` (float). The primary key ``(metric_id, ts)`` is the
     clustered key (``WITHOUT ROWID``), so a time-range read of one series is a single
     index range scan; ``ix_sample_ts`` serves retention deletes by age.
+
+``replication_event``
+    what happened to each replication link, one row per event (server/replication/
+    history.py): ``ts``, ``direction`` (``out`` a destination, ``in`` a source),
+    ``link`` (its name), ``event`` (connected, disconnected, refused, downgraded, ...) and
+    ``detail`` (the why, with a validation failure's fix). Its numbers (messages and
+    seconds behind, rates) are ordinary series (``replication/out/NAME/...``); the events
+    are text and get their own table. Same retention as the samples.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, MetaData, String
+from sqlalchemy import Float, ForeignKey, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Named constraints: Alembic batch mode (SQLite table rebuilds) needs stable names.
@@ -88,3 +96,17 @@ class Sample(Base):
     )
     ts: Mapped[float] = mapped_column(Float, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+
+class ReplicationEvent(Base):
+    """One event of one replication link."""
+
+    __tablename__ = "replication_event"
+    __table_args__ = (Index("ix_replication_event_link_ts", "direction", "link", "ts"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    link: Mapped[str] = mapped_column(String(128))
+    event: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str] = mapped_column(Text)

@@ -46,8 +46,9 @@ from typing import Final
 
 import google_crc32c
 
+from server import speedups
 from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import FLAG_LATE, Record, RecordKind, late_key
 
 __all__ = [
     "CRC_RESIDUE",
@@ -197,7 +198,7 @@ def encode(
     return data + _U32.pack(_crc(data))
 
 
-def encode_run(
+def encode_run_py(
     first_seq: int,
     timestamp_us: int,
     pub_hash: int,
@@ -207,43 +208,66 @@ def encode_run(
     bodies: list[bytes],
     corr_ids: list[str] | None = None,
     sow_keys: list[str] | None = None,
+    *,
+    kind: int = RecordKind.PUBLISH,
+    path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """Encode consecutive publish records of one publisher and topic, one timestamp.
+    """Encode consecutive records of one publisher, topic, kind and path, one timestamp.
 
-    The batched form of :func:`encode`: the topic and message type are encoded once and
-    the per-record work is one header pack, one concatenation and one CRC. Record ``i``
-    gets seq ``first_seq + i``. With correlation ids or SOW keys (record ``i`` takes
-    entry ``i``), each record is a whole :func:`encode` instead.
+    The batched form of :func:`encode`: the topic, message type and path are encoded once
+    and the per-record work is one header pack, one concatenation and one CRC (a SOW key
+    per record included, when ``sow_keys`` is given; a replicated run's path too). Record
+    ``i`` gets seq ``first_seq + i``. With correlation ids, each record is a whole
+    :func:`encode` instead.
+
+    This is the pure-Python implementation and the oracle of the compiled one
+    (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
 
     Returns:
         The encoded records, from the first; fewer than given when one cannot be encoded
         (:func:`encode` of that record raises the reason).
+
+    Raises:
+        ValueError: ``pub_seqs`` and ``bodies`` differ in length (plain records).
     """
-    if corr_ids or sow_keys:
+    names = [_utf8(name) for name in path]
+    if corr_ids or len(names) > 0xFF or any(len(nb) > 0xFF for nb in names):
         return _encode_each(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
-            corr_ids, sow_keys,
+            corr_ids, sow_keys, kind, path,
         )  # fmt: skip
     tb = _enc_cache.get(topic) or _utf8(topic)
     mb = _enc_cache.get(message_type) or _utf8(message_type)
     tl = len(tb)
     ml = len(mb)
-    fixed = MIN_RECORD + tl + ml
-    strings = tb + mb
+    pb = b"".join(bytes((len(nb),)) + nb for nb in names)
+    fixed = MIN_RECORD + tl + ml + len(pb)
+    strings = tb + mb + pb
+    npath = len(path)
     pack = HEADER.pack
     crc = _crc
     u32 = _U32.pack
-    kind = int(RecordKind.PUBLISH)
+    kind = int(kind)
     out: list[bytes] = []
     keep = out.append
     seq = first_seq
     try:
-        for ps, body in zip(pub_seqs, bodies, strict=True):
-            bl = len(body)
-            data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
-                        0, 0, 0, bl) + strings + body  # fmt: skip
-            keep(data + u32(crc(data)))
-            seq += 1
+        if sow_keys is None:
+            for ps, body in zip(pub_seqs, bodies, strict=True):
+                bl = len(body)
+                data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
+                            npath, 0, 0, bl) + strings + body  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
+        else:
+            for ps, body, key in zip(pub_seqs, bodies, sow_keys, strict=True):
+                bl = len(body)
+                kb = key.encode()
+                data = b"".join((pack(fixed + len(kb) + bl, FORMAT, kind, 0, seq, timestamp_us,
+                                      pub_hash, ps, tl, ml, npath, 0, len(kb), bl),
+                                 strings, kb, body))  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
     return out
@@ -259,20 +283,57 @@ def _encode_each(
     bodies: list[bytes],
     corr_ids: list[str] | None,
     sow_keys: list[str] | None,
+    kind: int,
+    path: tuple[str, ...],
 ) -> list[bytes]:
-    """:func:`encode_run` of records with correlation ids or SOW keys, one at a time."""
+    """:func:`encode_run` of records with correlation ids (or a path too long to batch),
+    one at a time."""
     out: list[bytes] = []
-    kind = int(RecordKind.PUBLISH)
     for i, body in enumerate(bodies):
         fields = (
-            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind, (),
-            0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind,
+            path, 0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
         )  # fmt: skip
         try:
             out.append(encode(*fields))
         except Exception:
             break  # that record cannot be encoded: the caller gets the ones before it
     return out
+
+
+def _encode_run_c(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+    corr_ids: list[str] | None = None,
+    sow_keys: list[str] | None = None,
+    *,
+    kind: int = RecordKind.PUBLISH,
+    path: tuple[str, ...] = (),
+) -> list[bytes]:
+    """:func:`encode_run_py` with the plain publishes' loop compiled (``_codec_c.pyx``);
+    other kinds and records with correlation ids, SOW keys or a path take the Python
+    definition."""
+    if corr_ids or sow_keys or path or kind != RecordKind.PUBLISH:
+        return encode_run_py(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys, kind=kind, path=path,
+        )  # fmt: skip
+    assert _encode_plain_c is not None  # selected only when it was built
+    return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
+                           bodies)  # fmt: skip
+
+
+try:
+    from server.txlog._codec_c import encode_run as _encode_plain_c
+except ImportError:  # not built: speedups.status() says why
+    _encode_plain_c = None  # type: ignore[assignment]
+
+encode_run = _encode_run_c if speedups.ENABLED and _encode_plain_c is not None else encode_run_py
 
 
 def _encode_full(
@@ -537,7 +598,8 @@ class ScanResult:
 
     Attributes:
         rows: ``(journal offset, length, timestamp_us, pub_hash, pub_seq)`` per record,
-            the offset being ``base`` plus the record's position in the buffer.
+            the offset being ``base`` plus the record's position in the buffer;
+            ``pub_hash`` is the record's index key (:func:`~server.txlog.record.index_key`).
         end: position in the buffer just past the last valid record.
         next_seq: the seq the next record must carry.
         reason: ``None`` when the scan stopped cleanly (end of data, or an incomplete
@@ -623,7 +685,8 @@ def scan(
         if rseq != seq:
             reason = "sequence gap"
             break
-        add((base + pos, length, ts, ph, ps))
+        # a late record is indexed under its late key (server/txlog/record.py FLAG_LATE)
+        add((base + pos, length, ts, late_key(ph) if _f & FLAG_LATE else ph, ps))
         pos += length
         seq += 1
     res.end = pos

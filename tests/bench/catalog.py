@@ -75,7 +75,8 @@ class Comparison:
     """A Spool scenario against a peer scenario on one metric (ratio Spool / peer).
 
     With ``goal`` the ratio is checked against ``goal_ratio`` (1.0: Spool at or above the
-    peer; 0.8: TLS within 20% of the plain figure, issue 21).
+    peer; 0.8: TLS within 20% of the plain figure, issue 21; 0.6: replicated publish
+    against the unreplicated one, issue 15).
     """
 
     label: str
@@ -241,6 +242,38 @@ def _spool_specs() -> list[ScenarioSpec]:
                 warmup=0,  # the log is already in the page cache from the replays
             )
         )
+    for label, size in BODY_SIZES.items():
+        specs.append(
+            ScenarioSpec(
+                f"client.publish.persisted.{label}",
+                "publish",
+                f"Spool's asyncio Client: publish_many() batches of 100, {label} bodies, "
+                "persisted acks, 10,000 unacked at most; ends at the last persisted ack",
+                {"body_bytes": size, "ack": "persisted", "client": "server.client.Client"},
+                ("msgs_per_s",),
+            )
+        )
+        specs.append(
+            ScenarioSpec(
+                f"client.replay.epoch.{label}",
+                "replay",
+                f"Spool's asyncio Client: subscribe from EPOCH, async for batch in "
+                f"sub.batches() reading every body, {label} bodies",
+                {"body_bytes": size, "filter": None, "client": "server.client.Client"},
+                ("msgs_per_s",),
+            )
+        )
+    specs.append(
+        ScenarioSpec(
+            "browser.replay.epoch.100B",
+            "replay",
+            "static/spool-client.js in Chromium (Playwright): subscribe from EPOCH with a "
+            "batch callback, counting every message",
+            {"body_bytes": 100, "filter": None, "client": "spool-client.js"},
+            ("msgs_per_s",),
+            (Target("msgs_per_s", ">=", 300_000, "issue 14"),),
+        )
+    )
     specs.append(
         ScenarioSpec(
             "spool.tls.publish.persisted.100B",
@@ -286,6 +319,38 @@ def _spool_specs() -> list[ScenarioSpec]:
     return specs
 
 
+def _replication_specs() -> list[ScenarioSpec]:
+    specs = [
+        ScenarioSpec(
+            f"spool.replication.persisted.{mode}.100B",
+            "replication",
+            title,
+            {"body_bytes": 100, "ack": "persisted", "mode": mode},
+            ("msgs_per_s",),
+        )
+        for mode, title in (
+            ("unreplicated", "persisted publish to an instance without replication (the "
+             "baseline of the ratios, same run)"),
+            ("sync", "persisted publish to an instance with one sync destination: an ack "
+             "means fsynced here and at the destination"),
+            ("async", "persisted publish to the same instance with its destination downgraded "
+             "to async"),
+        )
+    ]  # fmt: skip
+    specs.append(
+        ScenarioSpec(
+            "spool.replication.lag.10k.100B",
+            "replication",
+            "paced publisher at 10,000 msgs/s on A -> live subscriber on its destination B: "
+            "publish-to-delivery across the link",
+            {"body_bytes": 100, "rate_per_s": 10_000, "mode": "lag"},
+            ("p50_ms", "p99_ms", "p999_ms", "achieved_msgs_per_s"),
+            (Target("p99_ms", "<", 20, "issue 15"),),
+        )
+    )
+    return specs
+
+
 def _peer_specs() -> list[ScenarioSpec]:
     specs: list[ScenarioSpec] = []
     for fsync in ("everysec", "always"):
@@ -306,16 +371,19 @@ def _peer_specs() -> list[ScenarioSpec]:
                     ("msgs_per_s", "mb_per_s"),
                 )
             )
-        specs.append(
-            ScenarioSpec(
-                f"redis.xadd.{fsync}.api.100B",
-                "redis",
-                "Redis Streams XADD with the redis-py pipeline API (pipeline.xadd x100, "
-                f"execute), appendfsync {fsync}: the everyday idiom, client cost included",
-                {"body_bytes": 100, "appendfsync": fsync, "pipeline": 100, "client": "api"},
-                ("msgs_per_s",),
+        for label, size in BODY_SIZES.items():
+            if fsync == "always" and label != "100B":
+                continue
+            specs.append(
+                ScenarioSpec(
+                    f"redis.xadd.{fsync}.api.{label}",
+                    "redis",
+                    "Redis Streams XADD with the redis-py pipeline API (pipeline.xadd x100, "
+                    f"execute), appendfsync {fsync}: the everyday idiom, client cost included",
+                    {"body_bytes": size, "appendfsync": fsync, "pipeline": 100, "client": "api"},
+                    ("msgs_per_s",),
+                )
             )
-        )
     for label, size in BODY_SIZES.items():
         specs.append(
             ScenarioSpec(
@@ -327,16 +395,17 @@ def _peer_specs() -> list[ScenarioSpec]:
                 ("msgs_per_s", "mb_per_s"),
             )
         )
-    specs.append(
-        ScenarioSpec(
-            "redis.xrange.epoch.api.100B",
-            "redis",
-            "Redis Streams replay from the start with redis-py's r.xrange() (entries become "
-            "(id, dict)): the everyday idiom",
-            {"body_bytes": 100, "appendfsync": "everysec", "batch": 1000, "client": "api"},
-            ("msgs_per_s",),
+    for label, size in BODY_SIZES.items():
+        specs.append(
+            ScenarioSpec(
+                f"redis.xrange.epoch.api.{label}",
+                "redis",
+                "Redis Streams replay from the start with redis-py's r.xrange() (entries "
+                "become (id, dict)): the everyday idiom",
+                {"body_bytes": size, "appendfsync": "everysec", "batch": 1000, "client": "api"},
+                ("msgs_per_s",),
+            )
         )
-    )
     for label, size in BODY_SIZES.items():
         specs.append(
             ScenarioSpec(
@@ -367,8 +436,44 @@ def _peer_specs() -> list[ScenarioSpec]:
     return specs
 
 
+def _sow_specs() -> list[ScenarioSpec]:
+    """The SOW scenarios (issue 12; measured by tests/bench/sow_family.py)."""
+    return [
+        ScenarioSpec(
+            "spool.sow.update.100k_keys.100B",
+            "sow",
+            "one publisher updating a persistent, journaled SOW topic of 100,000 keys "
+            "(100-byte JSON bodies keyed by /id, 100 per frame); ends at a flush ack",
+            {"body_bytes": 100, "keys": 100_000},
+            ("updates_per_s",),
+            (Target("updates_per_s", ">=", 100_000, "issue 12"),),
+            profile=True,
+        ),
+        ScenarioSpec(
+            "spool.sow.query.100k.100B",
+            "sow",
+            "a full sow query of 100,000 records (bs=1000) to one client; from the command "
+            "to group_end",
+            {"body_bytes": 100, "records": 100_000, "bs": 1000},
+            ("records_per_s", "first_record_ms"),
+            (Target("records_per_s", ">=", 500_000, "issue 12"),),
+            profile=True,
+        ),
+        ScenarioSpec(
+            "spool.sow.snapshot.100k.100B",
+            "sow",
+            "sow_and_subscribe over 100,000 records (bs=1000): the snapshot, from the "
+            "command to group_end",
+            {"body_bytes": 100, "records": 100_000, "bs": 1000},
+            ("snapshot_s", "records_per_s"),
+        ),
+    ]
+
+
 #: every built-in scenario, in the order the suite runs them.
-SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(_spool_specs() + _peer_specs())
+SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
+    _spool_specs() + _replication_specs() + _sow_specs() + _peer_specs()
+)
 
 #: Spool/peer ratios printed after the table. ``goal`` marks the issue's goal (Spool at or
 #: above Redis Streams with appendfsync everysec, against the lean peer client).
@@ -433,10 +538,46 @@ COMPARISONS: Final[tuple[Comparison, ...]] = (
         "redis.xrange.epoch.api.100B",
         "msgs_per_s",
     ),
+    *(
+        c
+        for label in BODY_SIZES
+        for c in (
+            Comparison(
+                f"Client persisted publish {label} vs redis-py pipeline XADD everysec",
+                f"client.publish.persisted.{label}",
+                f"redis.xadd.everysec.api.{label}",
+                "msgs_per_s",
+                goal=True,
+                goal_ratio=2.0,
+            ),
+            Comparison(
+                f"Client replay from EPOCH {label} vs redis-py xrange (hiredis)",
+                f"client.replay.epoch.{label}",
+                f"redis.xrange.epoch.api.{label}",
+                "msgs_per_s",
+                goal=True,
+                goal_ratio=1.5,
+            ),
+        )
+    ),
     Comparison(
         "persisted publish 100B vs Mosquitto QoS 1 via paho-mqtt",
         "spool.publish.persisted.100B",
         "mosquitto.qos1.paho.100B",
+        "msgs_per_s",
+    ),
+    Comparison(
+        "replicated (sync) vs unreplicated persisted publish 100B",
+        "spool.replication.persisted.sync.100B",
+        "spool.replication.persisted.unreplicated.100B",
+        "msgs_per_s",
+        goal=True,
+        goal_ratio=0.6,
+    ),
+    Comparison(
+        "replicated (async) vs unreplicated persisted publish 100B",
+        "spool.replication.persisted.async.100B",
+        "spool.replication.persisted.unreplicated.100B",
         "msgs_per_s",
     ),
 )

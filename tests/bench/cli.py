@@ -12,6 +12,7 @@ import contextlib
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from tests.bench import features, peer_families, spool_families
+from tests.bench import features, peer_families, replication_family, sow_family, spool_families
 from tests.bench.catalog import SCENARIOS, ScenarioSpec, feature_spec, select
 from tests.bench.report import compare, format_markdown, format_table
 from tests.bench.results import (
@@ -45,6 +46,8 @@ FAMILIES: Final[dict[str, Family]] = {
     "replay": spool_families.run_replay,
     "tls": spool_families.run_tls,
     "memory": spool_families.run_memory,
+    "replication": replication_family.run_replication,
+    "sow": sow_family.run_sow,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,
@@ -84,6 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip scenarios whose name matches (repeatable)",
     )
     p.add_argument("--no-peers", action="store_true", help="skip Redis and Mosquitto")
+    p.add_argument(
+        "--no-extensions",
+        action="store_true",
+        help="run brokers and clients with SPOOL_NO_EXTENSIONS=1 (the pure-Python hot loops)",
+    )
     p.add_argument(
         "--no-install",
         action="store_true",
@@ -169,7 +177,11 @@ def run_suite(
         "interrupted": interrupted,
         "argv": list(argv),
         "machine": {**machine, "loadavg_at_end": list(os.getloadavg())},
-        "versions": {"packages": package_versions(), "peers": suite.peers},
+        "versions": {
+            "packages": package_versions(),
+            "peers": suite.peers,
+            "spool": spool_version(),
+        },
         "git": git_info(),
         "settings": settings.as_dict(),
         "method": METHOD,
@@ -189,10 +201,26 @@ METHOD: Final = (
 )
 
 
+def spool_version() -> str:
+    """``spool --version`` as the brokers of this run see it (which hot loops run)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.strip() or done.stderr.strip()[-300:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)
+    if args.no_extensions:
+        # inherited by every broker, worker (forkserver) and feature module started later
+        os.environ["SPOOL_NO_EXTENSIONS"] = "1"
     if args.list:
         for spec in all_specs():
             print(f"{spec.name:<40} {spec.title}")

@@ -28,8 +28,12 @@ def config_xml(
     admin_extra: str = "",
     transport_extra: str = "",
     txlog_extra: str = "",
+    sow: str = "",
 ) -> str:
-    """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``."""
+    """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``.
+
+    ``sow`` is the inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
+    """
     tl = ""
     if txlog:
         topic_xml = "".join(
@@ -54,6 +58,7 @@ def config_xml(
         "<InetAddr>127.0.0.1:0</InetAddr><MessageType>json</MessageType>"
         f"{transport_extra}</Transport></Transports>"
         f"{tl}"
+        f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
         "</SpoolConfig>"
@@ -69,9 +74,12 @@ class SpoolProcess:
         xml: str | None = None,
         *,
         extra_args: tuple[str, ...] = (),
+        prefix: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         tls: bool = False,
         control: Path | None = None,
     ) -> None:
+        """``prefix``: a command the server runs under (``ip netns exec NS``)."""
         self.workdir = workdir
         #: the config serves TLS: URLs are wss:// and https://
         self.tls = tls
@@ -83,9 +91,11 @@ class SpoolProcess:
         self.port_file = workdir / "port"
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
+        self.prefix = prefix
         #: with a control file, the journal file seam fails what it names: the process
         #: runs under tests/support/faulty_serve.py (see tests/support/faults.py)
         self.control = control
+        self.env = env or {}  # added to this process's environment (SPOOL_NO_EXTENSIONS...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -112,12 +122,13 @@ class SpoolProcess:
         if self.port_file.exists():
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         launcher = ["-m", "server.cli"]
         if self.control is not None:
             launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
+                *self.prefix,
                 sys.executable,
                 *launcher,
                 "serve",
@@ -182,3 +193,18 @@ class SpoolProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def sow_topic(
+    name: str,
+    *keys: str,
+    durability: str = "persistent",
+    expiration: str | None = None,
+) -> str:
+    """One ``SOW/Topic`` element for :func:`config_xml`'s ``sow``."""
+    key_xml = "".join(f"<Key>{k}</Key>" for k in keys)
+    exp = f"<Expiration>{expiration}</Expiration>" if expiration else ""
+    return (
+        f"<Topic><Name>{name}</Name><MessageType>json</MessageType>{key_xml}"
+        f"<Durability>{durability}</Durability>{exp}</Topic>"
+    )

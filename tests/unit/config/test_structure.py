@@ -23,7 +23,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "/SpoolConfig/Logging",
         3,
         "unknown element <Logging> in <SpoolConfig> (allowed: Admin, DataDirectory, Group, Name, "
-        "TransactionLog, Transports, Tuning, Users)",
+        "Replication, SOW, TransactionLog, Transports, Tuning, Users)",
     ),
     (
         "case-sensitive name",
@@ -47,13 +47,19 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         5,
         "<Interval> may appear only once in <Admin> (first at line 4)",
     ),
-    ("SOW", "<SOW>\n<Topic/>\n</SOW>", "/SpoolConfig/SOW", 3, "<SOW> is not supported yet"),
     (
-        "Replication",
+        "SOW Queue",
+        "<SOW>\n<Queue/>\n</SOW>",
+        "/SpoolConfig/SOW/Queue",
+        4,
+        "<Queue> is not supported yet (message queues arrive",
+    ),
+    (
+        "Replication without a log",
         "\n<Replication/>",
         "/SpoolConfig/Replication",
         4,
-        "<Replication> is not supported yet",
+        "<Replication> needs a <TransactionLog>",
     ),
     (
         "Bootstrap",
