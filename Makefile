@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak
+.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak fuzz
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -78,6 +78,11 @@ bench-quick: install java
 # starved of disk (root: a tmpfs), then an oracle over the journals. ARGS="--minutes 10".
 soak: install
 	$(PY) -m tests.soak $(ARGS)
+
+# Coverage-guided fuzzing (tests/fuzz, docs/fuzzing.md): each target 30 s by default.
+# ARGS="--seconds 300 --target frame"; SPOOL_NO_EXTENSIONS=1 for the pure-Python build.
+fuzz: install
+	$(PY) -m tests.fuzz $(ARGS)
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache test-artifacts
