@@ -43,6 +43,23 @@ class QueryParam:
     description: str
     required: bool = False
     type: Literal["string", "integer", "number"] = "string"
+    #: the bounds the handler enforces (a value outside them is a 400)
+    minimum: int | None = None
+    maximum: int | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON schema: the type and the bounds the handler checks."""
+        out: dict[str, Any] = {"type": self.type}
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        return out
+
+    @property
+    def checked(self) -> bool:
+        """Whether the handler can refuse a value (a 400): numbers must parse and fit."""
+        return self.type != "string" or self.minimum is not None or self.maximum is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +76,7 @@ class Operation:
         body: JSON schema of the request body (actions that take one).
         errors: error statuses this operation can return besides the auth ones.
         access: ``public`` (probes), ``user`` (any authenticated user) or ``admin``.
+        media_type: the content type of a success (errors are always JSON).
     """
 
     method: Literal["GET", "POST"]
@@ -70,6 +88,8 @@ class Operation:
     body: dict[str, Any] | None = None
     errors: tuple[int, ...] = ()
     access: Literal["public", "user", "admin"] = "user"
+    #: what a success answers with (``text/plain`` for the Prometheus exposition)
+    media_type: str = "application/json"
 
     @property
     def openapi_path(self) -> str:
@@ -102,7 +122,7 @@ def _operation(op: Operation) -> dict[str, Any]:
             "in": "query",
             "required": q.required,
             "description": q.description,
-            "schema": {"type": q.type},
+            "schema": q.schema(),
         }
         for q in op.query
     )
@@ -116,7 +136,13 @@ def _operation(op: Operation) -> dict[str, Any]:
     responses: dict[str, Any] = {
         "200": {
             "description": "success",
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "content": {
+                op.media_type: {
+                    "schema": {
+                        "type": "object" if op.media_type == "application/json" else "string"
+                    }
+                }
+            },
         }
     }
     statuses = set(op.errors)
@@ -124,8 +150,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         statuses.add(401)
     if op.access == "admin":
         statuses.add(403)
-    if op.method == "POST":
-        statuses.add(400)
+    if op.method == "POST" or any(q.checked for q in op.query):
+        statuses.add(400)  # an action's input, or a query parameter, can be refused
     for status in sorted(statuses):
         responses[str(status)] = {"$ref": f"#/components/responses/E{status}"}
     doc["responses"] = responses

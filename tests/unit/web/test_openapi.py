@@ -1,0 +1,41 @@
+"""The OpenAPI document lists what a handler can answer (found by schemathesis, issue 20).
+
+``GET /api/events?limit=6237`` answered a documented-nowhere 400, and ``/metrics`` was
+documented as JSON: an operation whose query
+parameters the handler checks must list 400, and the bounds it enforces belong in the
+parameter's schema so clients (and generators) know the valid range.
+"""
+
+from __future__ import annotations
+
+from web.openapi import Operation, QueryParam, openapi_document
+
+
+def _doc(*query: QueryParam) -> dict[str, object]:
+    op = Operation("GET", "/api/things", "things", "things", query=query)
+    document = openapi_document([op], version="t")
+    paths = document["paths"]
+    assert isinstance(paths, dict)
+    get = paths["/api/things"]["get"]
+    assert isinstance(get, dict)
+    return get
+
+
+def test_a_checked_query_parameter_documents_400_and_its_bounds() -> None:
+    op = _doc(QueryParam("limit", "1..1000", type="integer", minimum=1, maximum=1000))
+    assert "400" in op["responses"]  # type: ignore[operator]
+    (param,) = op["parameters"]  # type: ignore[misc]
+    assert param["schema"] == {"type": "integer", "minimum": 1, "maximum": 1000}
+
+
+def test_a_read_with_free_text_parameters_only_cannot_be_a_400() -> None:
+    op = _doc(QueryParam("category", "only this category"))
+    assert set(op["responses"]) == {"200", "401"}  # type: ignore[arg-type]
+
+
+def test_a_text_operation_documents_its_content_type() -> None:
+    op = Operation("GET", "/metrics", "m", "probes", access="public", media_type="text/plain")
+    paths = openapi_document([op], version="t")["paths"]
+    assert isinstance(paths, dict)
+    content = paths["/metrics"]["get"]["responses"]["200"]["content"]
+    assert content == {"text/plain": {"schema": {"type": "string"}}}
