@@ -47,12 +47,15 @@ class SoakSettings:
     fault_gap: float = 8.0  # mean seconds between the end of a fault and the next
     freeze: float = 3.0  # SIGSTOP this long (3 heartbeats)
     heartbeat: float = 1.0
-    disk_mb: int = 384
+    disk_mb: int = 0  # the tmpfs; 0: room for what the run writes (~40 MB a minute) + 25%
     max_messages: int = 0  # per publisher; 0: rate x duration x 1.5
     drain_timeout: float = 180.0
     slow_delay: float = 0.01  # the slow reader's time per message (100 msg/s)
     burst: int = 3000  # messages of 2 KB in a burst (0: no burst publisher)
     burst_pause: float = 20.0  # seconds between bursts
+
+    def disk_size_mb(self) -> int:
+        return self.disk_mb or max(384, int(64 + 50 * self.minutes))
 
     def message_cap(self) -> int:
         return self.max_messages or int(self.rate * self.minutes * 60 * 1.5) + 1000
@@ -141,6 +144,11 @@ class SoakResult:
             + (", ".join(f"{k} {v}" for k, v in sorted(self.broker_counters.items())) or "-"),
             "",
         ]
+        cut = {k: v for k, v in self.broker_counters.items() if k.startswith("disconnects/slow")}
+        if any(cut.values()):
+            # the slow reader keeps reading: issue 20 part 3 says it should be spilled, not
+            # cut; the oracle still holds (it resumes), so this is reported, not failed
+            rows.append(f"WARN  slow-client disconnects of a reader that keeps reading: {cut}")
         for c in self.verdict.checks:
             rows.append(f"{'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}")
         for miss in self.faults.misses:
@@ -157,7 +165,7 @@ def run_soak(workdir: Path, settings: SoakSettings) -> SoakResult:
     """Run the soak in ``workdir`` (the data directory goes on a tmpfs there when root)."""
     started = time.monotonic()
     disk = workdir / "disk"
-    with tmpfs(disk, settings.disk_mb) as why_not:
+    with tmpfs(disk, settings.disk_size_mb()) as why_not:
         data = disk / "data"
         xml = config_xml(
             data,
