@@ -11,7 +11,9 @@ path has its own module (docs/architecture.md has the map)::
                              DurableAcks (flush)
     group commit -> durability horizon -> DurableAcks (persisted, flush acks)
                                        -> replay cursors (bookmark subscriptions)
-    Operations (REST admin, later actions) -> reads and actions over the parts
+    Operations (REST admin, actions) -> reads and actions over the parts
+    Actions -> scheduled and on-demand administration, through Operations
+    BrokerPublisher -> the instance's own messages, through the publish pipeline
     Metrics -> one typed snapshot for the sampler, Prometheus and the dashboard
 
 One asyncio event loop owns all broker state (no locks). Blocking work (fsync, file scans,
@@ -27,7 +29,9 @@ from collections.abc import Mapping
 
 from server import __version__
 from server.acks import DurableAcks, LocalHorizon
+from server.actions import Actions
 from server.auth import Authenticator
+from server.brokerpublish import BrokerPublisher
 from server.clients import ClientRegistry
 from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
@@ -69,7 +73,8 @@ class Broker:
             dashboard login.
         tls: the listener's TLS (certificate pair, reloads, expiry), None in plain text.
         txlog: the transaction log (None when not configured).
-        operations: the admin surface (web/admin.py, the dashboard, later actions).
+        operations: the admin surface (web/admin.py, the dashboard, the actions).
+        actions: the configured actions (server/actions).
     """
 
     def __init__(
@@ -150,7 +155,9 @@ class Broker:
             txlog,
             self.tls,
             self.logons,
+            BrokerPublisher(self.pipeline, txlog, config.name),
         )
+        self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
         self.commands: Mapping[str, CommandHandler] = {
@@ -204,7 +211,9 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 5. serve
+        # 5. actions: the on-startup ones run to their end, then schedules and watchers
+        await self.actions.start()
+        # 6. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -216,33 +225,38 @@ class Broker:
         self.lifecycle.stopping = True
         self.lifecycle.ready = False
         self.events.emit("info", "instance", "stopping", clients=len(self.clients.sessions))
-        # 2. let persisted acks for everything already appended go out
+        # 2. the on-shutdown actions, while clients are still connected (bounded)
+        await self.actions.shutdown()
+        # 3. let persisted acks for everything already appended go out
         if self.txlog is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     self.txlog.wait_durable(self.txlog.last_seq), _DRAIN_DURABLE_TIMEOUT
                 )
-        # 3. close every client after what it has buffered
+        # 4. close every client after what it has buffered
         await self.clients.close_all()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. sampler, 3. transaction log, 4. event log."""
+        """Shut down in order: 1. clients, 2. actions, 3. sampler, 4. transaction log,
+        5. event log."""
         # 1. clients: drain outbound and close with "shutting down"; no more password
         #    checks, no more expiry watch
         await self.drain()
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()
-        # 2. statistics sampler: last sample, close the database
+        # 2. actions: no more triggers; runs in progress finish (bounded), are recorded
+        await self.actions.stop()
+        # 3. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 3. transaction log: final group commit and fsync
+        # 4. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 4. event log: flush its file
+        # 5. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------

@@ -13,11 +13,14 @@ Modules, each depending only on those above it::
 
     errors      ConfigError, InetAddrError, the messages callers match on
     netaddr     HOST:PORT parsing and formatting, the loopback test
+    template    option values with {{VARIABLE}} references (actions)
+    actions     the dataclasses of <Actions>: triggers, conditions, modules
     model       the dataclasses (and the transaction log's topic matcher)
+    schedule    the Every option of a scheduled action
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
     sections/   one reader per top-level section (admin, transports, transactionlog,
-                tuning, users)
+                tuning, users, actions and the options of each action module)
     build       the root element and the cross-checks between sections
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
@@ -31,6 +34,36 @@ Decisions where CONFIG.md is silent are listed in docs/configuration.md.
 
 from __future__ import annotations
 
+from server.config.actions import (
+    BASE_VARIABLES,
+    DISK_VARIABLES,
+    ActionConfig,
+    ActionParameter,
+    ArchiveJournals,
+    CompressJournals,
+    Condition,
+    DiskThreshold,
+    DoStep,
+    ExecuteEvent,
+    IfCondition,
+    IfDiskUsage,
+    JournalLimits,
+    JournalStep,
+    OnAdmin,
+    OnDiskUsage,
+    OnExecute,
+    OnSchedule,
+    OnShutdown,
+    OnStartup,
+    PublishMessage,
+    RemoveJournals,
+    Schedule,
+    SetTransport,
+    Shutdown,
+    Step,
+    Trigger,
+    TruncateStatistics,
+)
 from server.config.defaults import default_config, render_default_xml, with_overrides
 from server.config.errors import BIND_REQUIRES_USERS, SHARED_ADDRESS, ConfigError, InetAddrError
 from server.config.loader import load_config, parse_config
@@ -48,21 +81,51 @@ from server.config.model import (
     UserConfig,
 )
 from server.config.netaddr import format_inet_addr, is_loopback, parse_inet_addr
+from server.config.template import Template
 
 __all__ = [
+    "BASE_VARIABLES",
     "BIND_REQUIRES_USERS",
+    "DISK_VARIABLES",
     "EXPLICIT_ARCHIVE_DIRECTORY",
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
     "SHARED_ADDRESS",
+    "ActionConfig",
+    "ActionParameter",
     "AdminConfig",
+    "ArchiveJournals",
+    "CompressJournals",
+    "Condition",
     "Config",
     "ConfigError",
+    "DiskThreshold",
+    "DoStep",
+    "ExecuteEvent",
+    "IfCondition",
+    "IfDiskUsage",
     "InetAddrError",
+    "JournalLimits",
+    "JournalStep",
+    "OnAdmin",
+    "OnDiskUsage",
+    "OnExecute",
+    "OnSchedule",
+    "OnShutdown",
+    "OnStartup",
+    "PublishMessage",
+    "RemoveJournals",
+    "Schedule",
+    "SetTransport",
+    "Shutdown",
+    "Step",
+    "Template",
     "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",
     "TransportConfig",
+    "Trigger",
+    "TruncateStatistics",
     "TuningConfig",
     "UserConfig",
     "default_config",

@@ -3,7 +3,8 @@ contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
 ``Transports``, ``TransactionLog``, ``Tuning``, ``Users``) and then checked against each
-other, each contradiction reported at the element that makes it:
+other, each contradiction reported at the element that makes it; ``Actions`` is read last,
+against the transports and the transaction log its modules name:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
 - a non-loopback address needs ``<Users>``, and TLS or an explicit ``AllowPlaintext``;
@@ -19,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
+from server.config.actions import ActionConfig
 from server.config.errors import (
     BIND_REQUIRES_USERS,
     PLAINTEXT_NEEDS_PERMISSION,
@@ -39,6 +41,7 @@ from server.config.model import (
     UserConfig,
 )
 from server.config.netaddr import format_inet_addr, is_loopback
+from server.config.sections.actions import read_actions
 from server.config.sections.admin import AdminPart, read_admin
 from server.config.sections.tls import ListenerPart
 from server.config.sections.transactionlog import read_transaction_log
@@ -61,13 +64,13 @@ _ROOT_SPEC: Final[Spec] = {
     "TransactionLog": False,
     "Tuning": False,
     "Users": False,
+    "Actions": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
 _UNSUPPORTED: Final[Mapping[str, str]] = {
     "SOW": "the state-of-the-world store and queues",
     "Replication": "replication to other instances",
     "Bootstrap": "bootstrapping from another instance",
-    "Actions": "scheduled and admin-triggered actions",
 }
 
 
@@ -235,6 +238,14 @@ def build(root: Node, ctx: Context) -> Config:
         )
     else:
         transport_configs = tuple(replace(t.config, host=host, port=port) for t in transports)
+    actions: tuple[ActionConfig, ...] = ()
+    if (actions_node := kids.one("Actions")) is not None:
+        actions = read_actions(
+            actions_node,
+            ctx,
+            transports=tuple(t.name for t in transport_configs),
+            has_txlog=txlog is not None,
+        )
     return Config(
         name=name,
         group=group,
@@ -247,4 +258,5 @@ def build(root: Node, ctx: Context) -> Config:
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,
+        actions=actions,
     )
