@@ -61,7 +61,7 @@ def create_app(
             path = f"/amps/{transport.message_type}"
             routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name)))
     routes.extend(auth_routes())
-    routes.extend(admin_routes(broker.operations))
+    routes.extend(admin_routes(broker.operations, broker.actions))
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))

@@ -41,6 +41,11 @@ class SpoolServer(uvicorn.Server):
         self.port_file = port_file
         self.broker = broker
         self._reloads: set[asyncio.Task[None]] = set()
+        # an action's amps-action-do-shutdown stops the server as SIGTERM does
+        broker.lifecycle.shutdown_hosts.append(self._shutdown_requested)
+
+    def _shutdown_requested(self, reason: str) -> None:
+        self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

@@ -31,11 +31,16 @@ from server.config import OnDiskUsage, OnSchedule
 from server.operations import Operations
 from server.stats.host import FilesystemUsage
 
-__all__ = ["WALL_CHECK", "DiskUsageTrigger", "Fire", "ScheduleTrigger"]
+__all__ = ["EARLY", "WALL_CHECK", "DiskUsageTrigger", "Fire", "ScheduleTrigger"]
 
 #: Longest single sleep toward a calendar time (seconds): a wall clock set meanwhile
 #: moves a run by at most this.
 WALL_CHECK: Final = 60.0
+
+#: How early a firing may come (seconds): a sleep toward an instant ends this much before
+#: it, so float rounding between wall and monotonic time never makes a firing wait for
+#: the clock's next move (a virtual clock advanced to exactly that instant wakes it).
+EARLY: Final = 1e-6
 
 #: ``fire(trigger module, detail, variables)``
 Fire = Callable[[str, str, Mapping[str, str]], Awaitable[None]]
@@ -97,7 +102,8 @@ class ScheduleTrigger:
             due = self._anchor + schedule.interval
             while True:
                 self._next = clock.time() + (due - clock.monotonic())
-                await clock.sleep(max(due - clock.monotonic(), 0.0))
+                while (remaining := due - clock.monotonic()) > EARLY:
+                    await clock.sleep(remaining - EARLY / 2)
                 await self._fire(self.trigger.module, detail, {"AMPS_SCHEDULE": detail})
                 due += schedule.interval
                 while due <= clock.monotonic():  # a run outlasted intervals: skip, no burst
@@ -105,8 +111,8 @@ class ScheduleTrigger:
         while True:
             at = next_fire(schedule, clock.time())
             self._next = at
-            while (remaining := at - clock.time()) > 0:
-                await clock.sleep(min(remaining, WALL_CHECK))
+            while (remaining := at - clock.time()) > EARLY:
+                await clock.sleep(min(remaining - EARLY / 2, WALL_CHECK))
             await self._fire(self.trigger.module, detail, {"AMPS_SCHEDULE": detail})
 
 

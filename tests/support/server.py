@@ -28,8 +28,12 @@ def config_xml(
     admin_extra: str = "",
     transport_extra: str = "",
     txlog_extra: str = "",
+    actions: str = "",
 ) -> str:
-    """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``."""
+    """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``.
+
+    ``actions`` is the inside of an ``<Actions>`` element (none when empty).
+    """
     tl = ""
     if txlog:
         topic_xml = "".join(
@@ -56,6 +60,7 @@ def config_xml(
         f"{tl}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
+        f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
         "</SpoolConfig>"
     )
 
