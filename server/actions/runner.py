@@ -70,7 +70,8 @@ class ActionRunner:
         self.recent: deque[RunRecord] = deque(maxlen=RECENT_RUNS)
         #: the last run stored by an earlier process (read at start), until one runs here
         self.stored_last: RunDict | None = None
-        #: runs finished, and trigger firings skipped because a run was in progress
+        #: runs finished (and recorded), and trigger firings skipped because a run was in
+        #: progress
         self.runs = 0
         self.skipped = 0
         self._store_failed = False
@@ -140,8 +141,6 @@ class ActionRunner:
             record.finish(self._clock.time())
         finally:
             self.running = None
-        self.runs += 1
-        self.recent.append(record)
         outcome = record.outcome or "failed"
         self._ops.events.emit(
             "error" if outcome == "failed" else "warning" if outcome == "partial" else "info",
@@ -150,6 +149,9 @@ class ActionRunner:
             files=len(record.files), **({"user": user} if user is not None else {}),
         )  # fmt: skip
         await self._store(record)
+        # counted once recorded: whoever waits for a run to be counted finds it stored
+        self.runs += 1
+        self.recent.append(record)
         return record
 
     async def _steps(self, record: RunRecord, ctx: StepContext) -> None:

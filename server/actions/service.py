@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, TypedDict, cast
 
 import orjson
@@ -122,7 +122,7 @@ class Actions:
             for trigger in action.triggers:
                 if isinstance(trigger, OnSchedule):
                     self._schedules.setdefault(action.name, []).append(
-                        ScheduleTrigger(trigger, self._firing(runner), clock)
+                        ScheduleTrigger(trigger, self._firing(runner), clock, self._missing(runner))
                     )
                 elif isinstance(trigger, OnDiskUsage):
                     path = trigger.path or config.directory(trigger.label)
@@ -213,6 +213,17 @@ class Actions:
                 detail=detail, reason=str(exc),
             )  # fmt: skip
             return None
+
+    def _missing(self, runner: ActionRunner) -> Callable[[int], None]:
+        def missed(count: int) -> None:
+            runner.skipped += count
+            self._ops.events.emit(
+                "warning", "actions", "skipped", action=runner.name,
+                trigger="amps-action-on-schedule", firings=count,
+                reason="the schedule came due while a run was in progress",
+            )  # fmt: skip
+
+        return missed
 
     def _firing(self, runner: ActionRunner) -> Fire:
         async def fire(trigger: str, detail: str, variables: Mapping[str, str]) -> None:

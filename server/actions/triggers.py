@@ -40,19 +40,29 @@ WALL_CHECK: Final = 60.0
 #: How early a firing may come (seconds): a sleep toward an instant ends this much before
 #: it, so float rounding between wall and monotonic time never makes a firing wait for
 #: the clock's next move (a virtual clock advanced to exactly that instant wakes it).
-EARLY: Final = 1e-6
+EARLY: Final = 1e-3
 
 #: ``fire(trigger module, detail, variables)``
 Fire = Callable[[str, str, Mapping[str, str]], Awaitable[None]]
 
 
 class ScheduleTrigger:
-    """One ``amps-action-on-schedule`` of one action."""
+    """One ``amps-action-on-schedule`` of one action.
 
-    def __init__(self, trigger: OnSchedule, fire: Fire, clock: Clock) -> None:
+    Args:
+        trigger: its configuration.
+        fire: runs the action.
+        clock: the time source.
+        missed: told how many firings passed while a run was in progress (skipped).
+    """
+
+    def __init__(
+        self, trigger: OnSchedule, fire: Fire, clock: Clock, missed: Callable[[int], None]
+    ) -> None:
         self.trigger = trigger
         self._fire = fire
         self._clock = clock
+        self._missed = missed
         self._task: asyncio.Task[None] | None = None
         self._anchor = 0.0  # monotonic start of a timer
         self._next: float | None = None  # wall time of the next firing
@@ -106,10 +116,25 @@ class ScheduleTrigger:
                     await clock.sleep(remaining - EARLY / 2)
                 await self._fire(self.trigger.module, detail, {"AMPS_SCHEDULE": detail})
                 due += schedule.interval
+                skipped = 0
                 while due <= clock.monotonic():  # a run outlasted intervals: skip, no burst
                     due += schedule.interval
+                    skipped += 1
+                if skipped:
+                    self._missed(skipped)
+        at = -math.inf
         while True:
-            at = next_fire(schedule, clock.time())
+            # after the instant that fired, even if the clock still reads just before it;
+            # firings that passed while the run went on are skipped, not caught up
+            now = clock.time()
+            skipped = 0
+            if at != -math.inf:
+                while (following := next_fire(schedule, at)) < now - EARLY:
+                    at = following
+                    skipped += 1
+            if skipped:
+                self._missed(skipped)
+            at = next_fire(schedule, max(now, at))
             self._next = at
             while (remaining := at - clock.time()) > EARLY:
                 await clock.sleep(min(remaining - EARLY / 2, WALL_CHECK))
@@ -136,8 +161,10 @@ class DiskUsageTrigger:
         self._ops = ops
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
-        #: the last reading, and whether the trigger waits for a crossing (armed)
+        #: the last reading, how many were made, and whether the trigger waits for a
+        #: crossing (armed)
         self.last_usage: FilesystemUsage | None = None
+        self.checks = 0
         self.armed = True
         self._next: float | None = None
 
@@ -171,6 +198,7 @@ class DiskUsageTrigger:
                 )
             else:
                 self.last_usage = usage
+                self.checks += 1
                 now = self._clock.monotonic()
                 if usage.percent > trigger.above:
                     repeat = trigger.repeat

@@ -115,7 +115,7 @@ POLICY = """
 async def test_a_policy_archives_compresses_and_removes_journals_at_their_ages(
     tmp_path: Path,
 ) -> None:
-    """"Archive after a day, compress after a week, remove after a month", run daily at
+    """ "Archive after a day, compress after a week, remove after a month", run daily at
     02:00 UTC; one journal is written each day at noon. At each run the state of every
     journal follows from its age alone; the active journal is never touched."""
     async with harness(tmp_path, POLICY) as h:
@@ -180,7 +180,9 @@ async def test_a_pinned_journal_is_skipped_then_handled_once_the_pin_is_released
             await publish(h, feed, BIG)  # journals 1..6, 6 active
         reader = await h.logon("reader")
         # a paused replay from EPOCH holds every journal from seq 1
-        reader.send(({"c": "subscribe", "t": "orders", "sub_id": "old", "bm": "0", "o": "pause"}, b""))
+        reader.send(
+            ({"c": "subscribe", "t": "orders", "sub_id": "old", "bm": "0", "o": "pause"}, b"")
+        )
         await h.settle()
         first = await run_now(h, "archive-old")
         assert first.outcome == "partial"
@@ -205,7 +207,9 @@ async def test_a_pinned_journal_is_skipped_then_handled_once_the_pin_is_released
         assert (remove.journals, remove.pinned) == ([1, 2, 3], [])
         assert states(h) == {4: ("archived", None), 5: ("closed", None), 6: ("active", None)}
         archive_dir = tmp_path / "data" / "archive"
-        assert archive.files == [str(archive_dir / journal_name("spool-test", j)) for j in (1, 2, 3, 4)]
+        assert archive.files == [
+            str(archive_dir / journal_name("spool-test", j)) for j in (1, 2, 3, 4)
+        ]
         # remove reports the files it deleted (where they were: the archive)
         assert remove.files == archive.files[:3]
 
@@ -218,7 +222,9 @@ async def test_a_pin_moving_past_a_journal_releases_it_for_the_next_run(tmp_path
         for _ in range(5):
             await publish(h, feed, BIG)
         reader = await h.logon("reader")
-        reader.send(({"c": "subscribe", "t": "orders", "sub_id": "s", "bm": "0", "o": "pause"}, b""))
+        reader.send(
+            ({"c": "subscribe", "t": "orders", "sub_id": "s", "bm": "0", "o": "pause"}, b"")
+        )
         await h.settle()
         assert (await run_now(h, "archive-old")).outcome == "partial"
         reader.send(({"c": "subscribe", "t": "orders", "sub_id": "s", "o": "resume"}, b""))
