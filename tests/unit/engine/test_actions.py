@@ -96,7 +96,7 @@ async def test_an_on_admin_run_publishes_as_the_broker_through_the_publish_pipel
             "amps-action-on-admin", "ops", {"who": "alice", "note": note},
         )  # fmt: skip
         await h.until(lambda: len(sub.deliveries("bm")) == 1)
-        ((live_header, live_body),) = sub.deliveries("live")
+        ((_, live_body),) = sub.deliveries("live")
         # values are inserted JSON-escaped: the quote, backslash and newline survive
         assert orjson.loads(live_body) == {"who": "alice", "note": note, "by": "ops",
                                            "on": "spool-test"}  # fmt: skip
@@ -445,7 +445,7 @@ async def _disk_scenario(tmp_path: Path, small: Path) -> None:
         for _ in range(3):  # still above: no new run
             checks = watcher.checks
             await h.clock.advance(10)
-            await h.until(lambda: watcher.checks > checks)
+            await h.until(lambda before=checks: watcher.checks > before)
         assert runner.runs == 1 and not watcher.armed
         (small / "fill").unlink()
         await h.clock.advance(10)
