@@ -86,7 +86,8 @@ def _due_now(scope: Sequence[JournalInfo], limits: JournalLimits, now: float) ->
                 break
     if limits.age is not None:
         for i, j in enumerate(scope):
-            if j.last_time_us is None or now - j.last_time_us / 1e6 >= limits.age:
+            # the same expression as due_times, so "due at T" and "due now at T" agree
+            if j.last_time_us is None or now >= j.last_time_us / 1e6 + limits.age:
                 due[i] = True
     return due
 
