@@ -453,3 +453,25 @@ async def _disk_scenario(tmp_path: Path, small: Path) -> None:
         (small / "fill").write_bytes(b"x" * 700_000)
         await h.clock.advance(10)
         await h.until(lambda: runner.runs == 2)
+
+
+# -- entitlements -----------------------------------------------------------------------------
+
+
+@scenario
+async def test_the_broker_publishes_where_no_user_may(tmp_path: Path) -> None:
+    """Regression: with <Users>, the pipeline checked the broker's own publish against the
+    entitlements of "no user" and refused it (not entitled). The broker is trusted."""
+    users = "<User><Name>feed</Name><Token>feed-token-0123456789</Token><Read>.*</Read></User>"
+    async with harness(tmp_path, ANNOUNCE, users=users) as h:
+        record = await run_now(h, "announce", who="alice")
+        assert record.outcome == "succeeded", record.message
+        reader = await h.logon("r", user_id="feed", pw="feed-token-0123456789")
+        reader.send(({"c": "subscribe", "t": "ops/alice", "sub_id": "s", "bm": "0"}, b""))
+        await h.until(lambda: len(reader.deliveries("s")) == 1)
+        # a client without write entitlements is still refused
+        reader.send(({"c": "publish", "t": "ops/alice", "a": "processed", "cid": "x"}, b"{}"))
+        await h.settle()
+        assert [(a["status"], a.get("reason")) for a in reader.acks("processed")] == [
+            ("failure", "not entitled")
+        ]
