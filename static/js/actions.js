@@ -102,10 +102,8 @@ const rows = new KeyedTable($id("actions-table").tBodies[0], {
   empty: "No action is configured (see <Actions> in the configuration).",
   create: () => {
     const tr = el("tr");
-    for (const field of CELLS) {
-      tr.append(el("td", { className: field === "runs" ? "num" : field === "name" ? "mono" : "",
-        dataset: { field } }));
-    }
+    const classes = { runs: "num", name: "mono", outcome: "wrap" };
+    for (const field of CELLS) tr.append(el("td", { className: classes[field] ?? "", dataset: { field } }));
     const button = el("button", { type: "button", className: "small primary", text: "Run now",
       dataset: { action: "run-now" } });
     button.addEventListener("click", () => runNow(button, tr._action));
@@ -205,8 +203,8 @@ const runs = new KeyedTable($id("history-table").tBodies[0], {
   create: () => {
     const tr = el("tr", { className: "clickable", title: "Show the steps of this run" });
     for (const field of HISTORY_CELLS) {
-      tr.append(el("td", { className: ["id", "took", "files"].includes(field) ? "num" : "",
-        dataset: { field } }));
+      const className = ["id", "took", "files"].includes(field) ? "num" : field === "message" ? "wrap" : "";
+      tr.append(el("td", { className, dataset: { field } }));
     }
     tr.addEventListener("click", () => showRun(tr._run));
     return tr;
