@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast lint typecheck bench bench-quick browser clean
+.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -31,6 +31,15 @@ browser:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
 	fi
 
+# A Java runtime for Spark (the pipeline's tests and `spool pipeline`): Debian's JRE when
+# `java` is missing (Spark 4 needs Java 17 or newer).
+java:
+	@if ! command -v java >/dev/null 2>&1 && [ -z "$$JAVA_HOME" ]; then \
+	  echo "installing a Java runtime for Spark (Debian package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	fi
+
 run: install
 	$(PY) -m server.cli serve $(ARGS)
 
@@ -42,16 +51,19 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: install browser lint typecheck
+test: install browser java lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: install
-	$(PY) -m pytest -m "not browser and not slow and not faults" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not browser and not slow and not faults and not spark" $(PYTEST_ARGS)
 
-bench: install
+test-spark: install java
+	$(PY) -m pytest -m spark $(PYTEST_ARGS)
+
+bench: install java
 	$(PY) -m tests.bench $(ARGS)
 
-bench-quick: install
+bench-quick: install java
 	$(PY) -m tests.bench --quick $(ARGS)
 
 clean:

@@ -61,6 +61,13 @@ class _Answer:
     def send_messages(self, data: bytes, count: int) -> None:
         """No subscription belongs to this origin."""
 
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        """Nothing is ever queued here, so everything fits."""
+        return True
+
+    def overflow(self, nbytes: int) -> None:
+        """Unreachable: :meth:`live_fits` always answers yes and control bytes are dropped."""
+
     def ack(
         self,
         kind: str,

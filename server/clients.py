@@ -91,6 +91,8 @@ class ClientRegistry:
         #: data messages and bytes sent to connections that are gone (totals stay monotonic)
         self.msgs_out_closed = 0
         self.bytes_out_closed = 0
+        #: connections that ended, by cause (server/session.py ``DisconnectCause``)
+        self.disconnects: dict[str, int] = {}
         #: called with every session that closes (subscriptions, acks forget it)
         self.on_close: list[Callable[[Session], None]] = []
 
@@ -132,6 +134,8 @@ class ClientRegistry:
         self._closed.append(ClosedSession(session.name, session.remote))
         self.msgs_out_closed += session.traffic.msgs_out
         self.bytes_out_closed += session.traffic.bytes_out
+        cause = session.close_cause or "client"
+        self.disconnects[cause] = self.disconnects.get(cause, 0) + 1
         self._events.emit(
             "info",
             "session",
@@ -139,6 +143,7 @@ class ClientRegistry:
             client=session.name,
             remote=session.remote,
             reason=session.close_reason or "closed",
+            cause=cause,
             msgs_in=session.traffic.msgs_in,
             msgs_out=session.traffic.msgs_out,
         )
@@ -147,7 +152,7 @@ class ClientRegistry:
         """Close every connection with ``shutting down`` after what it has buffered."""
         await asyncio.gather(
             *(
-                s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True)
+                s.close(ShuttingDown.reason, CLOSE_GOING_AWAY, drain=True, cause="shutting_down")
                 for s in list(self.sessions)
             ),
             return_exceptions=True,
@@ -192,6 +197,13 @@ class ClientRegistry:
             self._complete(session, cmd, None)
             return None
         user_id = cmd.field("user_id")
+        if session.foreign_origin and not cmd.field("pw"):
+            # a page of another origin gets nothing the browser adds by itself: not the
+            # no-users trust (web/transport.py refuses it), not a client certificate
+            self._auth_failed(session, cmd, counted=False)
+            raise AuthFailure(
+                f"a page of origin {session.web_origin} must log on with a password or token"
+            )
         cert_user = self._auth.by_certificate(session.peer.client_subject)
         if cert_user is not None and not cmd.field("pw"):
             if user_id and user_id != cert_user.name:
@@ -270,8 +282,9 @@ class ClientRegistry:
                 "info", "session", "name_in_use",
                 client=name, remote=existing.remote, replaced_by=session.remote,
             )  # fmt: skip
+            existing.close_cause = "name_in_use"
             self.session_closed(existing)
-            existing.close_soon(NameInUse.reason)
+            existing.close_soon(NameInUse.reason, cause="name_in_use")
         version = cmd.field("version")
         session.log_on(
             name, user, user_name, pub_hash(name), version if isinstance(version, str) else ""

@@ -191,7 +191,7 @@ class Dispatcher:
         session = self._session
         session.fail(cmd.cid, exc)
         if cmd.name == "logon" and session.origin is None:
-            session.close_soon(exc.reason)
+            session.close_soon(exc.reason, cause="logon_failed")
 
     def _drain_backlog(self) -> None:
         """Run what waited, in order, until one of them has to wait again."""
@@ -214,4 +214,8 @@ class Dispatcher:
         if err.cid is not None:
             session.fail(err.cid, InvalidMessage(err.detail))
         else:
-            session.close_soon(f"{InvalidMessage.reason}: {err.detail}"[:120], CLOSE_INVALID_DATA)
+            session.close_soon(
+                f"{InvalidMessage.reason}: {err.detail}"[:120],
+                CLOSE_INVALID_DATA,
+                cause="invalid_message",
+            )

@@ -49,6 +49,8 @@ from server.publishing import PublishPipeline
 from server.router import Router
 from server.scryptpool import ScryptPool
 from server.session import Session, Transport
+from server.spills import Spills
+from server.stalls import StallWatch
 from server.stats.sampler import Sampler
 from server.subscriptions import SubscriptionService
 from server.throttle import LogonThrottle, ThrottlePolicy
@@ -116,7 +118,8 @@ class Broker:
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
         self.router = Router()
-        self.fanout = FanOut(self.router, self.auth, clock)
+        self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
+        self.fanout = FanOut(self.router, self.auth, clock, self.spills)
         self.topics = TopicTable(self._records)
         self.pipeline = PublishPipeline(
             self.topics, txlog, horizon, self.acks, self.auth, self.events, stages=(self.fanout,)
@@ -125,7 +128,10 @@ class Broker:
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
         )
         self.subscriptions = SubscriptionService(
-            config, self.router, txlog, horizon, self.auth, self.events, clock
+            config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills
+        )
+        self.stalls = StallWatch(
+            lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
@@ -141,6 +147,7 @@ class Broker:
             self.auth.pool,
             self.tls,
             config.plaintext_exposed,
+            spills=self.spills,
         )
         self.operations = Operations(
             config,
@@ -211,9 +218,11 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 5. actions: the on-startup ones run to their end, then schedules and watchers
+        # 5. the slow-client watch (SlowClientTimeout)
+        self.stalls.start()
+        # 6. actions: the on-startup ones run to their end, then schedules and watchers
         await self.actions.start()
-        # 6. serve
+        # 7. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -240,11 +249,12 @@ class Broker:
         """Shut down in order: 1. clients, 2. actions, 3. sampler, 4. transaction log,
         5. event log."""
         # 1. clients: drain outbound and close with "shutting down"; no more password
-        #    checks, no more expiry watch
+        #    checks, no more expiry watch, nothing left to watch for slow clients
         await self.drain()
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()
+        await self.stalls.stop()
         # 2. actions: no more triggers; runs in progress finish (bounded), are recorded
         await self.actions.stop()
         # 3. statistics sampler: last sample, close the database

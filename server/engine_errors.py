@@ -5,7 +5,9 @@ Hierarchy::
     SpoolError
     └── AdminError            .name: what was asked for
         ├── ClientNotFound
-        └── TransportNotFound
+        ├── TransportNotFound
+        ├── PinNotFound       no retention pin taken over the admin API has that owner
+        └── NoTransactionLog  the instance records nothing (no TransactionLog configured)
     StatsUnavailable              the statistics database is not open
     TlsNotConfigured              a TLS action on a listener without TLS
     PublishRefused                the broker's own publish was refused (.reason, .detail)
@@ -35,6 +37,19 @@ class ClientNotFound(AdminError):
 
 class TransportNotFound(AdminError):
     what = "transport"
+
+
+class PinNotFound(AdminError):
+    what = "retention pin"
+
+
+class NoTransactionLog(AdminError):
+    """The instance has no transaction log, so nothing to pin."""
+
+    what = "transaction log"
+
+    def __init__(self) -> None:
+        super().__init__("(not configured)")
 
 
 class StatsUnavailable(SpoolError):

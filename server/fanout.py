@@ -11,12 +11,21 @@ piece. Connections whose matching subscriptions are the same get the very same b
 Bookmarks come from the run's records (``AppendedRun.pub_hash``/``pub_seqs``), never from
 the connection that published them: a replicated message keeps the bookmark its publisher
 gave it elsewhere.
+
+Back-pressure (server/backpressure.py): a connection's share of a run is offered to it
+(:meth:`~server.ports.Outbound.live_fits`) once encoded. When it does not fit and its
+subscriptions could read it back from the log (a recorded topic, no filter on
+``CLIENT_NAME()``), they *spill*: the :class:`Spiller` (server/spills.py) starts their
+catch-up read at the run's first record, and the fan-out skips them for recorded runs until
+they rejoin. Otherwise the connection overflows and is disconnected (``slow client``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
+from server.backpressure import route
 from server.bookmarks import format_bookmark, format_timestamp_us
 from server.clock import Clock, time_us
 from server.expr import MessageView
@@ -29,6 +38,21 @@ from server.wire import encode_run, sids_json
 _Taken = list[tuple[Subscription, list[int] | None]]
 
 
+class Spiller(Protocol):
+    """Where live subscriptions go when their connection cannot take a run (server/spills.py)."""
+
+    def spill(self, subs: Sequence[Subscription], first_seq: int) -> None:
+        """Catch ``subs`` up from the log, starting at record ``first_seq``."""
+        ...
+
+
+def readable(sub: Subscription) -> bool:
+    """Whether a catch-up read from the log gives ``sub`` what the live path would: not
+    when its filter reads ``CLIENT_NAME()`` (records do not keep the publisher's name)."""
+    flt = sub.filter
+    return flt is None or "CLIENT_NAME" not in flt.functions
+
+
 class FanOut:
     """Delivers published runs to the live subscriptions of the router.
 
@@ -36,12 +60,21 @@ class FanOut:
         router: the index of live subscriptions.
         entitlements: read entitlements of regex subscriptions (checked per topic).
         clock: the ``ts`` of messages of topics not in the log (stamped on delivery).
+        spiller: catches spilled subscriptions up from the log (None: no log, nothing
+            can be read back, a run that does not fit disconnects its connection).
     """
 
-    def __init__(self, router: Router, entitlements: Entitlements, clock: Clock) -> None:
+    def __init__(
+        self,
+        router: Router,
+        entitlements: Entitlements,
+        clock: Clock,
+        spiller: Spiller | None = None,
+    ) -> None:
         self._router = router
         self._auth = entitlements
         self._clock = clock
+        self._spiller = spiller
         self._ts_run: AppendedRun | None = None
         self._ts_text = ""
 
@@ -63,17 +96,65 @@ class FanOut:
             only = matches[0]
             if only.filter is None and (only.pattern is None or not self._auth.enabled):
                 # the common case: one plain subscription, nothing to select or group
+                recorded = run.first_seq > 0
+                if recorded and only.progress.feed.catching_up:
+                    return  # its catch-up read delivers this run
                 data = self._encode(run, only.sid_bytes, range(n), self._ts(run, only.want_ts))
-                only.outbound.send_messages(data, n)
+                peer = only.outbound
+                # no filter: it can read the run back when the log holds it
+                can_read_back = recorded and self._spiller is not None
+                if peer.live_fits(len(data), readable=can_read_back):
+                    peer.send_messages(data, n)
+                else:
+                    self._refused(run, peer, (only,), len(data), can_read_back)
                 return
         self._deliver(run, matches, n)
+
+    def _offer(
+        self,
+        run: AppendedRun,
+        peer: Outbound,
+        takers: Sequence[Subscription],
+        data: bytes,
+        count: int,
+    ) -> None:
+        """Queue one connection's share of ``run`` if it fits; else spill or overflow."""
+        can_read_back = (
+            run.first_seq > 0 and self._spiller is not None and all(map(readable, takers))
+        )
+        if peer.live_fits(len(data), readable=can_read_back):
+            peer.send_messages(data, count)
+        else:
+            self._refused(run, peer, takers, len(data), can_read_back)
+
+    def _refused(
+        self,
+        run: AppendedRun,
+        peer: Outbound,
+        takers: Sequence[Subscription],
+        nbytes: int,
+        can_read_back: bool,
+    ) -> None:
+        """A connection's share of ``run`` does not fit: its subscriptions spill, or the
+        connection overflows (server/backpressure.py ``route``)."""
+        match route(fits=False, readable=can_read_back):
+            case "spill":
+                assert self._spiller is not None
+                self._spiller.spill(takers, run.first_seq)
+            case "overflow":
+                peer.overflow(nbytes)
+            case "deliver":  # pragma: no cover - route() never delivers what does not fit
+                raise AssertionError("route() delivered what does not fit")
 
     def _deliver(self, run: AppendedRun, matches: Sequence[Subscription], n: int) -> None:
         """The general case: entitlements, filters, several subscriptions per connection."""
         per_peer: dict[Outbound, _Taken] = {}
         filtered: list[tuple[Subscription, list[int]]] = []
         auth = self._auth
+        recorded = run.recorded
         for sub in matches:
+            if not sub.progress.feed.takes(recorded):
+                continue  # catching up from the log, which delivers this run
             if auth.enabled and sub.pattern is not None and not auth.can_read(sub.user, run.topic):
                 continue  # exact topics were checked when the subscription was made
             if sub.filter is None:
@@ -96,11 +177,10 @@ class FanOut:
                         data = encoded[key] = self._encode(
                             run, sub.sid_bytes, range(n), self._ts(run, sub.want_ts)
                         )
-                    peer.send_messages(data, n)
+                    self._offer(run, peer, (sub,), data, n)
                 elif sel:
-                    peer.send_messages(
-                        self._encode(run, sub.sid_bytes, sel, self._ts(run, sub.want_ts)), len(sel)
-                    )
+                    data = self._encode(run, sub.sid_bytes, sel, self._ts(run, sub.want_ts))
+                    self._offer(run, peer, (sub,), data, len(sel))
             else:
                 self._deliver_several(run, peer, subs, n, encoded)
 
@@ -122,7 +202,7 @@ class FanOut:
             data = encoded.get(key)
             if data is None:
                 data = encoded[key] = self._encode(run, sids, range(n), self._ts(run, want_ts))
-            peer.send_messages(data, n)
+            self._offer(run, peer, [sub for sub, _ in subs], data, n)
             return
         takers: list[list[Subscription]] = [[] for _ in range(n)]
         for sub, sel in subs:
@@ -135,7 +215,8 @@ class FanOut:
                 sids = sids_json([s.sub_id for s in these])
                 pieces.append(self._encode(run, sids, (i,), self._ts(run, want_ts)))
         if pieces:
-            peer.send_messages(b"".join(pieces), len(pieces))
+            took = [sub for sub, sel in subs if sel is None or sel]
+            self._offer(run, peer, took, b"".join(pieces), len(pieces))
 
     def _select(
         self, run: AppendedRun, filtered: list[tuple[Subscription, list[int]]], n: int

@@ -8,16 +8,21 @@ collector and the dashboard's live feed (server/stats/snapshot.py has the shape)
 
 from __future__ import annotations
 
+from typing import Final, get_args
+
 from server.acks import DurableAcks
 from server.clients import ClientRegistry
 from server.clock import Clock
 from server.logons import LogonGuard
 from server.publishing import PublishPipeline
 from server.scryptpool import ScryptPool
+from server.session import DisconnectCause
+from server.spills import Spills
 from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
     SecurityCounters,
+    SpillCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -27,6 +32,9 @@ from server.subscription import Subscription
 from server.tls.listener import TlsListener
 from server.topics import TopicTable
 from server.txlog import TransactionLog
+
+#: every cause a connection can end with, so each is counted from zero
+DISCONNECT_CAUSES: Final[tuple[str, ...]] = get_args(DisconnectCause)
 
 
 class Metrics:
@@ -44,6 +52,7 @@ class Metrics:
         passwords: the password-check pool.
         tls: the listener's TLS, or None.
         plaintext_exposed: the listener is off loopback without TLS (AllowPlaintext).
+        spills: the catch-up reads of live subscriptions (None without a log).
     """
 
     def __init__(
@@ -59,11 +68,13 @@ class Metrics:
         passwords: ScryptPool,
         tls: TlsListener | None,
         plaintext_exposed: bool = False,
+        spills: Spills | None = None,
     ) -> None:
         self._plaintext_exposed = plaintext_exposed
         self._logons = logons
         self._passwords = passwords
         self._tls = tls
+        self._spills = spills
         self._clients = clients
         self._topics = topics
         self._pipeline = pipeline
@@ -73,11 +84,13 @@ class Metrics:
         self._clock = clock
 
     def seconds_behind(self, sub: Subscription) -> float:
-        """How far behind the durable end of the log a bookmark subscription's position is
-        (0 when caught up, and for live subscriptions)."""
+        """How far behind the durable end of the log a bookmark subscription's position is,
+        or a live one's while it catches up after a burst (0 when caught up, and for live
+        subscriptions on the live path)."""
         progress = sub.progress
         txlog = self._txlog
-        if sub.bookmark is None or txlog is None or not progress.position_time_us:
+        reading = sub.bookmark is not None or progress.feed.catching_up
+        if not reading or txlog is None or not progress.position_time_us:
             return 0.0
         if progress.position_seq >= txlog.durable_seq:
             return 0.0
@@ -153,6 +166,21 @@ class Metrics:
             "persisted_ack_latency": self._acks.latency,
             "transports": transports,
             "security": self.security(),
+            "spills": self._spill_counters(),
+            "disconnects": {
+                cause: registry.disconnects.get(cause, 0) for cause in DISCONNECT_CAUSES
+            },
+        }
+
+    def _spill_counters(self) -> SpillCounters:
+        spills = self._spills
+        if spills is None:
+            return {"catching_up": 0, "spills": 0, "rejoins": 0, "seconds": 0.0}
+        return {
+            "catching_up": spills.catching_up,
+            "spills": spills.spills,
+            "rejoins": spills.rejoins,
+            "seconds": spills.seconds(),
         }
 
     def security(self) -> SecurityCounters:

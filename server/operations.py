@@ -23,6 +23,8 @@ from server.clock import Clock
 from server.config import Config
 from server.engine_errors import (
     ClientNotFound,
+    NoTransactionLog,
+    PinNotFound,
     PublishRefused,
     StatsUnavailable,
     TlsNotConfigured,
@@ -43,7 +45,7 @@ from server.txlog import TransactionLog
 from server.txlog.errors import JournalNotFound
 from server.txlog.files import Compression
 from server.txlog.journal import JournalInfo
-from server.txlog.pins import PinInfo
+from server.txlog.pins import Pin, PinInfo
 
 JournalAction = Literal["archive", "compress", "remove"]
 JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")
@@ -76,6 +78,7 @@ class ClientInfo(TypedDict):
     version: str
     tls: str | None
     certificate: str | None
+    origin: str | None
 
 
 class SubscriptionInfo(TypedDict):
@@ -163,6 +166,19 @@ class FlushLatency(TypedDict):
     p99: float
 
 
+class PinDict(TypedDict):
+    owner: str
+    seq: int
+    admin: bool
+
+
+class PinTaken(TypedDict):
+    owner: str
+    seq: int
+    first_seq: int
+    durable_seq: int
+
+
 class TransactionLogInfo(TypedDict):
     journals: list[JournalDict]
     totals: TxlogTotals
@@ -208,6 +224,8 @@ class Operations:
         self._acks = acks
         self._txlog = txlog
         self.sampler: Sampler | None = None
+        #: retention pins taken over the admin API (a Spark stream's), by owner
+        self._admin_pins: dict[str, Pin] = {}
 
     # -- the instance -------------------------------------------------------------------
 
@@ -261,6 +279,7 @@ class Operations:
             "version": s.version,
             "tls": s.peer.tls_version,
             "certificate": s.peer.client_subject,
+            "origin": s.web_origin,
         }
 
     def clients_info(self) -> list[ClientInfo]:
@@ -274,7 +293,7 @@ class Operations:
         s = self._clients.by_name.get(name)
         if s is None:
             return False
-        await s.close(reason)
+        await s.close(reason, cause="admin")
         return True
 
     # -- subscriptions ------------------------------------------------------------------
@@ -439,6 +458,53 @@ class Operations:
             infos = await txlog.remove(journal_id)
         self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
         return [journal_dict(j) for j in infos]
+
+    # -- retention pins taken over the admin API -----------------------------------------
+
+    def _log(self) -> TransactionLog:
+        if self._txlog is None:
+            raise NoTransactionLog()
+        return self._txlog
+
+    def pins_info(self) -> list[PinDict]:
+        """Every retention pin of the log, oldest seq first; ``admin``: taken over REST."""
+        txlog = self._log()
+        mine = {(owner, pin.seq) for owner, pin in self._admin_pins.items()}
+        return [
+            {"owner": p.owner, "seq": p.seq, "admin": (p.owner, p.seq) in mine}
+            for p in txlog.pins()
+        ]
+
+    def take_pin(self, owner: str, seq: int) -> PinTaken:
+        """Hold every record from ``seq`` on for ``owner`` (moves its pin if it has one).
+
+        Pins taken here live in memory, like every pin of the log: after a restart of the
+        instance their holders take them again (a Spark stream does at every trigger).
+        """
+        txlog = self._log()
+        pin = self._admin_pins.get(owner)
+        if pin is None:
+            self._admin_pins[owner] = txlog.pin(owner, seq)
+        else:
+            pin.move(seq)
+        return {
+            "owner": owner,
+            "seq": seq,
+            "first_seq": txlog.first_seq,
+            "durable_seq": txlog.durable_seq,
+        }
+
+    def release_pin(self, owner: str) -> None:
+        """Release the admin pin of ``owner``.
+
+        Raises:
+            PinNotFound: no pin of that owner was taken over the admin API.
+        """
+        self._log()
+        pin = self._admin_pins.pop(owner, None)
+        if pin is None:
+            raise PinNotFound(owner)
+        pin.release()
 
     # -- the broker's own messages, the process ---------------------------------------
 

@@ -50,7 +50,11 @@ class Outbound(Protocol):
     """Where the broker sends to one peer: a client session, a replication link, a double.
 
     Sends never block and never raise: a closed peer drops what it is given. Data messages
-    (``send_messages``) are counted apart from control messages (acks, heartbeats).
+    (``send_messages``) are counted apart from control messages (acks, heartbeats). A peer
+    bounds what it buffers by the policy of server/backpressure.py: live data is offered
+    first (:meth:`live_fits`), paced data waits for room (:meth:`wait_room`), and control
+    bytes or live data that cannot be read back and do not fit end the peer
+    (:meth:`overflow`).
     """
 
     @property
@@ -59,11 +63,22 @@ class Outbound(Protocol):
         ...
 
     def send(self, data: bytes) -> None:
-        """Queue control bytes (acks, heartbeats) for the next outbound frame."""
+        """Queue control bytes (acks, heartbeats) for the next outbound frame; past the
+        buffer's limit the peer is ended instead (:meth:`overflow`)."""
         ...
 
     def send_messages(self, data: bytes, count: int) -> None:
-        """Queue ``count`` encoded data messages joined in ``data``."""
+        """Queue ``count`` encoded data messages joined in ``data`` (live ones checked
+        with :meth:`live_fits` first, paced ones after :meth:`wait_room`)."""
+        ...
+
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        """Whether ``nbytes`` of live messages may be queued now; ``readable``: their
+        subscriptions could read them back from the log instead (a lower mark)."""
+        ...
+
+    def overflow(self, nbytes: int) -> None:
+        """``nbytes`` that cannot be read back do not fit: end the peer (``slow client``)."""
         ...
 
     def ack(

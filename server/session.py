@@ -8,18 +8,23 @@ messages that become ready in one turn of the event loop leave in one WebSocket 
 (frame batching). A session is an :class:`~server.ports.Outbound`: the publish pipeline,
 the fan-out, the replay sinks and the acks send through that interface only.
 
-The outbound buffer is bounded by ``Tuning/SlowClientBufferLimit``: a client that stops
-reading makes the transport's ``send`` wait (uvicorn applies TCP flow control), the buffer
-grows, and past the limit the client is disconnected with ``slow client`` while everyone
-else keeps receiving. Replays never hit that limit: they wait for room (:meth:`wait_room`).
+The outbound buffer follows the back-pressure policy of server/backpressure.py, with
+``Tuning/SlowClientBufferLimit`` as its limit: live messages of recorded topics are offered
+(:meth:`Session.live_fits`) and spill to the log past half of it; replays and catch-ups
+wait for room (:meth:`Session.wait_room`); what cannot be read back (live messages of
+topics not recorded, acks) disconnects the client with ``slow client`` when it would pass
+it. uvicorn applies TCP flow control to sends, so a client that stops reading keeps the
+writer waiting in one send: :attr:`Session.send_started` says since when, and
+server/stalls.py disconnects it after ``Tuning/SlowClientTimeout``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol
 
+from server.backpressure import BufferLimits
 from server.clock import Clock
 from server.config import UserConfig
 from server.peer import Peer
@@ -35,11 +40,21 @@ CLOSE_GOING_AWAY: Final = 1001
 CLOSE_INVALID_DATA: Final = 1007
 CLOSE_POLICY: Final = 1008
 
-#: a replay waits for room when the outbound buffer is above this fraction of the limit.
-_REPLAY_HIGH_WATER: Final = 0.25
-#: largest frame the writer builds from the buffer (several frames leave when more is queued).
-_MAX_FRAME: Final = 1 << 20
 _BEAT: Final = b'{"c":"heartbeat","l":0}'
+
+DisconnectCause = Literal[
+    "client",  # the peer closed or went away
+    "slow_client_stalled",  # took nothing for SlowClientTimeout while data waited
+    "slow_client_buffer",  # what cannot be read back would pass SlowClientBufferLimit
+    "heartbeat",  # silent for two heartbeat intervals
+    "name_in_use",  # the same user logged on again with this client name
+    "logon_failed",  # the first command, the logon, failed
+    "invalid_message",  # a malformed frame without a cid to answer
+    "admin",  # disconnected from the admin API
+    "shutting_down",  # the broker stops
+]
+"""Why a connection ended: the metrics count disconnects by cause (PROTOCOL.md gives the
+client one reason string, ``slow client``, for both slow-client causes)."""
 
 
 class Transport(Protocol):
@@ -75,6 +90,13 @@ class Session:
         origin: the session as the publish pipeline sees it (None before logon).
         subs: its subscriptions by sub id (kept by server/subscriptions.py).
         handler: where received frames go (the dispatcher).
+        send_started: monotonic time the writer's current send began (None between
+            sends): a client that reads nothing keeps it set (server/stalls.py).
+        close_cause: why it closed (None while open).
+        web_origin: the ``Origin`` of the browser page that opened it (None: not a
+            browser).
+        foreign_origin: that page is neither the broker's own origin nor an allowed one
+            (web/origins.py): its logon must carry a password or token.
     """
 
     def __init__(
@@ -108,7 +130,10 @@ class Session:
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._in_flight = 0
-        self._buffer_limit = buffer_limit
+        self.limits = BufferLimits(buffer_limit)
+        # the thresholds of the hot checks, read once (server/backpressure.py)
+        self._limit = self.limits.limit
+        self._spill_at = self.limits.spill_at
         self._wake = asyncio.Event()
         self._room = asyncio.Event()
         self._room.set()
@@ -120,6 +145,10 @@ class Session:
         self.last_rx = clock.monotonic()
         self.closed = False
         self.close_reason: str | None = None
+        self.close_cause: DisconnectCause | None = None
+        self.send_started: float | None = None
+        self.web_origin: str | None = None
+        self.foreign_origin = False
         self.closed_event = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -139,12 +168,22 @@ class Session:
         self.origin = Origin("client", name, user, self, self.traffic)
 
     @property
+    def closing(self) -> bool:
+        """Closed, or about to be (a close was decided and scheduled): sends are dropped."""
+        return self.closed or self.close_cause is not None
+
+    @property
     def queue_depth(self) -> int:
         """Bytes waiting to be sent (buffered plus the frame being written)."""
         return self._out_bytes + self._in_flight
 
     async def close(
-        self, reason: str | None = None, code: int = CLOSE_POLICY, *, drain: bool = False
+        self,
+        reason: str | None = None,
+        code: int = CLOSE_POLICY,
+        *,
+        drain: bool = False,
+        cause: DisconnectCause = "client",
     ) -> None:
         """Close the connection with a PROTOCOL.md reason and forget the session.
 
@@ -155,6 +194,8 @@ class Session:
             return
         self.closed = True
         self.close_reason = reason
+        if self.close_cause is None:
+            self.close_cause = cause
         self._owner.session_closed(self)
         self._room.set()
         if self._heartbeat is not None and self._heartbeat is not asyncio.current_task():
@@ -171,10 +212,12 @@ class Session:
             await asyncio.wait_for(self.transport.close(code, reason or ""), 2.0)
         self.closed_event.set()
 
-    def close_soon(self, reason: str, code: int = CLOSE_POLICY) -> None:
+    def close_soon(
+        self, reason: str, code: int = CLOSE_POLICY, *, cause: DisconnectCause = "client"
+    ) -> None:
         """Schedule :meth:`close` from synchronous code."""
         if not self.closed:
-            asyncio.get_running_loop().create_task(self.close(reason, code))
+            asyncio.get_running_loop().create_task(self.close(reason, code, cause=cause))
 
     async def _drain(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until the writer has sent everything buffered."""
@@ -199,31 +242,60 @@ class Session:
     # -- outbound (the Outbound port) ----------------------------------------------------
 
     def send(self, data: bytes) -> None:
-        """Queue bytes (one or more encoded messages) for the next outbound frame."""
-        if self.closed:
+        """Queue control bytes (acks, heartbeats) for the next outbound frame.
+
+        They cannot be read back later: the one that would take the buffer past the limit
+        disconnects the client (``slow client``), e.g. a publisher that asks for acks and
+        never reads them.
+        """
+        if self.closing:
             return
-        self._out.append(data)
-        self._out_bytes += len(data)
-        if self._out_bytes + self._in_flight > self._buffer_limit:
-            self._events.emit(
-                "warning",
-                "session",
-                "slow_client",
-                client=self.name,
-                remote=self.remote,
-                buffered=self._out_bytes + self._in_flight,
-                limit=self._buffer_limit,
-            )
-            self._out.clear()
-            self._out_bytes = 0
-            self.close_soon(SlowClient.reason)
+        if self._out_bytes + self._in_flight + len(data) > self._limit:
+            self.overflow(len(data))
             return
-        self._wake.set()
+        self._queue(data)
 
     def send_messages(self, data: bytes, count: int) -> None:
-        """Queue ``count`` encoded data messages joined in ``data``."""
+        """Queue ``count`` encoded data messages joined in ``data``: live ones the caller
+        checked with :meth:`live_fits`, or paced ones (replays wait for room first)."""
+        if self.closing:
+            return
         self.traffic.msgs_out += count
-        self.send(data)
+        self._queue(data)
+
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        """Whether ``nbytes`` of live messages may be queued now (``readable``: their
+        subscriptions could read them back from the log instead).
+
+        :meth:`BufferLimits.live_fits`, inlined: the fan-out asks once per run.
+        """
+        depth = self._out_bytes + self._in_flight + nbytes
+        return depth <= (self._spill_at if readable else self._limit)
+
+    def overflow(self, nbytes: int) -> None:
+        """Bytes that cannot be read back do not fit: disconnect with ``slow client``."""
+        if self.closing:
+            return
+        self.close_cause = "slow_client_buffer"  # closing: nothing more is queued
+        self._events.emit(
+            "warning",
+            "session",
+            "slow_client",
+            client=self.name,
+            remote=self.remote,
+            cause="buffer",
+            buffered=self.queue_depth,
+            refused=nbytes,
+            limit=self.limits.limit,
+        )
+        self._out.clear()
+        self._out_bytes = 0
+        self.close_soon(SlowClient.reason, cause="slow_client_buffer")
+
+    def _queue(self, data: bytes) -> None:
+        self._out.append(data)
+        self._out_bytes += len(data)
+        self._wake.set()
 
     def ack(
         self,
@@ -245,37 +317,44 @@ class Session:
         )  # fmt: skip
 
     def has_room(self) -> bool:
-        return self.queue_depth < self._buffer_limit * _REPLAY_HIGH_WATER
+        return self.limits.has_room(self.queue_depth)
 
     async def wait_room(self) -> None:
-        """Wait until the outbound buffer is below the replay high-water mark."""
+        """Wait until the outbound buffer is below the paced producers' mark (L/4)."""
         while not self.closed and not self.has_room():
             self._room.clear()
             await self._room.wait()
 
     async def _write_loop(self) -> None:
         send = self.transport.send
+        clock = self._clock
+        frame_max = self.limits.frame_max
         try:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
                 while self._out:
                     out = self._out
-                    if self._out_bytes <= _MAX_FRAME:
+                    if self._out_bytes <= frame_max:
                         frame = b"".join(out)
                         self._out = []
                     else:
+                        # up to frame_max, never splitting a piece (a piece holds whole
+                        # messages); a piece larger than that leaves alone
                         size = 0
                         n = 0
-                        for n, piece in enumerate(out, 1):  # noqa: B007
-                            size += len(piece)
-                            if size >= _MAX_FRAME:
+                        for piece in out:
+                            if n and size + len(piece) > frame_max:
                                 break
+                            size += len(piece)
+                            n += 1
                         frame = b"".join(out[:n])
                         del out[:n]
                     self._out_bytes -= len(frame)
                     self._in_flight = len(frame)
+                    self.send_started = clock.monotonic()
                     await send(frame)
+                    self.send_started = None
                     self.traffic.bytes_out += len(frame)
                     self._in_flight = 0
                     if not self._room.is_set() and self.has_room():
@@ -295,7 +374,7 @@ class Session:
                     remote=self.remote,
                     error=type(exc).__name__,
                 )
-                self.close_soon("connection lost", CLOSE_NORMAL)
+                self.close_soon("connection lost", CLOSE_NORMAL, cause="client")
 
     # -- heartbeats ----------------------------------------------------------------------
 
@@ -323,6 +402,6 @@ class Session:
                     remote=self.remote,
                     interval=interval,
                 )
-                await self.close(HeartbeatTimeout.reason)
+                await self.close(HeartbeatTimeout.reason, cause="heartbeat")
                 return
             self.send(_BEAT)

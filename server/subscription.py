@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from server.backpressure import LiveFeed
 from server.bookmarks import SpecKind
 from server.config import UserConfig
 from server.expr import Filter
@@ -27,11 +28,14 @@ class Progress:
 
     Attributes:
         state: ``live`` (receiving as published or, for a bookmark subscription, caught
-            up), ``replaying`` (reading the log behind the live point) or ``paused``.
-        position: bookmark of the last record its replay cursor passed.
+            up), ``replaying`` (reading the log behind the live point: a bookmark
+            subscription's replay, or a live one catching up after a burst) or ``paused``.
+        position: bookmark of the last record its replay cursor (or catch-up read) passed.
         position_seq: local sequence of that record.
         position_time_us: record time of that record.
-        delivered: messages delivered by its replay cursor.
+        delivered: messages delivered by its replay cursor (or catch-up reads).
+        feed: a live subscription's path: fed by the fan-out, or catching up from the log
+            (server/backpressure.py; moved by server/spills.py).
     """
 
     state: State = "live"
@@ -39,6 +43,7 @@ class Progress:
     position_seq: int = 0
     position_time_us: int = 0
     delivered: int = 0
+    feed: LiveFeed = field(default_factory=LiveFeed)
 
 
 @dataclass(frozen=True, eq=False, slots=True)

@@ -1,7 +1,9 @@
 """Subscriptions: subscribe, unsubscribe, replace, pause and resume.
 
 A live (non-bookmark) subscription goes into the :class:`~server.router.Router` and gets
-messages from the fan-out stage as they are published. A bookmark subscription gets a
+messages from the fan-out stage as they are published; after a burst its connection could
+not take, it catches up from the log for a while (server/spills.py) and ending it stops
+that read too. A bookmark subscription gets a
 replay cursor over the transaction log (server/replay) for its whole life: replay, then
 live, with no gap or duplicate at the cut-over. Its cursor runs in its own task and
 reports failures back here (``on_error``), which become failure acks.
@@ -52,6 +54,7 @@ from server.replay.sink import BookmarkSink
 from server.replay.sources import AppendedSource
 from server.router import Router
 from server.session import Session
+from server.spills import Spills
 from server.stats.source import EventSink
 from server.subscription import Subscription
 from server.txlog import TransactionLog
@@ -89,6 +92,7 @@ class SubscriptionService:
         entitlements: read entitlements.
         events: the event log.
         clock: replay pacing, conflation, position acks, filters' time functions.
+        spills: the catch-up reads of live subscriptions (None without a log).
     """
 
     def __init__(
@@ -100,9 +104,11 @@ class SubscriptionService:
         entitlements: Entitlements,
         events: EventSink,
         clock: Clock,
+        spills: Spills | None = None,
     ) -> None:
         self._config = config
         self._router = router
+        self._spills = spills
         self._txlog = txlog
         self._horizon = horizon
         self._auth = entitlements
@@ -309,6 +315,8 @@ class SubscriptionService:
         replay = self._replays.pop(sub, None)
         if replay is None:
             self._router.remove(sub)
+            if self._spills is not None:
+                self._spills.cancel(sub)
             return
         if replay.sink.pin is not None:
             replay.sink.pin.release()

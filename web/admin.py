@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -65,6 +66,7 @@ from web.auth import auth_context, csrf_token_for, require_admin
 from web.openapi import Operation, QueryParam, openapi_document
 
 MAX_BODY: Final = 64 * 1024
+PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 MAX_POINTS: Final = 10_000  # largest series answer /api/stats gives
 AUTO_POINTS: Final = 1_000  # points aimed at when no step is given and raw would be more
 DEFAULT_WINDOW: Final = 3600.0
@@ -413,6 +415,27 @@ class AdminApi:
 
         return handler
 
+    async def pins(self, request: Request) -> Any:
+        return {"pins": self.ops.pins_info()}
+
+    async def take_pin(self, request: Request) -> Any:
+        body = await _json_body(request)
+        owner = body.get("owner")
+        seq = body.get("seq")
+        if not isinstance(owner, str) or not PIN_OWNER.fullmatch(owner):
+            raise BadRequest(
+                "owner must be 1 to 200 letters, digits, '_', '.', ':' or '-' "
+                "(it names the pin in /api/transaction_log/pins/{owner}/release)"
+            )
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise BadRequest("seq must be a non-negative integer (the first seq to keep)")
+        return {"ok": True, **self.ops.take_pin(owner, seq)}
+
+    async def release_pin(self, request: Request) -> Any:
+        owner = request.path_params["owner"]
+        self.ops.release_pin(owner)
+        return {"ok": True, "owner": owner}
+
     async def truncate_stats(self, request: Request) -> Any:
         body = await _json_body(request)
         if ("before" in body) == ("older_than" in body):
@@ -527,6 +550,32 @@ class AdminApi:
                     errors=(404, 409),
                 )
                 for action in JOURNAL_ACTIONS
+            ),
+            get(
+                "/api/transaction_log/pins",
+                self.pins,
+                "Retention pins: who still needs which records",
+                "transaction_log",
+                errors=(404,),
+            ),
+            post(
+                "/api/transaction_log/pins",
+                self.take_pin,
+                "Take or move a named retention pin (journals from seq on are kept)",
+                "transaction_log",
+                errors=(400, 404),
+                body={
+                    "type": "object",
+                    "required": ["owner", "seq"],
+                    "properties": {"owner": {"type": "string"}, "seq": {"type": "integer"}},
+                },
+            ),
+            post(
+                "/api/transaction_log/pins/{owner}/release",
+                self.release_pin,
+                "Release a retention pin taken over this API",
+                "transaction_log",
+                errors=(404,),
             ),
             get("/api/transports", self.transports, "Transports", "transports"),
             get(

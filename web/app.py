@@ -14,6 +14,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
@@ -24,6 +25,7 @@ from web.admin import admin_routes
 from web.auth import auth_middleware, auth_routes
 from web.dashboard import dashboard_routes
 from web.headers import SecurityHeadersMiddleware
+from web.origins import OriginPolicy
 from web.transport import WebsocketEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,32 +57,43 @@ def create_app(
         finally:
             await broker.stop()
 
+    origins = OriginPolicy(config.admin.allowed_origins, auth_enabled=broker.auth.enabled)
     routes: list[BaseRoute] = []
     for transport in config.transports:
         if transport.type == "websocket":
             path = f"/amps/{transport.message_type}"
-            routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name)))
+            routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name, origins)))
     routes.extend(auth_routes())
     routes.extend(admin_routes(broker.operations, broker.actions))
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))
     routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
-    app = Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        middleware=[
-            Middleware(SecurityHeadersMiddleware),
+    middleware: list[Middleware] = [Middleware(SecurityHeadersMiddleware)]
+    if config.admin.allowed_origins:
+        # pages of the allowed origins may read the API's answers (and send the headers
+        # it needs); the origin checks themselves are web/origins.py's
+        middleware.append(
             Middleware(
-                auth_middleware(
-                    broker.auth,
-                    broker.logons,
-                    metrics_public=config.admin.metrics_public,
-                    clock=clock,
-                )
-            ),
-        ],
+                CORSMiddleware,
+                allow_origins=list(config.admin.allowed_origins),
+                allow_methods=["GET", "POST"],
+                allow_headers=["Authorization", "Content-Type", "X-CSRF-Token"],
+                max_age=600,
+            )
+        )
+    middleware.append(
+        Middleware(
+            auth_middleware(
+                broker.auth,
+                broker.logons,
+                metrics_public=config.admin.metrics_public,
+                clock=clock,
+                origins=origins,
+            )
+        )
     )
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.broker = broker
     app.state.config = config
     return app

@@ -13,10 +13,12 @@ Model (docs/admin-api.md, "Authentication"):
   served is an admin.
 - ``/healthz``, ``/readyz`` and ``/metrics`` are readable without credentials from loopback
   (from anywhere with ``Admin/MetricsPublic``); elsewhere they need a token.
-- Browser POSTs (cookie or no-auth mode) are refused when ``Origin`` names another origin
-  or ``Sec-Fetch-Site`` says ``cross-site``: a page on another site cannot drive actions.
+- Browser POSTs (cookie or no-auth mode) are refused when ``Origin`` names a foreign origin
+  (neither the broker's own nor one of ``Admin/AllowedOrigins``: web/origins.py), or, with
+  no ``Origin``, when ``Sec-Fetch-Site`` says ``cross-site``: a page on another site cannot
+  drive actions with what the browser supplies by itself.
 - Websockets (``/amps/json``, ``/replication``) pass through untouched: the protocol logon
-  authenticates them.
+  authenticates them, after the origin check of the websocket endpoint (web/transport.py).
 - Mutual TLS: a client certificate the TLS layer verified whose subject is a user's
   ``<CertificateSubject>`` identifies that user (``via: certificate``), after a bearer
   token and a dashboard session. A browser presents it on its own, like a cookie, so its
@@ -53,6 +55,7 @@ from server.config import UserConfig, is_loopback
 from server.logons import LogonGuard
 from server.scryptpool import PoolBusy
 from web.api_errors import ApiError, Forbidden, TooManyRequests, Unauthorized
+from web.origins import OriginPolicy
 from web.tls import tls_of
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
@@ -211,15 +214,17 @@ def _emit(scope: Scope, level: str, event: str, **fields: Any) -> None:
         events.emit(level, "admin", event, remote=_client_host(scope), **fields)
 
 
-def _same_origin(request: HTTPConnection) -> bool:
-    """False when the browser says the request comes from another origin."""
-    if request.headers.get("sec-fetch-site", "") == "cross-site":
-        return False
-    origin = request.headers.get("origin")
-    if origin is None or origin == "null":
-        return origin is None
-    parts = urlsplit(origin)
-    return parts.netloc.lower() == request.headers.get("host", "").lower()
+def _trusted_page(request: HTTPConnection, origins: OriginPolicy) -> bool:
+    """False when the browser says the request comes from a foreign page (web/origins.py).
+
+    With an ``Origin`` the policy decides (an allowed origin is cross-site and trusted);
+    without one, a browser that still says ``Sec-Fetch-Site: cross-site`` is believed.
+    """
+    headers = request.headers
+    origin = headers.get("origin")
+    if origin is None:
+        return headers.get("sec-fetch-site", "") != "cross-site"
+    return origins.verdict(origin, headers.get("host"), request.url.scheme).trusted
 
 
 def _is_api(path: str) -> bool:
@@ -235,6 +240,8 @@ class AuthMiddleware:
         logons: the logon throttle and counters (the broker's, shared with the websocket).
         metrics_public: serve /healthz, /readyz and /metrics without auth to anyone.
         clock: time source for sessions.
+        origins: which pages may act with the cookie, a client certificate or the no-users
+            trust (default: the broker's own origin only).
     """
 
     def __init__(
@@ -245,8 +252,10 @@ class AuthMiddleware:
         *,
         metrics_public: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        origins: OriginPolicy | None = None,
     ) -> None:
         self.app = app
+        self.origins = origins or OriginPolicy((), auth_enabled=authenticator.enabled)
         self.state = AuthState(authenticator, SessionStore(clock), logons, metrics_public, clock)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -324,10 +333,13 @@ class AuthMiddleware:
             raise Unauthorized("log in first")
         return None
 
-    @staticmethod
-    def _check_action(request: HTTPConnection, context: AuthContext) -> None:
-        if context.via in ("session", "certificate", "local") and not _same_origin(request):
-            raise Forbidden("cross-origin request refused")
+    def _check_action(self, request: HTTPConnection, context: AuthContext) -> None:
+        ambient = ("session", "certificate", "local")
+        if context.via in ambient and not _trusted_page(request, self.origins):
+            raise Forbidden(
+                "cross-origin request refused (the page's origin is not the broker's own "
+                "nor in Admin/AllowedOrigins)"
+            )
         if context.session is not None:
             sent = request.headers.get(CSRF_HEADER, "")
             if not sent or not hmac.compare_digest(sent, context.session.csrf):
@@ -362,6 +374,7 @@ def auth_middleware(
     *,
     metrics_public: bool = False,
     clock: Clock = SYSTEM_CLOCK,
+    origins: OriginPolicy | None = None,
 ) -> Callable[[ASGIApp], ASGIApp]:
     """The middleware factory for ``Middleware(auth_middleware(broker.auth, broker.logons))``.
 
@@ -370,11 +383,17 @@ def auth_middleware(
         logons: the instance's logon guard (``broker.logons``).
         metrics_public: ``config.admin.metrics_public``.
         clock: time source for session expiry.
+        origins: the instance's origin policy (``Admin/AllowedOrigins``).
     """
 
     def factory(app: ASGIApp) -> ASGIApp:
         return AuthMiddleware(
-            app, authenticator, logons, metrics_public=metrics_public, clock=clock
+            app,
+            authenticator,
+            logons,
+            metrics_public=metrics_public,
+            clock=clock,
+            origins=origins,
         )
 
     return factory

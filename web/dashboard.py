@@ -148,7 +148,9 @@ class LivePoint(TypedDict):
 
     Rates are per second over the last interval; ``ack_p50_ms`` / ``ack_p99_ms`` are the
     persisted-ack latency percentiles of the acks sent in that interval (None when there
-    was none).
+    was none). ``catching_up`` is how many live subscriptions read the log after a burst
+    now; ``spills``, ``catch_up_seconds`` and ``disconnects`` (by cause) are totals since
+    the start.
     """
 
     time: float
@@ -165,6 +167,10 @@ class LivePoint(TypedDict):
     acks: int
     ack_p50_ms: float | None
     ack_p99_ms: float | None
+    catching_up: int
+    spills: int
+    catch_up_seconds: float
+    disconnects: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +249,10 @@ class LivePointBuilder:
             acks=interval.count,
             ack_p50_ms=p50,
             ack_p99_ms=p99,
+            catching_up=snapshot["spills"]["catching_up"],
+            spills=snapshot["spills"]["spills"],
+            catch_up_seconds=round(snapshot["spills"]["seconds"], 3),
+            disconnects=dict(snapshot["disconnects"]),
         )
 
 

@@ -4,20 +4,30 @@ This is the thin I/O shell around the sans-I/O codec: frames received from the s
 ``Session.receive``; the session's writer calls :meth:`AsgiTransport.send`. It is a raw ASGI
 endpoint rather than a Starlette ``WebSocket`` handler because it sits on the hottest path
 of the broker and needs nothing but ``receive`` and ``send``.
+
+Before the upgrade, the page the handshake comes from is checked (web/origins.py): a page
+of another origin is refused with HTTP 403 when the broker has no users (it would be
+served as a trusted local client), and otherwise may only log on with a password or token.
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Final
 
+import orjson
+from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
 from server.engine import Broker
 from server.session import CLOSE_NORMAL
+from web.origins import OriginPolicy, OriginVerdict
 from web.tls import peer_of
 
 #: "try again later": the transport is disabled or the broker is not ready.
 CLOSE_TRY_AGAIN = 1013
+#: the ASGI extension that lets an app answer a websocket handshake with an HTTP response
+_HTTP_RESPONSE: Final = "websocket.http.response"
 
 
 class AsgiTransport:
@@ -43,16 +53,38 @@ class AsgiTransport:
 
 
 class WebsocketEndpoint:
-    """ASGI app for ``/amps/json``: one broker session per connection."""
+    """ASGI app for ``/amps/json``: one broker session per connection.
 
-    def __init__(self, broker: Broker, transport_name: str = "websocket-json") -> None:
+    Args:
+        broker: the engine.
+        transport_name: the configured transport this path serves.
+        origins: which pages may connect (default: ``Admin/AllowedOrigins`` of the
+            broker's configuration).
+    """
+
+    def __init__(
+        self,
+        broker: Broker,
+        transport_name: str = "websocket-json",
+        origins: OriginPolicy | None = None,
+    ) -> None:
         self.broker = broker
         self.transport_name = transport_name
+        self.origins = origins or OriginPolicy(
+            broker.config.admin.allowed_origins, auth_enabled=broker.auth.enabled
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         broker = self.broker
         message = await receive()
         if message["type"] != "websocket.connect":
+            return
+        headers = Headers(scope=scope)
+        verdict = self.origins.verdict(
+            headers.get("origin"), headers.get("host"), str(scope.get("scheme", "ws"))
+        )
+        if not verdict.trusted and not broker.auth.enabled:
+            await self._refuse(scope, send, verdict)
             return
         if not broker.ready or not broker.transport_accepting(self.transport_name):
             await send(
@@ -67,6 +99,8 @@ class WebsocketEndpoint:
         peer = peer_of(scope)
         transport = AsgiTransport(send, peer.address)
         session = broker.connect(transport, self.transport_name, peer)
+        session.web_origin = verdict.origin
+        session.foreign_origin = not verdict.trusted
         try:
             while True:
                 message = await receive()
@@ -85,3 +119,35 @@ class WebsocketEndpoint:
                     await session.close("connection lost", CLOSE_NORMAL)
             else:
                 await session.closed_event.wait()
+
+    async def _refuse(self, scope: Scope, send: Send, verdict: OriginVerdict) -> None:
+        """HTTP 403 instead of the upgrade, with a JSON body saying why when the server
+        lets the app answer (uvicorn does; otherwise the server sends a bare 403)."""
+        client = scope.get("client")
+        remote = f"{client[0]}:{client[1]}" if client else "unknown"
+        self.broker.events.emit(
+            "warning", "session", "origin_refused", origin=verdict.origin, remote=remote
+        )
+        if _HTTP_RESPONSE not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": "forbidden origin"})
+            return
+        body = orjson.dumps(
+            {
+                "error": "forbidden",
+                "detail": (
+                    f"a page of origin {verdict.origin} may not use this broker: it is not "
+                    "the broker's own origin nor in Admin/AllowedOrigins"
+                ),
+            }
+        )
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": 403,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": body})

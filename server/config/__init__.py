@@ -11,8 +11,8 @@ refused at start-up).
 
 Modules, each depending only on those above it::
 
-    errors      ConfigError, InetAddrError, the messages callers match on
-    netaddr     HOST:PORT parsing and formatting, the loopback test
+    errors      ConfigError, InetAddrError, OriginError, the messages callers match on
+    netaddr     HOST:PORT parsing and formatting, the loopback test, web origins
     template    option values with {{VARIABLE}} references (actions)
     actions     the dataclasses of <Actions>: triggers, conditions, modules
     model       the dataclasses (and the transaction log's topic matcher)
@@ -65,7 +65,13 @@ from server.config.actions import (
     TruncateStatistics,
 )
 from server.config.defaults import default_config, render_default_xml, with_overrides
-from server.config.errors import BIND_REQUIRES_USERS, SHARED_ADDRESS, ConfigError, InetAddrError
+from server.config.errors import (
+    BIND_REQUIRES_USERS,
+    SHARED_ADDRESS,
+    ConfigError,
+    InetAddrError,
+    OriginError,
+)
 from server.config.loader import load_config, parse_config
 from server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
@@ -80,7 +86,14 @@ from server.config.model import (
     TuningConfig,
     UserConfig,
 )
-from server.config.netaddr import format_inet_addr, is_loopback, parse_inet_addr
+from server.config.netaddr import (
+    WebOrigin,
+    format_inet_addr,
+    is_loopback,
+    parse_host_header,
+    parse_inet_addr,
+    parse_origin,
+)
 from server.config.template import Template
 
 __all__ = [
@@ -113,6 +126,7 @@ __all__ = [
     "OnSchedule",
     "OnShutdown",
     "OnStartup",
+    "OriginError",
     "PublishMessage",
     "RemoveJournals",
     "Schedule",
@@ -128,12 +142,15 @@ __all__ = [
     "TruncateStatistics",
     "TuningConfig",
     "UserConfig",
+    "WebOrigin",
     "default_config",
     "format_inet_addr",
     "is_loopback",
     "load_config",
     "parse_config",
+    "parse_host_header",
     "parse_inet_addr",
+    "parse_origin",
     "render_default_xml",
     "with_overrides",
 ]

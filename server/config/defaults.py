@@ -173,6 +173,8 @@ def render_default_xml() -> str:
     <Authentication>{admin.authentication}</Authentication>
     <StatsRetention>{format_duration(admin.stats_retention)}</StatsRetention>
     <MetricsPublic>{boolean(admin.metrics_public)}</MetricsPublic>
+    <!-- <AllowedOrigins>https://ops.example.com</AllowedOrigins>: web pages of other
+         origins that may use the websocket and the API (none: the broker's own pages) -->
   </Admin>
 
   <Transports>
@@ -199,6 +201,7 @@ def render_default_xml() -> str:
 
   <Tuning>
     <SlowClientBufferLimit>{format_size(tuning.slow_client_buffer_limit)}</SlowClientBufferLimit>
+    <SlowClientTimeout>{format_duration(tuning.slow_client_timeout)}</SlowClientTimeout>
     <!-- HeartbeatDefault 0 = the client chooses -->
     <HeartbeatDefault>{format_duration(tuning.heartbeat_default)}</HeartbeatDefault>
     <PersistedAckInterval>{format_duration(tuning.persisted_ack_interval)}</PersistedAckInterval>

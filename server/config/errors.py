@@ -4,7 +4,8 @@ Errors::
 
     SpoolError (server.protocol.errors)
     ├── ConfigError            a configuration that cannot run: .path, .line, .message
-    └── InetAddrError          an address that is not HOST:PORT (also a ValueError)
+    ├── InetAddrError          an address that is not HOST:PORT (also a ValueError)
+    └── OriginError            a web origin that is not scheme://host[:port] (also a ValueError)
 
 (:class:`server.passwords.InvalidPasswordHash` and :class:`server.units.UnitError` are
 raised by the value parsers the loader uses; the loader turns both into a
@@ -24,6 +25,7 @@ __all__ = [
     "SHARED_TLS",
     "ConfigError",
     "InetAddrError",
+    "OriginError",
 ]
 
 #: The loopback rule, refused by the file loader and by the command-line overrides alike.
@@ -82,3 +84,7 @@ class ConfigError(SpoolError):
 
 class InetAddrError(SpoolError, ValueError):
     """An address that is not ``HOST:PORT``, ``[IPv6]:PORT`` or ``PORT``."""
+
+
+class OriginError(SpoolError, ValueError):
+    """A web origin that is not ``http://HOST[:PORT]`` or ``https://HOST[:PORT]``."""

@@ -103,6 +103,10 @@ class AdminConfig:
     authentication: str = "none"  # "none" | "token"
     stats_retention: float = 7 * 86400.0  # seconds of samples kept
     metrics_public: bool = False  # /healthz and /metrics readable without auth off-loopback
+    #: browser origins besides the broker's own that may use the websocket and the REST
+    #: API with ambient credentials (no users, a dashboard session): canonical
+    #: ``scheme://host[:port]`` (server/config/netaddr.py ``parse_origin``)
+    allowed_origins: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -198,8 +202,12 @@ class TuningConfig:
         logon_failures_per_address / logon_failures_per_user / logon_failure_window:
             the logon throttle (server/throttle.py).
         password_check_threads: size of the password-check pool (server/scryptpool.py).
-        slow_client_buffer_limit: bytes buffered for one client before it is disconnected
-            with ``slow client``.
+        slow_client_buffer_limit: bytes buffered for one client. Live messages of recorded
+            topics stop being buffered at half of it (the subscription catches up from the
+            log instead); what cannot be read back again (messages of topics not recorded,
+            acks) disconnects the client with ``slow client`` when it would pass it.
+        slow_client_timeout: seconds a client may take no data at all while some waits for
+            it before it is disconnected with ``slow client``.
         heartbeat_default: heartbeat interval in seconds for clients that ask for none;
             0 = the client chooses.
         persisted_ack_interval: seconds between periodic bookmark-position acks after a
@@ -218,6 +226,7 @@ class TuningConfig:
     #: threads that run password checks (scrypt); a flood of logons waits for them
     #: instead of taking the threads fsync and file reads use
     password_check_threads: int = 1
+    slow_client_timeout: float = 30.0  # seconds without progress before "slow client"
 
 
 @dataclass(frozen=True, slots=True)

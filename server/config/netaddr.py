@@ -1,21 +1,38 @@
-"""Network addresses as the configuration and ``--listen`` write them: ``HOST:PORT``.
+"""Network addresses as the configuration and ``--listen`` write them: ``HOST:PORT``, and
+the web origins of browser pages: ``scheme://HOST[:PORT]``.
 
 An ``InetAddr`` is ``HOST:PORT``, ``[IPv6]:PORT`` or a bare ``PORT`` (meaning 127.0.0.1).
 IP literals are kept in canonical form so that two spellings of one address compare equal
 (the transports and the Admin must share one address); host names are lowercased and
 compared as written. :func:`is_loopback` decides the rule that an instance without users
 may only listen where nobody else can reach it.
+
+A :class:`WebOrigin` is what a browser sends in ``Origin`` (RFC 6454): scheme, host and
+port, nothing else. :func:`parse_origin` reads one (``Admin/AllowedOrigins`` and the
+header alike) into a canonical form in which two spellings of one origin compare equal:
+lowercase scheme and host, IP literals canonical, the scheme's default port made explicit.
+:func:`parse_host_header` reads a ``Host`` header the same way, so the broker can tell
+whether a page comes from its own origin (web/origins.py).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Final
+from typing import Final, NamedTuple
 
-from server.config.errors import InetAddrError
+from server.config.errors import InetAddrError, OriginError
 
-__all__ = ["check_host", "check_port", "format_inet_addr", "is_loopback", "parse_inet_addr"]
+__all__ = [
+    "WebOrigin",
+    "check_host",
+    "check_port",
+    "format_inet_addr",
+    "is_loopback",
+    "parse_host_header",
+    "parse_inet_addr",
+    "parse_origin",
+]
 
 _HOST_LABEL: Final = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
 
@@ -106,3 +123,95 @@ def is_loopback(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback
     return address.is_loopback
+
+
+#: the port a URL of each web scheme means when it names none
+DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_ORIGIN: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#@\s]*)/?")
+
+
+class WebOrigin(NamedTuple):
+    """A browser page's origin: ``scheme://host:port``, canonical (see the module doc).
+
+    Attributes:
+        scheme: ``http`` or ``https``.
+        host: lowercase host name or canonical IP literal (IPv6 without brackets).
+        port: always given (the scheme's default when the text named none).
+    """
+
+    scheme: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if self.port == DEFAULT_PORTS[self.scheme]:
+            return f"{self.scheme}://{host}"
+        return f"{self.scheme}://{host}:{self.port}"
+
+
+def _split_host_port(text: str, what: str) -> tuple[str, int | None]:
+    """``host`` and the port of ``host[:port]`` / ``[v6][:port]`` (None: no port)."""
+    if text.startswith("["):
+        close = text.find("]")
+        rest = text[close + 1 :] if close > 0 else "?"
+        if close < 0 or (rest and not rest.startswith(":")):
+            raise OriginError(f"{what}: {text!r} is not [IPv6] or [IPv6]:PORT")
+        host, port_text = text[1:close], rest[1:] if rest else None
+        try:
+            if ipaddress.ip_address(host).version != 6:
+                raise ValueError(host)
+        except ValueError as exc:
+            raise OriginError(f"{what}: {host!r} inside brackets is not an IPv6 address") from exc
+    else:
+        host, sep, port_text_or_empty = text.partition(":")
+        if ":" in port_text_or_empty:
+            raise OriginError(f"{what}: an IPv6 address needs brackets ({text!r})")
+        port_text = port_text_or_empty if sep else None
+    if not host:
+        raise OriginError(f"{what}: {text!r} has no host")
+    port: int | None = None
+    if port_text is not None:
+        if not port_text.isdigit() or not port_text.isascii() or not 0 < int(port_text) < 65536:
+            raise OriginError(f"{what}: port {port_text!r} is not a number in 1..65535")
+        port = int(port_text)
+    try:
+        return check_host(host), port
+    except InetAddrError as exc:
+        raise OriginError(f"{what}: {exc}") from exc
+
+
+def parse_origin(text: str) -> WebOrigin:
+    """Read a web origin: ``http://HOST[:PORT]`` or ``https://HOST[:PORT]`` (a single
+    trailing ``/`` is tolerated; a path, query, user name or other scheme is not).
+
+    Raises:
+        OriginError: anything else (``null``, ``*``, a URL with a path...), with the reason.
+    """
+    text = text.strip()
+    if text in ("null", "*"):
+        raise OriginError(
+            f"{text!r} is not an origin: it would match pages of any site"
+            if text == "*"
+            else "'null' is the origin of sandboxed and local pages, which any site can make"
+        )
+    match = _ORIGIN.fullmatch(text)
+    if match is None:
+        raise OriginError(f"{text!r} is not scheme://host[:port] (e.g. https://ops.example.com)")
+    scheme = match.group(1).lower()
+    if scheme not in DEFAULT_PORTS:
+        raise OriginError(f"{text!r}: the scheme of a web page is http or https, not {scheme!r}")
+    host, port = _split_host_port(match.group(2), repr(text))
+    return WebOrigin(scheme, host, port if port is not None else DEFAULT_PORTS[scheme])
+
+
+def parse_host_header(value: str, scheme: str) -> WebOrigin:
+    """The origin a request addressed to ``Host: value`` over ``scheme`` (``http``,
+    ``https``, ``ws`` or ``wss``) belongs to: the broker's own origin for that request.
+
+    Raises:
+        OriginError: not ``host[:port]``.
+    """
+    web = "https" if scheme in ("https", "wss") else "http"
+    host, port = _split_host_port(value.strip(), "Host")
+    return WebOrigin(web, host, port if port is not None else DEFAULT_PORTS[web])

@@ -7,7 +7,10 @@ waits for the next durable record (``ReplaySource.wait_durable``) and keeps read
 however fast publishers publish, because there is one ordered source and one position.
 Memory stays bounded (one batch per cursor) and a slow reader is paced by its sink's
 ``deliver()``, which waits while the client's outbound buffer is full, so a replay never
-trips the slow-client limit.
+trips the slow-client byte limit (a client that takes nothing at all for
+``SlowClientTimeout`` is cut by server/stalls.py, which frees its cursor). The same
+cursors serve live subscriptions that spilled after a burst (server/spills.py, with
+``CatchUpSink``).
 
 Modules, lowest first (each imports only those above it; the pure ones are tested
 alone)::

@@ -1,15 +1,19 @@
-"""The sink that feeds one bookmark subscription from its replay cursor.
+"""The sinks that feed a subscription from a replay cursor.
 
-It selects what the subscription takes (topic, entitlement, filter) from each batch the
-cursor reads, encodes the deliveries with :func:`server.wire.encode_batch`, and waits for
-room in the client's outbound buffer between pieces, so a replay paces itself to the
-consumer instead of ever tripping the slow-client limit.
+:class:`BookmarkSink` feeds a bookmark subscription. It selects what the subscription
+takes (topic, entitlement, filter) from each batch the cursor reads, encodes the
+deliveries with :func:`server.wire.encode_batch`, and waits for room in the client's
+outbound buffer between pieces, so a replay paces itself to the consumer instead of ever
+tripping the slow-client limit. :class:`CatchUpSink` does the same for a live subscription
+that spilled after a burst (server/spills.py) and hands it back to the live path when its
+read reaches the end of the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from server.backpressure import FeedError
 from server.bookmarks import format_timestamp_us
 from server.expr import MessageView
 from server.ports import Entitlements
@@ -21,6 +25,9 @@ from server.wire import encode_batch, topic_json
 
 #: deliveries encoded into one queued piece before the client's buffer is checked
 _PIECE = 256
+#: about the most body bytes of one piece (fewer deliveries per piece for large messages,
+#: so a paced producer never overshoots the client's buffer by much)
+_PIECE_BYTES = 64 * 1024
 
 
 class BookmarkSink:
@@ -71,8 +78,9 @@ class BookmarkSink:
         Works on a :class:`RecordBatch` (the usual replay read, walked by its columns
         with no ``Record`` per message; other sequences are wrapped in one): first the
         records this subscription takes are selected, then they are encoded and queued,
-        at most 256 per piece, waiting for room in the client's buffer between pieces so
-        a replay never overruns the slow-client limit.
+        at most 256 per piece (fewer for large messages: about 64 KB of bodies), waiting
+        for room in the client's buffer between pieces so a replay never overruns the
+        slow-client limit.
         """
         sub = self.sub
         out = sub.outbound
@@ -83,12 +91,16 @@ class BookmarkSink:
         literal = topic_json(sub.topic) if sub.pattern is None else None
         want_ts = sub.want_ts
         delivered = 0
-        for start in range(0, len(sel), _PIECE):
+        # the journal's byte count of the batch, when it was read from a journal, gives
+        # the average size without a pass over the bodies
+        total = batch.nbytes or sum(map(len, batch.bodies))
+        piece = max(1, min(_PIECE, _PIECE_BYTES * len(batch) // max(1, total)))
+        for start in range(0, len(sel), piece):
             if start and not out.has_room():
                 await out.wait_room()
             if out.closed:
                 return delivered
-            part = sel[start : start + _PIECE]
+            part = sel[start : start + piece]
             out.send_messages(
                 encode_batch(batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts),
                 len(part),
@@ -166,3 +178,60 @@ class BookmarkSink:
         out = self.sub.outbound
         if not out.closed:
             out.ack("persisted", None, sub_id=self.sub.sub_id, bm=bookmark)
+
+
+class CatchUpSink(BookmarkSink):
+    """Feeds a live subscription catching up from the log after a burst (server/spills.py).
+
+    Deliveries are a bookmark sink's (the client cannot tell them from live ones: same
+    header, same ``bm``, ``ts`` and ``x``); at the end of the log the subscription goes
+    back to the live path instead of announcing a catch-up.
+
+    Args:
+        sub: the live subscription.
+        entitlements: read entitlements.
+        on_caught_up: called with ``sub`` when the read has delivered every record
+            appended so far, on the loop, before anything else runs (the cursor calls
+            :meth:`caught_up` synchronously at its horizon check).
+    """
+
+    def __init__(
+        self,
+        sub: Subscription,
+        entitlements: Entitlements,
+        on_caught_up: Callable[[Subscription], None],
+    ) -> None:
+        super().__init__(sub, entitlements)
+        self._on_caught_up = on_caught_up
+
+    async def deliver(self, records: Sequence[Record]) -> int:
+        """As :meth:`BookmarkSink.deliver`, but waiting for room before the first piece too.
+
+        A catch-up starts when the client's buffer is full (at half the limit), and its
+        first piece must not add to that. A bookmark sink cannot wait before its first
+        piece: a cursor moved or paused meanwhile counts the chunk as sent; a catch-up
+        read is never paused or moved, and it is cancelled only when its subscription
+        ends, when nothing is owed any more.
+        """
+        out = self.sub.outbound
+        if not out.closed and not out.has_room():
+            await out.wait_room()
+        return await super().deliver(records)
+
+    def caught_up(self) -> None:
+        """The read reached the end of the log: back to the live path (no ``completed``
+        ack: a live subscription never asked for one)."""
+        self._on_caught_up(self.sub)
+
+    def completed(self) -> None:
+        """A catch-up read has no range end and no ``top_n``, so it never completes; a
+        read that claims to has gone wrong, and stopping there would lose messages.
+
+        Raises:
+            FeedError: always (the cursor reports it and the connection is closed).
+        """
+        raise FeedError(f"the catch-up read of {self.sub_id!r} ended before the end of the log")
+
+    def position(self, bookmark: str) -> None:
+        """Live subscriptions get no position acks (and a catch-up leaves at its first
+        catch-up, before any is due)."""

@@ -1,6 +1,6 @@
 """SQLAlchemy tables of the stats database (SQLite; schema managed by Alembic in migrations/).
 
-Two tables of samples, a narrow "entity-attribute-value" layout rather than one wide table per kind,
+Two tables of samples (and the provenance of pipeline series, ``pipeline_run``), a narrow "entity-attribute-value" layout rather than one wide table per kind,
 because the set of series changes at run time (clients and topics come and go) and a new
 series must not need a migration:
 
@@ -42,13 +42,39 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+class PipelineRun(Base):
+    """One run of ``spool pipeline stats`` that wrote series here (their provenance).
+
+    Series a run wrote point at it (``metric.run_id``); the sampler's retention and the
+    admin truncate leave them alone (their samples are historical by nature: the times of
+    the journals they were computed from). Deleting a run deletes its series.
+    """
+
+    __tablename__ = "pipeline_run"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job: Mapped[str] = mapped_column(String(32))
+    instance: Mapped[str] = mapped_column(String(128))
+    source: Mapped[str] = mapped_column(String(1024))
+    started_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    records: Mapped[int] = mapped_column(Integer, default=0)
+    first_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_seq: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    intervals: Mapped[str] = mapped_column(String(64))
+    damaged_spans: Mapped[int] = mapped_column(Integer, default=0)
+
+
 class Metric(Base):
-    """A named time series."""
+    """A named time series (``run_id`` set: written by a pipeline run, not the sampler)."""
 
     __tablename__ = "metric"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     path: Mapped[str] = mapped_column(String(512), unique=True)
+    run_id: Mapped[int | None] = mapped_column(
+        Integer, ForeignKey("pipeline_run.id", ondelete="CASCADE"), nullable=True
+    )
 
 
 class Sample(Base):

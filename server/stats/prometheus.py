@@ -15,6 +15,9 @@ Families (``_total`` suffixes are added by the exposition format for counters)::
     spool_topic_messages_in_total{topic}, spool_topic_bytes_in_total{topic}
     spool_transport_connections{transport}, spool_transport_enabled{transport}
     spool_subscription_seconds_behind{client,sub_id}
+    spool_subscriptions_catching_up, spool_spills_total, spool_catch_ups_total,
+    spool_catch_up_seconds_total                     (live subscriptions after a burst)
+    spool_disconnects_total{cause}
     spool_txlog_last_seq, spool_txlog_durable_seq, spool_txlog_bytes, spool_txlog_journals,
     spool_txlog_appended_total, spool_txlog_flushes_total
     spool_fsync_latency_seconds{quantile}            (summary; count = flushes)
@@ -45,6 +48,7 @@ from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
     SecurityCounters,
+    SpillCounters,
     TopicCounters,
     TransportCounters,
     TxlogCounters,
@@ -134,6 +138,13 @@ class SpoolCollector(Collector):
         for sub in snap["subscriptions_detail"]:
             behind.add_metric([str(sub["client"]), sub["sub_id"]], float(sub["seconds_behind"]))
         yield behind
+        yield from self._spills(snap["spills"])
+        yield _labelled(
+            CounterMetricFamily(
+                "spool_disconnects", "Connections ended, by cause", labels=["cause"]
+            ),
+            (([cause], float(n)) for cause, n in snap["disconnects"].items()),
+        )
         txlog = snap["txlog"]
         if txlog is not None:
             yield from self._txlog(txlog)
@@ -251,6 +262,29 @@ class SpoolCollector(Collector):
                 "spool_transport_enabled", "1 when the transport accepts", labels=["transport"]
             ),
             (([n], 1.0 if s["enabled"] else 0.0) for n, s in transports.items()),
+        )
+
+    @staticmethod
+    def _spills(spills: SpillCounters) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "spool_subscriptions_catching_up",
+            "Live subscriptions reading the transaction log after a burst",
+            value=float(spills["catching_up"]),
+        )
+        yield CounterMetricFamily(
+            "spool_spills",
+            "Times a live subscription left the live path to catch up from the log",
+            value=float(spills["spills"]),
+        )
+        yield CounterMetricFamily(
+            "spool_catch_ups",
+            "Catch-ups that ended back on the live path",
+            value=float(spills["rejoins"]),
+        )
+        yield CounterMetricFamily(
+            "spool_catch_up_seconds",
+            "Time live subscriptions spent catching up from the log",
+            value=float(spills["seconds"]),
         )
 
     @staticmethod

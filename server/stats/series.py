@@ -13,6 +13,8 @@ Paths (docs/admin-api.md has the full table)::
     clients/C/{msgs_in,msgs_out,bytes_in,bytes_out}[_rate]  clients/C/queue_depth
     topics/T/{msgs_in,bytes_in}[_rate]
     subscriptions/C/S/seconds_behind
+    spills/catching_up  spills/{spills,rejoins,seconds}[_rate]   (with a transaction log)
+    disconnects/CAUSE[_rate]
     transports/N/connections
     txlog/{last_seq,durable_seq,bytes,journals}  txlog/{appended,flushes}_rate
     txlog/fsync_{p50,p99}_ms
@@ -36,12 +38,14 @@ TopicCounter = Literal["msgs_in", "bytes_in"]
 TxlogGauge = Literal["last_seq", "durable_seq", "bytes", "journals"]
 TxlogCounter = Literal["appended", "flushes"]
 TxlogLatency = Literal["fsync_p50_ms", "fsync_p99_ms"]
+SpillCounter = Literal["spills", "rejoins", "seconds"]
 
 COUNTERS: Final[tuple[Counter, ...]] = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
 TOPIC_COUNTERS: Final[tuple[TopicCounter, ...]] = ("msgs_in", "bytes_in")
 TXLOG_GAUGES: Final[tuple[TxlogGauge, ...]] = ("last_seq", "durable_seq", "bytes", "journals")
 TXLOG_COUNTERS: Final[tuple[TxlogCounter, ...]] = ("appended", "flushes")
 TXLOG_LATENCIES: Final[tuple[TxlogLatency, ...]] = ("fsync_p50_ms", "fsync_p99_ms")
+SPILL_COUNTERS: Final[tuple[SpillCounter, ...]] = ("spills", "rejoins", "seconds")
 ACK_PERCENTILES: Final = (("p50_ms", 50.0), ("p90_ms", 90.0), ("p99_ms", 99.0), ("p999_ms", 99.9))
 
 
@@ -102,6 +106,18 @@ def snapshot_values(
     for sub in current["subscriptions_detail"]:
         base = f"subscriptions/{segment(str(sub['client']))}/{segment(sub['sub_id'])}"
         out[f"{base}/seconds_behind"] = float(sub["seconds_behind"])
+
+    if current["txlog"] is not None:  # only a transaction log can be read back from
+        spills = current["spills"]
+        prev_spills = previous["spills"] if previous is not None else None
+        out["spills/catching_up"] = float(spills["catching_up"])
+        for skey in SPILL_COUNTERS:
+            before = prev_spills[skey] if prev_spills is not None else None
+            _counter(out, f"spills/{skey}", spills[skey], before, elapsed)
+
+    prev_disconnects = previous["disconnects"] if previous is not None else {}
+    for cause, count in current["disconnects"].items():
+        _counter(out, f"disconnects/{segment(cause)}", count, prev_disconnects.get(cause), elapsed)
 
     for name, transport in current["transports"].items():
         out[f"transports/{segment(name)}/connections"] = float(transport["connections"])

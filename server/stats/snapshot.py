@@ -54,6 +54,16 @@ class TxlogCounters(TypedDict):
     fsync_p99_ms: float
 
 
+class SpillCounters(TypedDict):
+    """Live subscriptions that spilled after a burst and caught up from the log
+    (server/spills.py); zero without a transaction log."""
+
+    catching_up: int  # reading the log now
+    spills: int  # times a subscription spilled
+    rejoins: int  # catch-ups that ended back on the live path
+    seconds: float  # time spent catching up, every subscription together
+
+
 class TransportCounters(TypedDict):
     """One configured transport."""
 
@@ -99,3 +109,6 @@ class MetricsSnapshot(TypedDict):
     persisted_ack_latency: LatencyHistogram
     transports: dict[str, TransportCounters]
     security: SecurityCounters
+    spills: SpillCounters
+    #: connections ended since the start, by cause (every cause, zeros included)
+    disconnects: dict[str, int]

@@ -76,10 +76,20 @@ class StatsWriter:
     def truncate(self, before: float) -> int:
         """Delete samples older than ``before`` (epoch seconds) and metrics left empty.
 
+        Series written by a pipeline run (``metric.run_id`` set) are kept: their samples
+        carry the times of the journals they were computed from, old by nature.
+
         Returns:
             The number of sample rows deleted.
         """
+        sampled = select(Metric.id).where(Metric.run_id.is_(None))
         with self._engine.begin() as conn:
-            deleted = conn.execute(delete(Sample).where(Sample.ts < before)).rowcount
-            conn.execute(delete(Metric).where(~exists().where(Sample.metric_id == Metric.id)))
+            deleted = conn.execute(
+                delete(Sample).where(Sample.ts < before, Sample.metric_id.in_(sampled))
+            ).rowcount
+            conn.execute(
+                delete(Metric).where(
+                    Metric.run_id.is_(None), ~exists().where(Sample.metric_id == Metric.id)
+                )
+            )
         return int(deleted or 0)

@@ -181,6 +181,14 @@ class IndexBuilder:
             return None
         return self._block(rl[i][3])
 
+    def publisher_blocks(self, pub_hash: int) -> list[int]:
+        """Numbers of the closed blocks holding records of ``pub_hash`` (ascending).
+
+        Readers that want one publisher's records (the Spark pipeline's pushed-down
+        ``publisher_id`` filter) read only these blocks.
+        """
+        return [row[3] for row in self.ranges.get(pub_hash, ())]
+
     def _open_pubs(self) -> dict[int, list[int]]:
         """Per publisher in the block being filled: ``[first_ps, last_ps, count, last_seq]``."""
         pubs: dict[int, list[int]] = {}

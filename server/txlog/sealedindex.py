@@ -204,6 +204,21 @@ class SealedIndex:
             return None
         return self._span(blk)
 
+    def publisher_blocks(self, pub_hash: int) -> list[int]:
+        """Numbers of the blocks holding records of ``pub_hash`` (ascending: ranges are
+        sorted by publisher, then first sequence, which grows along the log)."""
+        i = bisect.bisect_left(self._range_key, (pub_hash, 0))
+        out: list[int] = []
+        while i < len(self._range_key):
+            h, _first, _last, _ls, blk, _cnt = RANGE.unpack_from(
+                self._buf, self._ranges_off + i * RANGE.size
+            )
+            if h != pub_hash:
+                break
+            out.append(blk)
+            i += 1
+        return out
+
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
         i = bisect.bisect_left(self._pub_col, (pub_hash,))
         if i >= self._npub:

@@ -37,6 +37,46 @@ function redrawCharts() {
   latency.setData([xs, pts.map((p) => p.ack_p50_ms), pts.map((p) => p.ack_p99_ms)]);
 }
 
+/** Rows of a <dl class="kv">, made once and then updated in place (no flicker). */
+function kvUpdate(dl, cache, rows) {
+  for (const [key, value, title] of rows) {
+    let dd = cache.get(key);
+    if (dd === undefined) {
+      dd = el("dd");
+      cache.set(key, dd);
+      dl.append(el("dt", { text: key, title: title ?? "" }), dd);
+    }
+    setText(dd, value);
+  }
+}
+
+// what each disconnect cause means (server/session.py DisconnectCause)
+const CAUSES = [
+  ["slow_client_stalled", "slow: took nothing", "read nothing for Tuning/SlowClientTimeout while messages waited"],
+  ["slow_client_buffer", "slow: buffer full", "messages that cannot be read back (topic not recorded, acks) passed SlowClientBufferLimit"],
+  ["heartbeat", "heartbeat", "silent for two heartbeat intervals"],
+  ["client", "closed by client", "the client closed or the connection was lost"],
+  ["name_in_use", "name in use", "the same user logged on again with this client name"],
+  ["logon_failed", "logon failed", "the logon was refused"],
+  ["invalid_message", "invalid message", "a malformed frame"],
+  ["admin", "by admin", "disconnected from the admin API or dashboard"],
+  ["shutting_down", "shutting down", "the broker stopped"],
+];
+const slowRows = new Map();
+const causeRows = new Map();
+
+function showSlow(p) {
+  kvUpdate($id("slow-kv"), slowRows, [
+    ["catching up now", fmtInt(p.catching_up),
+      "live subscriptions reading the transaction log after a burst their connection could not take"],
+    ["spills", fmtInt(p.spills), "times a live subscription left the live path to catch up from the log"],
+    ["time catching up", fmtDuration(p.catch_up_seconds), "all subscriptions together"],
+  ]);
+  const counts = p.disconnects ?? {};
+  kvUpdate($id("disconnects-kv"), causeRows,
+    CAUSES.map(([cause, label, title]) => [label, fmtInt(counts[cause] ?? 0), title]));
+}
+
 /** Milliseconds to three significant digits (fits a KPI tile: "0.379 / 1.19 ms"). */
 const ms3 = (v) => (v >= 1000 ? v.toFixed(0) : String(Number(v.toPrecision(3))));
 
@@ -49,11 +89,14 @@ function showPoint(p) {
   setText($id("kpi-clients"), fmtInt(p.connections));
   setText($id("kpi-queue"), `queued ${fmtBytes(p.queue_depth)}`);
   setText($id("kpi-subs"), fmtInt(p.subscriptions));
-  setText($id("kpi-lag"), `max lag ${fmtLag(p.lag_max)}`);
+  setText($id("kpi-lag"), p.catching_up > 0
+    ? `max lag ${fmtLag(p.lag_max)} · ${fmtInt(p.catching_up)} catching up`
+    : `max lag ${fmtLag(p.lag_max)}`);
   setText($id("kpi-ack"), p.acks > 0 ? `${ms3(p.ack_p50_ms)} / ${ms3(p.ack_p99_ms)} ms` : "–");
   setText($id("kpi-acks"), `${fmtInt(p.acks)} acks/s`);
   setText($id("kpi-journal"), p.txlog_bytes === null ? "no log" : fmtBytes(p.txlog_bytes));
   setText($id("kpi-durable"), p.durable_seq === null ? "no transaction log" : `durable seq ${fmtInt(p.durable_seq)}`);
+  showSlow(p);
 }
 
 live.addEventListener("history", () => {

@@ -167,6 +167,18 @@ def _spool_specs() -> list[ScenarioSpec]:
                 profile=label == "100B",
             )
         )
+    specs.append(
+        ScenarioSpec(
+            "spool.burst.spill.1KB",
+            "burst",
+            "one publisher -> one live subscriber through a 1MB outbound buffer (1KB bodies) "
+            "that reads nothing until its subscription spilled, then everything: the rest "
+            "arrives by the catch-up read of the log; compare spool.fanout.1to1.1KB",
+            {"body_bytes": 1024},
+            ("delivered_msgs_per_s", "read_msgs_per_s", "catch_up_s"),
+            profile=True,
+        )
+    )
     for rate, rlabel in ((1_000, "1k"), (10_000, "10k"), (50_000, "50k")):
         specs.append(
             ScenarioSpec(

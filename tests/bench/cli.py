@@ -40,6 +40,7 @@ Family = Callable[[Suite, Sequence[ScenarioSpec]], None]
 FAMILIES: Final[dict[str, Family]] = {
     "publish": spool_families.run_publish,
     "fanout": spool_families.run_fanout,
+    "burst": spool_families.run_burst,
     "latency": spool_families.run_latency,
     "replay": spool_families.run_replay,
     "tls": spool_families.run_tls,

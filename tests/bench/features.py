@@ -8,6 +8,7 @@ and takes the median and spread over runs like any scenario.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import math
@@ -95,11 +96,26 @@ def run_module(module: str, quick: bool, timeout: float) -> dict[str, float]:
     return parse_output(done.stdout)
 
 
+def quick_timeout(module: str, bench_dir: Path = BENCH_DIR, default: float = 120.0) -> float:
+    """A module's own ``QUICK_TIMEOUT_S = <number>`` (read from its source, not imported:
+    the harness does not load Spark to learn that Spark needs longer), else ``default``."""
+    tree = ast.parse((bench_dir / f"{module}.py").read_text())
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "QUICK_TIMEOUT_S" for t in node.targets)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, int | float)
+        ):
+            return float(node.value.value)
+    return default
+
+
 def run_features(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
     s = suite.settings
-    timeout = 120.0 if s.quick else 900.0
     for spec in specs:
         module = str(spec.params["module"]).rsplit(".", 1)[-1]
+        timeout = quick_timeout(module) if s.quick else 900.0
         suite.measure(
             spec,
             functools.partial(run_module, module, s.quick, timeout),

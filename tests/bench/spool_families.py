@@ -1,4 +1,4 @@
-"""The Spool scenario families: publish, fan-out, latency, replay + restart, memory.
+"""The Spool scenario families: publish, fan-out, burst, latency, replay + restart, memory.
 
 Each family starts one broker process (``spool serve`` through tests/support/server.py,
 with its own data directory), measures its selected scenarios against it, and stops it.
@@ -15,14 +15,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import httpx
 import psutil
 
 from tests.bench.catalog import ScenarioSpec
 from tests.bench.processes import Task, run_tasks
-from tests.bench.suite import Suite, reason_of
+from tests.bench.suite import BURST_TRANSPORT, BURST_TUNING, Suite, reason_of
 from tests.bench.workers import (
     hold_connections,
     hold_subscriptions,
+    late_subscriber,
     latency_subscriber,
     live_subscribers,
     logon_once,
@@ -43,12 +45,16 @@ def _seconds(start_ns: int, end_ns: int) -> float:
 
 
 def _with_broker(
-    suite: Suite, label: str, specs: Sequence[ScenarioSpec], body: Callable[[SpoolProcess], None]
+    suite: Suite,
+    label: str,
+    specs: Sequence[ScenarioSpec],
+    body: Callable[[SpoolProcess], None],
+    **broker_kw: str,
 ) -> None:
     """Run ``body`` with a broker; if it does not start, every spec is an error."""
     with contextlib.ExitStack() as stack:
         try:
-            broker = stack.enter_context(suite.spool_broker(label))
+            broker = stack.enter_context(suite.spool_broker(label, **broker_kw))
         except Exception as exc:
             suite.record_all(
                 specs,
@@ -240,6 +246,88 @@ def run_fanout(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
             )
 
     _with_broker(suite, "fanout", specs, body)
+
+
+# -- burst -------------------------------------------------------------------------------
+
+
+def _scrape(broker: SpoolProcess, name: str) -> float:
+    """One unlabelled sample of the broker's /metrics."""
+    text = httpx.get(f"{broker.http_url}/metrics", timeout=10).text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise RuntimeError(f"{name} not in /metrics")
+
+
+def _burst_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict[str, float]:
+    """A burst through a 1 MB outbound buffer to a subscriber that reads nothing until its
+    subscription spilled, then everything: the rest of the burst comes by the catch-up
+    read of the log, while the publisher may still be publishing."""
+    s = suite.settings
+    rid = suite.next_id()
+    topic = f"bench/burst/{rid}"
+    count = s.fanout_count
+    seconds = _scrape(broker, "spool_catch_up_seconds_total")
+    sub, pub = run_tasks(
+        [
+            Task(
+                late_subscriber,
+                {
+                    "url": broker.ws_url,
+                    "metrics_url": f"{broker.http_url}/metrics",
+                    "name": f"sub-{rid}",
+                    "topic": topic,
+                    "expected": count,
+                    "timeout": s.worker_timeout,
+                },
+            ),
+            Task(
+                publish_burst,
+                {
+                    "url": broker.ws_url,
+                    "name": f"pub-{rid}",
+                    "topic": topic,
+                    "count": count,
+                    "body_bytes": spec.params["body_bytes"],
+                    "seed": s.seed,
+                    "persisted": False,
+                    "window": s.window,
+                    "per_frame": s.per_frame,
+                    "timeout": s.worker_timeout,
+                },
+            ),
+        ],
+        timeout=s.worker_timeout,
+    )
+    if sub["count"] != count:
+        raise RuntimeError(f"delivered {sub['count']} of {count}")
+    return {
+        "delivered_msgs_per_s": count / _seconds(pub["start_ns"], sub["last_ns"]),
+        "read_msgs_per_s": count / _seconds(sub["reading_ns"], sub["last_ns"]),
+        "publish_msgs_per_s": count / _seconds(pub["start_ns"], pub["end_ns"]),
+        "catch_up_s": _scrape(broker, "spool_catch_up_seconds_total") - seconds,
+        "broker_rss_mib": _rss_mib(broker),
+    }
+
+
+def run_burst(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
+    s = suite.settings
+
+    def body(broker: SpoolProcess) -> None:
+        for spec in specs:
+            suite.measure(
+                spec,
+                functools.partial(_burst_once, suite, broker, spec),
+                params={
+                    "messages_published": s.fanout_count,
+                    "per_frame": s.per_frame,
+                    "slow_client_buffer_limit": "1MB",
+                },
+                profile_pid=functools.partial(_pid, broker),
+            )
+
+    _with_broker(suite, "burst", specs, body, tuning=BURST_TUNING, transport_extra=BURST_TRANSPORT)
 
 
 # -- latency -----------------------------------------------------------------------------

@@ -34,6 +34,9 @@ from tests.support.server import SpoolProcess, config_xml
 #: subscriber measures delivery throughput instead of tripping the slow-client policy
 #: (which has its own tests).
 BENCH_TUNING = "<SlowClientBufferLimit>1GB</SlowClientBufferLimit>"
+#: the burst family's broker: a 1 MB outbound buffer, so a burst spills to the log
+BURST_TUNING = "<SlowClientBufferLimit>1MB</SlowClientBufferLimit>"
+BURST_TRANSPORT = "<MaxMessageSize>256KB</MaxMessageSize>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,15 +259,25 @@ class Suite:
     # -- brokers -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def spool_broker(self, label: str) -> Iterator[SpoolProcess]:
+    def spool_broker(
+        self, label: str, *, tuning: str = BENCH_TUNING, transport_extra: str = ""
+    ) -> Iterator[SpoolProcess]:
         """A fresh broker (own data directory) for a family; stopped at the end.
+
+        Args:
+            tuning: the ``<Tuning>`` elements (default: the deep buffer of BENCH_TUNING).
+            transport_extra: more elements of the websocket transport.
 
         Raises:
             RuntimeError / TimeoutError: it did not start (the message holds its log).
         """
         d = self.workdir / f"spool-{label}"
         xml = config_xml(
-            d / "data", name=f"bench-{label}", admin_interval="10s", tuning=BENCH_TUNING
+            d / "data",
+            name=f"bench-{label}",
+            admin_interval="10s",
+            tuning=tuning,
+            transport_extra=transport_extra,
         )
         proc = SpoolProcess(d, xml)
         proc.start(timeout=120)

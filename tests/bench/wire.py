@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import ssl
 from collections.abc import Callable
 from typing import Any, Final
@@ -50,12 +51,18 @@ class BenchProtocolError(Exception):
 
 
 async def open_session(
-    url: str, name: str, *, timeout: float = 30.0, cafile: str | None = None
+    url: str,
+    name: str,
+    *,
+    timeout: float = 30.0,
+    cafile: str | None = None,
+    sock: socket.socket | None = None,
 ) -> tuple[ClientConnection, dict[str, Any]]:
     """Connect without compression and log on as ``name``; returns the logon ack too
     (its ``s`` is the last sequence number the broker persisted for this name).
 
-    A ``wss://`` URL verifies the broker against ``cafile`` (the TLS scenarios' own CA).
+    A ``wss://`` URL verifies the broker against ``cafile`` (the TLS scenarios' own CA);
+    ``sock`` is a connected socket to use (to set its options first).
 
     Raises:
         BenchProtocolError: the logon was refused.
@@ -70,6 +77,7 @@ async def open_session(
         ping_interval=None,
         close_timeout=2,
         max_queue=64,
+        sock=sock,
     )
     try:
         await ws.send(

@@ -8,10 +8,13 @@ the raw samples: a run can hold millions).
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from array import array
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 from websockets.asyncio.client import ClientConnection
 
 from tests.bench.bodies import STAMP_RE, PublishEncoder, body_pool, stamped_body
@@ -178,6 +181,50 @@ async def live_subscribers(
         "last_ns": max(d[1] for d in done),
         "count": sum(d[2] for d in done),
     }
+
+
+async def late_subscriber(
+    gate: Gate,
+    *,
+    url: str,
+    metrics_url: str,
+    name: str,
+    topic: str,
+    expected: int,
+    timeout: float,
+) -> dict[str, Any]:
+    """A live subscriber that reads nothing until its subscription has spilled (the
+    broker's ``spool_spills_total`` went up), then everything: the burst family's reader.
+
+    Its socket's receive buffer is small, so the kernel does not absorb the burst for it.
+    """
+    parts = urlsplit(url)
+    sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    ws, _ = await open_session(url, name, timeout=timeout, sock=sock)
+    try:
+        await ws.send(subscribe_command(topic, "s1"))
+        await wait_acks(ws, {"s1"}, timeout)
+        async with httpx.AsyncClient(timeout=timeout) as http:
+            baseline = await _spills(http, metrics_url)
+            await gate.aopen()
+            deadline = time.monotonic() + timeout
+            while await _spills(http, metrics_url) <= baseline:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the subscription never spilled")
+                await asyncio.sleep(0.005)
+        reading = time.monotonic_ns()
+        first, last, count = await asyncio.wait_for(_count_until(ws, expected), timeout)
+    finally:
+        await close_quietly(ws)
+    return {"reading_ns": reading, "first_ns": first, "last_ns": last, "count": count}
+
+
+async def _spills(http: httpx.AsyncClient, metrics_url: str) -> float:
+    for line in (await http.get(metrics_url)).text.splitlines():
+        if line.startswith("spool_spills_total "):
+            return float(line.rsplit(" ", 1)[1])
+    raise BenchProtocolError("spool_spills_total is not in /metrics")
 
 
 async def replay_subscriber(

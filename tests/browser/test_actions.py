@@ -17,6 +17,9 @@ from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.browser
 
+#: what the dashboard shows for an absent value (an en dash)
+NO_VALUE = "\u2013"
+
 ACTIONS = """
 <Action><Name>greet</Name>
   <On><Module>amps-action-on-admin</Module><Options>
@@ -58,8 +61,10 @@ def test_run_an_on_admin_action_from_the_dashboard_with_its_parameters(
         nightly = page.locator('#actions-table tr[data-key="nightly"]')
         expect(greet.locator('td[data-field="triggers"]')).to_contain_text("on demand")
         expect(nightly.locator('td[data-field="triggers"]')).to_have_text("daily at 03:00 UTC")
-        expect(nightly.locator('td[data-field="next_run"]')).not_to_have_text("–")
-        expect(nightly.locator('td[data-field="steps"]')).to_contain_text("2. remove journals older than 7d")
+        expect(nightly.locator('td[data-field="next_run"]')).not_to_have_text(NO_VALUE)
+        expect(nightly.locator('td[data-field="steps"]')).to_contain_text(
+            "2. remove journals older than 7d"
+        )
         expect(nightly.locator('button[data-action="run-now"]')).to_be_hidden()
         expect(greet.locator('td[data-field="last"]')).to_have_text("never")
 
@@ -127,4 +132,4 @@ def test_the_transaction_log_page_shows_which_policy_touches_each_journal_next(
     expect(cell).to_contain_text("at ")
     assert "remove by nightly" in (cell.get_attribute("title") or "")
     active = page.locator("#journals-table tbody tr", has=page.locator(".badge.active"))
-    expect(active.locator('td[data-field="next"]')).to_contain_text("–")
+    expect(active.locator('td[data-field="next"]')).to_contain_text(NO_VALUE)

@@ -98,7 +98,11 @@ def test_without_users_cross_site_posts_are_refused(
     with httpx.Client(base_url=open_local.http_url) as http:
         r = http.post(ENABLE, headers=headers)
         assert r.status_code == 403
-        assert r.json() == {"error": "forbidden", "detail": "cross-origin request refused"}
+        assert r.json() == {
+            "error": "forbidden",
+            "detail": "cross-origin request refused (the page's origin is not the broker's "
+            "own nor in Admin/AllowedOrigins)",
+        }
 
 
 def test_without_users_a_foreign_host_name_is_refused(open_local: SpoolProcess) -> None:

@@ -16,6 +16,7 @@ outbound frames are collected and parsed with the protocol codec::
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -35,15 +36,37 @@ Header = dict[str, Any]
 
 
 class FakeTransport:
-    """A connection that keeps what the broker sends (and can stop reading)."""
+    """A connection that keeps what the broker sends, as fast as it comes, at a steady pace
+    on the virtual clock (``rate``), or not at all (:meth:`stop_reading`).
 
-    def __init__(self, remote: str) -> None:
+    A send returns once the frame was taken: at once, after ``len(frame) / rate`` virtual
+    seconds, or (stopped) when reading resumes; like uvicorn's send under TCP flow control,
+    the broker's writer waits in it meanwhile.
+    """
+
+    def __init__(self, remote: str, clock: VirtualClock | None = None) -> None:
         self.remote = remote
         self.frames: list[bytes] = []
         self.close_code: int | None = None
         self.close_reason: str | None = None
+        self._clock = clock
+        #: bytes per second of virtual time (None: takes every frame at once)
+        self.rate: float | None = None
+        self._reading = asyncio.Event()
+        self._reading.set()
+
+    def stop_reading(self) -> None:
+        """Take nothing more until :meth:`resume_reading`."""
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
 
     async def send(self, frame: bytes) -> None:
+        await self._reading.wait()
+        if self.rate is not None:
+            assert self._clock is not None, "a paced reader needs the harness's clock"
+            await self._clock.sleep(len(frame) / self.rate)
         self.frames.append(frame)
 
     async def close(self, code: int, reason: str) -> None:
@@ -133,12 +156,21 @@ class EngineHarness:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # the log's close waits for the flusher, which may sleep on the virtual clock until
+        # its next group commit: let that commit happen first
+        txlog = self.broker.txlog
+        if txlog is not None and txlog.write_error is None and self.last_seq > self.durable_seq:
+            try:
+                await self.commit()
+            except Exception:
+                if exc is None:
+                    raise
         await self.broker.stop()
 
     def connect(self) -> FakeClient:
         """A new connection (not logged on)."""
         self._clients += 1
-        transport = FakeTransport(f"127.0.0.1:{10000 + self._clients}")
+        transport = FakeTransport(f"127.0.0.1:{10000 + self._clients}", clock=self.clock)
         return FakeClient(self.broker.connect(transport), transport)
 
     async def logon(self, name: str, **fields: Any) -> FakeClient:

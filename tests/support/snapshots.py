@@ -18,6 +18,7 @@ from server.stats.snapshot import (
     ClientCounters,
     MetricsSnapshot,
     SecurityCounters,
+    SpillCounters,
     SubscriptionLag,
     TopicCounters,
     TransportCounters,
@@ -100,6 +101,13 @@ def transport_counters(*, connections: int = 0, enabled: bool = True) -> Transpo
     return {"connections": connections, "enabled": enabled}
 
 
+def spill_counters(
+    *, catching_up: int = 0, spills: int = 0, rejoins: int = 0, seconds: float = 0.0
+) -> SpillCounters:
+    """The catch-up reads of live subscriptions."""
+    return {"catching_up": catching_up, "spills": spills, "rejoins": rejoins, "seconds": seconds}
+
+
 def security_counters(
     *,
     logon_failures: Mapping[str, int] | None = None,
@@ -140,6 +148,8 @@ def metrics_snapshot(
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
     security: SecurityCounters | None = None,
+    spills: SpillCounters | None = None,
+    disconnects: Mapping[str, int] | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -159,4 +169,6 @@ def metrics_snapshot(
         ),
         "transports": dict(transports or {}),
         "security": security if security is not None else security_counters(),
+        "spills": spills if spills is not None else spill_counters(),
+        "disconnects": dict(disconnects or {}),
     }

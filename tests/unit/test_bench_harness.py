@@ -34,7 +34,13 @@ from tests.bench.catalog import (
     format_number,
     select,
 )
-from tests.bench.features import FeatureBenchError, discover, parse_output, run_module
+from tests.bench.features import (
+    FeatureBenchError,
+    discover,
+    parse_output,
+    quick_timeout,
+    run_module,
+)
 from tests.bench.peer_workers import mqtt_connect_packet, mqtt_publish_packet
 from tests.bench.processes import Gate, Task, WorkerError, run_tasks
 from tests.bench.profiling import frame_key, summarize_collapsed
@@ -405,6 +411,16 @@ def test_run_tasks_reports_worker_failure() -> None:
 def test_feature_bench_modules_run_in_quick_mode(module: str) -> None:
     """Every feature benchmark still runs against the current code (a smoke run, no
     timing asserted): a renamed API must break `make test`, not the next `make bench`."""
-    metrics = run_module(module, quick=True, timeout=240)
+    metrics = run_module(module, quick=True, timeout=max(240.0, quick_timeout(module)))
     assert metrics
     assert all(math.isfinite(v) for v in metrics.values()), metrics
+
+
+def test_a_feature_module_may_ask_for_a_longer_quick_run(tmp_path: Path) -> None:
+    (tmp_path / "bench_slow.py").write_text(
+        "QUICK_TIMEOUT_S = 420\n\ndef run(quick=False):\n    return {}\n"
+    )
+    (tmp_path / "bench_plain.py").write_text("X = 1\n")
+    assert quick_timeout("bench_slow", tmp_path) == 420.0
+    assert quick_timeout("bench_plain", tmp_path) == 120.0
+    assert quick_timeout("bench_pipeline") > 120.0

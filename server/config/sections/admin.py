@@ -6,7 +6,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
+from server.config.errors import OriginError
 from server.config.model import AdminConfig
+from server.config.netaddr import parse_origin
 from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
 from server.config.values import (
     DAY,
@@ -17,6 +19,7 @@ from server.config.values import (
     read_choice,
     read_duration,
     read_path,
+    read_value,
 )
 from server.config.xmltree import Children, Node, Spec, fail
 from server.units import format_duration
@@ -30,6 +33,7 @@ _ADMIN_SPEC: Final[Spec] = {
     "Authentication": False,
     "StatsRetention": False,
     "MetricsPublic": False,
+    "AllowedOrigins": True,
     **TLS_ELEMENTS,
 }
 _AUTHENTICATION: Final = ("none", "token")
@@ -92,6 +96,27 @@ def read_admin(node: Node | None, ctx: Context, data_dir: Path) -> AdminPart:
         authentication=authentication,
         stats_retention=retention,
         metrics_public=metrics_public,
+        allowed_origins=_allowed_origins(kids.many("AllowedOrigins"), ctx),
     )
     listener = read_listener(kids, ctx)
     return AdminPart(bind, config, auth_node, stats_node is not None, listener)
+
+
+def _allowed_origins(nodes: list[Node], ctx: Context) -> tuple[str, ...]:
+    """Every ``<AllowedOrigins>``: each a list of origins separated by commas or spaces,
+    kept canonical and without repeats (the element may also repeat)."""
+    origins: list[str] = []
+    for node in nodes:
+        items = [item for item in read_value(node, ctx).replace(",", " ").split() if item]
+        if not items:
+            raise fail(
+                node, "<AllowedOrigins> is empty (list origins such as https://ops.example.com)"
+            )
+        for item in items:
+            try:
+                origin = str(parse_origin(item))
+            except OriginError as exc:
+                raise fail(node, str(exc)) from exc
+            if origin not in origins:
+                origins.append(origin)
+    return tuple(origins)

@@ -23,6 +23,7 @@ __all__ = ["read_tuning"]
 
 _TUNING_SPEC: Final[Spec] = {
     "SlowClientBufferLimit": False,
+    "SlowClientTimeout": False,
     "HeartbeatDefault": False,
     "PersistedAckInterval": False,
     "LogonFailuresPerAddress": False,
@@ -50,6 +51,9 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
     if limit_node is not None:
         limit = read_size(limit_node, ctx, minimum=64 * KB, maximum=1024 * GB)
         tuning = replace(tuning, slow_client_buffer_limit=limit)
+    if (timeout_node := kids.one("SlowClientTimeout")) is not None:
+        timeout = read_duration(timeout_node, ctx, minimum=1.0, maximum=DAY)
+        tuning = replace(tuning, slow_client_timeout=timeout)
     if (heartbeat_node := kids.one("HeartbeatDefault")) is not None:
         heartbeat = read_duration(heartbeat_node, ctx, minimum=1.0, maximum=3600.0, zero_ok=True)
         tuning = replace(tuning, heartbeat_default=heartbeat)

@@ -6,6 +6,8 @@ import pytest
 
 from tests.unit.config.helpers import (
     assert_refused,
+    doc,
+    parse,
 )
 
 # (id, body inside <SpoolConfig> after <Name>, path, line, fragment of the message)
@@ -32,6 +34,41 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "StatsRetention (30s) is shorter than the sampling Interval (1m)",
     ),
     (
+        "AllowedOrigins with a path",
+        "<Admin><AllowedOrigins>https://ops.example.com/dash</AllowedOrigins></Admin>",
+        "/SpoolConfig/Admin/AllowedOrigins",
+        3,
+        "'https://ops.example.com/dash' is not scheme://host[:port]",
+    ),
+    (
+        "AllowedOrigins wildcard",
+        "<Admin>\n<AllowedOrigins>https://a.example *</AllowedOrigins></Admin>",
+        "/SpoolConfig/Admin/AllowedOrigins",
+        4,
+        "'*' is not an origin: it would match pages of any site",
+    ),
+    (
+        "AllowedOrigins null",
+        "<Admin><AllowedOrigins>null</AllowedOrigins></Admin>",
+        "/SpoolConfig/Admin/AllowedOrigins",
+        3,
+        "'null' is the origin of sandboxed and local pages",
+    ),
+    (
+        "AllowedOrigins of another scheme",
+        "<Admin><AllowedOrigins>ws://a.example</AllowedOrigins></Admin>",
+        "/SpoolConfig/Admin/AllowedOrigins",
+        3,
+        "the scheme of a web page is http or https, not 'ws'",
+    ),
+    (
+        "AllowedOrigins empty",
+        "<Admin><AllowedOrigins> , </AllowedOrigins></Admin>",
+        "/SpoolConfig/Admin/AllowedOrigins",
+        3,
+        "<AllowedOrigins> is empty",
+    ),
+    (
         "unknown auth",
         "<Admin><Authentication>basic</Authentication></Admin>",
         "/SpoolConfig/Admin/Authentication",
@@ -48,3 +85,20 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
 )
 def test_refused(body: str, path: str, line: int, fragment: str) -> None:
     assert_refused(body, path, line, fragment)
+
+
+def test_allowed_origins_are_canonical_without_repeats_across_elements() -> None:
+    body = (
+        "<Admin><AllowedOrigins>HTTPS://Ops.Example.com, http://127.0.0.1:8080/</AllowedOrigins>"
+        "<AllowedOrigins>https://ops.example.com:443 http://[0:0::1]:9000</AllowedOrigins>"
+        "</Admin><Transports/>"
+    )
+    assert parse(doc(body)).admin.allowed_origins == (
+        "https://ops.example.com",
+        "http://127.0.0.1:8080",
+        "http://[::1]:9000",
+    )
+
+
+def test_no_allowed_origins_by_default() -> None:
+    assert parse(doc("<Transports/>")).admin.allowed_origins == ()

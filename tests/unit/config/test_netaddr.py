@@ -3,6 +3,7 @@ a file is reported."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 import pytest
@@ -11,9 +12,13 @@ from hypothesis import strategies as st
 
 from server.config import (
     InetAddrError,
+    OriginError,
+    WebOrigin,
     format_inet_addr,
     is_loopback,
+    parse_host_header,
     parse_inet_addr,
+    parse_origin,
 )
 from tests.unit.config.helpers import (
     assert_refused,
@@ -127,3 +132,91 @@ def test_inet_addr_round_trip(host: str, port: int) -> None:
 )
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+# -- web origins ----------------------------------------------------------------------
+
+_HOSTS = st.one_of(
+    st.ip_addresses().map(str),
+    st.from_regex(r"[a-z][a-z0-9-]{0,10}[a-z0-9](\.[a-z]{2,5}){0,2}", fullmatch=True),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["http", "https"]), _HOSTS, st.integers(min_value=1, max_value=65535))
+def test_a_web_origin_round_trips_and_its_spellings_are_equal(
+    scheme: str, host: str, port: int
+) -> None:
+    origin = WebOrigin(scheme, str(ipaddress.ip_address(host)) if _is_ip(host) else host, port)
+    text = str(origin)
+    assert parse_origin(text) == origin
+    shown = f"[{host}]" if ":" in host else host
+    for spelling in (
+        f"{scheme.upper()}://{shown.upper()}:{port}",
+        f"{scheme}://{shown}:{port}/",
+        f" {scheme}://{shown}:{port} ",
+    ):
+        assert parse_origin(spelling) == origin
+    # the host header of a request to that origin names the same origin
+    assert parse_host_header(text.split("://", 1)[1], scheme) == origin
+    assert (
+        parse_host_header(text.split("://", 1)[1], "wss" if scheme == "https" else "ws") == origin
+    )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("text", "origin"),
+    [
+        ("http://127.0.0.1:9007", WebOrigin("http", "127.0.0.1", 9007)),
+        ("https://ops.example.com", WebOrigin("https", "ops.example.com", 443)),
+        ("https://ops.example.com:443", WebOrigin("https", "ops.example.com", 443)),
+        ("http://ops.example.com:443", WebOrigin("http", "ops.example.com", 443)),
+        ("http://[::1]:80", WebOrigin("http", "::1", 80)),
+        ("http://xn--bcher-kva.example", WebOrigin("http", "xn--bcher-kva.example", 80)),
+    ],
+)
+def test_parse_origin(text: str, origin: WebOrigin) -> None:
+    assert parse_origin(text) == origin
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("null", "sandboxed and local pages"),
+        ("*", "would match pages of any site"),
+        ("https://a.example/path", "is not scheme://host[:port]"),
+        ("https://a.example?x", "is not scheme://host[:port]"),
+        ("https://user@a.example", "is not scheme://host[:port]"),
+        ("file://", "is http or https, not 'file'"),
+        ("chrome-extension://abcdef", "is http or https"),
+        ("a.example", "is not scheme://host[:port]"),
+        ("http://", "has no host"),
+        ("http://a.example:0", "not a number in 1..65535"),
+        ("http://a.example:65536", "not a number in 1..65535"),
+        ("http://::1", "needs brackets"),
+        ("http://[127.0.0.1]", "is not an IPv6 address"),
+        ("http://bad_host", "neither an IP address nor a valid host name"),
+        ("http://bücher.example", "neither an IP address nor a valid host name"),
+    ],
+)
+def test_parse_origin_refuses(text: str, fragment: str) -> None:
+    with pytest.raises(OriginError, match=re.escape(fragment)):
+        parse_origin(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60))
+def test_parse_origin_takes_anything_and_raises_only_origin_error(text: str) -> None:
+    try:
+        origin = parse_origin(text)
+    except OriginError:
+        return
+    assert parse_origin(str(origin)) == origin

@@ -23,6 +23,20 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         4,
         "HeartbeatDefault must be between 1s and 1h (or 0), got 500ms",
     ),
+    (
+        "SlowClientTimeout too short",
+        "<Tuning>\n<SlowClientTimeout>500ms</SlowClientTimeout>\n</Tuning>",
+        "/SpoolConfig/Tuning/SlowClientTimeout",
+        4,
+        "SlowClientTimeout must be between 1s and 1d, got 500ms",
+    ),
+    (
+        "SlowClientTimeout zero",
+        "<Tuning><SlowClientTimeout>0</SlowClientTimeout></Tuning>",
+        "/SpoolConfig/Tuning/SlowClientTimeout",
+        3,
+        "SlowClientTimeout must be between 1s and 1d",
+    ),
     # Nothing reads it until replication exists: refused, not accepted and ignored.
     (
         "MinimumSyncDestinations",
@@ -49,6 +63,15 @@ def test_every_tuning_element_can_be_set() -> None:
     body = (
         "<Tuning><SlowClientBufferLimit>64KB</SlowClientBufferLimit>"
         "<HeartbeatDefault>0</HeartbeatDefault><PersistedAckInterval>1ms</PersistedAckInterval>"
-        "</Tuning><Transports/>"
+        "<SlowClientTimeout>2m</SlowClientTimeout></Tuning><Transports/>"
     )
-    assert parse(doc(body)).tuning == TuningConfig(64 * 1024, 0.0, 0.001)
+    assert parse(doc(body)).tuning == TuningConfig(
+        slow_client_buffer_limit=64 * 1024,
+        heartbeat_default=0.0,
+        persisted_ack_interval=0.001,
+        slow_client_timeout=120.0,
+    )
+
+
+def test_slow_client_timeout_defaults_to_30s() -> None:
+    assert parse(doc("<Transports/>")).tuning.slow_client_timeout == 30.0

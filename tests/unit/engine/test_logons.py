@@ -132,6 +132,31 @@ async def test_a_mapped_client_certificate_is_the_credential(tmp_path: Path) -> 
 
 
 @scenario
+async def test_a_page_of_another_origin_cannot_log_on_with_the_browsers_certificate(
+    tmp_path: Path,
+) -> None:
+    """A browser presents its client certificate by itself, like a cookie: a page of a
+    foreign origin (web/origins.py) must bring a password or token of its own."""
+    async with EngineHarness(tmp_path, users=USERS, tuning=TUNING) as h:
+        alice = Peer("127.0.0.1", 1, "TLSv1.3", "CN=alice,O=Spool Tests")
+        page = connect_from(h, alice)
+        page.session.web_origin = "https://evil.example"
+        page.session.foreign_origin = True
+        ack = await logon(h, page, client_name="from-a-page")
+        assert (ack["status"], ack["reason"]) == ("failure", "auth failure")
+        assert "https://evil.example must log on with a password or token" in ack["detail"]
+        await h.settle()
+        assert page.closed and page.session.close_cause == "logon_failed"
+        assert h.broker.auth.pool.checks == 0
+        # with a token of its own it may (from a browser without that certificate: a
+        # password must belong to the certificate's user)
+        page = connect_from(h, Peer("127.0.0.1", 2))
+        page.session.foreign_origin = True
+        ack = await logon(h, page, client_name="from-a-page", user_id="ops", pw=TOKEN)
+        assert ack["status"] == "success"
+
+
+@scenario
 async def test_a_flood_of_password_checks_does_not_hold_up_fsync(tmp_path: Path) -> None:
     """30 logons wait for the one password thread (about 30 scrypt times in all); a
     persisted publish sent after them is durable long before most are answered, because

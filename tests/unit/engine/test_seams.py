@@ -65,6 +65,12 @@ class Peer:
     async def wait_room(self) -> None:
         return None
 
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        return True
+
+    def overflow(self, nbytes: int) -> None:
+        self.closed = True
+
     def messages(self) -> list[tuple[dict[str, object], bytes]]:
         out: list[tuple[dict[str, object], bytes]] = []
         for data in self.sent:

@@ -42,7 +42,7 @@ def test_migrations_match_the_models(tmp_path: Path) -> None:
                 "alembic_version",
                 *Base.metadata.tables,
             }
-            assert {"metric", "sample", "action_run"} <= set(Base.metadata.tables)
+            assert {"metric", "sample", "pipeline_run", "action_run"} <= set(Base.metadata.tables)
     finally:
         engine.dispose()
 

@@ -12,6 +12,7 @@ from server.stats.snapshot import MetricsSnapshot
 from tests.support.snapshots import (
     client_counters,
     metrics_snapshot,
+    spill_counters,
     subscription_lag,
     topic_counters,
     transport_counters,
@@ -55,6 +56,8 @@ class ScrapedBroker:
             ),
             persisted_ack_latency=self.latency,
             transports={"websocket-json": transport_counters(connections=2)},
+            spills=spill_counters(catching_up=1, spills=4, rejoins=3, seconds=2.5),
+            disconnects={"slow_client_stalled": 2, "client": 9},
         )
 
 
@@ -78,6 +81,12 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_connections", ())] == 2
     assert got[("spool_ready", ())] == 1
     assert got[("spool_client_queue_depth_bytes", (("client", 'pub "1"'),))] == 12
+    assert got[("spool_subscriptions_catching_up", ())] == 1
+    assert got[("spool_spills_total", ())] == 4
+    assert got[("spool_catch_ups_total", ())] == 3
+    assert got[("spool_catch_up_seconds_total", ())] == 2.5
+    assert got[("spool_disconnects_total", (("cause", "slow_client_stalled"),))] == 2
+    assert got[("spool_disconnects_total", (("cause", "client"),))] == 9
     assert got[("spool_topic_messages_in_total", (("topic", "orders"),))] == 5
     assert got[("spool_subscription_seconds_behind", (("client", "sub"), ("sub_id", "1")))] == 0.5
     assert got[("spool_transport_connections", (("transport", "websocket-json"),))] == 2

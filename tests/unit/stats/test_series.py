@@ -10,6 +10,7 @@ from tests.support.snapshots import (
     client_counters,
     metrics_snapshot,
     security_counters,
+    spill_counters,
     subscription_lag,
     topic_counters,
     transport_counters,
@@ -111,6 +112,7 @@ def test_the_catalogue_of_paths() -> None:
         transports={"ws": transport_counters()},
         txlog=txlog_counters(),
         security=security_counters(tls_not_after=1_800_000_000.0),
+        disconnects={"slow_client_stalled": 0, "heartbeat": 2},
     )
     counters = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
     security = (
@@ -130,6 +132,13 @@ def test_the_catalogue_of_paths() -> None:
         "txlog/flushes_rate",
         "txlog/fsync_p50_ms",
         "txlog/fsync_p99_ms",
+        "spills/catching_up",
+        *(f"spills/{k}{r}" for k in ("spills", "rejoins", "seconds") for r in ("", "_rate")),
+        *(
+            f"disconnects/{k}{r}"
+            for k in ("slow_client_stalled", "heartbeat")
+            for r in ("", "_rate")
+        ),
         *(f"persisted_ack/{k}" for k in ("count", "mean_ms", "p50_ms", "p90_ms", "p99_ms")),
         "persisted_ack/p999_ms",
         *security,
@@ -180,3 +189,31 @@ def test_security_series_sum_both_logon_paths_and_count_days_to_expiry() -> None
     assert values["security/tls_expires_in_days"] == 14.0
     plain = snapshot_values(metrics_snapshot(), None, 1.0)
     assert "security/tls_expires_in_days" not in plain
+
+
+def test_spills_and_disconnects_by_cause() -> None:
+    prev = metrics_snapshot(
+        txlog=txlog_counters(),
+        spills=spill_counters(spills=2, rejoins=1, seconds=3.0),
+        disconnects={"slow_client_stalled": 1, "client": 5},
+    )
+    cur = metrics_snapshot(
+        txlog=txlog_counters(),
+        spills=spill_counters(catching_up=1, spills=6, rejoins=5, seconds=7.0),
+        disconnects={"slow_client_stalled": 3, "client": 5},
+    )
+    values = snapshot_values(cur, prev, 2.0)
+    assert values["spills/catching_up"] == 1
+    assert (values["spills/spills"], values["spills/spills_rate"]) == (6, 2.0)
+    assert values["spills/rejoins_rate"] == 2.0
+    # seconds spent catching up per second: how many subscriptions caught up, on average
+    assert values["spills/seconds_rate"] == 2.0
+    assert (
+        values["disconnects/slow_client_stalled"],
+        values["disconnects/slow_client_stalled_rate"],
+    ) == (3, 1.0)
+    assert values["disconnects/client_rate"] == 0.0
+    # without a transaction log nothing can spill: no spill series
+    assert not [
+        p for p in snapshot_values(metrics_snapshot(), None, 1.0) if p.startswith("spills/")
+    ]

@@ -21,6 +21,7 @@ from server.stats.snapshot import MetricsSnapshot
 from tests.support.snapshots import (
     client_counters,
     metrics_snapshot,
+    spill_counters,
     subscription_lag,
     txlog_counters,
 )
@@ -63,6 +64,8 @@ def test_rates_are_deltas_over_the_elapsed_time() -> None:
                 subscription_lag("b", "1", seconds_behind=2.25),
             ],
             txlog=txlog_counters(durable_seq=77, bytes=4096.0),
+            spills=spill_counters(catching_up=2, spills=5, rejoins=3, seconds=1.23456),
+            disconnects={"slow_client_stalled": 1, "client": 4},
         ),
         now=12.0,
     )
@@ -74,6 +77,8 @@ def test_rates_are_deltas_over_the_elapsed_time() -> None:
     assert point["queue_depth"] == 123
     assert point["lag_max"] == 2.25
     assert (point["durable_seq"], point["txlog_bytes"]) == (77, 4096)
+    assert (point["catching_up"], point["spills"], point["catch_up_seconds"]) == (2, 5, 1.235)
+    assert point["disconnects"] == {"slow_client_stalled": 1, "client": 4}
 
 
 def test_a_counter_that_went_down_was_reset_and_counts_from_zero() -> None:

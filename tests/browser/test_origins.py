@@ -1,0 +1,155 @@
+"""Issue 20, part 4, in Chromium: the dashboard's own page uses the websocket; a page of
+another origin gets HTTP 403 at the handshake (no users), or must log on with a token
+(users).
+
+The other origin is a real web server on another loopback port: a page the operator has
+open on this machine (a local tool, a dev server). A page of a public site would not even
+reach the broker in Chromium, whose Local Network Access checks stop public pages from
+connecting to loopback addresses; other browsers have no such check, and the broker does
+not rely on it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
+
+from server.client.sync import SyncClient
+from tests.browser.conftest import ADMIN_TOKEN, ADMIN_USER, STATIC, VIEWPORT
+from tests.support.server import SpoolProcess
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.browser
+
+
+def api(server: SpoolProcess, path: str, **params: str) -> Any:
+    response = httpx.get(
+        f"{server.http_url}{path}",
+        params=params,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        timeout=10,
+    )
+    response.raise_for_status()
+    return response.json()
+
+
+class _ElsewhereHandler(BaseHTTPRequestHandler):
+    """Another web application: a blank page and a copy of the JavaScript client."""
+
+    def do_GET(self) -> None:
+        if self.path == "/static/spool-client.js":
+            body, kind = (STATIC / "spool-client.js").read_bytes(), "text/javascript"
+        else:
+            body, kind = b"<!doctype html><title>elsewhere</title>", "text/html"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@pytest.fixture(scope="module")
+def elsewhere() -> Iterator[str]:
+    """The origin of another web server on this machine (another loopback port)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ElsewhereHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def foreign_page(browser: Browser, elsewhere: str) -> Iterator[tuple[Page, list[str]]]:
+    """A page of that other origin and the console messages it logged."""
+    ctx: BrowserContext = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    page = ctx.new_page()
+    console: list[str] = []
+
+    def log(message: ConsoleMessage) -> None:
+        console.append(message.text)
+
+    page.on("console", log)
+    page.goto(f"{elsewhere}/")
+    yield page, console
+    ctx.close()
+
+
+def test_the_dashboards_own_page_subscribes_over_the_websocket(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    page.goto(f"{dashboard_server.http_url}/query")
+    page.fill("#topic", "origin-own")
+    page.click("#start")
+    expect(page.locator("#q-state")).to_have_text("running")
+    with SyncClient(dashboard_server.ws_url, "origin-feeder") as feeder:
+        for i in range(3):
+            feeder.publish("origin-own", {"i": i})
+        feeder.flush()
+    expect(page.locator("#q-count")).to_have_text("3")
+    clients = httpx.get(f"{dashboard_server.http_url}/api/clients").json()["clients"]
+    mine = [c for c in clients if c["name"].startswith("dashboard-query-")]
+    assert [c["origin"] for c in mine] == [dashboard_server.http_url]
+    page.click("#stop")
+    expect(page.locator("#q-state")).to_have_text("stopped")
+
+
+def test_a_page_of_another_origin_gets_403_at_the_handshake(
+    foreign_page: tuple[Page, list[str]], dashboard_server: SpoolProcess, elsewhere: str
+) -> None:
+    page, console = foreign_page
+    outcome = page.evaluate(
+        """(url) => new Promise((resolve) => {
+          const ws = new WebSocket(url);
+          let opened = false, errored = false;
+          ws.onopen = () => { opened = true; };
+          ws.onerror = () => { errored = true; };
+          ws.onclose = (e) => resolve({ opened, errored, code: e.code });
+        })""",
+        dashboard_server.ws_url,
+    )
+    # the upgrade never happened: Chromium reports the handshake's HTTP status
+    assert outcome == {"opened": False, "errored": True, "code": 1006}
+    wait_until(lambda: any("403" in text for text in console), message="the 403 in the console")
+    assert any("Unexpected response code: 403" in text for text in console), console
+    events = httpx.get(
+        f"{dashboard_server.http_url}/api/events", params={"category": "session"}
+    ).json()["events"]
+    assert any(e["event"] == "origin_refused" and e.get("origin") == elsewhere for e in events)
+
+
+def test_with_users_a_page_of_another_origin_must_log_on_with_a_token(
+    foreign_page: tuple[Page, list[str]], auth_server: SpoolProcess
+) -> None:
+    page, _ = foreign_page
+    result = page.evaluate(
+        """async ({ url, user, token }) => {
+          const { SpoolClient } = await import('/static/spool-client.js');
+          const attempt = async (opts) => {
+            const client = new SpoolClient(url, opts);
+            try { await client.connect(); client.close(); return 'logged on'; }
+            catch (e) { return e.reason; }
+          };
+          return {
+            bare: await attempt({ name: 'evil-bare', userId: user }),
+            token: await attempt({ name: 'evil-token', userId: user, password: token }),
+          };
+        }""",
+        {"url": auth_server.ws_url, "user": ADMIN_USER, "token": ADMIN_TOKEN},
+    )
+    assert result == {"bare": "auth failure", "token": "logged on"}
+    failures = [
+        e
+        for e in api(auth_server, "/api/events", category="session")["events"]
+        if e["event"] == "disconnected" and e.get("cause") == "logon_failed"
+    ]
+    assert failures

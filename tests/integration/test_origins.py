@@ -1,0 +1,162 @@
+"""Issue 20, part 4, against real servers: a web page of another origin cannot use the
+broker (websocket: HTTP 403 before the upgrade without users, a logon that needs a
+password or token with users; REST: no action with the no-users trust or the cookie),
+while the broker's own pages, ``Admin/AllowedOrigins`` and non-browser clients work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+from websockets.typing import Origin
+
+from tests.support.server import SpoolProcess, config_xml
+
+TOKEN = "origins-token-0123456789"
+USERS = f"<User><Name>ops</Name><Token>{TOKEN}</Token><Admin>true</Admin></User>"
+ALLOWED = "http://tools.example:8080"
+ENABLE = "/api/transports/websocket-json/enable"  # an idempotent action
+
+
+@contextlib.contextmanager
+def serving(workdir: Path, xml: str) -> Iterator[SpoolProcess]:
+    proc = SpoolProcess(workdir, xml).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
+    """No users (loopback trust), one allowed origin."""
+    work = tmp_path_factory.mktemp("origins-local")
+    xml = config_xml(work / "data", admin_extra=f"<AllowedOrigins>{ALLOWED}</AllowedOrigins>")
+    with serving(work, xml) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
+    work = tmp_path_factory.mktemp("origins-users")
+    with serving(work, config_xml(work / "data", users=USERS)) as proc:
+        yield proc
+
+
+async def logon(url: str, origin: str | None, name: str, **fields: Any) -> dict[str, Any]:
+    """Connect with that Origin (None: none, as non-browser clients) and log on."""
+    kwargs: dict[str, Any] = {"origin": Origin(origin)} if origin is not None else {}
+    async with connect(url, compression=None, **kwargs) as ws:
+        await ws.send(
+            orjson.dumps(
+                {"c": "logon", "cid": "l", "client_name": name, "a": "processed", **fields}
+            )
+        )
+        ack: dict[str, Any] = orjson.loads(
+            (await asyncio.wait_for(ws.recv(), 10)).split(b"}", 1)[0] + b"}"
+        )
+        return ack
+
+
+def refused(url: str, origin: str) -> InvalidStatus:
+    with pytest.raises(InvalidStatus) as info:
+        asyncio.run(logon(url, origin, "x"))
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["http://evil.example", "null", "https://127.0.0.1:1", "http://localhost:3000"],
+)
+def test_without_users_a_foreign_page_gets_403_before_the_upgrade(
+    local: SpoolProcess, origin: str
+) -> None:
+    exc = refused(local.ws_url, origin)
+    assert exc.response.status_code == 403
+    body = orjson.loads(exc.response.body)
+    assert body["error"] == "forbidden"
+    assert origin in body["detail"] and "Admin/AllowedOrigins" in body["detail"]
+    # nothing was served: no client appeared, the refusal is in the event log
+    clients = httpx.get(f"{local.http_url}/api/clients").json()["clients"]
+    assert [c for c in clients if c["name"] == "x"] == []
+    assert any(
+        line.get("event") == "origin_refused" and line.get("origin") == origin
+        for line in _events(local)
+    )
+
+
+def _events(proc: SpoolProcess) -> list[dict[str, Any]]:
+    r = httpx.get(f"{proc.http_url}/api/events", params={"category": "session"})
+    events: list[dict[str, Any]] = r.json()["events"]
+    return events
+
+
+def test_without_users_the_brokers_own_page_an_allowed_one_and_programs_are_served(
+    local: SpoolProcess,
+) -> None:
+    own = f"http://127.0.0.1:{local.port}"
+    for origin, name in ((own, "own"), (ALLOWED, "allowed"), (None, "program")):
+        ack = asyncio.run(logon(local.ws_url, origin, name))
+        assert ack["status"] == "success", (origin, ack)
+
+
+def test_the_admin_api_shows_which_page_a_browser_client_came_from(local: SpoolProcess) -> None:
+    own = f"http://127.0.0.1:{local.port}"
+
+    async def scenario() -> dict[str, Any]:
+        async with connect(local.ws_url, compression=None, origin=Origin(own)) as ws:
+            await ws.send(b'{"c":"logon","cid":"l","client_name":"page","a":"processed"}')
+            await ws.recv()
+            async with httpx.AsyncClient() as http:
+                r = await http.get(f"{local.http_url}/api/clients/page")
+                info: dict[str, Any] = r.json()
+                return info
+
+    assert asyncio.run(scenario())["origin"] == own
+
+
+def test_with_users_a_foreign_page_must_log_on_with_a_password_or_token(
+    secured: SpoolProcess,
+) -> None:
+    evil = "http://evil.example"
+    ack = asyncio.run(logon(secured.ws_url, evil, "page", user_id="ops"))
+    assert (ack["status"], ack["reason"]) == ("failure", "auth failure")
+    assert evil in ack["detail"] and "password or token" in ack["detail"]
+    ack = asyncio.run(logon(secured.ws_url, evil, "page", user_id="ops", pw=TOKEN))
+    assert ack["status"] == "success"
+
+
+def test_rest_actions_honour_allowed_origins_with_cors(local: SpoolProcess) -> None:
+    with httpx.Client(base_url=local.http_url) as http:
+        foreign = http.post(ENABLE, headers={"Origin": "http://evil.example"})
+        assert foreign.status_code == 403
+        assert "access-control-allow-origin" not in foreign.headers
+        # the allowed page's browser asks first (JSON body: a preflight), then posts
+        preflight = http.options(
+            ENABLE,
+            headers={
+                "Origin": ALLOWED,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type",
+            },
+        )
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == ALLOWED
+        allowed = http.post(
+            ENABLE, headers={"Origin": ALLOWED, "Sec-Fetch-Site": "cross-site"}, json={}
+        )
+        assert allowed.status_code == 200, allowed.text
+        assert allowed.headers["access-control-allow-origin"] == ALLOWED
+        read = http.get("/api/instance", headers={"Origin": ALLOWED})
+        assert read.headers["access-control-allow-origin"] == ALLOWED
+        # a foreign page cannot even read an answer (no CORS header for it)
+        other = http.get("/api/instance", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
