@@ -85,10 +85,13 @@ def test_ready_callbacks_while_other_threads_add_callbacks() -> None:
         loop = asyncio.get_running_loop()
         for _ in range(2000):
             loop.call_soon(lambda: None)
-        stop = threading.Event()
+        started = threading.Barrier(3)
 
         def hammer() -> None:
-            while not stop.is_set():
+            # a bounded number of appends: an endless stream grows the deque without limit
+            # and makes every count (a copy) slower, which timed out on a loaded machine
+            started.wait()
+            for _ in range(20_000):
                 loop.call_soon_threadsafe(lambda: None)
 
         previous = sys.getswitchinterval()
@@ -96,14 +99,17 @@ def test_ready_callbacks_while_other_threads_add_callbacks() -> None:
         threads = [threading.Thread(target=hammer) for _ in range(2)]
         for t in threads:
             t.start()
+        counts = 0
         try:
-            for _ in range(200):
+            started.wait()
+            while any(t.is_alive() for t in threads) or counts < 200:
                 assert (ready_callbacks(loop) or 0) >= 2000
+                counts += 1
         finally:
-            stop.set()
             for t in threads:
                 t.join()
             sys.setswitchinterval(previous)
+        assert ready_callbacks(loop) == 2000 + 2 * 20_000
         await asyncio.sleep(0)
 
     run(scenario())
