@@ -12,7 +12,9 @@ PYTEST_ARGS ?=
 
 install: $(STAMP) $(NODE_STAMP)
 
-$(STAMP): pyproject.toml
+# setup.py compiles the hot loops' Cython twins (server/**/*_c.pyx) into the editable
+# install; without a C compiler it warns and the pure-Python twins run.
+$(STAMP): pyproject.toml setup.py $(wildcard server/*.pyx server/*/*.pyx server/*/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -51,8 +53,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+# The codec tests run twice: with the compiled twins (the suite) and with the pure-Python
+# ones (SPOOL_NO_EXTENSIONS=1), like aiohttp's CI with AIOHTTP_NO_EXTENSIONS.
+CODEC_TESTS := tests/unit/protocol tests/unit/txlog/test_codec.py tests/unit/txlog/test_append_many.py \
+	tests/unit/client/test_state.py tests/unit/test_wire_twins.py tests/unit/txlog/test_codec_twins.py
+
 test: install browser java lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
+	SPOOL_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(CODEC_TESTS)
 
 test-fast: install
 	$(PY) -m pytest -m "not browser and not slow and not faults and not spark" $(PYTEST_ARGS)

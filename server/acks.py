@@ -10,6 +10,13 @@ Persisted acks are conflated per client (PROTOCOL.md "Acks"): each release sends
 with the highest publisher sequence it covers and that bookmark, however many publishes it
 covers. Flush acks (``flush``: every earlier command of this connection processed and
 persisted) wait on the same horizon, in order.
+
+Nothing waits forever on a horizon that cannot move: when it reports a failure (the log
+refuses writes), every waiting ``flush`` fails at once with it (``txlog full`` and the
+cause) and every client with publishes waiting for ``persisted`` gets one failure ack (the
+highest ``s`` waiting). Those publishes stay accepted: if the horizon moves again (the log
+wrote them after all) their ``persisted`` acks follow as usual, so a client that resends
+after a failure finds them as duplicates, acknowledged as persisted.
 """
 
 from __future__ import annotations
@@ -22,12 +29,17 @@ from server.bookmarks import format_bookmark
 from server.clock import Clock
 from server.ports import DurabilityHorizon, Outbound
 from server.protocol.commands import Command
+from server.protocol.errors import ProtocolFailure, TxlogFull
 from server.stats.histogram import LatencyHistogram
-from server.txlog import TransactionLog
+from server.txlog import TransactionLog, WriteOutage
 
 
 class LocalHorizon:
-    """The durability horizon of an instance without sync replication: the local fsync."""
+    """The durability horizon of an instance without sync replication: the local fsync.
+
+    It cannot move while the log is in a write outage; its :attr:`failure` is then
+    ``txlog full`` with the outage's cause and since when.
+    """
 
     def __init__(self, txlog: TransactionLog) -> None:
         self._log = txlog
@@ -41,6 +53,18 @@ class LocalHorizon:
 
     def on_advance(self, callback: Callable[[int], None]) -> None:
         self._log.add_durable_listener(callback)
+
+    @property
+    def failure(self) -> ProtocolFailure | None:
+        return _outage_failure(self._log.write_outage)
+
+    def on_failure(self, callback: Callable[[ProtocolFailure | None], None]) -> None:
+        self._log.add_outage_listener(lambda outage: callback(_outage_failure(outage)))
+
+
+def _outage_failure(outage: WriteOutage | None) -> ProtocolFailure | None:
+    """What a client is told while the log refuses writes."""
+    return TxlogFull(outage.describe()) if outage is not None else None
 
 
 @dataclass(slots=True, eq=False)
@@ -81,6 +105,7 @@ class DurableAcks:
         self.latency = LatencyHistogram()
         if horizon is not None:
             horizon.on_advance(self._release)
+            horizon.on_failure(self._horizon_failed)
 
     # -- registration ---------------------------------------------------------------------
 
@@ -105,6 +130,8 @@ class DurableAcks:
         horizon = self._horizon
         if horizon is not None and horizon.seq >= seq:
             self._release_peer(peer, horizon.seq, self._clock.monotonic())
+        elif horizon is not None and (failure := horizon.failure) is not None:
+            self._fail_peer(peer, failure)
 
     def flush(self, peer: Outbound, cmd: Command) -> None:
         """The ``flush`` command: ack once every earlier publish of ``peer`` is durable."""
@@ -113,6 +140,10 @@ class DurableAcks:
         if horizon is None or horizon.seq >= seq:
             if "processed" in cmd.acks or "completed" in cmd.acks or not cmd.acks:
                 peer.ack("processed", cmd.cid)
+            return
+        failure = horizon.failure
+        if failure is not None:  # it would wait for a disk that refuses writes
+            peer.fail(cmd.cid, failure)
             return
         self._entry(peer, 0).flushes.append((seq, cmd.cid))
         self._pending.add(peer)
@@ -135,6 +166,34 @@ class DurableAcks:
     def pending_peers(self) -> int:
         """Peers waiting for a persisted or flush ack."""
         return len(self._pending)
+
+    # -- failure ------------------------------------------------------------------------
+
+    def _horizon_failed(self, failure: ProtocolFailure | None) -> None:
+        """The horizon cannot move: fail every flush, tell every peer waiting to persist
+        (see the module docstring). ``None``: it can again; its advance releases the rest."""
+        if failure is None:
+            return
+        for peer in list(self._pending):
+            self._fail_peer(peer, failure)
+
+    def _fail_peer(self, peer: Outbound, failure: ProtocolFailure) -> None:
+        """One peer's failure acks: its waiting flushes (dropped: each is answered), and
+        one ``persisted`` failure with the highest publisher sequence waiting (kept)."""
+        w = self._waiting.get(peer)
+        if w is None:
+            return
+        if w.persist:
+            top = max(s for _, s, _ in w.persist)
+            peer.ack(
+                "persisted", None, status="failure", reason=failure.reason, s=top,
+                detail=failure.detail or None,
+            )  # fmt: skip
+        while w.flushes:
+            _, cid = w.flushes.popleft()
+            peer.fail(cid, failure)
+        if not w.persist:
+            self._pending.discard(peer)
 
     # -- release ------------------------------------------------------------------------
 

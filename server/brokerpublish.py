@@ -79,7 +79,7 @@ class _Answer:
         if kind == "processed" and status == "success":
             self.processed = True
 
-    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
         self.failure = exc
 
     def has_room(self) -> bool:

@@ -5,7 +5,8 @@
 from their subsystems.
 
 Exit codes: 0 success, 1 the broker refused (failure ack; the reason is printed),
-2 usage or configuration error, 3 cannot connect / connection lost.
+2 usage or configuration error, 3 cannot connect / connection lost, 4 (``serve``) the data
+directory is in use by another instance (its pid and address are printed).
 
 Each subcommand imports what it needs when it runs (not to dodge an import cycle: there is
 none, lint-imports keeps it so), so that ``spool publish`` starts without loading the
@@ -17,21 +18,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import io
 import os
 import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
+from server import __version__, speedups
 from server.protocol.errors import ProtocolFailure
+
+if TYPE_CHECKING:  # annotations only: each subcommand imports what it runs when it runs
+    from server.config import Config
+    from server.txlog import FileSeam
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
+EXIT_IN_USE = 4
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -47,23 +55,53 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    config = serve_config(args)
+    if config is None:
+        return EXIT_USAGE
+    return serve_locked(config, args, files=None)
+
+
+def serve_config(args: argparse.Namespace) -> Config | None:
+    """The configuration ``spool serve`` runs with (its file or the embedded default, with
+    ``--listen`` and ``--data-dir``); None, the error printed, when it is refused."""
     from server.config import ConfigError, default_config, load_config, with_overrides
 
     try:
         config = load_config(args.config) if args.config else default_config()
-        config = with_overrides(
+        return with_overrides(
             config, listen=args.listen, data_dir=Path(args.data_dir) if args.data_dir else None
         )
     except ConfigError as exc:
         print(f"spool: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    # The CLI is the composition root: it is the one place in server/ that starts the web
-    # layer, and it does so by name so the package dependency still points down.
-    serve = importlib.import_module("web.serve")
-    code: int = serve.run(
-        config, port_file=Path(args.port_file) if args.port_file else None, log_level=args.log_level
-    )
-    return code
+        return None
+
+
+def serve_locked(config: Config, args: argparse.Namespace, *, files: FileSeam | None) -> int:
+    """Take the data directory's lock, then serve until a signal (``spool serve``).
+
+    The lock comes before anything touches a file of the instance (server/datalock.py);
+    a second instance on the same directories exits with :data:`EXIT_IN_USE`.
+    ``files`` is the transaction log's file seam (None: the real one; the fault tests'
+    launcher passes one that injects failures).
+    """
+    from server.datalock import DataDirectoryInUse, DataDirectoryLock
+
+    try:
+        lock = DataDirectoryLock.acquire(config)
+    except DataDirectoryInUse as exc:
+        print(f"spool: {exc}", file=sys.stderr)
+        return EXIT_IN_USE
+    try:
+        # The CLI is the composition root: it is the one place in server/ that starts the
+        # web layer, and it does so by name so the package dependency still points down.
+        serve = importlib.import_module("web.serve")
+        code: int = serve.run(
+            config, port_file=Path(args.port_file) if args.port_file else None,
+            log_level=args.log_level, lock=lock, files=files,
+        )  # fmt: skip
+        return code
+    finally:
+        lock.release()
 
 
 # -- publish / subscribe -----------------------------------------------------------------
@@ -115,15 +153,21 @@ async def _publish(args: argparse.Namespace) -> int:
     try:
         last = 0
         if args.data == "-":
+            # Whatever stdin has ready, split into lines, goes out as one batch
+            # (publish_many: one encoding pass, one frame); a partial last line waits.
             loop = asyncio.get_running_loop()
+            stdin = cast(io.BufferedReader, sys.stdin.buffer)
+            pending = b""
             while True:
-                line = await loop.run_in_executor(None, sys.stdin.buffer.readline)
-                if not line:
+                chunk = await loop.run_in_executor(None, stdin.read1, 1 << 20)
+                if not chunk:
                     break
-                line = line.rstrip(b"\r\n")
-                if not line:
-                    continue
-                last = client.publish(args.topic, line, persisted=True)
+                *lines, pending = (pending + chunk).split(b"\n")
+                bodies = [ln.rstrip(b"\r") for ln in lines if ln.rstrip(b"\r")]
+                if bodies:
+                    last = client.publish_many(args.topic, bodies, persisted=True)
+            if pending.rstrip(b"\r"):
+                last = client.publish(args.topic, pending.rstrip(b"\r"), persisted=True)
         else:
             data = args.data if args.data is not None else ""
             last = client.publish(args.topic, data.encode(), persisted=True)
@@ -151,23 +195,29 @@ async def _subscribe(args: argparse.Namespace) -> int:
         )
         count = 0
         out = sys.stdout.buffer
-        async for msg in sub:
+        # A batch at a time (the deliveries of one frame): one write and flush per batch.
+        async for batch in sub.batches():
+            if args.count:
+                batch = batch[: args.count - count]
             if args.json:
-                line = orjson.dumps(
-                    {
-                        "topic": msg.topic,
-                        "bookmark": msg.bookmark,
-                        "timestamp": msg.timestamp,
-                        "data": msg.data.decode("utf-8", "replace"),
-                    }
-                )
+                lines = [
+                    orjson.dumps(
+                        {
+                            "topic": msg.topic,
+                            "bookmark": msg.bookmark,
+                            "timestamp": msg.timestamp,
+                            "data": msg.data.decode("utf-8", "replace"),
+                        }
+                    )
+                    for msg in batch
+                ]
             elif args.show_bookmark:
-                line = (msg.bookmark or "").encode() + b"\t" + msg.data
+                lines = [(msg.bookmark or "").encode() + b"\t" + msg.data for msg in batch]
             else:
-                line = msg.data
-            out.write(line + b"\n")
+                lines = [msg.data for msg in batch]
+            out.write(b"\n".join(lines) + b"\n")
             out.flush()
-            count += 1
+            count += len(batch)
             if args.count and count >= args.count:
                 break
         return EXIT_OK
@@ -235,6 +285,12 @@ def _client_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spool", description="Spool message broker")
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"spool {__version__} (hot loops: {speedups.describe()})",
+        help="print the version and whether the compiled hot loops are active",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Mapping
+from typing import Final
 
 from server import __version__
 from server.acks import DurableAcks, LocalHorizon
@@ -56,14 +57,27 @@ from server.subscriptions import SubscriptionService
 from server.throttle import LogonThrottle, ThrottlePolicy
 from server.tls.listener import TlsListener
 from server.topics import TopicTable
-from server.txlog import TransactionLog
+from server.txlog import FileSeam, TransactionLog
 
 #: how long a graceful stop waits for what was appended to become durable (seconds)
 _DRAIN_DURABLE_TIMEOUT = 5.0
+#: event-log level of the transaction log's events (server/txlog/events.py); others: info
+_TXLOG_LEVELS: Final[dict[str, str]] = {
+    "flush_failed": "error",  # a write outage began: publishes are refused
+    "unwritten_at_close": "error",
+    "writes_resumed": "warning",
+    "recovery_truncated": "warning",
+    "preallocation_failed": "warning",
+    "cache_write_failed": "warning",
+}
 
 
 class Broker:
     """One Spool instance's engine.
+
+    Args:
+        files: the file seam journal writes go through (None: the real one; fault tests
+            inject write and fsync failures here).
 
     Attributes:
         config: the instance configuration.
@@ -85,6 +99,7 @@ class Broker:
         *,
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
+        files: FileSeam | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -110,8 +125,9 @@ class Broker:
         self.txlog: TransactionLog | None = None
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
-                config.transaction_log, config.name, clock=clock, on_event=self._txlog_event
-            )
+                config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
+                files=files,
+            )  # fmt: skip
         txlog = self.txlog
         horizon = LocalHorizon(txlog) if txlog is not None else None
         self.acks = DurableAcks(
@@ -300,8 +316,7 @@ class Broker:
         return self.txlog is not None and self.subscriptions.records(topic)
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
-        level = "warning" if "truncat" in event or "fail" in event else "info"
-        self.events.emit(level, "txlog", event, **fields)
+        self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)
 
 
 def _needs_sow(session: Session, cmd: Command) -> None:

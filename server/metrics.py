@@ -140,6 +140,10 @@ class Metrics:
                 "flushes": st.get("flushes", 0),
                 "fsync_p50_ms": st.get("fsync_p50_ms", 0.0),
                 "fsync_p99_ms": st.get("fsync_p99_ms", 0.0),
+                "refusing_writes": self._txlog.write_outage is not None,
+                "write_outages": st.get("write_outages", 0.0),
+                "write_retries": st.get("write_retries", 0.0),
+                "preallocation_shortfall": self._txlog.preallocation_shortfall is not None,
             }
         topics: dict[str, TopicCounters] = {
             t.name: {"msgs_in": t.msgs_in, "bytes_in": t.bytes_in} for t in self._topics

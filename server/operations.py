@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from server import __version__
+from server import __version__, speedups
 from server.acks import DurableAcks
+from server.alerts import Alert, txlog_alerts
 from server.auth import Authenticator
 from server.brokerpublish import BrokerPublisher, Published
 from server.clients import ClientRegistry
@@ -45,7 +46,9 @@ from server.txlog import TransactionLog
 from server.txlog.errors import JournalNotFound
 from server.txlog.files import Compression
 from server.txlog.journal import JournalInfo
+from server.txlog.outage import WriteOutageDict
 from server.txlog.pins import Pin, PinInfo
+from server.txlog.space import ShortfallDict
 
 JournalAction = Literal["archive", "compress", "remove"]
 JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")
@@ -61,6 +64,8 @@ class InstanceInfo(TypedDict):
     data_dir: str
     start_time: str
     ready: bool
+    alerts: list[Alert]
+    extensions: speedups.Status
 
 
 class ClientInfo(TypedDict):
@@ -184,6 +189,8 @@ class TransactionLogInfo(TypedDict):
     totals: TxlogTotals
     flush_latency_ms: FlushLatency
     stats: dict[str, float]
+    write_outage: WriteOutageDict | None
+    preallocation: ShortfallDict | None
 
 
 class Operations:
@@ -258,7 +265,13 @@ class Operations:
             "data_dir": str(cfg.data_directory),
             "start_time": _iso(started),
             "ready": self.lifecycle.ready,
+            "alerts": self.alerts(),
+            "extensions": speedups.status(),
         }
+
+    def alerts(self) -> list[Alert]:
+        """What every dashboard page shows in a banner now (server/alerts.py)."""
+        return txlog_alerts(self._txlog)
 
     # -- clients ------------------------------------------------------------------------
 
@@ -428,6 +441,10 @@ class Operations:
                 "p99": st.get("fsync_p99_ms", 0.0),
             },
             "stats": st,
+            "write_outage": outage.to_dict() if (outage := txlog.write_outage) else None,
+            "preallocation": (
+                short.to_dict() if (short := txlog.preallocation_shortfall) else None
+            ),
         }
 
     def journal_state(self) -> tuple[list[JournalInfo], list[PinInfo]] | None:

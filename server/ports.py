@@ -17,7 +17,8 @@ core (only the protocol, the config model, the record types and the filter type)
   come next.
 - :class:`DurabilityHorizon`: how far the log is durable. Persisted acks, flush acks and
   ``fully_durable`` subscriptions wait on it. Today it is the local fsync; with
-  replication it also waits for every sync destination.
+  replication it also waits for every sync destination. It also says when it *cannot*
+  move (the log refuses writes), so that acks waiting on it fail instead of waiting.
 - :class:`TopicStore`: keyed current state of a topic (SOW topics and queues), one
   interface for its memory and persistent backends.
 - :class:`FrameHandler`: what a connection hands its received frames to (the dispatcher).
@@ -92,8 +93,9 @@ class Outbound(Protocol):
         """Send one ack (PROTOCOL.md "Acks")."""
         ...
 
-    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
-        """Send a failure ack with the reason string of ``exc`` (always sent)."""
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
+        """Send a failure ack with the reason string of ``exc`` (always sent), its detail,
+        and ``fields`` (a failed publish's ``s``)."""
         ...
 
     def has_room(self) -> bool:
@@ -272,6 +274,12 @@ class DurabilityHorizon(Protocol):
     Persisted acks and flush acks are released by :meth:`on_advance`; a
     ``fully_durable`` bookmark subscription delivers up to :attr:`seq`. It also satisfies
     the replay cursor's ``Horizon`` (``seq`` and ``wait``).
+
+    A horizon that cannot move for now (the local log refuses writes: a full disk, a
+    failed fsync) says so with :attr:`failure` and :meth:`on_failure`: whoever answers a
+    client (persisted and flush acks) fails at once with it instead of waiting; a replay,
+    which has nothing to answer, keeps waiting in :meth:`wait`, since the horizon moves
+    again once the cause is gone.
     """
 
     @property
@@ -285,6 +293,16 @@ class DurabilityHorizon(Protocol):
 
     def on_advance(self, callback: Callable[[int], None]) -> None:
         """Call ``callback(seq)`` on the loop whenever :attr:`seq` moves."""
+        ...
+
+    @property
+    def failure(self) -> ProtocolFailure | None:
+        """Why the horizon cannot move now (e.g. ``txlog full`` with its cause), or None."""
+        ...
+
+    def on_failure(self, callback: Callable[[ProtocolFailure | None], None]) -> None:
+        """Call ``callback(failure)`` on the loop when the horizon stops being able to move,
+        and ``callback(None)`` when it can again (not at every failed retry)."""
         ...
 
 

@@ -17,7 +17,9 @@ The unit of work is the run: topic and entitlement checks, the publisher's last 
 the append bookkeeping, the stage calls and the delivery encoding happen once per run, not
 once per message. What must stay per message stays per message: a duplicate sequence is
 answered alone (``duplicate``) and splits the run around it; a record the log refuses gets
-its exact failure from :meth:`TransactionLog.append`, and the rest of the run continues;
+its exact failure from :meth:`TransactionLog.append`, and the rest of the run continues
+(while the log refuses every write, a write outage, the whole run is refused at once with
+``txlog full`` and the cause, without trying each record);
 ``received`` and ``processed`` acks go out message by message, each before that message's
 deliveries, so a batched frame behaves on the wire exactly like one command per frame.
 """
@@ -50,7 +52,7 @@ from server.protocol.errors import (
 from server.protocol.frame import Message
 from server.stats.source import EventSink
 from server.topics import Topic, TopicTable
-from server.txlog import TransactionLog
+from server.txlog import TransactionLog, TxlogWriteFailed
 
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
@@ -181,6 +183,12 @@ class PublishPipeline:
         given = run.pub_seqs
         bodies = run.bodies
         n = len(bodies)
+        outage = txlog.write_outage
+        if outage is not None:  # the log refuses every write until the outage ends
+            refused = TxlogFull(outage.describe())
+            for i in range(n):
+                self._refuse(origin, run, i, refused)
+            return
         last = txlog.publisher_last(pub_hash)
         i = 0
         while i < n:
@@ -243,8 +251,12 @@ class PublishPipeline:
                 corr_id=run.corr_ids[i] if run.corr_ids else "",
                 sow_key=run.sow_keys[i] if run.sow_keys else "",
             )
-        except ProtocolFailure as exc:  # txlog full, a failed write: the reason stands
+        except ProtocolFailure as exc:  # txlog full (MaxSize): the reason stands
             self._refuse(origin, run, i, exc)
+            return
+        except TxlogWriteFailed as exc:  # a write outage (reported once by the log)
+            outage = txlog.write_outage
+            self._refuse(origin, run, i, TxlogFull(outage.describe() if outage else str(exc)))
             return
         except Exception as exc:
             self._events.emit("error", "txlog", "append_failed", error=repr(exc))
@@ -365,14 +377,16 @@ class PublishPipeline:
             self._acks.expect_duplicate(replies, run.pub_hash, s)
 
     def _refuse(self, origin: Origin, run: PublishRun, i: int, exc: ProtocolFailure) -> None:
-        """Message ``i`` failed: its ``received`` ack if asked, then the failure (always)."""
+        """Message ``i`` failed: its ``received`` ack if asked, then the failure (always),
+        with the message's own ``s`` when it gave one (PROTOCOL.md "Acks"), so a client
+        waiting for that sequence to persist learns it will not."""
         replies = origin.replies
         if replies is None:
             return
         kinds, cid = _acks_of(run.acks, i)
         if "received" in kinds:
             replies.ack("received", cid)
-        replies.fail(cid, exc)
+        replies.fail(cid, exc, s=run.pub_seqs[i])
 
 
 def _acks_of(acks: list[AckRequest], i: int) -> tuple[frozenset[str], str | None]:

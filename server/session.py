@@ -307,12 +307,12 @@ class Session:
     ) -> None:
         self.send(encode_ack(kind, cid=cid, status=status, reason=reason, **fields))
 
-    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
         """A failure ack with the reason string of PROTOCOL.md (always sent)."""
         self.send(
             encode_ack(
                 "processed", cid=cid, status="failure", reason=exc.reason,
-                detail=exc.detail or None, **exc.ack_fields(),
+                detail=exc.detail or None, **exc.ack_fields(), **fields,
             )
         )  # fmt: skip
 

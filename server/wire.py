@@ -2,7 +2,9 @@
 
 Delivered messages are the hottest bytes in the broker, so their headers are assembled from
 pre-encoded pieces (the topic and the subscription ids are JSON-encoded once) instead of
-going through a JSON encoder per message. Every producer of ``publish`` messages (the live
+going through a JSON encoder per message. The per-message loops of the common shapes run
+compiled when the extension is built (``_wire_c.pyx``, see :mod:`server.speedups`); the
+list comprehensions here are the pure-Python implementation and their oracle. Every producer of ``publish`` messages (the live
 fan-out, the replay sink, later SOW queries and replication) encodes here, so the layout is
 written once::
 
@@ -21,8 +23,18 @@ from typing import Final
 
 import orjson
 
+from server import speedups
 from server.bookmarks import format_bookmark, format_timestamp_us
 from server.txlog.batch import RecordBatch
+
+try:
+    from server import _wire_c
+except ImportError:  # not built: speedups.status() says why
+    _wire_c = None  # type: ignore[assignment]
+
+#: the compiled per-message loops (``_wire_c.pyx``), or None for the Python loops below,
+#: which are their oracle (``SPOOL_NO_EXTENSIONS=1``, or not built; server/speedups.py).
+_kernel = _wire_c if speedups.ENABLED else None
 
 __all__ = [
     "encode_batch",
@@ -121,15 +133,24 @@ def encode_run(
         )
     head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
     if pub_seqs is not None:
+        tail = b'|","ts":"' + ts.encode() + b'","l":' if ts else b'|","l":'
+        if _kernel is not None:
+            out: bytes | None = _kernel.bookmarked(head + b',"bm":"', None, pub_hash, pub_seqs, tail, bodies,
+                                     part)  # fmt: skip
+            if out is not None:
+                return out
         # "bm":"H|S|" with H fixed for the run: only S and the length vary per message
         head += b',"bm":"%d|' % pub_hash
-        tail = b'|","ts":"' + ts.encode() + b'","l":' if ts else b'|","l":'
         return b"".join(
             [b"%s%d%s%d}%s" % (head, pub_seqs[i], tail, len(bodies[i]), bodies[i]) for i in part]
         )
     if ts:
         head += b',"ts":"' + ts.encode() + b'"'
     head += b',"l":'
+    if _kernel is not None:
+        joined: bytes | None = _kernel.plain(head, bodies, part)
+        if joined is not None:
+            return joined
     return b"".join([b"%s%d}%s" % (head, len(bodies[i]), bodies[i]) for i in part])
 
 
@@ -156,6 +177,10 @@ def encode_batch(
     if topic_literal is not None and not want_ts and not batch.has_corr_ids():
         # one topic, nothing per record but the bookmark: one format per message
         head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids + b',"bm":"'
+        if _kernel is not None:
+            out: bytes | None = _kernel.bookmarked(head, hashes, 0, pseqs, b'|","l":', bodies, part)
+            if out is not None:
+                return out
         return b"".join(
             [
                 b'%s%d|%d|","l":%d}%s' % (head, hashes[i], pseqs[i], len(bodies[i]), bodies[i])

@@ -185,7 +185,8 @@ function normalizeHeader(header) {
 }
 
 /**
- * Split a frame into messages.
+ * Split a frame into messages, one header at a time (the definition; `parseFrame` gives
+ * the same result faster and falls back to this whenever it is not sure).
  *
  * Never throws: a malformed message ends parsing and is reported in `error`; the messages
  * before it are returned (a stream parser would have delivered them already).
@@ -193,73 +194,363 @@ function normalizeHeader(header) {
  * @param {Uint8Array} bytes the frame
  * @returns {{messages: Array<{header: object, body: Uint8Array}>, error: string|null}}
  */
-export function parseFrame(bytes) {
+export function parseFrameOneByOne(bytes) {
   const messages = [];
   const end = bytes.length;
   if (end === 0) return { messages, error: "empty frame" };
   let pos = 0;
   while (pos < end) {
-    const hend = findHeaderEnd(bytes, pos);
-    if (hend < 0) {
-      const what = bytes[pos] === BRACE_OPEN ? "unterminated JSON header" : "expected a JSON header";
-      return { messages, error: `${what} at byte ${pos}` };
-    }
-    let header;
-    try {
-      header = JSON.parse(decoder.decode(bytes.subarray(pos, hend)));
-    } catch (exc) {
-      return { messages, error: `header is not JSON: ${exc.message}` };
-    }
-    if (header === null || typeof header !== "object" || Array.isArray(header)) {
-      return { messages, error: "header is not a JSON object" };
-    }
-    header = normalizeHeader(header);
-    const length = header.l;
-    let body;
-    if (length === undefined || length === null) {
-      body = bytes.subarray(hend);
-      pos = end;
-    } else {
-      if (!Number.isInteger(length) || length < 0) {
-        return { messages, error: "'l' must be a non-negative integer" };
-      }
-      if (hend + length > end) {
-        return { messages, error: `'l' is ${length} but only ${end - hend} body bytes follow` };
-      }
-      body = bytes.subarray(hend, hend + length);
-      pos = hend + length;
-    }
-    messages.push({ header, body });
+    const one = parseOne(bytes, pos, end);
+    if (one.error !== undefined) return { messages, error: one.error };
+    messages.push({ header: one.header, body: one.body });
+    pos = one.next;
   }
   return { messages, error: null };
+}
+
+/** The message at `pos`: `{header, body, next}`, or `{error}` (the definition). */
+function parseOne(bytes, pos, end) {
+  const hend = findHeaderEnd(bytes, pos);
+  if (hend < 0) {
+    const what = bytes[pos] === BRACE_OPEN ? "unterminated JSON header" : "expected a JSON header";
+    return { error: `${what} at byte ${pos}` };
+  }
+  let header;
+  try {
+    header = JSON.parse(decoder.decode(bytes.subarray(pos, hend)));
+  } catch (exc) {
+    return { error: `header is not JSON: ${exc.message}` };
+  }
+  if (header === null || typeof header !== "object" || Array.isArray(header)) {
+    return { error: "header is not a JSON object" };
+  }
+  header = normalizeHeader(header);
+  const length = header.l;
+  if (length === undefined || length === null) {
+    return { header, body: bytes.subarray(hend), next: end };
+  }
+  if (!Number.isInteger(length) || length < 0) {
+    return { error: "'l' must be a non-negative integer" };
+  }
+  if (hend + length > end) {
+    return { error: `'l' is ${length} but only ${end - hend} body bytes follow` };
+  }
+  return { header, body: bytes.subarray(hend, hend + length), next: hend + length };
+}
+
+const COLON = 0x3a; // :
+const COMMA = 0x2c; // ,
+const LETTER_L = 0x6c; // l
+const DIGIT_0 = 0x30;
+const DIGIT_9 = 0x39;
+const BRACKET_OPEN = 0x5b; // [
+const BRACKET_CLOSE = 0x5d; // ]
+
+/**
+ * Where the header at `start` ends, and its `l` when the header holds it as `"l":DIGITS`
+ * at the top level; one pass over the bytes, no allocation. `length` is -1 when no such
+ * `l` was seen (no `l`, or a form this scan does not read: the caller then checks).
+ */
+function scanHeader(bytes, start, out) {
+  const limit = Math.min(bytes.length, start + MAX_HEADER_BYTES);
+  out.end = -1;
+  out.length = -1;
+  if (start >= limit || bytes[start] !== BRACE_OPEN) return;
+  let depth = 0;
+  let inString = false;
+  for (let i = start; i < limit; i++) {
+    const b = bytes[i];
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) inString = false;
+    } else if (b === QUOTE) {
+      // a top-level key "l" followed by ':' and digits
+      if (depth === 1 && bytes[i + 1] === LETTER_L && bytes[i + 2] === QUOTE &&
+          bytes[i + 3] === COLON && (bytes[i - 1] === BRACE_OPEN || bytes[i - 1] === COMMA)) {
+        let j = i + 4;
+        let n = 0;
+        let digits = 0;
+        while (j < limit && bytes[j] >= DIGIT_0 && bytes[j] <= DIGIT_9 && digits < 15) {
+          n = n * 10 + (bytes[j] - DIGIT_0);
+          j++;
+          digits++;
+        }
+        if (digits > 0) out.length = n;
+        i = j - 1;
+        continue;
+      }
+      inString = true;
+    } else if (b === BRACE_OPEN) {
+      depth++;
+    } else if (b === BRACE_CLOSE) {
+      depth--;
+      if (depth === 0) {
+        out.end = i + 1;
+        return;
+      }
+    }
+  }
+}
+
+const scratch = { end: -1, length: -1 };
+
+/**
+ * Split a frame into messages.
+ *
+ * Never throws: a malformed message ends parsing and is reported in `error`; the messages
+ * before it are returned (a stream parser would have delivered them already).
+ *
+ * The headers of a frame are found with one byte scan each (which also reads `l`), copied
+ * into one JSON array and decoded with ONE TextDecoder pass and ONE JSON.parse for the
+ * whole frame: a replay frame of a thousand deliveries is two native calls, not two
+ * thousand. Whenever the result could differ from the one-header-at-a-time definition
+ * (`parseFrameOneByOne`: a malformed header, an `l` this scan does not read, long keys),
+ * that definition runs instead, so both always agree.
+ *
+ * @param {Uint8Array} bytes the frame
+ * @returns {{messages: Array<{header: object, body: Uint8Array}>, error: string|null}}
+ */
+export function parseFrame(bytes) {
+  const end = bytes.length;
+  if (end === 0) return { messages: [], error: "empty frame" };
+  const starts = [];
+  const ends = [];
+  const lengths = [];
+  let total = 1;
+  let pos = 0;
+  while (pos < end) {
+    scanHeader(bytes, pos, scratch);
+    const hend = scratch.end;
+    if (hend < 0) return parseFrameOneByOne(bytes);
+    const length = scratch.length;
+    starts.push(pos);
+    ends.push(hend);
+    lengths.push(length);
+    total += hend - pos + 1;
+    if (length < 0) {
+      pos = end; // no readable `l`: the body runs to the end (checked after the parse)
+    } else {
+      if (hend + length > end) return parseFrameOneByOne(bytes);
+      pos = hend + length;
+    }
+  }
+  const joined = new Uint8Array(total);
+  let at = 0;
+  joined[at++] = BRACKET_OPEN;
+  for (let k = 0; k < starts.length; k++) {
+    if (k > 0) joined[at++] = COMMA;
+    joined.set(bytes.subarray(starts[k], ends[k]), at);
+    at += ends[k] - starts[k];
+  }
+  joined[at++] = BRACKET_CLOSE;
+  let headers;
+  try {
+    headers = JSON.parse(decoder.decode(joined));
+  } catch {
+    return parseFrameOneByOne(bytes);
+  }
+  if (!Array.isArray(headers) || headers.length !== starts.length) return parseFrameOneByOne(bytes);
+  const messages = new Array(starts.length);
+  for (let k = 0; k < starts.length; k++) {
+    const header = headers[k];
+    if (header === null || typeof header !== "object" || Array.isArray(header)) {
+      return parseFrameOneByOne(bytes);
+    }
+    const length = lengths[k];
+    const l = header.l;
+    if (length < 0 ? l !== undefined && l !== null : l !== length) return parseFrameOneByOne(bytes);
+    if (length < 0 && k !== starts.length - 1) return parseFrameOneByOne(bytes);
+    for (const key in header) {
+      if (Object.hasOwn(LONG_KEYS, key)) return parseFrameOneByOne(bytes);
+    }
+    const hend = ends[k];
+    messages[k] = { header, body: length < 0 ? bytes.subarray(hend) : bytes.subarray(hend, hend + length) };
+  }
+  return { messages, error: null };
+}
+
+const PREFIX_PUBLISH = encoder.encode('{"c":"publish","t":"');
+const KEY_SIDS = encoder.encode(',"sids":"');
+const KEY_BM = encoder.encode(',"bm":"');
+const KEY_TS = encoder.encode(',"ts":"');
+const KEY_X = encoder.encode(',"x":"');
+const KEY_L = encoder.encode(',"l":');
+
+/** `i + lit.length` when `bytes` holds `lit` at `i`, else -1. */
+function expect(bytes, i, end, lit) {
+  if (i < 0 || end - i < lit.length) return -1;
+  for (let k = 0; k < lit.length; k++) if (bytes[i + k] !== lit[k]) return -1;
+  return i + lit.length;
+}
+
+/** Index of the quote closing a plain printable-ASCII string (no escape) from `i`, or -1. */
+function plainStringEnd(bytes, i, end) {
+  for (; i < end; i++) {
+    const b = bytes[i];
+    if (b === QUOTE) return i;
+    if (b < 0x20 || b >= 0x80 || b === BACKSLASH) return -1;
+  }
+  return -1;
+}
+
+function sameBytes(bytes, a, b, n) {
+  for (let k = 0; k < n; k++) if (bytes[a + k] !== bytes[b + k]) return false;
+  return true;
+}
+
+function ascii(bytes, start, stop) {
+  return String.fromCharCode.apply(null, bytes.subarray(start, stop));
+}
+
+/**
+ * Split a frame from the broker for the session: a delivery in the broker's own header
+ * layout (`{"c":"publish","t":T,"sids":S[,"bm":B][,"ts":TS][,"x":X],"l":N}` with plain
+ * ASCII strings) becomes a lazy `SpoolMessage` read straight from the bytes (no string,
+ * header object or body view allocated until asked for; the topic and `sids` strings are
+ * shared by a frame's messages); any other message is `{header, body}` as
+ * `parseFrameOneByOne` gives it, and so is the error. A Chromium test checks that the
+ * messages' headers and bodies are exactly the definition's.
+ *
+ * @param {Uint8Array} bytes the frame
+ * @returns {{items: Array<SpoolMessage|{header: object, body: Uint8Array}>, error: string|null}}
+ */
+export function splitFrame(bytes) {
+  const items = [];
+  const end = bytes.length;
+  if (end === 0) return { items, error: "empty frame" };
+  let pos = 0;
+  let topic = null;
+  let topicAt = -1;
+  let topicLen = -1;
+  let sids = null;
+  let sidsAt = -1;
+  let sidsLen = -1;
+  while (pos < end) {
+    let message = null;
+    let i = expect(bytes, pos, end, PREFIX_PUBLISH);
+    if (i >= 0) {
+      const limit = Math.min(end, pos + MAX_HEADER_BYTES);
+      const tEnd = plainStringEnd(bytes, i, limit);
+      const sStart = tEnd < 0 ? -1 : expect(bytes, tEnd + 1, limit, KEY_SIDS);
+      const sEnd = sStart < 0 ? -1 : plainStringEnd(bytes, sStart, limit);
+      if (sEnd >= 0) {
+        if (tEnd - i !== topicLen || !sameBytes(bytes, topicAt, i, topicLen)) {
+          topic = ascii(bytes, i, tEnd);
+          topicAt = i;
+          topicLen = tEnd - i;
+        }
+        if (sEnd - sStart !== sidsLen || !sameBytes(bytes, sidsAt, sStart, sidsLen)) {
+          sids = ascii(bytes, sStart, sEnd);
+          sidsAt = sStart;
+          sidsLen = sEnd - sStart;
+        }
+        let at = sEnd + 1;
+        let bmS = -1, bmE = -1, tsS = -1, tsE = -1, xS = -1, xE = -1;
+        let j = expect(bytes, at, limit, KEY_BM);
+        if (j >= 0) { bmS = j; bmE = plainStringEnd(bytes, j, limit); at = bmE < 0 ? -1 : bmE + 1; }
+        j = expect(bytes, at, limit, KEY_TS);
+        if (j >= 0) { tsS = j; tsE = plainStringEnd(bytes, j, limit); at = tsE < 0 ? -1 : tsE + 1; }
+        j = expect(bytes, at, limit, KEY_X);
+        if (j >= 0) { xS = j; xE = plainStringEnd(bytes, j, limit); at = xE < 0 ? -1 : xE + 1; }
+        j = expect(bytes, at, limit, KEY_L);
+        if (j >= 0 && j < limit && !(bytes[j] === DIGIT_0 && bytes[j + 1] >= DIGIT_0 && bytes[j + 1] <= DIGIT_9)) {
+          let n = 0;
+          let digits = 0;
+          while (j < limit && bytes[j] >= DIGIT_0 && bytes[j] <= DIGIT_9 && digits < 15) {
+            n = n * 10 + (bytes[j] - DIGIT_0);
+            j++;
+            digits++;
+          }
+          if (digits > 0 && bytes[j] === BRACE_CLOSE && j + 1 + n <= end) {
+            message = SpoolMessage.fromFrame(bytes, topic, sids, bmS, bmE, tsS, tsE, xS, xE, j + 1, n);
+            pos = j + 1 + n;
+          }
+        }
+      }
+    }
+    if (message === null) {
+      const one = parseOne(bytes, pos, end);
+      if (one.error !== undefined) return { items, error: one.error };
+      items.push({ header: one.header, body: one.body });
+      pos = one.next;
+    } else {
+      items.push(message);
+    }
+  }
+  return { items, error: null };
 }
 
 // ---------------------------------------------------------------------------------------
 // Messages delivered to the application
 // ---------------------------------------------------------------------------------------
 
+/** `sids` values already split (a client has a few subscriptions; bounded). */
+const SIDS_CACHE = new Map();
+
 /** One message from the broker (a delivered publish, sow record, oof, ...). */
 export class SpoolMessage {
   constructor(header, body) {
-    /** The header with short keys, as received. */
-    this.header = header;
-    /** The body bytes (a view into the frame; copy it to keep it past the callback). */
-    this.body = body;
+    this._header = header;
+    this._body = body;
     this._text = null;
+    this._frame = null;
+  }
+
+  /**
+   * A delivery read by `splitFrame`: its fields stay offsets into the frame until used
+   * (the header object, the bookmark string and the body view are made on first access).
+   */
+  static fromFrame(frame, topic, sids, bmS, bmE, tsS, tsE, xS, xE, bodyStart, bodyLen) {
+    const m = new SpoolMessage(null, null);
+    m._frame = frame;
+    m._topic = topic;
+    m._sids = sids;
+    m._bmS = bmS;
+    m._bmE = bmE;
+    m._tsS = tsS;
+    m._tsE = tsE;
+    m._xS = xS;
+    m._xE = xE;
+    m._bodyStart = bodyStart;
+    m._bodyLen = bodyLen;
+    return m;
+  }
+
+  /** The header with short keys, as received. */
+  get header() {
+    if (this._header === null) {
+      const f = this._frame;
+      const h = { c: "publish", t: this._topic, sids: this._sids };
+      if (this._bmS >= 0) h.bm = ascii(f, this._bmS, this._bmE);
+      if (this._tsS >= 0) h.ts = ascii(f, this._tsS, this._tsE);
+      if (this._xS >= 0) h.x = ascii(f, this._xS, this._xE);
+      h.l = this._bodyLen;
+      this._header = h;
+    }
+    return this._header;
+  }
+
+  /** The body bytes (a view into the frame; copy it to keep it past the callback). */
+  get body() {
+    if (this._body === null) {
+      this._body = this._frame.subarray(this._bodyStart, this._bodyStart + this._bodyLen);
+    }
+    return this._body;
   }
 
   /** Command name: "publish", "sow", "oof", "group_begin", "group_end". */
   get command() {
-    return this.header.c;
+    return this._header === null ? "publish" : this.header.c;
   }
 
   get topic() {
-    return this.header.t;
+    return this._header === null ? this._topic : this.header.t;
   }
 
   /** The bookmark `PUBHASH|PUBSEQ|` (messages of recorded topics only). */
   get bookmark() {
-    return this.header.bm;
+    if (this._header !== null) return this._header.bm;
+    return this._bmS >= 0 ? ascii(this._frame, this._bmS, this._bmE) : undefined;
   }
 
   /** Server time the message was recorded (only with the `timestamp` option). */
@@ -275,10 +566,16 @@ export class SpoolMessage {
     return this.header.k;
   }
 
-  /** The subscription ids this message matched. */
+  /** The subscription ids this message matched (split once per distinct `sids`). */
   get subIds() {
-    const sids = this.header.sids ?? this.header.sub_id;
-    return typeof sids === "string" && sids ? sids.split(",") : [];
+    const sids = this._header === null ? this._sids : (this.header.sids ?? this.header.sub_id);
+    if (typeof sids !== "string" || !sids) return [];
+    let ids = SIDS_CACHE.get(sids);
+    if (ids === undefined) {
+      ids = Object.freeze(sids.split(","));
+      if (SIDS_CACHE.size < 1024) SIDS_CACHE.set(sids, ids);
+    }
+    return ids;
   }
 
   /** The body as text (UTF-8, decoded once). */
@@ -436,6 +733,8 @@ export class SpoolClient {
     this._persistWaiters = [];
     /** sub_id -> subscription state (handlers, last bookmark for resubscribe) */
     this._subs = new Map();
+    /** subscriptions with an onBatch callback holding messages of the current frame */
+    this._batching = [];
     this._out = [];
     this._outBytes = 0;
     this._flushScheduled = false;
@@ -787,6 +1086,10 @@ export class SpoolClient {
    * @param {function(SpoolError)} [opts.onError] called on a later failure
    * @param {function(string)} [opts.onPosition] called with the durable position the
    *   broker reports periodically for a bookmark subscription
+   * @param {function(SpoolMessage[])} [opts.onBatch] called instead of `onMessage` with
+   *   the messages of one frame for this subscription, in order (a replay delivers them
+   *   by the thousand): one call per frame instead of one per message. The array is the
+   *   callback's to keep; message bodies are views into the frame (copy to keep them).
    * @param {function(SpoolMessage)} onMessage called for every message delivered
    * @returns {Promise<string>}
    */
@@ -817,6 +1120,9 @@ export class SpoolClient {
       bookmark: opts.bookmark,
       options: opts.options,
       onMessage,
+      onBatch: opts.onBatch,
+      /** messages of the frame being dispatched, for onBatch */
+      batch: null,
       onCompleted: opts.onCompleted,
       onError: opts.onError,
       onPosition: opts.onPosition,
@@ -862,14 +1168,20 @@ export class SpoolClient {
   _onFrame(frame) {
     if (this._transport === null) return; // frames still in flight after a teardown
     this._lastRx = Date.now();
-    const { messages, error } = parseFrame(frame);
-    for (const { header, body } of messages) {
+    const { items, error } = splitFrame(frame);
+    for (const item of items) {
       try {
-        this._dispatch(header, body);
+        if (item instanceof SpoolMessage) {
+          this._deliver(item); // a delivery read by the fast path
+          continue;
+        }
+        if (item.header.c !== "publish" && this._batching.length > 0) this._flushBatches();
+        this._dispatch(item.header, item.body);
       } catch (exc) {
         this._emit("error", exc);
       }
     }
+    if (this._batching.length > 0) this._flushBatches();
     if (error !== null) {
       // The broker never sends malformed frames; if it happens the stream is untrustworthy.
       const transport = this._transport;
@@ -908,7 +1220,17 @@ export class SpoolClient {
       const sub = this._subs.get(id);
       if (sub === undefined || !sub.active) continue;
       delivered = true;
-      if (message.bookmark) sub.lastBookmark = message.bookmark;
+      if (sub.onBatch) {
+        // the batch's last bookmark becomes the resume point when the batch is handed over
+        if (sub.batch === null) {
+          sub.batch = [];
+          this._batching.push(sub);
+        }
+        sub.batch.push(message);
+        continue;
+      }
+      const bookmark = message.bookmark;
+      if (bookmark) sub.lastBookmark = bookmark;
       try {
         sub.onMessage(message);
       } catch (exc) {
@@ -916,6 +1238,30 @@ export class SpoolClient {
       }
     }
     if (!delivered) this._emit("message", message);
+  }
+
+  /** Hand every subscription's collected messages to its batch callback (at the end of a
+   * frame, and before any other message of the frame, so the order of events is kept). */
+  _flushBatches() {
+    const subs = this._batching;
+    this._batching = [];
+    for (const sub of subs) {
+      const batch = sub.batch;
+      sub.batch = null;
+      for (let k = batch.length - 1; k >= 0; k--) {
+        const bookmark = batch[k].bookmark;
+        if (bookmark) {
+          sub.lastBookmark = bookmark;
+          break;
+        }
+      }
+      if (!sub.active) continue;
+      try {
+        sub.onBatch(batch);
+      } catch (exc) {
+        this._emit("error", exc);
+      }
+    }
   }
 
   _onAck(header) {

@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Protocol, TypedDict
+from typing import Any, Final, NotRequired, Protocol, TypedDict
 
 import orjson
 from starlette.requests import Request
@@ -40,6 +40,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Receive, Scope, Send
 
+from server.alerts import Alert
 from server.clock import Clock
 from server.stats.histogram import HistogramSnapshot
 from server.stats.rates import interval_histogram, rate
@@ -122,6 +123,8 @@ def page_context(request: Request, page: Page) -> dict[str, Any]:
         "auth_enabled": state.broker.auth.enabled,
         # AllowPlaintext on a non-loopback address: every page says so (docs/security.md)
         "plaintext_exposed": state.config.plaintext_exposed,
+        # conditions every page shows until they end (a write outage...): server/alerts.py
+        "alerts": state.broker.operations.alerts(),
         # set by web.auth's middleware (Starlette's convention): a UserConfig or None
         "user_name": getattr(request.scope.get("user"), "name", None),
     }
@@ -150,7 +153,8 @@ class LivePoint(TypedDict):
     persisted-ack latency percentiles of the acks sent in that interval (None when there
     was none). ``catching_up`` is how many live subscriptions read the log after a burst
     now; ``spills``, ``catch_up_seconds`` and ``disconnects`` (by cause) are totals since
-    the start.
+    the start. ``alerts`` are the conditions every page shows in a banner
+    (server/alerts.py), added by the feed at each tick.
     """
 
     time: float
@@ -171,6 +175,7 @@ class LivePoint(TypedDict):
     spills: int
     catch_up_seconds: float
     disconnects: dict[str, int]
+    alerts: NotRequired[list[Alert]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +290,8 @@ class LiveSource(Protocol):
     def stopping(self) -> bool: ...
 
     def metrics_snapshot(self) -> MetricsSnapshot: ...
+
+    def alerts(self) -> list[Alert]: ...
 
 
 def sse_event(data: bytes, event: str | None = None) -> bytes:
@@ -427,6 +434,7 @@ class LiveFeed:
         point = self._builder.update(self._broker.metrics_snapshot(), self._clock.monotonic())
         out: list[bytes] = []
         if point is not None:
+            point["alerts"] = self._broker.alerts()
             self._points.append(point)
             out.append(sse_event(_dumps(point)))
         fresh = self._scan_log(broadcast=True)

@@ -4,6 +4,10 @@ The broker lives in uvicorn's event loop. On SIGTERM/SIGINT the shutdown runs in
 1. stop accepting connections, 2. close every client with ``shutting down`` after its
 buffered messages left (persisted acks included), 3. uvicorn's own connection shutdown,
 4. the app lifespan stops the broker (sampler, final fsync of the log, event log).
+
+The data directory's lock (server/datalock.py) is taken by the caller before anything
+touches a file; once bound, the server writes its address into the lock file, so a second
+instance refused on the same directory can say who holds it and where.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from pathlib import Path
 
 import uvicorn
 
+from server import speedups
 from server.config import Config
+from server.datalock import DataDirectoryLock
 from server.engine import Broker
 from server.tls.errors import TlsError
+from server.txlog import FileSeam
 from web.app import create_app
 from web.tls import tls_protocols
 
@@ -35,11 +42,13 @@ class SpoolServer(uvicorn.Server):
         spool_config: Config,
         port_file: Path | None,
         broker: Broker,
+        lock: DataDirectoryLock | None = None,
     ) -> None:
         super().__init__(config)
         self.spool_config = spool_config
         self.port_file = port_file
         self.broker = broker
+        self.lock = lock
         self._reloads: set[asyncio.Task[None]] = set()
         # an action's amps-action-do-shutdown stops the server as SIGTERM does
         broker.lifecycle.shutdown_hosts.append(self._shutdown_requested)
@@ -57,6 +66,8 @@ class SpoolServer(uvicorn.Server):
         port = self.bound_port()
         host = self.spool_config.admin.host
         shown = f"[{host}]" if ":" in host else host
+        if self.lock is not None:
+            self.lock.record_address(f"{shown}:{port}")
         if self.port_file is not None:
             tmp = self.port_file.with_suffix(".tmp")
             tmp.write_text(str(port))
@@ -73,6 +84,9 @@ class SpoolServer(uvicorn.Server):
             file=sys.stderr,
             flush=True,
         )
+        notice = speedups.startup_notice()
+        if notice is not None:
+            print(notice, file=sys.stderr, flush=True)
 
     def _sighup(self) -> None:
         """Reload the TLS certificate pair (a failure is in the event log; the old pair
@@ -144,9 +158,23 @@ def _listener_context(context: ssl.SSLContext) -> SslContextFactory:
     return factory
 
 
-def run(config: Config, *, port_file: Path | None = None, log_level: str = "warning") -> int:
-    """Serve until a signal; returns the process exit code."""
-    broker = Broker(config)
+def run(
+    config: Config,
+    *,
+    port_file: Path | None = None,
+    log_level: str = "warning",
+    lock: DataDirectoryLock | None = None,
+    files: FileSeam | None = None,
+) -> int:
+    """Serve until a signal; returns the process exit code.
+
+    Args:
+        lock: the instance's data-directory lock, taken by the caller (its lock files get
+            the bound address).
+        files: the transaction log's file seam (None: the real one; the fault tests'
+            launcher, tests/support/faulty_serve.py, injects failures here).
+    """
+    broker = Broker(config, files=files)
     app = create_app(config, broker=broker)
     ws = next((t for t in config.transports if t.type == "websocket"), None)
     http_protocol: type[asyncio.Protocol] | str = "auto"
@@ -174,6 +202,6 @@ def run(config: Config, *, port_file: Path | None = None, log_level: str = "warn
         timeout_graceful_shutdown=5,
         server_header=False,
     )
-    server = SpoolServer(uv_config, config, port_file, broker)
+    server = SpoolServer(uv_config, config, port_file, broker, lock)
     server.run()
     return 0 if server.started else 1

@@ -26,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final
 
+from server.client.buffer import EMPTY, MessageBuffer
 from server.client.connection import Connector, Handlers, Transport, connect_websocket
 from server.client.errors import ClientError, Disconnected
 from server.client.events import (
@@ -62,12 +63,14 @@ def _nothing() -> None:
 
 
 class Subscription:
-    """An async iterator of the messages of one subscription.
+    """An async iterator of the messages of one subscription; :meth:`batches` iterates
+    them a run at a time.
 
     Attributes:
         sub_id: the subscription id.
-        queue: the messages not consumed yet (bounded by the client's ``queue_size``:
-            when it is full the client stops reading, and backpressure reaches the broker).
+        queue: the messages not consumed yet, in the runs they arrived in (bounded by the
+            client's ``queue_size`` in messages: when it is full the client stops reading,
+            and backpressure reaches the broker).
         completed: set when the broker's ``completed`` ack arrived (replay caught up).
         position_bookmark: the last durable position the broker reported for it.
     """
@@ -75,23 +78,42 @@ class Subscription:
     def __init__(self, client: Client, sub_id: str, maxsize: int) -> None:
         self.client = client
         self.sub_id = sub_id
-        self.queue: asyncio.Queue[object] = asyncio.Queue(maxsize)
+        self.queue = MessageBuffer(maxsize)
         self.completed = asyncio.Event()
         self.position_bookmark: str | None = None
         self.acks: list[Ack] = []
-        self._ending: set[asyncio.Task[None]] = set()
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Message]:
+        take = self.queue.take
         while True:
-            item = await self.queue.get()
+            item = take()
+            if item is EMPTY:
+                item = await self.queue.get()
             if item is _END:
                 return
             if isinstance(item, BaseException):
                 raise item
             assert isinstance(item, Message)
+            yield item
+
+    async def batches(self) -> AsyncIterator[Sequence[Message]]:
+        """The messages a run at a time: each batch holds the consecutive deliveries of
+        one frame for this subscription (up to thousands during a replay), in order.
+
+        Ends like the per-message iteration (after an unsubscribe; raises what ended the
+        subscription). Mixing both iterations is fine: a batch starts where the other
+        left off.
+        """
+        while True:
+            item = await self.queue.get_batch()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, list)
             yield item
 
     async def get(self, timeout: float | None = None) -> Message:
@@ -109,14 +131,8 @@ class Subscription:
 
     def _end(self, item: BaseException | object) -> None:
         """Queue the last item (the end marker or the exception that ended it) after every
-        message already queued, without blocking: when the queue is full, a task puts it
-        as soon as the consumer makes room."""
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            task = asyncio.get_running_loop().create_task(self.queue.put(item))
-            self._ending.add(task)
-            task.add_done_callback(self._ending.discard)
+        message already queued, without blocking."""
+        self.queue.put_end(item)
 
 
 class Client:
@@ -296,6 +312,20 @@ class Client:
         self._flush_soon()
         return seq
 
+    def publish_many(
+        self, topic: str, items: Sequence[bytes | str | Any], *, persisted: bool = False
+    ) -> int:
+        """Queue a publish per item (bytes, text or JSON-able), encoded in one pass and
+        sent in the next frame; returns the last sequence number.
+
+        The fast path for publishing many messages: the same as :meth:`publish` per item
+        with automatic sequence numbers, but the headers are encoded once for the batch.
+        """
+        bodies = [d if type(d) is bytes else encode_body(d) for d in items]
+        seq = self._state.publish_many(topic, bodies, persisted=persisted)
+        self._flush_soon()
+        return seq
+
     async def publish_acked(
         self, topic: str, data: bytes | str | Any, *, timeout: float = 30.0
     ) -> Ack:
@@ -303,17 +333,37 @@ class Client:
         return await self._reply(self._state.publish_command(topic, encode_body(data)), timeout)
 
     async def wait_persisted(self, seq: int, timeout: float = 30.0) -> None:
-        """Wait until the broker acked persistence of every publish up to ``seq``."""
+        """Wait until the broker acked persistence of every publish up to ``seq``.
+
+        Raises:
+            ProtocolFailure: the broker said ``seq`` is not persisted (``txlog full`` while
+                its log refuses writes, or the publish was refused): at once, not after
+                ``timeout``. That failure stays the answer for ``seq`` until a later
+                persisted ack covers it: the publish may still be persisted (the log
+                retries), so wait for :attr:`persisted_seq` or resend from it (duplicates
+                are recognised and acked as persisted).
+            Disconnected: the connection closed first.
+            TimeoutError: nothing decided within ``timeout``.
+        """
+        state = self._state
 
         async def _wait() -> None:
             async with self._persisted:
                 await self._persisted.wait_for(
-                    lambda: self.persisted_seq >= seq or self.closed.is_set()
+                    lambda: (
+                        state.persisted_seq >= seq
+                        or state.not_persisted(seq) is not None
+                        or self.closed.is_set()
+                    )
                 )
 
         await asyncio.wait_for(_wait(), timeout)
-        if self.persisted_seq < seq:
-            raise Disconnected(self.close_reason, self.close_code)
+        if state.persisted_seq >= seq:
+            return
+        failed = state.not_persisted(seq)
+        if failed is not None:
+            raise failure_for(failed.reason or "", str(failed.header.get("detail", "")))
+        raise Disconnected(self.close_reason, self.close_code)
 
     async def subscribe(
         self,
@@ -363,10 +413,8 @@ class Client:
     async def _frame_received(self, data: bytes) -> None:
         for event in self._state.receive_frame(data):
             if type(event) is Delivered:
-                # Awaited: a full queue stops the reader (backpressure to the broker).
-                put = event.subscription.queue.put
-                for message in event.messages:
-                    await put(message)
+                # Awaited: a full buffer stops the reader (backpressure to the broker).
+                await event.subscription.queue.put_run(event.messages)
             else:
                 await self._apply(event)
 
@@ -384,7 +432,10 @@ class Client:
             event.subscription.completed.set()
         elif isinstance(event, Failed):
             if event.subscription is not None:
-                await event.subscription.queue.put(event.error)
+                event.subscription.queue.put_end(event.error)
+            else:  # perhaps a publish that wait_persisted waits for
+                async with self._persisted:
+                    self._persisted.notify_all()
         elif isinstance(event, ConnectionFailed):
             await self._malformed(event.error)
         # Delivered never gets here (the hot path above); HeartbeatReceived needs nothing:

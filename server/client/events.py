@@ -21,39 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
-import orjson
-
 from server.protocol.errors import ProtocolFailure
 from server.protocol.frame import FrameError
+from server.protocol.message import Delivery
+
+#: a message delivered to a subscription (topic, data, sub_ids, bookmark, timestamp,
+#: correlation_id, header, json()): built by the frame splitter for clients without a
+#: header dict per message (server/protocol/message.py says how).
+Message = Delivery
 
 S = TypeVar("S")
-
-
-@dataclass(slots=True)
-class Message:
-    """A message delivered to a subscription.
-
-    Attributes:
-        topic: the topic it was published to.
-        data: the body, byte for byte as published.
-        sub_ids: the ids of the subscriptions it matched (one message may serve several).
-        bookmark: its bookmark (``PUBHASH|PUBSEQ|``) on recorded topics.
-        timestamp: when it was recorded, if the subscription asked for ``timestamp``.
-        correlation_id: the publisher's tag, passed through untouched.
-        header: the whole header, short keys.
-    """
-
-    topic: str
-    data: bytes
-    sub_ids: tuple[str, ...]
-    bookmark: str | None
-    timestamp: str | None
-    correlation_id: str | None
-    header: dict[str, Any]
-
-    def json(self) -> Any:
-        """The body decoded as JSON."""
-        return orjson.loads(self.data)
 
 
 @dataclass(slots=True)

@@ -43,8 +43,9 @@ from server.client.events import (
     PositionReported,
     Replied,
 )
+from server.protocol.delivery import split_deliveries
 from server.protocol.errors import failure_for
-from server.protocol.frame import FrameError, parse_frame
+from server.protocol.frame import FrameError, encode_publishes
 
 S = TypeVar("S")
 
@@ -73,6 +74,9 @@ class SessionState(Generic[S]):
         seq: the last sequence number given to a publish of this client name.
         persisted_seq: the highest sequence the broker acked as persisted (from the logon
             ack, then from conflated persisted acks).
+        unpersisted: the latest failure saying publishes up to its ``s`` are not persisted
+            (a ``persisted`` failure while the broker's log refuses writes, or a refused
+            publish), as ``(s, ack)``; a later success above ``s`` supersedes it.
         logon: what the logon ack said, once it arrived.
         failures: every failure ack no command was waiting for, in arrival order.
         error: the parse error of a malformed frame from the broker, once there was one.
@@ -82,6 +86,7 @@ class SessionState(Generic[S]):
         self.name = name
         self.seq = 0
         self.persisted_seq = 0
+        self.unpersisted: tuple[int, Ack] | None = None
         self.logon: LogonInfo | None = None
         self.failures: list[Ack] = []
         self.error: FrameError | None = None
@@ -224,6 +229,24 @@ class SessionState(Generic[S]):
         self._out.append(orjson.dumps(header) + body)
         return seq or 0
 
+    def publish_many(self, topic: str, bodies: list[bytes], *, persisted: bool = False) -> int:
+        """Queue a publish per body, numbered from the next sequence, encoded in one pass;
+        returns the last sequence number (the current one when ``bodies`` is empty).
+
+        The batch form of :meth:`publish` (every message gets an automatic sequence, no
+        correlation id): the header's constant parts are encoded once for the batch.
+        """
+        if self._lost is not None:
+            raise Disconnected(self._lost.reason, self._lost.code)
+        if not bodies:
+            return self.seq
+        first = self.seq + 1
+        head = b'{"c":"publish","t":' + orjson.dumps(topic) + b',"s":'
+        mid = b',"a":"persisted","l":' if persisted else b',"l":'
+        self._out.append(encode_publishes(head, first, mid, bodies))
+        self.seq = first + len(bodies) - 1
+        return self.seq
+
     def publish_command(self, topic: str, body: bytes) -> str:
         """Queue a publish with the next sequence number that waits for its processed ack."""
         self.seq += 1
@@ -280,44 +303,34 @@ class SessionState(Generic[S]):
         """
         if self.error is not None:
             return []
-        parsed = parse_frame(data)
+        items, error = split_deliveries(data)
         events: list[Event[S]] = []
         subs = self._subs
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
         run_sid: str | None = None
         run: list[Message] = []
-        for msg in parsed.messages:
-            h = msg.header
-            c = h.get("c")
-            if c == "publish":
-                sids = tuple(str(h.get("sids", "")).split(","))
-                message = Message(
-                    topic=h.get("t", ""),
-                    data=msg.body,
-                    sub_ids=sids,
-                    bookmark=h.get("bm"),
-                    timestamp=h.get("ts"),
-                    correlation_id=h.get("x"),
-                    header=h,
-                )
-                for sid in sids:
+        for item in items:
+            if type(item) is Message:
+                for sid in item.sub_ids:
                     if sid == run_sid:
-                        run.append(message)
+                        run.append(item)
                         continue
                     sub = subs.get(sid)
                     if sub is not None:
-                        run = [message]
+                        run = [item]
                         run_sid = sid
                         events.append(Delivered(sub, run))
                 continue
             run_sid = None
+            h = item.header
+            c = h.get("c")
             if c == "ack":
                 self._ack(h, events)
             elif c == "heartbeat":
                 events.append(HEARTBEAT)
-        if parsed.error is not None:
-            self.error = parsed.error
-            events.append(ConnectionFailed(parsed.error))
+        if error is not None:
+            self.error = error
+            events.append(ConnectionFailed(error))
         return events
 
     def _ack(self, h: dict[str, Any], events: list[Event[S]]) -> None:
@@ -332,6 +345,7 @@ class SessionState(Generic[S]):
                     events.append(PositionReported(handle, h.get("bm")))
                 return
             if not ack.ok:
+                self._not_persisted(ack)
                 self._failed(ack, None, events)
                 return
             s = int(h.get("s", 0) or 0)
@@ -343,6 +357,8 @@ class SessionState(Generic[S]):
             handle = self._subs.get(h.get("sub_id", ""))
             if handle is not None:
                 events.append(Completed(handle, ack))
+        if not ack.ok and kind == "processed" and ack.reason != "duplicate":
+            self._not_persisted(ack)  # a refused publish carries its own s
         cid = ack.cid
         if cid is not None and cid in self._waiting:
             if kind == "completed" and ack.ok:
@@ -354,6 +370,24 @@ class SessionState(Generic[S]):
             return
         if not ack.ok:
             self._failed(ack, self._subs.get(h.get("sub_id", "") or ""), events)
+
+    def _not_persisted(self, ack: Ack) -> None:
+        s = ack.header.get("s")
+        if (
+            isinstance(s, int)
+            and not isinstance(s, bool)
+            and s > self.persisted_seq
+            and (self.unpersisted is None or s >= self.unpersisted[0])
+        ):
+            self.unpersisted = (s, ack)
+
+    def not_persisted(self, seq: int) -> Ack | None:
+        """The failure saying ``seq`` is not persisted, if one came and no later success
+        covers ``seq`` (see :attr:`unpersisted`)."""
+        failed = self.unpersisted
+        if failed is None or seq <= self.persisted_seq or seq > failed[0]:
+            return None
+        return failed[1]
 
     def _failed(self, ack: Ack, handle: S | None, events: list[Event[S]]) -> None:
         self.failures.append(ack)

@@ -195,6 +195,8 @@ def render_default_xml() -> str:
     <PreallocatedJournalFiles>{txlog.preallocated_files}</PreallocatedJournalFiles>
     <JournalSize>{format_size(txlog.journal_size)}</JournalSize>
     <FlushInterval>{format_duration(txlog.flush_interval)}</FlushInterval>
+    <!-- after a failed journal write: retry after this, then x2 each time, up to x16 -->
+    <WriteRetryInterval>{format_duration(txlog.write_retry_interval)}</WriteRetryInterval>
     <MaxSize>{txlog.max_size}</MaxSize>  <!-- 0 = unlimited -->
     <Topic><Name>{topic.name}</Name><MessageType>{topic.message_type}</MessageType></Topic>
   </TransactionLog>

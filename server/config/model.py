@@ -161,9 +161,12 @@ class TransactionLogConfig:
     Attributes:
         journal_directory: active and preallocated journal files.
         archive_directory: where archived journals are moved.
-        preallocated_files: journals created ahead of need (0 = create on demand).
+        preallocated_files: journals created ahead of need (the XML element is at least 1;
+            0 here, for tests, creates every journal on demand).
         journal_size: bytes per journal file before rolling to the next.
         flush_interval: group-commit window in seconds (30us..100ms).
+        write_retry_interval: after a failed journal write or fsync, the first retry comes
+            this many seconds later, then twice as long each time, up to 16 times it.
         topics: the recorded topics; see :meth:`records`.
         max_size: bytes of journals kept locally (active + preallocated + archived) before
             publishes fail with "txlog full"; 0 = unlimited.
@@ -174,6 +177,7 @@ class TransactionLogConfig:
     preallocated_files: int = 2
     journal_size: int = 64 * 1024 * 1024
     flush_interval: float = 0.001  # seconds, 30us..100ms
+    write_retry_interval: float = 1.0  # seconds, 10ms..10m
     topics: tuple[TopicRule, ...] = ()
     # Maximum bytes of journals (active + preallocated + archived kept locally) before
     # publishes fail with "txlog full"; 0 = unlimited.

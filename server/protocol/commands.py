@@ -7,11 +7,13 @@ guess. :func:`encode_ack` builds ack messages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
 import orjson
 
+from server import speedups
 from server.protocol.errors import InvalidCommand, InvalidMessage
 from server.protocol.frame import Message
 
@@ -228,8 +230,12 @@ class PublishScan:
     end: int
 
 
-def take_publish_run(msgs: list[Message], start: int) -> PublishScan | None:
+def take_publish_run_py(msgs: list[Message], start: int) -> PublishScan | None:
     """The run of *plain* publishes to one topic at ``msgs[start:]``, or None.
+
+    The pure-Python implementation and the oracle of the compiled loop
+    (``_commands_c.pyx``, :mod:`server.speedups`); :func:`take_publish_run` is the one
+    selected.
 
     The publish hot path: a publisher's frame usually holds many publishes to one topic,
     and :func:`decode_command` per message costs more than the rest of the publish.
@@ -298,3 +304,20 @@ def take_publish_run(msgs: list[Message], start: int) -> PublishScan | None:
     if j == start:
         return None
     return PublishScan(topic, seqs, bodies, acks, j)
+
+
+def _take_publish_run_c(msgs: list[Message], start: int) -> PublishScan | None:
+    """:func:`take_publish_run_py` with its loop compiled."""
+    scan = _scan_c(msgs, start, _ACK_CACHE, PublishScan)
+    assert scan is None or type(scan) is PublishScan
+    return scan
+
+
+try:
+    from server.protocol._commands_c import take_publish_run as _scan_c
+except ImportError:  # not built: speedups.status() says why
+    _scan_c = None  # type: ignore[assignment]
+
+take_publish_run: Callable[[list[Message], int], PublishScan | None] = (
+    _take_publish_run_c if speedups.ENABLED and _scan_c is not None else take_publish_run_py
+)

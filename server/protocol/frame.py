@@ -15,106 +15,62 @@ whatever the body contains; orjson then decodes exactly that slice.
 Nothing here does I/O: :func:`parse_frame` takes bytes and returns messages plus, at most,
 one error (the messages before a malformed one are still delivered, as a stream parser
 would), and the ``encode_*`` helpers return bytes for the caller to send.
+
+:func:`parse_frame_py` and :func:`encode_publishes_py` are the definitions and the oracles
+of their compiled twins in ``_frame_c.pyx`` (:mod:`server.speedups`); :func:`parse_frame`
+and :func:`encode_publishes` are the ones selected at import. The values they return live
+in :mod:`server.protocol.message`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, Final
 
 import orjson
 
-from server.protocol.errors import InvalidMessage
+from server import speedups
+from server.protocol.message import (
+    LONG,
+    LONG_KEYS,
+    MAX_HEADER_BYTES,
+    FrameError,
+    Message,
+    ParsedFrame,
+    cid_of,
+    normalize,
+)
 
-#: long header keys accepted on input, mapped to the short keys used everywhere inside.
-LONG_KEYS: Final[dict[str, str]] = {
-    "command": "c",
-    "command_id": "cid",
-    "topic": "t",
-    "query_id": "qid",
-    "bookmark": "bm",
-    "options": "o",
-    "filter": "f",
-    "ack_type": "a",
-    "seq": "s",
-    "timestamp": "ts",
-    "sow_key": "k",
-    "correlation_id": "x",
-    "msg_len": "l",
-    "lease_period": "lp",
-    "expiration": "e",
-    "heartbeat": "hb",
-}
-
-#: the largest header we accept; a header is a few hundred bytes in practice.
-MAX_HEADER_BYTES: Final = 64 * 1024
+__all__ = [
+    "LONG_KEYS",
+    "MAX_HEADER_BYTES",
+    "FrameError",
+    "Message",
+    "ParsedFrame",
+    "encode_frame",
+    "encode_message",
+    "encode_publishes",
+    "encode_publishes_py",
+    "json_str",
+    "parse_frame",
+    "parse_frame_py",
+]
 
 # A JSON object whose values contain no nested objects: everything up to the first "}" that
 # is not inside a string. Arrays of scalars are allowed (they contain no braces).
 _HEADER_RE: Final = re.compile(rb'\{(?:[^"{}]|"(?:[^"\\]|\\.)*")*\}', re.DOTALL)
 
 
-class FrameError(InvalidMessage):
-    """A frame that cannot be decoded.
-
-    Attributes:
-        cid: the command id of the offending message when it could be read, so the session
-            can answer with a failure ack instead of closing the connection.
-    """
-
-    def __init__(self, detail: str, cid: str | None = None) -> None:
-        super().__init__(detail)
-        self.cid = cid
-
-
-@dataclass(slots=True)
-class Message:
-    """One decoded message: header with short keys, and the body bytes (never decoded here)."""
-
-    header: dict[str, Any]
-    body: bytes
-
-
-@dataclass(slots=True)
-class ParsedFrame:
-    """The result of parsing one frame: the good messages, then at most one error."""
-
-    messages: list[Message]
-    error: FrameError | None = None
-
-
-def _normalize(header: dict[str, Any]) -> dict[str, Any]:
-    if _LONG.isdisjoint(header):  # the usual case, tested in C
-        return header
-    out: dict[str, Any] = {}
-    for key, value in header.items():
-        short = LONG_KEYS.get(key, key)
-        if short in out and short != key:
-            # both forms given: the short one wins (it is the canonical one)
-            continue
-        out[short] = value
-    return out
-
-
-_LONG: Final = frozenset(LONG_KEYS)
-
-
-def _cid_of(header: dict[str, Any]) -> str | None:
-    cid = header.get("cid", header.get("command_id"))
-    if isinstance(cid, str):
-        return cid
-    if isinstance(cid, int) and not isinstance(cid, bool):
-        return str(cid)
-    return None
-
-
-def parse_frame(data: bytes) -> ParsedFrame:
-    """Split a frame into messages.
+def parse_frame_py(data: bytes) -> ParsedFrame:
+    """Split a frame into messages (the pure-Python implementation and the oracle).
 
     Never raises: a malformed message ends parsing and is reported in ``error`` (with its
-    ``cid`` when the header could be read); the messages before it are returned.
+    ``cid`` when the header could be read); the messages before it are returned. Bodies
+    are ``bytes`` whatever bytes-like object the frame is.
     """
+    if type(data) is not bytes:
+        data = bytes(data)
     messages: list[Message] = []
     pos = 0
     end_of_frame = len(data)
@@ -153,8 +109,8 @@ def parse_frame(data: bytes) -> ParsedFrame:
                 return ParsedFrame(messages, FrameError(f"header is not JSON: {exc}"))
         if type(header) is not dict:
             return ParsedFrame(messages, FrameError("header is not a JSON object"))
-        if not _LONG.isdisjoint(header):
-            header = _normalize(header)
+        if not LONG.isdisjoint(header):
+            header = normalize(header)
         length = header.get("l")
         if length is None:
             body = data[hend:]
@@ -163,7 +119,7 @@ def parse_frame(data: bytes) -> ParsedFrame:
             if type(length) is not int or length < 0:
                 return ParsedFrame(
                     messages,
-                    FrameError("'l' must be a non-negative integer", _cid_of(header)),
+                    FrameError("'l' must be a non-negative integer", cid_of(header)),
                 )
             bend = hend + length
             if bend > end_of_frame:
@@ -171,13 +127,42 @@ def parse_frame(data: bytes) -> ParsedFrame:
                     messages,
                     FrameError(
                         f"'l' is {length} but only {end_of_frame - hend} body bytes follow",
-                        _cid_of(header),
+                        cid_of(header),
                     ),
                 )
             body = data[hend:bend]
             pos = bend
         messages.append(Message(header, body))
     return ParsedFrame(messages)
+
+
+parse_frame: Callable[[bytes], ParsedFrame] = parse_frame_py
+if speedups.ENABLED:
+    try:
+        from server.protocol._frame_c import parse_frame as _parse_frame_c
+    except ImportError:  # not built: speedups.status() says why
+        pass
+    else:
+        parse_frame = _parse_frame_c
+
+
+def encode_publishes_py(head: bytes, first_seq: int, mid: bytes, bodies: list[bytes]) -> bytes:
+    """``head + seq + mid + len(body) + "}" + body`` per body, ``seq`` counting up from
+    ``first_seq``: a batch of publishes whose headers differ only in those numbers (the
+    clients' publish path; ``head`` ends with ``"s":`` and ``mid`` with ``"l":``)."""
+    return b"".join(
+        [b"%s%d%s%d}%s" % (head, first_seq + i, mid, len(b), b) for i, b in enumerate(bodies)]
+    )
+
+
+encode_publishes: Callable[[bytes, int, bytes, list[bytes]], bytes] = encode_publishes_py
+if speedups.ENABLED:
+    try:
+        from server.protocol._frame_c import encode_publishes as _encode_publishes_c
+    except ImportError:  # not built: speedups.status() says why
+        pass
+    else:
+        encode_publishes = _encode_publishes_c
 
 
 def encode_message(header: dict[str, Any], body: bytes = b"", *, with_length: bool = True) -> bytes:

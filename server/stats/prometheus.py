@@ -294,11 +294,27 @@ class SpoolCollector(Collector):
             ("durable_seq", "Last sequence fsynced to the transaction log", txlog["durable_seq"]),
             ("bytes", "Bytes of journal files", txlog["bytes"]),
             ("journals", "Journal files", txlog["journals"]),
+            (
+                "refusing_writes",
+                "1 while a write outage lasts: publishes refused, the write retried",
+                txlog["refusing_writes"],
+            ),
+            (
+                "preallocation_shortfall",
+                "1 while fewer preallocated journal files than configured are ready",
+                txlog["preallocation_shortfall"],
+            ),
         ):
             yield GaugeMetricFamily(f"spool_txlog_{key}", doc, value=float(gauge))
         for key, doc, count in (
             ("appended", "Records appended", txlog["appended"]),
             ("flushes", "Group-commit fsyncs", txlog["flushes"]),
+            (
+                "write_outages",
+                "Write outages begun (a journal write or fsync failed)",
+                txlog["write_outages"],
+            ),
+            ("write_retries", "Writes retried during write outages", txlog["write_retries"]),
         ):
             yield CounterMetricFamily(f"spool_txlog_{key}", doc, value=float(count))
         summary = Metric("spool_fsync_latency_seconds", "Journal fsync latency", "summary")

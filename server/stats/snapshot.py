@@ -52,6 +52,12 @@ class TxlogCounters(TypedDict):
     flushes: float
     fsync_p50_ms: float
     fsync_p99_ms: float
+    #: a write outage: the log refuses publishes and retries (docs/transaction-log.md)
+    refusing_writes: bool
+    write_outages: float
+    write_retries: float
+    #: fewer preallocated journal files than configured (a disk short of room)
+    preallocation_shortfall: bool
 
 
 class SpillCounters(TypedDict):

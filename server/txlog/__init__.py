@@ -17,6 +17,7 @@ from server.txlog.errors import (
     JournalNotFound,
     JournalPinned,
     JournalSequenceGap,
+    JournalUnfinished,
     PublisherSequenceRegression,
     RecordTooLarge,
     TxlogClosed,
@@ -29,9 +30,11 @@ from server.txlog.files import FileSeam, JournalHandle, OsFileSeam
 from server.txlog.journal import JournalInfo
 from server.txlog.locate import Located, LookupView
 from server.txlog.log import TransactionLog
+from server.txlog.outage import WriteOutage
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.record import Record, RecordKind
 from server.txlog.recoveryreport import RecoveryReport, Truncation
+from server.txlog.space import PreallocationShortfall
 
 __all__ = [
     "CorruptRecord",
@@ -45,11 +48,13 @@ __all__ = [
     "JournalNotFound",
     "JournalPinned",
     "JournalSequenceGap",
+    "JournalUnfinished",
     "Located",
     "LookupView",
     "OsFileSeam",
     "Pin",
     "PinInfo",
+    "PreallocationShortfall",
     "PublisherSequenceRegression",
     "Record",
     "RecordBatch",
@@ -62,4 +67,5 @@ __all__ = [
     "TxlogError",
     "TxlogFull",
     "TxlogWriteFailed",
+    "WriteOutage",
 ]

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-from typing import overload
+from typing import Final, overload
 
 import google_crc32c
 
+from server import speedups
 from server.bookmarks import format_bookmark
 from server.txlog.codec import (
     CRC_RESIDUE,
@@ -34,7 +35,7 @@ from server.txlog.codec import (
 from server.txlog.errors import CorruptRecord
 from server.txlog.record import Record
 
-__all__ = ["RecordBatch", "decode_batch"]
+__all__ = ["RecordBatch", "decode_batch", "decode_batch_py"]
 
 # positions in a record header tuple (codec.HEADER)
 _LEN, _KIND, _SEQ, _TS, _PH, _PS = 0, 2, 4, 5, 6, 7
@@ -208,7 +209,7 @@ class RecordBatch(Sequence[Record]):
         return f"RecordBatch(seqs {self.first_seq}..{self.last_seq}, {len(self)} records)"
 
 
-def decode_batch(
+def decode_batch_py(
     buf: bytes,
     pos: int,
     end: int,
@@ -226,6 +227,9 @@ def decode_batch(
     Records lying wholly inside ``trusted`` (positions in ``buf`` already verified, by
     index-block CRCs or because the bytes never left memory) skip their own CRC; every
     other check still applies.
+
+    This is the pure-Python implementation and the oracle of the compiled one
+    (``_batch_c.pyx``, :mod:`server.speedups`); :func:`decode_batch` is the one selected.
 
     Raises:
         CorruptRecord: a complete record fails its checks.
@@ -308,3 +312,44 @@ def decode_batch(
         special=special, buf=buf, start=start, last_off=last_off,
     )  # fmt: skip
     return batch, pos
+
+
+def _decode_batch_c(
+    buf: bytes,
+    pos: int,
+    end: int,
+    expect_seq: int,
+    *,
+    max_count: int = 1000,
+    max_bytes: int = 1 << 20,
+    upto_seq: int | None = None,
+    trusted: tuple[int, int] = (0, 0),
+) -> tuple[RecordBatch, int]:
+    """:func:`decode_batch_py` with its loop compiled (``_batch_c.decode_columns``)."""
+    cols = None
+    assert _decode_columns is not None  # selected only when it was built
+    if type(buf) is bytes and 0 <= max_count < _BIG and 0 <= max_bytes < _BIG:
+        cols = _decode_columns(buf, pos, end, expect_seq, max_count, max_bytes, upto_seq, *trusted)
+    if cols is None:  # bounds the compiled loop leaves to the Python one
+        return decode_batch_py(
+            buf, pos, end, expect_seq, max_count=max_count, max_bytes=max_bytes,
+            upto_seq=upto_seq, trusted=trusted,
+        )  # fmt: skip
+    topics, bodies, times, hashes, pseqs, kinds, special, last_off, stop = cols
+    batch = RecordBatch(
+        expect_seq, topics, bodies, times, hashes, pseqs, stop - pos, kinds=kinds,
+        special=special, buf=buf, start=pos, last_off=last_off,
+    )  # fmt: skip
+    return batch, stop
+
+
+_BIG: Final = 1 << 62
+
+try:
+    from server.txlog._batch_c import decode_columns as _decode_columns
+except ImportError:  # not built: speedups.status() says why
+    _decode_columns = None  # type: ignore[assignment]
+
+decode_batch = (
+    _decode_batch_c if speedups.ENABLED and _decode_columns is not None else decode_batch_py
+)

@@ -84,13 +84,19 @@ class CacheWriter:
 
     def open_active(self, base: int, *, create: bool) -> None:
         """Open the active journal's open index for appending; ``create`` writes its header
-        first (a journal created at open)."""
+        first (a journal created at open). A failure (a full disk) leaves the journal
+        without an index file until it is finished (the next open rebuilds it)."""
         if create:
-            write_atomic(
-                self._dir / index_name(self._instance, base),
-                encode_open_header(base, self._block_bytes),
-                durable=False,
-            )
+            try:
+                write_atomic(
+                    self._dir / index_name(self._instance, base),
+                    encode_open_header(base, self._block_bytes),
+                    durable=False,
+                )
+            except OSError as exc:
+                log.warning("index of journal %d not written: %s", base, exc)
+                self._fds[base] = -1
+                return
         self._fds[base] = self._open_fd(base)
 
     def write_clients_ack(self, covered: int, publishers: dict[int, tuple[int, int]]) -> None:

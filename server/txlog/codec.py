@@ -46,6 +46,7 @@ from typing import Final
 
 import google_crc32c
 
+from server import speedups
 from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
 from server.txlog.record import Record, RecordKind
 
@@ -197,7 +198,7 @@ def encode(
     return data + _U32.pack(_crc(data))
 
 
-def encode_run(
+def encode_run_py(
     first_seq: int,
     timestamp_us: int,
     pub_hash: int,
@@ -215,9 +216,15 @@ def encode_run(
     gets seq ``first_seq + i``. With correlation ids or SOW keys (record ``i`` takes
     entry ``i``), each record is a whole :func:`encode` instead.
 
+    This is the pure-Python implementation and the oracle of the compiled one
+    (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
+
     Returns:
         The encoded records, from the first; fewer than given when one cannot be encoded
         (:func:`encode` of that record raises the reason).
+
+    Raises:
+        ValueError: ``pub_seqs`` and ``bodies`` differ in length (plain records).
     """
     if corr_ids or sow_keys:
         return _encode_each(
@@ -273,6 +280,36 @@ def _encode_each(
         except Exception:
             break  # that record cannot be encoded: the caller gets the ones before it
     return out
+
+
+def _encode_run_c(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+    corr_ids: list[str] | None = None,
+    sow_keys: list[str] | None = None,
+) -> list[bytes]:
+    """:func:`encode_run_py` with the plain records' loop compiled (``_codec_c.pyx``)."""
+    if corr_ids or sow_keys:
+        return _encode_each(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys,
+        )  # fmt: skip
+    assert _encode_plain_c is not None  # selected only when it was built
+    return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
+                           bodies)  # fmt: skip
+
+
+try:
+    from server.txlog._codec_c import encode_run as _encode_plain_c
+except ImportError:  # not built: speedups.status() says why
+    _encode_plain_c = None  # type: ignore[assignment]
+
+encode_run = _encode_run_c if speedups.ENABLED and _encode_plain_c is not None else encode_run_py
 
 
 def _encode_full(

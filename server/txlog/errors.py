@@ -10,7 +10,7 @@ Hierarchy::
     ├── ProtocolFailure
     │   └── TxlogFull                   appending would exceed TransactionLog/MaxSize
     └── TxlogError                      root of storage failures
-        ├── TxlogWriteFailed            a journal write or fsync failed; latched until reopened
+        ├── TxlogWriteFailed            a journal write or fsync failed; appends refused while retried
         ├── TxlogClosed                 used before open() or after close()
         ├── CorruptRecord               bytes that are not a valid record (codec)
         ├── RecordTooLarge              a string or body exceeds its on-disk length field
@@ -20,6 +20,7 @@ Hierarchy::
         ├── JournalSequenceGap          a journal is missing between two others at open
         ├── JournalNotFound             no journal with that id
         ├── JournalActive               the active journal cannot be archived/compressed/removed
+        ├── JournalUnfinished           a just-rolled journal whose finishing write is refused
         └── JournalPinned               a replay, queue or replication destination still needs it
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "JournalNotFound",
     "JournalPinned",
     "JournalSequenceGap",
+    "JournalUnfinished",
     "PublisherSequenceRegression",
     "RecordTooLarge",
     "TxlogClosed",
@@ -49,16 +51,18 @@ class TxlogError(SpoolError):
 
 
 class TxlogWriteFailed(TxlogError):
-    """A journal write or fsync failed.
+    """A journal write, fsync, truncate or file creation failed.
 
-    The first failure is latched (as nats-server's ``werr``): the page cache can no longer
-    be trusted to match the disk after a failed fsync, so the log refuses every later
-    append and durable wait until it is closed and reopened, which recovers from what the
-    disk really holds.
+    It starts a write outage (:class:`~server.txlog.outage.WriteOutage`): the log refuses
+    appends with this exception while it retries the write on its own, through fresh file
+    descriptors (after a failed fsync the page cache can no longer be trusted to match the
+    disk), and takes appends again once a retry writes and fsyncs everything it had
+    accepted. Clients see it as ``txlog full`` with this message as the detail.
 
     Attributes:
         path: the file whose operation failed.
-        operation: ``write``, ``fsync``, ``truncate``, ``allocate``, ``open`` or ``rename``.
+        operation: ``write``, ``fsync``, ``truncate`` or ``open``.
+        cause: the ``OSError`` (``ENOSPC``, ``EIO``...).
     """
 
     def __init__(self, path: str, operation: str, cause: BaseException) -> None:
@@ -163,6 +167,18 @@ class JournalActive(TxlogError):
 
     def __init__(self, journal_id: int) -> None:
         super().__init__(f"journal {journal_id} is the active journal")
+        self.journal_id = journal_id
+
+
+class JournalUnfinished(TxlogError):
+    """A journal was just rolled and the commit that finishes it on disk waits for a write
+    outage to end: it cannot be archived, compressed or removed before that."""
+
+    def __init__(self, journal_id: int) -> None:
+        super().__init__(
+            f"journal {journal_id} is not finished on disk yet: the transaction log cannot "
+            "write now and retries"
+        )
         self.journal_id = journal_id
 
 

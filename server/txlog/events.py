@@ -3,20 +3,28 @@
 The log calls ``on_event(name, fields)`` on the event loop; the broker turns them into its
 event log. A failing callback is logged and never stops the log (:class:`Emitter`).
 
-=====================  ===============================================================
-name                   fields
-=====================  ===============================================================
-``recovery_truncated`` ``path``, ``offset``, ``bytes_cut``, ``reason``, ``first_seq_cut``,
-                       ``saved_to`` (open found damaged or torn bytes and cut them)
-``journal_rolled``     ``journal``, ``path``, ``records``, ``bytes``, ``next``
-``flush_failed``       ``path``, ``operation``, ``error``, ``durable_seq``, ``last_seq``
-                       (the write failure is latched)
-``cache_write_failed`` ``problem`` (an index, ``clients.ack`` or preallocated file could not
-                       be written; all are rebuildable)
-``journal_archived``   ``journal``, ``path``
-``journal_compressed`` ``journal``, ``path``, ``bytes``
-``journal_removed``    ``journal``, ``path``
-=====================  ===============================================================
+===========================  ===========================================================
+name                         fields
+===========================  ===========================================================
+``recovery_truncated``       ``path``, ``offset``, ``bytes_cut``, ``reason``, ``first_seq_cut``,
+                             ``saved_to`` (open found damaged or torn bytes and cut them)
+``journal_rolled``           ``journal``, ``path``, ``records``, ``bytes``, ``next``
+``flush_failed``             ``path``, ``operation``, ``error``, ``durable_seq``, ``last_seq``,
+                             ``retry_in_s`` (a write outage began: appends are refused and the
+                             write is retried; once per outage, not at every retry)
+``writes_resumed``           ``down_s``, ``retries``, ``records`` (written by the retry that
+                             worked), ``durable_seq``, ``error`` (the outage's last failure)
+``unwritten_at_close``       ``records``, ``first_seq``, ``last_seq``, ``error`` (closed during an
+                             outage: those records, never acknowledged, are lost)
+``preallocation_failed``     ``wanted``, ``ready``, ``error`` (a journal file could not be
+                             allocated: the log writes without it; once per shortfall)
+``preallocation_restored``   ``ready`` (the preallocated files are all there again)
+``cache_write_failed``       ``problem`` (an index or ``clients.ack`` could not be written; all
+                             are rebuildable)
+``journal_archived``         ``journal``, ``path``
+``journal_compressed``       ``journal``, ``path``, ``bytes``
+``journal_removed``          ``journal``, ``path``
+===========================  ===========================================================
 """
 
 from __future__ import annotations

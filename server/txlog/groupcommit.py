@@ -7,10 +7,22 @@ when a lot is pending or the log is closing), takes everything pending as one
 the loop the durable position advances, then durable listeners (persisted acks) run and
 the callers waiting for a seq to be durable wake, in seq order (:class:`Waiters`).
 
-The first failed write or fsync is **latched**: after a failed fsync the page cache may
-hold data the disk does not, so the flusher stops, every waiter fails with the
-:class:`~server.txlog.errors.TxlogWriteFailed`, and the log refuses appends until it is
-reopened (recovery then decides from what the disk holds).
+**A failed write is an outage, not the end.** When a write, fsync, truncate or file
+creation fails (a full disk, ``EIO``), nothing of the batch counts as durable and the
+batch goes back in front of what is pending (:meth:`Pending.restore`): every record the
+log accepted stays in memory, byte for byte. The log refuses appends
+(:attr:`GroupCommit.write_error`) and the flusher retries after ``WriteRetryInterval``,
+doubling up to 16 times it (:class:`~server.txlog.outage.RetryPolicy`), until one attempt
+writes and fsyncs everything; then the durable position moves, the waiting acks go out and
+appends are taken again.
+
+Why a retry rewrites rather than fsyncs again (the "fsyncgate" lesson, PostgreSQL 2018):
+after a failed fsync Linux may have dropped the dirty pages, or marked them clean, and
+reports the error once; an fsync after that can succeed although the data never reached
+the disk. So a failure closes every journal descriptor, and each retry opens the files
+again and writes every byte not known durable (each journal from its durable length), from
+memory, before its fsync counts. A record is acknowledged only after an fsync that covered
+bytes written *after* the last failure.
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ from server.txlog.events import EventCallback
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalList
+from server.txlog.outage import RetryPolicy, WriteOutage
 from server.txlog.reader import JournalSource, PlainSource
 
 __all__ = ["FLUSH_HIGH_WATER", "Batch", "GroupCommit", "Pending", "Waiters", "Written"]
@@ -71,14 +84,18 @@ class Batch:
 
 @dataclass(slots=True)
 class Written:
-    """What the flusher thread reports back to the loop.
+    """What the flusher thread reports back to the loop (made on the loop, filled by the
+    thread, read on the loop once the thread is done, whether the batch failed or not).
 
     Attributes:
         created: journals whose file this batch created, with a reader of it.
+        unallocated: journals created without their ``JournalSize`` allocation, and why
+            (a disk short of room: the writes extend the file instead).
         fsync_s: seconds spent in fsyncs.
     """
 
     created: list[tuple[Journal, JournalSource]] = field(default_factory=list)
+    unallocated: list[tuple[Path, OSError]] = field(default_factory=list)
     fsync_s: float = 0.0
 
 
@@ -202,6 +219,17 @@ class Pending:
         self.taken_seq = self.last_seq
         return batch
 
+    def restore(self, batch: Batch) -> None:
+        """Put back a batch whose write failed, in front of what was appended since.
+
+        Its chunks keep their offsets and come before any later chunk of the same journal,
+        so the next take writes every byte from where the disk's durable data ends.
+        """
+        self.chunks = batch.chunks + self.chunks
+        self.index = batch.index_entries + self.index
+        self.finished = batch.finished + self.finished
+        self.taken_seq -= batch.records
+
     def close_block(self) -> None:
         """Close the active journal's partial index block; its entry goes in the next batch."""
         entry = self.builder.close_block()
@@ -238,8 +266,9 @@ class GroupCommit:
 
     Thread contract: :meth:`_write_batch` runs in a worker thread, one batch at a time
     (the flusher awaits each), and is the only user of the open journal handles while the
-    flusher runs; :meth:`create_journal` and :meth:`close_files` run in worker threads at
-    open and after the flusher ended. Everything else is for the event loop.
+    flusher runs; it reads ``Journal.created``, which the loop changes only between two
+    batches. :meth:`create_journal` and :meth:`close_files` run in worker threads at open
+    and after the flusher ended. Everything else is for the event loop.
 
     Args:
         pending: what the append path accumulates.
@@ -249,10 +278,13 @@ class GroupCommit:
             allocated to it).
         interval: ``FlushInterval``: at most one commit starts per interval, unless more
             than :data:`FLUSH_HIGH_WATER` bytes are pending.
-        clock: time source of the interval.
-        emit: the log's event callback (``flush_failed``).
+        clock: time source of the interval and of the retries.
+        retry: when to retry after a failed write (``WriteRetryInterval``).
+        emit: the log's event callback (``flush_failed``, ``writes_resumed``).
         committed: called on the loop once a batch is durable, before durable listeners
             and waiters run (the log's own accounting: disk, tail, caches, events).
+        unallocated: called on the loop for each journal a commit attempt created without
+            its allocation (a disk short of room), whether the attempt succeeded or not.
     """
 
     def __init__(
@@ -264,8 +296,10 @@ class GroupCommit:
         journal_size: int,
         interval: float,
         clock: Clock,
+        retry: RetryPolicy,
         emit: EventCallback,
         committed: Callable[[Batch, Written], None],
+        unallocated: Callable[[Path, OSError], None],
     ) -> None:
         self._pending = pending
         self._dir = directory
@@ -273,8 +307,10 @@ class GroupCommit:
         self._journal_size = journal_size
         self._interval = interval
         self._clock = clock
+        self._retry = retry
         self._emit = emit
         self._committed = committed
+        self._unallocated = unallocated
         #: highest seq written and fsynced (written here only)
         self.durable_seq = 0
         #: set by the append path to start a commit
@@ -283,18 +319,31 @@ class GroupCommit:
         self.durable = Waiters()
         #: callers of wait_appended, released by the append path
         self.appended = Waiters()
+        #: callers of :meth:`settled`: released by durability or by an outage beginning
+        self.settling = Waiters()
         self._listeners: list[Callable[[int], None]] = []
+        self._outage_listeners: list[Callable[[WriteOutage | None], None]] = []
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._last_flush = float("-inf")
-        #: the latched write failure (set only by the flusher), if any
-        self.write_error: TxlogWriteFailed | None = None
+        #: set to cut a retry wait short (stop, or room made by the log itself)
+        self._poke = asyncio.Event()
+        #: why the log refuses writes now (set and cleared only by the flusher), if it does
+        self.outage: WriteOutage | None = None
         self._handles: dict[int, JournalHandle] = {}  # flusher-thread-owned
         # statistics
         self.flushes = 0
         self.appended_bytes = 0
         self.last_batch_records = 0
+        self.outages = 0
+        self.retries = 0
         self._latencies: deque[float] = deque(maxlen=_LATENCY_SAMPLES)
+
+    @property
+    def write_error(self) -> TxlogWriteFailed | None:
+        """The failure the log refuses appends for, while a write outage lasts."""
+        outage = self.outage
+        return outage.error if outage is not None else None
 
     def fsync_ms(self, quantile: float) -> float:
         """That quantile of the recent fsync times of a commit, in ms (0 before any)."""
@@ -311,6 +360,8 @@ class GroupCommit:
             "fsync_p99_ms": self.fsync_ms(0.99),
             "last_flush_records": float(self.last_batch_records),
             "write_failed": 1.0 if self.write_error is not None else 0.0,
+            "write_outages": float(self.outages),
+            "write_retries": float(self.retries),
         }
 
     # -- lifecycle (event loop) ---------------------------------------------------------
@@ -322,11 +373,44 @@ class GroupCommit:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="txlog-flusher")
 
     async def stop(self) -> None:
-        """Commit what is pending without waiting for the interval; end the flusher."""
+        """Commit what is pending without waiting for the interval; end the flusher.
+
+        During a write outage the pending records get one last attempt at once; if it
+        fails too they are never written (none of them was acknowledged as persisted).
+        """
         self._stopping = True
         self.wake.set()
+        self._poke.set()
         if self._task is not None:
             await self._task
+
+    def report_unwritten(self) -> None:
+        """After :meth:`stop` during a write outage: the records never written are lost
+        (none was acknowledged as persisted); say so (event ``unwritten_at_close``)."""
+        outage = self.outage
+        if outage is None:
+            return
+        first, last = self.durable_seq + 1, self._pending.last_seq
+        log.error(
+            "transaction log closed during a write outage: seqs %d..%d were never written "
+            "(%s)", first, last, outage.error,
+        )  # fmt: skip
+        self._emit(
+            "unwritten_at_close",
+            {"records": last - first + 1, "first_seq": first, "last_seq": last,
+             "error": str(outage.error)},
+        )  # fmt: skip
+
+    def retry_now(self) -> None:
+        """During an outage, retry at once instead of at the scheduled time (the log made
+        room itself, e.g. by removing journals)."""
+        if self.outage is not None:
+            self._poke.set()
+
+    def add_outage_listener(self, cb: Callable[[WriteOutage | None], None]) -> None:
+        """Call ``cb(outage)`` when a write outage begins and ``cb(None)`` when it ends (on
+        the loop; not at every failed retry)."""
+        self._outage_listeners.append(cb)
 
     def add_listener(self, cb: Callable[[int], None]) -> None:
         """Call ``cb(durable_seq)`` after each commit."""
@@ -341,6 +425,14 @@ class GroupCommit:
         """Fail everyone waiting for durability or for appends (no append can come)."""
         self.durable.fail(exc)
         self.appended.fail(exc)
+        self.settling.fail(exc)
+
+    async def settled(self, seq: int) -> None:
+        """Return once ``seq`` is durable, or a write outage is under way (whichever comes
+        first): for waits that must not last as long as an outage may."""
+        if seq <= self.durable_seq or self.outage is not None:
+            return
+        await self.settling.wait(seq)
 
     # -- the flusher (event loop) -------------------------------------------------------
 
@@ -355,25 +447,59 @@ class GroupCommit:
                 self.wake.clear()
                 await self.wake.wait()
                 continue
-            # at most one fsync per FlushInterval, unless a lot is pending
-            delay = self._last_flush + interval - clock.monotonic()
-            if delay > 0 and not self._stopping and len(pending.buf) < FLUSH_HIGH_WATER:
-                await clock.sleep(delay)
+            if self.outage is not None:
+                if not self._stopping:
+                    await self._until_retry()
+            else:
+                # at most one fsync per FlushInterval, unless a lot is pending
+                delay = self._last_flush + interval - clock.monotonic()
+                if delay > 0 and not self._stopping and len(pending.buf) < FLUSH_HIGH_WATER:
+                    await clock.sleep(delay)
             self.wake.clear()
             if pending.empty:
                 continue  # dropped by abort() while we waited
             batch = pending.take()
-            self.appended_bytes += batch.nbytes
             self._last_flush = clock.monotonic()
+            written = Written()
             try:
-                written = await asyncio.to_thread(self._write_batch, batch)
-            except TxlogWriteFailed as exc:
-                self._latch(exc)
-                return
-            except Exception as exc:  # anything else from the thread is a write failure too
-                self._latch(TxlogWriteFailed(str(self._dir), "write", exc))
-                return
+                await asyncio.to_thread(self._write_batch, batch, written)
+            except Exception as exc:
+                # anything the thread raised is a write failure; nothing of it is durable
+                error = (
+                    exc if isinstance(exc, TxlogWriteFailed)
+                    else TxlogWriteFailed(str(self._dir), "write", exc)
+                )  # fmt: skip
+                pending.restore(batch)
+                self._report_unallocated(written)
+                self._failed(error)
+                if self._stopping:
+                    return  # that was the last attempt: close() gives up on the rest
+                continue
+            self._report_unallocated(written)
             self._apply(batch, written)
+
+    def _report_unallocated(self, written: Written) -> None:
+        for path, exc in written.unallocated:
+            self._unallocated(path, exc)
+
+    async def _until_retry(self) -> None:
+        """Wait out the back-off of the current outage, or until poked (stop, room made)."""
+        outage = self.outage
+        assert outage is not None
+        delay = self._retry.delay(outage.attempts)
+        self.outage = outage.scheduled(self._clock.time() + delay)
+        if self._poke.is_set():
+            self._poke.clear()
+            return
+        sleep = asyncio.ensure_future(self._clock.sleep(delay))
+        poke = asyncio.ensure_future(self._poke.wait())
+        try:
+            await asyncio.wait({sleep, poke}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleep.cancel()
+            poke.cancel()
+            self._poke.clear()
+        self.retries += 1
 
     def _apply(self, batch: Batch, written: Written) -> None:
         """Back on the loop after a commit: advance, account, notify."""
@@ -387,8 +513,12 @@ class GroupCommit:
             j.rolling = False
         self.durable_seq = durable = batch.last_seq
         self.flushes += 1
+        self.appended_bytes += batch.nbytes
         self._latencies.append(written.fsync_s)
         self.last_batch_records = batch.records
+        outage, self.outage = self.outage, None
+        if outage is not None:
+            self._resumed(outage, batch)
         self._committed(batch, written)
         for cb in list(self._listeners):
             try:
@@ -396,31 +526,72 @@ class GroupCommit:
             except Exception:
                 log.exception("durable listener failed")
         self.durable.release(durable)
+        self.settling.release(durable)
 
-    def _latch(self, exc: TxlogWriteFailed) -> None:
-        self.write_error = exc
-        log.error("transaction log write failed, refusing appends until reopened: %s", exc)
+    def _failed(self, error: TxlogWriteFailed) -> None:
+        """A commit failed: begin an outage, or count one more failed retry."""
+        pending_records = self._pending.last_seq - self.durable_seq
+        outage = self.outage
+        if outage is not None:
+            self.outage = outage.failed_again(error, pending_records)
+            log.debug("transaction log write retry failed: %s", error)
+            return
+        self.outage = outage = WriteOutage(
+            error, self._clock.time(), pending_records=pending_records
+        )
+        self.outages += 1
+        self.settling.release(self._pending.last_seq)  # nobody settles on an outage
+        log.error("transaction log write failed, refusing appends and retrying: %s", error)
         self._emit(
             "flush_failed",
-            {"path": exc.path, "operation": exc.operation, "error": str(exc.cause),
-             "durable_seq": self.durable_seq, "last_seq": self._pending.last_seq},
+            {"path": error.path, "operation": error.operation, "error": str(error.cause),
+             "durable_seq": self.durable_seq, "last_seq": self._pending.last_seq,
+             "retry_in_s": self._retry.delay(0)},
         )  # fmt: skip
-        self.fail_waiters(exc)
+        self._notify_outage(outage)
+
+    def _resumed(self, outage: WriteOutage, batch: Batch) -> None:
+        down = self._clock.time() - outage.since
+        log.warning("transaction log writes resumed after %.1f s: %s", down, outage.error)
+        self._emit(
+            "writes_resumed",
+            {"down_s": round(down, 3), "retries": outage.attempts + 1,
+             "records": batch.records, "durable_seq": batch.last_seq,
+             "error": str(outage.error)},
+        )  # fmt: skip
+        self._notify_outage(None)
+
+    def _notify_outage(self, outage: WriteOutage | None) -> None:
+        for cb in list(self._outage_listeners):
+            try:
+                cb(outage)
+            except Exception:
+                log.exception("write outage listener failed")
 
     # -- files (worker threads) ---------------------------------------------------------
 
-    def _write_batch(self, batch: Batch) -> Written:
+    def _write_batch(self, batch: Batch, out: Written) -> None:
+        """Write and fsync one batch, reporting in ``out`` (flusher thread); on failure
+        close every journal descriptor (see the module docstring: a retry reopens and
+        rewrites)."""
+        try:
+            self._write(batch, out)
+        except BaseException:
+            self.close_files()
+            raise
+
+    def _write(self, batch: Batch, out: Written) -> None:
         """Write and fsync one batch (flusher thread).
 
         Order matters for recovery: a finished journal is truncated and fsynced before
         any byte of the next one is written, so a durable record in journal N+1 implies
         journal N is complete; a new file's directory entry is fsynced before the batch
-        counts as durable.
+        counts as durable. Every step is safe to repeat, so a batch that failed half-way
+        is simply written again.
         """
-        out = Written()
         finished = {id(j) for j in batch.finished}
         dirty: dict[int, tuple[Journal, JournalHandle]] = {}
-        new_files = False
+        created: list[Journal] = []
         fsync_time = 0.0
         by_journal: dict[int, Journal] = {j.base: j for j in batch.finished}
         for j, _, _ in batch.chunks:
@@ -429,13 +600,14 @@ class GroupCommit:
             j = by_journal[base]
             handle = self._handles.get(base)
             if handle is None:
-                handle = self.create_journal(j)
+                if j.created:
+                    handle = self._reopen(j)
+                else:
+                    handle, problem = self.create_journal(j)
+                    created.append(j)
+                    if problem is not None:
+                        out.unallocated.append((j.path, problem))
                 self._handles[base] = handle
-                try:
-                    out.created.append((j, PlainSource(j.path)))
-                except OSError as exc:
-                    raise TxlogWriteFailed(str(j.path), "open", exc) from exc
-                new_files = True
             for cj, offset, data in batch.chunks:
                 if cj is j:
                     try:
@@ -448,6 +620,9 @@ class GroupCommit:
             t0 = time.perf_counter()
             try:
                 handle.truncate(j.index.data_len)
+            except OSError as exc:
+                raise TxlogWriteFailed(str(j.path), "truncate", exc) from exc
+            try:
                 handle.fsync()
             except OSError as exc:
                 raise TxlogWriteFailed(str(j.path), "fsync", exc) from exc
@@ -461,32 +636,59 @@ class GroupCommit:
                 handle.fsync()
             except OSError as exc:
                 raise TxlogWriteFailed(str(j.path), "fsync", exc) from exc
-        if new_files:
+        if created:
             try:
                 fsync_dir(self._dir)
             except OSError as exc:
                 raise TxlogWriteFailed(str(self._dir), "fsync", exc) from exc
         out.fsync_s = fsync_time + time.perf_counter() - t0
-        return out
+        for j in created:  # readers of the new files, once the batch cannot fail any more
+            try:
+                out.created.append((j, PlainSource(j.path)))
+            except OSError as exc:
+                for _, source in out.created:
+                    source.retire()
+                out.created.clear()
+                raise TxlogWriteFailed(str(j.path), "open", exc) from exc
 
-    def create_journal(self, j: Journal) -> JournalHandle:
-        """Create ``j``'s file: rename a preallocated file, or create and allocate one.
-
-        Raises:
-            TxlogWriteFailed: the file cannot be created (``open``).
-        """
+    def _reopen(self, j: Journal) -> JournalHandle:
+        """Open an existing journal again (after a failure closed every descriptor)."""
         try:
-            if j.prealloc is not None:
-                self._seam.rename(j.prealloc, j.path)
-                return self._seam.open(j.path, create=False)
-            handle = self._seam.open(j.path, create=True)
-            handle.allocate(self._journal_size)
-            return handle
+            return self._seam.open(j.path, create=False)
         except OSError as exc:
             raise TxlogWriteFailed(str(j.path), "open", exc) from exc
 
+    def create_journal(self, j: Journal) -> tuple[JournalHandle, OSError | None]:
+        """Create ``j``'s file: rename a preallocated file, or create one and allocate it.
+
+        Safe to repeat (a retry after a failed commit): a file an earlier attempt renamed
+        or created is opened as it is. Allocation is an optimisation (a full disk shows up
+        early, a roll costs a rename): when it fails the file is used unallocated and the
+        writes extend it, so a disk short of room refuses writes only when one really
+        fails. The allocation's failure is returned for the caller to report.
+
+        Raises:
+            TxlogWriteFailed: the file cannot be created or opened (``open``).
+        """
+        try:
+            if j.prealloc is not None:
+                with contextlib.suppress(FileNotFoundError):  # renamed by an earlier attempt
+                    self._seam.rename(j.prealloc, j.path)
+            try:
+                handle = self._seam.open(j.path, create=True)
+            except FileExistsError:  # renamed from a preallocated file, or made before
+                return self._seam.open(j.path, create=False), None
+        except OSError as exc:
+            raise TxlogWriteFailed(str(j.path), "open", exc) from exc
+        try:
+            handle.allocate(self._journal_size)
+        except OSError as exc:
+            return handle, exc
+        return handle, None
+
     def close_files(self) -> None:
-        """Close every journal handle (worker thread, once the flusher ended)."""
+        """Close every journal handle (a worker thread: after a failed batch, or once the
+        flusher ended)."""
         for handle in self._handles.values():
             with contextlib.suppress(OSError):
                 handle.close()

@@ -119,7 +119,7 @@ class Locator:
         answer = self.bookmark_in_memory(pub_hash, pub_seq)
         if not isinstance(answer, SpanQuery):
             return answer
-        return self._resolve(answer, await self._read_block_async(answer))
+        return await self._locate(answer)
 
     def seq_for_time(self, timestamp_us: int) -> int:
         """First seq recorded at or after ``timestamp_us``; ``last_seq + 1`` if none (a
@@ -135,7 +135,7 @@ class Locator:
         answer = self.time_in_memory(timestamp_us)
         if not isinstance(answer, SpanQuery):
             return answer
-        found = self._resolve(answer, await self._read_block_async(answer))
+        found = await self._locate(answer)
         return found if found is not None else self._last_seq() + 1
 
     async def locate_all(self, bookmarks: list[tuple[int, int]], times: list[int]) -> Located:
@@ -161,6 +161,23 @@ class Locator:
             return await asyncio.to_thread(source.read, q.span.offset, length)
         finally:
             source.release()
+
+    async def _locate(self, q: SpanQuery) -> int | None:
+        """:meth:`_resolve` over a block read in a worker thread.
+
+        The read covers the block's bytes durable when it started; the rest of the block
+        is in the tail. A group commit that lands during the read can make more of the
+        block durable and the tail evict it, so records between the end of the bytes
+        read and the tail's new start are then in neither: the block is read again (it
+        is durable further now), until the walk meets the tail or the block's end.
+        """
+        while True:
+            buf = await self._read_block_async(q)
+            match, seq = search_span(q, buf, self._tail.first)
+            if match is not None:
+                return match.seq
+            if seq >= self._tail.first or seq >= q.span.seq + q.span.count:
+                return self._tail.find(q, seq)
 
     def _resolve(self, q: SpanQuery, buf: bytes) -> int | None:
         """The matching seq within the block: its file bytes first, then the tail."""

@@ -9,8 +9,10 @@
   fsyncs it - at most one fsync per ``FlushInterval`` (group commit), or sooner when a lot
   is pending. Back on the loop, ``durable_seq`` advances, durable listeners run (persisted
   acks, durable delivery) and :meth:`wait_durable` callers wake.
-- The first failed write or fsync is **latched** (:class:`TxlogWriteFailed`): the log
-  refuses every later append until it is reopened, and recovery decides from the disk.
+- A failed write or fsync starts a **write outage** (:class:`WriteOutage`): the log
+  refuses appends with :class:`TxlogWriteFailed`, keeps what it had accepted in memory
+  and retries on its own (``WriteRetryInterval``, with back-off), rewriting it through
+  fresh file descriptors; the first attempt that succeeds ends the outage.
 - **Reads** return durable records only: recent ones from an in-memory tail cache, older
   ones decoded in a thread from plain or compressed journals.
 - **Journals** roll at ``JournalSize`` into preallocated files; finished journals can be
@@ -19,8 +21,9 @@
 The class is a facade over parts that each own one kind of state:
 
 =====================  ==================================================================
-:mod:`.groupcommit`    pending appends, the flusher, the durable position, the latch
+:mod:`.groupcommit`    pending appends, the flusher, the durable position, write outages
 :mod:`.caches`         index entries, sealed indexes, ``clients.ack`` after each commit
+:mod:`.placement`      appended bytes into the active journal, index and tail; rolls
 :mod:`.space`          preallocated files and ``MaxSize`` accounting
 :mod:`.tail`           the in-memory tail of recent records
 :mod:`.reading`        records back by seq, from the tail or the journal files
@@ -59,20 +62,21 @@ from server.txlog.files import (
     Compression,
     FileSeam,
     OsFileSeam,
-    journal_name,
     validate_instance,
 )
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
 from server.txlog.index import BLOCK_BYTES
 from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.journal import Journal, JournalInfo, JournalList
+from server.txlog.journal import JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
+from server.txlog.outage import RetryPolicy, WriteOutage
 from server.txlog.pins import Pin, PinInfo
+from server.txlog.placement import Placement
 from server.txlog.reading import RecordReader
 from server.txlog.record import Record, RecordKind
 from server.txlog.recoveryreport import RecoveryReport, recovery_stats
 from server.txlog.retention import Retention
-from server.txlog.space import DiskSpace
+from server.txlog.space import DiskSpace, PreallocationShortfall
 from server.txlog.startup import open_files
 from server.txlog.tail import TailCache
 
@@ -128,7 +132,7 @@ class TransactionLog:
         self._space = DiskSpace(
             self._dir, self.instance, journal_size=self._journal_size,
             max_size=config.max_size, want=config.preallocated_files, seam=self._seam,
-            emit=self._emit,
+            emit=self._emit, clock=clock,
         )  # fmt: skip
         self._caches = CacheWriter(
             self._dir, self.instance, block_bytes, emit=self._emit, after=self._after_caches
@@ -136,7 +140,13 @@ class TransactionLog:
         self._commit = GroupCommit(
             self._pending, directory=self._dir, seam=self._seam,
             journal_size=self._journal_size, interval=config.flush_interval, clock=clock,
-            emit=self._emit, committed=self._committed,
+            retry=RetryPolicy(config.write_retry_interval), emit=self._emit,
+            committed=self._committed, unallocated=self._space.allocation_failed,
+        )  # fmt: skip
+        self._placement = Placement(
+            self._pending, self._tail, self._pubs, self._space, self._commit,
+            directory=self._dir, instance=self.instance, journal_size=self._journal_size,
+            block_bytes=block_bytes,
         )  # fmt: skip
         self._reader = RecordReader(self._journals, self._tail, self._pending, self._commit)
         self._locator = Locator(self._journals, self._tail, self._pubs, self._last_appended)
@@ -147,7 +157,6 @@ class TransactionLog:
         )  # fmt: skip
         # statistics
         self._open_seq = 0
-        self._rolls = 0
         self._report: RecoveryReport | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -179,6 +188,7 @@ class TransactionLog:
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
+        self._space.report()
         self._commit.start(active.last_seq, active, opened.handle)
         log.info(
             "transaction log %s open: seqs %d..%d in %d journals, recovery %.3fs",
@@ -223,9 +233,11 @@ class TransactionLog:
     async def _shut_down(self, reason: str, *, clients_ack: bool) -> None:
         """The steps :meth:`close` and :meth:`abort` share, once appends are refused."""
         commit = self._commit
-        # 3. final group commit; the flusher exits once nothing is pending
+        # 3. final group commit; the flusher exits once nothing is pending (in a write
+        #    outage: after one last attempt, and what it could not write is reported)
         await commit.stop()
         await self._caches.drain()
+        commit.report_unwritten()
         # 4. clients.ack as of the durable position (close only), then close every file
         snapshot = dict(self._pubs) if clients_ack and commit.write_error is None else None
         await asyncio.to_thread(self._close_files, snapshot, commit.durable_seq)
@@ -268,8 +280,18 @@ class TransactionLog:
 
     @property
     def write_error(self) -> TxlogWriteFailed | None:
-        """The latched write failure, if any."""
+        """Why appends are refused, while a write outage lasts (None otherwise)."""
         return self._commit.write_error
+
+    @property
+    def write_outage(self) -> WriteOutage | None:
+        """The write outage under way, if any: cause, since when, next retry."""
+        return self._commit.outage
+
+    @property
+    def preallocation_shortfall(self) -> PreallocationShortfall | None:
+        """Fewer preallocated journal files than configured, and why (a disk short of room)."""
+        return self._space.shortfall
 
     @property
     def recovery_report(self) -> RecoveryReport | None:
@@ -315,7 +337,7 @@ class TransactionLog:
 
         Raises:
             TxlogClosed: the log is not open.
-            TxlogWriteFailed: a previous write failed (latched until reopened).
+            TxlogWriteFailed: the log refuses writes: a write failed and is being retried.
             TxlogFull: rolling to a new journal would exceed TransactionLog/MaxSize.
             PublisherSequenceRegression: ``pub_seq`` not above the publisher's last.
             RecordTooLarge, FieldOutOfRange: the record does not fit the format.
@@ -338,7 +360,7 @@ class TransactionLog:
             sow_key,
         )  # fmt: skip
         data = encode(*fields)
-        self._place([data], ts, pub_hash, [pub_seq])
+        self._placement.place([data], ts, pub_hash, [pub_seq])
         return make_record(*fields)
 
     def append_many(
@@ -389,85 +411,9 @@ class TransactionLog:
             sow_keys,
         )  # fmt: skip
         try:
-            return self._place(encoded, ts, pub_hash, pub_seqs)
+            return self._placement.place(encoded, ts, pub_hash, pub_seqs)
         except Exception:
             return 0  # not even the first fitted: append() of it raises the reason
-
-    def _place(self, encoded: list[bytes], ts: int, pub_hash: int, pub_seqs: list[int]) -> int:
-        """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
-        journal's pending bytes, index and tail, rolling to a new journal between records
-        when one does not fit; then account them once (publisher table, waiters, flusher).
-
-        Everything the per-record loop touches is bound to a local first.
-
-        Returns:
-            How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
-            is raised only when nothing was placed, so :meth:`append` reports it.
-        """
-        pending = self._pending
-        tail = self._tail.records
-        seq = pending.last_seq
-        offset = pending.length
-        journal_size = self._journal_size
-        add = pending.builder.add
-        pend_index = pending.index
-        datas: list[bytes] = []
-        keep = datas.append
-        done = 0
-        for data in encoded:
-            size = len(data)
-            if offset + size > journal_size and offset:
-                # roll between records: this run's bookkeeping first
-                pending.buf += b"".join(datas)
-                tail.extend(datas)
-                datas.clear()
-                pending.length = offset
-                pending.last_seq = seq
-                try:
-                    self._roll(seq + 1)
-                except Exception:
-                    if not done:
-                        raise
-                    break
-                add = pending.builder.add
-                offset = 0
-            seq += 1
-            entry = add(seq, offset, size, ts, pub_hash, pub_seqs[done], data)
-            if entry is not None:  # a block closed (every few KB)
-                pend_index.append((self._journals.active, entry))
-            keep(data)
-            offset += size
-            done += 1
-        if datas:
-            pending.buf += b"".join(datas)
-            tail.extend(datas)
-        pending.length = offset
-        pending.last_seq = seq
-        if done:
-            if pub_hash:
-                self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
-            commit = self._commit
-            if commit.appended.due(seq):
-                commit.appended.release(seq)
-            commit.wake.set()
-        return done
-
-    def _roll(self, seq: int) -> None:
-        """Finish the active journal; the next one starts at ``seq`` (event loop).
-
-        The files are switched by the flusher thread; here only the bookkeeping.
-
-        Raises:
-            TxlogFull: a new journal would exceed MaxSize.
-        """
-        prealloc = self._space.room_for_roll()
-        builder = IndexBuilder(seq, self._block_bytes)
-        new = Journal(
-            seq, self._dir / journal_name(self.instance, seq), builder,
-            prealloc=prealloc, created=False, disk_size=self._journal_size,
-        )  # fmt: skip
-        self._pending.roll(new, builder)
-        self._rolls += 1
 
     # -- durability ---------------------------------------------------------------------
 
@@ -479,18 +425,25 @@ class TransactionLog:
         """Stop calling ``cb``."""
         self._commit.remove_listener(cb)
 
+    def add_outage_listener(self, cb: Callable[[WriteOutage | None], None]) -> None:
+        """Call ``cb(outage)`` on the loop when a write outage begins, ``cb(None)`` when
+        writes resume (the durability horizon fails its waiters with it)."""
+        self._commit.add_outage_listener(cb)
+
     async def wait_durable(self, seq: int) -> None:
         """Return once every record up to ``seq`` is fsynced.
 
+        A write outage does not end the wait: the log retries, and the records are
+        written once the disk takes them (a replay waits there and goes on). Who must not
+        wait that long listens to :meth:`add_outage_listener` (persisted and flush acks).
+
         Raises:
-            TxlogWriteFailed: the write failed (latched).
-            TxlogClosed: the log closed before ``seq`` became durable.
+            TxlogClosed: the log closed before ``seq`` became durable (during an outage:
+                the :class:`TxlogWriteFailed` that kept it from being written).
         """
         commit = self._commit
         if seq <= commit.durable_seq:
             return
-        if commit.write_error is not None:
-            raise commit.write_error
         if self._state != _OPEN and not (self._state == _CLOSING and seq <= self._pending.last_seq):
             raise TxlogClosed("the transaction log is closed")
         await commit.durable.wait(seq)
@@ -508,8 +461,11 @@ class TransactionLog:
         await self._commit.appended.wait(seq)
 
     async def _settle(self) -> None:
-        """Until everything appended is durable and its commits' caches are written."""
-        await self.wait_durable(self._pending.last_seq)
+        """Until everything appended is durable and its commits' caches are written; in
+        a write outage (under way, or beginning meanwhile) only the caches of the commits
+        made: durability would wait for the disk (retention says which journal waits)."""
+        if self._state == _OPEN:
+            await self._commit.settled(self._pending.last_seq)
         await self._caches.drain()
 
     def _committed(self, batch: Batch, written: Written) -> None:
@@ -654,25 +610,38 @@ class TransactionLog:
         """Move that journal and all older ones to the archive directory (still readable).
 
         Raises:
-            JournalNotFound, JournalActive, JournalPinned.
+            JournalNotFound, JournalActive, JournalPinned, JournalUnfinished.
         """
-        return await self._retention.archive(journal_id)
+        infos = await self._retention.archive(journal_id)
+        self._room_made()
+        return infos
 
     async def compress(self, journal_id: int, method: Compression = "zstd") -> list[JournalInfo]:
         """Compress that journal and all older ones (zstd by default); still readable.
 
         Raises:
-            JournalNotFound, JournalActive, JournalPinned.
+            JournalNotFound, JournalActive, JournalPinned, JournalUnfinished.
         """
-        return await self._retention.compress(journal_id, method)
+        infos = await self._retention.compress(journal_id, method)
+        self._room_made()
+        return infos
 
     async def remove(self, journal_id: int) -> list[JournalInfo]:
         """Delete that journal and all older ones.
 
         Raises:
-            JournalNotFound, JournalActive, JournalPinned: nothing is removed.
+            JournalNotFound, JournalActive, JournalPinned, JournalUnfinished: nothing is
+                removed.
         """
-        return await self._retention.remove(journal_id)
+        infos = await self._retention.remove(journal_id)
+        self._room_made()
+        return infos
+
+    def _room_made(self) -> None:
+        """Journals left the journal directory: a write outage retries now, and missing
+        preallocated files are made again after the next commit."""
+        self._space.retry()
+        self._commit.retry_now()
 
     # -- statistics ---------------------------------------------------------------------
 
@@ -685,7 +654,7 @@ class TransactionLog:
             "first_seq": float(self.first_seq) if len(self._journals) else 0.0,
             "pending_records": float(last - self._commit.durable_seq),
             "journals": float(len(self._journals)),
-            "rolls": float(self._rolls),
+            "rolls": float(self._placement.rolls),
             "publishers": float(len(self._pubs)),
             "pins": float(len(self._retention.pins())),
             "tail_cache_bytes": float(self._tail.nbytes),

@@ -150,7 +150,9 @@ def recover(
         active = i == len(examined) - 1 and plain and isinstance(ex.index, IndexBuilder)
         index = ex.index
         if apply:
-            index = finish_journal(ex, active=active, instance=instance, seam=files)
+            index = finish_journal(
+                ex, active=active, instance=instance, seam=files, problems=problems
+            )
         journals.append(
             RecoveredJournal(
                 cand.base, cand.path, cand.compression, cand.archived, index, ex.source,

@@ -6,6 +6,11 @@ other thread touches these files meanwhile. Journal writes go through the
 :class:`~server.txlog.files.FileSeam`, so the same fault injection that tests the append
 path tests recovery's writes.
 
+**A disk short of room does not stop recovery** where only an optimisation needs room:
+re-allocating a cut journal to ``JournalSize`` and writing index files (caches, rebuilt
+at the next open) are skipped with a warning (``finish_journal`` reports the index it
+could not write). Saving the bytes it cuts is not skipped: see below.
+
 **Nothing is destroyed.** A cut journal's tail is copied to
 ``JournalDirectory/damaged/<journal>.<offset20>.cut`` (fsynced) before the journal is
 truncated; journals after the damage are moved whole to ``damaged/``; a damaged
@@ -17,6 +22,7 @@ rewritten as a plain journal in the journal directory and the original moved to
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -27,6 +33,7 @@ from server.txlog.discovery import Candidate
 from server.txlog.files import (
     DAMAGED_DIR,
     FileSeam,
+    JournalHandle,
     fsync_dir,
     index_name,
     journal_name,
@@ -46,6 +53,8 @@ __all__ = [
 
 #: bytes copied at a time
 COPY_CHUNK: Final = 8 << 20
+
+log = logging.getLogger("spool.txlog")
 
 
 def remove_files(paths: list[Path]) -> None:
@@ -84,8 +93,7 @@ def cut_journal(
         handle = seam.open(cand.path, create=False)
         try:
             handle.truncate(ex.end)
-            if journal_size:
-                handle.allocate(journal_size)
+            _allocate(handle, journal_size)
             handle.fsync()
         finally:
             handle.close()
@@ -99,8 +107,7 @@ def cut_journal(
             buf = ex.source.read(pos, min(COPY_CHUNK, ex.end - pos))
             handle.write(pos, buf)
             pos += len(buf)
-        if journal_size:
-            handle.allocate(journal_size)
+        _allocate(handle, journal_size)
         handle.fsync()
     finally:
         handle.close()
@@ -129,13 +136,15 @@ def move_aside(cand: Candidate, journal_dir: Path) -> str:
 
 
 def finish_journal(
-    ex: Examined, *, active: bool, instance: str, seam: FileSeam
+    ex: Examined, *, active: bool, instance: str, seam: FileSeam, problems: list[str]
 ) -> IndexBuilder | SealedIndex:
     """Leave a kept journal's files as the log expects them.
 
     A finished plain journal is trimmed to its data (a crash between the steps of a roll
     can leave it longer) and gets a sealed index if it had none; the active journal gets
-    its open index rewritten unless the one on disk is right as it is.
+    its open index rewritten unless the one on disk is right as it is. An index file that
+    cannot be written (a full disk) is added to ``problems`` and the log goes on with the
+    index in memory (the next open rebuilds the file).
 
     Returns:
         The index the log should use: the sealed index just written and mapped, or
@@ -146,15 +155,19 @@ def finish_journal(
     ipath = cand.path.parent / index_name(instance, cand.base)
     if not active and cand.compression is None and ex.size > ex.end:
         _truncate(cand.path, ex.end, seam)
-    if active:
-        assert isinstance(index, IndexBuilder)
-        if not ex.index_intact or ex.damaged:
-            write_atomic(ipath, index.open_form(), durable=False)
-    elif isinstance(index, IndexBuilder):
-        write_atomic(ipath, index.seal())
-        sealed = SealedIndex.load(ipath, cand.base)
-        if sealed is not None:
-            return sealed
+    try:
+        if active:
+            assert isinstance(index, IndexBuilder)
+            if not ex.index_intact or ex.damaged:
+                write_atomic(ipath, index.open_form(), durable=False)
+        elif isinstance(index, IndexBuilder):
+            write_atomic(ipath, index.seal())
+            sealed = SealedIndex.load(ipath, cand.base)
+            if sealed is not None:
+                return sealed
+    except OSError as exc:
+        log.warning("index %s not written: %s", ipath, exc)
+        problems.append(f"{ipath}: not written: {exc}")
     return index
 
 
@@ -163,6 +176,16 @@ def sync_directories(journal_dir: Path, archive_dir: Path | None) -> None:
     for d in {journal_dir, archive_dir or journal_dir}:
         if d.is_dir():
             fsync_dir(d)
+
+
+def _allocate(handle: JournalHandle, journal_size: int) -> None:
+    """Allocate a journal to ``JournalSize`` when there is room; without it the writes
+    extend the file (preallocation is an optimisation, see space.py)."""
+    if journal_size:
+        try:
+            handle.allocate(journal_size)
+        except OSError as exc:
+            log.warning("journal not preallocated (%s); writes will extend it", exc)
 
 
 def _copy_range(source: JournalSource, start: int, stop: int, dest: Path) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from server.txlog.compression import compress_journal
-from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
+from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned, JournalUnfinished
 from server.txlog.events import EventCallback
 from server.txlog.files import Compression, fsync_dir, index_name, journal_name
 from server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
@@ -45,7 +45,8 @@ class Retention:
             ``journal_removed``).
         check_open: raises :class:`~server.txlog.errors.TxlogClosed` unless the log is open.
         settle: returns once every record appended so far is durable and the caches of
-            its commits are written (so a just-rolled journal is finished and sealed).
+            its commits are written (so a just-rolled journal is finished and sealed);
+            during a write outage, once the caches of the commits made are written.
     """
 
     def __init__(
@@ -113,7 +114,7 @@ class Retention:
         """Move that journal and all older ones to the archive directory (still readable).
 
         Raises:
-            TxlogClosed, JournalNotFound, JournalActive, JournalPinned.
+            TxlogClosed, JournalNotFound, JournalActive, JournalPinned, JournalUnfinished.
         """
         async with self._lock:
             targets = [j for j in await self._settled_targets(journal_id) if not j.archived]
@@ -130,7 +131,7 @@ class Retention:
         """Compress that journal and all older ones; they stay readable.
 
         Raises:
-            TxlogClosed, JournalNotFound, JournalActive, JournalPinned.
+            TxlogClosed, JournalNotFound, JournalActive, JournalPinned, JournalUnfinished.
         """
         async with self._lock:
             targets = [j for j in await self._settled_targets(journal_id) if j.compression is None]
@@ -158,7 +159,8 @@ class Retention:
         """Delete that journal and all older ones.
 
         Raises:
-            TxlogClosed, JournalNotFound, JournalActive, JournalPinned: nothing is removed.
+            TxlogClosed, JournalNotFound, JournalActive, JournalPinned, JournalUnfinished:
+                nothing is removed.
         """
         async with self._lock:
             targets = await self._settled_targets(journal_id)
@@ -197,12 +199,20 @@ class Retention:
         index for a journal already removed or archived (an orphan ``.index`` file in the
         journal directory). One wait suffices: the targets are the journals up to
         ``journal_id``, all of which existed at the first check. A journal whose seal
-        failed stays unsealed; it is acted on after that one wait.
+        failed stays unsealed; it is acted on after that one wait. During a write outage
+        the wait does not include durability: sealed or not, finished journals can go (the
+        usual way to make room on a full disk), but one whose finishing commit is held
+        back by the outage cannot.
+
+        Raises:
+            JournalUnfinished: a target's finishing commit waits for a write outage.
         """
         targets = self._targets(journal_id)
         if any(j.rolling or not j.sealed for j in targets):
             await self._settle()
             targets = self._targets(journal_id)
+            if any(j.rolling for j in targets):  # a write outage holds its commit back
+                raise JournalUnfinished(journal_id)
         return targets
 
     def _move_to_archive(self, j: Journal) -> tuple[Path, JournalSource, bool]:

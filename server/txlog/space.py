@@ -19,9 +19,19 @@ before the thread starts. Two counters keep that honest while a file is being ma
   ``void`` goes up), and that file is deleted as soon as it is done instead of being
   kept. The roll is refused only when ``busy <= void`` (no reserved room is left to take).
 
+**Preallocation is an optimisation.** On a disk without room for ``JournalSize`` bytes an
+allocation fails; that is not a write failure. The log goes on without the file (a journal
+is then created unallocated and its writes extend it, so the disk refuses writes only when
+one really fails) and :attr:`DiskSpace.shortfall` says so (event ``preallocation_failed``,
+once; a dashboard warning) until the files are back (``preallocation_restored``). After a
+failure no file is attempted at every commit (each attempt would claim and give back
+``JournalSize`` bytes several hundred times a second): the next attempt waits for a roll
+or for journals removed or moved away (:meth:`DiskSpace.retry`).
+
 Thread contract: :meth:`DiskSpace.prepare` runs in a worker thread during open, before the
-loop uses this object; :meth:`DiskSpace.allocate_file` runs in worker threads and touches
-no state; everything else is for the event loop.
+loop uses this object (:meth:`DiskSpace.report` then emits what it found, on the loop);
+:meth:`DiskSpace.allocate_file` runs in worker threads and touches no state; everything
+else is for the event loop.
 """
 
 from __future__ import annotations
@@ -29,15 +39,65 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypedDict
 
+from server.clock import Clock
 from server.txlog.errors import TxlogFull
 from server.txlog.events import EventCallback
 from server.txlog.files import FileSeam, fsync_dir, prealloc_name
 
-__all__ = ["DiskSpace"]
+__all__ = ["DiskSpace", "PreallocationShortfall", "ShortfallDict"]
 
 log = logging.getLogger("spool.txlog")
+
+
+class ShortfallDict(TypedDict):
+    """A :class:`PreallocationShortfall` as JSON (the admin API and the dashboard)."""
+
+    wanted: int
+    ready: int
+    error: str
+    since: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreallocationShortfall:
+    """Fewer preallocated journal files than ``PreallocatedJournalFiles`` (or a journal
+    created unallocated), because an allocation failed.
+
+    Attributes:
+        wanted: ``PreallocatedJournalFiles``.
+        ready: preallocated files ready when last counted.
+        error: the latest allocation failure (file and cause).
+        since: wall-clock time of the first failure (epoch seconds).
+    """
+
+    wanted: int
+    ready: int
+    error: str
+    since: float
+
+    def describe(self) -> str:
+        """One line for the event log and the dashboard warning."""
+        return (
+            f"{self.ready} of {self.wanted} preallocated journal files ready since "
+            f"{_iso(self.since)}: {self.error}; the log writes without them"
+        )
+
+    def to_dict(self) -> ShortfallDict:
+        return {
+            "wanted": self.wanted,
+            "ready": self.ready,
+            "error": self.error,
+            "since": _iso(self.since),
+        }
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class DiskSpace:
@@ -50,7 +110,9 @@ class DiskSpace:
         max_size: ``MaxSize`` in bytes; 0 is unlimited.
         want: ``PreallocatedJournalFiles``: how many files to keep ready.
         seam: the file seam (tests inject allocation failures through it).
-        emit: the log's event callback (``cache_write_failed`` when a file cannot be made).
+        emit: the log's event callback (``preallocation_failed``,
+            ``preallocation_restored``).
+        clock: when a shortfall began.
     """
 
     def __init__(
@@ -63,6 +125,7 @@ class DiskSpace:
         want: int,
         seam: FileSeam,
         emit: EventCallback,
+        clock: Clock,
     ) -> None:
         self._dir = directory
         self._instance = instance
@@ -71,11 +134,16 @@ class DiskSpace:
         self._want = want
         self._seam = seam
         self._emit = emit
+        self._clock = clock
         self._files: list[Path] = []  # preallocated files ready, oldest first
         self._next = 1  # number of the next preallocated file name
         self._used = 0
         self._busy = 0  # preallocations under way (counted in _used)
         self._void = 0  # of those, how many a roll took the room of
+        #: why fewer files than wanted are ready (None while they all are)
+        self.shortfall: PreallocationShortfall | None = None
+        self._blocked = False  # an allocation failed: wait for retry() before the next
+        self._reported = False  # shortfall emitted as an event
 
     @property
     def used(self) -> int:
@@ -104,7 +172,11 @@ class DiskSpace:
 
     def stats(self) -> dict[str, float]:
         """The disk entries of the log's ``stats()``: files ready, bytes counted."""
-        return {"preallocated": float(len(self._files)), "disk_bytes": float(self._used)}
+        return {
+            "preallocated": float(len(self._files)),
+            "disk_bytes": float(self._used),
+            "preallocation_shortfall": 1.0 if self.shortfall is not None else 0.0,
+        }
 
     def fits(self, total: int) -> bool:
         """Whether ``total`` bytes are within ``MaxSize``."""
@@ -117,7 +189,8 @@ class DiskSpace:
 
         Runs in the worker thread of :meth:`TransactionLog.open`, before the loop uses this
         object: surplus or oversized files are deleted, the rest reallocated to full size,
-        missing ones made while they fit.
+        missing ones made while they fit. A failed allocation is a shortfall, not an
+        error (see the module docstring): the instance starts without the file.
 
         Args:
             existing: the preallocated files recovery found (and the log did not take).
@@ -134,17 +207,32 @@ class DiskSpace:
             handle = self._seam.open(path, create=False)
             try:
                 handle.allocate(self._journal_size)
+            except OSError as exc:  # still usable: its writes will extend it
+                self._short(path, exc)
             finally:
                 handle.close()
         used = journal_bytes + len(keep) * self._journal_size
-        while len(keep) < self._want and self.fits(used + self._journal_size):
+        while len(keep) < self._want and self.fits(used + self._journal_size) and not self._blocked:
             path = self._dir / prealloc_name(self._instance, number)
             number += 1
-            self.allocate_file(path)
+            try:
+                self.allocate_file(path)
+            except OSError as exc:
+                self._discard(path)
+                self._short(path, exc)
+                break
             keep.append(path)
             used += self._journal_size
         fsync_dir(self._dir)
         self._files, self._next, self._used = keep, number, used
+        if self.shortfall is not None:
+            self.shortfall = PreallocationShortfall(
+                self._want, len(keep), self.shortfall.error, self.shortfall.since
+            )
+
+    def active_unallocated(self, path: Path, exc: OSError) -> None:
+        """The active journal could not be allocated at open (worker thread of open)."""
+        self._short(path, exc)
 
     def allocate_file(self, path: Path) -> None:
         """Create ``path`` at ``JournalSize``, allocated and fsynced (worker thread)."""
@@ -155,6 +243,20 @@ class DiskSpace:
         finally:
             handle.close()
 
+    def _discard(self, path: Path) -> None:
+        """Delete a file whose allocation failed (what it did allocate goes back)."""
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+    def _short(self, path: Path, exc: OSError) -> None:
+        """An allocation failed: note the shortfall and stop trying until :meth:`retry`."""
+        self._blocked = True
+        since = self.shortfall.since if self.shortfall is not None else self._clock.time()
+        self.shortfall = PreallocationShortfall(
+            self._want, len(self._files), f"{path.name}: {exc.strerror or exc}", since
+        )
+        log.warning("could not preallocate %s: %s", path, exc)
+
     # -- event loop ---------------------------------------------------------------------
 
     def room_for_roll(self) -> Path | None:
@@ -164,6 +266,7 @@ class DiskSpace:
             TxlogFull: no preallocated file, no room under ``MaxSize``, and no room
                 reserved by a preallocation under way to take.
         """
+        self._blocked = False  # a roll: worth another try at the next replenish
         if self._files:
             return self._files.pop(0)  # its room is counted already
         size = self._journal_size
@@ -180,6 +283,27 @@ class DiskSpace:
             )
         return None
 
+    def report(self) -> None:
+        """Emit ``preallocation_failed`` for a shortfall not reported yet (on the loop)."""
+        shortfall = self.shortfall
+        if shortfall is not None and not self._reported:
+            self._reported = True
+            self._emit(
+                "preallocation_failed",
+                {"wanted": shortfall.wanted, "ready": shortfall.ready, "error": shortfall.error},
+            )
+
+    def allocation_failed(self, path: Path, exc: OSError) -> None:
+        """A journal was created unallocated (a roll found no preallocated file and no
+        room for one); on the loop, from the flusher's report."""
+        self._short(path, exc)
+        self.report()
+
+    def retry(self) -> None:
+        """Try to make preallocated files again after the next commit (a roll, or
+        journals were removed or moved away)."""
+        self._blocked = False
+
     def resize(self, old_bytes: int, new_bytes: int) -> None:
         """A journal's size on disk changed (finished and trimmed, or compressed)."""
         self._used += new_bytes - old_bytes
@@ -190,9 +314,10 @@ class DiskSpace:
 
     async def replenish(self) -> None:
         """Make preallocated files until ``PreallocatedJournalFiles`` are ready or the next
-        would not fit; one at a time, each in a worker thread."""
+        would not fit; one at a time, each in a worker thread. After a failed allocation,
+        nothing until :meth:`retry` (a roll, room made)."""
         size = self._journal_size
-        while len(self._files) < self._want and self.fits(self._used + size):
+        while len(self._files) < self._want and self.fits(self._used + size) and not self._blocked:
             path = self._dir / prealloc_name(self._instance, self._next)
             self._next += 1
             self._used += size
@@ -204,10 +329,9 @@ class DiskSpace:
                     self._void -= 1  # its room already went to a journal
                 else:
                     self._used -= size
-                log.warning("could not preallocate %s: %s", path, exc)
-                self._emit("cache_write_failed", {"problem": f"{path}: {exc}"})
-                with contextlib.suppress(OSError):
-                    path.unlink()
+                await asyncio.to_thread(self._discard, path)
+                self._short(path, exc)
+                self.report()
                 return
             finally:
                 self._busy -= 1
@@ -218,3 +342,8 @@ class DiskSpace:
                     await asyncio.to_thread(path.unlink)
                 continue
             self._files.append(path)
+        if self.shortfall is not None and len(self._files) >= self._want:
+            log.info("preallocated journal files ready again (%d)", len(self._files))
+            self._emit("preallocation_restored", {"ready": len(self._files)})
+            self.shortfall = None
+            self._reported = False

@@ -4,7 +4,9 @@
 thread before the log takes any append: it recovers the directory (truncating damage,
 rebuilding missing indexes), opens the active journal - or creates one after the last
 finished journal, from a preallocated file when there is one - with its open index, and
-brings the preallocated files to ``PreallocatedJournalFiles``. The parts it fills in
+brings the preallocated files to ``PreallocatedJournalFiles``. Allocations that fail (a
+disk short of room) are reported as a preallocation shortfall, not as a failed open: the
+instance recovers, serves reads and takes writes until one really fails. The parts it fills in
 (:class:`~server.txlog.groupcommit.GroupCommit`'s first handle,
 :class:`~server.txlog.caches.CacheWriter`'s index descriptor,
 :class:`~server.txlog.space.DiskSpace`'s accounting) are not used by the loop until
@@ -88,7 +90,10 @@ def open_files(
         if journals and not journals[-1].finished:
             active = journals[-1]
             handle = seam.open(active.path, create=False)
-            handle.allocate(config.journal_size)
+            try:
+                handle.allocate(config.journal_size)
+            except OSError as exc:
+                space.active_unallocated(active.path, exc)
             active.disk_size = max(config.journal_size, active.index.data_len)
             caches.open_active(active.base, create=False)
         else:  # a journal to append to after the last finished one
@@ -97,7 +102,9 @@ def open_files(
                 base, directory / journal_name(instance, base), IndexBuilder(base, block_bytes),
                 prealloc=preallocated.pop(0) if preallocated else None, created=False,
             )  # fmt: skip
-            handle = commit.create_journal(active)
+            handle, problem = commit.create_journal(active)
+            if problem is not None:
+                space.active_unallocated(active.path, problem)
             active.source = PlainSource(active.path)
             active.created = True
             active.disk_size = config.journal_size

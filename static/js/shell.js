@@ -1,5 +1,7 @@
-// What every page has: the theme toggle, the UTC clock, and the top-bar ticker fed by the
-// live stream (msgs/s in and out, connections, persisted-ack p99).
+// What every page has: the theme toggle, the UTC clock, the top-bar ticker fed by the
+// live stream (msgs/s in and out, connections, persisted-ack p99), and the alert banners
+// (a transaction log refusing writes, missing preallocated files: server/alerts.py),
+// rendered by the server with the page and kept current from each live point.
 
 import { live } from "./live.js";
 import { fmtMs, fmtRate, fmtInt, setText } from "./ui.js";
@@ -65,6 +67,36 @@ function initTicker() {
   live.start();
 }
 
+/** One banner element for an alert {id, level, title, message, since} (text only). */
+function alertBanner(alert) {
+  const div = document.createElement("div");
+  div.className = `banner ${alert.level}`;
+  div.setAttribute("role", "alert");
+  div.dataset.alert = alert.id;
+  const title = document.createElement("b");
+  title.textContent = alert.title;
+  const since = document.createElement("time");
+  since.textContent = alert.since;
+  div.append(title, " since ", since, `: ${alert.message}`);
+  return div;
+}
+
+function initAlerts() {
+  const box = document.getElementById("alerts");
+  if (!box) return;
+  let shown = null;
+  const show = (p) => {
+    if (!p || !Array.isArray(p.alerts)) return;
+    const key = JSON.stringify(p.alerts);
+    if (key === shown) return; // unchanged: leave the DOM alone
+    shown = key;
+    box.replaceChildren(...p.alerts.map(alertBanner));
+  };
+  live.addEventListener("point", (e) => show(e.detail));
+  live.addEventListener("history", () => show(live.latest));
+}
+
 initTheme();
 initClock();
 initTicker();
+initAlerts();

@@ -12,6 +12,7 @@ import contextlib
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="skip scenarios whose name matches (repeatable)",
     )
     p.add_argument("--no-peers", action="store_true", help="skip Redis and Mosquitto")
+    p.add_argument(
+        "--no-extensions",
+        action="store_true",
+        help="run brokers and clients with SPOOL_NO_EXTENSIONS=1 (the pure-Python hot loops)",
+    )
     p.add_argument(
         "--no-install",
         action="store_true",
@@ -169,7 +175,11 @@ def run_suite(
         "interrupted": interrupted,
         "argv": list(argv),
         "machine": {**machine, "loadavg_at_end": list(os.getloadavg())},
-        "versions": {"packages": package_versions(), "peers": suite.peers},
+        "versions": {
+            "packages": package_versions(),
+            "peers": suite.peers,
+            "spool": spool_version(),
+        },
         "git": git_info(),
         "settings": settings.as_dict(),
         "method": METHOD,
@@ -189,10 +199,26 @@ METHOD: Final = (
 )
 
 
+def spool_version() -> str:
+    """``spool --version`` as the brokers of this run see it (which hot loops run)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "--version"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.stdout.strip() or done.stderr.strip()[-300:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(args_list)
+    if args.no_extensions:
+        # inherited by every broker, worker (forkserver) and feature module started later
+        os.environ["SPOOL_NO_EXTENSIONS"] = "1"
     if args.list:
         for spec in all_specs():
             print(f"{spec.name:<40} {spec.title}")

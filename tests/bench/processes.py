@@ -31,7 +31,7 @@ from multiprocessing.synchronize import Event
 from typing import Any, Final
 
 #: modules imported once in the fork server, so each worker starts warm.
-PRELOAD: Final = ["tests.bench.workers", "tests.bench.peer_workers"]
+PRELOAD: Final = ["tests.bench.workers", "tests.bench.peer_workers", "tests.bench.client_workers"]
 
 
 class WorkerError(Exception):

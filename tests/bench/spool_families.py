@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import psutil
 
+from tests.bench.browser_replay import browser_replay
 from tests.bench.catalog import ScenarioSpec
+from tests.bench.client_workers import client_publish, client_replay
 from tests.bench.processes import Task, run_tasks
 from tests.bench.suite import BURST_TRANSPORT, BURST_TUNING, Suite, reason_of
 from tests.bench.workers import (
@@ -105,6 +107,34 @@ def _publish_once(
     }
 
 
+def _client_publish_once(
+    suite: Suite, broker: SpoolProcess, spec: ScenarioSpec
+) -> dict[str, float]:
+    s = suite.settings
+    rid = suite.next_id()
+    (res,) = run_tasks(
+        [
+            Task(
+                client_publish,
+                {
+                    "url": broker.ws_url,
+                    "name": f"cpub-{rid}",
+                    "topic": f"bench/cpub/{rid}",
+                    "count": s.publish_count,
+                    "body_bytes": spec.params["body_bytes"],
+                    "seed": s.seed,
+                    "window": s.window,
+                    "per_batch": s.per_frame,
+                    "timeout": s.worker_timeout,
+                },
+            )
+        ],
+        timeout=s.worker_timeout,
+    )
+    secs = _seconds(res["start_ns"], res["end_ns"])
+    return {"msgs_per_s": res["count"] / secs, "elapsed_s": secs}
+
+
 def _achieved_rate(res: dict[str, Any]) -> float:
     sent = int(res["sent"])
     span = (res["last_send_ns"] - res["start_ns"]) / 1e9
@@ -145,7 +175,19 @@ def run_publish(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
     def body(broker: SpoolProcess) -> None:
         pid = functools.partial(_pid, broker)
         for spec in specs:
-            if "rate_per_s" in spec.params:
+            if spec.name.startswith("client."):
+                suite.measure(
+                    spec,
+                    functools.partial(_client_publish_once, suite, broker, spec),
+                    params={
+                        "count": s.publish_count,
+                        "per_batch": s.per_frame,
+                        "window": s.window,
+                        "flush_interval": "1ms",
+                    },
+                    profile_pid=pid,
+                )
+            elif "rate_per_s" in spec.params:
                 suite.measure(
                     spec,
                     functools.partial(_persisted_latency_once, suite, broker, spec),
@@ -468,6 +510,28 @@ def _replay_once(
     }
 
 
+def _everyday_replay_once(
+    suite: Suite, broker: SpoolProcess, spec: ScenarioSpec
+) -> dict[str, float]:
+    """A replay from EPOCH through an everyday client: the Python ``Client`` in its own
+    process, or spool-client.js in Chromium (run in this process: Playwright drives the
+    browser, which is a process of its own)."""
+    s = suite.settings
+    rid = suite.next_id()
+    total = s.replay_count
+    kwargs = {"url": broker.ws_url, "name": f"creplay-{rid}", "topic": REPLAY_TOPIC,
+              "expected": total, "timeout": s.worker_timeout}  # fmt: skip
+    if spec.name.startswith("browser."):
+        res = browser_replay(**kwargs)
+    else:
+        (res,) = run_tasks([Task(client_replay, kwargs)], timeout=s.worker_timeout)
+    if res["count"] < total:
+        raise RuntimeError(f"replay delivered {res['count']} messages, expected {total}")
+    secs = _seconds(res["start_ns"], res["last_ns"])
+    return {"msgs_per_s": total / secs, "elapsed_s": secs,
+            "first_message_ms": (res["first_ns"] - res["start_ns"]) / 1e6}  # fmt: skip
+
+
 def _restart_once(suite: Suite, broker: SpoolProcess) -> dict[str, float]:
     timeout = suite.settings.worker_timeout
     rid = suite.next_id()
@@ -511,6 +575,13 @@ def run_replay(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
                 if spec.name.startswith("spool.restart."):
                     suite.measure(
                         spec, functools.partial(_restart_once, suite, broker), params=params
+                    )
+                elif not spec.name.startswith("spool."):
+                    suite.measure(
+                        spec,
+                        functools.partial(_everyday_replay_once, suite, broker, spec),
+                        params=params,
+                        profile_pid=functools.partial(_pid, broker),
                     )
                 else:
                     suite.measure(

@@ -223,3 +223,44 @@ def test_an_admin_disconnect_fails_what_waits_and_emits_disconnect(
         }"""
     )
     assert after == "disconnected"
+
+
+def test_a_batch_callback_gets_each_frame_s_messages_in_order(
+    client_page: Page, dashboard_server: SpoolProcess
+) -> None:
+    result = run(
+        client_page,
+        dashboard_server,
+        """
+        const pub = new SpoolClient(url, { name: 'js-batch-pub' });
+        await pub.connect();
+        for (let i = 0; i < 2000; i++) pub.publish('js-batch', `{"i":${i}}`);
+        await pub.publish('js-batch', '{"i":2000}', { ackPersisted: true });
+        pub.close();
+        const client = new SpoolClient(url, { name: 'js-batch-sub' });
+        await client.connect();
+        const got = [];
+        let calls = 0;
+        let single = 0;
+        let completedAfter = -1;
+        let resolve;
+        const done = new Promise((r) => { resolve = r; });
+        await client.subscribe('js-batch', {
+          bookmark: '0',
+          onBatch: (batch) => {
+            calls++;
+            for (const m of batch) got.push(JSON.parse(m.data).i);
+            if (got.length >= 2001) resolve();
+          },
+          onCompleted: () => { completedAfter = got.length; },
+        }, () => { single++; });
+        await within(done, 10000, 'the replay');
+        client.close();
+        return { got, calls, single, completedAfter };
+        """,
+    )
+    assert result["got"] == list(range(2001))
+    assert result["single"] == 0
+    assert 0 < result["calls"] < 2001  # messages came a frame at a time
+    # the completed ack came after every replayed message, as on the wire
+    assert result["completedAfter"] in (-1, 2001)

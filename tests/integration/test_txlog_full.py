@@ -14,7 +14,7 @@ from server.protocol import errors
 def test_txlog_full_fails_publishes_and_keeps_serving(spool_server_factory: Any) -> None:
     proc = spool_server_factory(
         journal_size="1MB",
-        txlog_extra="<PreallocatedJournalFiles>0</PreallocatedJournalFiles><MaxSize>2MB</MaxSize>",
+        txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles><MaxSize>2MB</MaxSize>",
     )
 
     async def scenario() -> None:

@@ -29,6 +29,7 @@ from server.config import parse_config
 from server.engine import Broker
 from server.protocol.frame import parse_frame
 from server.session import Session
+from server.txlog import FileSeam
 from tests.support.server import config_xml
 from tests.support.wait import async_wait_until
 
@@ -135,15 +136,23 @@ class EngineHarness:
     Args:
         tmp_path: where its data directory goes.
         xml: a whole configuration (default: :func:`config_xml` with ``config_kw``).
+        files: the file seam of the broker's journal writes (fault injection).
         **config_kw: options of :func:`tests.support.server.config_xml`.
     """
 
-    def __init__(self, tmp_path: Path, xml: str | None = None, **config_kw: Any) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        xml: str | None = None,
+        *,
+        files: FileSeam | None = None,
+        **config_kw: Any,
+    ) -> None:
         if xml is None:
             xml = config_xml(tmp_path / "data", **config_kw)
         self.config = parse_config(xml)
         self.clock = VirtualClock()
-        self.broker = Broker(self.config, clock=self.clock, console_log=False)
+        self.broker = Broker(self.config, clock=self.clock, console_log=False, files=files)
         self._clients = 0
 
     async def __aenter__(self) -> EngineHarness:

@@ -74,7 +74,9 @@ class SpoolProcess:
         xml: str | None = None,
         *,
         extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
         tls: bool = False,
+        control: Path | None = None,
     ) -> None:
         self.workdir = workdir
         #: the config serves TLS: URLs are wss:// and https://
@@ -87,6 +89,10 @@ class SpoolProcess:
         self.port_file = workdir / "port"
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
+        #: with a control file, the journal file seam fails what it names: the process
+        #: runs under tests/support/faulty_serve.py (see tests/support/faults.py)
+        self.control = control
+        self.env = env or {}  # added to this process's environment (SPOOL_NO_EXTENSIONS...)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._log: IO[bytes] | None = None
@@ -114,11 +120,14 @@ class SpoolProcess:
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        launcher = ["-m", "server.cli"]
+        if self.control is not None:
+            launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "server.cli",
+                *launcher,
                 "serve",
                 "--config",
                 str(self.config_path),

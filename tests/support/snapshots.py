@@ -82,6 +82,10 @@ def txlog_counters(
     flushes: float = 0.0,
     fsync_p50_ms: float = 0.0,
     fsync_p99_ms: float = 0.0,
+    refusing_writes: bool = False,
+    write_outages: float = 0.0,
+    write_retries: float = 0.0,
+    preallocation_shortfall: bool = False,
 ) -> TxlogCounters:
     """The transaction log's counters."""
     return {
@@ -93,6 +97,10 @@ def txlog_counters(
         "flushes": flushes,
         "fsync_p50_ms": fsync_p50_ms,
         "fsync_p99_ms": fsync_p99_ms,
+        "refusing_writes": refusing_writes,
+        "write_outages": write_outages,
+        "write_retries": write_retries,
+        "preallocation_shortfall": preallocation_shortfall,
     }
 
 

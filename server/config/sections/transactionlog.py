@@ -40,6 +40,7 @@ _TXLOG_SPEC: Final[Spec] = {
     "PreallocatedJournalFiles": False,
     "JournalSize": False,
     "FlushInterval": False,
+    "WriteRetryInterval": False,
     "MaxSize": False,
     "Topic": True,
 }
@@ -113,13 +114,18 @@ def read_transaction_log(
     defaults = TransactionLogConfig(journal_dir, archive_dir)
     prealloc = defaults.preallocated_files
     if (prealloc_node := kids.one("PreallocatedJournalFiles")) is not None:
-        prealloc = read_int(prealloc_node, ctx, minimum=0, maximum=100)
+        # at least one: a roll then renames a file instead of allocating JournalSize bytes
+        # on the commit path (a disk short of room still starts: see docs/transaction-log.md)
+        prealloc = read_int(prealloc_node, ctx, minimum=1, maximum=100)
     journal_size = defaults.journal_size
     if (size_node := kids.one("JournalSize")) is not None:
         journal_size = read_size(size_node, ctx, minimum=MB, maximum=1024 * GB)
     flush = defaults.flush_interval
     if (flush_node := kids.one("FlushInterval")) is not None:
         flush = read_duration(flush_node, ctx, minimum=30e-6, maximum=0.1)
+    retry = defaults.write_retry_interval
+    if (retry_node := kids.one("WriteRetryInterval")) is not None:
+        retry = read_duration(retry_node, ctx, minimum=0.01, maximum=600.0)
     max_size = 0
     if (max_node := kids.one("MaxSize")) is not None:
         max_size = read_size(max_node, ctx, minimum=MB, maximum=1024**5, zero_ok=True)
@@ -137,6 +143,7 @@ def read_transaction_log(
         preallocated_files=prealloc,
         journal_size=journal_size,
         flush_interval=flush,
+        write_retry_interval=retry,
         topics=_topics(node, kids, ctx),
         max_size=max_size,
     )

@@ -466,6 +466,49 @@ async def test_a_subscription_failure_waits_for_room_in_a_full_queue() -> None:
         await client.close()
 
 
+@run_async
+async def test_batches_hand_out_each_frame_s_run_and_mix_with_per_message_reads() -> None:
+    client, fake = await connected()
+    task = asyncio.create_task(client.subscribe("orders", bookmark="0"))
+    await answered(fake, task)
+    sub = task.result()
+    sid = sub.sub_id
+    await fake.reply(*(delivery(sid, b'{"n":%d}' % n, bm=f"1|{n}|") for n in range(5)))
+    await fake.reply(
+        delivery(sid, b'{"n":5}'), ack("persisted", sub_id=sid, bm="1|5|"), delivery(sid, b"6")
+    )
+    assert sub.queue.qsize() == 7
+    first = await sub.get(1)  # one message, then the rest of its run as a batch
+    batches = sub.batches()
+    rest = await anext(batches)
+    assert [first.json()] + [m.json() for m in rest] == [{"n": n} for n in range(5)]
+    assert first.json() is first.json()  # decoded once, on first use
+    # the second frame was two runs: the ack in between split them
+    assert [[m.data for m in await anext(batches)] for _ in range(2)] == [[b'{"n":5}'], [b"6"]]
+    assert sub.queue.qsize() == 0 and sub.queue.empty()
+    await client.close()
+    with pytest.raises(Disconnected):
+        await anext(batches)
+
+
+@run_async
+async def test_publish_many_numbers_and_encodes_a_batch_in_one_frame() -> None:
+    client, fake = await connected()
+    assert client.seq == 7  # from the logon ack
+    last = client.publish_many("orders", [b"a", "b", {"c": 1}], persisted=True)
+    assert last == 10 and client.seq == 10
+    frames = []
+    for _ in range(3):
+        frames.append(await fake.next_command())
+    assert [(h["c"], h["t"], h["s"], h["a"], h["l"]) for h in frames] == [
+        ("publish", "orders", 8, "persisted", 1),
+        ("publish", "orders", 9, "persisted", 1),
+        ("publish", "orders", 10, "persisted", 7),
+    ]
+    assert client.publish_many("orders", []) == 10
+    await client.close()
+
+
 def test_a_tls_context_needs_a_wss_url() -> None:
     with pytest.raises(ClientError, match="needs a wss:// URL"):
         Client("ws://fake/amps/json", "t", ssl=client_context())

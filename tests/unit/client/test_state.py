@@ -273,6 +273,26 @@ def test_persisted_acks_report_positions_and_failures() -> None:
     assert state.persisted_seq == 2
 
 
+def test_a_failure_says_which_sequences_are_not_persisted_until_a_success_covers_them() -> None:
+    """A ``persisted`` failure (the broker's log refuses writes) or a refused publish with
+    its ``s`` tells ``wait_persisted`` at once; a ``duplicate`` does not (it is persisted);
+    a later success covering the sequence supersedes the failure."""
+    state: SessionState[str] = SessionState("c")
+    state.receive_frame(frame(ack("persisted", s=4)))
+    assert state.not_persisted(5) is None
+    state.receive_frame(frame(failure("persisted", None, "txlog full", s=8)))
+    assert state.not_persisted(4) is None  # acked before
+    failed = state.not_persisted(5)
+    assert failed is not None and failed.reason == "txlog full"
+    assert state.not_persisted(9) is None  # not covered by that failure
+    state.receive_frame(frame(failure("processed", None, "txlog full", s=9)))
+    assert state.not_persisted(9) is not None
+    state.receive_frame(frame(failure("processed", None, "duplicate", s=12)))
+    assert state.not_persisted(12) is None
+    state.receive_frame(frame(ack("persisted", s=8)))  # written after all
+    assert state.not_persisted(6) is None and state.not_persisted(9) is not None
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=50), max_size=30))
 def test_persisted_acks_are_conflated_to_the_highest_sequence(seqs: list[int]) -> None:

@@ -236,9 +236,10 @@ def test_everything_optional_can_be_set() -> None:
 <MaxMessageSize>1MB</MaxMessageSize><Enabled>no</Enabled></Transport></Transports>
 {
         txlog(
-            "<PreallocatedJournalFiles>0</PreallocatedJournalFiles>",
+            "<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
             "<JournalSize>1MB</JournalSize>",
             "<FlushInterval>30us</FlushInterval>",
+            "<WriteRetryInterval>250ms</WriteRetryInterval>",
             "<MaxSize>1GB</MaxSize>",
         )
     }
@@ -263,11 +264,12 @@ def test_everything_optional_can_be_set() -> None:
     log = cfg.transaction_log
     assert log is not None
     assert (log.preallocated_files, log.journal_size, log.flush_interval, log.max_size) == (
-        0,
+        1,
         MB,
         30e-6,
         1024 * MB,
     )
+    assert log.write_retry_interval == 0.25
     assert cfg.tuning == TuningConfig(2 * MB, 30.0, 0.25)
     assert cfg.users == (UserConfig("x@y", HASH, TOKEN, admin=True, read=("a", "b"), write=("c",)),)
 

@@ -55,7 +55,29 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         txlog("<PreallocatedJournalFiles>101</PreallocatedJournalFiles>"),
         "/SpoolConfig/TransactionLog/PreallocatedJournalFiles",
         4,
-        "PreallocatedJournalFiles must be between 0 and 100, got 101",
+        "PreallocatedJournalFiles must be between 1 and 100, got 101",
+    ),
+    (
+        # the seed's minimum: a roll renames a preallocated file (0 was accepted once)
+        "no prealloc",
+        txlog("<PreallocatedJournalFiles>0</PreallocatedJournalFiles>"),
+        "/SpoolConfig/TransactionLog/PreallocatedJournalFiles",
+        4,
+        "PreallocatedJournalFiles must be between 1 and 100, got 0",
+    ),
+    (
+        "WriteRetryInterval too short",
+        txlog("<WriteRetryInterval>5ms</WriteRetryInterval>"),
+        "/SpoolConfig/TransactionLog/WriteRetryInterval",
+        4,
+        "WriteRetryInterval must be between 10ms and 10m, got 5ms",
+    ),
+    (
+        "WriteRetryInterval too long",
+        txlog("<WriteRetryInterval>1h</WriteRetryInterval>"),
+        "/SpoolConfig/TransactionLog/WriteRetryInterval",
+        4,
+        "WriteRetryInterval must be between 10ms and 10m, got 1h",
     ),
     (
         "small JournalSize",
@@ -156,6 +178,7 @@ def test_transaction_log_defaults_follow_the_data_directory() -> None:
         0.001,
         0,
     )
+    assert log.write_retry_interval == 1.0
 
 
 def test_records_exact_and_regex_topics() -> None:

@@ -18,7 +18,7 @@ from server.expr import MessageView, compile_filter
 from server.fanout import FanOut
 from server.ports import AckValue, AppendedRun, Origin, PublishRun
 from server.protocol.commands import decode_command
-from server.protocol.errors import InvalidTopic, NotEntitled, ProtocolFailure
+from server.protocol.errors import InvalidTopic, NotEntitled, ProtocolFailure, TxlogFull
 from server.protocol.frame import Message, parse_frame
 from server.protocol.options import parse_subscribe_options
 from server.publishing import PublishPipeline
@@ -56,8 +56,10 @@ class Peer:
     ) -> None:
         self.sent.append(orjson.dumps({"a": kind, "cid": cid, "status": status, **fields}))
 
-    def fail(self, cid: str | None, exc: ProtocolFailure) -> None:
-        self.sent.append(orjson.dumps({"a": "processed", "cid": cid, "reason": exc.reason}))
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
+        self.sent.append(
+            orjson.dumps({"a": "processed", "cid": cid, "reason": exc.reason, **fields})
+        )
 
     def has_room(self) -> bool:
         return True
@@ -86,7 +88,9 @@ class Horizon:
 
     def __init__(self) -> None:
         self.seq = 0
+        self.failure: ProtocolFailure | None = None
         self._listeners: list[Callable[[int], None]] = []
+        self._failure_listeners: list[Callable[[ProtocolFailure | None], None]] = []
 
     async def wait(self, seq: int) -> None:
         raise AssertionError("not used here")
@@ -94,10 +98,19 @@ class Horizon:
     def on_advance(self, callback: Callable[[int], None]) -> None:
         self._listeners.append(callback)
 
+    def on_failure(self, callback: Callable[[ProtocolFailure | None], None]) -> None:
+        self._failure_listeners.append(callback)
+
     def move(self, seq: int) -> None:
         self.seq = seq
         for cb in self._listeners:
             cb(seq)
+
+    def fail(self, failure: ProtocolFailure | None) -> None:
+        """The horizon stops being able to move (None: it can again)."""
+        self.failure = failure
+        for cb in self._failure_listeners:
+            cb(failure)
 
 
 # -- wire -------------------------------------------------------------------------------
@@ -181,6 +194,51 @@ def test_a_duplicate_is_acked_at_once_when_everything_is_durable() -> None:
     peer = Peer()
     acks.expect_duplicate(peer, 9, 4)
     assert [m["s"] for m, _ in peer.messages()] == [4]
+
+
+def test_a_horizon_that_cannot_move_fails_flushes_and_tells_persisted_waiters_once() -> None:
+    """Nothing waits forever: a failing horizon fails every flush at once and sends one
+    persisted failure per peer (its highest waiting s); the publishes stay pending, and
+    when the horizon moves again their persisted acks go out after all."""
+    horizon = Horizon()
+    last = [0]
+    acks = DurableAcks(horizon, lambda: last[0], VirtualClock())
+    a, b, idle = Peer(), Peer(), Peer()
+    acks.expect_persisted(a, 9, 1, 10)
+    acks.expect_persisted(a, 9, 2, 11)
+    acks.expect_persisted(b, 8, 3, 5)
+    last[0] = 3
+    acks.flush(a, decode_command(Message({"c": "flush", "cid": "f1"}, b"")))
+    acks.flush(idle, decode_command(Message({"c": "flush", "cid": "f2"}, b"")))
+    full = TxlogFull("journal write failed on x: [Errno 28] No space left on device")
+    horizon.fail(full)
+    assert [m for m, _ in a.messages()] == [
+        {"a": "persisted", "cid": None, "status": "failure", "s": 11, "detail": full.detail},
+        {"a": "processed", "cid": "f1", "reason": "txlog full"},
+    ]
+    assert [m for m, _ in b.messages()] == [
+        {"a": "persisted", "cid": None, "status": "failure", "s": 5, "detail": full.detail}
+    ]
+    assert [m for m, _ in idle.messages()] == [
+        {"a": "processed", "cid": "f2", "reason": "txlog full"}
+    ]
+    # while it cannot move, a flush or a duplicate fails at once; nothing is repeated
+    acks.flush(b, decode_command(Message({"c": "flush", "cid": "f3"}, b"")))
+    acks.expect_duplicate(idle, 7, 3)
+    assert [m["cid"] for m, _ in b.messages()] == [None, "f3"]
+    assert [(m["a"], m.get("status"), m.get("s")) for m, _ in idle.messages()][1:] == [
+        ("persisted", "failure", 3)
+    ]
+    assert len(a.messages()) == 2
+    # it moves again: what was waiting is persisted after all
+    horizon.fail(None)
+    horizon.move(3)
+    assert [m for m, _ in a.messages()][2:] == [
+        {"a": "persisted", "cid": None, "status": "success", "s": 11, "bm": "9|11|"}
+    ]
+    assert [m.get("s") for m, _ in b.messages()][2:] == [5]
+    assert [m.get("s") for m, _ in idle.messages()][2:] == [3]
+    assert acks.pending_peers == 0
 
 
 # -- fan-out ------------------------------------------------------------------------------

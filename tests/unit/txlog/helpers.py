@@ -1,4 +1,5 @@
-"""Shared pieces of the transaction-log tests: configs, a faulty seam, reading everything.
+"""Shared pieces of the transaction-log tests: configs, reading everything (the faulty seam
+lives in tests/support/faults.py, shared with the engine and process tests).
 
 Tests that set the wall time of appends use :class:`server.clock.VirtualClock` (or pass
 ``timestamp_us`` when the times must step back, which a clock does not). A log on a
@@ -10,14 +11,24 @@ the interval itself drives it with ``advance``.
 from __future__ import annotations
 
 import asyncio
-import errno
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
 from server.config import TransactionLogConfig
 from server.txlog import RecordBatch, TransactionLog
-from server.txlog.files import JournalHandle, OsFileSeam
+from tests.support.faults import FaultyHandle, FaultySeam
+
+__all__ = [
+    "INSTANCE",
+    "FaultyHandle",
+    "FaultySeam",
+    "config",
+    "fill",
+    "journal_files",
+    "read_all",
+    "run",
+]
 
 T = TypeVar("T")
 
@@ -31,6 +42,7 @@ def config(
     preallocated: int = 1,
     flush_interval: float = 0.0005,
     max_size: int = 0,
+    write_retry_interval: float = 1.0,
 ) -> TransactionLogConfig:
     """A small-journal config under ``tmp`` (journals roll every few hundred records)."""
     return TransactionLogConfig(
@@ -40,60 +52,8 @@ def config(
         journal_size=journal_size,
         flush_interval=flush_interval,
         max_size=max_size,
+        write_retry_interval=write_retry_interval,
     )
-
-
-class FaultyHandle:
-    """A journal handle whose operations fail once the seam says so."""
-
-    def __init__(self, inner: JournalHandle, seam: FaultySeam, path: Path) -> None:
-        self._inner = inner
-        self._seam = seam
-        self.path = path
-
-    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        self._seam.check("write", self.path)
-        self._inner.write(offset, data)
-
-    def fsync(self) -> None:
-        self._seam.check("fsync", self.path)
-        self._inner.fsync()
-
-    def truncate(self, size: int) -> None:
-        self._seam.check("truncate", self.path)
-        self._inner.truncate(size)
-
-    def allocate(self, size: int) -> None:
-        self._seam.check("allocate", self.path)
-        self._inner.allocate(size)
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class FaultySeam:
-    """The real seam, failing the ``fail_at``-th call of ``operation`` (and later ones)."""
-
-    def __init__(
-        self, operation: str = "write", fail_at: int = 1 << 62, err: int = errno.EIO
-    ) -> None:
-        self.inner = OsFileSeam()
-        self.operation = operation
-        self.fail_at = fail_at
-        self.err = err
-        self.calls: dict[str, int] = {}
-
-    def check(self, operation: str, path: Path) -> None:
-        n = self.calls[operation] = self.calls.get(operation, 0) + 1
-        if operation == self.operation and n >= self.fail_at:
-            raise OSError(self.err, f"injected {operation} failure", str(path))
-
-    def open(self, path: Path, *, create: bool) -> JournalHandle:
-        return FaultyHandle(self.inner.open(path, create=create), self, path)
-
-    def rename(self, src: Path, dst: Path) -> None:
-        self.check("rename", src)
-        self.inner.rename(src, dst)
 
 
 def run(fn: Callable[[], Awaitable[T]]) -> T:

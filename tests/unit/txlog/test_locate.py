@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +13,8 @@ from server.bookmarks import lookup_points, parse_bookmark
 from server.replay import ReplaySource, plan_replay
 from server.txlog import Located, TransactionLog
 from server.txlog.reader import PlainSource
-from tests.unit.txlog.helpers import INSTANCE, config, run
+from tests.support.wait import async_wait_until
+from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, run
 
 T0 = 1_700_000_000_000_000
 PUB = 9
@@ -207,6 +210,72 @@ def test_replay_plans_the_same_against_the_view_without_reading(
         expected = plan_replay(spec, log)
         assert (plan.start_seq, plan.not_before_us) == (expected.start_seq, expected.not_before_us)
         assert (plan.stop and plan.stop.bound) == (expected.stop and expected.stop.bound)
+        await log.close()
+
+    run(body)
+
+
+def test_a_lookup_survives_a_commit_that_moves_the_tail_during_its_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a lookup reads a block's durable bytes in a thread and finds the rest
+    in the tail. A group commit landing during that read made the rest durable and the
+    tail evicted it, so the record sought was in neither and the lookup answered None
+    (the state machine caught it now and then). The block is read again instead."""
+    reading, release = threading.Event(), threading.Event()
+    gated = [False]
+    original = PlainSource.read
+
+    def read(self: PlainSource, offset: int, length: int) -> bytes:
+        if gated[0]:
+            reading.set()
+            assert release.wait(10)
+        return original(self, offset, length)
+
+    monkeypatch.setattr(PlainSource, "read", read)
+
+    class HeldWrites(FaultySeam):
+        """Journal writes wait for ``go`` while ``holding``: the commit stays in its thread."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.holding = False
+            self.waiting, self.go = threading.Event(), threading.Event()
+
+        def check(self, operation: str, path: Path) -> None:
+            if operation == "write" and self.holding:
+                self.waiting.set()
+                assert self.go.wait(10)
+            super().check(operation, path)
+
+    async def body() -> None:
+        seam = HeldWrites()
+        log = TransactionLog(
+            config(tmp_path, flush_interval=0), INSTANCE, files=seam, block_bytes=4096,
+            tail_cache_bytes=0,  # the tail keeps only what is not durable yet
+        )  # fmt: skip
+
+        def append(s: int) -> None:
+            log.append(topic="t", message_type="json", pub_hash=PUB, pub_seq=s, body=b"x" * 50)
+
+        await log.open()
+        for s in (1, 2, 3):
+            append(s)
+        await log.wait_durable(3)
+        seam.holding = True
+        for s in (4, 5, 6):  # one block with 1..3; their commit is held in its thread
+            append(s)
+        await asyncio.to_thread(seam.waiting.wait, 10)
+        gated[0] = True
+        lookup = asyncio.ensure_future(log.locate_bookmark(PUB, 5))
+        await asyncio.to_thread(reading.wait, 10)  # it reads the durable bytes: 1..3
+        gated[0] = False
+        seam.holding = False
+        seam.go.set()  # the commit lands: 4..6 durable, and the tail lets them go
+        await async_wait_until(lambda: log.durable_seq == 6, message="the commit")
+        release.set()
+        assert await lookup == 5
+        assert await log.locate_time(0) == 1
         await log.close()
 
     run(body)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import random
 import threading
 from pathlib import Path
@@ -21,7 +20,6 @@ from server.txlog import (
     TransactionLog,
     TxlogClosed,
     TxlogFull,
-    TxlogWriteFailed,
 )
 from server.txlog.files import prealloc_name
 from tests.support.wait import async_wait_until
@@ -262,59 +260,6 @@ def test_txlog_full_when_a_new_journal_would_exceed_max_size(tmp_path: Path) -> 
         rec = log.append(topic="t", message_type="json", pub_hash=1, pub_seq=last + 1, body=b"y")
         await log.wait_durable(rec.seq)
         assert log.stats()["disk_bytes"] <= 2 * size + 10
-        await log.close()
-
-    run(body)
-
-
-@pytest.mark.parametrize("operation", ["write", "fsync"])
-def test_a_failed_write_is_latched_until_reopened(tmp_path: Path, operation: str) -> None:
-    async def body() -> None:
-        events: Events = []
-        seam = FaultySeam(operation, fail_at=4)
-        log = new_log(tmp_path, events, files=seam)
-        await log.open()
-        durable = 0
-        with pytest.raises(TxlogWriteFailed) as info:
-            for i in range(20):
-                log.append(topic="t", message_type="json", pub_hash=1, pub_seq=i + 1, body=b"x")
-                await log.wait_durable(log.last_seq)
-                durable = log.durable_seq
-        assert info.value.operation in (operation, "open")
-        assert isinstance(info.value.cause, OSError) and info.value.cause.errno == errno.EIO
-        assert log.durable_seq == durable and log.write_error is info.value
-        with pytest.raises(TxlogWriteFailed):
-            log.append(topic="t", message_type="json", pub_hash=1, pub_seq=99, body=b"x")
-        with pytest.raises(TxlogWriteFailed):
-            await log.wait_durable(log.last_seq)
-        assert [name for name, _ in events].count("flush_failed") == 1
-        assert log.stats()["write_failed"] == 1.0
-        assert len(await log.read_batch(1)) == durable  # durable data is still served
-        await log.close()
-        # reopened with a healthy disk: everything durable is there, appends continue
-        log = new_log(tmp_path)
-        await log.open()
-        assert log.last_seq >= durable
-        rec = log.append(topic="t", message_type="json", pub_hash=1, pub_seq=100, body=b"x")
-        await log.wait_durable(rec.seq)
-        await log.close()
-
-    run(body)
-
-
-def test_disk_full_when_creating_a_journal_is_latched(tmp_path: Path) -> None:
-    async def body() -> None:
-        seam = FaultySeam("allocate", fail_at=2, err=errno.ENOSPC)  # 1st: the first journal
-        log = new_log(tmp_path, preallocated=0, files=seam)
-        await log.open()
-        with pytest.raises(TxlogWriteFailed) as info:
-            for i in range(2000):
-                log.append(
-                    topic="t", message_type="json", pub_hash=1, pub_seq=i + 1, body=b"x" * 50
-                )
-                if i % 50 == 0:
-                    await log.wait_durable(log.last_seq)
-        assert info.value.operation == "open" and info.value.cause.errno == errno.ENOSPC  # type: ignore[attr-defined]
         await log.close()
 
     run(body)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from server.clock import VirtualClock
 from server.txlog import TxlogFull
 from server.txlog.files import FileSeam, OsFileSeam, journal_name, prealloc_name
 from server.txlog.space import DiskSpace
@@ -49,6 +50,7 @@ def space(
     return DiskSpace(
         tmp, INSTANCE, journal_size=SIZE, max_size=max_files * SIZE, want=want,
         seam=seam or OsFileSeam(), emit=lambda name, fields: seen.append((name, fields)),
+        clock=VirtualClock(),
     )  # fmt: skip
 
 
@@ -159,6 +161,55 @@ def test_a_failed_preallocation_gives_its_room_back_once(tmp_path: Path, taken: 
         assert (disk.busy, disk.void) == (0, 0)
         assert disk.used == 2 * SIZE if taken else SIZE
         assert disk.files == () and preallocated(tmp_path) == []
-        assert [name for name, _ in events] == ["cache_write_failed"]
+        assert [name for name, _ in events] == ["preallocation_failed"]
+        assert disk.shortfall is not None and disk.shortfall.ready == 0
+
+    run(body)
+
+
+def test_prepare_on_a_disk_without_room_starts_short_instead_of_failing(tmp_path: Path) -> None:
+    """Preallocation is an optimisation: a disk without room for the files at open is a
+    shortfall (reported once, on the loop), not an error."""
+    events: Events = []
+    seam = FaultySeam("allocate", fail_at=2, err=errno.ENOSPC)  # the second file fails
+    disk = space(tmp_path, want=3, seam=seam, events=events)
+    disk.prepare([], 1, journal_bytes=SIZE)
+    assert len(disk.files) == 1 and preallocated(tmp_path) == [prealloc_name(INSTANCE, 1)]
+    assert disk.used == 2 * SIZE  # the journal and the one file: the failed one gave back
+    shortfall = disk.shortfall
+    assert shortfall is not None and (shortfall.wanted, shortfall.ready) == (3, 1)
+    assert "No space left" in shortfall.error or "injected" in shortfall.error
+    assert events == []  # prepare runs in open's thread: nothing is emitted there
+    disk.report()
+    disk.report()
+    assert [name for name, _ in events] == ["preallocation_failed"]
+
+
+def test_after_a_failed_preallocation_no_file_is_tried_until_a_roll_or_room(
+    tmp_path: Path,
+) -> None:
+    """Replenish runs after every commit; after a failure it must not claim and give back
+    ``JournalSize`` bytes at each of them. A roll, or :meth:`retry` (journals removed),
+    allows one more attempt; success clears the shortfall."""
+
+    async def body() -> None:
+        events: Events = []
+        seam = FaultySeam("allocate", fail_at=1, err=errno.ENOSPC)
+        disk = space(tmp_path, want=1, seam=seam, events=events)
+        disk.prepare([], 1, journal_bytes=SIZE)
+        assert seam.calls["allocate"] == 1 and disk.files == ()
+        for _ in range(5):  # five commits
+            await disk.replenish()
+        assert seam.calls["allocate"] == 1
+        disk.retry()
+        await disk.replenish()
+        assert seam.calls["allocate"] == 2 and disk.files == ()
+        seam.heal()
+        await disk.replenish()
+        assert seam.calls["allocate"] == 2  # blocked again by that failure
+        roll(disk, tmp_path)  # a roll without a file: worth another try
+        await disk.replenish()
+        assert len(disk.files) == 1 and disk.shortfall is None
+        assert [name for name, _ in events] == ["preallocation_failed", "preallocation_restored"]
 
     run(body)

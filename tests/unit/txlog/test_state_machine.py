@@ -3,7 +3,11 @@
 Rules: single appends (the clock moving forward, or a record stamped back in time), runs
 through ``append_many``, flushes, crashes (abort, optionally a torn write) and clean
 reopens, compressing and removing the oldest journals (refused while a pin needs them),
-taking, moving and releasing pins, reads, and lookups by bookmark and time.
+taking, moving and releasing pins, reads, and lookups by bookmark and time; and a disk that
+breaks (a write, fsync, truncate, file creation or allocation failing, with or without the
+page cache losing what a failed fsync covered) and heals: appends are refused during the
+write outage that follows, what was accepted becomes durable once the disk heals, and a
+crash or a close during the outage keeps a prefix that includes everything durable.
 
 How much a crash keeps depends on whether the flusher had taken the last appends, which is
 thread timing. So that hypothesis draws the same data whatever was kept, no rule has a
@@ -14,6 +18,7 @@ there (``pick``); a rule with nothing to act on does nothing.
 from __future__ import annotations
 
 import asyncio
+import errno
 import shutil
 import tempfile
 from collections.abc import Coroutine
@@ -26,10 +31,20 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from server.clock import VirtualClock, time_us
-from server.txlog import JournalInfo, JournalPinned, Pin, TransactionLog
+from server.txlog import (
+    JournalInfo,
+    JournalPinned,
+    JournalUnfinished,
+    Pin,
+    TransactionLog,
+    TxlogWriteFailed,
+)
 from server.txlog.codec import encode, scan
+from server.txlog.outage import MAX_BACKOFF_FACTOR
 from server.txlog.record import RecordKind
-from tests.unit.txlog.helpers import INSTANCE, config
+from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config
+
+RETRY = 0.01  # WriteRetryInterval of the machine's log (virtual seconds)
 
 T = TypeVar("T")
 PUBLISHERS = (11, 22, 33, 0)  # 0: records without publisher identity
@@ -67,6 +82,8 @@ class LogMachine(RuleBasedStateMachine):
         self.durable = 0  # every record up to here was acknowledged durable
         self.pins: list[Pin] = []
         self.pin_names = 0
+        self.seam = FaultySeam()
+        self.broken = False  # the seam is failing an operation
         self.log = self._open()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -74,12 +91,16 @@ class LogMachine(RuleBasedStateMachine):
 
     def _open(self) -> TransactionLog:
         log = TransactionLog(
-            config(self.tmp, journal_size=4 * 1024, preallocated=1, flush_interval=0),
+            config(
+                self.tmp, journal_size=4 * 1024, preallocated=1, flush_interval=0,
+                write_retry_interval=RETRY,
+            ),
             INSTANCE,
             clock=self.clock,
+            files=self.seam,
             block_bytes=256,
             tail_cache_bytes=2048,
-        )
+        )  # fmt: skip
         report = self._run(log.open())
         assert report.last_seq == log.last_seq
         self.pins = []  # pins live in memory: a new log object starts without any
@@ -111,10 +132,15 @@ class LogMachine(RuleBasedStateMachine):
             ps = self.oracle.last_pub_seq(pub) + 1 if pub else 0
             body = bytes([i % 251]) * size
             topic = f"t{(size + i) % 3}"
-            rec = self.log.append(
-                topic=topic, message_type="json", pub_hash=pub, pub_seq=ps, body=body,
-                timestamp_us=stamp,
-            )  # fmt: skip
+            try:
+                rec = self.log.append(
+                    topic=topic, message_type="json", pub_hash=pub, pub_seq=ps, body=body,
+                    timestamp_us=stamp,
+                )  # fmt: skip
+            except TxlogWriteFailed:
+                assert self.broken  # refused only during a write outage
+                event("append refused: write outage")
+                return
             self.oracle.records.append((rec.timestamp_us, pub, ps, topic, body))
             assert rec.seq == len(self.oracle.records)
 
@@ -133,6 +159,9 @@ class LogMachine(RuleBasedStateMachine):
         n = self.log.append_many(
             topic="run", message_type="json", pub_hash=pub, pub_seqs=seqs, bodies=bodies
         )
+        if n == 0 and self.broken and self.log.write_error is not None:
+            event("append_many refused: write outage")
+            return
         assert n == len(sizes)
         ts = self.log.last_timestamp_us
         for ps, body in zip(seqs, bodies, strict=True):
@@ -141,9 +170,63 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule()
     def flush(self) -> None:
+        if self.broken:
+            self.heal_disk()
         self._run(self.log.wait_durable(self.log.last_seq))
         assert self.log.durable_seq == self.log.last_seq == len(self.oracle.records)
         self.durable = self.log.durable_seq
+
+    # -- a disk that breaks and heals -----------------------------------------------------
+
+    @precondition(lambda self: not self.broken)
+    @rule(
+        operation=st.sampled_from(["write", "fsync", "truncate", "open", "allocate"]),
+        err=st.sampled_from([errno.ENOSPC, errno.EIO]),
+        lossy=st.booleans(),
+    )
+    def break_disk(self, operation: str, err: int, lossy: bool) -> None:
+        """From now on ``operation`` fails (a failed fsync may also drop what it covered)."""
+        self.seam.lossy = lossy
+        self.seam.fail(operation, err)
+        self.broken = True
+
+    @precondition(lambda self: self.broken)
+    @rule()
+    def heal_disk(self) -> None:
+        """The disk takes writes again: whatever was accepted becomes durable at the next
+        retry (at most 16 retry intervals away), and appends are taken again."""
+        self._run(self._until_committed_or_outage())  # let the broken disk be tried
+        event("healed during an outage" if self.log.write_outage else "healed, no outage")
+        self.seam.heal()
+        self.broken = False
+        self._run(self._until_durable())
+        assert self.log.write_outage is None
+        assert self.log.durable_seq == self.log.last_seq == len(self.oracle.records)
+        self.durable = self.log.durable_seq
+
+    async def _until_committed_or_outage(self) -> None:
+        for _ in range(5000):
+            if self.log.write_outage is not None or self.log.durable_seq == self.log.last_seq:
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("the flusher neither committed nor failed")
+
+    async def _until_durable(self) -> None:
+        # the retry sleeps on the virtual clock; the write itself runs in a thread
+        for _ in range(2000):
+            if self.log.durable_seq == self.log.last_seq and self.log.write_outage is None:
+                return
+            await self.clock.advance(RETRY * MAX_BACKOFF_FACTOR)
+            await asyncio.sleep(0.001)
+        raise AssertionError("the log did not resume after the disk healed")
+
+    def _survivors(self) -> None:
+        """After a crash (or a close during an outage): the reopened log holds a prefix
+        of what was appended that includes everything acknowledged durable."""
+        last = self.log.last_seq
+        assert self.durable <= last <= len(self.oracle.records)
+        del self.oracle.records[last:]
+        self.durable = last
 
     # -- crashes and reopens --------------------------------------------------------------
 
@@ -153,12 +236,11 @@ class LogMachine(RuleBasedStateMachine):
         self._run(self.log.abort())
         if tear:
             self._tear(tear)
+        self.seam.heal()  # the instance restarts on a healthy disk
+        self.broken = False
         self.log = self._open()
-        last = self.log.last_seq
         # everything acknowledged survived; what survived beyond is a prefix of the appends
-        assert self.durable <= last <= len(self.oracle.records)
-        del self.oracle.records[last:]
-        self.durable = last
+        self._survivors()
 
     def _tear(self, length: int) -> None:
         """Write the first bytes of the next record after the active journal's data."""
@@ -177,8 +259,13 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule()
     def close_and_reopen(self) -> None:
-        self._run(self.log.close())
+        self._run(self.log.close())  # during an outage: one last attempt, then give up
+        broken, self.broken = self.broken, False
+        self.seam.heal()
         self.log = self._open()
+        if broken:
+            self._survivors()
+            return
         assert self.log.last_seq == len(self.oracle.records)
         self.durable = self.log.last_seq
 
@@ -218,7 +305,12 @@ class LogMachine(RuleBasedStateMachine):
             assert self.log.first_seq == self.oracle.first
             event("remove refused: pinned")
             return
-        removed = self._run(self.log.remove(oldest.id))
+        try:
+            removed = self._run(self.log.remove(oldest.id))
+        except JournalUnfinished:
+            assert self.broken  # its finishing commit waits for the outage to end
+            event("remove refused: unfinished")
+            return
         assert [j.id for j in removed] == [oldest.id]
         self.oracle.first = oldest.last_seq + 1
         assert self.log.first_seq == self.oracle.first
@@ -236,7 +328,12 @@ class LogMachine(RuleBasedStateMachine):
                 self._run(self.log.compress(target.id))
             event("compress refused: pinned")
             return
-        done = self._run(self.log.compress(target.id))
+        try:
+            done = self._run(self.log.compress(target.id))
+        except JournalUnfinished:
+            assert self.broken
+            event("compress refused: unfinished")
+            return
         assert [j.id for j in done] == [target.id]
         event("compress done")
 
@@ -301,6 +398,7 @@ class LogMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
+            self.seam.heal()
             self._run(self.log.close())
         finally:
             self.loop.close()

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from server.alerts import Alert
 from server.clock import VirtualClock, wait_all_blocked
 from server.eventlog import EventLog
 from server.stats.histogram import LatencyHistogram
@@ -152,10 +153,14 @@ class Source:
         self.stopping = False
         self.msgs_in = 0
         self.snapshots = 0
+        self.current_alerts: list[Alert] = []
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         self.snapshots += 1
         return metrics_snapshot(time=self.clock.time(), msgs_in=self.msgs_in, connections=1)
+
+    def alerts(self) -> list[Alert]:
+        return list(self.current_alerts)
 
 
 def run(coro: Coroutine[Any, Any, None]) -> None:
@@ -205,6 +210,35 @@ def test_a_stream_starts_with_history_then_gets_one_point_per_interval() -> None
         late = feed.subscribe()
         [(_, history)] = parse(await next_item(late))
         assert [p["msgs_in"] for p in history["points"]] == [300.0]
+        feed.close()
+
+    run(scenario())
+
+
+def test_every_point_carries_the_alerts_of_its_moment() -> None:
+    """The banner of every open page follows the conditions second by second: a write
+    outage shows up in the next point, and its end too (no reload needed)."""
+
+    async def scenario() -> None:
+        src = Source()
+        feed = LiveFeed(src, interval=1.0, idle_grace=10.0)
+        sub = feed.subscribe()
+        await next_item(sub)
+        await src.clock.advance(1.0)
+        [(_, point)] = parse(await next_item(sub))
+        assert point["alerts"] == []
+        outage: Alert = {
+            "id": "txlog-refusing-writes", "level": "error", "title": "Transaction log refusing writes",
+            "message": "journal write failed on x: No space left on device", "since": "2026-01-01T00:00:00Z",
+        }  # fmt: skip
+        src.current_alerts = [outage]
+        await src.clock.advance(1.0)
+        [(_, point)] = parse(await next_item(sub))
+        assert point["alerts"] == [outage]
+        src.current_alerts = []
+        await src.clock.advance(1.0)
+        [(_, point)] = parse(await next_item(sub))
+        assert point["alerts"] == []
         feed.close()
 
     run(scenario())

@@ -1,0 +1,84 @@
+"""What an operator must see on every page right now: conditions, not events.
+
+An event (the event log) says something happened; an alert says something *is* the case
+and stays until it is not: the transaction log refuses writes (a write outage: its cause,
+since when, the next retry), or runs without its preallocated journal files. The admin
+API (``/api/instance``), the dashboard's banner on every page and its live stream read
+them from here, so the three always agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal, TypedDict
+
+from server.txlog import TransactionLog
+
+__all__ = ["Alert", "txlog_alerts"]
+
+
+class Alert(TypedDict):
+    """One condition to show until it ends.
+
+    Attributes:
+        id: stable name of the condition (``txlog-refusing-writes``...), for pages that
+            update their banners in place.
+        level: ``error`` (the instance cannot do part of its job) or ``warning``.
+        title: a few words.
+        message: what is going on and what it means, with the cause.
+        since: when it began (ISO-8601 UTC).
+    """
+
+    id: str
+    level: Literal["error", "warning"]
+    title: str
+    message: str
+    since: str
+
+
+def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
+    """The transaction log's alerts: a write outage, a preallocation shortfall."""
+    if txlog is None:
+        return []
+    alerts: list[Alert] = []
+    outage = txlog.write_outage
+    if outage is not None:
+        retry = (
+            f"; next retry {_iso(outage.next_attempt)}" if outage.next_attempt is not None else ""
+        )
+        n = outage.pending_records
+        kept = f"{n} accepted record{'' if n == 1 else 's'} {'is' if n == 1 else 'are'}"
+        alerts.append(
+            {
+                "id": "txlog-refusing-writes",
+                "level": "error",
+                "title": "Transaction log refusing writes",
+                "message": (
+                    f"{outage.error}. Publishes to recorded topics fail with 'txlog full' "
+                    f"and persisted acks wait; {kept} kept and written once the disk takes "
+                    f"writes again "
+                    f"({outage.attempts} retries so far{retry})."
+                ),
+                "since": _iso(outage.since),
+            }
+        )
+    shortfall = txlog.preallocation_shortfall
+    if shortfall is not None:
+        alerts.append(
+            {
+                "id": "txlog-preallocation",
+                "level": "warning",
+                "title": "Journal files not preallocated",
+                "message": (
+                    f"{shortfall.ready} of {shortfall.wanted} preallocated journal files "
+                    f"ready ({shortfall.error}). The log writes without them; the disk "
+                    "may be close to full."
+                ),
+                "since": _iso(shortfall.since),
+            }
+        )
+    return alerts
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

@@ -1,0 +1,149 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Compiled twin of the bulk record decoder of :mod:`server.txlog.batch` (same results).
+
+:func:`decode_columns` is the loop of :func:`server.txlog.batch.decode_batch_py`: it reads
+each record's header in place, checks its CRC-32C in place (``crc32c.h``), and fills the
+columns a :class:`~server.txlog.batch.RecordBatch` keeps, one ``bytes`` per body and one
+int per numeric column; ``batch.py`` wraps them in the batch. Records of a rare shape
+(a path, correlation id or SOW key) and every damaged record go through the very functions
+the Python implementation uses (``build_record``, ``check_at``), so the records built and
+the errors raised are the same (tests/unit/txlog/test_codec_twins.py).
+"""
+
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.list cimport PyList_Append
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy
+
+import google_crc32c
+
+from server.txlog.codec import HEADER, build_record, check_at, decode_text
+from server.txlog.errors import CorruptRecord
+
+
+cdef extern from "crc32c.h":
+    int spool_crc32c_available()
+    uint32_t spool_crc32c(const unsigned char *p, size_t n) nogil
+
+
+cdef bint _HW = spool_crc32c_available()
+cdef object _crc_py = google_crc32c.value
+cdef object _unpack = HEADER.unpack_from
+cdef object _build_record = build_record
+cdef object _check_at = check_at
+cdef object _decode_text = decode_text
+cdef object _CorruptRecord = CorruptRecord
+
+cdef enum:
+    _HEADER_SIZE = 52
+    _MIN_RECORD = 56
+    _FORMAT = 0xA1
+
+cdef uint32_t _RESIDUE = 0x48674BC7
+
+
+cdef inline uint32_t _get32(const char *p) noexcept:
+    cdef uint32_t v
+    memcpy(&v, p, 4)
+    return v
+
+
+cdef inline uint16_t _get16(const char *p) noexcept:
+    cdef uint16_t v
+    memcpy(&v, p, 2)
+    return v
+
+
+cdef inline uint64_t _get64(const char *p) noexcept:
+    cdef uint64_t v
+    memcpy(&v, p, 8)
+    return v
+
+
+cdef inline bint _crc_ok(const char *p, Py_ssize_t n) except -1:
+    if _HW:
+        return spool_crc32c(<const unsigned char *>p, n) == _RESIDUE
+    return _crc_py(PyBytes_FromStringAndSize(p, n)) == _RESIDUE
+
+
+def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssize_t max_count,
+                   Py_ssize_t max_bytes, upto_seq, Py_ssize_t t_start, Py_ssize_t t_stop):
+    """Decode records from ``pos`` into columns (see ``decode_batch_py`` for the contract).
+
+    Returns:
+        ``(topics, bodies, times, hashes, pub_seqs, kinds, special, last_off, pos)``.
+    """
+    cdef Py_ssize_t start = pos
+    cdef const char *b = PyBytes_AS_STRING(buf)
+    cdef list topics = [], bodies = [], times = [], hashes = [], pseqs = []
+    cdef set kinds = set()
+    cdef dict special = {}
+    cdef int prev_kind = -1
+    cdef Py_ssize_t last_off = -1
+    cdef Py_ssize_t length, tl, ml, bl, p, prev_tl = -1, prev_p = -1
+    cdef uint64_t seq, stop_seq, rseq
+    cdef int kind
+    cdef object prev_topic = ""
+    cdef Py_ssize_t idx = 0
+    if end > PyBytes_GET_SIZE(buf) or pos < 0:
+        return None  # bounds outside the buffer: the Python implementation's business
+    # stop_seq = min(upto_seq, expect_seq + max_count - 1), as Python ints first: both
+    # may be outside 64 bits in principle
+    py_stop = upto_seq if upto_seq is not None else 1 << 64
+    if max_count < py_stop - expect_seq + 1:
+        py_stop = expect_seq + max_count - 1
+    if expect_seq < 0 or py_stop >= (1 << 64) - 1:
+        return None  # sequences at the edge of 64 bits: the Python implementation's
+    if py_stop < expect_seq:
+        return [], [], [], [], [], kinds, special, last_off, pos
+    seq = expect_seq
+    stop_seq = py_stop
+    while pos < end and seq <= stop_seq and pos - start < max_bytes:
+        if end - pos < _HEADER_SIZE:
+            break
+        length = _get32(b + pos)
+        if length == 0 or (length >= _MIN_RECORD and pos + length > end):
+            break  # end of data, or incomplete: the caller decides
+        if (
+            length < _MIN_RECORD
+            or <unsigned char>b[pos + 4] != _FORMAT
+            or ((pos < t_start or pos + length > t_stop) and not _crc_ok(b + pos, length))
+        ):
+            _check_at(buf, pos, end)  # raises with the precise reason
+        rseq = _get64(b + pos + 8)
+        if rseq != seq:
+            raise _CorruptRecord(pos, "sequence gap")
+        kind = <unsigned char>b[pos + 5]
+        tl = _get16(b + pos + 40)
+        ml = <unsigned char>b[pos + 42]
+        bl = _get32(b + pos + 48)
+        if b[pos + 43] or _get16(b + pos + 44) or _get16(b + pos + 46):
+            rec = _build_record(buf, pos, _unpack(buf, pos))
+            special[idx] = rec
+            PyList_Append(topics, rec.topic)
+            PyList_Append(bodies, rec.body)
+        else:
+            if _MIN_RECORD + tl + ml + bl != length:
+                raise _CorruptRecord(pos, "length mismatch")
+            p = pos + _HEADER_SIZE
+            if not (tl == prev_tl and memcmp(b + prev_p, b + p, tl) == 0):
+                try:
+                    prev_topic = _decode_text(PyBytes_FromStringAndSize(b + p, tl))
+                except UnicodeDecodeError:
+                    raise _CorruptRecord(pos, "bad utf-8") from None
+                prev_tl = tl
+                prev_p = p
+            PyList_Append(topics, prev_topic)
+            p += tl + ml
+            PyList_Append(bodies, PyBytes_FromStringAndSize(b + p, bl))
+        if kind != prev_kind:
+            prev_kind = kind
+            kinds.add(kind)
+        PyList_Append(times, <int64_t>_get64(b + pos + 16))
+        PyList_Append(hashes, _get64(b + pos + 24))
+        PyList_Append(pseqs, _get64(b + pos + 32))
+        last_off = pos
+        pos += length
+        idx += 1
+        seq += 1
+    return topics, bodies, times, hashes, pseqs, kinds, special, last_off, pos

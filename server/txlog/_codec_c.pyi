@@ -1,0 +1,11 @@
+def crc32c(data: bytes) -> int: ...
+def hardware_crc() -> bool: ...
+def encode_run(
+    first_seq: int,
+    timestamp_us: int,
+    pub_hash: int,
+    pub_seqs: list[int],
+    topic: str,
+    message_type: str,
+    bodies: list[bytes],
+) -> list[bytes]: ...

@@ -1,0 +1,141 @@
+"""Placing encoded records into the log: the active journal's pending bytes, its index,
+the in-memory tail, and rolling to the next journal.
+
+:meth:`Placement.place` is the bookkeeping half of every append (the facade encodes and
+checks; this puts the bytes where the flusher and the readers find them). It does no I/O:
+a roll only switches the journal in memory and accounts its room
+(:meth:`~server.txlog.space.DiskSpace.room_for_roll`); the flusher thread finishes the old
+file and creates the new one at the next commit. Event loop only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from server.txlog.files import journal_name
+from server.txlog.groupcommit import GroupCommit, Pending
+from server.txlog.indexbuilder import IndexBuilder
+from server.txlog.journal import Journal
+from server.txlog.space import DiskSpace
+from server.txlog.tail import TailCache
+
+__all__ = ["Placement"]
+
+
+class Placement:
+    """Where appended records go (see the module docstring).
+
+    Args:
+        pending: what the flusher takes next.
+        tail: the in-memory tail readers use.
+        publishers: the log's publisher table ``pub_hash -> (pub_seq, seq)`` (shared).
+        space: disk accounting (a roll takes a preallocated file or room).
+        commit: the group commit (waiters of appends, the flusher's wake-up).
+        directory: the journal directory.
+        instance: the instance name (prefixes journal file names).
+        journal_size: ``JournalSize``: records roll to a new journal past it.
+        block_bytes: index block size of new journals.
+
+    Attributes:
+        rolls: journals rolled since open.
+    """
+
+    def __init__(
+        self,
+        pending: Pending,
+        tail: TailCache,
+        publishers: dict[int, tuple[int, int]],
+        space: DiskSpace,
+        commit: GroupCommit,
+        *,
+        directory: Path,
+        instance: str,
+        journal_size: int,
+        block_bytes: int,
+    ) -> None:
+        self._pending = pending
+        self._tail = tail
+        self._pubs = publishers
+        self._space = space
+        self._commit = commit
+        self._dir = directory
+        self._instance = instance
+        self._journal_size = journal_size
+        self._block_bytes = block_bytes
+        self.rolls = 0
+
+    def place(self, encoded: list[bytes], ts: int, pub_hash: int, pub_seqs: list[int]) -> int:
+        """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
+        journal's pending bytes, index and tail, rolling to a new journal between records
+        when one does not fit; then account them once (publisher table, waiters, flusher).
+
+        Everything the per-record loop touches is bound to a local first.
+
+        Returns:
+            How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
+            is raised only when nothing was placed, so ``TransactionLog.append`` reports it.
+        """
+        pending = self._pending
+        tail = self._tail.records
+        seq = pending.last_seq
+        offset = pending.length
+        journal_size = self._journal_size
+        add = pending.builder.add
+        pend_index = pending.index
+        datas: list[bytes] = []
+        keep = datas.append
+        done = 0
+        for data in encoded:
+            size = len(data)
+            if offset + size > journal_size and offset:
+                # roll between records: this run's bookkeeping first
+                pending.buf += b"".join(datas)
+                tail.extend(datas)
+                datas.clear()
+                pending.length = offset
+                pending.last_seq = seq
+                try:
+                    self.roll(seq + 1)
+                except Exception:
+                    if not done:
+                        raise
+                    break
+                add = pending.builder.add
+                offset = 0
+            seq += 1
+            entry = add(seq, offset, size, ts, pub_hash, pub_seqs[done], data)
+            if entry is not None:  # a block closed (every few KB)
+                pend_index.append((pending.journals.active, entry))
+            keep(data)
+            offset += size
+            done += 1
+        if datas:
+            pending.buf += b"".join(datas)
+            tail.extend(datas)
+        pending.length = offset
+        pending.last_seq = seq
+        if done:
+            if pub_hash:
+                self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
+            commit = self._commit
+            if commit.appended.due(seq):
+                commit.appended.release(seq)
+            commit.wake.set()
+        return done
+
+    def roll(self, seq: int) -> None:
+        """Finish the active journal; the next one starts at ``seq`` (event loop).
+
+        The files are switched by the flusher thread; here only the bookkeeping.
+
+        Raises:
+            TxlogFull: a new journal would exceed MaxSize.
+        """
+        prealloc = self._space.room_for_roll()
+        builder = IndexBuilder(seq, self._block_bytes)
+        new = Journal(
+            seq, self._dir / journal_name(self._instance, seq), builder,
+            prealloc=prealloc, created=False, disk_size=self._journal_size,
+        )  # fmt: skip
+        self._pending.roll(new, builder)
+        self.rolls += 1

@@ -1,0 +1,42 @@
+"""``spool serve`` with a transaction-log file seam that a test steers from outside.
+
+Usage (tests/support/server.py does it with ``SpoolProcess(..., control=PATH)``)::
+
+    python -m tests.support.faulty_serve --control PATH serve --config ... --port-file ...
+
+Everything is the real ``spool serve`` (the data directory lock, uvicorn, the broker)
+except the file seam of the log's journal writes: a
+:class:`~tests.support.faults.ControlledSeam` that fails an operation while the control
+file names it (``fsync EIO``, ``write ENOSPC``; ``lossy``: a failed fsync also drops the
+pages it covered, as Linux may). Production code has no flag for this; the
+seam is handed in by this launcher, the only caller that passes one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from server.cli import EXIT_USAGE, build_parser, serve_config, serve_locked
+from tests.support.faults import ControlledSeam
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    outer = argparse.ArgumentParser(prog="faulty_serve")
+    outer.add_argument("--control", required=True, help="file naming what to fail")
+    ours, rest = outer.parse_known_args(argv)
+    args = build_parser().parse_args(rest)
+    if args.command != "serve":
+        print("faulty_serve: only 'serve'", file=sys.stderr)
+        return EXIT_USAGE
+    config = serve_config(args)
+    if config is None:
+        return EXIT_USAGE
+    seam = ControlledSeam(Path(ours.control))
+    return serve_locked(config, args, files=seam)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
