@@ -61,6 +61,9 @@ class _Answer:
     def send_messages(self, data: bytes, count: int) -> None:
         """No subscription belongs to this origin."""
 
+    def send_batch(self, data: bytes, count: int) -> None:
+        """No query belongs to this origin."""
+
     def live_fits(self, nbytes: int, *, readable: bool) -> bool:
         """Nothing is ever queued here, so everything fits."""
         return True

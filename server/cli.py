@@ -1,8 +1,8 @@
 """The ``spool`` command.
 
 ``spool serve`` runs an instance; ``spool publish`` / ``spool subscribe`` are small clients;
-``spool journal ...``, ``spool stats ...``, ``spool pipeline ...`` and ``spool passwd`` come
-from their subsystems.
+``spool journal ...``, ``spool sow ...``, ``spool stats ...``, ``spool pipeline ...`` and
+``spool passwd`` come from their subsystems.
 
 Exit codes: 0 success, 1 the broker refused (failure ack; the reason is printed),
 2 usage or configuration error, 3 cannot connect / connection lost, 4 (``serve``) the data
@@ -329,10 +329,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from server.auth import register as register_auth
     from server.pipeline.cli import register as register_pipeline
+    from server.sow.cli import register as register_sow
     from server.stats.cli import register as register_stats
     from server.txlog.cli import register as register_journal
 
     register_journal(sub)
+    register_sow(sub)
     register_stats(sub)
     register_auth(sub)
     register_pipeline(sub)

@@ -141,6 +141,7 @@ class Dispatcher:
         kinds = cmd.acks - {"received"}  # already sent by dispatch()
         corr = cmd.field("x")
         key = cmd.field("k")
+        expiration = cmd.field("e")
         self._pipeline.publish(
             origin,
             PublishRun(
@@ -152,6 +153,7 @@ class Dispatcher:
                 corr_ids=[corr] if corr else None,
                 sow_keys=[key] if key else None,
                 publisher_name=origin.name,
+                expirations=[expiration] if expiration is not None else None,
             ),
         )
 

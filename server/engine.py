@@ -7,7 +7,8 @@ path has its own module (docs/architecture.md has the map)::
     transport -> Session (connection) -> Dispatcher (one connection's command order)
         runs of publishes -> PublishPipeline -> TransactionLog.append_many
                                              -> appended stages: FanOut -> Router -> Sessions
-        the command table -> ClientRegistry (logon), SubscriptionService (subscribe...),
+        the command table -> ClientRegistry (logon), SowService (SOW commands; routes
+                             subscribe / unsubscribe), SubscriptionService (subscribe...),
                              DurableAcks (flush)
     group commit -> durability horizon -> DurableAcks (persisted, flush acks)
                                        -> replay cursors (bookmark subscriptions)
@@ -44,12 +45,11 @@ from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.operations import Operations
 from server.peer import Peer
-from server.protocol.commands import Command
-from server.protocol.errors import InvalidTopic
 from server.publishing import PublishPipeline
 from server.router import Router
 from server.scryptpool import ScryptPool
 from server.session import Session, Transport
+from server.sow import SowService
 from server.spills import Spills
 from server.stalls import StallWatch
 from server.stats.sampler import Sampler
@@ -137,18 +137,22 @@ class Broker:
         self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
         self.fanout = FanOut(self.router, self.auth, clock, self.spills)
         self.topics = TopicTable(self._records)
-        self.pipeline = PublishPipeline(
-            self.topics, txlog, horizon, self.acks, self.auth, self.events, stages=(self.fanout,)
-        )
-        self.clients = ClientRegistry(
-            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
-        )
         self.subscriptions = SubscriptionService(
             config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills
         )
         self.stalls = StallWatch(
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
+        self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        self.pipeline = PublishPipeline(
+            self.topics, txlog, horizon, self.acks, self.auth, self.events,
+            stages=(self.sow.stage, self.fanout),
+        )  # fmt: skip
+        self.sow.attach(self.pipeline)
+        self.clients = ClientRegistry(
+            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
+        )
+        self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
         self.metrics = Metrics(
@@ -179,20 +183,23 @@ class Broker:
             self.tls,
             self.logons,
             BrokerPublisher(self.pipeline, txlog, config.name),
+            sow=self.sow,
         )
         self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
         self.commands: Mapping[str, CommandHandler] = {
             "logon": self.clients.logon,
-            "subscribe": self.subscriptions.subscribe,
-            "delta_subscribe": self.subscriptions.subscribe,
-            "unsubscribe": self.subscriptions.unsubscribe,
+            # SOW topics by name are the SOW's; it hands the rest to the subscriptions
+            "subscribe": self.sow.subscribe,
+            "delta_subscribe": self.sow.subscribe,
+            "unsubscribe": self.sow.unsubscribe,
             "flush": self.acks.flush,
-            "delta_publish": _needs_sow,
-            "sow": _needs_sow,
-            "sow_and_subscribe": _needs_sow,
-            "sow_delete": _needs_sow,
+            "delta_publish": self.sow.delta_publish,
+            "sow": self.sow.sow,
+            "sow_and_subscribe": self.sow.sow_and_subscribe,
+            "sow_and_delta_subscribe": self.sow.sow_and_subscribe,
+            "sow_delete": self.sow.sow_delete,
         }
         self._sampler: Sampler | None = None
 
@@ -219,13 +226,16 @@ class Broker:
         if self.txlog is not None:
             report = await self.txlog.open()
             self.events.emit("info", "txlog", "recovered", **report.to_dict())
-        # 2. publish stages rebuild their state from the journal (SOW, queues)
+        # 2. SOW files: load what persistent topics kept
+        await self.sow.open()
+        # 3. publish stages rebuild their state from the journal (SOW, queues)
         await self.pipeline.recover()
-        # 3. the statistics sampler
+        self.sow.recovered()
+        # 4. the statistics sampler
         self._sampler = Sampler(self.operations, cfg, self.clock)
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 4. TLS: say what is served, watch its expiry; or say the listener is plain text
+        # 5. TLS: say what is served, watch its expiry; or say the listener is plain text
         if self.tls is not None:
             self.tls.start()
         elif cfg.plaintext_exposed:
@@ -234,11 +244,11 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 5. the slow-client watch (SlowClientTimeout)
+        # 6. the slow-client watch (SlowClientTimeout)
         self.stalls.start()
-        # 6. actions: the on-startup ones run to their end, then schedules and watchers
+        # 7. actions: the on-startup ones run to their end, then schedules and watchers
         await self.actions.start()
-        # 7. serve
+        # 8. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -262,8 +272,8 @@ class Broker:
         await self.clients.close_all()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. actions, 3. sampler, 4. transaction log,
-        5. event log."""
+        """Shut down in order: 1. clients, 2. actions, 3. SOW queries and expirations,
+        4. sampler, 5. transaction log, 6. SOW files, 7. event log."""
         # 1. clients: drain outbound and close with "shutting down"; no more password
         #    checks, no more expiry watch, nothing left to watch for slow clients
         await self.drain()
@@ -273,16 +283,20 @@ class Broker:
         await self.stalls.stop()
         # 2. actions: no more triggers; runs in progress finish (bounded), are recorded
         await self.actions.stop()
-        # 3. statistics sampler: last sample, close the database
+        # 3. SOW: no more query streams or expirations (they append to the log)
+        await self.sow.close()
+        # 4. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 4. transaction log: final group commit and fsync
+        # 5. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
+        # 6. SOW files: write what the last commit covered, close them
+        await self.sow.close_files()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 5. event log: flush its file
+        # 7. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------
@@ -317,8 +331,3 @@ class Broker:
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)
-
-
-def _needs_sow(session: Session, cmd: Command) -> None:
-    """SOW commands and ``delta_publish`` need a SOW topic; none exists in this version."""
-    raise InvalidTopic(f"{cmd.topic or ''!r} is not a SOW topic (no SOW configured)")

@@ -35,6 +35,7 @@ from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.session import Session
+from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.actionruns import ActionRunRow, StoredRun
 from server.stats.host import FilesystemUsage, filesystem_usage
 from server.stats.sampler import Sampler
@@ -216,6 +217,8 @@ class Operations:
         tls: TlsListener | None = None,
         logons: LogonGuard | None = None,
         publisher: BrokerPublisher | None = None,
+        *,
+        sow: SowService,
     ) -> None:
         self._publisher = publisher
         self._tls = tls
@@ -230,6 +233,7 @@ class Operations:
         self._metrics = metrics
         self._acks = acks
         self._txlog = txlog
+        self._sow = sow
         self.sampler: Sampler | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
@@ -548,6 +552,28 @@ class Operations:
     async def filesystem_usage(self, path: Path) -> FilesystemUsage:
         """Usage of the file system holding ``path`` (a ``statvfs`` in a thread)."""
         return await asyncio.to_thread(filesystem_usage, path)
+
+    # -- the SOW ------------------------------------------------------------------------
+
+    def sow_topics(self) -> list[SowTopicInfo]:
+        """Every SOW topic: records, bytes, key paths, file, last compaction
+        (``GET /api/sow``)."""
+        return self._sow.topic_infos()
+
+    def sow_topic(self, topic: str) -> SowTopicInfo:
+        """One SOW topic (:class:`~server.sow.errors.SowTopicNotFound`: 404)."""
+        return self._sow.topic_info(topic)
+
+    def sow_keys(self, topic: str, *, after: str | None = None, limit: int = 1000) -> SowKeys:
+        """A page of a SOW topic's keys, in store order."""
+        return self._sow.keys(topic, after=after, limit=limit)
+
+    async def compact_sow(self, topic: str) -> SowCompaction:
+        """Compact a persistent SOW topic's file (``POST /api/sow/{topic}/compact``);
+        the file work runs in a thread."""
+        result = await self._sow.compact(topic)
+        self.events.emit("info", "sow", "sow_compact", **result)
+        return result
 
     # -- statistics ---------------------------------------------------------------------
 

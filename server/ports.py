@@ -1,7 +1,7 @@
 """The seams of the engine core: what subsystems implement and what they are handed.
 
 Everything that is not the engine core plugs in here, so these types import nothing of the
-core (only the protocol, the config model, the record types and the filter type):
+core (only the protocol, the config model and the record types):
 
 - :class:`Outbound`: where the broker sends bytes for one peer. A client ``Session``
   implements it; a replication link and a test double will.
@@ -19,8 +19,9 @@ core (only the protocol, the config model, the record types and the filter type)
   ``fully_durable`` subscriptions wait on it. Today it is the local fsync; with
   replication it also waits for every sync destination. It also says when it *cannot*
   move (the log refuses writes), so that acks waiting on it fail instead of waiting.
-- :class:`TopicStore`: keyed current state of a topic (SOW topics and queues), one
-  interface for its memory and persistent backends.
+- :class:`TopicStore`: keyed current state of a topic (SOW topics, later queues), one
+  interface for its memory and persistent backends; its values are :class:`SowRecord`
+  and every change is reported as a :class:`Change`.
 - :class:`FrameHandler`: what a connection hands its received frames to (the dispatcher).
 
 Who implements what is listed in docs/architecture.md ("Ports").
@@ -28,21 +29,23 @@ Who implements what is listed in docs/architecture.md ("Ports").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
 from server.config import UserConfig
-from server.expr import Filter
 from server.protocol.errors import ProtocolFailure
 from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import RecordKind
 
 #: an ack header value (PROTOCOL.md "Acks")
 AckValue = str | int | float | bool | None
 
 #: one message of a run that asked for acks: (index in the run, ack kinds, cid)
 AckRequest = tuple[int, frozenset[str], str | None]
+
+#: messages of a run a preparing stage refuses alone: (index in the run, why)
+Refusals = list[tuple[int, ProtocolFailure]]
 
 OriginKind = Literal["client", "replication", "broker"]
 
@@ -80,6 +83,11 @@ class Outbound(Protocol):
 
     def overflow(self, nbytes: int) -> None:
         """``nbytes`` that cannot be read back do not fit: end the peer (``slow client``)."""
+        ...
+
+    def send_batch(self, data: bytes, count: int) -> None:
+        """Queue ``count`` data messages that leave as a frame of their own (a SOW query
+        result of ``bs`` records per frame), not joined with what comes before or after."""
         ...
 
     def ack(
@@ -151,7 +159,13 @@ class PublishRun:
         bodies: per message, the body.
         acks: the messages that asked for acks, in order.
         corr_ids: per message, the correlation id (``""`` for none), or None.
-        sow_keys: per message, the SOW key given with ``k`` (``""`` for none), or None.
+        sow_keys: per message, the SOW key field it is logged with (``""`` for none), or
+            None: the ``k`` given by the publisher, which a SOW stage's ``prepare``
+            replaces with what the record must carry
+            (:func:`server.txlog.record.sow_key_field`).
+        expirations: per message, the lifetime in seconds given with ``e`` (None for
+            none), or None when no message gave one. Only a stage that keeps records
+            (SOW) takes it; a topic without one refuses it.
         kind: the record kind the messages are logged as.
         path: instances the messages travelled through (replication), origin first.
         publisher_name: the publishing client's name, when known (``CLIENT_NAME()``).
@@ -167,6 +181,8 @@ class PublishRun:
     kind: RecordKind = RecordKind.PUBLISH
     path: tuple[str, ...] = ()
     publisher_name: str = ""
+    expirations: list[int | None] | None = None
+    keys: list[str] | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -183,9 +199,10 @@ class AppendedRun:
         first_seq: local sequence of the first record; 0 when the topic is not recorded.
         timestamp_us: the records' time; None when not recorded (deliveries stamp now).
         corr_ids: per message, the correlation id, or None.
-        sow_keys: per message, the SOW key, or None.
+        sow_keys: per message, the SOW key field as logged, or None.
         kind: the record kind.
         publisher_name: the publishing client's name, when known.
+        keys: per message, the key a preparing stage derived, or None.
     """
 
     topic: str
@@ -200,6 +217,7 @@ class AppendedRun:
     sow_keys: Sequence[str] | None
     kind: RecordKind
     publisher_name: str
+    keys: Sequence[str] | None = None
 
     @property
     def recorded(self) -> bool:
@@ -225,9 +243,14 @@ class PublishStage(Protocol):
 class PreparingStage(PublishStage, Protocol):
     """A stage with work before the append."""
 
-    def prepare(self, run: PublishRun) -> None:
-        """On the loop, before the append: derive keys, merge deltas, or refuse the run
-        by raising a :class:`~server.protocol.errors.ProtocolFailure`."""
+    def prepare(self, run: PublishRun) -> Refusals | None:
+        """On the loop, before the append: derive keys, merge deltas, or refuse.
+
+        The whole run is refused by raising a
+        :class:`~server.protocol.errors.ProtocolFailure`; single messages (a body without
+        its key field) by returning them: the pipeline answers each alone and publishes
+        the rest of the run.
+        """
         ...
 
 
@@ -265,6 +288,11 @@ class RecoveringStage(PublishStage, Protocol):
 
     def recover(self, batch: RecordBatch) -> None:
         """Before clients are served: one batch of the journal, in log order."""
+        ...
+
+    def recover_from(self) -> int:
+        """The first local sequence this stage needs to see (1: the whole log); the
+        pipeline starts reading at the lowest of its recovering stages."""
         ...
 
 
@@ -327,42 +355,124 @@ class Entitlements(Protocol):
     def can_write(self, user: UserConfig | None, topic: str) -> bool: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """What one update did to a keyed store: ``old`` and ``new`` of one key.
+class SowRecord(NamedTuple):
+    """The latest message of one key in a keyed store (a SOW topic).
 
-    ``old`` is None for an insert, ``new`` is None for a delete; out-of-focus notices
-    (``oof``) need both to test a subscriber's filter before and after.
+    Immutable (a named tuple: the cheapest immutable value to build, and a publish to a
+    SOW topic builds one per message): a query's snapshot is a list of references that
+    later updates cannot change, so a result streamed over many loop turns is the state
+    of one instant.
+
+    Attributes:
+        key: the record's key.
+        body: the message body, byte for byte (for a ``delta_publish``, the merged one).
+        seq: local sequence of the log record it came from; 0 for a topic not in the log.
+        timestamp_us: when it was recorded (microseconds since the Unix epoch).
+        pub_hash: publisher id of its bookmark.
+        pub_seq: publisher sequence of its bookmark.
+        expires_us: when it expires (wall clock, microseconds); 0 = never.
+        version: the store's change counter when it was stored: strictly increasing per
+            store, so "stored after a snapshot" is ``version > snapshot_version``.
     """
 
     key: str
-    old: Record | None
-    new: Record | None
+    body: bytes
+    seq: int
+    timestamp_us: int
+    pub_hash: int
+    pub_seq: int
+    expires_us: int
+    version: int
+
+    @property
+    def bookmark(self) -> str:
+        """The wire bookmark ``PUBHASH|PUBSEQ|`` (empty for a topic not in the log)."""
+        return f"{self.pub_hash}|{self.pub_seq}|" if self.seq else ""
+
+
+class Change(NamedTuple):
+    """What one update did to a keyed store: ``old`` and ``new`` of one key.
+
+    ``old`` is None for an insert, ``new`` is None for a delete; out-of-focus notices
+    (``oof``) and delta deliveries need both.
+    """
+
+    key: str
+    old: SowRecord | None
+    new: SowRecord | None
 
 
 class TopicStore(Protocol):
-    """The current state of a keyed topic: the latest record per key (SOW, queues).
+    """The current state of a keyed topic: the latest record per key (SOW topics).
 
     One interface for the memory and the persistent backends, so one test suite runs
-    over both (nats-server ``store.go``). Owned by the event loop.
+    over both (nats-server ``store.go``). Owned by the event loop; a backend that writes
+    files does so in worker threads and never blocks the loop.
     """
 
-    def apply(self, record: Record, key: str) -> Change:
-        """Store ``record`` as the latest of ``key``."""
+    @property
+    def topic(self) -> str:
+        """The topic whose records it keeps."""
         ...
 
-    def delete(self, key: str) -> Change | None:
-        """Remove ``key``; None when it was not there."""
+    @property
+    def version(self) -> int:
+        """The version of the last change (0 when nothing was ever stored)."""
         ...
 
-    def get(self, key: str) -> Record | None:
+    def put(
+        self,
+        key: str,
+        body: bytes,
+        *,
+        seq: int = 0,
+        timestamp_us: int = 0,
+        pub_hash: int = 0,
+        pub_seq: int = 0,
+        expires_us: int = 0,
+    ) -> Change:
+        """Store ``body`` as the latest record of ``key``."""
+        ...
+
+    def put_run(
+        self,
+        keys: Sequence[str],
+        bodies: Sequence[bytes],
+        *,
+        seqs: Sequence[int],
+        timestamp_us: int,
+        pub_hash: int,
+        pub_seqs: Sequence[int],
+        expires: Sequence[int] | None,
+        changes: bool,
+    ) -> list[Change]:
+        """Store a run of records at once (the publish path: one call per run).
+
+        Args:
+            seqs: per record, its log sequence (0: not in the log).
+            expires: per record, its deadline (0: never), or None when none expires.
+            changes: return the changes (else an empty list: nobody needs them).
+        """
+        ...
+
+    def delete(self, key: str, *, seq: int = 0) -> Change | None:
+        """Remove ``key`` (``seq``: the log record of the removal); None when absent."""
+        ...
+
+    def get(self, key: str) -> SowRecord | None:
         """The latest record of ``key``."""
         ...
 
-    def query(self, flt: Filter | None) -> Iterator[tuple[str, Record]]:
-        """Every (key, record) the filter matches (all with None), in key order."""
+    def records(self) -> list[SowRecord]:
+        """Every record, in the order their keys were first stored (a snapshot: a new
+        list of immutable records, unaffected by later changes)."""
         ...
 
     def __len__(self) -> int:
         """How many keys are stored."""
+        ...
+
+    @property
+    def body_bytes(self) -> int:
+        """Bytes of the stored bodies."""
         ...

@@ -41,10 +41,13 @@ from server.ports import (
     PublishRun,
     PublishStage,
     RecoveringStage,
+    Refusals,
 )
 from server.protocol.commands import take_publish_run
 from server.protocol.errors import (
     Duplicate,
+    InvalidMessage,
+    InvalidTopic,
     NotEntitled,
     ProtocolFailure,
     TxlogFull,
@@ -53,6 +56,7 @@ from server.protocol.frame import Message
 from server.stats.source import EventSink
 from server.topics import Topic, TopicTable
 from server.txlog import TransactionLog, TxlogWriteFailed
+from server.txlog.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
@@ -107,7 +111,9 @@ class PublishPipeline:
         stages = [s for s in self._stages if isinstance(s, RecoveringStage)]
         if txlog is None or not stages:
             return 0
-        seq = txlog.first_seq
+        # the oldest record any recovering stage needs (a persistent SOW needs only what
+        # its file lacks)
+        seq = max(txlog.first_seq, min(s.recover_from() for s in stages))
         read = 0
         while seq <= txlog.durable_seq:
             batch = await txlog.read_view(seq, max_count=batch_count)
@@ -163,8 +169,19 @@ class PublishPipeline:
                 and not auth.can_write(origin.user, run.topic)
             ):
                 raise NotEntitled(f"{origin.name!r} may not publish to {run.topic!r}")
+            if run.expirations is not None and not topic.prepare:
+                raise InvalidMessage(
+                    f"'e' (a message lifetime) needs a SOW topic; {run.topic!r} keeps no records"
+                )
+            if run.kind != RecordKind.PUBLISH and not topic.prepare:
+                raise InvalidTopic(f"{run.topic!r} is not a SOW topic")
             for prepare in topic.prepare:
-                prepare(run)
+                refused = prepare(run)
+                if refused:
+                    kept = self._without(origin, run, refused)
+                    if kept is None:
+                        return
+                    run = kept
         except ProtocolFailure as exc:
             for i in range(len(run.bodies)):
                 self._refuse(origin, run, i, exc)
@@ -174,6 +191,31 @@ class PublishPipeline:
             self._publish_recorded(origin, topic, run, txlog)
         else:
             self._publish_unrecorded(origin, topic, run)
+
+    def _without(self, origin: Origin, run: PublishRun, refused: Refusals) -> PublishRun | None:
+        """Answer the messages a stage refused alone; the rest of the run, re-indexed
+        (None when nothing is left)."""
+        out = {i for i, _ in refused}
+        for i, exc in refused:
+            self._refuse(origin, run, i, exc)
+        keep = [i for i in range(len(run.bodies)) if i not in out]
+        if not keep:
+            return None
+        position = {old: new for new, old in enumerate(keep)}
+        return PublishRun(
+            topic=run.topic,
+            pub_hash=run.pub_hash,
+            pub_seqs=[run.pub_seqs[i] for i in keep],
+            bodies=[run.bodies[i] for i in keep],
+            acks=[(position[i], kinds, cid) for i, kinds, cid in run.acks if i in position],
+            corr_ids=[run.corr_ids[i] for i in keep] if run.corr_ids else None,
+            sow_keys=[run.sow_keys[i] for i in keep] if run.sow_keys else None,
+            kind=run.kind,
+            path=run.path,
+            publisher_name=run.publisher_name,
+            expirations=[run.expirations[i] for i in keep] if run.expirations else None,
+            keys=[run.keys[i] for i in keep] if run.keys else None,
+        )
 
     def _publish_recorded(
         self, origin: Origin, topic: Topic, run: PublishRun, txlog: TransactionLog
@@ -213,6 +255,8 @@ class PublishPipeline:
                     bodies=bodies if i == 0 and j == n else bodies[i:j],
                     corr_ids=run.corr_ids[i:j] if run.corr_ids else None,
                     sow_keys=run.sow_keys[i:j] if run.sow_keys else None,
+                    kind=run.kind,
+                    path=run.path,
                 )
                 if k:
                     first = txlog.last_seq - k + 1
@@ -250,6 +294,8 @@ class PublishPipeline:
                 body=run.bodies[i],
                 corr_id=run.corr_ids[i] if run.corr_ids else "",
                 sow_key=run.sow_keys[i] if run.sow_keys else "",
+                kind=run.kind,
+                path=run.path,
             )
         except ProtocolFailure as exc:  # txlog full (MaxSize): the reason stands
             self._refuse(origin, run, i, exc)
@@ -359,6 +405,7 @@ class PublishPipeline:
             sow_keys=run.sow_keys[lo:hi] if run.sow_keys else None,
             kind=run.kind,
             publisher_name=run.publisher_name,
+            keys=run.keys[lo:hi] if run.keys else None,
         )
         for stage in topic.appended:
             stage(appended)

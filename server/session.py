@@ -127,8 +127,10 @@ class Session:
         self.origin: Origin | None = None
         self.subs: dict[str, Subscription] = {}
         self.handler: FrameHandler | None = None
-        self._out: list[bytes] = []
+        #: pieces to send; None marks a frame boundary (send_batch)
+        self._out: list[bytes | None] = []
         self._out_bytes = 0
+        self._breaks = 0
         self._in_flight = 0
         self.limits = BufferLimits(buffer_limit)
         # the thresholds of the hot checks, read once (server/backpressure.py)
@@ -290,12 +292,27 @@ class Session:
         )
         self._out.clear()
         self._out_bytes = 0
+        self._breaks = 0
         self.close_soon(SlowClient.reason, cause="slow_client_buffer")
 
     def _queue(self, data: bytes) -> None:
         self._out.append(data)
         self._out_bytes += len(data)
         self._wake.set()
+
+    def send_batch(self, data: bytes, count: int) -> None:
+        """Queue ``count`` data messages as a frame of their own (a SOW query batch of
+        ``bs`` records): nothing queued before or after joins that frame."""
+        if self.closing:
+            return
+        out = self._out
+        if out and out[-1] is not None:
+            out.append(None)
+            self._breaks += 1
+        self.send_messages(data, count)
+        if not self.closing and self._out:
+            self._out.append(None)
+            self._breaks += 1
 
     def ack(
         self,
@@ -335,8 +352,12 @@ class Session:
                 self._wake.clear()
                 while self._out:
                     out = self._out
-                    if self._out_bytes <= frame_max:
-                        frame = b"".join(out)
+                    if self._breaks:
+                        frame = self._take_frame(out, frame_max)
+                        if not frame:
+                            continue
+                    elif self._out_bytes <= frame_max:
+                        frame = b"".join(out)  # type: ignore[arg-type]  # no None without breaks
                         self._out = []
                     else:
                         # up to frame_max, never splitting a piece (a piece holds whole
@@ -344,11 +365,12 @@ class Session:
                         size = 0
                         n = 0
                         for piece in out:
+                            assert piece is not None  # no boundary without breaks
                             if n and size + len(piece) > frame_max:
                                 break
                             size += len(piece)
                             n += 1
-                        frame = b"".join(out[:n])
+                        frame = b"".join(out[:n])  # type: ignore[arg-type]
                         del out[:n]
                     self._out_bytes -= len(frame)
                     self._in_flight = len(frame)
@@ -375,6 +397,26 @@ class Session:
                     error=type(exc).__name__,
                 )
                 self.close_soon("connection lost", CLOSE_NORMAL, cause="client")
+
+    def _take_frame(self, out: list[bytes | None], frame_max: int) -> bytes:
+        """The next frame from a buffer with boundaries: pieces up to the next boundary
+        (consumed) or ``frame_max`` (a piece is never split; one larger than that goes
+        alone); empty when the buffer starts with a boundary."""
+        pieces: list[bytes] = []
+        size = 0
+        cut = len(out)
+        for i, piece in enumerate(out):
+            if piece is None:
+                cut = i + 1
+                self._breaks -= 1
+                break
+            if pieces and size + len(piece) > frame_max:
+                cut = i
+                break
+            pieces.append(piece)
+            size += len(piece)
+        del out[:cut]
+        return b"".join(pieces)
 
     # -- heartbeats ----------------------------------------------------------------------
 

@@ -65,10 +65,12 @@ from server.txlog.log import Located
 _BATCH_COUNT = 4096
 _BATCH_BYTES = 2 << 20
 
-#: subscribe options that need a subsystem this version does not have, with the reason
+#: subscribe options this service cannot honour, with the reason (a subscription to a SOW
+#: topic by name, without a bookmark, is server/sow's and never gets here)
 _UNAVAILABLE = (
-    ("oof", "out-of-focus notices need a SOW topic (SOW is not available in this version)"),
-    ("no_sowkey", "SOW keys need a SOW topic (SOW is not available in this version)"),
+    ("oof", "out-of-focus notices need a subscription to a SOW topic by name, without a bookmark "
+            "(they come from the stored records, a replay delivers the log)"),
+    ("no_sowkey", "SOW keys are sent on subscriptions to a SOW topic by name, without a bookmark"),
     ("max_backlog", "max_backlog is for queue subscriptions (queues are not available in this version)"),
 )  # fmt: skip
 
@@ -160,7 +162,27 @@ class SubscriptionService:
         if not session.closed:
             self._subscribe(session, cmd, located)
 
-    def _subscribe(self, session: Session, cmd: Command, located: Located | None) -> None:
+    def subscribe_paused(self, session: Session, cmd: Command, located: Located | None) -> int:
+        """A bookmark subscription made paused, for the live part of a ``sow_and_subscribe``
+        with a ``bm`` (server/sow): its snapshot is computed up to the seq before the one
+        returned (where the replay starts), sent, and then the subscription is resumed.
+
+        ``located`` holds the lookups its bookmark needs (``TransactionLog.locate_all``).
+        """
+        start = self._subscribe(session, cmd, located, paused=True)
+        assert start is not None  # a bookmark subscription has a start
+        return start
+
+    def drop(self, session: Session, sub_id: str) -> None:
+        """End subscription ``sub_id`` of ``session`` (a ``replace`` by another service)."""
+        sub = session.subs.pop(sub_id, None)
+        if sub is not None:
+            self._drop(sub)
+
+    def _subscribe(
+        self, session: Session, cmd: Command, located: Located | None, *, paused: bool = False
+    ) -> int | None:
+        """Make the subscription; returns where its replay starts (None: a live one)."""
         topic = cmd.topic
         assert topic is not None and session.name is not None
         sub_id = cmd.sub_id or cmd.cid
@@ -171,7 +193,7 @@ class SubscriptionService:
             options.pause and all(i.strip() in session.subs for i in sub_id.split(","))
         ):
             self._pause_resume_command(session, cmd, sub_id, options)
-            return
+            return None
         if "," in sub_id:
             raise InvalidMessage("a sub_id cannot contain ',' (lists only with pause/resume)")
         _check_available(options)
@@ -217,13 +239,15 @@ class SubscriptionService:
             acks=cmd.acks,
             sid_bytes=orjson.dumps(sub_id),
         )
+        start: int | None = None
         if spec is None:
             self._router.add(sub)
         else:
-            self._start_replay(sub, spec, options, located)
+            start = self._start_replay(sub, spec, options, located, paused=paused)
         session.subs[sub_id] = sub
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
+        return start
 
     def _start_replay(
         self,
@@ -231,7 +255,10 @@ class SubscriptionService:
         spec: BookmarkSpec,
         options: SubscribeOptions,
         located: Located | None,
-    ) -> None:
+        *,
+        paused: bool = False,
+    ) -> int:
+        """Start the replay cursor of a bookmark subscription; returns its first seq."""
         txlog = self._txlog
         assert txlog is not None
         sink = BookmarkSink(sub, self._auth)
@@ -241,10 +268,13 @@ class SubscriptionService:
         member = build_member(sink, spec, options, planning, accept=accept)  # BookmarkNotFound
         # hold the journals this replay still needs (journal removal answers 409)
         sink.pin = txlog.pin(f"replay:{sub.client}:{sub.sub_id}", member.next_seq)
+        start = member.next_seq
         cursor = self._new_cursor(options, member)
         self._replays[sub] = _Replay(cursor, sink)
-        sub.progress.state = "paused" if options.pause else "replaying"
-        cursor.start(paused=options.pause)
+        pause = options.pause or paused
+        sub.progress.state = "paused" if pause else "replaying"
+        cursor.start(paused=pause)
+        return start
 
     def _new_cursor(self, options: SubscribeOptions, member: ReplayMember) -> ReplayCursor:
         """A cursor over the log as ``options`` see it (appended, durable or fully durable)."""

@@ -26,6 +26,7 @@ from server.ports import (
     PreparingStage,
     PublishRun,
     PublishStage,
+    Refusals,
 )
 from server.protocol.errors import InvalidTopic
 from server.protocol.topic import is_regex_topic
@@ -53,7 +54,7 @@ class Topic:
     name: str
     literal: bytes
     recorded: bool
-    prepare: tuple[Callable[[PublishRun], None], ...]
+    prepare: tuple[Callable[[PublishRun], Refusals | None], ...]
     appended: tuple[Callable[[AppendedRun], None], ...]
     reaches: tuple[Callable[[str, Outbound], bool], ...]
     msgs_in: int = 0

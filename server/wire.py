@@ -4,8 +4,9 @@ Delivered messages are the hottest bytes in the broker, so their headers are ass
 pre-encoded pieces (the topic and the subscription ids are JSON-encoded once) instead of
 going through a JSON encoder per message. The per-message loops of the common shapes run
 compiled when the extension is built (``_wire_c.pyx``, see :mod:`server.speedups`); the
-list comprehensions here are the pure-Python implementation and their oracle. Every producer of ``publish`` messages (the live
-fan-out, the replay sink, later SOW queries and replication) encodes here, so the layout is
+list comprehensions here are the pure-Python implementation and their oracle. Every
+producer of ``publish`` messages (the live fan-out, the replay sink, the SOW, later
+replication) encodes here, so the layout is
 written once::
 
     {"c":"publish","t":TOPIC,"sids":"a,b","bm":"H|S|","ts":"...","x":"...","l":N}BODY
@@ -38,8 +39,14 @@ _kernel = _wire_c if speedups.ENABLED else None
 
 __all__ = [
     "encode_batch",
+    "encode_group",
+    "encode_keyed",
+    "encode_oof",
     "encode_publish",
     "encode_run",
+    "encode_sow_record",
+    "encode_sow_records",
+    "key_json",
     "sids_json",
     "topic_json",
 ]
@@ -199,5 +206,142 @@ def encode_batch(
                 batch.corr_id(i) or None,
             )
             for i in part
+        ]
+    )
+
+
+# -- SOW: query results, live deliveries with a key, out-of-focus notices -----------------
+# (server/sow uses these; the layouts are PROTOCOL.md "Messages from the server")
+
+
+def key_json(key: str) -> bytes:
+    """A SOW key as a JSON string literal."""
+    return orjson.dumps(key)
+
+
+def encode_group(kind: bytes, qid: bytes, sub_id: bytes | None = None) -> bytes:
+    """A ``group_begin`` / ``group_end`` message around a query result.
+
+    Args:
+        kind: ``b"group_begin"`` or ``b"group_end"``.
+        qid: the query id as a JSON literal.
+        sub_id: the subscription id as a JSON literal (``sow_and_subscribe``), if any.
+    """
+    head = b'{"c":"' + kind + b'","qid":' + qid
+    if sub_id is not None:
+        head += b',"sub_id":' + sub_id
+    return head + b',"l":0}'
+
+
+def encode_sow_record(
+    topic_literal: bytes,
+    qid: bytes,
+    key: str | None,
+    body: bytes,
+    bookmark: str | None = None,
+    ts: str | None = None,
+) -> bytes:
+    """One ``sow`` message: a query-result record (``key`` None: ``no_sowkey``)."""
+    head = b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body
+
+
+def encode_keyed(
+    topic_literal: bytes,
+    sids: bytes,
+    key: str | None,
+    body: bytes,
+    bookmark: str | None = None,
+    ts: str | None = None,
+) -> bytes:
+    """One ``publish`` delivery of a SOW topic: with the record's ``k`` (None:
+    ``no_sowkey``). A delta subscription's body is the delta."""
+    head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body
+
+
+def encode_oof(
+    topic_literal: bytes,
+    sids: bytes,
+    key: str | None,
+    reason: str,
+    body: bytes,
+    bookmark: str | None = None,
+) -> bytes:
+    """One ``oof`` message: the record ``key`` left a subscription's focus.
+
+    Args:
+        reason: ``match`` (the update no longer matches the filter: ``body`` is the
+            update), ``deleted`` / ``expired`` (``body`` is the record's last state) or
+            ``entitlement``.
+        bookmark: the bookmark of the update or deletion that caused it, when recorded.
+    """
+    head = b'{"c":"oof","t":' + topic_literal + b',"sids":' + sids
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    head += b',"reason":"' + reason.encode() + b'"'
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body
+
+
+def encode_sow_records(
+    topic_literal: bytes,
+    qid: bytes,
+    records: Sequence[tuple[str, bytes, int, int, int, int, int, int]],
+    *,
+    send_key: bool = True,
+    want_ts: bool = False,
+) -> bytes:
+    """Many ``sow`` messages of one topic, joined: a query result batch.
+
+    ``records`` are :class:`~server.ports.SowRecord` values (``key, body, seq,
+    timestamp_us, pub_hash, pub_seq, ...``); the layout is :func:`encode_sow_record`'s,
+    formatted in one pass (a query sends hundreds of thousands of records).
+    """
+    if want_ts:
+        return b"".join(
+            [
+                encode_sow_record(
+                    topic_literal,
+                    qid,
+                    r[0] if send_key else None,
+                    r[1],
+                    f"{r[4]}|{r[5]}|" if r[2] else None,
+                    format_timestamp_us(r[3]),
+                )
+                for r in records
+            ]
+        )
+    head = b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid
+    dumps = orjson.dumps
+    if send_key:
+        return b"".join(
+            [
+                b'%s,"k":%s,"bm":"%d|%d|","l":%d}%s'
+                % (head, dumps(r[0]), r[4], r[5], len(r[1]), r[1])
+                if r[2]
+                else b'%s,"k":%s,"l":%d}%s' % (head, dumps(r[0]), len(r[1]), r[1])
+                for r in records
+            ]
+        )
+    return b"".join(
+        [
+            b'%s,"bm":"%d|%d|","l":%d}%s' % (head, r[4], r[5], len(r[1]), r[1])
+            if r[2]
+            else b'%s,"l":%d}%s' % (head, len(r[1]), r[1])
+            for r in records
         ]
     )

@@ -6,10 +6,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.support.server import SpoolProcess, config_xml
 
 ServerFactory = Callable[..., SpoolProcess]
+
+# Property tests judge behaviour, not speed: on a loaded machine (CI shares its cores) the
+# generation of an example may be slow and one example may take longer than hypothesis's
+# default deadline; neither is a defect of the code under test.
+settings.register_profile(
+    "spool", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("spool")
 
 
 @pytest.fixture

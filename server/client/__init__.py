@@ -14,6 +14,7 @@ from server.client.client import (
     Disconnected,
     LogonInfo,
     Message,
+    SowResult,
     Subscription,
 )
 from server.client.sync import SyncClient, SyncSubscription
@@ -26,6 +27,7 @@ __all__ = [
     "Disconnected",
     "LogonInfo",
     "Message",
+    "SowResult",
     "Subscription",
     "SyncClient",
     "SyncSubscription",

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from server.client.buffer import EMPTY, MessageBuffer
@@ -43,6 +44,8 @@ from server.client.events import (
     Message,
     Persisted,
     PositionReported,
+    QueryEnded,
+    QueryRecords,
     Replied,
 )
 from server.client.state import SessionState, encode_body
@@ -72,6 +75,8 @@ class Subscription:
             client's ``queue_size`` in messages: when it is full the client stops reading,
             and backpressure reaches the broker).
         completed: set when the broker's ``completed`` ack arrived (replay caught up).
+        snapshot_done: set at the ``group_end`` of a ``sow_and_subscribe`` snapshot (its
+            ``sow`` records come first in the iteration, then live messages).
         position_bookmark: the last durable position the broker reported for it.
     """
 
@@ -80,6 +85,7 @@ class Subscription:
         self.sub_id = sub_id
         self.queue = MessageBuffer(maxsize)
         self.completed = asyncio.Event()
+        self.snapshot_done = asyncio.Event()
         self.position_bookmark: str | None = None
         self.acks: list[Ack] = []
 
@@ -133,6 +139,22 @@ class Subscription:
         """Queue the last item (the end marker or the exception that ended it) after every
         message already queued, without blocking."""
         self.queue.put_end(item)
+
+
+@dataclass(slots=True)
+class SowResult:
+    """The answer to a ``sow`` query.
+
+    Attributes:
+        records: the records, in the broker's order (``Message.command`` is ``sow``,
+            ``Message.key`` the SOW key).
+        matches: how many records matched the filter.
+        returned: how many were returned (``top_n`` applied).
+    """
+
+    records: list[Message]
+    matches: int
+    returned: int
 
 
 class Client:
@@ -296,11 +318,20 @@ class Client:
         persisted: bool = False,
         correlation_id: str | None = None,
         auto_seq: bool = True,
+        sow_key: str | None = None,
+        expiration: int | None = None,
     ) -> int:
         """Queue a publish (sent with the next frame); returns its sequence number.
 
         With ``persisted`` the broker acks durability; :meth:`wait_persisted` waits for it.
+        On a SOW topic, ``sow_key`` gives the record's key (topics without ``Key`` paths)
+        and ``expiration`` its lifetime in seconds.
         """
+        if sow_key is not None or expiration is not None:
+            seq = self._state.publish_keyed(topic, encode_body(data), sow_key=sow_key,
+                                            expiration=expiration, persisted=persisted)  # fmt: skip
+            self._flush_soon()
+            return seq
         seq = self._state.publish(
             topic,
             encode_body(data),
@@ -375,15 +406,18 @@ class Client:
         sub_id: str | None = None,
         completed: bool = False,
         timeout: float = 30.0,
+        delta: bool = False,
     ) -> Subscription:
-        """Subscribe; returns once the broker processed the command."""
+        """Subscribe; returns once the broker processed the command (``delta``: a
+        ``delta_subscribe``)."""
         sid = sub_id or self._state.next_sub_id()
         sub = Subscription(self, sid, self.queue_size)
         replaced = self._state.add_subscription(sid, sub)
         try:
             cid = self._state.subscribe_command(
-                topic, sid, filter=filter, bookmark=bookmark, options=options, completed=completed
-            )
+                topic, sid, filter=filter, bookmark=bookmark, options=options,
+                completed=completed, delta=delta,
+            )  # fmt: skip
             await self._reply(cid, timeout)
         except BaseException:
             if replaced is not None:
@@ -392,6 +426,128 @@ class Client:
                 self._state.remove_subscription(sid)
             raise
         return sub
+
+    # -- State of the World ---------------------------------------------------------------
+
+    def delta_publish(
+        self,
+        topic: str,
+        data: bytes | str | Any,
+        *,
+        sow_key: str | None = None,
+        expiration: int | None = None,
+        persisted: bool = False,
+    ) -> int:
+        """Queue a ``delta_publish``: the fields given are merged into the stored record
+        (nested objects field by field); returns its sequence number."""
+        seq = self._state.publish_keyed(topic, encode_body(data), delta=True, sow_key=sow_key,
+                                        expiration=expiration, persisted=persisted)  # fmt: skip
+        self._flush_soon()
+        return seq
+
+    async def sow(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int | None = None,
+        bookmark: str | None = None,
+        keys: list[str] | None = None,
+        options: str | None = None,
+        timeout: float = 60.0,
+    ) -> SowResult:
+        """Query a SOW topic (or every SOW topic a regex matches); with ``bookmark`` the
+        state as of that bookmark or moment. Returns once every record arrived."""
+        qid = f"q{self._state.next_cid()}"
+        collector = Subscription(self, qid, 0)  # unbounded: the records are read after
+        self._state.add_query(qid, collector)
+        try:
+            cid = self._state.sow_command(
+                "sow", topic, qid, filter=filter, top_n=top_n, orderby=orderby,
+                batch_size=batch_size, bookmark=bookmark, keys=keys, options=options,
+                ack="stats",
+            )  # fmt: skip
+            ack = await self._reply(cid, timeout)
+        finally:
+            self._state.remove_query(qid)
+        records: list[Message] = []
+        queue = collector.queue
+        while not queue.empty():
+            item = queue.take()
+            if isinstance(item, Message):
+                records.append(item)
+        header = ack.header
+        return SowResult(records, int(header.get("matches", len(records))),
+                         int(header.get("records_returned", len(records))))  # fmt: skip
+
+    async def sow_and_subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int | None = None,
+        bookmark: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        delta: bool = False,
+        timeout: float = 30.0,
+    ) -> Subscription:
+        """Query and subscribe in one step: iterating the subscription gives the snapshot's
+        records (``command`` ``sow``), then every later change (``publish``, ``oof``), with
+        none lost or doubled in between. ``delta``: ``sow_and_delta_subscribe``."""
+        sid = sub_id or self._state.next_sub_id()
+        sub = Subscription(self, sid, self.queue_size)
+        replaced = self._state.add_subscription(sid, sub)
+        self._state.add_query(sid, sub)
+        try:
+            cid = self._state.sow_command(
+                "sow_and_delta_subscribe" if delta else "sow_and_subscribe", topic, sid,
+                sub_id=sid, filter=filter, top_n=top_n, orderby=orderby,
+                batch_size=batch_size, bookmark=bookmark, options=options,
+            )  # fmt: skip
+            await self._reply(cid, timeout)
+        except BaseException:
+            self._state.remove_query(sid)
+            if replaced is not None:
+                self._state.add_subscription(sid, replaced)
+            else:
+                self._state.remove_subscription(sid)
+            raise
+        return sub
+
+    async def delta_subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        timeout: float = 30.0,
+    ) -> Subscription:
+        """Subscribe to a SOW topic receiving only what changed in each record (plus its
+        key fields); a record the subscription did not hold yet comes whole."""
+        return await self.subscribe(topic, filter=filter, options=options, sub_id=sub_id,
+                                    timeout=timeout, delta=True)  # fmt: skip
+
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: list[str] | None = None,
+        data: bytes | str | Any | None = None,
+        timeout: float = 60.0,
+    ) -> int:
+        """Delete SOW records by filter, by keys, or the one a message's key names;
+        returns how many were deleted."""
+        body = encode_body(data) if data is not None else b""
+        cid = self._state.sow_delete_command(topic, filter=filter, keys=keys, data=body)
+        ack = await self._reply(cid, timeout)
+        return int(ack.header.get("records_deleted", 0))
 
     async def unsubscribe(self, sub_id: str = "all", timeout: float = 30.0) -> None:
         """Unsubscribe ``all`` or a comma list of ids; their iterations end."""
@@ -415,6 +571,8 @@ class Client:
             if type(event) is Delivered:
                 # Awaited: a full buffer stops the reader (backpressure to the broker).
                 await event.subscription.queue.put_run(event.messages)
+            elif type(event) is QueryRecords:
+                await event.query.queue.put_run(event.records)
             else:
                 await self._apply(event)
 
@@ -430,6 +588,9 @@ class Client:
             event.subscription.position_bookmark = event.bookmark
         elif isinstance(event, Completed):
             event.subscription.completed.set()
+        elif isinstance(event, QueryEnded):
+            event.query.snapshot_done.set()
+            self._state.remove_query(event.query.sub_id)
         elif isinstance(event, Failed):
             if event.subscription is not None:
                 event.subscription.queue.put_end(event.error)
@@ -485,5 +646,6 @@ __all__ = [
     "LogonInfo",
     "Message",
     "ProtocolFailure",
+    "SowResult",
     "Subscription",
 ]

@@ -8,7 +8,9 @@ whatever handle type ``S`` the owner registered with the state.
 
 Values: :class:`Message` (a delivered message), :class:`Ack`, :class:`LogonInfo`.
 
-Events: :class:`Delivered` (a run of messages for one subscription), :class:`Replied`
+Events: :class:`Delivered` (a run of messages for one subscription, ``oof`` notices
+included), :class:`QueryRecords` and :class:`QueryEnded` (a SOW query's result),
+:class:`Replied`
 (the final ack of a command somebody waits for), :class:`Persisted` (the broker's last
 persisted sequence advanced), :class:`PositionReported` (a bookmark subscription's durable
 position), :class:`Completed`, :class:`Failed` (a failure no command waits for),
@@ -100,6 +102,22 @@ class Delivered(Generic[S]):
 
 
 @dataclass(slots=True)
+class QueryRecords(Generic[S]):
+    """Records of a query result (``sow`` messages) for the handle registered under their
+    ``qid``, in arrival order; consecutive ones share an event like deliveries."""
+
+    query: S
+    records: list[Message]
+
+
+@dataclass(slots=True)
+class QueryEnded(Generic[S]):
+    """The ``group_end`` of a query result: every record of it has arrived."""
+
+    query: S
+
+
+@dataclass(slots=True)
 class Replied:
     """The final ack of command ``cid``, which the owner is waiting for.
 
@@ -172,6 +190,8 @@ HEARTBEAT: Final = HeartbeatReceived()
 #: everything :meth:`~server.client.state.SessionState.receive_frame` returns.
 Event: TypeAlias = (
     Delivered[S]
+    | QueryRecords[S]
+    | QueryEnded[S]
     | Replied
     | Persisted
     | PositionReported[S]
@@ -194,5 +214,7 @@ __all__ = [
     "Message",
     "Persisted",
     "PositionReported",
+    "QueryEnded",
+    "QueryRecords",
     "Replied",
 ]

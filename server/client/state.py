@@ -41,11 +41,15 @@ from server.client.events import (
     Message,
     Persisted,
     PositionReported,
+    QueryEnded,
+    QueryRecords,
     Replied,
 )
 from server.protocol.delivery import split_deliveries
 from server.protocol.errors import failure_for
 from server.protocol.frame import FrameError, encode_publishes
+from server.protocol.message import Message as FrameMessage
+from server.protocol.message import delivery_of
 
 S = TypeVar("S")
 
@@ -95,6 +99,8 @@ class SessionState(Generic[S]):
         self._waiting: set[str] = set()
         self._logon_cid: str | None = None
         self._subs: dict[str, S] = {}
+        #: query handles by query id: where ``sow`` records and ``group_end`` go
+        self._queries: dict[str, S] = {}
         self._lost: Disconnected | None = None
 
     # -- ids and subscriptions -----------------------------------------------------------
@@ -143,6 +149,15 @@ class SessionState(Generic[S]):
             if handle is not None:
                 removed.append(handle)
         return removed
+
+    def add_query(self, qid: str, handle: S) -> None:
+        """Route the ``sow`` records and ``group_end`` of query ``qid`` to ``handle`` (a
+        ``sow`` or the snapshot of a ``sow_and_subscribe``; register before sending)."""
+        self._queries[qid] = handle
+
+    def remove_query(self, qid: str) -> S | None:
+        """Stop routing query ``qid``."""
+        return self._queries.pop(qid, None)
 
     # -- commands out --------------------------------------------------------------------
 
@@ -247,6 +262,75 @@ class SessionState(Generic[S]):
         self.seq = first + len(bodies) - 1
         return self.seq
 
+    def publish_keyed(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        delta: bool = False,
+        sow_key: str | None = None,
+        expiration: int | None = None,
+        persisted: bool = False,
+    ) -> int:
+        """Queue a ``publish`` (or a ``delta_publish``) with a SOW key or a lifetime;
+        returns its sequence number."""
+        self.seq += 1
+        header: dict[str, Any] = {"c": "delta_publish" if delta else "publish", "t": topic,
+                                  "s": self.seq}  # fmt: skip
+        if sow_key is not None:
+            header["k"] = sow_key
+        if expiration is not None:
+            header["e"] = expiration
+        if persisted:
+            header["a"] = "persisted"
+        self.send(header, body)
+        return self.seq
+
+    def sow_command(
+        self,
+        name: str,
+        topic: str,
+        qid: str,
+        *,
+        sub_id: str | None = None,
+        filter: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int | None = None,
+        bookmark: str | None = None,
+        keys: list[str] | None = None,
+        options: str | None = None,
+        ack: str = "processed",
+    ) -> str:
+        """Queue a ``sow`` / ``sow_and_subscribe`` / ``sow_and_delta_subscribe`` (register
+        its query handle, and for the latter two its subscription, first)."""
+        header: dict[str, Any] = {"c": name, "t": topic, "qid": qid}
+        if sub_id is not None:
+            header["sub_id"] = sub_id
+        for field, value in (("f", filter), ("top_n", top_n), ("orderby", orderby),
+                             ("bs", batch_size), ("bm", bookmark), ("o", options)):  # fmt: skip
+            if value is not None:
+                header[field] = value
+        if keys:
+            header["k"] = ",".join(keys)
+        return self.command(header, ack=ack)
+
+    def sow_delete_command(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: list[str] | None = None,
+        data: bytes = b"",
+    ) -> str:
+        """Queue a ``sow_delete`` answered by its ``stats`` ack (``records_deleted``)."""
+        header: dict[str, Any] = {"c": "sow_delete", "t": topic}
+        if filter is not None:
+            header["f"] = filter
+        if keys:
+            header["k"] = ",".join(keys)
+        return self.command(header, data, ack="stats")
+
     def publish_command(self, topic: str, body: bytes) -> str:
         """Queue a publish with the next sequence number that waits for its processed ack."""
         self.seq += 1
@@ -261,9 +345,13 @@ class SessionState(Generic[S]):
         bookmark: str | None = None,
         options: str | None = None,
         completed: bool = False,
+        delta: bool = False,
     ) -> str:
-        """Queue a subscribe for ``sub_id`` (register its handle first)."""
-        header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sub_id}
+        """Queue a subscribe (``delta``: a ``delta_subscribe``) for ``sub_id`` (register its
+        handle first)."""
+        header: dict[str, Any] = {
+            "c": "delta_subscribe" if delta else "subscribe", "t": topic, "sub_id": sub_id,
+        }  # fmt: skip
         if filter is not None:
             header["f"] = filter
         if bookmark is not None:
@@ -309,7 +397,30 @@ class SessionState(Generic[S]):
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
         run_sid: str | None = None
         run: list[Message] = []
+        # the open run of query records, for ``query_qid``
+        query_qid: str | None = None
+        records: list[Message] = []
         for item in items:
+            if type(item) is not Message:
+                assert isinstance(item, FrameMessage)  # what is not a delivery
+                h = item.header
+                c = h.get("c")
+                if c == "sow":
+                    run_sid = None
+                    qid = str(h.get("qid", ""))
+                    if qid != query_qid:
+                        handle = self._queries.get(qid)
+                        if handle is None:
+                            continue
+                        records = []
+                        query_qid = qid
+                        events.append(QueryRecords(handle, records))
+                    records.append(Message(h.get("t", ""), item.body, (), h.get("bm"),
+                                           h.get("ts"), None, h))  # fmt: skip
+                    continue
+                if c == "oof":  # routed like a delivery: it ends a record's life there
+                    item = delivery_of(h, item.body)
+            query_qid = None
             if type(item) is Message:
                 for sid in item.sub_ids:
                     if sid == run_sid:
@@ -328,6 +439,10 @@ class SessionState(Generic[S]):
                 self._ack(h, events)
             elif c == "heartbeat":
                 events.append(HEARTBEAT)
+            elif c == "group_end":
+                handle = self._queries.get(str(h.get("qid", "")))
+                if handle is not None:
+                    events.append(QueryEnded(handle))
         if error is not None:
             self.error = error
             events.append(ConnectionFailed(error))

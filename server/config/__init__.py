@@ -20,7 +20,7 @@ Modules, each depending only on those above it::
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
     sections/   one reader per top-level section (admin, transports, transactionlog,
-                tuning, users, actions and the options of each action module)
+                sow, tuning, users, actions and the options of each action module)
     build       the root element and the cross-checks between sections
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
@@ -79,6 +79,7 @@ from server.config.model import (
     EXPLICIT_STATS_FILE,
     AdminConfig,
     Config,
+    SowTopicConfig,
     TlsConfig,
     TopicRule,
     TransactionLogConfig,
@@ -132,6 +133,7 @@ __all__ = [
     "Schedule",
     "SetTransport",
     "Shutdown",
+    "SowTopicConfig",
     "Step",
     "Template",
     "TlsConfig",

@@ -2,9 +2,9 @@
 contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
-``Transports``, ``TransactionLog``, ``Tuning``, ``Users``) and then checked against each
-other, each contradiction reported at the element that makes it; ``Actions`` is read last,
-against the transports and the transaction log its modules name:
+``Transports``, ``TransactionLog``, ``SOW``, ``Tuning``, ``Users``) and then checked against
+each other, each contradiction reported at the element that makes it; ``Actions`` is read
+last, against the transports and the transaction log its modules name:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
 - a non-loopback address needs ``<Users>``, and TLS or an explicit ``AllowPlaintext``;
@@ -43,6 +43,7 @@ from server.config.model import (
 from server.config.netaddr import format_inet_addr, is_loopback
 from server.config.sections.actions import read_actions
 from server.config.sections.admin import AdminPart, read_admin
+from server.config.sections.sow import read_sow
 from server.config.sections.tls import ListenerPart
 from server.config.sections.transactionlog import read_transaction_log
 from server.config.sections.transports import TransportPart, read_transports
@@ -62,13 +63,13 @@ _ROOT_SPEC: Final[Spec] = {
     "Admin": False,
     "Transports": False,
     "TransactionLog": False,
+    "SOW": False,
     "Tuning": False,
     "Users": False,
     "Actions": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
 _UNSUPPORTED: Final[Mapping[str, str]] = {
-    "SOW": "the state-of-the-world store and queues",
     "Replication": "replication to other instances",
     "Bootstrap": "bootstrapping from another instance",
 }
@@ -201,6 +202,8 @@ def build(root: Node, ctx: Context) -> Config:
     txlog: TransactionLogConfig | None = None
     if (txlog_node := kids.one("TransactionLog")) is not None:
         txlog, explicit = read_transaction_log(txlog_node, ctx, data_dir)
+    sow_node = kids.one("SOW")
+    sow = read_sow(sow_node, ctx) if sow_node is not None else ()
     tuning, limit_node = read_tuning(kids.one("Tuning"), ctx)
     users = read_users(kids.one("Users"), ctx)
     if admin.stats_explicit:
@@ -255,6 +258,7 @@ def build(root: Node, ctx: Context) -> Config:
         transaction_log=txlog,
         tuning=tuning,
         users=users,
+        sow=sow,
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,

@@ -27,8 +27,10 @@ __all__ = [
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
     "MESSAGE_TYPES",
+    "SOW_DURABILITIES",
     "AdminConfig",
     "Config",
+    "SowTopicConfig",
     "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",
@@ -47,6 +49,9 @@ DEFAULT_TRANSPORT: Final = "websocket-json"
 DEFAULT_NAME: Final = "spool"
 #: The message types Spool carries (of transports and transaction log topics).
 MESSAGE_TYPES: Final = ("json",)
+
+#: How a SOW topic keeps its records: a file that survives restarts, or memory only.
+SOW_DURABILITIES: Final = ("persistent", "transient")
 
 #: Names recorded in :attr:`Config.explicit_paths` when the file set the path itself, so a
 #: ``--data-dir`` override leaves it alone (otherwise it is re-derived under the new dir).
@@ -199,6 +204,50 @@ class TransactionLogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SowTopicConfig:
+    """A ``SOW/Topic``: a topic (or a regex of topics) whose latest message per key is kept.
+
+    Attributes:
+        name: the topic, or a regular expression of topics (``is_regex``).
+        is_regex: whether ``name`` is a regular expression (matched with ``re.search``).
+        message_type: ``json``.
+        keys: JSON paths (``/a/b``) whose values make a record's key, in order. Empty: the
+            publisher's ``k`` header is the key, or, without one, a digest of the body
+            (docs/sow.md "Keys").
+        durability: ``persistent`` (a file per topic under ``DataDirectory/sow``, rebuilt
+            from the transaction log when it is lost) or ``transient`` (memory only;
+            rebuilt from the transaction log at start when the topic is recorded there).
+        expiration: seconds a record lives after its last update; 0 = for ever. A
+            message's own ``e`` header overrides it.
+    """
+
+    name: str
+    is_regex: bool = False
+    message_type: str = "json"
+    keys: tuple[str, ...] = ()
+    durability: str = "persistent"
+    expiration: float = 0.0
+    _pattern: re.Pattern[str] | None = field(
+        init=False, repr=False, compare=False, hash=False, default=None
+    )
+
+    def __post_init__(self) -> None:
+        if self.is_regex:
+            object.__setattr__(self, "_pattern", re.compile(self.name))
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is kept by this rule (exact name, or ``re.search`` of a regex)."""
+        pattern = self._pattern
+        if pattern is None:
+            return topic == self.name
+        return pattern.search(topic) is not None
+
+    @property
+    def persistent(self) -> bool:
+        return self.durability == "persistent"
+
+
+@dataclass(frozen=True, slots=True)
 class TuningConfig:
     """Limits and timings of client connections.
 
@@ -263,6 +312,7 @@ class Config:
         transaction_log: the journal, or ``None`` to run without one.
         tuning: limits and timings.
         users: empty = no authentication (and loopback only).
+        sow: the SOW topics, in file order (the first rule that matches a topic wins).
         tls: the listener's TLS, or ``None`` (plain ``ws://`` and ``http://``).
         allow_plaintext: a non-loopback listener with users may run without TLS (a
             TLS-terminating proxy is in front).
@@ -280,11 +330,19 @@ class Config:
     transaction_log: TransactionLogConfig | None
     tuning: TuningConfig = TuningConfig()
     users: tuple[UserConfig, ...] = ()
+    sow: tuple[SowTopicConfig, ...] = ()
     tls: TlsConfig | None = None
     allow_plaintext: bool = False
     source_path: Path | None = None
     explicit_paths: frozenset[str] = frozenset()
     actions: tuple[ActionConfig, ...] = ()
+
+    def sow_topic(self, topic: str) -> SowTopicConfig | None:
+        """The ``SOW/Topic`` rule that keeps ``topic`` (the first that matches), or None."""
+        for rule in self.sow:
+            if rule.matches(topic):
+                return rule
+        return None
 
     @property
     def plaintext_exposed(self) -> bool:

@@ -25,6 +25,7 @@ CommandName = Literal[
     "delta_subscribe",
     "sow",
     "sow_and_subscribe",
+    "sow_and_delta_subscribe",
     "sow_delete",
     "unsubscribe",
     "heartbeat",
@@ -40,7 +41,16 @@ ACK_KINDS: Final[frozenset[str]] = frozenset(
 
 #: commands that need a topic
 _NEEDS_TOPIC: Final[frozenset[str]] = frozenset(
-    {"publish", "delta_publish", "subscribe", "delta_subscribe", "sow", "sow_and_subscribe"}
+    {
+        "publish",
+        "delta_publish",
+        "subscribe",
+        "delta_subscribe",
+        "sow",
+        "sow_and_subscribe",
+        "sow_and_delta_subscribe",
+        "sow_delete",
+    }
 )
 
 _STR_FIELDS: Final = (
@@ -56,6 +66,7 @@ _STR_FIELDS: Final = (
     "version",
     "k",
     "x",
+    "orderby",
 )
 _INT_FIELDS: Final = ("s", "bs", "top_n", "max_msgs", "e")
 

@@ -192,6 +192,26 @@ class Delivery:
             self._header = h
         return h
 
+    @property
+    def command(self) -> str:
+        """``publish`` (a delivery), ``sow`` (a SOW query record) or ``oof`` (the record
+        left the subscription's focus). The fast splitters keep no header only for the
+        plain ``publish`` layout."""
+        h = self._header
+        return "publish" if h is None else str(h.get("c", "publish"))
+
+    @property
+    def key(self) -> str | None:
+        """The record's SOW key (``k``), on SOW topics."""
+        h = self._header
+        return None if h is None else h.get("k")
+
+    @property
+    def reason(self) -> str | None:
+        """Why an ``oof`` was sent (``match``, ``deleted``, ``expired``, ``entitlement``)."""
+        h = self._header
+        return None if h is None else h.get("reason")
+
     def json(self) -> Any:
         """The body decoded as JSON (decoded on the first call, then kept)."""
         value = self._json

@@ -208,13 +208,17 @@ def encode_run_py(
     bodies: list[bytes],
     corr_ids: list[str] | None = None,
     sow_keys: list[str] | None = None,
+    *,
+    kind: int = RecordKind.PUBLISH,
+    path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """Encode consecutive publish records of one publisher and topic, one timestamp.
+    """Encode consecutive records of one publisher, topic, kind and path, one timestamp.
 
     The batched form of :func:`encode`: the topic and message type are encoded once and
-    the per-record work is one header pack, one concatenation and one CRC. Record ``i``
-    gets seq ``first_seq + i``. With correlation ids or SOW keys (record ``i`` takes
-    entry ``i``), each record is a whole :func:`encode` instead.
+    the per-record work is one header pack, one concatenation and one CRC (a SOW key per
+    record included, when ``sow_keys`` is given). Record ``i`` gets seq
+    ``first_seq + i``. With correlation ids or a replication path, each record is a whole
+    :func:`encode` instead.
 
     This is the pure-Python implementation and the oracle of the compiled one
     (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
@@ -226,10 +230,10 @@ def encode_run_py(
     Raises:
         ValueError: ``pub_seqs`` and ``bodies`` differ in length (plain records).
     """
-    if corr_ids or sow_keys:
+    if corr_ids or path:
         return _encode_each(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
-            corr_ids, sow_keys,
+            corr_ids, sow_keys, kind, path,
         )  # fmt: skip
     tb = _enc_cache.get(topic) or _utf8(topic)
     mb = _enc_cache.get(message_type) or _utf8(message_type)
@@ -240,17 +244,27 @@ def encode_run_py(
     pack = HEADER.pack
     crc = _crc
     u32 = _U32.pack
-    kind = int(RecordKind.PUBLISH)
+    kind = int(kind)
     out: list[bytes] = []
     keep = out.append
     seq = first_seq
     try:
-        for ps, body in zip(pub_seqs, bodies, strict=True):
-            bl = len(body)
-            data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
-                        0, 0, 0, bl) + strings + body  # fmt: skip
-            keep(data + u32(crc(data)))
-            seq += 1
+        if sow_keys is None:
+            for ps, body in zip(pub_seqs, bodies, strict=True):
+                bl = len(body)
+                data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
+                            0, 0, 0, bl) + strings + body  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
+        else:
+            for ps, body, key in zip(pub_seqs, bodies, sow_keys, strict=True):
+                bl = len(body)
+                kb = key.encode()
+                data = b"".join((pack(fixed + len(kb) + bl, FORMAT, kind, 0, seq, timestamp_us,
+                                      pub_hash, ps, tl, ml, 0, 0, len(kb), bl),
+                                 strings, kb, body))  # fmt: skip
+                keep(data + u32(crc(data)))
+                seq += 1
     except struct.error:
         pass  # that record does not fit: the caller gets the ones before it
     return out
@@ -266,14 +280,15 @@ def _encode_each(
     bodies: list[bytes],
     corr_ids: list[str] | None,
     sow_keys: list[str] | None,
+    kind: int,
+    path: tuple[str, ...],
 ) -> list[bytes]:
-    """:func:`encode_run` of records with correlation ids or SOW keys, one at a time."""
+    """:func:`encode_run` of records with correlation ids or a path, one at a time."""
     out: list[bytes] = []
-    kind = int(RecordKind.PUBLISH)
     for i, body in enumerate(bodies):
         fields = (
-            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind, (),
-            0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
+            first_seq + i, timestamp_us, pub_hash, pub_seqs[i], topic, message_type, kind,
+            path, 0, body, corr_ids[i] if corr_ids else "", sow_keys[i] if sow_keys else "",
         )  # fmt: skip
         try:
             out.append(encode(*fields))
@@ -292,12 +307,17 @@ def _encode_run_c(
     bodies: list[bytes],
     corr_ids: list[str] | None = None,
     sow_keys: list[str] | None = None,
+    *,
+    kind: int = RecordKind.PUBLISH,
+    path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """:func:`encode_run_py` with the plain records' loop compiled (``_codec_c.pyx``)."""
-    if corr_ids or sow_keys:
-        return _encode_each(
+    """:func:`encode_run_py` with the plain publishes' loop compiled (``_codec_c.pyx``);
+    other kinds and records with correlation ids, SOW keys or a path take the Python
+    definition."""
+    if corr_ids or sow_keys or path or kind != RecordKind.PUBLISH:
+        return encode_run_py(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
-            corr_ids, sow_keys,
+            corr_ids, sow_keys, kind=kind, path=path,
         )  # fmt: skip
     assert _encode_plain_c is not None  # selected only when it was built
     return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,

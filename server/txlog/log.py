@@ -373,15 +373,20 @@ class TransactionLog:
         bodies: list[bytes],
         corr_ids: list[str] | None = None,
         sow_keys: list[str] | None = None,
+        kind: RecordKind = RecordKind.PUBLISH,
+        path: tuple[str, ...] = (),
     ) -> int:
-        """Append a run of publish records of one publisher to one topic (event loop).
+        """Append a run of records of one publisher, kind and path to one topic (event loop).
 
         The publish hot path: a publisher's frame usually carries many messages to one
         topic, and doing the per-append bookkeeping (state checks, clock, flusher wake-up,
         waiter release, publisher table) once per run instead of once per record is what
         makes batching pay. Every record gets the same timestamp (they arrived together).
         No :class:`Record` objects are built; record ``i`` has seq
-        ``last_seq - n + 1 + i`` and bookmark ``pub_hash|pub_seqs[i]|``.
+        ``last_seq - n + 1 + i`` and bookmark ``pub_hash|pub_seqs[i]|``. The record kind
+        (``PUBLISH``, a SOW's ``DELTA_PUBLISH`` or ``SOW_DELETE``) and the replication
+        path are the run's; ``pub_hash`` 0 (no publisher identity) skips the sequence
+        checks, as in :meth:`append`.
 
         Returns:
             How many records were appended, from the first. Fewer than given when one
@@ -407,8 +412,9 @@ class TransactionLog:
                     break
                 prev_seq = ps
         encoded = encode_run(
-            seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n], corr_ids,
-            sow_keys,
+            seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n],
+            corr_ids[:n] if corr_ids else None, sow_keys[:n] if sow_keys else None,
+            kind=kind, path=path,
         )  # fmt: skip
         try:
             return self._placement.place(encoded, ts, pub_hash, pub_seqs)

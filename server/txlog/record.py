@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Final
 
 from server.bookmarks import format_bookmark
+
+#: separates a SOW key from the message's lifetime in a record's SOW key field
+SOW_FIELD_SEPARATOR: Final = "\x1e"
 
 
 class RecordKind(IntEnum):
@@ -39,7 +43,9 @@ class Record:
         flags: bit flags (reserved for replication/queues).
         body: the message body, byte for byte as published.
         corr_id: the publisher's correlation id (``x``), passed through untouched.
-        sow_key: SOW key (``k``) when the publisher gave one.
+        sow_key: the SOW key field: for a record of a SOW topic its key, followed by
+            :data:`SOW_FIELD_SEPARATOR` and its lifetime in seconds when the message gave
+            one (``e``); see :func:`sow_key_field` and :func:`split_sow_key_field`.
     """
 
     seq: int
@@ -59,3 +65,24 @@ class Record:
     def bookmark(self) -> str:
         """The wire bookmark ``PUBHASH|PUBSEQ|`` (PROTOCOL.md)."""
         return format_bookmark(self.pub_hash, self.pub_seq)
+
+
+def sow_key_field(key: str, expiration: int | None = None) -> str:
+    """The SOW key field of a record: the key, and the message's ``e`` when it had one.
+
+    The record format has no field of its own for a message's lifetime, and a SOW record
+    must keep it for the transaction log to stay the truth (a store rebuilt from the log
+    expires the record when it would have expired). A key never contains the separator:
+    the SOW refuses keys with control characters.
+    """
+    if expiration is None:
+        return key
+    return f"{key}{SOW_FIELD_SEPARATOR}{expiration}"
+
+
+def split_sow_key_field(field: str) -> tuple[str, int | None]:
+    """``(key, expiration seconds or None)`` of a SOW key field (:func:`sow_key_field`)."""
+    key, sep, rest = field.partition(SOW_FIELD_SEPARATOR)
+    if not sep or not rest.isdigit():
+        return (field, None) if not sep else (key, None)
+    return key, int(rest)

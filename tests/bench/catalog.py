@@ -403,8 +403,42 @@ def _peer_specs() -> list[ScenarioSpec]:
     return specs
 
 
+def _sow_specs() -> list[ScenarioSpec]:
+    """The SOW scenarios (issue 12; measured by tests/bench/sow_family.py)."""
+    return [
+        ScenarioSpec(
+            "spool.sow.update.100k_keys.100B",
+            "sow",
+            "one publisher updating a persistent, journaled SOW topic of 100,000 keys "
+            "(100-byte JSON bodies keyed by /id, 100 per frame); ends at a flush ack",
+            {"body_bytes": 100, "keys": 100_000},
+            ("updates_per_s",),
+            (Target("updates_per_s", ">=", 100_000, "issue 12"),),
+            profile=True,
+        ),
+        ScenarioSpec(
+            "spool.sow.query.100k.100B",
+            "sow",
+            "a full sow query of 100,000 records (bs=1000) to one client; from the command "
+            "to group_end",
+            {"body_bytes": 100, "records": 100_000, "bs": 1000},
+            ("records_per_s", "first_record_ms"),
+            (Target("records_per_s", ">=", 500_000, "issue 12"),),
+            profile=True,
+        ),
+        ScenarioSpec(
+            "spool.sow.snapshot.100k.100B",
+            "sow",
+            "sow_and_subscribe over 100,000 records (bs=1000): the snapshot, from the "
+            "command to group_end",
+            {"body_bytes": 100, "records": 100_000, "bs": 1000},
+            ("snapshot_s", "records_per_s"),
+        ),
+    ]
+
+
 #: every built-in scenario, in the order the suite runs them.
-SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(_spool_specs() + _peer_specs())
+SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(_spool_specs() + _sow_specs() + _peer_specs())
 
 #: Spool/peer ratios printed after the table. ``goal`` marks the issue's goal (Spool at or
 #: above Redis Streams with appendfsync everysec, against the lean peer client).

@@ -51,12 +51,13 @@ def _with_broker(
     label: str,
     specs: Sequence[ScenarioSpec],
     body: Callable[[SpoolProcess], None],
+    sow: str = "",
     **broker_kw: str,
 ) -> None:
     """Run ``body`` with a broker; if it does not start, every spec is an error."""
     with contextlib.ExitStack() as stack:
         try:
-            broker = stack.enter_context(suite.spool_broker(label, **broker_kw))
+            broker = stack.enter_context(suite.spool_broker(label, sow=sow, **broker_kw))
         except Exception as exc:
             suite.record_all(
                 specs,

@@ -260,13 +260,19 @@ class Suite:
 
     @contextlib.contextmanager
     def spool_broker(
-        self, label: str, *, tuning: str = BENCH_TUNING, transport_extra: str = ""
+        self,
+        label: str,
+        *,
+        tuning: str = BENCH_TUNING,
+        transport_extra: str = "",
+        sow: str = "",
     ) -> Iterator[SpoolProcess]:
         """A fresh broker (own data directory) for a family; stopped at the end.
 
         Args:
             tuning: the ``<Tuning>`` elements (default: the deep buffer of BENCH_TUNING).
             transport_extra: more elements of the websocket transport.
+            sow: ``SOW/Topic`` elements of its configuration, if any.
 
         Raises:
             RuntimeError / TimeoutError: it did not start (the message holds its log).
@@ -278,6 +284,7 @@ class Suite:
             admin_interval="10s",
             tuning=tuning,
             transport_extra=transport_extra,
+            sow=sow,
         )
         proc = SpoolProcess(d, xml)
         proc.start(timeout=120)

@@ -29,10 +29,12 @@ def config_xml(
     transport_extra: str = "",
     txlog_extra: str = "",
     actions: str = "",
+    sow: str = "",
 ) -> str:
     """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``.
 
-    ``actions`` is the inside of an ``<Actions>`` element (none when empty).
+    ``actions`` is the inside of an ``<Actions>`` element (none when empty); ``sow`` the
+    inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
     """
     tl = ""
     if txlog:
@@ -58,6 +60,7 @@ def config_xml(
         "<InetAddr>127.0.0.1:0</InetAddr><MessageType>json</MessageType>"
         f"{transport_extra}</Transport></Transports>"
         f"{tl}"
+        f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
         f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
@@ -190,3 +193,18 @@ class SpoolProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def sow_topic(
+    name: str,
+    *keys: str,
+    durability: str = "persistent",
+    expiration: str | None = None,
+) -> str:
+    """One ``SOW/Topic`` element for :func:`config_xml`'s ``sow``."""
+    key_xml = "".join(f"<Key>{k}</Key>" for k in keys)
+    exp = f"<Expiration>{expiration}</Expiration>" if expiration else ""
+    return (
+        f"<Topic><Name>{name}</Name><MessageType>json</MessageType>{key_xml}"
+        f"<Durability>{durability}</Durability>{exp}</Topic>"
+    )

@@ -26,6 +26,8 @@ from server.client.events import (
     Message,
     Persisted,
     PositionReported,
+    QueryEnded,
+    QueryRecords,
     Replied,
 )
 from server.client.state import CLIENT_VERSION, SessionState, encode_body
@@ -73,6 +75,8 @@ def pairs(events: list[Event[str]]) -> list[tuple[str, Any]]:
     for e in events:
         if isinstance(e, Delivered):
             out.extend(("delivered", (e.subscription, m)) for m in e.messages)
+        elif isinstance(e, QueryRecords):
+            out.extend(("record", (e.query, m)) for m in e.records)
         elif isinstance(e, Failed):
             out.append(("failed", (e.ack, type(e.error), str(e.error), e.subscription)))
         elif isinstance(e, ConnectionFailed):
@@ -440,7 +444,17 @@ def broker_messages(draw: st.DrawFn) -> list[tuple[Header, bytes]]:
         st.builds(lambda s: (ack("persisted", sub_id=s, bm="p"), b""), st.sampled_from(SUB_IDS)),
         st.builds(lambda s: (ack("completed", None, sub_id=s), b""), st.sampled_from(SUB_IDS)),
         st.just(({"c": "heartbeat"}, b"")),
-        st.just(({"c": "oof", "t": "orders", "sids": "a"}, b"")),
+        st.builds(
+            lambda s, r: ({"c": "oof", "t": "orders", "sids": s, "k": "1", "reason": r}, b"o"),
+            sids,
+            st.sampled_from(["match", "deleted"]),
+        ),
+        st.builds(
+            lambda q, b: ({"c": "sow", "t": "orders", "qid": q, "k": "k"}, b),
+            st.sampled_from(["q1", "qz"]),
+            st.binary(max_size=5),
+        ),
+        st.builds(lambda q: ({"c": "group_end", "qid": q}, b""), st.sampled_from(["q1", "qz"])),
     )
     return draw(st.lists(one, max_size=40))
 
@@ -449,6 +463,7 @@ def fresh_state() -> SessionState[str]:
     state: SessionState[str] = SessionState("c")
     for sid in SUB_IDS:
         state.add_subscription(sid, sid.upper())
+    state.add_query("q1", "Q1")
     for _ in range(4):
         state.flush_command()  # cids 1..4 wait
     state.data_to_send()
@@ -487,14 +502,28 @@ def test_events_follow_a_model_of_the_protocol(messages: list[tuple[Header, byte
     events = state.receive_frame(frame(*messages)) if messages else []
     got = pairs(events)
     expected_deliveries = [
-        (sid.upper(), h["sids"], body)
+        (sid.upper(), h["sids"], body, h["c"])
         for h, body in messages
-        if h["c"] == "publish"
+        if h["c"] in ("publish", "oof")
         for sid in h["sids"].split(",")
         if sid in SUB_IDS
     ]
-    delivered = [(v[0], v[1].header["sids"], v[1].data) for kind, v in got if kind == "delivered"]
+    delivered = [
+        (v[0], v[1].header["sids"], v[1].data, v[1].command)
+        for kind, v in got
+        if kind == "delivered"
+    ]
     assert delivered == expected_deliveries
+    # query records reach the query registered under their qid, in order; others are not
+    expected_records = [body for h, body in messages if h["c"] == "sow" and h["qid"] == "q1"]
+    records = [m.data for e in events if isinstance(e, QueryRecords) for m in e.records]
+    assert records == expected_records
+    assert all((isinstance(e, QueryRecords) and e.query == "Q1") or not isinstance(e, QueryRecords)
+               for e in events)  # fmt: skip
+    ends = [e.query for e in events if isinstance(e, QueryEnded)]
+    assert ends == ["Q1"] * sum(
+        1 for h, _ in messages if h["c"] == "group_end" and h["qid"] == "q1"
+    )
     replied = [e.cid for e in events if isinstance(e, Replied)]
     assert len(replied) == len(set(replied)) and set(replied) <= {"1", "2", "3", "4"}
     assert state.waiting == {"1", "2", "3", "4"} - set(replied)

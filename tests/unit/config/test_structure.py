@@ -23,7 +23,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "/SpoolConfig/Logging",
         3,
         "unknown element <Logging> in <SpoolConfig> (allowed: Actions, Admin, DataDirectory, "
-        "Group, Name, TransactionLog, Transports, Tuning, Users)",
+        "Group, Name, SOW, TransactionLog, Transports, Tuning, Users)",
     ),
     (
         "case-sensitive name",
@@ -47,7 +47,13 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         5,
         "<Interval> may appear only once in <Admin> (first at line 4)",
     ),
-    ("SOW", "<SOW>\n<Topic/>\n</SOW>", "/SpoolConfig/SOW", 3, "<SOW> is not supported yet"),
+    (
+        "SOW Queue",
+        "<SOW>\n<Queue/>\n</SOW>",
+        "/SpoolConfig/SOW/Queue",
+        4,
+        "<Queue> is not supported yet (message queues arrive",
+    ),
     (
         "Replication",
         "\n<Replication/>",

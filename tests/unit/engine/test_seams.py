@@ -46,6 +46,9 @@ class Peer:
         self.counted += count
         self.sent.append(data)
 
+    def send_batch(self, data: bytes, count: int) -> None:
+        self.send_messages(data, count)
+
     def ack(
         self,
         kind: str,
@@ -327,6 +330,9 @@ class RecordingStage:
 
     def recover(self, batch: RecordBatch) -> None:
         self.calls.append(("recover", list(batch.bodies)))
+
+    def recover_from(self) -> int:
+        return 1
 
 
 def test_stages_see_runs_before_and_after_the_append_then_durability_and_recovery(

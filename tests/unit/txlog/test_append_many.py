@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from server.clock import VirtualClock, time_us
 from server.txlog import PublisherSequenceRegression, TransactionLog, TxlogFull
+from server.txlog.record import RecordKind
 from tests.unit.txlog.helpers import INSTANCE, config, run
 
 runs_strategy = st.lists(
@@ -26,10 +27,14 @@ runs_strategy = st.lists(
         st.sampled_from(["orders", "t/b", "ünïcode"]),
         st.sampled_from([11, 22]),
         st.lists(st.integers(0, 700), min_size=1, max_size=40),  # body sizes of one run
+        # what else the run's records carry: SOW keys, a record kind, a replication path
+        st.sampled_from(["plain", "keys", "delta", "delete", "path"]),
     ),
     min_size=1,
     max_size=12,
 )
+
+_KINDS = {"delta": RecordKind.DELTA_PUBLISH, "delete": RecordKind.SOW_DELETE}
 
 
 def _journal_names(tmp: Path) -> list[str]:
@@ -52,7 +57,7 @@ def test_runs_equal_single_appends(tmp_path_factory: pytest.TempPathFactory, run
     _compare(tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("many"), runs)
 
 
-def _compare(one_dir: Path, many_dir: Path, runs: list[tuple[str, int, list[int]]]) -> int:
+def _compare(one_dir: Path, many_dir: Path, runs: list[tuple[str, int, list[int], str]]) -> int:
     """Append ``runs`` both ways; assert identical logs; return how many journals."""
 
     async def body() -> int:
@@ -61,18 +66,26 @@ def _compare(one_dir: Path, many_dir: Path, runs: list[tuple[str, int, list[int]
         many = _log(many_dir, clock, journal_size=8 * 1024)
         await one.open()
         await many.open()
-        for n, (topic, ph, sizes) in enumerate(runs):
+        for n, (topic, ph, sizes, shape) in enumerate(runs):
+            kind = _KINDS.get(shape, RecordKind.PUBLISH)
+            if shape == "delete":
+                ph = 0  # a SOW deletion has no publisher identity
             first = one.publisher_last(ph) + 1
-            seqs = [first + i for i in range(len(sizes))]
+            seqs = [first + i if ph else 0 for i in range(len(sizes))]
             bodies = [bytes([65 + (n + i) % 26]) * size for i, size in enumerate(sizes)]
-            for s, b in zip(seqs, bodies, strict=True):
-                one.append(topic=topic, message_type="json", pub_hash=ph, pub_seq=s, body=b)
+            keys = [f"k{i % 3}\x1e{i}" for i in range(len(sizes))] if shape != "plain" else None
+            path = ("a", "b") if shape == "path" else ()
+            for i, (s, b) in enumerate(zip(seqs, bodies, strict=True)):
+                one.append(topic=topic, message_type="json", pub_hash=ph, pub_seq=s, body=b,
+                           kind=kind, path=path, sow_key=keys[i] if keys else "")  # fmt: skip
             got = many.append_many(
-                topic=topic, message_type="json", pub_hash=ph, pub_seqs=seqs, bodies=bodies
-            )
+                topic=topic, message_type="json", pub_hash=ph, pub_seqs=seqs, bodies=bodies,
+                sow_keys=keys, kind=kind, path=path,
+            )  # fmt: skip
             assert got == len(bodies)
             assert many.last_seq == one.last_seq
-            assert many.publisher_last(ph) == seqs[-1]
+            if ph:
+                assert many.publisher_last(ph) == seqs[-1]
             assert many.last_timestamp_us == time_us(clock)
             await clock.advance(0.001)
         await one.wait_durable(one.last_seq)
@@ -150,7 +163,8 @@ def test_runs_that_cross_journal_rolls_equal_single_appends(tmp_path: Path) -> N
     """The property above, pinned on a script that rolls several times inside runs."""
     (tmp_path / "one").mkdir()
     (tmp_path / "many").mkdir()
-    runs = [("orders", 11, [700] * 40), ("t/b", 22, [300] * 40)] * 3
+    runs = [("orders", 11, [700] * 40, "plain"), ("t/b", 22, [300] * 40, "keys"),
+            ("t/b", 22, [300] * 40, "delete")] * 3  # fmt: skip
     assert _compare(tmp_path / "one", tmp_path / "many", runs) > 3
 
 

@@ -1,0 +1,217 @@
+"""Removing SOW records: the ``sow_delete`` command, and expirations.
+
+A removal is recorded in the transaction log as a ``SOW_DELETE`` record per key (for a
+topic the log records), then applied to the store, then told to the subscribers that hold
+the record (``oof`` with reason ``deleted`` or ``expired``). The log record comes first:
+when the log refuses (``txlog full``), nothing is removed that the log does not know of.
+
+``sow_delete`` takes exactly one of: a filter (``f``), a list of keys (``k``), or a message
+(the body: the record with the same key goes). A filter runs over a snapshot a slice at a
+time (server/sow/query.py); the removal itself is one step at the end, and a record that
+changed meanwhile goes only if its new state still matches. The ``stats`` ack carries
+``matches`` and ``records_deleted``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Final
+
+from server.bookmarks import format_timestamp_us
+from server.clock import Clock
+from server.expr import Filter, MessageView, compile_filter
+from server.ports import Change, Entitlements, SowRecord
+from server.protocol.commands import Command
+from server.protocol.errors import (
+    BadFilter,
+    InvalidMessage,
+    InvalidTopic,
+    NotEntitled,
+    ProtocolFailure,
+    TxlogFull,
+)
+from server.protocol.topic import is_regex_topic
+from server.session import Session
+from server.sow.memory import MemoryStore
+from server.sow.query import QueryRun, Source, parse_key_list
+from server.sow.registry import SowTopics
+from server.sow.subscribers import DELETED, SowDelivery
+from server.stats.source import EventSink
+from server.txlog import TransactionLog
+from server.txlog.record import RecordKind
+from server.wire import topic_json
+
+__all__ = ["SowDeletes"]
+
+_SOW_DELETE: Final = RecordKind.SOW_DELETE
+
+
+class SowDeletes:
+    """``sow_delete`` and the removal of expired records. Owned by the event loop.
+
+    Args:
+        topics: rules and stores.
+        delivery: the SOW subscriptions (they hear of what leaves).
+        txlog: where removals of recorded topics are logged, or None.
+        entitlements: write entitlements (removing is writing).
+        events: log refusals of an expiration.
+        clock: filters' time functions.
+    """
+
+    def __init__(
+        self,
+        topics: SowTopics,
+        delivery: SowDelivery,
+        txlog: TransactionLog | None,
+        entitlements: Entitlements,
+        events: EventSink,
+        clock: Clock,
+    ) -> None:
+        self._topics = topics
+        self._delivery = delivery
+        self._txlog = txlog
+        self._auth = entitlements
+        self._events = events
+        self._clock = clock
+
+    # -- the command --------------------------------------------------------------------
+
+    def sow_delete(self, session: Session, cmd: Command) -> Awaitable[None] | None:
+        """``sow_delete``: now (keys, a message) or after a filter ran (the awaitable)."""
+        topic = cmd.topic or ""
+        if not topic or is_regex_topic(topic):
+            raise InvalidTopic("sow_delete takes one SOW topic by name")
+        rule = self._topics.rule(topic)
+        if rule is None:
+            raise InvalidTopic(f"{topic!r} is not a SOW topic")
+        auth = self._auth
+        if auth.enabled and not auth.can_write(session.user, topic):
+            raise NotEntitled(f"user {session.user_name!r} may not delete from {topic!r}")
+        k = cmd.field("k")
+        given = [
+            name
+            for name, present in (
+                ("a filter", bool(cmd.filter)),
+                ("keys ('k')", bool(k)),
+                ("a message", bool(cmd.body)),
+            )
+            if present
+        ]
+        if len(given) != 1:
+            raise InvalidMessage(
+                "sow_delete takes exactly one of a filter, keys ('k') or a message"
+                + (f" (got {' and '.join(given)})" if given else "")
+            )
+        store = self._topics.store(topic)
+        if cmd.filter:
+            try:
+                flt = compile_filter(cmd.filter, clock=self._clock)
+            except BadFilter:
+                raise
+            except Exception as exc:
+                raise BadFilter(f"cannot compile filter: {exc}") from exc
+            return self._by_filter(session, cmd, store, flt)
+        keys = parse_key_list(k) if k else [self._topics.spec(rule).key(topic, cmd.body, None)]
+        records = [r for key in keys if store is not None and (r := store.get(key)) is not None]
+        self._finish(session, cmd, store, records, len(records))
+        return None
+
+    async def _by_filter(
+        self, session: Session, cmd: Command, store: MemoryStore | None, flt: Filter
+    ) -> None:
+        if store is None:
+            self._finish(session, cmd, None, [], 0)
+            return
+        run = QueryRun([Source(store.topic, b"", store.records())], flt)
+        while not run.step():
+            await asyncio.sleep(0)
+        view_topic = store.topic
+        matched: list[SowRecord] = []
+        for _, rec in run.results():
+            current = store.get(rec.key)
+            if current is None:
+                continue
+            if current.version != rec.version and not flt.matches(
+                MessageView(
+                    view_topic,
+                    current.body,
+                    bookmark=current.bookmark,
+                    timestamp=format_timestamp_us(current.timestamp_us),
+                )
+            ):
+                continue
+            matched.append(current)
+        self._finish(session, cmd, store, matched, run.matches)
+
+    def _finish(
+        self,
+        session: Session,
+        cmd: Command,
+        store: MemoryStore | None,
+        records: list[SowRecord],
+        matches: int,
+    ) -> None:
+        deleted = 0
+        failure: ProtocolFailure | None = None
+        if store is not None and records:
+            deleted, failure = self.remove(store, records, DELETED)
+        if failure is not None:
+            session.fail(cmd.cid, failure)
+        elif "processed" in cmd.acks:
+            session.ack("processed", cmd.cid)
+        if "stats" in cmd.acks:
+            session.ack("stats", cmd.cid, matches=matches, records_deleted=deleted)
+        if "completed" in cmd.acks and failure is None:
+            session.ack("completed", cmd.cid)
+
+    # -- removal ------------------------------------------------------------------------
+
+    def remove(
+        self, store: MemoryStore, records: list[SowRecord], reason: str
+    ) -> tuple[int, ProtocolFailure | None]:
+        """Remove ``records`` (each only if it is still the stored one): logged first,
+        then applied, then told to subscribers.
+
+        Returns:
+            How many were removed, and the log's refusal when it stopped accepting part
+            way (the records before it were removed, the others kept).
+        """
+        topic = store.topic
+        live = [
+            r for r in records if (cur := store.get(r.key)) is not None and cur.version == r.version
+        ]
+        if not live:
+            return 0, None
+        seqs, refusal = self._log(topic, [r.key for r in live])
+        changes: list[Change] = []
+        for rec, seq in zip(live, seqs, strict=False):
+            ch = store.delete(rec.key, seq=seq)
+            if ch is not None:
+                changes.append(ch)
+        if changes:
+            self._delivery.changed(topic, topic_json(topic), changes, reason)
+        return len(changes), refusal
+
+    def _log(self, topic: str, keys: list[str]) -> tuple[list[int], ProtocolFailure | None]:
+        """Append a ``SOW_DELETE`` record per key (recorded topics); their seqs (0: not
+        logged), and the log's refusal if it stopped accepting part way."""
+        txlog = self._txlog
+        if txlog is None or not self._topics.recorded(topic):
+            return [0] * len(keys), None
+        n = len(keys)
+        done = txlog.append_many(topic=topic, message_type="json", pub_hash=0, pub_seqs=[0] * n,
+                                 bodies=[b""] * n, sow_keys=keys, kind=_SOW_DELETE)  # fmt: skip
+        seqs = list(range(txlog.last_seq - done + 1, txlog.last_seq + 1))
+        if done == n:
+            return seqs, None
+        try:  # the log refused key ``done``: append() of it says why, or takes it
+            rec = txlog.append(topic=topic, message_type="json", pub_hash=0, pub_seq=0,
+                               body=b"", kind=_SOW_DELETE, sow_key=keys[done])  # fmt: skip
+        except ProtocolFailure as exc:
+            return seqs, exc
+        except Exception as exc:
+            return seqs, TxlogFull(f"transaction log cannot accept writes: {exc}")
+        seqs.append(rec.seq)
+        more, refusal = self._log(topic, keys[done + 1 :])
+        return seqs + more, refusal

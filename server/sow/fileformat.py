@@ -1,0 +1,241 @@
+"""The SOW file format: a header, then an append-only list of puts and deletes (sans-I/O).
+
+A persistent SOW topic keeps one file (server/sow/filestore.py writes it). The file is a
+*checkpoint* of the topic's state for topics recorded in the transaction log: it holds
+only changes whose log records are durable, each with its log sequence, so after a crash
+the state is the file's valid prefix plus the log after that prefix's last sequence. For
+topics the log does not record, the file is the only copy.
+
+Layout (little-endian)::
+
+    header
+      0   8  magic        b"SPOOLSOW"
+      8   2  version      u16, 1
+      10  2  flags        u16, 0
+      12  8  base_seq     u64  log sequence the state includes before the first change
+                               (set by a compaction, which drops old changes)
+      20  8  written_us   i64  when the header was written
+      28  2  topic_len    u16
+      30  2  keys_len     u16
+      32  .. topic, Key paths joined by ","  (UTF-8)
+      ..  4  crc32c of the header before it
+    change (repeated)
+      0   4  length       u32  the whole change, this field and the CRC included
+      4   1  op           1 put, 2 delete
+      5   1  0
+      6   2  key_len      u16
+      8   8  seq          u64  log sequence of the change (0: a topic not in the log)
+      put only:
+      16  8  timestamp_us i64
+      24  8  pub_hash     u64
+      32  8  pub_seq      u64
+      40  8  expires_us   i64  0 = never
+      48  4  body_len     u32
+      ..     key, body
+      L-4 4  crc32c of the change before it
+
+A change whose length runs past the end, whose CRC fails or whose fields do not add up
+ends the readable part: :func:`read_changes` reports where and why, and the owner
+truncates the file there (a torn tail after a crash is the usual case).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import google_crc32c
+
+from server.ports import SowRecord
+
+__all__ = [
+    "CHANGE_DELETE",
+    "CHANGE_PUT",
+    "HEADER_FIXED",
+    "MAGIC",
+    "VERSION",
+    "ChangeRecord",
+    "Damage",
+    "Header",
+    "decode_header",
+    "encode_delete",
+    "encode_header",
+    "encode_put",
+    "put_size",
+    "read_changes",
+]
+
+MAGIC: Final = b"SPOOLSOW"
+VERSION: Final = 1
+CHANGE_PUT: Final = 1
+CHANGE_DELETE: Final = 2
+
+_HEAD: Final = struct.Struct("<8sHHQqHH")
+HEADER_FIXED: Final = _HEAD.size  # 32
+_PUT: Final = struct.Struct("<IBBHQqQQqI")
+_DEL: Final = struct.Struct("<IBBHQ")
+_COMMON: Final = struct.Struct("<IBBHQ")
+_U32: Final = struct.Struct("<I")
+_CRC_RESIDUE: Final = 0x48674BC7
+_crc = google_crc32c.value
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What a SOW file says about itself."""
+
+    topic: str
+    keys: tuple[str, ...]
+    base_seq: int
+    written_us: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """One change read back from a file (``body`` is None for a delete)."""
+
+    op: int
+    key: str
+    seq: int
+    timestamp_us: int
+    pub_hash: int
+    pub_seq: int
+    expires_us: int
+    body: bytes | None
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """Where the readable part of a file ends and why (``torn change`` at the tail after
+    a crash; anything else is damage inside the file)."""
+
+    offset: int
+    reason: str
+
+
+def encode_header(
+    topic: str, keys: tuple[str, ...], base_seq: int, written_us: int | None = None
+) -> bytes:
+    """The header of a new (or compacted) file."""
+    tb = topic.encode()
+    kb = ",".join(keys).encode()
+    data = (
+        _HEAD.pack(
+            MAGIC,
+            VERSION,
+            0,
+            base_seq,
+            written_us if written_us is not None else int(time.time() * 1e6),
+            len(tb),
+            len(kb),
+        )
+        + tb
+        + kb
+    )
+    return data + _U32.pack(_crc(data))
+
+
+def decode_header(buf: bytes) -> Header | str:
+    """The header at the start of ``buf``, or the reason it is not one."""
+    if len(buf) < HEADER_FIXED + 4:
+        return "short header"
+    magic, version, _flags, base_seq, written_us, tl, kl = _HEAD.unpack_from(buf, 0)
+    if magic != MAGIC:
+        return "bad magic"
+    if version != VERSION:
+        return f"bad version {version}"
+    end = HEADER_FIXED + tl + kl
+    if len(buf) < end + 4:
+        return "short header"
+    if _crc(buf[: end + 4]) != _CRC_RESIDUE:
+        return "header crc"
+    try:
+        topic = buf[HEADER_FIXED : HEADER_FIXED + tl].decode()
+        keys_text = buf[HEADER_FIXED + tl : end].decode()
+    except UnicodeDecodeError:
+        return "header utf-8"
+    keys = tuple(keys_text.split(",")) if keys_text else ()
+    return Header(topic, keys, base_seq, written_us, end + 4)
+
+
+def put_size(key: bytes, body: bytes) -> int:
+    """Bytes a put of this key and body takes in the file."""
+    return _PUT.size + len(key) + len(body) + 4
+
+
+def encode_put(rec: SowRecord) -> bytes:
+    """A put change of ``rec``."""
+    kb = rec.key.encode()
+    body = rec.body
+    data = (
+        _PUT.pack(
+            _PUT.size + len(kb) + len(body) + 4,
+            CHANGE_PUT,
+            0,
+            len(kb),
+            rec.seq,
+            rec.timestamp_us,
+            rec.pub_hash,
+            rec.pub_seq,
+            rec.expires_us,
+            len(body),
+        )
+        + kb
+        + body
+    )
+    return data + _U32.pack(_crc(data))
+
+
+def encode_delete(key: str, seq: int) -> bytes:
+    """A delete change of ``key``."""
+    kb = key.encode()
+    data = _DEL.pack(_DEL.size + len(kb) + 4, CHANGE_DELETE, 0, len(kb), seq) + kb
+    return data + _U32.pack(_crc(data))
+
+
+def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | Damage]:
+    """The changes from ``pos`` to the end of ``buf``; a :class:`Damage` ends the walk
+    where the readable part ends (nothing after it is trusted)."""
+    end = len(buf)
+    unpack = _COMMON.unpack_from
+    while pos < end:
+        if end - pos < _COMMON.size:
+            yield Damage(pos, "torn change")
+            return
+        length, op, _pad, kl, seq = unpack(buf, pos)
+        if length == 0:
+            yield Damage(pos, "zero length")
+            return
+        if pos + length > end:
+            yield Damage(pos, "torn change")
+            return
+        if op not in (CHANGE_PUT, CHANGE_DELETE):
+            yield Damage(pos, "bad op")
+            return
+        fixed = _PUT.size if op == CHANGE_PUT else _DEL.size
+        if length < fixed + kl + 4 or _crc(buf[pos : pos + length]) != _CRC_RESIDUE:
+            yield Damage(pos, "crc mismatch" if length >= fixed + kl + 4 else "bad length")
+            return
+        try:
+            key = buf[pos + fixed : pos + fixed + kl].decode()
+        except UnicodeDecodeError:
+            yield Damage(pos, "bad utf-8")
+            return
+        if op == CHANGE_DELETE:
+            if length != fixed + kl + 4:
+                yield Damage(pos, "length mismatch")
+                return
+            yield ChangeRecord(op, key, seq, 0, 0, 0, 0, None, length)
+        else:
+            _l, _o, _p, _k, _s, ts, ph, ps, exp, bl = _PUT.unpack_from(buf, pos)
+            if length != fixed + kl + bl + 4:
+                yield Damage(pos, "length mismatch")
+                return
+            body = buf[pos + fixed + kl : pos + fixed + kl + bl]
+            yield ChangeRecord(op, key, seq, ts, ph, ps, exp, body, length)
+        pos += length

@@ -1,0 +1,211 @@
+"""The SOW on the publish path: a stage of server/publishing.py.
+
+For a run of publishes to a SOW topic:
+
+- ``prepare`` (before the append): each message's key (server/sow/keys.py); a
+  ``delta_publish`` merged into the stored record (server/sow/delta.py), so the merged
+  message is what the log records, as a ``DELTA_PUBLISH`` record, and what subscribers
+  receive; the key (and the message's ``e``) become the record's SOW key field. A message
+  without its key is refused alone (``invalid message``) and the rest of the run goes on.
+- ``appended`` (after the append, in publish order): the records go into the topic's
+  store, their deadlines into its expiry index, and the changes, with each record's state
+  before and after, to the SOW subscriptions (server/sow/subscribers.py). Per message
+  only what must be: the store's put; the run is one call, one subscriber lookup, one
+  encoding pass per subscriber.
+- ``durable`` (the log's group commit): persistent stores write what it covers.
+- ``recover`` (start-up): the log rebuilds transient stores of recorded topics and the
+  part of a persistent store's history its file lacks (server/sow/history.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import orjson
+
+from server.clock import Clock, time_us
+from server.ports import AppendedRun, Outbound, PublishRun, Refusals
+from server.protocol.errors import InvalidMessage, ProtocolFailure
+from server.sow.delta import merge
+from server.sow.filestore import FileStore
+from server.sow.history import LogApplier
+from server.sow.memory import MemoryStore
+from server.sow.registry import SowTopics
+from server.sow.subscribers import SowDelivery
+from server.txlog.batch import RecordBatch
+from server.txlog.record import SOW_FIELD_SEPARATOR, RecordKind, sow_key_field
+
+__all__ = ["SowStage"]
+
+_DELTA = RecordKind.DELTA_PUBLISH
+
+
+class SowStage:
+    """The SOW's publish stage (preparing, appended, durable, recovering).
+
+    Args:
+        topics: rules, specs and stores.
+        delivery: the SOW subscriptions.
+        clock: the time of records of topics the log does not record.
+        on_deadline: told of each new expiry deadline (wall-clock microseconds).
+    """
+
+    def __init__(
+        self,
+        topics: SowTopics,
+        delivery: SowDelivery,
+        clock: Clock,
+        on_deadline: Callable[[int], None],
+    ) -> None:
+        self._topics = topics
+        self._delivery = delivery
+        self._clock = clock
+        self._on_deadline = on_deadline
+        self.applier = LogApplier(topics.rule, topics.spec, topics.store_for, topics.expiry.get)
+
+    def applies_to(self, topic: str) -> bool:
+        return self._topics.rule(topic) is not None
+
+    # -- before the append --------------------------------------------------------------
+
+    def prepare(self, run: PublishRun) -> Refusals | None:
+        topics = self._topics
+        topic = run.topic
+        rule = topics.rule(topic)
+        assert rule is not None  # applies_to said so
+        spec = topics.spec(rule)
+        bodies = run.bodies
+        given = run.sow_keys
+        expirations = run.expirations
+        delta = run.kind == _DELTA
+        # a key the body gives is derived again when the log is read: only a key that
+        # came from k (or a digest) and a message's lifetime are logged
+        log_key = not spec.derived
+        store = topics.store(topic)
+        merged: dict[str, bytes] = {}
+        keys: list[str] = []
+        fields: list[str] = []
+        logged = False
+        refusals: Refusals | None = None
+        key_of = spec.key
+        for i, body in enumerate(bodies):
+            try:
+                key = key_of(topic, body, given[i] if given else None)
+                if delta:
+                    bodies[i] = self._merge(topic, store, key, body, merged)
+            except ProtocolFailure as exc:
+                if refusals is None:
+                    refusals = []
+                refusals.append((i, exc))
+                keys.append("")
+                fields.append("")
+                continue
+            keys.append(key)
+            e = expirations[i] if expirations else None
+            if e is not None:
+                fields.append(sow_key_field(key, e))
+                logged = True
+            elif log_key:
+                fields.append(key)
+                logged = True
+            else:
+                fields.append("")
+        run.keys = keys
+        run.sow_keys = fields if logged else None
+        return refusals
+
+    @staticmethod
+    def _merge(
+        topic: str, store: MemoryStore | None, key: str, update: bytes, merged: dict[str, bytes]
+    ) -> bytes:
+        """The record a delta makes of the stored one (earlier deltas of the same run
+        included); the delta itself when nothing is stored under its key."""
+        stored = merged.get(key)
+        if stored is None and store is not None:
+            rec = store.get(key)
+            stored = rec.body if rec is not None else None
+        if stored is None:
+            merged[key] = update
+            return update
+        try:
+            old = orjson.loads(stored)
+            new = orjson.loads(update)
+        except orjson.JSONDecodeError:
+            old = new = None
+        if type(old) is not dict or type(new) is not dict:
+            raise InvalidMessage(
+                f"delta_publish to {topic!r}: the update and the stored record must both be "
+                "JSON objects"
+            )
+        body = orjson.dumps(merge(old, new))
+        merged[key] = body
+        return body
+
+    # -- after the append ------------------------------------------------------------------
+
+    def reaches(self, topic: str, peer: Outbound) -> bool:
+        """Whether a SOW subscription of ``peer`` takes ``topic``."""
+        return any(sub.outbound is peer for sub in self._delivery.router.match(topic))
+
+    def appended(self, run: AppendedRun) -> None:
+        topics = self._topics
+        topic = run.topic
+        rule = topics.rule(topic)
+        assert rule is not None
+        store = topics.store_for(topic, rule)
+        keys = run.keys
+        assert keys is not None  # set by prepare
+        n = len(keys)
+        ts = run.timestamp_us if run.timestamp_us is not None else time_us(self._clock)
+        first = run.first_seq
+        seqs = range(first, first + n) if first else [0] * n
+        topic_life = int(rule.expiration * 1_000_000)
+        expires: list[int] | None = [ts + topic_life] * n if topic_life else None
+        fields = run.sow_keys
+        if fields is not None:
+            for i, field in enumerate(fields):
+                if SOW_FIELD_SEPARATOR in field:
+                    if expires is None:
+                        expires = [0] * n
+                    life = int(field.rpartition(SOW_FIELD_SEPARATOR)[2])
+                    expires[i] = ts + life * 1_000_000 if life else 0
+        wanted = bool(self._delivery.router.match(topic))
+        changes = store.put_run(
+            keys, run.bodies, seqs=seqs, timestamp_us=ts, pub_hash=run.pub_hash,
+            pub_seqs=run.pub_seqs, expires=expires, changes=wanted or expires is not None,
+        )  # fmt: skip
+        if expires is not None:
+            index = topics.expiry[topic]
+            earliest = 0
+            for ch in changes:
+                new = ch.new
+                if new is not None and new.expires_us:
+                    index.add(new)
+                    if not earliest or new.expires_us < earliest:
+                        earliest = new.expires_us
+            if earliest:
+                self._on_deadline(earliest)
+        if wanted:
+            self._delivery.changed(topic, run.topic_literal, changes)
+
+    # -- durability and recovery --------------------------------------------------------
+
+    def durable(self, seq: int) -> None:
+        self._topics.durable(seq)
+
+    def recover(self, batch: RecordBatch) -> None:
+        self.applier.apply(batch)
+
+    def recover_from(self) -> int:
+        """1 when a transient store of a recorded topic (or a regex rule, whose topics
+        are only known from the log) needs the whole log; otherwise just after the
+        oldest persistent file's last sequence."""
+        topics = self._topics
+        if any(rule.is_regex for rule in topics.rules):
+            return 1
+        needed: list[int] = []
+        for store in topics:
+            if not topics.recorded(store.topic):
+                continue
+            needed.append(store.file_seq + 1 if isinstance(store, FileStore) else 1)
+        return min(needed, default=1 << 62)

@@ -1,0 +1,153 @@
+"""The <SOW> section: SOW topics, keys, durability, expiration; queues refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.config import SowTopicConfig
+from tests.unit.config.helpers import assert_refused, doc, parse
+
+
+def sow(*lines: str) -> str:
+    """A <SOW> whose first inner line is file line 4."""
+    return "\n".join(["<SOW>", *lines, "</SOW>"])
+
+
+def topic(*inner: str) -> str:
+    return "<Topic>" + "".join(inner) + "</Topic>"
+
+
+def test_a_topic_with_keys_durability_and_expiration() -> None:
+    cfg = parse(
+        doc(
+            sow(
+                topic(
+                    "<Name>orders</Name><MessageType>json</MessageType>",
+                    "<Key>/region</Key><Key>/order/id</Key>",
+                    "<Durability>transient</Durability><Expiration>90s</Expiration>",
+                ),
+                topic("<Name>^md\\.</Name>"),
+            )
+        )
+    )
+    orders, md = cfg.sow
+    assert orders == SowTopicConfig(
+        name="orders",
+        keys=("/region", "/order/id"),
+        durability="transient",
+        expiration=90.0,
+    )
+    assert not orders.persistent and not orders.is_regex
+    # the defaults: persistent (as in AMPS), no keys, no expiration
+    assert md.is_regex and md.persistent and md.keys == () and md.expiration == 0.0
+    assert cfg.sow_topic("orders") is orders
+    assert cfg.sow_topic("md.ibm") is md
+    assert cfg.sow_topic("xmd.ibm") is None
+    assert cfg.sow_topic("orders2") is None
+
+
+def test_the_first_matching_rule_wins() -> None:
+    cfg = parse(doc(sow(topic("<Name>^ord</Name>"), topic("<Name>orders</Name><Key>/id</Key>"))))
+    first = cfg.sow_topic("orders")
+    assert first is not None and first.name == "^ord"
+
+
+def test_no_sow_section_keeps_nothing() -> None:
+    cfg = parse(doc(""))
+    assert cfg.sow == () and cfg.sow_topic("orders") is None
+
+
+def test_expiration_zero_means_for_ever() -> None:
+    cfg = parse(doc(sow(topic("<Name>a</Name><Expiration>0</Expiration>"))))
+    assert cfg.sow[0].expiration == 0.0
+
+
+REFUSED: list[tuple[str, str, str, int, str]] = [
+    ("empty SOW", "<SOW>\n</SOW>", "/SpoolConfig/SOW", 3, "<SOW> needs at least one <Topic>"),
+    (
+        "topic without a name",
+        sow("<Topic><Key>/id</Key></Topic>"),
+        "/SpoolConfig/SOW/Topic",
+        4,
+        "<Topic> needs a <Name>",
+    ),
+    (
+        "bad key path",
+        sow("<Topic><Name>a</Name>", "<Key>id</Key></Topic>"),
+        "/SpoolConfig/SOW/Topic/Key",
+        5,
+        "'id' is not a key path",
+    ),
+    (
+        "key path with an index",
+        sow("<Topic><Name>a</Name>", "<Key>/legs[0]</Key></Topic>"),
+        "/SpoolConfig/SOW/Topic/Key",
+        5,
+        "is not a key path",
+    ),
+    (
+        "duplicate key",
+        sow("<Topic><Name>a</Name><Key>/id</Key>", "<Key>/id</Key></Topic>"),
+        "/SpoolConfig/SOW/Topic/Key[2]",
+        5,
+        "duplicate Key '/id' (first at line 4)",
+    ),
+    (
+        "bad durability",
+        sow("<Topic><Name>a</Name>", "<Durability>disk</Durability></Topic>"),
+        "/SpoolConfig/SOW/Topic/Durability",
+        5,
+        "'disk' is not a valid Durability (allowed: persistent, transient)",
+    ),
+    (
+        "bad expiration",
+        sow("<Topic><Name>a</Name>", "<Expiration>soon</Expiration></Topic>"),
+        "/SpoolConfig/SOW/Topic/Expiration",
+        5,
+        "'soon' is not a valid duration",
+    ),
+    (
+        "bad message type",
+        sow("<Topic><Name>a</Name>", "<MessageType>xml</MessageType></Topic>"),
+        "/SpoolConfig/SOW/Topic/MessageType",
+        5,
+        "'xml' is not a valid MessageType",
+    ),
+    (
+        "bad regex",
+        sow("<Topic>", "<Name>^(a</Name></Topic>"),
+        "/SpoolConfig/SOW/Topic/Name",
+        5,
+        "is not a valid regular expression",
+    ),
+    (
+        "duplicate topic",
+        sow("<Topic><Name>a</Name></Topic>", "<Topic><Name>a</Name></Topic>"),
+        "/SpoolConfig/SOW/Topic[2]",
+        5,
+        "duplicate SOW Topic 'a' (first at line 4)",
+    ),
+    (
+        "unknown element",
+        sow("<Topic><Name>a</Name>", "<History>1h</History></Topic>"),
+        "/SpoolConfig/SOW/Topic/History",
+        5,
+        "unknown element <History> in <Topic>",
+    ),
+    (
+        "queue",
+        sow("<Topic><Name>a</Name></Topic>", "<LocalQueue/>"),
+        "/SpoolConfig/SOW/LocalQueue",
+        5,
+        "<LocalQueue> is not supported yet (message queues arrive in a later version",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "path", "line", "fragment"),
+    [r[1:] for r in REFUSED],
+    ids=[r[0] for r in REFUSED],
+)
+def test_refused_with_path_and_line(body: str, path: str, line: int, fragment: str) -> None:
+    assert_refused(body, path, line, fragment)
