@@ -41,7 +41,6 @@ from server.ports import (
     PublishRun,
     PublishStage,
     RecoveringStage,
-    Refusals,
 )
 from server.protocol.commands import take_publish_run
 from server.protocol.errors import (
@@ -158,7 +157,14 @@ class PublishPipeline:
         """Publish a run: store, ack and deliver it, or report why not, message by message.
 
         Never raises: a refusal becomes a failure ack per message to ``origin.replies``.
+        Answers keep the order of the messages: when a stage refuses single messages, the
+        run is stored in the segments between them, each refusal answered after the
+        segment before it (as a duplicate splits a run).
         """
+        #: refusals of single messages: (position in the run as sent, run, index, why)
+        refusals: list[tuple[int, PublishRun, int, ProtocolFailure]] = []
+        #: for each message of ``run``, its position in the run as sent
+        place = list(range(len(run.bodies)))
         try:
             topic = self._topics.admit(run.topic)
             auth = self._auth
@@ -178,44 +184,47 @@ class PublishPipeline:
             for prepare in topic.prepare:
                 refused = prepare(run)
                 if refused:
-                    kept = self._without(origin, run, refused)
-                    if kept is None:
-                        return
-                    run = kept
+                    out = {i for i, _ in refused}
+                    refusals.extend((place[i], run, i, exc) for i, exc in refused)
+                    keep = [i for i in range(len(run.bodies)) if i not in out]
+                    place = [place[i] for i in keep]
+                    run = _subrun(run, keep)
+                    if not keep:
+                        break
         except ProtocolFailure as exc:
-            for i in range(len(run.bodies)):
-                self._refuse(origin, run, i, exc)
+            refusals.extend((place[i], run, i, exc) for i in range(len(run.bodies)))
+            self._answer(origin, refusals)
             return
+        if not refusals:
+            self._store(origin, topic, run)
+            return
+        refusals.sort(key=lambda refusal: refusal[0])
+        start = 0  # the first message of ``run`` not stored yet
+        for position, refused_run, i, why in refusals:
+            end = start
+            while end < len(place) and place[end] < position:
+                end += 1
+            if end > start:
+                self._store(origin, topic, _subrun(run, range(start, end)))
+            start = end
+            self._refuse(origin, refused_run, i, why)
+        if start < len(place):
+            self._store(origin, topic, _subrun(run, range(start, len(place))))
+
+    def _store(self, origin: Origin, topic: Topic, run: PublishRun) -> None:
+        """Log (when the topic is recorded), ack and hand over a run every stage took."""
         txlog = self._txlog
         if topic.recorded and txlog is not None:
             self._publish_recorded(origin, topic, run, txlog)
         else:
             self._publish_unrecorded(origin, topic, run)
 
-    def _without(self, origin: Origin, run: PublishRun, refused: Refusals) -> PublishRun | None:
-        """Answer the messages a stage refused alone; the rest of the run, re-indexed
-        (None when nothing is left)."""
-        out = {i for i, _ in refused}
-        for i, exc in refused:
+    def _answer(
+        self, origin: Origin, refusals: list[tuple[int, PublishRun, int, ProtocolFailure]]
+    ) -> None:
+        """Refuse messages in the order they were sent."""
+        for _, run, i, exc in sorted(refusals, key=lambda refusal: refusal[0]):
             self._refuse(origin, run, i, exc)
-        keep = [i for i in range(len(run.bodies)) if i not in out]
-        if not keep:
-            return None
-        position = {old: new for new, old in enumerate(keep)}
-        return PublishRun(
-            topic=run.topic,
-            pub_hash=run.pub_hash,
-            pub_seqs=[run.pub_seqs[i] for i in keep],
-            bodies=[run.bodies[i] for i in keep],
-            acks=[(position[i], kinds, cid) for i, kinds, cid in run.acks if i in position],
-            corr_ids=[run.corr_ids[i] for i in keep] if run.corr_ids else None,
-            sow_keys=[run.sow_keys[i] for i in keep] if run.sow_keys else None,
-            kind=run.kind,
-            path=run.path,
-            publisher_name=run.publisher_name,
-            expirations=[run.expirations[i] for i in keep] if run.expirations else None,
-            keys=[run.keys[i] for i in keep] if run.keys else None,
-        )
 
     def _publish_recorded(
         self, origin: Origin, topic: Topic, run: PublishRun, txlog: TransactionLog
@@ -456,3 +465,22 @@ def _send_acks(
         replies.ack("persisted", None, s=s or None)
     if "processed" in kinds:
         replies.ack("processed", cid)
+
+
+def _subrun(run: PublishRun, keep: Sequence[int]) -> PublishRun:
+    """The messages ``keep`` (indexes, ascending) of ``run`` as a run of their own."""
+    position = {old: new for new, old in enumerate(keep)}
+    return PublishRun(
+        topic=run.topic,
+        pub_hash=run.pub_hash,
+        pub_seqs=[run.pub_seqs[i] for i in keep],
+        bodies=[run.bodies[i] for i in keep],
+        acks=[(position[i], kinds, cid) for i, kinds, cid in run.acks if i in position],
+        corr_ids=[run.corr_ids[i] for i in keep] if run.corr_ids else None,
+        sow_keys=[run.sow_keys[i] for i in keep] if run.sow_keys else None,
+        kind=run.kind,
+        path=run.path,
+        publisher_name=run.publisher_name,
+        expirations=[run.expirations[i] for i in keep] if run.expirations else None,
+        keys=[run.keys[i] for i in keep] if run.keys else None,
+    )
