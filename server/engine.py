@@ -45,7 +45,11 @@ from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.operations import Operations
 from server.peer import Peer
+from server.ports import DurabilityHorizon
 from server.publishing import PublishPipeline
+from server.replication.horizon import SyncHorizon
+from server.replication.service import Replication
+from server.replication.transport import Connector, connect_websocket
 from server.router import Router
 from server.scryptpool import ScryptPool
 from server.session import Session, Transport
@@ -76,8 +80,13 @@ class Broker:
     """One Spool instance's engine.
 
     Args:
+        config: the instance configuration.
+        clock: the time source every part uses.
+        console_log: also log events to the console.
         files: the file seam journal writes go through (None: the real one; fault tests
             inject write and fsync failures here).
+        connector: how replication links dial their destinations (tests link in-process
+            brokers with an in-memory one).
 
     Attributes:
         config: the instance configuration.
@@ -89,6 +98,8 @@ class Broker:
             dashboard login.
         tls: the listener's TLS (certificate pair, reloads, expiry), None in plain text.
         txlog: the transaction log (None when not configured).
+        replication: destinations, inbound links, the sync horizon (None when the instance
+            does not replicate).
         operations: the admin surface (web/admin.py, the dashboard, the actions).
         actions: the configured actions (server/actions).
     """
@@ -100,6 +111,7 @@ class Broker:
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
         files: FileSeam | None = None,
+        connector: Connector = connect_websocket,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -126,10 +138,15 @@ class Broker:
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
                 config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
-                files=files,
+                files=files, track_gaps=config.replicates,
             )  # fmt: skip
         txlog = self.txlog
-        horizon = LocalHorizon(txlog) if txlog is not None else None
+        # the local fsync: what the replication push and durable stages follow
+        local = LocalHorizon(txlog) if txlog is not None else None
+        # what persisted acks and fully_durable subscriptions wait for: with replication,
+        # the local fsync and every destination whose effective sync type is sync
+        sync = SyncHorizon(txlog) if txlog is not None and config.replicates else None
+        horizon: DurabilityHorizon | None = sync if sync is not None else local
         self.acks = DurableAcks(
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
@@ -144,14 +161,23 @@ class Broker:
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
         self.pipeline = PublishPipeline(
-            self.topics, txlog, horizon, self.acks, self.auth, self.events,
+            self.topics, txlog, local, self.acks, self.auth, self.events,
             stages=(self.sow.stage, self.fanout),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
+        self.replication: Replication | None = None
+        if txlog is not None and sync is not None:
+            self.replication = Replication(
+                config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync,
+                connector=connector, logons=self.logons,
+            )  # fmt: skip
+        replication = self.replication
         self.clients = ClientRegistry(
-            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
-        )
+            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
+            logon_fields=replication.failover_fields if replication is not None else None,
+        )  # fmt: skip
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
@@ -168,6 +194,7 @@ class Broker:
             self.tls,
             config.plaintext_exposed,
             spills=self.spills,
+            replication=replication.counters if replication is not None else None,
         )
         self.operations = Operations(
             config,
@@ -183,6 +210,7 @@ class Broker:
             self.tls,
             self.logons,
             BrokerPublisher(self.pipeline, txlog, config.name),
+            replication,
             sow=self.sow,
         )
         self.actions = Actions(config, self.operations, clock)
@@ -231,11 +259,17 @@ class Broker:
         # 3. publish stages rebuild their state from the journal (SOW, queues)
         await self.pipeline.recover()
         self.sow.recovered()
-        # 4. the statistics sampler
-        self._sampler = Sampler(self.operations, cfg, self.clock)
+        # 4. replication: positions, pins, the links to the destinations
+        if self.replication is not None:
+            await self.replication.start()
+        # 5. the statistics sampler
+        self._sampler = Sampler(
+            self.operations, cfg, self.clock,
+            link_events=self.replication.drain_history if self.replication else None,
+        )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 5. TLS: say what is served, watch its expiry; or say the listener is plain text
+        # 6. TLS: say what is served, watch its expiry; or say the listener is plain text
         if self.tls is not None:
             self.tls.start()
         elif cfg.plaintext_exposed:
@@ -244,16 +278,17 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 6. the slow-client watch (SlowClientTimeout)
+        # 7. the slow-client watch (SlowClientTimeout)
         self.stalls.start()
-        # 7. actions: the on-startup ones run to their end, then schedules and watchers
+        # 8. actions: the on-startup ones run to their end, then schedules and watchers
         await self.actions.start()
-        # 8. serve
+        # 9. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
     async def drain(self) -> None:
-        """Shutdown step 1: refuse new work, close every client with ``shutting down``."""
+        """Shutdown step 1: refuse new work, close every client with ``shutting down``,
+        end the replication links."""
         if self.lifecycle.stopping:
             return
         # 1. refuse new connections and commands
@@ -270,12 +305,18 @@ class Broker:
                 )
         # 4. close every client after what it has buffered
         await self.clients.close_all()
+        # 5. tell the replication peers this instance stops (before the web server drops
+        #    their connections), and save the positions
+        if self.replication is not None:
+            with contextlib.suppress(Exception):
+                await self.replication.stop()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. actions, 3. SOW queries and expirations,
-        4. sampler, 5. transaction log, 6. SOW files, 7. event log."""
-        # 1. clients: drain outbound and close with "shutting down"; no more password
-        #    checks, no more expiry watch, nothing left to watch for slow clients
+        """Shut down in order: 1. clients and replication links, 2. actions, 3. SOW queries
+        and expirations, 4. sampler, 5. transaction log, 6. SOW files, 7. event log."""
+        # 1. clients: drain outbound and close with "shutting down"; replication links end;
+        #    no more password checks, no more expiry watch, nothing left to watch for slow
+        #    clients
         await self.drain()
         self.auth.pool.close()
         if self.tls is not None:

@@ -34,6 +34,8 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
+from server.replication.errors import ReplicationNotConfigured
+from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
 from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.actionruns import ActionRunRow, StoredRun
@@ -217,6 +219,7 @@ class Operations:
         tls: TlsListener | None = None,
         logons: LogonGuard | None = None,
         publisher: BrokerPublisher | None = None,
+        replication: Replication | None = None,
         *,
         sow: SowService,
     ) -> None:
@@ -233,6 +236,7 @@ class Operations:
         self._metrics = metrics
         self._acks = acks
         self._txlog = txlog
+        self._replication = replication
         self._sow = sow
         self.sampler: Sampler | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
@@ -479,6 +483,64 @@ class Operations:
             infos = await txlog.remove(journal_id)
         self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
         return [journal_dict(j) for j in infos]
+
+    # -- replication --------------------------------------------------------------------
+
+    def _repl(self) -> Replication:
+        if self._replication is None:
+            raise ReplicationNotConfigured(
+                "this instance has no <Replication> nor amps-replication transport"
+            )
+        return self._replication
+
+    def replication_info(self) -> ReplicationInfo:
+        """Destinations and incoming links (ADMIN_API.md ``/api/replication``).
+
+        Raises:
+            ReplicationNotConfigured: the instance does not replicate.
+        """
+        return self._repl().info()
+
+    def downgrade_destination(self, name: str) -> None:
+        """Persisted acks stop waiting for a sync destination, at once.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound, SyncChangeRefused.
+        """
+        self._repl().downgrade(name)
+
+    def upgrade_destination(self, name: str) -> None:
+        """A downgraded destination becomes sync again once it has caught up.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound, SyncChangeRefused.
+        """
+        self._repl().upgrade(name)
+
+    def reconnect_destination(self, name: str) -> None:
+        """Drop a destination's link and dial it again from the top of its addresses.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound.
+        """
+        self._repl().reconnect(name)
+
+    async def replication_events(
+        self, t0: float, t1: float, link: str | None, direction: str | None, limit: int
+    ) -> list[tuple[float, str, str, str, str]]:
+        """Link events from the stats database (SQLite in a thread).
+
+        Raises:
+            ReplicationNotConfigured, StatsUnavailable.
+        """
+        self._repl()
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(
+            store.reader.link_events, t0, t1, link=link, direction=direction, limit=limit
+        )
 
     # -- retention pins taken over the admin API -----------------------------------------
 

@@ -11,9 +11,10 @@ web/api_errors.py.
 - Actions are POST, need an admin (the auth middleware checks, and :func:`require_admin`
   again here), and each one is written to the event log with the user who asked:
   ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
-- Subsystems this instance does not have (replication, queues, SOW) answer 404 with the
-  reason, never made-up data. The configured actions are the instance's
-  :class:`server.actions.Actions` (their runs go through the same admin surface).
+- Subsystems this instance does not have (replication when not configured, queues, SOW)
+  answer 404 with the reason, never made-up data. The configured actions are the
+  instance's :class:`server.actions.Actions` (their runs go through the same admin
+  surface).
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ from server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
 from server.eventlog import EventLog
 from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
 from server.protocol.errors import InvalidOptions, SubIdNotFound
+from server.replication.errors import (
+    DestinationNotFound,
+    ReplicationNotConfigured,
+    SyncChangeRefused,
+)
 from server.stats.host import HostProbe
 from server.stats.prometheus import make_registry
 from server.stats.query import UnknownMetric
@@ -93,12 +99,20 @@ def _map_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(
-        exc, AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured | ActionNotFound
+        exc,
+        AdminError
+        | JournalNotFound
+        | UnknownMetric
+        | TlsNotConfigured
+        | ActionNotFound
+        | DestinationNotFound,
     ):
         return NotFound(str(exc))
+    if isinstance(exc, ReplicationNotConfigured):
+        return NotFound("replication is not configured on this instance")
     if isinstance(exc, BadParameters):
         return BadRequest(str(exc))
-    if isinstance(exc, ActionBusy | NotOnAdmin):
+    if isinstance(exc, ActionBusy | NotOnAdmin | SyncChangeRefused):
         return Conflict(str(exc))
     if isinstance(exc, TlsError):
         # the files on disk cannot be used: the pair in service keeps serving
@@ -447,6 +461,52 @@ class AdminApi:
         deleted = await self.ops.truncate_stats(before)
         return {"ok": True, "deleted_samples": deleted, "before": format_time(before)}
 
+    async def replication(self, request: Request) -> Any:
+        return self.ops.replication_info()
+
+    async def replication_events(self, request: Request) -> Any:
+        params = request.query_params
+        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
+        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
+        if t0 > t1:
+            raise BadRequest("t0 is after t1")
+        direction = params.get("direction") or None
+        if direction not in (None, "in", "out"):
+            raise BadRequest("direction is in or out")
+        limit = _int_param(request, "limit", 200, 1, EVENTS_MAX)
+        rows = await self.ops.replication_events(t0, t1, params.get("link") or None,
+                                                 direction, limit)  # fmt: skip
+        return {
+            "t0": format_time(t0),
+            "t1": format_time(t1),
+            "events": [
+                {"time": ts, "direction": d, "link": link, "event": e, "detail": detail}
+                for ts, d, link, e, detail in rows
+            ],
+        }
+
+    def _replication_action(self, verb: str) -> Handler:
+        actions = {
+            "downgrade": self.ops.downgrade_destination,
+            "upgrade": self.ops.upgrade_destination,
+            "reconnect": self.ops.reconnect_destination,
+        }
+        act = actions[verb]
+
+        async def handler(request: Request) -> Any:
+            dest = request.path_params["dest"]
+            act(dest)
+            info = self.ops.replication_info()
+            found = next(d for d in info["destinations"] if d["name"] == dest)
+            return {
+                "ok": True,
+                "destination": dest,
+                "configured_sync_type": found["configured_sync_type"],
+                "effective_sync_type": found["effective_sync_type"],
+            }
+
+        return handler
+
     async def run_action(self, request: Request) -> Any:
         name = request.path_params["name"]
         body = await _json_body(request)
@@ -472,7 +532,6 @@ class AdminApi:
             kw.setdefault("access", "admin")
             return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
 
-        absent_replication = _not_configured("replication")
         absent_queues = _not_configured("queues", "are")
         absent_sow = _not_configured("the SOW")
         time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
@@ -689,20 +748,38 @@ class AdminApi:
             ),
             get(
                 "/api/replication",
-                absent_replication,
-                "Replication links",
+                self.replication,
+                "Replication destinations and incoming links",
                 "replication",
                 errors=(404,),
+            ),
+            get(
+                "/api/replication/events",
+                self.replication_events,
+                "Replication link events from the stats database",
+                "replication",
+                errors=(400, 404, 503),
+                query=(
+                    QueryParam("link", "one destination or source"),
+                    QueryParam("direction", "out (destinations) or in (sources)"),
+                    QueryParam("t0", f"window start ({time_help}); default t1 - 1h"),
+                    QueryParam("t1", f"window end ({time_help}); default now"),
+                    QueryParam("limit", "1..1000, default 200 (the newest)", type="integer"),
+                ),
             ),
             *(
                 post(
                     f"/api/replication/{{dest}}/{verb}",
-                    absent_replication,
-                    f"{verb.capitalize()} a replication destination",
+                    self._replication_action(verb),
+                    summary,
                     "replication",
-                    errors=(404,),
+                    errors=(404, 409) if verb != "reconnect" else (404,),
                 )
-                for verb in ("downgrade", "upgrade", "reconnect")
+                for verb, summary in (
+                    ("downgrade", "Persisted acks stop waiting for a sync destination, at once"),
+                    ("upgrade", "A downgraded destination is sync again once caught up"),
+                    ("reconnect", "Drop a destination's link and dial it again"),
+                )
             ),
             get("/api/queues", absent_queues, "Queues", "queues", errors=(404,)),
             get("/api/queues/{name}", absent_queues, "One queue", "queues", errors=(404,)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from server.config import (
     ArchiveJournals,
     CompressJournals,
+    DowngradeReplication,
     ExecuteEvent,
     IfCondition,
     IfDiskUsage,
@@ -21,6 +22,7 @@ from server.config import (
     Step,
     Trigger,
     TruncateStatistics,
+    UpgradeReplication,
 )
 from server.units import format_duration
 
@@ -62,6 +64,16 @@ def describe_step(step: Step) -> str:
             return f"delete statistics older than {format_duration(step.age)}"
         case SetTransport():
             return f"{'enable' if step.enabled else 'disable'} transport {step.transport}"
+        case DowngradeReplication():
+            return (
+                f"downgrade {_destinations(step.destinations)} more than "
+                f"{format_duration(step.age)} behind"
+            )
+        case UpgradeReplication():
+            return (
+                f"upgrade downgraded {_destinations(step.destinations)} less than "
+                f"{format_duration(step.age)} behind"
+            )
         case PublishMessage():
             return f"publish to {step.topic.text}"
         case ExecuteEvent():
@@ -69,3 +81,9 @@ def describe_step(step: Step) -> str:
         case Shutdown():
             return "shut the instance down"
     return ""
+
+
+def _destinations(names: tuple[str, ...]) -> str:
+    if not names:
+        return "sync destinations"
+    return f"destination{'s' if len(names) > 1 else ''} {', '.join(names)}"

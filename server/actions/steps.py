@@ -4,7 +4,7 @@ One coroutine per module, each taking its configuration and the :class:`StepCont
 the run and returning a :class:`~server.actions.results.StepResult` (the runner fills in
 its index and duration). Every effect goes through the instance's admin surface
 (:class:`~server.operations.Operations`), the one REST uses: journals, statistics,
-transports, the broker's own publish, the shutdown request. A module that cannot do its
+transports, replication destinations, the broker's own publish, the shutdown request. A module that cannot do its
 work returns ``failed`` with the reason (the runner also turns an unexpected exception into
 ``failed``): nothing here raises into the scheduler.
 
@@ -31,6 +31,7 @@ from server.config import (
     CompressJournals,
     Config,
     DiskThreshold,
+    DowngradeReplication,
     ExecuteEvent,
     IfCondition,
     IfDiskUsage,
@@ -40,13 +41,16 @@ from server.config import (
     Shutdown,
     Step,
     TruncateStatistics,
+    UpgradeReplication,
 )
 from server.engine_errors import PublishRefused, TransportNotFound
 from server.expr import FilterSyntaxError, MessageView, compile_filter
 from server.operations import JournalDict, Operations
 from server.protocol.topic import is_regex_topic
+from server.replication.errors import ReplicationError
 from server.stats.host import FilesystemUsage
 from server.txlog.errors import JournalPinned
+from server.units import format_duration
 
 __all__ = ["MAX_EVENT_DEPTH", "RaiseEvent", "StepContext", "run_step"]
 
@@ -234,6 +238,64 @@ async def _transport(step: SetTransport, ctx: StepContext) -> StepResult:
     return _result(step, "ok", f"transport {step.transport} {state}")
 
 
+async def _replication(
+    step: DowngradeReplication | UpgradeReplication, ctx: StepContext
+) -> StepResult:
+    """Downgrade the sync destinations past ``Age``, or upgrade the downgraded ones that
+    are connected and under it. A change the replication service refuses (the
+    ``MinimumSyncDestinations`` floor) is reported and tried again at the next run."""
+    downgrade = isinstance(step, DowngradeReplication)
+    try:
+        info = ctx.ops.replication_info()
+    except ReplicationError as exc:
+        return _result(step, "failed", str(exc))
+    watched = set(step.destinations)
+    names: list[str] = []
+    changed: list[str] = []
+    refused: list[str] = []
+    for dest in info["destinations"]:
+        name = dest["name"]
+        if dest["configured_sync_type"] != "sync" or (watched and name not in watched):
+            continue
+        behind = dest["seconds_behind"]
+        if downgrade:
+            due = dest["effective_sync_type"] == "sync" and behind > step.age
+        else:
+            due = (
+                dest["effective_sync_type"] == "async" and dest["connected"] and (behind < step.age)
+            )
+        if not due:
+            continue
+        try:
+            if downgrade:
+                ctx.ops.downgrade_destination(name)
+            else:
+                ctx.ops.upgrade_destination(name)
+        except ReplicationError as exc:
+            refused.append(f"{name}: {exc}")
+            continue
+        names.append(name)
+        changed.append(f"{name} ({behind:g}s behind)")
+    variables = {
+        ("AMPS_DESTINATIONS_DOWNGRADED" if downgrade else "AMPS_DESTINATIONS_UPGRADED"): (
+            ",".join(names)
+        )
+    }
+    ctx.variables.update(variables)
+    limit = format_duration(step.age)
+    if changed:
+        message = f"{'downgraded' if downgrade else 'upgraded'} {', '.join(changed)}"
+        if not downgrade:
+            message += ": sync again once caught up"
+    elif downgrade:
+        message = f"no sync destination is more than {limit} behind"
+    else:
+        message = f"no downgraded destination is connected and less than {limit} behind"
+    if refused:
+        message += "; refused: " + "; ".join(refused) + " (tried again next run)"
+    return _result(step, "partial" if refused else "ok", message, variables=variables)
+
+
 def _json_escape(value: str) -> str:
     """``value`` as the inside of a JSON string (quotes, backslashes, controls escaped)."""
     return orjson.dumps(value).decode()[1:-1]
@@ -294,6 +356,8 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _truncate(step, ctx)
         case SetTransport():
             return await _transport(step, ctx)
+        case DowngradeReplication() | UpgradeReplication():
+            return await _replication(step, ctx)
         case PublishMessage():
             return await _publish(step, ctx)
         case ExecuteEvent():

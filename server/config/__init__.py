@@ -20,7 +20,8 @@ Modules, each depending only on those above it::
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
     sections/   one reader per top-level section (admin, transports, transactionlog,
-                sow, tuning, users, actions and the options of each action module)
+                replication, sow, tuning, users, actions and the options of each action
+                module)
     build       the root element and the cross-checks between sections
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
@@ -44,6 +45,7 @@ from server.config.actions import (
     Condition,
     DiskThreshold,
     DoStep,
+    DowngradeReplication,
     ExecuteEvent,
     IfCondition,
     IfDiskUsage,
@@ -57,12 +59,14 @@ from server.config.actions import (
     OnStartup,
     PublishMessage,
     RemoveJournals,
+    ReplicationStep,
     Schedule,
     SetTransport,
     Shutdown,
     Step,
     Trigger,
     TruncateStatistics,
+    UpgradeReplication,
 )
 from server.config.defaults import default_config, render_default_xml, with_overrides
 from server.config.errors import (
@@ -77,8 +81,15 @@ from server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
     EXPLICIT_JOURNAL_DIRECTORY,
     EXPLICIT_STATS_FILE,
+    MAX_SYNC_DESTINATIONS,
+    NON_EXCLUDABLE_CHECKS,
+    VALIDATION_CHECKS,
     AdminConfig,
     Config,
+    DestinationConfig,
+    ReplicationConfig,
+    ReplicationTopic,
+    ReplicationTransport,
     SowTopicConfig,
     TlsConfig,
     TopicRule,
@@ -104,7 +115,10 @@ __all__ = [
     "EXPLICIT_ARCHIVE_DIRECTORY",
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
+    "MAX_SYNC_DESTINATIONS",
+    "NON_EXCLUDABLE_CHECKS",
     "SHARED_ADDRESS",
+    "VALIDATION_CHECKS",
     "ActionConfig",
     "ActionParameter",
     "AdminConfig",
@@ -113,8 +127,10 @@ __all__ = [
     "Condition",
     "Config",
     "ConfigError",
+    "DestinationConfig",
     "DiskThreshold",
     "DoStep",
+    "DowngradeReplication",
     "ExecuteEvent",
     "IfCondition",
     "IfDiskUsage",
@@ -130,6 +146,10 @@ __all__ = [
     "OriginError",
     "PublishMessage",
     "RemoveJournals",
+    "ReplicationConfig",
+    "ReplicationStep",
+    "ReplicationTopic",
+    "ReplicationTransport",
     "Schedule",
     "SetTransport",
     "Shutdown",
@@ -143,6 +163,7 @@ __all__ = [
     "Trigger",
     "TruncateStatistics",
     "TuningConfig",
+    "UpgradeReplication",
     "UserConfig",
     "WebOrigin",
     "default_config",

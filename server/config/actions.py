@@ -34,6 +34,7 @@ __all__ = [
     "Condition",
     "DiskThreshold",
     "DoStep",
+    "DowngradeReplication",
     "ExecuteEvent",
     "IfCondition",
     "IfDiskUsage",
@@ -47,12 +48,14 @@ __all__ = [
     "OnStartup",
     "PublishMessage",
     "RemoveJournals",
+    "ReplicationStep",
     "Schedule",
     "SetTransport",
     "Shutdown",
     "Step",
     "Trigger",
     "TruncateStatistics",
+    "UpgradeReplication",
 ]
 
 #: Every module name starts with this (the AMPS spelling).
@@ -342,6 +345,46 @@ class SetTransport:
 
 
 @dataclass(frozen=True, slots=True)
+class DowngradeReplication:
+    """``amps-action-do-downgrade-replication``: persisted acks stop waiting for a sync
+    destination that is more than ``age`` seconds behind (its oldest unacknowledged
+    record is older than that), unless ``Tuning/MinimumSyncDestinations`` forbids it.
+
+    Attributes:
+        age: how far behind a destination may fall before it is downgraded.
+        destinations: the destinations it watches (``<Destination>``); empty: every
+            destination configured sync.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_DESTINATIONS_DOWNGRADED",)
+    age: float
+    destinations: tuple[str, ...] = ()
+    where: str = ""
+    module: str = "amps-action-do-downgrade-replication"
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeReplication:
+    """``amps-action-do-upgrade-replication``: a downgraded destination that is connected
+    and less than ``age`` seconds behind is upgraded (it becomes sync again once it has
+    acknowledged what the log held when it was asked).
+
+    Attributes:
+        age: how close a destination must be before it is upgraded.
+        destinations: as :class:`DowngradeReplication`'s.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_DESTINATIONS_UPGRADED",)
+    age: float
+    destinations: tuple[str, ...] = ()
+    where: str = ""
+    module: str = "amps-action-do-upgrade-replication"
+
+
+ReplicationStep = DowngradeReplication | UpgradeReplication
+
+
+@dataclass(frozen=True, slots=True)
 class PublishMessage:
     """``amps-action-do-publish-message``: publish ``data`` to ``topic`` as the broker.
 
@@ -382,6 +425,8 @@ DoStep = (
     | RemoveJournals
     | TruncateStatistics
     | SetTransport
+    | DowngradeReplication
+    | UpgradeReplication
     | PublishMessage
     | ExecuteEvent
     | Shutdown
@@ -429,6 +474,8 @@ ACTION_MODULES: Final = (
     "amps-action-do-truncate-statistics",
     "amps-action-do-enable-transport",
     "amps-action-do-disable-transport",
+    "amps-action-do-downgrade-replication",
+    "amps-action-do-upgrade-replication",
     "amps-action-do-publish-message",
     "amps-action-do-execute-event",
     "amps-action-do-shutdown",

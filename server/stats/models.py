@@ -19,6 +19,13 @@ series must not need a migration:
 
 ``action_run``
     one row per run of a configured action (the history of ``/api/actions``).
+``replication_event``
+    what happened to each replication link, one row per event (server/replication/
+    history.py): ``ts``, ``direction`` (``out`` a destination, ``in`` a source),
+    ``link`` (its name), ``event`` (connected, disconnected, refused, downgraded, ...) and
+    ``detail`` (the why, with a validation failure's fix). Its numbers (messages and
+    seconds behind, rates) are ordinary series (``replication/out/NAME/...``); the events
+    are text and get their own table. Same retention as the samples.
 """
 
 from __future__ import annotations
@@ -113,3 +120,17 @@ class ActionRun(Base):
     outcome: Mapped[str] = mapped_column(String(16))
     user: Mapped[str | None] = mapped_column(String(128), nullable=True)
     record: Mapped[str] = mapped_column(Text)
+
+
+class ReplicationEvent(Base):
+    """One event of one replication link."""
+
+    __tablename__ = "replication_event"
+    __table_args__ = (Index("ix_replication_event_link_ts", "direction", "link", "ts"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    link: Mapped[str] = mapped_column(String(128))
+    event: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str] = mapped_column(Text)

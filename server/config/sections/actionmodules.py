@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -27,6 +27,7 @@ from server.config.actions import (
     ArchiveJournals,
     CompressJournals,
     DiskThreshold,
+    DowngradeReplication,
     ExecuteEvent,
     IfCondition,
     IfDiskUsage,
@@ -44,6 +45,7 @@ from server.config.actions import (
     Step,
     Trigger,
     TruncateStatistics,
+    UpgradeReplication,
 )
 from server.config.model import MESSAGE_TYPES
 from server.config.schedule import ScheduleError, check_zone, parse_every
@@ -75,8 +77,6 @@ __all__ = [
 
 #: Modules CONFIG.md lists whose subsystem this version does not have.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
-    "amps-action-do-downgrade-replication": "replication destinations",
-    "amps-action-do-upgrade-replication": "replication destinations",
     "amps-action-do-enable-proxied-transfer": "queues (and their ownership transfer)",
     "amps-action-do-disable-proxied-transfer": "queues (and their ownership transfer)",
 }
@@ -95,11 +95,13 @@ class ActionFacts:
         has_txlog: a ``<TransactionLog>`` is configured.
         directories: the names of the instance's directories a disk module may watch
             (``data``, ``stats``, and ``journal``, ``archive`` with a transaction log).
+        destinations: the replication destinations, name -> configured sync.
     """
 
     transports: tuple[str, ...]
     has_txlog: bool
     directories: tuple[str, ...]
+    destinations: Mapping[str, bool] = field(default_factory=dict)
 
 
 class Scope:
@@ -445,6 +447,50 @@ def _transport(enabled: bool) -> StepReader:
     return reader
 
 
+def _replication(downgrade: bool) -> StepReader:
+    verb = "downgrade" if downgrade else "upgrade"
+    name = f"amps-action-do-{verb}-replication"
+    why = (
+        " (seconds behind past which persisted acks stop waiting for a destination)"
+        if downgrade
+        else " (seconds behind under which a downgraded destination is upgraded)"
+    )
+
+    def reader(
+        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    ) -> Step:
+        sync = [d for d, is_sync in facts.destinations.items() if is_sync]
+        if not sync:
+            what = (
+                "no <Replication> <Destination> is configured"
+                if not facts.destinations
+                else "no <Destination> has <SyncType>sync</SyncType>"
+            )
+            raise fail(element, f"{name} changes the sync type of sync replication "
+                       f"destinations, and {what}; remove this module")  # fmt: skip
+        opts = _Options(element, options, {"Age": False, "Destination": True}, name)
+        age = read_duration(opts.require("Age", name, why), ctx, minimum=1e-3,
+                            maximum=3650 * DAY)  # fmt: skip
+        chosen: list[str] = []
+        for node in opts.many("Destination"):
+            dest = read_value(node, ctx)
+            if dest not in facts.destinations:
+                raise fail(node, f"no replication destination named {dest!r} (configured: "
+                           f"{', '.join(facts.destinations)})")  # fmt: skip
+            if not facts.destinations[dest]:
+                raise fail(node, f"destination {dest!r} is configured async: only a "
+                           "destination with <SyncType>sync</SyncType> can be downgraded "
+                           "and upgraded")  # fmt: skip
+            if dest in chosen:
+                raise fail(node, f"destination {dest!r} is named twice")
+            chosen.append(dest)
+        if downgrade:
+            return DowngradeReplication(age, tuple(chosen), where=element.path)
+        return UpgradeReplication(age, tuple(chosen), where=element.path)
+
+    return reader
+
+
 def _publish(
     element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
 ) -> Step:
@@ -492,6 +538,8 @@ DO_READERS: Final[Mapping[str, StepReader]] = {
     "amps-action-do-truncate-statistics": _truncate,
     "amps-action-do-enable-transport": _transport(True),
     "amps-action-do-disable-transport": _transport(False),
+    "amps-action-do-downgrade-replication": _replication(True),
+    "amps-action-do-upgrade-replication": _replication(False),
     "amps-action-do-publish-message": _publish,
     "amps-action-do-execute-event": _execute_event,
     "amps-action-do-shutdown": _shutdown,

@@ -16,7 +16,8 @@ Shape::
 
 Every error names the element: an unknown module (with a "did you mean"), a module in the
 wrong place (a ``Do`` module under ``<On>``), a missing or unknown option, a bad schedule, a
-variable nothing defines, a module of a subsystem this version does not have. The options
+variable nothing defines, a module of a subsystem this version does not have (the queue
+modules), a replication module without a sync destination to act on. The options
 of each module are read by :mod:`server.config.sections.actionmodules`.
 """
 
@@ -156,6 +157,7 @@ def read_actions(
     *,
     transports: tuple[str, ...],
     has_txlog: bool,
+    destinations: Mapping[str, bool] | None = None,
 ) -> tuple[ActionConfig, ...]:
     """Read ``<Actions>`` (see the module docstring).
 
@@ -164,12 +166,14 @@ def read_actions(
         ctx: the value context.
         transports: the configured transport names (enable/disable-transport name one).
         has_txlog: a ``<TransactionLog>`` is configured (the journal modules need it).
+        destinations: the replication destinations, name -> configured sync (the
+            replication modules name them).
 
     Raises:
         ConfigError: at the first element in error.
     """
     directories = ("data", "stats", "journal", "archive") if has_txlog else ("data", "stats")
-    facts = ActionFacts(transports, has_txlog, directories)
+    facts = ActionFacts(transports, has_txlog, directories, dict(destinations or {}))
     kids = Children(node, _ACTIONS_SPEC)
     actions: list[ActionConfig] = []
     first: dict[str, int] = {}

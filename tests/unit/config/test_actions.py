@@ -13,6 +13,7 @@ from server.config import (
     ArchiveJournals,
     CompressJournals,
     DiskThreshold,
+    DowngradeReplication,
     ExecuteEvent,
     IfCondition,
     IfDiskUsage,
@@ -30,6 +31,7 @@ from server.config import (
     Shutdown,
     Template,
     TruncateStatistics,
+    UpgradeReplication,
 )
 from server.config.schedule import ScheduleError, parse_every
 from server.config.template import TemplateError
@@ -140,6 +142,18 @@ def test_a_disk_label_follows_the_data_directory() -> None:
 
 A = "/SpoolConfig/Actions/Action"
 
+
+def _destination(name: str, sync: str) -> str:
+    return (
+        f"<Destination><Name>{name}</Name><SyncType>{sync}</SyncType>"
+        "<Topic><Name>.*</Name></Topic><Transport><Type>amps-replication</Type>"
+        "<InetAddr>127.0.0.1:9107</InetAddr></Transport></Destination>"
+    )
+
+
+#: two destinations, b sync and c async (on the TransactionLog's line)
+REPLICATION = f"<Replication>{_destination('b', 'sync')}{_destination('c', 'async')}</Replication>"
+
 # (id, body, path, line, fragment): the Action starts on line 4 (with TXLOG on line 3)
 REFUSED: list[tuple[str, str, str, int, str]] = [
     ("no Name", TXLOG + "\n<Actions>\n<Action>\n" + ADMIN + "</Action></Actions>", A, 5,
@@ -156,11 +170,19 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
      f"{A}/Do/Module", 8, "amps-action-on-startup is a trigger: it belongs in <On>, not in <Do>"),
     ("a module in On", TXLOG + "\n" + action(on("amps-action-do-shutdown"), ARCHIVE),
      f"{A}/On/Module", 7, "amps-action-do-shutdown is a module: it belongs in <Do>, not in <On>"),
-    ("downgrade-replication", TXLOG + "\n" + action(ADMIN, do("amps-action-do-downgrade-replication", "<Age>300s</Age>")),
-     f"{A}/Do/Module", 8, "amps-action-do-downgrade-replication is not supported yet: replication "
-     "destinations are not part of this version of Spool"),
-    ("upgrade-replication", TXLOG + "\n" + action(ADMIN, do("amps-action-do-upgrade-replication")),
-     f"{A}/Do/Module", 8, "is not supported yet"),
+    ("downgrade without replication", TXLOG + "\n" + action(ADMIN, do("amps-action-do-downgrade-replication", "<Age>300s</Age>")),
+     f"{A}/Do", 8, "amps-action-do-downgrade-replication changes the sync type of sync replication "
+     "destinations, and no <Replication> <Destination> is configured; remove this module"),
+    ("upgrade with only async", TXLOG + REPLICATION.replace(">sync<", ">async<") + "\n" + action(ADMIN, do("amps-action-do-upgrade-replication", "<Age>10s</Age>")),
+     f"{A}/Do", 8, "no <Destination> has <SyncType>sync</SyncType>; remove this module"),
+    ("replication without Age", TXLOG + REPLICATION + "\n" + action(ADMIN, do("amps-action-do-upgrade-replication")),
+     f"{A}/Do", 8, "amps-action-do-upgrade-replication needs the option <Age> (seconds behind under which"),
+    ("unknown destination", TXLOG + REPLICATION + "\n" + action(ADMIN, do("amps-action-do-downgrade-replication", "<Age>5m</Age><Destination>z</Destination>")),
+     f"{A}/Do/Options/Destination", 8, "no replication destination named 'z' (configured: b, c)"),
+    ("async destination", TXLOG + REPLICATION + "\n" + action(ADMIN, do("amps-action-do-downgrade-replication", "<Age>5m</Age><Destination>c</Destination>")),
+     f"{A}/Do/Options/Destination", 8, "destination 'c' is configured async"),
+    ("destination twice", TXLOG + REPLICATION + "\n" + action(ADMIN, do("amps-action-do-downgrade-replication", "<Age>5m</Age><Destination>b</Destination><Destination>b</Destination>")),
+     f"{A}/Do/Options/Destination[2]", 8, "destination 'b' is named twice"),
     ("proxied transfer", TXLOG + "\n" + action(ADMIN, do("amps-action-do-enable-proxied-transfer")),
      f"{A}/Do/Module", 8, "queues (and their ownership transfer) are not part of this version"),
     ("no Module", TXLOG + "\n" + action(ADMIN, "<Do><Options/></Do>"), f"{A}/Do", 8,
@@ -223,6 +245,19 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
 )
 def test_refused(body: str, path: str, line: int, fragment: str) -> None:
     assert_refused(body, path, line, fragment)
+
+
+def test_the_replication_modules_read_their_age_and_destinations() -> None:
+    config = parse(doc(TXLOG + REPLICATION + "\n" + action(
+        on("amps-action-on-schedule", "<Every>15s</Every>"),
+        do("amps-action-do-downgrade-replication", "<Age>300s</Age>"),
+        do("amps-action-do-upgrade-replication", "<Age>10s</Age><Destination>b</Destination>"),
+        do("amps-action-do-publish-message", "<Topic>ops</Topic><Data>"
+           '{"down":"{{AMPS_DESTINATIONS_DOWNGRADED}}","up":"{{AMPS_DESTINATIONS_UPGRADED}}"}</Data>'),
+    )))  # fmt: skip
+    down, up, _ = config.actions[0].steps
+    assert down == DowngradeReplication(300.0, (), where=f"{A}/Do[1]")
+    assert up == UpgradeReplication(10.0, ("b",), where=f"{A}/Do[2]")
 
 
 # -- schedules and templates as values --------------------------------------------------------

@@ -23,7 +23,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "/SpoolConfig/Logging",
         3,
         "unknown element <Logging> in <SpoolConfig> (allowed: Actions, Admin, DataDirectory, "
-        "Group, Name, SOW, TransactionLog, Transports, Tuning, Users)",
+        "Group, Name, Replication, SOW, TransactionLog, Transports, Tuning, Users)",
     ),
     (
         "case-sensitive name",
@@ -55,11 +55,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Queue> is not supported yet (message queues arrive",
     ),
     (
-        "Replication",
+        "Replication without a log",
         "\n<Replication/>",
         "/SpoolConfig/Replication",
         4,
-        "<Replication> is not supported yet",
+        "<Replication> needs a <TransactionLog>",
     ),
     (
         "Bootstrap",

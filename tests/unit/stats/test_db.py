@@ -42,7 +42,9 @@ def test_migrations_match_the_models(tmp_path: Path) -> None:
                 "alembic_version",
                 *Base.metadata.tables,
             }
-            assert {"metric", "sample", "pipeline_run", "action_run"} <= set(Base.metadata.tables)
+            assert {"metric", "sample", "pipeline_run", "action_run", "replication_event"} <= set(
+                Base.metadata.tables
+            )
     finally:
         engine.dispose()
 
@@ -141,3 +143,21 @@ def test_readers_see_data_while_the_file_is_open_elsewhere(store: StatsStore) ->
     finally:
         other.close()
     assert rows == [("a", 1.0)]
+
+
+def test_replication_events_are_written_read_by_window_and_truncated(store: StatsStore) -> None:
+    rows = [
+        (100.0, "out", "b", "connected", "b@g at 127.0.0.1:1"),
+        (101.0, "out", "b", "refused", "validation failed: [txlog] ..."),
+        (102.0, "in", "a", "connected", "from 127.0.0.1:2"),
+        (103.0, "out", "c", "downgraded", "persisted acks no longer wait for it"),
+    ]
+    assert store.writer.write_link_events(rows) == 4
+    assert store.writer.write_link_events([]) == 0
+    assert store.reader.link_events(0, 200) == rows
+    assert store.reader.link_events(0, 200, link="b") == rows[:2]
+    assert store.reader.link_events(0, 200, direction="in") == [rows[2]]
+    assert store.reader.link_events(100.5, 102.5) == rows[1:3]
+    assert store.reader.link_events(0, 200, limit=2) == rows[2:]  # the newest, oldest first
+    store.writer.truncate(102.0)
+    assert store.reader.link_events(0, 200) == rows[2:]

@@ -1,7 +1,7 @@
 """Stats database: the action_run table (the history of the configured actions).
 
-Revision ID: 0003_action_runs
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2025-11-23
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003_action_runs"
-down_revision: str | None = "0002"
+revision: str = "0004"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
