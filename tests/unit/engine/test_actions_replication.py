@@ -11,6 +11,7 @@ the sync horizon, the scheduler, and the run history in each stats database.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from pathlib import Path
 
@@ -161,3 +162,62 @@ async def test_the_sync_floor_turns_a_due_downgrade_into_a_refusal_retried_every
             assert persisted(pub) == 0
         fabric.heal(B)
         await drive(clock, lambda: persisted(pub) == 5)
+
+
+TRIM = """
+<Action><Name>trim</Name>
+  <On><Module>amps-action-on-admin</Module></On>
+  <Do><Module>amps-action-do-remove-journal</Module><Options><Count>1</Count></Options></Do>
+</Action>"""
+
+
+@scenario
+async def test_journals_an_unacknowledged_destination_still_needs_are_kept_until_it_has_them(
+    tmp_path: Path,
+) -> None:
+    """The journal modules respect the pin of a replication destination: what a down
+    destination has not acknowledged is not removed (the step is partial and names it);
+    once it is back and has caught up, the next run removes them."""
+    configs = {
+        "a": xml(
+            tmp_path, "a", destination("b", [B], sync=False, exclude="replicate"),
+            actions=TRIM, journal_size="1MB",
+        ),
+        "b": xml(tmp_path, "b"),
+    }  # fmt: skip
+    async with fabric_of(tmp_path, configs) as (fabric, clock, h):
+        a = h["a"]
+        repl = a.broker.replication
+        txlog = a.broker.txlog
+        assert repl is not None and txlog is not None
+        link = repl.destinations["b"]
+        await drive(clock, lambda: link.connected)
+        fabric.cut(B)
+        await drive(clock, lambda: not link.connected)
+        pub = await a.logon("pub")
+        body = b'{"pad":"' + b"x" * 200_000 + b'"}'
+        pub.send(*[({"c": "publish", "t": "orders", "s": s, "a": "persisted"}, body)
+                   for s in range(1, 16)])  # fmt: skip
+        await drive(clock, lambda: persisted(pub) == 15)  # async: no wait for b
+        closed = [j.id for j in txlog.journals() if j.state == "closed"]
+        assert len(closed) >= 2
+
+        async def trim() -> RunRecord:
+            task = asyncio.ensure_future(a.broker.actions.run_admin("trim", {}, "ops"))
+            await drive(clock, task.done)
+            return task.result()
+
+        record = await trim()
+        step = record.steps[0]
+        assert (step.status, step.journals) == ("partial", [])
+        assert {p["owner"] for p in step.pinned} == {"replication:b"}
+        assert [p["journal"] for p in step.pinned] == closed
+        assert "still needed by replication:b" in step.message
+        assert [j.id for j in txlog.journals() if j.state == "closed"] == closed
+
+        fabric.heal(B)
+        await drive(clock, lambda: link.connected and link.acked >= txlog.durable_seq)
+        record = await trim()
+        step = record.steps[0]
+        assert (step.status, step.journals, step.pinned) == ("ok", closed, [])
+        assert not [j for j in txlog.journals() if j.state == "closed"]
