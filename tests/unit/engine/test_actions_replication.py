@@ -3,7 +3,7 @@ in-memory pipes (tests/support/fabric.py): a scheduled action downgrades a sync
 destination once it is more than ``Age`` behind (releasing the persisted acks that waited
 for it) and upgrades it again once it is back and close enough; the
 ``MinimumSyncDestinations`` floor makes the downgrade a reported refusal, tried again at
-every run.
+every run; a journal policy keeps the journals a down destination has not acknowledged.
 
 Everything but the network is real: both brokers' logs, the publish pipeline, the links,
 the sync horizon, the scheduler, and the run history in each stats database.
