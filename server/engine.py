@@ -12,7 +12,9 @@ path has its own module (docs/architecture.md has the map)::
                              DurableAcks (flush)
     group commit -> durability horizon -> DurableAcks (persisted, flush acks)
                                        -> replay cursors (bookmark subscriptions)
-    Operations (REST admin, later actions) -> reads and actions over the parts
+    Operations (REST admin, actions) -> reads and actions over the parts
+    Actions -> scheduled and on-demand administration, through Operations
+    BrokerPublisher -> the instance's own messages, through the publish pipeline
     Metrics -> one typed snapshot for the sampler, Prometheus and the dashboard
 
 One asyncio event loop owns all broker state (no locks). Blocking work (fsync, file scans,
@@ -29,7 +31,9 @@ from typing import Final
 
 from server import __version__
 from server.acks import DurableAcks, LocalHorizon
+from server.actions import Actions
 from server.auth import Authenticator
+from server.brokerpublish import BrokerPublisher
 from server.clients import ClientRegistry
 from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
@@ -96,7 +100,8 @@ class Broker:
         txlog: the transaction log (None when not configured).
         replication: destinations, inbound links, the sync horizon (None when the instance
             does not replicate).
-        operations: the admin surface (web/admin.py, the dashboard, later actions).
+        operations: the admin surface (web/admin.py, the dashboard, the actions).
+        actions: the configured actions (server/actions).
     """
 
     def __init__(
@@ -204,9 +209,11 @@ class Broker:
             txlog,
             self.tls,
             self.logons,
+            BrokerPublisher(self.pipeline, txlog, config.name),
             replication,
             sow=self.sow,
         )
+        self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
         self.commands: Mapping[str, CommandHandler] = {
@@ -273,7 +280,9 @@ class Broker:
             )  # fmt: skip
         # 7. the slow-client watch (SlowClientTimeout)
         self.stalls.start()
-        # 8. serve
+        # 8. actions: the on-startup ones run to their end, then schedules and watchers
+        await self.actions.start()
+        # 9. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -286,23 +295,25 @@ class Broker:
         self.lifecycle.stopping = True
         self.lifecycle.ready = False
         self.events.emit("info", "instance", "stopping", clients=len(self.clients.sessions))
-        # 2. let persisted acks for everything already appended go out
+        # 2. the on-shutdown actions, while clients are still connected (bounded)
+        await self.actions.shutdown()
+        # 3. let persisted acks for everything already appended go out
         if self.txlog is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     self.txlog.wait_durable(self.txlog.last_seq), _DRAIN_DURABLE_TIMEOUT
                 )
-        # 3. close every client after what it has buffered
+        # 4. close every client after what it has buffered
         await self.clients.close_all()
-        # 4. tell the replication peers this instance stops (before the web server drops
+        # 5. tell the replication peers this instance stops (before the web server drops
         #    their connections), and save the positions
         if self.replication is not None:
             with contextlib.suppress(Exception):
                 await self.replication.stop()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients and replication links, 2. SOW queries and
-        expirations, 3. sampler, 4. transaction log, 5. SOW files, 6. event log."""
+        """Shut down in order: 1. clients and replication links, 2. actions, 3. SOW queries
+        and expirations, 4. sampler, 5. transaction log, 6. SOW files, 7. event log."""
         # 1. clients: drain outbound and close with "shutting down"; replication links end;
         #    no more password checks, no more expiry watch, nothing left to watch for slow
         #    clients
@@ -311,20 +322,22 @@ class Broker:
         if self.tls is not None:
             await self.tls.stop()
         await self.stalls.stop()
-        # 2. SOW: no more query streams or expirations (they append to the log)
+        # 2. actions: no more triggers; runs in progress finish (bounded), are recorded
+        await self.actions.stop()
+        # 3. SOW: no more query streams or expirations (they append to the log)
         await self.sow.close()
-        # 3. statistics sampler: last sample, close the database
+        # 4. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 4. transaction log: final group commit and fsync
+        # 5. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
-        # 5. SOW files: write what the last commit covered, close them
+        # 6. SOW files: write what the last commit covered, close them
         await self.sow.close_files()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 6. event log: flush its file
+        # 7. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------

@@ -11,8 +11,10 @@ web/api_errors.py.
 - Actions are POST, need an admin (the auth middleware checks, and :func:`require_admin`
   again here), and each one is written to the event log with the user who asked:
   ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
-- Subsystems this instance does not have (replication when not configured, queues, SOW,
-  configured actions) answer 404 with the reason, never made-up data.
+- Subsystems this instance does not have (replication when not configured, queues, SOW)
+  answer 404 with the reason, never made-up data. The configured actions are the
+  instance's :class:`server.actions.Actions` (their runs go through the same admin
+  surface).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from server.actions import (
+    ActionBusy,
+    ActionNotFound,
+    Actions,
+    BadParameters,
+    NotOnAdmin,
+)
 from server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
 from server.eventlog import EventLog
 from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
@@ -48,6 +57,7 @@ from server.stats.timeparse import BadTimeValue, format_time, parse_duration, pa
 from server.tls.errors import TlsError
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from web.api_errors import (
+    ActionFailed,
     ApiError,
     BadRequest,
     Conflict,
@@ -89,12 +99,20 @@ def _map_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(
-        exc, AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured | DestinationNotFound
+        exc,
+        AdminError
+        | JournalNotFound
+        | UnknownMetric
+        | TlsNotConfigured
+        | ActionNotFound
+        | DestinationNotFound,
     ):
         return NotFound(str(exc))
     if isinstance(exc, ReplicationNotConfigured):
         return NotFound("replication is not configured on this instance")
-    if isinstance(exc, SyncChangeRefused):
+    if isinstance(exc, BadParameters):
+        return BadRequest(str(exc))
+    if isinstance(exc, ActionBusy | NotOnAdmin | SyncChangeRefused):
         return Conflict(str(exc))
     if isinstance(exc, TlsError):
         # the files on disk cannot be used: the pair in service keeps serving
@@ -202,8 +220,9 @@ def _not_configured(what: str, verb: str = "is") -> Handler:
 class AdminApi:
     """Handlers of the admin API for one broker (one per app)."""
 
-    def __init__(self, ops: Operations) -> None:
+    def __init__(self, ops: Operations, actions: Actions) -> None:
         self.ops = ops
+        self.actions = actions
         self.registry = make_registry(ops)
         self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
@@ -269,9 +288,18 @@ class AdminApi:
 
     async def transaction_log(self, request: Request) -> Any:
         info = self.ops.transaction_log_info()
-        if info is None:
+        state = self.ops.journal_state()
+        if info is None or state is None:
             raise NotFound("the transaction log is not configured on this instance")
-        return info
+        # which configured action will touch each journal next (the dashboard shows it)
+        plan = self.actions.journal_plan(*state)
+        return {
+            **info,
+            "journals": [
+                {**j, "next_actions": plan.get(j["id"], []) if j["state"] != "preallocated" else []}
+                for j in info["journals"]
+            ],
+        }
 
     async def transports(self, request: Request) -> Any:
         return {"transports": self.ops.transports_info()}
@@ -284,8 +312,25 @@ class AdminApi:
             events = [e for e in events if e.get("category") == category][-limit:]
         return {"events": events}
 
-    async def actions(self, request: Request) -> Any:
-        return {"actions": []}
+    async def actions_list(self, request: Request) -> Any:
+        return {"actions": self.actions.info()}
+
+    async def action(self, request: Request) -> Any:
+        name = request.path_params["name"]
+        info = self.actions.action_info(name)
+        limit = _int_param(request, "limit", 20, 1, EVENTS_MAX)
+        return {**info, "history": await self.actions.history(name, limit)}
+
+    async def action_runs(self, request: Request) -> Any:
+        limit = _int_param(request, "limit", 100, 1, EVENTS_MAX)
+        before = request.query_params.get("before")
+        before_id = None
+        if before:
+            if not before.isascii() or not before.isdigit():
+                raise BadRequest(f"before must be a run id, got {before!r}")
+            before_id = int(before)
+        action = request.query_params.get("action") or None
+        return {"runs": await self.actions.history(action, limit, before_id)}
 
     async def tls(self, request: Request) -> Any:
         return self.ops.listener_info()
@@ -463,7 +508,19 @@ class AdminApi:
         return handler
 
     async def run_action(self, request: Request) -> Any:
-        raise NotFound(f"no action named {request.path_params['name']!r} is configured")
+        name = request.path_params["name"]
+        body = await _json_body(request)
+        unknown = sorted(set(body) - {"parameters"})
+        if unknown:
+            raise BadRequest(f'unknown field {unknown[0]!r}: the body is {{"parameters": {{...}}}}')
+        parameters = body.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise BadRequest("parameters must be a JSON object of name: value")
+        record = await self.actions.run_admin(name, parameters, auth_context(request).actor)
+        run = record.to_dict()
+        if record.outcome == "failed":
+            raise ActionFailed(record.message, run)
+        return {"ok": True, "run": run}
 
     # -- the table -------------------------------------------------------------------------
 
@@ -660,13 +717,47 @@ class AdminApi:
                     },
                 },
             ),
-            get("/api/actions", self.actions, "Configured actions and their last run", "actions"),
+            get(
+                "/api/actions",
+                self.actions_list,
+                "Configured actions: triggers, next run, steps, the run in progress, the last",
+                "actions",
+            ),
+            get(
+                "/api/actions/{name}",
+                self.action,
+                "One action and its recent runs",
+                "actions",
+                errors=(404,),
+                query=(QueryParam("limit", "runs shown, 1..1000, default 20", type="integer"),),
+            ),
             post(
                 "/api/actions/{name}",
                 self.run_action,
-                "Run a configured on-admin action",
+                "Run a configured on-admin action now (parameters in the body); the run's record",
                 "actions",
-                errors=(404,),
+                errors=(400, 404, 409, 500),
+                body={
+                    "type": "object",
+                    "properties": {
+                        "parameters": {
+                            "type": "object",
+                            "additionalProperties": {"type": ["string", "number"]},
+                        }
+                    },
+                },
+            ),
+            get(
+                "/api/action_runs",
+                self.action_runs,
+                "The history of action runs, newest first",
+                "actions",
+                errors=(400, 404),
+                query=(
+                    QueryParam("action", "only this action's runs"),
+                    QueryParam("limit", "1..1000, default 100", type="integer"),
+                    QueryParam("before", "runs older than this run id (paging)", type="integer"),
+                ),
             ),
             get(
                 "/api/replication",
@@ -750,12 +841,12 @@ class _UnknownApi:
         await NotFound(f"no API endpoint {path}").response()(scope, receive, send)
 
 
-def admin_routes(ops: Operations) -> list[BaseRoute]:
+def admin_routes(ops: Operations, actions: Actions) -> list[BaseRoute]:
     """Routes of the admin API, the probes and /metrics, for one broker (one per app).
 
     A last catch-all answers unknown ``/api/...`` paths with a JSON 404.
     """
-    api = AdminApi(ops)
+    api = AdminApi(ops, actions)
     by_path: dict[str, dict[str, ApiEndpoint]] = {}
     for endpoint in api.endpoints:
         by_path.setdefault(endpoint.op.path, {})[endpoint.op.method] = endpoint

@@ -68,7 +68,7 @@ def create_app(
             endpoint = ReplicationEndpoint(broker, transport.name)
             routes.append(WebSocketRoute("/replication", endpoint))
     routes.extend(auth_routes())
-    routes.extend(admin_routes(broker.operations))
+    routes.extend(admin_routes(broker.operations, broker.actions))
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))

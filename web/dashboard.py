@@ -102,6 +102,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/subscriptions", "subscriptions", "Subscriptions", "subscriptions.html"),
     Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
     Page("/replication", "replication", "Replication", "replication.html"),
+    Page("/actions", "actions", "Actions", "actions.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
     Page("/events", "events", "Events", "events.html", extra=_recent_events),

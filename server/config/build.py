@@ -3,7 +3,9 @@ contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
 ``Transports``, ``TransactionLog``, ``Replication``, ``SOW``, ``Tuning``, ``Users``) and
-then checked against each other, each contradiction reported at the element that makes it:
+then checked against each other, each contradiction reported at the element that makes it;
+``Actions`` is read last, against the transports, the transaction log and the replication
+destinations its modules name:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
 - a non-loopback address needs ``<Users>``, and TLS or an explicit ``AllowPlaintext``;
@@ -23,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
+from server.config.actions import ActionConfig
 from server.config.errors import (
     BIND_REQUIRES_USERS,
     PLAINTEXT_NEEDS_PERMISSION,
@@ -44,6 +47,7 @@ from server.config.model import (
     UserConfig,
 )
 from server.config.netaddr import format_inet_addr, is_loopback
+from server.config.sections.actions import read_actions
 from server.config.sections.admin import AdminPart, read_admin
 from server.config.sections.replication import ReplicationPart, read_replication
 from server.config.sections.sow import read_sow
@@ -70,11 +74,11 @@ _ROOT_SPEC: Final[Spec] = {
     "SOW": False,
     "Tuning": False,
     "Users": False,
+    "Actions": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
 _UNSUPPORTED: Final[Mapping[str, str]] = {
     "Bootstrap": "bootstrapping from another instance",
-    "Actions": "scheduled and admin-triggered actions",
 }
 
 
@@ -299,6 +303,17 @@ def build(root: Node, ctx: Context) -> Config:
         )
     else:
         transport_configs = tuple(replace(t.config, host=host, port=port) for t in transports)
+    actions: tuple[ActionConfig, ...] = ()
+    if (actions_node := kids.one("Actions")) is not None:
+        actions = read_actions(
+            actions_node,
+            ctx,
+            transports=tuple(t.name for t in transport_configs),
+            has_txlog=txlog is not None,
+            destinations={
+                d.name: d.sync for d in (replication.config.destinations if replication else ())
+            },
+        )
     return Config(
         name=name,
         group=group,
@@ -313,4 +328,5 @@ def build(root: Node, ctx: Context) -> Config:
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,
+        actions=actions,
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from server.config.actions import ActionConfig
 from server.config.netaddr import format_inet_addr, is_loopback
 
 __all__ = [
@@ -449,6 +450,7 @@ class Config:
         source_path: the file it was loaded from; ``None`` for text or the default.
         explicit_paths: which data-directory-derived paths the file gave itself
             (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
+        actions: the scheduled and on-demand actions (``<Actions>``), in file order.
     """
 
     name: str
@@ -465,6 +467,7 @@ class Config:
     allow_plaintext: bool = False
     source_path: Path | None = None
     explicit_paths: frozenset[str] = frozenset()
+    actions: tuple[ActionConfig, ...] = ()
 
     def sow_topic(self, topic: str) -> SowTopicConfig | None:
         """The ``SOW/Topic`` rule that keeps ``topic`` (the first that matches), or None."""
@@ -489,6 +492,24 @@ class Config:
         """Whether the listener is reachable from other machines without TLS (allowed only
         with ``AllowPlaintext``; the event log and the dashboard say so)."""
         return self.tls is None and not is_loopback(self.admin.host)
+
+    def directory(self, label: str) -> Path:
+        """One of the instance's directories by name: ``data``, ``stats`` (the statistics
+        database's), ``journal`` and ``archive`` (the transaction log's).
+
+        Raises:
+            KeyError: an unknown name, or ``journal``/``archive`` without a transaction log.
+        """
+        if label == "data":
+            return self.data_directory
+        if label == "stats":
+            return self.admin.stats_file.parent
+        txlog = self.transaction_log
+        if txlog is not None and label == "journal":
+            return txlog.journal_directory
+        if txlog is not None and label == "archive":
+            return txlog.archive_directory
+        raise KeyError(label)
 
     @property
     def auth_enabled(self) -> bool:

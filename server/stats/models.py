@@ -1,6 +1,6 @@
 """SQLAlchemy tables of the stats database (SQLite; schema managed by Alembic in migrations/).
 
-Two tables (and the provenance of pipeline series, ``pipeline_run``), a narrow "entity-attribute-value" layout rather than one wide table per kind,
+Two tables of samples (and the provenance of pipeline series, ``pipeline_run``), a narrow "entity-attribute-value" layout rather than one wide table per kind,
 because the set of series changes at run time (clients and topics come and go) and a new
 series must not need a migration:
 
@@ -17,6 +17,8 @@ series must not need a migration:
     clustered key (``WITHOUT ROWID``), so a time-range read of one series is a single
     index range scan; ``ix_sample_ts`` serves retention deletes by age.
 
+``action_run``
+    one row per run of a configured action (the history of ``/api/actions``).
 ``replication_event``
     what happened to each replication link, one row per event (server/replication/
     history.py): ``ts``, ``direction`` (``out`` a destination, ``in`` a source),
@@ -96,6 +98,28 @@ class Sample(Base):
     )
     ts: Mapped[float] = mapped_column(Float, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+
+class ActionRun(Base):
+    """One run of a configured action (server/actions): who started it, when, how it ended.
+
+    ``record`` is the run as the admin API shows it (JSON: the steps, their results, the
+    files touched); the other columns are what lists and filters need without parsing it.
+    Rows are kept per action up to a bound (server/stats/actionruns.py), not by the
+    samples' retention: they are the audit trail of what the broker did to its own files.
+    """
+
+    __tablename__ = "action_run"
+    __table_args__ = (Index("ix_action_run_action_started", "action", "started"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action: Mapped[str] = mapped_column(String(64))
+    trigger: Mapped[str] = mapped_column(String(64))
+    started: Mapped[float] = mapped_column(Float)
+    finished: Mapped[float] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16))
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    record: Mapped[str] = mapped_column(Text)
 
 
 class ReplicationEvent(Base):

@@ -110,11 +110,13 @@ def replication_xml(
     admin_interval: str = "1s",
     admin_extra: str = "",
     sow: str = "",
+    actions: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
     :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
     ``admin_extra``: more ``<Admin>`` elements (the listener's TLS); ``sow``: ``<SOW>``
-    topics (tests/support/server.py ``sow_topic``)."""
+    topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
+    of an ``<Actions>``."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -148,6 +150,7 @@ def replication_xml(
         f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
+        f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
         "</SpoolConfig>"
     )
 

@@ -28,11 +28,13 @@ def config_xml(
     admin_extra: str = "",
     transport_extra: str = "",
     txlog_extra: str = "",
+    actions: str = "",
     sow: str = "",
 ) -> str:
     """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``.
 
-    ``sow`` is the inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
+    ``actions`` is the inside of an ``<Actions>`` element (none when empty); ``sow`` the
+    inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
     """
     tl = ""
     if txlog:
@@ -61,6 +63,7 @@ def config_xml(
         f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
+        f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
         "</SpoolConfig>"
     )
 
