@@ -729,7 +729,15 @@ class AdminApi:
                 "One action and its recent runs",
                 "actions",
                 errors=(404,),
-                query=(QueryParam("limit", "runs shown, 1..1000, default 20", type="integer"),),
+                query=(
+                    QueryParam(
+                        "limit",
+                        "runs shown, 1..1000, default 20",
+                        type="integer",
+                        minimum=1,
+                        maximum=EVENTS_MAX,
+                    ),
+                ),
             ),
             post(
                 "/api/actions/{name}",
@@ -755,8 +763,19 @@ class AdminApi:
                 errors=(400, 404),
                 query=(
                     QueryParam("action", "only this action's runs"),
-                    QueryParam("limit", "1..1000, default 100", type="integer"),
-                    QueryParam("before", "runs older than this run id (paging)", type="integer"),
+                    QueryParam(
+                        "limit",
+                        "1..1000, default 100",
+                        type="integer",
+                        minimum=1,
+                        maximum=EVENTS_MAX,
+                    ),
+                    QueryParam(
+                        "before",
+                        "runs older than this run id (paging)",
+                        type="integer",
+                        minimum=0,
+                    ),
                 ),
             ),
             get(

@@ -31,6 +31,7 @@ _STATUS_TEXT: Final[dict[int, str]] = {
     405: "method not allowed",
     409: "conflict with the current state",
     413: "request body too large",
+    500: "the operation failed (an on-demand action whose step failed: the body has the run)",
     503: "not ready",
 }
 

@@ -39,3 +39,27 @@ def test_a_text_operation_documents_its_content_type() -> None:
     assert isinstance(paths, dict)
     content = paths["/metrics"]["get"]["responses"]["200"]["content"]
     assert content == {"text/plain": {"schema": {"type": "string"}}}
+
+
+def test_every_error_status_an_operation_declares_resolves_to_a_component() -> None:
+    """``POST /api/actions/{name}`` declares 500 (a failed step); the document referred to
+    ``#/components/responses/E500``, which did not exist, and schemathesis refused to load
+    the operation."""
+    ops = [
+        Operation("POST", "/api/x/{name}", "x", "x", errors=(400, 404, 409, 500)),
+        Operation("GET", "/readyz", "r", "probes", access="public", errors=(503,)),
+    ]
+    document = openapi_document(ops, version="t")
+    components = document["components"]
+    assert isinstance(components, dict)
+    defined = {f"#/components/responses/{name}" for name in components["responses"]}
+    paths = document["paths"]
+    assert isinstance(paths, dict)
+    refs = [
+        response["$ref"]
+        for path in paths.values()
+        for op in path.values()
+        for response in op["responses"].values()
+        if "$ref" in response
+    ]
+    assert refs and set(refs) <= defined, set(refs) - defined
