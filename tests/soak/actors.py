@@ -222,7 +222,9 @@ class Publisher:
             started = time.monotonic()
             first = nxt
             if self.draining or self.top >= self.max_messages:
-                end = self.top  # resend what is not acknowledged, nothing new
+                # resend what is not acknowledged, nothing new, a batch at a time (a whole
+                # burst in one frame would pass MaxMessageSize and end the connection)
+                end = min(self.top, nxt + self.batch - 1)
             else:
                 end = min(nxt + self.batch - 1, self.max_messages)
                 if self.burst:  # a burst ends at a multiple of its size
@@ -238,6 +240,8 @@ class Publisher:
             self.acked = max(self.acked, client.persisted_seq)
             if self.done:
                 return
+            if self.draining:
+                continue
             if self.burst:
                 if end < first or end % self.burst == 0:  # idle, or a burst is over
                     await asyncio.sleep(self.pause)
