@@ -12,7 +12,7 @@ web/api_errors.py.
   again here), and each one is written to the event log with the user who asked:
   ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
 - Subsystems this instance does not have (replication, queues, SOW, configured actions)
-  answer 404 with the reason, never made-up data.
+  answer 404 with the reason, never made-up data. The SOW's endpoints are web/sow_api.py.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from web.api_errors import (
 )
 from web.auth import auth_context, csrf_token_for, require_admin
 from web.openapi import Operation, QueryParam, openapi_document
+from web.sow_api import SowApi, sow_error
 
 MAX_BODY: Final = 64 * 1024
 PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
@@ -83,6 +84,9 @@ def _map_error(exc: Exception) -> ApiError:
     """The REST error for an exception raised by the broker or the stats code."""
     if isinstance(exc, ApiError):
         return exc
+    sow = sow_error(exc)
+    if sow is not None:
+        return sow
     if isinstance(exc, AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured):
         return NotFound(str(exc))
     if isinstance(exc, TlsError):
@@ -196,6 +200,7 @@ class AdminApi:
         self.registry = make_registry(ops)
         self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
+        self.sow = SowApi(ops)
         self.endpoints = self._table()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -420,7 +425,6 @@ class AdminApi:
 
         absent_replication = _not_configured("replication")
         absent_queues = _not_configured("queues", "are")
-        absent_sow = _not_configured("the SOW")
         time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
         return [
             get("/healthz", self.healthz, "Liveness", "probes", access="public"),
@@ -628,10 +632,7 @@ class AdminApi:
                 )
                 for verb in ("enable_proxied_transfer", "disable_proxied_transfer")
             ),
-            get("/api/sow", absent_sow, "SOW topics", "sow", errors=(404,)),
-            post(
-                "/api/sow/{topic}/compact", absent_sow, "Compact a SOW file", "sow", errors=(404,)
-            ),
+            *(ApiEndpoint(op, handler) for op, handler in self.sow.operations()),
             get("/api/openapi.json", self.openapi, "This document", "instance"),
         ]
 
