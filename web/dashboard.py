@@ -103,6 +103,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
+    Page("/sow", "sow", "SOW", "sow.html"),
     Page("/events", "events", "Events", "events.html", extra=_recent_events),
 )
 

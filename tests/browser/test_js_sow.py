@@ -51,9 +51,7 @@ def run(page: Page, server: SpoolProcess, body: str) -> Any:
     return page.evaluate(f"async ({{url}}) => {{ {PRELUDE}\n{body} }}", {"url": server.ws_url})
 
 
-def test_sow_queries_deletes_and_delta_publish(
-    client_page: Page, sow_server: SpoolProcess
-) -> None:
+def test_sow_queries_deletes_and_delta_publish(client_page: Page, sow_server: SpoolProcess) -> None:
     result = run(
         client_page,
         sow_server,
