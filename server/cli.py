@@ -285,7 +285,8 @@ async def _sow_delete(args: argparse.Namespace) -> int:
         if args.json:
             print(orjson.dumps({"topic": args.topic, "records_deleted": deleted}).decode())
         else:
-            print(f"{deleted} records deleted from {args.topic}")
+            plural = "" if deleted == 1 else "s"
+            print(f"{deleted} record{plural} deleted from {args.topic}")
         return EXIT_OK
     finally:
         await client.close()

@@ -13,6 +13,9 @@ import {
 
 /** Field columns shown after the key (the rest is in the expanded JSON). */
 const MAX_COLUMNS = 8;
+/** Rows the grid holds at most (a live topic of 100,000 keys would freeze the tab); keys
+ * beyond are counted as not shown. */
+const MAX_ROWS = 10000;
 /** Column name of a record whose body is not a JSON object. */
 const BODY = "(body)";
 
@@ -125,6 +128,8 @@ let ops = [];
 let frame = null;
 let updates = 0;
 let removed = 0;
+/** ids of records not shown because the grid was full */
+const hidden = new Set();
 
 function wsUrl() {
   return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/amps/json`;
@@ -249,6 +254,7 @@ function applyOps() {
     }
     const old = records.get(op.id);
     if (op.kind === "remove") {
+      hidden.delete(op.id);
       if (old === undefined) continue;
       old.tr.remove();
       old.detail?.remove();
@@ -264,6 +270,10 @@ function applyOps() {
       fillRow(old);
       if (old.detail) old.detail.querySelector("pre").textContent = pretty(old);
       flash(old.tr);
+      continue;
+    }
+    if (records.size >= MAX_ROWS) {
+      hidden.add(op.id);
       continue;
     }
     const rec = { id: op.id, topic: op.topic, key: op.key, text: op.text, doc, detail: null };
@@ -283,6 +293,7 @@ function applyOps() {
   setText($id("s-records"), fmtInt(records.size));
   setText($id("s-updates"), fmtInt(updates));
   setText($id("s-removed"), fmtInt(removed));
+  setText($id("s-hidden"), fmtInt(hidden.size));
 }
 
 function push(op) {
@@ -318,6 +329,7 @@ function randomId() {
 
 function resetGrid() {
   records.clear();
+  hidden.clear();
   columns = [];
   ops = [];
   updates = 0;
@@ -325,7 +337,7 @@ function resetGrid() {
   renderHead();
   tbody.replaceChildren(el("tr", { className: "empty" },
     el("td", { attrs: { colspan: "2" }, text: "Querying…" })));
-  for (const id of ["s-records", "s-updates", "s-removed"]) setText($id(id), "0");
+  for (const id of ["s-records", "s-updates", "s-removed", "s-hidden"]) setText($id(id), "0");
   setText($id("s-snapshot"), "–");
   setText($id("s-subid"), "–");
 }

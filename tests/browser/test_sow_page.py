@@ -25,7 +25,11 @@ pytestmark = pytest.mark.browser
 @pytest.fixture(scope="module")
 def sow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
     workdir = tmp_path_factory.mktemp("sow-page")
-    sow = sow_topic("prices", "/sym") + sow_topic("scratch", "/id", durability="transient")
+    sow = (
+        sow_topic("prices", "/sym")
+        + sow_topic("scratch", "/id", durability="transient")
+        + sow_topic("bulk", "/id", durability="transient")
+    )
     xml = config_xml(workdir / "data", name="spool-sow", journal_size="4MB", sow=sow)
     proc = SpoolProcess(workdir, xml).start()
     yield proc
@@ -128,6 +132,31 @@ def test_a_record_that_stops_matching_leaves_the_grid(
     put(feeder, "scratch", {"id": 0, "qty": 99})  # into the filter: a new row
     expect(row(page, "0")).to_have_count(1)
     expect(records).to_have_count(3)
+
+
+def test_the_grid_holds_at_most_10000_rows_and_counts_the_rest(
+    page: Page, sow_server: SpoolProcess, feeder: SyncClient
+) -> None:
+    for start in range(0, 10_003, 1000):
+        for i in range(start, min(start + 1000, 10_003)):
+            feeder.publish("bulk", {"id": i}, persisted=True)
+        feeder.flush()
+    page.goto(f"{sow_server.http_url}/sow?topic=bulk")
+    page.fill("#top-n", "")  # the whole topic
+    page.click("#start")
+    # 10,000 rows take the page a few seconds on a loaded machine: wait longer (a condition)
+    slow = 30_000
+    expect(page.locator("#s-snapshot")).to_have_text("complete", timeout=slow)
+    expect(page.locator("#s-records")).to_have_text("10,000", timeout=slow)
+    expect(page.locator("#s-hidden")).to_have_text("3")
+    assert page.locator("#records-table tr.record").count() == 10_000
+    shown = page.locator("#records-table tr.record").last.get_attribute("data-key")
+    assert shown is not None
+    feeder.publish("bulk", {"id": int(shown), "v": 1}, persisted=True)
+    feeder.flush()
+    expect(page.locator("#s-updates")).to_have_text("1", timeout=slow)
+    expect(row(page, shown).locator("td").nth(2)).to_have_text("1")
+    expect(page.locator("#s-hidden")).to_have_text("3")
 
 
 def test_a_bad_filter_shows_the_broker_s_reason(page: Page, sow_server: SpoolProcess) -> None:
