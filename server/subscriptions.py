@@ -318,19 +318,28 @@ class SubscriptionService:
 
     # -- unsubscribe --------------------------------------------------------------------
 
-    def unsubscribe(self, session: Session, cmd: Command) -> None:
-        """``unsubscribe`` with a sub id list or ``all``."""
+    @staticmethod
+    def unsubscribe_targets(session: Session, cmd: Command) -> list[str]:
+        """The sub ids an ``unsubscribe`` names (a comma list or ``all``), each existing.
+
+        Raises:
+            InvalidMessage: no ``sub_id``.
+            SubIdNotFound: a named subscription does not exist on this connection.
+        """
         ids = (cmd.sub_id or "").strip()
         if not ids:
             raise InvalidMessage("unsubscribe needs sub_id (a comma list or 'all')")
         if ids == "all":
-            targets = list(session.subs)
-        else:
-            targets = [i.strip() for i in ids.split(",") if i.strip()]
-            missing = [i for i in targets if i not in session.subs]
-            if missing:
-                raise SubIdNotFound(f"no subscription {missing[0]!r} on this connection")
-        for sub_id in targets:
+            return list(session.subs)
+        targets = [i.strip() for i in ids.split(",") if i.strip()]
+        missing = [i for i in targets if i not in session.subs]
+        if missing:
+            raise SubIdNotFound(f"no subscription {missing[0]!r} on this connection")
+        return targets
+
+    def unsubscribe(self, session: Session, cmd: Command) -> None:
+        """``unsubscribe`` with a sub id list or ``all``."""
+        for sub_id in self.unsubscribe_targets(session, cmd):
             self._drop(session.subs.pop(sub_id))
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid)

@@ -32,7 +32,6 @@ from server.protocol.errors import (
     InvalidOptions,
     InvalidTopic,
     SubIdInUse,
-    SubIdNotFound,
 )
 from server.protocol.options import parse_subscribe_options
 from server.protocol.topic import is_regex_topic
@@ -226,17 +225,7 @@ class SowService:
     def unsubscribe(self, session: Session, cmd: Command) -> None:
         """``unsubscribe``: SOW subscriptions end here, then the subscription service
         ends the rest and acks."""
-        ids = (cmd.sub_id or "").strip()
-        if not ids:
-            raise InvalidMessage("unsubscribe needs sub_id (a comma list or 'all')")
-        if ids == "all":
-            targets = list(session.subs)
-        else:
-            targets = [i.strip() for i in ids.split(",") if i.strip()]
-            missing = [i for i in targets if i not in session.subs]
-            if missing:
-                raise SubIdNotFound(f"no subscription {missing[0]!r} on this connection")
-        for sub_id in targets:
+        for sub_id in self._subscriptions.unsubscribe_targets(session, cmd):
             self.queries.drop(session.subs[sub_id])
         self._subscriptions.unsubscribe(session, cmd)
 
