@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from server import __version__
@@ -30,6 +30,7 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.peer import Peer
+from server.ports import AckValue
 from server.protocol.commands import Command
 from server.protocol.errors import (
     AuthFailure,
@@ -62,6 +63,8 @@ class ClientRegistry:
         events: the event log.
         clock: connection times, heartbeats.
         logons: the logon throttle and counters (shared with the dashboard login).
+        logon_fields: more fields of the logon ack, for the logged-on user (replication
+            says whether failing over from this instance is safe).
     """
 
     def __init__(
@@ -74,6 +77,8 @@ class ClientRegistry:
         events: EventLog,
         clock: Clock,
         logons: LogonGuard,
+        *,
+        logon_fields: Callable[[UserConfig | None], Mapping[str, AckValue]] | None = None,
     ) -> None:
         self._config = config
         self._logons = logons
@@ -83,6 +88,7 @@ class ClientRegistry:
         self._lifecycle = lifecycle
         self._events = events
         self._clock = clock
+        self._logon_fields = logon_fields
         self.sessions: set[Session] = set()
         self.by_name: dict[str, Session] = {}
         self._transport_enabled = {t.name: t.enabled for t in config.transports}
@@ -173,6 +179,14 @@ class ClientRegistry:
 
     def transport_connections(self, name: str) -> int:
         return self._transport_conns.get(name, 0)
+
+    def transport_opened(self, name: str) -> None:
+        """A connection that is not a client session (a replication link) opened on it."""
+        self._transport_conns[name] = self._transport_conns.get(name, 0) + 1
+
+    def transport_closed(self, name: str) -> None:
+        """That connection closed."""
+        self._transport_conns[name] = max(0, self._transport_conns.get(name, 1) - 1)
 
     def set_transport_enabled(self, name: str, enabled: bool) -> None:
         """Enable or disable a transport (existing connections stay)."""
@@ -304,9 +318,10 @@ class ClientRegistry:
             hb_value = self._config.tuning.heartbeat_default
         if hb_value:
             session.start_heartbeat(hb_value)
+        extra = self._logon_fields(user) if self._logon_fields is not None else {}
         session.ack(
-            "processed", cmd.cid, client_name=name, s=last_s, bm=last_bm, version=__version__,
-            hb=hb_value,
+            "processed", cmd.cid, "success", None, client_name=name, s=last_s, bm=last_bm,
+            version=__version__, hb=hb_value, **extra,
         )  # fmt: skip
         self._events.emit(
             "info", "session", "logon", client=name, user=user_name, remote=session.remote

@@ -90,7 +90,11 @@ def ready_callbacks(loop: asyncio.AbstractEventLoop) -> int | None:
     ready = getattr(loop, "_ready", None)
     if not isinstance(ready, collections.deque):
         return None
-    return sum(1 for handle in ready if not _cancelled(handle))
+    # Copy first: worker threads append to the deque (``call_soon_threadsafe`` at the end
+    # of every ``asyncio.to_thread``), and a thread switch inside a Python-level loop over
+    # the live deque raises "deque mutated during iteration". ``tuple()`` copies in C,
+    # holding the GIL throughout.
+    return sum(1 for handle in tuple(ready) if not _cancelled(handle))
 
 
 def _cancelled(handle: object) -> bool:

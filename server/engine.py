@@ -12,7 +12,9 @@ path has its own module (docs/architecture.md has the map)::
                              DurableAcks (flush)
     group commit -> durability horizon -> DurableAcks (persisted, flush acks)
                                        -> replay cursors (bookmark subscriptions)
-    Operations (REST admin, later actions) -> reads and actions over the parts
+    Operations (REST admin, actions) -> reads and actions over the parts
+    Actions -> scheduled and on-demand administration, through Operations
+    BrokerPublisher -> the instance's own messages, through the publish pipeline
     Metrics -> one typed snapshot for the sampler, Prometheus and the dashboard
 
 One asyncio event loop owns all broker state (no locks). Blocking work (fsync, file scans,
@@ -29,7 +31,9 @@ from typing import Final
 
 from server import __version__
 from server.acks import DurableAcks, LocalHorizon
+from server.actions import Actions
 from server.auth import Authenticator
+from server.brokerpublish import BrokerPublisher
 from server.clients import ClientRegistry
 from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
@@ -41,7 +45,11 @@ from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.operations import Operations
 from server.peer import Peer
+from server.ports import DurabilityHorizon
 from server.publishing import PublishPipeline
+from server.replication.horizon import SyncHorizon
+from server.replication.service import Replication
+from server.replication.transport import Connector, connect_websocket
 from server.router import Router
 from server.scryptpool import ScryptPool
 from server.session import Session, Transport
@@ -72,8 +80,13 @@ class Broker:
     """One Spool instance's engine.
 
     Args:
+        config: the instance configuration.
+        clock: the time source every part uses.
+        console_log: also log events to the console.
         files: the file seam journal writes go through (None: the real one; fault tests
             inject write and fsync failures here).
+        connector: how replication links dial their destinations (tests link in-process
+            brokers with an in-memory one).
 
     Attributes:
         config: the instance configuration.
@@ -85,7 +98,10 @@ class Broker:
             dashboard login.
         tls: the listener's TLS (certificate pair, reloads, expiry), None in plain text.
         txlog: the transaction log (None when not configured).
-        operations: the admin surface (web/admin.py, the dashboard, later actions).
+        replication: destinations, inbound links, the sync horizon (None when the instance
+            does not replicate).
+        operations: the admin surface (web/admin.py, the dashboard, the actions).
+        actions: the configured actions (server/actions).
     """
 
     def __init__(
@@ -95,6 +111,7 @@ class Broker:
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
         files: FileSeam | None = None,
+        connector: Connector = connect_websocket,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -121,10 +138,15 @@ class Broker:
         if config.transaction_log is not None:
             self.txlog = TransactionLog(
                 config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
-                files=files,
+                files=files, track_gaps=config.replicates,
             )  # fmt: skip
         txlog = self.txlog
-        horizon = LocalHorizon(txlog) if txlog is not None else None
+        # the local fsync: what the replication push and durable stages follow
+        local = LocalHorizon(txlog) if txlog is not None else None
+        # what persisted acks and fully_durable subscriptions wait for: with replication,
+        # the local fsync and every destination whose effective sync type is sync
+        sync = SyncHorizon(txlog) if txlog is not None and config.replicates else None
+        horizon: DurabilityHorizon | None = sync if sync is not None else local
         self.acks = DurableAcks(
             horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
         )
@@ -139,14 +161,23 @@ class Broker:
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
         self.pipeline = PublishPipeline(
-            self.topics, txlog, horizon, self.acks, self.auth, self.events,
+            self.topics, txlog, local, self.acks, self.auth, self.events,
             stages=(self.sow.stage, self.fanout),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
+        self.replication: Replication | None = None
+        if txlog is not None and sync is not None:
+            self.replication = Replication(
+                config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync,
+                connector=connector, logons=self.logons,
+            )  # fmt: skip
+        replication = self.replication
         self.clients = ClientRegistry(
-            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons
-        )
+            config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
+            logon_fields=replication.failover_fields if replication is not None else None,
+        )  # fmt: skip
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
@@ -163,6 +194,7 @@ class Broker:
             self.tls,
             config.plaintext_exposed,
             spills=self.spills,
+            replication=replication.counters if replication is not None else None,
         )
         self.operations = Operations(
             config,
@@ -177,8 +209,11 @@ class Broker:
             txlog,
             self.tls,
             self.logons,
+            BrokerPublisher(self.pipeline, txlog, config.name),
+            replication,
             sow=self.sow,
         )
+        self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
         self.commands: Mapping[str, CommandHandler] = {
@@ -224,11 +259,17 @@ class Broker:
         # 3. publish stages rebuild their state from the journal (SOW, queues)
         await self.pipeline.recover()
         self.sow.recovered()
-        # 4. the statistics sampler
-        self._sampler = Sampler(self.operations, cfg, self.clock)
+        # 4. replication: positions, pins, the links to the destinations
+        if self.replication is not None:
+            await self.replication.start()
+        # 5. the statistics sampler
+        self._sampler = Sampler(
+            self.operations, cfg, self.clock,
+            link_events=self.replication.drain_history if self.replication else None,
+        )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 5. TLS: say what is served, watch its expiry; or say the listener is plain text
+        # 6. TLS: say what is served, watch its expiry; or say the listener is plain text
         if self.tls is not None:
             self.tls.start()
         elif cfg.plaintext_exposed:
@@ -237,53 +278,66 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 6. the slow-client watch (SlowClientTimeout)
+        # 7. the slow-client watch (SlowClientTimeout)
         self.stalls.start()
-        # 7. serve
+        # 8. actions: the on-startup ones run to their end, then schedules and watchers
+        await self.actions.start()
+        # 9. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
     async def drain(self) -> None:
-        """Shutdown step 1: refuse new work, close every client with ``shutting down``."""
+        """Shutdown step 1: refuse new work, close every client with ``shutting down``,
+        end the replication links."""
         if self.lifecycle.stopping:
             return
         # 1. refuse new connections and commands
         self.lifecycle.stopping = True
         self.lifecycle.ready = False
         self.events.emit("info", "instance", "stopping", clients=len(self.clients.sessions))
-        # 2. let persisted acks for everything already appended go out
+        # 2. the on-shutdown actions, while clients are still connected (bounded)
+        await self.actions.shutdown()
+        # 3. let persisted acks for everything already appended go out
         if self.txlog is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     self.txlog.wait_durable(self.txlog.last_seq), _DRAIN_DURABLE_TIMEOUT
                 )
-        # 3. close every client after what it has buffered
+        # 4. close every client after what it has buffered
         await self.clients.close_all()
+        # 5. tell the replication peers this instance stops (before the web server drops
+        #    their connections), and save the positions
+        if self.replication is not None:
+            with contextlib.suppress(Exception):
+                await self.replication.stop()
 
     async def stop(self) -> None:
-        """Shut down in order: 1. clients, 2. SOW queries and expirations, 3. sampler,
-        4. transaction log, 5. SOW files, 6. event log."""
-        # 1. clients: drain outbound and close with "shutting down"; no more password
-        #    checks, no more expiry watch, nothing left to watch for slow clients
+        """Shut down in order: 1. clients and replication links, 2. actions, 3. SOW queries
+        and expirations, 4. sampler, 5. transaction log, 6. SOW files, 7. event log."""
+        # 1. clients: drain outbound and close with "shutting down"; replication links end;
+        #    no more password checks, no more expiry watch, nothing left to watch for slow
+        #    clients
         await self.drain()
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()
         await self.stalls.stop()
-        # 2. SOW: no more query streams or expirations (they append to the log)
+        # 2. actions: no more triggers; runs in progress finish (bounded), are recorded
+        await self.actions.stop()
+        # 3. SOW: no more query streams or expirations (they append to the log)
         await self.sow.close()
-        # 3. statistics sampler: last sample, close the database
+        # 4. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
                 await self._sampler.stop()
-        # 4. transaction log: final group commit and fsync
+        # 5. transaction log: final group commit and fsync
         if self.txlog is not None:
             await self.txlog.close()
-        # 5. SOW files: write what the last commit covered, close them
+        # 6. SOW files: write what the last commit covered, close them
         await self.sow.close_files()
         self.events.emit("info", "instance", "stopped", name=self.config.name)
-        # 6. event log: flush its file
+        # 7. event log: flush its file
         self.events.close()
 
     # -- connections ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ Hierarchy::
         └── NoTransactionLog  the instance records nothing (no TransactionLog configured)
     StatsUnavailable              the statistics database is not open
     TlsNotConfigured              a TLS action on a listener without TLS
+    PublishRefused                the broker's own publish was refused (.reason, .detail)
 
 A journal that does not exist is :class:`server.txlog.errors.JournalNotFound` (the log's
 own error; the admin API maps both families to 404).
@@ -57,3 +58,17 @@ class StatsUnavailable(SpoolError):
 
 class TlsNotConfigured(SpoolError):
     """A TLS action (reload) on an instance whose listener has no TLS (404)."""
+
+
+class PublishRefused(SpoolError):
+    """A message the broker itself published was refused by the publish pipeline.
+
+    Attributes:
+        reason: the PROTOCOL.md failure reason (``invalid topic``, ``txlog full``...).
+        detail: the explanation.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

@@ -7,7 +7,8 @@ state without importing the engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
@@ -18,8 +19,25 @@ class Lifecycle:
         started_at: wall-clock time the instance was built.
         ready: recovery is done and clients are served.
         stopping: shutdown began: new connections and commands are refused.
+        shutdown_reason: why a shutdown was asked for from inside (an action), or None.
+        shutdown_hosts: what can stop the process (``spool serve`` registers uvicorn's
+            graceful exit); an instance inside a test has none unless the test adds one.
     """
 
     started_at: float
     ready: bool = False
     stopping: bool = False
+    shutdown_reason: str | None = None
+    shutdown_hosts: list[Callable[[str], None]] = field(default_factory=list)
+
+    def request_shutdown(self, reason: str) -> bool:
+        """Ask the process to stop gracefully, as SIGTERM does.
+
+        Returns:
+            Whether something can act on it (a host is registered); the request is
+            remembered either way.
+        """
+        self.shutdown_reason = reason
+        for host in self.shutdown_hosts:
+            host(reason)
+        return bool(self.shutdown_hosts)

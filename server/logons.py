@@ -1,14 +1,15 @@
 """What every logon path shares: the throttle, the counters, the throttle's events.
 
-The websocket logon (server/clients.py) and the dashboard login (web/auth.py) both ask
-one :class:`LogonGuard` before checking a password and tell it the outcome, so a guesser
-gains nothing by switching paths: the failures of both count in the same
+The websocket logon (server/clients.py), the dashboard login (web/auth.py) and an
+incoming replication link's hello (server/replication/inbound.py) all ask one
+:class:`LogonGuard` before checking a password and tell it the outcome, so a guesser
+gains nothing by switching paths: the failures of all count in the same
 :class:`~server.throttle.LogonThrottle`. The guard counts per path what happened
 (``failures``: checked and wrong; ``refused``: turned away unchecked) for ``/metrics``
 and the dashboard, and writes ``auth/logon_throttled`` to the event log once per
 address-and-user while it stays refused (a flood of refused attempts is one line, not a
 thousand). Each path writes its own failure events (``session/auth_failure``,
-``admin/login_failed``).
+``admin/login_failed``, ``replication/inbound_refused``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from server.throttle import LogonThrottle, address_key
 
 __all__ = ["LogonCounters", "LogonGuard", "LogonPath"]
 
-LogonPath = Literal["websocket", "dashboard"]
-PATHS: Final[tuple[LogonPath, ...]] = ("websocket", "dashboard")
+LogonPath = Literal["websocket", "dashboard", "replication"]
+PATHS: Final[tuple[LogonPath, ...]] = ("websocket", "dashboard", "replication")
 _ANNOUNCED_MAX: Final = 10_000
 
 

@@ -8,6 +8,7 @@ collector and the dashboard's live feed (server/stats/snapshot.py has the shape)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final, get_args
 
 from server.acks import DurableAcks
@@ -20,6 +21,7 @@ from server.session import DisconnectCause
 from server.spills import Spills
 from server.stats.snapshot import (
     ClientCounters,
+    LinkCounters,
     MetricsSnapshot,
     SecurityCounters,
     SpillCounters,
@@ -48,6 +50,7 @@ class Metrics:
         acks: the persisted-ack latency histogram.
         transports: the configured transports' names.
         clock: the snapshot's time and the subscriptions' lag.
+        replication: the replication links' counters, when the instance replicates.
         logons: logon outcomes and the throttle.
         passwords: the password-check pool.
         tls: the listener's TLS, or None.
@@ -69,6 +72,8 @@ class Metrics:
         tls: TlsListener | None,
         plaintext_exposed: bool = False,
         spills: Spills | None = None,
+        *,
+        replication: Callable[[], dict[str, LinkCounters]] | None = None,
     ) -> None:
         self._plaintext_exposed = plaintext_exposed
         self._logons = logons
@@ -82,6 +87,7 @@ class Metrics:
         self._acks = acks
         self._transports = transports
         self._clock = clock
+        self._replication = replication
 
     def seconds_behind(self, sub: Subscription) -> float:
         """How far behind the durable end of the log a bookmark subscription's position is,
@@ -169,6 +175,7 @@ class Metrics:
             "txlog": txlog_counters,
             "persisted_ack_latency": self._acks.latency,
             "transports": transports,
+            "replication": self._replication() if self._replication is not None else {},
             "security": self.security(),
             "spills": self._spill_counters(),
             "disconnects": {

@@ -1,9 +1,9 @@
-"""The admin surface of an instance: the reads and actions REST and (later) actions share.
+"""The admin surface of an instance: the reads and actions REST and the actions share.
 
 ``web/admin.py`` is a thin HTTP layer over :class:`Operations`; the scheduled and on-demand
-actions (server/actions, a later issue) call the same methods, never the web layer. Reads
-copy broker state on the loop; actions that touch files (journals, the stats database) do
-their I/O in threads. Results are the JSON shapes of ADMIN_API.md, typed.
+actions (server/actions) call the same methods, never the web layer. Reads copy broker
+state on the loop; actions that touch files (journals, the stats database, file-system
+usage) do their I/O in threads. Results are the JSON shapes of ADMIN_API.md, typed.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Literal, TypedDict
 
 from server import __version__, speedups
 from server.acks import DurableAcks
 from server.alerts import Alert, txlog_alerts
 from server.auth import Authenticator
+from server.brokerpublish import BrokerPublisher, Published
 from server.clients import ClientRegistry
 from server.clock import Clock
 from server.config import Config
@@ -24,6 +26,7 @@ from server.engine_errors import (
     ClientNotFound,
     NoTransactionLog,
     PinNotFound,
+    PublishRefused,
     StatsUnavailable,
     TlsNotConfigured,
 )
@@ -31,8 +34,12 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
+from server.replication.errors import ReplicationNotConfigured
+from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
 from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
+from server.stats.actionruns import ActionRunRow, StoredRun
+from server.stats.host import FilesystemUsage, filesystem_usage
 from server.stats.sampler import Sampler
 from server.stats.snapshot import MetricsSnapshot
 from server.subscriptions import SubscriptionService
@@ -40,9 +47,10 @@ from server.tls.certificate import CertificateDict
 from server.tls.listener import TlsListener, TlsStatus
 from server.txlog import TransactionLog
 from server.txlog.errors import JournalNotFound
+from server.txlog.files import Compression
 from server.txlog.journal import JournalInfo
 from server.txlog.outage import WriteOutageDict
-from server.txlog.pins import Pin
+from server.txlog.pins import Pin, PinInfo
 from server.txlog.space import ShortfallDict
 
 JournalAction = Literal["archive", "compress", "remove"]
@@ -210,9 +218,12 @@ class Operations:
         txlog: TransactionLog | None,
         tls: TlsListener | None = None,
         logons: LogonGuard | None = None,
+        publisher: BrokerPublisher | None = None,
+        replication: Replication | None = None,
         *,
         sow: SowService,
     ) -> None:
+        self._publisher = publisher
         self._tls = tls
         self._logons = logons
         self.config = config
@@ -225,6 +236,7 @@ class Operations:
         self._metrics = metrics
         self._acks = acks
         self._txlog = txlog
+        self._replication = replication
         self._sow = sow
         self.sampler: Sampler | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
@@ -443,19 +455,92 @@ class Operations:
             ),
         }
 
-    async def journal_action(self, action: JournalAction, journal_id: int) -> list[JournalDict]:
-        """Archive, compress or remove a journal and every older one (files in threads)."""
+    def journal_state(self) -> tuple[list[JournalInfo], list[PinInfo]] | None:
+        """Every journal (oldest first, then the preallocated files) and the live pins;
+        None without a transaction log. What the journal actions decide on."""
+        txlog = self._txlog
+        if txlog is None:
+            return None
+        return txlog.journals(), txlog.pins()
+
+    async def journal_action(
+        self, action: JournalAction, journal_id: int, method: Compression = "zstd"
+    ) -> list[JournalDict]:
+        """Archive, compress (``method``) or remove a journal and every older one (files
+        in threads).
+
+        Raises:
+            JournalNotFound, JournalActive, JournalPinned, TxlogClosed.
+        """
         txlog = self._txlog
         if txlog is None:
             raise JournalNotFound(journal_id)
         if action == "archive":
             infos = await txlog.archive(journal_id)
         elif action == "compress":
-            infos = await txlog.compress(journal_id)
+            infos = await txlog.compress(journal_id, method)
         else:
             infos = await txlog.remove(journal_id)
         self.events.emit("info", "txlog", f"journal_{action}", journal=journal_id, files=len(infos))
         return [journal_dict(j) for j in infos]
+
+    # -- replication --------------------------------------------------------------------
+
+    def _repl(self) -> Replication:
+        if self._replication is None:
+            raise ReplicationNotConfigured(
+                "this instance has no <Replication> nor amps-replication transport"
+            )
+        return self._replication
+
+    def replication_info(self) -> ReplicationInfo:
+        """Destinations and incoming links (ADMIN_API.md ``/api/replication``).
+
+        Raises:
+            ReplicationNotConfigured: the instance does not replicate.
+        """
+        return self._repl().info()
+
+    def downgrade_destination(self, name: str) -> None:
+        """Persisted acks stop waiting for a sync destination, at once.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound, SyncChangeRefused.
+        """
+        self._repl().downgrade(name)
+
+    def upgrade_destination(self, name: str) -> None:
+        """A downgraded destination becomes sync again once it has caught up.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound, SyncChangeRefused.
+        """
+        self._repl().upgrade(name)
+
+    def reconnect_destination(self, name: str) -> None:
+        """Drop a destination's link and dial it again from the top of its addresses.
+
+        Raises:
+            ReplicationNotConfigured, DestinationNotFound.
+        """
+        self._repl().reconnect(name)
+
+    async def replication_events(
+        self, t0: float, t1: float, link: str | None, direction: str | None, limit: int
+    ) -> list[tuple[float, str, str, str, str]]:
+        """Link events from the stats database (SQLite in a thread).
+
+        Raises:
+            ReplicationNotConfigured, StatsUnavailable.
+        """
+        self._repl()
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(
+            store.reader.link_events, t0, t1, link=link, direction=direction, limit=limit
+        )
 
     # -- retention pins taken over the admin API -----------------------------------------
 
@@ -504,6 +589,32 @@ class Operations:
             raise PinNotFound(owner)
         pin.release()
 
+    # -- the broker's own messages, the process ---------------------------------------
+
+    async def publish(self, topic: str, body: bytes) -> Published:
+        """Publish ``body`` to ``topic`` as the instance itself (an Origin of kind
+        ``broker``) through the publish pipeline; returns once it is durable.
+
+        Raises:
+            PublishRefused: the pipeline's reason (a regex topic, txlog full...).
+        """
+        if self._publisher is None:
+            raise PublishRefused("invalid topic", "this instance has no publish pipeline")
+        return await self._publisher.publish(topic, body)
+
+    def request_shutdown(self, reason: str) -> bool:
+        """Stop the instance gracefully, as SIGTERM does (the host process acts on it).
+
+        Returns:
+            Whether a host process took the request (``spool serve`` does).
+        """
+        self.events.emit("warning", "instance", "shutdown_requested", reason=reason)
+        return self.lifecycle.request_shutdown(reason)
+
+    async def filesystem_usage(self, path: Path) -> FilesystemUsage:
+        """Usage of the file system holding ``path`` (a ``statvfs`` in a thread)."""
+        return await asyncio.to_thread(filesystem_usage, path)
+
     # -- the SOW ------------------------------------------------------------------------
 
     def sow_topics(self) -> list[SowTopicInfo]:
@@ -535,6 +646,32 @@ class Operations:
         if store is None:
             raise StatsUnavailable("the statistics database is not open")
         return await asyncio.to_thread(store.writer.truncate, before)
+
+    async def record_action_run(self, row: ActionRunRow) -> int:
+        """Store a finished action run in the stats database; its id.
+
+        Raises:
+            StatsUnavailable: the database is not open.
+        """
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(store.action_runs.append, row)
+
+    async def action_runs(
+        self, action: str | None, limit: int, before_id: int | None = None
+    ) -> list[StoredRun]:
+        """Stored action runs, newest first (of one action when given).
+
+        Raises:
+            StatsUnavailable: the database is not open.
+        """
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(store.action_runs.recent, action, limit, before_id)
 
 
 def _iso(ts: float) -> str:

@@ -132,7 +132,8 @@ class Origin:
     Attributes:
         kind: a client connection, a replication link, or the broker itself.
         name: the client name, the link's name, or the instance name.
-        user: whose write entitlements apply (None: no users configured, or trusted).
+        user: whose write entitlements apply (None: no users configured, or trusted;
+            an origin of kind ``broker`` is trusted whatever its user).
         replies: where acks and failures go (None: nobody is waiting for them).
         traffic: the counters the publish adds to.
     """

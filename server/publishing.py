@@ -13,6 +13,12 @@ publishes to one topic; a single publish is a run of one) with an
       -> appended stages           (live fan-out; later SOW, queues, replication push)
       -> persisted acks            (server/acks.py, when the durability horizon covers them)
 
+De-duplication is by bookmark, exactly: a message whose sequence is at or below its
+publisher's highest is a duplicate unless the log is missing that sequence (a *gap*,
+server/txlog/gaps.py, tracked when replication is configured). A publisher that fails over
+between instances can make one instance receive its 101 by one route before its 100 by
+another; 100 then fills the gap as a late record instead of being dropped.
+
 The unit of work is the run: topic and entitlement checks, the publisher's last sequence,
 the append bookkeeping, the stage calls and the delivery encoding happen once per run, not
 once per message. What must stay per message stays per message: a duplicate sequence is
@@ -168,7 +174,12 @@ class PublishPipeline:
         try:
             topic = self._topics.admit(run.topic)
             auth = self._auth
-            if auth.enabled and not auth.can_write(origin.user, run.topic):
+            # the broker's own messages (actions) are trusted: no user's entitlements apply
+            if (
+                auth.enabled
+                and origin.kind != "broker"
+                and not auth.can_write(origin.user, run.topic)
+            ):
                 raise NotEntitled(f"{origin.name!r} may not publish to {run.topic!r}")
             if run.expirations is not None and not topic.prepare:
                 raise InvalidMessage(
@@ -273,9 +284,13 @@ class PublishPipeline:
                     i += k + 1
                     continue
             if j < n:
-                dup = given[j]
-                assert dup is not None  # only a given sequence can repeat one
-                self._duplicate(origin, run, j, dup)
+                below = given[j]
+                assert below is not None  # only a given sequence can be at or below the last
+                if txlog.publishers.missing(pub_hash, below):
+                    # a gap of this publisher: the message arrived late, by another route
+                    self._append_one(origin, topic, run, j, below, txlog, late=True)
+                else:
+                    self._duplicate(origin, run, j, below)
                 j += 1
             i = j
 
@@ -287,8 +302,11 @@ class PublishPipeline:
         i: int,
         s: int,
         txlog: TransactionLog,
+        *,
+        late: bool = False,
     ) -> None:
-        """Append message ``i`` alone: it gets the log's exact refusal, or goes through."""
+        """Append message ``i`` alone: it gets the log's exact refusal, or goes through
+        (``late``: it fills a gap of its publisher, below the publisher's highest)."""
         try:
             rec = txlog.append(
                 topic=run.topic,
@@ -296,10 +314,11 @@ class PublishPipeline:
                 pub_hash=run.pub_hash,
                 pub_seq=s,
                 body=run.bodies[i],
-                corr_id=run.corr_ids[i] if run.corr_ids else "",
-                sow_key=run.sow_keys[i] if run.sow_keys else "",
                 kind=run.kind,
                 path=run.path,
+                corr_id=run.corr_ids[i] if run.corr_ids else "",
+                sow_key=run.sow_keys[i] if run.sow_keys else "",
+                late=late,
             )
         except ProtocolFailure as exc:  # txlog full (MaxSize): the reason stands
             self._refuse(origin, run, i, exc)

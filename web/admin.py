@@ -11,8 +11,10 @@ web/api_errors.py.
 - Actions are POST, need an admin (the auth middleware checks, and :func:`require_admin`
   again here), and each one is written to the event log with the user who asked:
   ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
-- Subsystems this instance does not have (replication, queues, SOW, configured actions)
-  answer 404 with the reason, never made-up data. The SOW's endpoints are web/sow_api.py.
+- Subsystems this instance does not have (replication when not configured, queues, SOW)
+  answer 404 with the reason, never made-up data. The configured actions are the
+  instance's :class:`server.actions.Actions` (their runs go through the same admin
+  surface). The SOW's endpoints are web/sow_api.py.
 """
 
 from __future__ import annotations
@@ -31,10 +33,22 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from server.actions import (
+    ActionBusy,
+    ActionNotFound,
+    Actions,
+    BadParameters,
+    NotOnAdmin,
+)
 from server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
 from server.eventlog import EventLog
 from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
 from server.protocol.errors import InvalidOptions, SubIdNotFound
+from server.replication.errors import (
+    DestinationNotFound,
+    ReplicationNotConfigured,
+    SyncChangeRefused,
+)
 from server.stats.host import HostProbe
 from server.stats.prometheus import make_registry
 from server.stats.query import UnknownMetric
@@ -43,6 +57,7 @@ from server.stats.timeparse import BadTimeValue, format_time, parse_duration, pa
 from server.tls.errors import TlsError
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from web.api_errors import (
+    ActionFailed,
     ApiError,
     BadRequest,
     Conflict,
@@ -87,8 +102,22 @@ def _map_error(exc: Exception) -> ApiError:
     sow = sow_error(exc)
     if sow is not None:
         return sow
-    if isinstance(exc, AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured):
+    if isinstance(
+        exc,
+        AdminError
+        | JournalNotFound
+        | UnknownMetric
+        | TlsNotConfigured
+        | ActionNotFound
+        | DestinationNotFound,
+    ):
         return NotFound(str(exc))
+    if isinstance(exc, ReplicationNotConfigured):
+        return NotFound("replication is not configured on this instance")
+    if isinstance(exc, BadParameters):
+        return BadRequest(str(exc))
+    if isinstance(exc, ActionBusy | NotOnAdmin | SyncChangeRefused):
+        return Conflict(str(exc))
     if isinstance(exc, TlsError):
         # the files on disk cannot be used: the pair in service keeps serving
         return Conflict(f"{exc}; the current certificate keeps serving")
@@ -195,8 +224,9 @@ def _not_configured(what: str, verb: str = "is") -> Handler:
 class AdminApi:
     """Handlers of the admin API for one broker (one per app)."""
 
-    def __init__(self, ops: Operations) -> None:
+    def __init__(self, ops: Operations, actions: Actions) -> None:
         self.ops = ops
+        self.actions = actions
         self.registry = make_registry(ops)
         self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
@@ -263,9 +293,18 @@ class AdminApi:
 
     async def transaction_log(self, request: Request) -> Any:
         info = self.ops.transaction_log_info()
-        if info is None:
+        state = self.ops.journal_state()
+        if info is None or state is None:
             raise NotFound("the transaction log is not configured on this instance")
-        return info
+        # which configured action will touch each journal next (the dashboard shows it)
+        plan = self.actions.journal_plan(*state)
+        return {
+            **info,
+            "journals": [
+                {**j, "next_actions": plan.get(j["id"], []) if j["state"] != "preallocated" else []}
+                for j in info["journals"]
+            ],
+        }
 
     async def transports(self, request: Request) -> Any:
         return {"transports": self.ops.transports_info()}
@@ -278,8 +317,25 @@ class AdminApi:
             events = [e for e in events if e.get("category") == category][-limit:]
         return {"events": events}
 
-    async def actions(self, request: Request) -> Any:
-        return {"actions": []}
+    async def actions_list(self, request: Request) -> Any:
+        return {"actions": self.actions.info()}
+
+    async def action(self, request: Request) -> Any:
+        name = request.path_params["name"]
+        info = self.actions.action_info(name)
+        limit = _int_param(request, "limit", 20, 1, EVENTS_MAX)
+        return {**info, "history": await self.actions.history(name, limit)}
+
+    async def action_runs(self, request: Request) -> Any:
+        limit = _int_param(request, "limit", 100, 1, EVENTS_MAX)
+        before = request.query_params.get("before")
+        before_id = None
+        if before:
+            if not before.isascii() or not before.isdigit():
+                raise BadRequest(f"before must be a run id, got {before!r}")
+            before_id = int(before)
+        action = request.query_params.get("action") or None
+        return {"runs": await self.actions.history(action, limit, before_id)}
 
     async def tls(self, request: Request) -> Any:
         return self.ops.listener_info()
@@ -410,8 +466,66 @@ class AdminApi:
         deleted = await self.ops.truncate_stats(before)
         return {"ok": True, "deleted_samples": deleted, "before": format_time(before)}
 
+    async def replication(self, request: Request) -> Any:
+        return self.ops.replication_info()
+
+    async def replication_events(self, request: Request) -> Any:
+        params = request.query_params
+        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
+        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
+        if t0 > t1:
+            raise BadRequest("t0 is after t1")
+        direction = params.get("direction") or None
+        if direction not in (None, "in", "out"):
+            raise BadRequest("direction is in or out")
+        limit = _int_param(request, "limit", 200, 1, EVENTS_MAX)
+        rows = await self.ops.replication_events(t0, t1, params.get("link") or None,
+                                                 direction, limit)  # fmt: skip
+        return {
+            "t0": format_time(t0),
+            "t1": format_time(t1),
+            "events": [
+                {"time": ts, "direction": d, "link": link, "event": e, "detail": detail}
+                for ts, d, link, e, detail in rows
+            ],
+        }
+
+    def _replication_action(self, verb: str) -> Handler:
+        actions = {
+            "downgrade": self.ops.downgrade_destination,
+            "upgrade": self.ops.upgrade_destination,
+            "reconnect": self.ops.reconnect_destination,
+        }
+        act = actions[verb]
+
+        async def handler(request: Request) -> Any:
+            dest = request.path_params["dest"]
+            act(dest)
+            info = self.ops.replication_info()
+            found = next(d for d in info["destinations"] if d["name"] == dest)
+            return {
+                "ok": True,
+                "destination": dest,
+                "configured_sync_type": found["configured_sync_type"],
+                "effective_sync_type": found["effective_sync_type"],
+            }
+
+        return handler
+
     async def run_action(self, request: Request) -> Any:
-        raise NotFound(f"no action named {request.path_params['name']!r} is configured")
+        name = request.path_params["name"]
+        body = await _json_body(request)
+        unknown = sorted(set(body) - {"parameters"})
+        if unknown:
+            raise BadRequest(f'unknown field {unknown[0]!r}: the body is {{"parameters": {{...}}}}')
+        parameters = body.get("parameters", {})
+        if not isinstance(parameters, dict):
+            raise BadRequest("parameters must be a JSON object of name: value")
+        record = await self.actions.run_admin(name, parameters, auth_context(request).actor)
+        run = record.to_dict()
+        if record.outcome == "failed":
+            raise ActionFailed(record.message, run)
+        return {"ok": True, "run": run}
 
     # -- the table -------------------------------------------------------------------------
 
@@ -423,7 +537,6 @@ class AdminApi:
             kw.setdefault("access", "admin")
             return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
 
-        absent_replication = _not_configured("replication")
         absent_queues = _not_configured("queues", "are")
         time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
         return [
@@ -595,30 +708,82 @@ class AdminApi:
                     },
                 },
             ),
-            get("/api/actions", self.actions, "Configured actions and their last run", "actions"),
+            get(
+                "/api/actions",
+                self.actions_list,
+                "Configured actions: triggers, next run, steps, the run in progress, the last",
+                "actions",
+            ),
+            get(
+                "/api/actions/{name}",
+                self.action,
+                "One action and its recent runs",
+                "actions",
+                errors=(404,),
+                query=(QueryParam("limit", "runs shown, 1..1000, default 20", type="integer"),),
+            ),
             post(
                 "/api/actions/{name}",
                 self.run_action,
-                "Run a configured on-admin action",
+                "Run a configured on-admin action now (parameters in the body); the run's record",
                 "actions",
-                errors=(404,),
+                errors=(400, 404, 409, 500),
+                body={
+                    "type": "object",
+                    "properties": {
+                        "parameters": {
+                            "type": "object",
+                            "additionalProperties": {"type": ["string", "number"]},
+                        }
+                    },
+                },
+            ),
+            get(
+                "/api/action_runs",
+                self.action_runs,
+                "The history of action runs, newest first",
+                "actions",
+                errors=(400, 404),
+                query=(
+                    QueryParam("action", "only this action's runs"),
+                    QueryParam("limit", "1..1000, default 100", type="integer"),
+                    QueryParam("before", "runs older than this run id (paging)", type="integer"),
+                ),
             ),
             get(
                 "/api/replication",
-                absent_replication,
-                "Replication links",
+                self.replication,
+                "Replication destinations and incoming links",
                 "replication",
                 errors=(404,),
+            ),
+            get(
+                "/api/replication/events",
+                self.replication_events,
+                "Replication link events from the stats database",
+                "replication",
+                errors=(400, 404, 503),
+                query=(
+                    QueryParam("link", "one destination or source"),
+                    QueryParam("direction", "out (destinations) or in (sources)"),
+                    QueryParam("t0", f"window start ({time_help}); default t1 - 1h"),
+                    QueryParam("t1", f"window end ({time_help}); default now"),
+                    QueryParam("limit", "1..1000, default 200 (the newest)", type="integer"),
+                ),
             ),
             *(
                 post(
                     f"/api/replication/{{dest}}/{verb}",
-                    absent_replication,
-                    f"{verb.capitalize()} a replication destination",
+                    self._replication_action(verb),
+                    summary,
                     "replication",
-                    errors=(404,),
+                    errors=(404, 409) if verb != "reconnect" else (404,),
                 )
-                for verb in ("downgrade", "upgrade", "reconnect")
+                for verb, summary in (
+                    ("downgrade", "Persisted acks stop waiting for a sync destination, at once"),
+                    ("upgrade", "A downgraded destination is sync again once caught up"),
+                    ("reconnect", "Drop a destination's link and dial it again"),
+                )
             ),
             get("/api/queues", absent_queues, "Queues", "queues", errors=(404,)),
             get("/api/queues/{name}", absent_queues, "One queue", "queues", errors=(404,)),
@@ -658,12 +823,12 @@ class _UnknownApi:
         await NotFound(f"no API endpoint {path}").response()(scope, receive, send)
 
 
-def admin_routes(ops: Operations) -> list[BaseRoute]:
+def admin_routes(ops: Operations, actions: Actions) -> list[BaseRoute]:
     """Routes of the admin API, the probes and /metrics, for one broker (one per app).
 
     A last catch-all answers unknown ``/api/...`` paths with a JSON 404.
     """
-    api = AdminApi(ops)
+    api = AdminApi(ops, actions)
     by_path: dict[str, dict[str, ApiEndpoint]] = {}
     for endpoint in api.endpoints:
         by_path.setdefault(endpoint.op.path, {})[endpoint.op.method] = endpoint

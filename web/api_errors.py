@@ -17,6 +17,7 @@ Hierarchy::
         ├── PayloadTooLarge         413 "payload too large"
         ├── TooManyRequests         429 "too many requests" (with Retry-After)
         ├── InternalError           500 "internal error"
+        ├── ActionFailed            500 "action failed"   (with the run's record)
         └── NotReady                503 "not ready"
 """
 
@@ -122,6 +123,23 @@ class TooManyRequests(ApiError):
 class InternalError(ApiError):
     status = 500
     error = "internal error"
+
+
+class ActionFailed(ApiError):
+    """An on-demand action ran and a step failed: the body carries the run (``run``)."""
+
+    status = 500
+    error = "action failed"
+
+    def __init__(self, detail: str, run: Mapping[str, Any]) -> None:
+        super().__init__(detail)
+        self.run = dict(run)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(
+            {"error": self.error, "detail": self.detail, "run": self.run},
+            status_code=self.status,
+        )
 
 
 class NotReady(ApiError):

@@ -26,6 +26,7 @@ from web.auth import auth_middleware, auth_routes
 from web.dashboard import dashboard_routes
 from web.headers import SecurityHeadersMiddleware
 from web.origins import OriginPolicy
+from web.replication import ReplicationEndpoint
 from web.transport import WebsocketEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +64,11 @@ def create_app(
         if transport.type == "websocket":
             path = f"/amps/{transport.message_type}"
             routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name, origins)))
+        elif transport.type == "amps-replication":
+            endpoint = ReplicationEndpoint(broker, transport.name)
+            routes.append(WebSocketRoute("/replication", endpoint))
     routes.extend(auth_routes())
-    routes.extend(admin_routes(broker.operations))
+    routes.extend(admin_routes(broker.operations, broker.actions))
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))

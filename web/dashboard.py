@@ -101,6 +101,8 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/clients", "clients", "Clients", "clients.html"),
     Page("/subscriptions", "subscriptions", "Subscriptions", "subscriptions.html"),
     Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
+    Page("/replication", "replication", "Replication", "replication.html"),
+    Page("/actions", "actions", "Actions", "actions.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
     Page("/sow", "sow", "SOW", "sow.html"),

@@ -50,6 +50,11 @@ class SpoolServer(uvicorn.Server):
         self.broker = broker
         self.lock = lock
         self._reloads: set[asyncio.Task[None]] = set()
+        # an action's amps-action-do-shutdown stops the server as SIGTERM does
+        broker.lifecycle.shutdown_hosts.append(self._shutdown_requested)
+
+    def _shutdown_requested(self, reason: str) -> None:
+        self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)

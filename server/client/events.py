@@ -79,6 +79,11 @@ class LogonInfo:
         last_bookmark: the bookmark of that last persisted message.
         version: the broker's version string.
         heartbeat: the negotiated heartbeat interval in seconds, if any.
+        failover: for a broker that replicates, ``safe`` when every destination that
+            takes this client's topics holds persisted acks (effective sync type sync),
+            else ``unsafe``; None from a broker that does not replicate.
+        async_links: the destinations that do not hold persisted acks now (configured
+            async, downgraded, or upgrading): failing over loses what they lack.
     """
 
     client_name: str
@@ -86,6 +91,13 @@ class LogonInfo:
     last_bookmark: str | None
     version: str
     heartbeat: float | None
+    failover: str | None = None
+    async_links: tuple[str, ...] = ()
+
+    @property
+    def failover_safe(self) -> bool:
+        """Whether failing over from this broker keeps every persisted message."""
+        return self.failover == "safe"
 
 
 @dataclass(slots=True)

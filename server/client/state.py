@@ -516,6 +516,8 @@ class SessionState(Generic[S]):
             last_bookmark=h.get("bm"),
             version=str(h.get("version", "")),
             heartbeat=h.get("hb"),
+            failover=h.get("failover"),
+            async_links=tuple(x for x in str(h.get("async_links") or "").split(",") if x),
         )
         # Publishing resumes after what the broker already has for this name.
         self.seq = max(self.seq, info.last_seq)

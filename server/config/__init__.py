@@ -13,11 +13,15 @@ Modules, each depending only on those above it::
 
     errors      ConfigError, InetAddrError, OriginError, the messages callers match on
     netaddr     HOST:PORT parsing and formatting, the loopback test, web origins
+    template    option values with {{VARIABLE}} references (actions)
+    actions     the dataclasses of <Actions>: triggers, conditions, modules
     model       the dataclasses (and the transaction log's topic matcher)
+    schedule    the Every option of a scheduled action
     xmltree     the expat tree with lines and paths; Children checks an element's children
     values      one element's value: ${VAR}, booleans, numbers, sizes, durations, paths...
     sections/   one reader per top-level section (admin, transports, transactionlog,
-                sow, tuning, users)
+                replication, sow, tuning, users, actions and the options of each action
+                module)
     build       the root element and the cross-checks between sections
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
@@ -31,6 +35,39 @@ Decisions where CONFIG.md is silent are listed in docs/configuration.md.
 
 from __future__ import annotations
 
+from server.config.actions import (
+    BASE_VARIABLES,
+    DISK_VARIABLES,
+    ActionConfig,
+    ActionParameter,
+    ArchiveJournals,
+    CompressJournals,
+    Condition,
+    DiskThreshold,
+    DoStep,
+    DowngradeReplication,
+    ExecuteEvent,
+    IfCondition,
+    IfDiskUsage,
+    JournalLimits,
+    JournalStep,
+    OnAdmin,
+    OnDiskUsage,
+    OnExecute,
+    OnSchedule,
+    OnShutdown,
+    OnStartup,
+    PublishMessage,
+    RemoveJournals,
+    ReplicationStep,
+    Schedule,
+    SetTransport,
+    Shutdown,
+    Step,
+    Trigger,
+    TruncateStatistics,
+    UpgradeReplication,
+)
 from server.config.defaults import default_config, render_default_xml, with_overrides
 from server.config.errors import (
     BIND_REQUIRES_USERS,
@@ -44,8 +81,15 @@ from server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
     EXPLICIT_JOURNAL_DIRECTORY,
     EXPLICIT_STATS_FILE,
+    MAX_SYNC_DESTINATIONS,
+    NON_EXCLUDABLE_CHECKS,
+    VALIDATION_CHECKS,
     AdminConfig,
     Config,
+    DestinationConfig,
+    ReplicationConfig,
+    ReplicationTopic,
+    ReplicationTransport,
     SowTopicConfig,
     TlsConfig,
     TopicRule,
@@ -62,24 +106,64 @@ from server.config.netaddr import (
     parse_inet_addr,
     parse_origin,
 )
+from server.config.template import Template
 
 __all__ = [
+    "BASE_VARIABLES",
     "BIND_REQUIRES_USERS",
+    "DISK_VARIABLES",
     "EXPLICIT_ARCHIVE_DIRECTORY",
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
+    "MAX_SYNC_DESTINATIONS",
+    "NON_EXCLUDABLE_CHECKS",
     "SHARED_ADDRESS",
+    "VALIDATION_CHECKS",
+    "ActionConfig",
+    "ActionParameter",
     "AdminConfig",
+    "ArchiveJournals",
+    "CompressJournals",
+    "Condition",
     "Config",
     "ConfigError",
+    "DestinationConfig",
+    "DiskThreshold",
+    "DoStep",
+    "DowngradeReplication",
+    "ExecuteEvent",
+    "IfCondition",
+    "IfDiskUsage",
     "InetAddrError",
+    "JournalLimits",
+    "JournalStep",
+    "OnAdmin",
+    "OnDiskUsage",
+    "OnExecute",
+    "OnSchedule",
+    "OnShutdown",
+    "OnStartup",
     "OriginError",
+    "PublishMessage",
+    "RemoveJournals",
+    "ReplicationConfig",
+    "ReplicationStep",
+    "ReplicationTopic",
+    "ReplicationTransport",
+    "Schedule",
+    "SetTransport",
+    "Shutdown",
     "SowTopicConfig",
+    "Step",
+    "Template",
     "TlsConfig",
     "TopicRule",
     "TransactionLogConfig",
     "TransportConfig",
+    "Trigger",
+    "TruncateStatistics",
     "TuningConfig",
+    "UpgradeReplication",
     "UserConfig",
     "WebOrigin",
     "default_config",

@@ -2,15 +2,21 @@
 contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
-``Transports``, ``TransactionLog``, ``SOW``, ``Tuning``, ``Users``) and then checked against each
-other, each contradiction reported at the element that makes it:
+``Transports``, ``TransactionLog``, ``Replication``, ``SOW``, ``Tuning``, ``Users``) and
+then checked against each other, each contradiction reported at the element that makes it;
+``Actions`` is read last, against the transports, the transaction log and the replication
+destinations its modules name:
 
 - every ``InetAddr`` given must be the same address (one HTTP server serves everything);
 - a non-loopback address needs ``<Users>``, and TLS or an explicit ``AllowPlaintext``;
 - the TLS elements given in Admin and the transports must agree (one listener), and
   client certificates (``ClientAuth``) need users to map them to;
 - ``Admin/Authentication`` must agree with ``<Users>`` (and follows it when omitted);
-- no transport's ``MaxMessageSize`` may exceed ``Tuning/SlowClientBufferLimit``.
+- no transport's ``MaxMessageSize`` may exceed ``Tuning/SlowClientBufferLimit``;
+- ``<Replication>`` and an ``amps-replication`` transport need a ``<TransactionLog>``
+  (replication pushes from it and records into it); a destination's topic block naming
+  one topic needs the log to record that topic; at most 64 destinations are sync;
+  ``Tuning/MinimumSyncDestinations`` cannot exceed the sync destinations.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
+from server.config.actions import ActionConfig
 from server.config.errors import (
     BIND_REQUIRES_USERS,
     PLAINTEXT_NEEDS_PERMISSION,
@@ -31,6 +38,7 @@ from server.config.model import (
     DEFAULT_PORT,
     DEFAULT_TRANSPORT,
     EXPLICIT_STATS_FILE,
+    MAX_SYNC_DESTINATIONS,
     Config,
     TlsConfig,
     TransactionLogConfig,
@@ -39,7 +47,9 @@ from server.config.model import (
     UserConfig,
 )
 from server.config.netaddr import format_inet_addr, is_loopback
+from server.config.sections.actions import read_actions
 from server.config.sections.admin import AdminPart, read_admin
+from server.config.sections.replication import ReplicationPart, read_replication
 from server.config.sections.sow import read_sow
 from server.config.sections.tls import ListenerPart
 from server.config.sections.transactionlog import read_transaction_log
@@ -60,15 +70,15 @@ _ROOT_SPEC: Final[Spec] = {
     "Admin": False,
     "Transports": False,
     "TransactionLog": False,
+    "Replication": False,
     "SOW": False,
     "Tuning": False,
     "Users": False,
+    "Actions": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
 _UNSUPPORTED: Final[Mapping[str, str]] = {
-    "Replication": "replication to other instances",
     "Bootstrap": "bootstrapping from another instance",
-    "Actions": "scheduled and admin-triggered actions",
 }
 
 
@@ -168,6 +178,56 @@ def _check_message_sizes(
             )
 
 
+def _check_replication(
+    replication: ReplicationPart | None,
+    transports: Sequence[TransportPart] | None,
+    txlog: TransactionLogConfig | None,
+    tuning: TuningConfig,
+    min_sync_node: Node | None,
+) -> None:
+    """Replication against the transaction log, the transports and Tuning."""
+    inbound = next((t for t in transports or () if t.config.type == "amps-replication"), None)
+    if txlog is None:
+        if replication is not None:
+            raise fail(
+                replication.node,
+                "<Replication> needs a <TransactionLog>: messages are replicated from it "
+                "once they are durable there",
+            )
+        if inbound is not None:
+            raise fail(
+                inbound.node,
+                "an amps-replication transport needs a <TransactionLog>: replicated "
+                "messages are recorded in it",
+            )
+    parts = replication.destinations if replication is not None else []
+    if txlog is not None:
+        for part in parts:
+            for topic, node in zip(part.config.topics, part.topic_nodes, strict=True):
+                if not topic.is_regex and not txlog.records(topic.name):
+                    raise fail(
+                        node,
+                        f"destination {part.config.name!r} replicates {topic.name!r}, which "
+                        "the transaction log does not record (only recorded messages are "
+                        "replicated); add a TransactionLog/Topic for it",
+                    )
+    sync_parts = [p for p in parts if p.config.sync]
+    if len(sync_parts) > MAX_SYNC_DESTINATIONS:
+        raise fail(
+            sync_parts[MAX_SYNC_DESTINATIONS].sync_node,
+            f"at most {MAX_SYNC_DESTINATIONS} destinations can be sync (persisted acks wait "
+            "for each of them); make the others async",
+        )
+    minimum = tuning.minimum_sync_destinations
+    if min_sync_node is not None and minimum > len(sync_parts):
+        raise fail(
+            min_sync_node,
+            f"MinimumSyncDestinations is {minimum} but only {len(sync_parts)} destinations "
+            "are configured sync: no downgrade could ever be allowed; lower it or configure "
+            "more sync destinations",
+        )
+
+
 def build(root: Node, ctx: Context) -> Config:
     """Read and cross-check a whole configuration (``source_path`` is left None).
 
@@ -199,9 +259,13 @@ def build(root: Node, ctx: Context) -> Config:
     txlog: TransactionLogConfig | None = None
     if (txlog_node := kids.one("TransactionLog")) is not None:
         txlog, explicit = read_transaction_log(txlog_node, ctx, data_dir)
+    replication_node = kids.one("Replication")
+    replication = (
+        read_replication(replication_node, ctx, name) if replication_node is not None else None
+    )
     sow_node = kids.one("SOW")
     sow = read_sow(sow_node, ctx) if sow_node is not None else ()
-    tuning, limit_node = read_tuning(kids.one("Tuning"), ctx)
+    tuning, limit_node, min_sync_node = read_tuning(kids.one("Tuning"), ctx)
     users = read_users(kids.one("Users"), ctx)
     if admin.stats_explicit:
         explicit = explicit | {EXPLICIT_STATS_FILE}
@@ -231,6 +295,7 @@ def build(root: Node, ctx: Context) -> Config:
         )
     authentication = _authentication(admin, users)
     _check_message_sizes(transports, tuning, limit_node)
+    _check_replication(replication, transports, txlog, tuning, min_sync_node)
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (
@@ -238,6 +303,17 @@ def build(root: Node, ctx: Context) -> Config:
         )
     else:
         transport_configs = tuple(replace(t.config, host=host, port=port) for t in transports)
+    actions: tuple[ActionConfig, ...] = ()
+    if (actions_node := kids.one("Actions")) is not None:
+        actions = read_actions(
+            actions_node,
+            ctx,
+            transports=tuple(t.name for t in transport_configs),
+            has_txlog=txlog is not None,
+            destinations={
+                d.name: d.sync for d in (replication.config.destinations if replication else ())
+            },
+        )
     return Config(
         name=name,
         group=group,
@@ -247,8 +323,10 @@ def build(root: Node, ctx: Context) -> Config:
         transaction_log=txlog,
         tuning=tuning,
         users=users,
+        replication=replication.config if replication is not None else None,
         sow=sow,
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,
+        actions=actions,
     )

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from server.config.actions import ActionConfig
 from server.config.netaddr import format_inet_addr, is_loopback
 
 __all__ = [
@@ -26,9 +27,15 @@ __all__ = [
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
     "MESSAGE_TYPES",
+    "NON_EXCLUDABLE_CHECKS",
     "SOW_DURABILITIES",
+    "VALIDATION_CHECKS",
     "AdminConfig",
     "Config",
+    "DestinationConfig",
+    "ReplicationConfig",
+    "ReplicationTopic",
+    "ReplicationTransport",
     "SowTopicConfig",
     "TlsConfig",
     "TopicRule",
@@ -49,6 +56,22 @@ DEFAULT_NAME: Final = "spool"
 #: The message types Spool carries (of transports and transaction log topics).
 MESSAGE_TYPES: Final = ("json",)
 
+#: Replication validation checks (docs/replication.md "Validation"), in the order they run.
+VALIDATION_CHECKS: Final = (
+    "txlog",
+    "replicate",
+    "sow",
+    "keys",
+    "cascade",
+    "queue",
+    "replicate_filter",
+    "queue_passthrough",
+    "queue_underlying",
+)
+#: The checks ``ExcludeValidation`` may not exclude.
+NON_EXCLUDABLE_CHECKS: Final = frozenset({"queue", "queue_underlying"})
+#: The most destinations whose acknowledgment a persisted ack may wait for.
+MAX_SYNC_DESTINATIONS: Final = 64
 #: How a SOW topic keeps its records: a file that survives restarts, or memory only.
 SOW_DURABILITIES: Final = ("persistent", "transient")
 
@@ -61,7 +84,8 @@ EXPLICIT_STATS_FILE: Final = "Admin/FileName"
 
 @dataclass(frozen=True, slots=True)
 class TransportConfig:
-    """One listener. ``type`` is ``websocket`` (clients), the only type in this version."""
+    """One listener: ``websocket`` (clients, ``/amps/json``) or ``amps-replication``
+    (other instances replicating to this one, ``/replication``)."""
 
     name: str
     type: str
@@ -203,6 +227,110 @@ class TransactionLogConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationTopic:
+    """A ``Replication/Destination/Topic`` block: which messages go to that destination.
+
+    Attributes:
+        name: a topic, or a regular expression of topics (``is_regex``, ``re.search``).
+        is_regex: whether ``name`` is a regular expression.
+        message_type: ``json``.
+        filter: a content filter (docs/filters.md) the message must match, or None.
+        exclude_validation: validation checks not applied to this block's topics.
+    """
+
+    name: str
+    is_regex: bool = False
+    message_type: str = "json"
+    filter: str | None = None
+    exclude_validation: frozenset[str] = frozenset()
+    _pattern: re.Pattern[str] | None = field(
+        init=False, repr=False, compare=False, hash=False, default=None
+    )
+
+    def __post_init__(self) -> None:
+        if self.is_regex:
+            object.__setattr__(self, "_pattern", re.compile(self.name))
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` falls in this block."""
+        pattern = self._pattern
+        if pattern is None:
+            return topic == self.name
+        return pattern.search(topic) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationTransport:
+    """How a source reaches a destination.
+
+    Attributes:
+        addresses: ``(host, port)`` to try in order on each reconnect (failover list).
+        compression: ``zstd`` to compress the message stream, or None.
+        user: the user the source logs on as (the destination has ``<Users>``), or None.
+        secret: that user's password or token (never shown, never logged).
+        tls: dial ``wss://`` (the destination's listener serves TLS); never falls back.
+        ca_certificate: the CA bundle the destination's certificate must chain to (None:
+            the system's CAs); its host name is checked against the address dialed.
+        certificate: a client certificate presented to the destination (mutual TLS: the
+            destination maps its subject to a user), with ``private_key``.
+        private_key: the certificate's unencrypted key.
+    """
+
+    addresses: tuple[tuple[str, int], ...]
+    compression: str | None = None
+    user: str | None = None
+    secret: str | None = field(default=None, repr=False)
+    tls: bool = False
+    ca_certificate: Path | None = None
+    certificate: Path | None = None
+    private_key: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationConfig:
+    """A ``Replication/Destination``: an instance this one pushes messages to.
+
+    Attributes:
+        name: the destination's name (unique; the admin API's ``{dest}``).
+        group: the Group the remote instance must have (the link is refused otherwise).
+        sync: whether persisted acks wait for it (``SyncType`` sync) or not (async).
+        topics: the topic blocks; a message goes when one of them takes it.
+        passthrough: regexes over group names: a message that arrived by replication goes
+            on only when the group of the instance it arrived from matches one (empty:
+            only messages published directly here).
+        transport: addresses, compression, credentials.
+    """
+
+    name: str
+    group: str
+    sync: bool
+    topics: tuple[ReplicationTopic, ...]
+    passthrough: tuple[str, ...]
+    transport: ReplicationTransport
+
+    @property
+    def sync_type(self) -> str:
+        return "sync" if self.sync else "async"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    """The ``<Replication>`` section.
+
+    Attributes:
+        destinations: the instances this one replicates to, in file order.
+        ack_interval: how often a destination acknowledges what it made durable (acks
+            in between are conflated into the next); 0 = after every group commit.
+    """
+
+    destinations: tuple[DestinationConfig, ...] = ()
+    ack_interval: float = 0.001
+
+    def destination(self, name: str) -> DestinationConfig | None:
+        return next((d for d in self.destinations if d.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
 class SowTopicConfig:
     """A ``SOW/Topic``: a topic (or a regex of topics) whose latest message per key is kept.
 
@@ -264,11 +392,14 @@ class TuningConfig:
             0 = the client chooses.
         persisted_ack_interval: seconds between periodic bookmark-position acks after a
             replay.
+        minimum_sync_destinations: a downgrade that would leave fewer destinations of
+            effective type sync than this is refused (it never causes an upgrade).
     """
 
     slow_client_buffer_limit: int = 64 * 1024 * 1024
     heartbeat_default: float = 0.0  # seconds; 0 = client chooses
     persisted_ack_interval: float = 1.0  # periodic bookmark-position ack after replay
+    minimum_sync_destinations: int = 0
     #: failed logons (websocket and dashboard together) from one address, in
     #: ``logon_failure_window``, after which its logons are refused without a check
     logon_failures_per_address: int = 10
@@ -311,6 +442,7 @@ class Config:
         transaction_log: the journal, or ``None`` to run without one.
         tuning: limits and timings.
         users: empty = no authentication (and loopback only).
+        replication: the destinations this instance replicates to, or None.
         sow: the SOW topics, in file order (the first rule that matches a topic wins).
         tls: the listener's TLS, or ``None`` (plain ``ws://`` and ``http://``).
         allow_plaintext: a non-loopback listener with users may run without TLS (a
@@ -318,6 +450,7 @@ class Config:
         source_path: the file it was loaded from; ``None`` for text or the default.
         explicit_paths: which data-directory-derived paths the file gave itself
             (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
+        actions: the scheduled and on-demand actions (``<Actions>``), in file order.
     """
 
     name: str
@@ -328,11 +461,13 @@ class Config:
     transaction_log: TransactionLogConfig | None
     tuning: TuningConfig = TuningConfig()
     users: tuple[UserConfig, ...] = ()
+    replication: ReplicationConfig | None = None
     sow: tuple[SowTopicConfig, ...] = ()
     tls: TlsConfig | None = None
     allow_plaintext: bool = False
     source_path: Path | None = None
     explicit_paths: frozenset[str] = frozenset()
+    actions: tuple[ActionConfig, ...] = ()
 
     def sow_topic(self, topic: str) -> SowTopicConfig | None:
         """The ``SOW/Topic`` rule that keeps ``topic`` (the first that matches), or None."""
@@ -342,10 +477,39 @@ class Config:
         return None
 
     @property
+    def replication_transport(self) -> TransportConfig | None:
+        """The ``amps-replication`` transport (the inbound ``/replication`` endpoint)."""
+        return next((t for t in self.transports if t.type == "amps-replication"), None)
+
+    @property
+    def replicates(self) -> bool:
+        """Whether the instance takes part in replication (destinations or an inbound
+        endpoint): its log then tracks publisher gaps (server/txlog/gaps.py)."""
+        return self.replication is not None or self.replication_transport is not None
+
+    @property
     def plaintext_exposed(self) -> bool:
         """Whether the listener is reachable from other machines without TLS (allowed only
         with ``AllowPlaintext``; the event log and the dashboard say so)."""
         return self.tls is None and not is_loopback(self.admin.host)
+
+    def directory(self, label: str) -> Path:
+        """One of the instance's directories by name: ``data``, ``stats`` (the statistics
+        database's), ``journal`` and ``archive`` (the transaction log's).
+
+        Raises:
+            KeyError: an unknown name, or ``journal``/``archive`` without a transaction log.
+        """
+        if label == "data":
+            return self.data_directory
+        if label == "stats":
+            return self.admin.stats_file.parent
+        txlog = self.transaction_log
+        if txlog is not None and label == "journal":
+            return txlog.journal_directory
+        if txlog is not None and label == "archive":
+            return txlog.archive_directory
+        raise KeyError(label)
 
     @property
     def auth_enabled(self) -> bool:

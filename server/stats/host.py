@@ -53,6 +53,26 @@ def _existing(path: Path) -> Path:
     return current
 
 
+@dataclass(frozen=True, slots=True)
+class FilesystemUsage:
+    """The file system holding a directory: its size, what is used and free, percent used."""
+
+    path: str
+    total: int
+    used: int
+    free: int
+    percent: float
+
+
+def filesystem_usage(path: Path) -> FilesystemUsage:
+    """Usage of the file system holding ``path`` (measured at its nearest existing parent).
+
+    Blocking (a ``statvfs``): run it in a thread.
+    """
+    usage = psutil.disk_usage(str(_existing(path)))
+    return FilesystemUsage(str(path), usage.total, usage.used, usage.free, float(usage.percent))
+
+
 def directory_bytes(path: Path) -> int:
     """Total size of the regular files under ``path`` (0 when it does not exist)."""
     total = 0
@@ -159,7 +179,7 @@ class HostProbe:
 
     @staticmethod
     def _disk(path: Path) -> dict[str, Any]:
-        usage = psutil.disk_usage(str(_existing(path)))
+        usage = filesystem_usage(path)
         return {
             "path": str(path),
             "dir_bytes": directory_bytes(path),

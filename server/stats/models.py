@@ -1,6 +1,6 @@
 """SQLAlchemy tables of the stats database (SQLite; schema managed by Alembic in migrations/).
 
-Two tables (and the provenance of pipeline series, ``pipeline_run``), a narrow "entity-attribute-value" layout rather than one wide table per kind,
+Two tables of samples (and the provenance of pipeline series, ``pipeline_run``), a narrow "entity-attribute-value" layout rather than one wide table per kind,
 because the set of series changes at run time (clients and topics come and go) and a new
 series must not need a migration:
 
@@ -16,11 +16,21 @@ series must not need a migration:
     Unix epoch, UTC) and ``value`` (float). The primary key ``(metric_id, ts)`` is the
     clustered key (``WITHOUT ROWID``), so a time-range read of one series is a single
     index range scan; ``ix_sample_ts`` serves retention deletes by age.
+
+``action_run``
+    one row per run of a configured action (the history of ``/api/actions``).
+``replication_event``
+    what happened to each replication link, one row per event (server/replication/
+    history.py): ``ts``, ``direction`` (``out`` a destination, ``in`` a source),
+    ``link`` (its name), ``event`` (connected, disconnected, refused, downgraded, ...) and
+    ``detail`` (the why, with a validation failure's fix). Its numbers (messages and
+    seconds behind, rates) are ordinary series (``replication/out/NAME/...``); the events
+    are text and get their own table. Same retention as the samples.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, MetaData, String
+from sqlalchemy import Float, ForeignKey, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 # Named constraints: Alembic batch mode (SQLite table rebuilds) needs stable names.
@@ -88,3 +98,39 @@ class Sample(Base):
     )
     ts: Mapped[float] = mapped_column(Float, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
+
+
+class ActionRun(Base):
+    """One run of a configured action (server/actions): who started it, when, how it ended.
+
+    ``record`` is the run as the admin API shows it (JSON: the steps, their results, the
+    files touched); the other columns are what lists and filters need without parsing it.
+    Rows are kept per action up to a bound (server/stats/actionruns.py), not by the
+    samples' retention: they are the audit trail of what the broker did to its own files.
+    """
+
+    __tablename__ = "action_run"
+    __table_args__ = (Index("ix_action_run_action_started", "action", "started"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action: Mapped[str] = mapped_column(String(64))
+    trigger: Mapped[str] = mapped_column(String(64))
+    started: Mapped[float] = mapped_column(Float)
+    finished: Mapped[float] = mapped_column(Float)
+    outcome: Mapped[str] = mapped_column(String(16))
+    user: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    record: Mapped[str] = mapped_column(Text)
+
+
+class ReplicationEvent(Base):
+    """One event of one replication link."""
+
+    __tablename__ = "replication_event"
+    __table_args__ = (Index("ix_replication_event_link_ts", "direction", "link", "ts"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    link: Mapped[str] = mapped_column(String(128))
+    event: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str] = mapped_column(Text)

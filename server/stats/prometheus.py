@@ -22,6 +22,9 @@ Families (``_total`` suffixes are added by the exposition format for counters)::
     spool_txlog_appended_total, spool_txlog_flushes_total
     spool_fsync_latency_seconds{quantile}            (summary; count = flushes)
     spool_persisted_ack_latency_seconds_bucket{le}   (histogram)
+    spool_replication_{messages,bytes}_total{link,direction}  (sent out / received in)
+    spool_replication_{connected,acked_position,messages_behind,seconds_behind}{link,direction}
+    spool_replication_sync{link}, spool_replication_disconnects_total{link}  (destinations)
     spool_logon_{succeeded,failures,refused}_total{path}, spool_logon_blocked{kind}
     spool_password_checks_total, spool_password_check_seconds_total,
     spool_password_checks_pending
@@ -47,6 +50,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
+    LinkCounters,
     SecurityCounters,
     SpillCounters,
     TopicCounters,
@@ -149,6 +153,7 @@ class SpoolCollector(Collector):
         if txlog is not None:
             yield from self._txlog(txlog)
         yield self._ack_histogram(snap["persisted_ack_latency"])
+        yield from self._replication(snap["replication"])
         yield from self._security(snap["security"])
 
     @staticmethod
@@ -324,6 +329,45 @@ class SpoolCollector(Collector):
             )
         summary.add_sample("spool_fsync_latency_seconds_count", {}, float(txlog["flushes"]))
         yield summary
+
+    @staticmethod
+    def _replication(links: dict[str, LinkCounters]) -> Iterator[Metric]:
+        rows = [(key.partition("/"), link) for key, link in links.items()]
+        both = ["link", "direction"]
+        for family, name, doc, key in (
+            (CounterMetricFamily, "spool_replication_messages",
+             "Records sent to a destination (out) or received from a source (in)", "msgs"),
+            (CounterMetricFamily, "spool_replication_bytes", "Bytes of those records", "bytes"),
+            (GaugeMetricFamily, "spool_replication_acked_position",
+             "Local seq a destination acknowledged (out) / seq acked to a source (in)", "acked"),
+            (GaugeMetricFamily, "spool_replication_messages_behind",
+             "Records not acknowledged yet", "messages_behind"),
+            (GaugeMetricFamily, "spool_replication_seconds_behind",
+             "Age of the oldest record not acknowledged", "seconds_behind"),
+        ):  # fmt: skip
+            yield _labelled(
+                family(name, doc, labels=both),
+                (([n, d], float(link[key])) for (d, _, n), link in rows),  # type: ignore[literal-required]
+            )
+        yield _labelled(
+            GaugeMetricFamily("spool_replication_connected", "1 while the link is up", labels=both),
+            (([n, d], 1.0 if link["connected"] else 0.0) for (d, _, n), link in rows),
+        )
+        outs = [(n, link) for (d, _, n), link in rows if d == "out"]
+        yield _labelled(
+            GaugeMetricFamily(
+                "spool_replication_sync",
+                "1 when persisted acks wait for the destination (effective sync type)",
+                labels=["link"],
+            ),
+            (([n], 1.0 if link["sync"] else 0.0) for n, link in outs),
+        )
+        yield _labelled(
+            CounterMetricFamily(
+                "spool_replication_disconnects", "Streaming links that ended", labels=["link"]
+            ),
+            (([n], float(link["disconnects"])) for n, link in outs),
+        )
 
     @staticmethod
     def _ack_histogram(histogram: LatencyHistogram) -> Metric:

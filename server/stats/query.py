@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, Integer, cast, func, select
 
 from server.protocol.errors import SpoolError
-from server.stats.models import Metric, Sample
+from server.stats.models import Metric, ReplicationEvent, Sample
 
 
 class UnknownMetric(SpoolError):
@@ -73,3 +73,31 @@ class StatsReader:
                 .order_by(bucket)
             )
             return [(float(t0 + int(k) * step), float(avg)) for k, avg in grouped]
+
+    def link_events(
+        self,
+        t0: float,
+        t1: float,
+        *,
+        link: str | None = None,
+        direction: str | None = None,
+        limit: int = 1000,
+    ) -> list[tuple[float, str, str, str, str]]:
+        """Replication link events with ``t0 <= ts <= t1`` (newest ``limit``), oldest
+        first, as ``(ts, direction, link, event, detail)``."""
+        query = select(
+            ReplicationEvent.ts,
+            ReplicationEvent.direction,
+            ReplicationEvent.link,
+            ReplicationEvent.event,
+            ReplicationEvent.detail,
+        ).where(ReplicationEvent.ts.between(t0, t1))
+        if link is not None:
+            query = query.where(ReplicationEvent.link == link)
+        if direction is not None:
+            query = query.where(ReplicationEvent.direction == direction)
+        query = query.order_by(ReplicationEvent.ts.desc(), ReplicationEvent.id.desc()).limit(limit)
+        with self._engine.connect() as conn:
+            rows = [(float(ts), d, lk, e, detail) for ts, d, lk, e, detail in conn.execute(query)]
+        rows.reverse()
+        return rows

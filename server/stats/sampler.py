@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, ParamSpec
+from typing import Final, ParamSpec, Protocol
 
 from server.clock import Clock
 from server.config import Config
@@ -31,10 +31,30 @@ from server.stats.series import snapshot_values
 from server.stats.snapshot import MetricsSnapshot
 from server.stats.source import MetricsSource
 from server.stats.store import StatsStore
+from server.stats.writer import LinkEventRow
 
 RETENTION_EVERY: Final = 300.0  # seconds between retention passes
 
 P = ParamSpec("P")
+
+
+class LinkEvent(Protocol):
+    """A replication link event (server/replication/history.py ``LinkEvent``)."""
+
+    @property
+    def time(self) -> float: ...
+
+    @property
+    def direction(self) -> str: ...
+
+    @property
+    def link(self) -> str: ...
+
+    @property
+    def event(self) -> str: ...
+
+    @property
+    def detail(self) -> str: ...
 
 
 def instance_directories(config: Config) -> dict[str, Path]:
@@ -55,14 +75,24 @@ class Sampler:
         config: the instance configuration (``admin.interval``, ``admin.stats_file``,
             ``admin.stats_retention``, the directories).
         clock: time source; sampling times are ``clock.time()``.
+        link_events: the replication link events that happened since the last call
+            (written with each tick's samples).
 
     Attributes:
         ticks: completed sampling ticks (rows written or not).
         last_tick: ``clock.time()`` of the last completed tick, or None.
     """
 
-    def __init__(self, broker: MetricsSource, config: Config, clock: Clock) -> None:
+    def __init__(
+        self,
+        broker: MetricsSource,
+        config: Config,
+        clock: Clock,
+        *,
+        link_events: Callable[[], Sequence[LinkEvent]] | None = None,
+    ) -> None:
         self._broker = broker
+        self._link_events = link_events
         self._config = config
         self._clock = clock
         self._interval = max(float(config.admin.interval), 1.0)
@@ -156,6 +186,15 @@ class Sampler:
                 self._report("write_failed", exc)
             else:
                 self._reported.discard("write_failed")
+            events = self._link_events() if self._link_events is not None else ()
+            if events:
+                rows: list[LinkEventRow] = [
+                    (e.time, e.direction, e.link, e.event, e.detail) for e in events
+                ]
+                try:
+                    await self._in_thread(store.writer.write_link_events, rows)
+                except Exception as exc:
+                    self._report("write_failed", exc)
         if now - self._last_retention >= RETENTION_EVERY:
             await self._apply_retention()
         self.ticks += 1

@@ -19,6 +19,9 @@ Paths (docs/admin-api.md has the full table)::
     txlog/{last_seq,durable_seq,bytes,journals}  txlog/{appended,flushes}_rate
     txlog/fsync_{p50,p99}_ms
     persisted_ack/{count,mean_ms,p50_ms,p90_ms,p99_ms,p999_ms}   (per interval)
+    replication/out/D/{msgs_out,bytes_out}[_rate]  replication/in/S/{msgs_in,bytes_in}[_rate]
+    replication/{out,in}/L/{messages_behind,seconds_behind,acked,connected}
+    replication/out/D/{sync,disconnects}
     security/{logon_failures,logon_refused}[_rate]  security/tls_expires_in_days
 """
 
@@ -135,6 +138,23 @@ def snapshot_values(
         for latency in TXLOG_LATENCIES:
             out[f"txlog/{latency}"] = float(txlog[latency])
 
+    prev_links = previous["replication"] if previous is not None else {}
+    for link_key, link in current["replication"].items():
+        direction, _, name = link_key.partition("/")
+        base = f"replication/{direction}/{segment(name)}"
+        prev_link = prev_links.get(link_key)
+        suffix = "out" if direction == "out" else "in"
+        before = prev_link["msgs"] if prev_link is not None else None
+        _counter(out, f"{base}/msgs_{suffix}", link["msgs"], before, elapsed)
+        before = prev_link["bytes"] if prev_link is not None else None
+        _counter(out, f"{base}/bytes_{suffix}", link["bytes"], before, elapsed)
+        out[f"{base}/messages_behind"] = float(link["messages_behind"])
+        out[f"{base}/seconds_behind"] = float(link["seconds_behind"])
+        out[f"{base}/acked"] = float(link["acked"])
+        out[f"{base}/connected"] = 1.0 if link["connected"] else 0.0
+        if direction == "out":
+            out[f"{base}/sync"] = 1.0 if link["sync"] else 0.0
+            out[f"{base}/disconnects"] = float(link["disconnects"])
     security = current["security"]
     prev_security = previous["security"] if previous is not None else None
     for path, per_path, prev_per_path in (

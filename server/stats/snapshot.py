@@ -77,6 +77,21 @@ class TransportCounters(TypedDict):
     enabled: bool
 
 
+class LinkCounters(TypedDict):
+    """One replication link: a destination of this instance (``out``) or a source
+    replicating to it (``in``)."""
+
+    direction: str
+    connected: bool
+    sync: bool  # out: persisted acks wait for it now (effective sync type sync)
+    msgs: int  # out: records sent; in: records received
+    bytes: int
+    acked: int  # out: how far it acknowledged this log; in: how far this instance acked
+    messages_behind: int
+    seconds_behind: float
+    disconnects: int
+
+
 class SecurityCounters(TypedDict):
     """Logons, password checks and the listener's TLS.
 
@@ -114,6 +129,7 @@ class MetricsSnapshot(TypedDict):
     txlog: TxlogCounters | None
     persisted_ack_latency: LatencyHistogram
     transports: dict[str, TransportCounters]
+    replication: dict[str, LinkCounters]  # "out/NAME" or "in/NAME"
     security: SecurityCounters
     spills: SpillCounters
     #: connections ended since the start, by cause (every cause, zeros included)

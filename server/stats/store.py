@@ -1,7 +1,7 @@
 """The stats database of one instance: engine, writer and reader opened together.
 
 The sampler opens it at start (migrations included) and the admin API uses the same object
-for ``/api/stats`` and the truncate action. All methods block; callers on the event loop
+for ``/api/stats`` and the truncate action; the actions record their runs in it. All methods block; callers on the event loop
 wrap them in ``asyncio.to_thread``.
 """
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from server.stats.actionruns import ActionRunLog
 from server.stats.db import open_stats_engine
 from server.stats.query import StatsReader
 from server.stats.writer import StatsWriter
@@ -24,6 +25,7 @@ class StatsStore:
         engine: the SQLAlchemy engine (WAL, synchronous=NORMAL).
         writer: inserts and truncation.
         reader: series queries.
+        action_runs: the history of action runs.
     """
 
     def __init__(self, path: Path, engine: Engine) -> None:
@@ -31,6 +33,7 @@ class StatsStore:
         self.engine = engine
         self.writer = StatsWriter(engine)
         self.reader = StatsReader(engine)
+        self.action_runs = ActionRunLog(engine)
 
     @classmethod
     def open(cls, path: Path) -> StatsStore:

@@ -10,15 +10,18 @@ another writer could silently invalidate.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from sqlalchemy import Connection, Engine, delete, exists, select
+from sqlalchemy import Connection, Engine, delete, exists, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from server.stats.models import Metric, Sample
+from server.stats.models import Metric, ReplicationEvent, Sample
 
 _CHUNK: Final = 500  # bound parameters per IN (...) list, well under SQLite's limit
+
+#: a replication link event: (ts, direction, link, event, detail)
+LinkEventRow = tuple[float, str, str, str, str]
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
@@ -92,4 +95,19 @@ class StatsWriter:
                     Metric.run_id.is_(None), ~exists().where(Sample.metric_id == Metric.id)
                 )
             )
+            conn.execute(delete(ReplicationEvent).where(ReplicationEvent.ts < before))
         return int(deleted or 0)
+
+    def write_link_events(self, rows: Sequence[LinkEventRow]) -> int:
+        """Store replication link events (one transaction); returns rows written."""
+        if not rows:
+            return 0
+        with self._engine.begin() as conn:
+            conn.execute(
+                insert(ReplicationEvent),
+                [
+                    {"ts": ts, "direction": d, "link": link, "event": e, "detail": detail}
+                    for ts, d, link, e, detail in rows
+                ],
+            )
+        return len(rows)

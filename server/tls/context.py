@@ -1,10 +1,11 @@
-"""Server TLS contexts from the configured files.
+"""TLS contexts from the configured files: the listener's, and a replication link's.
 
-One function, :func:`load_server_pair`, reads and checks a certificate chain, its private
-key and optionally a CA bundle, and returns a ready :class:`ssl.SSLContext` with the facts
-of the leaf certificate. It is called by the configuration loader (so a bad file is a
-configuration error at its element) and by the listener on every reload, in a worker
-thread (it reads files).
+:func:`load_server_pair` reads and checks a certificate chain, its private key and
+optionally a CA bundle, and returns a ready :class:`ssl.SSLContext` with the facts of the
+leaf certificate. :func:`load_dial_context` is the other end: the context a replication
+link dials its destination's listener with (issue 15). Both are called by the
+configuration loader (so a bad file is a configuration error at its element); the
+listener's also on every reload, in a worker thread (they read files).
 
 The policy, the same on every Spool listener:
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NoReturn
 
+from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -52,6 +54,8 @@ __all__ = [
     "MINIMUM_VERSION",
     "TLS12_CIPHERS",
     "ServerPair",
+    "check_pair",
+    "load_dial_context",
     "load_server_pair",
 ]
 
@@ -123,6 +127,30 @@ def load_server_pair(
         raise ValueError(f"ClientAuth must be none, optional or required, not {client_auth!r}")
     if client_auth != "none" and ca_certificate is None:
         raise ValueError(f"ClientAuth {client_auth} needs a CACertificate to verify clients")
+    chain = check_pair(certificate, private_key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = MINIMUM_VERSION
+    context.set_ciphers(TLS12_CIPHERS)
+    context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
+    try:
+        context.load_cert_chain(certificate, private_key, password=_refuse_password)
+    except ssl.SSLError as exc:
+        # the files changed between the checks above and this load, or OpenSSL refuses
+        # something cryptography accepted (e.g. a key too weak for its security level)
+        raise KeyMismatch(private_key, f"OpenSSL refused the pair: {exc.reason or exc}") from None
+    if ca_certificate is not None:
+        _load_ca(context, ca_certificate)
+    context.verify_mode = CLIENT_AUTH[client_auth]
+    return ServerPair(context, certificate_info(chain[0]), len(chain))
+
+
+def check_pair(certificate: Path, private_key: Path) -> list[x509.Certificate]:
+    """Read a certificate chain and its private key and check they belong together
+    (blocking: reads files); returns the chain, leaf first.
+
+    Raises:
+        TlsError: the subclass naming the file at fault and why.
+    """
     cert_pem = _read("Certificate", certificate)
     try:
         chain = load_pem_chain(cert_pem)
@@ -149,24 +177,52 @@ def load_server_pair(
         raise KeyMismatch(
             private_key, f"this key does not belong to the certificate in {certificate}"
         )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    return chain
+
+
+def _load_ca(context: ssl.SSLContext, ca_certificate: Path) -> None:
+    ca_pem = _read("CACertificate", ca_certificate)
+    try:
+        load_pem_chain(ca_pem)
+        context.load_verify_locations(cadata=ca_pem.decode("ascii"))
+    except (ValueError, UnicodeDecodeError, ssl.SSLError):
+        raise CaCertificateInvalid(ca_certificate, "not a PEM bundle of CA certificates") from None
+
+
+def load_dial_context(
+    ca_certificate: Path | None = None,
+    certificate: Path | None = None,
+    private_key: Path | None = None,
+) -> ssl.SSLContext:
+    """A context for dialing a Spool listener (a replication link to its destination;
+    blocking: reads files).
+
+    The listener is verified against ``ca_certificate`` (the system's CAs without one) and
+    its host name checked against the address dialed; the same protocol and cipher policy
+    as the listeners. ``certificate`` with ``private_key`` is presented when the listener
+    asks (mutual TLS: the destination maps its subject to a user).
+
+    Raises:
+        TlsError: the subclass naming the file at fault and why.
+        ValueError: a certificate without its key or a key without its certificate (the
+            configuration refuses both earlier).
+    """
+    if (certificate is None) != (private_key is None):
+        raise ValueError("a client Certificate and its PrivateKey go together")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED, check_hostname
     context.minimum_version = MINIMUM_VERSION
     context.set_ciphers(TLS12_CIPHERS)
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
-    try:
-        context.load_cert_chain(certificate, private_key, password=_refuse_password)
-    except ssl.SSLError as exc:
-        # the files changed between the checks above and this load, or OpenSSL refuses
-        # something cryptography accepted (e.g. a key too weak for its security level)
-        raise KeyMismatch(private_key, f"OpenSSL refused the pair: {exc.reason or exc}") from None
     if ca_certificate is not None:
-        ca_pem = _read("CACertificate", ca_certificate)
+        _load_ca(context, ca_certificate)
+    else:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    if certificate is not None and private_key is not None:
+        check_pair(certificate, private_key)
         try:
-            load_pem_chain(ca_pem)
-            context.load_verify_locations(cadata=ca_pem.decode("ascii"))
-        except (ValueError, UnicodeDecodeError, ssl.SSLError):
-            raise CaCertificateInvalid(
-                ca_certificate, "not a PEM bundle of CA certificates"
+            context.load_cert_chain(certificate, private_key, password=_refuse_password)
+        except ssl.SSLError as exc:
+            raise KeyMismatch(
+                private_key, f"OpenSSL refused the pair: {exc.reason or exc}"
             ) from None
-    context.verify_mode = CLIENT_AUTH[client_auth]
-    return ServerPair(context, certificate_info(leaf), len(chain))
+    return context

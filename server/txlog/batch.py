@@ -169,6 +169,29 @@ class RecordBatch(Sequence[Record]):
             records[i] = rec
         return rec
 
+    def path(self, i: int) -> tuple[str, ...]:
+        """The i-th record's replication path (``()`` without building a record when it
+        has none)."""
+        rec = self._special.get(i if i >= 0 else i + len(self.bodies))
+        return rec.path if rec is not None else ()
+
+    def sow_key(self, i: int) -> str:
+        """The i-th record's SOW key field ("" without building a record when absent)."""
+        rec = self._special.get(i if i >= 0 else i + len(self.bodies))
+        return rec.sow_key if rec is not None else ""
+
+    def kind(self, i: int) -> int:
+        """The i-th record's kind (no record built when the batch has one kind)."""
+        kinds = self._kinds
+        if len(kinds) == 1:
+            return next(iter(kinds))
+        return int(self.record(i).kind)
+
+    @property
+    def plain(self) -> bool:
+        """No record of the batch has a path, a correlation id or a SOW key."""
+        return not self._special
+
     def has_corr_ids(self) -> bool:
         """Whether any record of the batch carries a correlation id."""
         return any(r.corr_id for r in self._special.values())

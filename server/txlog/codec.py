@@ -48,7 +48,7 @@ import google_crc32c
 
 from server import speedups
 from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import FLAG_LATE, Record, RecordKind, late_key
 
 __all__ = [
     "CRC_RESIDUE",
@@ -214,10 +214,10 @@ def encode_run_py(
 ) -> list[bytes]:
     """Encode consecutive records of one publisher, topic, kind and path, one timestamp.
 
-    The batched form of :func:`encode`: the topic and message type are encoded once and
-    the per-record work is one header pack, one concatenation and one CRC (a SOW key per
-    record included, when ``sow_keys`` is given). Record ``i`` gets seq
-    ``first_seq + i``. With correlation ids or a replication path, each record is a whole
+    The batched form of :func:`encode`: the topic, message type and path are encoded once
+    and the per-record work is one header pack, one concatenation and one CRC (a SOW key
+    per record included, when ``sow_keys`` is given; a replicated run's path too). Record
+    ``i`` gets seq ``first_seq + i``. With correlation ids, each record is a whole
     :func:`encode` instead.
 
     This is the pure-Python implementation and the oracle of the compiled one
@@ -230,7 +230,8 @@ def encode_run_py(
     Raises:
         ValueError: ``pub_seqs`` and ``bodies`` differ in length (plain records).
     """
-    if corr_ids or path:
+    names = [_utf8(name) for name in path]
+    if corr_ids or len(names) > 0xFF or any(len(nb) > 0xFF for nb in names):
         return _encode_each(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
             corr_ids, sow_keys, kind, path,
@@ -239,8 +240,10 @@ def encode_run_py(
     mb = _enc_cache.get(message_type) or _utf8(message_type)
     tl = len(tb)
     ml = len(mb)
-    fixed = MIN_RECORD + tl + ml
-    strings = tb + mb
+    pb = b"".join(bytes((len(nb),)) + nb for nb in names)
+    fixed = MIN_RECORD + tl + ml + len(pb)
+    strings = tb + mb + pb
+    npath = len(path)
     pack = HEADER.pack
     crc = _crc
     u32 = _U32.pack
@@ -253,7 +256,7 @@ def encode_run_py(
             for ps, body in zip(pub_seqs, bodies, strict=True):
                 bl = len(body)
                 data = pack(fixed + bl, FORMAT, kind, 0, seq, timestamp_us, pub_hash, ps, tl, ml,
-                            0, 0, 0, bl) + strings + body  # fmt: skip
+                            npath, 0, 0, bl) + strings + body  # fmt: skip
                 keep(data + u32(crc(data)))
                 seq += 1
         else:
@@ -261,7 +264,7 @@ def encode_run_py(
                 bl = len(body)
                 kb = key.encode()
                 data = b"".join((pack(fixed + len(kb) + bl, FORMAT, kind, 0, seq, timestamp_us,
-                                      pub_hash, ps, tl, ml, 0, 0, len(kb), bl),
+                                      pub_hash, ps, tl, ml, npath, 0, len(kb), bl),
                                  strings, kb, body))  # fmt: skip
                 keep(data + u32(crc(data)))
                 seq += 1
@@ -283,7 +286,8 @@ def _encode_each(
     kind: int,
     path: tuple[str, ...],
 ) -> list[bytes]:
-    """:func:`encode_run` of records with correlation ids or a path, one at a time."""
+    """:func:`encode_run` of records with correlation ids (or a path too long to batch),
+    one at a time."""
     out: list[bytes] = []
     for i, body in enumerate(bodies):
         fields = (
@@ -594,7 +598,8 @@ class ScanResult:
 
     Attributes:
         rows: ``(journal offset, length, timestamp_us, pub_hash, pub_seq)`` per record,
-            the offset being ``base`` plus the record's position in the buffer.
+            the offset being ``base`` plus the record's position in the buffer;
+            ``pub_hash`` is the record's index key (:func:`~server.txlog.record.index_key`).
         end: position in the buffer just past the last valid record.
         next_seq: the seq the next record must carry.
         reason: ``None`` when the scan stopped cleanly (end of data, or an incomplete
@@ -680,7 +685,8 @@ def scan(
         if rseq != seq:
             reason = "sequence gap"
             break
-        add((base + pos, length, ts, ph, ps))
+        # a late record is indexed under its late key (server/txlog/record.py FLAG_LATE)
+        add((base + pos, length, ts, late_key(ph) if _f & FLAG_LATE else ph, ps))
         pos += length
         seq += 1
     res.end = pos

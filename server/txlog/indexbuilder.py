@@ -190,7 +190,11 @@ class IndexBuilder:
         return [row[3] for row in self.ranges.get(pub_hash, ())]
 
     def _open_pubs(self) -> dict[int, list[int]]:
-        """Per publisher in the block being filled: ``[first_ps, last_ps, count, last_seq]``."""
+        """Per publisher in the block being filled: ``[min_ps, max_ps, count, last_seq]``.
+
+        A publisher's sequences increase along the log under its own key, so these are its
+        first and last there; under a late key (server/txlog/record.py) they need not.
+        """
         pubs: dict[int, list[int]] = {}
         seq = self._cur_first
         for _off, _len, _ts, ph, ps in self._rows:
@@ -199,11 +203,38 @@ class IndexBuilder:
                 if p is None:
                     pubs[ph] = [ps, ps, 1, seq]
                 else:
-                    p[1] = ps
+                    if ps > p[1]:
+                        p[1] = ps
+                    elif ps < p[0]:
+                        p[0] = ps
                     p[2] += 1
                     p[3] = seq
             seq += 1
         return pubs
+
+    def late_spans(self, key: int, pub_seq: int) -> list[BlockSpan]:
+        """Every block whose range of ``key`` covers ``pub_seq``: a late key's ranges need
+        not increase along the log, so no binary search (they are few)."""
+        spans = [self._block(r[3]) for r in self.ranges.get(key, ()) if r[0] <= pub_seq <= r[1]]
+        if any(r[3] == key and r[4] == pub_seq for r in self._rows):
+            current = self._current()
+            if current is not None:
+                spans.append(current)
+        return spans
+
+    def key_ranges(self) -> Iterator[tuple[int, int, int, int, BlockSpan | None]]:
+        """Every ``(index key, first, last, count, block)`` range of the journal.
+
+        Closed blocks give their publisher ranges; the records of the block being filled
+        come one by one, exact, with no block (server/txlog/holdings.py reads these to
+        rebuild the gap table).
+        """
+        for h, rows in self.ranges.items():
+            for first, last, _last_seq, block, count in rows:
+                yield h, first, last, count, self._block(block)
+        for _off, _len, _ts, ph, ps in self._rows:
+            if ph:
+                yield ph, ps, ps, 1, None
 
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
         cur = self._open_pubs().get(pub_hash) if self._rows else None
@@ -215,7 +246,9 @@ class IndexBuilder:
             return None if s is None else PublisherSummary(pub_hash, s[0], s[1], s[2], s[3])
         if s is None:
             return PublisherSummary(pub_hash, cur[0], cur[1], cur[3], cur[2])
-        return PublisherSummary(pub_hash, s[0], cur[1], cur[3], s[3] + cur[2])
+        return PublisherSummary(
+            pub_hash, min(s[0], cur[0]), max(s[1], cur[1]), cur[3], s[3] + cur[2]
+        )
 
     def publishers(self) -> Iterator[PublisherSummary]:
         open_pubs = self._open_pubs()
@@ -315,7 +348,10 @@ class IndexBuilder:
             else:
                 rl.append(row)
                 s = summary[h]
-                s[1] = lst
+                if f < s[0]:
+                    s[0] = f
+                if lst > s[1]:
+                    s[1] = lst
                 s[2] = last_seq
                 s[3] += cnt
             if encode:
@@ -362,7 +398,10 @@ class IndexBuilder:
                 else:
                     rl.append(row)
                     s = summary[h]
-                    s[1] = lst
+                    if f < s[0]:
+                        s[0] = f
+                    if lst > s[1]:
+                        s[1] = lst
                     s[2] = last_seq
                     s[3] += rcnt
             block_no += 1

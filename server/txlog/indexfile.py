@@ -26,7 +26,8 @@ Block entry (48 bytes)::
     42  2  reserved
     44  4  entry_crc    open form: CRC-32C of this entry (this field as 0) + its ranges
 
-Publisher-range entry (40 bytes)::
+Publisher-range entry (40 bytes; a publisher's lowest and highest sequence in the
+block: its first and last, except under a late key, server/txlog/record.py)::
 
     0   8  pub_hash     8  8  first_pub_seq    16 8  last_pub_seq
     24  8  last_seq     seq of the last_pub_seq record

@@ -29,8 +29,8 @@ from typing import Protocol
 
 from server.txlog.batch import RecordBatch
 from server.txlog.journal import JournalList
-from server.txlog.lookup import SpanQuery, plan_bookmark, plan_time, search_span
-from server.txlog.record import Record
+from server.txlog.lookup import SpanQuery, plan_bookmark, plan_late, plan_time, search_span
+from server.txlog.record import Record, late_key
 from server.txlog.tail import TailCache
 
 __all__ = ["Located", "Locator", "LogReads", "LookupView"]
@@ -74,6 +74,17 @@ class Locator:
 
     # -- from memory ----------------------------------------------------------------------
 
+    def _plans(self, pub_hash: int, pub_seq: int) -> list[SpanQuery]:
+        """The blocks that may hold a bookmark: under the publisher's own index key, and
+        under its late key (a record that arrived late, server/txlog/record.py)."""
+        items = self._journals.items
+        plans = []
+        own = plan_bookmark(items, pub_hash, pub_seq)
+        if own is not None:
+            plans.append(own)
+        plans.extend(plan_late(items, late_key(pub_hash), pub_hash, pub_seq))
+        return plans
+
     def bookmark_in_memory(self, pub_hash: int, pub_seq: int) -> int | SpanQuery | None:
         """The seq of that bookmark if memory answers it (None: not in the log), else the
         block to read from its journal file."""
@@ -82,10 +93,15 @@ class Locator:
             return None
         if pub_seq == last[0]:
             return last[1] if last[1] >= self._journals.items[0].base else None
-        plan = plan_bookmark(self._journals.items, pub_hash, pub_seq)
-        if plan is None or plan.span.seq < self._tail.first:
-            return plan
-        return self._resolve(plan, b"")
+        needs_read: SpanQuery | None = None
+        for plan in self._plans(pub_hash, pub_seq):
+            if plan.span.seq < self._tail.first:
+                needs_read = needs_read or plan
+                continue
+            found = self._resolve(plan, b"")
+            if found is not None:
+                return found
+        return needs_read
 
     def time_in_memory(self, timestamp_us: int) -> int | SpanQuery:
         """The first seq at or after that time if memory answers it, else the block to
@@ -112,14 +128,26 @@ class Locator:
         answer = self.bookmark_in_memory(pub_hash, pub_seq)
         if not isinstance(answer, SpanQuery):
             return answer
-        return self._resolve(answer, self._read_block(answer))
+        for plan in self._plans(pub_hash, pub_seq):
+            if plan.span.seq >= self._tail.first:
+                continue  # answered from memory already
+            found = self._resolve(plan, self._read_block(plan))
+            if found is not None:
+                return found
+        return None
 
     async def locate_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
         """:meth:`seq_for_bookmark` with the block read in a worker thread."""
         answer = self.bookmark_in_memory(pub_hash, pub_seq)
         if not isinstance(answer, SpanQuery):
             return answer
-        return await self._locate(answer)
+        for plan in self._plans(pub_hash, pub_seq):
+            if plan.span.seq >= self._tail.first:
+                continue  # answered from memory already
+            found = await self._locate(plan)
+            if found is not None:
+                return found
+        return None
 
     def seq_for_time(self, timestamp_us: int) -> int:
         """First seq recorded at or after ``timestamp_us``; ``last_seq + 1`` if none (a

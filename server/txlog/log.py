@@ -45,14 +45,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from server.bookmarks import format_bookmark
 from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch
 from server.txlog.caches import CacheWriter
 from server.txlog.codec import encode, encode_run, make_record
 from server.txlog.errors import (
-    PublisherSequenceRegression,
     TxlogClosed,
     TxlogError,
     TxlogWriteFailed,
@@ -72,8 +70,9 @@ from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.outage import RetryPolicy, WriteOutage
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.placement import Placement
+from server.txlog.publishers import Holdings, Publishers
 from server.txlog.reading import RecordReader
-from server.txlog.record import Record, RecordKind
+from server.txlog.record import FLAG_LATE, Record, RecordKind
 from server.txlog.recoveryreport import RecoveryReport, recovery_stats
 from server.txlog.retention import Retention
 from server.txlog.space import DiskSpace, PreallocationShortfall
@@ -100,6 +99,7 @@ class TransactionLog:
         files: the file seam for journal writes (tests inject failures through it).
         tail_cache_bytes: budget of recent records kept in memory for readers.
         block_bytes: index block size (tests use small blocks).
+        track_gaps: keep each publisher's gaps, for late records (server/txlog/publishers.py).
     """
 
     def __init__(
@@ -112,6 +112,7 @@ class TransactionLog:
         files: FileSeam | None = None,
         tail_cache_bytes: int = TAIL_CACHE_BYTES,
         block_bytes: int = BLOCK_BYTES,
+        track_gaps: bool = False,
     ) -> None:
         self.config = config
         self.instance = validate_instance(instance)
@@ -125,7 +126,8 @@ class TransactionLog:
         self._state = _NEW
         self._closed_event = asyncio.Event()
         self._journals = JournalList()
-        self._pubs: dict[int, tuple[int, int]] = {}  # pub_hash -> (last pub_seq, its seq)
+        self._publishers = Publishers(track_gaps)
+        self._pubs = self._publishers.table  # pub_hash -> (last pub_seq, its seq)
         self._last_ts = 0  # timestamp of the last appended record
         self._tail = TailCache(tail_cache_bytes)
         self._pending = Pending(self._journals, self._pubs, block_bytes)
@@ -144,7 +146,7 @@ class TransactionLog:
             committed=self._committed, unallocated=self._space.allocation_failed,
         )  # fmt: skip
         self._placement = Placement(
-            self._pending, self._tail, self._pubs, self._space, self._commit,
+            self._pending, self._tail, self._publishers, self._space, self._commit,
             directory=self._dir, instance=self.instance, journal_size=self._journal_size,
             block_bytes=block_bytes,
         )  # fmt: skip
@@ -185,6 +187,7 @@ class TransactionLog:
         self._open_seq = active.last_seq
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
+        await self._publishers.rebuild_gaps(self._journals.items)
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
@@ -305,13 +308,22 @@ class TransactionLog:
 
     def publisher_last(self, pub_hash: int) -> int:
         """Highest ``pub_seq`` appended by that publisher (0 if none); survives restarts."""
-        last = self._pubs.get(pub_hash)
-        return last[0] if last is not None else 0
+        return self._publishers.last(pub_hash)
 
     def publisher_last_bookmark(self, pub_hash: int) -> str | None:
         """Bookmark ``PUBHASH|PUBSEQ|`` of that publisher's last message, if any."""
-        last = self._pubs.get(pub_hash)
-        return format_bookmark(pub_hash, last[0]) if last is not None else None
+        return self._publishers.last_bookmark(pub_hash)
+
+    @property
+    def publishers(self) -> Publishers:
+        """The publisher table: highest sequences, gaps and holdings (publishers.py)."""
+        return self._publishers
+
+    def resync_start(self, holdings: Holdings) -> int:
+        """Where to start sending another instance what ``holdings`` lack: the first seq of
+        the oldest journal that may hold such a record (``last_seq + 1`` when none does)."""
+        start = self._publishers.resync_start(self._journals, holdings)
+        return max(start, self.first_seq) if start is not None else self.last_seq + 1
 
     # -- append -------------------------------------------------------------------------
 
@@ -329,17 +341,22 @@ class TransactionLog:
         corr_id: str = "",
         sow_key: str = "",
         timestamp_us: int | None = None,
+        late: bool = False,
     ) -> Record:
         """Append one record (event loop; no I/O). It becomes durable at a later flush.
 
         ``pub_hash`` 0 means "no publisher identity" (e.g. queue events): such records
         are not indexed by bookmark and do not count as a publisher's last message.
 
+        ``late``: it fills a gap of its publisher (``publishers.missing``), below the
+        highest, flagged ``FLAG_LATE``; the highest stays where it was.
+
         Raises:
             TxlogClosed: the log is not open.
             TxlogWriteFailed: the log refuses writes: a write failed and is being retried.
             TxlogFull: rolling to a new journal would exceed TransactionLog/MaxSize.
-            PublisherSequenceRegression: ``pub_seq`` not above the publisher's last.
+            PublisherSequenceRegression: ``pub_seq`` not above the publisher's last (or,
+                for a late record, not in one of its gaps).
             RecordTooLarge, FieldOutOfRange: the record does not fit the format.
         """
         if self._state != _OPEN:
@@ -347,10 +364,9 @@ class TransactionLog:
         werr = self._commit.write_error
         if werr is not None:
             raise werr
-        if pub_hash:
-            prev = self._pubs.get(pub_hash)
-            if prev is not None and pub_seq <= prev[0]:
-                raise PublisherSequenceRegression(pub_hash, pub_seq, prev[0])
+        self._publishers.check(pub_hash, pub_seq, late=late)
+        if late:
+            flags |= FLAG_LATE
         if type(kind) is not RecordKind:
             kind = RecordKind(kind)
         seq = self._pending.last_seq + 1
@@ -360,7 +376,7 @@ class TransactionLog:
             sow_key,
         )  # fmt: skip
         data = encode(*fields)
-        self._placement.place([data], ts, pub_hash, [pub_seq])
+        self._placement.place([data], ts, pub_hash, [pub_seq], late=late)
         return make_record(*fields)
 
     def append_many(

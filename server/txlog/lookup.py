@@ -19,7 +19,7 @@ from server.txlog.errors import CorruptRecord
 from server.txlog.index import BlockSpan
 from server.txlog.journal import Journal
 
-__all__ = ["Match", "SpanQuery", "plan_bookmark", "plan_time", "search_span"]
+__all__ = ["Match", "SpanQuery", "plan_bookmark", "plan_late", "plan_time", "search_span"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,24 @@ def plan_bookmark(journals: Sequence[Journal], pub_hash: int, pub_seq: int) -> S
         span = j.index.span_for_bookmark(pub_hash, pub_seq)
         return None if span is None else SpanQuery(j, span, pub_hash, pub_seq)
     return None
+
+
+def plan_late(
+    journals: Sequence[Journal], key: int, pub_hash: int, pub_seq: int
+) -> list[SpanQuery]:
+    """Every block that may hold the late record ``(pub_hash, pub_seq)``, indexed under
+    ``key`` (its publisher's late key): late records of one publisher need not increase
+    along the log, so every journal and block whose range covers the sequence is a
+    candidate (they are few: late records are rare)."""
+    plans: list[SpanQuery] = []
+    for j in reversed(journals):
+        summary = j.index.publisher(key)
+        if summary is None or not summary.min_pub_seq <= pub_seq <= summary.max_pub_seq:
+            continue
+        plans.extend(
+            SpanQuery(j, span, pub_hash, pub_seq) for span in j.index.late_spans(key, pub_seq)
+        )
+    return plans
 
 
 def plan_time(journals: Sequence[Journal], timestamp_us: int) -> SpanQuery | None:

@@ -16,6 +16,8 @@ from server.txlog.files import journal_name
 from server.txlog.groupcommit import GroupCommit, Pending
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal
+from server.txlog.publishers import Publishers
+from server.txlog.record import late_key
 from server.txlog.space import DiskSpace
 from server.txlog.tail import TailCache
 
@@ -28,7 +30,8 @@ class Placement:
     Args:
         pending: what the flusher takes next.
         tail: the in-memory tail readers use.
-        publishers: the log's publisher table ``pub_hash -> (pub_seq, seq)`` (shared).
+        publishers: the log's publisher table (highest ``pub_seq`` and its seq; the gaps
+            a late record fills).
         space: disk accounting (a roll takes a preallocated file or room).
         commit: the group commit (waiters of appends, the flusher's wake-up).
         directory: the journal directory.
@@ -44,7 +47,7 @@ class Placement:
         self,
         pending: Pending,
         tail: TailCache,
-        publishers: dict[int, tuple[int, int]],
+        publishers: Publishers,
         space: DiskSpace,
         commit: GroupCommit,
         *,
@@ -64,18 +67,29 @@ class Placement:
         self._block_bytes = block_bytes
         self.rolls = 0
 
-    def place(self, encoded: list[bytes], ts: int, pub_hash: int, pub_seqs: list[int]) -> int:
+    def place(
+        self,
+        encoded: list[bytes],
+        ts: int,
+        pub_hash: int,
+        pub_seqs: list[int],
+        late: bool = False,
+    ) -> int:
         """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
         journal's pending bytes, index and tail, rolling to a new journal between records
         when one does not fit; then account them once (publisher table, waiters, flusher).
 
         Everything the per-record loop touches is bound to a local first.
 
+        A late record (one record that fills a gap of its publisher, below its highest) is
+        indexed under the publisher's late key and leaves the highest alone.
+
         Returns:
             How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
             is raised only when nothing was placed, so ``TransactionLog.append`` reports it.
         """
         pending = self._pending
+        key = late_key(pub_hash) if late and pub_hash else pub_hash
         tail = self._tail.records
         seq = pending.last_seq
         offset = pending.length
@@ -103,7 +117,7 @@ class Placement:
                 add = pending.builder.add
                 offset = 0
             seq += 1
-            entry = add(seq, offset, size, ts, pub_hash, pub_seqs[done], data)
+            entry = add(seq, offset, size, ts, key, pub_seqs[done], data)
             if entry is not None:  # a block closed (every few KB)
                 pend_index.append((pending.journals.active, entry))
             keep(data)
@@ -115,8 +129,7 @@ class Placement:
         pending.length = offset
         pending.last_seq = seq
         if done:
-            if pub_hash:
-                self._pubs[pub_hash] = (pub_seqs[done - 1], seq)
+            self._pubs.placed(pub_hash, pub_seqs[:done], seq, late=late)
             commit = self._commit
             if commit.appended.due(seq):
                 commit.appended.release(seq)

@@ -13,6 +13,26 @@ from typing import Final
 
 from server.bookmarks import format_bookmark
 
+#: ``Record.flags`` bit: the record was appended below its publisher's highest sequence,
+#: filling a gap (server/txlog/gaps.py): a message that reached this instance late, by
+#: another replication route. Its publisher's sequences no longer increase along the log
+#: there, so the bookmark index files it under :func:`index_key` instead, which keeps the
+#: publisher's own ranges increasing (lookups try both).
+FLAG_LATE: Final = 0x0001
+#: what a late record's publisher id is combined with to give its index key
+_LATE_SALT: Final = 0x9E3779B97F4A7C15
+
+
+def late_key(pub_hash: int) -> int:
+    """The bookmark-index key of a publisher's late records."""
+    return pub_hash ^ _LATE_SALT
+
+
+def index_key(pub_hash: int, flags: int) -> int:
+    """The publisher id a record is indexed under (its own, or :func:`late_key`)."""
+    return pub_hash ^ _LATE_SALT if flags & FLAG_LATE else pub_hash
+
+
 #: separates a SOW key from the message's lifetime in a record's SOW key field
 SOW_FIELD_SEPARATOR: Final = "\x1e"
 
@@ -40,7 +60,7 @@ class Record:
         message_type: e.g. ``json``.
         kind: see :class:`RecordKind`.
         path: instance names the message travelled through (replication), origin first.
-        flags: bit flags (reserved for replication/queues).
+        flags: bit flags: :data:`FLAG_LATE`; the others are reserved.
         body: the message body, byte for byte as published.
         corr_id: the publisher's correlation id (``x``), passed through untouched.
         sow_key: the SOW key field: for a record of a SOW topic its key, followed by

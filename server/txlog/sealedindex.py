@@ -87,6 +87,7 @@ class SealedIndex:
         self._ranges_off = footer.ranges_offset
         self._pubs_off = footer.pubs_offset
         self._npub = footer.npubs
+        self._nr = footer.nranges
         # first_seq (Q at 0), offset (Q at 8) and ts_max (q at 24) of the block table
         self._seq_col = _Column(buf, self._blocks_off, nb, BLOCK.size, "<Q")
         self._off_col = _Column(buf, self._blocks_off + 8, nb, BLOCK.size, "<Q")
@@ -203,6 +204,27 @@ class SealedIndex:
         if h != pub_hash or not first <= pub_seq <= last:
             return None
         return self._span(blk)
+
+    def late_spans(self, key: int, pub_seq: int) -> list[BlockSpan]:
+        """Every block whose range of ``key`` covers ``pub_seq`` (see IndexBuilder's)."""
+        i = bisect.bisect_left(self._range_key, (key,))
+        spans: list[BlockSpan] = []
+        while i < self._nr:
+            h, first, last, _ls, blk, _cnt = RANGE.unpack_from(
+                self._buf, self._ranges_off + i * RANGE.size
+            )
+            if h != key or first > pub_seq:
+                break
+            if pub_seq <= last:
+                spans.append(self._span(blk))
+            i += 1
+        return spans
+
+    def key_ranges(self) -> Iterator[tuple[int, int, int, int, BlockSpan | None]]:
+        """Every ``(index key, first, last, count, block)`` range (as IndexBuilder's)."""
+        end = self._ranges_off + self._nr * RANGE.size
+        for h, first, last, _ls, blk, cnt in RANGE.iter_unpack(self._buf[self._ranges_off : end]):
+            yield h, first, last, cnt, self._span(blk)
 
     def publisher_blocks(self, pub_hash: int) -> list[int]:
         """Numbers of the blocks holding records of ``pub_hash`` (ascending: ranges are

@@ -219,7 +219,8 @@ function kvRows(node, rows) {
 
 function perPath(counts) {
   const c = counts ?? {};
-  return `websocket ${fmtInt(c.websocket ?? 0)} · dashboard ${fmtInt(c.dashboard ?? 0)}`;
+  return `websocket ${fmtInt(c.websocket ?? 0)} · dashboard ${fmtInt(c.dashboard ?? 0)}` +
+    ` · replication ${fmtInt(c.replication ?? 0)}`;
 }
 
 function renderSecurity(listener, logons) {
@@ -255,7 +256,7 @@ function renderSecurity(listener, logons) {
   const last = logons.recent_failures.at(-1);
   kvRows($id("logons-kv"), [
     ["succeeded", perPath(logons.succeeded)],
-    ["failed", perPath(logons.failures), (logons.failures.websocket + logons.failures.dashboard) ? "warn" : ""],
+    ["failed", perPath(logons.failures), Object.values(logons.failures).some((n) => n > 0) ? "warn" : ""],
     ["refused unchecked", perPath(logons.refused)],
     ["throttled now", `${fmtInt(logons.blocked_addresses)} addresses · ${fmtInt(logons.blocked_users)} users`,
       blocked ? "warn" : ""],

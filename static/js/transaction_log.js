@@ -1,6 +1,7 @@
 // Transaction log: journal files (GET /api/transaction_log every 3 s), totals, flush
-// latency, and archive / compress / remove with a confirmation (each acts on the journal
-// and all older ones; the broker answers 409 while something still needs them).
+// latency, the configured action that will act on each journal next (`next_actions`), and
+// archive / compress / remove with a confirmation (each acts on the journal and all older
+// ones; the broker answers 409 while something still needs them).
 
 import {
   Alert, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBytes, fmtDateTime, fmtInt,
@@ -76,9 +77,16 @@ async function journalAction(button, action, journal) {
   await poller.now();
 }
 
-const CELLS = ["id", "state", "size", "records", "seqs", "bookmarks", "times"];
+const CELLS = ["id", "state", "size", "records", "seqs", "bookmarks", "times", "next"];
 const NUMERIC = new Set(["id", "size", "records", "seqs"]);
-const TWO_LINE = new Set(["bookmarks", "times"]);
+const TWO_LINE = new Set(["bookmarks", "times", "next"]);
+
+/** One planned action in words: "archive by nightly", "at 2024-05-02 02:00:00". */
+function planLines(p) {
+  const what = `${p.operation} by ${p.action}${p.conditional ? " (if its condition holds)" : ""}`;
+  const when = p.at ? `at ${fmtDateTime(p.at)}` : p.when;
+  return [what, p.pinned_by ? `${when} · pinned by ${p.pinned_by}` : when];
+}
 
 /** Set a two-line cell (first value above, last below) only when it changed. */
 function setLines(td, first, last) {
@@ -146,6 +154,18 @@ const rows = new KeyedTable($id("journals-table").tBodies[0], {
         case "seqs": setText(td, empty ? "–" : `${fmtInt(j.first_seq)} – ${fmtInt(j.last_seq)}`); break;
         case "bookmarks": setLines(td, j.first_bookmark || "–", j.last_bookmark || "–"); break;
         case "times": setLines(td, time("first"), time("last")); break;
+        case "next": {
+          const plan = j.next_actions ?? [];
+          if (plan.length === 0) {
+            setLines(td, "–", "");
+            td.title = "";
+          } else {
+            const [what, when] = planLines(plan[0]);
+            setLines(td, what, when);
+            td.title = plan.map((p) => planLines(p).join(" ")).join("\n");
+          }
+          break;
+        }
         default: break;
       }
     });

@@ -75,7 +75,8 @@ class Comparison:
     """A Spool scenario against a peer scenario on one metric (ratio Spool / peer).
 
     With ``goal`` the ratio is checked against ``goal_ratio`` (1.0: Spool at or above the
-    peer; 0.8: TLS within 20% of the plain figure, issue 21).
+    peer; 0.8: TLS within 20% of the plain figure, issue 21; 0.6: replicated publish
+    against the unreplicated one, issue 15).
     """
 
     label: str
@@ -318,6 +319,38 @@ def _spool_specs() -> list[ScenarioSpec]:
     return specs
 
 
+def _replication_specs() -> list[ScenarioSpec]:
+    specs = [
+        ScenarioSpec(
+            f"spool.replication.persisted.{mode}.100B",
+            "replication",
+            title,
+            {"body_bytes": 100, "ack": "persisted", "mode": mode},
+            ("msgs_per_s",),
+        )
+        for mode, title in (
+            ("unreplicated", "persisted publish to an instance without replication (the "
+             "baseline of the ratios, same run)"),
+            ("sync", "persisted publish to an instance with one sync destination: an ack "
+             "means fsynced here and at the destination"),
+            ("async", "persisted publish to the same instance with its destination downgraded "
+             "to async"),
+        )
+    ]  # fmt: skip
+    specs.append(
+        ScenarioSpec(
+            "spool.replication.lag.10k.100B",
+            "replication",
+            "paced publisher at 10,000 msgs/s on A -> live subscriber on its destination B: "
+            "publish-to-delivery across the link",
+            {"body_bytes": 100, "rate_per_s": 10_000, "mode": "lag"},
+            ("p50_ms", "p99_ms", "p999_ms", "achieved_msgs_per_s"),
+            (Target("p99_ms", "<", 20, "issue 15"),),
+        )
+    )
+    return specs
+
+
 def _peer_specs() -> list[ScenarioSpec]:
     specs: list[ScenarioSpec] = []
     for fsync in ("everysec", "always"):
@@ -438,7 +471,9 @@ def _sow_specs() -> list[ScenarioSpec]:
 
 
 #: every built-in scenario, in the order the suite runs them.
-SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(_spool_specs() + _sow_specs() + _peer_specs())
+SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
+    _spool_specs() + _replication_specs() + _sow_specs() + _peer_specs()
+)
 
 #: Spool/peer ratios printed after the table. ``goal`` marks the issue's goal (Spool at or
 #: above Redis Streams with appendfsync everysec, against the lean peer client).
@@ -529,6 +564,20 @@ COMPARISONS: Final[tuple[Comparison, ...]] = (
         "persisted publish 100B vs Mosquitto QoS 1 via paho-mqtt",
         "spool.publish.persisted.100B",
         "mosquitto.qos1.paho.100B",
+        "msgs_per_s",
+    ),
+    Comparison(
+        "replicated (sync) vs unreplicated persisted publish 100B",
+        "spool.replication.persisted.sync.100B",
+        "spool.replication.persisted.unreplicated.100B",
+        "msgs_per_s",
+        goal=True,
+        goal_ratio=0.6,
+    ),
+    Comparison(
+        "replicated (async) vs unreplicated persisted publish 100B",
+        "spool.replication.persisted.async.100B",
+        "spool.replication.persisted.unreplicated.100B",
         "msgs_per_s",
     ),
 )

@@ -534,7 +534,7 @@ def test_openapi_document_lists_exactly_the_api_routes(tmp_path: Path) -> None:
         if path.startswith(("/api", "/healthz", "/readyz", "/metrics")) and methods:
             # documented without Starlette's convertors: {topic:path} -> {topic}
             routed |= {(m, re.sub(r"{(\w+):\w+}", r"{\1}", path)) for m in methods}
-    api = AdminApi(app.state.broker.operations)
+    api = AdminApi(app.state.broker.operations, app.state.broker.actions)
     document = api.openapi_document()
     documented = {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}
     assert routed == documented

@@ -28,6 +28,7 @@ from server.clock import VirtualClock
 from server.config import parse_config
 from server.engine import Broker
 from server.protocol.frame import parse_frame
+from server.replication.transport import Connector
 from server.session import Session
 from server.txlog import FileSeam
 from tests.support.server import config_xml
@@ -136,6 +137,8 @@ class EngineHarness:
     Args:
         tmp_path: where its data directory goes.
         xml: a whole configuration (default: :func:`config_xml` with ``config_kw``).
+        clock: a clock shared with other harnesses (several brokers of one scenario).
+        connector: how its replication links dial (tests/support/replication.py).
         files: the file seam of the broker's journal writes (fault injection).
         **config_kw: options of :func:`tests.support.server.config_xml`.
     """
@@ -145,14 +148,17 @@ class EngineHarness:
         tmp_path: Path,
         xml: str | None = None,
         *,
+        clock: VirtualClock | None = None,
+        connector: Connector | None = None,
         files: FileSeam | None = None,
         **config_kw: Any,
     ) -> None:
         if xml is None:
             xml = config_xml(tmp_path / "data", **config_kw)
         self.config = parse_config(xml)
-        self.clock = VirtualClock()
-        self.broker = Broker(self.config, clock=self.clock, console_log=False, files=files)
+        self.clock = clock if clock is not None else VirtualClock()
+        extra = {"connector": connector} if connector is not None else {}
+        self.broker = Broker(self.config, clock=self.clock, console_log=False, files=files, **extra)
         self._clients = 0
 
     async def __aenter__(self) -> EngineHarness:

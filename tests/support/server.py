@@ -28,11 +28,13 @@ def config_xml(
     admin_extra: str = "",
     transport_extra: str = "",
     txlog_extra: str = "",
+    actions: str = "",
     sow: str = "",
 ) -> str:
     """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``.
 
-    ``sow`` is the inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
+    ``actions`` is the inside of an ``<Actions>`` element (none when empty); ``sow`` the
+    inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
     """
     tl = ""
     if txlog:
@@ -61,6 +63,7 @@ def config_xml(
         f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
+        f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
         "</SpoolConfig>"
     )
 
@@ -74,10 +77,12 @@ class SpoolProcess:
         xml: str | None = None,
         *,
         extra_args: tuple[str, ...] = (),
+        prefix: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         tls: bool = False,
         control: Path | None = None,
     ) -> None:
+        """``prefix``: a command the server runs under (``ip netns exec NS``)."""
         self.workdir = workdir
         #: the config serves TLS: URLs are wss:// and https://
         self.tls = tls
@@ -89,6 +94,7 @@ class SpoolProcess:
         self.port_file = workdir / "port"
         self.log_path = workdir / "server.log"
         self.extra_args = extra_args
+        self.prefix = prefix
         #: with a control file, the journal file seam fails what it names: the process
         #: runs under tests/support/faulty_serve.py (see tests/support/faults.py)
         self.control = control
@@ -119,13 +125,13 @@ class SpoolProcess:
         if self.port_file.exists():
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         launcher = ["-m", "server.cli"]
         if self.control is not None:
             launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         self.proc = subprocess.Popen(
             [
+                *self.prefix,
                 sys.executable,
                 *launcher,
                 "serve",

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from server.stats.histogram import LatencyHistogram
 from server.stats.snapshot import (
     ClientCounters,
+    LinkCounters,
     MetricsSnapshot,
     SecurityCounters,
     SpillCounters,
@@ -109,6 +110,32 @@ def transport_counters(*, connections: int = 0, enabled: bool = True) -> Transpo
     return {"connections": connections, "enabled": enabled}
 
 
+def link_counters(
+    *,
+    direction: str = "out",
+    connected: bool = True,
+    sync: bool = True,
+    msgs: int = 0,
+    bytes: int = 0,
+    acked: int = 0,
+    messages_behind: int = 0,
+    seconds_behind: float = 0.0,
+    disconnects: int = 0,
+) -> LinkCounters:
+    """One replication link."""
+    return {
+        "direction": direction,
+        "connected": connected,
+        "sync": sync,
+        "msgs": msgs,
+        "bytes": bytes,
+        "acked": acked,
+        "messages_behind": messages_behind,
+        "seconds_behind": seconds_behind,
+        "disconnects": disconnects,
+    }
+
+
 def spill_counters(
     *, catching_up: int = 0, spills: int = 0, rejoins: int = 0, seconds: float = 0.0
 ) -> SpillCounters:
@@ -155,6 +182,7 @@ def metrics_snapshot(
     txlog: TxlogCounters | None = None,
     persisted_ack_latency: LatencyHistogram | None = None,
     transports: Mapping[str, TransportCounters] | None = None,
+    replication: Mapping[str, LinkCounters] | None = None,
     security: SecurityCounters | None = None,
     spills: SpillCounters | None = None,
     disconnects: Mapping[str, int] | None = None,
@@ -176,6 +204,7 @@ def metrics_snapshot(
             persisted_ack_latency if persisted_ack_latency is not None else LatencyHistogram()
         ),
         "transports": dict(transports or {}),
+        "replication": dict(replication or {}),
         "security": security if security is not None else security_counters(),
         "spills": spills if spills is not None else spill_counters(),
         "disconnects": dict(disconnects or {}),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, cast
@@ -71,6 +72,45 @@ def test_ready_callbacks_sees_a_call_from_another_thread() -> None:
         assert ready_callbacks(loop) == 1
         await asyncio.sleep(0)
         assert ran == [True]
+
+    run(scenario())
+
+
+def test_ready_callbacks_while_other_threads_add_callbacks() -> None:
+    """Regression: counting iterated the live deque in Python while worker threads (the
+    end of every ``asyncio.to_thread``) appended to it: "deque mutated during iteration"
+    broke a virtual-clock advance during journal work in threads."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(2000):
+            loop.call_soon(lambda: None)
+        started = threading.Barrier(3)
+
+        def hammer() -> None:
+            # a bounded number of appends: an endless stream grows the deque without limit
+            # and makes every count (a copy) slower, which timed out on a loaded machine
+            started.wait()
+            for _ in range(20_000):
+                loop.call_soon_threadsafe(lambda: None)
+
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        counts = 0
+        try:
+            started.wait()
+            while any(t.is_alive() for t in threads) or counts < 200:
+                assert (ready_callbacks(loop) or 0) >= 2000
+                counts += 1
+        finally:
+            for t in threads:
+                t.join()
+            sys.setswitchinterval(previous)
+        assert ready_callbacks(loop) == 2000 + 2 * 20_000
+        await asyncio.sleep(0)
 
     run(scenario())
 

@@ -175,9 +175,11 @@ def test_guard_counts_per_path_and_announces_a_refusal_once() -> None:
     for _ in range(50):
         assert guard.admit("websocket", "1.2.3.4", "ops") == 60.0
     assert guard.admit("dashboard", "1.2.3.4", "ops") == 60.0
+    # a replication link's logon is refused by the same throttle (issue 15)
+    assert guard.admit("replication", "1.2.3.4", "ops") == 60.0
     c = guard.counters()
-    assert c["failures"] == {"websocket": 1, "dashboard": 1}
-    assert c["refused"] == {"websocket": 50, "dashboard": 1}
+    assert c["failures"] == {"websocket": 1, "dashboard": 1, "replication": 0}
+    assert c["refused"] == {"websocket": 50, "dashboard": 1, "replication": 1}
     assert c["blocked_addresses"] == 1
     throttled = [e for e in events.lines if e[2] == "logon_throttled"]
     assert len(throttled) == 1 and throttled[0][3]["retry_after"] == 60.0

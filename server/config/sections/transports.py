@@ -1,13 +1,14 @@
-"""The ``<Transports>`` section: the client listeners on the shared web address.
+"""The ``<Transports>`` section: the listeners on the shared web address.
 
-``websocket`` is the only transport type in this version (served at ``/amps/json``). CONFIG.md
-also describes ``amps-replication``; it is refused with "not supported yet" until
-replication exists, because accepting it would list a listener that has no route behind it.
+``websocket`` serves clients at ``/amps/MESSAGETYPE``; ``amps-replication`` serves other
+instances replicating to this one at ``/replication`` (at most one). The replication
+endpoint shares the web server's websocket settings, so ``MessageType``,
+``PerMessageDeflate`` and ``MaxMessageSize`` are refused on it rather than accepted and
+ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,7 +30,6 @@ from server.config.values import (
     read_choice,
     read_name,
     read_size,
-    read_value,
 )
 from server.config.xmltree import Children, Node, Spec, fail
 
@@ -46,11 +46,9 @@ _TRANSPORT_SPEC: Final[Spec] = {
     "Enabled": False,
     **TLS_ELEMENTS,
 }
-_TRANSPORT_TYPES: Final = ("websocket",)
-#: Transport types CONFIG.md describes that this version refuses, with the missing feature.
-_UNSUPPORTED_TYPES: Final[Mapping[str, str]] = {
-    "amps-replication": "replication between instances",
-}
+_TRANSPORT_TYPES: Final = ("websocket", "amps-replication")
+#: What an ``amps-replication`` transport cannot set (the web server's websocket has it).
+_NOT_FOR_REPLICATION: Final = ("MessageType", "PerMessageDeflate", "MaxMessageSize")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,21 +70,18 @@ class TransportPart:
     listener: ListenerPart
 
 
-def _transport_type(node: Node, ctx: Context) -> str:
-    kind = read_value(node, ctx)
-    if kind in _UNSUPPORTED_TYPES:
-        raise fail(
-            node,
-            f"Type {kind} is not supported yet ({_UNSUPPORTED_TYPES[kind]} is not available "
-            "in this version of Spool; nothing would serve it); remove this <Transport>",
-        )
-    return read_choice(node, ctx, _TRANSPORT_TYPES, "transport Type")
-
-
 def _transport(node: Node, ctx: Context) -> TransportPart:
     kids = Children(node, _TRANSPORT_SPEC)
     name = read_name(kids.require("Name"), ctx, "transport name")
-    kind = _transport_type(kids.require("Type"), ctx)
+    kind = read_choice(kids.require("Type"), ctx, _TRANSPORT_TYPES, "transport Type")
+    if kind == "amps-replication":
+        for tag in _NOT_FOR_REPLICATION:
+            if (extra := kids.one(tag)) is not None:
+                raise fail(
+                    extra,
+                    f"<{tag}> does not apply to an amps-replication transport (the "
+                    "/replication endpoint uses the websocket transport's settings); remove it",
+                )
     bind = None
     if (addr := kids.one("InetAddr")) is not None:
         bind = read_bind(addr, ctx)
@@ -117,7 +112,8 @@ def _transport(node: Node, ctx: Context) -> TransportPart:
 
 
 def read_transports(node: Node, ctx: Context) -> list[TransportPart]:
-    """Read ``<Transports>``: unique names, one websocket transport per message type.
+    """Read ``<Transports>``: unique names, one websocket transport per message type, one
+    amps-replication transport.
 
     One HTTP server serves every transport, with one endpoint per message type, so a second
     websocket transport for the same message type would have nowhere to listen.
@@ -136,11 +132,15 @@ def read_transports(node: Node, ctx: Context) -> list[TransportPart]:
         names[config.name] = part
         kind = (config.type, config.message_type)
         if (first := kinds.get(kind)) is not None:
+            what = (
+                "one amps-replication transport (the HTTP server has one /replication endpoint)"
+                if config.type == "amps-replication"
+                else f"one {config.type} transport for MessageType {config.message_type} in "
+                "this version, the HTTP server has one endpoint for it"
+            )
             raise fail(
                 transport_node,
-                f"only one {config.type} transport for MessageType {config.message_type} in "
-                "this version, the HTTP server has one endpoint for it "
-                f"(first is {first.config.name!r} at line {first.node.line})",
+                f"only {what} (first is {first.config.name!r} at line {first.node.line})",
             )
         kinds[kind] = part
         parts.append(part)

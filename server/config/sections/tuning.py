@@ -1,21 +1,18 @@
-"""The ``<Tuning>`` section: limits and timings of client connections.
+"""The ``<Tuning>`` section: limits and timings of client connections, and the floor of
+synchronous replication destinations (``MinimumSyncDestinations``: a downgrade that would
+go below it is refused; it never upgrades anything).
 
 The logon throttle (``LogonFailuresPerAddress``, ``LogonFailuresPerUser``,
 ``LogonFailureWindow``) and the password-check pool (``PasswordCheckThreads``) are here
 too: they bound what a flood of logons can cost (docs/security.md).
-
-``MinimumSyncDestinations`` (CONFIG.md) counts synchronous replication destinations; with
-no replication in this version nothing would read it, so it is refused as "not supported
-yet" instead of being accepted and ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Final
 
-from server.config.model import TuningConfig
+from server.config.model import MAX_SYNC_DESTINATIONS, TuningConfig
 from server.config.values import DAY, GB, KB, Context, read_duration, read_int, read_size
 from server.config.xmltree import Children, Node, Spec
 
@@ -26,27 +23,26 @@ _TUNING_SPEC: Final[Spec] = {
     "SlowClientTimeout": False,
     "HeartbeatDefault": False,
     "PersistedAckInterval": False,
+    "MinimumSyncDestinations": False,
     "LogonFailuresPerAddress": False,
     "LogonFailuresPerUser": False,
     "LogonFailureWindow": False,
     "PasswordCheckThreads": False,
 }
-_UNSUPPORTED: Final[Mapping[str, str]] = {
-    "MinimumSyncDestinations": "synchronous replication destinations",
-}
 
 
-def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | None]:
+def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | None, Node | None]:
     """Read ``<Tuning>`` (absent: the defaults).
 
     Returns:
-        The configuration, and the SlowClientBufferLimit element if given (the
-        message-size cross-check reports at it).
+        The configuration, the SlowClientBufferLimit element if given (the message-size
+        cross-check reports at it) and the MinimumSyncDestinations element if given (the
+        replication cross-check does).
     """
     tuning = TuningConfig()
     if node is None:
-        return tuning, None
-    kids = Children(node, _TUNING_SPEC, _UNSUPPORTED)
+        return tuning, None, None
+    kids = Children(node, _TUNING_SPEC)
     limit_node = kids.one("SlowClientBufferLimit")
     if limit_node is not None:
         limit = read_size(limit_node, ctx, minimum=64 * KB, maximum=1024 * GB)
@@ -74,4 +70,8 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
         )
     if (node_ := kids.one("PasswordCheckThreads")) is not None:
         tuning = replace(tuning, password_check_threads=read_int(node_, ctx, minimum=1, maximum=64))
-    return tuning, limit_node
+    min_sync_node = kids.one("MinimumSyncDestinations")
+    if min_sync_node is not None:
+        minimum = read_int(min_sync_node, ctx, minimum=0, maximum=MAX_SYNC_DESTINATIONS)
+        tuning = replace(tuning, minimum_sync_destinations=minimum)
+    return tuning, limit_node, min_sync_node

@@ -194,6 +194,24 @@ def test_the_logon_ack_sets_the_sequences_and_the_logon_info() -> None:
     assert state.publish("t", b"") == 42
 
 
+def test_the_logon_ack_says_whether_failover_is_safe() -> None:
+    state: SessionState[str] = SessionState("pub")
+    cid = state.logon_command()
+    state.receive_frame(frame(ack("processed", cid, failover="unsafe", async_links="b,c")))
+    assert state.logon is not None
+    assert (state.logon.failover, state.logon.async_links) == ("unsafe", ("b", "c"))
+    assert not state.logon.failover_safe
+    other: SessionState[str] = SessionState("pub")
+    cid = other.logon_command()
+    other.receive_frame(frame(ack("processed", cid, failover="safe", async_links="")))
+    assert other.logon is not None and other.logon.failover_safe
+    assert other.logon.async_links == ()
+    plain: SessionState[str] = SessionState("pub")
+    cid = plain.logon_command()
+    plain.receive_frame(frame(ack("processed", cid)))  # a broker that does not replicate
+    assert plain.logon is not None and plain.logon.failover is None
+
+
 def test_a_logon_below_the_local_sequence_keeps_the_local_one() -> None:
     state: SessionState[str] = SessionState("pub")
     state.publish("t", b"", seq=50)

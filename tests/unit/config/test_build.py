@@ -15,6 +15,9 @@ from server.config import (
     AdminConfig,
     Config,
     ConfigError,
+    DestinationConfig,
+    ReplicationTopic,
+    ReplicationTransport,
     TopicRule,
     TransactionLogConfig,
     TransportConfig,
@@ -152,31 +155,64 @@ CONFIG_MD_EXAMPLE = """\
 """
 
 
-# What the example holds for replication, which this version refuses rather than ignores.
+# What the example holds for replication: the inbound transport, the floor of sync
+# destinations and (in CONFIG.md, not in the example above) the <Replication> section.
 REPLICATION_TRANSPORT = """\
     <Transport><Name>amps-replication</Name><Type>amps-replication</Type>
       <InetAddr>127.0.0.1:9007</InetAddr></Transport>   <!-- served at /replication -->
 """
 MINIMUM_SYNC = "<MinimumSyncDestinations>1</MinimumSyncDestinations>"
+REPLICATION_SECTION = """\
+  <Replication>
+    <Destination>
+      <Name>spool-b</Name><Group>nyc-1</Group><SyncType>sync</SyncType>
+      <PassThrough>.*</PassThrough>
+      <Topic><Name>orders</Name><MessageType>json</MessageType>
+        <Filter>/qty > 0</Filter><ExcludeValidation>replicate,cascade</ExcludeValidation></Topic>
+      <Transport><Type>amps-replication</Type>
+        <InetAddr>127.0.0.1:9107</InetAddr><InetAddr>127.0.0.1:9207</InetAddr>
+        <Compression>zstd</Compression></Transport>
+    </Destination>
+  </Replication>
+"""
 EXAMPLE_ENV = {"OPS_HASH": HASH, "FEED_TOKEN": TOKEN}
 
 
-def test_config_md_example_refuses_what_belongs_to_replication() -> None:
+def test_config_md_example_with_its_replication_section() -> None:
     assert REPLICATION_TRANSPORT in CONFIG_MD_EXAMPLE and MINIMUM_SYNC in CONFIG_MD_EXAMPLE
+    # a floor of one sync destination with none configured could never allow a downgrade
     with pytest.raises(ConfigError) as info:
         parse(CONFIG_MD_EXAMPLE, env=EXAMPLE_ENV)
-    assert (info.value.path, info.value.line) == ("/SpoolConfig/Transports/Transport[2]/Type", 17)
-    assert "Type amps-replication is not supported yet" in info.value.message
-    with pytest.raises(ConfigError) as info:
-        parse(CONFIG_MD_EXAMPLE.replace(REPLICATION_TRANSPORT, ""), env=EXAMPLE_ENV)
-    assert (info.value.path, info.value.line) == ("/SpoolConfig/Tuning/MinimumSyncDestinations", 29)
-    assert "<MinimumSyncDestinations> is not supported yet" in info.value.message
+    assert (info.value.path, info.value.line) == ("/SpoolConfig/Tuning/MinimumSyncDestinations", 31)
+    assert "only 0 destinations are configured sync" in info.value.message
+    text = CONFIG_MD_EXAMPLE.replace("  <Tuning>", REPLICATION_SECTION + "\n  <Tuning>")
+    cfg = parse(text, env=EXAMPLE_ENV)
+    assert cfg.replication_transport is not None
+    assert cfg.replication_transport.type == "amps-replication"
+    assert cfg.tuning.minimum_sync_destinations == 1
+    assert cfg.replication is not None and cfg.replicates
+    (dest,) = cfg.replication.destinations
+    assert dest == DestinationConfig(
+        name="spool-b",
+        group="nyc-1",
+        sync=True,
+        topics=(
+            ReplicationTopic(
+                "orders", filter="/qty > 0", exclude_validation=frozenset({"replicate", "cascade"})
+            ),
+        ),
+        passthrough=(".*",),
+        transport=ReplicationTransport(
+            (("127.0.0.1", 9107), ("127.0.0.1", 9207)), compression="zstd"
+        ),
+    )
 
 
 def test_config_md_example_loads_without_replication(tmp_path: Path) -> None:
     file = tmp_path / "etc" / "spool-a.xml"
     file.parent.mkdir()
     file.write_text(CONFIG_MD_EXAMPLE.replace(REPLICATION_TRANSPORT, "").replace(MINIMUM_SYNC, ""))
+    # (the replication transport alone would load too: it only adds the inbound endpoint)
     cfg = load_config(file, env=EXAMPLE_ENV)
     here = file.parent
     assert cfg == Config(

@@ -22,8 +22,8 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Logging/>",
         "/SpoolConfig/Logging",
         3,
-        "unknown element <Logging> in <SpoolConfig> (allowed: Admin, DataDirectory, Group, Name, SOW, "
-        "TransactionLog, Transports, Tuning, Users)",
+        "unknown element <Logging> in <SpoolConfig> (allowed: Actions, Admin, DataDirectory, "
+        "Group, Name, Replication, SOW, TransactionLog, Transports, Tuning, Users)",
     ),
     (
         "case-sensitive name",
@@ -55,11 +55,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Queue> is not supported yet (message queues arrive",
     ),
     (
-        "Replication",
+        "Replication without a log",
         "\n<Replication/>",
         "/SpoolConfig/Replication",
         4,
-        "<Replication> is not supported yet",
+        "<Replication> needs a <TransactionLog>",
     ),
     (
         "Bootstrap",
@@ -69,11 +69,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Bootstrap> is not supported yet",
     ),
     (
-        "Actions",
+        "an Action without a Name",
         "<Actions><Action/></Actions>",
-        "/SpoolConfig/Actions",
+        "/SpoolConfig/Actions/Action",
         3,
-        "<Actions> is not supported yet",
+        "<Action> needs a <Name>",
     ),
     (
         "attribute",

@@ -36,7 +36,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Transports><Transport><Name>w</Name>\n<Type>tcp</Type></Transport></Transports>",
         "/SpoolConfig/Transports/Transport/Type",
         4,
-        "'tcp' is not a valid transport Type (allowed: websocket)",
+        "'tcp' is not a valid transport Type (allowed: websocket, amps-replication)",
     ),
     (
         "transport without Type",
@@ -53,25 +53,30 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         4,
         "'fix' is not a valid MessageType (allowed: json)",
     ),
-    # Replication does not exist in this version: nothing serves /replication, so the
-    # transport is refused rather than listed as a listener with no route behind it.
+    # The replication endpoint records what it receives: it needs the log.
     (
-        "replication transport",
-        "<Transports><Transport><Name>r</Name>\n<Type>amps-replication</Type></Transport>"
+        "replication transport without a log",
+        "<Transports>\n<Transport><Name>r</Name><Type>amps-replication</Type></Transport>"
         "</Transports>",
-        "/SpoolConfig/Transports/Transport/Type",
+        "/SpoolConfig/Transports/Transport",
         4,
-        "Type amps-replication is not supported yet (replication between instances is not "
-        "available in this version of Spool",
+        "an amps-replication transport needs a <TransactionLog>",
     ),
     (
-        "replication transport beside a websocket",
-        "<Transports>\n<Transport><Name>websocket-json</Name><Type>websocket</Type></Transport>\n"
-        "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>\n"
-        "<InetAddr>127.0.0.1:9007</InetAddr></Transport>\n</Transports>",
-        "/SpoolConfig/Transports/Transport[2]/Type",
+        "replication transport with a message type",
+        "<Transports><Transport><Name>r</Name><Type>amps-replication</Type>\n"
+        "<MessageType>json</MessageType></Transport></Transports>",
+        "/SpoolConfig/Transports/Transport/MessageType",
+        4,
+        "<MessageType> does not apply to an amps-replication transport",
+    ),
+    (
+        "two replication transports",
+        "<Transports>\n<Transport><Name>r1</Name><Type>amps-replication</Type></Transport>\n"
+        "<Transport><Name>r2</Name><Type>amps-replication</Type></Transport>\n</Transports>",
+        "/SpoolConfig/Transports/Transport[2]",
         5,
-        "Type amps-replication is not supported yet",
+        "only one amps-replication transport (the HTTP server has one /replication endpoint)",
     ),
     (
         "duplicate transport name",

@@ -37,15 +37,21 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         3,
         "SlowClientTimeout must be between 1s and 1d",
     ),
-    # Nothing reads it until replication exists: refused, not accepted and ignored.
+    # A floor above the sync destinations would refuse every downgrade.
     (
         "MinimumSyncDestinations",
         "<Tuning><SlowClientBufferLimit>64MB</SlowClientBufferLimit>\n"
         "<MinimumSyncDestinations>1</MinimumSyncDestinations></Tuning>",
         "/SpoolConfig/Tuning/MinimumSyncDestinations",
         4,
-        "<MinimumSyncDestinations> is not supported yet (synchronous replication destinations "
-        "arrive in a later version of Spool); remove this element",
+        "MinimumSyncDestinations is 1 but only 0 destinations are configured sync",
+    ),
+    (
+        "MinimumSyncDestinations above 64",
+        "<Tuning>\n<MinimumSyncDestinations>65</MinimumSyncDestinations></Tuning>",
+        "/SpoolConfig/Tuning/MinimumSyncDestinations",
+        4,
+        "MinimumSyncDestinations must be between 0 and 64, got 65",
     ),
 ]
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from server.stats.db import open_stats_engine
+from server.stats.db import alembic_config, open_stats_engine
 from server.stats.models import Base
 from server.stats.query import UnknownMetric
 from server.stats.store import StatsStore
@@ -28,18 +29,22 @@ def store(tmp_path: Path) -> Iterator[StatsStore]:
 
 def test_migrations_match_the_models(tmp_path: Path) -> None:
     engine = open_stats_engine(tmp_path / "stats.db")
+    # one head: branches that each added a revision need a merge revision
+    heads = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_heads()
+    assert len(heads) == 1, f"several Alembic heads {heads}: add a merge revision"
     try:
         with engine.connect() as conn:
             diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
             assert diff == []
             version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert version == "0002"
+            assert version == heads[0]
             assert set(inspect(conn).get_table_names()) == {
                 "alembic_version",
-                "metric",
-                "sample",
-                "pipeline_run",
+                *Base.metadata.tables,
             }
+            assert {"metric", "sample", "pipeline_run", "action_run", "replication_event"} <= set(
+                Base.metadata.tables
+            )
     finally:
         engine.dispose()
 
@@ -138,3 +143,21 @@ def test_readers_see_data_while_the_file_is_open_elsewhere(store: StatsStore) ->
     finally:
         other.close()
     assert rows == [("a", 1.0)]
+
+
+def test_replication_events_are_written_read_by_window_and_truncated(store: StatsStore) -> None:
+    rows = [
+        (100.0, "out", "b", "connected", "b@g at 127.0.0.1:1"),
+        (101.0, "out", "b", "refused", "validation failed: [txlog] ..."),
+        (102.0, "in", "a", "connected", "from 127.0.0.1:2"),
+        (103.0, "out", "c", "downgraded", "persisted acks no longer wait for it"),
+    ]
+    assert store.writer.write_link_events(rows) == 4
+    assert store.writer.write_link_events([]) == 0
+    assert store.reader.link_events(0, 200) == rows
+    assert store.reader.link_events(0, 200, link="b") == rows[:2]
+    assert store.reader.link_events(0, 200, direction="in") == [rows[2]]
+    assert store.reader.link_events(100.5, 102.5) == rows[1:3]
+    assert store.reader.link_events(0, 200, limit=2) == rows[2:]  # the newest, oldest first
+    store.writer.truncate(102.0)
+    assert store.reader.link_events(0, 200) == rows[2:]

@@ -11,6 +11,7 @@ from server.stats.prometheus import make_registry
 from server.stats.snapshot import MetricsSnapshot
 from tests.support.snapshots import (
     client_counters,
+    link_counters,
     metrics_snapshot,
     spill_counters,
     subscription_lag,
@@ -56,9 +57,14 @@ class ScrapedBroker:
             ),
             persisted_ack_latency=self.latency,
             transports={"websocket-json": transport_counters(connections=2)},
+            replication={
+                "out/b": link_counters(msgs=9, bytes=90, acked=4, messages_behind=1,
+                                       seconds_behind=0.25, disconnects=3),
+                "in/c": link_counters(direction="in", connected=False, msgs=2, acked=2),
+            },
             spills=spill_counters(catching_up=1, spills=4, rejoins=3, seconds=2.5),
             disconnects={"slow_client_stalled": 2, "client": 9},
-        )
+        )  # fmt: skip
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -97,6 +103,14 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_persisted_ack_latency_seconds_bucket", (("le", "0.001"),))] == 1
     assert got[("spool_persisted_ack_latency_seconds_bucket", (("le", "+Inf"),))] == 2
     assert any(name.startswith("process_") for name, _ in got)
+    out_b = (("direction", "out"), ("link", "b"))
+    assert got[("spool_replication_messages_total", out_b)] == 9
+    assert got[("spool_replication_acked_position", out_b)] == 4
+    assert got[("spool_replication_seconds_behind", out_b)] == 0.25
+    assert got[("spool_replication_connected", out_b)] == 1
+    assert got[("spool_replication_connected", (("direction", "in"), ("link", "c")))] == 0
+    assert got[("spool_replication_sync", (("link", "b"),))] == 1
+    assert got[("spool_replication_disconnects_total", (("link", "b"),))] == 3
     broker.msgs_in = 9
     again = samples(generate_latest(registry).decode())
     assert again[("spool_messages_in_total", ())] == 9

@@ -8,6 +8,7 @@ from server.stats.histogram import LatencyHistogram
 from server.stats.series import segment, snapshot_values
 from tests.support.snapshots import (
     client_counters,
+    link_counters,
     metrics_snapshot,
     security_counters,
     spill_counters,
@@ -168,6 +169,31 @@ def test_persisted_ack_percentiles_of_the_interval() -> None:
 
 def test_segment_escapes_separators() -> None:
     assert segment("a/b c%") == "a%2Fb%20c%25"
+
+
+def test_replication_links_become_series_per_direction_and_name() -> None:
+    prev = metrics_snapshot(replication={"out/b": link_counters(msgs=100, bytes=1000)})
+    cur = metrics_snapshot(
+        replication={
+            "out/b": link_counters(
+                msgs=300, bytes=3000, acked=250, messages_behind=50, seconds_behind=1.5,
+                disconnects=2, sync=False,
+            ),
+            "in/a.x": link_counters(direction="in", msgs=40, bytes=400, acked=39),
+        }
+    )  # fmt: skip
+    values = snapshot_values(cur, prev, 10.0)
+    assert values["replication/out/b/msgs_out"] == 300
+    assert values["replication/out/b/msgs_out_rate"] == 20.0
+    assert values["replication/out/b/bytes_out_rate"] == 200.0
+    assert values["replication/out/b/messages_behind"] == 50
+    assert values["replication/out/b/seconds_behind"] == 1.5
+    assert values["replication/out/b/acked"] == 250
+    assert values["replication/out/b/connected"] == 1.0
+    assert values["replication/out/b/sync"] == 0.0
+    assert values["replication/out/b/disconnects"] == 2
+    assert values["replication/in/a.x/msgs_in_rate"] == 4.0  # a new link counts from zero
+    assert "replication/in/a.x/sync" not in values
 
 
 def test_security_series_sum_both_logon_paths_and_count_days_to_expiry() -> None:

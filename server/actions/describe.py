@@ -1,0 +1,89 @@
+"""Configured triggers and steps in words, for the admin API and the dashboard."""
+
+from __future__ import annotations
+
+from server.config import (
+    ArchiveJournals,
+    CompressJournals,
+    DowngradeReplication,
+    ExecuteEvent,
+    IfCondition,
+    IfDiskUsage,
+    OnAdmin,
+    OnDiskUsage,
+    OnExecute,
+    OnSchedule,
+    OnShutdown,
+    OnStartup,
+    PublishMessage,
+    RemoveJournals,
+    SetTransport,
+    Shutdown,
+    Step,
+    Trigger,
+    TruncateStatistics,
+    UpgradeReplication,
+)
+from server.units import format_duration
+
+__all__ = ["describe_step", "describe_trigger"]
+
+
+def describe_trigger(trigger: Trigger) -> str:
+    """A trigger in words."""
+    match trigger:
+        case OnSchedule():
+            return trigger.schedule.describe()
+        case OnStartup():
+            return "at start-up, before clients are served"
+        case OnShutdown():
+            return "when shutdown begins"
+        case OnAdmin():
+            return "on demand (POST /api/actions/NAME, the dashboard)"
+        case OnDiskUsage():
+            return f"{trigger.label} file system above {trigger.above:g}% used"
+        case OnExecute():
+            return f"event {trigger.event}"
+    return ""
+
+
+def describe_step(step: Step) -> str:
+    """A step in words: what it checks or does, with its options."""
+    match step:
+        case IfCondition():
+            return f"if {step.expression.text}"
+        case IfDiskUsage():
+            return f"if {step.label} {step.threshold.describe()}"
+        case ArchiveJournals():
+            return f"archive journals {step.limits.describe()}"
+        case CompressJournals():
+            return f"compress ({step.method}) journals {step.limits.describe()}"
+        case RemoveJournals():
+            return f"remove journals {step.limits.describe()}"
+        case TruncateStatistics():
+            return f"delete statistics older than {format_duration(step.age)}"
+        case SetTransport():
+            return f"{'enable' if step.enabled else 'disable'} transport {step.transport}"
+        case DowngradeReplication():
+            return (
+                f"downgrade {_destinations(step.destinations)} more than "
+                f"{format_duration(step.age)} behind"
+            )
+        case UpgradeReplication():
+            return (
+                f"upgrade downgraded {_destinations(step.destinations)} less than "
+                f"{format_duration(step.age)} behind"
+            )
+        case PublishMessage():
+            return f"publish to {step.topic.text}"
+        case ExecuteEvent():
+            return f"raise event {step.event}"
+        case Shutdown():
+            return "shut the instance down"
+    return ""
+
+
+def _destinations(names: tuple[str, ...]) -> str:
+    if not names:
+        return "sync destinations"
+    return f"destination{'s' if len(names) > 1 else ''} {', '.join(names)}"

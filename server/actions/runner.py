@@ -1,0 +1,201 @@
+"""One configured action: runs its conditions and modules in order, one run at a time.
+
+A run starts from the variables every run has (the instance, the action, the trigger, the
+time) plus what its trigger gives (the on-admin parameters and user, the disk reading, the
+raising run's context), then runs each step in file order (:mod:`server.actions.steps`).
+A condition that does not hold stops the run there; a module that fails stops it too (as
+in AMPS: a failed step must not let the steps that depend on it run). Every step gets its
+own result, the ones never reached say ``not_run``.
+
+An action never runs twice at once: a trigger that fires during a run is skipped (counted,
+and written to the event log), and ``POST /api/actions/NAME`` answers 409. Each finished
+run is kept in memory (the last one, a short history) and stored in the stats database
+(``action_run``); a failure to store it goes to the event log and the run stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Mapping
+from typing import Final
+
+import orjson
+
+from server.actions.errors import ActionBusy
+from server.actions.metricsdoc import MetricsDocument
+from server.actions.results import RunDict, RunRecord, StepResult, iso
+from server.actions.steps import RaiseEvent, StepContext, run_step
+from server.clock import Clock
+from server.config import ActionConfig, Config, IfCondition, IfDiskUsage
+from server.operations import Operations
+from server.stats.actionruns import ActionRunRow
+
+__all__ = ["RECENT_RUNS", "ActionRunner"]
+
+#: Runs of one action kept in memory (the stats database keeps more).
+RECENT_RUNS: Final = 50
+
+
+class ActionRunner:
+    """Runs one action (see the module docstring).
+
+    Args:
+        config: the action.
+        instance: the instance configuration.
+        ops: the instance's admin surface.
+        clock: the time source.
+        metrics: the metrics document of conditions (shared by the instance's actions).
+        raise_event: runs the actions an event triggers.
+    """
+
+    def __init__(
+        self,
+        config: ActionConfig,
+        instance: Config,
+        ops: Operations,
+        clock: Clock,
+        metrics: MetricsDocument,
+        raise_event: RaiseEvent,
+    ) -> None:
+        self.config = config
+        self._instance = instance
+        self._ops = ops
+        self._clock = clock
+        self._metrics = metrics
+        self._raise_event = raise_event
+        #: the run in progress, if any
+        self.running: RunRecord | None = None
+        #: the newest finished runs of this process, oldest first
+        self.recent: deque[RunRecord] = deque(maxlen=RECENT_RUNS)
+        #: the last run stored by an earlier process (read at start), until one runs here
+        self.stored_last: RunDict | None = None
+        #: runs finished (and recorded), and trigger firings skipped because a run was in
+        #: progress
+        self.runs = 0
+        self.skipped = 0
+        self._store_failed = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def last_run(self) -> RunDict | None:
+        """The last finished run (of this process, else the one stored before it)."""
+        if self.recent:
+            return self.recent[-1].to_dict()
+        return self.stored_last
+
+    def _variables(self, trigger: str, extra: Mapping[str, str]) -> dict[str, str]:
+        now = self._clock.time()
+        return {
+            **extra,
+            "AMPS_INSTANCE_NAME": self._instance.name,
+            "AMPS_ACTION_NAME": self.name,
+            "AMPS_TRIGGER": trigger,
+            "AMPS_DATETIME": iso(now),
+            "AMPS_UNIX_TIMESTAMP": f"{now:.6f}",
+        }
+
+    async def run(
+        self,
+        trigger: str,
+        detail: str,
+        *,
+        variables: Mapping[str, str] | None = None,
+        user: str | None = None,
+        parameters: Mapping[str, str] | None = None,
+        depth: int = 0,
+    ) -> RunRecord:
+        """Run the action once.
+
+        Args:
+            trigger: the trigger module that started it.
+            detail: what about the trigger (shown with the run).
+            variables: what the trigger adds to the context (a raised event: the whole
+                context of the raising run).
+            user: who asked (on-admin).
+            parameters: the on-admin parameters (also variables).
+            depth: how many raised events led here.
+
+        Raises:
+            ActionBusy: a run of this action is in progress.
+        """
+        if self.running is not None:
+            started = self.running.started
+            raise ActionBusy(self.name, started, iso(started))
+        params = dict(parameters or {})
+        record = RunRecord(self.name, trigger, detail, self._clock.time(), user, params)
+        self.running = record
+        try:
+            context = dict(variables or {})
+            context.update(params)
+            if user is not None:
+                context["AMPS_USER"] = user
+            ctx = StepContext(
+                self._ops, self._instance, self._clock, self._metrics, self._raise_event,
+                self._variables(trigger, context), depth,
+            )  # fmt: skip
+            await self._steps(record, ctx)
+            record.finish(self._clock.time())
+        finally:
+            self.running = None
+        outcome = record.outcome or "failed"
+        self._ops.events.emit(
+            "error" if outcome == "failed" else "warning" if outcome == "partial" else "info",
+            "actions", "run", action=self.name, trigger=trigger, detail=detail, outcome=outcome,
+            message=record.message, duration_s=round((record.finished or 0) - record.started, 6),
+            files=len(record.files), **({"user": user} if user is not None else {}),
+        )  # fmt: skip
+        await self._store(record)
+        # counted once recorded: whoever waits for a run to be counted finds it stored
+        self.runs += 1
+        self.recent.append(record)
+        return record
+
+    async def _steps(self, record: RunRecord, ctx: StepContext) -> None:
+        stopped = False
+        for index, step in enumerate(self.config.steps, start=1):
+            kind = "if" if isinstance(step, IfCondition | IfDiskUsage) else "do"
+            if stopped:
+                record.steps.append(StepResult(index, kind, step.module, "not_run"))
+                continue
+            started = self._clock.monotonic()
+            try:
+                result = await run_step(step, ctx)
+            except asyncio.CancelledError:
+                record.steps.append(
+                    StepResult(index, kind, step.module, "failed", "cancelled: shutting down")
+                )
+                record.finish(self._clock.time())
+                raise
+            except Exception as exc:  # a module must never take the scheduler down
+                result = StepResult(
+                    index, kind, step.module, "failed", f"{type(exc).__name__}: {exc}"
+                )
+            result.index = index
+            result.duration_s = self._clock.monotonic() - started
+            record.steps.append(result)
+            stopped = result.status in ("failed", "stopped")
+
+    async def _store(self, record: RunRecord) -> None:
+        """Write the run to the stats database (its id comes back); failures are logged
+        once until a write succeeds again."""
+        data = record.to_dict()
+        data["id"] = None  # the row's id, given back when the row is read
+        row = ActionRunRow(
+            self.name, record.trigger, record.started, record.finished or record.started,
+            record.outcome or "failed", record.user, orjson.dumps(data).decode(),
+        )  # fmt: skip
+        try:
+            record.id = await self._ops.record_action_run(row)
+        except Exception as exc:  # StatsUnavailable, a locked or full database
+            if not self._store_failed:
+                self._store_failed = True
+                self._ops.events.emit(
+                    "error", "actions", "history_write_failed", action=self.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )  # fmt: skip
+            return
+        self._store_failed = False

@@ -1,0 +1,413 @@
+"""The configured actions of an instance: their triggers, their runs, what they show.
+
+:class:`Actions` is built by the engine (the composition root) with the instance's admin
+surface, and started and stopped as numbered steps of the engine's own:
+
+1. :meth:`Actions.start`, after recovery and the statistics database, before clients are
+   served: the last stored run of each action is read back, the ``on-startup`` actions
+   run (in file order, each to its end), then the schedules and disk watchers start;
+2. :meth:`Actions.shutdown`, when shutdown begins (new work is refused, clients are still
+   connected): the ``on-shutdown`` actions run, bounded by :data:`SHUTDOWN_BUDGET`;
+3. :meth:`Actions.stop`, before the statistics database and the log close: the triggers
+   stop and the runs in progress get :data:`STOP_BUDGET` to finish (then are cancelled).
+
+Runs started by triggers and by ``POST /api/actions/NAME`` are tasks of their own, so a
+client that goes away does not cancel a run halfway through a journal. The admin API
+reads :meth:`Actions.info`, :meth:`Actions.history` and :meth:`Actions.journal_plan`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Final, TypedDict, cast
+
+import orjson
+
+from server.actions.describe import describe_step, describe_trigger
+from server.actions.errors import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin
+from server.actions.metricsdoc import MetricsDocument
+from server.actions.plan import PlannedAction, ScheduledAction, journal_plan
+from server.actions.results import RunDict, RunRecord, iso
+from server.actions.runner import ActionRunner
+from server.actions.triggers import DiskUsageTrigger, Fire, ScheduleTrigger
+from server.clock import Clock
+from server.config import (
+    ActionParameter,
+    Config,
+    IfCondition,
+    IfDiskUsage,
+    OnAdmin,
+    OnDiskUsage,
+    OnExecute,
+    OnSchedule,
+    OnShutdown,
+    OnStartup,
+    Step,
+)
+from server.operations import Operations
+from server.txlog.journal import JournalInfo
+from server.txlog.pins import PinInfo
+
+__all__ = ["SHUTDOWN_BUDGET", "STOP_BUDGET", "ActionInfo", "Actions"]
+
+#: Seconds the on-shutdown actions may take together before shutdown goes on without them.
+SHUTDOWN_BUDGET: Final = 10.0
+#: Seconds runs in progress get to finish when the instance stops.
+STOP_BUDGET: Final = 30.0
+#: Longest value of an on-admin parameter.
+MAX_PARAMETER: Final = 4096
+
+
+class TriggerInfo(TypedDict):
+    module: str
+    description: str
+    next_run: str | None
+
+
+class ParameterInfo(TypedDict):
+    name: str
+    default: str | None
+    required: bool
+    pattern: str | None
+    description: str
+
+
+class StepInfo(TypedDict):
+    index: int
+    kind: str
+    module: str
+    description: str
+
+
+class ActionInfo(TypedDict):
+    """One configured action, as ``GET /api/actions`` lists it."""
+
+    name: str
+    triggers: list[TriggerInfo]
+    next_run: str | None
+    on_admin: bool
+    parameters: list[ParameterInfo]
+    steps: list[StepInfo]
+    running: RunDict | None
+    last_run: RunDict | None
+    runs: int
+    skipped: int
+
+
+class Actions:
+    """The actions of one instance (see the module docstring).
+
+    Args:
+        config: the instance configuration (its ``actions``).
+        ops: the admin surface every module acts through.
+        clock: the time source of schedules and records.
+    """
+
+    def __init__(self, config: Config, ops: Operations, clock: Clock) -> None:
+        self._config = config
+        self._ops = ops
+        self._clock = clock
+        metrics = MetricsDocument(ops, config, clock)
+        self.runners: dict[str, ActionRunner] = {
+            action.name: ActionRunner(action, config, ops, clock, metrics, self._raise_event)
+            for action in config.actions
+        }
+        self._schedules: dict[str, list[ScheduleTrigger]] = {}
+        self._disks: dict[str, list[DiskUsageTrigger]] = {}
+        for action in config.actions:
+            runner = self.runners[action.name]
+            for trigger in action.triggers:
+                if isinstance(trigger, OnSchedule):
+                    self._schedules.setdefault(action.name, []).append(
+                        ScheduleTrigger(trigger, self._firing(runner), clock, self._missing(runner))
+                    )
+                elif isinstance(trigger, OnDiskUsage):
+                    path = trigger.path or config.directory(trigger.label)
+                    self._disks.setdefault(action.name, []).append(
+                        DiskUsageTrigger(trigger, path, self._firing(runner), ops, clock)
+                    )
+        self._tasks: set[asyncio.Task[RunRecord]] = set()
+        self._stopping = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read back the last stored runs, run the on-startup actions, start the triggers."""
+        for runner in self.runners.values():
+            with contextlib.suppress(Exception):  # no database: nothing to show yet
+                stored = await self._ops.action_runs(runner.name, 1)
+                if stored:
+                    runner.stored_last = _run_dict(stored[0].id, stored[0].record)
+        for runner in self._with(OnStartup):
+            await self._guarded(runner, "amps-action-on-startup", "start-up", {})
+        for triggers in self._schedules.values():
+            for schedule in triggers:
+                schedule.start()
+        for disks in self._disks.values():
+            for disk in disks:
+                disk.start()
+
+    async def shutdown(self) -> None:
+        """Run the on-shutdown actions (bounded by :data:`SHUTDOWN_BUDGET`)."""
+        runners = list(self._with(OnShutdown))
+        if not runners:
+            return
+
+        async def run_all() -> None:
+            for runner in runners:
+                await self._guarded(runner, "amps-action-on-shutdown", "shutdown", {})
+
+        try:
+            await asyncio.wait_for(run_all(), SHUTDOWN_BUDGET)
+        except TimeoutError:
+            self._ops.events.emit(
+                "error", "actions", "shutdown_actions_timeout", budget_s=SHUTDOWN_BUDGET,
+                detail="shutdown goes on without the on-shutdown actions still running",
+            )  # fmt: skip
+
+    async def stop(self) -> None:
+        """Stop the triggers; let runs in progress finish (bounded), then cancel them."""
+        self._stopping = True
+        for schedules in self._schedules.values():
+            for schedule in schedules:
+                await schedule.stop()
+        for disks in self._disks.values():
+            for disk in disks:
+                await disk.stop()
+        if self._tasks:
+            _done, pending = await asyncio.wait(set(self._tasks), timeout=STOP_BUDGET)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _with(self, kind: type) -> list[ActionRunner]:
+        return [
+            r for r in self.runners.values() if any(isinstance(t, kind) for t in r.config.triggers)
+        ]
+
+    async def _spawn(self, run: Coroutine[Any, Any, RunRecord]) -> RunRecord:
+        """Run in a task of its own: cancelling the caller does not cancel the run."""
+        task = asyncio.get_running_loop().create_task(run)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _guarded(
+        self, runner: ActionRunner, trigger: str, detail: str, variables: Mapping[str, str]
+    ) -> RunRecord | None:
+        """A run a trigger asked for: skipped (and counted) while the action runs."""
+        if self._stopping and trigger != "amps-action-on-shutdown":
+            return None
+        try:
+            return await self._spawn(runner.run(trigger, detail, variables=variables))
+        except ActionBusy as exc:
+            runner.skipped += 1
+            self._ops.events.emit(
+                "warning", "actions", "skipped", action=runner.name, trigger=trigger,
+                detail=detail, reason=str(exc),
+            )  # fmt: skip
+            return None
+
+    def _missing(self, runner: ActionRunner) -> Callable[[int], None]:
+        def missed(count: int) -> None:
+            runner.skipped += count
+            self._ops.events.emit(
+                "warning", "actions", "skipped", action=runner.name,
+                trigger="amps-action-on-schedule", firings=count,
+                reason="the schedule came due while a run was in progress",
+            )  # fmt: skip
+
+        return missed
+
+    def _firing(self, runner: ActionRunner) -> Fire:
+        async def fire(trigger: str, detail: str, variables: Mapping[str, str]) -> None:
+            await self._guarded(runner, trigger, detail, variables)
+
+        return fire
+
+    async def _raise_event(self, event: str, variables: Mapping[str, str], depth: int) -> list[str]:
+        """Run the actions that run on ``event``, in file order; one line per action."""
+        lines: list[str] = []
+        for runner in self.runners.values():
+            if not any(
+                isinstance(t, OnExecute) and t.event == event for t in runner.config.triggers
+            ):
+                continue
+            try:
+                record = await runner.run(
+                    "amps-action-on-execute", f"event {event}",
+                    variables={**variables, "AMPS_EVENT": event}, depth=depth,
+                )  # fmt: skip
+            except ActionBusy:
+                runner.skipped += 1
+                lines.append(f"{runner.name} skipped (running)")
+                continue
+            lines.append(f"{runner.name} {record.outcome}")
+        return lines
+
+    async def run_admin(self, name: str, parameters: Mapping[str, object], user: str) -> RunRecord:
+        """Run an on-admin action now (``POST /api/actions/NAME``, the dashboard).
+
+        Raises:
+            ActionNotFound, NotOnAdmin, BadParameters, ActionBusy.
+        """
+        runner = self.runners.get(name)
+        if runner is None:
+            raise ActionNotFound(name)
+        on_admin = runner.config.trigger_of(OnAdmin)
+        if not isinstance(on_admin, OnAdmin):
+            raise NotOnAdmin(name, [t.module for t in runner.config.triggers])
+        params = _parameters(name, on_admin.parameters, parameters)
+        if runner.running is not None:
+            started = runner.running.started
+            raise ActionBusy(name, started, iso(started))
+        return await self._spawn(
+            runner.run("amps-action-on-admin", f"on demand by {user}", user=user, parameters=params)
+        )
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def info(self) -> list[ActionInfo]:
+        """Every configured action: triggers, next run, steps, the run in progress, the last."""
+        return [self._info(runner) for runner in self.runners.values()]
+
+    def action_info(self, name: str) -> ActionInfo:
+        """One action (raises ActionNotFound)."""
+        runner = self.runners.get(name)
+        if runner is None:
+            raise ActionNotFound(name)
+        return self._info(runner)
+
+    def _next_runs(self, name: str) -> dict[int, float | None]:
+        schedules = iter(self._schedules.get(name, []))
+        disks = iter(self._disks.get(name, []))
+        out: dict[int, float | None] = {}
+        for i, trigger in enumerate(self.runners[name].config.triggers):
+            if isinstance(trigger, OnSchedule):
+                out[i] = next(schedules).next_run
+            elif isinstance(trigger, OnDiskUsage):
+                next(disks)
+                out[i] = None
+        return out
+
+    def _info(self, runner: ActionRunner) -> ActionInfo:
+        action = runner.config
+        next_runs = self._next_runs(runner.name)
+        triggers: list[TriggerInfo] = []
+        for i, trigger in enumerate(action.triggers):
+            at = next_runs.get(i)
+            triggers.append({
+                "module": trigger.module,
+                "description": describe_trigger(trigger),
+                "next_run": iso(at) if at is not None else None,
+            })  # fmt: skip
+        timed = [t for t in next_runs.values() if t is not None]
+        on_admin = action.trigger_of(OnAdmin)
+        parameters: list[ParameterInfo] = []
+        if isinstance(on_admin, OnAdmin):
+            parameters = [
+                {"name": p.name, "default": p.default, "required": p.default is None,
+                 "pattern": p.pattern, "description": p.description}
+                for p in on_admin.parameters
+            ]  # fmt: skip
+        return {
+            "name": action.name,
+            "triggers": triggers,
+            "next_run": iso(min(timed)) if timed else None,
+            "on_admin": on_admin is not None,
+            "parameters": parameters,
+            "steps": [_step_info(i, s) for i, s in enumerate(action.steps, start=1)],
+            "running": runner.running.to_dict() if runner.running is not None else None,
+            "last_run": runner.last_run,
+            "runs": runner.runs,
+            "skipped": runner.skipped,
+        }
+
+    async def history(
+        self, action: str | None = None, limit: int = 100, before_id: int | None = None
+    ) -> list[RunDict]:
+        """Finished runs, newest first, from the stats database (this process's recent
+        runs when the database cannot be read).
+
+        Raises:
+            ActionNotFound: ``action`` is not configured.
+        """
+        if action is not None and action not in self.runners:
+            raise ActionNotFound(action)
+        try:
+            stored = await self._ops.action_runs(action, limit, before_id)
+        except Exception:  # no database (or unreadable): what this process remembers
+            runs = [r for runner in self.runners.values() for r in runner.recent
+                    if action is None or runner.name == action]  # fmt: skip
+            runs.sort(key=lambda r: r.started, reverse=True)
+            return [r.to_dict() for r in runs[:limit]]
+        return [_run_dict(s.id, s.record) for s in stored]
+
+    def journal_plan(
+        self, journals: list[JournalInfo], pins: list[PinInfo]
+    ) -> dict[int, list[PlannedAction]]:
+        """Which action will touch which journal next (the transaction-log page)."""
+        actions = []
+        for name, runner in self.runners.items():
+            schedules = self._schedules.get(name, [])
+
+            def first(when: float, schedules: list[ScheduleTrigger] = schedules) -> float | None:
+                times = [t for s in schedules if (t := s.first_run_from(when)) is not None]
+                return min(times, default=None)
+
+            actions.append(ScheduledAction(runner.config, first))
+        return journal_plan(journals, pins, actions, self._clock.time())
+
+
+def _step_info(index: int, step: Step) -> StepInfo:
+    kind = "if" if isinstance(step, IfCondition | IfDiskUsage) else "do"
+    return {"index": index, "kind": kind, "module": step.module, "description": describe_step(step)}
+
+
+def _run_dict(run_id: int, record: str) -> RunDict:
+    data = cast(RunDict, orjson.loads(record))
+    data["id"] = run_id
+    return data
+
+
+def _parameters(
+    action: str, declared: tuple[ActionParameter, ...], given: Mapping[str, object]
+) -> dict[str, str]:
+    """The on-admin parameters of a run: declared ones only, each a string, required ones
+    present, each matching its pattern; defaults filled in.
+
+    Raises:
+        BadParameters: the first problem.
+    """
+    names = {p.name for p in declared}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        allowed = ", ".join(sorted(names)) or "none"
+        raise BadParameters(
+            action, f"unknown parameter {unknown[0]!r} (this action takes: {allowed})"
+        )
+    out: dict[str, str] = {}
+    for p in declared:
+        value = given.get(p.name)
+        if value is None:
+            if p.default is None:
+                raise BadParameters(action, f"parameter {p.name!r} is required")
+            out[p.name] = p.default
+            continue
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise BadParameters(action, f"parameter {p.name!r} must be a string")
+        text = str(value)
+        if len(text) > MAX_PARAMETER:
+            raise BadParameters(
+                action, f"parameter {p.name!r} is longer than {MAX_PARAMETER} characters"
+            )
+        if p.pattern is not None and re.fullmatch(p.pattern, text) is None:
+            raise BadParameters(action, f"parameter {p.name!r} must match {p.pattern!r}")
+        out[p.name] = text
+    return out

@@ -1,0 +1,366 @@
+"""What each condition and module does when a run reaches it.
+
+One coroutine per module, each taking its configuration and the :class:`StepContext` of
+the run and returning a :class:`~server.actions.results.StepResult` (the runner fills in
+its index and duration). Every effect goes through the instance's admin surface
+(:class:`~server.operations.Operations`), the one REST uses: journals, statistics,
+transports, replication destinations, the broker's own publish, the shutdown request. A module that cannot do its
+work returns ``failed`` with the reason (the runner also turns an unexpected exception into
+``failed``): nothing here raises into the scheduler.
+
+Modules add variables to the run's context for the modules after them
+(``AMPS_JOURNALS_ARCHIVED``, ``AMPS_PUBLISHED_BOOKMARK``...; the names are declared on the
+configuration classes, where the loader checks references against them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import orjson
+
+from server.actions.journals import JournalOp, PinnedJournal, select
+from server.actions.metricsdoc import MetricsDocument
+from server.actions.results import PinnedDict, StepResult, StepStatus
+from server.clock import Clock
+from server.config import (
+    ArchiveJournals,
+    CompressJournals,
+    Config,
+    DiskThreshold,
+    DowngradeReplication,
+    ExecuteEvent,
+    IfCondition,
+    IfDiskUsage,
+    PublishMessage,
+    RemoveJournals,
+    SetTransport,
+    Shutdown,
+    Step,
+    TruncateStatistics,
+    UpgradeReplication,
+)
+from server.engine_errors import PublishRefused, TransportNotFound
+from server.expr import FilterSyntaxError, MessageView, compile_filter
+from server.operations import JournalDict, Operations
+from server.protocol.topic import is_regex_topic
+from server.replication.errors import ReplicationError
+from server.stats.host import FilesystemUsage
+from server.txlog.errors import JournalPinned
+from server.units import format_duration
+
+__all__ = ["MAX_EVENT_DEPTH", "RaiseEvent", "StepContext", "run_step"]
+
+#: How deep events raised by actions may chain (an action raising an event whose action
+#: raises another...) before the raise is refused: a loop in the configuration ends here.
+MAX_EVENT_DEPTH: Final = 4
+
+#: ``raise_event(event, variables, depth)`` -> one line per action it ran
+RaiseEvent = Callable[[str, Mapping[str, str], int], Awaitable[list[str]]]
+
+
+@dataclass(slots=True)
+class StepContext:
+    """What the steps of one run share.
+
+    Attributes:
+        ops: the instance's admin surface.
+        config: the instance configuration (its directories).
+        clock: the time source.
+        metrics: the metrics document of conditions.
+        variables: the run's context; steps add to it.
+        raise_event: runs the actions an event triggers.
+        depth: how many raised events led to this run.
+    """
+
+    ops: Operations
+    config: Config
+    clock: Clock
+    metrics: MetricsDocument
+    raise_event: RaiseEvent
+    variables: dict[str, str] = field(default_factory=dict)
+    depth: int = 0
+
+    def directory(self, label: str, path: Path | None) -> Path:
+        """A disk option's directory: the one given, or the instance's by its name."""
+        return path if path is not None else self.config.directory(label)
+
+
+def _result(
+    step: Step,
+    status: StepStatus,
+    message: str,
+    *,
+    journals: list[int] | None = None,
+    files: list[str] | None = None,
+    pinned: list[PinnedDict] | None = None,
+    variables: dict[str, str] | None = None,
+) -> StepResult:
+    kind = "if" if isinstance(step, IfCondition | IfDiskUsage) else "do"
+    return StepResult(
+        0, kind, step.module, status, message, journals=journals or [], files=files or [],
+        pinned=pinned or [], variables=variables or {},
+    )  # fmt: skip
+
+
+def _disk_variables(usage: FilesystemUsage) -> dict[str, str]:
+    return {
+        "AMPS_DISK_PATH": usage.path,
+        "AMPS_DISK_PERCENT": f"{usage.percent:g}",
+        "AMPS_DISK_FREE_BYTES": str(usage.free),
+    }
+
+
+def passes(threshold: DiskThreshold, usage: FilesystemUsage) -> bool:
+    """Whether a file system's usage passes a disk threshold."""
+    if threshold.kind == "above":
+        return usage.percent > threshold.value
+    if threshold.kind == "below":
+        return usage.percent < threshold.value
+    return usage.free < threshold.value
+
+
+# -- conditions -----------------------------------------------------------------------------
+
+
+async def _if_condition(step: IfCondition, ctx: StepContext) -> StepResult:
+    text = step.expression.expand(ctx.variables)
+    try:
+        flt = compile_filter(text, clock=ctx.clock)
+    except FilterSyntaxError as exc:
+        return _result(step, "failed", f"the condition {text!r} does not compile: {exc}")
+    document = await ctx.metrics.read()
+    view = MessageView.of_document("", document)
+    if flt.matches(view):
+        return _result(step, "ok", f"{text} holds")
+    return _result(step, "stopped", f"{text} does not hold")
+
+
+async def _if_disk_usage(step: IfDiskUsage, ctx: StepContext) -> StepResult:
+    usage = await ctx.ops.filesystem_usage(ctx.directory(step.label, step.path))
+    variables = _disk_variables(usage)
+    ctx.variables.update(variables)
+    seen = f"{step.label} is {usage.percent:g}% used, {usage.free} bytes free"
+    if passes(step.threshold, usage):
+        return _result(step, "ok", f"{seen} ({step.threshold.describe()})", variables=variables)
+    return _result(step, "stopped", f"{seen}: not {step.threshold.describe()}", variables=variables)
+
+
+# -- journals -------------------------------------------------------------------------------
+
+
+_VERBS: Final[Mapping[JournalOp, str]] = {
+    "archive": "archived",
+    "compress": "compressed",
+    "remove": "removed",
+}
+_COUNTERS: Final[Mapping[JournalOp, str]] = {
+    "archive": "AMPS_JOURNALS_ARCHIVED",
+    "compress": "AMPS_JOURNALS_COMPRESSED",
+    "remove": "AMPS_JOURNALS_REMOVED",
+}
+
+
+def _ids(ids: list[int]) -> str:
+    if not ids:
+        return "none"
+    return str(ids[0]) if len(ids) == 1 else f"{ids[0]}..{ids[-1]} ({len(ids)})"
+
+
+async def _journals(
+    step: ArchiveJournals | CompressJournals | RemoveJournals, ctx: StepContext
+) -> StepResult:
+    op: JournalOp = (
+        "archive" if isinstance(step, ArchiveJournals)
+        else "compress" if isinstance(step, CompressJournals)
+        else "remove"
+    )  # fmt: skip
+    state = ctx.ops.journal_state()
+    if state is None:
+        return _result(step, "failed", "this instance has no transaction log")
+    journals, pins = state
+    chosen = select(op, journals, pins, step.limits, ctx.clock.time())
+    pinned = list(chosen.pinned)
+    done: list[JournalDict] = []
+    before = {j.id: j.path for j in chosen.act}
+    if chosen.target is not None:
+        try:
+            if isinstance(step, CompressJournals):
+                done = await ctx.ops.journal_action(op, chosen.target, step.method)
+            else:
+                done = await ctx.ops.journal_action(op, chosen.target)
+        except JournalPinned as exc:
+            # a pin was taken while the run waited for the journals to be sealed
+            pinned = [PinnedJournal(j.id, exc.owner, exc.seq) for j in chosen.act] + pinned
+    ids = [d["id"] for d in done]
+    files = [before.get(d["id"], d["path"]) if op == "remove" else d["path"] for d in done]
+    variables = {_COUNTERS[op]: str(len(done))}
+    ctx.variables.update(variables)
+    message = f"{_VERBS[op]} journals {_ids(ids)}" if done else f"no journal to {op}"
+    pinned_dicts: list[PinnedDict] = [
+        {"journal": p.journal, "owner": p.owner, "seq": p.seq} for p in pinned
+    ]
+    if pinned:
+        first = pinned[0]
+        message += (
+            f"; journals {_ids([p.journal for p in pinned])} still needed by {first.owner} "
+            f"(from seq {first.seq}): retried next run"
+        )
+    return _result(
+        step, "partial" if pinned else "ok", message, journals=ids, files=files,
+        pinned=pinned_dicts, variables=variables,
+    )  # fmt: skip
+
+
+# -- the rest -------------------------------------------------------------------------------
+
+
+async def _truncate(step: TruncateStatistics, ctx: StepContext) -> StepResult:
+    deleted = await ctx.ops.truncate_stats(ctx.clock.time() - step.age)
+    variables = {"AMPS_STATS_SAMPLES_DELETED": str(deleted)}
+    ctx.variables.update(variables)
+    return _result(step, "ok", f"deleted {deleted} samples", variables=variables)
+
+
+async def _transport(step: SetTransport, ctx: StepContext) -> StepResult:
+    try:
+        ctx.ops.set_transport_enabled(step.transport, step.enabled)
+    except TransportNotFound as exc:
+        return _result(step, "failed", str(exc))
+    state = "enabled" if step.enabled else "disabled"
+    ctx.ops.events.emit(
+        "info", "actions", f"transport_{state}", transport=step.transport,
+        action=ctx.variables.get("AMPS_ACTION_NAME", ""),
+    )  # fmt: skip
+    return _result(step, "ok", f"transport {step.transport} {state}")
+
+
+async def _replication(
+    step: DowngradeReplication | UpgradeReplication, ctx: StepContext
+) -> StepResult:
+    """Downgrade the sync destinations past ``Age``, or upgrade the downgraded ones that
+    are connected and under it. A change the replication service refuses (the
+    ``MinimumSyncDestinations`` floor) is reported and tried again at the next run."""
+    downgrade = isinstance(step, DowngradeReplication)
+    try:
+        info = ctx.ops.replication_info()
+    except ReplicationError as exc:
+        return _result(step, "failed", str(exc))
+    watched = set(step.destinations)
+    names: list[str] = []
+    changed: list[str] = []
+    refused: list[str] = []
+    for dest in info["destinations"]:
+        name = dest["name"]
+        if dest["configured_sync_type"] != "sync" or (watched and name not in watched):
+            continue
+        behind = dest["seconds_behind"]
+        if downgrade:
+            due = dest["effective_sync_type"] == "sync" and behind > step.age
+        else:
+            due = (
+                dest["effective_sync_type"] == "async" and dest["connected"] and (behind < step.age)
+            )
+        if not due:
+            continue
+        try:
+            if downgrade:
+                ctx.ops.downgrade_destination(name)
+            else:
+                ctx.ops.upgrade_destination(name)
+        except ReplicationError as exc:
+            refused.append(f"{name}: {exc}")
+            continue
+        names.append(name)
+        changed.append(f"{name} ({behind:g}s behind)")
+    variables = {
+        ("AMPS_DESTINATIONS_DOWNGRADED" if downgrade else "AMPS_DESTINATIONS_UPGRADED"): (
+            ",".join(names)
+        )
+    }
+    ctx.variables.update(variables)
+    limit = format_duration(step.age)
+    if changed:
+        message = f"{'downgraded' if downgrade else 'upgraded'} {', '.join(changed)}"
+        if not downgrade:
+            message += ": sync again once caught up"
+    elif downgrade:
+        message = f"no sync destination is more than {limit} behind"
+    else:
+        message = f"no downgraded destination is connected and less than {limit} behind"
+    if refused:
+        message += "; refused: " + "; ".join(refused) + " (tried again next run)"
+    return _result(step, "partial" if refused else "ok", message, variables=variables)
+
+
+def _json_escape(value: str) -> str:
+    """``value`` as the inside of a JSON string (quotes, backslashes, controls escaped)."""
+    return orjson.dumps(value).decode()[1:-1]
+
+
+async def _publish(step: PublishMessage, ctx: StepContext) -> StepResult:
+    topic = step.topic.expand(ctx.variables)
+    if not topic or is_regex_topic(topic) or any(ord(ch) < 32 for ch in topic):
+        return _result(step, "failed", f"{topic!r} cannot be published to (not a topic name)")
+    body = step.data.expand(ctx.variables, _json_escape)
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return _result(step, "failed", f"the expanded Data is not JSON ({exc}): {body[:200]!r}")
+    try:
+        published = await ctx.ops.publish(topic, body.encode())
+    except PublishRefused as exc:
+        return _result(step, "failed", f"publish to {topic!r} refused: {exc}")
+    variables = {"AMPS_PUBLISHED_BOOKMARK": published.bookmark or ""}
+    ctx.variables.update(variables)
+    where = f" (bookmark {published.bookmark})" if published.bookmark else ""
+    return _result(step, "ok", f"published to {topic}{where}", variables=variables)
+
+
+async def _execute_event(step: ExecuteEvent, ctx: StepContext) -> StepResult:
+    if ctx.depth >= MAX_EVENT_DEPTH:
+        return _result(
+            step, "failed",
+            f"event {step.event!r} not raised: {MAX_EVENT_DEPTH} events already chain to this "
+            "run (a loop of actions raising each other?)",
+        )  # fmt: skip
+    ran = await ctx.raise_event(step.event, dict(ctx.variables), ctx.depth + 1)
+    ctx.ops.events.emit("info", "actions", "event_raised", name=step.event, actions=len(ran))
+    if not ran:
+        return _result(step, "ok", f"event {step.event} raised; no action runs on it")
+    return _result(step, "ok", f"event {step.event} raised: " + "; ".join(ran))
+
+
+async def _shutdown(step: Shutdown, ctx: StepContext) -> StepResult:
+    if ctx.ops.stopping:
+        return _result(step, "ok", "the instance is already shutting down")
+    action = ctx.variables.get("AMPS_ACTION_NAME", "")
+    if ctx.ops.request_shutdown(f"action {action}"):
+        return _result(step, "ok", "shutdown requested")
+    return _result(step, "failed", "nothing hosts this instance that could stop it")
+
+
+async def run_step(step: Step, ctx: StepContext) -> StepResult:
+    """Run one condition or module (see the module docstring)."""
+    match step:
+        case IfCondition():
+            return await _if_condition(step, ctx)
+        case IfDiskUsage():
+            return await _if_disk_usage(step, ctx)
+        case ArchiveJournals() | CompressJournals() | RemoveJournals():
+            return await _journals(step, ctx)
+        case TruncateStatistics():
+            return await _truncate(step, ctx)
+        case SetTransport():
+            return await _transport(step, ctx)
+        case DowngradeReplication() | UpgradeReplication():
+            return await _replication(step, ctx)
+        case PublishMessage():
+            return await _publish(step, ctx)
+        case ExecuteEvent():
+            return await _execute_event(step, ctx)
+        case Shutdown():
+            return await _shutdown(step, ctx)

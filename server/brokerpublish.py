@@ -1,0 +1,139 @@
+"""The broker as a publisher: messages the instance itself publishes (actions, later others).
+
+A message the broker publishes takes the one publish path every message takes
+(:class:`~server.publishing.PublishPipeline`): the same topic checks, the same append, the
+same fan-out and persisted acks for subscribers, with an :class:`~server.ports.Origin` of
+kind ``broker`` (never a fake client session). Its records carry the broker's own
+publisher identity, ``pub_hash("spool-broker:" + instance)``, numbered by the log like any
+publisher's, so a bookmark subscriber can resume across them.
+
+The pipeline answers a publish with acks on the origin's ``replies``; here they go to a
+:class:`_Answer` that keeps them, so :meth:`BrokerPublisher.publish` can raise the
+refusal, and it returns once the message is durable (recorded topics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from server.bookmarks import format_bookmark, pub_hash
+from server.engine_errors import PublishRefused
+from server.ports import AckValue, Origin, PublishRun
+from server.protocol.errors import ProtocolFailure
+from server.publishing import PublishPipeline
+from server.txlog import TransactionLog
+
+__all__ = ["BROKER_PUBLISHER_PREFIX", "BrokerPublisher", "Published"]
+
+#: The broker's publisher identity is ``pub_hash(BROKER_PUBLISHER_PREFIX + instance name)``.
+BROKER_PUBLISHER_PREFIX = "spool-broker:"
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A message the broker published.
+
+    Attributes:
+        topic: where it went.
+        seq: its local sequence in the transaction log (0 when the topic is not recorded).
+        bookmark: its bookmark (None when the topic is not recorded).
+    """
+
+    topic: str
+    seq: int
+    bookmark: str | None
+
+
+class _Answer:
+    """The ``Outbound`` a broker publish's acks go to: it keeps the processed ack."""
+
+    def __init__(self) -> None:
+        self.failure: ProtocolFailure | None = None
+        self.processed = False
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def send(self, data: bytes) -> None:
+        """Control bytes: the broker's own publish has no wire."""
+
+    def send_messages(self, data: bytes, count: int) -> None:
+        """No subscription belongs to this origin."""
+
+    def send_batch(self, data: bytes, count: int) -> None:
+        """No query belongs to this origin."""
+
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        """Nothing is ever queued here, so everything fits."""
+        return True
+
+    def overflow(self, nbytes: int) -> None:
+        """Unreachable: :meth:`live_fits` always answers yes and control bytes are dropped."""
+
+    def ack(
+        self,
+        kind: str,
+        cid: str | None,
+        status: str = "success",
+        reason: str | None = None,
+        **fields: AckValue,
+    ) -> None:
+        if kind == "processed" and status == "success":
+            self.processed = True
+
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
+        self.failure = exc
+
+    def has_room(self) -> bool:
+        return True
+
+    async def wait_room(self) -> None:
+        return None
+
+
+class BrokerPublisher:
+    """Publishes as the instance itself.
+
+    Args:
+        pipeline: the instance's publish pipeline.
+        txlog: the transaction log (to wait until a recorded message is durable), or None.
+        instance: the instance name (its publisher identity).
+    """
+
+    def __init__(
+        self, pipeline: PublishPipeline, txlog: TransactionLog | None, instance: str
+    ) -> None:
+        self._pipeline = pipeline
+        self._txlog = txlog
+        self.name = instance
+        self.pub_hash = pub_hash(BROKER_PUBLISHER_PREFIX + instance)
+
+    async def publish(self, topic: str, body: bytes) -> Published:
+        """Publish one message and wait until it is durable (when the topic is recorded).
+
+        Raises:
+            PublishRefused: the pipeline refused it (the protocol's reason: a regex topic,
+                txlog full, a failed write...).
+        """
+        answer = _Answer()
+        origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
+        run = PublishRun(
+            topic, self.pub_hash, [None], [body], [(0, frozenset({"processed"}), None)],
+            publisher_name=self.name,
+        )  # fmt: skip
+        txlog = self._txlog
+        before = txlog.publisher_last(self.pub_hash) if txlog is not None else 0
+        self._pipeline.publish(origin, run)
+        if answer.failure is not None:
+            raise PublishRefused(answer.failure.reason, answer.failure.detail)
+        if not answer.processed:  # pragma: no cover - the pipeline always answers
+            raise PublishRefused("invalid message", "the publish pipeline did not answer")
+        if txlog is None:
+            return Published(topic, 0, None)
+        pub_seq = txlog.publisher_last(self.pub_hash)
+        if pub_seq == before:
+            return Published(topic, 0, None)  # a topic the log does not record
+        seq = txlog.last_seq
+        await txlog.wait_durable(seq)
+        return Published(topic, seq, format_bookmark(self.pub_hash, pub_seq))

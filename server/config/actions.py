@@ -1,0 +1,482 @@
+"""The model of ``<Actions>``: what each action runs on, checks and does (frozen dataclasses).
+
+An action (CONFIG.md, AMPS "Actions") is a name, one or more triggers (``<On>``) and an
+ordered list of steps: conditions (``<If>``) and modules (``<Do>``), run in file order.
+Every trigger, condition and module is a dataclass of its own carrying exactly the options
+that module takes, already validated by :mod:`server.config.sections.actions`, so the
+scheduler (:mod:`server.actions`) never re-checks a value. Each carries its AMPS module name
+(``module``) and the path of its element (``where``), so run records and errors name the
+step the way the operator wrote it.
+
+Durations are float seconds, sizes int bytes, percentages floats in ``(0, 100)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Final, Literal
+
+from server.config.template import Template
+from server.units import format_duration, format_size
+
+__all__ = [
+    "ACTION_MODULES",
+    "BASE_VARIABLES",
+    "CONDITION_MODULES",
+    "DISK_VARIABLES",
+    "MODULE_PREFIX",
+    "TRIGGER_MODULES",
+    "ActionConfig",
+    "ActionParameter",
+    "ArchiveJournals",
+    "CompressJournals",
+    "Condition",
+    "DiskThreshold",
+    "DoStep",
+    "DowngradeReplication",
+    "ExecuteEvent",
+    "IfCondition",
+    "IfDiskUsage",
+    "JournalLimits",
+    "JournalStep",
+    "OnAdmin",
+    "OnDiskUsage",
+    "OnExecute",
+    "OnSchedule",
+    "OnShutdown",
+    "OnStartup",
+    "PublishMessage",
+    "RemoveJournals",
+    "ReplicationStep",
+    "Schedule",
+    "SetTransport",
+    "Shutdown",
+    "Step",
+    "Trigger",
+    "TruncateStatistics",
+    "UpgradeReplication",
+]
+
+#: Every module name starts with this (the AMPS spelling).
+MODULE_PREFIX: Final = "amps-action-"
+#: Variables every run has (``{{AMPS_BYTE_XX}}`` too).
+BASE_VARIABLES: Final = (
+    "AMPS_INSTANCE_NAME",
+    "AMPS_ACTION_NAME",
+    "AMPS_TRIGGER",
+    "AMPS_DATETIME",
+    "AMPS_UNIX_TIMESTAMP",
+)
+#: Variables a disk-usage trigger or condition adds: the path, its used percent, free bytes.
+DISK_VARIABLES: Final = ("AMPS_DISK_PATH", "AMPS_DISK_PERCENT", "AMPS_DISK_FREE_BYTES")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When an ``amps-action-on-schedule`` trigger fires (its ``Every`` option).
+
+    Attributes:
+        kind: ``every`` (a timer: every ``interval`` seconds from the start of the
+            instance), ``daily`` (at ``time_of_day`` each day) or ``weekly`` (at
+            ``time_of_day`` on ``weekday``).
+        interval: seconds between two runs of an ``every`` schedule (0 otherwise).
+        time_of_day: seconds after local midnight (calendar schedules).
+        weekday: 0 = Monday .. 6 = Sunday (weekly schedules), else None.
+        zone: the IANA time zone the calendar times are in (``UTC`` by default).
+        text: the ``Every`` value as written.
+    """
+
+    kind: Literal["every", "daily", "weekly"]
+    interval: float = 0.0
+    time_of_day: int = 0
+    weekday: int | None = None
+    zone: str = "UTC"
+    text: str = ""
+
+    def describe(self) -> str:
+        """A one-line description for the admin API and the dashboard."""
+        if self.kind == "every":
+            return f"every {self.text}"
+        hh, rest = divmod(self.time_of_day, 3600)
+        mm, ss = divmod(rest, 60)
+        clock = f"{hh:02d}:{mm:02d}" + (f":{ss:02d}" if ss else "")
+        if self.kind == "daily":
+            return f"daily at {clock} {self.zone}"
+        assert self.weekday is not None
+        return f"{_WEEKDAYS[self.weekday]} at {clock} {self.zone}"
+
+
+_WEEKDAYS: Final = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+# -- triggers (<On>) ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OnSchedule:
+    """``amps-action-on-schedule``: on a timer or at calendar times."""
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_SCHEDULE",)
+    schedule: Schedule
+    where: str = ""
+    module: str = "amps-action-on-schedule"
+
+
+@dataclass(frozen=True, slots=True)
+class OnStartup:
+    """``amps-action-on-startup``: once recovery is done, before clients are served."""
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    where: str = ""
+    module: str = "amps-action-on-startup"
+
+
+@dataclass(frozen=True, slots=True)
+class OnShutdown:
+    """``amps-action-on-shutdown``: when shutdown begins, before clients are closed."""
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    where: str = ""
+    module: str = "amps-action-on-shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionParameter:
+    """A parameter an on-admin action takes (``POST /api/actions/NAME``, the run form).
+
+    Attributes:
+        name: the variable it sets (``{{NAME}}`` in the action's options).
+        default: used when the request does not give it; None = required.
+        pattern: a regular expression the whole value must match, or None.
+        description: shown beside the field of the dashboard's form.
+    """
+
+    name: str
+    default: str | None = None
+    pattern: str | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OnAdmin:
+    """``amps-action-on-admin``: ``POST /api/actions/NAME`` and the dashboard's "Run now".
+
+    Its parameters become variables of the run; ``AMPS_USER`` is who asked.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_USER",)
+    parameters: tuple[ActionParameter, ...] = ()
+    where: str = ""
+    module: str = "amps-action-on-admin"
+
+
+@dataclass(frozen=True, slots=True)
+class OnDiskUsage:
+    """``amps-action-on-disk-usage``: the file system holding ``path`` is above ``above`` %.
+
+    Attributes:
+        label: ``journal``, ``archive``, ``data``, ``stats`` (the instance's directories,
+            resolved with :meth:`Config.directory`, so ``--data-dir`` moves them too), or
+            the path given.
+        path: the directory given, None for one of the instance's.
+        above: the used percentage that fires the action (strictly above).
+        interval: seconds between two checks.
+        repeat: while it stays above, fire again every ``repeat`` seconds (None: once per
+            crossing; it re-arms when usage falls to ``above`` or below).
+    """
+
+    provides: ClassVar[tuple[str, ...]] = DISK_VARIABLES
+    label: str
+    path: Path | None
+    above: float
+    interval: float = 60.0
+    repeat: float | None = None
+    where: str = ""
+    module: str = "amps-action-on-disk-usage"
+
+
+@dataclass(frozen=True, slots=True)
+class OnExecute:
+    """``amps-action-on-execute``: an ``amps-action-do-execute-event`` raised ``event``.
+
+    The run inherits the variables of the run that raised the event.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_EVENT",)
+    event: str
+    where: str = ""
+    module: str = "amps-action-on-execute"
+
+
+Trigger = OnSchedule | OnStartup | OnShutdown | OnAdmin | OnDiskUsage | OnExecute
+
+
+# -- conditions (<If>) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IfCondition:
+    """``amps-action-if-condition``: a filter expression over the instance's metrics.
+
+    ``expression`` may hold ``{{VARIABLE}}`` references, expanded before it is compiled.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    expression: Template
+    where: str = ""
+    module: str = "amps-action-if-condition"
+
+
+@dataclass(frozen=True, slots=True)
+class DiskThreshold:
+    """One bound on a file system: used percent above / below, or free bytes below."""
+
+    kind: Literal["above", "below", "free_below"]
+    value: float
+
+    def describe(self) -> str:
+        if self.kind == "above":
+            return f"used above {self.value:g}%"
+        if self.kind == "below":
+            return f"used below {self.value:g}%"
+        return f"free below {format_size(int(self.value))}"
+
+
+@dataclass(frozen=True, slots=True)
+class IfDiskUsage:
+    """``amps-action-if-disk-usage``: the file system holding ``path`` passes ``threshold``.
+
+    ``label`` and ``path`` as in :class:`OnDiskUsage`.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = DISK_VARIABLES
+    label: str
+    path: Path | None
+    threshold: DiskThreshold
+    where: str = ""
+    module: str = "amps-action-if-disk-usage"
+
+
+Condition = IfCondition | IfDiskUsage
+
+
+# -- modules (<Do>) -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JournalLimits:
+    """Which journals a journal module acts on (at least one limit is set).
+
+    A journal is *due* when its last record is older than ``age``, or when keeping it
+    would leave more than ``count`` journals, or more than ``size`` bytes, of those the
+    module could still act on (counting the active journal, which is never acted on).
+    Journals are always taken oldest first and only as an unbroken run from the oldest.
+    """
+
+    age: float | None = None
+    count: int | None = None
+    size: int | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.age is not None:
+            parts.append(f"older than {format_duration(self.age)}")
+        if self.count is not None:
+            parts.append(f"beyond the newest {self.count}")
+        if self.size is not None:
+            parts.append(f"beyond {format_size(self.size)}")
+        return " or ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveJournals:
+    """``amps-action-do-archive-journal``: move due journals to the archive directory."""
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_JOURNALS_ARCHIVED",)
+    limits: JournalLimits
+    where: str = ""
+    module: str = "amps-action-do-archive-journal"
+
+
+@dataclass(frozen=True, slots=True)
+class CompressJournals:
+    """``amps-action-do-compress-journal``: compress due journals (``zstd`` or ``gzip``)."""
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_JOURNALS_COMPRESSED",)
+    limits: JournalLimits
+    method: Literal["zstd", "gzip"] = "zstd"
+    where: str = ""
+    module: str = "amps-action-do-compress-journal"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveJournals:
+    """``amps-action-do-remove-journal``: delete due journals, oldest first."""
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_JOURNALS_REMOVED",)
+    limits: JournalLimits
+    where: str = ""
+    module: str = "amps-action-do-remove-journal"
+
+
+JournalStep = ArchiveJournals | CompressJournals | RemoveJournals
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateStatistics:
+    """``amps-action-do-truncate-statistics``: delete stats samples older than ``age``."""
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_STATS_SAMPLES_DELETED",)
+    age: float
+    where: str = ""
+    module: str = "amps-action-do-truncate-statistics"
+
+
+@dataclass(frozen=True, slots=True)
+class SetTransport:
+    """``amps-action-do-enable-transport`` / ``amps-action-do-disable-transport``."""
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    transport: str
+    enabled: bool
+    where: str = ""
+    module: str = "amps-action-do-enable-transport"
+
+
+@dataclass(frozen=True, slots=True)
+class DowngradeReplication:
+    """``amps-action-do-downgrade-replication``: persisted acks stop waiting for a sync
+    destination that is more than ``age`` seconds behind (its oldest unacknowledged
+    record is older than that), unless ``Tuning/MinimumSyncDestinations`` forbids it.
+
+    Attributes:
+        age: how far behind a destination may fall before it is downgraded.
+        destinations: the destinations it watches (``<Destination>``); empty: every
+            destination configured sync.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_DESTINATIONS_DOWNGRADED",)
+    age: float
+    destinations: tuple[str, ...] = ()
+    where: str = ""
+    module: str = "amps-action-do-downgrade-replication"
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeReplication:
+    """``amps-action-do-upgrade-replication``: a downgraded destination that is connected
+    and less than ``age`` seconds behind is upgraded (it becomes sync again once it has
+    acknowledged what the log held when it was asked).
+
+    Attributes:
+        age: how close a destination must be before it is upgraded.
+        destinations: as :class:`DowngradeReplication`'s.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_DESTINATIONS_UPGRADED",)
+    age: float
+    destinations: tuple[str, ...] = ()
+    where: str = ""
+    module: str = "amps-action-do-upgrade-replication"
+
+
+ReplicationStep = DowngradeReplication | UpgradeReplication
+
+
+@dataclass(frozen=True, slots=True)
+class PublishMessage:
+    """``amps-action-do-publish-message``: publish ``data`` to ``topic`` as the broker.
+
+    Both may hold ``{{VARIABLE}}`` references; in ``data`` (a JSON body) the values are
+    inserted JSON-escaped.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_PUBLISHED_BOOKMARK",)
+    topic: Template
+    data: Template
+    message_type: str = "json"
+    where: str = ""
+    module: str = "amps-action-do-publish-message"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecuteEvent:
+    """``amps-action-do-execute-event``: raise ``event`` (runs the ``on-execute`` actions)."""
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    event: str
+    where: str = ""
+    module: str = "amps-action-do-execute-event"
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """``amps-action-do-shutdown``: stop the instance gracefully (as SIGTERM does)."""
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    where: str = ""
+    module: str = "amps-action-do-shutdown"
+
+
+DoStep = (
+    ArchiveJournals
+    | CompressJournals
+    | RemoveJournals
+    | TruncateStatistics
+    | SetTransport
+    | DowngradeReplication
+    | UpgradeReplication
+    | PublishMessage
+    | ExecuteEvent
+    | Shutdown
+)
+Step = Condition | DoStep
+
+
+@dataclass(frozen=True, slots=True)
+class ActionConfig:
+    """One ``<Action>``.
+
+    Attributes:
+        name: unique among the actions; ``POST /api/actions/NAME`` runs an on-admin one.
+        triggers: when it runs (one or more ``<On>``).
+        steps: conditions and modules, in file order.
+        where: the path of its element.
+    """
+
+    name: str
+    triggers: tuple[Trigger, ...]
+    steps: tuple[Step, ...]
+    where: str = ""
+
+    def trigger_of(self, kind: type[Trigger]) -> Trigger | None:
+        """The first trigger of that class, or None."""
+        return next((t for t in self.triggers if isinstance(t, kind)), None)
+
+
+#: Trigger module names this version has.
+TRIGGER_MODULES: Final = (
+    "amps-action-on-schedule",
+    "amps-action-on-startup",
+    "amps-action-on-shutdown",
+    "amps-action-on-admin",
+    "amps-action-on-disk-usage",
+    "amps-action-on-execute",
+)
+#: Condition module names this version has.
+CONDITION_MODULES: Final = ("amps-action-if-condition", "amps-action-if-disk-usage")
+#: Do module names this version has.
+ACTION_MODULES: Final = (
+    "amps-action-do-archive-journal",
+    "amps-action-do-compress-journal",
+    "amps-action-do-remove-journal",
+    "amps-action-do-truncate-statistics",
+    "amps-action-do-enable-transport",
+    "amps-action-do-disable-transport",
+    "amps-action-do-downgrade-replication",
+    "amps-action-do-upgrade-replication",
+    "amps-action-do-publish-message",
+    "amps-action-do-execute-event",
+    "amps-action-do-shutdown",
+)

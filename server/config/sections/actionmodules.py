@@ -1,0 +1,546 @@
+"""The ``<Options>`` of each action module: one reader per module, each returning its model.
+
+:mod:`server.config.sections.actions` reads the shape of an action and hands every
+``<On>``, ``<If>`` and ``<Do>`` to the reader of its ``<Module>`` here, with the facts of
+the other sections an option is checked against (:class:`ActionFacts`: the transports, the
+transaction log, the instance's directories) and the variables defined at that point of the
+action (:class:`Scope`), so a ``{{VARIABLE}}`` no trigger or earlier module defines is an
+error at the option that uses it.
+
+Modules CONFIG.md lists whose subsystem does not exist in this version (the replication
+and queue modules) are refused with "not supported yet" naming the element, never
+accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import orjson
+
+from server.config.actions import (
+    ActionParameter,
+    ArchiveJournals,
+    CompressJournals,
+    DiskThreshold,
+    DowngradeReplication,
+    ExecuteEvent,
+    IfCondition,
+    IfDiskUsage,
+    JournalLimits,
+    OnAdmin,
+    OnDiskUsage,
+    OnExecute,
+    OnSchedule,
+    OnShutdown,
+    OnStartup,
+    PublishMessage,
+    RemoveJournals,
+    SetTransport,
+    Shutdown,
+    Step,
+    Trigger,
+    TruncateStatistics,
+    UpgradeReplication,
+)
+from server.config.model import MESSAGE_TYPES
+from server.config.schedule import ScheduleError, check_zone, parse_every
+from server.config.template import Template, TemplateError, is_byte_variable
+from server.config.values import (
+    DAY,
+    Context,
+    read_choice,
+    read_duration,
+    read_int,
+    read_name,
+    read_path,
+    read_regex,
+    read_size,
+    read_value,
+)
+from server.config.xmltree import Children, Node, Spec, fail
+from server.expr import FilterSyntaxError, compile_filter
+from server.protocol.topic import is_regex_topic
+
+__all__ = [
+    "CONDITION_READERS",
+    "DO_READERS",
+    "TRIGGER_READERS",
+    "UNSUPPORTED_MODULES",
+    "ActionFacts",
+    "Scope",
+]
+
+#: Modules CONFIG.md lists whose subsystem this version does not have.
+UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
+    "amps-action-do-enable-proxied-transfer": "queues (and their ownership transfer)",
+    "amps-action-do-disable-proxied-transfer": "queues (and their ownership transfer)",
+}
+
+_PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_PERCENT: Final = re.compile(r"(\d{1,2}(?:\.\d+)?)\s*%?")
+_TOPIC_MAX: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ActionFacts:
+    """What the options of an action are checked against (the other sections).
+
+    Attributes:
+        transports: the configured transport names.
+        has_txlog: a ``<TransactionLog>`` is configured.
+        directories: the names of the instance's directories a disk module may watch
+            (``data``, ``stats``, and ``journal``, ``archive`` with a transaction log).
+        destinations: the replication destinations, name -> configured sync.
+    """
+
+    transports: tuple[str, ...]
+    has_txlog: bool
+    directories: tuple[str, ...]
+    destinations: Mapping[str, bool] = field(default_factory=dict)
+
+
+class Scope:
+    """The variables defined at a point of an action (None: not checked, see below).
+
+    An action raised by an event inherits the raiser's variables, which the loader cannot
+    know: its references are not checked.
+    """
+
+    def __init__(self, names: set[str] | None) -> None:
+        self.names = names
+
+    def add(self, names: tuple[str, ...]) -> None:
+        if self.names is not None:
+            self.names.update(names)
+
+    def template(self, node: Node, ctx: Context) -> Template:
+        """The value of ``node`` as a template whose references are all defined."""
+        text = read_value(node, ctx)
+        try:
+            template = Template.parse(text)
+        except TemplateError as exc:
+            raise fail(node, str(exc)) from None
+        if self.names is None:
+            return template
+        for name in template.variables:
+            if name not in self.names and not is_byte_variable(name):
+                known = ", ".join(sorted(self.names))
+                raise fail(
+                    node,
+                    f"unknown variable {{{{{name}}}}}: nothing defines it at this point of the "
+                    f"action (defined here: {known})",
+                )
+        return template
+
+
+class _Options:
+    """The ``<Options>`` of an ``On``/``If``/``Do`` element (absent = no options)."""
+
+    def __init__(self, element: Node, options: Node | None, spec: Spec, name: str) -> None:
+        self.element = element
+        self.node = options
+        if options is None:
+            self.kids: Children | None = None
+            return
+        if not spec and (options.children or "".join(options.text).strip()):
+            raise fail(options, f"{name} takes no options; remove <Options>")
+        self.kids = Children(options, spec)
+
+    def one(self, tag: str) -> Node | None:
+        return self.kids.one(tag) if self.kids is not None else None
+
+    def many(self, tag: str) -> list[Node]:
+        return self.kids.many(tag) if self.kids is not None else []
+
+    def require(self, tag: str, name: str, why: str = "") -> Node:
+        node = self.one(tag)
+        if node is None:
+            where = self.node if self.node is not None else self.element
+            raise fail(where, f"{name} needs the option <{tag}>{why}")
+        return node
+
+
+StepReader = Callable[[Node, Node | None, Context, ActionFacts, Scope], Step]
+TriggerReader = Callable[[Node, Node | None, Context, ActionFacts], Trigger]
+
+
+# -- shared values --------------------------------------------------------------------------
+
+
+def _percent(node: Node, ctx: Context) -> float:
+    value = read_value(node, ctx)
+    match = _PERCENT.fullmatch(value)
+    number = float(match.group(1)) if match else -1.0
+    if not 0 < number < 100:
+        raise fail(node, f"{value!r} is not a percentage between 0 and 100 (e.g. 80%)")
+    return number
+
+
+def _disk_path(node: Node, ctx: Context, facts: ActionFacts) -> tuple[str, Path | None]:
+    """A directory of the instance (journal, archive, data, stats: no path), or a path."""
+    value = read_value(node, ctx)
+    if value in facts.directories:
+        return value, None
+    if "/" not in value:
+        labels = ", ".join(facts.directories)
+        extra = "" if facts.has_txlog else " (journal and archive need a <TransactionLog>)"
+        raise fail(node, f"{value!r} is neither a directory of the instance ({labels}){extra} "
+                   "nor a path")  # fmt: skip
+    path = read_path(node, ctx)
+    return str(path), path
+
+
+# -- triggers -------------------------------------------------------------------------------
+
+
+def _on_schedule(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+    name = "amps-action-on-schedule"
+    opts = _Options(element, options, {"Every": False, "TimeZone": False}, name)
+    every = opts.require("Every", name, " (15m, Daily 02:00, Weekly Sun 03:00)")
+    zone: str | None = None
+    if (zone_node := opts.one("TimeZone")) is not None:
+        try:
+            zone = check_zone(read_value(zone_node, ctx))
+        except ScheduleError as exc:
+            raise fail(zone_node, str(exc)) from None
+    try:
+        schedule = parse_every(read_value(every, ctx), zone)
+    except ScheduleError as exc:
+        raise fail(every, f"bad schedule: {exc}") from None
+    return OnSchedule(schedule, where=element.path)
+
+
+def _on_startup(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+    _Options(element, options, {}, "amps-action-on-startup")
+    return OnStartup(where=element.path)
+
+
+def _on_shutdown(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+    _Options(element, options, {}, "amps-action-on-shutdown")
+    return OnShutdown(where=element.path)
+
+
+def _parameter(node: Node, ctx: Context) -> ActionParameter:
+    kids = Children(node, {"Name": False, "Default": False, "Pattern": False, "Description": False})
+    name_node = kids.require("Name")
+    name = read_value(name_node, ctx)
+    if not _PARAMETER_NAME.fullmatch(name) or name.upper().startswith("AMPS_"):
+        raise fail(
+            name_node,
+            f"{name!r} is not a parameter name: 1 to 64 letters, digits and _, not starting "
+            "with a digit nor with AMPS_ (reserved for the broker's variables)",
+        )
+    pattern = None
+    if (pattern_node := kids.one("Pattern")) is not None:
+        pattern = read_regex(pattern_node, ctx)
+    default = None
+    if (default_node := kids.one("Default")) is not None:
+        # a default may be empty: <Default></Default> means "nothing"
+        default = "".join(default_node.text).strip()
+        if pattern is not None and re.fullmatch(pattern, default) is None:
+            raise fail(
+                default_node, f"the default {default!r} does not match the Pattern {pattern!r}"
+            )
+    description = ""
+    if (description_node := kids.one("Description")) is not None:
+        description = read_value(description_node, ctx)
+    return ActionParameter(name, default, pattern, description)
+
+
+def _on_admin(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+    opts = _Options(element, options, {"Parameter": True}, "amps-action-on-admin")
+    parameters: list[ActionParameter] = []
+    first: dict[str, int] = {}
+    for node in opts.many("Parameter"):
+        parameter = _parameter(node, ctx)
+        if parameter.name in first:
+            raise fail(
+                node,
+                f"duplicate parameter {parameter.name!r} (first at line {first[parameter.name]})",
+            )
+        first[parameter.name] = node.line
+        parameters.append(parameter)
+    return OnAdmin(tuple(parameters), where=element.path)
+
+
+def _on_disk_usage(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts
+) -> Trigger:
+    name = "amps-action-on-disk-usage"
+    spec: Spec = {"Path": False, "Above": False, "Interval": False, "Repeat": False}
+    opts = _Options(element, options, spec, name)
+    label, path = _disk_path(
+        opts.require("Path", name, " (journal, archive, data, stats)"), ctx, facts
+    )
+    above = _percent(opts.require("Above", name, " (a used percentage, e.g. 80%)"), ctx)
+    interval = 60.0
+    if (interval_node := opts.one("Interval")) is not None:
+        interval = read_duration(interval_node, ctx, minimum=1.0, maximum=DAY)
+    repeat = None
+    if (repeat_node := opts.one("Repeat")) is not None:
+        repeat = read_duration(repeat_node, ctx, minimum=1.0, maximum=30 * DAY)
+        if repeat < interval:
+            raise fail(
+                repeat_node, "Repeat cannot be shorter than Interval (checks happen every Interval)"
+            )
+    return OnDiskUsage(label, path, above, interval, repeat, where=element.path)
+
+
+def _on_execute(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+    opts = _Options(element, options, {"Event": False}, "amps-action-on-execute")
+    event = read_name(opts.require("Event", "amps-action-on-execute"), ctx, "event name")
+    return OnExecute(event, where=element.path)
+
+
+TRIGGER_READERS: Final[Mapping[str, TriggerReader]] = {
+    "amps-action-on-schedule": _on_schedule,
+    "amps-action-on-startup": _on_startup,
+    "amps-action-on-shutdown": _on_shutdown,
+    "amps-action-on-admin": _on_admin,
+    "amps-action-on-disk-usage": _on_disk_usage,
+    "amps-action-on-execute": _on_execute,
+}
+
+
+# -- conditions -----------------------------------------------------------------------------
+
+
+def _if_condition(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-if-condition"
+    opts = _Options(element, options, {"Condition": False}, name)
+    node = opts.require("Condition", name, " (a filter over the metrics, e.g. /txlog/bytes > 1e9)")
+    template = scope.template(node, ctx)
+    # compile it as it will run (references as a number) so a syntax error shows at load
+    probe = template.expand({}, lambda _: "0") if not template.constant else template.text
+    try:
+        compile_filter(probe)
+    except FilterSyntaxError as exc:
+        raise fail(node, f"bad condition: {exc}") from None
+    return IfCondition(template, where=element.path)
+
+
+def _if_disk_usage(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-if-disk-usage"
+    spec: Spec = {"Path": False, "Above": False, "Below": False, "FreeBelow": False}
+    opts = _Options(element, options, spec, name)
+    label, path = _disk_path(
+        opts.require("Path", name, " (journal, archive, data, stats)"), ctx, facts
+    )
+    given = [tag for tag in ("Above", "Below", "FreeBelow") if opts.one(tag) is not None]
+    if len(given) != 1:
+        where = opts.node if opts.node is not None else element
+        raise fail(where, f"{name} needs exactly one of <Above>, <Below> (used percent) or "
+                   f"<FreeBelow> (a size); got {', '.join(given) or 'none'}")  # fmt: skip
+    node = opts.require(given[0], name)
+    if given[0] == "FreeBelow":
+        threshold = DiskThreshold(
+            "free_below", float(read_size(node, ctx, minimum=1, maximum=1024**5))
+        )
+    else:
+        threshold = DiskThreshold("above" if given[0] == "Above" else "below", _percent(node, ctx))
+    return IfDiskUsage(label, path, threshold, where=element.path)
+
+
+CONDITION_READERS: Final[Mapping[str, StepReader]] = {
+    "amps-action-if-condition": _if_condition,
+    "amps-action-if-disk-usage": _if_disk_usage,
+}
+
+
+# -- modules --------------------------------------------------------------------------------
+
+
+def _limits(name: str, opts: _Options, ctx: Context) -> JournalLimits:
+    age = count = size = None
+    if (age_node := opts.one("Age")) is not None:
+        age = read_duration(age_node, ctx, minimum=1e-3, maximum=3650 * DAY, zero_ok=True)
+    if (count_node := opts.one("Count")) is not None:
+        count = read_int(count_node, ctx, minimum=0, maximum=10_000_000)
+    if (size_node := opts.one("Size")) is not None:
+        size = read_size(size_node, ctx, minimum=1, maximum=1024**5, zero_ok=True)
+    if age is None and count is None and size is None:
+        where = opts.node if opts.node is not None else opts.element
+        raise fail(
+            where,
+            f"{name} needs <Age> (journals older than that), <Count> (keep the newest N) or "
+            "<Size> (keep the newest journals up to that size), or several",
+        )
+    return JournalLimits(age, count, size)
+
+
+def _needs_txlog(element: Node, name: str, facts: ActionFacts) -> None:
+    if not facts.has_txlog:
+        raise fail(element, f"{name} acts on the transaction log's journals: configure a "
+                   "<TransactionLog>, or remove this module")  # fmt: skip
+
+
+_LIMITS: Final[Spec] = {"Age": False, "Count": False, "Size": False}
+
+
+def _archive(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-do-archive-journal"
+    _needs_txlog(element, name, facts)
+    opts = _Options(element, options, _LIMITS, name)
+    return ArchiveJournals(_limits(name, opts, ctx), where=element.path)
+
+
+def _compress(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-do-compress-journal"
+    _needs_txlog(element, name, facts)
+    opts = _Options(element, options, {**_LIMITS, "Method": False}, name)
+    limits = _limits(name, opts, ctx)
+    method_node = opts.one("Method")
+    if (
+        method_node is not None
+        and read_choice(method_node, ctx, ("zstd", "gzip"), "compression Method") == "gzip"
+    ):
+        return CompressJournals(limits, "gzip", where=element.path)
+    return CompressJournals(limits, "zstd", where=element.path)
+
+
+def _remove(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-do-remove-journal"
+    _needs_txlog(element, name, facts)
+    opts = _Options(element, options, _LIMITS, name)
+    return RemoveJournals(_limits(name, opts, ctx), where=element.path)
+
+
+def _truncate(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-do-truncate-statistics"
+    opts = _Options(element, options, {"Age": False}, name)
+    age = read_duration(opts.require("Age", name, " (samples older than that go)"), ctx,
+                        minimum=1.0, maximum=3650 * DAY)  # fmt: skip
+    return TruncateStatistics(age, where=element.path)
+
+
+def _transport(enabled: bool) -> StepReader:
+    name = f"amps-action-do-{'enable' if enabled else 'disable'}-transport"
+
+    def reader(
+        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    ) -> Step:
+        opts = _Options(element, options, {"Transport": False}, name)
+        node = opts.require("Transport", name, " (a transport's <Name>)")
+        transport = read_value(node, ctx)
+        if transport not in facts.transports:
+            raise fail(node, f"no transport named {transport!r} (configured: "
+                       f"{', '.join(facts.transports)})")  # fmt: skip
+        return SetTransport(transport, enabled, where=element.path, module=name)
+
+    return reader
+
+
+def _replication(downgrade: bool) -> StepReader:
+    verb = "downgrade" if downgrade else "upgrade"
+    name = f"amps-action-do-{verb}-replication"
+    why = (
+        " (seconds behind past which persisted acks stop waiting for a destination)"
+        if downgrade
+        else " (seconds behind under which a downgraded destination is upgraded)"
+    )
+
+    def reader(
+        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    ) -> Step:
+        sync = [d for d, is_sync in facts.destinations.items() if is_sync]
+        if not sync:
+            what = (
+                "no <Replication> <Destination> is configured"
+                if not facts.destinations
+                else "no <Destination> has <SyncType>sync</SyncType>"
+            )
+            raise fail(element, f"{name} changes the sync type of sync replication "
+                       f"destinations, and {what}; remove this module")  # fmt: skip
+        opts = _Options(element, options, {"Age": False, "Destination": True}, name)
+        age = read_duration(opts.require("Age", name, why), ctx, minimum=1e-3,
+                            maximum=3650 * DAY)  # fmt: skip
+        chosen: list[str] = []
+        for node in opts.many("Destination"):
+            dest = read_value(node, ctx)
+            if dest not in facts.destinations:
+                raise fail(node, f"no replication destination named {dest!r} (configured: "
+                           f"{', '.join(facts.destinations)})")  # fmt: skip
+            if not facts.destinations[dest]:
+                raise fail(node, f"destination {dest!r} is configured async: only a "
+                           "destination with <SyncType>sync</SyncType> can be downgraded "
+                           "and upgraded")  # fmt: skip
+            if dest in chosen:
+                raise fail(node, f"destination {dest!r} is named twice")
+            chosen.append(dest)
+        if downgrade:
+            return DowngradeReplication(age, tuple(chosen), where=element.path)
+        return UpgradeReplication(age, tuple(chosen), where=element.path)
+
+    return reader
+
+
+def _publish(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    name = "amps-action-do-publish-message"
+    opts = _Options(element, options, {"Topic": False, "Data": False, "MessageType": False}, name)
+    topic_node = opts.require("Topic", name)
+    topic = scope.template(topic_node, ctx)
+    if topic.constant and (
+        is_regex_topic(topic.text) or len(topic.text) > _TOPIC_MAX
+        or any(ord(ch) < 32 for ch in topic.text)
+    ):  # fmt: skip
+        raise fail(topic_node, f"{topic.text!r} cannot be published to: a topic name has no "
+                   f"regex characters, no control characters, at most {_TOPIC_MAX} characters")  # fmt: skip
+    data_node = opts.require("Data", name, " (the message body, JSON)")
+    data = scope.template(data_node, ctx)
+    if data.constant:
+        try:
+            orjson.loads(data.text)
+        except orjson.JSONDecodeError as exc:
+            raise fail(data_node, f"the Data is not JSON: {exc}") from None
+    if (type_node := opts.one("MessageType")) is not None:
+        read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
+    return PublishMessage(topic, data, where=element.path)
+
+
+def _execute_event(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    opts = _Options(element, options, {"Event": False}, "amps-action-do-execute-event")
+    event = read_name(opts.require("Event", "amps-action-do-execute-event"), ctx, "event name")
+    return ExecuteEvent(event, where=element.path)
+
+
+def _shutdown(
+    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+) -> Step:
+    _Options(element, options, {}, "amps-action-do-shutdown")
+    return Shutdown(where=element.path)
+
+
+DO_READERS: Final[Mapping[str, StepReader]] = {
+    "amps-action-do-archive-journal": _archive,
+    "amps-action-do-compress-journal": _compress,
+    "amps-action-do-remove-journal": _remove,
+    "amps-action-do-truncate-statistics": _truncate,
+    "amps-action-do-enable-transport": _transport(True),
+    "amps-action-do-disable-transport": _transport(False),
+    "amps-action-do-downgrade-replication": _replication(True),
+    "amps-action-do-upgrade-replication": _replication(False),
+    "amps-action-do-publish-message": _publish,
+    "amps-action-do-execute-event": _execute_event,
+    "amps-action-do-shutdown": _shutdown,
+}

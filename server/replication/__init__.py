@@ -1,0 +1,29 @@
+"""Replication between instances: leaderless, pushed from the transaction log.
+
+A source instance connects to each of its destinations' ``/replication`` endpoint,
+authenticates, both sides compare their configurations (validation), the source resyncs
+from the earliest message the destination lacks and then streams every recorded message
+the destination's topic blocks take, in its log order, once durable locally. The
+destination records them through the same publish pipeline as client publishes (their
+publisher's bookmark and path kept, de-duplicated by bookmark), delivers them to its
+subscribers and acknowledges positions back once durable there. Persisted acks and
+``fully_durable`` subscriptions wait on a horizon that includes every destination whose
+effective sync type is sync. docs/replication.md has the model; CONFIG.md the settings.
+
+Modules, lowest first::
+
+    errors       one exception class per failure reason; the refusal reason strings
+    hops         a record's path: loop protection, passthrough
+    frames       the wire format (sans-I/O): messages, record batches
+    protocol     the link state machine (sans-I/O): bytes in, events and bytes out
+    dialer       the failover address list and the back-off between passes (pure)
+    syncstate    configured / effective sync type, downgrade and upgrade (pure)
+    validation   what each side says of its configuration; the checks and their fixes
+    routing      which records go to a destination (topic blocks, filters, paths)
+    state        acked positions and the log identity, kept in a file between runs
+    horizon      the sync durability horizon (local fsync and the sync destinations)
+    outbound     a destination: its link (connect, validate, resync, stream, acks)
+    inbound      a link from a source: authenticate, check, record, ack
+    service      Replication: the destinations and inbound links of an instance, the
+                 admin reads and actions, metrics
+"""

@@ -1,0 +1,553 @@
+"""The replication wire format: messages as bytes and back, with no I/O.
+
+A link is a byte stream (carried in websocket messages, but any framing of the stream is
+the same stream: a websocket message may hold several protocol messages, or part of one).
+Each protocol message is::
+
+    u32 length   bytes that follow (type byte + payload), at most MAX_MESSAGE
+    u8  type     MessageType, with COMPRESSED (0x80) set on a zstd-compressed DATA
+    ...          payload
+
+Control messages (``hello``, ``welcome``, ``refuse``, ``stream``) carry a JSON object;
+``ack`` a u64; ``data`` a binary batch of records::
+
+    u64 upto     the source has examined its log up to this local seq (acks name it)
+    u32 count    records that follow
+    runs         (zstd-compressed as a whole when the type has COMPRESSED)
+
+Records go in *runs* - consecutive records of one topic, publisher, kind and path - laid
+out by column, so both sides handle a run's records with a few calls into C (``map`` of a
+struct's ``pack``, ``iter_unpack``, a slice per body) rather than Python code per field::
+
+    run (little-endian):
+    u32 count  u64 pub_hash  u8 kind  u8 flags (1: correlation ids, 2: SOW keys)
+    u16 topic_len  u8 path_count  topic  path entries (u8 length + UTF-8 each)
+    count x (u64 source_seq, i64 timestamp_us, u64 pub_seq, u32 body_len)
+    [flags & 1] count x u16 lengths, then the correlation ids
+    [flags & 2] count x u16 lengths, then the SOW keys
+    the bodies, concatenated
+
+Records go as the source's log holds them (its seq and time, the publisher's bookmark,
+the path so far); the receiver appends the sender to the path and records them in its own
+log with its own seq and time.
+
+Errors: anything malformed raises :class:`~server.replication.errors.ReplicationProtocolError`
+with what was wrong; the protocol object (server/replication/protocol.py) turns it into a
+refusal and closes the link.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Final
+
+import orjson
+
+from server.replication.errors import ReplicationProtocolError
+from server.txlog.record import RecordKind
+
+__all__ = [
+    "COMPRESSED",
+    "MAX_MESSAGE",
+    "PROTOCOL_VERSION",
+    "Ack",
+    "Data",
+    "FrameParser",
+    "Hello",
+    "Holdings",
+    "Message",
+    "MessageType",
+    "RecordsWriter",
+    "Refuse",
+    "Run",
+    "Stream",
+    "Welcome",
+    "decode_runs",
+    "encode",
+]
+
+PROTOCOL_VERSION: Final = 1
+#: largest message accepted (a batch is far smaller; a single huge record is not)
+MAX_MESSAGE: Final = 64 << 20
+#: type bit of a DATA message whose records are zstd-compressed
+COMPRESSED: Final = 0x80
+
+_PREFIX: Final = struct.Struct("<IB")
+_U64: Final = struct.Struct("<Q")
+_U16: Final = struct.Struct("<H")
+_DATA_HEAD: Final = struct.Struct("<QI")
+#: a run: count, pub_hash, kind, flags, topic length, path entries
+_RUN: Final = struct.Struct("<IQBBHB")
+#: a record of a run: source seq, timestamp, publisher seq, body length
+_FIXED: Final = struct.Struct("<QqQI")
+_HAS_CORR: Final = 1
+_HAS_KEYS: Final = 2
+_KINDS: Final = frozenset(int(k) for k in RecordKind)
+
+
+class MessageType(IntEnum):
+    HELLO = 1
+    WELCOME = 2
+    REFUSE = 3
+    STREAM = 4
+    DATA = 5
+    ACK = 6
+
+
+#: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
+Holdings = dict[int, tuple[int, list[tuple[int, int]]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    """Source -> destination, first: who is connecting and what it expects.
+
+    Attributes:
+        version: the protocol version.
+        name: the source instance's Name.
+        group: the source instance's Group.
+        destination: the source's name for this destination.
+        expect_group: the Group the source's configuration says the destination has.
+        user: the user to log on as (destination with ``<Users>``), or None.
+        secret: the user's password or token (never logged).
+        compression: ``zstd`` when the source will compress its data messages.
+        validation: the source's configuration summary (server/replication/validation.py).
+    """
+
+    version: int
+    name: str
+    group: str
+    destination: str
+    expect_group: str
+    user: str | None
+    secret: str | None = field(repr=False)
+    compression: str | None
+    validation: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    """Destination -> source: accepted; what it holds and how it is configured.
+
+    Attributes:
+        version: the protocol version.
+        name: the destination instance's Name.
+        group: its Group.
+        log_id: the identity of its transaction log (changes when the log starts over).
+        holdings: what it holds per publisher (the resync starts from what it lacks).
+        validation: its configuration summary.
+    """
+
+    version: int
+    name: str
+    group: str
+    log_id: str
+    holdings: Holdings
+    validation: dict[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Either side: the link cannot go on (a reason string and an operator's detail)."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """Source -> destination: validation passed; records follow from ``start``.
+
+    Attributes:
+        start: the first local seq the source reads (the resync point).
+        source_last: the source's last durable seq when the stream began.
+    """
+
+    start: int
+    source_last: int
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    """Source -> destination: records, and how far the source examined its log.
+
+    Attributes:
+        upto: every record of the source's log up to this seq was examined (sent or not
+            for this destination); acking ``upto`` covers them all.
+        count: how many records ``payload`` holds.
+        payload: the encoded records (:func:`decode_records`), compressed or not.
+        compressed: ``payload`` is zstd-compressed.
+    """
+
+    upto: int
+    count: int
+    payload: bytes
+    compressed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Destination -> source: everything up to ``position`` is durable here."""
+
+    position: int
+
+
+Message = Hello | Welcome | Refuse | Stream | Data | Ack
+
+
+# -- encoding ---------------------------------------------------------------------------
+
+
+def _frame(kind: int, payload: bytes) -> bytes:
+    if len(payload) + 1 > MAX_MESSAGE:
+        raise ReplicationProtocolError(
+            f"message of {len(payload) + 1} bytes exceeds the limit of {MAX_MESSAGE}"
+        )
+    return _PREFIX.pack(len(payload) + 1, kind) + payload
+
+
+def _json(kind: MessageType, obj: dict[str, object]) -> bytes:
+    return _frame(kind, orjson.dumps(obj))
+
+
+def encode(message: Message) -> bytes:
+    """The bytes of one message."""
+    if isinstance(message, Data):
+        kind = MessageType.DATA | (COMPRESSED if message.compressed else 0)
+        return _frame(kind, _DATA_HEAD.pack(message.upto, message.count) + message.payload)
+    if isinstance(message, Ack):
+        return _frame(MessageType.ACK, _U64.pack(message.position))
+    if isinstance(message, Hello):
+        return _json(
+            MessageType.HELLO,
+            {
+                "version": message.version,
+                "name": message.name,
+                "group": message.group,
+                "destination": message.destination,
+                "expect_group": message.expect_group,
+                "user": message.user,
+                "secret": message.secret,
+                "compression": message.compression,
+                "validation": message.validation,
+            },
+        )
+    if isinstance(message, Welcome):
+        return _json(
+            MessageType.WELCOME,
+            {
+                "version": message.version,
+                "name": message.name,
+                "group": message.group,
+                "log_id": message.log_id,
+                "holdings": [[h, last, gaps] for h, (last, gaps) in message.holdings.items()],
+                "validation": message.validation,
+            },
+        )
+    if isinstance(message, Refuse):
+        return _json(MessageType.REFUSE, {"reason": message.reason, "detail": message.detail})
+    return _json(MessageType.STREAM, {"start": message.start, "source_last": message.source_last})
+
+
+class RecordsWriter:
+    """Records encoded into a ``data`` payload, a run at a time (the source's hot path).
+
+    A run is consecutive records of one topic, publisher, kind and path; its fixed
+    per-record fields are packed by one ``map`` over the columns and its bodies joined,
+    so the per-record work stays in C.
+    """
+
+    __slots__ = ("_parts", "count", "nbytes")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self.count = 0
+        self.nbytes = 0
+
+    def add_run(
+        self,
+        topic: bytes,
+        pub_hash: int,
+        kind: int,
+        path: tuple[str, ...],
+        source_seqs: list[int],
+        timestamps_us: list[int],
+        pub_seqs: list[int],
+        bodies: list[bytes],
+        corr_ids: list[bytes] | None = None,
+        sow_keys: list[bytes] | None = None,
+    ) -> None:
+        """Add a run (``topic``, correlation ids and SOW keys already UTF-8)."""
+        n = len(bodies)
+        flags = (_HAS_CORR if corr_ids else 0) | (_HAS_KEYS if sow_keys else 0)
+        head = [_RUN.pack(n, pub_hash, kind, flags, len(topic), len(path)), topic]
+        for entry in path:
+            raw = entry.encode()
+            head.append(bytes((len(raw),)))
+            head.append(raw)
+        lengths = list(map(len, bodies))
+        parts = self._parts
+        parts.extend(head)
+        parts.append(b"".join(map(_FIXED.pack, source_seqs, timestamps_us, pub_seqs, lengths)))
+        size = sum(map(len, head)) + n * _FIXED.size
+        for column in (corr_ids, sow_keys):
+            if column:
+                joined = b"".join(column)
+                parts.append(b"".join(map(_U16.pack, map(len, column))))
+                parts.append(joined)
+                size += n * _U16.size + len(joined)
+        body = b"".join(bodies)
+        parts.append(body)
+        self.count += n
+        self.nbytes += size + len(body)
+
+    def payload(self) -> bytes:
+        """The runs added so far, joined."""
+        return b"".join(self._parts)
+
+
+@dataclass(slots=True)
+class Run:
+    """Decoded records of one topic, publisher, kind and path (as the source grouped them).
+
+    Attributes:
+        topic, pub_hash, kind, path: what the run's records share.
+        source_seqs: each record's seq in the source's log.
+        timestamps_us: each record's time there.
+        pub_seqs: each record's publisher sequence (its bookmark with ``pub_hash``).
+        bodies: the bodies.
+        corr_ids, sow_keys: per record, when any record has one.
+    """
+
+    topic: str
+    pub_hash: int
+    kind: int
+    path: tuple[str, ...]
+    source_seqs: list[int]
+    timestamps_us: list[int]
+    pub_seqs: list[int]
+    bodies: list[bytes]
+    corr_ids: list[str] | None = None
+    sow_keys: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+
+def _strings(payload: bytes, pos: int, n: int, what: str) -> tuple[list[str], int]:
+    """``n`` u16 lengths then the strings (a column of correlation ids or SOW keys)."""
+    end = pos + n * _U16.size
+    if end > len(payload):
+        raise ReplicationProtocolError(f"a data message ends inside the {what} lengths")
+    lengths = [x for (x,) in _U16.iter_unpack(payload[pos:end])]
+    out = []
+    pos = end
+    for length in lengths:
+        out.append(payload[pos : pos + length].decode())
+        pos += length
+    if pos > len(payload):
+        raise ReplicationProtocolError(f"a data message ends inside the {what}")
+    return out, pos
+
+
+def decode_runs(payload: bytes, count: int) -> list[Run]:
+    """The runs of an (uncompressed) ``data`` payload.
+
+    Raises:
+        ReplicationProtocolError: the bytes are not ``count`` well-formed records.
+    """
+    runs: list[Run] = []
+    pos = 0
+    end = len(payload)
+    got = 0
+    try:
+        while got < count:
+            if end - pos < _RUN.size:
+                raise ReplicationProtocolError("a data message ends inside a run header")
+            n, pub_hash, kind, flags, tl, npath = _RUN.unpack_from(payload, pos)
+            pos += _RUN.size
+            if kind not in _KINDS:
+                raise ReplicationProtocolError(f"unknown record kind {kind}")
+            if n == 0 or got + n > count:
+                raise ReplicationProtocolError(f"a run of {n} records in a batch of {count}")
+            topic = payload[pos : pos + tl].decode()
+            pos += tl
+            path_entries: list[str] = []
+            for _ in range(npath):
+                size = payload[pos]
+                path_entries.append(payload[pos + 1 : pos + 1 + size].decode())
+                pos += 1 + size
+            fixed_end = pos + n * _FIXED.size
+            if fixed_end > end:
+                raise ReplicationProtocolError("a data message ends inside a run's records")
+            seqs, times, pub_seqs, lengths = zip(
+                *_FIXED.iter_unpack(payload[pos:fixed_end]), strict=True
+            )
+            pos = fixed_end
+            corrs = keys = None
+            if flags & _HAS_CORR:
+                corrs, pos = _strings(payload, pos, n, "correlation ids")
+            if flags & _HAS_KEYS:
+                keys, pos = _strings(payload, pos, n, "SOW keys")
+            bodies_end = pos + sum(lengths)
+            if bodies_end > end:
+                raise ReplicationProtocolError("a data message ends inside a record body")
+            offsets = itertools.accumulate(lengths, initial=pos)
+            bodies = [payload[a:b] for a, b in itertools.pairwise(offsets)]
+            pos = bodies_end
+            runs.append(
+                Run(topic, pub_hash, kind, tuple(path_entries), list(seqs), list(times),
+                    list(pub_seqs), bodies, corrs, keys)
+            )  # fmt: skip
+            got += n
+    except (IndexError, UnicodeDecodeError, struct.error) as exc:
+        raise ReplicationProtocolError(f"malformed record in a data message: {exc}") from None
+    if pos != end:
+        raise ReplicationProtocolError(f"{end - pos} bytes follow the last record")
+    return runs
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+
+def _obj(payload: bytes, what: str) -> dict[str, object]:
+    try:
+        obj = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise ReplicationProtocolError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ReplicationProtocolError(f"{what} is not a JSON object")
+    return obj
+
+
+def _str(obj: dict[str, object], key: str, what: str, *, optional: bool = False) -> str | None:
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ReplicationProtocolError(f"{what} needs a string {key!r}")
+    return value
+
+
+def _int(obj: dict[str, object], key: str, what: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ReplicationProtocolError(f"{what} needs a non-negative integer {key!r}")
+    return value
+
+
+def _dict(obj: dict[str, object], key: str, what: str) -> dict[str, object]:
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        raise ReplicationProtocolError(f"{what} needs an object {key!r}")
+    return value
+
+
+def _holdings(value: object) -> Holdings:
+    if not isinstance(value, list):
+        raise ReplicationProtocolError("welcome needs a list 'holdings'")
+    out: Holdings = {}
+    try:
+        for h, last, gaps in value:
+            if not isinstance(h, int) or not isinstance(last, int) or not isinstance(gaps, list):
+                raise ReplicationProtocolError("a holdings entry is [pub_hash, highest, gaps]")
+            intervals = [(int(lo), int(hi)) for lo, hi in gaps]
+            out[h] = (last, intervals)
+    except (TypeError, ValueError):
+        raise ReplicationProtocolError("a holdings entry is [pub_hash, highest, gaps]") from None
+    return out
+
+
+def _parse(kind: int, payload: bytes) -> Message:
+    base = kind & ~COMPRESSED
+    if kind & COMPRESSED and base != MessageType.DATA:
+        raise ReplicationProtocolError(f"message type {base} cannot be compressed")
+    if base == MessageType.DATA:
+        if len(payload) < _DATA_HEAD.size:
+            raise ReplicationProtocolError("a data message is shorter than its header")
+        upto, count = _DATA_HEAD.unpack_from(payload)
+        return Data(upto, count, payload[_DATA_HEAD.size :], bool(kind & COMPRESSED))
+    if base == MessageType.ACK:
+        if len(payload) != _U64.size:
+            raise ReplicationProtocolError("an ack is a u64 position")
+        return Ack(_U64.unpack(payload)[0])
+    if base == MessageType.HELLO:
+        obj = _obj(payload, "hello")
+        compression = _str(obj, "compression", "hello", optional=True)
+        if compression not in (None, "zstd"):
+            raise ReplicationProtocolError(f"unknown compression {compression!r}")
+        return Hello(
+            version=_int(obj, "version", "hello"),
+            name=_str(obj, "name", "hello") or "",
+            group=_str(obj, "group", "hello") or "",
+            destination=_str(obj, "destination", "hello") or "",
+            expect_group=_str(obj, "expect_group", "hello") or "",
+            user=_str(obj, "user", "hello", optional=True),
+            secret=_str(obj, "secret", "hello", optional=True),
+            compression=compression,
+            validation=_dict(obj, "validation", "hello"),
+        )
+    if base == MessageType.WELCOME:
+        obj = _obj(payload, "welcome")
+        return Welcome(
+            version=_int(obj, "version", "welcome"),
+            name=_str(obj, "name", "welcome") or "",
+            group=_str(obj, "group", "welcome") or "",
+            log_id=_str(obj, "log_id", "welcome") or "",
+            holdings=_holdings(obj.get("holdings")),
+            validation=_dict(obj, "validation", "welcome"),
+        )
+    if base == MessageType.REFUSE:
+        obj = _obj(payload, "refuse")
+        return Refuse(_str(obj, "reason", "refuse") or "", _str(obj, "detail", "refuse") or "")
+    if base == MessageType.STREAM:
+        obj = _obj(payload, "stream")
+        return Stream(_int(obj, "start", "stream"), _int(obj, "source_last", "stream"))
+    raise ReplicationProtocolError(f"unknown message type {base}")
+
+
+class FrameParser:
+    """Bytes in (any split), messages out, in order.
+
+    Raises ReplicationProtocolError on the first malformed message; after that the
+    parser is spent (the link is closed).
+    """
+
+    __slots__ = ("_buf", "_pos")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Add received bytes; return every message now complete."""
+        buf = self._buf
+        if self._pos and self._pos == len(buf):
+            buf.clear()
+            self._pos = 0
+        buf += data
+        out: list[Message] = []
+        pos = self._pos
+        end = len(buf)
+        while end - pos >= _PREFIX.size:
+            length, kind = _PREFIX.unpack_from(buf, pos)
+            if length < 1 or length > MAX_MESSAGE:
+                raise ReplicationProtocolError(f"message length {length} is out of range")
+            if end - pos - 4 < length:
+                break
+            payload = bytes(buf[pos + _PREFIX.size : pos + 4 + length])
+            pos += 4 + length
+            out.append(_parse(kind, payload))
+        if pos >= len(buf) // 2 and pos:
+            del buf[:pos]
+            pos = 0
+        self._pos = pos
+        return out
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that are not a complete message yet."""
+        return len(self._buf) - self._pos

@@ -1,0 +1,127 @@
+"""The sync durability horizon: the local fsync and every destination that is sync now.
+
+A :class:`~server.ports.DurabilityHorizon` for an instance that replicates: persisted acks
+(server/acks.py ``DurableAcks``), flush acks and ``fully_durable`` subscriptions wait on
+it. Its position is the lowest of
+
+- the local durable seq (written and fsynced here), and
+- for each destination whose *effective* sync type is sync, how far that destination is
+  done with the log: every record up to it was acknowledged by the destination, or is not
+  for it (its topic blocks, filters, passthrough or path leave it out), so a publish to a
+  topic a down destination does not take is not held up by it.
+
+It only moves forward: a destination that becomes sync again (an upgrade completes once it
+has caught up) holds acks from then on, it does not take back acks already sent. A
+downgrade recomputes at once, so the acks that waited only for that destination leave in
+the same loop turn. No destination: the local fsync alone (persisted acks then say "on this
+instance's disk", and the instance warns at start that it is a single point of loss).
+
+The replication push itself follows the *local* horizon (the log's durable listener), not
+this one: a destination cannot be sent what waits for its own ack.
+
+Its :attr:`failure` is the local log's (a write outage: ``txlog full`` with its cause), as
+:class:`~server.acks.LocalHorizon` says it. A sync destination that is down is not a
+failure: acks wait for it (or for a downgrade), as the issue asks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections.abc import Callable
+from typing import Protocol
+
+from server.acks import LocalHorizon
+from server.protocol.errors import ProtocolFailure
+from server.txlog import TransactionLog
+
+__all__ = ["HorizonMember", "SyncHorizon"]
+
+
+class HorizonMember(Protocol):
+    """A destination as the horizon sees it."""
+
+    @property
+    def holds_acks(self) -> bool:
+        """Whether persisted acks wait for it now (effective sync type sync)."""
+        ...
+
+    @property
+    def horizon(self) -> int:
+        """Every local seq up to this is acknowledged by it or not for it."""
+        ...
+
+
+class SyncHorizon:
+    """Durable here and at every sync destination. Owned by the event loop.
+
+    Args:
+        txlog: the local transaction log (its durable position and listener).
+    """
+
+    def __init__(self, txlog: TransactionLog) -> None:
+        self._txlog = txlog
+        self._local = LocalHorizon(txlog)
+        self._members: list[HorizonMember] = []
+        self._listeners: list[Callable[[int], None]] = []
+        self._seq = 0
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._tick = 0
+        txlog.add_durable_listener(self._local_advanced)
+
+    def add(self, member: HorizonMember) -> None:
+        """A destination whose acks may count."""
+        self._members.append(member)
+
+    @property
+    def seq(self) -> int:
+        return max(self._seq, 0)
+
+    @property
+    def local_seq(self) -> int:
+        """The local fsync alone."""
+        return self._txlog.durable_seq
+
+    def holding(self) -> list[HorizonMember]:
+        """The destinations persisted acks wait for now."""
+        return [m for m in self._members if m.holds_acks]
+
+    def on_advance(self, callback: Callable[[int], None]) -> None:
+        self._listeners.append(callback)
+
+    @property
+    def failure(self) -> ProtocolFailure | None:
+        return self._local.failure
+
+    def on_failure(self, callback: Callable[[ProtocolFailure | None], None]) -> None:
+        self._local.on_failure(callback)
+
+    async def wait(self, seq: int) -> None:
+        if seq <= self._seq:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tick += 1
+        heapq.heappush(self._waiters, (seq, self._tick, future))
+        await future
+
+    def _local_advanced(self, _seq: int) -> None:
+        self.recompute()
+
+    def recompute(self) -> None:
+        """Move the horizon if every holding destination and the local log allow it."""
+        new = self._txlog.durable_seq
+        for member in self._members:
+            if member.holds_acks:
+                h = member.horizon
+                if h < new:
+                    new = h
+        if new <= self._seq:
+            return
+        self._seq = new
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= new:
+            _, _, future = heapq.heappop(waiters)
+            if not future.done():
+                future.set_result(None)
+        for callback in self._listeners:
+            callback(new)

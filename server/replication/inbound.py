@@ -1,0 +1,529 @@
+"""A link from a source: authenticate it, check it, record what it sends, ack back.
+
+The web layer (web/replication.py) accepts a websocket on ``/replication`` and pushes its
+bytes into :meth:`InboundLink.receive`. The link:
+
+1. on the hello: checks the protocol version, that this instance is not stopping, that the
+   source does not carry this instance's own Name, that the Group the source expects is
+   this instance's Group (both names in the refusal), and the credentials (with
+   ``<Users>`` configured a source must log on as a user, whose Write entitlements then
+   apply to every replicated message: a verified client certificate mapped to a user, or
+   a user and password/token checked off the loop behind the instance's logon throttle);
+   then welcomes it with this
+   instance's name, group, log identity, holdings (what it holds per publisher, so the
+   source resyncs from what is missing) and configuration summary;
+2. on each ``data`` batch, in order: decompresses it (in a thread), and publishes its
+   records through the instance's publish pipeline like client publishes - as runs of
+   one topic, publisher, kind and path - keeping each record's publisher bookmark and
+   appending the source to its path. The pipeline de-duplicates by bookmark (a late copy
+   fills its publisher's gap), records, and delivers to local subscribers;
+3. acknowledges ``upto`` positions once what they covered is durable here (after the local
+   group commit), conflated: at most one ack per ``Replication/AckInterval``.
+
+A refusal by the pipeline (the link's user may not write a topic; the log is full) ends
+the link with the reason: the source keeps the records and sends them again when the link
+comes back (after the entitlement is fixed, or once there is room), so nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import zstandard
+
+from server.auth import Authenticator
+from server.clock import Clock
+from server.config import Config, UserConfig
+from server.logons import LogonGuard
+from server.peer import Peer
+from server.ports import AckValue, Origin, PublishRun, Traffic
+from server.protocol.errors import NotEntitled, ProtocolFailure
+from server.publishing import PublishPipeline
+from server.replication.errors import (
+    AuthRefused,
+    GroupMismatch,
+    LinkRefused,
+    NameConflict,
+    NotAccepting,
+    NotEntitledToReplicate,
+    PeerShuttingDown,
+    ProtocolRefusal,
+    RecordRefused,
+    ReplicationProtocolError,
+    VersionMismatch,
+)
+from server.replication.frames import PROTOCOL_VERSION, Data, Hello, Holdings, Run, decode_runs
+from server.replication.history import LinkEvent
+from server.replication.hops import format_hop
+from server.replication.protocol import (
+    Closed,
+    DataReceived,
+    Event,
+    HelloReceived,
+    LinkProtocol,
+    Side,
+    State,
+    StreamStarted,
+)
+from server.replication.transport import LinkLost, LinkTransport, LinkWriter
+from server.scryptpool import PoolBusy
+from server.stats.source import EventSink
+from server.txlog import RecordKind, TransactionLog
+
+__all__ = ["InboundContext", "InboundLink"]
+
+#: bytes of received batches waiting to be recorded before the link stops reading
+BACKLOG_BYTES: Final = 8 << 20
+
+
+@dataclass(slots=True)
+class InboundContext:
+    """What an inbound link needs from its instance."""
+
+    config: Config
+    txlog: TransactionLog
+    pipeline: PublishPipeline
+    auth: Authenticator
+    clock: Clock
+    events: EventSink
+    summary: dict[str, object]
+    log_id: Callable[[], str]
+    accepting: Callable[[], bool]
+    register: Callable[[InboundLink], None]
+    unregister: Callable[[InboundLink], None]
+    record: Callable[[LinkEvent], None]
+    ack_interval: float
+    logons: LogonGuard | None = None
+
+
+class _Replies:
+    """Where the pipeline answers a replicated run: no acks are asked, only failures
+    come back, and they end the link."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.failures: list[ProtocolFailure] = []
+
+    def send(self, data: bytes) -> None:
+        pass
+
+    def send_messages(self, data: bytes, count: int) -> None:
+        pass
+
+    def send_batch(self, data: bytes, count: int) -> None:
+        pass
+
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        return True  # nothing is ever queued here
+
+    def overflow(self, nbytes: int) -> None:
+        pass
+
+    def ack(
+        self,
+        kind: str,
+        cid: str | None,
+        status: str = "success",
+        reason: str | None = None,
+        **fields: AckValue,
+    ) -> None:
+        pass
+
+    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
+        self.failures.append(exc)
+
+    def has_room(self) -> bool:
+        return True
+
+    async def wait_room(self) -> None:
+        return None
+
+
+class InboundLink:
+    """One source replicating to this instance. Owned by the event loop.
+
+    Args:
+        ctx: the instance's parts.
+        transport: the accepted websocket.
+
+    Attributes:
+        source, source_group: who the hello said it is.
+        remote: the connection's address.
+        state: the protocol's state name.
+        connected_since: wall time of the connection.
+        msgs_in, bytes_in: records and bytes received.
+        upto: how far the source's log was sent (its seq).
+        acked: the last position acknowledged to it.
+        source_last: the source's durable seq when the stream began.
+        last_error: why the link ended, once it has.
+    """
+
+    def __init__(self, ctx: InboundContext, transport: LinkTransport, peer: Peer) -> None:
+        self._ctx = ctx
+        self._transport = transport
+        #: the far end as the listener saw it (address; TLS and a verified client subject)
+        self.peer = peer
+        self.protocol = LinkProtocol(Side.DESTINATION)
+        self._writer = LinkWriter(self.protocol.data_to_send, transport)
+        self.remote = transport.remote
+        self.source = ""
+        self.source_group = ""
+        self.user: UserConfig | None = None
+        self.connected_since = ctx.clock.time()
+        self.traffic = Traffic()
+        self.upto = 0
+        self.acked = 0
+        self.source_last = 0
+        self.last_error: str | None = None
+        self._hop = ""
+        self._origin: Origin | None = None
+        self._replies = _Replies()
+        self._queue: deque[Data] = deque()
+        self._queued_bytes = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._work = asyncio.Event()
+        self._pending: deque[tuple[int, int]] = deque()  # (local target seq, upto)
+        self._ackable = 0
+        self._ack_wake = asyncio.Event()
+        self._closed = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._decompressor = zstandard.ZstdDecompressor()
+        ctx.txlog.add_durable_listener(self._durable)
+
+    @property
+    def state(self) -> str:
+        return self.protocol.state.value
+
+    @property
+    def msgs_in(self) -> int:
+        return self.traffic.msgs_in
+
+    @property
+    def bytes_in(self) -> int:
+        return self.traffic.bytes_in
+
+    # -- from the web layer ---------------------------------------------------------------
+
+    async def receive(self, data: bytes) -> None:
+        """Bytes from the source; waits while too much is waiting to be recorded."""
+        self.traffic.bytes_in += len(data)
+        self.protocol.receive_data(data)
+        self._handle(self.protocol.events_received())
+        self._writer.write_soon()
+        if not self._room.is_set():
+            await self._room.wait()
+
+    def lost(self) -> None:
+        """The websocket went away."""
+        self.protocol.connection_lost(LinkRefused("connection lost"))
+        self._handle(self.protocol.events_received())
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    def refuse(self, error: LinkRefused) -> None:
+        """End the link (an operator, the instance stopping, a newer link of the source)."""
+        self.protocol.refuse(error)
+        self._handle(self.protocol.events_received())
+        self._writer.write_soon()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _handle(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, HelloReceived):
+                self._spawn(self._handshake(event.hello))
+            elif isinstance(event, StreamStarted):
+                self.source_last = event.stream.source_last
+                self.upto = max(self.upto, event.stream.start - 1)
+                self._spawn(self._apply_loop())
+                self._spawn(self._ack_loop())
+                self._event("streaming", f"resync from {event.stream.start} "
+                            f"(source log at {event.stream.source_last})")  # fmt: skip
+            elif isinstance(event, DataReceived):
+                data = event.data
+                self._queue.append(data)
+                self._queued_bytes += len(data.payload)
+                if self._queued_bytes > BACKLOG_BYTES:
+                    self._room.clear()
+                self._work.set()
+            elif isinstance(event, Closed):
+                self._finish(event)
+
+    async def _authenticate(self, hello: Hello) -> UserConfig:
+        """The source's user: its verified client certificate's (mutual TLS) when it
+        gives no secret, else its user and password or token, checked behind the
+        instance's logon throttle like any logon (path ``replication``).
+
+        Raises:
+            AuthRefused: no credentials, wrong ones, or throttled.
+            NotAccepting: the password-check pool is full (the source retries).
+        """
+        ctx = self._ctx
+        auth = ctx.auth
+        cert_user = auth.by_certificate(self.peer.client_subject)
+        if cert_user is not None and not hello.secret:
+            if hello.user and hello.user != cert_user.name:
+                raise AuthRefused(
+                    f"replication from {hello.name!r}: the client certificate belongs to "
+                    f"user {cert_user.name!r}, not {hello.user!r}"
+                )
+            self._logged_on(cert_user)
+            return cert_user
+        host = self.peer.host
+        wait = ctx.logons.admit("replication", host, hello.user) if ctx.logons else 0.0
+        if wait > 0:
+            raise AuthRefused(
+                f"replication from {hello.name!r}: too many failed logons from {host} or "
+                f"for user {hello.user!r}; refused unchecked for {max(1, round(wait))} s"
+            )
+        try:
+            user = await auth.authenticate_async(hello.user, hello.secret)
+        except PoolBusy:
+            if ctx.logons is not None:
+                ctx.logons.refused("replication")
+            raise NotAccepting(
+                "busy checking other logons' passwords; the source retries"
+            ) from None
+        if user is None or (cert_user is not None and user is not cert_user):
+            if ctx.logons is not None:
+                ctx.logons.failed("replication", host, hello.user)
+            detail = (
+                "these credentials do not belong to the client certificate's user"
+                if user is not None
+                else "unknown user or wrong password/token (give its Destination/Transport "
+                "a <User> of this instance with its <Password> or <Token>, or a client "
+                "<Certificate> whose subject is a user's CertificateSubject)"
+            )
+            raise AuthRefused(f"replication from {hello.name!r}: {detail}")
+        self._logged_on(user)
+        return user
+
+    def _logged_on(self, user: UserConfig) -> None:
+        if self._ctx.logons is not None:
+            self._ctx.logons.succeeded("replication", self.peer.host, user.name)
+
+    async def _handshake(self, hello: Hello) -> None:
+        ctx = self._ctx
+        cfg = ctx.config
+        self.source = hello.name
+        self.source_group = hello.group
+        try:
+            if hello.version != PROTOCOL_VERSION:
+                raise VersionMismatch(
+                    f"protocol version {hello.version}, this instance speaks {PROTOCOL_VERSION}"
+                )
+            if not ctx.accepting():
+                raise NotAccepting(f"{cfg.name!r} is not accepting replication now")
+            if hello.name == cfg.name:
+                raise NameConflict(
+                    f"the source calls itself {hello.name!r}, this instance's own Name: names "
+                    "are unique in a replication fabric"
+                )
+            if hello.expect_group != cfg.group:
+                raise GroupMismatch(
+                    f"{hello.name!r} has destination {hello.destination!r} in Group "
+                    f"{hello.expect_group!r}, but {cfg.name!r} is in Group {cfg.group!r}; set "
+                    f"<Group>{cfg.group}</Group> in its Destination, or this instance's Group"
+                )
+            if ctx.auth.enabled:
+                self.user = await self._authenticate(hello)
+        except LinkRefused as exc:
+            self.last_error = f"{exc.reason}: {exc.detail}"
+            ctx.events.emit(
+                "warning", "replication", "inbound_refused", source=hello.name,
+                remote=self.remote, reason=exc.reason, detail=exc.detail,
+            )  # fmt: skip
+            self.refuse(exc)
+            return
+        if self.protocol.state is State.CLOSED:
+            return
+        self._hop = format_hop(hello.name, hello.group)
+        self._origin = Origin(
+            kind="replication",
+            name=hello.name,
+            user=self.user,
+            replies=self._replies,
+            traffic=self.traffic,
+        )
+        ctx.register(self)
+        holdings: Holdings = ctx.txlog.publishers.holdings()
+        self.protocol.welcome(
+            name=cfg.name,
+            group=cfg.group,
+            log_id=ctx.log_id(),
+            holdings=holdings,
+            validation=ctx.summary,
+        )
+        self._writer.write_soon()
+        self._event(
+            "connected", f"from {self.remote} as user {self.user.name if self.user else None}"
+        )
+
+    def _finish(self, event: Closed) -> None:
+        if self._closed.is_set():
+            return
+        error = event.error
+        self.last_error = f"{error.reason}: {error.detail}"
+        if event.by_peer and not isinstance(error, PeerShuttingDown) and error.reason != "refused":
+            self._ctx.events.emit(
+                "warning", "replication", "inbound_closed_by_source", source=self.source,
+                reason=error.reason, detail=error.detail,
+            )  # fmt: skip
+        self._event("disconnected", self.last_error)
+        self._ctx.unregister(self)
+        self._ctx.txlog.remove_durable_listener(self._durable)
+        self._closed.set()
+        self._room.set()
+        self._work.set()
+        self._ack_wake.set()
+        asyncio.get_running_loop().create_task(self._close_transport())
+
+    async def _close_transport(self) -> None:
+        with contextlib.suppress(LinkLost):
+            await self._writer.write()
+        with contextlib.suppress(Exception):
+            await self._transport.close(1000, self.last_error or "")
+        for task in self._tasks:
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    # -- recording ----------------------------------------------------------------------
+
+    async def _apply_loop(self) -> None:
+        """Record the batches in the order they came."""
+        while not self._closed.is_set():
+            if not self._queue:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            data = self._queue.popleft()
+            self._queued_bytes -= len(data.payload)
+            if self._queued_bytes <= BACKLOG_BYTES:
+                self._room.set()
+            try:
+                if data.compressed:
+                    runs = await asyncio.to_thread(self._inflate, data)
+                else:
+                    runs = decode_runs(data.payload, data.count)
+            except (ReplicationProtocolError, zstandard.ZstdError) as exc:
+                self.refuse(ProtocolRefusal(f"a data batch is malformed: {exc}"))
+                return
+            if self._closed.is_set():
+                return
+            self._publish(runs)
+            failures = self._replies.failures
+            if failures:
+                self._refuse_for(failures[0])
+                return
+            self.upto = data.upto
+            self._pending.append((self._ctx.txlog.last_seq, data.upto))
+            self._durable(self._ctx.txlog.durable_seq)
+
+    def _inflate(self, data: Data) -> list[Run]:
+        """Decompress and decode a batch (worker thread)."""
+        raw = self._decompressor.decompress(data.payload, max_output_size=1 << 30)
+        return decode_runs(raw, data.count)
+
+    def _publish(self, runs: list[Run]) -> None:
+        """Each run of the batch through the pipeline, keeping its publisher's bookmarks
+        and with the source appended to its path."""
+        origin = self._origin
+        assert origin is not None
+        pipeline = self._ctx.pipeline
+        hop = (self._hop,)
+        for run in runs:
+            seqs: list[int | None] = [*run.pub_seqs]
+            pipeline.publish(
+                origin,
+                PublishRun(
+                    topic=run.topic,
+                    pub_hash=run.pub_hash,
+                    pub_seqs=seqs,
+                    bodies=run.bodies,
+                    acks=[],
+                    corr_ids=run.corr_ids,
+                    sow_keys=run.sow_keys,
+                    kind=RecordKind(run.kind),
+                    path=run.path + hop,
+                ),
+            )
+            if self._replies.failures:
+                return
+
+    def _refuse_for(self, failure: ProtocolFailure) -> None:
+        if isinstance(failure, NotEntitled):
+            user = self.user.name if self.user is not None else None
+            error: LinkRefused = NotEntitledToReplicate(
+                f"user {user!r} of the link from {self.source!r} may not publish: "
+                f"{failure.detail or failure.reason}; give it a <Write> entitlement for the "
+                "replicated topics"
+            )
+        else:
+            error = RecordRefused(f"{failure.reason}: {failure.detail or ''}".rstrip(": "))
+        self._ctx.events.emit(
+            "error", "replication", "inbound_record_refused", source=self.source,
+            reason=error.reason, detail=error.detail,
+        )  # fmt: skip
+        self.refuse(error)
+
+    # -- acks ---------------------------------------------------------------------------
+
+    def _durable(self, durable: int) -> None:
+        pending = self._pending
+        ackable = self._ackable
+        while pending and pending[0][0] <= durable:
+            ackable = pending.popleft()[1]
+        if ackable > self._ackable:
+            self._ackable = ackable
+            self._ack_wake.set()
+
+    async def _ack_loop(self) -> None:
+        interval = self._ctx.ack_interval
+        while not self._closed.is_set():
+            await self._ack_wake.wait()
+            self._ack_wake.clear()
+            position = self._ackable
+            if position <= self.acked or self.protocol.state is not State.STREAMING:
+                continue
+            self.protocol.ack(position)
+            self.acked = position
+            try:
+                await self._writer.write()
+            except LinkLost:
+                return
+            if interval:
+                await self._ctx.clock.sleep(interval)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _spawn(self, coro: object) -> None:
+        assert asyncio.iscoroutine(coro)
+        task = asyncio.get_running_loop().create_task(coro)
+        task.add_done_callback(self._task_done)
+        self._tasks.append(task)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A link task that fails is a bug: say so, and end the link (the source resends)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        self._ctx.events.emit(
+            "error", "replication", "inbound_failed", source=self.source,
+            error=f"{type(exc).__name__}: {exc}",
+        )  # fmt: skip
+        self.refuse(RecordRefused(f"internal error: {type(exc).__name__}: {exc}"))
+
+    def _event(self, event: str, detail: str) -> None:
+        ctx = self._ctx
+        level = "warning" if event == "disconnected" else "info"
+        ctx.events.emit(level, "replication", f"inbound_{event}", source=self.source,
+                        remote=self.remote, detail=detail)  # fmt: skip
+        ctx.record(LinkEvent(ctx.clock.time(), self.source or self.remote, "in", event, detail))

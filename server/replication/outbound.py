@@ -1,0 +1,686 @@
+"""One destination: its link's life, its position in the log, its sync type.
+
+A :class:`DestinationLink` runs two tasks for as long as the instance runs:
+
+- the **dial loop** (:meth:`DestinationLink._run`): take the next address of the failover
+  list (server/replication/dialer.py), connect, say hello, wait for the welcome, validate
+  both configurations (server/replication/validation.py), choose where the resync starts,
+  start the stream, then read acks until the link ends; then back to the top of the list;
+- the **pump** (:meth:`DestinationLink._pump`): follow the local durable position and read
+  the log from this destination's position. While streaming it sends the records the
+  destination's routing takes (server/replication/routing.py), in log order, as ``data``
+  batches that also say how far the log was examined; while disconnected it only scans,
+  to know how far the destination is *done* - the first record it takes but has not
+  acknowledged stops the scan.
+
+Where the resync starts: the destination's holdings (what it holds per publisher) give the
+oldest journal with something it lacks (``TransactionLog.resync_start``); when the remote
+is the same instance and log as at the last acknowledgment, never before the record after
+that acknowledgment either. During the resync, records the destination already holds
+(per its holdings) are skipped.
+
+The horizon (:attr:`horizon`, for server/replication/horizon.py): every local seq up to it
+was acknowledged by the destination or is not for it. Acknowledged positions move the
+destination's retention pin (journals stay until every destination acked them) and are
+saved between runs (server/replication/state.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import ssl
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import zstandard
+
+from server.clock import Clock
+from server.config import Config, DestinationConfig
+from server.replication.dialer import Dialer
+from server.replication.errors import (
+    LinkRefused,
+    NameConflict,
+    PeerShuttingDown,
+    ReconnectRequested,
+    ReplicationProtocolError,
+    ValidationFailed,
+    ValidationReported,
+)
+from server.replication.frames import Holdings
+from server.replication.history import LinkEvent
+from server.replication.packing import pack_runs
+from server.replication.protocol import (
+    Acked,
+    Closed,
+    Event,
+    LinkProtocol,
+    Side,
+    State,
+    Welcomed,
+)
+from server.replication.routing import Route, held_by
+from server.replication.state import Acked as AckedState
+from server.replication.syncstate import SyncState
+from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
+from server.replication.validation import validate
+from server.stats.source import EventSink
+from server.tls.context import load_dial_context
+from server.tls.errors import TlsError
+from server.txlog import Pin, TransactionLog
+from server.txlog.batch import RecordBatch
+
+__all__ = ["DestinationLink", "LinkContext"]
+
+#: most records and bytes read per batch
+BATCH_RECORDS: Final = 4096
+BATCH_BYTES: Final = 1 << 20
+#: how often an idle stream tells the destination how far the log was examined
+MARKER_INTERVAL: Final = 0.05
+#: how long a source waits for the welcome
+WELCOME_TIMEOUT: Final = 10.0
+#: zstd level of compressed links (fast: the link, not the ratio, is the point)
+ZSTD_LEVEL: Final = 1
+
+
+@dataclass(slots=True)
+class LinkContext:
+    """What a destination's link needs from its instance."""
+
+    config: Config
+    txlog: TransactionLog
+    clock: Clock
+    events: EventSink
+    connector: Connector
+    rng: random.Random
+    summary: dict[str, object]
+    changed: Callable[[], None]
+    horizon_moved: Callable[[], None]
+    record: Callable[[LinkEvent], None]
+
+
+class _Stream:
+    """A streaming connection."""
+
+    __slots__ = (
+        "compressor", "held", "protocol", "remote", "remote_group", "resync_end", "writer",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        protocol: LinkProtocol,
+        writer: LinkWriter,
+        remote: str,
+        remote_group: str,
+        held: Callable[[int, int], bool],
+        resync_end: int,
+        compress: bool,
+    ) -> None:
+        self.protocol = protocol
+        self.writer = writer
+        self.remote = remote
+        self.remote_group = remote_group
+        self.held = held
+        self.resync_end = resync_end
+        self.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL) if compress else None
+
+
+class DestinationLink:
+    """One destination of this instance. Owned by the event loop.
+
+    Args:
+        config: the destination.
+        ctx: the instance's parts.
+        saved: its acknowledged position from the last run, if any.
+
+    Attributes:
+        name: the destination's name.
+        sync: its configured and effective sync type.
+        status: ``disconnected``, ``connecting``, ``handshake``, ``streaming``,
+            ``stopped``.
+        address: the address of the current or last connection.
+        remote_name, remote_group, remote_log_id: who answered the last welcome.
+        acked: the local seq it acknowledged.
+        msgs_out, bytes_out: records and bytes sent.
+        disconnects: streaming links that ended.
+        last_error: why the last link ended or was refused.
+        validation_failures: the failed checks of the last refused validation.
+    """
+
+    def __init__(
+        self, config: DestinationConfig, ctx: LinkContext, saved: AckedState | None
+    ) -> None:
+        self.name = config.name
+        self.config = config
+        self._ctx = ctx
+        self.sync = SyncState(config.name, config.sync)
+        self.route = Route(config)
+        self.dialer = Dialer(config.transport.addresses, rng=ctx.rng)
+        self.status = "disconnected"
+        self.address: tuple[str, int] | None = None
+        self.remote_name = saved.remote if saved is not None else config.name
+        self.remote_group = config.group
+        self.remote_log_id = saved.remote_log_id if saved is not None else ""
+        txlog = ctx.txlog
+        acked = saved.acked if saved is not None else 0
+        self.acked = min(acked, txlog.last_seq)
+        self.msgs_out = 0
+        self.bytes_out = 0
+        self.disconnects = 0
+        self.last_error: str | None = None
+        self.validation_failures: list[str] = []
+        self.connected_since: float | None = None
+        self._pin: Pin | None = None
+        self._stream: _Stream | None = None
+        self._pos = self.acked + 1
+        self._scanned = self.acked
+        #: (seq, timestamp_us) of records sent and not acknowledged, in order
+        self._unacked: deque[tuple[int, int]] = deque()
+        #: while disconnected: the first record for it not acknowledged (seq, ts)
+        self._blocked: tuple[int, int] | None = None
+        self._marker_due = 0  # an upto to tell the destination once idle
+        self._last_sent = 0.0
+        self._wake = asyncio.Event()
+        self._reconnect = asyncio.Event()
+        self._operator_reconnect = False
+        self._stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
+        self._topic_bytes: dict[str, bytes] = {}
+        self._tls_reported: str | None = None
+
+    # -- life ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        txlog = self._ctx.txlog
+        self._pin = txlog.pin(f"replication:{self.name}", self.acked + 1)
+        txlog.add_durable_listener(self._durable)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._run(), name=f"spool-repl-{self.name}"),
+            loop.create_task(self._pump(), name=f"spool-repl-pump-{self.name}"),
+        ]
+
+    async def stop(self) -> None:
+        """End the link (the destination is told the instance shuts down)."""
+        self._stopping = True
+        stream = self._stream
+        if stream is not None:
+            stream.protocol.refuse(PeerShuttingDown(f"{self._ctx.config.name!r} is stopping"))
+            with contextlib.suppress(LinkLost):
+                await asyncio.wait_for(stream.writer.write(), 1.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._ctx.txlog.remove_durable_listener(self._durable)
+        if self._pin is not None:
+            self._pin.release()
+        self.status = "stopped"
+
+    def reconnect(self) -> None:
+        """Drop the link and dial again from the top of the address list at once."""
+        self.dialer.reset()
+        self._reconnect.set()
+
+    def saved(self) -> AckedState:
+        """What to keep between runs."""
+        return AckedState(self.remote_name, self.remote_log_id, self.acked)
+
+    # -- the horizon ----------------------------------------------------------------------
+
+    @property
+    def holds_acks(self) -> bool:
+        return self.sync.holds_acks
+
+    @property
+    def horizon(self) -> int:
+        """Every local seq up to this is acknowledged by the destination or not for it."""
+        if self._stream is not None:
+            if self._unacked:
+                return self._unacked[0][0] - 1
+            return max(self._scanned, self.acked)
+        if self._blocked is not None:
+            return self._blocked[0] - 1
+        return max(self._scanned, self.acked)
+
+    @property
+    def connected(self) -> bool:
+        return self._stream is not None
+
+    def messages_behind(self) -> int:
+        """Records of the local log it has not acknowledged (examined) yet."""
+        return max(0, self._ctx.txlog.last_seq - self.acked)
+
+    def seconds_behind(self) -> float:
+        """Age of the oldest record for it that it has not acknowledged (0 when none)."""
+        oldest: int | None = None
+        if self._unacked:
+            oldest = self._unacked[0][1]
+        elif self._blocked is not None:
+            oldest = self._blocked[1]
+        if oldest is None:
+            return 0.0
+        return max(0.0, self._ctx.clock.time() - oldest / 1e6)
+
+    def _durable(self, _seq: int) -> None:
+        self._wake.set()
+
+    def _horizon_changed(self) -> None:
+        if self.sync.caught_up(self.horizon_for_upgrade()):
+            self._event("upgraded", "caught up: persisted acks wait for it again")
+        self._ctx.horizon_moved()
+
+    def horizon_for_upgrade(self) -> int:
+        """How far it is done while connected (an upgrade completes on this)."""
+        return self.horizon if self._stream is not None else self.acked
+
+    # -- the dial loop --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            address, delay = self.dialer.next_attempt()
+            if delay:
+                self.status = "disconnected"
+                await self._pause(delay)
+            self._reconnect.clear()
+            self._operator_reconnect = False
+            self.status = "connecting"
+            self.address = address
+            try:
+                tls = await self._tls_context()
+                transport = await self._ctx.connector(*address, tls)
+            except (LinkTlsFailed, TlsError) as exc:
+                self._tls_failed(str(exc))
+                self.dialer.failed()
+                continue
+            except (OSError, LinkLost) as exc:
+                self.last_error = f"cannot connect to {address[0]}:{address[1]}: {exc}"
+                self.dialer.failed()
+                continue
+            streamed = await self._session(transport)
+            with contextlib.suppress(Exception):
+                await transport.close()
+            if self._operator_reconnect:
+                self.dialer.reset()  # an operator's reconnect dials the top at once
+            elif streamed:
+                self.dialer.dropped(self._ctx.clock.monotonic())
+            else:
+                self.dialer.failed()
+        self.status = "stopped"
+
+    async def _pause(self, delay: float) -> None:
+        """Wait ``delay`` seconds of the clock, or until an operator asks to reconnect."""
+        loop = asyncio.get_running_loop()
+        sleeper = loop.create_task(self._ctx.clock.sleep(delay))
+        waiter = loop.create_task(self._reconnect.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+
+    async def _session(self, transport: Dialed) -> bool:
+        """One connection: handshake, validation, stream. Returns whether it streamed."""
+        ctx = self._ctx
+        cfg = ctx.config
+        protocol = LinkProtocol(Side.SOURCE)
+        writer = LinkWriter(protocol.data_to_send, transport)
+        creds = self.config.transport
+        self.status = "handshake"
+        protocol.hello(
+            name=cfg.name,
+            group=cfg.group,
+            destination=self.name,
+            expect_group=self.config.group,
+            user=creds.user,
+            secret=creds.secret,
+            compression=creds.compression,
+            validation=ctx.summary,
+        )
+        streamed = False
+        loop = asyncio.get_running_loop()
+        reader = loop.create_task(self._read(transport, protocol))
+        reconnect = loop.create_task(self._reconnect.wait())
+        welcome_timer = loop.create_task(ctx.clock.sleep(WELCOME_TIMEOUT))
+        try:
+            await writer.write()
+            while True:
+                waiting = {reader, reconnect}
+                if protocol.state is not State.STREAMING:
+                    waiting.add(welcome_timer)
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if reconnect in done:
+                    protocol.refuse(ReconnectRequested("reconnect requested by an operator"))
+                    await writer.write()
+                    self.last_error = "reconnect requested by an operator"
+                    self._operator_reconnect = True
+                    break
+                if welcome_timer in done and reader not in done:
+                    self.last_error = f"no welcome within {WELCOME_TIMEOUT:.0f}s"
+                    break
+                events = reader.result()
+                if events is None:  # the pipe is gone
+                    self.last_error = self.last_error or "connection lost"
+                    break
+                for event in events:
+                    if isinstance(event, Welcomed):
+                        streamed = self._welcomed(event, protocol, writer) or streamed
+                    elif isinstance(event, Acked):
+                        self._acked(event.position)
+                    elif isinstance(event, Closed):
+                        self._closed(event)
+                await writer.write()
+                if protocol.state is State.CLOSED:
+                    break
+                reader = loop.create_task(self._read(transport, protocol))
+        except LinkLost as exc:
+            self.last_error = str(exc)
+        finally:
+            reader.cancel()
+            reconnect.cancel()
+            welcome_timer.cancel()
+            if self._stream is not None:
+                self._disconnected()
+        return streamed
+
+    async def _read(self, transport: Dialed, protocol: LinkProtocol) -> list[Event] | None:
+        """The next events (None: the pipe went away)."""
+        while True:
+            try:
+                data = await transport.recv()
+            except LinkLost as exc:
+                self.last_error = str(exc)
+                protocol.connection_lost(LinkRefused(str(exc)))
+                return None
+            protocol.receive_data(data)
+            events = protocol.events_received()
+            if events:
+                return events
+
+    def _welcomed(self, event: Welcomed, protocol: LinkProtocol, writer: LinkWriter) -> bool:
+        """Validate, choose the resync start, start the stream. Returns whether it did."""
+        ctx = self._ctx
+        welcome = event.welcome
+        if welcome.name == ctx.config.name:
+            self._refuse(
+                protocol,
+                NameConflict(
+                    f"{welcome.name!r} at {self._where()} has this instance's own Name: names "
+                    "are unique in a replication fabric"
+                ),
+            )
+            return False
+        try:
+            failures = validate(ctx.summary, welcome.validation, self.config)
+        except ReplicationProtocolError as exc:
+            self._refuse(protocol, ValidationReported(f"unreadable configuration summary: {exc}"))
+            return False
+        if failures:
+            self.validation_failures = [f.detail for f in failures]
+            for failure in failures:
+                ctx.events.emit(
+                    "error", "replication", "validation_failed", destination=self.name,
+                    remote=welcome.name, check=failure.check, topic=failure.topic,
+                    fix=failure.fix, detail=failure.detail,
+                )  # fmt: skip
+            self._refuse(protocol, ValidationReported("; ".join(self.validation_failures)))
+            return False
+        self.validation_failures = []
+        txlog = ctx.txlog
+        same = (welcome.name, welcome.log_id) == (self.remote_name, self.remote_log_id)
+        start = txlog.resync_start(welcome.holdings)
+        if same:
+            start = max(start, self.acked + 1)
+        else:
+            self.acked = 0
+        start = max(start, txlog.first_seq)
+        self.acked = max(self.acked, start - 1)
+        self.remote_name = welcome.name
+        self.remote_group = welcome.group
+        self.remote_log_id = welcome.log_id
+        durable = txlog.durable_seq
+        stream = _Stream(
+            protocol, writer, welcome.name, welcome.group, _held(welcome.holdings), durable,
+            self.config.transport.compression == "zstd",
+        )  # fmt: skip
+        protocol.start_stream(start, durable)
+        self._stream = stream
+        self._pos = start
+        self._scanned = start - 1
+        self._unacked.clear()
+        self._blocked = None
+        self._marker_due = 0
+        if self._pin is not None:
+            self._pin.move(self.acked + 1)
+        now = ctx.clock.monotonic()
+        self.dialer.streaming(now)
+        self.status = "streaming"
+        self.connected_since = ctx.clock.time()
+        self.last_error = None
+        self._tls_reported = None
+        ctx.changed()
+        self._event(
+            "connected",
+            f"{welcome.name}@{welcome.group} at {self._where()}; resync from {start} "
+            f"(log at {durable})",
+        )
+        self._wake.set()
+        self._horizon_changed()
+        return True
+
+    def _refuse(self, protocol: LinkProtocol, error: LinkRefused) -> None:
+        protocol.refuse(error)
+        self.last_error = f"{error.reason}: {error.detail}"
+        self._event("refused", self.last_error)
+
+    def _closed(self, event: Closed) -> None:
+        error = event.error
+        text = f"{error.reason}: {error.detail}"
+        if event.by_peer:
+            self.last_error = f"refused by {self.remote_name!r}: {text}"
+            if isinstance(error, ValidationReported | ValidationFailed):
+                self.validation_failures = [error.detail]
+            self._ctx.events.emit(
+                "warning", "replication", "link_refused", destination=self.name,
+                reason=error.reason, detail=error.detail,
+            )  # fmt: skip
+            self._event("refused", self.last_error)
+
+    def _disconnected(self) -> None:
+        """The stream ended: everything sent and not acknowledged is pending again."""
+        self._stream = None
+        self.disconnects += 1
+        self.connected_since = None
+        self._pos = self.acked + 1
+        self._scanned = self.acked
+        self._unacked.clear()
+        self._blocked = None
+        self.status = "disconnected"
+        self._event("disconnected", self.last_error or "")
+        self._wake.set()
+
+    def _acked(self, position: int) -> None:
+        if position <= self.acked:
+            return
+        self.acked = position
+        unacked = self._unacked
+        while unacked and unacked[0][0] <= position:
+            unacked.popleft()
+        if self._pin is not None:
+            self._pin.move(position + 1)
+        self._ctx.changed()
+        self._horizon_changed()
+
+    # -- the pump -----------------------------------------------------------------------
+
+    async def _pump(self) -> None:
+        """Follow the log: send while streaming, scan while not (module docstring).
+
+        It must never stop while the instance runs: an unexpected error is reported, the
+        link is dropped (its records are sent again from the acknowledged position when
+        it comes back) and the pump goes on.
+        """
+        while not self._stopping:
+            try:
+                await self._pump_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.last_error = f"internal error: {type(exc).__name__}: {exc}"
+                self._ctx.events.emit(
+                    "error", "replication", "pump_failed", destination=self.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                )  # fmt: skip
+                self.reconnect()
+                await self._sleep_until_woken(1.0)
+
+    async def _pump_once(self) -> None:
+        """Run the pump until it stops or fails."""
+        txlog = self._ctx.txlog
+        while not self._stopping:
+            stream = self._stream
+            if stream is None and self._blocked is not None:
+                await self._sleep_until_woken(None)
+                continue
+            durable = txlog.durable_seq
+            if self._pos > durable:
+                if stream is not None and self._marker_due:
+                    wait = MARKER_INTERVAL - (self._ctx.clock.monotonic() - self._last_sent)
+                    if wait <= 0:
+                        await self._send_marker(stream)
+                        continue
+                    await self._sleep_until_woken(wait)
+                    continue
+                await self._sleep_until_woken(None)
+                continue
+            try:
+                batch = await txlog.read_view(
+                    self._pos, max_count=BATCH_RECORDS, max_bytes=BATCH_BYTES, upto_seq=durable
+                )
+            except Exception as exc:  # a damaged journal: say so, retry later
+                self.last_error = f"cannot read the log at {self._pos}: {exc}"
+                self._ctx.events.emit(
+                    "error", "replication", "read_failed", destination=self.name, error=str(exc)
+                )
+                await self._sleep_until_woken(1.0)
+                continue
+            if self._stream is not stream:
+                continue  # the link changed while reading
+            if not len(batch):
+                await self._sleep_until_woken(None)
+                continue
+            if stream is None:
+                self._scan(batch)
+            else:
+                try:
+                    await self._send(stream, batch)
+                except LinkLost:
+                    await self._sleep_until_woken(0.05)
+                    continue
+            self._horizon_changed()
+
+    async def _sleep_until_woken(self, timeout: float | None) -> None:
+        wake = self._wake
+        if timeout is None:
+            await wake.wait()
+        else:
+            sleeper = asyncio.get_running_loop().create_task(self._ctx.clock.sleep(timeout))
+            waiter = asyncio.get_running_loop().create_task(wake.wait())
+            try:
+                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waiter.cancel()
+        wake.clear()
+
+    def _scan(self, batch: RecordBatch) -> None:
+        """Disconnected: how far the destination is done (to the first record for it)."""
+        chosen = self.route.select(batch, self.remote_name)
+        if chosen:
+            i = chosen[0]
+            seq = batch.first_seq + i
+            self._blocked = (seq, batch.timestamps_us[i])
+            self._scanned = seq - 1
+            self._pos = seq
+        else:
+            self._scanned = batch.last_seq
+            self._pos = batch.last_seq + 1
+
+    async def _send(self, stream: _Stream, batch: RecordBatch) -> None:
+        """Streaming: the batch's records for the destination, and how far it goes."""
+        first = batch.first_seq
+        held = stream.held if first <= stream.resync_end else None
+        chosen = self.route.select(batch, stream.remote, held)
+        upto = batch.last_seq
+        if not chosen:
+            self._pos = upto + 1
+            self._scanned = upto
+            self._marker_due = upto
+            return
+        writer = pack_runs(batch, chosen, self._topic_bytes, self._unacked)
+        payload = writer.payload()
+        compressor = stream.compressor
+        if compressor is not None:
+            payload = await asyncio.to_thread(compressor.compress, payload)
+        if self._stream is not stream or stream.protocol.state is not State.STREAMING:
+            return  # the link ended meanwhile: the pump starts over from the acked position
+        stream.protocol.send_data(upto, writer.count, payload, compressed=compressor is not None)
+        self._pos = upto + 1
+        self._scanned = upto
+        self._marker_due = 0
+        self.msgs_out += writer.count
+        self.bytes_out += len(payload)
+        self._last_sent = self._ctx.clock.monotonic()
+        await stream.writer.write()
+
+    async def _send_marker(self, stream: _Stream) -> None:
+        upto, self._marker_due = self._marker_due, 0
+        if stream.protocol.state is not State.STREAMING:
+            return
+        stream.protocol.send_data(upto, 0, b"", compressed=False)
+        self._last_sent = self._ctx.clock.monotonic()
+        with contextlib.suppress(LinkLost):
+            await stream.writer.write()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        if self.address is None:
+            return "?"
+        return f"{self.address[0]}:{self.address[1]}"
+
+    async def _tls_context(self) -> ssl.SSLContext | None:
+        """The context to dial with, built anew for each attempt (its files are read off
+        the loop; a certificate renewed on disk is used from the next reconnect)."""
+        transport = self.config.transport
+        if not transport.tls:
+            return None
+        return await asyncio.to_thread(
+            load_dial_context,
+            transport.ca_certificate,
+            transport.certificate,
+            transport.private_key,
+        )
+
+    def _tls_failed(self, detail: str) -> None:
+        """A TLS failure is a link error, reported once per distinct reason (the dialer
+        keeps retrying; it never falls back to plain text)."""
+        self.last_error = detail
+        if detail != self._tls_reported:
+            self._tls_reported = detail
+            self._event("tls_failed", detail)
+
+    def _event(self, event: str, detail: str) -> None:
+        ctx = self._ctx
+        level = "info" if event in ("connected", "upgraded", "downgraded") else "warning"
+        ctx.events.emit(level, "replication", f"destination_{event}", destination=self.name,
+                        detail=detail)  # fmt: skip
+        ctx.record(LinkEvent(ctx.clock.time(), self.name, "out", event, detail))
+
+
+def _held(holdings: Holdings) -> Callable[[int, int], bool]:
+    return held_by(holdings)

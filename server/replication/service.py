@@ -1,0 +1,531 @@
+"""Replication of an instance: its destinations, the links from its sources, the horizon.
+
+:class:`Replication` is what the engine builds when the configuration has ``<Replication>``
+or an ``amps-replication`` transport (server/engine.py), and what the admin surface reads
+and acts on (server/operations.py). It owns:
+
+- one :class:`~server.replication.outbound.DestinationLink` per destination, started with
+  the instance and stopped with it;
+- the inbound links accepted on ``/replication`` (web/replication.py hands them over with
+  :meth:`Replication.accept`), by source name: a source that connects again replaces its
+  previous link;
+- the :class:`~server.replication.horizon.SyncHorizon` persisted acks, flush acks and
+  ``fully_durable`` subscriptions wait on;
+- the state kept between runs (server/replication/state.py), saved by a once-a-second tick
+  that also samples each link's send rate;
+- the links' history (server/replication/history.py).
+
+Admin actions: :meth:`downgrade` (releases at once the acks that waited for it, unless it
+would go below ``Tuning/MinimumSyncDestinations``), :meth:`upgrade` (takes effect once the
+destination has acknowledged everything logged when it was asked), :meth:`reconnect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import deque
+from collections.abc import Mapping
+from typing import Final, TypedDict
+
+from server.auth import Authenticator
+from server.clock import Clock
+from server.config import Config, DestinationConfig, UserConfig
+from server.lifecycle import Lifecycle
+from server.logons import LogonGuard
+from server.peer import Peer
+from server.ports import AckValue
+from server.publishing import PublishPipeline
+from server.replication import state as state_file
+from server.replication.errors import (
+    DestinationNotFound,
+    LinkReplaced,
+    PeerShuttingDown,
+)
+from server.replication.history import LinkEvent, LinkHistory
+from server.replication.horizon import SyncHorizon
+from server.replication.inbound import InboundContext, InboundLink
+from server.replication.outbound import DestinationLink, LinkContext
+from server.replication.state import ReplicationState
+from server.replication.syncstate import check_downgrade
+from server.replication.transport import Connector, LinkTransport, connect_websocket
+from server.replication.validation import summarize
+from server.stats.snapshot import LinkCounters
+from server.stats.source import EventSink
+from server.txlog import TransactionLog
+
+__all__ = ["DestinationInfo", "InboundInfo", "Replication", "ReplicationInfo"]
+
+#: seconds between state saves and rate samples
+TICK: Final = 1.0
+#: seconds of samples a link's rate is computed over
+RATE_WINDOW: Final = 5.0
+
+
+class EventInfo(TypedDict):
+    time: float
+    event: str
+    detail: str
+
+
+class DestinationInfo(TypedDict):
+    """A destination as ``GET /api/replication`` shows it (ADMIN_API.md)."""
+
+    name: str
+    group: str
+    configured_sync_type: str
+    effective_sync_type: str
+    connected: bool
+    status: str
+    address: str | None
+    addresses: list[str]
+    remote: str | None
+    connected_since: float | None
+    last_acked_position: int
+    messages_behind: int
+    seconds_behind: float
+    msgs_per_sec_out: float
+    msgs_out: int
+    bytes_out: int
+    disconnects: int
+    passthrough: list[str]
+    topics: list[str]
+    compression: str | None
+    tls: bool
+    client_certificate: bool
+    last_error: str | None
+    validation_failures: list[str]
+    events: list[EventInfo]
+
+
+class InboundInfo(TypedDict):
+    """A source replicating to this instance."""
+
+    name: str
+    group: str
+    connected: bool
+    status: str
+    address: str
+    user: str | None
+    tls: str | None
+    certificate_subject: str | None
+    connected_since: float
+    last_acked_position: int
+    received_position: int
+    source_position: int
+    messages_behind: int
+    msgs_per_sec_in: float
+    msgs_in: int
+    bytes_in: int
+    last_error: str | None
+    events: list[EventInfo]
+
+
+class ReplicationInfo(TypedDict):
+    name: str
+    group: str
+    minimum_sync_destinations: int
+    horizon: int
+    durable_seq: int
+    destinations: list[DestinationInfo]
+    incoming: list[InboundInfo]
+
+
+class _Rate:
+    """Messages per second over the last few ticks."""
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, int]] = deque()
+        self.value = 0.0
+
+    def sample(self, now: float, count: int) -> None:
+        samples = self._samples
+        samples.append((now, count))
+        while samples and now - samples[0][0] > RATE_WINDOW:
+            samples.popleft()
+        t0, c0 = samples[0]
+        self.value = (count - c0) / (now - t0) if now > t0 and count >= c0 else 0.0
+
+
+class Replication:
+    """The replication side of one instance. Owned by the event loop.
+
+    Args:
+        config: the instance configuration.
+        txlog: its transaction log.
+        pipeline: its publish pipeline (inbound links record through it).
+        auth: users and entitlements (inbound links authenticate against it).
+        lifecycle: ready / stopping (inbound links are refused while not ready).
+        clock: time.
+        events: the event log.
+        horizon: the sync horizon the instance's persisted acks wait on (built before the
+            publish pipeline; the destinations join it here).
+        connector: how destinations are dialed (tests pass an in-memory one).
+        logons: the instance's logon throttle and counters (inbound links' password
+            logons go through it, path ``replication``).
+        rng: the dialers' jitter.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        txlog: TransactionLog,
+        pipeline: PublishPipeline,
+        auth: Authenticator,
+        lifecycle: Lifecycle,
+        clock: Clock,
+        events: EventSink,
+        horizon: SyncHorizon,
+        *,
+        connector: Connector = connect_websocket,
+        rng: random.Random | None = None,
+        logons: LogonGuard | None = None,
+    ) -> None:
+        self.config = config
+        self._logons = logons
+        self._txlog = txlog
+        self._pipeline = pipeline
+        self._auth = auth
+        self._lifecycle = lifecycle
+        self._clock = clock
+        self._events = events
+        self._connector = connector
+        self._rng = rng if rng is not None else random.Random()
+        self.horizon = horizon
+        self.history = LinkHistory()
+        self.summary = summarize(config)
+        self.destinations: dict[str, DestinationLink] = {}
+        self.inbound: dict[str, InboundLink] = {}
+        self._accepted: set[InboundLink] = set()
+        self._state = ReplicationState.new()
+        self._state_path = state_file.state_path(config.data_directory, config.name)
+        self._dirty = False
+        self._rates: dict[str, _Rate] = {}
+        self._tick: asyncio.Task[None] | None = None
+        self._stopped = False
+        replication = config.replication
+        self._ack_interval = replication.ack_interval if replication is not None else 0.001
+        self._minimum = config.tuning.minimum_sync_destinations
+
+    # -- life ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """After the log is open: positions, pins, the links, the warning."""
+        saved, problem = await asyncio.to_thread(state_file.load, self._state_path)
+        if problem is not None:
+            self._events.emit("warning", "replication", "state_unreadable", detail=problem)
+        txlog = self._txlog
+        if saved is None or txlog.last_seq == 0:
+            # a log that starts over is a new log to the instances that replicate to it
+            self._state = ReplicationState.new()
+            self._dirty = True
+        else:
+            self._state = saved
+        ctx = LinkContext(
+            config=self.config,
+            txlog=txlog,
+            clock=self._clock,
+            events=self._events,
+            connector=self._connector,
+            rng=self._rng,
+            summary=self.summary,
+            changed=self._changed,
+            horizon_moved=self.horizon.recompute,
+            record=self.history.record,
+        )
+        for dest in self._destination_configs():
+            link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
+            self.destinations[dest.name] = link
+            self.horizon.add(link)
+        for link in self.destinations.values():
+            link.start()
+        if not any(d.sync for d in self._destination_configs()):
+            self._events.emit(
+                "warning", "replication", "no_sync_destination",
+                detail="this instance accepts publishes with no sync destination: a "
+                "persisted ack means on this instance's disk only, so it is a single point "
+                "of loss until a message reaches another instance",
+            )  # fmt: skip
+        self.horizon.recompute()
+        self._tick = asyncio.get_running_loop().create_task(self._ticker(), name="spool-repl-tick")
+
+    async def stop(self) -> None:
+        """Close every link (peers are told the instance stops) and save the state.
+        Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        tick, self._tick = self._tick, None
+        if tick is not None:
+            tick.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await tick
+        for link in list(self._accepted):
+            link.refuse(PeerShuttingDown(f"{self.config.name!r} is stopping"))
+        await asyncio.gather(*(d.stop() for d in self.destinations.values()))
+        for link in list(self._accepted):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(link.wait_closed(), 1.0)
+        await self._save()
+
+    def _destination_configs(self) -> tuple[DestinationConfig, ...]:
+        replication = self.config.replication
+        return replication.destinations if replication is not None else ()
+
+    async def _ticker(self) -> None:
+        while True:
+            await self._clock.sleep(TICK)
+            now = self._clock.monotonic()
+            for name, link in self.destinations.items():
+                self._rate(f"out/{name}").sample(now, link.msgs_out)
+            for name, inbound in self.inbound.items():
+                self._rate(f"in/{name}").sample(now, inbound.msgs_in)
+            if self._dirty:
+                await self._save()
+
+    def _rate(self, key: str) -> _Rate:
+        rate = self._rates.get(key)
+        if rate is None:
+            rate = self._rates[key] = _Rate()
+        return rate
+
+    def _changed(self) -> None:
+        self._dirty = True
+
+    async def _save(self) -> None:
+        self._dirty = False
+        for name, link in self.destinations.items():
+            self._state.destinations[name] = link.saved()
+        try:
+            await asyncio.to_thread(state_file.save, self._state_path, self._state.encode())
+        except OSError as exc:
+            self._dirty = True
+            self._events.emit("error", "replication", "state_not_saved", error=str(exc))
+
+    # -- inbound ------------------------------------------------------------------------
+
+    def accept(self, transport: LinkTransport, peer: Peer | None = None) -> InboundLink:
+        """A websocket opened on ``/replication``: a new inbound link (the caller pushes
+        its bytes into it and calls ``lost`` when it goes). ``peer``: what the listener
+        knows of the far end (address, TLS, a verified client certificate's subject)."""
+        replication_transport = self.config.replication_transport
+
+        def accepting() -> bool:
+            name = replication_transport.name if replication_transport is not None else ""
+            return self._lifecycle.ready and not self._lifecycle.stopping and bool(name)
+
+        ctx = InboundContext(
+            config=self.config,
+            txlog=self._txlog,
+            pipeline=self._pipeline,
+            auth=self._auth,
+            clock=self._clock,
+            events=self._events,
+            summary=self.summary,
+            log_id=lambda: self._state.log_id,
+            accepting=accepting,
+            register=self._register,
+            unregister=self._unregister,
+            record=self.history.record,
+            ack_interval=self._ack_interval,
+            logons=self._logons,
+        )
+        link = InboundLink(
+            ctx, transport, peer if peer is not None else Peer.parse(transport.remote)
+        )
+        self._accepted.add(link)
+        return link
+
+    def _register(self, link: InboundLink) -> None:
+        old = self.inbound.get(link.source)
+        if old is not None and old is not link:
+            old.refuse(LinkReplaced(f"a newer link from {link.source!r} took over"))
+        self.inbound[link.source] = link
+
+    def _unregister(self, link: InboundLink) -> None:
+        self._accepted.discard(link)
+        if self.inbound.get(link.source) is link:
+            del self.inbound[link.source]
+
+    # -- admin --------------------------------------------------------------------------
+
+    def _destination(self, name: str) -> DestinationLink:
+        link = self.destinations.get(name)
+        if link is None:
+            raise DestinationNotFound(name)
+        return link
+
+    def downgrade(self, name: str) -> None:
+        """Persisted acks stop waiting for ``name`` (at once).
+
+        Raises:
+            DestinationNotFound: no such destination.
+            SyncChangeRefused: configured async, already async, or below the floor.
+        """
+        link = self._destination(name)
+        check_downgrade((d.sync for d in self.destinations.values()), name, self._minimum)
+        link.sync.downgrade()
+        self._sync_event(link, "downgraded", "persisted acks no longer wait for it")
+        self.horizon.recompute()
+
+    def upgrade(self, name: str) -> None:
+        """Persisted acks wait for ``name`` again once it has caught up.
+
+        Raises:
+            DestinationNotFound: no such destination.
+            SyncChangeRefused: configured async, already sync, or already upgrading.
+        """
+        link = self._destination(name)
+        target = self._txlog.durable_seq
+        link.sync.upgrade(target)
+        self._sync_event(link, "upgrading", f"becomes sync once it has acknowledged up to {target}")
+        if link.connected and link.sync.caught_up(link.horizon_for_upgrade()):
+            self._sync_event(link, "upgraded", "caught up: persisted acks wait for it again")
+        self.horizon.recompute()
+
+    def reconnect(self, name: str) -> None:
+        """Drop the link and dial again from the top of its addresses.
+
+        Raises:
+            DestinationNotFound: no such destination.
+        """
+        link = self._destination(name)
+        link.reconnect()
+        self._sync_event(link, "reconnect", "requested by an operator")
+
+    def _sync_event(self, link: DestinationLink, event: str, detail: str) -> None:
+        self._events.emit("info", "replication", f"destination_{event}", destination=link.name,
+                          detail=detail)  # fmt: skip
+        self.history.record(LinkEvent(self._clock.time(), link.name, "out", event, detail))
+
+    def info(self) -> ReplicationInfo:
+        """Everything ``GET /api/replication`` shows."""
+        return {
+            "name": self.config.name,
+            "group": self.config.group,
+            "minimum_sync_destinations": self._minimum,
+            "horizon": self.horizon.seq,
+            "durable_seq": self._txlog.durable_seq,
+            "destinations": [self._destination_info(d) for d in self.destinations.values()],
+            "incoming": [self._inbound_info(i) for i in self.inbound.values()],
+        }
+
+    def _events_of(self, direction: str, name: str) -> list[EventInfo]:
+        return [
+            {"time": e.time, "event": e.event, "detail": e.detail}
+            for e in self.history.recent(direction, name)
+        ]
+
+    def _destination_info(self, link: DestinationLink) -> DestinationInfo:
+        cfg = link.config
+        address = f"{link.address[0]}:{link.address[1]}" if link.address is not None else None
+        return {
+            "name": link.name,
+            "group": cfg.group,
+            "configured_sync_type": link.sync.configured,
+            "effective_sync_type": link.sync.effective,
+            "connected": link.connected,
+            "status": link.status,
+            "address": address if link.connected else None,
+            "addresses": [f"{h}:{p}" for h, p in cfg.transport.addresses],
+            "remote": link.remote_name if link.remote_log_id else None,
+            "connected_since": link.connected_since,
+            "last_acked_position": link.acked,
+            "messages_behind": link.messages_behind(),
+            "seconds_behind": round(link.seconds_behind(), 3),
+            "msgs_per_sec_out": round(self._rate(f"out/{link.name}").value, 1),
+            "msgs_out": link.msgs_out,
+            "bytes_out": link.bytes_out,
+            "disconnects": link.disconnects,
+            "passthrough": list(cfg.passthrough),
+            "topics": [t.name for t in cfg.topics],
+            "compression": cfg.transport.compression,
+            "tls": cfg.transport.tls,
+            "client_certificate": cfg.transport.certificate is not None,
+            "last_error": link.last_error,
+            "validation_failures": list(link.validation_failures),
+            "events": self._events_of("out", link.name),
+        }
+
+    def _inbound_info(self, link: InboundLink) -> InboundInfo:
+        return {
+            "name": link.source,
+            "group": link.source_group,
+            "connected": link.state != "closed",
+            "status": link.state,
+            "address": link.remote,
+            "user": link.user.name if link.user is not None else None,
+            "tls": link.peer.tls_version,
+            "certificate_subject": link.peer.client_subject,
+            "connected_since": link.connected_since,
+            "last_acked_position": link.acked,
+            "received_position": link.upto,
+            "source_position": link.source_last,
+            "messages_behind": max(0, link.source_last - link.upto),
+            "msgs_per_sec_in": round(self._rate(f"in/{link.source}").value, 1),
+            "msgs_in": link.msgs_in,
+            "bytes_in": link.bytes_in,
+            "last_error": link.last_error,
+            "events": self._events_of("in", link.source),
+        }
+
+    def counters(self) -> dict[str, LinkCounters]:
+        """Per link, for the metrics snapshot."""
+        out: dict[str, LinkCounters] = {}
+        for name, link in self.destinations.items():
+            out[f"out/{name}"] = {
+                "direction": "out",
+                "connected": link.connected,
+                "sync": link.sync.holds_acks,
+                "msgs": link.msgs_out,
+                "bytes": link.bytes_out,
+                "acked": link.acked,
+                "messages_behind": link.messages_behind(),
+                "seconds_behind": link.seconds_behind(),
+                "disconnects": link.disconnects,
+            }
+        for name, inbound in self.inbound.items():
+            out[f"in/{name}"] = {
+                "direction": "in",
+                "connected": inbound.state != "closed",
+                "sync": False,
+                "msgs": inbound.msgs_in,
+                "bytes": inbound.bytes_in,
+                "acked": inbound.acked,
+                "messages_behind": max(0, inbound.source_last - inbound.upto),
+                "seconds_behind": 0.0,
+                "disconnects": 0,
+            }
+        return out
+
+    def drain_history(self) -> list[LinkEvent]:
+        """The link events not yet written to the stats database."""
+        return self.history.drain()
+
+    # -- the logon ack ------------------------------------------------------------------
+
+    def failover_fields(self, user: UserConfig | None) -> Mapping[str, AckValue]:
+        """What a client's logon ack says about failing over from this instance.
+
+        ``failover``: ``safe`` when every destination that takes the client's topics holds
+        persisted acks now (effective sync type sync) and there is at least one, else
+        ``unsafe``; ``async_links``: those that do not (configured async, downgraded or
+        still upgrading). The client's topics are what its user may read or write; a
+        pattern topic block is assumed to take some of them (docs/replication.md).
+        """
+        concerned = [d for d in self.destinations.values() if self._concerns(d.config, user)]
+        not_sync = [d.name for d in concerned if not d.sync.holds_acks]
+        safe = bool(concerned) and not not_sync
+        return {"failover": "safe" if safe else "unsafe", "async_links": ",".join(not_sync)}
+
+    def _concerns(self, dest: DestinationConfig, user: UserConfig | None) -> bool:
+        auth = self._auth
+        if not auth.enabled or user is None:
+            return True
+        for topic in dest.topics:
+            if topic.is_regex:
+                return True
+            if auth.can_write(user, topic.name) or auth.can_read(user, topic.name):
+                return True
+        return False

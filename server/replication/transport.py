@@ -1,0 +1,232 @@
+"""The byte pipes under replication links, and the writer between a protocol and its pipe.
+
+The protocol (server/replication/protocol.py) knows bytes; a link's pipe is a websocket:
+
+- a *source* dials its destination with the ``websockets`` client
+  (:func:`connect_websocket`, ``ws://HOST:PORT/replication``, or ``wss://`` with the TLS
+  context its destination's configuration builds - the destination verified, its host
+  name checked, never a fall back to ``ws://``; permessage-deflate off, the library's
+  keepalive pings on so a silent peer - a partition - is noticed within
+  :data:`PING_TIMEOUT` seconds);
+- a *destination* is handed its pipe by the web layer (web/replication.py, a raw ASGI
+  endpoint beside ``/amps/json``), which pushes received bytes into the inbound link.
+
+Tests replace the dialer with an in-memory pair (tests/support/replication.py).
+
+:class:`LinkWriter` moves what a protocol queued to its pipe: one writer at a time (a
+lock), so messages leave in the order the protocol queued them, split into websocket
+messages of at most :data:`CHUNK` bytes (the stream does not care where it is split, and
+the destination's web server limits one websocket message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from server.config import format_inet_addr
+from server.replication.errors import ReplicationError
+
+__all__ = [
+    "CHUNK",
+    "Connector",
+    "Dialed",
+    "LinkLost",
+    "LinkTlsFailed",
+    "LinkTransport",
+    "LinkWriter",
+    "connect_websocket",
+]
+
+#: largest websocket message a link writes (the stream is split freely)
+CHUNK: Final = 1 << 20
+#: seconds between keepalive pings on a dialed link, and how long a pong may take
+PING_INTERVAL: Final = 2.0
+PING_TIMEOUT: Final = 6.0
+#: how long a TCP connect + websocket handshake may take
+OPEN_TIMEOUT: Final = 5.0
+#: the endpoint path on the destination's web port
+PATH: Final = "/replication"
+
+
+class LinkLost(ReplicationError):
+    """The pipe under a link went away (closed, reset, or silent past the ping timeout)."""
+
+
+class LinkTlsFailed(LinkLost):
+    """The TLS handshake with a destination failed: its certificate does not verify (CA,
+    host name, expiry), it does not speak TLS, or it refused this side's certificate."""
+
+
+class LinkTransport(Protocol):
+    """What a link writes to."""
+
+    @property
+    def remote(self) -> str:
+        """The peer's address, as shown by the admin API."""
+        ...
+
+    async def send(self, data: bytes) -> None:
+        """Write bytes (waits while the peer does not read: TCP backpressure).
+
+        Raises:
+            LinkLost: the pipe is gone.
+        """
+        ...
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Close the pipe (idempotent)."""
+        ...
+
+
+class Dialed(LinkTransport, Protocol):
+    """A pipe a source opened: it also reads."""
+
+    async def recv(self) -> bytes:
+        """The next bytes from the peer.
+
+        Raises:
+            LinkLost: the pipe is gone.
+        """
+        ...
+
+
+#: opens a pipe to ``(host, port)``, over TLS with the context when one is given; raises
+#: OSError / LinkLost (LinkTlsFailed) when it cannot
+Connector = Callable[[str, int, ssl.SSLContext | None], Awaitable[Dialed]]
+
+
+class WebsocketLink:
+    """A dialed link over the ``websockets`` client."""
+
+    def __init__(self, connection: ClientConnection, remote: str) -> None:
+        self._conn = connection
+        self._remote = remote
+
+    @property
+    def remote(self) -> str:
+        return self._remote
+
+    async def send(self, data: bytes) -> None:
+        try:
+            await self._conn.send(data)
+        except ConnectionClosed as exc:
+            raise LinkLost(f"connection to {self._remote} closed: {exc}") from exc
+
+    async def recv(self) -> bytes:
+        try:
+            data = await self._conn.recv()
+        except ConnectionClosed as exc:
+            raise LinkLost(f"connection to {self._remote} closed: {exc}") from exc
+        return data if isinstance(data, bytes) else data.encode()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        with contextlib.suppress(Exception):
+            await self._conn.close(code, reason[:120])
+
+
+async def connect_websocket(host: str, port: int, tls: ssl.SSLContext | None = None) -> Dialed:
+    """Dial a destination's ``/replication`` endpoint (``wss://`` with ``tls``).
+
+    Raises:
+        LinkTlsFailed: the TLS handshake failed (the message says why).
+        LinkLost: the endpoint refused the websocket (disabled transport, not ready) or
+            the handshake failed.
+        OSError: no TCP connection (refused, unreachable, timed out).
+    """
+    address = format_inet_addr(host, port)
+    scheme = "wss" if tls is not None else "ws"
+    try:
+        conn = await connect(
+            f"{scheme}://{address}{PATH}",
+            ssl=tls,
+            compression=None,
+            max_size=None,
+            ping_interval=PING_INTERVAL,
+            ping_timeout=PING_TIMEOUT,
+            open_timeout=OPEN_TIMEOUT,
+            close_timeout=2.0,
+        )
+    except ssl.SSLCertVerificationError as exc:
+        raise LinkTlsFailed(
+            f"TLS with {address}: its certificate does not verify "
+            f"({exc.verify_message or exc.reason}); check the Destination's <CACertificate> "
+            "and that the certificate names this address"
+        ) from exc
+    except ssl.SSLError as exc:
+        raise LinkTlsFailed(
+            f"TLS with {address} failed ({exc.reason or exc}); does it serve TLS, and does "
+            "it accept this instance's <Certificate>?"
+        ) from exc
+    except (InvalidHandshake, InvalidURI) as exc:
+        hint = "" if tls is not None else " (if it serves TLS, set <TLS>true</TLS>)"
+        raise LinkLost(f"websocket handshake with {address} failed: {exc}{hint}") from exc
+    except TimeoutError as exc:
+        raise OSError(f"connecting to {address} timed out") from exc
+    return WebsocketLink(conn, address)
+
+
+class LinkWriter:
+    """Writes what a protocol queued to a pipe, in order, in chunks.
+
+    Args:
+        data_to_send: the protocol's ``data_to_send``.
+        transport: the pipe.
+    """
+
+    def __init__(self, data_to_send: Callable[[], bytes], transport: LinkTransport) -> None:
+        self._take = data_to_send
+        self._transport = transport
+        self._lock = asyncio.Lock()
+        self._soon: asyncio.Task[None] | None = None
+        #: bytes written so far
+        self.bytes_out = 0
+        #: the first write failure (the link is lost)
+        self.error: LinkLost | None = None
+
+    async def write(self) -> None:
+        """Write everything queued now (waits for the pipe).
+
+        Raises:
+            LinkLost: the pipe is gone.
+        """
+        async with self._lock:
+            if self.error is not None:
+                raise self.error
+            data = self._take()
+            try:
+                for start in range(0, len(data), CHUNK):
+                    chunk = data[start : start + CHUNK]
+                    await self._transport.send(chunk)
+                    self.bytes_out += len(chunk)
+            except LinkLost as exc:
+                self.error = exc
+                raise
+            except Exception as exc:  # the web server's send can fail in its own ways
+                self.error = LinkLost(f"write failed: {exc}")
+                raise self.error from exc
+
+    def write_soon(self) -> None:
+        """Write on a coming loop turn (acks, refusals: nobody waits for them)."""
+        if self._soon is not None and not self._soon.done():
+            return
+        self._soon = asyncio.get_running_loop().create_task(self._write_quietly())
+
+    async def _write_quietly(self) -> None:
+        with contextlib.suppress(LinkLost):
+            await self.write()
+        # a write queued while this one ran goes out too
+        with contextlib.suppress(LinkLost):
+            await self.write()
+
+    async def drain(self) -> None:
+        """Wait for a pending :meth:`write_soon`."""
+        task = self._soon
+        if task is not None:
+            await asyncio.wait({task})

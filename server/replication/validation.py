@@ -1,0 +1,424 @@
+"""Replication validation: both sides' configurations compared when a link connects.
+
+Two instances that replicate to each other must agree on what their topics are, or a
+failover loses messages or changes what subscribers see. When a link connects, each side
+sends a summary of its configuration (:func:`summarize`: the topics its transaction log
+records, its SOW topics and their keys, its queues, and its own destinations with their
+topic blocks, filters, passthrough and excluded checks); the source then runs the checks
+below for each of its topic blocks toward that destination, except those the block
+excludes (``ExcludeValidation``; ``queue`` and ``queue_underlying`` cannot be excluded).
+The first failures are logged on the source with the exact fix, sent to the destination
+(which logs them too), shown on the dashboard, and the link closes.
+
+===================  ===========================================================
+check                the destination must ...
+===================  ===========================================================
+``txlog``            record the topic in its transaction log
+``replicate``        replicate the topic back to this instance
+``sow``              keep the topic in its SOW when this instance does (and not
+                     when this instance does not)
+``keys``             give a SOW topic the same Key definitions, in the same order
+``cascade``          enforce, where it replicates the topic itself, every check
+                     this instance enforces for it
+``queue``            define the topic as a queue exactly when this instance does
+``replicate_filter`` replicate the topic back with the same Filter
+``queue_passthrough`` pass this instance's group through for a queue topic
+``queue_underlying`` give a queue the same underlying topic
+===================  ===========================================================
+
+What "the topic" is: a block names one topic or a regular expression of topics. A rule of
+the other side *covers* a block when it is the same text, a pattern that matches every
+topic, or a pattern that matches the block's one topic name; a rule naming one topic never
+covers a pattern (a pattern may take topics that rule does not).
+
+SOW topics: the summary lists each side's ``<SOW><Topic>`` rules (name or pattern, and
+their ``<Key>`` paths in order: the key is made of them in that order). The ``sow`` and
+``keys`` checks look at every SOW rule of either side that a block replicates (the block
+covers the rule, or the rule covers the block): the other side must keep it in its SOW
+too (a rule that covers it), with the same keys, or a failover changes what ``sow``
+queries answer and how updates merge. ``Durability`` and ``Expiration`` may differ (a
+memory-only SOW on a reporting instance is a deliberate choice).
+
+Queues: this version's configuration has no queues yet (the queue issue adds them); the
+summary says so (an empty list), so the ``queue``, ``queue_passthrough`` and
+``queue_underlying`` checks compare "none on either side" today and compare definitions
+once the summary lists them.
+
+Pure: the summary is plain JSON data; :func:`validate` reads the peer's defensively (it
+came from the network) and raises ReplicationProtocolError for a malformed one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from server.config import (
+    NON_EXCLUDABLE_CHECKS,
+    VALIDATION_CHECKS,
+    Config,
+    DestinationConfig,
+    ReplicationTopic,
+)
+from server.replication.errors import ReplicationProtocolError, ValidationFailed
+
+__all__ = ["Block", "Summary", "parse_summary", "summarize", "validate"]
+
+#: patterns that take every topic
+_EVERYTHING: Final = frozenset({".*", "^.*", ".*$", "^.*$", "", "^", "(.*)"})
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A topic or a pattern of topics."""
+
+    name: str
+    is_regex: bool
+
+    def covers(self, block: Rule) -> bool:
+        """Whether every topic ``block`` names is also named by this rule."""
+        if self.is_regex and self.name in _EVERYTHING:
+            return True
+        if (self.name, self.is_regex) == (block.name, block.is_regex):
+            return True
+        if self.is_regex and not block.is_regex:
+            return re.search(self.name, block.name) is not None
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A destination's topic block, as a summary lists it."""
+
+    rule: Rule
+    filter: str | None
+    exclude: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """One of the peer's destinations."""
+
+    name: str
+    group: str
+    passthrough: tuple[str, ...]
+    blocks: tuple[Block, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SowTopic:
+    rule: Rule
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    rule: Rule
+    underlying: str
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """What an instance says of its configuration."""
+
+    name: str
+    group: str
+    txlog: tuple[Rule, ...]
+    sow: tuple[SowTopic, ...]
+    queues: tuple[Queue, ...]
+    destinations: tuple[Destination, ...]
+
+
+def _block_json(topic: ReplicationTopic) -> dict[str, object]:
+    return {
+        "name": topic.name,
+        "is_regex": topic.is_regex,
+        "filter": topic.filter,
+        "exclude": sorted(topic.exclude_validation),
+    }
+
+
+def summarize(config: Config) -> dict[str, object]:
+    """The summary an instance sends (JSON-ready)."""
+    txlog = config.transaction_log
+    destinations = config.replication.destinations if config.replication is not None else ()
+    return {
+        "name": config.name,
+        "group": config.group,
+        "txlog": [[t.name, t.is_regex] for t in txlog.topics] if txlog is not None else [],
+        "sow": [{"topic": [t.name, t.is_regex], "keys": list(t.keys)} for t in config.sow],
+        # no queues in this version's configuration (module docstring)
+        "queues": [],
+        "destinations": [
+            {
+                "name": d.name,
+                "group": d.group,
+                "passthrough": list(d.passthrough),
+                "topics": [_block_json(t) for t in d.topics],
+            }
+            for d in destinations
+        ],
+    }
+
+
+# -- reading a peer's summary -----------------------------------------------------------
+
+
+def _malformed(what: str) -> ReplicationProtocolError:
+    return ReplicationProtocolError(f"malformed configuration summary: {what}")
+
+
+def _rule(value: object) -> Rule:
+    if (
+        not isinstance(value, list)
+        or len(value) != 2
+        or not isinstance(value[0], str)
+        or not isinstance(value[1], bool)
+    ):
+        raise _malformed("a topic is [name, is_regex]")
+    return Rule(value[0], value[1])
+
+
+def _strs(value: object, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _malformed(f"{what} is a list of strings")
+    return tuple(value)
+
+
+def _block(value: object) -> Block:
+    if not isinstance(value, dict):
+        raise _malformed("a topic block is an object")
+    name, is_regex, flt = value.get("name"), value.get("is_regex"), value.get("filter")
+    if not isinstance(name, str) or not isinstance(is_regex, bool):
+        raise _malformed("a topic block has a name and is_regex")
+    if flt is not None and not isinstance(flt, str):
+        raise _malformed("a topic block's filter is a string")
+    return Block(Rule(name, is_regex), flt, frozenset(_strs(value.get("exclude", []), "exclude")))
+
+
+def _destination(value: object) -> Destination:
+    if not isinstance(value, dict):
+        raise _malformed("a destination is an object")
+    name, group, topics = value.get("name"), value.get("group"), value.get("topics")
+    if not isinstance(name, str) or not isinstance(group, str) or not isinstance(topics, list):
+        raise _malformed("a destination has a name, a group and topics")
+    return Destination(
+        name, group, _strs(value.get("passthrough", []), "passthrough"),
+        tuple(_block(t) for t in topics),
+    )  # fmt: skip
+
+
+def _sow(value: object) -> SowTopic:
+    if not isinstance(value, dict):
+        raise _malformed("a SOW topic is an object")
+    return SowTopic(_rule(value.get("topic")), _strs(value.get("keys", []), "keys"))
+
+
+def _queue(value: object) -> Queue:
+    if not isinstance(value, dict) or not isinstance(value.get("underlying"), str):
+        raise _malformed("a queue is an object with its underlying topic")
+    underlying = value["underlying"]
+    assert isinstance(underlying, str)
+    return Queue(_rule(value.get("topic")), underlying)
+
+
+def _list(obj: dict[str, object], key: str) -> list[object]:
+    value = obj.get(key, [])
+    if not isinstance(value, list):
+        raise _malformed(f"{key!r} is a list")
+    return value
+
+
+def parse_summary(obj: dict[str, object]) -> Summary:
+    """A summary from its JSON form.
+
+    Raises:
+        ReplicationProtocolError: it is not a summary.
+    """
+    name, group = obj.get("name"), obj.get("group")
+    if not isinstance(name, str) or not isinstance(group, str):
+        raise _malformed("it needs the instance's name and group")
+    return Summary(
+        name=name,
+        group=group,
+        txlog=tuple(_rule(r) for r in _list(obj, "txlog")),
+        sow=tuple(_sow(s) for s in _list(obj, "sow")),
+        queues=tuple(_queue(q) for q in _list(obj, "queues")),
+        destinations=tuple(_destination(d) for d in _list(obj, "destinations")),
+    )
+
+
+# -- the checks -------------------------------------------------------------------------
+
+
+def _topic_xml(rule: Rule) -> str:
+    return f"<Topic><Name>{rule.name}</Name><MessageType>json</MessageType></Topic>"
+
+
+def _back_to(remote: Summary, local: Summary, rule: Rule) -> list[tuple[Destination, Block]]:
+    """The remote's blocks that replicate ``rule``'s topics back to the local instance."""
+    return [
+        (d, b)
+        for d in remote.destinations
+        if d.name == local.name
+        for b in d.blocks
+        if b.rule.covers(rule)
+    ]
+
+
+def _sow_in(summary: Summary, rule: Rule) -> list[tuple[Rule, SowTopic]]:
+    """The SOW rules of ``summary`` that keep some of the topics a block of ``rule``
+    replicates, each with what the two have in common: the block's topic when the SOW rule
+    covers it, else the SOW rule's own (a topic or pattern inside the block's)."""
+    return [
+        (rule if s.rule.covers(rule) else s.rule, s)
+        for s in summary.sow
+        if rule.covers(s.rule) or s.rule.covers(rule)
+    ]
+
+
+def _sow_covering(summary: Summary, rule: Rule) -> SowTopic | None:
+    """The first SOW rule of ``summary`` that keeps every topic ``rule`` names."""
+    return next((s for s in summary.sow if s.rule.covers(rule)), None)
+
+
+def _sow_xml(subject: Rule, sow: SowTopic) -> str:
+    keys = "".join(f"<Key>{k}</Key>" for k in sow.keys)
+    return (
+        f"<SOW><Topic><Name>{subject.name}</Name><MessageType>json</MessageType>{keys}"
+        "</Topic></SOW>"
+    )
+
+
+def _sow_check(local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+    """``sow``: what the block replicates of either side's SOW is in the other's SOW."""
+    for side, other in ((local, remote), (remote, local)):
+        for subject, sow in _sow_in(side, block.rule):
+            if _sow_covering(other, subject) is None:
+                return ValidationFailed(
+                    "sow", subject.name,
+                    f"it is a SOW topic on {side.name!r} but not on {other.name!r}",
+                    f"add {_sow_xml(subject, sow)} to {other.name!r}, or remove it from the "
+                    f"<SOW> of {side.name!r}",
+                )  # fmt: skip
+    return None
+
+
+def _keys_check(local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+    """``keys``: a SOW topic within the block has the same keys, in order, on both sides."""
+    peer = remote.name
+    for subject, here in _sow_in(local, block.rule):
+        there = _sow_covering(remote, subject)
+        if there is not None and here.keys != there.keys:
+            keys = "".join(f"<Key>{k}</Key>" for k in here.keys) or "no <Key> (remove them)"
+            return ValidationFailed(
+                "keys", subject.name,
+                f"its SOW keys differ ({list(here.keys)} on {local.name!r}, "
+                f"{list(there.keys)} on {peer!r})",
+                f"give the <SOW><Topic> {there.rule.name!r} of {peer!r} the keys {keys}, in "
+                "this order",
+            )  # fmt: skip
+    return None
+
+
+def _queue_of(summary: Summary, rule: Rule) -> Queue | None:
+    return next((q for q in summary.queues if q.rule.covers(rule)), None)
+
+
+def _check(check: str, local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+    """One check of one block; None when it passes."""
+    rule = block.rule
+    topic = rule.name
+    peer = remote.name
+    if check == "txlog":
+        if not any(r.covers(rule) for r in remote.txlog):
+            return ValidationFailed(
+                check, topic, f"{peer!r} does not record it in its transaction log",
+                f"add {_topic_xml(rule)} to <TransactionLog> of {peer!r}",
+            )  # fmt: skip
+    elif check == "replicate":
+        if not _back_to(remote, local, rule):
+            return ValidationFailed(
+                check, topic, f"{peer!r} does not replicate it back to {local.name!r}",
+                f"add to {peer!r} a <Replication><Destination> named {local.name!r} "
+                f"(Group {local.group!r}) with {_topic_xml(rule)}",
+            )  # fmt: skip
+    elif check == "sow":
+        return _sow_check(local, remote, block)
+    elif check == "keys":
+        return _keys_check(local, remote, block)
+    elif check == "cascade":
+        for d in remote.destinations:
+            for b in d.blocks:
+                if not b.rule.covers(rule) and not rule.covers(b.rule):
+                    continue
+                missing = sorted((b.exclude - block.exclude) - NON_EXCLUDABLE_CHECKS)
+                if missing:
+                    return ValidationFailed(
+                        check, topic, f"{peer!r} replicates it to {d.name!r} without the "
+                        f"check(s) {', '.join(missing)} that {local.name!r} enforces",
+                        f"remove {','.join(missing)} from the ExcludeValidation of "
+                        f"{peer!r}'s Destination {d.name!r} Topic {b.rule.name!r}, or add "
+                        "cascade to this block's ExcludeValidation",
+                    )  # fmt: skip
+    elif check == "queue":
+        here_q, there_q = _queue_of(local, rule), _queue_of(remote, rule)
+        if (here_q is None) != (there_q is None):
+            where, other = (local.name, peer) if here_q is not None else (peer, local.name)
+            return ValidationFailed(
+                check, topic, f"it is a queue on {where!r} but not on {other!r}",
+                f"define the same queue on {other!r}, or stop replicating it",
+            )  # fmt: skip
+    elif check == "replicate_filter":
+        for d, b in _back_to(remote, local, rule):
+            if (b.filter or None) != (block.filter or None):
+                return ValidationFailed(
+                    check, topic, f"{peer!r} replicates it back with Filter {b.filter!r}, "
+                    f"this instance sends it with {block.filter!r}",
+                    f"set the Filter of {peer!r}'s Destination {d.name!r} Topic "
+                    f"{b.rule.name!r} to {block.filter!r}"
+                    + ("" if block.filter else " (remove it)"),
+                )  # fmt: skip
+    elif check == "queue_passthrough":
+        if _queue_of(local, rule) is not None:
+            back = [d for d in remote.destinations if any(b.rule.covers(rule) for b in d.blocks)]
+            for d in back:
+                if not any(re.search(p, local.group) for p in d.passthrough):
+                    return ValidationFailed(
+                        check, topic, f"{peer!r} replicates the queue to {d.name!r} without "
+                        f"passing {local.group!r} through",
+                        f"add <PassThrough>{local.group}</PassThrough> to {peer!r}'s "
+                        f"Destination {d.name!r}",
+                    )  # fmt: skip
+    elif check == "queue_underlying":
+        here_q, there_q = _queue_of(local, rule), _queue_of(remote, rule)
+        if here_q is not None and there_q is not None and here_q.underlying != there_q.underlying:
+            return ValidationFailed(
+                check, topic, f"its underlying topic is {here_q.underlying!r} here and "
+                f"{there_q.underlying!r} on {peer!r}",
+                f"set {peer!r}'s queue UnderlyingTopic to {here_q.underlying!r}",
+            )  # fmt: skip
+    return None
+
+
+def validate(
+    local: dict[str, object], remote: dict[str, object], destination: DestinationConfig
+) -> list[ValidationFailed]:
+    """Every failed check of ``destination``'s topic blocks against the remote's summary.
+
+    Raises:
+        ReplicationProtocolError: the remote's summary is malformed.
+    """
+    here = parse_summary(local)
+    there = parse_summary(remote)
+    failures: list[ValidationFailed] = []
+    for topic in destination.topics:
+        block = Block(Rule(topic.name, topic.is_regex), topic.filter, topic.exclude_validation)
+        for check in VALIDATION_CHECKS:
+            if check in block.exclude and check not in NON_EXCLUDABLE_CHECKS:
+                continue
+            failure = _check(check, here, there, block)
+            if failure is not None:
+                failures.append(failure)
+    return failures

@@ -1,0 +1,175 @@
+"""What the log holds per publisher, rebuilt at start-up: the gap table from the indexes.
+
+:class:`~server.txlog.gaps.PublisherGaps` lives in memory; at :meth:`TransactionLog.open`
+it is rebuilt from the journals' bookmark indexes, which already say, per block, the range
+of each publisher's sequences and how many records it has there:
+
+- a range whose count equals its span (``last - first + 1``) is held whole: no read;
+- a range with fewer records than its span has gaps inside one block; that block's record
+  headers are read (a few KB) to find which sequences it holds. These reads go newest
+  block first and stop after :data:`MAX_BLOCK_READS` blocks; older ranges beyond that
+  budget count as held whole (their inner gaps are forgotten, as the table's own bound
+  forgets the oldest gaps);
+- the records of the block still being filled are known one by one (the builder's rows).
+
+A publisher's late records are indexed under its late key
+(:func:`~server.txlog.record.late_key`); both keys' ranges count as held. When journals
+were removed (the log no longer starts at seq 1), sequences below a publisher's lowest
+held one are not gaps: they may have been in the removed journals.
+
+Blocking (block reads): :func:`read_held` runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD
+from server.txlog.gaps import Interval, PublisherGaps
+from server.txlog.index import BlockSpan
+from server.txlog.journal import Journal
+from server.txlog.record import index_key, late_key
+
+__all__ = ["MAX_BLOCK_READS", "HeldPlan", "build_gaps", "plan_held", "read_held", "resync_start"]
+
+#: most index blocks read at start-up to find the gaps inside them
+MAX_BLOCK_READS: Final = 4096
+
+
+@dataclass(slots=True)
+class HeldPlan:
+    """The held intervals known from the indexes, and the blocks still to read.
+
+    Attributes:
+        held: index key -> held intervals.
+        reads: ``(journal, block, keys)`` to read: the block holds ranges of ``keys`` with
+            gaps inside.
+    """
+
+    held: dict[int, list[Interval]] = field(default_factory=dict)
+    reads: list[tuple[Journal, BlockSpan, set[int]]] = field(default_factory=list)
+
+
+def plan_held(journals: Iterable[Journal], max_reads: int = MAX_BLOCK_READS) -> HeldPlan:
+    """Walk the journals' indexes, newest first (event loop; no I/O)."""
+    plan = HeldPlan()
+    held = plan.held
+    pending: dict[tuple[int, int], tuple[Journal, BlockSpan, set[int]]] = {}
+    for journal in reversed(list(journals)):
+        for key, first, last, count, span in journal.index.key_ranges():
+            if count >= last - first + 1 or span is None:
+                held.setdefault(key, []).append((first, last))
+                continue
+            slot = (journal.base, span.offset)
+            entry = pending.get(slot)
+            if entry is None and len(pending) >= max_reads:
+                held.setdefault(key, []).append((first, last))  # past the budget: held
+                continue
+            if entry is None:
+                entry = pending[slot] = (journal, span, set())
+            entry[2].add(key)
+    plan.reads = list(pending.values())
+    return plan
+
+
+def read_held(plan: HeldPlan) -> dict[int, list[Interval]]:
+    """Read the planned blocks and add what they hold (worker thread).
+
+    A block that cannot be read (a journal archived meanwhile, a damaged block) counts its
+    ranges as held whole: a gap is only ever claimed when the bytes show it.
+    """
+    held = plan.held
+    for journal, span, keys in plan.reads:
+        found = _block_sequences(journal, span, keys)
+        for key in keys:
+            seqs = found.get(key)
+            if seqs is None:
+                continue
+            held.setdefault(key, []).extend((s, s) for s in seqs)
+    return held
+
+
+def _block_sequences(journal: Journal, span: BlockSpan, keys: set[int]) -> dict[int, list[int]]:
+    """The sequences of ``keys`` in one block (record headers only)."""
+    source = journal.source
+    out: dict[int, list[int]] = {}
+    if source is None:
+        return out
+    length = min(span.length, journal.durable_len - span.offset)
+    try:
+        buf = source.read(span.offset, length)
+    except OSError:
+        return out
+    pos = 0
+    for _ in range(span.count):
+        if len(buf) - pos < HEADER_SIZE:
+            break
+        h = HEADER.unpack_from(buf, pos)
+        size = h[0]
+        if size < MIN_RECORD or pos + size > len(buf):
+            break
+        key = index_key(h[6], h[3])
+        if key in keys:
+            out.setdefault(key, []).append(h[7])
+        pos += size
+    return out
+
+
+def build_gaps(
+    held: dict[int, list[Interval]],
+    publishers: Iterable[int],
+    *,
+    removed_before: bool,
+) -> PublisherGaps:
+    """The gap table of ``publishers`` from what the log holds under both their keys.
+
+    Args:
+        held: index key -> held intervals (:func:`plan_held` + :func:`read_held`).
+        publishers: the log's publishers.
+        removed_before: journals were removed: no gap below a publisher's lowest held.
+    """
+
+    def pieces() -> Iterable[tuple[int, list[Interval]]]:
+        for pub in publishers:
+            intervals = held.get(pub, []) + held.get(late_key(pub), [])
+            if not intervals:
+                continue
+            if removed_before:
+                intervals.append((1, min(lo for lo, _hi in intervals)))
+            yield pub, intervals
+
+    return PublisherGaps.rebuild_from(pieces())
+
+
+def _lacks(holdings: dict[int, tuple[int, list[Interval]]], pub: int, lo: int, hi: int) -> bool:
+    """Whether holdings miss any sequence of ``pub`` in ``[lo, hi]``."""
+    entry = holdings.get(pub)
+    if entry is None:
+        return True
+    last, gaps = entry
+    return hi > last or any(g_lo <= hi and lo <= g_hi for g_lo, g_hi in gaps)
+
+
+def resync_start(
+    journals: Iterable[Journal],
+    publishers: dict[int, tuple[int, int]],
+    holdings: dict[int, tuple[int, list[Interval]]],
+) -> int | None:
+    """The first seq of the oldest journal that may hold a record another instance lacks.
+
+    ``holdings`` is what that instance holds per publisher (its highest and its gaps).
+    Coarse to a journal (the per-journal publisher summaries answer without reading a
+    record): a resync from there examines records the other side already holds and skips
+    them. None when no journal holds anything it lacks.
+    """
+    for journal in journals:
+        if not journal.index.count:
+            continue
+        for summary in journal.index.publishers():
+            key = summary.pub_hash
+            pub = key if key in publishers or late_key(key) not in publishers else late_key(key)
+            if _lacks(holdings, pub, summary.min_pub_seq, summary.max_pub_seq):
+                return journal.base
+    return None

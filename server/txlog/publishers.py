@@ -1,0 +1,117 @@
+"""The publisher table of a log: each publisher's highest sequence, and what it lacks.
+
+Per ``pub_hash`` the log keeps the highest ``pub_seq`` appended and the seq of that record
+(``publisher_last``, the logon ack, duplicate detection, ``clients.ack``); the dict is
+shared with the pending appends and the locator, which read it. With gap tracking (an
+instance that replicates), it also keeps the sequences each publisher lacks below its
+highest (server/txlog/gaps.py), so a message arriving late by another replication route
+fills its gap instead of being taken for a duplicate: such a *late* record is appended
+below the highest (flag ``FLAG_LATE``) and leaves the highest alone.
+
+Owned by the event loop; :meth:`Publishers.rebuild_gaps` reads index blocks in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+
+from server.bookmarks import format_bookmark
+from server.txlog.errors import PublisherSequenceRegression
+from server.txlog.gaps import Interval, PublisherGaps
+from server.txlog.holdings import build_gaps, plan_held, read_held, resync_start
+from server.txlog.journal import Journal
+
+__all__ = ["Holdings", "Publishers"]
+
+#: what a log holds per publisher: ``pub_hash -> (highest, gaps)``
+Holdings = dict[int, tuple[int, list[Interval]]]
+
+
+class Publishers:
+    """The publisher table (and gap table) of one log.
+
+    Args:
+        track_gaps: keep each publisher's gaps.
+
+    Attributes:
+        table: ``pub_hash -> (highest pub_seq, its seq)``, shared with the log's parts.
+    """
+
+    __slots__ = ("_gaps", "table")
+
+    def __init__(self, track_gaps: bool) -> None:
+        self.table: dict[int, tuple[int, int]] = {}
+        self._gaps: PublisherGaps | None = PublisherGaps() if track_gaps else None
+
+    @property
+    def tracks_gaps(self) -> bool:
+        return self._gaps is not None
+
+    def last(self, pub_hash: int) -> int:
+        """Highest ``pub_seq`` appended by that publisher (0 if none)."""
+        last = self.table.get(pub_hash)
+        return last[0] if last is not None else 0
+
+    def last_bookmark(self, pub_hash: int) -> str | None:
+        """Bookmark of that publisher's last message, if any."""
+        last = self.table.get(pub_hash)
+        return format_bookmark(pub_hash, last[0]) if last is not None else None
+
+    def missing(self, pub_hash: int, pub_seq: int) -> bool:
+        """Whether ``pub_seq`` is a gap of the publisher (False without gap tracking)."""
+        gaps = self._gaps
+        return gaps is not None and gaps.missing(pub_hash, pub_seq)
+
+    def check(self, pub_hash: int, pub_seq: int, *, late: bool) -> None:
+        """Refuse a sequence the log cannot take.
+
+        Raises:
+            PublisherSequenceRegression: not above the publisher's highest (or, ``late``,
+                not one of its gaps).
+        """
+        if late:
+            if not pub_hash or not self.missing(pub_hash, pub_seq):
+                raise PublisherSequenceRegression(pub_hash, pub_seq, self.last(pub_hash))
+        elif pub_hash:
+            prev = self.table.get(pub_hash)
+            if prev is not None and pub_seq <= prev[0]:
+                raise PublisherSequenceRegression(pub_hash, pub_seq, prev[0])
+
+    def placed(self, pub_hash: int, pub_seqs: Sequence[int], seq: int, *, late: bool) -> None:
+        """``pub_seqs`` were placed, the last one at ``seq`` (one, when ``late``)."""
+        if not pub_hash or not pub_seqs:
+            return
+        gaps = self._gaps
+        if late:
+            if gaps is not None:
+                gaps.fill(pub_hash, pub_seqs[0])
+            return
+        if gaps is not None:
+            before = self.table.get(pub_hash)
+            last = before[0] if before is not None else 0
+            if pub_seqs[0] != last + 1 or pub_seqs[-1] != last + len(pub_seqs):
+                gaps.advanced(pub_hash, last, pub_seqs)
+        self.table[pub_hash] = (pub_seqs[-1], seq)
+
+    def holdings(self) -> Holdings:
+        """What the log holds per publisher: every sequence from 1 to the highest but the
+        gaps (as far as the gap table knows: server/txlog/gaps.py says what it forgets)."""
+        gaps = self._gaps
+        return {
+            h: (last, gaps.gaps(h) if gaps is not None else [])
+            for h, (last, _seq) in self.table.items()
+        }
+
+    async def rebuild_gaps(self, journals: Sequence[Journal]) -> None:
+        """At open: the gap table from the journals' indexes (server/txlog/holdings.py)."""
+        if self._gaps is None:
+            return
+        plan = plan_held(journals)
+        held = await asyncio.to_thread(read_held, plan) if plan.reads else plan.held
+        removed = bool(journals) and journals[0].base > 1
+        self._gaps = build_gaps(held, list(self.table), removed_before=removed)
+
+    def resync_start(self, journals: Iterable[Journal], holdings: Holdings) -> int | None:
+        """The first seq of the oldest journal holding something ``holdings`` lack."""
+        return resync_start(journals, self.table, holdings)

@@ -1,0 +1,158 @@
+"""The replication family: persisted publish through a replicating instance (sync and
+async) against an unreplicated one in the same run, and the replication lag.
+
+Three broker processes: an unreplicated one (the baseline, the ``publish`` family's
+configuration) and a pair A -> B (A's one destination is B, configured sync, every topic;
+B records what it receives). The sync and async scenarios publish to A with persisted
+acks, the same workload as ``spool.publish.persisted``; async is A with its destination
+downgraded over REST (``POST /api/replication/b/downgrade``), sync with it upgraded again
+(the upgrade completes once B has caught up). The lag scenario paces a publisher on A at
+10,000 msgs/s and measures publish-to-delivery at a live subscriber on B: the local
+fsync at A, the push, B's record and fan-out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Iterator, Sequence
+
+import httpx
+
+from tests.bench.catalog import ScenarioSpec
+from tests.bench.processes import Task, run_tasks
+from tests.bench.spool_families import (
+    _LATENCY_KEYS,
+    _achieved_rate,
+    _pid,
+    _publish_once,
+    _with_broker,
+)
+from tests.bench.suite import BENCH_TUNING, Suite
+from tests.bench.workers import latency_subscriber, paced_publisher
+from tests.support.replication import destination, free_ports, replication_xml
+from tests.support.server import SpoolProcess
+
+
+@contextlib.contextmanager
+def _pair(suite: Suite) -> Iterator[tuple[SpoolProcess, SpoolProcess]]:
+    """A -> B, sync, every topic; stopped at the end."""
+    port_a, port_b = free_ports(2)
+    root = suite.workdir / "spool-replication"
+    b_xml = replication_xml(
+        root / "b" / "data", "bench-b", port=port_b, admin_interval="10s", tuning=BENCH_TUNING
+    )
+    a_xml = replication_xml(
+        root / "a" / "data", "bench-a", port=port_a, admin_interval="10s", tuning=BENCH_TUNING,
+        destinations=[destination("bench-b", [("127.0.0.1", port_b)], exclude="replicate")],
+    )  # fmt: skip
+    b = SpoolProcess(root / "b", b_xml)
+    a = SpoolProcess(root / "a", a_xml)
+    b.start(timeout=120)
+    try:
+        a.start(timeout=120)
+        try:
+            _wait(lambda: _destination(a)["connected"], "A's link to B")
+            yield a, b
+        finally:
+            a.stop()
+    finally:
+        b.stop()
+
+
+def _destination(a: SpoolProcess) -> dict[str, object]:
+    info = httpx.get(f"{a.http_url}/api/replication", timeout=10).json()
+    dest: dict[str, object] = info["destinations"][0]
+    return dest
+
+
+def _wait(cond: functools.partial[bool] | object, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    assert callable(cond)
+    while not cond():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not reached in {timeout:.0f}s")
+        time.sleep(0.05)
+
+
+def _sync_type(a: SpoolProcess, effective: str) -> None:
+    """Make A's destination's effective sync type ``effective`` (REST)."""
+    now = _destination(a)["effective_sync_type"]
+    if now == effective:
+        return
+    verb = "downgrade" if effective == "async" else "upgrade"
+    response = httpx.post(f"{a.http_url}/api/replication/bench-b/{verb}", timeout=10)
+    response.raise_for_status()
+    _wait(lambda: _destination(a)["effective_sync_type"] == effective, f"{verb} of bench-b")
+
+
+def _lag_once(
+    suite: Suite, a: SpoolProcess, b: SpoolProcess, spec: ScenarioSpec
+) -> dict[str, float]:
+    s = suite.settings
+    rid = suite.next_id()
+    rate = int(spec.params["rate_per_s"])
+    topic = f"bench/repl/{rid}"
+    expected = int(rate * s.latency_seconds)
+    sub, pub = run_tasks(
+        [
+            Task(
+                latency_subscriber,
+                {"url": b.ws_url, "name": f"rsub-{rid}", "topic": topic, "expected": expected,
+                 "timeout": s.worker_timeout},
+            ),
+            Task(
+                paced_publisher,
+                {"url": a.ws_url, "name": f"rpub-{rid}", "topic": topic, "rate": rate,
+                 "seconds": s.latency_seconds, "body_bytes": spec.params["body_bytes"],
+                 "persisted": False, "timeout": s.worker_timeout},
+            ),
+        ],
+        timeout=s.worker_timeout,
+    )  # fmt: skip
+    out = {k: float(sub[k]) for k in _LATENCY_KEYS}
+    out["achieved_msgs_per_s"] = _achieved_rate(pub)
+    return out
+
+
+def run_replication(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
+    s = suite.settings
+    publish_params = {
+        "count": s.publish_count, "per_frame": s.per_frame, "window": s.window,
+        "flush_interval": "1ms",
+    }  # fmt: skip
+
+    def body(base: SpoolProcess) -> None:
+        try:
+            pair = _pair(suite)
+            a, b = pair.__enter__()
+        except Exception as exc:
+            suite.record_all(specs, "error", f"replication pair did not start: {exc}"[-300:], {})
+            return
+        try:
+            for spec in specs:
+                mode = spec.params["mode"]
+                if mode == "lag":
+                    _sync_type(a, "sync")
+                    suite.measure(
+                        spec,
+                        functools.partial(_lag_once, suite, a, b, spec),
+                        params={"seconds": s.latency_seconds},
+                        profile_pid=functools.partial(_pid, a),
+                    )
+                    continue
+                broker = base
+                if mode != "unreplicated":
+                    _sync_type(a, mode)
+                    broker = a
+                suite.measure(
+                    spec,
+                    functools.partial(_publish_once, suite, broker, spec),
+                    params=publish_params,
+                    profile_pid=functools.partial(_pid, broker),
+                )
+        finally:
+            pair.__exit__(None, None, None)
+
+    _with_broker(suite, "replication-base", specs, body)

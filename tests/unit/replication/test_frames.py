@@ -1,0 +1,173 @@
+"""The replication wire format: round trips, any framing of a stream, malformed input."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.replication.errors import ReplicationProtocolError
+from server.replication.frames import (
+    MAX_MESSAGE,
+    Ack,
+    Data,
+    FrameParser,
+    Hello,
+    Message,
+    RecordsWriter,
+    Refuse,
+    Stream,
+    Welcome,
+    decode_runs,
+    encode,
+)
+from server.txlog.record import RecordKind
+
+names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}", fullmatch=True)
+u64 = st.integers(0, 2**64 - 1)
+small = st.integers(0, 2**40)
+
+hellos = st.builds(
+    Hello,
+    version=st.just(1),
+    name=names,
+    group=names,
+    destination=names,
+    expect_group=names,
+    user=st.none() | names,
+    secret=st.none() | st.text(max_size=20),
+    compression=st.sampled_from([None, "zstd"]),
+    validation=st.dictionaries(
+        names, st.integers(-(2**53), 2**53) | st.text(max_size=5), max_size=3
+    ),
+)
+welcomes = st.builds(
+    Welcome,
+    version=st.just(1),
+    name=names,
+    group=names,
+    log_id=st.text(max_size=12),
+    holdings=st.dictionaries(
+        u64,
+        st.tuples(small, st.lists(st.tuples(small, small), max_size=3)),
+        max_size=4,
+    ),
+    validation=st.dictionaries(names, st.booleans(), max_size=3),
+)
+refuses = st.builds(Refuse, reason=st.text(max_size=20), detail=st.text(max_size=40))
+streams = st.builds(Stream, start=small, source_last=small)
+datas = st.builds(
+    Data, upto=u64, count=st.integers(0, 2**32 - 1), payload=st.binary(max_size=64),
+    compressed=st.booleans(),
+)  # fmt: skip
+acks = st.builds(Ack, position=u64)
+messages = st.one_of(hellos, welcomes, refuses, streams, datas, acks)
+
+
+@given(st.lists(messages, max_size=8), st.data())
+def test_any_framing_of_a_stream_gives_the_same_messages(
+    sent: list[Message], data: st.DataObject
+) -> None:
+    stream = b"".join(encode(m) for m in sent)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=10)))
+    parser = FrameParser()
+    got: list[Message] = []
+    prev = 0
+    for cut in [*cuts, len(stream)]:
+        got.extend(parser.feed(stream[prev:cut]))
+        prev = cut
+    assert got == sent
+    assert parser.buffered == 0
+
+
+runs_strategy = st.lists(
+    st.tuples(
+        st.text(min_size=1, max_size=12),  # topic
+        u64,  # pub_hash
+        st.sampled_from([int(k) for k in RecordKind]),
+        st.lists(names, max_size=3).map(tuple),  # path
+        st.lists(
+            st.tuples(small, st.integers(-(2**62), 2**62), u64, st.binary(max_size=40),
+                      st.text(max_size=6), st.text(max_size=6)),
+            min_size=1, max_size=6,
+        ),  # (source seq, ts, pub seq, body, corr, key) per record
+        st.booleans(),  # with correlation ids / SOW keys
+    ),
+    max_size=6,
+)  # fmt: skip
+
+
+@given(runs_strategy)
+def test_runs_round_trip(runs: list[tuple]) -> None:  # type: ignore[type-arg]
+    writer = RecordsWriter()
+    total = 0
+    for topic, ph, kind, path, records, extras in runs:
+        seqs, times, pseqs, bodies, corrs, keys = (list(c) for c in zip(*records, strict=True))
+        writer.add_run(
+            topic.encode(), ph, kind, path, seqs, times, pseqs, bodies,
+            [c.encode() for c in corrs] if extras else None,
+            [k.encode() for k in keys] if extras else None,
+        )  # fmt: skip
+        total += len(records)
+    payload = writer.payload()
+    assert writer.count == total and writer.nbytes == len(payload)
+    got = decode_runs(payload, total)
+    assert len(got) == len(runs)
+    for run, (topic, ph, kind, path, records, extras) in zip(got, runs, strict=True):
+        assert (run.topic, run.pub_hash, run.kind, run.path) == (topic, ph, kind, path)
+        assert list(
+            zip(run.source_seqs, run.timestamps_us, run.pub_seqs, run.bodies, strict=True)
+        ) == [r[:4] for r in records]
+        assert run.corr_ids == ([r[4] for r in records] if extras else None)
+        assert run.sow_keys == ([r[5] for r in records] if extras else None)
+
+
+def _one_run() -> bytes:
+    writer = RecordsWriter()
+    writer.add_run(b"t", 3, 1, ("a@g",), [1], [2], [4], [b"body"])
+    return writer.payload()
+
+
+def test_truncated_and_padded_runs_are_refused() -> None:
+    payload = _one_run()
+    with pytest.raises(ReplicationProtocolError, match="ends inside a record body"):
+        decode_runs(payload[:-2], 1)
+    with pytest.raises(ReplicationProtocolError, match="bytes follow the last record"):
+        decode_runs(payload + b"x", 1)
+    with pytest.raises(ReplicationProtocolError, match="ends inside a run header"):
+        decode_runs(payload, 2)
+    two = RecordsWriter()
+    two.add_run(b"t", 3, 1, (), [1, 2], [2, 2], [4, 5], [b"x", b"y"])
+    with pytest.raises(ReplicationProtocolError, match="a run of 2 records in a batch of 1"):
+        decode_runs(two.payload(), 1)
+    bad_kind = bytearray(payload)
+    bad_kind[12] = 99
+    with pytest.raises(ReplicationProtocolError, match="unknown record kind 99"):
+        decode_runs(bytes(bad_kind), 1)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        (struct.pack("<IB", 0, 1), "length 0 is out of range"),
+        (struct.pack("<IB", MAX_MESSAGE + 1, 1), "out of range"),
+        (struct.pack("<IB", 2, 9) + b"x", "unknown message type 9"),
+        (struct.pack("<IB", 3, 1) + b"{]", "hello is not JSON"),
+        (struct.pack("<IB", 3, 1) + b"[]", "hello is not a JSON object"),
+        (struct.pack("<IB", 3, 6) + b"xx", "an ack is a u64 position"),
+        (struct.pack("<IB", 3, 5) + b"xx", "shorter than its header"),
+        (struct.pack("<IB", 3, 0x81) + b"{}", "cannot be compressed"),
+        (struct.pack("<IB", 3, 4) + b"{}", "stream needs a non-negative integer 'start'"),
+    ],
+)
+def test_malformed_messages_are_refused(raw: bytes, fragment: str) -> None:
+    with pytest.raises(ReplicationProtocolError, match=fragment):
+        FrameParser().feed(raw)
+
+
+def test_a_hello_keeps_its_secret_out_of_repr() -> None:
+    hello = Hello(1, "a", "g", "b", "g", "repl", "s3cret", None, {})
+    assert "s3cret" not in repr(hello)
+    assert FrameParser().feed(encode(hello)) == [hello]

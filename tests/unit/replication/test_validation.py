@@ -1,0 +1,218 @@
+"""Validation: each check fails on a mismatched pair with its message and exact fix, and
+passes when the block excludes it (``queue`` and ``queue_underlying`` cannot be)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.config import Config, DestinationConfig, parse_config
+from server.replication.errors import ReplicationProtocolError
+from server.replication.validation import parse_summary, summarize, validate
+
+
+def _config(name: str, txlog: str, destinations: str, sow: str = "") -> Config:
+    topics = "".join(f"<Topic><Name>{t}</Name></Topic>" for t in txlog.split())
+    repl = f"<Replication>{destinations}</Replication>" if destinations else ""
+    sow = f"<SOW>{sow}</SOW>" if sow else ""
+    return parse_config(
+        f"<SpoolConfig><Name>{name}</Name><TransactionLog>{topics}</TransactionLog>{repl}"
+        f"{sow}</SpoolConfig>",
+        base_dir=Path("/tmp"),
+        env={},
+    )
+
+
+def _dest(to: str, *blocks: str, sync: str = "sync", extra: str = "") -> str:
+    topics = "".join(blocks) or "<Topic><Name>orders</Name></Topic>"
+    return (
+        f"<Destination><Name>{to}</Name><SyncType>{sync}</SyncType>{extra}{topics}"
+        "<Transport><Type>amps-replication</Type><InetAddr>127.0.0.1:9</InetAddr></Transport>"
+        "</Destination>"
+    )
+
+
+def _block(topic: str = "orders", *, flt: str = "", exclude: str = "") -> str:
+    f = f"<Filter>{flt}</Filter>" if flt else ""
+    e = f"<ExcludeValidation>{exclude}</ExcludeValidation>" if exclude else ""
+    return f"<Topic><Name>{topic}</Name>{f}{e}</Topic>"
+
+
+def _only(cfg: Config) -> DestinationConfig:
+    assert cfg.replication is not None
+    (dest,) = cfg.replication.destinations
+    return dest
+
+
+def _run(a: Config, b: Config) -> list[str]:
+    return [f.detail for f in validate(summarize(a), summarize(b), _only(a))]
+
+
+def test_a_symmetric_pair_passes() -> None:
+    a = _config("a", "orders ^md", _dest("b", _block("orders", flt="/qty &gt; 0"), _block("^md")))
+    b = _config("b", "orders ^md", _dest("a", _block("orders", flt="/qty &gt; 0"), _block("^md")))
+    assert _run(a, b) == []
+    assert _run(b, a) == []
+
+
+def test_txlog_fails_with_its_fix_and_passes_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b", _block(exclude="replicate")))
+    b = _config("b", "trades", _dest("a", _block("trades")))
+    (detail,) = _run(a, b)
+    assert detail.startswith("[txlog] 'orders': 'b' does not record it")
+    assert "add <Topic><Name>orders</Name><MessageType>json</MessageType></Topic> to " in detail
+    a2 = _config("a", "orders", _dest("b", _block(exclude="replicate,txlog")))
+    assert _run(a2, b) == []
+
+
+def test_a_pattern_that_takes_everything_covers_a_block() -> None:
+    a = _config("a", "orders", _dest("b", _block(exclude="replicate")))
+    b = _config("b", ".*", "")
+    assert _run(a, b) == []
+    # ...but a topic name does not cover a pattern
+    a2 = _config("a", "^md", _dest("b", _block("^md", exclude="replicate")))
+    b2 = _config("b", "md.ibm", "")
+    (detail,) = _run(a2, b2)
+    assert detail.startswith("[txlog] '^md'")
+
+
+def test_replicate_fails_with_its_fix_and_passes_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b"))
+    b = _config("b", "orders", _dest("c"))  # b replicates orders, but not back to a
+    (detail,) = _run(a, b)
+    assert detail.startswith("[replicate] 'orders': 'b' does not replicate it back to 'a'")
+    assert "a <Replication><Destination> named 'a' (Group 'a')" in detail
+    a2 = _config("a", "orders", _dest("b", _block(exclude="replicate")))
+    assert _run(a2, b) == []
+
+
+def test_replicate_filter_fails_with_its_fix_and_passes_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b", _block(flt="/qty &gt; 0")))
+    b = _config("b", "orders", _dest("a", _block(flt="/qty &gt; 5")))
+    (detail,) = _run(a, b)
+    assert detail.startswith("[replicate_filter] 'orders': 'b' replicates it back with Filter")
+    assert "set the Filter of 'b''s Destination 'a' Topic 'orders' to '/qty > 0'" in detail
+    a2 = _config("a", "orders", _dest("b", _block(flt="/qty &gt; 0", exclude="replicate_filter")))
+    assert _run(a2, b) == []
+
+
+def test_cascade_fails_with_its_fix_and_passes_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b"))
+    b = _config("b", "orders", _dest("a") + _dest("c", _block(exclude="txlog")))
+    (detail,) = _run(a, b)
+    assert detail.startswith(
+        "[cascade] 'orders': 'b' replicates it to 'c' without the check(s) txlog"
+    )
+    assert "remove txlog from the ExcludeValidation of 'b''s Destination 'c'" in detail
+    a2 = _config("a", "orders", _dest("b", _block(exclude="cascade")))
+    assert _run(a2, b) == []
+
+
+def _with(summary: dict[str, object], **extra: object) -> dict[str, object]:
+    return {**summary, **extra}
+
+
+def _sow(topic: str, *keys: str, extra: str = "") -> str:
+    k = "".join(f"<Key>{key}</Key>" for key in keys)
+    return f"<Topic><Name>{topic}</Name><MessageType>json</MessageType>{k}{extra}</Topic>"
+
+
+def test_the_summary_lists_the_sow_topics_with_their_keys_in_order() -> None:
+    a = _config("a", "orders", _dest("b"), _sow("orders", "/region", "/id") + _sow("^md"))
+    assert summarize(a)["sow"] == [
+        {"topic": ["orders", False], "keys": ["/region", "/id"]},
+        {"topic": ["^md", True], "keys": []},
+    ]
+    assert parse_summary(summarize(a)).sow[0].keys == ("/region", "/id")
+
+
+def test_sow_fails_on_either_side_with_its_fix_and_passes_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b"), _sow("orders", "/id"))
+    b = _config("b", "orders", _dest("a"))
+    (detail,) = _run(a, b)
+    assert detail == (
+        "[sow] 'orders': it is a SOW topic on 'a' but not on 'b'; fix: add <SOW><Topic><Name>"
+        "orders</Name><MessageType>json</MessageType><Key>/id</Key></Topic></SOW> to 'b', or "
+        "remove it from the <SOW> of 'a'"
+    )
+    # the other way round: b keeps it, a does not
+    (detail,) = _run(b, a)
+    assert detail.startswith("[sow] 'orders': it is a SOW topic on 'a' but not on 'b'")
+    assert "add <SOW><Topic><Name>orders</Name>" in detail and "to 'b'" in detail
+    # a SOW pattern of the peer that covers the topic is enough; durability may differ
+    b2 = _config(
+        "b", "orders", _dest("a"), _sow("^ord", "/id", extra="<Durability>transient</Durability>")
+    )
+    assert _run(a, b2) == []
+    excluded = _config("a", "orders", _dest("b", _block(exclude="sow")), _sow("orders", "/id"))
+    assert _run(excluded, b) == []
+
+
+def test_a_block_pattern_takes_in_the_sow_topics_it_replicates() -> None:
+    """A block ``.*`` replicates the SOW topic ``orders``: b must keep it too."""
+    a = _config("a", ".*", _dest("b", _block(".*")), _sow("orders", "/id"))
+    b = _config("b", ".*", _dest("a", _block(".*")))
+    (detail,) = _run(a, b)
+    assert detail.startswith("[sow] 'orders': it is a SOW topic on 'a' but not on 'b'")
+    # a block of another topic does not care
+    a2 = _config("a", "trades", _dest("b", _block("trades")), _sow("orders", "/id"))
+    b2 = _config("b", "trades", _dest("a", _block("trades")))
+    assert _run(a2, b2) == []
+
+
+def test_keys_fail_with_the_exact_keys_and_pass_when_excluded() -> None:
+    a = _config("a", "orders", _dest("b"), _sow("orders", "/region", "/id"))
+    b = _config("b", "orders", _dest("a"), _sow("orders", "/id", "/region"))
+    (detail,) = _run(a, b)
+    assert detail == (
+        "[keys] 'orders': its SOW keys differ (['/region', '/id'] on 'a', ['/id', '/region'] "
+        "on 'b'); fix: give the <SOW><Topic> 'orders' of 'b' the keys "
+        "<Key>/region</Key><Key>/id</Key>, in this order"
+    )
+    no_keys = _config("b", "orders", _dest("a"), _sow("orders"))
+    (failure,) = validate(summarize(a), summarize(no_keys), _only(a))
+    assert failure.check == "keys"
+    (failure,) = validate(summarize(no_keys), summarize(a), _only(no_keys))
+    assert "no <Key> (remove them)" in failure.fix
+    excluded = _config(
+        "a", "orders", _dest("b", _block(exclude="keys")), _sow("orders", "/region", "/id")
+    )
+    assert _run(excluded, b) == []
+    same = _config("b", "orders", _dest("a"), _sow("orders", "/region", "/id"))
+    assert _run(a, same) == []
+
+
+def test_queue_checks_cannot_be_excluded() -> None:
+    a = _config("a", "orders", _dest("b", _block(exclude="sow,txlog")))
+    b = _config("b", "orders", _dest("a", extra="<PassThrough>^a$</PassThrough>"))
+    sa, sb = summarize(a), summarize(b)
+    queue = [{"topic": ["orders", False], "underlying": "orders-in"}]
+    (failure,) = validate(_with(sa, queues=queue), sb, _only(a))
+    assert failure.check == "queue" and "it is a queue on 'a' but not on 'b'" in failure.detail
+    other = [{"topic": ["orders", False], "underlying": "elsewhere"}]
+    (failure,) = validate(_with(sa, queues=queue), _with(sb, queues=other), _only(a))
+    assert failure.check == "queue_underlying"
+    assert "set 'b''s queue UnderlyingTopic to 'orders-in'" in failure.fix
+    # without passthrough of a's group, b would not pass a's queue messages on
+    b2 = _config("b", "orders", _dest("a"))
+    failures = validate(_with(sa, queues=queue), _with(summarize(b2), queues=queue), _only(a))
+    assert [f.check for f in failures] == ["queue_passthrough"]
+    assert "<PassThrough>a</PassThrough>" in failures[0].fix
+    # an exclusion of the queue checks (refused by the configuration) changes nothing here
+    excluded = _config("a", "orders", _dest("b", _block(exclude="sow")))
+    dest = _only(excluded)
+    forced = DestinationConfig(
+        dest.name, dest.group, dest.sync,
+        (type(dest.topics[0])("orders", exclude_validation=frozenset({"queue"})),),
+        dest.passthrough, dest.transport,
+    )  # fmt: skip
+    (failure,) = validate(_with(summarize(excluded), queues=queue), sb, forced)
+    assert failure.check == "queue"
+
+
+def test_a_malformed_peer_summary_is_a_protocol_error() -> None:
+    with pytest.raises(ReplicationProtocolError, match="name and group"):
+        parse_summary({"txlog": []})
+    with pytest.raises(ReplicationProtocolError, match=r"\[name, is_regex\]"):
+        parse_summary({"name": "b", "group": "b", "txlog": [["orders"]]})

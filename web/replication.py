@@ -1,0 +1,116 @@
+"""The ``/replication`` endpoint: a raw ASGI websocket handed to the replication service.
+
+Like web/transport.py for clients, this is the thin I/O shell around the sans-I/O link
+protocol: bytes received from the socket go to
+:meth:`server.replication.inbound.InboundLink.receive` (awaited: a link whose batches pile
+up stops being read, and TCP backpressure reaches the source); the link writes through
+:class:`AsgiLinkTransport`. Authentication is the link's own (its hello, or the client
+certificate the TLS listener verified, handed over as the :class:`~server.peer.Peer`), as
+the protocol logon is for clients; the endpoint only refuses connections when the
+``amps-replication`` transport is disabled or the instance is not ready, and any handshake
+that names a page's ``Origin``: a replication link is never a browser page (the source's
+dialer sends no ``Origin``), so a page that opens ``/replication`` - which, on a broker
+without users, would let it inject messages as a peer - is refused before the upgrade
+(web/origins.py says why pages get no ambient authority).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from starlette.datastructures import Headers
+from starlette.types import Receive, Scope, Send
+
+from server.engine import Broker
+from server.replication.transport import LinkLost
+from web.tls import peer_of
+from web.transport import CLOSE_TRY_AGAIN
+
+
+class AsgiLinkTransport:
+    """An inbound link's view of one ASGI websocket."""
+
+    def __init__(self, send: Send, remote: str) -> None:
+        self._send = send
+        self._remote = remote
+        self._closed = False
+
+    @property
+    def remote(self) -> str:
+        return self._remote
+
+    async def send(self, data: bytes) -> None:
+        if self._closed:
+            raise LinkLost(f"connection from {self._remote} is closed")
+        try:
+            await self._send({"type": "websocket.send", "bytes": data})
+        except Exception as exc:  # the server's own disconnect errors
+            self._closed = True
+            raise LinkLost(f"connection from {self._remote} lost: {exc}") from exc
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            await self._send({"type": "websocket.close", "code": code, "reason": reason[:120]})
+
+    def disconnected(self) -> None:
+        self._closed = True
+
+
+class ReplicationEndpoint:
+    """ASGI app for ``/replication``: one inbound link per connection."""
+
+    def __init__(self, broker: Broker, transport_name: str) -> None:
+        self.broker = broker
+        self.transport_name = transport_name
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        broker = self.broker
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        origin = Headers(scope=scope).get("origin")
+        if origin is not None:
+            client = scope.get("client")
+            broker.events.emit(
+                "warning", "replication", "origin_refused", origin=origin,
+                remote=f"{client[0]}:{client[1]}" if client else "unknown",
+            )  # fmt: skip
+            await send({"type": "websocket.close", "code": 1008, "reason": "forbidden origin"})
+            return
+        replication = broker.replication
+        if (
+            replication is None
+            or not broker.ready
+            or not broker.transport_accepting(self.transport_name)
+        ):
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": CLOSE_TRY_AGAIN,
+                    "reason": "not accepting replication",
+                }
+            )
+            return
+        await send({"type": "websocket.accept"})
+        peer = peer_of(scope)
+        transport = AsgiLinkTransport(send, peer.address)
+        link = replication.accept(transport, peer)
+        broker.clients.transport_opened(self.transport_name)
+        try:
+            while True:
+                message = await receive()
+                kind = message["type"]
+                if kind == "websocket.receive":
+                    data = message.get("bytes")
+                    if data is None:
+                        data = (message.get("text") or "").encode()
+                    await link.receive(data)
+                elif kind == "websocket.disconnect":
+                    break
+        finally:
+            transport.disconnected()
+            link.lost()
+            broker.clients.transport_closed(self.transport_name)
