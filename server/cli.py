@@ -1,6 +1,7 @@
 """The ``spool`` command.
 
-``spool serve`` runs an instance; ``spool publish`` / ``spool subscribe`` are small clients;
+``spool serve`` runs an instance; ``spool publish`` / ``spool subscribe`` / ``spool sow URL
+TOPIC`` / ``spool sow-delete`` are small clients;
 ``spool journal ...``, ``spool sow ...``, ``spool stats ...``, ``spool pipeline ...`` and
 ``spool passwd`` come from their subsystems.
 
@@ -225,6 +226,72 @@ async def _subscribe(args: argparse.Namespace) -> int:
         await client.close()
 
 
+async def _sow(args: argparse.Namespace) -> int:
+    from server.client import Client
+
+    name = args.name or f"spool-sow-{os.getpid()}"
+    client = Client(args.url, name, **_client_kwargs(args))
+    await client.connect()
+    try:
+        result = await client.sow(
+            args.topic, filter=args.filter, top_n=args.top_n, orderby=args.orderby,
+            bookmark=args.bookmark, batch_size=args.batch_size, timeout=args.timeout,
+        )  # fmt: skip
+        out = sys.stdout.buffer
+        if args.json:
+            lines = [
+                orjson.dumps(
+                    {
+                        "topic": m.topic,
+                        "key": m.key,
+                        "bookmark": m.bookmark,
+                        "data": m.data.decode("utf-8", "replace"),
+                    }
+                )
+                for m in result.records
+            ]
+        elif args.show_key:
+            lines = [(m.key or "").encode() + b"\t" + m.data for m in result.records]
+        else:
+            lines = [m.data for m in result.records]
+        if lines:
+            out.write(b"\n".join(lines) + b"\n")
+        out.flush()
+        if args.verbose:
+            print(
+                f"{result.returned} records returned of {result.matches} matching",
+                file=sys.stderr,
+            )
+        return EXIT_OK
+    finally:
+        await client.close()
+
+
+async def _sow_delete(args: argparse.Namespace) -> int:
+    from server.client import Client
+
+    keys = None
+    if args.keys is not None:
+        keys = [k for k in args.keys.split(",") if k]
+        if not keys:
+            raise UsageError("--keys needs at least one key (K1,K2,...)")
+    name = args.name or f"spool-sow-delete-{os.getpid()}"
+    client = Client(args.url, name, **_client_kwargs(args))
+    await client.connect()
+    try:
+        deleted = await client.sow_delete(
+            args.topic, filter=args.filter, keys=keys, timeout=args.timeout
+        )
+        if args.json:
+            print(orjson.dumps({"topic": args.topic, "records_deleted": deleted}).decode())
+        else:
+            plural = "" if deleted == 1 else "s"
+            print(f"{deleted} record{plural} deleted from {args.topic}")
+        return EXIT_OK
+    finally:
+        await client.close()
+
+
 def _run_client(coro_fn: Any, args: argparse.Namespace) -> int:
     from server.client import Disconnected
 
@@ -260,6 +327,14 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_subscribe(args: argparse.Namespace) -> int:
     return _run_client(_subscribe, args)
+
+
+def cmd_sow(args: argparse.Namespace) -> int:
+    return _run_client(_sow, args)
+
+
+def cmd_sow_delete(args: argparse.Namespace) -> int:
+    return _run_client(_sow_delete, args)
 
 
 # -- parser --------------------------------------------------------------------------------
@@ -334,16 +409,62 @@ def build_parser() -> argparse.ArgumentParser:
     from server.txlog.cli import register as register_journal
 
     register_journal(sub)
-    register_sow(sub)
+    sow_commands = register_sow(sub)
+    p = sow_commands.add_parser(
+        "query",
+        help="print the records of a SOW topic (spool sow URL TOPIC is short for this)",
+    )
+    _client_args(p)
+    p.add_argument("--filter", help='content filter, e.g. "/qty > 10"')
+    p.add_argument("--top-n", type=_positive, help="at most N records")
+    p.add_argument("--orderby", help='sort, e.g. "/px DESC, /id"')
+    p.add_argument("--bookmark", help="the state as of a bookmark or a time (historical)")
+    p.add_argument("--batch-size", type=_positive, help="records per frame (bs)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the end")
+    p.add_argument("--json", action="store_true", help="JSON lines with topic, key, bookmark")
+    p.add_argument("--show-key", action="store_true", help="prefix lines with the SOW key")
+    p.add_argument("-v", "--verbose", action="store_true", help="counts on stderr")
+    p.set_defaults(func=cmd_sow)
+
+    p = sub.add_parser("sow-delete", help="delete SOW records by filter or by keys")
+    _client_args(p)
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--filter", help='delete the records matching, e.g. "/px < 0"')
+    which.add_argument("--keys", help="delete these keys: K1,K2,...")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the ack")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.set_defaults(func=cmd_sow_delete)
     register_stats(sub)
     register_auth(sub)
     register_pipeline(sub)
     return parser
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+#: ``spool sow`` words that are not a broker URL (``spool sow URL TOPIC`` means ``query``)
+_SOW_WORDS = frozenset({"verify", "rebuild", "query", "-h", "--help"})
+
+
+def _expand(argv: list[str]) -> list[str]:
+    """``spool sow URL TOPIC ...`` is ``spool sow query URL TOPIC ...`` (the issue's form;
+    ``verify`` and ``rebuild`` keep their names)."""
+    if len(argv) >= 2 and argv[0] == "sow" and argv[1] not in _SOW_WORDS:
+        return ["sow", "query", *argv[1:]]
+    return argv
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_expand(list(sys.argv[1:] if argv is None else argv)))
     code: int = args.func(args)
     return code
 

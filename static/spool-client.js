@@ -566,6 +566,12 @@ export class SpoolMessage {
     return this.header.k;
   }
 
+  /** Why an `oof` message left the subscription's focus: "match", "deleted", "expired",
+   * "entitlement" (undefined on other messages). */
+  get reason() {
+    return this._header === null ? undefined : this._header.reason;
+  }
+
   /** The subscription ids this message matched (split once per distinct `sids`). */
   get subIds() {
     const sids = this._header === null ? this._sids : (this.header.sids ?? this.header.sub_id);
@@ -733,6 +739,8 @@ export class SpoolClient {
     this._persistWaiters = [];
     /** sub_id -> subscription state (handlers, last bookmark for resubscribe) */
     this._subs = new Map();
+    /** qid -> {onRecord(message), onGroup(header)} for query results being received */
+    this._queries = new Map();
     /** subscriptions with an onBatch callback holding messages of the current frame */
     this._batching = [];
     this._out = [];
@@ -867,6 +875,7 @@ export class SpoolClient {
     const persistWaiters = this._persistWaiters;
     this._pending.clear();
     this._persistWaiters = [];
+    this._queries.clear();
     for (const waiter of pending) waiter.reject(error);
     for (const waiter of persistWaiters) waiter.reject(error);
     // Subscriptions stay in _subs (with their last bookmark) for a later resubscribe; they
@@ -940,8 +949,9 @@ export class SpoolClient {
     }
   }
 
-  /** Send a command and wait for its ack (matched by cid). */
-  _request(cid, header, body, timeoutMs = 0) {
+  /** Send a command and wait for its ack (matched by cid): the `processed` ack, or the
+   * kind given (`stats` for a query or a delete); a failure ack rejects. */
+  _request(cid, header, body, timeoutMs = 0, resolveOn = "processed") {
     return new Promise((resolve, reject) => {
       let timer = null;
       const done = (fn) => (value) => {
@@ -949,7 +959,7 @@ export class SpoolClient {
         this._pending.delete(cid);
         fn(value);
       };
-      this._pending.set(cid, { resolve: done(resolve), reject: done(reject) });
+      this._pending.set(cid, { resolve: done(resolve), reject: done(reject), resolveOn });
       if (timeoutMs > 0) {
         timer = setTimeout(() => {
           this._pending.get(cid)?.reject(
@@ -987,6 +997,24 @@ export class SpoolClient {
    * @param {string} [opts.sowKey]
    */
   async publish(topic, data, opts = {}) {
+    return this._publishCommand("publish", topic, data, opts);
+  }
+
+  /**
+   * Publish a delta to a SOW topic: the fields given are merged into the stored record
+   * (nested objects field by field; a key the topic has not seen stores the message as it
+   * is). The merged record is what is logged and delivered. Options and results as
+   * `publish` (the record's key comes from the body's Key fields, or `sowKey`).
+   *
+   * @param {string} topic a SOW topic
+   * @param {*} data the fields to merge (JSON text or a JSON-serialisable value)
+   * @param {object} [opts] as `publish`
+   */
+  async deltaPublish(topic, data, opts = {}) {
+    return this._publishCommand("delta_publish", topic, data, opts);
+  }
+
+  async _publishCommand(command, topic, data, opts) {
     this._requireOpen();
     if (this._transport.bufferedAmount > HIGH_WATER_BYTES) await this._drain();
     this._requireOpen();
@@ -997,7 +1025,7 @@ export class SpoolClient {
     if (opts.ackPersisted) acks.push("persisted");
     const cid = this._nextCid();
     const header = {
-      c: "publish",
+      c: command,
       t: topic,
       cid,
       s: seq,
@@ -1094,6 +1122,43 @@ export class SpoolClient {
    * @returns {Promise<string>}
    */
   async subscribe(topic, opts = {}, onMessage = () => {}) {
+    return this._subscribeCommand("subscribe", topic, opts, onMessage);
+  }
+
+  /**
+   * Subscribe to a SOW topic receiving only what changed in each record: the changed
+   * fields plus the record's key fields (a record the subscription did not hold yet comes
+   * whole). Options and result as `subscribe` (`bookmark` is refused: a delta
+   * subscription is live).
+   */
+  async deltaSubscribe(topic, opts = {}, onMessage = () => {}) {
+    return this._subscribeCommand("delta_subscribe", topic, opts, onMessage);
+  }
+
+  /**
+   * Query a SOW topic (or every SOW topic a regular expression matches) and, in the same
+   * step, subscribe to its changes: `onMessage` gets the snapshot's records (`command`
+   * "sow", with `sowKey`), then every later change (`publish`, or `oof` with `reason` when
+   * asked with the `oof` option), none lost or doubled in between. Resolves to the sub id
+   * once the broker accepted it; `opts.onSnapshot(header)` is called when the snapshot has
+   * been delivered (its `group_end`).
+   *
+   * @param {string} topic
+   * @param {object} [opts] `subscribe`'s options, plus:
+   * @param {number} [opts.topN] at most this many snapshot records
+   * @param {string} [opts.orderby] e.g. "/px DESC, /id"
+   * @param {number} [opts.batchSize] records per frame (`bs`)
+   * @param {boolean} [opts.delta] `sow_and_delta_subscribe`: changes come as deltas
+   * @param {function(object)} [opts.onSnapshot] the snapshot was delivered
+   * @param {function(SpoolMessage)} onMessage
+   * @returns {Promise<string>}
+   */
+  async sowAndSubscribe(topic, opts = {}, onMessage = () => {}) {
+    const command = opts.delta ? "sow_and_delta_subscribe" : "sow_and_subscribe";
+    return this._subscribeCommand(command, topic, opts, onMessage);
+  }
+
+  async _subscribeCommand(command, topic, opts, onMessage) {
     this._requireOpen();
     const subId = opts.subId ?? `s${++this._subCounter}-${randomSuffix()}`;
     if (this._subs.has(subId) && this._subs.get(subId).active) {
@@ -1102,14 +1167,19 @@ export class SpoolClient {
     const cid = this._nextCid();
     const acks = ["processed"];
     if (opts.onCompleted) acks.push("completed");
+    const snapshot = command.startsWith("sow_and_");
     const header = {
-      c: "subscribe",
+      c: command,
       cid,
       t: topic,
       sub_id: subId,
+      qid: snapshot ? subId : undefined,
       f: opts.filter || undefined,
       bm: opts.bookmark || undefined,
       o: opts.options || undefined,
+      top_n: snapshot ? opts.topN : undefined,
+      orderby: snapshot ? opts.orderby || undefined : undefined,
+      bs: snapshot ? opts.batchSize : undefined,
       a: acks.join(","),
     };
     const sub = {
@@ -1132,10 +1202,26 @@ export class SpoolClient {
       accepted: false,
     };
     this._subs.set(subId, sub);
+    if (snapshot) {
+      // the snapshot's records carry the qid (here the sub id), not `sids`
+      this._queries.set(subId, {
+        onRecord: (message) => this._deliverTo(sub, message),
+        onGroup: (header) => {
+          if (header.c !== "group_end") return;
+          this._queries.delete(subId);
+          try {
+            opts.onSnapshot?.(header);
+          } catch (exc) {
+            this._emit("error", exc);
+          }
+        },
+      });
+    }
     try {
       await this._request(cid, header, null);
     } catch (exc) {
       if (this._subs.get(subId) === sub) this._subs.delete(subId);
+      this._queries.delete(subId);
       throw exc;
     }
     sub.accepted = true;
@@ -1149,8 +1235,104 @@ export class SpoolClient {
   async unsubscribe(subId) {
     this._requireOpen();
     this._subs.delete(subId);
+    this._queries.delete(subId);
     const cid = this._nextCid();
     await this._request(cid, { c: "unsubscribe", cid, sub_id: subId, a: "processed" }, null);
+  }
+
+  /**
+   * Query a SOW topic (or every SOW topic a regular expression matches).
+   *
+   * Resolves, once the whole result arrived, to `{records, matches, returned}`: the
+   * records (`SpoolMessage`s with `command` "sow", `sowKey`, `bookmark`; their bodies are
+   * copied out of the frames), how many records matched and how many were sent. With
+   * `opts.onRecord` each record goes to that callback as it arrives instead (a large
+   * result is not kept; `records` is then empty). Rejects with the broker's reason
+   * ("invalid topic", "bad filter", "bookmark not found", ...).
+   *
+   * @param {string} topic
+   * @param {object} [opts]
+   * @param {string} [opts.filter]
+   * @param {number} [opts.topN]
+   * @param {string} [opts.orderby] e.g. "/px DESC, /id"
+   * @param {number} [opts.batchSize] records per frame (`bs`)
+   * @param {string} [opts.bookmark] the state as of a bookmark or a time (historical)
+   * @param {string[]} [opts.keys] only these keys
+   * @param {string} [opts.options] e.g. "timestamp", "no_sowkey"
+   * @param {function(SpoolMessage)} [opts.onRecord]
+   * @param {number} [opts.timeoutMs]
+   * @returns {Promise<{records: SpoolMessage[], matches: number, returned: number}>}
+   */
+  async sow(topic, opts = {}) {
+    this._requireOpen();
+    const cid = this._nextCid();
+    const qid = `q${cid}-${randomSuffix()}`;
+    const records = [];
+    const onRecord = opts.onRecord;
+    this._queries.set(qid, {
+      onRecord: (message) => {
+        if (onRecord) {
+          onRecord(message);
+          return;
+        }
+        // the frame is reused by nothing, but a copy lets the caller keep records cheaply
+        records.push(new SpoolMessage({ ...message.header }, message.body.slice()));
+      },
+      onGroup: () => {},
+    });
+    const header = {
+      c: "sow",
+      cid,
+      t: topic,
+      qid,
+      f: opts.filter || undefined,
+      top_n: opts.topN,
+      orderby: opts.orderby || undefined,
+      bs: opts.batchSize,
+      bm: opts.bookmark || undefined,
+      k: opts.keys?.length ? opts.keys.join(",") : undefined,
+      o: opts.options || undefined,
+      a: "stats",
+    };
+    let ack;
+    try {
+      ack = await this._request(cid, header, null, opts.timeoutMs ?? 0, "stats");
+    } finally {
+      this._queries.delete(qid);
+    }
+    return {
+      records,
+      matches: ack.matches ?? records.length,
+      returned: ack.records_returned ?? records.length,
+    };
+  }
+
+  /**
+   * Delete SOW records: those matching `opts.filter`, those of `opts.keys`, or the one
+   * whose key `opts.data` (a message body) gives. Resolves to how many were deleted.
+   *
+   * @param {string} topic
+   * @param {object} opts exactly one of `filter`, `keys`, `data`
+   * @param {number} [opts.timeoutMs]
+   * @returns {Promise<number>}
+   */
+  async sowDelete(topic, opts = {}) {
+    this._requireOpen();
+    const given = ["filter", "keys", "data"].filter((k) => opts[k] !== undefined);
+    if (given.length !== 1) {
+      throw new SpoolError("invalid message", "sowDelete needs exactly one of filter, keys, data");
+    }
+    const cid = this._nextCid();
+    const header = {
+      c: "sow_delete",
+      cid,
+      t: topic,
+      f: opts.filter,
+      k: opts.keys ? opts.keys.join(",") : undefined,
+      a: "stats",
+    };
+    const ack = await this._request(cid, header, opts.data ?? null, opts.timeoutMs ?? 0, "stats");
+    return ack.records_deleted ?? 0;
   }
 
   /** Ids of the subscriptions this client holds. */
@@ -1175,7 +1357,8 @@ export class SpoolClient {
           this._deliver(item); // a delivery read by the fast path
           continue;
         }
-        if (item.header.c !== "publish" && this._batching.length > 0) this._flushBatches();
+        const c = item.header.c;
+        if (c !== "publish" && c !== "sow" && this._batching.length > 0) this._flushBatches();
         this._dispatch(item.header, item.body);
       } catch (exc) {
         this._emit("error", exc);
@@ -1201,11 +1384,21 @@ export class SpoolClient {
         return;
       case "heartbeat":
         return;
-      case "publish":
       case "sow":
-      case "oof":
       case "group_begin":
-      case "group_end":
+      case "group_end": {
+        const query = header.qid === undefined ? undefined : this._queries.get(String(header.qid));
+        if (query === undefined) {
+          this._deliver(new SpoolMessage(header, body));
+        } else if (header.c === "sow") {
+          query.onRecord(new SpoolMessage(header, body));
+        } else {
+          query.onGroup(header);
+        }
+        return;
+      }
+      case "publish":
+      case "oof":
         this._deliver(new SpoolMessage(header, body));
         return;
       default:
@@ -1220,24 +1413,31 @@ export class SpoolClient {
       const sub = this._subs.get(id);
       if (sub === undefined || !sub.active) continue;
       delivered = true;
-      if (sub.onBatch) {
-        // the batch's last bookmark becomes the resume point when the batch is handed over
-        if (sub.batch === null) {
-          sub.batch = [];
-          this._batching.push(sub);
-        }
-        sub.batch.push(message);
-        continue;
-      }
-      const bookmark = message.bookmark;
-      if (bookmark) sub.lastBookmark = bookmark;
-      try {
-        sub.onMessage(message);
-      } catch (exc) {
-        this._emit("error", exc);
-      }
+      this._deliverTo(sub, message);
     }
     if (!delivered) this._emit("message", message);
+  }
+
+  _deliverTo(sub, message) {
+    if (!sub.active) return;
+    if (sub.onBatch) {
+      // the batch's last bookmark becomes the resume point when the batch is handed over
+      if (sub.batch === null) {
+        sub.batch = [];
+        this._batching.push(sub);
+      }
+      sub.batch.push(message);
+      return;
+    }
+    // a snapshot record's bookmark is where that record was published, not a position
+    // of the stream: only live messages move the resume point
+    const bookmark = message.command === "sow" ? undefined : message.bookmark;
+    if (bookmark) sub.lastBookmark = bookmark;
+    try {
+      sub.onMessage(message);
+    } catch (exc) {
+      this._emit("error", exc);
+    }
   }
 
   /** Hand every subscription's collected messages to its batch callback (at the end of a
@@ -1249,6 +1449,7 @@ export class SpoolClient {
       const batch = sub.batch;
       sub.batch = null;
       for (let k = batch.length - 1; k >= 0; k--) {
+        if (batch[k].command === "sow") break;
         const bookmark = batch[k].bookmark;
         if (bookmark) {
           sub.lastBookmark = bookmark;
@@ -1273,7 +1474,7 @@ export class SpoolClient {
     }
     const cid = header.cid === undefined ? undefined : String(header.cid);
     const pending = cid === undefined ? undefined : this._pending.get(cid);
-    if (pending !== undefined && (kind === "processed" || failed)) {
+    if (pending !== undefined && (kind === (pending.resolveOn ?? "processed") || failed)) {
       if (failed) pending.reject(new SpoolError(header.reason ?? "failure", header.detail ?? "", header));
       else pending.resolve(header);
       return;

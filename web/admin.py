@@ -14,7 +14,7 @@ web/api_errors.py.
 - Subsystems this instance does not have (replication when not configured, queues, SOW)
   answer 404 with the reason, never made-up data. The configured actions are the
   instance's :class:`server.actions.Actions` (their runs go through the same admin
-  surface).
+  surface). The SOW's endpoints are web/sow_api.py.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ from web.api_errors import (
 )
 from web.auth import auth_context, csrf_token_for, require_admin
 from web.openapi import Operation, QueryParam, openapi_document
+from web.sow_api import SowApi, sow_error
 
 MAX_BODY: Final = 64 * 1024
 PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
@@ -98,6 +99,9 @@ def _map_error(exc: Exception) -> ApiError:
     """The REST error for an exception raised by the broker or the stats code."""
     if isinstance(exc, ApiError):
         return exc
+    sow = sow_error(exc)
+    if sow is not None:
+        return sow
     if isinstance(
         exc,
         AdminError
@@ -226,6 +230,7 @@ class AdminApi:
         self.registry = make_registry(ops)
         self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
+        self.sow = SowApi(ops)
         self.endpoints = self._table()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -533,7 +538,6 @@ class AdminApi:
             return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
 
         absent_queues = _not_configured("queues", "are")
-        absent_sow = _not_configured("the SOW")
         time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
         return [
             get("/healthz", self.healthz, "Liveness", "probes", access="public"),
@@ -831,10 +835,7 @@ class AdminApi:
                 )
                 for verb in ("enable_proxied_transfer", "disable_proxied_transfer")
             ),
-            get("/api/sow", absent_sow, "SOW topics", "sow", errors=(404,)),
-            post(
-                "/api/sow/{topic}/compact", absent_sow, "Compact a SOW file", "sow", errors=(404,)
-            ),
+            *(ApiEndpoint(op, handler) for op, handler in self.sow.operations()),
             get("/api/openapi.json", self.openapi, "This document", "instance"),
         ]
 

@@ -105,6 +105,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/actions", "actions", "Actions", "actions.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
+    Page("/sow", "sow", "SOW", "sow.html"),
     Page("/events", "events", "Events", "events.html", extra=_recent_events),
 )
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from server.client.client import Ack, Client, LogonInfo, Message, Subscription
+from server.client.client import Ack, Client, LogonInfo, Message, SowResult, Subscription
 
 T = TypeVar("T")
 
@@ -72,6 +72,14 @@ class SyncClient:
 
     def flush(self, timeout: float = 30.0) -> None:
         self._run(self._client.flush(timeout))
+
+    def sow(self, topic: str, **kwargs: Any) -> SowResult:
+        """A SOW query (:meth:`Client.sow`'s arguments)."""
+        return self._run(self._client.sow(topic, **kwargs))
+
+    def sow_delete(self, topic: str, **kwargs: Any) -> int:
+        """Delete SOW records (:meth:`Client.sow_delete`'s arguments); how many."""
+        return self._run(self._client.sow_delete(topic, **kwargs))
 
     def close(self) -> None:
         try:

@@ -45,9 +45,19 @@ _EXIT_OK, _EXIT_DAMAGE, _EXIT_ERROR = 0, 1, 2
 _BATCH = 4096
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``sow`` with ``verify`` and ``rebuild`` to the ``spool`` command."""
-    sow = subparsers.add_parser("sow", help="check and rebuild SOW files")
+def register(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add ``sow`` with ``verify`` and ``rebuild`` to the ``spool`` command; returns its
+    subcommands (server/cli.py adds ``query``, the client command, there)."""
+    sow = subparsers.add_parser(
+        "sow",
+        help="query a SOW topic (spool sow URL TOPIC); check and rebuild SOW files",
+        description=(
+            "spool sow URL TOPIC [...] queries a running broker (short for spool sow query); "
+            "verify and rebuild work on the files."
+        ),
+    )
     sub = sow.add_subparsers(dest="sow_command", required=True)
 
     verify = sub.add_parser("verify", help="check every SOW file of a directory")
@@ -60,6 +70,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rebuild.add_argument("--topic", help="only this topic (default: every persistent one)")
     rebuild.add_argument("--json", action="store_true", help="JSON lines")
     rebuild.set_defaults(func=cmd_rebuild)
+    return sub
 
 
 def _emit(out: TextIO, as_json: bool, obj: dict[str, object], text: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 import statistics
 import time
 from collections.abc import Iterator
@@ -531,7 +532,8 @@ def test_openapi_document_lists_exactly_the_api_routes(tmp_path: Path) -> None:
         endpoint = getattr(route, "endpoint", None)
         methods = getattr(endpoint, "endpoints", None)
         if path.startswith(("/api", "/healthz", "/readyz", "/metrics")) and methods:
-            routed |= {(m, path) for m in methods}
+            # documented without Starlette's convertors: {topic:path} -> {topic}
+            routed |= {(m, re.sub(r"{(\w+):\w+}", r"{\1}", path)) for m in methods}
     api = AdminApi(app.state.broker.operations, app.state.broker.actions)
     document = api.openapi_document()
     documented = {(m.upper(), p) for p, ops in document["paths"].items() for m in ops}

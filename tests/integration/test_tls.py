@@ -23,7 +23,7 @@ from server.client import Client, client_context
 from server.passwords import hash_password
 from server.protocol.errors import AuthFailure, NotEntitled
 from tests.support.certs import Issued, TestCA
-from tests.support.server import ROOT, SpoolProcess, config_xml
+from tests.support.server import ROOT, SpoolProcess, config_xml, sow_topic
 from tests.support.wait import wait_until
 
 PASSWORD = "ops password for tls"
@@ -66,7 +66,12 @@ def tls_elements(pki: Pki, client_auth: str, cert: Issued | None = None) -> str:
 
 @contextlib.contextmanager
 def tls_server(workdir: Path, pki: Pki, client_auth: str) -> Iterator[SpoolProcess]:
-    xml = config_xml(workdir / "data", users=users(pki), admin_extra=tls_elements(pki, client_auth))
+    xml = config_xml(
+        workdir / "data",
+        users=users(pki),
+        admin_extra=tls_elements(pki, client_auth),
+        sow=sow_topic("cli/sow", "/n", durability="transient"),
+    )
     proc = SpoolProcess(workdir, xml, tls=True)
     proc.start()
     try:
@@ -157,6 +162,17 @@ def test_cli_over_wss(optional_mtls: SpoolProcess, pki: Pki) -> None:
     )  # fmt: skip
     assert got.returncode == 0, got.stderr
     assert got.stdout == '{"n":1}\n'
+    # the SOW client commands take the same TLS options
+    tls = ("--cafile", str(pki.ca.cert_path), *creds)
+    for n in (1, 2):
+        put = spool("publish", url, "cli/sow", f'{{"n":{n}}}', *tls)
+        assert put.returncode == 0, put.stderr
+    deleted = spool("sow-delete", url, "cli/sow", "--keys", "1", *tls)
+    assert deleted.returncode == 0 and deleted.stdout == "1 record deleted from cli/sow\n"
+    left = spool("sow", url, "cli/sow", *tls)
+    assert left.returncode == 0 and left.stdout == '{"n":2}\n', left.stderr
+    untrusted = spool("sow", url, "cli/sow", "--cafile", str(pki.other.cert_path), *creds)
+    assert untrusted.returncode == 3 and "not trusted" in untrusted.stderr
 
     wrong = spool("publish", url, "cli/tls", "{}", "--cafile", str(pki.other.cert_path), *creds)
     assert wrong.returncode == 3
