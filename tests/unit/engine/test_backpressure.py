@@ -401,3 +401,55 @@ async def test_unsubscribing_or_leaving_while_catching_up_stops_the_read(tmp_pat
         assert spills(h)["catching_up"] == 0
         assert h.broker.txlog.pins() == []
         assert spills(h)["seconds"] > 0
+
+
+# -- several paced producers on one connection ---------------------------------------------
+
+
+@scenario
+async def test_two_catch_ups_of_one_connection_never_pass_the_limit_together(
+    tmp_path: Path,
+) -> None:
+    """Two subscriptions of one connection spill at once under a small limit, with 2 KB
+    messages (a piece of ~64 KB of bodies would be more than L/4): the catch-ups take turns,
+    the buffer never passes L, and the heartbeats that keep coming are never refused."""
+    small = "<SlowClientBufferLimit>128KB</SlowClientBufferLimit><SlowClientTimeout>5s</SlowClientTimeout>"
+    async with harness(tmp_path, tuning=small) as h:
+        limit = 128 * 1024
+        sub = await h.logon("reader", hb=1)
+        for t in ("a", "b"):
+            sub.send(({"c": "subscribe", "a": "processed", "t": t, "sub_id": t}, b""))
+        await h.settle()
+        sub.skip = len(sub.received())
+        sub.transport.rate = 400_000.0
+        pub = await h.logon("pub")
+        big = b"y" * 2000
+
+        def two_kb(i: int) -> bytes:
+            return orjson.dumps({"i": i, "pad": big.decode()})
+
+        depths: list[int] = []
+        for round_ in range(4):
+            for start in range(0, 300, 25):
+                for t in ("a", "b"):
+                    pub.send(
+                        *(
+                            ({"c": "publish", "t": t}, two_kb(round_ * 300 + i))
+                            for i in range(start, start + 25)
+                        )
+                    )
+                    # small messages nobody here takes, between them in the log
+                    pub.send(*(({"c": "publish", "t": "other"}, b"{}") for _ in range(100)))
+            await h.settle()
+            assert all(s.progress.feed.catching_up for s in sub.session.subs.values())
+
+            def done(n: int = (round_ + 1) * 300) -> bool:
+                depths.append(sub.session.queue_depth)
+                sub.send(({"c": "heartbeat", "o": "beat"}, b""))
+                return sub.closed or (len(ids(sub, "a")) == n and len(ids(sub, "b")) == n)
+
+            await pump(h, done)
+            assert not sub.closed, sub.transport.close_reason
+        assert ids(sub, "a") == list(range(1200)) and ids(sub, "b") == list(range(1200))
+        assert spills(h)["disconnects"]["slow_client_buffer"] == 0
+        assert max(depths) <= limit // 2 + 4096
