@@ -405,17 +405,34 @@ async def test_unsubscribing_or_leaving_while_catching_up_stops_the_read(tmp_pat
 
 # -- several paced producers on one connection ---------------------------------------------
 
+SMALL_LIMIT = 128 * 1024  # paced below 32 KB, in pieces of at most 32 KB
+SMALL = (
+    "<SlowClientBufferLimit>128KB</SlowClientBufferLimit><SlowClientTimeout>5s</SlowClientTimeout>"
+)
+BIG_PAD = "y" * 2000
+
+
+def two_kb(i: int) -> bytes:
+    return orjson.dumps({"i": i, "pad": BIG_PAD})
+
+
+def burst_2kb(pub: FakeClient, topic: str, first: int, count: int) -> None:
+    """2 KB messages numbered from ``first``, each frame of 25 followed in the log by 100
+    small messages nobody here takes (a read's average record is small then)."""
+    for start in range(first, first + count, 25):
+        pub.send(*(({"c": "publish", "t": topic}, two_kb(i)) for i in range(start, start + 25)))
+        pub.send(*(({"c": "publish", "t": "other"}, b"{}") for _ in range(100)))
+
 
 @scenario
 async def test_two_catch_ups_of_one_connection_never_pass_the_limit_together(
     tmp_path: Path,
 ) -> None:
     """Two subscriptions of one connection spill at once under a small limit, with 2 KB
-    messages (a piece of ~64 KB of bodies would be more than L/4): the catch-ups take turns,
-    the buffer never passes L, and the heartbeats that keep coming are never refused."""
-    small = "<SlowClientBufferLimit>128KB</SlowClientBufferLimit><SlowClientTimeout>5s</SlowClientTimeout>"
-    async with harness(tmp_path, tuning=small) as h:
-        limit = 128 * 1024
+    messages among small ones of another topic (a piece sized by a read's average record
+    was several times L/4): the catch-ups take turns, together they keep the buffer under
+    half the limit, and the heartbeats that keep coming are never refused."""
+    async with harness(tmp_path, tuning=SMALL) as h:
         sub = await h.logon("reader", hb=1)
         for t in ("a", "b"):
             sub.send(({"c": "subscribe", "a": "processed", "t": t, "sub_id": t}, b""))
@@ -423,23 +440,10 @@ async def test_two_catch_ups_of_one_connection_never_pass_the_limit_together(
         sub.skip = len(sub.received())
         sub.transport.rate = 400_000.0
         pub = await h.logon("pub")
-        big = b"y" * 2000
-
-        def two_kb(i: int) -> bytes:
-            return orjson.dumps({"i": i, "pad": big.decode()})
-
         depths: list[int] = []
         for round_ in range(4):
-            for start in range(0, 300, 25):
-                for t in ("a", "b"):
-                    pub.send(
-                        *(
-                            ({"c": "publish", "t": t}, two_kb(round_ * 300 + i))
-                            for i in range(start, start + 25)
-                        )
-                    )
-                    # small messages nobody here takes, between them in the log
-                    pub.send(*(({"c": "publish", "t": "other"}, b"{}") for _ in range(100)))
+            for t in ("a", "b"):
+                burst_2kb(pub, t, round_ * 300, 300)
             await h.settle()
             assert all(s.progress.feed.catching_up for s in sub.session.subs.values())
 
@@ -452,4 +456,38 @@ async def test_two_catch_ups_of_one_connection_never_pass_the_limit_together(
             assert not sub.closed, sub.transport.close_reason
         assert ids(sub, "a") == list(range(1200)) and ids(sub, "b") == list(range(1200))
         assert spills(h)["disconnects"]["slow_client_buffer"] == 0
-        assert max(depths) <= limit // 2 + 4096
+        assert max(depths) <= SMALL_LIMIT // 2 + 4096
+
+
+@scenario
+async def test_a_replay_and_a_catch_up_of_one_connection_never_cut_a_steady_reader(
+    tmp_path: Path,
+) -> None:
+    """A bookmark replay of 2 KB messages and a catch-up on one connection under a 128 KB
+    limit, with heartbeats: each piece is at most L/4, so together they leave the
+    heartbeats room, and each subscription gets every message once, in order."""
+    async with harness(tmp_path, tuning=SMALL) as h:
+        pub = await h.logon("pub")
+        for start in range(0, 600, 25):
+            pub.send(*(({"c": "publish", "t": "old"}, two_kb(i)) for i in range(start, start + 25)))
+        await h.commit()
+        sub = await h.logon("reader", hb=1)
+        sub.transport.rate = 400_000.0
+        sub.send(({"c": "subscribe", "t": "new", "sub_id": "n"}, b""))
+        await h.settle()
+        burst_2kb(pub, "new", 0, 300)
+        await h.settle()
+        assert sub.session.subs["n"].progress.feed.catching_up
+        sub.send(({"c": "subscribe", "t": "old", "sub_id": "o", "bm": "0"}, b""))
+        depths: list[int] = []
+
+        def done() -> bool:
+            depths.append(sub.session.queue_depth)
+            sub.send(({"c": "heartbeat", "o": "beat"}, b""))
+            return sub.closed or (len(ids(sub, "o")) == 600 and len(ids(sub, "n")) == 300)
+
+        await pump(h, done)
+        assert not sub.closed, sub.transport.close_reason
+        assert ids(sub, "o") == list(range(600)) and ids(sub, "n") == list(range(300))
+        assert spills(h)["disconnects"]["slow_client_buffer"] == 0
+        assert max(depths) <= SMALL_LIMIT * 3 // 4
