@@ -8,9 +8,18 @@ kinds of bytes enter it, each with its own rule (:class:`BufferLimits`):
   (they leave the live path and read the transaction log from the first record they
   were not given; server/spills.py runs that read). Half of L, not L, so that what
   cannot be read back keeps room during a burst;
-- **paced messages** (a replay, a spilled subscription catching up) wait for the buffer to
-  drop below L/4 before each piece, so they never pass L by more than one piece and never
-  disconnect anyone;
+- **paced messages** (a replay, a spilled subscription catching up) come in pieces of at
+  most L/4 (:attr:`BufferLimits.piece_max`; one message larger than that goes alone),
+  each queued only while the buffer is below L/4. The check and the queueing happen in
+  one turn of the event loop, so the paced producers of one connection take turns at it
+  and, together, never bring the buffer past L/2: what cannot be read back keeps the
+  other half, and data that could be read back never disconnects anyone. (Sized by the
+  average record of a read, a piece of a subscription taking the large records among
+  small ones, or of two catch-ups, used to pass L, and the next heartbeat was refused.)
+  A bookmark replay queues the first piece of each read without the check (its cursor
+  may hand the subscription to another cursor meanwhile, which must not overtake it),
+  right after waiting for room at the end of the previous read: one piece over L/2 per
+  replay between two reads;
 - **what cannot be read back** (live messages of topics the log does not record, and of a
   subscription whose filter reads ``CLIENT_NAME()``, which records do not keep; acks and
   heartbeats) is queued up to L; the one that would pass L disconnects the client with
@@ -90,6 +99,13 @@ class BufferLimits:
         """Whether ``nbytes`` of live messages may be queued on ``depth`` buffered bytes
         (``readable``: a subscription could read them back from the log instead)."""
         return depth + nbytes <= (self.spill_at if readable else self.limit)
+
+    @property
+    def piece_max(self) -> int:
+        """The most bytes a paced producer queues at once (L/4; one delivery larger than
+        that goes alone): queued only below L/4, so the pieces of every paced producer
+        of the connection, taking turns at that check, stay below L/2 together."""
+        return max(1, self.limit // 4)
 
     def fits(self, depth: int, nbytes: int) -> bool:
         """Whether ``nbytes`` that cannot be read back (acks, heartbeats) may be queued."""

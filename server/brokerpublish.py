@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.backpressure import MAX_FRAME
 from server.bookmarks import format_bookmark, pub_hash
 from server.engine_errors import PublishRefused
 from server.ports import AckValue, Origin, PublishRun
@@ -87,6 +88,11 @@ class _Answer:
 
     def has_room(self) -> bool:
         return True
+
+    @property
+    def piece_bytes(self) -> int:
+        """Nothing is ever queued here: any size."""
+        return MAX_FRAME
 
     async def wait_room(self) -> None:
         return None

@@ -110,6 +110,13 @@ class Outbound(Protocol):
         """Whether a paced producer (a replay) may queue more now."""
         ...
 
+    @property
+    def piece_bytes(self) -> int:
+        """The most bytes a paced producer queues at once after :meth:`has_room` (one
+        delivery larger than that goes alone): a quarter of the connection's limit, so
+        that paced producers taking turns never bring its buffer past half of it."""
+        ...
+
     async def wait_room(self) -> None:
         """Wait until :meth:`has_room` (or the peer closed)."""
         ...

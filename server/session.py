@@ -13,7 +13,8 @@ The outbound buffer follows the back-pressure policy of server/backpressure.py, 
 (:meth:`Session.live_fits`) and spill to the log past half of it; replays and catch-ups
 wait for room (:meth:`Session.wait_room`); what cannot be read back (live messages of
 topics not recorded, acks) disconnects the client with ``slow client`` when it would pass
-it. uvicorn applies TCP flow control to sends, so a client that stops reading keeps the
+it. Paced producers queue pieces of at most :attr:`Session.piece_bytes` (L/4) right after
+:meth:`Session.has_room`, so together they stay below half of it. uvicorn applies TCP flow control to sends, so a client that stops reading keeps the
 writer waiting in one send: :attr:`Session.send_started` says since when, and
 server/stalls.py disconnects it after ``Tuning/SlowClientTimeout``.
 """
@@ -335,6 +336,10 @@ class Session:
 
     def has_room(self) -> bool:
         return self.limits.has_room(self.queue_depth)
+
+    @property
+    def piece_bytes(self) -> int:
+        return self.limits.piece_max
 
     async def wait_room(self) -> None:
         """Wait until the outbound buffer is below the paced producers' mark (L/4)."""

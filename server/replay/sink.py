@@ -25,9 +25,11 @@ from server.wire import encode_batch, topic_json
 
 #: deliveries encoded into one queued piece before the client's buffer is checked
 _PIECE = 256
-#: about the most body bytes of one piece (fewer deliveries per piece for large messages,
-#: so a paced producer never overshoots the client's buffer by much)
+#: the most bytes of one piece (fewer deliveries per piece for large messages); a
+#: connection with a small limit asks for less (:attr:`~server.ports.Outbound.piece_bytes`)
 _PIECE_BYTES = 64 * 1024
+#: first guess of a delivery's header bytes (corrected by what encoding shows)
+_HEAD_GUESS = 96
 
 
 class BookmarkSink:
@@ -78,9 +80,10 @@ class BookmarkSink:
         Works on a :class:`RecordBatch` (the usual replay read, walked by its columns
         with no ``Record`` per message; other sequences are wrapped in one): first the
         records this subscription takes are selected, then they are encoded and queued,
-        at most 256 per piece (fewer for large messages: about 64 KB of bodies), waiting
-        for room in the client's buffer between pieces so a replay never overruns the
-        slow-client limit.
+        at most 256 per piece and at most 64 KB or a quarter of the connection's limit,
+        whichever is less (one delivery larger than that goes alone), waiting for room in
+        the client's buffer between pieces so a replay never overruns the slow-client
+        limit.
         """
         sub = self.sub
         out = sub.outbound
@@ -91,21 +94,41 @@ class BookmarkSink:
         literal = topic_json(sub.topic) if sub.pattern is None else None
         want_ts = sub.want_ts
         delivered = 0
-        # the journal's byte count of the batch, when it was read from a journal, gives
-        # the average size without a pass over the bodies
-        total = batch.nbytes or sum(map(len, batch.bodies))
-        piece = max(1, min(_PIECE, _PIECE_BYTES * len(batch) // max(1, total)))
-        for start in range(0, len(sel), piece):
+        # a piece is at most a quarter of the connection's limit (out.piece_bytes): the
+        # buffer is below that when a piece is queued, so paced producers, taking turns
+        # at that check, never bring it past half the limit together (backpressure.py)
+        budget = max(1, min(_PIECE_BYTES, out.piece_bytes))
+        bodies = batch.bodies
+        overhead = _HEAD_GUESS
+        start = 0
+        while start < len(sel):
             if start and not out.has_room():
                 await out.wait_room()
             if out.closed:
                 return delivered
-            part = sel[start : start + piece]
-            out.send_messages(
-                encode_batch(batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts),
-                len(part),
-            )
+            # the deliveries of the next piece, sized by the bodies of the records this
+            # subscription takes (a batch's average says nothing when its topics differ)
+            end = start
+            size = 0
+            stop = min(len(sel), start + _PIECE)
+            while end < stop:
+                size += len(bodies[sel[end]]) + overhead
+                if end > start and size > budget:
+                    break
+                end += 1
+            part = sel[start:end]
+            data = encode_batch(batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts)
+            while len(data) > budget and len(part) > 1:
+                # headers larger than guessed: learn their size, and halve the piece
+                heads = len(data) - sum(len(bodies[i]) for i in part)
+                overhead = max(overhead, heads // len(part) + 1)
+                part = part[: len(part) // 2]
+                data = encode_batch(
+                    batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts
+                )
+            out.send_messages(data, len(part))
             delivered += len(part)
+            start += len(part)
         n = len(batch)
         last_seq = batch.record(n - 1).seq  # a conflated list need not be contiguous
         if self.pin is not None:

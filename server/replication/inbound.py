@@ -37,6 +37,7 @@ from typing import Final
 import zstandard
 
 from server.auth import Authenticator
+from server.backpressure import MAX_FRAME
 from server.clock import Clock
 from server.config import Config, UserConfig
 from server.logons import LogonGuard
@@ -140,6 +141,10 @@ class _Replies:
 
     def has_room(self) -> bool:
         return True
+
+    @property
+    def piece_bytes(self) -> int:
+        return MAX_FRAME  # nothing is ever queued here
 
     async def wait_room(self) -> None:
         return None

@@ -4,8 +4,11 @@ subscriptions spill and rejoin while publishers and the reader interleave at ran
 
 The model checks what the engine relies on: each subscription receives every message of
 its topics exactly once, the recorded ones in log order, across any number of spills and
-rejoins; the buffer never holds more than the limit (plus one paced piece); a connection
-is disconnected only when a message nobody can read back does not fit.
+rejoins; the buffer never holds more than the limit, and what could be read back (live
+messages of recorded topics, the paced pieces of catch-ups, at most a quarter of the limit
+each) never more than half of it, however the catch-ups of the connection interleave; a
+connection is disconnected only when a message or heartbeat nobody can read back does not
+fit, which data that can be read back never causes alone.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ def test_thresholds_are_fractions_of_the_limit() -> None:
     assert not limits.live_fits(400, 601, readable=False)
     assert limits.fits(999, 1) and not limits.fits(999, 2)
     assert limits.has_room(249) and not limits.has_room(250)
+    assert limits.piece_max == 250 and BufferLimits(3).piece_max == 1
 
 
 def test_frames_are_a_quarter_of_the_limit_at_most_one_megabyte() -> None:
@@ -89,6 +93,7 @@ def test_end_reports_the_time_spent_catching_up() -> None:
 
 LIMIT = 1000
 SIZE = 40  # bytes of one encoded message in the model
+BEAT = 23  # bytes of a heartbeat
 TOPICS = ("r1", "r2", "u1")  # r*: recorded, u*: not recorded
 RECORDED = {"r1": True, "r2": True, "u1": False}
 
@@ -124,9 +129,11 @@ class BackPressureModel(RuleBasedStateMachine):
         ]
         for sub in self.subs:
             self.expected[sub.name] = []
-        # the buffer: pieces of (subscription, (topic, id)) with their bytes
-        self.buffer: list[tuple[int, list[tuple[ModelSub, tuple[str, int]]]]] = []
+        # the buffer: pieces of (subscription, (topic, id)) with their bytes and whether
+        # they could be read back
+        self.buffer: list[tuple[int, bool, list[tuple[ModelSub, tuple[str, int]]]]] = []
         self.depth = 0
+        self.readable_depth = 0
         self.closed = False
         self.clock = 0.0
 
@@ -153,7 +160,7 @@ class BackPressureModel(RuleBasedStateMachine):
         fits = self.limits.live_fits(self.depth, nbytes, readable=readable)
         decision = route(fits=fits, readable=readable)
         if decision == "deliver":
-            self._queue(nbytes, [(s, (topic, i)) for i in ids for s in takers])
+            self._queue(nbytes, readable, [(s, (topic, i)) for i in ids for s in takers])
         elif decision == "spill":
             assert recorded
             for s in takers:
@@ -173,6 +180,17 @@ class BackPressureModel(RuleBasedStateMachine):
             return
         self._read_log(sub, count)
 
+    @rule()
+    @precondition(lambda self: not self.closed)
+    def heartbeat(self) -> None:
+        """Control bytes (a heartbeat, an ack): queued up to L, or the client is cut."""
+        if self.limits.fits(self.depth, BEAT):
+            self._queue(BEAT, False, [])
+            return
+        # only what cannot be read back fills the buffer that far
+        assert self.depth - self.readable_depth + BEAT > LIMIT - LIMIT // 2
+        self.closed = True
+
     @rule(sub_index=st.integers(min_value=0, max_value=2))
     def a_rejoin_before_the_end_is_refused(self, sub_index: int) -> None:
         """Whatever the caller believes, the machine refuses a rejoin that would skip or
@@ -190,17 +208,27 @@ class BackPressureModel(RuleBasedStateMachine):
         if sub.feed.can_rejoin(sub.next_seq, last_seq):
             sub.feed.rejoin(sub.next_seq, last_seq, self.clock)
             return
-        if not self.limits.has_room(self.depth):
-            return  # the read waits for room, as a replay does
-        batch = self.log[sub.next_seq - 1 : sub.next_seq - 1 + count]
-        sub.next_seq += len(batch)
-        mine = [(t, i) for _, t, i in batch if t in sub.topics]
-        if mine:
-            self._queue(len(mine) * SIZE, [(sub, m) for m in mine])
+        # a batch of ``count`` records, queued in pieces of at most L/4, each once the
+        # buffer is below L/4 (the read waits for room before each, as a sink does)
+        end = min(len(self.log), sub.next_seq - 1 + count)
+        per_piece = max(1, self.limits.piece_max // SIZE)
+        while sub.next_seq - 1 < end and self.limits.has_room(self.depth):
+            piece: list[tuple[ModelSub, tuple[str, int]]] = []
+            while sub.next_seq - 1 < end and len(piece) < per_piece:
+                _, t, i = self.log[sub.next_seq - 1]
+                sub.next_seq += 1
+                if t in sub.topics:
+                    piece.append((sub, (t, i)))
+            if piece:
+                self._queue(len(piece) * SIZE, True, piece)
 
-    def _queue(self, nbytes: int, items: list[tuple[ModelSub, tuple[str, int]]]) -> None:
-        self.buffer.append((nbytes, items))
+    def _queue(
+        self, nbytes: int, readable: bool, items: list[tuple[ModelSub, tuple[str, int]]]
+    ) -> None:
+        self.buffer.append((nbytes, readable, items))
         self.depth += nbytes
+        if readable:
+            self.readable_depth += nbytes
 
     # -- the client side --
 
@@ -208,8 +236,10 @@ class BackPressureModel(RuleBasedStateMachine):
     def read(self, pieces: int) -> None:
         """The client takes the oldest pieces of its buffer."""
         for _ in range(min(pieces, len(self.buffer))):
-            nbytes, items = self.buffer.pop(0)
+            nbytes, readable, items = self.buffer.pop(0)
             self.depth -= nbytes
+            if readable:
+                self.readable_depth -= nbytes
             for sub, message in items:
                 sub.received.append(message)
 
@@ -221,9 +251,10 @@ class BackPressureModel(RuleBasedStateMachine):
 
     @invariant()
     def the_buffer_stays_bounded(self) -> None:
-        # live recorded data stops at L/2, paced data waits below L/4 (one piece of at most
-        # 20 messages over it), and what overflows L is never queued
-        assert self.depth <= LIMIT + 20 * SIZE
+        # live recorded data stops at L/2, paced data waits below L/4 and comes in pieces of
+        # at most L/4, and what would pass L is never queued
+        assert self.depth <= LIMIT
+        assert self.readable_depth <= LIMIT // 2
 
     @invariant()
     def every_subscription_received_a_prefix_of_its_messages(self) -> None:

@@ -401,3 +401,93 @@ async def test_unsubscribing_or_leaving_while_catching_up_stops_the_read(tmp_pat
         assert spills(h)["catching_up"] == 0
         assert h.broker.txlog.pins() == []
         assert spills(h)["seconds"] > 0
+
+
+# -- several paced producers on one connection ---------------------------------------------
+
+SMALL_LIMIT = 128 * 1024  # paced below 32 KB, in pieces of at most 32 KB
+SMALL = (
+    "<SlowClientBufferLimit>128KB</SlowClientBufferLimit><SlowClientTimeout>5s</SlowClientTimeout>"
+)
+BIG_PAD = "y" * 2000
+
+
+def two_kb(i: int) -> bytes:
+    return orjson.dumps({"i": i, "pad": BIG_PAD})
+
+
+def burst_2kb(pub: FakeClient, topic: str, first: int, count: int) -> None:
+    """2 KB messages numbered from ``first``, each frame of 25 followed in the log by 100
+    small messages nobody here takes (a read's average record is small then)."""
+    for start in range(first, first + count, 25):
+        pub.send(*(({"c": "publish", "t": topic}, two_kb(i)) for i in range(start, start + 25)))
+        pub.send(*(({"c": "publish", "t": "other"}, b"{}") for _ in range(100)))
+
+
+@scenario
+async def test_two_catch_ups_of_one_connection_never_pass_the_limit_together(
+    tmp_path: Path,
+) -> None:
+    """Two subscriptions of one connection spill at once under a small limit, with 2 KB
+    messages among small ones of another topic (a piece sized by a read's average record
+    was several times L/4): the catch-ups take turns, together they keep the buffer under
+    half the limit, and the heartbeats that keep coming are never refused."""
+    async with harness(tmp_path, tuning=SMALL) as h:
+        sub = await h.logon("reader", hb=1)
+        for t in ("a", "b"):
+            sub.send(({"c": "subscribe", "a": "processed", "t": t, "sub_id": t}, b""))
+        await h.settle()
+        sub.skip = len(sub.received())
+        sub.transport.rate = 400_000.0
+        pub = await h.logon("pub")
+        depths: list[int] = []
+        for round_ in range(4):
+            for t in ("a", "b"):
+                burst_2kb(pub, t, round_ * 300, 300)
+            await h.settle()
+            assert all(s.progress.feed.catching_up for s in sub.session.subs.values())
+
+            def done(n: int = (round_ + 1) * 300) -> bool:
+                depths.append(sub.session.queue_depth)
+                sub.send(({"c": "heartbeat", "o": "beat"}, b""))
+                return sub.closed or (len(ids(sub, "a")) == n and len(ids(sub, "b")) == n)
+
+            await pump(h, done)
+            assert not sub.closed, sub.transport.close_reason
+        assert ids(sub, "a") == list(range(1200)) and ids(sub, "b") == list(range(1200))
+        assert spills(h)["disconnects"]["slow_client_buffer"] == 0
+        assert max(depths) <= SMALL_LIMIT // 2 + 4096
+
+
+@scenario
+async def test_a_replay_and_a_catch_up_of_one_connection_never_cut_a_steady_reader(
+    tmp_path: Path,
+) -> None:
+    """A bookmark replay of 2 KB messages and a catch-up on one connection under a 128 KB
+    limit, with heartbeats: each piece is at most L/4, so together they leave the
+    heartbeats room, and each subscription gets every message once, in order."""
+    async with harness(tmp_path, tuning=SMALL) as h:
+        pub = await h.logon("pub")
+        for start in range(0, 600, 25):
+            pub.send(*(({"c": "publish", "t": "old"}, two_kb(i)) for i in range(start, start + 25)))
+        await h.commit()
+        sub = await h.logon("reader", hb=1)
+        sub.transport.rate = 400_000.0
+        sub.send(({"c": "subscribe", "t": "new", "sub_id": "n"}, b""))
+        await h.settle()
+        burst_2kb(pub, "new", 0, 300)
+        await h.settle()
+        assert sub.session.subs["n"].progress.feed.catching_up
+        sub.send(({"c": "subscribe", "t": "old", "sub_id": "o", "bm": "0"}, b""))
+        depths: list[int] = []
+
+        def done() -> bool:
+            depths.append(sub.session.queue_depth)
+            sub.send(({"c": "heartbeat", "o": "beat"}, b""))
+            return sub.closed or (len(ids(sub, "o")) == 600 and len(ids(sub, "n")) == 300)
+
+        await pump(h, done)
+        assert not sub.closed, sub.transport.close_reason
+        assert ids(sub, "o") == list(range(600)) and ids(sub, "n") == list(range(300))
+        assert spills(h)["disconnects"]["slow_client_buffer"] == 0
+        assert max(depths) <= SMALL_LIMIT * 3 // 4

@@ -67,6 +67,10 @@ class Peer:
     def has_room(self) -> bool:
         return True
 
+    @property
+    def piece_bytes(self) -> int:
+        return 64 * 1024
+
     async def wait_room(self) -> None:
         return None
 
