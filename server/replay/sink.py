@@ -11,7 +11,9 @@ read reaches the end of the log.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from itertools import accumulate
 
 from server.backpressure import FeedError
 from server.bookmarks import format_timestamp_us
@@ -100,6 +102,8 @@ class BookmarkSink:
         budget = max(1, min(_PIECE_BYTES, out.piece_bytes))
         bodies = batch.bodies
         overhead = _HEAD_GUESS
+        # running body bytes of the selected records (C loops, no Python step per message)
+        ends = list(accumulate(map(len, map(bodies.__getitem__, sel))))
         start = 0
         while start < len(sel):
             if start and not out.has_room():
@@ -107,15 +111,15 @@ class BookmarkSink:
             if out.closed:
                 return delivered
             # the deliveries of the next piece, sized by the bodies of the records this
-            # subscription takes (a batch's average says nothing when its topics differ)
-            end = start
-            size = 0
-            stop = min(len(sel), start + _PIECE)
-            while end < stop:
-                size += len(bodies[sel[end]]) + overhead
-                if end > start and size > budget:
-                    break
-                end += 1
+            # subscription takes (a batch's average says nothing when its topics differ):
+            # the most that fit the budget with ``overhead`` header bytes each, at least one
+            before = ends[start - 1] if start else 0
+
+            def cost(i: int, b: int = before, p: int = overhead, s0: int = start) -> int:
+                return ends[i] - b + p * (i - s0 + 1)
+
+            fit = bisect_right(range(start, min(len(sel), start + _PIECE)), budget, key=cost)
+            end = start + max(1, fit)
             part = sel[start:end]
             data = encode_batch(batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts)
             while len(data) > budget and len(part) > 1:
