@@ -71,6 +71,18 @@ def pub_hash(client_name: str) -> int:
     return value + FIRST_PUB_HASH if value < FIRST_PUB_HASH else value
 
 
+#: An instance's own publisher identity is ``pub_hash(BROKER_PUBLISHER_PREFIX + name)``:
+#: the messages it publishes itself (actions) and the ``sow_delete`` removals it logs.
+BROKER_PUBLISHER_PREFIX: Final = "spool-broker:"
+
+
+def broker_pub_hash(instance: str) -> int:
+    """The publisher id of instance ``instance`` itself: one id per instance in a
+    replication fabric, so its records (numbered by its log) have bookmarks every other
+    instance de-duplicates on."""
+    return pub_hash(BROKER_PUBLISHER_PREFIX + instance)
+
+
 def format_bookmark(pub_hash: int, pub_seq: int) -> str:
     """The wire bookmark ``PUBHASH|PUBSEQ|`` (decimal)."""
     return f"{pub_hash}|{pub_seq}|"

@@ -4,8 +4,10 @@ A message the broker publishes takes the one publish path every message takes
 (:class:`~server.publishing.PublishPipeline`): the same topic checks, the same append, the
 same fan-out and persisted acks for subscribers, with an :class:`~server.ports.Origin` of
 kind ``broker`` (never a fake client session). Its records carry the broker's own
-publisher identity, ``pub_hash("spool-broker:" + instance)``, numbered by the log like any
-publisher's, so a bookmark subscriber can resume across them.
+publisher identity, ``pub_hash("spool-broker:" + instance)``
+(:func:`server.bookmarks.broker_pub_hash`), numbered by the log like any publisher's, so a
+bookmark subscriber can resume across them. The instance's ``sow_delete`` records carry
+the same identity and share its sequence (server/sow/deleting.py).
 
 The pipeline answers a publish with acks on the origin's ``replies``; here they go to a
 :class:`_Answer` that keeps them, so :meth:`BrokerPublisher.publish` can raise the
@@ -17,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from server.backpressure import MAX_FRAME
-from server.bookmarks import format_bookmark, pub_hash
+from server.bookmarks import BROKER_PUBLISHER_PREFIX, broker_pub_hash, format_bookmark
 from server.engine_errors import PublishRefused
 from server.ports import AckValue, Origin, PublishRun
 from server.protocol.errors import ProtocolFailure
@@ -25,9 +27,6 @@ from server.publishing import PublishPipeline
 from server.txlog import TransactionLog
 
 __all__ = ["BROKER_PUBLISHER_PREFIX", "BrokerPublisher", "Published"]
-
-#: The broker's publisher identity is ``pub_hash(BROKER_PUBLISHER_PREFIX + instance name)``.
-BROKER_PUBLISHER_PREFIX = "spool-broker:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +112,7 @@ class BrokerPublisher:
         self._pipeline = pipeline
         self._txlog = txlog
         self.name = instance
-        self.pub_hash = pub_hash(BROKER_PUBLISHER_PREFIX + instance)
+        self.pub_hash = broker_pub_hash(instance)
 
     async def publish(self, topic: str, body: bytes) -> Published:
         """Publish one message and wait until it is durable (when the topic is recorded).

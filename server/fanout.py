@@ -23,7 +23,7 @@ they rejoin. Otherwise the connection overflows and is disconnected (``slow clie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from server.backpressure import route
 from server.bookmarks import format_bookmark, format_timestamp_us
@@ -32,7 +32,10 @@ from server.expr import MessageView
 from server.ports import AppendedRun, Entitlements, Outbound
 from server.router import Router
 from server.subscription import Subscription
+from server.txlog.record import RecordKind
 from server.wire import encode_run, sids_json
+
+_SOW_DELETE: Final = RecordKind.SOW_DELETE
 
 #: messages of a run each subscription of one connection takes (None: all of them)
 _Taken = list[tuple[Subscription, list[int] | None]]
@@ -87,7 +90,13 @@ class FanOut:
         return any(sub.outbound is peer for sub in self._router.match(topic))
 
     def appended(self, run: AppendedRun) -> None:
-        """Deliver ``run`` to every live subscription that takes (some of) it."""
+        """Deliver ``run`` to every live subscription that takes (some of) it.
+
+        A run of ``SOW_DELETE`` records (a replicated ``sow_delete``) is no message: the
+        SOW stage tells its subscribers, plain subscribers hear nothing of it.
+        """
+        if run.kind == _SOW_DELETE:
+            return
         matches = self._router.match(run.topic)
         if not matches:
             return

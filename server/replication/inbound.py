@@ -16,7 +16,9 @@ bytes into :meth:`InboundLink.receive`. The link:
    records through the instance's publish pipeline like client publishes - as runs of
    one topic, publisher, kind and path - keeping each record's publisher bookmark and
    appending the source to its path. The pipeline de-duplicates by bookmark (a late copy
-   fills its publisher's gap), records, and delivers to local subscribers;
+   fills its publisher's gap), records, and delivers to local subscribers; a run of a
+   source's ``sow_delete`` records (kind ``SOW_DELETE``, the source instance's publisher
+   identity) takes the same path and the SOW stage removes its keys;
 3. acknowledges ``upto`` positions once what they covered is durable here (after the local
    group commit), conflated: at most one ack per ``Replication/AckInterval``.
 

@@ -10,14 +10,19 @@
 The same rules apply while resyncing. One more skip applies only then: a record the
 destination already holds (its holdings said so at connect) is not sent again.
 
-Only messages are replicated: ``PUBLISH`` and a SOW's ``DELTA_PUBLISH`` records (the merged
-message; the destination's SOW stage takes it like a local publish). A SOW's
-``SOW_DELETE`` records (a ``sow_delete``, an expiration) are not sent in this version: they
-carry no publisher identity (``pub_hash`` 0), so the destination could not tell on a
-resync whether it already applied one, and a delete replayed after a newer publish of its
-key would remove that newer record. Expirations run on every instance from its own
-``<SOW>`` configuration; replicated ``sow_delete`` needs a bookmark for deletes first
-(docs/replication.md "Limits").
+The command stream is replicated: ``PUBLISH`` records, a SOW's ``DELTA_PUBLISH`` records
+(the merged message; the destination's SOW stage takes it like a local publish) and the
+``SOW_DELETE`` records of a ``sow_delete``. Those carry the source instance's publisher
+identity and a sequence (server/sow/deleting.py), so a destination de-duplicates them by
+bookmark like messages (a delete sent again on a resync is dropped, not applied over a
+newer publish of its key). Two rules differ for deletes:
+
+- a block's Filter does not apply to a delete (it has no body to match): it goes wherever
+  a block takes its topic, since the destination may hold a version of the record that
+  matched; removing a key the destination does not hold changes nothing there;
+- a ``SOW_DELETE`` without identity (``pub_hash`` 0: an expiration, or a record of a
+  version that logged none) is not sent: every instance expires records from its own
+  ``<SOW>`` configuration.
 
 A :class:`Route` decides a whole :class:`~server.txlog.batch.RecordBatch` at once: per
 record only dict lookups and a path check; filters run through ``Filter.select`` over the
@@ -40,8 +45,12 @@ __all__ = ["REPLICATED_KINDS", "Route", "held_by"]
 #: topics whose blocks are remembered (a stream of one-off topic names stays bounded)
 _TOPIC_CACHE: Final = 10_000
 
+_DELETE: Final = int(RecordKind.SOW_DELETE)
+
 #: the record kinds a destination is sent (module docstring)
-REPLICATED_KINDS: Final = frozenset({int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH)})
+REPLICATED_KINDS: Final = frozenset(
+    {int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH), _DELETE}
+)
 
 #: per topic: the filters of the blocks that take it (None: a block without a filter)
 _Blocks = tuple[Filter | None, ...]
@@ -92,7 +101,8 @@ class Route:
         kinds = batch.kinds()
         if kinds.isdisjoint(REPLICATED_KINDS):
             return []
-        mixed = not kinds <= REPLICATED_KINDS  # some records are not messages
+        mixed = not kinds <= REPLICATED_KINDS  # some records are not sent at all
+        deletes = _DELETE in kinds  # some records are removals (no filter, identity needed)
         topics = batch.topics
         hashes = batch.pub_hashes
         seqs = batch.pub_seqs
@@ -103,14 +113,17 @@ class Route:
             blocks = self.blocks_for(topics[i])
             if blocks is None:
                 continue
-            if mixed and batch.kind(i) not in REPLICATED_KINDS:
+            kind = batch.kind(i) if mixed or deletes else 0
+            if mixed and kind not in REPLICATED_KINDS:
                 continue
+            if kind == _DELETE and not hashes[i]:
+                continue  # an expiration: local to each instance
             path = batch.path(i)
             if path and (on_path(path, remote) or not passthrough.allows(path)):
                 continue
             if held is not None and held(hashes[i], seqs[i]):
                 continue
-            if None in blocks:
+            if kind == _DELETE or None in blocks:
                 taken.append(i)
                 continue
             for flt in blocks:

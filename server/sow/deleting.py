@@ -10,6 +10,15 @@ when the log refuses (``txlog full``), nothing is removed that the log does not 
 time (server/sow/query.py); the removal itself is one step at the end, and a record that
 changed meanwhile goes only if its new state still matches. The ``stats`` ack carries
 ``matches`` and ``records_deleted``.
+
+Identity (docs/sow.md "Deletes and replication"): a ``sow_delete``'s records carry the
+instance's own publisher identity (:func:`server.bookmarks.broker_pub_hash`, shared with
+the messages the instance publishes itself) and the next sequences of that publisher, so
+each has a bookmark: replication sends them like publishes and a destination
+de-duplicates them on a resync. The sequence is the log's (``publisher_last`` + 1), so it
+survives restarts with the log. An expiration is logged without identity (``pub_hash``
+0): every instance expires records from its own ``<SOW>`` configuration, and such records
+are never replicated.
 """
 
 from __future__ import annotations
@@ -57,6 +66,8 @@ class SowDeletes:
         entitlements: write entitlements (removing is writing).
         events: log refusals of an expiration.
         clock: filters' time functions.
+        publisher: the instance's publisher id, which a ``sow_delete``'s records carry
+            (0: none, they are logged without identity like expirations).
     """
 
     def __init__(
@@ -67,6 +78,7 @@ class SowDeletes:
         entitlements: Entitlements,
         events: EventSink,
         clock: Clock,
+        publisher: int = 0,
     ) -> None:
         self._topics = topics
         self._delivery = delivery
@@ -74,6 +86,7 @@ class SowDeletes:
         self._auth = entitlements
         self._events = events
         self._clock = clock
+        self._publisher = publisher
 
     # -- the command --------------------------------------------------------------------
 
@@ -173,6 +186,9 @@ class SowDeletes:
         """Remove ``records`` (each only if it is still the stored one): logged first,
         then applied, then told to subscribers.
 
+        A removal for ``reason`` ``deleted`` (the command) is logged with the instance's
+        publisher identity, so it replicates; any other (``expired``) without.
+
         Returns:
             How many were removed, and the log's refusal when it stopped accepting part
             way (the records before it were removed, the others kept).
@@ -183,7 +199,8 @@ class SowDeletes:
         ]
         if not live:
             return 0, None
-        seqs, refusal = self._log(topic, [r.key for r in live])
+        pub = self._publisher if reason == DELETED else 0
+        seqs, refusal = self._log(topic, [r.key for r in live], pub)
         changes: list[Change] = []
         for rec, seq in zip(live, seqs, strict=False):
             ch = store.delete(rec.key, seq=seq)
@@ -193,25 +210,32 @@ class SowDeletes:
             self._delivery.changed(topic, topic_json(topic), changes, reason)
         return len(changes), refusal
 
-    def _log(self, topic: str, keys: list[str]) -> tuple[list[int], ProtocolFailure | None]:
-        """Append a ``SOW_DELETE`` record per key (recorded topics); their seqs (0: not
-        logged), and the log's refusal if it stopped accepting part way."""
+    def _log(
+        self, topic: str, keys: list[str], pub: int
+    ) -> tuple[list[int], ProtocolFailure | None]:
+        """Append a ``SOW_DELETE`` record per key (recorded topics), as publisher ``pub``
+        (0: no identity) with its next sequences; their seqs (0: not logged), and the
+        log's refusal if it stopped accepting part way."""
         txlog = self._txlog
         if txlog is None or not self._topics.recorded(topic):
             return [0] * len(keys), None
         n = len(keys)
-        done = txlog.append_many(topic=topic, message_type="json", pub_hash=0, pub_seqs=[0] * n,
-                                 bodies=[b""] * n, sow_keys=keys, kind=_SOW_DELETE)  # fmt: skip
+        first = txlog.publisher_last(pub) + 1 if pub else 0
+        pub_seqs = list(range(first, first + n)) if pub else [0] * n
+        done = txlog.append_many(topic=topic, message_type="json", pub_hash=pub,
+                                 pub_seqs=pub_seqs, bodies=[b""] * n, sow_keys=keys,
+                                 kind=_SOW_DELETE)  # fmt: skip
         seqs = list(range(txlog.last_seq - done + 1, txlog.last_seq + 1))
         if done == n:
             return seqs, None
         try:  # the log refused key ``done``: append() of it says why, or takes it
-            rec = txlog.append(topic=topic, message_type="json", pub_hash=0, pub_seq=0,
-                               body=b"", kind=_SOW_DELETE, sow_key=keys[done])  # fmt: skip
+            rec = txlog.append(topic=topic, message_type="json", pub_hash=pub,
+                               pub_seq=pub_seqs[done], body=b"", kind=_SOW_DELETE,
+                               sow_key=keys[done])  # fmt: skip
         except ProtocolFailure as exc:
             return seqs, exc
         except Exception as exc:
             return seqs, TxlogFull(f"transaction log cannot accept writes: {exc}")
         seqs.append(rec.seq)
-        more, refusal = self._log(topic, keys[done + 1 :])
+        more, refusal = self._log(topic, keys[done + 1 :], pub)
         return seqs + more, refusal

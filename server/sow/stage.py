@@ -12,6 +12,11 @@ For a run of publishes to a SOW topic:
   before and after, to the SOW subscriptions (server/sow/subscribers.py). Per message
   only what must be: the store's put; the run is one call, one subscriber lookup, one
   encoding pass per subscriber.
+- a replicated ``sow_delete`` (a run of kind ``SOW_DELETE`` from a replication link,
+  server/replication/inbound.py): ``prepare`` takes each record's key from its SOW key
+  field, the pipeline de-duplicates and logs it like a publish, and ``appended`` removes
+  the keys from the store and tells the subscribers that held them (``oof`` reason
+  ``deleted``), as a local ``sow_delete`` does (server/sow/deleting.py).
 - ``durable`` (the log's group commit): persistent stores write what it covers.
 - ``recover`` (start-up): the log rebuilds transient stores of recorded topics and the
   part of a persistent store's history its file lacks (server/sow/history.py).
@@ -24,20 +29,26 @@ from collections.abc import Callable
 import orjson
 
 from server.clock import Clock, time_us
-from server.ports import AppendedRun, Outbound, PublishRun, Refusals
+from server.ports import AppendedRun, Change, Outbound, PublishRun, Refusals
 from server.protocol.errors import InvalidMessage, ProtocolFailure
 from server.sow.delta import merge
 from server.sow.filestore import FileStore
 from server.sow.history import LogApplier
 from server.sow.memory import MemoryStore
 from server.sow.registry import SowTopics
-from server.sow.subscribers import SowDelivery
+from server.sow.subscribers import DELETED, SowDelivery
 from server.txlog.batch import RecordBatch
-from server.txlog.record import SOW_FIELD_SEPARATOR, RecordKind, sow_key_field
+from server.txlog.record import (
+    SOW_FIELD_SEPARATOR,
+    RecordKind,
+    sow_key_field,
+    split_sow_key_field,
+)
 
 __all__ = ["SowStage"]
 
 _DELTA = RecordKind.DELTA_PUBLISH
+_DELETE = RecordKind.SOW_DELETE
 
 
 class SowStage:
@@ -69,6 +80,8 @@ class SowStage:
     # -- before the append --------------------------------------------------------------
 
     def prepare(self, run: PublishRun) -> Refusals | None:
+        if run.kind == _DELETE:
+            return self._prepare_deletes(run)
         topics = self._topics
         topic = run.topic
         rule = topics.rule(topic)
@@ -115,6 +128,20 @@ class SowStage:
         return refusals
 
     @staticmethod
+    def _prepare_deletes(run: PublishRun) -> Refusals | None:
+        """A replicated ``sow_delete`` run: each record's key is its SOW key field (a
+        removal has no body to derive one from); a record without one is refused."""
+        fields = run.sow_keys or [""] * len(run.bodies)
+        keys = [split_sow_key_field(field)[0] for field in fields]
+        run.keys = keys
+        refusals: Refusals = [
+            (i, InvalidMessage(f"a sow_delete record of {run.topic!r} carries no key"))
+            for i, key in enumerate(keys)
+            if not key
+        ]
+        return refusals or None
+
+    @staticmethod
     def _merge(
         topic: str, store: MemoryStore | None, key: str, update: bytes, merged: dict[str, bytes]
     ) -> bytes:
@@ -148,6 +175,9 @@ class SowStage:
         return any(sub.outbound is peer for sub in self._delivery.router.match(topic))
 
     def appended(self, run: AppendedRun) -> None:
+        if run.kind == _DELETE:
+            self._deleted(run)
+            return
         topics = self._topics
         topic = run.topic
         rule = topics.rule(topic)
@@ -187,6 +217,24 @@ class SowStage:
                 self._on_deadline(earliest)
         if wanted:
             self._delivery.changed(topic, run.topic_literal, changes)
+
+    def _deleted(self, run: AppendedRun) -> None:
+        """A replicated ``sow_delete`` run, logged: remove its keys (each with its log
+        seq, as a persistent store records it) and tell the subscribers that held them."""
+        topic = run.topic
+        store = self._topics.store(topic)
+        keys = run.keys
+        assert keys is not None  # set by prepare
+        if store is None:
+            return  # nothing stored in this topic here: nothing to remove
+        first = run.first_seq
+        changes: list[Change] = []
+        for i, key in enumerate(keys):
+            ch = store.delete(key, seq=first + i if first else 0)
+            if ch is not None:
+                changes.append(ch)
+        if changes:
+            self._delivery.changed(topic, run.topic_literal, changes, DELETED)
 
     # -- durability and recovery --------------------------------------------------------
 

@@ -18,9 +18,10 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin
 
-from server.bookmarks import pub_hash
+from server.bookmarks import broker_pub_hash, pub_hash
 from server.client import Client
 from tests.support.replication import Cluster, destination, publish_resending, read_log
+from tests.support.server import sow_topic
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -70,6 +71,59 @@ def test_a_loop_with_passthrough_delivers_every_message_once_everywhere(tmp_path
         # a's own messages are here with an empty path at a; b's came from c via a loop
         assert hops[()] == 1000
         assert len(records) == 3000
+
+
+def test_sow_deletes_replicate_both_ways_and_expirations_stay_local(tmp_path: Path) -> None:
+    """A <-> B (sync), one SOW topic: a ``sow_delete`` on either instance removes the
+    records on both; each logged the other's deletes once, with the other's publisher
+    identity and path; an expiration is logged by each instance for itself."""
+    cluster = Cluster(tmp_path, ["a", "b"])
+    sow = sow_topic("orders", "/id") + sow_topic("quotes", "/id", expiration="1s")
+    for name, other in (("a", "b"), ("b", "a")):
+        cluster.add(name, sow=sow, destinations=[destination(other, [cluster.address(other)])])
+    cluster.start()
+
+    async def sow_of(name: str, topic: str) -> dict[str, bytes]:
+        async with Client(cluster.procs[name].ws_url, f"q-{name}") as q:
+            return {m.key or "": m.data for m in (await q.sow(topic)).records}
+
+    def keys(name: str, topic: str = "orders") -> set[str]:
+        return set(asyncio.run(sow_of(name, topic)))
+
+    try:
+        for name, other in (("a", "b"), ("b", "a")):
+            wait_until(lambda n=name, o=other: cluster.destination(n, o)["connected"], 20)
+
+        async def write() -> None:
+            async with Client(cluster.procs["a"].ws_url, "pub-a") as pa:
+                for i in range(10):
+                    await pa.publish_acked("orders", b'{"id":%d,"px":%d}' % (i, i % 2))
+                await pa.publish_acked("quotes", b'{"id":1}')
+
+        async def delete(name: str, flt: str | None = None, keys: list[str] | None = None) -> int:
+            async with Client(cluster.procs[name].ws_url, f"del-{name}") as client:
+                return await client.sow_delete("orders", filter=flt, keys=keys)
+
+        asyncio.run(write())
+        wait_until(lambda: keys("b") == {str(i) for i in range(10)}, 20, message="publishes")
+        assert asyncio.run(delete("a", flt="/px = 1")) == 5
+        assert asyncio.run(delete("b", keys=["0", "2"])) == 2
+        want = {"4", "6", "8"}
+        wait_until(lambda: keys("a") == want and keys("b") == want, 20, message="deletes")
+        wait_until(lambda: not keys("a", "quotes") and not keys("b", "quotes"), 20)
+        for name in ("a", "b"):
+            wait_until(lambda n=name: cluster.caught_up(n), 20, message=f"{name} caught up")
+    finally:
+        cluster.stop()
+    logs = {name: asyncio.run(read_log(cluster.procs[name])) for name in ("a", "b")}
+    for name, other in (("a", "b"), ("b", "a")):
+        deletes = [(h, s, path) for h, s, body, path in logs[name] if not body]
+        own = sorted(s for h, s, path in deletes if h == broker_pub_hash(name) and not path)
+        theirs = sorted(s for h, s, path in deletes if h == broker_pub_hash(other))
+        assert own == list(range(1, len(own) + 1)) and theirs == list(range(1, len(theirs) + 1))
+        assert len(own) == (5 if name == "a" else 2) and len(theirs) == (2 if name == "a" else 5)
+        assert all(path == (other,) for h, _, path in deletes if h == broker_pub_hash(other))
+        assert [h for h, _, _ in deletes].count(0) == 1  # its own expiration of the quote
 
 
 def test_without_passthrough_a_chain_passes_only_its_own_and_filters_apply(

@@ -75,17 +75,44 @@ def test_resync_skips_what_the_destination_holds() -> None:
     assert route.select(batch, "c", held) == [1, 2, 4, 5]
 
 
-def test_only_messages_go_not_sow_deletes() -> None:
-    """PUBLISH and DELTA_PUBLISH records go; a SOW_DELETE (no publisher identity: it could
-    not be de-duplicated on a resync) does not, in a batch of its own or among messages."""
-    kinds = (RecordKind.PUBLISH, RecordKind.SOW_DELETE, RecordKind.DELTA_PUBLISH)
-    records = [
-        Record(i + 1, 0, 7 if k != RecordKind.SOW_DELETE else 0, i + 1, "orders", "json", k,
-               (), 0, b"{}" if k != RecordKind.SOW_DELETE else b"", sow_key="1")
-        for i, k in enumerate(kinds)
-    ]  # fmt: skip
+def _mixed(*rows: tuple[RecordKind, int, tuple[str, ...]]) -> RecordBatch:
+    """Records of topic ``orders``: (kind, publisher, path); seqs count per record."""
+    return RecordBatch.from_records(
+        [
+            Record(i + 1, 0, pub, i + 1 if pub else 0, "orders", "json", kind, path, 0,
+                   b"" if kind == RecordKind.SOW_DELETE else b'{"qty":0}', sow_key="1")
+            for i, (kind, pub, path) in enumerate(rows)
+        ]
+    )  # fmt: skip
+
+
+def test_sow_deletes_with_an_identity_go_and_expirations_stay() -> None:
+    """A sow_delete's SOW_DELETE record (the instance's publisher identity) goes like a
+    message, in a batch of its own or among messages; an expiration (pub_hash 0) stays on
+    the instance that logged it."""
+    pub, delete, delta = RecordKind.PUBLISH, RecordKind.SOW_DELETE, RecordKind.DELTA_PUBLISH
+    batch = _mixed((pub, 7, ()), (delete, 9, ()), (delete, 0, ()), (delta, 7, ()))
     route = Route(_dest(ReplicationTopic(".*", is_regex=True)))
-    assert route.select(RecordBatch.from_records(records), "c") == [0, 2]
-    assert route.select(RecordBatch.from_records(records[1:2]), "c") == []
+    assert route.select(batch, "c") == [0, 1, 3]
+    assert route.select(_mixed((delete, 9, ())), "c") == [0]
+    assert route.select(_mixed((delete, 0, ())), "c") == []
+    # other topics' blocks do not take it
+    assert Route(_dest(ReplicationTopic("trades"))).select(_mixed((delete, 9, ())), "c") == []
+
+
+def test_a_filter_does_not_hold_back_a_delete() -> None:
+    """The destination may hold a version of the record that matched the filter: the
+    delete goes wherever a block takes its topic (the message that does not match stays)."""
     filtered = Route(_dest(ReplicationTopic("orders", filter="/qty > 0")))
-    assert filtered.select(RecordBatch.from_records(records[1:2]), "c") == []
+    batch = _mixed((RecordKind.PUBLISH, 7, ()), (RecordKind.SOW_DELETE, 9, ()))
+    assert filtered.select(batch, "c") == [1]
+
+
+def test_a_delete_follows_the_path_and_resync_rules() -> None:
+    delete = RecordKind.SOW_DELETE
+    looped = Route(_dest(ReplicationTopic(".*", is_regex=True), passthrough=(".*",)))
+    batch = _mixed((delete, 9, ("c@gc",)), (delete, 9, ("a@ga",)))
+    assert looped.select(batch, "c") == [1]
+    assert Route(_dest(ReplicationTopic(".*", is_regex=True))).select(batch, "c") == []
+    twice = _mixed((delete, 9, ()), (delete, 9, ()))
+    assert looped.select(twice, "c", held_by({9: (1, [])})) == [1]
