@@ -17,6 +17,7 @@ from server.client.client import (
     SowResult,
     Subscription,
 )
+from server.client.connection import HandshakeFailed
 from server.client.sync import SyncClient, SyncSubscription
 from server.client.tls import client_context
 
@@ -25,6 +26,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Disconnected",
+    "HandshakeFailed",
     "LogonInfo",
     "Message",
     "SowResult",

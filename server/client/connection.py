@@ -29,7 +29,23 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+
+class HandshakeFailed(ConnectionError):
+    """The websocket upgrade did not complete: the broker refused it with an HTTP status
+    (``status``, e.g. 403 for a browser origin it does not allow), or the connection ended
+    or answered something else before it finished (a broker killed or restarting).
+
+    A :class:`ConnectionError` (an ``OSError``) like a refused TCP connection, so a loop
+    that retries connections also retries one lost while it was being made (websockets'
+    own handshake exceptions are not ``OSError``).
+    """
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +140,20 @@ class WebSocketTransport:
         """Connect to ``url`` (``ws://`` or ``wss://host:port/amps/json``) and start
         reading. A ``wss://`` URL verifies the broker's certificate (``ssl``, or the
         system's CAs)."""
-        ws = await connect(
-            url,
-            compression=None,
-            max_size=max_size,
-            open_timeout=open_timeout,
-            ping_interval=None,
-            ssl=ssl,
-        )
+        try:
+            ws = await connect(
+                url,
+                compression=None,
+                max_size=max_size,
+                open_timeout=open_timeout,
+                ping_interval=None,
+                ssl=ssl,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            raise HandshakeFailed(f"the broker refused the upgrade: HTTP {status}", status) from exc
+        except InvalidHandshake as exc:
+            raise HandshakeFailed(f"websocket handshake failed: {exc}") from exc
         return cls(ws, handlers)
 
     @property

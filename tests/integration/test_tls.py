@@ -19,7 +19,7 @@ import httpx
 import pytest
 from websockets.exceptions import InvalidMessage
 
-from server.client import Client, client_context
+from server.client import Client, HandshakeFailed, client_context
 from server.passwords import hash_password
 from server.protocol.errors import AuthFailure, NotEntitled
 from tests.support.certs import Issued, TestCA
@@ -30,7 +30,7 @@ PASSWORD = "ops password for tls"
 #: how a refused TLS handshake shows in the client: an alert during the handshake
 #: (TLS 1.2), or, with TLS 1.3 (the client finishes first), the connection closing before
 #: the websocket upgrade is answered
-HANDSHAKE_REFUSED = (ssl.SSLError, OSError, EOFError, InvalidMessage)
+HANDSHAKE_REFUSED = (ssl.SSLError, OSError, EOFError, InvalidMessage, HandshakeFailed)
 TOKEN = "ops-token-for-tls-tests-0123"
 
 

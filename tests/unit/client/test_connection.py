@@ -15,7 +15,13 @@ from typing import Any, ParamSpec
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from server.client.connection import Handlers, Transport, WebSocketTransport, connect_websocket
+from server.client.connection import (
+    Handlers,
+    HandshakeFailed,
+    Transport,
+    WebSocketTransport,
+    connect_websocket,
+)
 from tests.support.wait import async_wait_until
 
 P = ParamSpec("P")
@@ -185,3 +191,42 @@ async def test_the_heartbeat_beats_every_interval_until_the_connection_ends() ->
     assert heartbeat is None  # stopped with the reader
     await transport.close()
     server.close()
+
+
+async def _raw_server(answer: bytes) -> tuple[asyncio.Server, int]:
+    """A TCP server that reads the upgrade request, writes ``answer`` and closes."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@run_async
+async def test_a_connection_lost_during_the_handshake_is_handshake_failed() -> None:
+    """Regression: a broker killed while answering the upgrade surfaced websockets'
+    ``InvalidMessage``, which a reconnect loop catching ``Disconnected`` let through."""
+    server, port = await _raw_server(b"")
+    async with server:
+        try:
+            await WebSocketTransport.open(f"ws://127.0.0.1:{port}/amps/json", Client().handlers())
+        except HandshakeFailed as exc:
+            assert isinstance(exc, OSError) and exc.status is None
+        else:
+            raise AssertionError("the handshake cannot have succeeded")
+
+
+@run_async
+async def test_a_refused_upgrade_is_handshake_failed_with_its_status() -> None:
+    server, port = await _raw_server(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+    async with server:
+        try:
+            await WebSocketTransport.open(f"ws://127.0.0.1:{port}/amps/json", Client().handlers())
+        except HandshakeFailed as exc:
+            assert exc.status == 403 and "403" in exc.reason
+        else:
+            raise AssertionError("the handshake cannot have succeeded")
