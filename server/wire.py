@@ -242,14 +242,7 @@ def encode_sow_record(
     ts: str | None = None,
 ) -> bytes:
     """One ``sow`` message: a query-result record (``key`` None: ``no_sowkey``)."""
-    head = b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid
-    if key is not None:
-        head += b',"k":' + orjson.dumps(key)
-    if bookmark:
-        head += b',"bm":"' + bookmark.encode() + b'"'
-    if ts:
-        head += b',"ts":"' + ts.encode() + b'"'
-    return head + b',"l":%d}' % len(body) + body
+    return _keyed(b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid, key, body, bookmark, ts)
 
 
 def encode_keyed(
@@ -263,6 +256,14 @@ def encode_keyed(
     """One ``publish`` delivery of a SOW topic: with the record's ``k`` (None:
     ``no_sowkey``). A delta subscription's body is the delta."""
     head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
+    return _keyed(head, key, body, bookmark, ts)
+
+
+def _keyed(
+    head: bytes, key: str | None, body: bytes, bookmark: str | None, ts: str | None
+) -> bytes:
+    """The rest of a SOW record's message after ``head``: ``k``, ``bm``, ``ts``, ``l``,
+    the body (the one layout of ``sow`` and keyed ``publish`` messages)."""
     if key is not None:
         head += b',"k":' + orjson.dumps(key)
     if bookmark:

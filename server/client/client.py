@@ -411,15 +411,30 @@ class Client:
         """Subscribe; returns once the broker processed the command (``delta``: a
         ``delta_subscribe``)."""
         sid = sub_id or self._state.next_sub_id()
-        sub = Subscription(self, sid, self.queue_size)
-        replaced = self._state.add_subscription(sid, sub)
-        try:
-            cid = self._state.subscribe_command(
+        return await self._registered(
+            sid,
+            lambda: self._state.subscribe_command(
                 topic, sid, filter=filter, bookmark=bookmark, options=options,
                 completed=completed, delta=delta,
-            )  # fmt: skip
-            await self._reply(cid, timeout)
+            ),
+            timeout,
+        )  # fmt: skip
+
+    async def _registered(
+        self, sid: str, send: Callable[[], str], timeout: float, *, query: bool = False
+    ) -> Subscription:
+        """Register subscription ``sid`` (and, with ``query``, its snapshot's records),
+        queue its command (``send`` returns the cid) and wait for the broker's answer; on
+        any failure the registration is undone (a replaced subscription comes back)."""
+        sub = Subscription(self, sid, self.queue_size)
+        replaced = self._state.add_subscription(sid, sub)
+        if query:
+            self._state.add_query(sid, sub)
+        try:
+            await self._reply(send(), timeout)
         except BaseException:
+            if query:
+                self._state.remove_query(sid)
             if replaced is not None:
                 self._state.add_subscription(sid, replaced)
             else:
@@ -500,24 +515,16 @@ class Client:
         records (``command`` ``sow``), then every later change (``publish``, ``oof``), with
         none lost or doubled in between. ``delta``: ``sow_and_delta_subscribe``."""
         sid = sub_id or self._state.next_sub_id()
-        sub = Subscription(self, sid, self.queue_size)
-        replaced = self._state.add_subscription(sid, sub)
-        self._state.add_query(sid, sub)
-        try:
-            cid = self._state.sow_command(
+        return await self._registered(
+            sid,
+            lambda: self._state.sow_command(
                 "sow_and_delta_subscribe" if delta else "sow_and_subscribe", topic, sid,
                 sub_id=sid, filter=filter, top_n=top_n, orderby=orderby,
                 batch_size=batch_size, bookmark=bookmark, options=options,
-            )  # fmt: skip
-            await self._reply(cid, timeout)
-        except BaseException:
-            self._state.remove_query(sid)
-            if replaced is not None:
-                self._state.add_subscription(sid, replaced)
-            else:
-                self._state.remove_subscription(sid)
-            raise
-        return sub
+            ),
+            timeout,
+            query=True,
+        )  # fmt: skip
 
     async def delta_subscribe(
         self,

@@ -20,8 +20,8 @@ import pytest
 
 from server.client import SyncClient
 from server.config import AdminConfig, Config
-from server.passwords import hash_password
 from server.stats.timeparse import format_time
+from tests.support.roster import bearer, three_users
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until
 from web.admin import AdminApi
@@ -30,14 +30,9 @@ from web.app import create_app
 ADMIN_TOKEN = "admin-token-0123456789"
 READER_TOKEN = "reader-token-0123456789"
 FEED_TOKEN = "feed-token-0123456789"
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-READER = {"Authorization": f"Bearer {READER_TOKEN}"}
-USERS = (
-    f"<User><Name>ops</Name><Token>{ADMIN_TOKEN}</Token>"
-    f"<PasswordHash>{hash_password('ops-password')}</PasswordHash><Admin>true</Admin></User>"
-    f"<User><Name>viewer</Name><Token>{READER_TOKEN}</Token></User>"
-    f"<User><Name>feed</Name><Token>{FEED_TOKEN}</Token><Read>.*</Read><Write>.*</Write></User>"
-)
+ADMIN = bearer(ADMIN_TOKEN)
+READER = bearer(READER_TOKEN)
+USERS = three_users(ADMIN_TOKEN, READER_TOKEN, FEED_TOKEN)
 
 
 @pytest.fixture(scope="module")

@@ -12,21 +12,16 @@ import httpx
 import pytest
 
 from server.client import Client
-from server.passwords import hash_password
+from tests.support.roster import bearer, three_users
 from tests.support.server import SpoolProcess, config_xml, sow_topic
 from tests.support.wait import wait_until
 
 ADMIN_TOKEN = "sow-admin-token-0123456789"
 READER_TOKEN = "sow-reader-token-0123456789"
 FEED_TOKEN = "sow-feed-token-0123456789"
-ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-READER = {"Authorization": f"Bearer {READER_TOKEN}"}
-USERS = (
-    f"<User><Name>ops</Name><Token>{ADMIN_TOKEN}</Token>"
-    f"<PasswordHash>{hash_password('ops-password')}</PasswordHash><Admin>true</Admin></User>"
-    f"<User><Name>viewer</Name><Token>{READER_TOKEN}</Token></User>"
-    f"<User><Name>feed</Name><Token>{FEED_TOKEN}</Token><Read>.*</Read><Write>.*</Write></User>"
-)
+ADMIN = bearer(ADMIN_TOKEN)
+READER = bearer(READER_TOKEN)
+USERS = three_users(ADMIN_TOKEN, READER_TOKEN, FEED_TOKEN)
 
 
 @pytest.fixture(scope="module")
