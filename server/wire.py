@@ -242,7 +242,14 @@ def encode_sow_record(
     ts: str | None = None,
 ) -> bytes:
     """One ``sow`` message: a query-result record (``key`` None: ``no_sowkey``)."""
-    return _keyed(b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid, key, body, bookmark, ts)
+    head = b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid
+    if key is not None:
+        head += b',"k":' + orjson.dumps(key)
+    if bookmark:
+        head += b',"bm":"' + bookmark.encode() + b'"'
+    if ts:
+        head += b',"ts":"' + ts.encode() + b'"'
+    return head + b',"l":%d}' % len(body) + body
 
 
 def encode_keyed(
@@ -254,16 +261,13 @@ def encode_keyed(
     ts: str | None = None,
 ) -> bytes:
     """One ``publish`` delivery of a SOW topic: with the record's ``k`` (None:
-    ``no_sowkey``). A delta subscription's body is the delta."""
+    ``no_sowkey``). A delta subscription's body is the delta.
+
+    The tail after the head is the same as :func:`encode_sow_record`'s, written out in
+    both: a shared helper cost one call per record (850 -> 900 ns CPU, measured), and
+    this runs once per live delivery of every SOW subscriber.
+    """
     head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
-    return _keyed(head, key, body, bookmark, ts)
-
-
-def _keyed(
-    head: bytes, key: str | None, body: bytes, bookmark: str | None, ts: str | None
-) -> bytes:
-    """The rest of a SOW record's message after ``head``: ``k``, ``bm``, ``ts``, ``l``,
-    the body (the one layout of ``sow`` and keyed ``publish`` messages)."""
     if key is not None:
         head += b',"k":' + orjson.dumps(key)
     if bookmark:
