@@ -154,11 +154,11 @@ class Consumer:
 
 
 class Delivery(NamedTuple):
-    """A message to send: to whom, which, its delivery count and lease period."""
+    """A message to send: to whom, which, its delivery number (1: first) and lease period."""
 
     consumer: Consumer
     message: Message
-    count: int
+    number: int
     lease_us: int
 
 

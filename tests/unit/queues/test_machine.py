@@ -34,11 +34,11 @@ def test_lease_expiry_redelivers_with_a_delivery_count() -> None:
     q.subscribe(a)
     q.add(msg(1))
     (d,) = q.dispatch(0)
-    assert (d.consumer, d.count, d.lease_us) == (a, 1, 30 * S)
+    assert (d.consumer, d.number, d.lease_us) == (a, 1, 30 * S)
     assert q.tick(30 * S - 1) == [] and q.dispatch(30 * S - 1) == []
     assert q.tick(30 * S) == []  # back to ready, not removed
     (d2,) = q.dispatch(30 * S)
-    assert d2.message.seq == 1 and d2.count == 2
+    assert d2.message.seq == 1 and d2.number == 2
 
 
 def test_disconnect_returns_leases_and_max_deliveries_removes() -> None:
@@ -50,7 +50,7 @@ def test_disconnect_returns_leases_and_max_deliveries_removes() -> None:
     assert q.unsubscribe(a) == []
     q.subscribe(b)
     (d,) = q.dispatch(0)
-    assert d.consumer is b and d.count == 2
+    assert d.consumer is b and d.number == 2
     (gone,) = q.unsubscribe(b)
     assert gone.reason == "max_deliveries" and q.depth == 0
 
@@ -256,7 +256,7 @@ class QueueModel(RuleBasedStateMachine):
             assert c in self.consumers
             assert c.accepts is None or c.accepts(d.message)
             self.deliveries[seq] += 1
-            assert d.count == self.deliveries[seq]
+            assert d.number == self.deliveries[seq]
             self.state[seq] = (c, self.now + self.policy.lease_period_us)
             self.last_holder[seq] = c
         # maximal: nothing ready that a consumer with room would take
