@@ -19,8 +19,9 @@ expired, past ``MaxDeliveries`` or ``MaxCancels``, or delivered under at-most-on
   ``max_backlog`` and the queue's ``MaxPerSubscriptionBacklog``); at-most-once delivery
   takes no lease and is not limited.
 - **Fairness** among consumers with room that accept a message (their filter matches):
-  ``fast`` the first in subscription order, ``round-robin`` the next one after the last
-  chosen, ``proportional`` a random one weighted by its free backlog.
+  ``fast`` the first in subscription order, ``round-robin`` the one given a message least
+  recently (so filters that send some messages to some consumers only do not skew it),
+  ``proportional`` a random one weighted by its free backlog.
 - **Leasing**: an ack is taken from the consumer that holds the lease; under ``sublet``
   also from the last holder of a lease that ran out, as long as nobody else leased the
   message since; under ``strict`` a lease that ran out cannot be acked any more.
@@ -146,6 +147,8 @@ class Consumer:
     leased: dict[int, Message] = field(default_factory=dict)
     delivered: int = 0
     token: object = None
+    #: when it was last given a message (the machine's delivery counter; round-robin)
+    turn: int = 0
 
     @property
     def room(self) -> int:
@@ -202,7 +205,9 @@ class QueueMachine:
         #: message deadlines: (expires_us, seq)
         self._deadlines: list[tuple[int, int]] = []
         self._consumers: list[Consumer] = []
-        self._next_rr = 0
+        self._turns = 0
+        #: the latest time the machine was told (tick, dispatch)
+        self._now_us = 0
         self.enqueued = 0
         self.removed: dict[str, int] = {}
 
@@ -371,8 +376,13 @@ class QueueMachine:
             if m is not None and m.holder is not None and m.lease_no == no:
                 break
             heapq.heappop(leases)
+        # a leased message's deadline is checked when its lease ends (and pushed again if
+        # it goes back to the queue): left here, a passed one would look due for ever
         deadlines = self._deadlines
-        while deadlines and deadlines[0][1] not in self._messages:
+        while deadlines:
+            m = self._messages.get(deadlines[0][1])
+            if m is not None and m.holder is None:
+                break
             heapq.heappop(deadlines)
 
     def tick(self, now_us: int) -> list[Removal]:
@@ -380,6 +390,7 @@ class QueueMachine:
         it past ``MaxDeliveries``); messages past their expiration leave the queue (a
         leased one when its lease ends)."""
         removed: list[Removal] = []
+        self._now_us = now_us
         leases = self._leases
         while leases and leases[0][0] <= now_us:
             _, seq, no = heapq.heappop(leases)
@@ -389,14 +400,10 @@ class QueueMachine:
             self._end_lease(m, removed)
         deadlines = self._deadlines
         while deadlines and deadlines[0][0] <= now_us:
-            _, seq = deadlines[0]
+            _, seq = heapq.heappop(deadlines)
             m = self._messages.get(seq)
-            if m is None:
-                heapq.heappop(deadlines)
-                continue
-            if m.holder is not None:
-                break  # it leaves when its lease ends (checked in _end_lease)
-            heapq.heappop(deadlines)
+            if m is None or m.holder is not None:
+                continue  # gone; or leased: it leaves when its lease ends (_end_lease)
             self._drop(m)
             removed.append(self._count(Removal(m, EXPIRED)))
         return removed
@@ -408,11 +415,13 @@ class QueueMachine:
         if limit and m.deliveries >= limit:
             self._drop(m)
             removed.append(self._count(Removal(m, DELIVERY_LIMIT)))
-        elif m.expires_us and m.expires_us <= m.lease_until_us:
+        elif m.expires_us and m.expires_us <= self._now_us:
             self._drop(m)
             removed.append(self._count(Removal(m, EXPIRED)))
         else:
             self._make_ready(m)
+            if m.expires_us:
+                heapq.heappush(self._deadlines, (m.expires_us, m.seq))
 
     # -- delivery -----------------------------------------------------------------------
 
@@ -424,6 +433,7 @@ class QueueMachine:
         ahead of it, stay ready; the ones behind them go on.
         """
         out: list[Delivery] = []
+        self._now_us = max(self._now_us, now_us)
         if not self._ready or not self._consumers:
             return out
         at_most_once = self.policy.semantics == "at-most-once"
@@ -467,7 +477,6 @@ class QueueMachine:
 
     def _choose(self, m: Message, unlimited: bool) -> Consumer | None:
         consumers = self._consumers
-        n = len(consumers)
         fairness = self.policy.fairness
         if fairness == "proportional" and not unlimited:
             weights: list[int] = []
@@ -482,14 +491,17 @@ class QueueMachine:
             if len(candidates) == 1:
                 return candidates[0]
             return self._rng.choices(candidates, weights)[0]
-        start = self._next_rr if fairness != "fast" else 0
-        for i in range(n):
-            c = consumers[(start + i) % n]
+        chosen: Consumer | None = None
+        for c in consumers:
             if (unlimited or c.room > 0) and (c.accepts is None or c.accepts(m)):
-                if fairness != "fast":
-                    self._next_rr = (start + i + 1) % n
-                return c
-        return None
+                if fairness == "fast":
+                    return c
+                if chosen is None or c.turn < chosen.turn:
+                    chosen = c
+        if chosen is not None:
+            self._turns += 1
+            chosen.turn = self._turns
+        return chosen
 
     # -- internals ----------------------------------------------------------------------
 

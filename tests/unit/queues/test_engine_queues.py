@@ -112,3 +112,169 @@ async def test_disconnect_returns_leases_to_another_consumer(tmp_path: Path) -> 
         await a.session.close()  # the connection drops: its leases end at once
         await h.settle()
         assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2), (2, 2), (3, 2)]
+
+
+@scenario
+async def test_backlog_is_the_smaller_of_max_backlog_and_the_queue_limit(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml("<MaxPerSubscriptionBacklog>3</MaxPerSubscriptionBacklog>")) as h:
+        p = await h.logon("pub")
+        big, default = await h.logon("big"), await h.logon("default")
+        big.send(sub(options="max_backlog=100"))
+        default.send(sub())
+        await h.settle()
+        assert big.acks("processed")[0]["max_backlog"] == 3
+        assert default.acks("processed")[0]["max_backlog"] == 1  # no max_backlog: 1
+        p.send(*(pub(i) for i in range(10)))
+        await h.settle()
+        assert (len(big.deliveries()), len(default.deliveries())) == (3, 1)
+        info = h.broker.queues.info("work")
+        assert (info.leased, info.backlog, info.depth) == (4, 6, 10)
+
+
+@scenario
+async def test_max_backlog_is_refused_outside_queues(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml()) as h:
+        c = await h.logon("c")
+        c.send(sub(topic="work-in", options="max_backlog=3"))
+        c.send(sub("t", options="live"))
+        c.send(sub("u", bm="0"))
+        await h.settle()
+        fails = [(a["cid"], a["reason"]) for a in c.acks() if a.get("status") == "failure"]
+        assert fails == [("s", "invalid options"), ("t", "invalid options"), ("u", "invalid options")]
+
+
+@scenario
+async def test_barrier_waits_for_every_message_ahead(tmp_path: Path) -> None:
+    q = queue_xml("<BarrierExpression>/barrier = 1</BarrierExpression>"
+                  "<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")  # fmt: skip
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=10"))
+        await h.settle()
+        p.send(pub(1), pub(2), pub(3, barrier=1), pub(4))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [1, 2, 4]
+        bms = {n: bm for n, bm, _ in got(c)}
+        c.send(ack(bms[1], bms[4]))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [1, 2, 4]  # 2 is still ahead of the barrier
+        c.send(ack(bms[2]))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [1, 2, 4, 3]
+
+
+@scenario
+async def test_priority_cancel_expire_and_max_cancels(tmp_path: Path) -> None:
+    q = queue_xml("<Priority>/p</Priority><MaxCancels>2</MaxCancels>")
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        p.send(pub(1, p=1), pub(2, p=9), pub(3, p=5))
+        await h.settle()
+        c = await h.logon("c")
+        c.send(sub())
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2]
+        bm2 = got(c)[0][1]
+        c.send(ack(bm2, options="cancel", cid="c1"))
+        await h.settle()
+        assert [(n, dc) for n, _, dc in got(c)] == [(2, 1), (2, 2)]
+        c.send(ack(bm2, options="cancel", cid="c2"))  # the second cancel: it leaves
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2, 2, 3]
+        c.send(ack(got(c)[-1][1], options="expire", cid="e"))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2, 2, 3, 1]
+        removed = h.broker.queues.info("work").removed
+        assert removed == {"max_cancels": 1, "expired": 1}
+
+
+@scenario
+async def test_a_filter_ack_removes_matching_messages(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml()) as h:
+        p = await h.logon("pub")
+        p.send(*(pub(i) for i in range(6)))
+        await h.settle()
+        c = await h.logon("c")
+        c.send(({"c": "sow_delete", "t": "work", "f": "/n >= 3", "cid": "f", "a": "processed,stats"}, b""))
+        await h.settle()
+        assert c.acks("stats")[0]["records_deleted"] == 3
+        assert h.broker.queues.info("work").depth == 3
+        c.send(({"c": "sow_delete", "t": "work", "cid": "x", "a": "processed"}, b""))
+        c.send(ack("1|1|", options="bogus", cid="y"))
+        await h.settle()
+        fails = [(a["cid"], a["reason"]) for a in c.acks() if a.get("status") == "failure"]
+        assert fails == [("x", "invalid message"), ("y", "invalid options")]
+
+
+@scenario
+async def test_a_consumer_filter_and_round_robin(tmp_path: Path) -> None:
+    q = queue_xml("<DeliveryFairness>round-robin</DeliveryFairness>"
+                  "<MaxPerSubscriptionBacklog>100</MaxPerSubscriptionBacklog>")  # fmt: skip
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        a, b, odd = await h.logon("a"), await h.logon("b"), await h.logon("odd")
+        for c in (a, b):
+            c.send(sub(options="max_backlog=100", f="/n % 2 = 0"))
+        odd.send(sub(options="max_backlog=100", f="/n % 2 = 1"))
+        await h.settle()
+        p.send(*(pub(i) for i in range(40)))
+        await h.settle()
+        assert sorted(n for n, _, _ in got(odd)) == list(range(1, 40, 2))
+        assert (len(got(a)), len(got(b))) == (10, 10)
+        assert all(n % 2 == 0 for n, _, _ in got(a) + got(b))
+
+
+@scenario
+async def test_at_most_once_removes_on_delivery(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml("<Semantics>at-most-once</Semantics>")) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub())
+        await h.settle()
+        p.send(*(pub(i) for i in range(5)))
+        await h.settle()
+        assert [(n, dc) for n, _, dc in got(c)] == [(i, 1) for i in range(5)]
+        assert all(hd["lp"] == 0 for hd, _ in c.deliveries())
+        assert h.broker.queues.info("work").depth == 0
+
+
+@scenario
+async def test_expiration_removes_unread_messages_on_the_clock(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml("<Expiration>10s</Expiration>")) as h:
+        p = await h.logon("pub")
+        p.send(pub(1))
+        await h.settle()
+        await h.clock.advance(5)
+        p.send(pub(2))
+        await h.settle()
+        await h.clock.advance(5.5)
+        await h.settle()
+        assert h.broker.queues.info("work").depth == 1
+        c = await h.logon("c")
+        c.send(sub())
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2]
+
+
+@scenario
+async def test_state_is_recovered_from_the_log(tmp_path: Path) -> None:
+    q = queue_xml("<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=10"))
+        await h.settle()
+        p.send(*(pub(i) for i in range(6)))
+        await h.settle()
+        c.send(ack(*(bm for n, bm, _ in got(c) if n in (0, 2, 4))))
+        await h.settle()
+        await h.commit()
+        kinds = [r.kind for r in await h.broker.txlog.read_view(1)]  # type: ignore[union-attr]
+        assert kinds.count(RecordKind.QUEUE_ACK) == 1
+    async with harness(tmp_path, q) as h:
+        assert h.broker.queues.info("work").depth == 3
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=10"))
+        await h.settle()
+        assert sorted(n for n, _, _ in got(c)) == [1, 3, 5]

@@ -317,3 +317,27 @@ class QueueModel(RuleBasedStateMachine):
 
 TestQueueModel = QueueModel.TestCase
 TestQueueModel.settings = settings(max_examples=300, stateful_step_count=40)
+
+
+def test_a_leased_message_past_its_expiration_is_not_due_until_its_lease_ends() -> None:
+    """Regression: the deadline of a leased, expired message stayed at the top of the
+    heap, so next_deadline_us() kept answering a past time and the service's timer spun."""
+    q = machine(expiration_us=10 * S, lease_period_us=30 * S)
+    a = Consumer("a", 1)
+    q.subscribe(a)
+    q.add(msg(1, at=0))
+    q.dispatch(0)
+    assert q.tick(11 * S) == []
+    assert q.next_deadline_us() == 30 * S  # the lease end, not the passed expiration
+    assert [r.reason for r in q.tick(30 * S)] == ["expired"]
+
+
+def test_a_message_back_from_its_lease_keeps_its_expiration() -> None:
+    q = machine(expiration_us=60 * S, lease_period_us=10 * S)
+    a = Consumer("a", 1)
+    q.subscribe(a)
+    q.add(msg(1, at=0))
+    q.dispatch(0)
+    q.tick(10 * S)  # back to the queue, not expired yet
+    assert q.ready == 1 and q.next_deadline_us() == 60 * S
+    assert [r.reason for r in q.tick(60 * S)] == ["expired"]
