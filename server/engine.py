@@ -162,9 +162,7 @@ class Broker:
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
-        self.queues = QueueService(
-            config, txlog, self.subscriptions, self.auth, self.events, clock
-        )
+        self.queues = QueueService(config, txlog, self.subscriptions, self.auth, self.events, clock)
         # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
         self.pipeline = PublishPipeline(
             self.topics, txlog, local, self.acks, self.auth, self.events,
@@ -217,6 +215,7 @@ class Broker:
             BrokerPublisher(self.pipeline, txlog, config.name),
             replication,
             sow=self.sow,
+            queues=self.queues,
         )
         self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the

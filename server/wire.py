@@ -109,9 +109,14 @@ def encode_queued(
     the consumer acks with ``sow_delete``), ``lp`` the lease period in milliseconds (0:
     at-most-once, nothing to ack) and ``dc`` how many times it was delivered (above 1: a
     redelivery after a lease ended unacked)."""
-    return (
-        b'{"c":"publish","t":%b,"sids":%b,"bm":"%b","lp":%d,"dc":%d,"l":%d}%b'
-        % (topic_literal, sids, bookmark.encode(), lease_ms, count, len(body), body)
+    return b'{"c":"publish","t":%b,"sids":%b,"bm":"%b","lp":%d,"dc":%d,"l":%d}%b' % (
+        topic_literal,
+        sids,
+        bookmark.encode(),
+        lease_ms,
+        count,
+        len(body),
+        body,
     )
 
 

@@ -3,7 +3,8 @@
 Modules, lowest first: ``errors`` (what the client raises), ``events`` (values and the
 events of the session state), ``state`` (sans-I/O session state: frames in, events out,
 commands as bytes), ``connection`` (the transport: bytes in and out over a websocket),
-``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper); ``tls``
+``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper), ``queue``
+(queue consumers: per-message ack / cancel, auto-ack); ``tls``
 (the client's TLS context: verify by default, CA file, client certificate).
 """
 
@@ -18,6 +19,7 @@ from server.client.client import (
     Subscription,
 )
 from server.client.connection import HandshakeFailed
+from server.client.queue import QueueMessage, QueueSubscription, subscribe_queue
 from server.client.sync import SyncClient, SyncSubscription
 from server.client.tls import client_context
 
@@ -29,9 +31,12 @@ __all__ = [
     "HandshakeFailed",
     "LogonInfo",
     "Message",
+    "QueueMessage",
+    "QueueSubscription",
     "SowResult",
     "Subscription",
     "SyncClient",
     "SyncSubscription",
     "client_context",
+    "subscribe_queue",
 ]

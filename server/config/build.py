@@ -350,8 +350,14 @@ def build(root: Node, ctx: Context) -> Config:
     _check_message_sizes(transports, tuning, limit_node)
     _check_replication(replication, transports, txlog, tuning, min_sync_node)
     if sow_node is not None and queues:
-        _check_queues(sow_node, queues, txlog, name, replication is not None or any(
-            t.config.type == "amps-replication" for t in transports or ()))
+        _check_queues(
+            sow_node,
+            queues,
+            txlog,
+            name,
+            replication is not None
+            or any(t.config.type == "amps-replication" for t in transports or ()),
+        )
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (

@@ -302,11 +302,7 @@ class QueueMachine:
     def _held_by(self, consumer: Consumer, m: Message) -> bool:
         if m.holder is consumer:
             return True
-        return (
-            self.policy.leasing == "sublet"
-            and m.holder is None
-            and m.last_holder is consumer
-        )
+        return self.policy.leasing == "sublet" and m.holder is None and m.last_holder is consumer
 
     def ack(self, consumer: Consumer, bookmarks: Iterable[str]) -> AckResult:
         """The consumer processed these messages: they leave the queue."""
@@ -336,7 +332,9 @@ class QueueMachine:
                 result.returned.append(m)
         return result
 
-    def _settle(self, consumer: Consumer, bookmarks: Iterable[str], reason: RemovalReason) -> AckResult:
+    def _settle(
+        self, consumer: Consumer, bookmarks: Iterable[str], reason: RemovalReason
+    ) -> AckResult:
         result = AckResult([], [], [])
         for bm in bookmarks:
             m = self._by_bookmark.get(bm)

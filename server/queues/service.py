@@ -43,6 +43,7 @@ from server.protocol.errors import (
     TxlogFull,
 )
 from server.protocol.options import parse_subscribe_options
+from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
 from server.queues.machine import (
     DELIVERED,
     AckResult,
@@ -262,7 +263,11 @@ class QueueService:
         if existing is not None and not (options.replace and existing in self._ties):
             raise SubIdInUse(
                 f"sub_id {sub_id!r} is already in use on this connection"
-                + (" (replace takes a queue subscription only by another)" if options.replace else "")
+                + (
+                    " (replace takes a queue subscription only by another)"
+                    if options.replace
+                    else ""
+                )
             )
         flt: Filter | None = None
         if cmd.filter:
@@ -476,8 +481,9 @@ class QueueService:
             assert isinstance(tie, _Tie)
             m = d.message
             per_session.setdefault(tie.session, []).append(
-                encode_queued(literal, tie.sub.sid_bytes, m.body, m.bookmark,
-                              d.lease_us // 1000, d.number)  # fmt: skip
+                encode_queued(
+                    literal, tie.sub.sid_bytes, m.body, m.bookmark, d.lease_us // 1000, d.number
+                )
             )
         for session, parts in per_session.items():
             session.send_messages(b"".join(parts), len(parts))
@@ -521,13 +527,31 @@ class QueueService:
 
     # -- admin --------------------------------------------------------------------------
 
+    def set_proxied_transfer(self, name: str, enabled: bool) -> None:
+        """``enable_proxied_transfer`` / ``disable_proxied_transfer``.
+
+        Raises:
+            QueueNotFound: no queue of that name.
+            ProxiedTransferUnavailable: always, for an existing queue: queues are not
+                replicated in this version (docs/queues.md).
+        """
+        if name not in self.queues:
+            raise QueueNotFound(name)
+        raise ProxiedTransferUnavailable(name)
+
     def infos(self) -> list[QueueInfo]:
         """Every queue, in name order."""
         return [self.info(name) for name in sorted(self.queues)]
 
     def info(self, name: str) -> QueueInfo:
-        """One queue (KeyError: no such queue)."""
-        q = self.queues[name]
+        """One queue.
+
+        Raises:
+            QueueNotFound: no queue of that name.
+        """
+        q = self.queues.get(name)
+        if q is None:
+            raise QueueNotFound(name)
         m = q.machine
         now = time_us(self._clock)
         lease_start = m.oldest_lease_us()

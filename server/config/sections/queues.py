@@ -96,7 +96,9 @@ def read_queue(node: Node, ctx: Context) -> QueueConfig:
     kids = Children(node, _SPEC, _UNSUPPORTED)
     name = read_name(kids.require("Name", " (the queue's topic)"), ctx, "queue")
     if is_regex_topic(name):
-        raise fail(kids.require("Name", ""), "a queue's Name is one topic, not a regular expression")
+        raise fail(
+            kids.require("Name", ""), "a queue's Name is one topic, not a regular expression"
+        )
     if (type_node := kids.one("MessageType")) is not None:
         read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
     underlying, regex = name, False

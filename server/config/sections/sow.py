@@ -110,13 +110,9 @@ def read_sow(
     """
     kids = Children(node, _SOW_SPEC)
     topic_nodes = kids.many("Topic")
-    queue_nodes = sorted(
-        (n for kind in QUEUE_KINDS for n in kids.many(kind)), key=lambda n: n.line
-    )
+    queue_nodes = sorted((n for kind in QUEUE_KINDS for n in kids.many(kind)), key=lambda n: n.line)
     if not topic_nodes and not queue_nodes:
-        raise fail(
-            node, "<SOW> needs at least one <Topic> or queue; remove <SOW> to keep no topic"
-        )
+        raise fail(node, "<SOW> needs at least one <Topic> or queue; remove <SOW> to keep no topic")
     topics: list[SowTopicConfig] = []
     first_line: dict[str, int] = {}
     for topic_node in topic_nodes:

@@ -150,35 +150,50 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
     ),
     (
         "queue TargetQueueDepth",
-        sow("<Topic><Name>a</Name></Topic>", "<Queue><Name>q</Name><TargetQueueDepth>5</TargetQueueDepth></Queue>"),
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><TargetQueueDepth>5</TargetQueueDepth></Queue>",
+        ),
         "/SpoolConfig/SOW/Queue/TargetQueueDepth",
         5,
         "<TargetQueueDepth> is not supported yet (ownership transfers",
     ),
     (
         "queue bad barrier",
-        sow("<Topic><Name>a</Name></Topic>", "<Queue><Name>q</Name><BarrierExpression>/a ==</BarrierExpression></Queue>"),
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><BarrierExpression>/a ==</BarrierExpression></Queue>",
+        ),
         "/SpoolConfig/SOW/Queue/BarrierExpression",
         5,
         "the BarrierExpression does not compile",
     ),
     (
         "queue bad fairness",
-        sow("<Topic><Name>a</Name></Topic>", "<Queue><Name>q</Name><DeliveryFairness>fair</DeliveryFairness></Queue>"),
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><DeliveryFairness>fair</DeliveryFairness></Queue>",
+        ),
         "/SpoolConfig/SOW/Queue/DeliveryFairness",
         5,
         "'fair' is not a valid DeliveryFairness",
     ),
     (
         "queue backlog zero",
-        sow("<Topic><Name>a</Name></Topic>", "<Queue><Name>q</Name><MaxPerSubscriptionBacklog>0</MaxPerSubscriptionBacklog></Queue>"),
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><MaxPerSubscriptionBacklog>0</MaxPerSubscriptionBacklog></Queue>",
+        ),
         "/SpoolConfig/SOW/Queue/MaxPerSubscriptionBacklog",
         5,
         "must be between 1 and",
     ),
     (
         "InitialOwner outside GroupLocalQueue",
-        sow("<Topic><Name>a</Name></Topic>", "<LocalQueue><Name>q</Name><InitialOwner>t</InitialOwner></LocalQueue>"),
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<LocalQueue><Name>q</Name><InitialOwner>t</InitialOwner></LocalQueue>",
+        ),
         "/SpoolConfig/SOW/LocalQueue/InitialOwner",
         5,
         "InitialOwner is for <GroupLocalQueue>",
@@ -219,11 +234,33 @@ def test_queues_are_read_with_their_defaults() -> None:
         )
     )
     work, jobs, group = cfg.queues
-    assert (work.kind, work.underlying, work.lease_period, work.max_backlog) == ("Queue", "work-in", 30.0, 10)
-    assert (work.fairness, work.leasing, work.max_deliveries, work.filter) == ("round-robin", "strict", 3, "/kind = 'job'")
-    assert (jobs.underlying_regex, jobs.takes("jobs/a"), jobs.takes("x/jobs/a")) == (True, True, False)
+    assert (work.kind, work.underlying, work.lease_period, work.max_backlog) == (
+        "Queue",
+        "work-in",
+        30.0,
+        10,
+    )
+    assert (work.fairness, work.leasing, work.max_deliveries, work.filter) == (
+        "round-robin",
+        "strict",
+        3,
+        "/kind = 'job'",
+    )
+    assert (jobs.underlying_regex, jobs.takes("jobs/a"), jobs.takes("x/jobs/a")) == (
+        True,
+        True,
+        False,
+    )
     # the documented defaults (docs/queues.md): at-least-once, 5 minute leases, backlog 1
     assert (jobs.semantics, jobs.lease_period, jobs.max_backlog, jobs.fairness, jobs.leasing) == (
-        "at-least-once", 300.0, 1, "proportional", "sublet"
+        "at-least-once",
+        300.0,
+        1,
+        "proportional",
+        "sublet",
     )
-    assert (group.kind, group.initial_owner, group.underlying) == ("GroupLocalQueue", "t", "work-in")
+    assert (group.kind, group.initial_owner, group.underlying) == (
+        "GroupLocalQueue",
+        "t",
+        "work-in",
+    )

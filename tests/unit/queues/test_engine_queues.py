@@ -25,7 +25,9 @@ def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
     return wrapper
 
 
-def queue_xml(extra: str = "", *, name: str = "work", under: str = "work-in", tag: str = "Queue") -> str:
+def queue_xml(
+    extra: str = "", *, name: str = "work", under: str = "work-in", tag: str = "Queue"
+) -> str:
     return (
         f"<{tag}><Name>{name}</Name><MessageType>json</MessageType>"
         f"<UnderlyingTopic>{under}</UnderlyingTopic>{extra}</{tag}>"
@@ -66,8 +68,12 @@ def got(c: FakeClient) -> list[tuple[int, str, int]]:
 
 @scenario
 async def test_delivery_ack_and_lease_expiry_redelivers(tmp_path: Path) -> None:
-    async with harness(tmp_path, queue_xml("<LeasePeriod>30s</LeasePeriod>"
-                                           "<MaxPerSubscriptionBacklog>5</MaxPerSubscriptionBacklog>")) as h:
+    async with harness(
+        tmp_path,
+        queue_xml(
+            "<LeasePeriod>30s</LeasePeriod><MaxPerSubscriptionBacklog>5</MaxPerSubscriptionBacklog>"
+        ),
+    ) as h:
         p = await h.logon("pub")
         c = await h.logon("worker")
         c.send(sub(options="max_backlog=2"))
@@ -95,7 +101,9 @@ async def test_delivery_ack_and_lease_expiry_redelivers(tmp_path: Path) -> None:
 
 @scenario
 async def test_disconnect_returns_leases_to_another_consumer(tmp_path: Path) -> None:
-    async with harness(tmp_path, queue_xml("<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")) as h:
+    async with harness(
+        tmp_path, queue_xml("<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")
+    ) as h:
         p = await h.logon("pub")
         a = await h.logon("a")
         a.send(sub(options="max_backlog=10"))
@@ -116,7 +124,9 @@ async def test_disconnect_returns_leases_to_another_consumer(tmp_path: Path) -> 
 
 @scenario
 async def test_backlog_is_the_smaller_of_max_backlog_and_the_queue_limit(tmp_path: Path) -> None:
-    async with harness(tmp_path, queue_xml("<MaxPerSubscriptionBacklog>3</MaxPerSubscriptionBacklog>")) as h:
+    async with harness(
+        tmp_path, queue_xml("<MaxPerSubscriptionBacklog>3</MaxPerSubscriptionBacklog>")
+    ) as h:
         p = await h.logon("pub")
         big, default = await h.logon("big"), await h.logon("default")
         big.send(sub(options="max_backlog=100"))
@@ -140,7 +150,11 @@ async def test_max_backlog_is_refused_outside_queues(tmp_path: Path) -> None:
         c.send(sub("u", bm="0"))
         await h.settle()
         fails = [(a["cid"], a["reason"]) for a in c.acks() if a.get("status") == "failure"]
-        assert fails == [("s", "invalid options"), ("t", "invalid options"), ("u", "invalid options")]
+        assert fails == [
+            ("s", "invalid options"),
+            ("t", "invalid options"),
+            ("u", "invalid options"),
+        ]
 
 
 @scenario
@@ -196,7 +210,18 @@ async def test_a_filter_ack_removes_matching_messages(tmp_path: Path) -> None:
         p.send(*(pub(i) for i in range(6)))
         await h.settle()
         c = await h.logon("c")
-        c.send(({"c": "sow_delete", "t": "work", "f": "/n >= 3", "cid": "f", "a": "processed,stats"}, b""))
+        c.send(
+            (
+                {
+                    "c": "sow_delete",
+                    "t": "work",
+                    "f": "/n >= 3",
+                    "cid": "f",
+                    "a": "processed,stats",
+                },
+                b"",
+            )
+        )
         await h.settle()
         assert c.acks("stats")[0]["records_deleted"] == 3
         assert h.broker.queues.info("work").depth == 3

@@ -315,8 +315,9 @@ class QueueModel(RuleBasedStateMachine):
         for c in self.consumers:
             assert len(c.leased) <= c.backlog
 
+
 TestQueueModel = QueueModel.TestCase
-TestQueueModel.settings = settings(max_examples=300, stateful_step_count=40)
+TestQueueModel.settings = settings(max_examples=150, stateful_step_count=40)
 
 
 def test_a_leased_message_past_its_expiration_is_not_due_until_its_lease_ends() -> None:
