@@ -4,6 +4,7 @@ REST view, and a restart of the broker on its files (state recovered from the lo
 from __future__ import annotations
 
 import asyncio
+import itertools
 import signal
 import subprocess
 import sys
@@ -120,7 +121,7 @@ def test_exactly_once_processing_across_sigkilled_consumers(
         assert [dc for dc, _ in deliveries] == sorted(dc for dc, _ in deliveries), n
         # every delivery but the last went to a consumer that was killed before acking,
         # and the next one carried a higher delivery count
-        for (dc, pid), (next_dc, _) in zip(deliveries, deliveries[1:], strict=False):
+        for (dc, pid), (next_dc, _) in itertools.pairwise(deliveries):
             assert pid in killed and next_dc > dc, (n, deliveries)
         if not acked[n]:  # killed between the broker's ack and its journal line
             assert deliveries[-1][1] in killed, (n, deliveries)
