@@ -198,6 +198,7 @@ class Broker:
             config.plaintext_exposed,
             spills=self.spills,
             replication=replication.counters if replication is not None else None,
+            queues=self.queues.counters if self.queues.enabled else None,
         )
         self.operations = Operations(
             config,

@@ -54,6 +54,7 @@ from server.queues.machine import (
 )
 from server.queues.stage import QueueRuntime, QueueStage, encode_ack_body
 from server.session import Session
+from server.stats.snapshot import QueueCounters
 from server.stats.source import EventSink
 from server.subscription import Subscription
 from server.subscriptions import SubscriptionService
@@ -526,6 +527,19 @@ class QueueService:
                         f.cancel()
 
     # -- admin --------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, QueueCounters]:
+        """Every queue's counters (metrics snapshot: Prometheus, stats history)."""
+        out: dict[str, QueueCounters] = {}
+        for name in self.queues:
+            i = self.info(name)
+            out[name] = {
+                "depth": i.depth, "backlog": i.backlog, "leased": i.leased,
+                "consumers": i.consumers, "oldest_lease_age": i.oldest_lease_age,
+                "oldest_message_age": i.oldest_message_age, "enqueued": i.enqueued,
+                "removed": dict(i.removed),
+            }  # fmt: skip
+        return out
 
     def set_proxied_transfer(self, name: str, enabled: bool) -> None:
         """``enable_proxied_transfer`` / ``disable_proxied_transfer``.
