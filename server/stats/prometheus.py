@@ -48,6 +48,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from server.stats.histogram import LatencyHistogram
+from server.stats.series import QueueGauge
 from server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
@@ -58,7 +59,6 @@ from server.stats.snapshot import (
     TransportCounters,
     TxlogCounters,
 )
-from server.stats.series import QueueGauge
 from server.stats.source import MetricsSource
 
 
