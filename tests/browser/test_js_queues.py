@@ -3,14 +3,17 @@ ack / cancel per message with the delivery count, and the auto-ack helper."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page
+from playwright.sync_api import Page, expect
 
+from server.client import Client, subscribe_queue
 from tests.support.server import SpoolProcess, config_xml
 
 pytestmark = pytest.mark.browser
@@ -89,3 +92,46 @@ def test_ack_cancel_and_auto_ack(page: Page, queue_server: SpoolProcess) -> None
     assert all(leased for _, _, leased in seen)
     assert sorted(result["autoSeen"]) == [10, 11, 12]
     assert depth(queue_server) == 0
+
+
+def test_the_dashboard_queues_page(page: Page, queue_server: SpoolProcess) -> None:
+    """Depth, leases and lease table from /api/queues, the charts, and the proxied-transfer
+    switch answered with the broker's reason. The clients run on their own loop in a
+    thread (the sync Playwright API owns this thread's loop)."""
+    leased = threading.Event()
+    release = threading.Event()
+
+    async def lease_two() -> None:
+        async with Client(queue_server.ws_url, "dash-pub") as pub:
+            for n in range(5):
+                pub.publish("jobs-in", {"n": n})
+            await pub.flush()
+        async with Client(queue_server.ws_url, "dash-worker") as c:
+            sub = await subscribe_queue(c, "jobs", max_backlog=2)
+            await sub.get(10)
+            await sub.get(10)
+            leased.set()
+            await asyncio.to_thread(release.wait, 60)
+        # leaving: the connection closes and its leases return to the queue
+
+    worker = threading.Thread(target=asyncio.run, args=(lease_two(),))
+    worker.start()
+    try:
+        assert leased.wait(30)
+        page.goto(f"{queue_server.http_url}/queues")
+        row = page.locator("#queues-table tr.queue-row", has_text="jobs")
+        expect(row.locator('[data-field="depth"]')).to_have_text("5")
+        expect(row.locator('[data-field="leased"]')).to_have_text("2")
+        expect(row.locator('[data-field="consumers"]')).to_have_text("1")
+        expect(page.locator("#leases-table tbody tr")).to_have_count(2)
+        expect(page.locator("#leases-table")).to_contain_text("dash-worker/")
+        expect(page.locator("#chart-depth canvas")).to_have_count(1)
+        expect(page.locator("#chart-age canvas")).to_have_count(1)
+        row.locator("button.proxied-transfer").click()
+        page.locator('dialog [data-action="confirm"]').click()
+        expect(page.locator("#page-alert")).to_contain_text("not replicated")
+    finally:
+        release.set()
+        worker.join(30)
+    expect(row.locator('[data-field="leased"]')).to_have_text("0")
+    expect(row.locator('[data-field="consumers"]')).to_have_text("0")
