@@ -303,3 +303,34 @@ async def test_state_is_recovered_from_the_log(tmp_path: Path) -> None:
         c.send(sub(options="max_backlog=10"))
         await h.settle()
         assert sorted(n for n, _, _ in got(c)) == [1, 3, 5]
+
+
+@scenario
+async def test_entitlements_read_to_consume_write_to_delete_by_filter(tmp_path: Path) -> None:
+    users = (
+        "<User><Name>worker</Name><Token>worker-token-0123456789</Token>"
+        "<Read>^work$</Read></User>"
+        "<User><Name>other</Name><Token>other-token-0123456789</Token>"
+        "<Read>^elsewhere$</Read><Write>^work-in$</Write></User>"
+    )
+    async with harness(tmp_path, queue_xml(), users=users) as h:
+        p = await h.logon("pub", user_id="other", pw="other-token-0123456789")
+        p.send(pub(1))
+        await h.settle()
+        w = await h.logon("w", user_id="worker", pw="worker-token-0123456789")
+        o = await h.logon("o", user_id="other", pw="other-token-0123456789")
+        o.send(sub("x"))
+        w.send(sub())
+        await h.settle()
+        assert [(a["status"], a.get("reason")) for a in o.acks("processed")] == [
+            ("failure", "not entitled")
+        ]
+        assert [n for n, _, _ in got(w)] == [1]
+        w.send(({"c": "sow_delete", "t": "work", "f": "/n = 1", "cid": "f", "a": "processed"}, b""))
+        w.send(ack(got(w)[0][1], cid="ok"))  # acking what it holds needs no write
+        await h.settle()
+        assert [(a["cid"], a["status"], a.get("reason")) for a in w.acks("processed")][1:] == [
+            ("f", "failure", "not entitled"),
+            ("ok", "success", None),
+        ]
+        assert h.broker.queues.info("work").depth == 0
