@@ -539,6 +539,58 @@ export class MemoryBookmarkStore {
   async close() {}
 }
 
+/**
+ * The journal entries not yet committed to IndexedDB, kept synchronously in localStorage
+ * (one key per entry) until their transaction commits.
+ *
+ * An IndexedDB write completes a few milliseconds after `discard()` returns; a page that
+ * is reloaded or crashes in between would lose the discard and get the message again.
+ * localStorage writes are synchronous for the page (they survive a reload or a crash of
+ * the tab as soon as `setItem` returns), so a discard is as durable as anything the
+ * application recorded synchronously before calling it. Without localStorage (a worker)
+ * the tail is off, and a discard of the last milliseconds before a crash may be undone
+ * (the message comes again; never a gap).
+ */
+class SyncTail {
+  constructor(prefix) {
+    this._prefix = prefix;
+    this._storage = typeof localStorage === "undefined" ? null : localStorage;
+    this._next = 0;
+  }
+
+  /** The entries a previous owner left, in order; their keys are removed. */
+  drain() {
+    if (this._storage === null) return [];
+    const found = [];
+    for (let i = 0; i < this._storage.length; i++) {
+      const key = this._storage.key(i);
+      if (key !== null && key.startsWith(this._prefix)) found.push([Number(key.slice(this._prefix.length)), key]);
+    }
+    found.sort((a, b) => a[0] - b[0]);
+    const entries = [];
+    for (const [, key] of found) {
+      try {
+        entries.push(JSON.parse(this._storage.getItem(key)));
+      } catch {
+        // a torn value cannot happen with localStorage; skip anything unreadable
+      }
+      this._storage.removeItem(key);
+    }
+    return entries;
+  }
+
+  append(entry) {
+    if (this._storage === null) return -1;
+    const id = this._next++;
+    this._storage.setItem(this._prefix + id, JSON.stringify(entry));
+    return id;
+  }
+
+  remove(id) {
+    if (id >= 0 && this._storage !== null) this._storage.removeItem(this._prefix + id);
+  }
+}
+
 /** Journal entries past this many times the live records (plus a floor) trigger a prune. */
 const PRUNE_RATIO = 4;
 const PRUNE_FLOOR = 2000;
@@ -550,8 +602,9 @@ const PRUNE_FLOOR = 2000;
  * the journal grows to several times the live state). `open()` takes the store's Web Lock,
  * or fails with StoreLockedError.
  *
- * Writes of one task go into one transaction, committed right after the task: a message
- * discarded just before the tab dies may come again after a reload (never a gap).
+ * Writes of one task go into one transaction, committed right after the task; until it
+ * commits, the entries are also kept synchronously in localStorage (see SyncTail), so a
+ * discard survives a reload or a crash of the tab as soon as `discard()` returns.
  */
 export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
   /**
@@ -570,6 +623,7 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     this._db = null;
     this._release = null;
     this._writer = null;
+    this._tail = null;
     this._journalSize = 0;
     this._pruning = null;
     /** bumped by each prune when it writes the state: older entries not yet written are in it */
@@ -588,7 +642,9 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
       this._db = await openDatabase(this.dbName, { journal: { autoIncrement: true } });
       const entries = await request(this._db.transaction("journal", "readonly").objectStore("journal").getAll());
       this._subs = new Map();
-      for (const e of entries) {
+      this._tail = new SyncTail(`${this.dbName}/tail/`);
+      const tail = this._tail.drain();
+      for (const e of [...entries, ...tail]) {
         const sub = this._sub(e.s);
         if (e.k === "c") sub.restore(e.c);
         else if (e.k === "r") sub.recover(e.b);
@@ -597,6 +653,10 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
       }
       this._journalSize = entries.length;
       this._writer = new WriteBehind(this._db, ["journal"], (exc) => this.onError(exc));
+      // entries that were only in the tail: into the journal now (they may repeat
+      // committed ones when the tab died between a commit and its tail cleanup: replaying
+      // an entry twice changes nothing)
+      for (const e of tail) this._journal(e.s, e.k, e.b);
     } catch (exc) {
       this._db?.close();
       this._db = null;
@@ -609,11 +669,13 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
   _journal(subId, kind, bookmark) {
     if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
     this._journalSize++;
+    const entry = { s: subId, k: kind, b: bookmark };
+    const tailId = this._tail.append(entry);
     const generation = this._generation;
     this._writer.write((tx) => {
       // a prune run earlier in this transaction wrote the state this entry belongs to
-      if (generation === this._generation) tx.objectStore("journal").add({ s: subId, k: kind, b: bookmark });
-    }).catch(() => {});
+      if (generation === this._generation) tx.objectStore("journal").add(entry);
+    }).then(() => this._tail.remove(tailId), () => {});
     let live = 0;
     for (const sub of this._subs.values()) live += sub.records.length + 1;
     if (this._pruning === null && this._journalSize > PRUNE_FLOOR + PRUNE_RATIO * live) {
