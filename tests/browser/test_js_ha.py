@@ -80,7 +80,9 @@ def park_page(context: BrowserContext, broker: Broker) -> str:
     keep such a page from opening websockets: it only replaces a page that had a client."""
 
     def fulfill(route: Route) -> None:
-        route.fulfill(status=200, body="<!doctype html><title>parked</title>", content_type="text/html")
+        route.fulfill(
+            status=200, body="<!doctype html><title>parked</title>", content_type="text/html"
+        )
 
     context.route(f"{broker.http_url}/parked", fulfill)
     return f"{broker.http_url}/parked"
@@ -149,7 +151,9 @@ def test_subscriber_survives_a_reload_and_a_server_restart(
     broker.restart(crash=False)
     at_restart = received()
     # live messages after the restart (the page reconnects on its own, nobody calls it)
-    run_async(publish_resending([broker.ws_url], "ha-src", topic, range(total - 200 + 1, total + 1)))
+    run_async(
+        publish_resending([broker.ws_url], "ha-src", topic, range(total - 200 + 1, total + 1))
+    )
     wait_until(lambda: received() >= total, 60, message=f"all {total} messages")
     got = json.loads(str(tab.value("JSON.stringify(window.got)")))
     states = tab.value("window.states")
@@ -157,7 +161,8 @@ def test_subscriber_survives_a_reload_and_a_server_restart(
     assert at_restart < total - 200, "the restart came after the replay ended"
     assert got == list(range(1, total + 1))  # no gap, no duplicate, in order
     assert isinstance(states, list)
-    assert states.count("logged_on") == 2  # after the reload: the first logon; the restart: one more
+    # after the reload: the first logon; the restart: one more
+    assert states.count("logged_on") == 2
     assert "reconnecting" in states
     assert errors == []
     assert tab.uncaught == []
@@ -201,7 +206,8 @@ def test_publisher_loses_nothing_across_a_crash_and_a_reload(
     args = {"url": broker.ws_url, "topic": topic, "first": 1, "last": total // 2, "flush": False}
     # started, not awaited: the test crashes the broker under it
     tab.page.evaluate(
-        f"(args) => {{ ({PUBLISHER})(args).catch((e) => {{ window.firstHalfError = String(e); }}); }}", args
+        f"(args) => {{ ({PUBLISHER})(args).catch((e) => {{ window.firstHalfError = String(e); }}); }}",
+        args,
     )
     wait_until(
         lambda: sent() >= 150 or tab.value("window.firstHalfError"), 30, message="150 published"
@@ -216,7 +222,13 @@ def test_publisher_loses_nothing_across_a_crash_and_a_reload(
     tab.page.goto(parked)
     broker.start()
     tab.page.goto(f"{broker.http_url}/query")
-    args = {"url": broker.ws_url, "topic": topic, "first": total // 2 + 1, "last": total, "flush": True}
+    args = {
+        "url": broker.ws_url,
+        "topic": topic,
+        "first": total // 2 + 1,
+        "last": total,
+        "flush": True,
+    }
     result = tab.page.evaluate(PUBLISHER, args)
     assert result == {"recovered": result["recovered"], "unpersisted": 0}
     assert result["recovered"] > 0

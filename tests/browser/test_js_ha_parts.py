@@ -438,7 +438,10 @@ def test_publish_gap_is_refused_with_both_numbers(static_origin: Page) -> None:
         """,
     )
     assert result["lastDiscarded"] == 3
-    gap = "PublishGapError: publish gap: the server's last persisted sequence is 1, but the publish store already discarded up to 3 as persisted"  # noqa: E501
+    gap = (
+        "PublishGapError: publish gap: the server's last persisted sequence is 1, "
+        "but the publish store already discarded up to 3 as persisted"
+    )
     assert result["errors"][0] == gap
     assert result["errors"][-1].startswith("ReconnectGaveUpError: gave up")
 
