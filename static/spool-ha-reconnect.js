@@ -138,7 +138,8 @@ export class DefaultServerChooser {
  * - `reset()`: a logon succeeded; the next failure starts a new series.
  *
  * Both strategies here make the first attempt of a series at once (a dropped connection
- * is retried immediately) and count `maxTotal` from that first attempt.
+ * is retried immediately) and count `maxTotal` from that first attempt: an attempt that
+ * would start later than `maxTotal` ms after it is not made.
  */
 export class FixedDelayStrategy {
   /**
@@ -161,8 +162,8 @@ export class FixedDelayStrategy {
       this._start = now;
       return 0;
     }
-    checkBudget(now - this._start, this.maxTotal);
-    return this.maxTotal > 0 ? Math.min(this.delay, this._start + this.maxTotal - now) : this.delay;
+    checkBudget(now, this.delay, this._start, this.maxTotal);
+    return this.delay;
   }
 
   reset() {
@@ -170,8 +171,9 @@ export class FixedDelayStrategy {
   }
 }
 
-function checkBudget(elapsed, maxTotal) {
-  if (maxTotal > 0 && elapsed >= maxTotal) throw new RetryTimeExceededError(elapsed, maxTotal);
+/** An attempt that would start more than `maxTotal` ms after the first one is not made. */
+function checkBudget(now, wait, start, maxTotal) {
+  if (maxTotal > 0 && now + wait - start > maxTotal) throw new RetryTimeExceededError(now - start, maxTotal);
 }
 
 /**
@@ -179,9 +181,11 @@ function checkBudget(elapsed, maxTotal) {
  *
  * The first attempt on a URI in a series is immediate; the k-th retry on the same URI
  * (k = 1, 2, ...) waits `min(initial * backoff^(k-1) + jitter * initial * random(),
- * maximum)` ms. With several URIs each has its own count, so a failover to a fresh server
- * is immediate. With `maxTotal`, attempts stop (RetryTimeExceededError) once that many ms
- * have passed since the series began, and no wait runs past that moment.
+ * maximum)` ms, rounded to whole ms. With several URIs each has its own count, so a
+ * failover to a fresh server is immediate. With `maxTotal`, an attempt that would start
+ * more than `maxTotal` ms after the first one of the series is not made:
+ * RetryTimeExceededError. (The Python client, server/client/ha/delay.py, has the same
+ * schedule, in seconds.)
  */
 export class ExponentialDelayStrategy {
   /**
@@ -215,14 +219,15 @@ export class ExponentialDelayStrategy {
   getConnectWaitDuration(uri) {
     const now = this._clock.now();
     if (this._start === null) this._start = now;
-    checkBudget(now - this._start, this.maxTotal);
     const k = this._retries.get(uri);
     this._retries.set(uri, k === undefined ? 0 : k + 1);
-    if (k === undefined) return 0;
-    const base = this.initial * this.backoff ** k;
-    let wait = Math.min(base + this.jitter * this.initial * this._random(), this.maximum);
-    if (this.maxTotal > 0) wait = Math.min(wait, this._start + this.maxTotal - now);
-    return Math.round(wait);
+    let wait = 0;
+    if (k !== undefined) {
+      const base = Math.min(this.initial * this.backoff ** k, this.maximum);
+      wait = Math.round(Math.min(base + this.jitter * this.initial * this._random(), this.maximum));
+    }
+    checkBudget(now, wait, this._start, this.maxTotal);
+    return wait;
   }
 
   reset() {

@@ -456,6 +456,23 @@ export class SubscriptionBookmarks {
     if (n > 0) this.records.splice(0, n);
   }
 
+  /**
+   * Where a resubscription starts: null when nothing was discarded yet; else a bookmark
+   * list of the resume point and, per publisher, its highest message folded into it. The
+   * broker starts after the OLDEST of them found in its log: on this instance that is at
+   * or before the resume point (what comes again and was discarded is dropped here), and
+   * on a replica that interleaves publishers differently nothing is skipped.
+   */
+  resumeBookmark() {
+    if (this.prefix === null) return null;
+    const list = [this.prefix];
+    for (const [pub, seq] of this.pubSeqs) {
+      const bookmark = `${pub}|${seq}|`;
+      if (bookmark !== this.prefix) list.push(bookmark);
+    }
+    return list.join(",");
+  }
+
   /** Restore a checkpoint (see `checkpoint()`). */
   restore(checkpoint) {
     this.prefix = checkpoint.prefix;
@@ -509,9 +526,10 @@ export class MemoryBookmarkStore {
     if (sub !== undefined && sub.persisted(bookmark)) this._journal(subId, "p", bookmark);
   }
 
-  /** Where the subscription resumes: the resume point, or null when there is none. */
+  /** Where the subscription resumes (a bookmark list, see SubscriptionBookmarks), or null
+   * when nothing was discarded yet. */
   resumePoint(subId) {
-    return this._subs.get(subId)?.prefix ?? null;
+    return this._subs.get(subId)?.resumeBookmark() ?? null;
   }
 
   /** The MOST_RECENT bookmark of a subscription: its resume point, or EPOCH. */
