@@ -312,6 +312,10 @@ class Scripted {
         events.push(['logon', this.url]);
         queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success',
           client_name: h.client_name, s: b.persisted }));
+      } else if (h.c === 'publish' && b.refuse?.(h)) {
+        events.push(['refused', h.s]);
+        queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'failure',
+          reason: b.refuse(h) }));
       } else if (h.c === 'publish') {
         events.push(['publish', h.s]);
         b.log.push([h.s, new TextDecoder().decode(body)]);
@@ -319,6 +323,9 @@ class Scripted {
           queueMicrotask(() => this.push({ c: 'ack', a: 'persisted', status: 'success', s: b.persisted })); }
       } else if (h.c === 'subscribe') {
         events.push(['subscribe', h.sub_id, h.bm ?? null]);
+        queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success' }));
+      } else if (h.c === 'unsubscribe') {
+        events.push(['unsubscribe', h.sub_id]);
         queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success' }));
       } else if (h.c === 'heartbeat') {
         events.push(['heartbeat', h.o]);
@@ -475,3 +482,59 @@ def test_two_silent_intervals_mean_a_dead_connection(static_origin: Page) -> Non
     states = result["states"]
     assert states[:3] == ["connected", "logged_on", "resubscribed"]
     assert states[3:7] == ["disconnected", "reconnecting", "connected", "logged_on"]
+
+
+def test_refusals_misuse_and_a_replaced_subscription_manager(static_origin: Page) -> None:
+    result = scripted(
+        static_origin,
+        """
+        broker('ws://a');
+        brokers['ws://a'].refuse = (h) => (h.t === 'secret' ? 'not entitled' : null);
+        const store = new H.MemoryPublishStore();
+        const ha = make('m', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: store,
+          bookmarkStore: new H.MemoryBookmarkStore() });
+        const misuse = [];
+        const attempt = async (f) => { try { await f(); misuse.push(null); } catch (e) { misuse.push(e.message); } };
+        await attempt(() => ha.publish('t', 'early'));
+        await ha.connectAndLogon();
+        await attempt(() => ha.subscribe('t', { bookmark: H.MOST_RECENT }));
+        await attempt(() => ha.subscribe('t', { bookmrak: '0' }));
+        await attempt(() => ha.publish('t', 'x', { ackPersisted: true }));
+        // a manager that places subscriptions in reverse order
+        const manager = new H.DefaultSubscriptionManager();
+        manager.resubscribe = async function (place) { for (const r of this.records().reverse()) await place(r); };
+        ha.setSubscriptionManager(manager);
+        await ha.subscribe('t', { subId: 'one' });
+        await ha.subscribe('t', { subId: 'two', bookmark: '0' });
+        await ha.subscribe('t', { subId: 'three' });
+        await attempt(() => ha.subscribe('t', { subId: 'two' }));
+        await ha.publish('secret', 'no');
+        await ha.publish('t', 'yes');
+        await settle();
+        const afterRefusal = store.unpersistedCount();
+        await ha.unsubscribe('three');
+        events.length = 0;
+        brokers['ws://a'].conn.drop();
+        await settle();
+        return { misuse, errors, afterRefusal, events, subs: ha.subscriptions };
+        """,
+    )
+    assert result["misuse"] == [
+        "invalid command: call connectAndLogon() first",
+        "invalid bookmark: MOST_RECENT needs opts.subId: the sub id is the key of the resume "
+        "point in the bookmark store",
+        "HAClient.subscribe: unknown option 'bookmrak' (known: filter, bookmark, options, subId, "
+        "onCompleted, onError, onPosition, onBatch, topN, orderby, batchSize, delta, onSnapshot)",
+        "HAClient.publish: unknown option 'ackPersisted' (known: correlationId, expiration, sowKey)",
+        "subid in use: sub_id two is already in use on this client",
+    ]
+    assert result["errors"] == ["PublishFailedError: not entitled: publish 1 to 'secret' refused"]
+    assert result["afterRefusal"] == 0  # dropped from the store, not sent again
+    assert result["events"] == [
+        ["open", "ws://a"],
+        ["logon", "ws://a"],
+        ["subscribe", "two", "0"],  # nothing discarded yet: from where it started
+        ["subscribe", "one", None],
+    ]
+    assert result["subs"] == ["one", "two"]
