@@ -276,3 +276,54 @@ def test_a_second_tab_cannot_open_the_same_store(context: BrowserContext, broker
     wait_until(lambda: not second.value(held), 10, message="the first tab's locks released")
     assert second.page.evaluate(SECOND_TAB, args) == {"refused": None}
     assert first.uncaught == [] and second.uncaught == []
+
+
+STORE_RECOVERY = """
+async () => {
+  const H = await import('/static/spool-ha.js');
+  const open = async () => { const s = new H.IndexedDBBookmarkStore('rec'); await s.open(); return s; };
+  let s = await open();
+  for (const b of ['1|1|', '2|1|', '1|2|', '2|2|']) s.log('sub', b);
+  s.discard('sub', '1|1|'); s.discard('sub', '2|2|');
+  await s.prune();
+  s.log('sub', '1|3|');
+  s.discard('sub', '2|1|');
+  await s.close();
+  // a tab that died before its last transaction committed: only its localStorage tail has
+  // the entries (the owner's tail keys, as SyncTail writes them)
+  s = await open();
+  const before = s.getMostRecent('sub');
+  const tail = 'spool-bookmark-store/rec/tail/';
+  localStorage.setItem(tail + '7', JSON.stringify({ s: 'sub', k: 'd', b: '1|2|' }));
+  localStorage.setItem(tail + '8', JSON.stringify({ s: 'sub', k: 'r', b: '1|4|' }));
+  await s.close();
+  for (const k of Object.keys(localStorage)) if (k.startsWith(tail) && !/\\/(7|8)$/.test(k)) localStorage.removeItem(k);
+  s = await open();
+  const after = s.getMostRecent('sub');
+  const outstanding = s.outstanding('sub');
+  // outstanding messages recovered from the journal are handed over once more, not twice
+  const again = ['1|3|', '1|3|', '1|4|', '1|2|'].map((b) => s.log('sub', b));
+  await s.flush();
+  const leftKeys = Object.keys(localStorage).filter((k) => k.startsWith(tail)).length;
+  await s.close();
+  s = await open();
+  const reopened = [s.getMostRecent('sub'), s.outstanding('sub')];
+  await s.close();
+  return { before, after, outstanding, again, leftKeys, reopened };
+}
+"""
+
+
+def test_indexeddb_bookmark_store_recovers_its_journal_prune_and_tail(
+    context: BrowserContext, broker: Broker
+) -> None:
+    tab = Tab(context, broker)
+    result = tab.page.evaluate(STORE_RECOVERY)
+    # 1|1| and 2|1| discarded, 1|2| outstanding (2|2|, discarded, waits behind it)
+    assert result["before"] == "2|1|,1|1|"
+    assert result["after"] == "2|2|,1|2|"  # the tail's discard of 1|2| was applied
+    assert result["outstanding"] == ["1|3|", "1|4|"]
+    assert result["again"] == [True, False, True, False]
+    assert result["leftKeys"] == 0  # the tail went into the journal
+    assert result["reopened"] == ["2|2|,1|2|", ["1|3|", "1|4|"]]
+    assert tab.uncaught == []
