@@ -12,9 +12,20 @@
 // Web Locks API lock named after the store while open, and a second tab opening the same
 // store is refused with StoreLockedError. The state machines are plain classes with no
 // I/O (PublishLedger, SubscriptionBookmarks); the IndexedDB stores add a write-behind
-// journal (one transaction per task) and recovery. See docs/js-client.md.
+// journal (one transaction per task) and recovery; the IndexedDB / Web Locks plumbing is
+// in static/spool-ha-idb.js. See docs/js-client.md.
 
 import { SpoolError } from "./spool-client.js";
+import {
+  SyncTail,
+  WriteBehind,
+  openDatabase,
+  request,
+  requireBrowserStorage,
+  takeLock,
+} from "./spool-ha-idb.js";
+
+export { StoreLockedError, StoreUnavailableError } from "./spool-ha-idb.js";
 
 /** Bookmark: replay from the start of the log. */
 export const EPOCH = "0";
@@ -23,151 +34,12 @@ export const NOW = "0|1|";
 /** Bookmark: resume from the bookmark store's resume point (EPOCH when it has none). */
 export const MOST_RECENT = "recent";
 
-/** An IndexedDB store is already open in another tab (or by another client of this one). */
-export class StoreLockedError extends SpoolError {
-  constructor(kind, name) {
-    super("store locked", `the ${kind} '${name}' is in use by another tab or client of this origin`);
-    this.name = "StoreLockedError";
-    this.store = name;
-  }
-}
-
-/** The browser cannot host an IndexedDB store (no IndexedDB, or no Web Locks API). */
-export class StoreUnavailableError extends SpoolError {
-  constructor(detail) {
-    super("store unavailable", detail);
-    this.name = "StoreUnavailableError";
-  }
-}
-
 /** `PUBHASH|PUBSEQ|` -> {pub, seq}, or null for anything else (EPOCH, a moment, ...). */
 export function parseBookmark(bookmark) {
   if (typeof bookmark !== "string") return null;
   const parts = bookmark.split("|");
   if (parts.length !== 3 || parts[2] !== "" || !/^\d+$/.test(parts[0]) || !/^\d+$/.test(parts[1])) return null;
   return { pub: parts[0], seq: Number(parts[1]) };
-}
-
-// ---------------------------------------------------------------------------------------
-// IndexedDB and Web Locks plumbing
-// ---------------------------------------------------------------------------------------
-
-function requireBrowserStorage(kind) {
-  if (typeof indexedDB === "undefined") throw new StoreUnavailableError(`${kind}: this context has no IndexedDB`);
-  if (typeof navigator === "undefined" || !navigator.locks) {
-    throw new StoreUnavailableError(
-      `${kind}: the Web Locks API is unavailable (it needs a secure context: https:// or localhost), ` +
-        "so the store could not be kept to one owner");
-  }
-}
-
-/**
- * Take the Web Lock `name` without waiting; resolves to a function that releases it, or
- * rejects with StoreLockedError when another holder has it.
- */
-async function takeLock(kind, storeName, lockName) {
-  let release;
-  const held = new Promise((resolve) => {
-    release = resolve;
-  });
-  const acquired = await new Promise((resolve, reject) => {
-    navigator.locks
-      .request(lockName, { ifAvailable: true }, (lock) => {
-        if (lock === null) {
-          resolve(false);
-          return undefined;
-        }
-        resolve(true);
-        return held; // the lock is held until release() settles this
-      })
-      .catch(reject);
-  });
-  if (!acquired) throw new StoreLockedError(kind, storeName);
-  return () => release();
-}
-
-function request(req) {
-  return new Promise((resolve, reject) => {
-    req.onsuccess = () => resolve(req.result);
-    req.onerror = () => reject(req.error);
-  });
-}
-
-function transactionDone(tx) {
-  return new Promise((resolve, reject) => {
-    tx.oncomplete = () => resolve();
-    tx.onerror = () => reject(tx.error);
-    tx.onabort = () => reject(tx.error ?? new DOMException("transaction aborted", "AbortError"));
-  });
-}
-
-function openDatabase(dbName, stores) {
-  const req = indexedDB.open(dbName, 1);
-  req.onupgradeneeded = () => {
-    for (const [store, options] of Object.entries(stores)) {
-      if (!req.result.objectStoreNames.contains(store)) req.result.createObjectStore(store, options);
-    }
-  };
-  return request(req);
-}
-
-/**
- * Batches writes made during one task into one IndexedDB transaction (started from a
- * microtask, so a publish loop of a thousand messages is one commit). `write(fn)` adds
- * `fn(tx)` to the batch and resolves when the batch's transaction has committed.
- */
-class WriteBehind {
-  constructor(db, storeNames, onError) {
-    this._db = db;
-    this._storeNames = storeNames;
-    this._onError = onError;
-    this._ops = [];
-    this._waiters = [];
-    this._scheduled = false;
-    this._last = Promise.resolve();
-  }
-
-  write(op) {
-    this._ops.push(op);
-    const done = new Promise((resolve, reject) => this._waiters.push({ resolve, reject }));
-    if (!this._scheduled) {
-      this._scheduled = true;
-      queueMicrotask(() => this._commit());
-    }
-    return done;
-  }
-
-  _commit() {
-    this._scheduled = false;
-    const ops = this._ops;
-    const waiters = this._waiters;
-    this._ops = [];
-    this._waiters = [];
-    let tx;
-    try {
-      tx = this._db.transaction(this._storeNames, "readwrite");
-      for (const op of ops) op(tx);
-    } catch (exc) {
-      for (const w of waiters) w.reject(exc);
-      this._onError(exc);
-      return;
-    }
-    this._last = transactionDone(tx).then(
-      () => {
-        for (const w of waiters) w.resolve();
-      },
-      (exc) => {
-        for (const w of waiters) w.reject(exc);
-        this._onError(exc);
-      },
-    );
-  }
-
-  /** Resolves when everything written so far has committed (or failed). */
-  async settled() {
-    while (this._scheduled || this._ops.length > 0) await Promise.resolve();
-    await this._last.catch(() => {});
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -555,58 +427,6 @@ export class MemoryBookmarkStore {
   _journal(_subId, _kind, _bookmark) {}
 
   async close() {}
-}
-
-/**
- * The journal entries not yet committed to IndexedDB, kept synchronously in localStorage
- * (one key per entry) until their transaction commits.
- *
- * An IndexedDB write completes a few milliseconds after `discard()` returns; a page that
- * is reloaded or crashes in between would lose the discard and get the message again.
- * localStorage writes are synchronous for the page (they survive a reload or a crash of
- * the tab as soon as `setItem` returns), so a discard is as durable as anything the
- * application recorded synchronously before calling it. Without localStorage (a worker)
- * the tail is off, and a discard of the last milliseconds before a crash may be undone
- * (the message comes again; never a gap).
- */
-class SyncTail {
-  constructor(prefix) {
-    this._prefix = prefix;
-    this._storage = typeof localStorage === "undefined" ? null : localStorage;
-    this._next = 0;
-  }
-
-  /** The entries a previous owner left, in order; their keys are removed. */
-  drain() {
-    if (this._storage === null) return [];
-    const found = [];
-    for (let i = 0; i < this._storage.length; i++) {
-      const key = this._storage.key(i);
-      if (key !== null && key.startsWith(this._prefix)) found.push([Number(key.slice(this._prefix.length)), key]);
-    }
-    found.sort((a, b) => a[0] - b[0]);
-    const entries = [];
-    for (const [, key] of found) {
-      try {
-        entries.push(JSON.parse(this._storage.getItem(key)));
-      } catch {
-        // a torn value cannot happen with localStorage; skip anything unreadable
-      }
-      this._storage.removeItem(key);
-    }
-    return entries;
-  }
-
-  append(entry) {
-    if (this._storage === null) return -1;
-    const id = this._next++;
-    this._storage.setItem(this._prefix + id, JSON.stringify(entry));
-    return id;
-  }
-
-  remove(id) {
-    if (id >= 0 && this._storage !== null) this._storage.removeItem(this._prefix + id);
-  }
 }
 
 /** Journal entries past this many times the live records (plus a floor) trigger a prune. */
