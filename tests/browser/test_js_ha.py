@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -326,4 +327,52 @@ def test_indexeddb_bookmark_store_recovers_its_journal_prune_and_tail(
     assert result["again"] == [True, False, True, False]
     assert result["leftKeys"] == 0  # the tail went into the journal
     assert result["reopened"] == ["2|2|,1|2|", ["1|3|", "1|4|"]]
+    assert tab.uncaught == []
+
+
+HEARTBEAT = """
+async ({ url }) => {
+  const H = await import('/static/spool-ha.js');
+  window.states = [];
+  const ha = new H.HAClient('ha-beat', { chooser: new H.DefaultServerChooser([url]),
+    delay: new H.FixedDelayStrategy({ delay: 200 }), heartbeat: 1, timeoutMs: 1000 });
+  ha.addConnectionStateListener((s) => window.states.push([s, performance.now()]));
+  await ha.connectAndLogon();
+  window.ha = ha;
+  return performance.now();
+}
+"""
+
+
+def test_heartbeat_detects_a_frozen_broker_and_reconnects_after(
+    context: BrowserContext, broker: Broker
+) -> None:
+    tab = Tab(context, broker)
+    tab.page.evaluate(HEARTBEAT, {"url": broker.ws_url})
+
+    def states() -> list[tuple[str, float]]:
+        value = tab.value("window.states")
+        assert isinstance(value, list)
+        return [(str(s), float(t)) for s, t in value]
+
+    # freeze the broker: the last traffic was the logon ack or a beat, at most an interval ago
+    stopped_at = float(str(tab.value("performance.now()")))
+    broker.proc.signal(signal.SIGSTOP)
+    try:
+        wait_until(
+            lambda: any(s == "disconnected" for s, _ in states()),
+            10,
+            message="the heartbeat to declare the connection dead",
+        )
+    finally:
+        broker.proc.signal(signal.SIGCONT)
+    down = next(t for s, t in states() if s == "disconnected")
+    # the last traffic was at most one interval before the freeze: dead within two intervals
+    assert 1000 <= down - stopped_at <= 2000 + 500
+    wait_until(
+        lambda: [s for s, _ in states()].count("logged_on") == 2,
+        20,
+        message="the reconnect after the broker thawed",
+    )
+    tab.value("window.ha.close()")
     assert tab.uncaught == []
