@@ -538,3 +538,33 @@ def test_refusals_misuse_and_a_replaced_subscription_manager(static_origin: Page
         ["subscribe", "one", None],
     ]
     assert result["subs"] == ["one", "two"]
+
+
+def test_batches_drop_what_was_discarded_or_handed_over(static_origin: Page) -> None:
+    result = scripted(
+        static_origin,
+        """
+        const { encodeFrame } = window.spool;
+        broker('ws://a');
+        const ha = make('b', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), bookmarkStore: new H.MemoryBookmarkStore() });
+        await ha.connectAndLogon();
+        const batches = [];
+        await ha.subscribe('t', { subId: 'q', bookmark: '0', onBatch: (batch) => {
+          batches.push(batch.map((m) => m.bookmark));
+          for (const m of batch) if (m.data !== 'keep') m.discard();
+        } });
+        const frame = (bms) => encodeFrame(bms.map((bm, i) => [{ c: 'publish', t: 't', sids: 'q', bm },
+          i === 1 ? 'keep' : 'x']));
+        brokers['ws://a'].conn.onFrame(frame(['5|1|', '5|2|', '5|3|']));
+        events.length = 0;
+        brokers['ws://a'].conn.drop();
+        await settle();
+        const resubscribed = events.filter((e) => e[0] === 'subscribe');
+        // the replay after 5|1|: 5|2| (outstanding, handed over already), 5|3| (discarded)
+        brokers['ws://a'].conn.onFrame(frame(['5|2|', '5|3|', '5|4|']));
+        return { batches, resubscribed };
+        """,
+    )
+    assert result["batches"] == [["5|1|", "5|2|", "5|3|"], ["5|4|"]]
+    assert result["resubscribed"] == [["subscribe", "q", "5|1|"]]
