@@ -380,6 +380,10 @@ export class HAClient {
     await this._recover(ack);
     if (!client.connected) throw new SpoolError("disconnected", "the connection ended during recovery");
     this._ready = true;
+    // messages published while the subscriptions were being placed again
+    if (this.publishStore !== null) {
+      for (const entry of this.publishStore.entriesAfter(this._sentUpTo)) this._send(entry);
+    }
     return ack;
   }
 

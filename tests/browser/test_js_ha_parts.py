@@ -294,7 +294,8 @@ const advance = async (ms) => {
   now = end; await settle();
 };
 const brokers = {};
-const broker = (uri, persisted = 0) => (brokers[uri] = { uri, up: true, persisted, log: [], conn: null, ackPersisted: true });
+const broker = (uri, persisted = 0) => (brokers[uri] = { uri, up: true, persisted, log: [], conn: null,
+  ackPersisted: true, holdSubscribeAcks: false, held: [] });
 class Scripted {
   constructor(url) { this.url = url; this.isOpen = false; this.bufferedAmount = 0;
     this.onFrame = () => {}; this.onClose = () => {}; }
@@ -323,7 +324,8 @@ class Scripted {
           queueMicrotask(() => this.push({ c: 'ack', a: 'persisted', status: 'success', s: b.persisted })); }
       } else if (h.c === 'subscribe') {
         events.push(['subscribe', h.sub_id, h.bm ?? null]);
-        queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success' }));
+        const ack = () => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success' });
+        if (b.holdSubscribeAcks) b.held.push(ack); else queueMicrotask(ack);
       } else if (h.c === 'unsubscribe') {
         events.push(['unsubscribe', h.sub_id]);
         queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success' }));
@@ -568,3 +570,38 @@ def test_batches_drop_what_was_discarded_or_handed_over(static_origin: Page) -> 
     )
     assert result["batches"] == [["5|1|", "5|2|", "5|3|"], ["5|4|"]]
     assert result["resubscribed"] == [["subscribe", "q", "5|1|"]]
+
+
+def test_a_publish_made_during_the_resubscription_is_sent_after_it(static_origin: Page) -> None:
+    # regression: such a publish was stored but not sent until the next reconnect
+    result = scripted(
+        static_origin,
+        """
+        broker('ws://a');
+        const ha = make('r', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: new H.MemoryPublishStore() });
+        await ha.connectAndLogon();
+        await ha.subscribe('t', { subId: 'one' });
+        await ha.publish('t', 'before');
+        await settle();
+        brokers['ws://a'].holdSubscribeAcks = true;
+        events.length = 0;
+        brokers['ws://a'].conn.drop();
+        await settle();                                 // logged on, waiting for the sub ack
+        await ha.publish('t', 'during');
+        await settle();
+        const whileHeld = events.slice();
+        brokers['ws://a'].held.forEach((ack) => ack());
+        await settle();
+        return { whileHeld, events, log: brokers['ws://a'].log.map(([s, b]) => `${s}:${b}`),
+                 unpersisted: ha.unpersistedCount() };
+        """,
+    )
+    assert result["whileHeld"] == [
+        ["open", "ws://a"],
+        ["logon", "ws://a"],
+        ["subscribe", "one", None],
+    ]
+    assert result["events"][3:] == [["publish", 2]]
+    assert result["log"] == ["1:before", "2:during"]
+    assert result["unpersisted"] == 0
