@@ -202,6 +202,7 @@ export class HAClient {
     this._sentUpTo = 0;
     this._flushWaiters = [];
     this._sleeping = null;
+    this._opening = null;
   }
 
   // -- listeners -------------------------------------------------------------------------
@@ -267,14 +268,19 @@ export class HAClient {
   async connectAndLogon() {
     if (this._closed) throw new SpoolError("closed", "the HA client was closed");
     if (this._ready) throw new SpoolError("invalid command", "already connected");
-    try {
-      await this.publishStore?.open();
-      await this.bookmarkStore?.open();
-    } catch (exc) {
-      await this.publishStore?.close();
-      await this.bookmarkStore?.close();
-      throw exc;
-    }
+    // one opening for concurrent calls (a second open would find the lock taken by the first)
+    this._opening ??= (async () => {
+      try {
+        await this.publishStore?.open();
+        await this.bookmarkStore?.open();
+      } catch (exc) {
+        this._opening = null;
+        await this.publishStore?.close();
+        await this.bookmarkStore?.close();
+        throw exc;
+      }
+    })();
+    await this._opening;
     return this._reconnect();
   }
 
@@ -378,6 +384,12 @@ export class HAClient {
     if (from !== null && from !== uri) this._state(ConnectionState.FAILED_OVER, { uri, from });
     this._loggedOnOnce = true;
     await this._recover(ack);
+    // subscriptions made while the others were being placed again
+    for (;;) {
+      const pending = this._manager.records().filter((r) => !r.placed);
+      if (pending.length === 0) break;
+      for (const record of pending) await this._place(record);
+    }
     if (!client.connected) throw new SpoolError("disconnected", "the connection ended during recovery");
     this._ready = true;
     // messages published while the subscriptions were being placed again

@@ -572,8 +572,8 @@ def test_batches_drop_what_was_discarded_or_handed_over(static_origin: Page) -> 
     assert result["resubscribed"] == [["subscribe", "q", "5|1|"]]
 
 
-def test_a_publish_made_during_the_resubscription_is_sent_after_it(static_origin: Page) -> None:
-    # regression: such a publish was stored but not sent until the next reconnect
+def test_what_is_made_during_the_resubscription_goes_out_after_it(static_origin: Page) -> None:
+    # regression: such a publish (or subscription) waited for the next reconnect
     result = scripted(
         static_origin,
         """
@@ -589,11 +589,14 @@ def test_a_publish_made_during_the_resubscription_is_sent_after_it(static_origin
         brokers['ws://a'].conn.drop();
         await settle();                                 // logged on, waiting for the sub ack
         await ha.publish('t', 'during');
+        const late = ha.subscribe('t', { subId: 'late' });
         await settle();
         const whileHeld = events.slice();
         brokers['ws://a'].held.forEach((ack) => ack());
         await settle();
-        return { whileHeld, events, log: brokers['ws://a'].log.map(([s, b]) => `${s}:${b}`),
+        brokers['ws://a'].held[1]?.();                  // the late subscription's ack
+        await settle();
+        return { lateId: await late, whileHeld, events, log: brokers['ws://a'].log.map(([s, b]) => `${s}:${b}`),
                  unpersisted: ha.unpersistedCount() };
         """,
     )
@@ -602,6 +605,8 @@ def test_a_publish_made_during_the_resubscription_is_sent_after_it(static_origin
         ["logon", "ws://a"],
         ["subscribe", "one", None],
     ]
-    assert result["events"][3:] == [["publish", 2]]
+    # the subscription made meanwhile is placed before the client is ready, then the publish
+    assert result["events"][3:] == [["subscribe", "late", None], ["publish", 2]]
+    assert result["lateId"] == "late"
     assert result["log"] == ["1:before", "2:during"]
     assert result["unpersisted"] == 0
