@@ -215,7 +215,6 @@ class Client:
         #: it (the HA client's hook: persisted acks trim its publish store, durable
         #: positions reach its bookmark store, failures its exception listener)
         self.event_hook: Callable[[Event[Subscription]], None] | None = None
-        self._aborting: asyncio.Task[None] | None = None
 
     # -- session values (kept by the session state) --------------------------------------
 
@@ -291,14 +290,14 @@ class Client:
 
     def abandon(self, reason: str) -> None:
         """Give the connection up at once (a peer that stopped answering): every waiter
-        and subscription fails with ``Disconnected(reason)`` now, and the transport
-        closes in the background (a frozen peer never answers the closing handshake)."""
+        and subscription fails with ``Disconnected(reason)`` now, and the transport is
+        dropped without a closing handshake (a frozen peer would never answer one)."""
         if self.closed.is_set():
             return
         self.close_reason = reason
         self._fail_all(Disconnected(reason))
         if self._conn is not None:
-            self._aborting = asyncio.get_running_loop().create_task(self._conn.close(1001, reason))
+            self._conn.abort()
 
     def _beat(self) -> None:
         if not self.closed.is_set():
