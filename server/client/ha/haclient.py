@@ -115,6 +115,7 @@ class HAClient:
         self._sender: asyncio.Task[None] | None = None
         self._reconnecting: asyncio.Task[None] | None = None
         self._monitor: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
         self._progress = asyncio.Condition()
         self._failed: BaseException | None = None
@@ -294,13 +295,16 @@ class HAClient:
     def _watch(self, client: Client) -> None:
         async def watch() -> None:
             await client.closed.wait()
+            # the lost connection's transport tasks end here (its close is quick: the
+            # peer is gone or the transport was aborted)
+            await client.close()
             if self._closed or client is not self._client:
                 return
             self._connected.clear()
             self._tell(ConnectionState.DISCONNECTED, self._uri, client.close_reason)
             self._start_reconnect()
 
-        asyncio.get_running_loop().create_task(watch())
+        self._watcher = asyncio.get_running_loop().create_task(watch())
         if self._liveness is not None:
             self._start_monitor(client)
 
@@ -606,7 +610,7 @@ class HAClient:
         if self._closed:
             return
         self._closed = True
-        for task in (self._reconnecting, self._monitor, self._sender):
+        for task in (self._reconnecting, self._monitor, self._sender, self._watcher):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

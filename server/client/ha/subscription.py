@@ -29,6 +29,8 @@ from server.client.events import Message
 
 #: the queue item that ends an iteration.
 END: Final = object()
+#: messages handed out from the buffer between two yields to the event loop
+YIELD_EVERY: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +147,21 @@ class HASubscription:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[HAMessage]:
+        taken = 0
         while True:
             item = self.queue.take()
             if item is EMPTY:
                 item = await self.queue.get()
+                taken = 0
+            else:
+                taken += 1
+                if taken >= YIELD_EVERY:
+                    # A buffered run is handed out without awaiting; let the loop run now
+                    # and then, so the bookmark store's discards reach its file while the
+                    # application works through a long run (a crash then redelivers at
+                    # most about this many processed messages).
+                    taken = 0
+                    await asyncio.sleep(0)
             if item is END:
                 return
             if isinstance(item, BaseException):
