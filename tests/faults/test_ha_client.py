@@ -23,7 +23,6 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.client import (
-    Client,
     ConnectionState,
     ConnectionStateEvent,
     DefaultServerChooser,
@@ -92,7 +91,9 @@ def test_publisher_with_file_store_loses_nothing_across_three_broker_kills(tmp_p
     assert all(body == b'{"n":%d}' % s for s, body in mine)
 
 
-def _subscriber(url: str, store: Path, output: Path, count: int, log: Path) -> subprocess.Popen[bytes]:
+def _subscriber(
+    url: str, store: Path, output: Path, count: int, log: Path
+) -> subprocess.Popen[bytes]:
     with log.open("ab") as err:  # the child keeps its own descriptor
         return subprocess.Popen(
             [sys.executable, "-m", "tests.support.ha_subscriber", url, str(store), str(output),
@@ -135,9 +136,12 @@ def test_bookmark_subscriber_processes_each_message_once_across_its_kills_and_th
     events: list[str] = []
     try:
         for i, point in enumerate(range(total // 8, total * 7 // 8, total // 8)):
-            wait_until(lambda p=point: _lines(output) >= p or sub.poll() is not None, 120,
-                       message=f"{point} processed")  # fmt: skip
-            assert sub.poll() is None, "the subscriber finished before the kills\n" + log.read_text()
+            running = sub
+            wait_until(lambda p=point, r=running: _lines(output) >= p or r.poll() is not None,
+                       120, message=f"{point} processed")  # fmt: skip
+            assert sub.poll() is None, (
+                "the subscriber finished before the kills\n" + log.read_text()
+            )
             if i % 2 == 0:
                 sub.send_signal(signal.SIGKILL)
                 sub.wait()
@@ -255,7 +259,9 @@ def test_heartbeat_notices_a_frozen_broker_within_two_intervals(tmp_path: Path) 
     finally:
         a.stop()
         b.stop()
-    lost = [t for t, e in events if e.state is ConnectionState.DISCONNECTED and e.detail == "heartbeat"]
+    lost = [
+        t for t, e in events if e.state is ConnectionState.DISCONNECTED and e.detail == "heartbeat"
+    ]
     assert lost, events
     # the last frame came at most one interval before the stop; the monitor looks every
     # idle / 8; a loaded machine gets half an interval of slack
@@ -297,7 +303,9 @@ def test_a_second_process_opening_the_same_store_is_refused(tmp_path: Path) -> N
 
     done = asyncio.run(hold())
     assert done.returncode == 3, done.stderr
-    assert f"store {path}.lock is already open in another client (held by {os.getpid()}" in done.stdout
+    assert (
+        f"store {path}.lock is already open in another client (held by {os.getpid()}" in done.stdout
+    )
     # once the owner closed it, the next process may open it
     again = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)  # fmt: skip

@@ -344,9 +344,12 @@ class HAClient:
                 sub = self.subscriptions.get(event.subscription.sub_id)
                 if sub is not None and sub.spec.bookmark is not None:
                     self.bookmark_store.persisted(sub.sub_id, event.bookmark)
-        elif isinstance(event, Failed):
-            if event.subscription is None and event.ack.reason != "duplicate":
-                self._report(event.error)
+        elif (
+            isinstance(event, Failed)
+            and event.subscription is None
+            and event.ack.reason != "duplicate"
+        ):
+            self._report(event.error)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -466,7 +469,7 @@ class HAClient:
                 await self._progress.wait_for(
                     lambda: (
                         store.last_discarded >= target or self._failed is not None or self._closed
-                    )  # fmt: skip
+                    )
                 )
 
         try:

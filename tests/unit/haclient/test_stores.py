@@ -42,7 +42,9 @@ def make_store(request: pytest.FixtureRequest) -> Factory:
 
 
 @run_async
-async def test_publish_store_keeps_what_is_not_persisted(make_store: Factory, tmp_path: Path) -> None:
+async def test_publish_store_keeps_what_is_not_persisted(
+    make_store: Factory, tmp_path: Path
+) -> None:
     store = make_store(tmp_path)
     await store.open()
     for seq in range(1, 11):
@@ -69,7 +71,11 @@ async def test_file_publish_store_reopens_with_what_was_left(tmp_path: Path) -> 
     await store.close()
     again = FilePublishStore(tmp_path / "pub.store")
     await again.open()
-    assert [(e.seq, e.body) for e in again.entries_after(0)] == [(3, b"body3"), (4, b"body4"), (5, b"body5")]
+    assert [(e.seq, e.body) for e in again.entries_after(0)] == [
+        (3, b"body3"),
+        (4, b"body4"),
+        (5, b"body5"),
+    ]
     assert again.entries_after(0)[-1].extra == {"x": "c"}
     assert again.last_discarded == 2 and again.last_seq == 5
     await again.close()
