@@ -2,6 +2,8 @@
 
 - a publisher with a FilePublishStore sends 100,000 messages while its broker is SIGKILLed
   and restarted three times: the log holds each exactly once, in order;
+- a publisher process with a FilePublishStore is SIGKILLed and restarted three times: it
+  resumes from its store, and the log holds each message once, in order;
 - a bookmark subscriber process with a FileBookmarkStore is SIGKILLed and restarted three
   times and loses its broker three times: it processes each message once, in order;
 - failover between two independent brokers in the chooser;
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -87,6 +90,47 @@ def test_publisher_with_file_store_loses_nothing_across_three_broker_kills(tmp_p
     assert any(k > 0 for k in killed_at), killed_at  # kills landed with publishes pending
     records = asyncio.run(read_log(proc.config_path))
     mine = [(s, body) for h, s, body in records if h == pub_hash("ha-publisher")]
+    assert [s for s, _ in mine] == list(range(1, total + 1)), "each once, in order"
+    assert all(body == b'{"n":%d}' % s for s, body in mine)
+
+
+def test_publisher_process_killed_three_times_resumes_from_its_file_store(tmp_path: Path) -> None:
+    total = 40_000
+    rng = random.Random(16)
+    proc = fixed_port_server(tmp_path / "srv").start()
+    store, progress, log = tmp_path / "pub.store", tmp_path / "progress", tmp_path / "pub.log"
+
+    def publisher() -> subprocess.Popen[bytes]:
+        with log.open("ab") as err:
+            return subprocess.Popen(
+                [sys.executable, "-m", "tests.support.ha_publisher", proc.ws_url, str(store),
+                 str(total), str(progress)],
+                cwd=ROOT, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+
+    def done() -> int:
+        text = progress.read_text() if progress.exists() else ""
+        return int(text) if text.strip() else 0
+
+    pub = publisher()
+    try:
+        for point in (total // 5, total * 2 // 5, total * 3 // 5):
+            running = pub
+            wait_until(lambda p=point, r=running: done() >= p or r.poll() is not None, 120,
+                       message=f"{point} published")  # fmt: skip
+            assert pub.poll() is None, "the publisher finished before the kills\n" + log.read_text()
+            time.sleep(rng.uniform(0.0, 0.03))  # seeded: somewhere in the next few batches
+            pub.send_signal(signal.SIGKILL)  # anywhere: mid-write of the store included
+            pub.wait()
+            pub = publisher()
+        assert pub.wait(120) == 0, log.read_text()
+    finally:
+        if pub.poll() is None:
+            pub.kill()
+        proc.stop()
+    assert log.read_text().count("resuming after") == 4
+    records = asyncio.run(read_log(proc.config_path))
+    mine = [(s, body) for h, s, body in records if h == pub_hash("ha-crash-publisher")]
     assert [s for s, _ in mine] == list(range(1, total + 1)), "each once, in order"
     assert all(body == b'{"n":%d}' % s for s, body in mine)
 

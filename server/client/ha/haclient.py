@@ -179,6 +179,11 @@ class HAClient:
             ReconnectGaveUp: no server could be reached before giving up.
             PublishGap: with ``error_on_publish_gap``.
         """
+        if self._failed is not None:
+            raise self._failed
+        c = self._client
+        if c is not None and c.logon is not None and self._connected.is_set():
+            return c.logon  # already connected: one session, one connection
         if not self._opened:
             await self.publish_store.open()
             await self.bookmark_store.open()
@@ -267,6 +272,7 @@ class HAClient:
                 if client.closed.is_set():
                     continue
                 self._connected.set()
+                self._kick()  # what was published while steps 7 and 8 ran
                 await self._notify()
                 return
         except (ReconnectGaveUp, PublishGap) as exc:

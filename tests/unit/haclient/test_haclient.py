@@ -176,3 +176,35 @@ async def test_failover_reports_the_new_uri_and_the_iterator_has_no_gap_or_dupli
     seen += [(await sub.get(1)).data for _ in range(3)]
     assert seen == [b"1", b"2", b"3", b"4", b"5", b"6"]
     await client.close()
+
+
+@run_async
+async def test_what_is_published_while_resubscribing_is_sent_once_connected() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, _ = make(clock, broker)
+    await client.connect_and_logon()
+    await client.subscribe("orders", sub_id="plain")
+
+    def publish_during_resume(event: ConnectionStateEvent) -> None:
+        if event.state is ConnectionState.PUBLISH_REPLAYED:
+            client.publish("orders", b"late")  # after step 7 sent the store's content
+
+    client.add_connection_state_listener(publish_during_resume)
+    broker.drop()
+    await clock.advance(1)
+    await client.publish_flush(5)
+    assert [body for _, _, body in broker.log] == [b"late"]
+    assert client.unpersisted_count() == 0
+    await client.close()
+
+
+@run_async
+async def test_connect_and_logon_twice_keeps_one_connection() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, _ = make(clock, broker)
+    first = await client.connect_and_logon()
+    assert await client.connect_and_logon() is first
+    assert len(broker.transports) == 1
+    await client.close()
