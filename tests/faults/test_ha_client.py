@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import random
 import signal
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -115,8 +117,7 @@ def test_publisher_process_killed_three_times_resumes_from_its_file_store(tmp_pa
     pub = publisher()
     try:
         for point in (total // 5, total * 2 // 5, total * 3 // 5):
-            running = pub
-            wait_until(lambda p=point, r=running: done() >= p or r.poll() is not None, 120,
+            wait_until(functools.partial(_progressed, done, point, pub), 120,
                        message=f"{point} published")  # fmt: skip
             assert pub.poll() is None, "the publisher finished before the kills\n" + log.read_text()
             time.sleep(rng.uniform(0.0, 0.03))  # seeded: somewhere in the next few batches
@@ -146,6 +147,11 @@ def _subscriber(
             stderr=err,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )  # fmt: skip
+
+
+def _progressed(progress: Callable[[], int], point: int, proc: subprocess.Popen[bytes]) -> bool:
+    """The process got to ``point``, or ended (the caller then says it ended too soon)."""
+    return progress() >= point or proc.poll() is not None
 
 
 def _lines(output: Path) -> int:
@@ -180,8 +186,7 @@ def test_bookmark_subscriber_processes_each_message_once_across_its_kills_and_th
     events: list[str] = []
     try:
         for i, point in enumerate(range(total // 8, total * 7 // 8, total // 8)):
-            running = sub
-            wait_until(lambda p=point, r=running: _lines(output) >= p or r.poll() is not None,
+            wait_until(functools.partial(_progressed, functools.partial(_lines, output), point, sub),
                        120, message=f"{point} processed")  # fmt: skip
             assert sub.poll() is None, (
                 "the subscriber finished before the kills\n" + log.read_text()

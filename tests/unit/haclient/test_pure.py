@@ -75,12 +75,14 @@ def test_fixed_delay_and_its_limit() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs",
-    [{"initial": -1}, {"initial": 2, "maximum": 1}, {"backoff": 0.5}, {"jitter": -1}],
+    ("initial", "maximum", "backoff", "jitter"),
+    [(-1, 20, 2, 1), (2, 1, 2, 1), (0.2, 20, 0.5, 1), (0.2, 20, 2, -1)],
 )
-def test_exponential_refuses_bad_settings(kwargs: dict[str, float]) -> None:
+def test_exponential_refuses_bad_settings(
+    initial: float, maximum: float, backoff: float, jitter: float
+) -> None:
     with pytest.raises(ValueError):
-        ExponentialDelayStrategy(**kwargs)
+        ExponentialDelayStrategy(initial, maximum, backoff, jitter=jitter)
 
 
 def test_chooser_rotates_on_failure_stays_on_success_and_gives_up_with_an_error() -> None:
