@@ -125,21 +125,27 @@ class ResumeState:
             return False
         e.state = _DISCARDED
         pub = e.pub
-        above = self._above.setdefault(pub, set())
-        above.add(e.seq)
         queue = self._by_pub[pub]
-        while queue and queue[0].state == _DISCARDED:
-            done = queue.popleft()
-            if done.seq > self._contig.get(pub, -1):
-                self._contig[pub] = done.seq
-            above.discard(done.seq)
-        if not queue:
-            del self._by_pub[pub]
+        if queue[0] is e:  # in order for its publisher (the usual case): no set to keep
+            above = self._above.get(pub)
+            contig = self._contig.get(pub, -1)
+            while queue and queue[0].state == _DISCARDED:
+                done = queue.popleft()
+                if done.seq > contig:
+                    contig = done.seq
+                if above:
+                    above.discard(done.seq)
+            self._contig[pub] = contig
+            if not queue:
+                del self._by_pub[pub]
+        else:
+            self._above.setdefault(pub, set()).add(e.seq)
         order = self._order
+        index = self._index
         while order and order[0].state == _DISCARDED:
             done = order.popleft()
             self.recovery = done.bookmark
-            del self._index[done.bookmark]
+            del index[done.bookmark]
         return True
 
     def persisted(self, bookmark: str) -> bool:

@@ -185,3 +185,52 @@ def test_resume_state_against_an_oracle(events: list[tuple[int, bool]], rnd: ran
     got = [b for b in log[start:] if restarted.receive(b)]
     expected = [b for b in log if b not in set(discarded)]
     assert got == expected
+
+
+@given(
+    st.lists(st.integers(0, 2), min_size=1, max_size=50),
+    st.lists(st.sampled_from(["reconnect", "restart"]), min_size=1, max_size=6),
+    st.randoms(use_true_random=False),
+)
+def test_resume_state_across_reconnects_and_restarts(
+    pubs: list[int], outages: list[str], rnd: random.Random
+) -> None:
+    """Rounds of: the broker replays its log from the resume point up to some point; the
+    application discards some of what it holds (in any order); then a reconnect (same
+    process) or a restart (a snapshot reloaded, what was not discarded is forgotten by
+    the application). Oracle: the application is handed each message at most once while
+    it holds it, never one it discarded, and in log order within a round; at the end,
+    after a last replay, everything is discarded exactly once."""
+    counters = [0, 0, 0]
+    log = []
+    for pub in pubs:
+        counters[pub] += 1
+        log.append(bm(pub, counters[pub]))
+    state = ResumeState()
+    held: list[str] = []  # handed over, not discarded (lost by a restart)
+    discarded: list[str] = []
+
+    def replay(upto: int) -> None:
+        resume = state.resume_bookmark()
+        start = 0 if resume == EPOCH else min(log.index(p) for p in resume.split(",")) + 1
+        got = [b for b in log[start:upto] if state.receive(b)]
+        assert not set(got) & set(discarded), "a discarded message came back"
+        assert not set(got) & set(held), "a held message was handed over twice"
+        assert got == sorted(got, key=log.index)
+        held.extend(got)
+
+    for outage in [*outages, "restart"]:
+        replay(rnd.randint(0, len(log)))
+        for b in rnd.sample(held, rnd.randint(0, len(held))):
+            state.discard(b)
+            held.remove(b)
+            discarded.append(b)
+        if outage == "restart":
+            state = ResumeState.from_snapshot(state.snapshot())
+            state.reloaded()
+            held.clear()
+    replay(len(log))
+    for b in list(held):
+        state.discard(b)
+        discarded.append(b)
+    assert sorted(discarded, key=log.index) == log and len(set(discarded)) == len(log)
