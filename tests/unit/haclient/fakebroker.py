@@ -28,6 +28,7 @@ class FakeBroker:
         self.persisted: dict[str, int] = {}
         self.log: list[tuple[str, str, bytes]] = []
         self.hold_acks = False
+        self.refuse_subscribe = ""  # a failure reason for every subscribe
         self.fail_next = 0  # connection attempts to refuse
         self.attempts: list[tuple[str, float]] = []
         self.transports: list[FakeLink] = []
@@ -141,7 +142,10 @@ class FakeLink:
                 if not broker.hold_acks:
                     await self.reply({"c": "ack", "a": "persisted", "status": "success",
                                       "s": broker.persisted[self.name]})  # fmt: skip
-            elif c == "subscribe":
+            elif c in ("subscribe", "delta_subscribe") and broker.refuse_subscribe:
+                await self.reply({"c": "ack", "a": "processed", "cid": cid, "status": "failure",
+                                  "reason": broker.refuse_subscribe})  # fmt: skip
+            elif c in ("subscribe", "delta_subscribe"):
                 sid = h["sub_id"]
                 self.subs[sid] = h["t"]
                 await self.reply({"c": "ack", "a": "processed", "cid": cid, "status": "success"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, ParamSpec
 
 import pytest
@@ -15,14 +15,17 @@ from server.client import (
     ConnectionState,
     ConnectionStateEvent,
     DefaultServerChooser,
+    DefaultSubscriptionManager,
     ExponentialDelayStrategy,
     FixedDelayStrategy,
     HAClient,
+    HASubscription,
     MemoryPublishStore,
     PublishGap,
     ReconnectGaveUp,
 )
 from server.clock import VirtualClock
+from server.protocol.errors import NotEntitled
 from tests.unit.haclient.fakebroker import FakeBroker
 
 P = ParamSpec("P")
@@ -207,4 +210,93 @@ async def test_connect_and_logon_twice_keeps_one_connection() -> None:
     first = await client.connect_and_logon()
     assert await client.connect_and_logon() is first
     assert len(broker.transports) == 1
+    await client.close()
+
+
+@run_async
+async def test_plain_subscriptions_are_entered_again_as_they_were() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, _ = make(clock, broker)
+    await client.connect_and_logon()
+    await client.subscribe("orders", filter="/qty > 1", options="oof", sub_id="p")
+    await client.delta_subscribe("quotes", sub_id="d")
+    broker.drop()
+    await clock.advance(1)
+    again = [h for h in broker.commands[1] if h["c"] in ("subscribe", "delta_subscribe")]
+    assert [(h["c"], h["t"], h["sub_id"], h.get("f"), h.get("o"), h.get("bm")) for h in again] == [
+        ("subscribe", "orders", "p", "/qty > 1", "oof", None),
+        ("delta_subscribe", "quotes", "d", None, None, None),
+    ]
+    await client.close()
+
+
+@run_async
+async def test_a_replaced_subscription_manager_decides_what_is_entered_again() -> None:
+    class OnlyBookmarked(DefaultSubscriptionManager[HASubscription]):
+        async def resubscribe(self, enter: Callable[[HASubscription], Awaitable[None]]) -> None:
+            for sub in self.all():
+                if sub.spec.bookmark is not None:
+                    await enter(sub)
+                else:
+                    sub.end()
+
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, _ = make(clock, broker, subscription_manager=OnlyBookmarked())
+    await client.connect_and_logon()
+    plain = await client.subscribe("orders", sub_id="plain")
+    await client.subscribe("orders", bookmark="0", sub_id="kept")
+    broker.drop()
+    await clock.advance(1)
+    assert [h["sub_id"] for h in broker.commands[1] if h["c"] == "subscribe"] == ["kept"]
+    assert [m async for m in plain] == []  # ended by the manager
+    await client.close()
+
+
+@run_async
+async def test_unsubscribe_ends_the_iteration_and_close_ends_the_rest() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, _ = make(clock, broker)
+    await client.connect_and_logon()
+    a = await client.subscribe("orders", sub_id="a")
+    b = await client.subscribe("orders", sub_id="b")
+    client.publish("orders", b"1")
+    assert (await a.get(1)).data == b"1"
+    await a.unsubscribe()
+    assert [m async for m in a] == []
+    assert any(h["c"] == "unsubscribe" and h["sub_id"] == "a" for h in broker.commands[0])
+    await client.close()
+    assert [m.data async for m in b] == [b"1"]  # what was buffered, then the end
+
+
+@run_async
+async def test_set_heartbeat_on_a_connected_client_asks_the_broker_to_beat() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, _ = make(clock, broker)
+    await client.connect_and_logon()
+    client.set_heartbeat(5)
+    await clock.advance(0)
+    assert {"c": "heartbeat", "o": "start,5"}.items() <= broker.commands[0][-1].items()
+    broker.drop()
+    await clock.advance(1)
+    assert broker.commands[1][0]["hb"] == 5  # every later logon asks for it
+    await client.close()
+
+
+@run_async
+async def test_a_refused_resubscription_ends_that_iteration_and_reaches_the_listener() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, errors = make(clock, broker)
+    await client.connect_and_logon()
+    sub = await client.subscribe("orders", sub_id="s")
+    broker.drop()
+    broker.refuse_subscribe = "not entitled"
+    await clock.advance(1)
+    with pytest.raises(NotEntitled):
+        await sub.get(1)
+    assert [type(e) for e in errors] == [NotEntitled]
     await client.close()
