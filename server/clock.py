@@ -18,6 +18,14 @@ import heapq
 import time
 from typing import Final, Protocol
 
+#: Tolerance when comparing clock readings (float rounding of sums). A wait shorter than
+#: this is due now: ``now + wait`` can round back to ``now``, and a waiter that sleeps for
+#: such a wait on a :class:`VirtualClock` wakes at the same instant, recomputes the same
+#: wait and never lets time move (a spin seen in the replication pump's idle marker).
+TIME_EPSILON: Final = 1e-9
+#: :meth:`VirtualClock.advance` fails after this many wakes in a row at one instant.
+MAX_WAKES_AT_ONE_INSTANT: Final = 10_000
+
 
 class Clock(Protocol):
     """The time source of the broker."""
@@ -189,7 +197,9 @@ class VirtualClock:
 
         Raises:
             ValueError: ``seconds`` is negative (time does not go back).
-            RuntimeError: another ``advance`` is running, or the loop never settles.
+            RuntimeError: another ``advance`` is running, the loop never settles, or
+                sleepers keep waking at one instant (a wait that rounds to nothing would
+                otherwise spin here forever instead of failing the test).
         """
         if seconds < 0:
             raise ValueError(f"cannot advance a clock by {seconds} s")
@@ -199,7 +209,17 @@ class VirtualClock:
         try:
             target = self._now + seconds
             await wait_all_blocked()
-            while self._wake_next(target):
+            still = 0  # wakes in a row that did not move time
+            while True:
+                before = self._now
+                if not self._wake_next(target):
+                    break
+                still = still + 1 if self._now == before else 0
+                if still > MAX_WAKES_AT_ONE_INSTANT:
+                    raise RuntimeError(
+                        f"tasks woke {still} times at t={self._now} without time moving: a "
+                        "sleep shorter than float resolution (see TIME_EPSILON)?"
+                    )
                 await wait_all_blocked()
             self._now = target
         finally:

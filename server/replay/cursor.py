@@ -16,11 +16,10 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from server.clock import SYSTEM_CLOCK, Clock, time_us
+from server.clock import SYSTEM_CLOCK, TIME_EPSILON, Clock, time_us
 from server.protocol.errors import SubIdNotFound
 from server.replay.errors import ReplayGapError
 from server.replay.member import ReplayMember
-from server.replay.pacing import TIME_EPSILON
 from server.replay.ports import DurableHorizon, Horizon, LowestHorizon, ReplaySource
 from server.txlog.record import Record
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from server.clock import TIME_EPSILON
 from server.protocol.options import Rate
 from server.txlog.record import Record
 
@@ -16,8 +17,6 @@ from server.txlog.record import Record
 BURST_WINDOW: Final = 0.01
 #: A time-scaled replay that fell behind by more than this re-anchors instead of bursting.
 MAX_LAG: Final = 0.1
-#: Tolerance when comparing clock readings and token counts (float rounding of sums).
-TIME_EPSILON: Final = 1e-9
 
 
 class RatePacer:

@@ -38,7 +38,7 @@ from typing import Final
 
 import zstandard
 
-from server.clock import Clock
+from server.clock import TIME_EPSILON, Clock
 from server.config import Config, DestinationConfig
 from server.replication.dialer import Dialer
 from server.replication.errors import (
@@ -73,7 +73,7 @@ from server.tls.errors import TlsError
 from server.txlog import Pin, TransactionLog
 from server.txlog.batch import RecordBatch
 
-__all__ = ["DestinationLink", "LinkContext"]
+__all__ = ["DestinationLink", "LinkContext", "marker_wait"]
 
 #: most records and bytes read per batch
 BATCH_RECORDS: Final = 4096
@@ -549,8 +549,8 @@ class DestinationLink:
             durable = txlog.durable_seq
             if self._pos > durable:
                 if stream is not None and self._marker_due:
-                    wait = MARKER_INTERVAL - (self._ctx.clock.monotonic() - self._last_sent)
-                    if wait <= 0:
+                    wait = marker_wait(self._ctx.clock.monotonic(), self._last_sent)
+                    if wait == 0.0:
                         await self._send_marker(stream)
                         continue
                     await self._sleep_until_woken(wait)
@@ -680,6 +680,18 @@ class DestinationLink:
         ctx.events.emit(level, "replication", f"destination_{event}", destination=self.name,
                         detail=detail)  # fmt: skip
         ctx.record(LinkEvent(ctx.clock.time(), self.name, "out", event, detail))
+
+
+def marker_wait(now: float, last_sent: float) -> float:
+    """Seconds until an idle stream's position marker is due: 0.0 when it is due now.
+
+    A remainder under :data:`~server.clock.TIME_EPSILON` counts as due: ``now + wait`` may
+    round back to ``now``, and the pump would then sleep for nothing and compute the same
+    remainder again, forever on a virtual clock (the marker never went out and a sync
+    destination's acks would stall).
+    """
+    wait = MARKER_INTERVAL - (now - last_sent)
+    return 0.0 if wait < TIME_EPSILON else wait
 
 
 def _held(holdings: Holdings) -> Callable[[int, int], bool]:

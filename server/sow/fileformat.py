@@ -66,6 +66,7 @@ __all__ = [
     "encode_put",
     "put_size",
     "read_changes",
+    "walk_changes",
 ]
 
 MAGIC: Final = b"SPOOLSOW"
@@ -201,8 +202,38 @@ def encode_delete(key: str, seq: int) -> bytes:
 def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | Damage]:
     """The changes from ``pos`` to the end of ``buf``; a :class:`Damage` ends the walk
     where the readable part ends (nothing after it is trusted)."""
+    put = _PUT.unpack_from
+    for item in walk_changes(buf, pos):
+        if type(item) is Damage:
+            yield item
+            return
+        at, length, op, key, seq = item  # type: ignore[misc]
+        if op == CHANGE_DELETE:
+            yield ChangeRecord(op, key, seq, 0, 0, 0, 0, None, length)
+        else:
+            _l, _o, _p, kl, _s, ts, ph, ps, exp, bl = put(buf, at)
+            start = at + _PUT.size + kl
+            yield ChangeRecord(op, key, seq, ts, ph, ps, exp, buf[start : start + bl], length)
+
+
+#: one change found by :func:`walk_changes`: (offset, length, op, key, seq)
+Found = tuple[int, int, int, str, int]
+
+
+def walk_changes(buf: bytes, pos: int) -> Iterator[Found | Damage]:
+    """Where the changes from ``pos`` are, checked (length, op, CRC, UTF-8 key, field
+    sizes) but not decoded beyond the key; a :class:`Damage` ends the walk.
+
+    The one validation of the format: :func:`read_changes` decodes what it finds, and a
+    compaction copies the live changes' bytes as they are (no object per change, no
+    re-encoding: the compaction was a fifth of a SOW topic's CPU under updates).
+    """
     end = len(buf)
     unpack = _COMMON.unpack_from
+    body_len = _U32.unpack_from
+    crc = _crc
+    put_fixed = _PUT.size
+    del_fixed = _DEL.size
     while pos < end:
         if end - pos < _COMMON.size:
             yield Damage(pos, "torn change")
@@ -214,11 +245,14 @@ def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | Damage]:
         if pos + length > end:
             yield Damage(pos, "torn change")
             return
-        if op not in (CHANGE_PUT, CHANGE_DELETE):
+        if op == CHANGE_PUT:
+            fixed = put_fixed
+        elif op == CHANGE_DELETE:
+            fixed = del_fixed
+        else:
             yield Damage(pos, "bad op")
             return
-        fixed = _PUT.size if op == CHANGE_PUT else _DEL.size
-        if length < fixed + kl + 4 or _crc(buf[pos : pos + length]) != _CRC_RESIDUE:
+        if length < fixed + kl + 4 or crc(buf[pos : pos + length]) != _CRC_RESIDUE:
             yield Damage(pos, "crc mismatch" if length >= fixed + kl + 4 else "bad length")
             return
         try:
@@ -226,16 +260,9 @@ def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | Damage]:
         except UnicodeDecodeError:
             yield Damage(pos, "bad utf-8")
             return
-        if op == CHANGE_DELETE:
-            if length != fixed + kl + 4:
-                yield Damage(pos, "length mismatch")
-                return
-            yield ChangeRecord(op, key, seq, 0, 0, 0, 0, None, length)
-        else:
-            _l, _o, _p, _k, _s, ts, ph, ps, exp, bl = _PUT.unpack_from(buf, pos)
-            if length != fixed + kl + bl + 4:
-                yield Damage(pos, "length mismatch")
-                return
-            body = buf[pos + fixed + kl : pos + fixed + kl + bl]
-            yield ChangeRecord(op, key, seq, ts, ph, ps, exp, body, length)
+        extra = body_len(buf, pos + fixed - 4)[0] if op == CHANGE_PUT else 0
+        if length != fixed + kl + extra + 4:
+            yield Damage(pos, "length mismatch")
+            return
+        yield pos, length, op, key, seq
         pos += length

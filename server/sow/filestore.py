@@ -45,6 +45,7 @@ from server.sow.fileformat import (
     encode_header,
     encode_put,
     read_changes,
+    walk_changes,
 )
 from server.sow.memory import MemoryStore, new_record
 
@@ -172,10 +173,16 @@ def write_sow_file(
 
     Used by a compaction and by ``spool sow rebuild``.
     """
+    return _write_file(path, [encode_header(topic, keys, base_seq), *map(encode_put, records)])
+
+
+def _write_file(path: Path, parts: list[bytes | memoryview]) -> int:
+    """Blocking: ``parts`` as the whole new content of ``path`` (a temporary file,
+    fsynced, renamed over it, the directory fsynced). Returns the size."""
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        data = encode_header(topic, keys, base_seq) + b"".join(encode_put(r) for r in records)
+        data = b"".join(parts)
         _write_all(fd, data)
         os.fsync(fd)
     finally:
@@ -528,17 +535,36 @@ class FileStore(MemoryStore):
         return report
 
     def _compact_file(self) -> tuple[int, int, int]:
-        """Blocking: read the file, write its live records to a new one, swap them."""
-        read = read_sow_file(self.path)
-        if read.header is None:
-            raise OSError(f"cannot compact {self.path}: {read.reason}")
-        live = [
-            new_record(
-                c.key, c.body or b"", c.seq, c.timestamp_us, c.pub_hash, c.pub_seq, c.expires_us, 0
-            )
-            for c in read.records.values()
-        ]
-        size = write_sow_file(self.path, self.topic, self._keys, read.file_seq, live)
+        """Blocking: read the file, write its live changes to a new one, swap them.
+
+        The live puts are copied byte for byte (they are already encoded, CRC included):
+        no object per change and no re-encoding, which made compaction a fifth of a SOW
+        topic's CPU under a stream of updates.
+        """
+        buf = self.path.read_bytes()
+        header = decode_header(buf)
+        if isinstance(header, str):
+            raise OSError(f"cannot compact {self.path}: {header}")
+        live: dict[str, tuple[int, int]] = {}
+        top = header.base_seq
+        for found in walk_changes(buf, header.size):
+            if type(found) is Damage:
+                break  # the writer truncates a torn tail at open; nothing after it counts
+            at, length, op, key, seq = found  # type: ignore[misc]
+            if op == CHANGE_PUT:
+                live[key] = (at, length)
+            else:
+                live.pop(key, None)
+            if seq > top:
+                top = seq
+        view = memoryview(buf)
+        size = _write_file(
+            self.path,
+            [
+                encode_header(self.topic, self._keys, top),
+                *(view[a : a + n] for a, n in live.values()),
+            ],
+        )
         new_fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         return size, len(live), new_fd
 

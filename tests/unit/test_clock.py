@@ -398,3 +398,46 @@ def test_one_clock_serves_loops_one_after_another() -> None:
     run(sleep_and_advance(1.0))
     run(sleep_and_advance(2.0))
     assert clock.monotonic() == 3.0
+
+
+def test_advance_fails_when_sleepers_keep_waking_without_time_moving() -> None:
+    """A task that sleeps for a remainder smaller than float resolution wakes at the same
+    instant again and again; ``advance`` says so instead of spinning forever (the
+    replication pump's idle marker hung a scenario that way)."""
+
+    async def main() -> None:
+        clock = VirtualClock()
+        await clock.advance(0.15)
+
+        async def spinner() -> None:
+            while True:
+                await clock.sleep(1e-20)  # 0.15 + 1e-20 == 0.15: the deadline is now
+
+        task = asyncio.get_running_loop().create_task(spinner())
+        with pytest.raises(RuntimeError, match="without time moving"):
+            await clock.advance(1.0)
+        task.cancel()
+
+    run(main())
+
+
+def test_a_real_wait_moves_time_many_times_at_distinct_instants() -> None:
+    """The guard counts wakes at one instant only: 50,000 short sleeps that each move time
+    are fine."""
+
+    async def main() -> None:
+        clock = VirtualClock()
+        wakes = 0
+
+        async def ticker() -> None:
+            nonlocal wakes
+            while True:
+                await clock.sleep(1e-5)
+                wakes += 1
+
+        task = asyncio.get_running_loop().create_task(ticker())
+        await clock.advance(0.5)
+        task.cancel()
+        assert wakes == pytest.approx(50_000, abs=2)
+
+    run(main())

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
 from server.replication.errors import ReconnectRequested, SyncChangeRefused
+from server.replication.outbound import marker_wait
 from server.replication.routing import Route
 from tests.support.engine import EngineHarness
 from tests.support.fabric import (
@@ -380,3 +383,20 @@ async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
         got = [s for ph, s, _, _ in await records(b) if ph == pub_hash("pub")]
         assert got == list(range(1, 21))
         del fabric
+
+
+@given(
+    last_sent=st.floats(min_value=0.0, max_value=1e7, allow_nan=False),
+    gap=st.floats(min_value=0.0, max_value=0.2, allow_nan=False),
+)
+def test_an_idle_marker_wait_always_moves_time(last_sent: float, gap: float) -> None:
+    """Regression: the pump slept ``MARKER_INTERVAL - (now - last_sent)``; a remainder like
+    1.4e-17 (now 0.15, last sent 0.1) is absorbed by ``now + wait``, so on the virtual clock
+    the pump woke at the same instant forever and the marker never went out (the A -> B -> C
+    chain test hung about one run in five)."""
+    now = last_sent + gap
+    wait = marker_wait(now, last_sent)
+    assert wait >= 0.0
+    if wait:
+        assert now + wait > now  # sleeping really moves time
+    assert marker_wait(0.15, 0.1) == 0.0
