@@ -53,6 +53,7 @@ from server.client.ha.listeners import (
 from server.client.ha.publishstore import MemoryPublishStore, PublishStore, StoredPublish
 from server.client.ha.subscription import END, HAMessage, HASubscription, SubscriptionSpec
 from server.client.state import encode_body
+from server.protocol.errors import ProtocolFailure
 
 #: what a failed connection attempt may raise (docs/python-client.md "Connecting").
 _CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
@@ -540,17 +541,19 @@ class HAClient:
         self.subscriptions.add(sub_id, sub)
         client = await self._wait_connected(timeout)
         try:
-            await self._enter(client, sub)
-        except _CONNECT_ERRORS as exc:
-            if isinstance(exc, Disconnected):
-                return sub  # the reconnect handler enters it on the next connection
+            await self._enter(client, sub, initial=True)
+        except Disconnected:
+            return sub  # the reconnect handler enters it on the next connection
+        except BaseException:  # refused, timed out, cancelled: it does not exist
             self.subscriptions.remove(sub_id)
+            sub.end()
             raise
         return sub
 
-    async def _enter(self, client: Client, sub: HASubscription) -> None:
-        """Subscribe ``sub`` on ``client`` (a refusal ends the subscription's iteration
-        with the broker's error and reaches the exception listener)."""
+    async def _enter(self, client: Client, sub: HASubscription, *, initial: bool = False) -> None:
+        """Subscribe ``sub`` on ``client``. A broker refusal raises on the first entry; on a
+        re-entry it ends the subscription's iteration with the broker's error and reaches
+        the exception listener (nobody waits for a resubscription)."""
         if sub.ended:
             return
         spec = sub.spec
@@ -567,11 +570,9 @@ class HAClient:
                     spec.topic, filter=spec.filter, bookmark=bookmark, options=spec.options,
                     sub_id=sub.sub_id, delta=spec.command == "delta_subscribe",
                 )  # fmt: skip
-        except Disconnected:
-            raise
-        except _CONNECT_ERRORS:
-            raise
-        except Exception as exc:  # the broker refused it (a typed ProtocolFailure)
+        except ProtocolFailure as exc:  # the broker refused it
+            if initial:
+                raise
             self.subscriptions.remove(sub.sub_id)
             sub.end(exc)
             self._report(exc)

@@ -224,13 +224,17 @@ async def test_plain_subscriptions_are_entered_again_as_they_were() -> None:
     await client.connect_and_logon()
     await client.subscribe("orders", filter="/qty > 1", options="oof", sub_id="p")
     await client.delta_subscribe("quotes", sub_id="d")
+    await client.sow_and_subscribe("books", filter="/open = true", sub_id="w")
     broker.drop()
     await clock.advance(1)
-    again = [h for h in broker.commands[1] if h["c"] in ("subscribe", "delta_subscribe")]
+    again = [h for h in broker.commands[1] if "sub_id" in h]
     assert [(h["c"], h["t"], h["sub_id"], h.get("f"), h.get("o"), h.get("bm")) for h in again] == [
         ("subscribe", "orders", "p", "/qty > 1", "oof", None),
         ("delta_subscribe", "quotes", "d", None, None, None),
+        ("sow_and_subscribe", "books", "w", "/open = true", None, None),
     ]
+    result = await client.sow("books", filter="/open = true")  # on the new connection
+    assert result.records == [] and broker.commands[1][-1]["c"] == "sow"
     await client.close()
 
 
@@ -302,4 +306,19 @@ async def test_a_refused_resubscription_ends_that_iteration_and_reaches_the_list
     with pytest.raises(NotEntitled):
         await sub.get(1)
     assert [type(e) for e in errors] == [NotEntitled]
+    await client.close()
+
+
+@run_async
+async def test_a_refused_first_subscribe_raises_and_is_not_kept() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, errors = make(clock, broker)
+    await client.connect_and_logon()
+    broker.refuse_subscribe = "not entitled"
+    with pytest.raises(NotEntitled):
+        await client.subscribe("secret", sub_id="s")
+    assert client.subscriptions.get("s") is None and errors == []
+    broker.refuse_subscribe = ""
+    await client.subscribe("secret", sub_id="s")  # the sub_id is free again
     await client.close()
