@@ -50,7 +50,8 @@ from server.client.ha.listeners import (
     ExceptionListener,
     SubscriptionManager,
 )
-from server.client.ha.publishstore import MemoryPublishStore, PublishStore, StoredPublish
+from server.client.ha.publishstore import MemoryPublishStore, PublishStore
+from server.client.ha.sender import PublishSender
 from server.client.ha.subscription import END, HAMessage, HASubscription, SubscriptionSpec
 from server.client.state import encode_body
 from server.protocol.errors import ProtocolFailure
@@ -111,9 +112,7 @@ class HAClient:
         self._liveness: Liveness | None = None
         self._client: Client | None = None
         self._uri: str | None = None
-        self._seq = 0
-        self._sent = 0
-        self._sender: asyncio.Task[None] | None = None
+        self._sender = PublishSender(self.publish_store, lambda: self._client, self._ready)
         self._reconnecting: asyncio.Task[None] | None = None
         self._monitor: asyncio.Task[None] | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -189,8 +188,7 @@ class HAClient:
             await self.publish_store.open()
             await self.bookmark_store.open()
             self._opened = True
-            self._seq = self.publish_store.last_seq
-            self._sent = self.publish_store.last_discarded
+            self._sender.opened()
         self._start_reconnect()
         await self._wait_connected(None)
         assert self._client is not None and self._client.logon is not None
@@ -273,7 +271,7 @@ class HAClient:
                 if client.closed.is_set():
                     continue
                 self._connected.set()
-                self._kick()  # what was published while steps 7 and 8 ran
+                self._sender.kick()  # what was published while steps 7 and 8 ran
                 await self._notify()
                 return
         except (ReconnectGaveUp, PublishGap) as exc:
@@ -281,16 +279,11 @@ class HAClient:
             await self._notify()
 
     async def _resume(self, client: Client, info: LogonInfo) -> None:
-        store = self.publish_store
         # 6. trim the publish store to what the broker has
-        if self.error_on_publish_gap and info.last_seq < store.last_discarded:
-            raise PublishGap(info.last_seq, store.last_discarded)
-        store.discard_up_to(info.last_seq)
-        self._seq = max(self._seq, info.last_seq, store.last_seq)
+        self._sender.logged_on(info.last_seq, error_on_gap=self.error_on_publish_gap)
         # 7. republish the rest, in order
         self._client = client
-        self._sent = max(info.last_seq, store.last_discarded)
-        await self._send(client)
+        await self._sender.send(client)
         self._tell(ConnectionState.PUBLISH_REPLAYED, self._uri)
         # 8. resubscribe
         for sub in self.subscriptions.all():
@@ -387,10 +380,7 @@ class HAClient:
 
     def _store(self, topic: str, data: bytes | str | Any, sow_key: str | None,
                expiration: int | None, correlation_id: str | None, *, delta: bool) -> int:  # fmt: skip
-        if self._failed is not None:
-            raise self._failed
-        if self._closed:
-            raise Disconnected("closed by client")
+        self._check_open()
         extra: dict[str, Any] = {}
         if sow_key is not None:
             extra["k"] = sow_key
@@ -400,61 +390,24 @@ class HAClient:
             extra["x"] = correlation_id
         if delta:
             extra["delta"] = True
-        self._seq += 1
-        self.publish_store.store(StoredPublish(self._seq, topic, encode_body(data), extra or None))
-        self._kick()
-        return self._seq
+        return self._sender.add(topic, encode_body(data), extra or None)
 
-    def _kick(self) -> None:
-        if self._sender is None or self._sender.done():
-            c = self._client
-            if c is not None and self._connected.is_set():
-                self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+    def publish_many(self, topic: str, items: list[bytes | str | Any]) -> int:
+        """Store and send a publish per item (bytes, text or JSON-able); returns the last
+        sequence number. The batch form of :meth:`publish` without per-message options."""
+        self._check_open()
+        return self._sender.add_many(topic, [encode_body(d) for d in items])
 
-    async def _send_loop(self) -> None:
-        while True:
-            c = self._client
-            if c is None or c.closed.is_set() or not self._connected.is_set():
-                return
-            if self.publish_store.last_seq <= self._sent:
-                return
-            try:
-                await self._send(c)
-            except _CONNECT_ERRORS:
-                return  # the reconnect handler republishes
+    def _check_open(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise Disconnected("closed by client")
 
-    async def _send(self, client: Client) -> None:
-        """Send what the store holds above what was sent, once the store wrote it."""
-        store = self.publish_store
-        upto = store.last_seq
-        if upto <= self._sent:
-            return
-        await store.sync()
-        if client is not self._client or client.closed.is_set():
-            return
-        entries = store.entries_after(self._sent, upto)
-        i = 0
-        while i < len(entries):
-            e = entries[i]
-            if e.extra is None:
-                # a run of plain publishes to one topic with consecutive numbers: one pass
-                j = i + 1
-                while (j < len(entries) and entries[j].extra is None
-                       and entries[j].topic == e.topic and entries[j].seq == entries[j - 1].seq + 1):  # fmt: skip
-                    j += 1
-                client.seq = e.seq - 1
-                client.publish_many(e.topic, [x.body for x in entries[i:j]], persisted=True)
-                i = j
-                continue
-            x = e.extra
-            if x.get("delta"):
-                client.delta_publish(e.topic, e.body, sow_key=x.get("k"), expiration=x.get("e"),
-                                     persisted=True, seq=e.seq, correlation_id=x.get("x"))  # fmt: skip
-            else:
-                client.publish(e.topic, e.body, seq=e.seq, persisted=True, sow_key=x.get("k"),
-                               expiration=x.get("e"), correlation_id=x.get("x"))  # fmt: skip
-            i += 1
-        self._sent = max(self._sent, upto)
+    def _ready(self) -> Client | None:
+        """The current connection once it is fully resumed (steps 1-8 done)."""
+        c = self._client
+        return c if c is not None and self._connected.is_set() and not c.closed.is_set() else None
 
     def unpersisted_count(self) -> int:
         """Publishes the broker has not acked as persisted yet."""
@@ -468,7 +421,7 @@ class HAClient:
             PublishFlushTimeout: ``timeout`` ran out first.
             ReconnectGaveUp: reconnection gave up first.
         """
-        target = self._seq
+        target = self._sender.seq
         store = self.publish_store
 
         async def wait() -> None:
@@ -513,23 +466,36 @@ class HAClient:
         return await self._subscribe("delta_subscribe", topic, filter, options, None, sub_id,
                                      timeout)  # fmt: skip
 
-    async def sow_and_subscribe(self, topic: str, *, filter: str | None = None,
-                                options: str | None = None, sub_id: str | None = None,
-                                timeout: float | None = 30.0) -> HASubscription:  # fmt: skip
-        """A ``sow_and_subscribe``; after a reconnect it is re-entered as it was (a new
-        snapshot, then live changes)."""
+    async def sow_and_subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int | None = None,
+        delta: bool = False,
+        timeout: float | None = 30.0,
+    ) -> HASubscription:
+        """A ``sow_and_subscribe`` (``delta``: ``sow_and_delta_subscribe``); after a
+        reconnect it is re-entered as it was: a new snapshot, then live changes."""
+        extra = tuple((k, v) for k, v in (("top_n", top_n), ("orderby", orderby),
+                      ("batch_size", batch_size), ("delta", delta or None)) if v is not None)  # fmt: skip
         return await self._subscribe("sow_and_subscribe", topic, filter, options, None, sub_id,
-                                     timeout)  # fmt: skip
+                                     timeout, extra)  # fmt: skip
 
     async def _subscribe(self, command: str, topic: str, filter: str | None,
                          options: str | None, bookmark: str | None, sub_id: str | None,
-                         timeout: float | None) -> HASubscription:  # fmt: skip
+                         timeout: float | None,
+                         extra: tuple[tuple[str, Any], ...] = ()) -> HASubscription:  # fmt: skip
         if sub_id is None:
             self._sub_ids += 1
             sub_id = f"{self.name}.{self._sub_ids}"
         if self.subscriptions.get(sub_id) is not None:
             raise HAError(f"sub_id {sub_id!r} is already subscribed in this client")
-        spec = SubscriptionSpec(command, topic, filter, options, bookmark)
+        spec = SubscriptionSpec(command, topic, filter, options, bookmark, extra)
         store = self.bookmark_store
         if bookmark is not None:
             store.register(sub_id, bookmark)
@@ -560,7 +526,11 @@ class HAClient:
         try:
             if spec.command == "sow_and_subscribe":
                 current = await client.sow_and_subscribe(
-                    spec.topic, filter=spec.filter, options=spec.options, sub_id=sub.sub_id
+                    spec.topic,
+                    filter=spec.filter,
+                    options=spec.options,
+                    sub_id=sub.sub_id,
+                    **dict(spec.extra),
                 )
             else:
                 bookmark = None
@@ -612,6 +582,22 @@ class HAClient:
             except Disconnected:
                 continue
 
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: list[str] | None = None,
+        data: bytes | str | Any | None = None,
+        timeout: float | None = 60.0,
+    ) -> int:
+        """``sow_delete`` on the current connection (waits for one); returns how many
+        records were deleted. Not retried when the connection is lost during it (whether
+        the broker ran it is unknown): that raises ``Disconnected``."""
+        client = await self._wait_connected(timeout)
+        return await client.sow_delete(topic, filter=filter, keys=keys, data=data,
+                                       timeout=timeout or 60.0)  # fmt: skip
+
     # -- end -----------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -620,7 +606,8 @@ class HAClient:
         if self._closed:
             return
         self._closed = True
-        for task in (self._reconnecting, self._monitor, self._sender, self._watcher):
+        await self._sender.stop()
+        for task in (self._reconnecting, self._monitor, self._watcher):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

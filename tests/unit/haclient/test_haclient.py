@@ -224,17 +224,24 @@ async def test_plain_subscriptions_are_entered_again_as_they_were() -> None:
     await client.connect_and_logon()
     await client.subscribe("orders", filter="/qty > 1", options="oof", sub_id="p")
     await client.delta_subscribe("quotes", sub_id="d")
-    await client.sow_and_subscribe("books", filter="/open = true", sub_id="w")
+    await client.sow_and_subscribe("books", filter="/open = true", sub_id="w", top_n=5,
+                                   orderby="/px DESC", batch_size=50, delta=True)  # fmt: skip
     broker.drop()
     await clock.advance(1)
     again = [h for h in broker.commands[1] if "sub_id" in h]
     assert [(h["c"], h["t"], h["sub_id"], h.get("f"), h.get("o"), h.get("bm")) for h in again] == [
         ("subscribe", "orders", "p", "/qty > 1", "oof", None),
         ("delta_subscribe", "quotes", "d", None, None, None),
-        ("sow_and_subscribe", "books", "w", "/open = true", None, None),
+        ("sow_and_delta_subscribe", "books", "w", "/open = true", None, None),
     ]
+    assert (again[-1]["top_n"], again[-1]["orderby"], again[-1]["bs"]) == (5, "/px DESC", 50)
     result = await client.sow("books", filter="/open = true")  # on the new connection
     assert result.records == [] and broker.commands[1][-1]["c"] == "sow"
+    assert await client.sow_delete("books", keys=["k1"]) == 0
+    assert broker.commands[1][-1]["c"] == "sow_delete"
+    assert client.publish_many("orders", [b"a", {"b": 1}]) == 2
+    await client.publish_flush(5)
+    assert [body for _, _, body in broker.log] == [b"a", b'{"b":1}']
     await client.close()
 
 
