@@ -6,7 +6,8 @@ Modules, lowest first: ``errors``; the pure parts ``delay`` (reconnect delay str
 subscription's resume point and duplicates), ``listeners`` (connection states, the
 subscription manager); ``lockfile`` and ``recordlog`` (the stores' file: lock, checksummed
 records, crash-safe compaction, writes off the loop); ``recovery`` (recovery point
-adapters, the SOW one); ``publishstore`` and ``bookmarkstore``; ``subscription`` (the
+adapters, the SOW one); ``publishstore`` and ``bookmarkstore``; ``sender`` (the publish
+path: number, store, send once written, resend after a logon) and ``subscription`` (the
 iterator that outlives connections); ``haclient`` (the reconnect handler composing them).
 """
 
