@@ -5,11 +5,13 @@ The reconnect handler (:meth:`HAClient._reconnect`) runs the seed's steps in ord
 
 1. **chooser**: the next URI and its credentials (``None``: give up with ``get_error()``);
 2. **delay**: wait what the delay strategy says (it may give up);
-3. **connect** and 4. **logon**: a new ``Client`` (with the heartbeat, if set);
+3. **connect** and 4. **logon**: a new ``Client`` (with the heartbeat, if set); with
+   ``error_on_publish_gap``, a logon ack whose ``s`` is below what the store already
+   discarded is a failed attempt on that server (a :class:`PublishGap` to the exception
+   listener, the chooser moves on: another server may have the messages);
 5. **report success** to the chooser (and reset the delay strategy); tell the connection
    state listeners (LOGGED_ON, FAILED_OVER when the URI changed);
-6. **trim** the publish store to the logon ack's ``s`` (with ``error_on_publish_gap``, an
-   ``s`` below what the store already discarded is a :class:`PublishGap`);
+6. **trim** the publish store to the logon ack's ``s``;
 7. **republish** what the store still holds, in order, with the same sequence numbers;
 8. **resubscribe** through the subscription manager: bookmark subscriptions from the
    bookmark store's resume point under the same ``sub_id``, the others as they were.
@@ -40,7 +42,7 @@ from server.client.events import Event, Failed, LogonInfo, Message, Persisted, P
 from server.client.ha.bookmarkstore import BookmarkStore, MemoryBookmarkStore
 from server.client.ha.chooser import ServerChooser
 from server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy
-from server.client.ha.errors import HAError, PublishFlushTimeout, PublishGap, ReconnectGaveUp
+from server.client.ha.errors import HAError, PublishFlushTimeout, ReconnectGaveUp
 from server.client.ha.heartbeat import Liveness
 from server.client.ha.listeners import (
     ConnectionState,
@@ -176,9 +178,15 @@ class HAClient:
 
         Raises:
             StoreLocked: a store file has another owner.
-            ReconnectGaveUp: no server could be reached before giving up.
-            PublishGap: with ``error_on_publish_gap``.
+            ReconnectGaveUp: no server could be reached before giving up (its
+                ``last_error`` is a :class:`PublishGap` when the last server tried lacked
+                publishes the store had discarded).
         """
+        if isinstance(self._failed, ReconnectGaveUp):
+            # giving up ended the last attempt, not the client: a new call starts afresh
+            # (the delay strategy from its start; the chooser decides whether it has a URI)
+            self._failed = None
+            self.delay.reset()
         if self._failed is not None:
             raise self._failed
         c = self._client
@@ -250,6 +258,17 @@ class HAClient:
                     self.chooser.report_failure(exc, uri)
                     self._tell(ConnectionState.DISCONNECTED, uri, repr(exc))
                     continue
+                # a server lacking publishes the store already discarded is a failed
+                # attempt on that server (reported; the delay is not reset, so a
+                # bounded strategy ends in giving up with the gap as the last error)
+                gap = self._sender.gap(info.last_seq) if self.error_on_publish_gap else None
+                if gap is not None:
+                    last_error = gap
+                    self._report(gap)
+                    await client.close()
+                    self.chooser.report_failure(gap, uri)
+                    self._tell(ConnectionState.DISCONNECTED, uri, str(gap))
+                    continue
                 # 5. report success
                 self.chooser.report_success(uri)
                 self.delay.reset()
@@ -260,9 +279,6 @@ class HAClient:
                 self._uri = uri
                 try:
                     await self._resume(client, info)
-                except PublishGap:
-                    await client.close()
-                    raise
                 except _CONNECT_ERRORS as exc:  # lost again while resuming: start over
                     last_error = exc
                     await client.close()
@@ -274,13 +290,13 @@ class HAClient:
                 self._sender.kick()  # what was published while steps 7 and 8 ran
                 await self._notify()
                 return
-        except (ReconnectGaveUp, PublishGap) as exc:
+        except ReconnectGaveUp as exc:
             self._give_up(exc)
             await self._notify()
 
     async def _resume(self, client: Client, info: LogonInfo) -> None:
         # 6. trim the publish store to what the broker has
-        self._sender.logged_on(info.last_seq, error_on_gap=self.error_on_publish_gap)
+        self._sender.logged_on(info.last_seq)
         # 7. republish the rest, in order
         self._client = client
         await self._sender.send(client)

@@ -54,16 +54,16 @@ class PublishSender:
         self.seq = max(self.seq, self.store.last_seq)
         self.sent = self.store.last_discarded
 
-    def logged_on(self, last_seq: int, *, error_on_gap: bool) -> None:
-        """A logon ack said the broker persisted up to ``last_seq`` for this client name.
+    def gap(self, last_seq: int) -> PublishGap | None:
+        """The gap a broker that persisted up to ``last_seq`` for this client name would
+        leave: it lacks publishes the store already discarded as persisted (None: none)."""
+        discarded = self.store.last_discarded
+        return PublishGap(last_seq, discarded) if last_seq < discarded else None
 
-        Raises:
-            PublishGap: with ``error_on_gap``, when ``last_seq`` is below what the store
-                already discarded as persisted.
-        """
+    def logged_on(self, last_seq: int) -> None:
+        """A logon ack said the broker persisted up to ``last_seq`` for this client name:
+        trim the store to it and number on after it."""
         store = self.store
-        if error_on_gap and last_seq < store.last_discarded:
-            raise PublishGap(last_seq, store.last_discarded)
         store.discard_up_to(last_seq)
         self.seq = max(self.seq, last_seq, store.last_seq)
         self.sent = max(last_seq, store.last_discarded)

@@ -134,22 +134,56 @@ async def test_giving_up_reaches_the_listener_the_waiters_and_the_iterators() ->
 
 
 @run_async
-async def test_a_publish_gap_fails_with_both_numbers() -> None:
+async def test_a_publish_gap_is_a_failed_attempt_with_both_numbers_then_giving_up() -> None:
+    """A server lacking publishes the store already discarded is reported (both numbers)
+    and counts as a failed attempt on that server: the chooser moves on, and with no
+    server left the client gives up with the gap as the last error (the browser client
+    does the same)."""
     clock = VirtualClock()
     broker = FakeBroker(clock.monotonic)
     store = MemoryPublishStore()
-    client, _, errors = make(clock, broker, publish_store=store, error_on_publish_gap=True)
+    client, _, errors = make(
+        clock, broker, uris=("ws://a", "ws://b"), max_rounds=1, publish_store=store,
+        error_on_publish_gap=True,
+    )  # fmt: skip
     await client.connect_and_logon()
     for n in range(10):
         client.publish("orders", b"%d" % n)
     await client.publish_flush(5)
     assert store.last_discarded == 10
-    broker.persisted["pub"] = 4  # a server that never had 5..10
+    broker.persisted["pub"] = 4  # both URIs lead to a log that never had 5..10
     broker.drop()
+    await clock.advance(5)
+    gaps = [e for e in errors if isinstance(e, PublishGap)]
+    assert len(gaps) == 2  # one per server tried, the chooser moved on after each
+    assert (gaps[0].server_seq, gaps[0].store_seq) == (4, 10)
+    assert "up to sequence 4" in str(gaps[0]) and "discarded up to 10" in str(gaps[0])
+    assert isinstance(errors[-1], ReconnectGaveUp)
+    assert isinstance(errors[-1].last_error, PublishGap)
+    assert store.last_discarded == 10  # nothing trimmed by a server that lacked them
+    await client.close()
+
+
+@run_async
+async def test_connect_and_logon_after_giving_up_starts_afresh() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    delay = FixedDelayStrategy(0.5, max_total=2, clock=clock.monotonic)
+    client, _, errors = make(clock, broker, delay=delay)
+    broker.fail_next = 100
+    task = asyncio.create_task(client.connect_and_logon())
+    await clock.advance(10)
+    with pytest.raises(ReconnectGaveUp):
+        await task
+    assert isinstance(errors[-1], ReconnectGaveUp)
+    attempts = len(broker.attempts)
+    broker.fail_next = 0  # the network is back
+    task = asyncio.create_task(client.connect_and_logon())
     await clock.advance(1)
-    assert len(errors) == 1 and isinstance(errors[0], PublishGap)
-    assert (errors[0].server_seq, errors[0].store_seq) == (4, 10)
-    assert "up to sequence 4" in str(errors[0]) and "discarded up to 10" in str(errors[0])
+    await task
+    assert len(broker.attempts) == attempts + 1
+    client.publish("orders", b"after")
+    await client.publish_flush(5)
     await client.close()
 
 
