@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from tests.bench import (
     features,
+    ha_family,
     peer_families,
     queue_family,
     replication_family,
@@ -55,6 +56,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "memory": spool_families.run_memory,
     "replication": replication_family.run_replication,
     "sow": sow_family.run_sow,
+    "ha": ha_family.run_ha,
     "queue": queue_family.run_queue,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
