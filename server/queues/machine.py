@@ -17,7 +17,8 @@ expired, past ``MaxDeliveries`` or ``MaxCancels``, or delivered under at-most-on
   it are not held up.
 - **Backlog**: a consumer holds at most ``backlog`` leases (the smaller of its
   ``max_backlog`` and the queue's ``MaxPerSubscriptionBacklog``); at-most-once delivery
-  takes no lease and is not limited.
+  takes no lease and is not limited by it, but a consumer whose ``backlog`` is 0 gets
+  nothing (the service holds consumers whose connection is full that way).
 - **Fairness** among consumers with room that accept a message (their filter matches):
   ``fast`` the first in subscription order, ``round-robin`` the one given a message least
   recently (so filters that send some messages to some consumers only do not skew it),
@@ -441,7 +442,10 @@ class QueueMachine:
         ready_set = self._ready_set
         messages = self._messages
         while ready and len(out) < limit:
-            if not at_most_once and not any(c.room > 0 for c in self._consumers):
+            if at_most_once:
+                if not any(c.backlog > 0 for c in self._consumers):
+                    break  # every consumer is held (its connection is full)
+            elif not any(c.room > 0 for c in self._consumers):
                 break
             entry = heapq.heappop(ready)
             seq = entry[1]
@@ -491,7 +495,9 @@ class QueueMachine:
             return self._rng.choices(candidates, weights)[0]
         chosen: Consumer | None = None
         for c in consumers:
-            if (unlimited or c.room > 0) and (c.accepts is None or c.accepts(m)):
+            # at-most-once takes no lease: a consumer is limited only when held (backlog 0)
+            has_room = c.backlog > 0 if unlimited else c.room > 0
+            if has_room and (c.accepts is None or c.accepts(m)):
                 if fairness == "fast":
                     return c
                 if chosen is None or c.turn < chosen.turn:

@@ -334,3 +334,31 @@ async def test_entitlements_read_to_consume_write_to_delete_by_filter(tmp_path: 
             ("ok", "success", None),
         ]
         assert h.broker.queues.info("work").depth == 0
+
+
+@scenario
+async def test_at_most_once_holds_a_consumer_whose_connection_is_full(tmp_path: Path) -> None:
+    q = queue_xml(
+        "<Semantics>at-most-once</Semantics><DeliveryFairness>round-robin</DeliveryFairness>"
+    )
+    tuning = "<SlowClientBufferLimit>1MB</SlowClientBufferLimit>"
+    async with harness(
+        tmp_path, q, tuning=tuning, transport_extra="<MaxMessageSize>128KB</MaxMessageSize>"
+    ) as h:
+        p = await h.logon("pub")
+        stuck, reader = await h.logon("stuck"), await h.logon("reader")
+        stuck.send(sub())
+        reader.send(sub())
+        await h.settle()
+        stuck.transport.stop_reading()
+        pad = "x" * 10_000
+        for i in range(0, 200, 20):
+            p.send(*(pub(n, pad=pad) for n in range(i, i + 20)))
+            await h.settle()
+        assert not stuck.closed  # held, never cut for a slow client
+        assert stuck.session.queue_depth <= 1024 * 1024 // 2
+        stuck.transport.resume_reading()
+        await h.settle()
+        got_both = sorted(n for c in (stuck, reader) for n, _, _ in got(c))
+        assert got_both == list(range(200))  # each message once, none lost
+        assert len(got(reader)) > len(got(stuck))

@@ -342,3 +342,18 @@ def test_a_message_back_from_its_lease_keeps_its_expiration() -> None:
     q.tick(10 * S)  # back to the queue, not expired yet
     assert q.ready == 1 and q.next_deadline_us() == 60 * S
     assert [r.reason for r in q.tick(60 * S)] == ["expired"]
+
+
+def test_at_most_once_skips_a_held_consumer() -> None:
+    """Regression: at-most-once ignored the backlog entirely, so a consumer the service
+    held (backlog 0: its connection was full) still got every message."""
+    q = machine(semantics="at-most-once", fairness="round-robin")
+    full, free = Consumer("full", 0), Consumer("free", 1)
+    q.subscribe(full)
+    q.subscribe(free)
+    for i in range(1, 4):
+        q.add(msg(i))
+    assert {d.consumer.name for d in q.dispatch(0)} == {"free"}
+    q.add(msg(4))
+    free.backlog = 0
+    assert q.dispatch(0) == [] and q.ready == 1
