@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
@@ -197,6 +198,10 @@ class QueueMachine:
         self._rng = rng if rng is not None else random.Random()
         #: every message still in the queue, by seq (insertion order is log order)
         self._messages: dict[int, Message] = {}
+        #: seqs in log order, the ones gone dropped lazily from the left: the oldest
+        #: message in O(1) amortised (``next(iter(dict))`` walks every deleted slot at the
+        #: front of a dict that is consumed first-in first-out: measured 5 % of a run)
+        self._order: deque[int] = deque()
         self._by_bookmark: dict[str, Message] = {}
         #: ready messages: (-priority, seq)
         self._ready: list[tuple[int, int]] = []
@@ -236,7 +241,11 @@ class QueueMachine:
 
     def oldest_seq(self) -> int:
         """The seq of the oldest message still in the queue (0: empty)."""
-        return next(iter(self._messages), 0)
+        order = self._order
+        messages = self._messages
+        while order and order[0] not in messages:
+            order.popleft()
+        return order[0] if order else 0
 
     def oldest_lease_us(self) -> int:
         """When the oldest current lease began (0: none)."""
@@ -249,8 +258,8 @@ class QueueMachine:
 
     def oldest_enqueued_us(self) -> int:
         """When the oldest message in the queue was recorded (0: empty)."""
-        first = next(iter(self._messages.values()), None)
-        return first.enqueued_us if first is not None else 0
+        oldest = self.oldest_seq()
+        return self._messages[oldest].enqueued_us if oldest else 0
 
     def get(self, bookmark: str) -> Message | None:
         return self._by_bookmark.get(bookmark)
@@ -271,6 +280,7 @@ class QueueMachine:
         if not message.expires_us and self.policy.expiration_us:
             message.expires_us = message.enqueued_us + self.policy.expiration_us
         self._messages[message.seq] = message
+        self._order.append(message.seq)
         self._by_bookmark[message.bookmark] = message
         self._make_ready(message)
         if message.expires_us:
@@ -441,18 +451,19 @@ class QueueMachine:
         ready = self._ready
         ready_set = self._ready_set
         messages = self._messages
-        while ready and len(out) < limit:
-            if at_most_once:
-                if not any(c.backlog > 0 for c in self._consumers):
-                    break  # every consumer is held (its connection is full)
-            elif not any(c.room > 0 for c in self._consumers):
-                break
+        # leases the consumers may still take (at-most-once: consumers not held), kept
+        # as a count instead of asking every consumer at every message
+        if at_most_once:
+            free = sum(1 for c in self._consumers if c.backlog > 0)
+        else:
+            free = sum(c.room for c in self._consumers if c.room > 0)
+        while ready and len(out) < limit and free > 0:
             entry = heapq.heappop(ready)
             seq = entry[1]
             m = messages.get(seq)
             if m is None or seq not in ready_set:
                 continue
-            if m.barrier and next(iter(messages)) != seq:
+            if m.barrier and self.oldest_seq() != seq:
                 held.append(entry)
                 continue
             consumer = self._choose(m, at_most_once)
@@ -467,6 +478,7 @@ class QueueMachine:
                 self._drop(m)
                 self._count(Removal(m, DELIVERED))
                 continue
+            free -= 1
             m.holder = consumer
             m.last_holder = consumer
             m.lease_no += 1
@@ -492,7 +504,13 @@ class QueueMachine:
                 return None
             if len(candidates) == 1:
                 return candidates[0]
-            return self._rng.choices(candidates, weights)[0]
+            # a weighted pick without random.choices' per-call setup (8 % of a run)
+            point = self._rng.random() * sum(weights)
+            for c, w in zip(candidates, weights, strict=True):
+                point -= w
+                if point < 0:
+                    return c
+            return candidates[-1]
         chosen: Consumer | None = None
         for c in consumers:
             # at-most-once takes no lease: a consumer is limited only when held (backlog 0)
