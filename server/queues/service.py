@@ -214,6 +214,9 @@ class QueueService:
                         "a queue subscription takes no bookmark (subscribe to the underlying "
                         "topic to replay its messages)"
                     )
+                existing = session.subs.get(cmd.sub_id or cmd.cid or "")
+                if existing in self._ties and "replace" in (cmd.options or ""):
+                    self._end(existing)  # replaced by another kind: its leases return
                 return sub(session, cmd)
             self.subscribe(session, cmd, queue)
             return None

@@ -362,3 +362,25 @@ async def test_at_most_once_holds_a_consumer_whose_connection_is_full(tmp_path: 
         got_both = sorted(n for c in (stuck, reader) for n, _, _ in got(c))
         assert got_both == list(range(200))  # each message once, none lost
         assert len(got(reader)) > len(got(stuck))
+
+
+@scenario
+async def test_replacing_a_queue_subscription_by_a_plain_one_ends_its_leases(
+    tmp_path: Path,
+) -> None:
+    """Regression: a queue subscription replaced by a subscription to another topic kept
+    its consumer, so queue messages kept coming under the new subscription's id."""
+    async with harness(tmp_path, queue_xml()) as h:
+        p = await h.logon("pub")
+        a, b = await h.logon("a"), await h.logon("b")
+        a.send(sub())
+        await h.settle()
+        p.send(pub(1), pub(2))
+        await h.settle()
+        assert [n for n, _, _ in got(a)] == [1]
+        a.send(sub(topic="elsewhere", options="replace"))
+        b.send(sub())
+        await h.settle()
+        assert [n for n, _, _ in got(a)] == [1]  # nothing more from the queue
+        assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2)]
+        assert h.broker.queues.info("work").consumers == 1
