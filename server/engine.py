@@ -176,6 +176,9 @@ class Broker:
                 connector=connector, logons=self.logons,
             )  # fmt: skip
         replication = self.replication
+        if replication is not None:
+            # replicated queues: an instance with a live link into this one is online
+            self.queues.peers = replication.inbound.keys
         self.clients = ClientRegistry(
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
             logon_fields=replication.failover_fields if replication is not None else None,
@@ -376,8 +379,11 @@ class Broker:
     # -- helpers -------------------------------------------------------------------------
 
     def _records(self, topic: str) -> bool:
-        """Whether the transaction log records ``topic``."""
-        return self.txlog is not None and self.subscriptions.records(topic)
+        """Whether the transaction log records ``topic`` (a queue's name: its events,
+        replicated acks and transfers, are recorded on it)."""
+        return self.txlog is not None and (
+            self.subscriptions.records(topic) or topic in self.queues.queues
+        )
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)
