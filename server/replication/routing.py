@@ -26,8 +26,8 @@ newer publish of its key). Two rules differ for deletes:
 
 A replicated queue's ``QUEUE_ACK`` and ``QUEUE_TRANSFER`` records (server/queues/records.py)
 carry the same identity and follow the same rules as a delete, except that they are
-logged on the queue's name, which no topic block names: they go to a destination that a
-block of takes the queue's underlying topic (the ``queue`` and ``queue_underlying``
+logged on the queue's name: they go to a destination that a block of takes the queue's
+name or its underlying topic (the ``queue`` and ``queue_underlying``
 validation checks make sure it has the same queue). A local queue's ``QUEUE_ACK`` (no
 identity) is never sent.
 
@@ -88,7 +88,7 @@ class Route:
             q.name
             for q in queues
             if any(
-                (t.is_regex if q.underlying_regex else t.matches(q.underlying))
+                t.matches(q.name) or (t.is_regex if q.underlying_regex else t.matches(q.underlying))
                 for t in destination.topics
             )
         )
