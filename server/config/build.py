@@ -341,15 +341,11 @@ def build(root: Node, ctx: Context) -> Config:
     authentication = _authentication(admin, users)
     _check_message_sizes(transports, tuning, limit_node)
     _check_replication(replication, transports, txlog, tuning, min_sync_node)
+    replicates = replication is not None or any(
+        t.config.type == "amps-replication" for t in transports or ()
+    )
     if sow_node is not None and queues:
-        _check_queues(
-            sow_node,
-            queues,
-            txlog,
-            name,
-            replication is not None
-            or any(t.config.type == "amps-replication" for t in transports or ()),
-        )
+        _check_queues(sow_node, queues, txlog, name, replicates)
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (
@@ -367,6 +363,10 @@ def build(root: Node, ctx: Context) -> Config:
             destinations={
                 d.name: d.sync for d in (replication.config.destinations if replication else ())
             },
+            replicated_queues=tuple(q.name for q in queues if q.kind != "LocalQueue")
+            if replicates
+            else (),
+            queues=tuple(q.name for q in queues),
         )
     return Config(
         name=name,

@@ -4,6 +4,7 @@ proxied transfer takes over from an offline owner (with the documented duplicate
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,21 @@ QUEUE = (
 )
 
 
-def _configs(tmp_path: Path) -> dict[str, str]:
+#: the action modules switch proxied transfer like the REST switch
+PROXIED_ACTIONS = "".join(
+    f"<Action><Name>{verb}</Name><On><Module>amps-action-on-admin</Module></On>"
+    f"<Do><Module>amps-action-do-{verb}-proxied-transfer</Module>"
+    "<Options><Queue>work</Queue></Options></Do></Action>"
+    for verb in ("enable", "disable")
+)
+
+
+def _configs(tmp_path: Path, actions: str = "") -> dict[str, str]:
     return {
         "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",)), sow=QUEUE),
-        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",)), sow=QUEUE),
+        "b": xml(
+            tmp_path, "b", destination("a", [A], passthrough=(".*",)), sow=QUEUE, actions=actions
+        ),
     }
 
 
@@ -115,7 +127,7 @@ async def test_a_message_owned_elsewhere_is_transferred_once(tmp_path: Path) -> 
 
 @scenario
 async def test_proxied_transfer_takes_over_from_an_offline_owner(tmp_path: Path) -> None:
-    async with fabric_of(tmp_path, _configs(tmp_path)) as (fabric, clock, h):
+    async with fabric_of(tmp_path, _configs(tmp_path, PROXIED_ACTIONS)) as (fabric, clock, h):
         await _linked(clock, h)
         wa = Worker(await h["a"].logon("wa"))
         _pub(await h["a"].logon("pa"), "a", range(10))
@@ -146,6 +158,26 @@ async def test_proxied_transfer_takes_over_from_an_offline_owner(tmp_path: Path)
         # a comes back: b's grants and acks reach it, its copy converges (nothing lost)
         fabric.heal(B, source="a")
         fabric.heal(A, source="b")
-        h["b"].broker.queues.set_proxied_transfer("work", False, "ops")
+        task = asyncio.ensure_future(h["b"].broker.actions.run_admin("disable", {}, "ops"))
+        await drive(clock, task.done)
+        assert task.result().steps[0].status == "ok"
         await drive(clock, lambda: _depth(h["a"]) == 0)
         assert not h["b"].broker.queues.info("work").proxied_transfer
+        assert h["a"].broker.queues.info("work").removed == {"elsewhere": 10}
+
+
+@scenario
+async def test_the_enable_action_takes_over_and_says_how_many(tmp_path: Path) -> None:
+    async with fabric_of(tmp_path, _configs(tmp_path, PROXIED_ACTIONS)) as (fabric, clock, h):
+        await _linked(clock, h)
+        _pub(await h["a"].logon("pa"), "a", range(3))
+        await drive(clock, lambda: _depth(h["b"]) == 3)
+        fabric.cut(B, source="a")
+        repl_b = h["b"].broker.replication
+        assert repl_b is not None
+        await drive(clock, lambda: "a" not in repl_b.inbound)
+        task = asyncio.ensure_future(h["b"].broker.actions.run_admin("enable", {}, "ops"))
+        await drive(clock, task.done)
+        step = task.result().steps[0]
+        assert step.status == "ok" and "3 message(s) of offline owners taken over" in step.message
+        assert h["b"].broker.queues.info("work").owned == 3
