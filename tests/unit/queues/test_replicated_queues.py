@@ -145,7 +145,11 @@ async def test_proxied_transfer_takes_over_from_an_offline_owner(tmp_path: Path)
         assert wb.client.deliveries("q") == []  # owned by a: stuck without proxied transfer
         taken = h["b"].broker.queues.set_proxied_transfer("work", True, "ops")
         assert taken == 10
-        await drive(clock, lambda: (wb.step(), len(wb.processed) == 10)[1])
+        def all_processed() -> bool:
+            wb.step()
+            return len(wb.processed) == 10
+
+        await drive(clock, all_processed)
         # the documented duplicate risk: the 5 a delivered before it went offline are
         # delivered again by b
         assert sorted(wb.processed) == [("a", n) for n in range(10)]
