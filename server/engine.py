@@ -379,10 +379,10 @@ class Broker:
     # -- helpers -------------------------------------------------------------------------
 
     def _records(self, topic: str) -> bool:
-        """Whether the transaction log records ``topic`` (a queue's name: its events,
-        replicated acks and transfers, are recorded on it)."""
+        """Whether the transaction log records ``topic`` (a replicated queue's name: its
+        acks and transfers from other instances are recorded on it)."""
         return self.txlog is not None and (
-            self.subscriptions.records(topic) or topic in self.queues.queues
+            self.subscriptions.records(topic) or self.queues.stage.takes_events(topic)
         )
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:

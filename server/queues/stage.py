@@ -223,7 +223,13 @@ class QueueStage:
         return found
 
     def applies_to(self, topic: str) -> bool:
-        return topic in self._by_name or bool(self.takers(topic))
+        return self.takes_events(topic) or bool(self.takers(topic))
+
+    def takes_events(self, topic: str) -> bool:
+        """Whether ``topic`` is a replicated queue's name (its acks and transfers arrive
+        by replication as runs of that topic)."""
+        queue = self._by_name.get(topic)
+        return queue is not None and queue.ownership is not None
 
     def prepare(self, run: PublishRun) -> None:
         """Only a replication link brings a queue's own records (acks, transfers); no
