@@ -46,6 +46,20 @@ from typing import Final
 
 import orjson
 
+from server.replication.bootframes import (
+    BOOT_TYPES,
+    BOOTSTRAP,
+    BUSY,
+    DONE,
+    OFFER,
+    BootMessage,
+    Bootstrap,
+    Busy,
+    Done,
+    Offer,
+    boot_fields,
+    parse_boot,
+)
 from server.replication.errors import ReplicationProtocolError
 from server.txlog.record import RecordKind
 
@@ -54,12 +68,16 @@ __all__ = [
     "MAX_MESSAGE",
     "PROTOCOL_VERSION",
     "Ack",
+    "Bootstrap",
+    "Busy",
     "Data",
+    "Done",
     "FrameParser",
     "Hello",
     "Holdings",
     "Message",
     "MessageType",
+    "Offer",
     "RecordsWriter",
     "Refuse",
     "Run",
@@ -67,6 +85,7 @@ __all__ = [
     "Welcome",
     "decode_runs",
     "encode",
+    "first_type",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -95,6 +114,10 @@ class MessageType(IntEnum):
     STREAM = 4
     DATA = 5
     ACK = 6
+    BOOTSTRAP = BOOTSTRAP
+    OFFER = OFFER
+    DONE = DONE
+    BUSY = BUSY
 
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
@@ -195,7 +218,7 @@ class Ack:
     position: int
 
 
-Message = Hello | Welcome | Refuse | Stream | Data | Ack
+Message = Hello | Welcome | Refuse | Stream | Data | Ack | Bootstrap | Offer | Done | Busy
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -249,6 +272,9 @@ def encode(message: Message) -> bytes:
         )
     if isinstance(message, Refuse):
         return _json(MessageType.REFUSE, {"reason": message.reason, "detail": message.detail})
+    if isinstance(message, BootMessage):
+        kind, obj = boot_fields(message)
+        return _json(MessageType(kind), obj)
     return _json(MessageType.STREAM, {"start": message.start, "source_last": message.source_last})
 
 
@@ -506,7 +532,17 @@ def _parse(kind: int, payload: bytes) -> Message:
     if base == MessageType.STREAM:
         obj = _obj(payload, "stream")
         return Stream(_int(obj, "start", "stream"), _int(obj, "source_last", "stream"))
+    if base in BOOT_TYPES:
+        return parse_boot(base, _obj(payload, BOOT_TYPES[base]))
     raise ReplicationProtocolError(f"unknown message type {base}")
+
+
+def first_type(data: bytes) -> int | None:
+    """The type of the first message of a stream's first bytes (None: not there yet);
+    the ``/replication`` endpoint tells a bootstrap from a link by it."""
+    if len(data) < _PREFIX.size:
+        return None
+    return _PREFIX.unpack_from(data)[1] & ~COMPRESSED
 
 
 class FrameParser:
