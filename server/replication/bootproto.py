@@ -266,12 +266,10 @@ class BootstrapProtocol:
                 raise ReplicationProtocolError(
                     f"done({message.phase}) while copying {self.phase or 'nothing'}"
                 )
-            self._next_phase()
-            self._events.append(
-                Finished(message.last_seq)
-                if self.state is BootState.DONE
-                else PhaseDone(message.last_seq)
-            )
+            if self._next_phase():
+                self._events.append(PhaseDone(message.last_seq))
+            else:
+                self._events.append(Finished(message.last_seq))
         else:
             raise ReplicationProtocolError(
                 f"a bootstrapping instance does not accept {type(message).__name__}"
@@ -290,13 +288,15 @@ class BootstrapProtocol:
             phases.append("txlog")
         return tuple(phases) or ("txlog",)
 
-    def _next_phase(self) -> None:
+    def _next_phase(self) -> bool:
+        """Move to the next phase; False when there is none (the copy is done)."""
         i = self._phases.index(self.phase)
         self._upto = 0
         if i + 1 < len(self._phases):
             self.phase = self._phases[i + 1]
-        else:
-            self.state = BootState.DONE
+            return True
+        self.state = BootState.DONE
+        return False
 
     def _expect(self, role: Role, what: str) -> None:
         if self.role is not role:

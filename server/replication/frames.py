@@ -542,7 +542,8 @@ def first_type(data: bytes) -> int | None:
     the ``/replication`` endpoint tells a bootstrap from a link by it."""
     if len(data) < _PREFIX.size:
         return None
-    return _PREFIX.unpack_from(data)[1] & ~COMPRESSED
+    kind: int = _PREFIX.unpack_from(data)[1]
+    return kind & ~COMPRESSED
 
 
 class FrameParser:
