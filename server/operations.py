@@ -34,6 +34,7 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
+from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
 from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
@@ -239,6 +240,8 @@ class Operations:
         self._replication = replication
         self._sow = sow
         self.sampler: Sampler | None = None
+        #: the instance's bootstrap (``<Bootstrap>``), set by the engine
+        self.bootstrap: Bootstrapper | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
 
@@ -279,7 +282,16 @@ class Operations:
 
     def alerts(self) -> list[Alert]:
         """What every dashboard page shows in a banner now (server/alerts.py)."""
-        return txlog_alerts(self._txlog)
+        boot = self.bootstrap
+        booting = boot.progress.alerts() if boot is not None else []
+        return booting + txlog_alerts(self._txlog)
+
+    def bootstrap_info(self) -> dict[str, object]:
+        """The bootstrap's progress (``GET /api/bootstrap``; docs/bootstrap.md)."""
+        boot = self.bootstrap
+        if boot is None:
+            return BootstrapProgress().to_dict()
+        return boot.progress.to_dict()
 
     # -- clients ------------------------------------------------------------------------
 

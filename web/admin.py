@@ -470,6 +470,9 @@ class AdminApi:
     async def replication(self, request: Request) -> Any:
         return self.ops.replication_info()
 
+    async def bootstrap(self, request: Request) -> Any:
+        return self.ops.bootstrap_info()
+
     async def replication_events(self, request: Request) -> Any:
         params = request.query_params
         t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
@@ -782,6 +785,12 @@ class AdminApi:
                         minimum=0,
                     ),
                 ),
+            ),
+            get(
+                "/api/bootstrap",
+                self.bootstrap,
+                "Bootstrap progress: state, source, records, bytes, rate, ETA",
+                "replication",
             ),
             get(
                 "/api/replication",

@@ -19,7 +19,9 @@ destinations its modules name:
   ``Tuning/MinimumSyncDestinations`` cannot exceed the sync destinations;
 - ``<Bootstrap>`` needs a ``<TransactionLog>`` (recording each ``txlog`` topic), an
   ``amps-replication`` transport (live replication takes over after the copy) and a local
-  ``SOW/Topic`` for each topic of a ``sow`` bootstrap.
+  ``SOW/Topic`` for each topic of a ``sow``-only bootstrap (with ``txlog,sow`` a topic may
+  be a plain one; a SOW record the source sends for a topic without a local SOW/Topic
+  stops the bootstrap with that fix, server/replication/bootstrap.py).
 """
 
 from __future__ import annotations
@@ -262,7 +264,7 @@ def _check_bootstrap(
                 f"bootstrap topic {topic.name!r} is not recorded by this instance's "
                 "transaction log; add a TransactionLog/Topic for it",
             )
-        if "sow" in config.data_types and not any(rule.matches(topic.name) for rule in sow):
+        if config.data_types == {"sow"} and not any(rule.matches(topic.name) for rule in sow):
             raise fail(
                 node,
                 f"bootstrap topic {topic.name!r} has no local SOW definition (DataType sow "

@@ -85,7 +85,7 @@ class SourceContext:
     events: EventSink
     log_id: Callable[[], str]
     sow_stores: Callable[[], Iterable[MemoryStore]]
-    busy: Callable[[], BootstrapBusy | None]
+    busy: Callable[[str], BootstrapBusy | None]
 
 
 class _Topics:
@@ -149,7 +149,7 @@ class BootstrapSource:
         self.requester = request.name
         try:
             user = await self._check(request)
-            busy = ctx.busy()
+            busy = ctx.busy(request.name)
             if busy is not None:
                 self.protocol.busy(ctx.config.name, busy.waiting_on)
                 await self._writer.write()

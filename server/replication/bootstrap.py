@@ -47,12 +47,14 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 import orjson
 import zstandard
 
+from server.alerts import Alert
 from server.clock import Clock
 from server.config import BootstrapConfig, Config, format_inet_addr
 from server.ports import Origin, PublishRun, Traffic
@@ -182,6 +184,39 @@ class BootstrapProgress:
     finished_at: float | None = None
     waiting_on: list[str] = field(default_factory=list)
     error: str | None = None
+
+    def alerts(self) -> list[Alert]:
+        """The dashboard's banner while a bootstrap runs (clients are refused until it
+        ends) or after it failed; nothing otherwise."""
+        if self.state not in ("waiting", "copying", "failed"):
+            return []
+        since = (
+            datetime.fromtimestamp(self.started_at, UTC).isoformat(timespec="seconds")
+            if self.started_at is not None
+            else ""
+        ).replace("+00:00", "Z")
+        if self.state == "failed":
+            return [{"id": "bootstrap-failed", "level": "error", "title": "Bootstrap failed",
+                     "message": str(self.error), "since": since}]  # fmt: skip
+        if self.state == "waiting":
+            waiting = (
+                f"; bootstrapping themselves: {', '.join(self.waiting_on)}"
+                if self.waiting_on
+                else ""
+            )
+            message = (
+                f"No source could be copied from yet ({self.error or 'connecting'}){waiting}."
+                " Clients are refused until the copy is done."
+            )
+        else:
+            eta = f", about {self.eta_seconds:.0f} s left" if self.eta_seconds else ""
+            message = (
+                f"Copying the {self.phase or 'txlog'} of {self.source}: {self.records:,} of "
+                f"~{self.total_records:,} records, {self.bytes / 1e6:.1f} MB, "
+                f"{self.rate:,.0f} records/s{eta}. Clients are refused until the copy is done."
+            )
+        return [{"id": "bootstrap-in-progress", "level": "warning", "title": "Bootstrapping",
+                 "message": message, "since": since}]  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -510,6 +545,8 @@ class _Copy:
                     runs = decode_runs(data.payload, data.count)
             except (ReplicationProtocolError, zstandard.ZstdError) as exc:
                 raise LinkLost(f"a data batch is malformed: {exc}") from exc
+            if boot.progress.phase == "sow":
+                self._check_sow(runs)
             self._publish(runs)
         boot.progress.records += data.count
         boot.progress.bytes += len(data.payload)
@@ -521,6 +558,17 @@ class _Copy:
             self._durable(txlog.durable_seq)
         await boot.marker_due()
         boot.report()
+
+    def _check_sow(self, runs: list[Run]) -> None:
+        """SOW records need a local SOW definition (else they would be plain messages)."""
+        config = self._boot.config
+        for run in runs:
+            if config.sow_topic(run.topic) is None:
+                raise BootstrapFailed(
+                    f"the source sends SOW records of {run.topic!r}, which has no SOW "
+                    f"definition here; add a SOW/Topic for {run.topic!r} (with the source's "
+                    "Key) and restart"
+                )
 
     def _inflate(self, data: Data) -> list[Run]:
         raw = self._decompressor.decompress(data.payload, max_output_size=1 << 30)

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypedDict
 
 from server.auth import Authenticator
@@ -38,6 +38,7 @@ from server.peer import Peer
 from server.ports import AckValue
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
+from server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
 from server.replication.errors import (
     DestinationNotFound,
     LinkReplaced,
@@ -51,6 +52,7 @@ from server.replication.state import ReplicationState
 from server.replication.syncstate import check_downgrade
 from server.replication.transport import Connector, LinkTransport, connect_websocket
 from server.replication.validation import summarize
+from server.sow.memory import MemoryStore
 from server.stats.snapshot import LinkCounters
 from server.stats.source import EventSink
 from server.txlog import TransactionLog
@@ -336,6 +338,29 @@ class Replication:
         )
         self._accepted.add(link)
         return link
+
+    def bootstrap_source(
+        self,
+        transport: LinkTransport,
+        peer: Peer,
+        sow_stores: Callable[[], Iterable[MemoryStore]],
+        busy: Callable[[str], BootstrapBusy | None],
+    ) -> BootstrapSource:
+        """A websocket on ``/replication`` whose first message is a bootstrap request:
+        serve that copy (server/replication/bootsource.py). ``busy``: what to answer while
+        this instance bootstraps itself (None: it does not)."""
+        ctx = SourceContext(
+            config=self.config,
+            txlog=self._txlog,
+            auth=self._auth,
+            logons=self._logons,
+            clock=self._clock,
+            events=self._events,
+            log_id=lambda: self._state.log_id,
+            sow_stores=sow_stores,
+            busy=busy,
+        )
+        return BootstrapSource(ctx, transport, peer)
 
     def _register(self, link: InboundLink) -> None:
         old = self.inbound.get(link.source)

@@ -111,12 +111,13 @@ def replication_xml(
     admin_extra: str = "",
     sow: str = "",
     actions: str = "",
+    bootstrap: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
     :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
     ``admin_extra``: more ``<Admin>`` elements (the listener's TLS); ``sow``: ``<SOW>``
     topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
-    of an ``<Actions>``."""
+    of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`)."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -151,7 +152,20 @@ def replication_xml(
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
         f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
+        f"{bootstrap}"
         "</SpoolConfig>"
+    )
+
+
+def bootstrap_xml(
+    topics: Sequence[str], addresses: Sequence[tuple[str, int]], data_types: str = "txlog"
+) -> str:
+    """A ``<Bootstrap>`` copying ``topics`` from the first reachable of ``addresses``."""
+    blocks = "".join(f"<Topic><Name>{t}</Name></Topic>" for t in topics)
+    addrs = "".join(f"<InetAddr>{h}:{p}</InetAddr>" for h, p in addresses)
+    return (
+        f"<Bootstrap>{blocks}<DataType>{data_types}</DataType>"
+        f"<Transport><Type>amps-replication</Type>{addrs}</Transport></Bootstrap>"
     )
 
 

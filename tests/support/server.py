@@ -175,6 +175,7 @@ class SpoolProcess:
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM and wait (graceful shutdown); returns the exit code."""
         if self.proc is None or self.proc.poll() is not None:
+            self._close_log()  # it exited by itself (an instance that refused to start)
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
         try:

@@ -45,6 +45,11 @@ def test_a_bootstrap_with_everything() -> None:
     assert not cfg.bootstrap.takes("other")
 
 
+def test_txlog_and_sow_may_name_plain_topics() -> None:
+    cfg = parse(doc(boot("<Topic><Name>mdx</Name></Topic><DataType>txlog,sow</DataType>", SOURCE)))
+    assert cfg.bootstrap is not None and cfg.bootstrap.data_types == {"txlog", "sow"}
+
+
 def test_data_type_defaults_to_txlog() -> None:
     cfg = parse(doc(boot("<Topic><Name>orders</Name></Topic>", SOURCE)))
     assert cfg.bootstrap is not None
