@@ -34,6 +34,8 @@ pytestmark = [pytest.mark.slow]
 #: the acceptance criterion's log size
 LOG_MESSAGES = 200_000
 SOW = sow_topic("orders", "/id") + sow_topic("quotes", "/id")
+_LOGGED_AT_A = (("md", None), ("orders", None))
+_LOGGED_AT_B = ("md", "orders", "quotes")
 
 
 def _boot(cluster: Cluster, name: str) -> dict[str, object]:
@@ -59,9 +61,10 @@ def test_an_empty_instance_bootstraps_resumes_after_a_kill_and_replicates_live(
     then replicates live: its log ends with every message exactly once, including its
     own first ones (which reached it back through a, bypassing loop protection)."""
     cluster = Cluster(tmp_path, ["a", "b"])
-    to_b = destination("b", [cluster.address("b")], sync=False)
+    to_b = destination("b", [cluster.address("b")], sync=False, topics=_LOGGED_AT_A)
+    to_a = destination("a", [cluster.address("a")], sync=False, topics=_LOGGED_AT_A)
     cluster.add("a", topics=("md", "orders"), sow=SOW, destinations=[to_b])
-    cluster.add("b", sow=SOW, destinations=[destination("a", [cluster.address("a")], sync=False)])
+    cluster.add("b", topics=_LOGGED_AT_B, sow=SOW, destinations=[to_a])
     cluster.start()
     try:
         wait_until(lambda: cluster.destination("b", "a")["connected"], 20)
@@ -88,8 +91,7 @@ def test_an_empty_instance_bootstraps_resumes_after_a_kill_and_replicates_live(
         asyncio.run(sow_writes())
 
         b = cluster.add(
-            "b", sow=SOW,
-            destinations=[destination("a", [cluster.address("a")], sync=False)],
+            "b", topics=_LOGGED_AT_B, sow=SOW, destinations=[to_a],
             bootstrap=bootstrap_xml(["md", "orders", "quotes"], [cluster.address("a")],
                                     "txlog,sow"),
         )  # fmt: skip
@@ -134,9 +136,7 @@ def test_a_bootstrapping_instance_refuses_clients_and_shows_its_progress(tmp_pat
     """No source reachable: the instance waits, not ready; clients and links are refused,
     the admin API and the dashboard's banner say why."""
     cluster = Cluster(tmp_path, ["a", "nobody"])
-    a = cluster.add(
-        "a", bootstrap=bootstrap_xml(["md"], [cluster.address("nobody")])
-    )
+    a = cluster.add("a", bootstrap=bootstrap_xml(["md"], [cluster.address("nobody")]))
     a.start()
     try:
         wait_until(lambda: _boot(cluster, "a")["error"], 20, message="a connection error")
