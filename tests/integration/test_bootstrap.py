@@ -26,7 +26,7 @@ from tests.support.replication import (
     publish_resending,
     read_log,
 )
-from tests.support.server import sow_topic
+from tests.support.server import SpoolProcess, sow_topic
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -167,8 +167,11 @@ def test_a_mutual_bootstrap_is_refused_with_the_fix(tmp_path: Path) -> None:
     try:
         for name in ("a", "b"):
             proc = cluster.procs[name]
-            wait_until(lambda p=proc: p.proc is not None and p.proc.poll() is not None, 60,
-                       message=f"{name} stops")  # fmt: skip
+
+            def stopped(p: SpoolProcess = proc) -> bool:
+                return p.proc is not None and p.proc.poll() is not None
+
+            wait_until(stopped, 60, message=f"{name} stops")
             text = proc.log()
             assert "mutual bootstrap" in text, text[-3000:]
             assert "remove <Bootstrap> from one of them" in text
