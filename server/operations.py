@@ -36,6 +36,7 @@ from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
+from server.replication.fabric import FabricGraph, fabric_graph
 from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
 from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
@@ -285,6 +286,11 @@ class Operations:
         boot = self.bootstrap
         booting = boot.progress.alerts() if boot is not None else []
         return booting + txlog_alerts(self._txlog)
+
+    def fabric_info(self) -> FabricGraph:
+        """The replication graph this instance sees (``GET /api/fabric``)."""
+        repl = self._replication
+        return fabric_graph(self.config, repl.info() if repl is not None else None)
 
     def bootstrap_info(self) -> dict[str, object]:
         """The bootstrap's progress (``GET /api/bootstrap``; docs/bootstrap.md)."""

@@ -473,6 +473,9 @@ class AdminApi:
     async def bootstrap(self, request: Request) -> Any:
         return self.ops.bootstrap_info()
 
+    async def fabric(self, request: Request) -> Any:
+        return self.ops.fabric_info()
+
     async def replication_events(self, request: Request) -> Any:
         params = request.query_params
         t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
@@ -785,6 +788,12 @@ class AdminApi:
                         minimum=0,
                     ),
                 ),
+            ),
+            get(
+                "/api/fabric",
+                self.fabric,
+                "The replication graph this instance sees: instances, groups, links",
+                "replication",
             ),
             get(
                 "/api/bootstrap",
