@@ -310,6 +310,7 @@ class Broker:
         self._sampler = Sampler(
             self.operations, cfg, self.clock,
             link_events=self.replication.drain_history if self.replication else None,
+            link_samples=self.replication.link_samples if self.replication else None,
         )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler

@@ -560,6 +560,23 @@ class Operations:
             store.reader.link_events, t0, t1, link=link, direction=direction, limit=limit
         )
 
+    async def link_history(
+        self, t0: float, t1: float, link: str, direction: str, limit: int
+    ) -> list[dict[str, object]]:
+        """One link's sampled history from the stats database (SQLite in a thread).
+
+        Raises:
+            ReplicationNotConfigured, StatsUnavailable.
+        """
+        self._repl()
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(
+            store.reader.link_history, t0, t1, link=link, direction=direction, limit=limit
+        )
+
     # -- retention pins taken over the admin API -----------------------------------------
 
     def _log(self) -> TransactionLog:

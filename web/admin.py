@@ -497,6 +497,23 @@ class AdminApi:
             ],
         }
 
+    async def replication_history(self, request: Request) -> Any:
+        params = request.query_params
+        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
+        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
+        if t0 > t1:
+            raise BadRequest("t0 is after t1")
+        link = params.get("link")
+        if not link:
+            raise BadRequest("link is required (a destination or source name)")
+        direction = params.get("direction") or "out"
+        if direction not in ("in", "out"):
+            raise BadRequest("direction is in or out")
+        limit = _int_param(request, "limit", 2000, 1, 20_000)
+        samples = await self.ops.link_history(t0, t1, link, direction, limit)
+        return {"t0": format_time(t0), "t1": format_time(t1), "link": link,
+                "direction": direction, "samples": samples}  # fmt: skip
+
     def _replication_action(self, verb: str) -> Handler:
         actions = {
             "downgrade": self.ops.downgrade_destination,
@@ -807,6 +824,26 @@ class AdminApi:
                 "Replication destinations and incoming links",
                 "replication",
                 errors=(404,),
+            ),
+            get(
+                "/api/replication/history",
+                self.replication_history,
+                "One replication link's sampled history (state, sync type, lag, rate)",
+                "replication",
+                errors=(400, 404, 503),
+                query=(
+                    QueryParam("link", "a destination or source name", required=True),
+                    QueryParam("direction", "out (a destination, default) or in (a source)"),
+                    QueryParam("t0", "start time"),
+                    QueryParam("t1", "end time"),
+                    QueryParam(
+                        "limit",
+                        "most samples (newest kept)",
+                        type="integer",
+                        minimum=1,
+                        maximum=20_000,
+                    ),
+                ),
             ),
             get(
                 "/api/replication/events",

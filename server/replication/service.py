@@ -55,6 +55,7 @@ from server.replication.validation import summarize
 from server.sow.memory import MemoryStore
 from server.stats.snapshot import LinkCounters
 from server.stats.source import EventSink
+from server.stats.writer import LinkSampleRow
 from server.txlog import TransactionLog
 
 __all__ = ["DestinationInfo", "InboundInfo", "Replication", "ReplicationInfo"]
@@ -435,6 +436,23 @@ class Replication:
             "destinations": [self._destination_info(d) for d in self.destinations.values()],
             "incoming": [self._inbound_info(i) for i in self.inbound.values()],
         }
+
+    def link_samples(self) -> list[LinkSampleRow]:
+        """Every link's state now, for the per-link history (the sampler's tick)."""
+        rows: list[LinkSampleRow] = []
+        for d in self.destinations.values():
+            rows.append(
+                ("out", d.name, d.connected, d.sync.effective, d.messages_behind(),
+                 round(d.seconds_behind(), 3), round(self._rate(f"out/{d.name}").value, 1),
+                 d.acked)
+            )  # fmt: skip
+        for name, i in self.inbound.items():
+            rows.append(
+                ("in", name, i.state == "streaming", None,
+                 max(0, i.source_last - i.upto), None,
+                 round(self._rate(f"in/{name}").value, 1), i.acked)
+            )  # fmt: skip
+        return rows
 
     def _events_of(self, direction: str, name: str) -> list[EventInfo]:
         return [
