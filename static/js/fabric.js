@@ -224,13 +224,15 @@ function edgeLabel(link) {
 
 const instanceTable = new KeyedTable($id("fabric-instances").tBodies[0], {
   key: (i) => i.name,
-  columns: 4,
+  columns: 5,
   empty: "no instance",
   create: (i) => el("tr", {},
     el("td", { className: "mono", dataset: { field: "name" }, text: i.name }),
     el("td", { dataset: { field: "group" } }),
     el("td", { dataset: { field: "state" } }),
-    el("td", { dataset: { field: "dashboard" } })),
+    el("td", { dataset: { field: "dashboard" } }),
+    el("td", {}, el("button", { type: "button", className: "small", text: "Manage",
+      dataset: { action: "manage" }, onclick: () => manage(i.name) }))),
   update: (tr, i) => {
     setText(tr.querySelector('[data-field="group"]'), i.group);
     const state = tr.querySelector('[data-field="state"]');
@@ -277,6 +279,97 @@ const linkTable = new KeyedTable($id("fabric-links").tBodies[0], {
     }
   },
 });
+
+// -- operations on any instance: clients and subscriptions ----------------------------------
+
+let managed = null;
+
+function instanceUrl(name) {
+  return name === SELF ? null : current.instances.get(name)?.admin_url ?? null;
+}
+
+async function instanceAct(button, name, path, what) {
+  await busy(button, async () => {
+    try {
+      await call(name, instanceUrl(name), path, { method: "POST" });
+      alert.ok(`${name}: ${what} done`);
+    } catch (err) {
+      alert.error(err, `${what} on ${name}`);
+    }
+  });
+  await loadInstance();
+}
+
+const clientTable = new KeyedTable($id("fabric-clients").tBodies[0], {
+  key: (c) => c.name ?? c.remote_addr,
+  columns: 4,
+  empty: "no client",
+  create: (c) => el("tr", {},
+    el("td", { className: "mono", text: c.name ?? "(no logon)" }),
+    el("td", { dataset: { field: "user" } }),
+    el("td", { className: "num", dataset: { field: "subs" } }),
+    el("td", {}, el("button", { type: "button", className: "small danger", text: "Disconnect",
+      dataset: { action: "disconnect" },
+      onclick: (event) => instanceAct(event.currentTarget, managed,
+        `/api/clients/${encodeURIComponent(c.name)}/disconnect`, `disconnect ${c.name}`) }))),
+  update: (tr, c) => {
+    setText(tr.querySelector('[data-field="user"]'), c.user ?? "–");
+    setText(tr.querySelector('[data-field="subs"]'), fmtInt(c.subscriptions));
+    tr.querySelector("button").disabled = c.name === null;
+  },
+});
+
+const subscriptionTable = new KeyedTable($id("fabric-subscriptions").tBodies[0], {
+  key: (s) => `${s.client}/${s.sub_id}`,
+  columns: 5,
+  empty: "no subscription",
+  create: (s) => {
+    const base = `/api/subscriptions/${encodeURIComponent(s.client)}/${encodeURIComponent(s.sub_id)}`;
+    return el("tr", {},
+      el("td", { className: "mono", text: s.client ?? "" }),
+      el("td", { className: "mono", text: s.sub_id }),
+      el("td", { className: "mono", text: s.topic }),
+      el("td", { dataset: { field: "state" } }),
+      el("td", {},
+        el("button", { type: "button", className: "small", text: "Pause",
+          dataset: { action: "pause" },
+          onclick: (event) => instanceAct(event.currentTarget, managed, `${base}/pause`,
+            `pause ${s.client}/${s.sub_id}`) }),
+        el("button", { type: "button", className: "small", text: "Resume",
+          dataset: { action: "resume" },
+          onclick: (event) => instanceAct(event.currentTarget, managed, `${base}/resume`,
+            `resume ${s.client}/${s.sub_id}`) })));
+  },
+  update: (tr, s) => {
+    tr.querySelector('[data-field="state"]').replaceChildren(badge(s.state));
+    const replay = s.bookmark_kind !== "none";
+    tr.querySelector('[data-action="pause"]').disabled = !replay || s.state === "paused";
+    tr.querySelector('[data-action="resume"]').disabled = s.state !== "paused";
+  },
+});
+
+async function manage(name) {
+  managed = name;
+  $id("fabric-instance").hidden = false;
+  setText($id("fabric-instance-name"), name);
+  await loadInstance();
+}
+
+async function loadInstance() {
+  if (managed === null) return;
+  const name = managed;
+  try {
+    const [clients, subs] = await Promise.all([
+      call(name, instanceUrl(name), "/api/clients"),
+      call(name, instanceUrl(name), "/api/subscriptions"),
+    ]);
+    if (managed !== name) return;
+    clientTable.render(clients.clients);
+    subscriptionTable.render(subs.subscriptions ?? subs);
+  } catch (err) {
+    alert.error(err, `clients of ${name}`);
+  }
+}
 
 // -- link actions and history ----------------------------------------------------------------
 
@@ -404,6 +497,7 @@ async function refresh() {
     + (down ? ` · ${down} down` : ""));
   setText($id("updated"), `updated ${new Date().toISOString().slice(11, 19)} UTC`);
   root.dataset.refreshed = String(Number(root.dataset.refreshed || 0) + 1);
+  await loadInstance();
   if (chosen !== null && current.links.has(chosen)) {
     for (const button of $id("fabric-link-actions").querySelectorAll("button")) {
       button.disabled = !ACTIONS[button.dataset.action].allowed(current.links.get(chosen));

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from server.client.sync import SyncClient
 from tests.support.replication import Cluster, destination
 from tests.support.wait import wait_until
 
@@ -88,6 +89,31 @@ def test_three_instances_a_downgrade_and_a_dead_instance(page: Page, chain: Clus
         for e in events.get("events", events)
         if isinstance(e, dict)
     ), events
+
+    # operations on another instance from this page: b's client and subscription
+    reader = SyncClient(chain.procs["b"].ws_url, "reader-on-b")
+    reader.connect()
+    try:
+        reader.subscribe("md", bookmark="0", sub_id="replay-1")
+        page.locator('#fabric-instances tr[data-key="b"] button[data-action="manage"]').click()
+        sub = page.locator('#fabric-subscriptions tbody tr[data-key="reader-on-b/replay-1"]')
+        sub.locator('button[data-action="pause"]').click()
+        expect(page.locator("#page-alert")).to_contain_text("b: pause reader-on-b/replay-1 done")
+        expect(sub.locator(".badge")).to_have_text("paused")
+        sub.locator('button[data-action="resume"]').click()
+        expect(sub.locator('button[data-action="pause"]')).to_be_enabled()
+        client = page.locator('#fabric-clients tbody tr[data-key="reader-on-b"]')
+        client.locator('button[data-action="disconnect"]').click()
+        expect(page.locator("#page-alert")).to_contain_text("b: disconnect reader-on-b done")
+        expect(client).to_have_count(0)
+    finally:
+        reader.close()
+    on_b = chain.api("b", "/api/events?category=admin")
+    actions = [(e.get("action"), e.get("target")) for e in on_b.get("events", [])]
+    for recorded in (("subscriptions.pause", "reader-on-b/replay-1"),
+                     ("subscriptions.resume", "reader-on-b/replay-1"),
+                     ("clients.disconnect", "reader-on-b")):  # fmt: skip
+        assert recorded in actions, actions
 
     # C dies: its node and links are down within two refresh intervals
     chain.procs["c"].kill()
