@@ -177,3 +177,26 @@ def test_a_mutual_bootstrap_is_refused_with_the_fix(tmp_path: Path) -> None:
             assert "remove <Bootstrap> from one of them" in text
     finally:
         cluster.stop()
+
+
+def test_an_instance_with_state_is_never_bootstrapped(tmp_path: Path) -> None:
+    """<Bootstrap> on an instance that already holds a record: nothing is copied, it
+    serves at once, and says so."""
+    cluster = Cluster(tmp_path, ["a", "src"])
+    a = cluster.add("a")
+    a.start()
+    try:
+        asyncio.run(publish_resending([a.ws_url], "pub", "md", range(1, 4)))
+    finally:
+        a.stop()
+    a = cluster.add("a", bootstrap=bootstrap_xml(["md"], [cluster.address("src")]))
+    a.start()
+    try:
+        wait_until(lambda: httpx.get(f"{a.http_url}/readyz").status_code == 200, 20)
+        assert _boot(cluster, "a")["state"] == "skipped"
+        assert cluster.api("a", "/api/instance")["alerts"] == []
+    finally:
+        a.stop()
+    assert "bootstrap_skipped" in a.log()
+    assert not marker_path(cluster.data_dir("a"), "a").exists()
+    assert _seqs(asyncio.run(read_log(a)), "pub") == [1, 2, 3]
