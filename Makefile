@@ -56,7 +56,8 @@ typecheck: $(STAMP)
 # The codec tests run twice: with the compiled twins (the suite) and with the pure-Python
 # ones (SPOOL_NO_EXTENSIONS=1), like aiohttp's CI with AIOHTTP_NO_EXTENSIONS.
 CODEC_TESTS := tests/unit/protocol tests/unit/txlog/test_codec.py tests/unit/txlog/test_append_many.py \
-	tests/unit/client/test_state.py tests/unit/test_wire_twins.py tests/unit/txlog/test_codec_twins.py
+	tests/unit/client/test_state.py tests/unit/test_wire_twins.py tests/unit/txlog/test_codec_twins.py \
+	tests/unit/sow/test_stores.py tests/unit/sow/test_fileformat_twins.py
 
 test: install browser java lint typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)

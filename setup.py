@@ -20,6 +20,7 @@ _SOURCES = {
     "server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
     "server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
     "server._wire_c": ["server/_wire_c.pyx"],
+    "server.sow._fileformat_c": ["server/sow/_fileformat_c.pyx"],
 }
 
 

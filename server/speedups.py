@@ -37,6 +37,7 @@ EXTENSIONS: Final[dict[str, str]] = {
     "server.txlog._codec_c": "server.txlog.codec",
     "server.txlog._batch_c": "server.txlog.batch",
     "server._wire_c": "server.wire",
+    "server.sow._fileformat_c": "server.sow.fileformat",
 }
 
 Implementation = Literal["compiled", "python", "partial"]

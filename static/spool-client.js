@@ -494,6 +494,8 @@ export class SpoolMessage {
     this._body = body;
     this._text = null;
     this._frame = null;
+    /** set by the HA client: marks the message discarded in its bookmark store */
+    this._discards = null;
   }
 
   /**
@@ -593,6 +595,18 @@ export class SpoolMessage {
   /** The body parsed as JSON. */
   json() {
     return JSON.parse(this.data);
+  }
+
+  /**
+   * Tell the bookmark store the application is done with this message: a resubscription
+   * will not deliver it again (static/spool-ha.js; subscriptions with a bookmark store).
+   */
+  discard() {
+    if (this._discards === null) {
+      throw new SpoolError("invalid command",
+        "this message has no bookmark store to be discarded from (subscribe through HAClient with a bookmarkStore)");
+    }
+    for (const discard of this._discards) discard();
   }
 }
 
@@ -718,6 +732,8 @@ export class SpoolClient {
    * @param {string} [opts.userId] user for authentication
    * @param {string} [opts.password] password or token
    * @param {number} [opts.heartbeat] heartbeat interval in seconds (0: none)
+   * @param {number} [opts.heartbeatIdle] seconds without traffic that mean the connection
+   *   is dead (default: two intervals)
    * @param {number} [opts.timeoutMs] connect + logon timeout (default 10 s)
    * @param {function(string): object} [opts.transportFactory] builds the transport
    */
@@ -747,6 +763,9 @@ export class SpoolClient {
     this._outBytes = 0;
     this._flushScheduled = false;
     this._beatTimer = null;
+    this._idleTimer = null;
+    /** seconds without traffic after which the connection is dead (0: two intervals) */
+    this.heartbeatIdle = opts.heartbeatIdle || 0;
     this._lastRx = 0;
     this._connected = false;
     /** Highest publish sequence number assigned on this client name. */
@@ -885,27 +904,55 @@ export class SpoolClient {
 
   // -- heartbeats ------------------------------------------------------------------------
 
+  /**
+   * Change the heartbeat now (and for later logons): the broker is asked to beat every
+   * `seconds` (`heartbeat` with `o=start,N`), and the connection is declared dead after
+   * `idleSeconds` without traffic (default two intervals). 0 stops the local checks (the
+   * broker keeps the interval it has until the next logon).
+   */
+  setHeartbeat(seconds, idleSeconds = 2 * seconds) {
+    if (typeof seconds !== "number" || !(seconds >= 0) || typeof idleSeconds !== "number" || !(idleSeconds >= 0)) {
+      throw new TypeError("setHeartbeat(seconds, idleSeconds) takes numbers >= 0");
+    }
+    if (seconds > 0 && idleSeconds <= seconds) {
+      throw new TypeError(`the idle limit (${idleSeconds} s) must be longer than the interval (${seconds} s)`);
+    }
+    this.heartbeat = seconds;
+    this.heartbeatIdle = idleSeconds;
+    if (!this._connected) return;
+    if (seconds > 0) this._queue(encodeMessage({ c: "heartbeat", o: `start,${seconds}` }));
+    this._startHeartbeat(seconds);
+  }
+
   _startHeartbeat(seconds) {
     this._stopHeartbeat();
     if (!seconds || seconds <= 0) return;
     const ms = seconds * 1000;
-    this._beatTimer = setInterval(() => {
-      if (Date.now() - this._lastRx > 2 * ms) {
-        // The broker beats every interval; two silent ones mean the link is dead.
-        const transport = this._transport;
-        const error = new SpoolError("heartbeat", `nothing received for ${2 * seconds} s`);
-        this._teardown(error);
-        transport?.close(4000, "heartbeat");
-        this._emit("disconnect", { code: 4000, reason: "heartbeat", error });
+    const idleMs = (this.heartbeatIdle || 2 * seconds) * 1000;
+    this._beatTimer = setInterval(() => this._queue(encodeMessage({ c: "heartbeat", o: "beat" })), ms);
+    // The broker beats every interval; `idle` without any traffic means the link is dead.
+    // The check runs when the idle limit would be reached, so detection is not late by up
+    // to an interval.
+    const check = () => {
+      const silent = Date.now() - this._lastRx;
+      if (silent < idleMs) {
+        this._idleTimer = setTimeout(check, idleMs - silent);
         return;
       }
-      this._queue(encodeMessage({ c: "heartbeat", o: "beat" }));
-    }, ms);
+      const transport = this._transport;
+      const error = new SpoolError("heartbeat", `nothing received for ${silent / 1000} s`);
+      this._teardown(error);
+      transport?.close(4000, "heartbeat");
+      this._emit("disconnect", { code: 4000, reason: "heartbeat", error });
+    };
+    this._idleTimer = setTimeout(check, idleMs);
   }
 
   _stopHeartbeat() {
     if (this._beatTimer !== null) clearInterval(this._beatTimer);
+    if (this._idleTimer !== null) clearTimeout(this._idleTimer);
     this._beatTimer = null;
+    this._idleTimer = null;
   }
 
   // -- sending ---------------------------------------------------------------------------

@@ -4,7 +4,8 @@ Modules, lowest first: ``errors`` (what the client raises), ``events`` (values a
 events of the session state), ``state`` (sans-I/O session state: frames in, events out,
 commands as bytes), ``connection`` (the transport: bytes in and out over a websocket),
 ``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper); ``tls``
-(the client's TLS context: verify by default, CA file, client certificate).
+(the client's TLS context: verify by default, CA file, client certificate); ``ha`` (the HA
+client over the others: stores, server chooser, reconnect; docs/ha-client.md).
 """
 
 from server.client.client import (
@@ -18,18 +19,64 @@ from server.client.client import (
     Subscription,
 )
 from server.client.connection import HandshakeFailed
+from server.client.ha import (
+    EPOCH,
+    NOW,
+    ConnectionState,
+    ConnectionStateEvent,
+    DefaultServerChooser,
+    DefaultSubscriptionManager,
+    ExponentialDelayStrategy,
+    FileBookmarkStore,
+    FilePublishStore,
+    FixedDelayStrategy,
+    HAClient,
+    HAError,
+    HAMessage,
+    HASubscription,
+    MemoryBookmarkStore,
+    MemoryPublishStore,
+    PublishFlushTimeout,
+    PublishGap,
+    ReconnectGaveUp,
+    ServerChooser,
+    SowRecoveryPointAdapter,
+    StoreLocked,
+)
 from server.client.sync import SyncClient, SyncSubscription
 from server.client.tls import client_context
 
 __all__ = [
+    "EPOCH",
+    "NOW",
     "Ack",
     "Client",
     "ClientError",
+    "ConnectionState",
+    "ConnectionStateEvent",
+    "DefaultServerChooser",
+    "DefaultSubscriptionManager",
     "Disconnected",
+    "ExponentialDelayStrategy",
+    "FileBookmarkStore",
+    "FilePublishStore",
+    "FixedDelayStrategy",
+    "HAClient",
+    "HAError",
+    "HAMessage",
+    "HASubscription",
     "HandshakeFailed",
     "LogonInfo",
+    "MemoryBookmarkStore",
+    "MemoryPublishStore",
     "Message",
+    "PublishFlushTimeout",
+    "PublishGap",
+    "ReconnectGaveUp",
+    "ServerChooser",
+    "SowRecoveryPointAdapter",
     "SowResult",
+    "StoreLocked",
     "Subscription",
     "SyncClient",
     "SyncSubscription",

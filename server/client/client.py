@@ -211,6 +211,10 @@ class Client:
         self.closed = asyncio.Event()
         self.close_reason: str = ""
         self.close_code: int | None = None
+        #: called with every event of the session but deliveries, after the client applied
+        #: it (the HA client's hook: persisted acks trim its publish store, durable
+        #: positions reach its bookmark store, failures its exception listener)
+        self.event_hook: Callable[[Event[Subscription]], None] | None = None
 
     # -- session values (kept by the session state) --------------------------------------
 
@@ -269,6 +273,31 @@ class Client:
         if self._conn is not None:
             await self._conn.close()
         self._fail_all(Disconnected(self.close_reason or "closed by client", self.close_code))
+
+    @property
+    def last_received(self) -> float | None:
+        """Event-loop time of the last frame from the broker (None before connecting)."""
+        return None if self._conn is None else self._conn.last_received
+
+    def set_heartbeat(self, interval: float) -> None:
+        """Ask the broker to beat every ``interval`` seconds from now on (``heartbeat``
+        with ``o=start,N``) and beat back at the same interval."""
+        self.heartbeat = interval
+        self._state.send({"c": "heartbeat", "o": f"start,{interval:g}"})
+        self._flush_soon()
+        if self._conn is not None:
+            self._conn.start_heartbeat(interval, self._beat)
+
+    def abandon(self, reason: str) -> None:
+        """Give the connection up at once (a peer that stopped answering): every waiter
+        and subscription fails with ``Disconnected(reason)`` now, and the transport is
+        dropped without a closing handshake (a frozen peer would never answer one)."""
+        if self.closed.is_set():
+            return
+        self.close_reason = reason
+        self._fail_all(Disconnected(reason))
+        if self._conn is not None:
+            self._conn.abort()
 
     def _beat(self) -> None:
         if not self.closed.is_set():
@@ -329,7 +358,8 @@ class Client:
         """
         if sow_key is not None or expiration is not None:
             seq = self._state.publish_keyed(topic, encode_body(data), sow_key=sow_key,
-                                            expiration=expiration, persisted=persisted)  # fmt: skip
+                                            expiration=expiration, persisted=persisted,
+                                            seq=seq, correlation_id=correlation_id)  # fmt: skip
             self._flush_soon()
             return seq
         seq = self._state.publish(
@@ -452,11 +482,14 @@ class Client:
         sow_key: str | None = None,
         expiration: int | None = None,
         persisted: bool = False,
+        seq: int | None = None,
+        correlation_id: str | None = None,
     ) -> int:
         """Queue a ``delta_publish``: the fields given are merged into the stored record
         (nested objects field by field); returns its sequence number."""
         seq = self._state.publish_keyed(topic, encode_body(data), delta=True, sow_key=sow_key,
-                                        expiration=expiration, persisted=persisted)  # fmt: skip
+                                        expiration=expiration, persisted=persisted,
+                                        seq=seq, correlation_id=correlation_id)  # fmt: skip
         self._flush_soon()
         return seq
 
@@ -606,6 +639,9 @@ class Client:
                     self._persisted.notify_all()
         elif isinstance(event, ConnectionFailed):
             await self._malformed(event.error)
+        hook = self.event_hook
+        if hook is not None:
+            hook(event)
         # Delivered never gets here (the hot path above); HeartbeatReceived needs nothing:
         # the transport already noted when the last frame came.
 

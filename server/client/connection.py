@@ -95,6 +95,11 @@ class Transport(Protocol):
         """
         ...
 
+    def abort(self) -> None:
+        """Drop the connection now, without a closing handshake (a peer that stopped
+        answering would never complete one); ``connection_lost`` follows."""
+        ...
+
 
 class Connector(Protocol):
     """Opens a :class:`Transport` (the client's ``connector`` argument).
@@ -222,6 +227,10 @@ class WebSocketTransport:
             self._heartbeat = None
 
     # -- end -----------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        self._stop_heartbeat()
+        self._ws.transport.abort()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         # 1. no more beats; 2. what is queued still leaves; 3. the closing handshake;

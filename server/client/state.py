@@ -271,20 +271,29 @@ class SessionState(Generic[S]):
         sow_key: str | None = None,
         expiration: int | None = None,
         persisted: bool = False,
+        seq: int | None = None,
+        correlation_id: str | None = None,
     ) -> int:
         """Queue a ``publish`` (or a ``delta_publish``) with a SOW key or a lifetime;
-        returns its sequence number."""
-        self.seq += 1
+        returns its sequence number (``seq``: this one, as the HA client resends a stored
+        publish with its own number; the counter moves forward past it)."""
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
+        else:
+            self.seq = max(self.seq, seq)
         header: dict[str, Any] = {"c": "delta_publish" if delta else "publish", "t": topic,
-                                  "s": self.seq}  # fmt: skip
+                                  "s": seq}  # fmt: skip
         if sow_key is not None:
             header["k"] = sow_key
         if expiration is not None:
             header["e"] = expiration
         if persisted:
             header["a"] = "persisted"
+        if correlation_id is not None:
+            header["x"] = correlation_id
         self.send(header, body)
-        return self.seq
+        return seq
 
     def sow_command(
         self,

@@ -49,6 +49,7 @@ from typing import Final
 
 import google_crc32c
 
+from server import speedups
 from server.ports import SowRecord
 
 __all__ = [
@@ -64,6 +65,8 @@ __all__ = [
     "encode_delete",
     "encode_header",
     "encode_put",
+    "encode_puts",
+    "live_changes",
     "put_size",
     "read_changes",
     "walk_changes",
@@ -266,3 +269,64 @@ def walk_changes(buf: bytes, pos: int) -> Iterator[Found | Damage]:
             return
         yield pos, length, op, key, seq
         pos += length
+
+
+#: what :func:`live_changes` finds: live key -> (offset, length) of its last put, the
+#: highest sequence, and where the readable part ends (None: at the end)
+LiveScan = tuple[dict[str, tuple[int, int]], int, Damage | None]
+
+
+def encode_puts_py(records: list[SowRecord]) -> bytes:
+    """The put changes of ``records``, concatenated (the SOW writer's batch).
+
+    This is the pure-Python implementation and the oracle of the compiled one
+    (``_fileformat_c.pyx``, :mod:`server.speedups`); :data:`encode_puts` is the one
+    selected.
+    """
+    return b"".join(map(encode_put, records))
+
+
+def live_changes_py(buf: bytes, pos: int, base_seq: int) -> LiveScan:
+    """Where the live puts of the changes from ``pos`` are (a compaction copies them as
+    they are), the highest sequence (``base_seq`` at least) and the damage that ends the
+    readable part, if any.
+
+    This is the pure-Python implementation and the oracle of the compiled one
+    (``_fileformat_c.pyx``); :data:`live_changes` is the one selected.
+    """
+    live: dict[str, tuple[int, int]] = {}
+    top = base_seq
+    for found in walk_changes(buf, pos):
+        if type(found) is Damage:
+            return live, top, found
+        at, length, op, key, seq = found  # type: ignore[misc]
+        if op == CHANGE_PUT:
+            live[key] = (at, length)
+        else:
+            live.pop(key, None)
+        if seq > top:
+            top = seq
+    return live, top, None
+
+
+def _encode_puts_c(records: list[SowRecord]) -> bytes:
+    assert _encode_puts_compiled is not None  # selected only when it was built
+    return _encode_puts_compiled(records, encode_puts_py)
+
+
+def _live_changes_c(buf: bytes, pos: int, base_seq: int) -> LiveScan:
+    assert _live_changes_compiled is not None
+    live, top, damage = _live_changes_compiled(buf, pos, base_seq)
+    return live, top, (Damage(*damage) if damage is not None else None)
+
+
+try:
+    from server.sow._fileformat_c import encode_puts as _encode_puts_compiled
+    from server.sow._fileformat_c import live_changes as _live_changes_compiled
+except ImportError:  # not built: speedups.status() says why
+    _encode_puts_compiled = None  # type: ignore[assignment]
+    _live_changes_compiled = None  # type: ignore[assignment]
+
+_compiled = speedups.ENABLED and _encode_puts_compiled is not None
+encode_puts = _encode_puts_c if _compiled else encode_puts_py
+live_changes = _live_changes_c if _compiled else live_changes_py

@@ -43,9 +43,9 @@ from server.sow.fileformat import (
     decode_header,
     encode_delete,
     encode_header,
-    encode_put,
+    encode_puts,
+    live_changes,
     read_changes,
-    walk_changes,
 )
 from server.sow.memory import MemoryStore, new_record
 
@@ -173,7 +173,7 @@ def write_sow_file(
 
     Used by a compaction and by ``spool sow rebuild``.
     """
-    return _write_file(path, [encode_header(topic, keys, base_seq), *map(encode_put, records)])
+    return _write_file(path, [encode_header(topic, keys, base_seq), encode_puts(records)])
 
 
 def _write_file(path: Path, parts: list[bytes | memoryview]) -> int:
@@ -489,10 +489,16 @@ class FileStore(MemoryStore):
         for item in batch:
             rec = item[1]
             last[rec if type(rec) is str else rec.key] = item  # type: ignore[union-attr]
-        data = b"".join(
-            encode_delete(rec, s) if type(rec) is str else encode_put(rec)  # type: ignore[arg-type]
-            for s, rec in last.values()
-        )
+        # one change per key: their order in the file does not matter, so the deletes go
+        # first and the puts in one compiled pass (encode_puts)
+        puts: list[SowRecord] = []
+        deletes: list[bytes] = []
+        for s, rec in last.values():
+            if type(rec) is str:
+                deletes.append(encode_delete(rec, s))
+            else:
+                puts.append(rec)  # type: ignore[arg-type]
+        data = b"".join(deletes) + encode_puts(puts)
         fd = self._fd
         if fd is None:
             raise OSError("the SOW file is closed")
@@ -545,18 +551,8 @@ class FileStore(MemoryStore):
         header = decode_header(buf)
         if isinstance(header, str):
             raise OSError(f"cannot compact {self.path}: {header}")
-        live: dict[str, tuple[int, int]] = {}
-        top = header.base_seq
-        for found in walk_changes(buf, header.size):
-            if type(found) is Damage:
-                break  # the writer truncates a torn tail at open; nothing after it counts
-            at, length, op, key, seq = found  # type: ignore[misc]
-            if op == CHANGE_PUT:
-                live[key] = (at, length)
-            else:
-                live.pop(key, None)
-            if seq > top:
-                top = seq
+        # a damaged tail ends the walk: the writer truncates it at open, nothing after counts
+        live, top, _damage = live_changes(buf, header.size, header.base_seq)
         view = memoryview(buf)
         size = _write_file(
             self.path,

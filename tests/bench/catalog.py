@@ -470,9 +470,35 @@ def _sow_specs() -> list[ScenarioSpec]:
     ]
 
 
+def _ha_specs() -> list[ScenarioSpec]:
+    """The HA client scenarios (issue 16; measured by tests/bench/ha_family.py)."""
+    return [
+        *(
+            ScenarioSpec(
+                f"spool.ha.publish.{store}_store.100B",
+                "ha",
+                f"one HAClient publishing through a {store} publish store (persisted acks; "
+                "the file store writes and fsyncs each batch in a thread before sending); "
+                "ends at publish_flush",
+                {"body_bytes": 100, "store": store},
+                ("msgs_per_s",),
+            )
+            for store in ("memory", "file")
+        ),
+        ScenarioSpec(
+            "spool.ha.replay.file_bookmarks.100B",
+            "ha",
+            "one HAClient bookmark subscription replaying from EPOCH through a "
+            "FileBookmarkStore, discarding every message",
+            {"body_bytes": 100},
+            ("msgs_per_s",),
+        ),
+    ]
+
+
 #: every built-in scenario, in the order the suite runs them.
 SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
-    _spool_specs() + _replication_specs() + _sow_specs() + _peer_specs()
+    _spool_specs() + _replication_specs() + _sow_specs() + _ha_specs() + _peer_specs()
 )
 
 #: Spool/peer ratios printed after the table. ``goal`` marks the issue's goal (Spool at or

@@ -21,7 +21,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from tests.bench import features, peer_families, replication_family, sow_family, spool_families
+from tests.bench import (
+    features,
+    ha_family,
+    peer_families,
+    replication_family,
+    sow_family,
+    spool_families,
+)
 from tests.bench.catalog import SCENARIOS, ScenarioSpec, feature_spec, select
 from tests.bench.report import compare, format_markdown, format_table
 from tests.bench.results import (
@@ -48,6 +55,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "memory": spool_families.run_memory,
     "replication": replication_family.run_replication,
     "sow": sow_family.run_sow,
+    "ha": ha_family.run_ha,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,

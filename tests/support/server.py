@@ -153,6 +153,9 @@ class SpoolProcess:
         except TimeoutError:
             self.kill()
             raise TimeoutError("spool serve did not start listening:\n" + self.log()) from None
+        except BaseException:
+            self.kill()  # it died before listening: reap it and close its log file
+            raise
         return self
 
     def _listening_port(self) -> int | None:
@@ -175,7 +178,7 @@ class SpoolProcess:
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM and wait (graceful shutdown); returns the exit code."""
         if self.proc is None or self.proc.poll() is not None:
-            self._close_log()  # it exited by itself (an instance that refused to start)
+            self._close_log()
             return self.proc.returncode if self.proc else None
         self.proc.send_signal(signal.SIGTERM)
         try:

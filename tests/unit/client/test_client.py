@@ -100,6 +100,9 @@ class FakeTransport:
     def start_heartbeat(self, interval: float, beat: Callable[[], None]) -> None:
         self.heartbeat = (interval, beat)
 
+    def abort(self) -> None:
+        self.handlers.connection_lost("", None)
+
     async def close(self, code: int = 1000, reason: str = "") -> None:
         if not self.closes:
             self._flush_now()

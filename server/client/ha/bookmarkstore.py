@@ -1,0 +1,345 @@
+"""Bookmark stores: where each bookmark subscription resumes, kept per subscription id.
+
+The HA client asks the store for a subscription's resume bookmark when it subscribes and
+when it resubscribes after a reconnect (under the same ``sub_id``), tells it about every
+message it hands to the application (:meth:`BookmarkStore.receive`, which also answers
+whether the message is a duplicate to drop), every message the application is done with
+(:meth:`BookmarkStore.discard`) and the broker's periodic durable position
+(:meth:`BookmarkStore.persisted`). The per-subscription logic is
+:class:`~server.client.ha.resume.ResumeState`; the stores keep those states.
+
+- :class:`MemoryBookmarkStore`: in memory; with a
+  :class:`~server.client.ha.recovery.RecoveryPointAdapter` it also saves each
+  subscription's recovery point elsewhere (a SOW topic: the
+  :class:`~server.client.ha.recovery.SowRecoveryPointAdapter`) and starts from what the
+  adapter loaded.
+- :class:`FileBookmarkStore`: a :mod:`~server.client.ha.recordlog` of JSON records --
+  ``start`` (a subscription's first bookmark), ``r`` (received bookmarks, one record per
+  delivered run), ``d`` (discarded bookmarks, one record per loop turn), ``p`` (a durable
+  position), ``x`` (purged) and ``snap`` (a subscription's whole state) -- written off the
+  loop in batches; compacted into ``snap`` records by :meth:`prune` and automatically
+  every ``compact_every`` records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from server.client.ha.errors import StoreClosed
+from server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite
+from server.client.ha.recovery import RecoveryPointAdapter
+from server.client.ha.resume import EPOCH, ResumeState
+
+
+class BookmarkStore(Protocol):
+    """What the HA client needs of a bookmark store (both stores pass the same tests)."""
+
+    async def open(self) -> None: ...
+
+    def register(self, sub_id: str, start: str = EPOCH) -> str:
+        """A bookmark subscription ``sub_id`` starts at ``start`` unless the store already
+        knows it; returns where it resumes."""
+        ...
+
+    def resume_bookmark(self, sub_id: str) -> str:
+        """MOST_RECENT for ``sub_id``; EPOCH when nothing is stored."""
+        ...
+
+    def receive(self, sub_id: str, bookmarks: list[str]) -> list[bool]:
+        """Note delivered messages; per bookmark, False for a duplicate to drop."""
+        ...
+
+    def discard(self, sub_id: str, bookmark: str) -> None: ...
+
+    def persisted(self, sub_id: str, bookmark: str) -> None: ...
+
+    def is_discarded(self, sub_id: str, bookmark: str) -> bool: ...
+
+    def purge(self, sub_id: str | None = None) -> None:
+        """Forget one subscription, or all."""
+        ...
+
+    def prune(self) -> None:
+        """Compact what the store keeps to what resuming needs."""
+        ...
+
+    async def sync(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryBookmarkStore:
+    """Bookmark store in memory (see the module docstring).
+
+    Args:
+        adapter: where recovery points are also saved and loaded from at :meth:`open`.
+    """
+
+    def __init__(self, adapter: RecoveryPointAdapter | None = None) -> None:
+        self._states: dict[str, ResumeState] = {}
+        self._adapter = adapter
+        self._dirty: set[str] = set()
+        self._flush_scheduled = False
+        self._closed = False
+
+    async def open(self) -> None:
+        if self._adapter is not None:
+            for sub_id, bookmark in (await self._adapter.load()).items():
+                if sub_id not in self._states:
+                    state = ResumeState(bookmark)
+                    self._states[sub_id] = state
+
+    def _state(self, sub_id: str) -> ResumeState:
+        if self._closed:
+            raise StoreClosed("bookmark store is closed")
+        state = self._states.get(sub_id)
+        if state is None:
+            state = self._states[sub_id] = ResumeState()
+        return state
+
+    def register(self, sub_id: str, start: str = EPOCH) -> str:
+        state = self._states.get(sub_id)
+        if state is None:
+            state = self._states[sub_id] = ResumeState(start)
+            self._logged_start(sub_id, start)
+        return state.resume_bookmark()
+
+    def resume_bookmark(self, sub_id: str) -> str:
+        state = self._states.get(sub_id)
+        return EPOCH if state is None else state.resume_bookmark()
+
+    def receive(self, sub_id: str, bookmarks: list[str]) -> list[bool]:
+        state = self._state(sub_id)
+        accepted = [state.receive(bm) for bm in bookmarks]
+        self._logged_received(
+            sub_id, [bm for bm, ok in zip(bookmarks, accepted, strict=True) if ok]
+        )
+        return accepted
+
+    def discard(self, sub_id: str, bookmark: str) -> None:
+        state = self._state(sub_id)
+        before = state.recovery
+        if state.discard(bookmark):
+            self._logged_discard(sub_id, bookmark)
+            if state.recovery != before:
+                self._changed(sub_id)
+
+    def persisted(self, sub_id: str, bookmark: str) -> None:
+        if self._state(sub_id).persisted(bookmark):
+            self._logged_persisted(sub_id, bookmark)
+            self._changed(sub_id)
+
+    def is_discarded(self, sub_id: str, bookmark: str) -> bool:
+        state = self._states.get(sub_id)
+        return state is not None and state.is_discarded(bookmark)
+
+    def purge(self, sub_id: str | None = None) -> None:
+        ids = list(self._states) if sub_id is None else [sub_id]
+        for sid in ids:
+            self._states.pop(sid, None)
+            self._logged_purge(sid)
+            if self._adapter is not None:
+                self._adapter.purge(sid)
+
+    def prune(self) -> None:
+        """Memory keeps only what resuming needs already (discarded runs are dropped as the
+        recovery point passes them)."""
+
+    def states(self) -> dict[str, ResumeState]:
+        return self._states
+
+    # -- the recovery point adapter ------------------------------------------------------
+
+    def _changed(self, sub_id: str) -> None:
+        if self._adapter is None:
+            return
+        self._dirty.add(sub_id)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_adapter)
+
+    def _flush_adapter(self) -> None:
+        self._flush_scheduled = False
+        adapter = self._adapter
+        assert adapter is not None
+        for sid in self._dirty:
+            state = self._states.get(sid)
+            if state is not None:
+                adapter.update(sid, state.resume_bookmark())
+        self._dirty.clear()
+
+    # -- the log (the file store writes these) -------------------------------------------
+
+    def _logged_start(self, sub_id: str, start: str) -> None:
+        pass
+
+    def _logged_received(self, sub_id: str, bookmarks: list[str]) -> None:
+        pass
+
+    def _logged_discard(self, sub_id: str, bookmark: str) -> None:
+        pass
+
+    def _logged_persisted(self, sub_id: str, bookmark: str) -> None:
+        pass
+
+    def _logged_purge(self, sub_id: str) -> None:
+        pass
+
+    async def sync(self) -> None:
+        if self._adapter is not None:
+            if self._flush_scheduled:
+                self._flush_adapter()
+            await self._adapter.sync()
+
+    async def close(self) -> None:
+        if not self._closed:
+            await self.sync()
+            self._closed = True
+            if self._adapter is not None:
+                await self._adapter.close()
+
+
+class FileBookmarkStore(MemoryBookmarkStore):
+    """A bookmark store that survives a killed client process (see the module docstring).
+
+    Args:
+        path: the store file (``<path>.lock``: one owner at a time).
+        fsync: fsync each batch (off: survives a killed process, not a power loss).
+        compact_every: compact after this many records.
+        adapter: as for :class:`MemoryBookmarkStore`.
+
+    Raises (from :meth:`open`):
+        StoreLocked: another client holds the store.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        fsync: bool = True,
+        compact_every: int = 50_000,
+        adapter: RecoveryPointAdapter | None = None,
+    ) -> None:
+        super().__init__(adapter)
+        self.path = Path(path)
+        self._file = RecordFile(self.path)
+        self._fsync = fsync
+        self._writer: RecordWriter | None = None
+        self._compact_every = compact_every
+        self._records = 0
+        self._discards: dict[str, list[str]] = {}
+        self._discard_scheduled = False
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Bytes of torn tail removed when the store was opened."""
+        return self._file.dropped
+
+    async def open(self) -> None:
+        if self._writer is not None:
+            return
+        payloads = await asyncio.to_thread(self._file.open)
+        states = self._states
+        for p in payloads:
+            rec: dict[str, Any] = orjson.loads(p)
+            kind = rec["k"]
+            sid = rec["s"]
+            if kind == "snap":
+                states[sid] = ResumeState.from_snapshot(rec["v"])
+            elif kind == "start":
+                states.setdefault(sid, ResumeState(rec["v"]))
+            elif kind == "x":
+                states.pop(sid, None)
+            else:
+                state = states.setdefault(sid, ResumeState())
+                if kind == "r":
+                    for bm in rec["v"]:
+                        state.receive(bm)
+                elif kind == "d":
+                    for bm in rec["v"]:
+                        state.discard(bm)
+                elif kind == "p":
+                    state.persisted(rec["v"])
+        for state in states.values():
+            state.reloaded()
+        self._records = len(payloads)
+        self._writer = RecordWriter(self._file, fsync=self._fsync)
+        await super().open()
+
+    def _log(self, kind: str, sub_id: str, value: Any) -> None:
+        writer = self._writer
+        if writer is None or self._closed:
+            raise StoreClosed(f"bookmark store {self.path} is not open")
+        writer.submit(orjson.dumps({"k": kind, "s": sub_id, "v": value}))
+        self._records += 1
+        if self._records >= self._compact_every:
+            self._compact(writer)
+
+    def _logged_start(self, sub_id: str, start: str) -> None:
+        self._log("start", sub_id, start)
+
+    def _logged_received(self, sub_id: str, bookmarks: list[str]) -> None:
+        if bookmarks:
+            self._flush_discards()  # the log keeps the application's order of events
+            self._log("r", sub_id, bookmarks)
+
+    def _logged_discard(self, sub_id: str, bookmark: str) -> None:
+        self._discards.setdefault(sub_id, []).append(bookmark)
+        if not self._discard_scheduled:
+            self._discard_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_discards)
+
+    def _flush_discards(self) -> None:
+        self._discard_scheduled = False
+        if not self._discards:
+            return
+        pending = self._discards
+        self._discards = {}
+        for sid, bms in pending.items():
+            self._log("d", sid, bms)
+
+    def _logged_persisted(self, sub_id: str, bookmark: str) -> None:
+        self._flush_discards()
+        self._log("p", sub_id, bookmark)
+
+    def _logged_purge(self, sub_id: str) -> None:
+        self._flush_discards()
+        self._log("x", sub_id, None)
+
+    def _compact(self, writer: RecordWriter) -> None:
+        self._flush_discards()
+        snaps = [
+            orjson.dumps({"k": "snap", "s": sid, "v": state.snapshot()})
+            for sid, state in self._states.items()
+        ]
+        writer.submit(Rewrite(snaps))
+        self._records = len(snaps)
+
+    def prune(self) -> None:
+        """Rewrite the file as one snapshot per subscription (crash-safe)."""
+        writer = self._writer
+        if writer is None or self._closed:
+            raise StoreClosed(f"bookmark store {self.path} is not open")
+        self._compact(writer)
+
+    async def sync(self) -> None:
+        self._flush_discards()
+        if self._writer is not None:
+            await self._writer.wait()
+        await super().sync()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self.sync()
+        await super().close()
+        if self._writer is not None:
+            await self._writer.close()
+            self._writer = None
+
+
+__all__ = ["BookmarkStore", "FileBookmarkStore", "MemoryBookmarkStore"]

@@ -1,0 +1,100 @@
+"""What the HA client raises, rooted at :class:`~server.client.errors.ClientError`::
+
+    ClientError
+    └── HAError                  a failure of the HA client's own machinery
+        ├── ReconnectGaveUp      the chooser or the delay strategy stopped retrying
+        ├── PublishGap           the broker persisted less than the publish store discarded
+        ├── PublishFlushTimeout  publish_flush(timeout) ran out (also a TimeoutError)
+        ├── StoreLocked          another process (or store object) owns the store file
+        └── StoreClosed          a store used after close()
+
+``ReconnectGaveUp`` is raised by every waiter (``connect_and_logon``, publishes waiting in
+``publish_flush``, ``async for`` over a subscription) and also handed to the exception
+listener, since nobody may be waiting when the reconnect handler gives up.
+"""
+
+from __future__ import annotations
+
+from server.client.errors import ClientError
+
+
+class HAError(ClientError):
+    """A failure of the HA client's machinery (not a broker failure ack)."""
+
+
+class ReconnectGaveUp(HAError):
+    """Reconnection stopped: the server chooser has no URI left, or the delay strategy's
+    total retry time ran out.
+
+    Attributes:
+        detail: the chooser's ``get_error()`` text, or the delay strategy's reason.
+        last_error: the error of the last connection attempt, if there was one.
+    """
+
+    def __init__(self, detail: str, last_error: BaseException | None = None) -> None:
+        text = detail if last_error is None else f"{detail} (last error: {last_error!r})"
+        super().__init__(text)
+        self.detail = detail
+        self.last_error = last_error
+
+
+class PublishGap(HAError):
+    """The broker's last persisted sequence for this client name is below what the publish
+    store already discarded as persisted: messages acked earlier are missing there (a
+    failover to a server that did not have them). Raised only with ``error_on_publish_gap``.
+
+    Attributes:
+        server_seq: the ``s`` of the logon ack.
+        store_seq: the highest sequence the store discarded.
+    """
+
+    def __init__(self, server_seq: int, store_seq: int) -> None:
+        super().__init__(
+            f"publish gap: the server persisted up to sequence {server_seq} for this client "
+            f"name, but the publish store already discarded up to {store_seq}"
+        )
+        self.server_seq = server_seq
+        self.store_seq = store_seq
+
+
+class PublishFlushTimeout(HAError, TimeoutError):
+    """``publish_flush(timeout)`` ran out with publishes still unpersisted.
+
+    Attributes:
+        unpersisted: how many publishes the store still held.
+    """
+
+    def __init__(self, timeout: float, unpersisted: int) -> None:
+        super().__init__(
+            f"publish_flush: {unpersisted} publishes still not persisted after {timeout} s"
+        )
+        self.unpersisted = unpersisted
+
+
+class StoreLocked(HAError):
+    """The store's lock file is held: one store file has one owner at a time.
+
+    Attributes:
+        path: the lock file.
+        holder: what the holder wrote in it (``pid HOST``), when readable.
+    """
+
+    def __init__(self, path: str, holder: str) -> None:
+        who = f" (held by {holder})" if holder else ""
+        super().__init__(f"store {path} is already open in another client{who}")
+        self.path = path
+        self.holder = holder
+
+
+class StoreClosed(HAError):
+    """A store was used after :meth:`close`."""
+
+
+__all__ = [
+    "HAError",
+    "PublishFlushTimeout",
+    "PublishGap",
+    "ReconnectGaveUp",
+    "StoreClosed",
+    "StoreLocked",
+]

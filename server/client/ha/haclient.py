@@ -1,0 +1,648 @@
+"""The HA client: a :class:`~server.client.client.Client` per connection, composed with
+the pure parts into one session that survives restarts and failovers.
+
+The reconnect handler (:meth:`HAClient._reconnect`) runs the seed's steps in order:
+
+1. **chooser**: the next URI and its credentials (``None``: give up with ``get_error()``);
+2. **delay**: wait what the delay strategy says (it may give up);
+3. **connect** and 4. **logon**: a new ``Client`` (with the heartbeat, if set); with
+   ``error_on_publish_gap``, a logon ack whose ``s`` is below what the store already
+   discarded is a failed attempt on that server (a :class:`PublishGap` to the exception
+   listener, the chooser moves on: another server may have the messages);
+5. **report success** to the chooser (and reset the delay strategy); tell the connection
+   state listeners (LOGGED_ON, FAILED_OVER when the URI changed);
+6. **trim** the publish store to the logon ack's ``s``;
+7. **republish** what the store still holds, in order, with the same sequence numbers;
+8. **resubscribe** through the subscription manager: bookmark subscriptions from the
+   bookmark store's resume point under the same ``sub_id``, the others as they were.
+
+A failure in any step after 3 (the connection dropped again) starts over at step 1. Giving
+up raises :class:`ReconnectGaveUp` in every waiter and in every subscription's iteration,
+and reaches the exception listener. Lost connections are noticed by the transport (a close
+or a reset) or by the heartbeat monitor (:mod:`~server.client.ha.heartbeat`).
+
+Publishing: :meth:`HAClient.publish` numbers the message, puts it in the publish store
+and returns; a sender task sends what the store holds once the store has written it
+(``await store.sync()``: with a :class:`FilePublishStore` a message is on disk before it is
+on the wire), always with ``a=persisted``; each persisted ack discards up to its ``s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from server.client.client import Client, SowResult, Subscription
+from server.client.connection import Connector, connect_websocket
+from server.client.errors import ClientError, Disconnected
+from server.client.events import Event, Failed, LogonInfo, Message, Persisted, PositionReported
+from server.client.ha.bookmarkstore import BookmarkStore, MemoryBookmarkStore
+from server.client.ha.chooser import ServerChooser
+from server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy
+from server.client.ha.errors import HAError, PublishFlushTimeout, ReconnectGaveUp
+from server.client.ha.heartbeat import Liveness
+from server.client.ha.listeners import (
+    ConnectionState,
+    ConnectionStateEvent,
+    ConnectionStateListener,
+    DefaultSubscriptionManager,
+    ExceptionListener,
+    SubscriptionManager,
+)
+from server.client.ha.publishstore import MemoryPublishStore, PublishStore
+from server.client.ha.sender import PublishSender
+from server.client.ha.subscription import END, HAMessage, HASubscription, SubscriptionSpec
+from server.client.state import encode_body
+from server.protocol.errors import ProtocolFailure
+
+#: what a failed connection attempt may raise (docs/python-client.md "Connecting").
+_CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
+
+
+class HAClient:
+    """A client whose session survives lost connections (module docstring).
+
+    Args:
+        name: the client name (the publisher identity the broker deduplicates by).
+        publish_store: keeps unpersisted publishes (default: in memory).
+        bookmark_store: keeps bookmark subscriptions' positions (default: in memory).
+        chooser: the servers (required).
+        delay: the reconnect delay strategy (default: exponential).
+        error_on_publish_gap: fail a logon whose ``s`` is below what the store discarded.
+        connect_timeout: for one connection attempt (connect and logon).
+        queue_size: per subscription, messages buffered before the reader stops.
+        subscription_manager: replaces the default (re-enter everything, in order).
+        connector / ssl: as for :class:`~server.client.client.Client`.
+        sleep: waits of the delay strategy (a virtual clock's in tests).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        publish_store: PublishStore | None = None,
+        bookmark_store: BookmarkStore | None = None,
+        chooser: ServerChooser,
+        delay: DelayStrategy | None = None,
+        error_on_publish_gap: bool = False,
+        connect_timeout: float = 10.0,
+        queue_size: int = 10_000,
+        subscription_manager: SubscriptionManager[HASubscription] | None = None,
+        connector: Connector = connect_websocket,
+        ssl: ssl.SSLContext | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+    ) -> None:
+        self.name = name
+        self.publish_store: PublishStore = publish_store or MemoryPublishStore()
+        self.bookmark_store: BookmarkStore = bookmark_store or MemoryBookmarkStore()
+        self.chooser = chooser
+        self.delay: DelayStrategy = delay or ExponentialDelayStrategy()
+        self.error_on_publish_gap = error_on_publish_gap
+        self.connect_timeout = connect_timeout
+        self.queue_size = queue_size
+        self.subscriptions: SubscriptionManager[HASubscription] = (
+            subscription_manager or DefaultSubscriptionManager()
+        )
+        self._connector = connector
+        self._ssl = ssl
+        self._sleep = sleep
+        self.exception_listener: ExceptionListener | None = None
+        self._state_listeners: list[ConnectionStateListener] = []
+        self._liveness: Liveness | None = None
+        self._client: Client | None = None
+        self._uri: str | None = None
+        self._sender = PublishSender(self.publish_store, lambda: self._client, self._ready)
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._monitor: asyncio.Task[None] | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._progress = asyncio.Condition()
+        self._failed: BaseException | None = None
+        self._closed = False
+        self._opened = False
+        self._sub_ids = 0
+
+    # -- listeners -----------------------------------------------------------------------
+
+    def add_connection_state_listener(self, listener: ConnectionStateListener) -> None:
+        self._state_listeners.append(listener)
+
+    def remove_connection_state_listener(self, listener: ConnectionStateListener) -> None:
+        self._state_listeners.remove(listener)
+
+    def _tell(self, state: ConnectionState, uri: str | None = None, detail: str = "") -> None:
+        event = ConnectionStateEvent(state, uri, detail)
+        for listener in list(self._state_listeners):
+            try:
+                listener(event)
+            except Exception as exc:  # a listener's bug must not stop the reconnect
+                self._report(exc)
+
+    def _report(self, exc: BaseException) -> None:
+        listener = self.exception_listener
+        if listener is not None:
+            with contextlib.suppress(Exception):
+                listener(exc)
+
+    # -- connection ----------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str | None:
+        """The server of the current (or last) connection."""
+        return self._uri
+
+    @property
+    def client(self) -> Client | None:
+        """The current connection's client (None while reconnecting)."""
+        return self._client
+
+    @property
+    def logon(self) -> LogonInfo | None:
+        return None if self._client is None else self._client.logon
+
+    def set_heartbeat(self, interval: float, idle: float | None = None) -> None:
+        """Heartbeats every ``interval`` seconds; nothing received for ``idle`` (default:
+        two intervals) means the connection is dead and the reconnect handler runs."""
+        self._liveness = Liveness.of(interval, idle)
+        c = self._client
+        if c is not None and not c.closed.is_set():
+            c.set_heartbeat(interval)
+            self._start_monitor(c)
+
+    async def connect_and_logon(self) -> LogonInfo:
+        """Open the stores and connect (retrying as the chooser and the delay strategy
+        say); returns the logon ack's information.
+
+        Raises:
+            StoreLocked: a store file has another owner.
+            ReconnectGaveUp: no server could be reached before giving up (its
+                ``last_error`` is a :class:`PublishGap` when the last server tried lacked
+                publishes the store had discarded).
+        """
+        if isinstance(self._failed, ReconnectGaveUp):
+            # giving up ended the last attempt, not the client: a new call starts afresh
+            # (the delay strategy from its start; the chooser decides whether it has a URI)
+            self._failed = None
+            self.delay.reset()
+        if self._failed is not None:
+            raise self._failed
+        c = self._client
+        if c is not None and c.logon is not None and self._connected.is_set():
+            return c.logon  # already connected: one session, one connection
+        if not self._opened:
+            await self.publish_store.open()
+            await self.bookmark_store.open()
+            self._opened = True
+            self._sender.opened()
+        self._start_reconnect()
+        await self._wait_connected(None)
+        assert self._client is not None and self._client.logon is not None
+        return self._client.logon
+
+    def _start_reconnect(self) -> None:
+        if self._reconnecting is None or self._reconnecting.done():
+            self._connected.clear()
+            self._reconnecting = asyncio.get_running_loop().create_task(self._reconnect())
+
+    async def _wait_connected(self, timeout: float | None) -> Client:
+        async def wait() -> Client:
+            while True:
+                if self._failed is not None:
+                    raise self._failed
+                if self._closed:
+                    raise Disconnected("closed by client")
+                c = self._client
+                if c is not None and self._connected.is_set() and not c.closed.is_set():
+                    return c
+                async with self._progress:
+                    await self._progress.wait()
+
+        return await asyncio.wait_for(wait(), timeout)
+
+    async def _notify(self) -> None:
+        async with self._progress:
+            self._progress.notify_all()
+
+    async def _reconnect(self) -> None:
+        last_error: BaseException | None = None
+        try:
+            while not self._closed:
+                # 1. chooser
+                uri = self.chooser.current_uri()
+                if uri is None:
+                    raise ReconnectGaveUp(self.chooser.get_error(), last_error)
+                # 2. delay (may give up)
+                try:
+                    wait = self.delay.get_connect_wait_duration(uri)
+                except ReconnectGaveUp as exc:
+                    raise ReconnectGaveUp(exc.detail, last_error) from None
+                if wait > 0:
+                    await self._sleep(wait)
+                self._tell(ConnectionState.RECONNECTING, uri)
+                creds = self.chooser.current_authenticator().authenticate(uri)
+                client = Client(
+                    uri, self.name, user_id=creds.user_id, password=creds.password,
+                    heartbeat=self._liveness.interval if self._liveness else None,
+                    queue_size=self.queue_size, connector=self._connector, ssl=self._ssl,
+                )  # fmt: skip
+                client.event_hook = self._event
+                # 3. connect, 4. logon
+                try:
+                    info = await client.connect(self.connect_timeout)
+                except _CONNECT_ERRORS as exc:
+                    last_error = exc
+                    await client.close()
+                    self.chooser.report_failure(exc, uri)
+                    self._tell(ConnectionState.DISCONNECTED, uri, repr(exc))
+                    continue
+                # a server lacking publishes the store already discarded is a failed
+                # attempt on that server (reported; the delay is not reset, so a
+                # bounded strategy ends in giving up with the gap as the last error)
+                gap = self._sender.gap(info.last_seq) if self.error_on_publish_gap else None
+                if gap is not None:
+                    last_error = gap
+                    self._report(gap)
+                    await client.close()
+                    self.chooser.report_failure(gap, uri)
+                    self._tell(ConnectionState.DISCONNECTED, uri, str(gap))
+                    continue
+                # 5. report success
+                self.chooser.report_success(uri)
+                self.delay.reset()
+                self._tell(ConnectionState.CONNECTED, uri)
+                self._tell(ConnectionState.LOGGED_ON, uri)
+                if self._uri is not None and uri != self._uri:
+                    self._tell(ConnectionState.FAILED_OVER, uri)
+                self._uri = uri
+                try:
+                    await self._resume(client, info)
+                except _CONNECT_ERRORS as exc:  # lost again while resuming: start over
+                    last_error = exc
+                    await client.close()
+                    self._tell(ConnectionState.DISCONNECTED, uri, repr(exc))
+                    continue
+                if client.closed.is_set():
+                    continue
+                self._connected.set()
+                self._sender.kick()  # what was published while steps 7 and 8 ran
+                await self._notify()
+                return
+        except ReconnectGaveUp as exc:
+            self._give_up(exc)
+            await self._notify()
+
+    async def _resume(self, client: Client, info: LogonInfo) -> None:
+        # 6. trim the publish store to what the broker has
+        self._sender.logged_on(info.last_seq)
+        # 7. republish the rest, in order
+        self._client = client
+        await self._sender.send(client)
+        self._tell(ConnectionState.PUBLISH_REPLAYED, self._uri)
+        # 8. resubscribe
+        for sub in self.subscriptions.all():
+            await sub.detached()
+        await self.subscriptions.resubscribe(lambda sub: self._enter(client, sub))
+        self._tell(ConnectionState.RESUBSCRIBED, self._uri)
+        self._watch(client)
+
+    def _watch(self, client: Client) -> None:
+        async def watch() -> None:
+            await client.closed.wait()
+            # the lost connection's transport tasks end here (its close is quick: the
+            # peer is gone or the transport was aborted)
+            await client.close()
+            if self._closed or client is not self._client:
+                return
+            self._connected.clear()
+            self._tell(ConnectionState.DISCONNECTED, self._uri, client.close_reason)
+            self._start_reconnect()
+
+        self._watcher = asyncio.get_running_loop().create_task(watch())
+        if self._liveness is not None:
+            self._start_monitor(client)
+
+    def _start_monitor(self, client: Client) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+        liveness = self._liveness
+        assert liveness is not None
+
+        async def monitor() -> None:
+            loop = asyncio.get_running_loop()
+            while not client.closed.is_set():
+                last = client.last_received
+                now = loop.time()
+                if last is not None and liveness.dead(now, last):
+                    client.abandon("heartbeat")  # the watcher starts the reconnect
+                    return
+                await asyncio.sleep(liveness.next_check(now, last or now) or liveness.check_every)
+
+        self._monitor = asyncio.get_running_loop().create_task(monitor())
+
+    def _give_up(self, exc: BaseException) -> None:
+        self._failed = exc
+        self._report(exc)
+        for sub in self.subscriptions.all():
+            sub.end(exc)
+        self._tell(ConnectionState.CLOSED, self._uri, str(exc))
+
+    # -- events of the current connection ------------------------------------------------
+
+    def _event(self, event: Event[Subscription]) -> None:
+        if isinstance(event, Persisted):
+            self.publish_store.discard_up_to(event.seq)
+            asyncio.get_running_loop().create_task(self._notify())
+        elif isinstance(event, PositionReported):
+            if event.bookmark and self.subscriptions.get(event.subscription.sub_id):
+                sub = self.subscriptions.get(event.subscription.sub_id)
+                if sub is not None and sub.spec.bookmark is not None:
+                    self.bookmark_store.persisted(sub.sub_id, event.bookmark)
+        elif (
+            isinstance(event, Failed)
+            and event.subscription is None
+            and event.ack.reason != "duplicate"
+        ):
+            self._report(event.error)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def publish(
+        self,
+        topic: str,
+        data: bytes | str | Any,
+        *,
+        sow_key: str | None = None,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+    ) -> int:
+        """Store a publish and send it as soon as it is stored and a connection is up;
+        returns its sequence number. Every publish asks for a persisted ack."""
+        return self._store(topic, data, sow_key, expiration, correlation_id, delta=False)
+
+    def delta_publish(
+        self,
+        topic: str,
+        data: bytes | str | Any,
+        *,
+        sow_key: str | None = None,
+        expiration: int | None = None,
+        correlation_id: str | None = None,
+    ) -> int:
+        """A stored ``delta_publish`` (see :meth:`publish`)."""
+        return self._store(topic, data, sow_key, expiration, correlation_id, delta=True)
+
+    def _store(self, topic: str, data: bytes | str | Any, sow_key: str | None,
+               expiration: int | None, correlation_id: str | None, *, delta: bool) -> int:  # fmt: skip
+        self._check_open()
+        extra: dict[str, Any] = {}
+        if sow_key is not None:
+            extra["k"] = sow_key
+        if expiration is not None:
+            extra["e"] = expiration
+        if correlation_id is not None:
+            extra["x"] = correlation_id
+        if delta:
+            extra["delta"] = True
+        return self._sender.add(topic, encode_body(data), extra or None)
+
+    def publish_many(self, topic: str, items: list[bytes | str | Any]) -> int:
+        """Store and send a publish per item (bytes, text or JSON-able); returns the last
+        sequence number. The batch form of :meth:`publish` without per-message options."""
+        self._check_open()
+        return self._sender.add_many(topic, [encode_body(d) for d in items])
+
+    def _check_open(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._closed:
+            raise Disconnected("closed by client")
+
+    def _ready(self) -> Client | None:
+        """The current connection once it is fully resumed (steps 1-8 done)."""
+        c = self._client
+        return c if c is not None and self._connected.is_set() and not c.closed.is_set() else None
+
+    def unpersisted_count(self) -> int:
+        """Publishes the broker has not acked as persisted yet."""
+        return self.publish_store.unpersisted_count()
+
+    async def publish_flush(self, timeout: float | None = None) -> None:
+        """Wait until every publish made so far is persisted by the broker, across
+        reconnects.
+
+        Raises:
+            PublishFlushTimeout: ``timeout`` ran out first.
+            ReconnectGaveUp: reconnection gave up first.
+        """
+        target = self._sender.seq
+        store = self.publish_store
+
+        async def wait() -> None:
+            async with self._progress:
+                await self._progress.wait_for(
+                    lambda: (
+                        store.last_discarded >= target or self._failed is not None or self._closed
+                    )
+                )
+
+        try:
+            await asyncio.wait_for(wait(), timeout)
+        except TimeoutError:
+            raise PublishFlushTimeout(timeout or 0.0, store.unpersisted_count()) from None
+        if store.last_discarded < target:
+            if self._failed is not None:
+                raise self._failed
+            raise Disconnected("closed by client")
+
+    # -- subscriptions -------------------------------------------------------------------
+
+    async def subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        bookmark: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        timeout: float | None = 30.0,
+    ) -> HASubscription:
+        """Subscribe; with ``bookmark`` a bookmark subscription that resumes from the
+        bookmark store (its starting point: ``bookmark``, unless the store already knows
+        ``sub_id``). Returns once the current connection's broker accepted it."""
+        return await self._subscribe("subscribe", topic, filter, options, bookmark, sub_id,
+                                     timeout)  # fmt: skip
+
+    async def delta_subscribe(self, topic: str, *, filter: str | None = None,
+                              options: str | None = None, sub_id: str | None = None,
+                              timeout: float | None = 30.0) -> HASubscription:  # fmt: skip
+        """A ``delta_subscribe`` re-entered as it was after a reconnect."""
+        return await self._subscribe("delta_subscribe", topic, filter, options, None, sub_id,
+                                     timeout)  # fmt: skip
+
+    async def sow_and_subscribe(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        options: str | None = None,
+        sub_id: str | None = None,
+        top_n: int | None = None,
+        orderby: str | None = None,
+        batch_size: int | None = None,
+        delta: bool = False,
+        timeout: float | None = 30.0,
+    ) -> HASubscription:
+        """A ``sow_and_subscribe`` (``delta``: ``sow_and_delta_subscribe``); after a
+        reconnect it is re-entered as it was: a new snapshot, then live changes."""
+        extra = tuple((k, v) for k, v in (("top_n", top_n), ("orderby", orderby),
+                      ("batch_size", batch_size), ("delta", delta or None)) if v is not None)  # fmt: skip
+        return await self._subscribe("sow_and_subscribe", topic, filter, options, None, sub_id,
+                                     timeout, extra)  # fmt: skip
+
+    async def _subscribe(self, command: str, topic: str, filter: str | None,
+                         options: str | None, bookmark: str | None, sub_id: str | None,
+                         timeout: float | None,
+                         extra: tuple[tuple[str, Any], ...] = ()) -> HASubscription:  # fmt: skip
+        if sub_id is None:
+            self._sub_ids += 1
+            sub_id = f"{self.name}.{self._sub_ids}"
+        if self.subscriptions.get(sub_id) is not None:
+            raise HAError(f"sub_id {sub_id!r} is already subscribed in this client")
+        spec = SubscriptionSpec(command, topic, filter, options, bookmark, extra)
+        store = self.bookmark_store
+        if bookmark is not None:
+            store.register(sub_id, bookmark)
+        sub = HASubscription(
+            sub_id, spec, self.queue_size,
+            receive=store.receive if bookmark is not None else None,
+            discard=store.discard, unsubscribe=self.unsubscribe,
+        )  # fmt: skip
+        self.subscriptions.add(sub_id, sub)
+        client = await self._wait_connected(timeout)
+        try:
+            await self._enter(client, sub, initial=True)
+        except Disconnected:
+            return sub  # the reconnect handler enters it on the next connection
+        except BaseException:  # refused, timed out, cancelled: it does not exist
+            self.subscriptions.remove(sub_id)
+            sub.end()
+            raise
+        return sub
+
+    async def _enter(self, client: Client, sub: HASubscription, *, initial: bool = False) -> None:
+        """Subscribe ``sub`` on ``client``. A broker refusal raises on the first entry; on a
+        re-entry it ends the subscription's iteration with the broker's error and reaches
+        the exception listener (nobody waits for a resubscription)."""
+        if sub.ended:
+            return
+        spec = sub.spec
+        try:
+            if spec.command == "sow_and_subscribe":
+                current = await client.sow_and_subscribe(
+                    spec.topic,
+                    filter=spec.filter,
+                    options=spec.options,
+                    sub_id=sub.sub_id,
+                    **dict(spec.extra),
+                )
+            else:
+                bookmark = None
+                if spec.bookmark is not None:
+                    bookmark = self.bookmark_store.resume_bookmark(sub.sub_id)
+                current = await client.subscribe(
+                    spec.topic, filter=spec.filter, bookmark=bookmark, options=spec.options,
+                    sub_id=sub.sub_id, delta=spec.command == "delta_subscribe",
+                )  # fmt: skip
+        except ProtocolFailure as exc:  # the broker refused it
+            if initial:
+                raise
+            self.subscriptions.remove(sub.sub_id)
+            sub.end(exc)
+            self._report(exc)
+            return
+        sub.attach(current)
+
+    def discard(self, message: HAMessage | Message) -> None:
+        """The application is done with ``message`` (``message.discard()`` does the same)."""
+        if isinstance(message, HAMessage):
+            message.discard()
+            return
+        for sid in message.sub_ids:
+            sub = self.subscriptions.get(sid)
+            if sub is not None:
+                sub.discard(message)
+
+    async def unsubscribe(self, sub_id: str, timeout: float = 30.0) -> None:
+        """End subscription ``sub_id`` (its iteration ends after what is buffered); its
+        bookmark store entry stays, so subscribing again with the same ``sub_id`` resumes.
+        """
+        sub = self.subscriptions.remove(sub_id)
+        if sub is None:
+            return
+        sub.end(END)
+        c = self._client
+        if c is not None and not c.closed.is_set():
+            with contextlib.suppress(*_CONNECT_ERRORS):
+                await c.unsubscribe(sub_id, timeout)
+
+    async def sow(self, topic: str, *, timeout: float | None = 60.0, **kwargs: Any) -> SowResult:
+        """A SOW query on the current connection (waits for one); arguments as
+        :meth:`Client.sow`. A connection lost during the query retries it on the next."""
+        while True:
+            client = await self._wait_connected(timeout)
+            try:
+                return await client.sow(topic, timeout=timeout or 60.0, **kwargs)
+            except Disconnected:
+                continue
+
+    async def sow_delete(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: list[str] | None = None,
+        data: bytes | str | Any | None = None,
+        timeout: float | None = 60.0,
+    ) -> int:
+        """``sow_delete`` on the current connection (waits for one); returns how many
+        records were deleted. Not retried when the connection is lost during it (whether
+        the broker ran it is unknown): that raises ``Disconnected``."""
+        client = await self._wait_connected(timeout)
+        return await client.sow_delete(topic, filter=filter, keys=keys, data=data,
+                                       timeout=timeout or 60.0)  # fmt: skip
+
+    # -- end -----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Stop reconnecting, end every subscription, close the connection and the stores
+        (what the stores hold stays for the next run)."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._sender.stop()
+        for task in (self._reconnecting, self._monitor, self._watcher):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for sub in self.subscriptions.all():
+            sub.end(END)
+        if self._client is not None:
+            await self._client.close()
+        await self._notify()
+        await self.publish_store.close()
+        await self.bookmark_store.close()
+        self._tell(ConnectionState.CLOSED, self._uri)
+
+    async def __aenter__(self) -> HAClient:
+        await self.connect_and_logon()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["HAClient"]

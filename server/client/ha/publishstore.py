@@ -1,0 +1,307 @@
+"""Publish stores: every publish the broker has not acked as persisted, kept for resending.
+
+The HA client numbers each publish, stores it, sends it with ``a=persisted`` and discards
+everything up to the sequence of each conflated persisted ack. After a reconnect it trims
+the store to the logon ack's ``s`` (what the broker already has for this client name) and
+resends the rest in order with their own sequence numbers; the broker recognises any it
+already has (``duplicate``), so nothing is lost and nothing is stored twice.
+
+- :class:`MemoryPublishStore`: survives reconnects and failovers, not a restart of the
+  client process.
+- :class:`FilePublishStore`: also survives a killed client process. An append-only
+  :mod:`~server.client.ha.recordlog` of ``P`` records (one publish) and ``D`` records
+  (everything up to a sequence is persisted), written and fsynced off the event loop in
+  batches; a torn tail is dropped at open; compacted (crash-safe rewrite) once the
+  discarded records outweigh the live ones.
+
+The highest sequence ever stored survives compaction and restarts (a ``D`` record heads
+every compacted file), so a restarted publisher never reuses a sequence number the broker
+would drop as a duplicate.
+
+Record payloads (little-endian)::
+
+    b"P" u64 seq | u16 topic length | topic | u32 extra length | extra (JSON) | body
+    b"D" u64 seq
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import orjson
+
+from server.client.ha.errors import StoreClosed
+from server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite
+
+_P: Final = struct.Struct("<QH")
+_U32: Final = struct.Struct("<I")
+_D: Final = struct.Struct("<Q")
+#: compact once discarded records take this many bytes and more than the live ones
+COMPACT_MIN_BYTES: Final = 4 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class StoredPublish:
+    """One publish waiting for its persisted ack.
+
+    Attributes:
+        seq: its sequence number (kept across resends).
+        topic / body: what was published.
+        extra: the other header fields to resend (``k`` SOW key, ``e`` expiration, ``x``
+            correlation id, ``delta`` for a delta_publish), or ``None``.
+    """
+
+    seq: int
+    topic: str
+    body: bytes
+    extra: dict[str, Any] | None = None
+
+
+class PublishStore(Protocol):
+    """What the HA client needs of a publish store (both stores pass the same tests)."""
+
+    @property
+    def last_seq(self) -> int:
+        """The highest sequence ever stored (or discarded)."""
+        ...
+
+    @property
+    def last_discarded(self) -> int:
+        """Everything up to this sequence was acked as persisted."""
+        ...
+
+    async def open(self) -> None:
+        """Load what a previous run left (file stores); idempotent."""
+        ...
+
+    def store(self, entry: StoredPublish) -> None:
+        """Keep ``entry`` (its ``seq`` above every stored one) until it is discarded."""
+        ...
+
+    def discard_up_to(self, seq: int) -> int:
+        """The broker persisted everything up to ``seq``; returns how many were removed."""
+        ...
+
+    def entries_after(self, seq: int, upto: int | None = None) -> list[StoredPublish]:
+        """The stored publishes above ``seq`` (and at most ``upto``), in order."""
+        ...
+
+    def unpersisted_count(self) -> int:
+        """How many publishes wait for their persisted ack."""
+        ...
+
+    async def sync(self) -> None:
+        """Return once everything stored so far is as durable as the store makes it."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class MemoryPublishStore:
+    """A publish store in memory: it survives reconnects, not the process."""
+
+    def __init__(self) -> None:
+        self._items: list[StoredPublish] = []
+        self._head = 0  # discarded entries before it are dropped lazily
+        self._last_seq = 0
+        self._last_discarded = 0
+        self._closed = False
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    @property
+    def last_discarded(self) -> int:
+        return self._last_discarded
+
+    async def open(self) -> None:
+        """Nothing to load."""
+
+    def _load(self, entry: StoredPublish) -> None:
+        self._items.append(entry)
+        self._last_seq = max(self._last_seq, entry.seq)
+
+    def store(self, entry: StoredPublish) -> None:
+        if self._closed:
+            raise StoreClosed("publish store is closed")
+        if entry.seq <= self._last_seq:
+            raise ValueError(f"sequence {entry.seq} is not above the last stored {self._last_seq}")
+        self._load(entry)
+
+    def discard_up_to(self, seq: int) -> int:
+        if seq <= self._last_discarded:
+            return 0
+        self._last_discarded = seq
+        self._last_seq = max(self._last_seq, seq)
+        items = self._items
+        head = self._head
+        start = head
+        while head < len(items) and items[head].seq <= seq:
+            head += 1
+        removed = head - start
+        if head > 1024 and head * 2 > len(items):
+            del items[:head]
+            head = 0
+        self._head = head
+        return removed
+
+    def _first_above(self, seq: int) -> int:
+        items = self._items
+        lo, hi = self._head, len(items)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if items[mid].seq <= seq:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def entries_after(self, seq: int, upto: int | None = None) -> list[StoredPublish]:
+        start = self._first_above(seq)
+        end = len(self._items) if upto is None else self._first_above(upto)
+        return self._items[start:end]
+
+    def unpersisted_count(self) -> int:
+        return len(self._items) - self._head
+
+    def live(self) -> list[StoredPublish]:
+        return self._items[self._head :]
+
+    async def sync(self) -> None:
+        """Memory is as durable as it gets."""
+
+    async def close(self) -> None:
+        self._closed = True
+
+
+def encode_publish(entry: StoredPublish) -> bytes:
+    topic = entry.topic.encode()
+    extra = orjson.dumps(entry.extra) if entry.extra else b""
+    return b"".join(
+        (b"P", _P.pack(entry.seq, len(topic)), topic, _U32.pack(len(extra)), extra, entry.body)
+    )
+
+
+def encode_discard(seq: int) -> bytes:
+    return b"D" + _D.pack(seq)
+
+
+def decode_publish(payload: bytes) -> StoredPublish:
+    seq, tlen = _P.unpack_from(payload, 1)
+    pos = 1 + _P.size
+    topic = payload[pos : pos + tlen].decode()
+    pos += tlen
+    (elen,) = _U32.unpack_from(payload, pos)
+    pos += _U32.size
+    extra = orjson.loads(payload[pos : pos + elen]) if elen else None
+    return StoredPublish(seq, topic, payload[pos + elen :], extra)
+
+
+class FilePublishStore(MemoryPublishStore):
+    """A publish store that survives a killed client process (see the module docstring).
+
+    Args:
+        path: the store file (``<path>.lock`` is its lock file; one owner at a time).
+        fsync: fsync each batch (off: survives a killed process, not a power loss).
+
+    Raises (from :meth:`open`):
+        StoreLocked: another client holds the store.
+    """
+
+    def __init__(self, path: str | Path, *, fsync: bool = True) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self._file = RecordFile(self.path)
+        self._writer: RecordWriter | None = None
+        self._fsync = fsync
+        self._live_bytes = 0
+        self._dead_bytes = 0
+
+    @property
+    def dropped_bytes(self) -> int:
+        """Bytes of torn tail removed when the store was opened."""
+        return self._file.dropped
+
+    async def open(self) -> None:
+        if self._writer is not None:
+            return
+        payloads = await asyncio.to_thread(self._file.open)
+        for p in payloads:
+            if p[:1] == b"P":
+                entry = decode_publish(p)
+                if entry.seq > self._last_discarded:
+                    self._load(entry)
+                    self._live_bytes += len(p)
+                else:
+                    self._dead_bytes += len(p)
+            elif p[:1] == b"D":
+                (seq,) = _D.unpack_from(p, 1)
+                super().discard_up_to(seq)
+                self._dead_bytes += len(p)
+        self._live_bytes = sum(len(encode_publish(e)) for e in self.live())
+        self._writer = RecordWriter(self._file, fsync=self._fsync)
+
+    def _w(self) -> RecordWriter:
+        if self._writer is None or self._closed:
+            raise StoreClosed(f"publish store {self.path} is not open")
+        return self._writer
+
+    def store(self, entry: StoredPublish) -> None:
+        writer = self._w()
+        super().store(entry)
+        payload = encode_publish(entry)
+        self._live_bytes += len(payload)
+        writer.submit(payload)
+
+    def discard_up_to(self, seq: int) -> int:
+        writer = self._w()
+        if seq <= self._last_discarded:
+            return 0
+        freed = 0
+        items = self._items
+        i = self._head
+        while i < len(items) and items[i].seq <= seq:
+            e = items[i]
+            freed += (
+                len(e.body) + len(e.topic) + 16 + (len(orjson.dumps(e.extra)) if e.extra else 0)
+            )
+            i += 1
+        removed = super().discard_up_to(seq)
+        self._live_bytes -= freed
+        self._dead_bytes += freed + 9
+        if self._dead_bytes > COMPACT_MIN_BYTES and self._dead_bytes > self._live_bytes:
+            self._compact(writer)
+        else:
+            writer.submit(encode_discard(seq))
+        return removed
+
+    def _compact(self, writer: RecordWriter) -> None:
+        payloads = [encode_discard(self._last_discarded)]
+        payloads.extend(encode_publish(e) for e in self.live())
+        writer.submit(Rewrite(payloads))
+        self._live_bytes = sum(len(p) for p in payloads)
+        self._dead_bytes = 0
+
+    async def sync(self) -> None:
+        await self._w().wait()
+
+    async def close(self) -> None:
+        writer = self._writer
+        self._closed = True
+        if writer is not None:
+            await writer.close()
+            self._writer = None
+
+
+__all__ = [
+    "COMPACT_MIN_BYTES",
+    "FilePublishStore",
+    "MemoryPublishStore",
+    "PublishStore",
+    "StoredPublish",
+]

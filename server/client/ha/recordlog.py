@@ -1,0 +1,255 @@
+"""The file format both file stores use: an append-only log of checksummed records.
+
+Byte layout of one record (little-endian)::
+
+    u32 length of payload | u32 CRC-32 of payload | payload
+
+A process killed in the middle of a write leaves a torn tail: a short header, a short
+payload or a CRC that does not match. :func:`decode_records` stops at the first such record
+and :meth:`RecordFile.open` truncates the file there (the records before it are whole,
+since records are only ever appended). Compaction writes the live records to
+``<path>.tmp``, fsyncs it, renames it over ``<path>`` and fsyncs the directory, so a crash
+at any moment leaves either the old file or the new one, never a mix.
+
+Thread-safety: a :class:`RecordFile` is used by one thread at a time: the
+:class:`RecordWriter`'s worker, which runs batches in ``asyncio.to_thread`` one after the
+other so the event loop never waits on a write or an fsync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from server.client.ha.errors import StoreClosed
+from server.client.ha.lockfile import StoreLock
+
+_HEAD: Final = struct.Struct("<II")
+#: a length above this is a torn or foreign header, not a record
+MAX_RECORD: Final = 256 * 1024 * 1024
+
+
+def encode_record(payload: bytes) -> bytes:
+    """One record: length, CRC-32, payload."""
+    return _HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def decode_records(data: bytes) -> tuple[list[bytes], int]:
+    """The whole records at the start of ``data`` and the length they cover (where a torn
+    or corrupt tail starts; ``len(data)`` when there is none)."""
+    out: list[bytes] = []
+    pos = 0
+    end = len(data)
+    size = _HEAD.size
+    while pos + size <= end:
+        length, crc = _HEAD.unpack_from(data, pos)
+        if length > MAX_RECORD or pos + size + length > end:
+            break
+        payload = data[pos + size : pos + size + length]
+        if zlib.crc32(payload) != crc:
+            break
+        out.append(payload)
+        pos += size + length
+    return out, pos
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """A compaction: the file becomes exactly these records (the store's live state)."""
+
+    payloads: Sequence[bytes]
+
+
+class RecordFile:
+    """The store file and its lock. All methods do blocking I/O: call them off the loop.
+
+    Attributes:
+        path: the store file.
+        dropped: bytes of torn tail removed at :meth:`open`.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.dropped = 0
+        self._lock: StoreLock | None = None
+        self._fd: int | None = None
+
+    def open(self) -> list[bytes]:
+        """Take the lock, read every whole record, truncate a torn tail; returns the
+        payloads in file order.
+
+        Raises:
+            StoreLocked: another owner holds the store.
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = StoreLock(self.path.with_name(self.path.name + ".lock"))
+        tmp = self._tmp()
+        if tmp.exists():  # a compaction that did not reach its rename
+            tmp.unlink()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        data = b""
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()
+        payloads, good = decode_records(data)
+        if good < len(data):
+            self.dropped = len(data) - good
+            os.ftruncate(fd, good)
+            os.fsync(fd)
+        os.lseek(fd, 0, os.SEEK_END)
+        self._fd = fd
+        return payloads
+
+    def _tmp(self) -> Path:
+        return self.path.with_name(self.path.name + ".tmp")
+
+    def apply(self, ops: Sequence[bytes | Rewrite], fsync: bool) -> None:
+        """Append records and run compactions, in order; then fsync once (``fsync``)."""
+        if self._fd is None:
+            raise StoreClosed(f"store {self.path} is closed")
+        chunk: list[bytes] = []
+        for op in ops:
+            if isinstance(op, Rewrite):
+                self._write(b"".join(chunk))
+                chunk = []
+                self._rewrite(op.payloads)
+            else:
+                chunk.append(encode_record(op))
+        self._write(b"".join(chunk))
+        if fsync:
+            os.fsync(self._fd)
+
+    def _write(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    def _rewrite(self, payloads: Sequence[bytes]) -> None:
+        # 1. the new content to a temporary file, fsynced; 2. rename over the store (atomic);
+        # 3. fsync the directory so the rename itself survives a power loss; 4. append to it.
+        assert self._fd is not None
+        tmp = self._tmp()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            data = memoryview(b"".join(encode_record(p) for p in payloads))
+            while data:
+                data = data[os.write(fd, data) :]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.replace(tmp, self.path)
+        dfd = os.open(self.path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        os.close(fd)
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_RDWR)
+        os.lseek(self._fd, 0, os.SEEK_END)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+class RecordWriter:
+    """Writes a :class:`RecordFile` from the event loop without blocking it.
+
+    Appends and compactions are queued in order; one worker task hands everything queued
+    since its last batch to a thread (``asyncio.to_thread``) as one batch, with one fsync.
+    The first write error is latched: later calls raise it (a store that failed a write
+    cannot say what is on disk any more).
+
+    Args:
+        file: the opened file.
+        fsync: fsync after every batch (off: the page cache only, which survives a killed
+            process but not a power loss).
+        on_written: called on the loop after each batch with the number of ops written so
+            far (the stores use it to know what is on disk).
+    """
+
+    def __init__(
+        self,
+        file: RecordFile,
+        *,
+        fsync: bool = True,
+        on_written: Callable[[int], None] | None = None,
+    ) -> None:
+        self.file = file
+        self._fsync = fsync
+        self._ops: list[bytes | Rewrite] = []
+        self._submitted = 0
+        self._written = 0
+        self._error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._progress = asyncio.Condition()
+        self._on_written = on_written
+
+    @property
+    def submitted(self) -> int:
+        return self._submitted
+
+    @property
+    def written(self) -> int:
+        return self._written
+
+    def submit(self, op: bytes | Rewrite) -> int:
+        """Queue one record (or a compaction); returns its ticket for :meth:`wait`."""
+        if self._error is not None:
+            raise self._error
+        self._ops.append(op)
+        self._submitted += 1
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return self._submitted
+
+    async def _run(self) -> None:
+        while self._ops and self._error is None:
+            batch = self._ops
+            self._ops = []
+            try:
+                await asyncio.to_thread(self.file.apply, batch, self._fsync)
+            except BaseException as exc:  # latched, raised to every waiter
+                self._error = exc
+            else:
+                self._written += len(batch)
+                if self._on_written is not None:
+                    self._on_written(self._written)
+            async with self._progress:
+                self._progress.notify_all()
+
+    async def wait(self, ticket: int | None = None) -> None:
+        """Return once op ``ticket`` (default: everything submitted) is written."""
+        target = self._submitted if ticket is None else ticket
+        async with self._progress:
+            await self._progress.wait_for(
+                lambda: self._written >= target or self._error is not None
+            )
+        if self._written < target and self._error is not None:
+            raise self._error
+
+    async def close(self) -> None:
+        """Write what is queued, then close the file and release the lock."""
+        try:
+            if self._error is None:
+                await self.wait()
+        finally:
+            if self._task is not None:
+                await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.to_thread(self.file.close)
+
+
+__all__ = ["MAX_RECORD", "RecordFile", "RecordWriter", "Rewrite", "decode_records", "encode_record"]

@@ -1,0 +1,212 @@
+"""Where one bookmark subscription resumes, and which redelivered messages to drop (pure).
+
+:class:`ResumeState` follows one subscription's messages by bookmark (``PUBHASH|PUBSEQ|``,
+PROTOCOL.md "Bookmarks"): each is *received* (handed to the application) and later
+*discarded* (the application is done with it). From that it keeps:
+
+- the **recovery point**: the last message, in arrival order, such that it and every message
+  before it are discarded (or the broker's durable position once nothing is outstanding:
+  :meth:`persisted`);
+- per publisher, the highest sequence such that every received message of that publisher
+  up to it is discarded, and the discarded sequences above it (out-of-order discards).
+
+:meth:`resume_bookmark` is MOST_RECENT: the recovery point plus one bookmark per
+publisher, as a list; the broker starts after the **oldest** of them found in its log
+(docs/bookmarks.md), so a failover to a replica whose log interleaves the publishers
+differently still misses nothing. What it replays that the client already discarded,
+:meth:`receive` drops (per publisher, sequences only grow in a log). Before anything was
+discarded the subscription resumes where it started (EPOCH by default).
+
+Messages received but not discarded when the process died come again after a restart:
+:meth:`reloaded` marks them as expected, so their redelivery is accepted once. Within one
+process, a message already received is always a duplicate (it is in the application's
+hands, discarded or not).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Final
+
+#: PROTOCOL.md: replay from the start of the log.
+EPOCH: Final = "0"
+#: PROTOCOL.md: live messages only.
+NOW: Final = "0|1|"
+
+_LOADED: Final = 0  # received before a restart, not discarded: its redelivery is accepted
+_DELIVERED: Final = 1
+_DISCARDED: Final = 2
+
+
+def parse_bookmark(bookmark: str) -> tuple[str, int] | None:
+    """``(publisher hash, sequence)`` of ``PUBHASH|PUBSEQ|``; None for anything else."""
+    parts = bookmark.split("|")
+    if len(parts) != 3 or parts[2] or not parts[0] or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1])
+
+
+class _Entry:
+    __slots__ = ("bookmark", "pub", "seq", "state")
+
+    def __init__(self, bookmark: str, pub: str, seq: int, state: int) -> None:
+        self.bookmark = bookmark
+        self.pub = pub
+        self.seq = seq
+        self.state = state
+
+
+class ResumeState:
+    """One subscription's received and discarded messages (see the module docstring).
+
+    Args:
+        start: the bookmark the subscription started from (where it resumes until a
+            message is discarded).
+    """
+
+    def __init__(self, start: str = EPOCH) -> None:
+        self.start = start
+        self.recovery: str | None = None
+        self._contig: dict[str, int] = {}
+        self._above: dict[str, set[int]] = {}
+        self._order: deque[_Entry] = deque()
+        self._index: dict[str, _Entry] = {}
+        self._by_pub: dict[str, deque[_Entry]] = {}
+
+    # -- the stream ----------------------------------------------------------------------
+
+    def is_duplicate(self, bookmark: str) -> bool:
+        """Whether a message with ``bookmark`` was already received (or discarded)."""
+        e = self._index.get(bookmark)
+        if e is not None:
+            return e.state != _LOADED
+        parsed = parse_bookmark(bookmark)
+        if parsed is None:
+            return False
+        pub, seq = parsed
+        return seq <= self._contig.get(pub, -1) or seq in self._above.get(pub, ())
+
+    def is_discarded(self, bookmark: str) -> bool:
+        """Whether the application is done with the message with ``bookmark``."""
+        e = self._index.get(bookmark)
+        if e is not None:
+            return e.state == _DISCARDED
+        parsed = parse_bookmark(bookmark)
+        if parsed is None:
+            return False
+        pub, seq = parsed
+        return seq <= self._contig.get(pub, -1) or seq in self._above.get(pub, ())
+
+    def receive(self, bookmark: str) -> bool:
+        """Note that the message with ``bookmark`` reached the application; False when it
+        is a duplicate to drop."""
+        e = self._index.get(bookmark)
+        if e is not None:
+            if e.state != _LOADED:
+                return False
+            e.state = _DELIVERED
+            return True
+        parsed = parse_bookmark(bookmark)
+        if parsed is None:
+            return True  # not a log bookmark: nothing to track
+        pub, seq = parsed
+        if seq <= self._contig.get(pub, -1) or seq in self._above.get(pub, ()):
+            return False
+        e = _Entry(bookmark, pub, seq, _DELIVERED)
+        self._order.append(e)
+        self._index[bookmark] = e
+        self._by_pub.setdefault(pub, deque()).append(e)
+        return True
+
+    def discard(self, bookmark: str) -> bool:
+        """The application is done with ``bookmark``; False if unknown or already done."""
+        e = self._index.get(bookmark)
+        if e is None or e.state == _DISCARDED:
+            return False
+        e.state = _DISCARDED
+        pub = e.pub
+        queue = self._by_pub[pub]
+        if queue[0] is e:  # in order for its publisher (the usual case): no set to keep
+            above = self._above.get(pub)
+            contig = self._contig.get(pub, -1)
+            while queue and queue[0].state == _DISCARDED:
+                done = queue.popleft()
+                if done.seq > contig:
+                    contig = done.seq
+                if above:
+                    above.discard(done.seq)
+            self._contig[pub] = contig
+            if not queue:
+                del self._by_pub[pub]
+        else:
+            self._above.setdefault(pub, set()).add(e.seq)
+        order = self._order
+        index = self._index
+        while order and order[0].state == _DISCARDED:
+            done = order.popleft()
+            self.recovery = done.bookmark
+            del index[done.bookmark]
+        return True
+
+    def persisted(self, bookmark: str) -> bool:
+        """The broker's durable position for the subscription (it follows every message
+        delivered before it): the recovery point when nothing is outstanding."""
+        if self._order or not bookmark or bookmark == self.recovery:
+            return False
+        self.recovery = bookmark
+        return True
+
+    # -- answers -------------------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Messages received (or expected again) and not discarded yet."""
+        return sum(1 for e in self._order if e.state != _DISCARDED)
+
+    def resume_bookmark(self) -> str:
+        """MOST_RECENT: where a (re)subscription starts (see the module docstring)."""
+        if self.recovery is None:
+            return self.start
+        points = [self.recovery]
+        for pub, seq in self._contig.items():
+            bm = f"{pub}|{seq}|"
+            if bm != self.recovery:
+                points.append(bm)
+        return ",".join(points)
+
+    def reloaded(self) -> None:
+        """After a restart: what was received but not discarded is expected again."""
+        for e in self._order:
+            if e.state == _DELIVERED:
+                e.state = _LOADED
+
+    # -- snapshot (the file store's compaction) -----------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-able copy of the state (received entries become expected again)."""
+        return {
+            "start": self.start,
+            "recovery": self.recovery,
+            "contig": self._contig,
+            "above": {p: sorted(s) for p, s in self._above.items() if s},
+            "order": [[e.bookmark, e.state == _DISCARDED] for e in self._order],
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: dict[str, Any]) -> ResumeState:
+        state = cls(str(snap.get("start", EPOCH)))
+        state.recovery = snap.get("recovery")
+        state._contig = {str(p): int(s) for p, s in snap.get("contig", {}).items()}
+        state._above = {str(p): set(s) for p, s in snap.get("above", {}).items()}
+        for bookmark, discarded in snap.get("order", []):
+            parsed = parse_bookmark(bookmark)
+            if parsed is None:
+                continue
+            e = _Entry(bookmark, parsed[0], parsed[1], _DISCARDED if discarded else _LOADED)
+            state._order.append(e)
+            state._index[bookmark] = e
+            state._by_pub.setdefault(e.pub, deque()).append(e)
+        return state
+
+
+__all__ = ["EPOCH", "NOW", "ResumeState", "parse_bookmark"]

@@ -1,0 +1,572 @@
+// Spool browser HA client, part 2 of 3: publish stores and bookmark stores.
+//
+// A publish store keeps every message the HA client published until the broker reports it
+// persisted (a conflated persisted ack, or the logon ack's `s`), so that a reconnect can
+// publish the rest again in order. A bookmark store keeps, per subscription, which
+// messages were received and which the application discarded (finished with), so that a
+// resubscription starts right after the last message of the discarded prefix and the
+// messages discarded after that point are dropped when they come again.
+//
+// Each kind has a memory store and an IndexedDB store (the IndexedDB one survives a page
+// reload or a crash of the tab). An IndexedDB store has one owner at a time: it holds a
+// Web Locks API lock named after the store while open, and a second tab opening the same
+// store is refused with StoreLockedError. The state machines are plain classes with no
+// I/O (PublishLedger, SubscriptionBookmarks); the IndexedDB stores add a write-behind
+// journal (one transaction per task) and recovery; the IndexedDB / Web Locks plumbing is
+// in static/spool-ha-idb.js. See docs/js-client.md.
+
+import { SpoolError } from "./spool-client.js";
+import {
+  SyncTail,
+  WriteBehind,
+  openDatabase,
+  request,
+  requireBrowserStorage,
+  takeLock,
+} from "./spool-ha-idb.js";
+
+export { StoreLockedError, StoreUnavailableError } from "./spool-ha-idb.js";
+
+/** Bookmark: replay from the start of the log. */
+export const EPOCH = "0";
+/** Bookmark: live messages only. */
+export const NOW = "0|1|";
+/** Bookmark: resume from the bookmark store's resume point (EPOCH when it has none). */
+export const MOST_RECENT = "recent";
+
+/** `PUBHASH|PUBSEQ|` -> {pub, seq}, or null for anything else (EPOCH, a moment, ...). */
+export function parseBookmark(bookmark) {
+  if (typeof bookmark !== "string") return null;
+  const parts = bookmark.split("|");
+  if (parts.length !== 3 || parts[2] !== "" || !/^\d+$/.test(parts[0]) || !/^\d+$/.test(parts[1])) return null;
+  return { pub: parts[0], seq: Number(parts[1]) };
+}
+
+// ---------------------------------------------------------------------------------------
+// Publish stores
+// ---------------------------------------------------------------------------------------
+
+/**
+ * The publish store's state (no I/O): the messages not yet persisted, in sequence order,
+ * the highest sequence number ever stored and the highest one discarded.
+ *
+ * An entry is `{seq, command, topic, body (Uint8Array), correlationId, expiration, sowKey}`.
+ */
+export class PublishLedger {
+  constructor() {
+    this._entries = [];
+    this.lastSeq = 0;
+    this.lastDiscarded = 0;
+  }
+
+  add(entry) {
+    if (!Number.isInteger(entry.seq) || entry.seq <= this.lastSeq) {
+      throw new RangeError(`publish store: sequence ${entry.seq} is not above the last one stored (${this.lastSeq})`);
+    }
+    this._entries.push(entry);
+    this.lastSeq = entry.seq;
+  }
+
+  /** Drop every entry up to `seq` (persisted); returns how many were dropped. */
+  discardUpTo(seq) {
+    let n = 0;
+    while (n < this._entries.length && this._entries[n].seq <= seq) n++;
+    if (n > 0) this._entries.splice(0, n);
+    if (seq > this.lastDiscarded) this.lastDiscarded = seq;
+    if (seq > this.lastSeq) this.lastSeq = seq;
+    return n;
+  }
+
+  /** Drop one entry (the broker refused it). */
+  remove(seq) {
+    const i = this._entries.findIndex((e) => e.seq === seq);
+    if (i >= 0) this._entries.splice(i, 1);
+    return i >= 0;
+  }
+
+  /** Entries with a sequence above `seq`, in order. */
+  entriesAfter(seq) {
+    return this._entries.filter((e) => e.seq > seq);
+  }
+
+  get count() {
+    return this._entries.length;
+  }
+}
+
+/** A publish store in memory: survives reconnects, not a page reload. */
+export class MemoryPublishStore {
+  constructor() {
+    this._ledger = new PublishLedger();
+  }
+
+  async open() {}
+
+  get lastSeq() {
+    return this._ledger.lastSeq;
+  }
+
+  get lastDiscarded() {
+    return this._ledger.lastDiscarded;
+  }
+
+  /** Keep `entry`; resolves once it is stored (durably, for a persistent store). */
+  store(entry) {
+    this._ledger.add(entry);
+    return Promise.resolve();
+  }
+
+  discardUpTo(seq) {
+    return this._ledger.discardUpTo(seq);
+  }
+
+  remove(seq) {
+    return this._ledger.remove(seq);
+  }
+
+  entriesAfter(seq) {
+    return this._ledger.entriesAfter(seq);
+  }
+
+  unpersistedCount() {
+    return this._ledger.count;
+  }
+
+  async close() {}
+}
+
+/**
+ * A publish store in IndexedDB (database `spool-publish-store/NAME`): the messages not yet
+ * persisted survive a page reload or crash. `open()` (the HA client calls it) takes the
+ * store's Web Lock, or fails with StoreLockedError.
+ */
+export class IndexedDBPublishStore extends MemoryPublishStore {
+  /**
+   * @param {string} name the store's name (one per publishing client name, usually that name)
+   * @param {object} [opts]
+   * @param {function(Error)} [opts.onError] an IndexedDB write failed (default: console.error)
+   */
+  constructor(name, opts = {}) {
+    super();
+    if (typeof name !== "string" || name === "") throw new TypeError("IndexedDBPublishStore needs a name");
+    for (const key of Object.keys(opts)) {
+      if (key !== "onError") throw new TypeError(`IndexedDBPublishStore: unknown option '${key}'`);
+    }
+    this.name = name;
+    this.onError = opts.onError ?? ((exc) => console.error("IndexedDBPublishStore:", exc));
+    this._db = null;
+    this._release = null;
+    this._writer = null;
+  }
+
+  get dbName() {
+    return `spool-publish-store/${this.name}`;
+  }
+
+  async open() {
+    if (this._db !== null) return;
+    requireBrowserStorage("IndexedDBPublishStore");
+    this._release = await takeLock("publish store", this.name, `spool:${this.dbName}`);
+    try {
+      this._db = await openDatabase(this.dbName, { messages: { keyPath: "seq" }, meta: {} });
+      const tx = this._db.transaction(["messages", "meta"], "readonly");
+      const [entries, meta] = await Promise.all([
+        request(tx.objectStore("messages").getAll()),
+        request(tx.objectStore("meta").get("state")),
+      ]);
+      const ledger = new PublishLedger();
+      ledger.lastDiscarded = meta?.lastDiscarded ?? 0;
+      ledger.lastSeq = meta?.lastSeq ?? ledger.lastDiscarded;
+      for (const e of entries) {
+        if (e.seq > ledger.lastDiscarded) {
+          ledger._entries.push(e);
+          if (e.seq > ledger.lastSeq) ledger.lastSeq = e.seq;
+        }
+      }
+      this._ledger = ledger;
+      this._writer = new WriteBehind(this._db, ["messages", "meta"], (exc) => this.onError(exc));
+    } catch (exc) {
+      this._db?.close();
+      this._db = null;
+      this._release();
+      this._release = null;
+      throw exc;
+    }
+  }
+
+  _requireOpen() {
+    if (this._db === null) throw new SpoolError("closed", `publish store '${this.name}' is not open`);
+  }
+
+  _saveMeta(tx) {
+    tx.objectStore("meta").put({ lastSeq: this._ledger.lastSeq, lastDiscarded: this._ledger.lastDiscarded }, "state");
+  }
+
+  store(entry) {
+    this._requireOpen();
+    this._ledger.add(entry);
+    return this._writer.write((tx) => {
+      tx.objectStore("messages").put(entry);
+      this._saveMeta(tx);
+    });
+  }
+
+  discardUpTo(seq) {
+    this._requireOpen();
+    const n = this._ledger.discardUpTo(seq);
+    this._writer.write((tx) => {
+      tx.objectStore("messages").delete(IDBKeyRange.upperBound(seq));
+      this._saveMeta(tx);
+    }).catch(() => {}); // reported through onError
+    return n;
+  }
+
+  remove(seq) {
+    this._requireOpen();
+    const removed = this._ledger.remove(seq);
+    if (removed) this._writer.write((tx) => tx.objectStore("messages").delete(seq)).catch(() => {});
+    return removed;
+  }
+
+  /** Wait for every write to commit, close the database and release the lock. */
+  async close() {
+    if (this._db === null) return;
+    await this._writer.settled();
+    this._db.close();
+    this._db = null;
+    this._release();
+    this._release = null;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bookmark stores
+// ---------------------------------------------------------------------------------------
+
+/**
+ * One subscription's bookmark state (no I/O).
+ *
+ * - `prefix`: the bookmark of the last message of the longest run, from the start, of
+ *   messages all discarded (or a durable position the broker reported while nothing was
+ *   outstanding): the resume point. A resubscription starts right after it.
+ * - `pubSeqs`: per publisher, the highest sequence folded into the prefix: a message of
+ *   that publisher at or below it was discarded already (publishers' sequences grow in
+ *   log order), so a copy that comes again is dropped.
+ * - `records`: the messages after the prefix, in arrival order, discarded or not.
+ *
+ * A record recovered from a journal (a page reload) is delivered again once, since the
+ * application did not finish with it; within one session a message already handed over is
+ * not handed over twice.
+ */
+export class SubscriptionBookmarks {
+  constructor() {
+    this.prefix = null;
+    this.pubSeqs = new Map();
+    this.records = [];
+    this._byBookmark = new Map();
+  }
+
+  isDiscarded(bookmark) {
+    const parsed = parseBookmark(bookmark);
+    if (parsed !== null && parsed.seq <= (this.pubSeqs.get(parsed.pub) ?? 0)) return true;
+    return this._byBookmark.get(bookmark)?.discarded === true;
+  }
+
+  /**
+   * A message arrived: 0 when it is a duplicate to drop, 1 when it is new, 2 when it is a
+   * message recovered from a journal and not discarded (handed over again, once).
+   */
+  log(bookmark) {
+    if (this.isDiscarded(bookmark)) return 0;
+    const known = this._byBookmark.get(bookmark);
+    if (known !== undefined) {
+      if (!known.redeliver) return 0;
+      known.redeliver = false;
+      return 2;
+    }
+    this._add(bookmark, false);
+    return 1;
+  }
+
+  /** Replay of a journal's `r` entry (idempotent). */
+  recover(bookmark) {
+    if (!this.isDiscarded(bookmark) && !this._byBookmark.has(bookmark)) this._add(bookmark, true);
+  }
+
+  _add(bookmark, redeliver) {
+    const parsed = parseBookmark(bookmark);
+    const record = { bookmark, pub: parsed?.pub ?? null, seq: parsed?.seq ?? 0, discarded: false, redeliver };
+    this.records.push(record);
+    this._byBookmark.set(bookmark, record);
+  }
+
+  /** The application finished with a message; true when the state changed. */
+  discard(bookmark) {
+    const record = this._byBookmark.get(bookmark);
+    if (record === undefined || record.discarded) return false;
+    record.discarded = true;
+    this._advance();
+    return true;
+  }
+
+  /** A durable position from the broker: the resume point when nothing is outstanding. */
+  persisted(bookmark) {
+    if (this.records.length > 0 || bookmark === this.prefix || parseBookmark(bookmark) === null) return false;
+    this.prefix = bookmark;
+    return true;
+  }
+
+  _advance() {
+    let n = 0;
+    while (n < this.records.length && this.records[n].discarded) {
+      const r = this.records[n];
+      this.prefix = r.bookmark;
+      if (r.pub !== null && r.seq > (this.pubSeqs.get(r.pub) ?? 0)) this.pubSeqs.set(r.pub, r.seq);
+      this._byBookmark.delete(r.bookmark);
+      n++;
+    }
+    if (n > 0) this.records.splice(0, n);
+  }
+
+  /**
+   * Where a resubscription starts: null when nothing was discarded yet; else a bookmark
+   * list of the resume point and, per publisher, its highest message folded into it. The
+   * broker starts after the OLDEST of them found in its log: on this instance that is at
+   * or before the resume point (what comes again and was discarded is dropped here), and
+   * on a replica that interleaves publishers differently nothing is skipped.
+   */
+  resumeBookmark() {
+    if (this.prefix === null) return null;
+    const list = [this.prefix];
+    for (const [pub, seq] of this.pubSeqs) {
+      const bookmark = `${pub}|${seq}|`;
+      if (bookmark !== this.prefix) list.push(bookmark);
+    }
+    return list.join(",");
+  }
+
+  /** Restore a checkpoint (see `checkpoint()`). */
+  restore(checkpoint) {
+    this.prefix = checkpoint.prefix;
+    this.pubSeqs = new Map(Object.entries(checkpoint.pubSeqs));
+  }
+
+  /** The prefix state, for a compacted journal. */
+  checkpoint() {
+    return { prefix: this.prefix, pubSeqs: Object.fromEntries(this.pubSeqs) };
+  }
+}
+
+/** A bookmark store in memory: survives reconnects, not a page reload. */
+export class MemoryBookmarkStore {
+  constructor() {
+    /** subId -> SubscriptionBookmarks */
+    this._subs = new Map();
+  }
+
+  async open() {}
+
+  _sub(subId) {
+    let sub = this._subs.get(subId);
+    if (sub === undefined) {
+      sub = new SubscriptionBookmarks();
+      this._subs.set(subId, sub);
+    }
+    return sub;
+  }
+
+  /** Record a message's arrival; false when it is a duplicate to drop. */
+  log(subId, bookmark) {
+    const verdict = this._sub(subId).log(bookmark);
+    if (verdict === 1) this._journal(subId, "r", bookmark);
+    return verdict !== 0;
+  }
+
+  isDiscarded(subId, bookmark) {
+    return this._subs.get(subId)?.isDiscarded(bookmark) ?? false;
+  }
+
+  /** The application is done with this message (see also `message.discard()`). */
+  discard(subId, bookmark) {
+    const sub = this._subs.get(subId);
+    if (sub !== undefined && sub.discard(bookmark)) this._journal(subId, "d", bookmark);
+  }
+
+  /** A durable position reported by the broker for the subscription. */
+  persisted(subId, bookmark) {
+    const sub = this._subs.get(subId);
+    if (sub !== undefined && sub.persisted(bookmark)) this._journal(subId, "p", bookmark);
+  }
+
+  /** Where the subscription resumes (a bookmark list, see SubscriptionBookmarks), or null
+   * when nothing was discarded yet. */
+  resumePoint(subId) {
+    return this._subs.get(subId)?.resumeBookmark() ?? null;
+  }
+
+  /** The MOST_RECENT bookmark of a subscription: its resume point, or EPOCH. */
+  getMostRecent(subId) {
+    return this.resumePoint(subId) ?? EPOCH;
+  }
+
+  /** Messages received and not yet discarded, for one subscription. */
+  outstanding(subId) {
+    return (this._subs.get(subId)?.records ?? []).filter((r) => !r.discarded).map((r) => r.bookmark);
+  }
+
+  /** Forget a subscription (or all). */
+  purge(subId) {
+    if (subId === undefined) this._subs.clear();
+    else this._subs.delete(subId);
+  }
+
+  /** Compact the store (the memory store is always compact). */
+  async prune() {}
+
+  /** Hook of persistent stores: one state change to write. */
+  _journal(_subId, _kind, _bookmark) {}
+
+  async close() {}
+}
+
+/** Journal entries past this many times the live records (plus a floor) trigger a prune. */
+const PRUNE_RATIO = 4;
+const PRUNE_FLOOR = 2000;
+
+/**
+ * A bookmark store in IndexedDB (database `spool-bookmark-store/NAME`): a journal of
+ * received (`r`), discarded (`d`) and persisted (`p`) entries and per-subscription
+ * checkpoints (`c`), replayed at `open()` and compacted by `prune()` (automatically when
+ * the journal grows to several times the live state). `open()` takes the store's Web Lock,
+ * or fails with StoreLockedError.
+ *
+ * Writes of one task go into one transaction, committed right after the task; until it
+ * commits, the entries are also kept synchronously in localStorage (see SyncTail), so a
+ * discard survives a reload or a crash of the tab as soon as `discard()` returns.
+ */
+export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
+  /**
+   * @param {string} name
+   * @param {object} [opts]
+   * @param {function(Error)} [opts.onError] an IndexedDB write failed (default: console.error)
+   */
+  constructor(name, opts = {}) {
+    super();
+    if (typeof name !== "string" || name === "") throw new TypeError("IndexedDBBookmarkStore needs a name");
+    for (const key of Object.keys(opts)) {
+      if (key !== "onError") throw new TypeError(`IndexedDBBookmarkStore: unknown option '${key}'`);
+    }
+    this.name = name;
+    this.onError = opts.onError ?? ((exc) => console.error("IndexedDBBookmarkStore:", exc));
+    this._db = null;
+    this._release = null;
+    this._writer = null;
+    this._tail = null;
+    this._journalSize = 0;
+    this._pruning = null;
+    /** bumped by each prune when it writes the state: older entries not yet written are in it */
+    this._generation = 0;
+  }
+
+  get dbName() {
+    return `spool-bookmark-store/${this.name}`;
+  }
+
+  async open() {
+    if (this._db !== null) return;
+    requireBrowserStorage("IndexedDBBookmarkStore");
+    this._release = await takeLock("bookmark store", this.name, `spool:${this.dbName}`);
+    try {
+      this._db = await openDatabase(this.dbName, { journal: { autoIncrement: true } });
+      const entries = await request(this._db.transaction("journal", "readonly").objectStore("journal").getAll());
+      this._subs = new Map();
+      this._tail = new SyncTail(`${this.dbName}/tail/`);
+      const tail = this._tail.drain();
+      for (const e of [...entries, ...tail]) {
+        const sub = this._sub(e.s);
+        if (e.k === "c") sub.restore(e.c);
+        else if (e.k === "r") sub.recover(e.b);
+        else if (e.k === "d") sub.discard(e.b);
+        else if (e.k === "p") sub.persisted(e.b);
+      }
+      this._journalSize = entries.length;
+      this._writer = new WriteBehind(this._db, ["journal"], (exc) => this.onError(exc));
+      // entries that were only in the tail: into the journal now (they may repeat
+      // committed ones when the tab died between a commit and its tail cleanup: replaying
+      // an entry twice changes nothing)
+      for (const e of tail) this._journal(e.s, e.k, e.b);
+    } catch (exc) {
+      this._db?.close();
+      this._db = null;
+      this._release();
+      this._release = null;
+      throw exc;
+    }
+  }
+
+  _journal(subId, kind, bookmark) {
+    if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
+    this._journalSize++;
+    const entry = { s: subId, k: kind, b: bookmark };
+    const tailId = this._tail.append(entry);
+    const generation = this._generation;
+    this._writer.write((tx) => {
+      // a prune run earlier in this transaction wrote the state this entry belongs to
+      if (generation === this._generation) tx.objectStore("journal").add(entry);
+    }).then(() => this._tail.remove(tailId), () => {});
+    let live = 0;
+    for (const sub of this._subs.values()) live += sub.records.length + 1;
+    if (this._pruning === null && this._journalSize > PRUNE_FLOOR + PRUNE_RATIO * live) {
+      this._pruning = this.prune().finally(() => {
+        this._pruning = null;
+      });
+    }
+  }
+
+  /** Resolves when every discard so far is in IndexedDB. */
+  async flush() {
+    if (this._writer !== null) await this._writer.settled();
+  }
+
+  purge(subId) {
+    super.purge(subId);
+    if (this._db !== null) this.prune().catch((exc) => this.onError(exc));
+  }
+
+  /**
+   * Rewrite the journal as the live state: one checkpoint per subscription plus its
+   * records after the resume point. One transaction: a crash keeps the old journal or the
+   * new one, never a mix.
+   */
+  async prune() {
+    if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
+    let size = 0;
+    await this._writer.write((tx) => {
+      const journal = tx.objectStore("journal");
+      journal.clear();
+      this._generation++;
+      for (const [subId, sub] of this._subs) {
+        journal.add({ s: subId, k: "c", c: sub.checkpoint() });
+        size++;
+        for (const r of sub.records) {
+          journal.add({ s: subId, k: "r", b: r.bookmark });
+          size++;
+          if (r.discarded) {
+            journal.add({ s: subId, k: "d", b: r.bookmark });
+            size++;
+          }
+        }
+      }
+    });
+    this._journalSize = size;
+  }
+
+  async close() {
+    if (this._db === null) return;
+    await this._writer.settled();
+    this._db.close();
+    this._db = null;
+    this._release();
+    this._release = null;
+  }
+}

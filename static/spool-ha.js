@@ -1,0 +1,708 @@
+// Spool browser HA client, part 3 of 3: HAClient, which keeps a session alive across lost
+// connections, server restarts and failovers without losing or doubling messages.
+//
+// It composes the small parts of static/spool-ha-reconnect.js (server chooser, delay
+// strategies) and static/spool-ha-stores.js (publish and bookmark stores) around one
+// SpoolClient (static/spool-client.js), whose transport it reopens for each attempt. A
+// reconnect runs these steps in order:
+//
+//   chooser (which URI) -> delay (how long to wait) -> connect -> logon -> report success
+//   -> trim the publish store with the logon ack's `s` (what the broker already persisted)
+//   -> publish the rest again, in order -> resubscribe (a bookmark subscription from the
+//   bookmark store's resume point, under the SAME sub_id; others as they were).
+//
+// See docs/js-client.md, "High availability".
+
+import { SpoolClient, SpoolError, toBytes } from "./spool-client.js";
+import { ExponentialDelayStrategy } from "./spool-ha-reconnect.js";
+import { EPOCH, MOST_RECENT } from "./spool-ha-stores.js";
+
+export * from "./spool-ha-reconnect.js";
+export * from "./spool-ha-stores.js";
+
+/** States reported to connection state listeners, with an `info` object. */
+export const ConnectionState = Object.freeze({
+  /** the socket is open ({uri}) */
+  CONNECTED: "connected",
+  /** the logon was accepted ({uri, ack}) */
+  LOGGED_ON: "logged_on",
+  /** the publish store's messages were sent again ({count}) */
+  PUBLISH_REPLAYED: "publish_replayed",
+  /** every subscription is placed again ({count}) */
+  RESUBSCRIBED: "resubscribed",
+  /** the connection ended ({code, reason, error}) */
+  DISCONNECTED: "disconnected",
+  /** the reconnect handler is running */
+  RECONNECTING: "reconnecting",
+  /** logged on to another URI than the previous connection's ({uri, from}) */
+  FAILED_OVER: "failed_over",
+  /** reconnection gave up ({error}) */
+  GAVE_UP: "gave_up",
+  /** close() was called */
+  CLOSED: "closed",
+});
+
+/** The reconnect handler stopped trying; `cause` says why, `chooserError` what failed. */
+export class ReconnectGaveUpError extends SpoolError {
+  constructor(cause, chooserError) {
+    super("gave up", `${cause.message}${chooserError ? `; ${chooserError}` : ""}`);
+    this.name = "ReconnectGaveUpError";
+    this.cause = cause;
+    this.chooserError = chooserError;
+  }
+}
+
+/**
+ * The broker's last persisted sequence for this client name is below what the publish
+ * store already discarded as persisted: messages would be missing (another server that
+ * never had them, or a log that lost them). Raised only with `errorOnPublishGap`.
+ */
+export class PublishGapError extends SpoolError {
+  constructor(serverSeq, storeDiscarded) {
+    super("publish gap",
+      `the server's last persisted sequence is ${serverSeq}, but the publish store already ` +
+        `discarded up to ${storeDiscarded} as persisted`);
+    this.name = "PublishGapError";
+    this.serverSeq = serverSeq;
+    this.storeDiscarded = storeDiscarded;
+  }
+}
+
+/** The broker refused a stored publish ("not entitled", "duplicate", ...): it is dropped
+ * from the publish store (publishing it again would be refused again). */
+export class PublishFailedError extends SpoolError {
+  constructor(seq, topic, error) {
+    super(error.reason, `publish ${seq} to '${topic}' refused${error.detail ? `: ${error.detail}` : ""}`, error.header);
+    this.name = "PublishFailedError";
+    this.seq = seq;
+    this.topic = topic;
+  }
+}
+
+/** Client-side reasons of a publish that did not complete on this connection: the
+ * message stays in the store and goes again after the reconnect. */
+const CONNECTION_REASONS = new Set(["disconnected", "closed", "timeout", "heartbeat", "invalid message"]);
+
+const SUBSCRIBE_METHODS = Object.freeze({
+  subscribe: "subscribe",
+  delta_subscribe: "deltaSubscribe",
+  sow_and_subscribe: "sowAndSubscribe",
+});
+
+const SUBSCRIBE_OPTIONS = ["filter", "bookmark", "options", "subId", "onCompleted", "onError", "onPosition",
+  "onBatch", "topN", "orderby", "batchSize", "delta", "onSnapshot"];
+
+/**
+ * The subscriptions to place again after a reconnect, in the order they were made.
+ *
+ * Replaceable (`HAClient.setSubscriptionManager`): any object with `add(record)`,
+ * `remove(subId)`, `get(subId)`, `records()` and `async resubscribe(place)`, where
+ * `place(record)` puts one subscription back (it resolves once the broker accepted it,
+ * reports a refusal itself, and throws only when the connection is lost again).
+ */
+export class DefaultSubscriptionManager {
+  constructor() {
+    this._records = new Map();
+  }
+
+  add(record) {
+    this._records.set(record.subId, record);
+  }
+
+  remove(subId) {
+    this._records.delete(subId);
+  }
+
+  get(subId) {
+    return this._records.get(subId);
+  }
+
+  records() {
+    return [...this._records.values()];
+  }
+
+  async resubscribe(place) {
+    for (const record of this.records()) await place(record);
+  }
+}
+
+function refuseUnknown(what, opts, known) {
+  for (const key of Object.keys(opts)) {
+    if (!known.includes(key)) throw new TypeError(`${what}: unknown option '${key}' (known: ${known.join(", ")})`);
+  }
+}
+
+let subCounter = 0;
+
+/**
+ * A client that reconnects on its own. See the module comment and docs/js-client.md.
+ *
+ * ```js
+ * const ha = new HAClient("blotter", {
+ *   chooser: new DefaultServerChooser(["ws://a:9007/amps/json", "ws://b:9007/amps/json"]),
+ *   delay: new ExponentialDelayStrategy({ initial: 200, maximum: 5000 }),
+ *   publishStore: new IndexedDBPublishStore("blotter"),
+ *   bookmarkStore: new IndexedDBBookmarkStore("blotter"),
+ * });
+ * await ha.connectAndLogon();
+ * ```
+ */
+export class HAClient {
+  /**
+   * @param {string} name the client name (publisher identity; keep it stable)
+   * @param {object} opts
+   * @param {object} opts.chooser a ServerChooser (e.g. DefaultServerChooser)
+   * @param {object} [opts.delay] a delay strategy (default ExponentialDelayStrategy())
+   * @param {object} [opts.publishStore] MemoryPublishStore or IndexedDBPublishStore
+   * @param {object} [opts.bookmarkStore] MemoryBookmarkStore or IndexedDBBookmarkStore
+   * @param {boolean} [opts.errorOnPublishGap] refuse a server whose last persisted
+   *   sequence is below what the publish store discarded (PublishGapError)
+   * @param {number} [opts.heartbeat] seconds (see setHeartbeat)
+   * @param {number} [opts.heartbeatIdle] seconds
+   * @param {number} [opts.timeoutMs] connect + logon timeout per attempt
+   * @param {function(string): object} [opts.transportFactory] as SpoolClient's
+   * @param {{setTimeout: Function, clearTimeout: Function}} [opts.timers] for the waits
+   *   between attempts (tests inject a virtual clock)
+   */
+  constructor(name, opts = {}) {
+    if (typeof name !== "string" || name === "") throw new TypeError("HAClient needs a client name");
+    refuseUnknown("HAClient", opts, ["chooser", "delay", "publishStore", "bookmarkStore", "errorOnPublishGap",
+      "heartbeat", "heartbeatIdle", "timeoutMs", "transportFactory", "timers"]);
+    if (!opts.chooser || typeof opts.chooser.getCurrentURI !== "function") {
+      throw new TypeError("HAClient needs a chooser (e.g. new DefaultServerChooser([uri, ...]))");
+    }
+    this.name = name;
+    this.chooser = opts.chooser;
+    this.delay = opts.delay ?? new ExponentialDelayStrategy();
+    this.publishStore = opts.publishStore ?? null;
+    this.bookmarkStore = opts.bookmarkStore ?? null;
+    this.errorOnPublishGap = Boolean(opts.errorOnPublishGap);
+    this._timers = opts.timers ?? { setTimeout: (f, ms) => setTimeout(f, ms), clearTimeout: (t) => clearTimeout(t) };
+    this._client = new SpoolClient("ws://unset.invalid/amps/json", {
+      name,
+      heartbeat: opts.heartbeat,
+      heartbeatIdle: opts.heartbeatIdle,
+      timeoutMs: opts.timeoutMs,
+      transportFactory: opts.transportFactory,
+    });
+    this._client.on("disconnect", (info) => this._onDisconnect(info));
+    this._client.on("error", (err) => this._exception(err));
+    this._client.on("persisted", (header) => this._onPersisted(header));
+    this._manager = new DefaultSubscriptionManager();
+    this._exceptionListener = (err) => console.error("HAClient:", err);
+    this._stateListeners = new Set();
+    /** the running reconnect loop (a promise of the logon ack), or null */
+    this._connecting = null;
+    /** logged on, publish store replayed and subscriptions placed */
+    this._ready = false;
+    this._loggedOnOnce = false;
+    this._closed = false;
+    this._lastUri = null;
+    /** highest sequence handed to the connection (the publish store's entries above it wait) */
+    this._sentUpTo = 0;
+    this._flushWaiters = [];
+    this._sleeping = null;
+    this._opening = null;
+  }
+
+  // -- listeners -------------------------------------------------------------------------
+
+  /** `fn(error)` for errors no caller awaits (refused publishes, give-up, store failures). */
+  setExceptionListener(fn) {
+    this._exceptionListener = fn;
+  }
+
+  /** `fn(state, info)` for every ConnectionState; returns a function that removes it. */
+  addConnectionStateListener(fn) {
+    this._stateListeners.add(fn);
+    return () => this._stateListeners.delete(fn);
+  }
+
+  /** Replace the subscription manager (before subscribing). */
+  setSubscriptionManager(manager) {
+    for (const method of ["add", "remove", "get", "records", "resubscribe"]) {
+      if (typeof manager?.[method] !== "function") throw new TypeError(`a subscription manager needs ${method}()`);
+    }
+    this._manager = manager;
+  }
+
+  get subscriptionManager() {
+    return this._manager;
+  }
+
+  _exception(err) {
+    try {
+      this._exceptionListener(err);
+    } catch (exc) {
+      console.error("HAClient: the exception listener threw", exc);
+    }
+  }
+
+  _state(state, info = {}) {
+    for (const fn of [...this._stateListeners]) {
+      try {
+        fn(state, info);
+      } catch (exc) {
+        this._exception(exc);
+      }
+    }
+  }
+
+  // -- connection ------------------------------------------------------------------------
+
+  /** Logged on with the stores replayed and the subscriptions placed. */
+  get connected() {
+    return this._ready;
+  }
+
+  /** The URI of the current (or last) connection. */
+  get uri() {
+    return this._lastUri;
+  }
+
+  /**
+   * Open the stores (taking their locks: StoreLockedError if another tab has one), then
+   * run the reconnect steps until a server takes the logon. Resolves to the logon ack;
+   * rejects with ReconnectGaveUpError when the delay strategy or the chooser gives up.
+   */
+  async connectAndLogon() {
+    if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+    if (this._ready) throw new SpoolError("invalid command", "already connected");
+    // one opening for concurrent calls (a second open would find the lock taken by the first)
+    this._opening ??= (async () => {
+      try {
+        await this.publishStore?.open();
+        await this.bookmarkStore?.open();
+      } catch (exc) {
+        this._opening = null;
+        await this.publishStore?.close();
+        await this.bookmarkStore?.close();
+        throw exc;
+      }
+    })();
+    await this._opening;
+    return this._reconnect();
+  }
+
+  /** Set the heartbeat: the broker beats every `seconds`; `idleSeconds` of silence
+   * (default two intervals) mean the connection is dead and the reconnect handler runs. */
+  setHeartbeat(seconds, idleSeconds = 2 * seconds) {
+    this._client.setHeartbeat(seconds, idleSeconds);
+  }
+
+  /** Close the connection and the stores (releasing their locks). */
+  async close() {
+    if (this._closed) return;
+    this._closed = true;
+    this._ready = false;
+    this._sleeping?.();
+    this._client.close();
+    this._failFlushes(new SpoolError("closed", "the HA client was closed"));
+    await this.publishStore?.close();
+    await this.bookmarkStore?.close();
+    this._state(ConnectionState.CLOSED);
+  }
+
+  _reconnect() {
+    if (this._connecting === null) {
+      this._connecting = this._connectLoop();
+      // the loop resets _connecting itself, synchronously with its outcome
+    }
+    return this._connecting;
+  }
+
+  _sleep(ms) {
+    return new Promise((resolve) => {
+      const timer = this._timers.setTimeout(() => {
+        this._sleeping = null;
+        resolve();
+      }, ms);
+      this._sleeping = () => {
+        this._timers.clearTimeout(timer);
+        this._sleeping = null;
+        resolve();
+      };
+    });
+  }
+
+  async _connectLoop() {
+    try {
+      for (;;) {
+        if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+        const uri = this.chooser.getCurrentURI();
+        if (uri === null || uri === undefined) {
+          throw this._giveUp(new SpoolError("no server", "the server chooser has no URI to try"));
+        }
+        let wait;
+        try {
+          wait = this.delay.getConnectWaitDuration(uri);
+        } catch (exc) {
+          throw this._giveUp(exc);
+        }
+        if (wait > 0) await this._sleep(wait);
+        if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+        let ack;
+        try {
+          ack = await this._attempt(uri);
+        } catch (exc) {
+          if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+          if (exc instanceof PublishGapError) this._exception(exc);
+          if (this._client.connected) this._client.close();
+          this.chooser.reportFailure(exc, uri);
+          continue;
+        }
+        this._connecting = null;
+        return ack;
+      }
+    } catch (exc) {
+      this._connecting = null;
+      throw exc;
+    }
+  }
+
+  /** One attempt: connect, logon, recover. Throws on any failure (the loop goes on). */
+  async _attempt(uri) {
+    const credentials = await this.chooser.getCurrentAuthenticator?.();
+    const client = this._client;
+    client.url = uri;
+    client.userId = credentials?.userId;
+    client.password = credentials?.password;
+    const ack = await client.connect();
+    this._state(ConnectionState.CONNECTED, { uri });
+    this._state(ConnectionState.LOGGED_ON, { uri, ack });
+    // a server that lacks messages the store already dropped is a failed attempt (the
+    // delay strategy is not reset: with maxTotal the client gives up)
+    const persisted = typeof ack.s === "number" ? ack.s : 0;
+    const store = this.publishStore;
+    if (store !== null && this.errorOnPublishGap && persisted < store.lastDiscarded) {
+      throw new PublishGapError(persisted, store.lastDiscarded);
+    }
+    this.chooser.reportSuccess(uri);
+    this.delay.reset();
+    const from = this._lastUri;
+    this._lastUri = uri;
+    if (from !== null && from !== uri) this._state(ConnectionState.FAILED_OVER, { uri, from });
+    this._loggedOnOnce = true;
+    await this._recover(ack);
+    // subscriptions made while the others were being placed again
+    for (;;) {
+      const pending = this._manager.records().filter((r) => !r.placed);
+      if (pending.length === 0) break;
+      for (const record of pending) await this._place(record);
+    }
+    if (!client.connected) throw new SpoolError("disconnected", "the connection ended during recovery");
+    this._ready = true;
+    // messages published while the subscriptions were being placed again
+    if (this.publishStore !== null) {
+      for (const entry of this.publishStore.entriesAfter(this._sentUpTo)) this._send(entry);
+    }
+    return ack;
+  }
+
+  /** After logon: trim the publish store, publish the rest again, resubscribe. */
+  async _recover(ack) {
+    const persisted = typeof ack.s === "number" ? ack.s : 0;
+    const store = this.publishStore;
+    if (store !== null) {
+      store.discardUpTo(persisted);
+      const entries = store.entriesAfter(persisted);
+      this._sentUpTo = persisted;
+      for (const entry of entries) this._send(entry);
+      this._checkFlushes();
+      this._state(ConnectionState.PUBLISH_REPLAYED, { count: entries.length });
+    }
+    const records = this._manager.records();
+    await this._manager.resubscribe((record) => this._place(record));
+    this._state(ConnectionState.RESUBSCRIBED, { count: records.length });
+  }
+
+  _onDisconnect(info) {
+    const wasReady = this._ready;
+    this._ready = false;
+    this._state(ConnectionState.DISCONNECTED, info);
+    // during an attempt the loop sees the failure itself
+    if (this._closed || this._connecting !== null || !wasReady) return;
+    this._state(ConnectionState.RECONNECTING);
+    this._reconnect().catch(() => {}); // a give-up reached the exception listener
+  }
+
+  _giveUp(cause) {
+    const error = new ReconnectGaveUpError(cause, this.chooser.getError?.() ?? "");
+    this._state(ConnectionState.GAVE_UP, { error });
+    this._exception(error);
+    this._failFlushes(error);
+    return error;
+  }
+
+  // -- publishing ------------------------------------------------------------------------
+
+  /**
+   * Publish one message. With a publish store it resolves to its sequence number once the
+   * store holds it (sent now when connected, else after the reconnect); it is dropped
+   * from the store when the broker reports it persisted. Without a store it needs a
+   * connection (SpoolError "disconnected" otherwise).
+   *
+   * @param {string} topic
+   * @param {*} data
+   * @param {object} [opts] `correlationId`, `expiration`, `sowKey`
+   * @returns {Promise<number>}
+   */
+  publish(topic, data, opts = {}) {
+    return this._publish("publish", topic, data, opts);
+  }
+
+  /** A delta publish (see SpoolClient.deltaPublish), stored like `publish`. */
+  deltaPublish(topic, data, opts = {}) {
+    return this._publish("delta_publish", topic, data, opts);
+  }
+
+  async _publish(command, topic, data, opts) {
+    refuseUnknown("HAClient.publish", opts, ["correlationId", "expiration", "sowKey"]);
+    if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+    if (!this._loggedOnOnce) throw new SpoolError("invalid command", "call connectAndLogon() first");
+    const store = this.publishStore;
+    if (store === null) {
+      if (!this._ready) throw new SpoolError("disconnected", "not connected (no publish store to keep the message)");
+      const method = command === "publish" ? "publish" : "deltaPublish";
+      return this._client[method](topic, data, opts);
+    }
+    const entry = {
+      seq: store.lastSeq + 1,
+      command,
+      topic,
+      body: toBytes(data).slice(), // the caller may reuse its buffer
+      correlationId: opts.correlationId,
+      expiration: opts.expiration,
+      sowKey: opts.sowKey,
+    };
+    await store.store(entry);
+    // entries stored while disconnected (or replayed meanwhile) are sent by _recover
+    if (this._ready && entry.seq > this._sentUpTo) this._send(entry);
+    return entry.seq;
+  }
+
+  _send(entry) {
+    this._sentUpTo = Math.max(this._sentUpTo, entry.seq);
+    const method = entry.command === "publish" ? "publish" : "deltaPublish";
+    this._client[method](entry.topic, entry.body, {
+      seq: entry.seq,
+      ackPersisted: true,
+      correlationId: entry.correlationId,
+      expiration: entry.expiration,
+      sowKey: entry.sowKey,
+    }).catch((err) => this._onPublishRejected(entry, err));
+  }
+
+  _onPublishRejected(entry, err) {
+    if (!(err instanceof SpoolError) || CONNECTION_REASONS.has(err.reason)) return; // goes again
+    this.publishStore?.remove(entry.seq);
+    this._exception(new PublishFailedError(entry.seq, entry.topic, err));
+    this._checkFlushes();
+  }
+
+  _onPersisted(header) {
+    if (header.sub_id !== undefined || header.status === "failure" || typeof header.s !== "number") return;
+    if (this.publishStore === null) return;
+    this.publishStore.discardUpTo(header.s);
+    this._checkFlushes();
+  }
+
+  /** Messages in the publish store not yet reported persisted (0 without a store). */
+  unpersistedCount() {
+    return this.publishStore?.unpersistedCount() ?? 0;
+  }
+
+  /**
+   * Resolves when the publish store is empty (everything published was persisted);
+   * without a store, when the broker processed every earlier command (`flush`). Rejects
+   * with SpoolError("timeout") after `timeoutMs` (0: no limit), or the give-up error.
+   */
+  publishFlush(timeoutMs = 0) {
+    if (this.publishStore === null) return this._client.flush(timeoutMs);
+    if (this.publishStore.unpersistedCount() === 0) return Promise.resolve();
+    if (this._closed) return Promise.reject(new SpoolError("closed", "the HA client was closed"));
+    return new Promise((resolve, reject) => {
+      const waiter = { resolve, reject, timer: null };
+      if (timeoutMs > 0) {
+        waiter.timer = this._timers.setTimeout(() => {
+          this._flushWaiters = this._flushWaiters.filter((w) => w !== waiter);
+          reject(new SpoolError("timeout",
+            `${this.unpersistedCount()} messages not persisted after ${timeoutMs} ms`));
+        }, timeoutMs);
+      }
+      this._flushWaiters.push(waiter);
+    });
+  }
+
+  _checkFlushes() {
+    if (this._flushWaiters.length === 0 || this.unpersistedCount() > 0) return;
+    const waiters = this._flushWaiters;
+    this._flushWaiters = [];
+    for (const w of waiters) {
+      if (w.timer !== null) this._timers.clearTimeout(w.timer);
+      w.resolve();
+    }
+  }
+
+  _failFlushes(error) {
+    const waiters = this._flushWaiters;
+    this._flushWaiters = [];
+    for (const w of waiters) {
+      if (w.timer !== null) this._timers.clearTimeout(w.timer);
+      w.reject(error);
+    }
+  }
+
+  // -- subscriptions ---------------------------------------------------------------------
+
+  /**
+   * Subscribe (options and callback as SpoolClient.subscribe). The subscription is placed
+   * again after every reconnect; with a `bookmark` it is a bookmark subscription: with a
+   * bookmark store it resumes from the store's resume point under the same sub id, and the
+   * messages the application already discarded are dropped if they come again. Pass
+   * `bookmark: MOST_RECENT` (with `subId`, the key of its resume point) to start from the
+   * store's resume point, or EPOCH when it has none. Messages have `discard()`.
+   *
+   * Resolves to the sub id once the broker accepted it, or at once when disconnected (it is
+   * placed by the reconnect).
+   */
+  subscribe(topic, opts = {}, onMessage = () => {}) {
+    return this._subscribe("subscribe", topic, opts, onMessage);
+  }
+
+  /** As SpoolClient.deltaSubscribe, kept across reconnects. */
+  deltaSubscribe(topic, opts = {}, onMessage = () => {}) {
+    return this._subscribe("delta_subscribe", topic, opts, onMessage);
+  }
+
+  /** As SpoolClient.sowAndSubscribe, kept across reconnects (the snapshot comes again). */
+  sowAndSubscribe(topic, opts = {}, onMessage = () => {}) {
+    return this._subscribe("sow_and_subscribe", topic, opts, onMessage);
+  }
+
+  async _subscribe(command, topic, opts, onMessage) {
+    refuseUnknown(`HAClient.${SUBSCRIBE_METHODS[command]}`, opts, SUBSCRIBE_OPTIONS);
+    if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+    if (!this._loggedOnOnce) throw new SpoolError("invalid command", "call connectAndLogon() first");
+    if (opts.bookmark === MOST_RECENT) {
+      if (this.bookmarkStore === null) {
+        throw new SpoolError("invalid bookmark", "MOST_RECENT needs a bookmark store (opts.bookmarkStore)");
+      }
+      if (opts.subId === undefined) {
+        throw new SpoolError("invalid bookmark",
+          "MOST_RECENT needs opts.subId: the sub id is the key of the resume point in the bookmark store");
+      }
+    }
+    const subId = opts.subId ?? `ha${++subCounter}-${Date.now().toString(36)}`;
+    if (this._manager.get(subId) !== undefined) {
+      throw new SpoolError("subid in use", `sub_id ${subId} is already in use on this client`);
+    }
+    const record = { subId, command, topic, opts: { ...opts }, onMessage, placed: false };
+    this._manager.add(record);
+    if (!this._ready) return subId;
+    try {
+      await this._place(record, { throwRefusal: true });
+    } catch (exc) {
+      if (exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason)) return subId; // placed on reconnect
+      throw exc;
+    }
+    return subId;
+  }
+
+  /** Place one subscription on the current connection (see DefaultSubscriptionManager). */
+  async _place(record, { throwRefusal = false } = {}) {
+    const { subId, opts } = record;
+    const store = this.bookmarkStore;
+    let bookmark = opts.bookmark;
+    if (bookmark !== undefined) {
+      const resume = store !== null ? store.resumePoint(subId) : this._client.lastBookmarkOf(subId);
+      if (bookmark === MOST_RECENT) bookmark = resume ?? EPOCH;
+      else if (record.placed && resume !== null) bookmark = resume;
+    }
+    const tracked = store !== null && opts.bookmark !== undefined;
+    const deliver = (message) => {
+      if (tracked && message.command !== "sow") {
+        const bm = message.bookmark;
+        if (bm) {
+          if (!store.log(subId, bm)) return false; // discarded already, or handed over already
+          (message._discards ??= []).push(() => store.discard(subId, bm));
+        }
+      }
+      return true;
+    };
+    const placed = {
+      ...opts,
+      subId,
+      bookmark,
+      onPosition: (bm) => {
+        if (tracked) store.persisted(subId, bm);
+        opts.onPosition?.(bm);
+      },
+      onError: (err) => {
+        this._manager.remove(subId);
+        if (opts.onError) opts.onError(err);
+        else this._exception(err);
+      },
+      onBatch: opts.onBatch ? (batch) => {
+        const kept = batch.filter(deliver);
+        if (kept.length > 0) opts.onBatch(kept);
+      } : undefined,
+    };
+    const method = SUBSCRIBE_METHODS[record.command];
+    try {
+      await this._client[method](record.topic, placed, (message) => {
+        if (deliver(message)) record.onMessage(message);
+      });
+    } catch (exc) {
+      if (exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason)) throw exc;
+      // the broker refused it: it is not placed again
+      this._manager.remove(subId);
+      if (throwRefusal) throw exc;
+      if (opts.onError) opts.onError(exc);
+      else this._exception(exc);
+      return;
+    }
+    record.placed = true;
+  }
+
+  /** End a subscription (also while disconnected: it is then not placed again). */
+  async unsubscribe(subId) {
+    this._manager.remove(subId);
+    if (this._ready) await this._client.unsubscribe(subId);
+    else this._client._subs.delete(subId);
+  }
+
+  /** The application is done with a message (same as `message.discard()`). */
+  discard(message) {
+    message.discard();
+  }
+
+  /** Ids of the subscriptions kept across reconnects. */
+  get subscriptions() {
+    return this._manager.records().map((r) => r.subId);
+  }
+
+  // -- queries and plain commands --------------------------------------------------------
+
+  /** As SpoolClient.sow (needs a connection). */
+  sow(topic, opts = {}) {
+    this._requireReady();
+    return this._client.sow(topic, opts);
+  }
+
+  /** As SpoolClient.sowDelete (needs a connection). */
+  sowDelete(topic, opts = {}) {
+    this._requireReady();
+    return this._client.sowDelete(topic, opts);
+  }
+
+  /** As SpoolClient.flush (needs a connection). */
+  flush(timeoutMs = 0) {
+    this._requireReady();
+    return this._client.flush(timeoutMs);
+  }
+
+  _requireReady() {
+    if (!this._ready) throw new SpoolError("disconnected", "not connected (the reconnect handler is running)");
+  }
+}

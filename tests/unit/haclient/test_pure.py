@@ -1,0 +1,236 @@
+"""The HA client's pure parts, each alone: delay strategies on a virtual clock with seeded
+randomness, the server chooser, liveness, and the resume state against an oracle."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from server.client.ha.chooser import Credentials, DefaultServerChooser, StaticAuthenticator
+from server.client.ha.delay import ExponentialDelayStrategy, FixedDelayStrategy
+from server.client.ha.errors import ReconnectGaveUp
+from server.client.ha.heartbeat import Liveness
+from server.client.ha.resume import EPOCH, ResumeState, parse_bookmark
+
+
+class Clock:
+    """A virtual monotonic clock: time moves only when the test says."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_exponential_schedule_is_exact_on_a_virtual_clock() -> None:
+    clock = Clock()
+    strategy = ExponentialDelayStrategy(
+        initial=0.5, maximum=4.0, backoff=2.0, max_total=20.0, jitter=0.2, clock=clock,
+        rng=random.Random(7),
+    )  # fmt: skip
+    oracle = random.Random(7)
+    waits = []
+    for _ in range(7):
+        w = strategy.get_connect_wait_duration("ws://a")
+        waits.append(w)
+        clock.now += w
+    # first attempt immediate; then 0.5, 1, 2, 4 (capped) ... each plus jitter in [0, 0.1)
+    expected = [0.0]
+    for k in range(2, 8):
+        base = min(4.0, 0.5 * 2.0 ** (k - 2))
+        expected.append(min(4.0, base + oracle.random() * 0.2 * 0.5))
+    assert waits == expected
+    assert waits[4] == 4.0 and waits[5] == 4.0  # the maximum caps base and jitter
+    # a second URI starts its own schedule (a failover is immediate)
+    assert strategy.get_connect_wait_duration("ws://b") == 0.0
+    # total time: the next wait would end past max_total since the first attempt
+    clock.now = 100.0 + 19.0
+    with pytest.raises(ReconnectGaveUp, match=r"max_total 20\.0"):
+        strategy.get_connect_wait_duration("ws://a")
+    strategy.reset()
+    assert strategy.get_connect_wait_duration("ws://a") == 0.0
+
+
+def test_exponential_without_jitter_and_without_limit() -> None:
+    clock = Clock()
+    s = ExponentialDelayStrategy(initial=1, maximum=10, backoff=3, jitter=0, clock=clock)
+    got = [s.get_connect_wait_duration("u") for _ in range(5)]
+    assert got == [0.0, 1.0, 3.0, 9.0, 10.0]
+    clock.now += 1e9
+    assert s.get_connect_wait_duration("u") == 10.0  # max_total 0: never gives up
+
+
+def test_fixed_delay_and_its_limit() -> None:
+    clock = Clock()
+    s = FixedDelayStrategy(0.25, max_total=1.0, clock=clock)
+    assert s.get_connect_wait_duration("u") == 0.0
+    assert s.get_connect_wait_duration("u") == 0.25
+    clock.now += 0.8
+    with pytest.raises(ReconnectGaveUp):
+        s.get_connect_wait_duration("u")
+
+
+@pytest.mark.parametrize(
+    ("initial", "maximum", "backoff", "jitter"),
+    [(-1, 20, 2, 1), (2, 1, 2, 1), (0.2, 20, 0.5, 1), (0.2, 20, 2, -1)],
+)
+def test_exponential_refuses_bad_settings(
+    initial: float, maximum: float, backoff: float, jitter: float
+) -> None:
+    with pytest.raises(ValueError):
+        ExponentialDelayStrategy(initial, maximum, backoff, jitter=jitter)
+
+
+def test_chooser_rotates_on_failure_stays_on_success_and_gives_up_with_an_error() -> None:
+    auth_b = StaticAuthenticator("bob", "pw")
+    c = DefaultServerChooser(["ws://a"], max_rounds=2)
+    c.add("ws://b", auth_b)
+    assert c.current_uri() == "ws://a"
+    assert c.current_authenticator().authenticate("ws://a") == Credentials()
+    c.report_failure(OSError("refused"), "ws://a")
+    assert c.current_uri() == "ws://b"
+    assert c.current_authenticator().authenticate("ws://b") == Credentials("bob", "pw")
+    c.report_success("ws://b")
+    assert c.current_uri() == "ws://b"
+    for _ in range(3):
+        c.report_failure(OSError("refused"), c.current_uri() or "")
+    assert c.current_uri() is not None
+    c.report_failure(OSError("down"), c.current_uri() or "")
+    assert c.current_uri() is None
+    assert "in 2 rounds" in c.get_error() and "OSError('down')" in c.get_error()
+    assert DefaultServerChooser().current_uri() is None
+
+
+def test_liveness() -> None:
+    lv = Liveness.of(1.0)
+    assert lv.idle == 2.0
+    assert not lv.dead(now=11.99, last_received=10.0)
+    assert lv.dead(now=12.0, last_received=10.0)
+    assert lv.next_check(now=10.0, last_received=10.0) == 0.25
+    assert lv.next_check(now=11.9, last_received=10.0) == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        Liveness.of(1.0, 0.5)
+
+
+def bm(pub: int, seq: int) -> str:
+    return f"{pub}|{seq}|"
+
+
+def test_resume_state_most_recent_over_several_publishers() -> None:
+    s = ResumeState()
+    assert s.resume_bookmark() == EPOCH
+    arrivals = [bm(1, 1), bm(2, 1), bm(1, 2), bm(2, 2)]
+    assert [s.receive(b) for b in arrivals] == [True] * 4
+    assert not s.receive(bm(1, 1))  # already received in this process
+    s.discard(bm(2, 1))  # out of order: the oldest undiscarded is still 1|1|
+    assert s.resume_bookmark() == EPOCH
+    s.discard(bm(1, 1))
+    assert s.resume_bookmark() == f"{bm(2, 1)},{bm(1, 1)}"
+    s.discard(bm(2, 2))  # 1|2| is outstanding
+    assert s.recovery == bm(2, 1) and s.outstanding == 1
+    # after a restart: the undiscarded message comes again once, the others are dropped
+    again = ResumeState.from_snapshot(s.snapshot())
+    again.reloaded()
+    assert [again.receive(b) for b in arrivals] == [False, False, True, False]
+    assert not again.receive(bm(1, 2))
+    assert again.resume_bookmark() == s.resume_bookmark()
+
+
+def test_persisted_position_moves_the_recovery_point_only_when_nothing_is_outstanding() -> None:
+    s = ResumeState("0|1|")
+    assert s.resume_bookmark() == "0|1|"
+    s.receive(bm(1, 5))
+    assert not s.persisted(bm(1, 9))
+    s.discard(bm(1, 5))
+    assert s.persisted(bm(1, 9))
+    assert s.resume_bookmark().split(",")[0] == bm(1, 9)
+
+
+def test_parse_bookmark() -> None:
+    assert parse_bookmark("123|45|") == ("123", 45)
+    assert parse_bookmark("0") is None and parse_bookmark("1|x|") is None
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=60),
+    st.randoms(use_true_random=False),
+)
+def test_resume_state_against_an_oracle(events: list[tuple[int, bool]], rnd: random.Random) -> None:
+    """A log of messages from 3 publishers; the application discards some in a random
+    order, the process restarts, the log is replayed from the resume point: the new
+    process gets exactly the messages not discarded, in log order."""
+    counters = [0, 0, 0]
+    log: list[str] = []
+    for pub, _ in events:
+        counters[pub] += 1
+        log.append(bm(pub, counters[pub]))
+    cut = rnd.randint(0, len(log))
+    s = ResumeState()
+    received = log[:cut]
+    for b in received:
+        assert s.receive(b)
+    discarded = [b for b, (_, d) in zip(received, events, strict=False) if d]
+    rnd.shuffle(discarded)
+    for b in discarded:
+        s.discard(b)
+    restarted = ResumeState.from_snapshot(s.snapshot())
+    restarted.reloaded()
+    resume = restarted.resume_bookmark()
+    # the broker starts after the oldest listed bookmark found in its log
+    start = 0 if resume == EPOCH else min(log.index(p) for p in resume.split(",")) + 1
+    got = [b for b in log[start:] if restarted.receive(b)]
+    expected = [b for b in log if b not in set(discarded)]
+    assert got == expected
+
+
+@given(
+    st.lists(st.integers(0, 2), min_size=1, max_size=50),
+    st.lists(st.sampled_from(["reconnect", "restart"]), min_size=1, max_size=6),
+    st.randoms(use_true_random=False),
+)
+def test_resume_state_across_reconnects_and_restarts(
+    pubs: list[int], outages: list[str], rnd: random.Random
+) -> None:
+    """Rounds of: the broker replays its log from the resume point up to some point; the
+    application discards some of what it holds (in any order); then a reconnect (same
+    process) or a restart (a snapshot reloaded, what was not discarded is forgotten by
+    the application). Oracle: the application is handed each message at most once while
+    it holds it, never one it discarded, and in log order within a round; at the end,
+    after a last replay, everything is discarded exactly once."""
+    counters = [0, 0, 0]
+    log = []
+    for pub in pubs:
+        counters[pub] += 1
+        log.append(bm(pub, counters[pub]))
+    state = ResumeState()
+    held: list[str] = []  # handed over, not discarded (lost by a restart)
+    discarded: list[str] = []
+
+    def replay(upto: int) -> None:
+        resume = state.resume_bookmark()
+        start = 0 if resume == EPOCH else min(log.index(p) for p in resume.split(",")) + 1
+        got = [b for b in log[start:upto] if state.receive(b)]
+        assert not set(got) & set(discarded), "a discarded message came back"
+        assert not set(got) & set(held), "a held message was handed over twice"
+        assert got == sorted(got, key=log.index)
+        held.extend(got)
+
+    for outage in [*outages, "restart"]:
+        replay(rnd.randint(0, len(log)))
+        for b in rnd.sample(held, rnd.randint(0, len(held))):
+            state.discard(b)
+            held.remove(b)
+            discarded.append(b)
+        if outage == "restart":
+            state = ResumeState.from_snapshot(state.snapshot())
+            state.reloaded()
+            held.clear()
+    replay(len(log))
+    for b in list(held):
+        state.discard(b)
+        discarded.append(b)
+    assert sorted(discarded, key=log.index) == log and len(set(discarded)) == len(log)

@@ -1,0 +1,213 @@
+"""Publish and bookmark stores: the same behaviour in memory and on file; the file's torn
+tail, crash-safe compaction, and one owner per store."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, ParamSpec
+
+import pytest
+
+from server.client.ha.bookmarkstore import FileBookmarkStore, MemoryBookmarkStore
+from server.client.ha.errors import StoreLocked
+from server.client.ha.publishstore import (
+    FilePublishStore,
+    MemoryPublishStore,
+    PublishStore,
+    StoredPublish,
+)
+from server.client.ha.recordlog import decode_records, encode_record
+
+Factory = Callable[[Path], PublishStore]
+P = ParamSpec("P")
+
+
+def run_async(fn: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 30))
+
+    return wrapper
+
+
+@pytest.fixture(params=["memory", "file"])
+def make_store(request: pytest.FixtureRequest) -> Factory:
+    if request.param == "memory":
+        return lambda path: MemoryPublishStore()
+    return lambda path: FilePublishStore(path / "pub.store")
+
+
+@run_async
+async def test_publish_store_keeps_what_is_not_persisted(
+    make_store: Factory, tmp_path: Path
+) -> None:
+    store = make_store(tmp_path)
+    await store.open()
+    for seq in range(1, 11):
+        store.store(StoredPublish(seq, "t", b"%d" % seq, {"k": "x"} if seq == 3 else None))
+    assert store.unpersisted_count() == 10
+    assert store.discard_up_to(4) == 4
+    assert store.discard_up_to(2) == 0
+    assert [e.seq for e in store.entries_after(4)] == list(range(5, 11))
+    assert [e.seq for e in store.entries_after(6, upto=8)] == [7, 8]
+    assert store.last_seq == 10 and store.last_discarded == 4
+    with pytest.raises(ValueError):
+        store.store(StoredPublish(10, "t", b""))
+    await store.sync()
+    await store.close()
+
+
+@run_async
+async def test_file_publish_store_reopens_with_what_was_left(tmp_path: Path) -> None:
+    store = FilePublishStore(tmp_path / "pub.store")
+    await store.open()
+    for seq in range(1, 6):
+        store.store(StoredPublish(seq, "orders", b"body%d" % seq, {"x": "c"} if seq == 5 else None))
+    store.discard_up_to(2)
+    await store.close()
+    again = FilePublishStore(tmp_path / "pub.store")
+    await again.open()
+    assert [(e.seq, e.body) for e in again.entries_after(0)] == [
+        (3, b"body3"),
+        (4, b"body4"),
+        (5, b"body5"),
+    ]
+    assert again.entries_after(0)[-1].extra == {"x": "c"}
+    assert again.last_discarded == 2 and again.last_seq == 5
+    await again.close()
+
+
+@run_async
+async def test_file_publish_store_drops_a_torn_tail(tmp_path: Path) -> None:
+    path = tmp_path / "pub.store"
+    store = FilePublishStore(path)
+    await store.open()
+    for seq in range(1, 4):
+        store.store(StoredPublish(seq, "t", b"x" * 100))
+    await store.close()
+    whole = path.read_bytes()
+    for cut in (1, 7, 50):  # a SIGKILL mid-write leaves part of the last record
+        path.write_bytes(whole[:-cut])
+        again = FilePublishStore(path)
+        await again.open()
+        assert [e.seq for e in again.entries_after(0)] == [1, 2]
+        assert again.dropped_bytes == len(whole) - cut - (len(whole) * 2 // 3)
+        await again.close()
+        assert len(path.read_bytes()) == len(whole) * 2 // 3
+        path.write_bytes(whole)
+    # a flipped bit in the last record: its CRC fails, it is dropped too
+    path.write_bytes(whole[:-1] + bytes([whole[-1] ^ 1]))
+    again = FilePublishStore(path)
+    await again.open()
+    assert [e.seq for e in again.entries_after(0)] == [1, 2]
+    await again.close()
+
+
+@run_async
+async def test_file_publish_store_compacts_and_keeps_the_last_sequence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("server.client.ha.publishstore.COMPACT_MIN_BYTES", 10_000)
+    path = tmp_path / "pub.store"
+    store = FilePublishStore(path)
+    await store.open()
+    for seq in range(1, 501):
+        store.store(StoredPublish(seq, "t", b"y" * 100))
+        if seq % 50 == 0:
+            store.discard_up_to(seq - 10)
+    await store.sync()
+    size_with_dead = 500 * 130
+    assert path.stat().st_size < size_with_dead // 2  # compacted along the way
+    store.discard_up_to(500)
+    await store.close()
+    again = FilePublishStore(path)
+    await again.open()
+    # nothing left to resend, yet the numbering goes on after 500 (no reused sequence)
+    assert again.unpersisted_count() == 0 and again.last_seq == 500
+    await again.close()
+    assert not (tmp_path / "pub.store.tmp").exists()
+
+
+@run_async
+async def test_a_compaction_cut_before_its_rename_leaves_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "pub.store"
+    store = FilePublishStore(path)
+    await store.open()
+    store.store(StoredPublish(1, "t", b"a"))
+    await store.close()
+    # the crash left a half-written temporary file: it is ignored and removed
+    (tmp_path / "pub.store.tmp").write_bytes(encode_record(b"garbage")[:5])
+    again = FilePublishStore(path)
+    await again.open()
+    assert [e.seq for e in again.entries_after(0)] == [1]
+    assert not (tmp_path / "pub.store.tmp").exists()
+    await again.close()
+
+
+@run_async
+async def test_one_owner_per_store_file(tmp_path: Path) -> None:
+    first = FilePublishStore(tmp_path / "pub.store")
+    await first.open()
+    second = FilePublishStore(tmp_path / "pub.store")
+    with pytest.raises(StoreLocked, match=f"held by {os.getpid()}"):
+        await second.open()
+    await first.close()
+    await second.open()  # free again once the owner closed it
+    await second.close()
+    b1 = FileBookmarkStore(tmp_path / "bm.store")
+    await b1.open()
+    with pytest.raises(StoreLocked):
+        await FileBookmarkStore(tmp_path / "bm.store").open()
+    await b1.close()
+
+
+def test_record_codec() -> None:
+    data = encode_record(b"one") + encode_record(b"") + encode_record(b"three")
+    assert decode_records(data) == ([b"one", b"", b"three"], len(data))
+    assert decode_records(data[:-1]) == ([b"one", b""], len(data) - 13)
+
+
+BookmarkFactory = Callable[[Path], Awaitable[MemoryBookmarkStore]]
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+@run_async
+async def test_bookmark_store_tracks_resume_points(kind: str, tmp_path: Path) -> None:
+    store = MemoryBookmarkStore() if kind == "memory" else FileBookmarkStore(tmp_path / "bm")
+    await store.open()
+    assert store.resume_bookmark("s") == "0"
+    assert store.register("s", "0") == "0"
+    assert store.receive("s", ["1|1|", "1|2|", "1|1|"]) == [True, True, False]
+    store.discard("s", "1|1|")
+    assert store.resume_bookmark("s") == "1|1|"
+    assert store.is_discarded("s", "1|1|") and not store.is_discarded("s", "1|2|")
+    store.purge("s")
+    assert store.resume_bookmark("s") == "0"
+    await store.close()
+
+
+@run_async
+async def test_file_bookmark_store_survives_a_restart_and_compacts(tmp_path: Path) -> None:
+    path = tmp_path / "bm.store"
+    store = FileBookmarkStore(path, compact_every=100)
+    await store.open()
+    store.register("s", "0")
+    for n in range(1, 301):
+        store.receive("s", [f"9|{n}|"])
+        if n != 150:
+            store.discard("s", f"9|{n}|")
+    await store.sync()
+    store.prune()
+    await store.close()
+    again = FileBookmarkStore(path)
+    await again.open()
+    # resumes after 149 (150 was received, not discarded); 150 comes again once
+    assert again.resume_bookmark("s") == "9|149|"
+    assert again.receive("s", ["9|150|", "9|151|", "9|150|"]) == [True, False, False]
+    await again.close()
+    payloads, _ = decode_records(path.read_bytes())
+    assert len(payloads) < 20  # the snapshot, not 600 records
