@@ -110,8 +110,10 @@ class Marker:
     Attributes:
         copied_upto: the source's log is copied (and durable here) up to this seq.
         sow_done: the SOW phase ended and is durable here.
-        source: the source's Name (the copy resumes from any source: the bookmarks make
-            the records the same everywhere).
+        source: the source's Name, and ``log_id`` the identity of its log: ``copied_upto``
+            is a position in that log only; resuming from another source (or a source
+            whose log started over) starts the log phase over from its beginning (the
+            bookmarks drop what was copied already).
         records: records copied so far (progress across restarts).
     """
 
@@ -119,11 +121,12 @@ class Marker:
     sow_done: bool = False
     source: str = ""
     records: int = 0
+    log_id: str = ""
 
     def encode(self) -> bytes:
         return orjson.dumps(
             {"copied_upto": self.copied_upto, "sow_done": self.sow_done,
-             "source": self.source, "records": self.records}
+             "source": self.source, "records": self.records, "log_id": self.log_id}
         )  # fmt: skip
 
     @classmethod
@@ -149,7 +152,11 @@ class Marker:
         )  # fmt: skip
         if not isinstance(upto, int) or not isinstance(done, bool) or not isinstance(records, int):
             raise BootstrapFailed(f"the bootstrap marker {path} is malformed")
-        return cls(upto, done, source if isinstance(source, str) else "", records)
+        log_id = obj.get("log_id")
+        return cls(
+            upto, done, source if isinstance(source, str) else "", records,
+            log_id if isinstance(log_id, str) else "",
+        )  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -515,8 +522,23 @@ class _Copy:
         self._failures: list[str] = []
 
     def offered(self, offer: Offer) -> None:
+        """The source accepted: progress totals, and the marker names it.
+
+        Raises:
+            LinkLost: the marker's position is in another log than this source's: it is
+                reset, and the next attempt asks from the start.
+        """
         boot = self._boot
         name = offer.name
+        marker = boot.marker
+        if marker.copied_upto and (marker.source, marker.log_id) != (name, offer.log_id):
+            old = f"{marker.source!r} (log {marker.log_id or '?'})"
+            marker.copied_upto = 0
+            raise LinkLost(
+                f"the interrupted copy came from {old}, this source is {name!r} (log "
+                f"{offer.log_id}): its log is copied from the start (what is here already "
+                "is dropped by bookmark)"
+            )
         self._hop = (format_hop(name, offer.group),)
         self._origin = Origin(kind="replication", name=name, user=None, replies=None,
                               traffic=Traffic())  # fmt: skip
@@ -528,7 +550,8 @@ class _Copy:
         progress.total_records = progress.records + max(0, last - first + 1) + sow
         progress.total_bytes = progress.bytes + offer.log_bytes
         progress.phase = "sow" if sow and not boot.marker.sow_done else "txlog"
-        boot.marker.source = name
+        marker.source = name
+        marker.log_id = offer.log_id
         boot.events.emit(
             "info", "replication", "bootstrap_copying", source=name, address=self._address,
             first_seq=first, last_seq=last, sow_records=sow,
