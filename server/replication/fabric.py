@@ -115,7 +115,7 @@ def fabric_graph(config: Config, info: ReplicationInfo | None) -> FabricGraph:
         links.append(
             {
                 "id": f"{i['name']}->{me}", "source": i["name"], "target": me,
-                "configured_sync_type": None, "effective_sync_type": None,
+                "configured_sync_type": None, "effective_sync_type": i["sync_type"],
                 "state": "connected" if i["connected"] else "disconnected",
                 "status": i["status"], "health": _health(i["connected"], None),
                 "messages_behind": i["messages_behind"], "seconds_behind": None,

@@ -82,6 +82,7 @@ __all__ = [
     "Refuse",
     "Run",
     "Stream",
+    "SyncNotice",
     "Welcome",
     "decode_runs",
     "encode",
@@ -118,6 +119,7 @@ class MessageType(IntEnum):
     OFFER = OFFER
     DONE = DONE
     BUSY = BUSY
+    SYNC = 11
 
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
@@ -218,7 +220,18 @@ class Ack:
     position: int
 
 
-Message = Hello | Welcome | Refuse | Stream | Data | Ack | Bootstrap | Offer | Done | Busy
+@dataclass(frozen=True, slots=True)
+class SyncNotice:
+    """Source -> destination: the link's effective sync type (``sync``, ``async``,
+    ``upgrading``), when the stream starts and whenever an operator or an action changes
+    it, so the destination's admin API shows it too."""
+
+    effective: str
+
+
+Message = (
+    Hello | Welcome | Refuse | Stream | Data | Ack | SyncNotice | Bootstrap | Offer | Done | Busy
+)
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -272,6 +285,8 @@ def encode(message: Message) -> bytes:
         )
     if isinstance(message, Refuse):
         return _json(MessageType.REFUSE, {"reason": message.reason, "detail": message.detail})
+    if isinstance(message, SyncNotice):
+        return _json(MessageType.SYNC, {"effective": message.effective})
     if isinstance(message, BootMessage):
         kind, obj = boot_fields(message)
         return _json(MessageType(kind), obj)
@@ -532,6 +547,11 @@ def _parse(kind: int, payload: bytes) -> Message:
     if base == MessageType.STREAM:
         obj = _obj(payload, "stream")
         return Stream(_int(obj, "start", "stream"), _int(obj, "source_last", "stream"))
+    if base == MessageType.SYNC:
+        effective = _str(_obj(payload, "sync"), "effective", "sync")
+        if effective not in ("sync", "async", "upgrading"):
+            raise ReplicationProtocolError(f"unknown sync type {effective!r}")
+        return SyncNotice(effective)
     if base in BOOT_TYPES:
         return parse_boot(base, _obj(payload, BOOT_TYPES[base]))
     raise ReplicationProtocolError(f"unknown message type {base}")

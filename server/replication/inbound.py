@@ -72,6 +72,7 @@ from server.replication.protocol import (
     Side,
     State,
     StreamStarted,
+    SyncNoticed,
 )
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter
 from server.stats.source import EventSink
@@ -186,6 +187,8 @@ class InboundLink:
         self.upto = 0
         self.acked = 0
         self.source_last = 0
+        #: the link's effective sync type as the source last told it (None: not yet)
+        self.sync_type: str | None = None
         self.last_error: str | None = None
         self._hop = ""
         self._origin: Origin | None = None
@@ -253,6 +256,10 @@ class InboundLink:
                 self._spawn(self._ack_loop())
                 self._event("streaming", f"resync from {event.stream.start} "
                             f"(source log at {event.stream.source_last})")  # fmt: skip
+            elif isinstance(event, SyncNoticed):
+                if self.sync_type is not None and event.effective != self.sync_type:
+                    self._event("sync", f"the source made this link {event.effective}")
+                self.sync_type = event.effective
             elif isinstance(event, DataReceived):
                 data = event.data
                 self._queue.append(data)

@@ -221,6 +221,13 @@ class DestinationLink:
             self._pin.release()
         self.status = "stopped"
 
+    def announce_sync(self) -> None:
+        """Tell the destination the effective sync type changed (when streaming)."""
+        stream = self._stream
+        if stream is not None and stream.protocol.state is State.STREAMING:
+            stream.protocol.notify_sync(self.sync.effective)
+            stream.writer.write_soon()
+
     def reconnect(self) -> None:
         """Drop the link and dial again from the top of the address list at once."""
         self.dialer.reset()
@@ -448,6 +455,7 @@ class DestinationLink:
             self.config.transport.compression == "zstd",
         )  # fmt: skip
         protocol.start_stream(start, durable)
+        protocol.notify_sync(self.sync.effective)
         self._stream = stream
         self._pos = start
         self._scanned = start - 1

@@ -107,6 +107,7 @@ class InboundInfo(TypedDict):
 
     name: str
     group: str
+    sync_type: str | None
     connected: bool
     status: str
     address: str
@@ -424,6 +425,7 @@ class Replication:
         self._events.emit("info", "replication", f"destination_{event}", destination=link.name,
                           detail=detail)  # fmt: skip
         self.history.record(LinkEvent(self._clock.time(), link.name, "out", event, detail))
+        link.announce_sync()
 
     def info(self) -> ReplicationInfo:
         """Everything ``GET /api/replication`` shows."""
@@ -495,6 +497,7 @@ class Replication:
         return {
             "name": link.source,
             "group": link.source_group,
+            "sync_type": link.sync_type,
             "connected": link.state != "closed",
             "status": link.state,
             "address": link.remote,

@@ -2,7 +2,7 @@
 page on A merges the three instances' /api/fabric (B and C are other origins that allow
 A's), draws three nodes and their links, a downgrade clicked on A -> B reaches A's REST
 state and the page, and killing C turns its node and links "down" within two refresh
-intervals. Also writes docs/fabric.png when SPOOL_FABRIC_SCREENSHOT is set (the
+intervals; the page manages B's client and subscription. Also writes docs/fabric.png when SPOOL_FABRIC_SCREENSHOT is set (the
 `make fabric-screenshot` target)."""
 
 from __future__ import annotations
@@ -82,6 +82,12 @@ def test_three_instances_a_downgrade_and_a_dead_instance(page: Page, chain: Clus
     page.locator('dialog [data-action="confirm"]').click()
     expect(page.locator("#page-alert")).to_contain_text("a → b: downgrade done (now async)")
     assert chain.destination("a", "b")["effective_sync_type"] == "async"
+    # ... and B's: the source tells its destination (a sync notice on the link)
+    wait_until(
+        lambda: [i["sync_type"] for i in chain.replication("b")["incoming"] if i["name"] == "a"]
+        == ["async"],
+        10, message="b sees the link from a async",
+    )  # fmt: skip
     expect(ab.locator('[data-field="sync"] .badge')).to_have_text("async")
     events = chain.api("a", "/api/events?category=admin")
     assert any(

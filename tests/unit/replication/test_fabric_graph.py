@@ -35,7 +35,8 @@ def test_destinations_and_sources_make_instances_and_directed_links() -> None:
         "name": "a", "group": "nyc", "minimum_sync_destinations": 0, "horizon": 0,
         "durable_seq": 0,
         "destinations": [_dest("b", "nyc", True, 0.2, 9107), _dest("c", "ldn", False, 0, 9207)],
-        "incoming": [{"name": "z", "group": "tokyo", "connected": True, "status": "streaming",
+        "incoming": [{"name": "z", "group": "tokyo", "sync_type": "async", "connected": True,
+                      "status": "streaming",
                       "messages_behind": 0, "msgs_per_sec_in": 1.0, "last_error": None}],
     }  # fmt: skip
     replication: ReplicationInfo = info
@@ -50,7 +51,9 @@ def test_destinations_and_sources_make_instances_and_directed_links() -> None:
     assert set(links) == {"a->b", "a->c", "z->a"}
     assert links["a->b"]["health"] == "ok" and links["a->b"]["effective_sync_type"] == "async"
     assert links["a->c"]["health"] == "down" and links["a->c"]["state"] == "disconnected"
-    assert links["z->a"]["effective_sync_type"] is None  # the source knows it, not a
+    # what the source last told a (its configured type is the source's to know)
+    assert links["z->a"]["effective_sync_type"] == "async"
+    assert links["z->a"]["configured_sync_type"] is None
 
 
 def test_a_lagging_link_and_an_instance_without_replication() -> None:
