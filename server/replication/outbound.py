@@ -50,7 +50,6 @@ from server.replication.errors import (
     ValidationFailed,
     ValidationReported,
 )
-from server.replication.frames import Holdings
 from server.replication.history import LinkEvent
 from server.replication.packing import pack_runs
 from server.replication.protocol import (
@@ -451,7 +450,7 @@ class DestinationLink:
         self.remote_log_id = welcome.log_id
         durable = txlog.durable_seq
         stream = _Stream(
-            protocol, writer, welcome.name, welcome.group, _held(welcome.holdings), durable,
+            protocol, writer, welcome.name, welcome.group, held_by(welcome.holdings), durable,
             self.config.transport.compression == "zstd",
         )  # fmt: skip
         protocol.start_stream(start, durable)
@@ -700,7 +699,3 @@ def marker_wait(now: float, last_sent: float) -> float:
     """
     wait = MARKER_INTERVAL - (now - last_sent)
     return 0.0 if wait < TIME_EPSILON else wait
-
-
-def _held(holdings: Holdings) -> Callable[[int, int], bool]:
-    return held_by(holdings)
