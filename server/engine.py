@@ -47,6 +47,7 @@ from server.operations import Operations
 from server.peer import Peer
 from server.ports import DurabilityHorizon
 from server.publishing import PublishPipeline
+from server.queues.service import QueueService
 from server.replication.bootstrap import Bootstrapper
 from server.replication.errors import BootstrapFailed
 from server.replication.horizon import SyncHorizon
@@ -163,10 +164,11 @@ class Broker:
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
         self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        self.queues = QueueService(config, txlog, self.subscriptions, self.auth, self.events, clock)
         # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
         self.pipeline = PublishPipeline(
             self.topics, txlog, local, self.acks, self.auth, self.events,
-            stages=(self.sow.stage, self.fanout),
+            stages=(self.sow.stage, self.queues.stage, self.fanout),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
         self.replication: Replication | None = None
@@ -188,6 +190,7 @@ class Broker:
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
             logon_fields=replication.failover_fields if replication is not None else None,
         )  # fmt: skip
+        self.clients.on_close.append(self.queues.drop_all)
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)
         self.clients.on_close.append(self.acks.forget)
@@ -205,6 +208,7 @@ class Broker:
             config.plaintext_exposed,
             spills=self.spills,
             replication=replication.counters if replication is not None else None,
+            queues=self.queues.counters if self.queues.enabled else None,
         )
         self.operations = Operations(
             config,
@@ -222,12 +226,14 @@ class Broker:
             BrokerPublisher(self.pipeline, txlog, config.name),
             replication,
             sow=self.sow,
+            queues=self.queues,
         )
         self.operations.bootstrap = self.bootstrapper
         self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
-        self.commands: Mapping[str, CommandHandler] = {
+        #: queues take subscribe / unsubscribe / sow_delete of a queue by name first
+        self.commands: Mapping[str, CommandHandler] = self.queues.route({
             "logon": self.clients.logon,
             # SOW topics by name are the SOW's; it hands the rest to the subscriptions
             "subscribe": self.sow.subscribe,
@@ -239,7 +245,7 @@ class Broker:
             "sow_and_subscribe": self.sow.sow_and_subscribe,
             "sow_and_delta_subscribe": self.sow.sow_and_subscribe,
             "sow_delete": self.sow.sow_delete,
-        }
+        })  # fmt: skip
         self._sampler: Sampler | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -270,6 +276,7 @@ class Broker:
         # 3. publish stages rebuild their state from the journal (SOW, queues)
         await self.pipeline.recover()
         self.sow.recovered()
+        self.queues.recovered()
         # 4. bootstrap (an empty instance with <Bootstrap>): the copy runs while the web
         #    server is up (its progress on the dashboard and /api/bootstrap) but the
         #    instance is not ready: clients and replication links are refused until the
@@ -374,8 +381,10 @@ class Broker:
         await self.stalls.stop()
         # 2. actions: no more triggers; runs in progress finish (bounded), are recorded
         await self.actions.stop()
-        # 3. SOW: no more query streams or expirations (they append to the log)
+        # 3. SOW and queues: no more query streams, expirations or lease timers (they
+        #    append to the log)
         await self.sow.close()
+        await self.queues.close()
         # 4. statistics sampler: last sample, close the database
         self.operations.sampler = None
         if self._sampler is not None:

@@ -23,6 +23,7 @@ from server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
     MetricsSnapshot,
+    QueueCounters,
     SecurityCounters,
     SpillCounters,
     SubscriptionLag,
@@ -74,7 +75,9 @@ class Metrics:
         spills: Spills | None = None,
         *,
         replication: Callable[[], dict[str, LinkCounters]] | None = None,
+        queues: Callable[[], dict[str, QueueCounters]] | None = None,
     ) -> None:
+        self._queues = queues
         self._plaintext_exposed = plaintext_exposed
         self._logons = logons
         self._passwords = passwords
@@ -178,6 +181,7 @@ class Metrics:
             "replication": self._replication() if self._replication is not None else {},
             "security": self.security(),
             "spills": self._spill_counters(),
+            "queues": self._queues() if self._queues is not None else {},
             "disconnects": {
                 cause: registry.disconnects.get(cause, 0) for cause in DISCONNECT_CAUSES
             },

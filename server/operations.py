@@ -34,6 +34,8 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
+from server.queues.errors import QueueNotFound
+from server.queues.service import QueueService
 from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
 from server.replication.fabric import FabricGraph, fabric_graph
@@ -224,6 +226,7 @@ class Operations:
         replication: Replication | None = None,
         *,
         sow: SowService,
+        queues: QueueService | None = None,
     ) -> None:
         self._publisher = publisher
         self._tls = tls
@@ -240,6 +243,7 @@ class Operations:
         self._txlog = txlog
         self._replication = replication
         self._sow = sow
+        self._queues = queues
         self.sampler: Sampler | None = None
         #: the instance's bootstrap (``<Bootstrap>``), set by the engine
         self.bootstrap: Bootstrapper | None = None
@@ -651,6 +655,31 @@ class Operations:
         return await asyncio.to_thread(filesystem_usage, path)
 
     # -- the SOW ------------------------------------------------------------------------
+
+    # -- queues -------------------------------------------------------------------------
+
+    @property
+    def has_queues(self) -> bool:
+        return self._queues is not None and self._queues.enabled
+
+    def queue_infos(self) -> list[dict[str, object]]:
+        """Every queue (``GET /api/queues``)."""
+        return [q.to_dict() for q in self._queues.infos()] if self._queues else []
+
+    def queue_info(self, name: str) -> dict[str, object]:
+        """One queue (:class:`~server.queues.errors.QueueNotFound`: 404)."""
+        from_service = self._queues
+        if from_service is None:
+            raise QueueNotFound(name)
+        return from_service.info(name).to_dict()
+
+    def set_proxied_transfer(self, name: str, enabled: bool) -> None:
+        """``POST /api/queues/{name}/enable_proxied_transfer`` (and disable): refused
+        (:class:`~server.queues.errors.ProxiedTransferUnavailable`: 409) while queues are
+        not replicated."""
+        if self._queues is None:
+            raise QueueNotFound(name)
+        self._queues.set_proxied_transfer(name, enabled)
 
     def sow_topics(self) -> list[SowTopicInfo]:
         """Every SOW topic: records, bytes, key paths, file, last compaction

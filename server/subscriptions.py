@@ -71,7 +71,7 @@ _UNAVAILABLE = (
     ("oof", "out-of-focus notices need a subscription to a SOW topic by name, without a bookmark "
             "(they come from the stored records, a replay delivers the log)"),
     ("no_sowkey", "SOW keys are sent on subscriptions to a SOW topic by name, without a bookmark"),
-    ("max_backlog", "max_backlog is for queue subscriptions (queues are not available in this version)"),
+    ("max_backlog", "max_backlog is for queue subscriptions (a subscription to a queue by name)"),
 )  # fmt: skip
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "encode_keyed",
     "encode_oof",
     "encode_publish",
+    "encode_queued",
     "encode_run",
     "encode_sow_record",
     "encode_sow_records",
@@ -99,6 +100,24 @@ def encode_publish(
     if corr_id:
         head += b',"x":' + orjson.dumps(corr_id)
     return head + b',"l":%d}' % len(body) + body
+
+
+def encode_queued(
+    topic_literal: bytes, sids: bytes, body: bytes, bookmark: str, lease_ms: int, count: int
+) -> bytes:
+    """One delivery of a queue message (docs/queues.md "On the wire"): its bookmark (what
+    the consumer acks with ``sow_delete``), ``lp`` the lease period in milliseconds (0:
+    at-most-once, nothing to ack) and ``dc`` how many times it was delivered (above 1: a
+    redelivery after a lease ended unacked)."""
+    return b'{"c":"publish","t":%b,"sids":%b,"bm":"%b","lp":%d,"dc":%d,"l":%d}%b' % (
+        topic_literal,
+        sids,
+        bookmark.encode(),
+        lease_ms,
+        count,
+        len(body),
+        body,
+    )
 
 
 def encode_run(

@@ -1382,6 +1382,75 @@ export class SpoolClient {
     return ack.records_deleted ?? 0;
   }
 
+  // -- queues (docs/queues.md) -------------------------------------------------------------
+
+  /**
+   * Subscribe to a queue. Each message handed to `onMessage` is leased to this
+   * subscription: call `m.ack()` when it is processed, `m.cancel()` to give it back,
+   * `m.expire()` to drop it (acks of one task leave as one `sow_delete`). With
+   * `opts.autoAck` the message is acked once `onMessage` returned (or its promise
+   * resolved) and cancelled if it threw. `m.deliveryCount` above 1 means an earlier
+   * delivery's lease ended unacked; `m.leasePeriodMs` is its lease (0: at-most-once).
+   *
+   * @param {string} queue
+   * @param {object} [opts] `filter`, `subId`, `maxBacklog` (the broker grants at most the
+   *   queue's MaxPerSubscriptionBacklog; 1 when not given), `autoAck`
+   * @param {function(SpoolMessage)} onMessage
+   * @returns {Promise<string>} the sub id
+   */
+  async queueSubscribe(queue, opts = {}, onMessage = () => {}) {
+    const settle = (m, option) => {
+      if (m.settled) throw new SpoolError("invalid message", `queue message ${m.bookmark} was already settled`);
+      m.settled = true;
+      this._queueSettle(queue, m.bookmark, option);
+    };
+    const wrap = (m) => {
+      m.deliveryCount = Number(m.header.dc ?? 1);
+      m.leasePeriodMs = Number(m.header.lp ?? 0);
+      m.settled = false;
+      m.ack = () => settle(m, "");
+      m.cancel = () => settle(m, "cancel");
+      m.expire = () => settle(m, "expire");
+      if (!opts.autoAck) {
+        onMessage(m);
+        return;
+      }
+      Promise.resolve()
+        .then(() => onMessage(m))
+        .then(() => { if (!m.settled) m.ack(); },
+              (err) => { if (!m.settled) m.cancel(); this._emit("error", err); });
+    };
+    return this.subscribe(queue, {
+      filter: opts.filter,
+      subId: opts.subId,
+      options: opts.maxBacklog ? `max_backlog=${opts.maxBacklog}` : undefined,
+    }, wrap);
+  }
+
+  /** Queue an ack (option "" ), cancel or expire; sent with the others of this task. */
+  _queueSettle(queue, bookmark, option) {
+    if (!this._queueAcks) this._queueAcks = new Map();
+    const key = `${option}\u0000${queue}`;
+    let list = this._queueAcks.get(key);
+    if (!list) this._queueAcks.set(key, (list = []));
+    list.push(bookmark);
+    if (this._queueAcks.size === 1 && list.length === 1) {
+      queueMicrotask(() => this._sendQueueAcks());
+    }
+  }
+
+  _sendQueueAcks() {
+    const pending = this._queueAcks;
+    this._queueAcks = new Map();
+    for (const [key, bookmarks] of pending) {
+      const [option, queue] = key.split("\u0000");
+      const cid = this._nextCid();
+      const header = { c: "sow_delete", cid, t: queue, bm: bookmarks.join(","), a: "stats",
+        o: option || undefined };
+      this._request(cid, header, null, 0, "stats").catch((err) => this._emit("error", err));
+    }
+  }
+
   /** Ids of the subscriptions this client holds. */
   get subscriptions() {
     return [...this._subs.keys()];

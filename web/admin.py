@@ -14,7 +14,7 @@ web/api_errors.py.
 - Subsystems this instance does not have (replication when not configured, queues, SOW)
   answer 404 with the reason, never made-up data. The configured actions are the
   instance's :class:`server.actions.Actions` (their runs go through the same admin
-  surface). The SOW's endpoints are web/sow_api.py.
+  surface). The SOW's endpoints are web/sow_api.py, the queues' web/queues_api.py.
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ from web.api_errors import (
 )
 from web.auth import auth_context, csrf_token_for, require_admin
 from web.openapi import Operation, QueryParam, openapi_document
+from web.queues_api import QueuesApi, queue_error
 from web.sow_api import SowApi, sow_error
 
 MAX_BODY: Final = 64 * 1024
@@ -103,6 +104,9 @@ def _map_error(exc: Exception) -> ApiError:
     sow = sow_error(exc)
     if sow is not None:
         return sow
+    queue = queue_error(exc)
+    if queue is not None:
+        return queue
     if isinstance(
         exc,
         AdminError
@@ -215,13 +219,6 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _not_configured(what: str, verb: str = "is") -> Handler:
-    async def handler(request: Request) -> Any:
-        raise NotFound(f"{what} {verb} not configured on this instance")
-
-    return handler
-
-
 class AdminApi:
     """Handlers of the admin API for one broker (one per app)."""
 
@@ -232,6 +229,7 @@ class AdminApi:
         self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
         self.sow = SowApi(ops)
+        self.queues = QueuesApi(ops)
         self.endpoints = self._table()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -561,7 +559,6 @@ class AdminApi:
             kw.setdefault("access", "admin")
             return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
 
-        absent_queues = _not_configured("queues", "are")
         time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
         return [
             get("/healthz", self.healthz, "Liveness", "probes", access="public"),
@@ -879,18 +876,7 @@ class AdminApi:
                     ("reconnect", "Drop a destination's link and dial it again"),
                 )
             ),
-            get("/api/queues", absent_queues, "Queues", "queues", errors=(404,)),
-            get("/api/queues/{name}", absent_queues, "One queue", "queues", errors=(404,)),
-            *(
-                post(
-                    f"/api/queues/{{name}}/{verb}",
-                    absent_queues,
-                    verb.replace("_", " ").capitalize(),
-                    "queues",
-                    errors=(404,),
-                )
-                for verb in ("enable_proxied_transfer", "disable_proxied_transfer")
-            ),
+            *(ApiEndpoint(op, handler) for op, handler in self.queues.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.sow.operations()),
             get("/api/openapi.json", self.openapi, "This document", "instance"),
         ]

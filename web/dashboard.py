@@ -119,6 +119,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
     Page("/sow", "sow", "SOW", "sow.html"),
+    Page("/queues", "queues", "Queues", "queues.html"),
     Page("/events", "events", "Events", "events.html", extra=_recent_events),
 )
 

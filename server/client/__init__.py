@@ -3,7 +3,8 @@
 Modules, lowest first: ``errors`` (what the client raises), ``events`` (values and the
 events of the session state), ``state`` (sans-I/O session state: frames in, events out,
 commands as bytes), ``connection`` (the transport: bytes in and out over a websocket),
-``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper); ``tls``
+``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper), ``queue``
+(queue consumers: per-message ack / cancel, auto-ack); ``tls``
 (the client's TLS context: verify by default, CA file, client certificate); ``ha`` (the HA
 client over the others: stores, server chooser, reconnect; docs/ha-client.md).
 """
@@ -43,6 +44,7 @@ from server.client.ha import (
     SowRecoveryPointAdapter,
     StoreLocked,
 )
+from server.client.queue import QueueMessage, QueueSubscription, subscribe_queue
 from server.client.sync import SyncClient, SyncSubscription
 from server.client.tls import client_context
 
@@ -72,6 +74,8 @@ __all__ = [
     "Message",
     "PublishFlushTimeout",
     "PublishGap",
+    "QueueMessage",
+    "QueueSubscription",
     "ReconnectGaveUp",
     "ServerChooser",
     "SowRecoveryPointAdapter",
@@ -81,4 +85,5 @@ __all__ = [
     "SyncClient",
     "SyncSubscription",
     "client_context",
+    "subscribe_queue",
 ]

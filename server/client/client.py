@@ -589,6 +589,23 @@ class Client:
         ack = await self._reply(cid, timeout)
         return int(ack.header.get("records_deleted", 0))
 
+    async def queue_ack(
+        self,
+        queue: str,
+        bookmarks: Sequence[str],
+        *,
+        option: str | None = None,
+        timeout: float = 30.0,
+    ) -> Ack:
+        """Acknowledge queue messages by bookmark (a ``sow_delete`` with ``bm``);
+        ``option`` ``cancel`` gives them back, ``expire`` drops them unprocessed. Returns
+        the ``stats`` ack (``records_deleted``, ``returned``, ``refused``).
+        server/client/queue.py batches these per loop turn."""
+        header: dict[str, Any] = {"c": "sow_delete", "t": queue, "bm": ",".join(bookmarks)}
+        if option is not None:
+            header["o"] = option
+        return await self._reply(self._state.command(header, ack="stats"), timeout)
+
     async def unsubscribe(self, sub_id: str = "all", timeout: float = 30.0) -> None:
         """Unsubscribe ``all`` or a comma list of ids; their iterations end."""
         await self._reply(self._state.unsubscribe_command(sub_id), timeout)

@@ -46,6 +46,7 @@ from server.config.model import (
     MAX_SYNC_DESTINATIONS,
     Config,
     SowTopicConfig,
+    QueueConfig,
     TlsConfig,
     TransactionLogConfig,
     TransportConfig,
@@ -184,6 +185,58 @@ def _check_message_sizes(
             )
 
 
+def _check_queues(
+    sow_node: Node,
+    queues: tuple[QueueConfig, ...],
+    txlog: TransactionLogConfig | None,
+    instance: str,
+    replicates: bool,
+) -> None:
+    """Queues live in the transaction log: it must record each queue's underlying topic
+    (a regex is checked on start-up, topic by topic). Replicated queues (ownership and
+    transfer between instances) are not in this version: on an instance that replicates
+    only ``<LocalQueue>`` is accepted, and a ``<GroupLocalQueue>``'s InitialOwner must be
+    this instance (it would own no message otherwise)."""
+    by_name = {
+        child_text(node): node
+        for node in sow_node.children
+        if node.tag in ("Queue", "LocalQueue", "GroupLocalQueue")
+    }
+    for queue in queues:
+        node = by_name.get(queue.name, sow_node)
+        if txlog is None:
+            raise fail(node, "a queue keeps its messages in the transaction log: add "
+                             "<TransactionLog> recording its UnderlyingTopic")  # fmt: skip
+        if not queue.underlying_regex and not txlog.records(queue.underlying):
+            raise fail(
+                node,
+                f"the transaction log does not record {queue.underlying!r}, the underlying "
+                f"topic of queue {queue.name!r}: add a TransactionLog <Topic> for it",
+            )
+        if replicates and queue.kind != "LocalQueue":
+            raise fail(
+                node,
+                f"<{queue.kind}> is not supported yet on an instance that replicates "
+                "(replicated queues: message ownership and transfer between instances "
+                "arrive in a later version of Spool); use <LocalQueue>",
+            )
+        if queue.initial_owner is not None and queue.initial_owner != instance:
+            raise fail(
+                node,
+                f"InitialOwner {queue.initial_owner!r} is not this instance ({instance!r}): "
+                "ownership transfer between instances is not supported yet, so this "
+                "instance would deliver none of the queue's messages",
+            )
+
+
+def child_text(node: Node) -> str:
+    """The text of ``node``'s ``<Name>`` child ("" when it has none)."""
+    for child in node.children:
+        if child.tag == "Name":
+            return "".join(child.text).strip()
+    return ""
+
+
 def _check_replication(
     replication: ReplicationPart | None,
     transports: Sequence[TransportPart] | None,
@@ -308,7 +361,7 @@ def build(root: Node, ctx: Context) -> Config:
         read_replication(replication_node, ctx, name) if replication_node is not None else None
     )
     sow_node = kids.one("SOW")
-    sow = read_sow(sow_node, ctx) if sow_node is not None else ()
+    sow, queues = read_sow(sow_node, ctx) if sow_node is not None else ((), ())
     tuning, limit_node, min_sync_node = read_tuning(kids.one("Tuning"), ctx)
     users = read_users(kids.one("Users"), ctx)
     if admin.stats_explicit:
@@ -344,6 +397,15 @@ def build(root: Node, ctx: Context) -> Config:
     if (bootstrap_node := kids.one("Bootstrap")) is not None:
         bootstrap = read_bootstrap(bootstrap_node, ctx)
         _check_bootstrap(bootstrap, transports, txlog, sow)
+    if sow_node is not None and queues:
+        _check_queues(
+            sow_node,
+            queues,
+            txlog,
+            name,
+            replication is not None
+            or any(t.config.type == "amps-replication" for t in transports or ()),
+        )
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (
@@ -374,6 +436,7 @@ def build(root: Node, ctx: Context) -> Config:
         replication=replication.config if replication is not None else None,
         sow=sow,
         bootstrap=bootstrap.config if bootstrap is not None else None,
+        queues=queues,
         tls=tls,
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,

@@ -33,6 +33,7 @@ __all__ = [
     "AdminConfig",
     "Config",
     "DestinationConfig",
+    "QueueConfig",
     "ReplicationConfig",
     "ReplicationTopic",
     "ReplicationTransport",
@@ -352,6 +353,61 @@ class ReplicationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """A ``SOW/Queue``, ``SOW/LocalQueue`` or ``SOW/GroupLocalQueue`` (docs/queues.md).
+
+    Attributes:
+        name: the queue's topic (what consumers subscribe to and ack on).
+        kind: ``Queue`` (distributed), ``LocalQueue`` or ``GroupLocalQueue``.
+        underlying: the topic whose messages enter the queue, or a regular expression of
+            topics (``underlying_regex``); the queue's name when not given.
+        underlying_regex: whether ``underlying`` is a regular expression.
+        filter: only messages that match enter the queue (None: all).
+        semantics: ``at-least-once`` (leases and acks) or ``at-most-once``.
+        lease_period: seconds a consumer holds a delivered message.
+        max_backlog: ``MaxPerSubscriptionBacklog``.
+        max_deliveries: deliveries after which an unacked message leaves (0: no limit).
+        max_cancels: cancels after which a message leaves (0: no limit).
+        fairness: ``proportional``, ``round-robin`` or ``fast``.
+        leasing: ``sublet`` or ``strict``.
+        barrier: the ``BarrierExpression`` (None: no barriers).
+        priority: the ``Priority`` expression (None: all equal).
+        expiration: seconds a message stays in the queue (0: for ever).
+        initial_owner: ``GroupLocalQueue``: the instance that owns new messages.
+    """
+
+    name: str
+    kind: str = "Queue"
+    underlying: str = ""
+    underlying_regex: bool = False
+    filter: str | None = None
+    semantics: str = "at-least-once"
+    lease_period: float = 300.0
+    max_backlog: int = 1
+    max_deliveries: int = 0
+    max_cancels: int = 0
+    fairness: str = "proportional"
+    leasing: str = "sublet"
+    barrier: str | None = None
+    priority: str | None = None
+    expiration: float = 0.0
+    initial_owner: str | None = None
+    _pattern: re.Pattern[str] | None = field(
+        init=False, repr=False, compare=False, hash=False, default=None
+    )
+
+    def __post_init__(self) -> None:
+        if self.underlying_regex:
+            object.__setattr__(self, "_pattern", re.compile(self.underlying))
+
+    def takes(self, topic: str) -> bool:
+        """Whether messages published to ``topic`` enter this queue (before its filter)."""
+        if self._pattern is not None:
+            return self._pattern.search(topic) is not None
+        return topic == self.underlying
+
+
+@dataclass(frozen=True, slots=True)
 class SowTopicConfig:
     """A ``SOW/Topic``: a topic (or a regex of topics) whose latest message per key is kept.
 
@@ -466,6 +522,7 @@ class Config:
         replication: the destinations this instance replicates to, or None.
         sow: the SOW topics, in file order (the first rule that matches a topic wins).
         bootstrap: where an empty instance copies its first state from, or None.
+        queues: the message queues (``SOW/*Queue``), in file order.
         tls: the listener's TLS, or ``None`` (plain ``ws://`` and ``http://``).
         allow_plaintext: a non-loopback listener with users may run without TLS (a
             TLS-terminating proxy is in front).
@@ -486,6 +543,7 @@ class Config:
     replication: ReplicationConfig | None = None
     sow: tuple[SowTopicConfig, ...] = ()
     bootstrap: BootstrapConfig | None = None
+    queues: tuple[QueueConfig, ...] = ()
     tls: TlsConfig | None = None
     allow_plaintext: bool = False
     source_path: Path | None = None

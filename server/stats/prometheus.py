@@ -48,9 +48,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from server.stats.histogram import LatencyHistogram
+from server.stats.series import QueueGauge
 from server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
+    QueueCounters,
     SecurityCounters,
     SpillCounters,
     TopicCounters,
@@ -154,6 +156,7 @@ class SpoolCollector(Collector):
             yield from self._txlog(txlog)
         yield self._ack_histogram(snap["persisted_ack_latency"])
         yield from self._replication(snap["replication"])
+        yield from self._queues(snap["queues"])
         yield from self._security(snap["security"])
 
     @staticmethod
@@ -268,6 +271,36 @@ class SpoolCollector(Collector):
             ),
             (([n], 1.0 if s["enabled"] else 0.0) for n, s in transports.items()),
         )
+
+    @staticmethod
+    def _queues(queues: dict[str, QueueCounters]) -> Iterator[Metric]:
+        if not queues:
+            return
+        gauges: tuple[tuple[QueueGauge, str, str], ...] = (
+            ("depth", "spool_queue_depth", "Messages in the queue"),
+            ("backlog", "spool_queue_backlog", "Messages waiting for a consumer"),
+            ("leased", "spool_queue_leased", "Messages delivered and not acked yet"),
+            ("consumers", "spool_queue_consumers", "Queue subscriptions"),
+            ("oldest_lease_age", "spool_queue_oldest_lease_age_seconds",
+             "Age of the oldest current lease"),
+            ("oldest_message_age", "spool_queue_oldest_message_age_seconds",
+             "Age of the oldest message in the queue"),
+        )  # fmt: skip
+        for key, metric, doc in gauges:
+            yield _labelled(
+                GaugeMetricFamily(metric, doc, labels=["queue"]),
+                (([q], float(c[key])) for q, c in queues.items()),
+            )
+        yield _labelled(
+            CounterMetricFamily("spool_queue_enqueued", "Messages that entered the queue",
+                                labels=["queue"]),
+            (([q], float(c["enqueued"])) for q, c in queues.items()),
+        )  # fmt: skip
+        yield _labelled(
+            CounterMetricFamily("spool_queue_removed", "Messages that left the queue, by reason",
+                                labels=["queue", "reason"]),
+            (([q, r], float(n)) for q, c in queues.items() for r, n in c["removed"].items()),
+        )  # fmt: skip
 
     @staticmethod
     def _spills(spills: SpillCounters) -> Iterator[Metric]:

@@ -23,6 +23,8 @@ Paths (docs/admin-api.md has the full table)::
     replication/{out,in}/L/{messages_behind,seconds_behind,acked,connected}
     replication/out/D/{sync,disconnects}
     security/{logon_failures,logon_refused}[_rate]  security/tls_expires_in_days
+    queues/Q/{depth,backlog,leased,consumers,oldest_lease_age,oldest_message_age}
+    queues/Q/{enqueued,acked}[_rate]
 """
 
 from __future__ import annotations
@@ -42,9 +44,15 @@ TxlogGauge = Literal["last_seq", "durable_seq", "bytes", "journals"]
 TxlogCounter = Literal["appended", "flushes"]
 TxlogLatency = Literal["fsync_p50_ms", "fsync_p99_ms"]
 SpillCounter = Literal["spills", "rejoins", "seconds"]
+QueueGauge = Literal[
+    "depth", "backlog", "leased", "consumers", "oldest_lease_age", "oldest_message_age"
+]
 
 COUNTERS: Final[tuple[Counter, ...]] = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")
 TOPIC_COUNTERS: Final[tuple[TopicCounter, ...]] = ("msgs_in", "bytes_in")
+QUEUE_GAUGES: Final[tuple[QueueGauge, ...]] = (
+    "depth", "backlog", "leased", "consumers", "oldest_lease_age", "oldest_message_age",
+)  # fmt: skip
 TXLOG_GAUGES: Final[tuple[TxlogGauge, ...]] = ("last_seq", "durable_seq", "bytes", "journals")
 TXLOG_COUNTERS: Final[tuple[TxlogCounter, ...]] = ("appended", "flushes")
 TXLOG_LATENCIES: Final[tuple[TxlogLatency, ...]] = ("fsync_p50_ms", "fsync_p99_ms")
@@ -155,6 +163,16 @@ def snapshot_values(
         if direction == "out":
             out[f"{base}/sync"] = 1.0 if link["sync"] else 0.0
             out[f"{base}/disconnects"] = float(link["disconnects"])
+    prev_queues = previous["queues"] if previous is not None else {}
+    for name, q in current["queues"].items():
+        base = f"queues/{segment(name)}"
+        for queue_gauge in QUEUE_GAUGES:
+            out[f"{base}/{queue_gauge}"] = float(q[queue_gauge])
+        prev_q = prev_queues.get(name)
+        _counter(out, f"{base}/enqueued", q["enqueued"],
+                 prev_q["enqueued"] if prev_q is not None else None, elapsed)  # fmt: skip
+        _counter(out, f"{base}/acked", q["removed"].get("acked", 0),
+                 prev_q["removed"].get("acked", 0) if prev_q is not None else None, elapsed)  # fmt: skip
     security = current["security"]
     prev_security = previous["security"] if previous is not None else None
     for path, per_path, prev_per_path in (

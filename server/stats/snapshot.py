@@ -70,6 +70,19 @@ class SpillCounters(TypedDict):
     seconds: float  # time spent catching up, every subscription together
 
 
+class QueueCounters(TypedDict):
+    """One message queue (server/queues/): its state now and its counters."""
+
+    depth: int  # messages in the queue
+    backlog: int  # waiting for a consumer
+    leased: int  # delivered, not acked yet
+    consumers: int
+    oldest_lease_age: float  # seconds
+    oldest_message_age: float  # seconds
+    enqueued: int  # messages that entered it since the start
+    removed: dict[str, int]  # messages that left it, by reason (acked, expired, ...)
+
+
 class TransportCounters(TypedDict):
     """One configured transport."""
 
@@ -132,5 +145,6 @@ class MetricsSnapshot(TypedDict):
     replication: dict[str, LinkCounters]  # "out/NAME" or "in/NAME"
     security: SecurityCounters
     spills: SpillCounters
+    queues: dict[str, QueueCounters]
     #: connections ended since the start, by cause (every cause, zeros included)
     disconnects: dict[str, int]

@@ -506,9 +506,31 @@ def _ha_specs() -> list[ScenarioSpec]:
     ]
 
 
+def _queue_specs() -> list[ScenarioSpec]:
+    """The queue scenario (issue 17; measured by tests/bench/queue_family.py)."""
+    return [
+        ScenarioSpec(
+            "spool.queue.4consumers.100B",
+            "queue",
+            "publish + consume + ack through one queue with 4 consumers (max_backlog 500, "
+            "one sow_delete ack per received frame); from the first publish to the last "
+            "delivery",
+            {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
+            ("msgs_per_s", "publish_msgs_per_s"),
+            (Target("msgs_per_s", ">=", 50_000, "issue 17"),),
+            profile=True,
+        ),
+    ]
+
+
 #: every built-in scenario, in the order the suite runs them.
 SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
-    _spool_specs() + _replication_specs() + _sow_specs() + _ha_specs() + _peer_specs()
+    _spool_specs()
+    + _replication_specs()
+    + _sow_specs()
+    + _ha_specs()
+    + _queue_specs()
+    + _peer_specs()
 )
 
 #: Spool/peer ratios printed after the table. ``goal`` marks the issue's goal (Spool at or

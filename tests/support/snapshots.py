@@ -18,6 +18,7 @@ from server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
     MetricsSnapshot,
+    QueueCounters,
     SecurityCounters,
     SpillCounters,
     SubscriptionLag,
@@ -186,6 +187,7 @@ def metrics_snapshot(
     security: SecurityCounters | None = None,
     spills: SpillCounters | None = None,
     disconnects: Mapping[str, int] | None = None,
+    queues: Mapping[str, QueueCounters] | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -208,4 +210,5 @@ def metrics_snapshot(
         "security": security if security is not None else security_counters(),
         "spills": spills if spills is not None else spill_counters(),
         "disconnects": dict(disconnects or {}),
+        "queues": dict(queues or {}),
     }

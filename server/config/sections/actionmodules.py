@@ -77,8 +77,8 @@ __all__ = [
 
 #: Modules CONFIG.md lists whose subsystem this version does not have.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
-    "amps-action-do-enable-proxied-transfer": "queues (and their ownership transfer)",
-    "amps-action-do-disable-proxied-transfer": "queues (and their ownership transfer)",
+    "amps-action-do-enable-proxied-transfer": "replicated queues (ownership transfer between instances)",
+    "amps-action-do-disable-proxied-transfer": "replicated queues (ownership transfer between instances)",
 }
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

@@ -4,8 +4,7 @@ Each ``<Topic>`` names a topic (exact, or a regular expression by the rule of
 :mod:`server.protocol.topic`), its message type (``json``), zero or more ``<Key>`` JSON
 paths, its ``<Durability>`` (``persistent`` by default, as in AMPS, or ``transient``) and an
 optional ``<Expiration>``. Queues (``<Queue>``, ``<GroupLocalQueue>``, ``<LocalQueue>``)
-belong to the same section in CONFIG.md but are another feature: they are refused as "not
-supported yet" until it exists.
+belong to the same section in CONFIG.md; :mod:`server.config.sections.queues` reads them.
 
 A topic may be kept by one rule only as far as the file can tell: the same ``Name`` twice
 is refused. Two rules that overlap (an exact name and a regex that also matches it) are
@@ -15,10 +14,10 @@ allowed; the first in file order wins (docs/configuration.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Final
 
-from server.config.model import MESSAGE_TYPES, SOW_DURABILITIES, SowTopicConfig
+from server.config.model import MESSAGE_TYPES, SOW_DURABILITIES, QueueConfig, SowTopicConfig
+from server.config.sections.queues import QUEUE_KINDS, read_queue
 from server.config.values import (
     Context,
     read_choice,
@@ -31,12 +30,7 @@ from server.protocol.topic import is_regex_topic
 
 __all__ = ["read_sow"]
 
-_SOW_SPEC: Final[Spec] = {"Topic": True}
-_UNSUPPORTED: Final[Mapping[str, str]] = {
-    "Queue": "message queues",
-    "GroupLocalQueue": "message queues",
-    "LocalQueue": "message queues",
-}
+_SOW_SPEC: Final[Spec] = {"Topic": True, "Queue": True, "LocalQueue": True, "GroupLocalQueue": True}
 _TOPIC_SPEC: Final[Spec] = {
     "Name": False,
     "MessageType": False,
@@ -106,16 +100,19 @@ def _topic(node: Node, ctx: Context) -> SowTopicConfig:
     )
 
 
-def read_sow(node: Node, ctx: Context) -> tuple[SowTopicConfig, ...]:
-    """Read ``<SOW>``: at least one ``<Topic>``, names unique.
+def read_sow(
+    node: Node, ctx: Context
+) -> tuple[tuple[SowTopicConfig, ...], tuple[QueueConfig, ...]]:
+    """Read ``<SOW>``: at least one ``<Topic>`` or queue, names unique.
 
     Raises:
-        ConfigError: at the element that is wrong (queues are "not supported yet").
+        ConfigError: at the element that is wrong.
     """
-    kids = Children(node, _SOW_SPEC, _UNSUPPORTED)
+    kids = Children(node, _SOW_SPEC)
     topic_nodes = kids.many("Topic")
-    if not topic_nodes:
-        raise fail(node, "<SOW> needs at least one <Topic>; remove <SOW> to keep no topic")
+    queue_nodes = sorted((n for kind in QUEUE_KINDS for n in kids.many(kind)), key=lambda n: n.line)
+    if not topic_nodes and not queue_nodes:
+        raise fail(node, "<SOW> needs at least one <Topic> or queue; remove <SOW> to keep no topic")
     topics: list[SowTopicConfig] = []
     first_line: dict[str, int] = {}
     for topic_node in topic_nodes:
@@ -127,4 +124,15 @@ def read_sow(node: Node, ctx: Context) -> tuple[SowTopicConfig, ...]:
             )
         first_line[rule.name] = topic_node.line
         topics.append(rule)
-    return tuple(topics)
+    queues: list[QueueConfig] = []
+    for queue_node in queue_nodes:
+        queue = read_queue(queue_node, ctx)
+        if queue.name in first_line:
+            raise fail(
+                queue_node,
+                f"duplicate SOW name {queue.name!r} (first at line {first_line[queue.name]}): "
+                "a queue's Name is a topic of its own",
+            )
+        first_line[queue.name] = queue_node.line
+        queues.append(queue)
+    return tuple(topics), tuple(queues)

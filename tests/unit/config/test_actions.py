@@ -184,7 +184,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
     ("destination twice", TXLOG + REPLICATION + "\n" + action(ADMIN, do("amps-action-do-downgrade-replication", "<Age>5m</Age><Destination>b</Destination><Destination>b</Destination>")),
      f"{A}/Do/Options/Destination[2]", 8, "destination 'b' is named twice"),
     ("proxied transfer", TXLOG + "\n" + action(ADMIN, do("amps-action-do-enable-proxied-transfer")),
-     f"{A}/Do/Module", 8, "queues (and their ownership transfer) are not part of this version"),
+     f"{A}/Do/Module", 8, "replicated queues (ownership transfer between instances) are not part of this version"),
     ("no Module", TXLOG + "\n" + action(ADMIN, "<Do><Options/></Do>"), f"{A}/Do", 8,
      "<Do> needs a <Module>"),
     ("unknown option", TXLOG + "\n" + action(ADMIN, do("amps-action-do-archive-journal", "<Age>1d</Age><Days>3</Days>")),

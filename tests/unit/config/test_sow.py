@@ -135,11 +135,75 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "unknown element <History> in <Topic>",
     ),
     (
-        "queue",
+        "queue without a name",
         sow("<Topic><Name>a</Name></Topic>", "<LocalQueue/>"),
         "/SpoolConfig/SOW/LocalQueue",
         5,
-        "<LocalQueue> is not supported yet (message queues arrive in a later version",
+        "needs a <Name>",
+    ),
+    (
+        "queue named like a topic",
+        sow("<Topic><Name>a</Name></Topic>", "<Queue><Name>a</Name></Queue>"),
+        "/SpoolConfig/SOW/Queue",
+        5,
+        "duplicate SOW name 'a' (first at line 4)",
+    ),
+    (
+        "queue TargetQueueDepth",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><TargetQueueDepth>5</TargetQueueDepth></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/TargetQueueDepth",
+        5,
+        "<TargetQueueDepth> is not supported yet (ownership transfers",
+    ),
+    (
+        "queue bad barrier",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><BarrierExpression>/a ==</BarrierExpression></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/BarrierExpression",
+        5,
+        "the BarrierExpression does not compile",
+    ),
+    (
+        "queue bad fairness",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><DeliveryFairness>fair</DeliveryFairness></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/DeliveryFairness",
+        5,
+        "'fair' is not a valid DeliveryFairness",
+    ),
+    (
+        "queue backlog zero",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><MaxPerSubscriptionBacklog>0</MaxPerSubscriptionBacklog></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/MaxPerSubscriptionBacklog",
+        5,
+        "must be between 1 and",
+    ),
+    (
+        "InitialOwner outside GroupLocalQueue",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<LocalQueue><Name>q</Name><InitialOwner>t</InitialOwner></LocalQueue>",
+        ),
+        "/SpoolConfig/SOW/LocalQueue/InitialOwner",
+        5,
+        "InitialOwner is for <GroupLocalQueue>",
+    ),
+    (
+        "GroupLocalQueue without InitialOwner",
+        sow("<Topic><Name>a</Name></Topic>", "<GroupLocalQueue><Name>q</Name></GroupLocalQueue>"),
+        "/SpoolConfig/SOW/GroupLocalQueue",
+        5,
+        "needs a <InitialOwner>",
     ),
 ]
 
@@ -151,3 +215,52 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
 )
 def test_refused_with_path_and_line(body: str, path: str, line: int, fragment: str) -> None:
     assert_refused(body, path, line, fragment)
+
+
+def test_queues_are_read_with_their_defaults() -> None:
+    log = "<TransactionLog><Topic><Name>work-in</Name></Topic><Topic><Name>^jobs/</Name></Topic></TransactionLog>"
+    cfg = parse(
+        doc(
+            log
+            + sow(
+                "<Queue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
+                "<LeasePeriod>30s</LeasePeriod><MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>"
+                "<DeliveryFairness>round-robin</DeliveryFairness><Leasing>strict</Leasing>"
+                "<BarrierExpression>/barrier = 1</BarrierExpression><Priority>/p</Priority>"
+                "<Filter>/kind = 'job'</Filter><MaxDeliveries>3</MaxDeliveries></Queue>",
+                "<LocalQueue><Name>jobs</Name><UnderlyingTopic>^jobs/</UnderlyingTopic></LocalQueue>",
+                "<GroupLocalQueue><Name>work-in</Name><InitialOwner>t</InitialOwner></GroupLocalQueue>",
+            )
+        )
+    )
+    work, jobs, group = cfg.queues
+    assert (work.kind, work.underlying, work.lease_period, work.max_backlog) == (
+        "Queue",
+        "work-in",
+        30.0,
+        10,
+    )
+    assert (work.fairness, work.leasing, work.max_deliveries, work.filter) == (
+        "round-robin",
+        "strict",
+        3,
+        "/kind = 'job'",
+    )
+    assert (jobs.underlying_regex, jobs.takes("jobs/a"), jobs.takes("x/jobs/a")) == (
+        True,
+        True,
+        False,
+    )
+    # the documented defaults (docs/queues.md): at-least-once, 5 minute leases, backlog 1
+    assert (jobs.semantics, jobs.lease_period, jobs.max_backlog, jobs.fairness, jobs.leasing) == (
+        "at-least-once",
+        300.0,
+        1,
+        "proportional",
+        "sublet",
+    )
+    assert (group.kind, group.initial_owner, group.underlying) == (
+        "GroupLocalQueue",
+        "t",
+        "work-in",
+    )

@@ -48,11 +48,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Interval> may appear only once in <Admin> (first at line 4)",
     ),
     (
-        "SOW Queue",
-        "<SOW>\n<Queue/>\n</SOW>",
+        "SOW Queue without a log",
+        "<SOW>\n<Queue><Name>q</Name></Queue>\n</SOW>",
         "/SpoolConfig/SOW/Queue",
         4,
-        "<Queue> is not supported yet (message queues arrive",
+        "a queue keeps its messages in the transaction log",
     ),
     (
         "Replication without a log",

@@ -64,6 +64,9 @@ class ScrapedBroker:
             },
             spills=spill_counters(catching_up=1, spills=4, rejoins=3, seconds=2.5),
             disconnects={"slow_client_stalled": 2, "client": 9},
+            queues={"work": {"depth": 7, "backlog": 3, "leased": 4, "consumers": 2,
+                             "oldest_lease_age": 1.5, "oldest_message_age": 9.0,
+                             "enqueued": 20, "removed": {"acked": 12, "expired": 1}}},
         )  # fmt: skip
 
 
@@ -88,6 +91,11 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_ready", ())] == 1
     assert got[("spool_client_queue_depth_bytes", (("client", 'pub "1"'),))] == 12
     assert got[("spool_subscriptions_catching_up", ())] == 1
+    assert got[("spool_queue_depth", (("queue", "work"),))] == 7
+    assert got[("spool_queue_leased", (("queue", "work"),))] == 4
+    assert got[("spool_queue_oldest_lease_age_seconds", (("queue", "work"),))] == 1.5
+    assert got[("spool_queue_enqueued_total", (("queue", "work"),))] == 20
+    assert got[("spool_queue_removed_total", (("queue", "work"), ("reason", "acked")))] == 12
     assert got[("spool_spills_total", ())] == 4
     assert got[("spool_catch_ups_total", ())] == 3
     assert got[("spool_catch_up_seconds_total", ())] == 2.5

@@ -243,3 +243,17 @@ def test_spills_and_disconnects_by_cause() -> None:
     assert not [
         p for p in snapshot_values(metrics_snapshot(), None, 1.0) if p.startswith("spills/")
     ]
+
+
+def test_queues_become_gauges_and_counter_rates() -> None:
+    def q(enqueued: int, acked: int) -> dict[str, object]:
+        return {"depth": 5, "backlog": 2, "leased": 3, "consumers": 1, "oldest_lease_age": 0.5,
+                "oldest_message_age": 4.0, "enqueued": enqueued, "removed": {"acked": acked}}  # fmt: skip
+
+    prev = metrics_snapshot(queues={"a/b": q(10, 4)})  # type: ignore[dict-item]
+    cur = metrics_snapshot(queues={"a/b": q(30, 14)})  # type: ignore[dict-item]
+    values = snapshot_values(cur, prev, 10.0)
+    assert values["queues/a%2Fb/depth"] == 5 and values["queues/a%2Fb/leased"] == 3
+    assert values["queues/a%2Fb/enqueued_rate"] == 2.0
+    assert values["queues/a%2Fb/acked_rate"] == 1.0
+    assert values["queues/a%2Fb/oldest_message_age"] == 4.0

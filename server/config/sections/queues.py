@@ -1,0 +1,154 @@
+"""The queues of the ``<SOW>`` section: ``<Queue>``, ``<LocalQueue>``, ``<GroupLocalQueue>``.
+
+::
+
+    <Queue>
+      <Name>work</Name>                          <!-- what consumers subscribe to -->
+      <MessageType>json</MessageType>
+      <UnderlyingTopic>work-in</UnderlyingTopic> <!-- a name or a regex; default: Name -->
+      <Filter>/kind = 'job'</Filter>             <!-- only matching messages enter -->
+      <Semantics>at-least-once</Semantics>       <!-- or at-most-once -->
+      <LeasePeriod>30s</LeasePeriod>             <!-- default 5m -->
+      <MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>  <!-- default 1 -->
+      <MaxDeliveries>5</MaxDeliveries>           <!-- default 0: no limit -->
+      <MaxCancels>3</MaxCancels>                 <!-- default 0: no limit -->
+      <DeliveryFairness>proportional</DeliveryFairness>  <!-- round-robin | fast -->
+      <Leasing>sublet</Leasing>                  <!-- or strict -->
+      <BarrierExpression>/barrier = 1</BarrierExpression>
+      <Priority>/prio</Priority>                 <!-- an expression; higher goes first -->
+      <Expiration>1h</Expiration>                <!-- default: for ever -->
+    </Queue>
+    <GroupLocalQueue>... <InitialOwner>spool-a</InitialOwner></GroupLocalQueue>
+
+Refused here, at the element that says it: expressions that do not compile, values out of
+range, ``TargetQueueDepth`` (it steers ownership transfers between replicated instances,
+which this version does not have). Cross-checks with other sections (the transaction log
+records the underlying topic, replicated queues, the initial owner) are in
+:mod:`server.config.build`. docs/queues.md explains the defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from server.config.model import MESSAGE_TYPES, QueueConfig
+from server.config.values import (
+    Context,
+    read_choice,
+    read_duration,
+    read_int,
+    read_name,
+    read_regex,
+    read_value,
+)
+from server.config.xmltree import Children, Node, Spec, fail
+from server.expr import FilterSyntaxError, compile_filter, compile_value
+from server.protocol.topic import is_regex_topic
+
+__all__ = ["QUEUE_KINDS", "read_queue"]
+
+#: the elements that declare a queue (CONFIG.md), by replication type
+QUEUE_KINDS: Final = ("Queue", "LocalQueue", "GroupLocalQueue")
+
+_SPEC: Final[Spec] = {
+    "Name": False,
+    "MessageType": False,
+    "UnderlyingTopic": False,
+    "Filter": False,
+    "Semantics": False,
+    "LeasePeriod": False,
+    "MaxPerSubscriptionBacklog": False,
+    "MaxDeliveries": False,
+    "MaxCancels": False,
+    "DeliveryFairness": False,
+    "Leasing": False,
+    "BarrierExpression": False,
+    "Priority": False,
+    "Expiration": False,
+    "InitialOwner": False,
+}
+_UNSUPPORTED: Final[Mapping[str, str]] = {
+    "TargetQueueDepth": "ownership transfers between replicated queue instances",
+}
+_MAX_COUNT: Final = 1_000_000
+_MAX_SECONDS: Final = 10 * 365 * 86400.0
+
+
+def _expression(node: Node, ctx: Context, *, value: bool) -> str:
+    text = read_value(node, ctx)
+    try:
+        if value:
+            compile_value(text)
+        else:
+            compile_filter(text)
+    except FilterSyntaxError as exc:
+        raise fail(node, f"the {node.tag} does not compile: {exc}") from None
+    return text
+
+
+def read_queue(node: Node, ctx: Context) -> QueueConfig:
+    """Read one queue element (its tag is its replication type).
+
+    Raises:
+        ConfigError: at the element that is wrong.
+    """
+    kids = Children(node, _SPEC, _UNSUPPORTED)
+    name = read_name(kids.require("Name", " (the queue's topic)"), ctx, "queue")
+    if is_regex_topic(name):
+        raise fail(
+            kids.require("Name", ""), "a queue's Name is one topic, not a regular expression"
+        )
+    if (type_node := kids.one("MessageType")) is not None:
+        read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
+    underlying, regex = name, False
+    if (under_node := kids.one("UnderlyingTopic")) is not None:
+        underlying = read_value(under_node, ctx)
+        regex = is_regex_topic(underlying)
+        if regex:
+            underlying = read_regex(under_node, ctx)
+    filt = barrier = priority = None
+    if (n := kids.one("Filter")) is not None:
+        filt = _expression(n, ctx, value=False)
+    if (n := kids.one("BarrierExpression")) is not None:
+        barrier = _expression(n, ctx, value=False)
+    if (n := kids.one("Priority")) is not None:
+        priority = _expression(n, ctx, value=True)
+    semantics = "at-least-once"
+    if (n := kids.one("Semantics")) is not None:
+        semantics = read_choice(n, ctx, ("at-least-once", "at-most-once"), "Semantics")
+    lease = 300.0
+    if (n := kids.one("LeasePeriod")) is not None:
+        lease = read_duration(n, ctx, minimum=0.001, maximum=_MAX_SECONDS)
+    backlog = 1
+    if (n := kids.one("MaxPerSubscriptionBacklog")) is not None:
+        backlog = read_int(n, ctx, minimum=1, maximum=_MAX_COUNT)
+    deliveries = cancels = 0
+    if (n := kids.one("MaxDeliveries")) is not None:
+        deliveries = read_int(n, ctx, minimum=0, maximum=_MAX_COUNT)
+    if (n := kids.one("MaxCancels")) is not None:
+        cancels = read_int(n, ctx, minimum=0, maximum=_MAX_COUNT)
+    fairness = "proportional"
+    if (n := kids.one("DeliveryFairness")) is not None:
+        fairness = read_choice(n, ctx, ("proportional", "round-robin", "fast"), "DeliveryFairness")
+    leasing = "sublet"
+    if (n := kids.one("Leasing")) is not None:
+        leasing = read_choice(n, ctx, ("sublet", "strict"), "Leasing")
+    expiration = 0.0
+    if (n := kids.one("Expiration")) is not None:
+        expiration = read_duration(n, ctx, minimum=0.001, maximum=_MAX_SECONDS, zero_ok=True)
+    owner: str | None = None
+    owner_node = kids.one("InitialOwner")
+    if node.tag == "GroupLocalQueue":
+        owner = read_name(
+            kids.require("InitialOwner", " (the instance that owns new messages)"), ctx,
+            "instance",
+        )  # fmt: skip
+    elif owner_node is not None:
+        raise fail(owner_node, f"InitialOwner is for <GroupLocalQueue>, not <{node.tag}>")
+    return QueueConfig(
+        name=name, kind=node.tag, underlying=underlying, underlying_regex=regex,
+        filter=filt, semantics=semantics, lease_period=lease, max_backlog=backlog,
+        max_deliveries=deliveries, max_cancels=cancels, fairness=fairness, leasing=leasing,
+        barrier=barrier, priority=priority, expiration=expiration, initial_owner=owner,
+    )  # fmt: skip

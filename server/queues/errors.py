@@ -1,0 +1,31 @@
+"""The queues' own errors (the admin surface turns them into 404 / 409)."""
+
+from __future__ import annotations
+
+from server.protocol.errors import SpoolError
+
+__all__ = ["ProxiedTransferUnavailable", "QueueError", "QueueNotFound"]
+
+
+class QueueError(SpoolError):
+    """Something about a queue that is not a protocol failure."""
+
+
+class QueueNotFound(QueueError):
+    """No queue of that name is configured."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no queue named {name!r}")
+
+
+class ProxiedTransferUnavailable(QueueError):
+    """Proxied transfer moves ownership of messages from an offline instance to this one;
+    without replicated queues every message is owned here and there is nothing to take
+    over (refused instead of a switch that does nothing)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"queue {name!r} is not replicated: every message is owned by this instance, so "
+            "there is no offline owner to take over from (replicated queues, and with them "
+            "proxied transfer, are not supported yet)"
+        )

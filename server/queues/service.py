@@ -1,0 +1,613 @@
+"""The queues of an instance: their commands, deliveries, lease timer, start-up and admin.
+
+:class:`QueueService` is what the broker sees of the queues (docs/queues.md):
+
+- its publish stage (:attr:`QueueService.stage`, server/queues/stage.py);
+- the command table entries it routes (:meth:`QueueService.route`): ``subscribe`` to a
+  queue by name is a queue subscription (``max_backlog`` is taken here and refused
+  anywhere else), ``unsubscribe`` ends it (its leases return to the queue), and
+  ``sow_delete`` on a queue is the consumer's ack: ``bm`` a bookmark list (``cancel``:
+  give them back; ``expire``: drop them unprocessed) or ``f`` a filter (remove every
+  matching message). Anything else goes to the handler it wraps;
+- a connection that closes ends its queue subscriptions (leases return at once);
+- deliveries at the end of each loop turn, one dispatch per queue that changed, one
+  ``send_messages`` per consumer connection;
+- the lease / expiration timer on the injected clock;
+- every removal logged as a ``QUEUE_ACK`` record (local: no publisher identity, never
+  replicated), so a restart rebuilds each queue from the log;
+- the admin reads (``/api/queues``) and the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import orjson
+
+from server.clock import Clock, time_us
+from server.config import Config
+from server.expr import Filter, MessageView, compile_filter
+from server.ports import Entitlements
+from server.protocol.commands import Command
+from server.protocol.errors import (
+    BadFilter,
+    InvalidMessage,
+    InvalidOptions,
+    NotEntitled,
+    ProtocolFailure,
+    SubIdInUse,
+    TxlogFull,
+)
+from server.protocol.options import parse_subscribe_options
+from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
+from server.queues.machine import (
+    DELIVERED,
+    AckResult,
+    Consumer,
+    Delivery,
+    Message,
+    Removal,
+)
+from server.queues.stage import QueueRuntime, QueueStage, encode_ack_body
+from server.session import Session
+from server.stats.snapshot import QueueCounters
+from server.stats.source import EventSink
+from server.subscription import Subscription
+from server.subscriptions import SubscriptionService
+from server.txlog import TransactionLog
+from server.txlog.record import RecordKind
+from server.wire import encode_queued
+
+__all__ = ["QueueInfo", "QueueService"]
+
+#: a command handler of the broker's command table (server/dispatch.py has the same shape)
+Handler = Callable[[Session, Command], Awaitable[None] | None]
+
+#: the options a queue subscription takes (anything else is refused, never ignored)
+_SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
+#: the options of ``sow_delete`` on a queue
+_ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue as ``/api/queues`` shows it (ADMIN_API.md)."""
+
+    name: str
+    kind: str
+    underlying_topic: str
+    semantics: str
+    depth: int
+    backlog: int
+    leased: int
+    owned: int
+    transferred_in: int
+    transferred_out: int
+    proxied_transfer: bool
+    oldest_lease_age: float
+    oldest_message_age: float
+    consumers: int
+    enqueued: int
+    removed: dict[str, int]
+    leases: list[dict[str, object]]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name, "kind": self.kind, "underlying_topic": self.underlying_topic,
+            "semantics": self.semantics, "depth": self.depth, "backlog": self.backlog,
+            "leased": self.leased, "owned": self.owned,
+            "transferred_in": self.transferred_in, "transferred_out": self.transferred_out,
+            "proxied_transfer": self.proxied_transfer,
+            "oldest_lease_age": self.oldest_lease_age,
+            "oldest_message_age": self.oldest_message_age, "consumers": self.consumers,
+            "enqueued": self.enqueued, "removed": dict(self.removed), "leases": self.leases,
+        }  # fmt: skip
+
+
+@dataclass(eq=False, slots=True)
+class _Tie:
+    """What a consumer is tied to: its connection, subscription and queue."""
+
+    session: Session
+    sub: Subscription
+    queue: QueueRuntime
+
+
+class QueueService:
+    """Every queue of an instance. Owned by the event loop.
+
+    Args:
+        config: the ``SOW`` queues.
+        txlog: the transaction log (queues need one: the configuration says so).
+        subscriptions: ``unsubscribe_targets`` of the subscription service.
+        entitlements: read (subscribe, ack) and write (``sow_delete`` by filter).
+        events: the event log.
+        clock: lease and expiration times.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        txlog: TransactionLog | None,
+        subscriptions: SubscriptionService,
+        entitlements: Entitlements,
+        events: EventSink,
+        clock: Clock,
+    ) -> None:
+        self._txlog = txlog
+        self._subscriptions = subscriptions
+        self._auth = entitlements
+        self._events = events
+        self._clock = clock
+        self.queues: dict[str, QueueRuntime] = {
+            q.name: QueueRuntime.build(q, clock) for q in config.queues
+        }
+        self.stage = QueueStage(list(self.queues.values()), self.kick)
+        self._ties: dict[Subscription, Consumer] = {}
+        self._dirty: set[QueueRuntime] = set()
+        self._scheduled = False
+        self._wake = asyncio.Event()
+        self._timer: asyncio.Task[None] | None = None
+        self._target_us = 0
+        self._waiting: set[Session] = set()
+        self.log_failures = 0
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.queues)
+
+    # -- start and stop -----------------------------------------------------------------
+
+    def recovered(self) -> None:
+        """Start-up, after the log was read: pin the log from each queue's oldest
+        message, report, start the timer."""
+        txlog = self._txlog
+        for q in self.queues.values():
+            if txlog is not None:
+                q.pin = txlog.pin(f"queue:{q.config.name}", self._hold_from(q))
+            m = q.machine
+            self._events.emit(
+                "info", "queue", "queue_recovered", queue=q.config.name, depth=m.depth,
+                messages=self.stage.recovered_messages, acks=self.stage.recovered_acks,
+            )  # fmt: skip
+        if self.queues:
+            self._timer = asyncio.get_running_loop().create_task(self._run_timer())
+            self._wake.set()
+
+    async def close(self) -> None:
+        """Shutdown: stop the timer, release the pins."""
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
+        for q in self.queues.values():
+            if q.pin is not None:
+                q.pin.release()
+                q.pin = None
+
+    def _hold_from(self, q: QueueRuntime) -> int:
+        oldest = q.machine.oldest_seq()
+        if oldest:
+            return oldest
+        return (self._txlog.last_seq + 1) if self._txlog is not None else 1
+
+    # -- routing ------------------------------------------------------------------------
+
+    def route(self, others: Mapping[str, Handler]) -> dict[str, Handler]:
+        """The command table with queue commands taken here: ``subscribe``,
+        ``unsubscribe`` and ``sow_delete`` to a queue by name; the rest to ``others``."""
+        table = dict(others)
+        if not self.queues:
+            return table
+        sub, unsub, delete = others["subscribe"], others["unsubscribe"], others["sow_delete"]
+
+        def subscribe(session: Session, cmd: Command) -> Awaitable[None] | None:
+            queue = self.queues.get(cmd.topic or "")
+            if queue is None or cmd.bookmark:
+                if queue is not None:
+                    raise InvalidOptions(
+                        "a queue subscription takes no bookmark (subscribe to the underlying "
+                        "topic to replay its messages)"
+                    )
+                existing = session.subs.get(cmd.sub_id or cmd.cid or "")
+                if existing in self._ties and "replace" in (cmd.options or ""):
+                    self._end(existing)  # replaced by another kind: its leases return
+                return sub(session, cmd)
+            self.subscribe(session, cmd, queue)
+            return None
+
+        def unsubscribe(session: Session, cmd: Command) -> Awaitable[None] | None:
+            for sub_id in self._subscriptions.unsubscribe_targets(session, cmd):
+                self._end(session.subs[sub_id])
+            return unsub(session, cmd)
+
+        def sow_delete(session: Session, cmd: Command) -> Awaitable[None] | None:
+            queue = self.queues.get(cmd.topic or "")
+            if queue is None:
+                return delete(session, cmd)
+            self.ack(session, cmd, queue)
+            return None
+
+        table["subscribe"] = subscribe
+        table["unsubscribe"] = unsubscribe
+        table["sow_delete"] = sow_delete
+        return table
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def subscribe(self, session: Session, cmd: Command, queue: QueueRuntime) -> None:
+        """A subscription to a queue by name: leases up to its backlog.
+
+        Raises:
+            InvalidOptions: an option a queue subscription cannot honour.
+            NotEntitled, SubIdInUse, BadFilter, InvalidMessage: as any subscribe.
+        """
+        options = parse_subscribe_options(cmd.options)
+        given = {item.split("=", 1)[0].strip() for item in (cmd.options or "").split(",")}
+        given.discard("")
+        refused = sorted(given - _SUBSCRIBE_OPTIONS)
+        if refused:
+            raise InvalidOptions(
+                f"'{refused[0]}' is not available on a queue subscription (it takes "
+                "max_backlog and replace)"
+            )
+        sub_id = cmd.sub_id or cmd.cid
+        if not sub_id or "," in sub_id:
+            raise InvalidMessage("subscribe needs one sub_id (or a cid to use as one)")
+        name = queue.config.name
+        auth = self._auth
+        if auth.enabled and not auth.can_read(session.user, name):
+            raise NotEntitled(f"user {session.user_name!r} may not read {name!r}")
+        existing = session.subs.get(sub_id)
+        if existing is not None and not (options.replace and existing in self._ties):
+            raise SubIdInUse(
+                f"sub_id {sub_id!r} is already in use on this connection"
+                + (
+                    " (replace takes a queue subscription only by another)"
+                    if options.replace
+                    else ""
+                )
+            )
+        flt: Filter | None = None
+        if cmd.filter:
+            try:
+                flt = compile_filter(cmd.filter, clock=self._clock)
+            except BadFilter:
+                raise
+            except Exception as exc:
+                raise BadFilter(f"cannot compile filter: {exc}") from exc
+        if existing is not None:
+            self._end(existing)
+        assert session.name is not None
+        sub = Subscription(
+            outbound=session, client=session.name, user=session.user, sub_id=sub_id,
+            topic=name, pattern=None, filter=flt, filter_text=cmd.filter, options=options,
+            cid=cmd.cid, acks=cmd.acks, sid_bytes=orjson.dumps(sub_id),
+        )  # fmt: skip
+        wanted = options.max_backlog or 1
+        accepts = None
+        if flt is not None:
+            accepts = _accepts(flt)
+        consumer = Consumer(
+            f"{session.name}/{sub_id}", min(wanted, queue.config.max_backlog), accepts,
+            token=_Tie(session, sub, queue),
+        )  # fmt: skip
+        queue.machine.subscribe(consumer)
+        self._ties[sub] = consumer
+        session.subs[sub_id] = sub
+        if "processed" in cmd.acks:
+            session.ack("processed", cmd.cid, sub_id=sub_id, max_backlog=consumer.backlog)
+        self.kick(queue)
+
+    def _end(self, sub: Subscription) -> None:
+        """A queue subscription ends: its leases return (or leave, past MaxDeliveries)."""
+        consumer = self._ties.pop(sub, None)
+        if consumer is None:
+            return
+        tie = consumer.token
+        assert isinstance(tie, _Tie)
+        removed = tie.queue.machine.unsubscribe(consumer)
+        self._log(tie.queue, removed)
+        self.kick(tie.queue)
+
+    def drop_all(self, session: Session) -> None:
+        """The connection closed: its queue subscriptions end (before the subscription
+        service forgets them)."""
+        for sub in list(session.subs.values()):
+            self._end(sub)
+        self._waiting.discard(session)
+
+    def is_queue_subscription(self, sub: Subscription) -> bool:
+        return sub in self._ties
+
+    # -- acks (sow_delete) --------------------------------------------------------------
+
+    def ack(self, session: Session, cmd: Command, queue: QueueRuntime) -> None:
+        """``sow_delete`` on a queue: ``bm`` (acks of leased messages; ``cancel``,
+        ``expire``) or ``f`` (remove every matching message; write entitlement)."""
+        opts = {o.strip() for o in (cmd.options or "").split(",") if o.strip()}
+        bad = sorted(opts - _ACK_OPTIONS)
+        if bad:
+            raise InvalidOptions(f"'{bad[0]}' is not a sow_delete option of a queue "
+                                 "(cancel or expire)")  # fmt: skip
+        if len(opts) > 1:
+            raise InvalidOptions("cancel and expire cannot be given together")
+        name = queue.config.name
+        machine = queue.machine
+        auth = self._auth
+        if bool(cmd.bookmark) == bool(cmd.filter):
+            raise InvalidMessage(
+                f"sow_delete on queue {name!r} takes exactly one of bm (bookmarks of "
+                "delivered messages) or f (a filter)"
+            )
+        if cmd.filter:
+            if opts:
+                raise InvalidOptions("cancel and expire take bookmarks (bm), not a filter")
+            if auth.enabled and not auth.can_write(session.user, name):
+                raise NotEntitled(f"user {session.user_name!r} may not delete from {name!r}")
+            try:
+                flt = compile_filter(cmd.filter, clock=self._clock)
+            except BadFilter:
+                raise
+            except Exception as exc:
+                raise BadFilter(f"cannot compile filter: {exc}") from exc
+            removed = machine.remove_where(_accepts(flt))
+            self._finish(session, cmd, queue, AckResult(removed, [], []), len(removed))
+            return
+        assert cmd.bookmark is not None
+        bookmarks = [b.strip() for b in cmd.bookmark.split(",") if b.strip()]
+        # the message names its holder; a bookmark is applied for the consumer of this
+        # connection that holds (or, sublet, last held) it
+        by_consumer: dict[Consumer, list[str]] = {}
+        refused: list[str] = []
+        for bm in _bookmarks(bookmarks):
+            m = machine.get(bm)
+            holder = None if m is None else (m.holder or m.last_holder)
+            tie = holder.token if holder is not None else None
+            if holder is None or not isinstance(tie, _Tie) or tie.session is not session:
+                refused.append(bm)
+                continue
+            by_consumer.setdefault(holder, []).append(bm)
+        total = AckResult([], [], refused)
+        for consumer, bms in by_consumer.items():
+            if "cancel" in opts:
+                r = machine.cancel(consumer, bms)
+            elif "expire" in opts:
+                r = machine.expire(consumer, bms)
+            else:
+                r = machine.ack(consumer, bms)
+            total.removed.extend(r.removed)
+            total.returned.extend(r.returned)
+            total.refused.extend(r.refused)
+        self._finish(session, cmd, queue, total, len(bookmarks))
+
+    def _finish(
+        self, session: Session, cmd: Command, queue: QueueRuntime, result: AckResult, matches: int
+    ) -> None:
+        failure = self._log(queue, result.removed)
+        if failure is not None:
+            session.fail(cmd.cid, failure)
+        elif "processed" in cmd.acks:
+            session.ack("processed", cmd.cid)
+        if "stats" in cmd.acks:
+            session.ack(
+                "stats", cmd.cid, matches=matches, records_deleted=len(result.removed),
+                returned=len(result.returned), refused=len(result.refused),
+            )  # fmt: skip
+        if "completed" in cmd.acks and failure is None:
+            session.ack("completed", cmd.cid)
+        self.kick(queue)
+
+    # -- the log ------------------------------------------------------------------------
+
+    def _log(self, queue: QueueRuntime, removed: list[Removal]) -> ProtocolFailure | None:
+        """Record what left ``queue`` (one ``QUEUE_ACK`` record per reason), and move its
+        pin. A refusal of the log is returned: those messages are gone here but the log
+        still holds them, so a restart delivers them again (at least once, never lost)."""
+        txlog = self._txlog
+        if not removed or txlog is None:
+            return None
+        by_reason: dict[str, list[int]] = {}
+        for r in removed:
+            by_reason.setdefault(r.reason, []).append(r.message.seq)
+        failure: ProtocolFailure | None = None
+        for reason, seqs in by_reason.items():
+            try:
+                txlog.append(
+                    topic=queue.config.name, message_type="json", pub_hash=0, pub_seq=0,
+                    body=encode_ack_body(seqs), kind=RecordKind.QUEUE_ACK, sow_key=reason,
+                )  # fmt: skip
+            except ProtocolFailure as exc:
+                failure = exc
+            except Exception as exc:
+                failure = TxlogFull(f"transaction log cannot accept writes: {exc}")
+        if failure is not None:
+            self.log_failures += 1
+            self._events.emit("error", "queue", "queue_ack_unlogged", queue=queue.config.name,
+                              messages=len(removed), reason=str(failure))  # fmt: skip
+        if queue.pin is not None:
+            queue.pin.move(self._hold_from(queue))
+        return failure
+
+    # -- delivery -----------------------------------------------------------------------
+
+    def kick(self, queue: QueueRuntime) -> None:
+        """``queue`` changed: deliver at the end of this loop turn."""
+        self._dirty.add(queue)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._deliver)
+
+    def _deliver(self) -> None:
+        self._scheduled = False
+        dirty, self._dirty = self._dirty, set()
+        now = time_us(self._clock)
+        for queue in dirty:
+            at_most_once = queue.config.semantics == "at-most-once"
+            if at_most_once:
+                self._hold_full(queue)
+            deliveries = queue.machine.dispatch(now)
+            if not deliveries:
+                continue
+            self._send(queue, deliveries)
+            if at_most_once:
+                self._log(queue, [Removal(d.message, DELIVERED) for d in deliveries])
+        self._retime()
+
+    def _hold_full(self, queue: QueueRuntime) -> None:
+        """At-most-once takes no lease, so nothing bounds a consumer but its connection:
+        a consumer whose buffer is full gets nothing until it has room again."""
+        for consumer in queue.machine.consumers:
+            tie = consumer.token
+            assert isinstance(tie, _Tie)
+            full = not tie.session.has_room()
+            consumer.backlog = 0 if full else 1 << 30
+            if full and tie.session not in self._waiting:
+                self._waiting.add(tie.session)
+                asyncio.get_running_loop().create_task(self._await_room(tie.session, queue))
+
+    async def _await_room(self, session: Session, queue: QueueRuntime) -> None:
+        await session.wait_room()
+        self._waiting.discard(session)
+        if not session.closed:
+            self.kick(queue)
+
+    def _send(self, queue: QueueRuntime, deliveries: list[Delivery]) -> None:
+        per_session: dict[Session, list[bytes]] = {}
+        literal = queue.literal
+        for d in deliveries:
+            tie = d.consumer.token
+            assert isinstance(tie, _Tie)
+            m = d.message
+            per_session.setdefault(tie.session, []).append(
+                encode_queued(
+                    literal, tie.sub.sid_bytes, m.body, m.bookmark, d.lease_us // 1000, d.number
+                )
+            )
+        for session, parts in per_session.items():
+            session.send_messages(b"".join(parts), len(parts))
+
+    # -- time ---------------------------------------------------------------------------
+
+    def _retime(self) -> None:
+        soon = self._next_deadline()
+        if soon and (not self._target_us or soon < self._target_us):
+            self._wake.set()
+
+    def _next_deadline(self) -> int:
+        deadlines = [d for q in self.queues.values() if (d := q.machine.next_deadline_us())]
+        return min(deadlines, default=0)
+
+    async def _run_timer(self) -> None:
+        """Lease ends and message expirations, on the injected clock."""
+        clock = self._clock
+        while True:
+            self._wake.clear()
+            now = time_us(clock)
+            for queue in self.queues.values():
+                removed = queue.machine.tick(now)
+                if removed:
+                    self._log(queue, removed)
+                if removed or queue.machine.ready:
+                    self.kick(queue)
+            soon = self._next_deadline()
+            self._target_us = soon
+            waiter = asyncio.ensure_future(self._wake.wait())
+            if not soon:
+                await waiter
+                continue
+            sleeper = asyncio.ensure_future(clock.sleep(max(0.0, (soon - now) / 1_000_000)))
+            try:
+                await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for f in (waiter, sleeper):
+                    if not f.done():
+                        f.cancel()
+
+    # -- admin --------------------------------------------------------------------------
+
+    def counters(self) -> dict[str, QueueCounters]:
+        """Every queue's counters (metrics snapshot: Prometheus, stats history)."""
+        out: dict[str, QueueCounters] = {}
+        for name in self.queues:
+            i = self.info(name)
+            out[name] = {
+                "depth": i.depth, "backlog": i.backlog, "leased": i.leased,
+                "consumers": i.consumers, "oldest_lease_age": i.oldest_lease_age,
+                "oldest_message_age": i.oldest_message_age, "enqueued": i.enqueued,
+                "removed": dict(i.removed),
+            }  # fmt: skip
+        return out
+
+    def set_proxied_transfer(self, name: str, enabled: bool) -> None:
+        """``enable_proxied_transfer`` / ``disable_proxied_transfer``.
+
+        Raises:
+            QueueNotFound: no queue of that name.
+            ProxiedTransferUnavailable: always, for an existing queue: queues are not
+                replicated in this version (docs/queues.md).
+        """
+        if name not in self.queues:
+            raise QueueNotFound(name)
+        raise ProxiedTransferUnavailable(name)
+
+    def infos(self) -> list[QueueInfo]:
+        """Every queue, in name order."""
+        return [self.info(name) for name in sorted(self.queues)]
+
+    def info(self, name: str) -> QueueInfo:
+        """One queue.
+
+        Raises:
+            QueueNotFound: no queue of that name.
+        """
+        q = self.queues.get(name)
+        if q is None:
+            raise QueueNotFound(name)
+        m = q.machine
+        now = time_us(self._clock)
+        lease_start = m.oldest_lease_us()
+        oldest = m.oldest_enqueued_us()
+        leases: list[dict[str, object]] = [
+            {"bookmark": msg.bookmark, "consumer": msg.holder.name if msg.holder else None,
+             "deliveries": msg.deliveries, "expires_in": round((msg.lease_until_us - now) / 1e6, 3)}
+            for msg in _first_leased(m.messages(), 50)
+        ]  # fmt: skip
+        cfg = q.config
+        return QueueInfo(
+            name=cfg.name, kind=cfg.kind, underlying_topic=cfg.underlying,
+            semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
+            owned=m.depth, transferred_in=q.transferred_in, transferred_out=q.transferred_out,
+            proxied_transfer=False,
+            oldest_lease_age=round((now - lease_start) / 1e6, 3) if lease_start else 0.0,
+            oldest_message_age=round((now - oldest) / 1e6, 3) if oldest else 0.0,
+            consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
+            leases=leases,
+        )  # fmt: skip
+
+
+def _first_leased(messages: Iterable[Message], n: int) -> list[Message]:
+    out: list[Message] = []
+    for m in messages:
+        if m.holder is not None:
+            out.append(m)
+            if len(out) >= n:
+                break
+    return out
+
+
+def _accepts(flt: Filter) -> Callable[[Message], bool]:
+    def accepts(m: Message) -> bool:
+        return flt.matches(MessageView(m.topic, m.body, bookmark=m.bookmark))
+
+    return accepts
+
+
+def _bookmarks(items: list[str]) -> list[str]:
+    """Bookmarks as the machine names them (``H|S|``; a trailing ``|`` may be left off)."""
+    return [b if b.endswith("|") else b + "|" for b in items]

@@ -1,0 +1,139 @@
+// Queues: GET /api/queues every 2 s (depth, backlog, leases, ownership per instance), the
+// depth and age of the selected queue as charts, its first leases, and the proxied-transfer
+// switch (an admin POST; the broker answers 409 while queues are not replicated, and the
+// page shows that answer).
+
+import { TimeChart } from "./charts.js";
+import {
+  Alert, KeyedTable, Poller, api, busy, confirmDialog, el, fmtDuration, fmtInt, setText,
+} from "./ui.js";
+
+const alert = new Alert(document.getElementById("page-alert"));
+const $id = (id) => document.getElementById(id);
+/** Points kept per queue for the charts (10 minutes at one poll every 2 s). */
+const MAX_POINTS = 300;
+const history = new Map();
+let selected = null;
+
+const depthChart = new TimeChart($id("chart-depth"), {
+  series: [
+    { label: "depth", color: "--in", fill: true, fmt: fmtInt },
+    { label: "leased", color: "--out", fmt: fmtInt },
+  ],
+  yFormat: fmtInt,
+  window: 600,
+});
+const ageChart = new TimeChart($id("chart-age"), {
+  series: [
+    { label: "oldest message", color: "--p99", fmt: (v) => fmtDuration(v) },
+    { label: "oldest lease", color: "--p50", fmt: (v) => fmtDuration(v) },
+  ],
+  yFormat: (v) => v.toFixed(0),
+  window: 600,
+});
+
+async function switchTransfer(button, q) {
+  const verb = q.proxied_transfer ? "disable" : "enable";
+  const yes = await confirmDialog({
+    title: `${verb === "enable" ? "Enable" : "Disable"} proxied transfer on ${q.name}?`,
+    message: ["Proxied transfer lets this instance take over messages owned by an instance " +
+      "that is offline; a message the owner delivered before it went down may be delivered twice."],
+    confirm: verb === "enable" ? "Enable" : "Disable",
+    danger: verb === "enable",
+  });
+  if (!yes) return;
+  await busy(button, async () => {
+    try {
+      await api(`/api/queues/${encodeURIComponent(q.name)}/${verb}_proxied_transfer`, { method: "POST" });
+      alert.ok(`proxied transfer ${verb}d on ${q.name}`);
+    } catch (err) {
+      alert.error(err, `${verb} proxied transfer on ${q.name}`);
+    }
+  });
+  await poller.now();
+}
+
+const cells = ["name", "kind", "underlying_topic", "depth", "backlog", "leased", "consumers",
+  "oldest_lease_age", "oldest_message_age", "owned", "transferred"];
+const numeric = new Set(cells.slice(3));
+
+function cell(field, q) {
+  switch (field) {
+    case "oldest_lease_age": case "oldest_message_age": return q[field] ? fmtDuration(q[field]) : "–";
+    case "transferred": return `${fmtInt(q.transferred_in)} / ${fmtInt(q.transferred_out)}`;
+    case "name": case "kind": case "underlying_topic": return q[field];
+    default: return fmtInt(q[field]);
+  }
+}
+
+const table = new KeyedTable($id("queues-table").tBodies[0], {
+  key: (q) => q.name,
+  columns: cells.length + 1,
+  empty: "No queue is configured",
+  create(q) {
+    const tr = el("tr", { className: "queue-row", onclick: () => { selected = q.name; redraw(); } });
+    for (const field of cells) {
+      tr.append(el("td", { className: numeric.has(field) ? "num" : "mono", dataset: { field } }));
+    }
+    const button = el("button", { type: "button", className: "small proxied-transfer" });
+    button.addEventListener("click", (ev) => {
+      ev.stopPropagation();
+      switchTransfer(button, tr.queue);
+    });
+    tr.append(el("td", { className: "actions" }, button));
+    return tr;
+  },
+  update(tr, q) {
+    tr.queue = q;
+    for (const td of tr.querySelectorAll("td[data-field]")) setText(td, cell(td.dataset.field, q));
+    const button = tr.querySelector("button.proxied-transfer");
+    setText(button, q.proxied_transfer ? "on: disable" : "off: enable");
+    tr.classList.toggle("selected", q.name === selected);
+  },
+});
+
+function leasesOf(q) {
+  const body = $id("leases-table").tBodies[0];
+  body.replaceChildren(...(q?.leases ?? []).map((l) => el("tr", {},
+    el("td", { className: "mono", text: l.bookmark }),
+    el("td", { className: "mono", text: l.consumer ?? "–" }),
+    el("td", { className: "num", text: fmtInt(l.deliveries) }),
+    el("td", { className: "num", text: fmtDuration(Math.max(0, l.expires_in)) }))));
+  if (!body.rows.length) body.append(el("tr", {}, el("td", { colSpan: 4, className: "muted", text: "no lease" })));
+  setText($id("leases-of"), q ? q.name : "");
+}
+
+let lastQueues = [];
+
+function redraw() {
+  const q = lastQueues.find((x) => x.name === selected) ?? lastQueues[0];
+  if (!q) return;
+  selected = q.name;
+  const pts = history.get(q.name) ?? [];
+  const xs = pts.map((p) => p.time);
+  depthChart.setData([xs, pts.map((p) => p.depth), pts.map((p) => p.leased)]);
+  ageChart.setData([xs, pts.map((p) => p.oldest_message_age), pts.map((p) => p.oldest_lease_age)]);
+  for (const tr of $id("queues-table").tBodies[0].rows) tr.classList.toggle("selected", tr.queue?.name === selected);
+  api(`/api/queues/${encodeURIComponent(q.name)}`).then(leasesOf, (err) => alert.error(err, "leases"));
+}
+
+const poller = new Poller(async () => {
+  try {
+    const { queues } = await api("/api/queues");
+    const now = Date.now() / 1000;
+    for (const q of queues) {
+      const pts = history.get(q.name) ?? [];
+      pts.push({ time: now, depth: q.depth, leased: q.leased, oldest_message_age: q.oldest_message_age,
+        oldest_lease_age: q.oldest_lease_age });
+      if (pts.length > MAX_POINTS) pts.shift();
+      history.set(q.name, pts);
+    }
+    lastQueues = queues;
+    table.render(queues);
+    redraw();
+    setText($id("updated"), `updated ${new Date().toISOString().slice(11, 19)} UTC`);
+  } catch (err) {
+    alert.error(err, "queues");
+  }
+}, 2000);
+poller.start();

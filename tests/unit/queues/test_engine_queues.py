@@ -1,0 +1,386 @@
+"""Queue scenarios on the in-process engine (virtual clock): deliveries, acks with
+sow_delete, leases that run out, disconnects, backlog limits, barriers, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from server.txlog.record import RecordKind
+from tests.support.engine import EngineHarness, FakeClient
+
+Msg = tuple[dict[str, Any], bytes]
+
+
+def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
+    @wraps(fn)
+    def wrapper(tmp_path: Path) -> None:
+        asyncio.run(fn(tmp_path))
+
+    return wrapper
+
+
+def queue_xml(
+    extra: str = "", *, name: str = "work", under: str = "work-in", tag: str = "Queue"
+) -> str:
+    return (
+        f"<{tag}><Name>{name}</Name><MessageType>json</MessageType>"
+        f"<UnderlyingTopic>{under}</UnderlyingTopic>{extra}</{tag}>"
+    )
+
+
+def harness(tmp_path: Path, queues: str, **kw: Any) -> EngineHarness:
+    return EngineHarness(
+        tmp_path, sow=queues, journal_size="1MB",
+        txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>", **kw,
+    )  # fmt: skip
+
+
+def pub(n: int, topic: str = "work-in", **doc: Any) -> Msg:
+    return {"c": "publish", "t": topic}, orjson.dumps({"n": n, **doc})
+
+
+def sub(sub_id: str = "s", topic: str = "work", options: str = "", **kw: Any) -> Msg:
+    header: dict[str, Any] = {"c": "subscribe", "t": topic, "sub_id": sub_id, "cid": sub_id,
+                              "a": "processed", **kw}  # fmt: skip
+    if options:
+        header["o"] = options
+    return header, b""
+
+
+def ack(*bms: str, options: str = "", cid: str = "a") -> Msg:
+    header: dict[str, Any] = {"c": "sow_delete", "t": "work", "bm": ",".join(bms), "cid": cid,
+                              "a": "processed,stats"}  # fmt: skip
+    if options:
+        header["o"] = options
+    return header, b""
+
+
+def got(c: FakeClient) -> list[tuple[int, str, int]]:
+    """(n, bookmark, delivery number) of every queue delivery so far."""
+    return [(orjson.loads(b)["n"], h["bm"], h["dc"]) for h, b in c.deliveries()]
+
+
+@scenario
+async def test_delivery_ack_and_lease_expiry_redelivers(tmp_path: Path) -> None:
+    async with harness(
+        tmp_path,
+        queue_xml(
+            "<LeasePeriod>30s</LeasePeriod><MaxPerSubscriptionBacklog>5</MaxPerSubscriptionBacklog>"
+        ),
+    ) as h:
+        p = await h.logon("pub")
+        c = await h.logon("worker")
+        c.send(sub(options="max_backlog=2"))
+        await h.settle()
+        assert c.acks("processed")[0]["max_backlog"] == 2
+        p.send(pub(1), pub(2), pub(3))
+        await h.settle()
+        first = c.deliveries()
+        assert [orjson.loads(b)["n"] for _, b in first] == [1, 2]  # backlog 2
+        assert all(hd["t"] == "work" and hd["lp"] == 30_000 and hd["dc"] == 1 for hd, _ in first)
+        c.send(ack(first[0][0]["bm"]))
+        await h.settle()
+        assert c.acks("stats")[-1]["records_deleted"] == 1
+        assert [n for n, _, _ in got(c)] == [1, 2, 3]
+        # message 2 and 3 are not acked: their leases end after 30 s of virtual time
+        await h.clock.advance(29)
+        assert len(c.deliveries()) == 3
+        await h.clock.advance(1.5)
+        await h.settle()
+        redelivered = got(c)[3:]
+        assert sorted((n, dc) for n, _, dc in redelivered) == [(2, 2), (3, 2)]
+        info = h.broker.queues.info("work")
+        assert (info.depth, info.leased, info.backlog) == (2, 2, 0)
+
+
+@scenario
+async def test_disconnect_returns_leases_to_another_consumer(tmp_path: Path) -> None:
+    async with harness(
+        tmp_path, queue_xml("<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")
+    ) as h:
+        p = await h.logon("pub")
+        a = await h.logon("a")
+        a.send(sub(options="max_backlog=10"))
+        await h.settle()
+        p.send(*(pub(i) for i in range(4)))
+        await h.settle()
+        assert len(a.deliveries()) == 4
+        a.send(ack(a.deliveries()[0][0]["bm"]))
+        await h.settle()
+        b = await h.logon("b")
+        b.send(sub(options="max_backlog=10"))
+        await h.settle()
+        assert b.deliveries() == []
+        await a.session.close()  # the connection drops: its leases end at once
+        await h.settle()
+        assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2), (2, 2), (3, 2)]
+
+
+@scenario
+async def test_backlog_is_the_smaller_of_max_backlog_and_the_queue_limit(tmp_path: Path) -> None:
+    async with harness(
+        tmp_path, queue_xml("<MaxPerSubscriptionBacklog>3</MaxPerSubscriptionBacklog>")
+    ) as h:
+        p = await h.logon("pub")
+        big, default = await h.logon("big"), await h.logon("default")
+        big.send(sub(options="max_backlog=100"))
+        default.send(sub())
+        await h.settle()
+        assert big.acks("processed")[0]["max_backlog"] == 3
+        assert default.acks("processed")[0]["max_backlog"] == 1  # no max_backlog: 1
+        p.send(*(pub(i) for i in range(10)))
+        await h.settle()
+        assert (len(big.deliveries()), len(default.deliveries())) == (3, 1)
+        info = h.broker.queues.info("work")
+        assert (info.leased, info.backlog, info.depth) == (4, 6, 10)
+
+
+@scenario
+async def test_max_backlog_is_refused_outside_queues(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml()) as h:
+        c = await h.logon("c")
+        c.send(sub(topic="work-in", options="max_backlog=3"))
+        c.send(sub("t", options="live"))
+        c.send(sub("u", bm="0"))
+        await h.settle()
+        fails = [(a["cid"], a["reason"]) for a in c.acks() if a.get("status") == "failure"]
+        assert fails == [
+            ("s", "invalid options"),
+            ("t", "invalid options"),
+            ("u", "invalid options"),
+        ]
+
+
+@scenario
+async def test_barrier_waits_for_every_message_ahead(tmp_path: Path) -> None:
+    q = queue_xml("<BarrierExpression>/barrier = 1</BarrierExpression>"
+                  "<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")  # fmt: skip
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=10"))
+        await h.settle()
+        p.send(pub(1), pub(2), pub(3, barrier=1), pub(4))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [1, 2, 4]
+        bms = {n: bm for n, bm, _ in got(c)}
+        c.send(ack(bms[1], bms[4]))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [1, 2, 4]  # 2 is still ahead of the barrier
+        c.send(ack(bms[2]))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [1, 2, 4, 3]
+
+
+@scenario
+async def test_priority_cancel_expire_and_max_cancels(tmp_path: Path) -> None:
+    q = queue_xml("<Priority>/p</Priority><MaxCancels>2</MaxCancels>")
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        p.send(pub(1, p=1), pub(2, p=9), pub(3, p=5))
+        await h.settle()
+        c = await h.logon("c")
+        c.send(sub())
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2]
+        bm2 = got(c)[0][1]
+        c.send(ack(bm2, options="cancel", cid="c1"))
+        await h.settle()
+        assert [(n, dc) for n, _, dc in got(c)] == [(2, 1), (2, 2)]
+        c.send(ack(bm2, options="cancel", cid="c2"))  # the second cancel: it leaves
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2, 2, 3]
+        c.send(ack(got(c)[-1][1], options="expire", cid="e"))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2, 2, 3, 1]
+        removed = h.broker.queues.info("work").removed
+        assert removed == {"max_cancels": 1, "expired": 1}
+
+
+@scenario
+async def test_a_filter_ack_removes_matching_messages(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml()) as h:
+        p = await h.logon("pub")
+        p.send(*(pub(i) for i in range(6)))
+        await h.settle()
+        c = await h.logon("c")
+        c.send(
+            (
+                {
+                    "c": "sow_delete",
+                    "t": "work",
+                    "f": "/n >= 3",
+                    "cid": "f",
+                    "a": "processed,stats",
+                },
+                b"",
+            )
+        )
+        await h.settle()
+        assert c.acks("stats")[0]["records_deleted"] == 3
+        assert h.broker.queues.info("work").depth == 3
+        c.send(({"c": "sow_delete", "t": "work", "cid": "x", "a": "processed"}, b""))
+        c.send(ack("1|1|", options="bogus", cid="y"))
+        await h.settle()
+        fails = [(a["cid"], a["reason"]) for a in c.acks() if a.get("status") == "failure"]
+        assert fails == [("x", "invalid message"), ("y", "invalid options")]
+
+
+@scenario
+async def test_a_consumer_filter_and_round_robin(tmp_path: Path) -> None:
+    q = queue_xml("<DeliveryFairness>round-robin</DeliveryFairness>"
+                  "<MaxPerSubscriptionBacklog>100</MaxPerSubscriptionBacklog>")  # fmt: skip
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        a, b, odd = await h.logon("a"), await h.logon("b"), await h.logon("odd")
+        for c in (a, b):
+            c.send(sub(options="max_backlog=100", f="/n % 2 = 0"))
+        odd.send(sub(options="max_backlog=100", f="/n % 2 = 1"))
+        await h.settle()
+        p.send(*(pub(i) for i in range(40)))
+        await h.settle()
+        assert sorted(n for n, _, _ in got(odd)) == list(range(1, 40, 2))
+        assert (len(got(a)), len(got(b))) == (10, 10)
+        assert all(n % 2 == 0 for n, _, _ in got(a) + got(b))
+
+
+@scenario
+async def test_at_most_once_removes_on_delivery(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml("<Semantics>at-most-once</Semantics>")) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub())
+        await h.settle()
+        p.send(*(pub(i) for i in range(5)))
+        await h.settle()
+        assert [(n, dc) for n, _, dc in got(c)] == [(i, 1) for i in range(5)]
+        assert all(hd["lp"] == 0 for hd, _ in c.deliveries())
+        assert h.broker.queues.info("work").depth == 0
+
+
+@scenario
+async def test_expiration_removes_unread_messages_on_the_clock(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml("<Expiration>10s</Expiration>")) as h:
+        p = await h.logon("pub")
+        p.send(pub(1))
+        await h.settle()
+        await h.clock.advance(5)
+        p.send(pub(2))
+        await h.settle()
+        await h.clock.advance(5.5)
+        await h.settle()
+        assert h.broker.queues.info("work").depth == 1
+        c = await h.logon("c")
+        c.send(sub())
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [2]
+
+
+@scenario
+async def test_state_is_recovered_from_the_log(tmp_path: Path) -> None:
+    q = queue_xml("<MaxPerSubscriptionBacklog>10</MaxPerSubscriptionBacklog>")
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=10"))
+        await h.settle()
+        p.send(*(pub(i) for i in range(6)))
+        await h.settle()
+        c.send(ack(*(bm for n, bm, _ in got(c) if n in (0, 2, 4))))
+        await h.settle()
+        await h.commit()
+        kinds = [r.kind for r in await h.broker.txlog.read_view(1)]  # type: ignore[union-attr]
+        assert kinds.count(RecordKind.QUEUE_ACK) == 1
+    async with harness(tmp_path, q) as h:
+        assert h.broker.queues.info("work").depth == 3
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=10"))
+        await h.settle()
+        assert sorted(n for n, _, _ in got(c)) == [1, 3, 5]
+
+
+@scenario
+async def test_entitlements_read_to_consume_write_to_delete_by_filter(tmp_path: Path) -> None:
+    users = (
+        "<User><Name>worker</Name><Token>worker-token-0123456789</Token>"
+        "<Read>^work$</Read></User>"
+        "<User><Name>other</Name><Token>other-token-0123456789</Token>"
+        "<Read>^elsewhere$</Read><Write>^work-in$</Write></User>"
+    )
+    async with harness(tmp_path, queue_xml(), users=users) as h:
+        p = await h.logon("pub", user_id="other", pw="other-token-0123456789")
+        p.send(pub(1))
+        await h.settle()
+        w = await h.logon("w", user_id="worker", pw="worker-token-0123456789")
+        o = await h.logon("o", user_id="other", pw="other-token-0123456789")
+        o.send(sub("x"))
+        w.send(sub())
+        await h.settle()
+        assert [(a["status"], a.get("reason")) for a in o.acks("processed")] == [
+            ("failure", "not entitled")
+        ]
+        assert [n for n, _, _ in got(w)] == [1]
+        w.send(({"c": "sow_delete", "t": "work", "f": "/n = 1", "cid": "f", "a": "processed"}, b""))
+        w.send(ack(got(w)[0][1], cid="ok"))  # acking what it holds needs no write
+        await h.settle()
+        assert [(a["cid"], a["status"], a.get("reason")) for a in w.acks("processed")][1:] == [
+            ("f", "failure", "not entitled"),
+            ("ok", "success", None),
+        ]
+        assert h.broker.queues.info("work").depth == 0
+
+
+@scenario
+async def test_at_most_once_holds_a_consumer_whose_connection_is_full(tmp_path: Path) -> None:
+    q = queue_xml(
+        "<Semantics>at-most-once</Semantics><DeliveryFairness>round-robin</DeliveryFairness>"
+    )
+    tuning = "<SlowClientBufferLimit>1MB</SlowClientBufferLimit>"
+    async with harness(
+        tmp_path, q, tuning=tuning, transport_extra="<MaxMessageSize>128KB</MaxMessageSize>"
+    ) as h:
+        p = await h.logon("pub")
+        stuck, reader = await h.logon("stuck"), await h.logon("reader")
+        stuck.send(sub())
+        reader.send(sub())
+        await h.settle()
+        stuck.transport.stop_reading()
+        pad = "x" * 10_000
+        for i in range(0, 200, 20):
+            p.send(*(pub(n, pad=pad) for n in range(i, i + 20)))
+            await h.settle()
+        assert not stuck.closed  # held, never cut for a slow client
+        assert stuck.session.queue_depth <= 1024 * 1024 // 2
+        stuck.transport.resume_reading()
+        await h.settle()
+        got_both = sorted(n for c in (stuck, reader) for n, _, _ in got(c))
+        assert got_both == list(range(200))  # each message once, none lost
+        assert len(got(reader)) > len(got(stuck))
+
+
+@scenario
+async def test_replacing_a_queue_subscription_by_a_plain_one_ends_its_leases(
+    tmp_path: Path,
+) -> None:
+    """Regression: a queue subscription replaced by a subscription to another topic kept
+    its consumer, so queue messages kept coming under the new subscription's id."""
+    async with harness(tmp_path, queue_xml()) as h:
+        p = await h.logon("pub")
+        a, b = await h.logon("a"), await h.logon("b")
+        a.send(sub())
+        await h.settle()
+        p.send(pub(1), pub(2))
+        await h.settle()
+        assert [n for n, _, _ in got(a)] == [1]
+        a.send(sub(topic="elsewhere", options="replace"))
+        b.send(sub())
+        await h.settle()
+        assert [n for n, _, _ in got(a)] == [1]  # nothing more from the queue
+        assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2)]
+        assert h.broker.queues.info("work").consumers == 1
