@@ -79,6 +79,7 @@ from server.replication.errors import (
 from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Data, Offer, Run, decode_runs
 from server.replication.hops import format_hop
 from server.replication.protocol import Closed, DataReceived
+from server.replication.replies import FailureReplies
 from server.replication.transport import Connector, Dialed, LinkLost, LinkWriter
 from server.sow.memory import MemoryStore
 from server.stats.source import EventSink
@@ -519,7 +520,7 @@ class _Copy:
         self._hop: tuple[str, ...] = ()
         self._pending: deque[tuple[int, int, int]] = deque()  # (local seq, upto, records)
         self._decompressor = zstandard.ZstdDecompressor()
-        self._failures: list[str] = []
+        self._replies = FailureReplies()
 
     def offered(self, offer: Offer) -> None:
         """The source accepted: progress totals, and the marker names it.
@@ -540,8 +541,8 @@ class _Copy:
                 "is dropped by bookmark)"
             )
         self._hop = (format_hop(name, offer.group),)
-        self._origin = Origin(kind="replication", name=name, user=None, replies=None,
-                              traffic=Traffic())  # fmt: skip
+        self._origin = Origin(kind="replication", name=name, user=None,
+                              replies=self._replies, traffic=Traffic())  # fmt: skip
         progress = boot.progress
         progress.state = "copying"
         progress.source = name
@@ -610,6 +611,12 @@ class _Copy:
                     kind=RecordKind(run.kind), path=run.path + self._hop,
                 ),
             )  # fmt: skip
+            if self._replies.failures:
+                failure = self._replies.failures[0]
+                raise RecordRefused(
+                    f"this instance refused a copied record of {run.topic!r}: "
+                    f"{failure.reason} {failure.detail or ''}".rstrip()
+                )
 
     def _durable(self, durable: int) -> None:
         marker = self._boot.marker

@@ -39,12 +39,11 @@ from typing import Final
 import zstandard
 
 from server.auth import Authenticator
-from server.backpressure import MAX_FRAME
 from server.clock import Clock
 from server.config import Config, UserConfig
 from server.logons import LogonGuard
 from server.peer import Peer
-from server.ports import AckValue, Origin, PublishRun, Traffic
+from server.ports import Origin, PublishRun, Traffic
 from server.protocol.errors import NotEntitled, ProtocolFailure
 from server.publishing import PublishPipeline
 from server.replication.errors import (
@@ -74,6 +73,7 @@ from server.replication.protocol import (
     StreamStarted,
     SyncNoticed,
 )
+from server.replication.replies import FailureReplies
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter
 from server.stats.source import EventSink
 from server.txlog import RecordKind, TransactionLog
@@ -102,54 +102,6 @@ class InboundContext:
     record: Callable[[LinkEvent], None]
     ack_interval: float
     logons: LogonGuard | None = None
-
-
-class _Replies:
-    """Where the pipeline answers a replicated run: no acks are asked, only failures
-    come back, and they end the link."""
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.failures: list[ProtocolFailure] = []
-
-    def send(self, data: bytes) -> None:
-        pass
-
-    def send_messages(self, data: bytes, count: int) -> None:
-        pass
-
-    def send_batch(self, data: bytes, count: int) -> None:
-        pass
-
-    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
-        return True  # nothing is ever queued here
-
-    def overflow(self, nbytes: int) -> None:
-        pass
-
-    def ack(
-        self,
-        kind: str,
-        cid: str | None,
-        status: str = "success",
-        reason: str | None = None,
-        **fields: AckValue,
-    ) -> None:
-        pass
-
-    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
-        self.failures.append(exc)
-
-    def has_room(self) -> bool:
-        return True
-
-    @property
-    def piece_bytes(self) -> int:
-        return MAX_FRAME  # nothing is ever queued here
-
-    async def wait_room(self) -> None:
-        return None
 
 
 class InboundLink:
@@ -192,7 +144,7 @@ class InboundLink:
         self.last_error: str | None = None
         self._hop = ""
         self._origin: Origin | None = None
-        self._replies = _Replies()
+        self._replies = FailureReplies()
         self._queue: deque[Data] = deque()
         self._queued_bytes = 0
         self._room = asyncio.Event()
