@@ -118,7 +118,12 @@ async function discover() {
       graph = await call(name, url, "/api/fabric");
     } catch (err) {
       const entry = known ?? { name, group: name, admin_url: url };
-      instances.set(name, { ...entry, state: "down", note: err.detail || err.message });
+      // refused (no or a wrong token) is not down: this page cannot tell how it is
+      const refused = err.status === 401 || err.status === 403;
+      const note = refused
+        ? `not authenticated: save a token for ${name} under Credentials (${err.detail})`
+        : err.detail || err.message;
+      instances.set(name, { ...entry, state: refused ? "unknown" : "down", note });
       continue;
     }
     for (const inst of graph.instances) {

@@ -11,11 +11,15 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
 from server.client.sync import SyncClient
+from server.passwords import hash_password
+from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER
 from tests.support.replication import Cluster, destination
 from tests.support.wait import wait_until
 
@@ -131,3 +135,58 @@ def test_three_instances_a_downgrade_and_a_dead_instance(page: Page, chain: Clus
     expect(bc.locator('[data-field="state"] .badge')).to_have_text("down", timeout=deadline_ms)
     assert time.monotonic() - killed <= 2 * REFRESH_S + 0.5
     assert page.evaluate("() => document.querySelectorAll('#fabric-graph canvas').length") >= 1
+
+
+def test_with_users_each_instance_takes_the_token_given_for_it(page: Page, tmp_path: Path) -> None:
+    """A and B with <Users>: the page, logged on to A, cannot read B until the operator
+    gives it B's token (kept in the tab); then B is up, and an action on B made from A's
+    page is recorded in B's event log with B's user."""
+    cluster = Cluster(tmp_path, ["a", "b"])
+    a_origin, b_origin = _origin(cluster, "a"), _origin(cluster, "b")
+    users = (
+        f"<User><Name>{ADMIN_USER}</Name><PasswordHash>{hash_password(ADMIN_PASSWORD)}"
+        f"</PasswordHash><Token>{ADMIN_TOKEN}</Token><Admin>true</Admin></User>"
+    )
+    to_b = destination("b", [cluster.address("b")], exclude="replicate", user=ADMIN_USER,
+                       secret=ADMIN_TOKEN)  # fmt: skip
+    cluster.add("a", users=users, admin_extra=_allow(b_origin), destinations=[to_b])
+    cluster.add("b", users=users, admin_extra=_allow(a_origin))
+    cluster.start()
+    bearer = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+    def api(name: str, path: str) -> Any:
+        url = f"{cluster.procs[name].http_url}{path}"
+        response = httpx.get(url, headers=bearer, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    try:
+        wait_until(lambda: api("a", "/api/replication")["destinations"][0]["connected"], 30)
+        page.goto(f"{cluster.procs['a'].http_url}/login?next=/fabric")
+        page.fill("#username", ADMIN_USER)
+        page.fill("#password", ADMIN_PASSWORD)
+        page.click("button[type=submit]")
+        expect(page).to_have_url(f"{cluster.procs['a'].http_url}/fabric")
+        b_state = page.locator('#fabric-instances tr[data-key="b"] [data-field="state"]')
+        expect(b_state).to_contain_text("not authenticated", timeout=15_000)
+        expect(b_state.locator(".badge")).to_have_text("unknown")
+
+        page.fill('#fabric-credentials input[name="instance"]', "b")
+        page.fill('#fabric-credentials input[name="token"]', ADMIN_TOKEN)
+        page.click('#fabric-credentials button[type="submit"]')
+        expect(page.locator("#fabric-credential-list")).to_contain_text("b: token saved")
+        expect(b_state.locator(".badge")).to_have_text("up", timeout=10_000)
+        assert ADMIN_TOKEN not in (page.context.cookies().__repr__())
+
+        with SyncClient(cluster.procs["b"].ws_url, "feed-b", user_id=ADMIN_USER,
+                        password=ADMIN_TOKEN):  # fmt: skip
+            page.locator('#fabric-instances tr[data-key="b"] button[data-action="manage"]').click()
+            row = page.locator('#fabric-clients tbody tr[data-key="feed-b"]')
+            row.locator('button[data-action="disconnect"]').click()
+            expect(page.locator("#page-alert")).to_contain_text("b: disconnect feed-b done")
+        events = api("b", "/api/events?category=admin")["events"]
+        assert any(
+            e.get("action") == "clients.disconnect" and e.get("user") == ADMIN_USER for e in events
+        ), events
+    finally:
+        cluster.stop()
