@@ -468,6 +468,12 @@ class AdminApi:
     async def replication(self, request: Request) -> Any:
         return self.ops.replication_info()
 
+    async def bootstrap(self, request: Request) -> Any:
+        return self.ops.bootstrap_info()
+
+    async def fabric(self, request: Request) -> Any:
+        return self.ops.fabric_info()
+
     async def replication_events(self, request: Request) -> Any:
         params = request.query_params
         t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
@@ -488,6 +494,23 @@ class AdminApi:
                 for ts, d, link, e, detail in rows
             ],
         }
+
+    async def replication_history(self, request: Request) -> Any:
+        params = request.query_params
+        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
+        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
+        if t0 > t1:
+            raise BadRequest("t0 is after t1")
+        link = params.get("link")
+        if not link:
+            raise BadRequest("link is required (a destination or source name)")
+        direction = params.get("direction") or "out"
+        if direction not in ("in", "out"):
+            raise BadRequest("direction is in or out")
+        limit = _int_param(request, "limit", 2000, 1, 20_000)
+        samples = await self.ops.link_history(t0, t1, link, direction, limit)
+        return {"t0": format_time(t0), "t1": format_time(t1), "link": link,
+                "direction": direction, "samples": samples}  # fmt: skip
 
     def _replication_action(self, verb: str) -> Handler:
         actions = {
@@ -781,11 +804,43 @@ class AdminApi:
                 ),
             ),
             get(
+                "/api/fabric",
+                self.fabric,
+                "The replication graph this instance sees: instances, groups, links",
+                "replication",
+            ),
+            get(
+                "/api/bootstrap",
+                self.bootstrap,
+                "Bootstrap progress: state, source, records, bytes, rate, ETA",
+                "replication",
+            ),
+            get(
                 "/api/replication",
                 self.replication,
                 "Replication destinations and incoming links",
                 "replication",
                 errors=(404,),
+            ),
+            get(
+                "/api/replication/history",
+                self.replication_history,
+                "One replication link's sampled history (state, sync type, lag, rate)",
+                "replication",
+                errors=(400, 404, 503),
+                query=(
+                    QueryParam("link", "a destination or source name", required=True),
+                    QueryParam("direction", "out (a destination, default) or in (a source)"),
+                    QueryParam("t0", "start time"),
+                    QueryParam("t1", "end time"),
+                    QueryParam(
+                        "limit",
+                        "most samples (newest kept)",
+                        type="integer",
+                        minimum=1,
+                        maximum=20_000,
+                    ),
+                ),
             ),
             get(
                 "/api/replication/events",
