@@ -89,7 +89,10 @@ __all__ = [
     "first_type",
 ]
 
-PROTOCOL_VERSION: Final = 1
+#: 2 since a source tells its destination the link's effective sync type (``SyncNotice``)
+#: and an empty instance may ask for a bootstrap: a version-1 peer would drop the link on
+#: a message it does not know, so the hello refuses it up front with both versions instead
+PROTOCOL_VERSION: Final = 2
 #: largest message accepted (a batch is far smaller; a single huge record is not)
 MAX_MESSAGE: Final = 64 << 20
 #: type bit of a DATA message whose records are zstd-compressed
