@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak fuzz
+.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -68,6 +68,11 @@ test-fast: install
 
 test-spark: install java
 	$(PY) -m pytest -m spark $(PYTEST_ARGS)
+
+# docs/fabric.png: the fabric page of three real instances A -> B -> C, taken by its
+# browser test (tests/browser/test_fabric_page.py) before it downgrades and kills.
+fabric-screenshot: install browser
+	SPOOL_FABRIC_SCREENSHOT=1 $(PY) -m pytest -q tests/browser/test_fabric_page.py
 
 bench: install java
 	$(PY) -m tests.bench $(ARGS)

@@ -48,6 +48,8 @@ from server.peer import Peer
 from server.ports import DurabilityHorizon
 from server.publishing import PublishPipeline
 from server.queues.service import QueueService
+from server.replication.bootstrap import Bootstrapper
+from server.replication.errors import BootstrapFailed
 from server.replication.horizon import SyncHorizon
 from server.replication.service import Replication
 from server.replication.transport import Connector, connect_websocket
@@ -179,6 +181,14 @@ class Broker:
         if replication is not None:
             # replicated queues: an instance with a live link into this one is online
             self.queues.peers = replication.inbound.keys
+        #: the bootstrap of an empty instance (``<Bootstrap>``), None without one
+        self.bootstrapper: Bootstrapper | None = None
+        if config.bootstrap is not None and txlog is not None:
+            self.bootstrapper = Bootstrapper(
+                config, config.bootstrap, txlog, self.pipeline, lambda: list(self.sow.topics),
+                clock, self.events, connector,
+            )  # fmt: skip
+        self._bootstrapping: asyncio.Task[None] | None = None
         self.clients = ClientRegistry(
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
             logon_fields=replication.failover_fields if replication is not None else None,
@@ -221,6 +231,7 @@ class Broker:
             sow=self.sow,
             queues=self.queues,
         )
+        self.operations.bootstrap = self.bootstrapper
         self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
@@ -269,17 +280,51 @@ class Broker:
         await self.pipeline.recover()
         self.sow.recovered()
         self.queues.recovered()
-        # 4. replication: positions, pins, the links to the destinations
+        # 4. bootstrap (an empty instance with <Bootstrap>): the copy runs while the web
+        #    server is up (its progress on the dashboard and /api/bootstrap) but the
+        #    instance is not ready: clients and replication links are refused until the
+        #    rest of the start-up runs after it (server/replication/bootstrap.py)
+        boot = self.bootstrapper
+        if boot is not None and await boot.needed():
+            self._bootstrapping = asyncio.get_running_loop().create_task(
+                self._serve_after(boot), name="spool-bootstrap"
+            )
+            return
+        await self._serve()
+
+    async def _serve_after(self, boot: Bootstrapper) -> None:
+        """The rest of the start-up once the bootstrap is done; a bootstrap that cannot
+        finish (a mutual bootstrap) stops the instance instead: it must never serve an
+        incomplete state."""
+        try:
+            await boot.run()
+        except BootstrapFailed as exc:
+            self.lifecycle.request_shutdown(f"bootstrap failed: {exc}")
+            return
+        except Exception as exc:  # a bug: say so and stop rather than hang unready
+            self.events.emit(
+                "error", "replication", "bootstrap_failed", detail=f"{type(exc).__name__}: {exc}"
+            )
+            self.lifecycle.request_shutdown(f"bootstrap failed: {type(exc).__name__}: {exc}")
+            return
+        await self._serve()
+
+    async def _serve(self) -> None:
+        """Start-up steps 5 to 10: replication, the sampler, TLS, the slow-client watch,
+        actions; then clients are served."""
+        cfg = self.config
+        # 5. replication: positions, pins, the links to the destinations
         if self.replication is not None:
             await self.replication.start()
-        # 5. the statistics sampler
+        # 6. the statistics sampler
         self._sampler = Sampler(
             self.operations, cfg, self.clock,
             link_events=self.replication.drain_history if self.replication else None,
+            link_samples=self.replication.link_samples if self.replication else None,
         )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler
-        # 6. TLS: say what is served, watch its expiry; or say the listener is plain text
+        # 7. TLS: say what is served, watch its expiry; or say the listener is plain text
         if self.tls is not None:
             self.tls.start()
         elif cfg.plaintext_exposed:
@@ -288,11 +333,11 @@ class Broker:
                 detail="AllowPlaintext: passwords, tokens and messages cross the network "
                 "without TLS unless a TLS-terminating proxy is in front",
             )  # fmt: skip
-        # 7. the slow-client watch (SlowClientTimeout)
+        # 8. the slow-client watch (SlowClientTimeout)
         self.stalls.start()
-        # 8. actions: the on-startup ones run to their end, then schedules and watchers
+        # 9. actions: the on-startup ones run to their end, then schedules and watchers
         await self.actions.start()
-        # 9. serve
+        # 10. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -301,8 +346,13 @@ class Broker:
         end the replication links."""
         if self.lifecycle.stopping:
             return
-        # 1. refuse new connections and commands
+        # 1. refuse new connections and commands; a bootstrap in progress stops (its
+        #    marker makes the next start resume it)
         self.lifecycle.stopping = True
+        if self._bootstrapping is not None and not self._bootstrapping.done():
+            self._bootstrapping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._bootstrapping
         self.lifecycle.ready = False
         self.events.emit("info", "instance", "stopping", clients=len(self.clients.sessions))
         # 2. the on-shutdown actions, while clients are still connected (bounded)

@@ -36,7 +36,9 @@ from server.logons import LogonGuard
 from server.metrics import Metrics
 from server.queues.errors import QueueNotFound
 from server.queues.service import QueueService
+from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
+from server.replication.fabric import FabricGraph, fabric_graph
 from server.replication.service import Replication, ReplicationInfo
 from server.session import Session
 from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
@@ -243,6 +245,8 @@ class Operations:
         self._sow = sow
         self._queues = queues
         self.sampler: Sampler | None = None
+        #: the instance's bootstrap (``<Bootstrap>``), set by the engine
+        self.bootstrap: Bootstrapper | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
 
@@ -283,7 +287,21 @@ class Operations:
 
     def alerts(self) -> list[Alert]:
         """What every dashboard page shows in a banner now (server/alerts.py)."""
-        return txlog_alerts(self._txlog)
+        boot = self.bootstrap
+        booting = boot.progress.alerts() if boot is not None else []
+        return booting + txlog_alerts(self._txlog)
+
+    def fabric_info(self) -> FabricGraph:
+        """The replication graph this instance sees (``GET /api/fabric``)."""
+        repl = self._replication
+        return fabric_graph(self.config, repl.info() if repl is not None else None)
+
+    def bootstrap_info(self) -> dict[str, object]:
+        """The bootstrap's progress (``GET /api/bootstrap``; docs/bootstrap.md)."""
+        boot = self.bootstrap
+        if boot is None:
+            return BootstrapProgress().to_dict()
+        return boot.progress.to_dict()
 
     # -- clients ------------------------------------------------------------------------
 
@@ -544,6 +562,23 @@ class Operations:
             raise StatsUnavailable("the statistics database is not open")
         return await asyncio.to_thread(
             store.reader.link_events, t0, t1, link=link, direction=direction, limit=limit
+        )
+
+    async def link_history(
+        self, t0: float, t1: float, link: str, direction: str, limit: int
+    ) -> list[dict[str, object]]:
+        """One link's sampled history from the stats database (SQLite in a thread).
+
+        Raises:
+            ReplicationNotConfigured, StatsUnavailable.
+        """
+        self._repl()
+        sampler = self.sampler
+        store = sampler.store if sampler is not None else None
+        if store is None:
+            raise StatsUnavailable("the statistics database is not open")
+        return await asyncio.to_thread(
+            store.reader.link_history, t0, t1, link=link, direction=direction, limit=limit
         )
 
     # -- retention pins taken over the admin API -----------------------------------------

@@ -20,13 +20,11 @@ web/api_errors.py.
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.datastructures import URLPath
 from starlette.requests import Request
@@ -45,16 +43,11 @@ from server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
 from server.eventlog import EventLog
 from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
 from server.protocol.errors import InvalidOptions, SubIdNotFound
-from server.replication.errors import (
-    DestinationNotFound,
-    ReplicationNotConfigured,
-    SyncChangeRefused,
-)
 from server.stats.host import HostProbe
 from server.stats.prometheus import make_registry
 from server.stats.query import UnknownMetric
 from server.stats.sampler import instance_directories
-from server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
+from server.stats.timeparse import BadTimeValue, format_time
 from server.tls.errors import TlsError
 from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
 from web.api_errors import (
@@ -67,19 +60,16 @@ from web.api_errors import (
     MethodNotAllowed,
     NotFound,
     NotReady,
-    PayloadTooLarge,
 )
 from web.auth import auth_context, csrf_token_for, require_admin
 from web.openapi import Operation, QueryParam, openapi_document
+from web.params import EVENTS_MAX, int_param, json_body
 from web.queues_api import QueuesApi, queue_error
+from web.replication_api import ReplicationApi, replication_error
 from web.sow_api import SowApi, sow_error
+from web.stats_api import StatsApi
 
-MAX_BODY: Final = 64 * 1024
 PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
-MAX_POINTS: Final = 10_000  # largest series answer /api/stats gives
-AUTO_POINTS: Final = 1_000  # points aimed at when no step is given and raw would be more
-DEFAULT_WINDOW: Final = 3600.0
-EVENTS_MAX: Final = 1000
 
 
 Handler = Callable[[Request], Awaitable[Any]]
@@ -107,21 +97,17 @@ def _map_error(exc: Exception) -> ApiError:
     queue = queue_error(exc)
     if queue is not None:
         return queue
+    replication = replication_error(exc)
+    if replication is not None:
+        return replication
     if isinstance(
         exc,
-        AdminError
-        | JournalNotFound
-        | UnknownMetric
-        | TlsNotConfigured
-        | ActionNotFound
-        | DestinationNotFound,
+        AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured | ActionNotFound,
     ):
         return NotFound(str(exc))
-    if isinstance(exc, ReplicationNotConfigured):
-        return NotFound("replication is not configured on this instance")
     if isinstance(exc, BadParameters):
         return BadRequest(str(exc))
-    if isinstance(exc, ActionBusy | NotOnAdmin | SyncChangeRefused):
+    if isinstance(exc, ActionBusy | NotOnAdmin):
         return Conflict(str(exc))
     if isinstance(exc, TlsError):
         # the files on disk cannot be used: the pair in service keeps serving
@@ -198,27 +184,6 @@ def _action_name(op: Operation) -> str:
     return ".".join(words)
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    """The request's JSON object body ({} when empty), read with a size limit."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise PayloadTooLarge(f"body larger than {MAX_BODY} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        return {}
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise BadRequest("body must be a JSON object")
-    return body
-
-
 class AdminApi:
     """Handlers of the admin API for one broker (one per app)."""
 
@@ -230,16 +195,11 @@ class AdminApi:
         self._document: dict[str, Any] | None = None
         self.sow = SowApi(ops)
         self.queues = QueuesApi(ops)
+        self.replication = ReplicationApi(ops)
+        self.stats = StatsApi(ops)
         self.endpoints = self._table()
 
     # -- helpers ---------------------------------------------------------------------------
-
-    def _store(self) -> Any:
-        sampler = self.ops.sampler
-        store = sampler.store if sampler is not None else None
-        if store is None:
-            raise NotReady("the statistics database is not open")
-        return store
 
     # -- probes ----------------------------------------------------------------------------
 
@@ -309,7 +269,7 @@ class AdminApi:
         return {"transports": self.ops.transports_info()}
 
     async def events(self, request: Request) -> Any:
-        limit = _int_param(request, "limit", 200, 1, EVENTS_MAX)
+        limit = int_param(request, "limit", 200, 1, EVENTS_MAX)
         category = request.query_params.get("category")
         events = self.ops.events.recent(EVENTS_MAX if category else limit)
         if category:
@@ -322,11 +282,11 @@ class AdminApi:
     async def action(self, request: Request) -> Any:
         name = request.path_params["name"]
         info = self.actions.action_info(name)
-        limit = _int_param(request, "limit", 20, 1, EVENTS_MAX)
+        limit = int_param(request, "limit", 20, 1, EVENTS_MAX)
         return {**info, "history": await self.actions.history(name, limit)}
 
     async def action_runs(self, request: Request) -> Any:
-        limit = _int_param(request, "limit", 100, 1, EVENTS_MAX)
+        limit = int_param(request, "limit", 100, 1, EVENTS_MAX)
         before = request.query_params.get("before")
         before_id = None
         if before:
@@ -356,42 +316,6 @@ class AdminApi:
     async def openapi(self, request: Request) -> Any:
         return self.openapi_document()
 
-    async def stats_metrics(self, request: Request) -> Any:
-        store = self._store()
-        paths = await asyncio.to_thread(store.reader.list_metrics)
-        return {"metrics": paths, "interval": self.ops.config.admin.interval}
-
-    async def stats(self, request: Request) -> Any:
-        params = request.query_params
-        metric = params.get("metric")
-        if not metric:
-            raise BadRequest("the metric parameter is required (see /api/stats/metrics)")
-        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
-        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
-        if t0 > t1:
-            raise BadRequest("t0 is after t1")
-        window = t1 - t0
-        step: float | None
-        if params.get("step"):
-            step = parse_duration(params["step"])
-            if window / step > MAX_POINTS:
-                raise BadRequest(
-                    f"step {params['step']} gives more than {MAX_POINTS} points; use a larger one"
-                )
-        elif window / self.ops.config.admin.interval > MAX_POINTS:
-            step = float(math.ceil(window / AUTO_POINTS))
-        else:
-            step = None
-        store = self._store()
-        points = await asyncio.to_thread(store.reader.query_series, metric, t0, t1, step)
-        return {
-            "metric": metric,
-            "t0": format_time(t0),
-            "t1": format_time(t1),
-            "step": step,
-            "points": [[ts, value] for ts, value in points],
-        }
-
     # -- actions ---------------------------------------------------------------------------
 
     async def disconnect(self, request: Request) -> Any:
@@ -407,7 +331,7 @@ class AdminApi:
 
     async def resume(self, request: Request) -> Any:
         client, sub_id = request.path_params["client"], request.path_params["sub_id"]
-        body = await _json_body(request)
+        body = await json_body(request)
         extra = body.get("sub_ids", [])
         if not isinstance(extra, list) or not all(isinstance(s, str) and s for s in extra):
             raise BadRequest("sub_ids must be a list of subscription ids")
@@ -437,7 +361,7 @@ class AdminApi:
         return {"pins": self.ops.pins_info()}
 
     async def take_pin(self, request: Request) -> Any:
-        body = await _json_body(request)
+        body = await json_body(request)
         owner = body.get("owner")
         seq = body.get("seq")
         if not isinstance(owner, str) or not PIN_OWNER.fullmatch(owner):
@@ -454,66 +378,9 @@ class AdminApi:
         self.ops.release_pin(owner)
         return {"ok": True, "owner": owner}
 
-    async def truncate_stats(self, request: Request) -> Any:
-        body = await _json_body(request)
-        if ("before" in body) == ("older_than" in body):
-            raise BadRequest('give exactly one of "before" (a time) or "older_than" (e.g. "7d")')
-        if "before" in body:
-            before = parse_time(str(body["before"]))
-        else:
-            before = self.ops.clock.time() - parse_duration(str(body["older_than"]))
-        deleted = await self.ops.truncate_stats(before)
-        return {"ok": True, "deleted_samples": deleted, "before": format_time(before)}
-
-    async def replication(self, request: Request) -> Any:
-        return self.ops.replication_info()
-
-    async def replication_events(self, request: Request) -> Any:
-        params = request.query_params
-        t1 = parse_time(params["t1"]) if params.get("t1") else self.ops.clock.time()
-        t0 = parse_time(params["t0"]) if params.get("t0") else t1 - DEFAULT_WINDOW
-        if t0 > t1:
-            raise BadRequest("t0 is after t1")
-        direction = params.get("direction") or None
-        if direction not in (None, "in", "out"):
-            raise BadRequest("direction is in or out")
-        limit = _int_param(request, "limit", 200, 1, EVENTS_MAX)
-        rows = await self.ops.replication_events(t0, t1, params.get("link") or None,
-                                                 direction, limit)  # fmt: skip
-        return {
-            "t0": format_time(t0),
-            "t1": format_time(t1),
-            "events": [
-                {"time": ts, "direction": d, "link": link, "event": e, "detail": detail}
-                for ts, d, link, e, detail in rows
-            ],
-        }
-
-    def _replication_action(self, verb: str) -> Handler:
-        actions = {
-            "downgrade": self.ops.downgrade_destination,
-            "upgrade": self.ops.upgrade_destination,
-            "reconnect": self.ops.reconnect_destination,
-        }
-        act = actions[verb]
-
-        async def handler(request: Request) -> Any:
-            dest = request.path_params["dest"]
-            act(dest)
-            info = self.ops.replication_info()
-            found = next(d for d in info["destinations"] if d["name"] == dest)
-            return {
-                "ok": True,
-                "destination": dest,
-                "configured_sync_type": found["configured_sync_type"],
-                "effective_sync_type": found["effective_sync_type"],
-            }
-
-        return handler
-
     async def run_action(self, request: Request) -> Any:
         name = request.path_params["name"]
-        body = await _json_body(request)
+        body = await json_body(request)
         unknown = sorted(set(body) - {"parameters"})
         if unknown:
             raise BadRequest(f'unknown field {unknown[0]!r}: the body is {{"parameters": {{...}}}}')
@@ -536,7 +403,6 @@ class AdminApi:
             kw.setdefault("access", "admin")
             return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
 
-        time_help = "YYYYmmddTHHMMSS[Z], ISO-8601 or epoch seconds; inclusive"
         return [
             get("/healthz", self.healthz, "Liveness", "probes", access="public"),
             get(
@@ -685,40 +551,7 @@ class AdminApi:
                 "transports",
                 errors=(404,),
             ),
-            get(
-                "/api/stats",
-                self.stats,
-                "A time series from the stats database",
-                "stats",
-                errors=(400, 404, 503),
-                query=(
-                    QueryParam("metric", "metric path", required=True),
-                    QueryParam("t0", f"window start ({time_help}); default t1 - 1h"),
-                    QueryParam("t1", f"window end ({time_help}); default now"),
-                    QueryParam("step", "bucket width (10s, 1m, or seconds); averages"),
-                ),
-            ),
-            get(
-                "/api/stats/metrics",
-                self.stats_metrics,
-                "Metric paths that exist",
-                "stats",
-                errors=(503,),
-            ),
-            post(
-                "/api/stats/truncate",
-                self.truncate_stats,
-                "Delete old samples",
-                "stats",
-                errors=(503,),
-                body={
-                    "type": "object",
-                    "properties": {
-                        "before": {"type": ["string", "number"]},
-                        "older_than": {"type": "string"},
-                    },
-                },
-            ),
+            *(ApiEndpoint(op, handler) for op, handler in self.stats.operations()),
             get(
                 "/api/actions",
                 self.actions_list,
@@ -780,64 +613,11 @@ class AdminApi:
                     ),
                 ),
             ),
-            get(
-                "/api/replication",
-                self.replication,
-                "Replication destinations and incoming links",
-                "replication",
-                errors=(404,),
-            ),
-            get(
-                "/api/replication/events",
-                self.replication_events,
-                "Replication link events from the stats database",
-                "replication",
-                errors=(400, 404, 503),
-                query=(
-                    QueryParam("link", "one destination or source"),
-                    QueryParam("direction", "out (destinations) or in (sources)"),
-                    QueryParam("t0", f"window start ({time_help}); default t1 - 1h"),
-                    QueryParam("t1", f"window end ({time_help}); default now"),
-                    QueryParam(
-                        "limit",
-                        "1..1000, default 200 (the newest)",
-                        type="integer",
-                        minimum=1,
-                        maximum=EVENTS_MAX,
-                    ),
-                ),
-            ),
-            *(
-                post(
-                    f"/api/replication/{{dest}}/{verb}",
-                    self._replication_action(verb),
-                    summary,
-                    "replication",
-                    errors=(404, 409) if verb != "reconnect" else (404,),
-                )
-                for verb, summary in (
-                    ("downgrade", "Persisted acks stop waiting for a sync destination, at once"),
-                    ("upgrade", "A downgraded destination is sync again once caught up"),
-                    ("reconnect", "Drop a destination's link and dial it again"),
-                )
-            ),
+            *(ApiEndpoint(op, handler) for op, handler in self.replication.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.queues.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.sow.operations()),
             get("/api/openapi.json", self.openapi, "This document", "instance"),
         ]
-
-
-def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return default
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise BadRequest(f"{name} must be an integer") from exc
-    if not low <= value <= high:
-        raise BadRequest(f"{name} must be between {low} and {high}")
-    return value
 
 
 class _UnknownApi(BaseRoute):

@@ -32,6 +32,7 @@ from web.transport import WebsocketEndpoint
 ROOT = Path(__file__).resolve().parent.parent
 STATIC_DIR = ROOT / "static"
 UPLOT_DIR = ROOT / "node_modules" / "uplot" / "dist"
+CYTOSCAPE_DIR = ROOT / "node_modules" / "cytoscape" / "dist"
 
 
 def create_app(
@@ -72,6 +73,12 @@ def create_app(
     routes.extend(dashboard_routes())
     if UPLOT_DIR.is_dir():
         routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))
+    if CYTOSCAPE_DIR.is_dir():
+        routes.append(
+            Mount(
+                "/static/vendor/cytoscape", StaticFiles(directory=CYTOSCAPE_DIR), name="cytoscape"
+            )
+        )
     routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
     middleware: list[Middleware] = [Middleware(SecurityHeadersMiddleware)]
     if config.admin.allowed_origins:

@@ -46,6 +46,7 @@ from server.stats.histogram import HistogramSnapshot
 from server.stats.rates import interval_histogram, rate
 from server.stats.snapshot import MetricsSnapshot
 from web.auth import csrf_token_for
+from web.fabric import fabric_csp, fabric_peer_origins
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
 templates: Final = Jinja2Templates(directory=TEMPLATES_DIR)
@@ -87,6 +88,7 @@ class Page:
         title: shown in the navigation and the window title.
         template: file under templates/.
         extra: adds page-specific values to the template context.
+        csp: the page's own Content-Security-Policy (web/headers.py's otherwise).
     """
 
     path: str
@@ -94,6 +96,16 @@ class Page:
     title: str
     template: str
     extra: Callable[[Request], dict[str, Any]] | None = None
+    csp: Callable[[Request], str] | None = None
+
+
+def _fabric_peers(request: Request) -> dict[str, Any]:
+    """The fabric page's peers: the origins it may call (web/fabric.py)."""
+    return {"fabric_peers": fabric_peer_origins(request.app.state.config)}
+
+
+def _fabric_csp(request: Request) -> str:
+    return fabric_csp(request.app.state.config)
 
 
 PAGES: Final[tuple[Page, ...]] = (
@@ -102,6 +114,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/subscriptions", "subscriptions", "Subscriptions", "subscriptions.html"),
     Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
     Page("/replication", "replication", "Replication", "replication.html"),
+    Page("/fabric", "fabric", "Fabric", "fabric.html", extra=_fabric_peers, csp=_fabric_csp),
     Page("/actions", "actions", "Actions", "actions.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
@@ -138,9 +151,10 @@ def _page_endpoint(page: Page) -> Callable[[Request], Awaitable[Response]]:
         context = page_context(request, page)
         if page.extra is not None:
             context.update(page.extra(request))
-        return templates.TemplateResponse(
-            request, page.template, context, headers={"Cache-Control": "no-store"}
-        )
+        headers = {"Cache-Control": "no-store"}
+        if page.csp is not None:
+            headers["Content-Security-Policy"] = page.csp(request)
+        return templates.TemplateResponse(request, page.template, context, headers=headers)
 
     endpoint.__name__ = f"page_{page.name.replace('-', '_')}"
     return endpoint

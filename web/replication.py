@@ -12,6 +12,12 @@ that names a page's ``Origin``: a replication link is never a browser page (the 
 dialer sends no ``Origin``), so a page that opens ``/replication`` - which, on a broker
 without users, would let it inject messages as a peer - is refused before the upgrade
 (web/origins.py says why pages get no ambient authority).
+
+The first message tells the two conversations apart: ``hello`` opens a link, ``bootstrap``
+asks for a copy of this instance's state (server/replication/bootsource.py; authenticated
+the same way). A bootstrap request is answered even while this instance is bootstrapping
+itself (with ``busy``, which is how two instances bootstrapping from each other find out);
+links wait until it is ready.
 """
 
 from __future__ import annotations
@@ -19,9 +25,13 @@ from __future__ import annotations
 import contextlib
 
 from starlette.datastructures import Headers
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from server.engine import Broker
+from server.peer import Peer
+from server.replication.bootsource import BootstrapBusy
+from server.replication.frames import MessageType, first_type
+from server.replication.service import Replication
 from server.replication.transport import LinkLost
 from web.tls import peer_of
 from web.transport import CLOSE_TRY_AGAIN
@@ -81,36 +91,106 @@ class ReplicationEndpoint:
             await send({"type": "websocket.close", "code": 1008, "reason": "forbidden origin"})
             return
         replication = broker.replication
+        booting = broker.bootstrapper is not None and broker.bootstrapper.running
         if (
             replication is None
-            or not broker.ready
+            or broker.stopping
+            or not (broker.ready or booting)
             or not broker.transport_accepting(self.transport_name)
         ):
-            await send(
-                {
-                    "type": "websocket.close",
-                    "code": CLOSE_TRY_AGAIN,
-                    "reason": "not accepting replication",
-                }
-            )
+            await self._try_again(send)
             return
         await send({"type": "websocket.accept"})
         peer = peer_of(scope)
         transport = AsgiLinkTransport(send, peer.address)
+        first = await _first_bytes(receive)
+        if first is None:
+            transport.disconnected()
+            return
+        if first_type(first) == MessageType.BOOTSTRAP:
+            await self._bootstrap(replication, transport, peer, first, receive)
+            return
+        if not broker.ready:
+            await transport.close(CLOSE_TRY_AGAIN, "not accepting replication")
+            return
         link = replication.accept(transport, peer)
         broker.clients.transport_opened(self.transport_name)
         try:
+            await link.receive(first)
             while True:
                 message = await receive()
                 kind = message["type"]
                 if kind == "websocket.receive":
-                    data = message.get("bytes")
-                    if data is None:
-                        data = (message.get("text") or "").encode()
-                    await link.receive(data)
+                    await link.receive(_bytes(message))
                 elif kind == "websocket.disconnect":
                     break
         finally:
             transport.disconnected()
             link.lost()
             broker.clients.transport_closed(self.transport_name)
+
+    async def _bootstrap(
+        self,
+        replication: Replication,
+        transport: AsgiLinkTransport,
+        peer: Peer,
+        first: bytes,
+        receive: Receive,
+    ) -> None:
+        """Serve a bootstrap request (server/replication/bootsource.py); while this
+        instance bootstraps itself the answer is ``busy``."""
+        broker = self.broker
+        boot = broker.bootstrapper
+        source = replication.bootstrap_source(
+            transport, peer, lambda: list(broker.sow.topics),
+            boot.busy_for if boot is not None else _not_busy,
+        )  # fmt: skip
+        broker.clients.transport_opened(self.transport_name)
+        try:
+            source.receive(first)
+            while True:
+                message = await receive()
+                kind = message["type"]
+                if kind == "websocket.receive":
+                    source.receive(_bytes(message))
+                elif kind == "websocket.disconnect":
+                    break
+        finally:
+            transport.disconnected()
+            source.lost()
+            await source.wait()
+            broker.clients.transport_closed(self.transport_name)
+
+    @staticmethod
+    async def _try_again(send: Send) -> None:
+        await send(
+            {
+                "type": "websocket.close",
+                "code": CLOSE_TRY_AGAIN,
+                "reason": "not accepting replication",
+            }
+        )
+
+
+def _not_busy(_requester: str) -> BootstrapBusy | None:
+    return None
+
+
+def _bytes(message: Message) -> bytes:
+    data = message.get("bytes")
+    if data is None:
+        data = (message.get("text") or "").encode()
+    assert isinstance(data, bytes)
+    return data
+
+
+async def _first_bytes(receive: Receive) -> bytes | None:
+    """The connection's first bytes, enough to tell a bootstrap from a link (None: it
+    went away first)."""
+    got = b""
+    while first_type(got) is None:
+        message = await receive()
+        if message["type"] != "websocket.receive":
+            return None
+        got += _bytes(message)
+    return got

@@ -16,7 +16,12 @@ destinations its modules name:
 - ``<Replication>`` and an ``amps-replication`` transport need a ``<TransactionLog>``
   (replication pushes from it and records into it); a destination's topic block naming
   one topic needs the log to record that topic; at most 64 destinations are sync;
-  ``Tuning/MinimumSyncDestinations`` cannot exceed the sync destinations.
+  ``Tuning/MinimumSyncDestinations`` cannot exceed the sync destinations;
+- ``<Bootstrap>`` needs a ``<TransactionLog>`` (recording each ``txlog`` topic), an
+  ``amps-replication`` transport (live replication takes over after the copy) and a local
+  ``SOW/Topic`` for each topic of a ``sow``-only bootstrap (with ``txlog,sow`` a topic may
+  be a plain one; a SOW record the source sends for a topic without a local SOW/Topic
+  stops the bootstrap with that fix, server/replication/bootstrap.py).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from server.config.model import (
     MAX_SYNC_DESTINATIONS,
     Config,
     QueueConfig,
+    SowTopicConfig,
     TlsConfig,
     TransactionLogConfig,
     TransportConfig,
@@ -50,6 +56,7 @@ from server.config.model import (
 from server.config.netaddr import format_inet_addr, is_loopback
 from server.config.sections.actions import read_actions
 from server.config.sections.admin import AdminPart, read_admin
+from server.config.sections.bootstrap import BootstrapPart, read_bootstrap
 from server.config.sections.replication import ReplicationPart, read_replication
 from server.config.sections.sow import read_sow
 from server.config.sections.tls import ListenerPart
@@ -76,11 +83,10 @@ _ROOT_SPEC: Final[Spec] = {
     "Tuning": False,
     "Users": False,
     "Actions": False,
+    "Bootstrap": False,
 }
 #: CONFIG.md sections that this version refuses, with the feature each belongs to.
-_UNSUPPORTED: Final[Mapping[str, str]] = {
-    "Bootstrap": "bootstrapping from another instance",
-}
+_UNSUPPORTED: Final[Mapping[str, str]] = {}
 
 
 def _settle_address(binds: Sequence[Bind]) -> tuple[str, int]:
@@ -273,6 +279,44 @@ def _check_replication(
         )
 
 
+def _check_bootstrap(
+    bootstrap: BootstrapPart,
+    transports: Sequence[TransportPart] | None,
+    txlog: TransactionLogConfig | None,
+    sow: Sequence[SowTopicConfig],
+) -> None:
+    """A bootstrap's prerequisites: the log it copies into, the endpoint live replication
+    continues on, and local SOW definitions for the SOW topics it copies."""
+    if txlog is None:
+        raise fail(
+            bootstrap.node,
+            "<Bootstrap> needs a <TransactionLog>: the copied records are recorded in it, "
+            "and an interrupted bootstrap resumes from it",
+        )
+    if not any(t.config.type == "amps-replication" for t in transports or ()):
+        raise fail(
+            bootstrap.node,
+            "<Bootstrap> needs an amps-replication transport in <Transports>: after the copy "
+            "the source replicates to this instance live, without a gap, on /replication",
+        )
+    config = bootstrap.config
+    for topic, node in zip(config.topics, bootstrap.topic_nodes, strict=True):
+        if topic.is_regex:
+            continue
+        if "txlog" in config.data_types and not txlog.records(topic.name):
+            raise fail(
+                node,
+                f"bootstrap topic {topic.name!r} is not recorded by this instance's "
+                "transaction log; add a TransactionLog/Topic for it",
+            )
+        if config.data_types == {"sow"} and not any(rule.matches(topic.name) for rule in sow):
+            raise fail(
+                node,
+                f"bootstrap topic {topic.name!r} has no local SOW definition (DataType sow "
+                "copies SOW records into it); add a SOW/Topic for it",
+            )
+
+
 def build(root: Node, ctx: Context) -> Config:
     """Read and cross-check a whole configuration (``source_path`` is left None).
 
@@ -344,6 +388,10 @@ def build(root: Node, ctx: Context) -> Config:
     replicates = replication is not None or any(
         t.config.type == "amps-replication" for t in transports or ()
     )
+    bootstrap: BootstrapPart | None = None
+    if (bootstrap_node := kids.one("Bootstrap")) is not None:
+        bootstrap = read_bootstrap(bootstrap_node, ctx)
+        _check_bootstrap(bootstrap, transports, txlog, sow)
     if sow_node is not None and queues:
         _check_queues(sow_node, queues, txlog, name, replicates)
 
@@ -379,6 +427,7 @@ def build(root: Node, ctx: Context) -> Config:
         users=users,
         replication=replication.config if replication is not None else None,
         sow=sow,
+        bootstrap=bootstrap.config if bootstrap is not None else None,
         queues=queues,
         tls=tls,
         allow_plaintext=allow_plaintext,

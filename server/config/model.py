@@ -315,6 +315,27 @@ class DestinationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BootstrapConfig:
+    """The ``<Bootstrap>`` section: where an empty instance copies its first state from.
+
+    Attributes:
+        topics: the topics (names or regexes, as :class:`ReplicationTopic` without filters)
+            whose transaction log records and/or SOW records are copied.
+        data_types: ``txlog``, ``sow`` or both: what is copied.
+        transport: the sources' addresses (tried in order, the first reachable one is
+            used), credentials, compression and TLS, as a destination's transport.
+    """
+
+    topics: tuple[ReplicationTopic, ...]
+    data_types: frozenset[str]
+    transport: ReplicationTransport
+
+    def takes(self, topic: str) -> bool:
+        """Whether a record of ``topic`` is copied."""
+        return any(t.matches(topic) for t in self.topics)
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationConfig:
     """The ``<Replication>`` section.
 
@@ -500,6 +521,7 @@ class Config:
         users: empty = no authentication (and loopback only).
         replication: the destinations this instance replicates to, or None.
         sow: the SOW topics, in file order (the first rule that matches a topic wins).
+        bootstrap: where an empty instance copies its first state from, or None.
         queues: the message queues (``SOW/*Queue``), in file order.
         tls: the listener's TLS, or ``None`` (plain ``ws://`` and ``http://``).
         allow_plaintext: a non-loopback listener with users may run without TLS (a
@@ -520,6 +542,7 @@ class Config:
     users: tuple[UserConfig, ...] = ()
     replication: ReplicationConfig | None = None
     sow: tuple[SowTopicConfig, ...] = ()
+    bootstrap: BootstrapConfig | None = None
     queues: tuple[QueueConfig, ...] = ()
     tls: TlsConfig | None = None
     allow_plaintext: bool = False

@@ -23,6 +23,10 @@ Hierarchy::
         │   ├── LinkReplaced               "replaced" (the same source connected again)
         │   ├── ReconnectRequested         "reconnect" (an operator asked for it)
         │   ├── PeerShuttingDown           "shutting down"
+        │   ├── SourceBootstrapping        "bootstrapping" (a bootstrap's source copies too)
+        │   ├── BootstrapNotAllowed        "bootstrap refused" (topics not recorded there)
+        ├── BootstrapFailed            a bootstrap that cannot complete (start-up stops)
+        │   └── MutualBootstrap            two empty instances bootstrap from each other
         ├── ReplicationNotConfigured   the instance does not replicate (REST 404)
         ├── DestinationNotFound        no destination of that name (REST 404)
         └── SyncChangeRefused          a downgrade or upgrade that cannot be done (REST 409)
@@ -37,10 +41,13 @@ from server.protocol.errors import SpoolError
 __all__ = [
     "REASONS",
     "AuthRefused",
+    "BootstrapFailed",
+    "BootstrapNotAllowed",
     "DestinationNotFound",
     "GroupMismatch",
     "LinkRefused",
     "LinkReplaced",
+    "MutualBootstrap",
     "NameConflict",
     "NotAccepting",
     "NotEntitledToReplicate",
@@ -51,6 +58,7 @@ __all__ = [
     "ReplicationError",
     "ReplicationNotConfigured",
     "ReplicationProtocolError",
+    "SourceBootstrapping",
     "SyncChangeRefused",
     "ValidationFailed",
     "ValidationReported",
@@ -150,6 +158,19 @@ class PeerShuttingDown(LinkRefused):
     reason = "shutting down"
 
 
+class SourceBootstrapping(LinkRefused):
+    """The instance asked for a bootstrap is bootstrapping itself (the requester retries,
+    unless it finds the two are waiting on each other: :class:`MutualBootstrap`)."""
+
+    reason = "bootstrapping"
+
+
+class BootstrapNotAllowed(LinkRefused):
+    """The source cannot serve this bootstrap (e.g. its log records none of the topics)."""
+
+    reason = "bootstrap refused"
+
+
 class ProtocolRefusal(LinkRefused):
     """The peer broke the protocol (sent as a refusal so the other side logs why)."""
 
@@ -172,6 +193,8 @@ REASONS: Final[dict[str, type[LinkRefused]]] = {
         PeerShuttingDown,
         ProtocolRefusal,
         ValidationReported,
+        SourceBootstrapping,
+        BootstrapNotAllowed,
     )
 }
 
@@ -180,6 +203,16 @@ def refusal_for(reason: str, detail: str) -> LinkRefused:
     """The refusal a peer sent, as its class (unknown reasons keep their text)."""
     cls = REASONS.get(reason)
     return cls(detail) if cls is not None else LinkRefused(f"{reason}: {detail}")
+
+
+class BootstrapFailed(ReplicationError):
+    """A bootstrap that cannot complete: the instance must not serve (it would serve an
+    incomplete state); start-up stops with the reason."""
+
+
+class MutualBootstrap(BootstrapFailed):
+    """Two instances, both empty, are each configured to bootstrap from the other: neither
+    can ever finish."""
 
 
 class ReplicationNotConfigured(ReplicationError):

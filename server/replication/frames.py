@@ -46,6 +46,20 @@ from typing import Final
 
 import orjson
 
+from server.replication.bootframes import (
+    BOOT_TYPES,
+    BOOTSTRAP,
+    BUSY,
+    DONE,
+    OFFER,
+    BootMessage,
+    Bootstrap,
+    Busy,
+    Done,
+    Offer,
+    boot_fields,
+    parse_boot,
+)
 from server.replication.errors import ReplicationProtocolError
 from server.txlog.record import RecordKind
 
@@ -54,22 +68,31 @@ __all__ = [
     "MAX_MESSAGE",
     "PROTOCOL_VERSION",
     "Ack",
+    "Bootstrap",
+    "Busy",
     "Data",
+    "Done",
     "FrameParser",
     "Hello",
     "Holdings",
     "Message",
     "MessageType",
+    "Offer",
     "RecordsWriter",
     "Refuse",
     "Run",
     "Stream",
+    "SyncNotice",
     "Welcome",
     "decode_runs",
     "encode",
+    "first_type",
 ]
 
-PROTOCOL_VERSION: Final = 1
+#: 2 since a source tells its destination the link's effective sync type (``SyncNotice``)
+#: and an empty instance may ask for a bootstrap: a version-1 peer would drop the link on
+#: a message it does not know, so the hello refuses it up front with both versions instead
+PROTOCOL_VERSION: Final = 2
 #: largest message accepted (a batch is far smaller; a single huge record is not)
 MAX_MESSAGE: Final = 64 << 20
 #: type bit of a DATA message whose records are zstd-compressed
@@ -95,6 +118,11 @@ class MessageType(IntEnum):
     STREAM = 4
     DATA = 5
     ACK = 6
+    BOOTSTRAP = BOOTSTRAP
+    OFFER = OFFER
+    DONE = DONE
+    BUSY = BUSY
+    SYNC = 11
 
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
@@ -195,7 +223,18 @@ class Ack:
     position: int
 
 
-Message = Hello | Welcome | Refuse | Stream | Data | Ack
+@dataclass(frozen=True, slots=True)
+class SyncNotice:
+    """Source -> destination: the link's effective sync type (``sync``, ``async``,
+    ``upgrading``), when the stream starts and whenever an operator or an action changes
+    it, so the destination's admin API shows it too."""
+
+    effective: str
+
+
+Message = (
+    Hello | Welcome | Refuse | Stream | Data | Ack | SyncNotice | Bootstrap | Offer | Done | Busy
+)
 
 
 # -- encoding ---------------------------------------------------------------------------
@@ -249,6 +288,11 @@ def encode(message: Message) -> bytes:
         )
     if isinstance(message, Refuse):
         return _json(MessageType.REFUSE, {"reason": message.reason, "detail": message.detail})
+    if isinstance(message, SyncNotice):
+        return _json(MessageType.SYNC, {"effective": message.effective})
+    if isinstance(message, BootMessage):
+        kind, obj = boot_fields(message)
+        return _json(MessageType(kind), obj)
     return _json(MessageType.STREAM, {"start": message.start, "source_last": message.source_last})
 
 
@@ -506,7 +550,23 @@ def _parse(kind: int, payload: bytes) -> Message:
     if base == MessageType.STREAM:
         obj = _obj(payload, "stream")
         return Stream(_int(obj, "start", "stream"), _int(obj, "source_last", "stream"))
+    if base == MessageType.SYNC:
+        effective = _str(_obj(payload, "sync"), "effective", "sync")
+        if effective not in ("sync", "async", "upgrading"):
+            raise ReplicationProtocolError(f"unknown sync type {effective!r}")
+        return SyncNotice(effective)
+    if base in BOOT_TYPES:
+        return parse_boot(base, _obj(payload, BOOT_TYPES[base]))
     raise ReplicationProtocolError(f"unknown message type {base}")
+
+
+def first_type(data: bytes) -> int | None:
+    """The type of the first message of a stream's first bytes (None: not there yet);
+    the ``/replication`` endpoint tells a bootstrap from a link by it."""
+    if len(data) < _PREFIX.size:
+        return None
+    kind: int = _PREFIX.unpack_from(data)[1]
+    return kind & ~COMPRESSED
 
 
 class FrameParser:

@@ -39,16 +39,14 @@ from typing import Final
 import zstandard
 
 from server.auth import Authenticator
-from server.backpressure import MAX_FRAME
 from server.clock import Clock
 from server.config import Config, UserConfig
 from server.logons import LogonGuard
 from server.peer import Peer
-from server.ports import AckValue, Origin, PublishRun, Traffic
+from server.ports import Origin, PublishRun, Traffic
 from server.protocol.errors import NotEntitled, ProtocolFailure
 from server.publishing import PublishPipeline
 from server.replication.errors import (
-    AuthRefused,
     GroupMismatch,
     LinkRefused,
     NameConflict,
@@ -63,6 +61,7 @@ from server.replication.errors import (
 from server.replication.frames import PROTOCOL_VERSION, Data, Hello, Holdings, Run, decode_runs
 from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
+from server.replication.linkauth import authenticate_peer
 from server.replication.protocol import (
     Closed,
     DataReceived,
@@ -72,9 +71,10 @@ from server.replication.protocol import (
     Side,
     State,
     StreamStarted,
+    SyncNoticed,
 )
+from server.replication.replies import FailureReplies
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter
-from server.scryptpool import PoolBusy
 from server.stats.source import EventSink
 from server.txlog import RecordKind, TransactionLog
 
@@ -102,54 +102,6 @@ class InboundContext:
     record: Callable[[LinkEvent], None]
     ack_interval: float
     logons: LogonGuard | None = None
-
-
-class _Replies:
-    """Where the pipeline answers a replicated run: no acks are asked, only failures
-    come back, and they end the link."""
-
-    closed = False
-
-    def __init__(self) -> None:
-        self.failures: list[ProtocolFailure] = []
-
-    def send(self, data: bytes) -> None:
-        pass
-
-    def send_messages(self, data: bytes, count: int) -> None:
-        pass
-
-    def send_batch(self, data: bytes, count: int) -> None:
-        pass
-
-    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
-        return True  # nothing is ever queued here
-
-    def overflow(self, nbytes: int) -> None:
-        pass
-
-    def ack(
-        self,
-        kind: str,
-        cid: str | None,
-        status: str = "success",
-        reason: str | None = None,
-        **fields: AckValue,
-    ) -> None:
-        pass
-
-    def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
-        self.failures.append(exc)
-
-    def has_room(self) -> bool:
-        return True
-
-    @property
-    def piece_bytes(self) -> int:
-        return MAX_FRAME  # nothing is ever queued here
-
-    async def wait_room(self) -> None:
-        return None
 
 
 class InboundLink:
@@ -187,10 +139,12 @@ class InboundLink:
         self.upto = 0
         self.acked = 0
         self.source_last = 0
+        #: the link's effective sync type as the source last told it (None: not yet)
+        self.sync_type: str | None = None
         self.last_error: str | None = None
         self._hop = ""
         self._origin: Origin | None = None
-        self._replies = _Replies()
+        self._replies = FailureReplies()
         self._queue: deque[Data] = deque()
         self._queued_bytes = 0
         self._room = asyncio.Event()
@@ -254,6 +208,10 @@ class InboundLink:
                 self._spawn(self._ack_loop())
                 self._event("streaming", f"resync from {event.stream.start} "
                             f"(source log at {event.stream.source_last})")  # fmt: skip
+            elif isinstance(event, SyncNoticed):
+                if self.sync_type is not None and event.effective != self.sync_type:
+                    self._event("sync", f"the source made this link {event.effective}")
+                self.sync_type = event.effective
             elif isinstance(event, DataReceived):
                 data = event.data
                 self._queue.append(data)
@@ -265,57 +223,12 @@ class InboundLink:
                 self._finish(event)
 
     async def _authenticate(self, hello: Hello) -> UserConfig:
-        """The source's user: its verified client certificate's (mutual TLS) when it
-        gives no secret, else its user and password or token, checked behind the
-        instance's logon throttle like any logon (path ``replication``).
-
-        Raises:
-            AuthRefused: no credentials, wrong ones, or throttled.
-            NotAccepting: the password-check pool is full (the source retries).
-        """
+        """The source's user (server/replication/linkauth.py)."""
         ctx = self._ctx
-        auth = ctx.auth
-        cert_user = auth.by_certificate(self.peer.client_subject)
-        if cert_user is not None and not hello.secret:
-            if hello.user and hello.user != cert_user.name:
-                raise AuthRefused(
-                    f"replication from {hello.name!r}: the client certificate belongs to "
-                    f"user {cert_user.name!r}, not {hello.user!r}"
-                )
-            self._logged_on(cert_user)
-            return cert_user
-        host = self.peer.host
-        wait = ctx.logons.admit("replication", host, hello.user) if ctx.logons else 0.0
-        if wait > 0:
-            raise AuthRefused(
-                f"replication from {hello.name!r}: too many failed logons from {host} or "
-                f"for user {hello.user!r}; refused unchecked for {max(1, round(wait))} s"
-            )
-        try:
-            user = await auth.authenticate_async(hello.user, hello.secret)
-        except PoolBusy:
-            if ctx.logons is not None:
-                ctx.logons.refused("replication")
-            raise NotAccepting(
-                "busy checking other logons' passwords; the source retries"
-            ) from None
-        if user is None or (cert_user is not None and user is not cert_user):
-            if ctx.logons is not None:
-                ctx.logons.failed("replication", host, hello.user)
-            detail = (
-                "these credentials do not belong to the client certificate's user"
-                if user is not None
-                else "unknown user or wrong password/token (give its Destination/Transport "
-                "a <User> of this instance with its <Password> or <Token>, or a client "
-                "<Certificate> whose subject is a user's CertificateSubject)"
-            )
-            raise AuthRefused(f"replication from {hello.name!r}: {detail}")
-        self._logged_on(user)
-        return user
-
-    def _logged_on(self, user: UserConfig) -> None:
-        if self._ctx.logons is not None:
-            self._ctx.logons.succeeded("replication", self.peer.host, user.name)
+        return await authenticate_peer(
+            ctx.auth, ctx.logons, self.peer, name=hello.name, user=hello.user,
+            secret=hello.secret,
+        )  # fmt: skip
 
     async def _handshake(self, hello: Hello) -> None:
         ctx = self._ctx

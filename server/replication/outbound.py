@@ -50,7 +50,6 @@ from server.replication.errors import (
     ValidationFailed,
     ValidationReported,
 )
-from server.replication.frames import Holdings
 from server.replication.history import LinkEvent
 from server.replication.packing import pack_runs
 from server.replication.protocol import (
@@ -220,6 +219,13 @@ class DestinationLink:
         if self._pin is not None:
             self._pin.release()
         self.status = "stopped"
+
+    def announce_sync(self) -> None:
+        """Tell the destination the effective sync type changed (when streaming)."""
+        stream = self._stream
+        if stream is not None and stream.protocol.state is State.STREAMING:
+            stream.protocol.notify_sync(self.sync.effective)
+            stream.writer.write_soon()
 
     def reconnect(self) -> None:
         """Drop the link and dial again from the top of the address list at once."""
@@ -444,10 +450,11 @@ class DestinationLink:
         self.remote_log_id = welcome.log_id
         durable = txlog.durable_seq
         stream = _Stream(
-            protocol, writer, welcome.name, welcome.group, _held(welcome.holdings), durable,
+            protocol, writer, welcome.name, welcome.group, held_by(welcome.holdings), durable,
             self.config.transport.compression == "zstd",
         )  # fmt: skip
         protocol.start_stream(start, durable)
+        protocol.notify_sync(self.sync.effective)
         self._stream = stream
         self._pos = start
         self._scanned = start - 1
@@ -692,7 +699,3 @@ def marker_wait(now: float, last_sent: float) -> float:
     """
     wait = MARKER_INTERVAL - (now - last_sent)
     return 0.0 if wait < TIME_EPSILON else wait
-
-
-def _held(holdings: Holdings) -> Callable[[int, int], bool]:
-    return held_by(holdings)

@@ -48,6 +48,7 @@ from server.replication.frames import (
     Message,
     Refuse,
     Stream,
+    SyncNotice,
     Welcome,
     encode,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Side",
     "State",
     "StreamStarted",
+    "SyncNoticed",
     "Welcomed",
 ]
 
@@ -107,6 +109,13 @@ class DataReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncNoticed:
+    """(destination) The source says what the link's effective sync type is now."""
+
+    effective: str
+
+
+@dataclass(frozen=True, slots=True)
 class Acked:
     """(source) The destination made everything up to ``position`` durable."""
 
@@ -126,7 +135,7 @@ class Closed:
     by_peer: bool
 
 
-Event = HelloReceived | Welcomed | StreamStarted | DataReceived | Acked | Closed
+Event = HelloReceived | Welcomed | StreamStarted | DataReceived | SyncNoticed | Acked | Closed
 
 
 class LinkProtocol:
@@ -233,6 +242,13 @@ class LinkProtocol:
         self._upto = max(0, start - 1)
         self._out.append(encode(Stream(start, source_last)))
 
+    def notify_sync(self, effective: str) -> None:
+        """(source) Tell the destination the link's effective sync type (streaming)."""
+        self._expect(Side.SOURCE, "notify_sync")
+        if self.state is not State.STREAMING:
+            raise ReplicationProtocolError("the sync type is told while streaming")
+        self._out.append(encode(SyncNotice(effective)))
+
     def send_data(self, upto: int, count: int, payload: bytes, *, compressed: bool) -> None:
         """(source) A batch of records; ``upto`` never decreases."""
         self._expect(Side.SOURCE, "send_data")
@@ -327,6 +343,10 @@ class LinkProtocol:
                 )
             self._upto = message.upto
             self._events.append(DataReceived(message))
+        elif isinstance(message, SyncNotice):
+            if self.state is not State.STREAMING:
+                raise ReplicationProtocolError("a sync notice before the stream began")
+            self._events.append(SyncNoticed(message.effective))
         else:
             raise ReplicationProtocolError(
                 f"a destination does not accept {type(message).__name__}"

@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypedDict
 
 from server.auth import Authenticator
@@ -38,6 +38,7 @@ from server.peer import Peer
 from server.ports import AckValue
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
+from server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
 from server.replication.errors import (
     DestinationNotFound,
     LinkReplaced,
@@ -51,8 +52,10 @@ from server.replication.state import ReplicationState
 from server.replication.syncstate import check_downgrade
 from server.replication.transport import Connector, LinkTransport, connect_websocket
 from server.replication.validation import summarize
+from server.sow.memory import MemoryStore
 from server.stats.snapshot import LinkCounters
 from server.stats.source import EventSink
+from server.stats.writer import LinkSampleRow
 from server.txlog import TransactionLog
 
 __all__ = ["DestinationInfo", "InboundInfo", "Replication", "ReplicationInfo"]
@@ -104,6 +107,7 @@ class InboundInfo(TypedDict):
 
     name: str
     group: str
+    sync_type: str | None
     connected: bool
     status: str
     address: str
@@ -337,6 +341,29 @@ class Replication:
         self._accepted.add(link)
         return link
 
+    def bootstrap_source(
+        self,
+        transport: LinkTransport,
+        peer: Peer,
+        sow_stores: Callable[[], Iterable[MemoryStore]],
+        busy: Callable[[str], BootstrapBusy | None],
+    ) -> BootstrapSource:
+        """A websocket on ``/replication`` whose first message is a bootstrap request:
+        serve that copy (server/replication/bootsource.py). ``busy``: what to answer while
+        this instance bootstraps itself (None: it does not)."""
+        ctx = SourceContext(
+            config=self.config,
+            txlog=self._txlog,
+            auth=self._auth,
+            logons=self._logons,
+            clock=self._clock,
+            events=self._events,
+            log_id=lambda: self._state.log_id,
+            sow_stores=sow_stores,
+            busy=busy,
+        )
+        return BootstrapSource(ctx, transport, peer)
+
     def _register(self, link: InboundLink) -> None:
         old = self.inbound.get(link.source)
         if old is not None and old is not link:
@@ -398,6 +425,7 @@ class Replication:
         self._events.emit("info", "replication", f"destination_{event}", destination=link.name,
                           detail=detail)  # fmt: skip
         self.history.record(LinkEvent(self._clock.time(), link.name, "out", event, detail))
+        link.announce_sync()
 
     def info(self) -> ReplicationInfo:
         """Everything ``GET /api/replication`` shows."""
@@ -410,6 +438,23 @@ class Replication:
             "destinations": [self._destination_info(d) for d in self.destinations.values()],
             "incoming": [self._inbound_info(i) for i in self.inbound.values()],
         }
+
+    def link_samples(self) -> list[LinkSampleRow]:
+        """Every link's state now, for the per-link history (the sampler's tick)."""
+        rows: list[LinkSampleRow] = []
+        for d in self.destinations.values():
+            rows.append(
+                ("out", d.name, d.connected, d.sync.effective, d.messages_behind(),
+                 round(d.seconds_behind(), 3), round(self._rate(f"out/{d.name}").value, 1),
+                 d.acked)
+            )  # fmt: skip
+        for name, i in self.inbound.items():
+            rows.append(
+                ("in", name, i.state == "streaming", None,
+                 max(0, i.source_last - i.upto), None,
+                 round(self._rate(f"in/{name}").value, 1), i.acked)
+            )  # fmt: skip
+        return rows
 
     def _events_of(self, direction: str, name: str) -> list[EventInfo]:
         return [
@@ -452,6 +497,7 @@ class Replication:
         return {
             "name": link.source,
             "group": link.source_group,
+            "sync_type": link.sync_type,
             "connected": link.state != "closed",
             "status": link.state,
             "address": link.remote,

@@ -26,6 +26,14 @@ series must not need a migration:
     ``detail`` (the why, with a validation failure's fix). Its numbers (messages and
     seconds behind, rates) are ordinary series (``replication/out/NAME/...``); the events
     are text and get their own table. Same retention as the samples.
+``link_sample``
+    the per-link history charted on the fabric page's link view: one row per replication
+    link per sampling tick: ``ts``, ``direction``, ``link``, ``connected``, the
+    ``effective_sync_type`` (a destination's; None for a source), ``messages_behind``,
+    ``seconds_behind``, ``msgs_per_sec`` and ``position`` (acked). One row holds the
+    link's whole state at that instant (a downgrade shows next to the lag it answered),
+    which the per-series ``sample`` table cannot say for the sync type. Same retention as
+    the samples.
 """
 
 from __future__ import annotations
@@ -134,3 +142,21 @@ class ReplicationEvent(Base):
     link: Mapped[str] = mapped_column(String(128))
     event: Mapped[str] = mapped_column(String(32))
     detail: Mapped[str] = mapped_column(Text)
+
+
+class LinkSample(Base):
+    """The state of one replication link at one sampling tick."""
+
+    __tablename__ = "link_sample"
+    __table_args__ = (Index("ix_link_sample_link_ts", "direction", "link", "ts"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float, index=True)
+    direction: Mapped[str] = mapped_column(String(8))
+    link: Mapped[str] = mapped_column(String(128))
+    connected: Mapped[int] = mapped_column(Integer)
+    effective_sync_type: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    messages_behind: Mapped[int] = mapped_column(Integer)
+    seconds_behind: Mapped[float | None] = mapped_column(Float, nullable=True)
+    msgs_per_sec: Mapped[float] = mapped_column(Float)
+    position: Mapped[int] = mapped_column(Integer)

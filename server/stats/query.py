@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, Integer, cast, func, select
 
 from server.protocol.errors import SpoolError
-from server.stats.models import Metric, ReplicationEvent, Sample
+from server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
 
 
 class UnknownMetric(SpoolError):
@@ -99,5 +99,30 @@ class StatsReader:
         query = query.order_by(ReplicationEvent.ts.desc(), ReplicationEvent.id.desc()).limit(limit)
         with self._engine.connect() as conn:
             rows = [(float(ts), d, lk, e, detail) for ts, d, lk, e, detail in conn.execute(query)]
+        rows.reverse()
+        return rows
+
+    def link_history(
+        self, t0: float, t1: float, *, link: str, direction: str, limit: int = 5000
+    ) -> list[dict[str, object]]:
+        """One link's samples with ``t0 <= ts <= t1`` (the newest ``limit``), oldest first."""
+        query = (
+            select(
+                LinkSample.ts, LinkSample.connected, LinkSample.effective_sync_type,
+                LinkSample.messages_behind, LinkSample.seconds_behind, LinkSample.msgs_per_sec,
+                LinkSample.position,
+            )
+            .where(LinkSample.ts.between(t0, t1), LinkSample.link == link,
+                   LinkSample.direction == direction)
+            .order_by(LinkSample.ts.desc(), LinkSample.id.desc())
+            .limit(limit)
+        )  # fmt: skip
+        with self._engine.connect() as conn:
+            rows: list[dict[str, object]] = [
+                {"time": float(ts), "connected": bool(up), "effective_sync_type": sync,
+                 "messages_behind": int(behind), "seconds_behind": seconds,
+                 "msgs_per_sec": float(rate), "position": int(position)}
+                for ts, up, sync, behind, seconds, rate, position in conn.execute(query)
+            ]  # fmt: skip
         rows.reverse()
         return rows

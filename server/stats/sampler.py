@@ -31,7 +31,7 @@ from server.stats.series import snapshot_values
 from server.stats.snapshot import MetricsSnapshot
 from server.stats.source import MetricsSource
 from server.stats.store import StatsStore
-from server.stats.writer import LinkEventRow
+from server.stats.writer import LinkEventRow, LinkSampleRow
 
 RETENTION_EVERY: Final = 300.0  # seconds between retention passes
 
@@ -77,6 +77,8 @@ class Sampler:
         clock: time source; sampling times are ``clock.time()``.
         link_events: the replication link events that happened since the last call
             (written with each tick's samples).
+        link_samples: the replication links' states now (each tick writes them to
+            ``link_sample``: the per-link history).
 
     Attributes:
         ticks: completed sampling ticks (rows written or not).
@@ -90,9 +92,11 @@ class Sampler:
         clock: Clock,
         *,
         link_events: Callable[[], Sequence[LinkEvent]] | None = None,
+        link_samples: Callable[[], Sequence[LinkSampleRow]] | None = None,
     ) -> None:
         self._broker = broker
         self._link_events = link_events
+        self._link_samples = link_samples
         self._config = config
         self._clock = clock
         self._interval = max(float(config.admin.interval), 1.0)
@@ -193,6 +197,12 @@ class Sampler:
                 ]
                 try:
                     await self._in_thread(store.writer.write_link_events, rows)
+                except Exception as exc:
+                    self._report("write_failed", exc)
+            links = self._link_samples() if self._link_samples is not None else ()
+            if links:
+                try:
+                    await self._in_thread(store.writer.write_link_samples, now, links)
                 except Exception as exc:
                     self._report("write_failed", exc)
         if now - self._last_retention >= RETENTION_EVERY:

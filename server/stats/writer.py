@@ -16,12 +16,15 @@ from typing import Final
 from sqlalchemy import Connection, Engine, delete, exists, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from server.stats.models import Metric, ReplicationEvent, Sample
+from server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
 
 _CHUNK: Final = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
 #: a replication link event: (ts, direction, link, event, detail)
 LinkEventRow = tuple[float, str, str, str, str]
+#: one link at one tick: (direction, link, connected, effective sync type, messages behind,
+#: seconds behind, msgs/s, position) - the tick's time is the sample's
+LinkSampleRow = tuple[str, str, bool, str | None, int, float | None, float, int]
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:
@@ -96,6 +99,7 @@ class StatsWriter:
                 )
             )
             conn.execute(delete(ReplicationEvent).where(ReplicationEvent.ts < before))
+            conn.execute(delete(LinkSample).where(LinkSample.ts < before))
         return int(deleted or 0)
 
     def write_link_events(self, rows: Sequence[LinkEventRow]) -> int:
@@ -110,4 +114,20 @@ class StatsWriter:
                     for ts, d, link, e, detail in rows
                 ],
             )
+        return len(rows)
+
+    def write_link_samples(self, ts: float, rows: Sequence[LinkSampleRow]) -> int:
+        """Store one tick's link states (one transaction); returns rows written."""
+        if not rows:
+            return 0
+        with self._engine.begin() as conn:
+            conn.execute(
+                insert(LinkSample),
+                [
+                    {"ts": ts, "direction": d, "link": link, "connected": int(up),
+                     "effective_sync_type": sync, "messages_behind": behind,
+                     "seconds_behind": seconds, "msgs_per_sec": rate, "position": position}
+                    for d, link, up, sync, behind, seconds, rate, position in rows
+                ],
+            )  # fmt: skip
         return len(rows)

@@ -8,4 +8,6 @@ def encode_run(
     topic: str,
     message_type: str,
     bodies: list[bytes],
+    path_bytes: bytes = b"",
+    npath: int = 0,
 ) -> list[bytes]: ...

@@ -93,13 +93,17 @@ cdef inline void _put64(char *p, uint64_t v) noexcept:
     memcpy(p, &v, 8)
 
 
-def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies):
+def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+               bytes path_bytes=b"", int npath=0):
     """Consecutive publish records of one publisher and topic (compiled; see
-    :func:`server.txlog.codec.encode_run_py` for the contract)."""
+    :func:`server.txlog.codec.encode_run_py` for the contract). A replicated run's path
+    comes encoded (``path_bytes``: each name as a length byte and its UTF-8, ``npath``
+    names), as the Python encoder lays it out after the message type."""
     cdef bytes tb = topic.encode()
     cdef bytes mb = message_type.encode()
     cdef Py_ssize_t tl = PyBytes_GET_SIZE(tb)
     cdef Py_ssize_t ml = PyBytes_GET_SIZE(mb)
+    cdef Py_ssize_t pl = PyBytes_GET_SIZE(path_bytes)
     cdef list out = []
     cdef uint64_t seq = 0, ph = 0, ps = 0
     cdef int64_t ts = 0
@@ -121,7 +125,7 @@ def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
         obj = bodies[i]
         body = obj if type(obj) is bytes else bytes(obj)
         bl = PyBytes_GET_SIZE(body)
-        length = _MIN_RECORD + tl + ml + bl
+        length = _MIN_RECORD + tl + ml + pl + bl
         if length > 0xFFFFFFFF or not _u64(pub_seqs[i], &ps):
             stopped = True
             break
@@ -142,13 +146,14 @@ def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
         _put64(p + 32, ps)
         _put16(p + 40, <uint16_t>tl)
         p[42] = <char><uint8_t>ml
-        p[43] = 0
+        p[43] = <char><uint8_t>npath
         _put16(p + 44, 0)
         _put16(p + 46, 0)
         _put32(p + 48, <uint32_t>bl)
         memcpy(p + _HEADER_SIZE, PyBytes_AS_STRING(tb), tl)
         memcpy(p + _HEADER_SIZE + tl, PyBytes_AS_STRING(mb), ml)
-        memcpy(p + _HEADER_SIZE + tl + ml, PyBytes_AS_STRING(body), bl)
+        memcpy(p + _HEADER_SIZE + tl + ml, PyBytes_AS_STRING(path_bytes), pl)
+        memcpy(p + _HEADER_SIZE + tl + ml + pl, PyBytes_AS_STRING(body), bl)
         crc = crc_of(<const unsigned char *>p, length - 4)
         _put32(p + length - 4, crc)
         PyList_Append(out, rec)

@@ -315,17 +315,28 @@ def _encode_run_c(
     kind: int = RecordKind.PUBLISH,
     path: tuple[str, ...] = (),
 ) -> list[bytes]:
-    """:func:`encode_run_py` with the plain publishes' loop compiled (``_codec_c.pyx``);
-    other kinds and records with correlation ids, SOW keys or a path take the Python
-    definition."""
-    if corr_ids or sow_keys or path or kind != RecordKind.PUBLISH:
+    """:func:`encode_run_py` with the publishes' loop compiled (``_codec_c.pyx``), a
+    replicated run's path included (a destination records every replicated message with
+    one: in Python that loop was a seventh of its CPU); other kinds and records with
+    correlation ids or SOW keys take the Python definition."""
+    if corr_ids or sow_keys or kind != RecordKind.PUBLISH:
         return encode_run_py(
             first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
             corr_ids, sow_keys, kind=kind, path=path,
         )  # fmt: skip
     assert _encode_plain_c is not None  # selected only when it was built
+    if not path:
+        return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic,
+                               message_type, bodies)  # fmt: skip
+    names = [_utf8(name) for name in path]
+    if len(names) > 0xFF or any(len(nb) > 0xFF for nb in names):
+        return encode_run_py(
+            first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
+            kind=kind, path=path,
+        )  # fmt: skip
+    path_bytes = b"".join(bytes((len(nb),)) + nb for nb in names)
     return _encode_plain_c(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
-                           bodies)  # fmt: skip
+                           bodies, path_bytes, len(names))  # fmt: skip
 
 
 try:

@@ -348,6 +348,16 @@ def _replication_specs() -> list[ScenarioSpec]:
             (Target("p99_ms", "<", 20, "issue 15"),),
         )
     )
+    specs.append(
+        ScenarioSpec(
+            "spool.replication.bootstrap.100B",
+            "replication",
+            "an empty instance bootstraps A's whole log (what the scenarios before it "
+            "published) over loopback, until it is ready: copy rate",
+            {"body_bytes": 100, "ack": "persisted", "mode": "bootstrap"},
+            ("records_per_s", "records", "seconds"),
+        )
+    )
     return specs
 
 

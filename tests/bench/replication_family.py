@@ -8,7 +8,9 @@ acks, the same workload as ``spool.publish.persisted``; async is A with its dest
 downgraded over REST (``POST /api/replication/b/downgrade``), sync with it upgraded again
 (the upgrade completes once B has caught up). The lag scenario paces a publisher on A at
 10,000 msgs/s and measures publish-to-delivery at a live subscriber on B: the local
-fsync at A, the push, B's record and fan-out.
+fsync at A, the push, B's record and fan-out. The bootstrap scenario starts a fresh, empty
+instance with ``<Bootstrap>`` from A per run and measures the copy of A's whole log (what
+the scenarios before it published) from its own progress (``GET /api/bootstrap``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.bench.spool_families import (
 )
 from tests.bench.suite import BENCH_TUNING, Suite
 from tests.bench.workers import latency_subscriber, paced_publisher
-from tests.support.replication import destination, free_ports, replication_xml
+from tests.support.replication import bootstrap_xml, destination, free_ports, replication_xml
 from tests.support.server import SpoolProcess
 
 
@@ -116,6 +118,39 @@ def _lag_once(
     return out
 
 
+def _durable(a: SpoolProcess) -> int:
+    return int(httpx.get(f"{a.http_url}/api/replication", timeout=10).json()["durable_seq"])
+
+
+def _bootstrap_once(suite: Suite, a: SpoolProcess) -> dict[str, float]:
+    """A new empty instance copies A's log; its own progress says how fast."""
+    rid = suite.next_id()
+    (port,) = free_ports(1)
+    root = suite.workdir / "spool-bootstrap" / str(rid)
+    xml = replication_xml(
+        root / "data", f"bench-boot-{rid}", port=port, admin_interval="10s",
+        tuning=BENCH_TUNING, bootstrap=bootstrap_xml([".*"], [("127.0.0.1", a.port)]),
+    )  # fmt: skip
+    proc = SpoolProcess(root, xml)
+    proc.start(timeout=120)
+    try:
+
+        def done() -> bool:
+            state = httpx.get(f"{proc.http_url}/api/bootstrap", timeout=10).json()
+            if state["state"] == "failed":
+                raise RuntimeError(f"bootstrap failed: {state['error']}")
+            return bool(state["state"] == "done")
+
+        _wait(done, "the bootstrap", timeout=600)
+        state = httpx.get(f"{proc.http_url}/api/bootstrap", timeout=10).json()
+    finally:
+        proc.stop()
+    seconds = max(float(state["finished_at"]) - float(state["started_at"]), 1e-6)
+    records = float(state["records"])
+    return {"records_per_s": records / seconds, "records": records, "seconds": seconds,
+            "mb_per_s": float(state["bytes"]) / seconds / 1e6}  # fmt: skip
+
+
 def run_replication(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
     s = suite.settings
     publish_params = {
@@ -133,6 +168,12 @@ def run_replication(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
         try:
             for spec in specs:
                 mode = spec.params["mode"]
+                if mode == "bootstrap":
+                    if not _durable(a):
+                        # run alone (--only): give A a log to copy first
+                        _publish_once(suite, a, spec)
+                    suite.measure(spec, functools.partial(_bootstrap_once, suite, a))
+                    continue
                 if mode == "lag":
                     _sync_type(a, "sync")
                     suite.measure(

@@ -30,6 +30,8 @@ from server.client import Client, ClientError, Disconnected
 from server.config import load_config
 from server.engine import Broker
 from server.peer import Peer
+from server.replication.bootsource import BootstrapSource
+from server.replication.frames import MessageType, first_type
 from server.replication.inbound import InboundLink
 from server.replication.transport import Connector, Dialed, LinkLost
 from server.txlog import TransactionLog
@@ -111,12 +113,13 @@ def replication_xml(
     admin_extra: str = "",
     sow: str = "",
     actions: str = "",
+    bootstrap: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
     :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
     ``admin_extra``: more ``<Admin>`` elements (the listener's TLS); ``sow``: ``<SOW>``
     topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
-    of an ``<Actions>``."""
+    of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`)."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -151,7 +154,20 @@ def replication_xml(
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
         f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
+        f"{bootstrap}"
         "</SpoolConfig>"
+    )
+
+
+def bootstrap_xml(
+    topics: Sequence[str], addresses: Sequence[tuple[str, int]], data_types: str = "txlog"
+) -> str:
+    """A ``<Bootstrap>`` copying ``topics`` from the first reachable of ``addresses``."""
+    blocks = "".join(f"<Topic><Name>{t}</Name></Topic>" for t in topics)
+    addrs = "".join(f"<InetAddr>{h}:{p}</InetAddr>" for h, p in addresses)
+    return (
+        f"<Bootstrap>{blocks}<DataType>{data_types}</DataType>"
+        f"<Transport><Type>amps-replication</Type>{addrs}</Transport></Bootstrap>"
     )
 
 
@@ -163,6 +179,10 @@ class _Pipe:
         self.to_destination: asyncio.Queue[bytes] = asyncio.Queue()
         self.closed = False
         self.link: InboundLink | None = None
+        #: set for a pipe whose first message decides (web/replication.py's dispatch):
+        #: a bootstrap request is served by a BootstrapSource, anything else is a link
+        self.dispatch: Callable[[bytes], InboundLink | BootstrapSource] | None = None
+        self.copy: BootstrapSource | None = None
         self.source = _SourceEnd(self, remote)
         self.destination = _DestinationEnd(self, "memory-source")
         self.delivery = asyncio.get_running_loop().create_task(self._deliver())
@@ -172,6 +192,19 @@ class _Pipe:
         of the stream reaches the link after everything sent before it."""
         while True:
             data = await self.to_destination.get()
+            if data is not _EOF and self.dispatch is not None:
+                opened = self.dispatch(data)
+                self.dispatch = None
+                if isinstance(opened, BootstrapSource):
+                    self.copy = opened
+                else:
+                    self.link = opened
+            if self.copy is not None:
+                if data is _EOF:
+                    self.copy.lost()
+                    return
+                self.copy.receive(data)
+                continue
             if data is _EOF or self.link is None:
                 if self.link is not None:
                     self.link.lost()
@@ -195,6 +228,8 @@ class _Pipe:
         self.delivery.cancel()
         if self.link is not None:
             self.link.lost()
+        if self.copy is not None:
+            self.copy.lost()
 
 
 class _SourceEnd:
@@ -279,11 +314,24 @@ class MemoryFabric:
             or broker.replication is None
         ):
             raise OSError(f"connection from {source} to {address[0]}:{address[1]} refused")
-        if not broker.ready:
+        booting = broker.bootstrapper is not None and broker.bootstrapper.running
+        if not broker.ready and not booting:
             raise LinkLost(f"{address[0]}:{address[1]} is not accepting replication")
         pipe = _Pipe(f"{address[0]}:{address[1]}")
         peer = self.peers.get(source, Peer("127.0.0.1", 40000 + len(self.dials)))
-        pipe.link = broker.replication.accept(pipe.destination, peer)
+        replication = broker.replication
+
+        def dispatch(first: bytes) -> InboundLink | BootstrapSource:
+            """As web/replication.py: a bootstrap request, or a link (when ready)."""
+            boot = broker.bootstrapper
+            if first_type(first) == MessageType.BOOTSTRAP:
+                return replication.bootstrap_source(
+                    pipe.destination, peer, lambda: list(broker.sow.topics),
+                    boot.busy_for if boot is not None else (lambda _name: None),
+                )  # fmt: skip
+            return replication.accept(pipe.destination, peer)
+
+        pipe.dispatch = dispatch
         self.pipes.setdefault(address, []).append((source, pipe))
         return pipe.source
 

@@ -64,7 +64,13 @@ from server.protocol.topic import is_regex_topic
 from server.tls.context import load_dial_context
 from server.tls.errors import TlsError
 
-__all__ = ["DestinationPart", "ReplicationPart", "read_replication"]
+__all__ = [
+    "DestinationPart",
+    "ReplicationPart",
+    "read_replication",
+    "read_replication_transport",
+    "read_topic_name",
+]
 
 _REPLICATION_SPEC: Final[Spec] = {"AckInterval": False, "Destination": True}
 _DESTINATION_SPEC: Final[Spec] = {
@@ -149,9 +155,8 @@ def _exclusions(node: Node, ctx: Context) -> frozenset[str]:
     return frozenset(names)
 
 
-def _topic(node: Node, ctx: Context) -> ReplicationTopic:
-    kids = Children(node, _TOPIC_SPEC)
-    name_node = kids.require("Name")
+def read_topic_name(name_node: Node, ctx: Context) -> tuple[str, bool]:
+    """A topic block's ``<Name>``: the name or regex, and whether it is a regex."""
     name = read_value(name_node, ctx)
     if len(name) > _TOPIC_NAME_MAX or any(ord(ch) < 32 for ch in name):
         raise fail(
@@ -161,6 +166,12 @@ def _topic(node: Node, ctx: Context) -> ReplicationTopic:
     regex = is_regex_topic(name)
     if regex:
         name = read_regex(name_node, ctx)
+    return name, regex
+
+
+def _topic(node: Node, ctx: Context) -> ReplicationTopic:
+    kids = Children(node, _TOPIC_SPEC)
+    name, regex = read_topic_name(kids.require("Name"), ctx)
     message_type = "json"
     if (type_node := kids.one("MessageType")) is not None:
         message_type = read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
@@ -183,7 +194,8 @@ def _topic(node: Node, ctx: Context) -> ReplicationTopic:
     )
 
 
-def _transport(node: Node, ctx: Context) -> ReplicationTransport:
+def read_replication_transport(node: Node, ctx: Context) -> ReplicationTransport:
+    """A ``<Transport>`` of replication (a Destination's, or Bootstrap's sources)."""
     kids = Children(node, _TRANSPORT_SPEC)
     type_node = kids.require("Type", " (amps-replication)")
     read_choice(type_node, ctx, ("amps-replication",), "replication transport Type")
@@ -280,7 +292,7 @@ def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:
     if not topic_nodes:
         raise fail(node, "<Destination> needs at least one <Topic> (it would replicate nothing)")
     topics = tuple(_topic(n, ctx) for n in topic_nodes)
-    transport = _transport(
+    transport = read_replication_transport(
         kids.require("Transport", " (the destination's amps-replication address)"), ctx
     )
     config = DestinationConfig(

@@ -22,7 +22,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Logging/>",
         "/SpoolConfig/Logging",
         3,
-        "unknown element <Logging> in <SpoolConfig> (allowed: Actions, Admin, DataDirectory, "
+        "unknown element <Logging> in <SpoolConfig> (allowed: Actions, Admin, Bootstrap, DataDirectory, "
         "Group, Name, Replication, SOW, TransactionLog, Transports, Tuning, Users)",
     ),
     (
@@ -62,11 +62,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "<Replication> needs a <TransactionLog>",
     ),
     (
-        "Bootstrap",
+        "Bootstrap without a Topic",
         "<Bootstrap>x</Bootstrap>",
         "/SpoolConfig/Bootstrap",
         3,
-        "<Bootstrap> is not supported yet",
+        "<Bootstrap> holds elements, not text",
     ),
     (
         "an Action without a Name",

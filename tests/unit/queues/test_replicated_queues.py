@@ -145,6 +145,7 @@ async def test_proxied_transfer_takes_over_from_an_offline_owner(tmp_path: Path)
         assert wb.client.deliveries("q") == []  # owned by a: stuck without proxied transfer
         taken = h["b"].broker.queues.set_proxied_transfer("work", True, "ops")
         assert taken == 10
+
         def all_processed() -> bool:
             wb.step()
             return len(wb.processed) == 10

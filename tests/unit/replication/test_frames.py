@@ -153,7 +153,7 @@ def test_truncated_and_padded_runs_are_refused() -> None:
     [
         (struct.pack("<IB", 0, 1), "length 0 is out of range"),
         (struct.pack("<IB", MAX_MESSAGE + 1, 1), "out of range"),
-        (struct.pack("<IB", 2, 9) + b"x", "unknown message type 9"),
+        (struct.pack("<IB", 2, 99) + b"x", "unknown message type 99"),
         (struct.pack("<IB", 3, 1) + b"{]", "hello is not JSON"),
         (struct.pack("<IB", 3, 1) + b"[]", "hello is not a JSON object"),
         (struct.pack("<IB", 3, 6) + b"xx", "an ack is a u64 position"),

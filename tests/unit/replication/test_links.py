@@ -8,6 +8,7 @@ are tests/support/replication.py's; a partition is ``fabric.cut(address)``.
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import orjson
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
+from server.replication import protocol as link_protocol
 from server.replication.errors import ReconnectRequested, SyncChangeRefused
 from server.replication.outbound import marker_wait
 from server.replication.routing import Route
@@ -212,6 +214,24 @@ async def test_a_group_mismatch_refuses_the_link_with_both_names(tmp_path: Path)
         assert not link.connected
         events = [e for e in h["b"].broker.events.recent() if e["event"] == "inbound_refused"]
         assert events and events[-1]["reason"] == "group mismatch"
+
+
+@scenario
+async def test_a_peer_of_another_protocol_version_is_refused_with_both_versions(
+    tmp_path: Path,
+) -> None:
+    """Version 2 added messages a version-1 instance does not know: the hello refuses the
+    link up front instead of it breaking mid-stream (the source here speaks version 1)."""
+    configs = {
+        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
+        "b": xml(tmp_path, "b"),
+    }
+    with mock.patch.object(link_protocol, "PROTOCOL_VERSION", 1):
+        async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
+            link = h["a"].broker.replication.destinations["b"]
+            await drive(clock, lambda: link.last_error and "protocol version" in link.last_error)
+            assert "protocol version 1, this instance speaks 2" in link.last_error
+            assert not link.connected
 
 
 @scenario

@@ -161,3 +161,44 @@ def test_replication_events_are_written_read_by_window_and_truncated(store: Stat
     assert store.reader.link_events(0, 200, limit=2) == rows[2:]  # the newest, oldest first
     store.writer.truncate(102.0)
     assert store.reader.link_events(0, 200) == rows[2:]
+
+
+def test_link_samples_are_written_read_per_link_and_truncated(store: StatsStore) -> None:
+    """The per-link history (migration 0005): one row per link per tick, read back by link
+    and direction against the rows written (the oracle), retention applies."""
+    ticks = {
+        100.0: [("out", "b", True, "sync", 0, 0.0, 10.0, 5), ("in", "z", True, None, 2, None, 1.0, 3)],
+        101.0: [("out", "b", True, "async", 40, 7.5, 0.0, 5)],
+        102.0: [("out", "b", False, "async", 90, 12.0, 0.0, 5), ("out", "c", True, "sync", 0, 0.0, 1.0, 9)],
+    }  # fmt: skip
+    for ts, rows in ticks.items():
+        assert store.writer.write_link_samples(ts, rows) == len(rows)
+    assert store.writer.write_link_samples(103.0, []) == 0
+
+    def oracle(direction: str, link: str, t0: float, t1: float) -> list[dict[str, object]]:
+        return [
+            {"time": ts, "connected": up, "effective_sync_type": sync, "messages_behind": behind,
+             "seconds_behind": seconds, "msgs_per_sec": rate, "position": pos}
+            for ts, rows in ticks.items() if t0 <= ts <= t1
+            for d, lk, up, sync, behind, seconds, rate, pos in rows if (d, lk) == (direction, link)
+        ]  # fmt: skip
+
+    assert store.reader.link_history(0, 200, link="b", direction="out") == oracle(
+        "out", "b", 0, 200
+    )
+    assert [s["effective_sync_type"] for s in oracle("out", "b", 0, 200)] == [
+        "sync",
+        "async",
+        "async",
+    ]
+    assert store.reader.link_history(0, 200, link="z", direction="in") == oracle("in", "z", 0, 200)
+    assert store.reader.link_history(0, 200, link="z", direction="out") == []
+    assert store.reader.link_history(100.5, 101.5, link="b", direction="out") == oracle(
+        "out", "b", 100.5, 101.5
+    )
+    newest = store.reader.link_history(0, 200, link="b", direction="out", limit=2)
+    assert [s["time"] for s in newest] == [101.0, 102.0]
+    store.writer.truncate(101.0)
+    assert store.reader.link_history(0, 200, link="b", direction="out") == oracle(
+        "out", "b", 101, 200
+    )

@@ -1,0 +1,243 @@
+"""The bootstrap's messages (docs/bootstrap.md), beside the link's in frames.py.
+
+A bootstrap is a conversation on the same ``/replication`` endpoint as a link, in the same
+framing (server/replication/frames.py: u32 length, u8 type, payload); it differs from a
+link by its first message, ``bootstrap`` instead of ``hello``::
+
+    bootstrapping instance                      source
+    bootstrap (name, group, credentials,  --->  authenticate
+               topics, data types, start)
+                                         <---   offer (log range, sizes)  | busy | refuse
+                                         <---   data (SOW records) ... done (sow)
+                                         <---   data (log records) ... done (txlog)
+
+The control messages are JSON objects; records travel in the link's ``data`` messages.
+This module holds only the JSON messages (dataclasses, their fields, and their parsing
+from a decoded JSON object), so that frames.py stays one codec of one size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+from server.replication.errors import ReplicationProtocolError
+
+__all__ = [
+    "BOOTSTRAP",
+    "BOOT_TYPES",
+    "BUSY",
+    "DONE",
+    "OFFER",
+    "BootMessage",
+    "Bootstrap",
+    "Busy",
+    "Done",
+    "Offer",
+    "boot_fields",
+    "parse_boot",
+]
+
+#: message types (frames.MessageType takes them over)
+BOOTSTRAP: Final = 7
+OFFER: Final = 8
+DONE: Final = 9
+BUSY: Final = 10
+#: type -> name used in errors
+BOOT_TYPES: Final = {BOOTSTRAP: "bootstrap", OFFER: "offer", DONE: "done", BUSY: "busy"}
+
+
+def _str(obj: dict[str, object], key: str, what: str, *, optional: bool = False) -> str | None:
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ReplicationProtocolError(f"{what} needs a string {key!r}")
+    return value
+
+
+def _int(obj: dict[str, object], key: str, what: str) -> int:
+    value = obj.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ReplicationProtocolError(f"{what} needs a non-negative integer {key!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    """Bootstrapping instance -> source, first (instead of a hello): copy me your state.
+
+    Attributes:
+        version: the protocol version.
+        name, group: the bootstrapping instance's.
+        user, secret: its credentials on the source (as a hello's; never logged).
+        topics: ``(name, is_regex)`` of the topics to copy.
+        data_types: ``txlog`` and/or ``sow``.
+        start: the first seq of the source's log still to copy (resuming: past what an
+            interrupted bootstrap made durable; 0 on a first attempt).
+        sow_done: the SOW phase already finished (an interrupted bootstrap resuming).
+        compression: ``zstd`` when the source should compress its data messages.
+    """
+
+    version: int
+    name: str
+    group: str
+    user: str | None
+    secret: str | None = field(repr=False)
+    topics: list[tuple[str, bool]]
+    data_types: list[str]
+    start: int
+    sow_done: bool
+    compression: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """Source -> bootstrapping instance: accepted; what is coming (for progress and ETA).
+
+    Attributes:
+        name, group, log_id: the source's.
+        first_seq, last_seq: its log's retained range when the copy began (the copy goes
+            up to ``last_seq``; live replication brings what follows).
+        log_bytes: the bytes of that range (an estimate for the ETA).
+        sow_records: how many SOW records the SOW phase sends (0 when not asked).
+    """
+
+    name: str
+    group: str
+    log_id: str
+    first_seq: int
+    last_seq: int
+    log_bytes: int
+    sow_records: int
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Source -> bootstrapping instance: everything was sent.
+
+    Attributes:
+        last_seq: the last seq of the source's log the copy covered.
+        phase: ``sow`` (the SOW phase ended; the log follows) or ``txlog`` (all done).
+    """
+
+    phase: str
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """Source -> bootstrapping instance: the source is bootstrapping itself (try later).
+
+    Attributes:
+        name: the source's Name.
+        waiting_on: the instances the source's own bootstrap was told are bootstrapping
+            too: the requester finding its own name there is a mutual bootstrap.
+    """
+
+    name: str
+    waiting_on: list[str]
+
+
+BootMessage = Bootstrap | Offer | Done | Busy
+
+
+def boot_fields(message: BootMessage) -> tuple[int, dict[str, object]]:
+    """The type and JSON object of a bootstrap message."""
+    if isinstance(message, Bootstrap):
+        return (
+            BOOTSTRAP,
+            {
+                "version": message.version,
+                "name": message.name,
+                "group": message.group,
+                "user": message.user,
+                "secret": message.secret,
+                "topics": [[name, regex] for name, regex in message.topics],
+                "data_types": message.data_types,
+                "start": message.start,
+                "sow_done": message.sow_done,
+                "compression": message.compression,
+            },
+        )
+    if isinstance(message, Offer):
+        return (
+            OFFER,
+            {
+                "name": message.name,
+                "group": message.group,
+                "log_id": message.log_id,
+                "first_seq": message.first_seq,
+                "last_seq": message.last_seq,
+                "log_bytes": message.log_bytes,
+                "sow_records": message.sow_records,
+            },
+        )
+    if isinstance(message, Done):
+        return DONE, {"phase": message.phase, "last_seq": message.last_seq}
+    return BUSY, {"name": message.name, "waiting_on": message.waiting_on}
+
+
+def _names(obj: dict[str, object], key: str, what: str) -> list[str]:
+    value = obj.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ReplicationProtocolError(f"{what} needs a list of strings {key!r}")
+    return [str(v) for v in value]
+
+
+def _topics(value: object) -> list[tuple[str, bool]]:
+    if not isinstance(value, list) or not value:
+        raise ReplicationProtocolError("bootstrap needs a non-empty list 'topics'")
+    out: list[tuple[str, bool]] = []
+    for entry in value:
+        if (
+            not isinstance(entry, list)
+            or len(entry) != 2
+            or not isinstance(entry[0], str)
+            or not isinstance(entry[1], bool)
+        ):
+            raise ReplicationProtocolError("a bootstrap topic is [name, is_regex]")
+        out.append((entry[0], entry[1]))
+    return out
+
+
+def parse_boot(base: int, obj: dict[str, object]) -> BootMessage:
+    """The JSON messages of a bootstrap (docs/bootstrap.md)."""
+    if base == BOOTSTRAP:
+        compression = _str(obj, "compression", "bootstrap", optional=True)
+        if compression not in (None, "zstd"):
+            raise ReplicationProtocolError(f"unknown compression {compression!r}")
+        data_types = _names(obj, "data_types", "bootstrap")
+        if not data_types or not set(data_types) <= {"txlog", "sow"}:
+            raise ReplicationProtocolError(f"bootstrap data_types {data_types} (txlog, sow)")
+        sow_done = obj.get("sow_done")
+        if not isinstance(sow_done, bool):
+            raise ReplicationProtocolError("bootstrap needs a boolean 'sow_done'")
+        return Bootstrap(
+            version=_int(obj, "version", "bootstrap"),
+            name=_str(obj, "name", "bootstrap") or "",
+            group=_str(obj, "group", "bootstrap") or "",
+            user=_str(obj, "user", "bootstrap", optional=True),
+            secret=_str(obj, "secret", "bootstrap", optional=True),
+            topics=_topics(obj.get("topics")),
+            data_types=data_types,
+            start=_int(obj, "start", "bootstrap"),
+            sow_done=sow_done,
+            compression=compression,
+        )
+    if base == OFFER:
+        return Offer(
+            name=_str(obj, "name", "offer") or "",
+            group=_str(obj, "group", "offer") or "",
+            log_id=_str(obj, "log_id", "offer") or "",
+            first_seq=_int(obj, "first_seq", "offer"),
+            last_seq=_int(obj, "last_seq", "offer"),
+            log_bytes=_int(obj, "log_bytes", "offer"),
+            sow_records=_int(obj, "sow_records", "offer"),
+        )
+    if base == DONE:
+        phase = _str(obj, "phase", "done")
+        if phase not in ("sow", "txlog"):
+            raise ReplicationProtocolError(f"done phase {phase!r} (sow, txlog)")
+        return Done(phase, _int(obj, "last_seq", "done"))
+    return Busy(_str(obj, "name", "busy") or "", _names(obj, "waiting_on", "busy"))

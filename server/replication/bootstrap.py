@@ -1,0 +1,647 @@
+"""Bootstrapping: an empty instance copies its first state from a peer before it serves.
+
+With ``<Bootstrap>`` configured, :meth:`Bootstrapper.needed` decides at start-up (after the
+log's recovery, before replication and clients):
+
+- a *marker file* (``DataDirectory/replication/NAME.bootstrap.json``) is there: an earlier
+  bootstrap was interrupted; it resumes;
+- else the instance holds state (a record in its log, or a SOW record): nothing is copied,
+  ever (a bootstrap never overwrites state; the event log says it was skipped);
+- else it is empty: the bootstrap runs.
+
+While it runs the instance is not ready: the websocket transports refuse client
+connections (web/transport.py answers "not ready" before the upgrade), ``/replication``
+refuses links, and the admin API and dashboard are up and show the progress
+(``GET /api/bootstrap``; docs/bootstrap.md). The engine finishes its start-up (replication
+links, actions, ready) only after the copy (server/engine.py).
+
+:meth:`Bootstrapper.run`, until done:
+
+1. write the marker first (so a kill at any later point is seen as an interruption);
+2. try the sources in their ``InetAddr`` order; the first that accepts is copied from
+   (server/replication/bootsource.py serves it; the conversation is
+   server/replication/bootproto.py);
+3. SOW phase, then log phase: each ``data`` batch goes through the publish pipeline as a
+   link's batch does (publisher bookmarks kept, the source appended to the path, so the
+   log's de-duplication makes a record sent twice harmless), and once a batch is durable
+   here the marker records how far the source's log was copied (``copied_upto``) and
+   whether the SOW phase ended: a restarted instance asks from there;
+4. a source that answers ``busy`` is bootstrapping itself: its name joins
+   :attr:`waiting_on`, and the next source (or round) is tried; finding this instance's
+   own name in a busy source's list - or being asked for a copy by an instance this one
+   is waiting on - is a *mutual bootstrap*: both are empty and configured from each other,
+   neither can finish; :class:`MutualBootstrap` stops start-up with the fix;
+5. when the whole copy is durable, the marker is removed: the instance is bootstrapped.
+
+Live replication then takes over with no gap: the source's link to this instance resyncs
+from what this instance holds per publisher (its welcome's holdings), which now includes
+every copied record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import ssl
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+import orjson
+import zstandard
+
+from server.alerts import Alert
+from server.clock import Clock
+from server.config import BootstrapConfig, Config, format_inet_addr
+from server.ports import Origin, PublishRun, Traffic
+from server.publishing import PublishPipeline
+from server.replication import state as state_file
+from server.replication.bootproto import (
+    BootstrapProtocol,
+    Finished,
+    Offered,
+    PhaseDone,
+    Role,
+    SourceBusy,
+)
+from server.replication.bootsource import BootstrapBusy
+from server.replication.errors import (
+    BootstrapFailed,
+    LinkRefused,
+    MutualBootstrap,
+    RecordRefused,
+    ReplicationProtocolError,
+)
+from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Data, Offer, Run, decode_runs
+from server.replication.hops import format_hop
+from server.replication.protocol import Closed, DataReceived
+from server.replication.replies import FailureReplies
+from server.replication.transport import Connector, Dialed, LinkLost, LinkWriter
+from server.sow.memory import MemoryStore
+from server.stats.source import EventSink
+from server.tls.context import load_dial_context
+from server.tls.errors import TlsError
+from server.txlog import RecordKind, TransactionLog
+
+__all__ = ["BootstrapProgress", "Bootstrapper", "Marker", "marker_path"]
+
+#: seconds between rounds over the sources when none could be copied from
+RETRY_MIN: Final = 0.5
+RETRY_MAX: Final = 5.0
+#: seconds between marker writes while copying, and between progress events
+MARKER_EVERY: Final = 0.5
+PROGRESS_EVERY: Final = 2.0
+#: records appended but not yet durable before reading more waits for the group commit
+UNDURABLE_LIMIT: Final = 200_000
+
+
+def marker_path(data_directory: Path, instance: str) -> Path:
+    """Where an interrupted bootstrap is remembered."""
+    return data_directory / "replication" / f"{instance}.bootstrap.json"
+
+
+@dataclass(slots=True)
+class Marker:
+    """What an interrupted bootstrap had made durable (the marker file's content).
+
+    Attributes:
+        copied_upto: the source's log is copied (and durable here) up to this seq.
+        sow_done: the SOW phase ended and is durable here.
+        source: the source's Name, and ``log_id`` the identity of its log: ``copied_upto``
+            is a position in that log only; resuming from another source (or a source
+            whose log started over) starts the log phase over from its beginning (the
+            bookmarks drop what was copied already).
+        records: records copied so far (progress across restarts).
+    """
+
+    copied_upto: int = 0
+    sow_done: bool = False
+    source: str = ""
+    records: int = 0
+    log_id: str = ""
+
+    def encode(self) -> bytes:
+        return orjson.dumps(
+            {"copied_upto": self.copied_upto, "sow_done": self.sow_done,
+             "source": self.source, "records": self.records, "log_id": self.log_id}
+        )  # fmt: skip
+
+    @classmethod
+    def load(cls, path: Path) -> Marker | None:
+        """The marker (blocking: run in a thread); None when there is none.
+
+        Raises:
+            BootstrapFailed: it is there but unreadable.
+        """
+        try:
+            obj = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, orjson.JSONDecodeError) as exc:
+            raise BootstrapFailed(
+                f"the bootstrap marker {path} cannot be read ({exc}); an interrupted "
+                "bootstrap cannot resume from it: empty the data directory and start again"
+            ) from None
+        if not isinstance(obj, dict):
+            raise BootstrapFailed(f"the bootstrap marker {path} is not a JSON object")
+        upto, done, source, records = (
+            obj.get("copied_upto"), obj.get("sow_done"), obj.get("source"), obj.get("records")
+        )  # fmt: skip
+        if not isinstance(upto, int) or not isinstance(done, bool) or not isinstance(records, int):
+            raise BootstrapFailed(f"the bootstrap marker {path} is malformed")
+        log_id = obj.get("log_id")
+        return cls(
+            upto, done, source if isinstance(source, str) else "", records,
+            log_id if isinstance(log_id, str) else "",
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class BootstrapProgress:
+    """How far a bootstrap is, for the event log, ``/api/bootstrap`` and the dashboard.
+
+    Attributes:
+        state: ``not configured``, ``skipped`` (the instance had state), ``waiting`` (no
+            source could be copied from yet), ``copying``, ``done`` or ``failed``.
+        source: the instance being copied from.
+        phase: ``sow`` or ``txlog`` while copying.
+        records, bytes: copied so far (records: across restarts).
+        total_records: an estimate of the records to copy (the source's log range and its
+            SOW records; the topics not asked for make it an upper bound).
+        total_bytes: the source's estimate of the log bytes to read.
+        rate: records per second over the copy so far.
+        eta_seconds: time left at that rate (None until it can be told).
+        waiting_on: sources found bootstrapping themselves.
+        error: why the last attempt failed (or why it stopped).
+    """
+
+    state: str = "not configured"
+    source: str = ""
+    phase: str = ""
+    records: int = 0
+    bytes: int = 0
+    total_records: int = 0
+    total_bytes: int = 0
+    rate: float = 0.0
+    eta_seconds: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    waiting_on: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def alerts(self) -> list[Alert]:
+        """The dashboard's banner while a bootstrap runs (clients are refused until it
+        ends) or after it failed; nothing otherwise."""
+        if self.state not in ("waiting", "copying", "failed"):
+            return []
+        since = (
+            datetime.fromtimestamp(self.started_at, UTC).isoformat(timespec="seconds")
+            if self.started_at is not None
+            else ""
+        ).replace("+00:00", "Z")
+        if self.state == "failed":
+            return [{"id": "bootstrap-failed", "level": "error", "title": "Bootstrap failed",
+                     "message": str(self.error), "since": since}]  # fmt: skip
+        if self.state == "waiting":
+            waiting = (
+                f"; bootstrapping themselves: {', '.join(self.waiting_on)}"
+                if self.waiting_on
+                else ""
+            )
+            message = (
+                f"No source could be copied from yet ({self.error or 'connecting'}){waiting}."
+                " Clients are refused until the copy is done."
+            )
+        else:
+            eta = f", about {self.eta_seconds:.0f} s left" if self.eta_seconds else ""
+            message = (
+                f"Copying the {self.phase or 'txlog'} of {self.source}: {self.records:,} of "
+                f"~{self.total_records:,} records, {self.bytes / 1e6:.1f} MB, "
+                f"{self.rate:,.0f} records/s{eta}. Clients are refused until the copy is done."
+            )
+        return [{"id": "bootstrap-in-progress", "level": "warning", "title": "Bootstrapping",
+                 "message": message, "since": since}]  # fmt: skip
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "state": self.state, "source": self.source, "phase": self.phase,
+            "records": self.records, "bytes": self.bytes,
+            "total_records": self.total_records, "total_bytes": self.total_bytes,
+            "rate": round(self.rate, 1), "eta_seconds": self.eta_seconds,
+            "started_at": self.started_at, "finished_at": self.finished_at,
+            "waiting_on": list(self.waiting_on), "error": self.error,
+        }  # fmt: skip
+
+
+class Bootstrapper:
+    """The bootstrap of one instance (module docstring). Owned by the event loop."""
+
+    def __init__(
+        self,
+        config: Config,
+        bootstrap: BootstrapConfig,
+        txlog: TransactionLog,
+        pipeline: PublishPipeline,
+        sow_stores: Callable[[], Iterable[MemoryStore]],
+        clock: Clock,
+        events: EventSink,
+        connector: Connector,
+    ) -> None:
+        self.config = config
+        self.bootstrap = bootstrap
+        self.txlog = txlog
+        self.pipeline = pipeline
+        self._sow_stores = sow_stores
+        self._clock = clock
+        self.events = events
+        self._connector = connector
+        self.path = marker_path(config.data_directory, config.name)
+        self.progress = BootstrapProgress()
+        self.marker = Marker()
+        self.running = False
+        self._mutual: str | None = None
+        self._wake = asyncio.Event()
+        self._copied_at_start = 0
+        self._last_event = 0.0
+        self._last_marker = 0.0
+
+    # -- start-up ------------------------------------------------------------------------
+
+    async def needed(self) -> bool:
+        """Whether to copy (a marker, or an empty instance); says so in the event log."""
+        marker = await asyncio.to_thread(Marker.load, self.path)
+        if marker is not None:
+            self.marker = marker
+            self.events.emit(
+                "warning", "replication", "bootstrap_resuming", copied_upto=marker.copied_upto,
+                sow_done=marker.sow_done, records=marker.records, source=marker.source,
+                detail="an earlier bootstrap was interrupted; it resumes",
+            )  # fmt: skip
+            return True
+        held = self.txlog.last_seq > 0 or any(len(s) for s in self._sow_stores())
+        if held:
+            self.progress.state = "skipped"
+            self.events.emit(
+                "info", "replication", "bootstrap_skipped", last_seq=self.txlog.last_seq,
+                detail="the instance holds state; a bootstrap never overwrites it",
+            )  # fmt: skip
+            return False
+        return True
+
+    def busy_for(self, requester: str) -> BootstrapBusy | None:
+        """(the source side, while this instance bootstraps) What to answer ``requester``
+        asking for a copy: busy, naming whom this instance waits on. Being asked by an
+        instance this one waits on is a mutual bootstrap."""
+        if not self.running:
+            return None
+        if requester in self.progress.waiting_on:
+            self._mutual = requester
+            self._wake.set()
+        return BootstrapBusy(sorted(self.progress.waiting_on))
+
+    async def run(self) -> None:
+        """Copy until done.
+
+        Raises:
+            MutualBootstrap: the instance and a source bootstrap from each other.
+            BootstrapFailed: the marker cannot be written or read.
+        """
+        self.running = True
+        progress = self.progress
+        progress.state = "waiting"
+        progress.started_at = self._clock.time()
+        progress.records = self._copied_at_start = self.marker.records
+        await self.save_marker()
+        self.events.emit(
+            "info", "replication", "bootstrap_started",
+            sources=[format_inet_addr(h, p) for h, p in self.bootstrap.transport.addresses],
+            topics=[t.name for t in self.bootstrap.topics],
+            data_types=sorted(self.bootstrap.data_types),
+        )  # fmt: skip
+        delay = RETRY_MIN
+        try:
+            while True:
+                for host, port in self.bootstrap.transport.addresses:
+                    self._check_mutual()
+                    if await self._attempt(host, port):
+                        await self._finish()
+                        return
+                    self._check_mutual()
+                await self._pause(delay)
+                delay = min(RETRY_MAX, delay * 2)
+        except BootstrapFailed as exc:
+            progress.state = "failed"
+            progress.error = str(exc)
+            self.events.emit("error", "replication", "bootstrap_failed", detail=str(exc))
+            raise
+        finally:
+            self.running = False
+
+    # -- one source ----------------------------------------------------------------------
+
+    async def _attempt(self, host: str, port: int) -> bool:
+        """Copy from one source; whether the copy completed."""
+        address = format_inet_addr(host, port)
+        try:
+            tls = await self._tls_context()
+            transport = await self._connector(host, port, tls)
+        except (OSError, LinkLost) as exc:
+            self.progress.error = f"{address}: {exc}"
+            return False
+        try:
+            return await self._session(transport, address)
+        finally:
+            with contextlib.suppress(Exception):
+                await transport.close(1000, "bootstrap ended")
+
+    async def _session(self, transport: Dialed, address: str) -> bool:
+        cfg = self.config
+        creds = self.bootstrap.transport
+        protocol = BootstrapProtocol(Role.REQUESTER)
+        writer = LinkWriter(protocol.data_to_send, transport)
+        marker = self.marker
+        protocol.request(
+            Bootstrap(
+                PROTOCOL_VERSION, cfg.name, cfg.group, creds.user, creds.secret,
+                [(t.name, t.is_regex) for t in self.bootstrap.topics],
+                sorted(self.bootstrap.data_types),
+                marker.copied_upto + 1 if marker.copied_upto else 0,
+                marker.sow_done, creds.compression,
+            )
+        )  # fmt: skip
+        copy = _Copy(self, address)
+        try:
+            await writer.write()
+            while True:
+                try:
+                    data = await transport.recv()
+                except LinkLost as exc:
+                    protocol.connection_lost(LinkRefused(str(exc)))
+                    data = b""
+                protocol.receive_data(data)
+                for event in protocol.events_received():
+                    if isinstance(event, Offered):
+                        copy.offered(event.offer)
+                    elif isinstance(event, DataReceived):
+                        await copy.data(event.data)
+                    elif isinstance(event, PhaseDone):
+                        await copy.sow_done()
+                    elif isinstance(event, Finished):
+                        await copy.finished(event.last_seq)
+                        return True
+                    elif isinstance(event, SourceBusy):
+                        self._busy(event.busy.name, event.busy.waiting_on)
+                    elif isinstance(event, Closed):
+                        if not isinstance(event.error, LinkRefused) or event.error.reason != (
+                            "bootstrapping"
+                        ):
+                            self.progress.error = f"{address}: {event.error}"
+                            self.events.emit(
+                                "warning", "replication", "bootstrap_interrupted",
+                                source=address, reason=event.error.reason,
+                                detail=event.error.detail, records=self.progress.records,
+                            )  # fmt: skip
+                        return False
+                await writer.write()
+        except (LinkLost, RecordRefused) as exc:
+            self.progress.error = f"{address}: {exc}"
+            return False
+        finally:
+            copy.close()
+
+    def _busy(self, name: str, waiting_on: list[str]) -> None:
+        progress = self.progress
+        if name not in progress.waiting_on:
+            progress.waiting_on.append(name)
+        self.events.emit(
+            "warning", "replication", "bootstrap_source_busy", source=name,
+            waiting_on=waiting_on, detail=f"{name!r} is bootstrapping itself",
+        )  # fmt: skip
+        if self.config.name in waiting_on:
+            self._mutual = name
+
+    def _check_mutual(self) -> None:
+        other = self._mutual
+        if other is None:
+            return
+        me = self.config.name
+        raise MutualBootstrap(
+            f"mutual bootstrap: {me!r} and {other!r} are both empty and each is configured "
+            f"to bootstrap from the other, so neither can ever finish. Fix: remove "
+            f"<Bootstrap> from one of them (or point it at an instance that has the data), "
+            f"start that one first, then restart the other"
+        )
+
+    async def _pause(self, delay: float) -> None:
+        self._wake.clear()
+        sleeper = asyncio.get_running_loop().create_task(self._clock.sleep(delay))
+        waiter = asyncio.get_running_loop().create_task(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            waiter.cancel()
+
+    async def _tls_context(self) -> ssl.SSLContext | None:
+        creds = self.bootstrap.transport
+        if not creds.tls:
+            return None
+        try:
+            return await asyncio.to_thread(
+                load_dial_context, creds.ca_certificate, creds.certificate, creds.private_key
+            )
+        except TlsError as exc:
+            raise LinkLost(f"TLS files: {exc}") from exc
+
+    # -- progress and marker ---------------------------------------------------------------
+
+    async def save_marker(self) -> None:
+        try:
+            await asyncio.to_thread(state_file.save, self.path, self.marker.encode())
+        except OSError as exc:
+            raise BootstrapFailed(f"cannot write the bootstrap marker {self.path}: {exc}") from exc
+        self._last_marker = self._clock.monotonic()
+
+    async def marker_due(self) -> None:
+        if self._clock.monotonic() - self._last_marker >= MARKER_EVERY:
+            await self.save_marker()
+
+    def report(self, *, force: bool = False) -> None:
+        """Refresh rate and ETA; an event every PROGRESS_EVERY seconds (or ``force``)."""
+        progress = self.progress
+        now = self._clock.time()
+        started = progress.started_at or now
+        elapsed = max(now - started, 1e-6)
+        progress.rate = (progress.records - self._copied_at_start) / elapsed
+        left = max(0, progress.total_records - progress.records)
+        progress.eta_seconds = round(left / progress.rate, 1) if progress.rate > 0 else None
+        mono = self._clock.monotonic()
+        if force or mono - self._last_event >= PROGRESS_EVERY:
+            self._last_event = mono
+            self.events.emit(
+                "info", "replication", "bootstrap_progress", source=progress.source,
+                phase=progress.phase, records=progress.records, bytes=progress.bytes,
+                total_records=progress.total_records, rate=round(progress.rate, 1),
+                eta_seconds=progress.eta_seconds,
+            )  # fmt: skip
+
+    async def _finish(self) -> None:
+        await asyncio.to_thread(_remove, self.path)
+        progress = self.progress
+        progress.state = "done"
+        progress.phase = ""
+        progress.eta_seconds = 0.0
+        progress.finished_at = self._clock.time()
+        progress.error = None
+        self.report(force=True)
+        self.events.emit(
+            "info", "replication", "bootstrap_done", source=progress.source,
+            records=progress.records, bytes=progress.bytes, last_seq=self.txlog.last_seq,
+            seconds=round(progress.finished_at - (progress.started_at or 0.0), 2),
+        )  # fmt: skip
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+class _Copy:
+    """One session's records into the pipeline, and the marker following durability."""
+
+    def __init__(self, boot: Bootstrapper, address: str) -> None:
+        self._boot = boot
+        self._address = address
+        self._origin: Origin | None = None
+        self._hop: tuple[str, ...] = ()
+        self._pending: deque[tuple[int, int, int]] = deque()  # (local seq, upto, records)
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._replies = FailureReplies()
+
+    def offered(self, offer: Offer) -> None:
+        """The source accepted: progress totals, and the marker names it.
+
+        Raises:
+            LinkLost: the marker's position is in another log than this source's: it is
+                reset, and the next attempt asks from the start.
+        """
+        boot = self._boot
+        name = offer.name
+        marker = boot.marker
+        if marker.copied_upto and (marker.source, marker.log_id) != (name, offer.log_id):
+            old = f"{marker.source!r} (log {marker.log_id or '?'})"
+            marker.copied_upto = 0
+            raise LinkLost(
+                f"the interrupted copy came from {old}, this source is {name!r} (log "
+                f"{offer.log_id}): its log is copied from the start (what is here already "
+                "is dropped by bookmark)"
+            )
+        self._hop = (format_hop(name, offer.group),)
+        self._origin = Origin(kind="replication", name=name, user=None,
+                              replies=self._replies, traffic=Traffic())  # fmt: skip
+        progress = boot.progress
+        progress.state = "copying"
+        progress.source = name
+        progress.error = None
+        first, last, sow = offer.first_seq, offer.last_seq, offer.sow_records
+        progress.total_records = progress.records + max(0, last - first + 1) + sow
+        progress.total_bytes = progress.bytes + offer.log_bytes
+        progress.phase = "sow" if sow and not boot.marker.sow_done else "txlog"
+        marker.source = name
+        marker.log_id = offer.log_id
+        boot.events.emit(
+            "info", "replication", "bootstrap_copying", source=name, address=self._address,
+            first_seq=first, last_seq=last, sow_records=sow,
+        )  # fmt: skip
+
+    async def data(self, data: Data) -> None:
+        boot = self._boot
+        txlog = boot.txlog
+        if data.count:
+            try:
+                if data.compressed:
+                    runs = await asyncio.to_thread(self._inflate, data)
+                else:
+                    runs = decode_runs(data.payload, data.count)
+            except (ReplicationProtocolError, zstandard.ZstdError) as exc:
+                raise LinkLost(f"a data batch is malformed: {exc}") from exc
+            if boot.progress.phase == "sow":
+                self._check_sow(runs)
+            self._publish(runs)
+        boot.progress.records += data.count
+        boot.progress.bytes += len(data.payload)
+        if boot.progress.phase == "txlog":
+            self._pending.append((txlog.last_seq, data.upto, data.count))
+        self._durable(txlog.durable_seq)
+        if txlog.last_seq - txlog.durable_seq > UNDURABLE_LIMIT:
+            await txlog.wait_durable(txlog.last_seq)
+            self._durable(txlog.durable_seq)
+        await boot.marker_due()
+        boot.report()
+
+    def _check_sow(self, runs: list[Run]) -> None:
+        """SOW records need a local SOW definition (else they would be plain messages)."""
+        config = self._boot.config
+        for run in runs:
+            if config.sow_topic(run.topic) is None:
+                raise BootstrapFailed(
+                    f"the source sends SOW records of {run.topic!r}, which has no SOW "
+                    f"definition here; add a SOW/Topic for {run.topic!r} (with the source's "
+                    "Key) and restart"
+                )
+
+    def _inflate(self, data: Data) -> list[Run]:
+        raw = self._decompressor.decompress(data.payload, max_output_size=1 << 30)
+        return decode_runs(raw, data.count)
+
+    def _publish(self, runs: list[Run]) -> None:
+        origin = self._origin
+        if origin is None:
+            raise LinkLost("data before the offer")
+        for run in runs:
+            self._boot.pipeline.publish(
+                origin,
+                PublishRun(
+                    topic=run.topic, pub_hash=run.pub_hash, pub_seqs=[*run.pub_seqs],
+                    bodies=run.bodies, acks=[], corr_ids=run.corr_ids, sow_keys=run.sow_keys,
+                    kind=RecordKind(run.kind), path=run.path + self._hop,
+                ),
+            )  # fmt: skip
+            if self._replies.failures:
+                failure = self._replies.failures[0]
+                raise RecordRefused(
+                    f"this instance refused a copied record of {run.topic!r}: "
+                    f"{failure.reason} {failure.detail or ''}".rstrip()
+                )
+
+    def _durable(self, durable: int) -> None:
+        marker = self._boot.marker
+        pending = self._pending
+        while pending and pending[0][0] <= durable:
+            _, upto, count = pending.popleft()
+            marker.copied_upto = max(marker.copied_upto, upto)
+            marker.records += count
+
+    async def sow_done(self) -> None:
+        boot = self._boot
+        txlog = boot.txlog
+        await txlog.wait_durable(txlog.last_seq)
+        boot.marker.sow_done = True
+        boot.marker.records = boot.progress.records
+        await boot.save_marker()
+        boot.progress.phase = "txlog"
+
+    async def finished(self, last_seq: int) -> None:
+        boot = self._boot
+        txlog = boot.txlog
+        await txlog.wait_durable(txlog.last_seq)
+        self._durable(txlog.durable_seq)
+        boot.marker.copied_upto = max(boot.marker.copied_upto, last_seq)
+        await boot.save_marker()
+
+    def close(self) -> None:
+        self._pending.clear()

@@ -1,0 +1,515 @@
+// Fabric: the replication graph of every instance this page can reach, merged from their
+// GET /api/fabric (this instance's first, then each instance's destinations' admin URLs,
+// breadth first), drawn with cytoscape (instances grouped by Group, links coloured by
+// health) and as tables, refreshed every `data-refresh` ms. An instance whose /api/fabric
+// does not answer is "down", and so is every link with it. Clicking an instance opens its
+// dashboard; clicking a link shows its history (GET /api/replication/history on the
+// link's source) and the downgrade / upgrade / reconnect actions (POST on the source).
+// Calls to other instances carry the bearer token the operator saved for that instance
+// in this tab (sessionStorage); the other instance must allow this page's origin.
+
+import cytoscape from "/static/vendor/cytoscape/cytoscape.esm.min.mjs";
+import { TimeChart } from "./charts.js";
+import {
+  Alert, ApiError, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtInt, fmtLag,
+  fmtRate, setText,
+} from "./ui.js";
+
+const root = document.getElementById("fabric-root");
+const $id = (id) => document.getElementById(id);
+const alert = new Alert($id("page-alert"));
+const SELF = root.dataset.self;
+const REFRESH = Number(root.dataset.refresh) || 2000;
+const PEERS = new Set(JSON.parse(root.dataset.peers || "[]"));
+const TOKEN_KEY = "spool.fabric.tokens";
+
+// -- credentials (per instance, this tab only) ---------------------------------------------
+
+function tokens() {
+  try {
+    return JSON.parse(sessionStorage.getItem(TOKEN_KEY) || "{}");
+  } catch {
+    return {};
+  }
+}
+
+function saveToken(instance, token) {
+  const all = tokens();
+  all[instance] = token;
+  sessionStorage.setItem(TOKEN_KEY, JSON.stringify(all));
+  renderCredentials();
+}
+
+function renderCredentials() {
+  const list = $id("fabric-credential-list");
+  list.replaceChildren(...Object.keys(tokens()).sort().map((name) => el("li", {},
+    `${name}: token saved `,
+    el("button", {
+      type: "button", className: "small", text: "forget",
+      onclick: () => {
+        const all = tokens();
+        delete all[name];
+        sessionStorage.setItem(TOKEN_KEY, JSON.stringify(all));
+        renderCredentials();
+      },
+    }))));
+}
+
+$id("fabric-credentials").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const form = event.target;
+  saveToken(form.instance.value.trim(), form.token.value);
+  form.reset();
+  poller.now();
+});
+
+// -- calls to an instance ------------------------------------------------------------------
+
+/** Call instance `name` at `url` (null: this instance, with the dashboard's session). */
+async function call(name, url, path, { method = "GET" } = {}) {
+  if (url === null) return api(path, { method });
+  const headers = { Accept: "application/json" };
+  const token = tokens()[name];
+  if (token) headers.Authorization = `Bearer ${token}`;
+  let response;
+  try {
+    response = await fetch(`${url}${path}`, {
+      method, headers, mode: "cors", credentials: "omit", cache: "no-store",
+    });
+  } catch (exc) {
+    throw new ApiError(0, "unreachable", `${name} did not answer (${exc.message})`);
+  }
+  const data = await response.json().catch(() => null);
+  if (!response.ok) {
+    throw new ApiError(response.status, data?.error ?? `HTTP ${response.status}`,
+      data?.detail ?? "");
+  }
+  return data;
+}
+
+function reachable(url) {
+  if (url === null) return true;
+  try {
+    return PEERS.has(new URL(url).origin);
+  } catch {
+    return false;
+  }
+}
+
+// -- the merged graph ----------------------------------------------------------------------
+
+/** Walk the fabric from this instance; returns {instances: Map, links: Map}. */
+async function discover() {
+  const instances = new Map();
+  const links = new Map();
+  const queue = [{ name: SELF, url: null }];
+  const visited = new Set();
+  while (queue.length) {
+    const { name, url } = queue.shift();
+    if (visited.has(name)) continue;
+    visited.add(name);
+    const known = instances.get(name);
+    if (url !== null && !reachable(url)) {
+      if (known) known.note = "not allowed from this page (add its origin to AllowedOrigins)";
+      continue;
+    }
+    let graph;
+    try {
+      graph = await call(name, url, "/api/fabric");
+    } catch (err) {
+      const entry = known ?? { name, group: name, admin_url: url };
+      // refused (no or a wrong token) is not down: this page cannot tell how it is
+      const refused = err.status === 401 || err.status === 403;
+      const note = refused
+        ? `not authenticated: save a token for ${name} under Credentials (${err.detail})`
+        : err.detail || err.message;
+      instances.set(name, { ...entry, state: refused ? "unknown" : "down", note });
+      continue;
+    }
+    for (const inst of graph.instances) {
+      const mine = inst.name === graph.name;
+      const old = instances.get(inst.name);
+      if (mine) {
+        instances.set(inst.name, { ...old, ...inst, admin_url: url, state: "up", note: "" });
+      } else if (!old) {
+        instances.set(inst.name, { ...inst, note: "" });
+      } else if (old.state !== "up" && old.state !== "down" && inst.state === "up") {
+        old.state = "up";
+      }
+      if (!mine && inst.admin_url && !visited.has(inst.name)) {
+        queue.push({ name: inst.name, url: inst.admin_url });
+        if (!instances.get(inst.name).admin_url) instances.get(inst.name).admin_url = inst.admin_url;
+      }
+    }
+    for (const link of graph.links) {
+      const old = links.get(link.id);
+      // the source's report wins: it knows the sync type and how far behind the link is
+      if (!old || link.reported_by === link.source) links.set(link.id, { ...link });
+    }
+  }
+  for (const link of links.values()) {
+    const ends = [instances.get(link.source), instances.get(link.target)];
+    if (ends.some((end) => end?.state === "down")) {
+      link.state = "down";
+      link.health = "down";
+    }
+  }
+  return { instances, links };
+}
+
+// -- drawing --------------------------------------------------------------------------------
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim() || "#888";
+}
+
+const COLOURS = () => ({
+  up: cssVar("--ok"), ok: cssVar("--ok"), lagging: cssVar("--warn"),
+  unknown: cssVar("--muted"), down: cssVar("--err"), text: cssVar("--text"),
+});
+
+const cy = cytoscape({
+  container: $id("fabric-graph"),
+  elements: [],
+  wheelSensitivity: 0.3,
+  style: [],
+});
+
+function restyle() {
+  const c = COLOURS();
+  cy.style([
+    { selector: "node", style: { label: "data(label)", color: c.text, "font-size": 12,
+      "text-valign": "bottom", "text-margin-y": 6, width: 34, height: 34,
+      "background-color": (n) => c[n.data("state")] ?? c.unknown } },
+    { selector: "node.group", style: { "background-opacity": 0.06, "border-width": 1,
+      "border-color": c.unknown, "text-valign": "top", shape: "round-rectangle",
+      "font-size": 11, color: c.unknown } },
+    { selector: "edge", style: { label: "data(label)", "font-size": 10, color: c.text,
+      "curve-style": "bezier", "target-arrow-shape": "triangle", width: 3,
+      "line-color": (e) => c[e.data("health")] ?? c.unknown,
+      "target-arrow-color": (e) => c[e.data("health")] ?? c.unknown,
+      "text-background-opacity": 0.7, "text-background-color": cssVar("--bg") || "#111",
+      "text-background-padding": 2 } },
+  ]);
+}
+restyle();
+document.addEventListener("themechange", restyle);
+
+let shape = "";
+
+function draw({ instances, links }) {
+  const groups = new Set([...instances.values()].map((i) => i.group));
+  const elements = [
+    ...[...groups].map((g) => ({ group: "nodes", classes: "group",
+      data: { id: `group:${g}`, label: g } })),
+    ...[...instances.values()].map((i) => ({ group: "nodes",
+      data: { id: i.name, label: i.name, state: i.state, parent: `group:${i.group}` } })),
+    ...[...links.values()].filter((l) => instances.has(l.source) && instances.has(l.target))
+      .map((l) => ({ group: "edges", data: { id: l.id, source: l.source, target: l.target,
+        health: l.health, label: edgeLabel(l) } })),
+  ];
+  const nextShape = elements.map((e) => `${e.data.id}<${e.data.parent ?? ""}`).sort().join("|");
+  if (nextShape !== shape) {
+    shape = nextShape;
+    cy.elements().remove();
+    cy.add(elements);
+    cy.layout({ name: "breadthfirst", directed: true, padding: 30, spacingFactor: 1.3 }).run();
+  } else {
+    for (const e of elements) cy.getElementById(e.data.id).data(e.data);
+  }
+}
+
+function edgeLabel(link) {
+  const sync = link.effective_sync_type ?? "";
+  const lag = link.state === "connected" ? `${fmtInt(link.messages_behind)} behind` : link.state;
+  return [sync, lag].filter(Boolean).join(" · ");
+}
+
+// -- tables --------------------------------------------------------------------------------
+
+const instanceTable = new KeyedTable($id("fabric-instances").tBodies[0], {
+  key: (i) => i.name,
+  columns: 5,
+  empty: "no instance",
+  create: (i) => el("tr", {},
+    el("td", { className: "mono", dataset: { field: "name" }, text: i.name }),
+    el("td", { dataset: { field: "group" } }),
+    el("td", { dataset: { field: "state" } }),
+    el("td", { dataset: { field: "dashboard" } }),
+    el("td", {}, el("button", { type: "button", className: "small", text: "Manage",
+      dataset: { action: "manage" }, onclick: () => manage(i.name) }))),
+  update: (tr, i) => {
+    setText(tr.querySelector('[data-field="group"]'), i.group);
+    const state = tr.querySelector('[data-field="state"]');
+    state.replaceChildren(badge(i.state), i.note ? el("span", { className: "muted", text: ` ${i.note}` }) : "");
+    const dash = tr.querySelector('[data-field="dashboard"]');
+    const href = i.name === SELF ? "/" : i.admin_url;
+    dash.replaceChildren(href ? el("a", { text: "open", attrs: { href, target: "_blank",
+      rel: "noopener" } }) : el("span", { className: "muted", text: "admin URL unknown" }));
+  },
+});
+
+let current = { instances: new Map(), links: new Map() };
+let chosen = null;
+
+const linkTable = new KeyedTable($id("fabric-links").tBodies[0], {
+  key: (l) => l.id,
+  columns: 7,
+  empty: "no replication link",
+  create: (l) => el("tr", { onclick: (event) => {
+    if (event.target.closest("button")) return;
+    choose(l.id);
+  } },
+  el("td", { className: "mono", dataset: { field: "id" }, text: `${l.source} → ${l.target}` }),
+  el("td", { dataset: { field: "sync" } }),
+  el("td", { dataset: { field: "state" } }),
+  el("td", { className: "num", dataset: { field: "behind" } }),
+  el("td", { className: "num", dataset: { field: "lag" } }),
+  el("td", { className: "num", dataset: { field: "rate" } }),
+  el("td", { dataset: { field: "actions" } })),
+  update: (tr, l) => {
+    const sync = tr.querySelector('[data-field="sync"]');
+    sync.replaceChildren(l.effective_sync_type ? badge(l.effective_sync_type) : el("span",
+      { className: "muted", text: "–" }));
+    tr.querySelector('[data-field="state"]').replaceChildren(badge(l.health),
+      el("span", { className: "muted", text: ` ${l.state}` }));
+    setText(tr.querySelector('[data-field="behind"]'), fmtInt(l.messages_behind));
+    setText(tr.querySelector('[data-field="lag"]'),
+      l.seconds_behind === null ? "–" : fmtLag(l.seconds_behind));
+    setText(tr.querySelector('[data-field="rate"]'), fmtRate(l.msgs_per_sec));
+    const cell = tr.querySelector('[data-field="actions"]');
+    if (!cell.firstChild) cell.append(...actionButtons(l.id));
+    for (const button of cell.querySelectorAll("button")) {
+      button.disabled = !ACTIONS[button.dataset.action].allowed(current.links.get(l.id));
+    }
+  },
+});
+
+// -- operations on any instance: clients and subscriptions ----------------------------------
+
+let managed = null;
+
+function instanceUrl(name) {
+  return name === SELF ? null : current.instances.get(name)?.admin_url ?? null;
+}
+
+async function instanceAct(button, name, path, what) {
+  await busy(button, async () => {
+    try {
+      await call(name, instanceUrl(name), path, { method: "POST" });
+      alert.ok(`${name}: ${what} done`);
+    } catch (err) {
+      alert.error(err, `${what} on ${name}`);
+    }
+  });
+  await loadInstance();
+}
+
+const clientTable = new KeyedTable($id("fabric-clients").tBodies[0], {
+  key: (c) => c.name ?? c.remote_addr,
+  columns: 4,
+  empty: "no client",
+  create: (c) => el("tr", {},
+    el("td", { className: "mono", text: c.name ?? "(no logon)" }),
+    el("td", { dataset: { field: "user" } }),
+    el("td", { className: "num", dataset: { field: "subs" } }),
+    el("td", {}, el("button", { type: "button", className: "small danger", text: "Disconnect",
+      dataset: { action: "disconnect" },
+      onclick: (event) => instanceAct(event.currentTarget, managed,
+        `/api/clients/${encodeURIComponent(c.name)}/disconnect`, `disconnect ${c.name}`) }))),
+  update: (tr, c) => {
+    setText(tr.querySelector('[data-field="user"]'), c.user ?? "–");
+    setText(tr.querySelector('[data-field="subs"]'), fmtInt(c.subscriptions));
+    tr.querySelector("button").disabled = c.name === null;
+  },
+});
+
+const subscriptionTable = new KeyedTable($id("fabric-subscriptions").tBodies[0], {
+  key: (s) => `${s.client}/${s.sub_id}`,
+  columns: 5,
+  empty: "no subscription",
+  create: (s) => {
+    const base = `/api/subscriptions/${encodeURIComponent(s.client)}/${encodeURIComponent(s.sub_id)}`;
+    return el("tr", {},
+      el("td", { className: "mono", text: s.client ?? "" }),
+      el("td", { className: "mono", text: s.sub_id }),
+      el("td", { className: "mono", text: s.topic }),
+      el("td", { dataset: { field: "state" } }),
+      el("td", {},
+        el("button", { type: "button", className: "small", text: "Pause",
+          dataset: { action: "pause" },
+          onclick: (event) => instanceAct(event.currentTarget, managed, `${base}/pause`,
+            `pause ${s.client}/${s.sub_id}`) }),
+        el("button", { type: "button", className: "small", text: "Resume",
+          dataset: { action: "resume" },
+          onclick: (event) => instanceAct(event.currentTarget, managed, `${base}/resume`,
+            `resume ${s.client}/${s.sub_id}`) })));
+  },
+  update: (tr, s) => {
+    tr.querySelector('[data-field="state"]').replaceChildren(badge(s.state));
+    const replay = s.bookmark_kind !== "none";
+    tr.querySelector('[data-action="pause"]').disabled = !replay || s.state === "paused";
+    tr.querySelector('[data-action="resume"]').disabled = s.state !== "paused";
+  },
+});
+
+async function manage(name) {
+  managed = name;
+  $id("fabric-instance").hidden = false;
+  setText($id("fabric-instance-name"), name);
+  await loadInstance();
+}
+
+async function loadInstance() {
+  if (managed === null) return;
+  const name = managed;
+  try {
+    const [clients, subs] = await Promise.all([
+      call(name, instanceUrl(name), "/api/clients"),
+      call(name, instanceUrl(name), "/api/subscriptions"),
+    ]);
+    if (managed !== name) return;
+    clientTable.render(clients.clients);
+    subscriptionTable.render(subs.subscriptions ?? subs);
+  } catch (err) {
+    alert.error(err, `clients of ${name}`);
+  }
+}
+
+// -- link actions and history ----------------------------------------------------------------
+
+const ACTIONS = {
+  downgrade: { title: "Downgrade", danger: true,
+    text: "persisted acks on its source stop waiting for it at once",
+    allowed: (l) => l && l.configured_sync_type === "sync" && l.effective_sync_type === "sync"
+      && sourceUp(l) },
+  upgrade: { title: "Upgrade", danger: false,
+    text: "persisted acks wait for it again once it has caught up",
+    allowed: (l) => l && l.configured_sync_type === "sync" && l.effective_sync_type === "async"
+      && sourceUp(l) },
+  reconnect: { title: "Reconnect", danger: false,
+    text: "drops the link and dials it again from the first address",
+    allowed: (l) => l && l.configured_sync_type !== null && sourceUp(l) },
+};
+
+function sourceUp(link) {
+  return current.instances.get(link.source)?.state === "up";
+}
+
+function actionButtons(id) {
+  return Object.entries(ACTIONS).map(([verb, spec]) => el("button", {
+    type: "button", className: `small${spec.danger ? " danger" : ""}`, text: spec.title,
+    dataset: { action: verb },
+    onclick: (event) => act(event.currentTarget, verb, id),
+  }));
+}
+
+function sourceUrl(link) {
+  return link.source === SELF ? null : current.instances.get(link.source)?.admin_url ?? null;
+}
+
+async function act(button, verb, id) {
+  const link = current.links.get(id);
+  if (!link) return;
+  const spec = ACTIONS[verb];
+  if (verb !== "reconnect") {
+    const yes = await confirmDialog({
+      title: `${spec.title} ${link.source} → ${link.target}?`,
+      message: [`${spec.title}: ${spec.text}. Recorded in ${link.source}'s event log.`],
+      confirm: spec.title, danger: spec.danger,
+    });
+    if (!yes) return;
+  }
+  await busy(button, async () => {
+    try {
+      const path = `/api/replication/${encodeURIComponent(link.target)}/${verb}`;
+      const result = await call(link.source, sourceUrl(link), path, { method: "POST" });
+      const now = result?.effective_sync_type ? ` (now ${result.effective_sync_type})` : "";
+      alert.ok(`${link.source} → ${link.target}: ${verb} done${now}`);
+    } catch (err) {
+      alert.error(err, `${verb} ${link.source} → ${link.target}`);
+    }
+  });
+  await poller.now();
+}
+
+let charts = null;
+
+async function choose(id) {
+  chosen = id;
+  const link = current.links.get(id);
+  if (!link) return;
+  $id("fabric-link").hidden = false;
+  setText($id("fabric-link-name"), `${link.source} → ${link.target}`);
+  $id("fabric-link-actions").replaceChildren(...actionButtons(id));
+  for (const button of $id("fabric-link-actions").querySelectorAll("button")) {
+    button.disabled = !ACTIONS[button.dataset.action].allowed(link);
+  }
+  if (charts === null) {
+    charts = {
+      behind: new TimeChart($id("fabric-chart-behind"), { height: 180,
+        series: [{ label: "behind", color: "--warn" }], yFormat: fmtInt }),
+      rate: new TimeChart($id("fabric-chart-rate"), { height: 180,
+        series: [{ label: "msgs/s", color: "--in" }], yFormat: fmtRate }),
+    };
+  }
+  await loadHistory(link);
+}
+
+async function loadHistory(link) {
+  // the source's history of its destination; an inbound-only view asks the target
+  const bySource = link.configured_sync_type !== null || link.reported_by === link.source;
+  const [name, direction, peer] = bySource
+    ? [link.source, "out", link.target] : [link.target, "in", link.source];
+  const url = name === SELF ? null : current.instances.get(name)?.admin_url ?? null;
+  try {
+    const q = `/api/replication/history?link=${encodeURIComponent(peer)}&direction=${direction}`;
+    const history = await call(name, url, q);
+    const t = history.samples.map((s) => s.time);
+    charts.behind.setData([t, history.samples.map((s) => s.messages_behind)]);
+    charts.rate.setData([t, history.samples.map((s) => s.msgs_per_sec)]);
+  } catch (err) {
+    charts.behind.setEmptyText(`history unavailable: ${err.detail || err.message}`);
+  }
+}
+
+cy.on("tap", "node", (event) => {
+  const node = event.target;
+  if (node.hasClass("group")) return;
+  const inst = current.instances.get(node.id());
+  const href = node.id() === SELF ? "/" : inst?.admin_url;
+  if (href) window.open(href, "_blank", "noopener");
+});
+cy.on("tap", "edge", (event) => choose(event.target.id()));
+
+// -- refresh ---------------------------------------------------------------------------------
+
+async function refresh() {
+  let graph;
+  try {
+    graph = await discover();
+  } catch (err) {
+    alert.error(err, "fabric");
+    return;
+  }
+  current = graph;
+  draw(graph);
+  const byGroup = (a, b) => a.group.localeCompare(b.group) || a.name.localeCompare(b.name);
+  instanceTable.render([...graph.instances.values()].sort(byGroup));
+  linkTable.render([...graph.links.values()].sort((a, b) => a.id.localeCompare(b.id)));
+  const down = [...graph.instances.values()].filter((i) => i.state === "down").length;
+  setText($id("summary"), `${graph.instances.size} instances · ${graph.links.size} links`
+    + (down ? ` · ${down} down` : ""));
+  setText($id("updated"), `updated ${new Date().toISOString().slice(11, 19)} UTC`);
+  root.dataset.refreshed = String(Number(root.dataset.refreshed || 0) + 1);
+  await loadInstance();
+  if (chosen !== null && current.links.has(chosen)) {
+    for (const button of $id("fabric-link-actions").querySelectorAll("button")) {
+      button.disabled = !ACTIONS[button.dataset.action].allowed(current.links.get(chosen));
+    }
+  }
+}
+
+renderCredentials();
+const poller = new Poller(refresh, REFRESH);
+poller.start();
