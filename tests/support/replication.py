@@ -114,12 +114,15 @@ def replication_xml(
     sow: str = "",
     actions: str = "",
     bootstrap: str = "",
+    replication_extra: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
     :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
     ``admin_extra``: more ``<Admin>`` elements (the listener's TLS); ``sow``: ``<SOW>``
     topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
-    of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`)."""
+    of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`);
+    ``replication_extra``: more elements of the ``amps-replication`` transport (the
+    listener's TLS given there)."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -129,7 +132,7 @@ def replication_xml(
         repl = f"<Replication>{ack}{''.join(destinations)}</Replication>"
     replication_transport = (
         "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>"
-        f"<InetAddr>{host}:{port}</InetAddr></Transport>"
+        f"<InetAddr>{host}:{port}</InetAddr>{replication_extra}</Transport>"
         if inbound
         else ""
     )
@@ -160,14 +163,20 @@ def replication_xml(
 
 
 def bootstrap_xml(
-    topics: Sequence[str], addresses: Sequence[tuple[str, int]], data_types: str = "txlog"
+    topics: Sequence[str],
+    addresses: Sequence[tuple[str, int]],
+    data_types: str = "txlog",
+    *,
+    transport_extra: str = "",
 ) -> str:
-    """A ``<Bootstrap>`` copying ``topics`` from the first reachable of ``addresses``."""
+    """A ``<Bootstrap>`` copying ``topics`` from the first reachable of ``addresses``;
+    ``transport_extra``: more elements of its ``<Transport>`` (TLS)."""
     blocks = "".join(f"<Topic><Name>{t}</Name></Topic>" for t in topics)
     addrs = "".join(f"<InetAddr>{h}:{p}</InetAddr>" for h, p in addresses)
     return (
         f"<Bootstrap>{blocks}<DataType>{data_types}</DataType>"
-        f"<Transport><Type>amps-replication</Type>{addrs}</Transport></Bootstrap>"
+        f"<Transport><Type>amps-replication</Type>{addrs}{transport_extra}</Transport>"
+        "</Bootstrap>"
     )
 
 
