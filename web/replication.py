@@ -13,11 +13,12 @@ dialer sends no ``Origin``), so a page that opens ``/replication`` - which, on a
 without users, would let it inject messages as a peer - is refused before the upgrade
 (web/origins.py says why pages get no ambient authority).
 
-The first message tells the two conversations apart: ``hello`` opens a link, ``bootstrap``
-asks for a copy of this instance's state (server/replication/bootsource.py; authenticated
-the same way). A bootstrap request is answered even while this instance is bootstrapping
-itself (with ``busy``, which is how two instances bootstrapping from each other find out);
-links wait until it is ready.
+The first message tells the two conversations apart (:meth:`Replication.open
+<server.replication.service.Replication.open>`, shared with the tests' in-memory fabric):
+``hello`` opens a link, ``bootstrap`` asks for a copy of this instance's state
+(server/replication/bootsource.py; authenticated the same way). A bootstrap request is
+answered even while this instance is bootstrapping itself (with ``busy``, which is how two
+instances bootstrapping from each other find out); links wait until it is ready.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from server.engine import Broker
-from server.peer import Peer
-from server.replication.bootsource import BootstrapBusy
-from server.replication.frames import MessageType, first_type
-from server.replication.service import Replication
+from server.replication.bootsource import BootstrapSource
+from server.replication.errors import NotAccepting
+from server.replication.frames import first_type
+from server.replication.inbound import InboundLink
 from server.replication.transport import LinkLost
 from web.tls import peer_of
 from web.transport import CLOSE_TRY_AGAIN
@@ -107,58 +108,26 @@ class ReplicationEndpoint:
         if first is None:
             transport.disconnected()
             return
-        if first_type(first) == MessageType.BOOTSTRAP:
-            await self._bootstrap(replication, transport, peer, first, receive)
-            return
-        if not broker.ready:
+        boot = broker.bootstrapper
+        try:
+            opened = replication.open(
+                first, transport, peer, lambda: list(broker.sow.topics),
+                boot.busy_for if boot is not None else None,
+            )  # fmt: skip
+        except NotAccepting:
             await transport.close(CLOSE_TRY_AGAIN, "not accepting replication")
             return
-        link = replication.accept(transport, peer)
         broker.clients.transport_opened(self.transport_name)
         try:
-            await link.receive(first)
-            while True:
-                message = await receive()
-                kind = message["type"]
-                if kind == "websocket.receive":
-                    await link.receive(_bytes(message))
-                elif kind == "websocket.disconnect":
-                    break
+            if isinstance(opened, BootstrapSource):
+                await _serve_copy(opened, first, receive)
+            else:
+                await _serve_link(opened, first, receive)
         finally:
             transport.disconnected()
-            link.lost()
-            broker.clients.transport_closed(self.transport_name)
-
-    async def _bootstrap(
-        self,
-        replication: Replication,
-        transport: AsgiLinkTransport,
-        peer: Peer,
-        first: bytes,
-        receive: Receive,
-    ) -> None:
-        """Serve a bootstrap request (server/replication/bootsource.py); while this
-        instance bootstraps itself the answer is ``busy``."""
-        broker = self.broker
-        boot = broker.bootstrapper
-        source = replication.bootstrap_source(
-            transport, peer, lambda: list(broker.sow.topics),
-            boot.busy_for if boot is not None else _not_busy,
-        )  # fmt: skip
-        broker.clients.transport_opened(self.transport_name)
-        try:
-            source.receive(first)
-            while True:
-                message = await receive()
-                kind = message["type"]
-                if kind == "websocket.receive":
-                    source.receive(_bytes(message))
-                elif kind == "websocket.disconnect":
-                    break
-        finally:
-            transport.disconnected()
-            source.lost()
-            await source.wait()
+            opened.lost()
+            if isinstance(opened, BootstrapSource):
+                await opened.wait()  # its reader of the log ends before the slot is freed
             broker.clients.transport_closed(self.transport_name)
 
     @staticmethod
@@ -172,8 +141,30 @@ class ReplicationEndpoint:
         )
 
 
-def _not_busy(_requester: str) -> BootstrapBusy | None:
-    return None
+async def _serve_link(link: InboundLink, first: bytes, receive: Receive) -> None:
+    """Push a link's bytes into it, awaited (its backpressure reaches the source)."""
+    await link.receive(first)
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "websocket.receive":
+            await link.receive(_bytes(message))
+        elif kind == "websocket.disconnect":
+            return
+
+
+async def _serve_copy(source: BootstrapSource, first: bytes, receive: Receive) -> None:
+    """Push a bootstrap requester's bytes into the copy it is served
+    (server/replication/bootsource.py; while this instance bootstraps itself the answer is
+    ``busy``)."""
+    source.receive(first)
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "websocket.receive":
+            source.receive(_bytes(message))
+        elif kind == "websocket.disconnect":
+            return
 
 
 def _bytes(message: Message) -> bytes:

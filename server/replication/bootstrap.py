@@ -80,7 +80,7 @@ from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Data, Offer, 
 from server.replication.hops import format_hop
 from server.replication.protocol import Closed, DataReceived
 from server.replication.replies import FailureReplies
-from server.replication.transport import Connector, Dialed, LinkLost, LinkWriter
+from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
 from server.sow.memory import MemoryStore
 from server.stats.source import EventSink
 from server.tls.context import load_dial_context
@@ -268,6 +268,7 @@ class Bootstrapper:
         self._copied_at_start = 0
         self._last_event = 0.0
         self._last_marker = 0.0
+        self._tls_reported: str | None = None
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -349,6 +350,9 @@ class Bootstrapper:
         try:
             tls = await self._tls_context()
             transport = await self._connector(host, port, tls)
+        except LinkTlsFailed as exc:
+            self._tls_failed(address, str(exc))
+            return False
         except (OSError, LinkLost) as exc:
             self.progress.error = f"{address}: {exc}"
             return False
@@ -455,7 +459,19 @@ class Bootstrapper:
                 load_dial_context, creds.ca_certificate, creds.certificate, creds.private_key
             )
         except TlsError as exc:
-            raise LinkLost(f"TLS files: {exc}") from exc
+            raise LinkTlsFailed(f"TLS files: {exc}") from exc
+
+    def _tls_failed(self, address: str, detail: str) -> None:
+        """A TLS failure (a source's certificate this instance does not trust, a source
+        without TLS, unreadable TLS files) is an error the operator must fix, not a source
+        that is down: it goes to the event log once per distinct reason (the attempts go
+        on: a fixed CA file or a renewed certificate is read again on the next one)."""
+        self.progress.error = f"{address}: {detail}"
+        if detail != self._tls_reported:
+            self._tls_reported = detail
+            self.events.emit(
+                "error", "replication", "bootstrap_tls_failed", source=address, detail=detail
+            )
 
     # -- progress and marker ---------------------------------------------------------------
 

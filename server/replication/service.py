@@ -6,9 +6,10 @@ and acts on (server/operations.py). It owns:
 
 - one :class:`~server.replication.outbound.DestinationLink` per destination, started with
   the instance and stopped with it;
-- the inbound links accepted on ``/replication`` (web/replication.py hands them over with
-  :meth:`Replication.accept`), by source name: a source that connects again replaces its
-  previous link;
+- the inbound links accepted on ``/replication`` (web/replication.py hands each new
+  connection's first bytes to :meth:`Replication.open`, which tells a link from a
+  bootstrap request), by source name: a source that connects again replaces its previous
+  link;
 - the :class:`~server.replication.horizon.SyncHorizon` persisted acks, flush acks and
   ``fully_durable`` subscriptions wait on;
 - the state kept between runs (server/replication/state.py), saved by a once-a-second tick
@@ -42,8 +43,10 @@ from server.replication.bootsource import BootstrapBusy, BootstrapSource, Source
 from server.replication.errors import (
     DestinationNotFound,
     LinkReplaced,
+    NotAccepting,
     PeerShuttingDown,
 )
+from server.replication.frames import MessageType, first_type
 from server.replication.history import LinkEvent, LinkHistory
 from server.replication.horizon import SyncHorizon
 from server.replication.inbound import InboundContext, InboundLink
@@ -341,6 +344,33 @@ class Replication:
         self._accepted.add(link)
         return link
 
+    def open(
+        self,
+        first: bytes,
+        transport: LinkTransport,
+        peer: Peer,
+        sow_stores: Callable[[], Iterable[MemoryStore]],
+        busy: Callable[[str], BootstrapBusy | None] | None,
+    ) -> InboundLink | BootstrapSource:
+        """A connection on ``/replication`` whose first bytes arrived (``first``: at
+        least a whole message prefix, :func:`~server.replication.frames.first_type`): the
+        one place that tells its two conversations apart, for the web endpoint
+        (web/replication.py) and the tests' in-memory fabric alike. A ``bootstrap`` request
+        is served even while this instance bootstraps itself (``busy`` answers it then;
+        None: this instance has no bootstrap), since that is how two instances
+        bootstrapping from each other find out; anything else opens a link, once this
+        instance is ready. The caller then feeds ``first`` and what follows to what it
+        gets.
+
+        Raises:
+            NotAccepting: a link while this instance is not ready (bootstrapping).
+        """
+        if first_type(first) == MessageType.BOOTSTRAP:
+            return self.bootstrap_source(transport, peer, sow_stores, busy or _not_busy)
+        if not self._lifecycle.ready:
+            raise NotAccepting(f"{self.config.name!r} is not accepting replication yet")
+        return self.accept(transport, peer)
+
     def bootstrap_source(
         self,
         transport: LinkTransport,
@@ -575,3 +605,8 @@ class Replication:
             if auth.can_write(user, topic.name) or auth.can_read(user, topic.name):
                 return True
         return False
+
+
+def _not_busy(_requester: str) -> BootstrapBusy | None:
+    """What an instance without a bootstrap of its own answers a requester: not busy."""
+    return None

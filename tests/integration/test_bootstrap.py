@@ -200,3 +200,56 @@ def test_an_instance_with_state_is_never_bootstrapped(tmp_path: Path) -> None:
     assert "bootstrap_skipped" in a.log()
     assert not marker_path(cluster.data_dir("a"), "a").exists()
     assert _seqs(asyncio.run(read_log(a)), "pub") == [1, 2, 3]
+
+
+def test_sow_records_whose_journals_were_removed_are_copied(tmp_path: Path) -> None:
+    """a (1 MB journals) gets 50 orders, then enough other messages to close journals,
+    then updates of 10 orders; the closed journals are removed by the admin action, so
+    a's SOW holds 40 records its log no longer has. An empty b bootstrapping the orders
+    (txlog,sow) from a ends with exactly a's SOW."""
+    cluster = Cluster(tmp_path, ["a", "b"])
+    sow = sow_topic("orders", "/id")
+    a = cluster.add("a", topics=("orders", "md"), sow=sow, journal_size="1MB")
+    a.start()
+    try:
+
+        async def fill() -> None:
+            async with Client(a.ws_url, "pub-sow") as client:
+                for i in range(50):
+                    client.publish("orders", b'{"id":%d,"v":1}' % i)
+                await client.publish_acked("orders", b'{"id":0,"v":1}')
+                pad = b"x" * 1000
+                for s in range(1, 2601):  # > 2 journals of 1 MB
+                    client.publish("md", b'{"n":%d,"pad":"%s"}' % (s, pad))
+                await client.publish_acked("md", b'{"n":0}')
+                for i in range(10):
+                    client.publish("orders", b'{"id":%d,"v":2}' % i)
+                await client.publish_acked("orders", b'{"id":9,"v":2}')
+
+        asyncio.run(fill())
+        journals = cluster.api("a", "/api/transaction_log")["journals"]
+        closed = [j["id"] for j in journals if j["state"] == "closed"]
+        assert len(closed) >= 2, journals
+        removed = httpx.post(
+            f"{a.http_url}/api/transaction_log/journals/{closed[-1]}/remove", timeout=30
+        )
+        assert removed.status_code == 200, removed.text
+        totals = cluster.api("a", "/api/transaction_log")["totals"]
+        # the first 51 records (every order at v=1) are gone from a's log
+        assert totals["first_seq"] > 51, totals
+        source_sow = asyncio.run(_sow(a.ws_url, "orders"))
+        assert len(source_sow) == 50
+        assert sum(b'"v":1' in v for v in source_sow.values()) == 40
+
+        b = cluster.add(
+            "b", topics=("orders",), sow=sow,
+            bootstrap=bootstrap_xml(["orders"], [cluster.address("a")], "txlog,sow"),
+        )  # fmt: skip
+        b.start()
+        wait_until(lambda: _boot(cluster, "b")["state"] == "done", 60, message="b bootstrapped")
+        wait_until(lambda: httpx.get(f"{b.http_url}/readyz").status_code == 200, 20)
+        assert asyncio.run(_sow(b.ws_url, "orders")) == source_sow
+    finally:
+        cluster.stop()
+    text = cluster.procs["b"].log()
+    assert "bootstrap_done" in text

@@ -31,7 +31,7 @@ from server.config import load_config
 from server.engine import Broker
 from server.peer import Peer
 from server.replication.bootsource import BootstrapSource
-from server.replication.frames import MessageType, first_type
+from server.replication.errors import NotAccepting
 from server.replication.inbound import InboundLink
 from server.replication.transport import Connector, Dialed, LinkLost
 from server.txlog import TransactionLog
@@ -114,12 +114,15 @@ def replication_xml(
     sow: str = "",
     actions: str = "",
     bootstrap: str = "",
+    replication_extra: str = "",
 ) -> str:
     """An instance that replicates: its log records ``topics``; ``destinations`` from
     :func:`destination`; an inbound ``/replication`` endpoint unless ``inbound`` is False;
     ``admin_extra``: more ``<Admin>`` elements (the listener's TLS); ``sow``: ``<SOW>``
     topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
-    of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`)."""
+    of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`);
+    ``replication_extra``: more elements of the ``amps-replication`` transport (the
+    listener's TLS given there)."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -129,7 +132,7 @@ def replication_xml(
         repl = f"<Replication>{ack}{''.join(destinations)}</Replication>"
     replication_transport = (
         "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>"
-        f"<InetAddr>{host}:{port}</InetAddr></Transport>"
+        f"<InetAddr>{host}:{port}</InetAddr>{replication_extra}</Transport>"
         if inbound
         else ""
     )
@@ -160,14 +163,20 @@ def replication_xml(
 
 
 def bootstrap_xml(
-    topics: Sequence[str], addresses: Sequence[tuple[str, int]], data_types: str = "txlog"
+    topics: Sequence[str],
+    addresses: Sequence[tuple[str, int]],
+    data_types: str = "txlog",
+    *,
+    transport_extra: str = "",
 ) -> str:
-    """A ``<Bootstrap>`` copying ``topics`` from the first reachable of ``addresses``."""
+    """A ``<Bootstrap>`` copying ``topics`` from the first reachable of ``addresses``;
+    ``transport_extra``: more elements of its ``<Transport>`` (TLS)."""
     blocks = "".join(f"<Topic><Name>{t}</Name></Topic>" for t in topics)
     addrs = "".join(f"<InetAddr>{h}:{p}</InetAddr>" for h, p in addresses)
     return (
         f"<Bootstrap>{blocks}<DataType>{data_types}</DataType>"
-        f"<Transport><Type>amps-replication</Type>{addrs}</Transport></Bootstrap>"
+        f"<Transport><Type>amps-replication</Type>{addrs}{transport_extra}</Transport>"
+        "</Bootstrap>"
     )
 
 
@@ -179,7 +188,7 @@ class _Pipe:
         self.to_destination: asyncio.Queue[bytes] = asyncio.Queue()
         self.closed = False
         self.link: InboundLink | None = None
-        #: set for a pipe whose first message decides (web/replication.py's dispatch):
+        #: set for a pipe whose first message decides (Replication.open, as for the web):
         #: a bootstrap request is served by a BootstrapSource, anything else is a link
         self.dispatch: Callable[[bytes], InboundLink | BootstrapSource] | None = None
         self.copy: BootstrapSource | None = None
@@ -193,7 +202,12 @@ class _Pipe:
         while True:
             data = await self.to_destination.get()
             if data is not _EOF and self.dispatch is not None:
-                opened = self.dispatch(data)
+                try:
+                    opened = self.dispatch(data)
+                except NotAccepting:
+                    self.dispatch = None
+                    self.close()  # as the web endpoint's close: the source sees the link lost
+                    return
                 self.dispatch = None
                 if isinstance(opened, BootstrapSource):
                     self.copy = opened
@@ -322,14 +336,13 @@ class MemoryFabric:
         replication = broker.replication
 
         def dispatch(first: bytes) -> InboundLink | BootstrapSource:
-            """As web/replication.py: a bootstrap request, or a link (when ready)."""
+            """The web endpoint's dispatch (Replication.open): a bootstrap request, or a
+            link once the broker is ready (NotAccepting: the pipe is closed)."""
             boot = broker.bootstrapper
-            if first_type(first) == MessageType.BOOTSTRAP:
-                return replication.bootstrap_source(
-                    pipe.destination, peer, lambda: list(broker.sow.topics),
-                    boot.busy_for if boot is not None else (lambda _name: None),
-                )  # fmt: skip
-            return replication.accept(pipe.destination, peer)
+            return replication.open(
+                first, pipe.destination, peer, lambda: list(broker.sow.topics),
+                boot.busy_for if boot is not None else None,
+            )  # fmt: skip
 
         pipe.dispatch = dispatch
         self.pipes.setdefault(address, []).append((source, pipe))
