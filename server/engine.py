@@ -178,6 +178,9 @@ class Broker:
                 connector=connector, logons=self.logons,
             )  # fmt: skip
         replication = self.replication
+        if replication is not None:
+            # replicated queues: an instance with a live link into this one is online
+            self.queues.peers = replication.inbound.keys
         #: the bootstrap of an empty instance (``<Bootstrap>``), None without one
         self.bootstrapper: Bootstrapper | None = None
         if config.bootstrap is not None and txlog is not None:
@@ -426,8 +429,11 @@ class Broker:
     # -- helpers -------------------------------------------------------------------------
 
     def _records(self, topic: str) -> bool:
-        """Whether the transaction log records ``topic``."""
-        return self.txlog is not None and self.subscriptions.records(topic)
+        """Whether the transaction log records ``topic`` (a replicated queue's name: its
+        acks and transfers from other instances are recorded on it)."""
+        return self.txlog is not None and (
+            self.subscriptions.records(topic) or self.queues.stage.takes_events(topic)
+        )
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)

@@ -35,7 +35,11 @@ from server.subscription import Subscription
 from server.txlog.record import RecordKind
 from server.wire import encode_run, sids_json
 
-_SOW_DELETE: Final = RecordKind.SOW_DELETE
+#: record kinds that are no message: a replicated ``sow_delete``, a queue's acks and
+#: ownership transfers (their stages apply them; plain subscribers hear nothing)
+_NOT_MESSAGES: Final = frozenset(
+    {RecordKind.SOW_DELETE, RecordKind.QUEUE_ACK, RecordKind.QUEUE_TRANSFER}
+)
 
 #: messages of a run each subscription of one connection takes (None: all of them)
 _Taken = list[tuple[Subscription, list[int] | None]]
@@ -93,9 +97,10 @@ class FanOut:
         """Deliver ``run`` to every live subscription that takes (some of) it.
 
         A run of ``SOW_DELETE`` records (a replicated ``sow_delete``) is no message: the
-        SOW stage tells its subscribers, plain subscribers hear nothing of it.
+        SOW stage tells its subscribers, plain subscribers hear nothing of it; nor of a
+        replicated queue's ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records (the queue stage's).
         """
-        if run.kind == _SOW_DELETE:
+        if run.kind in _NOT_MESSAGES:
             return
         matches = self._router.match(run.topic)
         if not matches:

@@ -673,13 +673,14 @@ class Operations:
             raise QueueNotFound(name)
         return from_service.info(name).to_dict()
 
-    def set_proxied_transfer(self, name: str, enabled: bool) -> None:
-        """``POST /api/queues/{name}/enable_proxied_transfer`` (and disable): refused
-        (:class:`~server.queues.errors.ProxiedTransferUnavailable`: 409) while queues are
-        not replicated."""
+    def set_proxied_transfer(self, name: str, enabled: bool, by: str | None = None) -> int:
+        """``POST /api/queues/{name}/enable_proxied_transfer`` (and disable), by user
+        ``by`` (the event log says who): how many messages were taken over now. Refused
+        (:class:`~server.queues.errors.ProxiedTransferUnavailable`: 409) for a queue
+        that is not replicated."""
         if self._queues is None:
             raise QueueNotFound(name)
-        self._queues.set_proxied_transfer(name, enabled)
+        return self._queues.set_proxied_transfer(name, enabled, by)
 
     def sow_topics(self) -> list[SowTopicInfo]:
         """Every SOW topic: records, bytes, key paths, file, last compaction

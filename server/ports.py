@@ -210,6 +210,7 @@ class AppendedRun:
         kind: the record kind.
         publisher_name: the publishing client's name, when known.
         keys: per message, the key a preparing stage derived, or None.
+        path: the instances the run came through by replication (empty: published here).
     """
 
     topic: str
@@ -225,6 +226,7 @@ class AppendedRun:
     kind: RecordKind
     publisher_name: str
     keys: Sequence[str] | None = None
+    path: tuple[str, ...] = ()
 
     @property
     def recorded(self) -> bool:

@@ -429,6 +429,7 @@ class PublishPipeline:
             kind=run.kind,
             publisher_name=run.publisher_name,
             keys=run.keys[lo:hi] if run.keys else None,
+            path=run.path,
         )
         for stage in topic.appended:
             stage(appended)

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from server.operations import Operations
 from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
 from web.api_errors import ApiError, Conflict, NotFound
+from web.auth import auth_context
 from web.openapi import Operation
 
 __all__ = ["QueuesApi", "queue_error"]
@@ -59,8 +60,10 @@ class QueuesApi:
     def _switch(self, enabled: bool) -> Handler:
         async def handler(request: Request) -> Any:
             self._require()
-            self.ops.set_proxied_transfer(request.path_params["name"], enabled)
-            return {"ok": True}
+            taken = self.ops.set_proxied_transfer(
+                request.path_params["name"], enabled, auth_context(request).actor
+            )
+            return {"ok": True, "taken_over": taken}
 
         return handler
 

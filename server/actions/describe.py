@@ -17,6 +17,7 @@ from server.config import (
     OnStartup,
     PublishMessage,
     RemoveJournals,
+    SetProxiedTransfer,
     SetTransport,
     Shutdown,
     Step,
@@ -78,6 +79,9 @@ def describe_step(step: Step) -> str:
             return f"publish to {step.topic.text}"
         case ExecuteEvent():
             return f"raise event {step.event}"
+        case SetProxiedTransfer():
+            return (f"{'enable' if step.enabled else 'disable'} proxied transfer of "
+                    f"queue{'s' if len(step.queues) > 1 else ''} {', '.join(step.queues)}")  # fmt: skip
         case Shutdown():
             return "shut the instance down"
     return ""

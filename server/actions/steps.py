@@ -37,6 +37,7 @@ from server.config import (
     IfDiskUsage,
     PublishMessage,
     RemoveJournals,
+    SetProxiedTransfer,
     SetTransport,
     Shutdown,
     Step,
@@ -47,6 +48,7 @@ from server.engine_errors import PublishRefused, TransportNotFound
 from server.expr import FilterSyntaxError, MessageView, compile_filter
 from server.operations import JournalDict, Operations
 from server.protocol.topic import is_regex_topic
+from server.queues.errors import QueueError
 from server.replication.errors import ReplicationError
 from server.stats.host import FilesystemUsage
 from server.txlog.errors import JournalPinned
@@ -334,6 +336,25 @@ async def _execute_event(step: ExecuteEvent, ctx: StepContext) -> StepResult:
     return _result(step, "ok", f"event {step.event} raised: " + "; ".join(ran))
 
 
+async def _proxied(step: SetProxiedTransfer, ctx: StepContext) -> StepResult:
+    """Switch proxied transfer of the step's queues (as the REST switch does); the event
+    log names the action as the one who switched it."""
+    action = ctx.variables.get("AMPS_ACTION_NAME", "")
+    taken = 0
+    for queue in step.queues:
+        try:
+            taken += ctx.ops.set_proxied_transfer(queue, step.enabled, f"action {action}")
+        except QueueError as exc:
+            return _result(step, "failed", str(exc))
+    variables = {"AMPS_PROXIED_TRANSFER_TAKEN": str(taken)}
+    ctx.variables.update(variables)
+    verb = "enabled" if step.enabled else "disabled"
+    message = f"proxied transfer {verb} on {', '.join(step.queues)}"
+    if step.enabled:
+        message += f"; {taken} message(s) of offline owners taken over"
+    return _result(step, "ok", message, variables=variables)
+
+
 async def _shutdown(step: Shutdown, ctx: StepContext) -> StepResult:
     if ctx.ops.stopping:
         return _result(step, "ok", "the instance is already shutting down")
@@ -362,5 +383,7 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _publish(step, ctx)
         case ExecuteEvent():
             return await _execute_event(step, ctx)
+        case SetProxiedTransfer():
+            return await _proxied(step, ctx)
         case Shutdown():
             return await _shutdown(step, ctx)

@@ -411,6 +411,25 @@ class ExecuteEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class SetProxiedTransfer:
+    """``amps-action-do-enable-proxied-transfer`` / ``...-disable-proxied-transfer``: let
+    this instance take over the messages of replicated queues whose owner is offline (or
+    stop), as ``POST /api/queues/{name}/enable_proxied_transfer`` does.
+
+    Attributes:
+        queues: the replicated queues it switches (``<Queue>`` options; none given:
+            every replicated queue of the instance, resolved when the file is read).
+        enabled: enable or disable.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_PROXIED_TRANSFER_TAKEN",)
+    queues: tuple[str, ...]
+    enabled: bool
+    where: str = ""
+    module: str = "amps-action-do-enable-proxied-transfer"
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """``amps-action-do-shutdown``: stop the instance gracefully (as SIGTERM does)."""
 
@@ -429,6 +448,7 @@ DoStep = (
     | UpgradeReplication
     | PublishMessage
     | ExecuteEvent
+    | SetProxiedTransfer
     | Shutdown
 )
 Step = Condition | DoStep
@@ -478,5 +498,7 @@ ACTION_MODULES: Final = (
     "amps-action-do-upgrade-replication",
     "amps-action-do-publish-message",
     "amps-action-do-execute-event",
+    "amps-action-do-enable-proxied-transfer",
+    "amps-action-do-disable-proxied-transfer",
     "amps-action-do-shutdown",
 )

@@ -193,10 +193,9 @@ def _check_queues(
     replicates: bool,
 ) -> None:
     """Queues live in the transaction log: it must record each queue's underlying topic
-    (a regex is checked on start-up, topic by topic). Replicated queues (ownership and
-    transfer between instances) are not in this version: on an instance that replicates
-    only ``<LocalQueue>`` is accepted, and a ``<GroupLocalQueue>``'s InitialOwner must be
-    this instance (it would own no message otherwise)."""
+    (a regex is checked on start-up, topic by topic). On an instance that does not
+    replicate, a ``<GroupLocalQueue>``'s InitialOwner must be this instance (it would own
+    no message otherwise)."""
     by_name = {
         child_text(node): node
         for node in sow_node.children
@@ -213,19 +212,12 @@ def _check_queues(
                 f"the transaction log does not record {queue.underlying!r}, the underlying "
                 f"topic of queue {queue.name!r}: add a TransactionLog <Topic> for it",
             )
-        if replicates and queue.kind != "LocalQueue":
+        if queue.initial_owner is not None and not replicates and queue.initial_owner != instance:
             raise fail(
                 node,
-                f"<{queue.kind}> is not supported yet on an instance that replicates "
-                "(replicated queues: message ownership and transfer between instances "
-                "arrive in a later version of Spool); use <LocalQueue>",
-            )
-        if queue.initial_owner is not None and queue.initial_owner != instance:
-            raise fail(
-                node,
-                f"InitialOwner {queue.initial_owner!r} is not this instance ({instance!r}): "
-                "ownership transfer between instances is not supported yet, so this "
-                "instance would deliver none of the queue's messages",
+                f"InitialOwner {queue.initial_owner!r} is not this instance ({instance!r}) and "
+                "this instance does not replicate: no other instance can own the queue's "
+                "messages, so it would deliver none of them",
             )
 
 
@@ -393,19 +385,15 @@ def build(root: Node, ctx: Context) -> Config:
     authentication = _authentication(admin, users)
     _check_message_sizes(transports, tuning, limit_node)
     _check_replication(replication, transports, txlog, tuning, min_sync_node)
+    replicates = replication is not None or any(
+        t.config.type == "amps-replication" for t in transports or ()
+    )
     bootstrap: BootstrapPart | None = None
     if (bootstrap_node := kids.one("Bootstrap")) is not None:
         bootstrap = read_bootstrap(bootstrap_node, ctx)
         _check_bootstrap(bootstrap, transports, txlog, sow)
     if sow_node is not None and queues:
-        _check_queues(
-            sow_node,
-            queues,
-            txlog,
-            name,
-            replication is not None
-            or any(t.config.type == "amps-replication" for t in transports or ()),
-        )
+        _check_queues(sow_node, queues, txlog, name, replicates)
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (
@@ -423,6 +411,10 @@ def build(root: Node, ctx: Context) -> Config:
             destinations={
                 d.name: d.sync for d in (replication.config.destinations if replication else ())
             },
+            replicated_queues=tuple(q.name for q in queues if q.kind != "LocalQueue")
+            if replicates
+            else (),
+            queues=tuple(q.name for q in queues),
         )
     return Config(
         name=name,

@@ -20,12 +20,12 @@ class QueueNotFound(QueueError):
 
 class ProxiedTransferUnavailable(QueueError):
     """Proxied transfer moves ownership of messages from an offline instance to this one;
-    without replicated queues every message is owned here and there is nothing to take
+    a queue that is not replicated has every message owned here and nothing to take
     over (refused instead of a switch that does nothing)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(
-            f"queue {name!r} is not replicated: every message is owned by this instance, so "
-            "there is no offline owner to take over from (replicated queues, and with them "
-            "proxied transfer, are not supported yet)"
+            f"queue {name!r} is not replicated (a LocalQueue, or this instance does not "
+            "replicate): every message is owned by this instance, so there is no offline "
+            "owner to take over from"
         )

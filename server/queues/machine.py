@@ -55,7 +55,9 @@ __all__ = [
 Fairness = Literal["proportional", "round-robin", "fast"]
 Leasing = Literal["sublet", "strict"]
 Semantics = Literal["at-least-once", "at-most-once"]
-RemovalReason = Literal["acked", "expired", "max_deliveries", "max_cancels", "delivered"]
+RemovalReason = Literal[
+    "acked", "expired", "max_deliveries", "max_cancels", "delivered", "elsewhere"
+]
 
 ACKED: Final = "acked"
 EXPIRED: Final = "expired"
@@ -63,6 +65,8 @@ DELIVERY_LIMIT: Final = "max_deliveries"
 CANCEL_LIMIT: Final = "max_cancels"
 #: at-most-once: a message leaves the queue when it is delivered
 DELIVERED: Final = "delivered"
+#: a replicated queue's message another instance removed (acked, delivered, ...)
+ELSEWHERE: Final = "elsewhere"
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +218,9 @@ class QueueMachine:
         self._turns = 0
         #: the latest time the machine was told (tick, dispatch)
         self._now_us = 0
+        #: replicated queues: whether this instance may deliver a message now (its
+        #: ownership, server/queues/ownership.py); a message it may not stays ready here
+        self.gate: Callable[[Message], bool] | None = None
         self.enqueued = 0
         self.removed: dict[str, int] = {}
 
@@ -293,6 +300,19 @@ class QueueMachine:
             m = self._messages.get(seq)
             if m is not None:
                 self._drop(m)
+
+    def drop(self, bookmarks: Iterable[str], reason: RemovalReason) -> list[Message]:
+        """Replicated queues: messages another instance says left the queue (acked
+        there); a lease held here on one of them ends (the documented duplicate risk of
+        a proxied transfer). Returns the messages dropped."""
+        out: list[Message] = []
+        for bm in bookmarks:
+            m = self._by_bookmark.get(bm)
+            if m is not None:
+                self._drop(m)
+                self._count(Removal(m, reason))
+                out.append(m)
+        return out
 
     def subscribe(self, consumer: Consumer) -> None:
         """A consumer joins (the next :meth:`dispatch` may give it messages)."""
@@ -448,6 +468,7 @@ class QueueMachine:
         at_most_once = self.policy.semantics == "at-most-once"
         lease_us = 0 if at_most_once else self.policy.lease_period_us
         held: list[tuple[int, int]] = []
+        gate = self.gate
         ready = self._ready
         ready_set = self._ready_set
         messages = self._messages
@@ -465,6 +486,9 @@ class QueueMachine:
                 continue
             if m.barrier and self.oldest_seq() != seq:
                 held.append(entry)
+                continue
+            if gate is not None and not gate(m):
+                held.append(entry)  # owned by another instance
                 continue
             consumer = self._choose(m, at_most_once)
             if consumer is None:

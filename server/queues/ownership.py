@@ -1,8 +1,9 @@
 """Who may deliver each message of a replicated queue: ownership, transfers, proxied
-transfer. A pure state machine per instance and queue (no I/O, time passed in), designed
-and tested ahead of its wiring into replication (docs/queues.md "Not in this version":
-nothing in the broker uses it yet; tests/unit/queues/test_ownership.py runs several of
-them over a fake link).
+transfer. A pure state machine per instance and queue (no I/O, time passed in), wired by
+server/queues/stage.py (replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records in, the
+delivery gate) and server/queues/service.py (requests from the timer, link state,
+proxied transfer); tests/unit/queues/test_ownership.py runs several of them over a fake
+link.
 
 The rules (the public AMPS model of replicated queues, issue 17):
 
@@ -102,6 +103,13 @@ class Ownership:
         """Whether this instance may deliver the message now."""
         entry = self._entries.get(bookmark)
         return entry is not None and entry.owner == self.instance and entry.granted_to is None
+
+    def owners(self) -> set[str]:
+        """Every instance that owns a message of this copy."""
+        return {e.owner for e in self._entries.values()}
+
+    def is_offline(self, instance: str) -> bool:
+        return instance in self._offline
 
     def owned(self) -> int:
         return sum(1 for e in self._entries.values() if e.owner == self.instance)

@@ -13,8 +13,17 @@
 - deliveries at the end of each loop turn, one dispatch per queue that changed, one
   ``send_messages`` per consumer connection;
 - the lease / expiration timer on the injected clock;
-- every removal logged as a ``QUEUE_ACK`` record (local: no publisher identity, never
-  replicated), so a restart rebuilds each queue from the log;
+- every removal logged as a ``QUEUE_ACK`` record, so a restart rebuilds each queue from
+  the log (a local queue's: local seqs, no publisher identity, never replicated; a
+  replicated queue's: bookmarks with the broker's identity, so replication sends them:
+  server/queues/records.py);
+- replicated queues (a ``Queue`` or ``GroupLocalQueue`` on an instance that replicates):
+  each message's owner (server/queues/ownership.py) gates its delivery here; the timer
+  asks for messages owned elsewhere that waited longer than the typical publish-to-ack
+  time while consumers here have room; ownership changes are logged as
+  ``QUEUE_TRANSFER`` records (replicated like the acks); the link state (an inbound link
+  from an instance: it is online) tells the ownership which owners are offline, and
+  proxied transfer (REST, actions) takes their messages over;
 - the admin reads (``/api/queues``) and the metrics.
 """
 
@@ -28,6 +37,7 @@ from typing import Final
 
 import orjson
 
+from server.bookmarks import broker_pub_hash
 from server.clock import Clock, time_us
 from server.config import Config
 from server.expr import Filter, MessageView, compile_filter
@@ -52,7 +62,9 @@ from server.queues.machine import (
     Message,
     Removal,
 )
-from server.queues.stage import QueueRuntime, QueueStage, encode_ack_body
+from server.queues.ownership import Ack, Grant, Request, Wire
+from server.queues.records import encode_ack_bookmarks, encode_ack_seqs, encode_transfers
+from server.queues.stage import QueueRuntime, QueueStage
 from server.session import Session
 from server.stats.snapshot import QueueCounters
 from server.stats.source import EventSink
@@ -71,6 +83,11 @@ Handler = Callable[[Session, Command], Awaitable[None] | None]
 _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 #: the options of ``sow_delete`` on a queue
 _ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
+#: replicated queues: how often the timer looks for messages to ask for and for owners
+#: that went offline (seconds)
+REQUEST_INTERVAL: Final = 0.05
+#: the publish-to-ack time assumed before the first ack was measured (microseconds)
+DEFAULT_TYPICAL_US: Final = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +160,18 @@ class QueueService:
         self._auth = entitlements
         self._events = events
         self._clock = clock
+        self._pub = broker_pub_hash(config.name)
         self.queues: dict[str, QueueRuntime] = {
-            q.name: QueueRuntime.build(q, clock) for q in config.queues
+            q.name: QueueRuntime.build(
+                q, clock, config.name, replicated=config.replicates and q.kind != "LocalQueue"
+            )
+            for q in config.queues
         }
+        self._replicated = [q for q in self.queues.values() if q.ownership is not None]
+        #: the instances with a live link into this one (set by the broker when it
+        #: replicates): every other owner is offline
+        self.peers: Callable[[], Iterable[str]] | None = None
+        self._known_peers: set[str] = set()
         self.stage = QueueStage(list(self.queues.values()), self.kick)
         self._ties: dict[Subscription, Consumer] = {}
         self._dirty: set[QueueRuntime] = set()
@@ -389,6 +415,11 @@ class QueueService:
     def _finish(
         self, session: Session, cmd: Command, queue: QueueRuntime, result: AckResult, matches: int
     ) -> None:
+        if queue.ownership is not None and result.removed:
+            now = time_us(self._clock)
+            for r in result.removed:
+                if r.reason == "acked":
+                    queue.acked_after(now - r.message.enqueued_us)
         failure = self._log(queue, result.removed)
         if failure is not None:
             session.fail(cmd.cid, failure)
@@ -412,20 +443,19 @@ class QueueService:
         txlog = self._txlog
         if not removed or txlog is None:
             return None
-        by_reason: dict[str, list[int]] = {}
+        own = queue.ownership
+        by_reason: dict[str, list[Removal]] = {}
         for r in removed:
-            by_reason.setdefault(r.reason, []).append(r.message.seq)
+            by_reason.setdefault(r.reason, []).append(r)
+            if own is not None:
+                own.acked(r.message.bookmark)
         failure: ProtocolFailure | None = None
-        for reason, seqs in by_reason.items():
-            try:
-                txlog.append(
-                    topic=queue.config.name, message_type="json", pub_hash=0, pub_seq=0,
-                    body=encode_ack_body(seqs), kind=RecordKind.QUEUE_ACK, sow_key=reason,
-                )  # fmt: skip
-            except ProtocolFailure as exc:
-                failure = exc
-            except Exception as exc:
-                failure = TxlogFull(f"transaction log cannot accept writes: {exc}")
+        for reason, items in by_reason.items():
+            if own is None:
+                body = encode_ack_seqs([r.message.seq for r in items])
+            else:
+                body = encode_ack_bookmarks([r.message.bookmark for r in items])
+            failure = self._append(queue, RecordKind.QUEUE_ACK, body, reason) or failure
         if failure is not None:
             self.log_failures += 1
             self._events.emit("error", "queue", "queue_ack_unlogged", queue=queue.config.name,
@@ -433,6 +463,45 @@ class QueueService:
         if queue.pin is not None:
             queue.pin.move(self._hold_from(queue))
         return failure
+
+    def _append(
+        self, queue: QueueRuntime, kind: RecordKind, body: bytes, key: str = ""
+    ) -> ProtocolFailure | None:
+        """One record of ``queue``'s events: a replicated queue's with the broker's
+        publisher identity and its next sequence (so replication sends it)."""
+        txlog = self._txlog
+        assert txlog is not None
+        replicated = queue.ownership is not None
+        pub = self._pub if replicated else 0
+        try:
+            txlog.append(
+                topic=queue.config.name, message_type="json", pub_hash=pub,
+                pub_seq=txlog.publisher_last(pub) + 1 if replicated else 0, body=body,
+                kind=kind, sow_key=key,
+            )  # fmt: skip
+        except ProtocolFailure as exc:
+            return exc
+        except Exception as exc:
+            return TxlogFull(f"transaction log cannot accept writes: {exc}")
+        return None
+
+    def _send_changes(self, queue: QueueRuntime, changes: list[Wire]) -> None:
+        """Log (and so replicate) ownership changes this instance made."""
+        if not changes or self._txlog is None:
+            return
+        transfers = [c for c in changes if type(c) is not Ack]
+        acks = [c.bookmark for c in changes if type(c) is Ack]
+        failure = None
+        if transfers:
+            failure = self._append(queue, RecordKind.QUEUE_TRANSFER, encode_transfers(
+                [c for c in transfers if type(c) is Request or type(c) is Grant]))  # fmt: skip
+        if acks:
+            failure = self._append(queue, RecordKind.QUEUE_ACK, encode_ack_bookmarks(acks),
+                                   "acked") or failure  # fmt: skip
+        if failure is not None:
+            self.log_failures += 1
+            self._events.emit("error", "queue", "queue_transfer_unlogged",
+                              queue=queue.config.name, reason=str(failure))  # fmt: skip
 
     # -- delivery -----------------------------------------------------------------------
 
@@ -448,6 +517,9 @@ class QueueService:
         dirty, self._dirty = self._dirty, set()
         now = time_us(self._clock)
         for queue in dirty:
+            if queue.outgoing:
+                changes, queue.outgoing = queue.outgoing, []
+                self._send_changes(queue, changes)
             at_most_once = queue.config.semantics == "at-most-once"
             if at_most_once:
                 self._hold_full(queue)
@@ -515,7 +587,12 @@ class QueueService:
                     self._log(queue, removed)
                 if removed or queue.machine.ready:
                     self.kick(queue)
+            if self._replicated:
+                self._ownership_tick(now)
             soon = self._next_deadline()
+            if self._replicated:
+                step = now + int(REQUEST_INTERVAL * 1_000_000)
+                soon = min(soon, step) if soon else step
             self._target_us = soon
             waiter = asyncio.ensure_future(self._wake.wait())
             if not soon:
@@ -528,6 +605,37 @@ class QueueService:
                 for f in (waiter, sleeper):
                     if not f.done():
                         f.cancel()
+
+    # -- replicated queues ---------------------------------------------------------------
+
+    def _offline_changes(self, queue: QueueRuntime) -> list[Wire]:
+        """Tell ``queue``'s ownership which owners have no live link into this instance
+        (offline) and which came back."""
+        own = queue.ownership
+        assert own is not None
+        online = set(self.peers()) if self.peers is not None else set()
+        self._known_peers |= online
+        changes: list[Wire] = []
+        for inst in (own.owners() | self._known_peers) - {queue.instance}:
+            offline = inst not in online
+            if offline != own.is_offline(inst):
+                changes.extend(own.owner_offline(inst, offline))
+        return changes
+
+    def _ownership_tick(self, now: int) -> None:
+        """Replicated queues: owners gone offline (or back), and requests for messages
+        owned elsewhere that waited longer than the typical publish-to-ack time, at most
+        as many as consumers here have room for."""
+        for queue in self._replicated:
+            own = queue.ownership
+            assert own is not None
+            changes = self._offline_changes(queue)
+            spare = sum(c.room for c in queue.machine.consumers if c.room > 0)
+            if spare:
+                changes.extend(own.want(now, spare, queue.typical_us or DEFAULT_TYPICAL_US))
+            if changes:
+                queue.outgoing.extend(changes)
+                self.kick(queue)
 
     # -- admin --------------------------------------------------------------------------
 
@@ -544,17 +652,34 @@ class QueueService:
             }  # fmt: skip
         return out
 
-    def set_proxied_transfer(self, name: str, enabled: bool) -> None:
-        """``enable_proxied_transfer`` / ``disable_proxied_transfer``.
+    def set_proxied_transfer(self, name: str, enabled: bool, by: str | None = None) -> int:
+        """``enable_proxied_transfer`` / ``disable_proxied_transfer``: while enabled,
+        this instance takes over the messages of owners that are offline (now and when
+        one goes offline later). Returns how many messages it took over now.
 
         Raises:
             QueueNotFound: no queue of that name.
-            ProxiedTransferUnavailable: always, for an existing queue: queues are not
-                replicated in this version (docs/queues.md).
+            ProxiedTransferUnavailable: the queue is not replicated (a ``LocalQueue``, or
+                this instance does not replicate): every message is owned here.
         """
-        if name not in self.queues:
+        queue = self.queues.get(name)
+        if queue is None:
             raise QueueNotFound(name)
-        raise ProxiedTransferUnavailable(name)
+        own = queue.ownership
+        if own is None:
+            raise ProxiedTransferUnavailable(name)
+        changes = self._offline_changes(queue)
+        changes.extend(own.set_proxied(enabled))
+        taken = sum(1 for c in changes if type(c) is Grant and c.proxied)
+        if changes:
+            queue.outgoing.extend(changes)
+            self.kick(queue)
+        self._events.emit(
+            "warning" if enabled else "info", "queue",
+            "proxied_transfer_enabled" if enabled else "proxied_transfer_disabled",
+            queue=name, user=by, taken_over=taken,
+        )  # fmt: skip
+        return taken
 
     def infos(self) -> list[QueueInfo]:
         """Every queue, in name order."""
@@ -582,8 +707,9 @@ class QueueService:
         return QueueInfo(
             name=cfg.name, kind=cfg.kind, underlying_topic=cfg.underlying,
             semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
-            owned=m.depth, transferred_in=q.transferred_in, transferred_out=q.transferred_out,
-            proxied_transfer=False,
+            owned=q.owned(), transferred_in=q.transferred_in,
+            transferred_out=q.transferred_out,
+            proxied_transfer=q.ownership.proxied if q.ownership is not None else False,
             oldest_lease_age=round((now - lease_start) / 1e6, 3) if lease_start else 0.0,
             oldest_message_age=round((now - oldest) / 1e6, 3) if oldest else 0.0,
             consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),

@@ -23,32 +23,31 @@ from server.bookmarks import format_bookmark
 from server.clock import Clock
 from server.config.model import QueueConfig
 from server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
-from server.ports import AppendedRun, Outbound
-from server.queues.machine import Message, QueueMachine, QueuePolicy
+from server.ports import AppendedRun, Outbound, PublishRun
+from server.protocol.errors import InvalidTopic
+from server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
+from server.queues.ownership import Ack, Ownership, Request, Wire
+from server.queues.records import decode_ack, decode_transfers
 from server.txlog.batch import RecordBatch
 from server.txlog.pins import Pin
 from server.txlog.record import RecordKind
 from server.wire import topic_json
 
-__all__ = ["QueueRuntime", "QueueStage", "decode_ack_body", "encode_ack_body"]
+__all__ = ["QueueRuntime", "QueueStage", "published_on"]
 
 #: record kinds whose messages enter a queue
 _MESSAGE_KINDS: Final = frozenset({RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH})
 _QUEUE_ACK: Final = int(RecordKind.QUEUE_ACK)
+_QUEUE_TRANSFER: Final = int(RecordKind.QUEUE_TRANSFER)
+#: the record kinds of a queue's own events (logged on the queue's name)
+_EVENT_KINDS: Final = frozenset({RecordKind.QUEUE_ACK, RecordKind.QUEUE_TRANSFER})
 
 
-def encode_ack_body(seqs: Sequence[int]) -> bytes:
-    """The body of a ``QUEUE_ACK`` record: the local seqs that left the queue."""
-    return b",".join(b"%d" % s for s in seqs)
-
-
-def decode_ack_body(body: bytes) -> list[int]:
-    """The seqs of a ``QUEUE_ACK`` record (a damaged field is skipped)."""
-    out: list[int] = []
-    for part in body.split(b","):
-        if part.isdigit():
-            out.append(int(part))
-    return out
+def published_on(path: Sequence[str], here: str) -> str:
+    """The instance a message was published on: the first hop of its replication path
+    (``name`` or ``name@group``, server/replication/hops.py), or this instance for a
+    message published here."""
+    return path[0].partition("@")[0] if path else here
 
 
 def policy_of(cfg: QueueConfig) -> QueuePolicy:
@@ -76,8 +75,9 @@ class QueueRuntime:
         machine: its messages and leases.
         literal: its name as a JSON literal (the ``t`` of its deliveries).
         pin: holds the log from its oldest message on (None without a log).
-        transferred_in, transferred_out: ownership transfers (always 0: replicated
-            queues are not in this version).
+        ownership: a replicated queue's message owners (None: every message is owned
+            here: a ``LocalQueue``, or an instance that does not replicate).
+        outgoing: ownership changes to log (and so replicate) at the end of the turn.
     """
 
     config: QueueConfig
@@ -87,20 +87,72 @@ class QueueRuntime:
     barrier: Filter | None = None
     priority: ValueExpr | None = None
     pin: Pin | None = None
-    transferred_in: int = 0
-    transferred_out: int = 0
-    consumers: dict[object, object] = field(default_factory=dict)
+    ownership: Ownership | None = None
+    outgoing: list[Wire] = field(default_factory=list)
+    instance: str = ""
+    #: a moving average of the publish-to-ack time (microseconds; 0: none measured)
+    typical_us: int = 0
+
+    def acked_after(self, waited_us: int) -> None:
+        """A message was acked ``waited_us`` after it was published (the average the
+        transfer requests wait for)."""
+        if waited_us >= 0:
+            t = self.typical_us
+            self.typical_us = waited_us if not t else (t * 7 + waited_us) // 8
 
     @classmethod
-    def build(cls, cfg: QueueConfig, clock: Clock) -> QueueRuntime:
-        return cls(
+    def build(cls, cfg: QueueConfig, clock: Clock, instance: str = "",
+              replicated: bool = False) -> QueueRuntime:  # fmt: skip
+        """``replicated``: the instance replicates and the queue is not a ``LocalQueue``."""
+        q = cls(
             config=cfg,
             machine=QueueMachine(cfg.name, policy_of(cfg)),
             literal=topic_json(cfg.name),
             filter=compile_filter(cfg.filter, clock=clock) if cfg.filter else None,
             barrier=compile_filter(cfg.barrier, clock=clock) if cfg.barrier else None,
             priority=compile_value(cfg.priority, clock=clock) if cfg.priority else None,
+            instance=instance,
         )
+        if replicated:
+            own = q.ownership = Ownership(instance, cfg.initial_owner)
+            q.machine.gate = lambda m: own.can_deliver(m.bookmark)
+        return q
+
+    @property
+    def transferred_in(self) -> int:
+        return self.ownership.transferred_in if self.ownership is not None else 0
+
+    @property
+    def transferred_out(self) -> int:
+        return self.ownership.transferred_out if self.ownership is not None else 0
+
+    def owned(self) -> int:
+        """Messages this instance owns (every one of a local queue)."""
+        return self.ownership.owned() if self.ownership is not None else self.machine.depth
+
+    def receive(self, kind: int, body: bytes) -> bool:
+        """A replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` record of this queue (from
+        another instance, or read back at start-up): the ownership applies it, the state
+        machine follows. Answers (grants) go to :attr:`outgoing`. Returns whether the
+        queue may have something new to deliver here."""
+        own = self.ownership
+        if kind == _QUEUE_ACK:
+            seqs, bookmarks = decode_ack(body)
+            if seqs:
+                self.machine.forget(seqs)
+            if own is not None:
+                for bm in bookmarks:
+                    own.receive(Ack(bm))
+            self.machine.drop(bookmarks, ELSEWHERE)
+            return False
+        if own is None:
+            return False
+        for change in decode_transfers(body):
+            if type(change) is Request:
+                m = self.machine.get(change.bookmark)
+                own.leased(change.bookmark, m is not None and m.holder is not None)
+            self.outgoing.extend(own.receive(change))
+        return True
 
     def admit(
         self,
@@ -110,11 +162,14 @@ class QueueRuntime:
         timestamps_us: Sequence[int],
         pub_hash: Sequence[int],
         pub_seqs: Sequence[int],
+        origin: str = "",
     ) -> int:
-        """Messages of ``topic`` (consecutive seqs from ``first_seq``) enter the queue if
-        its filter takes them; returns how many did."""
+        """Messages of ``topic`` (consecutive seqs from ``first_seq``, published on
+        instance ``origin``) enter the queue if its filter takes them; returns how many
+        did."""
         flt, barrier, priority = self.filter, self.barrier, self.priority
         add = self.machine.add
+        own = self.ownership
         n = 0
         for i, body in enumerate(bodies):
             bm = format_bookmark(pub_hash[i], pub_seqs[i])
@@ -134,6 +189,8 @@ class QueueRuntime:
                     barrier=barrier is not None and view is not None and barrier.matches(view),
                 )
             )  # fmt: skip
+            if own is not None:
+                own.message(bm, origin or self.instance, timestamps_us[i])
             n += 1
         return n
 
@@ -166,20 +223,44 @@ class QueueStage:
         return found
 
     def applies_to(self, topic: str) -> bool:
-        return bool(self.takers(topic))
+        return self.takes_events(topic) or bool(self.takers(topic))
+
+    def takes_events(self, topic: str) -> bool:
+        """Whether ``topic`` is a replicated queue's name (its acks and transfers arrive
+        by replication as runs of that topic)."""
+        queue = self._by_name.get(topic)
+        return queue is not None and queue.ownership is not None
+
+    def prepare(self, run: PublishRun) -> None:
+        """Only a replication link brings a queue's own records (acks, transfers); no
+        client can publish them (the pipeline refuses any other kind on a topic without
+        a stage that prepares it: this stage takes a queue's name)."""
+        if run.kind in _EVENT_KINDS and not run.path:
+            raise InvalidTopic(f"{run.topic!r} is a queue: its acks come from consumers")
+        return None
 
     def reaches(self, topic: str, peer: Outbound) -> bool:
         return False  # deliveries leave after the run (QueueService.kick)
 
     def appended(self, run: AppendedRun) -> None:
-        if not run.recorded or run.kind not in _MESSAGE_KINDS:
+        if not run.recorded:
+            return
+        if run.kind in _EVENT_KINDS:
+            queue = self._by_name.get(run.topic)
+            if queue is not None and queue.ownership is not None:
+                for body in run.bodies:
+                    queue.receive(run.kind, body)
+                self._on_enqueued(queue)
+            return
+        if run.kind not in _MESSAGE_KINDS:
             return
         ts = run.timestamp_us or 0
         n = len(run.bodies)
         for queue in self.takers(run.topic):
             if queue.admit(
-                run.topic, run.bodies, run.first_seq, [ts] * n, [run.pub_hash] * n, run.pub_seqs
-            ):
+                run.topic, run.bodies, run.first_seq, [ts] * n, [run.pub_hash] * n,
+                run.pub_seqs, published_on(run.path, queue.instance),
+            ):  # fmt: skip
                 self._on_enqueued(queue)
 
     def recover(self, batch: RecordBatch) -> None:
@@ -191,11 +272,12 @@ class QueueStage:
         for i in range(len(batch)):
             topic = topics[i]
             kind = int(RecordKind.PUBLISH) if plain else batch.kind(i)
-            if kind == _QUEUE_ACK:
+            if kind in (_QUEUE_ACK, _QUEUE_TRANSFER):
                 queue = by_name.get(topic)
                 if queue is not None:
-                    queue.machine.forget(decode_ack_body(batch.bodies[i]))
-                    self.recovered_acks += 1
+                    queue.receive(kind, batch.bodies[i])
+                    queue.outgoing.clear()  # answered before the restart (or moot now)
+                    self.recovered_acks += kind == _QUEUE_ACK
                 continue
             if kind not in _MESSAGE_KINDS:
                 continue
@@ -206,6 +288,7 @@ class QueueStage:
                 self.recovered_messages += queue.admit(
                     topic, [batch.bodies[i]], first + i, [batch.timestamps_us[i]],
                     [batch.pub_hashes[i]], [batch.pub_seqs[i]],
+                    published_on(batch.path(i), queue.instance),
                 )  # fmt: skip
 
     def recover_from(self) -> int:

@@ -156,7 +156,7 @@ class DestinationLink:
         self.config = config
         self._ctx = ctx
         self.sync = SyncState(config.name, config.sync)
-        self.route = Route(config)
+        self.route = Route(config, [q for q in ctx.config.queues if q.kind != "LocalQueue"])
         self.dialer = Dialer(config.transport.addresses, rng=ctx.rng)
         self.status = "disconnected"
         self.address: tuple[str, int] | None = None

@@ -24,6 +24,13 @@ newer publish of its key). Two rules differ for deletes:
   version that logged none) is not sent: every instance expires records from its own
   ``<SOW>`` configuration.
 
+A replicated queue's ``QUEUE_ACK`` and ``QUEUE_TRANSFER`` records (server/queues/records.py)
+carry the same identity and follow the same rules as a delete, except that they are
+logged on the queue's name: they go to a destination that a block of takes the queue's
+name or its underlying topic (the ``queue`` and ``queue_underlying``
+validation checks make sure it has the same queue). A local queue's ``QUEUE_ACK`` (no
+identity) is never sent.
+
 A :class:`Route` decides a whole :class:`~server.txlog.batch.RecordBatch` at once: per
 record only dict lookups and a path check; filters run through ``Filter.select`` over the
 records that need them, one reused view per filter (the replay's batch form).
@@ -35,6 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from server.config import DestinationConfig
+from server.config.model import QueueConfig
 from server.expr import Filter, compile_filter
 from server.replication.hops import PassThrough, on_path
 from server.txlog.batch import RecordBatch
@@ -46,10 +54,14 @@ __all__ = ["REPLICATED_KINDS", "Route", "held_by"]
 _TOPIC_CACHE: Final = 10_000
 
 _DELETE: Final = int(RecordKind.SOW_DELETE)
+#: a replicated queue's events: acks and ownership transfers (server/queues/records.py)
+_QUEUE_EVENTS: Final = frozenset({int(RecordKind.QUEUE_ACK), int(RecordKind.QUEUE_TRANSFER)})
+#: records that are no message: no Filter applies, and only with identity are they sent
+_EVENTS: Final = _QUEUE_EVENTS | {_DELETE}
 
 #: the record kinds a destination is sent (module docstring)
 REPLICATED_KINDS: Final = frozenset(
-    {int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH), _DELETE}
+    {int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH)} | _EVENTS
 )
 
 #: per topic: the filters of the blocks that take it (None: a block without a filter)
@@ -61,14 +73,24 @@ class Route:
 
     Args:
         destination: its configuration.
+        queues: the instance's replicated queues: their events go to the destination
+            when a block takes their underlying topic (a pattern: when a block is one).
     """
 
-    __slots__ = ("_blocks", "_cache", "_passthrough", "name")
+    __slots__ = ("_blocks", "_cache", "_passthrough", "_queues", "name")
 
-    def __init__(self, destination: DestinationConfig) -> None:
+    def __init__(self, destination: DestinationConfig, queues: Sequence[QueueConfig] = ()) -> None:
         self.name = destination.name
         self._blocks = tuple(
             (t, compile_filter(t.filter) if t.filter else None) for t in destination.topics
+        )
+        self._queues = frozenset(
+            q.name
+            for q in queues
+            if any(
+                t.matches(q.name) or (t.is_regex if q.underlying_regex else t.matches(q.underlying))
+                for t in destination.topics
+            )
         )
         self._passthrough = PassThrough(destination.passthrough)
         self._cache: dict[str, _Blocks | None] = {}
@@ -102,7 +124,7 @@ class Route:
         if kinds.isdisjoint(REPLICATED_KINDS):
             return []
         mixed = not kinds <= REPLICATED_KINDS  # some records are not sent at all
-        deletes = _DELETE in kinds  # some records are removals (no filter, identity needed)
+        deletes = not kinds.isdisjoint(_EVENTS)  # some are no message (no filter, identity)
         topics = batch.topics
         hashes = batch.pub_hashes
         seqs = batch.pub_seqs
@@ -110,20 +132,25 @@ class Route:
         taken: list[int] = []
         filtered: dict[Filter, list[int]] = {}
         for i in range(len(topics)):
-            blocks = self.blocks_for(topics[i])
-            if blocks is None:
-                continue
             kind = batch.kind(i) if mixed or deletes else 0
             if mixed and kind not in REPLICATED_KINDS:
                 continue
-            if kind == _DELETE and not hashes[i]:
-                continue  # an expiration: local to each instance
+            # a queue's events are logged on its name: they go wherever its messages may
+            # (the destination's queue validation checks say it has the same queue)
+            if kind in _QUEUE_EVENTS:
+                blocks: _Blocks | None = (None,) if topics[i] in self._queues else None
+            else:
+                blocks = self.blocks_for(topics[i])
+            if blocks is None:
+                continue
+            if kind in _EVENTS and not hashes[i]:
+                continue  # an expiration, a local queue's ack: local to each instance
             path = batch.path(i)
             if path and (on_path(path, remote) or not passthrough.allows(path)):
                 continue
             if held is not None and held(hashes[i], seqs[i]):
                 continue
-            if kind == _DELETE or None in blocks:
+            if kind in _EVENTS or None in blocks:
                 taken.append(i)
                 continue
             for flt in blocks:

@@ -39,10 +39,12 @@ too (a rule that covers it), with the same keys, or a failover changes what ``so
 queries answer and how updates merge. ``Durability`` and ``Expiration`` may differ (a
 memory-only SOW on a reporting instance is a deliberate choice).
 
-Queues: this version's configuration has no queues yet (the queue issue adds them); the
-summary says so (an empty list), so the ``queue``, ``queue_passthrough`` and
-``queue_underlying`` checks compare "none on either side" today and compare definitions
-once the summary lists them.
+Queues: the summary lists each queue (name, kind, underlying topic). A block concerns a
+queue when it covers (or is covered by) the queue's name or its underlying topic: its
+messages, acks and transfers travel with the block. ``queue``: every queue a block
+concerns on one side exists on the other, with the same name and kind (a ``Queue`` on one
+side and a ``LocalQueue`` on the other would deliver a message twice).
+``queue_underlying``: those queues take the same underlying topic (text and kind).
 
 Pure: the summary is plain JSON data; :func:`validate` reads the peer's defensively (it
 came from the network) and raises ReplicationProtocolError for a malformed one.
@@ -114,8 +116,15 @@ class SowTopic:
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    rule: Rule
+    rule: Rule  # the queue's name
     underlying: str
+    underlying_regex: bool = False
+    kind: str = "Queue"
+
+    def concerns(self, block: Rule) -> bool:
+        """Whether a block with this rule carries the queue's messages or events."""
+        under = Rule(self.underlying, self.underlying_regex)
+        return any(r.covers(block) or block.covers(r) for r in (self.rule, under))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +157,15 @@ def summarize(config: Config) -> dict[str, object]:
         "group": config.group,
         "txlog": [[t.name, t.is_regex] for t in txlog.topics] if txlog is not None else [],
         "sow": [{"topic": [t.name, t.is_regex], "keys": list(t.keys)} for t in config.sow],
-        # no queues in this version's configuration (module docstring)
-        "queues": [],
+        "queues": [
+            {
+                "topic": [q.name, False],
+                "underlying": q.underlying,
+                "underlying_regex": q.underlying_regex,
+                "kind": q.kind,
+            }
+            for q in config.queues
+        ],
         "destinations": [
             {
                 "name": d.name,
@@ -220,7 +236,10 @@ def _queue(value: object) -> Queue:
         raise _malformed("a queue is an object with its underlying topic")
     underlying = value["underlying"]
     assert isinstance(underlying, str)
-    return Queue(_rule(value.get("topic")), underlying)
+    regex, kind = value.get("underlying_regex", False), value.get("kind", "Queue")
+    if not isinstance(regex, bool) or not isinstance(kind, str):
+        raise _malformed("a queue's underlying_regex is a boolean and its kind a string")
+    return Queue(_rule(value.get("topic")), underlying, regex, kind)
 
 
 def _list(obj: dict[str, object], key: str) -> list[object]:
@@ -323,7 +342,43 @@ def _keys_check(local: Summary, remote: Summary, block: Block) -> ValidationFail
 
 
 def _queue_of(summary: Summary, rule: Rule) -> Queue | None:
-    return next((q for q in summary.queues if q.rule.covers(rule)), None)
+    return next((q for q in summary.queues if q.concerns(rule)), None)
+
+
+def _queues_of(summary: Summary, rule: Rule) -> dict[str, Queue]:
+    """The queues a block concerns, by name."""
+    return {q.rule.name: q for q in summary.queues if q.concerns(rule)}
+
+
+def _queue_xml(q: Queue) -> str:
+    return (f"<{q.kind}><Name>{q.rule.name}</Name><UnderlyingTopic>{q.underlying}"
+            f"</UnderlyingTopic></{q.kind}>")  # fmt: skip
+
+
+def _queue_check(local: Summary, remote: Summary, rule: Rule) -> ValidationFailed | None:
+    """``queue``: the same queues (name and kind) on both sides for the block."""
+    for side, other in ((local, remote), (remote, local)):
+        theirs = {q.rule.name: q for q in other.queues}  # by name: wherever it takes from
+        for name, q in sorted(_queues_of(side, rule).items()):
+            match = theirs.get(name)
+            if match is None:
+                return ValidationFailed(
+                    "queue", rule.name,
+                    f"it is a queue on {side.name!r} but not on {other.name!r}"
+                    if name == rule.name else
+                    f"queue {name!r} takes it on {side.name!r} but not on {other.name!r}",
+                    f"define the same queue on {other.name!r} ({_queue_xml(q)} in its <SOW>), "
+                    "or stop replicating it",
+                )  # fmt: skip
+            if match.kind != q.kind:
+                return ValidationFailed(
+                    "queue", rule.name,
+                    f"queue {name!r} is a {q.kind} on {side.name!r} and a {match.kind} on "
+                    f"{other.name!r}",
+                    f"make queue {name!r} a <{q.kind}> on {other.name!r} (or both "
+                    f"<{match.kind}>)",
+                )  # fmt: skip
+    return None
 
 
 def _check(check: str, local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
@@ -363,13 +418,7 @@ def _check(check: str, local: Summary, remote: Summary, block: Block) -> Validat
                         "cascade to this block's ExcludeValidation",
                     )  # fmt: skip
     elif check == "queue":
-        here_q, there_q = _queue_of(local, rule), _queue_of(remote, rule)
-        if (here_q is None) != (there_q is None):
-            where, other = (local.name, peer) if here_q is not None else (peer, local.name)
-            return ValidationFailed(
-                check, topic, f"it is a queue on {where!r} but not on {other!r}",
-                f"define the same queue on {other!r}, or stop replicating it",
-            )  # fmt: skip
+        return _queue_check(local, remote, rule)
     elif check == "replicate_filter":
         for d, b in _back_to(remote, local, rule):
             if (b.filter or None) != (block.filter or None):
@@ -392,13 +441,18 @@ def _check(check: str, local: Summary, remote: Summary, block: Block) -> Validat
                         f"Destination {d.name!r}",
                     )  # fmt: skip
     elif check == "queue_underlying":
-        here_q, there_q = _queue_of(local, rule), _queue_of(remote, rule)
-        if here_q is not None and there_q is not None and here_q.underlying != there_q.underlying:
-            return ValidationFailed(
-                check, topic, f"its underlying topic is {here_q.underlying!r} here and "
-                f"{there_q.underlying!r} on {peer!r}",
-                f"set {peer!r}'s queue UnderlyingTopic to {here_q.underlying!r}",
-            )  # fmt: skip
+        there = {q.rule.name: q for q in remote.queues}
+        for name, here_q in sorted(_queues_of(local, rule).items()):
+            there_q = there.get(name)
+            if there_q is not None and (here_q.underlying, here_q.underlying_regex) != (
+                there_q.underlying,
+                there_q.underlying_regex,
+            ):
+                return ValidationFailed(
+                    check, topic, f"its underlying topic is {here_q.underlying!r} here and "
+                    f"{there_q.underlying!r} on {peer!r}",
+                    f"set {peer!r}'s queue UnderlyingTopic to {here_q.underlying!r}",
+                )  # fmt: skip
     return None
 
 

@@ -520,6 +520,15 @@ def _queue_specs() -> list[ScenarioSpec]:
             (Target("msgs_per_s", ">=", 50_000, "issue 17"),),
             profile=True,
         ),
+        ScenarioSpec(
+            "spool.queue.replicated.4consumers.100B",
+            "queue_replicated",
+            "the same through a replicated queue on two instances (sync both ways), two "
+            "consumers and a publisher (half the messages) on each; each message received once",
+            {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
+            ("msgs_per_s", "publish_msgs_per_s"),
+            (),
+        ),
     ]
 
 

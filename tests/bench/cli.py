@@ -58,6 +58,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "sow": sow_family.run_sow,
     "ha": ha_family.run_ha,
     "queue": queue_family.run_queue,
+    "queue_replicated": queue_family.run_queue_replicated,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,

@@ -10,15 +10,25 @@ clock runs from the first publish to the moment the consumers together received 
 message; a ``flush`` on each consumer connection then proves every ack was processed, and
 the queue must be empty (checked over REST) before the next run. Workers are lean like the
 others (tests/bench/wire.py): bookmarks are read with a regex over whole frames.
+
+The replicated variant (``spool.queue.replicated.4consumers.100B``): two instances
+replicating to each other (sync, passing everything through) with the same ``Queue``; a
+publisher on each (half the messages each), two consumer connections on each. Each
+instance owns what was published on it and serves its own consumers first; a consumer
+with room gets the other instance's messages by transfer requests once they waited
+longer than the typical publish-to-ack time (docs/queues.md "Replicated queues"). The run ends when the four together
+received every message exactly once (more is an error: a message delivered twice), and
+both copies of the queue must be empty.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import httpx
@@ -26,9 +36,10 @@ import httpx
 from tests.bench.catalog import ScenarioSpec
 from tests.bench.processes import Gate, Task, run_tasks
 from tests.bench.spool_families import _pid, _rss_mib, _seconds, _with_broker
-from tests.bench.suite import Suite
+from tests.bench.suite import BENCH_TUNING, Suite
 from tests.bench.wire import close_quietly, command, open_session, subscribe_command, wait_acks
 from tests.bench.workers import publish_burst
+from tests.support.replication import destination, free_ports, replication_xml
 from tests.support.server import SpoolProcess
 
 QUEUE: Final = "bench-q"
@@ -51,10 +62,14 @@ async def queue_consumers(
     backlog: int,
     expected: int,
     timeout: float,
+    urls: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """``connections`` consumers of the bench queue; each frame's deliveries are acked at
-    once with one ``sow_delete``. Ends when they received ``expected`` together."""
-    sockets = [(await open_session(url, f"{name}-{i}", timeout=timeout))[0]
+    """``connections`` consumers of the bench queue (connection ``i`` to
+    ``urls[i % len(urls)]`` when given, else all to ``url``); each frame's deliveries are
+    acked at once with one ``sow_delete``. Ends when they received ``expected``
+    together."""
+    where = list(urls) or [url]
+    sockets = [(await open_session(where[i % len(where)], f"{name}-{i}", timeout=timeout))[0]
                for i in range(connections)]  # fmt: skip
     per: list[int] = [0] * connections
     total = 0
@@ -97,38 +112,58 @@ async def queue_consumers(
     return {"last_ns": last, "count": total, "per_consumer": per}
 
 
-def _queue_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict[str, float]:
+def _queue_once(
+    suite: Suite, broker: SpoolProcess, spec: ScenarioSpec, others: Sequence[SpoolProcess] = ()
+) -> dict[str, float]:
+    """One run; ``others``: more instances of a replicated queue (consumers spread over
+    all, the publisher on ``broker``)."""
     s = suite.settings
     rid = suite.next_id()
     count = s.publish_count
     consumers = int(spec.params["consumers"])
-    cons, pub = run_tasks(
+    brokers = [broker, *others]
+    # one publisher per instance, the messages split between them (each instance owns
+    # what was published on it and serves its own consumers first)
+    shares = [count // len(brokers) + (i < count % len(brokers)) for i in range(len(brokers))]
+    cons, *pubs = run_tasks(
         [
             Task(
                 queue_consumers,
                 {
                     "url": broker.ws_url, "name": f"qc-{rid}", "connections": consumers,
                     "backlog": int(spec.params["max_backlog"]), "expected": count,
-                    "timeout": s.worker_timeout,
+                    "timeout": s.worker_timeout, "urls": [b.ws_url for b in brokers],
                 },
             ),
-            Task(
-                publish_burst,
-                {
-                    "url": broker.ws_url, "name": f"qp-{rid}", "topic": UNDERLYING,
-                    "count": count, "body_bytes": spec.params["body_bytes"], "seed": s.seed,
-                    "persisted": False, "window": s.window, "per_frame": s.per_frame,
-                    "timeout": s.worker_timeout,
-                },
+            *(
+                Task(
+                    publish_burst,
+                    {
+                        "url": b.ws_url, "name": f"qp-{rid}-{i}", "topic": UNDERLYING,
+                        "count": shares[i], "body_bytes": spec.params["body_bytes"],
+                        "seed": s.seed + i, "persisted": False, "window": s.window,
+                        "per_frame": s.per_frame, "timeout": s.worker_timeout,
+                    },
+                )
+                for i, b in enumerate(brokers)
             ),
         ],
         timeout=s.worker_timeout,
     )  # fmt: skip
+    pub = {"start_ns": min(p["start_ns"] for p in pubs), "end_ns": max(p["end_ns"] for p in pubs)}
     if cons["count"] != count:
         raise RuntimeError(f"the consumers received {cons['count']} messages, expected {count}")
-    depth = httpx.get(f"{broker.http_url}/api/queues/{QUEUE}", timeout=10).json()["depth"]
-    if depth:
-        raise RuntimeError(f"{depth} messages left in the queue after every ack was processed")
+    for b in brokers:
+        depth = _depth(b)
+        if depth and b is not broker:  # a copy converges once the acks have crossed
+            deadline = time.monotonic() + 30
+            while depth and time.monotonic() < deadline:
+                time.sleep(0.05)
+                depth = _depth(b)
+        if depth:
+            raise RuntimeError(
+                f"{depth} messages left in the queue on {b.ws_url} after every ack was processed"
+            )
     secs = _seconds(pub["start_ns"], cons["last_ns"])
     shares = cons["per_consumer"]
     return {
@@ -139,6 +174,65 @@ def _queue_once(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> dict[
         "max_share": max(shares) / count,
         "broker_rss_mib": _rss_mib(broker),
     }
+
+
+def _depth(broker: SpoolProcess) -> int:
+    depth: int = httpx.get(f"{broker.http_url}/api/queues/{QUEUE}", timeout=10).json()["depth"]
+    return depth
+
+
+@contextlib.contextmanager
+def _replicated_pair(suite: Suite) -> Iterator[tuple[SpoolProcess, SpoolProcess]]:
+    """Two instances replicating to each other (sync) with the bench queue."""
+    port_a, port_b = free_ports(2)
+    root = suite.workdir / "spool-queue-replicated"
+    procs = []
+    for name, port, other, other_port in (("qa", port_a, "qb", port_b),
+                                          ("qb", port_b, "qa", port_a)):  # fmt: skip
+        xml = replication_xml(
+            root / name / "data", name, port=port, admin_interval="10s", tuning=BENCH_TUNING,
+            sow=QUEUE_RULE,
+            destinations=[destination(other, [("127.0.0.1", other_port)], passthrough=(".*",))],
+        )  # fmt: skip
+        procs.append(SpoolProcess(root / name, xml))
+    a, b = procs
+    with contextlib.ExitStack() as stack:
+        for proc in procs:
+            proc.start(timeout=120)
+            stack.callback(proc.stop)
+        for proc, other in ((a, "qb"), (b, "qa")):
+            deadline = time.monotonic() + 60
+            while not _connected(proc, other):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the link to {other} did not connect")
+                time.sleep(0.05)
+        yield a, b
+
+
+def _connected(proc: SpoolProcess, dest: str) -> bool:
+    info = httpx.get(f"{proc.http_url}/api/replication", timeout=10).json()
+    return any(d["name"] == dest and d["connected"] for d in info["destinations"])
+
+
+def run_queue_replicated(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
+    """The replicated queue family: two instances, consumers on both."""
+    s = suite.settings
+    try:
+        pair = _replicated_pair(suite)
+        a, b = pair.__enter__()
+    except Exception as exc:
+        suite.record_all(chosen, "error", f"the instances did not start: {exc}"[-300:], {})
+        return
+    try:
+        for spec in chosen:
+            suite.measure(
+                spec,
+                functools.partial(_queue_once, suite, a, spec, [b]),
+                params={"count": s.publish_count, "per_frame": s.per_frame, "instances": 2},
+                profile_pid=functools.partial(_pid, a),
+            )
+    finally:
+        pair.__exit__(None, None, None)
 
 
 def run_queue(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:

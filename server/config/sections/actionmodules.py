@@ -40,6 +40,7 @@ from server.config.actions import (
     OnStartup,
     PublishMessage,
     RemoveJournals,
+    SetProxiedTransfer,
     SetTransport,
     Shutdown,
     Step,
@@ -75,11 +76,8 @@ __all__ = [
     "Scope",
 ]
 
-#: Modules CONFIG.md lists whose subsystem this version does not have.
-UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
-    "amps-action-do-enable-proxied-transfer": "replicated queues (ownership transfer between instances)",
-    "amps-action-do-disable-proxied-transfer": "replicated queues (ownership transfer between instances)",
-}
+#: Modules CONFIG.md lists whose subsystem this version does not have (none now).
+UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {}
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PERCENT: Final = re.compile(r"(\d{1,2}(?:\.\d+)?)\s*%?")
@@ -96,12 +94,17 @@ class ActionFacts:
         directories: the names of the instance's directories a disk module may watch
             (``data``, ``stats``, and ``journal``, ``archive`` with a transaction log).
         destinations: the replication destinations, name -> configured sync.
+        replicated_queues: the queues whose messages have owners on several instances
+            (a ``Queue`` or ``GroupLocalQueue`` of an instance that replicates).
+        queues: every configured queue.
     """
 
     transports: tuple[str, ...]
     has_txlog: bool
     directories: tuple[str, ...]
     destinations: Mapping[str, bool] = field(default_factory=dict)
+    replicated_queues: tuple[str, ...] = ()
+    queues: tuple[str, ...] = ()
 
 
 class Scope:
@@ -491,6 +494,35 @@ def _replication(downgrade: bool) -> StepReader:
     return reader
 
 
+def _proxied(enabled: bool) -> StepReader:
+    name = f"amps-action-do-{'enable' if enabled else 'disable'}-proxied-transfer"
+
+    def reader(
+        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    ) -> Step:
+        if not facts.replicated_queues:
+            raise fail(element, f"{name} switches proxied transfer of replicated queues, and "
+                       "this instance has none (a <Queue> or <GroupLocalQueue> of an instance "
+                       "with <Replication>); remove this module")  # fmt: skip
+        opts = _Options(element, options, {"Queue": True}, name)
+        chosen: list[str] = []
+        for node in opts.many("Queue"):
+            queue = read_value(node, ctx)
+            if queue not in facts.replicated_queues:
+                what = ("is not replicated (a LocalQueue)" if queue in facts.queues
+                        else "is not a configured queue")  # fmt: skip
+                raise fail(node, f"queue {queue!r} {what}; replicated queues: "
+                           f"{', '.join(facts.replicated_queues)}")  # fmt: skip
+            if queue in chosen:
+                raise fail(node, f"queue {queue!r} is named twice")
+            chosen.append(queue)
+        return SetProxiedTransfer(
+            tuple(chosen) or facts.replicated_queues, enabled, where=element.path, module=name
+        )
+
+    return reader
+
+
 def _publish(
     element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
 ) -> Step:
@@ -542,5 +574,7 @@ DO_READERS: Final[Mapping[str, StepReader]] = {
     "amps-action-do-upgrade-replication": _replication(False),
     "amps-action-do-publish-message": _publish,
     "amps-action-do-execute-event": _execute_event,
+    "amps-action-do-enable-proxied-transfer": _proxied(True),
+    "amps-action-do-disable-proxied-transfer": _proxied(False),
     "amps-action-do-shutdown": _shutdown,
 }

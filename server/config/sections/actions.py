@@ -158,6 +158,8 @@ def read_actions(
     transports: tuple[str, ...],
     has_txlog: bool,
     destinations: Mapping[str, bool] | None = None,
+    replicated_queues: tuple[str, ...] = (),
+    queues: tuple[str, ...] = (),
 ) -> tuple[ActionConfig, ...]:
     """Read ``<Actions>`` (see the module docstring).
 
@@ -168,12 +170,16 @@ def read_actions(
         has_txlog: a ``<TransactionLog>`` is configured (the journal modules need it).
         destinations: the replication destinations, name -> configured sync (the
             replication modules name them).
+        replicated_queues, queues: the replicated queues (the proxied-transfer
+            modules switch them) and every queue.
 
     Raises:
         ConfigError: at the first element in error.
     """
     directories = ("data", "stats", "journal", "archive") if has_txlog else ("data", "stats")
-    facts = ActionFacts(transports, has_txlog, directories, dict(destinations or {}))
+    facts = ActionFacts(
+        transports, has_txlog, directories, dict(destinations or {}), replicated_queues, queues
+    )
     kids = Children(node, _ACTIONS_SPEC)
     actions: list[ActionConfig] = []
     first: dict[str, int] = {}

@@ -156,7 +156,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         ),
         "/SpoolConfig/SOW/Queue/TargetQueueDepth",
         5,
-        "<TargetQueueDepth> is not supported yet (ownership transfers",
+        "<TargetQueueDepth> is not supported yet (a depth target that steers transfer requests",
     ),
     (
         "queue bad barrier",

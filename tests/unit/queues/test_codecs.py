@@ -7,19 +7,58 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server.bookmarks import format_bookmark
 from server.protocol.delivery import split_deliveries, split_deliveries_py
-from server.queues.stage import decode_ack_body, encode_ack_body
+from server.queues.ownership import Grant, Request
+from server.queues.records import (
+    decode_ack,
+    decode_transfers,
+    encode_ack_bookmarks,
+    encode_ack_seqs,
+    encode_transfers,
+)
 from server.wire import encode_queued, topic_json
 
 
 @given(st.lists(st.integers(1, 1 << 62)))
 def test_ack_bodies_round_trip(seqs: list[int]) -> None:
-    assert decode_ack_body(encode_ack_body(seqs)) == seqs
+    assert decode_ack(encode_ack_seqs(seqs)) == (seqs, [])
 
 
 @given(st.binary(max_size=64))
 def test_a_damaged_ack_body_never_raises(body: bytes) -> None:
-    assert all(s >= 0 for s in decode_ack_body(body))
+    seqs, bookmarks = decode_ack(body)
+    assert all(s >= 0 for s in seqs)
+    assert all(b.endswith("|") for b in bookmarks)
+
+
+_bookmarks = st.builds(format_bookmark, st.integers(1, (1 << 64) - 1), st.integers(1, 1 << 62))
+_names = st.text(min_size=1, max_size=12)
+
+
+@given(st.lists(_bookmarks))
+def test_replicated_ack_bodies_round_trip(bookmarks: list[str]) -> None:
+    assert decode_ack(encode_ack_bookmarks(bookmarks)) == ([], bookmarks)
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.builds(Request, _bookmarks, _names, _names, st.integers(0, 1 << 40)),
+            st.builds(Grant, _bookmarks, _names, st.integers(0, 1 << 40), st.booleans()),
+        )
+    )
+)
+def test_transfer_bodies_round_trip(changes: list[Request | Grant]) -> None:
+    assert decode_transfers(encode_transfers(changes)) == changes
+
+
+@given(st.one_of(st.binary(max_size=64), st.builds(orjson.dumps, st.recursive(
+    st.none() | st.booleans() | st.integers(-(1 << 40), 1 << 40) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=6), max_leaves=12))))  # fmt: skip
+def test_a_damaged_transfer_body_never_raises(body: bytes) -> None:
+    for change in decode_transfers(body):
+        assert type(change) in (Request, Grant)
 
 
 @given(

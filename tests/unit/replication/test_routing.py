@@ -4,6 +4,7 @@ and the resync skip of what the destination holds."""
 from __future__ import annotations
 
 from server.config import DestinationConfig, ReplicationTopic, ReplicationTransport
+from server.config.model import QueueConfig
 from server.replication.hops import format_hop, on_path, parse_hop
 from server.replication.routing import Route, held_by
 from server.txlog.batch import RecordBatch
@@ -116,3 +117,28 @@ def test_a_delete_follows_the_path_and_resync_rules() -> None:
     assert Route(_dest(ReplicationTopic(".*", is_regex=True))).select(batch, "c") == []
     twice = _mixed((delete, 9, ()), (delete, 9, ()))
     assert looped.select(twice, "c", held_by({9: (1, [])})) == [1]
+
+
+def test_queue_events_go_with_the_queue_underlying_topic() -> None:
+    """A replicated queue's QUEUE_ACK / QUEUE_TRANSFER records (logged on the queue's
+    name, with the broker's identity) go to a destination a block of takes the queue's
+    underlying topic (or its name); a local queue's ack (no identity) never goes; no
+    block Filter holds them back; loop protection applies."""
+    ack, transfer = RecordKind.QUEUE_ACK, RecordKind.QUEUE_TRANSFER
+
+    def events(*rows: tuple[RecordKind, int, tuple[str, ...]]) -> RecordBatch:
+        return RecordBatch.from_records(
+            [
+                Record(i + 1, 0, pub, i + 1 if pub else 0, "work", "json", kind, path, 0, b"x|1|")
+                for i, (kind, pub, path) in enumerate(rows)
+            ]
+        )
+
+    work = QueueConfig(name="work", underlying="orders")
+    batch = events((ack, 9, ()), (transfer, 9, ()), (ack, 0, ()), (transfer, 9, ("c",)))
+    taking = Route(_dest(ReplicationTopic("orders", filter="/qty > 0")), [work])
+    assert taking.select(batch, "c") == [0, 1]
+    assert Route(_dest(ReplicationTopic("trades")), [work]).select(batch, "c") == []
+    assert Route(_dest(ReplicationTopic("work")), [work]).select(batch, "c") == [0, 1]
+    # an instance without the queue configured sends none of a stray record
+    assert Route(_dest(ReplicationTopic(".*", is_regex=True))).select(batch, "c") == []

@@ -211,6 +211,36 @@ def test_queue_checks_cannot_be_excluded() -> None:
     assert failure.check == "queue"
 
 
+def _queue(kind: str, name: str, under: str) -> str:
+    return f"<{kind}><Name>{name}</Name><UnderlyingTopic>{under}</UnderlyingTopic></{kind}>"
+
+
+def test_queue_definitions_from_the_configurations_are_compared() -> None:
+    """Real configurations (the summary lists each queue): a block that carries a
+    queue's underlying topic needs the same queue, of the same kind, over the same
+    underlying topic on the other side."""
+    dest_a = _dest("b", _block("work-in"), extra="<PassThrough>.*</PassThrough>")
+    dest_b = _dest("a", _block("work-in"), extra="<PassThrough>.*</PassThrough>")
+    q = _queue("Queue", "work", "work-in")
+    a = _config("a", "work-in", dest_a, q)
+    assert _run(a, _config("b", "work-in", dest_b, q)) == []
+    missing = _config("b", "work-in", dest_b)
+    (failure,) = validate(summarize(a), summarize(missing), _only(a))
+    assert failure.check == "queue"
+    assert "queue 'work' takes it on 'a' but not on 'b'" in failure.detail
+    assert "define the same queue on 'b'" in failure.fix and "<Queue><Name>work" in failure.fix
+    local = _config("b", "work-in", dest_b, _queue("LocalQueue", "work", "work-in"))
+    (failure,) = validate(summarize(a), summarize(local), _only(a))
+    assert failure.check == "queue" and "a Queue on 'a' and a LocalQueue on 'b'" in failure.detail
+    other = _config("b", "work-in other", dest_b, _queue("Queue", "work", "other"))
+    failures = validate(summarize(a), summarize(other), _only(a))
+    assert [f.check for f in failures] == ["queue_underlying"]
+    assert "set 'b''s queue UnderlyingTopic to 'work-in'" in failures[0].fix
+    # a queue the other side has and this side not fails the same way
+    (failure,) = validate(summarize(missing), summarize(a), _only(missing))
+    assert failure.check == "queue" and "'work' takes it on 'a' but not on 'b'" in failure.detail
+
+
 def test_a_malformed_peer_summary_is_a_protocol_error() -> None:
     with pytest.raises(ReplicationProtocolError, match="name and group"):
         parse_summary({"txlog": []})
