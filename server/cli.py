@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import importlib
 import io
 import os
+import signal
 import ssl
 import sys
 from collections.abc import Sequence
@@ -56,6 +58,9 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # `kill -USR1 <pid>` writes every thread's Python stack to stderr: how an operator (or
+    # a test harness whose SIGTERM went unanswered) sees where a stuck instance is
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     config = serve_config(args)
     if config is None:
         return EXIT_USAGE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -184,6 +185,11 @@ class SpoolProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            # stuck: its threads' stacks into its log (server/cli.py registers SIGUSR1
+            # with faulthandler) before the kill, for whoever reads the failed test's log
+            self.proc.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(2)
             self.proc.kill()
             return self.proc.wait()
         finally:
