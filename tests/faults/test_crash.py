@@ -18,32 +18,14 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.client import Client, Disconnected
-from server.config import load_config
-from server.txlog import TransactionLog
 from tests.conftest import ServerFactory
+from tests.support.server import read_records
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 TOTAL = 200_000
 KILLS = 5
 BATCH = 2_000
-
-
-async def _read_all(config_path: Path) -> list[tuple[int, int, bytes]]:
-    cfg = load_config(config_path)
-    assert cfg.transaction_log is not None
-    log = TransactionLog(cfg.transaction_log, cfg.name)
-    await log.open()
-    out: list[tuple[int, int, bytes]] = []
-    seq = log.first_seq
-    while True:
-        batch = await log.read_batch(seq, max_count=10_000)
-        if not batch:
-            break
-        out.extend((r.pub_hash, r.pub_seq, r.body) for r in batch)
-        seq = batch[-1].seq + 1
-    await log.close()
-    return out
 
 
 def test_sigkill_loses_no_acked_message_and_stores_each_once(
@@ -111,7 +93,7 @@ def test_sigkill_loses_no_acked_message_and_stores_each_once(
     assert kills >= KILLS
     # the kills landed while the publisher was still working
     assert sum(1 for a in acked_at_kill if a < TOTAL) >= KILLS, acked_at_kill
-    records = asyncio.run(_read_all(proc.config_path))
+    records = asyncio.run(read_records(proc.config_path))
     mine = [(s, body) for h, s, body in records if h == pub_hash("crash-publisher")]
     seqs = [s for s, _ in mine]
     assert seqs == list(range(1, TOTAL + 1)), "each message exactly once, in publisher order"
@@ -149,6 +131,6 @@ def test_torn_tail_after_sigkill_is_truncated_and_server_serves(
     assert last == 99  # the torn record is gone, everything before it kept
     asyncio.run(publish(5, 100))
     proc.stop()
-    records = asyncio.run(_read_all(proc.config_path))
+    records = asyncio.run(read_records(proc.config_path))
     assert [s for h, s, _ in records if h == pub_hash("torn")] == list(range(1, 105))
     assert "truncat" in proc.log()

@@ -36,8 +36,8 @@ from server.client import (
     HAClient,
     MemoryBookmarkStore,
 )
-from tests.support.haclient import fixed_port_server, read_log
-from tests.support.server import ROOT, SpoolProcess
+from tests.support.haclient import fixed_port_server
+from tests.support.server import ROOT, SpoolProcess, read_records
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.faults]
@@ -90,7 +90,7 @@ def test_publisher_with_file_store_loses_nothing_across_three_broker_kills(tmp_p
     assert len(killed_at) == kills
     assert states.count(ConnectionState.DISCONNECTED) >= kills, states
     assert any(k > 0 for k in killed_at), killed_at  # kills landed with publishes pending
-    records = asyncio.run(read_log(proc.config_path))
+    records = asyncio.run(read_records(proc.config_path))
     mine = [(s, body) for h, s, body in records if h == pub_hash("ha-publisher")]
     assert [s for s, _ in mine] == list(range(1, total + 1)), "each once, in order"
     assert all(body == b'{"n":%d}' % s for s, body in mine)
@@ -130,7 +130,7 @@ def test_publisher_process_killed_three_times_resumes_from_its_file_store(tmp_pa
             pub.kill()
         proc.stop()
     assert log.read_text().count("resuming after") == 4
-    records = asyncio.run(read_log(proc.config_path))
+    records = asyncio.run(read_records(proc.config_path))
     mine = [(s, body) for h, s, body in records if h == pub_hash("ha-crash-publisher")]
     assert [s for s, _ in mine] == list(range(1, total + 1)), "each once, in order"
     assert all(body == b'{"n":%d}' % s for s, body in mine)
@@ -266,7 +266,7 @@ def test_failover_between_two_independent_brokers(tmp_path: Path) -> None:
     failed_over = [e for e in events if e.state is ConnectionState.FAILED_OVER]
     assert [e.uri for e in failed_over] == [b.ws_url]
     assert seen == list(range(1000)), "the iterator went on at B: no gap, no duplicate"
-    records = asyncio.run(read_log(b.config_path))
+    records = asyncio.run(read_records(b.config_path))
     at_b = [s for h, s, _ in records if h == pub_hash("ha-failover")]
     assert at_b == list(range(501, 1001)), "B got what was published after the failover"
 

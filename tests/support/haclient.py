@@ -6,8 +6,6 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from server.config import load_config
-from server.txlog import TransactionLog
 from tests.support.server import SpoolProcess, config_xml
 
 _ANY_PORT = "<InetAddr>127.0.0.1:0</InetAddr>"
@@ -28,21 +26,3 @@ def fixed_port_server(workdir: Path, port: int | None = None, **config_kw: objec
     # the admin API and the websocket listener share one address (CONFIG.md)
     xml = xml.replace(_ANY_PORT, f"<InetAddr>127.0.0.1:{port or free_port()}</InetAddr>")
     return SpoolProcess(workdir, xml)
-
-
-async def read_log(config_path: Path) -> list[tuple[int, int, bytes]]:
-    """Every record of a stopped broker's transaction log: (publisher hash, seq, body)."""
-    cfg = load_config(config_path)
-    assert cfg.transaction_log is not None
-    log = TransactionLog(cfg.transaction_log, cfg.name)
-    await log.open()
-    out: list[tuple[int, int, bytes]] = []
-    seq = log.first_seq
-    while True:
-        batch = await log.read_batch(seq, max_count=10_000)
-        if not batch:
-            break
-        out.extend((r.pub_hash, r.pub_seq, r.body) for r in batch)
-        seq = batch[-1].seq + 1
-    await log.close()
-    return out

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from server.config import load_config
+from server.txlog import TransactionLog
 from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,3 +223,21 @@ def sow_topic(
         f"<Topic><Name>{name}</Name><MessageType>json</MessageType>{key_xml}"
         f"<Durability>{durability}</Durability>{exp}</Topic>"
     )
+
+
+async def read_records(config_path: Path) -> list[tuple[int, int, bytes]]:
+    """Every record of a stopped broker's transaction log: (publisher hash, seq, body)."""
+    cfg = load_config(config_path)
+    assert cfg.transaction_log is not None
+    log = TransactionLog(cfg.transaction_log, cfg.name)
+    await log.open()
+    out: list[tuple[int, int, bytes]] = []
+    seq = log.first_seq
+    while True:
+        batch = await log.read_batch(seq, max_count=10_000)
+        if not batch:
+            break
+        out.extend((r.pub_hash, r.pub_seq, r.body) for r in batch)
+        seq = batch[-1].seq + 1
+    await log.close()
+    return out
