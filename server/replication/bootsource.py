@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -296,7 +295,6 @@ class BootstrapSource:
         txlog = self._ctx.txlog
         pos = start
         topic_bytes: dict[str, bytes] = {}
-        sent: deque[tuple[int, int]] = deque(maxlen=1)
         while pos <= last:
             batch = await txlog.read_view(
                 pos, max_count=BATCH_RECORDS, max_bytes=BATCH_BYTES, upto_seq=last
@@ -304,7 +302,7 @@ class BootstrapSource:
             if not len(batch):
                 break
             chosen = _choose(batch, takes, can_read)
-            writer = pack_runs(batch, chosen, topic_bytes, sent) if chosen else RecordsWriter()
+            writer = pack_runs(batch, chosen, topic_bytes) if chosen else RecordsWriter()
             await self._send(batch.last_seq, writer, compressor)
             pos = batch.last_seq + 1
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Final
@@ -317,12 +318,12 @@ class RecordsWriter:
         pub_hash: int,
         kind: int,
         path: tuple[str, ...],
-        source_seqs: list[int],
-        timestamps_us: list[int],
-        pub_seqs: list[int],
-        bodies: list[bytes],
-        corr_ids: list[bytes] | None = None,
-        sow_keys: list[bytes] | None = None,
+        source_seqs: Sequence[int],
+        timestamps_us: Sequence[int],
+        pub_seqs: Sequence[int],
+        bodies: Sequence[bytes],
+        corr_ids: Sequence[bytes] | None = None,
+        sow_keys: Sequence[bytes] | None = None,
     ) -> None:
         """Add a run (``topic``, correlation ids and SOW keys already UTF-8)."""
         n = len(bodies)

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import random
 import ssl
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
@@ -51,6 +50,7 @@ from server.replication.errors import (
     ValidationReported,
 )
 from server.replication.history import LinkEvent
+from server.replication.inflight import InFlight
 from server.replication.packing import pack_runs
 from server.replication.protocol import (
     Acked,
@@ -176,8 +176,8 @@ class DestinationLink:
         self._stream: _Stream | None = None
         self._pos = self.acked + 1
         self._scanned = self.acked
-        #: (seq, timestamp_us) of records sent and not acknowledged, in order
-        self._unacked: deque[tuple[int, int]] = deque()
+        #: records sent and not acknowledged, in order
+        self._unacked = InFlight()
         #: while disconnected: the first record for it not acknowledged (seq, ts)
         self._blocked: tuple[int, int] | None = None
         self._marker_due = 0  # an upto to tell the destination once idle
@@ -246,8 +246,9 @@ class DestinationLink:
     def horizon(self) -> int:
         """Every local seq up to this is acknowledged by the destination or not for it."""
         if self._stream is not None:
-            if self._unacked:
-                return self._unacked[0][0] - 1
+            head = self._unacked.first()
+            if head is not None:
+                return head[0] - 1
             return max(self._scanned, self.acked)
         if self._blocked is not None:
             return self._blocked[0] - 1
@@ -264,8 +265,9 @@ class DestinationLink:
     def seconds_behind(self) -> float:
         """Age of the oldest record for it that it has not acknowledged (0 when none)."""
         oldest: int | None = None
-        if self._unacked:
-            oldest = self._unacked[0][1]
+        head = self._unacked.first()
+        if head is not None:
+            oldest = head[1]
         elif self._blocked is not None:
             oldest = self._blocked[1]
         if oldest is None:
@@ -514,9 +516,7 @@ class DestinationLink:
         if position <= self.acked:
             return
         self.acked = position
-        unacked = self._unacked
-        while unacked and unacked[0][0] <= position:
-            unacked.popleft()
+        self._unacked.ack(position)
         if self._pin is not None:
             self._pin.move(position + 1)
         self._ctx.changed()

@@ -126,6 +126,12 @@ class Route:
         mixed = not kinds <= REPLICATED_KINDS  # some records are not sent at all
         deletes = not kinds.isdisjoint(_EVENTS)  # some are no message (no filter, identity)
         topics = batch.topics
+        if batch.plain and held is None and not mixed and not deletes:
+            # messages without paths, outside a resync: only their topics decide, so
+            # decide per distinct topic (a batch usually has one or a few)
+            whole = self._whole(topics)
+            if whole is not None:
+                return list(range(len(topics))) if whole else []
         hashes = batch.pub_hashes
         seqs = batch.pub_seqs
         passthrough = self._passthrough
@@ -162,6 +168,22 @@ class Route:
         for flt, indices in filtered.items():
             chosen.update(flt.select(topics, batch.bodies, indices, bookmark_of=batch.bookmark))
         return sorted(chosen)
+
+    def _whole(self, topics: list[str]) -> bool | None:
+        """For messages without paths: True when a filterless block takes every topic of
+        ``topics``, False when no block takes any, None otherwise (decide per record)."""
+        takes = none = True
+        for topic in set(topics):
+            blocks = self.blocks_for(topic)
+            if blocks is None:
+                takes = False
+            else:
+                none = False
+                if None not in blocks:
+                    return None  # a filter decides per record
+        if takes:
+            return True
+        return False if none else None
 
 
 def held_by(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from server.replication.frames import decode_runs
+from server.replication.inflight import InFlight
 from server.replication.packing import pack_runs
 from server.txlog.batch import RecordBatch
 from server.txlog.record import Record, RecordKind
@@ -26,11 +25,11 @@ def _record(
 
 def _unpacked(
     batch: RecordBatch, chosen: list[int]
-) -> tuple[list[tuple[object, ...]], deque[tuple[int, int]]]:
-    sent: deque[tuple[int, int]] = deque()
+) -> tuple[list[tuple[object, ...]], list[tuple[int, int]]]:
+    sent = InFlight()
     writer = pack_runs(batch, chosen, {}, sent)
     runs = decode_runs(writer.payload(), writer.count)
-    flat = [
+    flat: list[tuple[object, ...]] = [
         (run.topic, run.pub_hash, run.kind, run.path, seq, ts, pseq, body,
          run.corr_ids[i] if run.corr_ids else "", run.sow_keys[i] if run.sow_keys else "")
         for run in runs
@@ -38,7 +37,7 @@ def _unpacked(
             zip(run.source_seqs, run.timestamps_us, run.pub_seqs, run.bodies, strict=True)
         )
     ]  # fmt: skip
-    return flat, sent
+    return flat, sent.pairs()
 
 
 def test_runs_break_on_topic_publisher_kind_and_path_and_keep_every_field() -> None:
@@ -52,7 +51,7 @@ def test_runs_break_on_topic_publisher_kind_and_path_and_keep_every_field() -> N
         _record(7, "trades", 8, path=("a",)),
     ]
     batch = RecordBatch.from_records(records)
-    sent: deque[tuple[int, int]] = deque()
+    sent = InFlight()
     writer = pack_runs(batch, list(range(7)), {}, sent)
     runs = decode_runs(writer.payload(), writer.count)
     assert [len(r.bodies) for r in runs] == [2, 1, 1, 1, 2]
@@ -60,7 +59,7 @@ def test_runs_break_on_topic_publisher_kind_and_path_and_keep_every_field() -> N
     assert runs[-1].path == ("a",) and runs[-2].kind == RecordKind.SOW_DELETE
     assert runs[-1].corr_ids == ["c6", ""] and runs[-1].sow_keys == ["k6", ""]
     assert runs[0].corr_ids is None and runs[0].sow_keys is None  # none had one
-    assert list(sent) == [(r.seq, r.timestamp_us) for r in records]
+    assert sent.pairs() == [(r.seq, r.timestamp_us) for r in records]
 
 
 def test_unchosen_records_split_nothing_and_are_not_sent() -> None:
@@ -68,6 +67,21 @@ def test_unchosen_records_split_nothing_and_are_not_sent() -> None:
     flat, sent = _unpacked(batch, [0, 2, 3, 9])
     assert [row[4] for row in flat] == [1, 3, 4, 10]
     assert [s for s, _ in sent] == [1, 3, 4, 10]
+
+
+def test_one_topic_and_publisher_is_one_run_and_a_gap_splits_nothing() -> None:
+    records = [_record(s, "orders", 7) for s in range(1, 101)]
+    batch = RecordBatch.from_records(records)
+    sent = InFlight()
+    runs = decode_runs(pack_runs(batch, list(range(100)), {}, sent).payload(), 100)
+    assert len(runs) == 1 and runs[0].source_seqs == list(range(1, 101))
+    assert sent.pairs() == [(r.seq, r.timestamp_us) for r in records]
+    # the middle slice alone, then with a hole: still one run each, the right records
+    runs = decode_runs(pack_runs(batch, list(range(10, 20)), {}).payload(), 10)
+    assert [len(r) for r in runs] == [10] and runs[0].bodies == [r.body for r in records[10:20]]
+    holed = [*range(10, 15), *range(16, 20)]
+    runs = decode_runs(pack_runs(batch, holed, {}).payload(), 9)
+    assert [len(r) for r in runs] == [9] and runs[0].source_seqs == [i + 1 for i in holed]
 
 
 @settings(max_examples=200, deadline=None)

@@ -3,6 +3,9 @@ and the resync skip of what the destination holds."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from server.config import DestinationConfig, ReplicationTopic, ReplicationTransport
 from server.config.model import QueueConfig
 from server.replication.hops import format_hop, on_path, parse_hop
@@ -142,3 +145,34 @@ def test_queue_events_go_with_the_queue_underlying_topic() -> None:
     assert Route(_dest(ReplicationTopic("work")), [work]).select(batch, "c") == [0, 1]
     # an instance without the queue configured sends none of a stray record
     assert Route(_dest(ReplicationTopic(".*", is_regex=True))).select(batch, "c") == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["orders", "md.ibm", "trades", "vip"]),
+            st.sampled_from([b'{"qty":1}', b'{"qty":0}']),
+            st.sampled_from([(), (), ("a@ga",)]),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sampled_from(
+        [
+            (ReplicationTopic(".*", is_regex=True),),
+            (ReplicationTopic("orders"), ReplicationTopic("^md", is_regex=True)),
+            (ReplicationTopic("orders", filter="/qty > 0"),),
+            (ReplicationTopic("orders", filter="/qty > 0"), ReplicationTopic("orders")),
+            (ReplicationTopic("none"),),
+        ]
+    ),
+)
+def test_the_per_topic_decision_agrees_with_the_per_record_rules(
+    rows: list[tuple[str, bytes, tuple[str, ...]]], topics: tuple[ReplicationTopic, ...]
+) -> None:
+    """A batch of messages without paths is decided per distinct topic; a ``held``
+    predicate that holds nothing forces the per-record rules: both choose the same."""
+    route = Route(_dest(*topics, passthrough=(".*",)))
+    batch = _batch(*rows)
+    assert route.select(batch, "c") == route.select(batch, "c", lambda _h, _s: False)
