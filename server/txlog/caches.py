@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections import deque
@@ -31,6 +32,7 @@ from pathlib import Path
 from server.txlog.clients import encode_clients_ack
 from server.txlog.events import EventCallback
 from server.txlog.files import clients_ack_name, index_name, write_atomic
+from server.txlog.filethread import FileThread
 from server.txlog.groupcommit import Batch
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.indexfile import encode_open_header
@@ -76,6 +78,8 @@ class CacheWriter:
         self._block_bytes = block_bytes
         self._emit = emit
         self._after = after
+        #: the cache thread (one long-lived thread: server/txlog/filethread.py)
+        self._thread = FileThread("spool-txlog-caches")
         self._fds: dict[int, int] = {}  # journal base -> open index, O_APPEND (-1: broken)
         self._queue: deque[tuple[Batch, list[Journal]]] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -111,6 +115,7 @@ class CacheWriter:
 
     def close(self) -> None:
         """Close the index files (after :meth:`drain`)."""
+        self._thread.close()
         for fd in self._fds.values():
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -137,7 +142,7 @@ class CacheWriter:
             batch, created = self._queue.popleft()
             done = _Done()
             try:
-                await asyncio.to_thread(self._write, batch, created, done)
+                await self._thread.run(functools.partial(self._write, batch, created, done))
             except Exception as exc:  # caches are rebuildable: report, never latch
                 done.errors.append(f"cache writer: {exc!r}")
             for j, sealed in done.sealed:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
@@ -43,6 +44,7 @@ from server.clock import Clock
 from server.txlog.errors import TxlogWriteFailed
 from server.txlog.events import EventCallback
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir
+from server.txlog.filethread import FileThread
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalList
 from server.txlog.outage import RetryPolicy, WriteOutage
@@ -331,6 +333,9 @@ class GroupCommit:
         #: why the log refuses writes now (set and cleared only by the flusher), if it does
         self.outage: WriteOutage | None = None
         self._handles: dict[int, JournalHandle] = {}  # flusher-thread-owned
+        #: where commits are written and fsynced (one long-lived thread, not a pool
+        #: submit per commit: server/txlog/filethread.py)
+        self._thread = FileThread("spool-txlog-flush")
         # statistics
         self.flushes = 0
         self.appended_bytes = 0
@@ -383,6 +388,7 @@ class GroupCommit:
         self._poke.set()
         if self._task is not None:
             await self._task
+        self._thread.close()
 
     def report_unwritten(self) -> None:
         """After :meth:`stop` during a write outage: the records never written are lost
@@ -462,7 +468,7 @@ class GroupCommit:
             self._last_flush = clock.monotonic()
             written = Written()
             try:
-                await asyncio.to_thread(self._write_batch, batch, written)
+                await self._thread.run(functools.partial(self._write_batch, batch, written))
             except Exception as exc:
                 # anything the thread raised is a write failure; nothing of it is durable
                 error = (

@@ -10,6 +10,8 @@ file and creates the new one at the next commit. Event loop only.
 
 from __future__ import annotations
 
+import bisect
+from itertools import accumulate
 from pathlib import Path
 
 from server.txlog.files import journal_name
@@ -79,7 +81,8 @@ class Placement:
         journal's pending bytes, index and tail, rolling to a new journal between records
         when one does not fit; then account them once (publisher table, waiters, flusher).
 
-        Everything the per-record loop touches is bound to a local first.
+        The index takes the records a run at a time (:meth:`IndexBuilder.add_run`):
+        no Python-level work per record here, only per block and per roll.
 
         A late record (one record that fills a gap of its publisher, below its highest) is
         indexed under the publisher's late key and leaves the highest alone.
@@ -94,38 +97,44 @@ class Placement:
         seq = pending.last_seq
         offset = pending.length
         journal_size = self._journal_size
-        add = pending.builder.add
         pend_index = pending.index
-        datas: list[bytes] = []
-        keep = datas.append
+        sizes = list(map(len, encoded))
+        n = len(encoded)
         done = 0
-        for data in encoded:
-            size = len(data)
-            if offset + size > journal_size and offset:
-                # roll between records: this run's bookkeeping first
+        while done < n:
+            # the records that fit in the active journal (one too big for any journal
+            # goes alone into an empty one); the rest after a roll
+            offsets = list(accumulate(sizes[done:] if done else sizes, initial=offset))
+            fit = bisect.bisect_right(offsets, journal_size, 1) - 1
+            if not fit and not offset:
+                fit = 1
+            if fit:
+                stop = done + fit
+                datas = encoded[done:stop] if done or stop < n else encoded
+                builder = pending.builder
+                active = pending.journals.active
+                for entry in builder.add_run(
+                    seq + 1, offsets[: fit + 1], datas, sizes[done:stop], ts, key,
+                    pub_seqs[done:stop],
+                ):  # fmt: skip
+                    pend_index.append((active, entry))
                 pending.buf += b"".join(datas)
                 tail.extend(datas)
-                datas.clear()
-                pending.length = offset
-                pending.last_seq = seq
-                try:
-                    self.roll(seq + 1)
-                except Exception:
-                    if not done:
-                        raise
-                    break
-                add = pending.builder.add
-                offset = 0
-            seq += 1
-            entry = add(seq, offset, size, ts, key, pub_seqs[done], data)
-            if entry is not None:  # a block closed (every few KB)
-                pend_index.append((pending.journals.active, entry))
-            keep(data)
-            offset += size
-            done += 1
-        if datas:
-            pending.buf += b"".join(datas)
-            tail.extend(datas)
+                seq += fit
+                offset = offsets[fit]
+                done = stop
+            if done == n:
+                break
+            # roll between records: this run's bookkeeping first
+            pending.length = offset
+            pending.last_seq = seq
+            try:
+                self.roll(seq + 1)
+            except Exception:
+                if not done:
+                    raise
+                break
+            offset = 0
         pending.length = offset
         pending.last_seq = seq
         if done:

@@ -190,3 +190,49 @@ def test_one_record_blocks_and_one_block_journals(block: int) -> None:
     b, _ = builder_from(rows, buf, block)
     check_view(b, rows)
     assert b.block_count == (3 if block == 1 else 0)
+
+
+@settings(max_examples=80)
+@given(specs, st.sampled_from([64, 300, 4096]), st.lists(st.integers(1, 12), max_size=30))
+def test_runs_build_what_single_records_build(
+    spec: list[tuple[int, int, int]], block: int, cuts: list[int]
+) -> None:
+    """``add_run`` over runs of one time and key (the append path's shape) closes the same
+    blocks with the same entries, and seals the same index, as ``add`` record by record."""
+    # the append path's runs share a timestamp and a key: give each run of the
+    # spec one of each, cutting it into runs of the drawn lengths
+    rows, buf = build(spec, base=7)
+    runs: list[list[Row]] = []
+    i = 0
+    for size in [*cuts, len(rows)]:
+        if i >= len(rows):
+            break
+        runs.append(rows[i : i + size])
+        i += size
+    flat: list[Row] = []
+    next_ps: dict[int, int] = {}
+    for run in runs:
+        ts, ph = run[0][3], run[0][4]
+        for seq, off, ln, *_ in run:
+            ps = next_ps[ph] = next_ps.get(ph, 0) + 1 if ph else 0
+            flat.append((seq, off, ln, ts, ph, ps))
+    runs = []
+    for size in [*cuts, len(flat)]:
+        taken = sum(map(len, runs))
+        if taken >= len(flat):
+            break
+        runs.append(flat[taken : taken + size])
+    single, want = builder_from(flat, buf, block)
+    batched = IndexBuilder(7, block)
+    got: list[bytes] = []
+    for run in runs:
+        offsets = [r[1] for r in run] + [run[-1][1] + run[-1][2]]
+        got.extend(
+            batched.add_run(
+                run[0][0], offsets, [buf[r[1] : r[1] + r[2]] for r in run], [r[2] for r in run],
+                run[0][3], run[0][4], [r[5] for r in run],
+            )
+        )  # fmt: skip
+    assert got == want
+    check_view(batched, flat)
+    assert batched.seal() == single.seal()
