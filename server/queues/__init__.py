@@ -6,7 +6,11 @@ silent::
 
     service     QueueService: commands (subscribe, unsubscribe, sow_delete as the ack),
                 the lease timer, start-up from the log, the admin surface
+    transfers   Transfers: the replicated queues' ownership traffic (link state,
+                transfer requests, proxied transfer, QUEUE_TRANSFER records)
     stage       the publish stage: messages of underlying topics enter their queues;
                 recovery from the log (publishes and QUEUE_ACK records)
+    records     the bodies of QUEUE_ACK / QUEUE_TRANSFER records
     machine     one queue as a pure state machine on the injected clock
+    ownership   a replicated queue's owner per message, pure
 """

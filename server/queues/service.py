@@ -18,12 +18,10 @@
   replicated queue's: bookmarks with the broker's identity, so replication sends them:
   server/queues/records.py);
 - replicated queues (a ``Queue`` or ``GroupLocalQueue`` on an instance that replicates):
-  each message's owner (server/queues/ownership.py) gates its delivery here; the timer
-  asks for messages owned elsewhere that waited longer than the typical publish-to-ack
-  time while consumers here have room; ownership changes are logged as
-  ``QUEUE_TRANSFER`` records (replicated like the acks); the link state (an inbound link
-  from an instance: it is online) tells the ownership which owners are offline, and
-  proxied transfer (REST, actions) takes their messages over;
+  each message's owner (server/queues/ownership.py) gates its delivery (the state
+  machine's gate); their ownership traffic (link state, transfer requests from the timer,
+  proxied transfer, ``QUEUE_TRANSFER`` records) is server/queues/transfers.py's, which
+  this service owns (:attr:`QueueService.transfers`);
 - the admin reads (``/api/queues``) and the metrics.
 """
 
@@ -53,7 +51,7 @@ from server.protocol.errors import (
     TxlogFull,
 )
 from server.protocol.options import parse_subscribe_options
-from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
+from server.queues.errors import QueueNotFound
 from server.queues.machine import (
     DELIVERED,
     AckResult,
@@ -62,9 +60,9 @@ from server.queues.machine import (
     Message,
     Removal,
 )
-from server.queues.ownership import Ack, Grant, Request, Wire
-from server.queues.records import encode_ack_bookmarks, encode_ack_seqs, encode_transfers
+from server.queues.records import encode_ack_bookmarks, encode_ack_seqs
 from server.queues.stage import QueueRuntime, QueueStage
+from server.queues.transfers import Transfers
 from server.session import Session
 from server.stats.snapshot import QueueCounters
 from server.stats.source import EventSink
@@ -83,11 +81,6 @@ Handler = Callable[[Session, Command], Awaitable[None] | None]
 _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 #: the options of ``sow_delete`` on a queue
 _ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
-#: replicated queues: how often the timer looks for messages to ask for and for owners
-#: that went offline (seconds)
-REQUEST_INTERVAL: Final = 0.05
-#: the publish-to-ack time assumed before the first ack was measured (microseconds)
-DEFAULT_TYPICAL_US: Final = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +160,8 @@ class QueueService:
             )
             for q in config.queues
         }
-        self._replicated = [q for q in self.queues.values() if q.ownership is not None]
-        #: the instances with a live link into this one (set by the broker when it
-        #: replicates): every other owner is offline
-        self.peers: Callable[[], Iterable[str]] | None = None
-        self._known_peers: set[str] = set()
+        #: the replicated queues' ownership traffic (server/queues/transfers.py)
+        self.transfers = Transfers(self.queues.values(), self._append, self.kick, events)
         self.stage = QueueStage(list(self.queues.values()), self.kick)
         self._ties: dict[Subscription, Consumer] = {}
         self._dirty: set[QueueRuntime] = set()
@@ -180,7 +170,22 @@ class QueueService:
         self._timer: asyncio.Task[None] | None = None
         self._target_us = 0
         self._waiting: set[Session] = set()
-        self.log_failures = 0
+        self._log_failures = 0
+
+    @property
+    def peers(self) -> Callable[[], Iterable[str]] | None:
+        """The instances with a live link into this one (set by the broker when it
+        replicates): every other owner of a replicated queue's messages is offline."""
+        return self.transfers.peers
+
+    @peers.setter
+    def peers(self, peers: Callable[[], Iterable[str]] | None) -> None:
+        self.transfers.peers = peers
+
+    @property
+    def log_failures(self) -> int:
+        """Queue records the log refused (acks, ownership changes)."""
+        return self._log_failures + self.transfers.log_failures
 
     @property
     def enabled(self) -> bool:
@@ -457,7 +462,7 @@ class QueueService:
                 body = encode_ack_bookmarks([r.message.bookmark for r in items])
             failure = self._append(queue, RecordKind.QUEUE_ACK, body, reason) or failure
         if failure is not None:
-            self.log_failures += 1
+            self._log_failures += 1
             self._events.emit("error", "queue", "queue_ack_unlogged", queue=queue.config.name,
                               messages=len(removed), reason=str(failure))  # fmt: skip
         if queue.pin is not None:
@@ -470,7 +475,8 @@ class QueueService:
         """One record of ``queue``'s events: a replicated queue's with the broker's
         publisher identity and its next sequence (so replication sends it)."""
         txlog = self._txlog
-        assert txlog is not None
+        if txlog is None:
+            return None  # no log, nothing to record (queues without one are refused at load)
         replicated = queue.ownership is not None
         pub = self._pub if replicated else 0
         try:
@@ -484,24 +490,6 @@ class QueueService:
         except Exception as exc:
             return TxlogFull(f"transaction log cannot accept writes: {exc}")
         return None
-
-    def _send_changes(self, queue: QueueRuntime, changes: list[Wire]) -> None:
-        """Log (and so replicate) ownership changes this instance made."""
-        if not changes or self._txlog is None:
-            return
-        transfers = [c for c in changes if type(c) is not Ack]
-        acks = [c.bookmark for c in changes if type(c) is Ack]
-        failure = None
-        if transfers:
-            failure = self._append(queue, RecordKind.QUEUE_TRANSFER, encode_transfers(
-                [c for c in transfers if type(c) is Request or type(c) is Grant]))  # fmt: skip
-        if acks:
-            failure = self._append(queue, RecordKind.QUEUE_ACK, encode_ack_bookmarks(acks),
-                                   "acked") or failure  # fmt: skip
-        if failure is not None:
-            self.log_failures += 1
-            self._events.emit("error", "queue", "queue_transfer_unlogged",
-                              queue=queue.config.name, reason=str(failure))  # fmt: skip
 
     # -- delivery -----------------------------------------------------------------------
 
@@ -519,7 +507,7 @@ class QueueService:
         for queue in dirty:
             if queue.outgoing:
                 changes, queue.outgoing = queue.outgoing, []
-                self._send_changes(queue, changes)
+                self.transfers.send(queue, changes)
             at_most_once = queue.config.semantics == "at-most-once"
             if at_most_once:
                 self._hold_full(queue)
@@ -587,11 +575,12 @@ class QueueService:
                     self._log(queue, removed)
                 if removed or queue.machine.ready:
                     self.kick(queue)
-            if self._replicated:
-                self._ownership_tick(now)
+            transfers = self.transfers
+            if transfers:
+                transfers.tick(now)
             soon = self._next_deadline()
-            if self._replicated:
-                step = now + int(REQUEST_INTERVAL * 1_000_000)
+            if transfers:
+                step = now + transfers.interval_us
                 soon = min(soon, step) if soon else step
             self._target_us = soon
             waiter = asyncio.ensure_future(self._wake.wait())
@@ -605,37 +594,6 @@ class QueueService:
                 for f in (waiter, sleeper):
                     if not f.done():
                         f.cancel()
-
-    # -- replicated queues ---------------------------------------------------------------
-
-    def _offline_changes(self, queue: QueueRuntime) -> list[Wire]:
-        """Tell ``queue``'s ownership which owners have no live link into this instance
-        (offline) and which came back."""
-        own = queue.ownership
-        assert own is not None
-        online = set(self.peers()) if self.peers is not None else set()
-        self._known_peers |= online
-        changes: list[Wire] = []
-        for inst in (own.owners() | self._known_peers) - {queue.instance}:
-            offline = inst not in online
-            if offline != own.is_offline(inst):
-                changes.extend(own.owner_offline(inst, offline))
-        return changes
-
-    def _ownership_tick(self, now: int) -> None:
-        """Replicated queues: owners gone offline (or back), and requests for messages
-        owned elsewhere that waited longer than the typical publish-to-ack time, at most
-        as many as consumers here have room for."""
-        for queue in self._replicated:
-            own = queue.ownership
-            assert own is not None
-            changes = self._offline_changes(queue)
-            spare = sum(c.room for c in queue.machine.consumers if c.room > 0)
-            if spare:
-                changes.extend(own.want(now, spare, queue.typical_us or DEFAULT_TYPICAL_US))
-            if changes:
-                queue.outgoing.extend(changes)
-                self.kick(queue)
 
     # -- admin --------------------------------------------------------------------------
 
@@ -653,33 +611,14 @@ class QueueService:
         return out
 
     def set_proxied_transfer(self, name: str, enabled: bool, by: str | None = None) -> int:
-        """``enable_proxied_transfer`` / ``disable_proxied_transfer``: while enabled,
-        this instance takes over the messages of owners that are offline (now and when
-        one goes offline later). Returns how many messages it took over now.
+        """``enable_proxied_transfer`` / ``disable_proxied_transfer``
+        (server/queues/transfers.py :meth:`Transfers.set_proxied`).
 
         Raises:
             QueueNotFound: no queue of that name.
-            ProxiedTransferUnavailable: the queue is not replicated (a ``LocalQueue``, or
-                this instance does not replicate): every message is owned here.
+            ProxiedTransferUnavailable: the queue is not replicated.
         """
-        queue = self.queues.get(name)
-        if queue is None:
-            raise QueueNotFound(name)
-        own = queue.ownership
-        if own is None:
-            raise ProxiedTransferUnavailable(name)
-        changes = self._offline_changes(queue)
-        changes.extend(own.set_proxied(enabled))
-        taken = sum(1 for c in changes if type(c) is Grant and c.proxied)
-        if changes:
-            queue.outgoing.extend(changes)
-            self.kick(queue)
-        self._events.emit(
-            "warning" if enabled else "info", "queue",
-            "proxied_transfer_enabled" if enabled else "proxied_transfer_disabled",
-            queue=name, user=by, taken_over=taken,
-        )  # fmt: skip
-        return taken
+        return self.transfers.set_proxied(name, enabled, by)
 
     def infos(self) -> list[QueueInfo]:
         """Every queue, in name order."""
