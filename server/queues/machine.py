@@ -568,7 +568,8 @@ class QueueMachine:
     # -- internals ----------------------------------------------------------------------
 
     def _make_ready(self, m: Message) -> None:
-        self._parked.discard(m.seq)
+        if self._parked:
+            self._parked.discard(m.seq)
         self._ready_set.add(m.seq)
         heapq.heappush(self._ready, (-m.priority, m.seq))
 
@@ -583,7 +584,8 @@ class QueueMachine:
         self._messages.pop(m.seq, None)
         self._by_bookmark.pop(m.bookmark, None)
         self._ready_set.discard(m.seq)
-        self._parked.discard(m.seq)
+        if self._parked:
+            self._parked.discard(m.seq)
 
     def _count(self, removal: Removal) -> Removal:
         self.removed[removal.reason] = self.removed.get(removal.reason, 0) + 1

@@ -432,7 +432,23 @@ class Ownership:
     def _queue_request(self, bm: str, entry: _Entry, since_us: int) -> None:
         self._tokens += 1
         entry.due = self._tokens
-        heapq.heappush(self._due, (since_us, self._tokens, bm))
+        due = self._due
+        heapq.heappush(due, (since_us, self._tokens, bm))
+        if len(due) > 2 * (len(self._entries) - self.owned()) + 1024:
+            self._compact_due()
+
+    def _compact_due(self) -> None:
+        """Drop the heap's stale places (messages acked, owned here, or queued again
+        since): they leave only when they come due, and a busy instance asks for nothing
+        for a long time. Rebuilt when it is twice the live candidates: amortised O(1)."""
+        entries = self._entries
+        live = []
+        for since, token, bm in self._due:
+            e = entries.get(bm)
+            if e is not None and e.due == token:
+                live.append((since, token, bm))
+        heapq.heapify(live)
+        self._due = live
 
     def _forget(self, bm: str, entry: _Entry) -> None:
         bms = self._by_owner.get(entry.owner)

@@ -449,3 +449,15 @@ TestConvergesWithProxies.settings = settings(max_examples=200, stateful_step_cou
 def test_wire_values_are_plain_tuples() -> None:
     assert Request("m", "b", "a", 0) == ("m", "b", "a", 0) and Ack("m") == ("m",)
     assert Grant("m", "b", 2) == ("m", "b", 2, False)
+
+
+def test_the_request_heap_stays_bounded_while_nothing_is_asked() -> None:
+    """A busy instance (no spare backlog) asks for nothing for a long time; the places of
+    messages acked meanwhile must not pile up in its request heap."""
+    o = Ownership("b")
+    for i in range(20_000):
+        o.message(f"1|{i}|", "a", 0)
+        o.receive(Ack(f"1|{i}|"))
+    assert len(o._due) <= 1024 + 2
+    o.message("1|x|", "a", 0)
+    assert o.want(10 * S, 1, S) == [Request("1|x|", "b", "a", 0)]
