@@ -219,8 +219,11 @@ class QueueMachine:
         #: the latest time the machine was told (tick, dispatch)
         self._now_us = 0
         #: replicated queues: whether this instance may deliver a message now (its
-        #: ownership, server/queues/ownership.py); a message it may not stays ready here
+        #: ownership, server/queues/ownership.py); a message it may not stays ready here,
+        #: parked out of the ready heap (a dispatch does not walk it again) until
+        #: :meth:`unpark` says this instance owns it now
         self.gate: Callable[[Message], bool] | None = None
+        self._parked: set[int] = set()
         self.enqueued = 0
         self.removed: dict[str, int] = {}
 
@@ -313,6 +316,19 @@ class QueueMachine:
                 self._count(Removal(m, reason))
                 out.append(m)
         return out
+
+    def unpark(self, bookmark: str) -> None:
+        """A message the gate held back may be deliverable now (this instance came to
+        own it): offered again at the next :meth:`dispatch`."""
+        m = self._by_bookmark.get(bookmark)
+        if m is not None and m.seq in self._parked:
+            self._parked.discard(m.seq)
+            heapq.heappush(self._ready, (-m.priority, m.seq))
+
+    @property
+    def parked(self) -> int:
+        """Ready messages the gate holds back (owned by another instance)."""
+        return len(self._parked)
 
     def subscribe(self, consumer: Consumer) -> None:
         """A consumer joins (the next :meth:`dispatch` may give it messages)."""
@@ -488,7 +504,7 @@ class QueueMachine:
                 held.append(entry)
                 continue
             if gate is not None and not gate(m):
-                held.append(entry)  # owned by another instance
+                self._parked.add(seq)  # owned by another instance: until unpark()
                 continue
             consumer = self._choose(m, at_most_once)
             if consumer is None:
@@ -552,6 +568,8 @@ class QueueMachine:
     # -- internals ----------------------------------------------------------------------
 
     def _make_ready(self, m: Message) -> None:
+        if self._parked:
+            self._parked.discard(m.seq)
         self._ready_set.add(m.seq)
         heapq.heappush(self._ready, (-m.priority, m.seq))
 
@@ -566,6 +584,8 @@ class QueueMachine:
         self._messages.pop(m.seq, None)
         self._by_bookmark.pop(m.bookmark, None)
         self._ready_set.discard(m.seq)
+        if self._parked:
+            self._parked.discard(m.seq)
 
     def _count(self, removal: Removal) -> Removal:
         self.removed[removal.reason] = self.removed.get(removal.reason, 0) + 1

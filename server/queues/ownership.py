@@ -1,35 +1,68 @@
 """Who may deliver each message of a replicated queue: ownership, transfers, proxied
-transfer. A pure state machine per instance and queue (no I/O, time passed in), wired by
-server/queues/stage.py (replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records in, the
-delivery gate) and server/queues/service.py (requests from the timer, link state,
-proxied transfer); tests/unit/queues/test_ownership.py runs several of them over a fake
-link.
+transfer and its hand-back. A pure state machine per instance and queue (no I/O, time
+passed in), wired by server/queues/stage.py (replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER``
+records in, the delivery gate) and server/queues/transfers.py (requests from the timer,
+link state, proxied transfer); tests/unit/queues/test_ownership.py runs several of them
+over a fake link.
 
-The rules (the public AMPS model of replicated queues, issue 17):
+The rules (the public AMPS model of replicated queues, issue 17; docs/queues.md):
 
 - every message has exactly one **owner**: the instance where it was published, or the
   queue's ``InitialOwner``; only the owner delivers it;
 - an instance with spare backlog **requests** a message owned elsewhere once it waited
   longer than the typical publish-to-ack time; the owner **grants the first request
   only**, and only while it has not leased the message itself; the grant is broadcast so
-  every copy converges;
+  every copy converges. A request that was not granted (the owner had the message out)
+  is asked again after :data:`REASK_US` at the least, so a message whose owner lost its
+  consumers is not left there;
 - acks are broadcast: every copy drops the message;
 - **proxied transfer**: an operator lets this instance take over the messages owned by an
   instance that is offline; it broadcasts the takeover. The offline owner may have
   delivered some of them before it went down: those can be processed twice (the
-  documented duplicate risk).
+  documented duplicate risk);
+- **hand-back**: when the owner a message was taken from by proxy is online again, the
+  taker hands the message back (a grant to that owner), unless a consumer here has it
+  out: then when that lease ends unacked. Ownership returns to where the configuration
+  puts it (the publishing instance, the ``InitialOwner`` of a group-local queue), whose
+  local consumers come first, and nothing stays with an instance that took it only
+  because its owner was away. A takeover another instance won in the meantime is that
+  instance's to hand back.
 
 Every ownership change carries an epoch (one more than the message's previous one); a
 copy applies a change only with a higher epoch (ties broken by instance name), so
 changes that cross on the links converge to the same owner everywhere.
+
+**Acks and grants that arrive before their message** (links are ordered per pair only)
+are kept until the message arrives, and no longer than it can still arrive: a message
+``H|S|`` can no longer enter this copy once the copy's position from publisher ``H`` (the
+highest sequence of ``H`` seen on the queue's topics, :meth:`Ownership.passed`) reached
+``S`` (replication de-duplicates by bookmark: a lower sequence of the same publisher is
+never recorded afterwards). One already past that point is not kept at all (a second
+ack of a message processed twice, a grant of a message acked here). A hard cap
+(:attr:`Ownership.max_early`) drops the oldest beyond it and counts them
+(:attr:`Ownership.early_dropped`; the service reports it as an event): a dropped early
+ack lets its message be delivered here once more, a dropped early grant leaves its
+message with its first owner on this copy.
+
+Costs: the request pass of the 50 ms timer is O(messages due) (a heap of candidates by
+arrival, owners that are offline parked per owner); owners and owned counts are indexed;
+takeovers and hand-backs cost what they move.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-__all__ = ["Ack", "Grant", "Ownership", "Request", "Wire"]
+__all__ = ["MAX_EARLY", "REASK_US", "Ack", "Grant", "Ownership", "Request", "Wire"]
+
+#: most acks and grants kept for messages this copy has not seen yet (a safety net: the
+#: position rule prunes them long before, unless a publisher stops for good)
+MAX_EARLY: Final = 100_000
+#: a request that was not granted is asked again after this long at the least (µs)
+REASK_US: Final = 1_000_000
 
 
 class Request(NamedTuple):
@@ -44,8 +77,8 @@ class Request(NamedTuple):
 
 
 class Grant(NamedTuple):
-    """``bookmark`` is now owned by ``owner`` from ``epoch`` on (a granted request, or a
-    proxied takeover)."""
+    """``bookmark`` is now owned by ``owner`` from ``epoch`` on (a granted request, a
+    proxied takeover, or a hand-back)."""
 
     bookmark: str
     owner: str
@@ -67,9 +100,19 @@ class _Entry:
     owner: str
     epoch: int
     arrived_us: int
-    leased: bool = False
-    asked_epoch: int = -1  # the epoch this instance last asked for it at (once per epoch)
+    leased: bool = False  # set by :meth:`Ownership.leased` (the pure tests; else ``busy``)
+    asked_epoch: int = -1  # the epoch this instance last asked for it at
     granted_to: str | None = None  # the owner granted it (the first request only)
+    due: int = 0  # the token of its live place in the request heap (0: none)
+
+
+def _position(bookmark: str) -> tuple[int, int] | None:
+    """``(publisher hash, sequence)`` of a bookmark ``H|S|`` (None: another form)."""
+    head, sep, rest = bookmark.partition("|")
+    seq, sep2, _ = rest.partition("|")
+    if not sep or not sep2 or not head.isdigit() or not seq.isdigit():
+        return None
+    return int(head), int(seq)
 
 
 @dataclass(slots=True)
@@ -79,19 +122,46 @@ class Ownership:
     Args:
         instance: this instance's name.
         initial_owner: ``GroupLocalQueue/InitialOwner`` (None: the publishing instance).
+        max_early: most acks and grants kept for messages not seen yet.
+
+    Attributes:
+        busy: whether this instance has a message out to a consumer now (the state
+            machine's lease; None: only what :meth:`leased` said).
+        on_gained: told of each message this instance came to own after it entered
+            (the state machine offers it to consumers again).
     """
 
     instance: str
     initial_owner: str | None = None
+    max_early: int = MAX_EARLY
+    busy: Callable[[str], bool] | None = None
+    on_gained: Callable[[str], None] | None = None
     _entries: dict[str, _Entry] = field(default_factory=dict)
+    #: the messages of each owner (owners(), owned() and takeovers without a scan)
+    _by_owner: dict[str, set[str]] = field(default_factory=dict)
     _offline: set[str] = field(default_factory=set)
-    #: changes that arrived before the message itself (links are ordered per pair only:
-    #: a grant from one instance may overtake the publish replicated by another)
-    _early_grants: dict[str, Grant] = field(default_factory=dict)
-    _early_acks: set[str] = field(default_factory=set)
+    #: candidates for requests: (waiting since, token, bookmark), the oldest first
+    _due: list[tuple[int, int, str]] = field(default_factory=list)
+    _tokens: int = 0
+    #: candidates whose owner was offline when they came due, per owner
+    _parked: dict[str, list[str]] = field(default_factory=dict)
+    #: messages taken over by proxy here, and the owner each was taken from
+    _taken: dict[str, str] = field(default_factory=dict)
+    #: taken messages to hand back at the next pass (their owner is not known offline)
+    _returning: set[str] = field(default_factory=set)
+    #: changes that arrived before the message itself, oldest first: its grant with
+    #: the highest epoch, or None for an ack (an ack replaces a grant)
+    _early: dict[str, Grant | None] = field(default_factory=dict)
+    #: the early ones by publisher: (sequence, bookmark), pruned by :meth:`passed`
+    _early_by_pub: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    _early_indexed: int = 0
+    #: the highest sequence seen per publisher on the queue's topics
+    _seen: dict[int, int] = field(default_factory=dict)
     proxied: bool = False
     transferred_in: int = 0
     transferred_out: int = 0
+    handed_back: int = 0
+    early_dropped: int = 0
 
     # -- views --------------------------------------------------------------------------
 
@@ -106,84 +176,160 @@ class Ownership:
 
     def owners(self) -> set[str]:
         """Every instance that owns a message of this copy."""
-        return {e.owner for e in self._entries.values()}
+        return {o for o, bms in self._by_owner.items() if bms}
 
     def is_offline(self, instance: str) -> bool:
         return instance in self._offline
 
     def owned(self) -> int:
-        return sum(1 for e in self._entries.values() if e.owner == self.instance)
+        return len(self._by_owner.get(self.instance, ()))
+
+    def taken(self) -> int:
+        """Messages this instance holds by a proxied takeover (not handed back yet)."""
+        return len(self._taken)
+
+    def early(self) -> int:
+        """Acks and grants kept for messages this copy has not seen yet."""
+        return len(self._early)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     # -- local events -------------------------------------------------------------------
 
-    def message(self, bookmark: str, published_on: str, now_us: int) -> None:
-        """A message entered the queue here (published here or replicated)."""
+    def message(self, bookmark: str, published_on: str, now_us: int) -> bool:
+        """A message entered the queue here (published here or replicated). False: it
+        was acked elsewhere already (it does not enter)."""
         if bookmark in self._entries:
-            return
-        if bookmark in self._early_acks:
-            self._early_acks.discard(bookmark)
-            return
+            return True
+        early: Grant | None = None
+        if bookmark in self._early:
+            early = self._early.pop(bookmark)
+            if early is None:
+                return False  # acked before it arrived
         owner = self.initial_owner or published_on
         entry = self._entries[bookmark] = _Entry(owner, 0, now_us)
-        early = self._early_grants.pop(bookmark, None)
+        self._by_owner.setdefault(owner, set()).add(bookmark)
+        if owner != self.instance:
+            self._queue_request(bookmark, entry, now_us)
         if early is not None:
             self._apply_grant(early, entry)
+        return True
+
+    def passed(self, pub_hash: int, seq: int) -> None:
+        """This copy recorded publisher ``pub_hash``'s messages up to ``seq`` on the
+        queue's topics: no message of that publisher at or below ``seq`` can enter any
+        more, so acks and grants kept for one are dropped."""
+        if seq > self._seen.get(pub_hash, 0):
+            self._seen[pub_hash] = seq
+        heap = self._early_by_pub.get(pub_hash)
+        if not heap:
+            return
+        while heap and heap[0][0] <= seq:
+            _, bm = heapq.heappop(heap)
+            self._early_indexed -= 1
+            self._early.pop(bm, None)
+        if not heap:
+            del self._early_by_pub[pub_hash]
 
     def leased(self, bookmark: str, leased: bool) -> None:
         """This instance leased (or got back) a message it owns: while leased it grants
-        no transfer."""
+        no transfer and hands nothing back (without :attr:`busy`)."""
         entry = self._entries.get(bookmark)
         if entry is not None:
             entry.leased = leased
 
     def acked(self, bookmark: str) -> list[Wire]:
         """A consumer here acked the message: drop it and tell the others."""
-        if self._entries.pop(bookmark, None) is None:
+        entry = self._entries.pop(bookmark, None)
+        if entry is None:
             return []
+        self._forget(bookmark, entry)
         return [Ack(bookmark)]
 
     def want(self, now_us: int, spare: int, typical_wait_us: int) -> list[Wire]:
         """Requests for messages owned elsewhere that waited longer than
-        ``typical_wait_us``, at most ``spare`` (this instance's free backlog)."""
+        ``typical_wait_us``, at most ``spare`` (this instance's free backlog). Costs what
+        is due: the candidates are a heap by arrival."""
         out: list[Wire] = []
-        if spare <= 0:
-            return out
-        for bm, e in self._entries.items():
-            if (
-                e.owner != self.instance
-                and e.asked_epoch != e.epoch
-                and e.owner not in self._offline
-                and now_us - e.arrived_us > typical_wait_us
-            ):
-                e.asked_epoch = e.epoch
-                out.append(Request(bm, self.instance, e.owner, e.epoch))
-                if len(out) >= spare:
-                    break
+        heap = self._due
+        while heap and len(out) < spare:
+            since, token, bm = heap[0]
+            if now_us - since <= typical_wait_us:
+                break
+            heapq.heappop(heap)
+            e = self._entries.get(bm)
+            if e is None or e.due != token or e.owner == self.instance:
+                continue  # gone, queued again since, or ours now
+            if e.owner in self._offline:
+                e.due = 0
+                self._parked.setdefault(e.owner, []).append(bm)
+                continue
+            e.asked_epoch = e.epoch
+            out.append(Request(bm, self.instance, e.owner, e.epoch))
+            # asked again if not granted by then (the owner had it out to a consumer)
+            self._queue_request(bm, e, now_us + max(0, REASK_US - typical_wait_us))
         return out
 
-    def owner_offline(self, instance: str, offline: bool) -> list[Wire]:
-        """The link to ``instance`` went down (or came back). With proxied transfer on,
-        this instance takes over what the offline instance owns."""
+    def owner_offline(self, instance: str, offline: bool, now_us: int = 0) -> list[Wire]:
+        """The link to ``instance`` went down (or came back). Down: with proxied transfer
+        on, this instance takes over what the offline instance owns. Back: what was taken
+        from it by proxy is handed back, and requests to it resume."""
         if offline:
             self._offline.add(instance)
-        else:
-            self._offline.discard(instance)
-        return self._take_over() if self.proxied else []
+            return self._take_over() if self.proxied else []
+        self._offline.discard(instance)
+        for bm in self._parked.pop(instance, []):
+            e = self._entries.get(bm)
+            if e is not None and e.owner == instance and not e.due:
+                self._queue_request(bm, e, e.arrived_us)
+        self._returning.update(bm for bm, o in self._taken.items() if o == instance)
+        return self.hand_back(now_us)
 
     def set_proxied(self, enabled: bool) -> list[Wire]:
-        """``enable_proxied_transfer`` / ``disable_proxied_transfer``."""
+        """``enable_proxied_transfer`` / ``disable_proxied_transfer``. Disabling takes
+        nothing back: what was taken goes back when its owner is online again."""
         self.proxied = enabled
         return self._take_over() if enabled else []
 
+    def hand_back(self, now_us: int) -> list[Wire]:
+        """Hand back taken messages whose owner is online and that no consumer here has
+        out (the others wait for their lease to end: handing back a message a consumer is
+        processing would let the owner deliver it a second time)."""
+        out: list[Wire] = []
+        for bm in list(self._returning):
+            orig = self._taken.get(bm)
+            e = self._entries.get(bm)
+            if orig is None or e is None or e.owner != self.instance:
+                self._returning.discard(bm)
+                self._taken.pop(bm, None)
+                continue
+            if orig in self._offline:
+                self._returning.discard(bm)  # again when it is back (owner_offline)
+                continue
+            if self._is_leased(bm, e):
+                continue
+            self._returning.discard(bm)
+            del self._taken[bm]
+            self._set_owner(bm, e, orig, e.epoch + 1)
+            # this instance asks again only after the owner had a typical wait to deliver
+            self._queue_request(bm, e, max(now_us, e.arrived_us))
+            self.transferred_out += 1
+            self.handed_back += 1
+            out.append(Grant(bm, orig, e.epoch))
+        return out
+
+    def returning(self) -> bool:
+        """Whether a hand-back waits for a lease here to end."""
+        return bool(self._returning)
+
     def _take_over(self) -> list[Wire]:
         out: list[Wire] = []
-        for bm, e in self._entries.items():
-            if e.owner in self._offline:
-                e.owner = self.instance
-                e.epoch += 1
+        for inst in sorted(self._offline):
+            for bm in sorted(self._by_owner.get(inst, ())):
+                e = self._entries[bm]
+                self._set_owner(bm, e, self.instance, e.epoch + 1)
+                self._taken[bm] = inst
                 self.transferred_in += 1
                 out.append(Grant(bm, self.instance, e.epoch, proxied=True))
         return out
@@ -191,47 +337,152 @@ class Ownership:
     # -- from the other instances -------------------------------------------------------
 
     def receive(self, msg: Wire) -> list[Wire]:
-        """Apply one message from another instance; returns what to send in answer."""
+        """Apply one message from another instance (or this instance's own, read back
+        from the log at start-up); returns what to send in answer."""
+        bm = msg.bookmark
         if type(msg) is Ack:
-            if self._entries.pop(msg.bookmark, None) is None:
-                self._early_acks.add(msg.bookmark)
-                self._early_grants.pop(msg.bookmark, None)
+            entry = self._entries.pop(bm, None)
+            if entry is not None:
+                self._forget(bm, entry)
+            elif not self._passed(bm):
+                if bm not in self._early:
+                    self._early[bm] = None
+                    self._index_early(bm)
+                elif self._early[bm] is not None:  # an ack replaces a kept grant (indexed)
+                    del self._early[bm]
+                    self._early[bm] = None
             return []
-        entry = self._entries.get(msg.bookmark)
+        entry = self._entries.get(bm)
         if type(msg) is Request:
             return self._request(msg, entry) if entry is not None else []
         assert type(msg) is Grant
         if entry is None:
-            if msg.bookmark not in self._early_acks:
-                held = self._early_grants.get(msg.bookmark)
-                if held is None or (msg.epoch, msg.owner) > (held.epoch, held.owner):
-                    self._early_grants[msg.bookmark] = msg
+            if self._passed(bm):
+                return []  # it can no longer arrive
+            if bm not in self._early:
+                self._early[bm] = msg
+                self._index_early(bm)
+                return []
+            held = self._early[bm]
+            if held is not None and (msg.epoch, msg.owner) > (held.epoch, held.owner):
+                self._early[bm] = msg
             return []
         self._apply_grant(msg, entry)
         return []
 
     def _apply_grant(self, msg: Grant, entry: _Entry) -> None:
         """A later epoch wins (ties: the higher instance name), the same everywhere."""
-        if (msg.epoch, msg.owner) > (entry.epoch, entry.owner):
-            if entry.owner == self.instance and msg.owner != self.instance:
-                self.transferred_out += 1
-            entry.owner = msg.owner
-            entry.epoch = msg.epoch
-            entry.granted_to = None
-            if msg.owner == self.instance and not msg.proxied:
+        if (msg.epoch, msg.owner) <= (entry.epoch, entry.owner):
+            return
+        old = entry.owner
+        if old == self.instance and msg.owner != self.instance:
+            self.transferred_out += 1
+        self._set_owner(msg.bookmark, entry, msg.owner, msg.epoch)
+        if msg.owner == self.instance:
+            if msg.proxied:
+                # this instance's own takeover, read back from its log at start-up
+                self._taken[msg.bookmark] = old
+                self._returning.add(msg.bookmark)
+            else:
                 self.transferred_in += 1
 
     def _request(self, msg: Request, entry: _Entry) -> list[Wire]:
+        bm = msg.bookmark
         if (
             msg.owner != self.instance
             or entry.owner != self.instance
             or msg.epoch != entry.epoch
-            or entry.leased
+            or self._is_leased(bm, entry)
             or entry.granted_to is not None
         ):
             return []  # not ours (any more), ours and in use, or already promised
+        self._set_owner(bm, entry, msg.requester, entry.epoch + 1)
         entry.granted_to = msg.requester
-        entry.owner = msg.requester
-        entry.epoch += 1
         self.transferred_out += 1
-        return [Grant(msg.bookmark, msg.requester, entry.epoch)]
+        return [Grant(bm, msg.requester, entry.epoch)]
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _is_leased(self, bookmark: str, entry: _Entry) -> bool:
+        busy = self.busy
+        return entry.leased or (busy is not None and busy(bookmark))
+
+    def _set_owner(self, bm: str, entry: _Entry, owner: str, epoch: int) -> None:
+        old = entry.owner
+        if old != owner:
+            bms = self._by_owner.get(old)
+            if bms is not None:
+                bms.discard(bm)
+                if not bms:
+                    del self._by_owner[old]
+            self._by_owner.setdefault(owner, set()).add(bm)
+        entry.owner = owner
+        entry.epoch = epoch
+        entry.granted_to = None
+        if owner == self.instance:
+            entry.due = 0
+            if old != owner and self.on_gained is not None:
+                self.on_gained(bm)
+            return
+        if old == self.instance:
+            self._taken.pop(bm, None)
+            self._returning.discard(bm)
+        self._queue_request(bm, entry, entry.arrived_us)
+
+    def _queue_request(self, bm: str, entry: _Entry, since_us: int) -> None:
+        self._tokens += 1
+        entry.due = self._tokens
+        due = self._due
+        heapq.heappush(due, (since_us, self._tokens, bm))
+        if len(due) > 2 * (len(self._entries) - self.owned()) + 1024:
+            self._compact_due()
+
+    def _compact_due(self) -> None:
+        """Drop the heap's stale places (messages acked, owned here, or queued again
+        since): they leave only when they come due, and a busy instance asks for nothing
+        for a long time. Rebuilt when it is twice the live candidates: amortised O(1)."""
+        entries = self._entries
+        live = []
+        for since, token, bm in self._due:
+            e = entries.get(bm)
+            if e is not None and e.due == token:
+                live.append((since, token, bm))
+        heapq.heapify(live)
+        self._due = live
+
+    def _forget(self, bm: str, entry: _Entry) -> None:
+        bms = self._by_owner.get(entry.owner)
+        if bms is not None:
+            bms.discard(bm)
+            if not bms:
+                del self._by_owner[entry.owner]
+        entry.due = 0
+        self._taken.pop(bm, None)
+        self._returning.discard(bm)
+
+    def _passed(self, bm: str) -> bool:
+        """Whether the message can no longer enter this copy (module docstring)."""
+        pos = _position(bm)
+        return pos is not None and pos[1] <= self._seen.get(pos[0], 0)
+
+    def _index_early(self, bm: str) -> None:
+        pos = _position(bm)
+        if pos is not None:
+            heapq.heappush(self._early_by_pub.setdefault(pos[0], []), (pos[1], bm))
+            self._early_indexed += 1
+        while len(self._early) > self.max_early:
+            del self._early[next(iter(self._early))]  # the oldest
+            self.early_dropped += 1
+        if self._early_indexed > 2 * self.max_early:
+            self._reindex_early()
+
+    def _reindex_early(self) -> None:
+        """The index keeps entries the cap dropped until their publisher moves on:
+        rebuilt when it holds twice the cap."""
+        self._early_by_pub.clear()
+        self._early_indexed = 0
+        for bm in self._early:
+            pos = _position(bm)
+            if pos is not None:
+                heapq.heappush(self._early_by_pub.setdefault(pos[0], []), (pos[1], bm))
+                self._early_indexed += 1

@@ -161,7 +161,7 @@ class QueueService:
             for q in config.queues
         }
         #: the replicated queues' ownership traffic (server/queues/transfers.py)
-        self.transfers = Transfers(self.queues.values(), self._append, self.kick, events)
+        self.transfers = Transfers(self.queues.values(), self._append, self.kick, events, clock)
         self.stage = QueueStage(list(self.queues.values()), self.kick)
         self._ties: dict[Subscription, Consumer] = {}
         self._dirty: set[QueueRuntime] = set()

@@ -26,7 +26,7 @@ from server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_
 from server.ports import AppendedRun, Outbound, PublishRun
 from server.protocol.errors import InvalidTopic
 from server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
-from server.queues.ownership import Ack, Ownership, Request, Wire
+from server.queues.ownership import Ack, Ownership, Wire
 from server.queues.records import decode_ack, decode_transfers
 from server.txlog.batch import RecordBatch
 from server.txlog.pins import Pin
@@ -114,8 +114,11 @@ class QueueRuntime:
             instance=instance,
         )
         if replicated:
+            machine = q.machine
             own = q.ownership = Ownership(instance, cfg.initial_owner)
-            q.machine.gate = lambda m: own.can_deliver(m.bookmark)
+            machine.gate = lambda m: own.can_deliver(m.bookmark)
+            own.on_gained = machine.unpark
+            own.busy = lambda bm: (m := machine.get(bm)) is not None and m.holder is not None
         return q
 
     @property
@@ -148,9 +151,6 @@ class QueueRuntime:
         if own is None:
             return False
         for change in decode_transfers(body):
-            if type(change) is Request:
-                m = self.machine.get(change.bookmark)
-                own.leased(change.bookmark, m is not None and m.holder is not None)
             self.outgoing.extend(own.receive(change))
         return True
 
@@ -178,6 +178,9 @@ class QueueRuntime:
                 view = MessageView(topic, body, bookmark=bm)
                 if flt is not None and not flt.matches(view):
                     continue
+            if own is not None and not own.message(bm, origin or self.instance,
+                                                   timestamps_us[i]):  # fmt: skip
+                continue  # acked on another instance before it arrived here
             prio = 0
             if priority is not None and view is not None:
                 value = priority.evaluate(view)
@@ -189,9 +192,9 @@ class QueueRuntime:
                     barrier=barrier is not None and view is not None and barrier.matches(view),
                 )
             )  # fmt: skip
-            if own is not None:
-                own.message(bm, origin or self.instance, timestamps_us[i])
             n += 1
+        if own is not None and pub_seqs:
+            own.passed(pub_hash[-1], max(pub_seqs))
         return n
 
 

@@ -11,7 +11,10 @@ and calls it from its timer and its admin surface:
   elsewhere that waited longer than the typical publish-to-ack time, at most as many as
   the consumers here have room for (:meth:`Transfers.tick`);
 - proxied transfer (REST, actions): this instance takes over what offline owners own
-  (:meth:`Transfers.set_proxied`);
+  (:meth:`Transfers.set_proxied`), and hands it back when the owner is online again
+  (events ``proxied_transfer_handed_back``);
+- acks and grants kept for messages not seen yet beyond the ownership's cap are
+  reported (event ``queue_early_changes_dropped``);
 - ownership changes this instance made are logged as ``QUEUE_TRANSFER`` / ``QUEUE_ACK``
   records with the broker's publisher identity, so replication sends them
   (:meth:`Transfers.send`).
@@ -25,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
+from server.clock import Clock, time_us
 from server.protocol.errors import ProtocolFailure
 from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
 from server.queues.ownership import Ack, Grant, Request, Wire
@@ -54,6 +58,7 @@ class Transfers:
         append: logs one record of a queue's events (and so replicates it).
         kick: the queue changed: deliver (and send its outgoing changes) this turn.
         events: the event log.
+        clock: the time of proxied takeovers and hand-backs.
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class Transfers:
         append: Append,
         kick: Callable[[QueueRuntime], None],
         events: EventSink,
+        clock: Clock,
     ) -> None:
         self._by_name = {q.config.name: q for q in queues}
         self.queues: list[QueueRuntime] = [
@@ -70,10 +76,13 @@ class Transfers:
         self._append = append
         self._kick = kick
         self._events = events
+        self._clock = clock
         #: the instances with a live link into this one (set by the broker when it
         #: replicates): every other owner is offline
         self.peers: Callable[[], Iterable[str]] | None = None
         self._known_peers: set[str] = set()
+        #: early changes dropped by each queue's cap, as last reported
+        self._dropped: dict[str, int] = {}
         self.log_failures = 0
 
     def __bool__(self) -> bool:
@@ -112,17 +121,27 @@ class Transfers:
         for queue in self.queues:
             own = queue.ownership
             assert own is not None
-            changes = self._offline_changes(queue)
+            changes = self._offline_changes(queue, now)
+            if own.returning():
+                changes.extend(self._handed_back(queue, own.hand_back(now)))
             spare = sum(c.room for c in queue.machine.consumers if c.room > 0)
             if spare:
                 changes.extend(own.want(now, spare, queue.typical_us or DEFAULT_TYPICAL_US))
+            if own.early_dropped > self._dropped.get(queue.config.name, 0):
+                self._events.emit(
+                    "warning", "queue", "queue_early_changes_dropped", queue=queue.config.name,
+                    dropped=own.early_dropped - self._dropped.get(queue.config.name, 0),
+                    limit=own.max_early,
+                )  # fmt: skip
+                self._dropped[queue.config.name] = own.early_dropped
             if changes:
                 queue.outgoing.extend(changes)
                 self._kick(queue)
 
-    def _offline_changes(self, queue: QueueRuntime) -> list[Wire]:
+    def _offline_changes(self, queue: QueueRuntime, now: int) -> list[Wire]:
         """Tell ``queue``'s ownership which owners have no live link into this instance
-        (offline) and which came back."""
+        (offline) and which came back (what was taken from those by proxy is handed
+        back)."""
         own = queue.ownership
         assert own is not None
         online = set(self.peers()) if self.peers is not None else set()
@@ -131,8 +150,18 @@ class Transfers:
         for inst in (own.owners() | self._known_peers) - {queue.instance}:
             offline = inst not in online
             if offline != own.is_offline(inst):
-                changes.extend(own.owner_offline(inst, offline))
+                found = own.owner_offline(inst, offline, now)
+                changes.extend(found if offline else self._handed_back(queue, found))
         return changes
+
+    def _handed_back(self, queue: QueueRuntime, grants: list[Wire]) -> list[Wire]:
+        """Report a hand-back (messages taken by proxy returned to their owner)."""
+        if grants:
+            owners = sorted({g.owner for g in grants if type(g) is Grant})
+            self._events.emit("info", "queue", "proxied_transfer_handed_back",
+                              queue=queue.config.name, messages=len(grants),
+                              owners=owners)  # fmt: skip
+        return grants
 
     # -- admin --------------------------------------------------------------------------
 
@@ -152,7 +181,7 @@ class Transfers:
         own = queue.ownership
         if own is None:
             raise ProxiedTransferUnavailable(name)
-        changes = self._offline_changes(queue)
+        changes = self._offline_changes(queue, time_us(self._clock))
         changes.extend(own.set_proxied(enabled))
         taken = sum(1 for c in changes if type(c) is Grant and c.proxied)
         if changes:

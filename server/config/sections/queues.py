@@ -21,9 +21,9 @@
     <GroupLocalQueue>... <InitialOwner>spool-a</InitialOwner></GroupLocalQueue>
 
 Refused here, at the element that says it: expressions that do not compile, values out of
-range, ``TargetQueueDepth`` (a depth target for transfer requests between replicated
-instances; this version's requests follow the typical publish-to-ack time and the
-consumers' free backlog instead, docs/queues.md). Cross-checks with other sections (the transaction log
+range, ``TargetQueueDepth`` (the number of messages a queue keeps active, the rest
+waiting inactive in the log; this version keeps every message active, docs/queues.md
+says why). Cross-checks with other sections (the transaction log
 records the underlying topic, replicated queues, the initial owner) are in
 :mod:`server.config.build`. docs/queues.md explains the defaults.
 """
@@ -70,9 +70,9 @@ _SPEC: Final[Spec] = {
     "InitialOwner": False,
 }
 _UNSUPPORTED: Final[Mapping[str, str]] = {
-    "TargetQueueDepth": "a depth target that steers transfer requests between replicated "
-    "instances; this version requests a message owned elsewhere once it waited longer than "
-    "the typical publish-to-ack time while a consumer here has room",
+    "TargetQueueDepth": "the number of messages a queue keeps active, the rest waiting "
+    "inactive in the transaction log until active ones leave; this version keeps every "
+    "message of a queue active in memory, docs/queues.md",
 }
 _MAX_COUNT: Final = 1_000_000
 _MAX_SECONDS: Final = 10 * 365 * 86400.0

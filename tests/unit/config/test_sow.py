@@ -156,7 +156,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         ),
         "/SpoolConfig/SOW/Queue/TargetQueueDepth",
         5,
-        "<TargetQueueDepth> is not supported yet (a depth target that steers transfer requests",
+        "<TargetQueueDepth> is not supported yet (the number of messages a queue keeps active",
     ),
     (
         "queue bad barrier",

@@ -186,3 +186,93 @@ async def test_the_enable_action_takes_over_and_says_how_many(tmp_path: Path) ->
         step = task.result().steps[0]
         assert step.status == "ok" and "3 message(s) of offline owners taken over" in step.message
         assert h["b"].broker.queues.info("work").owned == 3
+
+
+def _events(h: EngineHarness, name: str) -> list[dict[str, Any]]:
+    return [e for e in h.broker.events.recent(500) if e.get("event") == name]
+
+
+@scenario
+async def test_a_proxied_takeover_is_handed_back_when_the_owner_returns(tmp_path: Path) -> None:
+    async with fabric_of(tmp_path, _configs(tmp_path)) as (fabric, clock, h):
+        await _linked(clock, h)
+        _pub(await h["a"].logon("pa"), "a", range(10))
+        await drive(clock, lambda: _depth(h["b"]) == 10)
+        fabric.cut(B, source="a")
+        fabric.cut(A, source="b")
+        repl_b = h["b"].broker.replication
+        assert repl_b is not None
+        await drive(clock, lambda: "a" not in repl_b.inbound)
+        assert h["b"].broker.queues.set_proxied_transfer("work", True, "ops") == 10
+        # b's consumer processes 3, and holds 5 more when a comes back (backlog 5)
+        cb = await h["b"].logon("cb")
+        cb.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=5"}, b""))
+        await drive(clock, lambda: len(cb.deliveries("q")) == 5)
+        first = [str(hd["bm"]) for hd, _ in cb.deliveries("q")]
+        cb.send(({"c": "sow_delete", "t": "work", "bm": ",".join(first[:3])}, b""))
+        await drive(clock, lambda: len(cb.deliveries("q")) == 8)
+        held = [str(hd["bm"]) for hd, _ in cb.deliveries("q")][3:]
+        fabric.heal(B, source="a")
+        fabric.heal(A, source="b")
+        await _linked(clock, h)
+        # what b took and has not out (2) goes back to a at once; a's copy converges
+        await drive(clock, lambda: h["a"].broker.queues.info("work").owned == 2)
+        await drive(clock, lambda: _depth(h["a"]) == 7)
+        ib = h["b"].broker.queues.info("work")
+        assert (ib.depth, ib.owned, ib.leased) == (7, 5, 5)
+        assert _events(h["b"], "proxied_transfer_handed_back")[-1]["messages"] == 2
+        # a's consumer gets the two handed back, and nothing b's consumer holds
+        wa = Worker(await h["a"].logon("wa"))
+
+        def two_processed() -> bool:
+            wa.step()
+            return len(wa.processed) == 2
+
+        await drive(clock, two_processed)
+        # b's consumer acks one, cancels the rest: those four go back to a as well
+        cb.send(({"c": "sow_delete", "t": "work", "bm": held[0]}, b""))
+        cb.send(({"c": "sow_delete", "t": "work", "bm": ",".join(held[1:]), "o": "cancel"}, b""))
+
+        def drained() -> bool:
+            wa.step()
+            return _depth(h["a"]) == 0 and _depth(h["b"]) == 0
+
+        await drive(clock, drained)
+        processed_on_b = {orjson.loads(body)["n"] for hd, body in cb.deliveries("q")
+                          if str(hd["bm"]) in first[:3] + held[:1]}  # fmt: skip
+        processed_on_a = [n for _, n in wa.processed]
+        # each message processed exactly once (a delivered nothing before it went away)
+        assert sorted([*processed_on_b, *processed_on_a]) == list(range(10))
+        assert len(processed_on_a) == 6
+        ia, ib = h["a"].broker.queues.info("work"), h["b"].broker.queues.info("work")
+        assert ib.owned == 0 and ia.owned == 0
+        assert ib.transferred_out == 6 and ia.transferred_in == 6
+        assert not [e for e in h["a"].broker.events.recent(500)
+                    if e.get("event") == "queue_early_changes_dropped"]  # fmt: skip
+
+
+@scenario
+async def test_a_tick_does_not_walk_messages_owned_elsewhere(tmp_path: Path) -> None:
+    """Messages owned by another instance are parked out of the ready heap, so the 50 ms
+    tick and the dispatch it triggers cost what is due, not the depth (regression of the
+    O(depth) tick; tests/bench/bench_queue_tick.py measures it); a message this instance
+    comes to own is offered again."""
+    async with fabric_of(tmp_path, _configs(tmp_path)) as (fabric, clock, h):
+        await _linked(clock, h)
+        _pub(await h["a"].logon("pa"), "a", range(200))
+        await drive(clock, lambda: _depth(h["b"]) == 200)
+        fabric.cut(B, source="a")
+        fabric.cut(A, source="b")
+        repl_b = h["b"].broker.replication
+        assert repl_b is not None
+        await drive(clock, lambda: "a" not in repl_b.inbound)
+        cb = await h["b"].logon("cb")
+        cb.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=5"}, b""))
+        machine = h["b"].broker.queues.queues["work"].machine
+        await drive(clock, lambda: machine.parked == 200)
+        await clock.advance(0.5)  # ten ticks: nothing offered, nothing delivered
+        await drive(clock, lambda: True)
+        assert machine.ready == 200 and cb.deliveries("q") == []
+        assert h["b"].broker.queues.set_proxied_transfer("work", True, "ops") == 200
+        await drive(clock, lambda: len(cb.deliveries("q")) == 5)
+        assert machine.parked == 0
