@@ -40,6 +40,8 @@ __all__ = ["RecordBatch", "decode_batch", "decode_batch_py"]
 # positions in a record header tuple (codec.HEADER)
 _LEN, _KIND, _SEQ, _TS, _PH, _PS = 0, 2, 4, 5, 6, 7
 _U32 = struct.Struct("<I")
+#: byte offset of the kind in a record header (codec.HEADER: u32 length, u8, u8 kind)
+_KIND_AT: Final = struct.calcsize(HEADER.format[:3])
 
 
 class RecordBatch(Sequence[Record]):
@@ -155,19 +157,24 @@ class RecordBatch(Sequence[Record]):
                     rec = build_record(self._buf, off, HEADER.unpack_from(self._buf, off))
                     records[i] = rec
                     return rec
-                if isinstance(offs, int):
-                    pos = offs
-                    offs = []
-                    unpack = _U32.unpack_from
-                    buf = self._buf
-                    for _ in range(n):
-                        offs.append(pos)
-                        pos += unpack(buf, pos)[0]
-                    self._offs = offs
-                off = offs[i]
+                off = self._offsets()[i]
                 rec = build_record(self._buf, off, HEADER.unpack_from(self._buf, off))
             records[i] = rec
         return rec
+
+    def _offsets(self) -> list[int]:
+        """Every record's offset in the buffer (walked once, on first need)."""
+        offs = self._offs
+        if isinstance(offs, int):
+            pos = offs
+            offs = []
+            unpack = _U32.unpack_from
+            buf = self._buf
+            for _ in range(len(self.bodies)):
+                offs.append(pos)
+                pos += unpack(buf, pos)[0]
+            self._offs = offs
+        return offs
 
     def path(self, i: int) -> tuple[str, ...]:
         """The i-th record's replication path (``()`` without building a record when it
@@ -181,11 +188,20 @@ class RecordBatch(Sequence[Record]):
         return rec.sow_key if rec is not None else ""
 
     def kind(self, i: int) -> int:
-        """The i-th record's kind (no record built when the batch has one kind)."""
+        """The i-th record's kind, without building a record: a batch of several kinds
+        (a replicated queue's messages and its acks) is routed record by record, and
+        building each record only to read one header byte cost more than the routing."""
         kinds = self._kinds
         if len(kinds) == 1:
             return next(iter(kinds))
-        return int(self.record(i).kind)
+        if i < 0:
+            i += len(self.bodies)
+        rec = self._special.get(i)
+        if rec is None and self._records is not None:
+            rec = self._records[i]
+        if rec is not None or not self._buf:
+            return int((rec or self.record(i)).kind)
+        return self._buf[self._offsets()[i] + _KIND_AT]
 
     @property
     def plain(self) -> bool:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from server.txlog import codec
 from server.txlog.batch import RecordBatch, decode_batch_py
 from server.txlog.codec import encode, encode_run_py
+from server.txlog.record import RecordKind
 from tests.support.twins import compiled, outcome, typed
 
 _codec = compiled("server.txlog._codec_c")
@@ -221,3 +222,32 @@ def test_encode_run_with_a_path_agrees(
     args = (first_seq, 7, 9, pub_seqs, "orders", "json", bodies)
     kw = {"path": tuple(path)}
     assert outcome(codec._encode_run_c, *args, **kw) == outcome(encode_run_py, *args, **kw)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([RecordKind.PUBLISH, RecordKind.QUEUE_ACK, RecordKind.SOW_DELETE]),
+            st.sampled_from([(), ("a@g",)]),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_mixed_batch_reads_each_kind_without_building_records(
+    shapes: list[tuple[RecordKind, tuple[str, ...]]],
+) -> None:
+    """``RecordBatch.kind`` reads the header byte of a batch of several kinds; it must
+    say what the built record says, with either decoder, in any order of asking."""
+    buf = b"".join(
+        encode(i + 1, 1000 + i, 7, i + 1, "q", "json", kind, path, 0, b"{}")
+        for i, (kind, path) in enumerate(shapes)
+    )
+    for decode in (decode_batch_py, _decode_c):
+        batch, _ = decode(buf, 0, len(buf), 1, max_count=100)
+        fresh, _ = decode(buf, 0, len(buf), 1, max_count=100)
+        got = [batch.kind(i) for i in reversed(range(len(shapes)))][::-1]
+        assert got == [int(kind) for kind, _ in shapes]
+        assert got == [int(fresh.record(i).kind) for i in range(len(shapes))]
+        assert batch.kind(-1) == int(shapes[-1][0])
