@@ -553,6 +553,13 @@ class DestinationLink:
             if stream is None and self._blocked is not None:
                 await self._sleep_until_woken(None)
                 continue
+            if stream is not None and stream.protocol.state is not State.STREAMING:
+                # the link is ending (lost, refused): the dial loop's session clears it and
+                # wakes the pump. Reading on meanwhile would never yield (a read from the
+                # tail and the packing do not await, and _send gives up before writing),
+                # so the pump spun and the session never ran: the instance's loop hung.
+                await self._sleep_until_woken(None)
+                continue
             durable = txlog.durable_seq
             if self._pos > durable:
                 if stream is not None and self._marker_due:

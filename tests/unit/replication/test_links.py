@@ -420,3 +420,37 @@ def test_an_idle_marker_wait_always_moves_time(last_sent: float, gap: float) -> 
     if wait:
         assert now + wait > now  # sleeping really moves time
     assert marker_wait(0.15, 0.1) == 0.0
+
+
+@scenario
+async def test_the_pump_waits_while_a_lost_link_is_being_cleared_instead_of_spinning(
+    tmp_path: Path,
+) -> None:
+    """Regression (the intermittent hang of a sync pair's SIGKILL test): a source's link
+    protocol closed (its reader saw the connection go) while the dial loop's session had
+    not yet run to clear the stream. With durable records to send, the pump read, packed,
+    saw the link was not streaming, returned without awaiting anything and read again:
+    the session never got the loop back and the instance hung. Here the protocol is
+    closed under a session that never notices (the pipe stays up); on the old code this
+    test hangs in the first ``drive``."""
+    configs = {
+        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
+        "b": xml(tmp_path, "b"),
+    }
+    async with fabric_of(tmp_path, configs) as (fabric, clock, h):
+        a, b = h["a"], h["b"]
+        link = a.broker.replication.destinations["b"]
+        await drive(clock, lambda: link.connected)
+        pa = await a.logon("pub-a")
+        publish(pa, "orders", range(1, 11), acks="processed")
+        await drive(clock, lambda: link.acked >= 10)
+        stream = link._stream
+        assert stream is not None
+        stream.protocol.connection_lost(link_protocol.LinkRefused("connection lost"))
+        publish(pa, "orders", range(11, 21), acks="processed")
+        await drive(clock, lambda: a.broker.txlog is not None and a.broker.txlog.durable_seq >= 20)
+        # the loop is alive (drive returned); an operator's reconnect clears the link
+        link.reconnect()
+        await drive(clock, lambda: link.connected and link.acked >= 20)
+        assert len(await records(b)) == 20
+        del fabric
