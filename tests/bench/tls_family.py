@@ -6,8 +6,9 @@ The brokers serve a certificate of a throwaway CA made for the run; the clients 
 - ``spool.tls.publish.persisted.100B``: a fresh TLS broker; the plain figure is the
   publish family's, the report prints the ratio.
 - ``spool.tls.replay.epoch.100B``: **paired**. The family starts a fresh plain broker next
-  to the fresh TLS one, fills both with the same 1,000,000 messages, and every run is one
-  replay from EPOCH on each, in alternating order (plain then TLS, TLS then plain...).
+  to the fresh TLS one, fills both with the same 1,000,000 messages, and every run is two
+  replays from EPOCH on each, in ABBA order (plain, TLS, TLS, plain; the next run TLS,
+  plain, plain, TLS), each side's two combined (:func:`combined`).
   ``msgs_per_s`` is the TLS replay, ``plain_msgs_per_s`` the plain one of the same run,
   ``vs_plain`` their ratio; ``broker_cpu_us`` / ``client_cpu_us`` (and their ``plain_``
   twins) the CPU time per message of the broker process (user + system, its threads
@@ -109,7 +110,7 @@ def _paired_replays(
                 "log_messages": s.replay_count,
                 "populate": fill,
                 "plain_populate": plain_fill,
-                "paired": "each run replays on a plain broker too, alternating the order",
+                "paired": "each run: two replays on each broker, ABBA order, alternating A",
             },
             profile_pid=functools.partial(_pid, tls),
         )
@@ -123,25 +124,40 @@ def _pair_once(
     plain: SpoolProcess,
     order: Iterator[int],
 ) -> dict[str, float]:
-    """One replay on each broker, in the order :func:`tls_first` gives for this call."""
-    sides = [(False, plain), (True, tls)]
-    if tls_first(next(order)):
-        sides.reverse()
-    measured: dict[bool, dict[str, float]] = {}
-    for is_tls, broker in sides:
+    """Two replays on each broker in the order :func:`pair_order` gives for this call;
+    each side's figures are :func:`combined` over its two."""
+    measured: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for is_tls in pair_order(next(order)):
+        broker = tls if is_tls else plain
         proc = psutil.Process(_pid(broker))
         cpu0 = _cpu_seconds(proc)
         res = _replay_once(suite, broker, spec, cafile if is_tls else None)
         res["broker_cpu_us"] = (_cpu_seconds(proc) - cpu0) / suite.settings.replay_count * 1e6
-        measured[is_tls] = res
-    return paired_metrics(measured[True], measured[False])
+        measured[is_tls].append(res)
+    return paired_metrics(combined(measured[True]), combined(measured[False]))
 
 
-def tls_first(call: int) -> bool:
-    """Whether the TLS replay goes first in the ``call``-th pair (0-based): plain first,
-    then TLS first, and so on, so neither side always runs on the caches and the load the
-    other one left."""
-    return call % 2 == 1
+def pair_order(call: int) -> tuple[bool, ...]:
+    """Which side replays when in the ``call``-th run (0-based; True is TLS): plain, TLS,
+    TLS, plain, then TLS, plain, plain, TLS, and so on. Within a run the load drifting
+    steadily weighs on both sides alike; across runs neither side always goes first, on
+    the caches and the load the other one left."""
+    first = call % 2 == 1
+    return (first, not first, not first, first)
+
+
+def combined(runs: Sequence[dict[str, float]]) -> dict[str, float]:
+    """One side's replays of a run as one: rates (``*_per_s``) as their harmonic mean (the
+    rate of all the messages over all the time, every replay being of the same log),
+    every other figure as its mean."""
+    out: dict[str, float] = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs]
+        if key.endswith("_per_s"):
+            out[key] = len(values) / sum(1.0 / v for v in values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out
 
 
 def paired_metrics(tls: dict[str, float], plain: dict[str, float]) -> dict[str, float]:

@@ -47,7 +47,7 @@ from tests.bench.profiling import frame_key, summarize_collapsed
 from tests.bench.report import compare, format_markdown, format_table
 from tests.bench.results import ScenarioResult, append_run, load_runs
 from tests.bench.stats import higher_is_better, latency_summary, percentile, summarize
-from tests.bench.tls_family import paired_metrics, tls_first
+from tests.bench.tls_family import combined, pair_order, paired_metrics
 from tests.bench.wire import scan_acks
 
 # -- statistics ----------------------------------------------------------------------------
@@ -259,8 +259,18 @@ def test_paired_tls_replay_is_its_own_peer() -> None:
     assert row["ratio"] == pytest.approx(0.7) and row["goal_met"] is False
 
 
-def test_paired_tls_replays_alternate_which_side_goes_first() -> None:
-    assert [tls_first(i) for i in range(4)] == [False, True, False, True]
+def test_paired_tls_replays_run_abba_and_alternate_which_side_goes_first() -> None:
+    assert pair_order(0) == (False, True, True, False)
+    assert pair_order(1) == (True, False, False, True)
+    assert pair_order(2) == pair_order(0)
+
+
+def test_paired_tls_replays_combine_rates_harmonically() -> None:
+    """Two replays of the same log: the side's rate is all messages over all the time."""
+    one = combined([{"msgs_per_s": 1000.0, "broker_cpu_us": 1.0},
+                    {"msgs_per_s": 500.0, "broker_cpu_us": 2.0}])  # fmt: skip
+    assert one["msgs_per_s"] == pytest.approx(2 / (1 / 1000 + 1 / 500))
+    assert one["broker_cpu_us"] == pytest.approx(1.5)
 
 
 def test_table_and_markdown_show_values_targets_and_failures() -> None:
