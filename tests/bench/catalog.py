@@ -294,8 +294,8 @@ def _spool_specs() -> list[ScenarioSpec]:
             "spool.tls.replay.epoch.100B",
             "tls",
             "spool.replay.epoch.100B over wss://: bookmark subscription from EPOCH over the "
-            "whole log (populated over wss:// too); each run also replays on a plain broker "
-            "holding the same log, alternating the order (plain_msgs_per_s, vs_plain)",
+            "whole log (populated over wss:// too); each run is two replays on it and two on "
+            "a plain broker holding the same log, ABBA order (plain_msgs_per_s, vs_plain)",
             {"body_bytes": 100, "filter": None, "tls": True},
             (
                 "msgs_per_s",
