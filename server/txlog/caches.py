@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -84,6 +85,9 @@ class CacheWriter:
         self._fds: dict[int, int] = {}  # journal base -> open index, O_APPEND (-1: broken)
         self._queue: deque[tuple[Batch, list[Journal]]] = deque()
         self._task: asyncio.Task[None] | None = None
+        #: one writer of ``clients.ack`` at a time (the cache thread, a removal, the close):
+        #: they share its temp file, and a removal reads the file before deciding
+        self._ack_lock = threading.Lock()
 
     # -- open and close (worker threads, no batch in flight) -----------------------------
 
@@ -107,10 +111,11 @@ class CacheWriter:
     def write_clients_ack(self, covered: int, publishers: dict[int, tuple[int, int]]) -> None:
         """Write ``clients.ack`` as of ``covered`` (at close); a failure is logged only."""
         try:
-            write_atomic(
-                self._dir / clients_ack_name(self._instance),
-                encode_clients_ack(covered, publishers),
-            )
+            with self._ack_lock:
+                write_atomic(
+                    self._dir / clients_ack_name(self._instance),
+                    encode_clients_ack(covered, publishers),
+                )
         except OSError as exc:
             log.warning("could not write %s: %s", clients_ack_name(self._instance), exc)
 
@@ -131,15 +136,16 @@ class CacheWriter:
             return False
         path = self._dir / clients_ack_name(self._instance)
         upto = indexes[-1].last_seq
-        try:
-            data: bytes | None = path.read_bytes()
-        except FileNotFoundError:
-            data = None
-        parsed = parse_clients_ack(data) if data is not None else None
-        if parsed is not None and parsed[0] >= upto:
-            return False
-        table, _ = rebuild_publishers(data, indexes)
-        write_atomic(path, encode_clients_ack(upto, table))
+        with self._ack_lock:
+            try:
+                data: bytes | None = path.read_bytes()
+            except FileNotFoundError:
+                data = None
+            parsed = parse_clients_ack(data) if data is not None else None
+            if parsed is not None and parsed[0] >= upto:
+                return False
+            table, _ = rebuild_publishers(data, indexes)
+            write_atomic(path, encode_clients_ack(upto, table))
         return True
 
     def close(self) -> None:
@@ -202,10 +208,11 @@ class CacheWriter:
         if batch.clients is not None:
             covered, table = batch.clients
             try:
-                write_atomic(
-                    self._dir / clients_ack_name(self._instance),
-                    encode_clients_ack(covered, table),
-                )
+                with self._ack_lock:
+                    write_atomic(
+                        self._dir / clients_ack_name(self._instance),
+                        encode_clients_ack(covered, table),
+                    )
             except OSError as exc:
                 done.errors.append(f"{clients_ack_name(self._instance)}: {exc}")
 
