@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 import orjson
 
@@ -401,6 +401,23 @@ class SessionState(Generic[S]):
         if self.error is not None:
             return []
         items, error = split_deliveries(data)
+        subs = self._subs
+        if error is None and items:
+            # A replay frame: hundreds of deliveries to one subscription and nothing else.
+            # One check per message here instead of the general loop's bookkeeping.
+            first = items[0]
+            if type(first) is Message and len(first.sub_ids) == 1:
+                sids = first.sub_ids
+                if all(type(m) is Message and m.sub_ids == sids for m in items):
+                    sub = subs.get(sids[0])
+                    if sub is None:
+                        return []
+                    return [Delivered(sub, cast("list[Message]", items))]
+        return self._receive_items(items, error)
+
+    def _receive_items(self, items: list[Message | FrameMessage], error: FrameError | None
+                       ) -> list[Event[S]]:  # fmt: skip
+        """The general case of :meth:`receive_frame` (and the oracle of its fast path)."""
         events: list[Event[S]] = []
         subs = self._subs
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
