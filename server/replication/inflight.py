@@ -67,6 +67,25 @@ class InFlight:
                 self._head = head
             return
 
+    def drop_newest(self, count: int) -> None:
+        """Forget the ``count`` records added last (a batch packed for a link that ended
+        before it was sent)."""
+        runs = self._runs
+        while count > 0 and runs:
+            seqs, stamps = runs[-1]
+            held = len(seqs) - (self._head if len(runs) == 1 else 0)
+            if held <= count:
+                runs.pop()
+                self.count -= held
+                count -= held
+                if not runs:
+                    self._head = 0
+                continue
+            keep = len(seqs) - count
+            runs[-1] = (seqs[:keep], stamps[:keep])
+            self.count -= count
+            count = 0
+
     def clear(self) -> None:
         """Forget everything (the link ended: all of it is sent again)."""
         self._runs.clear()

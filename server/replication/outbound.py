@@ -649,8 +649,7 @@ class DestinationLink:
             # (then starts over from the acked position). Returning here instead made the
             # pump read the same batch again at once, forever, without yielding: an
             # instance whose link closed under the pump hung (its loop never ran again)
-            for _ in range(writer.count):
-                self._unacked.pop()
+            self._unacked.drop_newest(writer.count)
             raise LinkLost("the link ended while a batch was being packed")
         stream.protocol.send_data(upto, writer.count, payload, compressed=compressor is not None)
         self._pos = upto + 1

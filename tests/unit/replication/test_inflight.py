@@ -33,6 +33,7 @@ def test_first_and_acks_within_and_across_runs() -> None:
         st.one_of(
             st.tuples(st.just("add"), st.integers(1, 5), st.integers(1, 3)),
             st.tuples(st.just("ack"), st.integers(0, 12), st.just(0)),
+            st.tuples(st.just("drop"), st.integers(0, 8), st.just(0)),
         ),
         max_size=40,
     )
@@ -50,6 +51,11 @@ def test_matches_a_list_of_pairs(ops: list[tuple[str, int, int]]) -> None:
                 seqs.append(seq)
             sent.add(seqs, [s * 10 for s in seqs])
             oracle.extend((s, s * 10) for s in seqs)
+        elif op == "drop":
+            sent.drop_newest(a)
+            oracle = oracle[: max(0, len(oracle) - a)]
+            if oracle:
+                seq = oracle[-1][0]  # later runs continue after what is still held
         else:
             acked = max(acked, acked + a)
             sent.ack(acked)
