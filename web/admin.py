@@ -49,7 +49,13 @@ from server.stats.query import UnknownMetric
 from server.stats.sampler import instance_directories
 from server.stats.timeparse import BadTimeValue, format_time
 from server.tls.errors import TlsError
-from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned
+from server.txlog.errors import (
+    JournalActive,
+    JournalNotFound,
+    JournalPinned,
+    JournalUnfinished,
+    PublishersUnsaved,
+)
 from web.api_errors import (
     ActionFailed,
     ApiError,
@@ -117,7 +123,7 @@ def _map_error(exc: Exception) -> ApiError:
     if isinstance(exc, InvalidOptions):
         # e.g. pausing a ``live`` subscription: its state does not allow the action
         return Conflict(exc.detail or exc.reason)
-    if isinstance(exc, JournalPinned | JournalActive):
+    if isinstance(exc, JournalPinned | JournalActive | JournalUnfinished | PublishersUnsaved):
         return Conflict(str(exc))
     if isinstance(exc, StatsUnavailable):
         return NotReady(str(exc))

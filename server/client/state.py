@@ -401,8 +401,17 @@ class SessionState(Generic[S]):
         if self.error is not None:
             return []
         items, error = split_deliveries(data)
-        events: list[Event[S]] = []
         subs = self._subs
+        if error is None and items:
+            # A replay frame: hundreds of deliveries to one subscription and nothing else.
+            # One check per message here instead of the general loop's bookkeeping.
+            first = items[0]
+            if type(first) is Message and len(first.sub_ids) == 1:
+                sids = first.sub_ids
+                if all(type(m) is Message and m.sub_ids == sids for m in items):
+                    sub = subs.get(sids[0])
+                    return [Delivered(sub, items)] if sub is not None else []
+        events: list[Event[S]] = []
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
         run_sid: str | None = None
         run: list[Message] = []

@@ -589,6 +589,10 @@ class DestinationLink:
                     await self._sleep_until_woken(0.05)
                     continue
             self._horizon_changed()
+            # one loop turn per batch: reading the tail and a pipe with room never
+            # suspend, and a pump that does not yield starves the instance (clients, the
+            # link tasks that would end its stream)
+            await asyncio.sleep(0)
 
     async def _sleep_until_woken(self, timeout: float | None) -> None:
         wake = self._wake
@@ -634,7 +638,13 @@ class DestinationLink:
         if compressor is not None:
             payload = await asyncio.to_thread(compressor.compress, payload)
         if self._stream is not stream or stream.protocol.state is not State.STREAMING:
-            return  # the link ended meanwhile: the pump starts over from the acked position
+            # the link ended meanwhile: the pump waits for the link task to end the stream
+            # (then starts over from the acked position). Returning here instead made the
+            # pump read the same batch again at once, forever, without yielding: an
+            # instance whose link closed under the pump hung (its loop never ran again)
+            for _ in range(writer.count):
+                self._unacked.pop()
+            raise LinkLost("the link ended while a batch was being packed")
         stream.protocol.send_data(upto, writer.count, payload, compressed=compressor is not None)
         self._pos = upto + 1
         self._scanned = upto

@@ -23,12 +23,18 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.txlog.clients import encode_clients_ack
+from server.txlog.clients import (
+    PublisherIndex,
+    encode_clients_ack,
+    parse_clients_ack,
+    rebuild_publishers,
+)
 from server.txlog.events import EventCallback
 from server.txlog.files import clients_ack_name, index_name, write_atomic
 from server.txlog.groupcommit import Batch
@@ -79,6 +85,9 @@ class CacheWriter:
         self._fds: dict[int, int] = {}  # journal base -> open index, O_APPEND (-1: broken)
         self._queue: deque[tuple[Batch, list[Journal]]] = deque()
         self._task: asyncio.Task[None] | None = None
+        #: one writer of ``clients.ack`` at a time (the cache thread, a removal, the close):
+        #: they share its temp file, and a removal reads the file before deciding
+        self._ack_lock = threading.Lock()
 
     # -- open and close (worker threads, no batch in flight) -----------------------------
 
@@ -102,12 +111,42 @@ class CacheWriter:
     def write_clients_ack(self, covered: int, publishers: dict[int, tuple[int, int]]) -> None:
         """Write ``clients.ack`` as of ``covered`` (at close); a failure is logged only."""
         try:
-            write_atomic(
-                self._dir / clients_ack_name(self._instance),
-                encode_clients_ack(covered, publishers),
-            )
+            with self._ack_lock:
+                write_atomic(
+                    self._dir / clients_ack_name(self._instance),
+                    encode_clients_ack(covered, publishers),
+                )
         except OSError as exc:
             log.warning("could not write %s: %s", clients_ack_name(self._instance), exc)
+
+    def cover_publishers(self, indexes: Sequence[PublisherIndex]) -> bool:
+        """Make ``clients.ack`` cover the journals of ``indexes`` (the oldest journals, about
+        to be removed; worker thread). Returns whether the file had to be written.
+
+        The file is written when a journal rolls and at close, but a journal finished by
+        recovery, or a roll whose write failed, leaves journals it does not cover; removing
+        those would forget their publishers at the next start. The table written is the
+        one as of the newest of them: the file's entries completed from their publisher
+        summaries, exactly what recovery would rebuild from them.
+
+        Raises:
+            OSError: the file could not be written (the journals must then stay).
+        """
+        if not indexes:
+            return False
+        path = self._dir / clients_ack_name(self._instance)
+        upto = indexes[-1].last_seq
+        with self._ack_lock:
+            try:
+                data: bytes | None = path.read_bytes()
+            except FileNotFoundError:
+                data = None
+            parsed = parse_clients_ack(data) if data is not None else None
+            if parsed is not None and parsed[0] >= upto:
+                return False
+            table, _ = rebuild_publishers(data, indexes)
+            write_atomic(path, encode_clients_ack(upto, table))
+        return True
 
     def close(self) -> None:
         """Close the index files (after :meth:`drain`)."""
@@ -169,10 +208,11 @@ class CacheWriter:
         if batch.clients is not None:
             covered, table = batch.clients
             try:
-                write_atomic(
-                    self._dir / clients_ack_name(self._instance),
-                    encode_clients_ack(covered, table),
-                )
+                with self._ack_lock:
+                    write_atomic(
+                        self._dir / clients_ack_name(self._instance),
+                        encode_clients_ack(covered, table),
+                    )
             except OSError as exc:
                 done.errors.append(f"{clients_ack_name(self._instance)}: {exc}")
 

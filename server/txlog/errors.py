@@ -38,6 +38,7 @@ __all__ = [
     "JournalSequenceGap",
     "JournalUnfinished",
     "PublisherSequenceRegression",
+    "PublishersUnsaved",
     "RecordTooLarge",
     "TxlogClosed",
     "TxlogError",
@@ -180,6 +181,28 @@ class JournalUnfinished(TxlogError):
             "write now and retries"
         )
         self.journal_id = journal_id
+
+
+class PublishersUnsaved(TxlogError):
+    """Journals cannot be removed because ``clients.ack`` could not be written to cover them.
+
+    Each publisher's last sequence (de-duplication across restarts) lives in the journals
+    and, for journals already removed, only in ``clients.ack``. Removing a journal that
+    file does not cover yet would make a restart forget the publishers seen only there and
+    accept their next messages whatever the sequence, so the removal is refused instead.
+
+    Attributes:
+        journal_id: the journal that was asked for.
+        cause: the error writing the file.
+    """
+
+    def __init__(self, journal_id: int, cause: OSError) -> None:
+        super().__init__(
+            f"journal {journal_id} was not removed: the publishers it holds could not be "
+            f"saved to clients.ack ({cause}); free some space or archive the journal instead"
+        )
+        self.journal_id = journal_id
+        self.cause = cause
 
 
 class JournalPinned(TxlogError):

@@ -156,6 +156,7 @@ class TransactionLog:
             self._journals, self._space, directory=self._dir,
             archive_directory=self._archive_dir, instance=self.instance, emit=self._emit,
             check_open=self._check_open, settle=self._settle,
+            cover_publishers=self._caches.cover_publishers,
         )  # fmt: skip
         # statistics
         self._open_seq = 0

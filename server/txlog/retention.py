@@ -17,11 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from server.txlog.clients import PublisherIndex
 from server.txlog.compression import compress_journal
-from server.txlog.errors import JournalActive, JournalNotFound, JournalPinned, JournalUnfinished
+from server.txlog.errors import (
+    JournalActive,
+    JournalNotFound,
+    JournalPinned,
+    JournalUnfinished,
+    PublishersUnsaved,
+)
 from server.txlog.events import EventCallback
 from server.txlog.files import Compression, fsync_dir, index_name, journal_name
 from server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
@@ -47,6 +54,8 @@ class Retention:
         settle: returns once every record appended so far is durable and the caches of
             its commits are written (so a just-rolled journal is finished and sealed);
             during a write outage, once the caches of the commits made are written.
+        cover_publishers: makes ``clients.ack`` cover journals about to be removed (worker
+            thread; raises OSError when it cannot), so their publishers outlive them.
     """
 
     def __init__(
@@ -60,6 +69,7 @@ class Retention:
         emit: EventCallback,
         check_open: Callable[[], None],
         settle: Callable[[], Awaitable[None]],
+        cover_publishers: Callable[[Sequence[PublisherIndex]], bool],
     ) -> None:
         self._journals = journals
         self._space = space
@@ -69,6 +79,7 @@ class Retention:
         self._emit = emit
         self._check_open = check_open
         self._settle = settle
+        self._cover_publishers = cover_publishers
         self._pins = PinRegistry()
         self._lock = asyncio.Lock()
 
@@ -158,12 +169,20 @@ class Retention:
     async def remove(self, journal_id: int) -> list[JournalInfo]:
         """Delete that journal and all older ones.
 
+        Their publishers' last sequences are saved in ``clients.ack`` first (when it does
+        not cover them yet): de-duplication must outlive the journals.
+
         Raises:
-            TxlogClosed, JournalNotFound, JournalActive, JournalPinned, JournalUnfinished:
-                nothing is removed.
+            TxlogClosed, JournalNotFound, JournalActive, JournalPinned, JournalUnfinished,
+                PublishersUnsaved: nothing is removed.
         """
         async with self._lock:
             targets = await self._settled_targets(journal_id)
+            try:
+                await asyncio.to_thread(self._cover_publishers, [j.index for j in targets])
+            except OSError as exc:
+                raise PublishersUnsaved(journal_id, exc) from exc
+            targets = self._targets(journal_id)  # a pin may have been taken meanwhile
             infos = [j.info("closed", None) for j in targets]
             self._journals.drop_oldest(len(targets))
             paths: list[Path] = []

@@ -27,29 +27,36 @@ class FaultyHandle:
 
     With ``seam.lossy``, an injected fsync failure also does what Linux may do to the
     dirty pages behind it (the "fsyncgate" behaviour): the bytes written since the last
-    successful fsync are lost (they read back as zeros, as never-written preallocated
-    space does), and the error is reported once. A log that only fsyncs again afterwards
-    then "succeeds" over data that is not there; one that rewrites from memory does not.
+    successful fsync are lost, and the error is reported once. What reads back is what
+    the disk held at the last successful fsync: zeros where nothing was written yet (as
+    never-written preallocated space reads), the earlier bytes where a write went over
+    data that was already durable (a failed writeback does not destroy the old blocks).
+    A log that only fsyncs again afterwards then "succeeds" over data that is not there;
+    one that rewrites from memory does not.
     """
 
     def __init__(self, inner: JournalHandle, seam: FaultySeam, path: Path) -> None:
         self._inner = inner
         self._seam = seam
         self.path = path
-        self._dirty: list[tuple[int, int]] = []  # (offset, length) since the last fsync
+        #: (offset, bytes there before the write) of each write since the last fsync
+        self._dirty: list[tuple[int, bytes]] = []
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         self._seam.check("write", self.path)
+        with open(self.path, "rb") as fh:  # the seam may turn lossy before the fsync
+            fh.seek(offset)
+            before = fh.read(len(data))
         self._inner.write(offset, data)
-        self._dirty.append((offset, len(data)))
+        self._dirty.append((offset, before.ljust(len(data), b"\0")))
 
     def fsync(self) -> None:
         try:
             self._seam.check("fsync", self.path)
         except OSError:
             if self._seam.lossy:
-                for offset, length in self._dirty:
-                    self._inner.write(offset, bytes(length))
+                for offset, before in reversed(self._dirty):  # back to the durable image
+                    self._inner.write(offset, before)
             self._dirty.clear()
             raise
         self._inner.fsync()

@@ -32,6 +32,7 @@ from server.client.events import (
 )
 from server.client.state import CLIENT_VERSION, SessionState, encode_body
 from server.protocol import errors
+from server.protocol.delivery import split_deliveries
 from server.protocol.frame import FrameError, encode_message, parse_frame
 
 Header = dict[str, Any]
@@ -582,3 +583,37 @@ def test_outbound_frames_hold_every_command_once_in_order(
     ]
     assert got == [(t, i, b) for i, (t, b, _) in enumerate(publishes, start=1)]
     assert all(f for f in frames[:-1])  # a flush after a publish always has something
+
+
+@st.composite
+def replay_frames(draw: st.DrawFn) -> list[tuple[Header, bytes]]:
+    """Frames shaped like a replay (runs of deliveries to one subscription), sometimes with
+    another subscription, a second sub id, an unknown one or an ack among them."""
+    sid = draw(st.sampled_from([*SUB_IDS, "zz"]))
+    n = draw(st.integers(min_value=1, max_value=30))
+    messages = [delivery(sid, draw(st.binary(max_size=12)), bm=f"b|{i}|") for i in range(n)]
+    odd = st.one_of(
+        st.builds(delivery, st.sampled_from([*SUB_IDS, "zz", f"{SUB_IDS[0]},{SUB_IDS[1]}"])),
+        st.just((ack("persisted", s=3), b"")),
+        st.just(({"c": "heartbeat"}, b"")),
+    )
+    for _ in range(draw(st.integers(min_value=0, max_value=2))):
+        messages.insert(draw(st.integers(0, len(messages))), draw(odd))
+    return messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(replay_frames(), broker_messages()), st.booleans())
+def test_the_one_subscription_fast_path_gives_the_general_events(
+    messages: list[tuple[Header, bytes]], damaged: bool
+) -> None:
+    """``receive_frame`` takes a shortcut for a frame of deliveries to one subscription; its
+    events and bookkeeping are those of the general loop (the oracle) on every frame."""
+    data = frame(*messages) + (b"\xff{not a header" if damaged else b"")
+    fast, general = fresh_state(), fresh_state()
+    events_fast = fast.receive_frame(data)
+    events_general = general._receive_items(*split_deliveries(data))
+    assert pairs(events_fast) == pairs(events_general)
+    assert [type(e) for e in events_fast] == [type(e) for e in events_general]  # same runs
+    assert bookkeeping(fast) == bookkeeping(general)
+    assert (fast.error is None) == (general.error is None)

@@ -21,6 +21,7 @@ from server.replication import protocol as link_protocol
 from server.replication.errors import ReconnectRequested, SyncChangeRefused
 from server.replication.outbound import marker_wait
 from server.replication.routing import Route
+from server.replication.transport import LinkLost
 from tests.support.engine import EngineHarness
 from tests.support.fabric import (
     A,
@@ -373,7 +374,12 @@ async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
 ) -> None:
     """Regression: the pump sent a batch on a protocol the session had just closed (the
     peer refused the link while the pump held records), raised, and stayed dead: the link
-    reconnected and showed streaming, but nothing more was sent."""
+    reconnected and showed streaming, but nothing more was sent.
+
+    Regression 2: the fix returned from ``_send`` without sending, and the pump read the
+    same batch again at once, forever, never yielding: the instance's loop hung (a sync
+    pair's fault test, one run in a few; the stack dump showed the pump in pack_runs).
+    Now ``_send`` raises LinkLost and the pump waits for the link task."""
     configs = {
         "a": xml(tmp_path, "a", destination("b", [B], sync=False, exclude="replicate")),
         "b": xml(tmp_path, "b"),
@@ -392,12 +398,18 @@ async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
         txlog = a.broker.txlog
         assert txlog is not None
         batch = await txlog.read_view(1, max_count=10)
-        await link._send(stream, batch)  # nothing sent, nothing raised
+        unacked = len(link._unacked)
+        with pytest.raises(LinkLost):
+            await link._send(stream, batch)  # nothing sent
+        assert len(link._unacked) == unacked  # and nothing awaits an ack
+        # records arrive while the stream is dead: the pump must keep yielding
+        publish(pub, "orders", range(11, 16))
         await stream.writer.write()  # the refusal reaches b, which closes: a reconnects
         await drive(clock, lambda: link.connected and link._stream is not stream)
+        await drive(clock, lambda: link.acked >= a.last_seq)
         # an unexpected error in the pump is reported, the link drops and comes back
         link.route = _FailingOnce(link.config)
-        publish(pub, "orders", range(11, 21))
+        publish(pub, "orders", range(16, 21))
         await drive(clock, lambda: link.acked >= a.last_seq)
         assert any(e["event"] == "pump_failed" for e in a.broker.events.recent())
         got = [s for ph, s, _, _ in await records(b) if ph == pub_hash("pub")]
