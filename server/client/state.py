@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 import orjson
 
@@ -410,8 +410,16 @@ class SessionState(Generic[S]):
                 sids = first.sub_ids
                 if all(type(m) is Message and m.sub_ids == sids for m in items):
                     sub = subs.get(sids[0])
-                    return [Delivered(sub, items)] if sub is not None else []
+                    if sub is None:
+                        return []
+                    return [Delivered(sub, cast("list[Message]", items))]
+        return self._receive_items(items, error)
+
+    def _receive_items(self, items: list[Message | FrameMessage], error: FrameError | None
+                       ) -> list[Event[S]]:  # fmt: skip
+        """The general case of :meth:`receive_frame` (and the oracle of its fast path)."""
         events: list[Event[S]] = []
+        subs = self._subs
         # The open run: deliveries to ``run_sid`` join it until any other event comes.
         run_sid: str | None = None
         run: list[Message] = []

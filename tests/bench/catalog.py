@@ -77,6 +77,9 @@ class Comparison:
     With ``goal`` the ratio is checked against ``goal_ratio`` (1.0: Spool at or above the
     peer; 0.8: TLS within 20% of the plain figure, issue 21; 0.6: replicated publish
     against the unreplicated one, issue 15).
+
+    ``peer_metric`` names the peer's metric when it differs from ``metric``: a scenario
+    that measures both sides itself (the paired TLS replay) is its own peer.
     """
 
     label: str
@@ -85,6 +88,7 @@ class Comparison:
     metric: str
     goal: bool = False
     goal_ratio: float = 1.0
+    peer_metric: str | None = None
 
 
 def format_number(value: float) -> str:
@@ -290,9 +294,19 @@ def _spool_specs() -> list[ScenarioSpec]:
             "spool.tls.replay.epoch.100B",
             "tls",
             "spool.replay.epoch.100B over wss://: bookmark subscription from EPOCH over the "
-            "whole log (populated over wss:// too)",
+            "whole log (populated over wss:// too); each run is two replays on it and two on "
+            "a plain broker holding the same log, ABBA order (plain_msgs_per_s, vs_plain)",
             {"body_bytes": 100, "filter": None, "tls": True},
-            ("msgs_per_s", "mb_per_s"),
+            (
+                "msgs_per_s",
+                "plain_msgs_per_s",
+                "vs_plain",
+                "cpu_vs_plain",
+                "broker_cpu_us",
+                "plain_broker_cpu_us",
+                "client_cpu_us",
+                "plain_client_cpu_us",
+            ),
             profile=True,
         )
     )
@@ -586,12 +600,19 @@ COMPARISONS: Final[tuple[Comparison, ...]] = (
         goal_ratio=0.8,
     ),
     Comparison(
-        "replay from start 100B over wss:// vs ws://",
+        "replay from start 100B over wss:// vs ws:// (alternating runs, same load)",
         "spool.tls.replay.epoch.100B",
-        "spool.replay.epoch.100B",
+        "spool.tls.replay.epoch.100B",
         "msgs_per_s",
         goal=True,
         goal_ratio=0.8,
+        peer_metric="plain_msgs_per_s",
+    ),
+    Comparison(
+        "replay from start 100B over wss:// vs the replay family's ws://",
+        "spool.tls.replay.epoch.100B",
+        "spool.replay.epoch.100B",
+        "msgs_per_s",
     ),
     Comparison(
         "persisted publish 100B vs Redis everysec, redis-py pipeline API",

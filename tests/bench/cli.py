@@ -29,6 +29,7 @@ from tests.bench import (
     replication_family,
     sow_family,
     spool_families,
+    tls_family,
 )
 from tests.bench.catalog import SCENARIOS, ScenarioSpec, feature_spec, select
 from tests.bench.report import compare, format_markdown, format_table
@@ -52,7 +53,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "burst": spool_families.run_burst,
     "latency": spool_families.run_latency,
     "replay": spool_families.run_replay,
-    "tls": spool_families.run_tls,
+    "tls": tls_family.run_tls,
     "memory": spool_families.run_memory,
     "replication": replication_family.run_replication,
     "sow": sow_family.run_sow,

@@ -28,6 +28,7 @@ def compare(
             "spool": c.spool,
             "peer": c.peer,
             "metric": c.metric,
+            "peer_metric": c.peer_metric or c.metric,
             "goal": c.goal,
             "goal_ratio": c.goal_ratio,
         }
@@ -36,15 +37,16 @@ def compare(
             continue  # not selected in this run: nothing to say
         values: list[float] = []
         reasons: list[str] = []
-        for name, sc in zip((c.spool, c.peer), sides, strict=True):
+        metrics = (c.metric, c.peer_metric or c.metric)
+        for name, sc, metric in zip((c.spool, c.peer), sides, metrics, strict=True):
             if sc is None:
                 reasons.append(f"{name} not run")
             elif sc["status"] != "ok":
                 reasons.append(f"{name} {sc['status']}: {sc['reason']}")
-            elif c.metric not in sc["metrics"]:
-                reasons.append(f"{name} has no {c.metric}")
+            elif metric not in sc["metrics"]:
+                reasons.append(f"{name} has no {metric}")
             else:
-                values.append(float(sc["metrics"][c.metric]["median"]))
+                values.append(float(sc["metrics"][metric]["median"]))
         if reasons:
             row.update(
                 spool_value=None,

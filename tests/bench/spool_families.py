@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -501,6 +501,7 @@ def _replay_once(
             "first_message_ms": first_ms,
             "elapsed_s": secs,
             "broker_rss_mib": _rss_mib(broker),
+            "client_cpu_us": res["cpu_s"] / total * 1e6,
         }
     return {
         "scanned_msgs_per_s": total / secs,
@@ -593,75 +594,6 @@ def run_replay(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
                     )
 
         _with_broker(suite, f"replay-{body_bytes}", group, body)
-
-
-# -- TLS -------------------------------------------------------------------------------
-
-
-def run_tls(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
-    """Persisted publish and replay over wss:// against TLS brokers (certificates of a
-    throwaway CA made for the run). The plain figures come from the publish and replay
-    families of the same run; the report prints the ratios (goal >= 0.8x, issue 21).
-
-    Each half gets its own fresh broker, as the plain families do: replay from EPOCH reads
-    the whole log, so on the publish scenarios' broker it also scanned their millions of
-    records on other topics and measured 0.36-0.46x of a plain replay that read none
-    (0.88x when the two ran on equal logs).
-    """
-    publishes = [sp for sp in specs if "ack" in sp.params]
-    replays = [sp for sp in specs if "ack" not in sp.params]
-    if publishes:
-        with _tls_broker(suite, "tls-publish", publishes) as started:
-            if started is not None:
-                broker, cafile = started
-                for spec in publishes:
-                    suite.measure(
-                        spec,
-                        functools.partial(_publish_once, suite, broker, spec, cafile),
-                        params={
-                            "count": suite.settings.publish_count,
-                            "window": suite.settings.window,
-                            "flush_interval": "1ms",
-                        },
-                        profile_pid=functools.partial(_pid, broker),
-                    )
-    if replays:
-        with _tls_broker(suite, "tls-replay", replays) as started:
-            if started is not None:
-                _tls_replays(suite, replays, *started)
-
-
-def _tls_replays(
-    suite: Suite, replays: Sequence[ScenarioSpec], broker: SpoolProcess, cafile: str
-) -> None:
-    s = suite.settings
-    suite.log(f"  populating {s.replay_count:,} messages of 100 bytes over wss://")
-    try:
-        fill = _populate(suite, broker, 100, cafile)
-    except Exception as exc:
-        suite.record_all(replays, "error", f"populating the log failed: {reason_of(exc)}")
-        return
-    for spec in replays:
-        suite.measure(
-            spec,
-            functools.partial(_replay_once, suite, broker, spec, cafile),
-            params={"log_messages": s.replay_count, "populate": fill},
-            profile_pid=functools.partial(_pid, broker),
-        )
-
-
-@contextlib.contextmanager
-def _tls_broker(
-    suite: Suite, label: str, specs: Sequence[ScenarioSpec]
-) -> Iterator[tuple[SpoolProcess, str] | None]:
-    """A fresh TLS broker, or None (every spec recorded as an error) when it cannot start."""
-    with contextlib.ExitStack() as stack:
-        try:
-            started = stack.enter_context(suite.spool_tls_broker(label))
-        except Exception as exc:
-            suite.record_all(specs, "error", f"broker did not start: {reason_of(exc)}")
-            started = None
-        yield started
 
 
 # -- memory ------------------------------------------------------------------------------

@@ -239,16 +239,19 @@ async def replay_subscriber(
     cafile: str | None = None,
 ) -> dict[str, Any]:
     """Subscribe from EPOCH after go (the subscribe is part of the measured time) and count
-    deliveries until ``expected``."""
+    deliveries until ``expected``; ``cpu_s`` is this process's CPU time meanwhile."""
     ws, _ = await open_session(url, name, timeout=timeout, cafile=cafile)
     try:
         await gate.aopen()
+        cpu0 = time.process_time()
         start = time.monotonic_ns()
         await ws.send(subscribe_command(topic, "r1", bookmark="0", filter=filter))
         first, last, count = await asyncio.wait_for(_count_until(ws, expected), timeout)
+        cpu_s = time.process_time() - cpu0
     finally:
         await close_quietly(ws)
-    return {"start_ns": start, "first_ns": first, "last_ns": last, "count": count}
+    return {"start_ns": start, "first_ns": first, "last_ns": last, "count": count,
+            "cpu_s": cpu_s}  # fmt: skip
 
 
 async def paced_publisher(

@@ -47,6 +47,7 @@ from tests.bench.profiling import frame_key, summarize_collapsed
 from tests.bench.report import compare, format_markdown, format_table
 from tests.bench.results import ScenarioResult, append_run, load_runs
 from tests.bench.stats import higher_is_better, latency_summary, percentile, summarize
+from tests.bench.tls_family import combined, pair_order, paired_metrics
 from tests.bench.wire import scan_acks
 
 # -- statistics ----------------------------------------------------------------------------
@@ -225,6 +226,51 @@ def test_compare_ratio_goal_and_missing_side() -> None:
     rows = {r["label"]: r for r in compare([spool.as_dict(), missing.as_dict()])}
     row = rows["persisted publish 100B vs Redis everysec"]
     assert row["ratio"] is None and "redis-server not found" in row["reason"]
+
+
+_TLS_REPLAY = next(sp for sp in SCENARIOS if sp.name == "spool.tls.replay.epoch.100B")
+_PAIRED = "replay from start 100B over wss:// vs ws:// (alternating runs, same load)"
+
+
+def test_paired_tls_replay_is_its_own_peer() -> None:
+    """The TLS replay's goal ratio divides its TLS rate by the plain rate measured in the
+    same runs, not by the replay family's figure of another time."""
+    runs = [
+        paired_metrics(
+            {"msgs_per_s": tls, "broker_cpu_us": 1.2, "client_cpu_us": 0.4},
+            {"msgs_per_s": plain, "broker_cpu_us": 1.0, "client_cpu_us": 0.3},
+        )
+        for tls, plain in ((800.0, 1000.0), (900.0, 1000.0), (700.0, 1000.0))
+    ]
+    assert [r["vs_plain"] for r in runs] == pytest.approx([0.8, 0.9, 0.7])
+    assert runs[0]["plain_broker_cpu_us"] == 1.0 and runs[0]["broker_cpu_us"] == 1.2
+    assert runs[0]["plain_client_cpu_us"] == 0.3
+    assert runs[0]["cpu_vs_plain"] == pytest.approx(1.3 / 1.6)
+    tls = ScenarioResult(_TLS_REPLAY, runs=runs)
+    rows = {r["label"]: r for r in compare([tls.as_dict()])}
+    row = rows[_PAIRED]
+    assert (row["spool_value"], row["peer_value"]) == (800.0, 1000.0)
+    assert row["ratio"] == pytest.approx(0.8) and row["goal_met"] is True
+    assert row["peer_metric"] == "plain_msgs_per_s"
+    # the cross-family line needs the replay family: not selected, nothing said
+    assert not any("replay family" in label for label in rows)
+    slow = ScenarioResult(_TLS_REPLAY, runs=[{**runs[2]}])
+    (row,) = [r for r in compare([slow.as_dict()]) if r["label"] == _PAIRED]
+    assert row["ratio"] == pytest.approx(0.7) and row["goal_met"] is False
+
+
+def test_paired_tls_replays_run_abba_and_alternate_which_side_goes_first() -> None:
+    assert pair_order(0) == (False, True, True, False)
+    assert pair_order(1) == (True, False, False, True)
+    assert pair_order(2) == pair_order(0)
+
+
+def test_paired_tls_replays_combine_rates_harmonically() -> None:
+    """Two replays of the same log: the side's rate is all messages over all the time."""
+    one = combined([{"msgs_per_s": 1000.0, "broker_cpu_us": 1.0},
+                    {"msgs_per_s": 500.0, "broker_cpu_us": 2.0}])  # fmt: skip
+    assert one["msgs_per_s"] == pytest.approx(2 / (1 / 1000 + 1 / 500))
+    assert one["broker_cpu_us"] == pytest.approx(1.5)
 
 
 def test_table_and_markdown_show_values_targets_and_failures() -> None:

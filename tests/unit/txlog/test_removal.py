@@ -68,8 +68,8 @@ def test_a_journal_finished_by_recovery_keeps_its_publishers_after_removal(tmp_p
         assert log.publisher_last(PUB) == kept  # ... their publisher is not
         await log.close()
 
-
     run(body)
+
 
 def test_removal_is_refused_when_the_publishers_cannot_be_saved(tmp_path: Path) -> None:
     async def body() -> None:
@@ -89,7 +89,7 @@ def test_removal_is_refused_when_the_publishers_cannot_be_saved(tmp_path: Path) 
         ack_path.mkdir()  # the file cannot be written in its place
         oldest = log.journals()[0]
         before = [j.id for j in log.journals()]
-        with pytest.raises(PublishersUnsaved, match="could not be saved to clients.ack"):
+        with pytest.raises(PublishersUnsaved, match=r"could not be saved to clients\.ack"):
             await log.remove(oldest.id)
         assert [j.id for j in log.journals()] == before  # nothing removed
         assert log.first_seq == 1
@@ -97,6 +97,5 @@ def test_removal_is_refused_when_the_publishers_cannot_be_saved(tmp_path: Path) 
         await log.remove(oldest.id)  # the disk is fine again: removal works
         assert log.first_seq == oldest.last_seq + 1
         await log.close()
-
 
     run(body)
