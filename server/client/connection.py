@@ -171,8 +171,7 @@ class WebSocketTransport:
         self._wake.set()
 
     async def flush(self) -> None:
-        frame = self._handlers.data_to_send()
-        if frame:
+        while frame := self._handlers.data_to_send():
             await self._ws.send(frame)
 
     async def send(self, frame: bytes) -> None:

@@ -55,6 +55,10 @@ S = TypeVar("S")
 
 #: the version string the client sends on logon.
 CLIENT_VERSION: Final = "spool-python/0.1"
+#: a frame out holds queued messages up to this size (one larger message goes alone): an
+#: application that publishes faster than the socket drains must not build one frame past
+#: the broker's message limit (16 MiB by default), which ends the connection
+MAX_FRAME_BYTES: Final = 1024 * 1024
 
 
 def encode_body(data: bytes | str | Any) -> bytes:
@@ -382,11 +386,21 @@ class SessionState(Generic[S]):
         self.send({"c": "heartbeat", "o": "beat"})
 
     def data_to_send(self) -> bytes:
-        """Everything queued since the last call, as one frame (``b""`` when nothing is)."""
-        if not self._out:
+        """The next frame of what is queued (``b""`` when nothing is): the queued messages
+        in order, as many as fit in :data:`MAX_FRAME_BYTES` (at least one). Call it until
+        it returns ``b""``."""
+        out = self._out
+        if not out:
             return b""
-        frame = b"".join(self._out)
-        self._out.clear()
+        size = 0
+        for n, message in enumerate(out):
+            size += len(message)
+            if size > MAX_FRAME_BYTES and n:
+                frame = b"".join(out[:n])
+                del out[:n]
+                return frame
+        frame = b"".join(out)
+        out.clear()
         return frame
 
     # -- frames in -----------------------------------------------------------------------

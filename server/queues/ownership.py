@@ -209,7 +209,10 @@ class Ownership:
                 return False  # acked before it arrived
         owner = self.initial_owner or published_on
         entry = self._entries[bookmark] = _Entry(owner, 0, now_us)
-        self._by_owner.setdefault(owner, set()).add(bookmark)
+        bms = self._by_owner.get(owner)
+        if bms is None:
+            bms = self._by_owner[owner] = set()
+        bms.add(bookmark)
         if owner != self.instance:
             self._queue_request(bookmark, entry, now_us)
         if early is not None:
@@ -415,7 +418,10 @@ class Ownership:
                 bms.discard(bm)
                 if not bms:
                     del self._by_owner[old]
-            self._by_owner.setdefault(owner, set()).add(bm)
+            new = self._by_owner.get(owner)
+            if new is None:
+                new = self._by_owner[owner] = set()
+            new.add(bm)
         entry.owner = owner
         entry.epoch = epoch
         entry.granted_to = None

@@ -81,8 +81,7 @@ class FakeTransport:
 
     def _flush_now(self) -> None:
         self._scheduled = False
-        data = self.handlers.data_to_send()
-        if data:
+        while data := self.handlers.data_to_send():
             self._sent(data)
 
     def _sent(self, data: bytes) -> None:

@@ -30,7 +30,7 @@ from server.client.events import (
     QueryRecords,
     Replied,
 )
-from server.client.state import CLIENT_VERSION, SessionState, encode_body
+from server.client.state import CLIENT_VERSION, MAX_FRAME_BYTES, SessionState, encode_body
 from server.protocol import errors
 from server.protocol.delivery import split_deliveries
 from server.protocol.frame import FrameError, encode_message, parse_frame
@@ -617,3 +617,22 @@ def test_the_one_subscription_fast_path_gives_the_general_events(
     assert [type(e) for e in events_fast] == [type(e) for e in events_general]  # same runs
     assert bookkeeping(fast) == bookkeeping(general)
     assert (fast.error is None) == (general.error is None)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=MAX_FRAME_BYTES + 10), min_size=1, max_size=12))
+def test_frames_out_stay_under_the_limit_unless_one_message_is_larger(sizes: list[int]) -> None:
+    """Regression: publishing faster than the socket drains queued everything into one
+    frame (21 MB from twenty ``publish_many`` of 1,000 x 1 KB), past the broker's 16 MiB
+    message limit, and the broker closed the connection."""
+    state: SessionState[str] = SessionState("p")
+    for n in sizes:
+        state.publish("t", b"x" * n)
+    frames = []
+    while frame := state.data_to_send():
+        frames.append(frame)
+    got = [m for f in frames for m in parse_frame(f).messages]
+    assert [len(m.body) for m in got] == sizes  # every message once, in order
+    for f in frames:
+        if len(f) > MAX_FRAME_BYTES:
+            assert len(parse_frame(f).messages) == 1  # only a message too large alone
