@@ -36,16 +36,22 @@ _Job = tuple[Callable[[], object], asyncio.AbstractEventLoop, "asyncio.Future[ob
 class FileThread:
     """Jobs run one at a time, in order, on one worker thread (module docstring).
 
+    Each worker thread has its own queue: a thread that ends (idle, or closed) takes its
+    queue with it, and the next job starts a new thread on a new queue, so two threads
+    never share jobs; a new thread first waits for the one before it to end, so jobs
+    submitted after :meth:`close` run after what the closing thread still had, never
+    beside it.
+
     Args:
         name: the thread's name (shows in stack dumps and py-spy).
     """
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._pending = 0  # jobs submitted and not taken (under the lock)
+        #: the live thread's queue (None: no thread; the next job starts one)
+        self._jobs: queue.SimpleQueue[_Job | None] | None = None
+        self._last: threading.Thread | None = None  # the thread started last
 
     async def run(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` on the thread; its result or exception comes back here.
@@ -56,38 +62,39 @@ class FileThread:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[object] = loop.create_future()
         with self._lock:
-            self._pending += 1
-            self._jobs.put((fn, loop, fut))
-            thread = self._thread
-            if thread is None or not thread.is_alive():
-                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
-                self._thread.start()
+            jobs = self._jobs
+            if jobs is None:
+                jobs = self._jobs = queue.SimpleQueue()
+                self._last = threading.Thread(
+                    target=self._work, args=(jobs, self._last), name=self._name, daemon=True
+                )
+                self._last.start()
+            jobs.put((fn, loop, fut))
         result = await fut
         return result  # type: ignore[return-value]
 
     def close(self) -> None:
-        """End the thread once the queued jobs ran (it is not waited for)."""
+        """End the thread once the jobs queued so far ran (it is not waited for)."""
         with self._lock:
-            if self._thread is not None:
+            if self._jobs is not None:
                 self._jobs.put(None)
-                self._thread = None
+                self._jobs = None
 
-    def _work(self) -> None:
-        jobs = self._jobs
+    def _work(self, jobs: queue.SimpleQueue[_Job | None], before: threading.Thread | None) -> None:
+        if before is not None:
+            before.join()  # one thread at a time owns the files
         while True:
             try:
                 job = jobs.get(timeout=IDLE_EXIT)
             except queue.Empty:
-                with self._lock:
-                    if self._pending:
-                        continue  # a job arrived meanwhile: it is this thread's
-                    if self._thread is threading.current_thread():
-                        self._thread = None
+                with self._lock:  # jobs are put under the lock: empty now is empty
+                    if not jobs.empty():
+                        continue
+                    if self._jobs is jobs:
+                        self._jobs = None
                     return
             if job is None:
                 return
-            with self._lock:
-                self._pending -= 1
             fn, loop, fut = job
             try:
                 result = fn()

@@ -40,21 +40,41 @@ async def _exception() -> None:
 
 async def _idle() -> None:
     worker = FileThread("t")
-    first = await worker.run(threading.get_ident)
-    thread = worker._thread
-    assert thread is not None
-    await asyncio.to_thread(thread.join, 5)
-    assert not thread.is_alive() and worker._thread is None
-    second = await worker.run(threading.get_ident)
-    assert second != threading.get_ident() and isinstance(first, int)
+    first = await worker.run(threading.current_thread)
+    await asyncio.to_thread(first.join, 5)
+    assert not first.is_alive()  # it ended on its own
+    second = await worker.run(threading.current_thread)
+    assert second is not first and second is not threading.current_thread()
     worker.close()
 
 
 async def _after_close() -> None:
+    """Jobs submitted after a close, while the closing thread still runs a slow job, run
+    in order and never beside another job."""
     worker = FileThread("t")
-    await worker.run(lambda: None)
+    running = threading.Lock()
+    order: list[int] = []
+    release = threading.Event()
+
+    def job(i: int, slow: bool = False) -> int:
+        assert running.acquire(blocking=False), "two jobs ran at once"
+        try:
+            if slow:
+                release.wait(5)
+            order.append(i)
+            return i
+        finally:
+            running.release()
+
+    first = asyncio.ensure_future(worker.run(lambda: job(0, slow=True)))
+    await asyncio.sleep(0.05)  # let the slow job start
     worker.close()
-    assert await worker.run(lambda: 5) == 5
+    later = [asyncio.ensure_future(worker.run(lambda i=i: job(i))) for i in range(1, 6)]
+    await asyncio.sleep(0.05)
+    release.set()
+    assert await first == 0
+    assert [await f for f in later] == [1, 2, 3, 4, 5]
+    assert order[0] == 0 and sorted(order) == list(range(6))
     worker.close()
 
 
