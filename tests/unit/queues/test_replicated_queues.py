@@ -13,7 +13,7 @@ import orjson
 from server.clock import VirtualClock
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, fabric_of, scenario, xml
-from tests.support.replication import destination
+from tests.support.replication import MemoryFabric, destination
 
 QUEUE = (
     "<Queue><Name>work</Name><MessageType>json</MessageType>"
@@ -45,6 +45,19 @@ async def _linked(clock: VirtualClock, h: dict[str, EngineHarness]) -> None:
         repl = h[x].broker.replication
         assert repl is not None
         await drive(clock, lambda r=repl, d=y: r.destinations[d].connected)
+
+
+async def _cut_off_a(
+    fabric: MemoryFabric, clock: VirtualClock, h: dict[str, EngineHarness], *, both: bool = True
+) -> None:
+    """Partition a from b (a's link to b, and with ``both`` b's to a too), until b has
+    seen a's inbound link go."""
+    fabric.cut(B, source="a")
+    if both:
+        fabric.cut(A, source="b")
+    repl_b = h["b"].broker.replication
+    assert repl_b is not None
+    await drive(clock, lambda: "a" not in repl_b.inbound)
 
 
 def _pub(client: FakeClient, origin: str, ns: range) -> None:
@@ -134,11 +147,7 @@ async def test_proxied_transfer_takes_over_from_an_offline_owner(tmp_path: Path)
         # a delivers its own messages; its consumer takes 5 (backlog) and never acks
         await drive(clock, lambda: len(wa.client.deliveries("q")) == 5 and _depth(h["b"]) == 10)
         # a goes away (its link into b and b's into it break)
-        fabric.cut(B, source="a")
-        fabric.cut(A, source="b")
-        repl_b = h["b"].broker.replication
-        assert repl_b is not None
-        await drive(clock, lambda: "a" not in repl_b.inbound)
+        await _cut_off_a(fabric, clock, h)
         wb = Worker(await h["b"].logon("wb"))
         await clock.advance(1.0)
         await drive(clock, lambda: True)
@@ -177,10 +186,7 @@ async def test_the_enable_action_takes_over_and_says_how_many(tmp_path: Path) ->
         await _linked(clock, h)
         _pub(await h["a"].logon("pa"), "a", range(3))
         await drive(clock, lambda: _depth(h["b"]) == 3)
-        fabric.cut(B, source="a")
-        repl_b = h["b"].broker.replication
-        assert repl_b is not None
-        await drive(clock, lambda: "a" not in repl_b.inbound)
+        await _cut_off_a(fabric, clock, h, both=False)
         task = asyncio.ensure_future(h["b"].broker.actions.run_admin("enable", {}, "ops"))
         await drive(clock, task.done)
         step = task.result().steps[0]
@@ -198,11 +204,7 @@ async def test_a_proxied_takeover_is_handed_back_when_the_owner_returns(tmp_path
         await _linked(clock, h)
         _pub(await h["a"].logon("pa"), "a", range(10))
         await drive(clock, lambda: _depth(h["b"]) == 10)
-        fabric.cut(B, source="a")
-        fabric.cut(A, source="b")
-        repl_b = h["b"].broker.replication
-        assert repl_b is not None
-        await drive(clock, lambda: "a" not in repl_b.inbound)
+        await _cut_off_a(fabric, clock, h)
         assert h["b"].broker.queues.set_proxied_transfer("work", True, "ops") == 10
         # b's consumer processes 3, and holds 5 more when a comes back (backlog 5)
         cb = await h["b"].logon("cb")
@@ -260,11 +262,7 @@ async def test_a_tick_does_not_walk_messages_owned_elsewhere(tmp_path: Path) -> 
         await _linked(clock, h)
         _pub(await h["a"].logon("pa"), "a", range(200))
         await drive(clock, lambda: _depth(h["b"]) == 200)
-        fabric.cut(B, source="a")
-        fabric.cut(A, source="b")
-        repl_b = h["b"].broker.replication
-        assert repl_b is not None
-        await drive(clock, lambda: "a" not in repl_b.inbound)
+        await _cut_off_a(fabric, clock, h)
         cb = await h["b"].logon("cb")
         cb.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=5"}, b""))
         machine = h["b"].broker.queues.queues["work"].machine
