@@ -47,6 +47,7 @@ from typing import Final
 
 import orjson
 
+from server import speedups
 from server.replication.bootframes import (
     BOOT_TYPES,
     BOOTSTRAP,
@@ -86,6 +87,7 @@ __all__ = [
     "SyncNotice",
     "Welcome",
     "decode_runs",
+    "decode_runs_py",
     "encode",
     "first_type",
 ]
@@ -398,8 +400,10 @@ def _strings(payload: bytes, pos: int, n: int, what: str) -> tuple[list[str], in
     return out, pos
 
 
-def decode_runs(payload: bytes, count: int) -> list[Run]:
-    """The runs of an (uncompressed) ``data`` payload.
+def decode_runs_py(payload: bytes, count: int) -> list[Run]:
+    """The runs of an (uncompressed) ``data`` payload (the pure-Python twin, and the
+    specification: ``_frames_c.pyx`` gives the same runs, :func:`decode_runs` is the one
+    selected).
 
     Raises:
         ReplicationProtocolError: the bytes are not ``count`` well-formed records.
@@ -453,6 +457,26 @@ def decode_runs(payload: bytes, count: int) -> list[Run]:
     if pos != end:
         raise ReplicationProtocolError(f"{end - pos} bytes follow the last record")
     return runs
+
+
+def _decode_runs_c(payload: bytes, count: int) -> list[Run]:
+    """:func:`decode_runs_py` with its per-record loop compiled; a malformed payload goes
+    to the Python twin, which raises the exact error."""
+    assert _decode_run_fields is not None
+    fields = _decode_run_fields(bytes(payload), count, _strings)
+    if fields is None:
+        return decode_runs_py(payload, count)
+    return [Run(*f) for f in fields]
+
+
+try:
+    from server.replication._frames_c import decode_run_fields as _decode_run_fields
+except ImportError:  # not built: speedups.status() says why
+    _decode_run_fields = None  # type: ignore[assignment]
+
+decode_runs = (
+    _decode_runs_c if speedups.ENABLED and _decode_run_fields is not None else decode_runs_py
+)
 
 
 # -- parsing ----------------------------------------------------------------------------
