@@ -1,4 +1,4 @@
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 def decode_run_fields(
     payload: bytes,
@@ -21,3 +21,10 @@ def decode_run_fields(
     ]
     | None
 ): ...
+
+def pack_fixed(
+    source_seqs: Sequence[int],
+    timestamps_us: Sequence[int],
+    pub_seqs: Sequence[int],
+    bodies: Sequence[bytes],
+) -> bytes | None: ...

@@ -124,3 +124,43 @@ def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
     if pos != end:
         return None
     return runs
+
+
+def pack_fixed(object source_seqs, object timestamps_us, object pub_seqs, object bodies):
+    """The fixed part of a run's records (``u64 source_seq, i64 timestamp_us, u64 pub_seq,
+    u32 body_len`` each), one ``bytes``; ``None`` when a column does not fit its field or
+    the columns differ in length (the caller asks the Python twin, which raises or packs
+    exactly as it would)."""
+    cdef list seqs = list(source_seqs)
+    cdef list times = list(timestamps_us)
+    cdef list pseqs = list(pub_seqs)
+    cdef list bods = list(bodies)
+    cdef Py_ssize_t n = len(bods)
+    cdef Py_ssize_t i
+    cdef uint64_t u
+    cdef int64_t s
+    cdef uint32_t blen
+    cdef Py_ssize_t size
+    cdef bytes body
+    if len(seqs) != n or len(times) != n or len(pseqs) != n:
+        return None
+    out = PyBytes_FromStringAndSize(NULL, n * _FIXED_SIZE)
+    cdef char *p = PyBytes_AS_STRING(out)
+    try:
+        for i in range(n):
+            body = bods[i]
+            size = PyBytes_GET_SIZE(body)
+            if size > 0xFFFFFFFF:
+                return None
+            blen = <uint32_t>size
+            u = seqs[i]
+            memcpy(p, &u, 8)
+            s = times[i]
+            memcpy(p + 8, &s, 8)
+            u = pseqs[i]
+            memcpy(p + 16, &u, 8)
+            memcpy(p + 24, &blen, 4)
+            p += _FIXED_SIZE
+    except (OverflowError, TypeError):
+        return None
+    return out

@@ -226,3 +226,33 @@ def test_the_compiled_run_decoder_agrees_with_the_python_one(
         count += data.draw(st.sampled_from([-1, 1]))
     raw = bytes(damaged)
     assert _outcome(frames._decode_runs_c, raw, count) == _outcome(decode_runs_py, raw, count)
+
+
+@pytest.mark.skipif(_frames_c is None, reason="the compiled twin is not built")
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-5, 2**64 + 5), st.integers(-(2**63) - 5, 2**63 + 5),
+            st.integers(-5, 2**64 + 5), st.binary(max_size=20),
+        ),
+        max_size=8,
+    ),
+    st.booleans(),
+)  # fmt: skip
+def test_the_compiled_fixed_packer_agrees_with_the_python_one(
+    records: list[tuple[int, int, int, bytes]], as_range: bool
+) -> None:
+    """Same bytes for values that fit (a range of seqs as the packer gets them for
+    consecutive records); the same error for one that does not."""
+    seqs: list[int] | range = [r[0] for r in records]
+    if as_range:
+        seqs = range(7, 7 + len(records))
+    cols = (seqs, [r[1] for r in records], [r[2] for r in records], [r[3] for r in records])
+
+    def outcome(pack: Callable[..., bytes]) -> object:
+        try:
+            return pack(*cols)
+        except struct.error as exc:
+            return ("error", str(exc))
+
+    assert outcome(frames._pack_fixed_c) == outcome(frames.pack_fixed_py)
