@@ -21,7 +21,6 @@ def decode_run_fields(
     ]
     | None
 ): ...
-
 def pack_fixed(
     source_seqs: Sequence[int],
     timestamps_us: Sequence[int],
