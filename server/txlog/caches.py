@@ -197,17 +197,22 @@ class CacheWriter:
         """New open indexes, index entries, seals, ``clients.ack`` of one batch."""
         for j in created:
             self._new_index(j.base, done)
+        # One write per journal, not one per entry: a batch of small records closes many
+        # blocks (a syscall each was ~10 % of a 1 KB persisted publish's broker samples).
+        entries: dict[int, list[bytes]] = {}
         for j, entry in batch.index_entries:
-            fd = self._fds.get(j.base, -1)
+            entries.setdefault(j.base, []).append(entry)
+        for base, parts in entries.items():
+            fd = self._fds.get(base, -1)
             if fd < 0:
                 continue
             try:
-                os.write(fd, entry)
+                _write_all(fd, b"".join(parts))
             except OSError as exc:
-                done.errors.append(f"index of journal {j.base}: {exc}")
+                done.errors.append(f"index of journal {base}: {exc}")
                 with contextlib.suppress(OSError):
                     os.close(fd)
-                self._fds[j.base] = -1
+                self._fds[base] = -1
         for j in batch.finished:
             self._seal(j, done)
         if batch.clients is not None:
@@ -260,3 +265,10 @@ class CacheWriter:
             done.errors.append(f"{path}: sealed index does not read back")
             return
         done.sealed.append((j, sealed))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may be short)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
