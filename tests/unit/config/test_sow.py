@@ -287,9 +287,13 @@ def test_target_queue_depth_is_refused_on_a_replicated_queue() -> None:
         "<Transports><Transport><Name>w</Name><Type>websocket</Type></Transport>"
         "<Transport><Name>r</Name><Type>amps-replication</Type></Transport></Transports>"
     )
-    body = log + transports + sow(
-        "<Queue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
-        "<TargetQueueDepth>10</TargetQueueDepth></Queue>"
+    body = (
+        log
+        + transports
+        + sow(
+            "<Queue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
+            "<TargetQueueDepth>10</TargetQueueDepth></Queue>"
+        )
     )
     with pytest.raises(ConfigError) as err:
         parse(doc(body))
