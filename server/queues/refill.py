@@ -20,6 +20,7 @@ from server.queues.machine import Message, Removal
 from server.queues.stage import QueueRuntime
 from server.stats.source import EventSink
 from server.txlog import TransactionLog
+from server.txlog.record import Record
 
 __all__ = ["Refills"]
 
@@ -48,6 +49,10 @@ class Refills:
         self._events = events
         self._locks: dict[QueueRuntime, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: per queue, the records of its last read past where the window stopped (log
+        #: records never change): the next refill starts with them instead of reading the
+        #: same span again; at most one read's worth (``_STEP`` records, ~1 MiB) a queue
+        self._ahead: dict[QueueRuntime, list[Record]] = {}
         #: messages activated by refills (all queues), for tests and the bench
         self.activated = 0
 
@@ -78,14 +83,19 @@ class Refills:
         assert window is not None and txlog is not None
         try:
             async with self._lock(queue):
-                while room := window.room(queue.machine.depth):
+                while window.room(queue.machine.depth):
                     start = window.cursor
-                    records = await txlog.read_appended(
-                        start, max_count=min(_STEP, max(64, room * 4)), upto_seq=txlog.last_seq
-                    )
+                    records = self._ahead.pop(queue, None)
+                    if not records or records[0].seq > start:
+                        records = await txlog.read_appended(
+                            start, max_count=_STEP, upto_seq=txlog.last_seq
+                        )
                     if not records or window.cursor != start:
                         break
                     self.activated += queue.activate(records, txlog.last_seq)
+                    cursor = window.cursor
+                    if cursor and records[-1].seq >= cursor:
+                        self._ahead[queue] = records[max(0, cursor - records[0].seq) :]
                     self._changed(queue)
         except Exception as exc:  # a damaged journal: the messages stay inactive, reported
             self._events.emit("error", "queue", "queue_refill_failed", queue=queue.config.name,

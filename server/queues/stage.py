@@ -171,23 +171,21 @@ class QueueRuntime:
         pub_hash: Sequence[int],
         pub_seqs: Sequence[int],
         origin: str = "",
-        activating: bool = False,
     ) -> int:
         """Messages of ``topic`` (consecutive seqs from ``first_seq``, published on
         instance ``origin``) enter the queue if its filter takes them (and its window
-        has room: the others are inactive); returns how many did. ``activating``: a
-        refill of the window (the filter and the window were asked already)."""
+        has room: the others are inactive); returns how many did."""
         flt, barrier, priority = self.filter, self.barrier, self.priority
         add = self.machine.add
         own = self.ownership
-        window = None if activating else self.window
+        window = self.window
         n = 0
         for i, body in enumerate(bodies):
             bm = format_bookmark(pub_hash[i], pub_seqs[i])
             view: MessageView | None = None
             if flt is not None or barrier is not None or priority is not None:
                 view = MessageView(topic, body, bookmark=bm)
-                if not activating and flt is not None and not flt.matches(view):
+                if flt is not None and not flt.matches(view):
                     continue
             if window is not None and not window.admits(first_seq + i, self.machine.depth):
                 continue
@@ -217,26 +215,39 @@ class QueueRuntime:
         whose ack was deferred is skipped. Returns how many were activated."""
         window = self.window
         assert window is not None
-        flt = self.filter
-        config = self.config
+        flt, barrier, priority = self.filter, self.barrier, self.priority
+        takes = self.config.takes
+        add = self.machine.add
+        cursor = window.cursor
+        room = window.target - self.machine.depth
         n = 0
         for rec in records:
-            if rec.seq < window.cursor:
+            seq = rec.seq
+            if seq < cursor or rec.kind not in _MESSAGE_KINDS or not takes(rec.topic):
                 continue
-            if rec.kind not in _MESSAGE_KINDS or not config.takes(rec.topic):
-                continue
-            if flt is not None and not flt.matches(
-                MessageView(rec.topic, rec.body, bookmark=rec.bookmark)
-            ):
-                continue
-            if not window.room(self.machine.depth):
-                window.moved(rec.seq, last_seq)
+            view: MessageView | None = None
+            if flt is not None or barrier is not None or priority is not None:
+                view = MessageView(rec.topic, rec.body, bookmark=rec.bookmark)
+                if flt is not None and not flt.matches(view):
+                    continue
+            if room <= 0:
+                window.moved(seq, last_seq)
                 return n
-            if window.passes(rec.seq):
-                n += self.admit(
-                    rec.topic, [rec.body], rec.seq, [rec.timestamp_us], [rec.pub_hash],
-                    [rec.pub_seq], published_on(rec.path, self.instance), activating=True,
-                )  # fmt: skip
+            if not window.passes(seq):
+                continue  # its ack was deferred: it never becomes active
+            prio = 0
+            if priority is not None and view is not None:
+                value = priority.evaluate(view)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    prio = int(value)
+            add(
+                Message(
+                    seq, rec.bookmark, rec.topic, rec.body, rec.timestamp_us, priority=prio,
+                    barrier=barrier is not None and view is not None and barrier.matches(view),
+                )
+            )  # fmt: skip
+            room -= 1
+            n += 1
         if records:
             window.moved(records[-1].seq + 1, last_seq)
         return n
