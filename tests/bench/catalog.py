@@ -551,7 +551,6 @@ def _queue_specs() -> list[ScenarioSpec]:
             {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
             ("msgs_per_s", "publish_msgs_per_s"),
             (),
-            profile=True,
         ),
     ]
 
