@@ -22,14 +22,33 @@ off (Spool has protocol heartbeats).
 from __future__ import annotations
 
 import asyncio
+import base64
+import collections
 import contextlib
+import secrets
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
+from urllib.parse import urlsplit
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.frames import Opcode
+
+from server.client.websocket import (
+    Closed,
+    Event,
+    HandshakeRejected,
+    Inbound,
+    Message,
+    Ping,
+    Violation,
+    encode_close,
+    encode_frame,
+    handshake_request,
+    parse_handshake_response,
+)
 
 
 class HandshakeFailed(ConnectionError):
@@ -119,7 +138,28 @@ class Connector(Protocol):
     ) -> Awaitable[Transport]: ...
 
 
-class WebSocketTransport:
+class _Beating:
+    """The heartbeat timer both transports share."""
+
+    _heartbeat: asyncio.Task[None] | None = None
+
+    def start_heartbeat(self, interval: float, beat: Callable[[], None]) -> None:
+        self._stop_heartbeat()
+        self._heartbeat = asyncio.get_running_loop().create_task(self._beat(interval, beat))
+
+    @staticmethod
+    async def _beat(interval: float, beat: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            beat()
+
+    def _stop_heartbeat(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+            self._heartbeat = None
+
+
+class WebSocketTransport(_Beating):
     """:class:`Transport` over a ``websockets`` client connection."""
 
     def __init__(self, ws: ClientConnection, handlers: Handlers) -> None:
@@ -128,7 +168,6 @@ class WebSocketTransport:
         self._handlers = handlers
         self._wake = asyncio.Event()
         self._last_received = loop.time()
-        self._heartbeat: asyncio.Task[None] | None = None
         self._reader = loop.create_task(self._read())
         self._writer = loop.create_task(self._write())
 
@@ -208,23 +247,6 @@ class WebSocketTransport:
             else:
                 self._handlers.connection_lost("", None)
 
-    # -- heartbeat -----------------------------------------------------------------------
-
-    def start_heartbeat(self, interval: float, beat: Callable[[], None]) -> None:
-        self._stop_heartbeat()
-        self._heartbeat = asyncio.get_running_loop().create_task(self._beat(interval, beat))
-
-    @staticmethod
-    async def _beat(interval: float, beat: Callable[[], None]) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            beat()
-
-    def _stop_heartbeat(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
-            self._heartbeat = None
-
     # -- end -----------------------------------------------------------------------------
 
     def abort(self) -> None:
@@ -249,6 +271,310 @@ class WebSocketTransport:
                 await task
 
 
+class TransportClosed(ConnectionError):
+    """A frame was to be sent on a connection that has ended or is closing."""
+
+
+QUEUE_HIGH: Final = 4 * 1024 * 1024
+"""Received bytes waiting for the frame handler above which the socket stops being read
+(TCP backpressure reaches the broker); reading resumes below :data:`QUEUE_LOW`."""
+QUEUE_LOW: Final = 1024 * 1024
+CLOSE_TIMEOUT: Final = 10.0
+"""How long :meth:`StreamTransport.close` waits for the broker's side of the closing
+handshake before it drops the connection."""
+
+
+class _Stream(asyncio.BufferedProtocol):
+    """The socket's side of a :class:`StreamTransport`: reads land in the buffer of an
+    :class:`~server.client.websocket.Inbound` (after the handshake's response head), whole
+    messages wait in a deque for the transport's reader task."""
+
+    def __init__(self, key: str, max_size: int | None) -> None:
+        loop = asyncio.get_running_loop()
+        self.key = key
+        self.inbound = Inbound(max_size)
+        self.transport: asyncio.Transport | None = None
+        self.opened: asyncio.Future[None] = loop.create_future()
+        self.ended = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.messages: collections.deque[bytes] = collections.deque()
+        self.queued = 0
+        self.paused = False
+        self.close_sent = False
+        self.close_rcvd: Closed | None = None
+        self._head: bytearray | None = bytearray()
+        self._head_room = bytearray(16 * 1024)
+
+    # -- asyncio callbacks ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._head is not None:
+            return memoryview(self._head_room)
+        return self.inbound.room()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._head is not None:
+            self._handshake(nbytes)
+        else:
+            self._deliver(self.inbound.received(nbytes))
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(
+                HandshakeFailed("the connection ended during the websocket handshake")
+            )
+        self.ended.set()
+        self.wake.set()
+        self.writable.set()  # a writer waiting for room finds the connection gone
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    # -- what the callbacks do --------------------------------------------------------------
+
+    def _handshake(self, nbytes: int) -> None:
+        head = self._head
+        assert head is not None
+        head += self._head_room[:nbytes]
+        try:
+            used = parse_handshake_response(head, self.key)
+        except HandshakeRejected as exc:
+            if not self.opened.done():
+                self.opened.set_exception(HandshakeFailed(exc.reason, exc.status))
+            self.abort()
+            return
+        if used is None:
+            return
+        self._head = None
+        self.opened.set_result(None)
+        self._deliver(self.inbound.feed(bytes(head[used:])))
+
+    def _deliver(self, events: list[Event]) -> None:
+        for event in events:
+            if type(event) is Message:
+                self.messages.append(event.data)
+                self.queued += len(event.data)
+            elif type(event) is Ping:
+                self.write(encode_frame(Opcode.PONG, event.data))
+            elif type(event) is Closed:
+                self.close_rcvd = event
+                if not self.close_sent:  # echo it (RFC 6455 5.5.1), then end
+                    self.send_close(event.code if event.code != 1005 else None, "")
+                if self.transport is not None:
+                    self.transport.close()
+            elif type(event) is Violation:
+                self.fail(event.code, event.reason)
+        if events:
+            self.wake.set()
+        if self.queued > QUEUE_HIGH and not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def taken(self, size: int) -> None:
+        """The reader handed on a message of ``size`` bytes."""
+        self.queued -= size
+        if self.paused and self.queued < QUEUE_LOW:
+            self.resume()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None and not self.transport.is_closing():
+            self.paused = False
+            self.transport.resume_reading()
+
+    def write(self, data: bytes) -> None:
+        if self.transport is None or self.transport.is_closing():
+            raise TransportClosed("the connection to the broker is closed")
+        self.transport.write(data)
+
+    def send_close(self, code: int | None, reason: str) -> None:
+        """Send a close frame once (``code`` None: one without a code)."""
+        if self.close_sent or self.transport is None or self.transport.is_closing():
+            return
+        self.close_sent = True
+        payload = (
+            encode_close(code, reason) if code is not None else encode_frame(Opcode.CLOSE, b"")
+        )
+        self.transport.write(payload)
+
+    def fail(self, code: int, reason: str) -> None:
+        """End the connection on a protocol violation: a close frame, then the socket."""
+        self.send_close(code, reason)
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+
+class StreamTransport(_Beating):
+    """:class:`Transport` on an asyncio ``BufferedProtocol`` and Spool's own frame reader
+    (:mod:`server.client.websocket`): the socket reads into the one buffer the messages
+    are sliced from, once. The default transport (docs/performance.md, "Client")."""
+
+    def __init__(self, stream: _Stream, handlers: Handlers) -> None:
+        loop = asyncio.get_running_loop()
+        self._stream = stream
+        self._handlers = handlers
+        self._wake = asyncio.Event()
+        self._last_received = loop.time()
+        self._reader = loop.create_task(self._read())
+        self._writer = loop.create_task(self._write())
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        handlers: Handlers,
+        *,
+        open_timeout: float = 10.0,
+        max_size: int | None = 64 * 1024 * 1024,
+        ssl: ssl.SSLContext | None = None,
+    ) -> StreamTransport:
+        """Connect to ``url`` (``ws://`` or ``wss://host:port/amps/json``) and start
+        reading. A ``wss://`` URL verifies the broker's certificate (``ssl``, or the
+        system's CAs)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("ws", "wss") or not parts.hostname:
+            raise ValueError(f"not a websocket URL: {url!r}")
+        secure = parts.scheme == "wss"
+        host = parts.hostname
+        port = parts.port or (443 if secure else 80)
+        context = (ssl if ssl is not None else default_tls_context()) if secure else None
+        resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host_header = f"[{host}]" if ":" in host else host
+        if parts.port is not None:
+            host_header += f":{parts.port}"
+        key = base64.b64encode(secrets.token_bytes(16)).decode("ascii")
+        loop = asyncio.get_running_loop()
+        stream = _Stream(key, max_size)
+        try:
+            async with asyncio.timeout(open_timeout):
+                await loop.create_connection(
+                    lambda: stream,
+                    host,
+                    port,
+                    ssl=context,
+                    server_hostname=host if context is not None else None,
+                )
+                stream.write(handshake_request(host_header, resource, key))
+                await stream.opened
+        except BaseException:
+            if not stream.opened.done():
+                stream.opened.cancel()  # nobody waits for it any more
+            stream.abort()
+            raise
+        return cls(stream, handlers)
+
+    @property
+    def last_received(self) -> float:
+        return self._last_received
+
+    # -- out -----------------------------------------------------------------------------
+
+    def flush_soon(self) -> None:
+        self._wake.set()
+
+    async def flush(self) -> None:
+        while frame := self._handlers.data_to_send():
+            await self._send_frame(frame)
+
+    async def send(self, frame: bytes) -> None:
+        await self.flush()
+        await self._send_frame(frame)
+
+    async def _send_frame(self, frame: bytes) -> None:
+        stream = self._stream
+        if stream.close_sent:
+            raise TransportClosed("the connection to the broker is closing")
+        stream.write(encode_frame(Opcode.BINARY, frame))
+        if not stream.writable.is_set():
+            await stream.writable.wait()
+            if stream.ended.is_set():
+                raise TransportClosed("the connection to the broker is closed")
+
+    async def _write(self) -> None:
+        wake = self._wake
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                await self.flush()
+        except TransportClosed:
+            pass
+
+    # -- in ------------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        stream = self._stream
+        messages = stream.messages
+        received = self._handlers.frame_received
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while messages:
+                    frame = messages.popleft()
+                    stream.taken(len(frame))
+                    self._last_received = loop.time()
+                    await received(frame)
+                if stream.ended.is_set() and not messages:
+                    break
+                stream.wake.clear()
+                await stream.wake.wait()
+        finally:
+            self._stop_heartbeat()
+            rcvd = stream.close_rcvd
+            if rcvd is not None:
+                self._handlers.connection_lost(rcvd.reason, rcvd.code)
+            else:
+                self._handlers.connection_lost("", None)
+
+    # -- end -----------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        self._stop_heartbeat()
+        self._stream.abort()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        # As WebSocketTransport.close: beats stop, what is queued leaves, the closing
+        # handshake (bounded), then the tasks stop (the reader reports as it stops).
+        self._stop_heartbeat()
+        stream = self._stream
+        with contextlib.suppress(Exception):
+            await self.flush()
+        stream.send_close(code, reason)
+        stream.resume()  # the broker's close must be read even if the handler lags
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await stream.ended.wait()
+        except TimeoutError:
+            stream.abort()
+        current = asyncio.current_task()
+        for task in (self._reader, self._writer):
+            if task is current:
+                continue
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def default_tls_context() -> ssl.SSLContext:
+    """What a ``wss://`` URL gets without a context: the system's CAs, host names checked."""
+    return ssl.create_default_context()
+
+
 async def connect_websocket(
     url: str,
     handlers: Handlers,
@@ -257,10 +583,35 @@ async def connect_websocket(
     max_size: int | None,
     ssl: ssl.SSLContext | None = None,
 ) -> Transport:
-    """The default :class:`Connector`: a :class:`WebSocketTransport`."""
+    """The default :class:`Connector`: a :class:`StreamTransport`."""
+    return await StreamTransport.open(
+        url, handlers, open_timeout=open_timeout, max_size=max_size, ssl=ssl
+    )
+
+
+async def connect_library_websocket(
+    url: str,
+    handlers: Handlers,
+    *,
+    open_timeout: float,
+    max_size: int | None,
+    ssl: ssl.SSLContext | None = None,
+) -> Transport:
+    """A :class:`Connector` for the ``websockets`` library's transport
+    (:class:`WebSocketTransport`): what the client used before :class:`StreamTransport`,
+    kept as its reference in the transport tests."""
     return await WebSocketTransport.open(
         url, handlers, open_timeout=open_timeout, max_size=max_size, ssl=ssl
     )
 
 
-__all__ = ["Connector", "Handlers", "Transport", "WebSocketTransport", "connect_websocket"]
+__all__ = [
+    "Connector",
+    "Handlers",
+    "StreamTransport",
+    "Transport",
+    "TransportClosed",
+    "WebSocketTransport",
+    "connect_library_websocket",
+    "connect_websocket",
+]

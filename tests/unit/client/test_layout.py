@@ -34,4 +34,13 @@ def test_the_session_state_imports_no_io(module: str) -> None:
 
 
 def test_the_transport_knows_no_protocol() -> None:
-    assert {n for n in imported("connection") if n.startswith("server")} == set()
+    """The transport speaks websocket (its sans-I/O codec), never Spool's protocol."""
+    assert {n for n in imported("connection") if n.startswith("server")} == {
+        "server.client.websocket"
+    }
+
+
+def test_the_websocket_codec_does_no_io() -> None:
+    io = {n for n in imported("websocket") if n.split(".")[0] in {"asyncio", "socket", "ssl"}}
+    assert io == set()
+    assert {n for n in imported("websocket") if n.startswith("server")} == set()
