@@ -21,6 +21,7 @@ _SOURCES = {
     "server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
     "server._wire_c": ["server/_wire_c.pyx"],
     "server.sow._fileformat_c": ["server/sow/_fileformat_c.pyx"],
+    "server.replication._frames_c": ["server/replication/_frames_c.pyx"],
 }
 
 

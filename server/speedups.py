@@ -38,6 +38,7 @@ EXTENSIONS: Final[dict[str, str]] = {
     "server.txlog._batch_c": "server.txlog.batch",
     "server._wire_c": "server.wire",
     "server.sow._fileformat_c": "server.sow.fileformat",
+    "server.replication._frames_c": "server.replication.frames",
 }
 
 Implementation = Literal["compiled", "python", "partial"]

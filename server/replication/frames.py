@@ -47,6 +47,7 @@ from typing import Final
 
 import orjson
 
+from server import speedups
 from server.replication.bootframes import (
     BOOT_TYPES,
     BOOTSTRAP,
@@ -86,6 +87,7 @@ __all__ = [
     "SyncNotice",
     "Welcome",
     "decode_runs",
+    "decode_runs_py",
     "encode",
     "first_type",
 ]
@@ -297,6 +299,33 @@ def encode(message: Message) -> bytes:
     return _json(MessageType.STREAM, {"start": message.start, "source_last": message.source_last})
 
 
+def pack_fixed_py(
+    source_seqs: Sequence[int],
+    timestamps_us: Sequence[int],
+    pub_seqs: Sequence[int],
+    bodies: Sequence[bytes],
+) -> bytes:
+    """The fixed part of a run's records, one ``_FIXED`` each (the pure-Python twin;
+    ``_frames_c.pack_fixed`` writes the same bytes in one pass, :func:`pack_fixed` is
+    the one selected)."""
+    return b"".join(map(_FIXED.pack, source_seqs, timestamps_us, pub_seqs, map(len, bodies)))
+
+
+def _pack_fixed_c(
+    source_seqs: Sequence[int],
+    timestamps_us: Sequence[int],
+    pub_seqs: Sequence[int],
+    bodies: Sequence[bytes],
+) -> bytes:
+    """:func:`pack_fixed_py` compiled; a value that does not fit its field goes to the
+    Python twin, which raises as it always did."""
+    assert _pack_fixed is not None
+    out = _pack_fixed(source_seqs, timestamps_us, pub_seqs, bodies)
+    if out is None:
+        return pack_fixed_py(source_seqs, timestamps_us, pub_seqs, bodies)
+    return out
+
+
 class RecordsWriter:
     """Records encoded into a ``data`` payload, a run at a time (the source's hot path).
 
@@ -333,10 +362,9 @@ class RecordsWriter:
             raw = entry.encode()
             head.append(bytes((len(raw),)))
             head.append(raw)
-        lengths = list(map(len, bodies))
         parts = self._parts
         parts.extend(head)
-        parts.append(b"".join(map(_FIXED.pack, source_seqs, timestamps_us, pub_seqs, lengths)))
+        parts.append(pack_fixed(source_seqs, timestamps_us, pub_seqs, bodies))
         size = sum(map(len, head)) + n * _FIXED.size
         for column in (corr_ids, sow_keys):
             if column:
@@ -398,8 +426,10 @@ def _strings(payload: bytes, pos: int, n: int, what: str) -> tuple[list[str], in
     return out, pos
 
 
-def decode_runs(payload: bytes, count: int) -> list[Run]:
-    """The runs of an (uncompressed) ``data`` payload.
+def decode_runs_py(payload: bytes, count: int) -> list[Run]:
+    """The runs of an (uncompressed) ``data`` payload (the pure-Python twin, and the
+    specification: ``_frames_c.pyx`` gives the same runs, :func:`decode_runs` is the one
+    selected).
 
     Raises:
         ReplicationProtocolError: the bytes are not ``count`` well-formed records.
@@ -453,6 +483,28 @@ def decode_runs(payload: bytes, count: int) -> list[Run]:
     if pos != end:
         raise ReplicationProtocolError(f"{end - pos} bytes follow the last record")
     return runs
+
+
+def _decode_runs_c(payload: bytes, count: int) -> list[Run]:
+    """:func:`decode_runs_py` with its per-record loop compiled; a malformed payload goes
+    to the Python twin, which raises the exact error."""
+    assert _decode_run_fields is not None
+    fields = _decode_run_fields(bytes(payload), count, _strings)
+    if fields is None:
+        return decode_runs_py(payload, count)
+    return [Run(*f) for f in fields]
+
+
+try:
+    from server.replication._frames_c import decode_run_fields as _decode_run_fields
+    from server.replication._frames_c import pack_fixed as _pack_fixed
+except ImportError:  # not built: speedups.status() says why
+    _decode_run_fields = None  # type: ignore[assignment]
+    _pack_fixed = None  # type: ignore[assignment]
+
+_compiled = speedups.ENABLED and _decode_run_fields is not None
+decode_runs = _decode_runs_c if _compiled else decode_runs_py
+pack_fixed = _pack_fixed_c if _compiled else pack_fixed_py
 
 
 # -- parsing ----------------------------------------------------------------------------

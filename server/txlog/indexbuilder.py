@@ -73,8 +73,12 @@ class IndexBuilder:
         self.ranges: dict[int, list[list[int]]] = {}
         # pub_hash -> [min_ps, max_ps, last_seq, count] over the closed blocks
         self.summary: dict[int, list[int]] = {}
-        # the block being filled: (offset, length, ts, pub_hash, pub_seq) per record
+        # the block being filled: (offset, length, ts, pub_hash, pub_seq) per record, and
+        # its summary kept as records come (a run at a time): per publisher
+        # [min_ps, max_ps, count, last_seq], and the highest timestamp
         self._rows: list[tuple[int, int, int, int, int]] = []
+        self._open: dict[int, list[int]] = {}
+        self._cur_ts_max = -(1 << 63)
         self._cur_first = base_seq
         self._cur_off = 0
         self._cur_crc = 0
@@ -113,8 +117,7 @@ class IndexBuilder:
 
     @property
     def ts_max(self) -> int:
-        rows = self._rows
-        return max(self._closed_ts_max, max(r[2] for r in rows)) if rows else self._closed_ts_max
+        return max(self._closed_ts_max, self._cur_ts_max)
 
     @property
     def first_bookmark(self) -> tuple[int, int]:
@@ -190,28 +193,28 @@ class IndexBuilder:
         """
         return [row[3] for row in self.ranges.get(pub_hash, ())]
 
-    def _open_pubs(self) -> dict[int, list[int]]:
-        """Per publisher in the block being filled: ``[min_ps, max_ps, count, last_seq]``.
+    def _note(self, pub_hash: int, low: int, high: int, count: int, last_seq: int) -> None:
+        """Account ``count`` records of ``pub_hash`` (pub_seqs ``low..high``, the last at
+        ``last_seq``) in the open block's publisher summary ``[min_ps, max_ps, count,
+        last_seq]``.
 
-        A publisher's sequences increase along the log under its own key, so these are its
-        first and last there; under a late key (server/txlog/record.py) they need not.
+        A publisher's sequences increase along the log under its own key, so min and max
+        are its first and last there; under a late key (server/txlog/record.py) they need
+        not. Kept as records come (once per run) so closing a block, which happens every
+        few dozen records, does not walk its rows again.
         """
-        pubs: dict[int, list[int]] = {}
-        seq = self._cur_first
-        for _off, _len, _ts, ph, ps in self._rows:
-            if ph:
-                p = pubs.get(ph)
-                if p is None:
-                    pubs[ph] = [ps, ps, 1, seq]
-                else:
-                    if ps > p[1]:
-                        p[1] = ps
-                    elif ps < p[0]:
-                        p[0] = ps
-                    p[2] += 1
-                    p[3] = seq
-            seq += 1
-        return pubs
+        if not pub_hash:
+            return
+        p = self._open.get(pub_hash)
+        if p is None:
+            self._open[pub_hash] = [low, high, count, last_seq]
+            return
+        if low < p[0]:
+            p[0] = low
+        if high > p[1]:
+            p[1] = high
+        p[2] += count
+        p[3] = last_seq
 
     def late_spans(self, key: int, pub_seq: int) -> list[BlockSpan]:
         """Every block whose range of ``key`` covers ``pub_seq``: a late key's ranges need
@@ -238,8 +241,7 @@ class IndexBuilder:
                 yield ph, ps, ps, 1, None
 
     def publisher(self, pub_hash: int) -> PublisherSummary | None:
-        cur = self._open_pubs().get(pub_hash) if self._rows else None
-        return self._merged(pub_hash, cur)
+        return self._merged(pub_hash, self._open.get(pub_hash))
 
     def _merged(self, pub_hash: int, cur: list[int] | None) -> PublisherSummary | None:
         s = self.summary.get(pub_hash)
@@ -252,7 +254,7 @@ class IndexBuilder:
         )
 
     def publishers(self) -> Iterator[PublisherSummary]:
-        open_pubs = self._open_pubs()
+        open_pubs = self._open
         for h in self.summary.keys() | open_pubs.keys():
             p = self._merged(h, open_pubs.get(h))
             assert p is not None
@@ -275,6 +277,9 @@ class IndexBuilder:
             if self._first is None:
                 self._first = (ts, pub_hash, pub_seq)
         rows.append((offset, length, ts, pub_hash, pub_seq))
+        self._note(pub_hash, pub_seq, pub_seq, 1, self._cur_first + len(rows) - 1)
+        if ts > self._cur_ts_max:
+            self._cur_ts_max = ts
         self._cur_crc = _extend(self._cur_crc, data)
         if offset + length - self._cur_off >= self.block_bytes:
             return self.close_block()
@@ -319,10 +324,15 @@ class IndexBuilder:
             closes = stop <= n
             if not closes:
                 stop = n
+            ps = pub_seqs[i:stop]
             rows.extend(
                 zip(offsets[i:stop], sizes[i:stop], repeat(ts, stop - i),
-                    repeat(pub_hash, stop - i), pub_seqs[i:stop], strict=True)
+                    repeat(pub_hash, stop - i), ps, strict=True)
             )  # fmt: skip
+            if pub_hash:
+                self._note(pub_hash, min(ps), max(ps), stop - i, seq + stop - 1)
+            if ts > self._cur_ts_max:
+                self._cur_ts_max = ts
             self._cur_crc = _extend(self._cur_crc, b"".join(datas[i:stop]))
             if closes:
                 entries.append(self.close_block())
@@ -356,6 +366,12 @@ class IndexBuilder:
                 j += 1
             stop = j + 1 if j < n else n
             self._rows.extend(scanned[i:stop])
+            seq_i = seq + i
+            for _off, _len, r_ts, ph, ps in scanned[i:stop]:
+                self._note(ph, ps, ps, 1, seq_i)
+                if r_ts > self._cur_ts_max:
+                    self._cur_ts_max = r_ts
+                seq_i += 1
             first_off = scanned[i][0] - buf_offset
             last = scanned[stop - 1]
             self._cur_crc = _extend(self._cur_crc, buf[first_off : last[0] + last[1] - buf_offset])
@@ -374,8 +390,8 @@ class IndexBuilder:
             return b""
         block_no = len(self.b_first)
         first = self._cur_first
-        pubs = self._open_pubs()
-        ts_max = max(self._closed_ts_max, max(r[2] for r in rows))
+        pubs = self._open
+        ts_max = max(self._closed_ts_max, self._cur_ts_max)
         last = rows[-1]
         length = last[0] + last[1] - self._cur_off
         last_rel = last[0] - self._cur_off
@@ -422,6 +438,8 @@ class IndexBuilder:
         self._cur_off = self._closed_end
         self._cur_crc = 0
         self._rows = []
+        self._open = {}
+        self._cur_ts_max = -(1 << 63)
         return entry
 
     def restore(self, entries: list[OpenIndexEntry]) -> None:

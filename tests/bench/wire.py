@@ -80,22 +80,24 @@ async def open_session(
         sock=sock,
     )
     try:
-        await ws.send(
-            encode_message(
-                {
-                    "c": "logon",
-                    "cid": "logon",
-                    "client_name": name,
-                    "a": "processed",
-                    "version": "spool-bench/1",
-                }
-            )
-        )
+        await ws.send(logon_command(name))
         acks = await wait_acks(ws, {"logon"}, timeout)
     except BaseException:
         await close_quietly(ws)
         raise
     return ws, acks["logon"]
+
+
+def logon_command(name: str) -> bytes:
+    """A logon as ``name`` whose ack carries ``cid`` = ``logon``."""
+    header = {
+        "c": "logon",
+        "cid": "logon",
+        "client_name": name,
+        "a": "processed",
+        "version": "spool-bench/1",
+    }
+    return encode_message(header)
 
 
 def command(header: dict[str, Any]) -> bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from array import array
 from typing import Any
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 from websockets.asyncio.client import ClientConnection
 
+from server.client.connection import Handlers, StreamTransport
 from tests.bench.bodies import STAMP_RE, PublishEncoder, body_pool, stamped_body
 from tests.bench.processes import Gate
 from tests.bench.stats import latency_summary
@@ -25,6 +27,7 @@ from tests.bench.wire import (
     BenchProtocolError,
     close_quietly,
     command,
+    logon_command,
     open_session,
     scan_acks,
     subscribe_command,
@@ -227,6 +230,47 @@ async def _spills(http: httpx.AsyncClient, metrics_url: str) -> float:
     raise BenchProtocolError("spool_spills_total is not in /metrics")
 
 
+class _ReplayCounter:
+    """The frame handler of :func:`replay_subscriber`: the logon ack, then deliveries
+    counted by their mark (as :func:`_count_until` does)."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.count = 0
+        self.first = 0
+        self.last = 0
+        self.logon: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.done = asyncio.Event()
+        self.ended = asyncio.Event()
+
+    async def frame_received(self, frame: bytes) -> None:
+        n = frame.count(PUBLISH_MARK)
+        if n:
+            self.last = time.monotonic_ns()
+            if not self.count:
+                self.first = self.last
+            self.count += n
+            if self.count >= self.expected:
+                self.done.set()
+            return
+        acks = scan_acks(frame)
+        if not self.logon.done():
+            for ack in acks:
+                if ack.get("cid") == "logon":
+                    self.logon.set_result(ack)
+            return
+        _check_failures(acks)
+
+    @staticmethod
+    def data_to_send() -> bytes:
+        return b""
+
+    def connection_lost(self, reason: str, code: int | None) -> None:
+        self.ended.set()
+        if not self.logon.done():
+            self.logon.set_exception(BenchProtocolError(f"closed before the logon: {reason}"))
+
+
 async def replay_subscriber(
     gate: Gate,
     *,
@@ -239,19 +283,37 @@ async def replay_subscriber(
     cafile: str | None = None,
 ) -> dict[str, Any]:
     """Subscribe from EPOCH after go (the subscribe is part of the measured time) and count
-    deliveries until ``expected``; ``cpu_s`` is this process's CPU time meanwhile."""
-    ws, _ = await open_session(url, name, timeout=timeout, cafile=cafile)
+    deliveries until ``expected``; ``cpu_s`` is this process's CPU time meanwhile.
+
+    Reads through the Python client's own transport (``StreamTransport``: the socket, or
+    the TLS layer, reads into the buffer frames are parsed from), what ``Client`` uses.
+    """
+    counter = _ReplayCounter(expected)
+    handlers = Handlers(counter.frame_received, counter.data_to_send, counter.connection_lost)
+    context = ssl.create_default_context(cafile=cafile) if url.startswith("wss://") else None
+    transport = await StreamTransport.open(
+        url, handlers, open_timeout=timeout, max_size=None, ssl=context
+    )
     try:
+        await transport.send(logon_command(name))
+        logon = await asyncio.wait_for(counter.logon, timeout)
+        _check_failures([logon])
         await gate.aopen()
         cpu0 = time.process_time()
         start = time.monotonic_ns()
-        await ws.send(subscribe_command(topic, "r1", bookmark="0", filter=filter))
-        first, last, count = await asyncio.wait_for(_count_until(ws, expected), timeout)
+        await transport.send(subscribe_command(topic, "r1", bookmark="0", filter=filter))
+        done = asyncio.ensure_future(counter.done.wait())
+        ended = asyncio.ensure_future(counter.ended.wait())
+        await asyncio.wait({done, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done.cancel()
+        ended.cancel()
+        if counter.count < expected:
+            raise BenchProtocolError(f"replay ended at {counter.count} of {expected} messages")
         cpu_s = time.process_time() - cpu0
     finally:
-        await close_quietly(ws)
-    return {"start_ns": start, "first_ns": first, "last_ns": last, "count": count,
-            "cpu_s": cpu_s}  # fmt: skip
+        await transport.close()
+    return {"start_ns": start, "first_ns": counter.first, "last_ns": counter.last,
+            "count": counter.count, "cpu_s": cpu_s}  # fmt: skip
 
 
 async def paced_publisher(

@@ -32,7 +32,9 @@ T0 = 1_700_000_000_000_000
 async def _write(tmp: Path, n: int, *, close: bool = True) -> TransactionLog:
     """``n`` records: publisher 7 first half, 8 second half; 3 topics; 1 ms apart; rare
     records with a correlation id, a path or a SOW key."""
-    log = TransactionLog(config(tmp, journal_size=64 * 1024), INSTANCE)
+    # 4 KB index blocks (not the 16 KB default): the pruning and damage tests need many
+    # blocks per journal, whatever the default block size
+    log = TransactionLog(config(tmp, journal_size=64 * 1024), INSTANCE, block_bytes=4096)
     await log.open()
     ts = T0
     for i in range(n):

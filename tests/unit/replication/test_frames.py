@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from server.replication import frames
 from server.replication.errors import ReplicationProtocolError
 from server.replication.frames import (
     MAX_MESSAGE,
@@ -18,12 +20,19 @@ from server.replication.frames import (
     Message,
     RecordsWriter,
     Refuse,
+    Run,
     Stream,
     Welcome,
     decode_runs,
+    decode_runs_py,
     encode,
 )
 from server.txlog.record import RecordKind
+
+try:
+    from server.replication import _frames_c
+except ImportError:  # not built
+    _frames_c = None  # type: ignore[assignment]
 
 names = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,10}", fullmatch=True)
 u64 = st.integers(0, 2**64 - 1)
@@ -171,3 +180,78 @@ def test_a_hello_keeps_its_secret_out_of_repr() -> None:
     hello = Hello(1, "a", "g", "b", "g", "repl", "s3cret", None, {})
     assert "s3cret" not in repr(hello)
     assert FrameParser().feed(encode(hello)) == [hello]
+
+
+def _payload(runs: list[tuple]) -> tuple[bytes, int]:  # type: ignore[type-arg]
+    writer = RecordsWriter()
+    for topic, ph, kind, path, records, extras in runs:
+        seqs, times, pseqs, bodies, corrs, keys = (list(c) for c in zip(*records, strict=True))
+        writer.add_run(
+            topic.encode(), ph, kind, path, seqs, times, pseqs, bodies,
+            [c.encode() for c in corrs] if extras else None,
+            [k.encode() for k in keys] if extras else None,
+        )  # fmt: skip
+    return writer.payload(), writer.count
+
+
+def _outcome(decode: Callable[[bytes, int], list[Run]], payload: bytes, count: int) -> object:
+    try:
+        return decode(payload, count)
+    except ReplicationProtocolError as exc:
+        return ("refused", str(exc))
+
+
+@pytest.mark.skipif(_frames_c is None, reason="the compiled twin is not built")
+@given(runs_strategy, st.data())
+def test_the_compiled_run_decoder_agrees_with_the_python_one(
+    runs: list[tuple],  # type: ignore[type-arg]
+    data: st.DataObject,
+) -> None:
+    """Same runs for well-formed payloads; for damaged ones (cut, padded, a byte changed,
+    a wrong count) the same refusal with the same message."""
+    payload, count = _payload(runs)
+    assert _outcome(frames._decode_runs_c, payload, count) == _outcome(
+        decode_runs_py, payload, count
+    )
+    damaged = bytearray(payload)
+    how = data.draw(st.sampled_from(["cut", "pad", "flip", "count"]))
+    if how == "cut" and damaged:
+        del damaged[data.draw(st.integers(0, len(damaged) - 1)) :]
+    elif how == "pad":
+        damaged += data.draw(st.binary(min_size=1, max_size=4))
+    elif how == "flip" and damaged:
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] ^= data.draw(st.integers(1, 255))
+    else:
+        count += data.draw(st.sampled_from([-1, 1]))
+    raw = bytes(damaged)
+    assert _outcome(frames._decode_runs_c, raw, count) == _outcome(decode_runs_py, raw, count)
+
+
+@pytest.mark.skipif(_frames_c is None, reason="the compiled twin is not built")
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-5, 2**64 + 5), st.integers(-(2**63) - 5, 2**63 + 5),
+            st.integers(-5, 2**64 + 5), st.binary(max_size=20),
+        ),
+        max_size=8,
+    ),
+    st.booleans(),
+)  # fmt: skip
+def test_the_compiled_fixed_packer_agrees_with_the_python_one(
+    records: list[tuple[int, int, int, bytes]], as_range: bool
+) -> None:
+    """Same bytes for values that fit (a range of seqs as the packer gets them for
+    consecutive records); the same error for one that does not."""
+    seqs: list[int] | range = [r[0] for r in records]
+    if as_range:
+        seqs = range(7, 7 + len(records))
+    cols = (seqs, [r[1] for r in records], [r[2] for r in records], [r[3] for r in records])
+
+    def outcome(pack: Callable[..., bytes]) -> object:
+        try:
+            return pack(*cols)
+        except struct.error as exc:
+            return ("error", str(exc))
+
+    assert outcome(frames._pack_fixed_c) == outcome(frames.pack_fixed_py)
