@@ -374,6 +374,8 @@ class QueueConfig:
         priority: the ``Priority`` expression (None: all equal).
         expiration: seconds a message stays in the queue (0: for ever).
         initial_owner: ``GroupLocalQueue``: the instance that owns new messages.
+        target_queue_depth: ``TargetQueueDepth``: at most this many messages active (in
+            memory, delivered), the rest inactive in the log (0: no bound).
     """
 
     name: str
@@ -392,6 +394,7 @@ class QueueConfig:
     priority: str | None = None
     expiration: float = 0.0
     initial_owner: str | None = None
+    target_queue_depth: int = 0
     _pattern: re.Pattern[str] | None = field(
         init=False, repr=False, compare=False, hash=False, default=None
     )

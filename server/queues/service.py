@@ -22,6 +22,9 @@
   machine's gate); their ownership traffic (link state, transfer requests from the timer,
   proxied transfer, ``QUEUE_TRANSFER`` records) is server/queues/transfers.py's, which
   this service owns (:attr:`QueueService.transfers`);
+- a queue with a ``TargetQueueDepth`` keeps its inactive messages in the log only
+  (server/queues/window.py); :attr:`QueueService.refills` reads them back as active ones
+  leave (server/queues/refill.py), and the queue's pin holds the log from its cursor;
 - the admin reads (``/api/queues``) and the metrics.
 """
 
@@ -52,6 +55,7 @@ from server.protocol.errors import (
 )
 from server.protocol.options import parse_subscribe_options
 from server.queues.errors import QueueNotFound
+from server.queues.info import QueueInfo, describe
 from server.queues.machine import (
     DELIVERED,
     AckResult,
@@ -61,6 +65,7 @@ from server.queues.machine import (
     Removal,
 )
 from server.queues.records import encode_ack_bookmarks, encode_ack_seqs
+from server.queues.refill import Refills
 from server.queues.stage import QueueRuntime, QueueStage
 from server.queues.transfers import Transfers
 from server.session import Session
@@ -81,41 +86,6 @@ Handler = Callable[[Session, Command], Awaitable[None] | None]
 _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 #: the options of ``sow_delete`` on a queue
 _ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
-
-
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """One queue as ``/api/queues`` shows it (ADMIN_API.md)."""
-
-    name: str
-    kind: str
-    underlying_topic: str
-    semantics: str
-    depth: int
-    backlog: int
-    leased: int
-    owned: int
-    transferred_in: int
-    transferred_out: int
-    proxied_transfer: bool
-    oldest_lease_age: float
-    oldest_message_age: float
-    consumers: int
-    enqueued: int
-    removed: dict[str, int]
-    leases: list[dict[str, object]]
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "name": self.name, "kind": self.kind, "underlying_topic": self.underlying_topic,
-            "semantics": self.semantics, "depth": self.depth, "backlog": self.backlog,
-            "leased": self.leased, "owned": self.owned,
-            "transferred_in": self.transferred_in, "transferred_out": self.transferred_out,
-            "proxied_transfer": self.proxied_transfer,
-            "oldest_lease_age": self.oldest_lease_age,
-            "oldest_message_age": self.oldest_message_age, "consumers": self.consumers,
-            "enqueued": self.enqueued, "removed": dict(self.removed), "leases": self.leases,
-        }  # fmt: skip
 
 
 @dataclass(eq=False, slots=True)
@@ -163,6 +133,8 @@ class QueueService:
         #: the replicated queues' ownership traffic (server/queues/transfers.py)
         self.transfers = Transfers(self.queues.values(), self._append, self.kick, events, clock)
         self.stage = QueueStage(list(self.queues.values()), self.kick)
+        #: bounded queues' refills from the log (server/queues/refill.py)
+        self.refills = Refills(txlog, self._refilled, events)
         self._ties: dict[Subscription, Consumer] = {}
         self._dirty: set[QueueRuntime] = set()
         self._scheduled = False
@@ -208,6 +180,8 @@ class QueueService:
         if self.queues:
             self._timer = asyncio.get_running_loop().create_task(self._run_timer())
             self._wake.set()
+        for q in self.queues.values():
+            self.refills.wanted(q)  # recovery stopped at the target: top the window up
 
     async def close(self) -> None:
         """Shutdown: stop the timer, release the pins."""
@@ -216,6 +190,7 @@ class QueueService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._timer
             self._timer = None
+        await self.refills.close()
         for q in self.queues.values():
             if q.pin is not None:
                 q.pin.release()
@@ -223,6 +198,9 @@ class QueueService:
 
     def _hold_from(self, q: QueueRuntime) -> int:
         oldest = q.machine.oldest_seq()
+        window = q.window
+        if window is not None and window.cursor:  # inactive messages live in the log only
+            return min(oldest, window.cursor) if oldest else window.cursor
         if oldest:
             return oldest
         return (self._txlog.last_seq + 1) if self._txlog is not None else 1
@@ -261,8 +239,7 @@ class QueueService:
             queue = self.queues.get(cmd.topic or "")
             if queue is None:
                 return delete(session, cmd)
-            self.ack(session, cmd, queue)
-            return None
+            return self.ack(session, cmd, queue)
 
         table["subscribe"] = subscribe
         table["unsubscribe"] = unsubscribe
@@ -358,9 +335,10 @@ class QueueService:
 
     # -- acks (sow_delete) --------------------------------------------------------------
 
-    def ack(self, session: Session, cmd: Command, queue: QueueRuntime) -> None:
+    def ack(self, session: Session, cmd: Command, queue: QueueRuntime) -> Awaitable[None] | None:
         """``sow_delete`` on a queue: ``bm`` (acks of leased messages; ``cancel``,
-        ``expire``) or ``f`` (remove every matching message; write entitlement)."""
+        ``expire``) or ``f`` (remove every matching message; write entitlement; on a
+        bounded queue its inactive ones too, read from the log: answered when done)."""
         opts = {o.strip() for o in (cmd.options or "").split(",") if o.strip()}
         bad = sorted(opts - _ACK_OPTIONS)
         if bad:
@@ -387,9 +365,11 @@ class QueueService:
                 raise
             except Exception as exc:
                 raise BadFilter(f"cannot compile filter: {exc}") from exc
+            if queue.window is not None:
+                return self._remove_bounded(session, cmd, queue, flt)
             removed = machine.remove_where(_accepts(flt))
             self._finish(session, cmd, queue, AckResult(removed, [], []), len(removed))
-            return
+            return None
         assert cmd.bookmark is not None
         bookmarks = [b.strip() for b in cmd.bookmark.split(",") if b.strip()]
         # the message names its holder; a bookmark is applied for the consumer of this
@@ -416,9 +396,37 @@ class QueueService:
             total.returned.extend(r.returned)
             total.refused.extend(r.refused)
         self._finish(session, cmd, queue, total, len(bookmarks))
+        return None
+
+    async def _remove_bounded(
+        self, session: Session, cmd: Command, queue: QueueRuntime, flt: Filter
+    ) -> None:
+        """A removal by filter of a bounded queue: its active matches, and its inactive
+        ones (their seqs logged as a ``QUEUE_ACK``: deferred acks, so a restart skips
+        them too)."""
+        removed, inactive = await self.refills.remove_where(queue, _accepts(flt))
+        failure = None
+        if inactive:
+            failure = self._append(queue, RecordKind.QUEUE_ACK, encode_ack_seqs(inactive),
+                                   "acked")  # fmt: skip
+            if failure is not None:
+                self._log_failures += 1
+        if failure is not None:
+            session.fail(cmd.cid, failure)
+            self._log(queue, removed)
+            self.kick(queue)
+            return
+        n = len(removed) + len(inactive)
+        self._finish(session, cmd, queue, AckResult(removed, [], []), n, extra=len(inactive))
 
     def _finish(
-        self, session: Session, cmd: Command, queue: QueueRuntime, result: AckResult, matches: int
+        self,
+        session: Session,
+        cmd: Command,
+        queue: QueueRuntime,
+        result: AckResult,
+        matches: int,
+        extra: int = 0,
     ) -> None:
         if queue.ownership is not None and result.removed:
             now = time_us(self._clock)
@@ -432,7 +440,7 @@ class QueueService:
             session.ack("processed", cmd.cid)
         if "stats" in cmd.acks:
             session.ack(
-                "stats", cmd.cid, matches=matches, records_deleted=len(result.removed),
+                "stats", cmd.cid, matches=matches, records_deleted=len(result.removed) + extra,
                 returned=len(result.returned), refused=len(result.refused),
             )  # fmt: skip
         if "completed" in cmd.acks and failure is None:
@@ -467,7 +475,16 @@ class QueueService:
                               messages=len(removed), reason=str(failure))  # fmt: skip
         if queue.pin is not None:
             queue.pin.move(self._hold_from(queue))
+        if queue.window is not None:
+            self.refills.wanted(queue)
         return failure
+
+    def _refilled(self, queue: QueueRuntime) -> None:
+        """A refill activated messages (or moved the cursor): the pin follows, and the
+        new active messages are delivered."""
+        if queue.pin is not None:
+            queue.pin.move(self._hold_from(queue))
+        self.kick(queue)
 
     def _append(
         self, queue: QueueRuntime, kind: RecordKind, body: bytes, key: str = ""
@@ -606,7 +623,8 @@ class QueueService:
                 "depth": i.depth, "backlog": i.backlog, "leased": i.leased,
                 "consumers": i.consumers, "oldest_lease_age": i.oldest_lease_age,
                 "oldest_message_age": i.oldest_message_age, "enqueued": i.enqueued,
-                "removed": dict(i.removed),
+                "removed": dict(i.removed), "inactive": i.inactive,
+                "deferred_acks": i.deferred_acks,
             }  # fmt: skip
         return out
 
@@ -633,37 +651,7 @@ class QueueService:
         q = self.queues.get(name)
         if q is None:
             raise QueueNotFound(name)
-        m = q.machine
-        now = time_us(self._clock)
-        lease_start = m.oldest_lease_us()
-        oldest = m.oldest_enqueued_us()
-        leases: list[dict[str, object]] = [
-            {"bookmark": msg.bookmark, "consumer": msg.holder.name if msg.holder else None,
-             "deliveries": msg.deliveries, "expires_in": round((msg.lease_until_us - now) / 1e6, 3)}
-            for msg in _first_leased(m.messages(), 50)
-        ]  # fmt: skip
-        cfg = q.config
-        return QueueInfo(
-            name=cfg.name, kind=cfg.kind, underlying_topic=cfg.underlying,
-            semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
-            owned=q.owned(), transferred_in=q.transferred_in,
-            transferred_out=q.transferred_out,
-            proxied_transfer=q.ownership.proxied if q.ownership is not None else False,
-            oldest_lease_age=round((now - lease_start) / 1e6, 3) if lease_start else 0.0,
-            oldest_message_age=round((now - oldest) / 1e6, 3) if oldest else 0.0,
-            consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
-            leases=leases,
-        )  # fmt: skip
-
-
-def _first_leased(messages: Iterable[Message], n: int) -> list[Message]:
-    out: list[Message] = []
-    for m in messages:
-        if m.holder is not None:
-            out.append(m)
-            if len(out) >= n:
-                break
-    return out
+        return describe(q, time_us(self._clock))
 
 
 def _accepts(flt: Filter) -> Callable[[Message], bool]:

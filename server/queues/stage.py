@@ -28,9 +28,10 @@ from server.protocol.errors import InvalidTopic
 from server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
 from server.queues.ownership import Ack, Ownership, Wire
 from server.queues.records import decode_ack, decode_transfers
+from server.queues.window import Window
 from server.txlog.batch import RecordBatch
 from server.txlog.pins import Pin
-from server.txlog.record import RecordKind
+from server.txlog.record import Record, RecordKind
 from server.wire import topic_json
 
 __all__ = ["QueueRuntime", "QueueStage", "published_on"]
@@ -78,6 +79,8 @@ class QueueRuntime:
         ownership: a replicated queue's message owners (None: every message is owned
             here: a ``LocalQueue``, or an instance that does not replicate).
         outgoing: ownership changes to log (and so replicate) at the end of the turn.
+        window: the active window of a queue with a ``TargetQueueDepth`` (None: every
+            message active), server/queues/window.py.
     """
 
     config: QueueConfig
@@ -90,6 +93,7 @@ class QueueRuntime:
     ownership: Ownership | None = None
     outgoing: list[Wire] = field(default_factory=list)
     instance: str = ""
+    window: Window | None = None
     #: a moving average of the publish-to-ack time (microseconds; 0: none measured)
     typical_us: int = 0
 
@@ -113,6 +117,8 @@ class QueueRuntime:
             priority=compile_value(cfg.priority, clock=clock) if cfg.priority else None,
             instance=instance,
         )
+        if cfg.target_queue_depth:
+            q.window = Window(cfg.target_queue_depth)
         if replicated:
             machine = q.machine
             own = q.ownership = Ownership(instance, cfg.initial_owner)
@@ -143,6 +149,8 @@ class QueueRuntime:
             seqs, bookmarks = decode_ack(body)
             if seqs:
                 self.machine.forget(seqs)
+                if self.window is not None:
+                    self.window.defer(seqs)
             if own is not None:
                 for bm in bookmarks:
                     own.receive(Ack(bm))
@@ -165,11 +173,12 @@ class QueueRuntime:
         origin: str = "",
     ) -> int:
         """Messages of ``topic`` (consecutive seqs from ``first_seq``, published on
-        instance ``origin``) enter the queue if its filter takes them; returns how many
-        did."""
+        instance ``origin``) enter the queue if its filter takes them (and its window
+        has room: the others are inactive); returns how many did."""
         flt, barrier, priority = self.filter, self.barrier, self.priority
         add = self.machine.add
         own = self.ownership
+        window = self.window
         n = 0
         for i, body in enumerate(bodies):
             bm = format_bookmark(pub_hash[i], pub_seqs[i])
@@ -178,6 +187,8 @@ class QueueRuntime:
                 view = MessageView(topic, body, bookmark=bm)
                 if flt is not None and not flt.matches(view):
                     continue
+            if window is not None and not window.admits(first_seq + i, self.machine.depth):
+                continue
             if own is not None and not own.message(bm, origin or self.instance,
                                                    timestamps_us[i]):  # fmt: skip
                 continue  # acked on another instance before it arrived here
@@ -196,6 +207,72 @@ class QueueRuntime:
         if own is not None and pub_seqs:
             own.passed(pub_hash[-1], max(pub_seqs))
         return n
+
+    def activate(self, records: Sequence[Record], last_seq: int) -> int:
+        """A refill of the window: ``records`` read from the log at its cursor, in order
+        (the log ends at ``last_seq``). The queue's messages among them are activated
+        until the window is full (the cursor then stops at the next one); a message
+        whose ack was deferred is skipped. Returns how many were activated."""
+        window = self.window
+        assert window is not None
+        flt, barrier, priority = self.filter, self.barrier, self.priority
+        takes = self.config.takes
+        add = self.machine.add
+        cursor = window.cursor
+        room = window.target - self.machine.depth
+        n = 0
+        for rec in records:
+            seq = rec.seq
+            if seq < cursor or rec.kind not in _MESSAGE_KINDS or not takes(rec.topic):
+                continue
+            view: MessageView | None = None
+            if flt is not None or barrier is not None or priority is not None:
+                view = MessageView(rec.topic, rec.body, bookmark=rec.bookmark)
+                if flt is not None and not flt.matches(view):
+                    continue
+            if room <= 0:
+                window.moved(seq, last_seq)
+                return n
+            if not window.passes(seq):
+                continue  # its ack was deferred: it never becomes active
+            prio = 0
+            if priority is not None and view is not None:
+                value = priority.evaluate(view)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    prio = int(value)
+            add(
+                Message(
+                    seq, rec.bookmark, rec.topic, rec.body, rec.timestamp_us, priority=prio,
+                    barrier=barrier is not None and view is not None and barrier.matches(view),
+                )
+            )  # fmt: skip
+            room -= 1
+            n += 1
+        if records:
+            window.moved(records[-1].seq + 1, last_seq)
+        return n
+
+    def inactive_matches(self, records: Sequence[Record], matches: Callable[[Message], bool]
+                         ) -> list[int]:  # fmt: skip
+        """A removal by filter reaching inactive messages: the seqs of the queue's
+        messages among ``records`` (read from the log at the cursor) that ``matches``
+        takes (their acks are deferred)."""
+        window = self.window
+        assert window is not None
+        flt = self.filter
+        config = self.config
+        out: list[int] = []
+        for rec in records:
+            if rec.seq < window.cursor or rec.seq in window.deferred:
+                continue
+            if rec.kind not in _MESSAGE_KINDS or not config.takes(rec.topic):
+                continue
+            bm = rec.bookmark
+            if flt is not None and not flt.matches(MessageView(rec.topic, rec.body, bookmark=bm)):
+                continue
+            if matches(Message(rec.seq, bm, rec.topic, rec.body, rec.timestamp_us)):
+                out.append(rec.seq)
+        return out
 
 
 class QueueStage:

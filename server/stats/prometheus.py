@@ -285,6 +285,10 @@ class SpoolCollector(Collector):
              "Age of the oldest current lease"),
             ("oldest_message_age", "spool_queue_oldest_message_age_seconds",
              "Age of the oldest message in the queue"),
+            ("inactive", "spool_queue_inactive",
+             "Messages beyond TargetQueueDepth, waiting in the transaction log"),
+            ("deferred_acks", "spool_queue_deferred_acks",
+             "Acks of inactive messages, applied when they are reached"),
         )  # fmt: skip
         for key, metric, doc in gauges:
             yield _labelled(

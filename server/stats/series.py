@@ -45,7 +45,14 @@ TxlogCounter = Literal["appended", "flushes"]
 TxlogLatency = Literal["fsync_p50_ms", "fsync_p99_ms"]
 SpillCounter = Literal["spills", "rejoins", "seconds"]
 QueueGauge = Literal[
-    "depth", "backlog", "leased", "consumers", "oldest_lease_age", "oldest_message_age"
+    "depth",
+    "backlog",
+    "leased",
+    "consumers",
+    "oldest_lease_age",
+    "oldest_message_age",
+    "inactive",
+    "deferred_acks",
 ]
 
 COUNTERS: Final[tuple[Counter, ...]] = ("msgs_in", "msgs_out", "bytes_in", "bytes_out")

@@ -81,6 +81,8 @@ class QueueCounters(TypedDict):
     oldest_message_age: float  # seconds
     enqueued: int  # messages that entered it since the start
     removed: dict[str, int]  # messages that left it, by reason (acked, expired, ...)
+    inactive: int  # TargetQueueDepth: messages waiting in the log, not active
+    deferred_acks: int  # TargetQueueDepth: acks of inactive messages, applied at activation
 
 
 class TransportCounters(TypedDict):

@@ -543,6 +543,15 @@ def _queue_specs() -> list[ScenarioSpec]:
             ("msgs_per_s", "publish_msgs_per_s"),
             (),
         ),
+        ScenarioSpec(
+            "spool.queue.bounded.4consumers.100B",
+            "queue_bounded",
+            "the single-instance queue run with TargetQueueDepth 4,000: messages beyond it "
+            "wait in the log and are read back as acks make room",
+            {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
+            ("msgs_per_s", "publish_msgs_per_s"),
+            (),
+        ),
     ]
 
 

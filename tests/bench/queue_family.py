@@ -19,6 +19,9 @@ with room gets the other instance's messages by transfer requests once they wait
 longer than the typical publish-to-ack time (docs/queues.md "Replicated queues"). The run ends when the four together
 received every message exactly once (more is an error: a message delivered twice), and
 both copies of the queue must be empty.
+
+The bounded variant (``spool.queue.bounded.4consumers.100B``): the same single-instance
+run with ``TargetQueueDepth`` 4,000: what refilling the window from the log costs.
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ QUEUE_RULE: Final = (
     f"<Queue><Name>{QUEUE}</Name><MessageType>json</MessageType>"
     f"<UnderlyingTopic>{UNDERLYING}</UnderlyingTopic><LeasePeriod>60s</LeasePeriod>"
     "<MaxPerSubscriptionBacklog>1000</MaxPerSubscriptionBacklog></Queue>"
+)
+#: the bounded variant: at most 4,000 messages active (four consumers of 500 fill half of
+#: it), the rest read back from the log as acks make room (docs/queues.md "TargetQueueDepth")
+BOUNDED_TARGET: Final = 4000
+QUEUE_RULE_BOUNDED: Final = QUEUE_RULE.replace(
+    "</Queue>", f"<TargetQueueDepth>{BOUNDED_TARGET}</TargetQueueDepth></Queue>"
 )
 _BOOKMARK: Final = re.compile(rb'"bm":"([^"]+)"')
 _DELIVERY: Final = b'{"c":"publish"'
@@ -235,7 +244,12 @@ def run_queue_replicated(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
         pair.__exit__(None, None, None)
 
 
-def run_queue(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
+def run_queue_bounded(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
+    """The bounded queue family: one broker, the bench queue with a TargetQueueDepth."""
+    run_queue(suite, chosen, QUEUE_RULE_BOUNDED)
+
+
+def run_queue(suite: Suite, chosen: Sequence[ScenarioSpec], rule: str = QUEUE_RULE) -> None:
     """The queue family: one broker with the bench queue."""
     s = suite.settings
 
@@ -249,4 +263,4 @@ def run_queue(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
                 profile_pid=pid,
             )
 
-    _with_broker(suite, "queue", chosen, body, sow=QUEUE_RULE)
+    _with_broker(suite, "queue", chosen, body, sow=rule)

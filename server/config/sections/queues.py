@@ -20,12 +20,12 @@
     </Queue>
     <GroupLocalQueue>... <InitialOwner>spool-a</InitialOwner></GroupLocalQueue>
 
-Refused here, at the element that says it: expressions that do not compile, values out of
-range, ``TargetQueueDepth`` (the number of messages a queue keeps active, the rest
-waiting inactive in the log; this version keeps every message active, docs/queues.md
-says why). Cross-checks with other sections (the transaction log
-records the underlying topic, replicated queues, the initial owner) are in
-:mod:`server.config.build`. docs/queues.md explains the defaults.
+``<TargetQueueDepth>1000</TargetQueueDepth>`` bounds the messages a queue keeps *active*
+(in memory, delivered); the rest wait *inactive* in the transaction log (docs/queues.md
+"TargetQueueDepth"). Refused here, at the element that says it: expressions that do not
+compile, values out of range. Cross-checks with other sections (the transaction log
+records the underlying topic, replicated queues, the initial owner, TargetQueueDepth on a
+replicated queue) are in :mod:`server.config.build`. docs/queues.md explains the defaults.
 """
 
 from __future__ import annotations
@@ -68,12 +68,9 @@ _SPEC: Final[Spec] = {
     "Priority": False,
     "Expiration": False,
     "InitialOwner": False,
+    "TargetQueueDepth": False,
 }
-_UNSUPPORTED: Final[Mapping[str, str]] = {
-    "TargetQueueDepth": "the number of messages a queue keeps active, the rest waiting "
-    "inactive in the transaction log until active ones leave; this version keeps every "
-    "message of a queue active in memory, docs/queues.md",
-}
+_UNSUPPORTED: Final[Mapping[str, str]] = {}
 _MAX_COUNT: Final = 1_000_000
 _MAX_SECONDS: Final = 10 * 365 * 86400.0
 
@@ -140,6 +137,9 @@ def read_queue(node: Node, ctx: Context) -> QueueConfig:
     expiration = 0.0
     if (n := kids.one("Expiration")) is not None:
         expiration = read_duration(n, ctx, minimum=0.001, maximum=_MAX_SECONDS, zero_ok=True)
+    target = 0
+    if (n := kids.one("TargetQueueDepth")) is not None:
+        target = read_int(n, ctx, minimum=1, maximum=_MAX_COUNT)
     owner: str | None = None
     owner_node = kids.one("InitialOwner")
     if node.tag == "GroupLocalQueue":
@@ -154,4 +154,5 @@ def read_queue(node: Node, ctx: Context) -> QueueConfig:
         filter=filt, semantics=semantics, lease_period=lease, max_backlog=backlog,
         max_deliveries=deliveries, max_cancels=cancels, fairness=fairness, leasing=leasing,
         barrier=barrier, priority=priority, expiration=expiration, initial_owner=owner,
+        target_queue_depth=target,
     )  # fmt: skip

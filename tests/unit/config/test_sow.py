@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import SowTopicConfig
+from server.config import ConfigError, SowTopicConfig
 from tests.unit.config.helpers import assert_refused, doc, parse
 
 
@@ -149,14 +149,14 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "duplicate SOW name 'a' (first at line 4)",
     ),
     (
-        "queue TargetQueueDepth",
+        "queue TargetQueueDepth 0",
         sow(
             "<Topic><Name>a</Name></Topic>",
-            "<Queue><Name>q</Name><TargetQueueDepth>5</TargetQueueDepth></Queue>",
+            "<Queue><Name>q</Name><TargetQueueDepth>0</TargetQueueDepth></Queue>",
         ),
         "/SpoolConfig/SOW/Queue/TargetQueueDepth",
         5,
-        "<TargetQueueDepth> is not supported yet (the number of messages a queue keeps active",
+        "TargetQueueDepth",
     ),
     (
         "queue bad barrier",
@@ -264,3 +264,41 @@ def test_queues_are_read_with_their_defaults() -> None:
         "t",
         "work-in",
     )
+
+
+def test_target_queue_depth_is_read_for_a_local_queue() -> None:
+    log = "<TransactionLog><Topic><Name>work-in</Name></Topic></TransactionLog>"
+    cfg = parse(
+        doc(
+            log
+            + sow(
+                "<LocalQueue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
+                "<TargetQueueDepth>10</TargetQueueDepth></LocalQueue>",
+                "<Queue><Name>all</Name><UnderlyingTopic>work-in</UnderlyingTopic></Queue>",
+            )
+        )
+    )
+    assert [q.target_queue_depth for q in cfg.queues] == [10, 0]
+
+
+def test_target_queue_depth_is_refused_on_a_replicated_queue() -> None:
+    log = "<TransactionLog><Topic><Name>work-in</Name></Topic></TransactionLog>"
+    transports = (
+        "<Transports><Transport><Name>w</Name><Type>websocket</Type></Transport>"
+        "<Transport><Name>r</Name><Type>amps-replication</Type></Transport></Transports>"
+    )
+    body = (
+        log
+        + transports
+        + sow(
+            "<Queue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
+            "<TargetQueueDepth>10</TargetQueueDepth></Queue>"
+        )
+    )
+    with pytest.raises(ConfigError) as err:
+        parse(doc(body))
+    assert "TargetQueueDepth on replicated queue 'work' is not supported" in str(err.value)
+    assert "/SpoolConfig/SOW/Queue" in str(err.value)
+    # the same queue as a LocalQueue stays this instance's: accepted
+    local = parse(doc(body.replace("<Queue>", "<LocalQueue>").replace("</Queue>", "</LocalQueue>")))
+    assert local.replicates and local.queues[0].target_queue_depth == 10

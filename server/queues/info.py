@@ -1,0 +1,89 @@
+"""A queue as ``/api/queues`` shows it (ADMIN_API.md) and the metrics count it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from server.queues.machine import Message
+from server.queues.stage import QueueRuntime
+
+__all__ = ["QueueInfo", "describe"]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue as ``/api/queues`` shows it (ADMIN_API.md)."""
+
+    name: str
+    kind: str
+    underlying_topic: str
+    target_queue_depth: int
+    inactive: int
+    deferred_acks: int
+    semantics: str
+    depth: int
+    backlog: int
+    leased: int
+    owned: int
+    transferred_in: int
+    transferred_out: int
+    proxied_transfer: bool
+    oldest_lease_age: float
+    oldest_message_age: float
+    consumers: int
+    enqueued: int
+    removed: dict[str, int]
+    leases: list[dict[str, object]]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name, "kind": self.kind, "underlying_topic": self.underlying_topic,
+            "target_queue_depth": self.target_queue_depth, "inactive": self.inactive,
+            "deferred_acks": self.deferred_acks,
+            "semantics": self.semantics, "depth": self.depth, "backlog": self.backlog,
+            "leased": self.leased, "owned": self.owned,
+            "transferred_in": self.transferred_in, "transferred_out": self.transferred_out,
+            "proxied_transfer": self.proxied_transfer,
+            "oldest_lease_age": self.oldest_lease_age,
+            "oldest_message_age": self.oldest_message_age, "consumers": self.consumers,
+            "enqueued": self.enqueued, "removed": dict(self.removed), "leases": self.leases,
+        }  # fmt: skip
+
+
+def describe(q: QueueRuntime, now: int) -> QueueInfo:
+    """``q`` at ``now`` (microseconds); its first 50 leases listed."""
+    m = q.machine
+    lease_start = m.oldest_lease_us()
+    oldest = m.oldest_enqueued_us()
+    leases: list[dict[str, object]] = [
+        {"bookmark": msg.bookmark, "consumer": msg.holder.name if msg.holder else None,
+         "deliveries": msg.deliveries, "expires_in": round((msg.lease_until_us - now) / 1e6, 3)}
+        for msg in _first_leased(m.messages(), 50)
+    ]  # fmt: skip
+    cfg = q.config
+    window = q.window
+    return QueueInfo(
+        name=cfg.name, kind=cfg.kind, underlying_topic=cfg.underlying,
+        target_queue_depth=cfg.target_queue_depth,
+        inactive=window.inactive if window is not None else 0,
+        deferred_acks=len(window.deferred) if window is not None else 0,
+        semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
+        owned=q.owned(), transferred_in=q.transferred_in,
+        transferred_out=q.transferred_out,
+        proxied_transfer=q.ownership.proxied if q.ownership is not None else False,
+        oldest_lease_age=round((now - lease_start) / 1e6, 3) if lease_start else 0.0,
+        oldest_message_age=round((now - oldest) / 1e6, 3) if oldest else 0.0,
+        consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
+        leases=leases,
+    )  # fmt: skip
+
+
+def _first_leased(messages: Iterable[Message], n: int) -> list[Message]:
+    out: list[Message] = []
+    for m in messages:
+        if m.holder is not None:
+            out.append(m)
+            if len(out) >= n:
+                break
+    return out

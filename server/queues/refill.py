@@ -1,0 +1,140 @@
+"""Reading a bounded queue's inactive messages back from the transaction log.
+
+A queue with a ``TargetQueueDepth`` (server/queues/window.py) keeps its inactive messages
+in the log only. :class:`Refills` brings them back as active ones leave: one task per
+queue at a time reads the log from the window's cursor (the log's own read API, which
+reads journal files in a thread — never on the event loop) and activates the queue's
+messages it finds, in log order, until the window is full again. A removal by filter
+(``sow_delete`` with ``f``) of a bounded queue takes its active matches and scans the
+inactive range for the others, deferring their acks; removals and refills of one queue
+take turns (a lock), so a refill never activates a message a removal is about to take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Final
+
+from server.queues.machine import Message, Removal
+from server.queues.stage import QueueRuntime
+from server.stats.source import EventSink
+from server.txlog import TransactionLog
+from server.txlog.record import Record
+
+__all__ = ["Refills"]
+
+#: records read per step (a refill also stops at about 1 MiB: the log's own limit)
+_STEP: Final = 1000
+
+
+class Refills:
+    """The refills and scans of every bounded queue. Owned by the event loop.
+
+    Args:
+        txlog: where inactive messages are read back from.
+        changed: told after a refill activated messages or moved a cursor (the service
+            moves the queue's pin and delivers).
+        events: the event log (a read the log refused).
+    """
+
+    def __init__(
+        self,
+        txlog: TransactionLog | None,
+        changed: Callable[[QueueRuntime], None],
+        events: EventSink,
+    ) -> None:
+        self._txlog = txlog
+        self._changed = changed
+        self._events = events
+        self._locks: dict[QueueRuntime, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: per queue, the records of its last read past where the window stopped (log
+        #: records never change): the next refill starts with them instead of reading the
+        #: same span again; at most one read's worth (``_STEP`` records, ~1 MiB) a queue
+        self._ahead: dict[QueueRuntime, list[Record]] = {}
+        #: messages activated by refills (all queues), for tests and the bench
+        self.activated = 0
+
+    def wanted(self, queue: QueueRuntime) -> None:
+        """``queue`` may have room: start a refill unless one runs or none is needed."""
+        window = queue.window
+        if (
+            window is None
+            or window.reading
+            or self._txlog is None
+            or not window.room(queue.machine.depth)
+        ):
+            return
+        window.reading = True
+        task = asyncio.get_running_loop().create_task(self._refill(queue))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lock(self, queue: QueueRuntime) -> asyncio.Lock:
+        lock = self._locks.get(queue)
+        if lock is None:
+            lock = self._locks[queue] = asyncio.Lock()
+        return lock
+
+    async def _refill(self, queue: QueueRuntime) -> None:
+        window = queue.window
+        txlog = self._txlog
+        assert window is not None and txlog is not None
+        try:
+            async with self._lock(queue):
+                while window.room(queue.machine.depth):
+                    start = window.cursor
+                    records = self._ahead.pop(queue, None)
+                    if not records or records[0].seq > start:
+                        records = await txlog.read_appended(
+                            start, max_count=_STEP, upto_seq=txlog.last_seq
+                        )
+                    if not records or window.cursor != start:
+                        break
+                    self.activated += queue.activate(records, txlog.last_seq)
+                    cursor = window.cursor
+                    if cursor and records[-1].seq >= cursor:
+                        self._ahead[queue] = records[max(0, cursor - records[0].seq) :]
+                    self._changed(queue)
+        except Exception as exc:  # a damaged journal: the messages stay inactive, reported
+            self._events.emit("error", "queue", "queue_refill_failed", queue=queue.config.name,
+                              cursor=window.cursor, reason=str(exc))  # fmt: skip
+        finally:
+            window.reading = False
+
+    async def remove_where(
+        self, queue: QueueRuntime, matches: Callable[[Message], bool]
+    ) -> tuple[list[Removal], list[int]]:
+        """A removal by filter of a bounded queue: its active messages that ``matches``
+        takes leave the state machine, and the seqs of its inactive ones (as of now) are
+        deferred, so they are never activated. Returns both (the caller logs them). Done
+        while no refill of the queue runs: a message cannot escape by being activated
+        between the two halves."""
+        window = queue.window
+        txlog = self._txlog
+        assert window is not None and txlog is not None
+        found: list[int] = []
+        async with self._lock(queue):
+            removed = queue.machine.remove_where(matches)
+            end = txlog.last_seq
+            at = window.cursor
+            while at and at <= end:
+                records = await txlog.read_appended(at, max_count=_STEP, upto_seq=end)
+                if not records:
+                    break
+                seqs = queue.inactive_matches(records, matches)
+                window.defer(seqs)
+                found.extend(seqs)
+                at = records[-1].seq + 1
+        return removed, found
+
+    async def close(self) -> None:
+        """Shutdown: stop the refills under way."""
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
