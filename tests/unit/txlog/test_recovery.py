@@ -324,3 +324,36 @@ def test_interrupted_compress_keeps_the_compressed_copy(tmp_path: Path) -> None:
     report, seqs, _ = reopen(tmp_path)
     assert report.duplicates_removed == (str(first),)
     assert not first.exists() and seqs == list(range(1, 2001))
+
+
+@pytest.mark.parametrize("crash", [False, True])
+def test_a_journal_started_with_smaller_index_blocks_reads_on_after_an_upgrade(
+    tmp_path: Path, crash: bool
+) -> None:
+    """The index block size went from 4 KB to 16 KB: an active journal written by the old
+    version keeps its blocks, the new ones are larger, and every lookup, the replay and
+    recovery's check of the index read the mixed journal as one (here 512 -> 2048 bytes,
+    the same ratio on a small journal)."""
+    write_log(tmp_path, 150)  # one active journal, 512-byte blocks
+
+    async def upgraded() -> list[int]:
+        log = TransactionLog(config(tmp_path), INSTANCE, block_bytes=2048)
+        report = await log.open()
+        assert report.clean and report.indexes_rebuilt == () and report.index_problems == ()
+        await fill(log, 150)  # appended with 2048-byte blocks into the same journal
+        assert len(journal_files(tmp_path)) == 1
+        seqs = [s for batch in await read_all(log) for s in batch.seqs]
+        for pub_seq in range(1, 301):
+            assert log.seq_for_bookmark(7, pub_seq) == pub_seq
+        if crash:
+            await log.abort()
+        else:
+            await log.close()
+        return seqs
+
+    assert run(upgraded) == list(range(1, 301))
+    events: Events = []
+    report, seqs, facts = reopen(tmp_path, events)  # back with 512-byte blocks, even
+    assert report.clean and seqs == list(range(1, 301))
+    assert report.indexes_rebuilt == () and report.index_problems == ()
+    assert facts["bm_10"] == 10 and facts["bm_last"] == 300 and facts["appended"] == 301
