@@ -367,7 +367,8 @@ class _Stream(asyncio.BufferedProtocol):
                 self.messages.append(event.data)
                 self.queued += len(event.data)
             elif type(event) is Ping:
-                self.write(encode_frame(Opcode.PONG, event.data))
+                if self.transport is not None and not self.transport.is_closing():
+                    self.transport.write(encode_frame(Opcode.PONG, event.data))
             elif type(event) is Closed:
                 self.close_rcvd = event
                 if not self.close_sent:  # echo it (RFC 6455 5.5.1), then end
