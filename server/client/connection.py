@@ -138,10 +138,61 @@ class Connector(Protocol):
     ) -> Awaitable[Transport]: ...
 
 
-class _Beating:
-    """The heartbeat timer both transports share."""
+class TransportClosed(ConnectionError):
+    """A frame was to be sent on a connection that has ended or is closing."""
 
-    _heartbeat: asyncio.Task[None] | None = None
+
+class _FrameTransport:
+    """What both transports share: the writer task, the heartbeat, the report of the end
+    and the stopping of the tasks. A subclass sends one frame (:meth:`_send_frame`),
+    reads (:meth:`_read`) and does its closing handshake."""
+
+    #: what ``_send_frame`` raises once the connection has ended
+    _CLOSED: tuple[type[Exception], ...] = (ConnectionClosed, TransportClosed)
+
+    def __init__(self, handlers: Handlers) -> None:
+        loop = asyncio.get_running_loop()
+        self._handlers = handlers
+        self._wake = asyncio.Event()
+        self._last_received = loop.time()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._reader = loop.create_task(self._read())
+        self._writer = loop.create_task(self._write())
+
+    @property
+    def last_received(self) -> float:
+        return self._last_received
+
+    async def _send_frame(self, frame: bytes) -> None:
+        raise NotImplementedError
+
+    async def _read(self) -> None:
+        raise NotImplementedError
+
+    # -- out -----------------------------------------------------------------------------
+
+    def flush_soon(self) -> None:
+        self._wake.set()
+
+    async def flush(self) -> None:
+        while frame := self._handlers.data_to_send():
+            await self._send_frame(frame)
+
+    async def send(self, frame: bytes) -> None:
+        await self.flush()
+        await self._send_frame(frame)
+
+    async def _write(self) -> None:
+        wake = self._wake
+        try:
+            while True:
+                await wake.wait()
+                wake.clear()
+                await self.flush()
+        except self._CLOSED:
+            pass
+
+    # -- heartbeat -----------------------------------------------------------------------
 
     def start_heartbeat(self, interval: float, beat: Callable[[], None]) -> None:
         self._stop_heartbeat()
@@ -158,18 +209,31 @@ class _Beating:
             self._heartbeat.cancel()
             self._heartbeat = None
 
+    # -- end -----------------------------------------------------------------------------
 
-class WebSocketTransport(_Beating):
+    def _report_end(self, code: int | None, reason: str) -> None:
+        """The reader stopped: tell the handlers once (no close frame: ``None``)."""
+        self._stop_heartbeat()
+        self._handlers.connection_lost(reason if code is not None else "", code)
+
+    async def _stop_tasks(self) -> None:
+        """Stop the reader and writer, except the one we run in (a frame handler may
+        close its own connection); the reader reports as it stops."""
+        current = asyncio.current_task()
+        for task in (self._reader, self._writer):
+            if task is current:
+                continue
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+class WebSocketTransport(_FrameTransport):
     """:class:`Transport` over a ``websockets`` client connection."""
 
     def __init__(self, ws: ClientConnection, handlers: Handlers) -> None:
-        loop = asyncio.get_running_loop()
         self._ws = ws
-        self._handlers = handlers
-        self._wake = asyncio.Event()
-        self._last_received = loop.time()
-        self._reader = loop.create_task(self._read())
-        self._writer = loop.create_task(self._write())
+        super().__init__(handlers)
 
     @classmethod
     async def open(
@@ -200,32 +264,8 @@ class WebSocketTransport(_Beating):
             raise HandshakeFailed(f"websocket handshake failed: {exc}") from exc
         return cls(ws, handlers)
 
-    @property
-    def last_received(self) -> float:
-        return self._last_received
-
-    # -- out -----------------------------------------------------------------------------
-
-    def flush_soon(self) -> None:
-        self._wake.set()
-
-    async def flush(self) -> None:
-        while frame := self._handlers.data_to_send():
-            await self._ws.send(frame)
-
-    async def send(self, frame: bytes) -> None:
-        await self.flush()
+    async def _send_frame(self, frame: bytes) -> None:
         await self._ws.send(frame)
-
-    async def _write(self) -> None:
-        wake = self._wake
-        try:
-            while True:
-                await wake.wait()
-                wake.clear()
-                await self.flush()
-        except ConnectionClosed:
-            pass
 
     # -- in ------------------------------------------------------------------------------
 
@@ -240,12 +280,9 @@ class WebSocketTransport(_Beating):
         except ConnectionClosed:
             pass
         finally:
-            self._stop_heartbeat()
             rcvd = ws.protocol.close_rcvd
-            if rcvd is not None:
-                self._handlers.connection_lost(rcvd.reason, rcvd.code)
-            else:
-                self._handlers.connection_lost("", None)
+            self._report_end(rcvd.code if rcvd is not None else None,
+                             rcvd.reason if rcvd is not None else "")  # fmt: skip
 
     # -- end -----------------------------------------------------------------------------
 
@@ -262,17 +299,7 @@ class WebSocketTransport(_Beating):
             await self.flush()
         with contextlib.suppress(Exception):
             await self._ws.close(code, reason)
-        current = asyncio.current_task()
-        for task in (self._reader, self._writer):
-            if task is current:
-                continue
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
-
-class TransportClosed(ConnectionError):
-    """A frame was to be sent on a connection that has ended or is closing."""
+        await self._stop_tasks()
 
 
 QUEUE_HIGH: Final = 4 * 1024 * 1024
@@ -420,19 +447,14 @@ class _Stream(asyncio.BufferedProtocol):
             self.transport.abort()
 
 
-class StreamTransport(_Beating):
+class StreamTransport(_FrameTransport):
     """:class:`Transport` on an asyncio ``BufferedProtocol`` and Spool's own frame reader
     (:mod:`server.client.websocket`): the socket reads into the one buffer the messages
     are sliced from, once. The default transport (docs/performance.md, "Client")."""
 
     def __init__(self, stream: _Stream, handlers: Handlers) -> None:
-        loop = asyncio.get_running_loop()
         self._stream = stream
-        self._handlers = handlers
-        self._wake = asyncio.Event()
-        self._last_received = loop.time()
-        self._reader = loop.create_task(self._read())
-        self._writer = loop.create_task(self._write())
+        super().__init__(handlers)
 
     @classmethod
     async def open(
@@ -479,23 +501,6 @@ class StreamTransport(_Beating):
             raise
         return cls(stream, handlers)
 
-    @property
-    def last_received(self) -> float:
-        return self._last_received
-
-    # -- out -----------------------------------------------------------------------------
-
-    def flush_soon(self) -> None:
-        self._wake.set()
-
-    async def flush(self) -> None:
-        while frame := self._handlers.data_to_send():
-            await self._send_frame(frame)
-
-    async def send(self, frame: bytes) -> None:
-        await self.flush()
-        await self._send_frame(frame)
-
     async def _send_frame(self, frame: bytes) -> None:
         stream = self._stream
         if stream.close_sent:
@@ -505,16 +510,6 @@ class StreamTransport(_Beating):
             await stream.writable.wait()
             if stream.ended.is_set():
                 raise TransportClosed("the connection to the broker is closed")
-
-    async def _write(self) -> None:
-        wake = self._wake
-        try:
-            while True:
-                await wake.wait()
-                wake.clear()
-                await self.flush()
-        except TransportClosed:
-            pass
 
     # -- in ------------------------------------------------------------------------------
 
@@ -535,12 +530,9 @@ class StreamTransport(_Beating):
                 stream.wake.clear()
                 await stream.wake.wait()
         finally:
-            self._stop_heartbeat()
             rcvd = stream.close_rcvd
-            if rcvd is not None:
-                self._handlers.connection_lost(rcvd.reason, rcvd.code)
-            else:
-                self._handlers.connection_lost("", None)
+            self._report_end(rcvd.code if rcvd is not None else None,
+                             rcvd.reason if rcvd is not None else "")  # fmt: skip
 
     # -- end -----------------------------------------------------------------------------
 
@@ -562,13 +554,7 @@ class StreamTransport(_Beating):
                 await stream.ended.wait()
         except TimeoutError:
             stream.abort()
-        current = asyncio.current_task()
-        for task in (self._reader, self._writer):
-            if task is current:
-                continue
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self._stop_tasks()
 
 
 def default_tls_context() -> ssl.SSLContext:

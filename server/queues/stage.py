@@ -192,21 +192,25 @@ class QueueRuntime:
             if own is not None and not own.message(bm, origin or self.instance,
                                                    timestamps_us[i]):  # fmt: skip
                 continue  # acked on another instance before it arrived here
-            prio = 0
-            if priority is not None and view is not None:
-                value = priority.evaluate(view)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    prio = int(value)
-            add(
-                Message(
-                    first_seq + i, bm, topic, body, timestamps_us[i], priority=prio,
-                    barrier=barrier is not None and view is not None and barrier.matches(view),
-                )
-            )  # fmt: skip
+            add(self._message(first_seq + i, bm, topic, body, timestamps_us[i], view))
             n += 1
         if own is not None and pub_seqs:
             own.passed(pub_hash[-1], max(pub_seqs))
         return n
+
+    def _message(
+        self, seq: int, bm: str, topic: str, body: bytes, ts_us: int, view: MessageView | None
+    ) -> Message:
+        """A queue message, its priority and barrier read from ``view`` (None when the
+        queue has neither)."""
+        prio = 0
+        priority, barrier = self.priority, self.barrier
+        if priority is not None and view is not None:
+            value = priority.evaluate(view)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                prio = int(value)
+        is_barrier = barrier is not None and view is not None and barrier.matches(view)
+        return Message(seq, bm, topic, body, ts_us, priority=prio, barrier=is_barrier)
 
     def activate(self, records: Sequence[Record], last_seq: int) -> int:
         """A refill of the window: ``records`` read from the log at its cursor, in order
@@ -235,17 +239,7 @@ class QueueRuntime:
                 return n
             if not window.passes(seq):
                 continue  # its ack was deferred: it never becomes active
-            prio = 0
-            if priority is not None and view is not None:
-                value = priority.evaluate(view)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    prio = int(value)
-            add(
-                Message(
-                    seq, rec.bookmark, rec.topic, rec.body, rec.timestamp_us, priority=prio,
-                    barrier=barrier is not None and view is not None and barrier.matches(view),
-                )
-            )  # fmt: skip
+            add(self._message(seq, rec.bookmark, rec.topic, rec.body, rec.timestamp_us, view))
             room -= 1
             n += 1
         if records:
