@@ -67,7 +67,11 @@ def describe(q: QueueRuntime, now: int) -> QueueInfo:
         name=cfg.name, kind=cfg.kind, underlying_topic=cfg.underlying,
         target_queue_depth=cfg.target_queue_depth,
         inactive=window.inactive if window is not None else 0,
-        deferred_acks=len(window.deferred) if window is not None else 0,
+        deferred_acks=(
+            len(window.deferred) + (q.ownership.early_acks() if q.ownership is not None else 0)
+            if window is not None
+            else 0
+        ),
         semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
         owned=q.owned(), transferred_in=q.transferred_in,
         transferred_out=q.transferred_out,

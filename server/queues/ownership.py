@@ -44,6 +44,18 @@ ack of a message processed twice, a grant of a message acked here). A hard cap
 ack lets its message be delivered here once more, a dropped early grant leaves its
 message with its first owner on this copy.
 
+**A bounded queue** (``TargetQueueDepth``, server/queues/window.py) activates its
+messages in log order as room frees up; an inactive message is not known here. An ack
+or grant that names one is kept with the early changes and applied when the message is
+activated (:meth:`Ownership.message`), and the position of a publisher moves at
+activation, not at arrival (:meth:`Ownership.passed` is called for what the window
+passed): "can no longer arrive" then means "can no longer be activated", which is the
+same rule over the same log order, so a restart that replays the log reaches the same
+owner per message as live operation. The cap grows by the queue's inactive messages
+(:attr:`Ownership.extra_early`): each may have one change kept. A message whose owner
+is offline while proxied transfer is on is taken over when it is activated
+(:attr:`Ownership.pending` holds the takeover for the log).
+
 Costs: the request pass of the 50 ms timer is O(messages due) (a heap of candidates by
 arrival, owners that are offline parked per owner); owners and owned counts are indexed;
 takeovers and hand-backs cost what they move.
@@ -136,6 +148,12 @@ class Ownership:
     max_early: int = MAX_EARLY
     busy: Callable[[str], bool] | None = None
     on_gained: Callable[[str], None] | None = None
+    #: how many changes may be kept beyond :attr:`max_early` (a bounded queue: its
+    #: inactive messages, each of which may have one kept until its activation)
+    extra_early: Callable[[], int] | None = None
+    #: changes made when a message entered (a proxied takeover at activation), for the
+    #: caller to log and send
+    pending: list[Wire] = field(default_factory=list)
     _entries: dict[str, _Entry] = field(default_factory=dict)
     #: the messages of each owner (owners(), owned() and takeovers without a scan)
     _by_owner: dict[str, set[str]] = field(default_factory=dict)
@@ -157,6 +175,8 @@ class Ownership:
     _early_indexed: int = 0
     #: the highest sequence seen per publisher on the queue's topics
     _seen: dict[int, int] = field(default_factory=dict)
+    #: acks among :attr:`_early`
+    _early_acks: int = 0
     proxied: bool = False
     transferred_in: int = 0
     transferred_out: int = 0
@@ -189,8 +209,25 @@ class Ownership:
         return len(self._taken)
 
     def early(self) -> int:
-        """Acks and grants kept for messages this copy has not seen yet."""
+        """Acks and grants kept for messages this copy has not seen (or, bounded, not
+        activated) yet."""
         return len(self._early)
+
+    def early_acks(self) -> int:
+        """Acks among :meth:`early` (a bounded queue: acks of inactive messages)."""
+        return self._early_acks
+
+    def unreachable(self) -> int:
+        """Messages here owned by an instance that is offline: this instance can neither
+        deliver them nor ask for them (a bounded queue does not count them against its
+        target, so they cannot fill its window for the length of an outage)."""
+        by_owner = self._by_owner
+        return sum(len(by_owner.get(o, ())) for o in self._offline)
+
+    def reachable(self, bookmark: str) -> bool:
+        """Whether the message's owner is this instance or one that is online."""
+        entry = self._entries.get(bookmark)
+        return entry is not None and entry.owner not in self._offline
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -206,7 +243,8 @@ class Ownership:
         if bookmark in self._early:
             early = self._early.pop(bookmark)
             if early is None:
-                return False  # acked before it arrived
+                self._early_acks -= 1
+                return False  # acked before it arrived (or, bounded, before activation)
         owner = self.initial_owner or published_on
         entry = self._entries[bookmark] = _Entry(owner, 0, now_us)
         bms = self._by_owner.get(owner)
@@ -217,6 +255,8 @@ class Ownership:
             self._queue_request(bookmark, entry, now_us)
         if early is not None:
             self._apply_grant(early, entry)
+        if self.proxied and entry.owner in self._offline:
+            self.pending.extend(self._take(bookmark, entry, entry.owner))
         return True
 
     def passed(self, pub_hash: int, seq: int) -> None:
@@ -231,7 +271,8 @@ class Ownership:
         while heap and heap[0][0] <= seq:
             _, bm = heapq.heappop(heap)
             self._early_indexed -= 1
-            self._early.pop(bm, None)
+            if bm in self._early and self._early.pop(bm) is None:
+                self._early_acks -= 1
         if not heap:
             del self._early_by_pub[pub_hash]
 
@@ -330,12 +371,15 @@ class Ownership:
         out: list[Wire] = []
         for inst in sorted(self._offline):
             for bm in sorted(self._by_owner.get(inst, ())):
-                e = self._entries[bm]
-                self._set_owner(bm, e, self.instance, e.epoch + 1)
-                self._taken[bm] = inst
-                self.transferred_in += 1
-                out.append(Grant(bm, self.instance, e.epoch, proxied=True))
+                out.extend(self._take(bm, self._entries[bm], inst))
         return out
+
+    def _take(self, bm: str, e: _Entry, inst: str) -> list[Wire]:
+        """A proxied takeover of one message owned by offline ``inst``."""
+        self._set_owner(bm, e, self.instance, e.epoch + 1)
+        self._taken[bm] = inst
+        self.transferred_in += 1
+        return [Grant(bm, self.instance, e.epoch, proxied=True)]
 
     # -- from the other instances -------------------------------------------------------
 
@@ -350,10 +394,12 @@ class Ownership:
             elif not self._passed(bm):
                 if bm not in self._early:
                     self._early[bm] = None
+                    self._early_acks += 1
                     self._index_early(bm)
                 elif self._early[bm] is not None:  # an ack replaces a kept grant (indexed)
                     del self._early[bm]
                     self._early[bm] = None
+                    self._early_acks += 1
             return []
         entry = self._entries.get(bm)
         if type(msg) is Request:
@@ -476,10 +522,13 @@ class Ownership:
         if pos is not None:
             heapq.heappush(self._early_by_pub.setdefault(pos[0], []), (pos[1], bm))
             self._early_indexed += 1
-        while len(self._early) > self.max_early:
-            del self._early[next(iter(self._early))]  # the oldest
+        limit = self.max_early + (self.extra_early() if self.extra_early is not None else 0)
+        while len(self._early) > limit:
+            oldest = next(iter(self._early))
+            if self._early.pop(oldest) is None:
+                self._early_acks -= 1
             self.early_dropped += 1
-        if self._early_indexed > 2 * self.max_early:
+        if self._early_indexed > 2 * limit:
             self._reindex_early()
 
     def _reindex_early(self) -> None:

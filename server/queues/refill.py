@@ -63,7 +63,7 @@ class Refills:
             window is None
             or window.reading
             or self._txlog is None
-            or not window.room(queue.machine.depth)
+            or not window.room(queue.counted())
         ):
             return
         window.reading = True
@@ -83,7 +83,7 @@ class Refills:
         assert window is not None and txlog is not None
         try:
             async with self._lock(queue):
-                while window.room(queue.machine.depth):
+                while window.room(queue.counted()):
                     start = window.cursor
                     records = self._ahead.pop(queue, None)
                     if not records or records[0].seq > start:
@@ -105,16 +105,17 @@ class Refills:
 
     async def remove_where(
         self, queue: QueueRuntime, matches: Callable[[Message], bool]
-    ) -> tuple[list[Removal], list[int]]:
+    ) -> tuple[list[Removal], list[tuple[int, str]]]:
         """A removal by filter of a bounded queue: its active messages that ``matches``
         takes leave the state machine, and the seqs of its inactive ones (as of now) are
-        deferred, so they are never activated. Returns both (the caller logs them). Done
+        deferred, so they are never activated. Returns both, the inactive ones as (seq,
+        bookmark) (the caller logs them). Done
         while no refill of the queue runs: a message cannot escape by being activated
         between the two halves."""
         window = queue.window
         txlog = self._txlog
         assert window is not None and txlog is not None
-        found: list[int] = []
+        found: list[tuple[int, str]] = []
         async with self._lock(queue):
             removed = queue.machine.remove_where(matches)
             end = txlog.last_seq
@@ -123,9 +124,9 @@ class Refills:
                 records = await txlog.read_appended(at, max_count=_STEP, upto_seq=end)
                 if not records:
                     break
-                seqs = queue.inactive_matches(records, matches)
-                window.defer(seqs)
-                found.extend(seqs)
+                hits = queue.inactive_matches(records, matches)
+                window.defer(seq for seq, _ in hits)
+                found.extend(hits)
                 at = records[-1].seq + 1
         return removed, found
 

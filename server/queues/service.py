@@ -402,13 +402,17 @@ class QueueService:
         self, session: Session, cmd: Command, queue: QueueRuntime, flt: Filter
     ) -> None:
         """A removal by filter of a bounded queue: its active matches, and its inactive
-        ones (their seqs logged as a ``QUEUE_ACK``: deferred acks, so a restart skips
-        them too)."""
+        ones (logged as a ``QUEUE_ACK``: deferred acks, so a restart skips them too; a
+        replicated queue's by bookmark, so the other instances drop them as well)."""
         removed, inactive = await self.refills.remove_where(queue, _accepts(flt))
         failure = None
         if inactive:
-            failure = self._append(queue, RecordKind.QUEUE_ACK, encode_ack_seqs(inactive),
-                                   "acked")  # fmt: skip
+            body = (
+                encode_ack_seqs([seq for seq, _ in inactive])
+                if queue.ownership is None
+                else encode_ack_bookmarks([bm for _, bm in inactive])
+            )
+            failure = self._append(queue, RecordKind.QUEUE_ACK, body, "acked")
             if failure is not None:
                 self._log_failures += 1
         if failure is not None:
@@ -522,6 +526,10 @@ class QueueService:
         dirty, self._dirty = self._dirty, set()
         now = time_us(self._clock)
         for queue in dirty:
+            if queue.window is not None:
+                # room may have freed up without a removal here (acked on another
+                # instance, an owner gone offline): top the window up
+                self.refills.wanted(queue)
             if queue.outgoing:
                 changes, queue.outgoing = queue.outgoing, []
                 self.transfers.send(queue, changes)
@@ -595,6 +603,9 @@ class QueueService:
             transfers = self.transfers
             if transfers:
                 transfers.tick(now)
+                for queue in transfers.queues:
+                    if queue.window is not None:
+                        self.refills.wanted(queue)  # an owner went offline: room
             soon = self._next_deadline()
             if transfers:
                 step = now + transfers.interval_us

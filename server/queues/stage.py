@@ -118,14 +118,33 @@ class QueueRuntime:
             instance=instance,
         )
         if cfg.target_queue_depth:
-            q.window = Window(cfg.target_queue_depth)
+            q.window = window = Window(cfg.target_queue_depth)
         if replicated:
             machine = q.machine
             own = q.ownership = Ownership(instance, cfg.initial_owner)
             machine.gate = lambda m: own.can_deliver(m.bookmark)
             own.on_gained = machine.unpark
             own.busy = lambda bm: (m := machine.get(bm)) is not None and m.holder is not None
+            if q.window is not None:
+                own.extra_early = lambda: window.inactive
         return q
+
+    def counted(self) -> int:
+        """The active messages a window counts against its target: those this instance
+        can deliver — owned here, or owned by an online instance it can ask for them.
+        Messages of an offline owner are not counted (docs/queues.md "TargetQueueDepth"):
+        a window full of them would starve the messages behind them for the whole
+        outage."""
+        own = self.ownership
+        depth = self.machine.depth
+        return depth - own.unreachable() if own is not None else depth
+
+    def _take_pending(self) -> None:
+        """Proxied takeovers made as messages entered: to the log with the rest."""
+        own = self.ownership
+        if own is not None and own.pending:
+            self.outgoing.extend(own.pending)
+            own.pending.clear()
 
     @property
     def transferred_in(self) -> int:
@@ -180,6 +199,7 @@ class QueueRuntime:
         own = self.ownership
         window = self.window
         n = 0
+        cut = len(bodies)  # the first message left inactive (bounded): not passed yet
         for i, body in enumerate(bodies):
             bm = format_bookmark(pub_hash[i], pub_seqs[i])
             view: MessageView | None = None
@@ -187,15 +207,18 @@ class QueueRuntime:
                 view = MessageView(topic, body, bookmark=bm)
                 if flt is not None and not flt.matches(view):
                     continue
-            if window is not None and not window.admits(first_seq + i, self.machine.depth):
+            if window is not None and not window.admits(first_seq + i, self.counted()):
+                cut = min(cut, i)
                 continue
             if own is not None and not own.message(bm, origin or self.instance,
                                                    timestamps_us[i]):  # fmt: skip
                 continue  # acked on another instance before it arrived here
             add(self._message(first_seq + i, bm, topic, body, timestamps_us[i], view))
             n += 1
-        if own is not None and pub_seqs:
-            own.passed(pub_hash[-1], max(pub_seqs))
+        if own is not None and cut:
+            # a bounded queue's inactive messages are passed when activated (activate)
+            own.passed(pub_hash[-1], max(pub_seqs[:cut]))
+            self._take_pending()
         return n
 
     def _message(
@@ -221,36 +244,57 @@ class QueueRuntime:
         assert window is not None
         flt, barrier, priority = self.filter, self.barrier, self.priority
         takes = self.config.takes
-        add = self.machine.add
+        own = self.ownership
         cursor = window.cursor
-        room = window.target - self.machine.depth
+        room = window.target - self.counted()
         n = 0
-        for rec in records:
-            seq = rec.seq
-            if seq < cursor or rec.kind not in _MESSAGE_KINDS or not takes(rec.topic):
-                continue
-            view: MessageView | None = None
-            if flt is not None or barrier is not None or priority is not None:
-                view = MessageView(rec.topic, rec.body, bookmark=rec.bookmark)
-                if flt is not None and not flt.matches(view):
+        try:
+            for rec in records:
+                seq = rec.seq
+                if seq < cursor or rec.kind not in _MESSAGE_KINDS or not takes(rec.topic):
                     continue
-            if room <= 0:
-                window.moved(seq, last_seq)
-                return n
-            if not window.passes(seq):
-                continue  # its ack was deferred: it never becomes active
-            add(self._message(seq, rec.bookmark, rec.topic, rec.body, rec.timestamp_us, view))
-            room -= 1
-            n += 1
-        if records:
-            window.moved(records[-1].seq + 1, last_seq)
-        return n
+                view: MessageView | None = None
+                if flt is not None or barrier is not None or priority is not None:
+                    view = MessageView(rec.topic, rec.body, bookmark=rec.bookmark)
+                    if flt is not None and not flt.matches(view):
+                        if own is not None:
+                            own.passed(rec.pub_hash, rec.pub_seq)
+                        continue
+                if room <= 0:
+                    window.moved(seq, last_seq)
+                    return n
+                if window.passes(seq) and self._enter(rec, view):
+                    n += 1
+                    if own is None or own.reachable(rec.bookmark):
+                        room -= 1
+                if own is not None:
+                    # after the message entered: an ownership change kept for it applies
+                    own.passed(rec.pub_hash, rec.pub_seq)
+            if records:
+                window.moved(records[-1].seq + 1, last_seq)
+            return n
+        finally:
+            self._take_pending()
+
+    def _enter(self, rec: Record, view: MessageView | None) -> bool:
+        """One message a refill activates (its ack was not deferred): False when it left
+        the queue on another instance while inactive (an ack kept for it)."""
+        bm = rec.bookmark
+        own = self.ownership
+        if own is not None and not own.message(
+            bm, published_on(rec.path, self.instance), rec.timestamp_us
+        ):
+            return False
+        self.machine.add(self._message(rec.seq, bm, rec.topic, rec.body, rec.timestamp_us,
+                                       view))  # fmt: skip
+        return True
 
     def inactive_matches(self, records: Sequence[Record], matches: Callable[[Message], bool]
-                         ) -> list[int]:  # fmt: skip
-        """A removal by filter reaching inactive messages: the seqs of the queue's
-        messages among ``records`` (read from the log at the cursor) that ``matches``
-        takes (their acks are deferred)."""
+                         ) -> list[tuple[int, str]]:  # fmt: skip
+        """A removal by filter reaching inactive messages: the seqs and bookmarks of the
+        queue's messages among ``records`` (read from the log at the cursor) that
+        ``matches`` takes (their acks are deferred here; a replicated queue logs the
+        bookmarks, which the other instances apply)."""
         window = self.window
         assert window is not None
         flt = self.filter
@@ -265,7 +309,7 @@ class QueueRuntime:
             if flt is not None and not flt.matches(MessageView(rec.topic, rec.body, bookmark=bm)):
                 continue
             if matches(Message(rec.seq, bm, rec.topic, rec.body, rec.timestamp_us)):
-                out.append(rec.seq)
+                out.append((rec.seq, bm))
         return out
 
 

@@ -121,7 +121,8 @@ class BoundedVersusUnbounded(RuleBasedStateMachine):
         active = [r.message.seq for r in self.bounded.machine.remove_where(matches)]
         inactive: list[int] = []
         if self.window.cursor:
-            inactive = self.bounded.inactive_matches(self.log[self.window.cursor - 1 :], matches)
+            hits = self.bounded.inactive_matches(self.log[self.window.cursor - 1 :], matches)
+            inactive = [seq for seq, _ in hits]
             self.window.defer(inactive)
         truth = [r.message.seq for r in self.truth.machine.remove_where(matches)]
         assert sorted(active + inactive) == sorted(truth)
