@@ -299,7 +299,7 @@ class QueueRuntime:
         assert window is not None
         flt = self.filter
         config = self.config
-        out: list[int] = []
+        out: list[tuple[int, str]] = []
         for rec in records:
             if rec.seq < window.cursor or rec.seq in window.deferred:
                 continue
