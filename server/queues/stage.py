@@ -201,6 +201,8 @@ class QueueRuntime:
         n = 0
         cut = len(bodies)  # the first message left inactive (bounded): not passed yet
         for i, body in enumerate(bodies):
+            if window is not None and window.cursor and cut > i:
+                cut = i  # from here on after the cursor, filtered out or not
             bm = format_bookmark(pub_hash[i], pub_seqs[i])
             view: MessageView | None = None
             if flt is not None or barrier is not None or priority is not None:
