@@ -212,14 +212,6 @@ def _check_queues(
                 f"the transaction log does not record {queue.underlying!r}, the underlying "
                 f"topic of queue {queue.name!r}: add a TransactionLog <Topic> for it",
             )
-        if queue.target_queue_depth and replicates and queue.kind != "LocalQueue":
-            raise fail(
-                node,
-                f"TargetQueueDepth on replicated queue {queue.name!r} is not supported: its "
-                "window would have to follow message ownership between instances "
-                '(docs/queues.md "TargetQueueDepth"); use it on a LocalQueue, or on an '
-                "instance that does not replicate",
-            )
         if queue.initial_owner is not None and not replicates and queue.initial_owner != instance:
             raise fail(
                 node,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import ConfigError, SowTopicConfig
+from server.config import SowTopicConfig
 from tests.unit.config.helpers import assert_refused, doc, parse
 
 
@@ -281,7 +281,7 @@ def test_target_queue_depth_is_read_for_a_local_queue() -> None:
     assert [q.target_queue_depth for q in cfg.queues] == [10, 0]
 
 
-def test_target_queue_depth_is_refused_on_a_replicated_queue() -> None:
+def test_target_queue_depth_is_read_on_replicated_queues() -> None:
     log = "<TransactionLog><Topic><Name>work-in</Name></Topic></TransactionLog>"
     transports = (
         "<Transports><Transport><Name>w</Name><Type>websocket</Type></Transport>"
@@ -295,10 +295,18 @@ def test_target_queue_depth_is_refused_on_a_replicated_queue() -> None:
             "<TargetQueueDepth>10</TargetQueueDepth></Queue>"
         )
     )
-    with pytest.raises(ConfigError) as err:
-        parse(doc(body))
-    assert "TargetQueueDepth on replicated queue 'work' is not supported" in str(err.value)
-    assert "/SpoolConfig/SOW/Queue" in str(err.value)
-    # the same queue as a LocalQueue stays this instance's: accepted
+    cfg = parse(doc(body))
+    assert cfg.replicates and (cfg.queues[0].kind, cfg.queues[0].target_queue_depth) == (
+        "Queue", 10,
+    )  # fmt: skip
+    group = parse(
+        doc(
+            body.replace("Queue>", "GroupLocalQueue>").replace(
+                "<TargetQueueDepth>", "<InitialOwner>test</InitialOwner><TargetQueueDepth>"
+            )
+        )
+    )
+    assert group.queues[0].kind == "GroupLocalQueue"
+    assert group.queues[0].target_queue_depth == 10
     local = parse(doc(body.replace("<Queue>", "<LocalQueue>").replace("</Queue>", "</LocalQueue>")))
     assert local.replicates and local.queues[0].target_queue_depth == 10
