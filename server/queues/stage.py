@@ -219,7 +219,7 @@ class QueueRuntime:
             n += 1
         if own is not None and cut:
             # a bounded queue's inactive messages are passed when activated (activate)
-            own.passed(pub_hash[-1], max(pub_seqs[:cut]))
+            own.passed(pub_hash[-1], max(pub_seqs) if cut == len(bodies) else max(pub_seqs[:cut]))
             self._take_pending()
         return n
 
