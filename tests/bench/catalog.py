@@ -552,6 +552,16 @@ def _queue_specs() -> list[ScenarioSpec]:
             ("msgs_per_s", "publish_msgs_per_s"),
             (),
         ),
+        ScenarioSpec(
+            "spool.queue.replicated.bounded.4consumers.100B",
+            "queue_replicated_bounded",
+            "the replicated queue run with TargetQueueDepth 4,000 on both instances: each "
+            "window counts what its instance can deliver; ownership changes of inactive "
+            "messages are applied at their activation",
+            {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
+            ("msgs_per_s", "publish_msgs_per_s"),
+            (),
+        ),
     ]
 
 

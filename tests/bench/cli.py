@@ -61,6 +61,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "queue": queue_family.run_queue,
     "queue_replicated": queue_family.run_queue_replicated,
     "queue_bounded": queue_family.run_queue_bounded,
+    "queue_replicated_bounded": queue_family.run_queue_replicated_bounded,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,

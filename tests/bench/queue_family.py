@@ -21,7 +21,10 @@ received every message exactly once (more is an error: a message delivered twice
 both copies of the queue must be empty.
 
 The bounded variant (``spool.queue.bounded.4consumers.100B``): the same single-instance
-run with ``TargetQueueDepth`` 4,000: what refilling the window from the log costs.
+run with ``TargetQueueDepth`` 4,000: what refilling the window from the log costs. And
+the replicated one with the same target on both instances
+(``spool.queue.replicated.bounded.4consumers.100B``): each window counts the messages its
+instance can deliver, ownership changes of inactive messages wait for their activation.
 """
 
 from __future__ import annotations
@@ -191,7 +194,9 @@ def _depth(broker: SpoolProcess) -> int:
 
 
 @contextlib.contextmanager
-def _replicated_pair(suite: Suite) -> Iterator[tuple[SpoolProcess, SpoolProcess]]:
+def _replicated_pair(
+    suite: Suite, rule: str = QUEUE_RULE
+) -> Iterator[tuple[SpoolProcess, SpoolProcess]]:
     """Two instances replicating to each other (sync) with the bench queue."""
     port_a, port_b = free_ports(2)
     root = suite.workdir / "spool-queue-replicated"
@@ -200,7 +205,7 @@ def _replicated_pair(suite: Suite) -> Iterator[tuple[SpoolProcess, SpoolProcess]
                                           ("qb", port_b, "qa", port_a)):  # fmt: skip
         xml = replication_xml(
             root / name / "data", name, port=port, admin_interval="10s", tuning=BENCH_TUNING,
-            sow=QUEUE_RULE,
+            sow=rule,
             destinations=[destination(other, [("127.0.0.1", other_port)], passthrough=(".*",))],
         )  # fmt: skip
         procs.append(SpoolProcess(root / name, xml))
@@ -223,11 +228,18 @@ def _connected(proc: SpoolProcess, dest: str) -> bool:
     return any(d["name"] == dest and d["connected"] for d in info["destinations"])
 
 
-def run_queue_replicated(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
+def run_queue_replicated_bounded(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
+    """The replicated queue family with a TargetQueueDepth on both instances."""
+    run_queue_replicated(suite, chosen, QUEUE_RULE_BOUNDED)
+
+
+def run_queue_replicated(
+    suite: Suite, chosen: Sequence[ScenarioSpec], rule: str = QUEUE_RULE
+) -> None:
     """The replicated queue family: two instances, consumers on both."""
     s = suite.settings
     try:
-        pair = _replicated_pair(suite)
+        pair = _replicated_pair(suite, rule)
         a, b = pair.__enter__()
     except Exception as exc:
         suite.record_all(chosen, "error", f"the instances did not start: {exc}"[-300:], {})
