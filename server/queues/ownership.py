@@ -54,7 +54,14 @@ same rule over the same log order, so a restart that replays the log reaches the
 owner per message as live operation. The cap grows by the queue's inactive messages
 (:attr:`Ownership.extra_early`): each may have one change kept. A message whose owner
 is offline while proxied transfer is on is taken over when it is activated
-(:attr:`Ownership.pending` holds the takeover for the log).
+(:attr:`Ownership.pending` holds the takeover for the log). A request for a message
+this owner has inactive is granted like one for an active message (an inactive message
+is never leased): the owner knows it is in its log from the publisher's arrival position
+(:meth:`Ownership.arrived`), and its owner and epoch from the change kept for it (or, none
+kept, the requester's claim of epoch 0: the initial owner is the same everywhere). The
+grant is kept like a received one and applied at activation. Without it, two instances
+each holding active what the other owns and has inactive would ask each other in vain
+for ever.
 
 Costs: the request pass of the 50 ms timer is O(messages due) (a heap of candidates by
 arrival, owners that are offline parked per owner); owners and owned counts are indexed;
@@ -175,6 +182,8 @@ class Ownership:
     _early_indexed: int = 0
     #: the highest sequence seen per publisher on the queue's topics
     _seen: dict[int, int] = field(default_factory=dict)
+    #: a bounded queue: the highest sequence per publisher appended here (active or not)
+    _arrived: dict[int, int] | None = None
     #: acks among :attr:`_early`
     _early_acks: int = 0
     proxied: bool = False
@@ -275,6 +284,15 @@ class Ownership:
                 self._early_acks -= 1
         if not heap:
             del self._early_by_pub[pub_hash]
+
+    def arrived(self, pub_hash: int, seq: int) -> None:
+        """A bounded queue: publisher ``pub_hash``'s messages up to ``seq`` are in this
+        copy's log (active or inactive; :meth:`passed` follows the activation)."""
+        arrived = self._arrived
+        if arrived is None:
+            arrived = self._arrived = {}
+        if seq > arrived.get(pub_hash, 0):
+            arrived[pub_hash] = seq
 
     def leased(self, bookmark: str, leased: bool) -> None:
         """This instance leased (or got back) a message it owns: while leased it grants
@@ -403,7 +421,7 @@ class Ownership:
             return []
         entry = self._entries.get(bm)
         if type(msg) is Request:
-            return self._request(msg, entry) if entry is not None else []
+            return self._request(msg, entry) if entry is not None else self._request_inactive(msg)
         assert type(msg) is Grant
         if entry is None:
             if self._passed(bm):
@@ -449,6 +467,34 @@ class Ownership:
         entry.granted_to = msg.requester
         self.transferred_out += 1
         return [Grant(bm, msg.requester, entry.epoch)]
+
+    def _request_inactive(self, msg: Request) -> list[Wire]:
+        """A request for a message this copy has inactive (a bounded queue): granted if
+        this instance owns it at the asked epoch, kept like a received grant until the
+        message is activated (module docstring)."""
+        bm = msg.bookmark
+        pos = _position(bm)
+        arrived = self._arrived
+        if (
+            msg.owner != self.instance
+            or arrived is None
+            or pos is None
+            or pos[1] > arrived.get(pos[0], 0)  # not in this copy's log (yet)
+            or self._passed(bm)  # activated and gone
+        ):
+            return []
+        early = self._early
+        if bm in early:
+            held = early[bm]
+            if held is None or (held.owner, held.epoch) != (self.instance, msg.epoch):
+                return []  # acked while inactive, or not ours at that epoch
+            grant = early[bm] = Grant(bm, msg.requester, msg.epoch + 1)
+        else:
+            if msg.epoch != 0:
+                return []  # no change kept: it is at its initial epoch
+            grant = early[bm] = Grant(bm, msg.requester, msg.epoch + 1)
+            self._index_early(bm)
+        return [grant]
 
     # -- internals ----------------------------------------------------------------------
 

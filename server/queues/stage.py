@@ -217,6 +217,8 @@ class QueueRuntime:
                 continue  # acked on another instance before it arrived here
             add(self._message(first_seq + i, bm, topic, body, timestamps_us[i], view))
             n += 1
+        if own is not None and window is not None and pub_seqs:
+            own.arrived(pub_hash[-1], max(pub_seqs))
         if own is not None and cut:
             # a bounded queue's inactive messages are passed when activated (activate)
             own.passed(pub_hash[-1], max(pub_seqs) if cut == len(bodies) else max(pub_seqs[:cut]))

@@ -6,7 +6,8 @@ The oracle state machine is instance ``a`` of a replicated queue whose messages 
 published on ``a`` and on ``b``. Both copies get the same traffic: publishes (some outside
 the queue's filter), grants from other instances (to ``a``, ``b`` or ``c``, any epoch) and
 acks by bookmark from other instances — for active messages, inactive ones, and ones not
-published yet —, local acks of messages ``a`` owns, ``b`` going offline and back (an
+published yet —, local acks of messages ``a`` owns, requests from other instances (answered as the
+unbounded copy answers, for active and inactive messages), ``b`` going offline and back (an
 offline owner's messages do not count against the window), refills of the bounded window
 in steps of any size, and restarts that replay the log into a fresh bounded copy. The
 unbounded copy is the truth: at every step every active message of the bounded copy has
@@ -26,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from server.bookmarks import broker_pub_hash, format_bookmark
 from server.clock import VirtualClock
 from server.config.model import QueueConfig
-from server.queues.ownership import Grant, Ownership
+from server.queues.ownership import Grant, Ownership, Request
 from server.queues.records import encode_ack_bookmarks, encode_transfers
 from server.queues.stage import QueueRuntime, QueueStage
 from server.queues.window import Window
@@ -135,6 +136,35 @@ class ReplicatedBoundedVersusUnbounded(RuleBasedStateMachine):
     def grant(self, data: st.DataObject, owner: str, epoch: int, sender: str) -> None:
         bm = self._bookmark(data)
         self._event(sender, RecordKind.QUEUE_TRANSFER, encode_transfers([Grant(bm, owner, epoch)]))
+
+    @rule(data=st.data(), requester=st.sampled_from(["b", "c"]), epoch=st.integers(0, 2))
+    def request(self, data: st.DataObject, requester: str, epoch: int) -> None:
+        """Another instance asks ``a`` for a message (at the truth's epoch when the truth
+        has it): the bounded copy answers as the unbounded one, for an active message or
+        an inactive one; the answers are logged as ``a``'s."""
+        bm = self._bookmark(data)
+        entry = self._own(self.truth)._entries.get(bm)
+        asked = Request(bm, requester, "a", entry.epoch if entry is not None else epoch)
+        if asked.epoch == 0 and not bm.startswith(f"{_PUBS['a']}|"):
+            return  # at epoch 0 a message is asked of its initial owner only (b, here)
+        body = encode_transfers([asked])
+        seq = len(self.log) + 1
+        self._append(Record(seq, seq, broker_pub_hash(requester), self.events[requester],
+                            "work", "json", RecordKind.QUEUE_TRANSFER, (requester,), 0, body))  # fmt: skip
+        self.events[requester] += 1
+        answers = []
+        for q in (self.bounded, self.truth):
+            q.receive(int(RecordKind.QUEUE_TRANSFER), body)
+            answers.append(list(q.outgoing))
+            q.outgoing.clear()
+        assert answers[0] == answers[1], "the bounded copy answered otherwise"
+        if answers[0]:
+            grants = [g for g in answers[0] if type(g) is Grant]
+            seq = len(self.log) + 1
+            self._append(Record(seq, seq, broker_pub_hash("a"), self.events["a"], "work",
+                                "json", RecordKind.QUEUE_TRANSFER, (), 0,
+                                encode_transfers(grants)))  # fmt: skip
+            self.events["a"] += 1
 
     @rule(data=st.data(), sender=st.sampled_from(["b", "c"]))
     def ack_elsewhere(self, data: st.DataObject, sender: str) -> None:
