@@ -19,6 +19,11 @@ an inactive message, or, during recovery, an ack of a message that was activated
 acked before the restart — is **deferred**: its seq is kept (a compact record) and the
 message is skipped, never activated, when the cursor reaches it.
 
+On a replicated queue the depth the window is given counts the active messages this
+instance can deliver (not those of an offline owner: ``QueueRuntime.counted``), and the
+ownership changes that name an inactive message wait in the ownership
+(server/queues/ownership.py) until the message is activated.
+
 Pure: no I/O, no clock (server/queues/service.py reads the log).
 """
 

@@ -24,8 +24,8 @@
 (in memory, delivered); the rest wait *inactive* in the transaction log (docs/queues.md
 "TargetQueueDepth"). Refused here, at the element that says it: expressions that do not
 compile, values out of range. Cross-checks with other sections (the transaction log
-records the underlying topic, replicated queues, the initial owner, TargetQueueDepth on a
-replicated queue) are in :mod:`server.config.build`. docs/queues.md explains the defaults.
+records the underlying topic, replicated queues, the initial owner) are in
+:mod:`server.config.build`. docs/queues.md explains the defaults.
 """
 
 from __future__ import annotations
