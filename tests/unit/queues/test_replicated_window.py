@@ -142,3 +142,54 @@ async def test_proxied_transfer_takes_over_inactive_messages_as_they_activate(
         assert sorted(wa.processed) == [("b", n) for n in range(12)]
         assert deepest <= TARGET  # taken over at activation: owned here, counted
         assert h["a"].broker.queues.info("work").transferred_in == 12
+
+
+@scenario
+async def test_a_returning_owner_drops_what_was_processed_by_proxy_inactive_or_not(
+    tmp_path: Path,
+) -> None:
+    """a's messages, taken over by b while a is away (the 5 active when a goes offline,
+    the rest as b's window activates them) and all processed on b; a comes back: b's
+    grants and acks reach a's bounded copy, whose active messages leave and whose
+    inactive ones are skipped at activation — nothing left, nothing delivered on a (a
+    consumer there before the grants arrive is the documented duplicate risk)."""
+    async with fabric_of(tmp_path, _configs(tmp_path)) as (fabric, clock, h):
+        await _linked(clock, h)
+        _pub(await h["a"].logon("pa"), "a", range(12))
+        await drive(clock, lambda: h["b"].broker.queues.info("work").inactive == 12 - TARGET)
+        assert h["b"].broker.queues.set_proxied_transfer("work", True, "ops") == 0  # a online
+        fabric.cut(B, source="a")
+        fabric.cut(A, source="b")
+        repl_b = h["b"].broker.replication
+        assert repl_b is not None
+        await drive(clock, lambda: "a" not in repl_b.inbound)
+        await clock.advance(0.1)
+        await drive(clock, lambda: h["b"].broker.queues.info("work").owned == TARGET)
+        assert h["b"].broker.queues.info("work").inactive == 12 - TARGET
+        wb = Worker(await h["b"].logon("wb"))
+
+        def done_on_b() -> bool:
+            wb.step()
+            return len(wb.processed) == 12 and _depth(h["b"]) == 0
+
+        await drive(clock, done_on_b)
+        assert sorted(wb.processed) == [("a", n) for n in range(12)]
+        assert h["b"].broker.queues.info("work").transferred_in == 12
+        ia = h["a"].broker.queues.info("work")
+        assert (ia.depth, ia.inactive) == (TARGET, 12 - TARGET)  # a knows nothing yet
+        fabric.heal(B, source="a")
+        fabric.heal(A, source="b")
+
+        def a_converged() -> bool:
+            i = h["a"].broker.queues.info("work")
+            return (i.depth, i.inactive, i.deferred_acks) == (0, 0, 0)
+
+        await drive(clock, a_converged)
+        ia = h["a"].broker.queues.info("work")
+        # the active ones left as acked elsewhere; the inactive ones were never activated
+        assert ia.removed == {"elsewhere": TARGET} and ia.owned == 0
+        wa = Worker(await h["a"].logon("wa"))
+        await clock.advance(1.0)
+        await drive(clock, lambda: True)
+        wa.step()
+        assert wa.processed == []
