@@ -296,10 +296,13 @@ class QueueMachine:
             return
         if not message.expires_us and self.policy.expiration_us:
             message.expires_us = message.enqueued_us + self.policy.expiration_us
-        self._messages[message.seq] = message
-        self._order.append(message.seq)
+        seq = message.seq
+        self._messages[seq] = message
+        self._order.append(seq)
         self._by_bookmark[message.bookmark] = message
-        self._make_ready(message)
+        # _make_ready, inlined: a new message cannot be parked
+        self._ready_set.add(seq)
+        self._ready.push((-message.priority, seq))
         if message.expires_us:
             self._deadlines.push((message.expires_us, message.seq))
         self.enqueued += 1
@@ -520,7 +523,11 @@ class QueueMachine:
             weighed = [c for c in self._consumers if c.room > 0]
             weights = [c.room for c in weighed]
         rng = self._rng
-        while ready and len(out) < limit and free > 0:
+        # the entries left to look at: a count, not a call of ``RunHeap.__bool__`` per
+        # message (held entries go back only after the loop)
+        left = len(ready)
+        while left and len(out) < limit and free > 0:
+            left -= 1
             entry = ready.pop()
             seq = entry[1]
             m = messages.get(seq)
@@ -623,12 +630,16 @@ class QueueMachine:
             m.holder = None
 
     def _drop(self, m: Message) -> None:
-        self._release(m)
-        self._messages.pop(m.seq, None)
+        seq = m.seq
+        holder = m.holder  # _release, inlined (once per message that leaves)
+        if holder is not None:
+            holder.leased.pop(seq, None)
+            m.holder = None
+        self._messages.pop(seq, None)
         self._by_bookmark.pop(m.bookmark, None)
-        self._ready_set.discard(m.seq)
+        self._ready_set.discard(seq)
         if self._parked:
-            self._parked.discard(m.seq)
+            self._parked.discard(seq)
 
     def _count(self, removal: Removal) -> Removal:
         self.removed[removal.reason] = self.removed.get(removal.reason, 0) + 1
