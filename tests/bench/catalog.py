@@ -340,15 +340,19 @@ def _replication_specs() -> list[ScenarioSpec]:
             "replication",
             title,
             {"body_bytes": 100, "ack": "persisted", "mode": mode},
-            ("msgs_per_s",),
+            ("msgs_per_s",)
+            if mode == "unreplicated"
+            else ("msgs_per_s", "unreplicated_msgs_per_s", "vs_unreplicated"),
+            profile=mode == "sync",
         )
         for mode, title in (
             ("unreplicated", "persisted publish to an instance without replication (the "
              "baseline of the ratios, same run)"),
             ("sync", "persisted publish to an instance with one sync destination: an ack "
-             "means fsynced here and at the destination"),
+             "means fsynced here and at the destination; paired with the unreplicated "
+             "instance in each run (ABBA)"),
             ("async", "persisted publish to the same instance with its destination downgraded "
-             "to async"),
+             "to async; paired like sync"),
         )
     ]  # fmt: skip
     specs.append(
@@ -674,16 +678,24 @@ COMPARISONS: Final[tuple[Comparison, ...]] = (
         "msgs_per_s",
     ),
     Comparison(
-        "replicated (sync) vs unreplicated persisted publish 100B",
+        "replicated (sync) vs unreplicated persisted publish 100B (alternating runs, same load)",
         "spool.replication.persisted.sync.100B",
-        "spool.replication.persisted.unreplicated.100B",
+        "spool.replication.persisted.sync.100B",
         "msgs_per_s",
         goal=True,
         goal_ratio=0.6,
+        peer_metric="unreplicated_msgs_per_s",
     ),
     Comparison(
-        "replicated (async) vs unreplicated persisted publish 100B",
+        "replicated (async) vs unreplicated persisted publish 100B (alternating runs, same load)",
         "spool.replication.persisted.async.100B",
+        "spool.replication.persisted.async.100B",
+        "msgs_per_s",
+        peer_metric="unreplicated_msgs_per_s",
+    ),
+    Comparison(
+        "replicated (sync) vs the unreplicated scenario's persisted publish 100B",
+        "spool.replication.persisted.sync.100B",
         "spool.replication.persisted.unreplicated.100B",
         "msgs_per_s",
     ),

@@ -38,6 +38,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import httpx
+import psutil
 
 from tests.bench.catalog import ScenarioSpec
 from tests.bench.processes import Gate, Task, run_tasks
@@ -137,6 +138,7 @@ def _queue_once(
     # one publisher per instance, the messages split between them (each instance owns
     # what was published on it and serves its own consumers first)
     shares = [count // len(brokers) + (i < count % len(brokers)) for i in range(len(brokers))]
+    cpu0 = [_cpu_seconds(b) for b in brokers]
     cons, *pubs = run_tasks(
         [
             Task(
@@ -177,6 +179,7 @@ def _queue_once(
                 f"{depth} messages left in the queue on {b.ws_url} after every ack was processed"
             )
     secs = _seconds(pub["start_ns"], cons["last_ns"])
+    cpu_us = [(_cpu_seconds(b) - c) / count * 1e6 for b, c in zip(brokers, cpu0, strict=True)]
     shares = cons["per_consumer"]
     return {
         "msgs_per_s": count / secs,
@@ -185,7 +188,15 @@ def _queue_once(
         "min_share": min(shares) / count,
         "max_share": max(shares) / count,
         "broker_rss_mib": _rss_mib(broker),
+        # CPU of the instances (all threads, user + system) per message of the run: on
+        # the shared machine a steadier measure of a change than the rate
+        "broker_cpu_us_per_msg": sum(cpu_us),
     }
+
+
+def _cpu_seconds(broker: SpoolProcess) -> float:
+    times = psutil.Process(_pid(broker)).cpu_times()
+    return float(times.user + times.system)
 
 
 def _depth(broker: SpoolProcess) -> int:

@@ -6,7 +6,10 @@ configuration) and a pair A -> B (A's one destination is B, configured sync, eve
 B records what it receives). The sync and async scenarios publish to A with persisted
 acks, the same workload as ``spool.publish.persisted``; async is A with its destination
 downgraded over REST (``POST /api/replication/b/downgrade``), sync with it upgraded again
-(the upgrade completes once B has caught up). The lag scenario paces a publisher on A at
+(the upgrade completes once B has caught up). Both are **paired** with the unreplicated
+instance (tests/bench/pairing.py): each run publishes twice to A and twice to the
+unreplicated instance, ABBA, and ``vs_unreplicated`` is the ratio of the two rates of that
+run, the goal ratio of issue 15 (>= 0.6x for sync). The lag scenario paces a publisher on A at
 10,000 msgs/s and measures publish-to-delivery at a live subscriber on B: the local
 fsync at A, the push, B's record and fan-out. The bootstrap scenario starts a fresh, empty
 instance with ``<Bootstrap>`` from A per run and measures the copy of A's whole log (what
@@ -17,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
+import os
 import time
 from collections.abc import Iterator, Sequence
 
@@ -24,6 +29,7 @@ import httpx
 import psutil
 
 from tests.bench.catalog import ScenarioSpec
+from tests.bench.pairing import combined, pair_order
 from tests.bench.processes import Task, run_tasks
 from tests.bench.spool_families import (
     _LATENCY_KEYS,
@@ -178,6 +184,42 @@ def _publish_with_cpu(
     return out
 
 
+#: how a replicated scenario's run is made (its params say it)
+_PAIRED = "each run: two publishes to A and two to the unreplicated instance, ABBA order"
+
+
+def _paired_once(
+    suite: Suite,
+    spec: ScenarioSpec,
+    base: SpoolProcess,
+    a: SpoolProcess,
+    b: SpoolProcess,
+    order: Iterator[int],
+) -> dict[str, float]:
+    """Two persisted-publish runs to A (replicating to B) and two to the unreplicated
+    instance, in the order :func:`~tests.bench.pairing.pair_order` gives for this call.
+
+    The metrics are A's (:func:`_publish_with_cpu`, each side's two combined) plus the
+    unreplicated side's ``unreplicated_msgs_per_s`` and ``unreplicated_cpu_us_per_msg``
+    and ``vs_unreplicated``, the ratio of the two rates: the issue's goal ratio, measured
+    under one load instead of dividing by a figure taken minutes before.
+    """
+    sides: dict[bool, list[dict[str, float]]] = {False: [], True: []}
+    for replicated in pair_order(next(order)):
+        if sides[False] or sides[True]:
+            os.sync()  # the other side's writeback must not land in this one's fsyncs
+        if replicated:
+            sides[True].append(_publish_with_cpu(suite, a, spec, b))
+        else:
+            sides[False].append(_publish_with_cpu(suite, base, spec, None))
+    out = combined(sides[True])
+    plain = combined(sides[False])
+    out["unreplicated_msgs_per_s"] = plain["msgs_per_s"]
+    out["unreplicated_cpu_us_per_msg"] = plain["cpu_us_per_msg"]
+    out["vs_unreplicated"] = out["msgs_per_s"] / plain["msgs_per_s"]
+    return out
+
+
 def run_replication(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
     s = suite.settings
     publish_params = {
@@ -210,15 +252,20 @@ def run_replication(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
                         profile_pid=functools.partial(_pid, a),
                     )
                     continue
-                broker, dest = base, None
-                if mode != "unreplicated":
-                    _sync_type(a, mode)
-                    broker, dest = a, b
+                if mode == "unreplicated":
+                    suite.measure(
+                        spec,
+                        functools.partial(_publish_with_cpu, suite, base, spec, None),
+                        params=publish_params,
+                        profile_pid=functools.partial(_pid, base),
+                    )
+                    continue
+                _sync_type(a, mode)
                 suite.measure(
                     spec,
-                    functools.partial(_publish_with_cpu, suite, broker, spec, dest),
-                    params=publish_params,
-                    profile_pid=functools.partial(_pid, broker),
+                    functools.partial(_paired_once, suite, spec, base, a, b, itertools.count()),
+                    params={**publish_params, "paired": _PAIRED},
+                    profile_pid=functools.partial(_pid, a),
                 )
         finally:
             pair.__exit__(None, None, None)

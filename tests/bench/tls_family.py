@@ -8,7 +8,7 @@ The brokers serve a certificate of a throwaway CA made for the run; the clients 
 - ``spool.tls.replay.epoch.100B``: **paired**. The family starts a fresh plain broker next
   to the fresh TLS one, fills both with the same 1,000,000 messages, and every run is two
   replays from EPOCH on each, in ABBA order (plain, TLS, TLS, plain; the next run TLS,
-  plain, plain, TLS), each side's two combined (:func:`combined`).
+  plain, plain, TLS), each side's two combined (tests/bench/pairing.py).
   ``msgs_per_s`` is the TLS replay, ``plain_msgs_per_s`` the plain one of the same run,
   ``vs_plain`` their ratio; ``broker_cpu_us`` / ``client_cpu_us`` (and their ``plain_``
   twins) the CPU time per message of the broker process (user + system, its threads
@@ -33,6 +33,7 @@ from collections.abc import Iterator, Sequence
 import psutil
 
 from tests.bench.catalog import ScenarioSpec
+from tests.bench.pairing import combined, pair_order
 from tests.bench.spool_families import _pid, _populate, _publish_once, _replay_once
 from tests.bench.suite import Suite, reason_of
 from tests.support.server import SpoolProcess
@@ -135,29 +136,6 @@ def _pair_once(
         res["broker_cpu_us"] = (_cpu_seconds(proc) - cpu0) / suite.settings.replay_count * 1e6
         measured[is_tls].append(res)
     return paired_metrics(combined(measured[True]), combined(measured[False]))
-
-
-def pair_order(call: int) -> tuple[bool, ...]:
-    """Which side replays when in the ``call``-th run (0-based; True is TLS): plain, TLS,
-    TLS, plain, then TLS, plain, plain, TLS, and so on. Within a run the load drifting
-    steadily weighs on both sides alike; across runs neither side always goes first, on
-    the caches and the load the other one left."""
-    first = call % 2 == 1
-    return (first, not first, not first, first)
-
-
-def combined(runs: Sequence[dict[str, float]]) -> dict[str, float]:
-    """One side's replays of a run as one: rates (``*_per_s``) as their harmonic mean (the
-    rate of all the messages over all the time, every replay being of the same log),
-    every other figure as its mean."""
-    out: dict[str, float] = {}
-    for key in runs[0]:
-        values = [r[key] for r in runs]
-        if key.endswith("_per_s"):
-            out[key] = len(values) / sum(1.0 / v for v in values)
-        else:
-            out[key] = sum(values) / len(values)
-    return out
 
 
 def paired_metrics(tls: dict[str, float], plain: dict[str, float]) -> dict[str, float]:

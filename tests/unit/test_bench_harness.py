@@ -41,13 +41,14 @@ from tests.bench.features import (
     quick_timeout,
     run_module,
 )
+from tests.bench.pairing import combined, pair_order
 from tests.bench.peer_workers import mqtt_connect_packet, mqtt_publish_packet
 from tests.bench.processes import Gate, Task, WorkerError, run_tasks
 from tests.bench.profiling import frame_key, summarize_collapsed
 from tests.bench.report import compare, format_markdown, format_table
 from tests.bench.results import ScenarioResult, append_run, load_runs
 from tests.bench.stats import higher_is_better, latency_summary, percentile, summarize
-from tests.bench.tls_family import combined, pair_order, paired_metrics
+from tests.bench.tls_family import paired_metrics
 from tests.bench.wire import scan_acks
 
 # -- statistics ----------------------------------------------------------------------------
@@ -257,6 +258,33 @@ def test_paired_tls_replay_is_its_own_peer() -> None:
     slow = ScenarioResult(_TLS_REPLAY, runs=[{**runs[2]}])
     (row,) = [r for r in compare([slow.as_dict()]) if r["label"] == _PAIRED]
     assert row["ratio"] == pytest.approx(0.7) and row["goal_met"] is False
+
+
+_SYNC = next(sp for sp in SCENARIOS if sp.name == "spool.replication.persisted.sync.100B")
+_SYNC_PAIRED = (
+    "replicated (sync) vs unreplicated persisted publish 100B (alternating runs, same load)"
+)
+
+
+def test_paired_sync_publish_is_its_own_peer() -> None:
+    """The sync goal divides the replicated rate by the unreplicated rate of the same runs;
+    the median of each side over the runs, as every goal ratio."""
+    runs = [
+        {"msgs_per_s": sync, "unreplicated_msgs_per_s": plain, "vs_unreplicated": sync / plain}
+        for sync, plain in ((180.0, 300.0), (150.0, 200.0), (120.0, 310.0))
+    ]
+    rows = {r["label"]: r for r in compare([ScenarioResult(_SYNC, runs=runs).as_dict()])}
+    row = rows[_SYNC_PAIRED]
+    assert (row["spool_value"], row["peer_value"]) == (150.0, 300.0)
+    assert row["ratio"] == pytest.approx(0.5) and row["goal_met"] is False
+    assert row["peer_metric"] == "unreplicated_msgs_per_s"
+    fast = [{**r, "msgs_per_s": r["msgs_per_s"] * 1.3} for r in runs]
+    (row,) = [
+        r
+        for r in compare([ScenarioResult(_SYNC, runs=fast).as_dict()])
+        if r["label"] == _SYNC_PAIRED
+    ]
+    assert row["ratio"] == pytest.approx(0.65) and row["goal_met"] is True
 
 
 def test_paired_tls_replays_run_abba_and_alternate_which_side_goes_first() -> None:

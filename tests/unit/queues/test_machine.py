@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -357,3 +357,51 @@ def test_at_most_once_skips_a_held_consumer() -> None:
     q.add(msg(4))
     free.backlog = 0
     assert q.dispatch(0) == [] and q.ready == 1
+
+
+@settings(max_examples=150)
+@given(
+    st.lists(st.integers(1, 6), min_size=1, max_size=5),
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("add"), st.integers(1, 40)),
+            st.tuples(st.just("dispatch"), st.integers(1, 50)),
+            st.tuples(st.just("ack"), st.integers(0, 4)),
+            st.tuples(st.just("cancel"), st.integers(0, 4)),
+        ),
+        max_size=40,
+    ),
+)
+def test_proportional_picks_of_unfiltered_consumers_are_those_of_choose(
+    backlogs: list[int], ops: list[tuple[str, int]]
+) -> None:
+    """``dispatch`` picks among consumers without a filter with weights it keeps itself;
+    with a filter that takes everything each pick goes through ``_choose``. Same seed,
+    same traffic: the same consumer gets the same message, at every step."""
+
+    def everything(_m: Message) -> bool:
+        return True
+
+    machines = [machine(max_backlog=10, lease_period_us=10 * S) for _ in range(2)]
+    for q, accepts in zip(machines, (None, everything), strict=True):
+        for i, b in enumerate(backlogs):
+            q.subscribe(Consumer(f"c{i}", b, accepts=accepts))
+    seq = 0
+    for op, n in ops:
+        if op == "add":
+            for _ in range(n):
+                seq += 1
+                for q in machines:
+                    q.add(msg(seq))
+            continue
+        if op == "dispatch":
+            picks = [
+                [(d.consumer.name, d.message.seq) for d in q.dispatch(0, limit=n)] for q in machines
+            ]
+            assert picks[0] == picks[1]
+            continue
+        for q in machines:
+            c = q.consumers[n % len(backlogs)]
+            held = [m.bookmark for m in list(c.leased.values())[:2]]
+            (q.ack if op == "ack" else q.cancel)(c, held)
+    assert [q.ready for q in machines] == [machines[0].ready] * 2
