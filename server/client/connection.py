@@ -27,6 +27,7 @@ import collections
 import contextlib
 import secrets
 import ssl
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -142,7 +143,7 @@ class TransportClosed(ConnectionError):
     """A frame was to be sent on a connection that has ended or is closing."""
 
 
-class _FrameTransport:
+class _FrameTransport(ABC):
     """What both transports share: the writer task, the heartbeat, the report of the end
     and the stopping of the tasks. A subclass sends one frame (:meth:`_send_frame`),
     reads (:meth:`_read`) and does its closing handshake."""
@@ -163,11 +164,13 @@ class _FrameTransport:
     def last_received(self) -> float:
         return self._last_received
 
+    @abstractmethod
     async def _send_frame(self, frame: bytes) -> None:
-        raise NotImplementedError
+        """Send one frame on the connection (raises one of :attr:`_CLOSED` once it ended)."""
 
+    @abstractmethod
     async def _read(self) -> None:
-        raise NotImplementedError
+        """Read until the connection ends, handing each message to the handlers."""
 
     # -- out -----------------------------------------------------------------------------
 

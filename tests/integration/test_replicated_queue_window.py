@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from server.client import Client, subscribe_queue
-from tests.support.replication import Cluster, destination
+from tests.support.replication import Cluster
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -32,23 +32,12 @@ QUEUE = (
 )
 
 
-def _pair(tmp_path: Path) -> Cluster:
-    cluster = Cluster(tmp_path, ["a", "b"])
-    for name, other in (("a", "b"), ("b", "a")):
-        cluster.add(
-            name,
-            destinations=[destination(other, [cluster.address(other)], passthrough=(".*",))],
-            sow=QUEUE,
-        )
-    return cluster
-
-
 def _queue(cluster: Cluster, name: str) -> Any:
     return cluster.api(name, "/api/queues/work")
 
 
 def test_bounded_copies_on_two_instances_process_each_message_once(tmp_path: Path) -> None:
-    cluster = _pair(tmp_path)
+    cluster = Cluster.both_ways(tmp_path, sow=QUEUE)
     cluster.start()
     processed: dict[str, list[tuple[str, int]]] = {"a": [], "b": []}
     views: dict[str, list[dict[str, Any]]] = {"a": [], "b": []}
@@ -143,7 +132,7 @@ def test_an_instance_killed_mid_drain_recovers_its_bounded_copy(tmp_path: Path) 
     a's consumer goes on; b starts again on its files, replays its log into a window of
     10 and takes the acks and grants made meanwhile: every message is acked exactly
     once, no acked message is delivered again, b's depth never above 10."""
-    cluster = _pair(tmp_path)
+    cluster = Cluster.both_ways(tmp_path, sow=QUEUE)
     cluster.start()
     b = cluster.procs["b"]
     acked: dict[tuple[str, int], str] = {}  # message -> the instance whose consumer acked it

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from server.client import Client, subscribe_queue
-from tests.support.replication import Cluster, destination
+from tests.support.replication import Cluster
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -26,17 +26,6 @@ QUEUE = (
     "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>60s</LeasePeriod>"
     "<MaxPerSubscriptionBacklog>4</MaxPerSubscriptionBacklog></Queue>"
 )
-
-
-def _pair(tmp_path: Path) -> Cluster:
-    cluster = Cluster(tmp_path, ["a", "b"])
-    for name, other in (("a", "b"), ("b", "a")):
-        cluster.add(
-            name,
-            destinations=[destination(other, [cluster.address(other)], passthrough=(".*",))],
-            sow=QUEUE,
-        )
-    return cluster
 
 
 def _queue(cluster: Cluster, name: str) -> Any:
@@ -57,7 +46,7 @@ async def _publish(url: str, name: str, origin: str, count: int) -> None:
 
 
 def test_consumers_on_both_instances_process_each_message_once(tmp_path: Path) -> None:
-    cluster = _pair(tmp_path)
+    cluster = Cluster.both_ways(tmp_path, sow=QUEUE)
     cluster.start()
     total = 300
     processed: dict[str, list[tuple[str, int]]] = {"a": [], "b": []}
@@ -104,7 +93,7 @@ def test_consumers_on_both_instances_process_each_message_once(tmp_path: Path) -
 
 
 def test_proxied_transfer_after_the_owner_is_killed_and_back(tmp_path: Path) -> None:
-    cluster = _pair(tmp_path)
+    cluster = Cluster.both_ways(tmp_path, sow=QUEUE)
     cluster.start()
     a, b = cluster.procs["a"], cluster.procs["b"]
     total = 20

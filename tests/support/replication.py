@@ -399,6 +399,20 @@ class Cluster:
         self.procs[name] = proc
         return proc
 
+    @classmethod
+    def both_ways(cls, root: Path, **kw: Any) -> Cluster:
+        """Instances ``a`` and ``b``, each the other's destination (sync, passing every
+        group through), configured alike (``kw``: :func:`replication_xml`'s, e.g. the
+        queue both hold); not started."""
+        cluster = cls(root, ["a", "b"])
+        for name, other in (("a", "b"), ("b", "a")):
+            cluster.add(
+                name,
+                destinations=[destination(other, [cluster.address(other)], passthrough=(".*",))],
+                **kw,
+            )
+        return cluster
+
     def start(self, *names: str) -> None:
         for name in names or list(self.procs):
             self.procs[name].start()
