@@ -174,6 +174,12 @@ class VirtualClock:
         await fut
 
     @property
+    def advancing(self) -> bool:
+        """Whether an :meth:`advance` is running (one at a time: a helper that moves time
+        while other code may too checks this first)."""
+        return self._advancing
+
+    @property
     def sleepers(self) -> int:
         """How many tasks are parked in :meth:`sleep` (for tests waiting on a condition)."""
         return sum(1 for _, _, f in self._sleepers if not f.done())

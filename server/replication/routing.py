@@ -137,6 +137,9 @@ class Route:
         passthrough = self._passthrough
         taken: list[int] = []
         filtered: dict[Filter, list[int]] = {}
+        # whether a path may go on (loop protection, passthrough), per distinct path: a
+        # batch's records that came from elsewhere mostly share one or two
+        path_ok: dict[tuple[str, ...], bool] = {}
         for i in range(len(topics)):
             kind = batch.kind(i) if mixed or deletes else 0
             if mixed and kind not in REPLICATED_KINDS:
@@ -152,8 +155,12 @@ class Route:
             if kind in _EVENTS and not hashes[i]:
                 continue  # an expiration, a local queue's ack: local to each instance
             path = batch.path(i)
-            if path and (on_path(path, remote) or not passthrough.allows(path)):
-                continue
+            if path:
+                ok = path_ok.get(path)
+                if ok is None:
+                    ok = path_ok[path] = not on_path(path, remote) and passthrough.allows(path)
+                if not ok:
+                    continue
             if held is not None and held(hashes[i], seqs[i]):
                 continue
             if kind in _EVENTS or None in blocks:

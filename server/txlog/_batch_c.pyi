@@ -1,4 +1,4 @@
-from server.txlog.record import Record
+from server.txlog.codec import Special
 
 def decode_columns(
     buf: bytes,
@@ -18,9 +18,10 @@ def decode_columns(
         list[int],
         list[int],
         set[int],
-        dict[int, Record],
+        dict[int, Special],
         int,
         int,
+        bytearray,
     ]
     | None
 ): ...

@@ -6,10 +6,14 @@ each record's header in place, checks its CRC-32C in place (``crc32c.h``), and f
 columns a :class:`~server.txlog.batch.RecordBatch` keeps, one ``bytes`` per body and one
 int per numeric column; ``batch.py`` wraps them in the batch. Records of a rare shape
 (a path, correlation id or SOW key) and every damaged record go through the very functions
-the Python implementation uses (``build_record``, ``check_at``), so the records built and
-the errors raised are the same (tests/unit/txlog/test_codec_twins.py).
+the Python implementation uses (``special_fields``, ``check_at``), so the fields kept and
+the errors raised are the same (tests/unit/txlog/test_codec_twins.py). One exception, for
+speed: a record with a path only (what a replicating instance logs of every record that
+came from elsewhere) whose message type and path bytes were seen before is read here, its
+path taken from a cache keyed by those bytes (they were checked when first seen).
 """
 
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Resize
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.list cimport PyList_Append
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
@@ -17,7 +21,8 @@ from libc.string cimport memcmp, memcpy
 
 import google_crc32c
 
-from server.txlog.codec import HEADER, build_record, check_at, decode_text
+from server.txlog.codec import HEADER, check_at, decode_text, special_fields
+from server.txlog.record import RecordKind
 from server.txlog.errors import CorruptRecord
 
 
@@ -29,7 +34,12 @@ cdef extern from "crc32c.h":
 cdef bint _HW = spool_crc32c_available()
 cdef object _crc_py = google_crc32c.value
 cdef object _unpack = HEADER.unpack_from
-cdef object _build_record = build_record
+cdef object _special_fields = special_fields
+cdef frozenset _kinds_known = frozenset(k.value for k in RecordKind)
+#: message type + path bytes of path-only records -> their path (checked when first seen);
+#: bounded: a few sources send the same few paths
+cdef dict _paths = {}
+cdef Py_ssize_t _PATHS_MAX = 4096
 cdef object _check_at = check_at
 cdef object _decode_text = decode_text
 cdef object _CorruptRecord = CorruptRecord
@@ -71,7 +81,9 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
     """Decode records from ``pos`` into columns (see ``decode_batch_py`` for the contract).
 
     Returns:
-        ``(topics, bodies, times, hashes, pub_seqs, kinds, special, last_off, pos)``.
+        ``(topics, bodies, times, hashes, pub_seqs, kinds, special, last_off, pos,
+        kind_col)``; ``kind_col`` is each record's kind, one byte a record (a batch of
+        several kinds is routed record by record).
     """
     cdef Py_ssize_t start = pos
     cdef const char *b = PyBytes_AS_STRING(buf)
@@ -80,7 +92,11 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
     cdef dict special = {}
     cdef int prev_kind = -1
     cdef Py_ssize_t last_off = -1
-    cdef Py_ssize_t length, tl, ml, bl, p, prev_tl = -1, prev_p = -1
+    cdef Py_ssize_t length, tl, ml, bl, p, q, rec_end, prev_tl = -1, prev_p = -1
+    cdef int pc, k
+    cdef object key, spec
+    cdef bytearray kind_col = bytearray()
+    cdef char *kc
     cdef uint64_t seq, stop_seq, rseq
     cdef int kind
     cdef object prev_topic = ""
@@ -95,9 +111,12 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
     if expect_seq < 0 or py_stop >= (1 << 64) - 1:
         return None  # sequences at the edge of 64 bits: the Python implementation's
     if py_stop < expect_seq:
-        return [], [], [], [], [], kinds, special, last_off, pos
+        return [], [], [], [], [], kinds, special, last_off, pos, kind_col
     seq = expect_seq
     stop_seq = py_stop
+    # at most one record per _MIN_RECORD bytes, and at most max_count of them
+    PyByteArray_Resize(kind_col, min(max_count, (end - pos) // _MIN_RECORD + 1, max_bytes))
+    kc = PyByteArray_AS_STRING(kind_col)
     while pos < end and seq <= stop_seq and pos - start < max_bytes:
         if end - pos < _HEADER_SIZE:
             break
@@ -117,11 +136,41 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
         tl = _get16(b + pos + 40)
         ml = <unsigned char>b[pos + 42]
         bl = _get32(b + pos + 48)
-        if b[pos + 43] or _get16(b + pos + 44) or _get16(b + pos + 46):
-            rec = _build_record(buf, pos, _unpack(buf, pos))
-            special[idx] = rec
-            PyList_Append(topics, rec.topic)
-            PyList_Append(bodies, rec.body)
+        pc = <unsigned char>b[pos + 43]
+        if pc or _get16(b + pos + 44) or _get16(b + pos + 46):
+            spec = None
+            key = None
+            if pc and not _get16(b + pos + 44) and not _get16(b + pos + 46) and kind in _kinds_known:
+                # a path only: walk its names; bytes that do not add up go to Python
+                rec_end = pos + length - 4 - bl
+                q = pos + _HEADER_SIZE + tl + ml
+                k = 0
+                while k < pc and q < rec_end:
+                    q += 1 + <unsigned char>b[q]
+                    k += 1
+                if k == pc and q == rec_end:
+                    key = PyBytes_FromStringAndSize(b + pos + _HEADER_SIZE + tl,
+                                                    q - pos - _HEADER_SIZE - tl)
+                    spec = _paths.get(key)
+            if spec is None:
+                topic, body, spec = _special_fields(buf, pos, _unpack(buf, pos))
+                if key is not None and len(_paths) < _PATHS_MAX:
+                    _paths[key] = spec
+                special[idx] = spec
+                PyList_Append(topics, topic)
+                PyList_Append(bodies, body)
+            else:
+                special[idx] = spec
+                p = pos + _HEADER_SIZE
+                if not (tl == prev_tl and memcmp(b + prev_p, b + p, tl) == 0):
+                    try:
+                        prev_topic = _decode_text(PyBytes_FromStringAndSize(b + p, tl))
+                    except UnicodeDecodeError:
+                        raise _CorruptRecord(pos, "bad utf-8") from None
+                    prev_tl = tl
+                    prev_p = p
+                PyList_Append(topics, prev_topic)
+                PyList_Append(bodies, PyBytes_FromStringAndSize(b + pos + length - 4 - bl, bl))
         else:
             if _MIN_RECORD + tl + ml + bl != length:
                 raise _CorruptRecord(pos, "length mismatch")
@@ -139,6 +188,7 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
         if kind != prev_kind:
             prev_kind = kind
             kinds.add(kind)
+        kc[idx] = <char>kind
         PyList_Append(times, <int64_t>_get64(b + pos + 16))
         PyList_Append(hashes, _get64(b + pos + 24))
         PyList_Append(pseqs, _get64(b + pos + 32))
@@ -146,4 +196,5 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
         pos += length
         idx += 1
         seq += 1
-    return topics, bodies, times, hashes, pseqs, kinds, special, last_off, pos
+    PyByteArray_Resize(kind_col, idx)
+    return topics, bodies, times, hashes, pseqs, kinds, special, last_off, pos, kind_col

@@ -28,9 +28,11 @@ from server.txlog.codec import (
     HEADER,
     HEADER_SIZE,
     MIN_RECORD,
+    Special,
     build_record,
     check_at,
     decode_text,
+    special_fields,
 )
 from server.txlog.errors import CorruptRecord
 from server.txlog.record import Record
@@ -51,8 +53,11 @@ class RecordBatch(Sequence[Record]):
     id, publisher sequence) rather than one header tuple per record: ints and bytes are
     not tracked by the cycle collector, tuples are, and a replay that allocates millions
     of tracked objects pays for collector passes over them (measured: up to half the
-    decode time). Records with a path, correlation id or SOW key are built whole while
-    decoding (they are rare); any other one is built on demand from the buffer.
+    decode time). Of a record with a path, correlation id or SOW key the batch keeps
+    those three fields (:data:`~server.txlog.codec.Special`): a replicating instance reads
+    every record that came from elsewhere (each has a path) back only to route it, and
+    building each one's :class:`Record` for that was 13 % of its pump. Every record is
+    built on demand from the buffer.
 
     Attributes:
         topics: the records' topics.
@@ -64,7 +69,8 @@ class RecordBatch(Sequence[Record]):
     """
 
     __slots__ = (
-        "_buf", "_first", "_kinds", "_last_off", "_offs", "_records", "_special", "bodies",
+        "_buf", "_first", "_kind_col", "_kinds", "_last_off", "_offs", "_records", "_special",
+        "bodies",
         "nbytes",
         "pub_hashes", "pub_seqs", "timestamps_us", "topics",
     )  # fmt: skip
@@ -80,11 +86,12 @@ class RecordBatch(Sequence[Record]):
         nbytes: int,
         *,
         kinds: set[int] | None = None,
-        special: dict[int, Record] | None = None,
+        special: dict[int, Special] | None = None,
         buf: bytes = b"",
         start: int = 0,
         last_off: int = -1,
         records: list[Record | None] | None = None,
+        kind_col: bytes | bytearray | None = None,
     ) -> None:
         self._first = first_seq
         self._last_off = last_off  # offset of the last record in buf (-1: unknown)
@@ -95,17 +102,24 @@ class RecordBatch(Sequence[Record]):
         self.pub_seqs = pub_seqs
         self.nbytes = nbytes
         self._kinds = kinds if kinds is not None else set()
-        #: index -> Record of the records with a path, correlation id or SOW key
+        #: index -> (path, correlation id, SOW key) of the records that have one of them
         self._special = special if special is not None else {}
         self._buf = buf
         self._offs: list[int] | int = start  # the first offset until record() needs them all
         self._records: list[Record | None] | None = records
+        #: each record's kind, a byte a record (the compiled decoder's; None: read from
+        #: the buffer when asked)
+        self._kind_col = kind_col
 
     @classmethod
     def from_records(cls, records: Sequence[Record]) -> RecordBatch:
         """A batch over records already built."""
         first = records[0].seq if records else 0
-        special = {i: r for i, r in enumerate(records) if r.path or r.corr_id or r.sow_key}
+        special = {
+            i: (r.path, r.corr_id, r.sow_key)
+            for i, r in enumerate(records)
+            if r.path or r.corr_id or r.sow_key
+        }
         return cls(
             first, [r.topic for r in records], [r.body for r in records],
             [r.timestamp_us for r in records], [r.pub_hash for r in records],
@@ -148,18 +162,13 @@ class RecordBatch(Sequence[Record]):
             records = self._records = [None] * n
         rec = records[i]
         if rec is None:
-            rec = self._special.get(i)
-            if rec is None:
-                offs = self._offs
-                if isinstance(offs, int) and (i == 0 or (i == n - 1 and self._last_off >= 0)):
-                    # the first and last records (what cursors look at) need no walk
-                    off = offs if i == 0 else self._last_off
-                    rec = build_record(self._buf, off, HEADER.unpack_from(self._buf, off))
-                    records[i] = rec
-                    return rec
+            offs = self._offs
+            if isinstance(offs, int) and (i == 0 or (i == n - 1 and self._last_off >= 0)):
+                # the first and last records (what cursors look at) need no walk
+                off = offs if i == 0 else self._last_off
+            else:
                 off = self._offsets()[i]
-                rec = build_record(self._buf, off, HEADER.unpack_from(self._buf, off))
-            records[i] = rec
+            rec = records[i] = build_record(self._buf, off, HEADER.unpack_from(self._buf, off))
         return rec
 
     def _offsets(self) -> list[int]:
@@ -179,13 +188,13 @@ class RecordBatch(Sequence[Record]):
     def path(self, i: int) -> tuple[str, ...]:
         """The i-th record's replication path (``()`` without building a record when it
         has none)."""
-        rec = self._special.get(i if i >= 0 else i + len(self.bodies))
-        return rec.path if rec is not None else ()
+        spec = self._special.get(i if i >= 0 else i + len(self.bodies))
+        return spec[0] if spec is not None else ()
 
     def sow_key(self, i: int) -> str:
         """The i-th record's SOW key field ("" without building a record when absent)."""
-        rec = self._special.get(i if i >= 0 else i + len(self.bodies))
-        return rec.sow_key if rec is not None else ""
+        spec = self._special.get(i if i >= 0 else i + len(self.bodies))
+        return spec[2] if spec is not None else ""
 
     def kind(self, i: int) -> int:
         """The i-th record's kind, without building a record: a batch of several kinds
@@ -194,11 +203,12 @@ class RecordBatch(Sequence[Record]):
         kinds = self._kinds
         if len(kinds) == 1:
             return next(iter(kinds))
+        col = self._kind_col
+        if col is not None:
+            return col[i]
         if i < 0:
             i += len(self.bodies)
-        rec = self._special.get(i)
-        if rec is None and self._records is not None:
-            rec = self._records[i]
+        rec = self._records[i] if self._records is not None else None
         if rec is not None or not self._buf:
             return int((rec or self.record(i)).kind)
         return self._buf[self._offsets()[i] + _KIND_AT]
@@ -210,7 +220,7 @@ class RecordBatch(Sequence[Record]):
 
     def has_corr_ids(self) -> bool:
         """Whether any record of the batch carries a correlation id."""
-        return any(r.corr_id for r in self._special.values())
+        return any(spec[1] for spec in self._special.values())
 
     def kinds(self) -> set[int]:
         """The distinct record kinds in the batch (without building records)."""
@@ -218,8 +228,8 @@ class RecordBatch(Sequence[Record]):
 
     def corr_id(self, i: int) -> str:
         """The i-th record's correlation id ("" without building a record when absent)."""
-        rec = self._special.get(i if i >= 0 else i + len(self.bodies))
-        return rec.corr_id if rec is not None else ""
+        spec = self._special.get(i if i >= 0 else i + len(self.bodies))
+        return spec[1] if spec is not None else ""
 
     @property
     def seqs(self) -> range:
@@ -280,7 +290,7 @@ def decode_batch_py(
     hashes: list[int] = []
     pseqs: list[int] = []
     kinds: set[int] = set()
-    special: dict[int, Record] = {}
+    special: dict[int, Special] = {}
     prev_kind = -1
     last_off = -1
     stop_seq = upto_seq if upto_seq is not None else 1 << 64
@@ -317,10 +327,10 @@ def decode_batch_py(
             raise CorruptRecord(pos, "sequence gap")
         tl = h[8]
         if h[10] or h[11] or h[12]:
-            rec = build_record(buf, pos, h)
-            special[seq - expect_seq] = rec
-            add_topic(rec.topic)
-            add_body(rec.body)
+            topic, body, spec = special_fields(buf, pos, h)
+            special[seq - expect_seq] = spec
+            add_topic(topic)
+            add_body(body)
         else:
             if MIN_RECORD + tl + h[9] + h[13] != length:
                 raise CorruptRecord(pos, "length mismatch")
@@ -374,10 +384,10 @@ def _decode_batch_c(
             buf, pos, end, expect_seq, max_count=max_count, max_bytes=max_bytes,
             upto_seq=upto_seq, trusted=trusted,
         )  # fmt: skip
-    topics, bodies, times, hashes, pseqs, kinds, special, last_off, stop = cols
+    topics, bodies, times, hashes, pseqs, kinds, special, last_off, stop, kind_col = cols
     batch = RecordBatch(
         expect_seq, topics, bodies, times, hashes, pseqs, stop - pos, kinds=kinds,
-        special=special, buf=buf, start=pos, last_off=last_off,
+        special=special, buf=buf, start=pos, last_off=last_off, kind_col=kind_col,
     )  # fmt: skip
     return batch, stop
 

@@ -59,6 +59,7 @@ __all__ = [
     "MAX_RECORD",
     "MIN_RECORD",
     "ScanResult",
+    "Special",
     "build_record",
     "check_at",
     "decode",
@@ -71,6 +72,7 @@ __all__ = [
     "record_size",
     "scan",
     "skip_to",
+    "special_fields",
 ]
 
 FORMAT: Final = 0xA1
@@ -463,9 +465,13 @@ def check_at(buf: bytes, pos: int, limit: int) -> tuple[int, ...]:
     return h
 
 
-def build_record(buf: bytes, pos: int, h: tuple[int, ...]) -> Record:
-    """Build the Record of an already checked header ``h`` at ``pos``."""
-    length, _, kind, flags, seq, ts, ph, ps, tl, ml, pc, cl, sl, bl = h
+def _fields(
+    buf: bytes, pos: int, h: tuple[int, ...]
+) -> tuple[str, str, RecordKind, tuple[str, ...], str, str, bytes]:
+    """The variable fields of the record of an already checked header ``h`` at ``pos``
+    (topic, message type, kind, path, correlation id, SOW key, body), every check of
+    :func:`build_record` applied in its order."""
+    length, _, kind, _, _, _, _, _, tl, ml, pc, cl, sl, bl = h
     p = pos + HEADER_SIZE
     try:
         topic = decode_text(buf[p : p + tl])
@@ -493,8 +499,27 @@ def build_record(buf: bytes, pos: int, h: tuple[int, ...]) -> Record:
     rkind = _KINDS.get(kind)
     if rkind is None:
         raise CorruptRecord(pos, "unknown kind")
-    body = buf[p : p + bl]
-    return make_record(seq, ts, ph, ps, topic, mtype, rkind, path, flags, body, corr, sow)
+    return topic, mtype, rkind, path, corr, sow, buf[p : p + bl]
+
+
+def build_record(buf: bytes, pos: int, h: tuple[int, ...]) -> Record:
+    """Build the Record of an already checked header ``h`` at ``pos``."""
+    topic, mtype, rkind, path, corr, sow, body = _fields(buf, pos, h)
+    return make_record(h[4], h[5], h[6], h[7], topic, mtype, rkind, path, h[3], body, corr, sow)
+
+
+#: what a batch keeps of a record of the rare shape: its path, correlation id, SOW key
+Special = tuple[tuple[str, ...], str, str]
+
+
+def special_fields(buf: bytes, pos: int, h: tuple[int, ...]) -> tuple[str, bytes, Special]:
+    """Topic, body and :data:`Special` fields of the record at ``pos`` (a path, a
+    correlation id or a SOW key), with :func:`build_record`'s checks and errors but no
+    :class:`Record`: a batch decoder keeps these and builds the record when asked (a
+    replicating instance reads back every record that came from elsewhere, each with a
+    path, only to route it)."""
+    topic, _, _, path, corr, sow, body = _fields(buf, pos, h)
+    return topic, body, (path, corr, sow)
 
 
 def decode(buf: bytes, pos: int = 0, limit: int | None = None) -> tuple[Record, int]:

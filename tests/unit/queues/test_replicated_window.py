@@ -187,8 +187,11 @@ async def test_a_returning_owner_drops_what_was_processed_by_proxy_inactive_or_n
 
         await drive(clock, a_converged)
         ia = h["a"].broker.queues.info("work")
-        # the active ones left as acked elsewhere; the inactive ones were never activated
-        assert ia.removed == {"elsewhere": TARGET} and ia.owned == 0
+        # the active ones left as acked elsewhere; an inactive one whose ack came before
+        # its activation was never activated, one activated first left the same way (the
+        # order of the two depends on when each reached a: at least the TARGET active ones)
+        assert set(ia.removed) == {"elsewhere"} and TARGET <= ia.removed["elsewhere"] <= 12
+        assert ia.owned == 0
         wa = Worker(await h["a"].logon("wa"))
         await clock.advance(1.0)
         await drive(clock, lambda: True)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from server.txlog import codec
 from server.txlog.batch import RecordBatch, decode_batch_py
 from server.txlog.codec import encode, encode_run_py
+from server.txlog.errors import CorruptRecord
 from server.txlog.record import RecordKind
 from tests.support.twins import compiled, outcome, typed
 
@@ -150,7 +151,11 @@ def _batch_view(result: tuple[RecordBatch, int]) -> Any:
         typed(batch.pub_hashes),
         typed(batch.pub_seqs),
         sorted(batch.kinds()),
-        list(batch),  # every Record, built from the buffer (special ones as decoded)
+        # what routing reads of each record without building it
+        [(batch.path(i), batch.corr_id(i), batch.sow_key(i)) for i in range(len(batch))],
+        batch.plain,
+        batch.has_corr_ids(),
+        list(batch),  # every Record, built from the buffer
     )
 
 
@@ -251,3 +256,36 @@ def test_a_mixed_batch_reads_each_kind_without_building_records(
         assert got == [int(kind) for kind, _ in shapes]
         assert got == [int(fresh.record(i).kind) for i in range(len(shapes))]
         assert batch.kind(-1) == int(shapes[-1][0])
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(buf=journals())
+def test_kept_fields_are_the_built_records_fields(buf: bytes) -> None:
+    """The path, correlation id and SOW key a batch keeps of each record (without building
+    it) are the fields of the Record built from the same bytes, with either decoder, the
+    second decode of the same bytes too (the compiled one then takes paths from its
+    cache)."""
+    for decode in (decode_batch_py, _decode_c, _decode_c):
+        try:
+            batch, _ = decode(buf, 0, len(buf), 1, max_count=100)
+            records = list(batch)
+        except CorruptRecord:
+            continue
+        kept = [(batch.path(i), batch.corr_id(i), batch.sow_key(i)) for i in range(len(batch))]
+        assert kept == [(r.path, r.corr_id, r.sow_key) for r in records]
+        assert batch.plain == (not any(any(k) for k in kept))
+
+
+def test_records_with_a_path_are_not_built_to_be_routed() -> None:
+    """Decoding a replicated run (every record with the path it came by) and reading each
+    record's path and kind builds no Record (what a replication pump does with records
+    that came from elsewhere)."""
+    buf = b"".join(encode_run_py(1, 5, 7, [1, 2, 3], "t", "json", [b"a", b"b", b"c"],
+                                 path=("spool-b",)))  # fmt: skip
+    for decode in (decode_batch_py, _decode_c, _decode_c):
+        batch, _ = decode(buf, 0, len(buf), 1)
+        assert [batch.path(i) for i in range(3)] == [("spool-b",)] * 3
+        assert [batch.kind(i) for i in range(3)] == [int(RecordKind.PUBLISH)] * 3
+        assert batch.topics == ["t"] * 3 and batch.bodies == [b"a", b"b", b"c"]
+        assert batch._records is None  # nothing built
+        assert batch[1].path == ("spool-b",) and batch[1].body == b"b"
