@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Final, Literal, Protocol
+from collections.abc import Sequence
+from typing import Final, Literal, Protocol, cast
 
 from server.backpressure import BufferLimits
 from server.clock import Clock
@@ -64,6 +65,10 @@ class Transport(Protocol):
     remote: str
 
     async def send(self, frame: bytes) -> None: ...
+
+    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
+        """Send one frame made of ``pieces`` (``size`` bytes in all), joined or not."""
+        ...
 
     async def close(self, code: int, reason: str) -> None: ...
 
@@ -348,9 +353,12 @@ class Session:
             await self._room.wait()
 
     async def _write_loop(self) -> None:
-        send = self.transport.send
+        # a frame leaves as its list of pieces: the transport writes them after the
+        # frame's header without joining them (web/wsdirect.py), or joins them itself
+        send = self.transport.send_pieces
         clock = self._clock
         frame_max = self.limits.frame_max
+        pieces: list[bytes]
         try:
             while True:
                 await self._wake.wait()
@@ -358,11 +366,12 @@ class Session:
                 while self._out:
                     out = self._out
                     if self._breaks:
-                        frame = self._take_frame(out, frame_max)
-                        if not frame:
+                        pieces, size = self._take_frame(out, frame_max)
+                        if not size:
                             continue
                     elif self._out_bytes <= frame_max:
-                        frame = b"".join(out)  # type: ignore[arg-type]  # no None without breaks
+                        pieces = cast(list[bytes], out)  # no None without breaks
+                        size = self._out_bytes
                         self._out = []
                     else:
                         # up to frame_max, never splitting a piece (a piece holds whole
@@ -375,14 +384,14 @@ class Session:
                                 break
                             size += len(piece)
                             n += 1
-                        frame = b"".join(out[:n])  # type: ignore[arg-type]
+                        pieces = cast(list[bytes], out[:n])
                         del out[:n]
-                    self._out_bytes -= len(frame)
-                    self._in_flight = len(frame)
+                    self._out_bytes -= size
+                    self._in_flight = size
                     self.send_started = clock.monotonic()
-                    await send(frame)
+                    await send(pieces, size)
                     self.send_started = None
-                    self.traffic.bytes_out += len(frame)
+                    self.traffic.bytes_out += size
                     self._in_flight = 0
                     if not self._room.is_set() and self.has_room():
                         self._room.set()
@@ -403,10 +412,11 @@ class Session:
                 )
                 self.close_soon("connection lost", CLOSE_NORMAL, cause="client")
 
-    def _take_frame(self, out: list[bytes | None], frame_max: int) -> bytes:
-        """The next frame from a buffer with boundaries: pieces up to the next boundary
-        (consumed) or ``frame_max`` (a piece is never split; one larger than that goes
-        alone); empty when the buffer starts with a boundary."""
+    def _take_frame(self, out: list[bytes | None], frame_max: int) -> tuple[list[bytes], int]:
+        """The next frame from a buffer with boundaries, as its pieces and their size:
+        pieces up to the next boundary (consumed) or ``frame_max`` (a piece is never
+        split; one larger than that goes alone); none when the buffer starts with a
+        boundary."""
         pieces: list[bytes] = []
         size = 0
         cut = len(out)
@@ -421,7 +431,7 @@ class Session:
             pieces.append(piece)
             size += len(piece)
         del out[:cut]
-        return b"".join(pieces)
+        return pieces, size
 
     # -- heartbeats ----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from server.tls.errors import TlsError
 from server.txlog import FileSeam
 from web.app import create_app
 from web.tls import tls_protocols
+from web.wsdirect import DirectWebSocketProtocol
 
 
 class SpoolServer(uvicorn.Server):
@@ -158,6 +159,15 @@ def _listener_context(context: ssl.SSLContext) -> SslContextFactory:
     return factory
 
 
+def protocols(*, tls: bool) -> tuple[type[asyncio.Protocol] | str, type[asyncio.Protocol]]:
+    """uvicorn's ``http`` and ``ws`` arguments: the websocket protocol is always the
+    broker's (web/wsdirect.py: frames written from their pieces, without a joined copy);
+    on a TLS listener both classes also put the TLS facts in the scope (web/tls.py)."""
+    if tls:
+        return tls_protocols()
+    return "auto", DirectWebSocketProtocol
+
+
 def run(
     config: Config,
     *,
@@ -177,13 +187,11 @@ def run(
     broker = Broker(config, files=files)
     app = create_app(config, broker=broker)
     ws = next((t for t in config.transports if t.type == "websocket"), None)
-    http_protocol: type[asyncio.Protocol] | str = "auto"
-    ws_protocol: type[asyncio.Protocol] | str = "auto"
+    http_protocol, ws_protocol = protocols(tls=broker.tls is not None)
     ssl_factory: SslContextFactory | None = None
     if broker.tls is not None:
         # our context (its SNI callback switches handshakes to the active pair, see
-        # server/tls/listener.py) and protocols that put the TLS facts in the scope
-        http_protocol, ws_protocol = tls_protocols()
+        # server/tls/listener.py)
         ssl_factory = _listener_context(broker.tls.context)
     uv_config = uvicorn.Config(
         app,

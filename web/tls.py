@@ -31,10 +31,10 @@ from typing import Final, TypedDict
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
-from uvicorn.protocols.websockets.auto import AutoWebSocketsProtocol
 
 from server.peer import Peer
 from server.tls.certificate import der_subject
+from web.wsdirect import DirectWebSocketProtocol
 
 __all__ = ["TlsExtension", "peer_of", "tls_of", "tls_protocols"]
 
@@ -102,15 +102,11 @@ class _TlsScopeProtocol(asyncio.Protocol):
 
 
 def tls_protocols() -> tuple[type[asyncio.Protocol], type[asyncio.Protocol]]:
-    """The ``http`` and ``ws`` protocol classes for ``uvicorn.Config`` on a TLS listener.
-
-    Raises:
-        RuntimeError: uvicorn found no websocket library (``websockets`` is a dependency).
-    """
-    if AutoWebSocketsProtocol is None or not isinstance(AutoWebSocketsProtocol, type):
-        raise RuntimeError("uvicorn has no websocket protocol (install websockets)")
+    """The ``http`` and ``ws`` protocol classes for ``uvicorn.Config`` on a TLS listener:
+    uvicorn's HTTP class and the broker's websocket class (web/wsdirect.py), each with
+    the TLS facts in the scope."""
     http = type("TlsHttpProtocol", (_TlsScopeProtocol, AutoHTTPProtocol), {})
-    ws = type("TlsWebSocketProtocol", (_TlsScopeProtocol, AutoWebSocketsProtocol), {})
+    ws = type("TlsWebSocketProtocol", (_TlsScopeProtocol, DirectWebSocketProtocol), {})
     return http, ws
 
 

@@ -13,6 +13,7 @@ served as a trusted local client), and otherwise may only log on with a password
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Final
 
 import orjson
@@ -23,6 +24,7 @@ from server.engine import Broker
 from server.session import CLOSE_NORMAL
 from web.origins import OriginPolicy, OriginVerdict
 from web.tls import peer_of
+from web.wsdirect import PIECES_EXTENSION, SendPieces
 
 #: "try again later": the transport is disabled or the broker is not ready.
 CLOSE_TRY_AGAIN = 1013
@@ -31,15 +33,31 @@ _HTTP_RESPONSE: Final = "websocket.http.response"
 
 
 class AsgiTransport:
-    """The Session's view of one ASGI websocket connection."""
+    """The Session's view of one ASGI websocket connection.
 
-    def __init__(self, send: Send, remote: str) -> None:
+    Args:
+        send: the ASGI ``send``.
+        remote: the peer's address.
+        send_pieces: the server's pieces extension (web/wsdirect.py: a frame written
+            from its pieces without joining them), None when the server has none.
+    """
+
+    def __init__(self, send: Send, remote: str, send_pieces: SendPieces | None = None) -> None:
         self._send = send
         self.remote = remote
         self._closed = False
+        self._send_pieces = send_pieces
 
     async def send(self, frame: bytes) -> None:
         await self._send({"type": "websocket.send", "bytes": frame})
+
+    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
+        """Send one frame made of ``pieces`` (``size`` bytes): through the extension when
+        the server has it, else joined (one piece is not copied by the join)."""
+        if self._send_pieces is not None:
+            await self._send_pieces(pieces, size)
+        else:
+            await self._send({"type": "websocket.send", "bytes": b"".join(pieces)})
 
     async def close(self, code: int, reason: str) -> None:
         if self._closed:
@@ -50,6 +68,12 @@ class AsgiTransport:
     def disconnected(self) -> None:
         """The peer went away: nothing can be sent any more (not even a close frame)."""
         self._closed = True
+
+
+def pieces_of(scope: Scope) -> SendPieces | None:
+    """The pieces extension's send of a connection (None: the server has none)."""
+    extension = (scope.get("extensions") or {}).get(PIECES_EXTENSION)
+    return extension["send_pieces"] if isinstance(extension, dict) else None
 
 
 class WebsocketEndpoint:
@@ -97,7 +121,7 @@ class WebsocketEndpoint:
             return
         await send({"type": "websocket.accept"})
         peer = peer_of(scope)
-        transport = AsgiTransport(send, peer.address)
+        transport = AsgiTransport(send, peer.address, pieces_of(scope))
         session = broker.connect(transport, self.transport_name, peer)
         session.web_origin = verdict.origin
         session.foreign_origin = not verdict.trusted

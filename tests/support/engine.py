@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -71,6 +71,9 @@ class FakeTransport:
             assert self._clock is not None, "a paced reader needs the harness's clock"
             await self._clock.sleep(len(frame) / self.rate)
         self.frames.append(frame)
+
+    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
+        await self.send(b"".join(pieces))
 
     async def close(self, code: int, reason: str) -> None:
         self.close_code = code

@@ -1,0 +1,119 @@
+"""The broker's websocket protocol for uvicorn: data frames written without a joined copy.
+
+The broker sends big binary frames (up to 1 MiB during a replay, joined from pieces of
+at most 64 KiB: server/session.py). Through uvicorn's websockets-based protocol each
+frame was copied three more times before the socket: ``b"".join`` of the pieces into
+one frame (the session writer), ``Frame.serialize`` of the ``websockets`` library
+(header and payload written into a ``BytesIO``), and, on Python 3.11's socket
+transport, the slice of what the first ``send()`` left (``data[n:]`` of a ``bytes``)
+before it is appended to the transport's buffer. Measured on the 1 KB replay, that was
+more than a quarter of the broker's CPU (``memmove``, ``Frame.serialize`` and the join).
+
+:class:`DirectWebSocketProtocol` is uvicorn's own class (what ``ws="auto"`` picks with
+``websockets`` installed), with one addition: an ASGI extension,
+``scope["extensions"][PIECES_EXTENSION]["send_pieces"]``, that sends one binary message
+given as a list of pieces. For a connection without an extension negotiated (no
+per-message-deflate) in the open state, it writes the RFC 6455 header (FIN, binary,
+unmasked: a server's frame) and then each piece to the asyncio transport in turn: the
+bytes on the wire are the ones the library would have produced (tests/integration/
+test_ws_direct.py compares them), and the transport copies each piece once into its
+buffer (or straight into the kernel). In every other case (deflate negotiated, closing,
+a close already sent, the handshake not done) it joins the pieces and hands them to
+uvicorn's ``websocket.send`` unchanged, so compression, errors and state checks stay the
+library's. Flow control is uvicorn's: the send waits on the same ``writable`` event the
+transport's ``pause_writing`` clears, and a lost connection raises uvicorn's
+``ClientDisconnected``. Ping/pong, close and receiving are not touched.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+from uvicorn.protocols.utils import ClientDisconnected
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from websockets.http11 import Request
+from websockets.protocol import State
+
+__all__ = [
+    "PIECES_EXTENSION",
+    "DirectWebSocketProtocol",
+    "SendPieces",
+    "frame_header",
+]
+
+#: the ASGI extension's key in ``scope["extensions"]``
+PIECES_EXTENSION: Final = "spool.websocket.pieces"
+#: FIN + opcode 2 (binary): RFC 6455 section 5.2
+_FIN_BINARY: Final = 0x82
+#: frames up to this size leave in one write (header and pieces joined: the copy is
+#: cheap, and a small frame stays one TCP segment and one syscall)
+_JOIN_UP_TO: Final = 16 * 1024
+_SHORT: Final = struct.Struct("!BB")
+_MEDIUM: Final = struct.Struct("!BBH")
+_LONG: Final = struct.Struct("!BBQ")
+
+
+#: sends one binary message given as pieces and their total size
+SendPieces = Callable[[Sequence[bytes], int], Awaitable[None]]
+
+
+def frame_header(size: int) -> bytes:
+    """The header of an unmasked, final binary frame of ``size`` payload bytes."""
+    if size < 126:
+        return _SHORT.pack(_FIN_BINARY, size)
+    if size < 65536:
+        return _MEDIUM.pack(_FIN_BINARY, 126, size)
+    return _LONG.pack(_FIN_BINARY, 127, size)
+
+
+class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's websockets (sans-I/O) protocol plus the pieces extension.
+
+    Attributes:
+        direct_frames: frames this connection wrote through the direct path (the
+            tests check that it is taken; the fallback does not count).
+    """
+
+    direct_frames: int = 0
+
+    def handle_connect(self, event: Request) -> None:
+        super().handle_connect(event)
+        if self.handshake_initiated and not self.close_sent:
+            # the ASGI task is created but has not run: its scope is this dict
+            extensions = self.scope["extensions"]
+            assert extensions is not None  # uvicorn's scope always has the dict
+            extensions[PIECES_EXTENSION] = {"send_pieces": self.send_pieces}
+
+    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
+        """Send one binary message made of ``pieces`` (``size`` bytes in all).
+
+        Raises:
+            ClientDisconnected: the connection is gone (as uvicorn's ``send``).
+        """
+        await self.writable.wait()
+        if self.disconnected:
+            raise ClientDisconnected()
+        conn = self.conn
+        if (
+            conn.extensions
+            or conn.state is not State.OPEN
+            or conn.expect_continuation_frame
+            or not self.handshake_complete
+            or self.close_sent
+            or self.initial_response is not None
+        ):
+            await self.send({"type": "websocket.send", "bytes": b"".join(pieces)})
+            return
+        header = frame_header(size)
+        write = self.transport.write
+        if size <= _JOIN_UP_TO:
+            write(b"".join((header, *pieces)))
+        else:
+            write(header)
+            for piece in pieces:
+                # a view: Python 3.11's socket transport slices what send() left of a
+                # bytes object (a copy) before appending it to its buffer
+                write(memoryview(piece))
+        self.direct_frames += 1
