@@ -655,6 +655,13 @@ class QueueMachine:
         if self._parked:
             self._parked.discard(seq)
 
+    def count_removed(self, reason: RemovalReason, n: int) -> None:
+        """``n`` messages left the queue without having entered this machine (a bounded
+        queue's inactive ones, removed by filter while they waited in the log): counted
+        with the others in :attr:`removed`."""
+        if n:
+            self.removed[reason] = self.removed.get(reason, 0) + n
+
     def _count(self, removal: Removal) -> Removal:
         self.removed[removal.reason] = self.removed.get(removal.reason, 0) + 1
         return removal

@@ -57,6 +57,7 @@ from server.protocol.options import parse_subscribe_options
 from server.queues.errors import QueueNotFound
 from server.queues.info import QueueInfo, describe
 from server.queues.machine import (
+    ACKED,
     DELIVERED,
     AckResult,
     Consumer,
@@ -420,6 +421,7 @@ class QueueService:
             self._log(queue, removed)
             self.kick(queue)
             return
+        queue.machine.count_removed(ACKED, len(inactive))
         n = len(removed) + len(inactive)
         self._finish(session, cmd, queue, AckResult(removed, [], []), n, extra=len(inactive))
 

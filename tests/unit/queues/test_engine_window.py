@@ -131,6 +131,7 @@ async def test_a_removal_by_filter_reaches_inactive_messages_and_survives_a_rest
         await h.until(lambda: info(h)["depth"] == 2)
         i = info(h)
         assert (i["inactive"], i["deferred_acks"]) == (2, 0)
+        assert i["removed"] == {"acked": 6}  # the inactive ones counted with the active one
         await h.commit()
     async with harness(tmp_path, q) as h:
         c = await h.logon("c")
