@@ -198,8 +198,28 @@ class QueueRuntime:
         own = self.ownership
         window = self.window
         if flt is None and barrier is None and priority is None and window is None:
-            return self._admit_all(topic, bodies, first_seq, timestamps_us, pub_hash, pub_seqs,
-                                   origin)  # fmt: skip
+            # the usual queue takes every message of its topics as it comes: one pass
+            bookmark = format_bookmark
+            if own is None:
+                messages = [
+                    Message(first_seq + i, bookmark(pub_hash[i], pub_seqs[i]), topic, body, ts)
+                    for i, (body, ts) in enumerate(zip(bodies, timestamps_us, strict=True))
+                ]
+                self.machine.add_many(messages)
+                return len(messages)
+            published = origin or self.instance
+            entered = own.message
+            messages = []
+            for i, body in enumerate(bodies):
+                bm = bookmark(pub_hash[i], pub_seqs[i])
+                if entered(bm, published, timestamps_us[i]):
+                    messages.append(Message(first_seq + i, bm, topic, body, timestamps_us[i]))
+                # else: acked on another instance before it arrived here
+            self.machine.add_many(messages)
+            if bodies:
+                own.passed(pub_hash[-1], max(pub_seqs))
+                self._take_pending()
+            return len(messages)
         add = self.machine.add
         n = 0
         cut = len(bodies)  # the first message left inactive (bounded): not passed yet
@@ -227,41 +247,6 @@ class QueueRuntime:
             own.passed(pub_hash[-1], max(pub_seqs) if cut == len(bodies) else max(pub_seqs[:cut]))
             self._take_pending()
         return n
-
-    def _admit_all(
-        self,
-        topic: str,
-        bodies: Sequence[bytes],
-        first_seq: int,
-        timestamps_us: Sequence[int],
-        pub_hash: Sequence[int],
-        pub_seqs: Sequence[int],
-        origin: str,
-    ) -> int:
-        """:meth:`admit` of a queue that takes every message of its topics as it comes (no
-        filter, priority, barrier or window: the usual queue), in one pass."""
-        own = self.ownership
-        bookmark = format_bookmark
-        if own is None:
-            messages = [
-                Message(first_seq + i, bookmark(pub_hash[i], pub_seqs[i]), topic, body, ts)
-                for i, (body, ts) in enumerate(zip(bodies, timestamps_us, strict=True))
-            ]
-            self.machine.add_many(messages)
-            return len(messages)
-        published = origin or self.instance
-        entered = own.message
-        messages = []
-        for i, body in enumerate(bodies):
-            bm = bookmark(pub_hash[i], pub_seqs[i])
-            if entered(bm, published, timestamps_us[i]):
-                messages.append(Message(first_seq + i, bm, topic, body, timestamps_us[i]))
-            # else: acked on another instance before it arrived here
-        self.machine.add_many(messages)
-        if bodies:
-            own.passed(pub_hash[-1], max(pub_seqs))
-            self._take_pending()
-        return len(messages)
 
     def _message(
         self, seq: int, bm: str, topic: str, body: bytes, ts_us: int, view: MessageView | None

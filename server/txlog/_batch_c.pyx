@@ -92,7 +92,7 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
     cdef dict special = {}
     cdef int prev_kind = -1
     cdef Py_ssize_t last_off = -1
-    cdef Py_ssize_t length, tl, ml, bl, p, q, rec_end, prev_tl = -1, prev_p = -1
+    cdef Py_ssize_t length, tl, ml, bl, p, q, rec_end, body_at, prev_tl = -1, prev_p = -1
     cdef int pc, k
     cdef object key, spec
     cdef bytearray kind_col = bytearray()
@@ -152,28 +152,20 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
                     key = PyBytes_FromStringAndSize(b + pos + _HEADER_SIZE + tl,
                                                     q - pos - _HEADER_SIZE - tl)
                     spec = _paths.get(key)
+            body_at = pos + length - 4 - bl
             if spec is None:
                 topic, body, spec = _special_fields(buf, pos, _unpack(buf, pos))
                 if key is not None and len(_paths) < _PATHS_MAX:
                     _paths[key] = spec
-                special[idx] = spec
                 PyList_Append(topics, topic)
                 PyList_Append(bodies, body)
-            else:
-                special[idx] = spec
-                p = pos + _HEADER_SIZE
-                if not (tl == prev_tl and memcmp(b + prev_p, b + p, tl) == 0):
-                    try:
-                        prev_topic = _decode_text(PyBytes_FromStringAndSize(b + p, tl))
-                    except UnicodeDecodeError:
-                        raise _CorruptRecord(pos, "bad utf-8") from None
-                    prev_tl = tl
-                    prev_p = p
-                PyList_Append(topics, prev_topic)
-                PyList_Append(bodies, PyBytes_FromStringAndSize(b + pos + length - 4 - bl, bl))
+                body_at = -1
+            special[idx] = spec
         else:
             if _MIN_RECORD + tl + ml + bl != length:
                 raise _CorruptRecord(pos, "length mismatch")
+            body_at = pos + _HEADER_SIZE + tl + ml
+        if body_at >= 0:  # not appended above (a record of the rare shape read in Python)
             p = pos + _HEADER_SIZE
             if not (tl == prev_tl and memcmp(b + prev_p, b + p, tl) == 0):
                 try:
@@ -183,8 +175,7 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
                 prev_tl = tl
                 prev_p = p
             PyList_Append(topics, prev_topic)
-            p += tl + ml
-            PyList_Append(bodies, PyBytes_FromStringAndSize(b + p, bl))
+            PyList_Append(bodies, PyBytes_FromStringAndSize(b + body_at, bl))
         if kind != prev_kind:
             prev_kind = kind
             kinds.add(kind)
