@@ -8,14 +8,22 @@ messages it finds, in log order, until the window is full again. A removal by fi
 (``sow_delete`` with ``f``) of a bounded queue takes its active matches and scans the
 inactive range for the others, deferring their acks; removals and refills of one queue
 take turns (a lock), so a refill never activates a message a removal is about to take.
+
+A refill the log refuses (a damaged or unreadable journal) is tried again on a timer,
+0.5 s after the first failure and twice as long after each next one, up to 30 s: a queue
+whose window emptied would otherwise wait for its next publish or ack to try again (and a
+busy one would retry, and report, at every ack). Each failure is reported
+(``queue_refill_failed``, with when it is tried next), the first success after them too
+(``queue_refill_recovered``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Final
+from collections.abc import Callable, Coroutine
+from typing import Any, Final
 
+from server.clock import Clock
 from server.queues.machine import Message, Removal
 from server.queues.stage import QueueRuntime
 from server.stats.source import EventSink
@@ -26,6 +34,10 @@ __all__ = ["Refills"]
 
 #: records read per step (a refill also stops at about 1 MiB: the log's own limit)
 _STEP: Final = 1000
+#: seconds before a failed refill is tried again, doubled after each next failure ...
+RETRY_FIRST: Final = 0.5
+#: ... up to this
+RETRY_MAX: Final = 30.0
 
 
 class Refills:
@@ -36,6 +48,7 @@ class Refills:
         changed: told after a refill activated messages or moved a cursor (the service
             moves the queue's pin and delivers).
         events: the event log (a read the log refused).
+        clock: when a failed refill is tried again.
     """
 
     def __init__(
@@ -43,10 +56,15 @@ class Refills:
         txlog: TransactionLog | None,
         changed: Callable[[QueueRuntime], None],
         events: EventSink,
+        clock: Clock,
     ) -> None:
         self._txlog = txlog
         self._changed = changed
         self._events = events
+        self._clock = clock
+        #: per queue whose last refill failed: failures in a row, and when to try again
+        self._failures: dict[QueueRuntime, int] = {}
+        self._retry_at: dict[QueueRuntime, float] = {}
         self._locks: dict[QueueRuntime, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         #: per queue, the records of its last read past where the window stopped (log
@@ -66,8 +84,14 @@ class Refills:
             or not window.room(queue.counted())
         ):
             return
+        retry_at = self._retry_at.get(queue)
+        if retry_at is not None and self._clock.monotonic() < retry_at:
+            return  # its timer tries again (_retry)
         window.reading = True
-        task = asyncio.get_running_loop().create_task(self._refill(queue))
+        self._start(self._refill(queue))
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -98,10 +122,25 @@ class Refills:
                         self._ahead[queue] = records[max(0, cursor - records[0].seq) :]
                     self._changed(queue)
         except Exception as exc:  # a damaged journal: the messages stay inactive, reported
+            failures = self._failures[queue] = self._failures.get(queue, 0) + 1
+            delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (failures - 1))
+            self._retry_at[queue] = self._clock.monotonic() + delay
             self._events.emit("error", "queue", "queue_refill_failed", queue=queue.config.name,
-                              cursor=window.cursor, reason=str(exc))  # fmt: skip
+                              cursor=window.cursor, reason=str(exc), failures=failures,
+                              retry_in_s=delay)  # fmt: skip
+            self._start(self._retry(queue, delay))
+        else:
+            failures = self._failures.pop(queue, 0)
+            if failures:
+                self._retry_at.pop(queue, None)
+                self._events.emit("info", "queue", "queue_refill_recovered",
+                                  queue=queue.config.name, failures=failures)  # fmt: skip
         finally:
             window.reading = False
+
+    async def _retry(self, queue: QueueRuntime, delay: float) -> None:
+        await self._clock.sleep(delay)
+        self.wanted(queue)
 
     async def remove_where(
         self, queue: QueueRuntime, matches: Callable[[Message], bool]

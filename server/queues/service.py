@@ -135,7 +135,7 @@ class QueueService:
         self.transfers = Transfers(self.queues.values(), self._append, self.kick, events, clock)
         self.stage = QueueStage(list(self.queues.values()), self.kick)
         #: bounded queues' refills from the log (server/queues/refill.py)
-        self.refills = Refills(txlog, self._refilled, events)
+        self.refills = Refills(txlog, self._refilled, events, clock)
         self._ties: dict[Subscription, Consumer] = {}
         self._dirty: set[QueueRuntime] = set()
         self._scheduled = False

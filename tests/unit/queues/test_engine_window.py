@@ -190,3 +190,57 @@ async def test_expired_and_cancelled_messages_make_room_too(tmp_path: Path) -> N
         c.send(sub(options="max_backlog=10"))
         await h.settle()
         assert [orjson.loads(b)["n"] for _, b in c.deliveries()] == [4]
+
+
+def _events(h: EngineHarness, name: str) -> list[dict[str, Any]]:
+    return [e for e in h.broker.events.recent(500) if e.get("event") == name]
+
+
+@scenario
+async def test_a_failed_refill_is_tried_again_on_a_timer_with_back_off(tmp_path: Path) -> None:
+    """The log refuses a refill (a journal byte damaged under the running broker): the
+    messages stay inactive, the failure is reported, and the refill is tried again 0.5 s
+    later, then 1 s after that (nothing else happens meanwhile: no ack, no publish);
+    once the journal reads again the queue goes on by itself."""
+    q = bounded(2)
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        p.send(*(pub(i) for i in range(6)))
+        await h.settle()
+        await h.commit()
+    async with harness(tmp_path, q) as h:  # a fresh start: the refill reads the files
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=100"))
+        await h.settle()
+        assert [n for n, _, _ in got(c)] == [0, 1]
+        journal = next(f for f in (tmp_path / "data").rglob("*.journal") if b'{"n":3}' in
+                       f.read_bytes())  # fmt: skip
+        at = journal.read_bytes().index(b'{"n":3}') + 5
+        original = journal.read_bytes()[at : at + 1]
+        with journal.open("r+b") as f:  # the digit of message 3: its CRC no longer holds
+            f.seek(at)
+            f.write(b"9")
+        c.send(ack(*(bm for _, bm, _ in got(c))))
+        await h.until(lambda: _events(h, "queue_refill_failed"))
+        failed = _events(h, "queue_refill_failed")
+        assert [(e["failures"], e["retry_in_s"]) for e in failed] == [(1, 0.5)]
+        assert info(h)["inactive"] == 4
+        other = await h.logon("other")
+        other.send(sub(options="max_backlog=1"))  # a new consumer wants a refill too: it
+        await h.settle()  # waits for the timer as well
+        assert len(_events(h, "queue_refill_failed")) == 1
+        other.send(({"c": "unsubscribe", "sub_id": "s"}, b""))
+        await h.settle()
+        await h.clock.advance(0.5)
+        await h.until(lambda: len(_events(h, "queue_refill_failed")) == 2)
+        assert _events(h, "queue_refill_failed")[-1]["retry_in_s"] == 1.0
+        await h.clock.advance(0.9)
+        await h.settle()
+        assert len(_events(h, "queue_refill_failed")) == 2  # not before its time
+        with journal.open("r+b") as f:
+            f.seek(at)
+            f.write(original)
+        await h.clock.advance(0.1)
+        await h.until(lambda: len(got(c)) == 4)
+        assert [e["failures"] for e in _events(h, "queue_refill_recovered")] == [2]
+        assert await drain(h, c, 6, most=2) == [0, 1, 2, 3, 4, 5]
