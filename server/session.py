@@ -64,8 +64,6 @@ class Transport(Protocol):
 
     remote: str
 
-    async def send(self, frame: bytes) -> None: ...
-
     async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
         """Send one frame made of ``pieces`` (``size`` bytes in all), joined or not."""
         ...

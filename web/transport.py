@@ -1,7 +1,7 @@
 """The websocket transport: ASGI adapter between uvicorn and a broker Session.
 
 This is the thin I/O shell around the sans-I/O codec: frames received from the socket go to
-``Session.receive``; the session's writer calls :meth:`AsgiTransport.send`. It is a raw ASGI
+``Session.receive``; the session's writer calls :meth:`AsgiTransport.send_pieces`. It is a raw ASGI
 endpoint rather than a Starlette ``WebSocket`` handler because it sits on the hottest path
 of the broker and needs nothing but ``receive`` and ``send``.
 
@@ -47,9 +47,6 @@ class AsgiTransport:
         self.remote = remote
         self._closed = False
         self._send_pieces = send_pieces
-
-    async def send(self, frame: bytes) -> None:
-        await self._send({"type": "websocket.send", "bytes": frame})
 
     async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
         """Send one frame made of ``pieces`` (``size`` bytes): through the extension when

@@ -200,23 +200,16 @@ class QueueRuntime:
         if flt is None and barrier is None and priority is None and window is None:
             # the usual queue takes every message of its topics as it comes: one pass
             bookmark = format_bookmark
-            if own is None:
-                messages = [
-                    Message(first_seq + i, bookmark(pub_hash[i], pub_seqs[i]), topic, body, ts)
-                    for i, (body, ts) in enumerate(zip(bodies, timestamps_us, strict=True))
-                ]
-                self.machine.add_many(messages)
-                return len(messages)
             published = origin or self.instance
-            entered = own.message
+            entered = own.message if own is not None else None
             messages = []
-            for i, body in enumerate(bodies):
+            for i, (body, ts) in enumerate(zip(bodies, timestamps_us, strict=True)):
                 bm = bookmark(pub_hash[i], pub_seqs[i])
-                if entered(bm, published, timestamps_us[i]):
-                    messages.append(Message(first_seq + i, bm, topic, body, timestamps_us[i]))
-                # else: acked on another instance before it arrived here
+                # a replicated one may have been acked on another instance before it came
+                if entered is None or entered(bm, published, ts):
+                    messages.append(Message(first_seq + i, bm, topic, body, ts))
             self.machine.add_many(messages)
-            if bodies:
+            if own is not None and bodies:
                 own.passed(pub_hash[-1], max(pub_seqs))
                 self._take_pending()
             return len(messages)

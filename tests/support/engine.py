@@ -65,15 +65,13 @@ class FakeTransport:
     def resume_reading(self) -> None:
         self._reading.set()
 
-    async def send(self, frame: bytes) -> None:
+    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
+        frame = b"".join(pieces)
         await self._reading.wait()
         if self.rate is not None:
             assert self._clock is not None, "a paced reader needs the harness's clock"
             await self._clock.sleep(len(frame) / self.rate)
         self.frames.append(frame)
-
-    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
-        await self.send(b"".join(pieces))
 
     async def close(self, code: int, reason: str) -> None:
         self.close_code = code
