@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = ["RunHeap"]
@@ -57,6 +58,25 @@ class RunHeap(Generic[K]):
             run.append(key)
         else:
             heapq.heappush(self._heap, key)
+
+    def extend(self, keys: Iterable[K]) -> None:
+        """:meth:`push` for each of ``keys`` in turn (a run of messages made ready in one
+        call instead of a method call each)."""
+        run = self._run
+        append = run.append
+        last = run[-1] if run else None
+        for key in keys:
+            if last is None or not key < last:
+                append(key)
+                last = key
+            else:
+                heapq.heappush(self._heap, key)
+
+    def retain(self, keep: Callable[[K], bool]) -> None:
+        """Drop every key for which ``keep`` is false (a rebuild: O(n log n))."""
+        kept = sorted(k for k in (*self._run, *self._heap) if keep(k))
+        self._run = deque(kept)
+        self._heap = []
 
     def peek(self) -> K:
         """The smallest key (IndexError when empty)."""

@@ -436,9 +436,9 @@ class QueueService:
     ) -> None:
         if queue.ownership is not None and result.removed:
             now = time_us(self._clock)
-            for r in result.removed:
-                if r.reason == "acked":
-                    queue.acked_after(now - r.message.enqueued_us)
+            queue.acked_after(
+                [now - r.message.enqueued_us for r in result.removed if r.reason == "acked"]
+            )
         failure = self._log(queue, result.removed)
         if failure is not None:
             session.fail(cmd.cid, failure)
@@ -466,8 +466,8 @@ class QueueService:
         by_reason: dict[str, list[Removal]] = {}
         for r in removed:
             by_reason.setdefault(r.reason, []).append(r)
-            if own is not None:
-                own.acked(r.message.bookmark)
+        if own is not None:
+            own.acked_many([r.message.bookmark for r in removed])
         failure: ProtocolFailure | None = None
         for reason, items in by_reason.items():
             if own is None:

@@ -15,18 +15,18 @@ queue; the configuration requires the log to record the underlying topics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.bookmarks import format_bookmark
+from server.bookmarks import format_bookmark, format_bookmarks
 from server.clock import Clock
 from server.config.model import QueueConfig
 from server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
 from server.ports import AppendedRun, Outbound, PublishRun
 from server.protocol.errors import InvalidTopic
 from server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
-from server.queues.ownership import Ack, Ownership, Wire
+from server.queues.ownership import Ownership, Wire
 from server.queues.records import decode_ack, decode_transfers
 from server.queues.window import Window
 from server.txlog.batch import RecordBatch
@@ -97,12 +97,14 @@ class QueueRuntime:
     #: a moving average of the publish-to-ack time (microseconds; 0: none measured)
     typical_us: int = 0
 
-    def acked_after(self, waited_us: int) -> None:
-        """A message was acked ``waited_us`` after it was published (the average the
-        transfer requests wait for)."""
-        if waited_us >= 0:
-            t = self.typical_us
-            self.typical_us = waited_us if not t else (t * 7 + waited_us) // 8
+    def acked_after(self, waits_us: Iterable[int]) -> None:
+        """Messages were acked ``waits_us`` after they were published, in that order
+        (the average the transfer requests wait for)."""
+        t = self.typical_us
+        for waited_us in waits_us:
+            if waited_us >= 0:
+                t = waited_us if not t else (t * 7 + waited_us) // 8
+        self.typical_us = t
 
     @classmethod
     def build(cls, cfg: QueueConfig, clock: Clock, instance: str = "",
@@ -171,8 +173,7 @@ class QueueRuntime:
                 if self.window is not None:
                     self.window.defer(seqs)
             if own is not None:
-                for bm in bookmarks:
-                    own.receive(Ack(bm))
+                own.receive_acks(bookmarks)
             self.machine.drop(bookmarks, ELSEWHERE)
             return False
         if own is None:
@@ -199,16 +200,34 @@ class QueueRuntime:
         window = self.window
         if flt is None and barrier is None and priority is None and window is None:
             # the usual queue takes every message of its topics as it comes: one pass
-            bookmark = format_bookmark
-            published = origin or self.instance
-            entered = own.message if own is not None else None
-            messages = []
-            for i, (body, ts) in enumerate(zip(bodies, timestamps_us, strict=True)):
-                bm = bookmark(pub_hash[i], pub_seqs[i])
-                # a replicated one may have been acked on another instance before it came
-                if entered is None or entered(bm, published, ts):
-                    messages.append(Message(first_seq + i, bm, topic, body, ts))
-            self.machine.add_many(messages)
+            bms = format_bookmarks(pub_hash, pub_seqs)
+            seqs = range(first_seq, first_seq + len(bodies))
+            # a replicated one may have been acked on another instance before it came
+            entered = (
+                own.messages(bms, origin or self.instance, timestamps_us)
+                if own is not None
+                else None
+            )
+            messages = (
+                [
+                    Message(seq, bm, topic, body, ts)
+                    for seq, bm, body, ts in zip(seqs, bms, bodies, timestamps_us, strict=True)
+                ]
+                if entered is None
+                else [
+                    Message(seq, bm, topic, body, ts)
+                    for seq, bm, body, ts, ok in zip(
+                        seqs, bms, bodies, timestamps_us, entered, strict=True
+                    )
+                    if ok
+                ]
+            )
+            # another instance's messages are parked as they enter (their owner
+            # delivers them): not pushed through the ready heap to be parked there
+            gated = (
+                own is not None and (own.initial_owner or origin or self.instance) != own.instance
+            )
+            self.machine.add_many(messages, gated=gated)
             if own is not None and bodies:
                 own.passed(pub_hash[-1], max(pub_seqs))
                 self._take_pending()

@@ -20,6 +20,7 @@ from server.bookmarks import (
     Range,
     TimePoint,
     format_bookmark,
+    format_bookmarks,
     format_spec,
     format_time_bookmark,
     format_timestamp_us,
@@ -48,6 +49,27 @@ def test_pub_hash_is_stable_and_never_reserved() -> None:
     assert pub_hash("a") != pub_hash("b")
     assert all(pub_hash(f"client-{i}") >= 2 for i in range(200))
     assert pub_hash("é") == pub_hash("é")  # non-ASCII names hash their UTF-8
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 2**64 - 1), st.integers(0, 2**63)), max_size=30),
+    st.booleans(),
+)
+def test_format_bookmarks_is_format_bookmark_of_each(
+    pairs: list[tuple[int, int]], one_publisher: bool
+) -> None:
+    """A run's bookmarks in one pass, whether its messages have one publisher (its hash
+    formatted once) or several."""
+    hashes = [pairs[0][0]] * len(pairs) if one_publisher and pairs else [h for h, _ in pairs]
+    seqs = [s for _, s in pairs]
+    assert format_bookmarks(hashes, seqs) == [
+        format_bookmark(h, s) for h, s in zip(hashes, seqs, strict=True)
+    ]
+
+
+def test_format_bookmarks_needs_as_many_hashes_as_sequences() -> None:
+    with pytest.raises(ValueError, match="as many"):
+        format_bookmarks([1, 2], [1])
 
 
 def test_format_bookmark() -> None:

@@ -405,3 +405,55 @@ def test_proportional_picks_of_unfiltered_consumers_are_those_of_choose(
             held = [m.bookmark for m in list(c.leased.values())[:2]]
             (q.ack if op == "ack" else q.cancel)(c, held)
     assert [q.ready for q in machines] == [machines[0].ready] * 2
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    owned_here=st.lists(st.booleans(), min_size=1, max_size=30),
+    ops=st.lists(
+        st.one_of(
+            st.tuples(st.just("dispatch"), st.integers(1, 6)),
+            st.tuples(st.just("gain"), st.integers(0, 29)),
+            st.tuples(st.just("ack"), st.integers(0, 1)),
+        ),
+        max_size=30,
+    ),
+)
+def test_a_gated_run_parks_what_dispatch_would_park(
+    owned_here: list[bool], ops: list[tuple[str, int]]
+) -> None:
+    """``add_many(gated=True)`` asks the gate as messages enter and parks the ones it
+    holds back; without it ``dispatch`` parks them when it reaches them. Same messages,
+    same gate, same traffic (deliveries, messages coming to be owned here, acks): the
+    same deliveries at every step, and the same ready and parked counts."""
+    machines = [machine(max_backlog=3, lease_period_us=10 * S) for _ in range(2)]
+    mine = {seq for seq, here in enumerate(owned_here, 1) if here}
+    for q in machines:
+        q.gate = lambda m: m.seq in mine
+        for i in range(2):
+            q.subscribe(Consumer(f"c{i}", 3))
+    run = range(1, len(owned_here) + 1)
+    machines[0].add_many([msg(seq) for seq in run])
+    machines[1].add_many([msg(seq) for seq in run], gated=True)
+    assert machines[1].parked == len(owned_here) - len(mine)
+    for op, n in ops:
+        if op == "dispatch":
+            picks = [[(d.consumer.name, d.message.seq) for d in q.dispatch(0, n)] for q in machines]
+            assert picks[0] == picks[1]
+        elif op == "gain":
+            mine.add(n + 1)  # this instance came to own it (Ownership.on_gained)
+            for q in machines:
+                q.unpark(f"1|{n + 1}|")
+        else:
+            for q in machines:
+                c = q.consumers[n]
+                q.ack(c, [m.bookmark for m in list(c.leased.values())[:2]])
+        assert machines[0].ready == machines[1].ready
+    # drained (every lease acked until nothing more is delivered), both hold back
+    # exactly the messages still owned elsewhere
+    for q in machines:
+        while q.dispatch(0) or q.leased:
+            for c in q.consumers:
+                q.ack(c, [m.bookmark for m in c.leased.values()])
+    assert machines[0].parked == machines[1].parked == machines[0].depth
+    assert machines[0].depth == len(set(range(1, len(owned_here) + 1)) - mine)

@@ -61,3 +61,30 @@ def test_in_order_keys_never_reach_the_heap() -> None:
     run.push(3)  # late: the heap
     assert (len(run._run), len(run._heap)) == (4, 1)
     assert [run.pop() for _ in range(5)] == [1, 2, 2, 3, 5]
+
+
+@given(st.lists(st.lists(st.integers(-20, 20), max_size=12), max_size=12), st.integers(0, 5))
+def test_extend_and_retain_match_heapq(batches: list[list[int]], modulus: int) -> None:
+    """``extend`` is ``push`` of each key; ``retain`` keeps exactly the keys it is told to,
+    in order, and pushes after it behave as before."""
+    run: RunHeap[tuple[int, int]] = RunHeap()
+    oracle: list[tuple[int, int]] = []
+    n = 0
+    for i, batch in enumerate(batches):
+        keys = []
+        for k in batch:
+            n += 1
+            keys.append((k, n))
+        run.extend(keys)
+        for key in keys:
+            heapq.heappush(oracle, key)
+        if i % 3 == 2 and oracle:
+            assert run.pop() == heapq.heappop(oracle)
+    assert len(run) == len(oracle)
+    if modulus:
+        run.retain(lambda key: key[1] % modulus != 0)
+        oracle = [key for key in oracle if key[1] % modulus != 0]
+        heapq.heapify(oracle)
+        run.push((0, n + 1))
+        heapq.heappush(oracle, (0, n + 1))
+    assert [run.pop() for _ in range(len(run))] == sorted(oracle)
