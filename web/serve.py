@@ -127,6 +127,8 @@ class SpoolServer(uvicorn.Server):
 
 #: allocations of tracked objects between young collections (CPython's default: 700)
 GC_GEN0_THRESHOLD = 10_000
+#: young collections between middle-generation ones (CPython's default: 10)
+GC_GEN1_THRESHOLD = 1_000
 
 
 def tune_gc() -> None:
@@ -140,10 +142,19 @@ def tune_gc() -> None:
     moved out of the collector's sight (``gc.freeze``), and young collections run every
     10,000 allocations: each pause stays in the low milliseconds, garbage cycles are
     still collected.
+
+    A queue's messages live from their publish to their ack: long enough to survive a
+    young collection, rarely long enough to outlive the next middle one. With CPython's
+    10 young collections per middle one, each survivor was examined once more there
+    and promoted, and full collections followed the promotions (a replicated queue
+    broker: 4 % of its CPU in middle and full collections). With 1,000 most survivors
+    are acked, and freed by reference counting, before a middle collection comes;
+    cyclic garbage that outlives a young collection waits longer (about 10 million
+    allocations) to be collected.
     """
     gc.freeze()
-    _g0, g1, g2 = gc.get_threshold()
-    gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
+    _g0, _g1, g2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, GC_GEN1_THRESHOLD, g2)
 
 
 SslContextFactory = Callable[[uvicorn.Config, Callable[[], ssl.SSLContext]], ssl.SSLContext]
