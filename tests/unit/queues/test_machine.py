@@ -359,18 +359,19 @@ def test_at_most_once_skips_a_held_consumer() -> None:
     assert q.dispatch(0) == [] and q.ready == 1
 
 
+def _ops(max_size: int, **kinds: tuple[int, int]) -> st.SearchStrategy[list[tuple[str, int]]]:
+    """Traffic for the differential tests: ``(operation, argument)`` pairs, each
+    operation's argument drawn from its ``(low, high)``."""
+    return st.lists(
+        st.one_of(*(st.tuples(st.just(k), st.integers(lo, hi)) for k, (lo, hi) in kinds.items())),
+        max_size=max_size,
+    )
+
+
 @settings(max_examples=150)
 @given(
     st.lists(st.integers(1, 6), min_size=1, max_size=5),
-    st.lists(
-        st.one_of(
-            st.tuples(st.just("add"), st.integers(1, 40)),
-            st.tuples(st.just("dispatch"), st.integers(1, 50)),
-            st.tuples(st.just("ack"), st.integers(0, 4)),
-            st.tuples(st.just("cancel"), st.integers(0, 4)),
-        ),
-        max_size=40,
-    ),
+    _ops(40, add=(1, 40), dispatch=(1, 50), ack=(0, 4), cancel=(0, 4)),
 )
 def test_proportional_picks_of_unfiltered_consumers_are_those_of_choose(
     backlogs: list[int], ops: list[tuple[str, int]]
@@ -410,14 +411,7 @@ def test_proportional_picks_of_unfiltered_consumers_are_those_of_choose(
 @settings(max_examples=150, deadline=None)
 @given(
     owned_here=st.lists(st.booleans(), min_size=1, max_size=30),
-    ops=st.lists(
-        st.one_of(
-            st.tuples(st.just("dispatch"), st.integers(1, 6)),
-            st.tuples(st.just("gain"), st.integers(0, 29)),
-            st.tuples(st.just("ack"), st.integers(0, 1)),
-        ),
-        max_size=30,
-    ),
+    ops=_ops(30, dispatch=(1, 6), gain=(0, 29), ack=(0, 1)),
 )
 def test_a_gated_run_parks_what_dispatch_would_park(
     owned_here: list[bool], ops: list[tuple[str, int]]
