@@ -248,6 +248,11 @@ class Ownership:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def first_owner(self, published_on: str) -> str:
+        """Who owns a message published on ``published_on`` when it enters: the queue's
+        ``InitialOwner``, else the publishing instance."""
+        return self.initial_owner or published_on
+
     # -- local events -------------------------------------------------------------------
 
     def message(self, bookmark: str, published_on: str, now_us: int) -> bool:
@@ -261,7 +266,7 @@ class Ownership:
             if early is None:
                 self._early_acks -= 1
                 return False  # acked before it arrived (or, bounded, before activation)
-        owner = self.initial_owner or published_on
+        owner = self.first_owner(published_on)
         entry = self._entries[bookmark] = _Entry(owner, 0, now_us)
         self._owned_by[owner] = self._owned_by.get(owner, 0) + 1
         if owner != self.instance:
@@ -282,7 +287,7 @@ class Ownership:
         queue's admission."""
         entries = self._entries
         early = self._early
-        owner = self.initial_owner or published_on
+        owner = self.first_owner(published_on)
         foreign = owner != self.instance
         if self.proxied and owner in self._offline:
             entered = [
@@ -319,8 +324,7 @@ class Ownership:
             self._owned_by[owner] = self._owned_by.get(owner, 0) + added
         if due:
             self._due.extend(due)
-            if len(self._due) > 2 * (len(entries) - self.owned()) + 1024:
-                self._compact_due()
+            self._compact_due()
         return out
 
     def passed(self, pub_hash: int, seq: int) -> None:
@@ -451,8 +455,8 @@ class Ownership:
 
     def _take_over(self) -> list[Wire]:
         out: list[Wire] = []
+        entries = self._entries
         for inst in sorted(self._offline):
-            entries = self._entries
             for bm in sorted(bm for bm, e in entries.items() if e.owner == inst):
                 out.extend(self._take(bm, entries[bm], inst))
         return out
@@ -600,16 +604,16 @@ class Ownership:
     def _queue_request(self, bm: str, entry: _Entry, since_us: int) -> None:
         self._tokens += 1
         entry.due = self._tokens
-        due = self._due
-        due.push((since_us, self._tokens, bm))
-        if len(due) > 2 * (len(self._entries) - self.owned()) + 1024:
-            self._compact_due()
+        self._due.push((since_us, self._tokens, bm))
+        self._compact_due()
 
     def _compact_due(self) -> None:
         """Drop the heap's stale places (messages acked, owned here, or queued again
         since): they leave only when they come due, and a busy instance asks for nothing
         for a long time. Rebuilt when it is twice the live candidates: amortised O(1)."""
         entries = self._entries
+        if len(self._due) <= 2 * (len(entries) - self.owned()) + 1024:
+            return
 
         def live(key: tuple[int, int, str]) -> bool:
             e = entries.get(key[2])

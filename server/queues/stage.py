@@ -208,25 +208,15 @@ class QueueRuntime:
                 if own is not None
                 else None
             )
-            messages = (
-                [
-                    Message(seq, bm, topic, body, ts)
-                    for seq, bm, body, ts in zip(seqs, bms, bodies, timestamps_us, strict=True)
-                ]
-                if entered is None
-                else [
-                    Message(seq, bm, topic, body, ts)
-                    for seq, bm, body, ts, ok in zip(
-                        seqs, bms, bodies, timestamps_us, entered, strict=True
-                    )
-                    if ok
-                ]
-            )
+            messages = [
+                Message(seq, bm, topic, body, ts)
+                for seq, bm, body, ts in zip(seqs, bms, bodies, timestamps_us, strict=True)
+            ]
+            if entered is not None:  # some were acked elsewhere before they came (rare)
+                messages = [m for m, ok in zip(messages, entered, strict=True) if ok]
             # another instance's messages are parked as they enter (their owner
             # delivers them): not pushed through the ready heap to be parked there
-            gated = (
-                own is not None and (own.initial_owner or origin or self.instance) != own.instance
-            )
+            gated = own is not None and own.first_owner(origin or self.instance) != own.instance
             self.machine.add_many(messages, gated=gated)
             if own is not None and bodies:
                 own.passed(pub_hash[-1], max(pub_seqs))
