@@ -404,11 +404,22 @@ class Cluster:
         """Instances ``a`` and ``b``, each the other's destination (sync, passing every
         group through), configured alike (``kw``: :func:`replication_xml`'s, e.g. the
         queue both hold); not started."""
-        cluster = cls(root, ["a", "b"])
-        for name, other in (("a", "b"), ("b", "a")):
+        return cls.mesh(root, ["a", "b"], **kw)
+
+    @classmethod
+    def mesh(cls, root: Path, names: Sequence[str], **kw: Any) -> Cluster:
+        """Instances ``names``, each a destination of every other (sync, passing every
+        group through), configured alike (``kw``: :func:`replication_xml`'s); not
+        started."""
+        cluster = cls(root, names)
+        for name in names:
             cluster.add(
                 name,
-                destinations=[destination(other, [cluster.address(other)], passthrough=(".*",))],
+                destinations=[
+                    destination(other, [cluster.address(other)], passthrough=(".*",))
+                    for other in names
+                    if other != name
+                ],
                 **kw,
             )
         return cluster
