@@ -11,10 +11,16 @@ The rules (the public AMPS model of replicated queues, issue 17; docs/queues.md)
   queue's ``InitialOwner``; only the owner delivers it;
 - an instance with spare backlog **requests** a message owned elsewhere once it waited
   longer than the typical publish-to-ack time; the owner **grants the first request
-  only**, and only while it has not leased the message itself; the grant is broadcast so
-  every copy converges. A request that was not granted (the owner had the message out)
-  is asked again after :data:`REASK_US` at the least, so a message whose owner lost its
-  consumers is not left there;
+  only**, at once if no consumer there has the message out, else it **holds** the
+  request and grants it when that lease ends unacked (:meth:`Ownership.answer`); the
+  grant is broadcast so every copy converges. A request is answered (granted) or
+  superseded (the message was acked, or ownership moved past its epoch: the requester
+  hears of it and asks the new owner). The requester repeats a request not answered yet
+  after :data:`REASK_US`, twice as long each time up to :data:`MAX_REASK_US`, in case it
+  could not reach the owner; the owner takes a repeat as the same request;
+- **decisions are made live and logged**: reading the log back at start-up replays the
+  grants that were logged and holds the requests that were not answered, to answer them
+  once the instance runs (a grant decided while replaying would be in memory only);
 - acks are broadcast: every copy drops the message;
 - **proxied transfer**: an operator lets this instance take over the messages owned by an
   instance that is offline; it broadcasts the takeover. The offline owner may have
@@ -80,13 +86,17 @@ from typing import Final, NamedTuple
 
 from server.queues.runheap import RunHeap
 
-__all__ = ["MAX_EARLY", "REASK_US", "Ack", "Grant", "Ownership", "Request", "Wire"]
+__all__ = ["MAX_EARLY", "MAX_REASK_US", "REASK_US", "Ack", "Grant", "Ownership", "Request",
+           "RequestState", "Wire"]  # fmt: skip
 
 #: most acks and grants kept for messages this copy has not seen yet (a safety net: the
 #: position rule prunes them long before, unless a publisher stops for good)
 MAX_EARLY: Final = 100_000
-#: a request that was not granted is asked again after this long at the least (µs)
+#: a request not answered yet is asked again after this long (µs), twice as long after
+#: each further time, up to :data:`MAX_REASK_US` (the owner keeps what it was asked: the
+#: repeat is a safety net for a request that could not reach it, not the way it is heard)
 REASK_US: Final = 1_000_000
+MAX_REASK_US: Final = 60_000_000
 
 
 class Request(NamedTuple):
@@ -119,6 +129,24 @@ class Ack(NamedTuple):
 Wire = Request | Grant | Ack
 
 
+class RequestState(NamedTuple):
+    """What one copy knows of the transfer requests of one message (read-only, for the
+    admin surface: why a message is not delivered here).
+
+    ``asked``: this instance asked ``owner`` for it at ``epoch``, first at ``since_us``,
+    ``times`` times so far, and has no answer yet. ``waiting``: this instance owns it and
+    holds ``requester``'s request (asked at ``epoch``, received at ``since_us``) until
+    the lease of a consumer here ends."""
+
+    bookmark: str
+    asked: bool
+    owner: str
+    epoch: int
+    since_us: int
+    times: int
+    requester: str | None = None
+
+
 @dataclass(slots=True)
 class _Entry:
     owner: str
@@ -126,8 +154,15 @@ class _Entry:
     arrived_us: int
     leased: bool = False  # set by :meth:`Ownership.leased` (the pure tests; else ``busy``)
     asked_epoch: int = -1  # the epoch this instance last asked for it at
+    asks: int = 0  # how many times it asked at that epoch (the back-off of the repeats)
+    asked_us: int = 0  # when it first asked at that epoch
     granted_to: str | None = None  # the owner granted it (the first request only)
     due: int = 0  # the token of its live place in the request heap (0: none)
+    #: a request held until it can be answered: by this owner once no consumer here has
+    #: the message out, or (a later epoch) once this instance learns it owns it then
+    wanted_by: str | None = None
+    wanted_epoch: int = -1
+    wanted_us: int = 0
 
 
 def _position(bookmark: str) -> tuple[int, int] | None:
@@ -193,6 +228,14 @@ class Ownership:
     _arrived: dict[int, int] | None = None
     #: acks among :attr:`_early`
     _early_acks: int = 0
+    #: messages this instance asked for and got no answer yet (at their current epoch)
+    _asked: set[str] = field(default_factory=set)
+    #: messages with a request held here (:attr:`_Entry.wanted_by`), answered by
+    #: :meth:`answer`
+    _waiting: set[str] = field(default_factory=set)
+    #: requests for inactive messages read back from the log at start-up, answered live
+    #: by :meth:`answer` (a bounded queue)
+    _held_inactive: dict[str, Request] = field(default_factory=dict)
     proxied: bool = False
     transferred_in: int = 0
     transferred_out: int = 0
@@ -232,6 +275,34 @@ class Ownership:
     def early_acks(self) -> int:
         """Acks among :meth:`early` (a bounded queue: acks of inactive messages)."""
         return self._early_acks
+
+    def requests_open(self) -> int:
+        """Messages this instance asked their owner for and has no answer for yet."""
+        return len(self._asked)
+
+    def requests_waiting(self) -> int:
+        """Requests of other instances this instance holds: it owns the message and a
+        consumer here has it out (answered when that lease ends), or the request names
+        an epoch this instance has not heard of yet."""
+        return len(self._waiting)
+
+    def oldest_request_us(self) -> int:
+        """When the oldest open request of this instance was first asked (0: none)."""
+        entries = self._entries
+        return min((entries[bm].asked_us for bm in self._asked), default=0)
+
+    def request_state(self, bookmark: str) -> RequestState | None:
+        """The open request of this instance for ``bookmark``, or the request it holds
+        for it (None: neither)."""
+        e = self._entries.get(bookmark)
+        if e is None:
+            return None
+        if bookmark in self._asked:
+            return RequestState(bookmark, True, e.owner, e.asked_epoch, e.asked_us, e.asks)
+        if bookmark in self._waiting and e.wanted_by is not None:
+            return RequestState(bookmark, False, self.instance, e.wanted_epoch, e.wanted_us,
+                                1, e.wanted_by)  # fmt: skip
+        return None
 
     def unreachable(self) -> int:
         """Messages here owned by an instance that is offline: this instance can neither
@@ -395,10 +466,43 @@ class Ownership:
                 e.due = 0
                 self._parked.setdefault(e.owner, []).append(bm)
                 continue
-            e.asked_epoch = e.epoch
+            if e.asked_epoch != e.epoch:
+                e.asked_epoch, e.asks, e.asked_us = e.epoch, 0, now_us
+            e.asks += 1
+            self._asked.add(bm)
             out.append(Request(bm, self.instance, e.owner, e.epoch))
-            # asked again if not granted by then (the owner had it out to a consumer)
-            self._queue_request(bm, e, now_us + max(0, REASK_US - typical_wait_us))
+            # the owner keeps the request until it can answer it; asked again only in
+            # case it could not reach the owner, less and less often
+            again = min(REASK_US << min(e.asks - 1, 16), MAX_REASK_US)
+            self._queue_request(bm, e, now_us + max(0, again - typical_wait_us))
+        return out
+
+    def answer(self, now_us: int = 0) -> list[Wire]:
+        """Grants for the requests held here that can be answered now: this instance
+        owns the message at the asked epoch and no consumer here has it out. A request
+        whose message left, or whose epoch ownership moved past, is superseded (the
+        requester hears of the move and asks the new owner). Costs the requests held."""
+        out: list[Wire] = []
+        if self._held_inactive:
+            held, self._held_inactive = self._held_inactive, {}
+            for msg in held.values():
+                out.extend(self._request_inactive(msg))
+        entries = self._entries
+        for bm in list(self._waiting):
+            e = entries.get(bm)
+            if e is None or e.wanted_by is None:
+                self._waiting.discard(bm)
+                continue
+            if e.wanted_epoch > e.epoch:
+                continue  # asked of this instance at an epoch it has not heard of yet
+            if e.wanted_epoch < e.epoch or e.owner != self.instance or e.granted_to:
+                self._unwant(bm, e)  # superseded: ownership moved on since
+                continue
+            if self._is_leased(bm, e):
+                continue
+            requester = e.wanted_by
+            self._unwant(bm, e)
+            out.extend(self._grant(bm, e, requester, now_us))
         return out
 
     def owner_offline(self, instance: str, offline: bool, now_us: int = 0) -> list[Wire]:
@@ -482,9 +586,16 @@ class Ownership:
             else:
                 self.receive(Ack(bm))  # one that did not arrive yet, or cannot any more
 
-    def receive(self, msg: Wire) -> list[Wire]:
-        """Apply one message from another instance (or this instance's own, read back
-        from the log at start-up); returns what to send in answer."""
+    def receive(self, msg: Wire, now_us: int = 0, replay: bool = False) -> list[Wire]:
+        """Apply one message from another instance (or, ``replay``, one read back from
+        the log at start-up); returns what to send in answer.
+
+        Replaying decides nothing: a request read back is held (:meth:`answer` answers
+        it once the instance runs), never granted there and then. Whether a request
+        could be granted depends on the leases, which the log does not keep, and a grant
+        made while replaying would never be logged: the owner would think the message
+        given away while the requester never heard of it, and each would ask the other
+        for it for ever."""
         bm = msg.bookmark
         if type(msg) is Ack:
             entry = self._entries.pop(bm, None)
@@ -502,7 +613,13 @@ class Ownership:
             return []
         entry = self._entries.get(bm)
         if type(msg) is Request:
-            return self._request(msg, entry) if entry is not None else self._request_inactive(msg)
+            if entry is not None:
+                return self._request(msg, entry, now_us, replay)
+            if replay:
+                if self._arrived is not None and msg.owner == self.instance:
+                    self._held_inactive[bm] = msg
+                return []
+            return self._request_inactive(msg)
         assert type(msg) is Grant
         if entry is None:
             if self._passed(bm):
@@ -534,20 +651,47 @@ class Ownership:
             else:
                 self.transferred_in += 1
 
-    def _request(self, msg: Request, entry: _Entry) -> list[Wire]:
+    def _request(self, msg: Request, entry: _Entry, now_us: int, replay: bool) -> list[Wire]:
         bm = msg.bookmark
-        if (
-            msg.owner != self.instance
-            or entry.owner != self.instance
-            or msg.epoch != entry.epoch
-            or self._is_leased(bm, entry)
-            or entry.granted_to is not None
+        if msg.requester == self.instance:
+            # this instance's own request, read back from its log at start-up: asked
+            if replay and msg.epoch == entry.epoch and entry.owner == msg.owner != self.instance:
+                if entry.asked_epoch != msg.epoch:
+                    entry.asked_epoch, entry.asks, entry.asked_us = msg.epoch, 0, now_us
+                entry.asks += 1
+                self._asked.add(bm)
+            return []
+        if msg.owner != self.instance or msg.epoch < entry.epoch:
+            return []  # addressed to another owner, or superseded (ownership moved since)
+        if msg.epoch == entry.epoch and (
+            entry.owner != self.instance or entry.granted_to is not None
         ):
-            return []  # not ours (any more), ours and in use, or already promised
-        self._set_owner(bm, entry, msg.requester, entry.epoch + 1)
-        entry.granted_to = msg.requester
+            return []  # another instance won this epoch, or promised to the first asker
+        if msg.epoch == entry.epoch and not replay and not self._is_leased(bm, entry):
+            if entry.wanted_by is not None:
+                self._unwant(bm, entry)  # an older request held here is superseded
+            return self._grant(bm, entry, msg.requester, now_us)
+        # held: a consumer here has it out, the owner is replaying its log, or the
+        # request names an epoch this instance has not heard of yet; the first asker of
+        # the highest epoch is kept (a repeat of a held request changes nothing)
+        if entry.wanted_by is None or msg.epoch > entry.wanted_epoch:
+            entry.wanted_by, entry.wanted_epoch, entry.wanted_us = msg.requester, msg.epoch, now_us
+            self._waiting.add(bm)
+        return []
+
+    def _grant(self, bm: str, entry: _Entry, requester: str, now_us: int) -> list[Wire]:
+        self._set_owner(bm, entry, requester, entry.epoch + 1)
+        entry.granted_to = requester
+        # this instance asks for it back only after the new owner had a typical wait to
+        # deliver it (else two instances with room would pass it to and fro)
+        self._queue_request(bm, entry, max(now_us, entry.arrived_us))
         self.transferred_out += 1
-        return [Grant(bm, msg.requester, entry.epoch)]
+        return [Grant(bm, requester, entry.epoch)]
+
+    def _unwant(self, bm: str, entry: _Entry) -> None:
+        entry.wanted_by = None
+        entry.wanted_epoch = -1
+        self._waiting.discard(bm)
 
     def _request_inactive(self, msg: Request) -> list[Wire]:
         """A request for a message this copy has inactive (a bounded queue): granted if
@@ -591,6 +735,8 @@ class Ownership:
         entry.owner = owner
         entry.epoch = epoch
         entry.granted_to = None
+        if self._asked:
+            self._asked.discard(bm)  # answered (granted here) or superseded (moved on)
         if owner == self.instance:
             entry.due = 0
             if old != owner and self.on_gained is not None:
@@ -633,6 +779,10 @@ class Ownership:
     def _forget(self, bm: str, entry: _Entry) -> None:
         self._disown(entry.owner)
         entry.due = 0
+        if self._asked:
+            self._asked.discard(bm)
+        if self._waiting:
+            self._waiting.discard(bm)
         if self._taken:
             self._taken.pop(bm, None)
         if self._returning:

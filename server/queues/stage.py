@@ -160,11 +160,13 @@ class QueueRuntime:
         """Messages this instance owns (every one of a local queue)."""
         return self.ownership.owned() if self.ownership is not None else self.machine.depth
 
-    def receive(self, kind: int, body: bytes) -> bool:
+    def receive(self, kind: int, body: bytes, now_us: int = 0, replay: bool = False) -> bool:
         """A replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` record of this queue (from
-        another instance, or read back at start-up): the ownership applies it, the state
-        machine follows. Answers (grants) go to :attr:`outgoing`. Returns whether the
-        queue may have something new to deliver here."""
+        another instance, or, ``replay``, read back at start-up): the ownership applies
+        it, the state machine follows. Answers (grants) go to :attr:`outgoing`; a replay
+        answers nothing (requests read back are answered once the instance runs:
+        :meth:`Ownership.receive`). Returns whether the queue may have something new to
+        deliver here."""
         own = self.ownership
         if kind == _QUEUE_ACK:
             seqs, bookmarks = decode_ack(body)
@@ -179,7 +181,7 @@ class QueueRuntime:
         if own is None:
             return False
         for change in decode_transfers(body):
-            self.outgoing.extend(own.receive(change))
+            self.outgoing.extend(own.receive(change, now_us, replay))
         return True
 
     def admit(
@@ -396,7 +398,7 @@ class QueueStage:
             queue = self._by_name.get(run.topic)
             if queue is not None and queue.ownership is not None:
                 for body in run.bodies:
-                    queue.receive(run.kind, body)
+                    queue.receive(run.kind, body, run.timestamp_us or 0)
                 self._on_enqueued(queue)
             return
         if run.kind not in _MESSAGE_KINDS:
@@ -422,8 +424,7 @@ class QueueStage:
             if kind in (_QUEUE_ACK, _QUEUE_TRANSFER):
                 queue = by_name.get(topic)
                 if queue is not None:
-                    queue.receive(kind, batch.bodies[i])
-                    queue.outgoing.clear()  # answered before the restart (or moot now)
+                    queue.receive(kind, batch.bodies[i], batch.timestamps_us[i], replay=True)
                     self.recovered_acks += kind == _QUEUE_ACK
                 continue
             if kind not in _MESSAGE_KINDS:

@@ -83,6 +83,11 @@ class Transfers:
         self._known_peers: set[str] = set()
         #: early changes dropped by each queue's cap, as last reported
         self._dropped: dict[str, int] = {}
+        #: ownership changes the log refused, per queue: logged again at the next pass
+        #: (decided here, so they must reach the others: a grant kept only in memory
+        #: would leave the message owned by nobody that knows it)
+        self._unlogged: dict[str, list[Wire]] = {}
+        self._refusing: set[str] = set()
         self.log_failures = 0
 
     def __bool__(self) -> bool:
@@ -104,11 +109,18 @@ class Transfers:
         if transfers:
             failure = self._append(queue, RecordKind.QUEUE_TRANSFER,
                                    encode_transfers(transfers), "")  # fmt: skip
+            if failure is None:
+                self._refusing.discard(queue.config.name)
         if acks:
             failure = self._append(queue, RecordKind.QUEUE_ACK, encode_ack_bookmarks(acks),
                                    "acked") or failure  # fmt: skip
         if failure is not None:
             self.log_failures += 1
+            if transfers:
+                self._unlogged.setdefault(queue.config.name, []).extend(transfers)
+                if queue.config.name in self._refusing:
+                    return  # still refused: reported once, until it is logged
+                self._refusing.add(queue.config.name)
             self._events.emit("error", "queue", "queue_transfer_unlogged",
                               queue=queue.config.name, reason=str(failure))  # fmt: skip
 
@@ -122,6 +134,12 @@ class Transfers:
             own = queue.ownership
             assert own is not None
             changes = self._offline_changes(queue, now)
+            unlogged = self._unlogged.pop(queue.config.name, None)
+            if unlogged:
+                changes.extend(unlogged)  # the log refused them: again, in order
+            # requests held here that can be answered now (a lease ended; the first
+            # pass after start-up answers what the log read back)
+            changes.extend(own.answer(now))
             if own.returning():
                 changes.extend(self._handed_back(queue, own.hand_back(now)))
             spare = sum(c.room for c in queue.machine.consumers if c.room > 0)

@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.queues.ownership import REASK_US, Ack, Grant, Ownership, Request, Wire
+from server.queues.ownership import MAX_REASK_US, REASK_US, Ack, Grant, Ownership, Request, Wire
 
 S = 1_000_000
 NAMES = ("a", "b", "c")
@@ -191,6 +191,66 @@ def test_a_refused_request_is_asked_again_later() -> None:
     f.send("b", f.nodes["b"].want(10 * S + REASK_US + 1, spare=1, typical_wait_us=S // 10))
     f.drain()
     assert f.deliverers("m1") == ["b"]
+
+
+def test_a_request_read_back_at_start_up_is_answered_by_the_running_instance() -> None:
+    """The owner had the message out when asked, and stopped before the lease ended.
+    Reading its log back must not grant the request there and then (the grant would be
+    in memory only: the owner would think the message given away, the requester would
+    never hear of it, and each would ask the other for it for ever); the instance, once
+    running, grants it and the grant goes out."""
+    a = Ownership("a")  # a restarts: its log holds the message and b's request
+    a.message("1|1|", "a", 0)
+    assert a.receive(Request("1|1|", "b", "a", 0), 5 * S, replay=True) == []
+    assert a.can_deliver("1|1|") and a.owner("1|1|") == "a" and a.transferred_out == 0
+    assert a.requests_waiting() == 1
+    assert a.answer(6 * S) == [Grant("1|1|", "b", 1)]
+    assert a.owner("1|1|") == "b" and a.transferred_out == 1 and a.requests_waiting() == 0
+    # a grant that was logged before the stop is read back after its request: nothing
+    # is held, nothing granted twice
+    a2 = Ownership("a")
+    a2.message("1|1|", "a", 0)
+    a2.receive(Request("1|1|", "b", "a", 0), 5 * S, replay=True)
+    a2.receive(Grant("1|1|", "b", 1), 5 * S, replay=True)
+    assert a2.answer(6 * S) == [] and a2.owner("1|1|") == "b" and a2.transferred_out == 1
+
+
+def test_a_request_for_a_leased_message_is_held_and_answered_when_the_lease_ends() -> None:
+    f = Fabric(("a", "b"))
+    f.publish("a", "m1")
+    f.drain()
+    a, b = f.nodes["a"], f.nodes["b"]
+    a.leased("m1", True)
+    f.send("b", b.want(10 * S, spare=1, typical_wait_us=S // 10))
+    f.drain()
+    assert b.requests_open() == 1 and a.requests_waiting() == 1
+    state = a.request_state("m1")
+    assert state is not None and (state.asked, state.requester, state.epoch) == (False, "b", 0)
+    assert a.answer(11 * S) == []  # still out
+    a.leased("m1", False)
+    f.send("a", a.answer(12 * S))
+    f.drain()
+    assert f.deliverers("m1") == ["b"] and b.requests_open() == 0
+    assert (a.transferred_out, b.transferred_in) == (1, 1)
+
+
+def test_repeated_requests_back_off_and_change_nothing_at_the_owner() -> None:
+    a, b = Ownership("a"), Ownership("b")
+    a.message("m1", "a", 0)
+    b.message("m1", "a", 0)
+    a.leased("m1", True)
+    asked: list[int] = []
+    t = S
+    while t < 400 * S:
+        for r in b.want(t, spare=1, typical_wait_us=S // 10):
+            asked.append(t)
+            assert a.receive(r, t) == []
+        t += S // 20
+    gaps = [y - x for x, y in zip(asked, asked[1:], strict=False)]
+    assert gaps == sorted(gaps) and gaps[-1] >= MAX_REASK_US  # less and less often
+    assert len(asked) <= 15 and a.requests_waiting() == 1
+    state = b.request_state("m1")
+    assert state is not None and state.asked and state.times == len(asked)
 
 
 def test_no_request_goes_to_an_offline_owner_and_they_resume_when_it_is_back() -> None:
