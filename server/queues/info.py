@@ -29,6 +29,9 @@ class QueueInfo:
     transferred_in: int
     transferred_out: int
     proxied_transfer: bool
+    requests_open: int
+    requests_waiting: int
+    oldest_request_age: float
     oldest_lease_age: float
     oldest_message_age: float
     consumers: int
@@ -45,6 +48,8 @@ class QueueInfo:
             "leased": self.leased, "owned": self.owned,
             "transferred_in": self.transferred_in, "transferred_out": self.transferred_out,
             "proxied_transfer": self.proxied_transfer,
+            "requests_open": self.requests_open, "requests_waiting": self.requests_waiting,
+            "oldest_request_age": self.oldest_request_age,
             "oldest_lease_age": self.oldest_lease_age,
             "oldest_message_age": self.oldest_message_age, "consumers": self.consumers,
             "enqueued": self.enqueued, "removed": dict(self.removed), "leases": self.leases,
@@ -63,6 +68,8 @@ def describe(q: QueueRuntime, now: int) -> QueueInfo:
     ]  # fmt: skip
     cfg = q.config
     window = q.window
+    own = q.ownership
+    asked = own.oldest_request_us() if own is not None else 0
     return QueueInfo(
         name=cfg.name, kind=cfg.kind, underlying_topic=cfg.underlying,
         target_queue_depth=cfg.target_queue_depth,
@@ -75,7 +82,10 @@ def describe(q: QueueRuntime, now: int) -> QueueInfo:
         semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
         owned=q.owned(), transferred_in=q.transferred_in,
         transferred_out=q.transferred_out,
-        proxied_transfer=q.ownership.proxied if q.ownership is not None else False,
+        proxied_transfer=own.proxied if own is not None else False,
+        requests_open=own.requests_open() if own is not None else 0,
+        requests_waiting=own.requests_waiting() if own is not None else 0,
+        oldest_request_age=round(max(0, now - asked) / 1e6, 3) if asked else 0.0,
         oldest_lease_age=round((now - lease_start) / 1e6, 3) if lease_start else 0.0,
         oldest_message_age=round((now - oldest) / 1e6, 3) if oldest else 0.0,
         consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
