@@ -20,7 +20,6 @@ request (``requests_waiting`` of ``/api/queues``), so it is not left to timing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from pathlib import Path
@@ -223,6 +222,7 @@ def test_three_instances_stopped_together(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("n", [2, 3])
 @pytest.mark.parametrize("how", ["term", "kill"])
 def test_stopped_together_twenty_times(tmp_path: Path, n: int, how: str) -> None:

@@ -6,6 +6,7 @@ The link keeps one FIFO per ordered pair of instances and delivers when the test
 from __future__ import annotations
 
 from collections import deque
+from itertools import pairwise
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -246,7 +247,7 @@ def test_repeated_requests_back_off_and_change_nothing_at_the_owner() -> None:
             asked.append(t)
             assert a.receive(r, t) == []
         t += S // 20
-    gaps = [y - x for x, y in zip(asked, asked[1:], strict=False)]
+    gaps = [y - x for x, y in pairwise(asked)]
     assert gaps == sorted(gaps) and gaps[-1] >= MAX_REASK_US  # less and less often
     assert len(asked) <= 15 and a.requests_waiting() == 1
     state = b.request_state("m1")
