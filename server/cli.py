@@ -35,6 +35,7 @@ from server import __version__, speedups
 from server.protocol.errors import ProtocolFailure
 
 if TYPE_CHECKING:  # annotations only: each subcommand imports what it runs when it runs
+    from server.clock import Clock
     from server.config import Config
     from server.txlog import FileSeam
 
@@ -82,13 +83,20 @@ def serve_config(args: argparse.Namespace) -> Config | None:
         return None
 
 
-def serve_locked(config: Config, args: argparse.Namespace, *, files: FileSeam | None) -> int:
+def serve_locked(
+    config: Config,
+    args: argparse.Namespace,
+    *,
+    files: FileSeam | None,
+    clock: Clock | None = None,
+) -> int:
     """Take the data directory's lock, then serve until a signal (``spool serve``).
 
     The lock comes before anything touches a file of the instance (server/datalock.py);
     a second instance on the same directories exits with :data:`EXIT_IN_USE`.
     ``files`` is the transaction log's file seam (None: the real one; the fault tests'
-    launcher passes one that injects failures).
+    launcher passes one that injects failures); ``clock`` the broker's time source
+    (None: the system's; the same launcher passes one whose wall clock jumps).
     """
     from server.datalock import DataDirectoryInUse, DataDirectoryLock
 
@@ -103,7 +111,7 @@ def serve_locked(config: Config, args: argparse.Namespace, *, files: FileSeam | 
         serve = importlib.import_module("web.serve")
         code: int = serve.run(
             config, port_file=Path(args.port_file) if args.port_file else None,
-            log_level=args.log_level, lock=lock, files=files,
+            log_level=args.log_level, lock=lock, files=files, clock=clock,
         )  # fmt: skip
         return code
     finally:

@@ -24,6 +24,7 @@ from pathlib import Path
 import uvicorn
 
 from server import speedups
+from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
 from server.datalock import DataDirectoryLock
 from server.engine import Broker
@@ -186,6 +187,7 @@ def run(
     log_level: str = "warning",
     lock: DataDirectoryLock | None = None,
     files: FileSeam | None = None,
+    clock: Clock | None = None,
 ) -> int:
     """Serve until a signal; returns the process exit code.
 
@@ -194,8 +196,10 @@ def run(
             the bound address).
         files: the transaction log's file seam (None: the real one; the fault tests'
             launcher, tests/support/faulty_serve.py, injects failures here).
+        clock: the broker's time source (None: the system's; the same launcher injects
+            one whose wall clock jumps).
     """
-    broker = Broker(config, files=files)
+    broker = Broker(config, files=files, clock=clock or SYSTEM_CLOCK)
     app = create_app(config, broker=broker)
     ws = next((t for t in config.transports if t.type == "websocket"), None)
     http_protocol, ws_protocol = protocols(tls=broker.tls is not None)

@@ -9,7 +9,9 @@ except the file seam of the log's journal writes: a
 :class:`~tests.support.faults.ControlledSeam` that fails an operation while the control
 file names it (``fsync EIO``, ``write ENOSPC``; ``lossy``: a failed fsync also drops the
 pages it covered, as Linux may). Production code has no flag for this; the
-seam is handed in by this launcher, the only caller that passes one.
+seam is handed in by this launcher, the only caller that passes one. With ``--clock
+PATH`` the broker also runs on a :class:`~tests.support.clocks.JumpingClock`: its wall
+clock is offset by the seconds the file holds (a clock jump, as an NTP step makes).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from server.cli import EXIT_USAGE, build_parser, serve_config, serve_locked
+from tests.support.clocks import JumpingClock
 from tests.support.faults import ControlledSeam
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     outer = argparse.ArgumentParser(prog="faulty_serve")
     outer.add_argument("--control", required=True, help="file naming what to fail")
+    outer.add_argument("--clock", help="file holding the wall clock's offset in seconds")
     ours, rest = outer.parse_known_args(argv)
     args = build_parser().parse_args(rest)
     if args.command != "serve":
@@ -35,7 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config is None:
         return EXIT_USAGE
     seam = ControlledSeam(Path(ours.control))
-    return serve_locked(config, args, files=seam)
+    clock = JumpingClock(Path(ours.clock)) if ours.clock else None
+    return serve_locked(config, args, files=seam, clock=clock)
 
 
 if __name__ == "__main__":
