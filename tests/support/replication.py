@@ -107,6 +107,7 @@ def replication_xml(
     flush_interval: str = "1ms",
     ack_interval: str | None = None,
     journal_size: str = "64MB",
+    txlog_extra: str = "",
     tuning: str = "",
     users: str = "",
     admin_interval: str = "1s",
@@ -122,7 +123,7 @@ def replication_xml(
     topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
     of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`);
     ``replication_extra``: more elements of the ``amps-replication`` transport (the
-    listener's TLS given there)."""
+    listener's TLS given there); ``txlog_extra``: more ``<TransactionLog>`` elements."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
@@ -151,7 +152,8 @@ def replication_xml(
         f"<JournalDirectory>{data_dir / 'journal'}</JournalDirectory>"
         f"<JournalArchiveDirectory>{data_dir / 'archive'}</JournalArchiveDirectory>"
         f"<JournalSize>{journal_size}</JournalSize>"
-        f"<FlushInterval>{flush_interval}</FlushInterval>{topic_xml}</TransactionLog>"
+        f"<FlushInterval>{flush_interval}</FlushInterval>{txlog_extra}{topic_xml}"
+        "</TransactionLog>"
         f"{repl}"
         f"{'<SOW>' + sow + '</SOW>' if sow else ''}"
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"

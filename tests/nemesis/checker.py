@@ -1,0 +1,637 @@
+"""The checker: the recorded histories against every instance's journals.
+
+Input: the events of every process (:mod:`tests.nemesis.history`) and the log of every
+instance read back after the run (:mod:`tests.nemesis.journals`). Every check below is
+an invariant of what the clients were told, so its verdict does not depend on how fast
+the machine ran; each violation is an :class:`Anomaly` with a category (the table in
+docs/nemesis.md) and the smallest slice of the history that shows it.
+
+- **publishers** (``pub-*``, ``ha-pub-*``, ``qpub``, ``sow-w-*``): on every instance, each
+  acknowledged sequence (at or below the highest persisted ack) is in the log: ``lost``
+  otherwise, split by where it falls among the sequences the log does hold (``prefix``:
+  before the first, ``postfix``: after the last, ``middle``); no sequence is stored twice
+  (``duplicated``); nothing is stored that was never sent (``unexpected``: a sequence
+  above what the publisher invoked, or a publisher nobody ran).
+- **copies**: every record with a publisher identity is on every instance (each topology
+  here reaches every instance from every other): ``divergent`` otherwise (split-brain,
+  a copy never repaired, a record only one instance kept).
+- **bookmark subscribers** (``ha-sub-*``): each acknowledged message processed
+  (``sub-missing``), once (``sub-duplicated``), in a valid order: a publisher's messages
+  in increasing sequence, unless an instance's log holds them in the order they came
+  (a late record that filled a gap) (``sub-order``); nothing processed that no log holds
+  and nobody sent (``sub-unexpected``).
+- **the queue** (``qc-*``): every message whose publish was acknowledged is delivered to
+  a consumer that acks it (``queue-unprocessed``: never delivered, or only to consumers
+  that died holding it; the final drain also requires every copy's depth to reach 0, so
+  such a message left the queue unprocessed or is stuck); no message is delivered after
+  an ack of it was confirmed (processed and flushed) (``queue-after-ack``). Deliveries of
+  one message to several consumers before its ack are allowed (at-least-once) and
+  counted; an ack whose confirmation was cut off by a fault counts as sent.
+- **the SOW**: each snapshot taken at a quiet point equals the fold of that instance's
+  log up to the position the snapshot reflects (``sow-fold``); a read returns only
+  values some writer published (``sow-unexpected``).
+- **liveness**: after the final heal everything converged within the bound
+  (``liveness``: the nemesis history's ``liveness`` failures); after each fault the
+  publishers moved again (``stalled``); the journals verify clean (``journal-damage``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from server.bookmarks import broker_pub_hash, pub_hash
+from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.history import Event
+from tests.nemesis.journals import KIND_NAMES, PUBLISH, SOW_DELETE, InstanceLog, LogRecord
+
+__all__ = ["CATEGORIES", "Anomaly", "Verdict", "check"]
+
+#: every anomaly category, in the order the summary lists them
+CATEGORIES = (
+    "lost",
+    "duplicated",
+    "unexpected",
+    "divergent",
+    "sub-missing",
+    "sub-duplicated",
+    "sub-order",
+    "sub-unexpected",
+    "queue-unprocessed",
+    "queue-after-ack",
+    "sow-fold",
+    "sow-unexpected",
+    "liveness",
+    "stalled",
+    "journal-damage",
+)
+#: faults after which a snapshot no longer describes the instance's log (its records
+#: were damaged, or it was wiped and copied anew)
+_REWRITES = {"torn-tail", "truncate", "bit-flip", "lost-writes", "join-empty"}
+_SLICE = 40  # most events shown for one anomaly
+
+
+@dataclass
+class Anomaly:
+    category: str
+    detail: str
+    instance: str | None = None
+    process: str | None = None
+    #: when it first shows (run seconds), for the timeline
+    time: float | None = None
+    count: int = 1
+    sub: str | None = None  # lost: prefix / middle / postfix
+    slice: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "category": self.category,
+            "sub": self.sub,
+            "instance": self.instance,
+            "process": self.process,
+            "time": self.time,
+            "count": self.count,
+            "detail": self.detail,
+            "slice": self.slice,
+        }
+
+
+@dataclass
+class Verdict:
+    anomalies: list[Anomaly] = field(default_factory=list)
+    #: what was checked, by what (for the summary)
+    checked: dict[str, int] = field(default_factory=dict)
+    #: facts that are not anomalies (deliveries before an ack, ...)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.anomalies
+
+    def counts(self) -> Counter[str]:
+        c: Counter[str] = Counter()
+        for a in self.anomalies:
+            c[a.category] += a.count
+        return c
+
+
+@dataclass
+class _Pub:
+    name: str
+    topic: str
+    invoked: int = 0
+    acked: int = 0
+    events: list[Event] = field(default_factory=list)
+
+
+def _publishers(events: Sequence[Event]) -> dict[str, _Pub]:
+    pubs: dict[str, _Pub] = {}
+    for e in events:
+        if e.f != "publish" or e.type not in ("invoke", "ok"):
+            continue
+        p = pubs.get(e.process)
+        if p is None:
+            if e.type != "invoke":
+                continue
+            p = pubs[e.process] = _Pub(e.process, e.value["topic"])
+        p.events.append(e)
+        if e.type == "invoke":
+            p.invoked = max(p.invoked, e.value["last"])
+        else:
+            p.acked = max(p.acked, e.value["upto"])
+    return pubs
+
+
+def _faults(events: Sequence[Event]) -> list[Event]:
+    return [e for e in events if e.process == "nemesis" and e.f in ("start", "end", "bit")]
+
+
+def _touches(e: Event, instance: str | None) -> bool:
+    if instance is None:
+        return True
+    v = e.value or {}
+    targets = v.get("targets") or []
+    return instance in targets or v.get("instance") == instance or e.f == "end"
+
+
+def _slice(events: Iterable[Event], *, limit: int = _SLICE) -> list[dict[str, Any]]:
+    out = sorted(events, key=lambda e: e.mono)
+    if len(out) > limit:
+        out = out[: limit // 2] + out[-limit // 2 :]
+    return [e.to_json() for e in out]
+
+
+def _fault_slice(
+    faults: Sequence[Event], instance: str | None, t0: float, t1: float
+) -> list[Event]:
+    return [e for e in faults if t0 <= e.mono <= t1 and _touches(e, instance)]
+
+
+def _runs(seqs: Iterable[int]) -> str:
+    """``3-7, 12, 40-41``: a sorted list of integers as ranges (the first 10)."""
+    out = []
+    for _, group in itertools.groupby(enumerate(sorted(seqs)), lambda p: p[1] - p[0]):
+        g = [s for _, s in group]
+        out.append(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}")
+    more = f" (+{len(out) - 10} more runs)" if len(out) > 10 else ""
+    return ", ".join(out[:10]) + more
+
+
+def check(
+    events: Sequence[Event], logs: dict[str, InstanceLog], *, end_time: float | None = None
+) -> Verdict:
+    """Every check of the module docstring."""
+    v = Verdict()
+    end = end_time if end_time is not None else (events[-1].mono if events else 0.0)
+    faults = _faults(events)
+    pubs = _publishers(events)
+    by_hash = {pub_hash(p.name): p for p in pubs.values()}
+    brokers = {broker_pub_hash(n) for n in logs}
+    _check_journals(v, logs)
+    lost_keys = _check_publishers(v, logs, pubs, faults, end)
+    _check_unknown(v, logs, by_hash, brokers)
+    _check_copies(v, logs, lost_keys, faults, end)
+    _check_subscribers(v, events, logs, pubs, faults)
+    _check_queue(v, events, pubs, faults)
+    _check_sow(v, events, logs, pubs)
+    _check_liveness(v, events)
+    v.checked["instances"] = len(logs)
+    v.checked["records read"] = sum(len(log.records) for log in logs.values())
+    v.checked["messages acknowledged"] = sum(p.acked for p in pubs.values())
+    return v
+
+
+def _check_journals(v: Verdict, logs: dict[str, InstanceLog]) -> None:
+    for log in logs.values():
+        if log.error is not None:
+            v.anomalies.append(Anomaly("journal-damage", log.error, log.name))
+        elif not log.clean:
+            v.anomalies.append(
+                Anomaly(
+                    "journal-damage",
+                    "recovery would cut: " + "; ".join(log.damage[:5]),
+                    log.name,
+                    count=len(log.damage),
+                )
+            )
+
+
+def _check_publishers(
+    v: Verdict,
+    logs: dict[str, InstanceLog],
+    pubs: dict[str, _Pub],
+    faults: Sequence[Event],
+    end: float,
+) -> dict[str, set[tuple[int, int]]]:
+    """lost / duplicated / unexpected per publisher and instance; returns the lost keys
+    per instance (the copies check does not report them twice)."""
+    lost_keys: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for p in pubs.values():
+        h = pub_hash(p.name)
+        for log in logs.values():
+            seqs = [r.pub_seq for r in log.records if r.pub_hash == h and r.kind == PUBLISH]
+            counts = Counter(seqs)
+            held = set(counts)
+            lost = [s for s in range(1, p.acked + 1) if s not in held]
+            if lost:
+                lo, hi = (min(held), max(held)) if held else (None, None)
+                parts: dict[str, list[int]] = {"prefix": [], "middle": [], "postfix": []}
+                for s in lost:
+                    if lo is None or s < lo:
+                        parts["prefix"].append(s)
+                    elif s > hi:  # type: ignore[operator]
+                        parts["postfix"].append(s)
+                    else:
+                        parts["middle"].append(s)
+                for sub, ss in parts.items():
+                    if not ss:
+                        continue
+                    acked_at = next(
+                        (e.mono for e in p.events if e.type == "ok" and e.value["upto"] >= ss[0]),
+                        end,
+                    )
+                    shown = [
+                        e for e in p.events
+                        if (e.type == "invoke" and e.value["first"] <= ss[0] <= e.value["last"])
+                        or (e.type == "ok" and e.mono == acked_at)
+                    ]  # fmt: skip
+                    v.anomalies.append(
+                        Anomaly(
+                            "lost",
+                            f"{p.name}: acknowledged {_runs(ss)} missing from {log.name}'s log "
+                            f"(it holds {len(held)} of 1..{p.invoked}, acked up to {p.acked})",
+                            log.name,
+                            p.name,
+                            time=acked_at,
+                            count=len(ss),
+                            sub=sub,
+                            slice=_slice([*shown, *_fault_slice(faults, log.name, acked_at, end)]),
+                        )
+                    )
+                lost_keys[log.name].update((h, s) for s in lost)
+            twice = sorted(s for s, n in counts.items() if n > 1)
+            if twice:
+                v.anomalies.append(
+                    Anomaly(
+                        "duplicated",
+                        f"{p.name}: {_runs(twice)} stored more than once on {log.name}",
+                        log.name,
+                        p.name,
+                        count=len(twice),
+                    )
+                )
+            extra = sorted(s for s in held if s > p.invoked or s < 1)
+            if extra:
+                v.anomalies.append(
+                    Anomaly(
+                        "unexpected",
+                        f"{p.name}: {_runs(extra)} stored on {log.name}, never sent "
+                        f"(sent 1..{p.invoked})",
+                        log.name,
+                        p.name,
+                        count=len(extra),
+                    )
+                )
+    v.checked["publishers"] = len(pubs)
+    return lost_keys
+
+
+def _check_unknown(
+    v: Verdict, logs: dict[str, InstanceLog], by_hash: dict[int, _Pub], brokers: set[int]
+) -> None:
+    for log in logs.values():
+        strangers = Counter(
+            r.pub_hash
+            for r in log.records
+            if r.pub_hash and r.pub_hash not in by_hash and r.pub_hash not in brokers
+        )
+        if strangers:
+            v.anomalies.append(
+                Anomaly(
+                    "unexpected",
+                    f"{sum(strangers.values())} records on {log.name} from publishers nobody "
+                    f"ran: {dict(list(strangers.items())[:5])}",
+                    log.name,
+                    count=sum(strangers.values()),
+                )
+            )
+
+
+def _check_copies(
+    v: Verdict,
+    logs: dict[str, InstanceLog],
+    lost_keys: dict[str, set[tuple[int, int]]],
+    faults: Sequence[Event],
+    end: float,
+) -> None:
+    held: dict[str, dict[tuple[int, int], LogRecord]] = {
+        n: {r.key: r for r in log.records if r.pub_hash} for n, log in logs.items()
+    }
+    union: dict[tuple[int, int], LogRecord] = {}
+    for recs in held.values():
+        for k, r in recs.items():
+            union.setdefault(k, r)
+    for name, recs in held.items():
+        missing = [k for k in union if k not in recs and k not in lost_keys.get(name, set())]
+        if not missing:
+            continue
+        kinds = Counter(KIND_NAMES.get(union[k].kind, str(union[k].kind)) for k in missing)
+        holders = Counter(",".join(sorted(n for n, r in held.items() if k in r)) for k in missing)
+        first = [union[k] for k in missing[:5]]
+        v.anomalies.append(
+            Anomaly(
+                "divergent",
+                f"{len(missing)} records held elsewhere are not on {name} "
+                f"(by kind {dict(kinds)}; held by {dict(holders)}); first: "
+                + "; ".join(
+                    f"{r.topic} {r.pub_hash}|{r.pub_seq}| path {list(r.path)}" for r in first
+                ),
+                name,
+                count=len(missing),
+                slice=_slice(_fault_slice(faults, name, 0.0, end)),
+            )
+        )
+    v.checked["records compared across instances"] = len(union)
+
+
+def _late_orders(logs: dict[str, InstanceLog]) -> set[tuple[int, int, int]]:
+    """``(pub_hash, earlier seq, later seq)`` for every pair of a publisher's ``nem.pub``
+    records that some log holds against sequence order (the later one arrived late)."""
+    out = set()
+    for log in logs.values():
+        top: dict[int, int] = {}
+        for r in log.records:
+            if r.topic != TOPIC_PUB or r.kind != PUBLISH:
+                continue
+            prev = top.get(r.pub_hash, 0)
+            if r.pub_seq < prev:
+                out.add((r.pub_hash, prev, r.pub_seq))
+            top[r.pub_hash] = max(prev, r.pub_seq)
+    return out
+
+
+def _check_subscribers(
+    v: Verdict,
+    events: Sequence[Event],
+    logs: dict[str, InstanceLog],
+    pubs: dict[str, _Pub],
+    faults: Sequence[Event],
+) -> None:
+    expected = {
+        (pub_hash(p.name), s)
+        for p in pubs.values()
+        if p.topic == TOPIC_PUB
+        for s in range(1, p.acked + 1)
+    }
+    stored = {r.key for log in logs.values() for r in log.records if r.topic == TOPIC_PUB}
+    invoked = {pub_hash(p.name): p.invoked for p in pubs.values() if p.topic == TOPIC_PUB}
+    late = None
+    subs: dict[str, list[tuple[tuple[int, int], Event]]] = defaultdict(list)
+    for e in events:
+        if e.f == "recv" and e.type == "ok":
+            for h, s in e.value["msgs"]:
+                subs[e.process].append(((h, s), e))
+    for name, seen in sorted(subs.items()):
+        keys = [k for k, _ in seen]
+        counts = Counter(keys)
+        twice = [k for k, n in counts.items() if n > 1]
+        if twice:
+            shown = [e for k, e in seen if k in set(twice[:3])]
+            v.anomalies.append(
+                Anomaly(
+                    "sub-duplicated",
+                    f"{name} processed {len(twice)} messages more than once; first {twice[:5]}",
+                    process=name,
+                    time=shown[-1].mono if shown else None,
+                    count=len(twice),
+                    slice=_slice(_trim(shown, set(twice[:3]))),
+                )
+            )
+        missing = sorted(expected - set(keys))
+        if missing:
+            v.anomalies.append(
+                Anomaly(
+                    "sub-missing",
+                    f"{name} never processed {len(missing)} acknowledged messages; first "
+                    f"{missing[:5]}",
+                    process=name,
+                    count=len(missing),
+                )
+            )
+        strange = [k for k in counts if k not in stored and k[1] > invoked.get(k[0], 0)]
+        if strange:
+            v.anomalies.append(
+                Anomaly(
+                    "sub-unexpected",
+                    f"{name} processed {len(strange)} messages no log holds and nobody sent: "
+                    f"{strange[:5]}",
+                    process=name,
+                    count=len(strange),
+                )
+            )
+        top: dict[int, tuple[int, Event]] = {}
+        bad: list[tuple[tuple[int, int], Event, Event]] = []
+        for (h, s), e in seen:
+            prev = top.get(h)
+            if prev is not None and s < prev[0]:
+                if late is None:
+                    late = _late_orders(logs)
+                if (h, prev[0], s) not in late and counts[(h, s)] == 1:
+                    bad.append(((h, s), prev[1], e))
+            if prev is None or s > prev[0]:
+                top[h] = (s, e)
+        if bad:
+            (h, s), before, after = bad[0]
+            v.anomalies.append(
+                Anomaly(
+                    "sub-order",
+                    f"{name} processed {len(bad)} messages after a higher sequence of their "
+                    f"publisher that no log holds in that order; first {h}|{s}| after "
+                    f"{top[h][0] if h in top else '?'}",
+                    process=name,
+                    time=after.mono,
+                    count=len(bad),
+                    slice=_slice(
+                        [
+                            *_trim([before, after], {(h, s)}),
+                            *_fault_slice(faults, None, before.mono, after.mono),
+                        ]
+                    ),
+                )
+            )
+    v.checked["bookmark subscribers"] = len(subs)
+    v.checked["messages processed by subscribers"] = sum(len(s) for s in subs.values())
+
+
+def _trim(events: Iterable[Event], keys: set[tuple[int, int]]) -> list[Event]:
+    """``recv`` events cut down to the messages ``keys`` names (a slice stays small)."""
+    out = []
+    for e in events:
+        msgs = [m for m in e.value["msgs"] if (m[0], m[1]) in keys]
+        out.append(Event(e.type, e.wall, e.mono, e.process, e.f, {"msgs": msgs}, e.node))
+    return out
+
+
+def _check_queue(
+    v: Verdict, events: Sequence[Event], pubs: dict[str, _Pub], faults: Sequence[Event]
+) -> None:
+    qpubs = [p for p in pubs.values() if p.topic == TOPIC_QIN]
+    deliveries: dict[int, list[Event]] = defaultdict(list)
+    confirmed: dict[int, Event] = {}
+    sent: set[int] = set()
+    dies: dict[int, list[Event]] = defaultdict(list)
+    for e in events:
+        if not e.process.startswith("qc-"):
+            continue
+        if e.f == "process" and e.type == "invoke":
+            deliveries[e.value["n"]].append(e)
+        elif e.f == "ack" and e.type == "ok":
+            confirmed.setdefault(e.value["n"], e)
+        elif e.f == "ack" and e.type == "invoke":
+            sent.add(e.value["n"])
+        elif e.f == "die":
+            dies[e.value["n"]].append(e)
+    after = []
+    for n, ack in confirmed.items():
+        later = [d for d in deliveries[n] if d.mono > ack.mono]
+        if later:
+            after.append((n, ack, later))
+    if after:
+        n, ack, later = after[0]
+        v.anomalies.append(
+            Anomaly(
+                "queue-after-ack",
+                f"{len(after)} queue messages delivered after an ack of them was confirmed; "
+                f"first n={n}: acked by {ack.process} on {ack.node} at {ack.mono:.2f} s, "
+                f"delivered again to {later[0].process} on {later[0].node} at "
+                f"{later[0].mono:.2f} s",
+                later[0].node,
+                later[0].process,
+                time=later[0].mono,
+                count=len(after),
+                slice=_slice([ack, *later, *_fault_slice(faults, None, ack.mono, later[-1].mono)]),
+            )
+        )
+    acked = [n for p in qpubs for n in range(1, p.acked + 1)]
+    unprocessed = [n for n in acked if n not in sent]
+    if unprocessed:
+        n = unprocessed[0]
+        p = qpubs[0]
+        shown = [
+            e for e in p.events
+            if (e.type == "invoke" and e.value["first"] <= n <= e.value["last"])
+        ] + deliveries[n] + dies[n]  # fmt: skip
+        t0 = min((e.mono for e in shown), default=0.0)
+        v.anomalies.append(
+            Anomaly(
+                "queue-unprocessed",
+                f"{len(unprocessed)} acknowledged queue messages never delivered to a "
+                f"consumer that acked them: n = {_runs(unprocessed)}",
+                process=p.name,
+                time=t0,
+                count=len(unprocessed),
+                slice=_slice([*shown, *_fault_slice(faults, None, t0, t0 + 1e9)]),
+            )
+        )
+    multi = sum(1 for n, ds in deliveries.items() if len(ds) > 1)
+    v.notes["queue messages delivered more than once before their ack"] = multi
+    v.notes["queue consumers died holding a lease"] = sum(len(d) for d in dies.values())
+    v.checked["queue messages"] = len(acked)
+
+
+def _check_sow(
+    v: Verdict, events: Sequence[Event], logs: dict[str, InstanceLog], pubs: dict[str, _Pub]
+) -> None:
+    rewrites: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if e.process == "nemesis" and e.f == "start" and e.value["kind"] in _REWRITES:
+            for t in e.value["targets"]:
+                rewrites[t].append(e.mono)
+    snapshots = 0
+    for e in events:
+        if e.f != "sow-snapshot" or e.type != "ok" or e.node not in logs:
+            continue
+        if any(t > e.mono for t in rewrites.get(e.node, [])):
+            continue  # its records were damaged or replaced since: not comparable
+        s1, s2 = e.value["s1"], e.value["s2"]
+        recs = [r for r in logs[e.node].records if r.topic == TOPIC_SOW and r.seq <= s2]
+        if any(r.seq > s1 for r in recs):
+            continue  # the SOW moved while it was read: inconclusive
+        state: dict[str, list[Any]] = {}
+        for r in recs:
+            if r.kind == PUBLISH and r.body is not None:
+                body = orjson.loads(r.body)
+                state[body["k"]] = [body["w"], body["n"]]
+            elif r.kind == SOW_DELETE:
+                state.clear()  # the workload never deletes: a delete is a finding below
+        snapshots += 1
+        rows = e.value["rows"]
+        if rows != state:
+            diff = sorted(k for k in set(rows) | set(state) if rows.get(k) != state.get(k))
+            v.anomalies.append(
+                Anomaly(
+                    "sow-fold",
+                    f"{e.node}'s SOW at snapshot #{e.value['index']} differs from the fold of "
+                    f"its log up to seq {s2} on {len(diff)} keys; first "
+                    + "; ".join(f"{k}: SOW {rows.get(k)} log {state.get(k)}" for k in diff[:3]),
+                    e.node,
+                    time=e.mono,
+                    count=len(diff),
+                    slice=_slice([e]),
+                )
+            )
+    v.checked["SOW snapshots compared"] = snapshots
+    writers = {p.name: p for p in pubs.values() if p.topic == TOPIC_SOW}
+    reads = 0
+    for e in events:
+        if e.f != "sow-read" or e.type != "ok":
+            continue
+        reads += 1
+        bad = {
+            k: row
+            for k, row in e.value["rows"].items()
+            if row[0] not in writers or not 1 <= row[1] <= writers[row[0]].invoked
+        }
+        if bad:
+            v.anomalies.append(
+                Anomaly(
+                    "sow-unexpected",
+                    f"a SOW read on {e.node} returned values nobody wrote: {dict(list(bad.items())[:3])}",
+                    e.node,
+                    e.process,
+                    time=e.mono,
+                    count=len(bad),
+                    slice=_slice([e]),
+                )
+            )
+    v.checked["SOW reads"] = reads
+
+
+def _check_liveness(v: Verdict, events: Sequence[Event]) -> None:
+    for e in events:
+        if e.process != "nemesis":
+            continue
+        if e.f == "liveness" and e.type == "fail":
+            v.anomalies.append(Anomaly("liveness", e.value["what"], time=e.mono, slice=_slice([e])))
+        elif e.f == "stalled":
+            v.anomalies.append(
+                Anomaly(
+                    "stalled",
+                    f"no publisher moved for {e.value['seconds']} s after fault "
+                    f"#{e.value['index']} healed",
+                    time=e.mono,
+                    slice=_slice(
+                        [
+                            x
+                            for x in events
+                            if x.process == "nemesis"
+                            and (x.value or {}).get("index") == e.value["index"]
+                        ]
+                    ),
+                )
+            )

@@ -1,0 +1,126 @@
+"""Damage to a stopped instance's journal and index files: what a torn write, a lost
+tail or a bad sector leaves.
+
+Each function changes one file and returns what it did, in words and numbers, for the
+history: the file, the offset, the bytes, and the record (local seq, publisher hash and
+sequence) the damage falls in. They are pure file operations on an instance that is not
+running.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+from server.txlog.cli import iter_file_records
+from server.txlog.codec import CorruptRecord, record_size
+from server.txlog.files import parse_name
+
+__all__ = ["bit_flip", "journals", "torn_tail", "truncate_tail"]
+
+
+def journals(journal_dir: Path, instance: str) -> list[Path]:
+    """The instance's uncompressed journals, oldest first."""
+    found = []
+    for p in journal_dir.iterdir():
+        parsed = parse_name(p.name, instance)
+        if parsed is not None and parsed.kind == "journal" and not parsed.compression:
+            found.append((parsed.base, p))
+    return [p for _, p in sorted(found)]
+
+
+def _records(path: Path) -> list[tuple[int, int, Any]]:
+    """``(offset, size, record)`` of each intact record of the file."""
+    out = []
+    data = path.read_bytes()
+    try:
+        for offset, rec in iter_file_records(path):
+            out.append((offset, record_size(data, offset), rec))
+    except CorruptRecord:
+        pass
+    return out
+
+
+def _last_record(journal_dir: Path, instance: str) -> tuple[Path, int, int, Any] | None:
+    for path in reversed(journals(journal_dir, instance)):
+        recs = _records(path)
+        if recs:
+            offset, size, rec = recs[-1]
+            return path, offset, size, rec
+    return None
+
+
+def _describe(path: Path, offset: int, rec: Any) -> dict[str, Any]:
+    return {
+        "file": path.name,
+        "offset": offset,
+        "seq": rec.seq,
+        "pub_hash": rec.pub_hash,
+        "pub_seq": rec.pub_seq,
+        "topic": rec.topic,
+        "kind": int(rec.kind),
+    }
+
+
+def torn_tail(journal_dir: Path, instance: str, count: int) -> dict[str, Any] | None:
+    """Zero the last ``count`` bytes of the last record (a torn write of an fsynced
+    record)."""
+    last = _last_record(journal_dir, instance)
+    if last is None:
+        return None
+    path, offset, size, rec = last
+    n = max(1, min(count, size))
+    with open(path, "r+b") as f:
+        f.seek(offset + size - n)
+        f.write(b"\0" * n)
+        f.flush()
+        os.fsync(f.fileno())
+    return {**_describe(path, offset, rec), "zeroed": n}
+
+
+def truncate_tail(journal_dir: Path, instance: str, count: int) -> dict[str, Any] | None:
+    """Cut the journal file inside its last record (a file system that lost its tail)."""
+    last = _last_record(journal_dir, instance)
+    if last is None:
+        return None
+    path, offset, size, rec = last
+    n = max(1, min(count, size))
+    os.truncate(path, offset + size - n)
+    return {**_describe(path, offset, rec), "cut_at": offset + size - n}
+
+
+def bit_flip(
+    journal_dir: Path, instance: str, which: str, rng: random.Random
+) -> dict[str, Any] | None:
+    """Flip one bit of a record in a closed journal (or the active one when there is no
+    other), or of a closed journal's index file (``which``: ``journal`` or ``index``)."""
+    files = journals(journal_dir, instance)
+    if not files:
+        return None
+    closed = files[:-1] or files
+    path = rng.choice(closed)
+    if which == "index":
+        index = path.with_suffix(".index")
+        if index.exists() and index.stat().st_size > 0:
+            at = rng.randrange(index.stat().st_size)
+            _flip(index, at, rng)
+            return {"file": index.name, "offset": at}
+    recs = _records(path)
+    if not recs:
+        return None
+    offset, size, rec = rng.choice(recs)
+    at = offset + rng.randrange(size)
+    _flip(path, at, rng)
+    return {**_describe(path, offset, rec), "flipped_at": at}
+
+
+def _flip(path: Path, at: int, rng: random.Random) -> None:
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ (1 << rng.randrange(8))]))
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,396 @@
+"""The nemesis: each period of the schedule injected into the cluster, then healed.
+
+Every fault is recorded in the ``nemesis`` history: ``info start`` with the period
+(kind, shape, targets, parameters) when it is injected, ``info bit`` when it had its
+effect (a disk that refused a write; the damage done to a file), ``info end`` when it is
+healed, and ``info skipped`` with the reason when it could not run here. After each
+period the nemesis waits, measured in the clients' progress, until the publishers move
+again (``recovered`` with the seconds it took, or ``stalled``).
+
+Steps that need the traffic still close the clients' gate first (a restart of every
+instance; damage to a stopped instance's files, which first waits until its peers hold
+everything it has, so the damage is to records a peer can give back; a bootstrap from
+empty; a SOW snapshot at a quiet point).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.nemesis import damage
+from tests.nemesis.cluster import TOPIC_SOW, Cluster, Instance
+from tests.nemesis.history import Recorder
+from tests.nemesis.schedule import Period
+from tests.nemesis.workloads import Endpoints, sow_rows
+from tests.soak.faults import fill
+
+__all__ = ["Nemesis", "progress_wait", "unsynced_loss_available"]
+
+#: the file seam's control line that makes the next crash lose what was not fsynced
+UNSYNCED_LOSS_LINE = "crash-loses-unsynced"
+
+
+def unsynced_loss_available() -> str | None:
+    """None when the file seam can drop un-fsynced writes at a crash; else why not."""
+    from tests.support import faults
+
+    if UNSYNCED_LOSS_LINE in (faults.__doc__ or ""):
+        return None
+    return "the journal file seam cannot drop un-fsynced writes at a crash yet"
+
+
+async def progress_wait(
+    done: Callable[[], Awaitable[bool] | bool],
+    progress: Callable[[], Awaitable[int] | int],
+    *,
+    stall: float,
+    cap: float,
+    interval: float = 0.25,
+) -> tuple[bool, float]:
+    """Wait until ``done()``; give up when ``progress()`` did not grow for ``stall``
+    seconds (or after ``cap`` in all). Returns (done, seconds waited)."""
+    loop = asyncio.get_running_loop()
+    start = last_move = loop.time()
+    best: int | None = None
+    while True:
+        r = done()
+        if r if isinstance(r, bool) else await r:
+            return True, loop.time() - start
+        p = progress()
+        value = p if isinstance(p, int) else await p
+        now = loop.time()
+        if best is None or value > best:
+            best, last_move = value, now
+        if now - last_move > stall or now - start > cap:
+            return False, now - start
+        await asyncio.sleep(interval)
+
+
+@dataclass
+class Nemesis:
+    cluster: Cluster
+    ends: Endpoints
+    rec: Recorder
+    #: how the clients are doing: a number that grows while publishers get acks
+    acked: Callable[[], int]
+    #: whether every publisher has nothing in flight (the gate is closed)
+    settled: Callable[[], bool]
+    rng: random.Random
+    #: how long a fault may take to bite, and the clients to move again (no progress)
+    stall: float = 120.0
+    injected: Counter[str] = field(default_factory=Counter)
+    skipped: dict[str, str] = field(default_factory=dict)
+    #: faults that did not have their effect (a disk that never filled)
+    misses: list[str] = field(default_factory=list)
+    recovery_s: dict[str, list[float]] = field(default_factory=dict)
+    snapshots: int = 0
+
+    def _skip(self, period: Period, why: str) -> None:
+        self.skipped.setdefault(period.kind, why)
+        self.rec.info("skipped", {"index": period.index, "kind": period.kind, "why": why})
+
+    async def run_period(self, period: Period) -> None:
+        if period.quiet:
+            await self.quiet(period)
+            return
+        why = self._why_not(period)
+        if why is not None:
+            self._skip(period, why)
+            return
+        self.rec.info("start", period.to_json())
+        fault = getattr(self, "_" + period.kind.replace("-", "_"))
+        try:
+            await fault(period)
+        finally:
+            self.ends.gate.set()
+        self.injected[period.kind] += 1
+        self.rec.info("end", {"index": period.index, "kind": period.kind})
+        mark = self.acked()
+        ok, took = await progress_wait(
+            lambda: self.acked() > mark, self.acked, stall=self.stall, cap=self.stall * 3
+        )
+        if ok:
+            self.recovery_s.setdefault(period.kind, []).append(round(took, 2))
+            self.rec.info("recovered", {"index": period.index, "seconds": round(took, 2)})
+        else:
+            self.rec.info("stalled", {"index": period.index, "seconds": round(took, 2)})
+
+    def _why_not(self, period: Period) -> str | None:
+        c = self.cluster
+        if period.kind in ("partition", "loss") and not c.net.isolated:
+            return c.net.why_not or "no network namespaces"
+        if period.kind == "disk-full":
+            reason = c.instances[period.targets[0]].tmpfs
+            if reason is not None:
+                return reason
+        if period.kind == "lost-writes":
+            return unsynced_loss_available()
+        return None
+
+    # -- quiet periods: a SOW snapshot at a quiet point ---------------------------------
+
+    async def quiet(self, period: Period) -> None:
+        self.rec.info("quiet", {"index": period.index, "duration": period.duration})
+        half = period.duration / 2
+        await asyncio.sleep(half)
+        await self.snapshot(period.index)
+        await asyncio.sleep(half)
+
+    async def snapshot(self, index: int) -> bool:
+        """Stop traffic, wait until every copy caught up, read every instance's SOW with
+        the log position it reflects; ``sow-snapshot`` events for the checker's fold."""
+        self.ends.gate.clear()
+        try:
+            ok, _ = await progress_wait(
+                self._quiesced, self.cluster.replication_progress,
+                stall=min(self.stall, 60.0), cap=self.stall * 2,
+            )  # fmt: skip
+            if not ok:
+                self.rec.info("snapshot-skipped", {"index": index, "why": "copies not caught up"})
+                return False
+            for inst in self.cluster:
+                before = (await inst.api("/api/replication"))["durable_seq"]
+                client = self.ends.client(inst.ws_url, "nemesis-sow")
+                try:
+                    await client.connect(timeout=10)
+                    result = await client.sow(TOPIC_SOW, timeout=30)
+                finally:
+                    await client.close()
+                after = (await inst.api("/api/replication"))["durable_seq"]
+                self.rec.ok(
+                    "sow-snapshot",
+                    {"index": index, "rows": sow_rows(result.records), "s1": before, "s2": after},
+                    inst.name,
+                )
+            self.snapshots += 1
+            return True
+        except Exception as exc:
+            self.rec.info("snapshot-skipped", {"index": index, "why": repr(exc)[:200]})
+            return False
+        finally:
+            self.ends.gate.set()
+
+    async def _quiesced(self) -> bool:
+        return self.settled() and await self.cluster.caught_up()
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _insts(self, period: Period) -> list[Instance]:
+        return [self.cluster.instances[n] for n in period.targets]
+
+    async def _threads(self, *calls: Callable[[], object]) -> None:
+        await asyncio.gather(*(asyncio.to_thread(c) for c in calls))
+
+    async def _restart(self, insts: list[Instance]) -> None:
+        await self._threads(*(inst.start for inst in insts))
+
+    async def _stop_quiesced(self, insts: list[Instance], how: str = "KILL") -> bool:
+        """Close the gate, wait until the peers hold everything (bounded), stop
+        ``insts``, open the gate. False when the copies never caught up."""
+        self.ends.gate.clear()
+        try:
+            ok, _ = await progress_wait(
+                self._quiesced, self.cluster.replication_progress,
+                stall=min(self.stall, 60.0), cap=self.stall * 2,
+            )  # fmt: skip
+            await self._threads(*((i.kill if how == "KILL" else i.stop) for i in insts))
+        finally:
+            self.ends.gate.set()
+        return ok
+
+    # -- the faults ---------------------------------------------------------------------
+
+    async def _kill(self, period: Period) -> None:
+        insts = self._insts(period)
+        await self._threads(*(i.kill for i in insts))
+        await asyncio.sleep(period.duration)
+        await self._restart(insts)
+
+    async def _pause(self, period: Period) -> None:
+        insts = self._insts(period)
+        for i in insts:
+            i.pause()
+        try:
+            await asyncio.sleep(period.duration)
+        finally:
+            for i in insts:
+                i.resume()
+
+    async def _partition(self, period: Period) -> None:
+        net = self.cluster.net
+        side = set(period.targets)
+        rest = [n for n in self.cluster.names if n not in side]
+        for a in side:
+            for b in rest:
+                net.cut(a, b)
+                if period.shape != "one-way":
+                    net.cut(b, a)
+        try:
+            await asyncio.sleep(period.duration)
+        finally:
+            net.heal()
+
+    async def _delay(self, period: Period) -> None:
+        p = period.params
+        for i in self._insts(period):
+            i.delay_control.write_text(f"{p['delay_ms']} {p['jitter_ms']}\n")
+        try:
+            await asyncio.sleep(period.duration)
+        finally:
+            for i in self._insts(period):
+                i.delay_control.write_text("")
+
+    async def _loss(self, period: Period) -> None:
+        for n in period.targets:
+            self.cluster.net.lose(n, period.params["percent"])
+        try:
+            await asyncio.sleep(period.duration)
+        finally:
+            self.cluster.net.heal()
+
+    async def _disk_full(self, period: Period) -> None:
+        inst = self._insts(period)[0]
+        filler = await asyncio.to_thread(fill, inst.disk)
+        try:
+
+            async def refusing() -> bool:
+                try:
+                    info = await inst.api("/api/transaction_log")
+                except Exception:
+                    return False
+                return info.get("write_outage") is not None
+
+            bit, took = await progress_wait(
+                refusing, self.acked, stall=self.stall, cap=self.stall * 2
+            )
+            if bit:
+                self.rec.info("bit", {"index": period.index, "seconds": round(took, 2)})
+                await asyncio.sleep(period.duration)
+            else:
+                self.misses.append(f"#{period.index} disk-full: {inst.name} never refused a write")
+        finally:
+            filler.unlink()
+
+    async def _damage(
+        self, period: Period, act: Callable[[Instance], dict[str, Any] | None]
+    ) -> None:
+        insts = self._insts(period)
+        if not await self._stop_quiesced(insts):
+            self.rec.info("not-quiesced", {"index": period.index})
+        for inst in insts:
+            done = await asyncio.to_thread(act, inst)
+            self.rec.info("bit", {"index": period.index, "instance": inst.name, "damage": done})
+        await asyncio.sleep(period.duration)
+        await self._restart(insts)
+
+    async def _torn_tail(self, period: Period) -> None:
+        n = period.params["bytes"]
+        await self._damage(period, lambda i: damage.torn_tail(i.data / "journal", i.name, n))
+
+    async def _truncate(self, period: Period) -> None:
+        n = period.params["bytes"]
+        await self._damage(period, lambda i: damage.truncate_tail(i.data / "journal", i.name, n))
+
+    async def _bit_flip(self, period: Period) -> None:
+        rng = random.Random(period.params["salt"])
+        which = period.params["file"]
+        await self._damage(
+            period, lambda i: damage.bit_flip(i.data / "journal", i.name, which, rng)
+        )
+
+    async def _lost_writes(self, period: Period) -> None:
+        insts = self._insts(period)
+        for i in insts:
+            i.seam_control.write_text(UNSYNCED_LOSS_LINE + "\n")
+        await self._threads(*(i.kill for i in insts))
+        for i in insts:
+            i.seam_control.write_text("")
+        await asyncio.sleep(period.duration)
+        await self._restart(insts)
+
+    async def _clock_jump(self, period: Period) -> None:
+        offset = period.params["offset_s"]
+        for i in self._insts(period):
+            i.clock_control.write_text(f"{offset}\n")
+        try:
+            await asyncio.sleep(period.duration)
+        finally:
+            for i in self._insts(period):
+                i.clock_control.write_text("0\n")
+
+    async def _downgrade(self, period: Period) -> None:
+        done: list[tuple[Instance, str]] = []
+        for inst in self._insts(period):
+            try:
+                info = await inst.api("/api/replication")
+            except Exception as exc:
+                self.rec.info("rest-failed", {"index": period.index, "error": repr(exc)[:200]})
+                continue
+            for d in info["destinations"]:
+                if d["effective_sync_type"] == "sync":
+                    try:
+                        await inst.api(f"/api/replication/{d['name']}/downgrade", "POST")
+                        done.append((inst, d["name"]))
+                    except Exception as exc:
+                        self.rec.info("rest-failed", {"dest": d["name"], "error": repr(exc)[:200]})
+        self.rec.info("bit", {"index": period.index, "downgraded": [[i.name, d] for i, d in done]})
+        await asyncio.sleep(period.duration)
+        for inst, dest in done:
+            try:
+                await inst.api(f"/api/replication/{dest}/upgrade", "POST")
+            except Exception as exc:  # a restart since made it sync again
+                self.rec.info("rest-failed", {"dest": dest, "error": repr(exc)[:200]})
+
+    async def _remove_link(self, period: Period) -> None:
+        a, b = period.targets
+        c = self.cluster
+        if (a, b) not in c.links:  # a chain: the link from a towards b's side
+            b = next(dst for (src, dst) in sorted(c.links) if src == a)
+        ia, ib = c.instances[a], c.instances[b]
+        ia.peers.discard(b)
+        ib.peers.discard(a)
+        self.rec.info("bit", {"index": period.index, "removed": [a, b]})
+        await self._threads(ia.stop, ib.stop)
+        await self._restart([ia, ib])
+        await asyncio.sleep(period.duration)
+        ia.peers.add(b)
+        ib.peers.add(a)
+        await self._threads(ia.stop, ib.stop)
+        await self._restart([ia, ib])
+
+    async def _join_empty(self, period: Period) -> None:
+        inst = self._insts(period)[0]
+        others = [n for n in self.cluster.names if n != inst.name]
+        source = others[period.params["source_salt"] % len(others)]
+        if not await self._stop_quiesced([inst], "TERM"):
+            self.rec.info("not-quiesced", {"index": period.index})
+        await asyncio.to_thread(inst.wipe)
+        inst.bootstrap_from = source
+        self.rec.info("bit", {"index": period.index, "wiped": inst.name, "source": source})
+        await asyncio.sleep(period.duration)
+        await self._restart([inst])
+
+    async def _restart_all(self, period: Period) -> None:
+        insts = list(self.cluster)
+        self.ends.gate.clear()
+        try:
+            # stop traffic first (what the clients sent is acknowledged), then every
+            # instance within a second
+            await progress_wait(lambda: self.settled(), self.acked, stall=30, cap=60)
+            sig = signal.SIGKILL if period.params.get("signal") == "KILL" else signal.SIGTERM
+            for i in insts:
+                i.resume()
+                if i.running:
+                    os.kill(i.proc.pid, sig)
+            await self._threads(*(i.stop for i in insts))
+            await asyncio.sleep(period.duration)
+            await self._restart(insts)
+        finally:
+            self.ends.gate.set()

@@ -1,0 +1,427 @@
+"""The clients of a nemesis run, each recording its history (:mod:`tests.nemesis.history`).
+
+| process | what it does | its events (``f``: value) |
+|---|---|---|
+| ``pub-N`` | a plain client publishing ``nem.pub`` with persisted acks; after any failure it connects to the next instance and resends from its last ack | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}``; info ``logon {last_seq}``, ``broken {error}`` |
+| ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}`` (the store's discarded horizon) |
+| ``ha-sub-N`` | an ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH with a ``FileBookmarkStore``; discards each message | ``recv`` ok ``{msgs: [[pub_hash, seq], ...]}``, in processing order |
+| ``qpub`` | a plain publisher of ``nem.q.in`` (the queue's topic) | as ``pub-N`` |
+| ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes; now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered); ``ack`` invoke ``{bm, n}`` (sent), ok ``{bm, n}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
+| ``sow-w-N`` | a plain publisher of ``nem.sow`` (keys ``k0..k{K-1}``) | as ``pub-N`` |
+| ``sow-reader`` | a SOW query on each instance in turn | ``sow-read`` ok ``{rows: {key: [writer, n]}}`` |
+
+Every client takes the cluster's ``gate`` before each new operation: the nemesis closes
+it to stop traffic (before a restart of every instance, while it takes a SOW snapshot),
+so what the workload does never races a step that needs it still. Publishers stop taking
+new sequence numbers once ``draining`` is set and go on until everything they sent is
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from server.client import (
+    Client,
+    DefaultServerChooser,
+    ExponentialDelayStrategy,
+    FileBookmarkStore,
+    FilePublishStore,
+    HAClient,
+    subscribe_queue,
+)
+from server.client.ha import StaticAuthenticator
+from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.history import Recorder
+
+__all__ = [
+    "Endpoints",
+    "HAPublisher",
+    "HASubscriber",
+    "Publisher",
+    "QueueConsumer",
+    "SowReader",
+    "parse_bookmark",
+    "pub_body",
+    "sow_body",
+]
+
+#: a client that hears nothing for this long takes its connection for dead
+SILENCE = 10.0
+_BACKOFF = 0.3
+
+
+def parse_bookmark(bookmark: str | None) -> tuple[int, int]:
+    """``PUBHASH|PUBSEQ|`` as ``(pub_hash, pub_seq)``."""
+    if not bookmark:
+        raise ValueError("a message of a recorded topic without a bookmark")
+    h, s, *_ = bookmark.split("|")
+    return int(h), int(s)
+
+
+def pub_body(name: str, seq: int) -> bytes:
+    """A publisher's message ``seq`` (the same bytes when it is sent again)."""
+    return orjson.dumps({"p": name, "n": seq, "pad": "x" * 64})
+
+
+def sow_body(keys: int) -> Callable[[str, int], bytes]:
+    def body(name: str, seq: int) -> bytes:
+        return orjson.dumps({"k": f"k{seq % keys}", "w": name, "n": seq})
+
+    return body
+
+
+@dataclass
+class Endpoints:
+    """Where the clients connect, and as whom."""
+
+    urls: dict[str, str]  # node -> websocket URL
+    user: str
+    token: str
+    #: open while traffic may flow (the nemesis closes it)
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def order(self, home: str) -> list[tuple[str, str]]:
+        """Every (node, url), ``home`` first, then the others in name order after it."""
+        names = sorted(self.urls)
+        i = names.index(home)
+        return [(n, self.urls[n]) for n in names[i:] + names[:i]]
+
+    def node_of(self, url: str | None) -> str | None:
+        return next((n for n, u in self.urls.items() if u == url), None)
+
+    def chooser(self, home: str) -> DefaultServerChooser:
+        """An HA client's server list: ``home`` first, then the others."""
+        return DefaultServerChooser(
+            [u for _, u in self.order(home)],
+            authenticator=StaticAuthenticator(self.user, self.token),
+        )
+
+    def client(self, url: str, name: str, **kw: Any) -> Client:
+        return Client(url, name, user_id=self.user, password=self.token, heartbeat=1.0, **kw)
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
+
+
+@dataclass
+class Publisher:
+    """A plain client publishing with persisted acks, resending after a failure.
+
+    Attributes:
+        top: the highest sequence sent; acked: the highest persisted ack received.
+    """
+
+    rec: Recorder
+    ends: Endpoints
+    name: str
+    topic: str
+    home: str
+    rate: float
+    batch: int = 10
+    body: Callable[[str, int], bytes] = pub_body
+    top: int = 0
+    acked: int = 0
+    draining: bool = False
+    #: connections after the first (a failover each)
+    reconnects: int = 0
+
+    @property
+    def done(self) -> bool:
+        return self.draining and self.acked >= self.top
+
+    async def run(self, stop: asyncio.Event) -> None:
+        route = self.ends.order(self.home)
+        attempt = 0
+        while not self.done and not stop.is_set():
+            node, url = route[attempt % len(route)]
+            if attempt:
+                self.reconnects += 1
+                await asyncio.sleep(_BACKOFF)
+            client = self.ends.client(url, self.name)
+            try:
+                info = await client.connect(timeout=SILENCE)
+                self.rec.info("logon", {"last_seq": info.last_seq}, node)
+                await self._publish(client, node, stop, info.last_seq)
+            except Exception as exc:  # any failure: the next instance, from the last ack
+                self.rec.info("broken", {"error": _error(exc), "acked": self.acked}, node)
+                attempt += 1
+            finally:
+                await client.close()
+
+    async def _publish(self, client: Client, node: str, stop: asyncio.Event, last: int) -> None:
+        # what the instance holds already is not sent again (it would be a duplicate);
+        # it counts as acknowledged only when a persisted ack covers it
+        nxt = max(self.acked, min(last, self.top)) + 1
+        while not stop.is_set():
+            started = time.monotonic()
+            if not self.draining:
+                await self.ends.gate.wait()
+            end = nxt + self.batch - 1
+            if self.draining:  # only what was sent before, never a new sequence
+                end = min(self.top, end)
+            if end >= nxt:
+                self.rec.invoke("publish", {"topic": self.topic, "first": nxt, "last": end}, node)
+                for seq in range(nxt, end + 1):
+                    client.publish(self.topic, self.body(self.name, seq), seq=seq, persisted=True)
+                self.top = max(self.top, end)
+                await client.wait_persisted(end, timeout=SILENCE)
+                nxt = end + 1
+            if client.persisted_seq > self.acked:
+                self.acked = client.persisted_seq
+                self.rec.ok("publish", {"upto": self.acked}, node)
+            if self.done:
+                return
+            if self.draining:
+                await asyncio.sleep(0.05)
+                continue
+            await asyncio.sleep(max(0.0, self.batch / self.rate - (time.monotonic() - started)))
+
+
+@dataclass
+class HAPublisher:
+    """An ``HAClient`` with a file publish store, failing over across every instance."""
+
+    rec: Recorder
+    ends: Endpoints
+    name: str
+    home: str
+    store: Path
+    rate: float
+    batch: int = 10
+    top: int = 0
+    acked: int = 0
+    draining: bool = False
+    client: HAClient | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.draining and self.acked >= self.top
+
+    async def run(self, stop: asyncio.Event) -> None:
+        chooser = self.ends.chooser(self.home)
+        client = self.client = HAClient(
+            self.name,
+            publish_store=FilePublishStore(self.store),
+            chooser=chooser,
+            delay=ExponentialDelayStrategy(initial=0.2, maximum=2.0),
+            connect_timeout=SILENCE,
+        )
+        client.set_heartbeat(1.0, SILENCE / 2)
+        watcher = asyncio.create_task(self._watch_acks(stop))
+        try:
+            await client.connect_and_logon()
+            self.top = client.publish_store.last_seq
+            while not stop.is_set() and not self.draining:
+                started = time.monotonic()
+                await self.ends.gate.wait()
+                if client.unpersisted_count() > 500:  # pace on what waits for acks
+                    await asyncio.sleep(0.1)
+                    continue
+                first = client.publish_store.last_seq + 1
+                node = self.ends.node_of(client.uri)
+                self.rec.invoke(
+                    "publish", {"topic": TOPIC_PUB, "first": first, "last": first + self.batch - 1},
+                    node,
+                )  # fmt: skip
+                for n in range(first, first + self.batch):
+                    seq = client.publish(TOPIC_PUB, pub_body(self.name, n))
+                    if seq != n:
+                        self.rec.info("renumbered", {"expected": n, "got": seq}, node)
+                self.top = client.publish_store.last_seq
+                await asyncio.sleep(max(0.0, self.batch / self.rate - (time.monotonic() - started)))
+            while not stop.is_set() and not self.done:
+                await asyncio.sleep(0.1)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            await client.close()
+
+    async def _watch_acks(self, stop: asyncio.Event) -> None:
+        assert self.client is not None
+        while not stop.is_set():
+            done = self.client.publish_store.last_discarded
+            if done > self.acked:
+                self.acked = done
+                self.rec.ok("publish", {"upto": done}, self.ends.node_of(self.client.uri))
+            await asyncio.sleep(0.1)
+
+
+@dataclass
+class HASubscriber:
+    """An ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH (a file bookmark
+    store), discarding each message once recorded."""
+
+    rec: Recorder
+    ends: Endpoints
+    name: str
+    home: str
+    store: Path
+    processed: int = 0
+    seen: set[tuple[int, int]] = field(default_factory=set)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        chooser = self.ends.chooser(self.home)
+        client = HAClient(
+            self.name,
+            bookmark_store=FileBookmarkStore(self.store, fsync=False),
+            chooser=chooser,
+            delay=ExponentialDelayStrategy(initial=0.2, maximum=2.0),
+            connect_timeout=SILENCE,
+        )
+        client.set_heartbeat(1.0, SILENCE / 2)
+        batch: list[list[int]] = []
+        node: str | None = None
+        last_flush = time.monotonic()
+
+        def flush() -> None:
+            nonlocal last_flush
+            if batch:
+                self.rec.ok("recv", {"msgs": list(batch)}, node)
+                batch.clear()
+            last_flush = time.monotonic()
+
+        try:
+            await client.connect_and_logon()
+            sub = await client.subscribe(TOPIC_PUB, bookmark="0", sub_id=self.name)
+            while not stop.is_set():
+                try:
+                    msg = await sub.get(timeout=0.5)
+                except TimeoutError:
+                    flush()
+                    continue
+                now_node = self.ends.node_of(client.uri)
+                if now_node != node:
+                    flush()
+                    node = now_node
+                key = parse_bookmark(msg.bookmark)
+                batch.append([key[0], key[1]])
+                self.seen.add(key)
+                self.processed += 1
+                client.discard(msg)
+                if len(batch) >= 200 or time.monotonic() - last_flush > 0.5:
+                    flush()
+        finally:
+            flush()
+            await client.close()
+
+
+@dataclass
+class QueueConsumer:
+    """A consumer of the queue on one instance: acks, flushes, sometimes dies holding
+    its lease."""
+
+    rec: Recorder
+    ends: Endpoints
+    name: str
+    home: str
+    rng: random.Random
+    die_share: float = 0.02
+    acked: int = 0
+    deliveries: int = 0
+    #: the messages (``n``) this consumer acked, and those whose ack it saw confirmed
+    attempted: set[int] = field(default_factory=set)
+    confirmed: set[int] = field(default_factory=set)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        url = self.ends.urls[self.home]
+        node = self.home
+        while not stop.is_set():
+            client = self.ends.client(url, self.name)
+            try:
+                await client.connect(timeout=SILENCE)
+                sub = await subscribe_queue(client, QUEUE, max_backlog=5)
+                self.rec.info("subscribed", None, node)
+                await self._consume(client, sub, node, stop)
+            except Exception as exc:
+                self.rec.info("broken", {"error": _error(exc)}, node)
+            finally:
+                await client.close()
+            await asyncio.sleep(_BACKOFF)
+
+    async def _consume(self, client: Client, sub: Any, node: str, stop: asyncio.Event) -> None:
+        loop = asyncio.get_running_loop()
+        while not stop.is_set():
+            try:
+                msg = await sub.get(timeout=1.0)
+            except TimeoutError:
+                heard = client.last_received
+                if heard is not None and loop.time() - heard > SILENCE:
+                    raise TimeoutError("the instance went silent") from None
+                continue
+            bm = msg.bookmark
+            n = msg.json()["n"]
+            self.deliveries += 1
+            self.rec.invoke("process", {"bm": bm, "n": n, "dc": msg.delivery_count}, node)
+            if self.rng.random() < self.die_share:
+                self.rec.info("die", {"bm": bm, "n": n}, node)
+                client.abandon("the consumer dies holding its lease")
+                return
+            await self.ends.gate.wait()
+            self.rec.invoke("ack", {"bm": bm, "n": n}, node)
+            self.attempted.add(n)
+            msg.ack()
+            await sub.settled()
+            if sub.errors:
+                raise sub.errors.pop()
+            refused = int(sub.acks[-1].header.get("refused", 0)) if sub.acks else 0
+            if refused:
+                self.rec.fail("ack", {"bm": bm, "n": n, "refused": refused}, node)
+                continue
+            await client.flush(timeout=SILENCE)
+            self.acked += 1
+            self.confirmed.add(n)
+            self.rec.ok("ack", {"bm": bm, "n": n}, node)
+
+
+@dataclass
+class SowReader:
+    """Queries the SOW topic on each instance in turn."""
+
+    rec: Recorder
+    ends: Endpoints
+    name: str = "sow-reader"
+    every: float = 2.0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        order = sorted(self.ends.urls)
+        i = 0
+        while not stop.is_set():
+            node = order[i % len(order)]
+            i += 1
+            await self.ends.gate.wait()
+            client = self.ends.client(self.ends.urls[node], self.name)
+            try:
+                await client.connect(timeout=SILENCE)
+                self.rec.invoke("sow-read", None, node)
+                result = await client.sow(TOPIC_SOW, timeout=SILENCE)
+                self.rec.ok("sow-read", {"rows": sow_rows(result.records)}, node)
+            except Exception as exc:
+                self.rec.fail("sow-read", {"error": _error(exc)}, node)
+            finally:
+                await client.close()
+            await asyncio.sleep(self.every)
+
+
+def sow_rows(records: Sequence[Any]) -> dict[str, list[Any]]:
+    """A SOW answer as ``{key: [writer, n]}`` (the writer's name and sequence)."""
+    rows: dict[str, list[Any]] = {}
+    for m in records:
+        body = orjson.loads(m.data)
+        rows[body["k"]] = [body["w"], body["n"]]
+    return rows
+
+
+#: what the harness publishes where (topic -> the publishers' prefix)
+TOPICS = {TOPIC_PUB: "pub", TOPIC_QIN: "qpub", TOPIC_SOW: "sow-w"}
