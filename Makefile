@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak fuzz fabric-screenshot
+.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -84,6 +84,12 @@ bench-quick: install java
 # starved of disk (root: a tmpfs), then an oracle over the journals. ARGS="--minutes 10".
 soak: install
 	$(PY) -m tests.soak $(ARGS)
+
+# The nemesis (tests/nemesis, docs/nemesis.md): 3-5 replicating instances under mixed faults
+# (namespaces, partitions, a full tmpfs: root), histories checked against every journal.
+# ARGS="--minutes 60 --seed 2 --instances 5"; ARGS="--scenario torn-tail".
+nemesis: install
+	$(PY) -m tests.nemesis $(ARGS)
 
 # Coverage-guided fuzzing (tests/fuzz, docs/fuzzing.md): each target 30 s by default.
 # ARGS="--seconds 300 --target frame"; SPOOL_NO_EXTENSIONS=1 for the pure-Python build.

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from server.txlog.cli import iter_file_records
-from server.txlog.codec import CorruptRecord, record_size
+from server.txlog.codec import record_size
+from server.txlog.errors import CorruptRecord
 from server.txlog.files import parse_name
 
 __all__ = ["bit_flip", "journals", "torn_tail", "truncate_tail"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from server.txlog.cli import iter_file_records
-from server.txlog.codec import CorruptRecord
+from server.txlog.errors import CorruptRecord
 from server.txlog.record import FLAG_LATE, RecordKind
 from server.txlog.recovery import recover
 from tests.nemesis.cluster import TOPIC_SOW

@@ -152,40 +152,44 @@ class Publisher:
             try:
                 info = await client.connect(timeout=SILENCE)
                 self.rec.info("logon", {"last_seq": info.last_seq}, node)
-                await self._publish(client, node, stop, info.last_seq)
+                await self._publish(client, node, stop)
             except Exception as exc:  # any failure: the next instance, from the last ack
                 self.rec.info("broken", {"error": _error(exc), "acked": self.acked}, node)
                 attempt += 1
             finally:
                 await client.close()
 
-    async def _publish(self, client: Client, node: str, stop: asyncio.Event, last: int) -> None:
-        # what the instance holds already is not sent again (it would be a duplicate);
-        # it counts as acknowledged only when a persisted ack covers it
-        nxt = max(self.acked, min(last, self.top)) + 1
+    async def _publish(self, client: Client, node: str, stop: asyncio.Event) -> None:
+        # everything after the last ack is sent again, whatever the instance says it
+        # holds (its logon's sequence is its log's, not an acknowledgement): it drops
+        # duplicates and acknowledges them with the rest
+        nxt = self.acked + 1
         while not stop.is_set():
             started = time.monotonic()
-            if not self.draining:
+            if nxt > self.top:
+                # nothing left to send again: a new batch, when the gate lets it
+                if self.draining:
+                    if self.done:
+                        return
+                    await asyncio.sleep(0.05)
+                    continue
                 await self.ends.gate.wait()
-            end = nxt + self.batch - 1
-            if self.draining:  # only what was sent before, never a new sequence
-                end = min(self.top, end)
-            if end >= nxt:
-                self.rec.invoke("publish", {"topic": self.topic, "first": nxt, "last": end}, node)
-                for seq in range(nxt, end + 1):
-                    client.publish(self.topic, self.body(self.name, seq), seq=seq, persisted=True)
-                self.top = max(self.top, end)
-                await client.wait_persisted(end, timeout=SILENCE)
-                nxt = end + 1
+                end = nxt + self.batch - 1
+            else:
+                end = min(self.top, nxt + self.batch - 1)
+            self.rec.invoke("publish", {"topic": self.topic, "first": nxt, "last": end}, node)
+            for seq in range(nxt, end + 1):
+                client.publish(self.topic, self.body(self.name, seq), seq=seq, persisted=True)
+            self.top = max(self.top, end)
+            await client.wait_persisted(end, timeout=SILENCE)
+            nxt = end + 1
             if client.persisted_seq > self.acked:
                 self.acked = client.persisted_seq
                 self.rec.ok("publish", {"upto": self.acked}, node)
             if self.done:
                 return
-            if self.draining:
-                await asyncio.sleep(0.05)
-                continue
-            await asyncio.sleep(max(0.0, self.batch / self.rate - (time.monotonic() - started)))
+            if not self.draining:
+                await asyncio.sleep(max(0.0, self.batch / self.rate - (time.monotonic() - started)))
 
 
 @dataclass

@@ -1,0 +1,192 @@
+"""The checker against hand-made histories and logs: each anomaly category is reported
+when, and only when, its violation is there (a clean run stays clean)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from server.bookmarks import broker_pub_hash, pub_hash
+from tests.nemesis.checker import check
+from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.history import Event
+from tests.nemesis.journals import PUBLISH, InstanceLog, LogRecord
+
+NAMES = ("a", "b", "c")
+
+
+class Story:
+    """A history being written, one event at a time (``mono`` grows by one each)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(self, type_: str, process: str, f: str, value: Any, node: str | None = "a") -> Event:
+        e = Event(type_, 0.0, float(len(self.events)), process, f, value, node)
+        self.events.append(e)
+        return e
+
+    def publish(self, process: str, topic: str, first: int, last: int, acked: int) -> None:
+        self.add("invoke", process, "publish", {"topic": topic, "first": first, "last": last})
+        if acked:
+            self.add("ok", process, "publish", {"upto": acked})
+
+
+def rec(seq: int, publisher: str, pub_seq: int, topic: str = TOPIC_PUB, **kw: Any) -> LogRecord:
+    return LogRecord(
+        seq, pub_hash(publisher), pub_seq, topic, kw.get("kind", PUBLISH),
+        kw.get("path", ()), False, kw.get("body"),
+    )  # fmt: skip
+
+
+def logs_of(records: list[LogRecord], **overrides: list[LogRecord]) -> dict[str, InstanceLog]:
+    return {n: InstanceLog(n, overrides.get(n, list(records))) for n in NAMES}
+
+
+def categories(story: Story, logs: dict[str, InstanceLog]) -> dict[str, int]:
+    return dict(check(story.events, logs).counts())
+
+
+def test_a_clean_history_has_no_anomaly() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 10, 10)
+    s.add("ok", "ha-sub-1", "recv", {"msgs": [[pub_hash("pub-1"), n] for n in range(1, 11)]})
+    records = [rec(i, "pub-1", i) for i in range(1, 11)]
+    assert categories(s, logs_of(records)) == {}
+
+
+def test_a_lost_acknowledged_tail_is_postfix_on_that_instance_only() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 10, 10)
+    full = [rec(i, "pub-1", i) for i in range(1, 11)]
+    v = check(s.events, logs_of(full, c=full[:8]))
+    [a] = v.anomalies
+    assert (a.category, a.sub, a.instance, a.count) == ("lost", "postfix", "c", 2)
+    assert "9-10" in a.detail
+    assert any(e["f"] == "publish" and e["type"] == "ok" for e in a.slice)
+
+
+def test_lost_records_are_split_into_prefix_middle_and_postfix() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 10, 10)
+    kept = [rec(i, "pub-1", i) for i in (3, 4, 6, 7)]
+    full = [rec(i, "pub-1", i) for i in range(1, 11)]
+    v = check(s.events, logs_of(full, b=kept))
+    subs = {a.sub: a.count for a in v.anomalies if a.category == "lost"}
+    assert subs == {"prefix": 2, "middle": 1, "postfix": 3}
+
+
+def test_an_unacknowledged_message_may_be_missing() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 10, 8)
+    records = [rec(i, "pub-1", i) for i in range(1, 9)]
+    assert categories(s, logs_of(records)) == {}
+
+
+def test_duplicates_and_records_never_sent_are_reported() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 3, 3)
+    records = [rec(1, "pub-1", 1), rec(2, "pub-1", 2), rec(3, "pub-1", 2), rec(4, "pub-1", 3),
+               rec(5, "pub-1", 9), rec(6, "stranger", 1)]  # fmt: skip
+    got = categories(s, logs_of(records))
+    assert got == {"duplicated": 3, "unexpected": 6}
+
+
+def test_a_record_held_by_some_copies_only_is_divergent() -> None:
+    s = Story()
+    broker = LogRecord(1, broker_pub_hash("a"), 7, "nem.q", 5, ("a",), False, None)
+    v = check(s.events, logs_of([broker], c=[]))
+    [a] = v.anomalies
+    assert (a.category, a.instance) == ("divergent", "c")
+    assert "held by {'a,b': 1}" in a.detail
+
+
+def test_a_subscriber_that_misses_repeats_or_reorders_is_caught() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 4, 4)
+    h = pub_hash("pub-1")
+    records = [rec(i, "pub-1", i) for i in range(1, 5)]
+    s.add("ok", "ha-sub-1", "recv", {"msgs": [[h, 1], [h, 3], [h, 2], [h, 3]]})
+    got = categories(s, logs_of(records))
+    assert got == {"sub-duplicated": 1, "sub-missing": 1, "sub-order": 1}
+
+
+def test_a_late_record_in_a_log_makes_its_order_valid() -> None:
+    s = Story()
+    s.publish("pub-1", TOPIC_PUB, 1, 3, 3)
+    h = pub_hash("pub-1")
+    late_on_b = [rec(1, "pub-1", 1), rec(2, "pub-1", 3), rec(3, "pub-1", 2)]
+    s.add("ok", "ha-sub-1", "recv", {"msgs": [[h, 1], [h, 3], [h, 2]]}, node="b")
+    full = [rec(i, "pub-1", i) for i in range(1, 4)]
+    assert categories(s, logs_of(full, b=late_on_b)) == {}
+
+
+def test_a_queue_message_delivered_after_its_confirmed_ack_is_caught() -> None:
+    s = Story()
+    s.publish("qpub", TOPIC_QIN, 1, 2, 2)
+    for n in (1, 2):
+        s.add("invoke", "qc-a", "process", {"bm": f"x|{n}|", "n": n, "dc": 1})
+        s.add("invoke", "qc-a", "ack", {"bm": f"x|{n}|", "n": n})
+        s.add("ok", "qc-a", "ack", {"bm": f"x|{n}|", "n": n})
+    s.add("invoke", "qc-b", "process", {"bm": "x|2|", "n": 2, "dc": 1}, node="b")
+    records = [rec(1, "qpub", 1, TOPIC_QIN), rec(2, "qpub", 2, TOPIC_QIN)]
+    v = check(s.events, logs_of(records))
+    [a] = v.anomalies
+    assert a.category == "queue-after-ack" and "n=2" in a.detail
+
+
+def test_a_queue_message_nobody_acked_is_unprocessed() -> None:
+    s = Story()
+    s.publish("qpub", TOPIC_QIN, 1, 2, 2)
+    s.add("invoke", "qc-a", "process", {"bm": "x|1|", "n": 1, "dc": 1})
+    s.add("invoke", "qc-a", "ack", {"bm": "x|1|", "n": 1})
+    s.add("invoke", "qc-a", "process", {"bm": "x|2|", "n": 2, "dc": 1})
+    s.add("info", "qc-a", "die", {"bm": "x|2|", "n": 2})
+    records = [rec(1, "qpub", 1, TOPIC_QIN), rec(2, "qpub", 2, TOPIC_QIN)]
+    v = check(s.events, logs_of(records))
+    [a] = v.anomalies
+    assert a.category == "queue-unprocessed" and a.count == 1
+    assert any(e["f"] == "die" for e in a.slice)
+
+
+def _sow(seq: int, writer: str, n: int, key: str) -> LogRecord:
+    body = orjson.dumps({"k": key, "w": writer, "n": n})
+    return rec(seq, writer, n, TOPIC_SOW, body=body)
+
+
+def test_a_sow_snapshot_must_equal_the_fold_of_its_log() -> None:
+    s = Story()
+    s.publish("sow-w-1", TOPIC_SOW, 1, 3, 3)
+    records = [_sow(1, "sow-w-1", 1, "k1"), _sow(2, "sow-w-1", 2, "k2"),
+               _sow(3, "sow-w-1", 3, "k1")]  # fmt: skip
+    good = {"k1": ["sow-w-1", 3], "k2": ["sow-w-1", 2]}
+    s.add("ok", "nemesis", "sow-snapshot", {"index": 1, "rows": good, "s1": 3, "s2": 3})
+    assert categories(s, logs_of(records)) == {}
+    stale = {"k1": ["sow-w-1", 1], "k2": ["sow-w-1", 2]}
+    s.add("ok", "nemesis", "sow-snapshot", {"index": 2, "rows": stale, "s1": 3, "s2": 3}, "b")
+    v = check(s.events, logs_of(records))
+    [a] = v.anomalies
+    assert (a.category, a.instance, a.count) == ("sow-fold", "b", 1)
+
+
+def test_a_sow_read_of_a_value_never_written_is_unexpected() -> None:
+    s = Story()
+    s.publish("sow-w-1", TOPIC_SOW, 1, 2, 2)
+    s.add("ok", "sow-reader", "sow-read", {"rows": {"k1": ["sow-w-1", 1], "k2": ["sow-w-1", 5]}})
+    records = [_sow(1, "sow-w-1", 1, "k1"), _sow(2, "sow-w-1", 2, "k2")]
+    assert categories(s, logs_of(records)) == {"sow-unexpected": 1}
+
+
+def test_liveness_failures_and_stalls_in_the_nemesis_history_are_anomalies() -> None:
+    s = Story()
+    s.add("fail", "nemesis", "liveness", {"what": "queue drains: 2 never acked"}, None)
+    s.add("info", "nemesis", "stalled", {"index": 3, "seconds": 120.0}, None)
+    assert categories(s, logs_of([])) == {"liveness": 1, "stalled": 1}
+
+
+def test_a_journal_recovery_would_cut_is_damage() -> None:
+    logs = logs_of([])
+    logs["b"].clean = False
+    logs["b"].damage = ["b.0001.journal at 4096: crc mismatch"]
+    assert categories(Story(), logs) == {"journal-damage": 1}
