@@ -213,16 +213,25 @@ class HAPublisher:
         return self.draining and self.acked >= self.top
 
     async def run(self, stop: asyncio.Event) -> None:
-        chooser = self.ends.chooser(self.home)
+        """Publish until drained; an error the client gives up on is recorded and the
+        client is made again from its store (as an application restarts it)."""
+        while not stop.is_set() and not self.done:
+            try:
+                await self._session(stop)
+            except Exception as exc:
+                self.rec.info("broken", {"error": _error(exc), "acked": self.acked})
+                await asyncio.sleep(_BACKOFF)
+
+    async def _session(self, stop: asyncio.Event) -> None:
         client = self.client = HAClient(
             self.name,
             publish_store=FilePublishStore(self.store),
-            chooser=chooser,
+            chooser=self.ends.chooser(self.home),
             delay=ExponentialDelayStrategy(initial=0.2, maximum=2.0),
             connect_timeout=SILENCE,
         )
         client.set_heartbeat(1.0, SILENCE / 2)
-        watcher = asyncio.create_task(self._watch_acks(stop))
+        watcher = asyncio.create_task(self._watch_acks(stop, client))
         try:
             await client.connect_and_logon()
             self.top = client.publish_store.last_seq
@@ -252,13 +261,12 @@ class HAPublisher:
                 await watcher
             await client.close()
 
-    async def _watch_acks(self, stop: asyncio.Event) -> None:
-        assert self.client is not None
+    async def _watch_acks(self, stop: asyncio.Event, client: HAClient) -> None:
         while not stop.is_set():
-            done = self.client.publish_store.last_discarded
+            done = client.publish_store.last_discarded
             if done > self.acked:
                 self.acked = done
-                self.rec.ok("publish", {"upto": done}, self.ends.node_of(self.client.uri))
+                self.rec.ok("publish", {"upto": done}, self.ends.node_of(client.uri))
             await asyncio.sleep(0.1)
 
 
@@ -276,11 +284,20 @@ class HASubscriber:
     seen: set[tuple[int, int]] = field(default_factory=set)
 
     async def run(self, stop: asyncio.Event) -> None:
-        chooser = self.ends.chooser(self.home)
+        """Process until stopped; an error the client gives up on (its subscription
+        ended) is recorded and the client is made again from its bookmark store."""
+        while not stop.is_set():
+            try:
+                await self._session(stop)
+            except Exception as exc:
+                self.rec.info("broken", {"error": _error(exc), "processed": self.processed})
+                await asyncio.sleep(_BACKOFF)
+
+    async def _session(self, stop: asyncio.Event) -> None:
         client = HAClient(
             self.name,
             bookmark_store=FileBookmarkStore(self.store, fsync=False),
-            chooser=chooser,
+            chooser=self.ends.chooser(self.home),
             delay=ExponentialDelayStrategy(initial=0.2, maximum=2.0),
             connect_timeout=SILENCE,
         )
