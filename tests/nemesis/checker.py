@@ -10,8 +10,9 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
   acknowledged sequence (at or below the highest persisted ack) is in the log: ``lost``
   otherwise, split by where it falls among the sequences the log does hold (``prefix``:
   before the first, ``postfix``: after the last, ``middle``); no sequence is stored twice
-  (``duplicated``); nothing is stored that was never sent (``unexpected``: a sequence
-  above what the publisher invoked, or a publisher nobody ran).
+  (``duplicated``, also for the records of the instances' own identity: queue acks and
+  transfers); nothing is stored that was never sent (``unexpected``: a sequence above
+  what the publisher invoked, or a publisher nobody ran).
 - **copies**: every record with a publisher identity is on every instance (each topology
   here reaches every instance from every other): ``divergent`` otherwise (split-brain,
   a copy never repaired, a record only one instance kept).
@@ -304,7 +305,21 @@ def _check_publishers(
 def _check_unknown(
     v: Verdict, logs: dict[str, InstanceLog], by_hash: dict[int, _Pub], brokers: set[int]
 ) -> None:
+    """Records of identities nobody has; records of the instances' own identity (queue
+    acks and transfers, SOW deletes) stored twice."""
     for log in logs.values():
+        twice = Counter(r.key for r in log.records if r.pub_hash in brokers)
+        again = sorted(k for k, n in twice.items() if n > 1)
+        if again:
+            v.anomalies.append(
+                Anomaly(
+                    "duplicated",
+                    f"{len(again)} records of the instances' own identity stored more than "
+                    f"once on {log.name}; first {again[:3]}",
+                    log.name,
+                    count=len(again),
+                )
+            )
         strangers = Counter(
             r.pub_hash
             for r in log.records

@@ -237,15 +237,21 @@ class Nemesis:
         finally:
             net.heal()
 
-    async def _delay(self, period: Period) -> None:
-        p = period.params
-        for i in self._insts(period):
-            i.delay_control.write_text(f"{p['delay_ms']} {p['jitter_ms']}\n")
+    async def _hold(self, period: Period, control: str, on: str, off: str) -> None:
+        """Write ``on`` to each target's control file (``delay_control``,
+        ``clock_control``) for the period, then ``off``."""
+        files = [getattr(i, control) for i in self._insts(period)]
+        for f in files:
+            f.write_text(on)
         try:
             await asyncio.sleep(period.duration)
         finally:
-            for i in self._insts(period):
-                i.delay_control.write_text("")
+            for f in files:
+                f.write_text(off)
+
+    async def _delay(self, period: Period) -> None:
+        p = period.params
+        await self._hold(period, "delay_control", f"{p['delay_ms']} {p['jitter_ms']}\n", "")
 
     async def _loss(self, period: Period) -> None:
         for n in period.targets:
@@ -316,14 +322,7 @@ class Nemesis:
         await self._restart(insts)
 
     async def _clock_jump(self, period: Period) -> None:
-        offset = period.params["offset_s"]
-        for i in self._insts(period):
-            i.clock_control.write_text(f"{offset}\n")
-        try:
-            await asyncio.sleep(period.duration)
-        finally:
-            for i in self._insts(period):
-                i.clock_control.write_text("0\n")
+        await self._hold(period, "clock_control", f"{period.params['offset_s']}\n", "0\n")
 
     async def _downgrade(self, period: Period) -> None:
         done: list[tuple[Instance, str]] = []

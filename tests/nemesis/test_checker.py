@@ -93,6 +93,15 @@ def test_duplicates_and_records_never_sent_are_reported() -> None:
     assert got == {"duplicated": 3, "unexpected": 6}
 
 
+def test_a_record_of_an_instance_stored_twice_is_duplicated() -> None:
+    s = Story()
+    ack = LogRecord(1, broker_pub_hash("b"), 7, "nem.q", 4, ("b",), False, None)
+    again = LogRecord(2, broker_pub_hash("b"), 7, "nem.q", 4, ("b",), False, None)
+    v = check(s.events, logs_of([ack], a=[ack, again]))
+    [a] = v.anomalies
+    assert (a.category, a.instance) == ("duplicated", "a")
+
+
 def test_a_record_held_by_some_copies_only_is_divergent() -> None:
     s = Story()
     broker = LogRecord(1, broker_pub_hash("a"), 7, "nem.q", 5, ("a",), False, None)

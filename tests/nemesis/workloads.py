@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,23 @@ class Endpoints:
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
+
+
+async def _restarting(
+    rec: Recorder,
+    session: Callable[[asyncio.Event], Awaitable[None]],
+    stop: asyncio.Event,
+    done: Callable[[], bool],
+) -> None:
+    """Run an HA client's ``session`` until ``stop`` or ``done()``; an error it gives up
+    on is recorded (``broken``) and a new session starts from the client's file store,
+    as an application restarts it."""
+    while not stop.is_set() and not done():
+        try:
+            await session(stop)
+        except Exception as exc:
+            rec.info("broken", {"error": _error(exc)})
+            await asyncio.sleep(_BACKOFF)
 
 
 @dataclass
@@ -213,14 +230,9 @@ class HAPublisher:
         return self.draining and self.acked >= self.top
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Publish until drained; an error the client gives up on is recorded and the
-        client is made again from its store (as an application restarts it)."""
-        while not stop.is_set() and not self.done:
-            try:
-                await self._session(stop)
-            except Exception as exc:
-                self.rec.info("broken", {"error": _error(exc), "acked": self.acked})
-                await asyncio.sleep(_BACKOFF)
+        """Publish until drained (the client made again from its store after an error
+        it gives up on)."""
+        await _restarting(self.rec, self._session, stop, lambda: self.done)
 
     async def _session(self, stop: asyncio.Event) -> None:
         client = self.client = HAClient(
@@ -284,14 +296,9 @@ class HASubscriber:
     seen: set[tuple[int, int]] = field(default_factory=set)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Process until stopped; an error the client gives up on (its subscription
-        ended) is recorded and the client is made again from its bookmark store."""
-        while not stop.is_set():
-            try:
-                await self._session(stop)
-            except Exception as exc:
-                self.rec.info("broken", {"error": _error(exc), "processed": self.processed})
-                await asyncio.sleep(_BACKOFF)
+        """Process until stopped (the client made again from its bookmark store after
+        an error it gives up on: its subscription ended)."""
+        await _restarting(self.rec, self._session, stop, lambda: False)
 
     async def _session(self, stop: asyncio.Event) -> None:
         client = HAClient(
