@@ -206,12 +206,16 @@ class Instance:
     def running(self) -> bool:
         return self.proc.proc is not None and self.proc.proc.poll() is None
 
-    def start(self, timeout: float = 180.0) -> None:
-        """Start and wait until ready (recovery, a bootstrap, then the transports)."""
+    def launch(self, timeout: float = 180.0) -> None:
+        """Start the process and wait until it listens (it may not be ready yet)."""
         self.write_config()
         self.proc.start(timeout)
         self.starts += 1
         self.paused = False
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start and wait until ready (recovery, a bootstrap, then the transports)."""
+        self.launch(timeout)
         deadline = time.monotonic() + timeout
         while not self._ready():
             if not self.running:
@@ -248,6 +252,18 @@ class Instance:
         if self.paused and self.running:
             os.kill(self.proc.pid, signal.SIGCONT)
         self.paused = False
+
+    async def ready(self) -> bool:
+        return await asyncio.to_thread(self._ready)
+
+    async def bootstrap(self) -> dict[str, Any]:
+        """``/api/bootstrap`` (its progress and last error), or ``{}`` when it does not
+        answer."""
+        try:
+            state: dict[str, Any] = await self.api("/api/bootstrap")
+        except (httpx.HTTPError, OSError):
+            return {}
+        return state
 
     # -- the proxy --------------------------------------------------------------------
 

@@ -51,12 +51,18 @@ def _unrepaired(a: Anomaly, damaged: set[str]) -> bool:
     return a.category in ("lost", "divergent") and a.instance in damaged
 
 
-#: Failure modes of the broker this run finds whose fixes are under way: while this is
-#: not empty, a run whose only anomalies are of these kinds is an expected failure
-#: (xfail, naming them); any other anomaly fails the test. Empty it once they are fixed.
+def _bootstrap(a: Anomaly, damaged: set[str]) -> bool:
+    return a.category == "liveness" and "never finished its bootstrap" in a.detail
+
+
+#: Failure modes of the broker this run finds that are reported and not fixed yet: while
+#: this is not empty, a run whose only anomalies are of these kinds is an expected
+#: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
+#: with its fix.
 PENDING = {
     "a damaged copy is not repaired from its peers (acked records lost there)": _unrepaired,
     "a replicated queue stops delivering or splits ownership after restarts": _queue,
+    "an empty instance with <Users> cannot bootstrap (copied records not entitled)": _bootstrap,
 }
 
 
