@@ -374,20 +374,12 @@ def _check_copies(
     v.checked["records compared across instances"] = len(union)
 
 
-def _late_orders(logs: dict[str, InstanceLog]) -> set[tuple[int, int, int]]:
-    """``(pub_hash, earlier seq, later seq)`` for every pair of a publisher's ``nem.pub``
-    records that some log holds against sequence order (the later one arrived late)."""
-    out = set()
-    for log in logs.values():
-        top: dict[int, int] = {}
-        for r in log.records:
-            if r.topic != TOPIC_PUB or r.kind != PUBLISH:
-                continue
-            prev = top.get(r.pub_hash, 0)
-            if r.pub_seq < prev:
-                out.add((r.pub_hash, prev, r.pub_seq))
-            top[r.pub_hash] = max(prev, r.pub_seq)
-    return out
+def _positions(logs: dict[str, InstanceLog]) -> list[dict[tuple[int, int], int]]:
+    """Per log, where each ``nem.pub`` message stands in it."""
+    return [
+        {r.key: i for i, r in enumerate(log.records) if r.topic == TOPIC_PUB and r.kind == PUBLISH}
+        for log in logs.values()
+    ]
 
 
 def _check_subscribers(
@@ -405,7 +397,7 @@ def _check_subscribers(
     }
     stored = {r.key for log in logs.values() for r in log.records if r.topic == TOPIC_PUB}
     invoked = {pub_hash(p.name): p.invoked for p in pubs.values() if p.topic == TOPIC_PUB}
-    late = None
+    positions: list[dict[tuple[int, int], int]] | None = None
     subs: dict[str, list[tuple[tuple[int, int], Event]]] = defaultdict(list)
     for e in events:
         if e.f == "recv" and e.type == "ok":
@@ -453,10 +445,14 @@ def _check_subscribers(
         bad: list[tuple[tuple[int, int], Event, Event]] = []
         for (h, s), e in seen:
             prev = top.get(h)
-            if prev is not None and s < prev[0]:
-                if late is None:
-                    late = _late_orders(logs)
-                if (h, prev[0], s) not in late and counts[(h, s)] == 1:
+            if prev is not None and s < prev[0] and counts[(h, s)] == 1:
+                if positions is None:
+                    positions = _positions(logs)
+                higher = (h, prev[0])
+                if not any(
+                    (h, s) in pos and higher in pos and pos[(h, s)] > pos[higher]
+                    for pos in positions
+                ):
                     bad.append(((h, s), prev[1], e))
             if prev is None or s > prev[0]:
                 top[h] = (s, e)

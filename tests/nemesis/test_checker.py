@@ -123,11 +123,12 @@ def test_a_subscriber_that_misses_repeats_or_reorders_is_caught() -> None:
 
 def test_a_late_record_in_a_log_makes_its_order_valid() -> None:
     s = Story()
-    s.publish("pub-1", TOPIC_PUB, 1, 3, 3)
+    s.publish("pub-1", TOPIC_PUB, 1, 4, 4)
     h = pub_hash("pub-1")
-    late_on_b = [rec(1, "pub-1", 1), rec(2, "pub-1", 3), rec(3, "pub-1", 2)]
-    s.add("ok", "ha-sub-1", "recv", {"msgs": [[h, 1], [h, 3], [h, 2]]}, node="b")
-    full = [rec(i, "pub-1", i) for i in range(1, 4)]
+    # b got 2 late, after 3 and 4; the subscriber read 3 there, then 2, then 4
+    late_on_b = [rec(1, "pub-1", 1), rec(2, "pub-1", 3), rec(3, "pub-1", 4), rec(4, "pub-1", 2)]
+    s.add("ok", "ha-sub-1", "recv", {"msgs": [[h, 1], [h, 3], [h, 2], [h, 4]]}, node="b")
+    full = [rec(i, "pub-1", i) for i in range(1, 5)]
     assert categories(s, logs_of(full, b=late_on_b)) == {}
 
 
