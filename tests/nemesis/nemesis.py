@@ -31,7 +31,11 @@ from tests.nemesis.schedule import Period
 from tests.nemesis.workloads import Endpoints, sow_rows
 from tests.soak.faults import fill
 
-__all__ = ["Nemesis", "progress_wait", "unsynced_loss_available"]
+__all__ = ["FILLER", "TOPIC_FILL", "Nemesis", "progress_wait", "unsynced_loss_available"]
+
+#: the disk-full fault's publisher and topic (large messages that make the log roll)
+FILLER = "disk-filler"
+TOPIC_FILL = "nem.fill"
 
 #: The journal file seam's control-file line (tests/support/faults.py ``ControlledSeam``)
 #: that makes the next crash lose every write not fsynced yet; None while the seam has no
@@ -92,6 +96,9 @@ class Nemesis:
     misses: list[str] = field(default_factory=list)
     recovery_s: dict[str, list[float]] = field(default_factory=dict)
     snapshots: int = 0
+    #: the disk-full fault's own publisher (its history), and how many it sent
+    filler: Recorder | None = None
+    filled: int = 0
 
     def _skip(self, period: Period, why: str) -> None:
         self.skipped.setdefault(period.kind, why)
@@ -275,11 +282,15 @@ class Nemesis:
             self.cluster.net.heal()
 
     async def _disk_full(self, period: Period) -> None:
+        """Fill the target's tmpfs, then write to it until its log refuses a write (its
+        journal has preallocated room: only a roll needs more), hold, free."""
         inst = self._insts(period)[0]
         filler = await asyncio.to_thread(fill, inst.disk)
+        refusing = asyncio.Event()
+        burst = asyncio.create_task(self._burst(inst, refusing))
         try:
 
-            async def refusing() -> bool:
+            async def outage() -> bool:
                 try:
                     info = await inst.api("/api/transaction_log")
                 except Exception:
@@ -287,15 +298,42 @@ class Nemesis:
                 return info.get("write_outage") is not None
 
             bit, took = await progress_wait(
-                refusing, self.acked, stall=self.stall, cap=self.stall * 2
+                outage, lambda: self.filled, stall=self.stall, cap=self.stall * 2
             )
+            refusing.set()
             if bit:
                 self.rec.info("bit", {"index": period.index, "seconds": round(took, 2)})
                 await asyncio.sleep(period.duration)
             else:
                 self.misses.append(f"#{period.index} disk-full: {inst.name} never refused a write")
         finally:
+            refusing.set()
+            await burst
             filler.unlink()
+
+    async def _burst(self, inst: Instance, done: asyncio.Event) -> None:
+        """Publish 16 KB messages to ``nem.fill`` on ``inst`` until ``done``, 8 MB at
+        most (the other instances' disks take them too); no acks asked: the log takes
+        them until it refuses. ``filled`` counts them."""
+        rec = self.filler
+        assert rec is not None, "the nemesis was made without a filler's recorder"
+        body = b'{"fill":"' + b"x" * 16_000 + b'"}'
+        client = self.ends.client(inst.ws_url, FILLER)
+        try:
+            await client.connect(timeout=10)
+            limit = self.filled + 500
+            while not done.is_set() and self.filled < limit:
+                first = self.filled + 1
+                rec.invoke("publish", {"topic": TOPIC_FILL, "first": first, "last": first + 19},
+                           inst.name)  # fmt: skip
+                for seq in range(first, first + 20):
+                    client.publish(TOPIC_FILL, body, seq=seq)
+                self.filled += 20
+                await asyncio.sleep(0.1)
+        except Exception as exc:  # the connection refused or dropped: the log is full
+            rec.info("broken", {"error": repr(exc)[:200]}, inst.name)
+        finally:
+            await client.close()
 
     async def _damage(
         self, period: Period, act: Callable[[Instance], dict[str, Any] | None]

@@ -32,7 +32,7 @@ from tests.nemesis.checker import Verdict, check
 from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW, Cluster
 from tests.nemesis.history import Histories, read_history
 from tests.nemesis.journals import InstanceLog, read_instance
-from tests.nemesis.nemesis import Nemesis, progress_wait
+from tests.nemesis.nemesis import FILLER, Nemesis, progress_wait
 from tests.nemesis.net import Network
 from tests.nemesis.schedule import KINDS, Schedule, draw_schedule
 from tests.nemesis.workloads import (
@@ -247,6 +247,7 @@ async def _run(
         settled=lambda: all(p.acked >= p.top for p in publishers),
         rng=rng,
         stall=settings.stall,
+        filler=rec(FILLER),
     )
     state["nemesis"] = nemesis
     background = [
