@@ -379,33 +379,44 @@ class Cluster:
         for inst in self:
             inst.unmount()
 
-    async def caught_up(self) -> bool:
-        """Every instance's destinations are connected and acknowledged its whole log."""
+    async def durable_marks(self) -> dict[str, int] | None:
+        """Each instance's durable log position now (None when one does not answer)."""
+        marks = {}
+        for inst in self:
+            try:
+                marks[inst.name] = (await inst.api("/api/replication"))["durable_seq"]
+            except (httpx.HTTPError, OSError):
+                return None
+        return marks
+
+    async def _acked(self) -> dict[str, list[tuple[bool, int]]] | None:
+        """Per instance, (connected, acknowledged position) of each destination it has."""
+        out = {}
         for inst in self:
             try:
                 info = await inst.api("/api/replication")
             except (httpx.HTTPError, OSError):
-                return False
-            durable = info["durable_seq"]
-            for d in info["destinations"]:
-                if d["name"] not in inst.peers:
-                    continue
-                if not d["connected"] or d["last_acked_position"] < durable:
-                    return False
-        return True
+                return None
+            out[inst.name] = [
+                (d["connected"], d["last_acked_position"])
+                for d in info["destinations"]
+                if d["name"] in inst.peers
+            ]
+        return out
 
-    async def replication_progress(self) -> int:
-        """A number that grows while the links make progress (the sum of acknowledged
-        positions): liveness waits watch it instead of the wall clock."""
-        total = 0
-        for inst in self:
-            with contextlib.suppress(httpx.HTTPError, OSError, KeyError):
-                info = await inst.api("/api/replication")
-                total += info["durable_seq"]
-                total += sum(d["last_acked_position"] for d in info["destinations"])
-        return total
+    async def caught_up(self, marks: dict[str, int]) -> bool:
+        """Every destination of every instance is connected and acknowledged its log up
+        to ``marks`` (a moment's durable positions: the brokers' own records, queue
+        transfer requests, keep coming, so "the whole log" would be a moving target)."""
+        acked = await self._acked()
+        if acked is None:
+            return False
+        return all(c and pos >= marks.get(n, 0) for n, dests in acked.items() for c, pos in dests)
 
-
-async def gather_threads(*calls: Any) -> None:
-    """Run blocking calls in threads, together."""
-    await asyncio.gather(*(asyncio.to_thread(c) for c in calls))
+    async def catch_up_progress(self, marks: dict[str, int]) -> int:
+        """How much of the way to ``marks`` the destinations have come (grows while they
+        catch up; liveness waits watch it)."""
+        acked = await self._acked()
+        if acked is None:
+            return 0
+        return sum(min(pos, marks.get(n, 0)) for n, dests in acked.items() for _, pos in dests)

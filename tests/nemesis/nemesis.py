@@ -156,11 +156,7 @@ class Nemesis:
         the log position it reflects; ``sow-snapshot`` events for the checker's fold."""
         self.ends.gate.clear()
         try:
-            ok, _ = await progress_wait(
-                self._quiesced, self.cluster.replication_progress,
-                stall=min(self.stall, 60.0), cap=self.stall * 2,
-            )  # fmt: skip
-            if not ok:
+            if not await self._quiesce():
                 self.rec.info("snapshot-skipped", {"index": index, "why": "copies not caught up"})
                 return False
             for inst in self.cluster:
@@ -185,8 +181,20 @@ class Nemesis:
         finally:
             self.ends.gate.set()
 
-    async def _quiesced(self) -> bool:
-        return self.settled() and await self.cluster.caught_up()
+    async def _quiesce(self) -> bool:
+        """With the gate closed: wait until the publishers have nothing in flight, then
+        until every copy holds what every instance held at that moment. False when
+        either stalls."""
+        ok, _ = await progress_wait(self.settled, self.acked, stall=self.stall, cap=self.stall * 2)
+        marks = await self.cluster.durable_marks() if ok else None
+        if marks is None:
+            return False
+        ok, _ = await progress_wait(
+            lambda: self.cluster.caught_up(marks),
+            lambda: self.cluster.catch_up_progress(marks),
+            stall=self.stall, cap=self.stall * 2,
+        )  # fmt: skip
+        return ok
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -216,10 +224,7 @@ class Nemesis:
         ``insts``, open the gate. False when the copies never caught up."""
         self.ends.gate.clear()
         try:
-            ok, _ = await progress_wait(
-                self._quiesced, self.cluster.replication_progress,
-                stall=min(self.stall, 60.0), cap=self.stall * 2,
-            )  # fmt: skip
+            ok = await self._quiesce()
             await self._threads(*((i.kill if how == "KILL" else i.stop) for i in insts))
         finally:
             self.ends.gate.set()

@@ -346,7 +346,18 @@ async def _final(
         lambda: all(p.done for p in publishers),
         nemesis.acked,
     )
-    await bounded("copies catch up", cluster.caught_up, cluster.replication_progress)
+    marks: dict[str, int] = {}
+
+    async def marked() -> bool:
+        marks.update(await cluster.durable_marks() or {})
+        return bool(marks)
+
+    await progress_wait(marked, lambda: 0, stall=stall, cap=cap)
+    await bounded(
+        "copies catch up",
+        lambda: cluster.caught_up(marks),
+        lambda: cluster.catch_up_progress(marks),
+    )
     expected = {
         (pub_hash(p.name), s)
         for p in publishers
