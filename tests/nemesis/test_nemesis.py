@@ -28,8 +28,8 @@ pytestmark = [pytest.mark.nemesis, pytest.mark.faults, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "nemesis" / "ci"
 #: the CI run: every kind once (the schedule's first round), shorter faults
 CI = Settings(minutes=3.0, seed=35_2026, instances=3, topology="mixed", pace=0.5)
-#: fault kinds that damage a stopped instance's files
-_DAMAGE = {"torn-tail", "truncate", "bit-flip"}
+#: fault kinds that damage or wipe a stopped instance's files
+_DAMAGE = {"torn-tail", "truncate", "bit-flip", "join-empty"}
 
 
 def _damaged(events: list[Event]) -> set[str]:
@@ -60,7 +60,8 @@ def _bootstrap(a: Anomaly, damaged: set[str]) -> bool:
 #: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
 #: with its fix.
 PENDING = {
-    "a damaged copy is not repaired from its peers (acked records lost there)": _unrepaired,
+    "a damaged or wiped copy is not given back what its peers hold (acked records lost "
+    "there)": _unrepaired,
     "a replicated queue stops delivering or splits ownership after restarts": _queue,
     "an empty instance with <Users> cannot bootstrap (copied records not entitled)": _bootstrap,
 }
