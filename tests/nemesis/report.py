@@ -172,15 +172,17 @@ function bandsPlugin() {{
     }}
   }}] }} }};
 }}
-function chart(id, title, label, values, stroke) {{
+function chart(id, title, label, values, stroke, log) {{
+  const y = log ? {{ distr: 3, log: 10 }} : {{}};
   new uPlot({{ title, width: Math.min(1400, window.innerWidth - 60), height: 220,
-    plugins: [bandsPlugin()], scales: {{ x: {{ time: false }} }},
+    plugins: [bandsPlugin()], scales: {{ x: {{ time: false }}, y }},
     axes: [{{ label: "run time (s)" }}, {{ label }}],
     series: [{{}}, {{ label, stroke, width: 1.5, spanGaps: false }}] }},
     [D.t, values], document.getElementById(id));
 }}
 chart("chart-acked", "Acknowledged messages per second (bands: faults by kind, red lines: anomalies)", "msgs/s", D.acked, "#4363d8");
-chart("chart-latency", "Publish-to-ack latency, median per second", "ms", D.latency, "#f58231");
+chart("chart-latency", "Publish-to-ack latency, median per second (log scale)", "ms",
+  D.latency.map(v => v === null ? null : Math.max(v, 0.1)), "#f58231", true);
 chart("chart-queue", "Queue acks confirmed per second", "acks/s", D.queue, "#3cb44b");
 </script></body></html>
 """

@@ -33,4 +33,10 @@ SCENARIOS: dict[str, Scenario] = {
         "replicated queue must drain (queue-unprocessed / liveness otherwise)",
         Settings(minutes=2.0, seed=3201, instances=3, topology="sync", faults=("restart-all",)),
     ),
+    "join-empty": Scenario(
+        "an instance is wiped and started empty with a <Bootstrap> from a peer (with "
+        "<Users>); it must finish the copy and end with every record its peers hold "
+        "(liveness / lost / divergent on it otherwise)",
+        Settings(minutes=1.5, seed=3501, instances=3, topology="mixed", faults=("join-empty",)),
+    ),
 }

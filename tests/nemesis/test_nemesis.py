@@ -73,7 +73,8 @@ def test_three_minutes_of_every_fault_kind_on_three_instances_finds_nothing(
 ) -> None:
     result = run_nemesis(tmp_path, CI)
     events = list(read_history(tmp_path / "history"))
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # an earlier run's histories
+    ARTIFACTS.mkdir(parents=True)
     write_reports(result, events, ARTIFACTS)
     summary = table(result)
     print(summary)
