@@ -39,7 +39,7 @@ from server.client import (
     HAClient,
     subscribe_queue,
 )
-from server.client.ha import StaticAuthenticator
+from server.client.ha import ConnectionStateEvent, StaticAuthenticator
 from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Recorder
 
@@ -112,6 +112,21 @@ class Endpoints:
 
 def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def _listen(rec: Recorder, ends: Endpoints, client: HAClient) -> None:
+    """Record an HA client's connection states and the errors it reports (``state``,
+    ``error`` info events): what it did while the nemesis acted."""
+
+    def state(event: ConnectionStateEvent) -> None:
+        rec.info("state", {"state": event.state.name, "detail": event.detail[:200]},
+                 ends.node_of(event.uri))  # fmt: skip
+
+    def error(exc: BaseException) -> None:
+        rec.info("error", {"error": _error(exc)}, ends.node_of(client.uri))
+
+    client.add_connection_state_listener(state)
+    client.exception_listener = error
 
 
 async def _restarting(
@@ -243,6 +258,7 @@ class HAPublisher:
             connect_timeout=SILENCE,
         )
         client.set_heartbeat(1.0, SILENCE / 2)
+        _listen(self.rec, self.ends, client)
         watcher = asyncio.create_task(self._watch_acks(stop, client))
         try:
             await client.connect_and_logon()
@@ -309,6 +325,7 @@ class HASubscriber:
             connect_timeout=SILENCE,
         )
         client.set_heartbeat(1.0, SILENCE / 2)
+        _listen(self.rec, self.ends, client)
         batch: list[list[int]] = []
         node: str | None = None
         last_flush = time.monotonic()
