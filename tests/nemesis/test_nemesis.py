@@ -42,9 +42,10 @@ def _damaged(events: list[Event]) -> set[str]:
 
 
 def _queue(a: Anomaly, damaged: set[str]) -> bool:
-    return a.category in ("queue-unprocessed", "queue-after-ack") or (
+    queue = a.category in ("queue-unprocessed", "queue-after-ack") or (
         a.category == "liveness" and a.detail.startswith("queue")
     )
+    return queue and bool(damaged)
 
 
 def _unrepaired(a: Anomaly, damaged: set[str]) -> bool:
@@ -62,7 +63,7 @@ def _bootstrap(a: Anomaly, damaged: set[str]) -> bool:
 PENDING = {
     "a damaged or wiped copy is not given back what its peers hold (acked records lost "
     "there)": _unrepaired,
-    "a replicated queue stops delivering or splits ownership after restarts": _queue,
+    "a replicated queue stops delivering or splits ownership once a copy lost records": _queue,
     "an empty instance with <Users> cannot bootstrap (copied records not entitled)": _bootstrap,
 }
 
