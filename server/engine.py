@@ -186,7 +186,7 @@ class Broker:
         if config.bootstrap is not None and txlog is not None:
             self.bootstrapper = Bootstrapper(
                 config, config.bootstrap, txlog, self.pipeline, lambda: list(self.sow.topics),
-                clock, self.events, connector,
+                clock, self.events, connector, self.auth,
             )  # fmt: skip
         self._bootstrapping: asyncio.Task[None] | None = None
         self.clients = ClientRegistry(

@@ -17,21 +17,27 @@ links, actions, ready) only after the copy (server/engine.py).
 
 :meth:`Bootstrapper.run`, until done:
 
-1. write the marker first (so a kill at any later point is seen as an interruption);
-2. try the sources in their ``InetAddr`` order; the first that accepts is copied from
+1. with ``<Users>``, find whose entitlements the copied records carry: the user of this
+   instance that the bootstrap's own credentials log on as (the check a link presenting
+   them here would pass, server/replication/linkauth.py), so a copy writes exactly what
+   a live link logged on as that user may write; that user must be able to write every
+   topic the bootstrap names. Either failing stops start-up with the fix
+   (:class:`BootstrapFailed`) before anything is copied;
+2. write the marker (so a kill at any later point is seen as an interruption);
+3. try the sources in their ``InetAddr`` order; the first that accepts is copied from
    (server/replication/bootsource.py serves it; the conversation is
    server/replication/bootproto.py);
-3. SOW phase, then log phase: each ``data`` batch goes through the publish pipeline as a
+4. SOW phase, then log phase: each ``data`` batch goes through the publish pipeline as a
    link's batch does (publisher bookmarks kept, the source appended to the path, so the
    log's de-duplication makes a record sent twice harmless), and once a batch is durable
    here the marker records how far the source's log was copied (``copied_upto``) and
    whether the SOW phase ended: a restarted instance asks from there;
-4. a source that answers ``busy`` is bootstrapping itself: its name joins
+5. a source that answers ``busy`` is bootstrapping itself: its name joins
    :attr:`waiting_on`, and the next source (or round) is tried; finding this instance's
    own name in a busy source's list - or being asked for a copy by an instance this one
    is waiting on - is a *mutual bootstrap*: both are empty and configured from each other,
    neither can finish; :class:`MutualBootstrap` stops start-up with the fix;
-5. when the whole copy is durable, the marker is removed: the instance is bootstrapped.
+6. when the whole copy is durable, the marker is removed: the instance is bootstrapped.
 
 Live replication then takes over with no gap: the source's link to this instance resyncs
 from what this instance holds per publisher (its welcome's holdings), which now includes
@@ -55,8 +61,9 @@ import orjson
 import zstandard
 
 from server.alerts import Alert
+from server.auth import Authenticator
 from server.clock import Clock
-from server.config import BootstrapConfig, Config, format_inet_addr
+from server.config import BootstrapConfig, Config, UserConfig, format_inet_addr
 from server.ports import Origin, PublishRun, Traffic
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
@@ -70,14 +77,17 @@ from server.replication.bootproto import (
 )
 from server.replication.bootsource import BootstrapBusy
 from server.replication.errors import (
+    AuthRefused,
     BootstrapFailed,
     LinkRefused,
     MutualBootstrap,
+    NotAccepting,
     RecordRefused,
     ReplicationProtocolError,
 )
 from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Data, Offer, Run, decode_runs
 from server.replication.hops import format_hop
+from server.replication.linkauth import authenticate_own
 from server.replication.protocol import Closed, DataReceived
 from server.replication.replies import FailureReplies
 from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
@@ -177,6 +187,8 @@ class BootstrapProgress:
         eta_seconds: time left at that rate (None until it can be told).
         waiting_on: sources found bootstrapping themselves.
         error: why the last attempt failed (or why it stopped).
+        user: the user of this instance whose Write entitlements the copied records
+            carry (None without ``<Users>``).
     """
 
     state: str = "not configured"
@@ -192,6 +204,7 @@ class BootstrapProgress:
     finished_at: float | None = None
     waiting_on: list[str] = field(default_factory=list)
     error: str | None = None
+    user: str | None = None
 
     def alerts(self) -> list[Alert]:
         """The dashboard's banner while a bootstrap runs (clients are refused until it
@@ -234,6 +247,7 @@ class BootstrapProgress:
             "rate": round(self.rate, 1), "eta_seconds": self.eta_seconds,
             "started_at": self.started_at, "finished_at": self.finished_at,
             "waiting_on": list(self.waiting_on), "error": self.error,
+            "user": self.user,
         }  # fmt: skip
 
 
@@ -250,11 +264,15 @@ class Bootstrapper:
         clock: Clock,
         events: EventSink,
         connector: Connector,
+        auth: Authenticator,
     ) -> None:
         self.config = config
         self.bootstrap = bootstrap
         self.txlog = txlog
         self.pipeline = pipeline
+        self.auth = auth
+        #: whose Write entitlements the copied records carry (None: no ``<Users>``)
+        self.user: UserConfig | None = None
         self._sow_stores = sow_stores
         self._clock = clock
         self.events = events
@@ -316,15 +334,16 @@ class Bootstrapper:
         progress.state = "waiting"
         progress.started_at = self._clock.time()
         progress.records = self._copied_at_start = self.marker.records
-        await self.save_marker()
-        self.events.emit(
-            "info", "replication", "bootstrap_started",
-            sources=[format_inet_addr(h, p) for h, p in self.bootstrap.transport.addresses],
-            topics=[t.name for t in self.bootstrap.topics],
-            data_types=sorted(self.bootstrap.data_types),
-        )  # fmt: skip
         delay = RETRY_MIN
         try:
+            await self._identify()
+            await self.save_marker()
+            self.events.emit(
+                "info", "replication", "bootstrap_started",
+                sources=[format_inet_addr(h, p) for h, p in self.bootstrap.transport.addresses],
+                topics=[t.name for t in self.bootstrap.topics],
+                data_types=sorted(self.bootstrap.data_types), user=progress.user,
+            )  # fmt: skip
             while True:
                 for host, port in self.bootstrap.transport.addresses:
                     self._check_mutual()
@@ -341,6 +360,45 @@ class Bootstrapper:
             raise
         finally:
             self.running = False
+
+    async def _identify(self) -> None:
+        """With ``<Users>``: the user copied records are written as (module docstring, step
+        1), and that it may write every topic the bootstrap names.
+
+        Raises:
+            BootstrapFailed: the credentials are no user's here, or that user may not
+                write a named topic.
+        """
+        auth = self.auth
+        if not auth.enabled:
+            return
+        while True:
+            try:
+                user = await authenticate_own(
+                    auth, self.bootstrap.transport, label="<Bootstrap>'s credentials"
+                )
+                break
+            except NotAccepting:  # the password-check pool is full: a moment
+                await self._clock.sleep(RETRY_MIN)
+            except AuthRefused as exc:
+                raise BootstrapFailed(
+                    "with <Users> configured, copied records are written as the user the "
+                    "bootstrap logs on as, which must be a user of this instance too (as a "
+                    f"replication link's user is): {exc.detail}"
+                ) from None
+        self.user = user
+        self.progress.user = user.name
+        refused = [
+            t.name for t in self.bootstrap.topics
+            if not t.is_regex and not auth.can_write(user, t.name)
+        ]  # fmt: skip
+        if refused:
+            raise BootstrapFailed(
+                f"user {user.name!r} of the bootstrap may not publish to "
+                f"{', '.join(map(repr, refused))} here, and copied records are written as "
+                f"that user: give {user.name!r} a <Write> entitlement for the copied topics, "
+                "or leave these out of <Bootstrap>"
+            )
 
     # -- one source ----------------------------------------------------------------------
 
@@ -400,9 +458,7 @@ class Bootstrapper:
                     elif isinstance(event, SourceBusy):
                         self._busy(event.busy.name, event.busy.waiting_on)
                     elif isinstance(event, Closed):
-                        if not isinstance(event.error, LinkRefused) or event.error.reason != (
-                            "bootstrapping"
-                        ):
+                        if event.error.reason != "bootstrapping":
                             self.progress.error = f"{address}: {event.error}"
                             self.events.emit(
                                 "warning", "replication", "bootstrap_interrupted",
@@ -557,7 +613,8 @@ class _Copy:
                 "is dropped by bookmark)"
             )
         self._hop = (format_hop(name, offer.group),)
-        self._origin = Origin(kind="replication", name=name, user=None,
+        # the bootstrap's user here: its Write entitlements apply to every copied record
+        self._origin = Origin(kind="replication", name=name, user=boot.user,
                               replies=self._replies, traffic=Traffic())  # fmt: skip
         progress = boot.progress
         progress.state = "copying"
