@@ -31,7 +31,11 @@ links, actions, ready) only after the copy (server/engine.py).
    link's batch does (publisher bookmarks kept, the source appended to the path, so the
    log's de-duplication makes a record sent twice harmless), and once a batch is durable
    here the marker records how far the source's log was copied (``copied_upto``) and
-   whether the SOW phase ended: a restarted instance asks from there;
+   whether the SOW phase ended: a restarted instance asks from there. A record this
+   instance refuses is never skipped: a full log is waited out (the copy is tried again),
+   anything else (the user may not write its topic, the topic's configuration here cannot
+   take it) stops start-up with the record's topic and the fix; the marker keeps what was
+   copied, so the restarted instance resumes;
 5. a source that answers ``busy`` is bootstrapping itself: its name joins
    :attr:`waiting_on`, and the next source (or round) is tried; finding this instance's
    own name in a busy source's list - or being asked for a copy by an instance this one
@@ -65,6 +69,7 @@ from server.auth import Authenticator
 from server.clock import Clock
 from server.config import BootstrapConfig, Config, UserConfig, format_inet_addr
 from server.ports import Origin, PublishRun, Traffic
+from server.protocol.errors import NotEntitled, ProtocolFailure, TxlogFull
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
 from server.replication.bootproto import (
@@ -469,7 +474,17 @@ class Bootstrapper:
                 await writer.write()
         except (LinkLost, RecordRefused) as exc:
             self.progress.error = f"{address}: {exc}"
+            self.events.emit(
+                "warning", "replication", "bootstrap_interrupted", source=address,
+                reason=exc.reason if isinstance(exc, RecordRefused) else "link lost",
+                detail=str(exc), records=self.progress.records,
+            )  # fmt: skip
             return False
+        except BootstrapFailed:
+            # what was copied stays copied: the restarted instance resumes after it
+            with contextlib.suppress(BootstrapFailed):
+                await copy.keep()
+            raise
         finally:
             copy.close()
 
@@ -685,11 +700,38 @@ class _Copy:
                 ),
             )  # fmt: skip
             if self._replies.failures:
-                failure = self._replies.failures[0]
-                raise RecordRefused(
-                    f"this instance refused a copied record of {run.topic!r}: "
-                    f"{failure.reason} {failure.detail or ''}".rstrip()
-                )
+                self._record_refused(run.topic, self._replies.failures[0])
+
+    def _record_refused(self, topic: str, failure: ProtocolFailure) -> None:
+        """This instance refused a copied record: a full log is waited out (the copy is
+        tried again from the marker); anything else would refuse it again on every try,
+        and skipping it would lose it, so the bootstrap stops with the fix.
+
+        Raises:
+            RecordRefused: the log is full (the attempt ends; the next one resumes).
+            BootstrapFailed: any other refusal.
+        """
+        if isinstance(failure, TxlogFull):
+            raise RecordRefused(f"a copied record of {topic!r} waits: {failure.detail}")
+        boot = self._boot
+        resume = (
+            "; the copy stops here and keeps what it copied: fix it and restart this "
+            "instance, and the copy resumes"
+        )
+        if isinstance(failure, NotEntitled):
+            user = boot.user.name if boot.user is not None else None
+            raise BootstrapFailed(
+                f"user {user!r} of the bootstrap may not publish to {topic!r} here, and "
+                f"copied records are written as that user: give {user!r} a <Write> "
+                f"entitlement for the copied topics, or leave {topic!r} out of "
+                f"<Bootstrap>{resume}"
+            )
+        detail = f": {failure.detail}" if failure.detail else ""
+        raise BootstrapFailed(
+            f"this instance refused a copied record of {topic!r} ({failure.reason}"
+            f"{detail}): its configuration of {topic!r} cannot take what the source "
+            f"sends{resume}"
+        )
 
     def _durable(self, durable: int) -> None:
         marker = self._boot.marker
@@ -715,6 +757,13 @@ class _Copy:
         self._durable(txlog.durable_seq)
         boot.marker.copied_upto = max(boot.marker.copied_upto, last_seq)
         await boot.save_marker()
+
+    async def keep(self) -> None:
+        """The copy stops: the marker records what is durable of it."""
+        txlog = self._boot.txlog
+        await txlog.wait_durable(txlog.last_seq)
+        self._durable(txlog.durable_seq)
+        await self._boot.save_marker()
 
     def close(self) -> None:
         self._pending.clear()
