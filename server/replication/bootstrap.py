@@ -26,7 +26,9 @@ links, actions, ready) only after the copy (server/engine.py).
 2. write the marker (so a kill at any later point is seen as an interruption);
 3. try the sources in their ``InetAddr`` order; the first that accepts is copied from
    (server/replication/bootsource.py serves it; the conversation is
-   server/replication/bootproto.py);
+   server/replication/bootproto.py). A source that refuses for a reason retrying will
+   not change soon (wrong credentials, a missing entitlement or a group mismatch there)
+   is held off for :data:`REFUSED_RETRY` seconds and reported once per distinct reason;
 4. SOW phase, then log phase: each ``data`` batch goes through the publish pipeline as a
    link's batch does (publisher bookmarks kept, the source appended to the path, so the
    log's de-duplication makes a record sent twice harmless), and once a batch is durable
@@ -84,11 +86,18 @@ from server.replication.bootsource import BootstrapBusy
 from server.replication.errors import (
     AuthRefused,
     BootstrapFailed,
+    BootstrapNotAllowed,
+    GroupMismatch,
     LinkRefused,
     MutualBootstrap,
+    NameConflict,
     NotAccepting,
+    NotEntitledToReplicate,
+    ProtocolRefusal,
     RecordRefused,
     ReplicationProtocolError,
+    ValidationReported,
+    VersionMismatch,
 )
 from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Data, Offer, Run, decode_runs
 from server.replication.hops import format_hop
@@ -107,6 +116,13 @@ __all__ = ["BootstrapProgress", "Bootstrapper", "Marker", "marker_path"]
 #: seconds between rounds over the sources when none could be copied from
 RETRY_MIN: Final = 0.5
 RETRY_MAX: Final = 5.0
+#: seconds a source is left alone after a refusal that retrying will not change soon
+REFUSED_RETRY: Final = 30.0
+#: the refusals of a source that only a change of configuration (there or here) ends
+_LASTING: Final = (
+    VersionMismatch, AuthRefused, NameConflict, GroupMismatch, NotEntitledToReplicate,
+    BootstrapNotAllowed, ProtocolRefusal, ValidationReported,
+)  # fmt: skip
 #: seconds between marker writes while copying, and between progress events
 MARKER_EVERY: Final = 0.5
 PROGRESS_EVERY: Final = 2.0
@@ -192,6 +208,7 @@ class BootstrapProgress:
         eta_seconds: time left at that rate (None until it can be told).
         waiting_on: sources found bootstrapping themselves.
         error: why the last attempt failed (or why it stopped).
+        retry_at: when the next attempt starts (wall time), while waiting for it.
         user: the user of this instance whose Write entitlements the copied records
             carry (None without ``<Users>``).
     """
@@ -209,6 +226,7 @@ class BootstrapProgress:
     finished_at: float | None = None
     waiting_on: list[str] = field(default_factory=list)
     error: str | None = None
+    retry_at: float | None = None
     user: str | None = None
 
     def alerts(self) -> list[Alert]:
@@ -252,7 +270,7 @@ class BootstrapProgress:
             "rate": round(self.rate, 1), "eta_seconds": self.eta_seconds,
             "started_at": self.started_at, "finished_at": self.finished_at,
             "waiting_on": list(self.waiting_on), "error": self.error,
-            "user": self.user,
+            "retry_at": self.retry_at, "user": self.user,
         }  # fmt: skip
 
 
@@ -292,6 +310,8 @@ class Bootstrapper:
         self._last_event = 0.0
         self._last_marker = 0.0
         self._tls_reported: str | None = None
+        #: per source address: (monotonic time before which it is not tried, the refusal)
+        self._held: dict[str, tuple[float, str]] = {}
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -352,11 +372,13 @@ class Bootstrapper:
             while True:
                 for host, port in self.bootstrap.transport.addresses:
                     self._check_mutual()
+                    if self._held_off(format_inet_addr(host, port)):
+                        continue
                     if await self._attempt(host, port):
                         await self._finish()
                         return
                     self._check_mutual()
-                await self._pause(delay)
+                await self._pause(self._next_round(delay))
                 delay = min(RETRY_MAX, delay * 2)
         except BootstrapFailed as exc:
             progress.state = "failed"
@@ -404,6 +426,33 @@ class Bootstrapper:
                 f"that user: give {user.name!r} a <Write> entitlement for the copied topics, "
                 "or leave these out of <Bootstrap>"
             )
+
+    def _held_off(self, address: str) -> bool:
+        """Whether ``address`` refused lately for a lasting reason (it is skipped)."""
+        held = self._held.get(address)
+        return held is not None and self._clock.monotonic() < held[0]
+
+    def _next_round(self, delay: float) -> float:
+        """How long to wait before the next round: ``delay``, or, when every source is
+        held off after a lasting refusal, until the first of them may be tried again."""
+        addresses = [format_inet_addr(h, p) for h, p in self.bootstrap.transport.addresses]
+        if not all(self._held_off(a) for a in addresses):
+            return delay
+        soonest = min(self._held[a][0] for a in addresses)
+        return max(delay, soonest - self._clock.monotonic())
+
+    def _hold_off(self, address: str, error: LinkRefused) -> None:
+        """A source refused for a lasting reason: hold it off, and say so once per
+        distinct reason (as an error: an operator must change a configuration)."""
+        detail = f"{address} refused the bootstrap: {error}"
+        previous = self._held.get(address)
+        self._held[address] = (self._clock.monotonic() + REFUSED_RETRY, detail)
+        self.progress.error = f"{detail} (tried again every {REFUSED_RETRY:.0f} s)"
+        if previous is None or previous[1] != detail:
+            self.events.emit(
+                "error", "replication", "bootstrap_source_refused", source=address,
+                reason=error.reason, detail=error.detail, retry_seconds=REFUSED_RETRY,
+            )  # fmt: skip
 
     # -- one source ----------------------------------------------------------------------
 
@@ -463,7 +512,9 @@ class Bootstrapper:
                     elif isinstance(event, SourceBusy):
                         self._busy(event.busy.name, event.busy.waiting_on)
                     elif isinstance(event, Closed):
-                        if event.error.reason != "bootstrapping":
+                        if event.by_peer and isinstance(event.error, _LASTING):
+                            self._hold_off(address, event.error)
+                        elif event.error.reason != "bootstrapping":
                             self.progress.error = f"{address}: {event.error}"
                             self.events.emit(
                                 "warning", "replication", "bootstrap_interrupted",
@@ -513,6 +564,7 @@ class Bootstrapper:
 
     async def _pause(self, delay: float) -> None:
         self._wake.clear()
+        self.progress.retry_at = self._clock.time() + delay
         sleeper = asyncio.get_running_loop().create_task(self._clock.sleep(delay))
         waiter = asyncio.get_running_loop().create_task(self._wake.wait())
         try:
@@ -520,6 +572,7 @@ class Bootstrapper:
         finally:
             sleeper.cancel()
             waiter.cancel()
+            self.progress.retry_at = None
 
     async def _tls_context(self) -> ssl.SSLContext | None:
         creds = self.bootstrap.transport

@@ -4,7 +4,8 @@ Copied records are written as the user of the requesting instance that the boots
 own credentials log on as (a user and token, a token alone, or a client certificate mapped
 by ``CertificateSubject``), so that user's Write entitlements apply as a link's do. What
 cannot work - credentials that are no user's here, a named topic the user may not write -
-stops the bootstrap before anything is copied.
+stops the bootstrap before anything is copied; a source refusing for a lasting reason is
+held off and reported once, not asked again every few seconds.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from server.clock import VirtualClock
 from server.peer import Peer
+from server.replication.bootstrap import REFUSED_RETRY
 from tests.support.certs import TestCA
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, scenario, xml
@@ -151,5 +153,40 @@ async def test_credentials_of_no_user_here_stop_before_any_copy(tmp_path: Path) 
         assert "unknown user or wrong password/token" in error
         assert REPL not in error
         assert _dials(scene) == 0 and not b.broker.ready
+    finally:
+        await scene.close()
+
+
+@scenario
+async def test_a_lasting_refusal_of_the_source_is_held_off_and_reported_once(
+    tmp_path: Path,
+) -> None:
+    """a's ``repl`` may not read ``orders``: every attempt would be refused the same way.
+    b asks again only every REFUSED_RETRY seconds, says so once, and shows when it will
+    try again."""
+    scene = Scene(tmp_path)
+    try:
+        await scene.source(read="^md$")
+        b = await scene.requester(_users(), f"<User>repl</User><Token>{REPL}</Token>")
+        boot = b.broker.bootstrapper
+        assert boot is not None
+        await drive(scene.clock, lambda: boot.progress.retry_at is not None)
+        progress = boot.progress
+        assert progress.state == "waiting" and _dials(scene) == 1
+        assert "refused the bootstrap: not entitled" in str(progress.error)
+        assert "may not read 'orders'" in str(progress.error)
+        assert f"every {REFUSED_RETRY:.0f} s" in str(progress.error)
+        now = scene.clock.time()
+        assert now < progress.retry_at <= now + REFUSED_RETRY
+        assert progress.retry_at - now > REFUSED_RETRY - 1
+        await scene.clock.advance(progress.retry_at - now - 0.5)
+        assert _dials(scene) == 1, "asked again before the hold-off ended"
+        await scene.clock.advance(1)
+        await drive(scene.clock, lambda: _dials(scene) == 2 and progress.retry_at is not None)
+        refused = _events(b, "bootstrap_source_refused")
+        assert len(refused) == 1 and refused[0]["reason"] == "not entitled"
+        assert refused[0]["level"] == "error"
+        assert not _events(b, "bootstrap_interrupted")
+        assert not b.broker.ready
     finally:
         await scene.close()
