@@ -14,7 +14,7 @@ from pathlib import Path
 
 from server.clock import VirtualClock
 from server.peer import Peer
-from server.replication.bootstrap import REFUSED_RETRY
+from server.replication.bootstrap import REFUSED_RETRY, Bootstrapper
 from tests.support.certs import TestCA
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, scenario, xml
@@ -66,10 +66,23 @@ class Scene:
         self.started.append(b)
         return b
 
+    async def copied(self, b: EngineHarness) -> None:
+        """``b`` copies every record of ``a`` as ``repl``, then serves."""
+        await drive(self.clock, lambda: b.broker.ready)
+        boot = _boot(b)
+        assert boot.progress.state == "done" and boot.progress.user == "repl"
+        assert len(await records(b)) == COPIES
+
     async def close(self) -> None:
         for h in reversed(self.started):
             await h.__aexit__(None, None, None)
         await self.fabric.close()
+
+
+def _boot(h: EngineHarness) -> Bootstrapper:
+    boot = h.broker.bootstrapper
+    assert boot is not None
+    return boot
 
 
 def _dials(scene: Scene) -> int:
@@ -85,12 +98,9 @@ async def test_a_token_alone_copies_as_the_user_it_names_here(tmp_path: Path) ->
     scene = Scene(tmp_path)
     try:
         await scene.source()
-        b = await scene.requester(_users(write="^orders$"), f"<Token>{REPL}</Token>")
-        boot = b.broker.bootstrapper
-        assert boot is not None
-        await drive(scene.clock, lambda: b.broker.ready)
-        assert boot.progress.state == "done" and boot.progress.user == "repl"
-        assert len(await records(b)) == COPIES
+        await scene.copied(
+            await scene.requester(_users(write="^orders$"), f"<Token>{REPL}</Token>")
+        )
     finally:
         await scene.close()
 
@@ -108,12 +118,9 @@ async def test_a_client_certificate_copies_as_the_user_of_its_subject(tmp_path: 
     )
     try:
         await scene.source(subject=client.subject)
-        b = await scene.requester(_users(write="^orders$", subject=client.subject), transport)
-        boot = b.broker.bootstrapper
-        assert boot is not None
-        await drive(scene.clock, lambda: b.broker.ready)
-        assert boot.progress.state == "done" and boot.progress.user == "repl"
-        assert len(await records(b)) == COPIES
+        await scene.copied(
+            await scene.requester(_users(write="^orders$", subject=client.subject), transport)
+        )
     finally:
         await scene.close()
 
@@ -126,8 +133,7 @@ async def test_a_named_topic_the_user_may_not_write_stops_before_any_copy(
     try:
         await scene.source()
         b = await scene.requester(_users(write="^md$"), f"<User>repl</User><Token>{REPL}</Token>")
-        boot = b.broker.bootstrapper
-        assert boot is not None
+        boot = _boot(b)
         await drive(scene.clock, lambda: boot.progress.state == "failed")
         error = str(boot.progress.error)
         assert "user 'repl' of the bootstrap may not publish to 'orders'" in error
@@ -145,8 +151,7 @@ async def test_credentials_of_no_user_here_stop_before_any_copy(tmp_path: Path) 
     try:
         await scene.source()
         b = await scene.requester(_users(repl=False), f"<User>repl</User><Token>{REPL}</Token>")
-        boot = b.broker.bootstrapper
-        assert boot is not None
+        boot = _boot(b)
         await drive(scene.clock, lambda: boot.progress.state == "failed")
         error = str(boot.progress.error)
         assert "must be a user of this instance too" in error
@@ -168,8 +173,7 @@ async def test_a_lasting_refusal_of_the_source_is_held_off_and_reported_once(
     try:
         await scene.source(read="^md$")
         b = await scene.requester(_users(), f"<User>repl</User><Token>{REPL}</Token>")
-        boot = b.broker.bootstrapper
-        assert boot is not None
+        boot = _boot(b)
         await drive(scene.clock, lambda: boot.progress.retry_at is not None)
         progress = boot.progress
         assert progress.state == "waiting" and _dials(scene) == 1
