@@ -52,10 +52,6 @@ def _unrepaired(a: Anomaly, damaged: set[str]) -> bool:
     return a.category in ("lost", "divergent") and a.instance in damaged
 
 
-def _bootstrap(a: Anomaly, damaged: set[str]) -> bool:
-    return a.category == "liveness" and "never finished its bootstrap" in a.detail
-
-
 #: Failure modes of the broker this run finds that are reported and not fixed yet: while
 #: this is not empty, a run whose only anomalies are of these kinds is an expected
 #: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
@@ -64,7 +60,6 @@ PENDING = {
     "a damaged or wiped copy is not given back what its peers hold (acked records lost "
     "there)": _unrepaired,
     "a replicated queue stops delivering or splits ownership once a copy lost records": _queue,
-    "an empty instance with <Users> cannot bootstrap (copied records not entitled)": _bootstrap,
 }
 
 
