@@ -13,6 +13,7 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from tests.nemesis.cluster import TOPOLOGIES
@@ -50,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-netns", action="store_true", help="loopback even as root")
     parser.add_argument(
         "--scenario", choices=sorted(SCENARIOS),
-        help="a named run (its settings override the options above)",
+        help="a named run: its own minutes, seed, instances, topology and faults "
+        "(refused beside them); --pace, --rate, --stall and --no-netns still apply",
     )  # fmt: skip
     parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temp dir)")
     parser.add_argument(
@@ -70,7 +72,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         stall=args.stall,
     )
     if args.scenario:
-        settings = SCENARIOS[args.scenario].settings
+        clash = [
+            f"--{name}" for name in ("minutes", "seed", "instances", "topology", "faults")
+            if getattr(args, name) != getattr(d, name)
+        ]  # fmt: skip
+        if clash:
+            parser.error(f"--scenario sets {', '.join(clash)} itself; leave them out")
+        settings = replace(
+            SCENARIOS[args.scenario].settings,
+            pace=args.pace, rate=args.rate, stall=args.stall, netns=not args.no_netns,
+        )  # fmt: skip
     if args.schedule:
         names = ["a", "b", "c", "d", "e"][: settings.instances]
         sched = draw_schedule(
