@@ -21,7 +21,7 @@ from server.auth import Authenticator
 from server.brokerpublish import BrokerPublisher, Published
 from server.clients import ClientRegistry
 from server.clock import Clock
-from server.config import Config
+from server.config import Config, UserConfig
 from server.engine_errors import (
     ClientNotFound,
     NoTransactionLog,
@@ -34,7 +34,7 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.metrics import Metrics
-from server.queues.errors import QueueNotFound
+from server.queues.errors import QueueNotEntitled, QueueNotFound
 from server.queues.service import QueueService
 from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
@@ -289,7 +289,20 @@ class Operations:
         """What every dashboard page shows in a banner now (server/alerts.py)."""
         boot = self.bootstrap
         booting = boot.progress.alerts() if boot is not None else []
-        return booting + txlog_alerts(self._txlog)
+        stuck = self._queues.alerts() if self._queues is not None else []
+        return booting + txlog_alerts(self._txlog) + stuck
+
+    def health(self) -> dict[str, object]:
+        """``GET /healthz``: ``ok``, or ``degraded`` with the reasons (the ids and titles
+        of the alerts of the error level: a stuck queue, a log refusing writes...). The
+        process serves either way (a liveness probe: restarting would not help)."""
+        errors = [a for a in self.alerts() if a["level"] == "error"]
+        if not errors:
+            return {"status": "ok"}
+        return {
+            "status": "degraded",
+            "reasons": [{"id": a["id"], "title": a["title"]} for a in errors],
+        }
 
     def fabric_info(self) -> FabricGraph:
         """The replication graph this instance sees (``GET /api/fabric``)."""
@@ -672,6 +685,24 @@ class Operations:
         if from_service is None:
             raise QueueNotFound(name)
         return from_service.info(name).to_dict()
+
+    def queue_messages(
+        self, name: str, after: int, limit: int, user: UserConfig | None
+    ) -> dict[str, object]:
+        """A page of a queue's waiting and leased messages, with why each is not being
+        delivered (``GET /api/queues/{name}/messages``). It shows message data, so the
+        caller must be entitled to read the queue (its topic) as a consumer would.
+
+        Raises:
+            QueueNotFound: no queue of that name (404).
+            QueueNotEntitled: ``user`` may not read the queue (403).
+        """
+        queues = self._queues
+        if queues is None or name not in queues.queues:
+            raise QueueNotFound(name)
+        if self.auth.enabled and not self.auth.can_read(user, name):
+            raise QueueNotEntitled(user.name if user is not None else None, name)
+        return queues.browse(name, after, limit).to_dict()
 
     def set_proxied_transfer(self, name: str, enabled: bool, by: str | None = None) -> int:
         """``POST /api/queues/{name}/enable_proxied_transfer`` (and disable), by user

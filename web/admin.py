@@ -210,7 +210,7 @@ class AdminApi:
     # -- probes ----------------------------------------------------------------------------
 
     async def healthz(self, request: Request) -> Any:
-        return {"status": "ok"}
+        return self.ops.health()
 
     async def readyz(self, request: Request) -> Any:
         if not self.ops.ready:
@@ -410,7 +410,13 @@ class AdminApi:
             return ApiEndpoint(Operation("POST", path, summary, tag, **kw), handler)
 
         return [
-            get("/healthz", self.healthz, "Liveness", "probes", access="public"),
+            get(
+                "/healthz",
+                self.healthz,
+                "Liveness: ok, or degraded with the reasons (still 200)",
+                "probes",
+                access="public",
+            ),
             get(
                 "/readyz",
                 self.readyz,

@@ -89,6 +89,7 @@ class Page:
         template: file under templates/.
         extra: adds page-specific values to the template context.
         csp: the page's own Content-Security-Policy (web/headers.py's otherwise).
+        nav: listed in the navigation (a page reached from another one is not).
     """
 
     path: str
@@ -97,6 +98,7 @@ class Page:
     template: str
     extra: Callable[[Request], dict[str, Any]] | None = None
     csp: Callable[[Request], str] | None = None
+    nav: bool = True
 
 
 def _fabric_peers(request: Request) -> dict[str, Any]:
@@ -120,6 +122,8 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/query", "query", "Query", "query.html"),
     Page("/sow", "sow", "SOW", "sow.html"),
     Page("/queues", "queues", "Queues", "queues.html"),
+    # one queue's messages (?queue=NAME), reached from the Queues page
+    Page("/queues/messages", "queue-messages", "Queue messages", "queue_messages.html", nav=False),
     Page("/events", "events", "Events", "events.html", extra=_recent_events),
 )
 
@@ -129,7 +133,7 @@ def page_context(request: Request, page: Page) -> dict[str, Any]:
     state = request.app.state
     return {
         "page": page,
-        "nav": PAGES,
+        "nav": [p for p in PAGES if p.nav],
         "instance": {
             "name": state.config.name,
             "group": state.config.group,

@@ -3,6 +3,9 @@
 - ``GET /api/queues``: every queue: depth, backlog (ready messages), leased, owned,
   transferred in/out, proxied transfer on/off, oldest lease age, consumers, counters.
 - ``GET /api/queues/{name}``: one queue, with its first 50 leases.
+- ``GET /api/queues/{name}/messages``: a page of its messages (cursor ``after``,
+  ``limit``) with why each is not being delivered (server/queues/browse.py). Admin only,
+  and the user must be entitled to read the queue: it shows message data.
 - ``POST /api/queues/{name}/enable_proxied_transfer`` / ``disable_proxied_transfer``:
   409 with the reason: queues are not replicated in this version, so every message is
   owned by this instance (docs/queues.md); 404 for a queue that does not exist.
@@ -18,14 +21,18 @@ from typing import Any, Final
 from starlette.requests import Request
 
 from server.operations import Operations
-from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
-from web.api_errors import ApiError, Conflict, NotFound
-from web.auth import auth_context
-from web.openapi import Operation
+from server.queues.browse import BROWSE_MAX
+from server.queues.errors import ProxiedTransferUnavailable, QueueNotEntitled, QueueNotFound
+from web.api_errors import ApiError, Conflict, Forbidden, NotFound
+from web.auth import auth_context, require_admin
+from web.openapi import Operation, QueryParam
+from web.params import int_param
 
 __all__ = ["QueuesApi", "queue_error"]
 
 NOT_CONFIGURED: Final = "queues are not configured on this instance"
+#: messages per page of the message browser when ``limit`` is not given
+BROWSE_DEFAULT: Final = 100
 
 Handler = Callable[[Request], Awaitable[Any]]
 
@@ -36,6 +43,8 @@ def queue_error(exc: Exception) -> ApiError | None:
         return NotFound(str(exc))
     if isinstance(exc, ProxiedTransferUnavailable):
         return Conflict(str(exc))
+    if isinstance(exc, QueueNotEntitled):
+        return Forbidden(str(exc))
     return None
 
 
@@ -56,6 +65,13 @@ class QueuesApi:
     async def queue(self, request: Request) -> Any:
         self._require()
         return self.ops.queue_info(request.path_params["name"])
+
+    async def messages(self, request: Request) -> Any:
+        self._require()
+        context = require_admin(request)
+        after = int_param(request, "after", 0, 0, 1 << 62)
+        limit = int_param(request, "limit", BROWSE_DEFAULT, 1, BROWSE_MAX)
+        return self.ops.queue_messages(request.path_params["name"], after, limit, context.user)
 
     def _switch(self, enabled: bool) -> Handler:
         async def handler(request: Request) -> Any:
@@ -89,6 +105,32 @@ class QueuesApi:
                     errors=(404,),
                 ),
                 self.queue,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/api/queues/{name}/messages",
+                    "A page of the queue's messages, with why each is not being delivered",
+                    "queues",
+                    description=(
+                        "Messages in log order after the cursor `after` (the `next_after` "
+                        "of the previous page; null on the last page): bookmark, owner, "
+                        "epoch, deliveries, lease holder and expiry, and `reason` / "
+                        "`detail`: why it is not being delivered. Admin only; the user "
+                        "must also be entitled to read the queue (403 otherwise)."
+                    ),
+                    errors=(400, 403, 404),
+                    access="admin",
+                    query=(
+                        QueryParam("after", "continue after this seq (next_after)", type="integer"),
+                        QueryParam(
+                            "limit",
+                            f"messages per page, 1..{BROWSE_MAX}, default {BROWSE_DEFAULT}",
+                            type="integer",
+                        ),
+                    ),
+                ),
+                self.messages,
             ),
             *(
                 (

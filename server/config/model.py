@@ -376,6 +376,9 @@ class QueueConfig:
         initial_owner: ``GroupLocalQueue``: the instance that owns new messages.
         target_queue_depth: ``TargetQueueDepth``: at most this many messages active (in
             memory, delivered), the rest inactive in the log (0: no bound).
+        stuck_age: ``StuckMessageAge``: seconds the oldest waiting message may wait while
+            consumers here have room before the queue counts as stuck (an alert,
+            ``/healthz`` degraded; 0: never).
     """
 
     name: str
@@ -395,6 +398,7 @@ class QueueConfig:
     expiration: float = 0.0
     initial_owner: str | None = None
     target_queue_depth: int = 0
+    stuck_age: float = 300.0
     _pattern: re.Pattern[str] | None = field(
         init=False, repr=False, compare=False, hash=False, default=None
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from server.protocol.errors import SpoolError
 
-__all__ = ["ProxiedTransferUnavailable", "QueueError", "QueueNotFound"]
+__all__ = ["ProxiedTransferUnavailable", "QueueError", "QueueNotEntitled", "QueueNotFound"]
 
 
 class QueueError(SpoolError):
@@ -16,6 +16,16 @@ class QueueNotFound(QueueError):
 
     def __init__(self, name: str) -> None:
         super().__init__(f"no queue named {name!r}")
+
+
+class QueueNotEntitled(QueueError):
+    """A user asked to see a queue's messages without the entitlement to read them."""
+
+    def __init__(self, user: str | None, name: str) -> None:
+        super().__init__(
+            f"user {user!r} is not entitled to read queue {name!r} (its messages need the "
+            "Read entitlement a consumer of the queue needs)"
+        )
 
 
 class ProxiedTransferUnavailable(QueueError):

@@ -34,6 +34,8 @@ class QueueInfo:
     oldest_request_age: float
     oldest_lease_age: float
     oldest_message_age: float
+    oldest_undelivered_age: float
+    stuck: bool
     consumers: int
     enqueued: int
     removed: dict[str, int]
@@ -51,16 +53,20 @@ class QueueInfo:
             "requests_open": self.requests_open, "requests_waiting": self.requests_waiting,
             "oldest_request_age": self.oldest_request_age,
             "oldest_lease_age": self.oldest_lease_age,
-            "oldest_message_age": self.oldest_message_age, "consumers": self.consumers,
+            "oldest_message_age": self.oldest_message_age,
+            "oldest_undelivered_age": self.oldest_undelivered_age, "stuck": self.stuck,
+            "consumers": self.consumers,
             "enqueued": self.enqueued, "removed": dict(self.removed), "leases": self.leases,
         }  # fmt: skip
 
 
-def describe(q: QueueRuntime, now: int) -> QueueInfo:
-    """``q`` at ``now`` (microseconds); its first 50 leases listed."""
+def describe(q: QueueRuntime, now: int, stuck: bool = False) -> QueueInfo:
+    """``q`` at ``now`` (microseconds); its first 50 leases listed. ``stuck``: as the
+    stuck-queue watch last found it (server/queues/stuck.py)."""
     m = q.machine
     lease_start = m.oldest_lease_us()
     oldest = m.oldest_enqueued_us()
+    waiting = m.oldest_waiting()
     leases: list[dict[str, object]] = [
         {"bookmark": msg.bookmark, "consumer": msg.holder.name if msg.holder else None,
          "deliveries": msg.deliveries, "expires_in": round((msg.lease_until_us - now) / 1e6, 3)}
@@ -88,6 +94,10 @@ def describe(q: QueueRuntime, now: int) -> QueueInfo:
         oldest_request_age=round(max(0, now - asked) / 1e6, 3) if asked else 0.0,
         oldest_lease_age=round((now - lease_start) / 1e6, 3) if lease_start else 0.0,
         oldest_message_age=round((now - oldest) / 1e6, 3) if oldest else 0.0,
+        oldest_undelivered_age=(
+            round(max(0, now - waiting.enqueued_us) / 1e6, 3) if waiting is not None else 0.0
+        ),
+        stuck=stuck,
         consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
         leases=leases,
     )  # fmt: skip

@@ -31,9 +31,11 @@ expired, past ``MaxDeliveries`` or ``MaxCancels``, or delivered under at-most-on
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Final, Literal, NamedTuple
 
 from server.queues.runheap import RunHeap
@@ -179,6 +181,10 @@ class Removal(NamedTuple):
     reason: RemovalReason
 
 
+#: how far :meth:`QueueMachine.oldest_waiting` walks the log order before it takes the
+#: smallest ready seq instead
+_WAITING_WALK: Final = 4096
+
 #: ``Delivery`` / ``Removal`` built from a tuple without the generated ``__new__`` (a
 #: Python-level function call per message: 3 % of a queue broker's thread)
 _make = tuple.__new__
@@ -265,13 +271,46 @@ class QueueMachine:
         return order[0] if order else 0
 
     def oldest_lease_us(self) -> int:
-        """When the oldest current lease began (0: none)."""
-        starts = [
-            m.lease_until_us - self.policy.lease_period_us
-            for m in self._messages.values()
-            if m.holder is not None
-        ]
-        return min(starts, default=0)
+        """When the oldest current lease began (0: none). Every lease of a queue lasts
+        one lease period, so the oldest is the first to end: the head of the lease heap
+        (its stale entries dropped first), not a walk over the messages."""
+        self._trim()
+        if not self._leases:
+            return 0
+        return self._leases.peek()[0] - self.policy.lease_period_us
+
+    def oldest_waiting(self) -> Message | None:
+        """The first message in log order that waits for a consumer (ready: not leased;
+        one owned by another instance counts). Usually found within the leased messages
+        ahead of it (what the consumers hold); past a few thousand places of the order,
+        the smallest ready seq is taken in one C-speed pass instead."""
+        ready = self._ready_set
+        if not ready:
+            return None
+        for seq in islice(self._order, _WAITING_WALK):
+            if seq in ready:
+                return self._messages.get(seq)
+        return self._messages.get(min(ready))
+
+    def page_after(self, seq: int, limit: int, scan: int) -> tuple[list[Message], int]:
+        """At most ``limit`` messages after ``seq`` in log order, looking at no more than
+        ``scan`` places of the order (ones gone are skipped), and the seq to continue
+        after (0: the end was reached). A bisection finds where to start: the order is
+        in ascending seq (messages enter in log order), so a page deep in a long queue
+        costs the skip in C, not a walk in Python."""
+        order = self._order
+        messages = self._messages
+        out: list[Message] = []
+        start = bisect_right(order, seq)
+        last = seq
+        for looked, s in enumerate(islice(order, start, None)):
+            if len(out) >= limit or looked >= scan:
+                return out, last
+            last = s
+            m = messages.get(s)
+            if m is not None:
+                out.append(m)
+        return out, 0
 
     def oldest_enqueued_us(self) -> int:
         """When the oldest message in the queue was recorded (0: empty)."""

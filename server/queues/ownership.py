@@ -86,8 +86,8 @@ from typing import Final, NamedTuple
 
 from server.queues.runheap import RunHeap
 
-__all__ = ["MAX_EARLY", "MAX_REASK_US", "REASK_US", "Ack", "Grant", "Ownership", "Request",
-           "RequestState", "Wire"]  # fmt: skip
+__all__ = ["MAX_EARLY", "MAX_REASK_US", "REASK_US", "Ack", "Grant", "OwnerView", "Ownership",
+           "Request", "RequestState", "Wire"]  # fmt: skip
 
 #: most acks and grants kept for messages this copy has not seen yet (a safety net: the
 #: position rule prunes them long before, unless a publisher stops for good)
@@ -127,6 +127,22 @@ class Ack(NamedTuple):
 
 
 Wire = Request | Grant | Ack
+
+
+class OwnerView(NamedTuple):
+    """What this copy knows of one message's owner (read-only, for the message browser).
+
+    Attributes:
+        owner: the instance that may deliver it.
+        epoch: the epoch of that ownership.
+        granted_to: the instance this owner granted it to (the grant is on its way).
+        owner_offline: the owner has no live link into this instance.
+    """
+
+    owner: str
+    epoch: int
+    granted_to: str | None
+    owner_offline: bool
 
 
 class RequestState(NamedTuple):
@@ -290,6 +306,13 @@ class Ownership:
         """When the oldest open request of this instance was first asked (0: none)."""
         entries = self._entries
         return min((entries[bm].asked_us for bm in self._asked), default=0)
+
+    def view(self, bookmark: str) -> OwnerView | None:
+        """The message's owner as this copy sees it (None: not a message here)."""
+        e = self._entries.get(bookmark)
+        if e is None:
+            return None
+        return OwnerView(e.owner, e.epoch, e.granted_to, e.owner in self._offline)
 
     def request_state(self, bookmark: str) -> RequestState | None:
         """The open request of this instance for ``bookmark``, or the request it holds

@@ -38,6 +38,7 @@ from typing import Final
 
 import orjson
 
+from server.alerts import Alert
 from server.bookmarks import broker_pub_hash
 from server.clock import Clock, time_us
 from server.config import Config
@@ -54,6 +55,7 @@ from server.protocol.errors import (
     TxlogFull,
 )
 from server.protocol.options import parse_subscribe_options
+from server.queues.browse import BrowsePage, browse
 from server.queues.errors import QueueNotFound
 from server.queues.info import QueueInfo, describe
 from server.queues.machine import (
@@ -68,6 +70,7 @@ from server.queues.machine import (
 from server.queues.records import encode_ack_bookmarks, encode_ack_seqs
 from server.queues.refill import Refills
 from server.queues.stage import QueueRuntime, QueueStage
+from server.queues.stuck import StuckWatch
 from server.queues.transfers import Transfers
 from server.session import Session
 from server.stats.snapshot import QueueCounters
@@ -87,6 +90,8 @@ Handler = Callable[[Session, Command], Awaitable[None] | None]
 _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 #: the options of ``sow_delete`` on a queue
 _ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
+#: how often the stuck-queue watch looks at every queue (seconds)
+STUCK_CHECK_INTERVAL: Final = 1.0
 
 
 @dataclass(eq=False, slots=True)
@@ -144,6 +149,9 @@ class QueueService:
         self._target_us = 0
         self._waiting: set[Session] = set()
         self._log_failures = 0
+        #: which queues are stuck (server/queues/stuck.py), looked at every second
+        self.stuck = StuckWatch(events)
+        self._watch: asyncio.Task[None] | None = None
 
     @property
     def peers(self) -> Callable[[], Iterable[str]] | None:
@@ -179,18 +187,21 @@ class QueueService:
                 messages=self.stage.recovered_messages, acks=self.stage.recovered_acks,
             )  # fmt: skip
         if self.queues:
-            self._timer = asyncio.get_running_loop().create_task(self._run_timer())
+            loop = asyncio.get_running_loop()
+            self._timer = loop.create_task(self._run_timer())
+            self._watch = loop.create_task(self._run_watch())
             self._wake.set()
         for q in self.queues.values():
             self.refills.wanted(q)  # recovery stopped at the target: top the window up
 
     async def close(self) -> None:
-        """Shutdown: stop the timer, release the pins."""
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+        """Shutdown: stop the timer and the watch, release the pins."""
+        for task in (self._timer, self._watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._timer = self._watch = None
         await self.refills.close()
         for q in self.queues.values():
             if q.pin is not None:
@@ -625,7 +636,29 @@ class QueueService:
                     if not f.done():
                         f.cancel()
 
+    async def _run_watch(self) -> None:
+        """The stuck-queue watch: every queue once a second (its cost: finding each
+        queue's oldest waiting message, past the leased ones ahead of it)."""
+        while True:
+            self.stuck.check(self.queues.values(), time_us(self._clock))
+            await self._clock.sleep(STUCK_CHECK_INTERVAL)
+
     # -- admin --------------------------------------------------------------------------
+
+    def alerts(self) -> list[Alert]:
+        """The stuck queues' alerts (every dashboard page's banner, ``/healthz``)."""
+        return self.stuck.alerts()
+
+    def browse(self, name: str, after: int, limit: int) -> BrowsePage:
+        """A page of a queue's messages after seq ``after``, with why each waits.
+
+        Raises:
+            QueueNotFound: no queue of that name.
+        """
+        q = self.queues.get(name)
+        if q is None:
+            raise QueueNotFound(name)
+        return browse(q, after, limit, time_us(self._clock))
 
     def counters(self) -> dict[str, QueueCounters]:
         """Every queue's counters (metrics snapshot: Prometheus, stats history)."""
@@ -635,7 +668,9 @@ class QueueService:
             out[name] = {
                 "depth": i.depth, "backlog": i.backlog, "leased": i.leased,
                 "consumers": i.consumers, "oldest_lease_age": i.oldest_lease_age,
-                "oldest_message_age": i.oldest_message_age, "enqueued": i.enqueued,
+                "oldest_message_age": i.oldest_message_age,
+                "oldest_undelivered_age": i.oldest_undelivered_age, "stuck": int(i.stuck),
+                "enqueued": i.enqueued,
                 "removed": dict(i.removed), "inactive": i.inactive,
                 "deferred_acks": i.deferred_acks,
             }  # fmt: skip
@@ -664,7 +699,7 @@ class QueueService:
         q = self.queues.get(name)
         if q is None:
             raise QueueNotFound(name)
-        return describe(q, time_us(self._clock))
+        return describe(q, time_us(self._clock), self.stuck.is_stuck(name))
 
 
 def _accepts(flt: Filter) -> Callable[[Message], bool]:

@@ -285,6 +285,11 @@ class SpoolCollector(Collector):
              "Age of the oldest current lease"),
             ("oldest_message_age", "spool_queue_oldest_message_age_seconds",
              "Age of the oldest message in the queue"),
+            ("oldest_undelivered_age", "spool_queue_oldest_undelivered_age_seconds",
+             "Age of the oldest message waiting for a consumer (not leased)"),
+            ("stuck", "spool_queue_stuck",
+             "1 while the oldest waiting message is older than StuckMessageAge and "
+             "consumers have room"),
             ("inactive", "spool_queue_inactive",
              "Messages beyond TargetQueueDepth, waiting in the transaction log"),
             ("deferred_acks", "spool_queue_deferred_acks",

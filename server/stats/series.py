@@ -24,6 +24,7 @@ Paths (docs/admin-api.md has the full table)::
     replication/out/D/{sync,disconnects}
     security/{logon_failures,logon_refused}[_rate]  security/tls_expires_in_days
     queues/Q/{depth,backlog,leased,consumers,oldest_lease_age,oldest_message_age}
+    queues/Q/{oldest_undelivered_age,stuck}
     queues/Q/{enqueued,acked}[_rate]
 """
 
@@ -51,6 +52,8 @@ QueueGauge = Literal[
     "consumers",
     "oldest_lease_age",
     "oldest_message_age",
+    "oldest_undelivered_age",
+    "stuck",
     "inactive",
     "deferred_acks",
 ]
@@ -59,6 +62,7 @@ COUNTERS: Final[tuple[Counter, ...]] = ("msgs_in", "msgs_out", "bytes_in", "byte
 TOPIC_COUNTERS: Final[tuple[TopicCounter, ...]] = ("msgs_in", "bytes_in")
 QUEUE_GAUGES: Final[tuple[QueueGauge, ...]] = (
     "depth", "backlog", "leased", "consumers", "oldest_lease_age", "oldest_message_age",
+    "oldest_undelivered_age", "stuck",
 )  # fmt: skip
 TXLOG_GAUGES: Final[tuple[TxlogGauge, ...]] = ("last_seq", "durable_seq", "bytes", "journals")
 TXLOG_COUNTERS: Final[tuple[TxlogCounter, ...]] = ("appended", "flushes")

@@ -79,6 +79,8 @@ class QueueCounters(TypedDict):
     consumers: int
     oldest_lease_age: float  # seconds
     oldest_message_age: float  # seconds
+    oldest_undelivered_age: float  # seconds: the oldest message not leased
+    stuck: int  # 1 while the queue is stuck (server/queues/stuck.py)
     enqueued: int  # messages that entered it since the start
     removed: dict[str, int]  # messages that left it, by reason (acked, expired, ...)
     inactive: int  # TargetQueueDepth: messages waiting in the log, not active

@@ -5,7 +5,7 @@
 
 import { TimeChart } from "./charts.js";
 import {
-  Alert, KeyedTable, Poller, api, busy, confirmDialog, el, fmtDuration, fmtInt, setText,
+  Alert, KeyedTable, Poller, api, busy, confirmDialog, el, fmtDuration, fmtInt, fmtLag, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -26,9 +26,12 @@ const depthChart = new TimeChart($id("chart-depth"), {
 const ageChart = new TimeChart($id("chart-age"), {
   series: [
     { label: "oldest message", color: "--p99", fmt: (v) => fmtDuration(v) },
+    { label: "oldest undelivered", color: "--warn", fmt: (v) => fmtDuration(v) },
     { label: "oldest lease", color: "--p50", fmt: (v) => fmtDuration(v) },
   ],
-  yFormat: (v) => v.toFixed(0),
+  // ages of a few seconds or less are the usual case: whole seconds would label every
+  // tick "0"; fmtLag says "850 ms", "12.3 s", "4m 05s"
+  yFormat: fmtLag,
   window: 600,
 });
 
@@ -54,12 +57,13 @@ async function switchTransfer(button, q) {
 }
 
 const cells = ["name", "kind", "underlying_topic", "depth", "backlog", "leased", "consumers",
-  "oldest_lease_age", "oldest_message_age", "owned", "transferred"];
+  "oldest_lease_age", "oldest_message_age", "oldest_undelivered_age", "owned", "transferred"];
 const numeric = new Set(cells.slice(3));
 
 function cell(field, q) {
   switch (field) {
-    case "oldest_lease_age": case "oldest_message_age": return q[field] ? fmtDuration(q[field]) : "–";
+    case "oldest_lease_age": case "oldest_message_age": case "oldest_undelivered_age":
+      return q[field] ? fmtDuration(q[field]) : "–";
     case "transferred": return `${fmtInt(q.transferred_in)} / ${fmtInt(q.transferred_out)}`;
     case "name": case "kind": case "underlying_topic": return q[field];
     default: return fmtInt(q[field]);
@@ -68,23 +72,28 @@ function cell(field, q) {
 
 const table = new KeyedTable($id("queues-table").tBodies[0], {
   key: (q) => q.name,
-  columns: cells.length + 1,
+  columns: cells.length + 2,
   empty: "No queue is configured",
   create(q) {
     const tr = el("tr", { className: "queue-row", onclick: () => { selected = q.name; redraw(); } });
     for (const field of cells) {
       tr.append(el("td", { className: numeric.has(field) ? "num" : "mono", dataset: { field } }));
     }
+    const browse = el("a", { className: "button small browse", text: "messages",
+      onclick: (ev) => ev.stopPropagation() });
     const button = el("button", { type: "button", className: "small proxied-transfer" });
     button.addEventListener("click", (ev) => {
       ev.stopPropagation();
       switchTransfer(button, tr.queue);
     });
-    tr.append(el("td", { className: "actions" }, button));
+    tr.append(el("td", { className: "actions" }, button), el("td", { className: "actions" }, browse));
     return tr;
   },
   update(tr, q) {
     tr.queue = q;
+    tr.querySelector("a.browse").href = `/queues/messages?queue=${encodeURIComponent(q.name)}`;
+    tr.classList.toggle("stuck", Boolean(q.stuck));
+    tr.dataset.stuck = q.stuck ? "1" : "0";
     for (const td of tr.querySelectorAll("td[data-field]")) setText(td, cell(td.dataset.field, q));
     const button = tr.querySelector("button.proxied-transfer");
     setText(button, q.proxied_transfer ? "on: disable" : "off: enable");
@@ -112,7 +121,8 @@ function redraw() {
   const pts = history.get(q.name) ?? [];
   const xs = pts.map((p) => p.time);
   depthChart.setData([xs, pts.map((p) => p.depth), pts.map((p) => p.leased)]);
-  ageChart.setData([xs, pts.map((p) => p.oldest_message_age), pts.map((p) => p.oldest_lease_age)]);
+  ageChart.setData([xs, pts.map((p) => p.oldest_message_age),
+    pts.map((p) => p.oldest_undelivered_age), pts.map((p) => p.oldest_lease_age)]);
   for (const tr of $id("queues-table").tBodies[0].rows) tr.classList.toggle("selected", tr.queue?.name === selected);
   api(`/api/queues/${encodeURIComponent(q.name)}`).then(leasesOf, (err) => alert.error(err, "leases"));
 }
@@ -124,7 +134,7 @@ const poller = new Poller(async () => {
     for (const q of queues) {
       const pts = history.get(q.name) ?? [];
       pts.push({ time: now, depth: q.depth, leased: q.leased, oldest_message_age: q.oldest_message_age,
-        oldest_lease_age: q.oldest_lease_age });
+        oldest_undelivered_age: q.oldest_undelivered_age, oldest_lease_age: q.oldest_lease_age });
       if (pts.length > MAX_POINTS) pts.shift();
       history.set(q.name, pts);
     }

@@ -17,6 +17,7 @@
       <BarrierExpression>/barrier = 1</BarrierExpression>
       <Priority>/prio</Priority>                 <!-- an expression; higher goes first -->
       <Expiration>1h</Expiration>                <!-- default: for ever -->
+      <StuckMessageAge>5m</StuckMessageAge>      <!-- alert past this; 0: never -->
     </Queue>
     <GroupLocalQueue>... <InitialOwner>spool-a</InitialOwner></GroupLocalQueue>
 
@@ -69,6 +70,7 @@ _SPEC: Final[Spec] = {
     "Expiration": False,
     "InitialOwner": False,
     "TargetQueueDepth": False,
+    "StuckMessageAge": False,
 }
 _UNSUPPORTED: Final[Mapping[str, str]] = {}
 _MAX_COUNT: Final = 1_000_000
@@ -140,6 +142,9 @@ def read_queue(node: Node, ctx: Context) -> QueueConfig:
     target = 0
     if (n := kids.one("TargetQueueDepth")) is not None:
         target = read_int(n, ctx, minimum=1, maximum=_MAX_COUNT)
+    stuck = 300.0
+    if (n := kids.one("StuckMessageAge")) is not None:
+        stuck = read_duration(n, ctx, minimum=1.0, maximum=_MAX_SECONDS, zero_ok=True)
     owner: str | None = None
     owner_node = kids.one("InitialOwner")
     if node.tag == "GroupLocalQueue":
@@ -154,5 +159,5 @@ def read_queue(node: Node, ctx: Context) -> QueueConfig:
         filter=filt, semantics=semantics, lease_period=lease, max_backlog=backlog,
         max_deliveries=deliveries, max_cancels=cancels, fairness=fairness, leasing=leasing,
         barrier=barrier, priority=priority, expiration=expiration, initial_owner=owner,
-        target_queue_depth=target,
+        target_queue_depth=target, stuck_age=stuck,
     )  # fmt: skip

@@ -159,6 +159,26 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "TargetQueueDepth",
     ),
     (
+        "queue StuckMessageAge below a second",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><StuckMessageAge>500ms</StuckMessageAge></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/StuckMessageAge",
+        5,
+        "StuckMessageAge must be between 1s and",
+    ),
+    (
+        "queue StuckMessageAge not a duration",
+        sow(
+            "<Topic><Name>a</Name></Topic>",
+            "<Queue><Name>q</Name><StuckMessageAge>soon</StuckMessageAge></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/StuckMessageAge",
+        5,
+        "soon",
+    ),
+    (
         "queue bad barrier",
         sow(
             "<Topic><Name>a</Name></Topic>",
@@ -310,3 +330,20 @@ def test_target_queue_depth_is_read_on_replicated_queues() -> None:
     assert group.queues[0].target_queue_depth == 10
     local = parse(doc(body.replace("<Queue>", "<LocalQueue>").replace("</Queue>", "</LocalQueue>")))
     assert local.replicates and local.queues[0].target_queue_depth == 10
+
+
+def test_stuck_message_age_defaults_to_five_minutes_and_zero_turns_it_off() -> None:
+    log = "<TransactionLog><Topic><Name>work-in</Name></Topic></TransactionLog>"
+    cfg = parse(
+        doc(
+            log
+            + sow(
+                "<Queue><Name>a</Name><UnderlyingTopic>work-in</UnderlyingTopic></Queue>",
+                "<Queue><Name>b</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
+                "<StuckMessageAge>0</StuckMessageAge></Queue>",
+                "<Queue><Name>c</Name><UnderlyingTopic>work-in</UnderlyingTopic>"
+                "<StuckMessageAge>90s</StuckMessageAge></Queue>",
+            )
+        )
+    )
+    assert [q.stuck_age for q in cfg.queues] == [300.0, 0.0, 90.0]

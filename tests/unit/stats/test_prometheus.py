@@ -66,6 +66,7 @@ class ScrapedBroker:
             disconnects={"slow_client_stalled": 2, "client": 9},
             queues={"work": {"depth": 7, "backlog": 3, "leased": 4, "consumers": 2,
                              "oldest_lease_age": 1.5, "oldest_message_age": 9.0,
+                             "oldest_undelivered_age": 8.0, "stuck": 1,
                              "enqueued": 20, "removed": {"acked": 12, "expired": 1},
                              "inactive": 40, "deferred_acks": 2}},
         )  # fmt: skip
@@ -97,6 +98,8 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_queue_deferred_acks", (("queue", "work"),))] == 2
     assert got[("spool_queue_leased", (("queue", "work"),))] == 4
     assert got[("spool_queue_oldest_lease_age_seconds", (("queue", "work"),))] == 1.5
+    assert got[("spool_queue_oldest_undelivered_age_seconds", (("queue", "work"),))] == 8.0
+    assert got[("spool_queue_stuck", (("queue", "work"),))] == 1
     assert got[("spool_queue_enqueued_total", (("queue", "work"),))] == 20
     assert got[("spool_queue_removed_total", (("queue", "work"), ("reason", "acked")))] == 12
     assert got[("spool_spills_total", ())] == 4
