@@ -276,7 +276,9 @@ class Broker:
             self.events.emit("info", "txlog", "recovered", **report.to_dict())
         # 2. SOW files: load what persistent topics kept
         await self.sow.open()
-        # 3. publish stages rebuild their state from the journal (SOW, queues)
+        # 3. publish stages rebuild their state from the journal (SOW, queues: from
+        #    their checkpoint)
+        await self.queues.load_checkpoint()
         await self.pipeline.recover()
         self.sow.recovered()
         self.queues.recovered()

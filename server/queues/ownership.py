@@ -288,6 +288,11 @@ class Ownership:
         activated) yet."""
         return len(self._early)
 
+    def is_early(self, bookmark: str) -> bool:
+        """Whether an ack or grant is kept for this message (not seen, or not activated,
+        here yet)."""
+        return bookmark in self._early
+
     def early_acks(self) -> int:
         """Acks among :meth:`early` (a bounded queue: acks of inactive messages)."""
         return self._early_acks

@@ -55,7 +55,16 @@ from server.protocol.errors import (
     TxlogFull,
 )
 from server.protocol.options import parse_subscribe_options
+from server.queues import checkpoint
 from server.queues.browse import BrowsePage, browse
+from server.queues.checkpoint import (
+    CHECKPOINT_INTERVAL,
+    Checkpoint,
+    CheckpointError,
+    LastRecord,
+    checkpoint_name,
+    fingerprint,
+)
 from server.queues.errors import QueueNotFound
 from server.queues.info import QueueInfo, describe
 from server.queues.machine import (
@@ -78,6 +87,8 @@ from server.stats.source import EventSink
 from server.subscription import Subscription
 from server.subscriptions import SubscriptionService
 from server.txlog import TransactionLog
+from server.txlog.errors import TxlogError
+from server.txlog.files import write_atomic
 from server.txlog.record import RecordKind
 from server.wire import encode_queued
 
@@ -152,6 +163,16 @@ class QueueService:
         #: which queues are stuck (server/queues/stuck.py), looked at every second
         self.stuck = StuckWatch(events)
         self._watch: asyncio.Task[None] | None = None
+        #: where each queue's recovery may start (server/queues/checkpoint.py)
+        tl = config.transaction_log
+        self._checkpoint_path = (
+            tl.journal_directory / checkpoint_name(config.name) if tl is not None else None
+        )
+        self._prints = {
+            name: fingerprint(q.config, q.ownership is not None) for name, q in self.queues.items()
+        }
+        self._saved: dict[str, int] = {}
+        self._saver: asyncio.Task[None] | None = None
 
     @property
     def peers(self) -> Callable[[], Iterable[str]] | None:
@@ -174,6 +195,87 @@ class QueueService:
 
     # -- start and stop -----------------------------------------------------------------
 
+    async def load_checkpoint(self) -> None:
+        """Start-up, before the log is read: where each queue's recovery may start
+        (server/queues/checkpoint.py). A file that is missing, unreadable, or names a
+        record the log does not hold leaves every queue reading the whole log (an
+        event says why); a queue whose definition changed reads the whole log."""
+        path, txlog = self._checkpoint_path, self._txlog
+        if path is None or txlog is None or not self.queues:
+            return
+        why = ""
+        loaded: Checkpoint | None = None
+        try:
+            data = await asyncio.to_thread(checkpoint.read, path)
+            if data is not None:
+                loaded = checkpoint.decode(data)
+                why = await self._not_this_log(loaded.last)
+        except (OSError, CheckpointError, TxlogError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        if loaded is None or why:
+            if why:
+                self._events.emit("warning", "queue", "queue_checkpoint_ignored",
+                                  path=str(path), reason=why)  # fmt: skip
+            return
+        for name, q in self.queues.items():
+            q.start_seq = loaded.start_of(name, self._prints[name])
+            if q.start_seq:
+                self._saved[name] = q.start_seq
+
+    async def _not_this_log(self, last: LastRecord) -> str:
+        """Why a checkpoint does not belong to this log ("": it does): the log must hold
+        the record it names, the same one."""
+        txlog = self._txlog
+        assert txlog is not None
+        if not txlog.first_seq <= last.seq <= txlog.durable_seq:
+            return (
+                f"the log holds records {txlog.first_seq}..{txlog.durable_seq}, not the "
+                f"checkpoint's last record {last.seq}"
+            )
+        batch = await txlog.read_view(last.seq, max_count=1, upto_seq=last.seq)
+        if len(batch) != 1 or (batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0]) != (
+            last.pub_hash,
+            last.pub_seq,
+            last.timestamp_us,
+        ):
+            return f"record {last.seq} of the log is not the one the checkpoint names"
+        return ""
+
+    async def save_checkpoint(self) -> bool:
+        """Write the checkpoint if a queue's start moved: the seqs now, then the log made
+        durable up to its end now, then the file (temp, fsync, rename) in a thread.
+        Returns whether a file was written."""
+        path, txlog = self._checkpoint_path, self._txlog
+        if path is None or txlog is None or not self.queues:
+            return False
+        end = txlog.last_seq
+        seqs = {name: q.checkpoint_seq(self._hold_from(q), end) for name, q in self.queues.items()}
+        if seqs == self._saved or end < 1:
+            return False
+        await txlog.wait_durable(end)
+        batch = await txlog.read_view(end, max_count=1, upto_seq=end)
+        if len(batch) != 1:
+            return False  # retention took it meanwhile: the next pass names a newer one
+        last = LastRecord(end, batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0])
+        data = checkpoint.encode(Checkpoint(last, seqs, self._prints))
+        await asyncio.to_thread(write_atomic, path, data)
+        self._saved = seqs
+        return True
+
+    async def _run_saver(self) -> None:
+        """The checkpoint, every :data:`CHECKPOINT_INTERVAL` when it moved."""
+        while True:
+            await self._clock.sleep(CHECKPOINT_INTERVAL)
+            await self._save_or_report()
+
+    async def _save_or_report(self) -> None:
+        try:
+            await self.save_checkpoint()
+        except (OSError, TxlogError) as exc:
+            # nothing is lost: the previous checkpoint is earlier, recovery reads more
+            self._events.emit("warning", "queue", "queue_checkpoint_failed",
+                              error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+
     def recovered(self) -> None:
         """Start-up, after the log was read: pin the log from each queue's oldest
         message, report, start the timer."""
@@ -185,23 +287,30 @@ class QueueService:
             self._events.emit(
                 "info", "queue", "queue_recovered", queue=q.config.name, depth=m.depth,
                 messages=self.stage.recovered_messages, acks=self.stage.recovered_acks,
+                from_seq=q.start_seq or (txlog.first_seq if txlog is not None else 0),
             )  # fmt: skip
         if self.queues:
             loop = asyncio.get_running_loop()
             self._timer = loop.create_task(self._run_timer())
             self._watch = loop.create_task(self._run_watch())
+            if self._checkpoint_path is not None:
+                self._saver = loop.create_task(self._run_saver())
             self._wake.set()
         for q in self.queues.values():
             self.refills.wanted(q)  # recovery stopped at the target: top the window up
 
     async def close(self) -> None:
-        """Shutdown: stop the timer and the watch, release the pins."""
-        for task in (self._timer, self._watch):
+        """Shutdown: stop the timer and the watch, write the checkpoint (the log is still
+        open), release the pins."""
+        started = self._saver is not None
+        for task in (self._timer, self._watch, self._saver):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        self._timer = self._watch = None
+        self._timer = self._watch = self._saver = None
+        if started:
+            await self._save_or_report()
         await self.refills.close()
         for q in self.queues.values():
             if q.pin is not None:
@@ -209,13 +318,7 @@ class QueueService:
                 q.pin = None
 
     def _hold_from(self, q: QueueRuntime) -> int:
-        oldest = q.machine.oldest_seq()
-        window = q.window
-        if window is not None and window.cursor:  # inactive messages live in the log only
-            return min(oldest, window.cursor) if oldest else window.cursor
-        if oldest:
-            return oldest
-        return (self._txlog.last_seq + 1) if self._txlog is not None else 1
+        return q.hold_from(self._txlog.last_seq if self._txlog is not None else 0)
 
     # -- routing ------------------------------------------------------------------------
 

@@ -96,6 +96,14 @@ class QueueRuntime:
     window: Window | None = None
     #: a moving average of the publish-to-ack time (microseconds; 0: none measured)
     typical_us: int = 0
+    #: recovery takes this queue's records from this seq on (its checkpoint,
+    #: server/queues/checkpoint.py; 0: the whole log)
+    start_seq: int = 0
+    #: replicated: the log seq of an ownership change received before its message, by
+    #: bookmark, with (once the message came and went) the log's end then, which the
+    #: message's seq cannot be past (0: not yet): a checkpoint must not pass the change
+    #: while a replay could still meet the message (:meth:`checkpoint_seq`)
+    early_records: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -160,13 +168,15 @@ class QueueRuntime:
         """Messages this instance owns (every one of a local queue)."""
         return self.ownership.owned() if self.ownership is not None else self.machine.depth
 
-    def receive(self, kind: int, body: bytes, now_us: int = 0, replay: bool = False) -> bool:
+    def receive(
+        self, kind: int, body: bytes, now_us: int = 0, replay: bool = False, seq: int = 0
+    ) -> bool:
         """A replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` record of this queue (from
-        another instance, or, ``replay``, read back at start-up): the ownership applies
-        it, the state machine follows. Answers (grants) go to :attr:`outgoing`; a replay
-        answers nothing (requests read back are answered once the instance runs:
-        :meth:`Ownership.receive`). Returns whether the queue may have something new to
-        deliver here."""
+        another instance, or, ``replay``, read back at start-up), recorded at ``seq``: the
+        ownership applies it, the state machine follows. Answers (grants) go to
+        :attr:`outgoing`; a replay answers nothing (requests read back are answered once
+        the instance runs: :meth:`Ownership.receive`). Returns whether the queue may have
+        something new to deliver here."""
         own = self.ownership
         if kind == _QUEUE_ACK:
             seqs, bookmarks = decode_ack(body)
@@ -175,14 +185,64 @@ class QueueRuntime:
                 if self.window is not None:
                     self.window.defer(seqs)
             if own is not None:
+                if seq:
+                    self._note_early(bookmarks, seq)
                 own.receive_acks(bookmarks)
             self.machine.drop(bookmarks, ELSEWHERE)
             return False
         if own is None:
             return False
-        for change in decode_transfers(body):
+        changes = decode_transfers(body)
+        if seq:
+            self._note_early([c.bookmark for c in changes], seq)
+        for change in changes:
             self.outgoing.extend(own.receive(change, now_us, replay))
         return True
+
+    def _note_early(self, bookmarks: Sequence[str], seq: int) -> None:
+        """Changes of messages not in the queue here (yet): where their record is, for
+        the checkpoint (:meth:`checkpoint_seq`). One lookup per bookmark."""
+        get = self.machine.get
+        early = self.early_records
+        for bm in bookmarks:
+            if get(bm) is None and bm not in early:
+                early[bm] = (seq, 0)
+
+    def hold_from(self, log_end: int) -> int:
+        """The first log seq this queue needs (its pin): its oldest message, or a bounded
+        queue's cursor if older (inactive messages live in the log only), or past
+        ``log_end`` (the log's last seq) when it is empty."""
+        oldest = self.machine.oldest_seq()
+        window = self.window
+        if window is not None and window.cursor:
+            return min(oldest, window.cursor) if oldest else window.cursor
+        return oldest or log_end + 1
+
+    def checkpoint_seq(self, hold_from: int, log_end: int) -> int:
+        """Where a replay of this queue may start (server/queues/checkpoint.py):
+        ``hold_from`` (where its pin holds: its oldest message or a bounded queue's
+        cursor), or earlier, at the record of an ownership change received before its
+        message while a replay could meet that message. ``log_end``: the log's last seq
+        now (a message that came and went is at or before it). Drops what no longer
+        holds the checkpoint back."""
+        early = self.early_records
+        if not early:
+            return hold_from
+        own = self.ownership
+        get = self.machine.get
+        waiting = own.is_early if own is not None else (lambda bm: False)
+        start = hold_from
+        for bm, (seq, gone_by) in list(early.items()):
+            if get(bm) is not None or waiting(bm):
+                start = min(start, seq)  # the change waits, or its message is here
+            elif not gone_by:
+                early[bm] = (seq, log_end)  # came and went since: at or before log_end
+                start = min(start, seq)
+            elif hold_from > gone_by:
+                del early[bm]  # a replay starts past the message: never meets it
+            else:
+                start = min(start, seq)
+        return start
 
     def admit(
         self,
@@ -397,8 +457,9 @@ class QueueStage:
         if run.kind in _EVENT_KINDS:
             queue = self._by_name.get(run.topic)
             if queue is not None and queue.ownership is not None:
-                for body in run.bodies:
-                    queue.receive(run.kind, body, run.timestamp_us or 0)
+                for i, body in enumerate(run.bodies):
+                    queue.receive(run.kind, body, run.timestamp_us or 0,
+                                  seq=run.first_seq + i)  # fmt: skip
                 self._on_enqueued(queue)
             return
         if run.kind not in _MESSAGE_KINDS:
@@ -423,8 +484,9 @@ class QueueStage:
             kind = int(RecordKind.PUBLISH) if plain else batch.kind(i)
             if kind in (_QUEUE_ACK, _QUEUE_TRANSFER):
                 queue = by_name.get(topic)
-                if queue is not None:
-                    queue.receive(kind, batch.bodies[i], batch.timestamps_us[i], replay=True)
+                if queue is not None and first + i >= queue.start_seq:
+                    queue.receive(kind, batch.bodies[i], batch.timestamps_us[i], replay=True,
+                                  seq=first + i)  # fmt: skip
                     self.recovered_acks += kind == _QUEUE_ACK
                 continue
             if kind not in _MESSAGE_KINDS:
@@ -433,6 +495,8 @@ class QueueStage:
             if not takers:
                 continue
             for queue in takers:
+                if first + i < queue.start_seq:
+                    continue  # before its checkpoint: every such message has left it
                 self.recovered_messages += queue.admit(
                     topic, [batch.bodies[i]], first + i, [batch.timestamps_us[i]],
                     [batch.pub_hashes[i]], [batch.pub_seqs[i]],
@@ -440,6 +504,7 @@ class QueueStage:
                 )  # fmt: skip
 
     def recover_from(self) -> int:
-        """The whole log: a queue's state is its messages minus its acks, and nothing
-        else keeps it (docs/queues.md "Recovery")."""
-        return 1 if self._queues else 1 << 62
+        """The earliest queue checkpoint (server/queues/checkpoint.py): each queue takes
+        the records from its own on; a queue without one reads the whole log (its state
+        is its messages minus its acks, and nothing else keeps it)."""
+        return min((q.start_seq or 1 for q in self._queues), default=1 << 62)

@@ -549,6 +549,18 @@ def _queue_specs() -> list[ScenarioSpec]:
             (Target("msgs_per_s", ">=", 50_000, "issue 17"),),
         ),
         ScenarioSpec(
+            "spool.restart.queue.100B",
+            "queue_restart",
+            "restart of an instance whose queue took the replay count of messages (all "
+            "acked, 10 left): process start to first logon ack after SIGTERM (from the "
+            "queue checkpoint), after SIGTERM without the checkpoint (the whole log) and "
+            "after SIGKILL",
+            {"body_bytes": 100},
+            ("stop_restart_s", "full_replay_restart_s", "kill_restart_s"),
+            (Target("stop_restart_s", "<", 3, "issue 32"),),
+            warmup=0,
+        ),
+        ScenarioSpec(
             "spool.queue.bounded.4consumers.100B",
             "queue_bounded",
             "the single-instance queue run with TargetQueueDepth 4,000: messages beyond it "

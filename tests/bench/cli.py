@@ -62,6 +62,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "queue_replicated": queue_family.run_queue_replicated,
     "queue_bounded": queue_family.run_queue_bounded,
     "queue_replicated_bounded": queue_family.run_queue_replicated_bounded,
+    "queue_restart": queue_family.run_queue_restart,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,

@@ -20,6 +20,15 @@ longer than the typical publish-to-ack time (docs/queues.md "Replicated queues")
 received every message exactly once (more is an error: a message delivered twice), and
 both copies of the queue must be empty.
 
+The restart with a queue (``spool.restart.queue.100B``): one broker with the bench queue
+through which the replay count of messages (1,000,000; 100,000 in quick mode) went,
+published and acked as in the queue run, plus 10 left in the queue. Each run restarts it
+three ways, to the first logon ack: after SIGTERM (``stop_restart_s``: recovery starts at
+the queue's checkpoint, written at shutdown), after SIGTERM with the checkpoint file
+removed (``full_replay_restart_s``: recovery reads the whole retained log, as it did
+before checkpoints), and after SIGKILL once the periodic checkpoint is on disk
+(``kill_restart_s``). After each the queue must hold exactly its 10 messages.
+
 The bounded variant (``spool.queue.bounded.4consumers.100B``): the same single-instance
 run with ``TargetQueueDepth`` 4,000: what refilling the window from the log costs. And
 the replicated one with the same target on both instances
@@ -35,6 +44,7 @@ import functools
 import re
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
@@ -45,7 +55,7 @@ from tests.bench.processes import Gate, Task, run_tasks
 from tests.bench.spool_families import _pid, _rss_mib, _seconds, _with_broker
 from tests.bench.suite import BENCH_TUNING, Suite
 from tests.bench.wire import close_quietly, command, open_session, subscribe_command, wait_acks
-from tests.bench.workers import publish_burst
+from tests.bench.workers import logon_once, publish_burst
 from tests.support.replication import destination, free_ports, replication_xml
 from tests.support.server import SpoolProcess
 
@@ -287,3 +297,98 @@ def run_queue(suite: Suite, chosen: Sequence[ScenarioSpec], rule: str = QUEUE_RU
             )
 
     _with_broker(suite, "queue", chosen, body, sow=rule)
+
+
+#: the messages left in the queue for the restart scenario (recovery must bring them back)
+RESTART_LEFT: Final = 10
+
+
+def _fill_and_drain(suite: Suite, broker: SpoolProcess, spec: ScenarioSpec) -> None:
+    """The restart scenario's log: the replay count of messages through the queue (each
+    published, delivered and acked), then :data:`RESTART_LEFT` left in it."""
+    s = suite.settings
+    rid = suite.next_id()
+    count = s.replay_count
+    cons, _ = run_tasks(
+        [
+            Task(queue_consumers, {
+                "url": broker.ws_url, "name": f"qr-{rid}", "connections": 4, "backlog": 500,
+                "expected": count, "timeout": s.worker_timeout * 4, "urls": [broker.ws_url],
+            }),
+            Task(publish_burst, {
+                "url": broker.ws_url, "name": f"qr-pub-{rid}", "topic": UNDERLYING,
+                "count": count, "body_bytes": spec.params["body_bytes"], "seed": s.seed,
+                "persisted": False, "window": s.window, "per_frame": s.per_frame,
+                "timeout": s.worker_timeout * 4,
+            }),
+        ],
+        timeout=s.worker_timeout * 4,
+    )  # fmt: skip
+    if cons["count"] != count or _depth(broker):
+        raise RuntimeError(f"filling the queue: {cons['count']} of {count} consumed")
+    (left,) = run_tasks(
+        [Task(publish_burst, {
+            "url": broker.ws_url, "name": f"qr-left-{rid}", "topic": UNDERLYING,
+            "count": RESTART_LEFT, "body_bytes": spec.params["body_bytes"], "seed": s.seed,
+            "persisted": True, "window": s.window, "per_frame": s.per_frame,
+            "timeout": s.worker_timeout,
+        })],
+        timeout=s.worker_timeout,
+    )  # fmt: skip
+    del left
+
+
+def _checkpoint_file(broker: SpoolProcess) -> Path | None:
+    return next(iter(broker.workdir.rglob("*.queues.ack")), None)
+
+
+def _restart_with_queue_once(suite: Suite, broker: SpoolProcess) -> dict[str, float]:
+    timeout = suite.settings.worker_timeout * 4
+    rid = suite.next_id()
+
+    def started(tag: str) -> float:
+        t = time.monotonic()
+        broker.start(timeout=timeout)
+        asyncio.run(logon_once(broker.ws_url, f"qrestart-{rid}-{tag}", timeout))
+        took = time.monotonic() - t
+        if _depth(broker) != RESTART_LEFT:
+            raise RuntimeError(f"after the restart ({tag}) the queue holds {_depth(broker)}")
+        return took
+
+    broker.stop()
+    stop_s = started("stop")
+    broker.stop()
+    path = _checkpoint_file(broker)
+    if path is None:
+        raise RuntimeError("no queue checkpoint after a graceful stop")
+    path.unlink()
+    full_s = started("full")
+    # the periodic checkpoint (a full replay leaves none until the first pass)
+    deadline = time.monotonic() + 60
+    while _checkpoint_file(broker) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    broker.kill()
+    kill_s = started("kill")
+    return {"stop_restart_s": stop_s, "full_replay_restart_s": full_s, "kill_restart_s": kill_s,
+            "checkpoint_speedup": full_s / stop_s}  # fmt: skip
+
+
+def run_queue_restart(suite: Suite, chosen: Sequence[ScenarioSpec]) -> None:
+    """The restart-with-a-queue family: one broker, the bench queue, a long log."""
+    s = suite.settings
+
+    def body(broker: SpoolProcess) -> None:
+        for spec in chosen:
+            suite.log(f"  {s.replay_count:,} messages through the queue (published, acked)")
+            try:
+                _fill_and_drain(suite, broker, spec)
+            except Exception as exc:
+                suite.record_all([spec], "error", f"filling the queue failed: {exc}")
+                continue
+            suite.measure(
+                spec,
+                functools.partial(_restart_with_queue_once, suite, broker),
+                params={"log_messages": s.replay_count, "left_in_queue": RESTART_LEFT},
+            )
+
+    _with_broker(suite, "queue-restart", chosen, body, sow=QUEUE_RULE)

@@ -384,3 +384,58 @@ async def test_replacing_a_queue_subscription_by_a_plain_one_ends_its_leases(
         assert [n for n, _, _ in got(a)] == [1]  # nothing more from the queue
         assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2)]
         assert h.broker.queues.info("work").consumers == 1
+
+
+@scenario
+async def test_a_restart_reads_the_log_from_the_queue_checkpoint(tmp_path: Path) -> None:
+    """Messages acked before the oldest one left are not read again at start-up: the
+    queue's checkpoint (written at shutdown, after the log's last fsync) starts recovery
+    at the oldest message still in the queue. The same state comes back as from the whole
+    log (the checkpoint removed), and a checkpoint naming a record the log does not hold
+    is ignored."""
+    q = queue_xml("<MaxPerSubscriptionBacklog>500</MaxPerSubscriptionBacklog>")
+    async with harness(tmp_path, q) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=500"))
+        await h.settle()
+        p.send(*(pub(i) for i in range(300)))
+        await h.settle()
+        c.send(ack(*(bm for n, bm, _ in got(c) if n < 200 or n % 7 == 0)))
+        await h.settle()
+        first_left = next(bm for n, bm, _ in got(c) if n == 200)
+    path = next(tmp_path.rglob("*.queues.ack"))
+
+    def recovered(h: EngineHarness) -> dict[str, Any]:
+        (event,) = [e for e in h.broker.events.recent() if e["event"] == "queue_recovered"]
+        return event
+
+    async def remaining(h: EngineHarness) -> list[int]:
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=500"))
+        await h.settle()
+        return sorted(n for n, _, _ in got(c))
+
+    expect = [n for n in range(200, 300) if n % 7]
+    async with harness(tmp_path, q) as h:
+        event = recovered(h)
+        assert event["messages"] == 100 and event["depth"] == len(expect)
+        oldest = h.broker.queues.queues["work"].machine.get(first_left)
+        assert oldest is not None and event["from_seq"] == oldest.seq
+        assert await remaining(h) == expect
+    saved = path.read_bytes()
+    path.unlink()
+    async with harness(tmp_path, q) as h:
+        event = recovered(h)
+        assert event["messages"] == 300 and event["from_seq"] == 1
+        assert await remaining(h) == expect
+    # a checkpoint that names another record than the log holds at its seq: ignored
+    doc = orjson.loads(saved)
+    doc["last"][2] += 1  # its publisher sequence
+    path.write_bytes(orjson.dumps(doc))
+    async with harness(tmp_path, q) as h:
+        event = recovered(h)
+        assert event["from_seq"] == 1 and await remaining(h) == expect
+        (ignored,) = [e for e in h.broker.events.recent()
+                      if e["event"] == "queue_checkpoint_ignored"]  # fmt: skip
+        assert "not the one the checkpoint names" in ignored["reason"]

@@ -1,0 +1,180 @@
+"""The queue checkpoint (server/queues/checkpoint.py): a replay from a queue's checkpoint
+gives the queue a replay of the whole log gives, for replicated queues whose acks and
+grants may arrive before their messages; and the file's codec refuses what it did not
+write."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from server.bookmarks import format_bookmark
+from server.clock import VirtualClock
+from server.config.model import QueueConfig
+from server.queues.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    LastRecord,
+    decode,
+    encode,
+    fingerprint,
+)
+from server.queues.machine import ACKED
+from server.queues.ownership import Grant
+from server.queues.records import encode_ack_bookmarks, encode_transfers
+from server.queues.stage import QueueRuntime
+from server.txlog.record import RecordKind
+
+ACK = int(RecordKind.QUEUE_ACK)
+TRANSFER = int(RecordKind.QUEUE_TRANSFER)
+#: publisher hash -> the instance it publishes on
+PUBLISHERS = {1: "a", 2: "b"}
+PER_PUBLISHER = 6
+
+#: one record of this copy's log: ("msg", pub, n) or (kind, body)
+Rec = tuple[object, ...]
+
+
+def _runtime(target: int = 0) -> QueueRuntime:
+    cfg = QueueConfig(name="work", underlying="work-in", target_queue_depth=target)
+    return QueueRuntime.build(cfg, VirtualClock(), "a", replicated=True)
+
+
+def _apply(q: QueueRuntime, seq: int, rec: Rec) -> None:
+    """One record, as the publish stage takes it live or at recovery."""
+    if rec[0] == "msg":
+        pub, n = rec[1], rec[2]
+        assert isinstance(pub, int) and isinstance(n, int)
+        q.admit("work-in", [b"{}"], seq, [seq], [pub], [n], PUBLISHERS[pub])
+    else:
+        kind, body = rec
+        assert isinstance(kind, int) and isinstance(body, bytes)
+        q.receive(kind, body, seq=seq)
+
+
+def _replay(log: list[Rec], start: int, target: int) -> QueueRuntime:
+    q = _runtime(target)
+    for seq, rec in enumerate(log, 1):
+        if seq >= start:
+            _apply(q, seq, rec)
+            q.outgoing.clear()
+    return q
+
+
+def _state(q: QueueRuntime) -> dict[str, tuple[str, int]]:
+    own = q.ownership
+    assert own is not None
+    out: dict[str, tuple[str, int]] = {}
+    for m in q.machine.messages():
+        view = own.view(m.bookmark)
+        assert view is not None
+        out[m.bookmark] = (view.owner, view.epoch)
+    return out
+
+
+op = st.one_of(
+    st.tuples(st.just("msg"), st.sampled_from(sorted(PUBLISHERS))),
+    st.tuples(st.just("ack_elsewhere"), st.sampled_from(sorted(PUBLISHERS)),
+              st.integers(1, PER_PUBLISHER)),
+    st.tuples(st.just("grant"), st.sampled_from(sorted(PUBLISHERS)),
+              st.integers(1, PER_PUBLISHER), st.sampled_from(["a", "b", "c"]),
+              st.integers(1, 3)),
+    st.tuples(st.just("ack_here"), st.integers(0, 10)),
+    st.just(("checkpoint",)),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops=st.lists(op, max_size=45), target=st.sampled_from([0, 0, 2]))
+def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
+    ops: list[tuple[object, ...]], target: int
+) -> None:
+    """Live operation writes a log; at each checkpoint the seq is taken (as the service
+    takes it). A restart replays the whole log, or only from the checkpoint: both give
+    the same messages with the same owners, now and after the rest of the traffic (the
+    messages still to come, with the changes already received for them)."""
+    log: list[Rec] = []
+    live = _runtime(target)
+    sent = dict.fromkeys(PUBLISHERS, 0)
+    checkpoints: list[tuple[int, int]] = []  # (checkpoint seq, log length then)
+
+    def record(rec: Rec) -> None:
+        log.append(rec)
+        _apply(live, len(log), rec)
+        live.outgoing.clear()
+
+    for o in ops:
+        if o[0] == "msg":
+            pub = o[1]
+            assert isinstance(pub, int)
+            if sent[pub] < PER_PUBLISHER:
+                sent[pub] += 1
+                record(("msg", pub, sent[pub]))
+        elif o[0] == "ack_elsewhere":
+            record((ACK, encode_ack_bookmarks([format_bookmark(o[1], o[2])])))  # type: ignore[arg-type]
+        elif o[0] == "grant":
+            bm = format_bookmark(o[1], o[2])  # type: ignore[arg-type]
+            record((TRANSFER, encode_transfers([Grant(bm, o[3], o[4])])))  # type: ignore[arg-type]
+        elif o[0] == "ack_here":
+            mine = [m for m in live.machine.messages()
+                    if live.ownership is not None and live.ownership.can_deliver(m.bookmark)]  # fmt: skip
+            if mine:
+                m = mine[o[1] % len(mine)]  # type: ignore[operator]
+                # the service: the machine removes it, the ownership forgets it, the ack
+                # is logged (read back at recovery)
+                live.machine.drop([m.bookmark], ACKED)
+                assert live.ownership is not None
+                live.ownership.acked_many([m.bookmark])
+                log.append((ACK, encode_ack_bookmarks([m.bookmark])))
+        else:
+            end = len(log)
+            checkpoints.append((live.checkpoint_seq(live.hold_from(end), end), end))
+    end = len(log)
+    checkpoints.append((live.checkpoint_seq(live.hold_from(end), end), end))
+    full = _replay(log, 1, target)
+    rest = [("msg", pub, n) for pub in PUBLISHERS for n in range(sent[pub] + 1, PER_PUBLISHER + 1)]
+    for start, written_at in checkpoints:
+        assert 1 <= start <= written_at + 1
+        part = _replay(log, start, target)
+        assert _state(part) == _state(full), (start, written_at)
+    # the checkpoint taken last, then the traffic still to come
+    start = checkpoints[-1][0]
+    part = _replay(log, start, target)
+    for i, rec in enumerate(rest, len(log) + 1):
+        for q in (full, part):
+            _apply(q, i, rec)
+    assert _state(part) == _state(full)
+
+
+def test_the_file_round_trips_and_refuses_what_it_did_not_write() -> None:
+    cp = Checkpoint(LastRecord(120, 77, 9, 1_700_000_000_000_000), {"work": 100},
+                    {"work": "f" * 32})  # fmt: skip
+    back = decode(encode(cp))
+    assert back == cp and back.start_of("work", "f" * 32) == 100
+    assert back.start_of("work", "0" * 32) == 0 and back.start_of("other", "f" * 32) == 0
+    for bad in (
+        b"",
+        b"not json",
+        b'{"version": 2}',
+        b'{"version": 1, "last": [1, 2, 3], "queues": {}}',
+        b'{"version": 1, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 12, "fingerprint": "x"}}}',
+        b'{"version": 1, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 0, "fingerprint": "x"}}}',
+        b'{"version": 1, "last": [10, 0, 0, -1], "queues": {}}',
+    ):
+        with pytest.raises(CheckpointError):
+            decode(bad)
+
+
+def test_the_fingerprint_follows_what_decides_which_messages_enter() -> None:
+    base = QueueConfig(name="work", underlying="work-in")
+    same = fingerprint(base, False)
+    assert fingerprint(QueueConfig(name="work", underlying="work-in", lease_period=1.0),
+                       False) == same  # fmt: skip
+    for other in (
+        fingerprint(QueueConfig(name="work", underlying="other"), False),
+        fingerprint(QueueConfig(name="work", underlying="work-in", filter="/a = 1"), False),
+        fingerprint(QueueConfig(name="work", underlying="work-in", kind="LocalQueue"), False),
+        fingerprint(base, True),
+    ):
+        assert other != same
