@@ -221,6 +221,28 @@ def _check_queues(
             )
 
 
+def _check_local_queues_stay(
+    replication: ReplicationPart | None, queues: tuple[QueueConfig, ...]
+) -> None:
+    """A ``<LocalQueue>`` is this instance's alone: a destination's topic block that names
+    it (the queue's name itself; a pattern that happens to match it sends nothing of it)
+    is refused. Its underlying topic may be replicated (an archive copy)."""
+    local = {q.name: q for q in queues if q.kind == "LocalQueue"}
+    if replication is None or not local:
+        return
+    for part in replication.destinations:
+        for topic, node in zip(part.config.topics, part.topic_nodes, strict=True):
+            q = local.get(topic.name)
+            if q is not None and not topic.is_regex:
+                raise fail(
+                    node,
+                    f"destination {part.config.name!r} replicates {q.name!r}, a LocalQueue: a "
+                    "local queue is this instance's alone and is not replicated; replicate "
+                    f"its underlying topic {q.underlying!r} for a copy of its messages, or "
+                    "make it a <Queue>",
+                )
+
+
 def child_text(node: Node) -> str:
     """The text of ``node``'s ``<Name>`` child ("" when it has none)."""
     for child in node.children:
@@ -394,6 +416,7 @@ def build(root: Node, ctx: Context) -> Config:
         _check_bootstrap(bootstrap, transports, txlog, sow)
     if sow_node is not None and queues:
         _check_queues(sow_node, queues, txlog, name, replicates)
+        _check_local_queues_stay(replication, queues)
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (

@@ -27,9 +27,10 @@ newer publish of its key). Two rules differ for deletes:
 A replicated queue's ``QUEUE_ACK`` and ``QUEUE_TRANSFER`` records (server/queues/records.py)
 carry the same identity and follow the same rules as a delete, except that they are
 logged on the queue's name: they go to a destination that a block of takes the queue's
-name or its underlying topic (the ``queue`` and ``queue_underlying``
-validation checks make sure it has the same queue). A local queue's ``QUEUE_ACK`` (no
-identity) is never sent.
+name (the ``queue`` and ``queue_underlying`` validation checks make sure it has the same
+queue and takes its underlying topic too). A destination that takes only the underlying
+topic (an archive copy) gets the messages without the queue's events: it need not host
+the queue. A local queue's ``QUEUE_ACK`` (no identity) is never sent.
 
 A :class:`Route` decides a whole :class:`~server.txlog.batch.RecordBatch` at once: per
 record only dict lookups and a path check; filters run through ``Filter.select`` over the
@@ -74,7 +75,7 @@ class Route:
     Args:
         destination: its configuration.
         queues: the instance's replicated queues: their events go to the destination
-            when a block takes their underlying topic (a pattern: when a block is one).
+            when a block takes the queue's name.
     """
 
     __slots__ = ("_blocks", "_cache", "_passthrough", "_queues", "name")
@@ -85,12 +86,7 @@ class Route:
             (t, compile_filter(t.filter) if t.filter else None) for t in destination.topics
         )
         self._queues = frozenset(
-            q.name
-            for q in queues
-            if any(
-                t.matches(q.name) or (t.is_regex if q.underlying_regex else t.matches(q.underlying))
-                for t in destination.topics
-            )
+            q.name for q in queues if any(t.matches(q.name) for t in destination.topics)
         )
         self._passthrough = PassThrough(destination.passthrough)
         self._cache: dict[str, _Blocks | None] = {}
@@ -144,7 +140,7 @@ class Route:
             kind = batch.kind(i) if mixed or deletes else 0
             if mixed and kind not in REPLICATED_KINDS:
                 continue
-            # a queue's events are logged on its name: they go wherever its messages may
+            # a queue's events are logged on its name: they go where a block takes it
             # (the destination's queue validation checks say it has the same queue)
             if kind in _QUEUE_EVENTS:
                 blocks: _Blocks | None = (None,) if topics[i] in self._queues else None

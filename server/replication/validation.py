@@ -39,12 +39,29 @@ too (a rule that covers it), with the same keys, or a failover changes what ``so
 queries answer and how updates merge. ``Durability`` and ``Expiration`` may differ (a
 memory-only SOW on a reporting instance is a deliberate choice).
 
-Queues: the summary lists each queue (name, kind, underlying topic). A block concerns a
-queue when it covers (or is covered by) the queue's name or its underlying topic: its
-messages, acks and transfers travel with the block. ``queue``: every queue a block
-concerns on one side exists on the other, with the same name and kind (a ``Queue`` on one
-side and a ``LocalQueue`` on the other would deliver a message twice).
-``queue_underlying``: those queues take the same underlying topic (text and kind).
+Queues: the summary lists each queue (name, kind, underlying topic, ``Filter``, a
+group-local queue's ``InitialOwner``). A block concerns a queue when it covers (or is
+covered by) the queue's name or its underlying topic. The queue's acks and ownership
+transfers are logged on its name and go where a block takes the name
+(server/replication/routing.py); its messages go where a block takes the underlying
+topic. ``queue``:
+
+- a block that takes the name of one of this instance's queues replicates the queue: the
+  other side defines the same queue (name, kind, ``Filter``, ``InitialOwner``: otherwise
+  the copies disagree on which messages are in the queue, or on who owns them), and this
+  destination also takes its underlying topic (the copy would get acks and transfers of
+  messages it never receives). A block naming a ``LocalQueue`` (the queue's name itself,
+  not a pattern that happens to match it) is an error: a local queue is this instance's
+  alone and none of its records leave it;
+- a block that takes only a queue's underlying topic sends the messages without the
+  queue's events: allowed when the other side does not define the queue (an archive
+  copy), an error when it does (its copy would never learn of acks or transfers);
+- every distributed queue *of the other side* a block concerns exists here, with the same
+  kind (a message published here would enter that copy owned by an instance without the
+  queue, and wait there for ever).
+
+``queue_underlying``: queues of the same name take the same underlying topic (text and
+kind).
 
 Pure: the summary is plain JSON data; :func:`validate` reads the peer's defensively (it
 came from the network) and raises ReplicationProtocolError for a malformed one.
@@ -120,11 +137,20 @@ class Queue:
     underlying: str
     underlying_regex: bool = False
     kind: str = "Queue"
+    filter: str | None = None
+    initial_owner: str | None = None
+
+    @property
+    def under(self) -> Rule:
+        return Rule(self.underlying, self.underlying_regex)
 
     def concerns(self, block: Rule) -> bool:
         """Whether a block with this rule carries the queue's messages or events."""
-        under = Rule(self.underlying, self.underlying_regex)
-        return any(r.covers(block) or block.covers(r) for r in (self.rule, under))
+        return any(r.covers(block) or block.covers(r) for r in (self.rule, self.under))
+
+    def named_by(self, block: Rule) -> bool:
+        """Whether a block with this rule takes the queue's name (its events)."""
+        return self.rule.covers(block) or block.covers(self.rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +189,8 @@ def summarize(config: Config) -> dict[str, object]:
                 "underlying": q.underlying,
                 "underlying_regex": q.underlying_regex,
                 "kind": q.kind,
+                "filter": q.filter,
+                "initial_owner": q.initial_owner,
             }
             for q in config.queues
         ],
@@ -239,7 +267,10 @@ def _queue(value: object) -> Queue:
     regex, kind = value.get("underlying_regex", False), value.get("kind", "Queue")
     if not isinstance(regex, bool) or not isinstance(kind, str):
         raise _malformed("a queue's underlying_regex is a boolean and its kind a string")
-    return Queue(_rule(value.get("topic")), underlying, regex, kind)
+    flt, owner = value.get("filter"), value.get("initial_owner")
+    if not isinstance(flt, (str, type(None))) or not isinstance(owner, (str, type(None))):
+        raise _malformed("a queue's filter and initial_owner are strings or null")
+    return Queue(_rule(value.get("topic")), underlying, regex, kind, flt, owner)
 
 
 def _list(obj: dict[str, object], key: str) -> list[object]:
@@ -356,28 +387,99 @@ def _queue_xml(q: Queue) -> str:
 
 
 def _queue_check(local: Summary, remote: Summary, rule: Rule) -> ValidationFailed | None:
-    """``queue``: the same queues (name and kind) on both sides for the block."""
-    for side, other in ((local, remote), (remote, local)):
-        theirs = {q.rule.name: q for q in other.queues}  # by name: wherever it takes from
-        for name, q in sorted(_queues_of(side, rule).items()):
-            match = theirs.get(name)
-            if match is None:
+    """``queue`` (module docstring): what the block replicates of a queue, the other side
+    holds as the same queue."""
+    peer = remote.name
+    theirs = {q.rule.name: q for q in remote.queues}
+    carried = next((d.blocks for d in local.destinations if d.name == peer), ())
+    for name, q in sorted(_queues_of(local, rule).items()):
+        match = theirs.get(name)
+        if q.kind == "LocalQueue":
+            if not rule.is_regex and rule.name == name:
                 return ValidationFailed(
                     "queue", rule.name,
-                    f"it is a queue on {side.name!r} but not on {other.name!r}"
-                    if name == rule.name else
-                    f"queue {name!r} takes it on {side.name!r} but not on {other.name!r}",
-                    f"define the same queue on {other.name!r} ({_queue_xml(q)} in its <SOW>), "
-                    "or stop replicating it",
+                    f"queue {name!r} is a LocalQueue on {local.name!r}: a local queue is this "
+                    "instance's alone and is not replicated",
+                    f"take {name!r} out of this destination's topics (to keep an archive copy "
+                    f"of its messages, replicate its underlying topic {q.underlying!r}), or "
+                    "make it a <Queue> on both instances",
                 )  # fmt: skip
-            if match.kind != q.kind:
+            continue
+        if not q.named_by(rule):
+            sends_events = any(q.named_by(b.rule) for b in carried)
+            if match is not None and match.kind != "LocalQueue" and not sends_events:
                 return ValidationFailed(
                     "queue", rule.name,
-                    f"queue {name!r} is a {q.kind} on {side.name!r} and a {match.kind} on "
-                    f"{other.name!r}",
-                    f"make queue {name!r} a <{q.kind}> on {other.name!r} (or both "
-                    f"<{match.kind}>)",
+                    f"{peer!r} defines queue {name!r} over it, but this instance does not "
+                    f"replicate the queue's acks and transfers ({name!r}) to {peer!r}",
+                    f"add <Topic><Name>{name}</Name></Topic> to this destination, or remove "
+                    f"the queue from {peer!r} (a copy that only archives its messages)",
                 )  # fmt: skip
+            continue  # an archive copy of the messages: the queue is not needed there
+        if match is None:
+            return ValidationFailed(
+                "queue", rule.name,
+                f"it is a queue on {local.name!r} but not on {peer!r}"
+                if name == rule.name else
+                f"queue {name!r} takes it on {local.name!r} but not on {peer!r}",
+                f"define the same queue on {peer!r} ({_queue_xml(q)} in its <SOW>), or stop "
+                "replicating it",
+            )  # fmt: skip
+        failure = _same_queue(local, remote, rule, q, match)
+        if failure is not None:
+            return failure
+        if not any(b.rule.covers(q.under) for b in carried):
+            return ValidationFailed(
+                "queue", rule.name,
+                f"queue {name!r} is replicated to {peer!r} but its underlying topic "
+                f"{q.underlying!r} is not: the copy there would get acks and transfers of "
+                "messages it never receives",
+                f"add {_topic_xml(q.under)} to this destination",
+            )  # fmt: skip
+    mine = {q.rule.name: q for q in local.queues}
+    for name, q in sorted(_queues_of(remote, rule).items()):
+        if q.kind == "LocalQueue" or name in mine:
+            continue
+        return ValidationFailed(
+            "queue", rule.name,
+            f"it is a queue on {peer!r} but not on {local.name!r}"
+            if name == rule.name else
+            f"queue {name!r} takes it on {peer!r} but not on {local.name!r}",
+            f"define the same queue on {local.name!r} ({_queue_xml(q)} in its <SOW>), or "
+            "stop replicating it",
+        )  # fmt: skip
+    return None
+
+
+def _same_queue(
+    local: Summary, remote: Summary, rule: Rule, here: Queue, there: Queue
+) -> ValidationFailed | None:
+    """The definitions that must agree between two copies of a queue: kind, ``Filter``
+    and a group-local queue's ``InitialOwner``."""
+    name, peer = here.rule.name, remote.name
+    if there.kind != here.kind:
+        return ValidationFailed(
+            "queue", rule.name,
+            f"queue {name!r} is a {here.kind} on {local.name!r} and a {there.kind} on {peer!r}",
+            f"make queue {name!r} a <{here.kind}> on {peer!r} (or both <{there.kind}>)",
+        )  # fmt: skip
+    if (here.filter or None) != (there.filter or None):
+        return ValidationFailed(
+            "queue", rule.name,
+            f"queue {name!r} has Filter {here.filter!r} on {local.name!r} and "
+            f"{there.filter!r} on {peer!r}: the copies would disagree on which messages "
+            "are in the queue",
+            f"give queue {name!r} the same <Filter> on both instances"
+            + (f" ({here.filter})" if here.filter else " (none)"),
+        )  # fmt: skip
+    if here.initial_owner != there.initial_owner:
+        return ValidationFailed(
+            "queue", rule.name,
+            f"queue {name!r} has InitialOwner {here.initial_owner!r} on {local.name!r} and "
+            f"{there.initial_owner!r} on {peer!r}: the copies would disagree on who owns "
+            "new messages",
+            f"give queue {name!r} the same <InitialOwner> on both instances",
+        )  # fmt: skip
     return None
 
 

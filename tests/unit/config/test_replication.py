@@ -290,3 +290,16 @@ def test_the_inbound_transport_is_served_with_a_log() -> None:
     assert inbound is not None and inbound.name == "r" and not inbound.enabled
     assert cfg.replicates and cfg.replication is None
     assert not parse(doc(TXLOG)).replicates
+
+
+def test_a_local_queue_named_by_a_destination_is_refused() -> None:
+    """A LocalQueue is this instance's alone: a block naming it is refused where it is; its
+    underlying topic, or a pattern that matches its name, is fine."""
+    log = "<TransactionLog><Topic><Name>work-in</Name></Topic><Topic><Name>work</Name></Topic></TransactionLog>"
+    sow = "<SOW><LocalQueue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic></LocalQueue></SOW>"
+    named = "\n".join([log, "<Replication>", dest("<Topic><Name>work</Name></Topic>"),
+                       "</Replication>", sow])  # fmt: skip
+    assert_refused(named, "/SpoolConfig/Replication/Destination/Topic", 5,
+                   "replicates 'work', a LocalQueue")  # fmt: skip
+    for block in ("<Topic><Name>work-in</Name></Topic>", "<Topic><Name>^wo</Name></Topic>"):
+        parse(doc("\n".join([log, "<Replication>", dest(block), "</Replication>", sow])))

@@ -122,11 +122,12 @@ def test_a_delete_follows_the_path_and_resync_rules() -> None:
     assert looped.select(twice, "c", held_by({9: (1, [])})) == [1]
 
 
-def test_queue_events_go_with_the_queue_underlying_topic() -> None:
+def test_queue_events_go_where_the_queue_name_goes() -> None:
     """A replicated queue's QUEUE_ACK / QUEUE_TRANSFER records (logged on the queue's
     name, with the broker's identity) go to a destination a block of takes the queue's
-    underlying topic (or its name); a local queue's ack (no identity) never goes; no
-    block Filter holds them back; loop protection applies."""
+    name, not to one that takes only its underlying topic (an archive copy without the
+    queue); a local queue's ack (no identity) never goes; no block Filter holds them back;
+    loop protection applies."""
     ack, transfer = RecordKind.QUEUE_ACK, RecordKind.QUEUE_TRANSFER
 
     def events(*rows: tuple[RecordKind, int, tuple[str, ...]]) -> RecordBatch:
@@ -139,10 +140,12 @@ def test_queue_events_go_with_the_queue_underlying_topic() -> None:
 
     work = QueueConfig(name="work", underlying="orders")
     batch = events((ack, 9, ()), (transfer, 9, ()), (ack, 0, ()), (transfer, 9, ("c",)))
-    taking = Route(_dest(ReplicationTopic("orders", filter="/qty > 0")), [work])
-    assert taking.select(batch, "c") == [0, 1]
+    archive = Route(_dest(ReplicationTopic("orders", filter="/qty > 0")), [work])
+    assert archive.select(batch, "c") == []
     assert Route(_dest(ReplicationTopic("trades")), [work]).select(batch, "c") == []
     assert Route(_dest(ReplicationTopic("work")), [work]).select(batch, "c") == [0, 1]
+    everything = Route(_dest(ReplicationTopic(".*", is_regex=True)), [work])
+    assert everything.select(batch, "c") == [0, 1]
     # an instance without the queue configured sends none of a stray record
     assert Route(_dest(ReplicationTopic(".*", is_regex=True))).select(batch, "c") == []
 

@@ -184,16 +184,19 @@ def test_keys_fail_with_the_exact_keys_and_pass_when_excluded() -> None:
 
 
 def test_queue_checks_cannot_be_excluded() -> None:
-    a = _config("a", "orders", _dest("b", _block(exclude="sow,txlog")))
+    a = _config(
+        "a", "orders orders-in", _dest("b", _block(exclude="sow,txlog"),
+                                       _block("orders-in", exclude="replicate,txlog"))
+    )  # fmt: skip
     b = _config("b", "orders", _dest("a", extra="<PassThrough>^a$</PassThrough>"))
     sa, sb = summarize(a), summarize(b)
     queue = [{"topic": ["orders", False], "underlying": "orders-in"}]
     (failure,) = validate(_with(sa, queues=queue), sb, _only(a))
     assert failure.check == "queue" and "it is a queue on 'a' but not on 'b'" in failure.detail
     other = [{"topic": ["orders", False], "underlying": "elsewhere"}]
-    (failure,) = validate(_with(sa, queues=queue), _with(sb, queues=other), _only(a))
-    assert failure.check == "queue_underlying"
-    assert "set 'b''s queue UnderlyingTopic to 'orders-in'" in failure.fix
+    failures = validate(_with(sa, queues=queue), _with(sb, queues=other), _only(a))
+    assert {f.check for f in failures} == {"queue_underlying"}
+    assert "set 'b''s queue UnderlyingTopic to 'orders-in'" in failures[0].fix
     # without passthrough of a's group, b would not pass a's queue messages on
     b2 = _config("b", "orders", _dest("a"))
     failures = validate(_with(sa, queues=queue), _with(summarize(b2), queues=queue), _only(a))
@@ -211,34 +214,110 @@ def test_queue_checks_cannot_be_excluded() -> None:
     assert failure.check == "queue"
 
 
-def _queue(kind: str, name: str, under: str) -> str:
-    return f"<{kind}><Name>{name}</Name><UnderlyingTopic>{under}</UnderlyingTopic></{kind}>"
+def _queue(kind: str, name: str, under: str, extra: str = "") -> str:
+    return f"<{kind}><Name>{name}</Name><UnderlyingTopic>{under}</UnderlyingTopic>{extra}</{kind}>"
+
+
+def _pair_dest(to: str, *topics: str) -> str:
+    return _dest(to, *(_block(t) for t in topics), extra="<PassThrough>.*</PassThrough>")
 
 
 def test_queue_definitions_from_the_configurations_are_compared() -> None:
     """Real configurations (the summary lists each queue): a block that carries a
-    queue's underlying topic needs the same queue, of the same kind, over the same
-    underlying topic on the other side."""
-    dest_a = _dest("b", _block("work-in"), extra="<PassThrough>.*</PassThrough>")
-    dest_b = _dest("a", _block("work-in"), extra="<PassThrough>.*</PassThrough>")
+    queue's name needs the same queue on the other side, of the same kind, over the same
+    underlying topic, and the underlying topic replicated too."""
+    dest_a, dest_b = _pair_dest("b", "work-in", "work"), _pair_dest("a", "work-in", "work")
     q = _queue("Queue", "work", "work-in")
-    a = _config("a", "work-in", dest_a, q)
-    assert _run(a, _config("b", "work-in", dest_b, q)) == []
-    missing = _config("b", "work-in", dest_b)
+    a = _config("a", "work-in work", dest_a, q)
+    assert _run(a, _config("b", "work-in work", dest_b, q)) == []
+    missing = _config("b", "work-in work", dest_b)
     (failure,) = validate(summarize(a), summarize(missing), _only(a))
-    assert failure.check == "queue"
-    assert "queue 'work' takes it on 'a' but not on 'b'" in failure.detail
+    assert failure.check == "queue" and "it is a queue on 'a' but not on 'b'" in failure.detail
     assert "define the same queue on 'b'" in failure.fix and "<Queue><Name>work" in failure.fix
-    local = _config("b", "work-in", dest_b, _queue("LocalQueue", "work", "work-in"))
-    (failure,) = validate(summarize(a), summarize(local), _only(a))
+    local = [{"topic": ["work", False], "underlying": "work-in", "kind": "LocalQueue"}]
+    failure = validate(summarize(a), _with(summarize(missing), queues=local), _only(a))[0]
     assert failure.check == "queue" and "a Queue on 'a' and a LocalQueue on 'b'" in failure.detail
-    other = _config("b", "work-in other", dest_b, _queue("Queue", "work", "other"))
+    other = _config("b", "work-in work other", dest_b, _queue("Queue", "work", "other"))
     failures = validate(summarize(a), summarize(other), _only(a))
-    assert [f.check for f in failures] == ["queue_underlying"]
+    assert [f.check for f in failures] == ["queue_underlying", "queue_underlying"]
     assert "set 'b''s queue UnderlyingTopic to 'work-in'" in failures[0].fix
     # a queue the other side has and this side not fails the same way
-    (failure,) = validate(summarize(missing), summarize(a), _only(missing))
+    failure = validate(summarize(missing), summarize(a), _only(missing))[0]
     assert failure.check == "queue" and "'work' takes it on 'a' but not on 'b'" in failure.detail
+
+
+def test_a_queue_filter_and_initial_owner_must_match() -> None:
+    dest_a, dest_b = _pair_dest("b", "work-in", "work"), _pair_dest("a", "work-in", "work")
+    jobs = _queue("Queue", "work", "work-in", "<Filter>/kind = 'job'</Filter>")
+    a = _config("a", "work-in work", dest_a, jobs)
+    (failure, *_) = validate(
+        summarize(a),
+        summarize(_config("b", "work-in work", dest_b,
+                          _queue("Queue", "work", "work-in", "<Filter>/kind = 'any'</Filter>"))),
+        _only(a),
+    )  # fmt: skip
+    assert failure.check == "queue"
+    assert "queue 'work' has Filter \"/kind = 'job'\" on 'a' and \"/kind = 'any'\" on 'b'" in (
+        failure.detail
+    )
+    assert "the same <Filter> on both instances (/kind = 'job')" in failure.fix
+    no_filter = _config("b", "work-in work", dest_b, _queue("Queue", "work", "work-in"))
+    assert validate(summarize(a), summarize(no_filter), _only(a))[0].check == "queue"
+    grp = "<InitialOwner>a</InitialOwner>"
+    ga = _config("a", "work-in work", dest_a, _queue("GroupLocalQueue", "work", "work-in", grp))
+    gb = _config("b", "work-in work", dest_b, _queue("GroupLocalQueue", "work", "work-in",
+                                                     "<InitialOwner>b</InitialOwner>"))  # fmt: skip
+    (failure, *_) = validate(summarize(ga), summarize(gb), _only(ga))
+    assert "InitialOwner 'a' on 'a' and 'b' on 'b'" in failure.detail
+    same = _config("b", "work-in work", dest_b, _queue("GroupLocalQueue", "work", "work-in", grp))
+    assert validate(summarize(ga), summarize(same), _only(ga)) == []
+
+
+def test_a_queue_needs_its_underlying_topic_replicated_with_it() -> None:
+    q = _queue("Queue", "work", "work-in")
+    a = _config("a", "work-in work", _pair_dest("b", "work"), q)
+    b = _config("b", "work-in work", _pair_dest("a", "work", "work-in"), q)
+    (failure,) = validate(summarize(a), summarize(b), _only(a))
+    assert failure.check == "queue"
+    assert "its underlying topic 'work-in' is not" in failure.detail
+    assert "<Topic><Name>work-in</Name>" in failure.fix
+
+
+def test_an_archive_copy_takes_the_underlying_topic_without_the_queue() -> None:
+    """A destination that takes only the underlying topic needs no queue; one that
+    defines the queue must get its events (its name) too."""
+    q = _queue("Queue", "work", "work-in")
+    a = _config("a", "work-in", _dest("archive", _block("work-in", exclude="replicate")), q)
+    archive = _config("archive", "work-in", "")
+    assert validate(summarize(a), summarize(archive), _only(a)) == []
+    hosting = _config("archive", "work-in work", "", q)
+    (failure,) = validate(summarize(a), summarize(hosting), _only(a))
+    assert failure.check == "queue"
+    assert "'archive' defines queue 'work' over it" in failure.detail
+    assert "<Topic><Name>work</Name></Topic>" in failure.fix
+
+
+def test_replicating_a_local_queue_is_an_error() -> None:
+    """(The configuration refuses such a block at load; a peer's summary is checked the
+    same way.)"""
+    q = _queue("Queue", "work", "work-in")
+    a = _config("a", "work-in work", _pair_dest("b", "work-in", "work"), q)
+    b = _config("b", "work-in work", _pair_dest("a", "work-in", "work"), q)
+    local = [{"topic": ["work", False], "underlying": "work-in", "kind": "LocalQueue"}]
+    (failure,) = validate(_with(summarize(a), queues=local), _with(summarize(b), queues=local),
+                          _only(a))  # fmt: skip
+    assert failure.check == "queue" and "is a LocalQueue on 'a'" in failure.detail
+    assert "take 'work' out of this destination's topics" in failure.fix
+    # its underlying topic alone, or a pattern that happens to match its name: allowed
+    lq = _queue("LocalQueue", "work", "work-in")
+    a2 = _config("a", "work-in work", _pair_dest("b", "work-in"), lq)
+    b2 = _config("b", "work-in work", _pair_dest("a", "work-in"), lq)
+    assert validate(summarize(a2), summarize(b2), _only(a2)) == []
+    everything = _config("a", ".*", _dest("b", "<Topic><Name>.*</Name></Topic>",
+                                          extra="<PassThrough>.*</PassThrough>"), lq)  # fmt: skip
+    b_all = _config("b", ".*", _dest("a", "<Topic><Name>.*</Name></Topic>",
+                                     extra="<PassThrough>.*</PassThrough>"), lq)  # fmt: skip
+    assert validate(summarize(everything), summarize(b_all), _only(everything)) == []
 
 
 def test_a_malformed_peer_summary_is_a_protocol_error() -> None:
