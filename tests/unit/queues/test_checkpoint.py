@@ -23,8 +23,9 @@ from server.queues.checkpoint import (
 from server.queues.machine import ACKED
 from server.queues.ownership import Grant
 from server.queues.records import encode_ack_bookmarks, encode_transfers
-from server.queues.stage import QueueRuntime
-from server.txlog.record import RecordKind
+from server.queues.stage import QueueRuntime, QueueStage
+from server.txlog.batch import RecordBatch
+from server.txlog.record import Record, RecordKind
 
 ACK = int(RecordKind.QUEUE_ACK)
 TRANSFER = int(RecordKind.QUEUE_TRANSFER)
@@ -53,13 +54,40 @@ def _apply(q: QueueRuntime, seq: int, rec: Rec) -> None:
         q.receive(kind, body, seq=seq)
 
 
+def _record(seq: int, rec: Rec) -> Record:
+    """``rec`` as the log holds it (a message of publisher 2 came from instance b)."""
+    if rec[0] == "msg":
+        pub, n = rec[1], rec[2]
+        assert isinstance(pub, int) and isinstance(n, int)
+        path = () if PUBLISHERS[pub] == "a" else (PUBLISHERS[pub],)
+        return Record(seq, seq, pub, n, "work-in", "json", RecordKind.PUBLISH, path, 0, b"{}")
+    kind, body = rec
+    assert isinstance(kind, int) and isinstance(body, bytes)
+    return Record(seq, seq, 99, seq, "work", "json", RecordKind(kind), (), 0, body)
+
+
 def _replay(log: list[Rec], start: int, target: int) -> QueueRuntime:
+    """A restart: the publish stage recovers the queue from the whole log, taking the
+    records from ``start`` on (its checkpoint; 1: all)."""
     q = _runtime(target)
-    for seq, rec in enumerate(log, 1):
-        if seq >= start:
-            _apply(q, seq, rec)
-            q.outgoing.clear()
+    q.start_seq = start if start > 1 else 0
+    stage = QueueStage([q], lambda _: None)
+    if log:
+        stage.recover(RecordBatch.from_records([_record(i, r) for i, r in enumerate(log, 1)]))
+    _top_up(q, log)
     return q
+
+
+def _top_up(q: QueueRuntime, log: list[Rec]) -> None:
+    """A bounded queue's refills after start-up (the service's): the window reads the log
+    from its cursor until it is full or the log ends. Replays from different points may
+    stop their windows at different places; topped up, they hold the same messages."""
+    window = q.window
+    while window is not None and window.cursor:
+        cursor = window.cursor
+        q.activate([_record(i, log[i - 1]) for i in range(cursor, len(log) + 1)], len(log))
+        if window.cursor == cursor:
+            return
 
 
 def _state(q: QueueRuntime) -> dict[str, tuple[str, int]]:
