@@ -554,9 +554,16 @@ def _queue_specs() -> list[ScenarioSpec]:
             "restart of an instance whose queue took the replay count of messages (all "
             "acked, 10 left): process start to first logon ack after SIGTERM (from the "
             "queue checkpoint), after SIGTERM without the checkpoint (the whole log) and "
-            "after SIGKILL",
+            "after SIGKILL; *_startup_s: the broker's own start-up (event log, starting to "
+            "started)",
             {"body_bytes": 100},
-            ("stop_restart_s", "full_replay_restart_s", "kill_restart_s"),
+            (
+                "stop_restart_s",
+                "full_replay_restart_s",
+                "kill_restart_s",
+                "stop_startup_s",
+                "full_replay_startup_s",
+            ),
             (Target("stop_restart_s", "<", 3, "issue 32"),),
             warmup=0,
         ),
