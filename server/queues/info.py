@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from server.queues.machine import Message
+from server.queues.machine import Consumer, Message
 from server.queues.stage import QueueRuntime
 
 __all__ = ["QueueInfo", "describe"]
@@ -60,17 +61,18 @@ class QueueInfo:
         }  # fmt: skip
 
 
-def describe(q: QueueRuntime, now: int, stuck: bool = False) -> QueueInfo:
-    """``q`` at ``now`` (microseconds); its first 50 leases listed. ``stuck``: as the
-    stuck-queue watch last found it (server/queues/stuck.py)."""
+def describe(q: QueueRuntime, now: int, stuck: bool = False, leases: bool = True) -> QueueInfo:
+    """``q`` at ``now`` (microseconds); its first 50 leases listed (``leases``; the
+    metrics need none). ``stuck``: as the stuck-queue watch last found it
+    (server/queues/stuck.py)."""
     m = q.machine
     lease_start = m.oldest_lease_us()
     oldest = m.oldest_enqueued_us()
     waiting = m.oldest_waiting()
-    leases: list[dict[str, object]] = [
+    listed: list[dict[str, object]] = [
         {"bookmark": msg.bookmark, "consumer": msg.holder.name if msg.holder else None,
          "deliveries": msg.deliveries, "expires_in": round((msg.lease_until_us - now) / 1e6, 3)}
-        for msg in _first_leased(m.messages(), 50)
+        for msg in (_first_leased(m.consumers, 50) if leases else ())
     ]  # fmt: skip
     cfg = q.config
     window = q.window
@@ -99,15 +101,13 @@ def describe(q: QueueRuntime, now: int, stuck: bool = False) -> QueueInfo:
         ),
         stuck=stuck,
         consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
-        leases=leases,
+        leases=listed,
     )  # fmt: skip
 
 
-def _first_leased(messages: Iterable[Message], n: int) -> list[Message]:
-    out: list[Message] = []
-    for m in messages:
-        if m.holder is not None:
-            out.append(m)
-            if len(out) >= n:
-                break
-    return out
+def _first_leased(consumers: Iterable[Consumer], n: int) -> list[Message]:
+    """The ``n`` leased messages first in log order, from what the consumers hold (not a
+    walk of the whole queue: a deep queue with few leases would cost its depth)."""
+    return heapq.nsmallest(
+        n, (m for c in consumers for m in c.leased.values()), key=lambda m: m.seq
+    )

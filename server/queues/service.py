@@ -766,8 +766,9 @@ class QueueService:
     def counters(self) -> dict[str, QueueCounters]:
         """Every queue's counters (metrics snapshot: Prometheus, stats history)."""
         out: dict[str, QueueCounters] = {}
-        for name in self.queues:
-            i = self.info(name)
+        now = time_us(self._clock)
+        for name, q in self.queues.items():
+            i = describe(q, now, self.stuck.is_stuck(name), leases=False)
             out[name] = {
                 "depth": i.depth, "backlog": i.backlog, "leased": i.leased,
                 "consumers": i.consumers, "oldest_lease_age": i.oldest_lease_age,
