@@ -417,14 +417,7 @@ def _queue_check(local: Summary, remote: Summary, rule: Rule) -> ValidationFaile
                 )  # fmt: skip
             continue  # an archive copy of the messages: the queue is not needed there
         if match is None:
-            return ValidationFailed(
-                "queue", rule.name,
-                f"it is a queue on {local.name!r} but not on {peer!r}"
-                if name == rule.name else
-                f"queue {name!r} takes it on {local.name!r} but not on {peer!r}",
-                f"define the same queue on {peer!r} ({_queue_xml(q)} in its <SOW>), or stop "
-                "replicating it",
-            )  # fmt: skip
+            return _missing_queue(rule, q, local, remote)
         failure = _same_queue(local, remote, rule, q, match)
         if failure is not None:
             return failure
@@ -438,17 +431,21 @@ def _queue_check(local: Summary, remote: Summary, rule: Rule) -> ValidationFaile
             )  # fmt: skip
     mine = {q.rule.name: q for q in local.queues}
     for name, q in sorted(_queues_of(remote, rule).items()):
-        if q.kind == "LocalQueue" or name in mine:
-            continue
-        return ValidationFailed(
-            "queue", rule.name,
-            f"it is a queue on {peer!r} but not on {local.name!r}"
-            if name == rule.name else
-            f"queue {name!r} takes it on {peer!r} but not on {local.name!r}",
-            f"define the same queue on {local.name!r} ({_queue_xml(q)} in its <SOW>), or "
-            "stop replicating it",
-        )  # fmt: skip
+        if q.kind != "LocalQueue" and name not in mine:
+            return _missing_queue(rule, q, remote, local)
     return None
+
+
+def _missing_queue(rule: Rule, q: Queue, has: Summary, lacks: Summary) -> ValidationFailed:
+    """Queue ``q`` of ``has``, which the block concerns, is not defined on ``lacks``."""
+    return ValidationFailed(
+        "queue", rule.name,
+        f"it is a queue on {has.name!r} but not on {lacks.name!r}"
+        if q.rule.name == rule.name else
+        f"queue {q.rule.name!r} takes it on {has.name!r} but not on {lacks.name!r}",
+        f"define the same queue on {lacks.name!r} ({_queue_xml(q)} in its <SOW>), or stop "
+        "replicating it",
+    )  # fmt: skip
 
 
 def _same_queue(
