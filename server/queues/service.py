@@ -249,7 +249,7 @@ class QueueService:
         if path is None or txlog is None or not self.queues:
             return False
         end = txlog.last_seq
-        seqs = {name: q.checkpoint_seq(self._hold_from(q), end) for name, q in self.queues.items()}
+        seqs = {name: q.checkpoint_seq(q.hold_from(end), end) for name, q in self.queues.items()}
         if seqs == self._saved or end < 1:
             return False
         await txlog.wait_durable(end)
@@ -318,7 +318,8 @@ class QueueService:
                 q.pin = None
 
     def _hold_from(self, q: QueueRuntime) -> int:
-        return q.hold_from(self._txlog.last_seq if self._txlog is not None else 0)
+        """Where ``q``'s log pin holds (its messages, and the changes a restart needs)."""
+        return q.pin_from(self._txlog.last_seq if self._txlog is not None else 0)
 
     # -- routing ------------------------------------------------------------------------
 

@@ -104,6 +104,9 @@ class QueueRuntime:
     #: message's seq cannot be past (0: not yet): a checkpoint must not pass the change
     #: while a replay could still meet the message (:meth:`checkpoint_seq`)
     early_records: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: the smallest seq of :attr:`early_records` (0: none): the queue's log pin holds
+    #: from it too, so retention never takes a change a restart still needs
+    early_floor: int = 0
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -207,9 +210,11 @@ class QueueRuntime:
         for bm in bookmarks:
             if get(bm) is None and bm not in early:
                 early[bm] = (seq, 0)
+                if not self.early_floor or seq < self.early_floor:
+                    self.early_floor = seq
 
     def hold_from(self, log_end: int) -> int:
-        """The first log seq this queue needs (its pin): its oldest message, or a bounded
+        """The first log seq this queue's messages need: its oldest message, or a bounded
         queue's cursor if older (inactive messages live in the log only), or past
         ``log_end`` (the log's last seq) when it is empty."""
         oldest = self.machine.oldest_seq()
@@ -218,13 +223,21 @@ class QueueRuntime:
             return min(oldest, window.cursor) if oldest else window.cursor
         return oldest or log_end + 1
 
+    def pin_from(self, log_end: int) -> int:
+        """Where the queue's log pin holds: :meth:`hold_from`, or earlier, at an ownership
+        change received before its message that a restart still needs."""
+        hold = self.hold_from(log_end)
+        floor = self.early_floor
+        return min(hold, floor) if floor else hold
+
     def checkpoint_seq(self, hold_from: int, log_end: int) -> int:
         """Where a replay of this queue may start (server/queues/checkpoint.py):
-        ``hold_from`` (where its pin holds: its oldest message or a bounded queue's
+        ``hold_from`` (:meth:`hold_from`: its oldest message or a bounded queue's
         cursor), or earlier, at the record of an ownership change received before its
         message while a replay could meet that message. ``log_end``: the log's last seq
         now (a message that came and went is at or before it). Drops what no longer
-        holds the checkpoint back."""
+        holds the checkpoint back, and sets :attr:`early_floor` (the pin) to what is
+        left."""
         early = self.early_records
         if not early:
             return hold_from
@@ -232,16 +245,26 @@ class QueueRuntime:
         get = self.machine.get
         waiting = own.is_early if own is not None else (lambda bm: False)
         start = hold_from
+        #: changes whose message came and went: (message at or before, change's seq, bm)
+        gone: list[tuple[int, int, str]] = []
         for bm, (seq, gone_by) in list(early.items()):
             if get(bm) is not None or waiting(bm):
                 start = min(start, seq)  # the change waits, or its message is here
             elif not gone_by:
                 early[bm] = (seq, log_end)  # came and went since: at or before log_end
                 start = min(start, seq)
-            elif hold_from > gone_by:
-                del early[bm]  # a replay starts past the message: never meets it
             else:
+                gone.append((gone_by, seq, bm))
+        # a change whose message a replay from ``start`` may still meet (the message is
+        # at or before ``gone_by``) must be replayed too, which may move ``start`` back
+        # and keep more: the latest messages first
+        gone.sort(reverse=True)
+        for gone_by, seq, bm in gone:
+            if gone_by >= start:
                 start = min(start, seq)
+            else:
+                del early[bm]  # a replay starts past its message: never meets it
+        self.early_floor = min((seq for seq, _ in early.values()), default=0)
         return start
 
     def admit(
