@@ -103,6 +103,9 @@ _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 _ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
 #: how often the stuck-queue watch looks at every queue (seconds)
 STUCK_CHECK_INTERVAL: Final = 1.0
+#: how long a shutdown waits for the last checkpoint (the log durable to its end, the
+#: file written): a log refusing writes would hold it for ever (seconds)
+CLOSE_CHECKPOINT_TIMEOUT: Final = 10.0
 
 
 @dataclass(eq=False, slots=True)
@@ -310,7 +313,12 @@ class QueueService:
                     await task
         self._timer = self._watch = self._saver = None
         if started:
-            await self._save_or_report()
+            try:
+                await asyncio.wait_for(self._save_or_report(), CLOSE_CHECKPOINT_TIMEOUT)
+            except TimeoutError:
+                # the previous checkpoint stands (earlier: only more is read at start-up)
+                self._events.emit("warning", "queue", "queue_checkpoint_failed",
+                                  error="the log did not become durable in time at shutdown")  # fmt: skip
         await self.refills.close()
         for q in self.queues.values():
             if q.pin is not None:
@@ -589,7 +597,10 @@ class QueueService:
                 body = encode_ack_seqs([r.message.seq for r in items])
             else:
                 body = encode_ack_bookmarks([r.message.bookmark for r in items])
-            failure = self._append(queue, RecordKind.QUEUE_ACK, body, reason) or failure
+            refused = self._append(queue, RecordKind.QUEUE_ACK, body, reason)
+            if refused is not None:
+                failure = refused
+                queue.unlogged(r.message.seq for r in items)
         if failure is not None:
             self._log_failures += 1
             self._events.emit("error", "queue", "queue_ack_unlogged", queue=queue.config.name,

@@ -107,6 +107,10 @@ class QueueRuntime:
     #: the smallest seq of :attr:`early_records` (0: none): the queue's log pin holds
     #: from it too, so retention never takes a change a restart still needs
     early_floor: int = 0
+    #: the oldest message that left the queue here without its ``QUEUE_ACK`` in the log
+    #: (the log refused it; 0: none): a restart delivers it again, so neither the pin nor
+    #: the checkpoint may pass it
+    unlogged_floor: int = 0
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -223,12 +227,22 @@ class QueueRuntime:
             return min(oldest, window.cursor) if oldest else window.cursor
         return oldest or log_end + 1
 
+    def unlogged(self, seqs: Iterable[int]) -> None:
+        """Messages left the queue but the log refused their ack: a restart delivers them
+        again (at least once), so the log is kept from the oldest of them."""
+        oldest = min(seqs, default=0)
+        if oldest and (not self.unlogged_floor or oldest < self.unlogged_floor):
+            self.unlogged_floor = oldest
+
     def pin_from(self, log_end: int) -> int:
         """Where the queue's log pin holds: :meth:`hold_from`, or earlier, at an ownership
-        change received before its message that a restart still needs."""
+        change received before its message that a restart still needs, or at a message
+        whose ack the log refused."""
         hold = self.hold_from(log_end)
-        floor = self.early_floor
-        return min(hold, floor) if floor else hold
+        for floor in (self.early_floor, self.unlogged_floor):
+            if floor and floor < hold:
+                hold = floor
+        return hold
 
     def checkpoint_seq(self, hold_from: int, log_end: int) -> int:
         """Where a replay of this queue may start (server/queues/checkpoint.py):
@@ -238,6 +252,8 @@ class QueueRuntime:
         now (a message that came and went is at or before it). Drops what no longer
         holds the checkpoint back, and sets :attr:`early_floor` (the pin) to what is
         left."""
+        if self.unlogged_floor and self.unlogged_floor < hold_from:
+            hold_from = self.unlogged_floor  # a message a restart must deliver again
         early = self.early_records
         if not early:
             return hold_from
