@@ -14,8 +14,8 @@ password-check pool (:mod:`server.scryptpool`), never on the loop's default exec
 Over mutual TLS a verified client certificate whose subject is a user's
 ``CertificateSubject`` identifies that user (:meth:`Authenticator.by_certificate`).
 
-Entitlements: ``Read`` / ``Write`` are regexes matched with ``re.search`` against the
-topic; a user without any has none. ``Admin`` grants the REST actions, not topics. With no
+Entitlements: ``Read`` / ``Write`` are regexes matched with ``re.search`` semantics against
+the topic, in linear time (server/regex.py: RE2); a user without any has none. ``Admin`` grants the REST actions, not topics. With no
 ``Users`` configured authentication is disabled and everything is allowed (the broker then
 only listens on loopback, see CONFIG.md).
 
@@ -30,7 +30,6 @@ import argparse
 import getpass
 import hashlib
 import hmac
-import re
 import secrets
 import sys
 from typing import Final
@@ -38,6 +37,7 @@ from typing import Final
 from server.config import UserConfig
 from server.passwords import hash_password, verify_password
 from server.protocol.errors import SpoolError
+from server.regex import Regex, RegexRefused, compile_regex
 from server.scryptpool import ScryptPool
 
 _ENTITLEMENT_CACHE_MAX: Final = 65536
@@ -62,13 +62,13 @@ def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8")).digest()
 
 
-def _compile(user: str, patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    compiled: list[re.Pattern[str]] = []
+def _compile(user: str, patterns: tuple[str, ...]) -> tuple[Regex, ...]:
+    compiled: list[Regex] = []
     for pattern in patterns:
         try:
-            compiled.append(re.compile(pattern))
-        except re.error as exc:
-            raise InvalidEntitlement(user, pattern, str(exc)) from exc
+            compiled.append(compile_regex(pattern))
+        except RegexRefused as exc:
+            raise InvalidEntitlement(user, pattern, exc.reason) from None
     return tuple(compiled)
 
 
@@ -193,7 +193,7 @@ class Authenticator:
     def _allowed(
         self,
         kind: str,
-        table: dict[str, tuple[re.Pattern[str], ...]],
+        table: dict[str, tuple[Regex, ...]],
         user: UserConfig | None,
         topic: str,
     ) -> bool:
@@ -205,7 +205,7 @@ class Authenticator:
         cached = self._cache.get(key)
         if cached is not None:
             return cached
-        allowed = any(p.search(topic) for p in table.get(user.name, ()))
+        allowed = any(p.test(topic) for p in table.get(user.name, ()))
         if len(self._cache) >= _ENTITLEMENT_CACHE_MAX:
             self._cache.clear()
         self._cache[key] = allowed

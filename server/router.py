@@ -57,9 +57,7 @@ class Router:
             return exact if exact is not None else []
         regex = self._regex_cache.get(topic)
         if regex is None:
-            regex = tuple(
-                s for s in self._regex if s.pattern is not None and s.pattern.search(topic)
-            )
+            regex = tuple(s for s in self._regex if s.pattern is not None and s.pattern.test(topic))
             if len(self._regex_cache) >= _CACHE_LIMIT:
                 self._regex_cache.clear()
             self._regex_cache[topic] = regex

@@ -8,7 +8,6 @@ kept by their owner, server/subscriptions.py, not here.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,6 +17,7 @@ from server.config import UserConfig
 from server.expr import Filter
 from server.ports import Outbound
 from server.protocol.options import SubscribeOptions
+from server.regex import Regex
 
 State = Literal["live", "replaying", "paused"]
 
@@ -77,7 +77,7 @@ class Subscription:
     user: UserConfig | None
     sub_id: str
     topic: str
-    pattern: re.Pattern[str] | None
+    pattern: Regex | None
     filter: Filter | None
     filter_text: str | None
     options: SubscribeOptions

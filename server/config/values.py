@@ -18,6 +18,7 @@ from typing import Final
 from server.config.errors import InetAddrError
 from server.config.netaddr import parse_inet_addr
 from server.config.xmltree import Node, fail
+from server.regex import RegexRefused, compile_regex
 from server.units import UnitError, format_duration, format_size, parse_duration, parse_size
 
 __all__ = [
@@ -200,6 +201,17 @@ def read_regex(node: Node, ctx: Context) -> str:
         re.compile(value)
     except re.error as exc:
         raise fail(node, f"{value!r} is not a valid regular expression: {exc}") from None
+    return value
+
+
+def read_linear_regex(node: Node, ctx: Context) -> str:
+    """A pattern that compiles for linear-time matching (server/regex.py: RE2), returned
+    as text: entitlement patterns are matched by RE2 on every new topic a user touches."""
+    value = read_value(node, ctx)
+    try:
+        compile_regex(value)
+    except RegexRefused as exc:
+        raise fail(node, f"{value!r} is not a valid regular expression: {exc.reason}") from None
     return value
 
 

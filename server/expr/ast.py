@@ -12,11 +12,11 @@ stack. ``AND`` and ``OR`` chains are n-ary (flattened), so long conjunctions sta
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Final
 
 from server.expr.values import Value, format_float
+from server.regex import Regex
 
 MAX_DEPTH: Final = 64
 """Deepest tree (and deepest nesting of parentheses, calls and unary operators) accepted."""
@@ -169,7 +169,7 @@ class Like(Node):
     operand: Node
     pattern: str
     negated: bool
-    regex: re.Pattern[str] = field(compare=False, repr=False, kw_only=True)
+    regex: Regex = field(compare=False, repr=False, kw_only=True)
 
     def children(self) -> tuple[Node, ...]:
         return (self.operand,)

@@ -268,14 +268,14 @@ class Compiler:
 
     def like_value(self, node: Like) -> Fn:
         operand = self.value(node.operand)
-        search = node.regex.search
+        test = node.regex.test
         regex = node.regex
         negated = node.negated
 
         def run(view: MessageView) -> bool | None:
             x = operand(view)
             if type(x) is str and x:
-                r: bool | None = search(x) is not None
+                r: bool | None = test(x)
             else:
                 r = like(x, regex)
             return not3(r) if negated else r

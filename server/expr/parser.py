@@ -39,6 +39,7 @@ from server.expr.ast import (
     Or,
     Unary,
 )
+from server.expr.budget import check_regex_total, check_text, check_tokens
 from server.expr.errors import FilterSyntaxError
 from server.expr.functions import compile_regex, lookup
 from server.expr.lexer import Kind, Token, tokenize
@@ -77,10 +78,14 @@ def _show(tok: Token) -> str:
 
 class _Parser:
     def __init__(self, text: str) -> None:
+        check_text(text)
         self.text = text
         self.tokens = tokenize(text)
+        check_tokens(len(self.tokens) - 1, text)  # the end is a token of the list
         self.i = 0
         self.nesting = 0
+        #: instructions of the regular expressions compiled so far (the budget's)
+        self.regex_total = 0
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -125,6 +130,10 @@ class _Parser:
                 self.text,
             )
         return node
+
+    def charge_regex(self, instructions: int, pos: int) -> None:
+        self.regex_total += instructions
+        check_regex_total(self.regex_total, pos, self.text)
 
     def enter(self) -> None:
         self.nesting += 1
@@ -237,6 +246,7 @@ class _Parser:
             self.advance()
             what = "NOT LIKE" if negated else like_tok.text.upper()
             regex = compile_regex(pat.value, pat.pos, self.text, what)
+            self.charge_regex(regex.program_size, pat.pos)
             return self.checked(Like(left, pat.value, negated, regex=regex, pos=left.pos))
         if self.is_word("BEGINS", "ENDS"):
             word = self.advance()
@@ -381,7 +391,7 @@ class _Parser:
             raise self.error(f"{fn.name} {fn.arity()}, got {len(args)}", name_tok)
         node = Call(fn.name, tuple(args), pos=name_tok.pos)
         if fn.check is not None:
-            fn.check(node, self.text)
+            self.charge_regex(fn.check(node, self.text), name_tok.pos)
         return self.checked(node)
 
     def case(self) -> Node:

@@ -27,6 +27,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from server.regex import Regex
+
 Value = Any
 """``None | bool | int | float | str | list[Value] | dict[str, Value]``."""
 
@@ -373,14 +375,14 @@ def between(value: Value, low: Value, high: Value) -> bool | None:
     return _between_scalar(value, low, high)
 
 
-def _like_scalar(value: Value, pattern: re.Pattern[str]) -> bool | None:
+def _like_scalar(value: Value, pattern: Regex) -> bool | None:
     s = text_operand(value)
     if s is None:
         return None
-    return pattern.search(s) is not None
+    return pattern.test(s)
 
 
-def like(value: Value, pattern: re.Pattern[str]) -> bool | None:
+def like(value: Value, pattern: Regex) -> bool | None:
     """``value LIKE 'regex'``: a regular-expression *search*, for any element of an array."""
     if type(value) is list:
         if not value:

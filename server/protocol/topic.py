@@ -3,7 +3,9 @@
 A topic is a regular expression when it contains one of ``^ $ * + ? { } [ ] \\ | ( )``
 (the AMPS rule, minus ``.`` so that dotted names such as ``md.ibm`` or ``orders.eu`` stay
 exact topics). Regex topics match with ``re.search`` semantics (anchor with ``^`` / ``$``
-for whole names).
+for whole names), in linear time: a client's pattern is compiled by server/regex.py (RE2),
+which refuses what it cannot match in linear time (backreferences, lookarounds) and names
+the construct.
 
 The same line is drawn in three places that must agree: a subscription topic (the router
 indexes exact topics in a dict and regexes in a list), a publish (a regex topic is refused)
@@ -13,10 +15,10 @@ all of them use.
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 from server.protocol.errors import BadRegexTopic
+from server.regex import Regex, RegexRefused, compile_regex
 
 __all__ = ["REGEX_METACHARACTERS", "compile_topic", "is_regex_topic"]
 
@@ -33,13 +35,15 @@ def is_regex_topic(topic: str) -> bool:
     return not REGEX_METACHARACTERS.isdisjoint(topic)
 
 
-def compile_topic(topic: str) -> re.Pattern[str]:
+def compile_topic(topic: str) -> Regex:
     """Compile a regex topic.
 
     Raises:
-        BadRegexTopic: the pattern does not compile (the reason is the ``re`` message).
+        BadRegexTopic: the pattern is refused (the detail says why, naming a construct
+            RE2 does not support).
     """
     try:
-        return re.compile(topic)
-    except re.error as exc:
-        raise BadRegexTopic(f"{topic!r}: {exc}") from exc
+        return compile_regex(topic)
+    except RegexRefused as exc:
+        shown = topic if len(topic) <= 200 else topic[:200] + "..."
+        raise BadRegexTopic(f"{shown!r}: {exc.reason}") from None

@@ -60,7 +60,7 @@ class BookmarkSink:
         if pattern is None:
             if rec.topic != sub.topic:
                 return False
-        elif pattern.search(rec.topic) is None:
+        elif not pattern.test(rec.topic):
             return False
         if self._auth.enabled and not self._auth.can_read(sub.user, rec.topic):
             return False
@@ -161,8 +161,17 @@ class BookmarkSink:
                 else [i for i in range(n) if topics[i] == topic]
             )
         else:
-            search = sub.pattern.search
-            sel = [i for i in range(n) if search(topics[i]) is not None]
+            # a search per distinct topic of the batch, not per record
+            test = sub.pattern.test
+            taken: dict[str, bool] = {}
+
+            def takes(topic: str) -> bool:
+                ok = taken.get(topic)
+                if ok is None:
+                    ok = taken[topic] = test(topic)
+                return ok
+
+            sel = [i for i in range(n) if takes(topics[i])]
         auth = self._auth
         if auth.enabled and sel:
             allowed: dict[str, bool] = {}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import re
 from collections.abc import Awaitable, Callable
 from typing import Final
 
@@ -52,6 +51,7 @@ from server.protocol.errors import (
 )
 from server.protocol.options import SubscribeOptions, parse_subscribe_options
 from server.protocol.topic import compile_topic, is_regex_topic
+from server.regex import Regex
 from server.session import Session
 from server.sow.conflate import SowConflation
 from server.sow.history import state_at
@@ -134,9 +134,7 @@ class SowQueries:
         except Exception as exc:  # the compiler must never crash a session
             raise BadFilter(f"cannot compile filter: {exc}") from exc
 
-    def targets(
-        self, session: Session, topic: str
-    ) -> tuple[re.Pattern[str] | None, Callable[[str], bool]]:
+    def targets(self, session: Session, topic: str) -> tuple[Regex | None, Callable[[str], bool]]:
         """The regex of a regex topic (None for a name) and the test of the topics a
         query of ``topic`` reads: SOW topics the session may read.
 
@@ -152,7 +150,7 @@ class SowQueries:
 
             def wanted(t: str) -> bool:
                 return (
-                    pattern.search(t) is not None
+                    pattern.test(t)
                     and topics.rule(t) is not None
                     and (not auth.enabled or auth.can_read(user, t))
                 )
@@ -167,7 +165,7 @@ class SowQueries:
     def _sources(
         self,
         topic: str,
-        pattern: re.Pattern[str] | None,
+        pattern: Regex | None,
         wanted: Callable[[str], bool],
         keys: list[str] | None = None,
     ) -> list[Source]:
@@ -374,7 +372,7 @@ class SowQueries:
         cmd: Command,
         options: SubscribeOptions,
         delta: bool,
-        pattern: re.Pattern[str] | None,
+        pattern: Regex | None,
         wanted: Callable[[str], bool],
         flt: Filter | None,
         order: tuple[OrderField, ...],
@@ -429,9 +427,7 @@ class SowQueries:
 
     # -- historical state -----------------------------------------------------------------
 
-    def _check_history(
-        self, topic: str, pattern: re.Pattern[str] | None, bookmark: BookmarkSpec
-    ) -> None:
+    def _check_history(self, topic: str, pattern: Regex | None, bookmark: BookmarkSpec) -> None:
         if not isinstance(bookmark, Epoch | BookmarkPoint | TimePoint):
             raise InvalidBookmark(
                 "a historical sow takes one bookmark or one moment (not a list or a range)"
@@ -446,7 +442,7 @@ class SowQueries:
     async def _history(
         self,
         topic: str,
-        pattern: re.Pattern[str] | None,
+        pattern: Regex | None,
         wanted: Callable[[str], bool],
         bookmark: BookmarkSpec,
         keys: list[str] | None,
@@ -595,7 +591,7 @@ def new_subscription(
     cmd: Command,
     sub_id: str,
     topic: str,
-    pattern: re.Pattern[str] | None,
+    pattern: Regex | None,
     flt: Filter | None,
     options: SubscribeOptions,
 ) -> Subscription:

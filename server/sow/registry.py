@@ -20,6 +20,7 @@ from typing import Final
 
 from server.clock import Clock
 from server.config import Config, SowTopicConfig
+from server.regex import Regex
 from server.sow.expiry import ExpiryIndex
 from server.sow.fileformat import decode_header
 from server.sow.filestore import FileStore, LoadReport
@@ -157,9 +158,9 @@ class SowTopics:
     def _file_event(self, level: str, event: str, fields: dict[str, object]) -> None:
         self._events.emit(level, "sow", event, **fields)
 
-    def matching(self, pattern: re.Pattern[str]) -> list[MemoryStore]:
+    def matching(self, pattern: Regex) -> list[MemoryStore]:
         """The stores of the topics a regex topic matches, in topic order."""
-        return [self.stores[t] for t in sorted(self.stores) if pattern.search(t) is not None]
+        return [self.stores[t] for t in sorted(self.stores) if pattern.test(t)]
 
     def __iter__(self) -> Iterator[MemoryStore]:
         return iter(list(self.stores.values()))

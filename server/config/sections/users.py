@@ -16,7 +16,7 @@ import re
 from typing import Final
 
 from server.config.model import UserConfig
-from server.config.values import Context, read_bool, read_regex, read_value
+from server.config.values import Context, read_bool, read_linear_regex, read_value
 from server.config.xmltree import Children, Node, Spec, fail
 from server.passwords import InvalidPasswordHash, parse_password_hash
 from server.tls.certificate import InvalidName, canonical_name
@@ -85,8 +85,8 @@ def _user(node: Node, ctx: Context) -> tuple[UserConfig, Node | None, Node | Non
     admin = False
     if (admin_node := kids.one("Admin")) is not None:
         admin = read_bool(admin_node, ctx)
-    read = tuple(read_regex(read_node, ctx) for read_node in kids.many("Read"))
-    write = tuple(read_regex(write_node, ctx) for write_node in kids.many("Write"))
+    read = tuple(read_linear_regex(read_node, ctx) for read_node in kids.many("Read"))
+    write = tuple(read_linear_regex(write_node, ctx) for write_node in kids.many("Write"))
     user = UserConfig(
         name=name,
         password_hash=password_hash,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from server.expr.budget import built
 from server.expr.functions.function import Function
 from server.expr.values import GT, LT, Value, comparable, compare_scalar, scalar, to_number, to_text
 
@@ -88,6 +89,9 @@ def _array_to_string(value: Value, delimiter: Value, *null_text: Value) -> str |
                 parts.append(replacement)
         else:
             parts.append(t)
+    size = sum(map(len, parts)) + len(d) * max(0, len(parts) - 1)
+    if not built(size, max(len(d), max(map(len, parts), default=0))):
+        return None  # the length is known before the string is built (budget.py)
     return d.join(parts)
 
 

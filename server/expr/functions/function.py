@@ -38,7 +38,9 @@ class Function:
         kind: ``pure``, ``message`` or ``clock``.
         arrays: whether arguments are passed whole (arrays included) instead of their first
             element.
-        check: compile-time validation of literal arguments (e.g. a regular expression).
+        check: compile-time validation of literal arguments (e.g. a regular expression);
+            returns the instructions of the regular expressions it compiled (0: none),
+            which count against the expression's budget (server/expr/budget.py).
         summary: one line for error messages and the docs.
     """
 
@@ -48,7 +50,7 @@ class Function:
     impl: Callable[..., Any]
     kind: Kind = "pure"
     arrays: bool = False
-    check: Callable[[Call, str], None] | None = None
+    check: Callable[[Call, str], int] | None = None
     summary: str = ""
 
     def arity(self) -> str:

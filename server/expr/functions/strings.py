@@ -13,6 +13,7 @@ from typing import Final
 
 from server.expr.ast import Call
 from server.expr.ast import Literal as LiteralNode
+from server.expr.budget import built
 from server.expr.functions.function import Function
 from server.expr.functions.regex import cached_regex, compile_regex
 from server.expr.values import Value, to_integer, to_text
@@ -69,13 +70,15 @@ def _regexp_match(s: Value, pattern: Value) -> bool | None:
     rx = cached_regex(p)
     if rx is None:
         return None
-    return rx.search(a) is not None
+    return rx.test(a)
 
 
-def _check_regexp_match(call: Call, text: str) -> None:
+def _check_regexp_match(call: Call, text: str) -> int:
+    """A literal pattern is compiled with the filter: the instructions of its program."""
     pattern = call.args[1]
     if isinstance(pattern, LiteralNode) and isinstance(pattern.value, str):
-        compile_regex(pattern.value, pattern.pos, text, "REGEXP_MATCH")
+        return compile_regex(pattern.value, pattern.pos, text, "REGEXP_MATCH").program_size
+    return 0
 
 
 # --- string manipulation -----------------------------------------------------------------
@@ -102,6 +105,11 @@ def _replace(s: Value, old: Value, new: Value) -> str | None:
         return None
     if not b:
         return a
+    if len(c) > len(b):
+        # the length is known before the string is built (server/expr/budget.py)
+        size = len(a) + a.count(b) * (len(c) - len(b))
+        if not built(size, max(len(a), len(c))):
+            return None
     return a.replace(b, c)
 
 

@@ -162,7 +162,7 @@ def _datediff(unit: Value, start: Value, end: Value) -> int | float | None:
     return diff / div if div != 1 else diff
 
 
-def _check_datediff(call: Call, text: str) -> None:
+def _check_datediff(call: Call, text: str) -> int:
     unit = call.args[0]
     if (
         isinstance(unit, LiteralNode)
@@ -175,6 +175,7 @@ def _check_datediff(call: Call, text: str) -> None:
             unit.pos,
             text,
         )
+    return 0
 
 
 TIME_FUNCTIONS: Final[tuple[Function, ...]] = (

@@ -276,8 +276,6 @@ PREDICATES: list[tuple[str, bool | None]] = [
     ("/missing LIKE 'a'", None),
     ("/missing NOT LIKE 'a'", None),
     (r"'(ab)' LIKE '\(ab\)'", True),
-    (r"/sym LIKE '(.)\1'", False),
-    (r"'aab' LIKE '(.)\1'", True),
     ("/unicode LIKE 'é$'", True),
     ("'it''s' LIKE 'it.s'", True),
     (r"'tab\there' LIKE '\t'", True),

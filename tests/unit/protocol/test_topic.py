@@ -39,6 +39,14 @@ def test_every_metacharacter_alone_makes_a_regex() -> None:
 
 
 def test_compile_topic() -> None:
-    assert compile_topic("^orders").search("orders.eu") is not None
+    assert compile_topic("^orders").test("orders.eu")
+    assert not compile_topic("^orders").test("eu.orders")
     with pytest.raises(BadRegexTopic, match=r"'a\(': missing \)"):
         compile_topic("a(")
+
+
+def test_a_topic_pattern_that_cannot_match_in_linear_time_is_refused_by_name() -> None:
+    with pytest.raises(BadRegexTopic, match=r"backreference .* is not supported"):
+        compile_topic(r"^(orders)\.\1$")
+    with pytest.raises(BadRegexTopic, match=r"lookahead \(\?=\.\.\.\) is not supported"):
+        compile_topic(r"^orders(?=\.eu)")
