@@ -10,14 +10,24 @@ checked (scrypt, in a thread), a bookmark ``subscribe`` whose start must be look
 journal files. A command handler returns an awaitable for those; while it is pending, the
 connection's later commands wait in a backlog and run afterwards, in order (a publish or an
 unsubscribe sent in the same frame never overtakes them). Other connections are not held up.
+
+A command carrying a long content filter (over :data:`INLINE_FILTER_MAX` characters) that
+the filter caches do not know yet waits the same way while the filter is compiled on the
+one filter-compiling thread: the largest filter the budget allows (server/expr/budget.py)
+takes hundreds of milliseconds to compile, which the event loop must not spend. Its
+handler then finds the filter (or the reason it was refused) in the cache, so the checks
+keep their order (an entitlement failure still comes before a filter's).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
+from server.clock import SYSTEM_CLOCK, Clock
+from server.expr import FilterSyntaxError, compile_filter, is_known
 from server.lifecycle import Lifecycle
 from server.ports import PublishRun
 from server.protocol.commands import Command, UnknownCommand, decode_command
@@ -39,6 +49,22 @@ CommandHandler = Callable[[Session, Command], Awaitable[None] | None]
 
 #: the interval of ``heartbeat`` with ``o=start`` and no number (seconds)
 _DEFAULT_BEAT: Final = 30.0
+#: longer filter texts are compiled off the event loop (about 1 ms of compiling at most
+#: is spent on the loop for a filter this long)
+INLINE_FILTER_MAX: Final = 1024
+
+#: compiles long filters, one at a time: a second thread compiling Python would only
+#: take more of the interpreter lock from the event loop
+_COMPILER: Final = ThreadPoolExecutor(max_workers=1, thread_name_prefix="filter-compile")
+
+
+def _compile_quietly(text: str, clock: Clock) -> None:
+    """Compile ``text`` into the caches; a refusal is cached too, and reported by the
+    command's handler when it runs."""
+    try:
+        compile_filter(text, clock=clock)
+    except FilterSyntaxError:
+        pass
 
 
 class Dispatcher:
@@ -50,6 +76,7 @@ class Dispatcher:
         commands: the command table (every command but ``publish`` and ``heartbeat``).
         lifecycle: whether the broker is stopping (then work is refused).
         events: where malformed frames are reported.
+        clock: the clock filters are compiled with (the command handlers' clock).
     """
 
     def __init__(
@@ -59,8 +86,10 @@ class Dispatcher:
         commands: Mapping[str, CommandHandler],
         lifecycle: Lifecycle,
         events: EventSink,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._session = session
+        self._clock = clock
         self._pipeline = pipeline
         self._commands = commands
         self._lifecycle = lifecycle
@@ -126,11 +155,31 @@ class Dispatcher:
             if cmd.name == "heartbeat":
                 self._heartbeat(cmd)
                 return
-            pending = self._commands[cmd.name](session, cmd)
+            text = cmd.filter
+            if (
+                type(text) is str
+                and len(text) > INLINE_FILTER_MAX
+                and not is_known(text, clock=self._clock)
+            ):
+                pending: Awaitable[None] | None = self._compile_then_run(cmd, text)
+            else:
+                pending = self._commands[cmd.name](session, cmd)
             if pending is not None:
                 self._waiting = asyncio.get_running_loop().create_task(self._finish(cmd, pending))
         except ProtocolFailure as exc:
             self._failed(cmd, exc)
+
+    async def _compile_then_run(self, cmd: Command, text: str) -> None:
+        """Compile a long filter on the compiling thread, then run its command."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(_COMPILER, _compile_quietly, text, self._clock)
+        if self._session.closed:
+            return
+        if self._lifecycle.stopping:
+            raise ShuttingDown()
+        pending = self._commands[cmd.name](self._session, cmd)
+        if pending is not None:
+            await pending
 
     def _publish(self, cmd: Command) -> None:
         """A publish the run path did not take (a correlation id, a SOW key, a first

@@ -423,7 +423,7 @@ class Broker:
         """
         session = self.clients.connect(transport, transport_name, peer)
         session.handler = Dispatcher(
-            session, self.pipeline, self.commands, self.lifecycle, self.events
+            session, self.pipeline, self.commands, self.lifecycle, self.events, self.clock
         )
         session.start()
         return session

@@ -12,6 +12,7 @@ pyproject.toml keeps it so)::
 
     values.py       the coercion and comparison rules (NULL, numbers, strings, arrays)
     errors.py       FilterSyntaxError (a BadFilter)
+    budget.py       what one expression may cost: text, tokens, regular expressions
     ast.py          the tree the parser builds
     view.py         MessageView: the message, its body parsed on first field access
     lexer.py        text -> tokens
@@ -36,6 +37,7 @@ from server.expr.cache import (
     clear_caches,
     compile_filter,
     compile_value,
+    is_known,
 )
 from server.expr.compiled import Filter, ValueExpr
 from server.expr.errors import FilterSyntaxError
@@ -56,5 +58,6 @@ __all__ = [
     "compile_filter",
     "compile_value",
     "evaluate_reference",
+    "is_known",
     "parse",
 ]

@@ -4,6 +4,10 @@
 keep what they compiled in a bounded LRU keyed by text and clock, so 1,000 subscriptions
 with the same filter share one :class:`~server.expr.compiled.Filter`, and a client that
 subscribes and unsubscribes in a loop does not recompile (nor grow memory without bound).
+A text that does not compile is remembered too (:data:`REFUSED_SIZE` of them): a client
+sending the same large bad filter again is answered without parsing it again, and a
+text compiled ahead on a worker thread (:func:`is_known`) is answered from here when its
+command runs, whichever way it went.
 """
 
 from __future__ import annotations
@@ -58,8 +62,12 @@ class _LRU(Generic[_T]):
         return len(self._items)
 
 
+REFUSED_SIZE: Final = 256
+"""Texts that did not compile, kept with their error."""
+
 _filters: Final[_LRU[Filter]] = _LRU(CACHE_SIZE)
 _values: Final[_LRU[ValueExpr]] = _LRU(CACHE_SIZE)
+_refused: Final[_LRU[FilterSyntaxError]] = _LRU(REFUSED_SIZE)
 
 
 def _parse_checked(text: str) -> Node:
@@ -82,11 +90,27 @@ def compile_filter(text: str, *, clock: Clock = SYSTEM_CLOCK) -> Filter:
     cached = _filters.get(key)
     if cached is not None and cached.clock is clock:
         return cached
+    refused = _refused.get(key)
+    if refused is not None:
+        raise FilterSyntaxError(refused.message, refused.position, refused.text)
     try:
         flt = Filter(text, _parse_checked(text), clock)
-    except RecursionError as exc:
-        raise FilterSyntaxError("expression nested too deeply", 1, text) from exc
+    except RecursionError:
+        exc = FilterSyntaxError("expression nested too deeply", 1, text)
+        _refused.put(key, exc)
+        raise exc from None
+    except FilterSyntaxError as exc:
+        _refused.put(key, exc)
+        raise
     return _filters.put(key, flt)
+
+
+def is_known(text: str, *, clock: Clock = SYSTEM_CLOCK) -> bool:
+    """Whether :func:`compile_filter` of ``text`` is answered from the caches (compiled
+    or refused) without compiling."""
+    key = (text, id(clock))
+    cached = _filters.get(key)
+    return (cached is not None and cached.clock is clock) or _refused.get(key) is not None
 
 
 def compile_value(text: str, *, clock: Clock = SYSTEM_CLOCK) -> ValueExpr:
@@ -110,6 +134,7 @@ def clear_caches() -> None:
     """Forget every cached compiled expression (tests; config reloads)."""
     _filters.clear()
     _values.clear()
+    _refused.clear()
 
 
 def cache_sizes() -> tuple[int, int]:
