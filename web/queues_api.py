@@ -1,8 +1,10 @@
 """The queues' part of the REST admin API: ``/api/queues`` (ADMIN_API.md).
 
-- ``GET /api/queues``: every queue: depth, backlog (ready messages), leased, owned,
-  transferred in/out, proxied transfer on/off, oldest lease age, consumers, counters.
-- ``GET /api/queues/{name}``: one queue, with its first 50 leases.
+- ``GET /api/queues``: every queue the user may read: depth, backlog (ready messages),
+  leased, owned, transferred in/out, proxied transfer on/off, oldest lease age,
+  consumers, counters.
+- ``GET /api/queues/{name}``: one queue, with its first 50 leases (403 for a user who may
+  not read the queue: web/entitlements.py).
 - ``GET /api/queues/{name}/messages``: a page of its messages (cursor ``after``,
   ``limit``) with why each is not being delivered (server/queues/browse.py). Admin only,
   and the user must be entitled to read the queue: it shows message data.
@@ -25,6 +27,7 @@ from server.queues.browse import BROWSE_MAX
 from server.queues.errors import ProxiedTransferUnavailable, QueueNotEntitled, QueueNotFound
 from web.api_errors import ApiError, Conflict, Forbidden, NotFound
 from web.auth import auth_context, require_admin
+from web.entitlements import read_check, require_read
 from web.openapi import Operation, QueryParam
 from web.params import int_param
 
@@ -60,11 +63,15 @@ class QueuesApi:
 
     async def queues(self, request: Request) -> Any:
         self._require()
-        return {"queues": self.ops.queue_infos()}
+        readable = read_check(request, self.ops.auth)
+        return {"queues": [q for q in self.ops.queue_infos() if readable(str(q["name"]))]}
 
     async def queue(self, request: Request) -> Any:
         self._require()
-        return self.ops.queue_info(request.path_params["name"])
+        name = request.path_params["name"]
+        # its leases name messages (bookmarks) and who holds them: the queue's readers only
+        require_read(request, self.ops.auth, name)
+        return self.ops.queue_info(name)
 
     async def messages(self, request: Request) -> Any:
         self._require()
@@ -102,7 +109,8 @@ class QueuesApi:
                     "/api/queues/{name}",
                     "One queue and its first leases",
                     "queues",
-                    errors=(404,),
+                    description="403 for a user without a Read entitlement for the queue.",
+                    errors=(403, 404),
                 ),
                 self.queue,
             ),

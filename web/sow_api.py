@@ -4,9 +4,12 @@ Kept out of web/admin.py (which holds the table and the other subsystems) so tha
 module stays one noun; web/admin.py adds these rows to its table, so routes, auth, the
 event-log entry of the action and ``/api/openapi.json`` come from the same place.
 
-- ``GET /api/sow``: every SOW topic with a store (``server/sow/admin.py`` shapes).
+- ``GET /api/sow``: every SOW topic with a store (``server/sow/admin.py`` shapes) that
+  the user may read.
 - ``GET /api/sow/{topic}``: one topic and a page of its keys (``after``, ``limit``);
-  a topic name may contain ``/`` (the parameter takes the rest of the path).
+  a topic name may contain ``/`` (the parameter takes the rest of the path). Keys are
+  values from message bodies: a user without a ``Read`` entitlement for the topic is
+  refused (403, before the topic is looked up: web/entitlements.py).
 - ``POST /api/sow/{topic}/compact``: rewrite a persistent topic's file now.
 
 An instance without ``SOW/Topic`` rules answers 404 "the SOW is not configured on this
@@ -25,6 +28,7 @@ from server.operations import Operations
 from server.protocol.errors import InvalidTopic
 from server.sow.errors import SowTopicNotFound
 from web.api_errors import ApiError, BadRequest, Conflict, NotFound
+from web.entitlements import read_check, require_read
 from web.openapi import Operation, QueryParam
 
 __all__ = ["KEYS_MAX", "SowApi", "sow_error"]
@@ -59,11 +63,13 @@ class SowApi:
 
     async def topics(self, request: Request) -> Any:
         self._require_sow()
-        return {"topics": self.ops.sow_topics()}
+        readable = read_check(request, self.ops.auth)
+        return {"topics": [t for t in self.ops.sow_topics() if readable(t["topic"])]}
 
     async def topic(self, request: Request) -> Any:
         self._require_sow()
         topic = request.path_params["topic"]
+        require_read(request, self.ops.auth, topic)
         limit = _limit(request)
         after = request.query_params.get("after")
         info = self.ops.sow_topic(topic)
@@ -111,7 +117,11 @@ class SowApi:
                     "/api/sow/{topic:path}",
                     "One SOW topic and a page of its keys, in store order",
                     "sow",
-                    errors=(400, 404),
+                    description=(
+                        "Keys are values taken from message bodies: 403 for a user "
+                        "without a Read entitlement for the topic."
+                    ),
+                    errors=(400, 403, 404),
                     query=(
                         QueryParam("after", "start after this key (next_after of a page)"),
                         QueryParam(

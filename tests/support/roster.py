@@ -1,5 +1,6 @@
 """The users several REST tests log on as: an admin with a token and a password, a reader
-with a token only, and a feed allowed to read and write every topic."""
+with a token only who may read every topic (REST shows a topic's data to its readers
+only), and a feed allowed to read and write every topic."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def three_users(admin_token: str, reader_token: str, feed_token: str) -> str:
     return (
         f"<User><Name>ops</Name><Token>{admin_token}</Token>"
         f"<PasswordHash>{hash_password(ADMIN_PASSWORD)}</PasswordHash><Admin>true</Admin></User>"
-        f"<User><Name>viewer</Name><Token>{reader_token}</Token></User>"
+        f"<User><Name>viewer</Name><Token>{reader_token}</Token><Read>.*</Read></User>"
         f"<User><Name>feed</Name><Token>{feed_token}</Token><Read>.*</Read><Write>.*</Write>"
         "</User>"
     )
