@@ -16,6 +16,7 @@ refusal, and it returns once the message is durable (recorded topics).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from server.backpressure import MAX_FRAME
@@ -27,6 +28,10 @@ from server.publishing import PublishPipeline
 from server.txlog import TransactionLog
 
 __all__ = ["BROKER_PUBLISHER_PREFIX", "BrokerPublisher", "Published"]
+
+
+#: the paced readers' turn of a peer that is never replayed to
+_NO_TURN = asyncio.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,11 @@ class _Answer:
 
     async def wait_room(self) -> None:
         return None
+
+    @property
+    def paced_turn(self) -> asyncio.Lock:
+        """Nothing is ever replayed here: a lock nobody waits for."""
+        return _NO_TURN
 
 
 class BrokerPublisher:

@@ -29,6 +29,7 @@ Who implements what is listed in docs/architecture.md ("Ports").
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
@@ -119,6 +120,13 @@ class Outbound(Protocol):
 
     async def wait_room(self) -> None:
         """Wait until :meth:`has_room` (or the peer closed)."""
+        ...
+
+    @property
+    def paced_turn(self) -> asyncio.Lock:
+        """Held by one paced reader of this peer at a time (a replay or a catch-up, from
+        its read until the batch is queued): N replays of one connection hold one batch
+        in memory, not N."""
         ...
 
 

@@ -141,6 +141,8 @@ class Session:
         self._limit = self.limits.limit
         self._spill_at = self.limits.spill_at
         self._wake = asyncio.Event()
+        #: the paced readers' turn (server/replay/cursor.py)
+        self.paced_turn = asyncio.Lock()
         self._room = asyncio.Event()
         self._room.set()
         #: set by the writer whenever the buffer is empty (graceful close waits on it)

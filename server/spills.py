@@ -99,6 +99,7 @@ class Spills:
             batch_count=_BATCH_COUNT,
             batch_bytes=_BATCH_BYTES,
             on_error=self._failed,
+            paced=sub.outbound,
         )
         self._reads[sub] = _CatchUp(cursor, member, sink)
         self.spills += 1

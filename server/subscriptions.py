@@ -27,7 +27,7 @@ from server.bookmarks import BookmarkSpec, lookup_points, parse_bookmark, spec_k
 from server.clock import Clock
 from server.config import Config
 from server.expr import Filter, compile_filter
-from server.ports import DurabilityHorizon, Entitlements
+from server.ports import DurabilityHorizon, Entitlements, Outbound
 from server.protocol.commands import Command
 from server.protocol.errors import (
     BadFilter,
@@ -269,15 +269,18 @@ class SubscriptionService:
         # hold the journals this replay still needs (journal removal answers 409)
         sink.pin = txlog.pin(f"replay:{sub.client}:{sub.sub_id}", member.next_seq)
         start = member.next_seq
-        cursor = self._new_cursor(options, member)
+        cursor = self._new_cursor(options, member, sub.outbound)
         self._replays[sub] = _Replay(cursor, sink)
         pause = options.pause or paused
         sub.progress.state = "paused" if pause else "replaying"
         cursor.start(paused=pause)
         return start
 
-    def _new_cursor(self, options: SubscribeOptions, member: ReplayMember) -> ReplayCursor:
-        """A cursor over the log as ``options`` see it (appended, durable or fully durable)."""
+    def _new_cursor(
+        self, options: SubscribeOptions, member: ReplayMember, outbound: Outbound
+    ) -> ReplayCursor:
+        """A cursor over the log as ``options`` see it (appended, durable or fully durable),
+        its reads pulled by ``outbound``'s buffer (server/replay/cursor.py)."""
         txlog = self._txlog
         assert txlog is not None
         source: ReplaySource = txlog
@@ -300,6 +303,7 @@ class SubscriptionService:
             batch_count=_BATCH_COUNT,
             batch_bytes=_BATCH_BYTES,
             on_error=self._replay_failed,
+            paced=outbound,
         )
 
     def _replay_failed(self, cursor: ReplayCursor, exc: Exception) -> None:
@@ -398,7 +402,7 @@ class SubscriptionService:
             if len(cursor.members) > 1:
                 # it shares a cursor since a resume-together: give it its own, paused
                 member = cursor.take_member(sub.sub_id)
-                own = self._new_cursor(sub.options, member)
+                own = self._new_cursor(sub.options, member, sub.outbound)
                 replay.cursor = own
                 own.start(paused=True)
             else:

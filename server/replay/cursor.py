@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from server.clock import SYSTEM_CLOCK, TIME_EPSILON, Clock, time_us
+from server.ports import Outbound
 from server.protocol.errors import SubIdNotFound
 from server.replay.errors import ReplayGapError
 from server.replay.member import ReplayMember
@@ -61,8 +62,10 @@ class ReplayCursor:
         batch_count: int = 1000,
         batch_bytes: int = 1 << 20,
         on_error: Callable[[ReplayCursor, Exception], None] | None = None,
+        paced: Outbound | None = None,
     ) -> None:
         self.source = source
+        self.paced = paced
         self.clock = clock
         self.horizon: Horizon = horizon if horizon is not None else DurableHorizon(source)
         self.position_interval = position_interval
@@ -265,7 +268,29 @@ class ReplayCursor:
         return members
 
     async def _step(self, members: list[ReplayMember]) -> bool:
-        """Read and feed one batch; False when there is nothing to read (at the horizon)."""
+        """Read and feed one batch; False when there is nothing to read (at the horizon).
+
+        With a ``paced`` connection the read is pulled by its outbound buffer: it waits
+        for the connection's turn (one paced reader at a time), then for room in its
+        buffer, reads at most half a piece (an eighth of the buffer's limit) and keeps the
+        turn until that batch is queued. However many replays a connection runs, what they
+        hold in memory is one batch plus the buffer, read or not by the client.
+        """
+        paced = self.paced
+        if paced is None:
+            return await self._read_and_feed(members, self.batch_bytes)
+        async with paced.paced_turn:
+            if not paced.has_room():
+                await self._interruptible(paced.wait_room())
+            if self._interrupted or paced.closed:
+                return True
+            # an eighth of the limit: a batch is held twice while it is decoded (the bytes
+            # read and the bodies cut from them)
+            return await self._read_and_feed(
+                members, min(self.batch_bytes, max(1, paced.piece_bytes // 2))
+            )
+
+    async def _read_and_feed(self, members: list[ReplayMember], max_bytes: int) -> bool:
         first = self.source.first_seq
         read_from = min(m.next_seq for m in members)
         if read_from < first:
@@ -290,7 +315,7 @@ class ReplayCursor:
         batch = await self.source.read_view(
             read_from,
             max_count=self.batch_count,
-            max_bytes=self.batch_bytes,
+            max_bytes=max_bytes,
             upto_seq=limit,
         )
         if not batch and read_from > self.source.durable_seq:
@@ -520,4 +545,5 @@ def resume_together(cursors: Sequence[ReplayCursor]) -> ReplayCursor:
         batch_count=first.batch_count,
         batch_bytes=first.batch_bytes,
         on_error=first.on_error,
+        paced=first.paced,
     )

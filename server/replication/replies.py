@@ -8,11 +8,17 @@ records and sends them again).
 
 from __future__ import annotations
 
+import asyncio
+
 from server.backpressure import MAX_FRAME
 from server.ports import AckValue
 from server.protocol.errors import ProtocolFailure
 
 __all__ = ["FailureReplies"]
+
+
+#: the paced readers' turn of a peer that is never replayed to
+_NO_TURN = asyncio.Lock()
 
 
 class FailureReplies:
@@ -61,3 +67,8 @@ class FailureReplies:
 
     async def wait_room(self) -> None:
         return None
+
+    @property
+    def paced_turn(self) -> asyncio.Lock:
+        """Nothing is ever replayed here: a lock nobody waits for."""
+        return _NO_TURN

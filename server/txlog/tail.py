@@ -14,7 +14,9 @@ Event loop only.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import deque
+from itertools import accumulate
 
 from server.txlog.batch import RecordBatch, decode_batch
 from server.txlog.codec import HEADER, decode_records
@@ -86,6 +88,12 @@ class TailCache:
         i = self._head + from_seq - self._first
         j = min(i + max_count, self._head + upto - self._first + 1)
         parts = self.records[i:j]
+        # no more records than ``max_bytes`` takes (at least one): the batch keeps the
+        # joined buffer, so joining ``max_count`` large records would hold all of them
+        # (a thousand 60 KB records: 60 MB per reader) for a read that decodes a few
+        cut = bisect_left(list(accumulate(map(len, parts))), max_bytes) + 1
+        if cut < len(parts):
+            parts = parts[:cut]
         buf = b"".join(parts)
         if as_batch:
             # encoded here and never written back: the bytes need no CRC check

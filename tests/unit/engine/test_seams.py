@@ -30,6 +30,9 @@ from server.txlog.record import Record, RecordKind
 from server.wire import encode_batch, encode_publish, encode_run, topic_json
 from tests.support.engine import EngineHarness
 
+#: the paced readers' turn of a peer that is never replayed to
+_NO_TURN = asyncio.Lock()
+
 
 class Peer:
     """An Outbound that records what it is sent."""
@@ -73,6 +76,11 @@ class Peer:
 
     async def wait_room(self) -> None:
         return None
+
+    @property
+    def paced_turn(self) -> asyncio.Lock:
+        """Nothing is ever replayed here: a lock nobody waits for."""
+        return _NO_TURN
 
     def live_fits(self, nbytes: int, *, readable: bool) -> bool:
         return True
