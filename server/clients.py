@@ -10,6 +10,12 @@ the client name is claimed (the same user reconnecting takes it over and the old
 is dropped; another user is refused with ``name in use``), and the logon ack tells the
 client the last sequence the log holds for its name, so it can resend what was not
 persisted (PROTOCOL.md "Acks").
+
+A connection that has not logged on costs the broker a socket and a session while it
+proves nothing, so it gets ``Tuning/LogonTimeout`` to log on (then it is closed with
+``logon required``), and there are at most ``MaxConnectionsBeforeLogon`` of them on the
+instance and ``MaxConnectionsBeforeLogonPerAddress`` from one address: the transport asks
+:meth:`ClientRegistry.before_logon_refusal` before it accepts a websocket.
 """
 
 from __future__ import annotations
@@ -35,11 +41,13 @@ from server.protocol.commands import Command
 from server.protocol.errors import (
     AuthFailure,
     InvalidMessage,
+    LogonRequired,
     NameInUse,
     ShuttingDown,
 )
 from server.scryptpool import PoolBusy
 from server.session import CLOSE_GOING_AWAY, Session, Transport
+from server.throttle import address_key
 from server.txlog import TransactionLog
 
 
@@ -101,6 +109,14 @@ class ClientRegistry:
         self.disconnects: dict[str, int] = {}
         #: called with every session that closes (subscriptions, acks forget it)
         self.on_close: list[Callable[[Session], None]] = []
+        #: the logged-on sessions of each user name (per-user quotas, server/quotas.py)
+        self._by_user: dict[str, set[Session]] = {}
+        #: connections not logged on yet, with their logon deadline
+        self._before_logon: dict[Session, asyncio.Task[None]] = {}
+        self._before_logon_at: dict[str, int] = {}
+        #: connections refused before their upgrade (too many not logged on)
+        self.refused_before_logon = 0
+        self._refusal_announced = -1e18
 
     # -- connections ---------------------------------------------------------------------
 
@@ -119,6 +135,11 @@ class ClientRegistry:
         )
         self.sessions.add(session)
         self._transport_conns[transport_name] = self._transport_conns.get(transport_name, 0) + 1
+        address = address_key(session.peer.host)
+        self._before_logon_at[address] = self._before_logon_at.get(address, 0) + 1
+        self._before_logon[session] = asyncio.get_running_loop().create_task(
+            self._logon_deadline(session)
+        )
         p = session.peer
         self._events.emit(
             "info", "session", "connected", remote=transport.remote, transport=transport_name,
@@ -126,11 +147,87 @@ class ClientRegistry:
         )  # fmt: skip
         return session
 
+    # -- before logon --------------------------------------------------------------------
+
+    def before_logon_refusal(self, host: str) -> str | None:
+        """Why a new connection from ``host`` is refused before its upgrade (too many
+        connections have not logged on yet, on the instance or from that address), or
+        None. A refusal is counted, and announced in the event log at most once a minute.
+        """
+        tuning = self._config.tuning
+        waiting = self._before_logon_at.get(address_key(host), 0)
+        reason: str | None = None
+        if len(self._before_logon) >= tuning.max_connections_before_logon:
+            reason = (
+                f"{len(self._before_logon)} connections have not logged on yet, the most "
+                "Tuning/MaxConnectionsBeforeLogon allows"
+            )
+        elif waiting >= tuning.max_connections_before_logon_per_address:
+            reason = (
+                f"{waiting} connections from this address have not logged on yet, the most "
+                "Tuning/MaxConnectionsBeforeLogonPerAddress allows"
+            )
+        if reason is None:
+            return None
+        self.refused_before_logon += 1
+        now = self._clock.monotonic()
+        if now - self._refusal_announced >= 60.0:
+            self._refusal_announced = now
+            self._events.emit(
+                "warning", "session", "too_many_before_logon", remote=host, detail=reason,
+                refused=self.refused_before_logon,
+            )  # fmt: skip
+        return reason
+
+    @property
+    def waiting_logon(self) -> int:
+        """Connections that have not logged on yet."""
+        return len(self._before_logon)
+
+    async def _logon_deadline(self, session: Session) -> None:
+        """Close ``session`` if it has not logged on within ``Tuning/LogonTimeout``."""
+        timeout = self._config.tuning.logon_timeout
+        await self._clock.sleep(timeout)
+        if session.origin is not None or session.closing:
+            return
+        self._events.emit(
+            "info", "session", "logon_timeout", remote=session.remote, timeout=timeout
+        )
+        self._logged_on_or_gone(session, cancel=False)
+        await session.close(
+            f"{LogonRequired.reason}: no logon within {timeout:g} s", cause="logon_timeout"
+        )
+
+    def _logged_on_or_gone(self, session: Session, *, cancel: bool = True) -> None:
+        """``session`` no longer waits for its logon."""
+        task = self._before_logon.pop(session, None)
+        if task is None:
+            return
+        if cancel:
+            task.cancel()
+        address = address_key(session.peer.host)
+        left = self._before_logon_at.get(address, 1) - 1
+        if left > 0:
+            self._before_logon_at[address] = left
+        else:
+            self._before_logon_at.pop(address, None)
+
+    def sessions_of(self, user: str) -> set[Session]:
+        """The logged-on sessions of ``user``."""
+        return self._by_user.get(user, set())
+
     def session_closed(self, session: Session) -> None:
         """Forget a session: its name, its subscriptions, what it waited for."""
         if session not in self.sessions:
             return
         self.sessions.discard(session)
+        self._logged_on_or_gone(session)
+        if session.user is not None:
+            same_user = self._by_user.get(session.user.name)
+            if same_user is not None:
+                same_user.discard(session)
+                if not same_user:
+                    del self._by_user[session.user.name]
         name = session.transport_name
         self._transport_conns[name] = max(0, self._transport_conns.get(name, 1) - 1)
         for forget in self.on_close:
@@ -304,6 +401,9 @@ class ClientRegistry:
             name, user, user_name, pub_hash(name), version if isinstance(version, str) else ""
         )
         self.by_name[name] = session
+        self._logged_on_or_gone(session)
+        if user is not None:
+            self._by_user.setdefault(user.name, set()).add(session)
         last_s = 0
         last_bm = None
         if self._txlog is not None:

@@ -48,6 +48,7 @@ from server.peer import Peer
 from server.ports import DurabilityHorizon
 from server.publishing import PublishPipeline
 from server.queues.service import QueueService
+from server.quotas import Quotas
 from server.replication.bootstrap import Bootstrapper
 from server.replication.errors import BootstrapFailed
 from server.replication.horizon import SyncHorizon
@@ -157,9 +158,13 @@ class Broker:
         self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
         self.fanout = FanOut(self.router, self.auth, clock, self.spills)
         self.topics = TopicTable(self._records)
+        #: what one connection and one user may hold at once (the registry, made below,
+        #: knows a user's connections)
+        self.quotas = Quotas(config.tuning, lambda user: self.clients.sessions_of(user))
         self.subscriptions = SubscriptionService(
-            config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills
-        )
+            config, self.router, txlog, horizon, self.auth, self.events, clock, self.spills,
+            quotas=self.quotas,
+        )  # fmt: skip
         self.stalls = StallWatch(
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )

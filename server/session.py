@@ -51,6 +51,7 @@ DisconnectCause = Literal[
     "heartbeat",  # silent for two heartbeat intervals
     "name_in_use",  # the same user logged on again with this client name
     "logon_failed",  # the first command, the logon, failed
+    "logon_timeout",  # no logon within Tuning/LogonTimeout
     "invalid_message",  # a malformed frame without a cid to answer
     "admin",  # disconnected from the admin API
     "shutting_down",  # the broker stops

@@ -41,6 +41,7 @@ from server.protocol.errors import (
 )
 from server.protocol.options import SubscribeOptions, parse_subscribe_options
 from server.protocol.topic import compile_topic, is_regex_topic
+from server.quotas import Quotas
 from server.replay import (
     FunctionHorizon,
     Horizon,
@@ -107,8 +108,12 @@ class SubscriptionService:
         events: EventSink,
         clock: Clock,
         spills: Spills | None = None,
+        *,
+        quotas: Quotas | None = None,
     ) -> None:
         self._config = config
+        #: the subscription, replay and query quotas (SOW and queue subscriptions too)
+        self.quotas = quotas if quotas is not None else Quotas(config.tuning, lambda user: ())
         self._router = router
         self._spills = spills
         self._txlog = txlog
@@ -200,6 +205,9 @@ class SubscriptionService:
         existing = session.subs.get(sub_id)
         if existing is not None and not options.replace:
             raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
+        self.quotas.admit_subscription(session, existing)
+        if cmd.bookmark:
+            self.quotas.admit_replay(session, existing)
         pattern = compile_topic(topic) if is_regex_topic(topic) else None
         if self._auth.enabled and pattern is None and not self._auth.can_read(session.user, topic):
             raise NotEntitled(f"user {session.user_name!r} may not read {topic!r}")

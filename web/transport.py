@@ -8,6 +8,8 @@ of the broker and needs nothing but ``receive`` and ``send``.
 Before the upgrade, the page the handshake comes from is checked (web/origins.py): a page
 of another origin is refused with HTTP 403 when the broker has no users (it would be
 served as a trusted local client), and otherwise may only log on with a password or token.
+A connection is also refused before the upgrade while too many connections have not
+logged on yet (server/clients.py: ``MaxConnectionsBeforeLogon[PerAddress]``).
 """
 
 from __future__ import annotations
@@ -116,8 +118,19 @@ class WebsocketEndpoint:
                 }
             )
             return
-        await send({"type": "websocket.accept"})
         peer = peer_of(scope)
+        if broker.clients.before_logon_refusal(peer.host) is not None:
+            # too many connections have not logged on yet: refused before the upgrade
+            # (HTTP 403), like a transport that does not take connections
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": CLOSE_TRY_AGAIN,
+                    "reason": "too many connections waiting to log on",
+                }
+            )
+            return
+        await send({"type": "websocket.accept"})
         transport = AsgiTransport(send, peer.address, pieces_of(scope))
         session = broker.connect(transport, self.transport_name, peer)
         session.web_origin = verdict.origin

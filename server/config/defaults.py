@@ -207,11 +207,24 @@ def render_default_xml() -> str:
     <!-- HeartbeatDefault 0 = the client chooses -->
     <HeartbeatDefault>{format_duration(tuning.heartbeat_default)}</HeartbeatDefault>
     <PersistedAckInterval>{format_duration(tuning.persisted_ack_interval)}</PersistedAckInterval>
-    <!-- failed logons (websocket and dashboard) before further ones are refused unchecked -->
+    <!-- failed logons (websocket and dashboard) before further ones are refused unchecked:
+         per address and user name, per address whatever the names, per user name -->
+    <LogonFailuresPerAddressUser>{tuning.logon_failures_per_address_user}</LogonFailuresPerAddressUser>
     <LogonFailuresPerAddress>{tuning.logon_failures_per_address}</LogonFailuresPerAddress>
     <LogonFailuresPerUser>{tuning.logon_failures_per_user}</LogonFailuresPerUser>
     <LogonFailureWindow>{format_duration(tuning.logon_failure_window)}</LogonFailureWindow>
     <PasswordCheckThreads>{tuning.password_check_threads}</PasswordCheckThreads>
+    <!-- a connection that has not logged on within this is closed; at most so many wait -->
+    <LogonTimeout>{format_duration(tuning.logon_timeout)}</LogonTimeout>
+    <MaxConnectionsBeforeLogon>{tuning.max_connections_before_logon}</MaxConnectionsBeforeLogon>
+    <MaxConnectionsBeforeLogonPerAddress>{tuning.max_connections_before_logon_per_address}</MaxConnectionsBeforeLogonPerAddress>
+    <!-- what one connection and one user may hold at once (failure: limit exceeded) -->
+    <MaxSubscriptionsPerConnection>{tuning.max_subscriptions_per_connection}</MaxSubscriptionsPerConnection>
+    <MaxSubscriptionsPerUser>{tuning.max_subscriptions_per_user}</MaxSubscriptionsPerUser>
+    <MaxReplaysPerConnection>{tuning.max_replays_per_connection}</MaxReplaysPerConnection>
+    <MaxReplaysPerUser>{tuning.max_replays_per_user}</MaxReplaysPerUser>
+    <MaxPendingQueriesPerConnection>{tuning.max_pending_queries_per_connection}</MaxPendingQueriesPerConnection>
+    <MaxPendingQueriesPerUser>{tuning.max_pending_queries_per_user}</MaxPendingQueriesPerUser>
   </Tuning>
 
   <!-- No <Users>: no authentication, so only loopback addresses may be bound.

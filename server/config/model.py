@@ -463,8 +463,16 @@ class TuningConfig:
     """Limits and timings of client connections.
 
     Attributes:
-        logon_failures_per_address / logon_failures_per_user / logon_failure_window:
-            the logon throttle (server/throttle.py).
+        logon_failures_per_address_user / logon_failures_per_address /
+            logon_failures_per_user / logon_failure_window: the logon throttle
+            (server/throttle.py).
+        logon_timeout: seconds a connection may stay without a successful logon.
+        max_connections_before_logon / max_connections_before_logon_per_address:
+            connections without a logon yet, on the instance and from one address.
+        max_subscriptions_per_connection / max_subscriptions_per_user,
+        max_replays_per_connection / max_replays_per_user,
+        max_pending_queries_per_connection / max_pending_queries_per_user: what one
+            connection and one user may hold at once (server/quotas.py).
         password_check_threads: size of the password-check pool (server/scryptpool.py).
         slow_client_buffer_limit: bytes buffered for one client. Live messages of recorded
             topics stop being buffered at half of it (the subscription catches up from the
@@ -484,9 +492,14 @@ class TuningConfig:
     heartbeat_default: float = 0.0  # seconds; 0 = client chooses
     persisted_ack_interval: float = 1.0  # periodic bookmark-position ack after replay
     minimum_sync_destinations: int = 0
-    #: failed logons (websocket and dashboard together) from one address, in
-    #: ``logon_failure_window``, after which its logons are refused without a check
-    logon_failures_per_address: int = 10
+    #: failed logons (websocket and dashboard together) from one address as one user
+    #: name, in ``logon_failure_window``, after which that pair's logons are refused
+    #: without a check
+    logon_failures_per_address_user: int = 10
+    #: failed logons from one address whatever the user names: the ceiling a guesser
+    #: trying many names meets, high enough that one misconfigured peer does not lock
+    #: out the other users behind a shared address
+    logon_failures_per_address: int = 100
     #: failed logons for one user name, from any address, in the window
     logon_failures_per_user: int = 30
     logon_failure_window: float = 300.0  # seconds, sliding
@@ -494,6 +507,15 @@ class TuningConfig:
     #: instead of taking the threads fsync and file reads use
     password_check_threads: int = 1
     slow_client_timeout: float = 30.0  # seconds without progress before "slow client"
+    logon_timeout: float = 10.0
+    max_connections_before_logon: int = 1000
+    max_connections_before_logon_per_address: int = 100
+    max_subscriptions_per_connection: int = 1000
+    max_subscriptions_per_user: int = 10_000
+    max_replays_per_connection: int = 32
+    max_replays_per_user: int = 128
+    max_pending_queries_per_connection: int = 16
+    max_pending_queries_per_user: int = 64
 
 
 @dataclass(frozen=True, slots=True)

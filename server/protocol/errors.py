@@ -146,6 +146,13 @@ class HeartbeatTimeout(ProtocolFailure):
     reason = "heartbeat"
 
 
+class LimitExceeded(ProtocolFailure):
+    """A connection or user already holds as many subscriptions, replays or pending
+    queries as ``Tuning`` allows (the detail names the limit and its element)."""
+
+    reason = "limit exceeded"
+
+
 class ShuttingDown(ProtocolFailure):
     reason = "shutting down"
 
@@ -170,6 +177,7 @@ ALL_FAILURES: Final[tuple[type[ProtocolFailure], ...]] = (
     SlowClient,
     HeartbeatTimeout,
     ShuttingDown,
+    LimitExceeded,
 )
 
 BY_REASON: Final[dict[str, type[ProtocolFailure]]] = {cls.reason: cls for cls in ALL_FAILURES}

@@ -405,6 +405,7 @@ class QueueService:
                     else ""
                 )
             )
+        self._subscriptions.quotas.admit_subscription(session, existing)
         flt: Filter | None = None
         if cmd.filter:
             try:

@@ -232,6 +232,7 @@ class SowQueries:
                 )
         pattern, wanted = self.targets(session, topic)
         flt = self.filter_of(cmd)
+        self._subscriptions.quotas.admit_query(session, self.pending)
         order, top_n, bs = self._shape(cmd, options)
         k = cmd.field("k")
         keys = parse_key_list(k) if k else None
@@ -280,6 +281,9 @@ class SowQueries:
             raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
         pattern, wanted = self.targets(session, topic)
         flt = self.filter_of(cmd)
+        quotas = self._subscriptions.quotas
+        quotas.admit_subscription(session, existing)
+        quotas.admit_query(session, self.pending)
         order, top_n, bs = self._shape(cmd, options)
         if cmd.field("k") is not None:
             raise InvalidMessage(f"'k' selects records of a sow query, not of {cmd.name}")
@@ -531,6 +535,10 @@ class SowQueries:
                 del self._streams[sub]
 
         task.add_done_callback(done)
+
+    def pending(self, session: Session) -> int:
+        """Queries of ``session`` queued or streaming (the pending-query quota's count)."""
+        return len(self._tasks.get(session, ()))
 
     def replace(self, session: Session, sub_id: str) -> None:
         """End subscription ``sub_id`` (whoever's) before a ``replace`` makes a new one."""

@@ -206,6 +206,7 @@ class SowService:
         existing = session.subs.get(sub_id)
         if existing is not None and not options.replace:
             raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
+        self._subscriptions.quotas.admit_subscription(session, existing)
         pattern, _ = self.queries.targets(session, topic)
         flt = self.queries.filter_of(cmd)
         if existing is not None:

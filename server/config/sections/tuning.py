@@ -2,9 +2,12 @@
 synchronous replication destinations (``MinimumSyncDestinations``: a downgrade that would
 go below it is refused; it never upgrades anything).
 
-The logon throttle (``LogonFailuresPerAddress``, ``LogonFailuresPerUser``,
-``LogonFailureWindow``) and the password-check pool (``PasswordCheckThreads``) are here
-too: they bound what a flood of logons can cost (docs/security.md).
+The logon throttle (``LogonFailuresPerAddressUser``, ``LogonFailuresPerAddress``,
+``LogonFailuresPerUser``, ``LogonFailureWindow``), the password-check pool
+(``PasswordCheckThreads``) and the logon deadline and cap (``LogonTimeout``,
+``MaxConnectionsBeforeLogon[PerAddress]``) are here too: they bound what a flood of
+logons can cost (docs/security.md). So are the quotas of one connection and one user
+(``Max{Subscriptions,Replays,PendingQueries}Per{Connection,User}``, server/quotas.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,29 @@ _TUNING_SPEC: Final[Spec] = {
     "LogonFailuresPerUser": False,
     "LogonFailureWindow": False,
     "PasswordCheckThreads": False,
+    "LogonFailuresPerAddressUser": False,
+    "LogonTimeout": False,
+    "MaxConnectionsBeforeLogon": False,
+    "MaxConnectionsBeforeLogonPerAddress": False,
+    "MaxSubscriptionsPerConnection": False,
+    "MaxSubscriptionsPerUser": False,
+    "MaxReplaysPerConnection": False,
+    "MaxReplaysPerUser": False,
+    "MaxPendingQueriesPerConnection": False,
+    "MaxPendingQueriesPerUser": False,
+}
+
+#: the counts of ``<Tuning>``: element -> (TuningConfig field, largest value)
+_COUNTS: Final[dict[str, tuple[str, int]]] = {
+    "LogonFailuresPerAddressUser": ("logon_failures_per_address_user", 10_000),
+    "MaxConnectionsBeforeLogon": ("max_connections_before_logon", 1_000_000),
+    "MaxConnectionsBeforeLogonPerAddress": ("max_connections_before_logon_per_address", 1_000_000),
+    "MaxSubscriptionsPerConnection": ("max_subscriptions_per_connection", 1_000_000),
+    "MaxSubscriptionsPerUser": ("max_subscriptions_per_user", 10_000_000),
+    "MaxReplaysPerConnection": ("max_replays_per_connection", 100_000),
+    "MaxReplaysPerUser": ("max_replays_per_user", 1_000_000),
+    "MaxPendingQueriesPerConnection": ("max_pending_queries_per_connection", 100_000),
+    "MaxPendingQueriesPerUser": ("max_pending_queries_per_user", 1_000_000),
 }
 
 
@@ -58,7 +84,7 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
         tuning = replace(tuning, persisted_ack_interval=interval)
     if (node_ := kids.one("LogonFailuresPerAddress")) is not None:
         tuning = replace(
-            tuning, logon_failures_per_address=read_int(node_, ctx, minimum=1, maximum=10_000)
+            tuning, logon_failures_per_address=read_int(node_, ctx, minimum=1, maximum=1_000_000)
         )
     if (node_ := kids.one("LogonFailuresPerUser")) is not None:
         tuning = replace(
@@ -67,6 +93,13 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
     if (node_ := kids.one("LogonFailureWindow")) is not None:
         tuning = replace(
             tuning, logon_failure_window=read_duration(node_, ctx, minimum=1.0, maximum=DAY)
+        )
+    for element, (name, largest) in _COUNTS.items():
+        if (node_ := kids.one(element)) is not None:
+            tuning = replace(tuning, **{name: read_int(node_, ctx, minimum=1, maximum=largest)})
+    if (node_ := kids.one("LogonTimeout")) is not None:
+        tuning = replace(
+            tuning, logon_timeout=read_duration(node_, ctx, minimum=0.1, maximum=3600.0)
         )
     if (node_ := kids.one("PasswordCheckThreads")) is not None:
         tuning = replace(tuning, password_check_threads=read_int(node_, ctx, minimum=1, maximum=64))

@@ -1,4 +1,5 @@
-"""The failure catalog matches PROTOCOL.md's reason strings exactly, one class each."""
+"""The failure catalog matches PROTOCOL.md's reason strings exactly, one class each, plus
+the reasons Spool adds where the contract is silent (docs/protocol.md)."""
 
 from __future__ import annotations
 
@@ -25,15 +26,17 @@ PROTOCOL_REASONS = [
     "heartbeat",
     "shutting down",
 ]
+#: a connection or user past a quota of <Tuning> (docs/protocol.md "Limits ...")
+SPOOL_REASONS = ["limit exceeded"]
 
 
 def test_one_class_per_reason() -> None:
-    assert sorted(errors.BY_REASON) == sorted(PROTOCOL_REASONS)
-    assert len({cls for cls in errors.ALL_FAILURES}) == len(PROTOCOL_REASONS)
+    assert sorted(errors.BY_REASON) == sorted(PROTOCOL_REASONS + SPOOL_REASONS)
+    assert len({cls for cls in errors.ALL_FAILURES}) == len(PROTOCOL_REASONS + SPOOL_REASONS)
 
 
 def test_failure_for_round_trips_and_keeps_detail() -> None:
-    for reason in PROTOCOL_REASONS:
+    for reason in PROTOCOL_REASONS + SPOOL_REASONS:
         exc = errors.failure_for(reason, "why")
         assert exc.reason == reason
         assert exc.detail == "why"
