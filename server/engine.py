@@ -129,6 +129,7 @@ class Broker:
                     tuning.logon_failures_per_address,
                     tuning.logon_failures_per_user,
                     tuning.logon_failure_window,
+                    tuning.logon_failures_per_address_user,
                 ),
                 clock,
             ),

@@ -2,9 +2,12 @@
 
 The websocket logon (server/clients.py), the dashboard login (web/auth.py) and an
 incoming replication link's hello (server/replication/inbound.py) all ask one
-:class:`LogonGuard` before checking a password and tell it the outcome, so a guesser
-gains nothing by switching paths: the failures of all count in the same
-:class:`~server.throttle.LogonThrottle`. The guard counts per path what happened
+:class:`LogonGuard` before checking a password and tell it the outcome. The websocket and
+the dashboard count in the same :class:`~server.throttle.LogonThrottle`, so a guesser
+gains nothing by switching between them. Replication links have a throttle of their own
+(same policy): a replication source that keeps presenting wrong or no credentials (a
+peer configured before its users were) uses up its own budget, never that of the
+clients on its address, and clients cannot lock a replication link out either. The guard counts per path what happened
 (``failures``: checked and wrong; ``refused``: turned away unchecked) for ``/metrics``
 and the dashboard, and writes ``auth/logon_throttled`` to the event log once per
 address-and-user while it stays refused (a flood of refused attempts is one line, not a
@@ -47,8 +50,18 @@ class LogonGuard:
         clock: when an announced refusal may be announced again.
     """
 
-    def __init__(self, throttle: LogonThrottle, events: EventSink, clock: Clock) -> None:
+    def __init__(
+        self,
+        throttle: LogonThrottle,
+        events: EventSink,
+        clock: Clock,
+        replication: LogonThrottle | None = None,
+    ) -> None:
         self.throttle = throttle
+        #: the replication links' own throttle
+        self.replication = (
+            replication if replication is not None else LogonThrottle(throttle.policy, clock)
+        )
         self._events = events
         self._clock = clock
         self.succeeded_count: dict[str, int] = dict.fromkeys(PATHS, 0)
@@ -59,7 +72,7 @@ class LogonGuard:
     def admit(self, path: LogonPath, host: str, user: str | None) -> float:
         """0.0 when a logon from ``host`` as ``user`` may be checked; otherwise the seconds
         to wait (the attempt is counted as refused and must not be checked)."""
-        wait = self.throttle.retry_after(host, user)
+        wait = self._throttle(path).retry_after(host, user)
         if wait <= 0:
             return 0.0
         self.refused_count[path] += 1
@@ -83,16 +96,22 @@ class LogonGuard:
     def failed(self, path: LogonPath, host: str, user: str | None) -> None:
         """A checked logon failed."""
         self.failure_count[path] += 1
-        self.throttle.failed(host, user)
+        self._throttle(path).failed(host, user)
 
     def succeeded(self, path: LogonPath, host: str, user: str) -> None:
         """A logon succeeded."""
         self.succeeded_count[path] += 1
-        self.throttle.succeeded(host, user)
+        self._throttle(path).succeeded(host, user)
         self._announced.pop((address_key(host), user), None)
+
+    def _throttle(self, path: LogonPath) -> LogonThrottle:
+        return self.replication if path == "replication" else self.throttle
 
     def counters(self) -> LogonCounters:
         addresses, users = self.throttle.blocked()
+        link_addresses, link_users = self.replication.blocked()
+        addresses += link_addresses
+        users += link_users
         return {
             "succeeded": dict(self.succeeded_count),
             "failures": dict(self.failure_count),

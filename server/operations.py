@@ -118,6 +118,7 @@ class TransportInfo(TypedDict):
 
 
 class LogonPolicyInfo(TypedDict):
+    failures_per_address_user: int
     failures_per_address: int
     failures_per_user: int
     window_s: float
@@ -447,6 +448,7 @@ class Operations:
         ][-20:]
         return {
             "policy": {
+                "failures_per_address_user": tuning.logon_failures_per_address_user,
                 "failures_per_address": tuning.logon_failures_per_address,
                 "failures_per_user": tuning.logon_failures_per_user,
                 "window_s": tuning.logon_failure_window,

@@ -251,7 +251,7 @@ function renderSecurity(listener, logons) {
   }
   const p = logons.policy;
   setText($id("logons-policy"),
-    `${p.failures_per_address}/address · ${p.failures_per_user}/user per ${fmtDuration(p.window_s)}`);
+    `${p.failures_per_address_user}/address and user · ${p.failures_per_address}/address · ${p.failures_per_user}/user per ${fmtDuration(p.window_s)}`);
   const blocked = logons.blocked_addresses + logons.blocked_users;
   const last = logons.recent_failures.at(-1);
   kvRows($id("logons-kv"), [

@@ -22,7 +22,7 @@ from server.logons import LogonGuard, LogonPath
 from server.scryptpool import PoolBusy, ScryptPool
 from server.throttle import LogonThrottle, ThrottlePolicy, address_key
 
-POLICY = ThrottlePolicy(per_address=3, per_user=5, window=60.0)
+POLICY = ThrottlePolicy(per_address=4, per_user=5, window=60.0, per_pair=2)
 HOSTS = ("10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2", "::ffff:10.0.0.1")
 USERS = ("ops", "feed", None)
 
@@ -43,6 +43,8 @@ class Oracle:
         wait = self._wait(
             now, [t for t, fa, _ in self.failures if fa == a], self.policy.per_address
         )
+        pair = [t for t, fa, fu in self.failures if (fa, fu) == (a, user or "")]
+        wait = max(wait, self._wait(now, pair, self.policy.per_pair))
         if user:
             by_user = [t for t, _, fu in self.failures if fu == user]
             wait = max(wait, self._wait(now, by_user, self.policy.per_user))
@@ -175,11 +177,11 @@ def test_guard_counts_per_path_and_announces_a_refusal_once() -> None:
     for _ in range(50):
         assert guard.admit("websocket", "1.2.3.4", "ops") == 60.0
     assert guard.admit("dashboard", "1.2.3.4", "ops") == 60.0
-    # a replication link's logon is refused by the same throttle (issue 15)
-    assert guard.admit("replication", "1.2.3.4", "ops") == 60.0
+    # a replication link's logon has a budget of its own
+    assert guard.admit("replication", "1.2.3.4", "ops") == 0.0
     c = guard.counters()
     assert c["failures"] == {"websocket": 1, "dashboard": 1, "replication": 0}
-    assert c["refused"] == {"websocket": 50, "dashboard": 1, "replication": 1}
+    assert c["refused"] == {"websocket": 50, "dashboard": 1, "replication": 0}
     assert c["blocked_addresses"] == 1
     throttled = [e for e in events.lines if e[2] == "logon_throttled"]
     assert len(throttled) == 1 and throttled[0][3]["retry_after"] == 60.0
@@ -220,3 +222,41 @@ def test_pool_bounds_threads_and_waiting_checks() -> None:
     pool.close()
     assert peak == 1  # one thread: checks never overlap
     assert (pool.checks, pool.refused, pool.pending) == (3, 1, 0)
+
+
+def test_one_peer_with_wrong_credentials_does_not_lock_out_its_address() -> None:
+    """A misconfigured program on a shared address uses up its own pair's budget; the
+    other users behind that address still log on, up to the address's ceiling."""
+    clock = VirtualClock()
+    throttle = LogonThrottle(
+        ThrottlePolicy(per_address=100, per_user=30, window=60, per_pair=10), clock
+    )
+    for _ in range(10):
+        assert throttle.retry_after("127.0.0.1", None) == 0.0
+        throttle.failed("127.0.0.1", None)  # a peer with no credentials at all
+    assert throttle.retry_after("127.0.0.1", None) == 60.0
+    assert throttle.retry_after("127.0.0.1", "ops") == 0.0
+    assert throttle.retry_after("127.0.0.1", "feed") == 0.0
+    assert throttle.blocked() == (1, 0)
+    # a guesser trying many names from one address meets the ceiling
+    for i in range(90):
+        throttle.failed("127.0.0.1", f"name{i}")
+    assert throttle.retry_after("127.0.0.1", "ops") == 60.0
+
+
+def test_replication_links_have_a_budget_of_their_own() -> None:
+    clock = VirtualClock()
+    policy = ThrottlePolicy(per_address=3, per_user=3, window=60, per_pair=3)
+    guard = LogonGuard(LogonThrottle(policy, clock), Events(), clock)
+    for _ in range(3):
+        guard.failed("replication", "127.0.0.1", None)
+    assert guard.admit("replication", "127.0.0.1", None) > 0
+    # the clients of that address are not refused, whatever their name
+    assert guard.admit("websocket", "127.0.0.1", None) == 0.0
+    assert guard.admit("dashboard", "127.0.0.1", "ops") == 0.0
+    # and a guesser on the websocket does not lock a replication link out
+    for _ in range(3):
+        guard.failed("websocket", "10.0.0.9", "repl")
+    assert guard.admit("websocket", "10.0.0.9", "repl") > 0
+    assert guard.admit("replication", "10.0.0.9", "repl") == 0.0
+    assert guard.counters()["blocked_addresses"] == 2
