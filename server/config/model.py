@@ -510,8 +510,8 @@ class TuningConfig:
     logon_timeout: float = 10.0
     max_connections_before_logon: int = 1000
     max_connections_before_logon_per_address: int = 100
-    max_subscriptions_per_connection: int = 1000
-    max_subscriptions_per_user: int = 10_000
+    max_subscriptions_per_connection: int = 100
+    max_subscriptions_per_user: int = 1000
     max_replays_per_connection: int = 32
     max_replays_per_user: int = 128
     max_pending_queries_per_connection: int = 16

@@ -589,9 +589,44 @@ def _queue_specs() -> list[ScenarioSpec]:
     ]
 
 
+def _neighbour_specs() -> list[ScenarioSpec]:
+    """The noisy-neighbour family (tests/bench/neighbour.py): a probe's publish latency
+    alone and during one attack, on a broker with an 8 MB ``SlowClientBufferLimit``."""
+    attacks = {
+        # attack: (title, attacking connections: the memory target is per connection)
+        "regex": ("regex filters that backtrack for ever in re, folded and per message", 1),
+        "replays": ("30 replays of a 36 MB log on one connection that reads nothing", 1),
+        "subscriptions": ("5,000 filtered subscriptions on the probe's topic, one connection", 1),
+        "unauthenticated": ("2,000 sockets that never log on", 0),
+    }
+    out = []
+    for attack, (title, connections) in attacks.items():
+        targets = [Target("p99_vs_baseline", "<", 3.0, "noisy neighbour")]
+        if connections:
+            targets.append(Target("rss_growth_vs_limit", "<", 1.0, "noisy neighbour"))
+        out.append(
+            ScenarioSpec(
+                f"spool.neighbour.{attack}",
+                "neighbour",
+                "probe publish -> persisted ack at 200/s, alone then during: " + title,
+                {
+                    "attack": attack,
+                    "connections": connections,
+                    "probe_rate": 200,
+                    "limit_mib": 8,
+                },
+                ("baseline_p99_ms", "p99_ms", "p99_vs_baseline", "rss_growth_mib"),
+                tuple(targets),
+                warmup=0,
+            )
+        )
+    return out
+
+
 #: every built-in scenario, in the order the suite runs them.
 SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
     _spool_specs()
+    + _neighbour_specs()
     + _replication_specs()
     + _sow_specs()
     + _ha_specs()

@@ -24,6 +24,7 @@ from typing import Any, Final
 from tests.bench import (
     features,
     ha_family,
+    neighbour,
     peer_families,
     queue_family,
     replication_family,
@@ -55,6 +56,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "replay": spool_families.run_replay,
     "tls": tls_family.run_tls,
     "memory": spool_families.run_memory,
+    "neighbour": neighbour.run_neighbour,
     "replication": replication_family.run_replication,
     "sow": sow_family.run_sow,
     "ha": ha_family.run_ha,

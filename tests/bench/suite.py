@@ -33,7 +33,10 @@ from tests.support.server import SpoolProcess, config_xml
 #: tuning of the benchmark brokers: a deep outbound buffer, so a burst that outruns a
 #: subscriber measures delivery throughput instead of tripping the slow-client policy
 #: (which has its own tests).
-BENCH_TUNING = "<SlowClientBufferLimit>1GB</SlowClientBufferLimit>"
+BENCH_TUNING = (
+    "<SlowClientBufferLimit>1GB</SlowClientBufferLimit>"
+    "<MaxSubscriptionsPerConnection>100000</MaxSubscriptionsPerConnection>"
+)
 #: the burst family's broker: a 1 MB outbound buffer, so a burst spills to the log
 BURST_TUNING = "<SlowClientBufferLimit>1MB</SlowClientBufferLimit>"
 BURST_TRANSPORT = "<MaxMessageSize>256KB</MaxMessageSize>"
