@@ -34,6 +34,19 @@ _PIECE_BYTES = 64 * 1024
 _HEAD_GUESS = 96
 
 
+def _per_topic(test: Callable[[str], bool]) -> Callable[[str], bool]:
+    """``test`` asked once per distinct topic of a batch, not once per record."""
+    answers: dict[str, bool] = {}
+
+    def once(topic: str) -> bool:
+        ok = answers.get(topic)
+        if ok is None:
+            ok = answers[topic] = test(topic)
+        return ok
+
+    return once
+
+
 class BookmarkSink:
     """Feeds one bookmark subscription (the ``ReplaySink`` of server/replay).
 
@@ -161,28 +174,12 @@ class BookmarkSink:
                 else [i for i in range(n) if topics[i] == topic]
             )
         else:
-            # a search per distinct topic of the batch, not per record
-            test = sub.pattern.test
-            taken: dict[str, bool] = {}
-
-            def takes(topic: str) -> bool:
-                ok = taken.get(topic)
-                if ok is None:
-                    ok = taken[topic] = test(topic)
-                return ok
-
+            takes = _per_topic(sub.pattern.test)
             sel = [i for i in range(n) if takes(topics[i])]
         auth = self._auth
         if auth.enabled and sel:
-            allowed: dict[str, bool] = {}
             user = sub.user
-
-            def readable(topic: str) -> bool:
-                ok = allowed.get(topic)
-                if ok is None:
-                    ok = allowed[topic] = auth.can_read(user, topic)
-                return ok
-
+            readable = _per_topic(lambda topic: auth.can_read(user, topic))
             sel = [i for i in sel if readable(topics[i])]
         if sub.filter is not None and sel:
             sel = sub.filter.select(
