@@ -91,9 +91,8 @@ class TailCache:
         # no more records than ``max_bytes`` takes (at least one): the batch keeps the
         # joined buffer, so joining ``max_count`` large records would hold all of them
         # (a thousand 60 KB records: 60 MB per reader) for a read that decodes a few
-        cut = bisect_left(list(accumulate(map(len, parts))), max_bytes) + 1
-        if cut < len(parts):
-            parts = parts[:cut]
+        if sum(map(len, parts)) > max_bytes:
+            parts = parts[: bisect_left(list(accumulate(map(len, parts))), max_bytes) + 1]
         buf = b"".join(parts)
         if as_batch:
             # encoded here and never written back: the bytes need no CRC check
