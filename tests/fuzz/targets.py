@@ -11,6 +11,7 @@ plain functions, so the corpus replays under pytest without atheris
 | ``frame`` | a websocket frame | the compiled parser and the pure-Python one (its oracle) return the same messages and the same error; the publish-run scanner's twins agree on what they take |
 | ``command`` | a frame | every message decodes to a command or fails with a PROTOCOL.md failure; so do its options, bookmark and filter, as the broker reads them |
 | ``filter`` | ``EXPRESSION NUL BODY`` | compiling fails only with ``bad filter``; a compiled filter evaluates any body without raising, and agrees with the tree-walking reference |
+| ``filter_budget`` | ``EXPRESSION NUL BODY`` | compiling and evaluating stay within the expression budget in work units: function calls linear in the tokens, memory within a bound of the body, the text and ``BUILD_MAX`` (server/expr/budget.py) |
 | ``bookmark`` | a ``bm`` value | parsing fails only with ``invalid bookmark``; a parsed value formats back to text that parses to the same value |
 | ``config`` | configuration XML | loading fails only with ``ConfigError`` naming a path |
 """
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 from server.bookmarks import format_spec, parse_bookmark
 from server.clock import VirtualClock
@@ -38,9 +39,22 @@ from server.protocol.commands import (
 from server.protocol.errors import InvalidBookmark, ProtocolFailure
 from server.protocol.frame import FrameError, ParsedFrame, parse_frame_py
 from server.protocol.options import parse_subscribe_options
-from tests.unit.expr.helpers import same
+from tests.unit.expr.helpers import expression_work, same, work_memory_bound
 
-__all__ = ["COMPILED", "TARGETS", "bookmark", "command", "config", "filter_", "frame"]
+__all__ = [
+    "COMPILED",
+    "TARGETS",
+    "bookmark",
+    "command",
+    "config",
+    "filter_",
+    "filter_budget",
+    "frame",
+]
+
+#: function calls one token of an expression may cost to compile, and to evaluate once
+#: per nesting level (the unit test of the budget measures under a sixth of these)
+_CALLS_PER_TOKEN: Final = 400
 
 
 def _compiled() -> tuple[ModuleType | None, ModuleType | None]:
@@ -140,6 +154,21 @@ def filter_(data: bytes) -> None:
     assert same(value, expected), (text, body, value, expected)
 
 
+def filter_budget(data: bytes) -> None:
+    """Compiling and evaluating an expression stay within its budget, in work units."""
+    text_bytes, _, body = data.partition(b"\0")
+    text = text_bytes.decode("utf-8", "replace")
+    tokens = len(text) + 1  # at most one token per character, and the end
+    calls, peak, flt = expression_work(lambda: compile_filter(text, clock=_CLOCK))
+    assert calls <= _CALLS_PER_TOKEN * tokens + 20_000, (calls, text[:200])
+    assert peak <= work_memory_bound(text, body), (peak, text[:200])
+    if isinstance(flt, ProtocolFailure):
+        return
+    calls, peak, _ = expression_work(lambda: flt.matches(MessageView("t", body)))
+    assert calls <= _CALLS_PER_TOKEN * tokens * 64 + 10_000, (calls, text[:200])
+    assert peak <= work_memory_bound(text, body), (peak, text[:200])
+
+
 def bookmark(data: bytes) -> None:
     """``bm`` values parse or fail with ``invalid bookmark``; parsed ones round-trip."""
     text = data.decode("utf-8", "replace")
@@ -165,6 +194,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame": frame,
     "command": command,
     "filter": filter_,
+    "filter_budget": filter_budget,
     "bookmark": bookmark,
     "config": config,
 }

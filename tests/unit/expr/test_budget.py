@@ -11,20 +11,17 @@ units, and the bounds below are linear in the expression's tokens.
 
 from __future__ import annotations
 
-import sys
-import tracemalloc
-from collections.abc import Callable
-from typing import Any
-
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from server.expr import FilterSyntaxError, MessageView, compile_filter, compile_value
-from server.expr.budget import BUILD_MAX, REGEX_PROGRAM_MAX, TEXT_MAX, TOKENS_MAX
+from server.expr.budget import REGEX_PROGRAM_MAX, TEXT_MAX, TOKENS_MAX
 from server.expr.cache import clear_caches
 from server.expr.lexer import tokenize
+from tests.unit.expr.helpers import expression_work as _work
+from tests.unit.expr.helpers import work_memory_bound
 
 #: Python calls allowed per token to compile an expression (measured: under 60)
 CALLS_PER_TOKEN_COMPILE = 400
@@ -40,42 +37,11 @@ _BODY = {
 BODY = orjson.dumps(_BODY)
 
 
-def _work(fn: Callable[[], Any]) -> tuple[int, int, Any]:
-    """(calls, peak bytes allocated, result or exception) of ``fn()``."""
-    calls = 0
-
-    def profile(frame: object, event: str, arg: object) -> None:
-        nonlocal calls
-        if event == "call" or event == "c_call":
-            calls += 1
-
-    tracemalloc.start()
-    tracemalloc.reset_peak()
-    sys.setprofile(profile)
-    try:
-        result: Any = fn()
-    except FilterSyntaxError as exc:
-        result = exc
-    finally:
-        sys.setprofile(None)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-    return calls, peak, result
-
-
 def _tokens(text: str) -> int:
     try:
         return len(tokenize(text))
     except FilterSyntaxError:
         return len(text)
-
-
-def _memory_bound(text: str) -> int:
-    """Bytes an evaluation may hold: a string of the longest of the body, the text and
-    BUILD_MAX characters (4 bytes each at worst), at most once per nesting level and
-    operand, and the parsed body and tree."""
-    value = max(len(BODY), len(text), BUILD_MAX) * 4
-    return 64 * 3 * value + 4 * len(text) * 8 + (1 << 20)
 
 
 # -- the expressions: ordinary and hostile pieces, nested at random ----------------------------
@@ -141,15 +107,15 @@ def test_no_expression_compiles_or_evaluates_beyond_the_budget(text: str) -> Non
     tokens = _tokens(text)
     calls, peak, flt = _work(lambda: compile_filter(text))
     assert calls <= CALLS_PER_TOKEN_COMPILE * tokens + 20_000, (calls, tokens)
-    assert peak <= _memory_bound(text), (peak, text[:200])
+    assert peak <= work_memory_bound(text, BODY), (peak, text[:200])
     if isinstance(flt, FilterSyntaxError):
         return
     calls, peak, _ = _work(lambda: flt.matches(MessageView("t", BODY)))
     assert calls <= CALLS_PER_TOKEN_EVAL * tokens * 64 + 10_000, (calls, tokens)
-    assert peak <= _memory_bound(text), (peak, text[:200])
+    assert peak <= work_memory_bound(text, BODY), (peak, text[:200])
     value = compile_value(text)
     _, peak, _ = _work(lambda: value.evaluate(MessageView("t", BODY)))
-    assert peak <= _memory_bound(text), (peak, text[:200])
+    assert peak <= work_memory_bound(text, BODY), (peak, text[:200])
 
 
 def _replace_chain(depth: int, start: str) -> str:
@@ -165,10 +131,10 @@ def test_a_chain_of_growing_replaces_stops_at_the_build_limit(start: str) -> Non
     text = f"LENGTH({_replace_chain(30, start)})"
     _, peak, value = _work(lambda: compile_value(text))
     assert not isinstance(value, FilterSyntaxError)
-    assert peak <= _memory_bound(text)
+    assert peak <= work_memory_bound(text, BODY)
     _, peak, result = _work(lambda: value.evaluate(MessageView("t", BODY)))
     assert result is None  # NULL: the string it asked for is longer than the limit
-    assert peak <= _memory_bound(text)
+    assert peak <= work_memory_bound(text, BODY)
     # a growth that stays under the limit is computed: 2,000 a's and a '!' make 32,001
     # characters after two REPLACEs
     short = compile_value(f"LENGTH({_replace_chain(2, start)})")
