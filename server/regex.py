@@ -129,34 +129,41 @@ _OPTIONS: Final = _options()
 def _construct(pattern: str) -> str | None:
     """The first construct of :data:`REFUSED_CONSTRUCTS` in ``pattern`` (None: none).
 
-    Escaped characters are skipped first (``\\(?=`` is a literal parenthesis followed by
-    ``?=``, which RE2 refuses for another reason), and so are character classes.
+    Escaped characters and character classes are not syntax (``\\(?=`` is a literal
+    parenthesis followed by ``?=``, which RE2 refuses for another reason), so the
+    positions where syntax can start are found first, in one pass.
     """
+    syntax = _syntax_positions(pattern)
     for lead, name in REFUSED_CONSTRUCTS:
         for found in lead.finditer(pattern):
-            if _is_syntax(pattern, found.start()):
+            if syntax[found.start()]:
                 return name
     return None
 
 
-def _is_syntax(pattern: str, at: int) -> bool:
-    """Whether position ``at`` is outside a character class and not escaped."""
+def _syntax_positions(pattern: str) -> list[bool]:
+    """For each position of ``pattern``: whether it is outside a character class and
+    not the character after an escaping backslash."""
+    out = [False] * (len(pattern) + 1)
     in_class = False
     i = 0
-    while i < at:
+    n = len(pattern)
+    while i < n:
         c = pattern[i]
+        out[i] = not in_class
         if c == "\\":
-            i += 2
+            i += 2  # the escaped character is never syntax
             continue
         if in_class:
             if c == "]":
                 in_class = False
         elif c == "[":
             in_class = True
+            # a ``]`` first in a class (after an optional ``^``) is a member
             if pattern.startswith("]", i + 1) or pattern.startswith("^]", i + 1):
                 i += 1 + (pattern[i + 1] == "^")
         i += 1
-    return i == at and not in_class
+    return out
 
 
 def compile_regex(pattern: str) -> Regex:

@@ -50,6 +50,15 @@ def test_an_escaped_or_bracketed_lookalike_is_not_taken_for_the_construct(patter
         assert exc.construct is None, exc.reason
 
 
+def test_the_construct_is_found_in_one_pass_over_the_pattern() -> None:
+    """A pattern made of nothing but refused constructs, up to the length limit: the
+    construct is named after one scan (not one per occurrence)."""
+    pattern = ("[(?=]\\(?=" * 4096)[: PATTERN_MAX - 5] + "(?=a)"
+    with pytest.raises(RegexRefused) as info:
+        compile_regex(pattern)
+    assert info.value.construct == "lookahead (?=...)"
+
+
 def test_other_syntax_errors_keep_re2s_reason() -> None:
     with pytest.raises(RegexRefused, match="missing \\)") as info:
         compile_regex("a(")
