@@ -1,5 +1,5 @@
 """What replays cost: one connection's replays hold at most its buffer's limit in memory,
-however many it runs and whether it reads or not; the memory returns when it goes."""
+however many it runs, while it reads nothing; the memory returns when it goes."""
 
 from __future__ import annotations
 
@@ -57,10 +57,6 @@ def test_many_replays_on_a_connection_that_reads_nothing_hold_at_most_its_limit(
                 assert c.session.queue_depth <= LIMIT
                 held = _held() - before
                 assert held <= LIMIT, f"{REPLAYS} replays hold {held} bytes"
-                c.transport.resume_reading()
-                await h.until(
-                    lambda: all(s.progress.delivered == RECORDS for s in c.session.subs.values())
-                )
                 await c.session.close("done")
                 await h.settle()
                 c.transport.frames.clear()  # what the test's client kept
