@@ -508,8 +508,8 @@ class TuningConfig:
     password_check_threads: int = 1
     slow_client_timeout: float = 30.0  # seconds without progress before "slow client"
     logon_timeout: float = 10.0
-    max_connections_before_logon: int = 1000
-    max_connections_before_logon_per_address: int = 100
+    max_connections_before_logon: int = 10_000
+    max_connections_before_logon_per_address: int = 1000
     max_subscriptions_per_connection: int = 100
     max_subscriptions_per_user: int = 1000
     max_replays_per_connection: int = 32
