@@ -148,10 +148,11 @@ def test_no_route_shows_the_secret_to_a_restricted_user(server: SpoolProcess) ->
 
 
 def test_no_event_of_the_server_quotes_a_body_or_a_key() -> None:
-    """Events are readable by every authenticated user: none may carry message data."""
+    """Events are readable by every authenticated user: none may carry a body or a value
+    taken from one (a bookmark, which names a message, may: a stuck queue message's)."""
     import ast
 
-    forbidden = {"body", "bodies", "data", "key", "keys", "sow_key", "bookmark", "bm", "value"}
+    forbidden = {"body", "bodies", "data", "key", "keys", "sow_key", "value"}
     offenders = []
     for path in sorted((ROOT / "server").rglob("*.py")):
         tree = ast.parse(path.read_text())
