@@ -26,7 +26,9 @@ Record layout (little-endian; offsets in bytes from the start of the record)::
     L-4  4     crc32c        u32  CRC-32C (Castagnoli) of bytes [0, L-4)
 
 A zero ``length`` marks the end of data: journals are preallocated with zeros, so the
-first record slot that was never written reads as zero. The fixed lengths are checked
+first record slot that was never written reads as zero (so do 1 to 3 zero bytes at the
+very end of a file, too few for a length field: a record filled the journal to within
+them). The fixed lengths are checked
 against ``length`` so that a corrupt length cannot make a reader run off into the next
 record, and the CRC covers every byte, lengths included. Because CRC-32C has a fixed
 residue, checking a record is one CRC over the whole record compared with
@@ -687,7 +689,7 @@ def scan(
     reason: str | None = None
     while True:
         if end - pos < HEADER_SIZE:
-            if end - pos >= 4 and _U32.unpack_from(buf, pos)[0] == 0:
+            if _data_ends(buf, pos, end, final):
                 reason = "end of data"
             elif end > pos:
                 if final:
@@ -729,6 +731,15 @@ def scan(
     res.next_seq = seq
     res.reason = reason
     return res
+
+
+def _data_ends(buf: bytes, pos: int, end: int, final: bool) -> bool:
+    """Whether the fewer than :data:`HEADER_SIZE` bytes at ``pos`` end the data: a zero
+    length field, or (at the end of the file) 1 to 3 zero bytes, the preallocated space
+    left after a record that filled its journal to within a length field."""
+    if end - pos >= 4:
+        return buf[pos : pos + 4] == b"\0\0\0\0"
+    return final and end > pos and not any(buf[pos:end])
 
 
 def iter_records(buf: bytes, expect_seq: int | None = None) -> Iterator[Record]:

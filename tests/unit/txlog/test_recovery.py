@@ -357,3 +357,38 @@ def test_a_journal_started_with_smaller_index_blocks_reads_on_after_an_upgrade(
     assert report.clean and seqs == list(range(1, 301))
     assert report.indexes_rebuilt == () and report.index_problems == ()
     assert facts["bm_10"] == 10 and facts["bm_last"] == 300 and facts["appended"] == 301
+
+
+@pytest.mark.parametrize("short", [1, 2, 3])
+def test_a_journal_filled_to_within_a_length_field_of_its_end_is_clean(
+    tmp_path: Path, short: int
+) -> None:
+    """The active journal's records end 1..3 bytes before its preallocated end (the next
+    record would not fit): those zero bytes are the end of data, not a torn record."""
+    size = 64 * 1024 - short - 56 - len("orders") - len("json")
+
+    async def write() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        rec = log.append(topic="orders", message_type="json", pub_hash=7, pub_seq=1,
+                         body=b"x" * size)  # fmt: skip
+        await log.wait_durable(rec.seq)
+        await log.abort()
+
+    async def reopen_and_append() -> RecoveryReport:
+        log = make_log(tmp_path)
+        report = await log.open()
+        rec = log.append(topic="orders", message_type="json", pub_hash=7, pub_seq=2, body=b"{}")
+        await log.wait_durable(rec.seq)
+        batches = await read_all(log)
+        assert [
+            (s, len(b)) for batch in batches for s, b in zip(batch.seqs, batch.bodies, strict=True)
+        ] == [(1, size), (2, 2)]
+        await log.close()
+        return report
+
+    run(write)
+    (journal,) = journal_files(tmp_path)
+    assert journal.stat().st_size == 64 * 1024
+    report = run(reopen_and_append)
+    assert report.clean and report.truncations == () and report.last_seq == 1
