@@ -37,6 +37,7 @@ from server.txlog.batch import RecordBatch
 from server.txlog.cli import iter_file_records
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import parse_name
+from server.txlog.record import Record
 
 __all__ = ["cmd_rebuild", "cmd_verify", "register"]
 
@@ -171,9 +172,9 @@ def cmd_rebuild(args: argparse.Namespace, out: TextIO | None = None) -> int:
     journals = _journals([tl.journal_directory, tl.archive_directory], config.name)
     first_seq = 0
     last_seq = 0
+    pending: list[Record] = []
     try:
         for path in journals:
-            pending = []
             for _, rec in iter_file_records(path):
                 if not first_seq:
                     first_seq = rec.seq
@@ -182,14 +183,14 @@ def cmd_rebuild(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 if len(pending) >= _BATCH:
                     applier.apply(RecordBatch.from_records(pending))
                     pending = []
-            if pending:
-                applier.apply(RecordBatch.from_records(pending))
     except CorruptRecord as exc:
         # recovery at start cuts the log here too: what follows is not part of it
         print(f"spool: the log ends at damage: {exc}", file=sys.stderr)
     except OSError as exc:
         print(f"spool: cannot read the journals: {exc}", file=sys.stderr)
         return _EXIT_ERROR
+    if pending:  # the records read before the end of the log (or its damage)
+        applier.apply(RecordBatch.from_records(pending))
     if only is not None and rule_of(only) is not None and only not in stores:
         stores[only] = MemoryStore(only)  # a topic with nothing logged gets an empty file
     if first_seq > 1:
