@@ -21,7 +21,7 @@ from typing import Final, Protocol
 import google_crc32c
 
 from server.txlog.batch import RecordBatch, decode_batch
-from server.txlog.codec import MIN_RECORD, decode_records, record_size, skip_to
+from server.txlog.codec import HEADER_SIZE, MIN_RECORD, decode_records, record_size, skip_to
 from server.txlog.compression import CompressedReader
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import Compression
@@ -241,12 +241,16 @@ def read_span(
         except CorruptRecord as exc:
             raise CorruptRecord(offset + exc.offset, exc.reason, path) from None
         if got == 0 and at <= upto_seq and offset + pos < end:
-            # the next record does not fit in what was read: read at least all of it
-            size = record_size(buf, pos)
-            if size < MIN_RECORD or offset + pos + size > end:
-                raise CorruptRecord(offset + pos, "bad length", path)
+            # the next record does not fit in what was read: read from it, all of it (the
+            # read may end before its length field does)
+            if len(buf) - pos >= HEADER_SIZE:
+                size = record_size(buf, pos)
+                if size < MIN_RECORD or offset + pos + size > end:
+                    raise CorruptRecord(offset + pos, "bad length", path)
+                want = max(want, size)
+            elif pos == 0:
+                raise CorruptRecord(offset, "torn record", path)
             offset += pos
             seq = at
-            want = max(want, size)
             continue
         return result, offset + stop, at + got
