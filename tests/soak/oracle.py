@@ -58,11 +58,10 @@ def read_log(journal_dir: Path, archive_dir: Path | None, instance: str) -> LogR
     try:
         records: list[LogRecord] = []
         for journal in recovery.journals:
-            count = journal.index.count
-            for n, (_, rec) in enumerate(iter_file_records(journal.path)):
-                if n >= count:  # past what recovery keeps (would be cut at the next open)
-                    break
-                records.append(LogRecord(rec.seq, rec.pub_hash, rec.pub_seq, rec.topic))
+            # only what recovery keeps: what follows would be cut at the next open (and
+            # is not read, so damage right after it is reported, not raised)
+            kept = itertools.islice(iter_file_records(journal.path), journal.index.count)
+            records.extend(LogRecord(r.seq, r.pub_hash, r.pub_seq, r.topic) for _, r in kept)
         report = recovery.report
         damage = [f"{t.path} at {t.offset}: {t.reason}" for t in report.truncations]
         return LogRead(records, report.clean, len(recovery.journals), damage)
