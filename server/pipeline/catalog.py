@@ -39,7 +39,7 @@ from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.indexfile import parse_open_index
 from server.txlog.journal import Journal
 from server.txlog.lookup import SpanQuery, plan_bookmark, plan_time, search_span
-from server.txlog.reader import JournalSource, open_source
+from server.txlog.reader import JournalSource, RecordWindows, open_source
 from server.txlog.sealedindex import SealedIndex
 
 __all__ = ["TAIL_SCAN_LIMIT", "Block", "Catalog", "JournalFile"]
@@ -368,35 +368,27 @@ def _index(instance: str, j: JournalFile, scan_limit: int) -> None:
 def _scan_tail(
     j: JournalFile, builder: IndexBuilder, source: JournalSource, scan_limit: int
 ) -> None:
-    """Check and index records after the indexed blocks, up to ``scan_limit`` bytes."""
-    pos = builder.data_len
+    """Check and index records after the indexed blocks, up to ``scan_limit`` bytes (the
+    record that crosses the limit is finished)."""
+    start = builder.data_len
     seq = builder.base + builder.count
-    size = source.size()
-    stop = min(size, pos + scan_limit)
-    carry = b""
-    while True:
-        want = min(_SCAN_CHUNK, stop - pos)
-        chunk = source.read(pos, want) if want > 0 else b""
-        buf = carry + chunk
-        at_eof = pos + len(chunk) >= size
-        res = scan(buf, 0, len(buf), seq, final=at_eof, base=pos - len(carry))
-        builder.add_scanned(buf, pos - len(carry), res)
+    windows = RecordWindows(source, start, window=max(1, min(_SCAN_CHUNK, scan_limit)))
+    while (buf := windows.read()) is not None:
+        pos = windows.offset
+        res = scan(buf, 0, len(buf), seq, final=False, base=pos)
+        builder.add_scanned(buf, pos, res)
         seq = res.next_seq
-        consumed = pos - len(carry) + res.end
-        if res.reason == "end of data" or (res.reason is None and at_eof and not res.need_more):
-            j.complete = True
-            return
         if res.damaged:
             assert res.reason is not None
-            j.damage = (consumed, res.reason)
+            j.damage = (pos + res.end, res.reason)
             return
-        carry = buf[res.end :]
-        pos += len(chunk)
-        if pos >= stop:
-            if at_eof:  # pragma: no cover - scan reports a torn tail at the end
-                j.complete = True
-            else:
-                j.note = (j.note + "; " if j.note else "") + (
-                    f"bytes after offset {consumed} not indexed (more than {scan_limit})"
-                )
+        windows.advance(res.end)
+        if not windows.ended and windows.offset - start >= scan_limit:
+            j.note = (j.note + "; " if j.note else "") + (
+                f"bytes after offset {windows.offset} not indexed (more than {scan_limit})"
+            )
             return
+    if windows.reason in (None, "end of data"):
+        j.complete = True
+    else:
+        j.damage = (windows.offset, str(windows.reason))

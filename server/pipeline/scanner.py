@@ -16,8 +16,11 @@ exact record. Every record's format byte, lengths and sequence are checked in an
 **Damage is never fatal** (unless the caller asks): at a bad record the scanner reports a
 :class:`Damage` (journal, offset, reason, seqs and bytes lost) and goes on at the next
 index block, whose start the index gives; in unindexed bytes, where no record boundary is
-known after the damage, it goes on with the next slice. A slice's records are decoded with
-the predicate applied on the header, so filtered-out records cost no body copy.
+known after the damage, it goes on with the next slice. Unindexed bytes are read in
+windows of whole records (:class:`~server.txlog.reader.RecordWindows`), which decides
+where their data ends exactly as ``spool journal verify`` does. A slice's records are
+decoded with the predicate applied on the header, so filtered-out records cost no body
+copy.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from server.txlog.codec import (
 )
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import Compression, journal_name
-from server.txlog.reader import JournalSource, open_source
+from server.txlog.reader import JournalSource, RecordWindows, open_source
 
 __all__ = ["Columns", "Damage", "ScanStats", "SliceScanner", "open_journal"]
 
@@ -156,12 +159,21 @@ class SliceScanner:
         s: the slice.
         predicate: records kept.
         batch_rows: most records per yielded :class:`Columns`.
+        read_bytes: bytes read at a time (whole index blocks; a window of unindexed bytes).
     """
 
-    def __init__(self, s: Slice, predicate: ScanPredicate, batch_rows: int = 8192) -> None:
+    def __init__(
+        self,
+        s: Slice,
+        predicate: ScanPredicate,
+        batch_rows: int = 8192,
+        *,
+        read_bytes: int = READ_BYTES,
+    ) -> None:
         self.slice = s
         self.predicate = predicate
         self.batch_rows = batch_rows
+        self.read_bytes = read_bytes
         self.stats = ScanStats()
         self._cols = Columns(journal=s.base)
 
@@ -198,7 +210,7 @@ class SliceScanner:
                 return
             j = i
             total = 0
-            while j < len(blocks) and (j == i or total + blocks[j].length <= READ_BYTES):
+            while j < len(blocks) and (j == i or total + blocks[j].length <= self.read_bytes):
                 total += blocks[j].length
                 j += 1
             start = blocks[i].offset
@@ -246,13 +258,18 @@ class SliceScanner:
         s = self.slice
         stats = self.stats
         size = source.size()
-        pos = s.offset
         seq = s.first_seq
-        want = READ_BYTES
-        while pos < size and seq <= self.predicate.seq_hi:
-            buf = source.read(pos, min(want, size - pos))
+        windows = RecordWindows(source, s.offset, window=self.read_bytes, size=size)
+        while seq <= self.predicate.seq_hi:
+            try:
+                buf = windows.read()
+            except CorruptRecord as exc:  # a compressed chunk that does not decompress
+                yield from self._report(exc.offset, exc.reason, seq, None, size - exc.offset)
+                return
+            if buf is None:
+                break
+            pos = windows.offset
             stats.bytes_read += len(buf)
-            final = pos + len(buf) >= size
             bad: _Stop | None = None
             try:
                 stop, seq = self._decode(buf, pos, 0, len(buf), seq, False)
@@ -266,22 +283,11 @@ class SliceScanner:
                     off, bad.reason, bad.seq, None, _data_end(source, size) - off
                 )
                 return
-            if stop < len(buf) and _zero_length(buf, stop):
-                return  # end of data
-            if stop == 0:  # one record larger than what was read, or a torn one
-                need = int.from_bytes(buf[0:4], "little") if len(buf) >= 4 else 0
-                if final or need < MIN_RECORD:
-                    reason = "torn record" if need >= MIN_RECORD or final else "bad length"
-                    yield from self._report(pos, reason, seq, None, _data_end(source, size) - pos)
-                    return
-                want = max(want, need)
-                continue
-            pos += stop
-            if final and pos < size:
-                end = _data_end(source, size)
-                if pos < end:
-                    yield from self._report(pos, "torn record", seq, None, end - pos)
-                return
+            windows.advance(stop)
+        if windows.reason not in (None, "end of data"):
+            off = windows.offset
+            reason = str(windows.reason)
+            yield from self._report(off, reason, seq, None, _data_end(source, size) - off)
 
     # -- the record loop ------------------------------------------------------------------
 
@@ -431,10 +437,6 @@ class _Stop(Exception):
         self.pos = pos
         self.seq = seq
         self.reason = reason
-
-
-def _zero_length(buf: bytes, pos: int) -> bool:
-    return len(buf) - pos >= 4 and buf[pos : pos + 4] == b"\0\0\0\0"
 
 
 def _data_end(source: JournalSource, size: int) -> int:

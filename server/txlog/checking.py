@@ -32,12 +32,12 @@ from typing import Final
 
 import google_crc32c
 
-from server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD, record_size, scan
+from server.txlog.codec import HEADER, HEADER_SIZE, scan
 from server.txlog.discovery import Candidate
 from server.txlog.errors import CorruptRecord
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.indexfile import parse_open_index
-from server.txlog.reader import JournalSource, PlainSource, open_source
+from server.txlog.reader import JournalSource, PlainSource, RecordWindows, open_source
 from server.txlog.sealedindex import SealedIndex
 
 __all__ = ["SCAN_CHUNK", "Examined", "examine"]
@@ -198,9 +198,6 @@ def _scan(
     verified += scanned
     if reason == "end of data":
         reason = None
-    damage = getattr(source, "damage", None)
-    if reason is None and damage is not None and end == size:
-        reason = damage  # a compressed journal whose data stops at an undecodable frame
     garbage = _nonzero_end(source, end, size) if cand.compression is None and end < size else end
     ex = Examined(cand, source, builder, end, size, reason, garbage, rebuilt, verified, problems)
     ex.index_intact = intact and builder.data_len > 0
@@ -243,33 +240,28 @@ def _scan_into(
     """Scan records from ``start`` into ``builder``.
 
     Returns:
-        ``(end of valid data, reason it stopped or None at the end of the file, bytes)``.
+        ``(end of valid data, reason it stopped or None at the end of the file, bytes)``;
+        the reason of a compressed journal whose data stops at an undecodable chunk is
+        that damage.
     """
-    pos = start
     seq = builder.last_seq + 1
-    chunk = SCAN_CHUNK
     scanned = 0
-    while pos < size:
+    windows = RecordWindows(source, start, window=SCAN_CHUNK, size=size)
+    while True:
         try:
-            buf = source.read(pos, min(chunk, size - pos))
+            buf = windows.read()
         except CorruptRecord as exc:  # a compressed chunk that does not decompress
-            return pos, exc.reason, scanned
-        if not buf:
-            return pos, "torn record", scanned
-        final = pos + len(buf) >= size
-        res = scan(buf, 0, len(buf), seq, final=final, base=pos)
+            return windows.offset, exc.reason, scanned
+        if buf is None:
+            return windows.offset, windows.reason, scanned
+        pos = windows.offset
+        res = scan(buf, 0, len(buf), seq, final=False, base=pos)
         builder.add_scanned(buf, pos, res)
         scanned += res.end
-        pos += res.end
         seq = res.next_seq
-        if res.need_more:
-            need = record_size(buf, res.end)
-            chunk = max(SCAN_CHUNK, need) if need >= MIN_RECORD else SCAN_CHUNK
-            continue
-        chunk = SCAN_CHUNK
-        if res.reason is not None:
-            return pos, res.reason, scanned
-    return pos, None, scanned
+        if res.damaged:
+            return pos + res.end, res.reason, scanned
+        windows.advance(res.end)
 
 
 def _verify_blocks(

@@ -29,18 +29,17 @@ from typing import Any, TextIO
 import orjson
 
 from server.bookmarks import format_bookmark
-from server.txlog.codec import MIN_RECORD, decode_records, record_size
+from server.txlog.codec import decode_records, record_size
 from server.txlog.errors import CorruptRecord, JournalSequenceGap, TxlogError
 from server.txlog.files import discover_instances, parse_name
 from server.txlog.journal import Journal
 from server.txlog.lookup import plan_bookmark, plan_time, search_span
-from server.txlog.reader import open_source
+from server.txlog.reader import WINDOW, RecordWindows, open_source
 from server.txlog.record import Record
 from server.txlog.recovery import Recovery, recover
 
 __all__ = ["iter_file_records", "parse_position", "register"]
 
-_READ = 1 << 20
 _ALL = 1 << 62
 _EXIT_OK, _EXIT_DAMAGE, _EXIT_ERROR = 0, 1, 2
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -107,25 +106,25 @@ def _time(ts: int) -> str:
     return (_EPOCH + timedelta(microseconds=ts)).strftime("%Y%m%dT%H%M%S.%fZ")
 
 
-def iter_file_records(path: Path) -> Iterator[tuple[int, Record]]:
+def iter_file_records(path: Path, *, window: int = WINDOW) -> Iterator[tuple[int, Record]]:
     """``(offset, record)`` of every record of one journal file, plain or compressed.
 
-    Stops at the end of data (the zeros of a preallocated journal).
+    Stops at the end of data (the zeros of a preallocated journal), wherever the read
+    windows of ``window`` bytes fall (:class:`~server.txlog.reader.RecordWindows`).
 
     Raises:
-        CorruptRecord: at the first damaged record (after yielding every one before it).
+        CorruptRecord: at the first damaged record, or a torn one at the end of the file
+            (after yielding every record before it).
         OSError: the file cannot be read.
     """
     parsed = parse_name(path.name)
     compression = parsed.compression if parsed is not None else _guess(path)
     source = open_source(path, compression)
+    windows = RecordWindows(source, window=window)
     try:
-        size = source.size()
-        pos = 0
         seq = parsed.base if parsed is not None and parsed.kind == "journal" else None
-        want = _READ
-        while pos < size:
-            buf = source.read(pos, min(want, size - pos))
+        while (buf := windows.read()) is not None:
+            base = windows.offset
             if seq is None:
                 seq = int.from_bytes(buf[8:16], "little")
             damage: CorruptRecord | None = None
@@ -134,25 +133,20 @@ def iter_file_records(path: Path) -> Iterator[tuple[int, Record]]:
                     buf, 0, len(buf), seq, max_count=_ALL, max_bytes=_ALL
                 )
             except CorruptRecord as exc:  # the records before the damage are still shown
-                damage = CorruptRecord(pos + exc.offset, exc.reason, str(path))
+                damage = CorruptRecord(base + exc.offset, exc.reason, str(path))
                 records, stop = decode_records(
                     buf, 0, exc.offset, seq, max_count=_ALL, max_bytes=_ALL
                 )
             off = 0
             for rec in records:
-                yield pos + off, rec
+                yield base + off, rec
                 off += record_size(buf, off)
             if damage is not None:
                 raise damage
             seq += len(records)
-            pos += stop
-            if stop < len(buf) and record_size(buf, stop) == 0:
-                return  # end of data: the zeros of a preallocated journal
-            if not records:  # one record larger than what was read
-                need = record_size(buf)
-                if need < MIN_RECORD or pos + need > size:
-                    raise CorruptRecord(pos, "torn record", str(path))
-                want = max(want, need)
+            windows.advance(stop)
+        if windows.reason not in (None, "end of data"):
+            raise CorruptRecord(windows.offset, str(windows.reason), str(path))
     finally:
         source.retire()
 

@@ -3,7 +3,11 @@
 A :class:`JournalSource` gives random access to a journal's raw bytes whatever its form:
 :class:`PlainSource` preads a plain file, :class:`~server.txlog.compression.CompressedReader`
 decompresses the chunks of a ``.zst``/``.gz`` one. The log keeps one source per journal;
-:func:`read_span` turns a byte position into decoded records.
+:func:`read_span` turns a byte position into decoded records. :class:`RecordWindows` reads
+a journal front to back in bounded windows of whole records: every reader that walks a
+journal to the end of its data (``spool journal dump`` and ``verify``, recovery, SOW
+rebuild, the pipeline's unindexed bytes) goes through it, so where a window ends never
+decides where the data ends.
 
 Thread-safety: sources may be read from several threads at once (``pread`` has no shared
 file position). :class:`PlainSource` counts readers in flight so that a journal renamed
@@ -21,16 +25,25 @@ from typing import Final, Protocol
 import google_crc32c
 
 from server.txlog.batch import RecordBatch, decode_batch
-from server.txlog.codec import HEADER_SIZE, MIN_RECORD, decode_records, record_size, skip_to
+from server.txlog.codec import (
+    FORMAT,
+    HEADER_SIZE,
+    MIN_RECORD,
+    decode_records,
+    record_size,
+    skip_to,
+)
 from server.txlog.compression import CompressedReader
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import Compression
 from server.txlog.record import Record
 
-__all__ = ["JournalSource", "PlainSource", "open_source", "read_span"]
+__all__ = ["WINDOW", "JournalSource", "PlainSource", "RecordWindows", "open_source", "read_span"]
 
 #: slack read beyond ``max_bytes`` so a batch rarely needs a second read
 READ_SLACK: Final = 64 * 1024
+#: bytes a :class:`RecordWindows` reads at a time unless told otherwise
+WINDOW: Final = 1 << 20
 
 
 class JournalSource(Protocol):
@@ -131,6 +144,114 @@ def open_source(path: Path, compression: Compression | None) -> JournalSource:
     if compression is None:
         return PlainSource(path)
     return _CompressedSource(path, compression)
+
+
+class RecordWindows:
+    """A journal read from a record boundary to the end of its data, a window at a time.
+
+    The caller decodes each window (:meth:`read`) with any of the codec's decoders
+    (``decode_records``, ``scan``, ``decode_batch``...) and says where the decoder stopped
+    (:meth:`advance`). Those decoders all stop the same way: at a zero length (the end of
+    data), before a record the window does not hold whole, or when fewer bytes than a
+    record header are left; they raise (or report) damage inside whole records
+    themselves. What the bytes at the stop mean is decided here, once, by the rules
+    ``spool journal verify`` applies to the whole file:
+
+    - a zero length field ends the data, and so do 1 to 3 zero bytes at the end of the
+      file (too few for a length field: a record filled the journal to within them);
+    - a header whose format byte is wrong is damage (``bad format``), whatever length it
+      claims;
+    - the window ended before the file did: the next window starts at the stop, and is
+      widened to hold a record (or a header) larger than the window;
+    - otherwise the file ends inside a record (or a header): a torn record.
+
+    After the last window (:attr:`ended`), :attr:`offset` is where the valid data ends and
+    :attr:`reason` why: None when the records run to the end of the file, ``"end of
+    data"`` at a zero length, ``"torn record"``, ``"bad format"``, or the damage of a
+    compressed journal whose data stops at an undecodable chunk.
+
+    Args:
+        source: the journal.
+        offset: a record boundary to start at.
+        window: bytes read at a time (any size: a window too small for a record grows).
+        size: the journal's size (the source's by default).
+    """
+
+    def __init__(
+        self,
+        source: JournalSource,
+        offset: int = 0,
+        *,
+        window: int = WINDOW,
+        size: int | None = None,
+    ) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1 byte, not {window}")
+        self.source = source
+        self.offset = offset
+        self.reason: str | None = None
+        self._want = window
+        self._size = source.size() if size is None else size
+        self._buf = b""
+        self._final = False
+        self._done = False
+
+    @property
+    def ended(self) -> bool:
+        """The data ended (:attr:`offset` and :attr:`reason` are final)."""
+        return self._done
+
+    def read(self) -> bytes | None:
+        """The next window (its first byte is the record at :attr:`offset`), or None once
+        the data ended.
+
+        Raises:
+            CorruptRecord: a compressed chunk does not decompress (at its offset).
+            OSError: the file cannot be read.
+        """
+        if self._done:
+            return None
+        if self.offset >= self._size:
+            self._finish(None)
+            return None
+        asked = min(self._want, self._size - self.offset)
+        buf = self.source.read(self.offset, asked)
+        self._final = len(buf) < asked or self.offset + len(buf) >= self._size
+        self._buf = buf
+        return buf
+
+    def advance(self, stop: int) -> None:
+        """The decoder took the whole records of the last window up to ``stop``."""
+        buf = self._buf
+        rest = len(buf) - stop
+        if stop < 0 or rest < 0:
+            raise ValueError(f"stop {stop} is outside the window of {len(buf)} bytes")
+        self.offset += stop
+        if rest == 0:
+            if self._final:  # a read shorter than the size said: the file ended early
+                self._finish(None if self.offset >= self._size else "torn record")
+            return
+        length = record_size(buf, stop) if rest >= 4 else -1
+        if length == 0 or (self._final and rest < 4 and not any(buf[stop:])):
+            self._finish("end of data")
+            return
+        if rest >= HEADER_SIZE:
+            # a decoder leaves a whole header only before a record the window cuts
+            if length < MIN_RECORD or length <= rest:
+                raise ValueError(f"the decoder stopped before a whole record at {self.offset}")
+            if buf[stop + 4] != FORMAT:  # not a record: do not read on for its length
+                self._finish("bad format")
+                return
+        if self._final:
+            self._finish("torn record")
+        elif stop == 0:  # the window is too small for the record (or its header)
+            self._want = max(self._want, length, HEADER_SIZE)
+
+    def _finish(self, reason: str | None) -> None:
+        self._done = True
+        self._buf = b""
+        damage = getattr(self.source, "damage", None) if reason is None else None
+        self.reason = damage if isinstance(damage, str) else reason
 
 
 class BlockCrcs(Protocol):

@@ -110,6 +110,18 @@ def rebuild(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str,
     return report, captured.err
 
 
+def test_rebuild_reads_records_across_the_read_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A record that ends 2 bytes before 1 MiB: every record after it is still applied."""
+    head = b'{"id":0,"pad":"'
+    overhead = 56 + len("orders") + len("json") + len(head) + 2
+    first = head + b"x" * ((1 << 20) - 2 - overhead) + b'"}'
+    config = orders_log(tmp_path, [first] + [b'{"id":%d}' % i for i in range(1, 300)])
+    report, _ = rebuild(config, capsys)
+    assert (report["records"], report["file_seq"]) == (300, 300)
+
+
 def test_rebuild_applies_every_record_before_damage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -149,3 +149,37 @@ def test_instance_must_be_named_when_several_share_a_directory(
     assert "use --name" in capsys.readouterr().err
     assert spool("find", "7|3|", "--dir", str(logdir), "--name", INSTANCE) == 0
     assert spool("verify", str(logdir), "--name", "nobody") == 0  # an empty log is clean
+
+
+def _straddling_log(tmp: Path, small: int, gap: int) -> Path:
+    """One record that ends ``gap`` bytes before 1 MiB, then ``small`` records: the next
+    record starts where dump's read window has fewer than a length field's bytes left."""
+
+    async def body() -> None:
+        log = TransactionLog(config(tmp, journal_size=4 << 20), INSTANCE)
+        await log.open()
+        overhead = 56 + 1 + 4  # fixed header and CRC, topic "t", message type "json"
+        log.append(topic="t", message_type="json", pub_hash=7, pub_seq=1,
+                   body=b"x" * ((1 << 20) - gap - overhead))  # fmt: skip
+        for i in range(small):
+            log.append(topic="t", message_type="json", pub_hash=7, pub_seq=i + 2,
+                       body=b'{"i":%d}' % i)  # fmt: skip
+        await log.wait_durable(log.last_seq)
+        await log.close()
+
+    run(body)
+    return journal_files(tmp)[0]
+
+
+@pytest.mark.parametrize("gap", [1, 2, 3])
+def test_dump_reads_records_across_its_read_window(
+    tmp_path: Path, gap: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    journal = _straddling_log(tmp_path, 500, gap)
+    assert spool("verify", str(journal.parent), "--json") == 0
+    verified = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert verified[0]["records"] == 501
+    assert spool("dump", str(journal), "--json") == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [r["seq"] for r in rows] == list(range(1, 502))
+    assert rows[-1]["body"] == '{"i":499}'
