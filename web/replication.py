@@ -13,6 +13,10 @@ dialer sends no ``Origin``), so a page that opens ``/replication`` - which, on a
 without users, would let it inject messages as a peer - is refused before the upgrade
 (web/origins.py says why pages get no ambient authority).
 
+Every connection's liveness is watched from its accept (web/wsdirect.py's extension, with
+``Replication/LinkTimeout``): one that hears nothing from its source for that long is
+aborted, and the link ends saying so.
+
 The first message tells the two conversations apart (:meth:`Replication.open
 <server.replication.service.Replication.open>`, shared with the tests' in-memory fabric):
 ``hello`` opens a link, ``bootstrap`` asks for a copy of this instance's state
@@ -36,6 +40,7 @@ from server.replication.inbound import InboundLink
 from server.replication.transport import LinkLost
 from web.tls import peer_of
 from web.transport import CLOSE_TRY_AGAIN
+from web.wsdirect import LIVENESS_EXTENSION, Watch
 
 
 class AsgiLinkTransport:
@@ -104,6 +109,11 @@ class ReplicationEndpoint:
         await send({"type": "websocket.accept"})
         peer = peer_of(scope)
         transport = AsgiLinkTransport(send, peer.address)
+        timeout = broker.config.link_timeout
+        silences: list[float] = []
+        watch = _watch_of(scope)
+        if watch is not None:
+            watch(timeout, silences.append)
         first = await _first_bytes(receive)
         if first is None:
             transport.disconnected()
@@ -125,7 +135,13 @@ class ReplicationEndpoint:
                 await _serve_link(opened, first, receive)
         finally:
             transport.disconnected()
-            opened.lost()
+            if isinstance(opened, InboundLink) and silences:
+                opened.lost(
+                    f"nothing heard from {peer.address} for {silences[0]:.1f}s "
+                    f"(Replication/LinkTimeout {timeout:g}s)"
+                )
+            else:
+                opened.lost()
             if isinstance(opened, BootstrapSource):
                 await opened.wait()  # its reader of the log ends before the slot is freed
             broker.clients.transport_closed(self.transport_name)
@@ -165,6 +181,14 @@ async def _serve_copy(source: BootstrapSource, first: bytes, receive: Receive) -
             source.receive(_bytes(message))
         elif kind == "websocket.disconnect":
             return
+
+
+def _watch_of(scope: Scope) -> Watch | None:
+    """The server's liveness watch of this connection (web/wsdirect.py; a server without
+    the extension keeps its own keepalive)."""
+    extension = (scope.get("extensions") or {}).get(LIVENESS_EXTENSION)
+    watch: Watch | None = extension["watch"] if extension else None
+    return watch
 
 
 def _bytes(message: Message) -> bytes:

@@ -22,12 +22,24 @@ a close already sent, the handshake not done) it joins the pieces and hands them
 uvicorn's ``websocket.send`` unchanged, so compression, errors and state checks stay the
 library's. Flow control is uvicorn's: the send waits on the same ``writable`` event the
 transport's ``pause_writing`` clears, and a lost connection raises uvicorn's
-``ClientDisconnected``. Ping/pong, close and receiving are not touched.
+``ClientDisconnected``. Close and receiving are not touched.
+
+A second extension, ``scope["extensions"][LIVENESS_EXTENSION]["watch"]``, lets an endpoint
+replace uvicorn's keepalive of its connection with a replication link's liveness
+(server/replication/liveness.py): ``watch(timeout, on_silent)`` pings every third of
+``timeout`` without waiting for the write buffer, and once nothing was read from the peer
+for ``timeout`` seconds (while the connection was being read) calls ``on_silent(seconds)``
+and aborts the connection, so the endpoint receives ``websocket.disconnect`` at once.
+uvicorn's own keepalive cannot do that for a partitioned peer: its timeout closes the
+connection politely, which waits for the bytes in the write buffer to leave, and they
+cannot.
 """
 
 from __future__ import annotations
 
+import os
 import struct
+from asyncio import TimerHandle
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -36,15 +48,20 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import Request
 from websockets.protocol import State
 
+from server.replication.liveness import Liveness
+
 __all__ = [
+    "LIVENESS_EXTENSION",
     "PIECES_EXTENSION",
     "DirectWebSocketProtocol",
     "SendPieces",
+    "Watch",
     "frame_header",
 ]
 
-#: the ASGI extension's key in ``scope["extensions"]``
+#: the ASGI extensions' keys in ``scope["extensions"]``
 PIECES_EXTENSION: Final = "spool.websocket.pieces"
+LIVENESS_EXTENSION: Final = "spool.websocket.liveness"
 #: FIN + opcode 2 (binary): RFC 6455 section 5.2
 _FIN_BINARY: Final = 0x82
 #: frames up to this size leave in one write (header and pieces joined: the copy is
@@ -57,6 +74,9 @@ _LONG: Final = struct.Struct("!BBQ")
 
 #: sends one binary message given as pieces and their total size
 SendPieces = Callable[[Sequence[bytes], int], Awaitable[None]]
+#: watches a connection's liveness: a timeout in seconds, and what to call (with the
+#: seconds of silence) before the connection is aborted
+Watch = Callable[[float, Callable[[float], None]], None]
 
 
 def frame_header(size: int) -> bytes:
@@ -77,6 +97,9 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
     """
 
     direct_frames: int = 0
+    _liveness: Liveness | None = None
+    _on_silent: Callable[[float], None] | None = None
+    _watch_timer: TimerHandle | None = None
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
@@ -85,6 +108,48 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
             extensions = self.scope["extensions"]
             assert extensions is not None  # uvicorn's scope always has the dict
             extensions[PIECES_EXTENSION] = {"send_pieces": self.send_pieces}
+            extensions[LIVENESS_EXTENSION] = {"watch": self.watch}
+
+    def data_received(self, data: bytes) -> None:
+        liveness = self._liveness
+        if liveness is not None:
+            liveness.heard(self.loop.time())
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+            self._watch_timer = None
+        super().connection_lost(exc)
+
+    def watch(self, timeout: float, on_silent: Callable[[float], None]) -> None:
+        """Watch this connection's liveness instead of uvicorn's keepalive (the module
+        docstring); from the endpoint, once it accepted the connection."""
+        self.stop_keepalive()
+        if self._watch_timer is not None:
+            self._watch_timer.cancel()
+        now = self.loop.time()
+        self._liveness = Liveness(timeout, now)
+        self._on_silent = on_silent
+        self._watch_timer = self.loop.call_at(now + self._liveness.interval, self._watch_tick)
+
+    def _watch_tick(self) -> None:
+        self._watch_timer = None
+        liveness = self._liveness
+        assert liveness is not None and self._on_silent is not None
+        if self.close_sent or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        liveness.listening(self.transport.is_reading(), now)
+        tick = liveness.tick(now)
+        if tick.dead:
+            self._on_silent(liveness.silence(now))
+            self.transport.abort()  # connection_lost: the endpoint gets its disconnect
+            return
+        if tick.ping and self.conn.state is State.OPEN:
+            self.conn.send_ping(os.urandom(4))  # its pong is ignored: only hearing counts
+            self.transport.write(b"".join(self.conn.data_to_send()))
+        self._watch_timer = self.loop.call_at(tick.next_at, self._watch_tick)
 
     async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
         """Send one binary message made of ``pieces`` (``size`` bytes in all).

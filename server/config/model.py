@@ -343,10 +343,14 @@ class ReplicationConfig:
         destinations: the instances this one replicates to, in file order.
         ack_interval: how often a destination acknowledges what it made durable (acks
             in between are conflated into the next); 0 = after every group commit.
+        link_timeout: seconds a link may hear nothing from its peer before this end
+            drops it (both ends of every link, dialed or accepted); each end pings every
+            third of it.
     """
 
     destinations: tuple[DestinationConfig, ...] = ()
     ack_interval: float = 0.001
+    link_timeout: float = 6.0
 
     def destination(self, name: str) -> DestinationConfig | None:
         return next((d for d in self.destinations if d.name == name), None)
@@ -590,6 +594,12 @@ class Config:
     def replication_transport(self) -> TransportConfig | None:
         """The ``amps-replication`` transport (the inbound ``/replication`` endpoint)."""
         return next((t for t in self.transports if t.type == "amps-replication"), None)
+
+    @property
+    def link_timeout(self) -> float:
+        """``Replication/LinkTimeout``: how long a replication link (or a bootstrap's
+        connection) may hear nothing before this instance drops it."""
+        return (self.replication or ReplicationConfig()).link_timeout
 
     @property
     def replicates(self) -> bool:

@@ -461,7 +461,7 @@ class Bootstrapper:
         address = format_inet_addr(host, port)
         try:
             tls = await self._tls_context()
-            transport = await self._connector(host, port, tls)
+            transport = await self._connector(host, port, tls, self.config.link_timeout)
         except LinkTlsFailed as exc:
             self._tls_failed(address, str(exc))
             return False

@@ -181,9 +181,9 @@ class InboundLink:
         if not self._room.is_set():
             await self._room.wait()
 
-    def lost(self) -> None:
-        """The websocket went away."""
-        self.protocol.connection_lost(LinkRefused("connection lost"))
+    def lost(self, detail: str = "connection lost") -> None:
+        """The websocket went away (``detail``: why, when the endpoint knows)."""
+        self.protocol.connection_lost(LinkRefused(detail))
         self._handle(self.protocol.events_received())
 
     async def wait_closed(self) -> None:

@@ -300,7 +300,7 @@ class DestinationLink:
             self.address = address
             try:
                 tls = await self._tls_context()
-                transport = await self._ctx.connector(*address, tls)
+                transport = await self._ctx.connector(*address, tls, self._ctx.config.link_timeout)
             except (LinkTlsFailed, TlsError) as exc:
                 self._tls_failed(str(exc))
                 self.dialer.failed()

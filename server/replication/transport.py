@@ -5,11 +5,15 @@ The protocol (server/replication/protocol.py) knows bytes; a link's pipe is a we
 - a *source* dials its destination with the ``websockets`` client
   (:func:`connect_websocket`, ``ws://HOST:PORT/replication``, or ``wss://`` with the TLS
   context its destination's configuration builds - the destination verified, its host
-  name checked, never a fall back to ``ws://``; permessage-deflate off, the library's
-  keepalive pings on so a silent peer - a partition - is noticed within
-  :data:`PING_TIMEOUT` seconds);
+  name checked, never a fall back to ``ws://``; permessage-deflate off);
 - a *destination* is handed its pipe by the web layer (web/replication.py, a raw ASGI
   endpoint beside ``/amps/json``), which pushes received bytes into the inbound link.
+
+Both ends watch the pipe's liveness (server/replication/liveness.py): a link that hears
+nothing from its peer for ``Replication/LinkTimeout`` is aborted, and each end pings every
+third of it. The dialed end does it here (the library's own keepalive is off: its ping
+waits for the write buffer to drain, which a partition prevents), the accepting end in the
+web server's protocol (web/wsdirect.py).
 
 Tests replace the dialer with an in-memory pair (tests/support/replication.py).
 
@@ -23,15 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.protocol import State
 
 from server.config import format_inet_addr
 from server.replication.errors import ReplicationError
+from server.replication.liveness import Liveness
 
 __all__ = [
     "CHUNK",
@@ -46,9 +53,6 @@ __all__ = [
 
 #: largest websocket message a link writes (the stream is split freely)
 CHUNK: Final = 1 << 20
-#: seconds between keepalive pings on a dialed link, and how long a pong may take
-PING_INTERVAL: Final = 2.0
-PING_TIMEOUT: Final = 6.0
 #: how long a TCP connect + websocket handshake may take
 OPEN_TIMEOUT: Final = 5.0
 #: the endpoint path on the destination's web port
@@ -56,7 +60,7 @@ PATH: Final = "/replication"
 
 
 class LinkLost(ReplicationError):
-    """The pipe under a link went away (closed, reset, or silent past the ping timeout)."""
+    """The pipe under a link went away (closed, reset, or silent past the link timeout)."""
 
 
 class LinkTlsFailed(LinkLost):
@@ -97,17 +101,37 @@ class Dialed(LinkTransport, Protocol):
         ...
 
 
-#: opens a pipe to ``(host, port)``, over TLS with the context when one is given; raises
-#: OSError / LinkLost (LinkTlsFailed) when it cannot
-Connector = Callable[[str, int, ssl.SSLContext | None], Awaitable[Dialed]]
+#: opens a pipe to ``(host, port)``, over TLS with the context when one is given, dropped
+#: once it hears nothing for the timeout (seconds); raises OSError / LinkLost
+#: (LinkTlsFailed) when it cannot
+Connector = Callable[[str, int, ssl.SSLContext | None, float], Awaitable[Dialed]]
+
+
+class _HeardConnection(ClientConnection):
+    """The ``websockets`` client connection, noting when its peer was last heard."""
+
+    liveness: Liveness | None = None
+
+    def data_received(self, data: bytes) -> None:
+        liveness = self.liveness
+        if liveness is not None:
+            liveness.heard(self.loop.time())
+        super().data_received(data)
 
 
 class WebsocketLink:
-    """A dialed link over the ``websockets`` client."""
+    """A dialed link over the ``websockets`` client, aborted once silent for ``timeout``
+    seconds (server/replication/liveness.py)."""
 
-    def __init__(self, connection: ClientConnection, remote: str) -> None:
+    def __init__(self, connection: _HeardConnection, remote: str, timeout: float) -> None:
         self._conn = connection
         self._remote = remote
+        self._silent: str | None = None
+        loop = connection.loop
+        self._liveness = connection.liveness = Liveness(timeout, loop.time())
+        self._timer: asyncio.TimerHandle | None = loop.call_at(
+            loop.time() + self._liveness.interval, self._tick
+        )
 
     @property
     def remote(self) -> str:
@@ -117,22 +141,58 @@ class WebsocketLink:
         try:
             await self._conn.send(data)
         except ConnectionClosed as exc:
-            raise LinkLost(f"connection to {self._remote} closed: {exc}") from exc
+            raise self._lost(exc) from exc
 
     async def recv(self) -> bytes:
         try:
             data = await self._conn.recv()
         except ConnectionClosed as exc:
-            raise LinkLost(f"connection to {self._remote} closed: {exc}") from exc
+            raise self._lost(exc) from exc
         return data if isinstance(data, bytes) else data.encode()
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
+        self._stop()
         with contextlib.suppress(Exception):
             await self._conn.close(code, reason[:120])
 
+    def _lost(self, exc: ConnectionClosed) -> LinkLost:
+        self._stop()
+        return LinkLost(self._silent or f"connection to {self._remote} closed: {exc}")
 
-async def connect_websocket(host: str, port: int, tls: ssl.SSLContext | None = None) -> Dialed:
-    """Dial a destination's ``/replication`` endpoint (``wss://`` with ``tls``).
+    def _stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _tick(self) -> None:
+        """Ping, or abort the connection once its peer was silent for the timeout."""
+        self._timer = None
+        conn = self._conn
+        if conn.protocol.state is not State.OPEN or conn.transport.is_closing():
+            return
+        liveness = self._liveness
+        now = conn.loop.time()
+        liveness.listening(conn.transport.is_reading(), now)
+        tick = liveness.tick(now)
+        if tick.dead:
+            self._silent = (
+                f"nothing heard from {self._remote} for {liveness.silence(now):.1f}s "
+                f"(Replication/LinkTimeout {liveness.timeout:g}s)"
+            )
+            conn.transport.abort()  # not a polite close: its bytes could not leave either
+            return
+        if tick.ping:
+            # written at once, whatever waits in the write buffer (never awaits a drain)
+            conn.protocol.send_ping(os.urandom(4))
+            conn.send_data()
+        self._timer = conn.loop.call_at(tick.next_at, self._tick)
+
+
+async def connect_websocket(
+    host: str, port: int, tls: ssl.SSLContext | None = None, timeout: float = 6.0
+) -> Dialed:
+    """Dial a destination's ``/replication`` endpoint (``wss://`` with ``tls``); the link
+    is aborted once it hears nothing for ``timeout`` seconds.
 
     Raises:
         LinkTlsFailed: the TLS handshake failed (the message says why).
@@ -148,10 +208,10 @@ async def connect_websocket(host: str, port: int, tls: ssl.SSLContext | None = N
             ssl=tls,
             compression=None,
             max_size=None,
-            ping_interval=PING_INTERVAL,
-            ping_timeout=PING_TIMEOUT,
+            ping_interval=None,  # liveness is the link's own (WebsocketLink)
             open_timeout=OPEN_TIMEOUT,
             close_timeout=2.0,
+            create_connection=_HeardConnection,
         )
     except ssl.SSLCertVerificationError as exc:
         raise LinkTlsFailed(
@@ -169,7 +229,8 @@ async def connect_websocket(host: str, port: int, tls: ssl.SSLContext | None = N
         raise LinkLost(f"websocket handshake with {address} failed: {exc}{hint}") from exc
     except TimeoutError as exc:
         raise OSError(f"connecting to {address} timed out") from exc
-    return WebsocketLink(conn, address)
+    assert isinstance(conn, _HeardConnection)
+    return WebsocketLink(conn, address, timeout)
 
 
 class LinkWriter:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import secrets
 import shutil
 import subprocess
 import sys
@@ -27,14 +25,9 @@ import httpx
 import pytest
 
 from server.bookmarks import pub_hash
-from tests.support.replication import (
-    destination,
-    free_ports,
-    publish_resending,
-    read_log,
-    replication_xml,
-)
-from tests.support.server import ROOT, SpoolProcess
+from tests.support.netns import VethNet, pair, veth_net
+from tests.support.replication import publish_resending, read_log
+from tests.support.server import ROOT
 from tests.support.wait import wait_until
 
 pytestmark = [
@@ -48,92 +41,24 @@ pytestmark = [
 
 PER_SIDE = 4_000
 PARTITION = 10.0
-# The 10.200.N.x addresses live only inside the namespaces this test creates (nothing
-# outside can reach them), so the listeners run without TLS; the config refuses a
-# non-loopback listener with users and no TLS unless it is told so explicitly.
-PLAINTEXT = "<AllowPlaintext>true</AllowPlaintext>"
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
-class Net:
-    """A namespace for B and a veth pair to the root namespace (deleted at the end)."""
-
-    def __init__(self) -> None:
-        tag = f"{os.getpid() % 10000}{random.randrange(100)}"
-        self.ns = f"sp{tag}"
-        self.host_if = f"sp{tag}a"
-        self.ns_if = f"sp{tag}b"
-        subnet = random.randrange(1, 250)
-        self.a = f"10.200.{subnet}.1"
-        self.b = f"10.200.{subnet}.2"
-
-    def up(self) -> None:
-        _ip("netns", "add", self.ns)
-        _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
-        _ip("link", "set", self.ns_if, "netns", self.ns)
-        _ip("addr", "add", f"{self.a}/24", "dev", self.host_if)
-        _ip("link", "set", self.host_if, "up")
-        for cmd in (
-            ("link", "set", "lo", "up"),
-            ("addr", "add", f"{self.b}/24", "dev", self.ns_if),
-            ("link", "set", self.ns_if, "up"),
-        ):
-            _ip("netns", "exec", self.ns, "ip", *cmd)
-        # prompt recovery after the partition (inside B's namespace only)
-        subprocess.run(
-            ["ip", "netns", "exec", self.ns, "sysctl", "-q", "-w",
-             "net.ipv4.tcp_rto_max_ms=1000", "net.ipv4.tcp_retries2=40"],
-            check=False, capture_output=True,
-        )  # fmt: skip
-
-    def partition(self, cut: bool) -> None:
-        _ip("netns", "exec", self.ns, "ip", "link", "set", self.ns_if, "down" if cut else "up")
-
-    def down(self) -> None:
-        subprocess.run(["ip", "link", "del", self.host_if], check=False, capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.ns], check=False, capture_output=True)
-
-    @property
-    def prefix(self) -> tuple[str, ...]:
-        return ("ip", "netns", "exec", self.ns)
 
 
 @pytest.fixture
-def net() -> Iterator[Net]:
-    n = Net()
-    try:
-        n.up()
-    except subprocess.CalledProcessError as exc:
-        n.down()
-        pytest.skip(f"cannot build network namespaces here: {exc.stderr!r}")
-    try:
-        yield n
-    finally:
-        n.down()
-
-
-def test_a_ten_second_partition_heals_with_no_loss(tmp_path: Path, net: Net) -> None:
-    token = {name: secrets.token_urlsafe(24) for name in ("app", "repl", "ops")}
-    users = (
-        f"<User><Name>app</Name><Token>{token['app']}</Token>"
-        "<Read>.*</Read><Write>.*</Write></User>"
-        f"<User><Name>repl</Name><Token>{token['repl']}</Token><Write>.*</Write></User>"
-        f"<User><Name>ops</Name><Token>{token['ops']}</Token><Admin>true</Admin></User>"
-    )
-    port_a, port_b = free_ports(2)
-    hosts = {"a": (net.a, port_a), "b": (net.b, port_b)}
-    procs: dict[str, SpoolProcess] = {}
-    for name, other in (("a", "b"), ("b", "a")):
-        xml = replication_xml(
-            tmp_path / name / "data", name, host=hosts[name][0], port=hosts[name][1],
-            users=users, admin_extra=PLAINTEXT,
-            destinations=[destination(other, [hosts[other]], user="repl", secret=token["repl"])],
+def net() -> Iterator[VethNet]:
+    with veth_net("10.200") as n:
+        # prompt recovery after the partition (inside B's namespace only)
+        subprocess.run(
+            [*n.prefix, "sysctl", "-q", "-w",
+             "net.ipv4.tcp_rto_max_ms=1000", "net.ipv4.tcp_retries2=40"],
+            check=False, capture_output=True,
         )  # fmt: skip
-        procs[name] = SpoolProcess(tmp_path / name, xml, prefix=net.prefix if name == "b" else ())
-    url = {n: f"ws://{h}:{p}/amps/json" for n, (h, p) in hosts.items()}
+        yield n
+
+
+def test_a_ten_second_partition_heals_with_no_loss(tmp_path: Path, net: VethNet) -> None:
+    both = pair(tmp_path, net)
+    token, hosts, procs = both.token, both.hosts, both.procs
+    url = {n: both.url(n) for n in hosts}
     auth = {"Authorization": f"Bearer {token['ops']}"}
 
     def api(name: str) -> dict[str, object]:
@@ -172,9 +97,9 @@ def test_a_ten_second_partition_heals_with_no_loss(tmp_path: Path, net: Net) -> 
 
         def partition_when_busy() -> None:
             wait_until(lambda: progress_a["n"] >= PER_SIDE // 4, 120, interval=0.01)
-            net.partition(True)
+            net.set_link(False)
             time.sleep(PARTITION)
-            net.partition(False)
+            net.set_link(True)
 
         cutter = threading.Thread(target=partition_when_busy, daemon=True)
         cutter.start()

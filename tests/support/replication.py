@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import socket
 import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +108,7 @@ def replication_xml(
     topics: Sequence[str] = (".*",),
     flush_interval: str = "1ms",
     ack_interval: str | None = None,
+    link_timeout: str | None = None,
     journal_size: str = "64MB",
     txlog_extra: str = "",
     tuning: str = "",
@@ -123,14 +126,16 @@ def replication_xml(
     topics (tests/support/server.py ``sow_topic``); ``actions``: the ``<Action>`` elements
     of an ``<Actions>``; ``bootstrap``: a ``<Bootstrap>`` (:func:`bootstrap_xml`);
     ``replication_extra``: more elements of the ``amps-replication`` transport (the
-    listener's TLS given there); ``txlog_extra``: more ``<TransactionLog>`` elements."""
+    listener's TLS given there); ``txlog_extra``: more ``<TransactionLog>`` elements;
+    ``ack_interval`` and ``link_timeout`` go to ``<Replication>``."""
     topic_xml = "".join(
         f"<Topic><Name>{t}</Name><MessageType>json</MessageType></Topic>" for t in topics
     )
     repl = ""
-    if destinations or ack_interval:
+    if destinations or ack_interval or link_timeout:
         ack = f"<AckInterval>{ack_interval}</AckInterval>" if ack_interval else ""
-        repl = f"<Replication>{ack}{''.join(destinations)}</Replication>"
+        timeout = f"<LinkTimeout>{link_timeout}</LinkTimeout>" if link_timeout else ""
+        repl = f"<Replication>{ack}{timeout}{''.join(destinations)}</Replication>"
     replication_transport = (
         "<Transport><Name>amps-replication</Name><Type>amps-replication</Type>"
         f"<InetAddr>{host}:{port}</InetAddr>{replication_extra}</Transport>"
@@ -315,7 +320,10 @@ class MemoryFabric:
     def connector(self, source: str) -> Connector:
         """The dialer of the broker called ``source``."""
 
-        async def connect(host: str, port: int, tls: ssl.SSLContext | None = None) -> Dialed:
+        async def connect(
+            host: str, port: int, tls: ssl.SSLContext | None = None, timeout: float = 6.0
+        ) -> Dialed:
+            """In-memory pipes are never silent: ``timeout`` has nothing to watch."""
             return await self._connect(source, (host, port))
 
         return connect
@@ -453,6 +461,46 @@ class Cluster:
             d["connected"] and d["last_acked_position"] >= info["durable_seq"]
             for d in info["destinations"]
         )
+
+
+def token_users() -> tuple[dict[str, str], str]:
+    """Tokens for users ``app`` (reads and writes everything), ``repl`` (what replication
+    links log on as) and ``ops`` (admin), and their ``<User>`` elements: an instance that
+    listens beyond loopback must have users."""
+    token = {name: secrets.token_urlsafe(24) for name in ("app", "repl", "ops")}
+    users = (
+        f"<User><Name>app</Name><Token>{token['app']}</Token>"
+        "<Read>.*</Read><Write>.*</Write></User>"
+        f"<User><Name>repl</Name><Token>{token['repl']}</Token><Write>.*</Write></User>"
+        f"<User><Name>ops</Name><Token>{token['ops']}</Token><Admin>true</Admin></User>"
+    )
+    return token, users
+
+
+def publish_numbered(client: Client, first: int, count: int, pad: bytes = b"") -> int:
+    """Queue persisted publishes of ``{"n":N}`` (with a ``"p"`` of ``pad`` when given) to
+    ``orders`` for N = first .. first + count - 1; returns the last N."""
+    for n in range(first, first + count):
+        body = b'{"n":%d,"p":"%s"}' % (n, pad) if pad else b'{"n":%d}' % n
+        client.publish("orders", body, seq=n, persisted=True)
+    return first + count - 1
+
+
+def events_since(events: Iterable[dict[str, Any]], since: float) -> list[dict[str, Any]]:
+    """The entries of an event log (``GET /api/events``) stamped at or after ``since``
+    (seconds since the epoch), oldest first."""
+    return [e for e in events if datetime.fromisoformat(e["time"]).timestamp() >= since]
+
+
+def event_time(
+    events: Iterable[dict[str, Any]], kind: str, since: float, **match: str
+) -> float | None:
+    """When the first ``kind`` event at or after ``since`` whose fields match ``match``
+    was logged (seconds since the epoch), or None."""
+    for e in events_since(events, since):
+        if e["event"] == kind and all(e.get(k) == v for k, v in match.items()):
+            return datetime.fromisoformat(e["time"]).timestamp()
+    return None
 
 
 async def read_log(proc: SpoolProcess) -> list[tuple[int, int, bytes, tuple[str, ...]]]:

@@ -4,6 +4,8 @@ Shaped like AMPS's (CONFIG.md; docs/replication.md has the whole model)::
 
     <Replication>
       <AckInterval>1ms</AckInterval>          <!-- optional: a destination's ack conflation -->
+      <LinkTimeout>6s</LinkTimeout>           <!-- optional: a link that hears nothing this
+                                                   long is dropped, on both ends -->
       <Destination>
         <Name>spool-b</Name>                  <!-- unique; the admin API's {dest} -->
         <Group>nyc-1</Group>                  <!-- the remote's own Group; default: Name -->
@@ -72,7 +74,7 @@ __all__ = [
     "read_topic_name",
 ]
 
-_REPLICATION_SPEC: Final[Spec] = {"AckInterval": False, "Destination": True}
+_REPLICATION_SPEC: Final[Spec] = {"AckInterval": False, "LinkTimeout": False, "Destination": True}
 _DESTINATION_SPEC: Final[Spec] = {
     "Name": False,
     "Group": False,
@@ -312,6 +314,9 @@ def read_replication(node: Node, ctx: Context, instance: str) -> ReplicationPart
     ack_interval = ReplicationConfig().ack_interval
     if (ack_node := kids.one("AckInterval")) is not None:
         ack_interval = read_duration(ack_node, ctx, minimum=30e-6, maximum=1.0, zero_ok=True)
+    link_timeout = ReplicationConfig().link_timeout
+    if (timeout_node := kids.one("LinkTimeout")) is not None:
+        link_timeout = read_duration(timeout_node, ctx, minimum=0.3, maximum=600.0)
     parts: list[DestinationPart] = []
     seen: dict[str, Node] = {}
     for dest_node in kids.many("Destination"):
@@ -325,6 +330,8 @@ def read_replication(node: Node, ctx: Context, instance: str) -> ReplicationPart
         seen[part.config.name] = dest_node
         parts.append(part)
     config = ReplicationConfig(
-        destinations=tuple(p.config for p in parts), ack_interval=ack_interval
+        destinations=tuple(p.config for p in parts),
+        ack_interval=ack_interval,
+        link_timeout=link_timeout,
     )
     return ReplicationPart(config, node, parts)
