@@ -5,15 +5,39 @@
 files or all, and can simulate the "fsyncgate" page-cache loss of a failed fsync
 (``lossy``). Tests switch it with :meth:`FaultySeam.fail` and :meth:`FaultySeam.heal`.
 
+It can also be a storage that **loses what was not fsynced** when the machine crashes
+(what lazyfs does for Jepsen): with ``volatile``, a write or truncation of a file only
+reaches the file when that file is fsynced (through any handle: fsync is per file);
+until then it is held in this process, in order. A SIGKILL of the process then loses
+exactly what a power cut would lose (the page cache's unwritten data), and
+:meth:`FaultySeam.crash` does the same in-process. What the seam does not hold: file
+creation, renames and ``allocate`` (space reservation, unless the file holds something:
+then it waits in order) happen at once, so a crash never loses a file or its preallocated
+size, only its unsynced bytes.
+
 :class:`ControlledSeam` is the same seam steered from outside the process: a real
-``spool serve`` started by ``python -m tests.support.faulty_serve`` fails an operation
-while a control file names it (``fsync EIO``, ``write ENOSPC``...), so a process test
-can break and heal the disk of a running broker.
+``spool serve`` started by ``python -m tests.support.faulty_serve`` reads a control file
+at each journal operation. Its syntax, one instruction a line (no file, or an empty one,
+means a healthy disk)::
+
+    OPERATION ERRNO-NAME    fail every OPERATION (write, fsync, truncate, allocate, open,
+                            rename) with that errno (fsync EIO, write ENOSPC...)
+    lossy                   a failed fsync also drops the writes it covered (fsyncgate)
+    volatile                hold writes and truncations until their file is fsynced, so
+                            a SIGKILL loses them ("lost un-fsynced writes at a crash")
+
+Changing the file changes the behaviour at the next journal operation. Turning
+``volatile`` off does not write what is held: it reaches the file at its next fsync (or
+is lost by a kill before that), as dirty pages would. A clean exit writes what is held
+(no crash, no loss), so only a kill loses it. So a harness injects "lost un-fsynced writes
+at a crash" by writing ``volatile`` before the workload and sending SIGKILL at the crash.
 """
 
 from __future__ import annotations
 
+import atexit
 import errno
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +68,8 @@ class FaultyHandle:
 
     def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         self._seam.check("write", self.path)
+        if self._seam.hold(self.path, ("write", offset, bytes(data))):
+            return
         with open(self.path, "rb") as fh:  # the seam may turn lossy before the fsync
             fh.seek(offset)
             before = fh.read(len(data))
@@ -57,21 +83,32 @@ class FaultyHandle:
             if self._seam.lossy:
                 for offset, before in reversed(self._dirty):  # back to the durable image
                     self._inner.write(offset, before)
+                self._seam.drop_held(self.path)
             self._dirty.clear()
             raise
+        self._seam.apply_held(self.path, self._inner)
         self._inner.fsync()
         self._dirty.clear()
 
     def truncate(self, size: int) -> None:
         self._seam.check("truncate", self.path)
+        if self._seam.hold(self.path, ("truncate", size, b"")):
+            return
         self._inner.truncate(size)
 
     def allocate(self, size: int) -> None:
         self._seam.check("allocate", self.path)
+        if self._seam.hold(self.path, ("allocate", size, b""), queued_only=True):
+            return
         self._inner.allocate(size)
 
     def close(self) -> None:
         self._inner.close()
+
+
+#: an operation held until its file's fsync: ("write", offset, data), ("truncate", size,
+#: b"") or ("allocate", size, b"")
+Held = tuple[str, int, bytes]
 
 
 class FaultySeam:
@@ -79,7 +116,8 @@ class FaultySeam:
 
     :meth:`fail` and :meth:`heal` switch failures on and off (a disk that fills up and
     is freed), for one operation or several at once; ``calls`` counts every operation
-    attempted, failed ones included.
+    attempted, failed ones included. ``volatile`` holds what is not fsynced (the module
+    docstring); :meth:`crash` loses it.
     """
 
     def __init__(
@@ -89,9 +127,16 @@ class FaultySeam:
         err: int = errno.EIO,
         *,
         lossy: bool = False,
+        volatile: bool = False,
     ) -> None:
         self.inner = OsFileSeam()
         self.lossy = lossy
+        self.volatile = volatile
+        #: per file, the writes and truncations not fsynced yet, in order (volatile)
+        self.held: dict[Path, list[Held]] = {}
+        #: bytes of writes lost by :meth:`crash` or a lossy fsync so far
+        self.lost_bytes = 0
+        self._held_lock = threading.Lock()  # the flusher and the preallocator use the seam
         self.calls: dict[str, int] = {}
         #: operation -> (first failing call number, errno, which files; None: all)
         self.failures: dict[str, tuple[int, int, Callable[[Path], bool] | None]] = {
@@ -122,21 +167,81 @@ class FaultySeam:
     def rename(self, src: Path, dst: Path) -> None:
         self.check("rename", src)
         self.inner.rename(src, dst)
+        with self._held_lock:  # what the file holds moves with it
+            held = self.held.pop(src, None)
+            if held:
+                self.held.setdefault(dst, []).extend(held)
+
+    # -- volatile: what is not fsynced lives here ---------------------------------------
+
+    def hold(self, path: Path, op: Held, *, queued_only: bool = False) -> bool:
+        """Hold ``op`` until ``path`` is fsynced, when volatile (False: do it now). A file
+        that holds something keeps holding, volatile or not, so the order stays;
+        ``queued_only``: hold only then (an allocation is done at once otherwise)."""
+        with self._held_lock:
+            if (queued_only or not self.volatile) and path not in self.held:
+                return False
+            self.held.setdefault(path, []).append(op)
+            return True
+
+    def apply_held(self, path: Path, handle: JournalHandle) -> None:
+        """Write what ``path`` holds, in order, through ``handle`` (before its fsync)."""
+        with self._held_lock:
+            held = self.held.pop(path, [])
+        _apply(handle, held)
+
+    def drop_held(self, path: Path) -> None:
+        """Lose what ``path`` holds (its fsync failed and dropped the pages)."""
+        with self._held_lock:
+            held = self.held.pop(path, [])
+        self.lost_bytes += _written(held)
+
+    def crash(self) -> None:
+        """A crash of the machine: everything not fsynced is lost."""
+        with self._held_lock:
+            held, self.held = self.held, {}
+        self.lost_bytes += sum(_written(ops) for ops in held.values())
+
+    def settle(self) -> None:
+        """The process ends without a crash: the page cache writes everything back."""
+        with self._held_lock:
+            held, self.held = self.held, {}
+        for path, ops in held.items():
+            try:
+                handle = self.inner.open(path, create=False)
+            except FileNotFoundError:
+                continue  # removed since, with what it held
+            try:
+                _apply(handle, ops)
+            finally:
+                handle.close()
+
+
+def _apply(handle: JournalHandle, ops: list[Held]) -> None:
+    for kind, value, data in ops:
+        if kind == "write":
+            handle.write(value, data)
+        elif kind == "truncate":
+            handle.truncate(value)
+        else:
+            handle.allocate(value)
+
+
+def _written(ops: list[Held]) -> int:
+    return sum(len(data) for kind, _, data in ops if kind == "write")
 
 
 class ControlledSeam(FaultySeam):
-    """A :class:`FaultySeam` that reads what to fail from a control file at each call.
-
-    The file holds lines ``OPERATION ERRNO-NAME`` (``fsync EIO``), and ``lossy`` for a
-    failed fsync to drop what it covered; no file, or an empty one, fails nothing. Every
-    journal operation costs one ``stat`` of it (tests only).
-    """
+    """A :class:`FaultySeam` that reads what to do from a control file at each call (the
+    syntax is in the module docstring). Every journal operation costs one ``stat`` of it
+    (tests only). A clean exit of the process writes what ``volatile`` holds."""
 
     def __init__(self, control: Path) -> None:
         super().__init__()
         self.failures.clear()
         self.control = control
         self._seen: tuple[int, int] | None = None
+        atexit.register(self.settle)
 
     def check(self, operation: str, path: Path) -> None:
         self._reload()
@@ -156,9 +261,12 @@ class ControlledSeam(FaultySeam):
         self._seen = stamp
         self.heal()
         self.lossy = False
+        self.volatile = False
         for line in self.control.read_text().splitlines():
             parts = line.split()
             if parts == ["lossy"]:
                 self.lossy = True
+            elif parts == ["volatile"]:
+                self.volatile = True
             elif len(parts) == 2:
                 self.fail(parts[0], getattr(errno, parts[1]))

@@ -1,8 +1,9 @@
 """A hypothesis state machine over a log on real files, checked against an in-memory oracle.
 
 Rules: single appends (the clock moving forward, or a record stamped back in time), runs
-through ``append_many``, flushes, crashes (abort, optionally a torn write) and clean
-reopens, compressing and removing the oldest journals (refused while a pin needs them),
+through ``append_many``, flushes, crashes (abort, of the process or of the machine: the
+file seam holds what is not fsynced, and a power cut loses it, as lazyfs does; optionally
+a torn write) and clean reopens, compressing and removing the oldest journals (refused while a pin needs them),
 taking, moving and releasing pins, reads, and lookups by bookmark and time; and a disk that
 breaks (a write, fsync, truncate, file creation or allocation failing, with or without the
 page cache losing what a failed fsync covered) and heals: appends are refused during the
@@ -82,7 +83,9 @@ class LogMachine(RuleBasedStateMachine):
         self.durable = 0  # every record up to here was acknowledged durable
         self.pins: list[Pin] = []
         self.pin_names = 0
-        self.seam = FaultySeam()
+        # what is not fsynced lives in the seam until its file's fsync: a crash of the
+        # machine loses it (``crash(power=True)``), a crash of the process does not
+        self.seam = FaultySeam(volatile=True)
         self.broken = False  # the seam is failing an operation
         self.log = self._open()
 
@@ -230,10 +233,18 @@ class LogMachine(RuleBasedStateMachine):
 
     # -- crashes and reopens --------------------------------------------------------------
 
-    @rule(tear=st.integers(min_value=0, max_value=120))
-    def crash(self, tear: int) -> None:
-        """Stop as a crash at a group-commit boundary would; optionally leave a torn write."""
+    @rule(tear=st.integers(min_value=0, max_value=120), power=st.booleans())
+    def crash(self, tear: int, power: bool) -> None:
+        """Stop as a crash at a group-commit boundary would, of the process (what was
+        written reaches the files) or of the machine (``power``: what was not fsynced is
+        lost); optionally leave a torn write."""
         self._run(self.log.abort())
+        if power:
+            lost = self.seam.lost_bytes
+            self.seam.crash()
+            event("power cut" + (" lost unsynced bytes" if self.seam.lost_bytes > lost else ""))
+        else:
+            self.seam.settle()
         if tear:
             self._tear(tear)
         self.seam.heal()  # the instance restarts on a healthy disk
@@ -260,6 +271,7 @@ class LogMachine(RuleBasedStateMachine):
     @rule()
     def close_and_reopen(self) -> None:
         self._run(self.log.close())  # during an outage: one last attempt, then give up
+        self.seam.settle()  # no crash: what was written reaches the files
         broken, self.broken = self.broken, False
         self.seam.heal()
         self.log = self._open()

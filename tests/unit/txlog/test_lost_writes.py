@@ -1,0 +1,124 @@
+"""A storage that loses what was not fsynced at a crash (the file seam's ``volatile`` mode,
+tests/support/faults.py), and a log on it that loses nothing it acknowledged as durable.
+
+The seam first: a write or truncation reaches its file only at that file's fsync (through
+any handle), a crash loses what is held, a clean end writes it. Then the log: whatever a
+crash of the machine takes, reopening keeps every record acknowledged durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from pathlib import Path
+
+from server.txlog import TransactionLog
+from tests.support.faults import ControlledSeam, FaultySeam
+from tests.unit.txlog.helpers import INSTANCE, config, fill, read_all, run
+
+
+def test_writes_reach_the_file_only_at_its_fsync(tmp_path: Path) -> None:
+    seam = FaultySeam(volatile=True)
+    path = tmp_path / "f"
+    first = seam.open(path, create=True)
+    first.allocate(64)
+    first.write(0, b"durable")
+    first.fsync()
+    first.write(7, b"-held")
+    assert path.read_bytes() == b"durable".ljust(64, b"\0")  # allocated at once
+    other = seam.open(path, create=False)
+    other.write(12, b"-too")
+    other.truncate(16)  # held in order after the writes
+    assert path.read_bytes()[:16] == b"durable".ljust(16, b"\0")
+    first.fsync()  # fsync is per file: the other handle's writes go too
+    assert path.read_bytes() == b"durable-held-too"
+    first.write(0, b"LOST")
+    seam.crash()
+    assert path.read_bytes() == b"durable-held-too"
+    assert seam.lost_bytes == 4
+    for handle in (first, other):
+        handle.close()
+
+
+def test_what_a_file_holds_follows_a_rename_and_a_clean_end_writes_it(tmp_path: Path) -> None:
+    seam = FaultySeam(volatile=True)
+    src, dst = tmp_path / "prealloc", tmp_path / "journal"
+    handle = seam.open(src, create=True)
+    handle.write(0, b"abc")
+    handle.close()
+    seam.rename(src, dst)
+    assert dst.read_bytes() == b"" and dst in seam.held
+    seam.settle()
+    assert dst.read_bytes() == b"abc" and not seam.held
+
+
+def test_a_lossy_failed_fsync_drops_what_the_file_held(tmp_path: Path) -> None:
+    seam = FaultySeam(volatile=True, lossy=True)
+    path = tmp_path / "f"
+    handle = seam.open(path, create=True)
+    handle.write(0, b"gone")
+    seam.fail("fsync", errno.EIO)
+    try:
+        handle.fsync()
+    except OSError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("the fsync should fail")
+    seam.heal()
+    handle.fsync()
+    assert path.read_bytes() == b"" and seam.lost_bytes == 4
+    handle.close()
+
+
+def test_the_control_file_turns_volatile_on_and_off(tmp_path: Path) -> None:
+    control = tmp_path / "control"
+    seam = ControlledSeam(control)
+    path = tmp_path / "f"
+    control.write_text("volatile\n")
+    handle = seam.open(path, create=True)
+    handle.write(0, b"held")
+    assert path.read_bytes() == b""
+    control.write_text("")  # off: what is held stays held until the fsync
+    handle.write(4, b"+kept-in-order")
+    assert path.read_bytes() == b""
+    handle.fsync()
+    assert path.read_bytes() == b"held+kept-in-order"
+    handle.write(0, b"HELD")  # off, nothing held: straight to the file
+    assert path.read_bytes().startswith(b"HELD")
+    handle.close()
+
+
+def test_a_power_cut_keeps_every_record_acknowledged_durable(tmp_path: Path) -> None:
+    """Records made durable survive a power cut; those whose fsync had failed (an
+    outage: the log never acknowledged them) are lost with it, and recovery ends the log
+    before them."""
+    seam = FaultySeam(volatile=True)
+
+    async def write() -> int:
+        log = TransactionLog(config(tmp_path, journal_size=16 * 1024), INSTANCE, files=seam)
+        await log.open()
+        await fill(log, 600)  # several journals, all durable
+        durable = log.durable_seq
+        seam.fail("fsync", errno.EIO)  # the next commit is written but never fsynced
+        for i in range(50):
+            log.append(topic="orders", message_type="json", pub_hash=7, pub_seq=601 + i,
+                       body=b'{"n":%d}' % (601 + i))  # fmt: skip
+        while log.write_outage is None:  # the flusher wrote them and failed to fsync
+            await asyncio.sleep(0.001)
+        assert log.durable_seq == durable
+        await log.abort()
+        return durable
+
+    durable = run(write)
+    assert seam.held  # the outage's writes never reached the files
+    seam.crash()
+    seam.heal()
+
+    async def reopen() -> list[int]:
+        log = TransactionLog(config(tmp_path, journal_size=16 * 1024), INSTANCE, files=seam)
+        await log.open()
+        seqs = [s for batch in await read_all(log) for s in batch.seqs]
+        await log.close()
+        return seqs
+
+    assert run(reopen) == list(range(1, durable + 1))
