@@ -23,6 +23,7 @@ code, as the websockets tests intercept their transport.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "fsync_dir",
     "index_name",
     "journal_name",
+    "move_journal",
     "parse_name",
     "prealloc_name",
     "validate_instance",
@@ -49,6 +51,8 @@ __all__ = [
 ]
 
 DIGITS: Final = 20
+#: bytes copied at a time when a journal moves to another file system
+COPY_CHUNK: Final = 8 << 20
 DAMAGED_DIR: Final = "damaged"
 Compression = Literal["zstd", "gzip"]
 SUFFIX: Final[dict[str, Compression]] = {".zst": "zstd", ".gz": "gzip"}
@@ -219,6 +223,27 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def move_journal(seam: FileSeam, src: Path, dst: Path) -> None:
+    """Move a finished journal to another directory: a rename, or, to another file system,
+    a copy written through the seam and then the original removed."""
+    try:
+        seam.rename(src, dst)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    handle = seam.open(dst, create=True)
+    try:
+        with open(src, "rb") as fh:
+            offset = 0
+            while chunk := fh.read(COPY_CHUNK):
+                handle.write(offset, chunk)
+                offset += len(chunk)
+    finally:
+        handle.close()
+    os.unlink(src)
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:

@@ -156,7 +156,7 @@ class TransactionLog:
             self._journals, self._space, directory=self._dir,
             archive_directory=self._archive_dir, instance=self.instance, emit=self._emit,
             check_open=self._check_open, settle=self._settle,
-            cover_publishers=self._caches.cover_publishers,
+            cover_publishers=self._caches.cover_publishers, seam=self._seam,
         )  # fmt: skip
         # statistics
         self._open_seq = 0

@@ -30,7 +30,14 @@ from server.txlog.errors import (
     PublishersUnsaved,
 )
 from server.txlog.events import EventCallback
-from server.txlog.files import Compression, fsync_dir, index_name, journal_name
+from server.txlog.files import (
+    Compression,
+    FileSeam,
+    fsync_dir,
+    index_name,
+    journal_name,
+    move_journal,
+)
 from server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
 from server.txlog.pins import Pin, PinInfo, PinRegistry
 from server.txlog.reader import JournalSource, open_source
@@ -56,6 +63,8 @@ class Retention:
             during a write outage, once the caches of the commits made are written.
         cover_publishers: makes ``clients.ack`` cover journals about to be removed (worker
             thread; raises OSError when it cannot), so their publishers outlive them.
+        seam: the file seam journals are written through (an archive to another file
+            system copies through it).
     """
 
     def __init__(
@@ -70,7 +79,9 @@ class Retention:
         check_open: Callable[[], None],
         settle: Callable[[], Awaitable[None]],
         cover_publishers: Callable[[Sequence[PublisherIndex]], bool],
+        seam: FileSeam,
     ) -> None:
+        self._seam = seam
         self._journals = journals
         self._space = space
         self._dir = directory
@@ -236,7 +247,7 @@ class Retention:
 
     def _move_to_archive(self, j: Journal) -> tuple[Path, JournalSource, bool]:
         dest = self._archive_dir / j.path.name
-        shutil.move(j.path, dest)
+        move_journal(self._seam, j.path, dest)
         index = j.path.parent / index_name(self._instance, j.base)
         if index.exists():
             shutil.move(index, self._archive_dir / index.name)
