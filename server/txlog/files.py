@@ -23,6 +23,7 @@ code, as the websockets tests intercept their transport.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -226,23 +227,35 @@ def fsync_dir(directory: Path) -> None:
 
 
 def move_journal(seam: FileSeam, src: Path, dst: Path) -> None:
-    """Move a finished journal to another directory: a rename, or, to another file system,
-    a copy written through the seam and then the original removed."""
+    """Move a finished journal to another directory, durably.
+
+    A rename when both are on one file system (the caller fsyncs both directories).
+    Otherwise the journal is copied through the seam to ``dst.tmp``, the copy fsynced and
+    renamed into place and the directory fsynced, and only then is the original removed:
+    a crash at any point leaves an intact copy (both, at worst: recovery keeps the
+    archived one and deletes the other, and deletes a ``.tmp`` leftover).
+    """
     try:
         seam.rename(src, dst)
         return
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    handle = seam.open(dst, create=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # a copy a crash interrupted
+    handle = seam.open(tmp, create=True)
     try:
         with open(src, "rb") as fh:
             offset = 0
             while chunk := fh.read(COPY_CHUNK):
                 handle.write(offset, chunk)
                 offset += len(chunk)
+        handle.fsync()
     finally:
         handle.close()
+    seam.rename(tmp, dst)
+    fsync_dir(dst.parent)
     os.unlink(src)
 
 

@@ -17,6 +17,23 @@ from tests.support.faults import ControlledSeam, FaultySeam
 from tests.unit.txlog.helpers import INSTANCE, config, fill, read_all, run
 
 
+def _log(tmp: Path, seam: FaultySeam) -> TransactionLog:
+    return TransactionLog(config(tmp, journal_size=16 * 1024), INSTANCE, files=seam)
+
+
+def _reopened(tmp: Path, seam: FaultySeam) -> list[int]:
+    """Every seq of the log opened again on ``seam``."""
+
+    async def body() -> list[int]:
+        log = _log(tmp, seam)
+        await log.open()
+        seqs = [s for batch in await read_all(log) for s in batch.seqs]
+        await log.close()
+        return seqs
+
+    return run(body)
+
+
 def test_writes_reach_the_file_only_at_its_fsync(tmp_path: Path) -> None:
     seam = FaultySeam(volatile=True)
     path = tmp_path / "f"
@@ -95,7 +112,7 @@ def test_a_power_cut_keeps_every_record_acknowledged_durable(tmp_path: Path) -> 
     seam = FaultySeam(volatile=True)
 
     async def write() -> int:
-        log = TransactionLog(config(tmp_path, journal_size=16 * 1024), INSTANCE, files=seam)
+        log = _log(tmp_path, seam)
         await log.open()
         await fill(log, 600)  # several journals, all durable
         durable = log.durable_seq
@@ -114,11 +131,29 @@ def test_a_power_cut_keeps_every_record_acknowledged_durable(tmp_path: Path) -> 
     seam.crash()
     seam.heal()
 
-    async def reopen() -> list[int]:
-        log = TransactionLog(config(tmp_path, journal_size=16 * 1024), INSTANCE, files=seam)
-        await log.open()
-        seqs = [s for batch in await read_all(log) for s in batch.seqs]
-        await log.close()
-        return seqs
+    assert _reopened(tmp_path, seam) == list(range(1, durable + 1))
 
-    assert run(reopen) == list(range(1, durable + 1))
+
+def test_a_journal_archived_to_another_file_system_survives_a_power_cut(tmp_path: Path) -> None:
+    """The archive directory on another file system (a journal's rename fails with
+    ``EXDEV``, so it is copied): a power cut right after the archive keeps its records."""
+    seam = FaultySeam(volatile=True)
+    seam.fail("rename", errno.EXDEV, only=lambda p: p.name.endswith(".journal"))
+
+    async def write_and_archive() -> int:
+        log = _log(tmp_path, seam)
+        await log.open()
+        await fill(log, 600)
+        oldest = log.journals()[0]
+        archived = await log.archive(oldest.id)
+        assert [j.state for j in archived] == ["archived"]
+        name = Path(oldest.path).name
+        assert not Path(oldest.path).exists() and (tmp_path / "archive" / name).exists()
+        await log.abort()
+        return log.durable_seq
+
+    durable = run(write_and_archive)
+    seam.crash()
+    seam.heal()
+
+    assert _reopened(tmp_path, seam) == list(range(1, durable + 1))
