@@ -31,24 +31,18 @@ from tests.nemesis.schedule import Period
 from tests.nemesis.workloads import Endpoints, sow_rows
 from tests.soak.faults import fill
 
-__all__ = ["FILLER", "TOPIC_FILL", "Nemesis", "progress_wait", "unsynced_loss_available"]
+__all__ = ["FILLER", "TOPIC_FILL", "Nemesis", "progress_wait"]
 
 #: the disk-full fault's publisher and topic (large messages that make the log roll)
 FILLER = "disk-filler"
 TOPIC_FILL = "nem.fill"
 
 #: The journal file seam's control-file line (tests/support/faults.py ``ControlledSeam``)
-#: that makes the next crash lose every write not fsynced yet; None while the seam has no
-#: such mode: ``lost-writes`` is then skipped and the summary says why. Set it to the
-#: seam's line when it has one.
-UNSYNCED_LOSS_LINE: str | None = None
-
-
-def unsynced_loss_available() -> str | None:
-    """None when the file seam can drop un-fsynced writes at a crash; else why not."""
-    if UNSYNCED_LOSS_LINE is None:
-        return "the journal file seam cannot drop un-fsynced writes at a crash yet"
-    return None
+#: that holds every write until its file is fsynced, so the next SIGKILL loses what a
+#: power cut would.
+UNSYNCED_LOSS_LINE = "volatile"
+#: how long the workload writes under that mode before the crash (seconds, at most)
+UNSYNCED_WINDOW_S = 2.0
 
 
 async def progress_wait(
@@ -138,8 +132,6 @@ class Nemesis:
             reason = c.instances[period.targets[0]].tmpfs
             if reason is not None:
                 return reason
-        if period.kind == "lost-writes":
-            return unsynced_loss_available()
         return None
 
     # -- quiet periods: a SOW snapshot at a quiet point ---------------------------------
@@ -369,9 +361,11 @@ class Nemesis:
 
     async def _lost_writes(self, period: Period) -> None:
         insts = self._insts(period)
-        assert UNSYNCED_LOSS_LINE is not None  # _why_not skips the kind otherwise
         for i in insts:
             i.seam_control.write_text(UNSYNCED_LOSS_LINE + "\n")
+        # the workload writes under the mode for a while, so the crash has something that
+        # was written but not fsynced to lose
+        await asyncio.sleep(min(UNSYNCED_WINDOW_S, period.duration / 2))
         await self._threads(*(i.kill for i in insts))
         for i in insts:
             i.seam_control.write_text("")
