@@ -97,7 +97,8 @@ class Tokens:
             "<Read>.*</Read><Write>.*</Write></User>"
             f"<User><Name>repl</Name><Token>{self.repl}</Token>"
             "<Read>.*</Read><Write>.*</Write></User>"
-            f"<User><Name>ops</Name><Token>{self.ops}</Token><Admin>true</Admin></User>"
+            f"<User><Name>ops</Name><Token>{self.ops}</Token><Admin>true</Admin>"
+            "<Read>.*</Read></User>"
         )
 
 

@@ -333,9 +333,12 @@ async def _final(
             left = sorted(queue_expected - acked())
             depths = []
             for inst in cluster:
-                with contextlib.suppress(Exception):
+                try:
                     q = await inst.api(f"/api/queues/{QUEUE}")
-                    depths.append(f"{inst.name} depth {q['depth']} owned {q['owned']}")
+                except Exception as exc:
+                    depths.append(f"{inst.name} unreadable ({exc!r:.120})")
+                    continue
+                depths.append(f"{inst.name} depth {q['depth']} owned {q['owned']}")
             return f"{len(left)} never acked (n = {left[:20]}); " + "; ".join(depths)
         return ""
 
