@@ -270,3 +270,47 @@ class ControlledSeam(FaultySeam):
                 self.volatile = True
             elif len(parts) == 2:
                 self.fail(parts[0], getattr(errno, parts[1]))
+
+
+#: A journal write the test never releases fails after this long instead of hanging.
+GATE_TIMEOUT = 60.0
+
+
+class _GatedHandle:
+    """A journal file whose data writes wait for the gate (flusher thread side)."""
+
+    def __init__(self, inner: JournalHandle, gate: threading.Event) -> None:
+        self._inner = inner
+        self._gate = gate
+
+    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
+        if not self._gate.wait(GATE_TIMEOUT):
+            raise OSError("the test never flushed the transaction log")
+        self._inner.write(offset, data)
+
+    def fsync(self) -> None:
+        self._inner.fsync()
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def allocate(self, size: int) -> None:
+        self._inner.allocate(size)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class GatedSeam:
+    """A file seam whose journal data writes pass only while :attr:`gate` is set, so the
+    flusher cannot make records durable on its own: a test decides when they are."""
+
+    def __init__(self) -> None:
+        self._inner = OsFileSeam()
+        self.gate = threading.Event()
+
+    def open(self, path: Path, *, create: bool) -> JournalHandle:
+        return _GatedHandle(self._inner.open(path, create=create), self.gate)
+
+    def rename(self, src: Path, dst: Path) -> None:
+        self._inner.rename(src, dst)

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from tests.support.engine import EngineHarness, FakeClient
+from tests.support.faults import GatedSeam
 
 LIMIT = 256 * 1024  # spill at 128 KB, replays paced at 64 KB, frames of at most 64 KB
 TUNING = (
@@ -88,7 +89,9 @@ def spills(h: EngineHarness) -> dict[str, Any]:
 
 @scenario
 async def test_a_burst_spills_to_the_log_and_is_delivered_whole_in_order(tmp_path: Path) -> None:
-    async with harness(tmp_path, journal_size="1MB") as h:
+    seam = GatedSeam()
+    seam.gate.set()
+    async with harness(tmp_path, journal_size="1MB", files=seam) as h:
         sub = await subscriber(h, "reader", {"t": "md", "sub_id": "s"})
         sub.transport.rate = 2_000_000.0  # 2 MB/s of virtual time
         pub = await h.logon("pub")
@@ -104,12 +107,16 @@ async def test_a_burst_spills_to_the_log_and_is_delivered_whole_in_order(tmp_pat
         await pump(h, lambda: not state.feed.catching_up)
         assert state.state == "live"
         # back on the live path: the next message is delivered at once, before the group
-        # commit makes it durable, as live delivery always is (the reader takes it at once)
+        # commit makes it durable, as live delivery always is (the reader takes it at once);
+        # the closed gate keeps its journal write from finishing meanwhile
         sub.transport.rate = None
+        seam.gate.clear()
         pub.send(({"c": "publish", "t": "md"}, body(3000)))
         await h.settle()
         assert ids(sub, "s")[-1] == 3000
         assert h.durable_seq < h.last_seq
+        seam.gate.set()
+        await h.commit()
         counters = spills(h)
         assert (counters["spills"], counters["rejoins"], counters["catching_up"]) == (1, 1, 0)
         assert counters["seconds"] > 0

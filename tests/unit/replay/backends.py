@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeAlias
@@ -27,57 +26,14 @@ from server.replay import FunctionHorizon, Horizon
 from server.replay.sources import AppendedSource
 from server.txlog import TransactionLog
 from server.txlog.batch import RecordBatch
-from server.txlog.files import JournalHandle, OsFileSeam
 from server.txlog.record import Record, RecordKind
+from tests.support.faults import GatedSeam
 from tests.unit.replay.fakes import PUB, FakeLog, next_timestamp
 
 P = ParamSpec("P")
 
 Backend: TypeAlias = Literal["fake", "txlog"]
 BACKENDS: tuple[Backend, ...] = ("fake", "txlog")
-
-#: A journal write the test never releases fails after this long instead of hanging.
-GATE_TIMEOUT = 60.0
-
-
-class _GatedHandle:
-    """A journal file whose data writes wait for the gate (flusher thread side)."""
-
-    def __init__(self, inner: JournalHandle, gate: threading.Event) -> None:
-        self._inner = inner
-        self._gate = gate
-
-    def write(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        if not self._gate.wait(GATE_TIMEOUT):
-            raise OSError("the test never flushed the transaction log")
-        self._inner.write(offset, data)
-
-    def fsync(self) -> None:
-        self._inner.fsync()
-
-    def truncate(self, size: int) -> None:
-        self._inner.truncate(size)
-
-    def allocate(self, size: int) -> None:
-        self._inner.allocate(size)
-
-    def close(self) -> None:
-        self._inner.close()
-
-
-class GatedSeam:
-    """The file seam of a :class:`TxlogLog`: journal data writes pass only while
-    :attr:`gate` is set, so the flusher cannot make records durable on its own."""
-
-    def __init__(self) -> None:
-        self._inner = OsFileSeam()
-        self.gate = threading.Event()
-
-    def open(self, path: Path, *, create: bool) -> JournalHandle:
-        return _GatedHandle(self._inner.open(path, create=create), self.gate)
-
-    def rename(self, src: Path, dst: Path) -> None:
-        self._inner.rename(src, dst)
 
 
 class TxlogLog:
