@@ -17,6 +17,16 @@ cause) and every client with publishes waiting for ``persisted`` gets one failur
 highest ``s`` waiting). Those publishes stay accepted: if the horizon moves again (the log
 wrote them after all) their ``persisted`` acks follow as usual, so a client that resends
 after a failure finds them as duplicates, acknowledged as persisted.
+
+**Replicated acks.** A client that asked for them at logon (``o=replicated``,
+docs/protocol.md) also gets, for the publishes that asked for ``persisted``, conflated
+``replicated`` acks: ``s`` is the highest publisher sequence of this connection such that
+it and every earlier one is durable here and acknowledged by every replication destination
+that takes it, sync or async (the :class:`~server.ports.Watermark` the instance gives:
+server/replication/horizon.py's replicated watermark, or the local fsync without
+replication). An HA publisher whose failover is unsafe keeps its messages until then.
+They are tracked beside the persisted ones (one entry per run, as for persisted acks),
+only for the peers that asked, and they never fail: they wait.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ from dataclasses import dataclass, field
 
 from server.bookmarks import format_bookmark
 from server.clock import Clock
-from server.ports import DurabilityHorizon, Outbound
+from server.ports import DurabilityHorizon, Outbound, Watermark
 from server.protocol.commands import Command
 from server.protocol.errors import ProtocolFailure, TxlogFull
 from server.stats.histogram import LatencyHistogram
@@ -76,6 +86,9 @@ class _Waiting:
     persist: deque[tuple[int, int, float]] = field(default_factory=deque)
     #: flush commands waiting for durability: (local seq, cid)
     flushes: deque[tuple[int, str | None]] = field(default_factory=deque)
+    #: for a peer that asked for replicated acks: (local seq, publisher seq) waiting for
+    #: the replicated watermark; None for the others
+    replicate: deque[tuple[int, int]] | None = None
 
 
 class DurableAcks:
@@ -86,6 +99,8 @@ class DurableAcks:
             nothing is ever pending: flushes are answered at once).
         last_seq: the local sequence of the last record appended (what a flush covers).
         clock: arrival and release times for the latency histogram.
+        replicated: what ``replicated`` acks follow (None without a transaction log: they
+            are sent with the persisted ones).
     """
 
     def __init__(
@@ -93,6 +108,7 @@ class DurableAcks:
         horizon: DurabilityHorizon | None,
         last_seq: Callable[[], int],
         clock: Clock,
+        replicated: Watermark | None = None,
     ) -> None:
         self._horizon = horizon
         self._last_seq = last_seq
@@ -102,10 +118,15 @@ class DurableAcks:
         self._pending: set[Outbound] = set()
         #: the highest publisher sequence acked as persisted, per peer
         self._last_persisted: dict[Outbound, int] = {}
+        #: peers with replicated acks pending
+        self._replicating: set[Outbound] = set()
+        self._replicated = replicated
         self.latency = LatencyHistogram()
         if horizon is not None:
             horizon.on_advance(self._release)
             horizon.on_failure(self._horizon_failed)
+        if replicated is not None:
+            replicated.on_advance(self._release_replicated)
 
     # -- registration ---------------------------------------------------------------------
 
@@ -118,13 +139,43 @@ class DurableAcks:
         return w
 
     def expect_persisted(self, peer: Outbound, pub_hash: int, seq: int, pub_seq: int) -> None:
-        """Ack ``pub_seq`` (and what it covers) to ``peer`` once ``seq`` is durable."""
-        self._entry(peer, pub_hash).persist.append((seq, pub_seq, self._clock.monotonic()))
+        """Ack ``pub_seq`` (and what it covers) to ``peer`` once ``seq`` is durable (and,
+        to a peer that asked for them, as replicated once ``seq`` is replicated)."""
+        w = self._entry(peer, pub_hash)
+        w.persist.append((seq, pub_seq, self._clock.monotonic()))
         self._pending.add(peer)
+        replicate = w.replicate
+        if replicate is not None:
+            replicate.append((seq, pub_seq))
+            self._replicating.add(peer)
+
+    def want_replicated(self, peer: Outbound, pub_hash: int) -> None:
+        """``peer`` asked for ``replicated`` acks at logon (module docstring)."""
+        w = self._entry(peer, pub_hash)
+        if w.replicate is None:
+            w.replicate = deque()
+
+    def expect_unrecorded(self, peer: Outbound, pub_hash: int, pub_seq: int) -> None:
+        """A publish to a topic the log does not record asked for ``persisted`` (acked at
+        once, nothing to persist): a peer that asked for replicated acks gets ``pub_seq``
+        acked as replicated once everything appended so far is (what its earlier
+        publishes need), since nothing of its own will replicate."""
+        w = self._waiting.get(peer)
+        if w is None or w.replicate is None or not pub_seq:
+            return
+        replicated = self._replicated
+        if replicated is None:  # no log: nothing replicates, nothing waits
+            peer.ack("replicated", None, s=pub_seq, bm=format_bookmark(w.pub_hash, pub_seq))
+            return
+        w.replicate.append((self._last_seq(), pub_seq))
+        if self._release_replicated_peer(peer, replicated.seq):
+            self._replicating.discard(peer)
+        else:
+            self._replicating.add(peer)
 
     def expect_duplicate(self, peer: Outbound, pub_hash: int, pub_seq: int) -> None:
         """A duplicate publish asked for a persisted ack: it is persisted once everything
-        appended so far is (its first copy is among it)."""
+        appended so far is (its first copy is among it); replicated likewise."""
         seq = self._last_seq()
         self.expect_persisted(peer, pub_hash, seq, pub_seq)
         horizon = self._horizon
@@ -132,6 +183,14 @@ class DurableAcks:
             self._release_peer(peer, horizon.seq, self._clock.monotonic())
         elif horizon is not None and (failure := horizon.failure) is not None:
             self._fail_peer(peer, failure)
+        replicated = self._replicated
+        if (
+            replicated is not None
+            and replicated.seq >= seq
+            and peer in self._replicating
+            and self._release_replicated_peer(peer, replicated.seq)
+        ):
+            self._replicating.discard(peer)
 
     def flush(self, peer: Outbound, cmd: Command) -> None:
         """The ``flush`` command: ack once every earlier publish of ``peer`` is durable."""
@@ -160,6 +219,7 @@ class DurableAcks:
         """The peer is gone: drop what it waited for."""
         self._waiting.pop(peer, None)
         self._pending.discard(peer)
+        self._replicating.discard(peer)
         self._last_persisted.pop(peer, None)
 
     @property
@@ -228,3 +288,28 @@ class DurableAcks:
             _, cid = flushes.popleft()
             peer.ack("processed", cid)
         return not pending and not flushes
+
+    # -- replicated acks ----------------------------------------------------------------
+
+    def _release_replicated(self, seq: int) -> None:
+        """The replicated watermark moved: one conflated ``replicated`` ack per peer."""
+        if not self._replicating:
+            return
+        done = [p for p in self._replicating if self._release_replicated_peer(p, seq)]
+        for peer in done:
+            self._replicating.discard(peer)
+
+    def _release_replicated_peer(self, peer: Outbound, seq: int) -> bool:
+        """Send what ``seq`` covers for one peer; True when nothing is left."""
+        w = self._waiting.get(peer)
+        if w is None or w.replicate is None:
+            return True
+        pending = w.replicate
+        top = -1
+        while pending and pending[0][0] <= seq:
+            s = pending.popleft()[1]
+            if s > top:
+                top = s
+        if top > 0:
+            peer.ack("replicated", None, s=top, bm=format_bookmark(w.pub_hash, top))
+        return not pending

@@ -16,6 +16,12 @@ proves nothing, so it gets ``Tuning/LogonTimeout`` to log on (then it is closed 
 ``logon required``), and there are at most ``MaxConnectionsBeforeLogon`` of them on the
 instance and ``MaxConnectionsBeforeLogonPerAddress`` from one address: the transport asks
 :meth:`ClientRegistry.before_logon_refusal` before it accepts a websocket.
+
+A logon may ask for more with its ``o`` (docs/protocol.md "Logon options"): ``failover``
+(the connection is told at once, by a ``failover`` ack, when the safety of failing over
+from this instance changes for it: :meth:`ClientRegistry.failover_changed`) and
+``replicated`` (conflated ``replicated`` acks for its persisted publishes, server/acks.py).
+A client that asks for neither sees exactly what it saw before they existed.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from server import __version__
 from server.acks import DurableAcks
@@ -41,6 +48,7 @@ from server.protocol.commands import Command
 from server.protocol.errors import (
     AuthFailure,
     InvalidMessage,
+    InvalidOptions,
     LogonRequired,
     NameInUse,
     ShuttingDown,
@@ -49,6 +57,27 @@ from server.scryptpool import PoolBusy
 from server.session import CLOSE_GOING_AWAY, Session, Transport
 from server.throttle import address_key
 from server.txlog import TransactionLog
+
+#: what a logon's ``o`` may ask for (docs/protocol.md "Logon options")
+LOGON_OPTIONS: Final = frozenset({"failover", "replicated"})
+
+
+def logon_options(text: str | None) -> frozenset[str]:
+    """The options of a logon's ``o`` (a comma list; empty items ignored).
+
+    Raises:
+        InvalidOptions: an option the logon does not take.
+    """
+    if not text:
+        return frozenset()
+    options = frozenset(o.strip() for o in text.split(",") if o.strip())
+    unknown = sorted(options - LOGON_OPTIONS)
+    if unknown:
+        raise InvalidOptions(
+            f"unknown logon option {', '.join(map(repr, unknown))}: a logon takes "
+            f"{', '.join(sorted(LOGON_OPTIONS))}"
+        )
+    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +371,7 @@ class ClientRegistry:
         name = cmd.field("client_name")
         if not name:
             raise InvalidMessage("logon needs a client_name")
+        logon_options(cmd.options)
         return str(name)
 
     async def _authenticated_logon(
@@ -418,15 +448,43 @@ class ClientRegistry:
             hb_value = self._config.tuning.heartbeat_default
         if hb_value:
             session.start_heartbeat(hb_value)
-        extra = self._logon_fields(user) if self._logon_fields is not None else {}
+        extra = dict(self._logon_fields(user)) if self._logon_fields is not None else {}
+        options = logon_options(cmd.options)
+        if "replicated" in options:
+            self._acks.want_replicated(session, session.pub_hash)
+        if "failover" in options:
+            session.failover_seen = _failover_key(extra)
         session.ack(
             "processed", cmd.cid, "success", None, client_name=name, s=last_s, bm=last_bm,
-            version=__version__, hb=hb_value, **extra,
+            version=__version__, hb=hb_value, o=",".join(sorted(options)) or None, **extra,
         )  # fmt: skip
         self._events.emit(
             "info", "session", "logon", client=name, user=user_name, remote=session.remote
         )
 
+    def failover_changed(self, detail: str) -> None:
+        """The safety of failing over from this instance may have changed (a destination
+        downgraded, upgraded, connected or lost): every client that asked for ``failover``
+        notices and for which it did change gets a ``failover`` ack now, before any ack
+        the change releases (the caller changes the horizon after this call)."""
+        fields_of = self._logon_fields
+        if fields_of is None:
+            return
+        for session in list(self.by_name.values()):
+            if session.failover_seen is None or session.closing:
+                continue
+            fields = fields_of(session.user)
+            key = _failover_key(fields)
+            if key == session.failover_seen:
+                continue
+            session.failover_seen = key
+            session.ack("failover", None, "success", None, detail=detail, **fields)
+
     @property
     def recently_closed(self) -> list[ClosedSession]:
         return list(self._closed)
+
+
+def _failover_key(fields: Mapping[str, AckValue]) -> tuple[AckValue, ...]:
+    """What a failover notice reports, to tell whether it changed."""
+    return (fields.get("failover"), fields.get("async_links"), fields.get("down_links"))

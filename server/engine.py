@@ -152,9 +152,13 @@ class Broker:
         # the local fsync and every destination whose effective sync type is sync
         sync = SyncHorizon(txlog) if txlog is not None and config.replicates else None
         horizon: DurabilityHorizon | None = sync if sync is not None else local
+        # what replicated acks follow: every destination, sync or async (the local fsync
+        # without replication)
+        replicated = sync.replicated if sync is not None else local
         self.acks = DurableAcks(
-            horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock
-        )
+            horizon, (lambda: txlog.last_seq) if txlog is not None else (lambda: 0), clock,
+            replicated,
+        )  # fmt: skip
         self.router = Router()
         self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
         self.fanout = FanOut(self.router, self.auth, clock, self.spills)
@@ -199,6 +203,8 @@ class Broker:
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
             logon_fields=replication.failover_fields if replication is not None else None,
         )  # fmt: skip
+        if replication is not None:
+            replication.failover_listeners.append(self.clients.failover_changed)
         self.clients.on_close.append(self.queues.drop_all)
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)

@@ -351,6 +351,21 @@ class DurabilityHorizon(Protocol):
         ...
 
 
+class Watermark(Protocol):
+    """A position in the local log that only moves forward, and a way to follow it: how
+    far the log has reached every replication destination (the replicated watermark that
+    ``replicated`` acks follow; without replication, the local fsync)."""
+
+    @property
+    def seq(self) -> int:
+        """Every record up to this local sequence has got there."""
+        ...
+
+    def on_advance(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(seq)`` on the loop whenever :attr:`seq` moves."""
+        ...
+
+
 class FrameHandler(Protocol):
     """What a connection hands each received frame to (server/dispatch.py)."""
 

@@ -380,6 +380,13 @@ class PublishPipeline:
                 self._acks.expect_persisted(
                     replies, run.pub_hash, first_seq + persist_at - lo, seqs[persist_at - lo]
                 )
+            elif not recorded and replies is not None:
+                # acked persisted inline; a peer that asked for replicated acks hears of
+                # the stretch's last sequence once what came before it has replicated
+                top = max((seqs[i - lo] for i, k, _ in run.acks if lo <= i < hi
+                           and "persisted" in k), default=0)  # fmt: skip
+                if top:
+                    self._acks.expect_unrecorded(replies, run.pub_hash, top)
         stages = topic.appended
         if inline and replies is not None and any(r(run.topic, replies) for r in topic.reaches):
             # the publisher also receives this run: each message's acks before its delivery

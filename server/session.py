@@ -129,6 +129,8 @@ class Session:
         self.user_name: str | None = None
         self.pub_hash = 0
         self.version = ""
+        #: with the ``failover`` option: what the client was last told of failover safety
+        self.failover_seen: tuple[AckValue, ...] | None = None
         self.origin: Origin | None = None
         self.subs: dict[str, Subscription] = {}
         self.handler: FrameHandler | None = None

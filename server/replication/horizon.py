@@ -21,7 +21,14 @@ this one: a destination cannot be sent what waits for its own ack.
 
 Its :attr:`failure` is the local log's (a write outage: ``txlog full`` with its cause), as
 :class:`~server.acks.LocalHorizon` says it. A sync destination that is down is not a
-failure: acks wait for it (or for a downgrade), as the issue asks.
+failure: acks wait for it (or for a downgrade).
+
+Beside it, :attr:`SyncHorizon.replicated` is how far the log has reached **every**
+destination, sync or not (the lowest of the local durable seq and every destination's
+horizon): the *replicated watermark*. Clients that ask for ``replicated`` acks at logon
+(docs/protocol.md) are told from it which of their publishes are on every destination, so
+an HA publisher whose failover is unsafe (an async or downgraded link) keeps the others.
+A destination that is down holds it back, whatever its sync type: that is the point.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from server.acks import LocalHorizon
 from server.protocol.errors import ProtocolFailure
 from server.txlog import TransactionLog
 
-__all__ = ["HorizonMember", "SyncHorizon"]
+__all__ = ["HorizonMember", "ReplicatedWatermark", "SyncHorizon"]
 
 
 class HorizonMember(Protocol):
@@ -50,6 +57,32 @@ class HorizonMember(Protocol):
     def horizon(self) -> int:
         """Every local seq up to this is acknowledged by it or not for it."""
         ...
+
+
+class ReplicatedWatermark:
+    """How far the log has reached every destination (sync or async): every local seq up
+    to :attr:`seq` is durable here and acknowledged by, or not for, each destination.
+    Moves only forward; :class:`SyncHorizon` computes it."""
+
+    def __init__(self) -> None:
+        self._seq = 0
+        self._listeners: list[Callable[[int], None]] = []
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    def on_advance(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(seq)`` on the loop whenever :attr:`seq` moves."""
+        self._listeners.append(callback)
+
+    def advance(self, seq: int) -> None:
+        """Move to ``seq`` (ignored unless it is ahead)."""
+        if seq <= self._seq:
+            return
+        self._seq = seq
+        for callback in self._listeners:
+            callback(seq)
 
 
 class SyncHorizon:
@@ -67,6 +100,8 @@ class SyncHorizon:
         self._seq = 0
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._tick = 0
+        #: how far the log has reached every destination, sync or not
+        self.replicated = ReplicatedWatermark()
         txlog.add_durable_listener(self._local_advanced)
 
     def add(self, member: HorizonMember) -> None:
@@ -108,20 +143,23 @@ class SyncHorizon:
         self.recompute()
 
     def recompute(self) -> None:
-        """Move the horizon if every holding destination and the local log allow it."""
-        new = self._txlog.durable_seq
+        """Move the horizon if every holding destination and the local log allow it, and
+        the replicated watermark if every destination does."""
+        new = everywhere = self._txlog.durable_seq
         for member in self._members:
-            if member.holds_acks:
-                h = member.horizon
-                if h < new:
-                    new = h
-        if new <= self._seq:
-            return
-        self._seq = new
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= new:
-            _, _, future = heapq.heappop(waiters)
-            if not future.done():
-                future.set_result(None)
-        for callback in self._listeners:
-            callback(new)
+            h = member.horizon
+            if h < everywhere:
+                everywhere = h
+            if h < new and member.holds_acks:
+                new = h
+        if new > self._seq:
+            self._seq = new
+            waiters = self._waiters
+            while waiters and waiters[0][0] <= new:
+                _, _, future = heapq.heappop(waiters)
+                if not future.done():
+                    future.set_result(None)
+            for callback in self._listeners:
+                callback(new)
+        # after the persisted acks it covers: a client hears "persisted" before "replicated"
+        self.replicated.advance(everywhere)

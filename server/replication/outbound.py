@@ -99,6 +99,8 @@ class LinkContext:
     changed: Callable[[], None]
     horizon_moved: Callable[[], None]
     record: Callable[[LinkEvent], None]
+    #: the safety of failing over from this instance may have changed (what happened)
+    failover_changed: Callable[[str], None] = lambda _detail: None
 
 
 class _Stream:
@@ -280,6 +282,7 @@ class DestinationLink:
     def _horizon_changed(self) -> None:
         if self.sync.caught_up(self.horizon_for_upgrade()):
             self._event("upgraded", "caught up: persisted acks wait for it again")
+            self._ctx.failover_changed(f"destination {self.name!r} upgraded: it is sync again")
         self._ctx.horizon_moved()
 
     def horizon_for_upgrade(self) -> int:
@@ -477,6 +480,7 @@ class DestinationLink:
             f"{welcome.name}@{welcome.group} at {self._where()}; resync from {start} "
             f"(log at {durable})",
         )
+        ctx.failover_changed(f"destination {self.name!r} connected")
         self._wake.set()
         self._horizon_changed()
         return True
@@ -510,6 +514,7 @@ class DestinationLink:
         self._blocked = None
         self.status = "disconnected"
         self._event("disconnected", self.last_error or "")
+        self._ctx.failover_changed(f"destination {self.name!r} disconnected")
         self._wake.set()
 
     def _acked(self, position: int) -> None:

@@ -214,6 +214,9 @@ class Replication:
         replication = config.replication
         self._ack_interval = replication.ack_interval if replication is not None else 0.001
         self._minimum = config.tuning.minimum_sync_destinations
+        #: told (with what happened) whenever failing over from here may have become
+        #: safer or less safe: the client registry's failover notices
+        self.failover_listeners: list[Callable[[str], None]] = []
 
     # -- life ---------------------------------------------------------------------------
 
@@ -240,6 +243,7 @@ class Replication:
             changed=self._changed,
             horizon_moved=self.horizon.recompute,
             record=self.history.record,
+            failover_changed=self._failover_changed,
         )
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
@@ -424,6 +428,9 @@ class Replication:
         check_downgrade((d.sync for d in self.destinations.values()), name, self._minimum)
         link.sync.downgrade()
         self._sync_event(link, "downgraded", "persisted acks no longer wait for it")
+        # clients hear it before the acks this releases (docs/protocol.md)
+        self._failover_changed(f"destination {name!r} downgraded: persisted acks no longer "
+                               "wait for it")  # fmt: skip
         self.horizon.recompute()
 
     def upgrade(self, name: str) -> None:
@@ -439,6 +446,7 @@ class Replication:
         self._sync_event(link, "upgrading", f"becomes sync once it has acknowledged up to {target}")
         if link.connected and link.sync.caught_up(link.horizon_for_upgrade()):
             self._sync_event(link, "upgraded", "caught up: persisted acks wait for it again")
+            self._failover_changed(f"destination {name!r} upgraded: it is sync again")
         self.horizon.recompute()
 
     def reconnect(self, name: str) -> None:
@@ -587,13 +595,24 @@ class Replication:
         ``failover``: ``safe`` when every destination that takes the client's topics holds
         persisted acks now (effective sync type sync) and there is at least one, else
         ``unsafe``; ``async_links``: those that do not (configured async, downgraded or
-        still upgrading). The client's topics are what its user may read or write; a
-        pattern topic block is assumed to take some of them (docs/replication.md).
+        still upgrading); ``down_links``: those not connected now (a sync one holds the
+        acks until it is back, so failover stays safe; an async one falls behind). The
+        client's topics are what its user may read or write; a pattern topic block is
+        assumed to take some of them (docs/replication.md).
         """
         concerned = [d for d in self.destinations.values() if self._concerns(d.config, user)]
         not_sync = [d.name for d in concerned if not d.sync.holds_acks]
+        down = [d.name for d in concerned if not d.connected]
         safe = bool(concerned) and not not_sync
-        return {"failover": "safe" if safe else "unsafe", "async_links": ",".join(not_sync)}
+        return {
+            "failover": "safe" if safe else "unsafe",
+            "async_links": ",".join(not_sync),
+            "down_links": ",".join(down),
+        }
+
+    def _failover_changed(self, detail: str) -> None:
+        for listener in self.failover_listeners:
+            listener(detail)
 
     def _concerns(self, dest: DestinationConfig, user: UserConfig | None) -> bool:
         auth = self._auth
