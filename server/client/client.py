@@ -40,6 +40,7 @@ from server.client.events import (
     Delivered,
     Event,
     Failed,
+    FailoverSafety,
     LogonInfo,
     Message,
     Persisted,
@@ -172,6 +173,9 @@ class Client:
         connector: opens the transport (default: a websocket); tests pass a double.
         ssl: TLS context for a ``wss://`` URL (:func:`server.client.client_context`: a CA
             file, a client certificate for mutual TLS); refused with a ``ws://`` URL.
+        logon_options: the logon's ``o``: ``failover`` (the broker's failover notices
+            update :attr:`safety`), ``replicated`` (``replicated`` acks update
+            :attr:`replicated_seq`); docs/protocol.md "Logon options".
 
     Raises:
         ClientError: ``ssl`` given for a ``ws://`` URL.
@@ -189,6 +193,7 @@ class Client:
         max_size: int = 64 * 1024 * 1024,
         connector: Connector = connect_websocket,
         ssl: ssl.SSLContext | None = None,
+        logon_options: str | None = None,
     ) -> None:
         if ssl is not None and not url.lower().startswith("wss://"):
             raise ClientError(f"a TLS context needs a wss:// URL, not {url!r}")
@@ -200,6 +205,7 @@ class Client:
         self.heartbeat = heartbeat
         self.queue_size = queue_size
         self.max_size = max_size
+        self.logon_options = logon_options
         self._connector = connector
         self._state: SessionState[Subscription] = SessionState(name)
         self._conn: Transport | None = None
@@ -233,6 +239,18 @@ class Client:
         return self._state.persisted_seq
 
     @property
+    def replicated_seq(self) -> int:
+        """The highest sequence number the broker acked as replicated on this connection
+        (the logon option ``replicated``)."""
+        return self._state.replicated_seq
+
+    @property
+    def safety(self) -> FailoverSafety | None:
+        """The safety of failing over from the broker: the logon ack's, then the latest
+        ``failover`` notice's (None: the broker does not replicate)."""
+        return self._state.safety
+
+    @property
     def failures(self) -> list[Ack]:
         """Failure acks no command waited for (refused fire-and-forget publishes, ...)."""
         return self._state.failures
@@ -252,8 +270,9 @@ class Client:
         )
         self._flush_soon = self._conn.flush_soon
         cid = self._state.logon_command(
-            user_id=self.user_id, password=self.password, heartbeat=self.heartbeat
-        )
+            user_id=self.user_id, password=self.password, heartbeat=self.heartbeat,
+            options=self.logon_options,
+        )  # fmt: skip
         await self._reply(cid, timeout)
         info = self._state.logon
         assert info is not None  # a successful logon ack sets it

@@ -12,7 +12,10 @@ Events: :class:`Delivered` (a run of messages for one subscription, ``oof`` noti
 included), :class:`QueryRecords` and :class:`QueryEnded` (a SOW query's result),
 :class:`Replied`
 (the final ack of a command somebody waits for), :class:`Persisted` (the broker's last
-persisted sequence advanced), :class:`PositionReported` (a bookmark subscription's durable
+persisted sequence advanced), :class:`Replicated` (and its replicated one, with the logon
+option ``replicated``), :class:`FailoverChanged` (the safety of failing over from this
+broker changed, with the logon option ``failover``), :class:`PositionReported` (a bookmark
+subscription's durable
 position), :class:`Completed`, :class:`Failed` (a failure no command waits for),
 :class:`HeartbeatReceived` and :class:`ConnectionFailed` (the broker sent a frame that
 cannot be parsed: the connection must end).
@@ -84,6 +87,9 @@ class LogonInfo:
             else ``unsafe``; None from a broker that does not replicate.
         async_links: the destinations that do not hold persisted acks now (configured
             async, downgraded, or upgrading): failing over loses what they lack.
+        down_links: the destinations not connected now.
+        options: the logon options the broker took (docs/protocol.md "Logon options");
+            empty from a broker that predates them.
     """
 
     client_name: str
@@ -93,11 +99,55 @@ class LogonInfo:
     heartbeat: float | None
     failover: str | None = None
     async_links: tuple[str, ...] = ()
+    down_links: tuple[str, ...] = ()
+    options: tuple[str, ...] = ()
 
     @property
     def failover_safe(self) -> bool:
         """Whether failing over from this broker keeps every persisted message."""
         return self.failover == "safe"
+
+    @property
+    def safety(self) -> FailoverSafety | None:
+        """What the logon ack said of failing over (None: the broker does not replicate)."""
+        if self.failover is None:
+            return None
+        return FailoverSafety(self.failover, self.async_links, self.down_links, "logon")
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """A comma list of destination names as a tuple."""
+    return tuple(x for x in str(value or "").split(",") if x)
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverSafety:
+    """Whether failing over from the broker keeps every persisted message, and why not.
+
+    Attributes:
+        failover: ``safe`` or ``unsafe`` (docs/protocol.md "Logon").
+        async_links: destinations that do not hold persisted acks now.
+        down_links: destinations not connected now.
+        detail: what changed (``logon`` for the logon ack's snapshot).
+    """
+
+    failover: str
+    async_links: tuple[str, ...] = ()
+    down_links: tuple[str, ...] = ()
+    detail: str = ""
+
+    @property
+    def safe(self) -> bool:
+        return self.failover == "safe"
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any]) -> FailoverSafety:
+        return cls(
+            str(header.get("failover", "unsafe")),
+            _names(header.get("async_links")),
+            _names(header.get("down_links")),
+            str(header.get("detail", "")),
+        )
 
 
 @dataclass(slots=True)
@@ -146,6 +196,21 @@ class Persisted:
     """The broker persisted every publish of this connection up to ``seq``."""
 
     seq: int
+
+
+@dataclass(slots=True)
+class Replicated:
+    """Every publish of this connection up to ``seq`` is durable at the broker and at
+    every replication destination that takes it (the ``replicated`` ack)."""
+
+    seq: int
+
+
+@dataclass(slots=True)
+class FailoverChanged:
+    """The broker's ``failover`` notice: the safety of failing over from it changed."""
+
+    safety: FailoverSafety
 
 
 @dataclass(slots=True)
@@ -206,6 +271,8 @@ Event: TypeAlias = (
     | QueryEnded[S]
     | Replied
     | Persisted
+    | Replicated
+    | FailoverChanged
     | PositionReported[S]
     | Completed[S]
     | Failed[S]
@@ -221,6 +288,8 @@ __all__ = [
     "Delivered",
     "Event",
     "Failed",
+    "FailoverChanged",
+    "FailoverSafety",
     "HeartbeatReceived",
     "LogonInfo",
     "Message",
@@ -228,5 +297,6 @@ __all__ = [
     "PositionReported",
     "QueryEnded",
     "QueryRecords",
+    "Replicated",
     "Replied",
 ]

@@ -37,12 +37,15 @@ from server.client.events import (
     Delivered,
     Event,
     Failed,
+    FailoverChanged,
+    FailoverSafety,
     LogonInfo,
     Message,
     Persisted,
     PositionReported,
     QueryEnded,
     QueryRecords,
+    Replicated,
     Replied,
 )
 from server.protocol.delivery import split_deliveries
@@ -82,6 +85,10 @@ class SessionState(Generic[S]):
         seq: the last sequence number given to a publish of this client name.
         persisted_seq: the highest sequence the broker acked as persisted (from the logon
             ack, then from conflated persisted acks).
+        replicated_seq: the highest sequence the broker acked as replicated (the logon
+            option ``replicated``), on this connection.
+        safety: the safety of failing over from the broker, from the logon ack and then
+            its ``failover`` notices (None: it does not replicate).
         unpersisted: the latest failure saying publishes up to its ``s`` are not persisted
             (a ``persisted`` failure while the broker's log refuses writes, or a refused
             publish), as ``(s, ack)``; a later success above ``s`` supersedes it.
@@ -94,6 +101,8 @@ class SessionState(Generic[S]):
         self.name = name
         self.seq = 0
         self.persisted_seq = 0
+        self.replicated_seq = 0
+        self.safety: FailoverSafety | None = None
         self.unpersisted: tuple[int, Ack] | None = None
         self.logon: LogonInfo | None = None
         self.failures: list[Ack] = []
@@ -200,8 +209,10 @@ class SessionState(Generic[S]):
         user_id: str | None = None,
         password: str | None = None,
         heartbeat: float | None = None,
+        options: str | None = None,
     ) -> str:
-        """Queue the logon; when its ack arrives :attr:`logon` and the sequences are set."""
+        """Queue the logon; when its ack arrives :attr:`logon` and the sequences are set.
+        ``options``: the logon's ``o`` (``failover``, ``replicated``: docs/protocol.md)."""
         header: dict[str, Any] = {"c": "logon", "client_name": self.name, "version": CLIENT_VERSION}
         if user_id is not None:
             header["user_id"] = user_id
@@ -209,6 +220,8 @@ class SessionState(Generic[S]):
             header["pw"] = password
         if heartbeat:
             header["hb"] = heartbeat
+        if options:
+            header["o"] = options
         cid = self.command(header)
         self._logon_cid = cid
         return cid
@@ -508,6 +521,16 @@ class SessionState(Generic[S]):
                 self.persisted_seq = s
                 events.append(Persisted(s))
             return
+        if kind == "replicated" and ack.cid is None:
+            s = int(h.get("s", 0) or 0)
+            if s > self.replicated_seq:
+                self.replicated_seq = s
+                events.append(Replicated(s))
+            return
+        if kind == "failover" and ack.cid is None:
+            self.safety = FailoverSafety.from_header(h)
+            events.append(FailoverChanged(self.safety))
+            return
         if kind == "completed":
             handle = self._subs.get(h.get("sub_id", ""))
             if handle is not None:
@@ -558,7 +581,10 @@ class SessionState(Generic[S]):
             heartbeat=h.get("hb"),
             failover=h.get("failover"),
             async_links=tuple(x for x in str(h.get("async_links") or "").split(",") if x),
+            down_links=tuple(x for x in str(h.get("down_links") or "").split(",") if x),
+            options=tuple(x for x in str(h.get("o") or "").split(",") if x),
         )
+        self.safety = info.safety
         # Publishing resumes after what the broker already has for this name.
         self.seq = max(self.seq, info.last_seq)
         self.persisted_seq = info.last_seq
