@@ -15,24 +15,40 @@ whether the message is a duplicate to drop), every message the application is do
   adapter loaded.
 - :class:`FileBookmarkStore`: a :mod:`~server.client.ha.recordlog` of JSON records --
   ``start`` (a subscription's first bookmark), ``r`` (received bookmarks, one record per
-  delivered run), ``d`` (discarded bookmarks, one record per loop turn), ``p`` (a durable
-  position), ``x`` (purged) and ``snap`` (a subscription's whole state) -- written off the
-  loop in batches; compacted into ``snap`` records by :meth:`prune` and automatically
-  every ``compact_every`` records.
+  delivered run), ``d`` (discarded bookmarks), ``p`` (a durable position), ``x`` (purged)
+  and ``snap`` (a subscription's whole state); compacted into ``snap`` records by
+  :meth:`prune` and automatically every ``compact_every`` records.
+
+  How a discard reaches the file (``writes``):
+
+  - ``"each"`` (the default): every record is written to the file (the OS, not
+    necessarily the disk: fsyncs follow from a thread) when it happens, so a discard is in
+    the file before the next message is handed to the application. A process killed while
+    processing gets again at most the message it was processing. During a compaction
+    (a thread) records wait in memory and the subscription hands out nothing until they
+    are written (:meth:`BookmarkStore.holding_discards`).
+  - ``"batched"``: records are written off the loop in batches, the discards of one
+    event-loop turn in one record. Cheaper per message; a killed process gets again every
+    message processed since the last batch reached the file: the discards of the loop
+    turns not yet written (the subscription yields to the loop every 256 messages it hands
+    out from its buffer, so a few hundred at most).
 """
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import orjson
 
 from server.client.ha.errors import StoreClosed
-from server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite
+from server.client.ha.recordlog import ImmediateWriter, RecordFile, RecordWriter, Rewrite
 from server.client.ha.recovery import RecoveryPointAdapter
 from server.client.ha.resume import EPOCH, ResumeState
+
+#: how a file store writes: each record when it happens, or in batches per loop turn
+Writes = Literal["each", "batched"]
 
 
 class BookmarkStore(Protocol):
@@ -47,6 +63,21 @@ class BookmarkStore(Protocol):
 
     def resume_bookmark(self, sub_id: str) -> str:
         """MOST_RECENT for ``sub_id``; EPOCH when nothing is stored."""
+        ...
+
+    def has_resume_point(self, sub_id: str) -> bool:
+        """Whether ``sub_id`` resumes after messages it processed (something was
+        discarded, or the broker reported a durable position), not from its start."""
+        ...
+
+    def holding_discards(self) -> bool:
+        """Whether discards made so far wait in memory instead of where the store keeps
+        them (a file store's compaction): a subscription then waits for
+        :meth:`discards_written` before it hands out the next message."""
+        ...
+
+    async def discards_written(self) -> None:
+        """Return once no discard waits in memory."""
         ...
 
     def receive(self, sub_id: str, bookmarks: list[str]) -> list[bool]:
@@ -111,6 +142,17 @@ class MemoryBookmarkStore:
     def resume_bookmark(self, sub_id: str) -> str:
         state = self._states.get(sub_id)
         return EPOCH if state is None else state.resume_bookmark()
+
+    def has_resume_point(self, sub_id: str) -> bool:
+        state = self._states.get(sub_id)
+        return state is not None and state.recovery is not None
+
+    def holding_discards(self) -> bool:
+        """Memory holds every discard where it keeps them."""
+        return False
+
+    async def discards_written(self) -> None:
+        """Nothing waits."""
 
     def receive(self, sub_id: str, bookmarks: list[str]) -> list[bool]:
         state = self._state(sub_id)
@@ -208,9 +250,13 @@ class FileBookmarkStore(MemoryBookmarkStore):
 
     Args:
         path: the store file (``<path>.lock``: one owner at a time).
-        fsync: fsync each batch (off: survives a killed process, not a power loss).
+        fsync: fsync what is written (from a thread; off: survives a killed process, not
+            a power loss).
         compact_every: compact after this many records.
         adapter: as for :class:`MemoryBookmarkStore`.
+        writes: ``"each"`` (every record in the file when it happens: a killed process
+            repeats at most the message it was processing) or ``"batched"`` (a batch per
+            loop turn, off the loop: a few hundred at most); module docstring.
 
     Raises (from :meth:`open`):
         StoreLocked: another client holds the store.
@@ -223,12 +269,16 @@ class FileBookmarkStore(MemoryBookmarkStore):
         fsync: bool = True,
         compact_every: int = 50_000,
         adapter: RecoveryPointAdapter | None = None,
+        writes: Writes = "each",
     ) -> None:
+        if writes not in ("each", "batched"):
+            raise ValueError(f"writes must be 'each' or 'batched', not {writes!r}")
         super().__init__(adapter)
         self.path = Path(path)
+        self.writes: Writes = writes
         self._file = RecordFile(self.path)
         self._fsync = fsync
-        self._writer: RecordWriter | None = None
+        self._writer: RecordWriter | ImmediateWriter | None = None
         self._compact_every = compact_every
         self._records = 0
         self._discards: dict[str, list[str]] = {}
@@ -267,14 +317,21 @@ class FileBookmarkStore(MemoryBookmarkStore):
         for state in states.values():
             state.reloaded()
         self._records = len(payloads)
-        self._writer = RecordWriter(self._file, fsync=self._fsync)
+        if self.writes == "each":
+            self._writer = ImmediateWriter(self._file, fsync=self._fsync)
+        else:
+            self._writer = RecordWriter(self._file, fsync=self._fsync)
         await super().open()
 
     def _log(self, kind: str, sub_id: str, value: Any) -> None:
         writer = self._writer
         if writer is None or self._closed:
             raise StoreClosed(f"bookmark store {self.path} is not open")
-        writer.submit(orjson.dumps({"k": kind, "s": sub_id, "v": value}))
+        payload = orjson.dumps({"k": kind, "s": sub_id, "v": value})
+        if isinstance(writer, ImmediateWriter):
+            writer.append(payload)
+        else:
+            writer.submit(payload)
         self._records += 1
         if self._records >= self._compact_every:
             self._compact(writer)
@@ -288,6 +345,9 @@ class FileBookmarkStore(MemoryBookmarkStore):
             self._log("r", sub_id, bookmarks)
 
     def _logged_discard(self, sub_id: str, bookmark: str) -> None:
+        if self.writes == "each":
+            self._log("d", sub_id, [bookmark])
+            return
         self._discards.setdefault(sub_id, []).append(bookmark)
         if not self._discard_scheduled:
             self._discard_scheduled = True
@@ -310,14 +370,28 @@ class FileBookmarkStore(MemoryBookmarkStore):
         self._flush_discards()
         self._log("x", sub_id, None)
 
-    def _compact(self, writer: RecordWriter) -> None:
+    def _compact(self, writer: RecordWriter | ImmediateWriter) -> None:
         self._flush_discards()
         snaps = [
             orjson.dumps({"k": "snap", "s": sid, "v": state.snapshot()})
             for sid, state in self._states.items()
         ]
-        writer.submit(Rewrite(snaps))
+        if isinstance(writer, ImmediateWriter):
+            writer.rewrite(Rewrite(snaps))
+        else:
+            writer.submit(Rewrite(snaps))
         self._records = len(snaps)
+
+    def holding_discards(self) -> bool:
+        """``each``: while a compaction holds records; never in ``batched`` mode (its
+        window is the loop turn, module docstring)."""
+        writer = self._writer
+        return isinstance(writer, ImmediateWriter) and writer.holding
+
+    async def discards_written(self) -> None:
+        writer = self._writer
+        if isinstance(writer, ImmediateWriter):
+            await writer.released()
 
     def prune(self) -> None:
         """Rewrite the file as one snapshot per subscription (crash-safe)."""

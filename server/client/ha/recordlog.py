@@ -13,7 +13,11 @@ at any moment leaves either the old file or the new one, never a mix.
 
 Thread-safety: a :class:`RecordFile` is used by one thread at a time: the
 :class:`RecordWriter`'s worker, which runs batches in ``asyncio.to_thread`` one after the
-other so the event loop never waits on a write or an fsync.
+other so the event loop never waits on a write or an fsync. A store that must have a
+record in the file before it goes on (the bookmark store's discards) appends with
+:meth:`RecordFile.append_now` on the loop instead (one ``write`` to the OS's page cache,
+microseconds, never an fsync); it then fsyncs and compacts from a thread only while it
+appends nothing (:class:`ImmediateWriter`).
 """
 
 from __future__ import annotations
@@ -123,6 +127,20 @@ class RecordFile:
         self._write(b"".join(chunk))
         if fsync:
             os.fsync(self._fd)
+
+    def append_now(self, payloads: Sequence[bytes]) -> None:
+        """Append records with one ``write`` (to the OS, not necessarily the disk): on the
+        caller's thread, for a record that must be in the file before the caller goes on.
+        """
+        if self._fd is None:
+            raise StoreClosed(f"store {self.path} is closed")
+        self._write(b"".join(encode_record(p) for p in payloads))
+
+    def fsync(self) -> None:
+        """Make what was appended durable (call off the loop)."""
+        if self._fd is None:
+            raise StoreClosed(f"store {self.path} is closed")
+        os.fsync(self._fd)
 
     def _write(self, data: bytes) -> None:
         assert self._fd is not None
@@ -252,4 +270,136 @@ class RecordWriter:
             await asyncio.to_thread(self.file.close)
 
 
-__all__ = ["MAX_RECORD", "RecordFile", "RecordWriter", "Rewrite", "decode_records", "encode_record"]
+class ImmediateWriter:
+    """Writes a :class:`RecordFile` so that each record is in the file (the OS's page
+    cache) when :meth:`append` returns, without blocking the event loop on a disk.
+
+    - :meth:`append` writes at once, on the loop (one ``write`` call);
+    - fsyncs (``fsync``) run in a thread, one for everything appended since the last;
+    - a compaction (:meth:`rewrite`) runs in a thread; meanwhile :meth:`append` holds its
+      records in memory (:attr:`holding`) and writes them, in order, once it is done. A
+      caller that must not go on before its records are in the file waits for
+      :meth:`released` then.
+
+    The first write or fsync error is latched: later calls raise it.
+
+    Args:
+        file: the opened file.
+        fsync: fsync what was appended, from a thread, as soon as possible.
+    """
+
+    def __init__(self, file: RecordFile, *, fsync: bool = True) -> None:
+        self.file = file
+        self._fsync = fsync
+        self._held: list[bytes] = []
+        self._rewrite: Rewrite | None = None
+        self._covers = 0
+        self._compacting = False
+        self._dirty = False
+        self._appended = 0
+        self._synced = 0
+        self._error: BaseException | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._progress = asyncio.Condition()
+
+    @property
+    def holding(self) -> bool:
+        """A compaction runs: appended records wait in memory until it is done."""
+        return self._compacting
+
+    def append(self, payload: bytes) -> None:
+        """Append one record: in the file when this returns, unless :attr:`holding`."""
+        if self._error is not None:
+            raise self._error
+        if self._compacting:
+            self._held.append(payload)
+        else:
+            try:
+                self.file.append_now((payload,))
+            except BaseException as exc:
+                self._error = exc
+                raise
+        self._appended += 1
+        if self._fsync:
+            self._dirty = True
+            self._start()
+
+    def rewrite(self, rewrite: Rewrite) -> None:
+        """Replace the file's records by ``rewrite``'s (from a thread, crash-safe); the
+        records appended after this call follow them."""
+        if self._error is not None:
+            raise self._error
+        self._rewrite = rewrite
+        self._covers = self._appended  # the snapshot holds everything appended so far
+        self._compacting = True
+        self._start()
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        file = self.file
+        while self._error is None and (self._rewrite is not None or self._dirty):
+            try:
+                rewrite, self._rewrite = self._rewrite, None
+                if rewrite is not None:
+                    covers = self._covers
+                    await asyncio.to_thread(file.apply, [rewrite], True)
+                    self._synced = max(self._synced, covers)
+                    held, self._held = self._held, []
+                    self._compacting = False
+                    if held:
+                        file.append_now(held)
+                        self._dirty = self._fsync
+                else:
+                    self._dirty = False
+                    target = self._appended
+                    await asyncio.to_thread(file.fsync)
+                    self._synced = max(self._synced, target)
+            except BaseException as exc:  # latched, raised to every waiter
+                self._error = exc
+            async with self._progress:
+                self._progress.notify_all()
+
+    async def released(self) -> None:
+        """Return once no compaction holds appended records (they are in the file)."""
+        async with self._progress:
+            await self._progress.wait_for(lambda: not self._compacting or self._error is not None)
+        if self._error is not None:
+            raise self._error
+
+    async def wait(self) -> None:
+        """Return once everything appended so far is in the file, and fsynced when the
+        writer fsyncs."""
+        target = self._appended
+        async with self._progress:
+            await self._progress.wait_for(
+                lambda: (
+                    self._error is not None
+                    or (not self._compacting and (not self._fsync or self._synced >= target))
+                )
+            )
+        if self._error is not None:
+            raise self._error
+
+    async def close(self) -> None:
+        """Write what is held, fsync, close the file and release the lock."""
+        try:
+            if self._error is None:
+                await self.wait()
+        finally:
+            if self._task is not None:
+                await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.to_thread(self.file.close)
+
+
+__all__ = [
+    "MAX_RECORD",
+    "ImmediateWriter",
+    "RecordFile",
+    "RecordWriter",
+    "Rewrite",
+    "decode_records",
+    "encode_record",
+]

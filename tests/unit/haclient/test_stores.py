@@ -10,7 +10,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ParamSpec
 
+import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from server.client.ha.bookmarkstore import FileBookmarkStore, MemoryBookmarkStore
 from server.client.ha.errors import StoreLocked
@@ -211,3 +214,117 @@ async def test_file_bookmark_store_survives_a_restart_and_compacts(tmp_path: Pat
     await again.close()
     payloads, _ = decode_records(path.read_bytes())
     assert len(payloads) < 20  # the snapshot, not 600 records
+
+
+def _records_in(path: Path) -> list[dict[str, Any]]:
+    payloads, _ = decode_records(path.read_bytes())
+    return [orjson.loads(p) for p in payloads]
+
+
+@run_async
+async def test_each_discard_is_in_the_file_when_discard_returns(tmp_path: Path) -> None:
+    path = tmp_path / "bm.store"
+    store = FileBookmarkStore(path, fsync=False)
+    await store.open()
+    assert store.writes == "each"
+    store.register("s", "0")
+    store.receive("s", ["9|1|", "9|2|"])
+    store.discard("s", "9|1|")
+    # no await since: what a process killed now leaves behind has the discard
+    kinds = [(r["k"], r["v"]) for r in _records_in(path)]
+    assert kinds == [("start", "0"), ("r", ["9|1|", "9|2|"]), ("d", ["9|1|"])]
+    assert not store.holding_discards()
+    await store.close()
+
+
+@run_async
+async def test_a_batched_store_writes_the_discards_of_a_loop_turn_later(tmp_path: Path) -> None:
+    path = tmp_path / "bm.store"
+    store = FileBookmarkStore(path, fsync=False, writes="batched")
+    await store.open()
+    store.register("s", "0")
+    store.receive("s", ["9|1|"])
+    store.discard("s", "9|1|")
+    assert ("d", ["9|1|"]) not in [(r["k"], r["v"]) for r in _records_in(path)]
+    await store.sync()
+    assert ("d", ["9|1|"]) in [(r["k"], r["v"]) for r in _records_in(path)]
+    await store.close()
+    with pytest.raises(ValueError, match="'each' or 'batched'"):
+        FileBookmarkStore(path, writes="sometimes")  # type: ignore[arg-type]
+
+
+@run_async
+async def test_a_compaction_holds_the_records_and_the_subscription_waits_for_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "bm.store"
+    store = FileBookmarkStore(path, fsync=False, compact_every=10)
+    await store.open()
+    store.register("s", "0")
+    n = 0
+    while not store.holding_discards():  # the 10th record starts a compaction
+        n += 1
+        store.receive("s", [f"9|{n}|"])
+        store.discard("s", f"9|{n}|")
+    n += 1
+    store.receive("s", [f"9|{n}|"])
+    store.discard("s", f"9|{n}|")  # held in memory while the thread rewrites the file
+    assert ("d", [f"9|{n}|"]) not in [(r["k"], r["v"]) for r in _records_in(path)]
+    await store.discards_written()
+    assert not store.holding_discards()
+    assert ("d", [f"9|{n}|"]) in [(r["k"], r["v"]) for r in _records_in(path)]
+    await store.close()
+    again = FileBookmarkStore(path)
+    await again.open()
+    assert again.resume_bookmark("s") == f"9|{n}|"
+    await again.close()
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    steps=st.lists(st.tuples(st.integers(1, 4), st.lists(st.integers(0, 5), max_size=4)),
+                   min_size=1, max_size=25),
+    compact_every=st.integers(3, 40),
+)  # fmt: skip
+def test_what_a_killed_process_leaves_resumes_after_every_discard(
+    tmp_path: Path, steps: list[tuple[int, list[int]]], compact_every: int
+) -> None:
+    """The oracle: after any discard, the file as it is (what a process killed at that
+    moment leaves, the page cache surviving it) reopens with every discard so far: the
+    same resume point, nothing discarded delivered again."""
+
+    async def run() -> None:
+        root = tmp_path / f"case-{os.urandom(4).hex()}"
+        path = root / "bm.store"
+        store = FileBookmarkStore(path, fsync=False, compact_every=compact_every)
+        await store.open()
+        store.register("s", "0")
+        seq = 0
+        outstanding: list[str] = []
+        discarded: list[str] = []
+        for run_len, picks in steps:
+            run = [f"7|{seq + i + 1}|" for i in range(run_len)]
+            seq += run_len
+            store.receive("s", run)
+            outstanding.extend(run)
+            for pick in picks:
+                if not outstanding:
+                    break
+                bm = outstanding.pop(pick % len(outstanding))
+                store.discard("s", bm)
+                discarded.append(bm)
+                if store.holding_discards():
+                    await store.discards_written()  # as the subscription does
+                copy = root / f"killed-{len(discarded)}.store"
+                copy.write_bytes(path.read_bytes())
+                killed = FileBookmarkStore(copy)
+                await killed.open()
+                assert killed.resume_bookmark("s") == store.resume_bookmark("s")
+                assert all(killed.is_discarded("s", d) for d in discarded)
+                assert not any(killed.is_discarded("s", o) for o in outstanding)
+                await killed.close()
+        await store.close()
+
+    asyncio.run(asyncio.wait_for(run(), 60))
