@@ -1,4 +1,4 @@
-"""The HA client (issue 16): a session that survives client restarts, server restarts and
+"""The HA client: a session that survives client restarts, server restarts and
 failovers with no message lost or duplicated. Guide: docs/ha-client.md.
 
 Modules, lowest first: ``errors``; the pure parts ``delay`` (reconnect delay strategies),
@@ -8,7 +8,8 @@ subscription manager); ``lockfile`` and ``recordlog`` (the stores' file: lock, c
 records, crash-safe compaction, writes off the loop); ``recovery`` (recovery point
 adapters, the SOW one); ``publishstore`` and ``bookmarkstore``; ``sender`` (the publish
 path: number, store, send once written, resend after a logon) and ``subscription`` (the
-iterator that outlives connections); ``haclient`` (the reconnect handler composing them).
+iterator that outlives connections); ``queue`` (a queue consumer that outlives
+connections); ``haclient`` (the reconnect handler composing them).
 """
 
 from server.client.ha.bookmarkstore import BookmarkStore, FileBookmarkStore, MemoryBookmarkStore
@@ -16,19 +17,22 @@ from server.client.ha.chooser import (
     Authenticator,
     Credentials,
     DefaultServerChooser,
+    SafetyAware,
     ServerChooser,
     StaticAuthenticator,
 )
 from server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy, FixedDelayStrategy
 from server.client.ha.errors import (
+    CatchUpTimeout,
     HAError,
     PublishFlushTimeout,
     PublishGap,
+    PublishStoreFull,
     ReconnectGaveUp,
     StoreClosed,
     StoreLocked,
 )
-from server.client.ha.haclient import HAClient
+from server.client.ha.haclient import FailoverListener, HAClient
 from server.client.ha.listeners import (
     ConnectionState,
     ConnectionStateEvent,
@@ -36,20 +40,28 @@ from server.client.ha.listeners import (
     SubscriptionManager,
 )
 from server.client.ha.publishstore import (
+    DEFAULT_CAPACITY,
     FilePublishStore,
     MemoryPublishStore,
     PublishStore,
     StoredPublish,
 )
+from server.client.ha.queue import HAQueueMessage, HAQueueSubscription
 from server.client.ha.recovery import RecoveryPointAdapter, SowRecoveryPointAdapter
-from server.client.ha.resume import EPOCH, NOW
-from server.client.ha.subscription import HAMessage, HASubscription
+from server.client.ha.resume import EPOCH, MOST_RECENT, NOW
+from server.client.ha.subscription import ACTIVE, CATCHING_UP, ENDED, HAMessage, HASubscription
 
 __all__ = [
+    "ACTIVE",
+    "CATCHING_UP",
+    "DEFAULT_CAPACITY",
+    "ENDED",
     "EPOCH",
+    "MOST_RECENT",
     "NOW",
     "Authenticator",
     "BookmarkStore",
+    "CatchUpTimeout",
     "ConnectionState",
     "ConnectionStateEvent",
     "Credentials",
@@ -57,20 +69,25 @@ __all__ = [
     "DefaultSubscriptionManager",
     "DelayStrategy",
     "ExponentialDelayStrategy",
+    "FailoverListener",
     "FileBookmarkStore",
     "FilePublishStore",
     "FixedDelayStrategy",
     "HAClient",
     "HAError",
     "HAMessage",
+    "HAQueueMessage",
+    "HAQueueSubscription",
     "HASubscription",
     "MemoryBookmarkStore",
     "MemoryPublishStore",
     "PublishFlushTimeout",
     "PublishGap",
     "PublishStore",
+    "PublishStoreFull",
     "ReconnectGaveUp",
     "RecoveryPointAdapter",
+    "SafetyAware",
     "ServerChooser",
     "SowRecoveryPointAdapter",
     "StaticAuthenticator",

@@ -6,6 +6,15 @@ next one after a failure. Each URI may have its own :class:`Authenticator` (serv
 failover pair need not share passwords). With ``max_rounds`` it gives up after that many
 full rotations in which every URI failed, and :meth:`~DefaultServerChooser.get_error`
 says why; without it it never gives up (the delay strategy's ``max_total`` decides).
+
+Failover safety: the HA client tells the chooser what each server said of failing over
+from it (:meth:`~DefaultServerChooser.report_safety`: the logon ack's ``failover`` and the
+later notices, docs/protocol.md). When it moves on after a failure, the default chooser
+prefers the servers last known *safe* (every destination holds persisted acks), then those
+it knows nothing of, then those last known unsafe, in list order within each kind; every
+URI still gets one turn in each rotation (a rotation ends when each has failed once). It
+never leaves a server it is connected to because of a notice. Without safety reports
+this is the plain rotation in list order.
 """
 
 from __future__ import annotations
@@ -67,6 +76,20 @@ class ServerChooser(Protocol):
         ...
 
 
+class SafetyAware(Protocol):
+    """A chooser that wants to know which servers fail over safely (optional: the HA
+    client calls :meth:`report_safety` only on choosers that have it)."""
+
+    def report_safety(self, uri: str, safe: bool | None) -> None:
+        """``uri`` said failing over from it is safe (True), unsafe (False), or it does
+        not replicate (None)."""
+        ...
+
+
+#: preference of a server by what it last said of failover (lower first)
+_RANK = {True: 0, None: 1, False: 2}
+
+
 class DefaultServerChooser:
     """Rotates through URIs: a failure moves to the next one, a success stays.
 
@@ -91,6 +114,10 @@ class DefaultServerChooser:
         self._failures_in_row = 0
         self._max_rounds = max_rounds
         self._last_error: tuple[str, BaseException] | None = None
+        #: what each URI last said of failing over from it (absent: nothing yet)
+        self._safety: dict[str, bool | None] = {}
+        #: indexes of the URIs that failed in the current rotation
+        self._tried: set[int] = set()
         for uri in uris or []:
             self.add(uri)
 
@@ -122,10 +149,35 @@ class DefaultServerChooser:
         self._last_error = (uri, error)
         self._failures_in_row += 1
         if self._entries:
-            self._index = (self._index + 1) % len(self._entries)
+            self._index = self._next_index()
+
+    def _next_index(self) -> int:
+        """Where to go after a failure: the URI not yet tried in this rotation that last
+        said the best of failover (safe, unknown, unsafe; list order among equals); a new
+        rotation once every URI was tried."""
+        n = len(self._entries)
+        tried = self._tried
+        tried.add(self._index)
+        if len(tried) >= n:
+            tried.clear()
+        order = sorted((i for i in range(n) if i not in tried), key=lambda i: (self._rank(i), i))
+        return order[0]
+
+    def _rank(self, index: int) -> int:
+        uri = self._entries[index][0]
+        return _RANK[self._safety[uri]] if uri in self._safety else _RANK[None]
+
+    def report_safety(self, uri: str, safe: bool | None) -> None:
+        self._safety[uri] = safe
+
+    def safety(self, uri: str) -> bool | None:
+        """What ``uri`` last said of failing over from it (None: nothing, or it does not
+        replicate)."""
+        return self._safety.get(uri)
 
     def report_success(self, uri: str) -> None:
         self._failures_in_row = 0
+        self._tried.clear()
         for i, (u, _) in enumerate(self._entries):
             if u == uri:
                 self._index = i
@@ -147,6 +199,7 @@ __all__ = [
     "Authenticator",
     "Credentials",
     "DefaultServerChooser",
+    "SafetyAware",
     "ServerChooser",
     "StaticAuthenticator",
 ]

@@ -5,6 +5,8 @@
         ├── ReconnectGaveUp      the chooser or the delay strategy stopped retrying
         ├── PublishGap           the broker persisted less than the publish store discarded
         ├── PublishFlushTimeout  publish_flush(timeout) ran out (also a TimeoutError)
+        ├── PublishStoreFull     the publish store is at its capacity (wait_for_room)
+        ├── CatchUpTimeout       a resumed bookmark subscription's server never caught up
         ├── StoreLocked          another process (or store object) owns the store file
         └── StoreClosed          a store used after close()
 
@@ -71,6 +73,52 @@ class PublishFlushTimeout(HAError, TimeoutError):
         self.unpersisted = unpersisted
 
 
+class PublishStoreFull(HAError):
+    """The publish store holds ``capacity`` messages not yet confirmed: ``publish`` is
+    refused until the broker confirms some (``await HAClient.wait_for_room()`` waits).
+
+    Attributes:
+        capacity: the store's bound.
+    """
+
+    def __init__(self, capacity: int, wanted: int) -> None:
+        super().__init__(
+            f"the publish store holds its capacity of {capacity} unconfirmed messages "
+            f"({wanted} more asked): wait for room (HAClient.wait_for_room) or size the store "
+            "for peak rate x longest outage"
+        )
+        self.capacity = capacity
+
+
+class CatchUpTimeout(HAError):
+    """A bookmark subscription resumed on a server whose log lacked its resume point for
+    longer than ``catch_up_timeout`` (a failover over an unsafe link): what the policy did
+    is in the message; the exception listener gets it (and, under the ``fail`` policy,
+    the subscription's iteration raises it).
+
+    Attributes:
+        sub_id: the subscription.
+        bookmark: the resume point the server lacked.
+        policy: ``fail``, ``epoch`` or ``now``.
+    """
+
+    def __init__(self, sub_id: str, uri: str, bookmark: str, waited: float, policy: str) -> None:
+        done = {
+            "fail": "the subscription ends",
+            "epoch": "it resumes from the start of that server's log, dropping what it "
+            "already processed: the messages missing there come later if they ever arrive",
+            "now": "it resumes at NOW: messages between the resume point and now that this "
+            "server has are skipped",
+        }[policy]
+        super().__init__(
+            f"subscription {sub_id!r}: {uri} still lacks the resume point {bookmark} after "
+            f"{waited:g} s; {done}"
+        )
+        self.sub_id = sub_id
+        self.bookmark = bookmark
+        self.policy = policy
+
+
 class StoreLocked(HAError):
     """The store's lock file is held: one store file has one owner at a time.
 
@@ -91,9 +139,11 @@ class StoreClosed(HAError):
 
 
 __all__ = [
+    "CatchUpTimeout",
     "HAError",
     "PublishFlushTimeout",
     "PublishGap",
+    "PublishStoreFull",
     "ReconnectGaveUp",
     "StoreClosed",
     "StoreLocked",

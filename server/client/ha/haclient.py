@@ -24,7 +24,17 @@ or a reset) or by the heartbeat monitor (:mod:`~server.client.ha.heartbeat`).
 Publishing: :meth:`HAClient.publish` numbers the message, puts it in the publish store
 and returns; a sender task sends what the store holds once the store has written it
 (``await store.sync()``: with a :class:`FilePublishStore` a message is on disk before it is
-on the wire), always with ``a=persisted``; each persisted ack discards up to its ``s``.
+on the wire), always with ``a=persisted``.
+
+Failover safety (docs/ha-client.md "Failover safety"): every logon asks for the broker's
+failover notices and replicated acks (``o=failover,replicated``). While failing over from
+the broker is safe (every destination holds persisted acks; or it does not replicate),
+each persisted ack discards the store up to its ``s``. While it is unsafe (an async or
+downgraded link), only replicated acks do: a message stays until it has reached every
+destination, so a failover after the broker's disk is lost republishes it. With such a
+broker the logon's ``s`` does not trim the store either: everything it holds is sent again
+and the broker acks what it has as duplicates. The safety (the logon's, then each notice)
+goes to the failover listeners and to the chooser (which prefers safe servers).
 """
 
 from __future__ import annotations
@@ -38,11 +48,27 @@ from typing import Any
 from server.client.client import Client, SowResult, Subscription
 from server.client.connection import Connector, connect_websocket
 from server.client.errors import ClientError, Disconnected
-from server.client.events import Event, Failed, LogonInfo, Message, Persisted, PositionReported
+from server.client.events import (
+    Event,
+    Failed,
+    FailoverChanged,
+    FailoverSafety,
+    LogonInfo,
+    Message,
+    Persisted,
+    PositionReported,
+    Replicated,
+)
 from server.client.ha.bookmarkstore import BookmarkStore, MemoryBookmarkStore
 from server.client.ha.chooser import ServerChooser
 from server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy
-from server.client.ha.errors import HAError, PublishFlushTimeout, ReconnectGaveUp
+from server.client.ha.errors import (
+    CatchUpTimeout,
+    HAError,
+    PublishFlushTimeout,
+    PublishStoreFull,
+    ReconnectGaveUp,
+)
 from server.client.ha.heartbeat import Liveness
 from server.client.ha.listeners import (
     ConnectionState,
@@ -53,13 +79,29 @@ from server.client.ha.listeners import (
     SubscriptionManager,
 )
 from server.client.ha.publishstore import MemoryPublishStore, PublishStore
+from server.client.ha.queue import ACKED_MEMORY, HAQueueSubscription
+from server.client.ha.resume import EPOCH, MOST_RECENT, NOW
 from server.client.ha.sender import PublishSender
-from server.client.ha.subscription import END, HAMessage, HASubscription, SubscriptionSpec
+from server.client.ha.subscription import (
+    ACTIVE,
+    CATCHING_UP,
+    END,
+    HAMessage,
+    HASubscription,
+    SubscriptionSpec,
+)
 from server.client.state import encode_body
-from server.protocol.errors import ProtocolFailure
+from server.protocol.errors import BookmarkNotFound, ProtocolFailure
 
 #: what a failed connection attempt may raise (docs/python-client.md "Connecting").
 _CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
+#: what every logon asks for (docs/protocol.md "Logon options")
+LOGON_OPTIONS = "failover,replicated"
+#: told ``(uri, safety)`` whenever a server says how safe failing over from it is
+FailoverListener = Callable[[str, FailoverSafety], None]
+#: what a resumed bookmark subscription does once its server has lacked its resume point
+#: for ``catch_up_timeout`` seconds
+CATCH_UP_POLICIES = ("fail", "epoch", "now")
 
 
 class HAClient:
@@ -77,6 +119,14 @@ class HAClient:
         subscription_manager: replaces the default (re-enter everything, in order).
         connector / ssl: as for :class:`~server.client.client.Client`.
         sleep: waits of the delay strategy (a virtual clock's in tests).
+        catch_up_timeout: seconds a resumed bookmark subscription waits for a server that
+            lacks its resume point (a failover over an unsafe link) before its
+            ``catch_up_policy`` applies.
+        catch_up_policy: ``epoch`` (resume from the start of that server's log, dropping
+            what was processed: nothing it has is skipped), ``now`` (resume at NOW: an
+            accepted gap) or ``fail`` (end the subscription); each reports a
+            :class:`CatchUpTimeout` to the exception listener.
+        catch_up_retry: seconds between two attempts while catching up.
     """
 
     def __init__(
@@ -94,7 +144,20 @@ class HAClient:
         connector: Connector = connect_websocket,
         ssl: ssl.SSLContext | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        catch_up_timeout: float = 60.0,
+        catch_up_policy: str = "epoch",
+        catch_up_retry: float = 0.5,
     ) -> None:
+        if catch_up_policy not in CATCH_UP_POLICIES:
+            raise ValueError(
+                f"catch_up_policy must be one of {', '.join(CATCH_UP_POLICIES)}, not "
+                f"{catch_up_policy!r}"
+            )
+        if catch_up_retry <= 0 or catch_up_timeout < 0:
+            raise ValueError("catch_up_retry must be > 0 and catch_up_timeout >= 0")
+        self.catch_up_timeout = catch_up_timeout
+        self.catch_up_policy = catch_up_policy
+        self.catch_up_retry = catch_up_retry
         self.name = name
         self.publish_store: PublishStore = publish_store or MemoryPublishStore()
         self.bookmark_store: BookmarkStore = bookmark_store or MemoryBookmarkStore()
@@ -124,6 +187,14 @@ class HAClient:
         self._closed = False
         self._opened = False
         self._sub_ids = 0
+        self._failover_listeners: list[FailoverListener] = []
+        #: the current broker's failover safety (None: it does not replicate)
+        self._safety: FailoverSafety | None = None
+        #: the current broker gives replicated acks
+        self._replicated_acks = False
+        #: the highest sequence the current broker persisted for this client name
+        self._persisted = 0
+        self._catch_ups: set[asyncio.Task[None]] = set()
 
     # -- listeners -----------------------------------------------------------------------
 
@@ -132,6 +203,44 @@ class HAClient:
 
     def remove_connection_state_listener(self, listener: ConnectionStateListener) -> None:
         self._state_listeners.remove(listener)
+
+    def add_failover_listener(self, listener: FailoverListener) -> None:
+        """``listener(uri, safety)`` hears what each server says of failing over from it:
+        at every logon (``detail`` ``logon``) and at every notice on the open connection
+        (a destination downgraded, upgraded, connected or lost)."""
+        self._failover_listeners.append(listener)
+
+    def remove_failover_listener(self, listener: FailoverListener) -> None:
+        self._failover_listeners.remove(listener)
+
+    @property
+    def safety(self) -> FailoverSafety | None:
+        """How safe failing over from the current (or last) server is; None when it does
+        not replicate."""
+        return self._safety
+
+    def _trust_persisted(self) -> bool:
+        """Whether a persisted ack may discard the publish store: failover from the broker
+        is safe, or the broker cannot say more (it does not replicate, or gives no
+        replicated acks)."""
+        safety = self._safety
+        return safety is None or safety.safe or not self._replicated_acks
+
+    def _safety_known(self, safety: FailoverSafety | None) -> None:
+        self._safety = safety
+        uri = self._uri
+        if uri is None:
+            return
+        report = getattr(self.chooser, "report_safety", None)
+        if report is not None:
+            report(uri, None if safety is None else safety.safe)
+        if safety is None:
+            return
+        for listener in list(self._failover_listeners):
+            try:
+                listener(uri, safety)
+            except Exception as exc:  # a listener's bug must not stop the client
+                self._report(exc)
 
     def _tell(self, state: ConnectionState, uri: str | None = None, detail: str = "") -> None:
         event = ConnectionStateEvent(state, uri, detail)
@@ -247,6 +356,7 @@ class HAClient:
                     uri, self.name, user_id=creds.user_id, password=creds.password,
                     heartbeat=self._liveness.interval if self._liveness else None,
                     queue_size=self.queue_size, connector=self._connector, ssl=self._ssl,
+                    logon_options=LOGON_OPTIONS,
                 )  # fmt: skip
                 client.event_hook = self._event
                 # 3. connect, 4. logon
@@ -295,8 +405,12 @@ class HAClient:
             await self._notify()
 
     async def _resume(self, client: Client, info: LogonInfo) -> None:
-        # 6. trim the publish store to what the broker has
-        self._sender.logged_on(info.last_seq)
+        self._replicated_acks = "replicated" in info.options
+        self._persisted = info.last_seq
+        self._safety_known(info.safety)
+        # 6. trim the publish store to what the broker has (a broker that confirms
+        #    replication: never on the logon's word, its duplicate acks confirm instead)
+        self._sender.logged_on(info.last_seq, trim=not self._replicated_acks)
         # 7. republish the rest, in order
         self._client = client
         await self._sender.send(client)
@@ -353,8 +467,15 @@ class HAClient:
 
     def _event(self, event: Event[Subscription]) -> None:
         if isinstance(event, Persisted):
+            self._persisted = max(self._persisted, event.seq)
+            if self._trust_persisted():
+                self.publish_store.discard_up_to(event.seq)
+            asyncio.get_running_loop().create_task(self._notify())
+        elif isinstance(event, Replicated):
             self.publish_store.discard_up_to(event.seq)
             asyncio.get_running_loop().create_task(self._notify())
+        elif isinstance(event, FailoverChanged):
+            self._safety_known(event.safety)
         elif isinstance(event, PositionReported):
             if event.bookmark and self.subscriptions.get(event.subscription.sub_id):
                 sub = self.subscriptions.get(event.subscription.sub_id)
@@ -397,6 +518,7 @@ class HAClient:
     def _store(self, topic: str, data: bytes | str | Any, sow_key: str | None,
                expiration: int | None, correlation_id: str | None, *, delta: bool) -> int:  # fmt: skip
         self._check_open()
+        self._check_room(1)
         extra: dict[str, Any] = {}
         if sow_key is not None:
             extra["k"] = sow_key
@@ -412,6 +534,7 @@ class HAClient:
         """Store and send a publish per item (bytes, text or JSON-able); returns the last
         sequence number. The batch form of :meth:`publish` without per-message options."""
         self._check_open()
+        self._check_room(len(items))
         return self._sender.add_many(topic, [encode_body(d) for d in items])
 
     def _check_open(self) -> None:
@@ -420,18 +543,65 @@ class HAClient:
         if self._closed:
             raise Disconnected("closed by client")
 
+    def _room(self) -> int | None:
+        """How many more publishes the store takes now (None: no bound)."""
+        capacity = self.publish_store.capacity
+        if capacity is None:
+            return None
+        return capacity - self.publish_store.unpersisted_count()
+
+    def _check_room(self, count: int) -> None:
+        room = self._room()
+        if room is not None and count > room:
+            capacity = self.publish_store.capacity
+            assert capacity is not None
+            raise PublishStoreFull(capacity, count)
+
+    async def wait_for_room(self, count: int = 1, timeout: float | None = None) -> None:
+        """Return once the publish store takes ``count`` more publishes (the broker
+        confirmed enough of what it holds): the back-pressure of a publisher that must
+        not outrun its store.
+
+        Raises:
+            TimeoutError: ``timeout`` ran out first.
+            ValueError: ``count`` is above the store's capacity.
+            ReconnectGaveUp: reconnection gave up first.
+        """
+        capacity = self.publish_store.capacity
+        if capacity is not None and count > capacity:
+            raise ValueError(f"{count} publishes cannot fit a store of capacity {capacity}")
+
+        def fits() -> bool:
+            room = self._room()
+            return room is None or room >= count or self._failed is not None or self._closed
+
+        async def wait() -> None:
+            async with self._progress:
+                await self._progress.wait_for(fits)
+
+        await asyncio.wait_for(wait(), timeout)
+        self._check_open()
+
     def _ready(self) -> Client | None:
         """The current connection once it is fully resumed (steps 1-8 done)."""
         c = self._client
         return c if c is not None and self._connected.is_set() and not c.closed.is_set() else None
 
     def unpersisted_count(self) -> int:
-        """Publishes the broker has not acked as persisted yet."""
+        """Publishes the current broker has not acked as persisted yet."""
+        return self.publish_store.count_after(self._persisted)
+
+    def unreplicated_count(self) -> int:
+        """Publishes the publish store still holds: not persisted yet, or (while failover
+        is unsafe) persisted but not yet on every replication destination."""
         return self.publish_store.unpersisted_count()
 
-    async def publish_flush(self, timeout: float | None = None) -> None:
+    async def publish_flush(
+        self, timeout: float | None = None, *, replicated: bool = False
+    ) -> None:
         """Wait until every publish made so far is persisted by the broker, across
-        reconnects.
+        reconnects; with ``replicated``, until the store dropped them all (while failover
+        is unsafe: until they are on every replication destination).
 
         Raises:
             PublishFlushTimeout: ``timeout`` ran out first.
@@ -440,19 +610,23 @@ class HAClient:
         target = self._sender.seq
         store = self.publish_store
 
+        def done() -> bool:
+            if store.last_discarded >= target:
+                return True
+            return not replicated and self._persisted >= target
+
         async def wait() -> None:
             async with self._progress:
                 await self._progress.wait_for(
-                    lambda: (
-                        store.last_discarded >= target or self._failed is not None or self._closed
-                    )
+                    lambda: done() or self._failed is not None or self._closed
                 )
 
         try:
             await asyncio.wait_for(wait(), timeout)
         except TimeoutError:
-            raise PublishFlushTimeout(timeout or 0.0, store.unpersisted_count()) from None
-        if store.last_discarded < target:
+            left = self.unreplicated_count() if replicated else self.unpersisted_count()
+            raise PublishFlushTimeout(timeout or 0.0, left) from None
+        if not done():
             if self._failed is not None:
                 raise self._failed
             raise Disconnected("closed by client")
@@ -471,7 +645,9 @@ class HAClient:
     ) -> HASubscription:
         """Subscribe; with ``bookmark`` a bookmark subscription that resumes from the
         bookmark store (its starting point: ``bookmark``, unless the store already knows
-        ``sub_id``). Returns once the current connection's broker accepted it."""
+        ``sub_id``; :data:`MOST_RECENT`: the store's resume point, EPOCH when it has
+        none). Returns once the current connection's broker accepted it (or, resuming on a
+        server that lacks its resume point, once it is catching up: its ``state``)."""
         return await self._subscribe("subscribe", topic, filter, options, bookmark, sub_id,
                                      timeout)  # fmt: skip
 
@@ -506,11 +682,9 @@ class HAClient:
                          options: str | None, bookmark: str | None, sub_id: str | None,
                          timeout: float | None,
                          extra: tuple[tuple[str, Any], ...] = ()) -> HASubscription:  # fmt: skip
-        if sub_id is None:
-            self._sub_ids += 1
-            sub_id = f"{self.name}.{self._sub_ids}"
-        if self.subscriptions.get(sub_id) is not None:
-            raise HAError(f"sub_id {sub_id!r} is already subscribed in this client")
+        sub_id = self._new_sub_id(sub_id)
+        if bookmark == MOST_RECENT:
+            bookmark = EPOCH  # where it starts when the store knows nothing of sub_id
         spec = SubscriptionSpec(command, topic, filter, options, bookmark, extra)
         store = self.bookmark_store
         if bookmark is not None:
@@ -519,18 +693,58 @@ class HAClient:
             sub_id, spec, self.queue_size,
             receive=store.receive if bookmark is not None else None,
             discard=store.discard, unsubscribe=self.unsubscribe,
+            store=store if bookmark is not None else None,
         )  # fmt: skip
-        self.subscriptions.add(sub_id, sub)
+        return await self._add(sub, timeout)
+
+    async def _add(self, sub: HASubscription, timeout: float | None) -> HASubscription:
+        """Enter a new subscription on the current connection (or the next one)."""
+        self.subscriptions.add(sub.sub_id, sub)
         client = await self._wait_connected(timeout)
         try:
             await self._enter(client, sub, initial=True)
         except Disconnected:
             return sub  # the reconnect handler enters it on the next connection
         except BaseException:  # refused, timed out, cancelled: it does not exist
-            self.subscriptions.remove(sub_id)
+            self.subscriptions.remove(sub.sub_id)
             sub.end()
             raise
         return sub
+
+    def _new_sub_id(self, sub_id: str | None) -> str:
+        if sub_id is None:
+            self._sub_ids += 1
+            sub_id = f"{self.name}.{self._sub_ids}"
+        if self.subscriptions.get(sub_id) is not None:
+            raise HAError(f"sub_id {sub_id!r} is already subscribed in this client")
+        return sub_id
+
+    async def subscribe_queue(
+        self,
+        queue: str,
+        *,
+        max_backlog: int | None = None,
+        filter: str | None = None,
+        sub_id: str | None = None,
+        timeout: float | None = 30.0,
+        acked_memory: int = ACKED_MEMORY,
+    ) -> HAQueueSubscription:
+        """Consume queue ``queue`` across reconnects (``max_backlog``: most messages
+        leased at once; the broker grants at most the queue's
+        ``MaxPerSubscriptionBacklog``, 1 when not given). After a reconnect it subscribes
+        again under the same ``sub_id``; what was leased and not acked is delivered again
+        (docs/queues.md); a message the application acked is never handed to it again
+        (its last ``acked_memory`` acks are remembered: server/client/ha/queue.py)."""
+        sub_id = self._new_sub_id(sub_id)
+        options = f"max_backlog={max_backlog}" if max_backlog is not None else None
+        spec = SubscriptionSpec("subscribe", queue, filter, options, None)
+        sub = HAQueueSubscription(
+            sub_id, spec, self.queue_size, current=self._ready, unsubscribe=self.unsubscribe,
+            acked_memory=acked_memory,
+        )  # fmt: skip
+        added = await self._add(sub, timeout)
+        assert isinstance(added, HAQueueSubscription)
+        return added
 
     async def _enter(self, client: Client, sub: HASubscription, *, initial: bool = False) -> None:
         """Subscribe ``sub`` on ``client``. A broker refusal raises on the first entry; on a
@@ -539,6 +753,8 @@ class HAClient:
         if sub.ended:
             return
         spec = sub.spec
+        guarded = False
+        bookmark: str | None = None
         try:
             if spec.command == "sow_and_subscribe":
                 current = await client.sow_and_subscribe(
@@ -549,21 +765,117 @@ class HAClient:
                     **dict(spec.extra),
                 )
             else:
-                bookmark = None
-                if spec.bookmark is not None:
-                    bookmark = self.bookmark_store.resume_bookmark(sub.sub_id)
+                bookmark, options, guarded = self._resume_point(sub)
                 current = await client.subscribe(
-                    spec.topic, filter=spec.filter, bookmark=bookmark, options=spec.options,
+                    spec.topic, filter=spec.filter, bookmark=bookmark, options=options,
                     sub_id=sub.sub_id, delta=spec.command == "delta_subscribe",
                 )  # fmt: skip
+        except BookmarkNotFound:
+            if not guarded:
+                raise
+            self._start_catch_up(client, sub, bookmark or "")
+            return
         except ProtocolFailure as exc:  # the broker refused it
             if initial:
                 raise
-            self.subscriptions.remove(sub.sub_id)
-            sub.end(exc)
-            self._report(exc)
+            self._refused(sub, exc)
             return
         sub.attach(current)
+
+    def _resume_point(self, sub: HASubscription) -> tuple[str | None, str | None, bool]:
+        """Where ``sub`` (re)starts: its bookmark, its options, and whether a server that
+        lacks that bookmark must say so (``bookmark_not_found=fail``) rather than start
+        at NOW. A subscription resuming after what it processed is guarded that way
+        unless its own options say what to do with an unknown bookmark."""
+        spec = sub.spec
+        if spec.bookmark is None:
+            return None, spec.options, False
+        store = self.bookmark_store
+        bookmark = store.resume_bookmark(sub.sub_id)
+        options = spec.options
+        guarded = store.has_resume_point(sub.sub_id) and "bookmark_not_found" not in (options or "")
+        if guarded:
+            options = (
+                f"{options},bookmark_not_found=fail" if options else ("bookmark_not_found=fail")
+            )
+        return bookmark, options, guarded
+
+    def _refused(self, sub: HASubscription, exc: BaseException) -> None:
+        """A re-entry refused by the broker: the subscription ends with its error."""
+        self.subscriptions.remove(sub.sub_id)
+        sub.end(exc)
+        self._report(exc)
+
+    # -- catching up after an unsafe failover ------------------------------------------
+
+    def _start_catch_up(self, client: Client, sub: HASubscription, bookmark: str) -> None:
+        """``sub``'s server lacks its resume point: retry until it has it (module
+        docstring; docs/ha-client.md "Bookmark subscriptions across an unsafe failover")."""
+        if sub.state != CATCHING_UP:
+            sub.state = CATCHING_UP
+            self._tell(ConnectionState.CATCHING_UP, self._uri, sub.sub_id)
+        task = asyncio.get_running_loop().create_task(self._catch_up(client, sub, bookmark))
+        self._catch_ups.add(task)
+        task.add_done_callback(self._catch_ups.discard)
+
+    async def _catch_up(self, client: Client, sub: HASubscription, bookmark: str) -> None:
+        spec = sub.spec
+        while not sub.ended:
+            if sub.waited >= self.catch_up_timeout:
+                await self._catch_up_gave_up(client, sub, bookmark)
+                return
+            await self._sleep(self.catch_up_retry)
+            sub.waited += self.catch_up_retry
+            if client.closed.is_set() or client is not self._client or sub.ended:
+                return  # the next connection enters it again (the wait goes on there)
+            resume, options, _ = self._resume_point(sub)
+            bookmark = resume or bookmark
+            try:
+                current = await client.subscribe(
+                    spec.topic, filter=spec.filter, bookmark=resume, options=options,
+                    sub_id=sub.sub_id, delta=spec.command == "delta_subscribe",
+                )  # fmt: skip
+            except BookmarkNotFound:
+                continue
+            except ProtocolFailure as exc:
+                self._refused(sub, exc)
+                return
+            except _CONNECT_ERRORS:
+                return
+            self._caught_up(sub, current)
+            return
+
+    def _caught_up(self, sub: HASubscription, current: Subscription) -> None:
+        sub.state = ACTIVE
+        sub.waited = 0.0
+        sub.attach(current)
+        self._tell(ConnectionState.CAUGHT_UP, self._uri, sub.sub_id)
+
+    async def _catch_up_gave_up(self, client: Client, sub: HASubscription, bookmark: str) -> None:
+        """``catch_up_timeout`` ran out: apply ``catch_up_policy`` (and report it)."""
+        policy = self.catch_up_policy
+        error = CatchUpTimeout(sub.sub_id, self._uri or "", bookmark, sub.waited, policy)
+        self._report(error)
+        if policy == "fail":
+            self._refused_quietly(sub, error)
+            return
+        spec = sub.spec
+        try:
+            current = await client.subscribe(
+                spec.topic, filter=spec.filter, bookmark=EPOCH if policy == "epoch" else NOW,
+                options=spec.options, sub_id=sub.sub_id,
+                delta=spec.command == "delta_subscribe",
+            )  # fmt: skip
+        except ProtocolFailure as exc:
+            self._refused(sub, exc)
+            return
+        except _CONNECT_ERRORS:
+            return  # the next connection tries its own server first
+        self._caught_up(sub, current)
+
+    def _refused_quietly(self, sub: HASubscription, error: BaseException) -> None:
+        self.subscriptions.remove(sub.sub_id)
+        sub.end(error)
 
     def discard(self, message: HAMessage | Message) -> None:
         """The application is done with ``message`` (``message.discard()`` does the same)."""
@@ -623,7 +935,7 @@ class HAClient:
             return
         self._closed = True
         await self._sender.stop()
-        for task in (self._reconnecting, self._monitor, self._watcher):
+        for task in (self._reconnecting, self._monitor, self._watcher, *self._catch_ups):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

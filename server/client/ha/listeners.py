@@ -7,6 +7,10 @@ handler goes through them::
     -> FAILED_OVER (when the URI differs from the last one) -> PUBLISH_REPLAYED
     -> RESUBSCRIBED ... -> CLOSED (close() or giving up)
 
+and, for one bookmark subscription whose server lacks its resume point (``detail`` is its
+``sub_id``): CATCHING_UP -> CAUGHT_UP (the server has it now, or the catch-up policy
+resumed it elsewhere after ``catch_up_timeout``).
+
 The subscription manager holds the subscriptions to re-enter after a reconnect, in the
 order they were made; the HA client asks it to run a callable per subscription. Replace it
 (``HAClient(subscription_manager=...)``) to, e.g., re-enter only some subscriptions.
@@ -28,6 +32,8 @@ class ConnectionState(enum.Enum):
     FAILED_OVER = "failed_over"
     PUBLISH_REPLAYED = "publish_replayed"
     RESUBSCRIBED = "resubscribed"
+    CATCHING_UP = "catching_up"
+    CAUGHT_UP = "caught_up"
     CLOSED = "closed"
 
 

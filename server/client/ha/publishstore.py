@@ -18,6 +18,14 @@ The highest sequence ever stored survives compaction and restarts (a ``D`` recor
 every compacted file), so a restarted publisher never reuses a sequence number the broker
 would drop as a duplicate.
 
+A store holds at most ``capacity`` messages (default :data:`DEFAULT_CAPACITY`; ``None``:
+no bound). The HA client refuses a publish that does not fit (``PublishStoreFull``) and
+offers ``wait_for_room``: the back-pressure a publisher needs when the broker confirms
+more slowly than it publishes. When failover is unsafe the store keeps each message until
+it has reached every replication destination, so while one is down it fills at the
+publish rate: size it as peak publish rate x longest outage to ride out
+(docs/ha-client.md "Sizing the publish store").
+
 Record payloads (little-endian)::
 
     b"P" u64 seq | u16 topic length | topic | u32 extra length | extra (JSON) | body
@@ -42,6 +50,8 @@ _U32: Final = struct.Struct("<I")
 _D: Final = struct.Struct("<Q")
 #: compact once discarded records take this many bytes and more than the live ones
 COMPACT_MIN_BYTES: Final = 4 * 1024 * 1024
+#: messages a store holds at most unless told otherwise
+DEFAULT_CAPACITY: Final = 1_000_000
 
 
 @dataclass(slots=True)
@@ -71,7 +81,13 @@ class PublishStore(Protocol):
 
     @property
     def last_discarded(self) -> int:
-        """Everything up to this sequence was acked as persisted."""
+        """Everything up to this sequence was confirmed (persisted, or replicated when
+        failover is unsafe) and dropped."""
+        ...
+
+    @property
+    def capacity(self) -> int | None:
+        """The most messages it holds (None: no bound)."""
         ...
 
     async def open(self) -> None:
@@ -91,7 +107,11 @@ class PublishStore(Protocol):
         ...
 
     def unpersisted_count(self) -> int:
-        """How many publishes wait for their persisted ack."""
+        """How many publishes it holds (waiting to be confirmed)."""
+        ...
+
+    def count_after(self, seq: int) -> int:
+        """How many of the publishes it holds are numbered above ``seq``."""
         ...
 
     async def sync(self) -> None:
@@ -101,10 +121,21 @@ class PublishStore(Protocol):
     async def close(self) -> None: ...
 
 
-class MemoryPublishStore:
-    """A publish store in memory: it survives reconnects, not the process."""
+def _check_capacity(capacity: int | None) -> int | None:
+    if capacity is not None and capacity < 1:
+        raise ValueError(f"a publish store's capacity must be at least 1, not {capacity}")
+    return capacity
 
-    def __init__(self) -> None:
+
+class MemoryPublishStore:
+    """A publish store in memory: it survives reconnects, not the process.
+
+    Args:
+        capacity: the most messages it holds (None: no bound).
+    """
+
+    def __init__(self, *, capacity: int | None = DEFAULT_CAPACITY) -> None:
+        self._capacity = _check_capacity(capacity)
         self._items: list[StoredPublish] = []
         self._head = 0  # discarded entries before it are dropped lazily
         self._last_seq = 0
@@ -118,6 +149,10 @@ class MemoryPublishStore:
     @property
     def last_discarded(self) -> int:
         return self._last_discarded
+
+    @property
+    def capacity(self) -> int | None:
+        return self._capacity
 
     async def open(self) -> None:
         """Nothing to load."""
@@ -169,6 +204,9 @@ class MemoryPublishStore:
     def unpersisted_count(self) -> int:
         return len(self._items) - self._head
 
+    def count_after(self, seq: int) -> int:
+        return len(self._items) - self._first_above(seq)
+
     def live(self) -> list[StoredPublish]:
         return self._items[self._head :]
 
@@ -208,13 +246,18 @@ class FilePublishStore(MemoryPublishStore):
     Args:
         path: the store file (``<path>.lock`` is its lock file; one owner at a time).
         fsync: fsync each batch (off: survives a killed process, not a power loss).
+        capacity: the most messages it holds (None: no bound); a store reopened with
+            more than that (a smaller capacity than the last run) takes no new message
+            until the broker confirmed enough.
 
     Raises (from :meth:`open`):
         StoreLocked: another client holds the store.
     """
 
-    def __init__(self, path: str | Path, *, fsync: bool = True) -> None:
-        super().__init__()
+    def __init__(
+        self, path: str | Path, *, fsync: bool = True, capacity: int | None = DEFAULT_CAPACITY
+    ) -> None:
+        super().__init__(capacity=capacity)
         self.path = Path(path)
         self._file = RecordFile(self.path)
         self._writer: RecordWriter | None = None
@@ -300,6 +343,7 @@ class FilePublishStore(MemoryPublishStore):
 
 __all__ = [
     "COMPACT_MIN_BYTES",
+    "DEFAULT_CAPACITY",
     "FilePublishStore",
     "MemoryPublishStore",
     "PublishStore",

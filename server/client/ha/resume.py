@@ -32,6 +32,9 @@ from typing import Any, Final
 EPOCH: Final = "0"
 #: PROTOCOL.md: live messages only.
 NOW: Final = "0|1|"
+#: resume from the bookmark store (EPOCH when it has nothing for the subscription): a
+#: client-side name, resolved by the HA client from its store; brokers refuse it
+MOST_RECENT: Final = "recent"
 
 _LOADED: Final = 0  # received before a restart, not discarded: its redelivery is accepted
 _DELIVERED: Final = 1
@@ -209,4 +212,4 @@ class ResumeState:
         return state
 
 
-__all__ = ["EPOCH", "NOW", "ResumeState", "parse_bookmark"]
+__all__ = ["EPOCH", "MOST_RECENT", "NOW", "ResumeState", "parse_bookmark"]

@@ -5,9 +5,11 @@ connection. ``add`` numbers a publish and stores it; a sender task sends what th
 holds above what was sent, **once the store has written it** (``await store.sync()``), so a
 message is in a :class:`~server.client.ha.publishstore.FilePublishStore` before it is on
 the wire. After each logon, :meth:`PublishSender.logged_on` trims the store to the
-broker's ``s`` and rewinds what counts as sent, and :meth:`PublishSender.send` (awaited by
+broker's ``s`` when failover from that broker is safe (what it persisted is on every sync
+destination) and rewinds what counts as sent, and :meth:`PublishSender.send` (awaited by
 the reconnect handler) resends the rest in order with the same sequence numbers. Every
-publish asks for a persisted ack (the store is trimmed by them).
+publish asks for a persisted ack (the store is trimmed by them, or by the replicated acks
+when failover is unsafe: docs/ha-client.md "Failover safety").
 """
 
 from __future__ import annotations
@@ -60,13 +62,16 @@ class PublishSender:
         discarded = self.store.last_discarded
         return PublishGap(last_seq, discarded) if last_seq < discarded else None
 
-    def logged_on(self, last_seq: int) -> None:
+    def logged_on(self, last_seq: int, *, trim: bool = True) -> None:
         """A logon ack said the broker persisted up to ``last_seq`` for this client name:
-        trim the store to it and number on after it."""
+        number on after it; with ``trim``, drop what it persisted from the store (else
+        everything the store holds is sent again: the broker acks what it has as
+        duplicates, and confirms them once they are replicated)."""
         store = self.store
-        store.discard_up_to(last_seq)
+        if trim:
+            store.discard_up_to(last_seq)
         self.seq = max(self.seq, last_seq, store.last_seq)
-        self.sent = max(last_seq, store.last_discarded)
+        self.sent = max(last_seq, store.last_discarded) if trim else store.last_discarded
 
     def add(self, topic: str, body: bytes, extra: dict[str, Any] | None) -> int:
         """Number and store one publish; returns its sequence number."""

@@ -12,7 +12,15 @@ up (:class:`~server.client.ha.errors.ReconnectGaveUp`) or the broker refuses the
 resubscription.
 
 Messages come wrapped as :class:`HAMessage` (the fields of
-:class:`~server.client.events.Message`, plus :meth:`HAMessage.discard`).
+:class:`~server.client.events.Message`, plus :meth:`HAMessage.discard`). Before it hands
+out a message, the iteration makes sure the discards made so far are where the bookmark
+store keeps them (a file store writes each one at once, but holds them in memory during
+a compaction: the iteration then waits), so a killed process repeats at most the message
+it was processing.
+
+A resumed bookmark subscription whose server lacks its resume point (a failover over an
+unsafe link) is *catching up* (:attr:`HASubscription.state`): the HA client retries until
+the server has it or ``catch_up_timeout`` runs out (server/client/ha/haclient.py).
 """
 
 from __future__ import annotations
@@ -26,11 +34,17 @@ from server.client.buffer import EMPTY, MessageBuffer
 from server.client.client import Subscription
 from server.client.errors import Disconnected
 from server.client.events import Message
+from server.client.ha.bookmarkstore import BookmarkStore
 
 #: the queue item that ends an iteration.
 END: Final = object()
 #: messages handed out from the buffer between two yields to the event loop
 YIELD_EVERY: Final = 256
+
+#: the states of an HA subscription (:attr:`HASubscription.state`)
+ACTIVE: Final = "active"
+CATCHING_UP: Final = "catching_up"
+ENDED: Final = "ended"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +133,9 @@ class HASubscription:
         sub_id: the same on every connection.
         spec: what re-enters it.
         current: the subscription on the current connection, if any.
+        state: :data:`ACTIVE`; :data:`CATCHING_UP` while its server lacks its resume
+            point; :data:`ENDED`.
+        waited: seconds it has been catching up (0 while active).
     """
 
     def __init__(
@@ -130,15 +147,20 @@ class HASubscription:
         receive: Callable[[str, list[str]], list[bool]] | None,
         discard: Callable[[str, str], None],
         unsubscribe: Callable[[str], Any],
+        store: BookmarkStore | None = None,
     ) -> None:
         self.sub_id = sub_id
         self.spec = spec
         self.queue = MessageBuffer(maxsize)
         self.current: Subscription | None = None
         self.ended = False
+        self.state = ACTIVE
+        self.waited = 0.0
         self._receive = receive
         self._discard = discard
         self._unsubscribe = unsubscribe
+        #: the bookmark store whose discards must be written before the next message
+        self._store = store
         self._pump: asyncio.Task[None] | None = None
 
     # -- the application's side ---------------------------------------------------------
@@ -148,7 +170,10 @@ class HASubscription:
 
     async def _iterate(self) -> AsyncIterator[HAMessage]:
         taken = 0
+        store = self._store
         while True:
+            if store is not None and store.holding_discards():
+                await store.discards_written()  # before the next message: the discards
             item = self.queue.take()
             if item is EMPTY:
                 item = await self.queue.get()
@@ -157,9 +182,7 @@ class HASubscription:
                 taken += 1
                 if taken >= YIELD_EVERY:
                     # A buffered run is handed out without awaiting; let the loop run now
-                    # and then, so the bookmark store's discards reach its file while the
-                    # application works through a long run (a crash then redelivers at
-                    # most about this many processed messages).
+                    # and then (other tasks; a batched bookmark store's writes).
                     taken = 0
                     await asyncio.sleep(0)
             if item is END:
@@ -171,6 +194,9 @@ class HASubscription:
 
     async def get(self, timeout: float | None = None) -> HAMessage:
         """The next message (TimeoutError after ``timeout``)."""
+        store = self._store
+        if store is not None and store.holding_discards():
+            await store.discards_written()
         item = await asyncio.wait_for(self.queue.get(), timeout)
         if item is END:
             raise Disconnected("subscription ended")
@@ -204,11 +230,15 @@ class HASubscription:
                     flags = receive(self.sub_id, [m.bookmark or "" for m in batch])
                     msgs = [m for m, ok in zip(batch, flags, strict=True) if ok]
                 if msgs:
-                    await put([HAMessage(m, self) for m in msgs])  # type: ignore[misc]
+                    await put([self._wrap(m) for m in msgs])  # type: ignore[misc]
         except Disconnected:
             return  # the connection is gone: the next one attaches a new subscription
         except Exception as exc:  # the broker ended it (a failure ack): the iteration raises
             self.end(exc)
+
+    def _wrap(self, message: Message) -> HAMessage:
+        """What the application gets for ``message``."""
+        return HAMessage(message, self)
 
     async def detached(self) -> None:
         """Wait for the pump to move the last messages of the lost connection."""
@@ -221,9 +251,18 @@ class HASubscription:
         exception it raises)."""
         if not self.ended:
             self.ended = True
+            self.state = ENDED
             self.queue.put_end(item)
             if self._pump is not None and self._pump is not asyncio.current_task():
                 self._pump.cancel()
 
 
-__all__ = ["END", "HAMessage", "HASubscription", "SubscriptionSpec"]
+__all__ = [
+    "ACTIVE",
+    "CATCHING_UP",
+    "END",
+    "ENDED",
+    "HAMessage",
+    "HASubscription",
+    "SubscriptionSpec",
+]

@@ -5,7 +5,11 @@ It keeps what a broker keeps for the tests' purposes: per client name the last p
 sequence, and one log of ``(bookmark, topic, body)``. Logons are answered with the logon
 ack's ``s``; publishes are logged once per sequence (a resend is a duplicate) and answered
 with conflated persisted acks (unless ``hold_acks``); a subscribe with a bookmark replays
-the log after the oldest listed bookmark found in it (EPOCH: all), then stays live.
+the log after the oldest listed bookmark found in it (EPOCH: all), then stays live; one
+with ``bookmark_not_found=fail`` whose bookmarks are all unknown is refused with
+``bookmark not found``. With ``failover`` set it says so in the logon ack and takes the
+logon options (``o``) it is asked for; replicated acks and failover notices are the
+test's to send (``link.reply``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class FakeBroker:
         self.log: list[tuple[str, str, bytes]] = []
         self.hold_acks = False
         self.refuse_subscribe = ""  # a failure reason for every subscribe
+        #: the logon ack's ``failover`` (None: a broker that does not replicate)
+        self.failover: str | None = None
+        #: logon options it takes (a broker that predates them takes none)
+        self.options: frozenset[str] = frozenset()
         self.fail_next = 0  # connection attempts to refuse
         self.attempts: list[tuple[str, float]] = []
         self.transports: list[FakeLink] = []
@@ -130,8 +138,15 @@ class FakeLink:
             if c == "logon":
                 self.name = h["client_name"]
                 s = broker.persisted.get(self.name, 0)
-                await self.reply({"c": "ack", "a": "processed", "cid": cid, "status": "success",
-                                  "client_name": self.name, "s": s, "version": "fake"})  # fmt: skip
+                ack = {"c": "ack", "a": "processed", "cid": cid, "status": "success",
+                       "client_name": self.name, "s": s, "version": "fake"}  # fmt: skip
+                if broker.failover is not None:
+                    ack["failover"] = broker.failover
+                    ack["async_links"] = "" if broker.failover == "safe" else "b"
+                taken = sorted(set(str(h.get("o", "")).split(",")) & broker.options)
+                if taken:
+                    ack["o"] = ",".join(taken)
+                await self.reply(ack)
             elif c == "publish":
                 s = int(h["s"])
                 last = broker.persisted.get(self.name, 0)
@@ -148,12 +163,18 @@ class FakeLink:
             elif c in ("subscribe", "delta_subscribe"):
                 sid = h["sub_id"]
                 self.subs[sid] = h["t"]
-                await self.reply({"c": "ack", "a": "processed", "cid": cid, "status": "success"})
                 bm = h.get("bm")
+                if bm is not None and bm != "0":
+                    found = [i for i, (b, _, _) in enumerate(broker.log) if b in bm.split(",")]
+                    if not found and "bookmark_not_found=fail" in str(h.get("o", "")):
+                        self.subs.pop(sid)
+                        await self.reply({"c": "ack", "a": "processed", "cid": cid,
+                                          "status": "failure", "reason": "bookmark not found"})  # fmt: skip
+                        continue
+                await self.reply({"c": "ack", "a": "processed", "cid": cid, "status": "success"})
                 if bm is not None:
                     start = 0
                     if bm != "0":
-                        found = [i for i, (b, _, _) in enumerate(broker.log) if b in bm.split(",")]
                         start = min(found) + 1 if found else len(broker.log)
                     for i in range(start, len(broker.log)):
                         await self._deliver(i, only=sid)

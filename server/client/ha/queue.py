@@ -1,0 +1,232 @@
+"""Queue consumers on the HA client: a queue subscription that outlives connections.
+
+``sub = await ha.subscribe_queue("work", max_backlog=10)``; ``async for msg in sub``,
+then ``msg.ack()`` (or ``cancel()``, ``expire()``), as on the plain client
+(server/client/queue.py). After a reconnect (a broker restart, a failover) the HA client
+subscribes again under the same ``sub_id``, and the broker's at-least-once rule applies
+(docs/queues.md): what was leased on the lost connection and not acked goes back to the
+queue and is delivered again, here or to another consumer, with a higher delivery count.
+
+What this class adds, so that the application sees each message once as long as this
+client lives:
+
+- **nothing acked comes back**: it remembers the bookmarks the application acked (the
+  last ``acked_memory`` of them). A redelivery of one (its ack did not reach the broker
+  before the connection was lost, or reached an instance that failed before the ack
+  replicated) is acked again at once and not handed to the application;
+- **nothing is handed twice while it is held**: a redelivery of a message the application
+  has not settled yet (it is in the buffer or being processed) is not handed again; the
+  application's ack of the first copy, sent on the current connection, settles the new
+  lease.
+
+What it cannot do: a message whose ack was lost may have been delivered to *another*
+consumer meanwhile, which then processes it too (at least once); and a restarted process
+has forgotten what it acked.
+
+Acks, cancels and expires of one loop turn leave as one ``sow_delete`` per kind on the
+current connection. One given while disconnected, or lost with its connection, is not
+resent: the lease it was for ended with the connection (the broker answers an ack from
+another connection with ``refused``), and the redelivery is acked (or handed back, for a
+cancel) when it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from server.client.client import Ack, Client
+from server.client.errors import ClientError
+from server.client.events import Message
+from server.client.ha.subscription import HAMessage, HASubscription, SubscriptionSpec
+
+__all__ = ["HAQueueMessage", "HAQueueSubscription"]
+
+_ACK: Final = ""
+#: acked bookmarks remembered per subscription unless told otherwise
+ACKED_MEMORY: Final = 100_000
+
+
+class HAQueueMessage(HAMessage):
+    """A delivered queue message: :class:`HAMessage`'s fields, its lease, and what the
+    consumer may do with it.
+
+    Attributes:
+        delivery_count: 1 on the first delivery; more after leases ended unacked.
+        lease_period: seconds this delivery's lease lasts (0: at-most-once).
+    """
+
+    __slots__ = ("delivery_count", "lease_period", "settled")
+
+    def __init__(self, message: Message, subscription: HAQueueSubscription) -> None:
+        super().__init__(message, subscription)
+        header = message.header
+        self.delivery_count = int(header.get("dc", 1))
+        self.lease_period = float(header.get("lp", 0)) / 1000.0
+        self.settled = False
+
+    def ack(self) -> None:
+        """Processed: it leaves the queue (sent with the other acks of this loop turn)."""
+        self._settle(_ACK)
+
+    def cancel(self) -> None:
+        """Give it back to the queue now (another consumer may get it)."""
+        self._settle("cancel")
+
+    def expire(self) -> None:
+        """Drop it without processing it."""
+        self._settle("expire")
+
+    def discard(self) -> None:
+        """The same as :meth:`ack` (the application is done with it)."""
+        self.ack()
+
+    def _settle(self, kind: str) -> None:
+        if self.settled:
+            raise RuntimeError(f"queue message {self.bookmark} was already acked or cancelled")
+        self.settled = True
+        sub = self.subscription
+        assert isinstance(sub, HAQueueSubscription)
+        sub.settle(kind, self.bookmark or "")
+
+
+class HAQueueSubscription(HASubscription):
+    """One queue subscription across connections (module docstring).
+
+    Attributes:
+        queue: the queue's name.
+        acks: the ``stats`` acks of the acks sent so far.
+        errors: acks that could not be sent or failed (their exceptions).
+        reacked: redeliveries of acked messages acked again without reaching the
+            application.
+    """
+
+    def __init__(
+        self,
+        sub_id: str,
+        spec: SubscriptionSpec,
+        maxsize: int,
+        *,
+        current: Callable[[], Client | None],
+        unsubscribe: Callable[[str], Any],
+        acked_memory: int = ACKED_MEMORY,
+    ) -> None:
+        if acked_memory < 1:
+            raise ValueError(f"acked_memory must be at least 1, not {acked_memory}")
+        super().__init__(
+            sub_id, spec, maxsize, receive=self._admit, discard=_no_discard,
+            unsubscribe=unsubscribe,
+        )  # fmt: skip
+        self.queue_name = spec.topic
+        self.acks: list[Ack] = []
+        self.errors: list[BaseException] = []
+        self.reacked = 0
+        self._current = current
+        self._acked: OrderedDict[str, None] = OrderedDict()
+        self._memory = acked_memory
+        self._held: set[str] = set()
+        self._pending: dict[str, list[str]] = {}
+        self._scheduled = False
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    # -- deliveries ---------------------------------------------------------------------
+
+    def _admit(self, _sub_id: str, bookmarks: list[str]) -> list[bool]:
+        """Which deliveries reach the application: not an acked one (acked again here),
+        not one it holds already."""
+        flags = []
+        for bm in bookmarks:
+            if bm in self._acked:
+                self.reacked += 1
+                self._queue_ack(_ACK, bm)
+                flags.append(False)
+            elif bm in self._held:
+                flags.append(False)
+            else:
+                if bm:
+                    self._held.add(bm)
+                flags.append(True)
+        return flags
+
+    def _wrap(self, message: Message) -> HAMessage:
+        return HAQueueMessage(message, self)
+
+    def __aiter__(self) -> AsyncIterator[HAQueueMessage]:
+        return self._iterate_queue()
+
+    async def _iterate_queue(self) -> AsyncIterator[HAQueueMessage]:
+        async for msg in self._iterate():
+            assert isinstance(msg, HAQueueMessage)
+            yield msg
+
+    async def auto_ack(self) -> AsyncIterator[HAQueueMessage]:
+        """Each message is acked when the loop asks for the next one (its body finished
+        without raising). A body that raises leaves its message unacked: it returns to
+        the queue when its lease ends or the connection closes."""
+        async for msg in self:
+            yield msg
+            if not msg.settled:
+                msg.ack()
+
+    async def get(self, timeout: float | None = None) -> HAQueueMessage:
+        msg = await super().get(timeout)
+        assert isinstance(msg, HAQueueMessage)
+        return msg
+
+    # -- acks ---------------------------------------------------------------------------
+
+    def settle(self, kind: str, bookmark: str) -> None:
+        """The application acked (``""``), cancelled or expired ``bookmark``."""
+        self._held.discard(bookmark)
+        if kind == _ACK and bookmark:
+            acked = self._acked
+            acked[bookmark] = None
+            if len(acked) > self._memory:
+                acked.popitem(last=False)
+        self._queue_ack(kind, bookmark)
+
+    def _queue_ack(self, kind: str, bookmark: str) -> None:
+        self._pending.setdefault(kind, []).append(bookmark)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_acks)
+
+    def _send_acks(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        client = self._current()
+        if client is None:
+            return  # the leases ended with the connection (module docstring)
+        for kind, bookmarks in pending.items():
+            task = asyncio.get_running_loop().create_task(self._send(client, kind, bookmarks))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _send(self, client: Client, kind: str, bookmarks: list[str]) -> None:
+        try:
+            ack = await client.queue_ack(self.queue_name, bookmarks, option=kind or None)
+        except (ClientError, OSError, TimeoutError) as exc:
+            self.errors.append(exc)  # the lease returns the message; its redelivery says
+            return
+        self.acks.append(ack)
+
+    async def settled(self) -> None:
+        """Return once every ack, cancel and expire given so far was answered by the
+        broker (or lost with its connection)."""
+        await asyncio.sleep(0)  # let this turn's acks leave
+        if self._scheduled:
+            self._send_acks()
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+
+    async def unsubscribe(self) -> None:
+        """Send the acks given so far, then end the subscription (messages still leased
+        return to the queue)."""
+        await self.settled()
+        await super().unsubscribe()
+
+
+def _no_discard(_sub_id: str, _bookmark: str) -> None:
+    """Queue messages are settled by ack, cancel or expire (no bookmark store)."""
