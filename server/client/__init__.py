@@ -20,6 +20,7 @@ from server.client.client import (
     Subscription,
 )
 from server.client.connection import HandshakeFailed
+from server.client.errors import ReusedSequence, ReusedSequenceWarning
 from server.client.events import FailoverSafety
 from server.client.ha import (
     EPOCH,
@@ -89,6 +90,8 @@ __all__ = [
     "QueueMessage",
     "QueueSubscription",
     "ReconnectGaveUp",
+    "ReusedSequence",
+    "ReusedSequenceWarning",
     "ServerChooser",
     "SowRecoveryPointAdapter",
     "SowResult",

@@ -176,6 +176,10 @@ class Client:
         logon_options: the logon's ``o``: ``failover`` (the broker's failover notices
             update :attr:`safety`), ``replicated`` (``replicated`` acks update
             :attr:`replicated_seq`); docs/protocol.md "Logon options".
+        reused_seq: a publish given a ``seq`` at or below the highest this client name
+            already used (or the broker persisted, from the logon) is dropped by the broker
+            as a duplicate: ``warn`` (a :class:`ReusedSequenceWarning`), ``refuse`` (raise
+            :class:`ReusedSequence`, nothing sent) or ``allow`` (a deliberate resend).
 
     Raises:
         ClientError: ``ssl`` given for a ``ws://`` URL.
@@ -194,9 +198,12 @@ class Client:
         connector: Connector = connect_websocket,
         ssl: ssl.SSLContext | None = None,
         logon_options: str | None = None,
+        reused_seq: str = "warn",
     ) -> None:
         if ssl is not None and not url.lower().startswith("wss://"):
             raise ClientError(f"a TLS context needs a wss:// URL, not {url!r}")
+        if reused_seq not in ("warn", "refuse", "allow"):
+            raise ClientError(f"reused_seq must be warn, refuse or allow, not {reused_seq!r}")
         self.url = url
         self.ssl = ssl
         self.name = name
@@ -208,6 +215,7 @@ class Client:
         self.logon_options = logon_options
         self._connector = connector
         self._state: SessionState[Subscription] = SessionState(name)
+        self._state.reused_seq = reused_seq
         self._conn: Transport | None = None
         #: the transport's ``flush_soon`` once connected; before that, commands only queue.
         self._flush_soon: Callable[[], None] = _nothing

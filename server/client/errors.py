@@ -6,7 +6,10 @@ itself uses, so a caller matches ``except errors.NotEntitled`` on both sides of 
 Everything else the client raises is rooted here::
 
     ClientError             a client-side failure that is not a broker failure ack
-    └── Disconnected        the connection ended; carries the broker's close reason and code
+    ├── Disconnected        the connection ended; carries the broker's close reason and code
+    └── ReusedSequence      a hand-set sequence the broker would drop (``reused_seq="refuse"``)
+
+and :class:`ReusedSequenceWarning`, the warning of the same case (``reused_seq="warn"``).
 
 When the connection ends because the broker sent a frame the client cannot parse, the
 :class:`Disconnected` is chained (``__cause__``) to the
@@ -36,4 +39,38 @@ class Disconnected(ClientError):
         self.code = code
 
 
-__all__ = ["ClientError", "Disconnected"]
+def reused_text(seq: int, highest: int) -> str:
+    """What a reused hand-set sequence means."""
+    return (
+        f"publish sequence {seq} is not above {highest}, the highest this client name used "
+        "or the broker persisted: the broker acks it as a duplicate and drops it (let the "
+        "client number publishes, or resume after LogonInfo.last_seq)"
+    )
+
+
+class ReusedSequence(ClientError):
+    """A publish was given a sequence number at or below the highest this client name
+    already used: the broker would drop it as a duplicate (``reused_seq="refuse"``).
+
+    Attributes:
+        seq: the number given.
+        highest: the highest number already used (or persisted by the broker).
+    """
+
+    def __init__(self, seq: int, highest: int) -> None:
+        super().__init__(reused_text(seq, highest))
+        self.seq = seq
+        self.highest = highest
+
+
+class ReusedSequenceWarning(UserWarning):
+    """The warning of :class:`ReusedSequence` (``reused_seq="warn"``, the default)."""
+
+
+__all__ = [
+    "ClientError",
+    "Disconnected",
+    "ReusedSequence",
+    "ReusedSequenceWarning",
+    "reused_text",
+]

@@ -23,12 +23,18 @@ ignored.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Mapping
 from typing import Any, Final, Generic, TypeVar, cast
 
 import orjson
 
-from server.client.errors import Disconnected
+from server.client.errors import (
+    Disconnected,
+    ReusedSequence,
+    ReusedSequenceWarning,
+    reused_text,
+)
 from server.client.events import (
     HEARTBEAT,
     Ack,
@@ -103,6 +109,9 @@ class SessionState(Generic[S]):
         self.persisted_seq = 0
         self.replicated_seq = 0
         self.safety: FailoverSafety | None = None
+        #: what a hand-set sequence at or below :attr:`seq` does: ``warn``, ``refuse``
+        #: or ``allow`` (a client that resends on purpose, the HA client)
+        self.reused_seq = "warn"
         self.unpersisted: tuple[int, Ack] | None = None
         self.logon: LogonInfo | None = None
         self.failures: list[Ack] = []
@@ -246,6 +255,8 @@ class SessionState(Generic[S]):
             self.seq += 1
             seq = self.seq
         elif seq is not None:
+            if seq <= self.seq:
+                self._reused(seq)
             self.seq = max(self.seq, seq)
         if self._lost is not None:
             raise Disconnected(self._lost.reason, self._lost.code)
@@ -260,6 +271,13 @@ class SessionState(Generic[S]):
         # :meth:`send` inlined: this is the one command sent in loops of thousands.
         self._out.append(orjson.dumps(header) + body)
         return seq or 0
+
+    def _reused(self, seq: int) -> None:
+        """A hand-set ``seq`` the broker would drop as a duplicate (:attr:`reused_seq`)."""
+        if self.reused_seq == "refuse":
+            raise ReusedSequence(seq, self.seq)
+        if self.reused_seq == "warn":
+            warnings.warn(reused_text(seq, self.seq), ReusedSequenceWarning, stacklevel=4)
 
     def publish_many(self, topic: str, bodies: list[bytes], *, persisted: bool = False) -> int:
         """Queue a publish per body, numbered from the next sequence, encoded in one pass;
@@ -298,6 +316,8 @@ class SessionState(Generic[S]):
             self.seq += 1
             seq = self.seq
         else:
+            if seq <= self.seq:
+                self._reused(seq)
             self.seq = max(self.seq, seq)
         header: dict[str, Any] = {"c": "delta_publish" if delta else "publish", "t": topic,
                                   "s": seq}  # fmt: skip

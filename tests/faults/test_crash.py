@@ -62,7 +62,7 @@ def test_sigkill_loses_no_acked_message_and_stores_each_once(
         while acked < TOTAL:
             with lock:
                 url = proc.ws_url
-            client = Client(url, "crash-publisher")
+            client = Client(url, "crash-publisher", reused_seq="allow")  # resends
             try:
                 info = await client.connect(timeout=5)
                 assert info.last_seq >= acked  # nothing acked was lost

@@ -12,7 +12,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from server.client import Client, Disconnected
+from server.client import Client, Disconnected, ReusedSequenceWarning
 from server.protocol import errors
 from tests.support.server import SpoolProcess, config_xml
 
@@ -232,7 +232,8 @@ def test_duplicate_publish_is_not_stored_or_delivered(server: SpoolProcess) -> N
             sub = await s.subscribe("orders", sub_id="d")
             p.publish("orders", {"n": 1}, seq=1, persisted=True)
             p.publish("orders", {"n": 2}, seq=2, persisted=True)
-            p.publish("orders", {"n": 2}, seq=2, persisted=True)  # duplicate
+            with pytest.warns(ReusedSequenceWarning, match="sequence 2 is not above 2"):
+                p.publish("orders", {"n": 2}, seq=2, persisted=True)  # duplicate
             p.publish("orders", {"n": 3}, seq=3, persisted=True)
             await p.wait_persisted(3)
             with pytest.raises(errors.Duplicate):

@@ -197,7 +197,9 @@ class Publisher:
                 self.reconnects += 1
                 await asyncio.sleep(_BACKOFF)
             first = False
-            client = Client(self.target.url, self.name, heartbeat=self.heartbeat)
+            client = Client(
+                self.target.url, self.name, heartbeat=self.heartbeat, reused_seq="allow"
+            )  # resends what is not acked
             try:
                 info = await client.connect(timeout=self.silence)
                 if info.last_seq < self.acked:

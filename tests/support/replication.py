@@ -542,7 +542,7 @@ async def publish_resending(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name}: acked up to {acked} of {seqs.stop - 1}")
         url = urls[attempt % len(urls)]
-        client = Client(url, name, user_id=user_id, password=password)
+        client = Client(url, name, user_id=user_id, password=password, reused_seq="allow")
         try:
             await client.connect(timeout=5)
             nxt = acked + 1

@@ -356,7 +356,7 @@ class HAClient:
                     uri, self.name, user_id=creds.user_id, password=creds.password,
                     heartbeat=self._liveness.interval if self._liveness else None,
                     queue_size=self.queue_size, connector=self._connector, ssl=self._ssl,
-                    logon_options=LOGON_OPTIONS,
+                    logon_options=LOGON_OPTIONS, reused_seq="allow",  # resends on purpose
                 )  # fmt: skip
                 client.event_hook = self._event
                 # 3. connect, 4. logon

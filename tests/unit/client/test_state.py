@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.client.errors import Disconnected
+from server.client.errors import Disconnected, ReusedSequence, ReusedSequenceWarning
 from server.client.events import (
     HEARTBEAT,
     Completed,
@@ -109,7 +109,8 @@ def test_sequence_numbers_count_up_and_an_explicit_one_moves_the_counter() -> No
     state: SessionState[str] = SessionState("pub")
     assert state.publish("t", b"") == 1
     assert state.publish("t", b"", seq=10) == 10
-    assert state.publish("t", b"", seq=4) == 4  # a re-send of an old number
+    with pytest.warns(ReusedSequenceWarning, match="the broker acks it as a duplicate"):
+        assert state.publish("t", b"", seq=4) == 4  # a re-send of an old number
     assert state.publish("t", b"") == 11
     assert state.publish("t", b"", auto_seq=False) == 0
     headers = [h for h, _ in sent(state)]
@@ -636,3 +637,19 @@ def test_frames_out_stay_under_the_limit_unless_one_message_is_larger(sizes: lis
     for f in frames:
         if len(f) > MAX_FRAME_BYTES:
             assert len(parse_frame(f).messages) == 1  # only a message too large alone
+
+
+def test_a_reused_sequence_is_refused_or_allowed_as_configured() -> None:
+    state: SessionState[str] = SessionState("pub")
+    state.publish("t", b"", seq=5)
+    state.reused_seq = "refuse"
+    with pytest.raises(ReusedSequence) as err:
+        state.publish("t", b"", seq=5)
+    assert (err.value.seq, err.value.highest) == (5, 5)
+    with pytest.raises(ReusedSequence):
+        state.publish_keyed("t", b"", sow_key="k", seq=3)
+    assert [h.get("s") for h, _ in sent(state)] == [5]  # nothing of the refused ones sent
+    state.publish("t", b"", seq=6)  # above: fine
+    state.reused_seq = "allow"
+    state.publish("t", b"", seq=2)  # a deliberate resend: no word
+    assert [h.get("s") for h, _ in sent(state)] == [6, 2]
