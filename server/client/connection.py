@@ -89,7 +89,11 @@ class Transport(Protocol):
 
     @property
     def last_received(self) -> float:
-        """Event-loop time of the last received frame (of the connect, before any)."""
+        """Event-loop time of the last received frame (of the connect, before any). While
+        the application holds the reader up (a frame's handler waits for room in a full
+        subscription buffer) it is *now*, and the time the handler returned after that: a
+        connection is not silent while nobody reads it (a liveness check must not take a
+        busy consumer for a dead broker)."""
         ...
 
     def flush_soon(self) -> None:
@@ -156,13 +160,27 @@ class _FrameTransport(ABC):
         self._handlers = handlers
         self._wake = asyncio.Event()
         self._last_received = loop.time()
+        #: a received frame's handler is running (it may wait for the application)
+        self._handling = False
         self._heartbeat: asyncio.Task[None] | None = None
         self._reader = loop.create_task(self._read())
         self._writer = loop.create_task(self._write())
 
     @property
     def last_received(self) -> float:
+        if self._handling:
+            return asyncio.get_running_loop().time()
         return self._last_received
+
+    async def _handle(self, frame: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        """Hand one frame to the handler (see :attr:`last_received`)."""
+        self._last_received = loop.time()
+        self._handling = True
+        try:
+            await self._handlers.frame_received(frame)
+        finally:
+            self._handling = False
+            self._last_received = loop.time()
 
     @abstractmethod
     async def _send_frame(self, frame: bytes) -> None:
@@ -274,12 +292,10 @@ class WebSocketTransport(_FrameTransport):
 
     async def _read(self) -> None:
         ws = self._ws
-        received = self._handlers.frame_received
         loop = asyncio.get_running_loop()
         try:
             async for frame in ws:
-                self._last_received = loop.time()
-                await received(frame if isinstance(frame, bytes) else frame.encode())
+                await self._handle(frame if isinstance(frame, bytes) else frame.encode(), loop)
         except ConnectionClosed:
             pass
         finally:
@@ -519,15 +535,13 @@ class StreamTransport(_FrameTransport):
     async def _read(self) -> None:
         stream = self._stream
         messages = stream.messages
-        received = self._handlers.frame_received
         loop = asyncio.get_running_loop()
         try:
             while True:
                 while messages:
                     frame = messages.popleft()
                     stream.taken(len(frame))
-                    self._last_received = loop.time()
-                    await received(frame)
+                    await self._handle(frame, loop)
                 if stream.ended.is_set() and not messages:
                     break
                 stream.wake.clear()

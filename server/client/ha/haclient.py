@@ -446,13 +446,21 @@ class HAClient:
 
         async def monitor() -> None:
             loop = asyncio.get_running_loop()
+            due = loop.time()
             while not client.closed.is_set():
                 last = client.last_received
                 now = loop.time()
-                if last is not None and liveness.dead(now, last):
+                # woken late: this process was busy (the application held the event loop),
+                # so the reader has not taken what arrived meanwhile: judge next time
+                stalled = now - due > liveness.check_every
+                if last is not None and liveness.dead(now, last) and not stalled:
                     client.abandon("heartbeat")  # the watcher starts the reconnect
                     return
-                await asyncio.sleep(liveness.next_check(now, last or now) or liveness.check_every)
+                wait = liveness.next_check(now, last or now) or liveness.check_every
+                if stalled:
+                    wait = liveness.check_every
+                due = now + wait
+                await asyncio.sleep(wait)
 
         self._monitor = asyncio.get_running_loop().create_task(monitor())
 
