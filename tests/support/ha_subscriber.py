@@ -1,36 +1,42 @@
-"""A bookmark subscriber process for the HA client's crash test (run with ``-m``).
+"""A bookmark subscriber process for the HA client's crash tests (run with ``-m``).
 
-``python -m tests.support.ha_subscriber URL STORE OUTPUT COUNT`` subscribes to ``orders``
-from EPOCH with a :class:`FileBookmarkStore`, writes one line ``N BOOKMARK`` per message it
-processes to OUTPUT, discards the message, and exits 0 after COUNT messages.
+``python -m tests.support.ha_subscriber URL STORE OUTPUT LAST [DELAY]`` subscribes to
+``orders`` from EPOCH with a :class:`FileBookmarkStore` (its default: each discard in the
+file as it happens), processes each message by appending one line ``N BOOKMARK`` to OUTPUT
+(flushed to the OS), then discards it, and exits 0 once it processed message ``N == LAST``.
+``DELAY`` (seconds, default 0) is how long processing one message takes, as CPU work
+would (it holds the event loop: the subscription yields to it only every few hundred
+messages): a subscriber slower than its publisher.
 
-The application's effect (the line) and the discard are two writes: a SIGKILL between them
-leaves a processed message undiscarded, and the store redelivers it after the restart (it
-cannot know the line was written). The subscriber reconciles as an idempotent consumer
-does: it reads the bookmarks of its output at start and discards a redelivered one
-without processing it again. What the store must guarantee -- nothing discarded comes
-back, nothing is skipped, across its own restarts and the broker's -- is what the test
-checks. Redeliveries are counted on stderr.
+It does not reconcile its output with the store: a message whose line was written and
+whose discard was not (a SIGKILL between the two) is processed again after a restart, and
+the test counts those. A line torn by a kill (no newline) was not processed: it is cut off
+at start. Subscription states (catching up after a failover) go to stderr.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import time
 from pathlib import Path
 
 from server.client import DefaultServerChooser, FileBookmarkStore, FixedDelayStrategy, HAClient
 
 
-async def main(url: str, store: Path, output: Path, count: int) -> int:
-    done: set[str] = set()
-    n = 0
-    if output.exists():
-        for line in output.read_text().splitlines():
-            parts = line.split()
-            if len(parts) == 2:  # a torn last line is not a processed message
-                done.add(parts[1])
-                n += 1
+def _cut_torn_line(output: Path) -> None:
+    if not output.exists():
+        return
+    data = output.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end < len(data):
+        with output.open("r+b") as f:
+            f.truncate(end)
+
+
+async def main(url: str, store: Path, output: Path, last: int, delay: float) -> int:
+    _cut_torn_line(output)
     client = HAClient(
         "ha-subscriber",
         bookmark_store=FileBookmarkStore(store, fsync=False),
@@ -38,29 +44,26 @@ async def main(url: str, store: Path, output: Path, count: int) -> int:
         delay=FixedDelayStrategy(0.05),
         connect_timeout=5,
     )
+    client.add_connection_state_listener(lambda e: print(e.state.value, e.detail, file=sys.stderr))
     await client.connect_and_logon()
     sub = await client.subscribe("orders", bookmark="0", sub_id="orders-reader")
-    redelivered = 0
-    with output.open("a") as out:
+    fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
         async for msg in sub:
-            bm = msg.bookmark
-            assert bm is not None
-            if bm in done:
-                redelivered += 1
-                done.discard(bm)
-                msg.discard()
-                continue
-            out.write(f"{msg.json()['n']} {bm}\n")
-            out.flush()
+            n = msg.json()["n"]
+            if delay:
+                time.sleep(delay)  # the work itself
+            os.write(fd, f"{n} {msg.bookmark}\n".encode())  # the effect, in the OS at once
             msg.discard()
-            n += 1
-            if n >= count:
+            if n >= last:
                 break
+    finally:
+        os.close(fd)
     await client.close()
-    print(f"redelivered {redelivered}", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    url, store, output, count = sys.argv[1:5]
-    sys.exit(asyncio.run(main(url, Path(store), Path(output), int(count))))
+    url, store, output, last = sys.argv[1:5]
+    delay = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
+    sys.exit(asyncio.run(main(url, Path(store), Path(output), int(last), delay)))
