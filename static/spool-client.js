@@ -697,6 +697,22 @@ export class WebSocketTransport {
 // Session
 // ---------------------------------------------------------------------------------------
 
+/** A comma list of names as an array. */
+function splitNames(value) {
+  return typeof value === "string" && value !== "" ? value.split(",").filter((x) => x !== "") : [];
+}
+
+/** Failing over from the broker, as its logon ack or a notice says (docs/protocol.md). */
+function safetyOf(header, detail) {
+  return Object.freeze({
+    failover: header.failover ?? "unsafe",
+    safe: header.failover === "safe",
+    asyncLinks: splitNames(header.async_links),
+    downLinks: splitNames(header.down_links),
+    detail,
+  });
+}
+
 /** Largest frame the client builds when it batches messages (the server accepts 16 MB). */
 const MAX_BATCH_BYTES = 1024 * 1024;
 /** Above this many bytes waiting in the socket, publish() waits before queueing more. */
@@ -736,6 +752,13 @@ export class SpoolClient {
    *   is dead (default: two intervals)
    * @param {number} [opts.timeoutMs] connect + logon timeout (default 10 s)
    * @param {function(string): object} [opts.transportFactory] builds the transport
+   * @param {string} [opts.logonOptions] the logon's `o`: "failover" (the broker's failover
+   *   notices: the "failover" event, `safety`), "replicated" (its replicated acks: the
+   *   "replicated" event, `lastReplicatedSeq`); docs/protocol.md "Logon options"
+   * @param {string} [opts.reusedSeq] a publish given a `seq` at or below the highest this
+   *   client name used (or the broker persisted) is dropped by the broker as a duplicate:
+   *   "warn" (console.warn, the default), "refuse" (SpoolError "reused sequence", nothing
+   *   sent) or "allow" (a deliberate resend)
    */
   constructor(url, opts = {}) {
     this.url = url;
@@ -744,6 +767,11 @@ export class SpoolClient {
     this.password = opts.password;
     this.heartbeat = opts.heartbeat || 0;
     this.timeoutMs = opts.timeoutMs ?? 10000;
+    this.logonOptions = opts.logonOptions ?? "";
+    if (!["warn", "refuse", "allow"].includes(opts.reusedSeq ?? "warn")) {
+      throw new TypeError(`reusedSeq must be "warn", "refuse" or "allow", not ${JSON.stringify(opts.reusedSeq)}`);
+    }
+    this.reusedSeq = opts.reusedSeq ?? "warn";
     this._transportFactory = opts.transportFactory ?? ((u) => new WebSocketTransport(u));
     this._transport = null;
     this._listeners = new Map();
@@ -772,6 +800,13 @@ export class SpoolClient {
     this.lastSeq = 0;
     /** Highest sequence number the broker reported persisted for this client name. */
     this.lastPersistedSeq = 0;
+    /** Highest sequence number the broker reported replicated (logon option "replicated"). */
+    this.lastReplicatedSeq = 0;
+    /** The logon options the broker took (an empty list from one that predates them). */
+    this.grantedOptions = [];
+    /** Failing over from the broker: {failover, asyncLinks, downLinks, detail}, from the
+     * logon ack then its notices; null when it does not replicate. */
+    this.safety = null;
     /** Logon ack fields: version, negotiated heartbeat, last bookmark. */
     this.serverVersion = null;
     this.lastBookmark = null;
@@ -783,7 +818,9 @@ export class SpoolClient {
   /**
    * Listen to an event: "disconnect" ({code, reason, error}), "error" (SpoolError that no
    * caller awaits, e.g. a failed fire-and-forget publish), "persisted" (every persisted ack
-   * header), "message" (delivered messages that match no local subscription).
+   * header), "replicated" (every replicated ack header), "failover" (the broker's safety
+   * object, at each notice), "message" (delivered messages that match no local
+   * subscription).
    * Returns a function that removes the listener.
    */
   on(event, callback) {
@@ -846,6 +883,7 @@ export class SpoolClient {
       pw: this.password,
       version: CLIENT_VERSION,
       hb: this.heartbeat || undefined,
+      o: this.logonOptions || undefined,
     };
     let ack;
     try {
@@ -860,6 +898,9 @@ export class SpoolClient {
     this.lastSeq = Math.max(this.lastSeq, this.lastPersistedSeq);
     this.serverVersion = ack.version ?? null;
     this.lastBookmark = ack.bm ?? null;
+    this.lastReplicatedSeq = 0;
+    this.grantedOptions = splitNames(ack.o);
+    this.safety = ack.failover === undefined ? null : safetyOf(ack, "logon");
     this._learnPubHash(this.lastBookmark);
     this._startHeartbeat(typeof ack.hb === "number" ? ack.hb : this.heartbeat);
     return ack;
@@ -1065,6 +1106,12 @@ export class SpoolClient {
     this._requireOpen();
     if (this._transport.bufferedAmount > HIGH_WATER_BYTES) await this._drain();
     this._requireOpen();
+    if (opts.seq !== undefined && opts.seq <= this.lastSeq && this.reusedSeq !== "allow") {
+      const text = `publish sequence ${opts.seq} is not above ${this.lastSeq}, the highest this client ` +
+        "name used or the broker persisted: the broker acks it as a duplicate and drops it";
+      if (this.reusedSeq === "refuse") throw new SpoolError("reused sequence", text);
+      console.warn(`SpoolClient: ${text}`);
+    }
     const seq = opts.seq ?? this.lastSeq + 1;
     if (seq > this.lastSeq) this.lastSeq = seq;
     const acks = [];
@@ -1586,6 +1633,18 @@ export class SpoolClient {
     const failed = header.status === "failure";
     if (kind === "persisted" && header.cid === undefined) {
       this._onPersisted(header, failed);
+      return;
+    }
+    if (kind === "replicated" && header.cid === undefined) {
+      if (typeof header.s === "number" && header.s > this.lastReplicatedSeq) {
+        this.lastReplicatedSeq = header.s;
+        this._emit("replicated", header);
+      }
+      return;
+    }
+    if (kind === "failover" && header.cid === undefined) {
+      this.safety = safetyOf(header, header.detail ?? "");
+      this._emit("failover", this.safety);
       return;
     }
     const cid = header.cid === undefined ? undefined : String(header.cid);
