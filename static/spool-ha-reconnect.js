@@ -56,6 +56,9 @@ function refuseUnknown(what, opts, known) {
  *   recovery steps after logon).
  * - `reportSuccess(uri)`: logged on to `uri`.
  * - `getError()`: text explaining why the chooser has no URI (or the last failures).
+ * - `reportSafety(uri, safe)` (optional): what `uri` said of failing over from it (true
+ *   safe, false unsafe, null it does not replicate); the default chooser tries the servers
+ *   last known safe first after a failure (docs/js-client.md "Failover safety").
  */
 export class DefaultServerChooser {
   /**
@@ -72,6 +75,10 @@ export class DefaultServerChooser {
     this._index = 0;
     /** uri -> the message of its last failure */
     this._failures = new Map();
+    /** uri -> what it last said of failing over from it: true safe, false unsafe, null none */
+    this._safety = new Map();
+    /** indexes of the URIs that failed in the current rotation */
+    this._tried = new Set();
     for (const uri of uris) this.add(uri);
     for (const [uri, auth] of Object.entries(opts.authenticators ?? {})) this.setAuthenticator(uri, auth);
   }
@@ -108,15 +115,44 @@ export class DefaultServerChooser {
     return { userId: auth.userId, password: auth.password };
   }
 
-  /** Rotate to the next URI. */
+  /**
+   * Move on after a failure: to the URI not yet tried in this rotation that last said the
+   * best of failing over from it (safe, then unknown, then unsafe; list order among
+   * equals); a new rotation once every URI was tried. Without safety reports this is the
+   * plain rotation in list order.
+   */
   reportFailure(error, uri = this.getCurrentURI()) {
     if (uri !== null) this._failures.set(uri, error?.message ?? String(error));
-    if (this._uris.length > 0) this._index = (this._index + 1) % this._uris.length;
+    const n = this._uris.length;
+    if (n === 0) return;
+    this._tried.add(this._index % n);
+    if (this._tried.size >= n) this._tried.clear();
+    const rank = (i) => {
+      const safe = this._safety.get(this._uris[i]);
+      return safe === true ? 0 : safe === false ? 2 : 1;
+    };
+    const order = [...Array(n).keys()].filter((i) => !this._tried.has(i))
+      .sort((a, b) => rank(a) - rank(b) || a - b);
+    this._index = order[0];
   }
 
   /** Stay on this URI; its failure record is cleared. */
   reportSuccess(uri = this.getCurrentURI()) {
     this._failures.delete(uri);
+    this._tried.clear();
+    const i = this._uris.indexOf(uri);
+    if (i >= 0) this._index = i;
+  }
+
+  /** What `uri` said of failing over from it (the HA client reports each logon and
+   * notice): true safe, false unsafe, null it does not replicate. */
+  reportSafety(uri, safe) {
+    this._safety.set(uri, safe);
+  }
+
+  /** What `uri` last said of failing over from it (undefined: nothing yet). */
+  safety(uri) {
+    return this._safety.get(uri);
   }
 
   getError() {

@@ -1,8 +1,10 @@
 // Spool browser HA client, part 2 of 3: publish stores and bookmark stores.
 //
-// A publish store keeps every message the HA client published until the broker reports it
-// persisted (a conflated persisted ack, or the logon ack's `s`), so that a reconnect can
-// publish the rest again in order. A bookmark store keeps, per subscription, which
+// A publish store keeps every message the HA client published until the broker confirms it
+// (a conflated persisted ack, or the logon ack's `s`; while failing over from the broker is
+// unsafe, a replicated ack), so that a reconnect can publish the rest again in order. It
+// holds at most `capacity` messages (default DEFAULT_CAPACITY, null: no bound): the HA
+// client's publish() waits for room (docs/js-client.md "Sizing the publish store"). A bookmark store keeps, per subscription, which
 // messages were received and which the application discarded (finished with), so that a
 // resubscription starts right after the last message of the discarded prefix and the
 // messages discarded after that point are dropped when they come again.
@@ -33,6 +35,16 @@ export const EPOCH = "0";
 export const NOW = "0|1|";
 /** Bookmark: resume from the bookmark store's resume point (EPOCH when it has none). */
 export const MOST_RECENT = "recent";
+
+/** Messages a publish store holds at most unless told otherwise. */
+export const DEFAULT_CAPACITY = 1_000_000;
+
+function checkCapacity(what, capacity) {
+  if (capacity !== null && !(Number.isInteger(capacity) && capacity >= 1)) {
+    throw new TypeError(`${what}: capacity must be a whole number >= 1 or null, not ${capacity}`);
+  }
+  return capacity;
+}
 
 /** `PUBHASH|PUBSEQ|` -> {pub, seq}, or null for anything else (EPOCH, a moment, ...). */
 export function parseBookmark(bookmark) {
@@ -86,7 +98,23 @@ export class PublishLedger {
 
   /** Entries with a sequence above `seq`, in order. */
   entriesAfter(seq) {
-    return this._entries.filter((e) => e.seq > seq);
+    return this._entries.slice(this._firstAbove(seq));
+  }
+
+  /** How many entries have a sequence above `seq`. */
+  countAfter(seq) {
+    return this._entries.length - this._firstAbove(seq);
+  }
+
+  _firstAbove(seq) {
+    let lo = 0;
+    let hi = this._entries.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this._entries[mid].seq <= seq) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
   }
 
   get count() {
@@ -96,8 +124,16 @@ export class PublishLedger {
 
 /** A publish store in memory: survives reconnects, not a page reload. */
 export class MemoryPublishStore {
-  constructor() {
+  /**
+   * @param {object} [opts]
+   * @param {number|null} [opts.capacity] the most messages it holds (null: no bound)
+   */
+  constructor(opts = {}) {
+    for (const key of Object.keys(opts)) {
+      if (key !== "capacity") throw new TypeError(`MemoryPublishStore: unknown option '${key}'`);
+    }
     this._ledger = new PublishLedger();
+    this.capacity = checkCapacity("MemoryPublishStore", opts.capacity === undefined ? DEFAULT_CAPACITY : opts.capacity);
   }
 
   async open() {}
@@ -132,6 +168,10 @@ export class MemoryPublishStore {
     return this._ledger.count;
   }
 
+  countAfter(seq) {
+    return this._ledger.countAfter(seq);
+  }
+
   async close() {}
 }
 
@@ -145,13 +185,14 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
    * @param {string} name the store's name (one per publishing client name, usually that name)
    * @param {object} [opts]
    * @param {function(Error)} [opts.onError] an IndexedDB write failed (default: console.error)
+   * @param {number|null} [opts.capacity] the most messages it holds (null: no bound)
    */
   constructor(name, opts = {}) {
-    super();
     if (typeof name !== "string" || name === "") throw new TypeError("IndexedDBPublishStore needs a name");
     for (const key of Object.keys(opts)) {
-      if (key !== "onError") throw new TypeError(`IndexedDBPublishStore: unknown option '${key}'`);
+      if (key !== "onError" && key !== "capacity") throw new TypeError(`IndexedDBPublishStore: unknown option '${key}'`);
     }
+    super({ capacity: opts.capacity });
     this.name = name;
     this.onError = opts.onError ?? ((exc) => console.error("IndexedDBPublishStore:", exc));
     this._db = null;

@@ -7,15 +7,22 @@
 // reconnect runs these steps in order:
 //
 //   chooser (which URI) -> delay (how long to wait) -> connect -> logon -> report success
-//   -> trim the publish store with the logon ack's `s` (what the broker already persisted)
-//   -> publish the rest again, in order -> resubscribe (a bookmark subscription from the
-//   bookmark store's resume point, under the SAME sub_id; others as they were).
+//   -> trim the publish store with the logon ack's `s` (what the broker already persisted;
+//   not from a broker that confirms replication) -> publish the rest again, in order ->
+//   resubscribe (a bookmark subscription from the bookmark store's resume point, under the
+//   SAME sub_id; others as they were).
+//
+// Failover safety: every logon asks for the broker's failover notices and replicated acks
+// (`o=failover,replicated`). While failing over from the broker is unsafe (an async or
+// downgraded link) only replicated acks empty the publish store, so a message stays until
+// it has reached every destination. A resumed bookmark subscription whose server lacks its
+// resume point waits for it (catching up) instead of starting at NOW.
 //
 // See docs/js-client.md, "High availability".
 
 import { SpoolClient, SpoolError, toBytes } from "./spool-client.js";
 import { ExponentialDelayStrategy } from "./spool-ha-reconnect.js";
-import { EPOCH, MOST_RECENT } from "./spool-ha-stores.js";
+import { EPOCH, MOST_RECENT, NOW } from "./spool-ha-stores.js";
 
 export * from "./spool-ha-reconnect.js";
 export * from "./spool-ha-stores.js";
@@ -38,6 +45,10 @@ export const ConnectionState = Object.freeze({
   FAILED_OVER: "failed_over",
   /** reconnection gave up ({error}) */
   GAVE_UP: "gave_up",
+  /** a resumed bookmark subscription's server lacks its resume point ({subId}) */
+  CATCHING_UP: "catching_up",
+  /** it has it now, or the catch-up policy resumed it elsewhere ({subId}) */
+  CAUGHT_UP: "caught_up",
   /** close() was called */
   CLOSED: "closed",
 });
@@ -78,6 +89,32 @@ export class PublishFailedError extends SpoolError {
     this.topic = topic;
   }
 }
+
+/**
+ * A resumed bookmark subscription's server lacked its resume point for longer than
+ * `catchUpTimeoutMs` (a failover over an unsafe link); `policy` says what was done
+ * ("epoch": resumed from the start of that server's log, dropping what was processed;
+ * "now": resumed at NOW, an accepted gap; "fail": the subscription ended).
+ */
+export class CatchUpTimeoutError extends SpoolError {
+  constructor(subId, uri, bookmark, waitedMs, policy) {
+    super("catch up timeout",
+      `subscription ${subId}: ${uri} still lacks the resume point ${bookmark} after ${waitedMs} ms; ` +
+        { fail: "the subscription ends",
+          epoch: "it resumes from the start of that server's log, dropping what it already processed",
+          now: "it resumes at NOW: what lies between is skipped" }[policy]);
+    this.name = "CatchUpTimeoutError";
+    this.subId = subId;
+    this.bookmark = bookmark;
+    this.policy = policy;
+  }
+}
+
+/** What a resumed bookmark subscription does once its server lacked its resume point for
+ * `catchUpTimeoutMs`. */
+const CATCH_UP_POLICIES = ["epoch", "now", "fail"];
+/** Acked queue bookmarks a queue subscription remembers unless told otherwise. */
+const ACKED_MEMORY = 100_000;
 
 /** Client-side reasons of a publish that did not complete on this connection: the
  * message stays in the store and goes again after the reconnect. */
@@ -163,11 +200,22 @@ export class HAClient {
    * @param {function(string): object} [opts.transportFactory] as SpoolClient's
    * @param {{setTimeout: Function, clearTimeout: Function}} [opts.timers] for the waits
    *   between attempts (tests inject a virtual clock)
+   * @param {number} [opts.catchUpTimeoutMs] how long a resumed bookmark subscription waits
+   *   for a server that lacks its resume point (default 60000)
+   * @param {string} [opts.catchUpPolicy] then: "epoch" (default), "now" or "fail"
+   * @param {number} [opts.catchUpRetryMs] between two attempts meanwhile (default 500)
    */
   constructor(name, opts = {}) {
     if (typeof name !== "string" || name === "") throw new TypeError("HAClient needs a client name");
     refuseUnknown("HAClient", opts, ["chooser", "delay", "publishStore", "bookmarkStore", "errorOnPublishGap",
-      "heartbeat", "heartbeatIdle", "timeoutMs", "transportFactory", "timers"]);
+      "heartbeat", "heartbeatIdle", "timeoutMs", "transportFactory", "timers", "catchUpTimeoutMs",
+      "catchUpPolicy", "catchUpRetryMs"]);
+    if (!CATCH_UP_POLICIES.includes(opts.catchUpPolicy ?? "epoch")) {
+      throw new TypeError(`catchUpPolicy must be one of ${CATCH_UP_POLICIES.join(", ")}, not ${JSON.stringify(opts.catchUpPolicy)}`);
+    }
+    this.catchUpTimeoutMs = opts.catchUpTimeoutMs ?? 60000;
+    this.catchUpPolicy = opts.catchUpPolicy ?? "epoch";
+    this.catchUpRetryMs = opts.catchUpRetryMs ?? 500;
     if (!opts.chooser || typeof opts.chooser.getCurrentURI !== "function") {
       throw new TypeError("HAClient needs a chooser (e.g. new DefaultServerChooser([uri, ...]))");
     }
@@ -184,10 +232,19 @@ export class HAClient {
       heartbeatIdle: opts.heartbeatIdle,
       timeoutMs: opts.timeoutMs,
       transportFactory: opts.transportFactory,
+      logonOptions: "failover,replicated",
+      reusedSeq: "allow", // resends on purpose
     });
     this._client.on("disconnect", (info) => this._onDisconnect(info));
-    this._client.on("error", (err) => this._exception(err));
+    this._client.on("error", (err) => {
+      // a command in flight when the connection ended (a queue ack): the reconnect handles it
+      if (!(err instanceof SpoolError && (err.reason === "disconnected" || err.reason === "closed"))) {
+        this._exception(err);
+      }
+    });
     this._client.on("persisted", (header) => this._onPersisted(header));
+    this._client.on("replicated", (header) => this._onReplicated(header));
+    this._client.on("failover", (safety) => this._safetyKnown(safety));
     this._manager = new DefaultSubscriptionManager();
     this._exceptionListener = (err) => console.error("HAClient:", err);
     this._stateListeners = new Set();
@@ -203,6 +260,15 @@ export class HAClient {
     this._flushWaiters = [];
     this._sleeping = null;
     this._opening = null;
+    this._failoverListeners = new Set();
+    /** the current broker's failover safety (null: it does not replicate) */
+    this._safety = null;
+    /** the current broker gives replicated acks */
+    this._replicatedAcks = false;
+    /** the highest sequence the current broker persisted for this client name */
+    this._persistedSeq = 0;
+    /** publishes waiting for room in the publish store */
+    this._roomWaiters = [];
   }
 
   // -- listeners -------------------------------------------------------------------------
@@ -216,6 +282,43 @@ export class HAClient {
   addConnectionStateListener(fn) {
     this._stateListeners.add(fn);
     return () => this._stateListeners.delete(fn);
+  }
+
+  /**
+   * `fn(uri, safety)` hears what each server says of failing over from it: at every logon
+   * (`safety.detail` "logon") and at every notice on the open connection. `safety` is
+   * `{failover, safe, asyncLinks, downLinks, detail}`. Returns a function that removes it.
+   */
+  addFailoverListener(fn) {
+    this._failoverListeners.add(fn);
+    return () => this._failoverListeners.delete(fn);
+  }
+
+  /** How safe failing over from the current (or last) server is; null when it does not
+   * replicate. */
+  get safety() {
+    return this._safety;
+  }
+
+  /** A persisted ack may empty the store: failover from the broker is safe, or it cannot
+   * say more (it does not replicate, or gives no replicated acks). */
+  _trustPersisted() {
+    return this._safety === null || this._safety.safe || !this._replicatedAcks;
+  }
+
+  _safetyKnown(safety) {
+    this._safety = safety;
+    const uri = this._lastUri;
+    if (uri === null) return;
+    this.chooser.reportSafety?.(uri, safety === null ? null : safety.safe);
+    if (safety === null) return;
+    for (const fn of [...this._failoverListeners]) {
+      try {
+        fn(uri, safety);
+      } catch (exc) {
+        this._exception(exc);
+      }
+    }
   }
 
   /** Replace the subscription manager (before subscribing). */
@@ -386,7 +489,7 @@ export class HAClient {
     await this._recover(ack);
     // subscriptions made while the others were being placed again
     for (;;) {
-      const pending = this._manager.records().filter((r) => !r.placed);
+      const pending = this._manager.records().filter((r) => !r.placed && !r.catchingUp);
       if (pending.length === 0) break;
       for (const record of pending) await this._place(record);
     }
@@ -402,11 +505,20 @@ export class HAClient {
   /** After logon: trim the publish store, publish the rest again, resubscribe. */
   async _recover(ack) {
     const persisted = typeof ack.s === "number" ? ack.s : 0;
+    this._replicatedAcks = (typeof ack.o === "string" ? ack.o.split(",") : []).includes("replicated");
+    this._persistedSeq = persisted;
+    this._safetyKnown(this._client.safety);
     const store = this.publishStore;
     if (store !== null) {
-      store.discardUpTo(persisted);
-      const entries = store.entriesAfter(persisted);
-      this._sentUpTo = persisted;
+      // a broker that confirms replication is never trusted on its logon's word: what it
+      // has it acks as duplicates (docs/js-client.md "Failover safety")
+      let from = store.lastDiscarded;
+      if (!this._replicatedAcks) {
+        store.discardUpTo(persisted);
+        from = persisted;
+      }
+      const entries = store.entriesAfter(from);
+      this._sentUpTo = from;
       for (const entry of entries) this._send(entry);
       this._checkFlushes();
       this._state(ConnectionState.PUBLISH_REPLAYED, { count: entries.length });
@@ -466,6 +578,11 @@ export class HAClient {
       const method = command === "publish" ? "publish" : "deltaPublish";
       return this._client[method](topic, data, opts);
     }
+    while (store.capacity !== null && store.unpersistedCount() >= store.capacity) {
+      // back-pressure: the broker confirms what the store holds (or the client closes)
+      await new Promise((resolve, reject) => this._roomWaiters.push({ resolve, reject }));
+      if (this._closed) throw new SpoolError("closed", "the HA client was closed");
+    }
     const entry = {
       seq: store.lastSeq + 1,
       command,
@@ -503,31 +620,54 @@ export class HAClient {
   _onPersisted(header) {
     if (header.sub_id !== undefined || header.status === "failure" || typeof header.s !== "number") return;
     if (this.publishStore === null) return;
-    this.publishStore.discardUpTo(header.s);
-    this._checkFlushes();
+    this._persistedSeq = Math.max(this._persistedSeq, header.s);
+    if (this._trustPersisted()) this._discarded(header.s);
+    else this._checkFlushes();
   }
 
-  /** Messages in the publish store not yet reported persisted (0 without a store). */
+  _onReplicated(header) {
+    if (this.publishStore === null || typeof header.s !== "number") return;
+    this._discarded(header.s);
+  }
+
+  _discarded(seq) {
+    this.publishStore.discardUpTo(seq);
+    this._checkFlushes();
+    const waiters = this._roomWaiters;
+    this._roomWaiters = [];
+    for (const w of waiters) w.resolve();
+  }
+
+  /** Messages the current broker has not reported persisted (0 without a store). */
   unpersistedCount() {
+    return this.publishStore?.countAfter(this._persistedSeq) ?? 0;
+  }
+
+  /** Messages the publish store still holds: not persisted yet, or (while failover is
+   * unsafe) persisted but not yet on every replication destination. */
+  unreplicatedCount() {
     return this.publishStore?.unpersistedCount() ?? 0;
   }
 
   /**
-   * Resolves when the publish store is empty (everything published was persisted);
-   * without a store, when the broker processed every earlier command (`flush`). Rejects
-   * with SpoolError("timeout") after `timeoutMs` (0: no limit), or the give-up error.
+   * Resolves when everything published so far is persisted by the broker (with
+   * `{replicated: true}`: when the publish store is empty, i.e. while failover is unsafe,
+   * on every replication destination); without a store, when the broker processed every
+   * earlier command (`flush`). Rejects with SpoolError("timeout") after `timeoutMs` (0: no
+   * limit), or the give-up error.
    */
-  publishFlush(timeoutMs = 0) {
+  publishFlush(timeoutMs = 0, { replicated = false } = {}) {
     if (this.publishStore === null) return this._client.flush(timeoutMs);
-    if (this.publishStore.unpersistedCount() === 0) return Promise.resolve();
+    const count = () => (replicated ? this.unreplicatedCount() : this.unpersistedCount());
+    if (count() === 0) return Promise.resolve();
     if (this._closed) return Promise.reject(new SpoolError("closed", "the HA client was closed"));
     return new Promise((resolve, reject) => {
-      const waiter = { resolve, reject, timer: null };
+      const waiter = { resolve, reject, timer: null, count };
       if (timeoutMs > 0) {
         waiter.timer = this._timers.setTimeout(() => {
           this._flushWaiters = this._flushWaiters.filter((w) => w !== waiter);
           reject(new SpoolError("timeout",
-            `${this.unpersistedCount()} messages not persisted after ${timeoutMs} ms`));
+            `${count()} messages not ${replicated ? "replicated" : "persisted"} after ${timeoutMs} ms`));
         }, timeoutMs);
       }
       this._flushWaiters.push(waiter);
@@ -535,10 +675,11 @@ export class HAClient {
   }
 
   _checkFlushes() {
-    if (this._flushWaiters.length === 0 || this.unpersistedCount() > 0) return;
-    const waiters = this._flushWaiters;
-    this._flushWaiters = [];
-    for (const w of waiters) {
+    if (this._flushWaiters.length === 0) return;
+    const done = this._flushWaiters.filter((w) => w.count() === 0);
+    if (done.length === 0) return;
+    this._flushWaiters = this._flushWaiters.filter((w) => w.count() !== 0);
+    for (const w of done) {
       if (w.timer !== null) this._timers.clearTimeout(w.timer);
       w.resolve();
     }
@@ -551,6 +692,9 @@ export class HAClient {
       if (w.timer !== null) this._timers.clearTimeout(w.timer);
       w.reject(error);
     }
+    const room = this._roomWaiters;
+    this._roomWaiters = [];
+    for (const w of room) w.reject(error);
   }
 
   // -- subscriptions ---------------------------------------------------------------------
@@ -598,26 +742,127 @@ export class HAClient {
       throw new SpoolError("subid in use", `sub_id ${subId} is already in use on this client`);
     }
     const record = { subId, command, topic, opts: { ...opts }, onMessage, placed: false };
+    return this._add(record);
+  }
+
+  async _add(record) {
     this._manager.add(record);
-    if (!this._ready) return subId;
+    if (!this._ready) return record.subId;
     try {
       await this._place(record, { throwRefusal: true });
     } catch (exc) {
-      if (exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason)) return subId; // placed on reconnect
+      if (exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason)) return record.subId; // placed on reconnect
       throw exc;
     }
-    return subId;
+    return record.subId;
   }
 
-  /** Place one subscription on the current connection (see DefaultSubscriptionManager). */
-  async _place(record, { throwRefusal = false } = {}) {
+  // -- queues (docs/js-client.md "Queues") ------------------------------------------------
+
+  /**
+   * Consume a queue across reconnects. `onMessage(m)` gets each leased message with
+   * `m.ack()`, `m.cancel()`, `m.expire()`, `m.deliveryCount`, `m.leasePeriodMs` (as
+   * SpoolClient.queueSubscribe). After a reconnect the subscription is placed again under
+   * the same sub id and the broker delivers again what was leased and not acked (at least
+   * once). A message the application acked is never handed to it again (its last
+   * `ackedMemory` acks are remembered: a redelivery is acked again, unseen), and a
+   * redelivery of a message it still holds is not handed twice.
+   *
+   * @param {string} queue
+   * @param {object} [opts] `filter`, `subId`, `maxBacklog`, `autoAck` (acked once
+   *   onMessage returned or its promise resolved; cancelled if it threw), `ackedMemory`
+   * @returns {Promise<string>} the sub id
+   */
+  queueSubscribe(queue, opts = {}, onMessage = () => {}) {
+    refuseUnknown("HAClient.queueSubscribe", opts, ["filter", "subId", "maxBacklog", "autoAck", "ackedMemory"]);
+    if (this._closed) return Promise.reject(new SpoolError("closed", "the HA client was closed"));
+    if (!this._loggedOnOnce) return Promise.reject(new SpoolError("invalid command", "call connectAndLogon() first"));
+    const subId = opts.subId ?? `ha${++subCounter}-${Date.now().toString(36)}`;
+    if (this._manager.get(subId) !== undefined) {
+      return Promise.reject(new SpoolError("subid in use", `sub_id ${subId} is already in use on this client`));
+    }
+    const memory = opts.ackedMemory ?? ACKED_MEMORY;
+    if (!(Number.isInteger(memory) && memory >= 1)) throw new TypeError("ackedMemory must be a whole number >= 1");
+    const record = { subId, command: "queue", topic: queue, opts: { ...opts }, onMessage, placed: false,
+      acked: new Map(), held: new Set(), reacked: 0, memory };
+    return this._add(record);
+  }
+
+  /** Redeliveries of acked messages a queue subscription acked again without handing them
+   * to the application. */
+  queueReacked(subId) {
+    return this._manager.get(subId)?.reacked ?? 0;
+  }
+
+  async _placeQueue(record, throwRefusal) {
+    const { subId, opts } = record;
+    try {
+      await this._client.queueSubscribe(record.topic, { filter: opts.filter, subId, maxBacklog: opts.maxBacklog },
+        (m) => this._queueDelivered(record, m));
+    } catch (exc) {
+      if (exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason)) throw exc;
+      this._refused(record, exc, throwRefusal);
+      return;
+    }
+    record.placed = true;
+  }
+
+  _queueDelivered(record, m) {
+    const bm = m.bookmark;
+    if (record.acked.has(bm)) {
+      record.reacked++;
+      m.ack(); // on this connection: its lease is ours now
+      return;
+    }
+    if (record.held.has(bm)) return; // the application holds a copy: its ack settles this lease
+    record.held.add(bm);
+    const send = { ack: m.ack, cancel: m.cancel, expire: m.expire };
+    let settled = false;
+    for (const kind of ["ack", "cancel", "expire"]) {
+      m[kind] = () => {
+        if (settled) throw new SpoolError("invalid message", `queue message ${bm} was already settled`);
+        settled = true;
+        record.held.delete(bm);
+        if (kind === "ack") {
+          record.acked.set(bm, true);
+          if (record.acked.size > record.memory) record.acked.delete(record.acked.keys().next().value);
+        }
+        // sent on the current connection; none while disconnected (the lease ended with the
+        // connection: the redelivery is acked, or handed back, when it comes)
+        if (this._ready) send[kind]();
+        else m.settled = true;
+      };
+    }
+    if (!record.opts.autoAck) {
+      record.onMessage(m);
+      return;
+    }
+    Promise.resolve()
+      .then(() => record.onMessage(m))
+      .then(() => { if (!settled) m.ack(); },
+            (err) => { if (!settled) m.cancel(); this._exception(err); });
+  }
+
+  /** Place one subscription on the current connection (see DefaultSubscriptionManager).
+   * `startAt`: a bookmark the catch-up policy chose (EPOCH or NOW) instead of the resume
+   * point. */
+  async _place(record, { throwRefusal = false, startAt = undefined } = {}) {
+    if (record.command === "queue") return this._placeQueue(record, throwRefusal);
     const { subId, opts } = record;
     const store = this.bookmarkStore;
     let bookmark = opts.bookmark;
+    let options = opts.options;
+    let guarded = false;
     if (bookmark !== undefined) {
       const resume = store !== null ? store.resumePoint(subId) : this._client.lastBookmarkOf(subId);
       if (bookmark === MOST_RECENT) bookmark = resume ?? EPOCH;
-      else if (record.placed && resume !== null) bookmark = resume;
+      else if ((record.placed || record.catchingUp) && resume !== null) bookmark = resume;
+      // resuming after what it processed: a server that lacks that point must say so
+      // rather than start at NOW (unless the subscription's options decide themselves)
+      guarded = resume !== null && bookmark === resume && startAt === undefined &&
+        !(options ?? "").includes("bookmark_not_found");
+      if (guarded) options = options ? `${options},bookmark_not_found=fail` : "bookmark_not_found=fail";
+      if (startAt !== undefined) bookmark = startAt;
     }
     const tracked = store !== null && opts.bookmark !== undefined;
     const deliver = (message) => {
@@ -634,6 +879,7 @@ export class HAClient {
       ...opts,
       subId,
       bookmark,
+      options,
       onPosition: (bm) => {
         if (tracked) store.persisted(subId, bm);
         opts.onPosition?.(bm);
@@ -655,14 +901,69 @@ export class HAClient {
       });
     } catch (exc) {
       if (exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason)) throw exc;
+      if (guarded && exc instanceof SpoolError && exc.reason === "bookmark not found") {
+        this._catchUp(record, bookmark);
+        return;
+      }
       // the broker refused it: it is not placed again
-      this._manager.remove(subId);
-      if (throwRefusal) throw exc;
-      if (opts.onError) opts.onError(exc);
-      else this._exception(exc);
+      this._refused(record, exc, throwRefusal);
       return;
     }
     record.placed = true;
+    if (record.catchingUp) {
+      record.catchingUp = false;
+      record.waitedMs = 0;
+      this._state(ConnectionState.CAUGHT_UP, { subId });
+    }
+  }
+
+  _refused(record, exc, throwRefusal) {
+    this._manager.remove(record.subId);
+    if (record.catchUpTimer) this._timers.clearTimeout(record.catchUpTimer);
+    if (throwRefusal) throw exc;
+    if (record.opts.onError) record.opts.onError(exc);
+    else this._exception(exc);
+  }
+
+  // -- catching up after an unsafe failover (docs/js-client.md) -------------------------
+
+  /** The server lacks `record`'s resume point: try again every catchUpRetryMs, until it has
+   * it or catchUpTimeoutMs ran out (then the catch-up policy). */
+  _catchUp(record, bookmark) {
+    record.placed = false;
+    if (!record.catchingUp) {
+      record.catchingUp = true;
+      record.waitedMs = record.waitedMs ?? 0;
+      this._state(ConnectionState.CATCHING_UP, { subId: record.subId });
+    }
+    if (record.catchUpTimer) this._timers.clearTimeout(record.catchUpTimer);
+    record.catchUpTimer = this._timers.setTimeout(() => {
+      record.catchUpTimer = null;
+      this._catchUpAttempt(record, bookmark).catch((exc) => this._exception(exc));
+    }, this.catchUpRetryMs);
+  }
+
+  async _catchUpAttempt(record, bookmark) {
+    if (this._closed || this._manager.get(record.subId) !== record || !record.catchingUp) return;
+    record.waitedMs += this.catchUpRetryMs;
+    if (!this._ready) return; // the next connection places it again (the wait goes on there)
+    let startAt;
+    if (record.waitedMs > this.catchUpTimeoutMs) {
+      const policy = this.catchUpPolicy;
+      const error = new CatchUpTimeoutError(record.subId, this._lastUri, bookmark, record.waitedMs, policy);
+      this._exception(error);
+      if (policy === "fail") {
+        record.catchingUp = false;
+        this._refused(record, error, false);
+        return;
+      }
+      startAt = policy === "epoch" ? EPOCH : NOW;
+    }
+    try {
+      await this._place(record, { startAt });
+    } catch (exc) {
+      if (!(exc instanceof SpoolError && CONNECTION_REASONS.has(exc.reason))) throw exc;
+    }
   }
 
   /** End a subscription (also while disconnected: it is then not placed again). */

@@ -273,7 +273,10 @@ def test_bookmark_store_matches_the_oracle(
 # -- HAClient over a scripted broker on virtual timers ---------------------------------
 
 # Brokers by URI (up or down; each keeps the sequences it persisted for the client name)
-# and a transport that plays them; timers run only when the test advances the clock.
+# and a transport that plays them; timers run only when the test advances the clock. A
+# broker with `failover` says so at logon and takes the logon options it is asked for
+# (its replicated acks and notices are the test's to push); one with `missing` refuses a
+# subscribe whose bookmark is in it under bookmark_not_found=fail.
 SCRIPTED = """
 const { encodeMessage, parseFrame, SpoolError } = window.spool;
 const events = [];
@@ -295,7 +298,7 @@ const advance = async (ms) => {
 };
 const brokers = {};
 const broker = (uri, persisted = 0) => (brokers[uri] = { uri, up: true, persisted, log: [], conn: null,
-  ackPersisted: true, holdSubscribeAcks: false, held: [] });
+  ackPersisted: true, holdSubscribeAcks: false, held: [], failover: undefined, missing: new Set() });
 class Scripted {
   constructor(url) { this.url = url; this.isOpen = false; this.bufferedAmount = 0;
     this.onFrame = () => {}; this.onClose = () => {}; }
@@ -311,8 +314,11 @@ class Scripted {
     for (const { header: h, body } of parseFrame(frame).messages) {
       if (h.c === 'logon') {
         events.push(['logon', this.url]);
-        queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success',
-          client_name: h.client_name, s: b.persisted }));
+        const ack = { c: 'ack', a: 'processed', cid: h.cid, status: 'success',
+          client_name: h.client_name, s: b.persisted };
+        if (b.failover !== undefined) { ack.failover = b.failover; ack.async_links = b.failover === 'safe' ? '' : 'x';
+          if (h.o) ack.o = h.o; }
+        queueMicrotask(() => this.push(ack));
       } else if (h.c === 'publish' && b.refuse?.(h)) {
         events.push(['refused', h.s]);
         queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'failure',
@@ -322,8 +328,12 @@ class Scripted {
         b.log.push([h.s, new TextDecoder().decode(body)]);
         if (b.ackPersisted) { b.persisted = Math.max(b.persisted, h.s);
           queueMicrotask(() => this.push({ c: 'ack', a: 'persisted', status: 'success', s: b.persisted })); }
+      } else if (h.c === 'subscribe' && b.missing.has(h.bm) && (h.o ?? '').includes('bookmark_not_found=fail')) {
+        events.push(['not found', h.sub_id, h.bm]);
+        queueMicrotask(() => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'failure',
+          reason: 'bookmark not found' }));
       } else if (h.c === 'subscribe') {
-        events.push(['subscribe', h.sub_id, h.bm ?? null]);
+        events.push(h.o ? ['subscribe', h.sub_id, h.bm ?? null, h.o] : ['subscribe', h.sub_id, h.bm ?? null]);
         const ack = () => this.push({ c: 'ack', a: 'processed', cid: h.cid, status: 'success' });
         if (b.holdSubscribeAcks) b.held.push(ack); else queueMicrotask(ack);
       } else if (h.c === 'unsubscribe') {
@@ -394,7 +404,7 @@ def test_reconnect_steps_run_in_order_and_keep_the_sub_id(static_origin: Page) -
         ["logon", "ws://b"],
         ["publish", 2],
         ["publish", 3],
-        ["subscribe", "feed", "9|1|"],
+        ["subscribe", "feed", "9|1|", "bookmark_not_found=fail"],
     ]
     assert result["states"] == [
         "disconnected",
@@ -569,7 +579,7 @@ def test_batches_drop_what_was_discarded_or_handed_over(static_origin: Page) -> 
         """,
     )
     assert result["batches"] == [["5|1|", "5|2|", "5|3|"], ["5|4|"]]
-    assert result["resubscribed"] == [["subscribe", "q", "5|1|"]]
+    assert result["resubscribed"] == [["subscribe", "q", "5|1|", "bookmark_not_found=fail"]]
 
 
 def test_what_is_made_during_the_resubscription_goes_out_after_it(static_origin: Page) -> None:
@@ -610,3 +620,163 @@ def test_what_is_made_during_the_resubscription_goes_out_after_it(static_origin:
     assert result["lateId"] == "late"
     assert result["log"] == ["1:before", "2:during"]
     assert result["unpersisted"] == 0
+
+
+# -- failover safety -------------------------------------------------------------------
+
+
+def test_while_failover_is_unsafe_only_replicated_acks_empty_the_store(static_origin: Page) -> None:
+    result = scripted(
+        static_origin,
+        """
+        const b = broker('ws://a');
+        b.failover = 'unsafe';
+        const ha = make('pub', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: new H.MemoryPublishStore() });
+        const told = [];
+        ha.addFailoverListener((uri, s) => told.push([uri, s.failover, s.detail]));
+        const ack = await ha.connectAndLogon();
+        for (let n = 1; n <= 10; n++) await ha.publish('t', `m${n}`);
+        await settle();
+        const afterPersisted = [ha.unpersistedCount(), ha.unreplicatedCount()];
+        b.conn.push({ c: 'ack', a: 'replicated', status: 'success', s: 6 });
+        const afterReplicated = ha.unreplicatedCount();
+        events.length = 0;
+        b.conn.drop();
+        await advance(10);
+        const resent = events.filter((e) => e[0] === 'publish').map((e) => e[1]);
+        b.conn.push({ c: 'ack', a: 'failover', status: 'success', failover: 'safe', async_links: '',
+          detail: 'upgraded' });
+        await ha.publish('t', 'm11');
+        await settle();
+        return { logonO: ack.o, afterPersisted, afterReplicated, resent, told,
+                 left: ha.unreplicatedCount(), safe: ha.safety.safe };
+        """,
+    )
+    assert result["logonO"] == "failover,replicated"
+    assert result["afterPersisted"] == [0, 10]  # persisted by a, kept: not replicated
+    assert result["afterReplicated"] == 4
+    assert result["resent"] == [7, 8, 9, 10]  # everything held, not trimmed by the logon's s
+    assert result["told"] == [["ws://a", "unsafe", "logon"], ["ws://a", "unsafe", "logon"],
+                              ["ws://a", "safe", "upgraded"]]  # fmt: skip
+    assert result["left"] == 0 and result["safe"] is True
+
+
+def test_the_chooser_tries_the_servers_last_known_safe_first(static_origin: Page) -> None:
+    result = run(
+        static_origin,
+        """
+        const c = new H.DefaultServerChooser(['ws://a', 'ws://b', 'ws://c', 'ws://d']);
+        c.reportSafety('ws://b', false); c.reportSafety('ws://c', true); c.reportSafety('ws://a', false);
+        const tried = [];
+        for (let i = 0; i < 8; i++) { const u = c.getCurrentURI(); tried.push(u); c.reportFailure(new Error('down'), u); }
+        c.reportSuccess('ws://b');
+        return { tried, stays: c.getCurrentURI() };
+        """,
+    )
+    assert result["tried"] == ["ws://a", "ws://c", "ws://d", "ws://b",
+                               "ws://c", "ws://d", "ws://a", "ws://b"]  # fmt: skip
+    assert result["stays"] == "ws://b"
+
+
+def test_a_full_store_holds_publishes_back_until_the_broker_confirms(static_origin: Page) -> None:
+    result = scripted(
+        static_origin,
+        """
+        const b = broker('ws://a');
+        b.failover = 'unsafe';
+        const ha = make('pub', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: new H.MemoryPublishStore({ capacity: 3 }) });
+        await ha.connectAndLogon();
+        for (let n = 1; n <= 3; n++) await ha.publish('t', `m${n}`);
+        let fourth = null;
+        const pending = ha.publish('t', 'm4').then((seq) => { fourth = seq; });
+        await settle();
+        const waited = fourth;
+        b.conn.push({ c: 'ack', a: 'replicated', status: 'success', s: 1 });
+        await pending;
+        let bad = null;
+        try { new H.MemoryPublishStore({ capacity: 0 }); } catch (e) { bad = e.message; }
+        return { waited, fourth, bad, defaultCapacity: new H.MemoryPublishStore().capacity };
+        """,
+    )
+    assert result["waited"] is None  # persisted, not replicated: no room
+    assert result["fourth"] == 4
+    assert "capacity must be a whole number >= 1 or null" in result["bad"]
+    assert result["defaultCapacity"] == 1_000_000
+
+
+def test_a_resumed_subscription_catches_up_then_the_policy_applies(static_origin: Page) -> None:
+    result = scripted(
+        static_origin,
+        """
+        const b = broker('ws://a');
+        const make2 = (policy) => make('sub', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), bookmarkStore: new H.MemoryBookmarkStore(),
+          catchUpTimeoutMs: 2000, catchUpRetryMs: 500, catchUpPolicy: policy });
+        const ha = make2('epoch');
+        await ha.connectAndLogon();
+        const got = [];
+        await ha.subscribe('t', { subId: 's', bookmark: '0' }, (m) => { got.push(m.bookmark); m.discard(); });
+        b.conn.push({ c: 'publish', t: 't', sids: 's', bm: '9|1|' }, 'x');
+        b.missing.add('9|1|');                 // the failover lands where 9|1| is not yet
+        events.length = 0; states.length = 0;
+        b.conn.drop();
+        await advance(10);
+        await advance(1000);
+        const waiting = events.filter((e) => e[0] === 'not found').length;
+        b.missing.clear();                     // it arrived (replicated, or republished)
+        await advance(500);
+        const afterCatchUp = states.slice();
+        // again, and this time it never comes: the policy resumes from EPOCH after 2 s
+        b.missing.add('9|1|');
+        events.length = 0; states.length = 0; errors.length = 0;
+        b.conn.drop();
+        await advance(10);
+        await advance(3000);
+        const last = events.filter((e) => e[0] === 'subscribe').pop();
+        return { waiting, afterCatchUp, errors: errors.slice(), last, states: states.slice() };
+        """,
+    )
+    assert result["waiting"] >= 2
+    assert "catching_up" in result["afterCatchUp"] and result["afterCatchUp"][-1] == "caught_up"
+    assert result["last"] == ["subscribe", "s", "0"]  # EPOCH, no bookmark_not_found any more
+    assert len(result["errors"]) == 1 and result["errors"][0].startswith("CatchUpTimeoutError")
+    assert "still lacks the resume point 9|1|" in result["errors"][0]
+    assert result["states"][-1] == "caught_up"
+
+
+def test_a_reused_sequence_warns_or_is_refused(static_origin: Page) -> None:
+    result = static_origin.evaluate(
+        """async () => {
+        const { SpoolClient } = window.spool;
+        const make = (reusedSeq) => {
+          const sent = [];
+          const c = new SpoolClient('ws://x', { name: 'p', reusedSeq,
+            transportFactory: () => ({ isOpen: true, bufferedAmount: 0, open: async () => {},
+              send: (f) => sent.push(f), close: () => {} }) });
+          c._transport = c._transportFactory('ws://x');
+          c.lastSeq = 5;
+          return { c, sent };
+        };
+        const warnings = [];
+        const warn = console.warn;
+        console.warn = (m) => warnings.push(m);
+        try {
+          const w = make('warn');
+          await w.c.publish('t', 'x', { seq: 5 });
+          const r = make('refuse');
+          let refused = null;
+          try { await r.c.publish('t', 'x', { seq: 3 }); } catch (e) { refused = [e.reason, e.message]; }
+          const a = make('allow');
+          await a.c.publish('t', 'x', { seq: 2 });
+          let bad = null;
+          try { new SpoolClient('ws://x', { reusedSeq: 'maybe' }); } catch (e) { bad = e.message; }
+          return { warnings, refused, bad };
+        } finally { console.warn = warn; }
+        }"""
+    )
+    assert len(result["warnings"]) == 1 and "sequence 5 is not above 5" in result["warnings"][0]
+    assert result["refused"][0] == "reused sequence"
+    assert "acks it as a duplicate and drops it" in result["refused"][1]
+    assert 'reusedSeq must be "warn", "refuse" or "allow"' in result["bad"]

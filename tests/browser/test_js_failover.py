@@ -1,0 +1,203 @@
+"""The browser HA client (static/spool-ha.js) never trades an acked message for
+availability: Chromium against real processes.
+
+Instance ``a`` replicates to ``b`` over an async link; ``b`` is stopped. A page served by
+an application's own web server (both brokers allow its origin: ``Admin/AllowedOrigins``;
+a broker's own pages may talk to that broker only) runs an HA publisher (server list a,
+b) that publishes 10,000 messages, all acked persisted by ``a``. ``a`` is SIGKILLed and
+its data directory deleted; ``b`` starts. The page's client fails over and republishes
+what ``a`` never confirmed as replicated: ``b`` ends with every message, once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import BrowserContext
+
+from server.bookmarks import pub_hash
+from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient
+from tests.support.haclient import fixed_port_server
+from tests.support.replication import Cluster, destination, read_log
+from tests.support.wait import wait_until
+
+pytestmark = [pytest.mark.browser, pytest.mark.faults]
+
+TOTAL = 10_000
+STATIC = Path(__file__).resolve().parents[2] / "static"
+
+
+class _AppPages(SimpleHTTPRequestHandler):
+    """The application's web server: a blank page at / and the client modules at
+    /static/."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/static/"):
+            self.path = self.path[len("/static") :]
+            super().do_GET()
+            return
+        body = b"<!doctype html><title>app</title>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def app_origin() -> Iterator[str]:
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_AppPages, directory=str(STATIC))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+PUBLISHER = """
+async ({ a, b, total }) => {
+  const H = await import('/static/spool-ha.js');
+  const ha = new H.HAClient('browser-feed', {
+    chooser: new H.DefaultServerChooser([a, b]),
+    delay: new H.FixedDelayStrategy({ delay: 100 }),
+    publishStore: new H.MemoryPublishStore(),
+  });
+  window.ha = ha;
+  window.told = [];
+  window.errors = [];
+  ha.setExceptionListener((e) => window.errors.push(String(e)));
+  ha.addFailoverListener((uri, safety) => window.told.push({ uri, failover: safety.failover,
+    asyncLinks: safety.asyncLinks }));
+  await ha.connectAndLogon();
+  for (let n = 1; n <= total; n++) {
+    await ha.publish('orders', { n });
+  }
+  await ha.publishFlush(60000);
+  return { unpersisted: ha.unpersistedCount(), unreplicated: ha.unreplicatedCount() };
+}
+"""
+
+
+def test_the_browser_client_loses_nothing_when_the_source_and_its_disk_are_lost(
+    context: BrowserContext, app_origin: str, tmp_path: Path
+) -> None:
+    cluster = Cluster(tmp_path, ["a", "b"])
+    allowed = f"<AllowedOrigins>{app_origin}</AllowedOrigins>"
+    cluster.add("a", destinations=[destination("b", [cluster.address("b")], sync=False,
+                                               exclude="replicate")], admin_extra=allowed)  # fmt: skip
+    cluster.add("b", admin_extra=allowed)
+    a_url = f"ws://127.0.0.1:{cluster.port['a']}/amps/json"
+    b_url = f"ws://127.0.0.1:{cluster.port['b']}/amps/json"
+    cluster.start("a")
+    page = context.new_page()
+    uncaught: list[str] = []  # (the console's failed connections to a are expected)
+    page.on("pageerror", lambda exc: uncaught.append(str(exc)))
+    try:
+        page.goto(app_origin)
+        first = page.evaluate(PUBLISHER, {"a": a_url, "b": b_url, "total": TOTAL})
+        # every one acked persisted by a, none confirmed replicated: b is down
+        assert first == {"unpersisted": 0, "unreplicated": TOTAL}
+        told = page.evaluate("window.told")
+        assert told[0] == {"uri": a_url, "failover": "unsafe", "asyncLinks": ["b"]}
+        cluster.procs["a"].kill()
+        shutil.rmtree(cluster.data_dir("a"))  # a's disk is lost
+        cluster.procs["b"].start()
+        page.evaluate("window.done = window.ha.publishFlush(120000, { replicated: true })"
+                      ".then(() => 'ok', (e) => String(e))")  # fmt: skip
+        wait_until(lambda: page.evaluate("window.ha.unreplicatedCount()") == 0, 120,
+                   message="b confirmed every message")  # fmt: skip
+        assert page.evaluate("window.done") == "ok"
+        assert page.evaluate("window.ha.uri") == b_url
+        assert page.evaluate("window.errors") == []
+        page.evaluate("window.ha.close()")
+        cluster.procs["b"].stop()
+        with ThreadPoolExecutor(1) as pool:
+            records = pool.submit(asyncio.run, read_log(cluster.procs["b"])).result()
+    finally:
+        cluster.stop()
+    mine = [(s, json.loads(body)["n"]) for h, s, body, _ in records
+            if h == pub_hash("browser-feed")]  # fmt: skip
+    assert mine == [(n, n) for n in range(1, TOTAL + 1)], "b has each once, in order"
+    assert uncaught == []
+
+
+QUEUE = (
+    "<Queue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>30s</LeasePeriod>"
+    "<MaxPerSubscriptionBacklog>8</MaxPerSubscriptionBacklog></Queue>"
+)
+
+CONSUMER = """
+async ({ url }) => {
+  const H = await import('/static/spool-ha.js');
+  const ha = new H.HAClient('browser-worker', {
+    chooser: new H.DefaultServerChooser([url]),
+    delay: new H.FixedDelayStrategy({ delay: 100 }),
+  });
+  window.worker = ha;
+  window.processed = [];
+  window.errors = [];
+  ha.setExceptionListener((e) => window.errors.push(String(e)));
+  await ha.connectAndLogon();
+  await ha.queueSubscribe('work', { subId: 'w', maxBacklog: 8 }, (m) => {
+    window.processed.push(m.json().n);
+    m.ack();
+  });
+}
+"""
+
+
+def test_the_browser_client_consumes_a_queue_once_across_broker_kills(
+    context: BrowserContext, app_origin: str, tmp_path: Path
+) -> None:
+    total, kills = 300, (100, 200)
+    proc = fixed_port_server(
+        tmp_path / "srv", sow=QUEUE, admin_extra=f"<AllowedOrigins>{app_origin}</AllowedOrigins>"
+    ).start()
+    page = context.new_page()
+    uncaught: list[str] = []
+    page.on("pageerror", lambda exc: uncaught.append(str(exc)))
+
+    async def feed() -> None:
+        async with HAClient("browser-feed-q", chooser=DefaultServerChooser([proc.ws_url]),
+                            delay=FixedDelayStrategy(0.05)) as feeder:  # fmt: skip
+            for n in range(total):
+                feeder.publish("work-in", {"n": n})
+            await feeder.publish_flush(60)
+
+    def processed() -> list[int]:
+        got = page.evaluate("window.processed")
+        assert isinstance(got, list)
+        return got
+
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, feed()).result()
+        page.goto(app_origin)
+        page.evaluate(CONSUMER, {"url": proc.ws_url})
+        for point in kills:  # the consumer acks as it goes; the kill lands at an ack
+            wait_until(lambda p=point: len(processed()) >= p, 60, message=f"{point} processed")
+            proc.kill()
+            proc.start()
+        wait_until(lambda: len(set(processed())) == total, 120, message="every message")
+        got = processed()
+    finally:
+        proc.stop()
+    assert sorted(got) == list(range(total)), "each message handed to the page once"
+    assert page.evaluate("window.errors") == [] and uncaught == []
