@@ -25,12 +25,41 @@ from typing import Any, Final
 
 from server.client.client import Ack, Client, Message, Subscription
 
-__all__ = ["QueueMessage", "QueueSubscription", "subscribe_queue"]
+__all__ = ["ACK", "QueueMessage", "QueueSubscription", "Settling", "subscribe_queue"]
 
-_ACK: Final = ""
+#: the settling of a processed message (``cancel`` and ``expire`` are the others)
+ACK: Final = ""
 
 
-class QueueMessage:
+class Settling:
+    """What a consumer may do with a leased queue message; each ends in ``_settle(kind)``
+    (``ACK``, ``cancel`` or ``expire``), which the message class defines."""
+
+    __slots__ = ()
+
+    def ack(self) -> None:
+        """Processed: it leaves the queue (sent with the other acks of this loop turn)."""
+        self._settle(ACK)
+
+    def cancel(self) -> None:
+        """Give it back to the queue now (another consumer may get it)."""
+        self._settle("cancel")
+
+    def expire(self) -> None:
+        """Drop it without processing it."""
+        self._settle("expire")
+
+    def _settle(self, kind: str) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def lease_of(message: Message) -> tuple[int, float]:
+        """A delivery's count (1: the first) and lease in seconds (0: at-most-once)."""
+        header = message.header
+        return int(header.get("dc", 1)), float(header.get("lp", 0)) / 1000.0
+
+
+class QueueMessage(Settling):
     """One delivered queue message and what its consumer may do with it.
 
     Attributes:
@@ -44,9 +73,7 @@ class QueueMessage:
     def __init__(self, sub: QueueSubscription, message: Message) -> None:
         self._sub = sub
         self.message = message
-        header = message.header
-        self.delivery_count = int(header.get("dc", 1))
-        self.lease_period = float(header.get("lp", 0)) / 1000.0
+        self.delivery_count, self.lease_period = self.lease_of(message)
         self._settled = False
 
     @property
@@ -59,18 +86,6 @@ class QueueMessage:
 
     def json(self) -> Any:
         return self.message.json()
-
-    def ack(self) -> None:
-        """Processed: it leaves the queue (sent with the other acks of this loop turn)."""
-        self._settle(_ACK)
-
-    def cancel(self) -> None:
-        """Give it back to the queue now (another consumer may get it)."""
-        self._settle("cancel")
-
-    def expire(self) -> None:
-        """Drop it without processing it."""
-        self._settle("expire")
 
     def _settle(self, kind: str) -> None:
         if self._settled:

@@ -41,17 +41,17 @@ from server.client.client import Ack, Client
 from server.client.errors import ClientError
 from server.client.events import Message
 from server.client.ha.subscription import HAMessage, HASubscription, SubscriptionSpec
+from server.client.queue import ACK, Settling
 
 __all__ = ["HAQueueMessage", "HAQueueSubscription"]
 
-_ACK: Final = ""
 #: acked bookmarks remembered per subscription unless told otherwise
 ACKED_MEMORY: Final = 100_000
 
 
-class HAQueueMessage(HAMessage):
+class HAQueueMessage(HAMessage, Settling):
     """A delivered queue message: :class:`HAMessage`'s fields, its lease, and what the
-    consumer may do with it.
+    consumer may do with it (``ack``, ``cancel``, ``expire``).
 
     Attributes:
         delivery_count: 1 on the first delivery; more after leases ended unacked.
@@ -62,22 +62,8 @@ class HAQueueMessage(HAMessage):
 
     def __init__(self, message: Message, subscription: HAQueueSubscription) -> None:
         super().__init__(message, subscription)
-        header = message.header
-        self.delivery_count = int(header.get("dc", 1))
-        self.lease_period = float(header.get("lp", 0)) / 1000.0
+        self.delivery_count, self.lease_period = self.lease_of(message)
         self.settled = False
-
-    def ack(self) -> None:
-        """Processed: it leaves the queue (sent with the other acks of this loop turn)."""
-        self._settle(_ACK)
-
-    def cancel(self) -> None:
-        """Give it back to the queue now (another consumer may get it)."""
-        self._settle("cancel")
-
-    def expire(self) -> None:
-        """Drop it without processing it."""
-        self._settle("expire")
 
     def discard(self) -> None:
         """The same as :meth:`ack` (the application is done with it)."""
@@ -140,7 +126,7 @@ class HAQueueSubscription(HASubscription):
         for bm in bookmarks:
             if bm in self._acked:
                 self.reacked += 1
-                self._queue_ack(_ACK, bm)
+                self._queue_ack(ACK, bm)
                 flags.append(False)
             elif bm in self._held:
                 flags.append(False)
@@ -180,7 +166,7 @@ class HAQueueSubscription(HASubscription):
     def settle(self, kind: str, bookmark: str) -> None:
         """The application acked (``""``), cancelled or expired ``bookmark``."""
         self._held.discard(bookmark)
-        if kind == _ACK and bookmark:
+        if kind == ACK and bookmark:
             acked = self._acked
             acked[bookmark] = None
             if len(acked) > self._memory:

@@ -183,7 +183,29 @@ class RecordFile:
             self._lock = None
 
 
-class RecordWriter:
+class _Writer:
+    """What both writers share: the file, the latched error, the worker task, and the
+    close (write what is pending, then close the file and release the lock)."""
+
+    file: RecordFile
+    _error: BaseException | None
+    _task: asyncio.Task[None] | None
+
+    async def wait(self) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Write what is pending, then close the file and release the lock."""
+        try:
+            if self._error is None:
+                await self.wait()
+        finally:
+            if self._task is not None:
+                await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.to_thread(self.file.close)
+
+
+class RecordWriter(_Writer):
     """Writes a :class:`RecordFile` from the event loop without blocking it.
 
     Appends and compactions are queued in order; one worker task hands everything queued
@@ -259,18 +281,8 @@ class RecordWriter:
         if self._written < target and self._error is not None:
             raise self._error
 
-    async def close(self) -> None:
-        """Write what is queued, then close the file and release the lock."""
-        try:
-            if self._error is None:
-                await self.wait()
-        finally:
-            if self._task is not None:
-                await asyncio.gather(self._task, return_exceptions=True)
-            await asyncio.to_thread(self.file.close)
 
-
-class ImmediateWriter:
+class ImmediateWriter(_Writer):
     """Writes a :class:`RecordFile` so that each record is in the file (the OS's page
     cache) when :meth:`append` returns, without blocking the event loop on a disk.
 
@@ -382,16 +394,6 @@ class ImmediateWriter:
             )
         if self._error is not None:
             raise self._error
-
-    async def close(self) -> None:
-        """Write what is held, fsync, close the file and release the lock."""
-        try:
-            if self._error is None:
-                await self.wait()
-        finally:
-            if self._task is not None:
-                await asyncio.gather(self._task, return_exceptions=True)
-            await asyncio.to_thread(self.file.close)
 
 
 __all__ = [
