@@ -937,18 +937,19 @@ export class HAClient {
       this._state(ConnectionState.CATCHING_UP, { subId: record.subId });
     }
     if (record.catchUpTimer) this._timers.clearTimeout(record.catchUpTimer);
+    const expired = record.waitedMs >= this.catchUpTimeoutMs;
     record.catchUpTimer = this._timers.setTimeout(() => {
       record.catchUpTimer = null;
-      this._catchUpAttempt(record, bookmark).catch((exc) => this._exception(exc));
-    }, this.catchUpRetryMs);
+      this._catchUpAttempt(record, bookmark, expired).catch((exc) => this._exception(exc));
+    }, expired ? 0 : this.catchUpRetryMs);
   }
 
-  async _catchUpAttempt(record, bookmark) {
+  async _catchUpAttempt(record, bookmark, expired) {
     if (this._closed || this._manager.get(record.subId) !== record || !record.catchingUp) return;
-    record.waitedMs += this.catchUpRetryMs;
+    if (!expired) record.waitedMs += this.catchUpRetryMs;
     if (!this._ready) return; // the next connection places it again (the wait goes on there)
     let startAt;
-    if (record.waitedMs > this.catchUpTimeoutMs) {
+    if (record.waitedMs >= this.catchUpTimeoutMs) {
       const policy = this.catchUpPolicy;
       const error = new CatchUpTimeoutError(record.subId, this._lastUri, bookmark, record.waitedMs, policy);
       this._exception(error);

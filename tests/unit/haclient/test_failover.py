@@ -253,3 +253,18 @@ def test_a_catch_up_policy_that_does_not_exist_is_refused() -> None:
     with pytest.raises(ValueError, match="catch_up_policy must be one of fail, epoch, now"):
         HAClient("x", chooser=DefaultServerChooser(["ws://a"]), catch_up_policy="later",
                  delay=FixedDelayStrategy(1))  # fmt: skip
+
+
+@run_async
+async def test_no_catch_up_time_replays_the_new_server_from_its_start_at_once() -> None:
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, sub, _events, errors = await _resumed_subscription(
+        clock, broker, catch_up_timeout=0.0, catch_up_retry=1.0
+    )
+    await clock.advance(0)
+    subscribes = [h for h in broker.commands[1] if h["c"] == "subscribe"]
+    assert [h["bm"] for h in subscribes][-1] == "0"  # EPOCH, without waiting a retry
+    assert sub.state == ACTIVE and sub.waited == 0.0
+    assert [e.policy for e in errors if isinstance(e, CatchUpTimeout)] == ["epoch"]
+    await client.close()
