@@ -95,6 +95,10 @@ from server.protocol.errors import BookmarkNotFound, ProtocolFailure
 
 #: what a failed connection attempt may raise (docs/python-client.md "Connecting").
 _CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
+#: what a failed connection attempt may raise at steps 3 and 4: also a refused logon (the
+#: name still held at another instance of the fabric, the server shutting down, its logon
+#: throttle): another server, or the same one later, may take it
+_LOGON_ERRORS = (*_CONNECT_ERRORS, ProtocolFailure)
 #: what every logon asks for (docs/protocol.md "Logon options")
 LOGON_OPTIONS = "failover,replicated"
 #: told ``(uri, safety)`` whenever a server says how safe failing over from it is
@@ -362,7 +366,7 @@ class HAClient:
                 # 3. connect, 4. logon
                 try:
                     info = await client.connect(self.connect_timeout)
-                except _CONNECT_ERRORS as exc:
+                except _LOGON_ERRORS as exc:
                     last_error = exc
                     await client.close()
                     self.chooser.report_failure(exc, uri)

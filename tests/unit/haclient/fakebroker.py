@@ -38,6 +38,7 @@ class FakeBroker:
         #: logon options it takes (a broker that predates them takes none)
         self.options: frozenset[str] = frozenset()
         self.fail_next = 0  # connection attempts to refuse
+        self.refuse_logon: list[str] = []  # failure reasons for the next logons, in order
         self.attempts: list[tuple[str, float]] = []
         self.transports: list[FakeLink] = []
         self.commands: list[list[Header]] = []  # per connection, in order
@@ -135,7 +136,10 @@ class FakeLink:
             self.commands.append(h)
             c = h.get("c")
             cid = h.get("cid")
-            if c == "logon":
+            if c == "logon" and broker.refuse_logon:
+                await self.reply({"c": "ack", "a": "processed", "cid": cid, "status": "failure",
+                                  "reason": broker.refuse_logon.pop(0)})  # fmt: skip
+            elif c == "logon":
                 self.name = h["client_name"]
                 s = broker.persisted.get(self.name, 0)
                 ack = {"c": "ack", "a": "processed", "cid": cid, "status": "success",

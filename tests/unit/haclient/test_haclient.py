@@ -165,6 +165,35 @@ async def test_a_publish_gap_is_a_failed_attempt_with_both_numbers_then_giving_u
 
 
 @run_async
+async def test_a_refused_logon_is_a_failed_attempt_on_that_server() -> None:
+    """A server that refuses the logon (here: the client name is still held at another
+    instance of the fabric, whose old connection is not noticed gone yet) is a failed
+    attempt on that server: the chooser moves on, the session resumes on the next one,
+    and with no server left the refusal is the last error of giving up."""
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, events, errors = make(clock, broker, uris=("ws://a", "ws://b"), max_rounds=2)
+    await client.connect_and_logon()
+    client.publish("orders", b"1")
+    await client.publish_flush(5)
+    broker.refuse_logon = ["name in use elsewhere"]
+    broker.drop()
+    await clock.advance(1)
+    assert client.uri == "ws://b" and [u for u, _ in broker.attempts] == ["ws://a"] * 2 + ["ws://b"]
+    refused = [e for e in events if e.state is ConnectionState.DISCONNECTED][-1]
+    assert refused.uri == "ws://a" and "name in use elsewhere" in refused.detail
+    client.publish("orders", b"2")
+    await client.publish_flush(5)
+    assert [body for _, _, body in broker.log] == [b"1", b"2"]
+    broker.refuse_logon = ["shutting down"] * 4
+    broker.drop()
+    await clock.advance(10)
+    assert len(errors) == 1 and isinstance(errors[0], ReconnectGaveUp)
+    assert "shutting down" in repr(errors[0].last_error)
+    await client.close()
+
+
+@run_async
 async def test_connect_and_logon_after_giving_up_starts_afresh() -> None:
     clock = VirtualClock()
     broker = FakeBroker(clock.monotonic)
