@@ -15,6 +15,12 @@ from tests.support.fabric import B, drive, fabric_of, persisted, publish, scenar
 from tests.support.replication import destination
 
 
+def a_to_b(tmp_path: Path, *, sync: bool = True) -> dict[str, str]:
+    """Configurations of A replicating to B (which replicates nothing back)."""
+    dest = destination("b", [B], sync=sync, exclude="replicate")
+    return {"a": xml(tmp_path, "a", dest), "b": xml(tmp_path, "b")}
+
+
 def replicated(client: FakeClient) -> int:
     return max((int(h["s"]) for h in client.acks("replicated")), default=0)
 
@@ -27,11 +33,7 @@ def notices(client: FakeClient) -> list[dict[str, object]]:
 async def test_replicated_acks_wait_for_an_async_destination_that_is_down(
     tmp_path: Path,
 ) -> None:
-    configs = {
-        "a": xml(tmp_path, "a", destination("b", [B], sync=False, exclude="replicate")),
-        "b": xml(tmp_path, "b"),
-    }
-    async with fabric_of(tmp_path, configs) as (fabric, clock, h):
+    async with fabric_of(tmp_path, a_to_b(tmp_path, sync=False)) as (fabric, clock, h):
         a = h["a"]
         repl = a.broker.replication
         assert repl is not None
@@ -67,11 +69,7 @@ async def test_replicated_acks_wait_for_an_async_destination_that_is_down(
 async def test_a_sync_destination_gives_replicated_acks_with_the_persisted_ones(
     tmp_path: Path,
 ) -> None:
-    configs = {
-        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
-        "b": xml(tmp_path, "b"),
-    }
-    async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
+    async with fabric_of(tmp_path, a_to_b(tmp_path)) as (_fabric, clock, h):
         a = h["a"]
         await drive(clock, lambda: a.broker.replication.destinations["b"].connected)
         pub = await a.logon("pub", o="replicated")
@@ -84,11 +82,7 @@ async def test_a_sync_destination_gives_replicated_acks_with_the_persisted_ones(
 async def test_failover_notices_come_at_once_and_before_the_acks_a_downgrade_releases(
     tmp_path: Path,
 ) -> None:
-    configs = {
-        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
-        "b": xml(tmp_path, "b"),
-    }
-    async with fabric_of(tmp_path, configs) as (fabric, clock, h):
+    async with fabric_of(tmp_path, a_to_b(tmp_path)) as (fabric, clock, h):
         a = h["a"]
         repl = a.broker.replication
         assert repl is not None
