@@ -20,12 +20,12 @@ the broker processed every ack given so far.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Any, Final
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any, Final, TypeVar
 
 from server.client.client import Ack, Client, Message, Subscription
 
-__all__ = ["ACK", "QueueMessage", "QueueSubscription", "Settling", "subscribe_queue"]
+__all__ = ["ACK", "QueueMessage", "QueueSubscription", "Settling", "auto_acked", "subscribe_queue"]
 
 #: the settling of a processed message (``cancel`` and ``expire`` are the others)
 ACK: Final = ""
@@ -33,9 +33,11 @@ ACK: Final = ""
 
 class Settling:
     """What a consumer may do with a leased queue message; each ends in ``_settle(kind)``
-    (``ACK``, ``cancel`` or ``expire``), which the message class defines."""
+    (``ACK``, ``cancel`` or ``expire``), which the message class defines and which sets
+    ``settled``."""
 
     __slots__ = ()
+    settled: bool  # in the message class's slots
 
     def ack(self) -> None:
         """Processed: it leaves the queue (sent with the other acks of this loop turn)."""
@@ -59,6 +61,19 @@ class Settling:
         return int(header.get("dc", 1)), float(header.get("lp", 0)) / 1000.0
 
 
+M = TypeVar("M", bound=Settling)
+
+
+async def auto_acked(messages: AsyncIterable[M]) -> AsyncIterator[M]:
+    """``messages``, each acked when the loop asks for the next one (its body finished
+    without raising and did not settle it). A body that raises leaves its message unacked:
+    it returns to the queue when its lease ends or the connection closes."""
+    async for msg in messages:
+        yield msg
+        if not msg.settled:
+            msg.ack()
+
+
 class QueueMessage(Settling):
     """One delivered queue message and what its consumer may do with it.
 
@@ -68,13 +83,13 @@ class QueueMessage(Settling):
         lease_period: seconds this delivery's lease lasts (0: at-most-once).
     """
 
-    __slots__ = ("_settled", "_sub", "delivery_count", "lease_period", "message")
+    __slots__ = ("_sub", "delivery_count", "lease_period", "message", "settled")
 
     def __init__(self, sub: QueueSubscription, message: Message) -> None:
         self._sub = sub
         self.message = message
         self.delivery_count, self.lease_period = self.lease_of(message)
-        self._settled = False
+        self.settled = False
 
     @property
     def data(self) -> bytes:
@@ -88,9 +103,9 @@ class QueueMessage(Settling):
         return self.message.json()
 
     def _settle(self, kind: str) -> None:
-        if self._settled:
+        if self.settled:
             raise RuntimeError(f"queue message {self.bookmark} was already acked or cancelled")
-        self._settled = True
+        self.settled = True
         self._sub._queue_ack(kind, self.bookmark)
 
 
@@ -126,14 +141,9 @@ class QueueSubscription:
         async for message in self.subscription:
             yield QueueMessage(self, message)
 
-    async def auto_ack(self) -> AsyncIterator[QueueMessage]:
-        """Each message is acked when the loop asks for the next one (its body finished
-        without raising). A body that raises leaves its message unacked: it returns to
-        the queue when the lease ends or the connection closes."""
-        async for msg in self:
-            yield msg
-            if not msg._settled:
-                msg.ack()
+    def auto_ack(self) -> AsyncIterator[QueueMessage]:
+        """The messages, each acked when the loop asks for the next one (:func:`auto_acked`)."""
+        return auto_acked(self)
 
     async def get(self, timeout: float | None = None) -> QueueMessage:
         """The next message (TimeoutError after ``timeout``)."""

@@ -41,7 +41,7 @@ from server.client.client import Ack, Client
 from server.client.errors import ClientError
 from server.client.events import Message
 from server.client.ha.subscription import HAMessage, HASubscription, SubscriptionSpec
-from server.client.queue import ACK, Settling
+from server.client.queue import ACK, Settling, auto_acked
 
 __all__ = ["HAQueueMessage", "HAQueueSubscription"]
 
@@ -147,14 +147,9 @@ class HAQueueSubscription(HASubscription):
             assert isinstance(msg, HAQueueMessage)
             yield msg
 
-    async def auto_ack(self) -> AsyncIterator[HAQueueMessage]:
-        """Each message is acked when the loop asks for the next one (its body finished
-        without raising). A body that raises leaves its message unacked: it returns to
-        the queue when its lease ends or the connection closes."""
-        async for msg in self:
-            yield msg
-            if not msg.settled:
-                msg.ack()
+    def auto_ack(self) -> AsyncIterator[HAQueueMessage]:
+        """The messages, each acked when the loop asks for the next one (:func:`auto_acked`)."""
+        return auto_acked(self)
 
     async def get(self, timeout: float | None = None) -> HAQueueMessage:
         msg = await super().get(timeout)
