@@ -20,12 +20,20 @@ the broker processed every ack given so far.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
 from server.client.client import Ack, Client, Message, Subscription
 
-__all__ = ["ACK", "QueueMessage", "QueueSubscription", "Settling", "auto_acked", "subscribe_queue"]
+__all__ = [
+    "ACK",
+    "QueueAcks",
+    "QueueMessage",
+    "QueueSubscription",
+    "Settling",
+    "auto_acked",
+    "subscribe_queue",
+]
 
 #: the settling of a processed message (``cancel`` and ``expire`` are the others)
 ACK: Final = ""
@@ -59,6 +67,60 @@ class Settling:
         """A delivery's count (1: the first) and lease in seconds (0: at-most-once)."""
         header = message.header
         return int(header.get("dc", 1)), float(header.get("lp", 0)) / 1000.0
+
+
+class QueueAcks:
+    """The acks, cancels and expires of one queue subscription, batched per loop turn into
+    one ``sow_delete`` per kind, sent on the connection ``current()`` returns (``None``:
+    dropped, the leases ended with the connection and the messages come again).
+
+    Attributes:
+        acks: the ``stats`` acks of the batches sent so far.
+        errors: the exceptions of batches that failed (the leases return their messages).
+    """
+
+    def __init__(self, queue: str, current: Callable[[], Client | None]) -> None:
+        self.queue = queue
+        self.acks: list[Ack] = []
+        self.errors: list[BaseException] = []
+        self._current = current
+        self._pending: dict[str, list[str]] = {}
+        self._scheduled = False
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    def add(self, kind: str, bookmark: str) -> None:
+        """Settle ``bookmark`` as ``kind`` (``ACK``, ``cancel``, ``expire``) this turn."""
+        self._pending.setdefault(kind, []).append(bookmark)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_all)
+
+    def _send_all(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, {}
+        client = self._current()
+        if client is None:
+            return
+        for kind, bookmarks in pending.items():
+            task = asyncio.get_running_loop().create_task(self._send(client, kind, bookmarks))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _send(self, client: Client, kind: str, bookmarks: list[str]) -> None:
+        try:
+            ack = await client.queue_ack(self.queue, bookmarks, option=kind or None)
+        except Exception as exc:  # kept for settled(); the lease returns the messages
+            self.errors.append(exc)
+            return
+        self.acks.append(ack)
+
+    async def settled(self) -> None:
+        """Return once every batch given so far was answered (or failed)."""
+        await asyncio.sleep(0)  # let this turn's acks leave
+        if self._scheduled:
+            self._send_all()
+        while self._inflight:
+            await asyncio.gather(*list(self._inflight), return_exceptions=True)
 
 
 M = TypeVar("M", bound=Settling)
@@ -128,11 +190,9 @@ class QueueSubscription:
         self.queue = queue
         self.subscription = subscription
         self.max_backlog = backlog
-        self.acks: list[Ack] = []
-        self.errors: list[BaseException] = []
-        self._pending: dict[str, list[str]] = {}
-        self._scheduled = False
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._out = QueueAcks(queue, lambda: client)
+        self.acks = self._out.acks
+        self.errors = self._out.errors
 
     def __aiter__(self) -> AsyncIterator[QueueMessage]:
         return self._iterate()
@@ -150,34 +210,11 @@ class QueueSubscription:
         return QueueMessage(self, await self.subscription.get(timeout))
 
     def _queue_ack(self, kind: str, bookmark: str) -> None:
-        self._pending.setdefault(kind, []).append(bookmark)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._send_acks)
-
-    def _send_acks(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, {}
-        for kind, bookmarks in pending.items():
-            task = asyncio.get_running_loop().create_task(self._send(kind, bookmarks))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-
-    async def _send(self, kind: str, bookmarks: list[str]) -> None:
-        try:
-            ack = await self.client.queue_ack(self.queue, bookmarks, option=kind or None)
-        except Exception as exc:  # kept for settled(); the lease returns the messages
-            self.errors.append(exc)
-            return
-        self.acks.append(ack)
+        self._out.add(kind, bookmark)
 
     async def settled(self) -> None:
         """Return once the broker processed every ack, cancel and expire given so far."""
-        await asyncio.sleep(0)  # let this turn's acks leave
-        if self._scheduled:
-            self._send_acks()
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        await self._out.settled()
 
     async def unsubscribe(self) -> None:
         """Send the acks given so far, then end the subscription (messages still leased

@@ -32,16 +32,14 @@ cancel) when it comes.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-from server.client.client import Ack, Client
-from server.client.errors import ClientError
+from server.client.client import Client
 from server.client.events import Message
 from server.client.ha.subscription import HAMessage, HASubscription, SubscriptionSpec
-from server.client.queue import ACK, Settling, auto_acked
+from server.client.queue import ACK, QueueAcks, Settling, auto_acked
 
 __all__ = ["HAQueueMessage", "HAQueueSubscription"]
 
@@ -106,16 +104,13 @@ class HAQueueSubscription(HASubscription):
             unsubscribe=unsubscribe,
         )  # fmt: skip
         self.queue_name = spec.topic
-        self.acks: list[Ack] = []
-        self.errors: list[BaseException] = []
+        self._out = QueueAcks(spec.topic, current)
+        self.acks = self._out.acks
+        self.errors = self._out.errors
         self.reacked = 0
-        self._current = current
         self._acked: OrderedDict[str, None] = OrderedDict()
         self._memory = acked_memory
         self._held: set[str] = set()
-        self._pending: dict[str, list[str]] = {}
-        self._scheduled = False
-        self._inflight: set[asyncio.Task[None]] = set()
 
     # -- deliveries ---------------------------------------------------------------------
 
@@ -169,38 +164,12 @@ class HAQueueSubscription(HASubscription):
         self._queue_ack(kind, bookmark)
 
     def _queue_ack(self, kind: str, bookmark: str) -> None:
-        self._pending.setdefault(kind, []).append(bookmark)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._send_acks)
-
-    def _send_acks(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, {}
-        client = self._current()
-        if client is None:
-            return  # the leases ended with the connection (module docstring)
-        for kind, bookmarks in pending.items():
-            task = asyncio.get_running_loop().create_task(self._send(client, kind, bookmarks))
-            self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
-
-    async def _send(self, client: Client, kind: str, bookmarks: list[str]) -> None:
-        try:
-            ack = await client.queue_ack(self.queue_name, bookmarks, option=kind or None)
-        except (ClientError, OSError, TimeoutError) as exc:
-            self.errors.append(exc)  # the lease returns the message; its redelivery says
-            return
-        self.acks.append(ack)
+        self._out.add(kind, bookmark)
 
     async def settled(self) -> None:
         """Return once every ack, cancel and expire given so far was answered by the
-        broker (or lost with its connection)."""
-        await asyncio.sleep(0)  # let this turn's acks leave
-        if self._scheduled:
-            self._send_acks()
-        while self._inflight:
-            await asyncio.gather(*list(self._inflight), return_exceptions=True)
+        broker (or lost with its connection: the message comes again, module docstring)."""
+        await self._out.settled()
 
     async def unsubscribe(self) -> None:
         """Send the acks given so far, then end the subscription (messages still leased
