@@ -28,6 +28,7 @@ __all__ = [
     "EXPLICIT_STATS_FILE",
     "MESSAGE_TYPES",
     "NON_EXCLUDABLE_CHECKS",
+    "PASS_EVERY_GROUP",
     "SOW_DURABILITIES",
     "VALIDATION_CHECKS",
     "AdminConfig",
@@ -71,6 +72,10 @@ VALIDATION_CHECKS: Final = (
 )
 #: The checks ``ExcludeValidation`` may not exclude.
 NON_EXCLUDABLE_CHECKS: Final = frozenset({"queue", "queue_underlying"})
+#: A destination's PassThrough when the configuration gives none: every group, so the
+#: destination gets the whole log (what arrived by replication too), not only what was
+#: published here. ``<PassThrough/>`` (empty) asks for none.
+PASS_EVERY_GROUP: Final = (".*",)
 #: The most destinations whose acknowledgment a persisted ack may wait for.
 MAX_SYNC_DESTINATIONS: Final = 64
 #: How a SOW topic keeps its records: a file that survives restarts, or memory only.
@@ -298,7 +303,8 @@ class DestinationConfig:
         topics: the topic blocks; a message goes when one of them takes it.
         passthrough: regexes over group names: a message that arrived by replication goes
             on only when the group of the instance it arrived from matches one (empty:
-            only messages published directly here).
+            only messages published directly here). The configuration's default, with no
+            ``<PassThrough>``, is :data:`PASS_EVERY_GROUP`.
         transport: addresses, compression, credentials.
     """
 

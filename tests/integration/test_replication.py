@@ -138,7 +138,7 @@ def test_without_passthrough_a_chain_passes_only_its_own_and_filters_apply(
         "b",
         destinations=[
             destination("c", [cluster.address("c")], topics=(("orders", "/n &lt;= 100"),),
-                        exclude=one_way)
+                        exclude=one_way, passthrough=())
         ],
     )  # fmt: skip
     cluster.add("c")

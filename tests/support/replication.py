@@ -66,13 +66,15 @@ def destination(
     group: str | None = None,
     topics: Iterable[tuple[str, str | None]] = ((".*", None),),
     exclude: str = "",
-    passthrough: Sequence[str] = (),
+    passthrough: Sequence[str] | None = None,
     compression: str | None = None,
     user: str | None = None,
     secret: str | None = None,
     transport_extra: str = "",
 ) -> str:
-    """One ``<Destination>``: topic blocks are ``(name, filter or None)``;
+    """One ``<Destination>``: topic blocks are ``(name, filter or None)``; ``passthrough``
+    None writes no ``<PassThrough>`` (the default: every group), ``()`` the empty
+    ``<PassThrough/>`` (none: only messages published to the source);
     ``transport_extra``: more ``<Transport>`` elements (TLS)."""
     blocks = "".join(
         f"<Topic><Name>{t}</Name>"
@@ -88,12 +90,20 @@ def destination(
         f"<Destination><Name>{name}</Name>"
         + (f"<Group>{group}</Group>" if group else "")
         + f"<SyncType>{'sync' if sync else 'async'}</SyncType>"
-        + "".join(f"<PassThrough>{p}</PassThrough>" for p in passthrough)
+        + _passthrough_xml(passthrough)
         + blocks
         + f"<Transport><Type>amps-replication</Type>{addrs}{comp}{creds}{transport_extra}"
         + "</Transport>"
         + "</Destination>"
     )
+
+
+def _passthrough_xml(patterns: Sequence[str] | None) -> str:
+    if patterns is None:
+        return ""
+    if not patterns:
+        return "<PassThrough/>"
+    return "".join(f"<PassThrough>{p}</PassThrough>" for p in patterns)
 
 
 def replication_xml(

@@ -10,7 +10,8 @@ Shaped like AMPS's (CONFIG.md; docs/replication.md has the whole model)::
         <Name>spool-b</Name>                  <!-- unique; the admin API's {dest} -->
         <Group>nyc-1</Group>                  <!-- the remote's own Group; default: Name -->
         <SyncType>sync</SyncType>             <!-- sync | async -->
-        <PassThrough>.*</PassThrough>         <!-- regex over group names; repeatable -->
+        <PassThrough>.*</PassThrough>         <!-- regex over group names; repeatable;
+                                                 default .*; <PassThrough/>: none -->
         <Topic><Name>orders</Name><MessageType>json</MessageType>
           <Filter>/qty > 0</Filter><ExcludeValidation>replicate,cascade</ExcludeValidation>
         </Topic>                              <!-- one or more -->
@@ -43,6 +44,7 @@ from typing import Final
 from server.config.model import (
     MESSAGE_TYPES,
     NON_EXCLUDABLE_CHECKS,
+    PASS_EVERY_GROUP,
     VALIDATION_CHECKS,
     DestinationConfig,
     ReplicationConfig,
@@ -274,6 +276,24 @@ def _tls(
     return True, ca, certificate, private_key
 
 
+def _passthrough(node: Node, nodes: list[Node], ctx: Context) -> tuple[str, ...]:
+    """A destination's PassThrough patterns: none given is :data:`PASS_EVERY_GROUP` (the
+    whole log goes on); one empty ``<PassThrough/>`` is none at all (only messages
+    published to this instance go to it)."""
+    if not nodes:
+        return PASS_EVERY_GROUP
+    empty = [n for n in nodes if not n.children and not "".join(n.text).strip()]
+    if empty:
+        if len(nodes) > 1:
+            raise fail(
+                empty[0],
+                "an empty <PassThrough/> means no group passes through: it cannot be "
+                "combined with other <PassThrough> patterns",
+            )
+        return ()
+    return tuple(read_regex(n, ctx) for n in nodes)
+
+
 def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:
     kids = Children(node, _DESTINATION_SPEC)
     name_node = kids.require("Name", " (the destination instance's name)")
@@ -289,7 +309,7 @@ def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:
         group = read_name(group_node, ctx, "group name")
     sync_node = kids.require("SyncType", " (sync or async)")
     sync = read_choice(sync_node, ctx, ("sync", "async"), "SyncType") == "sync"
-    passthrough = tuple(read_regex(n, ctx) for n in kids.many("PassThrough"))
+    passthrough = _passthrough(node, kids.many("PassThrough"), ctx)
     topic_nodes = kids.many("Topic")
     if not topic_nodes:
         raise fail(node, "<Destination> needs at least one <Topic> (it would replicate nothing)")

@@ -76,7 +76,7 @@ def test_a_destination_with_everything() -> None:
                 group="c",  # the Group defaults to the Name
                 sync=False,
                 topics=(ReplicationTopic("orders"),),
-                passthrough=(),
+                passthrough=(".*",),  # no <PassThrough>: every group
                 transport=ReplicationTransport((("127.0.0.1", 9107),)),
             ),
         ),
@@ -87,6 +87,12 @@ def test_a_destination_with_everything() -> None:
     assert b.topics[1].matches("orders") and not b.topics[1].matches("orders2")
     assert TOKEN not in repr(cfg.replication)  # secrets stay out of repr
     assert b.sync_type == "sync" and cfg.replication.destination("c") is not None
+
+
+def test_an_empty_passthrough_passes_no_group_on() -> None:
+    cfg = parse(doc(repl(dest("<PassThrough/>"), dest("<PassThrough></PassThrough>", name="c"))))
+    assert cfg.replication is not None
+    assert [d.passthrough for d in cfg.replication.destinations] == [(), ()]
 
 
 def test_minimum_sync_destinations_up_to_the_sync_ones() -> None:
@@ -152,6 +158,13 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "/SpoolConfig/Replication/Destination/PassThrough",
         5,
         "'(' is not a valid regular expression",
+    ),
+    (
+        "an empty passthrough beside patterns",
+        repl(dest("<PassThrough>^nyc</PassThrough><PassThrough/>")),
+        "/SpoolConfig/Replication/Destination/PassThrough[2]",
+        5,
+        "an empty <PassThrough/> means no group passes through: it cannot be combined",
     ),
     (
         "unknown check",

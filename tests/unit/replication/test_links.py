@@ -338,7 +338,7 @@ async def test_passthrough_and_filters_route_a_chain(tmp_path: Path) -> None:
     configs = {
         "a": xml(tmp_path, "a", destination("b", [B], **one_way)),  # type: ignore[arg-type]
         "b": xml(tmp_path, "b", destination("c", [C], topics=(("orders", "/n &lt; 5"),),
-                                             **one_way)),  # type: ignore[arg-type]
+                                             passthrough=(), **one_way)),  # type: ignore[arg-type]
         "c": xml(tmp_path, "c"),
     }  # fmt: skip
     async with fabric_of(tmp_path, configs) as (_fabric, clock, h):

@@ -198,7 +198,7 @@ def test_queue_checks_cannot_be_excluded() -> None:
     assert {f.check for f in failures} == {"queue_underlying"}
     assert "set 'b''s queue UnderlyingTopic to 'orders-in'" in failures[0].fix
     # without passthrough of a's group, b would not pass a's queue messages on
-    b2 = _config("b", "orders", _dest("a"))
+    b2 = _config("b", "orders", _dest("a", extra="<PassThrough/>"))
     failures = validate(_with(sa, queues=queue), _with(summarize(b2), queues=queue), _only(a))
     assert [f.check for f in failures] == ["queue_passthrough"]
     assert "<PassThrough>a</PassThrough>" in failures[0].fix
