@@ -10,6 +10,9 @@ address is its admin URL (``https`` when the link uses TLS). An inbound source's
 is unknown here (it dials from an ephemeral port): the page learns it from an instance that
 has the source as a destination, or the operator adds it.
 
+A destination's link carries ``drops``: what it does not get, in sentences
+(server/replication/topology.py; empty for an incoming link, whose source says it).
+
 Link health: ``down`` (not connected), ``lagging`` (connected, more than
 :data:`LAGGING_SECONDS` behind), ``ok``. An instance other than this one is ``up`` when a
 link with it is connected, else ``unknown`` (this instance cannot tell it from a partition;
@@ -51,6 +54,7 @@ class FabricLink(TypedDict):
     msgs_per_sec: float
     last_error: str | None
     reported_by: str
+    drops: list[str]
 
 
 class FabricGraph(TypedDict):
@@ -101,7 +105,7 @@ def fabric_graph(config: Config, info: ReplicationInfo | None) -> FabricGraph:
                 "status": d["status"], "health": _health(d["connected"], d["seconds_behind"]),
                 "messages_behind": d["messages_behind"], "seconds_behind": d["seconds_behind"],
                 "msgs_per_sec": d["msgs_per_sec_out"], "last_error": d["last_error"],
-                "reported_by": me,
+                "reported_by": me, "drops": d["drops"]["summary"],
             }
         )  # fmt: skip
     for i in info["incoming"]:
@@ -120,7 +124,7 @@ def fabric_graph(config: Config, info: ReplicationInfo | None) -> FabricGraph:
                 "status": i["status"], "health": _health(i["connected"], None),
                 "messages_behind": i["messages_behind"], "seconds_behind": None,
                 "msgs_per_sec": i["msgs_per_sec_in"], "last_error": i["last_error"],
-                "reported_by": me,
+                "reported_by": me, "drops": [],
             }
         )  # fmt: skip
     return {"name": me, "group": config.group, "instances": list(instances.values()),

@@ -53,8 +53,9 @@ from server.replication.inbound import InboundContext, InboundLink
 from server.replication.outbound import DestinationLink, LinkContext
 from server.replication.state import ReplicationState
 from server.replication.syncstate import check_downgrade
+from server.replication.topology import Drops, DropsInfo, drops_of
 from server.replication.transport import Connector, LinkTransport, connect_websocket
-from server.replication.validation import summarize
+from server.replication.validation import parse_summary, summarize
 from server.sow.memory import MemoryStore
 from server.stats.snapshot import LinkCounters
 from server.stats.source import EventSink
@@ -97,6 +98,7 @@ class DestinationInfo(TypedDict):
     disconnects: int
     passthrough: list[str]
     topics: list[str]
+    drops: DropsInfo
     compression: str | None
     tls: bool
     client_certificate: bool
@@ -202,6 +204,9 @@ class Replication:
         self.horizon = horizon
         self.history = LinkHistory()
         self.summary = summarize(config)
+        own = parse_summary(self.summary)
+        #: what each destination does not get (server/replication/topology.py)
+        self.drops: dict[str, Drops] = {d.name: drops_of(own, d) for d in own.destinations}
         self.destinations: dict[str, DestinationLink] = {}
         self.inbound: dict[str, InboundLink] = {}
         self._accepted: set[InboundLink] = set()
@@ -251,6 +256,12 @@ class Replication:
             self.horizon.add(link)
         for link in self.destinations.values():
             link.start()
+        for name, drops in self.drops.items():
+            if drops.anything:
+                self._events.emit(
+                    "warning", "replication", "destination_drops", destination=name,
+                    detail=f"{name!r} does not get: " + "; ".join(drops.sentences()),
+                )  # fmt: skip
         if not any(d.sync for d in self._destination_configs()):
             self._events.emit(
                 "warning", "replication", "no_sync_destination",
@@ -523,6 +534,7 @@ class Replication:
             "disconnects": link.disconnects,
             "passthrough": list(cfg.passthrough),
             "topics": [t.name for t in cfg.topics],
+            "drops": self.drops[link.name].info(),
             "compression": cfg.transport.compression,
             "tls": cfg.transport.tls,
             "client_certificate": cfg.transport.certificate is not None,

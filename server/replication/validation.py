@@ -123,6 +123,8 @@ class Destination:
     group: str
     passthrough: tuple[str, ...]
     blocks: tuple[Block, ...]
+    #: its configured sync type (``sync`` / ``async``; None from a summary without it)
+    sync_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +200,7 @@ def summarize(config: Config) -> dict[str, object]:
             {
                 "name": d.name,
                 "group": d.group,
+                "sync": d.sync_type,
                 "passthrough": list(d.passthrough),
                 "topics": [_block_json(t) for t in d.topics],
             }
@@ -247,9 +250,12 @@ def _destination(value: object) -> Destination:
     name, group, topics = value.get("name"), value.get("group"), value.get("topics")
     if not isinstance(name, str) or not isinstance(group, str) or not isinstance(topics, list):
         raise _malformed("a destination has a name, a group and topics")
+    sync = value.get("sync")
+    if sync not in (None, "sync", "async"):
+        raise _malformed("a destination's sync is sync or async")
     return Destination(
         name, group, _strs(value.get("passthrough", []), "passthrough"),
-        tuple(_block(t) for t in topics),
+        tuple(_block(t) for t in topics), sync,
     )  # fmt: skip
 
 

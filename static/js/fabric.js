@@ -190,6 +190,8 @@ function restyle() {
       "target-arrow-color": (e) => c[e.data("health")] ?? c.unknown,
       "text-background-opacity": 0.7, "text-background-color": cssVar("--bg") || "#111",
       "text-background-padding": 2 } },
+    // a destination that does not get everything (topics, filters, groups): dashed
+    { selector: "edge.drops", style: { "line-style": "dashed" } },
   ]);
 }
 restyle();
@@ -205,10 +207,12 @@ function draw({ instances, links }) {
     ...[...instances.values()].map((i) => ({ group: "nodes",
       data: { id: i.name, label: i.name, state: i.state, parent: `group:${i.group}` } })),
     ...[...links.values()].filter((l) => instances.has(l.source) && instances.has(l.target))
-      .map((l) => ({ group: "edges", data: { id: l.id, source: l.source, target: l.target,
-        health: l.health, label: edgeLabel(l) } })),
+      .map((l) => ({ group: "edges", classes: l.drops?.length ? "drops" : "",
+        data: { id: l.id, source: l.source, target: l.target,
+          health: l.health, label: edgeLabel(l) } })),
   ];
-  const nextShape = elements.map((e) => `${e.data.id}<${e.data.parent ?? ""}`).sort().join("|");
+  const nextShape = elements.map((e) => `${e.data.id}<${e.data.parent ?? ""}<${e.classes ?? ""}`)
+    .sort().join("|");
   if (nextShape !== shape) {
     shape = nextShape;
     cy.elements().remove();
@@ -272,7 +276,9 @@ const linkTable = new KeyedTable($id("fabric-links").tBodies[0], {
     sync.replaceChildren(l.effective_sync_type ? badge(l.effective_sync_type) : el("span",
       { className: "muted", text: "–" }));
     tr.querySelector('[data-field="state"]').replaceChildren(badge(l.health),
-      el("span", { className: "muted", text: ` ${l.state}` }));
+      el("span", { className: "muted", text: ` ${l.state}` }),
+      ...(l.drops?.length ? [" ", el("span", { className: "badge drops", text: "drops",
+        dataset: { field: "drops" }, attrs: { title: l.drops.join("\n") } })] : []));
     setText(tr.querySelector('[data-field="behind"]'), fmtInt(l.messages_behind));
     setText(tr.querySelector('[data-field="lag"]'),
       l.seconds_behind === null ? "–" : fmtLag(l.seconds_behind));

@@ -118,6 +118,12 @@ const destinations = new KeyedTable($id("destinations-table").tBodies[0], {
     setText(c.rate, fmtRate(d.msgs_per_sec_out));
     setText(c.disconnects, fmtInt(d.disconnects));
     setText(c.passthrough, d.passthrough.length ? d.passthrough.join(", ") : "published here only");
+    // what this destination does not get (topics no block takes, filters, groups not
+    // passed through): marked so an operator sees it before a failover does
+    if (d.drops.summary.length) {
+      c.passthrough.append(" ", el("span", { className: "badge drops", text: "drops",
+        attrs: { title: d.drops.summary.join("\n") } }));
+    }
     for (const button of tr.cells[DEST_CELLS.length].querySelectorAll("button")) {
       button.disabled = !ACTIONS[button.dataset.action].allowed(d);
     }

@@ -26,6 +26,8 @@ def _dest(name: str, group: str, connected: bool, behind: float, port: int) -> d
         "address": f"127.0.0.1:{port}" if connected else None,
         "addresses": [f"127.0.0.1:{port}"], "messages_behind": 3, "seconds_behind": behind,
         "msgs_per_sec_out": 10.0, "last_error": None,
+        "drops": {"topics": [], "filtered": [], "groups": None,
+                  "summary": ["'md' only where /px > 1"] if name == "c" else []},
     }  # fmt: skip
 
 
@@ -51,6 +53,9 @@ def test_destinations_and_sources_make_instances_and_directed_links() -> None:
     assert set(links) == {"a->b", "a->c", "z->a"}
     assert links["a->b"]["health"] == "ok" and links["a->b"]["effective_sync_type"] == "async"
     assert links["a->c"]["health"] == "down" and links["a->c"]["state"] == "disconnected"
+    # what a destination does not get marks its link; an incoming link's source says it
+    assert links["a->c"]["drops"] == ["'md' only where /px > 1"]
+    assert links["a->b"]["drops"] == [] and links["z->a"]["drops"] == []
     # what the source last told a (its configured type is the source's to know)
     assert links["z->a"]["effective_sync_type"] == "async"
     assert links["z->a"]["configured_sync_type"] is None
