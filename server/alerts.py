@@ -14,7 +14,7 @@ from typing import Literal, TypedDict
 
 from server.txlog import TransactionLog
 
-__all__ = ["Alert", "txlog_alerts"]
+__all__ = ["Alert", "iso_time", "txlog_alerts"]
 
 
 class Alert(TypedDict):
@@ -44,7 +44,9 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
     outage = txlog.write_outage
     if outage is not None:
         retry = (
-            f"; next retry {_iso(outage.next_attempt)}" if outage.next_attempt is not None else ""
+            f"; next retry {iso_time(outage.next_attempt)}"
+            if outage.next_attempt is not None
+            else ""
         )
         n = outage.pending_records
         kept = f"{n} accepted record{'' if n == 1 else 's'} {'is' if n == 1 else 'are'}"
@@ -59,7 +61,7 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
                     f"writes again "
                     f"({outage.attempts} retries so far{retry})."
                 ),
-                "since": _iso(outage.since),
+                "since": iso_time(outage.since),
             }
         )
     shortfall = txlog.preallocation_shortfall
@@ -74,11 +76,12 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
                     f"ready ({shortfall.error}). The log writes without them; the disk "
                     "may be close to full."
                 ),
-                "since": _iso(shortfall.since),
+                "since": iso_time(shortfall.since),
             }
         )
     return alerts
 
 
-def _iso(ts: float) -> str:
+def iso_time(ts: float) -> str:
+    """A wall time as an alert shows it (ISO-8601 UTC, whole seconds)."""
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

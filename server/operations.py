@@ -291,7 +291,9 @@ class Operations:
         boot = self.bootstrap
         booting = boot.progress.alerts() if boot is not None else []
         stuck = self._queues.alerts() if self._queues is not None else []
-        return booting + txlog_alerts(self._txlog) + stuck
+        repl = self._replication
+        conflicts = repl.alerts() if repl is not None else []
+        return booting + txlog_alerts(self._txlog) + stuck + conflicts
 
     def health(self) -> dict[str, object]:
         """``GET /healthz``: ``ok``, or ``degraded`` with the reasons (the ids and titles

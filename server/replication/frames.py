@@ -93,9 +93,11 @@ __all__ = [
 ]
 
 #: 2 since a source tells its destination the link's effective sync type (``SyncNotice``)
-#: and an empty instance may ask for a bootstrap: a version-1 peer would drop the link on
-#: a message it does not know, so the hello refuses it up front with both versions instead
-PROTOCOL_VERSION: Final = 2
+#: and an empty instance may ask for a bootstrap; 3 since the hello and the welcome carry
+#: the instance's identity (two instances with one Name are told apart). A peer of another
+#: version would misread or drop the link on a message it does not know, so the hello
+#: refuses it up front with both versions instead
+PROTOCOL_VERSION: Final = 3
 #: largest message accepted (a batch is far smaller; a single huge record is not)
 MAX_MESSAGE: Final = 64 << 20
 #: type bit of a DATA message whose records are zstd-compressed
@@ -146,6 +148,8 @@ class Hello:
         secret: the user's password or token (never logged).
         compression: ``zstd`` when the source will compress its data messages.
         validation: the source's configuration summary (server/replication/validation.py).
+        instance_id: the source instance's identity (random, kept in its data directory):
+            two instances that share a Name have different ones.
     """
 
     version: int
@@ -157,6 +161,7 @@ class Hello:
     secret: str | None = field(repr=False)
     compression: str | None
     validation: dict[str, object]
+    instance_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +175,7 @@ class Welcome:
         log_id: the identity of its transaction log (changes when the log starts over).
         holdings: what it holds per publisher (the resync starts from what it lacks).
         validation: its configuration summary.
+        instance_id: its identity (as the hello's).
     """
 
     version: int
@@ -178,6 +184,7 @@ class Welcome:
     log_id: str
     holdings: Holdings
     validation: dict[str, object]
+    instance_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +282,7 @@ def encode(message: Message) -> bytes:
                 "secret": message.secret,
                 "compression": message.compression,
                 "validation": message.validation,
+                "instance_id": message.instance_id,
             },
         )
     if isinstance(message, Welcome):
@@ -287,6 +295,7 @@ def encode(message: Message) -> bytes:
                 "log_id": message.log_id,
                 "holdings": [[h, last, gaps] for h, (last, gaps) in message.holdings.items()],
                 "validation": message.validation,
+                "instance_id": message.instance_id,
             },
         )
     if isinstance(message, Refuse):
@@ -586,6 +595,7 @@ def _parse(kind: int, payload: bytes) -> Message:
             secret=_str(obj, "secret", "hello", optional=True),
             compression=compression,
             validation=_dict(obj, "validation", "hello"),
+            instance_id=_str(obj, "instance_id", "hello", optional=True) or "",
         )
     if base == MessageType.WELCOME:
         obj = _obj(payload, "welcome")
@@ -596,6 +606,7 @@ def _parse(kind: int, payload: bytes) -> Message:
             log_id=_str(obj, "log_id", "welcome") or "",
             holdings=_holdings(obj.get("holdings")),
             validation=_dict(obj, "validation", "welcome"),
+            instance_id=_str(obj, "instance_id", "welcome", optional=True) or "",
         )
     if base == MessageType.REFUSE:
         obj = _obj(payload, "refuse")

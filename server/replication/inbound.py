@@ -101,6 +101,11 @@ class InboundContext:
     unregister: Callable[[InboundLink], None]
     record: Callable[[LinkEvent], None]
     ack_interval: float
+    #: this instance's identity (the welcome carries it)
+    instance_id: Callable[[], str]
+    #: refuses (NameConflict) a source whose Name another live link's peer has, with
+    #: another identity: (name, instance id, this link, where it is)
+    identity: Callable[[str, str, object, str], None]
     logons: LogonGuard | None = None
 
 
@@ -133,6 +138,8 @@ class InboundLink:
         self.remote = transport.remote
         self.source = ""
         self.source_group = ""
+        #: the source instance's identity, from its hello
+        self.instance_id = ""
         self.user: UserConfig | None = None
         self.connected_since = ctx.clock.time()
         self.traffic = Traffic()
@@ -255,6 +262,7 @@ class InboundLink:
                 )
             if ctx.auth.enabled:
                 self.user = await self._authenticate(hello)
+            ctx.identity(hello.name, hello.instance_id, self, self.remote)
         except LinkRefused as exc:
             self.last_error = f"{exc.reason}: {exc.detail}"
             ctx.events.emit(
@@ -265,6 +273,7 @@ class InboundLink:
             return
         if self.protocol.state is State.CLOSED:
             return
+        self.instance_id = hello.instance_id
         self._hop = format_hop(hello.name, hello.group)
         self._origin = Origin(
             kind="replication",
@@ -281,6 +290,7 @@ class InboundLink:
             log_id=ctx.log_id(),
             holdings=holdings,
             validation=ctx.summary,
+            instance_id=ctx.instance_id(),
         )
         self._writer.write_soon()
         self._event(

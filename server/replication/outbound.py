@@ -99,6 +99,11 @@ class LinkContext:
     changed: Callable[[], None]
     horizon_moved: Callable[[], None]
     record: Callable[[LinkEvent], None]
+    #: this instance's identity (the hello carries it)
+    instance_id: Callable[[], str]
+    #: refuses (NameConflict) a peer whose Name another live link's peer has, with
+    #: another identity: (name, instance id, this link, where it is)
+    identity: Callable[[str, str, object, str], None]
     #: the safety of failing over from this instance may have changed (what happened)
     failover_changed: Callable[[str], None] = lambda _detail: None
 
@@ -165,6 +170,8 @@ class DestinationLink:
         self.remote_name = saved.remote if saved is not None else config.name
         self.remote_group = config.group
         self.remote_log_id = saved.remote_log_id if saved is not None else ""
+        #: the identity of the instance that answered the last welcome
+        self.remote_instance_id = ""
         txlog = ctx.txlog
         acked = saved.acked if saved is not None else 0
         self.acked = min(acked, txlog.last_seq)
@@ -351,6 +358,7 @@ class DestinationLink:
             secret=creds.secret,
             compression=creds.compression,
             validation=ctx.summary,
+            instance_id=ctx.instance_id(),
         )
         streamed = False
         loop = asyncio.get_running_loop()
@@ -420,10 +428,15 @@ class DestinationLink:
             self._refuse(
                 protocol,
                 NameConflict(
-                    f"{welcome.name!r} at {self._where()} has this instance's own Name: names "
+                    f"{welcome.name!r} at {self.where} has this instance's own Name: names "
                     "are unique in a replication fabric"
                 ),
             )
+            return False
+        try:
+            ctx.identity(welcome.name, welcome.instance_id, self, self.where)
+        except NameConflict as exc:
+            self._refuse(protocol, exc)
             return False
         try:
             failures = validate(ctx.summary, welcome.validation, self.config)
@@ -453,6 +466,7 @@ class DestinationLink:
         self.remote_name = welcome.name
         self.remote_group = welcome.group
         self.remote_log_id = welcome.log_id
+        self.remote_instance_id = welcome.instance_id
         durable = txlog.durable_seq
         stream = _Stream(
             protocol, writer, welcome.name, welcome.group, held_by(welcome.holdings), durable,
@@ -477,7 +491,7 @@ class DestinationLink:
         ctx.changed()
         self._event(
             "connected",
-            f"{welcome.name}@{welcome.group} at {self._where()}; resync from {start} "
+            f"{welcome.name}@{welcome.group} at {self.where}; resync from {start} "
             f"(log at {durable})",
         )
         ctx.failover_changed(f"destination {self.name!r} connected")
@@ -676,7 +690,9 @@ class DestinationLink:
 
     # -- helpers ------------------------------------------------------------------------
 
-    def _where(self) -> str:
+    @property
+    def where(self) -> str:
+        """The address of the current or last connection."""
         if self.address is None:
             return "?"
         return f"{self.address[0]}:{self.address[1]}"

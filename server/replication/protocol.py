@@ -220,6 +220,7 @@ class LinkProtocol:
         secret: str | None,
         compression: str | None,
         validation: dict[str, object],
+        instance_id: str = "",
     ) -> None:
         """(source) Introduce this instance; the first message of a link."""
         self._expect(Side.SOURCE, "hello")
@@ -229,7 +230,7 @@ class LinkProtocol:
         self._out.append(
             encode(
                 Hello(PROTOCOL_VERSION, name, group, destination, expect_group, user, secret,
-                      compression, validation)
+                      compression, validation, instance_id)
             )
         )  # fmt: skip
 
@@ -269,6 +270,7 @@ class LinkProtocol:
         log_id: str,
         holdings: Holdings,
         validation: dict[str, object],
+        instance_id: str = "",
     ) -> None:
         """(destination) Accept the source introduced by the hello."""
         self._expect(Side.DESTINATION, "welcome")
@@ -276,7 +278,9 @@ class LinkProtocol:
             raise ReplicationProtocolError("welcome answers the hello, once")
         self.state = State.WELCOMED
         self._out.append(
-            encode(Welcome(PROTOCOL_VERSION, name, group, log_id, holdings, validation))
+            encode(
+                Welcome(PROTOCOL_VERSION, name, group, log_id, holdings, validation, instance_id)
+            )
         )
 
     def ack(self, position: int) -> None:

@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypedDict
 
+from server.alerts import Alert
 from server.auth import Authenticator
 from server.clock import Clock
 from server.config import Config, DestinationConfig, UserConfig
@@ -40,9 +41,11 @@ from server.ports import AckValue
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
 from server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
+from server.replication.conflicts import Conflict, Conflicts
 from server.replication.errors import (
     DestinationNotFound,
     LinkReplaced,
+    NameConflict,
     NotAccepting,
     PeerShuttingDown,
 )
@@ -134,11 +137,13 @@ class InboundInfo(TypedDict):
 class ReplicationInfo(TypedDict):
     name: str
     group: str
+    instance_id: str
     minimum_sync_destinations: int
     horizon: int
     durable_seq: int
     destinations: list[DestinationInfo]
     incoming: list[InboundInfo]
+    conflicts: list[Conflict]
 
 
 class _Rate:
@@ -203,6 +208,8 @@ class Replication:
         self._rng = rng if rng is not None else random.Random()
         self.horizon = horizon
         self.history = LinkHistory()
+        #: names found in use twice (server/replication/conflicts.py)
+        self.conflicts = Conflicts()
         self.summary = summarize(config)
         own = parse_summary(self.summary)
         #: what each destination does not get (server/replication/topology.py)
@@ -233,7 +240,8 @@ class Replication:
         txlog = self._txlog
         if saved is None or txlog.last_seq == 0:
             # a log that starts over is a new log to the instances that replicate to it
-            self._state = ReplicationState.new()
+            # (the instance stays itself: its identity is kept)
+            self._state = ReplicationState.new(saved.instance_id if saved else None)
             self._dirty = True
         else:
             self._state = saved
@@ -249,6 +257,8 @@ class Replication:
             horizon_moved=self.horizon.recompute,
             record=self.history.record,
             failover_changed=self._failover_changed,
+            instance_id=self.instance_id,
+            identity=self.check_identity,
         )
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
@@ -352,6 +362,8 @@ class Replication:
             record=self.history.record,
             ack_interval=self._ack_interval,
             logons=self._logons,
+            instance_id=self.instance_id,
+            identity=self.check_identity,
         )
         link = InboundLink(
             ctx, transport, peer if peer is not None else Peer.parse(transport.remote)
@@ -408,6 +420,58 @@ class Replication:
             busy=busy,
         )
         return BootstrapSource(ctx, transport, peer)
+
+    # -- identities ---------------------------------------------------------------------
+
+    def instance_id(self) -> str:
+        """This instance's identity (kept in its replication state file)."""
+        return self._state.instance_id
+
+    def check_identity(self, name: str, instance_id: str, link: object, where: str) -> None:
+        """A peer introduced itself as ``name`` with ``instance_id`` on ``link`` (at
+        ``where``): refuse it when another live link is with an instance of that Name
+        and another identity (two instances share a Name: loop protection by name would
+        skip one of them). A link from the same instance again is no conflict (a
+        reconnect replaces the old one).
+
+        Raises:
+            NameConflict: the conflict (logged as ``replication/duplicate_instance_name``
+                and kept for ``GET /api/replication`` and the dashboard's alert).
+        """
+        if not instance_id:
+            return
+        other = None
+        for dest in self.destinations.values():
+            if (
+                dest is not link
+                and dest.connected
+                and dest.remote_name == name
+                and dest.remote_instance_id not in ("", instance_id)
+            ):
+                other = f"this instance's destination {dest.name!r} at {dest.where}"
+        for inbound in self.inbound.values():
+            if (
+                inbound is not link
+                and inbound.source == name
+                and inbound.state != "closed"
+                and inbound.instance_id not in ("", instance_id)
+            ):
+                other = f"the link from {inbound.remote}"
+        if other is None:
+            return
+        detail = (
+            f"an instance called {name!r} at {where} is not the {name!r} already linked "
+            f"here ({other}): two instances share the Name, so loop protection by name "
+            "would skip one of them; give each instance its own <Name>"
+        )
+        self._events.emit("error", "replication", "duplicate_instance_name", instance=name,
+                          refused=where, linked=other, detail=detail)  # fmt: skip
+        self.conflicts.report("instance_name", name, detail, self._clock.time())
+        raise NameConflict(detail)
+
+    def alerts(self) -> list[Alert]:
+        """The conditions every dashboard page shows (server/alerts.py)."""
+        return self.conflicts.alerts(self._clock.time())
 
     def _register(self, link: InboundLink) -> None:
         old = self.inbound.get(link.source)
@@ -481,11 +545,13 @@ class Replication:
         return {
             "name": self.config.name,
             "group": self.config.group,
+            "instance_id": self._state.instance_id,
             "minimum_sync_destinations": self._minimum,
             "horizon": self.horizon.seq,
             "durable_seq": self._txlog.durable_seq,
             "destinations": [self._destination_info(d) for d in self.destinations.values()],
             "incoming": [self._inbound_info(i) for i in self.inbound.values()],
+            "conflicts": self.conflicts.all(),
         }
 
     def link_samples(self) -> list[LinkSampleRow]:

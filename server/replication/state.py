@@ -4,6 +4,7 @@ One small JSON file per instance, ``DataDirectory/replication/NAME.replication.j
 
     {"version": 1,
      "log_id": "5b0c...",                  # this instance's log, as destinations know it
+     "instance_id": "e41a...",             # this instance, as its peers tell it apart
      "destinations": {"spool-b": {"remote": "spool-b", "remote_log_id": "9f1e...",
                                   "acked": 81234}}}
 
@@ -15,6 +16,9 @@ One small JSON file per instance, ``DataDirectory/replication/NAME.replication.j
 - ``log_id`` names this instance's log to the instances that replicate to it. It is new
   whenever the log is empty at start-up (the journals were wiped, or it never had any),
   so a source does not trust positions a wiped destination acknowledged before.
+- ``instance_id`` names this instance itself: its peers tell two instances that share a
+  Name apart by it (the second link is refused). It is kept for as long as this file is,
+  also when the log starts over; a file without one (an older version) gets one.
 
 The file is written whole to a temporary file, fsynced and renamed (in a worker thread,
 at most once a second while positions move, and at stop), so a crash leaves the previous
@@ -58,17 +62,23 @@ class ReplicationState:
 
     log_id: str
     destinations: dict[str, Acked] = field(default_factory=dict)
+    instance_id: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @classmethod
-    def new(cls) -> ReplicationState:
-        """A state for a log that starts over (a fresh identity, no positions)."""
-        return cls(secrets.token_hex(16))
+    def new(cls, instance_id: str | None = None) -> ReplicationState:
+        """A state for a log that starts over (a fresh log identity, no positions); the
+        instance keeps ``instance_id`` when it had one."""
+        state = cls(secrets.token_hex(16))
+        if instance_id:
+            state.instance_id = instance_id
+        return state
 
     def encode(self) -> bytes:
         return orjson.dumps(
             {
                 "version": FILE_VERSION,
                 "log_id": self.log_id,
+                "instance_id": self.instance_id,
                 "destinations": {
                     name: {"remote": a.remote, "remote_log_id": a.remote_log_id, "acked": a.acked}
                     for name, a in sorted(self.destinations.items())
@@ -92,6 +102,11 @@ class ReplicationState:
         if not isinstance(log_id, str) or not isinstance(dests, dict):
             raise ValueError("a replication state file has a log_id and destinations")
         state = cls(log_id)
+        instance_id = obj.get("instance_id")
+        if instance_id is not None:
+            if not isinstance(instance_id, str) or not instance_id:
+                raise ValueError("a replication state file's instance_id is a string")
+            state.instance_id = instance_id
         for name, entry in dests.items():
             if not isinstance(entry, dict):
                 raise ValueError(f"destination {name!r}: not an object")

@@ -51,6 +51,7 @@ hellos = st.builds(
     validation=st.dictionaries(
         names, st.integers(-(2**53), 2**53) | st.text(max_size=5), max_size=3
     ),
+    instance_id=st.text(max_size=32),
 )
 welcomes = st.builds(
     Welcome,
@@ -64,6 +65,7 @@ welcomes = st.builds(
         max_size=4,
     ),
     validation=st.dictionaries(names, st.booleans(), max_size=3),
+    instance_id=st.text(max_size=32),
 )
 refuses = st.builds(Refuse, reason=st.text(max_size=20), detail=st.text(max_size=40))
 streams = st.builds(Stream, start=small, source_last=small)
