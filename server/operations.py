@@ -38,8 +38,9 @@ from server.queues.errors import QueueNotEntitled, QueueNotFound
 from server.queues.service import QueueService
 from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
-from server.replication.fabric import FabricGraph, fabric_graph
+from server.replication.fabric import FabricGraph, fabric_graph, fabric_route
 from server.replication.service import Replication, ReplicationInfo
+from server.replication.topology import RouteTrace
 from server.session import Session
 from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
 from server.stats.actionruns import ActionRunRow, StoredRun
@@ -311,6 +312,10 @@ class Operations:
         """The replication graph this instance sees (``GET /api/fabric``)."""
         repl = self._replication
         return fabric_graph(self.config, repl.info() if repl is not None else None)
+
+    def fabric_route(self, topic: str) -> RouteTrace:
+        """Where a message of ``topic`` published here goes (``GET /api/fabric/route``)."""
+        return fabric_route(self.config, self._replication, topic)
 
     def bootstrap_info(self) -> dict[str, object]:
         """The bootstrap's progress (``GET /api/bootstrap``; docs/bootstrap.md)."""

@@ -1,6 +1,7 @@
 """The replication part of the REST admin API (ADMIN_API.md ``/api/replication``).
 
 - ``GET /api/fabric``: the replication graph this instance sees (docs/admin-api.md).
+- ``GET /api/fabric/route?topic=``: where a message of that topic published here goes.
 - ``GET /api/bootstrap``: bootstrap progress.
 - ``GET /api/replication``: destinations and incoming links.
 - ``GET /api/replication/history``: one link's sampled history (stats database).
@@ -32,6 +33,8 @@ from web.params import EVENTS_MAX, TIME_HELP, int_param, time_window
 __all__ = ["ReplicationApi", "replication_error"]
 
 NOT_CONFIGURED: Final = "replication is not configured on this instance"
+#: longest topic a route trace takes (as a topic block's name)
+TOPIC_MAX: Final = 1024
 #: most samples one history answer holds
 HISTORY_MAX: Final = 20_000
 
@@ -70,6 +73,16 @@ class ReplicationApi:
 
     async def fabric(self, request: Request) -> Any:
         return self.ops.fabric_info()
+
+    async def route(self, request: Request) -> Any:
+        topic = request.query_params.get("topic")
+        if not topic:
+            raise BadRequest("topic is required (the topic a message is published to)")
+        if len(topic) > TOPIC_MAX or any(ord(ch) < 32 for ch in topic):
+            raise BadRequest(
+                f"a topic is at most {TOPIC_MAX} characters without control characters"
+            )
+        return self.ops.fabric_route(topic)
 
     async def events(self, request: Request) -> Any:
         t0, t1 = time_window(request, self.ops.clock)
@@ -134,6 +147,19 @@ class ReplicationApi:
                     "The replication graph this instance sees: instances, groups, links", tag,
                 ),
                 self.fabric,
+            ),
+            (
+                Operation(
+                    "GET", "/api/fabric/route",
+                    "Where a message of a topic published here goes: the instances it "
+                    "reaches, by which links, sync or async, and what stops it", tag,
+                    errors=(400,),
+                    query=(
+                        QueryParam("topic", f"the topic (1..{TOPIC_MAX} characters)",
+                                   required=True),
+                    ),
+                ),
+                self.route,
             ),
             (
                 Operation(

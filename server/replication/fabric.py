@@ -1,6 +1,7 @@
 """The fabric as one instance sees it: itself, its destinations and its inbound links.
 
-``GET /api/fabric`` (docs/admin-api.md) answers with :func:`fabric_graph`: a graph of
+``GET /api/fabric`` (docs/admin-api.md) answers with :func:`fabric_graph`, and ``GET
+/api/fabric/route`` with :func:`fabric_route` (where a topic goes): a graph of
 instances (grouped by Group) and directed links, built from what the replication service
 knows (its :class:`~server.replication.service.ReplicationInfo`) - pure, so tested alone.
 
@@ -24,9 +25,18 @@ from __future__ import annotations
 from typing import Final, TypedDict
 
 from server.config import Config
-from server.replication.service import ReplicationInfo
+from server.replication.service import Replication, ReplicationInfo
+from server.replication.topology import RouteTrace, route_trace
+from server.replication.validation import parse_summary, summarize
 
-__all__ = ["LAGGING_SECONDS", "FabricGraph", "FabricInstance", "FabricLink", "fabric_graph"]
+__all__ = [
+    "LAGGING_SECONDS",
+    "FabricGraph",
+    "FabricInstance",
+    "FabricLink",
+    "fabric_graph",
+    "fabric_route",
+]
 
 #: a connected link further behind than this is ``lagging``
 LAGGING_SECONDS: Final = 5.0
@@ -129,3 +139,12 @@ def fabric_graph(config: Config, info: ReplicationInfo | None) -> FabricGraph:
         )  # fmt: skip
     return {"name": me, "group": config.group, "instances": list(instances.values()),
             "links": links}  # fmt: skip
+
+
+def fabric_route(config: Config, replication: Replication | None, topic: str) -> RouteTrace:
+    """``GET /api/fabric/route``: where a message of ``topic`` published here goes
+    (server/replication/topology.py); an instance that does not replicate sends it
+    nowhere."""
+    if replication is not None:
+        return replication.route(topic)
+    return route_trace({config.name: parse_summary(summarize(config))}, config.name, topic)

@@ -8,7 +8,9 @@ Each protocol message is::
     u8  type     MessageType, with COMPRESSED (0x80) set on a zstd-compressed DATA
     ...          payload
 
-Control messages (``hello``, ``welcome``, ``refuse``, ``stream``) carry a JSON object;
+Control messages (``hello``, ``welcome``, ``refuse``, ``stream``, ``sync``, and the
+peer messages either end sends once welcomed, server/replication/peerframes.py) carry a
+JSON object;
 ``ack`` a u64; ``data`` a binary batch of records::
 
     u64 upto     the source has examined its log up to this local seq (acks name it)
@@ -63,6 +65,15 @@ from server.replication.bootframes import (
     parse_boot,
 )
 from server.replication.errors import ReplicationProtocolError
+from server.replication.peerframes import (
+    FABRIC,
+    PEER_TYPES,
+    FabricEntry,
+    FabricView,
+    PeerMessage,
+    parse_peer,
+    peer_fields,
+)
 from server.txlog.record import RecordKind
 
 __all__ = [
@@ -74,12 +85,15 @@ __all__ = [
     "Busy",
     "Data",
     "Done",
+    "FabricEntry",
+    "FabricView",
     "FrameParser",
     "Hello",
     "Holdings",
     "Message",
     "MessageType",
     "Offer",
+    "PeerMessage",
     "RecordsWriter",
     "Refuse",
     "Run",
@@ -128,6 +142,7 @@ class MessageType(IntEnum):
     DONE = DONE
     BUSY = BUSY
     SYNC = 11
+    FABRIC = FABRIC
 
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
@@ -243,7 +258,18 @@ class SyncNotice:
 
 
 Message = (
-    Hello | Welcome | Refuse | Stream | Data | Ack | SyncNotice | Bootstrap | Offer | Done | Busy
+    Hello
+    | Welcome
+    | Refuse
+    | Stream
+    | Data
+    | Ack
+    | SyncNotice
+    | Bootstrap
+    | Offer
+    | Done
+    | Busy
+    | PeerMessage
 )
 
 
@@ -304,6 +330,9 @@ def encode(message: Message) -> bytes:
         return _json(MessageType.SYNC, {"effective": message.effective})
     if isinstance(message, BootMessage):
         kind, obj = boot_fields(message)
+        return _json(MessageType(kind), obj)
+    if isinstance(message, PeerMessage):
+        kind, obj = peer_fields(message)
         return _json(MessageType(kind), obj)
     return _json(MessageType.STREAM, {"start": message.start, "source_last": message.source_last})
 
@@ -621,6 +650,8 @@ def _parse(kind: int, payload: bytes) -> Message:
         return SyncNotice(effective)
     if base in BOOT_TYPES:
         return parse_boot(base, _obj(payload, BOOT_TYPES[base]))
+    if base in PEER_TYPES:
+        return parse_peer(base, _obj(payload, PEER_TYPES[base]))
     raise ReplicationProtocolError(f"unknown message type {base}")
 
 

@@ -58,6 +58,7 @@ from server.replication.errors import (
     ReplicationProtocolError,
     VersionMismatch,
 )
+from server.replication.fabricview import PeerExchange
 from server.replication.frames import PROTOCOL_VERSION, Data, Hello, Holdings, Run, decode_runs
 from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
@@ -68,6 +69,7 @@ from server.replication.protocol import (
     Event,
     HelloReceived,
     LinkProtocol,
+    PeerReceived,
     Side,
     State,
     StreamStarted,
@@ -106,6 +108,8 @@ class InboundContext:
     #: refuses (NameConflict) a source whose Name another live link's peer has, with
     #: another identity: (name, instance id, this link, where it is)
     identity: Callable[[str, str, object, str], None]
+    #: the fabric view to send, and where the peer's messages go
+    peers: PeerExchange
     logons: LogonGuard | None = None
 
 
@@ -149,6 +153,7 @@ class InboundLink:
         #: the link's effective sync type as the source last told it (None: not yet)
         self.sync_type: str | None = None
         self.last_error: str | None = None
+        self._view_sent = 0
         self._hop = ""
         self._origin: Origin | None = None
         self._replies = FailureReplies()
@@ -196,6 +201,16 @@ class InboundLink:
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
+    def share_view(self) -> None:
+        """Send the fabric view when the source has not had the latest one (welcomed)."""
+        if self.protocol.state not in (State.WELCOMED, State.STREAMING):
+            return
+        changes, message = self._ctx.peers.view_message()
+        if changes > self._view_sent:
+            self._view_sent = changes
+            self.protocol.send_peer(message)
+            self._writer.write_soon()
+
     def refuse(self, error: LinkRefused) -> None:
         """End the link (an operator, the instance stopping, a newer link of the source)."""
         self.protocol.refuse(error)
@@ -226,6 +241,8 @@ class InboundLink:
                 if self._queued_bytes > BACKLOG_BYTES:
                     self._room.clear()
                 self._work.set()
+            elif isinstance(event, PeerReceived):
+                self._ctx.peers.peer_received(event.message, self)
             elif isinstance(event, Closed):
                 self._finish(event)
 
@@ -292,6 +309,7 @@ class InboundLink:
             validation=ctx.summary,
             instance_id=ctx.instance_id(),
         )
+        self.share_view()
         self._writer.write_soon()
         self._event(
             "connected", f"from {self.remote} as user {self.user.name if self.user else None}"

@@ -49,6 +49,7 @@ from server.replication.errors import (
     ValidationFailed,
     ValidationReported,
 )
+from server.replication.fabricview import PeerExchange
 from server.replication.history import LinkEvent
 from server.replication.inflight import InFlight
 from server.replication.packing import pack_runs
@@ -57,6 +58,7 @@ from server.replication.protocol import (
     Closed,
     Event,
     LinkProtocol,
+    PeerReceived,
     Side,
     State,
     Welcomed,
@@ -104,6 +106,8 @@ class LinkContext:
     #: refuses (NameConflict) a peer whose Name another live link's peer has, with
     #: another identity: (name, instance id, this link, where it is)
     identity: Callable[[str, str, object, str], None]
+    #: the fabric view to send, and where the peer's messages go
+    peers: PeerExchange
     #: the safety of failing over from this instance may have changed (what happened)
     failover_changed: Callable[[str], None] = lambda _detail: None
 
@@ -198,6 +202,8 @@ class DestinationLink:
         self._tasks: list[asyncio.Task[None]] = []
         self._topic_bytes: dict[str, bytes] = {}
         self._tls_reported: str | None = None
+        #: the view version last sent on the current stream
+        self._view_sent = 0
 
     # -- life ---------------------------------------------------------------------------
 
@@ -234,6 +240,17 @@ class DestinationLink:
         stream = self._stream
         if stream is not None and stream.protocol.state is State.STREAMING:
             stream.protocol.notify_sync(self.sync.effective)
+            stream.writer.write_soon()
+
+    def share_view(self) -> None:
+        """Send the fabric view when this stream has not had the latest one."""
+        stream = self._stream
+        if stream is None or stream.protocol.state is not State.STREAMING:
+            return
+        changes, message = self._ctx.peers.view_message()
+        if changes > self._view_sent:
+            self._view_sent = changes
+            stream.protocol.send_peer(message)
             stream.writer.write_soon()
 
     def reconnect(self) -> None:
@@ -390,6 +407,8 @@ class DestinationLink:
                         streamed = self._welcomed(event, protocol, writer) or streamed
                     elif isinstance(event, Acked):
                         self._acked(event.position)
+                    elif isinstance(event, PeerReceived):
+                        ctx.peers.peer_received(event.message, self)
                     elif isinstance(event, Closed):
                         self._closed(event)
                 await writer.write()
@@ -497,6 +516,8 @@ class DestinationLink:
         ctx.failover_changed(f"destination {self.name!r} connected")
         self._wake.set()
         self._horizon_changed()
+        self._view_sent = 0
+        self.share_view()
         return True
 
     def _refuse(self, protocol: LinkProtocol, error: LinkRefused) -> None:

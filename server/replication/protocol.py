@@ -23,6 +23,9 @@ The conversation::
                                      <---   ack (position) ...
     refuse (reason, detail) either way closes the link
 
+Once welcomed, either end may also send peer messages (server/replication/peerframes.py:
+what it knows of the fabric); they do not change the state.
+
 States: ``HANDSHAKE`` until the welcome is sent (destination) or received (source);
 ``WELCOMED`` until the stream begins; ``STREAMING``; ``CLOSED``.
 """
@@ -46,6 +49,7 @@ from server.replication.frames import (
     Hello,
     Holdings,
     Message,
+    PeerMessage,
     Refuse,
     Stream,
     SyncNotice,
@@ -60,6 +64,7 @@ __all__ = [
     "Event",
     "HelloReceived",
     "LinkProtocol",
+    "PeerReceived",
     "Side",
     "State",
     "StreamStarted",
@@ -116,6 +121,13 @@ class SyncNoticed:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerReceived:
+    """(either end) The peer told what it knows of the fabric."""
+
+    message: PeerMessage
+
+
+@dataclass(frozen=True, slots=True)
 class Acked:
     """(source) The destination made everything up to ``position`` durable."""
 
@@ -135,7 +147,16 @@ class Closed:
     by_peer: bool
 
 
-Event = HelloReceived | Welcomed | StreamStarted | DataReceived | SyncNoticed | Acked | Closed
+Event = (
+    HelloReceived
+    | Welcomed
+    | StreamStarted
+    | DataReceived
+    | SyncNoticed
+    | Acked
+    | PeerReceived
+    | Closed
+)
 
 
 class LinkProtocol:
@@ -206,6 +227,14 @@ class LinkProtocol:
             return
         self._out.append(encode(Refuse(error.reason, error.detail)))
         self._close(error, by_peer=False)
+
+    def send_peer(self, message: PeerMessage) -> None:
+        """Tell the peer what this instance knows of the fabric (once welcomed)."""
+        if self.state is State.CLOSED:
+            raise ReplicationProtocolError("a peer message on a closed link")
+        if self.state is State.HANDSHAKE:
+            raise ReplicationProtocolError("peer messages go once the link is welcomed")
+        self._out.append(encode(message))
 
     # -- source -------------------------------------------------------------------------
 
@@ -298,6 +327,11 @@ class LinkProtocol:
     def _handle(self, message: Message) -> None:
         if isinstance(message, Refuse):
             self._close(refusal_for(message.reason, message.detail), by_peer=True)
+            return
+        if isinstance(message, PeerMessage):
+            if self.state is State.HANDSHAKE:
+                raise ReplicationProtocolError("a peer message before the welcome")
+            self._events.append(PeerReceived(message))
             return
         if self.side is Side.SOURCE:
             self._handle_at_source(message)

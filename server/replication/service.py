@@ -49,14 +49,15 @@ from server.replication.errors import (
     NotAccepting,
     PeerShuttingDown,
 )
-from server.replication.frames import MessageType, first_type
+from server.replication.fabricview import FabricKnowledge
+from server.replication.frames import FabricEntry, FabricView, MessageType, PeerMessage, first_type
 from server.replication.history import LinkEvent, LinkHistory
 from server.replication.horizon import SyncHorizon
 from server.replication.inbound import InboundContext, InboundLink
 from server.replication.outbound import DestinationLink, LinkContext
 from server.replication.state import ReplicationState
 from server.replication.syncstate import check_downgrade
-from server.replication.topology import Drops, DropsInfo, drops_of
+from server.replication.topology import Drops, DropsInfo, RouteTrace, drops_of, route_trace
 from server.replication.transport import Connector, LinkTransport, connect_websocket
 from server.replication.validation import parse_summary, summarize
 from server.sow.memory import MemoryStore
@@ -210,6 +211,9 @@ class Replication:
         self.history = LinkHistory()
         #: names found in use twice (server/replication/conflicts.py)
         self.conflicts = Conflicts()
+        #: every instance's routing configuration, as far as known (set at start)
+        self.view: FabricKnowledge | None = None
+        self._started_us = int(clock.time() * 1e6)
         self.summary = summarize(config)
         own = parse_summary(self.summary)
         #: what each destination does not get (server/replication/topology.py)
@@ -245,6 +249,10 @@ class Replication:
             self._dirty = True
         else:
             self._state = saved
+        self.view = FabricKnowledge(
+            FabricEntry(self.config.name, self.config.group, self._state.instance_id,
+                        self._started_us, self.summary)
+        )  # fmt: skip
         ctx = LinkContext(
             config=self.config,
             txlog=txlog,
@@ -259,6 +267,7 @@ class Replication:
             failover_changed=self._failover_changed,
             instance_id=self.instance_id,
             identity=self.check_identity,
+            peers=self,
         )
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
@@ -364,6 +373,7 @@ class Replication:
             logons=self._logons,
             instance_id=self.instance_id,
             identity=self.check_identity,
+            peers=self,
         )
         link = InboundLink(
             ctx, transport, peer if peer is not None else Peer.parse(transport.remote)
@@ -468,6 +478,39 @@ class Replication:
                           refused=where, linked=other, detail=detail)  # fmt: skip
         self.conflicts.report("instance_name", name, detail, self._clock.time())
         raise NameConflict(detail)
+
+    # -- the fabric view -----------------------------------------------------------------
+
+    def view_message(self) -> tuple[int, PeerMessage]:
+        """What links send their peers: the fabric view (server/replication/fabricview.py)."""
+        view = self.view
+        assert view is not None, "the view is built at start, before any link"
+        return view.changes, view.message()
+
+    def peer_received(self, message: PeerMessage, link: object) -> None:
+        """A peer's message: a view is merged, and a changed view goes to every link."""
+        view = self.view
+        if isinstance(message, FabricView) and view is not None and view.merge(message.entries):
+            for dest in self.destinations.values():
+                dest.share_view()
+            for inbound in list(self.inbound.values()):
+                inbound.share_view()
+
+    def route(self, topic: str) -> RouteTrace:
+        """Where a message of ``topic`` published here goes (``GET /api/fabric/route``):
+        the routing rules applied over the fabric view, this instance's own links with
+        their effective sync type, the instance that answers each, and whether they are
+        connected now."""
+        me = self.config.name
+        view = self.view
+        summaries = view.summaries() if view is not None else {me: parse_summary(self.summary)}
+        dests = self.destinations.values()
+        return route_trace(
+            summaries, me, topic,
+            sync_types={(me, d.name): d.sync.effective for d in dests},
+            remote_names={(me, d.name): d.remote_name for d in dests if d.remote_log_id},
+            connected={(me, d.name): d.connected for d in dests},
+        )  # fmt: skip
 
     def alerts(self) -> list[Alert]:
         """The conditions every dashboard page shows (server/alerts.py)."""

@@ -7,6 +7,9 @@
 // link's source) and the downgrade / upgrade / reconnect actions (POST on the source).
 // Calls to other instances carry the bearer token the operator saved for that instance
 // in this tab (sessionStorage); the other instance must allow this page's origin.
+// The route trace asks this instance (GET /api/fabric/route?topic=) where a message of a
+// topic published here goes, lists the instances it reaches and the links that stop it,
+// and draws the links it crosses thicker on the graph.
 
 import cytoscape from "/static/vendor/cytoscape/cytoscape.esm.min.mjs";
 import { TimeChart } from "./charts.js";
@@ -192,6 +195,9 @@ function restyle() {
       "text-background-padding": 2 } },
     // a destination that does not get everything (topics, filters, groups): dashed
     { selector: "edge.drops", style: { "line-style": "dashed" } },
+    // the links the route trace crosses, and the instances it reaches
+    { selector: "edge.route", style: { width: 7 } },
+    { selector: "node.reached", style: { "border-width": 4, "border-color": c.text } },
   ]);
 }
 restyle();
@@ -218,10 +224,72 @@ function draw({ instances, links }) {
     cy.elements().remove();
     cy.add(elements);
     cy.layout({ name: "breadthfirst", directed: true, padding: 30, spacingFactor: 1.3 }).run();
+    markRoute();
   } else {
     for (const e of elements) cy.getElementById(e.data.id).data(e.data);
   }
 }
+
+// -- the route trace ------------------------------------------------------------------------
+
+let trace = null;
+
+function markRoute() {
+  cy.elements().removeClass("route reached");
+  if (trace === null) return;
+  for (const route of trace.routes) {
+    for (const hop of route.hops) cy.getElementById(`${hop.source}->${hop.target}`).addClass("route");
+  }
+  for (const r of trace.reached) cy.getElementById(r.instance).addClass("reached");
+}
+
+function hopText(hop) {
+  const parts = [hop.sync_type ?? "?"];
+  if (hop.filtered) parts.push(`only where ${hop.filtered}`);
+  if (hop.connected === false) parts.push("down now");
+  return `→ ${hop.target} (${parts.join(", ")})`;
+}
+
+function renderTrace(t) {
+  const summary = $id("fabric-route-summary");
+  const table = $id("fabric-route-reached");
+  const stops = $id("fabric-route-stops");
+  if (!t.recorded) {
+    setText(summary, `${t.origin} does not record ${JSON.stringify(t.topic)}: nothing of it is replicated`);
+  } else {
+    const n = t.reached.length;
+    setText(summary, `${JSON.stringify(t.topic)} published on ${t.origin} reaches ${n} instance${n === 1 ? "" : "s"}`
+      + (t.truncated ? ` (the first ${t.routes.length} routes shown)` : ""));
+  }
+  table.hidden = t.reached.length === 0;
+  table.tBodies[0].replaceChildren(...t.reached.map((r) => {
+    const best = t.routes.find((route) => route.reaches === r.instance);
+    return el("tr", { dataset: { key: r.instance } },
+      el("td", { className: "mono", text: r.instance }),
+      el("td", { className: "num", text: String(r.hops) }),
+      el("td", { className: "mono", dataset: { field: "route" },
+        text: `${t.origin} ${best.hops.map(hopText).join(" ")}` }),
+      el("td", {}, badge(r.sync_path ? "sync" : "async")),
+      el("td", { text: r.filtered ? "yes: only matching messages" : "no" }));
+  }));
+  stops.replaceChildren(
+    ...t.not_reached.map((u) => el("li", { dataset: { key: `${u.source}->${u.target}` },
+      text: `not to ${u.target} from ${u.source}: ${u.reason}` })),
+    ...t.unknown.map((name) => el("li", { dataset: { key: `unknown:${name}` },
+      text: `${name}: its configuration is not known here, the trace stops there` })));
+  markRoute();
+}
+
+$id("fabric-route-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const topic = event.target.topic.value;
+  try {
+    trace = await api(`/api/fabric/route?topic=${encodeURIComponent(topic)}`);
+    renderTrace(trace);
+  } catch (err) {
+    alert.error(err, `route of ${topic}`);
+  }
+});
 
 function edgeLabel(link) {
   const sync = link.effective_sync_type ?? "";

@@ -190,3 +190,64 @@ def test_with_users_each_instance_takes_the_token_given_for_it(page: Page, tmp_p
         ), events
     finally:
         cluster.stop()
+
+
+def test_the_route_trace_follows_a_topic_and_marks_a_link_that_drops(
+    page: Page, tmp_path: Path
+) -> None:
+    """A -> B -> C where B's destination C takes only ``orders``: the trace of ``orders``
+    on A's page reaches C over two sync hops; ``trades`` stops at B, and the page says why;
+    B -> C is marked as a link that drops (B's report, read by A's page)."""
+    cluster = Cluster(tmp_path, ["a", "b", "c"])
+    a, b, c = (_origin(cluster, n) for n in "abc")
+    cluster.add("a", admin_extra=_allow(b, c),
+                destinations=[destination("b", [cluster.address("b")], exclude="replicate")])  # fmt: skip
+    cluster.add("b", admin_extra=_allow(a),
+                destinations=[destination("c", [cluster.address("c")], topics=(("orders", None),),
+                                          exclude="replicate")])  # fmt: skip
+    cluster.add("c", admin_extra=_allow(a))
+    cluster.start()
+    try:
+        wait_until(lambda: cluster.destination("a", "b")["connected"], 30)
+        wait_until(lambda: cluster.destination("b", "c")["connected"], 30)
+        # a learns c's configuration through b (the fabric view): the REST trace says so
+        wait_until(
+            lambda: [r["instance"] for r in cluster.api("a", "/api/fabric/route?topic=orders")
+                     ["reached"]] == ["b", "c"],
+            20, message="a's route trace reaches c",
+        )  # fmt: skip
+        page.goto(f"{cluster.procs['a'].http_url}/fabric")
+        bc = page.locator('#fabric-links tbody tr[data-key="b->c"]')
+        expect(bc.locator('[data-field="drops"]')).to_have_text("drops", timeout=15_000)
+        assert "recorded topics no topic block takes" in (
+            bc.locator('[data-field="drops"]').get_attribute("title") or ""
+        )
+        expect(
+            page.locator('#fabric-links tbody tr[data-key="a->b"] [data-field="drops"]')
+        ).to_have_count(0)
+
+        page.fill('#fabric-route-form input[name="topic"]', "orders")
+        page.click('#fabric-route-form button[type="submit"]')
+        expect(page.locator("#fabric-route-summary")).to_have_text(
+            '"orders" published on a reaches 2 instances'
+        )
+        reached = page.locator("#fabric-route-reached tbody")
+        expect(reached.locator('tr[data-key="c"] [data-field="route"]')).to_have_text(
+            "a → b (sync) → c (sync)"
+        )
+        expect(reached.locator('tr[data-key="b"] [data-field="route"]')).to_have_text(
+            "a → b (sync)"
+        )
+        expect(page.locator("#fabric-route-stops li")).to_have_count(0)
+
+        page.fill('#fabric-route-form input[name="topic"]', "trades")
+        page.click('#fabric-route-form button[type="submit"]')
+        expect(page.locator("#fabric-route-summary")).to_have_text(
+            '"trades" published on a reaches 1 instance'
+        )
+        expect(page.locator('#fabric-route-stops li[data-key="b->c"]')).to_have_text(
+            "not to c from b: no topic block of b's destination 'c' takes 'trades'"
+        )
+        expect(reached.locator("tr")).to_have_count(1)
+    finally:
+        cluster.stop()

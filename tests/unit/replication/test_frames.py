@@ -15,6 +15,8 @@ from server.replication.frames import (
     MAX_MESSAGE,
     Ack,
     Data,
+    FabricEntry,
+    FabricView,
     FrameParser,
     Hello,
     Message,
@@ -74,7 +76,17 @@ datas = st.builds(
     compressed=st.booleans(),
 )  # fmt: skip
 acks = st.builds(Ack, position=u64)
-messages = st.one_of(hellos, welcomes, refuses, streams, datas, acks)
+fabric_views = st.builds(
+    FabricView,
+    st.lists(
+        st.builds(
+            FabricEntry, name=names, group=names, instance_id=st.text(max_size=8),
+            version=u64, summary=st.dictionaries(names, st.integers(0, 9), max_size=2),
+        ),
+        max_size=3,
+    ).map(tuple),
+)  # fmt: skip
+messages = st.one_of(hellos, welcomes, refuses, streams, datas, acks, fabric_views)
 
 
 @given(st.lists(messages, max_size=8), st.data())
@@ -171,6 +183,8 @@ def test_truncated_and_padded_runs_are_refused() -> None:
         (struct.pack("<IB", 3, 5) + b"xx", "shorter than its header"),
         (struct.pack("<IB", 3, 0x81) + b"{}", "cannot be compressed"),
         (struct.pack("<IB", 3, 4) + b"{}", "stream needs a non-negative integer 'start'"),
+        (struct.pack("<IB", 3, 12) + b"{}", "fabric message: it needs a list 'instances'"),
+        (struct.pack("<IB", 18, 12) + b'{"instances":[7]}', "an instance is an object"),
     ],
 )
 def test_malformed_messages_are_refused(raw: bytes, fragment: str) -> None:
