@@ -22,6 +22,12 @@ A logon may ask for more with its ``o`` (docs/protocol.md "Logon options"): ``fa
 from this instance changes for it: :meth:`ClientRegistry.failover_changed`) and
 ``replicated`` (conflated ``replicated`` acks for its persisted publishes, server/acks.py).
 A client that asks for neither sees exactly what it saw before they existed.
+
+On an instance that replicates, a name not logged on here is first asked of every linked
+instance (server/replication/clientnames.py, through the :class:`~server.ports.NameClaims`
+port): a client of that name logged on at another instance, or logging on there earlier,
+makes this logon fail with ``name in use elsewhere``. Two clients with one name would share
+a publisher identity, and replication would drop one's messages as the other's duplicates.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from server.eventlog import EventLog
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
 from server.peer import Peer
-from server.ports import AckValue
+from server.ports import AckValue, NameClaims
 from server.protocol.commands import Command
 from server.protocol.errors import (
     AuthFailure,
@@ -51,6 +57,7 @@ from server.protocol.errors import (
     InvalidOptions,
     LogonRequired,
     NameInUse,
+    NameInUseElsewhere,
     ShuttingDown,
 )
 from server.scryptpool import PoolBusy
@@ -102,6 +109,8 @@ class ClientRegistry:
         logons: the logon throttle and counters (shared with the dashboard login).
         logon_fields: more fields of the logon ack, for the logged-on user (replication
             says whether failing over from this instance is safe).
+        name_claims: asks the fabric's linked instances whether a client name is free
+            (an instance that replicates), or None.
     """
 
     def __init__(
@@ -116,6 +125,7 @@ class ClientRegistry:
         logons: LogonGuard,
         *,
         logon_fields: Callable[[UserConfig | None], Mapping[str, AckValue]] | None = None,
+        name_claims: NameClaims | None = None,
     ) -> None:
         self._config = config
         self._logons = logons
@@ -126,6 +136,7 @@ class ClientRegistry:
         self._events = events
         self._clock = clock
         self._logon_fields = logon_fields
+        self._claims = name_claims
         self.sessions: set[Session] = set()
         self.by_name: dict[str, Session] = {}
         self._transport_enabled = {t.name: t.enabled for t in config.transports}
@@ -294,6 +305,11 @@ class ClientRegistry:
         """The connections that logged on."""
         return [s for s in self.sessions if s.name is not None]
 
+    def holds(self, name: str) -> bool:
+        """Whether a client called ``name`` is logged on here now."""
+        session = self.by_name.get(name)
+        return session is not None and not session.closed
+
     # -- transports ----------------------------------------------------------------------
 
     def transport_accepting(self, name: str) -> bool:
@@ -334,8 +350,7 @@ class ClientRegistry:
         """
         self._check(session, cmd)
         if not self._auth.enabled:
-            self._complete(session, cmd, None)
-            return None
+            return self._granted(session, cmd, None)
         user_id = cmd.field("user_id")
         if session.foreign_origin and not cmd.field("pw"):
             # a page of another origin gets nothing the browser adds by itself: not the
@@ -351,8 +366,7 @@ class ClientRegistry:
                 raise AuthFailure(
                     f"the client certificate belongs to user {cert_user.name!r}, not {user_id!r}"
                 )
-            self._complete(session, cmd, cert_user)
-            return None
+            return self._granted(session, cmd, cert_user)
         wait = self._logons.admit("websocket", session.peer.host, user_id)
         if wait > 0:
             raise AuthFailure(
@@ -394,7 +408,40 @@ class ClientRegistry:
             raise AuthFailure(detail)
         self._logons.succeeded("websocket", session.peer.host, user.name)
         if not session.closed:
+            granted = self._granted(session, cmd, user)
+            if granted is not None:
+                await granted
+
+    def _granted(
+        self, session: Session, cmd: Command, user: UserConfig | None
+    ) -> Awaitable[None] | None:
+        """Complete the logon (credentials checked): at once, or once the fabric's linked
+        instances said the name is free (the returned awaitable)."""
+        name = self._check(session, cmd)
+        claims = self._claims
+        if claims is None or self.holds(name) or not claims.asks():
             self._complete(session, cmd, user)
+            return None
+        return self._claimed(session, cmd, user, name, claims)
+
+    async def _claimed(
+        self,
+        session: Session,
+        cmd: Command,
+        user: UserConfig | None,
+        name: str,
+        claims: NameClaims,
+    ) -> None:
+        held = await claims.claim(name)
+        if session.closed:
+            return
+        if held is not None:
+            self._events.emit(
+                "warning", "session", "name_in_use_elsewhere", client=name,
+                remote=session.remote, detail=held,
+            )  # fmt: skip
+            raise NameInUseElsewhere(held)
+        self._complete(session, cmd, user)
 
     def _auth_failed(self, session: Session, cmd: Command, *, counted: bool) -> None:
         user_id = cmd.field("user_id")

@@ -202,9 +202,11 @@ class Broker:
         self.clients = ClientRegistry(
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
             logon_fields=replication.failover_fields if replication is not None else None,
+            name_claims=replication.client_names if replication is not None else None,
         )  # fmt: skip
         if replication is not None:
             replication.failover_listeners.append(self.clients.failover_changed)
+            replication.client_names.held_here = self.clients.holds
         self.clients.on_close.append(self.queues.drop_all)
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)

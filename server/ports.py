@@ -23,6 +23,8 @@ core (only the protocol, the config model and the record types):
   interface for its memory and persistent backends; its values are :class:`SowRecord`
   and every change is reported as a :class:`Change`.
 - :class:`FrameHandler`: what a connection hands its received frames to (the dispatcher).
+- :class:`NameClaims`: whether a client name is free across the replication fabric, asked
+  before a logon is granted (the replication service's client names).
 
 Who implements what is listed in docs/architecture.md ("Ports").
 """
@@ -371,6 +373,19 @@ class FrameHandler(Protocol):
 
     def receive(self, data: bytes) -> None:
         """Handle one frame; never raises (failures become acks or a close)."""
+        ...
+
+
+class NameClaims(Protocol):
+    """Client names across the fabric (server/replication/clientnames.py): a logon asks
+    the linked instances before it is granted."""
+
+    def asks(self) -> bool:
+        """Whether a logon here must ask other instances first (some link is live)."""
+        ...
+
+    async def claim(self, name: str) -> str | None:
+        """None when ``name`` is free on every linked instance, else where it is held."""
         ...
 
 

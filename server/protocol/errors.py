@@ -11,6 +11,7 @@ Hierarchy::
     └── ProtocolFailure             has a wire ``reason`` (PROTOCOL.md)
         ├── LogonRequired           "logon required"
         ├── NameInUse               "name in use"
+        ├── NameInUseElsewhere      "name in use elsewhere" (another instance of the fabric)
         ├── AuthFailure             "auth failure"
         ├── NotEntitled             "not entitled"
         ├── InvalidTopic            "invalid topic"
@@ -67,6 +68,14 @@ class LogonRequired(ProtocolFailure):
 
 class NameInUse(ProtocolFailure):
     reason = "name in use"
+
+
+class NameInUseElsewhere(ProtocolFailure):
+    """A client of this name is logged on at another instance of the replication fabric
+    (docs/replication.md "Client names"): two publishers with one name would share a
+    publisher identity, and replication would take one's messages for the other's."""
+
+    reason = "name in use elsewhere"
 
 
 class AuthFailure(ProtocolFailure):
@@ -160,6 +169,7 @@ class ShuttingDown(ProtocolFailure):
 ALL_FAILURES: Final[tuple[type[ProtocolFailure], ...]] = (
     LogonRequired,
     NameInUse,
+    NameInUseElsewhere,
     AuthFailure,
     NotEntitled,
     InvalidTopic,

@@ -34,7 +34,6 @@ ConflictKind = Literal["instance_name", "client_name", "publisher"]
 
 _TITLES: Final[dict[str, str]] = {
     "instance_name": "Two instances share a Name",
-    "client_name": "A client name is in use on two instances",
     "publisher": "Two publishers share an identity",
 }
 
@@ -43,9 +42,8 @@ class Conflict(TypedDict):
     """One conflict as the admin API shows it.
 
     Attributes:
-        kind: ``instance_name`` (a link refused), ``client_name`` (a logon refused or a
-            connection closed), ``publisher`` (replicated messages with one bookmark and
-            different bodies).
+        kind: ``instance_name`` (a link refused), ``client_name`` (a logon refused),
+            ``publisher`` (messages with one bookmark and different bodies).
         name: the instance name, client name, or publisher (its name when known, else its
             hash).
         detail: what was found last, and where.
@@ -90,10 +88,11 @@ class Conflicts:
         return sorted(self._found.values(), key=lambda c: c["last_seen"], reverse=True)
 
     def alerts(self, now: float) -> list[Alert]:
-        """One alert per kind with a conflict seen within :data:`ALERT_HOLD`."""
+        """One alert per kind with a conflict seen within :data:`ALERT_HOLD` (a refused
+        logon is not one: the refusal kept the names apart, nothing was lost)."""
         recent: dict[str, list[Conflict]] = {}
         for c in self.all():
-            if now - c["last_seen"] <= ALERT_HOLD:
+            if c["kind"] != "client_name" and now - c["last_seen"] <= ALERT_HOLD:
                 recent.setdefault(c["kind"], []).append(c)
         alerts: list[Alert] = []
         for kind, found in recent.items():

@@ -25,7 +25,7 @@ from server.replication.errors import ReplicationProtocolError
 from server.replication.peerframes import FabricEntry, FabricView, PeerMessage
 from server.replication.validation import Summary, parse_summary
 
-__all__ = ["FabricKnowledge", "PeerExchange"]
+__all__ = ["FabricKnowledge", "PeerExchange", "PeerLink"]
 
 
 class PeerExchange(Protocol):
@@ -36,8 +36,21 @@ class PeerExchange(Protocol):
         """How many times the view changed, and the view as a message."""
         ...
 
-    def peer_received(self, message: PeerMessage, link: object) -> None:
+    def peer_received(self, message: PeerMessage, link: PeerLink) -> None:
         """A link's peer sent ``message``."""
+        ...
+
+
+class PeerLink(Protocol):
+    """A live link to another instance that can carry peer messages."""
+
+    @property
+    def peer_name(self) -> str:
+        """The instance at the other end."""
+        ...
+
+    def send_peer(self, message: PeerMessage) -> bool:
+        """Send ``message``; False when the link cannot carry it now."""
         ...
 
 

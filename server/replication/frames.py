@@ -66,8 +66,12 @@ from server.replication.bootframes import (
 )
 from server.replication.errors import ReplicationProtocolError
 from server.replication.peerframes import (
+    CLAIM,
+    CLAIMED,
     FABRIC,
     PEER_TYPES,
+    Claim,
+    Claimed,
     FabricEntry,
     FabricView,
     PeerMessage,
@@ -83,6 +87,8 @@ __all__ = [
     "Ack",
     "Bootstrap",
     "Busy",
+    "Claim",
+    "Claimed",
     "Data",
     "Done",
     "FabricEntry",
@@ -143,6 +149,8 @@ class MessageType(IntEnum):
     BUSY = BUSY
     SYNC = 11
     FABRIC = FABRIC
+    CLAIM = CLAIM
+    CLAIMED = CLAIMED
 
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)

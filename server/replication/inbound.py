@@ -59,7 +59,15 @@ from server.replication.errors import (
     VersionMismatch,
 )
 from server.replication.fabricview import PeerExchange
-from server.replication.frames import PROTOCOL_VERSION, Data, Hello, Holdings, Run, decode_runs
+from server.replication.frames import (
+    PROTOCOL_VERSION,
+    Data,
+    Hello,
+    Holdings,
+    PeerMessage,
+    Run,
+    decode_runs,
+)
 from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
 from server.replication.linkauth import authenticate_peer
@@ -201,15 +209,29 @@ class InboundLink:
     async def wait_closed(self) -> None:
         await self._closed.wait()
 
+    @property
+    def welcomed(self) -> bool:
+        """Whether the source was welcomed and the link is not closed."""
+        return self.protocol.state in (State.WELCOMED, State.STREAMING)
+
+    @property
+    def peer_name(self) -> str:
+        """The instance at the other end (the source)."""
+        return self.source
+
+    def send_peer(self, message: PeerMessage) -> bool:
+        """Send a peer message (server/replication/peerframes.py) once welcomed."""
+        if not self.welcomed:
+            return False
+        self.protocol.send_peer(message)
+        self._writer.write_soon()
+        return True
+
     def share_view(self) -> None:
         """Send the fabric view when the source has not had the latest one (welcomed)."""
-        if self.protocol.state not in (State.WELCOMED, State.STREAMING):
-            return
         changes, message = self._ctx.peers.view_message()
-        if changes > self._view_sent:
+        if changes > self._view_sent and self.send_peer(message):
             self._view_sent = changes
-            self.protocol.send_peer(message)
-            self._writer.write_soon()
 
     def refuse(self, error: LinkRefused) -> None:
         """End the link (an operator, the instance stopping, a newer link of the source)."""

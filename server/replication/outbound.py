@@ -50,6 +50,7 @@ from server.replication.errors import (
     ValidationReported,
 )
 from server.replication.fabricview import PeerExchange
+from server.replication.frames import PeerMessage
 from server.replication.history import LinkEvent
 from server.replication.inflight import InFlight
 from server.replication.packing import pack_runs
@@ -108,6 +109,8 @@ class LinkContext:
     identity: Callable[[str, str, object, str], None]
     #: the fabric view to send, and where the peer's messages go
     peers: PeerExchange
+    #: a streaming link ended (the claims it carried get no answer)
+    link_down: Callable[[object], None]
     #: the safety of failing over from this instance may have changed (what happened)
     failover_changed: Callable[[str], None] = lambda _detail: None
 
@@ -242,16 +245,31 @@ class DestinationLink:
             stream.protocol.notify_sync(self.sync.effective)
             stream.writer.write_soon()
 
-    def share_view(self) -> None:
-        """Send the fabric view when this stream has not had the latest one."""
+    @property
+    def streaming(self) -> bool:
+        """Whether the link streams now."""
+        stream = self._stream
+        return stream is not None and stream.protocol.state is State.STREAMING
+
+    @property
+    def peer_name(self) -> str:
+        """The instance at the other end (the one that answered the last welcome)."""
+        return self.remote_name
+
+    def send_peer(self, message: PeerMessage) -> bool:
+        """Send a peer message (server/replication/peerframes.py) while streaming."""
         stream = self._stream
         if stream is None or stream.protocol.state is not State.STREAMING:
-            return
+            return False
+        stream.protocol.send_peer(message)
+        stream.writer.write_soon()
+        return True
+
+    def share_view(self) -> None:
+        """Send the fabric view when this stream has not had the latest one."""
         changes, message = self._ctx.peers.view_message()
-        if changes > self._view_sent:
+        if changes > self._view_sent and self.send_peer(message):
             self._view_sent = changes
-            stream.protocol.send_peer(message)
-            stream.writer.write_soon()
 
     def reconnect(self) -> None:
         """Drop the link and dial again from the top of the address list at once."""
@@ -541,6 +559,7 @@ class DestinationLink:
     def _disconnected(self) -> None:
         """The stream ended: everything sent and not acknowledged is pending again."""
         self._stream = None
+        self._ctx.link_down(self)
         self.disconnects += 1
         self.connected_since = None
         self._pos = self.acked + 1

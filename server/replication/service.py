@@ -41,6 +41,7 @@ from server.ports import AckValue
 from server.publishing import PublishPipeline
 from server.replication import state as state_file
 from server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
+from server.replication.clientnames import ClientNames
 from server.replication.conflicts import Conflict, Conflicts
 from server.replication.errors import (
     DestinationNotFound,
@@ -49,8 +50,15 @@ from server.replication.errors import (
     NotAccepting,
     PeerShuttingDown,
 )
-from server.replication.fabricview import FabricKnowledge
-from server.replication.frames import FabricEntry, FabricView, MessageType, PeerMessage, first_type
+from server.replication.fabricview import FabricKnowledge, PeerLink
+from server.replication.frames import (
+    Claim,
+    Claimed,
+    FabricEntry,
+    MessageType,
+    PeerMessage,
+    first_type,
+)
 from server.replication.history import LinkEvent, LinkHistory
 from server.replication.horizon import SyncHorizon
 from server.replication.inbound import InboundContext, InboundLink
@@ -214,6 +222,10 @@ class Replication:
         #: every instance's routing configuration, as far as known (set at start)
         self.view: FabricKnowledge | None = None
         self._started_us = int(clock.time() * 1e6)
+        #: client names asked of the linked instances before a logon is granted
+        self.client_names = ClientNames(
+            config.name, clock, events, self._peer_links, self._logon_refused
+        )
         self.summary = summarize(config)
         own = parse_summary(self.summary)
         #: what each destination does not get (server/replication/topology.py)
@@ -268,6 +280,7 @@ class Replication:
             instance_id=self.instance_id,
             identity=self.check_identity,
             peers=self,
+            link_down=self.client_names.link_down,
         )
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
@@ -487,14 +500,24 @@ class Replication:
         assert view is not None, "the view is built at start, before any link"
         return view.changes, view.message()
 
-    def peer_received(self, message: PeerMessage, link: object) -> None:
-        """A peer's message: a view is merged, and a changed view goes to every link."""
-        view = self.view
-        if isinstance(message, FabricView) and view is not None and view.merge(message.entries):
+    def peer_received(self, message: PeerMessage, link: PeerLink) -> None:
+        """A peer's message: a view is merged (a changed view goes to every link), a
+        claim of a client name answered, an answer handed to the logon waiting for it."""
+        if isinstance(message, Claim):
+            link.send_peer(self.client_names.answer(message))
+        elif isinstance(message, Claimed):
+            self.client_names.answered(message, link)
+        elif (view := self.view) is not None and view.merge(message.entries):
             for dest in self.destinations.values():
                 dest.share_view()
             for inbound in list(self.inbound.values()):
                 inbound.share_view()
+
+    def _peer_links(self) -> list[PeerLink]:
+        """The live links, to ask the linked instances about a client name."""
+        links: list[PeerLink] = [d for d in self.destinations.values() if d.streaming]
+        links.extend(i for i in self.inbound.values() if i.welcomed)
+        return links
 
     def route(self, topic: str) -> RouteTrace:
         """Where a message of ``topic`` published here goes (``GET /api/fabric/route``):
@@ -512,6 +535,11 @@ class Replication:
             connected={(me, d.name): d.connected for d in dests},
         )  # fmt: skip
 
+    def _logon_refused(self, name: str, why: str) -> None:
+        """A logon here was refused: the name is held at another instance."""
+        detail = f"a logon here was refused: {why}"
+        self.conflicts.report("client_name", name, detail, self._clock.time())
+
     def alerts(self) -> list[Alert]:
         """The conditions every dashboard page shows (server/alerts.py)."""
         return self.conflicts.alerts(self._clock.time())
@@ -523,6 +551,7 @@ class Replication:
         self.inbound[link.source] = link
 
     def _unregister(self, link: InboundLink) -> None:
+        self.client_names.link_down(link)
         self._accepted.discard(link)
         if self.inbound.get(link.source) is link:
             del self.inbound[link.source]

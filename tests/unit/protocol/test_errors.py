@@ -26,8 +26,9 @@ PROTOCOL_REASONS = [
     "heartbeat",
     "shutting down",
 ]
-#: a connection or user past a quota of <Tuning> (docs/protocol.md "Limits ...")
-SPOOL_REASONS = ["limit exceeded"]
+#: reasons Spool adds: a connection or user past a quota of <Tuning> (docs/protocol.md
+#: "Limits ..."); a client name logged on at another instance of the fabric ("Logon")
+SPOOL_REASONS = ["limit exceeded", "name in use elsewhere"]
 
 
 def test_one_class_per_reason() -> None:

@@ -14,6 +14,8 @@ from server.replication.errors import ReplicationProtocolError
 from server.replication.frames import (
     MAX_MESSAGE,
     Ack,
+    Claim,
+    Claimed,
     Data,
     FabricEntry,
     FabricView,
@@ -86,7 +88,10 @@ fabric_views = st.builds(
         max_size=3,
     ).map(tuple),
 )  # fmt: skip
-messages = st.one_of(hellos, welcomes, refuses, streams, datas, acks, fabric_views)
+claims = st.builds(Claim, id=u64, name=names, since=u64, instance=names)
+claimeds = st.builds(Claimed, id=u64, held_by=st.none() | names, detail=st.text(max_size=20))
+messages = st.one_of(hellos, welcomes, refuses, streams, datas, acks, fabric_views, claims,
+                     claimeds)  # fmt: skip
 
 
 @given(st.lists(messages, max_size=8), st.data())
@@ -185,6 +190,8 @@ def test_truncated_and_padded_runs_are_refused() -> None:
         (struct.pack("<IB", 3, 4) + b"{}", "stream needs a non-negative integer 'start'"),
         (struct.pack("<IB", 3, 12) + b"{}", "fabric message: it needs a list 'instances'"),
         (struct.pack("<IB", 18, 12) + b'{"instances":[7]}', "an instance is an object"),
+        (struct.pack("<IB", 3, 13) + b"{}", "claim message: it needs a name and an instance"),
+        (struct.pack("<IB", 15, 14) + b'{"detail":"x"}', "'id' is a non-negative integer"),
     ],
 )
 def test_malformed_messages_are_refused(raw: bytes, fragment: str) -> None:
