@@ -305,6 +305,10 @@ class ClientRegistry:
         """The connections that logged on."""
         return [s for s in self.sessions if s.name is not None]
 
+    def name_of(self, pub_hash: int) -> str | None:
+        """The client name of a publisher identity, when a client logged on here has it."""
+        return next((s.name for s in self.by_name.values() if s.pub_hash == pub_hash), None)
+
     def holds(self, name: str) -> bool:
         """Whether a client called ``name`` is logged on here now."""
         session = self.by_name.get(name)

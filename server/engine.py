@@ -207,6 +207,8 @@ class Broker:
         if replication is not None:
             replication.failover_listeners.append(self.clients.failover_changed)
             replication.client_names.held_here = self.clients.holds
+            replication.collisions.name_of = self.clients.name_of
+            self.pipeline.watch = replication.collisions
         self.clients.on_close.append(self.queues.drop_all)
         self.clients.on_close.append(self.sow.drop_all)
         self.clients.on_close.append(self.subscriptions.drop_all)

@@ -25,6 +25,9 @@ core (only the protocol, the config model and the record types):
 - :class:`FrameHandler`: what a connection hands its received frames to (the dispatcher).
 - :class:`NameClaims`: whether a client name is free across the replication fabric, asked
   before a logon is granted (the replication service's client names).
+- :class:`IdentityWatch`: what the publish pipeline tells replication about each
+  publisher's runs and duplicates, so two publishers that share an identity are found
+  (server/replication/collisions.py).
 
 Who implements what is listed in docs/architecture.md ("Ports").
 """
@@ -386,6 +389,24 @@ class NameClaims(Protocol):
 
     async def claim(self, name: str) -> str | None:
         """None when ``name`` is free on every linked instance, else where it is held."""
+        ...
+
+
+class IdentityWatch(Protocol):
+    """Told of every recorded run and every duplicate, by publisher identity (an instance
+    that replicates: server/replication/collisions.py). Each call is cheap: per run, not
+    per message, except for duplicates."""
+
+    def appended(
+        self, pub_hash: int, first_pub_seq: int, path: tuple[str, ...], late: bool
+    ) -> None:
+        """A run of ``pub_hash`` from ``first_pub_seq`` on, all with ``path``, was appended
+        (``late``: one record filling a gap)."""
+        ...
+
+    def duplicate(self, run: PublishRun, i: int, pub_seq: int, via: str) -> None:
+        """Message ``i`` of ``run`` (``pub_seq``) repeats a bookmark the log holds; it came
+        from ``via`` (a client, a replication link)."""
         ...
 
 

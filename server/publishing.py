@@ -42,6 +42,7 @@ from server.ports import (
     DurabilityHorizon,
     DurableStage,
     Entitlements,
+    IdentityWatch,
     Origin,
     Outbound,
     PublishRun,
@@ -105,6 +106,9 @@ class PublishPipeline:
         #: messages and body bytes published (all topics, all origins)
         self.msgs_in = 0
         self.bytes_in = 0
+        #: told of each recorded run's origin and of each duplicate, on an instance that
+        #: replicates (two publishers sharing an identity: server/replication/collisions.py)
+        self.watch: IdentityWatch | None = None
 
     async def recover(self, *, batch_count: int = 4096) -> int:
         """Feed the journal, in order, to the stages that rebuild state from it (start-up).
@@ -275,6 +279,8 @@ class PublishPipeline:
                 )
                 if k:
                     first = txlog.last_seq - k + 1
+                    if self.watch is not None:
+                        self.watch.appended(pub_hash, seqs[0], run.path, False)
                     self._accepted(origin, topic, run, i, i + k, seqs[:k], first,
                                    txlog.last_timestamp_us)  # fmt: skip
                 if k < j - i:
@@ -290,6 +296,8 @@ class PublishPipeline:
                     # a gap of this publisher: the message arrived late, by another route
                     self._append_one(origin, topic, run, j, below, txlog, late=True)
                 else:
+                    if self.watch is not None:
+                        self.watch.duplicate(run, j, below, f"{origin.kind} {origin.name!r}")
                     self._duplicate(origin, run, j, below)
                 j += 1
             i = j
@@ -331,6 +339,8 @@ class PublishPipeline:
             self._events.emit("error", "txlog", "append_failed", error=repr(exc))
             self._refuse(origin, run, i, TxlogFull(f"transaction log cannot accept writes: {exc}"))
             return
+        if self.watch is not None:
+            self.watch.appended(run.pub_hash, s, run.path, late)
         self._accepted(origin, topic, run, i, i + 1, [s], rec.seq, rec.timestamp_us)
 
     def _publish_unrecorded(self, origin: Origin, topic: Topic, run: PublishRun) -> None:

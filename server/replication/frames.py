@@ -99,6 +99,7 @@ __all__ = [
     "Message",
     "MessageType",
     "Offer",
+    "Origins",
     "PeerMessage",
     "RecordsWriter",
     "Refuse",
@@ -155,6 +156,9 @@ class MessageType(IntEnum):
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
 Holdings = dict[int, tuple[int, list[tuple[int, int]]]]
+#: where a destination's records of each publisher came from, as far as it knows:
+#: pub_hash -> [(first pub_seq, origin instance as a path entry), ...] in order
+Origins = dict[int, list[tuple[int, str]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +203,10 @@ class Welcome:
         holdings: what it holds per publisher (the resync starts from what it lacks).
         validation: its configuration summary.
         instance_id: its identity (as the hello's).
+        origins: where its held records came from, per publisher (a resync sends a held
+            record again when it was published through another instance, so the
+            destination can tell two publishers sharing an identity apart:
+            server/replication/collisions.py).
     """
 
     version: int
@@ -208,6 +216,7 @@ class Welcome:
     holdings: Holdings
     validation: dict[str, object]
     instance_id: str = ""
+    origins: Origins = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +339,7 @@ def encode(message: Message) -> bytes:
                 "holdings": [[h, last, gaps] for h, (last, gaps) in message.holdings.items()],
                 "validation": message.validation,
                 "instance_id": message.instance_id,
+                "origins": [[h, [[f, o] for f, o in segs]] for h, segs in message.origins.items()],
             },
         )
     if isinstance(message, Refuse):
@@ -604,6 +614,24 @@ def _holdings(value: object) -> Holdings:
     return out
 
 
+def _origins(value: object) -> Origins:
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise ReplicationProtocolError("welcome's 'origins' is a list")
+    out: Origins = {}
+    try:
+        for h, segs in value:
+            if not isinstance(h, int) or not isinstance(segs, list):
+                raise ReplicationProtocolError("an origins entry is [pub_hash, segments]")
+            out[h] = [(int(f), str(o)) for f, o in segs]
+    except (TypeError, ValueError):
+        raise ReplicationProtocolError(
+            "an origins entry is [pub_hash, [[first, origin]...]]"
+        ) from None
+    return out
+
+
 def _parse(kind: int, payload: bytes) -> Message:
     base = kind & ~COMPRESSED
     if kind & COMPRESSED and base != MessageType.DATA:
@@ -644,6 +672,7 @@ def _parse(kind: int, payload: bytes) -> Message:
             holdings=_holdings(obj.get("holdings")),
             validation=_dict(obj, "validation", "welcome"),
             instance_id=_str(obj, "instance_id", "welcome", optional=True) or "",
+            origins=_origins(obj.get("origins")),
         )
     if base == MessageType.REFUSE:
         obj = _obj(payload, "refuse")

@@ -64,6 +64,7 @@ from server.replication.frames import (
     Data,
     Hello,
     Holdings,
+    Origins,
     PeerMessage,
     Run,
     decode_runs,
@@ -118,6 +119,8 @@ class InboundContext:
     identity: Callable[[str, str, object, str], None]
     #: the fabric view to send, and where the peer's messages go
     peers: PeerExchange
+    #: where this instance's records of each publisher came from (the welcome says it)
+    origins: Callable[[], Origins]
     logons: LogonGuard | None = None
 
 
@@ -330,6 +333,7 @@ class InboundLink:
             holdings=holdings,
             validation=ctx.summary,
             instance_id=ctx.instance_id(),
+            origins=ctx.origins(),
         )
         self.share_view()
         self._writer.write_soon()

@@ -39,6 +39,7 @@ import zstandard
 
 from server.clock import TIME_EPSILON, Clock
 from server.config import Config, DestinationConfig
+from server.replication.collisions import differing_origins
 from server.replication.dialer import Dialer
 from server.replication.errors import (
     LinkRefused,
@@ -50,8 +51,9 @@ from server.replication.errors import (
     ValidationReported,
 )
 from server.replication.fabricview import PeerExchange
-from server.replication.frames import PeerMessage
+from server.replication.frames import Origins, PeerMessage
 from server.replication.history import LinkEvent
+from server.replication.hops import format_hop
 from server.replication.inflight import InFlight
 from server.replication.packing import pack_runs
 from server.replication.protocol import (
@@ -64,7 +66,7 @@ from server.replication.protocol import (
     State,
     Welcomed,
 )
-from server.replication.routing import Route, held_by
+from server.replication.routing import Held, Route, held_by
 from server.replication.state import Acked as AckedState
 from server.replication.syncstate import SyncState
 from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
@@ -111,6 +113,9 @@ class LinkContext:
     peers: PeerExchange
     #: a streaming link ended (the claims it carried get no answer)
     link_down: Callable[[object], None]
+    #: where this instance's records of each publisher came from (a resync compares them
+    #: with the destination's)
+    origins: Callable[[], Origins]
     #: the safety of failing over from this instance may have changed (what happened)
     failover_changed: Callable[[str], None] = lambda _detail: None
 
@@ -128,7 +133,7 @@ class _Stream:
         writer: LinkWriter,
         remote: str,
         remote_group: str,
-        held: Callable[[int, int], bool],
+        held: Held,
         resync_end: int,
         compress: bool,
     ) -> None:
@@ -422,7 +427,7 @@ class DestinationLink:
                     break
                 for event in events:
                     if isinstance(event, Welcomed):
-                        streamed = self._welcomed(event, protocol, writer) or streamed
+                        streamed = await self._welcomed(event, protocol, writer) or streamed
                     elif isinstance(event, Acked):
                         self._acked(event.position)
                     elif isinstance(event, PeerReceived):
@@ -457,7 +462,7 @@ class DestinationLink:
             if events:
                 return events
 
-    def _welcomed(self, event: Welcomed, protocol: LinkProtocol, writer: LinkWriter) -> bool:
+    async def _welcomed(self, event: Welcomed, protocol: LinkProtocol, writer: LinkWriter) -> bool:
         """Validate, choose the resync start, start the stream. Returns whether it did."""
         ctx = self._ctx
         welcome = event.welcome
@@ -494,6 +499,13 @@ class DestinationLink:
         txlog = ctx.txlog
         same = (welcome.name, welcome.log_id) == (self.remote_name, self.remote_log_id)
         start = txlog.resync_start(welcome.holdings)
+        # records it holds from another origin than ours: sent again, so it compares them
+        for pub, pub_seq in differing_origins(ctx.origins(), welcome.origins,
+                                              welcome.holdings).items():  # fmt: skip
+            local = await txlog.locate_bookmark(pub, pub_seq)
+            start = min(start, local if local is not None else txlog.first_seq)
+        if protocol.state is not State.WELCOMED or self._stopping:
+            return False  # the link ended (or the instance stops) while looking it up
         if same:
             start = max(start, self.acked + 1)
         else:
@@ -506,7 +518,9 @@ class DestinationLink:
         self.remote_instance_id = welcome.instance_id
         durable = txlog.durable_seq
         stream = _Stream(
-            protocol, writer, welcome.name, welcome.group, held_by(welcome.holdings), durable,
+            protocol, writer, welcome.name, welcome.group,
+            held_by(welcome.holdings, welcome.origins, format_hop(ctx.config.name, ctx.config.group)),
+            durable,
             self.config.transport.compression == "zstd",
         )  # fmt: skip
         protocol.start_stream(start, durable)

@@ -49,6 +49,7 @@ from server.replication.frames import (
     Hello,
     Holdings,
     Message,
+    Origins,
     PeerMessage,
     Refuse,
     Stream,
@@ -300,6 +301,7 @@ class LinkProtocol:
         holdings: Holdings,
         validation: dict[str, object],
         instance_id: str = "",
+        origins: Origins | None = None,
     ) -> None:
         """(destination) Accept the source introduced by the hello."""
         self._expect(Side.DESTINATION, "welcome")
@@ -308,7 +310,16 @@ class LinkProtocol:
         self.state = State.WELCOMED
         self._out.append(
             encode(
-                Welcome(PROTOCOL_VERSION, name, group, log_id, holdings, validation, instance_id)
+                Welcome(
+                    PROTOCOL_VERSION,
+                    name,
+                    group,
+                    log_id,
+                    holdings,
+                    validation,
+                    instance_id,
+                    origins or {},
+                )
             )
         )
 

@@ -39,6 +39,7 @@ records that need them, one reused view per filter (the replay's batch form).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
@@ -49,7 +50,7 @@ from server.replication.hops import PassThrough, on_path
 from server.txlog.batch import RecordBatch
 from server.txlog.record import RecordKind
 
-__all__ = ["REPLICATED_KINDS", "Route", "held_by"]
+__all__ = ["REPLICATED_KINDS", "Held", "Route", "held_by"]
 
 #: topics whose blocks are remembered (a stream of one-off topic names stays bounded)
 _TOPIC_CACHE: Final = 10_000
@@ -107,7 +108,7 @@ class Route:
         self,
         batch: RecordBatch,
         remote: str,
-        held: Callable[[int, int], bool] | None = None,
+        held: Held | None = None,
     ) -> list[int]:
         """The indices of the records of ``batch`` that go to the destination.
 
@@ -157,7 +158,7 @@ class Route:
                     ok = path_ok[path] = not on_path(path, remote) and passthrough.allows(path)
                 if not ok:
                     continue
-            if held is not None and held(hashes[i], seqs[i]):
+            if held is not None and held(hashes[i], seqs[i], path):
                 continue
             if kind in _EVENTS or None in blocks:
                 taken.append(i)
@@ -189,18 +190,38 @@ class Route:
         return False if none else None
 
 
+#: whether a destination holds a record: (pub_hash, pub_seq, the record's path)
+Held = Callable[[int, int, tuple[str, ...]], bool]
+
+
 def held_by(
     holdings: Mapping[int, tuple[int, Sequence[tuple[int, int]]]],
-) -> Callable[[int, int], bool]:
-    """A predicate: does a destination with these holdings already hold ``(pub, seq)``."""
+    origins: Mapping[int, Sequence[tuple[int, str]]] | None = None,
+    here: str = "",
+) -> Held:
+    """A predicate: does a destination with these holdings already hold ``(pub, seq)``.
 
-    def held(pub_hash: int, pub_seq: int) -> bool:
+    With ``origins`` (where the destination's records of each publisher came from, first
+    sequence -> origin), a record it holds that came from *another* origin than this
+    record's (its path's first entry; ``here``, this instance's own path entry, for one
+    published here) does not count as held: it is sent, and the destination compares
+    the two (server/replication/collisions.py).
+    """
+
+    def held(pub_hash: int, pub_seq: int, path: tuple[str, ...] = ()) -> bool:
         entry = holdings.get(pub_hash)
         if entry is None:
             return False
         last, gaps = entry
         if pub_seq > last:
             return False
-        return not any(lo <= pub_seq <= hi for lo, hi in gaps)
+        if any(lo <= pub_seq <= hi for lo, hi in gaps):
+            return False
+        segments = origins.get(pub_hash) if origins else None
+        if segments:
+            i = bisect.bisect_right(segments, (pub_seq, "\uffff")) - 1
+            if i >= 0 and segments[i][1] != (path[0] if path else here):
+                return False
+        return True
 
     return held

@@ -42,6 +42,7 @@ from server.publishing import PublishPipeline
 from server.replication import state as state_file
 from server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
 from server.replication.clientnames import ClientNames
+from server.replication.collisions import CollisionWatch
 from server.replication.conflicts import Conflict, Conflicts
 from server.replication.errors import (
     DestinationNotFound,
@@ -153,6 +154,7 @@ class ReplicationInfo(TypedDict):
     destinations: list[DestinationInfo]
     incoming: list[InboundInfo]
     conflicts: list[Conflict]
+    identity_checks: dict[str, int]
 
 
 class _Rate:
@@ -222,6 +224,11 @@ class Replication:
         #: every instance's routing configuration, as far as known (set at start)
         self.view: FabricKnowledge | None = None
         self._started_us = int(clock.time() * 1e6)
+        #: publishers found sharing an identity on the replicated stream (the engine
+        #: hands it to the publish pipeline)
+        self.collisions = CollisionWatch(
+            config.name, config.group, txlog, clock, events, self.conflicts
+        )
         #: client names asked of the linked instances before a logon is granted
         self.client_names = ClientNames(
             config.name, clock, events, self._peer_links, self._logon_refused
@@ -281,6 +288,7 @@ class Replication:
             identity=self.check_identity,
             peers=self,
             link_down=self.client_names.link_down,
+            origins=self.collisions.origins,
         )
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
@@ -321,6 +329,7 @@ class Replication:
         for link in list(self._accepted):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(link.wait_closed(), 1.0)
+        await self.collisions.stop()
         await self._save()
 
     def _destination_configs(self) -> tuple[DestinationConfig, ...]:
@@ -387,6 +396,7 @@ class Replication:
             instance_id=self.instance_id,
             identity=self.check_identity,
             peers=self,
+            origins=self.collisions.origins,
         )
         link = InboundLink(
             ctx, transport, peer if peer is not None else Peer.parse(transport.remote)
@@ -624,6 +634,11 @@ class Replication:
             "destinations": [self._destination_info(d) for d in self.destinations.values()],
             "incoming": [self._inbound_info(i) for i in self.inbound.values()],
             "conflicts": self.conflicts.all(),
+            "identity_checks": {
+                "checked": self.collisions.checked,
+                "collisions": self.collisions.collisions,
+                "unchecked": self.collisions.unchecked,
+            },
         }
 
     def link_samples(self) -> list[LinkSampleRow]:

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from server.config import DestinationConfig, ReplicationTopic, ReplicationTransport
 from server.config.model import QueueConfig
+from server.replication.collisions import differing_origins
 from server.replication.hops import format_hop, on_path, parse_hop
 from server.replication.routing import Route, held_by
 from server.txlog.batch import RecordBatch
@@ -77,6 +78,27 @@ def test_resync_skips_what_the_destination_holds() -> None:
     batch = _batch(*[("t", b"{}", ())] * 6)  # publisher 7, seqs 1..6
     held = held_by({7: (4, [(2, 3)])})
     assert route.select(batch, "c", held) == [1, 2, 4, 5]
+
+
+def test_resync_sends_what_the_destination_holds_from_another_origin() -> None:
+    """The destination got publisher 7's 1..2 from this instance ``a`` and 3..4 from ``x``:
+    this instance's 3 and 4 (published here) are sent again so it compares them."""
+    route = Route(_dest(ReplicationTopic(".*", is_regex=True), passthrough=(".*",)))
+    batch = _batch(*[("t", b"{}", ())] * 6)
+    held = held_by({7: (4, [])}, {7: [(1, "a"), (3, "x")]}, "a")
+    assert route.select(batch, "c", held) == [2, 3, 4, 5]
+    # records that came here from x: 1 and 2 differ from the destination's (from a)
+    relayed = _batch(*[("t", b"{}", ("x",))] * 4)
+    assert route.select(relayed, "c", held) == [0, 1]
+
+
+def test_differing_origins_finds_the_first_sequence_held_from_elsewhere() -> None:
+    mine = {7: [(1, "a"), (10, "b")], 8: [(1, "a")], 9: [(1, "a")]}
+    theirs = {7: [(1, "a"), (5, "z")], 8: [(1, "a")], 9: [(1, "q")], 10: [(1, "q")]}
+    holdings = {7: (20, []), 8: (20, []), 9: (3, []), 10: (5, [])}
+    assert differing_origins(mine, theirs, holdings) == {7: 5, 9: 1}
+    # nothing held past the first difference: nothing to compare
+    assert differing_origins(mine, theirs, {7: (4, []), 9: (0, [])}) == {}
 
 
 def _mixed(*rows: tuple[RecordKind, int, tuple[str, ...]]) -> RecordBatch:
@@ -178,4 +200,4 @@ def test_the_per_topic_decision_agrees_with_the_per_record_rules(
     predicate that holds nothing forces the per-record rules: both choose the same."""
     route = Route(_dest(*topics, passthrough=(".*",)))
     batch = _batch(*rows)
-    assert route.select(batch, "c") == route.select(batch, "c", lambda _h, _s: False)
+    assert route.select(batch, "c") == route.select(batch, "c", lambda _h, _s, _p: False)
