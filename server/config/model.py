@@ -270,7 +270,9 @@ class ReplicationTransport:
     """How a source reaches a destination.
 
     Attributes:
-        addresses: ``(host, port)`` to try in order on each reconnect (failover list).
+        addresses: ``(host, port)`` to try in order on each reconnect (failover list);
+            none for a passive destination (it dials nothing: the peer dials in, and the
+            link runs back over that connection).
         compression: ``zstd`` to compress the message stream, or None.
         user: the user the source logs on as (the destination has ``<Users>``), or None.
         secret: that user's password or token (never shown, never logged).
@@ -318,6 +320,11 @@ class DestinationConfig:
     @property
     def sync_type(self) -> str:
         return "sync" if self.sync else "async"
+
+    @property
+    def passive(self) -> bool:
+        """No address: it waits for the peer to dial in (docs/replication.md)."""
+        return not self.transport.addresses
 
 
 @dataclass(frozen=True, slots=True)

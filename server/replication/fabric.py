@@ -98,6 +98,7 @@ def fabric_graph(config: Config, info: ReplicationInfo | None) -> FabricGraph:
     }
     for d in info["destinations"]:
         scheme = "https" if tls_of.get(d["name"]) else "http"
+        # a passive destination has no address: the page learns its admin URL elsewhere
         url = f"{scheme}://{d['address'] or d['addresses'][0]}" if d["addresses"] else None
         peer = instances.setdefault(
             d["name"],

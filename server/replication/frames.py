@@ -81,6 +81,7 @@ from server.replication.peerframes import (
 from server.txlog.record import RecordKind
 
 __all__ = [
+    "CHANNEL",
     "COMPRESSED",
     "MAX_MESSAGE",
     "PROTOCOL_VERSION",
@@ -123,6 +124,9 @@ PROTOCOL_VERSION: Final = 3
 MAX_MESSAGE: Final = 64 << 20
 #: type bit of a DATA message whose records are zstd-compressed
 COMPRESSED: Final = 0x80
+#: type bit of a message of a connection's second conversation: the link its accepting
+#: end runs back over it (docs/replication.md "Passive destinations")
+CHANNEL: Final = 0x40
 
 _PREFIX: Final = struct.Struct("<IB")
 _U64: Final = struct.Struct("<Q")
@@ -301,20 +305,22 @@ def _frame(kind: int, payload: bytes) -> bytes:
     return _PREFIX.pack(len(payload) + 1, kind) + payload
 
 
-def _json(kind: MessageType, obj: dict[str, object]) -> bytes:
-    return _frame(kind, orjson.dumps(obj))
+def encode(message: Message, channel: int = 0) -> bytes:
+    """The bytes of one message (``channel`` 1: a message of the second conversation a
+    connection carries, :data:`CHANNEL` set on its type)."""
+    kind, payload = _encoded(message)
+    return _frame(kind | CHANNEL if channel else kind, payload)
 
 
-def encode(message: Message) -> bytes:
-    """The bytes of one message."""
+def _encoded(message: Message) -> tuple[int, bytes]:
+    """A message's type and payload."""
     if isinstance(message, Data):
         kind = MessageType.DATA | (COMPRESSED if message.compressed else 0)
-        return _frame(kind, _DATA_HEAD.pack(message.upto, message.count) + message.payload)
+        return kind, _DATA_HEAD.pack(message.upto, message.count) + message.payload
     if isinstance(message, Ack):
-        return _frame(MessageType.ACK, _U64.pack(message.position))
+        return MessageType.ACK, _U64.pack(message.position)
     if isinstance(message, Hello):
-        return _json(
-            MessageType.HELLO,
+        return MessageType.HELLO, orjson.dumps(
             {
                 "version": message.version,
                 "name": message.name,
@@ -326,11 +332,10 @@ def encode(message: Message) -> bytes:
                 "compression": message.compression,
                 "validation": message.validation,
                 "instance_id": message.instance_id,
-            },
+            }
         )
     if isinstance(message, Welcome):
-        return _json(
-            MessageType.WELCOME,
+        return MessageType.WELCOME, orjson.dumps(
             {
                 "version": message.version,
                 "name": message.name,
@@ -340,19 +345,23 @@ def encode(message: Message) -> bytes:
                 "validation": message.validation,
                 "instance_id": message.instance_id,
                 "origins": [[h, [[f, o] for f, o in segs]] for h, segs in message.origins.items()],
-            },
+            }
         )
     if isinstance(message, Refuse):
-        return _json(MessageType.REFUSE, {"reason": message.reason, "detail": message.detail})
+        return MessageType.REFUSE, orjson.dumps(
+            {"reason": message.reason, "detail": message.detail}
+        )
     if isinstance(message, SyncNotice):
-        return _json(MessageType.SYNC, {"effective": message.effective})
+        return MessageType.SYNC, orjson.dumps({"effective": message.effective})
     if isinstance(message, BootMessage):
         kind, obj = boot_fields(message)
-        return _json(MessageType(kind), obj)
+        return kind, orjson.dumps(obj)
     if isinstance(message, PeerMessage):
         kind, obj = peer_fields(message)
-        return _json(MessageType(kind), obj)
-    return _json(MessageType.STREAM, {"start": message.start, "source_last": message.source_last})
+        return kind, orjson.dumps(obj)
+    return MessageType.STREAM, orjson.dumps(
+        {"start": message.start, "source_last": message.source_last}
+    )
 
 
 def pack_fixed_py(
@@ -715,13 +724,22 @@ class FrameParser:
         self._pos = 0
 
     def feed(self, data: bytes) -> list[Message]:
-        """Add received bytes; return every message now complete."""
+        """Add received bytes; return every message now complete (a message of a second
+        conversation is refused: :meth:`feed_channels` takes those)."""
+        return [m for _, m in self._feed(data, channels=False)]
+
+    def feed_channels(self, data: bytes) -> list[tuple[int, Message]]:
+        """:meth:`feed` for a connection that may carry two conversations: each message
+        with its channel (0, or 1 for :data:`CHANNEL`)."""
+        return self._feed(data, channels=True)
+
+    def _feed(self, data: bytes, *, channels: bool) -> list[tuple[int, Message]]:
         buf = self._buf
         if self._pos and self._pos == len(buf):
             buf.clear()
             self._pos = 0
         buf += data
-        out: list[Message] = []
+        out: list[tuple[int, Message]] = []
         pos = self._pos
         end = len(buf)
         while end - pos >= _PREFIX.size:
@@ -732,7 +750,8 @@ class FrameParser:
                 break
             payload = bytes(buf[pos + _PREFIX.size : pos + 4 + length])
             pos += 4 + length
-            out.append(_parse(kind, payload))
+            channel = 1 if channels and kind & CHANNEL else 0
+            out.append((channel, _parse(kind & ~CHANNEL if channel else kind, payload)))
         if pos >= len(buf) // 2 and pos:
             del buf[:pos]
             pos = 0

@@ -64,6 +64,7 @@ from server.replication.frames import (
     Data,
     Hello,
     Holdings,
+    Message,
     Origins,
     PeerMessage,
     Run,
@@ -73,6 +74,7 @@ from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
 from server.replication.linkauth import authenticate_peer
 from server.replication.protocol import (
+    Carried,
     Closed,
     DataReceived,
     Event,
@@ -85,7 +87,7 @@ from server.replication.protocol import (
     SyncNoticed,
 )
 from server.replication.replies import FailureReplies
-from server.replication.transport import LinkLost, LinkTransport, LinkWriter
+from server.replication.transport import LinkLost, LinkTransport, LinkWriter, SharedTransport
 from server.stats.source import EventSink
 from server.txlog import RecordKind, TransactionLog
 
@@ -121,6 +123,8 @@ class InboundContext:
     peers: PeerExchange
     #: where this instance's records of each publisher came from (the welcome says it)
     origins: Callable[[], Origins]
+    #: a source was welcomed (a destination of this instance may run back over it)
+    welcomed: Callable[[InboundLink], None]
     logons: LogonGuard | None = None
 
 
@@ -143,13 +147,27 @@ class InboundLink:
         last_error: why the link ended, once it has.
     """
 
-    def __init__(self, ctx: InboundContext, transport: LinkTransport, peer: Peer) -> None:
+    def __init__(
+        self,
+        ctx: InboundContext,
+        transport: LinkTransport,
+        peer: Peer,
+        *,
+        channel: int = 0,
+        lock: asyncio.Lock | None = None,
+    ) -> None:
         self._ctx = ctx
         self._transport = transport
         #: the far end as the listener saw it (address; TLS and a verified client subject)
         self.peer = peer
-        self.protocol = LinkProtocol(Side.DESTINATION)
-        self._writer = LinkWriter(self.protocol.data_to_send, transport)
+        #: 0: a connection the source dialed to this instance (it may carry a link of this
+        #: instance back: :meth:`attach`); 1: the second conversation of a connection this
+        #: instance dialed (the source runs its link back over it)
+        self.channel = channel
+        self.protocol = LinkProtocol(Side.DESTINATION, channel=channel, carries=channel == 0)
+        self.write_lock = lock if lock is not None else asyncio.Lock()
+        self._writer = LinkWriter(self.protocol.data_to_send, transport, self.write_lock)
+        self._sink: Callable[[Message | None], None] | None = None
         self.remote = transport.remote
         self.source = ""
         self.source_group = ""
@@ -203,6 +221,38 @@ class InboundLink:
         self._writer.write_soon()
         if not self._room.is_set():
             await self._room.wait()
+
+    async def receive_messages(self, messages: list[Message]) -> None:
+        """Messages of this link read off a connection this instance dialed (its second
+        conversation); waits like :meth:`receive`."""
+        for message in messages:
+            self.protocol.receive_message(message)
+        self._handle(self.protocol.events_received())
+        self._writer.write_soon()
+        if not self._room.is_set():
+            await self._room.wait()
+
+    # -- a link of this instance back over this connection (ReturnConnection) ------------
+
+    @property
+    def tls(self) -> bool:
+        return self.peer.tls_version is not None
+
+    @property
+    def carrying(self) -> bool:
+        """Whether a link of this instance may run back over this connection now."""
+        return self.channel == 0 and self.welcomed
+
+    @property
+    def pipe(self) -> LinkTransport:
+        return SharedTransport(self._transport)
+
+    def attach(self, sink: Callable[[Message | None], None]) -> None:
+        self._sink = sink
+
+    def detach(self, sink: Callable[[Message | None], None]) -> None:
+        if self._sink is sink:
+            self._sink = None
 
     def lost(self, detail: str = "connection lost") -> None:
         """The websocket went away (``detail``: why, when the endpoint knows)."""
@@ -268,6 +318,11 @@ class InboundLink:
                 self._work.set()
             elif isinstance(event, PeerReceived):
                 self._ctx.peers.peer_received(event.message, self)
+            elif isinstance(event, Carried):
+                # the other conversation: a link of this instance running back over this
+                # connection (nobody attached: it just ended; what it said is moot)
+                if self._sink is not None:
+                    self._sink(event.message)
             elif isinstance(event, Closed):
                 self._finish(event)
 
@@ -336,6 +391,7 @@ class InboundLink:
             origins=ctx.origins(),
         )
         self.share_view()
+        ctx.welcomed(self)
         self._writer.write_soon()
         self._event(
             "connected", f"from {self.remote} as user {self.user.name if self.user else None}"
@@ -352,6 +408,9 @@ class InboundLink:
                 reason=error.reason, detail=error.detail,
             )  # fmt: skip
         self._event("disconnected", self.last_error)
+        sink, self._sink = self._sink, None
+        if sink is not None:
+            sink(None)
         self._ctx.unregister(self)
         self._ctx.txlog.remove_durable_listener(self._durable)
         self._closed.set()

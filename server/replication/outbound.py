@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Final
 
@@ -40,7 +40,7 @@ import zstandard
 from server.clock import TIME_EPSILON, Clock
 from server.config import Config, DestinationConfig
 from server.replication.collisions import differing_origins
-from server.replication.dialer import Dialer
+from server.replication.dialer import Backoff, Dialer
 from server.replication.errors import (
     LinkRefused,
     NameConflict,
@@ -51,13 +51,14 @@ from server.replication.errors import (
     ValidationReported,
 )
 from server.replication.fabricview import PeerExchange
-from server.replication.frames import Origins, PeerMessage
+from server.replication.frames import Message, Origins, PeerMessage
 from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
 from server.replication.inflight import InFlight
 from server.replication.packing import pack_runs
 from server.replication.protocol import (
     Acked,
+    Carried,
     Closed,
     Event,
     LinkProtocol,
@@ -69,7 +70,15 @@ from server.replication.protocol import (
 from server.replication.routing import Held, Route, held_by
 from server.replication.state import Acked as AckedState
 from server.replication.syncstate import SyncState
-from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
+from server.replication.transport import (
+    Connector,
+    Dialed,
+    LinkLost,
+    LinkTlsFailed,
+    LinkTransport,
+    LinkWriter,
+    ReturnConnection,
+)
 from server.replication.validation import validate
 from server.stats.source import EventSink
 from server.tls.context import load_dial_context
@@ -116,6 +125,13 @@ class LinkContext:
     #: where this instance's records of each publisher came from (a resync compares them
     #: with the destination's)
     origins: Callable[[], Origins]
+    #: messages of the second conversation of a connection this link dialed: the peer's
+    #: link back to this instance (the link, the messages, the connection, its write lock)
+    reverse: Callable[
+        [DestinationLink, list[Message], LinkTransport, asyncio.Lock], Awaitable[None]
+    ]
+    #: that connection closed (the link back over it ends)
+    reverse_gone: Callable[[DestinationLink], None]
     #: the safety of failing over from this instance may have changed (what happened)
     failover_changed: Callable[[str], None] = lambda _detail: None
 
@@ -176,9 +192,24 @@ class DestinationLink:
         self._ctx = ctx
         self.sync = SyncState(config.name, config.sync)
         self.route = Route(config, [q for q in ctx.config.queues if q.kind != "LocalQueue"])
-        self.dialer = Dialer(config.transport.addresses, rng=ctx.rng)
+        #: the failover list (None: a passive destination, it dials nothing)
+        self.dialer = (
+            Dialer(config.transport.addresses, rng=ctx.rng) if not config.passive else None
+        )
+        #: the waits between attempts over the peer's connection
+        self._backoff = Backoff(rng=ctx.rng)
         self.status = "disconnected"
         self.address: tuple[str, int] | None = None
+        #: how the current or last link ran: ``dialed`` (a connection of this instance) or
+        #: ``incoming`` (back over the connection the peer dialed); None before any
+        self.via: str | None = None
+        #: where the current or last link ran, for the operator
+        self.where = "?"
+        #: the connection the peer dialed to this instance, offered to run back over
+        self._offered: ReturnConnection | None = None
+        self._offer = asyncio.Event()
+        #: the current link is ended to move to the peer's connection
+        self._moving = False
         self.remote_name = saved.remote if saved is not None else config.name
         self.remote_group = config.group
         self.remote_log_id = saved.remote_log_id if saved is not None else ""
@@ -277,8 +308,11 @@ class DestinationLink:
             self._view_sent = changes
 
     def reconnect(self) -> None:
-        """Drop the link and dial again from the top of the address list at once."""
-        self.dialer.reset()
+        """Drop the link and dial again from the top of the address list at once (or,
+        running over the peer's connection, start the link again over it)."""
+        if self.dialer is not None:
+            self.dialer.reset()
+        self._backoff.reset()
         self._reconnect.set()
 
     def saved(self) -> AckedState:
@@ -329,6 +363,7 @@ class DestinationLink:
     def _horizon_changed(self) -> None:
         if self.sync.caught_up(self.horizon_for_upgrade()):
             self._event("upgraded", "caught up: persisted acks wait for it again")
+            self.announce_sync()  # the destination shows the link sync again
             self._ctx.failover_changed(f"destination {self.name!r} upgraded: it is sync again")
         self._ctx.horizon_moved()
 
@@ -338,55 +373,153 @@ class DestinationLink:
 
     # -- the dial loop --------------------------------------------------------------------
 
+    def offer(self, conn: ReturnConnection) -> None:
+        """The peer dialed this instance (its link is welcomed): this destination may run
+        back over that connection - always when passive, else when this instance's Name
+        sorts after the peer's (one connection per pair: the lower Name's). A connection
+        from an instance of another Group, or in plain text for a destination that dials
+        with TLS, is not used."""
+        if (
+            conn.source not in (self.name, self.remote_name)
+            or conn.source_group != self.config.group
+        ):
+            return
+        if self.config.transport.tls and not conn.tls:
+            return
+        self._offered = conn
+        if not self._reuses(conn):
+            return
+        self._offer.set()
+        if self._stream is not None and self.via == "dialed":
+            # streaming over a connection of its own: move to the peer's
+            self._moving = True
+            self._reconnect.set()
+
+    def _reuses(self, conn: ReturnConnection) -> bool:
+        return self.config.passive or self._ctx.config.name > conn.source
+
+    def _return_connection(self) -> ReturnConnection | None:
+        conn = self._offered
+        if conn is None or not conn.carrying or not self._reuses(conn):
+            return None
+        return conn
+
     async def _run(self) -> None:
         while not self._stopping:
-            address, delay = self.dialer.next_attempt()
-            if delay:
-                self.status = "disconnected"
-                await self._pause(delay)
-            self._reconnect.clear()
-            self._operator_reconnect = False
-            self.status = "connecting"
-            self.address = address
-            try:
-                tls = await self._tls_context()
-                transport = await self._ctx.connector(*address, tls, self._ctx.config.link_timeout)
-            except (LinkTlsFailed, TlsError) as exc:
-                self._tls_failed(str(exc))
-                self.dialer.failed()
-                continue
-            except (OSError, LinkLost) as exc:
-                self.last_error = f"cannot connect to {address[0]}:{address[1]}: {exc}"
-                self.dialer.failed()
-                continue
-            streamed = await self._session(transport)
-            with contextlib.suppress(Exception):
-                await transport.close()
-            if self._operator_reconnect:
-                self.dialer.reset()  # an operator's reconnect dials the top at once
-            elif streamed:
-                self.dialer.dropped(self._ctx.clock.monotonic())
+            self._offer.clear()
+            conn = self._return_connection()
+            if conn is not None:
+                await self._back(conn)
+            elif self.dialer is None:
+                # passive: nothing to dial; the peer's connection brings the link
+                self.status = "waiting"
+                self.last_error = self.last_error or (
+                    f"passive: waiting for {self.name!r} to dial this instance"
+                )
+                await self._pause(None)
             else:
-                self.dialer.failed()
+                await self._dial(self.dialer)
         self.status = "stopped"
 
-    async def _pause(self, delay: float) -> None:
-        """Wait ``delay`` seconds of the clock, or until an operator asks to reconnect."""
-        loop = asyncio.get_running_loop()
-        sleeper = loop.create_task(self._ctx.clock.sleep(delay))
-        waiter = loop.create_task(self._reconnect.wait())
+    async def _back(self, conn: ReturnConnection) -> None:
+        """A link over the connection the peer dialed (its second conversation)."""
+        delay = self._backoff.delay()
+        if delay:
+            self.status = "disconnected"
+            await self._pause(delay)
+            if self._stopping or self._return_connection() is not conn:
+                return
+        self._reconnect.clear()
+        self._operator_reconnect = self._moving = False
+        self.address = None
+        self.via = "incoming"
+        self.where = conn.remote
+        protocol = LinkProtocol(Side.SOURCE, channel=1)
+        writer = LinkWriter(protocol.data_to_send, conn.pipe, conn.write_lock)
+        received: asyncio.Queue[Message | None] = asyncio.Queue()
+        sink = received.put_nowait
+        conn.attach(sink)
         try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            streamed = await self._session(
+                protocol, writer, lambda: self._read_back(received, protocol)
+            )
         finally:
-            sleeper.cancel()
-            waiter.cancel()
+            conn.detach(sink)
+        if self._operator_reconnect:
+            self._backoff.reset()
+        elif streamed:
+            self._backoff.dropped(self._ctx.clock.monotonic())
+        else:
+            self._backoff.failed()
 
-    async def _session(self, transport: Dialed) -> bool:
-        """One connection: handshake, validation, stream. Returns whether it streamed."""
+    async def _dial(self, dialer: Dialer) -> None:
+        """One attempt at the next address of the failover list."""
+        address, delay = dialer.next_attempt()
+        if delay:
+            self.status = "disconnected"
+            await self._pause(delay)
+            if self._return_connection() is not None:
+                return  # the peer dialed meanwhile: run over its connection
+        self._reconnect.clear()
+        self._operator_reconnect = self._moving = False
+        self.status = "connecting"
+        self.address = address
+        self.via = "dialed"
+        self.where = f"{address[0]}:{address[1]}"
+        try:
+            tls = await self._tls_context()
+            transport = await self._ctx.connector(*address, tls, self._ctx.config.link_timeout)
+        except (LinkTlsFailed, TlsError) as exc:
+            self._tls_failed(str(exc))
+            dialer.failed()
+            return
+        except (OSError, LinkLost) as exc:
+            self.last_error = f"cannot connect to {address[0]}:{address[1]}: {exc}"
+            dialer.failed()
+            return
+        lock = asyncio.Lock()
+        protocol = LinkProtocol(Side.SOURCE, carries=True)
+        writer = LinkWriter(protocol.data_to_send, transport, lock)
+        try:
+            streamed = await self._session(
+                protocol, writer, lambda: self._read(transport, protocol, lock)
+            )
+        finally:
+            self._ctx.reverse_gone(self)
+            with contextlib.suppress(Exception):
+                await transport.close()
+        if self._operator_reconnect or self._moving:
+            dialer.reset()  # an operator's reconnect dials the top at once
+        elif streamed:
+            dialer.dropped(self._ctx.clock.monotonic())
+        else:
+            dialer.failed()
+
+    async def _pause(self, delay: float | None) -> None:
+        """Wait ``delay`` seconds of the clock (None: no limit), or until an operator asks
+        to reconnect or the peer's connection is offered."""
+        loop = asyncio.get_running_loop()
+        waiters: set[asyncio.Task[object]] = {
+            loop.create_task(self._reconnect.wait()),
+            loop.create_task(self._offer.wait()),
+        }
+        if delay is not None:
+            waiters.add(loop.create_task(self._ctx.clock.sleep(delay)))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _session(
+        self,
+        protocol: LinkProtocol,
+        writer: LinkWriter,
+        read: Callable[[], Coroutine[object, object, list[Event] | None]],
+    ) -> bool:
+        """One conversation: handshake, validation, stream. Returns whether it streamed."""
         ctx = self._ctx
         cfg = ctx.config
-        protocol = LinkProtocol(Side.SOURCE)
-        writer = LinkWriter(protocol.data_to_send, transport)
         creds = self.config.transport
         self.status = "handshake"
         protocol.hello(
@@ -402,7 +535,7 @@ class DestinationLink:
         )
         streamed = False
         loop = asyncio.get_running_loop()
-        reader = loop.create_task(self._read(transport, protocol))
+        reader = loop.create_task(read())
         reconnect = loop.create_task(self._reconnect.wait())
         welcome_timer = loop.create_task(ctx.clock.sleep(WELCOME_TIMEOUT))
         try:
@@ -413,10 +546,15 @@ class DestinationLink:
                     waiting.add(welcome_timer)
                 done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 if reconnect in done:
-                    protocol.refuse(ReconnectRequested("reconnect requested by an operator"))
+                    why = (
+                        f"moving to the connection {self.remote_name!r} dialed"
+                        if self._moving
+                        else "reconnect requested by an operator"
+                    )
+                    protocol.refuse(ReconnectRequested(why))
                     await writer.write()
-                    self.last_error = "reconnect requested by an operator"
-                    self._operator_reconnect = True
+                    self.last_error = why
+                    self._operator_reconnect = not self._moving
                     break
                 if welcome_timer in done and reader not in done:
                     self.last_error = f"no welcome within {WELCOME_TIMEOUT:.0f}s"
@@ -437,7 +575,7 @@ class DestinationLink:
                 await writer.write()
                 if protocol.state is State.CLOSED:
                     break
-                reader = loop.create_task(self._read(transport, protocol))
+                reader = loop.create_task(read())
         except LinkLost as exc:
             self.last_error = str(exc)
         finally:
@@ -448,8 +586,12 @@ class DestinationLink:
                 self._disconnected()
         return streamed
 
-    async def _read(self, transport: Dialed, protocol: LinkProtocol) -> list[Event] | None:
-        """The next events (None: the pipe went away)."""
+    async def _read(
+        self, transport: Dialed, protocol: LinkProtocol, lock: asyncio.Lock
+    ) -> list[Event] | None:
+        """The next events of a connection this instance dialed (None: it went away).
+        Messages of its second conversation - the peer's link back to this instance - go
+        to that link (they wait while it has too much to record)."""
         while True:
             try:
                 data = await transport.recv()
@@ -458,6 +600,29 @@ class DestinationLink:
                 protocol.connection_lost(LinkRefused(str(exc)))
                 return None
             protocol.receive_data(data)
+            events = protocol.events_received()
+            carried = [e.message for e in events if isinstance(e, Carried)]
+            if carried:
+                await self._ctx.reverse(self, carried, transport, lock)
+                events = [e for e in events if not isinstance(e, Carried)]
+            if events:
+                return events
+
+    async def _read_back(
+        self, received: asyncio.Queue[Message | None], protocol: LinkProtocol
+    ) -> list[Event] | None:
+        """The next events of a link over the peer's connection (None: it went away)."""
+        while True:
+            message = await received.get()
+            while True:
+                if message is None:
+                    protocol.connection_lost(LinkRefused("the connection it ran over closed"))
+                    self.last_error = self.last_error or "the connection it ran over closed"
+                    return None
+                protocol.receive_message(message)
+                if received.empty():
+                    break
+                message = received.get_nowait()
             events = protocol.events_received()
             if events:
                 return events
@@ -534,7 +699,10 @@ class DestinationLink:
         if self._pin is not None:
             self._pin.move(self.acked + 1)
         now = ctx.clock.monotonic()
-        self.dialer.streaming(now)
+        if self.via == "incoming" or self.dialer is None:
+            self._backoff.streaming(now)
+        else:
+            self.dialer.streaming(now)
         self.status = "streaming"
         self.connected_since = ctx.clock.time()
         self.last_error = None
@@ -743,13 +911,6 @@ class DestinationLink:
             await stream.writer.write()
 
     # -- helpers ------------------------------------------------------------------------
-
-    @property
-    def where(self) -> str:
-        """The address of the current or last connection."""
-        if self.address is None:
-            return "?"
-        return f"{self.address[0]}:{self.address[1]}"
 
     async def _tls_context(self) -> ssl.SSLContext | None:
         """The context to dial with, built anew for each attempt (its files are read off

@@ -60,6 +60,7 @@ from server.replication.frames import (
 
 __all__ = [
     "Acked",
+    "Carried",
     "Closed",
     "DataReceived",
     "Event",
@@ -72,6 +73,14 @@ __all__ = [
     "SyncNoticed",
     "Welcomed",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """A message of the connection's other conversation (a link carrying two: the reader
+    hands it to the other end's protocol, :meth:`LinkProtocol.receive_message`)."""
+
+    message: Message
 
 
 class Side(Enum):
@@ -156,6 +165,7 @@ Event = (
     | SyncNoticed
     | Acked
     | PeerReceived
+    | Carried
     | Closed
 )
 
@@ -165,14 +175,21 @@ class LinkProtocol:
 
     Args:
         side: which end.
+        channel: 0 for the conversation of the end that opened the connection, 1 for the
+            one the accepting end runs back over it (its messages carry
+            :data:`~server.replication.frames.CHANNEL`).
+        carries: this end reads the connection, and the other conversation's messages it
+            reads become :class:`Carried` events (else they break the protocol).
 
     Attributes:
         state: where the conversation is.
         closed_by: the :class:`Closed` event once closed.
     """
 
-    def __init__(self, side: Side) -> None:
+    def __init__(self, side: Side, *, channel: int = 0, carries: bool = False) -> None:
         self.side = side
+        self.channel = channel
+        self._carries = carries
         self.state = State.HANDSHAKE
         self.closed_by: Closed | None = None
         self._parser = FrameParser()
@@ -190,17 +207,30 @@ class LinkProtocol:
         if self.state is State.CLOSED:
             return
         try:
-            messages = self._parser.feed(data)
+            messages = self._parser.feed_channels(data)
         except ReplicationProtocolError as exc:
             self._broken(str(exc))
             return
-        for message in messages:
-            try:
-                self._handle(message)
-            except ReplicationProtocolError as exc:
-                self._broken(str(exc))
+        for channel, message in messages:
+            if channel != self.channel:
+                if self._carries:
+                    self._events.append(Carried(message))
+                    continue
+                self._broken(f"a message of channel {channel} on a link that carries one")
+                return
+            self.receive_message(message)
             if self.closed_by is not None:
                 return
+
+    def receive_message(self, message: Message) -> None:
+        """One message of this conversation, already read off the connection (by the
+        protocol of the other conversation, which reads it)."""
+        if self.state is State.CLOSED:
+            return
+        try:
+            self._handle(message)
+        except ReplicationProtocolError as exc:
+            self._broken(str(exc))
 
     def events_received(self) -> list[Event]:
         """What happened since the last call, in order."""
@@ -226,7 +256,7 @@ class LinkProtocol:
         """Refuse (or end) the link: tell the peer why and close."""
         if self.state is State.CLOSED:
             return
-        self._out.append(encode(Refuse(error.reason, error.detail)))
+        self._out.append(self._encode(Refuse(error.reason, error.detail)))
         self._close(error, by_peer=False)
 
     def send_peer(self, message: PeerMessage) -> None:
@@ -235,7 +265,7 @@ class LinkProtocol:
             raise ReplicationProtocolError("a peer message on a closed link")
         if self.state is State.HANDSHAKE:
             raise ReplicationProtocolError("peer messages go once the link is welcomed")
-        self._out.append(encode(message))
+        self._out.append(self._encode(message))
 
     # -- source -------------------------------------------------------------------------
 
@@ -258,7 +288,7 @@ class LinkProtocol:
             raise ReplicationProtocolError("hello is sent once, first")
         self._hello_sent = True
         self._out.append(
-            encode(
+            self._encode(
                 Hello(PROTOCOL_VERSION, name, group, destination, expect_group, user, secret,
                       compression, validation, instance_id)
             )
@@ -271,14 +301,14 @@ class LinkProtocol:
             raise ReplicationProtocolError("the stream starts once, after the welcome")
         self.state = State.STREAMING
         self._upto = max(0, start - 1)
-        self._out.append(encode(Stream(start, source_last)))
+        self._out.append(self._encode(Stream(start, source_last)))
 
     def notify_sync(self, effective: str) -> None:
         """(source) Tell the destination the link's effective sync type (streaming)."""
         self._expect(Side.SOURCE, "notify_sync")
         if self.state is not State.STREAMING:
             raise ReplicationProtocolError("the sync type is told while streaming")
-        self._out.append(encode(SyncNotice(effective)))
+        self._out.append(self._encode(SyncNotice(effective)))
 
     def send_data(self, upto: int, count: int, payload: bytes, *, compressed: bool) -> None:
         """(source) A batch of records; ``upto`` never decreases."""
@@ -288,7 +318,7 @@ class LinkProtocol:
         if upto < self._upto:
             raise ReplicationProtocolError(f"upto went back from {self._upto} to {upto}")
         self._upto = upto
-        self._out.append(encode(Data(upto, count, payload, compressed)))
+        self._out.append(self._encode(Data(upto, count, payload, compressed)))
 
     # -- destination --------------------------------------------------------------------
 
@@ -309,7 +339,7 @@ class LinkProtocol:
             raise ReplicationProtocolError("welcome answers the hello, once")
         self.state = State.WELCOMED
         self._out.append(
-            encode(
+            self._encode(
                 Welcome(
                     PROTOCOL_VERSION,
                     name,
@@ -331,7 +361,7 @@ class LinkProtocol:
         if position < self._acked:
             raise ReplicationProtocolError(f"ack went back from {self._acked} to {position}")
         self._acked = position
-        self._out.append(encode(Ack(position)))
+        self._out.append(self._encode(Ack(position)))
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -412,8 +442,11 @@ class LinkProtocol:
     def _broken(self, detail: str) -> None:
         """The peer broke the protocol: tell it, and close."""
         error = ProtocolRefusal(detail)
-        self._out.append(encode(Refuse(error.reason, detail)))
+        self._out.append(self._encode(Refuse(error.reason, detail)))
         self._close(error, by_peer=False)
+
+    def _encode(self, message: Message) -> bytes:
+        return encode(message, self.channel)
 
     def _close(self, error: LinkRefused, *, by_peer: bool) -> None:
         self.state = State.CLOSED

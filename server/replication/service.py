@@ -56,6 +56,8 @@ from server.replication.frames import (
     Claim,
     Claimed,
     FabricEntry,
+    Hello,
+    Message,
     MessageType,
     PeerMessage,
     first_type,
@@ -67,7 +69,12 @@ from server.replication.outbound import DestinationLink, LinkContext
 from server.replication.state import ReplicationState
 from server.replication.syncstate import check_downgrade
 from server.replication.topology import Drops, DropsInfo, RouteTrace, drops_of, route_trace
-from server.replication.transport import Connector, LinkTransport, connect_websocket
+from server.replication.transport import (
+    Connector,
+    LinkTransport,
+    SharedTransport,
+    connect_websocket,
+)
 from server.replication.validation import parse_summary, summarize
 from server.sow.memory import MemoryStore
 from server.stats.snapshot import LinkCounters
@@ -100,6 +107,9 @@ class DestinationInfo(TypedDict):
     status: str
     address: str | None
     addresses: list[str]
+    passive: bool
+    via: str | None
+    incoming_from: str | None
     remote: str | None
     connected_since: float | None
     last_acked_position: int
@@ -240,6 +250,8 @@ class Replication:
         self.destinations: dict[str, DestinationLink] = {}
         self.inbound: dict[str, InboundLink] = {}
         self._accepted: set[InboundLink] = set()
+        #: the links destinations' peers run back over the connections they dialed
+        self._reverse: dict[DestinationLink, InboundLink] = {}
         self._state = ReplicationState.new()
         self._state_path = state_file.state_path(config.data_directory, config.name)
         self._dirty = False
@@ -289,6 +301,8 @@ class Replication:
             peers=self,
             link_down=self.client_names.link_down,
             origins=self.collisions.origins,
+            reverse=self._reverse_messages,
+            reverse_gone=self._reverse_gone,
         )
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
@@ -368,15 +382,28 @@ class Replication:
 
     # -- inbound ------------------------------------------------------------------------
 
-    def accept(self, transport: LinkTransport, peer: Peer | None = None) -> InboundLink:
+    def accept(
+        self,
+        transport: LinkTransport,
+        peer: Peer | None = None,
+        *,
+        channel: int = 0,
+        lock: asyncio.Lock | None = None,
+    ) -> InboundLink:
         """A websocket opened on ``/replication``: a new inbound link (the caller pushes
         its bytes into it and calls ``lost`` when it goes). ``peer``: what the listener
-        knows of the far end (address, TLS, a verified client certificate's subject)."""
+        knows of the far end (address, TLS, a verified client certificate's subject).
+
+        ``channel`` 1: the link a destination's peer runs back over the connection this
+        instance dialed to it (``transport`` that connection, shared, and ``lock`` its
+        writers' lock); accepted without an ``amps-replication`` transport, since this
+        instance dialed."""
         replication_transport = self.config.replication_transport
 
         def accepting() -> bool:
             name = replication_transport.name if replication_transport is not None else ""
-            return self._lifecycle.ready and not self._lifecycle.stopping and bool(name)
+            ready = self._lifecycle.ready and not self._lifecycle.stopping
+            return ready and (bool(name) or channel == 1)
 
         ctx = InboundContext(
             config=self.config,
@@ -397,12 +424,60 @@ class Replication:
             identity=self.check_identity,
             peers=self,
             origins=self.collisions.origins,
+            welcomed=self._offer_return,
         )
         link = InboundLink(
-            ctx, transport, peer if peer is not None else Peer.parse(transport.remote)
-        )
+            ctx, transport, peer if peer is not None else Peer.parse(transport.remote),
+            channel=channel, lock=lock,
+        )  # fmt: skip
         self._accepted.add(link)
         return link
+
+    # -- one connection, both ways ---------------------------------------------------------
+
+    def _offer_return(self, link: InboundLink) -> None:
+        """A source was welcomed: a destination of this instance for it may run back over
+        its connection (docs/replication.md "Passive destinations")."""
+        if link.channel == 0:
+            for dest in self.destinations.values():
+                dest.offer(link)
+
+    async def _reverse_messages(
+        self,
+        dest: DestinationLink,
+        messages: list[Message],
+        transport: LinkTransport,
+        lock: asyncio.Lock,
+    ) -> None:
+        """Messages of the second conversation of the connection ``dest`` dialed: the
+        peer's link back to this instance. A hello starts a new one (its inbound link
+        writes over the same connection)."""
+        batch: list[Message] = []
+        for message in messages:
+            if isinstance(message, Hello):
+                if batch:
+                    await self._feed_reverse(dest, batch)
+                    batch = []
+                old = self._reverse.pop(dest, None)
+                if old is not None:
+                    old.lost()
+                self._reverse[dest] = self.accept(
+                    SharedTransport(transport), Peer.parse(transport.remote), channel=1,
+                    lock=lock,
+                )  # fmt: skip
+            batch.append(message)
+        if batch:
+            await self._feed_reverse(dest, batch)
+
+    async def _feed_reverse(self, dest: DestinationLink, messages: list[Message]) -> None:
+        link = self._reverse.get(dest)
+        if link is not None:  # none: what remains of an ended conversation (moot)
+            await link.receive_messages(messages)
+
+    def _reverse_gone(self, dest: DestinationLink) -> None:
+        link = self._reverse.pop(dest, None)
+        if link is not None:
+            link.lost()
 
     def open(
         self,
@@ -667,6 +742,7 @@ class Replication:
     def _destination_info(self, link: DestinationLink) -> DestinationInfo:
         cfg = link.config
         address = f"{link.address[0]}:{link.address[1]}" if link.address is not None else None
+        incoming = link.via == "incoming" and link.connected
         return {
             "name": link.name,
             "group": cfg.group,
@@ -674,8 +750,11 @@ class Replication:
             "effective_sync_type": link.sync.effective,
             "connected": link.connected,
             "status": link.status,
-            "address": address if link.connected else None,
+            "address": address if link.connected and not incoming else None,
             "addresses": [f"{h}:{p}" for h, p in cfg.transport.addresses],
+            "passive": cfg.passive,
+            "via": link.via if link.connected else None,
+            "incoming_from": link.where if incoming else None,
             "remote": link.remote_name if link.remote_log_id else None,
             "connected_since": link.connected_since,
             "last_acked_position": link.acked,

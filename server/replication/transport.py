@@ -21,6 +21,13 @@ Tests replace the dialer with an in-memory pair (tests/support/replication.py).
 lock), so messages leave in the order the protocol queued them, split into websocket
 messages of at most :data:`CHUNK` bytes (the stream does not care where it is split, and
 the destination's web server limits one websocket message).
+
+One connection may carry two links, one each way (docs/replication.md "Passive
+destinations"): the accepting end runs its own link back over the connection its peer
+dialed, as the connection's second conversation. Their two writers then share one lock
+(whole messages never interleave), and the second conversation's end on the dialing side
+writes through a :class:`SharedTransport`, whose ``close`` ends only the conversation. An
+accepted connection that can carry a link back is a :class:`ReturnConnection`.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from websockets.protocol import State
 
 from server.config import format_inet_addr
 from server.replication.errors import ReplicationError
+from server.replication.frames import Message
 from server.replication.liveness import Liveness
 
 __all__ = [
@@ -48,6 +56,8 @@ __all__ = [
     "LinkTlsFailed",
     "LinkTransport",
     "LinkWriter",
+    "ReturnConnection",
+    "SharedTransport",
     "connect_websocket",
 ]
 
@@ -233,18 +243,92 @@ async def connect_websocket(
     return WebsocketLink(conn, address, timeout)
 
 
+class SharedTransport:
+    """The pipe of a connection, as the second conversation it carries sees it: closing
+    it ends the conversation, not the connection (its first conversation owns it)."""
+
+    def __init__(self, transport: LinkTransport) -> None:
+        self._transport = transport
+
+    @property
+    def remote(self) -> str:
+        return self._transport.remote
+
+    async def send(self, data: bytes) -> None:
+        await self._transport.send(data)
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        return None
+
+
+class ReturnConnection(Protocol):
+    """An accepted connection from a peer, that a destination of this instance for that
+    peer may run its link over (the connection's second conversation).
+
+    The destination :meth:`attach` es a sink: from then on the messages of the second
+    conversation the connection reads go to it, and ``None`` when the connection is gone.
+    """
+
+    @property
+    def source(self) -> str:
+        """The instance that dialed (its hello's Name)."""
+        ...
+
+    @property
+    def source_group(self) -> str: ...
+
+    @property
+    def remote(self) -> str:
+        """The connection's far address."""
+        ...
+
+    @property
+    def tls(self) -> bool:
+        """Whether the connection is TLS."""
+        ...
+
+    @property
+    def carrying(self) -> bool:
+        """Whether it is up (welcomed, not closed) and can carry a link back now."""
+        ...
+
+    @property
+    def write_lock(self) -> asyncio.Lock:
+        """The lock every writer on the connection takes."""
+        ...
+
+    @property
+    def pipe(self) -> LinkTransport:
+        """The connection, for a second conversation's writer (a :class:`SharedTransport`)."""
+        ...
+
+    def attach(self, sink: Callable[[Message | None], None]) -> None:
+        """Send the second conversation's messages to ``sink`` (``None``: it is gone)."""
+        ...
+
+    def detach(self, sink: Callable[[Message | None], None]) -> None:
+        """Stop, if ``sink`` is the one attached."""
+        ...
+
+
 class LinkWriter:
     """Writes what a protocol queued to a pipe, in order, in chunks.
 
     Args:
         data_to_send: the protocol's ``data_to_send``.
         transport: the pipe.
+        lock: shared with the other writer of a connection that carries two links.
     """
 
-    def __init__(self, data_to_send: Callable[[], bytes], transport: LinkTransport) -> None:
+    def __init__(
+        self,
+        data_to_send: Callable[[], bytes],
+        transport: LinkTransport,
+        lock: asyncio.Lock | None = None,
+    ) -> None:
         self._take = data_to_send
         self._transport = transport
-        self._lock = asyncio.Lock()
+        self._lock = lock if lock is not None else asyncio.Lock()
         self._soon: asyncio.Task[None] | None = None
         #: bytes written so far
         self.bytes_out = 0

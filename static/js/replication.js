@@ -111,8 +111,11 @@ const destinations = new KeyedTable($id("destinations-table").tBodies[0], {
     const c = Object.fromEntries(DEST_CELLS.map((f, i) => [f, tr.cells[i]]));
     setText(c.name, `${d.name} @ ${d.group}`);
     syncCell(c.sync, d);
-    linkCell(c.link, d.status, d.address && d.tls ? `wss://${d.address}` : d.address,
-      d.connected ? null : d.last_error);
+    // a link back over the connection the peer dialed (a passive destination, or one
+    // connection per pair) shows where that connection comes from
+    const where = d.via === "incoming" ? `over the connection from ${d.incoming_from}`
+      : d.address && d.tls ? `wss://${d.address}` : d.address;
+    linkCell(c.link, d.status, where, d.connected ? null : d.last_error);
     setText(c.acked, fmtInt(d.last_acked_position));
     setText(c.behind, `${fmtCompact(d.messages_behind)} · ${fmtLag(d.seconds_behind)}`);
     setText(c.rate, fmtRate(d.msgs_per_sec_out));

@@ -17,6 +17,7 @@ Shaped like AMPS's (CONFIG.md; docs/replication.md has the whole model)::
         </Topic>                              <!-- one or more -->
         <Transport><Type>amps-replication</Type>
           <InetAddr>10.0.0.2:9007</InetAddr><InetAddr>10.0.0.3:9007</InetAddr>
+                                              <!-- none: passive, the peer dials in -->
           <Compression>zstd</Compression>     <!-- zstd | none -->
           <User>repl</User><Password>${REPL_PASSWORD}</Password>  <!-- or <Token> -->
           <TLS>true</TLS>                     <!-- wss://; then optionally: -->
@@ -198,14 +199,29 @@ def _topic(node: Node, ctx: Context) -> ReplicationTopic:
     )
 
 
-def read_replication_transport(node: Node, ctx: Context) -> ReplicationTransport:
-    """A ``<Transport>`` of replication (a Destination's, or Bootstrap's sources)."""
+def read_replication_transport(
+    node: Node, ctx: Context, *, passive_ok: bool = False
+) -> ReplicationTransport:
+    """A ``<Transport>`` of replication (a Destination's, or Bootstrap's sources).
+
+    ``passive_ok``: a destination's may have no ``<InetAddr>``: it is *passive*, it waits
+    for its peer to dial in and runs back over that connection (so the TLS elements, the
+    dialing side's, are refused there)."""
     kids = Children(node, _TRANSPORT_SPEC)
     type_node = kids.require("Type", " (amps-replication)")
     read_choice(type_node, ctx, ("amps-replication",), "replication transport Type")
     addr_nodes = kids.many("InetAddr")
-    if not addr_nodes:
+    if not addr_nodes and not passive_ok:
         raise fail(node, "<Transport> needs at least one <InetAddr> (the destination's address)")
+    if not addr_nodes:
+        for tag in ("TLS", "CACertificate", "Certificate", "PrivateKey"):
+            if (tls_node := kids.one(tag)) is not None:
+                raise fail(
+                    tls_node,
+                    f"a passive destination (no <InetAddr>) rides the connection its peer "
+                    f"dials, whose TLS is the peer's: remove <{tag}>, and set TLS on the "
+                    "peer's <Destination> for this instance",
+                )
     addresses: list[tuple[str, int]] = []
     for addr_node in addr_nodes:
         bind = read_bind(addr_node, ctx)
@@ -315,8 +331,9 @@ def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:
         raise fail(node, "<Destination> needs at least one <Topic> (it would replicate nothing)")
     topics = tuple(_topic(n, ctx) for n in topic_nodes)
     transport = read_replication_transport(
-        kids.require("Transport", " (the destination's amps-replication address)"), ctx
-    )
+        kids.require("Transport", " (the destination's amps-replication address)"), ctx,
+        passive_ok=True,
+    )  # fmt: skip
     config = DestinationConfig(
         name=name,
         group=group,

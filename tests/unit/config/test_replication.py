@@ -95,6 +95,19 @@ def test_an_empty_passthrough_passes_no_group_on() -> None:
     assert [d.passthrough for d in cfg.replication.destinations] == [(), ()]
 
 
+def test_a_destination_without_an_address_is_passive() -> None:
+    cfg = parse(
+        doc(repl(dest("<Transport><Type>amps-replication</Type><Compression>zstd</Compression>"
+                      "<User>repl</User><Token>${RT}</Token></Transport>"))),
+        env={"RT": TOKEN},
+    )  # fmt: skip
+    assert cfg.replication is not None
+    (b,) = cfg.replication.destinations
+    assert b.passive and b.transport.addresses == () and b.transport.compression == "zstd"
+    assert b.transport.user == "repl"
+    assert not parse(doc(repl(dest()))).replication.destinations[0].passive  # type: ignore[union-attr]
+
+
 def test_minimum_sync_destinations_up_to_the_sync_ones() -> None:
     cfg = parse(
         doc(
@@ -206,11 +219,11 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "destination 'b' replicates 'trades', which the transaction log does not record",
     ),
     (
-        "transport without an address",
-        repl(dest("<Transport><Type>amps-replication</Type></Transport>")),
-        "/SpoolConfig/Replication/Destination/Transport",
+        "a passive destination with TLS",
+        repl(dest("<Transport><Type>amps-replication</Type><TLS>true</TLS></Transport>")),
+        "/SpoolConfig/Replication/Destination/Transport/TLS",
         5,
-        "<Transport> needs at least one <InetAddr>",
+        "a passive destination (no <InetAddr>) rides the connection its peer dials",
     ),
     (
         "websocket transport type",
