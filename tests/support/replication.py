@@ -310,9 +310,11 @@ class _DestinationEnd:
 class MemoryFabric:
     """Brokers of one process, reachable by address through in-memory pipes.
 
-    A broker's connector is :meth:`connector` of its own name, so a partition can cut one
-    direction between two brokers (``cut(address, source="a")``) or everything reaching
-    an address (``cut(address)``).
+    A broker's connector is :meth:`connector` of its own name, so a partition can cut the
+    connections one broker dialed to another (``cut(address, source="a")``) or everything
+    reaching an address (``cut(address)``). A connection carries the links both ways once
+    the dialed broker runs its own link back over it (docs/replication.md "Passive
+    destinations"): cutting it cuts both.
     """
 
     def __init__(self) -> None:

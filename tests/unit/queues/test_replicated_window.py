@@ -36,8 +36,11 @@ def _depth(h: EngineHarness) -> int:
 
 async def _b_offline_for_a(fabric: MemoryFabric, clock: VirtualClock,
                            h: dict[str, EngineHarness]) -> None:  # fmt: skip
-    """b's link into a breaks: a sees b offline (its next timer tick)."""
+    """b's link into a breaks: a sees b offline (its next timer tick). The two instances
+    share one connection (a's, the earlier Name: docs/replication.md "Passive
+    destinations"), which carries b's link back: the cut is of both ways."""
     fabric.cut(A, source="b")
+    fabric.cut(B, source="a")
     repl = h["a"].broker.replication
     assert repl is not None
     await drive(clock, lambda: "b" not in repl.inbound)
