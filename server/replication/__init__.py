@@ -13,16 +13,24 @@ effective sync type is sync. docs/replication.md has the model; CONFIG.md the se
 Modules, lowest first::
 
     errors       one exception class per failure reason; the refusal reason strings
+    peerframes   the messages either end sends about the fabric (views, name claims)
     hops         a record's path: loop protection, passthrough
-    frames       the wire format (sans-I/O): messages, record batches
+    frames       the wire format (sans-I/O): messages, record batches, the channel bit
     protocol     the link state machine (sans-I/O): bytes in, events and bytes out
-    dialer       the failover address list and the back-off between passes (pure)
+    dialer       the failover address list and the back-off between attempts (pure)
     syncstate    configured / effective sync type, downgrade and upgrade (pure)
     validation   what each side says of its configuration; the checks and their fixes
     routing      which records go to a destination (topic blocks, filters, paths)
-    state        acked positions and the log identity, kept in a file between runs
+    state        acked positions, the log's and the instance's identity, in a file
     horizon      the sync durability horizon (local fsync and the sync destinations)
-    outbound     a destination: its link (connect, validate, resync, stream, acks)
+    transport    the pipes under links; one connection carrying a link each way
+    conflicts    names found in use twice (instances, clients, publishers): REST, alerts
+    topology     what a destination drops; a topic's route through the fabric (pure)
+    fabricview   every instance's routing configuration, as learned over the links
+    collisions   publishers that share an identity, found on the replicated stream
+    clientnames  a logon asks the linked instances whether its client name is free
+    outbound     a destination: its link (dial or run back over the peer's connection,
+                 validate, resync, stream, acks)
     inbound      a link from a source: authenticate, check, record, ack
     service      Replication: the destinations and inbound links of an instance, the
                  admin reads and actions, metrics

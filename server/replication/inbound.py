@@ -25,6 +25,13 @@ bytes into :meth:`InboundLink.receive`. The link:
 A refusal by the pipeline (the link's user may not write a topic; the log is full) ends
 the link with the reason: the source keeps the records and sends them again when the link
 comes back (after the entitlement is fixed, or once there is room), so nothing is lost.
+
+One connection may carry a link each way (docs/replication.md "Passive destinations"). A
+link on a connection the source dialed (``channel`` 0) hands the messages of the
+connection's second conversation - a destination of this instance running back over it -
+to whoever :meth:`~InboundLink.attach` ed; a link on a connection this instance dialed
+(``channel`` 1) is fed those messages by that connection's reader
+(:meth:`~InboundLink.receive_messages`) and writes through it.
 """
 
 from __future__ import annotations

@@ -8,13 +8,20 @@ and acts on (server/operations.py). It owns:
   the instance and stopped with it;
 - the inbound links accepted on ``/replication`` (web/replication.py hands each new
   connection's first bytes to :meth:`Replication.open`, which tells a link from a
-  bootstrap request), by source name: a source that connects again replaces its previous
-  link;
+  bootstrap request), by source name: the same instance (its identity) connecting again
+  replaces its previous link, another instance with that Name is refused
+  (:meth:`check_identity`); and the links destinations' peers run back over the
+  connections this instance dialed (one connection per pair: docs/replication.md
+  "Passive destinations");
 - the :class:`~server.replication.horizon.SyncHorizon` persisted acks, flush acks and
   ``fully_durable`` subscriptions wait on;
 - the state kept between runs (server/replication/state.py), saved by a once-a-second tick
   that also samples each link's send rate;
-- the links' history (server/replication/history.py).
+- the links' history (server/replication/history.py);
+- what must be unique in a fabric: the client names a logon asks the linked instances
+  about (server/replication/clientnames.py), the publishers found sharing an identity on
+  the stream (server/replication/collisions.py), the conflicts list and its alerts;
+- the fabric view the route trace reads (server/replication/fabricview.py, topology.py).
 
 Admin actions: :meth:`downgrade` (releases at once the acks that waited for it, unless it
 would go below ``Tuning/MinimumSyncDestinations``), :meth:`upgrade` (takes effect once the
