@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
-import secrets
 import shutil
 import socket
 import subprocess
@@ -27,12 +25,14 @@ import httpx
 import pytest
 
 from server.bookmarks import pub_hash
+from tests.support.netns import PLAINTEXT, VethNet, veth_net
 from tests.support.replication import (
     destination,
     free_ports,
     publish_resending,
     read_log,
     replication_xml,
+    token_users,
 )
 from tests.support.server import ROOT, SpoolProcess
 from tests.support.wait import wait_until
@@ -46,9 +46,6 @@ pytestmark = [
 ]
 
 PER_SIDE = 2_000
-# 10.237.N.x lives only inside the namespaces this test creates: the listeners run without
-# TLS, which the configuration refuses on a non-loopback address unless told so.
-PLAINTEXT = "<AllowPlaintext>true</AllowPlaintext>"
 # B's namespace: what is not loopback and starts a connection is dropped
 ONE_WAY = """
 table inet spool_one_way {
@@ -61,68 +58,20 @@ table inet spool_one_way {
 """
 
 
-def _run(*args: str, stdin: str | None = None) -> None:
-    subprocess.run(args, check=True, capture_output=True, input=stdin, text=True)
-
-
-class OneWay:
-    """B's namespace, a veth pair to the root namespace, and B's firewall (deleted at the
-    end)."""
-
-    def __init__(self) -> None:
-        tag = f"{os.getpid() % 10000}{random.randrange(10)}"
-        self.ns = f"sp34b-{tag}-b"
-        self.host_if = f"sp34b{tag}a"
-        self.ns_if = f"sp34b{tag}b"
-        subnet = random.randrange(1, 250)
-        self.a = f"10.237.{subnet}.1"
-        self.b = f"10.237.{subnet}.2"
-
-    def up(self) -> None:
-        _run("ip", "netns", "add", self.ns)
-        _run("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
-        _run("ip", "link", "set", self.ns_if, "netns", self.ns)
-        _run("ip", "addr", "add", f"{self.a}/24", "dev", self.host_if)
-        _run("ip", "link", "set", self.host_if, "up")
-        inside = ("ip", "netns", "exec", self.ns)
-        _run(*inside, "ip", "link", "set", "lo", "up")
-        _run(*inside, "ip", "addr", "add", f"{self.b}/24", "dev", self.ns_if)
-        _run(*inside, "ip", "link", "set", self.ns_if, "up")
-        _run(*inside, "nft", "-f", "-", stdin=ONE_WAY)
-
-    def down(self) -> None:
-        subprocess.run(["ip", "link", "del", self.host_if], check=False, capture_output=True)
-        subprocess.run(["ip", "netns", "del", self.ns], check=False, capture_output=True)
-
-    @property
-    def prefix(self) -> tuple[str, ...]:
-        return ("ip", "netns", "exec", self.ns)
-
-
 @pytest.fixture
-def net() -> Iterator[OneWay]:
-    n = OneWay()
-    try:
-        n.up()
-    except subprocess.CalledProcessError as exc:
-        n.down()
-        pytest.skip(f"cannot build the namespaces here: {exc.stderr!r}")
-    try:
+def net() -> Iterator[VethNet]:
+    with veth_net("10.237", tag="spow") as n:
+        subprocess.run(
+            [*n.prefix, "nft", "-f", "-"], input=ONE_WAY, text=True, check=True,
+            capture_output=True,
+        )  # fmt: skip
         yield n
-    finally:
-        n.down()
 
 
 def test_a_passive_destination_behind_a_one_way_network_replicates_both_ways(
-    tmp_path: Path, net: OneWay
+    tmp_path: Path, net: VethNet
 ) -> None:
-    token = {name: secrets.token_urlsafe(24) for name in ("app", "repl", "ops")}
-    users = (
-        f"<User><Name>app</Name><Token>{token['app']}</Token>"
-        "<Read>.*</Read><Write>.*</Write></User>"
-        f"<User><Name>repl</Name><Token>{token['repl']}</Token><Write>.*</Write></User>"
-        f"<User><Name>ops</Name><Token>{token['ops']}</Token><Admin>true</Admin></User>"
-    )
+    token, users = token_users()
     port_a, port_b = free_ports(2)
     repl = {"user": "repl", "secret": token["repl"]}
     a = SpoolProcess(

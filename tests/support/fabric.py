@@ -17,7 +17,7 @@ from pathlib import Path
 
 from server.clock import VirtualClock
 from tests.support.engine import EngineHarness, FakeClient
-from tests.support.replication import MemoryFabric, replication_xml
+from tests.support.replication import MemoryFabric, destination, replication_xml
 
 __all__ = [
     "A",
@@ -25,6 +25,8 @@ __all__ = [
     "C",
     "drive",
     "fabric_of",
+    "linked",
+    "pair",
     "persisted",
     "publish",
     "records",
@@ -82,6 +84,24 @@ async def fabric_of(
 
 def xml(tmp: Path, name: str, *dests: str, **kw: object) -> str:
     return replication_xml(tmp / name / "data", name, destinations=dests, **kw)  # type: ignore[arg-type]
+
+
+def pair(tmp: Path) -> dict[str, str]:
+    """``a`` and ``b``, each the other's sync destination (every group passed through)."""
+    return {"a": xml(tmp, "a", destination("b", [B])), "b": xml(tmp, "b", destination("a", [A]))}
+
+
+async def linked(clock: VirtualClock, h: dict[str, EngineHarness]) -> None:
+    """Until every destination of every broker streams."""
+
+    def up() -> bool:
+        for harness in h.values():
+            repl = harness.broker.replication
+            if repl is None or not all(d.connected for d in repl.destinations.values()):
+                return False
+        return True
+
+    await drive(clock, up)
 
 
 async def records(h: EngineHarness) -> list[tuple[int, int, bytes, tuple[str, ...]]]:

@@ -9,15 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.engine import FakeClient
-from tests.support.fabric import A, B, drive, fabric_of, scenario, xml
-from tests.support.replication import destination
-
-
-def _pair(tmp_path: Path) -> dict[str, str]:
-    return {
-        "a": xml(tmp_path, "a", destination("b", [B])),
-        "b": xml(tmp_path, "b", destination("a", [A])),
-    }
+from tests.support.fabric import A, B, drive, fabric_of, linked, pair, scenario
 
 
 def _logon(client: FakeClient, name: str) -> None:
@@ -30,12 +22,10 @@ def _answer(client: FakeClient) -> dict[str, object] | None:
 
 @scenario
 async def test_a_name_logged_on_elsewhere_is_refused_until_it_is_gone(tmp_path: Path) -> None:
-    async with fabric_of(tmp_path, _pair(tmp_path)) as (_fabric, clock, h):
+    async with fabric_of(tmp_path, pair(tmp_path)) as (_fabric, clock, h):
         a, b = h["a"], h["b"]
-        ra, rb = a.broker.replication, b.broker.replication
-        await drive(
-            clock, lambda: ra.destinations["b"].connected and rb.destinations["a"].connected
-        )
+        rb = b.broker.replication
+        await linked(clock, h)
         first = await a.logon("pub")
         assert not first.closed
         second = b.connect()
@@ -67,12 +57,9 @@ async def test_a_name_logged_on_elsewhere_is_refused_until_it_is_gone(tmp_path: 
 async def test_two_logons_of_one_name_at_once_grant_exactly_one(tmp_path: Path) -> None:
     """Both ask at the same (virtual) moment; the claims cross on the links; the tie goes
     to the lower instance Name, and the other is refused."""
-    async with fabric_of(tmp_path, _pair(tmp_path)) as (_fabric, clock, h):
+    async with fabric_of(tmp_path, pair(tmp_path)) as (_fabric, clock, h):
         a, b = h["a"], h["b"]
-        ra, rb = a.broker.replication, b.broker.replication
-        await drive(
-            clock, lambda: ra.destinations["b"].connected and rb.destinations["a"].connected
-        )
+        await linked(clock, h)
         on_a, on_b = a.connect(), b.connect()
         _logon(on_a, "twin")
         _logon(on_b, "twin")
@@ -88,12 +75,9 @@ async def test_two_logons_of_one_name_at_once_grant_exactly_one(tmp_path: Path) 
 async def test_a_link_lost_while_asking_does_not_hold_the_logon(tmp_path: Path) -> None:
     """The only linked instance goes away while it is asked: the logon is granted at once
     (nothing to wait for), and the event says with whom it could not be checked."""
-    async with fabric_of(tmp_path, _pair(tmp_path)) as (fabric, clock, h):
-        a, b = h["a"], h["b"]
-        ra, rb = a.broker.replication, b.broker.replication
-        await drive(
-            clock, lambda: ra.destinations["b"].connected and rb.destinations["a"].connected
-        )
+    async with fabric_of(tmp_path, pair(tmp_path)) as (fabric, clock, h):
+        b = h["b"]
+        await linked(clock, h)
         client = b.connect()
         _logon(client, "lonely")
         fabric.cut(A)
@@ -111,12 +95,10 @@ async def test_an_instance_that_does_not_answer_is_waited_for_a_bounded_time(
 ) -> None:
     """A linked instance that never answers (its answers are lost here) holds a logon for
     CLAIM_TIMEOUT of the instance's clock, then it is granted with the event."""
-    async with fabric_of(tmp_path, _pair(tmp_path)) as (_fabric, clock, h):
-        a, b = h["a"], h["b"]
-        ra, rb = a.broker.replication, b.broker.replication
-        await drive(
-            clock, lambda: ra.destinations["b"].connected and rb.destinations["a"].connected
-        )
+    async with fabric_of(tmp_path, pair(tmp_path)) as (_fabric, clock, h):
+        b = h["b"]
+        rb = b.broker.replication
+        await linked(clock, h)
         rb.client_names.answered = lambda *_: None  # type: ignore[method-assign]
         client = b.connect()
         _logon(client, "slow")

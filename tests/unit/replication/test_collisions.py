@@ -10,15 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from server.bookmarks import pub_hash
-from tests.support.fabric import A, B, C, drive, fabric_of, persisted, records, scenario, xml
+from tests.support.fabric import (
+    A,
+    B,
+    C,
+    drive,
+    fabric_of,
+    linked,
+    pair,
+    persisted,
+    records,
+    scenario,
+    xml,
+)
 from tests.support.replication import destination
-
-
-def _pair(tmp_path: Path) -> dict[str, str]:
-    return {
-        "a": xml(tmp_path, "a", destination("b", [B])),
-        "b": xml(tmp_path, "b", destination("a", [A])),
-    }
 
 
 def _publish(client: object, seqs: range, tag: str) -> None:
@@ -32,12 +37,10 @@ def _publish(client: object, seqs: range, tag: str) -> None:
 async def test_one_name_on_both_sides_of_a_partition_is_found_when_it_heals(
     tmp_path: Path,
 ) -> None:
-    async with fabric_of(tmp_path, _pair(tmp_path)) as (fabric, clock, h):
+    async with fabric_of(tmp_path, pair(tmp_path)) as (fabric, clock, h):
         a, b = h["a"], h["b"]
         ra, rb = a.broker.replication, b.broker.replication
-        await drive(
-            clock, lambda: ra.destinations["b"].connected and rb.destinations["a"].connected
-        )
+        await linked(clock, h)
         fabric.cut(A)
         fabric.cut(B)
         await drive(clock, lambda: not ra.destinations["b"].connected
@@ -80,12 +83,10 @@ async def test_one_name_on_both_sides_of_a_partition_is_found_when_it_heals(
 @scenario
 async def test_an_ha_publisher_resending_after_failover_is_no_collision(tmp_path: Path) -> None:
     """The same messages published again through the other instance: checked, equal."""
-    async with fabric_of(tmp_path, _pair(tmp_path)) as (_fabric, clock, h):
+    async with fabric_of(tmp_path, pair(tmp_path)) as (_fabric, clock, h):
         a, b = h["a"], h["b"]
         ra, rb = a.broker.replication, b.broker.replication
-        await drive(
-            clock, lambda: ra.destinations["b"].connected and rb.destinations["a"].connected
-        )
+        await linked(clock, h)
         pa = await a.logon("pub")
         _publish(pa, range(1, 11), "x")
         await drive(clock, lambda: persisted(pa) == 10)
