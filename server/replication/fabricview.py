@@ -25,7 +25,7 @@ from server.replication.errors import ReplicationProtocolError
 from server.replication.peerframes import FabricEntry, FabricView, PeerMessage
 from server.replication.validation import Summary, parse_summary
 
-__all__ = ["FabricKnowledge", "PeerExchange", "PeerLink"]
+__all__ = ["FabricKnowledge", "PeerExchange", "PeerLink", "share_view"]
 
 
 class PeerExchange(Protocol):
@@ -52,6 +52,15 @@ class PeerLink(Protocol):
     def send_peer(self, message: PeerMessage) -> bool:
         """Send ``message``; False when the link cannot carry it now."""
         ...
+
+
+def share_view(peers: PeerExchange, link: PeerLink, sent: int) -> int:
+    """Send ``link`` the fabric view unless it had the latest: ``sent`` is the change
+    count of the last view it was sent; returns the count it has now."""
+    changes, message = peers.view_message()
+    if changes > sent and link.send_peer(message):
+        return changes
+    return sent
 
 
 class FabricKnowledge:

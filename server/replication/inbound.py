@@ -65,7 +65,7 @@ from server.replication.errors import (
     ReplicationProtocolError,
     VersionMismatch,
 )
-from server.replication.fabricview import PeerExchange
+from server.replication.fabricview import PeerExchange, share_view
 from server.replication.frames import (
     PROTOCOL_VERSION,
     Data,
@@ -289,9 +289,7 @@ class InboundLink:
 
     def share_view(self) -> None:
         """Send the fabric view when the source has not had the latest one (welcomed)."""
-        changes, message = self._ctx.peers.view_message()
-        if changes > self._view_sent and self.send_peer(message):
-            self._view_sent = changes
+        self._view_sent = share_view(self._ctx.peers, self, self._view_sent)
 
     def refuse(self, error: LinkRefused) -> None:
         """End the link (an operator, the instance stopping, a newer link of the source)."""

@@ -50,7 +50,7 @@ from server.replication.errors import (
     ValidationFailed,
     ValidationReported,
 )
-from server.replication.fabricview import PeerExchange
+from server.replication.fabricview import PeerExchange, share_view
 from server.replication.frames import Message, Origins, PeerMessage
 from server.replication.history import LinkEvent
 from server.replication.hops import format_hop
@@ -303,9 +303,7 @@ class DestinationLink:
 
     def share_view(self) -> None:
         """Send the fabric view when this stream has not had the latest one."""
-        changes, message = self._ctx.peers.view_message()
-        if changes > self._view_sent and self.send_peer(message):
-            self._view_sent = changes
+        self._view_sent = share_view(self._ctx.peers, self, self._view_sent)
 
     def reconnect(self) -> None:
         """Drop the link and dial again from the top of the address list at once (or,
