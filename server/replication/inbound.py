@@ -175,6 +175,8 @@ class InboundLink:
         self.write_lock = lock if lock is not None else asyncio.Lock()
         self._writer = LinkWriter(self.protocol.data_to_send, transport, self.write_lock)
         self._sink: Callable[[Message | None], None] | None = None
+        #: why the connection went away (None: it has not), for a link back over it
+        self.gone: str | None = None
         self.remote = transport.remote
         self.source = ""
         self.source_group = ""
@@ -263,6 +265,7 @@ class InboundLink:
 
     def lost(self, detail: str = "connection lost") -> None:
         """The websocket went away (``detail``: why, when the endpoint knows)."""
+        self.gone = detail
         self.protocol.connection_lost(LinkRefused(detail))
         self._handle(self.protocol.events_received())
 

@@ -130,8 +130,8 @@ class LinkContext:
     reverse: Callable[
         [DestinationLink, list[Message], LinkTransport, asyncio.Lock], Awaitable[None]
     ]
-    #: that connection closed (the link back over it ends)
-    reverse_gone: Callable[[DestinationLink], None]
+    #: that connection closed (the link back over it ends; the detail: why, when known)
+    reverse_gone: Callable[[DestinationLink, str | None], None]
     #: the safety of failing over from this instance may have changed (what happened)
     failover_changed: Callable[[str], None] = lambda _detail: None
 
@@ -207,6 +207,9 @@ class DestinationLink:
         self.where = "?"
         #: the connection the peer dialed to this instance, offered to run back over
         self._offered: ReturnConnection | None = None
+        #: why the connection this link dialed went away (its read failed), for the link
+        #: back over it
+        self._pipe_lost: str | None = None
         self._offer = asyncio.Event()
         #: the current link is ended to move to the peer's connection
         self._moving = False
@@ -439,7 +442,7 @@ class DestinationLink:
         conn.attach(sink)
         try:
             streamed = await self._session(
-                protocol, writer, lambda: self._read_back(received, protocol)
+                protocol, writer, lambda: self._read_back(received, protocol, conn)
             )
         finally:
             conn.detach(sink)
@@ -478,12 +481,13 @@ class DestinationLink:
         lock = asyncio.Lock()
         protocol = LinkProtocol(Side.SOURCE, carries=True)
         writer = LinkWriter(protocol.data_to_send, transport, lock)
+        self._pipe_lost = None
         try:
             streamed = await self._session(
                 protocol, writer, lambda: self._read(transport, protocol, lock)
             )
         finally:
-            self._ctx.reverse_gone(self)
+            self._ctx.reverse_gone(self, self._pipe_lost)
             with contextlib.suppress(Exception):
                 await transport.close()
         if self._operator_reconnect or self._moving:
@@ -594,7 +598,7 @@ class DestinationLink:
             try:
                 data = await transport.recv()
             except LinkLost as exc:
-                self.last_error = str(exc)
+                self.last_error = self._pipe_lost = str(exc)
                 protocol.connection_lost(LinkRefused(str(exc)))
                 return None
             protocol.receive_data(data)
@@ -607,15 +611,19 @@ class DestinationLink:
                 return events
 
     async def _read_back(
-        self, received: asyncio.Queue[Message | None], protocol: LinkProtocol
+        self,
+        received: asyncio.Queue[Message | None],
+        protocol: LinkProtocol,
+        conn: ReturnConnection,
     ) -> list[Event] | None:
         """The next events of a link over the peer's connection (None: it went away)."""
         while True:
             message = await received.get()
             while True:
                 if message is None:
-                    protocol.connection_lost(LinkRefused("the connection it ran over closed"))
-                    self.last_error = self.last_error or "the connection it ran over closed"
+                    detail = conn.gone or "the connection it ran over closed"
+                    protocol.connection_lost(LinkRefused(detail))
+                    self.last_error = detail
                     return None
                 protocol.receive_message(message)
                 if received.empty():

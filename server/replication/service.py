@@ -481,10 +481,10 @@ class Replication:
         if link is not None:  # none: what remains of an ended conversation (moot)
             await link.receive_messages(messages)
 
-    def _reverse_gone(self, dest: DestinationLink) -> None:
+    def _reverse_gone(self, dest: DestinationLink, detail: str | None) -> None:
         link = self._reverse.pop(dest, None)
         if link is not None:
-            link.lost()
+            link.lost(detail or "connection lost")
 
     def open(
         self,

@@ -293,6 +293,11 @@ class ReturnConnection(Protocol):
         ...
 
     @property
+    def gone(self) -> str | None:
+        """Why the connection went away (None: it has not, or nobody said)."""
+        ...
+
+    @property
     def write_lock(self) -> asyncio.Lock:
         """The lock every writer on the connection takes."""
         ...
