@@ -20,6 +20,15 @@ A queue's seq is the smaller of
   from after such a record would lose the change (an ack: the message delivered again; a
   grant: two owners).
 
+**Transfer counters.** A replicated queue's ``transferred_in`` / ``transferred_out``
+are counted from the grants of this copy's log, one record at a time as it is logged or
+read back (server/queues/stage.py ``QueueRuntime._count``). The file keeps each queue's
+counters as they were through its last record (taken at the same moment as that
+record, between two loop turns: every record up to it counted, none after), and the
+replay counts only the grants of the records after it. So a restart gives the counters
+the whole history of the log would, exactly, whichever checkpoint it starts from (an
+older one only means more records are replayed and counted).
+
 **Crash safety.** A checkpoint is only ever too early, never too late:
 
 - the seqs are taken, then the log is made durable up to its end at that moment, then the
@@ -49,6 +58,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointError",
     "LastRecord",
+    "Transferred",
     "checkpoint_name",
     "decode",
     "encode",
@@ -57,7 +67,10 @@ __all__ = [
 
 #: how often the service writes a checkpoint that moved (seconds)
 CHECKPOINT_INTERVAL: Final = 5.0
-_VERSION: Final = 1
+_VERSION: Final = 2
+
+#: a queue's transfer counters: (in, out)
+Transferred = tuple[int, int]
 
 
 def checkpoint_name(instance: str) -> str:
@@ -81,11 +94,13 @@ class LastRecord:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Per queue, the seq its replay may start from, and the definition it holds for."""
+    """Per queue, the seq its replay may start from, the definition it holds for, and
+    its transfer counters through :attr:`last`."""
 
     last: LastRecord
     seqs: Mapping[str, int]
     fingerprints: Mapping[str, str]
+    transferred: Mapping[str, Transferred]
 
     def start_of(self, name: str, print_: str) -> int:
         """Where queue ``name`` (defined as ``print_`` now) may start (0: the whole log)."""
@@ -110,7 +125,11 @@ def encode(checkpoint: Checkpoint) -> bytes:
             "version": _VERSION,
             "last": [last.seq, last.pub_hash, last.pub_seq, last.timestamp_us],
             "queues": {
-                name: {"seq": seq, "fingerprint": checkpoint.fingerprints[name]}
+                name: {
+                    "seq": seq,
+                    "fingerprint": checkpoint.fingerprints[name],
+                    "transferred": list(checkpoint.transferred[name]),
+                }
                 for name, seq in sorted(checkpoint.seqs.items())
             },
         }
@@ -139,17 +158,23 @@ def decode(data: bytes) -> Checkpoint:
         raise CheckpointError("malformed")
     seqs: dict[str, int] = {}
     prints: dict[str, str] = {}
+    transferred: dict[str, Transferred] = {}
     for name, entry in queues.items():
+        counts = entry.get("transferred") if isinstance(entry, dict) else None
         if (
             not isinstance(entry, dict)
             or type(entry.get("seq")) is not int
             or not 0 < entry["seq"] <= last[0] + 1
             or not isinstance(entry.get("fingerprint"), str)
+            or not isinstance(counts, list)
+            or len(counts) != 2
+            or not all(type(v) is int and v >= 0 for v in counts)
         ):
             raise CheckpointError(f"malformed entry for queue {name!r}")
         seqs[name] = entry["seq"]
         prints[name] = entry["fingerprint"]
-    return Checkpoint(LastRecord(*last), seqs, prints)
+        transferred[name] = (counts[0], counts[1])
+    return Checkpoint(LastRecord(*last), seqs, prints, transferred)
 
 
 def read(path: Path) -> bytes | None:

@@ -253,8 +253,6 @@ class Ownership:
     #: by :meth:`answer` (a bounded queue)
     _held_inactive: dict[str, Request] = field(default_factory=dict)
     proxied: bool = False
-    transferred_in: int = 0
-    transferred_out: int = 0
     handed_back: int = 0
     early_dropped: int = 0
 
@@ -576,7 +574,6 @@ class Ownership:
             self._set_owner(bm, e, orig, e.epoch + 1)
             # this instance asks again only after the owner had a typical wait to deliver
             self._queue_request(bm, e, max(now_us, e.arrived_us))
-            self.transferred_out += 1
             self.handed_back += 1
             out.append(Grant(bm, orig, e.epoch))
         return out
@@ -597,7 +594,6 @@ class Ownership:
         """A proxied takeover of one message owned by offline ``inst``."""
         self._set_owner(bm, e, self.instance, e.epoch + 1)
         self._taken[bm] = inst
-        self.transferred_in += 1
         return [Grant(bm, self.instance, e.epoch, proxied=True)]
 
     # -- from the other instances -------------------------------------------------------
@@ -668,16 +664,11 @@ class Ownership:
         if (msg.epoch, msg.owner) <= (entry.epoch, entry.owner):
             return
         old = entry.owner
-        if old == self.instance and msg.owner != self.instance:
-            self.transferred_out += 1
         self._set_owner(msg.bookmark, entry, msg.owner, msg.epoch)
-        if msg.owner == self.instance:
-            if msg.proxied:
-                # this instance's own takeover, read back from its log at start-up
-                self._taken[msg.bookmark] = old
-                self._returning.add(msg.bookmark)
-            else:
-                self.transferred_in += 1
+        if msg.owner == self.instance and msg.proxied:
+            # this instance's own takeover, read back from its log at start-up
+            self._taken[msg.bookmark] = old
+            self._returning.add(msg.bookmark)
 
     def _request(self, msg: Request, entry: _Entry, now_us: int, replay: bool) -> list[Wire]:
         bm = msg.bookmark
@@ -713,7 +704,6 @@ class Ownership:
         # this instance asks for it back only after the new owner had a typical wait to
         # deliver it (else two instances with room would pass it to and fro)
         self._queue_request(bm, entry, max(now_us, entry.arrived_us))
-        self.transferred_out += 1
         return [Grant(bm, requester, entry.epoch)]
 
     def _unwant(self, bm: str, entry: _Entry) -> None:

@@ -221,9 +221,10 @@ class QueueService:
                                   path=str(path), reason=why)  # fmt: skip
             return
         for name, q in self.queues.items():
-            q.start_seq = loaded.start_of(name, self._prints[name])
-            if q.start_seq:
-                self._saved[name] = q.start_seq
+            start = loaded.start_of(name, self._prints[name])
+            if start:
+                q.resume(start, loaded.last.seq, loaded.transferred[name])
+                self._saved[name] = start
 
     async def _not_this_log(self, last: LastRecord) -> str:
         """Why a checkpoint does not belong to this log ("": it does): the log must hold
@@ -254,13 +255,17 @@ class QueueService:
         end = txlog.last_seq
         seqs = {name: q.checkpoint_seq(q.hold_from(end), end) for name, q in self.queues.items()}
         if seqs == self._saved or end < 1:
-            return False
+            return False  # the file written stands: a replay from it counts what followed
+        # taken with ``end`` (no await between): the counters through record ``end``
+        transferred = {
+            name: (q.transferred_in, q.transferred_out) for name, q in self.queues.items()
+        }
         await txlog.wait_durable(end)
         batch = await txlog.read_view(end, max_count=1, upto_seq=end)
         if len(batch) != 1:
             return False  # retention took it meanwhile: the next pass names a newer one
         last = LastRecord(end, batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0])
-        data = checkpoint.encode(Checkpoint(last, seqs, self._prints))
+        data = checkpoint.encode(Checkpoint(last, seqs, self._prints, transferred))
         await asyncio.to_thread(write_atomic, path, data)
         self._saved = seqs
         return True

@@ -26,7 +26,7 @@ from server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_
 from server.ports import AppendedRun, Outbound, PublishRun
 from server.protocol.errors import InvalidTopic
 from server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
-from server.queues.ownership import Ownership, Wire
+from server.queues.ownership import Grant, Ownership, Wire
 from server.queues.records import decode_ack, decode_transfers
 from server.queues.window import Window
 from server.txlog.batch import RecordBatch
@@ -111,6 +111,14 @@ class QueueRuntime:
     #: (the log refused it; 0: none): a restart delivers it again, so neither the pin nor
     #: the checkpoint may pass it
     unlogged_floor: int = 0
+    #: ownership transfers, counted from the grants of this copy's ``QUEUE_TRANSFER``
+    #: records as each is logged or read back (:meth:`_count`), so they are a function
+    #: of the log and a restart from the checkpoint keeps them exactly (:meth:`resume`)
+    transferred_in: int = 0
+    transferred_out: int = 0
+    #: a replay counts the grants of the records after this seq only: the counters
+    #: restored from the checkpoint count those up to it (0: every record)
+    counted_through: int = 0
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -163,27 +171,66 @@ class QueueRuntime:
             self.outgoing.extend(own.pending)
             own.pending.clear()
 
-    @property
-    def transferred_in(self) -> int:
-        return self.ownership.transferred_in if self.ownership is not None else 0
+    def resume(self, start_seq: int, counted_through: int, transferred: tuple[int, int]) -> None:
+        """Start-up from a checkpoint (server/queues/checkpoint.py): recovery takes this
+        queue's records from ``start_seq`` on, and the transfer counters are
+        ``transferred`` (in, out) as counted through record ``counted_through`` (the
+        checkpoint's last record); the replay counts the grants after it."""
+        self.start_seq = start_seq
+        self.counted_through = counted_through
+        self.transferred_in, self.transferred_out = transferred
 
-    @property
-    def transferred_out(self) -> int:
-        return self.ownership.transferred_out if self.ownership is not None else 0
+    def logged(self, changes: Iterable[Wire]) -> None:
+        """This instance logged ownership changes it made (one ``QUEUE_TRANSFER``
+        record): counted."""
+        for change in changes:
+            if type(change) is Grant:
+                self._count(change, mine=True)
+
+    def _count(self, grant: Grant, mine: bool) -> None:
+        """Count one grant of a record of this copy's log, before it is applied.
+        ``mine``: logged by this instance (a grant it made or a hand-back: out; a proxied
+        takeover: in). Else received: a grant to this instance is in; a proxied takeover
+        of a message this copy has owned by this instance is out (the instance taken
+        from learns of it). So every grant counts out where it was made and in where it
+        goes (a takeover: in where it was made, out where it was taken from), once per
+        record, whenever the record is logged or read back."""
+        me = self.instance
+        if mine:
+            if grant.proxied:
+                self.transferred_in += 1
+            else:
+                self.transferred_out += 1
+        elif grant.owner == me:
+            if not grant.proxied:  # (a takeover naming this instance is its own record)
+                self.transferred_in += 1
+        elif grant.proxied and self.ownership is not None:
+            view = self.ownership.view(grant.bookmark)
+            if view is not None and view.owner == me and (grant.epoch, grant.owner) > (
+                view.epoch, view.owner
+            ):  # fmt: skip
+                self.transferred_out += 1
 
     def owned(self) -> int:
         """Messages this instance owns (every one of a local queue)."""
         return self.ownership.owned() if self.ownership is not None else self.machine.depth
 
     def receive(
-        self, kind: int, body: bytes, now_us: int = 0, replay: bool = False, seq: int = 0
+        self,
+        kind: int,
+        body: bytes,
+        now_us: int = 0,
+        replay: bool = False,
+        seq: int = 0,
+        mine: bool = False,
     ) -> bool:
         """A replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` record of this queue (from
-        another instance, or, ``replay``, read back at start-up), recorded at ``seq``: the
-        ownership applies it, the state machine follows. Answers (grants) go to
-        :attr:`outgoing`; a replay answers nothing (requests read back are answered once
-        the instance runs: :meth:`Ownership.receive`). Returns whether the queue may have
-        something new to deliver here."""
+        another instance, or, ``replay``, read back at start-up: ``mine`` if this
+        instance logged it), recorded at ``seq``: the ownership applies it, the state
+        machine follows. Answers (grants) go to :attr:`outgoing`; a replay answers
+        nothing (requests read back are answered once the instance runs:
+        :meth:`Ownership.receive`). Returns whether the queue may have something new to
+        deliver here."""
         own = self.ownership
         if kind == _QUEUE_ACK:
             seqs, bookmarks = decode_ack(body)
@@ -202,7 +249,10 @@ class QueueRuntime:
         changes = decode_transfers(body)
         if seq:
             self._note_early([c.bookmark for c in changes], seq)
+        count = not replay or seq > self.counted_through
         for change in changes:
+            if count and type(change) is Grant:
+                self._count(change, mine)
             self.outgoing.extend(own.receive(change, now_us, replay))
         return True
 
@@ -525,7 +575,7 @@ class QueueStage:
                 queue = by_name.get(topic)
                 if queue is not None and first + i >= queue.start_seq:
                     queue.receive(kind, batch.bodies[i], batch.timestamps_us[i], replay=True,
-                                  seq=first + i)  # fmt: skip
+                                  seq=first + i, mine=not batch.path(i))  # fmt: skip
                     self.recovered_acks += kind == _QUEUE_ACK
                 continue
             if kind not in _MESSAGE_KINDS:

@@ -110,6 +110,7 @@ class Transfers:
             failure = self._append(queue, RecordKind.QUEUE_TRANSFER,
                                    encode_transfers(transfers), "")  # fmt: skip
             if failure is None:
+                queue.logged(transfers)  # counted as logged: the counters follow the log
                 self._refusing.discard(queue.config.name)
         if acks:
             failure = self._append(queue, RecordKind.QUEUE_ACK, encode_ack_bookmarks(acks),

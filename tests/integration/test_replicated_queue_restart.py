@@ -9,7 +9,10 @@ SIGKILL), every instance starts again, traffic starts again. What must hold:
   acked once (the leases held at the stop end with it: those messages are delivered
   again, at least once, as documented);
 - the ownership traffic stays bounded (no request asked over and over), and the copies'
-  transferred in / out counters agree.
+  transferred in / out counters agree;
+- once every copy is drained and its queue checkpoint is past every transfer, another
+  stop and start of every instance gives each the same counters (the replay reads none
+  of the transfers: the checkpoint keeps the counters).
 
 The stop is made to catch transfer requests in flight: on each instance a consumer holds
 (never acks) some messages, and once the other instances' consumers have worked through
@@ -25,10 +28,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from server.client import Client, subscribe_queue
 from server.config import load_config
+from server.queues.checkpoint import checkpoint_name
+from server.queues.ownership import Grant
 from server.queues.records import decode_transfers
 from server.txlog import TransactionLog
 from server.txlog.record import RecordKind
@@ -50,6 +56,23 @@ DEADLINE = 30.0
 
 def _queue(cluster: Cluster, name: str) -> Any:
     return cluster.api(name, "/api/queues/work")
+
+
+def _checkpoint_covers(cluster: Cluster, name: str, info: dict[str, Any]) -> bool:
+    """``name``'s queue checkpoint starts past its whole log and keeps the counters
+    ``info`` shows (nothing was transferred since)."""
+    cfg = load_config(cluster.procs[name].config_path)
+    assert cfg.transaction_log is not None
+    path = cfg.transaction_log.journal_directory / checkpoint_name(cfg.name)
+    if not path.exists():
+        return False
+    doc = orjson.loads(path.read_bytes())
+    work = doc["queues"]["work"]
+    return bool(
+        work["seq"] == doc["last"][0] + 1
+        and doc["last"][0] >= cluster.replication(name)["durable_seq"]
+        and work["transferred"] == [info["transferred_in"], info["transferred_out"]]
+    )
 
 
 def _linked(cluster: Cluster) -> None:
@@ -84,26 +107,34 @@ def _stop_all(cluster: Cluster, how: str) -> None:
             assert code in (0, -signal.SIGTERM) and '"event":"stopped"' in proc.log(), code
 
 
-async def _transfer_items(cluster: Cluster) -> dict[str, int]:
-    """How many ownership changes (requests and grants) each stopped instance logged
-    itself."""
-    out: dict[str, int] = {}
+async def _transfer_items(cluster: Cluster) -> dict[str, tuple[int, int, int]]:
+    """Per stopped instance, from its log: how many ownership changes (requests and
+    grants) it logged itself, and the transfers in and out its grant records show (a
+    grant it made: out; one to it: in)."""
+    out: dict[str, tuple[int, int, int]] = {}
     for name, proc in cluster.procs.items():
         cfg = load_config(proc.config_path)
         assert cfg.transaction_log is not None
         log = TransactionLog(cfg.transaction_log, cfg.name)
         await log.open()
-        n = 0
+        n = grants_in = grants_out = 0
         seq = log.first_seq
         try:
             while batch := await log.read_batch(seq, max_count=10_000):
                 for r in batch:
-                    if r.kind == RecordKind.QUEUE_TRANSFER and not r.path:
-                        n += len(decode_transfers(r.body))
+                    if r.kind != RecordKind.QUEUE_TRANSFER:
+                        continue
+                    changes = decode_transfers(r.body)
+                    grants = [c for c in changes if type(c) is Grant]
+                    if not r.path:
+                        n += len(changes)
+                        grants_out += len(grants)
+                    else:
+                        grants_in += sum(1 for g in grants if g.owner == cfg.name)
                 seq = batch[-1].seq + 1
         finally:
             await log.close()
-        out[name] = n
+        out[name] = (n, grants_in, grants_out)
     return out
 
 
@@ -155,7 +186,16 @@ def restart_scenario(tmp_path: Path, names: list[str], how: str) -> None:
         asyncio.run(run())
         wait_until(lambda: all(_queue(cluster, n)["depth"] == 0 for n in names), 30,
                    message="every copy drained")  # fmt: skip
+        for name in names:
+            wait_until(lambda n=name: cluster.caught_up(n), 30, message=f"{name} caught up")
         infos = {n: _queue(cluster, n) for n in names}
+        for name in names:
+            wait_until(lambda n=name: _checkpoint_covers(cluster, n, infos[n]), 30,
+                       message=f"{name}'s checkpoint past every transfer")  # fmt: skip
+        _stop_all(cluster, how)
+        cluster.start()
+        _linked(cluster)
+        again = {n: _queue(cluster, n) for n in names}
     finally:
         cluster.stop()
     assert len(set(acked_before)) == len(acked_before) == len(names) * WORK
@@ -165,11 +205,15 @@ def restart_scenario(tmp_path: Path, names: list[str], how: str) -> None:
     total_in = sum(i["transferred_in"] for i in infos.values())
     total_out = sum(i["transferred_out"] for i in infos.values())
     assert total_in == total_out, infos
+    counters = {n: (i["transferred_in"], i["transferred_out"]) for n, i in infos.items()}
+    assert {n: (i["transferred_in"], i["transferred_out"]) for n, i in again.items()} == counters
     items = asyncio.run(_transfer_items(cluster))
+    # exactly the grants of each instance's log, through both restarts
+    assert {n: (gin, gout) for n, (_, gin, gout) in items.items()} == counters
     messages = len(names) * (HELD + WORK)
     # a few changes a message at most (a request, a grant; asked again at most a few
     # times by each instance while its answer is delayed), never one a second
-    assert sum(items.values()) <= 4 * messages * len(names), items
+    assert sum(n for n, _, _ in items.values()) <= 4 * messages * len(names), items
 
 
 async def _work(

@@ -1,7 +1,7 @@
 """The queue checkpoint (server/queues/checkpoint.py): a replay from a queue's checkpoint
 gives the queue a replay of the whole log gives, for replicated queues whose acks and
-grants may arrive before their messages; and the file's codec refuses what it did not
-write."""
+grants may arrive before their messages, with the same transfer counters; and the
+file's codec refuses what it did not write."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from server.queues.checkpoint import (
     fingerprint,
 )
 from server.queues.machine import ACKED
-from server.queues.ownership import Grant
+from server.queues.ownership import Grant, Request, Wire
 from server.queues.records import encode_ack_bookmarks, encode_transfers
 from server.queues.stage import QueueRuntime, QueueStage
 from server.txlog.batch import RecordBatch
@@ -33,44 +33,52 @@ TRANSFER = int(RecordKind.QUEUE_TRANSFER)
 PUBLISHERS = {1: "a", 2: "b"}
 PER_PUBLISHER = 6
 
-#: one record of this copy's log: ("msg", pub, n) or (kind, body)
+#: one record of this copy's log: ("msg", pub, n), or (who, kind, body): "in" for a
+#: record received from another instance, "own" for one this instance logged
 Rec = tuple[object, ...]
 
 
-def _runtime(target: int = 0) -> QueueRuntime:
-    cfg = QueueConfig(name="work", underlying="work-in", target_queue_depth=target)
+def _runtime(target: int, initial: str | None) -> QueueRuntime:
+    cfg = QueueConfig(name="work", underlying="work-in", target_queue_depth=target,
+                      kind="GroupLocalQueue" if initial else "Queue",
+                      initial_owner=initial)  # fmt: skip
     return QueueRuntime.build(cfg, VirtualClock(), "a", replicated=True)
 
 
 def _apply(q: QueueRuntime, seq: int, rec: Rec) -> None:
-    """One record, as the publish stage takes it live or at recovery."""
+    """One record, as the publish stage takes it live."""
     if rec[0] == "msg":
         pub, n = rec[1], rec[2]
         assert isinstance(pub, int) and isinstance(n, int)
         q.admit("work-in", [b"{}"], seq, [seq], [pub], [n], PUBLISHERS[pub])
     else:
-        kind, body = rec
-        assert isinstance(kind, int) and isinstance(body, bytes)
-        q.receive(kind, body, seq=seq)
+        who, kind, body = rec
+        assert who == "in" and isinstance(kind, int) and isinstance(body, bytes)
+        q.receive(kind, body, seq, seq=seq)
 
 
 def _record(seq: int, rec: Rec) -> Record:
-    """``rec`` as the log holds it (a message of publisher 2 came from instance b)."""
+    """``rec`` as the log holds it (a message of publisher 2 came from instance b; a
+    record received from another instance has its path)."""
     if rec[0] == "msg":
         pub, n = rec[1], rec[2]
         assert isinstance(pub, int) and isinstance(n, int)
         path = () if PUBLISHERS[pub] == "a" else (PUBLISHERS[pub],)
         return Record(seq, seq, pub, n, "work-in", "json", RecordKind.PUBLISH, path, 0, b"{}")
-    kind, body = rec
+    who, kind, body = rec
     assert isinstance(kind, int) and isinstance(body, bytes)
-    return Record(seq, seq, 99, seq, "work", "json", RecordKind(kind), (), 0, body)
+    path = () if who == "own" else ("b",)
+    return Record(seq, seq, 99, seq, "work", "json", RecordKind(kind), path, 0, body)
 
 
-def _replay(log: list[Rec], start: int, target: int) -> QueueRuntime:
-    """A restart: the publish stage recovers the queue from the whole log, taking the
-    records from ``start`` on (its checkpoint; 1: all)."""
-    q = _runtime(target)
-    q.start_seq = start if start > 1 else 0
+def _replay(
+    log: list[Rec], target: int, initial: str | None, checkpoint: tuple[int, int, tuple[int, int]]
+) -> QueueRuntime:
+    """A restart: the publish stage recovers the queue from the log, taking the records
+    from the checkpoint's seq on, with the counters it kept through its last record
+    (``(1, 0, (0, 0))``: the whole log)."""
+    q = _runtime(target, initial)
+    q.resume(*checkpoint)
     stage = QueueStage([q], lambda _: None)
     if log:
         stage.recover(RecordBatch.from_records([_record(i, r) for i, r in enumerate(log, 1)]))
@@ -101,36 +109,60 @@ def _state(q: QueueRuntime) -> dict[str, tuple[str, int]]:
     return out
 
 
+_msg = st.tuples(st.just("msg"), st.sampled_from(sorted(PUBLISHERS)))
+#: mostly at epoch 0, where the message's first owner grants it
+_request = st.tuples(st.just("request"), st.sampled_from(sorted(PUBLISHERS)),
+                     st.integers(1, PER_PUBLISHER), st.sampled_from(["b", "c"]),
+                     st.sampled_from([0, 0, 0, 1, 2]))  # fmt: skip
 op = st.one_of(
-    st.tuples(st.just("msg"), st.sampled_from(sorted(PUBLISHERS))),
+    _msg, _msg,
     st.tuples(st.just("ack_elsewhere"), st.sampled_from(sorted(PUBLISHERS)),
               st.integers(1, PER_PUBLISHER)),
     st.tuples(st.just("grant"), st.sampled_from(sorted(PUBLISHERS)),
               st.integers(1, PER_PUBLISHER), st.sampled_from(["a", "b", "c"]),
-              st.integers(1, 3)),
+              st.integers(1, 3), st.booleans()),
+    _request, _request,
+    st.just(("answer",)),
     st.tuples(st.just("ack_here"), st.integers(0, 10)),
     st.just(("checkpoint",)),
 )  # fmt: skip
 
 
 @settings(max_examples=400, deadline=None)
-@given(ops=st.lists(op, max_size=45), target=st.sampled_from([0, 0, 2]))
+@given(ops=st.lists(op, max_size=45), target=st.sampled_from([0, 0, 2]),
+       initial=st.sampled_from([None, "a"]))  # fmt: skip
 def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
-    ops: list[tuple[object, ...]], target: int
+    ops: list[tuple[object, ...]], target: int, initial: str | None
 ) -> None:
-    """Live operation writes a log; at each checkpoint the seq is taken (as the service
-    takes it). A restart replays the whole log, or only from the checkpoint: both give
-    the same messages with the same owners, now and after the rest of the traffic (the
-    messages still to come, with the changes already received for them)."""
+    """Live operation writes a log (what it receives, and what it decides: the answers
+    to transfer requests); at each checkpoint the seq and the transfer counters are
+    taken (as the service takes them). A restart replays the whole log, or only from a
+    checkpoint: both give the same messages with the same owners, the same transfer
+    counters as the live instance (counted once per grant record, whichever checkpoint
+    the restart starts from), now and after the rest of the traffic (the messages still
+    to come, with the changes already received for them)."""
     log: list[Rec] = []
-    live = _runtime(target)
+    live = _runtime(target, initial)
     sent = dict.fromkeys(PUBLISHERS, 0)
-    checkpoints: list[tuple[int, int]] = []  # (checkpoint seq, log length then)
+    #: (checkpoint seq, its last record, the counters then)
+    checkpoints: list[tuple[int, int, tuple[int, int]]] = []
+
+    def log_own(changes: list[Wire]) -> None:
+        """The service's end of the turn: the instance's own changes to the log."""
+        if changes:
+            log.append(("own", TRANSFER, encode_transfers(changes)))
+            live.logged(changes)
 
     def record(rec: Rec) -> None:
         log.append(rec)
         _apply(live, len(log), rec)
-        live.outgoing.clear()
+        changes, live.outgoing = live.outgoing, []
+        log_own(changes)
+
+    def checkpoint() -> None:
+        end = len(log)
+        counts = (live.transferred_in, live.transferred_out)
+        checkpoints.append((live.checkpoint_seq(live.hold_from(end), end), end, counts))
 
     for o in ops:
         # the log pin never passes what a checkpoint taken now needs (retention would
@@ -145,10 +177,18 @@ def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
                 sent[pub] += 1
                 record(("msg", pub, sent[pub]))
         elif o[0] == "ack_elsewhere":
-            record((ACK, encode_ack_bookmarks([format_bookmark(o[1], o[2])])))  # type: ignore[arg-type]
+            record(("in", ACK, encode_ack_bookmarks([format_bookmark(o[1], o[2])])))  # type: ignore[arg-type]
         elif o[0] == "grant":
             bm = format_bookmark(o[1], o[2])  # type: ignore[arg-type]
-            record((TRANSFER, encode_transfers([Grant(bm, o[3], o[4])])))  # type: ignore[arg-type]
+            grant = Grant(bm, o[3], o[4], proxied=o[5])  # type: ignore[arg-type]
+            record(("in", TRANSFER, encode_transfers([grant])))
+        elif o[0] == "request":
+            bm = format_bookmark(o[1], o[2])  # type: ignore[arg-type]
+            request = Request(bm, o[3], "a", o[4])  # type: ignore[arg-type]
+            record(("in", TRANSFER, encode_transfers([request])))
+        elif o[0] == "answer":
+            assert live.ownership is not None
+            log_own(live.ownership.answer(len(log)))
         elif o[0] == "ack_here":
             mine = [m for m in live.machine.messages()
                     if live.ownership is not None and live.ownership.can_deliver(m.bookmark)]  # fmt: skip
@@ -159,41 +199,52 @@ def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
                 live.machine.drop([m.bookmark], ACKED)
                 assert live.ownership is not None
                 live.ownership.acked_many([m.bookmark])
-                log.append((ACK, encode_ack_bookmarks([m.bookmark])))
+                log.append(("own", ACK, encode_ack_bookmarks([m.bookmark])))
         else:
-            end = len(log)
-            checkpoints.append((live.checkpoint_seq(live.hold_from(end), end), end))
-    end = len(log)
-    checkpoints.append((live.checkpoint_seq(live.hold_from(end), end), end))
-    full = _replay(log, 1, target)
+            checkpoint()
+    checkpoint()
+    counts = (live.transferred_in, live.transferred_out)
+    full = _replay(log, target, initial, (1, 0, (0, 0)))
+    assert (full.transferred_in, full.transferred_out) == counts
     rest = [("msg", pub, n) for pub in PUBLISHERS for n in range(sent[pub] + 1, PER_PUBLISHER + 1)]
-    for start, written_at in checkpoints:
+    for cp in checkpoints:
+        start, written_at, _ = cp
         assert 1 <= start <= written_at + 1
-        part = _replay(log, start, target)
-        assert _state(part) == _state(full), (start, written_at)
+        part = _replay(log, target, initial, cp)
+        assert _state(part) == _state(full), cp
+        assert (part.transferred_in, part.transferred_out) == counts, cp
     # the checkpoint taken last, then the traffic still to come
-    start = checkpoints[-1][0]
-    part = _replay(log, start, target)
+    part = _replay(log, target, initial, checkpoints[-1])
     for i, rec in enumerate(rest, len(log) + 1):
-        for q in (full, part):
+        for q in (full, part, live):
             _apply(q, i, rec)
-    assert _state(part) == _state(full)
+    for q in (full, part, live):
+        _top_up(q, log + rest)  # (the live one's refills after its acks too)
+    assert _state(part) == _state(full) == _state(live)
 
 
 def test_the_file_round_trips_and_refuses_what_it_did_not_write() -> None:
     cp = Checkpoint(LastRecord(120, 77, 9, 1_700_000_000_000_000), {"work": 100},
-                    {"work": "f" * 32})  # fmt: skip
+                    {"work": "f" * 32}, {"work": (3, 5)})  # fmt: skip
     back = decode(encode(cp))
     assert back == cp and back.start_of("work", "f" * 32) == 100
     assert back.start_of("work", "0" * 32) == 0 and back.start_of("other", "f" * 32) == 0
+    entry = '"fingerprint": "x", "transferred": [0, 0]'
     for bad in (
         b"",
         b"not json",
-        b'{"version": 2}',
-        b'{"version": 1, "last": [1, 2, 3], "queues": {}}',
-        b'{"version": 1, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 12, "fingerprint": "x"}}}',
-        b'{"version": 1, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 0, "fingerprint": "x"}}}',
-        b'{"version": 1, "last": [10, 0, 0, -1], "queues": {}}',
+        b'{"version": 3}',
+        # the version before the transfer counters: read the whole log once
+        b'{"version": 1, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 5, "fingerprint": "x"}}}',
+        b'{"version": 2, "last": [1, 2, 3], "queues": {}}',
+        b'{"version": 2, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 12, %s}}}' % entry.encode(),
+        b'{"version": 2, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 0, %s}}}' % entry.encode(),
+        b'{"version": 2, "last": [10, 0, 0, -1], "queues": {}}',
+        b'{"version": 2, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 5, "fingerprint": "x"}}}',
+        b'{"version": 2, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 5, "fingerprint": "x", '
+        b'"transferred": [1, -1]}}}',
+        b'{"version": 2, "last": [10, 0, 0, 0], "queues": {"q": {"seq": 5, "fingerprint": "x", '
+        b'"transferred": [1]}}}',
     ):
         with pytest.raises(CheckpointError):
             decode(bad)

@@ -12,14 +12,18 @@ the service's few lines (send the turn's changes, dispatch, log what left).
 
 Hypothesis picks any interleaving of: publishes on any instance, link steps (so each copy
 sees changes in any order across links), timer passes after any delay, deliveries, acks,
-cancels, leases ending, links cut and healed, proxied transfer on and off, SIGTERM and
-SIGKILL of any instance at any step, and starts. Checked at every step:
+cancels, leases ending, links cut and healed, proxied transfer on and off, queue
+checkpoints taken at any step (a restart replays from the last one, as start-up does,
+else from the start of the log), SIGTERM and SIGKILL of any instance at any step, and
+starts. Checked at every step:
 
 - a message is deliverable on at most one running instance (unless it was ever taken
   over by proxy: the documented duplicate risk);
 - epochs only move forward: a copy's epoch of a message never goes below one it logged,
   and never goes back while the copy runs;
-- a message acked (the ack logged) is never delivered again (proxied takeovers aside).
+- a message acked (the ack logged) is never delivered again (proxied takeovers aside);
+- a restart, from a checkpoint or not, gives back the transferred in / out counters
+  the instance had (they count the grants of its log).
 
 Liveness, in the teardown: once the faults stop (every instance running, every link up),
 a fair schedule (links drained, a timer pass a second apart, consumers acking what they
@@ -90,6 +94,10 @@ class Node:
     checked: int = 0
     #: the highest epoch of each message among the grants in its log
     logged: dict[str, int] = field(default_factory=dict)
+    #: its last queue checkpoint: (seq, last record, transfer counters then)
+    checkpoint: tuple[int, int, tuple[int, int]] | None = None
+    #: its transfer counters when it stopped
+    counted: tuple[int, int] | None = None
 
     def append(self, rec: Record) -> None:
         self.log.append(rec)
@@ -135,11 +143,18 @@ class Protocol(RuleBasedStateMachine):
     # -- the environment ----------------------------------------------------------------
 
     def _boot(self, node: Node) -> None:
-        """Start-up: a fresh runtime, the log replayed into it, a consumer, the timer's
-        transfers (the first pass tells the link state)."""
+        """Start-up: a fresh runtime, the log replayed into it (from the last
+        checkpoint, if any), a consumer, the timer's transfers (the first pass tells the
+        link state)."""
         rt = QueueRuntime.build(self.config, self.clock, node.name, replicated=True)
+        if node.checkpoint is not None:
+            rt.resume(*node.checkpoint)
         if node.log:
             QueueStage([rt], lambda q: None).recover(RecordBatch.from_records(node.log))
+        if node.counted is not None:
+            assert (rt.transferred_in, rt.transferred_out) == node.counted, (
+                node.name, node.checkpoint, node.counted, (rt.transferred_in, rt.transferred_out),
+            )  # fmt: skip
 
         def append(q: QueueRuntime, kind: RecordKind, body: bytes, key: str = "") -> None:
             self._log(node, kind, body)
@@ -293,6 +308,19 @@ class Protocol(RuleBasedStateMachine):
         if node is not None and node.transfers is not None:
             node.transfers.set_proxied("work", enabled)
 
+    @rule(on=st.sampled_from(ALL_NAMES))
+    def checkpoint(self, on: str) -> None:
+        """The queue checkpoint, as the service takes it: where a replay may start, the
+        log's last record, the counters through it (the turn's changes not logged yet)."""
+        node = self._up(on)
+        if node is None or not node.log:
+            return
+        rt = node.rt
+        assert rt is not None
+        end = len(node.log)
+        start = rt.checkpoint_seq(rt.hold_from(end), end)
+        node.checkpoint = (start, end, (rt.transferred_in, rt.transferred_out))
+
     @rule(on=st.sampled_from(ALL_NAMES), kill=st.booleans())
     def stop(self, on: str, kill: bool) -> None:
         node = self._up(on)
@@ -300,6 +328,8 @@ class Protocol(RuleBasedStateMachine):
             return
         if not kill:
             self._flush_changes(node)  # SIGTERM: the turn's decisions reach the log
+        assert node.rt is not None
+        node.counted = (node.rt.transferred_in, node.rt.transferred_out)
         node.up = False
         node.rt = node.transfers = node.consumer = None
 
@@ -390,8 +420,8 @@ class Protocol(RuleBasedStateMachine):
             assert own.requests_open() == 0 and own.requests_waiting() == 0, node.name
             assert own.taken() == 0 and len(own) == 0, node.name
         if not self.ever_taken:
-            total_in = sum(n.own.transferred_in for n in self.nodes.values())
-            total_out = sum(n.own.transferred_out for n in self.nodes.values())
+            total_in = sum(n.rt.transferred_in for n in self.nodes.values() if n.rt)
+            total_out = sum(n.rt.transferred_out for n in self.nodes.values() if n.rt)
             assert total_in == total_out, (total_in, total_out)
 
     def _round(self) -> None:
@@ -490,21 +520,39 @@ def _decide_while_replaying() -> Any:
     return _patched(Ownership, "receive", receive)
 
 
+def _count_again() -> Any:
+    """A restart from a checkpoint counts again the grants the checkpoint counted."""
+    real = QueueRuntime.resume
+
+    def resume(self: QueueRuntime, start_seq: int, counted_through: int,
+               transferred: tuple[int, int]) -> None:  # fmt: skip
+        real(self, start_seq, 0, transferred)
+
+    return _patched(QueueRuntime, "resume", resume)
+
+
 MUTATIONS: dict[str, Callable[[], Any]] = {
     "drop a grant": _drop_grants,
     "keep an old epoch": _keep_old_epoch,
     "grant while replaying": _decide_while_replaying,
+    "count a grant twice across a restart": _count_again,
 }
 
 
-def _recipe(kill: bool, names: tuple[str, ...] = ("a", "b")) -> None:
+def _recipe(kill: bool, names: tuple[str, ...] = ("a", "b"), checkpoints: bool = False) -> None:
     """The operator's recipe in the model, one interleaving: the owner's consumer holds a
     message another instance asks for (the owner holds that request, grants the free
-    ones), then every instance stops at once and starts again, then the fair schedule."""
+    ones), then every instance stops at once and starts again, then the fair schedule.
+    ``checkpoints``: the owner took its queue checkpoint before the transfers, the
+    others after them (the restart replays the owner's requests and the others' from
+    after them); and once the transfers are under way, every instance takes one again,
+    stops and starts once more (the replay passes grants the checkpoint counted)."""
     model = ThreeInstances() if len(names) == 3 else Protocol()
     model.start(backlog=1, lease_s=20)
     for _ in range(3):
         model.publish("a")
+    if checkpoints:
+        model.checkpoint("a")
     for other in names[1:]:
         model.link("a", other, 3)
     model.turn("a")  # a's consumer leases the first
@@ -516,10 +564,21 @@ def _recipe(kill: bool, names: tuple[str, ...] = ("a", "b")) -> None:
     for other in names[1:]:
         model.link("a", other, 3)
         model.turn(other)
+        if checkpoints:
+            model.checkpoint(other)
     for n in names:
         model.stop(n, kill)
     for n in names:
         model.start_again(n)
+    if checkpoints:
+        for _ in range(2):
+            model._round()
+        for n in names:
+            model.checkpoint(n)
+        for n in names:
+            model.stop(n, kill)
+        for n in names:
+            model.start_again(n)
     model.one_deliverer()
     model.epochs_move_forward()
     model.teardown()
@@ -528,8 +587,9 @@ def _recipe(kill: bool, names: tuple[str, ...] = ("a", "b")) -> None:
 
 @pytest.mark.parametrize("names", [("a", "b"), ("a", "b", "c")])
 @pytest.mark.parametrize("kill", [False, True])
-def test_the_recipe(kill: bool, names: tuple[str, ...]) -> None:
-    _recipe(kill, names)
+@pytest.mark.parametrize("checkpoints", [False, True])
+def test_the_recipe(kill: bool, names: tuple[str, ...], checkpoints: bool) -> None:
+    _recipe(kill, names, checkpoints)
 
 
 @pytest.mark.parametrize("mutation", sorted(MUTATIONS))
@@ -538,10 +598,11 @@ def test_the_model_catches_broken_rules(mutation: str) -> None:
     state machine's search: either must fail."""
     with MUTATIONS[mutation]():
         for kill in (False, True):
-            try:
-                _recipe(kill)
-            except AssertionError:
-                return
+            for checkpoints in (False, True):
+                try:
+                    _recipe(kill, checkpoints=checkpoints)
+                except AssertionError:
+                    return
         with pytest.raises(AssertionError):
             run_state_machine_as_test(
                 Protocol,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.bookmarks import format_bookmark
 from server.clock import VirtualClock
 from server.config.model import QueueConfig
-from server.queues.ownership import Grant
+from server.queues.ownership import Grant, Request
 from server.queues.records import encode_ack_bookmarks, encode_transfers
 from server.queues.stage import QueueRuntime
 from server.txlog.record import RecordKind
@@ -49,3 +49,40 @@ def test_a_grant_before_its_message_is_applied_when_it_arrives_and_dropped_once_
     # publisher 7 moved past 9 on this copy (9 was filtered out, or came and went)
     q.admit("work-in", [b"{}"], 2, [0], [7], [10], "a")
     assert own.early() == 0
+
+
+def _transfer(q: QueueRuntime, *changes: Grant | Request, mine: bool = False) -> None:
+    q.receive(int(RecordKind.QUEUE_TRANSFER), encode_transfers(list(changes)), mine=mine)
+
+
+def test_transfers_are_counted_once_per_grant_record_out_where_made_in_where_they_go() -> None:
+    """Each grant record of this copy's log counts once: a grant this instance made (or
+    a hand-back) out, a proxied takeover it made in; a grant to it in; a takeover of a
+    message it owns out; any other grant nothing (it moves a message between others)."""
+    q = _runtime("a")
+    for n in (1, 2, 3):
+        q.admit("work-in", [b"{}"], n, [0], [7], [n], "a")
+    m1, m2, m3 = (format_bookmark(7, n) for n in (1, 2, 3))
+    q.logged([Grant(m1, "b", 1), Request(m2, "a", "b", 0)])  # granted away (a request: none)
+    assert (q.transferred_in, q.transferred_out) == (0, 1)
+    _transfer(q, Grant(m1, "a", 2))  # b granted it back
+    assert (q.transferred_in, q.transferred_out) == (1, 1)
+    _transfer(q, Grant(m2, "c", 1, proxied=True))  # c took a's message over by proxy
+    assert (q.transferred_in, q.transferred_out) == (1, 2)
+    _transfer(q, Grant(m2, "b", 2))  # between others
+    _transfer(q, Grant(m3, "a", 1, proxied=True), mine=True)  # its own takeover, read back
+    assert (q.transferred_in, q.transferred_out) == (2, 2)
+    # a takeover of a message this copy does not see owned here moves nothing of its own
+    _transfer(q, Grant(m2, "c", 3, proxied=True))
+    assert (q.transferred_in, q.transferred_out) == (2, 2)
+
+
+def test_a_replay_counts_only_the_grants_after_the_checkpoints_last_record() -> None:
+    q = _runtime("a")
+    q.resume(1, counted_through=5, transferred=(4, 6))
+    bm = format_bookmark(7, 1)
+    body = encode_transfers([Grant(bm, "a", 1)])
+    q.receive(int(RecordKind.QUEUE_TRANSFER), body, replay=True, seq=5)
+    assert (q.transferred_in, q.transferred_out) == (4, 6)  # counted in the checkpoint
+    q.receive(int(RecordKind.QUEUE_TRANSFER), body, replay=True, seq=6)
+    assert (q.transferred_in, q.transferred_out) == (5, 6)
