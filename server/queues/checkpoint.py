@@ -14,7 +14,8 @@ A queue's seq is the smaller of
 - where its log pin holds (its oldest message, or a bounded queue's cursor, or the end of
   the log when it is empty): messages before it have left, and their acks come after them;
 - the record of each ownership change a replicated queue received *before its message*
-  (links are ordered per pair only): it is kept here (:meth:`QueueRuntime.early_records`)
+  (links are ordered per pair only; an ack, a grant, or a transfer request to this
+  instance): it is kept here (:meth:`QueueRuntime.early_records`)
   while the change waits, while its message is in the queue, and, once the message left
   (or never entered, acked first), until the pin passed where the message can be. A replay
   from after such a record would lose the change (an ack: the message delivered again; a

@@ -50,6 +50,16 @@ ack of a message processed twice, a grant of a message acked here). A hard cap
 ack lets its message be delivered here once more, a dropped early grant leaves its
 message with its first owner on this copy.
 
+**Requests that arrive before their message** (an ``InitialOwner`` asked for a message
+published elsewhere, relayed faster than the message) are kept the same way, the first
+asker of the highest epoch per message, until the message enters (then the request is
+held like any other and :meth:`Ownership.answer` answers it at the next pass), is acked,
+or can no longer arrive; one read back from the log at start-up too. So the owner
+answers as soon as it can, not when the requester happens to ask again (up to
+:data:`MAX_REASK_US` later), and the queue checkpoint keeps the request's record while it
+waits (:meth:`Ownership.is_early`). The cap drops the oldest of them beyond it (not
+counted: the requester asks again).
+
 **A bounded queue** (``TargetQueueDepth``, server/queues/window.py) activates its
 messages in log order as room frees up; an inactive message is not known here. An ack
 or grant that names one is kept with the early changes and applied when the message is
@@ -190,6 +200,46 @@ def _position(bookmark: str) -> tuple[int, int] | None:
     return int(head), int(seq)
 
 
+class _ByPosition:
+    """Bookmarks ``H|S|`` by publisher ``H``, taken out in sequence order up to a
+    position. A bookmark that left its dict by another way stays here until then (the
+    caller skips it); :meth:`rebuild` drops those."""
+
+    __slots__ = ("_heaps", "_size")
+
+    def __init__(self) -> None:
+        self._heaps: dict[int, list[tuple[int, str]]] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, bookmark: str) -> None:
+        pos = _position(bookmark)
+        if pos is not None:
+            heapq.heappush(self._heaps.setdefault(pos[0], []), (pos[1], bookmark))
+            self._size += 1
+
+    def upto(self, pub_hash: int, seq: int) -> Sequence[str]:
+        """Take out publisher ``pub_hash``'s bookmarks at or below ``seq``."""
+        heap = self._heaps.get(pub_hash)
+        if not heap or heap[0][0] > seq:
+            return ()
+        out: list[str] = []
+        while heap and heap[0][0] <= seq:
+            out.append(heapq.heappop(heap)[1])
+        self._size -= len(out)
+        if not heap:
+            del self._heaps[pub_hash]
+        return out
+
+    def rebuild(self, bookmarks: Iterable[str]) -> None:
+        self._heaps.clear()
+        self._size = 0
+        for bm in bookmarks:
+            self.add(bm)
+
+
 @dataclass(slots=True)
 class Ownership:
     """One instance's view of one replicated queue's ownership.
@@ -235,9 +285,8 @@ class Ownership:
     #: changes that arrived before the message itself, oldest first: its grant with
     #: the highest epoch, or None for an ack (an ack replaces a grant)
     _early: dict[str, Grant | None] = field(default_factory=dict)
-    #: the early ones by publisher: (sequence, bookmark), pruned by :meth:`passed`
-    _early_by_pub: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
-    _early_indexed: int = 0
+    #: the early ones by publisher position, pruned by :meth:`passed`
+    _early_index: _ByPosition = field(default_factory=_ByPosition)
     #: the highest sequence seen per publisher on the queue's topics
     _seen: dict[int, int] = field(default_factory=dict)
     #: a bounded queue: the highest sequence per publisher appended here (active or not)
@@ -249,9 +298,15 @@ class Ownership:
     #: messages with a request held here (:attr:`_Entry.wanted_by`), answered by
     #: :meth:`answer`
     _waiting: set[str] = field(default_factory=set)
-    #: requests for inactive messages read back from the log at start-up, answered live
-    #: by :meth:`answer` (a bounded queue)
+    #: requests for inactive messages in this copy's log (a bounded queue), answered
+    #: by :meth:`answer` at the next pass: read back from the log at start-up, or kept
+    #: here until the message reached the log (:meth:`arrived`)
     _held_inactive: dict[str, Request] = field(default_factory=dict)
+    #: requests to this instance that arrived before their message (module docstring):
+    #: the request and when it was received, oldest first
+    _early_requests: dict[str, tuple[Request, int]] = field(default_factory=dict)
+    #: :attr:`_early_requests` by publisher position (:meth:`passed`, :meth:`arrived`)
+    _early_request_index: _ByPosition = field(default_factory=_ByPosition)
     proxied: bool = False
     handed_back: int = 0
     early_dropped: int = 0
@@ -287,9 +342,13 @@ class Ownership:
         return len(self._early)
 
     def is_early(self, bookmark: str) -> bool:
-        """Whether an ack or grant is kept for this message (not seen, or not activated,
-        here yet)."""
-        return bookmark in self._early
+        """Whether an ack, grant or request is kept for this message (not seen, or not
+        activated, here yet): its record must stay in what a restart reads."""
+        return (
+            bookmark in self._early
+            or bookmark in self._early_requests
+            or bookmark in self._held_inactive
+        )
 
     def early_acks(self) -> int:
         """Acks among :meth:`early` (a bounded queue: acks of inactive messages)."""
@@ -301,9 +360,10 @@ class Ownership:
 
     def requests_waiting(self) -> int:
         """Requests of other instances this instance holds: it owns the message and a
-        consumer here has it out (answered when that lease ends), or the request names
-        an epoch this instance has not heard of yet."""
-        return len(self._waiting)
+        consumer here has it out (answered when that lease ends), the request names an
+        epoch this instance has not heard of yet, or the message has not arrived here
+        yet."""
+        return len(self._waiting) + len(self._early_requests) + len(self._held_inactive)
 
     def oldest_request_us(self) -> int:
         """When the oldest open request of this instance was first asked (0: none)."""
@@ -370,6 +430,10 @@ class Ownership:
             self._queue_request(bookmark, entry, now_us)
         if early is not None:
             self._apply_grant(early, entry)
+        if self._early_requests:
+            kept = self._early_requests.pop(bookmark, None)
+            if kept is not None:
+                self._hold(bookmark, entry, kept[0], kept[1])  # answered at the next pass
         if self.proxied and entry.owner in self._offline:
             self.pending.extend(self._take(bookmark, entry, entry.owner))
         return True
@@ -384,6 +448,7 @@ class Ownership:
         queue's admission."""
         entries = self._entries
         early = self._early
+        requests = self._early_requests
         owner = self.first_owner(published_on)
         foreign = owner != self.instance
         if self.proxied and owner in self._offline:
@@ -397,7 +462,7 @@ class Ownership:
         out: list[bool] | None = None
         keep = entries.setdefault
         for i, bm in enumerate(bookmarks):
-            if early and bm in early and bm not in entries:
+            if (early or requests) and (bm in early or bm in requests) and bm not in entries:
                 # a change kept for it: message() applies it (its tokens and heap too)
                 self._tokens = tokens
                 self._due.extend(due)
@@ -430,16 +495,12 @@ class Ownership:
         more, so acks and grants kept for one are dropped."""
         if seq > self._seen.get(pub_hash, 0):
             self._seen[pub_hash] = seq
-        heap = self._early_by_pub.get(pub_hash)
-        if not heap:
-            return
-        while heap and heap[0][0] <= seq:
-            _, bm = heapq.heappop(heap)
-            self._early_indexed -= 1
-            if bm in self._early and self._early.pop(bm) is None:
+        early = self._early
+        for bm in self._early_index.upto(pub_hash, seq):
+            if bm in early and early.pop(bm) is None:
                 self._early_acks -= 1
-        if not heap:
-            del self._early_by_pub[pub_hash]
+        for bm in self._early_request_index.upto(pub_hash, seq):
+            self._early_requests.pop(bm, None)
 
     def arrived(self, pub_hash: int, seq: int) -> None:
         """A bounded queue: publisher ``pub_hash``'s messages up to ``seq`` are in this
@@ -449,6 +510,12 @@ class Ownership:
             arrived = self._arrived = {}
         if seq > arrived.get(pub_hash, 0):
             arrived[pub_hash] = seq
+        # requests kept until their (inactive) message reached the log: the next pass
+        # answers them as for any inactive message
+        for bm in self._early_request_index.upto(pub_hash, seq):
+            kept = self._early_requests.pop(bm, None)
+            if kept is not None:
+                self._held_inactive[bm] = kept[0]
 
     def leased(self, bookmark: str, leased: bool) -> None:
         """This instance leased (or got back) a message it owns: while leased it grants
@@ -509,11 +576,15 @@ class Ownership:
         whose message left, or whose epoch ownership moved past, is superseded (the
         requester hears of the move and asks the new owner). Costs the requests held."""
         out: list[Wire] = []
+        entries = self._entries
         if self._held_inactive:
             held, self._held_inactive = self._held_inactive, {}
-            for msg in held.values():
-                out.extend(self._request_inactive(msg))
-        entries = self._entries
+            for bm, msg in held.items():
+                e = entries.get(bm)
+                if e is not None:
+                    self._hold(bm, e, msg, now_us)  # activated since: answered below
+                else:
+                    out.extend(self._request_inactive(msg))
         for bm in list(self._waiting):
             e = entries.get(bm)
             if e is None or e.wanted_by is None:
@@ -626,6 +697,8 @@ class Ownership:
             if entry is not None:
                 self._forget(bm, entry)
             elif not self._passed(bm):
+                if self._early_requests:
+                    self._early_requests.pop(bm, None)  # superseded
                 if bm not in self._early:
                     self._early[bm] = None
                     self._early_acks += 1
@@ -639,11 +712,7 @@ class Ownership:
         if type(msg) is Request:
             if entry is not None:
                 return self._request(msg, entry, now_us, replay)
-            if replay:
-                if self._arrived is not None and msg.owner == self.instance:
-                    self._held_inactive[bm] = msg
-                return []
-            return self._request_inactive(msg)
+            return self._request_absent(msg, now_us, replay)
         assert type(msg) is Grant
         if entry is None:
             if self._passed(bm):
@@ -691,11 +760,48 @@ class Ownership:
                 self._unwant(bm, entry)  # an older request held here is superseded
             return self._grant(bm, entry, msg.requester, now_us)
         # held: a consumer here has it out, the owner is replaying its log, or the
-        # request names an epoch this instance has not heard of yet; the first asker of
-        # the highest epoch is kept (a repeat of a held request changes nothing)
+        # request names an epoch this instance has not heard of yet
+        self._hold(bm, entry, msg, now_us)
+        return []
+
+    def _hold(self, bm: str, entry: _Entry, msg: Request, since_us: int) -> None:
+        """Hold ``msg`` until :meth:`answer` can answer it (or finds it superseded): the
+        first asker of the highest epoch is kept (a repeat changes nothing)."""
         if entry.wanted_by is None or msg.epoch > entry.wanted_epoch:
-            entry.wanted_by, entry.wanted_epoch, entry.wanted_us = msg.requester, msg.epoch, now_us
+            entry.wanted_by, entry.wanted_epoch = msg.requester, msg.epoch
+            entry.wanted_us = since_us
             self._waiting.add(bm)
+
+    def _request_absent(self, msg: Request, now_us: int, replay: bool) -> list[Wire]:
+        """A request for a message with no entry here: not arrived yet, or (a bounded
+        queue) inactive, or gone. One to this instance for a message that can still
+        come is kept until it is here (module docstring); a bounded queue's inactive
+        message in the log is granted at once (:meth:`_request_inactive`), or, read back
+        at start-up, by the running instance."""
+        bm = msg.bookmark
+        if msg.owner != self.instance or msg.requester == self.instance or self._passed(bm):
+            return []  # not asked of this instance, or it can no longer come
+        if bm in self._early and self._early[bm] is None:
+            return []  # acked before it came: superseded
+        arrived = self._arrived
+        pos = _position(bm)
+        if arrived is not None and pos is not None and pos[1] <= arrived.get(pos[0], 0):
+            if replay:
+                self._held_inactive[bm] = msg
+                return []
+            return self._request_inactive(msg)
+        requests = self._early_requests
+        kept = requests.get(bm)
+        if kept is None:
+            requests[bm] = (msg, now_us)
+            self._early_request_index.add(bm)
+            limit = self._early_limit()
+            if len(requests) > limit:
+                del requests[next(iter(requests))]  # the oldest: its requester asks again
+            if len(self._early_request_index) > 2 * limit:
+                self._early_request_index.rebuild(requests)
+        elif msg.epoch > kept[0].epoch:
+            requests[bm] = (msg, now_us)
         return []
 
     def _grant(self, bm: str, entry: _Entry, requester: str, now_us: int) -> list[Wire]:
@@ -811,27 +917,17 @@ class Ownership:
         pos = _position(bm)
         return pos is not None and pos[1] <= self._seen.get(pos[0], 0)
 
+    def _early_limit(self) -> int:
+        return self.max_early + (self.extra_early() if self.extra_early is not None else 0)
+
     def _index_early(self, bm: str) -> None:
-        pos = _position(bm)
-        if pos is not None:
-            heapq.heappush(self._early_by_pub.setdefault(pos[0], []), (pos[1], bm))
-            self._early_indexed += 1
-        limit = self.max_early + (self.extra_early() if self.extra_early is not None else 0)
+        self._early_index.add(bm)
+        limit = self._early_limit()
         while len(self._early) > limit:
             oldest = next(iter(self._early))
             if self._early.pop(oldest) is None:
                 self._early_acks -= 1
             self.early_dropped += 1
-        if self._early_indexed > 2 * limit:
-            self._reindex_early()
-
-    def _reindex_early(self) -> None:
-        """The index keeps entries the cap dropped until their publisher moves on:
-        rebuilt when it holds twice the cap."""
-        self._early_by_pub.clear()
-        self._early_indexed = 0
-        for bm in self._early:
-            pos = _position(bm)
-            if pos is not None:
-                heapq.heappush(self._early_by_pub.setdefault(pos[0], []), (pos[1], bm))
-                self._early_indexed += 1
+        if len(self._early_index) > 2 * limit:
+            # the index keeps entries the cap dropped until their publisher moves on
+            self._early_index.rebuild(self._early)

@@ -1,7 +1,7 @@
 """The queue checkpoint (server/queues/checkpoint.py): a replay from a queue's checkpoint
-gives the queue a replay of the whole log gives, for replicated queues whose acks and
-grants may arrive before their messages, with the same transfer counters; and the
-file's codec refuses what it did not write."""
+gives the queue a replay of the whole log gives, for replicated queues whose acks,
+grants and transfer requests may arrive before their messages, with the same transfer
+counters; and the file's codec refuses what it did not write."""
 
 from __future__ import annotations
 
@@ -109,6 +109,13 @@ def _state(q: QueueRuntime) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _answers(q: QueueRuntime, now: int) -> list[Wire]:
+    """The transfer requests the instance answers at its next pass (it holds them:
+    asked before the message came, or read back at start-up)."""
+    assert q.ownership is not None
+    return sorted(q.ownership.answer(now) + q.outgoing, key=repr)
+
+
 _msg = st.tuples(st.just("msg"), st.sampled_from(sorted(PUBLISHERS)))
 #: mostly at epoch 0, where the message's first owner grants it
 _request = st.tuples(st.just("request"), st.sampled_from(sorted(PUBLISHERS)),
@@ -139,8 +146,9 @@ def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
     taken (as the service takes them). A restart replays the whole log, or only from a
     checkpoint: both give the same messages with the same owners, the same transfer
     counters as the live instance (counted once per grant record, whichever checkpoint
-    the restart starts from), now and after the rest of the traffic (the messages still
-    to come, with the changes already received for them)."""
+    the restart starts from), and the same requests to answer, now and after the rest of
+    the traffic (the messages still to come, with the changes already received for
+    them: a request that came before its message is answered once it is here)."""
     log: list[Rec] = []
     live = _runtime(target, initial)
     sent = dict.fromkeys(PUBLISHERS, 0)
@@ -207,13 +215,17 @@ def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
     full = _replay(log, target, initial, (1, 0, (0, 0)))
     assert (full.transferred_in, full.transferred_out) == counts
     rest = [("msg", pub, n) for pub in PUBLISHERS for n in range(sent[pub] + 1, PER_PUBLISHER + 1)]
+    now = len(log) + 1
+    answers = _answers(_replay(log, target, initial, (1, 0, (0, 0))), now)
     for cp in checkpoints:
         start, written_at, _ = cp
         assert 1 <= start <= written_at + 1
         part = _replay(log, target, initial, cp)
         assert _state(part) == _state(full), cp
         assert (part.transferred_in, part.transferred_out) == counts, cp
-    # the checkpoint taken last, then the traffic still to come
+        assert _answers(part, now) == answers, cp
+    # the checkpoint taken last, then the traffic still to come; then each answers the
+    # requests it holds (as the live instance would)
     part = _replay(log, target, initial, checkpoints[-1])
     for i, rec in enumerate(rest, len(log) + 1):
         for q in (full, part, live):
@@ -221,6 +233,8 @@ def test_a_replay_from_the_checkpoint_gives_the_queue_a_full_replay_gives(
     for q in (full, part, live):
         _top_up(q, log + rest)  # (the live one's refills after its acks too)
     assert _state(part) == _state(full) == _state(live)
+    end = len(log) + len(rest) + 1
+    assert _answers(part, end) == _answers(full, end) == _answers(live, end)
 
 
 def test_the_file_round_trips_and_refuses_what_it_did_not_write() -> None:

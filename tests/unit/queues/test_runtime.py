@@ -86,3 +86,67 @@ def test_a_replay_counts_only_the_grants_after_the_checkpoints_last_record() -> 
     assert (q.transferred_in, q.transferred_out) == (4, 6)  # counted in the checkpoint
     q.receive(int(RecordKind.QUEUE_TRANSFER), body, replay=True, seq=6)
     assert (q.transferred_in, q.transferred_out) == (5, 6)
+
+
+def test_a_request_before_its_message_is_held_then_answered_at_the_next_pass() -> None:
+    """A group-local queue's owner is asked for a message published elsewhere before the
+    message reached it: the request waits here (and keeps its record in what a restart
+    reads), and the first pass after the message came grants it."""
+    q = QueueRuntime.build(
+        QueueConfig(name="work", kind="GroupLocalQueue", underlying="work-in", initial_owner="a"),
+        VirtualClock(), "a", replicated=True,
+    )  # fmt: skip
+    own = q.ownership
+    assert own is not None
+    bm = format_bookmark(7, 1)
+    _transfer(q, Request(bm, "b", "a", 0))
+    assert own.requests_waiting() == 1 and own.is_early(bm) and q.outgoing == []
+    assert own.answer(1) == []
+    q.admit("work-in", [b"{}"], 2, [0], [7], [1], "c")
+    assert own.can_deliver(bm) and own.requests_waiting() == 1 and not own.is_early(bm)
+    assert own.answer(2) == [Grant(bm, "b", 1)] and own.requests_waiting() == 0
+    # one whose message can no longer come (passed here), or that an ack superseded, is
+    # not kept
+    _transfer(q, Request(format_bookmark(7, 1), "c", "a", 1))
+    q.receive(int(RecordKind.QUEUE_ACK), encode_ack_bookmarks([format_bookmark(7, 2)]))
+    _transfer(q, Request(format_bookmark(7, 2), "b", "a", 0))
+    _transfer(q, Request(format_bookmark(7, 3), "b", "a", 0))
+    assert own.requests_waiting() == 1
+    q.admit("work-in", [b"{}"], 3, [0], [8], [1], "c")  # another publisher: nothing
+    assert own.requests_waiting() == 1
+    q.receive(int(RecordKind.QUEUE_ACK), encode_ack_bookmarks([format_bookmark(7, 3)]))
+    assert own.requests_waiting() == 0  # (the ack itself waits for its message)
+
+
+def test_a_request_before_its_message_read_back_is_answered_by_the_running_instance() -> None:
+    q = QueueRuntime.build(
+        QueueConfig(name="work", kind="GroupLocalQueue", underlying="work-in", initial_owner="a"),
+        VirtualClock(), "a", replicated=True,
+    )  # fmt: skip
+    own = q.ownership
+    assert own is not None
+    bm = format_bookmark(7, 1)
+    q.receive(int(RecordKind.QUEUE_TRANSFER), encode_transfers([Request(bm, "b", "a", 0)]),
+              replay=True, seq=1)  # fmt: skip
+    q.admit("work-in", [b"{}"], 2, [0], [7], [1], "c")
+    assert q.outgoing == [] and own.can_deliver(bm)  # replaying decides nothing
+    assert own.answer(3) == [Grant(bm, "b", 1)]
+
+
+def test_a_bounded_queues_request_before_its_message_is_granted_once_it_is_in_the_log() -> None:
+    """The message may stay inactive (the window is full): it is granted as an inactive
+    message once it reached this copy's log, at the next pass."""
+    q = QueueRuntime.build(
+        QueueConfig(name="work", kind="GroupLocalQueue", underlying="work-in", initial_owner="a",
+                    target_queue_depth=1),
+        VirtualClock(), "a", replicated=True,
+    )  # fmt: skip
+    own = q.ownership
+    assert own is not None
+    q.admit("work-in", [b"{}"], 1, [0], [8], [1], "c")  # fills the window
+    bm = format_bookmark(7, 1)
+    _transfer(q, Request(bm, "b", "a", 0))
+    assert own.requests_waiting() == 1 and own.answer(1) == []
+    q.admit("work-in", [b"{}"], 2, [0], [7], [1], "c")  # inactive
+    assert q.machine.get(bm) is None and own.is_early(bm)
+    assert own.answer(2) == [Grant(bm, "b", 1)] and own.requests_waiting() == 0
