@@ -175,6 +175,10 @@ class QueueService:
             name: fingerprint(q.config, q.ownership is not None) for name, q in self.queues.items()
         }
         self._saved: dict[str, int] = {}
+        #: the last record the checkpoint on disk names (0: none): the queues' pins hold
+        #: the log from it, so retention never makes that checkpoint unusable (a restart
+        #: would read the whole log, and count the transfers from the log's start)
+        self._saved_last = 0
         self._saver: asyncio.Task[None] | None = None
 
     @property
@@ -220,6 +224,7 @@ class QueueService:
                 self._events.emit("warning", "queue", "queue_checkpoint_ignored",
                                   path=str(path), reason=why)  # fmt: skip
             return
+        self._saved_last = loaded.last.seq
         for name, q in self.queues.items():
             start = loaded.start_of(name, self._prints[name])
             if start:
@@ -268,6 +273,10 @@ class QueueService:
         data = checkpoint.encode(Checkpoint(last, seqs, self._prints, transferred))
         await asyncio.to_thread(write_atomic, path, data)
         self._saved = seqs
+        self._saved_last = end
+        for q in self.queues.values():
+            if q.pin is not None:
+                q.pin.move(self._hold_from(q))  # the checkpoint's last record moved
         return True
 
     async def _run_saver(self) -> None:
@@ -331,8 +340,11 @@ class QueueService:
                 q.pin = None
 
     def _hold_from(self, q: QueueRuntime) -> int:
-        """Where ``q``'s log pin holds (its messages, and the changes a restart needs)."""
-        return q.pin_from(self._txlog.last_seq if self._txlog is not None else 0)
+        """Where ``q``'s log pin holds: its messages, the changes a restart needs, and the
+        last record the checkpoint on disk names."""
+        hold = q.pin_from(self._txlog.last_seq if self._txlog is not None else 0)
+        saved = self._saved_last
+        return saved if saved and saved < hold else hold
 
     # -- routing ------------------------------------------------------------------------
 

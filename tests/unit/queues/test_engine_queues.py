@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
+from server.txlog.errors import JournalPinned
 from server.txlog.record import RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 
@@ -439,3 +441,43 @@ async def test_a_restart_reads_the_log_from_the_queue_checkpoint(tmp_path: Path)
         (ignored,) = [e for e in h.broker.events.recent()
                       if e["event"] == "queue_checkpoint_ignored"]  # fmt: skip
         assert "not the one the checkpoint names" in ignored["reason"]
+
+
+@scenario
+async def test_the_log_is_kept_from_the_checkpoint_on_disk(tmp_path: Path) -> None:
+    """Retention never takes the record the checkpoint on disk names, even once every
+    message before it was acked: a crash before the next checkpoint would otherwise
+    find a checkpoint the log no longer holds (the whole log read, the transfer counters
+    counted from its start). The next checkpoint lets the pin move on."""
+    q = queue_xml("<MaxPerSubscriptionBacklog>500</MaxPerSubscriptionBacklog>")
+    pad = "x" * 10_000
+    async with harness(tmp_path, q) as h:
+        txlog, queues = h.broker.txlog, h.broker.queues
+        assert txlog is not None
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(sub(options="max_backlog=500"))
+        await h.settle()
+        p.send(*(pub(i, pad=pad) for i in range(40)))
+        await h.settle()
+        await h.commit()
+        assert await queues.save_checkpoint()
+        named = txlog.last_seq
+        c.send(ack(*(bm for _, bm, _ in got(c))))  # the queue is empty now
+        await h.settle()
+        p.send(*(pub(i, pad=pad) for i in range(40, 200)))  # a few journals further
+        await h.settle()
+        c.send(ack(*(bm for n, bm, _ in got(c) if n >= 40)))
+        await h.settle()
+        first = txlog.journals()[0]
+        assert first.first_seq <= named <= first.last_seq < txlog.last_seq
+        assert first.pinned_by == "queue:work"
+        with pytest.raises(JournalPinned):
+            await txlog.remove(first.id)
+        await h.commit()
+        assert await queues.save_checkpoint()
+        assert txlog.journals()[0].pinned_by is None
+        await txlog.remove(first.id)
+    async with harness(tmp_path, q) as h:
+        events = [e["event"] for e in h.broker.events.recent()]
+        assert "queue_recovered" in events and "queue_checkpoint_ignored" not in events
