@@ -88,7 +88,7 @@ from server.subscription import Subscription
 from server.subscriptions import SubscriptionService
 from server.txlog import TransactionLog
 from server.txlog.errors import TxlogError
-from server.txlog.files import write_atomic
+from server.txlog.files import write_durable
 from server.txlog.record import RecordKind
 from server.wire import encode_queued
 
@@ -252,8 +252,9 @@ class QueueService:
 
     async def save_checkpoint(self) -> bool:
         """Write the checkpoint if a queue's start moved: the seqs now, then the log made
-        durable up to its end now, then the file (temp, fsync, rename) in a thread.
-        Returns whether a file was written."""
+        durable up to its end now, then the file (temp, fsync, rename, the directory
+        fsynced; through the log's file seam) in a thread. Returns whether a file was
+        written."""
         path, txlog = self._checkpoint_path, self._txlog
         if path is None or txlog is None or not self.queues:
             return False
@@ -271,7 +272,7 @@ class QueueService:
             return False  # retention took it meanwhile: the next pass names a newer one
         last = LastRecord(end, batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0])
         data = checkpoint.encode(Checkpoint(last, seqs, self._prints, transferred))
-        await asyncio.to_thread(write_atomic, path, data)
+        await asyncio.to_thread(write_durable, txlog.seam, path, data)
         self._saved = seqs
         self._saved_last = end
         for q in self.queues.values():

@@ -27,6 +27,7 @@ import contextlib
 import errno
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol
@@ -49,6 +50,7 @@ __all__ = [
     "prealloc_name",
     "validate_instance",
     "write_atomic",
+    "write_durable",
 ]
 
 DIGITS: Final = 20
@@ -241,22 +243,31 @@ def move_journal(seam: FileSeam, src: Path, dst: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    tmp = dst.with_name(dst.name + ".tmp")
+    with open(src, "rb") as fh:
+        write_durable(seam, dst, iter(lambda: fh.read(COPY_CHUNK), b""))
+    os.unlink(src)
+
+
+def write_durable(seam: FileSeam, path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write a file whole and durably, through the seam as journals are: ``PATH.tmp``
+    written (``data``, or its chunks in order) and fsynced, renamed over ``path``, the
+    directory fsynced. A crash leaves the old file or the new one, never part of one (a
+    ``.tmp`` left over is replaced next time); once this returns the new one survives a
+    crash, on a storage that loses un-fsynced writes too."""
+    tmp = path.with_name(path.name + ".tmp")
     with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()  # a copy a crash interrupted
+        tmp.unlink()  # one a crash interrupted
     handle = seam.open(tmp, create=True)
     try:
-        with open(src, "rb") as fh:
-            offset = 0
-            while chunk := fh.read(COPY_CHUNK):
-                handle.write(offset, chunk)
-                offset += len(chunk)
+        offset = 0
+        for chunk in (data,) if isinstance(data, bytes) else data:
+            handle.write(offset, chunk)
+            offset += len(chunk)
         handle.fsync()
     finally:
         handle.close()
-    seam.rename(tmp, dst)
-    fsync_dir(dst.parent)
-    os.unlink(src)
+    seam.rename(tmp, path)
+    fsync_dir(path.parent)
 
 
 def write_atomic(path: Path, data: bytes, *, durable: bool = True) -> None:

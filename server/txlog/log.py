@@ -273,6 +273,12 @@ class TransactionLog:
         return self._pending.last_seq
 
     @property
+    def seam(self) -> FileSeam:
+        """The file seam journal writes go through (other durable files of the log's
+        directory use it too, so fault tests reach them)."""
+        return self._seam
+
+    @property
     def durable_seq(self) -> int:
         """Highest seq written and fsynced."""
         return self._commit.durable_seq

@@ -12,9 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
+from server.queues.checkpoint import decode
 from server.txlog.errors import JournalPinned
 from server.txlog.record import RecordKind
 from tests.support.engine import EngineHarness, FakeClient
+from tests.support.faults import FaultySeam
 
 Msg = tuple[dict[str, Any], bytes]
 
@@ -441,6 +443,44 @@ async def test_a_restart_reads_the_log_from_the_queue_checkpoint(tmp_path: Path)
         (ignored,) = [e for e in h.broker.events.recent()
                       if e["event"] == "queue_checkpoint_ignored"]  # fmt: skip
         assert "not the one the checkpoint names" in ignored["reason"]
+
+
+@scenario
+async def test_the_queue_checkpoint_is_written_through_the_file_seam(tmp_path: Path) -> None:
+    """The checkpoint goes to disk as journals do: a storage that loses what was not
+    fsynced when the machine crashes keeps it whole (it is fsynced before its rename),
+    and one that refuses the write leaves the previous checkpoint, with an event."""
+    seam = FaultySeam(volatile=True)
+    q = queue_xml("<MaxPerSubscriptionBacklog>50</MaxPerSubscriptionBacklog>")
+
+    async def work(ns: range) -> EngineHarness:
+        """Acks ``ns`` (publishes first), then stops: the checkpoint is written."""
+        async with harness(tmp_path, q, files=seam) as h:
+            if ns.start == 0:
+                p = await h.logon("pub")
+                p.send(*(pub(i) for i in range(20)))
+                await h.settle()
+            c = await h.logon("c")
+            c.send(sub(options="max_backlog=50"))
+            await h.settle()
+            c.send(ack(*(bm for n, bm, _ in got(c) if n in ns)))
+            await h.settle()
+        return h
+
+    await work(range(10))
+    seam.crash()  # the machine, right after the stop
+    path = next(tmp_path.rglob("*.queues.ack"))
+    saved = decode(path.read_bytes())  # whole
+    start = saved.seqs["work"]
+    seam.fail("open", only=lambda p: p.name.endswith(".queues.ack.tmp"))
+    h = await work(range(10, 15))
+    (failed,) = [e for e in h.broker.events.recent() if e["event"] == "queue_checkpoint_failed"]
+    assert "injected open failure" in failed["error"]
+    assert decode(path.read_bytes()) == saved
+    seam.heal()
+    async with harness(tmp_path, q, files=seam) as h:
+        (event,) = [e for e in h.broker.events.recent() if e["event"] == "queue_recovered"]
+        assert event["from_seq"] == start and event["depth"] == 5
 
 
 @scenario
