@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.bookmarks import format_bookmark
 from server.clock import VirtualClock
 from server.config.model import QueueConfig
-from server.queues.ownership import Grant, Request
+from server.queues.ownership import Grant, Ownership, Request
 from server.queues.records import encode_ack_bookmarks, encode_transfers
 from server.queues.stage import QueueRuntime
 from server.txlog.record import RecordKind
@@ -88,16 +88,21 @@ def test_a_replay_counts_only_the_grants_after_the_checkpoints_last_record() -> 
     assert (q.transferred_in, q.transferred_out) == (5, 6)
 
 
-def test_a_request_before_its_message_is_held_then_answered_at_the_next_pass() -> None:
-    """A group-local queue's owner is asked for a message published elsewhere before the
-    message reached it: the request waits here (and keeps its record in what a restart
-    reads), and the first pass after the message came grants it."""
+def _group_local_on_a() -> tuple[QueueRuntime, Ownership]:
+    """Instance a's copy of a replicated group-local queue whose InitialOwner is a."""
     q = QueueRuntime.build(
         QueueConfig(name="work", kind="GroupLocalQueue", underlying="work-in", initial_owner="a"),
         VirtualClock(), "a", replicated=True,
     )  # fmt: skip
-    own = q.ownership
-    assert own is not None
+    assert q.ownership is not None
+    return q, q.ownership
+
+
+def test_a_request_before_its_message_is_held_then_answered_at_the_next_pass() -> None:
+    """A group-local queue's owner is asked for a message published elsewhere before the
+    message reached it: the request waits here (and keeps its record in what a restart
+    reads), and the first pass after the message came grants it."""
+    q, own = _group_local_on_a()
     bm = format_bookmark(7, 1)
     _transfer(q, Request(bm, "b", "a", 0))
     assert own.requests_waiting() == 1 and own.is_early(bm) and q.outgoing == []
@@ -119,12 +124,7 @@ def test_a_request_before_its_message_is_held_then_answered_at_the_next_pass() -
 
 
 def test_a_request_before_its_message_read_back_is_answered_by_the_running_instance() -> None:
-    q = QueueRuntime.build(
-        QueueConfig(name="work", kind="GroupLocalQueue", underlying="work-in", initial_owner="a"),
-        VirtualClock(), "a", replicated=True,
-    )  # fmt: skip
-    own = q.ownership
-    assert own is not None
+    q, own = _group_local_on_a()
     bm = format_bookmark(7, 1)
     q.receive(int(RecordKind.QUEUE_TRANSFER), encode_transfers([Request(bm, "b", "a", 0)]),
               replay=True, seq=1)  # fmt: skip
