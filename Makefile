@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-spark lint typecheck bench bench-quick browser java clean soak nemesis fuzz fabric-screenshot
+.PHONY: install run test test-fast test-long test-spark lint typecheck bench bench-quick browser java clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -59,12 +59,17 @@ CODEC_TESTS := tests/unit/protocol tests/unit/txlog/test_codec.py tests/unit/txl
 	tests/unit/client/test_state.py tests/unit/test_wire_twins.py tests/unit/txlog/test_codec_twins.py \
 	tests/unit/sow/test_stores.py tests/unit/sow/test_fileformat_twins.py
 
+# The suite leaves out the `long` tests (repeated runs, minutes each; each has a short
+# variant in the suite): `make test-long` runs them.
 test: install browser java lint typecheck
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not long" $(PYTEST_ARGS)
 	SPOOL_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(CODEC_TESTS)
 
 test-fast: install
 	$(PY) -m pytest -m "not browser and not slow and not faults and not spark" $(PYTEST_ARGS)
+
+test-long: install browser java
+	$(PY) -m pytest -m long $(PYTEST_ARGS)
 
 test-spark: install java
 	$(PY) -m pytest -m spark $(PYTEST_ARGS)
