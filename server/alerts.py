@@ -2,7 +2,8 @@
 
 An event (the event log) says something happened; an alert says something *is* the case
 and stays until it is not: the transaction log refuses writes (a write outage: its cause,
-since when, the next retry), or runs without its preallocated journal files. The admin
+since when, the next retry), runs without its preallocated journal files, or holds
+damaged journal ranges. The admin
 API (``/api/instance``), the dashboard's banner on every page and its live stream read
 them from here, so the three always agree.
 """
@@ -37,7 +38,7 @@ class Alert(TypedDict):
 
 
 def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
-    """The transaction log's alerts: a write outage, a preallocation shortfall."""
+    """The transaction log's alerts: a write outage, a preallocation shortfall, damage."""
     if txlog is None:
         return []
     alerts: list[Alert] = []
@@ -62,6 +63,27 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
                     f"({outage.attempts} retries so far{retry})."
                 ),
                 "since": iso_time(outage.since),
+            }
+        )
+    damage = txlog.damage
+    if damage:
+        first = min(damage, key=lambda d: d.found_us)
+        ranges = "; ".join(
+            f"{d.path.rsplit('/', 1)[-1]} seqs {d.first_seq}.."
+            f"{d.last_seq if d.last_seq is not None else '?'} ({d.reason})"
+            for d in damage[:5]
+        )
+        more = f" and {len(damage) - 5} more" if len(damage) > 5 else ""
+        alerts.append(
+            {
+                "id": "txlog-damaged",
+                "level": "error",
+                "title": "Damaged journal records",
+                "message": (
+                    f"{len(damage)} damaged range{'' if len(damage) == 1 else 's'} in the "
+                    f"transaction log: {ranges}{more}. Reads of these records fail."
+                ),
+                "since": _iso(first.found_us / 1e6),
             }
         )
     shortfall = txlog.preallocation_shortfall

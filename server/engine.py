@@ -77,6 +77,8 @@ _TXLOG_LEVELS: Final[dict[str, str]] = {
     "recovery_truncated": "warning",
     "preallocation_failed": "warning",
     "cache_write_failed": "warning",
+    "journal_damaged": "error",  # records of a journal are not readable
+    "index_damaged": "warning",  # an index file failed its CRC (rebuilt from its journal)
 }
 
 
@@ -144,6 +146,8 @@ class Broker:
             self.txlog = TransactionLog(
                 config.transaction_log, config.name, clock=clock, on_event=self._txlog_event,
                 files=files, track_gaps=config.replicates,
+                scrub_interval=config.tuning.journal_scrub_interval,
+                scrub_rate=config.tuning.journal_scrub_rate,
             )  # fmt: skip
         txlog = self.txlog
         # the local fsync: what the replication push and durable stages follow
@@ -328,8 +332,8 @@ class Broker:
         await self._serve()
 
     async def _serve(self) -> None:
-        """Start-up steps 5 to 10: replication, the sampler, TLS, the slow-client watch,
-        actions; then clients are served."""
+        """Start-up steps 5 to 11: replication, the sampler, TLS, the slow-client watch,
+        actions, the scrub; then clients are served."""
         cfg = self.config
         # 5. replication: positions, pins, the links to the destinations
         if self.replication is not None:
@@ -355,7 +359,10 @@ class Broker:
         self.stalls.start()
         # 9. actions: the on-startup ones run to their end, then schedules and watchers
         await self.actions.start()
-        # 10. serve
+        # 10. the scrub of the transaction log: a first pass now, then on its schedule
+        if self.txlog is not None:
+            self.txlog.start_scrub()
+        # 11. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 

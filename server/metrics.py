@@ -153,6 +153,9 @@ class Metrics:
                 "write_outages": st.get("write_outages", 0.0),
                 "write_retries": st.get("write_retries", 0.0),
                 "preallocation_shortfall": self._txlog.preallocation_shortfall is not None,
+                "damaged_ranges": st.get("damaged_ranges", 0.0),
+                "scrub_bytes": st.get("scrub_bytes", 0.0),
+                "scrub_passes": st.get("scrub_passes", 0.0),
             }
         topics: dict[str, TopicCounters] = {
             t.name: {"msgs_in": t.msgs_in, "bytes_in": t.bytes_in} for t in self._topics

@@ -200,6 +200,8 @@ class TransactionLogInfo(TypedDict):
     stats: dict[str, float]
     write_outage: WriteOutageDict | None
     preallocation: ShortfallDict | None
+    damage: list[dict[str, object]]
+    scrub: dict[str, object]
 
 
 class Operations:
@@ -497,7 +499,20 @@ class Operations:
             "preallocation": (
                 short.to_dict() if (short := txlog.preallocation_shortfall) else None
             ),
+            "damage": [d.to_dict() for d in txlog.damage],
+            "scrub": txlog.scrub_status.to_dict(),
         }
+
+    def scrub(self) -> dict[str, object] | None:
+        """Start a scrub of every journal now (admin action); the scrub's status, with
+        ``started`` False when one was under way already. None without a transaction log.
+        """
+        txlog = self._txlog
+        if txlog is None:
+            return None
+        started = txlog.scrub()
+        self.events.emit("info", "txlog", "scrub_requested", started=started)
+        return {"started": started, **txlog.scrub_status.to_dict()}
 
     def journal_state(self) -> tuple[list[JournalInfo], list[PinInfo]] | None:
         """Every journal (oldest first, then the preallocated files) and the live pins;

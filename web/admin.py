@@ -363,6 +363,12 @@ class AdminApi:
 
         return handler
 
+    async def scrub(self, request: Request) -> Any:
+        status = self.ops.scrub()
+        if status is None:
+            raise NotFound("the transaction log is not configured on this instance")
+        return {"ok": True, **status}
+
     async def pins(self, request: Request) -> Any:
         return {"pins": self.ops.pins_info()}
 
@@ -502,6 +508,13 @@ class AdminApi:
                     errors=(404, 409),
                 )
                 for action in JOURNAL_ACTIONS
+            ),
+            post(
+                "/api/transaction_log/scrub",
+                self.scrub,
+                "Read every journal back and check it now (a scrub); its status",
+                "transaction_log",
+                errors=(404,),
             ),
             get(
                 "/api/transaction_log/pins",

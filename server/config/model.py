@@ -503,6 +503,10 @@ class TuningConfig:
             replay.
         minimum_sync_destinations: a downgrade that would leave fewer destinations of
             effective type sync than this is refused (it never causes an upgrade).
+        journal_scrub_interval: seconds between the end of one scrub of the transaction
+            log (every journal byte read back and checked) and the start of the next; 0:
+            only on demand (server/txlog/scrub.py).
+        journal_scrub_rate: bytes per second the scrub reads at most.
     """
 
     slow_client_buffer_limit: int = 64 * 1024 * 1024
@@ -533,6 +537,8 @@ class TuningConfig:
     max_replays_per_user: int = 128
     max_pending_queries_per_connection: int = 16
     max_pending_queries_per_user: int = 64
+    journal_scrub_interval: float = 86400.0
+    journal_scrub_rate: int = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)

@@ -351,6 +351,11 @@ class SpoolCollector(Collector):
                 "1 while fewer preallocated journal files than configured are ready",
                 txlog["preallocation_shortfall"],
             ),
+            (
+                "damaged_ranges",
+                "Damaged ranges of journals: records that cannot be read",
+                txlog["damaged_ranges"],
+            ),
         ):
             yield GaugeMetricFamily(f"spool_txlog_{key}", doc, value=float(gauge))
         for key, doc, count in (
@@ -362,6 +367,12 @@ class SpoolCollector(Collector):
                 txlog["write_outages"],
             ),
             ("write_retries", "Writes retried during write outages", txlog["write_retries"]),
+            (
+                "scrub_bytes",
+                "Journal bytes read back and checked by the scrub",
+                txlog["scrub_bytes"],
+            ),
+            ("scrub_passes", "Scrubs of every journal completed", txlog["scrub_passes"]),
         ):
             yield CounterMetricFamily(f"spool_txlog_{key}", doc, value=float(count))
         summary = Metric("spool_fsync_latency_seconds", "Journal fsync latency", "summary")

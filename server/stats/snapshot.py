@@ -58,6 +58,11 @@ class TxlogCounters(TypedDict):
     write_retries: float
     #: fewer preallocated journal files than configured (a disk short of room)
     preallocation_shortfall: bool
+    #: damaged ranges of journals known now (docs/transaction-log.md "Damage")
+    damaged_ranges: float
+    #: journal bytes the scrub read back and checked, and its completed passes
+    scrub_bytes: float
+    scrub_passes: float
 
 
 class SpillCounters(TypedDict):

@@ -5,9 +5,13 @@ result) and by ``spool journal verify`` / ``find`` (which must not change anythi
 journal is checked the cheapest way its files allow, as the recovery rules say
 (:mod:`.recovery`):
 
-- a finished journal with a valid sealed index is trusted (it was fully checked when it
-  was sealed): only the bytes after its indexed end are looked at (normally unwritten
-  preallocated space, which costs nothing to skip);
+- a finished journal with a valid sealed index is trusted after cheap checks: the bytes
+  after its indexed end (normally unwritten preallocated space, which costs nothing to
+  skip), and the CRCs of its first and last index blocks (two reads of about 16 KB: a
+  torn, truncated or zeroed end of a finished journal shows there). The rest of its bytes
+  is checked by the scrub (server/txlog/scrub.py), not at every start. When an edge block
+  does not match, the journal is read past its damage (server/txlog/salvage.py) and
+  what is lost is listed in :attr:`Examined.damage`;
 - the journal that was being written is checked at disk speed where its index covers it
   (one CRC-32C per ~4 KB block, read in large chunks), record by record after that;
 - a journal without a usable index is scanned record by record into a new
@@ -27,20 +31,23 @@ returns them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Final
 
 import google_crc32c
 
 from server.txlog.codec import HEADER, HEADER_SIZE, scan
+from server.txlog.damage import DamagedRange
 from server.txlog.discovery import Candidate
 from server.txlog.errors import CorruptRecord
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.indexfile import parse_open_index
-from server.txlog.reader import JournalSource, PlainSource, RecordWindows, open_source
+from server.txlog.reader import JournalSource, RecordWindows, open_source
+from server.txlog.salvage import nonzero_end, ranges_of, salvage
 from server.txlog.sealedindex import SealedIndex
 
-__all__ = ["SCAN_CHUNK", "Examined", "examine"]
+__all__ = ["SCAN_CHUNK", "Examined", "examine", "scan_into"]
 
 #: bytes read at a time when scanning records or looking for non-zero bytes
 SCAN_CHUNK: Final = 8 << 20
@@ -64,6 +71,7 @@ class Examined:
         verified: journal bytes whose CRCs were checked.
         problems: why its index file could not be used as it is.
         index_intact: its open-form index file is right as it is (no rewrite needed).
+        damage: what the edge checks of a trusted finished journal found lost.
     """
 
     cand: Candidate
@@ -77,6 +85,7 @@ class Examined:
     verified: int
     problems: list[str] = field(default_factory=list)
     index_intact: bool = False
+    damage: list[DamagedRange] = field(default_factory=list)
 
     @property
     def damaged(self) -> bool:
@@ -127,18 +136,20 @@ def _examine_source(
                 problems.append(f"{cand.index_path}: does not match the journal's size")
                 sealed.close()
             elif trust and not active:
-                garbage = _nonzero_end(source, sealed.data_len, size)
+                garbage = nonzero_end(source, sealed.data_len, size)
                 if garbage == sealed.data_len:
-                    return Examined(
+                    ex = Examined(
                         cand, source, sealed, sealed.data_len, size, None, garbage, False, 0
                     )
+                    ex.verified, ex.damage = _check_edges(cand, source, sealed)
+                    return ex
                 problems.append(f"{cand.index_path}: journal has bytes after its indexed end")
                 sealed.close()
             else:
                 blocks = [(b[1], b[2], b[5]) for b in sealed.blocks()]
                 bad, verified = _verify_blocks(source, blocks)
                 if bad is None:
-                    garbage = _nonzero_end(source, sealed.data_len, size)
+                    garbage = nonzero_end(source, sealed.data_len, size)
                     return Examined(
                         cand, source, sealed, sealed.data_len, size, None, garbage, False, verified
                     )
@@ -194,14 +205,39 @@ def _scan(
     if builder is None:
         builder = IndexBuilder(cand.base, block_bytes)
     start = builder.data_len
-    end, reason, scanned = _scan_into(builder, source, start, size)
+    end, reason, scanned = scan_into(builder, source, start, size)
     verified += scanned
     if reason == "end of data":
         reason = None
-    garbage = _nonzero_end(source, end, size) if cand.compression is None and end < size else end
+    garbage = nonzero_end(source, end, size) if cand.compression is None and end < size else end
     ex = Examined(cand, source, builder, end, size, reason, garbage, rebuilt, verified, problems)
     ex.index_intact = intact and builder.data_len > 0
     return ex
+
+
+def _check_edges(
+    cand: Candidate, source: JournalSource, sealed: SealedIndex
+) -> tuple[int, list[DamagedRange]]:
+    """The CRCs of a finished journal's first and last index blocks; when one does not
+    match, every lost span of the journal (read past its damage).
+
+    Returns:
+        ``(bytes checked, damaged ranges)``.
+    """
+    n = sealed.block_count
+    edges = [sealed.block(i) for i in sorted({0, n - 1})] if n else []
+    blocks = [(b[1], b[2], b[5]) for b in edges]
+    checked = 0
+    for block in blocks:
+        bad, size = _verify_blocks(source, [block])
+        checked += size
+        if bad is not None:
+            hints = [(b[1], b[2], b[0], b[5]) for b in sealed.blocks()]
+            sv = salvage(source, cand.base, size=sealed.data_len, hints=hints)
+            now = int(time.time() * 1e6)
+            damage = ranges_of(sv.spans, cand.base, str(cand.path), sealed.last_seq, "startup", now)
+            return checked + sv.checked, damage
+    return checked, []
 
 
 def _index_problems(cand: Candidate, ex: Examined) -> list[str]:
@@ -234,7 +270,7 @@ def _edge(source: JournalSource, offset: int) -> tuple[int, int, int] | None:
     return h[5], h[6], h[7]
 
 
-def _scan_into(
+def scan_into(
     builder: IndexBuilder, source: JournalSource, start: int, size: int
 ) -> tuple[int, str | None, int]:
     """Scan records from ``start`` into ``builder``.
@@ -295,23 +331,3 @@ def _verify_blocks(
             checked += length
         i = j
     return None, checked
-
-
-def _nonzero_end(source: JournalSource, start: int, size: int) -> int:
-    """End of the last non-zero byte in ``[start, size)`` (``start`` if all zero).
-
-    The space after a journal's data is normally preallocated and never written: the
-    file system reports it as having no data (``SEEK_DATA``), so this costs nothing; a
-    region that does hold data is read and compared with zeros in large chunks.
-    """
-    found = start
-    pos = source.next_data(start) if isinstance(source, PlainSource) else start
-    zeros = bytes(min(SCAN_CHUNK, max(size - start, 0)))
-    while pos is not None and pos < size:
-        buf = source.read(pos, min(SCAN_CHUNK, size - pos))
-        if not buf:
-            break
-        if buf != zeros[: len(buf)]:
-            found = pos + len(buf.rstrip(b"\0"))
-        pos += len(buf)
-    return found

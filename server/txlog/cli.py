@@ -7,9 +7,11 @@
     spool journal find BOOKMARK|TIME --dir DIR [--name NAME] [--archive DIR] [--json]
 
 All three only read: they are safe on the directory of a running broker. ``verify``
-checks every record of every journal (ignoring indexes) and reports exactly what
-recovery would cut; its exit code is 0 when clean, 1 when damage was found, 2 when the
-log cannot be opened at all (a missing journal in the middle, no journals...).
+checks every record of every journal (ignoring indexes), reads each journal past its
+damage (server/txlog/salvage.py) to list every damaged range with the local sequences it
+held, and reports exactly what recovery would do; its exit code is 0 when clean, 1 when
+damage was found, 2 when the log cannot be opened at all (a missing journal in the
+middle, no journals...).
 Output is human-readable by default, JSON lines with ``--json``.
 
 Bookmarks are ``PUBHASH|PUBSEQ|``; times are ``YYYYmmddTHHMMSS[.ffffff][Z]`` (UTC) as in
@@ -30,6 +32,8 @@ import orjson
 
 from server.bookmarks import format_bookmark
 from server.txlog.codec import decode_records, record_size
+from server.txlog.damage import DamagedRange
+from server.txlog.discovery import discover
 from server.txlog.errors import CorruptRecord, JournalSequenceGap, TxlogError
 from server.txlog.files import discover_instances, parse_name
 from server.txlog.journal import Journal
@@ -37,6 +41,7 @@ from server.txlog.lookup import plan_bookmark, plan_time, search_span
 from server.txlog.reader import WINDOW, RecordWindows, open_source
 from server.txlog.record import Record
 from server.txlog.recovery import Recovery, recover
+from server.txlog.salvage import ranges_of, salvage
 
 __all__ = ["iter_file_records", "parse_position", "register"]
 
@@ -254,11 +259,13 @@ def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     try:
         rec = _open(args, args.dir, trust=False)
+        damage = _damage(args.dir, args.archive, _instance(args.dir, args.name))
     except (ValueError, JournalSequenceGap, OSError) as exc:
         print(f"spool journal verify: {exc}", file=sys.stderr)
         return _EXIT_ERROR
     try:
         report = rec.report
+        clean = report.clean and not damage
         if args.json:
             for j in rec.journals:
                 _emit(
@@ -266,12 +273,20 @@ def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
                     {"journal": j.base, "path": str(j.path), "records": j.index.count,
                      "first_seq": j.base, "last_seq": j.index.last_seq, "bytes": j.index.data_len},
                 )  # fmt: skip
+            for d in damage:
+                _emit(out, {"damaged": d.to_dict()})
             _emit(out, {"report": report.to_dict()})
         else:
             for j in rec.journals:
                 out.write(
                     f"ok   {j.path.name}  seqs {j.base}..{j.index.last_seq}  "
                     f"{j.index.count} records  {j.index.data_len} bytes\n"
+                )
+            for d in damage:
+                last = d.last_seq if d.last_seq is not None else "?"
+                out.write(
+                    f"DAMAGED {Path(d.path).name} at offset {d.offset}: {d.reason}; "
+                    f"seqs {d.first_seq}..{last} not readable ({d.end - d.offset} bytes)\n"
                 )
             for t in report.truncations:
                 out.write(
@@ -280,14 +295,28 @@ def cmd_verify(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 )
             for problem in report.index_problems:
                 out.write(f"note index: {problem} (rebuilt at next open)\n")
-            verdict = "clean" if report.clean else f"DAMAGED ({report.bytes_truncated} bytes)"
+            verdict = "clean" if clean else f"DAMAGED ({len(damage)} damaged ranges)"
             out.write(
                 f"{report.instance}: {report.files_scanned} journals, {report.records_recovered} "
                 f"good records, seqs {report.first_seq}..{report.last_seq}: {verdict}\n"
             )
-        return _EXIT_OK if report.clean else _EXIT_DAMAGE
+        return _EXIT_OK if clean else _EXIT_DAMAGE
     finally:
         rec.close()
+
+
+def _damage(directory: Path, archive: Path | None, instance: str) -> list[DamagedRange]:
+    """Every damaged range of every journal, each journal read past its damage."""
+    found: list[DamagedRange] = []
+    now = _us(datetime.now(UTC))
+    for cand in discover(directory, archive, instance).journals:
+        source = open_source(cand.path, cand.compression)
+        try:
+            sv = salvage(source, cand.base)
+        finally:
+            source.retire()
+        found.extend(ranges_of(sv.spans, cand.base, str(cand.path), None, "verify", now))
+    return found
 
 
 def cmd_find(args: argparse.Namespace, out: TextIO | None = None) -> int:

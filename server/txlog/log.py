@@ -30,6 +30,7 @@ The class is a facade over parts that each own one kind of state:
 :mod:`.locate`         lookups by bookmark and time, prefetched answers
 :mod:`.retention`      pins; archive, compress, remove
 :mod:`.startup`        the file work of ``open()``: recovery, the active journal
+:mod:`.scrub`          every journal read back and checked, paced; damage it finds
 =====================  ==================================================================
 
 Thread-safety: every public method is for the event loop that called :meth:`open`.
@@ -50,6 +51,7 @@ from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch
 from server.txlog.caches import CacheWriter
 from server.txlog.codec import encode, encode_run, make_record
+from server.txlog.damage import DamagedRange
 from server.txlog.errors import (
     TxlogClosed,
     TxlogError,
@@ -65,7 +67,7 @@ from server.txlog.files import (
 from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
 from server.txlog.index import BLOCK_BYTES
 from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.journal import JournalInfo, JournalList
+from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.outage import RetryPolicy, WriteOutage
 from server.txlog.pins import Pin, PinInfo
@@ -74,7 +76,10 @@ from server.txlog.publishers import Holdings, Publishers
 from server.txlog.reading import RecordReader
 from server.txlog.record import FLAG_LATE, Record, RecordKind
 from server.txlog.recoveryreport import RecoveryReport, recovery_stats
+from server.txlog.reindex import reindex
 from server.txlog.retention import Retention
+from server.txlog.scrub import Scrubber, ScrubStatus
+from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace, PreallocationShortfall
 from server.txlog.startup import open_files
 from server.txlog.tail import TailCache
@@ -85,6 +90,8 @@ log = logging.getLogger("spool.txlog")
 
 #: default budget of the in-memory tail cache (encoded bytes of records kept)
 TAIL_CACHE_BYTES: Final = 32 << 20
+#: default pace of the scrub (Tuning/JournalScrubRate)
+SCRUB_RATE: Final = 64 << 20
 _NEW, _OPEN, _CLOSING, _CLOSED = range(4)
 
 
@@ -100,6 +107,9 @@ class TransactionLog:
         tail_cache_bytes: budget of recent records kept in memory for readers.
         block_bytes: index block size (tests use small blocks).
         track_gaps: keep each publisher's gaps, for late records (server/txlog/publishers.py).
+        scrub_interval: seconds between scrubs of every journal (0: only on demand, with
+            :meth:`scrub`); the first starts at :meth:`start_scrub` (server/txlog/scrub.py).
+        scrub_rate: bytes per second a scrub reads at most.
     """
 
     def __init__(
@@ -113,6 +123,8 @@ class TransactionLog:
         tail_cache_bytes: int = TAIL_CACHE_BYTES,
         block_bytes: int = BLOCK_BYTES,
         track_gaps: bool = False,
+        scrub_interval: float = 0.0,
+        scrub_rate: int = SCRUB_RATE,
     ) -> None:
         self.config = config
         self.instance = validate_instance(instance)
@@ -150,7 +162,15 @@ class TransactionLog:
             directory=self._dir, instance=self.instance, journal_size=self._journal_size,
             block_bytes=block_bytes,
         )  # fmt: skip
-        self._reader = RecordReader(self._journals, self._tail, self._pending, self._commit)
+        self._damage: list[DamagedRange] = []
+        self._scrubber = Scrubber(
+            self._journals, clock=clock, rate=scrub_rate, interval=scrub_interval,
+            found=self._damage_found,
+        )  # fmt: skip
+        self._reader = RecordReader(
+            self._journals, self._tail, self._pending, self._commit,
+            on_corrupt=self._scrubber.check_soon,
+        )  # fmt: skip
         self._locator = Locator(self._journals, self._tail, self._pubs, self._last_appended)
         self._retention = Retention(
             self._journals, self._space, directory=self._dir,
@@ -192,6 +212,9 @@ class TransactionLog:
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
+        for d in opened.report.damage:
+            self._damage.append(d)
+            self._emit("journal_damaged", d.to_dict())
         self._space.report()
         self._commit.start(active.last_seq, active, opened.handle)
         log.info(
@@ -236,6 +259,7 @@ class TransactionLog:
 
     async def _shut_down(self, reason: str, *, clients_ack: bool) -> None:
         """The steps :meth:`close` and :meth:`abort` share, once appends are refused."""
+        await self._scrubber.stop()
         commit = self._commit
         # 3. final group commit; the flusher exits once nothing is pending (in a write
         #    outage: after one last attempt, and what it could not write is reported)
@@ -302,6 +326,11 @@ class TransactionLog:
     def preallocation_shortfall(self) -> PreallocationShortfall | None:
         """Fewer preallocated journal files than configured, and why (a disk short of room)."""
         return self._space.shortfall
+
+    @property
+    def damage(self) -> list[DamagedRange]:
+        """Damaged ranges of journals found since open (recovery, the scrub, reads)."""
+        return list(self._damage)
 
     @property
     def recovery_report(self) -> RecoveryReport | None:
@@ -672,6 +701,68 @@ class TransactionLog:
         self._space.retry()
         self._commit.retry_now()
 
+    # -- checks -------------------------------------------------------------------------
+
+    def start_scrub(self) -> None:
+        """Start the scrub's schedule (the engine calls it once the instance is ready):
+        a first pass now, then one every ``scrub_interval``; with an interval of 0 it only
+        runs when asked (:meth:`scrub`) or when a read meets a bad record."""
+        if self._state == _OPEN:
+            self._scrubber.start(now=self._scrubber.status.interval > 0)
+
+    def scrub(self) -> bool:
+        """Start a scrub of every journal now; False when one is under way already.
+
+        Raises:
+            TxlogClosed: the log is not open.
+        """
+        self._check_open()
+        self._scrubber.start(now=False)
+        return self._scrubber.request()
+
+    @property
+    def scrub_status(self) -> ScrubStatus:
+        """Where the scrub is: its pace, schedule, progress and what it found."""
+        return self._scrubber.status
+
+    async def _damage_found(
+        self, journal: Journal, ranges: list[DamagedRange], index_bad: bool
+    ) -> None:
+        """A check found damage: keep it, report it; a damaged index file is written again
+        from its journal when the journal's records all check."""
+        known = {(d.journal, d.first_seq, d.offset) for d in self._damage}
+        for d in ranges:
+            if (d.journal, d.first_seq, d.offset) in known:
+                continue
+            self._damage.append(d)
+            log.error(
+                "journal %s damaged at offset %d (%s): seqs %d..%s not readable",
+                d.path, d.offset, d.reason, d.first_seq,
+                d.last_seq if d.last_seq is not None else "?",
+            )  # fmt: skip
+            self._emit("journal_damaged", d.to_dict())
+        if index_bad and not ranges:
+            await self._rebuild_index(journal)
+
+    async def _rebuild_index(self, journal: Journal) -> None:
+        index = journal.index
+        if not isinstance(index, SealedIndex) or index.path is None:
+            return
+        path = index.path
+        self._emit("index_damaged", {"journal": journal.base, "path": str(path)})
+        try:
+            fresh = await asyncio.to_thread(
+                reindex, journal.path, journal.compression, journal.base, path,
+                block_bytes=self._block_bytes, data_len=index.data_len,
+            )  # fmt: skip
+        except OSError as exc:  # moved meanwhile, or a disk that refuses the write
+            log.warning("index %s not rebuilt: %s", path, exc)
+            return
+        if fresh is not None:
+            # readers in flight may still use the old mapping: it closes when they drop it
+            journal.index = fresh
+            self._emit("index_rebuilt", {"journal": journal.base, "path": str(path)})
+
     # -- statistics ---------------------------------------------------------------------
 
     def stats(self) -> dict[str, float]:
@@ -687,6 +778,9 @@ class TransactionLog:
             "publishers": float(len(self._pubs)),
             "pins": float(len(self._retention.pins())),
             "tail_cache_bytes": float(self._tail.nbytes),
+            "damaged_ranges": float(len(self._damage)),
+            "scrub_passes": float(self._scrubber.status.passes),
+            "scrub_bytes": float(self._scrubber.bytes_read),
             **self._commit.stats(),
             **self._space.stats(),
             **recovery_stats(self._report),

@@ -16,9 +16,10 @@ Event loop only (file reads in worker threads).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from server.txlog.batch import RecordBatch
-from server.txlog.errors import TxlogError
+from server.txlog.errors import CorruptRecord, TxlogError
 from server.txlog.groupcommit import GroupCommit, Pending
 from server.txlog.journal import JournalList
 from server.txlog.reader import read_span
@@ -39,15 +40,24 @@ class RecordReader:
         tail: the log's in-memory tail.
         pending: the append side (the last appended seq).
         commit: the group commit (the durable seq).
+        on_corrupt: told the base of a journal a read found damaged (the scrub then
+            checks that journal at once).
     """
 
     def __init__(
-        self, journals: JournalList, tail: TailCache, pending: Pending, commit: GroupCommit
+        self,
+        journals: JournalList,
+        tail: TailCache,
+        pending: Pending,
+        commit: GroupCommit,
+        *,
+        on_corrupt: Callable[[int], None] | None = None,
     ) -> None:
         self._journals = journals
         self._tail = tail
         self._pending = pending
         self._commit = commit
+        self._on_corrupt = on_corrupt
 
     @property
     def first_seq(self) -> int:
@@ -87,6 +97,10 @@ class RecordReader:
                 )  # fmt: skip
             except FileNotFoundError:
                 continue  # archived or compressed meanwhile: look it up again
+            except CorruptRecord:
+                if self._on_corrupt is not None:
+                    self._on_corrupt(j.base)
+                raise
             finally:
                 source.release()
             return result

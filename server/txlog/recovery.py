@@ -184,6 +184,7 @@ def recover(
         publishers=len(publishers),
         duplicates_removed=tuple(str(p) for p in found.duplicates),
         duration_s=time.perf_counter() - started,
+        damage=tuple(d for ex in examined for d in ex.damage),
     )
     return Recovery(report, journals, publishers, found.preallocated, found.next_prealloc_number)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from server.txlog.damage import DamagedRange
+
 __all__ = ["RecoveryReport", "Truncation", "recovery_stats"]
 
 
@@ -64,6 +66,8 @@ class RecoveryReport:
         publishers: publishers known after recovery.
         duplicates_removed: copies of the same journal left by an interrupted operation.
         duration_s: wall time of recovery.
+        damage: damaged ranges found in journals that were kept (finished journals'
+            edge checks).
     """
 
     instance: str
@@ -80,11 +84,12 @@ class RecoveryReport:
     publishers: int
     duplicates_removed: tuple[str, ...]
     duration_s: float
+    damage: tuple[DamagedRange, ...] = ()
 
     @property
     def clean(self) -> bool:
-        """Nothing was cut."""
-        return not self.truncations
+        """Nothing was cut, and no damage found."""
+        return not self.truncations and not self.damage
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict (for the event log and ``--json``)."""
@@ -103,6 +108,7 @@ class RecoveryReport:
             "publishers": self.publishers,
             "duplicates_removed": list(self.duplicates_removed),
             "duration_s": round(self.duration_s, 6),
+            "damage": [d.to_dict() for d in self.damage],
         }
 
 

@@ -88,6 +88,9 @@ def txlog_counters(
     write_outages: float = 0.0,
     write_retries: float = 0.0,
     preallocation_shortfall: bool = False,
+    damaged_ranges: float = 0.0,
+    scrub_bytes: float = 0.0,
+    scrub_passes: float = 0.0,
 ) -> TxlogCounters:
     """The transaction log's counters."""
     return {
@@ -103,6 +106,9 @@ def txlog_counters(
         "write_outages": write_outages,
         "write_retries": write_retries,
         "preallocation_shortfall": preallocation_shortfall,
+        "damaged_ranges": damaged_ranges,
+        "scrub_bytes": scrub_bytes,
+        "scrub_passes": scrub_passes,
     }
 
 

@@ -7,7 +7,9 @@ The logon throttle (``LogonFailuresPerAddressUser``, ``LogonFailuresPerAddress``
 (``PasswordCheckThreads``) and the logon deadline and cap (``LogonTimeout``,
 ``MaxConnectionsBeforeLogon[PerAddress]``) are here too: they bound what a flood of
 logons can cost (docs/security.md). So are the quotas of one connection and one user
-(``Max{Subscriptions,Replays,PendingQueries}Per{Connection,User}``, server/quotas.py).
+(``Max{Subscriptions,Replays,PendingQueries}Per{Connection,User}``, server/quotas.py), and
+the scrub of the transaction log (``JournalScrubInterval``, ``JournalScrubRate``:
+docs/transaction-log.md).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ _TUNING_SPEC: Final[Spec] = {
     "MaxReplaysPerUser": False,
     "MaxPendingQueriesPerConnection": False,
     "MaxPendingQueriesPerUser": False,
+    "JournalScrubInterval": False,
+    "JournalScrubRate": False,
 }
 
 #: the counts of ``<Tuning>``: element -> (TuningConfig field, largest value)
@@ -103,6 +107,13 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
         )
     if (node_ := kids.one("PasswordCheckThreads")) is not None:
         tuning = replace(tuning, password_check_threads=read_int(node_, ctx, minimum=1, maximum=64))
+    if (node_ := kids.one("JournalScrubInterval")) is not None:
+        interval = read_duration(node_, ctx, minimum=60.0, maximum=365 * DAY, zero_ok=True)
+        tuning = replace(tuning, journal_scrub_interval=interval)
+    if (node_ := kids.one("JournalScrubRate")) is not None:
+        tuning = replace(
+            tuning, journal_scrub_rate=read_size(node_, ctx, minimum=64 * KB, maximum=100 * GB)
+        )
     min_sync_node = kids.one("MinimumSyncDestinations")
     if min_sync_node is not None:
         minimum = read_int(min_sync_node, ctx, minimum=0, maximum=MAX_SYNC_DESTINATIONS)

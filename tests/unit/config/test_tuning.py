@@ -53,6 +53,20 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         4,
         "MinimumSyncDestinations must be between 0 and 64, got 65",
     ),
+    (
+        "JournalScrubInterval too short",
+        "<Tuning>\n<JournalScrubInterval>10s</JournalScrubInterval></Tuning>",
+        "/SpoolConfig/Tuning/JournalScrubInterval",
+        4,
+        "JournalScrubInterval must be between 1m and 365d (or 0), got 10s",
+    ),
+    (
+        "JournalScrubRate too low",
+        "<Tuning>\n<JournalScrubRate>1KB</JournalScrubRate></Tuning>",
+        "/SpoolConfig/Tuning/JournalScrubRate",
+        4,
+        "JournalScrubRate",
+    ),
 ]
 
 
@@ -81,3 +95,16 @@ def test_every_tuning_element_can_be_set() -> None:
 
 def test_slow_client_timeout_defaults_to_30s() -> None:
     assert parse(doc("<Transports/>")).tuning.slow_client_timeout == 30.0
+
+
+def test_the_journal_scrub_runs_daily_at_64mb_a_second_unless_told_otherwise() -> None:
+    tuning = parse(doc("<Transports/>")).tuning
+    assert (tuning.journal_scrub_interval, tuning.journal_scrub_rate) == (86400.0, 64 << 20)
+    body = (
+        "<Tuning><JournalScrubInterval>6h</JournalScrubInterval>"
+        "<JournalScrubRate>8MB</JournalScrubRate></Tuning><Transports/>"
+    )
+    tuning = parse(doc(body)).tuning
+    assert (tuning.journal_scrub_interval, tuning.journal_scrub_rate) == (21600.0, 8 << 20)
+    off = parse(doc("<Tuning><JournalScrubInterval>0</JournalScrubInterval></Tuning><Transports/>"))
+    assert off.tuning.journal_scrub_interval == 0.0

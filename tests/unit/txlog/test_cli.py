@@ -122,7 +122,29 @@ def test_verify_clean_and_damaged_without_touching_files(
         cut["path"] == str(active) and cut["reason"] == "crc mismatch" and cut["saved_to"] is None
     )
     assert report["last_seq"] == cut["first_seq_cut"] - 1
+    (damaged,) = [row["damaged"] for row in rows if "damaged" in row]
+    assert damaged["first_seq"] == damaged["last_seq"] == cut["first_seq_cut"]
+    assert damaged["found_by"] == "verify" and damaged["path"] == str(active)
     assert snapshot(logdir.parent) == before  # verify only reads
+
+
+def test_verify_lists_every_damaged_range_with_the_records_it_held(
+    logdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two flipped bytes in one journal: two ranges, each named by its seqs; the intact
+    records between and after them are counted as such."""
+    first = next(p for p in journal_files(logdir.parent) if p.suffix == ".journal")
+    data = bytearray(first.read_bytes())
+    data[3000] ^= 0xFF
+    data[9000] ^= 0xFF
+    first.write_bytes(bytes(data))
+    assert spool("verify", str(logdir)) == 1
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("DAMAGED")]
+    assert len(lines) == 2
+    assert all("crc mismatch" in x and "not readable" in x for x in lines)
+    spans = [x.split("seqs ")[1].split(" ")[0] for x in lines]
+    a, b = (tuple(map(int, span.split(".."))) for span in spans)
+    assert a[0] == a[1] < b[0] == b[1]
 
 
 def test_find_by_bookmark_and_time(logdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
