@@ -66,24 +66,29 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
             }
         )
     damage = txlog.damage
-    if damage:
-        first = min(damage, key=lambda d: d.found_us)
-        ranges = "; ".join(
+    fences = txlog.fences
+    if damage or fences:
+        parts = [
+            f"seqs {f.first_seq}..{f.last_seq} ({f.reason}; {f.repair})" for f in fences[:5]
+        ] + [
             f"{d.path.rsplit('/', 1)[-1]} seqs {d.first_seq}.."
-            f"{d.last_seq if d.last_seq is not None else '?'} ({d.reason})"
-            for d in damage[:5]
-        )
-        more = f" and {len(damage) - 5} more" if len(damage) > 5 else ""
+            f"{d.last_seq if d.last_seq is not None else '?'} ({d.reason}; not fenced yet)"
+            for d in damage[: max(0, 5 - len(fences))]
+        ]
+        n = len(fences) + len(damage)
+        more = f" and {n - len(parts)} more" if n > len(parts) else ""
+        since = min([f.found_us for f in fences] + [d.found_us for d in damage])
         alerts.append(
             {
                 "id": "txlog-damaged",
                 "level": "error",
                 "title": "Damaged journal records",
                 "message": (
-                    f"{len(damage)} damaged range{'' if len(damage) == 1 else 's'} in the "
-                    f"transaction log: {ranges}{more}. Reads of these records fail."
+                    f"{n} damaged range{'' if n == 1 else 's'} in the transaction log: "
+                    f"{'; '.join(parts)}{more}. These records are not served; the records "
+                    "around them are. A repair from a replication peer writes them back."
                 ),
-                "since": _iso(first.found_us / 1e6),
+                "since": _iso(since / 1e6),
             }
         )
     shortfall = txlog.preallocation_shortfall

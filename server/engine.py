@@ -78,6 +78,8 @@ _TXLOG_LEVELS: Final[dict[str, str]] = {
     "preallocation_failed": "warning",
     "cache_write_failed": "warning",
     "journal_damaged": "error",  # records of a journal are not readable
+    "journal_fenced": "error",  # ... and their seqs are held until a repair
+    "fence_failed": "error",
     "index_damaged": "warning",  # an index file failed its CRC (rebuilt from its journal)
 }
 
@@ -297,9 +299,16 @@ class Broker:
         # 2. SOW files: load what persistent topics kept
         await self.sow.open()
         # 3. publish stages rebuild their state from the journal (SOW, queues: from
-        #    their checkpoint)
+        #    their checkpoint); fenced records are not there to rebuild from
+        #    (server/txlog/fences.py)
         await self.queues.load_checkpoint()
         await self.pipeline.recover()
+        for first, last in self.pipeline.recovery_skipped:
+            self.events.emit(
+                "error", "txlog", "recovery_skipped_fence", first_seq=first, last_seq=last,
+                detail="the SOW and queues were rebuilt without these fenced records; "
+                "restart once they are repaired to rebuild them with them",
+            )  # fmt: skip
         self.sow.recovered()
         self.queues.recovered()
         # 4. bootstrap (an empty instance with <Bootstrap>): the copy runs while the web

@@ -154,6 +154,8 @@ class Metrics:
                 "write_retries": st.get("write_retries", 0.0),
                 "preallocation_shortfall": self._txlog.preallocation_shortfall is not None,
                 "damaged_ranges": st.get("damaged_ranges", 0.0),
+                "fenced_ranges": st.get("fenced_ranges", 0.0),
+                "fenced_records": st.get("fenced_records", 0.0),
                 "scrub_bytes": st.get("scrub_bytes", 0.0),
                 "scrub_passes": st.get("scrub_passes", 0.0),
             }

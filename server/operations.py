@@ -201,6 +201,7 @@ class TransactionLogInfo(TypedDict):
     write_outage: WriteOutageDict | None
     preallocation: ShortfallDict | None
     damage: list[dict[str, object]]
+    fences: list[dict[str, object]]
     scrub: dict[str, object]
 
 
@@ -500,6 +501,7 @@ class Operations:
                 short.to_dict() if (short := txlog.preallocation_shortfall) else None
             ),
             "damage": [d.to_dict() for d in txlog.damage],
+            "fences": [f.to_dict() for f in txlog.fences],
             "scrub": txlog.scrub_status.to_dict(),
         }
 

@@ -61,7 +61,7 @@ from server.protocol.errors import (
 from server.protocol.frame import Message
 from server.stats.source import EventSink
 from server.topics import Topic, TopicTable
-from server.txlog import TransactionLog, TxlogWriteFailed
+from server.txlog import FencedRecords, TransactionLog, TxlogWriteFailed
 from server.txlog.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
@@ -109,6 +109,9 @@ class PublishPipeline:
         #: told of each recorded run's origin and of each duplicate, on an instance that
         #: replicates (two publishers sharing an identity: server/replication/collisions.py)
         self.watch: IdentityWatch | None = None
+        #: fenced ranges the stages' recovery went past at start-up (damaged records the
+        #: rebuilt SOW and queue state lacks)
+        self.recovery_skipped: list[tuple[int, int]] = []
 
     async def recover(self, *, batch_count: int = 4096) -> int:
         """Feed the journal, in order, to the stages that rebuild state from it (start-up).
@@ -125,7 +128,14 @@ class PublishPipeline:
         seq = max(txlog.first_seq, min(s.recover_from() for s in stages))
         read = 0
         while seq <= txlog.durable_seq:
-            batch = await txlog.read_view(seq, max_count=batch_count)
+            try:
+                batch = await txlog.read_view(seq, max_count=batch_count)
+            except FencedRecords as exc:
+                # the state is rebuilt from what the log holds: fenced records are not
+                # there (a repair writes them back later); the engine reports the skip
+                self.recovery_skipped.append((exc.first_seq, exc.last_seq))
+                seq = exc.last_seq + 1
+                continue
             if not len(batch):
                 break
             for stage in stages:

@@ -49,6 +49,7 @@ from server.txlog.codec import (
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import Compression, journal_name
 from server.txlog.reader import JournalSource, RecordWindows, open_source
+from server.txlog.record import FLAG_RELEASED, RecordKind
 
 __all__ = ["Columns", "Damage", "ScanStats", "SliceScanner", "open_journal"]
 
@@ -344,6 +345,14 @@ class SliceScanner:
                 kind = h[2]
                 if kind not in names:
                     raise CorruptRecord(pos, "unknown kind")
+                if kind == _LOST:
+                    if not h[3] & FLAG_RELEASED:
+                        # a fenced seq: its record is damaged or missing, waiting for a
+                        # repair (server/txlog/fences.py); reported as damage
+                        raise CorruptRecord(pos, "fenced")
+                    pos += length  # released: nothing stands here any more
+                    seq += 1
+                    continue
                 seen += 1
                 ts = h[5]
                 ph = h[6]
@@ -427,6 +436,10 @@ class SliceScanner:
         self.stats.damage += 1
         s = self.slice
         yield Damage(s.base, s.path, offset, reason, first_seq, records, max(0, nbytes))
+
+
+#: a placeholder of a fenced seq (server/txlog/fences.py)
+_LOST: Final = int(RecordKind.LOST)
 
 
 class _Stop(Exception):

@@ -19,7 +19,7 @@ from libc.string cimport memcpy
 from server.replication.errors import ReplicationProtocolError
 from server.txlog.record import RecordKind
 
-cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind)
+cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind) - {int(RecordKind.LOST)}
 
 cdef enum:
     _RUN_SIZE = 17  # u32 count, u64 pub_hash, u8 kind, u8 flags, u16 topic_len, u8 path

@@ -45,6 +45,7 @@ from server.replication.errors import (
     BootstrapNotAllowed,
     LinkRefused,
     NotEntitledToReplicate,
+    SourceDamaged,
 )
 from server.replication.frames import Bootstrap, Offer, RecordsWriter
 from server.replication.linkauth import authenticate_peer
@@ -53,7 +54,7 @@ from server.replication.routing import REPLICATED_KINDS
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter
 from server.sow.memory import MemoryStore
 from server.stats.source import EventSink
-from server.txlog import RecordKind, TransactionLog
+from server.txlog import FencedRecords, RecordKind, TransactionLog
 from server.txlog.batch import RecordBatch
 
 __all__ = ["BootstrapBusy", "BootstrapSource", "SourceContext"]
@@ -296,9 +297,17 @@ class BootstrapSource:
         pos = start
         topic_bytes: dict[str, bytes] = {}
         while pos <= last:
-            batch = await txlog.read_view(
-                pos, max_count=BATCH_RECORDS, max_bytes=BATCH_BYTES, upto_seq=last
-            )
+            try:
+                batch = await txlog.read_view(
+                    pos, max_count=BATCH_RECORDS, max_bytes=BATCH_BYTES, upto_seq=last
+                )
+            except FencedRecords as exc:
+                # never an incomplete copy: the requester tries another source or waits
+                # for this log's repair
+                raise SourceDamaged(
+                    f"{self._ctx.config.name!r} holds damaged records (local seqs "
+                    f"{exc.first_seq}..{exc.last_seq}, {exc.reason}) waiting for a repair"
+                ) from exc
             if not len(batch):
                 break
             chosen = _choose(batch, takes, can_read)

@@ -171,6 +171,13 @@ class BootstrapNotAllowed(LinkRefused):
     reason = "bootstrap refused"
 
 
+class SourceDamaged(LinkRefused):
+    """The source's log holds damaged records waiting for a repair: it does not serve a
+    copy that would miss them (the requester tries another source, or later)."""
+
+    reason = "source damaged"
+
+
 class ProtocolRefusal(LinkRefused):
     """The peer broke the protocol (sent as a refusal so the other side logs why)."""
 
@@ -195,6 +202,7 @@ REASONS: Final[dict[str, type[LinkRefused]]] = {
         ValidationReported,
         SourceBootstrapping,
         BootstrapNotAllowed,
+        SourceDamaged,
     )
 }
 

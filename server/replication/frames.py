@@ -138,7 +138,8 @@ _RUN: Final = struct.Struct("<IQBBHB")
 _FIXED: Final = struct.Struct("<QqQI")
 _HAS_CORR: Final = 1
 _HAS_KEYS: Final = 2
-_KINDS: Final = frozenset(int(k) for k in RecordKind)
+#: kinds a data run may carry (a LOST placeholder is local to its log: never sent)
+_KINDS: Final = frozenset(int(k) for k in RecordKind) - {int(RecordKind.LOST)}
 
 
 class MessageType(IntEnum):

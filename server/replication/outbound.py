@@ -83,7 +83,7 @@ from server.replication.validation import validate
 from server.stats.source import EventSink
 from server.tls.context import load_dial_context
 from server.tls.errors import TlsError
-from server.txlog import Pin, TransactionLog
+from server.txlog import FencedRecords, Pin, TransactionLog
 from server.txlog.batch import RecordBatch
 
 __all__ = ["DestinationLink", "LinkContext", "marker_wait"]
@@ -246,6 +246,7 @@ class DestinationLink:
         self._tls_reported: str | None = None
         #: the view version last sent on the current stream
         self._view_sent = 0
+        self._fences_skipped: set[int] = set()  # fenced ranges already reported
 
     # -- life ---------------------------------------------------------------------------
 
@@ -822,6 +823,9 @@ class DestinationLink:
                 batch = await txlog.read_view(
                     self._pos, max_count=BATCH_RECORDS, max_bytes=BATCH_BYTES, upto_seq=durable
                 )
+            except FencedRecords as exc:
+                self._skip_fence(exc)
+                continue
             except Exception as exc:  # a damaged journal: say so, retry later
                 self.last_error = f"cannot read the log at {self._pos}: {exc}"
                 self._ctx.events.emit(
@@ -847,6 +851,26 @@ class DestinationLink:
             # suspend, and a pump that does not yield starves the instance (clients, the
             # link tasks that would end its stream)
             await asyncio.sleep(0)
+
+    def _skip_fence(self, fenced: FencedRecords) -> None:
+        """Go on after a fenced range: this log does not hold those records now, so
+        there is nothing of them to send (the destination is told how far the log was
+        examined, as for records not for it). A repair writes them back here later,
+        under the same seqs, from a peer that holds them."""
+        last = fenced.last_seq
+        if last < self._pos:
+            return
+        self._pos = last + 1
+        self._scanned = max(self._scanned, last)
+        if self._stream is not None:
+            self._marker_due = max(self._marker_due, last)
+        if fenced.first_seq not in self._fences_skipped:
+            self._fences_skipped.add(fenced.first_seq)
+            self._event(
+                "fence_skipped",
+                f"local seqs {fenced.first_seq}..{last} are fenced ({fenced.reason}): not sent",
+            )
+        self._horizon_changed()
 
     async def _sleep_until_woken(self, timeout: float | None) -> None:
         wake = self._wake

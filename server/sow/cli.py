@@ -37,7 +37,7 @@ from server.txlog.batch import RecordBatch
 from server.txlog.cli import iter_file_records
 from server.txlog.errors import CorruptRecord
 from server.txlog.files import parse_name
-from server.txlog.record import Record
+from server.txlog.record import FLAG_RELEASED, Record, RecordKind
 
 __all__ = ["cmd_rebuild", "cmd_verify", "register"]
 
@@ -70,6 +70,11 @@ def register(
     rebuild.add_argument("--config", type=Path, required=True, help="the instance's XML file")
     rebuild.add_argument("--topic", help="only this topic (default: every persistent one)")
     rebuild.add_argument("--json", action="store_true", help="JSON lines")
+    rebuild.add_argument(
+        "--skip-fenced",
+        action="store_true",
+        help="go on past fenced (damaged, not yet repaired) records instead of stopping",
+    )
     rebuild.set_defaults(func=cmd_rebuild)
     return sub
 
@@ -173,12 +178,26 @@ def cmd_rebuild(args: argparse.Namespace, out: TextIO | None = None) -> int:
     first_seq = 0
     last_seq = 0
     pending: list[Record] = []
+    fenced = 0
     try:
         for path in journals:
             for _, rec in iter_file_records(path):
                 if not first_seq:
                     first_seq = rec.seq
                 last_seq = rec.seq
+                if rec.kind is RecordKind.LOST:
+                    if rec.flags & FLAG_RELEASED:
+                        continue
+                    if not args.skip_fenced:
+                        print(
+                            f"spool: seq {rec.seq} of {path.name} is fenced: a damaged record "
+                            "waiting for a repair from a replication peer; repair it first, "
+                            "or rebuild without it with --skip-fenced",
+                            file=sys.stderr,
+                        )
+                        return _EXIT_DAMAGE
+                    fenced += 1
+                    continue
                 pending.append(rec)
                 if len(pending) >= _BATCH:
                     applier.apply(RecordBatch.from_records(pending))
@@ -196,6 +215,9 @@ def cmd_rebuild(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if first_seq > 1:
         print(f"spool: the log starts at seq {first_seq} (older journals were removed): "
               "the rebuilt state lacks what they held", file=sys.stderr)  # fmt: skip
+    if fenced:
+        print(f"spool: {fenced} fenced (damaged) records were skipped: the rebuilt state "
+              "lacks them", file=sys.stderr)  # fmt: skip
     directory = config.data_directory / "sow"
     directory.mkdir(parents=True, exist_ok=True)
     for topic in sorted(stores):

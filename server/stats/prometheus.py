@@ -353,9 +353,15 @@ class SpoolCollector(Collector):
             ),
             (
                 "damaged_ranges",
-                "Damaged ranges of journals: records that cannot be read",
+                "Damaged ranges of journals found and not fenced yet",
                 txlog["damaged_ranges"],
             ),
+            (
+                "fenced_ranges",
+                "Fenced ranges: damaged or missing records held in place until repaired",
+                txlog["fenced_ranges"],
+            ),
+            ("fenced_records", "Local seqs the fenced ranges hold", txlog["fenced_records"]),
         ):
             yield GaugeMetricFamily(f"spool_txlog_{key}", doc, value=float(gauge))
         for key, doc, count in (

@@ -58,8 +58,11 @@ class TxlogCounters(TypedDict):
     write_retries: float
     #: fewer preallocated journal files than configured (a disk short of room)
     preallocation_shortfall: bool
-    #: damaged ranges of journals known now (docs/transaction-log.md "Damage")
+    #: damaged ranges of journals found and not fenced yet (docs/transaction-log.md)
     damaged_ranges: float
+    #: fenced ranges, and the local seqs they hold (damaged records waiting for a repair)
+    fenced_ranges: float
+    fenced_records: float
     #: journal bytes the scrub read back and checked, and its completed passes
     scrub_bytes: float
     scrub_passes: float

@@ -11,6 +11,7 @@ from __future__ import annotations
 from server.txlog.batch import RecordBatch
 from server.txlog.errors import (
     CorruptRecord,
+    FencedRecords,
     FieldOutOfRange,
     InvalidInstanceName,
     JournalActive,
@@ -40,6 +41,7 @@ from server.txlog.space import PreallocationShortfall
 __all__ = [
     "CorruptRecord",
     "EventCallback",
+    "FencedRecords",
     "FieldOutOfRange",
     "FileSeam",
     "InvalidInstanceName",

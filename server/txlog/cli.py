@@ -39,7 +39,7 @@ from server.txlog.files import discover_instances, parse_name
 from server.txlog.journal import Journal
 from server.txlog.lookup import plan_bookmark, plan_time, search_span
 from server.txlog.reader import WINDOW, RecordWindows, open_source
-from server.txlog.record import Record
+from server.txlog.record import FLAG_RELEASED, Record, RecordKind
 from server.txlog.recovery import Recovery, recover
 from server.txlog.salvage import ranges_of, salvage
 
@@ -202,8 +202,16 @@ def cmd_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
             return _EXIT_ERROR
     started = start is None
     shown = 0
+    fenced: list[list[int]] = []  # runs of placeholders of damaged records
     try:
         for offset, rec in iter_file_records(args.file):
+            if rec.kind is RecordKind.LOST:
+                if not rec.flags & FLAG_RELEASED:
+                    if fenced and fenced[-1][1] == rec.seq - 1:
+                        fenced[-1][1] = rec.seq
+                    else:
+                        fenced.append([rec.seq, rec.seq])
+                continue
             if not started:
                 if isinstance(start, tuple):
                     started = (rec.pub_hash, rec.pub_seq) == start
@@ -231,10 +239,16 @@ def cmd_dump(args: argparse.Namespace, out: TextIO | None = None) -> int:
     except OSError as exc:
         print(f"spool journal dump: {exc}", file=sys.stderr)
         return _EXIT_ERROR
+    for first, last in fenced:
+        print(
+            f"spool journal dump: seqs {first}..{last} are fenced: damaged records waiting "
+            "for a repair from a replication peer",
+            file=sys.stderr,
+        )
     if start is not None and not started:
         print(f"spool journal dump: {args.start} is not in {args.file}", file=sys.stderr)
         return _EXIT_DAMAGE
-    return _EXIT_OK
+    return _EXIT_DAMAGE if fenced else _EXIT_OK
 
 
 def _instance(directory: Path, name: str | None) -> str:

@@ -25,12 +25,13 @@ callers read and write the file.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final, Literal, Protocol
 
 import google_crc32c
 
 from server.txlog.index import PublisherSummary
+from server.txlog.record import LOST_KEY
 
 __all__ = [
     "ClientsAckUse",
@@ -81,17 +82,22 @@ class PublisherIndex(Protocol):
 
 
 def rebuild_publishers(
-    data: bytes | None, indexes: Sequence[PublisherIndex]
+    data: bytes | None,
+    indexes: Sequence[PublisherIndex],
+    fenced: Callable[[int], bool] | None = None,
 ) -> tuple[dict[int, tuple[int, int]], ClientsAckUse]:
     """The publisher table of a recovered log.
 
-    ``clients.ack`` is trimmed to the log (entries for seqs recovery cut are dropped) and
-    completed from the publisher summaries of the journals it does not cover; a missing
-    or damaged file means every journal's summaries are read.
+    ``clients.ack`` is trimmed to the log (entries for seqs recovery cut, or that are
+    fenced now, are dropped) and completed from the publisher summaries of the journals it
+    does not cover; a missing or damaged file, or an entry dropped for a fence, means every
+    journal's summaries are read (a fenced record is not held: its publisher's highest is
+    what the log still holds of it).
 
     Args:
         data: the bytes of ``clients.ack``, None when it could not be read.
         indexes: the recovered journals' indexes, oldest first.
+        fenced: whether a seq is fenced (server/txlog/fences.py).
 
     Returns:
         ``(pub_hash -> (pub_seq, seq), how the file was used)``.
@@ -106,8 +112,13 @@ def rebuild_publishers(
         todo = indexes
     else:
         covered, saved = parsed
-        table = {h: v for h, v in saved.items() if v[1] <= last_seq}
-        if covered > last_seq:
+        table = {
+            h: v
+            for h, v in saved.items()
+            if v[1] <= last_seq and (fenced is None or not fenced(v[1]))
+        }
+        dropped = len(table) < sum(1 for v in saved.values() if v[1] <= last_seq)
+        if dropped or covered > last_seq:
             state = "partial"
             todo = indexes
         else:
@@ -115,6 +126,8 @@ def rebuild_publishers(
             state = "used" if not todo else "partial"
     for index in todo:
         for p in index.publishers():
+            if p.pub_hash == LOST_KEY:
+                continue  # fenced records' placeholders: no publisher
             cur = table.get(p.pub_hash)
             if cur is None or p.last_seq > cur[1]:
                 table[p.pub_hash] = (p.max_pub_seq, p.last_seq)

@@ -50,7 +50,7 @@ import google_crc32c
 
 from server import speedups
 from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from server.txlog.record import FLAG_LATE, Record, RecordKind, late_key
+from server.txlog.record import FLAG_LATE, LOST_KEY, Record, RecordKind, late_key
 
 __all__ = [
     "CRC_RESIDUE",
@@ -88,6 +88,7 @@ CRC_RESIDUE: Final = 0x48674BC7
 
 _U32: Final = struct.Struct("<I")
 _KINDS: Final[dict[int, RecordKind]] = {k.value: k for k in RecordKind}
+_LOST: Final = int(RecordKind.LOST)
 _crc = google_crc32c.value
 
 # Encoded strings repeat (a few topics, one message type): cache their bytes. Bounded so a
@@ -723,8 +724,12 @@ def scan(
         if rseq != seq:
             reason = "sequence gap"
             break
-        # a late record is indexed under its late key (server/txlog/record.py FLAG_LATE)
-        add((base + pos, length, ts, late_key(ph) if _f & FLAG_LATE else ph, ps))
+        # a late record is indexed under its late key (server/txlog/record.py FLAG_LATE),
+        # a placeholder of fenced records under LOST_KEY with its own seq
+        if kind == _LOST:
+            add((base + pos, length, ts, LOST_KEY, rseq))
+        else:
+            add((base + pos, length, ts, late_key(ph) if _f & FLAG_LATE else ph, ps))
         pos += length
         seq += 1
     res.end = pos

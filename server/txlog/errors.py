@@ -13,6 +13,7 @@ Hierarchy::
         ├── TxlogWriteFailed            a journal write or fsync failed; appends refused while retried
         ├── TxlogClosed                 used before open() or after close()
         ├── CorruptRecord               bytes that are not a valid record (codec)
+        ├── FencedRecords               a read reached records that are damaged and fenced
         ├── RecordTooLarge              a string or body exceeds its on-disk length field
         ├── FieldOutOfRange             an integer does not fit its on-disk field
         ├── PublisherSequenceRegression append with a pub_seq not above that publisher's last
@@ -30,6 +31,7 @@ from server.protocol.errors import SpoolError, TxlogFull
 
 __all__ = [
     "CorruptRecord",
+    "FencedRecords",
     "FieldOutOfRange",
     "InvalidInstanceName",
     "JournalActive",
@@ -136,6 +138,42 @@ class PublisherSequenceRegression(TxlogError):
 
 class InvalidInstanceName(TxlogError):
     """The instance name cannot be used as a journal file prefix."""
+
+
+class FencedRecords(TxlogError):
+    """A read reached local sequences whose records are damaged or missing.
+
+    The log keeps their place (a fence, server/txlog/fences.py) until a repair from a
+    replication peer writes them back; a reader gets this instead of data, and may go on
+    from ``last_seq + 1`` where it asked to skip damage.
+
+    Attributes:
+        first_seq, last_seq: the fenced range.
+        path: the journal the damage was found in.
+        reason: what was wrong (``crc mismatch``, ``journal missing``...).
+        publishers: ``(pub_hash, first pub_seq, last pub_seq)`` of the bookmarks the
+            fenced records are known to lie in (may be empty).
+    """
+
+    def __init__(
+        self,
+        first_seq: int,
+        last_seq: int,
+        path: str,
+        reason: str,
+        publishers: tuple[tuple[int, int, int], ...] = (),
+    ) -> None:
+        n = last_seq - first_seq + 1
+        super().__init__(
+            f"records {first_seq}..{last_seq} ({n} local seq{'' if n == 1 else 's'}) are "
+            f"damaged and fenced ({reason}, {path}): they are not served until a repair "
+            "from a replication peer writes them back"
+        )
+        self.first_seq = first_seq
+        self.last_seq = last_seq
+        self.path = path
+        self.reason = reason
+        self.publishers = publishers
 
 
 class JournalSequenceGap(TxlogError):

@@ -30,7 +30,7 @@ from server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD
 from server.txlog.gaps import Interval, PublisherGaps
 from server.txlog.index import BlockSpan
 from server.txlog.journal import Journal
-from server.txlog.record import index_key, late_key
+from server.txlog.record import LOST_KEY, index_key, late_key
 
 __all__ = ["MAX_BLOCK_READS", "HeldPlan", "build_gaps", "plan_held", "read_held", "resync_start"]
 
@@ -169,6 +169,8 @@ def resync_start(
             continue
         for summary in journal.index.publishers():
             key = summary.pub_hash
+            if key == LOST_KEY:
+                continue  # fenced records' placeholders (server/txlog/fences.py)
             pub = key if key in publishers or late_key(key) not in publishers else late_key(key)
             if _lacks(holdings, pub, summary.min_pub_seq, summary.max_pub_seq):
                 return journal.base

@@ -51,13 +51,15 @@ from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch
 from server.txlog.caches import CacheWriter
 from server.txlog.codec import encode, encode_run, make_record
-from server.txlog.damage import DamagedRange
+from server.txlog.damage import DamagedRange, FoundBy
 from server.txlog.errors import (
     TxlogClosed,
     TxlogError,
     TxlogWriteFailed,
 )
 from server.txlog.events import Emitter, EventCallback
+from server.txlog.fences import Fence, FenceTable
+from server.txlog.fencing import neighbours_of
 from server.txlog.files import (
     Compression,
     FileSeam,
@@ -69,6 +71,7 @@ from server.txlog.index import BLOCK_BYTES
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
+from server.txlog.mend import fence_journal
 from server.txlog.outage import RetryPolicy, WriteOutage
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.placement import Placement
@@ -78,7 +81,7 @@ from server.txlog.record import FLAG_LATE, Record, RecordKind
 from server.txlog.recoveryreport import RecoveryReport, recovery_stats
 from server.txlog.reindex import reindex
 from server.txlog.retention import Retention
-from server.txlog.scrub import Scrubber, ScrubStatus
+from server.txlog.scrub import Scrubber, ScrubStatus, block_hints
 from server.txlog.sealedindex import SealedIndex
 from server.txlog.space import DiskSpace, PreallocationShortfall
 from server.txlog.startup import open_files
@@ -163,13 +166,14 @@ class TransactionLog:
             block_bytes=block_bytes,
         )  # fmt: skip
         self._damage: list[DamagedRange] = []
+        self._fences = FenceTable()
         self._scrubber = Scrubber(
             self._journals, clock=clock, rate=scrub_rate, interval=scrub_interval,
             found=self._damage_found,
         )  # fmt: skip
         self._reader = RecordReader(
             self._journals, self._tail, self._pending, self._commit,
-            on_corrupt=self._scrubber.check_soon,
+            on_corrupt=self._scrubber.check_soon, fences=self._fences,
         )  # fmt: skip
         self._locator = Locator(self._journals, self._tail, self._pubs, self._last_appended)
         self._retention = Retention(
@@ -184,13 +188,19 @@ class TransactionLog:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def open(self) -> RecoveryReport:
+    async def open(self, *, known_durable: int = 0) -> RecoveryReport:
         """Recover the journals, rebuild missing indexes, preallocate; start the flusher.
 
-        All file work runs in a worker thread.
+        All file work runs in a worker thread. Damage is fenced (server/txlog/fences.py),
+        a torn tail cut (server/txlog/recovery.py).
+
+        Args:
+            known_durable: a seq known to have been durable from outside the log (a
+                replication peer acknowledged it): records up to it that a torn tail lost
+                are fenced, so their seqs are never given to other records.
 
         Raises:
-            JournalSequenceGap: a journal is missing between two others.
+            JournalSequenceGap: two journals overlap.
             OSError: the directories cannot be used.
         """
         if self._state != _NEW:
@@ -198,7 +208,7 @@ class TransactionLog:
         opened = await asyncio.to_thread(
             open_files, self.config, self.instance, seam=self._seam,
             block_bytes=self._block_bytes, commit=self._commit, caches=self._caches,
-            space=self._space,
+            space=self._space, known_durable=known_durable,
         )  # fmt: skip
         self._report = opened.report
         self._journals.reset(opened.journals)
@@ -215,6 +225,10 @@ class TransactionLog:
         for d in opened.report.damage:
             self._damage.append(d)
             self._emit("journal_damaged", d.to_dict())
+        for fence in opened.fences:
+            self._fences.add(fence)
+        for made in opened.report.fenced:
+            self._emit("journal_fenced", made)
         self._space.report()
         self._commit.start(active.last_seq, active, opened.handle)
         log.info(
@@ -329,8 +343,14 @@ class TransactionLog:
 
     @property
     def damage(self) -> list[DamagedRange]:
-        """Damaged ranges of journals found since open (recovery, the scrub, reads)."""
+        """Damaged ranges found since open and not fenced (yet): reads of them fail."""
         return list(self._damage)
+
+    @property
+    def fences(self) -> list[Fence]:
+        """The fenced ranges of the log, oldest first: damaged or missing records whose
+        seqs are held in place until a repair writes them back (server/txlog/fences.py)."""
+        return list(self._fences)
 
     @property
     def recovery_report(self) -> RecoveryReport | None:
@@ -741,8 +761,61 @@ class TransactionLog:
                 d.last_seq if d.last_seq is not None else "?",
             )  # fmt: skip
             self._emit("journal_damaged", d.to_dict())
-        if index_bad and not ranges:
+        if ranges and journal.finished and journal.sealed:
+            await self._fence(journal, ranges[0].found_by)
+        elif index_bad and not ranges:
             await self._rebuild_index(journal)
+
+    async def _fence(self, journal: Journal, found_by: FoundBy) -> None:
+        """Fence the damage of a finished journal: it is written anew with placeholders
+        for its damaged records (server/txlog/mend.py) and swapped in; the records after
+        the damage stay readable."""
+        async with self._retention.lock:
+            if self._state != _OPEN or journal not in self._journals.items:
+                return  # removed meanwhile
+            index = journal.index
+            source = journal.source
+            assert isinstance(index, SealedIndex) and source is not None
+            items = self._journals.items
+            at = items.index(journal)
+            neighbours = neighbours_of(
+                [j.index for j in items[:at]], [j.index for j in items[at + 1 : at + 5]]
+            )
+            source.acquire()
+            try:
+                mended = await asyncio.to_thread(
+                    fence_journal, path=journal.path, source=source, base=journal.base,
+                    last_seq=journal.last_seq, hints=block_hints(index, index.data_len),
+                    index=index, neighbours=neighbours, journal_dir=self._dir,
+                    instance=self.instance, seam=self._seam, block_bytes=self._block_bytes,
+                    found_by=found_by, found_us=time_us(self._clock),
+                )  # fmt: skip
+            except OSError as exc:
+                log.error("journal %s not fenced: %s", journal.path, exc)
+                self._emit("fence_failed", {"journal": journal.base, "error": str(exc)})
+                return
+            finally:
+                source.release()
+            if mended is None:
+                return
+            self._space.resize(journal.disk_size, mended.size)
+            journal.path = mended.path
+            journal.source = mended.source
+            journal.index = mended.index  # readers in flight keep the old mapping alive
+            journal.durable_len = mended.index.data_len
+            journal.compression = None
+            journal.disk_size = mended.size
+            source.retire()
+            for fence in mended.fences:
+                self._fences.add(fence)
+                self._emit("journal_fenced", fence.to_dict())
+            fenced = mended.fences
+            self._damage = [
+                d
+                for d in self._damage
+                if d.journal != journal.base
+                or not any(f.first_seq <= d.first_seq <= f.last_seq for f in fenced)
+            ]
 
     async def _rebuild_index(self, journal: Journal) -> None:
         index = journal.index
@@ -779,6 +852,8 @@ class TransactionLog:
             "pins": float(len(self._retention.pins())),
             "tail_cache_bytes": float(self._tail.nbytes),
             "damaged_ranges": float(len(self._damage)),
+            "fenced_ranges": float(len(self._fences)),
+            "fenced_records": float(sum(f.records for f in self._fences)),
             "scrub_passes": float(self._scrubber.status.passes),
             "scrub_bytes": float(self._scrubber.bytes_read),
             **self._commit.stats(),

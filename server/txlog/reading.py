@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from server.txlog.batch import RecordBatch
 from server.txlog.errors import CorruptRecord, TxlogError
+from server.txlog.fences import FenceTable
 from server.txlog.groupcommit import GroupCommit, Pending
 from server.txlog.journal import JournalList
 from server.txlog.reader import read_span
@@ -42,6 +43,7 @@ class RecordReader:
         commit: the group commit (the durable seq).
         on_corrupt: told the base of a journal a read found damaged (the scrub then
             checks that journal at once).
+        fences: the log's fences: a read never returns their placeholders as records.
     """
 
     def __init__(
@@ -52,12 +54,14 @@ class RecordReader:
         commit: GroupCommit,
         *,
         on_corrupt: Callable[[int], None] | None = None,
+        fences: FenceTable | None = None,
     ) -> None:
         self._journals = journals
         self._tail = tail
         self._pending = pending
         self._commit = commit
         self._on_corrupt = on_corrupt
+        self._fences = fences if fences is not None else FenceTable()
 
     @property
     def first_seq(self) -> int:
@@ -71,7 +75,11 @@ class RecordReader:
         """Durable records from ``max(from_seq, first_seq)``, up to the limits, ``upto_seq``
         and the end of the journal holding the first one.
 
+        A read stops before a fence; a read that starts in one raises its
+        :class:`FencedRecords` (a reader that may skip damage goes on after it).
+
         Raises:
+            FencedRecords: ``from_seq`` is fenced (damaged, waiting for a repair).
             CorruptRecord: a journal's bytes are damaged at the position read.
         """
         durable = self._commit.durable_seq
@@ -79,6 +87,12 @@ class RecordReader:
         from_seq = max(from_seq, self.first_seq)
         if from_seq > limit or max_count <= 0:
             return RecordBatch.empty() if as_batch else []
+        if self._fences:
+            fence = self._fences.next_from(from_seq)
+            if fence is not None and fence.first_seq <= limit:
+                if fence.first_seq <= from_seq:
+                    raise fence.error()
+                limit = fence.first_seq - 1
         if from_seq >= self._tail.first:
             return self._tail.read(from_seq, limit, max_count, max_bytes, as_batch)
         for _ in range(_ATTEMPTS):

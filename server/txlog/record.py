@@ -21,6 +21,15 @@ from server.bookmarks import format_bookmark
 FLAG_LATE: Final = 0x0001
 #: what a late record's publisher id is combined with to give its index key
 _LATE_SALT: Final = 0x9E3779B97F4A7C15
+#: ``Record.flags`` bit of a :attr:`RecordKind.LOST` placeholder whose records are not
+#: waited for any more: an operator released its fence (the loss is accepted) or they
+#: reached the log again elsewhere. Readers pass over such a placeholder; one without the
+#: bit stands for records that are damaged and fenced (server/txlog/fences.py).
+FLAG_RELEASED: Final = 0x0002
+#: the bookmark-index key the placeholders of fenced records are indexed under, with their
+#: own seq as their sequence: a journal's index then says where its fences are without a
+#: record being read (its publisher summary, its ranges)
+LOST_KEY: Final = 0x4C4F53545245434F
 
 
 def late_key(pub_hash: int) -> int:
@@ -31,6 +40,12 @@ def late_key(pub_hash: int) -> int:
 def index_key(pub_hash: int, flags: int) -> int:
     """The publisher id a record is indexed under (its own, or :func:`late_key`)."""
     return pub_hash ^ _LATE_SALT if flags & FLAG_LATE else pub_hash
+
+
+def publisher_of(key: int) -> tuple[int, int]:
+    """The two publishers an index key may stand for: itself, and the publisher whose
+    late key it is (an index range does not say which; one of them never published)."""
+    return key, key ^ _LATE_SALT
 
 
 #: separates a SOW key from the message's lifetime in a record's SOW key field
@@ -45,6 +60,10 @@ class RecordKind(IntEnum):
     SOW_DELETE = 3
     QUEUE_ACK = 4
     QUEUE_TRANSFER = 5
+    #: a placeholder for one local seq whose record is damaged or missing: the seq stays
+    #: taken, and a repair writes the record back in its place (server/txlog/fences.py);
+    #: never replicated, never delivered
+    LOST = 6
 
 
 @dataclass(frozen=True, slots=True)

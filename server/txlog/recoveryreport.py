@@ -68,6 +68,8 @@ class RecoveryReport:
         duration_s: wall time of recovery.
         damage: damaged ranges found in journals that were kept (finished journals'
             edge checks).
+        fenced: the fences this recovery made (or, read-only, would make), as dicts
+            (server/txlog/fences.py ``Fence.to_dict``).
     """
 
     instance: str
@@ -85,11 +87,12 @@ class RecoveryReport:
     duplicates_removed: tuple[str, ...]
     duration_s: float
     damage: tuple[DamagedRange, ...] = ()
+    fenced: tuple[dict[str, object], ...] = ()
 
     @property
     def clean(self) -> bool:
-        """Nothing was cut, and no damage found."""
-        return not self.truncations and not self.damage
+        """Nothing was cut or fenced, and no damage found."""
+        return not self.truncations and not self.damage and not self.fenced
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict (for the event log and ``--json``)."""
@@ -109,6 +112,7 @@ class RecoveryReport:
             "duplicates_removed": list(self.duplicates_removed),
             "duration_s": round(self.duration_s, 6),
             "damage": [d.to_dict() for d in self.damage],
+            "fenced": list(self.fenced),
         }
 
 

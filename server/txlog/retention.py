@@ -94,6 +94,12 @@ class Retention:
         self._pins = PinRegistry()
         self._lock = asyncio.Lock()
 
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held while journals change on disk (maintenance here, or a journal written anew
+        around its damage): one change at a time."""
+        return self._lock
+
     # -- pins ---------------------------------------------------------------------------
 
     def pin(self, owner: str, seq: int) -> Pin:

@@ -187,7 +187,7 @@ def salvage(
         pos, seq, reason, scanned = _scan_piece(source, piece, limit)
         checked += scanned
         pieces.append(piece)
-        garbage = nonzero_end(source, pos, limit) if reason is None else limit
+        garbage = nonzero_end(source, pos, limit)
         if reason is None and garbage <= pos:
             return Salvage(pieces, spans, pos, seq, pos, checked)
         found = _resume(source, pos, seq, limit, ordered)

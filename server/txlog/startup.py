@@ -20,6 +20,7 @@ from pathlib import Path
 
 from server.config import TransactionLogConfig
 from server.txlog.caches import CacheWriter
+from server.txlog.fences import Fence
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
 from server.txlog.groupcommit import GroupCommit
 from server.txlog.indexbuilder import IndexBuilder
@@ -41,12 +42,14 @@ class Opened:
         journals: every journal, oldest first; the last one is active.
         publishers: the publisher table ``pub_hash -> (last pub_seq, its seq)``.
         handle: the active journal's file, open for writing.
+        fences: every fence of the log (server/txlog/fences.py).
     """
 
     report: RecoveryReport
     journals: list[Journal]
     publishers: dict[int, tuple[int, int]]
     handle: JournalHandle
+    fences: list[Fence]
 
 
 def open_files(
@@ -58,11 +61,16 @@ def open_files(
     commit: GroupCommit,
     caches: CacheWriter,
     space: DiskSpace,
+    known_durable: int = 0,
 ) -> Opened:
     """Recover the journals and open the active one (worker thread; see the module).
 
+    Args:
+        known_durable: a seq known durable from outside the log (a replication peer
+            acknowledged it): a torn tail up to it is fenced, not forgotten.
+
     Raises:
-        JournalSequenceGap: a journal is missing between two others.
+        JournalSequenceGap: two journals overlap.
         OSError: the directories or files cannot be used.
     """
     directory = Path(config.journal_directory)
@@ -71,6 +79,7 @@ def open_files(
     rec = recover(
         directory, Path(config.archive_directory), instance, apply=True,
         journal_size=config.journal_size, seam=seam, block_bytes=block_bytes,
+        known_durable=known_durable,
     )  # fmt: skip
     journals = [
         Journal(
@@ -116,4 +125,4 @@ def open_files(
         for j in journals:  # nothing is left open behind a failed open()
             j.close()
         raise
-    return Opened(rec.report, journals, rec.publishers, handle)
+    return Opened(rec.report, journals, rec.publishers, handle, rec.fences)

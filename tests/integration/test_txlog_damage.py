@@ -1,6 +1,7 @@
 """Damage in a finished journal, as an operator sees it: the scrub finds it on its own
-after a restart (and on demand), the admin API names the range, the dashboard's banner and
-``/healthz`` say the instance is degraded, ``/metrics`` counts it."""
+after a restart (and on demand) and fences it, the admin API names the range, the
+dashboard's banner and ``/healthz`` say the instance is degraded, ``/metrics`` counts it,
+and a replay from EPOCH fails at the range with a clear error."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import httpx
 
 from server.client import Client
-from tests.support.damage import flip_byte, journals, records_of
+from tests.support.damage import flip_byte, journals
 from tests.support.wait import wait_until
 
 
@@ -32,20 +33,24 @@ def test_a_flipped_byte_in_a_finished_journal_is_found_and_shown(spool_server_fa
     try:
         # the first scrub starts once the instance is ready; it reads every journal back
         info = wait_until(
-            lambda: (r := http.get("/api/transaction_log").json())["damage"] and r, 60,
-            message="the scrub to report the damage",
+            lambda: (r := http.get("/api/transaction_log").json())["fences"] and r, 60,
+            message="the scrub to fence the damage",
         )  # fmt: skip
-        (damage,) = info["damage"]
-        assert (damage["first_seq"], damage["last_seq"]) == (hit.seq, hit.seq)
-        assert damage["found_by"] == "scrub" and damage["reason"] == "crc mismatch"
-        assert damage["path"] == str(first)
+        (fence,) = info["fences"]
+        assert (fence["first_seq"], fence["last_seq"]) == (hit.seq, hit.seq)
+        assert fence["found_by"] == "scrub" and fence["reason"] == "crc mismatch"
+        assert fence["path"] == str(first) and fence["exact"]
+        assert fence["publishers"] == [
+            {"pub_hash": hit.pub_hash, "first_pub_seq": hit.pub_seq, "last_pub_seq": hit.pub_seq}
+        ]
+        assert info["damage"] == []  # found, and fenced
         scrub = info["scrub"]
         assert scrub["damage_found"] == 1 and scrub["rate"] == 64 << 20
-        # on demand: an admin action; the range is reported once however often it is found
+        # on demand: an admin action; the journal was written anew, nothing more is found
         r = http.post("/api/transaction_log/scrub")
         assert r.status_code == 200 and r.json()["ok"]
         wait_until(lambda: http.get("/api/transaction_log").json()["scrub"]["passes"] >= 2, 60)
-        assert len(http.get("/api/transaction_log").json()["damage"]) == 1
+        assert len(http.get("/api/transaction_log").json()["fences"]) == 1
         health = http.get("/healthz").json()
         assert health == {
             "status": "degraded",
@@ -55,8 +60,21 @@ def test_a_flipped_byte_in_a_finished_journal_is_found_and_shown(spool_server_fa
         assert [a["id"] for a in alerts] == ["txlog-damaged"]
         assert f"seqs {hit.seq}..{hit.seq}" in alerts[0]["message"]
         metrics = http.get("/metrics").text
-        assert "spool_txlog_damaged_ranges 1.0" in metrics
+        assert "spool_txlog_fenced_ranges 1.0" in metrics
+        assert "spool_txlog_fenced_records 1.0" in metrics
         assert "spool_txlog_scrub_passes_total" in metrics
-        assert all(r.pub_seq for r in records_of(first)[:3])
+        # a replay from EPOCH stops at the range, naming it
+        error = asyncio.run(_replay_error(proc.ws_url))
+        assert f"records {hit.seq}..{hit.seq}" in error and "fenced" in error
     finally:
         http.close()
+
+
+async def _replay_error(url: str) -> str:
+    async with Client(url, "replayer") as client:
+        await client.subscribe("orders", bookmark="0")
+        for _ in range(500):
+            if client.failures:
+                return str(client.failures[0])
+            await asyncio.sleep(0.02)
+    raise AssertionError("the replay did not fail")

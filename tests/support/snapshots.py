@@ -89,6 +89,8 @@ def txlog_counters(
     write_retries: float = 0.0,
     preallocation_shortfall: bool = False,
     damaged_ranges: float = 0.0,
+    fenced_ranges: float = 0.0,
+    fenced_records: float = 0.0,
     scrub_bytes: float = 0.0,
     scrub_passes: float = 0.0,
 ) -> TxlogCounters:
@@ -107,6 +109,8 @@ def txlog_counters(
         "write_retries": write_retries,
         "preallocation_shortfall": preallocation_shortfall,
         "damaged_ranges": damaged_ranges,
+        "fenced_ranges": fenced_ranges,
+        "fenced_records": fenced_records,
         "scrub_bytes": scrub_bytes,
         "scrub_passes": scrub_passes,
     }

@@ -117,13 +117,13 @@ def test_verify_clean_and_damaged_without_touching_files(
     assert spool("verify", str(logdir), "--json") == 1
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     report = rows[-1]["report"]
-    (cut,) = report["truncations"]
-    assert (
-        cut["path"] == str(active) and cut["reason"] == "crc mismatch" and cut["saved_to"] is None
-    )
-    assert report["last_seq"] == cut["first_seq_cut"] - 1
+    # the intact records after the damage are kept: the damaged one would be fenced
+    assert report["truncations"] == []
+    (fence,) = report["fenced"]
+    assert fence["path"] == str(active) and fence["reason"] == "crc mismatch"
+    assert fence["first_seq"] == fence["last_seq"] and fence["saved"] is None
     (damaged,) = [row["damaged"] for row in rows if "damaged" in row]
-    assert damaged["first_seq"] == damaged["last_seq"] == cut["first_seq_cut"]
+    assert damaged["first_seq"] == damaged["last_seq"] == fence["first_seq"]
     assert damaged["found_by"] == "verify" and damaged["path"] == str(active)
     assert snapshot(logdir.parent) == before  # verify only reads
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server.txlog import JournalSequenceGap, RecoveryReport, TransactionLog
+from server.txlog import FencedRecords, RecoveryReport, TransactionLog
 from server.txlog.codec import encode
 from server.txlog.files import clients_ack_name, journal_name
 from server.txlog.record import RecordKind
@@ -65,14 +65,24 @@ def reopen(
         log = make_log(tmp, events)
         report = await log.open()
         seqs: list[int] = []
-        for batch in await read_all(log):
+        seq = log.first_seq
+        while True:
+            try:
+                batch = await log.read_view(seq, max_count=500)
+            except FencedRecords as exc:  # a reader that skips damage, explicitly
+                seq = exc.last_seq + 1
+                continue
+            if not batch:
+                break
             seqs.extend(batch.seqs)
             assert batch.bodies == [b'{"n":%d}' % s for s in batch.seqs]
+            seq = batch.last_seq + 1
         facts: dict[str, object] = {
             "last_seq": log.last_seq,
             "publisher_last": log.publisher_last(7),
             "bm_10": log.seq_for_bookmark(7, 10),
-            "bm_last": log.seq_for_bookmark(7, log.last_seq),
+            "bm_last": log.seq_for_bookmark(7, log.publisher_last(7)),
+            "fences": [(f.first_seq, f.last_seq) for f in log.fences],
         }
         # it serves: appends continue right after what was kept, and become durable
         rec = log.append(topic="orders", message_type="json", pub_hash=7, pub_seq=log.last_seq + 1,
@@ -99,6 +109,7 @@ def test_clean_reopen_uses_indexes_and_keeps_everything(tmp_path: Path) -> None:
         "bm_10": 10,
         "bm_last": 2000,
         "appended": 2001,
+        "fences": [],
     }
 
 
@@ -110,36 +121,59 @@ def test_crash_keeps_every_durable_record(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("crash", [False, True])
-def test_torn_tail_file_truncated_mid_record(tmp_path: Path, crash: bool) -> None:
+def test_a_torn_tail_that_was_durable_is_cut_and_its_seq_fenced(
+    tmp_path: Path, crash: bool
+) -> None:
+    """The last record was fsynced (its index block says so; a clean close's clients.ack
+    too) and is then cut short: its bytes are cut as always, and its seq is fenced, so the
+    next record gets the next seq and a repair can bring the lost one back."""
     write_log(tmp_path, 1000, crash=crash)
     active = journal_files(tmp_path)[-1]
     base = int(active.name.split(".")[1])
     torn_seq = 1000
     start = offset_of(active, torn_seq)
     cut_at = start + record_len(torn_seq) // 2
-    os.truncate(active, cut_at)  # the write of the last record stopped half way
+    os.truncate(active, cut_at)  # the record's second half is gone
     cut = nonzero_len(active, start, cut_at)
     events: Events = []
     report, seqs, facts = reopen(tmp_path, events)
     assert seqs == list(range(1, torn_seq))
-    assert len(report.truncations) == 1
-    t = report.truncations[0]
+    (t,) = report.truncations
     assert (t.path, t.offset, t.bytes_cut, t.reason, t.first_seq_cut) == (
-        str(active),
-        start,
-        cut,
-        "torn record",
-        torn_seq,
-    )
-    assert report.bytes_truncated == cut and report.last_seq == torn_seq - 1
+        str(active), start, cut, "torn record", torn_seq,
+    )  # fmt: skip
+    assert report.bytes_truncated == cut
     assert t.saved_to is not None and Path(t.saved_to).stat().st_size == cut
     assert next(e for e in events if e[0] == "recovery_truncated")[1]["bytes_cut"] == cut
-    assert facts["last_seq"] == torn_seq - 1 and facts["publisher_last"] == torn_seq - 1
-    assert facts["appended"] == torn_seq
+    (fence,) = report.fenced
+    assert (fence["first_seq"], fence["last_seq"], fence["exact"]) == (torn_seq, torn_seq, True)
+    assert fence["publishers"] == [{"pub_hash": 7, "first_pub_seq": 1000, "last_pub_seq": 1000}]
+    assert facts["fences"] == [(torn_seq, torn_seq)] and facts["last_seq"] == torn_seq
+    assert facts["publisher_last"] == torn_seq - 1
+    assert facts["appended"] == torn_seq + 1  # never the lost record's seq
     assert base <= torn_seq
-    # and the next open is clean: the cut was final
-    report2, seqs2, _ = reopen(tmp_path)
-    assert report2.clean and seqs2 == list(range(1, torn_seq + 1))
+    # the next open makes nothing new: the cut was final, the fence stays
+    report2, seqs2, facts2 = reopen(tmp_path)
+    assert report2.clean and seqs2 == [*range(1, torn_seq), torn_seq + 1]
+    assert facts2["fences"] == [(torn_seq, torn_seq)]
+
+
+def test_a_torn_tail_nothing_says_was_durable_is_only_cut(tmp_path: Path) -> None:
+    """A crash that tore a write before its fsync leaves a tail no file vouches for (its
+    index block was never written, clients.ack is older): it is cut, and the next record
+    takes its seq, which nobody was ever told of."""
+    write_log(tmp_path, 1000, crash=True)
+    active = journal_files(tmp_path)[-1]
+    base = int(active.name.split(".")[1])
+    (active.parent / active.name.replace(".journal", ".index")).unlink()
+    (tmp_path / "journal" / clients_ack_name(INSTANCE)).unlink()
+    start = offset_of(active, 1000)
+    os.truncate(active, start + record_len(1000) // 2)
+    report, seqs, facts = reopen(tmp_path)
+    assert seqs == list(range(1, 1000))
+    assert report.fenced == () and [t.first_seq_cut for t in report.truncations] == [1000]
+    assert facts["fences"] == [] and facts["appended"] == 1000
+    assert base < 1000
 
 
 def test_torn_tail_in_preallocated_space(tmp_path: Path) -> None:
@@ -151,11 +185,12 @@ def test_torn_tail_in_preallocated_space(tmp_path: Path) -> None:
         fh.seek(start + 30)
         fh.write(bytes(record_len(800) - 30))
     kept = nonzero_len(active, start, start + 30)
-    report, seqs, _ = reopen(tmp_path)
+    report, seqs, facts = reopen(tmp_path)
     assert seqs == list(range(1, 800))
     (t,) = report.truncations
     assert (t.offset, t.reason, t.first_seq_cut) == (start, "crc mismatch", 800)
     assert t.bytes_cut == kept  # up to the last non-zero byte
+    assert facts["fences"] == [(800, 800)]  # clients.ack of the clean close covered it
 
 
 def flip(path: Path, offset: int) -> None:
@@ -166,28 +201,43 @@ def flip(path: Path, offset: int) -> None:
         fh.write(bytes([byte[0] ^ 0x10]))
 
 
-@pytest.mark.parametrize("where", ["last", "middle"])
-def test_flipped_byte_cuts_from_that_record(tmp_path: Path, where: str) -> None:
+def test_a_flipped_byte_in_the_active_journal_fences_that_record_only(tmp_path: Path) -> None:
     write_log(tmp_path, 1000)
     active = journal_files(tmp_path)[-1]
     base = int(active.name.split(".")[1])
-    bad = 1000 if where == "last" else (base + 1000) // 2
+    bad = (base + 1000) // 2
     start = offset_of(active, bad)
-    end_of_data = start + nonzero_len(active, start, offset_of(active, 1001))
     flip(active, start + 60)  # inside the topic / body of that record
+    original = active.read_bytes()
+    events: Events = []
+    report, seqs, facts = reopen(tmp_path, events)
+    assert seqs == [s for s in range(1, 1001) if s != bad]
+    assert report.truncations == ()
+    (fence,) = report.fenced
+    assert (fence["first_seq"], fence["last_seq"], fence["reason"]) == (bad, bad, "crc mismatch")
+    assert fence["publishers"] == [{"pub_hash": 7, "first_pub_seq": bad, "last_pub_seq": bad}]
+    assert fence["exact"] and fence["offset"] == start
+    assert facts["bm_10"] == 10 and facts["publisher_last"] == 1000
+    assert facts["bm_last"] == 1000 and facts["appended"] == 1001
+    # nothing is destroyed: the damaged journal as it was is in damaged/
+    saved = Path(str(fence["saved"]))
+    assert saved.parent.name == "damaged" and saved.read_bytes()[: len(original)] == original
+    assert [f["first_seq"] for name, f in events if name == "journal_fenced"] == [bad]
+
+
+def test_a_flipped_byte_in_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    write_log(tmp_path, 1000)
+    active = journal_files(tmp_path)[-1]
+    start = offset_of(active, 1000)
+    end_of_data = start + nonzero_len(active, start, offset_of(active, 1001))
+    flip(active, start + 60)
     report, seqs, facts = reopen(tmp_path)
-    assert seqs == list(range(1, bad))
+    assert seqs == list(range(1, 1000))
     (t,) = report.truncations
     assert (t.offset, t.reason, t.first_seq_cut, t.bytes_cut) == (
-        start,
-        "crc mismatch",
-        bad,
-        end_of_data - start,
-    )
-    assert facts["bm_10"] == 10 and facts["publisher_last"] == bad - 1
-    assert facts["bm_last"] == bad - 1 and facts["appended"] == bad
-    saved = Path(t.saved_to or "")
-    assert saved.parent.name == "damaged" and saved.stat().st_size == end_of_data - start
+        start, "crc mismatch", 1000, end_of_data - start,
+    )  # fmt: skip
+    assert facts["fences"] == [(1000, 1000)]  # durable: the clean close's clients.ack
 
 
 def test_flipped_length_field(tmp_path: Path) -> None:
@@ -195,30 +245,29 @@ def test_flipped_length_field(tmp_path: Path) -> None:
     active = journal_files(tmp_path)[-1]
     start = offset_of(active, 200)
     flip(active, start + 1)  # the record length grows by 4096: it now overlaps the next ones
-    report, seqs, _ = reopen(tmp_path)
-    assert seqs == list(range(1, 200))
-    (t,) = report.truncations
-    assert t.offset == start and t.first_seq_cut == 200
+    report, seqs, facts = reopen(tmp_path)
+    assert seqs == [s for s in range(1, 301) if s != 200]
+    assert report.truncations == () and facts["fences"] == [(200, 200)]
 
 
-def test_damage_in_an_older_journal_cuts_every_later_one(tmp_path: Path) -> None:
+def test_damage_in_an_older_journal_keeps_every_later_record(tmp_path: Path) -> None:
     write_log(tmp_path, 2500)
     files = journal_files(tmp_path)
     assert len(files) >= 3
     first = files[0]
     # without its index the old journal is scanned, so its damage is found at open
     (tmp_path / "journal" / first.name.replace(".journal", ".index")).unlink()
-    second_base = int(files[1].name.split(".")[1])
     flip(first, offset_of(first, 100) + 60)
     report, seqs, facts = reopen(tmp_path)
-    assert seqs == list(range(1, 100))
-    reasons = [(Path(t.path).name, t.reason, t.first_seq_cut) for t in report.truncations]
-    assert reasons[0] == (first.name, "crc mismatch", 100)
-    assert reasons[1] == (files[1].name, "follows damaged journal", second_base)
-    assert len(reasons) == len(files)
-    damaged = sorted(p.name for p in (tmp_path / "journal" / "damaged").iterdir())
-    assert {f.name for f in files[1:]} <= set(damaged)
-    assert facts["appended"] == 100 and facts["publisher_last"] == 99
+    assert seqs == [s for s in range(1, 2501) if s != 100]
+    assert report.truncations == ()
+    (fence,) = report.fenced
+    assert (fence["first_seq"], fence["last_seq"], fence["path"]) == (100, 100, str(first))
+    # without an index its bookmarks come from its neighbours: publisher 7's 99 and 101
+    assert fence["publishers"] == [{"pub_hash": 7, "first_pub_seq": 100, "last_pub_seq": 100}]
+    assert facts["appended"] == 2501 and facts["publisher_last"] == 2500
+    damaged = [p.name for p in (tmp_path / "journal" / "damaged").iterdir()]
+    assert len(damaged) == 1 and damaged[0].startswith(first.name)
 
 
 def test_nonzero_bytes_after_the_end_of_data_are_cut(tmp_path: Path) -> None:
@@ -256,6 +305,7 @@ def test_indexes_and_clients_ack_are_rebuildable_caches(tmp_path: Path) -> None:
         "bm_10": 10,
         "bm_last": 2500,
         "appended": 2501,
+        "fences": [],
     }
     assert facts == {
         "last_seq": 2501,
@@ -263,6 +313,7 @@ def test_indexes_and_clients_ack_are_rebuildable_caches(tmp_path: Path) -> None:
         "bm_10": 10,
         "bm_last": 2501,
         "appended": 2502,
+        "fences": [],
     }
     report3, _, _ = reopen(tmp_path)
     assert report3.indexes_rebuilt == () and report3.clients_ack == "used"
@@ -278,18 +329,26 @@ def test_damaged_index_is_reported_and_rebuilt(tmp_path: Path) -> None:
     assert facts["bm_10"] == 10
 
 
-def test_a_missing_middle_journal_refuses_to_open(tmp_path: Path) -> None:
+def test_a_missing_middle_journal_is_fenced_in_its_place(tmp_path: Path) -> None:
+    """A journal deleted between two others: a journal of placeholders takes its seqs,
+    every other record is served; its index, left behind, says what it held."""
     write_log(tmp_path, 2500)
     files = journal_files(tmp_path)
+    lost_base = int(files[1].name.split(".")[1])
+    next_base = int(files[2].name.split(".")[1])
     files[1].unlink()
-
-    async def body() -> None:
-        log = make_log(tmp_path)
-        with pytest.raises(JournalSequenceGap) as info:
-            await log.open()
-        assert info.value.expected == int(files[1].name.split(".")[1])
-
-    run(body)
+    report, seqs, facts = reopen(tmp_path)
+    lost = range(lost_base, next_base)
+    assert seqs == [s for s in range(1, 2501) if s not in lost]
+    (fence,) = report.fenced
+    assert (fence["first_seq"], fence["last_seq"], fence["reason"]) == (
+        lost_base, next_base - 1, "journal missing",
+    )  # fmt: skip
+    assert fence["exact"] and fence["publishers"] == [
+        {"pub_hash": 7, "first_pub_seq": lost_base, "last_pub_seq": next_base - 1}
+    ]
+    assert facts["fences"] == [(lost_base, next_base - 1)]
+    assert files[1].exists()  # the placeholders' journal
 
 
 def test_other_instances_files_are_ignored(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""Damage in finished journals is found: at open (edge blocks), by the scrub (every byte,
-paced), by a read that meets it; a damaged index file is written again from its journal.
+"""Damage in finished journals is found - at open (edge blocks), by the scrub (every byte,
+paced), by a read that meets it - and fenced: the damaged records' seqs are held, the
+records after them stay readable. A damaged index file is written again from its journal.
 """
 
 from __future__ import annotations
@@ -8,10 +9,12 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from server.clock import VirtualClock
 from server.txlog import TransactionLog
 from server.txlog.codec import HEADER, scan
-from server.txlog.errors import CorruptRecord
+from server.txlog.errors import CorruptRecord, FencedRecords
 from server.txlog.files import index_name
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 
@@ -70,6 +73,25 @@ async def until(cond: object, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.01)
 
 
+async def read_around_fences(log: TransactionLog) -> tuple[list[int], list[tuple[int, int]]]:
+    """Every durable seq served, and the fenced ranges met on the way (a reader that asked
+    to skip damage: it goes on after each)."""
+    seqs: list[int] = []
+    met: list[tuple[int, int]] = []
+    seq = log.first_seq
+    while True:
+        try:
+            batch = await log.read_view(seq, max_count=500)
+        except FencedRecords as exc:
+            met.append((exc.first_seq, exc.last_seq))
+            seq = exc.last_seq + 1
+            continue
+        if not batch:
+            return seqs, met
+        seqs.extend(batch.seqs)
+        seq = batch.last_seq + 1
+
+
 def test_open_checks_only_the_edges_of_finished_journals_and_the_scrub_finds_the_rest(
     tmp_path: Path,
 ) -> None:
@@ -83,30 +105,36 @@ def test_open_checks_only_the_edges_of_finished_journals_and_the_scrub_finds_the
     async def body() -> None:
         log = make_log(tmp_path, events)
         report = await log.open()
-        assert report.damage == () and log.damage == []  # not read at open
+        assert report.damage == () and report.fenced == () and log.fences == []
         log.start_scrub()
         assert log.scrub()
         await until(lambda: log.scrub_status.passes == 1)
-        assert [(d.first_seq, d.last_seq, d.found_by, d.reason) for d in log.damage] == [
+        # found, and fenced: the one damaged record's seq is held, the rest is served
+        assert [(f.first_seq, f.last_seq, f.found_by, f.reason) for f in log.fences] == [
             (seq, seq, "scrub", "crc mismatch")
         ]
+        assert log.damage == []
+        seqs, met = await read_around_fences(log)
+        assert met == [(seq, seq)]
+        assert seqs == [s for s in range(1, 2001) if s != seq]
         status = log.scrub_status
         assert status.journals_checked == status.journals_total == len(journal_files(tmp_path))
         assert status.bytes_checked == status.bytes_total > 0
-        assert log.stats()["damaged_ranges"] == 1.0
+        assert log.stats()["fenced_ranges"] == 1.0 and log.stats()["fenced_records"] == 1.0
         assert log.stats()["scrub_bytes"] == status.bytes_checked
-        # a second pass finds the same range: reported once
+        # a second pass finds nothing more: the journal was written anew around its damage
         assert log.scrub()
         await until(lambda: log.scrub_status.passes == 2)
-        assert len(log.damage) == 1
+        assert len(log.fences) == 1 and log.scrub_status.damage_found == 1
         await log.close()
 
     run(body)
-    damaged = [f for name, f in events if name == "journal_damaged"]
-    assert len(damaged) == 1 and damaged[0]["first_seq"] == seq
+    names = [name for name, _ in events]
+    assert names.count("journal_damaged") == 1 and names.count("journal_fenced") == 1
+    assert next(f for n, f in events if n == "journal_fenced")["first_seq"] == seq
 
 
-def test_damage_in_the_last_block_of_a_finished_journal_is_found_at_open(tmp_path: Path) -> None:
+def test_damage_in_the_last_block_of_a_finished_journal_is_fenced_at_open(tmp_path: Path) -> None:
     write_log(tmp_path, 2000)
     journal = journal_files(tmp_path)[0]
     off, length, seq = records(journal)[-1]
@@ -116,14 +144,16 @@ def test_damage_in_the_last_block_of_a_finished_journal_is_found_at_open(tmp_pat
     async def body() -> None:
         log = make_log(tmp_path, events)
         report = await log.open()
-        assert [(d.first_seq, d.last_seq, d.found_by) for d in report.damage] == [
+        assert [(f["first_seq"], f["last_seq"], f["found_by"]) for f in report.fenced] == [
             (seq, seq, "startup")
         ]
-        assert log.damage == list(report.damage)
+        assert [(f.first_seq, f.last_seq) for f in log.fences] == [(seq, seq)]
+        seqs, met = await read_around_fences(log)
+        assert met == [(seq, seq)] and len(seqs) == 1999
         await log.close()
 
     run(body)
-    assert [f["first_seq"] for name, f in events if name == "journal_damaged"] == [seq]
+    assert [f["first_seq"] for name, f in events if name == "journal_fenced"] == [seq]
 
 
 def test_a_read_that_meets_damage_has_its_journal_checked_at_once(tmp_path: Path) -> None:
@@ -142,9 +172,16 @@ def test_a_read_that_meets_damage_has_its_journal_checked_at_once(tmp_path: Path
             pass
         else:
             raise AssertionError("the read should have failed")
-        await until(lambda: bool(log.damage))
-        assert [(d.first_seq, d.last_seq, d.found_by) for d in log.damage] == [(seq, seq, "read")]
+        await until(lambda: bool(log.fences))
+        assert [(f.first_seq, f.last_seq, f.found_by) for f in log.fences] == [(seq, seq, "read")]
         assert log.scrub_status.passes == 0
+        # the same read now names the range, and the records after it are served
+        with pytest.raises(FencedRecords) as info:
+            await read_all(log)
+        assert (info.value.first_seq, info.value.last_seq) == (seq, seq)
+        assert f"records {seq}..{seq}" in str(info.value)
+        seqs, _met = await read_around_fences(log)
+        assert seqs[-1] == 2000 and len(seqs) == 1999
         await log.close()
 
     run(body)
