@@ -52,7 +52,10 @@ from server.quotas import Quotas
 from server.replication.bootstrap import Bootstrapper
 from server.replication.errors import BootstrapFailed
 from server.replication.horizon import SyncHorizon
+from server.replication.repair import Repairer
 from server.replication.service import Replication
+from server.replication.state import load as load_replication_state
+from server.replication.state import state_path
 from server.replication.transport import Connector, connect_websocket
 from server.router import Router
 from server.scryptpool import ScryptPool
@@ -205,6 +208,14 @@ class Broker:
                 clock, self.events, connector, self.auth,
             )  # fmt: skip
         self._bootstrapping: asyncio.Task[None] | None = None
+        #: the repair of fenced records from the destinations (server/replication/repair.py)
+        self.repairer: Repairer | None = None
+        repl_cfg = config.replication
+        if replication is not None and txlog is not None and repl_cfg and repl_cfg.destinations:
+            self.repairer = Repairer(config, txlog, clock, self.events, connector)
+        #: the start-up waits for a repair of fenced records (not ready meanwhile; the
+        #: /replication endpoint serves repair requests, peers may be repairing too)
+        self.starting_repair = False
         self.clients = ClientRegistry(
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
             logon_fields=replication.failover_fields if replication is not None else None,
@@ -254,6 +265,7 @@ class Broker:
             queues=self.queues,
         )
         self.operations.bootstrap = self.bootstrapper
+        self.operations.repairer = self.repairer
         self.actions = Actions(config, self.operations, clock)
         #: the command table: every command but ``publish`` and ``heartbeat``, which the
         #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
@@ -292,10 +304,52 @@ class Broker:
             version=__version__, pid=os.getpid(),
             config=str(cfg.source_path) if cfg.source_path else "<embedded>",
         )  # fmt: skip
-        # 1. the transaction log: recover (a torn tail is truncated and reported)
-        if self.txlog is not None:
-            report = await self.txlog.open()
+        # 1. the transaction log: recover (damage is fenced, a torn tail cut; what a
+        #    destination acknowledged was durable: a torn tail keeps those seqs fenced)
+        txlog = self.txlog
+        if txlog is not None:
+            known = await asyncio.to_thread(self._acknowledged) if cfg.replicates else 0
+            report = await txlog.open(known_durable=known)
             self.events.emit("info", "txlog", "recovered", **report.to_dict())
+        # 1b. fenced records: the peers are asked for them before the state is rebuilt
+        #     from the log (the instance is not ready meanwhile, for a bounded time)
+        repairer = self.repairer
+        if repairer is not None and txlog is not None and txlog.fences:
+            wait = cfg.tuning.journal_repair_wait
+            if wait > 0:
+                self.starting_repair = True
+                self._bootstrapping = asyncio.get_running_loop().create_task(
+                    self._restore_after_repair(repairer, wait), name="spool-start-repair"
+                )
+                return
+        await self._restore()
+
+    def _acknowledged(self) -> int:
+        """The highest position of this log a replication destination acknowledged (in
+        the replication state file; 0 without one), read in a thread."""
+        cfg = self.config
+        state, _problem = load_replication_state(state_path(cfg.data_directory, cfg.name))
+        if state is None:
+            return 0
+        return max((a.acked for a in state.destinations.values()), default=0)
+
+    async def _restore_after_repair(self, repairer: Repairer, wait: float) -> None:
+        """Start-up step 1b, then the rest of the start-up: what cannot be repaired in
+        ``wait`` seconds stays fenced and is repaired in the background."""
+        try:
+            repaired = await repairer.repair_at_start(wait)
+            if not repaired:
+                self.events.emit(
+                    "error", "txlog", "start_with_fences",
+                    fences=len(self.txlog.fences) if self.txlog is not None else 0,
+                    detail="starting with fenced records: the repair goes on in the background",
+                )  # fmt: skip
+        finally:
+            self.starting_repair = False
+        await self._restore()
+
+    async def _restore(self) -> None:
+        """Start-up steps 2 to 4, then the rest (:meth:`_serve`)."""
         # 2. SOW files: load what persistent topics kept
         await self.sow.open()
         # 3. publish stages rebuild their state from the journal (SOW, queues: from
@@ -368,9 +422,12 @@ class Broker:
         self.stalls.start()
         # 9. actions: the on-startup ones run to their end, then schedules and watchers
         await self.actions.start()
-        # 10. the scrub of the transaction log: a first pass now, then on its schedule
+        # 10. the scrub of the transaction log: a first pass now, then on its schedule;
+        #     the repair of what it fences goes on while fences remain
         if self.txlog is not None:
             self.txlog.start_scrub()
+        if self.repairer is not None:
+            self.repairer.start()
         # 11. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
@@ -412,6 +469,8 @@ class Broker:
         #    no more password checks, no more expiry watch, nothing left to watch for slow
         #    clients
         await self.drain()
+        if self.repairer is not None:
+            await self.repairer.stop()
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()

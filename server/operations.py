@@ -39,6 +39,7 @@ from server.queues.service import QueueService
 from server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from server.replication.errors import ReplicationNotConfigured
 from server.replication.fabric import FabricGraph, fabric_graph, fabric_route
+from server.replication.repair import Repairer
 from server.replication.service import Replication, ReplicationInfo
 from server.replication.topology import RouteTrace
 from server.session import Session
@@ -203,6 +204,7 @@ class TransactionLogInfo(TypedDict):
     damage: list[dict[str, object]]
     fences: list[dict[str, object]]
     scrub: dict[str, object]
+    repair: dict[str, object] | None
 
 
 class Operations:
@@ -252,6 +254,8 @@ class Operations:
         self.sampler: Sampler | None = None
         #: the instance's bootstrap (``<Bootstrap>``), set by the engine
         self.bootstrap: Bootstrapper | None = None
+        #: the repair of fenced records from the destinations (None: no destination)
+        self.repairer: Repairer | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
 
@@ -297,7 +301,8 @@ class Operations:
         stuck = self._queues.alerts() if self._queues is not None else []
         repl = self._replication
         conflicts = repl.alerts() if repl is not None else []
-        return booting + txlog_alerts(self._txlog) + stuck + conflicts
+        repairing = self.repairer.alerts() if self.repairer is not None else []
+        return booting + txlog_alerts(self._txlog) + repairing + stuck + conflicts
 
     def health(self) -> dict[str, object]:
         """``GET /healthz``: ``ok``, or ``degraded`` with the reasons (the ids and titles
@@ -503,7 +508,39 @@ class Operations:
             "damage": [d.to_dict() for d in txlog.damage],
             "fences": [f.to_dict() for f in txlog.fences],
             "scrub": txlog.scrub_status.to_dict(),
+            "repair": self.repairer.progress.to_dict() if self.repairer is not None else None,
         }
+
+    def repair(self) -> dict[str, object] | None:
+        """Ask the replication peers for the fenced records now (admin action); the
+        repair's progress. None when there is no destination to ask."""
+        repairer = self.repairer
+        if repairer is None:
+            return None
+        repairer.request()
+        self.events.emit("info", "txlog", "repair_requested", fences=len(self._txlog.fences)
+                         if self._txlog is not None else 0)  # fmt: skip
+        return repairer.progress.to_dict()
+
+    async def release_fence(self, first_seq: int) -> dict[str, object] | None:
+        """Accept the loss of a fenced range's records (admin action): its placeholders
+        stay, released, and readers pass over them. None: no such fence.
+
+        Raises:
+            OSError: the journal could not be written (the fence stays).
+        """
+        txlog = self._txlog
+        if txlog is None:
+            return None
+        try:
+            fence = await txlog.release_fence(first_seq)
+        except ValueError:
+            return None
+        self.events.emit(
+            "warning", "txlog", "fence_released_by_operator", first_seq=fence.first_seq,
+            last_seq=fence.last_seq, reason=fence.reason,
+        )  # fmt: skip
+        return fence.to_dict()
 
     def scrub(self) -> dict[str, object] | None:
         """Start a scrub of every journal now (admin action); the scrub's status, with

@@ -369,6 +369,21 @@ class AdminApi:
             raise NotFound("the transaction log is not configured on this instance")
         return {"ok": True, **status}
 
+    async def repair(self, request: Request) -> Any:
+        progress = self.ops.repair()
+        if progress is None:
+            raise NotFound("this instance has no replication destination to repair from")
+        return {"ok": True, "repair": progress}
+
+    async def release_fence(self, request: Request) -> Any:
+        text = request.path_params["first_seq"]
+        if not text.isascii() or not text.isdigit():
+            raise BadRequest(f"first_seq must be a non-negative integer, got {text!r}")
+        fence = await self.ops.release_fence(int(text))
+        if fence is None:
+            raise NotFound(f"no fenced range starts at seq {text}")
+        return {"ok": True, "released": fence}
+
     async def pins(self, request: Request) -> Any:
         return {"pins": self.ops.pins_info()}
 
@@ -515,6 +530,20 @@ class AdminApi:
                 "Read every journal back and check it now (a scrub); its status",
                 "transaction_log",
                 errors=(404,),
+            ),
+            post(
+                "/api/transaction_log/repair",
+                self.repair,
+                "Ask the replication peers for the fenced (damaged) records now",
+                "transaction_log",
+                errors=(404,),
+            ),
+            post(
+                "/api/transaction_log/fences/{first_seq}/release",
+                self.release_fence,
+                "Accept the loss of a fenced range: readers pass over it from now on",
+                "transaction_log",
+                errors=(400, 404),
             ),
             get(
                 "/api/transaction_log/pins",

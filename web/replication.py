@@ -20,9 +20,11 @@ aborted, and the link ends saying so.
 The first message tells the two conversations apart (:meth:`Replication.open
 <server.replication.service.Replication.open>`, shared with the tests' in-memory fabric):
 ``hello`` opens a link, ``bootstrap`` asks for a copy of this instance's state
-(server/replication/bootsource.py; authenticated the same way). A bootstrap request is
-answered even while this instance is bootstrapping itself (with ``busy``, which is how two
-instances bootstrapping from each other find out); links wait until it is ready.
+(server/replication/bootsource.py; authenticated the same way), ``repair`` asks for records
+another instance's log holds fenced (server/replication/repairsource.py). A bootstrap
+request is answered even while this instance is bootstrapping itself (with ``busy``,
+which is how two instances bootstrapping from each other find out), a repair request while
+it waits for its own repair at start-up; links wait until it is ready.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class ReplicationEndpoint:
         if (
             replication is None
             or broker.stopping
-            or not (broker.ready or booting)
+            or not (broker.ready or booting or broker.starting_repair)
             or not broker.transport_accepting(self.transport_name)
         ):
             await self._try_again(send)

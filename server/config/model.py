@@ -507,6 +507,9 @@ class TuningConfig:
             log (every journal byte read back and checked) and the start of the next; 0:
             only on demand (server/txlog/scrub.py).
         journal_scrub_rate: bytes per second the scrub reads at most.
+        journal_repair_wait: seconds the start-up waits for a repair of fenced records
+            from replication peers before it serves anyway (0: it does not wait; the repair
+            goes on in the background: server/replication/repair.py).
     """
 
     slow_client_buffer_limit: int = 64 * 1024 * 1024
@@ -539,6 +542,7 @@ class TuningConfig:
     max_pending_queries_per_user: int = 64
     journal_scrub_interval: float = 86400.0
     journal_scrub_rate: int = 64 * 1024 * 1024
+    journal_repair_wait: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

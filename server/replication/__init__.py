@@ -34,4 +34,9 @@ Modules, lowest first::
     inbound      a link from a source: authenticate, check, record, ack
     service      Replication: the destinations and inbound links of an instance, the
                  admin reads and actions, metrics
+    bootframes, bootproto, bootsource, bootstrap
+                 an empty instance's first copy from a peer (docs/bootstrap.md)
+    repairsource the records another instance lost, found in this log and sent
+    repair       this instance's fenced (damaged) records, asked of its destinations
+                 and written back in place (docs/replication.md "Repair")
 """

@@ -11,6 +11,18 @@ link by its first message, ``bootstrap`` instead of ``hello``::
                                          <---   data (SOW records) ... done (sow)
                                          <---   data (log records) ... done (txlog)
 
+A *repair* is the same conversation with a ``repair`` request first: an instance whose
+log holds fenced (damaged) records asks a peer for exactly those records (their bookmark
+intervals and time windows), whoever published them; the peer answers with an offer (the
+part of its log it reads for them), the records in ``data`` messages, and ``done``::
+
+    repairing instance                          peer
+    repair (name, group, credentials,     --->  authenticate
+            fences: id, records,
+            bookmark intervals, window)
+                                         <---   offer (log range to read) | refuse
+                                         <---   data (the records found) ... done (txlog)
+
 The control messages are JSON objects; records travel in the link's ``data`` messages.
 This module holds only the JSON messages (dataclasses, their fields, and their parsing
 from a decoded JSON object), so that frames.py stays one codec of one size.
@@ -29,11 +41,14 @@ __all__ = [
     "BUSY",
     "DONE",
     "OFFER",
+    "REPAIR",
     "BootMessage",
     "Bootstrap",
     "Busy",
     "Done",
     "Offer",
+    "Repair",
+    "RepairFence",
     "boot_fields",
     "parse_boot",
 ]
@@ -43,8 +58,19 @@ BOOTSTRAP: Final = 7
 OFFER: Final = 8
 DONE: Final = 9
 BUSY: Final = 10
+REPAIR: Final = 15
 #: type -> name used in errors
-BOOT_TYPES: Final = {BOOTSTRAP: "bootstrap", OFFER: "offer", DONE: "done", BUSY: "busy"}
+BOOT_TYPES: Final = {
+    BOOTSTRAP: "bootstrap",
+    OFFER: "offer",
+    DONE: "done",
+    BUSY: "busy",
+    REPAIR: "repair",
+}
+#: most fences one repair request names
+MAX_REPAIR_FENCES: Final = 1024
+#: most bookmark intervals one fence names
+MAX_FENCE_INTERVALS: Final = 4096
 
 
 def _str(obj: dict[str, object], key: str, what: str, *, optional: bool = False) -> str | None:
@@ -88,6 +114,45 @@ class Bootstrap:
     data_types: list[str]
     start: int
     sow_done: bool
+    compression: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RepairFence:
+    """One fenced range of the requester: what it lost, as far as it can tell.
+
+    Attributes:
+        first_seq: its first local seq on the requester (an id for progress only).
+        records: how many records it held.
+        intervals: ``(pub_hash, first, last)`` bookmark intervals its records lie in.
+        window: ``(t_lo, t_hi)`` times (µs) of the requester's intact records around it
+            (``t_hi`` None: none after it): the peer reads its log around that time.
+    """
+
+    first_seq: int
+    records: int
+    intervals: list[tuple[int, int, int]]
+    window: tuple[int, int | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Repair:
+    """Repairing instance -> peer, first (instead of a hello): send me these records.
+
+    Attributes:
+        version: the protocol version.
+        name, group: the requester's.
+        user, secret: its credentials on the peer (as a hello's; never logged).
+        fences: the fenced ranges to find records for.
+        compression: ``zstd`` when the peer should compress its data messages.
+    """
+
+    version: int
+    name: str
+    group: str
+    user: str | None
+    secret: str | None = field(repr=False)
+    fences: list[RepairFence]
     compression: str | None
 
 
@@ -139,7 +204,7 @@ class Busy:
     waiting_on: list[str]
 
 
-BootMessage = Bootstrap | Offer | Done | Busy
+BootMessage = Bootstrap | Offer | Done | Busy | Repair
 
 
 def boot_fields(message: BootMessage) -> tuple[int, dict[str, object]]:
@@ -157,6 +222,27 @@ def boot_fields(message: BootMessage) -> tuple[int, dict[str, object]]:
                 "data_types": message.data_types,
                 "start": message.start,
                 "sow_done": message.sow_done,
+                "compression": message.compression,
+            },
+        )
+    if isinstance(message, Repair):
+        return (
+            REPAIR,
+            {
+                "version": message.version,
+                "name": message.name,
+                "group": message.group,
+                "user": message.user,
+                "secret": message.secret,
+                "fences": [
+                    {
+                        "first_seq": f.first_seq,
+                        "records": f.records,
+                        "intervals": [list(i) for i in f.intervals],
+                        "window": list(f.window),
+                    }
+                    for f in message.fences
+                ],
                 "compression": message.compression,
             },
         )
@@ -201,8 +287,58 @@ def _topics(value: object) -> list[tuple[str, bool]]:
     return out
 
 
+def _fences(value: object) -> list[RepairFence]:
+    if not isinstance(value, list) or not value or len(value) > MAX_REPAIR_FENCES:
+        raise ReplicationProtocolError(
+            f"repair needs a list 'fences' of 1 to {MAX_REPAIR_FENCES} fenced ranges"
+        )
+    out = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            raise ReplicationProtocolError("a repair fence is an object")
+        intervals = entry.get("intervals")
+        if not isinstance(intervals, list) or len(intervals) > MAX_FENCE_INTERVALS:
+            raise ReplicationProtocolError("a repair fence needs a list 'intervals'")
+        ivs: list[tuple[int, int, int]] = []
+        for iv in intervals:
+            if (
+                not isinstance(iv, list)
+                or len(iv) != 3
+                or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in iv)
+                or iv[1] > iv[2]
+            ):
+                raise ReplicationProtocolError("a bookmark interval is [pub_hash, first, last]")
+            ivs.append((iv[0], iv[1], iv[2]))
+        window = entry.get("window")
+        if (
+            not isinstance(window, list)
+            or len(window) != 2
+            or not isinstance(window[0], int)
+            or not (window[1] is None or isinstance(window[1], int))
+        ):
+            raise ReplicationProtocolError("a repair fence needs a 'window' [t_lo, t_hi|null]")
+        first = _int(entry, "first_seq", "repair fence")
+        records = _int(entry, "records", "repair fence")
+        out.append(RepairFence(first, records, ivs, (window[0], window[1])))
+    return out
+
+
 def parse_boot(base: int, obj: dict[str, object]) -> BootMessage:
-    """The JSON messages of a bootstrap (docs/bootstrap.md)."""
+    """The JSON messages of a bootstrap and of a repair (docs/bootstrap.md,
+    docs/replication.md "Repair")."""
+    if base == REPAIR:
+        compression = _str(obj, "compression", "repair", optional=True)
+        if compression not in (None, "zstd"):
+            raise ReplicationProtocolError(f"unknown compression {compression!r}")
+        return Repair(
+            version=_int(obj, "version", "repair"),
+            name=_str(obj, "name", "repair") or "",
+            group=_str(obj, "group", "repair") or "",
+            user=_str(obj, "user", "repair", optional=True),
+            secret=_str(obj, "secret", "repair", optional=True),
+            fences=_fences(obj.get("fences")),
+            compression=compression,
+        )
     if base == BOOTSTRAP:
         compression = _str(obj, "compression", "bootstrap", optional=True)
         if compression not in (None, "zstd"):

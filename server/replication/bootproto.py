@@ -17,6 +17,9 @@ The conversation (server/replication/bootframes.py has the messages)::
                                          <---   [sow]   data ... done(sow)
                                          <---   [txlog] data ... done(txlog)
 
+A *repair* (server/replication/repair.py) is the same conversation with a ``repair``
+request instead of ``bootstrap``: one phase (``txlog``), the records asked for.
+
 States: ``HANDSHAKE`` until the offer; ``COPYING`` while records come; ``DONE`` after
 ``done(txlog)``; ``CLOSED`` after a refusal, a ``busy`` or a lost connection.
 """
@@ -43,6 +46,7 @@ from server.replication.frames import (
     Message,
     Offer,
     Refuse,
+    Repair,
     encode,
 )
 from server.replication.protocol import Closed, DataReceived
@@ -73,9 +77,10 @@ class BootState(Enum):
 
 @dataclass(frozen=True, slots=True)
 class BootstrapRequested:
-    """(source) An instance asks for a copy; answer with offer, busy or refuse."""
+    """(source) An instance asks for a copy, or for the records its fences lost; answer
+    with offer, busy or refuse."""
 
-    request: Bootstrap
+    request: Bootstrap | Repair
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +182,8 @@ class BootstrapProtocol:
 
     # -- requester --------------------------------------------------------------------
 
-    def request(self, request: Bootstrap) -> None:
-        """(requester) Ask for the copy; the first message."""
+    def request(self, request: Bootstrap | Repair) -> None:
+        """(requester) Ask for the copy (or the repair); the first message."""
         self._expect(Role.REQUESTER, "request")
         if self._requested:
             raise ReplicationProtocolError("the bootstrap request is sent once, first")
@@ -229,7 +234,7 @@ class BootstrapProtocol:
         if isinstance(message, Refuse):
             self._close(refusal_for(message.reason, message.detail), by_peer=True)
         elif self.role is Role.SOURCE:
-            if not isinstance(message, Bootstrap) or self._requested:
+            if not isinstance(message, Bootstrap | Repair) or self._requested:
                 raise ReplicationProtocolError(
                     f"a bootstrap source accepts one bootstrap request, not "
                     f"{type(message).__name__}"
@@ -278,9 +283,12 @@ class BootstrapProtocol:
     # -- helpers ------------------------------------------------------------------------
 
     @staticmethod
-    def _plan(request: Bootstrap) -> tuple[str, ...]:
+    def _plan(request: Bootstrap | Repair) -> tuple[str, ...]:
         """The phases, in order: the SOW first (records no longer in the log are older
-        than those in it: the log's copies then win by bookmark), then the log."""
+        than those in it: the log's copies then win by bookmark), then the log; a
+        repair's records come from the log."""
+        if isinstance(request, Repair):
+            return ("txlog",)
         phases = []
         if "sow" in request.data_types and not request.sow_done:
             phases.append("sow")

@@ -1,4 +1,5 @@
-"""Serving a bootstrap: copy this instance's state to an empty instance that asks.
+"""Serving a bootstrap: copy this instance's state to an empty instance that asks (and,
+on the same conversation, a repair: server/replication/repairsource.py).
 
 The ``/replication`` endpoint (web/replication.py) hands a connection whose first message
 is ``bootstrap`` (not ``hello``) to :meth:`BootstrapSource.serve`. The conversation is the
@@ -47,9 +48,10 @@ from server.replication.errors import (
     NotEntitledToReplicate,
     SourceDamaged,
 )
-from server.replication.frames import Bootstrap, Offer, RecordsWriter
+from server.replication.frames import Bootstrap, Offer, RecordsWriter, Repair
 from server.replication.linkauth import authenticate_peer
 from server.replication.packing import pack_runs
+from server.replication.repairsource import plan_repair, send_repair
 from server.replication.routing import REPLICATED_KINDS
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter
 from server.sow.memory import MemoryStore
@@ -144,11 +146,14 @@ class BootstrapSource:
         if self._task is not None:
             await asyncio.wait({self._task})
 
-    async def _serve(self, request: Bootstrap) -> None:
+    async def _serve(self, request: Bootstrap | Repair) -> None:
         ctx = self._ctx
         self.requester = request.name
         try:
             user = await self._check(request)
+            if isinstance(request, Repair):
+                await self._repair(request, user)
+                return
             busy = ctx.busy(request.name)
             if busy is not None:
                 self.protocol.busy(ctx.config.name, busy.waiting_on)
@@ -175,7 +180,7 @@ class BootstrapSource:
                     pass
                 await self._transport.close(1000, "bootstrap ended")
 
-    async def _check(self, request: Bootstrap) -> UserConfig | None:
+    async def _check(self, request: Bootstrap | Repair) -> UserConfig | None:
         ctx = self._ctx
         if request.name == ctx.config.name:
             raise BootstrapNotAllowed(
@@ -187,6 +192,8 @@ class BootstrapSource:
                 ctx.auth, ctx.logons, self._peer, name=request.name, user=request.user,
                 secret=request.secret,
             )  # fmt: skip
+            if isinstance(request, Repair):
+                return user  # what it may read is checked record by record
             for name, regex in request.topics:
                 if not regex and not ctx.auth.can_read(user, name):
                     raise NotEntitledToReplicate(
@@ -240,6 +247,39 @@ class BootstrapSource:
         ctx.events.emit(
             "info", "replication", "bootstrap_served", requester=request.name,
             records=self.records_out, last_seq=last,
+        )  # fmt: skip
+
+    async def _repair(self, request: Repair, user: UserConfig | None) -> None:
+        """Send the records a repair asks for (server/replication/repairsource.py)."""
+        ctx = self._ctx
+        txlog = ctx.txlog
+        plan = await plan_repair(txlog, request)
+        log_bytes = sum(
+            j.data_bytes
+            for j in txlog.journals()
+            if j.records and j.last_seq >= plan.start and j.first_seq <= plan.end
+        )
+        self.protocol.offer(
+            Offer(
+                name=ctx.config.name, group=ctx.config.group, log_id=ctx.log_id(),
+                first_seq=plan.start, last_seq=plan.end, log_bytes=log_bytes, sow_records=0,
+            )
+        )  # fmt: skip
+        await self._writer.write()
+        ctx.events.emit(
+            "info", "replication", "repair_serving", requester=request.name,
+            fences=len(request.fences), start=plan.start, end=plan.end,
+        )  # fmt: skip
+        compressor = zstandard.ZstdCompressor(level=1) if request.compression else None
+
+        async def send(upto: int, writer: RecordsWriter) -> None:
+            await self._send(upto, writer, compressor)
+
+        sent = await send_repair(txlog, plan, self._reader(user), send)
+        self.protocol.done(plan.end)
+        await self._writer.write()
+        ctx.events.emit(
+            "info", "replication", "repair_served", requester=request.name, records=sent,
         )  # fmt: skip
 
     def _reader(self, user: UserConfig | None) -> Callable[[str], bool]:

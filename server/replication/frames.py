@@ -56,11 +56,14 @@ from server.replication.bootframes import (
     BUSY,
     DONE,
     OFFER,
+    REPAIR,
     BootMessage,
     Bootstrap,
     Busy,
     Done,
     Offer,
+    Repair,
+    RepairFence,
     boot_fields,
     parse_boot,
 )
@@ -104,6 +107,8 @@ __all__ = [
     "PeerMessage",
     "RecordsWriter",
     "Refuse",
+    "Repair",
+    "RepairFence",
     "Run",
     "Stream",
     "SyncNotice",
@@ -157,6 +162,7 @@ class MessageType(IntEnum):
     FABRIC = FABRIC
     CLAIM = CLAIM
     CLAIMED = CLAIMED
+    REPAIR = REPAIR
 
 
 #: what a destination holds per publisher: pub_hash -> (highest, gap intervals)
@@ -292,6 +298,7 @@ Message = (
     | Done
     | Busy
     | PeerMessage
+    | Repair
 )
 
 

@@ -496,18 +496,19 @@ class Replication:
     ) -> InboundLink | BootstrapSource:
         """A connection on ``/replication`` whose first bytes arrived (``first``: at
         least a whole message prefix, :func:`~server.replication.frames.first_type`): the
-        one place that tells its two conversations apart, for the web endpoint
+        one place that tells its conversations apart, for the web endpoint
         (web/replication.py) and the tests' in-memory fabric alike. A ``bootstrap`` request
         is served even while this instance bootstraps itself (``busy`` answers it then;
         None: this instance has no bootstrap), since that is how two instances
-        bootstrapping from each other find out; anything else opens a link, once this
-        instance is ready. The caller then feeds ``first`` and what follows to what it
+        bootstrapping from each other find out; a ``repair`` request even while it starts
+        (it may be repairing its own log, from the instance asking); anything else opens a
+        link, once this instance is ready. The caller then feeds ``first`` and what follows to what it
         gets.
 
         Raises:
             NotAccepting: a link while this instance is not ready (bootstrapping).
         """
-        if first_type(first) == MessageType.BOOTSTRAP:
+        if first_type(first) in (MessageType.BOOTSTRAP, MessageType.REPAIR):
             return self.bootstrap_source(transport, peer, sow_stores, busy or _not_busy)
         if not self._lifecycle.ready:
             raise NotAccepting(f"{self.config.name!r} is not accepting replication yet")

@@ -98,6 +98,31 @@ class PublisherGaps:
         if lo <= hi:
             self._open(pub_hash, lo, hi)
 
+    def add(self, pub_hash: int, lo: int, hi: int) -> None:
+        """Record ``[lo, hi]`` as missing, anywhere below the highest: records the log
+        held there were lost (fenced, server/txlog/fences.py); merged with the gaps it
+        touches."""
+        if lo > hi:
+            return
+        los = self._los.get(pub_hash)
+        if not los:
+            self._open(pub_hash, lo, hi)
+            return
+        his = self._his[pub_hash]
+        pairs = [*zip(los, his, strict=True), (lo, hi)]
+        pairs.sort()
+        merged: list[list[int]] = []
+        for a, b in pairs:
+            if merged and a <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        while len(merged) > self.max_gaps:
+            merged.pop(0)
+            self.forgotten += 1
+        self._los[pub_hash] = [a for a, _ in merged]
+        self._his[pub_hash] = [b for _, b in merged]
+
     def _open(self, pub_hash: int, lo: int, hi: int) -> None:
         los = self._los.get(pub_hash)
         if los is None:

@@ -71,7 +71,7 @@ from server.txlog.index import BLOCK_BYTES
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
-from server.txlog.mend import fence_journal
+from server.txlog.mend import Mended, fence_journal, fill_journal
 from server.txlog.outage import RetryPolicy, WriteOutage
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.placement import Placement
@@ -798,16 +798,13 @@ class TransactionLog:
                 source.release()
             if mended is None:
                 return
-            self._space.resize(journal.disk_size, mended.size)
-            journal.path = mended.path
-            journal.source = mended.source
-            journal.index = mended.index  # readers in flight keep the old mapping alive
-            journal.durable_len = mended.index.data_len
-            journal.compression = None
-            journal.disk_size = mended.size
+            self._swap(journal, mended)
             source.retire()
             for fence in mended.fences:
                 self._fences.add(fence)
+                if fence.exact:
+                    for pub, lo, hi in fence.identities:
+                        self._publishers.lost(pub, lo, hi)
                 self._emit("journal_fenced", fence.to_dict())
             fenced = mended.fences
             self._damage = [
@@ -816,6 +813,91 @@ class TransactionLog:
                 if d.journal != journal.base
                 or not any(f.first_seq <= d.first_seq <= f.last_seq for f in fenced)
             ]
+
+    def holds(self, pub_hash: int, pub_seq: int) -> bool:
+        """Whether the log holds this bookmark outside its fences (as the publisher
+        table knows it: up to the publisher's highest, not in one of its gaps)."""
+        return self._publishers.holds(pub_hash, pub_seq)
+
+    async def fill_fence(
+        self, first_seq: int, records: list[Record], *, released: int = 0
+    ) -> Fence:
+        """Write ``records`` back in place of the placeholders of the fence that starts at
+        ``first_seq``, under its seqs, in order (a repair found them: server/txlog/mend.py).
+
+        Args:
+            first_seq: the fence.
+            records: its records, in the order they take its seqs (their seqs and flags are
+                not used; their time, bookmark, topic, kind, path and contents are).
+            released: placeholders left after them, released: records of the fence that
+                reached the log elsewhere meanwhile (nobody waits for them here).
+
+        Returns:
+            The fence, which is gone from :attr:`fences`.
+
+        Raises:
+            ValueError: no such fence, or the records and released placeholders do not
+                make up its seqs.
+            OSError: the journal could not be written (the fence stays).
+        """
+        async with self._retention.lock:
+            self._check_open()
+            fence = self._fences.covering(first_seq)
+            if fence is None or fence.first_seq != first_seq:
+                raise ValueError(f"no fence starts at seq {first_seq}")
+            journal = self._journals.holding(first_seq)
+            source = journal.source
+            assert source is not None
+            items = self._journals.items
+            highest: dict[int, int] = {}
+            for j in items[: items.index(journal)]:
+                for p in j.index.publishers():
+                    if p.max_pub_seq > highest.get(p.pub_hash, 0):
+                        highest[p.pub_hash] = p.max_pub_seq
+            source.acquire()
+            try:
+                mended = await asyncio.to_thread(
+                    fill_journal, path=journal.path, source=source, base=journal.base,
+                    fence=fence, records=records, released=released, highest_before=highest,
+                    instance=self.instance, seam=self._seam, block_bytes=self._block_bytes,
+                )  # fmt: skip
+            finally:
+                source.release()
+            self._swap(journal, mended)
+            source.retire()
+            self._fences.remove(first_seq)
+            seq = first_seq
+            for rec in records:
+                self._publishers.restored(rec.pub_hash, rec.pub_seq, seq)
+                seq += 1
+            event = "fence_repaired" if records else "fence_released"
+            self._emit(event, {**fence.to_dict(), "written": len(records), "released": released})
+            return fence
+
+    async def release_fence(self, first_seq: int) -> Fence:
+        """Stop waiting for the records of the fence that starts at ``first_seq``: an
+        operator accepts their loss (no peer holds them). Its placeholders stay, marked
+        released; readers pass over them from now on, and their seqs stay taken.
+
+        Raises:
+            ValueError: no fence starts there.
+            OSError: the journal could not be written (the fence stays).
+        """
+        fence = self._fences.covering(first_seq)
+        if fence is None or fence.first_seq != first_seq:
+            raise ValueError(f"no fence starts at seq {first_seq}")
+        return await self.fill_fence(first_seq, [], released=fence.records)
+
+    def _swap(self, journal: Journal, mended: Mended) -> None:
+        """A journal written anew replaces the old one (readers in flight keep the old
+        file and mapping open until they are done)."""
+        self._space.resize(journal.disk_size, mended.size)
+        journal.path = mended.path
+        journal.source = mended.source
+        journal.index = mended.index
+        journal.durable_len = mended.index.data_len
+        journal.compression = None
+        journal.disk_size = mended.size
 
     async def _rebuild_index(self, journal: Journal) -> None:
         index = journal.index

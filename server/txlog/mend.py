@@ -1,4 +1,5 @@
-"""Changes to a finished journal of a running log: fencing its damage.
+"""Changes to a finished journal of a running log: fencing its damage, writing records
+back in place of a fence.
 
 Recovery fences what it finds at open (server/txlog/recovery.py); while the log runs, the
 scrub or a read can find damage in a finished journal too. :func:`fence_journal` does the
@@ -7,6 +8,12 @@ become fences (server/txlog/fencing.py), its intact bytes and the fences' placeh
 written as a new journal that replaces it (server/txlog/rewrite.py; the old one is kept in
 ``damaged/``), and the new file's reader and sealed index are handed back for the log to
 swap in on the loop.
+
+:func:`fill_journal` is the other direction: a repair found the records a fence stands
+for (server/replication/repair.py); they are written in place of its placeholders, under
+the same local seqs, and the journal is written anew around them the same way. A record
+placed below its publisher's highest sequence before it in the log is flagged late
+(server/txlog/record.py ``FLAG_LATE``), as it would have been when it first arrived.
 
 The journal being written is not changed here: damage in it is fenced by the next open.
 
@@ -19,15 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.txlog.fences import Fence
+from server.txlog.codec import encode
+from server.txlog.fences import Fence, Part, placeholders
 from server.txlog.fencing import Neighbours, fences_of, journal_parts
 from server.txlog.files import DAMAGED_DIR, FileSeam, index_name
 from server.txlog.reader import JournalSource, open_source
+from server.txlog.record import FLAG_LATE, Record
 from server.txlog.rewrite import keep_damaged, rewrite_journal
 from server.txlog.salvage import BlockHint, salvage
 from server.txlog.sealedindex import SealedIndex
 
-__all__ = ["Mended", "fence_journal"]
+__all__ = ["Mended", "fence_journal", "fill_journal"]
 
 
 @dataclass(slots=True)
@@ -104,3 +113,83 @@ def fence_journal(
     if fresh is None:
         raise OSError(f"{new}: its index was written but does not load")
     return Mended(new, open_source(new, None), fresh, fences, new.stat().st_size)
+
+
+def fill_journal(
+    *,
+    path: Path,
+    source: JournalSource,
+    base: int,
+    fence: Fence,
+    records: list[Record],
+    released: int,
+    highest_before: dict[int, int],
+    instance: str,
+    seam: FileSeam,
+    block_bytes: int,
+) -> Mended:
+    """Write ``records`` in place of ``fence``'s placeholders (module docstring).
+
+    Args:
+        path, source, base: the journal holding the fence, its reader, its base.
+        fence: the fence.
+        records: what goes in its first seqs, in order (their own seqs and flags are not
+            used: each takes its slot's seq; the late flag is decided here).
+        released: how many placeholders stay after them, released (their records reached
+            the log elsewhere meanwhile).
+        highest_before: per publisher, its highest sequence in the journals before this
+            one (records not late).
+        instance, seam, block_bytes: as for :func:`fence_journal`.
+
+    Raises:
+        ValueError: the records and released placeholders do not fill the fence, or the
+            journal does not hold the fence's placeholders.
+    """
+    if len(records) + released != fence.records:
+        raise ValueError(
+            f"{len(records)} records and {released} released placeholders for a fence of "
+            f"{fence.records} seqs"
+        )
+    sv = salvage(source, base)
+    if sv.damaged:
+        raise ValueError(f"{path} is damaged: it is fenced first")
+    rows = [(p.first_seq + i, row) for p in sv.pieces for i, row in enumerate(p.rows)]
+    at = {seq: row for seq, row in rows}
+    first, last = at.get(fence.first_seq), at.get(fence.last_seq)
+    if first is None or last is None:
+        raise ValueError(f"{path} does not hold seqs {fence.first_seq}..{fence.last_seq}")
+    highest = dict(highest_before)
+    for seq, (_off, _len, _ts, key, ps) in rows:
+        if seq >= fence.first_seq:
+            break
+        if ps > highest.get(key, 0):
+            highest[key] = ps
+    parts: list[Part] = [(0, first[0])]
+    seq = fence.first_seq
+    for rec in records:
+        flags = 0
+        if rec.pub_hash and rec.pub_seq <= highest.get(rec.pub_hash, 0):
+            flags = FLAG_LATE
+        elif rec.pub_hash:
+            highest[rec.pub_hash] = rec.pub_seq
+        data = encode(
+            seq, rec.timestamp_us, rec.pub_hash, rec.pub_seq, rec.topic, rec.message_type,
+            rec.kind, rec.path, flags, rec.body, rec.corr_id, rec.sow_key,
+        )  # fmt: skip
+        parts.append(data)
+        seq += 1
+    if released:
+        rest = Fence(
+            seq, fence.last_seq, fence.journal, fence.reason, fence.found_by, fence.found_us,
+            fence.path, fence.offset, fence.saved, fence.identities, fence.exact, fence.window,
+        )  # fmt: skip
+        parts.extend(placeholders(rest, fence.window[0], released=True))
+    parts.append((last[0] + last[1], sv.end))
+    new = rewrite_journal(
+        directory=path.parent, instance=instance, base=base, parts=parts, source=source,
+        replaces=path, seam=seam, block_bytes=block_bytes,
+    )  # fmt: skip
+    fresh = SealedIndex.load(new.parent / index_name(instance, base), base)
+    if fresh is None:
+        raise OSError(f"{new}: its index was written but does not load")
+    return Mended(new, open_source(new, None), fresh, [], new.stat().st_size)

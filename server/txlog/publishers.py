@@ -94,6 +94,34 @@ class Publishers:
                 gaps.advanced(pub_hash, last, pub_seqs)
         self.table[pub_hash] = (pub_seqs[-1], seq)
 
+    def restored(self, pub_hash: int, pub_seq: int, seq: int) -> None:
+        """A record a repair wrote back (in place of a fence): the log holds it again.
+        Its gap, if one was open, is filled; above the highest, it is the highest."""
+        if not pub_hash:
+            return
+        if self._gaps is not None:
+            self._gaps.fill(pub_hash, pub_seq)
+        prev = self.table.get(pub_hash)
+        if prev is None or pub_seq > prev[0]:
+            if self._gaps is not None and prev is not None and pub_seq > prev[0] + 1:
+                self._gaps.advanced(pub_hash, prev[0], [pub_seq])
+            self.table[pub_hash] = (pub_seq, seq)
+
+    def lost(self, pub_hash: int, lo: int, hi: int) -> None:
+        """Sequences ``lo..hi`` of a publisher are fenced: the log does not hold them any
+        more (they become gaps below its highest; above it, nothing is held anyway)."""
+        prev = self.table.get(pub_hash)
+        if self._gaps is not None and prev is not None:
+            self._gaps.add(pub_hash, lo, min(hi, prev[0]))
+
+    def holds(self, pub_hash: int, pub_seq: int) -> bool:
+        """Whether the log holds this bookmark, as the table knows it (up to the highest,
+        not in a gap; without gap tracking: up to the highest)."""
+        prev = self.table.get(pub_hash)
+        if prev is None or pub_seq > prev[0]:
+            return False
+        return not self.missing(pub_hash, pub_seq)
+
     def holdings(self) -> Holdings:
         """What the log holds per publisher: every sequence from 1 to the highest but the
         gaps (as far as the gap table knows: server/txlog/gaps.py says what it forgets)."""

@@ -291,22 +291,26 @@ class _Walk:
             last_plain = cands[-1].base
         out: list[Examined] = self._open
         for i, cand in enumerate(cands):
+            gap: int | None = None
             if out:
                 expected = out[-1].index.last_seq + 1
                 if cand.base < expected:
                     raise JournalSequenceGap(expected, cand.base, str(cand.path))
                 if cand.base > expected:
-                    missing = self._missing(expected, cand.base - 1, out, cands[i:])
-                    if missing is not None:
-                        out.append(missing)
+                    gap = expected
             ex = examine(cand, active=cand.base == last_plain, trust=self.trust,
                          block_bytes=self.block_bytes)  # fmt: skip
-            out.append(ex)
             self.problems.extend(ex.problems)
+            if gap is not None:
+                # the journal after the hole is read first: its records say what the
+                # missing one held (its publishers' first sequences after it, its time)
+                missing = self._missing(gap, cand.base - 1, out, [ex.index], cands[i + 1 :])
+                if missing is not None:
+                    out.append(missing)
+            out.append(ex)
             if ex.damaged or ex.damage:
                 last = i == len(cands) - 1
-                after = cands[i + 1 :]
-                out[-1] = self._damaged(ex, last=last, before=out[:-1], after=after)
+                out[-1] = self._damaged(ex, last=last, before=out[:-1], after=cands[i + 1 :])
         return out
 
     # -- a damaged journal ----------------------------------------------------------------
@@ -341,7 +345,7 @@ class _Walk:
             else:
                 spans[-1] = replace(spans[-1], last_seq=max(end_seq, spans[-1].first_seq - 1))
         last_seq = spans[-1].last_seq if spans and spans[-1].last_seq is not None else 0
-        nb = _neighbours(before, after)
+        nb = _neighbours(before, [], after)
         fences = fences_of(
             spans, sv, journal=cand.base, path=str(cand.path), last_seq=last_seq,
             index=ids_index, neighbours=nb, found_by="startup", found_us=self.now_us,
@@ -406,7 +410,12 @@ class _Walk:
     # -- a journal missing between two ------------------------------------------------------
 
     def _missing(
-        self, first: int, last: int, before: list[Examined], after: list[Candidate]
+        self,
+        first: int,
+        last: int,
+        before: list[Examined],
+        next_index: list[IndexBuilder | SealedIndex],
+        after: list[Candidate],
     ) -> Examined | None:
         """Fence seqs ``first..last`` whose journal is gone: a journal of placeholders
         takes its place (its identities from its orphaned index, if it left one)."""
@@ -414,7 +423,7 @@ class _Walk:
         index: KeyRanges | None = None
         if orphan is not None:
             index = SealedIndex.from_buffer(orphan, first) or _open_builder(orphan, first)
-        nb = _neighbours(before, after)
+        nb = _neighbours(before, next_index, after)
         sv = Salvage([], [], 0, first, 0, 0)
         span = LostSpan(-1, -1, first, last, "journal missing")
         name = self.journal_dir / f"{self.instance}.{first:020d}.journal"
@@ -531,9 +540,14 @@ def _open_builder(data: bytes, base: int) -> IndexBuilder | None:
     return builder
 
 
-def _neighbours(before: list[Examined], after: list[Candidate]) -> Neighbours:
-    """What the journals around a damaged one say (the indexes of those before; the sealed
-    indexes of those after, mapped for the moment)."""
+def _neighbours(
+    before: list[Examined],
+    known_after: list[IndexBuilder | SealedIndex],
+    after: list[Candidate],
+) -> Neighbours:
+    """What the journals around a damaged or missing one say: the indexes of those before,
+    ``known_after`` (indexes already read of those right after), then the sealed indexes
+    of the next few, mapped for the moment."""
     later: list[SealedIndex] = []
     try:
         for cand in after[:4]:
@@ -541,7 +555,8 @@ def _neighbours(before: list[Examined], after: list[Candidate]) -> Neighbours:
                 sealed = SealedIndex.load(cand.index_path, cand.base)
                 if sealed is not None:
                     later.append(sealed)
-        return neighbours_of([ex.index for ex in before], later)
+        indexes: list[IndexBuilder | SealedIndex] = [*known_after, *later]
+        return neighbours_of([ex.index for ex in before], indexes)
     finally:
         for sealed in later:
             sealed.close()

@@ -1,63 +1,90 @@
 """A damaged copy is found, fenced and repaired from its replication peers.
 
 Real processes: a sync pair A <-> B (each the other's destination), every message acked
-(persisted, so on both copies), both stopped, one copy's files damaged as storage does it
-(tests/support/damage.py), both started again. Then the exact oracle: every acked message
-once on both logs, and a replay from EPOCH on either instance returning the same messages.
+(persisted, so on both copies), both stopped, A's files damaged as storage does it
+(tests/support/damage.py), both started again. Then the exact oracle: A has no fenced
+record left, every acked message is once in both logs, a replay from EPOCH on either
+instance returns the same messages, and the seqs of the damaged records hold the same
+messages again (never other ones).
+
+Each kind of damage is tried with the lost records published at A itself (B's copies
+carry A on their path: loop protection alone would never send them back) and at B.
+Then a chain A -> B -> C where A and B both lost the records and only C holds them, and a
+repair over a mutual-TLS link.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from server.bookmarks import pub_hash
 from server.client import Client, ClientError, Disconnected
-from tests.support.damage import flip_byte, journals, records_of, zero_end_of_last_record
-from tests.support.replication import Cluster, publish_resending, read_log
+from tests.support.certs import TestCA
+from tests.support.damage import (
+    RecordAt,
+    flip_byte,
+    flip_index_byte,
+    journals,
+    records_of,
+    remove_journal,
+    truncate_inside_last_record,
+    zero_end_of_last_record,
+)
+from tests.support.replication import (
+    Cluster,
+    destination,
+    free_ports,
+    publish_resending,
+    read_log,
+    replication_xml,
+)
+from tests.support.server import SpoolProcess
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.faults]
 
 TOPIC = "orders"
+PAD = 200
 _names = itertools.count()
 
 #: (publisher, its sequence, body) of a message
 Message = tuple[int, int, bytes]
 
 
-def _journal_dir(cluster: Cluster, name: str) -> Path:
-    return cluster.data_dir(name) / "journal"
+def _body(s: int, pad: int) -> bytes:
+    return b'{"n":%d,"pad":"%s"}' % (s, b"x" * pad) if pad else b'{"n":%d}' % s
 
 
-def _publish(cluster: Cluster, name: str, publisher: str, seqs: range, size: int = 0) -> None:
-    pad = b"x" * size
-
+def _publish(url: str, publisher: str, seqs: range, pad: int = 0) -> None:
     async def run() -> None:
-        await publish_resending(
-            [cluster.procs[name].ws_url], publisher, TOPIC, seqs, batch=500, timeout=300
-        )
-
-    if not pad:
-        asyncio.run(run())
-        return
-
-    async def padded() -> None:
-        async with Client(cluster.procs[name].ws_url, publisher) as client:
+        async with Client(url, publisher) as client:
             for start in range(seqs.start, seqs.stop, 500):
                 end = min(seqs.stop, start + 500)
                 for s in range(start, end):
-                    client.publish(TOPIC, b'{"n":%d,"pad":"%s"}' % (s, pad), seq=s, persisted=True)
+                    client.publish(TOPIC, _body(s, pad), seq=s, persisted=True)
                 await client.wait_persisted(end - 1, timeout=60)
 
-    asyncio.run(padded())
+    if pad:
+        asyncio.run(run())
+    else:
+        asyncio.run(
+            publish_resending([url], publisher, TOPIC, seqs, batch=500, timeout=300)
+        )  # fmt: skip
 
 
-async def _replay(url: str) -> list[Message] | None:
+def _sent(publisher: str, seqs: range, pad: int = 0) -> Counter[Message]:
+    return Counter((pub_hash(publisher), s, _body(s, pad)) for s in seqs)
+
+
+async def _replay(url: str, verify: ssl.SSLContext | None = None) -> list[Message] | None:
     """Every message of the topic from EPOCH, or None when the replay fails (or does not
     complete within a minute)."""
     try:
@@ -71,7 +98,7 @@ async def _replay_all(url: str) -> list[Message]:
         sub = await client.subscribe(TOPIC, bookmark="0", completed=True)
         out: list[Message] = []
         while not (sub.completed.is_set() and sub.queue.empty()):
-            if client.failures:  # the replay failed (e.g. on damaged bytes)
+            if client.failures:  # the replay failed (e.g. at a fenced range)
                 raise ClientError(str(client.failures[0]))
             try:
                 msg = await sub.get(timeout=1.0)
@@ -82,12 +109,93 @@ async def _replay_all(url: str) -> list[Message]:
         return out
 
 
-def _replays_to(cluster: Cluster, name: str, want: Counter[Message]) -> bool:
-    got = asyncio.run(_replay(cluster.procs[name].ws_url))
+def _replays_to(proc: SpoolProcess, want: Counter[Message]) -> bool:
+    got = asyncio.run(_replay(proc.ws_url))
     return got is not None and Counter(got) == want
 
 
-def _started_pair(tmp_path: Path) -> Cluster:
+def _fences(proc: SpoolProcess, **kw: object) -> list[dict[str, object]]:
+    info = httpx.get(f"{proc.http_url}/api/transaction_log", timeout=10, **kw).json()  # type: ignore[arg-type]
+    fences: list[dict[str, object]] = info["fences"]
+    return fences
+
+
+def _seqs(journal_dir: Path, name: str) -> dict[int, tuple[int, int]]:
+    """Local seq -> bookmark of every record of a stopped instance's journals."""
+    return {
+        r.seq: (r.pub_hash, r.pub_seq) for j in journals(journal_dir, name) for r in records_of(j)
+    }
+
+
+def _check_logs(procs: list[SpoolProcess], want: Counter[Message]) -> None:
+    """Stopped instances: every acked message exactly once in each log."""
+    for proc in procs:
+        records = asyncio.run(read_log(proc))
+        got = Counter((h, s, body) for h, s, body, _path in records)
+        assert got == want, proc.workdir.name
+
+
+# -- the pair -------------------------------------------------------------------------------
+
+#: damage done to A's stopped files: returns the records it hit (their seqs must hold the
+#: same messages after the repair)
+Damage = Callable[[Path, int], list[RecordAt]]
+
+
+def _mine(records: list[RecordAt], publisher: int) -> list[RecordAt]:
+    return [r for r in records if r.pub_hash == publisher]
+
+
+def torn_tail(jdir: Path, publisher: int) -> list[RecordAt]:
+    last = zero_end_of_last_record(journals(jdir, "a")[-1])
+    assert last.pub_hash == publisher
+    return [last]
+
+
+def truncated_tail(jdir: Path, publisher: int) -> list[RecordAt]:
+    last = truncate_inside_last_record(journals(jdir, "a")[-1], keep=48)
+    assert last.pub_hash == publisher
+    return [last]
+
+
+def flipped_byte(jdir: Path, publisher: int) -> list[RecordAt]:
+    first = journals(jdir, "a")[0]
+    mine = _mine(records_of(first), publisher)
+    target = mine[len(mine) // 2]
+    return [flip_byte(first, target.offset + target.length // 2)]
+
+
+def damaged_index(jdir: Path, publisher: int) -> list[RecordAt]:
+    """Only the index of a finished journal: rebuilt from its journal, nothing lost."""
+    flip_index_byte(journals(jdir, "a")[0], "a", 4000)
+    return []
+
+
+def damaged_index_and_data(jdir: Path, publisher: int) -> list[RecordAt]:
+    """A finished journal's index and a record of it: what was lost is told by the intact
+    records around it, not by the index."""
+    hit = flipped_byte(jdir, publisher)
+    flip_index_byte(journals(jdir, "a")[0], "a", 4000)
+    return hit
+
+
+def missing_journal(jdir: Path, publisher: int) -> list[RecordAt]:
+    files = journals(jdir, "a")
+    assert len(files) >= 3
+    return remove_journal(files[1], "a")
+
+
+DAMAGE: dict[str, Damage] = {
+    "torn tail": torn_tail,
+    "truncated tail": truncated_tail,
+    "flipped byte in a finished journal": flipped_byte,
+    "damaged index file": damaged_index,
+    "damaged index and data": damaged_index_and_data,
+    "missing journal in the middle": missing_journal,
+}
+
+
+def _pair(tmp_path: Path) -> Cluster:
     cluster = Cluster.both_ways(tmp_path, journal_size="1MB")
     cluster.start()
     for name, other in (("a", "b"), ("b", "a")):
@@ -95,78 +203,198 @@ def _started_pair(tmp_path: Path) -> Cluster:
     return cluster
 
 
-def _settle(cluster: Cluster) -> None:
-    for name in ("a", "b"):
-        wait_until(lambda n=name: cluster.caught_up(n), 60, message=f"{name} caught up")
+def _settle(cluster: Cluster, *names: str) -> None:
+    for name in names or ("a", "b"):
+        wait_until(lambda n=name: cluster.caught_up(n), 90, message=f"{name} caught up")
 
 
-def _check_logs(cluster: Cluster, want: Counter[Message]) -> None:
-    """Stopped instances: every acked message exactly once in each log."""
-    for name in ("a", "b"):
-        records = asyncio.run(read_log(cluster.procs[name]))
-        got = Counter((h, s, body) for h, s, body, _path in records)
-        assert got == want, name
+def _damaged_pair_is_repaired(tmp_path: Path, damage: Damage, side: str, bulk: int) -> None:
+    """Publish (the side's publisher fills A's first journals and writes its last record),
+    damage A, restart both, check the oracle."""
+    cluster = _pair(tmp_path)
+    a, b = cluster.procs["a"], cluster.procs["b"]
+    chosen = "pub-a" if side == "published at the damaged instance" else "pub-b"
+    other = "pub-b" if chosen == "pub-a" else "pub-a"
+    url = {"pub-a": a.ws_url, "pub-b": b.ws_url}
+    want: Counter[Message] = Counter()
+    try:
+        _publish(url[chosen], chosen, range(1, bulk + 1), PAD)
+        want += _sent(chosen, range(1, bulk + 1), PAD)
+        _publish(url[other], other, range(1, 101))
+        want += _sent(other, range(1, 101))
+        _settle(cluster)
+        _publish(url[chosen], chosen, range(bulk + 1, bulk + 21))  # A's last records
+        want += _sent(chosen, range(bulk + 1, bulk + 21))
+        _settle(cluster)
+        cluster.stop()
+        jdir = cluster.data_dir("a") / "journal"
+        before = _seqs(jdir, "a")
+        hit = damage(jdir, pub_hash(chosen))
+        cluster.start()
+        wait_until(lambda: not _fences(a), 120, message="a repaired: nothing fenced")
+        wait_until(lambda: _replays_to(a, want), 60, message="a replays every message")
+        assert _replays_to(b, want)
+        # new messages get new seqs; the damaged ones hold the same messages again
+        _publish(url[chosen], chosen, range(bulk + 21, bulk + 31))
+        want += _sent(chosen, range(bulk + 21, bulk + 31))
+        _settle(cluster)
+    finally:
+        cluster.stop()
+    _check_logs([a, b], want)
+    after = _seqs(cluster.data_dir("a") / "journal", "a")
+    for r in hit:
+        assert after[r.seq] == (r.pub_hash, r.pub_seq), r
+    assert all(after[seq] == bm for seq, bm in before.items()), "a seq changed its message"
 
 
-def _sent(publisher: str, seqs: range, size: int = 0) -> Counter[Message]:
-    pad = b"x" * size
-    if pad:
-        return Counter((pub_hash(publisher), s, b'{"n":%d,"pad":"%s"}' % (s, pad)) for s in seqs)
-    return Counter((pub_hash(publisher), s, b'{"n":%d}' % s) for s in seqs)
-
-
-@pytest.mark.xfail(strict=True, reason="a torn tail is cut and never given back")
 def test_a_torn_tail_on_the_publishing_instance_is_given_back_by_its_peer(
     tmp_path: Path,
 ) -> None:
-    """The last record of A (published at A, acked, fsynced, on B) is torn while A is
-    stopped: after the restart A holds it again, under its own local seq, and a replay from
-    EPOCH on A returns every message, as on B."""
-    cluster = _started_pair(tmp_path)
-    try:
-        _publish(cluster, "a", "pub-a", range(1, 301))
-        _publish(cluster, "b", "pub-b", range(1, 301))
-        _publish(cluster, "a", "pub-a", range(301, 401))
-        _settle(cluster)
-        cluster.stop()
-        torn = zero_end_of_last_record(journals(_journal_dir(cluster, "a"), "a")[-1])
-        assert (torn.pub_hash, torn.pub_seq) == (pub_hash("pub-a"), 400)
-        cluster.start()
-        want = _sent("pub-a", range(1, 401)) + _sent("pub-b", range(1, 301))
-        wait_until(lambda: _replays_to(cluster, "a", want), 90, message="a replays everything")
-        assert _replays_to(cluster, "b", want)
-        # the next publish gets a new local seq: the torn record's seq holds the same
-        # message again, never a different one
-        _publish(cluster, "a", "pub-a", range(401, 411))
-        want += _sent("pub-a", range(401, 411))
-        _settle(cluster)
-    finally:
-        cluster.stop()
-    _check_logs(cluster, want)
-    at_seq = {r.seq: (r.pub_hash, r.pub_seq) for j in journals(_journal_dir(cluster, "a"), "a")
-              for r in records_of(j)}  # fmt: skip
-    assert at_seq[torn.seq] == (torn.pub_hash, torn.pub_seq)
+    """The issue's first recipe: A's last record (published at A, acked, fsynced, on B)
+    is torn while A is stopped; after the restart A holds it again under its own local
+    seq, and a replay from EPOCH on A returns every message, as on B."""
+    _damaged_pair_is_repaired(
+        tmp_path, torn_tail, "published at the damaged instance", bulk=300
+    )  # fmt: skip
 
 
-@pytest.mark.xfail(strict=True, reason="damage in a finished journal is not found or repaired")
-def test_a_flipped_byte_in_a_finished_journal_is_found_and_repaired(tmp_path: Path) -> None:
-    """Six 1 MB journals on A, a byte in the middle of the first flipped while A is
-    stopped: A finds the damage, keeps every intact record after it, gets the damaged
-    record back from B, and a replay from EPOCH on A returns every message."""
-    cluster = _started_pair(tmp_path)
+@pytest.mark.slow
+@pytest.mark.parametrize("side", ["published at the damaged instance", "published at the peer"])
+@pytest.mark.parametrize("kind", list(DAMAGE))
+def test_damage_is_repaired_from_a_sync_peer(tmp_path: Path, kind: str, side: str) -> None:
+    _damaged_pair_is_repaired(tmp_path, DAMAGE[kind], side, bulk=9000)
+
+
+@pytest.mark.slow
+def test_a_flipped_byte_in_the_first_of_six_journals_is_found_and_repaired(
+    tmp_path: Path,
+) -> None:
+    """The issue's second recipe: six 1 MB journals, byte 500,000 of the first flipped
+    while A is stopped: A finds the damage after it starts (the scrub's first pass), fences
+    the one record, keeps the intact records after it, gets the record back from B."""
+    cluster = _pair(tmp_path)
+    a, b = cluster.procs["a"], cluster.procs["b"]
     try:
-        _publish(cluster, "a", "pub-a", range(1, 12_001), size=200)
-        _publish(cluster, "b", "pub-b", range(1, 8_001), size=200)
+        _publish(a.ws_url, "pub-a", range(1, 12_001), PAD)
+        _publish(b.ws_url, "pub-b", range(1, 8_001), PAD)
         _settle(cluster)
         cluster.stop()
-        files = journals(_journal_dir(cluster, "a"), "a")
+        files = journals(cluster.data_dir("a") / "journal", "a")
         assert len(files) >= 6
-        flip_byte(files[0], 500_000)
+        hit = flip_byte(files[0], 500_000)
         cluster.start()
-        want = _sent("pub-a", range(1, 12_001), 200) + _sent("pub-b", range(1, 8_001), 200)
-        wait_until(lambda: _replays_to(cluster, "a", want), 120, message="a replays everything")
-        assert _replays_to(cluster, "b", want)
+        want = _sent("pub-a", range(1, 12_001), PAD) + _sent("pub-b", range(1, 8_001), PAD)
+        wait_until(lambda: _replays_to(a, want), 120, message="a replays everything")
+        assert _replays_to(b, want) and not _fences(a)
         _settle(cluster)
     finally:
         cluster.stop()
-    _check_logs(cluster, want)
+    _check_logs([a, b], want)
+    after = _seqs(cluster.data_dir("a") / "journal", "a")
+    assert after[hit.seq] == (hit.pub_hash, hit.pub_seq)
+
+
+# -- a chain ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_chain_repairs_from_the_last_instance_that_still_holds_the_records(
+    tmp_path: Path,
+) -> None:
+    """A -> B -> C: A's last records are torn on A and on B; only C holds them. B asks C,
+    A asks B (which finds them only once it repaired itself)."""
+    cluster = Cluster(tmp_path, ["a", "b", "c"])
+    one_way = {"exclude": "replicate"}
+    cluster.add(
+        "a", destinations=[destination("b", [cluster.address("b")], **one_way)],
+        journal_size="1MB",
+    )  # fmt: skip
+    cluster.add(
+        "b",
+        destinations=[destination("c", [cluster.address("c")], passthrough=(".*",), **one_way)],
+        journal_size="1MB",
+    )  # fmt: skip
+    cluster.add("c", journal_size="1MB")
+    a, b, c = (cluster.procs[n] for n in ("a", "b", "c"))
+    cluster.start()
+    try:
+        for name, dest in (("a", "b"), ("b", "c")):
+            wait_until(lambda n=name, d=dest: cluster.destination(n, d)["connected"], 30)
+        _publish(a.ws_url, "pub-a", range(1, 301))
+        want = _sent("pub-a", range(1, 301))
+        wait_until(lambda: cluster.caught_up("a") and cluster.caught_up("b"), 60)
+        cluster.stop()
+        torn_a = zero_end_of_last_record(journals(cluster.data_dir("a") / "journal", "a")[-1])
+        torn_b = zero_end_of_last_record(journals(cluster.data_dir("b") / "journal", "b")[-1])
+        assert (torn_a.pub_hash, torn_a.pub_seq) == (torn_b.pub_hash, torn_b.pub_seq)
+        cluster.start()
+        wait_until(lambda: not _fences(b), 120, message="b repaired from c")
+        wait_until(lambda: not _fences(a), 120, message="a repaired from b")
+        for proc in (a, b, c):
+            wait_until(lambda p=proc: _replays_to(p, want), 60, message=proc.workdir.name)
+    finally:
+        cluster.stop()
+    _check_logs([a, b, c], want)
+    assert _seqs(cluster.data_dir("a") / "journal", "a")[torn_a.seq] == (
+        torn_a.pub_hash, torn_a.pub_seq,
+    )  # fmt: skip
+
+
+# -- over TLS ---------------------------------------------------------------------------------
+
+TOKEN = "ops-token-for-storage-repair-0123"
+
+
+@pytest.mark.slow
+def test_a_repair_works_over_a_mutual_tls_link(tmp_path: Path) -> None:
+    """A dials B over mutual TLS (B maps A's certificate to a user who may write and read
+    the topic): A's torn tail comes back over that link."""
+    ca = TestCA(tmp_path / "pki", "ca")
+    server = ca.issue_server("server")
+    client = ca.issue_client("spool-a")
+    port_a, port_b = free_ports(2)
+    tls = (
+        f"<TLS>true</TLS><CACertificate>{ca.cert_path}</CACertificate>"
+        f"<Certificate>{client.cert_path}</Certificate><PrivateKey>{client.key_path}</PrivateKey>"
+    )
+    a_xml = replication_xml(
+        tmp_path / "a" / "data", "a", port=port_a,
+        destinations=[destination("b", [("127.0.0.1", port_b)], exclude="replicate",
+                                  transport_extra=tls)],
+    )  # fmt: skip
+    users = (
+        f"<User><Name>ops</Name><Token>{TOKEN}</Token><Admin>true</Admin></User>"
+        f"<User><Name>repl</Name><CertificateSubject>{client.subject}</CertificateSubject>"
+        "<Write>.*</Write><Read>.*</Read></User>"
+        f"<User><Name>reader</Name><Token>{TOKEN}-r</Token><Read>.*</Read></User>"
+    )
+    listener = (
+        f"<Certificate>{server.cert_path}</Certificate><PrivateKey>{server.key_path}</PrivateKey>"
+        f"<CACertificate>{ca.cert_path}</CACertificate><ClientAuth>optional</ClientAuth>"
+    )
+    b_xml = replication_xml(
+        tmp_path / "b" / "data", "b", port=port_b, users=users, admin_extra=listener
+    )
+    a = SpoolProcess(tmp_path / "a", a_xml)
+    b = SpoolProcess(tmp_path / "b", b_xml, tls=True)
+    try:
+        b.start()
+        a.start()
+        wait_until(
+            lambda: httpx.get(f"{a.http_url}/api/replication", timeout=10).json()[
+                "destinations"][0]["connected"], 30,
+        )  # fmt: skip
+        _publish(a.ws_url, "pub-a", range(1, 201))
+        want = _sent("pub-a", range(1, 201))
+        a.stop()
+        torn = zero_end_of_last_record(journals(tmp_path / "a" / "data" / "journal", "a")[-1])
+        a.start()
+        wait_until(lambda: not _fences(a), 120, message="a repaired over TLS")
+        assert _replays_to(a, want)
+    finally:
+        a.stop()
+        b.stop()
+    _check_logs([a], want)
+    assert _seqs(tmp_path / "a" / "data" / "journal", "a")[torn.seq] == (
+        torn.pub_hash, torn.pub_seq,
+    )  # fmt: skip

@@ -351,7 +351,7 @@ class MemoryFabric:
         ):
             raise OSError(f"connection from {source} to {address[0]}:{address[1]} refused")
         booting = broker.bootstrapper is not None and broker.bootstrapper.running
-        if not broker.ready and not booting:
+        if not broker.ready and not booting and not broker.starting_repair:
             raise LinkLost(f"{address[0]}:{address[1]} is not accepting replication")
         pipe = _Pipe(f"{address[0]}:{address[1]}")
         peer = self.peers.get(source, Peer("127.0.0.1", 40000 + len(self.dials)))

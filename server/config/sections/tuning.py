@@ -7,9 +7,10 @@ The logon throttle (``LogonFailuresPerAddressUser``, ``LogonFailuresPerAddress``
 (``PasswordCheckThreads``) and the logon deadline and cap (``LogonTimeout``,
 ``MaxConnectionsBeforeLogon[PerAddress]``) are here too: they bound what a flood of
 logons can cost (docs/security.md). So are the quotas of one connection and one user
-(``Max{Subscriptions,Replays,PendingQueries}Per{Connection,User}``, server/quotas.py), and
-the scrub of the transaction log (``JournalScrubInterval``, ``JournalScrubRate``:
-docs/transaction-log.md).
+(``Max{Subscriptions,Replays,PendingQueries}Per{Connection,User}``, server/quotas.py), the
+scrub of the transaction log (``JournalScrubInterval``, ``JournalScrubRate``:
+docs/transaction-log.md) and the time start-up waits for the repair of damaged records
+(``JournalRepairWait``: docs/replication.md "Repair").
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ _TUNING_SPEC: Final[Spec] = {
     "MaxPendingQueriesPerUser": False,
     "JournalScrubInterval": False,
     "JournalScrubRate": False,
+    "JournalRepairWait": False,
 }
 
 #: the counts of ``<Tuning>``: element -> (TuningConfig field, largest value)
@@ -110,6 +112,9 @@ def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | N
     if (node_ := kids.one("JournalScrubInterval")) is not None:
         interval = read_duration(node_, ctx, minimum=60.0, maximum=365 * DAY, zero_ok=True)
         tuning = replace(tuning, journal_scrub_interval=interval)
+    if (node_ := kids.one("JournalRepairWait")) is not None:
+        wait = read_duration(node_, ctx, minimum=1.0, maximum=DAY, zero_ok=True)
+        tuning = replace(tuning, journal_repair_wait=wait)
     if (node_ := kids.one("JournalScrubRate")) is not None:
         tuning = replace(
             tuning, journal_scrub_rate=read_size(node_, ctx, minimum=64 * KB, maximum=100 * GB)

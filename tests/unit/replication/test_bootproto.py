@@ -32,6 +32,8 @@ from server.replication.frames import (
     Done,
     FrameParser,
     Offer,
+    Repair,
+    RepairFence,
     encode,
     first_type,
 )
@@ -229,3 +231,68 @@ def test_malformed_requests_are_protocol_errors(payload: bytes) -> None:
     frame = (len(payload) + 1).to_bytes(4, "little") + bytes([T.BOOTSTRAP]) + payload
     with pytest.raises(ReplicationProtocolError):
         FrameParser().feed(frame)
+
+
+# -- a repair: the same conversation, asked with ``repair`` ------------------------------
+
+
+def _repair() -> Repair:
+    return Repair(
+        PROTOCOL_VERSION, "a", "g", "repl", "s3cret",
+        [RepairFence(1601, 3, [(7, 40, 42), (9, 1, 1)], (1_000_000, None)),
+         RepairFence(9000, 1, [], (5, 10))],
+        "zstd",
+    )  # fmt: skip
+
+
+@given(cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=6))
+def test_a_repair_request_round_trips_and_is_served_in_one_phase(cuts: list[int]) -> None:
+    requester = BootstrapProtocol(Role.REQUESTER)
+    source = BootstrapProtocol(Role.SOURCE)
+    requester.request(_repair())
+    data = requester.data_to_send()
+    assert first_type(data) == T.REPAIR
+    requester._out.append(data)  # put it back for the pipe
+    _pipe(requester, source, cuts)
+    (asked,) = source.events_received()
+    assert isinstance(asked, BootstrapRequested) and asked.request == _repair()
+    source.offer(_OFFER)
+    assert source.phase == "txlog"
+    source.send_data(5, 1, b"runs", compressed=False)
+    source.done(10)
+    _pipe(source, requester, cuts)
+    events = requester.events_received()
+    assert [type(e) for e in events] == [Offered, DataReceived, Finished]
+    assert requester.state is BootState.DONE
+
+
+@pytest.mark.parametrize(
+    ("fences", "fragment"),
+    [
+        ([], "1 to 1024 fenced ranges"),
+        (
+            [{"first_seq": 1, "records": 1, "intervals": [[7, 5, 4]], "window": [0, None]}],
+            "[pub_hash, first, last]",
+        ),
+        (
+            [{"first_seq": 1, "records": 1, "intervals": [[7, -1, 4]], "window": [0, None]}],
+            "[pub_hash, first, last]",
+        ),
+        ([{"first_seq": 1, "records": 1, "intervals": [], "window": [0]}], "'window'"),
+        ([{"first_seq": -1, "records": 1, "intervals": [], "window": [0, None]}], "first_seq"),
+        ([[1, 2]], "a repair fence is an object"),
+    ],
+)
+def test_a_malformed_repair_request_is_refused_with_what_is_wrong(
+    fences: list[object], fragment: str
+) -> None:
+    import orjson
+
+    payload = orjson.dumps({"version": PROTOCOL_VERSION, "name": "a", "group": "g",
+                            "fences": fences})  # fmt: skip
+    frame = (len(payload) + 1).to_bytes(4, "little")
+    source = BootstrapProtocol(Role.SOURCE)
+    source.receive_data(frame + bytes([T.REPAIR]) + payload)
+    (closed,) = source.events_received()
+    assert isinstance(closed, Closed) and isinstance(closed.error, ProtocolRefusal)
+    assert fragment in closed.error.detail

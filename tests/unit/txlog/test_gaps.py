@@ -43,6 +43,17 @@ class GapsMachine(RuleBasedStateMachine):
         assert self.table.fill(pub, s) == was_missing
         self.held[pub].add(s)
 
+    @rule(pub=st.sampled_from(PUBS), data=st.data())
+    def lose(self, pub: int, data: st.DataObject) -> None:
+        """Held sequences are lost (a fence): they are missing again."""
+        last = self._last(pub)
+        if last < 2:
+            return
+        lo = data.draw(st.integers(1, last - 1))
+        hi = data.draw(st.integers(lo, last - 1))  # the highest stays held
+        self.table.add(pub, lo, hi)
+        self.held[pub].difference_update(range(lo, hi + 1))
+
     @invariant()
     def matches_the_oracle(self) -> None:
         for pub in PUBS:

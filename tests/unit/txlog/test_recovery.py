@@ -329,14 +329,18 @@ def test_damaged_index_is_reported_and_rebuilt(tmp_path: Path) -> None:
     assert facts["bm_10"] == 10
 
 
-def test_a_missing_middle_journal_is_fenced_in_its_place(tmp_path: Path) -> None:
+@pytest.mark.parametrize("index_left", [True, False])
+def test_a_missing_middle_journal_is_fenced_in_its_place(tmp_path: Path, index_left: bool) -> None:
     """A journal deleted between two others: a journal of placeholders takes its seqs,
-    every other record is served; its index, left behind, says what it held."""
+    every other record is served; its index, when left behind, says what it held (else the
+    records around it do: publisher 7's last before and first after)."""
     write_log(tmp_path, 2500)
     files = journal_files(tmp_path)
     lost_base = int(files[1].name.split(".")[1])
     next_base = int(files[2].name.split(".")[1])
     files[1].unlink()
+    if not index_left:
+        (files[1].parent / files[1].name.replace(".journal", ".index")).unlink()
     report, seqs, facts = reopen(tmp_path)
     lost = range(lost_base, next_base)
     assert seqs == [s for s in range(1, 2501) if s not in lost]
@@ -344,9 +348,11 @@ def test_a_missing_middle_journal_is_fenced_in_its_place(tmp_path: Path) -> None
     assert (fence["first_seq"], fence["last_seq"], fence["reason"]) == (
         lost_base, next_base - 1, "journal missing",
     )  # fmt: skip
-    assert fence["exact"] and fence["publishers"] == [
+    assert fence["exact"] is index_left
+    assert fence["publishers"] == [
         {"pub_hash": 7, "first_pub_seq": lost_base, "last_pub_seq": next_base - 1}
     ]
+    assert fence["window_us"][1] is not None  # the time of the first record after it
     assert facts["fences"] == [(lost_base, next_base - 1)]
     assert files[1].exists()  # the placeholders' journal
 

@@ -1,0 +1,530 @@
+"""Repair: the records this instance's log holds fenced, brought back from its peers.
+
+A fence (server/txlog/fences.py) holds the local seqs of records this log lost - bytes
+that failed their checks, a journal missing from the middle of the log, durable records
+of a torn tail - in place, with what is known of them: the bookmark intervals they lie in
+and the time window around them. The :class:`Repairer` asks this instance's replication
+peers for exactly those records and writes them back in place of their placeholders,
+under the same local seqs (``TransactionLog.fill_fence``):
+
+1. **Whom it asks**: each destination of ``<Replication>``, in its configured order, at
+   its addresses in order, with the destination's own transport: TLS and credentials
+   (server/replication/repairsource.py serves the request there and authenticates it like
+   a link's source). A peer that lost the same records (its own fence) has nothing to
+   send; asking again later finds them once that peer repaired itself from its own
+   peers: the repair travels down a chain one instance at a time.
+2. **What it asks**: a ``repair`` request (server/replication/bootframes.py) naming every
+   fence: its record count, its bookmark intervals (each index key asked as itself and as
+   the publisher it may be the late key of: an index does not say which) and its window.
+   The peer sends every record whose bookmark lies in an interval, **whoever published it
+   and whatever its path**: loop protection keeps a link from sending an instance what it
+   already has; an instance that asks has lost it.
+3. **What it writes**: per fence, the records received whose bookmark lies in its
+   intervals and that the log does not hold elsewhere, in the peer's log order (for
+   records this instance published or forwarded, its own order), each with the peer's
+   time, its publisher's bookmark, its kind and contents, and the path it had here: the
+   peer's path up to this instance's own name when it is on it (the record went out from
+   here), else the peer's path and the peer (as a link's record would have it). A fence is
+   written only when the records make it up exactly: as many as its seqs (for an exact
+   fence, the records that reached this log again elsewhere meanwhile count, and their
+   placeholders are released). Otherwise it stays fenced and says what was found where:
+   nothing is ever invented or renumbered.
+4. **When**: at start-up, before the SOW and queues are rebuilt from the log, for up to
+   ``Tuning/JournalRepairWait`` (the instance is not ready meanwhile; the peers are
+   started too, and serve repairs while they start); then in the background while fences
+   remain, every few seconds (doubling up to :data:`RETRY_MAX`), and at once when asked
+   (``POST /api/transaction_log/repair``).
+
+Writing a fence is one journal rewrite (server/txlog/rewrite.py): interrupted at any point,
+the next open finishes it or leaves the fence as it was, and the next repair asks again.
+Repairing is idempotent: what was written back is no longer fenced, so never asked for
+again.
+
+Event loop only; the reads and writes of the log run in its worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Final
+
+import zstandard
+
+from server.alerts import Alert
+from server.clock import Clock
+from server.config import Config, DestinationConfig, format_inet_addr
+from server.replication.bootproto import BootstrapProtocol, Finished, Offered, Role
+from server.replication.errors import LinkRefused, ReplicationProtocolError
+from server.replication.frames import (
+    PROTOCOL_VERSION,
+    Data,
+    Offer,
+    Repair,
+    RepairFence,
+    Run,
+    decode_runs,
+)
+from server.replication.hops import format_hop, parse_hop
+from server.replication.protocol import Closed, DataReceived
+from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
+from server.stats.source import EventSink
+from server.tls.context import load_dial_context
+from server.tls.errors import TlsError
+from server.txlog import Record, RecordKind, TransactionLog
+from server.txlog.fences import Fence
+from server.txlog.record import publisher_of
+
+__all__ = ["RETRY_MAX", "RepairProgress", "Repairer"]
+
+#: seconds between repair attempts while fences remain: the first, then doubling
+RETRY_MIN: Final = 1.0
+RETRY_MAX: Final = 30.0
+#: the message type records are recorded with (as the publish path records them)
+_MESSAGE_TYPE: Final = "json"
+
+
+@dataclass(slots=True)
+class RepairProgress:
+    """What the repair is doing (the admin API's ``repair``, the dashboard).
+
+    Attributes:
+        state: ``idle`` (nothing fenced), ``repairing`` (asking a peer now), ``waiting``
+            (fences remain: the next attempt is due at ``next_attempt``).
+        peer: the peer asked now (or last), ``NAME at HOST:PORT``.
+        fences: fenced ranges left.
+        records_wanted: local seqs those fences hold.
+        records_received: records the current (or last) attempt received for them.
+        bytes_received: their bytes.
+        scanned / to_scan: how far the peer has read the part of its log it searches.
+        rate: bytes a second the peer has read (this attempt).
+        eta_seconds: time left for this attempt (None: not known).
+        records_repaired: records written back since the instance started.
+        fences_repaired: fences written back since the instance started.
+        attempts: attempts made since the instance started.
+        next_attempt: when the next attempt starts (wall time, seconds).
+        last_error: why the last attempt found nothing, or failed.
+    """
+
+    state: str = "idle"
+    peer: str | None = None
+    fences: int = 0
+    records_wanted: int = 0
+    records_received: int = 0
+    bytes_received: int = 0
+    scanned: int = 0
+    to_scan: int = 0
+    rate: float = 0.0
+    eta_seconds: float | None = None
+    records_repaired: int = 0
+    fences_repaired: int = 0
+    attempts: int = 0
+    next_attempt: float | None = None
+    last_error: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "state": self.state,
+            "peer": self.peer,
+            "fences": self.fences,
+            "records_wanted": self.records_wanted,
+            "records_received": self.records_received,
+            "bytes_received": self.bytes_received,
+            "scanned": self.scanned,
+            "to_scan": self.to_scan,
+            "rate": round(self.rate, 1),
+            "eta_seconds": self.eta_seconds,
+            "records_repaired": self.records_repaired,
+            "fences_repaired": self.fences_repaired,
+            "attempts": self.attempts,
+            "next_attempt": self.next_attempt,
+            "last_error": self.last_error,
+        }
+
+
+@dataclass(slots=True)
+class _Wanted:
+    """One fence as a repair attempt sees it: what it lacks, what came for it."""
+
+    fence: Fence
+    intervals: list[tuple[int, int, int]]
+    got: dict[tuple[int, int], Record] = field(default_factory=dict)
+
+    def takes(self, pub_hash: int, pub_seq: int) -> bool:
+        return any(h == pub_hash and lo <= pub_seq <= hi for h, lo, hi in self.intervals)
+
+
+class Repairer:
+    """This instance's repair of its fenced records (module docstring).
+
+    Args:
+        config: the instance's configuration (its destinations are the peers asked).
+        txlog: its log.
+        clock: time for retries and progress.
+        events: the event log.
+        connector: how to dial a peer (the replication links' own).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        txlog: TransactionLog,
+        clock: Clock,
+        events: EventSink,
+        connector: Connector,
+    ) -> None:
+        self._config = config
+        self._txlog = txlog
+        self._clock = clock
+        self._events = events
+        self._connector = connector
+        self.progress = RepairProgress()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        self._began = 0.0
+        self._since = 0.0
+
+    @property
+    def peers(self) -> list[DestinationConfig]:
+        repl = self._config.replication
+        return list(repl.destinations) if repl is not None else []
+
+    # -- life -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Repair in the background while fences remain (module docstring, 4)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="spool-repair")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def request(self) -> None:
+        """Attempt a repair now (an operator asked, or a fence was just made)."""
+        self._wake.set()
+
+    def alerts(self) -> list[Alert]:
+        """A banner while a repair runs: from whom, how far, how long still."""
+        progress = self.progress
+        if progress.state != "repairing":
+            return []
+        eta = f", about {progress.eta_seconds:.0f}s left" if progress.eta_seconds else ""
+        share = f"{progress.scanned * 100 // progress.to_scan}%" if progress.to_scan else "0%"
+        return [
+            {
+                "id": "txlog-repairing",
+                "level": "warning",
+                "title": "Repairing damaged records",
+                "message": (
+                    f"asking {progress.peer} for {progress.records_wanted} fenced records "
+                    f"({progress.fences} range{'' if progress.fences == 1 else 's'}): "
+                    f"{progress.records_received} received, {progress.bytes_received:,} "
+                    f"bytes, {share} of its log searched{eta}."
+                ),
+                "since": datetime.fromtimestamp(self._since, UTC)
+                .isoformat(timespec="seconds")
+                .replace("+00:00", "Z"),
+            }
+        ]
+
+    async def repair_at_start(self, timeout: float) -> bool:
+        """Attempt repairs until nothing is fenced or ``timeout`` seconds passed (the
+        instance is not ready meanwhile). Returns whether nothing is fenced any more."""
+        loop = asyncio.get_running_loop()
+        deadline = self._clock.monotonic() + timeout
+        delay = RETRY_MIN
+        while self._txlog.fences:
+            await self.attempt()
+            if not self._txlog.fences:
+                break
+            left = deadline - self._clock.monotonic()
+            if left <= 0:
+                break
+            sleeper = loop.create_task(self._clock.sleep(min(delay, left)))
+            try:
+                await sleeper
+            finally:
+                sleeper.cancel()
+            delay = min(RETRY_MAX, delay * 2)
+        return not self._txlog.fences
+
+    async def _run(self) -> None:
+        delay = RETRY_MIN
+        loop = asyncio.get_running_loop()
+        while True:
+            if self._txlog.fences:
+                repaired = await self.attempt()
+                delay = RETRY_MIN if repaired else min(RETRY_MAX, delay * 2)
+            else:
+                delay = RETRY_MAX
+            if self._txlog.fences:
+                self.progress.state = "waiting"
+                self.progress.next_attempt = self._clock.time() + delay
+            sleeper = loop.create_task(self._clock.sleep(delay))
+            waiter = loop.create_task(self._wake.wait())
+            try:
+                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                waiter.cancel()
+            self._wake.clear()
+
+    # -- one attempt ------------------------------------------------------------------
+
+    async def attempt(self) -> bool:
+        """Ask the peers, in order, until nothing is fenced; returns whether a fence was
+        written back."""
+        async with self._lock:
+            progress = self.progress
+            progress.attempts += 1
+            progress.next_attempt = None
+            before = progress.fences_repaired
+            found: dict[int, list[str]] = {}
+            for dest in self.peers:
+                for host, port in dest.transport.addresses:
+                    fences = self._txlog.fences
+                    if not fences:
+                        break
+                    address = format_inet_addr(host, port)
+                    progress.peer = f"{dest.name} at {address}"
+                    try:
+                        await self._ask(dest, host, port, fences, found)
+                    except (OSError, LinkLost, LinkTlsFailed, TlsError) as exc:
+                        progress.last_error = f"{dest.name} at {address}: {exc}"
+                        continue
+                    except LinkRefused as exc:
+                        progress.last_error = f"{dest.name} at {address}: {exc}"
+                    break  # one address of a destination answered: the next destination
+            for fence in self._txlog.fences:
+                said = found.get(fence.first_seq)
+                fence.repair = (
+                    "; ".join(said) if said else f"no peer answered ({progress.last_error})"
+                )
+            left = self._txlog.fences
+            progress.fences = len(left)
+            progress.records_wanted = sum(f.records for f in left)
+            progress.state = "waiting" if left else "idle"
+            if left and progress.fences_repaired == before:
+                self._events.emit(
+                    "error", "txlog", "repair_incomplete", fences=len(left),
+                    detail="; ".join(f"seqs {f.first_seq}..{f.last_seq}: {f.repair}" for f in left),
+                )  # fmt: skip
+            return progress.fences_repaired > before
+
+    async def _ask(
+        self,
+        dest: DestinationConfig,
+        host: str,
+        port: int,
+        fences: list[Fence],
+        found: dict[int, list[str]],
+    ) -> None:
+        """One peer: ask for every fence's records, write back the fences they make up."""
+        progress = self.progress
+        progress.state = "repairing"
+        self._since = self._clock.time()
+        progress.records_received = progress.bytes_received = 0
+        progress.scanned = progress.to_scan = 0
+        progress.rate = 0.0
+        progress.eta_seconds = None
+        progress.fences = len(fences)
+        progress.records_wanted = sum(f.records for f in fences)
+        wanted = [_Wanted(f, _asked(f)) for f in fences]
+        tls = await self._tls_context(dest)
+        transport = await self._connector(host, port, tls, self._config.link_timeout)
+        try:
+            peer, offer = await self._receive(dest, transport, wanted)
+        finally:
+            with contextlib.suppress(Exception):
+                await transport.close(1000, "repair ended")
+        for w in wanted:
+            await self._write(w, peer, offer, found)
+
+    async def _receive(
+        self, dest: DestinationConfig, transport: Dialed, wanted: list[_Wanted]
+    ) -> tuple[str, Offer]:
+        """The conversation with one peer; the records it sends, sorted to their fences.
+
+        Returns:
+            The peer's name and its offer.
+
+        Raises:
+            LinkRefused: the peer refused, or the conversation broke.
+            LinkLost: the connection went away.
+        """
+        cfg = self._config
+        creds = dest.transport
+        protocol = BootstrapProtocol(Role.REQUESTER)
+        writer = LinkWriter(protocol.data_to_send, transport)
+        protocol.request(
+            Repair(
+                PROTOCOL_VERSION, cfg.name, cfg.group, creds.user, creds.secret,
+                [
+                    RepairFence(w.fence.first_seq, w.fence.records, w.intervals, w.fence.window)
+                    for w in wanted
+                ],
+                creds.compression,
+            )
+        )  # fmt: skip
+        await writer.write()
+        decompressor = zstandard.ZstdDecompressor()
+        offer: Offer | None = None
+        self._began = self._clock.monotonic()
+        while True:
+            try:
+                data = await transport.recv()
+            except LinkLost as exc:
+                protocol.connection_lost(LinkRefused(str(exc)))
+                data = b""
+            protocol.receive_data(data)
+            for event in protocol.events_received():
+                if isinstance(event, Offered):
+                    offer = event.offer
+                    self.progress.to_scan = max(0, offer.last_seq - offer.first_seq + 1)
+                elif isinstance(event, DataReceived):
+                    assert offer is not None
+                    runs = await _runs(event.data, decompressor)
+                    self._sort(runs, wanted, offer)
+                    self.progress.bytes_received += len(event.data.payload)
+                    self._advance(event.data.upto, offer)
+                elif isinstance(event, Finished):
+                    assert offer is not None
+                    return offer.name, offer
+                elif isinstance(event, Closed):
+                    raise event.error
+            await writer.write()
+
+    def _sort(self, runs: list[Run], wanted: list[_Wanted], offer: Offer) -> None:
+        """Each record received to the fence whose intervals take it (the first one)."""
+        me = self._config.name
+        hop = format_hop(offer.name, offer.group)
+        for run in runs:
+            path = _path_here(run.path, me, hop)
+            for i, pub_seq in enumerate(run.pub_seqs):
+                for w in wanted:
+                    if w.takes(run.pub_hash, pub_seq):
+                        key = (run.pub_hash, pub_seq)
+                        if key not in w.got:
+                            w.got[key] = Record(
+                                run.source_seqs[i], run.timestamps_us[i], run.pub_hash,
+                                pub_seq, run.topic, _MESSAGE_TYPE, RecordKind(run.kind), path,
+                                0, run.bodies[i],
+                                run.corr_ids[i] if run.corr_ids else "",
+                                run.sow_keys[i] if run.sow_keys else "",
+                            )  # fmt: skip
+                            self.progress.records_received += 1
+                        break
+
+    def _advance(self, upto: int, offer: Offer) -> None:
+        progress = self.progress
+        progress.scanned = max(0, min(upto, offer.last_seq) - offer.first_seq + 1)
+        elapsed = max(self._clock.monotonic() - self._began, 1e-6)
+        done = progress.scanned / progress.to_scan if progress.to_scan else 1.0
+        progress.rate = offer.log_bytes * done / elapsed
+        progress.eta_seconds = round(elapsed * (1 - done) / done, 1) if done > 0 else None
+
+    async def _write(
+        self, w: _Wanted, peer: str, offer: Offer, found: dict[int, list[str]]
+    ) -> None:
+        """Write one fence back when the records received make it up (module docstring,
+        3); otherwise say what was found."""
+        fence = w.fence
+        txlog = self._txlog
+        records = [r for r in w.got.values() if not txlog.holds(r.pub_hash, r.pub_seq)]
+        held = len(w.got) - len(records)
+        if fence.exact:
+            elsewhere = _held_elsewhere(txlog, fence) - {(r.pub_hash, r.pub_seq) for r in records}
+            released = len(elsewhere)
+        else:
+            released = 0
+        records.sort(key=lambda r: r.seq)  # the peer's log order
+        if len(records) + released != fence.records:
+            note = f"{peer}: {len(records)} of {fence.records} records found" + (
+                f" ({held} held here already)" if held else ""
+            )
+            found.setdefault(fence.first_seq, []).append(note)
+            return
+        try:
+            await txlog.fill_fence(fence.first_seq, records, released=released)
+        except (OSError, ValueError) as exc:
+            found.setdefault(fence.first_seq, []).append(f"{peer}: not written: {exc}")
+            self._events.emit(
+                "error", "txlog", "repair_failed", first_seq=fence.first_seq,
+                last_seq=fence.last_seq, peer=peer, error=str(exc),
+            )  # fmt: skip
+            return
+        progress = self.progress
+        progress.records_repaired += len(records)
+        progress.fences_repaired += 1
+        self._events.emit(
+            "info", "txlog", "repaired", first_seq=fence.first_seq, last_seq=fence.last_seq,
+            records=len(records), released=released, peer=peer, peer_log=offer.log_id,
+        )  # fmt: skip
+
+    async def _tls_context(self, dest: DestinationConfig) -> ssl.SSLContext | None:
+        transport = dest.transport
+        if not transport.tls:
+            return None
+        try:
+            return await asyncio.to_thread(
+                load_dial_context,
+                transport.ca_certificate,
+                transport.certificate,
+                transport.private_key,
+            )
+        except TlsError as exc:
+            raise LinkTlsFailed(f"TLS files: {exc}") from exc
+
+
+def _asked(fence: Fence) -> list[tuple[int, int, int]]:
+    """A fence's intervals as asked: each index key as itself and as the publisher it may
+    be the late key of."""
+    out = []
+    for key, lo, hi in fence.identities:
+        for pub in publisher_of(key):
+            out.append((pub, lo, hi))
+    return out
+
+
+def _held_elsewhere(txlog: TransactionLog, fence: Fence) -> set[tuple[int, int]]:
+    """The bookmarks of an exact fence that reached the log again elsewhere meanwhile (a
+    publisher's resend, another route): their placeholders are released, not filled."""
+    out = set()
+    for key, lo, hi in fence.identities:
+        for s in range(lo, hi + 1):
+            for pub in publisher_of(key):
+                if txlog.holds(pub, s):
+                    out.add((pub, s))
+                    break
+    return out
+
+
+def _path_here(path: Sequence[str], me: str, hop: str) -> tuple[str, ...]:
+    """The path a record had on this instance, from the peer's copy's (module docstring,
+    3)."""
+    for i, entry in enumerate(path):
+        if parse_hop(entry).name == me:
+            return tuple(path[:i])
+    return (*path, hop)
+
+
+async def _runs(data: Data, decompressor: zstandard.ZstdDecompressor) -> list[Run]:
+    """The runs of a data message (decompressed in a thread)."""
+    try:
+        if data.compressed:
+            raw = await asyncio.to_thread(
+                decompressor.decompress, data.payload, max_output_size=1 << 30
+            )
+            return decode_runs(raw, data.count)
+        return decode_runs(data.payload, data.count)
+    except (ReplicationProtocolError, zstandard.ZstdError) as exc:
+        raise LinkRefused(f"a repair data message is malformed: {exc}") from exc

@@ -1,0 +1,151 @@
+"""A fence is filled with its records under the same seqs, or released; either way the
+log reads whole again, and so does the next open."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from server.txlog import FencedRecords, TransactionLog
+from server.txlog.record import FLAG_LATE, FLAG_RELEASED, Record, RecordKind
+from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
+from tests.unit.txlog.test_scrub import flip, middle_record, read_around_fences, write_log
+
+
+def make_log(tmp: Path) -> TransactionLog:
+    return TransactionLog(config(tmp), INSTANCE, block_bytes=512, track_gaps=True)
+
+
+def original(seq: int) -> Record:
+    """The record ``fill`` wrote at ``seq`` (publisher 7, its sequence = the seq)."""
+    return Record(0, 1000 + seq, 7, seq, "orders", "json", RecordKind.PUBLISH, (), 0,
+                  b'{"n":%d}' % seq)  # fmt: skip
+
+
+def fenced_log(tmp: Path) -> int:
+    """A log of 2000 records whose open fences one in the last block of its first
+    journal; returns its seq."""
+    write_log(tmp, 2000)
+    journal = journal_files(tmp)[0]
+    off, length, seq = middle_record(journal)
+    flip(journal, off + length - 2)
+    return seq
+
+
+async def opened(tmp: Path) -> TransactionLog:
+    log = make_log(tmp)
+    await log.open()
+    log.start_scrub()
+    assert log.scrub()
+    while log.scrub_status.passes == 0:
+        import asyncio
+
+        await asyncio.sleep(0.01)
+    return log
+
+
+def test_a_fence_filled_with_its_records_reads_whole_under_the_same_seqs(tmp_path: Path) -> None:
+    seq = fenced_log(tmp_path)
+
+    async def body() -> None:
+        log = await opened(tmp_path)
+        (fence,) = log.fences
+        assert (fence.first_seq, fence.last_seq, fence.exact) == (seq, seq, True)
+        assert not log.holds(7, seq) and log.holds(7, seq + 1)
+        await log.fill_fence(seq, [original(seq)])
+        assert log.fences == [] and log.holds(7, seq)
+        records = [r for b in await read_all(log) for r in b]
+        assert [r.seq for r in records] == list(range(1, 2001))
+        assert [r.pub_seq for r in records] == list(range(1, 2001))
+        back = records[seq - 1]
+        assert back.body == b'{"n":%d}' % seq and not back.flags & FLAG_LATE
+        assert log.seq_for_bookmark(7, seq) == seq
+        # appends go on after the last seq, as always
+        await fill(log, 1)
+        assert log.last_seq == 2001
+        with pytest.raises(ValueError):
+            await log.fill_fence(seq, [original(seq)])  # nothing fenced there any more
+        await log.close()
+
+    run(body)
+
+    async def again() -> None:
+        log = make_log(tmp_path)
+        report = await log.open()
+        assert report.clean and log.fences == []
+        assert [s for b in await read_all(log) for s in b.seqs] == list(range(1, 2002))
+        await log.close()
+
+    run(again)
+
+
+def test_records_that_do_not_make_up_the_fence_are_refused(tmp_path: Path) -> None:
+    seq = fenced_log(tmp_path)
+
+    async def body() -> None:
+        log = await opened(tmp_path)
+        with pytest.raises(ValueError):
+            await log.fill_fence(seq, [original(seq), original(seq + 1)])
+        with pytest.raises(ValueError):
+            await log.fill_fence(seq, [])
+        assert len(log.fences) == 1
+        await log.close()
+
+    run(body)
+
+
+def test_a_record_placed_below_its_publishers_highest_is_flagged_late(tmp_path: Path) -> None:
+    """The repair brings a record of publisher 7 whose sequence is below one already
+    before the fence (it had arrived late the first time): it is flagged late again."""
+    seq = fenced_log(tmp_path)
+
+    async def body() -> None:
+        log = await opened(tmp_path)
+        early = Record(0, 5, 7, 3, "orders", "json", RecordKind.PUBLISH, (), 0, b"{}")
+        await log.fill_fence(seq, [early])
+        back = next(r for b in await read_all(log) for r in b if r.seq == seq)
+        assert back.pub_seq == 3 and back.flags & FLAG_LATE
+        await log.close()
+
+    run(body)
+
+
+def test_a_released_fence_is_passed_over_and_its_seqs_stay_taken(tmp_path: Path) -> None:
+    seq = fenced_log(tmp_path)
+    events: list[str] = []
+
+    async def body() -> None:
+        log = TransactionLog(
+            config(tmp_path), INSTANCE, block_bytes=512,
+            on_event=lambda name, _f: events.append(name),
+        )  # fmt: skip
+        await log.open()
+        log.start_scrub()
+        assert log.scrub()
+        while not log.fences:
+            import asyncio
+
+            await asyncio.sleep(0.01)
+        with pytest.raises(FencedRecords):
+            await read_all(log)
+        await log.release_fence(seq)
+        assert log.fences == []
+        batches = await read_all(log)
+        kinds = {r.seq: r for b in batches for r in b}
+        assert kinds[seq].kind is RecordKind.LOST and kinds[seq].flags & FLAG_RELEASED
+        assert [s for b in batches for s in b.seqs] == list(range(1, 2001))
+        await log.close()
+
+    run(body)
+    assert "fence_released" in events
+
+    async def again() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        assert log.fences == []
+        seqs, met = await read_around_fences(log)
+        assert met == [] and len(seqs) == 2000
+        await log.close()
+
+    run(again)
