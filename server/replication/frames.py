@@ -218,6 +218,9 @@ class Welcome:
             record again when it was published through another instance, so the
             destination can tell two publishers sharing an identity apart:
             server/replication/collisions.py).
+        lost_since: when its log lost records it cannot name (a torn tail cut at its
+            last start, µs; None: none): the resync then also covers what the source
+            recorded from a little before that time, ignoring the acknowledged position.
     """
 
     version: int
@@ -228,6 +231,7 @@ class Welcome:
     validation: dict[str, object]
     instance_id: str = ""
     origins: Origins = field(default_factory=dict)
+    lost_since: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +357,7 @@ def _encoded(message: Message) -> tuple[int, bytes]:
                 "validation": message.validation,
                 "instance_id": message.instance_id,
                 "origins": [[h, [[f, o] for f, o in segs]] for h, segs in message.origins.items()],
+                "lost_since": message.lost_since,
             }
         )
     if isinstance(message, Refuse):
@@ -609,6 +614,13 @@ def _int(obj: dict[str, object], key: str, what: str) -> int:
     return value
 
 
+def _optional_int(obj: dict[str, object], key: str, what: str) -> int | None:
+    """An integer that may be absent or null (a field a peer of an older build omits)."""
+    if obj.get(key) is None:
+        return None
+    return _int(obj, key, what)
+
+
 def _dict(obj: dict[str, object], key: str, what: str) -> dict[str, object]:
     value = obj.get(key)
     if not isinstance(value, dict):
@@ -690,6 +702,7 @@ def _parse(kind: int, payload: bytes) -> Message:
             validation=_dict(obj, "validation", "welcome"),
             instance_id=_str(obj, "instance_id", "welcome", optional=True) or "",
             origins=_origins(obj.get("origins")),
+            lost_since=_optional_int(obj, "lost_since", "welcome"),
         )
     if base == MessageType.REFUSE:
         obj = _obj(payload, "refuse")

@@ -11,7 +11,9 @@ bytes into :meth:`InboundLink.receive`. The link:
    a user and password/token checked off the loop behind the instance's logon throttle);
    then welcomes it with this
    instance's name, group, log identity, holdings (what it holds per publisher, so the
-   source resyncs from what is missing) and configuration summary;
+   source resyncs from what is missing), when its log lost records it cannot name (a torn
+   tail cut at its start: the source then resyncs from around that time) and
+   configuration summary;
 2. on each ``data`` batch, in order: decompresses it (in a thread), and publishes its
    records through the instance's publish pipeline like client publishes - as runs of
    one topic, publisher, kind and path - keeping each record's publisher bookmark and
@@ -397,6 +399,7 @@ class InboundLink:
             validation=ctx.summary,
             instance_id=ctx.instance_id(),
             origins=ctx.origins(),
+            lost_since=ctx.txlog.lost_since_us,
         )
         self.share_view()
         ctx.welcomed(self)

@@ -17,7 +17,12 @@ Where the resync starts: the destination's holdings (what it holds per publisher
 oldest journal with something it lacks (``TransactionLog.resync_start``); when the remote
 is the same instance and log as at the last acknowledgment, never before the record after
 that acknowledgment either. During the resync, records the destination already holds
-(per its holdings) are skipped.
+(per its holdings) are skipped; to a destination whose log is not the one this source knew
+(wiped and started over empty, or never seen), the records it lacks are sent even when it
+is on their path: it published or forwarded them once, and lost them with its log. A
+destination that says it lost records it cannot name (a torn tail cut at its start:
+``lost_since``) is resynced from a little before that time whatever it acknowledged, the
+same way.
 
 The horizon (:attr:`horizon`, for server/replication/horizon.py): every local seq up to it
 was acknowledged by the destination or is not for it. Acknowledged positions move the
@@ -97,6 +102,9 @@ MARKER_INTERVAL: Final = 0.05
 WELCOME_TIMEOUT: Final = 10.0
 #: zstd level of compressed links (fast: the link, not the ratio, is the point)
 ZSTD_LEVEL: Final = 1
+#: seconds before the time a destination lost records from that its resync starts at
+#: (clocks differ between instances; records reach it a link's latency after here)
+LOST_SLACK: Final = 600.0
 
 
 @dataclass(slots=True)
@@ -137,10 +145,16 @@ class LinkContext:
 
 
 class _Stream:
-    """A streaming connection."""
+    """A streaming connection.
+
+    ``returning``: the destination's log is not the one this source knew (it started over
+    empty, or was never seen): its resync gives back what it lacks though it is on the
+    records' paths (server/replication/routing.py).
+    """
 
     __slots__ = (
-        "compressor", "held", "protocol", "remote", "remote_group", "resync_end", "writer",
+        "compressor", "held", "protocol", "remote", "remote_group", "resync_end", "returning",
+        "writer",
     )  # fmt: skip
 
     def __init__(
@@ -152,6 +166,7 @@ class _Stream:
         held: Held,
         resync_end: int,
         compress: bool,
+        returning: bool = False,
     ) -> None:
         self.protocol = protocol
         self.writer = writer
@@ -159,6 +174,7 @@ class _Stream:
         self.remote_group = remote_group
         self.held = held
         self.resync_end = resync_end
+        self.returning = returning
         self.compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL) if compress else None
 
 
@@ -568,7 +584,8 @@ class DestinationLink:
                     break
                 for event in events:
                     if isinstance(event, Welcomed):
-                        streamed = await self._welcomed(event, protocol, writer) or streamed
+                        lost = await self._lost_start(event.welcome.lost_since)
+                        streamed = await self._welcomed(event, protocol, writer, lost) or streamed
                     elif isinstance(event, Acked):
                         self._acked(event.position)
                     elif isinstance(event, PeerReceived):
@@ -634,7 +651,21 @@ class DestinationLink:
             if events:
                 return events
 
-    async def _welcomed(self, event: Welcomed, protocol: LinkProtocol, writer: LinkWriter) -> bool:
+    async def _lost_start(self, lost_since: int | None) -> int | None:
+        """Where the records a destination lost and cannot name may start here: the first
+        record recorded a little (:data:`LOST_SLACK`) before the time it lost them from
+        (None: it lost nothing)."""
+        if lost_since is None:
+            return None
+        return await self._ctx.txlog.locate_time(max(0, lost_since - int(LOST_SLACK * 1e6)))
+
+    async def _welcomed(
+        self,
+        event: Welcomed,
+        protocol: LinkProtocol,
+        writer: LinkWriter,
+        lost_start: int | None = None,
+    ) -> bool:
         """Validate, choose the resync start, start the stream. Returns whether it did."""
         ctx = self._ctx
         welcome = event.welcome
@@ -682,6 +713,9 @@ class DestinationLink:
             start = max(start, self.acked + 1)
         else:
             self.acked = 0
+        if lost_start is not None:
+            # it lost records it acknowledged: from before they were recorded here
+            start = min(start, lost_start)
         start = max(start, txlog.first_seq)
         self.acked = max(self.acked, start - 1)
         self.remote_name = welcome.name
@@ -694,6 +728,7 @@ class DestinationLink:
             held_by(welcome.holdings, welcome.origins, format_hop(ctx.config.name, ctx.config.group)),
             durable,
             self.config.transport.compression == "zstd",
+            returning=not same or lost_start is not None,
         )  # fmt: skip
         protocol.start_stream(start, durable)
         protocol.notify_sync(self.sync.effective)
@@ -903,7 +938,7 @@ class DestinationLink:
         """Streaming: the batch's records for the destination, and how far it goes."""
         first = batch.first_seq
         held = stream.held if first <= stream.resync_end else None
-        chosen = self.route.select(batch, stream.remote, held)
+        chosen = self.route.select(batch, stream.remote, held, returning=stream.returning)
         upto = batch.last_seq
         if not chosen:
             self._pos = upto + 1

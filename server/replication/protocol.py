@@ -332,6 +332,7 @@ class LinkProtocol:
         validation: dict[str, object],
         instance_id: str = "",
         origins: Origins | None = None,
+        lost_since: int | None = None,
     ) -> None:
         """(destination) Accept the source introduced by the hello."""
         self._expect(Side.DESTINATION, "welcome")
@@ -349,6 +350,7 @@ class LinkProtocol:
                     validation,
                     instance_id,
                     origins or {},
+                    lost_since,
                 )
             )
         )

@@ -8,7 +8,12 @@
 4. the destination is not already on its path (loop protection).
 
 The same rules apply while resyncing. One more skip applies only then: a record the
-destination already holds (its holdings said so at connect) is not sent again.
+destination already holds (its holdings said so at connect) is not sent again. And one
+exception applies only then, to a destination whose log is not the one the source knew
+(started over empty, or never seen): a record that carries the destination on its path
+but that its holdings say it lacks is sent (``returning``): the destination had it once -
+it published or forwarded it - and lost it with its log; loop protection keeps an instance
+from being sent what it has, not what it lost.
 
 The command stream is replicated: ``PUBLISH`` records, a SOW's ``DELTA_PUBLISH`` records
 (the merged message; the destination's SOW stage takes it like a local publish) and the
@@ -109,6 +114,8 @@ class Route:
         batch: RecordBatch,
         remote: str,
         held: Held | None = None,
+        *,
+        returning: bool = False,
     ) -> list[int]:
         """The indices of the records of ``batch`` that go to the destination.
 
@@ -116,6 +123,9 @@ class Route:
             batch: consecutive records of the log.
             remote: the destination instance's actual name (loop protection).
             held: while resyncing, whether the destination already holds a bookmark.
+            returning: (with ``held``) the destination's log is not the one this source
+                knew: a record on whose path it is, and that it lacks, goes back to it
+                (module docstring).
         """
         kinds = batch.kinds()
         if kinds.isdisjoint(REPLICATED_KINDS):
@@ -156,7 +166,12 @@ class Route:
                 ok = path_ok.get(path)
                 if ok is None:
                     ok = path_ok[path] = not on_path(path, remote) and passthrough.allows(path)
-                if not ok:
+                if not ok and not (
+                    returning
+                    and held is not None
+                    and on_path(path, remote)
+                    and not held(hashes[i], seqs[i], path)
+                ):
                     continue
             if held is not None and held(hashes[i], seqs[i], path):
                 continue

@@ -167,6 +167,7 @@ class TransactionLog:
         )  # fmt: skip
         self._damage: list[DamagedRange] = []
         self._fences = FenceTable()
+        self._lost_since: int | None = None
         self._scrubber = Scrubber(
             self._journals, clock=clock, rate=scrub_rate, interval=scrub_interval,
             found=self._damage_found,
@@ -222,6 +223,8 @@ class TransactionLog:
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
+        kept = [t.last_kept_us or 0 for t in opened.report.truncations]
+        self._lost_since = min(kept) if kept else None
         for d in opened.report.damage:
             self._damage.append(d)
             self._emit("journal_damaged", d.to_dict())
@@ -345,6 +348,14 @@ class TransactionLog:
     def damage(self) -> list[DamagedRange]:
         """Damaged ranges found since open and not fenced (yet): reads of them fail."""
         return list(self._damage)
+
+    @property
+    def lost_since_us(self) -> int | None:
+        """When the log lost records it cannot name: the time of the last record kept
+        before a torn tail cut at open (None: nothing was cut). Replication sources that
+        hear it send again what they recorded from a little before then (their records
+        this log lacks; docs/replication.md "Resync on connect")."""
+        return self._lost_since
 
     @property
     def fences(self) -> list[Fence]:

@@ -276,6 +276,8 @@ class _Walk:
         self.evidence = _Evidence()
         #: the seq after the last intact record of a damaged last journal
         self.end_seq: int | None = None
+        #: the time of the last record kept before a torn tail
+        self.last_kept_us: int | None = None
         self._open: list[Examined] = []
 
     def release(self) -> None:
@@ -356,6 +358,8 @@ class _Walk:
         if tail is not None:
             self.tail = tail
             self.evidence = _tail_evidence(ex, tail)
+            times = [p.rows[-1][2] for p in sv.pieces if p.rows and p.end <= tail.offset]
+            self.last_kept_us = times[-1] if times else nb.t_before
         if not spans:
             if tail is not None and self.apply:
                 self._cut_tail(ex)
@@ -399,7 +403,10 @@ class _Walk:
 
     def _report_cut(self, ex: Examined, tail: LostSpan, saved: str | None) -> None:
         cut = tail.end - tail.offset
-        t = Truncation(str(ex.cand.path), tail.offset, cut, tail.reason, tail.first_seq, saved)
+        t = Truncation(
+            str(ex.cand.path), tail.offset, cut, tail.reason, tail.first_seq, saved,
+            self.last_kept_us,
+        )  # fmt: skip
         self.truncations.append(t)
         log.warning(
             "journal recovery cut %d bytes of %s at offset %d (%s); first seq lost %d%s",

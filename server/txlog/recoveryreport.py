@@ -26,6 +26,7 @@ class Truncation:
         reason: why (``crc mismatch``, ``torn record``, ``follows damaged journal``...).
         first_seq_cut: the seq the first lost record had (or would have had).
         saved_to: where the cut bytes were kept, when they were.
+        last_kept_us: the time of the last record kept before the cut (None: none).
     """
 
     path: str
@@ -34,6 +35,7 @@ class Truncation:
     reason: str
     first_seq_cut: int
     saved_to: str | None = None
+    last_kept_us: int | None = None
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict (also the fields of the ``recovery_truncated`` event)."""
@@ -44,6 +46,7 @@ class Truncation:
             "reason": self.reason,
             "first_seq_cut": self.first_seq_cut,
             "saved_to": self.saved_to,
+            "last_kept_us": self.last_kept_us,
         }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from server.bookmarks import pub_hash
@@ -136,4 +137,119 @@ async def _unrepairable(tmp_path: Path) -> None:
         if again is not None:
             await again.__aexit__(None, None, None)
         await hb.__aexit__(None, None, None)
+        await fabric.close()
+
+
+def test_an_instance_wiped_and_started_empty_gets_its_own_records_back(tmp_path: Path) -> None:
+    import asyncio
+
+    asyncio.run(_wiped(tmp_path))
+
+
+async def _wiped(tmp_path: Path) -> None:
+    """A's files are deleted and A starts empty, without a bootstrap: B's link resyncs it
+    from its (empty) holdings, and gives back also the records A published itself (A is
+    on their path at B: loop protection alone would keep them from A for ever)."""
+    import shutil
+
+    fabric, clock = MemoryFabric(), VirtualClock()
+    configs = {
+        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
+        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
+    }
+    hs = {n: EngineHarness(tmp_path / n, configs[n], clock=clock, connector=fabric.connector(n))
+          for n in ("a", "b")}  # fmt: skip
+    fabric.register(A, hs["a"].broker)
+    fabric.register(B, hs["b"].broker)
+    for h in hs.values():
+        await h.__aenter__()
+    again: EngineHarness | None = None
+    try:
+        pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
+        for n in ("a", "b"):
+            publish(pubs[n], "orders", range(1, 31))
+            await drive(clock, lambda n=n: persisted(pubs[n]) == 30)
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        want = {(h, s, body) for h, s, body, _ in await records(hs["a"])}
+        assert len(want) == 60
+        await hs["a"].__aexit__(None, None, None)
+        shutil.rmtree(tmp_path / "a" / "data")
+        again = EngineHarness(tmp_path / "a", configs["a"], clock=clock,
+                              connector=fabric.connector("a"))  # fmt: skip
+        fabric.register(A, again.broker)
+        await again.__aenter__()
+        link = hs["b"].broker.replication.destinations["a"]  # type: ignore[union-attr]
+        link.reconnect()
+        await drive(clock, lambda: link.connected and link.acked >= hs["b"].last_seq, timeout=60)
+        got = [(h, s, body) for h, s, body, _ in await records(again)]
+        assert sorted(got) == sorted(want) and len(got) == len(want)
+    finally:
+        if again is not None:
+            await again.__aexit__(None, None, None)
+        await hs["b"].__aexit__(None, None, None)
+        await fabric.close()
+
+
+@pytest.mark.parametrize("last_publisher", ["a", "b"])
+def test_a_torn_tail_nothing_vouches_for_is_sent_again_by_the_sources(
+    tmp_path: Path, last_publisher: str
+) -> None:
+    import asyncio
+
+    asyncio.run(_unvouched(tmp_path, last_publisher))
+
+
+async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
+    """A's last record is torn and no file of A says it was durable (no clients.ack, no
+    index, no replication positions): A cuts it and keeps no fence; its welcome says when
+    it lost records, and B's link resyncs from then on, ignoring what A acknowledged and
+    that A is on the record's path."""
+    fabric, clock = MemoryFabric(), VirtualClock()
+    configs = {
+        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
+        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
+    }
+    hs = {n: EngineHarness(tmp_path / n, configs[n], clock=clock, connector=fabric.connector(n))
+          for n in ("a", "b")}  # fmt: skip
+    fabric.register(A, hs["a"].broker)
+    fabric.register(B, hs["b"].broker)
+    for h in hs.values():
+        await h.__aenter__()
+    again: EngineHarness | None = None
+    try:
+        pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
+        other = "b" if last_publisher == "a" else "a"
+        publish(pubs[other], "orders", range(1, 21))
+        await drive(clock, lambda: persisted(pubs[other]) == 20)
+        publish(pubs[last_publisher], "orders", range(1, 21))
+        await drive(clock, lambda: persisted(pubs[last_publisher]) == 20)
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        want = sorted((h, s, body) for h, s, body, _ in await records(hs["a"]))
+        await hs["a"].__aexit__(None, None, None)
+        data = tmp_path / "a" / "data"
+        torn = zero_end_of_last_record(journals(data / "journal", "a")[-1])
+        for path in [*data.glob("journal/*.index"), *data.glob("journal/*.clients.ack")]:
+            path.unlink()
+        # the log keeps its identity; what its destination acknowledged is forgotten
+        (state,) = data.glob("replication/*.replication.json")
+        saved = orjson.loads(state.read_bytes())
+        for dest in saved["destinations"].values():
+            dest["acked"] = 0
+        state.write_bytes(orjson.dumps(saved))
+        again = EngineHarness(tmp_path / "a", configs["a"], clock=clock,
+                              connector=fabric.connector("a"))  # fmt: skip
+        fabric.register(A, again.broker)
+        await again.__aenter__()
+        await drive(clock, lambda: again is not None and again.broker.ready)
+        txlog = again.broker.txlog
+        assert txlog is not None and txlog.fences == [] and txlog.lost_since_us
+        # b's link to a (reconnecting on its own) brings the record back
+        await drive(clock, lambda: txlog.holds(torn.pub_hash, torn.pub_seq))
+        await drive(clock, lambda: txlog.durable_seq == txlog.last_seq)
+        got = sorted((h, s, body) for h, s, body, _ in await records(again))
+        assert got == want
+    finally:
+        if again is not None:
+            await again.__aexit__(None, None, None)
+        await hs["b"].__aexit__(None, None, None)
         await fabric.close()

@@ -73,6 +73,20 @@ def test_never_to_an_instance_already_on_the_path() -> None:
     assert route.select(batch, "a") == [0]
 
 
+def test_a_destination_that_lost_its_log_gets_back_what_it_sent_and_lacks() -> None:
+    """Returning (a resync to a log the source did not know): records on whose path the
+    destination is go back when its holdings lack them - and only then - whatever the
+    passthrough; outside a resync, loop protection stands."""
+    route = Route(_dest(ReplicationTopic(".*", is_regex=True)))  # no passthrough
+    batch = _batch(
+        ("t", b"{}", ("c@gc",)), ("t", b"{}", ("c@gc",)), ("t", b"{}", ("b@gb",)), ("t", b"{}", ())
+    )  # publisher 7, seqs 1..4: 1 and 2 came from c, 3 from b
+    held = held_by({7: (1, [])})  # c kept seq 1 only
+    assert route.select(batch, "c", held, returning=True) == [1, 3]
+    assert route.select(batch, "c", held) == [3]
+    assert route.select(batch, "c", None, returning=True) == [3]
+
+
 def test_resync_skips_what_the_destination_holds() -> None:
     route = Route(_dest(ReplicationTopic(".*", is_regex=True)))
     batch = _batch(*[("t", b"{}", ())] * 6)  # publisher 7, seqs 1..6
