@@ -212,7 +212,7 @@ class Broker:
         self.repairer: Repairer | None = None
         repl_cfg = config.replication
         if replication is not None and txlog is not None and repl_cfg and repl_cfg.destinations:
-            self.repairer = Repairer(config, txlog, clock, self.events, connector)
+            self.repairer = Repairer(config, txlog, clock, self.events, connector, self.auth)
         #: the start-up waits for a repair of fenced records (not ready meanwhile; the
         #: /replication endpoint serves repair requests, peers may be repairing too)
         self.starting_repair = False

@@ -19,7 +19,11 @@ under the same local seqs (``TransactionLog.fill_fence``):
    The peer sends every record whose bookmark lies in an interval, **whoever published it
    and whatever its path**: loop protection keeps a link from sending an instance what it
    already has; an instance that asks has lost it.
-3. **What it writes**: per fence, the records received whose bookmark lies in its
+3. **What it writes**: with ``<Users>``, records are written back as the user of this
+   instance that the destination's own credentials log on as (the rule for every record
+   that comes from another instance, as a bootstrap's copies: docs/security.md), and only
+   when that user may write their topics here; otherwise the fence stays and says so. Per
+   fence, the records received whose bookmark lies in its
    intervals and that the log does not hold elsewhere, in the peer's log order (for
    records this instance published or forwarded, its own order), each with the peer's
    time, its publisher's bookmark, its kind and contents, and the path it had here: the
@@ -56,10 +60,11 @@ from typing import Final
 import zstandard
 
 from server.alerts import Alert
+from server.auth import Authenticator
 from server.clock import Clock
-from server.config import Config, DestinationConfig, format_inet_addr
+from server.config import Config, DestinationConfig, UserConfig, format_inet_addr
 from server.replication.bootproto import BootstrapProtocol, Finished, Offered, Role
-from server.replication.errors import LinkRefused, ReplicationProtocolError
+from server.replication.errors import AuthRefused, LinkRefused, ReplicationProtocolError
 from server.replication.frames import (
     PROTOCOL_VERSION,
     Data,
@@ -70,6 +75,7 @@ from server.replication.frames import (
     decode_runs,
 )
 from server.replication.hops import format_hop, parse_hop
+from server.replication.linkauth import authenticate_own
 from server.replication.protocol import Closed, DataReceived
 from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
 from server.stats.source import EventSink
@@ -167,6 +173,7 @@ class Repairer:
         clock: time for retries and progress.
         events: the event log.
         connector: how to dial a peer (the replication links' own).
+        auth: this instance's users (with ``<Users>``, whose records are written back).
     """
 
     def __init__(
@@ -176,8 +183,10 @@ class Repairer:
         clock: Clock,
         events: EventSink,
         connector: Connector,
+        auth: Authenticator,
     ) -> None:
         self._config = config
+        self._auth = auth
         self._txlog = txlog
         self._clock = clock
         self._events = events
@@ -339,6 +348,7 @@ class Repairer:
         progress.fences = len(fences)
         progress.records_wanted = sum(f.records for f in fences)
         wanted = [_Wanted(f, _asked(f)) for f in fences]
+        user = await self._identify(dest)
         tls = await self._tls_context(dest)
         transport = await self._connector(host, port, tls, self._config.link_timeout)
         try:
@@ -347,7 +357,27 @@ class Repairer:
             with contextlib.suppress(Exception):
                 await transport.close(1000, "repair ended")
         for w in wanted:
-            await self._write(w, peer, offer, found)
+            await self._write(w, peer, offer, found, user)
+
+    async def _identify(self, dest: DestinationConfig) -> UserConfig | None:
+        """With ``<Users>``: the user of this instance that ``dest``'s credentials log on
+        as, whom the records it gives back are written as (module docstring, 3).
+
+        Raises:
+            AuthRefused: those credentials are no user's here.
+            NotAccepting: the password-check pool is full (the next attempt asks again).
+        """
+        if not self._auth.enabled:
+            return None
+        label = f"the credentials of destination {dest.name!r}"
+        try:
+            return await authenticate_own(self._auth, dest.transport, label=label)
+        except AuthRefused as exc:
+            raise AuthRefused(
+                "with <Users> configured, repaired records are written as the user a "
+                "destination's credentials log on as, which must be a user of this instance "
+                f"too: {exc.detail}"
+            ) from None
 
     async def _receive(
         self, dest: DestinationConfig, transport: Dialed, wanted: list[_Wanted]
@@ -433,13 +463,32 @@ class Repairer:
         progress.eta_seconds = round(elapsed * (1 - done) / done, 1) if done > 0 else None
 
     async def _write(
-        self, w: _Wanted, peer: str, offer: Offer, found: dict[int, list[str]]
+        self,
+        w: _Wanted,
+        peer: str,
+        offer: Offer,
+        found: dict[int, list[str]],
+        user: UserConfig | None,
     ) -> None:
-        """Write one fence back when the records received make it up (module docstring,
-        3); otherwise say what was found."""
+        """Write one fence back when the records received make it up and ``user`` may
+        write them (module docstring, 3); otherwise say what was found."""
         fence = w.fence
         txlog = self._txlog
         records = [r for r in w.got.values() if not txlog.holds(r.pub_hash, r.pub_seq)]
+        refused = sorted(
+            {
+                r.topic
+                for r in records
+                if user is not None and not self._auth.can_write(user, r.topic)
+            }
+        )
+        if refused and user is not None:
+            found.setdefault(fence.first_seq, []).append(
+                f"{peer}: user {user.name!r} (whom repaired records are written as) may not "
+                f"publish to {', '.join(map(repr, refused))} here: give it a <Write> "
+                "entitlement for them"
+            )
+            return
         held = len(w.got) - len(records)
         if fence.exact:
             elsewhere = _held_elsewhere(txlog, fence) - {(r.pub_hash, r.pub_seq) for r in records}

@@ -253,3 +253,70 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
             await again.__aexit__(None, None, None)
         await hs["b"].__aexit__(None, None, None)
         await fabric.close()
+
+
+REPL = "repl-token-for-repair-tests-0123456"
+PUB = "pub-token-for-repair-tests-01234567"
+
+
+@pytest.mark.parametrize("repl_writes", [".*", "^audit$"])
+def test_with_users_records_come_back_only_as_a_user_here_who_may_write_them(
+    tmp_path: Path, repl_writes: str
+) -> None:
+    import asyncio
+
+    asyncio.run(_as_user(tmp_path, repl_writes))
+
+
+async def _as_user(tmp_path: Path, repl_writes: str) -> None:
+    """With <Users>, repaired records are written as the user of A that A's destination
+    credentials log on as: written back when that user may write their topic, else the
+    fence stays and names the user, the topic and the fix."""
+    fabric, clock = MemoryFabric(), VirtualClock()
+
+    def users(write: str) -> str:
+        return (
+            f"<User><Name>pub</Name><Token>{PUB}</Token><Write>.*</Write></User>"
+            f"<User><Name>repl</Name><Token>{REPL}</Token><Read>.*</Read>"
+            f"<Write>{write}</Write></User>"
+        )
+
+    creds = {"user": "repl", "secret": REPL, "exclude": "replicate"}
+    config = xml(
+        tmp_path, "a", destination("b", [B], **creds),  # type: ignore[arg-type]
+        users=users(repl_writes), tuning="<JournalRepairWait>2s</JournalRepairWait>",
+    )  # fmt: skip
+    hb = EngineHarness(tmp_path / "b", xml(tmp_path, "b", users=users(".*")), clock=clock,
+                       connector=fabric.connector("b"))  # fmt: skip
+    ha = EngineHarness(tmp_path / "a", config, clock=clock, connector=fabric.connector("a"))
+    fabric.register(A, ha.broker)
+    fabric.register(B, hb.broker)
+    await hb.__aenter__()
+    await ha.__aenter__()
+    again: EngineHarness | None = None
+    try:
+        pub = await ha.logon("pub-a", user_id="pub", pw=PUB)
+        publish(pub, "orders", range(1, 21))
+        await drive(clock, lambda: persisted(pub) == 20)
+        await drive(clock, lambda: _caught_up(ha))
+        await ha.__aexit__(None, None, None)
+        torn = zero_end_of_last_record(journals(tmp_path / "a" / "data" / "journal", "a")[-1])
+        again = EngineHarness(tmp_path / "a", config, clock=clock, connector=fabric.connector("a"))
+        fabric.register(A, again.broker)
+        await again.__aenter__()
+        await drive(clock, lambda: again is not None and again.broker.ready)
+        txlog = again.broker.txlog
+        assert txlog is not None
+        if repl_writes == ".*":
+            assert txlog.fences == [] and txlog.holds(torn.pub_hash, torn.pub_seq)
+            return
+        (fence,) = txlog.fences
+        assert fence.first_seq == torn.seq
+        assert "user 'repl'" in fence.repair and "'orders'" in fence.repair, fence.repair
+        assert "<Write>" in fence.repair
+        assert not txlog.holds(torn.pub_hash, torn.pub_seq)
+    finally:
+        if again is not None:
+            await again.__aexit__(None, None, None)
+        await hb.__aexit__(None, None, None)
+        await fabric.close()
