@@ -9,14 +9,15 @@ messages again (never other ones).
 
 Each kind of damage is tried with the lost records published at A itself (B's copies
 carry A on their path: loop protection alone would never send them back) and at B.
-Then a chain A -> B -> C where A and B both lost the records and only C holds them, and a
-repair over a mutual-TLS link.
+Then a chain A -> B -> C where A and B both lost the records and only C holds them, a
+repair over a mutual-TLS link, and an instance wiped and started empty.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import shutil
 import ssl
 from collections import Counter
 from collections.abc import Callable
@@ -292,6 +293,33 @@ def test_a_flipped_byte_in_the_first_of_six_journals_is_found_and_repaired(
     _check_logs([a, b], want)
     after = _seqs(cluster.data_dir("a") / "journal", "a")
     assert after[hit.seq] == (hit.pub_hash, hit.pub_seq)
+
+
+def test_an_instance_wiped_and_started_empty_gets_back_what_its_peer_holds(
+    tmp_path: Path,
+) -> None:
+    """A's data directory is deleted while it is stopped and A starts empty, without a
+    bootstrap: B's link resyncs it from nothing, the records A published itself included
+    (they carry A on their path at B); then A takes new messages of the same publisher
+    after them, and both logs hold every acked message once."""
+    cluster = _pair(tmp_path)
+    a, b = cluster.procs["a"], cluster.procs["b"]
+    try:
+        _publish(a.ws_url, "pub-a", range(1, 201))
+        _publish(b.ws_url, "pub-b", range(1, 101))
+        want = _sent("pub-a", range(1, 201)) + _sent("pub-b", range(1, 101))
+        _settle(cluster)
+        a.stop()
+        shutil.rmtree(cluster.data_dir("a"))
+        a.start()
+        wait_until(lambda: _replays_to(a, want), 60, message="a holds every message again")
+        assert _replays_to(b, want)
+        _publish(a.ws_url, "pub-a", range(201, 211))
+        want += _sent("pub-a", range(201, 211))
+        _settle(cluster)
+    finally:
+        cluster.stop()
+    _check_logs([a, b], want)
 
 
 # -- a chain ----------------------------------------------------------------------------------
