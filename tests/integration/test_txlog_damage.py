@@ -1,7 +1,7 @@
 """Damage in a finished journal, as an operator sees it: the scrub finds it on its own
 after a restart (and on demand) and fences it, the admin API names the range, the
 dashboard's banner and ``/healthz`` say the instance is degraded, ``/metrics`` counts it,
-and a replay from EPOCH fails at the range with a clear error."""
+the event log says it was damaged and fenced, and a replay from EPOCH fails at the range with a clear error."""
 
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ def test_a_flipped_byte_in_a_finished_journal_is_found_and_shown(spool_server_fa
         assert "spool_txlog_fenced_ranges 1.0" in metrics
         assert "spool_txlog_fenced_records 1.0" in metrics
         assert "spool_txlog_scrub_passes_total" in metrics
+        events = http.get("/api/events", params={"category": "txlog", "limit": 1000}).json()
+        said = {e["event"]: e for e in events["events"]}
+        assert said["journal_damaged"]["level"] == "error"
+        assert said["journal_fenced"]["first_seq"] == hit.seq
         # a replay from EPOCH stops at the range, naming it
         error = asyncio.run(_replay_error(proc.ws_url))
         assert f"records {hit.seq}..{hit.seq}" in error and "fenced" in error
