@@ -105,14 +105,7 @@ def fence_journal(
     for fence in fences:
         fence.saved = kept
     parts = journal_parts(sv, spans, fences)
-    new = rewrite_journal(
-        directory=path.parent, instance=instance, base=base, parts=parts, source=source,
-        replaces=path, seam=seam, block_bytes=block_bytes,
-    )  # fmt: skip
-    fresh = SealedIndex.load(new.parent / index_name(instance, base), base)
-    if fresh is None:
-        raise OSError(f"{new}: its index was written but does not load")
-    return Mended(new, open_source(new, None), fresh, fences, new.stat().st_size)
+    return _rewritten(path, source, base, parts, fences, instance, seam, block_bytes)
 
 
 def fill_journal(
@@ -185,6 +178,21 @@ def fill_journal(
         )  # fmt: skip
         parts.extend(placeholders(rest, fence.window[0], released=True))
     parts.append((last[0] + last[1], sv.end))
+    return _rewritten(path, source, base, parts, [], instance, seam, block_bytes)
+
+
+def _rewritten(
+    path: Path,
+    source: JournalSource,
+    base: int,
+    parts: list[Part],
+    fences: list[Fence],
+    instance: str,
+    seam: FileSeam,
+    block_bytes: int,
+) -> Mended:
+    """``path`` written anew from ``parts`` (server/txlog/rewrite.py), with its new reader
+    and sealed index."""
     new = rewrite_journal(
         directory=path.parent, instance=instance, base=base, parts=parts, source=source,
         replaces=path, seam=seam, block_bytes=block_bytes,
@@ -192,4 +200,4 @@ def fill_journal(
     fresh = SealedIndex.load(new.parent / index_name(instance, base), base)
     if fresh is None:
         raise OSError(f"{new}: its index was written but does not load")
-    return Mended(new, open_source(new, None), fresh, [], new.stat().st_size)
+    return Mended(new, open_source(new, None), fresh, fences, new.stat().st_size)

@@ -11,7 +11,7 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
-from tests.support.damage import journals, zero_end_of_last_record
+from tests.support.damage import RecordAt, journals, zero_end_of_last_record
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, xml
 from tests.support.replication import MemoryFabric, destination
@@ -21,6 +21,54 @@ def _caught_up(h: EngineHarness) -> bool:
     repl = h.broker.replication
     assert repl is not None
     return all(d.acked >= h.last_seq for d in repl.destinations.values())
+
+
+class _Scene:
+    """Brokers on one memory fabric and virtual clock, started and stopped by name."""
+
+    def __init__(self, tmp_path: Path, configs: dict[str, str]) -> None:
+        self.tmp = tmp_path
+        self.configs = configs
+        self.fabric, self.clock = MemoryFabric(), VirtualClock()
+        self.hs: dict[str, EngineHarness] = {}
+
+    async def start(self, *names: str) -> EngineHarness:
+        """Start ``names`` (each registered at its address first); returns the last."""
+        started = []
+        for name in names:
+            h = EngineHarness(self.tmp / name, self.configs[name], clock=self.clock,
+                              connector=self.fabric.connector(name))  # fmt: skip
+            self.fabric.register({"a": A, "b": B}[name], h.broker)
+            self.hs[name] = h
+            started.append(h)
+        for h in started:
+            await h.__aenter__()
+        return started[-1]
+
+    async def stop(self, name: str) -> None:
+        await self.hs.pop(name).__aexit__(None, None, None)
+
+    async def close(self) -> None:
+        for name in list(self.hs):
+            await self.stop(name)
+        await self.fabric.close()
+
+
+async def _torn_and_restarted(scene: _Scene) -> tuple[EngineHarness, RecordAt]:
+    """a stopped, the end of its last record zeroed, a started again and ready."""
+    await scene.stop("a")
+    torn = zero_end_of_last_record(journals(scene.tmp / "a" / "data" / "journal", "a")[-1])
+    again = await scene.start("a")
+    await drive(scene.clock, lambda: again.broker.ready)
+    return again, torn
+
+
+def _both_ways(tmp_path: Path) -> _Scene:
+    """a and b, each the other's sync destination, passing every group through."""
+    return _Scene(tmp_path, {
+        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
+        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
+    })  # fmt: skip
 
 
 @pytest.mark.parametrize("last_publisher", ["a", "b"])
@@ -33,18 +81,9 @@ def test_a_torn_tail_comes_back_with_its_identity_and_path(
 
 
 async def _scenario(tmp_path: Path, last_publisher: str) -> None:
-    fabric, clock = MemoryFabric(), VirtualClock()
-    configs = {
-        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
-        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
-    }
-    hs = {n: EngineHarness(tmp_path / n, configs[n], clock=clock, connector=fabric.connector(n))
-          for n in ("a", "b")}  # fmt: skip
-    fabric.register(A, hs["a"].broker)
-    fabric.register(B, hs["b"].broker)
-    for h in hs.values():
-        await h.__aenter__()
-    again: EngineHarness | None = None
+    scene = _both_ways(tmp_path)
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
     try:
         pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
         other = "b" if last_publisher == "a" else "a"
@@ -54,14 +93,8 @@ async def _scenario(tmp_path: Path, last_publisher: str) -> None:
         await drive(clock, lambda: persisted(pubs[last_publisher]) == 40)
         await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
         before = await records(hs["a"])
-        await hs["a"].__aexit__(None, None, None)
-        torn = zero_end_of_last_record(journals(tmp_path / "a" / "data" / "journal", "a")[-1])
+        again, torn = await _torn_and_restarted(scene)
         assert torn.pub_hash == pub_hash(f"pub-{last_publisher}")
-        again = EngineHarness(tmp_path / "a", configs["a"], clock=clock,
-                              connector=fabric.connector("a"))  # fmt: skip
-        fabric.register(A, again.broker)
-        await again.__aenter__()
-        await drive(clock, lambda: again is not None and again.broker.ready)
         txlog = again.broker.txlog
         assert txlog is not None and txlog.fences == []
         repairer = again.broker.repairer
@@ -73,10 +106,7 @@ async def _scenario(tmp_path: Path, last_publisher: str) -> None:
         (back,) = [r for r in after if (r[0], r[1]) == (torn.pub_hash, torn.pub_seq)]
         assert back[3] == (() if last_publisher == "a" else ("b",))
     finally:
-        if again is not None:
-            await again.__aexit__(None, None, None)
-        await hs["b"].__aexit__(None, None, None)
-        await fabric.close()
+        await scene.close()
 
 
 def test_records_no_peer_holds_stay_fenced_until_an_operator_releases_them(
@@ -90,32 +120,21 @@ def test_records_no_peer_holds_stay_fenced_until_an_operator_releases_them(
 async def _unrepairable(tmp_path: Path) -> None:
     """A's last record is of a topic A does not replicate: b never had it. The fence stays
     and says what was found; released, readers pass over it and the seq stays taken."""
-    fabric, clock = MemoryFabric(), VirtualClock()
     config = xml(
         tmp_path, "a",
         destination("b", [B], topics=(("orders", None),), exclude="replicate"),
         tuning="<JournalRepairWait>2s</JournalRepairWait>",
     )  # fmt: skip
-    hb = EngineHarness(tmp_path / "b", xml(tmp_path, "b"), clock=clock,
-                       connector=fabric.connector("b"))  # fmt: skip
-    ha = EngineHarness(tmp_path / "a", config, clock=clock, connector=fabric.connector("a"))
-    fabric.register(A, ha.broker)
-    fabric.register(B, hb.broker)
-    await hb.__aenter__()
-    await ha.__aenter__()
-    again: EngineHarness | None = None
+    scene = _Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b")})
+    clock = scene.clock
+    ha = await scene.start("b", "a")
     try:
         pub = await ha.logon("pub-a")
         publish(pub, "orders", range(1, 21))
         publish(pub, "local", range(21, 23))
         await drive(clock, lambda: persisted(pub) == 22)
         await drive(clock, lambda: _caught_up(ha))
-        await ha.__aexit__(None, None, None)
-        torn = zero_end_of_last_record(journals(tmp_path / "a" / "data" / "journal", "a")[-1])
-        again = EngineHarness(tmp_path / "a", config, clock=clock, connector=fabric.connector("a"))
-        fabric.register(A, again.broker)
-        await again.__aenter__()
-        await drive(clock, lambda: again is not None and again.broker.ready)
+        again, torn = await _torn_and_restarted(scene)
         txlog = again.broker.txlog
         assert txlog is not None
         (fence,) = txlog.fences
@@ -134,10 +153,7 @@ async def _unrepairable(tmp_path: Path) -> None:
         assert [s for h, s, _, _ in await records(again) if h] == list(range(1, 22))
         assert txlog.last_seq == torn.seq
     finally:
-        if again is not None:
-            await again.__aexit__(None, None, None)
-        await hb.__aexit__(None, None, None)
-        await fabric.close()
+        await scene.close()
 
 
 def test_an_instance_wiped_and_started_empty_gets_its_own_records_back(tmp_path: Path) -> None:
@@ -152,18 +168,9 @@ async def _wiped(tmp_path: Path) -> None:
     on their path at B: loop protection alone would keep them from A for ever)."""
     import shutil
 
-    fabric, clock = MemoryFabric(), VirtualClock()
-    configs = {
-        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
-        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
-    }
-    hs = {n: EngineHarness(tmp_path / n, configs[n], clock=clock, connector=fabric.connector(n))
-          for n in ("a", "b")}  # fmt: skip
-    fabric.register(A, hs["a"].broker)
-    fabric.register(B, hs["b"].broker)
-    for h in hs.values():
-        await h.__aenter__()
-    again: EngineHarness | None = None
+    scene = _both_ways(tmp_path)
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
     try:
         pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
         for n in ("a", "b"):
@@ -172,22 +179,16 @@ async def _wiped(tmp_path: Path) -> None:
         await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
         want = {(h, s, body) for h, s, body, _ in await records(hs["a"])}
         assert len(want) == 60
-        await hs["a"].__aexit__(None, None, None)
+        await scene.stop("a")
         shutil.rmtree(tmp_path / "a" / "data")
-        again = EngineHarness(tmp_path / "a", configs["a"], clock=clock,
-                              connector=fabric.connector("a"))  # fmt: skip
-        fabric.register(A, again.broker)
-        await again.__aenter__()
+        again = await scene.start("a")
         link = hs["b"].broker.replication.destinations["a"]  # type: ignore[union-attr]
         link.reconnect()
         await drive(clock, lambda: link.connected and link.acked >= hs["b"].last_seq, timeout=60)
         got = [(h, s, body) for h, s, body, _ in await records(again)]
         assert sorted(got) == sorted(want) and len(got) == len(want)
     finally:
-        if again is not None:
-            await again.__aexit__(None, None, None)
-        await hs["b"].__aexit__(None, None, None)
-        await fabric.close()
+        await scene.close()
 
 
 @pytest.mark.parametrize("last_publisher", ["a", "b"])
@@ -204,18 +205,9 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
     index, no replication positions): A cuts it and keeps no fence; its welcome says when
     it lost records, and B's link resyncs from then on, ignoring what A acknowledged and
     that A is on the record's path."""
-    fabric, clock = MemoryFabric(), VirtualClock()
-    configs = {
-        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
-        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
-    }
-    hs = {n: EngineHarness(tmp_path / n, configs[n], clock=clock, connector=fabric.connector(n))
-          for n in ("a", "b")}  # fmt: skip
-    fabric.register(A, hs["a"].broker)
-    fabric.register(B, hs["b"].broker)
-    for h in hs.values():
-        await h.__aenter__()
-    again: EngineHarness | None = None
+    scene = _both_ways(tmp_path)
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
     try:
         pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
         other = "b" if last_publisher == "a" else "a"
@@ -225,7 +217,7 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
         await drive(clock, lambda: persisted(pubs[last_publisher]) == 20)
         await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
         want = sorted((h, s, body) for h, s, body, _ in await records(hs["a"]))
-        await hs["a"].__aexit__(None, None, None)
+        await scene.stop("a")
         data = tmp_path / "a" / "data"
         torn = zero_end_of_last_record(journals(data / "journal", "a")[-1])
         for path in [*data.glob("journal/*.index"), *data.glob("journal/*.clients.ack")]:
@@ -236,11 +228,8 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
         for dest in saved["destinations"].values():
             dest["acked"] = 0
         state.write_bytes(orjson.dumps(saved))
-        again = EngineHarness(tmp_path / "a", configs["a"], clock=clock,
-                              connector=fabric.connector("a"))  # fmt: skip
-        fabric.register(A, again.broker)
-        await again.__aenter__()
-        await drive(clock, lambda: again is not None and again.broker.ready)
+        again = await scene.start("a")
+        await drive(clock, lambda: again.broker.ready)
         txlog = again.broker.txlog
         assert txlog is not None and txlog.fences == [] and txlog.lost_since_us
         # b's link to a (reconnecting on its own) brings the record back
@@ -249,10 +238,7 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
         got = sorted((h, s, body) for h, s, body, _ in await records(again))
         assert got == want
     finally:
-        if again is not None:
-            await again.__aexit__(None, None, None)
-        await hs["b"].__aexit__(None, None, None)
-        await fabric.close()
+        await scene.close()
 
 
 REPL = "repl-token-for-repair-tests-0123456"
@@ -272,7 +258,6 @@ async def _as_user(tmp_path: Path, repl_writes: str) -> None:
     """With <Users>, repaired records are written as the user of A that A's destination
     credentials log on as: written back when that user may write their topic, else the
     fence stays and names the user, the topic and the fix."""
-    fabric, clock = MemoryFabric(), VirtualClock()
 
     def users(write: str) -> str:
         return (
@@ -286,25 +271,15 @@ async def _as_user(tmp_path: Path, repl_writes: str) -> None:
         tmp_path, "a", destination("b", [B], **creds),  # type: ignore[arg-type]
         users=users(repl_writes), tuning="<JournalRepairWait>2s</JournalRepairWait>",
     )  # fmt: skip
-    hb = EngineHarness(tmp_path / "b", xml(tmp_path, "b", users=users(".*")), clock=clock,
-                       connector=fabric.connector("b"))  # fmt: skip
-    ha = EngineHarness(tmp_path / "a", config, clock=clock, connector=fabric.connector("a"))
-    fabric.register(A, ha.broker)
-    fabric.register(B, hb.broker)
-    await hb.__aenter__()
-    await ha.__aenter__()
-    again: EngineHarness | None = None
+    scene = _Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b", users=users(".*"))})
+    clock = scene.clock
+    ha = await scene.start("b", "a")
     try:
         pub = await ha.logon("pub-a", user_id="pub", pw=PUB)
         publish(pub, "orders", range(1, 21))
         await drive(clock, lambda: persisted(pub) == 20)
         await drive(clock, lambda: _caught_up(ha))
-        await ha.__aexit__(None, None, None)
-        torn = zero_end_of_last_record(journals(tmp_path / "a" / "data" / "journal", "a")[-1])
-        again = EngineHarness(tmp_path / "a", config, clock=clock, connector=fabric.connector("a"))
-        fabric.register(A, again.broker)
-        await again.__aenter__()
-        await drive(clock, lambda: again is not None and again.broker.ready)
+        again, torn = await _torn_and_restarted(scene)
         txlog = again.broker.txlog
         assert txlog is not None
         if repl_writes == ".*":
@@ -316,7 +291,4 @@ async def _as_user(tmp_path: Path, repl_writes: str) -> None:
         assert "<Write>" in fence.repair
         assert not txlog.holds(torn.pub_hash, torn.pub_seq)
     finally:
-        if again is not None:
-            await again.__aexit__(None, None, None)
-        await hb.__aexit__(None, None, None)
-        await fabric.close()
+        await scene.close()
