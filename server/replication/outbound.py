@@ -16,13 +16,15 @@ A :class:`DestinationLink` runs two tasks for as long as the instance runs:
 Where the resync starts: the destination's holdings (what it holds per publisher) give the
 oldest journal with something it lacks (``TransactionLog.resync_start``); when the remote
 is the same instance and log as at the last acknowledgment, never before the record after
-that acknowledgment either. During the resync, records the destination already holds
-(per its holdings) are skipped; to a destination whose log is not the one this source knew
-(wiped and started over empty, or never seen), the records it lacks are sent even when it
-is on their path: it published or forwarded them once, and lost them with its log. A
-destination that says it lost records it cannot name (a torn tail cut at its start:
-``lost_since``) is resynced from a little before that time whatever it acknowledged, the
-same way.
+that acknowledgment either - unless its holdings lack a record there: then the last
+:data:`RECHECK_RECORDS` records it acknowledged are examined again (it lost a tail it
+acknowledged, to storage that cut it at a record boundary). During the resync, records the
+destination already holds (per its holdings) are skipped; to a destination whose log is
+not the one this source knew (wiped and started over empty, or never seen) or that lacks
+records it acknowledged, the records it lacks are sent even when it is on their path: it
+published or forwarded them once, and lost them with its log. A destination that says it
+lost records it cannot name (a torn tail cut at its start: ``lost_since``) is resynced from
+a little before that time whatever it acknowledged, the same way.
 
 The horizon (:attr:`horizon`, for server/replication/horizon.py): every local seq up to it
 was acknowledged by the destination or is not for it. Acknowledged positions move the
@@ -105,6 +107,11 @@ ZSTD_LEVEL: Final = 1
 #: seconds before the time a destination lost records from that its resync starts at
 #: (clocks differ between instances; records reach it a link's latency after here)
 LOST_SLACK: Final = 600.0
+#: records before the end of what a destination with the same log acknowledged that its
+#: resync examines again when its holdings lack something there (a tail it lost to
+#: damaged storage, cut at a record boundary: nothing tells it so). Bounded: records not
+#: for it look lacking too, and every reconnect would read them again
+RECHECK_RECORDS: Final = 10_000
 
 
 @dataclass(slots=True)
@@ -702,6 +709,8 @@ class DestinationLink:
         txlog = ctx.txlog
         same = (welcome.name, welcome.log_id) == (self.remote_name, self.remote_log_id)
         start = txlog.resync_start(welcome.holdings)
+        # the same log lacks something it acknowledged: look at its last records again
+        recheck = same and start <= self.acked
         # records it holds from another origin than ours: sent again, so it compares them
         for pub, pub_seq in differing_origins(ctx.origins(), welcome.origins,
                                               welcome.holdings).items():  # fmt: skip
@@ -709,7 +718,9 @@ class DestinationLink:
             start = min(start, local if local is not None else txlog.first_seq)
         if protocol.state is not State.WELCOMED or self._stopping:
             return False  # the link ended (or the instance stops) while looking it up
-        if same:
+        if recheck:
+            start = max(start, self.acked + 1 - RECHECK_RECORDS)
+        elif same:
             start = max(start, self.acked + 1)
         else:
             self.acked = 0
@@ -728,7 +739,7 @@ class DestinationLink:
             held_by(welcome.holdings, welcome.origins, format_hop(ctx.config.name, ctx.config.group)),
             durable,
             self.config.transport.compression == "zstd",
-            returning=not same or lost_start is not None,
+            returning=not same or lost_start is not None or recheck,
         )  # fmt: skip
         protocol.start_stream(start, durable)
         protocol.notify_sync(self.sync.effective)

@@ -11,7 +11,12 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
-from tests.support.damage import RecordAt, journals, zero_end_of_last_record
+from tests.support.damage import (
+    RecordAt,
+    journals,
+    truncate_inside_last_record,
+    zero_end_of_last_record,
+)
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, xml
 from tests.support.replication import MemoryFabric, destination
@@ -191,20 +196,22 @@ async def _wiped(tmp_path: Path) -> None:
         await scene.close()
 
 
+@pytest.mark.parametrize("cut", ["torn", "at a record boundary"])
 @pytest.mark.parametrize("last_publisher", ["a", "b"])
-def test_a_torn_tail_nothing_vouches_for_is_sent_again_by_the_sources(
-    tmp_path: Path, last_publisher: str
+def test_a_lost_tail_nothing_vouches_for_is_sent_again_by_the_sources(
+    tmp_path: Path, last_publisher: str, cut: str
 ) -> None:
     import asyncio
 
-    asyncio.run(_unvouched(tmp_path, last_publisher))
+    asyncio.run(_unvouched(tmp_path, last_publisher, cut))
 
 
-async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
-    """A's last record is torn and no file of A says it was durable (no clients.ack, no
-    index, no replication positions): A cuts it and keeps no fence; its welcome says when
-    it lost records, and B's link resyncs from then on, ignoring what A acknowledged and
-    that A is on the record's path."""
+async def _unvouched(tmp_path: Path, last_publisher: str, cut: str) -> None:
+    """A's last record is lost and no file of A says it was durable (no clients.ack, no
+    index, no replication positions): A keeps no fence. Torn, A cuts it and its welcome
+    says when it lost records: B's link resyncs from then on. Cut at a record boundary,
+    nothing tells A: B's link sees that A's holdings lack a record A acknowledged and
+    examines A's last records again. Either way, whoever published it (A on its path)."""
     scene = _both_ways(tmp_path)
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
@@ -219,7 +226,11 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
         want = sorted((h, s, body) for h, s, body, _ in await records(hs["a"]))
         await scene.stop("a")
         data = tmp_path / "a" / "data"
-        torn = zero_end_of_last_record(journals(data / "journal", "a")[-1])
+        last = journals(data / "journal", "a")[-1]
+        if cut == "torn":
+            torn = zero_end_of_last_record(last)
+        else:
+            torn = truncate_inside_last_record(last, keep=0)
         for path in [*data.glob("journal/*.index"), *data.glob("journal/*.clients.ack")]:
             path.unlink()
         # the log keeps its identity; what its destination acknowledged is forgotten
@@ -231,7 +242,9 @@ async def _unvouched(tmp_path: Path, last_publisher: str) -> None:
         again = await scene.start("a")
         await drive(clock, lambda: again.broker.ready)
         txlog = again.broker.txlog
-        assert txlog is not None and txlog.fences == [] and txlog.lost_since_us
+        assert txlog is not None and txlog.fences == []
+        assert bool(txlog.lost_since_us) == (cut == "torn")
+        assert not txlog.holds(torn.pub_hash, torn.pub_seq)
         # b's link to a (reconnecting on its own) brings the record back
         await drive(clock, lambda: txlog.holds(torn.pub_hash, torn.pub_seq))
         await drive(clock, lambda: txlog.durable_seq == txlog.last_seq)
