@@ -78,6 +78,7 @@ _TXLOG_LEVELS: Final[dict[str, str]] = {
     "unwritten_at_close": "error",
     "writes_resumed": "warning",
     "recovery_truncated": "warning",
+    "recovery_lost_unnamed": "error",  # durable records lost that no peer can be asked for
     "preallocation_failed": "warning",
     "cache_write_failed": "warning",
     "journal_damaged": "error",  # records of a journal are not readable

@@ -8,6 +8,8 @@ name                         fields
 ===========================  ===========================================================
 ``recovery_truncated``       ``path``, ``offset``, ``bytes_cut``, ``reason``, ``first_seq_cut``,
                              ``saved_to`` (open found damaged or torn bytes and cut them)
+``recovery_lost_unnamed``    a fence's fields (durable records lost from the end of the log
+                             that nothing names: their seqs are held, released)
 ``journal_rolled``           ``journal``, ``path``, ``records``, ``bytes``, ``next``
 ``flush_failed``             ``path``, ``operation``, ``error``, ``durable_seq``, ``last_seq``,
                              ``retry_in_s`` (a write outage began: appends are refused and the

@@ -224,6 +224,11 @@ class TransactionLog:
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
         kept = [t.last_kept_us or 0 for t in opened.report.truncations]
+        for lost in opened.report.unnamed:
+            self._emit("recovery_lost_unnamed", lost)
+            window = lost["window_us"]
+            assert isinstance(window, list)
+            kept.append(int(window[0] or 0))
         self._lost_since = min(kept) if kept else None
         for d in opened.report.damage:
             self._damage.append(d)
@@ -352,7 +357,8 @@ class TransactionLog:
     @property
     def lost_since_us(self) -> int | None:
         """When the log lost records it cannot name: the time of the last record kept
-        before a torn tail cut at open (None: nothing was cut). Replication sources that
+        before a torn tail cut at open, or before durable records lost from the end that
+        nothing names (None: nothing was cut). Replication sources that
         hear it send again what they recorded from a little before then (their records
         this log lacks; docs/replication.md "Resync on connect")."""
         return self._lost_since

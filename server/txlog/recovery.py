@@ -213,7 +213,9 @@ def recover(
         ack, [j.index for j in journals], lambda seq: _fenced(fences, seq)
     )
     # make the deletions and moves durable
-    if apply and (found.leftovers or found.duplicates or truncations or walk.fences):
+    if apply and (
+        found.leftovers or found.duplicates or truncations or walk.fences or walk.unnamed
+    ):
         sync_directories(journal_dir, archive_dir)
     last_seq = journals[-1].index.last_seq if journals else 0
     report = RecoveryReport(
@@ -233,6 +235,7 @@ def recover(
         duration_s=time.perf_counter() - started,
         damage=tuple(d for ex in examined for d in ex.damage),
         fenced=tuple(f.to_dict() for f in walk.fences),
+        unnamed=tuple(f.to_dict() for f in walk.unnamed),
     )
     return Recovery(
         report, journals, publishers, found.preallocated, found.next_prealloc_number, fences
@@ -269,6 +272,9 @@ class _Walk:
         self.orphans = orphans
         self.now_us = int(time.time() * 1e6)
         self.fences: list[Fence] = []
+        #: durable records cut from the tail that nothing names: held by released
+        #: placeholders (:meth:`fence_tail`)
+        self.unnamed: list[Fence] = []
         self.truncations: list[Truncation] = []
         self.problems: list[str] = []
         #: the torn tail of the last journal, and what said records in it were durable
@@ -444,9 +450,9 @@ class _Walk:
             return None
         return self._placeholder_journal(fence)
 
-    def _placeholder_journal(self, fence: Fence) -> Examined:
+    def _placeholder_journal(self, fence: Fence, *, released: bool = False) -> Examined:
         """Write a journal of ``fence``'s placeholders (base ``fence.first_seq``)."""
-        parts: list[Part] = list(placeholders(fence, fence.window[0]))
+        parts: list[Part] = list(placeholders(fence, fence.window[0], released=released))
         path = rewrite_journal(
             directory=self.journal_dir, instance=self.instance, base=fence.first_seq,
             parts=parts, source=None, replaces=None, seam=self.seam,
@@ -499,6 +505,21 @@ class _Walk:
             t_lo=last.index.last_ts, found_by="startup", found_us=self.now_us,
         )  # fmt: skip
         if fence is None:
+            return
+        if not fence.identities:
+            # nothing says which records these seqs held: no peer can be asked for them.
+            # Their seqs stay taken (released placeholders: a peer's acknowledged
+            # positions keep their meaning), and the log says when it lost records, so
+            # its sources send again what it lacks (docs/replication.md)
+            self.unnamed.append(fence)
+            log.warning(
+                "journal recovery lost seqs %d..%d after the end of %s: durable, but "
+                "nothing says which records they held; their seqs stay taken, and the "
+                "replication sources send again what this log lacks",
+                fence.first_seq, fence.last_seq, fence.path,
+            )  # fmt: skip
+            if self.apply:
+                examined.append(self._placeholder_journal(fence, released=True))
             return
         self.fences.append(fence)
         _warn(fence)

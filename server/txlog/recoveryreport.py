@@ -73,6 +73,9 @@ class RecoveryReport:
             edge checks).
         fenced: the fences this recovery made (or, read-only, would make), as dicts
             (server/txlog/fences.py ``Fence.to_dict``).
+        unnamed: durable records cut from the end of the log that nothing names (a
+            peer's acknowledgment said they were durable; no file said which they
+            were): their seqs are held by released placeholders; same dicts.
     """
 
     instance: str
@@ -91,11 +94,12 @@ class RecoveryReport:
     duration_s: float
     damage: tuple[DamagedRange, ...] = ()
     fenced: tuple[dict[str, object], ...] = ()
+    unnamed: tuple[dict[str, object], ...] = ()
 
     @property
     def clean(self) -> bool:
-        """Nothing was cut or fenced, and no damage found."""
-        return not self.truncations and not self.damage and not self.fenced
+        """Nothing was cut, fenced or lost, and no damage found."""
+        return not (self.truncations or self.damage or self.fenced or self.unnamed)
 
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict (for the event log and ``--json``)."""
@@ -116,6 +120,7 @@ class RecoveryReport:
             "duration_s": round(self.duration_s, 6),
             "damage": [d.to_dict() for d in self.damage],
             "fenced": list(self.fenced),
+            "unnamed": list(self.unnamed),
         }
 
 

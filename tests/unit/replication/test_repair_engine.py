@@ -196,7 +196,7 @@ async def _wiped(tmp_path: Path) -> None:
         await scene.close()
 
 
-@pytest.mark.parametrize("cut", ["torn", "at a record boundary"])
+@pytest.mark.parametrize("cut", ["torn", "at a record boundary", "acknowledged, unnamed"])
 @pytest.mark.parametrize("last_publisher", ["a", "b"])
 def test_a_lost_tail_nothing_vouches_for_is_sent_again_by_the_sources(
     tmp_path: Path, last_publisher: str, cut: str
@@ -211,7 +211,10 @@ async def _unvouched(tmp_path: Path, last_publisher: str, cut: str) -> None:
     index, no replication positions): A keeps no fence. Torn, A cuts it and its welcome
     says when it lost records: B's link resyncs from then on. Cut at a record boundary,
     nothing tells A: B's link sees that A's holdings lack a record A acknowledged and
-    examines A's last records again. Either way, whoever published it (A on its path)."""
+    examines A's last records again. Cut so, but with B's acknowledgment of it in A's
+    replication positions: A holds its seq (a released placeholder: nothing names the
+    record, so no peer can be asked for it) and says when it lost records. Either way,
+    whoever published it (A on its path)."""
     scene = _both_ways(tmp_path)
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
@@ -233,22 +236,34 @@ async def _unvouched(tmp_path: Path, last_publisher: str, cut: str) -> None:
             torn = truncate_inside_last_record(last, keep=0)
         for path in [*data.glob("journal/*.index"), *data.glob("journal/*.clients.ack")]:
             path.unlink()
-        # the log keeps its identity; what its destination acknowledged is forgotten
         (state,) = data.glob("replication/*.replication.json")
         saved = orjson.loads(state.read_bytes())
-        for dest in saved["destinations"].values():
-            dest["acked"] = 0
-        state.write_bytes(orjson.dumps(saved))
+        if cut != "acknowledged, unnamed":
+            # the log keeps its identity; what its destination acknowledged is forgotten
+            for dest in saved["destinations"].values():
+                dest["acked"] = 0
+            state.write_bytes(orjson.dumps(saved))
+        else:
+            assert max(d["acked"] for d in saved["destinations"].values()) >= torn.seq
         again = await scene.start("a")
         await drive(clock, lambda: again.broker.ready)
         txlog = again.broker.txlog
         assert txlog is not None and txlog.fences == []
-        assert bool(txlog.lost_since_us) == (cut == "torn")
+        assert bool(txlog.lost_since_us) == (cut != "at a record boundary")
         assert not txlog.holds(torn.pub_hash, torn.pub_seq)
+        report = txlog.recovery_report
+        assert report is not None
+        if cut == "acknowledged, unnamed":
+            (lost,) = report.unnamed
+            assert (lost["first_seq"], lost["last_seq"]) == (torn.seq, torn.seq)
+            assert txlog.last_seq == torn.seq  # its seq stays taken
+        else:
+            assert report.unnamed == ()
         # b's link to a (reconnecting on its own) brings the record back
         await drive(clock, lambda: txlog.holds(torn.pub_hash, torn.pub_seq))
         await drive(clock, lambda: txlog.durable_seq == txlog.last_seq)
-        got = sorted((h, s, body) for h, s, body, _ in await records(again))
+        # (a released placeholder is no publisher's record)
+        got = sorted((h, s, body) for h, s, body, _ in await records(again) if h)
         assert got == want
     finally:
         await scene.close()
