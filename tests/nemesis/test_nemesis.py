@@ -47,17 +47,11 @@ def _queue(a: Anomaly, damaged: set[str]) -> bool:
     return queue and bool(damaged)
 
 
-def _unrepaired(a: Anomaly, damaged: set[str]) -> bool:
-    return a.category in ("lost", "divergent") and a.instance in damaged
-
-
 #: Failure modes of the broker this run finds that are reported and not fixed yet: while
 #: this is not empty, a run whose only anomalies are of these kinds is an expected
 #: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
 #: with its fix.
 PENDING = {
-    "a damaged or wiped copy is not given back what its peers hold (acked records lost "
-    "there)": _unrepaired,
     "a replicated queue stops delivering or splits ownership once a copy lost records": _queue,
 }
 
