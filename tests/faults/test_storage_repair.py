@@ -251,7 +251,7 @@ def _damaged_pair_is_repaired(tmp_path: Path, damage: Damage, side: str, bulk: i
 def test_a_torn_tail_on_the_publishing_instance_is_given_back_by_its_peer(
     tmp_path: Path,
 ) -> None:
-    """The issue's first recipe: A's last record (published at A, acked, fsynced, on B)
+    """A's last record (published at A, acked, fsynced, on B)
     is torn while A is stopped; after the restart A holds it again under its own local
     seq, and a replay from EPOCH on A returns every message, as on B."""
     _damaged_pair_is_repaired(
@@ -270,7 +270,7 @@ def test_damage_is_repaired_from_a_sync_peer(tmp_path: Path, kind: str, side: st
 def test_a_flipped_byte_in_the_first_of_six_journals_is_found_and_repaired(
     tmp_path: Path,
 ) -> None:
-    """The issue's second recipe: six 1 MB journals, byte 500,000 of the first flipped
+    """Six 1 MB journals, byte 500,000 of the first flipped
     while A is stopped: A finds the damage after it starts (the scrub's first pass), fences
     the one record, keeps the intact records after it, gets the record back from B."""
     cluster = _pair(tmp_path)
