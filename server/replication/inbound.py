@@ -99,6 +99,7 @@ from server.replication.replies import FailureReplies
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter, SharedTransport
 from server.stats.source import EventSink
 from server.txlog import RecordKind, TransactionLog
+from server.txlog.holdings import with_fenced
 
 __all__ = ["InboundContext", "InboundLink"]
 
@@ -390,7 +391,8 @@ class InboundLink:
             traffic=self.traffic,
         )
         ctx.register(self)
-        holdings: Holdings = ctx.txlog.publishers.holdings()
+        # fenced records count as held: the repair writes them back in place
+        holdings: Holdings = with_fenced(ctx.txlog.publishers.holdings(), ctx.txlog.fences)
         self.protocol.welcome(
             name=cfg.name,
             group=cfg.group,

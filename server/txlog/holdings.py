@@ -27,12 +27,21 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD
+from server.txlog.fences import Fence
 from server.txlog.gaps import Interval, PublisherGaps
 from server.txlog.index import BlockSpan
 from server.txlog.journal import Journal
-from server.txlog.record import LOST_KEY, index_key, late_key
+from server.txlog.record import LOST_KEY, index_key, late_key, publisher_of
 
-__all__ = ["MAX_BLOCK_READS", "HeldPlan", "build_gaps", "plan_held", "read_held", "resync_start"]
+__all__ = [
+    "MAX_BLOCK_READS",
+    "HeldPlan",
+    "build_gaps",
+    "plan_held",
+    "read_held",
+    "resync_start",
+    "with_fenced",
+]
 
 #: most index blocks read at start-up to find the gaps inside them
 MAX_BLOCK_READS: Final = 4096
@@ -175,3 +184,36 @@ def resync_start(
             if _lacks(holdings, pub, summary.min_pub_seq, summary.max_pub_seq):
                 return journal.base
     return None
+
+
+def with_fenced(
+    holdings: dict[int, tuple[int, list[Interval]]], fences: Iterable[Fence]
+) -> dict[int, tuple[int, list[Interval]]]:
+    """``holdings`` with the records of exact fences counted as held.
+
+    A fence's records are written back in place, under their seqs, by the repair
+    (server/replication/repair.py); a replication source that resent them over a link
+    would give them new seqs (and the fence's placeholders would only be released). So
+    what an instance tells its sources it holds includes them. An index key stands for
+    one of two publishers (``publisher_of``): the one the log knows, else the key itself.
+    Fences that are not exact (their intervals may hold records they do not) count as
+    lacking.
+    """
+    out = {h: (last, list(gaps)) for h, (last, gaps) in holdings.items()}
+    for fence in fences:
+        if not fence.exact:
+            continue
+        for key, lo, hi in fence.identities:
+            pub = next((p for p in publisher_of(key) if p in out), key)
+            last, gaps = out.get(pub, (0, []))
+            kept = [g for g in gaps if g[1] < lo or g[0] > hi]
+            for g_lo, g_hi in gaps:
+                if g_lo <= hi and g_hi >= lo:  # what is left of a gap around the fence
+                    if g_lo < lo:
+                        kept.append((g_lo, lo - 1))
+                    if g_hi > hi:
+                        kept.append((hi + 1, g_hi))
+            if lo > last + 1:
+                kept.append((last + 1, lo - 1))  # lacked between the highest and the fence
+            out[pub] = (max(last, hi), sorted(kept))
+    return out

@@ -111,3 +111,52 @@ def test_rebuild_from_overlapping_intervals(pieces: list[tuple[int, int]]) -> No
     top = max(held, default=0)
     for s in range(1, top + 2):
         assert table.missing(5, s) == (s <= top and s not in held)
+
+
+def _held(last: int, gaps: list[tuple[int, int]]) -> set[int]:
+    return set(range(1, last + 1)) - {s for lo, hi in gaps for s in range(lo, hi + 1)}
+
+
+@settings(max_examples=300)
+@given(
+    held=st.sets(st.integers(1, 40)),
+    fenced=st.lists(st.tuples(st.integers(1, 45), st.integers(0, 6)), max_size=3),
+    exact=st.booleans(),
+)
+def test_holdings_with_fences_count_exactly_fenced_records_as_held(
+    held: set[int], fenced: list[tuple[int, int]], exact: bool
+) -> None:
+    """with_fenced against a set oracle: the held set, plus every seq of an exact fence's
+    intervals (a fence that is not exact adds nothing); other publishers untouched."""
+    from server.txlog.fences import Fence
+    from server.txlog.holdings import with_fenced
+
+    pub, other = 11, 22
+    last = max(held, default=0)
+    gaps, s = [], 1
+    while s <= last:  # the gaps of ``held``, as intervals
+        if s in held:
+            s += 1
+            continue
+        e = s
+        while e + 1 <= last and e + 1 not in held:
+            e += 1
+        gaps.append((s, e))
+        s = e + 1
+    holdings = {pub: (last, gaps), other: (5, [(2, 3)])} if held else {other: (5, [(2, 3)])}
+    fences = [
+        Fence(100 + i, 100 + i + n, 100, "crc mismatch", "scrub", 0, "j", identities=[(pub, lo, lo + n)], exact=exact)
+        for i, (lo, n) in enumerate(fenced)
+    ]  # fmt: skip
+    out = with_fenced(holdings, fences)
+    want = set(held)
+    if exact:
+        for lo, n in fenced:
+            want |= set(range(lo, lo + n + 1))
+    got = _held(*out[pub]) if pub in out else set()
+    assert got == want
+    assert out[other] == (5, [(2, 3)])
+    if pub in out:
+        gaps_out = out[pub][1]
+        assert gaps_out == sorted(gaps_out)
+        assert all(lo <= hi for lo, hi in gaps_out)
