@@ -68,6 +68,18 @@ async def _torn_and_restarted(scene: _Scene) -> tuple[EngineHarness, RecordAt]:
     return again, torn
 
 
+async def _published_last(scene: _Scene, last_publisher: str, count: int) -> None:
+    """``count`` messages published at the other instance, then ``count`` at
+    ``last_publisher`` (a's last records are its), every link caught up."""
+    hs, clock = scene.hs, scene.clock
+    pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
+    other = "b" if last_publisher == "a" else "a"
+    for name in (other, last_publisher):
+        publish(pubs[name], "orders", range(1, count + 1))
+        await drive(clock, lambda n=name: persisted(pubs[n]) == count)  # type: ignore[misc]
+    await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+
+
 def _both_ways(tmp_path: Path) -> _Scene:
     """a and b, each the other's sync destination, passing every group through."""
     return _Scene(tmp_path, {
@@ -87,16 +99,10 @@ def test_a_torn_tail_comes_back_with_its_identity_and_path(
 
 async def _scenario(tmp_path: Path, last_publisher: str) -> None:
     scene = _both_ways(tmp_path)
-    clock, hs = scene.clock, scene.hs
+    hs = scene.hs
     await scene.start("a", "b")
     try:
-        pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
-        other = "b" if last_publisher == "a" else "a"
-        publish(pubs[other], "orders", range(1, 41))
-        await drive(clock, lambda: persisted(pubs[other]) == 40)
-        publish(pubs[last_publisher], "orders", range(1, 41))
-        await drive(clock, lambda: persisted(pubs[last_publisher]) == 40)
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await _published_last(scene, last_publisher, 40)
         before = await records(hs["a"])
         again, torn = await _torn_and_restarted(scene)
         assert torn.pub_hash == pub_hash(f"pub-{last_publisher}")
@@ -219,13 +225,7 @@ async def _unvouched(tmp_path: Path, last_publisher: str, cut: str) -> None:
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
     try:
-        pubs = {n: await hs[n].logon(f"pub-{n}") for n in ("a", "b")}
-        other = "b" if last_publisher == "a" else "a"
-        publish(pubs[other], "orders", range(1, 21))
-        await drive(clock, lambda: persisted(pubs[other]) == 20)
-        publish(pubs[last_publisher], "orders", range(1, 21))
-        await drive(clock, lambda: persisted(pubs[last_publisher]) == 20)
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await _published_last(scene, last_publisher, 20)
         want = sorted((h, s, body) for h, s, body, _ in await records(hs["a"]))
         await scene.stop("a")
         data = tmp_path / "a" / "data"
