@@ -88,7 +88,7 @@ def txlog_alerts(txlog: TransactionLog | None) -> list[Alert]:
                     f"{'; '.join(parts)}{more}. These records are not served; the records "
                     "around them are. A repair from a replication peer writes them back."
                 ),
-                "since": _iso(since / 1e6),
+                "since": iso_time(since / 1e6),
             }
         )
     shortfall = txlog.preallocation_shortfall
