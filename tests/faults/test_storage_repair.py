@@ -272,6 +272,7 @@ def test_a_torn_tail_on_the_publishing_instance_is_given_back_by_its_peer(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize(
     ("kind", "side"),
     [
@@ -288,6 +289,7 @@ def test_damage_is_repaired_from_a_sync_peer(tmp_path: Path, kind: str, side: st
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_flipped_byte_in_the_first_of_six_journals_is_found_and_repaired(
     tmp_path: Path,
 ) -> None:
@@ -347,6 +349,7 @@ def test_an_instance_wiped_and_started_empty_gets_back_what_its_peer_holds(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_chain_repairs_from_the_last_instance_that_still_holds_the_records(
     tmp_path: Path,
 ) -> None:
