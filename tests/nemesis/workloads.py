@@ -180,7 +180,9 @@ class Publisher:
             if attempt:
                 self.reconnects += 1
                 await asyncio.sleep(_BACKOFF)
-            client = self.ends.client(url, self.name)
+            # it numbers its publishes and resends from its last ack on purpose: what the
+            # instance already holds must come back as duplicates, so no reuse warning
+            client = self.ends.client(url, self.name, reused_seq="allow")
             try:
                 info = await client.connect(timeout=SILENCE)
                 self.rec.info("logon", {"last_seq": info.last_seq}, node)
