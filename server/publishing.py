@@ -61,7 +61,7 @@ from server.protocol.errors import (
 from server.protocol.frame import Message
 from server.stats.source import EventSink
 from server.topics import Topic, TopicTable
-from server.txlog import FencedRecords, TransactionLog, TxlogWriteFailed
+from server.txlog import CorruptRecord, FencedRecords, TransactionLog, TxlogWriteFailed
 from server.txlog.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
@@ -127,6 +127,7 @@ class PublishPipeline:
         # its file lacks)
         seq = max(txlog.first_seq, min(s.recover_from() for s in stages))
         read = 0
+        checked: set[int] = set()  # reads whose journal was checked after they failed
         while seq <= txlog.durable_seq:
             try:
                 batch = await txlog.read_view(seq, max_count=batch_count)
@@ -136,6 +137,14 @@ class PublishPipeline:
                 self.recovery_skipped.append((exc.first_seq, exc.last_seq))
                 seq = exc.last_seq + 1
                 continue
+            except CorruptRecord:
+                # damage no check had found yet: fenced now, it is skipped like the rest
+                # (the instance starts and its peers repair it); else, or when the same
+                # read fails again, the error stands
+                if seq not in checked and await txlog.fence_damage_at(seq):
+                    checked.add(seq)
+                    continue
+                raise
             if not len(batch):
                 break
             for stage in stages:

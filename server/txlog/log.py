@@ -747,6 +747,24 @@ class TransactionLog:
         if self._state == _OPEN:
             self._scrubber.start(now=self._scrubber.status.interval > 0)
 
+    async def fence_damage_at(self, seq: int) -> bool:
+        """Check the journal a read from ``seq`` failed in, at once, and fence what is
+        damaged in it: for a reader that met a bad record before the scrub did and cannot
+        wait for the scrub (the start-up rebuild of SOW and queue state).
+
+        Returns:
+            Whether that journal has a fence at or after ``seq`` now: the same read then
+            stops before it, and a read of the fence raises
+            :class:`~server.txlog.errors.FencedRecords`, which the caller can skip. False
+            when the check fenced nothing there (the read's error stands).
+        """
+        if self._state != _OPEN or seq < self.first_seq:
+            return False
+        journal = self._journals.holding(seq)
+        await self._scrubber.check(journal, "read")
+        fence = self._fences.next_from(seq)
+        return fence is not None and fence.journal == journal.base
+
     def scrub(self) -> bool:
         """Start a scrub of every journal now; False when one is under way already.
 
