@@ -20,6 +20,7 @@ the broker processed every ack given so far.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
@@ -39,7 +40,7 @@ __all__ = [
 ACK: Final = ""
 
 
-class Settling:
+class Settling(ABC):
     """What a consumer may do with a leased queue message; each ends in ``_settle(kind)``
     (``ACK``, ``cancel`` or ``expire``), which the message class defines and which sets
     ``settled``."""
@@ -59,8 +60,9 @@ class Settling:
         """Drop it without processing it."""
         self._settle("expire")
 
+    @abstractmethod
     def _settle(self, kind: str) -> None:
-        raise NotImplementedError
+        """Settle the message as ``kind`` (each message class says where it goes)."""
 
     @staticmethod
     def lease_of(message: Message) -> tuple[int, float]:

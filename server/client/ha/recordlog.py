@@ -26,6 +26,7 @@ import asyncio
 import os
 import struct
 import zlib
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,7 +184,7 @@ class RecordFile:
             self._lock = None
 
 
-class _Writer:
+class _Writer(ABC):
     """What both writers share: the file, the latched error, the worker task, and the
     close (write what is pending, then close the file and release the lock)."""
 
@@ -191,8 +192,9 @@ class _Writer:
     _error: BaseException | None
     _task: asyncio.Task[None] | None
 
+    @abstractmethod
     async def wait(self) -> None:
-        raise NotImplementedError
+        """Until everything queued so far is written (each writer says how)."""
 
     async def close(self) -> None:
         """Write what is pending, then close the file and release the lock."""
