@@ -156,6 +156,10 @@ class Origin:
             an origin of kind ``broker`` is trusted whatever its user).
         replies: where acks and failures go (None: nobody is waiting for them).
         traffic: the counters the publish adds to.
+        held: per publisher id, the lowest sequence of it the log refused (``txlog full``)
+            from this origin and that was not written since: nothing of that publisher
+            above it is written from this origin until it is (docs/protocol.md "When the
+            transaction log refuses writes"). Lives as long as the origin (a connection).
     """
 
     kind: OriginKind
@@ -163,6 +167,7 @@ class Origin:
     user: UserConfig | None
     replies: Outbound | None
     traffic: Traffic = field(default_factory=Traffic)
+    held: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)

@@ -25,7 +25,10 @@ once per message. What must stay per message stays per message: a duplicate sequ
 answered alone (``duplicate``) and splits the run around it; a record the log refuses gets
 its exact failure from :meth:`TransactionLog.append`, and the rest of the run continues
 (while the log refuses every write, a write outage, the whole run is refused at once with
-``txlog full`` and the cause, without trying each record);
+``txlog full`` and the cause, without trying each record). A refused sequence holds its
+publisher on that origin: nothing of it above that sequence is written from there until
+the sequence comes again, so the refusal cannot turn into a gap the de-duplication would
+never let the publisher fill (:meth:`PublishPipeline._publish_recorded`);
 ``received`` and ``processed`` acks go out message by message, each before that message's
 deliveries, so a batched frame behaves on the wire exactly like one command per frame.
 """
@@ -258,25 +261,53 @@ class PublishPipeline:
     def _publish_recorded(
         self, origin: Origin, topic: Topic, run: PublishRun, txlog: TransactionLog
     ) -> None:
-        """Sequence, de-duplicate, append and hand over a run of a recorded topic."""
+        """Sequence, de-duplicate, append and hand over a run of a recorded topic.
+
+        A sequence the log refuses (``txlog full``) becomes the publisher's *hold* on this
+        origin (:attr:`Origin.held`): nothing of that publisher above it is written from
+        this origin until it is, so the refused message can still be written, in order,
+        when the publisher sends it again (the de-duplication takes only a sequence above
+        the publisher's highest). Later sequences are refused meanwhile, with the hold in
+        the detail.
+        """
         pub_hash = run.pub_hash
         given = run.pub_seqs
         bodies = run.bodies
         n = len(bodies)
+        held = origin.held
         outage = txlog.write_outage
+        last = txlog.publisher_last(pub_hash)
         if outage is not None:  # the log refuses every write until the outage ends
             refused = TxlogFull(outage.describe())
             for i in range(n):
                 self._refuse(origin, run, i, refused)
+            new = [s for s in given if s is not None and s > last]
+            if new:
+                _hold(held, pub_hash, min(new))
             return
-        last = txlog.publisher_last(pub_hash)
         i = 0
         while i < n:
-            # the longest stretch from i whose sequences are new
+            hold = held.get(pub_hash) if held else None
+            if hold is not None:
+                if hold <= last and not txlog.publishers.missing(pub_hash, hold):
+                    del held[pub_hash]  # the held sequence is in the log (by any route)
+                    hold = None
+                elif _above(given[i], hold):
+                    # refused until the held sequence is written
+                    refused = TxlogFull(_held_detail(hold))
+                    j = i
+                    while j < n and _above(given[j], hold):
+                        self._refuse(origin, run, j, refused)
+                        j += 1
+                    i = j
+                    continue
+            # the longest stretch from i whose sequences are new (and not above a hold)
             seqs: list[int] = []
             j = i
             while j < n:
                 s = given[j]
+                if hold is not None and _above(s, hold):
+                    break
                 if s is None:
                     s = last + 1
                 elif s <= last:
@@ -302,13 +333,18 @@ class PublishPipeline:
                         self.watch.appended(pub_hash, seqs[0], run.path, False)
                     self._accepted(origin, topic, run, i, i + k, seqs[:k], first,
                                    txlog.last_timestamp_us)  # fmt: skip
+                    if hold is not None and seqs[k - 1] >= hold:
+                        del held[pub_hash]  # the held sequence is written: order holds
                 if k < j - i:
                     # the log refused record i + k: append() of it says why
-                    self._append_one(origin, topic, run, i + k, seqs[k], txlog)
+                    appended = self._append_one(origin, topic, run, i + k, seqs[k], txlog)
+                    if not appended and given[i + k] is not None:
+                        # (a number the broker gave is not the publisher's: nothing to hold)
+                        _hold(held, pub_hash, seqs[k])
                     last = txlog.publisher_last(pub_hash)
                     i += k + 1
                     continue
-            if j < n:
+            if j < n and (hold is None or not _above(given[j], hold)):
                 below = given[j]
                 assert below is not None  # only a given sequence can be at or below the last
                 if txlog.publishers.missing(pub_hash, below):
@@ -331,9 +367,13 @@ class PublishPipeline:
         txlog: TransactionLog,
         *,
         late: bool = False,
-    ) -> None:
+    ) -> bool:
         """Append message ``i`` alone: it gets the log's exact refusal, or goes through
-        (``late``: it fills a gap of its publisher, below the publisher's highest)."""
+        (``late``: it fills a gap of its publisher, below the publisher's highest).
+
+        Returns:
+            Whether it was appended.
+        """
         try:
             rec = txlog.append(
                 topic=run.topic,
@@ -349,18 +389,19 @@ class PublishPipeline:
             )
         except ProtocolFailure as exc:  # txlog full (MaxSize): the reason stands
             self._refuse(origin, run, i, exc)
-            return
+            return False
         except TxlogWriteFailed as exc:  # a write outage (reported once by the log)
             outage = txlog.write_outage
             self._refuse(origin, run, i, TxlogFull(outage.describe() if outage else str(exc)))
-            return
+            return False
         except Exception as exc:
             self._events.emit("error", "txlog", "append_failed", error=repr(exc))
             self._refuse(origin, run, i, TxlogFull(f"transaction log cannot accept writes: {exc}"))
-            return
+            return False
         if self.watch is not None:
             self.watch.appended(run.pub_hash, s, run.path, late)
         self._accepted(origin, topic, run, i, i + 1, [s], rec.seq, rec.timestamp_us)
+        return True
 
     def _publish_unrecorded(self, origin: Origin, topic: Topic, run: PublishRun) -> None:
         """A run of a topic the log does not record: acked and delivered at once."""
@@ -494,6 +535,26 @@ class PublishPipeline:
         if "received" in kinds:
             replies.ack("received", cid)
         replies.fail(cid, exc, s=run.pub_seqs[i])
+
+
+def _hold(held: dict[int, int], pub_hash: int, s: int) -> None:
+    """The log refused sequence ``s`` of ``pub_hash``: hold the publisher there (or lower)."""
+    prior = held.get(pub_hash)
+    held[pub_hash] = s if prior is None else min(prior, s)
+
+
+def _above(s: int | None, hold: int) -> bool:
+    """Whether a message with sequence ``s`` (None: numbered by the broker, after the
+    publisher's highest) would be written past a publisher held at ``hold``."""
+    return s is None or s > hold
+
+
+def _held_detail(hold: int) -> str:
+    return (
+        f"sequence {hold} of this publisher was refused (txlog full) and is not written yet: "
+        f"nothing later of it is written on this connection until {hold} is sent again, "
+        "so resend from it in order (or log on again)"
+    )
 
 
 def _acks_of(acks: list[AckRequest], i: int) -> tuple[frozenset[str], str | None]:

@@ -9,7 +9,8 @@ file says so. What must hold:
 - a bookmark replay keeps delivering every durable record and is not failed;
 - every dashboard page shows a banner (cause, since when), ``/api`` says the same;
 - once the disk takes writes again the broker writes what it had accepted, acks it,
-  takes publishes again, and all of it is there after a restart;
+  takes publishes again (the refused one first: the publisher sends it again), and all of
+  it is there after a restart;
 - a broker starts on a disk without room for its preallocated journals, and says so.
 """
 
@@ -133,7 +134,11 @@ class _Seen:
 
 
 async def _full_disk_scenario(proc: SpoolProcess, filler: Path) -> None:
-    async with Client(proc.ws_url, "pub") as c, Client(proc.ws_url, "reader") as r:
+    # "pub" sends a refused publish again, with its own sequence, on purpose
+    async with (
+        Client(proc.ws_url, "pub", reused_seq="allow") as c,
+        Client(proc.ws_url, "reader") as r,
+    ):
         sub = await r.subscribe("orders", bookmark="0")
         pub = Publisher(c)
         refused = await pub.until_refused()
@@ -147,6 +152,7 @@ async def _full_disk_scenario(proc: SpoolProcess, filler: Path) -> None:
         assert time.monotonic() - t0 < 5
         with pytest.raises(errors.TxlogFull):
             await c.publish_acked("orders", BODY)
+        refused = c.seq  # refused, not kept: "pub" sends it again once the disk has room
         # the dashboard and the API say so, with the cause and since when
         outage = api(proc, "/api/transaction_log")["write_outage"]
         assert isinstance(outage, dict) and "No space left" in str(outage["error"])
@@ -177,14 +183,16 @@ async def _full_disk_scenario(proc: SpoolProcess, filler: Path) -> None:
         )  # fmt: skip
         assert banners_on_every_page(proc, "txlog-refusing-writes") == []
         assert len(events(proc, "writes_resumed")) == 1
-        # publishes are taken again, and the replay goes on with what was pending
+        # publishes are taken again, from the refused one on (the broker keeps the
+        # publisher's order: nothing after a refused sequence is written before it)
+        c.publish("orders", BODY, seq=refused, persisted=True)
         for _ in range(10):
             pub.published = c.publish("orders", BODY, persisted=True)
         await c.wait_persisted(pub.published, timeout=10)
         await c.flush(timeout=10)
         totals = api(proc, "/api/transaction_log")["totals"]
         stored = totals["last_seq"]  # type: ignore[index]
-        assert stored == totals["durable_seq"] == pub.published - 1  # all but the refused one
+        assert stored == totals["durable_seq"] == pub.published
         while got < stored:
             await sub.get(10)
             got += 1
