@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from server.client.connection import Handlers
 from server.clock import VirtualClock
 from server.config import parse_config
 from server.engine import Broker
@@ -133,6 +134,80 @@ class FakeClient:
         return self.session.closed
 
 
+class ClientLink:
+    """A :class:`server.client.Client` connection to the in-process broker (the client's
+    ``Transport``): the client's frames go to the session's ``receive`` on the next loop
+    turn, the broker's frames to the client's handler as the session's writer sends them.
+
+    :meth:`stop_reading` holds the broker's frames back (the writer waits, as under TCP
+    flow control) so a test decides when the client hears what the broker answered.
+    """
+
+    def __init__(self, harness: EngineHarness, handlers: Handlers) -> None:
+        self.handlers = handlers
+        self.closed = False
+        self._reading = asyncio.Event()
+        self._reading.set()
+        self._scheduled = False
+        self._loop = asyncio.get_running_loop()
+        self.last_received = self._loop.time()
+        harness._clients += 1
+        self.remote = f"127.0.0.1:{10000 + harness._clients}"
+        self.session = harness.broker.connect(self)
+
+    def stop_reading(self) -> None:
+        """Deliver nothing more of the broker's to the client until :meth:`resume_reading`."""
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
+
+    # -- the broker's side (a transport of the session) -----------------------------------
+
+    async def send_pieces(self, pieces: Sequence[bytes], size: int) -> None:
+        await self._reading.wait()
+        if not self.closed:
+            self.last_received = self._loop.time()
+            await self.handlers.frame_received(b"".join(pieces))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The broker closed the connection, or the client did (its session ends)."""
+        if not self.closed:
+            self.closed = True
+            self.handlers.connection_lost(reason, code)
+        if not self.session.closed:
+            await self.session.close("connection lost", 1000)
+
+    # -- the client's side (Transport) ------------------------------------------------------
+
+    def flush_soon(self) -> None:
+        if not self._scheduled and not self.closed:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self.closed:
+            return
+        data = self.handlers.data_to_send()
+        if data:
+            self.session.receive(data)
+
+    async def flush(self) -> None:
+        self._drain()
+
+    async def send(self, frame: bytes) -> None:
+        self._drain()
+        if not self.closed:
+            self.session.receive(frame)
+
+    def start_heartbeat(self, interval: float, beat: Callable[[], None]) -> None:
+        raise NotImplementedError("no heartbeats over a ClientLink")
+
+    def abort(self) -> None:
+        self._loop.create_task(self.close(1006, "aborted"))
+
+
 class EngineHarness:
     """A broker in this process, on a virtual clock.
 
@@ -162,6 +237,8 @@ class EngineHarness:
         extra = {"connector": connector} if connector is not None else {}
         self.broker = Broker(self.config, clock=self.clock, console_log=False, files=files, **extra)
         self._clients = 0
+        #: the client connections made by :meth:`client_connector`
+        self.links: list[ClientLink] = []
 
     async def __aenter__(self) -> EngineHarness:
         await self.broker.start()
@@ -210,6 +287,21 @@ class EngineHarness:
         self._clients += 1
         transport = FakeTransport(f"127.0.0.1:{10000 + self._clients}", clock=self.clock)
         return FakeClient(self.broker.connect(transport), transport)
+
+    async def client_connector(
+        self,
+        url: str,
+        handlers: Handlers,
+        *,
+        open_timeout: float,
+        max_size: int | None,
+        ssl: Any = None,
+    ) -> ClientLink:
+        """A ``connector`` for :class:`server.client.Client` and ``HAClient``: every URL
+        reaches this broker (:attr:`links` keeps the connections, in order)."""
+        link = ClientLink(self, handlers)
+        self.links.append(link)
+        return link
 
     async def logon(self, name: str, **fields: Any) -> FakeClient:
         """A new connection, logged on as ``name`` (the logon ack is consumed)."""

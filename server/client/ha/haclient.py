@@ -91,7 +91,7 @@ from server.client.ha.subscription import (
     SubscriptionSpec,
 )
 from server.client.state import encode_body
-from server.protocol.errors import BookmarkNotFound, ProtocolFailure
+from server.protocol.errors import BookmarkNotFound, ProtocolFailure, TxlogFull
 
 #: what a failed connection attempt may raise (docs/python-client.md "Connecting").
 _CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
@@ -199,6 +199,10 @@ class HAClient:
         #: the highest sequence the current broker persisted for this client name
         self._persisted = 0
         self._catch_ups: set[asyncio.Task[None]] = set()
+        #: the wait, then the resend of publishes the broker refused for now (txlog full)
+        self._resending: asyncio.Task[None] | None = None
+        #: the first sequence of the last such resend, until an ack confirms it
+        self._resent: int | None = None
 
     # -- listeners -----------------------------------------------------------------------
 
@@ -409,6 +413,7 @@ class HAClient:
             await self._notify()
 
     async def _resume(self, client: Client, info: LogonInfo) -> None:
+        self._stop_resend()  # the whole store goes again on the new connection
         self._replicated_acks = "replicated" in info.options
         self._persisted = info.last_seq
         self._safety_known(info.safety)
@@ -479,12 +484,16 @@ class HAClient:
 
     def _event(self, event: Event[Subscription]) -> None:
         if isinstance(event, Persisted):
-            self._persisted = max(self._persisted, event.seq)
+            seq = self._sender.confirmed(event.seq)
+            self._persisted = max(self._persisted, seq)
             if self._trust_persisted():
-                self.publish_store.discard_up_to(event.seq)
+                self.publish_store.discard_up_to(seq)
+            if self._resent is not None and seq >= self._resent:
+                self._resent = None  # the resend went through: a fresh schedule next time
+                self.delay.reset()
             asyncio.get_running_loop().create_task(self._notify())
         elif isinstance(event, Replicated):
-            self.publish_store.discard_up_to(event.seq)
+            self.publish_store.discard_up_to(self._sender.confirmed(event.seq))
             asyncio.get_running_loop().create_task(self._notify())
         elif isinstance(event, FailoverChanged):
             self._safety_known(event.safety)
@@ -499,6 +508,44 @@ class HAClient:
             and event.ack.reason != "duplicate"
         ):
             self._report(event.error)
+            refused = event.ack.header.get("s")
+            if (
+                isinstance(event.error, TxlogFull)
+                and event.ack.kind == "processed"  # refused, not accepted and kept
+                and isinstance(refused, int)
+                and self._sender.refuse(refused)
+            ):
+                self._schedule_resend()
+
+    # -- publishes refused for now -------------------------------------------------------
+
+    def _schedule_resend(self) -> None:
+        """Resend from the lowest refused publish after the delay strategy's wait, on the
+        current connection (docs/ha-client.md "When a broker refuses writes")."""
+        client = self._client
+        if client is None or (self._resending is not None and not self._resending.done()):
+            return
+        self._resending = asyncio.get_running_loop().create_task(self._resend(client))
+
+    async def _resend(self, client: Client) -> None:
+        uri = self._uri or ""
+        try:
+            wait = self.delay.get_connect_wait_duration(uri)
+        except ReconnectGaveUp:
+            # retried as long as the strategy allows: the connection ends, and the
+            # reconnect handler (with the same strategy) gives up or finds another server
+            client.abandon("txlog full: gave up resending refused publishes")
+            return
+        if wait > 0:
+            await self._sleep(wait)
+        if client is self._client and not client.closed.is_set():
+            self._resent = self._sender.resend_refused()
+
+    def _stop_resend(self) -> None:
+        if self._resending is not None and self._resending is not asyncio.current_task():
+            self._resending.cancel()
+        self._resending = None
+        self._resent = None
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -947,7 +994,9 @@ class HAClient:
             return
         self._closed = True
         await self._sender.stop()
-        for task in (self._reconnecting, self._monitor, self._watcher, *self._catch_ups):
+        tasks = (self._reconnecting, self._monitor, self._watcher, self._resending,
+                 *self._catch_ups)  # fmt: skip
+        for task in tasks:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -10,6 +10,14 @@ destination) and rewinds what counts as sent, and :meth:`PublishSender.send` (aw
 the reconnect handler) resends the rest in order with the same sequence numbers. Every
 publish asks for a persisted ack (the store is trimmed by them, or by the replicated acks
 when failover is unsafe: docs/ha-client.md "Failover safety").
+
+A publish the broker refuses for now (``txlog full``: its log refuses writes) stays in the
+store: :meth:`PublishSender.refuse` notes the lowest such sequence, no ack discards it or
+anything after it (:meth:`PublishSender.confirmed`), and :meth:`PublishSender.resend_refused`
+sends the store again from it, in order, on the same connection. The broker writes nothing
+of this publisher above a refused sequence until that sequence comes again
+(docs/protocol.md "When the transaction log refuses writes"), so the resend keeps the
+publisher's order and leaves no gap.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ class PublishSender:
     Attributes:
         seq: the last sequence number given.
         sent: every stored publish up to this number was sent on the current connection.
+        refused: the lowest stored sequence the current broker refused for now (``txlog
+            full``) and that was not sent again since (None: none).
     """
 
     def __init__(
@@ -49,6 +59,7 @@ class PublishSender:
         self._connected = connected
         self.seq = 0
         self.sent = 0
+        self.refused: int | None = None
         self._task: asyncio.Task[None] | None = None
 
     def opened(self) -> None:
@@ -72,6 +83,32 @@ class PublishSender:
             store.discard_up_to(last_seq)
         self.seq = max(self.seq, last_seq, store.last_seq)
         self.sent = max(last_seq, store.last_discarded) if trim else store.last_discarded
+        self.refused = None  # everything above ``sent`` goes again on this connection
+
+    def refuse(self, seq: int) -> bool:
+        """The broker refused ``seq`` for now (``txlog full``): it stays in the store and no
+        ack discards it until it was sent again. Returns whether the store holds it."""
+        if seq <= self.store.last_discarded or seq > self.seq:
+            return False
+        self.refused = seq if self.refused is None else min(self.refused, seq)
+        return True
+
+    def confirmed(self, seq: int) -> int:
+        """What an ack saying ``seq`` is persisted (or replicated) may discard: never a
+        refused publish not sent again, nor anything after it."""
+        refused = self.refused
+        return seq if refused is None else min(seq, refused - 1)
+
+    def resend_refused(self) -> int | None:
+        """Send the store again from the lowest refused sequence, in order, on the current
+        connection; returns that sequence (None: nothing was refused)."""
+        refused = self.refused
+        if refused is None:
+            return None
+        self.refused = None
+        self.sent = min(self.sent, refused - 1)
+        self.kick()
+        return refused
 
     def add(self, topic: str, body: bytes, extra: dict[str, Any] | None) -> int:
         """Number and store one publish; returns its sequence number."""

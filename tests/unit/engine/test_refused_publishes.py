@@ -1,6 +1,9 @@
 """A publish the log refuses for now (``txlog full``) keeps its publisher's order: the
 broker writes nothing later of that publisher from that connection until the refused
-sequence comes again (docs/protocol.md "When the transaction log refuses writes")."""
+sequence comes again, and the HA client keeps it and sends it again, so every message it
+holds ends in the log exactly once, in order, even when the disk frees between a refused
+publish and the next (docs/protocol.md "When the transaction log refuses writes",
+docs/ha-client.md "When a broker refuses writes")."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from server.bookmarks import pub_hash
+from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient, MemoryPublishStore
+from server.protocol.errors import TxlogFull
 from server.txlog import TransactionLog
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.faults import FaultySeam
@@ -165,3 +170,66 @@ async def test_publishes_the_broker_numbers_hold_nothing(tmp_path: Path) -> None
         pub.send(({"c": "publish", "t": "orders", "a": "processed", "cid": "p3"}, b'{"n":3}'))
         await h.commit()
         assert [b for _, b in await logged(log, "pub")] == [b'{"n":1}', b'{"n":3}']
+
+
+@scenario
+async def test_the_ha_client_resends_what_was_refused_when_the_disk_frees_at_the_worst_moment(
+    tmp_path: Path,
+) -> None:
+    """The client hears of the refusals only after the disk freed and its next publishes
+    reached the broker: without the broker's hold those would be written past the refused
+    ones, and their persisted ack would empty the store of messages never written."""
+    seam = FaultySeam()
+    async with EngineHarness(tmp_path, files=seam, txlog_extra=RETRY) as h:
+        log = txlog_of(h)
+        errors: list[BaseException] = []
+        client = HAClient(
+            "ha-pub", publish_store=MemoryPublishStore(),
+            chooser=DefaultServerChooser(["ws://engine/amps/json"]),
+            delay=FixedDelayStrategy(0.5, clock=h.clock.monotonic),
+            connector=h.client_connector, sleep=h.clock.sleep,
+        )  # fmt: skip
+        client.exception_listener = errors.append
+        await client.connect_and_logon()
+        link = h.links[-1]
+        store = client.publish_store
+        for n in range(1, 4):
+            client.publish("orders", b'{"n":%d}' % n)
+        await h.until(lambda: log.last_seq == 3)
+        await h.commit()
+        await h.until(lambda: store.unpersisted_count() == 0)
+
+        # 4 and 5 are taken before the disk is known full (kept, written later)
+        seam.fail("write", errno.ENOSPC)
+        for n in (4, 5):
+            client.publish("orders", b'{"n":%d}' % n)
+        await h.until(lambda: log.last_seq == 5)
+        await refusing(h, log)
+        # the client stops hearing the broker: 6..8 are refused, the client does not know
+        link.stop_reading()
+        for n in (6, 7, 8):
+            client.publish("orders", b'{"n":%d}' % n)
+        await h.settle()
+        assert link.session.origin.held == {pub_hash("ha-pub"): 6}
+        # the disk frees, the log writes 4 and 5, and then 9..10 arrive: the worst moment
+        seam.heal()
+        await retry_until_written(h, log)
+        for n in (9, 10):
+            client.publish("orders", b'{"n":%d}' % n)
+        await h.settle()
+        assert [s for s, _ in await logged(log, "ha-pub")] == [1, 2, 3, 4, 5]
+        assert store.unpersisted_count() == 7  # 4..10: the client has heard nothing since
+        # the client hears it all: 6.. are kept, sent again in order, and written once
+        link.resume_reading()
+        for _ in range(20):
+            if store.unpersisted_count() == 0:
+                break
+            await h.clock.advance(0.5)  # the delay strategy's wait, then the group commit
+            await h.until(lambda: log.durable_seq == log.last_seq)
+            await h.settle()
+        assert await logged(log, "ha-pub") == [(n, b'{"n":%d}' % n) for n in range(1, 11)]
+        assert store.unpersisted_count() == 0 and store.last_discarded == 10
+        # every refusal reached the exception listener
+        assert errors and all(isinstance(e, TxlogFull) for e in errors)
+        assert len(h.links) == 1  # on the same connection
+        await client.close()
