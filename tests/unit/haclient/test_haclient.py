@@ -25,7 +25,7 @@ from server.client import (
     ReconnectGaveUp,
 )
 from server.clock import VirtualClock
-from server.protocol.errors import NotEntitled
+from server.protocol.errors import NotEntitled, TxlogFull
 from tests.unit.haclient.fakebroker import FakeBroker
 
 P = ParamSpec("P")
@@ -391,4 +391,42 @@ async def test_a_refused_first_subscribe_raises_and_is_not_kept() -> None:
     assert client.subscriptions.get("s") is None and errors == []
     broker.refuse_subscribe = ""
     await client.subscribe("secret", sub_id="s")  # the sub_id is free again
+    await client.close()
+
+
+@run_async
+async def test_a_publish_refused_for_now_stays_until_sent_again_whatever_the_acks_say() -> None:
+    """A ``txlog full`` refusal keeps the message: an ack past it (from a broker that wrote
+    later ones anyway) discards only what is below it, and the store goes again from it, in
+    order, on the same connection, after the delay strategy's wait."""
+    clock = VirtualClock()
+    broker = FakeBroker(clock.monotonic)
+    client, _, errors = make(clock, broker, delay=FixedDelayStrategy(0.5, clock=clock.monotonic))
+    await client.connect_and_logon()
+    broker.hold_acks = True
+    for n in range(1, 5):
+        client.publish("orders", b"%d" % n)
+    await clock.advance(0)
+    failure = {"c": "ack", "a": "processed", "status": "failure", "reason": "txlog full"}
+    # the first resend goes at once; hold the link's answers until both acks are in
+    await broker.link.reply(
+        {**failure, "s": 2}, {"c": "ack", "a": "persisted", "status": "success", "s": 4}
+    )
+    assert client.publish_store.unpersisted_count() == 3  # 2, 3, 4 kept
+    assert client.unpersisted_count() == 3
+    assert [type(e) for e in errors] == [TxlogFull]
+    await clock.advance(0)
+    sent = [h["s"] for h in broker.commands[-1] if h.get("c") == "publish"]
+    assert sent == [1, 2, 3, 4, 2, 3, 4] and len(broker.transports) == 1
+    # refused again: the next resend waits the strategy's delay
+    await broker.link.reply({**failure, "s": 2})
+    await clock.advance(0.4)
+    assert len([h for h in broker.commands[-1] if h.get("c") == "publish"]) == 7
+    await clock.advance(0.1)
+    sent = [h["s"] for h in broker.commands[-1] if h.get("c") == "publish"]
+    assert sent[7:] == [2, 3, 4]
+    client.publish("orders", b"5")
+    await clock.advance(0)
+    await broker.link.reply({"c": "ack", "a": "persisted", "status": "success", "s": 5})
+    assert client.publish_store.unpersisted_count() == 0
     await client.close()
