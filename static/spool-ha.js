@@ -269,6 +269,13 @@ export class HAClient {
     this._persistedSeq = 0;
     /** publishes waiting for room in the publish store */
     this._roomWaiters = [];
+    /** the lowest stored sequence the current broker refused for now ("txlog full") and
+     * not sent again yet (null: none): no ack discards it or anything after it */
+    this._refusedFrom = null;
+    /** the timer of the next resend of refused publishes, or null */
+    this._resendTimer = null;
+    /** the first sequence of the last resend, until an ack confirms it */
+    this._resentFrom = null;
   }
 
   // -- listeners -------------------------------------------------------------------------
@@ -399,6 +406,7 @@ export class HAClient {
     this._closed = true;
     this._ready = false;
     this._sleeping?.();
+    this._stopResend();
     this._client.close();
     this._failFlushes(new SpoolError("closed", "the HA client was closed"));
     await this.publishStore?.close();
@@ -504,6 +512,7 @@ export class HAClient {
 
   /** After logon: trim the publish store, publish the rest again, resubscribe. */
   async _recover(ack) {
+    this._stopResend(); // the whole store goes again on this connection
     const persisted = typeof ack.s === "number" ? ack.s : 0;
     this._replicatedAcks = (typeof ack.o === "string" ? ack.o.split(",") : []).includes("replicated");
     this._persistedSeq = persisted;
@@ -531,6 +540,7 @@ export class HAClient {
   _onDisconnect(info) {
     const wasReady = this._ready;
     this._ready = false;
+    this._stopResend();
     this._state(ConnectionState.DISCONNECTED, info);
     // during an attempt the loop sees the failure itself
     if (this._closed || this._connecting !== null || !wasReady) return;
@@ -612,6 +622,12 @@ export class HAClient {
 
   _onPublishRejected(entry, err) {
     if (!(err instanceof SpoolError) || CONNECTION_REASONS.has(err.reason)) return; // goes again
+    if (err.reason === "txlog full") {
+      // refused for now (the broker's log refuses writes): kept, and sent again
+      this._exception(new PublishFailedError(entry.seq, entry.topic, err));
+      this._refusedForNow(entry.seq);
+      return;
+    }
     this.publishStore?.remove(entry.seq);
     this._exception(new PublishFailedError(entry.seq, entry.topic, err));
     this._checkFlushes();
@@ -620,14 +636,65 @@ export class HAClient {
   _onPersisted(header) {
     if (header.sub_id !== undefined || header.status === "failure" || typeof header.s !== "number") return;
     if (this.publishStore === null) return;
-    this._persistedSeq = Math.max(this._persistedSeq, header.s);
-    if (this._trustPersisted()) this._discarded(header.s);
+    const seq = this._confirmed(header.s);
+    this._persistedSeq = Math.max(this._persistedSeq, seq);
+    if (this._trustPersisted()) this._discarded(seq);
     else this._checkFlushes();
+    if (this._resentFrom !== null && seq >= this._resentFrom) {
+      this._resentFrom = null; // the resend went through: a fresh schedule next time
+      this.delay.reset();
+    }
   }
 
   _onReplicated(header) {
     if (this.publishStore === null || typeof header.s !== "number") return;
-    this._discarded(header.s);
+    this._discarded(this._confirmed(header.s));
+  }
+
+  // -- publishes refused for now (docs/js-client.md "When a broker refuses writes") ------
+
+  /** What an ack saying `seq` is persisted (or replicated) may discard: never a refused
+   * publish not sent again, nor anything after it. */
+  _confirmed(seq) {
+    return this._refusedFrom === null ? seq : Math.min(seq, this._refusedFrom - 1);
+  }
+
+  /** The broker refused `seq` for now: keep it, and send the store again from the lowest
+   * refused sequence, in order, on this connection, after the delay strategy's wait. */
+  _refusedForNow(seq) {
+    const store = this.publishStore;
+    if (store === null || seq <= store.lastDiscarded) return;
+    this._refusedFrom = this._refusedFrom === null ? seq : Math.min(this._refusedFrom, seq);
+    if (this._resendTimer !== null || !this._ready) return;
+    let wait;
+    try {
+      wait = this.delay.getConnectWaitDuration(this._lastUri ?? "");
+    } catch {
+      // retried as long as the strategy allows: the connection ends, and the reconnect
+      // loop (with the same strategy) gives up in turn or finds another server
+      this._client.close();
+      this._onDisconnect({ code: 1000, reason: "txlog full: gave up resending refused publishes" });
+      return;
+    }
+    this._resendTimer = this._timers.setTimeout(() => {
+      this._resendTimer = null;
+      this._resendRefused();
+    }, wait);
+  }
+
+  _resendRefused() {
+    const from = this._refusedFrom;
+    if (from === null || !this._ready || this.publishStore === null) return;
+    this._refusedFrom = null;
+    this._resentFrom = from;
+    for (const entry of this.publishStore.entriesAfter(from - 1)) this._send(entry);
+  }
+
+  _stopResend() {
+    if (this._resendTimer !== null) this._timers.clearTimeout(this._resendTimer);
+    this._resendTimer = null;
+    this._refusedFrom = null;
+    this._resentFrom = null;
   }
 
   _discarded(seq) {

@@ -662,6 +662,50 @@ def test_while_failover_is_unsafe_only_replicated_acks_empty_the_store(static_or
     assert result["left"] == 0 and result["safe"] is True
 
 
+def test_a_publish_refused_for_now_is_kept_and_sent_again_in_order(static_origin: Page) -> None:
+    """``txlog full`` is transient: the refused message stays in the store, an ack past it
+    (from a broker that wrote a later one anyway) does not discard it, and the store goes
+    again from it, in order, on the same connection, after the delay strategy's wait."""
+    result = scripted(
+        static_origin,
+        """
+        const b = broker('ws://a');
+        let full = false;
+        b.refuse = (h) => (full ? 'txlog full' : null);
+        const ha = make('pub', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: new H.MemoryPublishStore() });
+        await ha.connectAndLogon();
+        await ha.publish('t', 'm1'); await ha.publish('t', 'm2');
+        await settle();
+        full = true;
+        await ha.publish('t', 'm3'); await ha.publish('t', 'm4');
+        await settle();
+        await advance(0);                        // the first resend goes at once: refused again
+        const held = ha.unpersistedCount();
+        full = false;
+        await ha.publish('t', 'm5');            // taken, and acked persisted up to 5
+        await settle();
+        const afterAck = [ha.unpersistedCount(), ha.unreplicatedCount()];
+        const before = events.filter((e) => e[0] === 'publish' || e[0] === 'refused');
+        events.length = 0;
+        await advance(10);                       // the strategy's wait: 3.. again, in order
+        const resent = events.filter((e) => e[0] === 'publish').map((e) => e[1]);
+        return { held, afterAck, before, resent, left: ha.unreplicatedCount(),
+                 opens: events.filter((e) => e[0] === 'open').length,
+                 errors: errors.map((e) => e.split(':')[0]) };
+        """,
+    )
+    assert result["before"] == [
+        ["publish", 1], ["publish", 2], ["refused", 3], ["refused", 4],
+        ["refused", 3], ["refused", 4], ["publish", 5],
+    ]  # fmt: skip
+    assert result["held"] == 2
+    assert result["afterAck"] == [3, 3]  # 3, 4 and 5 kept: the ack of 5 is past a refusal
+    assert result["resent"] == [3, 4, 5]
+    assert result["left"] == 0 and result["opens"] == 0  # on the same connection
+    assert result["errors"] == ["PublishFailedError"] * 4
+
+
 def test_the_chooser_tries_the_servers_last_known_safe_first(static_origin: Page) -> None:
     result = run(
         static_origin,
