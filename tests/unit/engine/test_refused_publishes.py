@@ -7,42 +7,16 @@ docs/ha-client.md "When a broker refuses writes")."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
-from typing import Any
 
 from server.bookmarks import pub_hash
 from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient, MemoryPublishStore
 from server.protocol.errors import TxlogFull
 from server.txlog import TransactionLog
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness
 from tests.support.faults import FaultySeam
-
-RETRY = "<WriteRetryInterval>1s</WriteRetryInterval>"
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(asyncio.wait_for(fn(tmp_path), 60))
-
-    return wrapper
-
-
-def publish(n: int, **header: Any) -> tuple[dict[str, Any], bytes]:
-    return {"c": "publish", "t": "orders", "s": n, **header}, b'{"n":%d}' % n
-
-
-def txlog_of(h: EngineHarness) -> TransactionLog:
-    assert h.broker.txlog is not None
-    return h.broker.txlog
-
-
-def failures(client: FakeClient) -> list[dict[str, Any]]:
-    return [a for a in client.acks() if a.get("status") == "failure"]
+from tests.unit.engine.outage import RETRY, failures, next_retry, publish, scenario, txlog_of
 
 
 async def logged(log: TransactionLog, name: str) -> list[tuple[int, bytes]]:
@@ -68,10 +42,8 @@ async def refusing(h: EngineHarness, log: TransactionLog) -> None:
 
 
 async def retry_until_written(h: EngineHarness, log: TransactionLog) -> None:
-    await h.settle()
-    outage = log.write_outage
-    assert outage is not None and outage.next_attempt is not None
-    await h.clock.advance(outage.next_attempt - h.clock.time() + 0.001)
+    """The disk has room again: advance to the log's retry and let it write what it kept."""
+    await h.clock.advance(await next_retry(h, log) - h.clock.time() + 0.001)
     await h.until(lambda: log.write_outage is None and log.durable_seq == log.last_seq)
     await h.settle()
 
@@ -210,7 +182,8 @@ async def test_the_ha_client_resends_what_was_refused_when_the_disk_frees_at_the
         for n in (6, 7, 8):
             client.publish("orders", b'{"n":%d}' % n)
         await h.settle()
-        assert link.session.origin.held == {pub_hash("ha-pub"): 6}
+        origin = link.session.origin
+        assert origin is not None and origin.held == {pub_hash("ha-pub"): 6}
         # the disk frees, the log writes 4 and 5, and then 9..10 arrive: the worst moment
         seam.heal()
         await retry_until_written(h, log)

@@ -10,49 +10,15 @@ and takes publishes again. The event log tells the story.
 
 from __future__ import annotations
 
-import asyncio
 import errno
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from server.txlog import TransactionLog
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness
 from tests.support.faults import FaultySeam
-
-RETRY = "<WriteRetryInterval>1s</WriteRetryInterval>"
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
-
-
-def publish(n: int, **header: Any) -> tuple[dict[str, Any], bytes]:
-    return {"c": "publish", "t": "orders", "s": n, **header}, b'{"n":%d}' % n
-
-
-def txlog_of(h: EngineHarness) -> TransactionLog:
-    assert h.broker.txlog is not None
-    return h.broker.txlog
-
-
-def failures(client: FakeClient) -> list[dict[str, Any]]:
-    return [a for a in client.acks() if a.get("status") == "failure"]
-
-
-async def next_retry(h: EngineHarness, log: TransactionLog) -> float:
-    """When the log's next retry is due (wall clock), once the flusher scheduled it."""
-    await h.settle()
-    outage = log.write_outage
-    assert outage is not None and outage.next_attempt is not None
-    return outage.next_attempt
+from tests.unit.engine.outage import RETRY, failures, next_retry, publish, scenario, txlog_of
 
 
 def events(h: EngineHarness, name: str) -> list[dict[str, Any]]:
