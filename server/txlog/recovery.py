@@ -166,7 +166,7 @@ def recover(
     #    journal held, for a fence in its place)
     if apply:
         for directory in {journal_dir, archive_dir or journal_dir}:
-            adopt_pending(directory, instance)
+            adopt_pending(directory, instance, files)
     found = discover(journal_dir, archive_dir, instance)
     orphans = _orphan_indexes(found.leftovers, instance)
     if apply:

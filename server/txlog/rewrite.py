@@ -12,8 +12,8 @@ ones. Every step is safe to interrupt (SIGKILL, a power cut):
    complete pair (the index valid and the journal exactly as long as the data it
    indexes) is the **commit point**: from then on the rewrite is finished forward;
 3. an old file of another name (a compressed journal being rewritten plain) is removed,
-   ``.journal.new`` renamed over the journal, ``.index.new`` over its index, and the
-   directory fsynced.
+   ``.journal.new`` renamed over the journal, ``.index.new`` over its index (both renames
+   through the file seam, as every journal write), and the directory fsynced.
 
 :func:`adopt_pending` finishes step 3 at the next open for a pair that reached step 2, and
 deletes an incomplete one (the old journal is still whole then). A journal and an index
@@ -36,7 +36,15 @@ from typing import Final
 
 from server.txlog.checking import scan_into
 from server.txlog.fences import Part
-from server.txlog.files import EXT, FileSeam, fsync_dir, index_name, journal_name, write_atomic
+from server.txlog.files import (
+    EXT,
+    FileSeam,
+    OsFileSeam,
+    fsync_dir,
+    index_name,
+    journal_name,
+    write_atomic,
+)
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.indexfile import parse_sealed
 from server.txlog.reader import JournalSource, open_source
@@ -129,11 +137,11 @@ def rewrite_journal(
     index_new = directory / (index_name(instance, base) + NEW_SUFFIX)
     write_atomic(index_new, builder.seal())
     fsync_dir(directory)
-    _swap(directory, instance, base, replaces)
+    _swap(directory, instance, base, replaces, seam)
     return final
 
 
-def _swap(directory: Path, instance: str, base: int, replaces: Path | None) -> None:
+def _swap(directory: Path, instance: str, base: int, replaces: Path | None, seam: FileSeam) -> None:
     """Step 3 of the module docstring."""
     final = directory / journal_name(instance, base)
     new = final.with_name(final.name + NEW_SUFFIX)
@@ -144,15 +152,17 @@ def _swap(directory: Path, instance: str, base: int, replaces: Path | None) -> N
         for ext in EXT.values():  # a compressed copy would outrank the plain one at open
             with contextlib.suppress(FileNotFoundError):
                 (directory / (final.name + ext)).unlink()
-        os.replace(new, final)
+        seam.rename(new, final)
     index = directory / index_name(instance, base)
-    os.replace(index.with_name(index.name + NEW_SUFFIX), index)
+    seam.rename(index.with_name(index.name + NEW_SUFFIX), index)
     fsync_dir(directory)
 
 
-def adopt_pending(directory: Path, instance: str) -> list[int]:
-    """Finish the rewrites a crash interrupted after their commit point; delete the files
-    of those it interrupted before it. Returns the bases of the journals finished."""
+def adopt_pending(directory: Path, instance: str, seam: FileSeam | None = None) -> list[int]:
+    """Finish the rewrites a crash interrupted after their commit point (renaming through
+    ``seam``, the real one by default); delete the files of those it interrupted before
+    it. Returns the bases of the journals finished."""
+    files = seam if seam is not None else OsFileSeam()
     prefix = instance + "."
     finished = []
     try:
@@ -176,7 +186,7 @@ def adopt_pending(directory: Path, instance: str) -> list[int]:
         index_new = directory / (index_name(instance, base) + NEW_SUFFIX)
         journal_new = directory / (journal_name(instance, base) + NEW_SUFFIX)
         if kind == "index" and _complete(index_new, journal_new, base):
-            _swap(directory, instance, base, None)
+            _swap(directory, instance, base, None, files)
             finished.append(base)
             continue
         for path in (index_new, journal_new):

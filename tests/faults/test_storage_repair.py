@@ -345,6 +345,76 @@ def test_an_instance_wiped_and_started_empty_gets_back_what_its_peer_holds(
     _check_logs([a, b], want)
 
 
+# -- a repair killed midway ----------------------------------------------------------------
+
+#: where A's repair is held (tests/support/faults.py ``hold``) and killed: the operation
+#: on its rewrite's new journal, and whether the rewrite reached its commit point there
+#: (server/txlog/rewrite.py: the new journal and its index written and fsynced)
+KILL_POINTS: dict[str, tuple[str, bool]] = {
+    "copying the new journal": ("write", False),
+    "before the new journal's fsync": ("fsync", False),
+    "swapping it in": ("rename", True),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "point",
+    [
+        # the same side of the commit point as the first: only in the long suite
+        pytest.param(p, marks=[pytest.mark.long]) if p == "before the new journal's fsync" else p
+        for p in KILL_POINTS
+    ],
+)
+def test_a_repair_killed_midway_completes_after_the_restart(tmp_path: Path, point: str) -> None:
+    """A's torn tail is being written back (a new journal under way) when A is killed
+    (SIGKILL): at the next start A either finishes that rewrite on its own (past its
+    commit point: B is stopped then) or drops it and asks B again. Either way the record
+    comes back under its own seq, nothing else moves, and every acked message is once in
+    A's log and in its replay."""
+    operation, committed = KILL_POINTS[point]
+    cluster = _pair(tmp_path)
+    a, b = cluster.procs["a"], cluster.procs["b"]
+    control = tmp_path / "a-seam"
+    try:
+        _publish(b.ws_url, "pub-b", range(1, 101))
+        _settle(cluster)
+        _publish(a.ws_url, "pub-a", range(1, 301), PAD)  # A's last record is pub-a's
+        want = _sent("pub-b", range(1, 101)) + _sent("pub-a", range(1, 301), PAD)
+        _settle(cluster)
+        cluster.stop()
+        jdir = cluster.data_dir("a") / "journal"
+        before = _seqs(jdir, "a")
+        (hit,) = torn_tail(jdir, pub_hash("pub-a"))
+        a.control = control  # A now runs on the steered file seam
+        a.start()  # A fences its torn tail (a rewrite too) and asks B, which is down
+        control.write_text(f"hold {operation} .journal.new\n")
+        b.start()
+        httpx.post(f"{a.http_url}/api/transaction_log/repair", timeout=10)
+        held = control.with_name(control.name + ".held")
+        wait_until(held.exists, 60, message=f"a's repair reached its {operation}")
+        new_journal = Path(held.read_text().split()[1])
+        new_index = new_journal.with_name(new_journal.name.replace(".journal.", ".index."))
+        assert new_index.exists() == committed, held.read_text()
+        a.kill()
+        control.unlink()  # a healthy disk from now on
+        if committed:  # A finishes the rewrite itself: B is not there to ask again
+            b.stop()
+        a.start()
+        wait_until(lambda: not _fences(a), 120, message="a repaired after the kill")
+        wait_until(lambda: _replays_to(a, want), 60, message="a replays every message")
+        if committed:
+            b.start()
+        assert _replays_to(b, want)
+        assert not [p.name for p in jdir.iterdir() if ".new" in p.name]
+    finally:
+        cluster.stop()
+    _check_logs([a, b], want)
+    after = _seqs(jdir, "a")
+    assert after[hit.seq] == (hit.pub_hash, hit.pub_seq)
+    assert all(after[seq] == bm for seq, bm in before.items()), "a seq changed its message"
+
+
 # -- a chain ----------------------------------------------------------------------------------
 
 

@@ -25,6 +25,10 @@ means a healthy disk)::
     lossy                   a failed fsync also drops the writes it covered (fsyncgate)
     volatile                hold writes and truncations until their file is fsynced, so
                             a SIGKILL loses them ("lost un-fsynced writes at a crash")
+    hold OPERATION SUFFIX   an OPERATION on a file whose name ends with SUFFIX
+                            (``hold write .journal.new``) waits until the line is gone,
+                            and says so in ``CONTROL.held`` ("OPERATION PATH"): a test
+                            gates on that file to kill the process at that exact point
 
 Changing the file changes the behaviour at the next journal operation. Turning
 ``volatile`` off does not write what is held: it reaches the file at its next fsync (or
@@ -38,6 +42,7 @@ from __future__ import annotations
 import atexit
 import errno
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -231,6 +236,10 @@ def _written(ops: list[Held]) -> int:
     return sum(len(data) for kind, _, data in ops if kind == "write")
 
 
+#: how often a held operation looks at the control file again
+HOLD_POLL = 0.02
+
+
 class ControlledSeam(FaultySeam):
     """A :class:`FaultySeam` that reads what to do from a control file at each call (the
     syntax is in the module docstring). Every journal operation costs one ``stat`` of it
@@ -241,11 +250,26 @@ class ControlledSeam(FaultySeam):
         self.failures.clear()
         self.control = control
         self._seen: tuple[int, int] | None = None
+        #: (operation, file name suffix) of each ``hold`` line
+        self.holds: list[tuple[str, str]] = []
         atexit.register(self.settle)
+
+    @property
+    def held_marker(self) -> Path:
+        """The file that says which operation a ``hold`` line stopped."""
+        return self.control.with_name(self.control.name + ".held")
 
     def check(self, operation: str, path: Path) -> None:
         self._reload()
+        if self._holds(operation, path):
+            self.held_marker.write_text(f"{operation} {path}\n")
+            while self._holds(operation, path):
+                time.sleep(HOLD_POLL)  # until the test removes the line or kills us
+                self._reload()
         super().check(operation, path)
+
+    def _holds(self, operation: str, path: Path) -> bool:
+        return any(op == operation and path.name.endswith(sfx) for op, sfx in self.holds)
 
     def _reload(self) -> None:
         try:
@@ -254,6 +278,7 @@ class ControlledSeam(FaultySeam):
             if self._seen is not None:
                 self._seen = None
                 self.heal()
+                self.holds = []
             return
         stamp = (st.st_mtime_ns, st.st_size)
         if stamp == self._seen:
@@ -262,9 +287,12 @@ class ControlledSeam(FaultySeam):
         self.heal()
         self.lossy = False
         self.volatile = False
+        self.holds = []
         for line in self.control.read_text().splitlines():
             parts = line.split()
-            if parts == ["lossy"]:
+            if len(parts) == 3 and parts[0] == "hold":
+                self.holds.append((parts[1], parts[2]))
+            elif parts == ["lossy"]:
                 self.lossy = True
             elif parts == ["volatile"]:
                 self.volatile = True

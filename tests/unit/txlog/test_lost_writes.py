@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import threading
 from pathlib import Path
 
 from server.txlog import TransactionLog
 from tests.support.faults import ControlledSeam, FaultySeam
+from tests.support.wait import wait_until
 from tests.unit.txlog.helpers import INSTANCE, config, fill, read_all, run
 
 
@@ -103,6 +105,29 @@ def test_the_control_file_turns_volatile_on_and_off(tmp_path: Path) -> None:
     handle.write(0, b"HELD")  # off, nothing held: straight to the file
     assert path.read_bytes().startswith(b"HELD")
     handle.close()
+
+
+def test_a_hold_line_stops_the_operation_until_it_is_removed(tmp_path: Path) -> None:
+    """``hold write .journal.new`` stops a write to such a file (in the thread that does
+    it: the log's worker) and says so in ``CONTROL.held``; other files are not held, and
+    the write goes on once the line is gone."""
+    control = tmp_path / "control"
+    seam = ControlledSeam(control)
+    held_path, free_path = tmp_path / "a.1.journal.new", tmp_path / "a.1.journal"
+    control.write_text("hold write .journal.new\n")
+    handle = seam.open(held_path, create=True)
+    writer = threading.Thread(target=handle.write, args=(0, b"late"))
+    writer.start()
+    wait_until(seam.held_marker.exists, 10, message="the write is held")
+    assert seam.held_marker.read_text() == f"write {held_path}\n"
+    free = seam.open(free_path, create=True)
+    free.write(0, b"free")  # another file: not held
+    assert writer.is_alive() and held_path.read_bytes() == b""
+    control.write_text("")
+    writer.join(10)
+    assert not writer.is_alive() and held_path.read_bytes() == b"late"
+    for h in (handle, free):
+        h.close()
 
 
 def test_a_power_cut_keeps_every_record_acknowledged_durable(tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ its index always match."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -32,10 +31,12 @@ def written(tmp: Path, data: bytes) -> Path:
     return path
 
 
-def rewrite(tmp: Path, data: bytes, source: PlainSource | None = None) -> Path:
+def rewrite(
+    tmp: Path, data: bytes, source: PlainSource | None = None, seam: OsFileSeam | None = None
+) -> Path:
     return rewrite_journal(
         directory=tmp, instance=INSTANCE, base=1, parts=[data], source=source, replaces=None,
-        seam=OsFileSeam(), block_bytes=512,
+        seam=seam or OsFileSeam(), block_bytes=512,
     )  # fmt: skip
 
 
@@ -56,30 +57,32 @@ def test_a_rewrite_replaces_the_journal_and_its_index(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(NEW_SUFFIX)]
 
 
-@pytest.mark.parametrize("step", ["both written", "journal swapped"])
+class CrashingSeam(OsFileSeam):
+    """The real seam, killed at the rename of a rewrite's ``.new`` file number ``at``."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+        self.swaps = 0
+
+    def rename(self, src: Path, dst: Path) -> None:
+        if src.name.endswith(NEW_SUFFIX):
+            self.swaps += 1
+            if self.swaps == self.at:
+                raise KeyboardInterrupt("killed")
+        super().rename(src, dst)
+
+
+@pytest.mark.parametrize(("step", "at"), [("both written", 1), ("journal swapped", 2)])
 def test_an_interrupted_rewrite_past_its_commit_point_is_finished_at_the_next_open(
-    tmp_path: Path, step: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, step: str, at: int
 ) -> None:
     old = records(1, 50, b"a")
     written(tmp_path, old)
     (tmp_path / index_name(INSTANCE, 1)).write_bytes(b"an old index")
     new = records(1, 60, b"b")
-    real = os.replace
-    swaps: list[str] = []
-
-    def crash_at_swap(src: object, dst: object) -> None:
-        name = Path(str(src)).name
-        if name.endswith(NEW_SUFFIX) and ".new" in name:
-            if step == "both written" or (step == "journal swapped" and swaps):
-                raise KeyboardInterrupt("killed")
-            swaps.append(name)
-        real(src, dst)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "replace", crash_at_swap)
     with pytest.raises(KeyboardInterrupt):
-        rewrite(tmp_path, new)
-    monkeypatch.setattr(os, "replace", real)
-    assert adopt_pending(tmp_path, INSTANCE) == [1]
+        rewrite(tmp_path, new, seam=CrashingSeam(at))
+    assert adopt_pending(tmp_path, INSTANCE) == [1], step
     assert matches(tmp_path, new)
     assert adopt_pending(tmp_path, INSTANCE) == []  # nothing left to finish
 
