@@ -379,6 +379,28 @@ def _replication_specs() -> list[ScenarioSpec]:
     return specs
 
 
+def _scrub_specs() -> list[ScenarioSpec]:
+    """The scrub's cost (tests/bench/scrub_family.py)."""
+    return [
+        ScenarioSpec(
+            "spool.scrub.publish.persisted.100B",
+            "scrub",
+            "persisted publish (as spool.publish.persisted) and persisted-ack latency at "
+            "2,000 msgs/s, on an instance whose log holds hundreds of MB of finished "
+            "journals, with a scrub pass under way at the default pace against none; "
+            "paired in each run (ABBA)",
+            {"body_bytes": 100, "ack": "persisted", "latency_rate_per_s": 2_000},
+            ("msgs_per_s", "scrub_off_msgs_per_s", "vs_scrub_off", "p99_ms",
+             "scrub_off_p99_ms", "p99_vs_scrub_off", "scrub_mb_per_s"),
+            (
+                Target("vs_scrub_off", ">=", 0.9, "self-healing storage"),
+                Target("p99_vs_scrub_off", "<", 2.0, "self-healing storage"),
+            ),
+            warmup=0,
+        )
+    ]  # fmt: skip
+
+
 def _peer_specs() -> list[ScenarioSpec]:
     specs: list[ScenarioSpec] = []
     for fsync in ("everysec", "always"):
@@ -633,6 +655,7 @@ SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
     + _sow_specs()
     + _ha_specs()
     + _queue_specs()
+    + _scrub_specs()
     + _peer_specs()
 )
 
@@ -749,6 +772,15 @@ COMPARISONS: Final[tuple[Comparison, ...]] = (
         "spool.replication.persisted.async.100B",
         "msgs_per_s",
         peer_metric="unreplicated_msgs_per_s",
+    ),
+    Comparison(
+        "persisted publish 100B with the scrub running vs without (alternating runs, same load)",
+        "spool.scrub.publish.persisted.100B",
+        "spool.scrub.publish.persisted.100B",
+        "msgs_per_s",
+        goal=True,
+        goal_ratio=0.9,
+        peer_metric="scrub_off_msgs_per_s",
     ),
     Comparison(
         "replicated (sync) vs the unreplicated scenario's persisted publish 100B",
