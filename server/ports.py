@@ -310,6 +310,18 @@ class DurableStage(PublishStage, Protocol):
 
 
 @runtime_checkable
+class DuplicateStage(PublishStage, Protocol):
+    """A stage told of replicated messages the log already held (dropped as duplicates)."""
+
+    def duplicated(self, run: PublishRun, i: int, pub_seq: int, held: str | None) -> None:
+        """On the loop: message ``i`` of ``run`` (a replication link's, so ``run.path``
+        names the instance it was published on) repeats the bookmark ``pub_seq`` the log
+        holds; it was not stored. ``held``: the first path entry of the copy the log
+        holds (``""``: published here; None: not known). Called per duplicate."""
+        ...
+
+
+@runtime_checkable
 class RecoveringStage(PublishStage, Protocol):
     """A stage whose state is rebuilt from the journal at start-up."""
 
@@ -412,6 +424,11 @@ class IdentityWatch(Protocol):
     def duplicate(self, run: PublishRun, i: int, pub_seq: int, via: str) -> None:
         """Message ``i`` of ``run`` (``pub_seq``) repeats a bookmark the log holds; it came
         from ``via`` (a client, a replication link)."""
+        ...
+
+    def origin(self, pub_hash: int, pub_seq: int) -> str | None:
+        """The first path entry of the record of ``pub_hash`` / ``pub_seq`` the log
+        holds, as far as the watch knows (``""``: published here; None: not known)."""
         ...
 
 

@@ -353,6 +353,12 @@ class PublishPipeline:
                 else:
                     if self.watch is not None:
                         self.watch.duplicate(run, j, below, f"{origin.kind} {origin.name!r}")
+                    if run.path and topic.duplicated:
+                        # another instance's copy (a replicated queue learns from it
+                        # that the message was published there too)
+                        held_by = self.watch.origin(pub_hash, below) if self.watch else None
+                        for hook in topic.duplicated:
+                            hook(run, j, below, held_by)
                     self._duplicate(origin, run, j, below)
                 j += 1
             i = j

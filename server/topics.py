@@ -22,6 +22,7 @@ from typing import Final
 from server.ports import (
     AppendedRun,
     AppendedStage,
+    DuplicateStage,
     Outbound,
     PreparingStage,
     PublishRun,
@@ -47,6 +48,7 @@ class Topic:
         prepare: the stages' ``prepare`` hooks, in stage order.
         appended: the stages' ``appended`` hooks, in stage order.
         reaches: the stages' ``reaches`` hooks (may a run's hand-over send to a peer now).
+        duplicated: the stages' ``duplicated`` hooks (a replicated message the log held).
         msgs_in: messages published to it (since it entered the table).
         bytes_in: body bytes published to it.
     """
@@ -57,6 +59,7 @@ class Topic:
     prepare: tuple[Callable[[PublishRun], Refusals | None], ...]
     appended: tuple[Callable[[AppendedRun], None], ...]
     reaches: tuple[Callable[[str, Outbound], bool], ...]
+    duplicated: tuple[Callable[[PublishRun, int, int, str | None], None], ...] = ()
     msgs_in: int = 0
     bytes_in: int = 0
 
@@ -114,6 +117,7 @@ class TopicTable:
             prepare=tuple(s.prepare for s in stages if isinstance(s, PreparingStage)),
             appended=tuple(s.appended for s in stages if isinstance(s, AppendedStage)),
             reaches=tuple(s.reaches for s in stages if isinstance(s, AppendedStage)),
+            duplicated=tuple(s.duplicated for s in stages if isinstance(s, DuplicateStage)),
         )
         self._entries[name] = entry
         if len(self._entries) > self._limit:

@@ -192,6 +192,10 @@ class CollisionWatch:
             origins = self._origins[pub_hash] = _Origins()
         origins.note(first_pub_seq, path[0] if path else HERE, late)
 
+    def origin(self, pub_hash: int, pub_seq: int) -> str | None:
+        known = self._origins.get(pub_hash)
+        return known.of(pub_seq) if known is not None else None
+
     def duplicate(self, run: PublishRun, i: int, pub_seq: int, via: str) -> None:
         pub_hash = run.pub_hash
         if not pub_hash:
