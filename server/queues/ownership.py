@@ -8,7 +8,12 @@ over a fake link.
 The rules (the public AMPS model of replicated queues, issue 17; docs/queues.md):
 
 - every message has exactly one **owner**: the instance where it was published, or the
-  queue's ``InitialOwner``; only the owner delivers it;
+  queue's ``InitialOwner``; only the owner delivers it. A message published on two
+  instances (a publisher failed over and sent it again, same bookmark, before the first
+  copy reached the second instance) has a first owner on each until the copies meet;
+  then the higher instance name wins everywhere (:meth:`Ownership.claim`: a first owner
+  is a claim at epoch 0, ordered like grants, and the instance whose owner changes logs
+  it as a grant at epoch 0);
 - an instance with spare backlog **requests** a message owned elsewhere once it waited
   longer than the typical publish-to-ack time; the owner **grants the first request
   only**, at once if no consumer there has the message out, else it **holds** the
@@ -122,7 +127,8 @@ class Request(NamedTuple):
 
 class Grant(NamedTuple):
     """``bookmark`` is now owned by ``owner`` from ``epoch`` on (a granted request, a
-    proxied takeover, or a hand-back)."""
+    proxied takeover, or a hand-back; at epoch 0, a first-owner claim: the message was
+    published on ``owner`` too, :meth:`Ownership.claim`)."""
 
     bookmark: str
     owner: str
@@ -488,6 +494,59 @@ class Ownership:
             self._due.extend(due)
             self._compact_due()
         return out
+
+    def claim(self, bookmark: str, published_on: str, held_on: str | None = None) -> list[Wire]:
+        """The message reached this copy again, from instance ``published_on``, where it
+        was published too (a publisher that failed over sent it again before the first
+        copy reached that instance): the log kept the first copy and dropped this one.
+        Each instance took itself as the first owner of its copy, so the copies meet
+        here: a first owner is a claim at epoch 0, and the higher claim wins (ties of
+        an epoch go to the higher instance name, as for grants). A winning claim moves
+        the owner here and is returned to be logged, as a grant at epoch 0: the log then
+        keeps what the dropped copy taught (a restart replays it), and every copy applies
+        it as it applies a grant, so all agree. A losing or known claim changes
+        nothing; nor does one for a message whose ownership already moved by a grant
+        (a later epoch wins whatever the claim), or that is not in the queue here.
+
+        A bounded queue's inactive message is not known here: ``held_on`` is where the
+        copy in the log was published (None: not known). A claim of another instance
+        than that one is kept with the early changes, applied at activation like a
+        grant (the higher claim wins there), and logged; one that may lose is logged
+        too (harmless: it changes nothing where it loses), so only another route's copy
+        of the same publication (the usual duplicate) is skipped without a record."""
+        owner = self.first_owner(published_on)
+        entry = self._entries.get(bookmark)
+        if entry is None:
+            return self._claim_inactive(bookmark, owner, held_on)
+        if entry.epoch or owner <= entry.owner:
+            return []
+        grant = Grant(bookmark, owner, 0)
+        self._apply_grant(grant, entry)
+        return [grant]
+
+    def _claim_inactive(self, bm: str, owner: str, held_on: str | None) -> list[Wire]:
+        """:meth:`claim` of a message this copy may hold inactive (a bounded queue)."""
+        arrived = self._arrived
+        pos = _position(bm)
+        if (
+            arrived is None
+            or pos is None
+            or pos[1] > arrived.get(pos[0], 0)  # not in this copy's log
+            or self._passed(bm)  # activated and gone (or not in the queue)
+            or (held_on is not None and self.first_owner(held_on) == owner)
+        ):
+            return []
+        early = self._early
+        if bm in early:
+            kept = early[bm]
+            if kept is None or (kept.epoch, kept.owner) >= (0, owner):
+                return []  # acked while inactive, or known
+        grant = Grant(bm, owner, 0)
+        new = bm not in early
+        early[bm] = grant
+        if new:
+            self._index_early(bm)
+        return [grant]
 
     def passed(self, pub_hash: int, seq: int) -> None:
         """This copy recorded publisher ``pub_hash``'s messages up to ``seq`` on the

@@ -13,7 +13,9 @@ A queue's records are logged on its own name (the record's topic). Two forms of
 
 A ``QUEUE_TRANSFER`` record (replicated queues only, same identity) carries ownership
 changes (server/queues/ownership.py): requests and grants, as JSON
-``[["r", bookmark, requester, owner, epoch], ["g", bookmark, owner, epoch, proxied]]``.
+``[["r", bookmark, requester, owner, epoch], ["g", bookmark, owner, epoch, proxied]]``;
+a grant at epoch 0 is a first-owner claim (the message was published on ``owner`` too,
+``Ownership.claim``).
 
 Decoding is defensive (the bytes may come from another instance): a malformed item is
 skipped, never raised.

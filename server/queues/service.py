@@ -152,7 +152,7 @@ class QueueService:
         }
         #: the replicated queues' ownership traffic (server/queues/transfers.py)
         self.transfers = Transfers(self.queues.values(), self._append, self.kick, events, clock)
-        self.stage = QueueStage(list(self.queues.values()), self.kick)
+        self.stage = QueueStage(list(self.queues.values()), self.kick, self.transfers.send)
         #: bounded queues' refills from the log (server/queues/refill.py)
         self.refills = Refills(txlog, self._refilled, events, clock)
         self._ties: dict[Subscription, Consumer] = {}

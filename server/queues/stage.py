@@ -195,6 +195,8 @@ class QueueRuntime:
         from learns of it). So every grant counts out where it was made and in where it
         goes (a takeover: in where it was made, out where it was taken from), once per
         record, whenever the record is logged or read back."""
+        if not grant.epoch:
+            return  # a first-owner claim (Ownership.claim): nothing was transferred
         me = self.instance
         if mine:
             if grant.proxied:
@@ -210,6 +212,15 @@ class QueueRuntime:
                 view.epoch, view.owner
             ):  # fmt: skip
                 self.transferred_out += 1
+
+    def duplicated(
+        self, bookmark: str, published_on: str, held_on: str | None = None
+    ) -> list[Wire]:
+        """The log dropped another instance's copy of a message it held, published on
+        ``published_on`` (the held copy on ``held_on``, None: not known): the claim to
+        log, at once (:meth:`Ownership.claim`, :meth:`QueueStage.duplicated`)."""
+        own = self.ownership
+        return own.claim(bookmark, published_on, held_on) if own is not None else []
 
     def owned(self) -> int:
         """Messages this instance owns (every one of a local queue)."""
@@ -499,14 +510,21 @@ class QueueStage:
     Args:
         queues: the runtimes, in configuration order.
         on_enqueued: told of each queue that took messages (the service delivers).
+        log_now: logs a queue's ownership changes at once (the service's transfers);
+            None: they go to the queue's :attr:`QueueRuntime.outgoing` (the end of the
+            turn).
     """
 
     def __init__(
-        self, queues: Sequence[QueueRuntime], on_enqueued: Callable[[QueueRuntime], None]
+        self,
+        queues: Sequence[QueueRuntime],
+        on_enqueued: Callable[[QueueRuntime], None],
+        log_now: Callable[[QueueRuntime, Sequence[Wire]], None] | None = None,
     ) -> None:
         self._queues = list(queues)
         self._by_name = {q.config.name: q for q in queues}
         self._on_enqueued = on_enqueued
+        self._log_now = log_now
         self._taken: dict[str, list[QueueRuntime]] = {}
         self.recovered_messages = 0
         self.recovered_acks = 0
@@ -560,6 +578,28 @@ class QueueStage:
                 run.topic, run.bodies, run.first_seq, [ts] * n, [run.pub_hash] * n,
                 run.pub_seqs, published_on(run.path, queue.instance),
             ):  # fmt: skip
+                self._on_enqueued(queue)
+
+    def duplicated(self, run: PublishRun, i: int, pub_seq: int, held: str | None) -> None:
+        """Another instance's copy of a message the log held (the pipeline dropped it):
+        each replicated queue that has the message learns where else it was published
+        (:meth:`QueueRuntime.duplicated`). A winning claim is logged at once, before the
+        rest of the run: the dropped copy will not come again (the link's position
+        passes it with the next record logged from there), so a crash must not keep the
+        records after it and lose the claim (the log loses only a suffix)."""
+        if run.kind not in _MESSAGE_KINDS:
+            return
+        bm = format_bookmark(run.pub_hash, pub_seq)
+        for queue in self.takers(run.topic):
+            here = queue.instance
+            held_on = None if held is None else published_on((held,), here) if held else here
+            claims = queue.duplicated(bm, published_on(run.path, here), held_on)
+            if not claims:
+                continue
+            if self._log_now is not None:
+                self._log_now(queue, claims)
+            else:
+                queue.outgoing.extend(claims)
                 self._on_enqueued(queue)
 
     def recover(self, batch: RecordBatch) -> None:

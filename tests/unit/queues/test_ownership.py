@@ -525,3 +525,58 @@ def test_the_request_heap_stays_bounded_while_nothing_is_asked() -> None:
     assert len(o._due) <= 1024 + 2
     o.message("1|x|", "a", 0)
     assert o.want(10 * S, 1, S) == [Request("1|x|", "b", "a", 0)]
+
+
+# -- a message published on two instances -----------------------------------------------
+
+
+def test_a_claim_of_a_higher_instance_moves_a_first_owner() -> None:
+    """The copies of a message published on a and on b meet: the higher name owns it
+    on both, whichever copy each instance logged; the loser logs the claim it lost to
+    (a grant at epoch 0) and every copy applies it like a grant."""
+    a, b, c = Ownership("a"), Ownership("b"), Ownership("c")
+    a.message("1|1|", "a", 0)
+    b.message("1|1|", "b", 0)
+    c.message("1|1|", "a", 0)  # c logged a's copy first
+    assert b.claim("1|1|", "a") == []  # a lower claim: b keeps it
+    claim = a.claim("1|1|", "b")
+    assert claim == [Grant("1|1|", "b", 0)]
+    assert c.claim("1|1|", "b") == claim
+    assert [o.owner("1|1|") for o in (a, b, c)] == ["b", "b", "b"]
+    assert not a.can_deliver("1|1|") and b.can_deliver("1|1|")
+    assert a.claim("1|1|", "b") == [] and c.claim("1|1|", "a") == []  # known, lower
+    # a copy that had not met b's copy yet learns it from a claim another logged
+    d = Ownership("d")
+    d.message("1|1|", "a", 0)
+    assert d.receive(claim[0]) == [] and d.owner("1|1|") == "b"
+
+
+def test_a_claim_changes_nothing_after_a_grant_or_with_an_initial_owner() -> None:
+    a, b = Ownership("a"), Ownership("b")
+    a.message("1|1|", "a", 0)
+    b.message("1|1|", "a", 0)
+    (grant,) = a.receive(Request("1|1|", "b", "a", 0))
+    assert grant == Grant("1|1|", "b", 1)
+    assert a.claim("1|1|", "c") == []  # epoch 1 wins whatever the claim
+    assert a.owner("1|1|") == "b"
+    g = Ownership("a", initial_owner="a")
+    g.message("1|1|", "a", 0)
+    assert g.claim("1|1|", "z") == [] and g.owner("1|1|") == "a"
+
+
+def test_a_claim_of_an_inactive_message_is_kept_until_activation() -> None:
+    """A bounded queue: the message is in the log but not active here. A claim of
+    another instance than the held copy's is kept and logged, and applied when the
+    message enters; another route's copy of the same publication logs nothing."""
+    a = Ownership("a")
+    a.arrived(1, 5)  # 1|1| .. 1|5| are in a's log, inactive
+    assert a.claim("1|3|", "a", held_on="a") == []  # the usual duplicate
+    assert a.claim("1|9|", "b", held_on="a") == []  # not in the log
+    assert a.claim("1|3|", "b", held_on="a") == [Grant("1|3|", "b", 0)]
+    assert a.claim("1|3|", "b", held_on=None) == []  # known
+    assert a.is_early("1|3|")
+    assert a.claim("1|4|", "b", held_on=None) == [Grant("1|4|", "b", 0)]  # origin not known
+    a.message("1|3|", "a", 0)  # activated
+    a.passed(1, 3)
+    assert a.owner("1|3|") == "b" and not a.can_deliver("1|3|")
+    assert a.claim("1|2|", "b", held_on="a") == []  # passed: activated and gone
