@@ -16,14 +16,20 @@ cancels, leases ending, links cut and healed, proxied transfer on and off, queue
 checkpoints taken at any step (a restart replays from the last one, as start-up does,
 else from the start of the log), SIGTERM and SIGKILL of any instance at any step, and
 starts; with the messages owned where they are published, or by one ``InitialOwner``
-(then a transfer request can reach the owner before the message). Checked at every
-step:
+(then a transfer request can reach the owner before the message); and the same message
+published on a second instance that has not received it yet (a publisher's failover:
+the same bookmark, so a link that brings the other copy later drops it as a duplicate,
+and the queue learns where else it was published). Checked at every step:
 
 - a message is deliverable on at most one running instance (unless it was ever taken
-  over by proxy: the documented duplicate risk);
+  over by proxy, or published on two instances: the documented duplicate risks);
+- once every instance runs, no link is cut and the links carried everything, every
+  copy names the same owner of each message and at most one can deliver it (so the
+  copies of a message published twice met and agreed);
 - epochs only move forward: a copy's epoch of a message never goes below one it logged,
   and never goes back while the copy runs;
-- a message acked (the ack logged) is never delivered again (proxied takeovers aside);
+- a message acked (the ack logged) is never delivered again (proxied takeovers and
+  messages published twice aside);
 - a restart, from a checkpoint or not, gives back the transferred in / out counters
   the instance had (they count the grants of its log).
 
@@ -34,8 +40,8 @@ acked, no request is left open or held, nothing stays taken, all copies agree, a
 transferred in / out counters balance.
 
 :func:`test_the_model_catches_broken_rules` breaks a rule of the real code at a time
-(a grant dropped, an old epoch kept, a request granted while replaying) and requires the
-model to find a failing run.
+(a grant dropped, an old epoch kept, a request granted while replaying, a claim ignored
+or kept in memory only) and requires the model to find a failing run.
 """
 
 from __future__ import annotations
@@ -100,9 +106,17 @@ class Node:
     checkpoint: tuple[int, int, tuple[int, int]] | None = None
     #: its transfer counters when it stopped
     counted: tuple[int, int] | None = None
+    #: the messages its log holds: (publisher, sequence)
+    messages: set[tuple[int, int]] = field(default_factory=set)
+
+    def holds(self, pub_hash: int, pub_seq: int) -> bool:
+        """Whether its log holds that message (the pipeline drops another copy)."""
+        return (pub_hash, pub_seq) in self.messages
 
     def append(self, rec: Record) -> None:
         self.log.append(rec)
+        if rec.kind == RecordKind.PUBLISH:
+            self.messages.add((rec.pub_hash, rec.pub_seq))
         if rec.kind == RecordKind.QUEUE_TRANSFER:
             for c in decode_transfers(rec.body):
                 if type(c) is Grant:
@@ -140,6 +154,11 @@ class Protocol(RuleBasedStateMachine):
         self.owners: dict[tuple[str, int], set[str]] = {}
         #: the highest epoch each running copy showed of each message (it never goes back)
         self.epochs: dict[tuple[str, str], int] = {}
+        #: each message: its publisher, sequence and body (to publish it again)
+        self.messages: dict[str, tuple[int, int, bytes]] = {}
+        #: messages published on more than one instance (a publisher failed over and
+        #: sent them again before the first copy reached the second instance)
+        self.twice: set[str] = set()
         for node in self.nodes.values():
             self._boot(node)
 
@@ -195,7 +214,9 @@ class Protocol(RuleBasedStateMachine):
             tr.send(rt, changes)
         for d in rt.machine.dispatch(self.now):
             bm = d.message.bookmark
-            assert bm not in self.acked or bm in self.ever_taken, f"{bm} acked, delivered again"
+            assert bm not in self.acked or bm in self.ever_taken or bm in self.twice, (
+                f"{bm} acked, delivered again"
+            )
 
     def _removed(self, node: Node, removed: list[Removal]) -> None:
         """The service's ``_log``: what left is acked in the ownership and logged."""
@@ -221,8 +242,10 @@ class Protocol(RuleBasedStateMachine):
 
     # -- rules --------------------------------------------------------------------------
 
-    @rule(on=st.sampled_from(ALL_NAMES))
-    def publish(self, on: str) -> None:
+    @rule(on=st.sampled_from(ALL_NAMES), again=st.sampled_from([None, None, *ALL_NAMES]))
+    def publish(self, on: str, again: str | None = None) -> None:
+        """A message published on ``on``; ``again``: its publisher then fails over to
+        that instance and sends it there too, before any link carried it."""
         node = self._up(on)
         if node is None:
             return
@@ -230,12 +253,43 @@ class Protocol(RuleBasedStateMachine):
         pub = broker_pub_hash(f"client-{on}")
         seq = sum(1 for r in node.log if r.pub_hash == pub) + 1
         body = orjson.dumps({"n": self.published})
-        self.owners[(format_bookmark(pub, seq), 0)] = {self.config.initial_owner or on}
+        bm = format_bookmark(pub, seq)
+        self.owners[(bm, 0)] = {self.config.initial_owner or on}
+        self.messages[bm] = (pub, seq, body)
+        self._publish(node, pub, seq, body)
+        if again is not None:
+            self._publish_again(again, bm)
+
+    def _publish(self, node: Node, pub: int, seq: int, body: bytes) -> None:
         rec = Record(len(node.log) + 1, self.now, pub, seq, "work-in", "json",
                      RecordKind.PUBLISH, (), 0, body)  # fmt: skip
         node.append(rec)
         assert node.rt is not None
-        node.rt.admit("work-in", [body], rec.seq, [self.now], [pub], [seq], on)
+        node.rt.admit("work-in", [body], rec.seq, [self.now], [pub], [seq], node.name)
+
+    @rule(on=st.sampled_from(ALL_NAMES), data=st.data())
+    def publish_again(self, on: str, data: st.DataObject) -> None:
+        """The same message published on a second instance: its publisher failed over
+        and sent again, with the same sequence, what it had not seen persisted, before
+        the first instance's copy reached this one (so this log takes it as its own)."""
+        node = self._up(on)
+        if node is None:
+            return
+        candidates = sorted(
+            bm for bm, (pub, seq, _) in self.messages.items() if not node.holds(pub, seq)
+        )
+        if not candidates:
+            return
+        self._publish_again(on, data.draw(st.sampled_from(candidates)))
+
+    def _publish_again(self, on: str, bm: str) -> None:
+        node = self._up(on)
+        pub, seq, body = self.messages[bm]
+        if node is None or node.holds(pub, seq):
+            return  # (the pipeline would drop it: one copy only)
+        self.owners[(bm, 0)].add(self.config.initial_owner or on)
+        self.twice.add(bm)
+        self._publish(node, pub, seq, body)
 
     @rule(src=st.sampled_from(ALL_NAMES), dst=st.sampled_from(ALL_NAMES), n=st.integers(1, 3))
     def link(self, src: str, dst: str, n: int) -> None:
@@ -259,11 +313,18 @@ class Protocol(RuleBasedStateMachine):
             return False
         rec = s.log[i]
         self.sent[(src, dst)] = i + 1
+        rt = d.rt
+        assert rt is not None
+        if rec.kind == RecordKind.PUBLISH and d.holds(rec.pub_hash, rec.pub_seq):
+            # the pipeline drops the copy and tells the queue where it was published
+            claims = rt.duplicated(format_bookmark(rec.pub_hash, rec.pub_seq), src)
+            if claims:
+                assert d.transfers is not None
+                d.transfers.send(rt, claims)  # logged at once (QueueStage.duplicated)
+            return True
         copy = Record(len(d.log) + 1, rec.timestamp_us, rec.pub_hash, rec.pub_seq, rec.topic,
                       rec.message_type, rec.kind, (src,), 0, rec.body)  # fmt: skip
         d.append(copy)
-        rt = d.rt
-        assert rt is not None
         if rec.kind == RecordKind.PUBLISH:
             rt.admit(rec.topic, [rec.body], copy.seq, [rec.timestamp_us], [rec.pub_hash],
                      [rec.pub_seq], src)  # fmt: skip
@@ -364,16 +425,18 @@ class Protocol(RuleBasedStateMachine):
             )
         bms = {bm for n in running for bm in n.own._entries}
         for bm in bms:
-            if bm in self.ever_taken:
-                continue
+            if bm in self.ever_taken or bm in self.twice:
+                continue  # (one published twice: until the copies met, :meth:`agreed`)
             who = [n.name for n in self._running() if n.own.can_deliver(bm)]
             assert len(who) <= 1, (bm, who)
 
     @invariant()
     def an_epoch_names_one_owner(self) -> None:
         """Every logged grant moves its message to a new epoch, and an epoch has one
-        owner (two proxied takeovers of the same epoch aside: the documented tie, which
-        every copy breaks the same way)."""
+        owner (two proxied takeovers of the same epoch, or grants of a message published
+        on two instances, aside: the documented ties, which every copy breaks the same
+        way); a grant at epoch 0 is a claim of an instance the message was published
+        on."""
         if not getattr(self, "nodes", None):
             return
         for node in self.nodes.values():
@@ -381,12 +444,56 @@ class Protocol(RuleBasedStateMachine):
                 if rec.kind != RecordKind.QUEUE_TRANSFER or rec.path:
                     continue
                 for c in decode_transfers(rec.body):
-                    if type(c) is Grant:
-                        assert c.epoch > 0, c
+                    if type(c) is Grant and not c.epoch:
+                        # a first-owner claim: it names an instance the message was
+                        # published on, and only one published more than once
+                        assert c.bookmark in self.twice, c
+                        assert c.owner in self.owners[(c.bookmark, 0)], c
+                    elif type(c) is Grant:
                         named = self.owners.setdefault((c.bookmark, c.epoch), set())
                         named.add(c.owner)
-                        assert len(named) == 1 or c.bookmark in self.ever_taken, (c, named)
+                        # (a message published twice has two lineages of grants until
+                        # the copies meet: the higher (epoch, owner) wins everywhere)
+                        assert (
+                            len(named) == 1
+                            or c.bookmark in self.ever_taken
+                            or c.bookmark in self.twice
+                        ), (c, named)
             node.checked = len(node.log)
+
+    @invariant()
+    def agreed(self) -> None:
+        """Once every instance runs, no link is cut and the links carried everything
+        logged, every copy names the same owner of each message, and at most one can
+        deliver it: also a message published on two instances (the copies met)."""
+        if not getattr(self, "nodes", None) or not self._settled():
+            return
+        nodes = list(self.nodes.values())
+        for bm in {bm for n in nodes for bm in n.own._entries}:
+            owners = {n.name: n.own.owner(bm) for n in nodes if n.own.owner(bm) is not None}
+            assert len(set(owners.values())) == 1, (bm, owners)
+            who = [n.name for n in nodes if n.own.can_deliver(bm)]
+            assert len(who) <= 1, (bm, who)
+
+    def _settled(self) -> bool:
+        if self.cut or not all(n.up for n in self.nodes.values()):
+            return False
+        if any(n.rt is None or n.rt.outgoing for n in self.nodes.values()):
+            return False
+        return all(all(r.path for r in self.nodes[s].log[i:]) for (s, _d), i in self.sent.items())
+
+    @rule()
+    def drain(self) -> None:
+        """Every running instance ends its loop turn (its changes logged) and every link
+        carries what it has, until nothing moves: a settled state, where :meth:`agreed`
+        holds, when every instance runs and no link is cut."""
+        moved = True
+        while moved:
+            for node in self._running():
+                self._flush_changes(node)
+            moved = False
+            while any(self._step(s, d) for s, d in list(self.sent)):
+                moved = True
 
     @invariant()
     def epochs_move_forward(self) -> None:
@@ -534,11 +641,29 @@ def _count_again() -> Any:
     return _patched(QueueRuntime, "resume", resume)
 
 
+def _ignore_claims() -> Any:
+    """A copy that meets another instance's copy of its message keeps its own owner."""
+    return _patched(Ownership, "claim", lambda self, bm, on, held=None: [])
+
+
+def _claims_in_memory() -> Any:
+    """A winning claim is applied but never logged (a restart forgets it)."""
+    real = Ownership.claim
+
+    def claim(self: Ownership, bm: str, on: str, held: str | None = None) -> list[Any]:
+        real(self, bm, on, held)
+        return []
+
+    return _patched(Ownership, "claim", claim)
+
+
 MUTATIONS: dict[str, Callable[[], Any]] = {
     "drop a grant": _drop_grants,
     "keep an old epoch": _keep_old_epoch,
     "grant while replaying": _decide_while_replaying,
     "count a grant twice across a restart": _count_again,
+    "ignore a claim": _ignore_claims,
+    "keep a claim in memory only": _claims_in_memory,
 }
 
 
@@ -586,6 +711,66 @@ def _recipe(kill: bool, names: tuple[str, ...] = ("a", "b"), checkpoints: bool =
     model.epochs_move_forward()
     model.teardown()
     model.an_epoch_names_one_owner()
+
+
+def _published_twice(kill: bool, names: tuple[str, ...] = ("a", "b"),
+                     acked_by: str = "b") -> None:  # fmt: skip
+    """A publisher's failover in the model, one interleaving: its message is published on
+    a and, before a's copy reached b, on b too (the same bookmark). Each copy owns its
+    own and its consumer takes it (the window before the copies meet). ``acked_by``'s
+    consumer acks it; then b's copy reaches a (and, with three instances, both reach
+    c): from then on every copy names b (the higher name), a's consumer can still ack
+    what it holds, and a restart of a (SIGTERM or SIGKILL) keeps that, from its log."""
+    model = ThreeInstances() if len(names) == 3 else Protocol()
+    model.start(backlog=1, lease_s=20)
+    model.publish("a", again="b")
+    (bm,) = model.twice
+    a, b = model.nodes["a"], model.nodes["b"]
+    assert (a.own.owner(bm), b.own.owner(bm)) == ("a", "b")
+    model.turn("a")
+    model.turn("b")
+    assert model._held(a) == model._held(b) == [bm]  # both delivered: the window
+    if acked_by == "b":
+        model.settle("b", _Draw(bm), "ack")
+    if len(names) == 3:
+        model.link("a", "c", 1)  # c takes a's copy first
+        model.link("b", "c", 1)
+        assert model.nodes["c"].own.owner(bm) == "b"
+    model.link("b", "a", 1)  # b's copy (and nothing after it)
+    assert a.own.owner(bm) == "b" and not a.own.can_deliver(bm)
+    assert b.own.owner(bm) == (None if acked_by == "b" else "b")
+    if acked_by == "a":
+        model.settle("a", _Draw(bm), "ack")  # the loser's consumer: honoured
+        assert bm in model.acked and a.own.owner(bm) is None
+    model.stop("a", kill)
+    model.start_again("a")
+    if acked_by != "a":
+        assert a.own.owner(bm) == "b" and not a.own.can_deliver(bm)
+    model.link("a", "b", 1)  # a's copy reaches b: a lower claim, nothing changes
+    assert b.own.owner(bm) == (None if acked_by == "b" else "b")
+    model.drain()
+    model.agreed()
+    model.teardown()
+    model.an_epoch_names_one_owner()
+
+
+class _Draw:
+    """A hypothesis ``data`` that draws the given value."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def draw(self, strategy: object) -> object:
+        return self.value
+
+
+@pytest.mark.parametrize("names", [("a", "b"), ("a", "b", "c")])
+@pytest.mark.parametrize("kill", [False, True])
+@pytest.mark.parametrize("acked_by", ["a", "b", None])
+def test_a_message_published_on_two_instances_gets_one_owner(
+    kill: bool, names: tuple[str, ...], acked_by: str | None
+) -> None:
+    _published_twice(kill, names, acked_by or "")
 
 
 @pytest.mark.parametrize("names", [("a", "b"), ("a", "b", "c")])
@@ -636,6 +821,10 @@ def test_the_model_catches_broken_rules(mutation: str) -> None:
                     _recipe(kill, checkpoints=checkpoints)
                 except AssertionError:
                     return
+            try:
+                _published_twice(kill)
+            except AssertionError:
+                return
         with pytest.raises(AssertionError):
             run_state_machine_as_test(
                 Protocol,
