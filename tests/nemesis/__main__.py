@@ -54,7 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a named run: its own minutes, seed, instances, topology and faults "
         "(refused beside them); --pace, --rate, --stall and --no-netns still apply",
     )  # fmt: skip
-    parser.add_argument("--workdir", type=Path, help="kept afterwards (default: a temp dir)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="kept afterwards, with every instance's data (default: a temp dir)",
+    )
     parser.add_argument(
         "--out", type=Path, default=Path("test-artifacts/nemesis"), help="reports go here"
     )
@@ -93,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tests.nemesis.report import table, write_reports
 
     if args.workdir is not None:
-        result = run_nemesis(args.workdir, settings)
+        result = run_nemesis(args.workdir, settings, keep_data=True)
         events = list(read_history(args.workdir / "history"))
     else:
         with tempfile.TemporaryDirectory(prefix="spool-nemesis-") as tmp:

@@ -306,8 +306,13 @@ class Instance:
         )  # fmt: skip
         self.tmpfs = None if done.returncode == 0 else f"cannot mount a tmpfs: {done.stderr}"
 
-    def unmount(self) -> None:
+    def unmount(self, keep: bool = False) -> None:
+        """Unmount the tmpfs; ``keep``: copy what it holds to ``disk-kept`` first (a run
+        kept for reading its journals afterwards)."""
         if self.tmpfs is None:
+            if keep:
+                with contextlib.suppress(OSError):
+                    shutil.copytree(self.disk, self.dir / "disk-kept", dirs_exist_ok=True)
             subprocess.run(["umount", "-l", str(self.disk)], check=False, capture_output=True)
 
     def wipe(self) -> None:
@@ -371,14 +376,15 @@ class Cluster:
             if not inst.running:
                 raise RuntimeError(f"{inst.name} did not start:\n{inst.proc.log()}")
 
-    def close(self) -> None:
-        """Stop everything the cluster started (a ``finally``)."""
+    def close(self, keep_data: bool = False) -> None:
+        """Stop everything the cluster started (a ``finally``); ``keep_data``: copy each
+        instance's files out of its tmpfs first (``Instance.unmount``)."""
         for inst in self:
             with contextlib.suppress(Exception):
                 inst.stop()
             inst.stop_proxy()
         for inst in self:
-            inst.unmount()
+            inst.unmount(keep_data)
 
     async def durable_marks(self) -> dict[str, int] | None:
         """Each instance's durable log position now (None when one does not answer)."""

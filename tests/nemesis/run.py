@@ -124,8 +124,10 @@ class Result:
         }
 
 
-def run_nemesis(workdir: Path, settings: Settings) -> Result:
-    """Run in ``workdir`` (histories, stores, instance directories, the report)."""
+def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> Result:
+    """Run in ``workdir`` (histories, stores, instance directories, the report);
+    ``keep_data``: each instance's data directory stays there too, in
+    ``cluster/<name>/disk-kept`` (as root it lives on a tmpfs unmounted at the end)."""
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     names = ["a", "b", "c", "d", "e"][: settings.instances]
@@ -154,7 +156,7 @@ def run_nemesis(workdir: Path, settings: Settings) -> Result:
             logs[inst.name] = read_instance(inst.data, inst.name)
     finally:
         histories.close()
-        cluster.close()
+        cluster.close(keep_data)
         net.down()
     events = list(read_history(workdir / "history"))
     verdict = check(events, logs)
