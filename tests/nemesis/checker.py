@@ -27,7 +27,11 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
   such a message left the queue unprocessed or is stuck); no message is delivered after
   an ack of it was confirmed (processed and flushed) (``queue-after-ack``). Deliveries of
   one message to several consumers before its ack are allowed (at-least-once) and
-  counted; an ack whose confirmation was cut off by a fault counts as sent.
+  counted; an ack whose confirmation was cut off by a fault counts as sent. So are, and
+  counted apart, deliveries after the ack of a message the publisher sent to several
+  instances (it failed over before the first confirmed) by one of those instances,
+  other than the ack's, of its own copy: docs/queues.md "A message published on two
+  instances" says why no instance can know of the other copy before it arrives.
 - **the SOW**: each snapshot taken at a quiet point equals the fold of that instance's
   log up to the position the snapshot reflects (``sow-fold``); a read returns only
   values some writer published (``sow-unexpected``).
@@ -479,6 +483,16 @@ def _check_subscribers(
     v.checked["messages processed by subscribers"] = sum(len(s) for s in subs.values())
 
 
+def _published_twice(on: set[str], ack: Event, later: Sequence[Event]) -> bool:
+    """Deliveries after a confirmed ack that docs/queues.md ("A message published on two
+    instances") allows: the message was published on several instances and every later
+    delivery is of an instance's own copy, on another instance than the ack's. Until the
+    copies (and the ack) cross the links, nothing tells that instance the message was
+    published elsewhere. A delivery anywhere else (an instance that only holds a
+    replicated copy) is still an anomaly."""
+    return len(on) > 1 and all(d.node in on and d.node != ack.node for d in later)
+
+
 def _trim(events: Iterable[Event], keys: set[tuple[int, int]]) -> list[Event]:
     """``recv`` events cut down to the messages ``keys`` names (a slice stays small)."""
     out = []
@@ -507,10 +521,21 @@ def _check_queue(
             sent.add(e.value["n"])
         elif e.f == "die":
             dies[e.value["n"]].append(e)
+    # where the publisher sent each message (more than one instance: it failed over
+    # before the first one confirmed, so each logged it as its own publish)
+    published_on: dict[int, set[str]] = defaultdict(set)
+    for p in qpubs:
+        for e in p.events:
+            if e.type == "invoke":
+                for n in range(e.value["first"], e.value["last"] + 1):
+                    published_on[n].add(e.node)
     after = []
+    twice = 0
     for n, ack in confirmed.items():
         later = [d for d in deliveries[n] if d.mono > ack.mono]
-        if later:
+        if later and _published_twice(published_on[n], ack, later):
+            twice += 1
+        elif later:
             after.append((n, ack, later))
     if after:
         n, ack, later = after[0]
@@ -549,6 +574,9 @@ def _check_queue(
                 slice=_slice([*shown, *_fault_slice(faults, None, t0, t0 + 1e9)]),
             )
         )
+    v.notes[
+        "queue messages published on two instances, delivered after an ack of the other copy"
+    ] = twice
     multi = sum(1 for n, ds in deliveries.items() if len(ds) > 1)
     v.notes["queue messages delivered more than once before their ack"] = multi
     v.notes["queue consumers died holding a lease"] = sum(len(d) for d in dies.values())

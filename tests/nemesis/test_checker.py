@@ -146,6 +146,35 @@ def test_a_queue_message_delivered_after_its_confirmed_ack_is_caught() -> None:
     assert a.category == "queue-after-ack" and "n=2" in a.detail
 
 
+def test_a_message_published_on_two_instances_may_be_delivered_by_both() -> None:
+    """The publisher failed over from a to b with message 2 unconfirmed: a's copy may be
+    delivered after b's ack (a note); a delivery on c, which holds only a replicated
+    copy, may not."""
+    s = Story()
+    s.add("invoke", "qpub", "publish", {"topic": TOPIC_QIN, "first": 1, "last": 2})
+    s.add("ok", "qpub", "publish", {"upto": 1})
+    s.add("invoke", "qpub", "publish", {"topic": TOPIC_QIN, "first": 2, "last": 2}, node="b")
+    s.add("ok", "qpub", "publish", {"upto": 2}, node="b")
+    for n, node in ((1, "a"), (2, "b")):
+        q = f"qc-{node}"
+        s.add("invoke", q, "process", {"bm": f"x|{n}|", "n": n, "dc": 1}, node=node)
+        s.add("invoke", q, "ack", {"bm": f"x|{n}|", "n": n}, node=node)
+        s.add("ok", q, "ack", {"bm": f"x|{n}|", "n": n}, node=node)
+    s.add("invoke", "qc-a", "process", {"bm": "x|2|", "n": 2, "dc": 1})
+    records = [rec(1, "qpub", 1, TOPIC_QIN), rec(2, "qpub", 2, TOPIC_QIN)]
+    v = check(s.events, logs_of(records))
+    assert v.anomalies == []
+    assert (
+        v.notes[
+            "queue messages published on two instances, delivered after an ack of the other copy"
+        ]
+        == 1
+    )
+    s.add("invoke", "qc-c", "process", {"bm": "x|2|", "n": 2, "dc": 2}, node="c")
+    [a] = check(s.events, logs_of(records)).anomalies
+    assert a.category == "queue-after-ack" and "n=2" in a.detail
+
+
 def test_a_queue_message_nobody_acked_is_unprocessed() -> None:
     s = Story()
     s.publish("qpub", TOPIC_QIN, 1, 2, 2)
