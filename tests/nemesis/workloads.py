@@ -6,7 +6,7 @@
 | ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}`` (the store's discarded horizon) |
 | ``ha-sub-N`` | an ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH with a ``FileBookmarkStore``; discards each message | ``recv`` ok ``{msgs: [[pub_hash, seq], ...]}``, in processing order |
 | ``qpub`` | a plain publisher of ``nem.q.in`` (the queue's topic) | as ``pub-N`` |
-| ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes; now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered); ``ack`` invoke ``{bm, n}`` (sent), ok ``{bm, n}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
+| ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes; now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered: recorded as it arrives); ``ack`` invoke ``{bm, n}`` (sent), ok ``{bm, n}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
 | ``sow-w-N`` | a plain publisher of ``nem.sow`` (keys ``k0..k{K-1}``) | as ``pub-N`` |
 | ``sow-reader`` | a SOW query on each instance in turn | ``sow-read`` ok ``{rows: {key: [writer, n]}}`` |
 
@@ -398,8 +398,23 @@ class QueueConsumer:
             await asyncio.sleep(_BACKOFF)
 
     async def _consume(self, client: Client, sub: Any, node: str, stop: asyncio.Event) -> None:
+        arrived: asyncio.Queue[tuple[Any, str, int]] = asyncio.Queue()
+        receiver = asyncio.create_task(self._receive(client, sub, node, arrived))
+        try:
+            await self._process(client, sub, node, stop, arrived, receiver)
+        finally:
+            receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await receiver
+
+    async def _receive(
+        self, client: Client, sub: Any, node: str, arrived: asyncio.Queue[tuple[Any, str, int]]
+    ) -> None:
+        """Records each delivery as it arrives: a message the broker sent before an ack
+        reached it (a lease that ended meanwhile) is a delivery before that ack, even
+        when the consumer takes it from its backlog after the ack was confirmed."""
         loop = asyncio.get_running_loop()
-        while not stop.is_set():
+        while True:
             try:
                 msg = await sub.get(timeout=1.0)
             except TimeoutError:
@@ -411,6 +426,25 @@ class QueueConsumer:
             n = msg.json()["n"]
             self.deliveries += 1
             self.rec.invoke("process", {"bm": bm, "n": n, "dc": msg.delivery_count}, node)
+            arrived.put_nowait((msg, bm, n))
+
+    async def _process(
+        self,
+        client: Client,
+        sub: Any,
+        node: str,
+        stop: asyncio.Event,
+        arrived: asyncio.Queue[tuple[Any, str, int]],
+        receiver: asyncio.Task[None],
+    ) -> None:
+        while not stop.is_set():
+            if receiver.done():
+                receiver.result()  # raises what ended the receiving
+                return
+            try:
+                msg, bm, n = await asyncio.wait_for(arrived.get(), timeout=1.0)
+            except TimeoutError:
+                continue
             if self.rng.random() < self.die_share:
                 self.rec.info("die", {"bm": bm, "n": n}, node)
                 client.abandon("the consumer dies holding its lease")
