@@ -17,11 +17,7 @@ file says so. What must hold:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -29,6 +25,7 @@ import pytest
 
 from server.client import Client
 from server.protocol import errors
+from tests.support.disk import fill, tmpfs
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import async_wait_until, wait_until
 from web.dashboard import PAGES
@@ -37,36 +34,6 @@ pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 RETRY = "<WriteRetryInterval>200ms</WriteRetryInterval>"  # retries within 3.2 s at most
 BODY = b'{"pad":"' + b"x" * 2000 + b'"}'
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``path`` for the test (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("a disk-full test mounts a tmpfs: it needs root (CI runs as root)")
-    path.mkdir(parents=True)
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(path: Path, leave: int) -> Path:
-    """A file that takes all the room of ``path``'s file system but ``leave`` bytes."""
-    st = os.statvfs(path)
-    room = st.f_bavail * st.f_frsize - leave
-    filler = path / "filler"
-    with open(filler, "wb") as f:
-        chunk = b"\0" * (1 << 20)
-        while room > 0:
-            room -= f.write(chunk[: min(room, len(chunk))])
-    return filler
 
 
 def api(proc: SpoolProcess, path: str) -> dict[str, object]:
