@@ -49,6 +49,7 @@ from server.client.ha import (
     ReconnectGaveUp,
     ServerChooser,
     SowRecoveryPointAdapter,
+    StoreIOError,
     StoreLocked,
 )
 from server.client.queue import QueueMessage, QueueSubscription, subscribe_queue
@@ -95,6 +96,7 @@ __all__ = [
     "ServerChooser",
     "SowRecoveryPointAdapter",
     "SowResult",
+    "StoreIOError",
     "StoreLocked",
     "Subscription",
     "SyncClient",

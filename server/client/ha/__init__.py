@@ -30,6 +30,7 @@ from server.client.ha.errors import (
     PublishStoreFull,
     ReconnectGaveUp,
     StoreClosed,
+    StoreIOError,
     StoreLocked,
 )
 from server.client.ha.haclient import FailoverListener, HAClient
@@ -92,6 +93,7 @@ __all__ = [
     "SowRecoveryPointAdapter",
     "StaticAuthenticator",
     "StoreClosed",
+    "StoreIOError",
     "StoreLocked",
     "StoredPublish",
     "SubscriptionManager",

@@ -37,13 +37,21 @@ whether the message is a duplicate to drop), every message the application is do
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import orjson
 
-from server.client.ha.errors import StoreClosed
-from server.client.ha.recordlog import ImmediateWriter, RecordFile, RecordWriter, Rewrite
+from server.client.ha.errors import StoreClosed, StoreIOError
+from server.client.ha.recordlog import (
+    ImmediateWriter,
+    RecordFile,
+    RecordWriter,
+    Rewrite,
+    StoreHealth,
+)
 from server.client.ha.recovery import RecoveryPointAdapter
 from server.client.ha.resume import EPOCH, ResumeState
 
@@ -51,8 +59,9 @@ from server.client.ha.resume import EPOCH, ResumeState
 Writes = Literal["each", "batched"]
 
 
-class BookmarkStore(Protocol):
-    """What the HA client needs of a bookmark store (both stores pass the same tests)."""
+class BookmarkStore(StoreHealth, Protocol):
+    """What the HA client needs of a bookmark store (both stores pass the same tests); a
+    failed one keeps its state in memory and :meth:`holding_discards` is true."""
 
     async def open(self) -> None: ...
 
@@ -98,10 +107,6 @@ class BookmarkStore(Protocol):
         """Compact what the store keeps to what resuming needs."""
         ...
 
-    async def sync(self) -> None: ...
-
-    async def close(self) -> None: ...
-
 
 class MemoryBookmarkStore:
     """Bookmark store in memory (see the module docstring).
@@ -116,6 +121,7 @@ class MemoryBookmarkStore:
         self._dirty: set[str] = set()
         self._flush_scheduled = False
         self._closed = False
+        self.on_failure: Callable[[StoreIOError], None] | None = None
 
     async def open(self) -> None:
         if self._adapter is not None:
@@ -231,7 +237,18 @@ class MemoryBookmarkStore:
     def _logged_purge(self, sub_id: str) -> None:
         pass
 
+    @property
+    def failure(self) -> StoreIOError | None:
+        """Memory does not fail."""
+        return None
+
+    async def recover(self) -> None:
+        """Nothing to recover."""
+
     async def sync(self) -> None:
+        await self._sync_adapter()
+
+    async def _sync_adapter(self) -> None:
         if self._adapter is not None:
             if self._flush_scheduled:
                 self._flush_adapter()
@@ -239,9 +256,15 @@ class MemoryBookmarkStore:
 
     async def close(self) -> None:
         if not self._closed:
-            await self.sync()
             self._closed = True
-            if self._adapter is not None:
+            await self._close_adapter()
+
+    async def _close_adapter(self) -> None:
+        """Save the last recovery points and close the adapter (whatever the save did)."""
+        if self._adapter is not None:
+            try:
+                await self._sync_adapter()
+            finally:
                 await self._adapter.close()
 
 
@@ -260,6 +283,7 @@ class FileBookmarkStore(MemoryBookmarkStore):
 
     Raises (from :meth:`open`):
         StoreLocked: another client holds the store.
+        StoreIOError: the file could not be read or repaired.
     """
 
     def __init__(
@@ -292,7 +316,10 @@ class FileBookmarkStore(MemoryBookmarkStore):
     async def open(self) -> None:
         if self._writer is not None:
             return
-        payloads = await asyncio.to_thread(self._file.open)
+        try:
+            payloads = await asyncio.to_thread(self._file.open)
+        except OSError as exc:
+            raise StoreIOError(str(self.path), "open", exc) from exc
         states = self._states
         for p in payloads:
             rec: dict[str, Any] = orjson.loads(p)
@@ -318,15 +345,29 @@ class FileBookmarkStore(MemoryBookmarkStore):
             state.reloaded()
         self._records = len(payloads)
         if self.writes == "each":
-            self._writer = ImmediateWriter(self._file, fsync=self._fsync)
+            self._writer = ImmediateWriter(self._file, fsync=self._fsync, on_error=self._failed)
         else:
-            self._writer = RecordWriter(self._file, fsync=self._fsync)
+            self._writer = RecordWriter(self._file, fsync=self._fsync, on_error=self._failed)
         await super().open()
+
+    def _failed(self, failure: StoreIOError) -> None:
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
+    @property
+    def failure(self) -> StoreIOError | None:
+        """Why the store writes nothing now: a write or fsync failed (None: it writes).
+        Meanwhile it keeps every record in memory only and :meth:`holding_discards` is
+        true; :meth:`recover` writes its whole state."""
+        writer = self._writer
+        return None if writer is None else writer.failure
 
     def _log(self, kind: str, sub_id: str, value: Any) -> None:
         writer = self._writer
         if writer is None or self._closed:
             raise StoreClosed(f"bookmark store {self.path} is not open")
+        if writer.error is not None:
+            return  # kept in memory: recover() writes the whole state
         payload = orjson.dumps({"k": kind, "s": sub_id, "v": value})
         if isinstance(writer, ImmediateWriter):
             writer.append(payload)
@@ -371,27 +412,49 @@ class FileBookmarkStore(MemoryBookmarkStore):
         self._log("x", sub_id, None)
 
     def _compact(self, writer: RecordWriter | ImmediateWriter) -> None:
+        rewrite = self._rewrite()
+        if isinstance(writer, ImmediateWriter):
+            writer.rewrite(rewrite)
+        else:
+            writer.submit(rewrite)
+
+    def _rewrite(self) -> Rewrite:
+        """The whole state as one snapshot record per subscription."""
         self._flush_discards()
         snaps = [
             orjson.dumps({"k": "snap", "s": sid, "v": state.snapshot()})
             for sid, state in self._states.items()
         ]
-        if isinstance(writer, ImmediateWriter):
-            writer.rewrite(Rewrite(snaps))
-        else:
-            writer.submit(Rewrite(snaps))
         self._records = len(snaps)
+        return Rewrite(snaps)
 
     def holding_discards(self) -> bool:
         """``each``: while a compaction holds records; never in ``batched`` mode (its
-        window is the loop turn, module docstring)."""
+        window is the loop turn, module docstring); in both while the store is failed
+        (:attr:`failure`): the next message waits until the discards are written."""
         writer = self._writer
-        return isinstance(writer, ImmediateWriter) and writer.holding
+        if writer is None:
+            return False
+        return writer.error is not None or (isinstance(writer, ImmediateWriter) and writer.holding)
 
     async def discards_written(self) -> None:
+        """Return once no discard waits in memory (or the store closes)."""
         writer = self._writer
-        if isinstance(writer, ImmediateWriter):
+        if writer is not None:
             await writer.released()
+
+    async def recover(self) -> None:
+        """Rewrite the file from memory after a failure (crash-safe, as a compaction):
+        then it records each discard again and the subscriptions go on.
+
+        Raises:
+            StoreIOError: the disk still refuses it.
+        """
+        writer = self._writer
+        if writer is None or self._closed:
+            raise StoreClosed(f"bookmark store {self.path} is not open")
+        if writer.error is not None:
+            await writer.recover(self._rewrite())
 
     def prune(self) -> None:
         """Rewrite the file as one snapshot per subscription (crash-safe)."""
@@ -407,13 +470,31 @@ class FileBookmarkStore(MemoryBookmarkStore):
         await super().sync()
 
     async def close(self) -> None:
+        """Write what is pending (after a failure: try :meth:`recover` once), save the
+        adapter's recovery points, then close the file and release its lock whatever the
+        writes did.
+
+        Raises:
+            StoreIOError: the store could not write all it recorded: a reopen reads what
+                reached the file before the failure (discards recorded since are not
+                there: those messages come again).
+        """
         if self._closed:
             return
-        await self.sync()
-        await super().close()
-        if self._writer is not None:
-            await self._writer.close()
+        writer = self._writer
+        try:
+            self._flush_discards()
+            if writer is not None and writer.error is not None:
+                with contextlib.suppress(StoreIOError):  # a disk with room again takes it
+                    await self.recover()
+        finally:
+            self._closed = True
             self._writer = None
+            try:
+                await self._close_adapter()
+            finally:
+                if writer is not None:
+                    await writer.close()
 
 
 __all__ = ["BookmarkStore", "FileBookmarkStore", "MemoryBookmarkStore"]

@@ -8,6 +8,7 @@
         ├── PublishStoreFull     the publish store is at its capacity (wait_for_room)
         ├── CatchUpTimeout       a resumed bookmark subscription's server never caught up
         ├── StoreLocked          another process (or store object) owns the store file
+        ├── StoreIOError         a store file's write, fsync or open failed (ENOSPC, EIO)
         └── StoreClosed          a store used after close()
 
 ``ReconnectGaveUp`` is raised by every waiter (``connect_and_logon``, publishes waiting in
@@ -16,6 +17,8 @@ listener, since nobody may be waiting when the reconnect handler gives up.
 """
 
 from __future__ import annotations
+
+import errno as _errno
 
 from server.client.errors import ClientError
 
@@ -134,6 +137,36 @@ class StoreLocked(HAError):
         self.holder = holder
 
 
+class StoreIOError(HAError):
+    """A file store's I/O failed (the disk is full, ``ENOSPC``; or it failed, ``EIO``).
+
+    The store keeps its state in memory and writes nothing more until it recovers: the
+    HA client tells the exception listener, refuses new publishes with this error while
+    the publish store is failed, holds a bookmark subscription's next message until its
+    discards are written again, and retries (a rewrite of the whole store from memory)
+    until the disk takes it (docs/ha-client.md "When a store's disk fails").
+
+    Attributes:
+        path: the store file.
+        errno: the OS error number (``errno.ENOSPC``, ``errno.EIO``...), or None when the
+            failure was not an ``OSError``.
+        operation: what failed: ``open`` (reading or repairing the file) or ``write``
+            (a write, fsync or compaction; also what ``close`` raises when the last
+            writes did not all reach the file).
+        cause: the original exception.
+    """
+
+    def __init__(self, path: str, operation: str, cause: BaseException) -> None:
+        number = cause.errno if isinstance(cause, OSError) else None
+        what = cause.strerror if isinstance(cause, OSError) and cause.strerror else repr(cause)
+        name = _errno.errorcode.get(number, str(number)) if number is not None else "no errno"
+        super().__init__(f"store {path}: {operation} failed: {what} ({name})")
+        self.path = path
+        self.errno = number
+        self.operation = operation
+        self.cause = cause
+
+
 class StoreClosed(HAError):
     """A store was used after :meth:`close`."""
 
@@ -146,5 +179,6 @@ __all__ = [
     "PublishStoreFull",
     "ReconnectGaveUp",
     "StoreClosed",
+    "StoreIOError",
     "StoreLocked",
 ]

@@ -35,16 +35,21 @@ class StoreLock:
                 holder = os.pread(fd, 256, 0).decode(errors="replace").strip()
             os.close(fd)
             raise StoreLocked(str(path), holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        # who holds it is information for a refused opener only: a full disk that refuses
+        # these bytes must not fail the open (nor keep the lock taken above)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
         self._fd: int | None = fd
 
     def release(self) -> None:
         """Give the lock up (the file stays; its content is stale information only)."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)  # closing the descriptor releases the lock in any case
 
 
 __all__ = ["StoreLock"]

@@ -35,15 +35,17 @@ Record payloads (little-endian)::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import orjson
 
-from server.client.ha.errors import StoreClosed
-from server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite
+from server.client.ha.errors import StoreClosed, StoreIOError
+from server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite, StoreHealth
 
 _P: Final = struct.Struct("<QH")
 _U32: Final = struct.Struct("<I")
@@ -71,8 +73,9 @@ class StoredPublish:
     extra: dict[str, Any] | None = None
 
 
-class PublishStore(Protocol):
-    """What the HA client needs of a publish store (both stores pass the same tests)."""
+class PublishStore(StoreHealth, Protocol):
+    """What the HA client needs of a publish store (both stores pass the same tests); a
+    failed one refuses :meth:`store` with its :attr:`~StoreHealth.failure`."""
 
     @property
     def last_seq(self) -> int:
@@ -114,12 +117,6 @@ class PublishStore(Protocol):
         """How many of the publishes it holds are numbered above ``seq``."""
         ...
 
-    async def sync(self) -> None:
-        """Return once everything stored so far is as durable as the store makes it."""
-        ...
-
-    async def close(self) -> None: ...
-
 
 def _check_capacity(capacity: int | None) -> int | None:
     if capacity is not None and capacity < 1:
@@ -141,6 +138,7 @@ class MemoryPublishStore:
         self._last_seq = 0
         self._last_discarded = 0
         self._closed = False
+        self.on_failure: Callable[[StoreIOError], None] | None = None
 
     @property
     def last_seq(self) -> int:
@@ -210,6 +208,14 @@ class MemoryPublishStore:
     def live(self) -> list[StoredPublish]:
         return self._items[self._head :]
 
+    @property
+    def failure(self) -> StoreIOError | None:
+        """Memory does not fail."""
+        return None
+
+    async def recover(self) -> None:
+        """Nothing to recover."""
+
     async def sync(self) -> None:
         """Memory is as durable as it gets."""
 
@@ -238,6 +244,14 @@ def decode_publish(payload: bytes) -> StoredPublish:
     pos += _U32.size
     extra = orjson.loads(payload[pos : pos + elen]) if elen else None
     return StoredPublish(seq, topic, payload[pos + elen :], extra)
+
+
+def _compacted(last_discarded: int, live: Sequence[StoredPublish]) -> list[bytes]:
+    """A store's whole state as the records of a compacted file: the discarded horizon
+    first (so the highest sequence survives), then every live publish."""
+    payloads = [encode_discard(last_discarded)]
+    payloads.extend(encode_publish(e) for e in live)
+    return payloads
 
 
 class FilePublishStore(MemoryPublishStore):
@@ -271,9 +285,18 @@ class FilePublishStore(MemoryPublishStore):
         return self._file.dropped
 
     async def open(self) -> None:
+        """Load the file (taking its lock).
+
+        Raises:
+            StoreLocked: another client holds the store.
+            StoreIOError: the file could not be read or repaired.
+        """
         if self._writer is not None:
             return
-        payloads = await asyncio.to_thread(self._file.open)
+        try:
+            payloads = await asyncio.to_thread(self._file.open)
+        except OSError as exc:
+            raise StoreIOError(str(self.path), "open", exc) from exc
         for p in payloads:
             if p[:1] == b"P":
                 entry = decode_publish(p)
@@ -287,7 +310,19 @@ class FilePublishStore(MemoryPublishStore):
                 super().discard_up_to(seq)
                 self._dead_bytes += len(p)
         self._live_bytes = sum(len(encode_publish(e)) for e in self.live())
-        self._writer = RecordWriter(self._file, fsync=self._fsync)
+        self._writer = RecordWriter(self._file, fsync=self._fsync, on_error=self._failed)
+
+    def _failed(self, failure: StoreIOError) -> None:
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
+    @property
+    def failure(self) -> StoreIOError | None:
+        """Why the store writes nothing now: a write or fsync failed (None: it writes).
+        It refuses :meth:`store` meanwhile; what it held then, and every discard since,
+        is written by :meth:`recover`."""
+        writer = self._writer
+        return None if writer is None else writer.failure
 
     def _w(self) -> RecordWriter:
         if self._writer is None or self._closed:
@@ -296,6 +331,9 @@ class FilePublishStore(MemoryPublishStore):
 
     def store(self, entry: StoredPublish) -> None:
         writer = self._w()
+        failure = writer.failure
+        if failure is not None:
+            raise failure
         super().store(entry)
         payload = encode_publish(entry)
         self._live_bytes += len(payload)
@@ -324,21 +362,50 @@ class FilePublishStore(MemoryPublishStore):
         return removed
 
     def _compact(self, writer: RecordWriter) -> None:
-        payloads = [encode_discard(self._last_discarded)]
-        payloads.extend(encode_publish(e) for e in self.live())
-        writer.submit(Rewrite(payloads))
+        writer.submit(self._rewrite(_compacted(self._last_discarded, self.live())))
+
+    def _rewrite(self, payloads: list[bytes]) -> Rewrite:
         self._live_bytes = sum(len(p) for p in payloads)
         self._dead_bytes = 0
+        return Rewrite(payloads)
+
+    async def recover(self) -> None:
+        """Rewrite the file from memory after a failure (crash-safe, as a compaction);
+        then the store takes publishes again. The records are encoded in a thread: the
+        HA client retries this while the disk stays full, and a large store must not
+        hold the loop each time (what changes meanwhile: only discards, which the next
+        ``D`` record, cumulative, covers).
+
+        Raises:
+            StoreIOError: the disk still refuses it.
+        """
+        writer = self._w()
+        if writer.error is not None:
+            live = list(self.live())  # references only; the entries do not change
+            payloads = await asyncio.to_thread(_compacted, self._last_discarded, live)
+            await writer.recover(self._rewrite(payloads))
 
     async def sync(self) -> None:
         await self._w().wait()
 
     async def close(self) -> None:
-        writer = self._writer
+        """Write what is pending (after a failure: try :meth:`recover` once), then close
+        the file and release its lock whatever the writes did.
+
+        Raises:
+            StoreIOError: the store could not write all it held: a reopen reads what
+                reached the file before the failure (the publishes accepted since are
+                not there).
+        """
+        writer, self._writer = self._writer, None
         self._closed = True
-        if writer is not None:
-            await writer.close()
-            self._writer = None
+        if writer is None:
+            return
+        if writer.error is not None:
+            with contextlib.suppress(StoreIOError):  # a disk with room again takes it all
+                live = _compacted(self._last_discarded, self.live())
+                await writer.recover(self._rewrite(live))
+        await writer.close()
 
 
 __all__ = [
