@@ -35,6 +35,13 @@ destination, so a failover after the broker's disk is lost republishes it. With 
 broker the logon's ``s`` does not trim the store either: everything it holds is sent again
 and the broker acks what it has as duplicates. The safety (the logon's, then each notice)
 goes to the failover listeners and to the chooser (which prefers safe servers).
+
+A file store whose disk fails (``ENOSPC``, ``EIO``) stops writing and keeps its state in
+memory (docs/ha-client.md "When a store's disk fails"): the client hands its
+:class:`StoreIOError` to the exception listener, refuses new publishes with it while the
+publish store is failed (nothing unstored is sent), holds each bookmark subscription's
+next message until its discards are written, and rewrites the failed store from memory
+every ``store_retry`` seconds until the disk takes it. The connection is not touched.
 """
 
 from __future__ import annotations
@@ -68,6 +75,8 @@ from server.client.ha.errors import (
     PublishFlushTimeout,
     PublishStoreFull,
     ReconnectGaveUp,
+    StoreClosed,
+    StoreIOError,
 )
 from server.client.ha.heartbeat import Liveness
 from server.client.ha.listeners import (
@@ -131,6 +140,8 @@ class HAClient:
             accepted gap) or ``fail`` (end the subscription); each reports a
             :class:`CatchUpTimeout` to the exception listener.
         catch_up_retry: seconds between two attempts while catching up.
+        store_retry: seconds between two attempts to write a failed file store again
+            (module docstring).
     """
 
     def __init__(
@@ -151,6 +162,7 @@ class HAClient:
         catch_up_timeout: float = 60.0,
         catch_up_policy: str = "epoch",
         catch_up_retry: float = 0.5,
+        store_retry: float = 1.0,
     ) -> None:
         if catch_up_policy not in CATCH_UP_POLICIES:
             raise ValueError(
@@ -159,12 +171,18 @@ class HAClient:
             )
         if catch_up_retry <= 0 or catch_up_timeout < 0:
             raise ValueError("catch_up_retry must be > 0 and catch_up_timeout >= 0")
+        if store_retry <= 0:
+            raise ValueError(f"store_retry must be > 0, not {store_retry}")
+        self.store_retry = store_retry
         self.catch_up_timeout = catch_up_timeout
         self.catch_up_policy = catch_up_policy
         self.catch_up_retry = catch_up_retry
         self.name = name
         self.publish_store: PublishStore = publish_store or MemoryPublishStore()
         self.bookmark_store: BookmarkStore = bookmark_store or MemoryBookmarkStore()
+        self.publish_store.on_failure = self._store_failed
+        self.bookmark_store.on_failure = self._store_failed
+        self._store_recovery: asyncio.Task[None] | None = None
         self.chooser = chooser
         self.delay: DelayStrategy = delay or ExponentialDelayStrategy()
         self.error_on_publish_gap = error_on_publish_gap
@@ -295,6 +313,7 @@ class HAClient:
 
         Raises:
             StoreLocked: a store file has another owner.
+            StoreIOError: a store file could not be read or repaired.
             ReconnectGaveUp: no server could be reached before giving up (its
                 ``last_error`` is a :class:`PublishGap` when the last server tried lacked
                 publishes the store had discarded).
@@ -422,7 +441,8 @@ class HAClient:
         self._sender.logged_on(info.last_seq, trim=not self._replicated_acks)
         # 7. republish the rest, in order
         self._client = client
-        await self._sender.send(client)
+        with contextlib.suppress(StoreIOError):  # sent once the store recovered
+            await self._sender.send(client)
         self._tell(ConnectionState.PUBLISH_REPLAYED, self._uri)
         # 8. resubscribe
         for sub in self.subscriptions.all():
@@ -479,6 +499,34 @@ class HAClient:
         for sub in self.subscriptions.all():
             sub.end(exc)
         self._tell(ConnectionState.CLOSED, self._uri, str(exc))
+
+    # -- stores --------------------------------------------------------------------------
+
+    @property
+    def store_failure(self) -> StoreIOError | None:
+        """Why a store writes nothing now (the publish store's first); None when both
+        write."""
+        return self.publish_store.failure or self.bookmark_store.failure
+
+    def _store_failed(self, failure: StoreIOError) -> None:
+        """A store stopped writing: tell the application, and rewrite it until it works."""
+        self._report(failure)
+        if self._closed:
+            return
+        if self._store_recovery is None or self._store_recovery.done():
+            loop = asyncio.get_running_loop()
+            self._store_recovery = loop.create_task(self._recover_stores())
+
+    async def _recover_stores(self) -> None:
+        stores = (self.publish_store, self.bookmark_store)
+        while not self._closed and any(store.failure is not None for store in stores):
+            await self._sleep(self.store_retry)
+            for store in stores:
+                if store.failure is not None and not self._closed:
+                    with contextlib.suppress(StoreIOError, StoreClosed):  # next time
+                        await store.recover()
+        self._sender.kick()  # what the publish store took before it failed
+        await self._notify()
 
     # -- events of the current connection ------------------------------------------------
 
@@ -578,6 +626,7 @@ class HAClient:
                expiration: int | None, correlation_id: str | None, *, delta: bool) -> int:  # fmt: skip
         self._check_open()
         self._check_room(1)
+        self._check_store()
         extra: dict[str, Any] = {}
         if sow_key is not None:
             extra["k"] = sow_key
@@ -594,6 +643,7 @@ class HAClient:
         sequence number. The batch form of :meth:`publish` without per-message options."""
         self._check_open()
         self._check_room(len(items))
+        self._check_store()
         return self._sender.add_many(topic, [encode_body(d) for d in items])
 
     def _check_open(self) -> None:
@@ -601,6 +651,11 @@ class HAClient:
             raise self._failed
         if self._closed:
             raise Disconnected("closed by client")
+
+    def _check_store(self) -> None:
+        failure = self.publish_store.failure
+        if failure is not None:
+            raise failure
 
     def _room(self) -> int | None:
         """How many more publishes the store takes now (None: no bound)."""
@@ -618,8 +673,8 @@ class HAClient:
 
     async def wait_for_room(self, count: int = 1, timeout: float | None = None) -> None:
         """Return once the publish store takes ``count`` more publishes (the broker
-        confirmed enough of what it holds): the back-pressure of a publisher that must
-        not outrun its store.
+        confirmed enough of what it holds, and its disk takes writes): the back-pressure
+        of a publisher that must not outrun its store.
 
         Raises:
             TimeoutError: ``timeout`` ran out first.
@@ -631,8 +686,10 @@ class HAClient:
             raise ValueError(f"{count} publishes cannot fit a store of capacity {capacity}")
 
         def fits() -> bool:
+            if self._failed is not None or self._closed:
+                return True
             room = self._room()
-            return room is None or room >= count or self._failed is not None or self._closed
+            return (room is None or room >= count) and self.publish_store.failure is None
 
         async def wait() -> None:
             async with self._progress:
@@ -989,13 +1046,19 @@ class HAClient:
 
     async def close(self) -> None:
         """Stop reconnecting, end every subscription, close the connection and the stores
-        (what the stores hold stays for the next run)."""
+        (what the stores hold stays for the next run). Each store's file and lock are
+        released whatever its last write did.
+
+        Raises:
+            StoreIOError: a store could not write all it held (the other store is closed
+                all the same; a second such error goes to the exception listener).
+        """
         if self._closed:
             return
         self._closed = True
         await self._sender.stop()
         tasks = (self._reconnecting, self._monitor, self._watcher, self._resending,
-                 *self._catch_ups)  # fmt: skip
+                 self._store_recovery, *self._catch_ups)  # fmt: skip
         for task in tasks:
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
@@ -1006,9 +1069,17 @@ class HAClient:
         if self._client is not None:
             await self._client.close()
         await self._notify()
-        await self.publish_store.close()
-        await self.bookmark_store.close()
+        errors: list[Exception] = []
+        for store in (self.publish_store, self.bookmark_store):
+            try:
+                await store.close()
+            except Exception as exc:  # the other store is closed all the same
+                errors.append(exc)
         self._tell(ConnectionState.CLOSED, self._uri)
+        for extra in errors[1:]:
+            self._report(extra)
+        if errors:
+            raise errors[0]
 
     async def __aenter__(self) -> HAClient:
         await self.connect_and_logon()

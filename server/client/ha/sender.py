@@ -144,7 +144,11 @@ class PublishSender:
                 return  # the connection is gone: the reconnect handler resends
 
     async def send(self, client: Client) -> None:
-        """Send on ``client`` what the store holds above :attr:`sent`, once it is written."""
+        """Send on ``client`` what the store holds above :attr:`sent`, once it is written.
+
+        Raises:
+            StoreIOError: the store failed: nothing is sent until it recovers.
+        """
         store = self.store
         upto = store.last_seq
         if upto <= self.sent:

@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import shutil
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from server.bookmarks import pub_hash
+from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient
 from server.client.ha.bookmarkstore import FileBookmarkStore, Writes
 from server.client.ha.errors import StoreIOError
 from server.client.ha.publishstore import FilePublishStore, StoredPublish
 from tests.support.disk import fill, tmpfs
+from tests.support.wait import async_wait_until, run_turns
+from tests.unit.haclient.fakebroker import FakeBroker
 
 #: records a full disk may still take before a write fails: the file's last page has room
 #: for a few (a tmpfs counts whole pages)
@@ -471,5 +476,147 @@ def test_what_a_killed_publisher_leaves_on_a_filling_disk_has_every_synced_publi
             with contextlib.suppress(StoreIOError):
                 await store.close()
             shutil.rmtree(root)
+
+    run(go)
+
+
+# -- the HA client over a store whose disk fills up (a scripted broker) -------------------
+
+
+def ha_client(broker: FakeBroker, **stores: Any) -> tuple[HAClient, list[BaseException]]:
+    client = HAClient(
+        "c", chooser=DefaultServerChooser(["ws://a"]), connector=broker.connect,
+        delay=FixedDelayStrategy(0.01), store_retry=0.02, **stores,
+    )  # fmt: skip
+    errors: list[BaseException] = []
+    client.exception_listener = errors.append
+    return client, errors
+
+
+async def publish_until_refused(client: HAClient, body: bytes) -> tuple[int, StoreIOError]:
+    """Publish until the client refuses one for its store's full disk; returns the last
+    accepted sequence and the refusal."""
+    accepted = client.publish("t", body)
+    for _ in range(SLACK):
+        await asyncio.sleep(0)  # the store's writer runs
+        try:
+            accepted = client.publish("t", body)
+        except StoreIOError as exc:
+            return accepted, exc
+    raise AssertionError("the full disk took every publish")
+
+
+def test_a_publisher_whose_store_fills_up_refuses_publishes_and_carries_on(disk: Path) -> None:
+    async def go() -> None:
+        broker = FakeBroker(time.monotonic)
+        path = disk / "pub.store"
+        client, errors = ha_client(broker, publish_store=FilePublishStore(path))
+        await client.connect_and_logon()
+        body = b"x" * 200
+        for _ in range(10):
+            client.publish("t", body)
+        await client.publish_flush(10)
+        filler = fill(disk)
+        accepted, refused = await publish_until_refused(client, body)
+        # the application hears it (once), with the store's path and errno
+        told = [e for e in errors if isinstance(e, StoreIOError)]
+        assert len(told) == 1 and told[0].errno == errno.ENOSPC and told[0].path == str(path)
+        assert refused.errno == errno.ENOSPC and client.store_failure is not None
+        with pytest.raises(StoreIOError):
+            client.publish_many("t", [body, body])
+        # a lost connection meanwhile: one reconnect, no loop on the store's error, and
+        # nothing the store did not write goes out
+        broker.drop()
+        await async_wait_until(lambda: len(broker.transports) == 2 and client._ready())
+        room = asyncio.ensure_future(client.wait_for_room())
+        await run_turns()
+        assert not room.done() and len(broker.transports) == 2
+        assert len(broker.log) < accepted
+        filler.unlink()
+        await asyncio.wait_for(room, 10)
+        assert client.store_failure is None
+        last = client.publish("t", body)
+        assert last == accepted + 1  # a refused publish took no number
+        await client.publish_flush(10)
+        # each accepted publish reached the broker once, in order; no refused one did
+        assert [int(b.split("|")[1]) for b, _, _ in broker.log] == list(range(1, last + 1))
+        assert len(broker.transports) == 2
+        await client.close()
+        again = FilePublishStore(path)
+        await again.open()
+        assert again.unpersisted_count() == 0 and again.last_seq == last
+        await again.close()
+
+    run(go)
+
+
+def test_a_subscriber_whose_store_fills_up_waits_and_processes_each_message_once(
+    disk: Path,
+) -> None:
+    async def go() -> None:
+        broker = FakeBroker(time.monotonic)
+        total = 400
+        broker.log.extend(
+            (f"{pub_hash('p')}|{n}|", "orders", b"%d" % n) for n in range(1, total + 1)
+        )
+        path = disk / "bm.store"
+        client, errors = ha_client(broker, bookmark_store=FileBookmarkStore(path))
+        await client.connect_and_logon()
+        sub = await client.subscribe("orders", bookmark="0", sub_id="s")
+        processed: list[int] = []
+
+        async def process() -> None:
+            msg = await sub.get(10)
+            processed.append(int(msg.data))
+            msg.discard()
+
+        for _ in range(20):
+            await process()
+        filler = fill(disk)
+        while client.store_failure is None:
+            assert len(processed) < total, "the full disk took every discard"
+            await process()
+        assert next(e for e in errors if isinstance(e, StoreIOError)).errno == errno.ENOSPC
+        # the next message waits until the discards are written again
+        following = asyncio.ensure_future(process())
+        await run_turns()
+        assert not following.done()
+        broker.drop()  # a reconnect meanwhile resumes from what this process discarded
+        await async_wait_until(lambda: len(broker.transports) == 2 and client._ready())
+        await run_turns()
+        assert not following.done()
+        filler.unlink()
+        await asyncio.wait_for(following, 10)
+        while len(processed) < total:
+            await process()
+        assert processed == list(range(1, total + 1))  # nothing lost, nothing repeated
+        await client.close()
+        again = FileBookmarkStore(path)
+        await again.open()
+        assert again.resume_bookmark("s") == f"{pub_hash('p')}|{total}|"
+        await again.close()
+
+    run(go)
+
+
+def test_closing_the_client_on_a_full_disk_releases_both_stores(disk: Path) -> None:
+    async def go() -> None:
+        broker = FakeBroker(time.monotonic)
+        pub, bms = disk / "pub.store", disk / "bm.store"
+        client, _errors = ha_client(
+            broker, publish_store=FilePublishStore(pub), bookmark_store=FileBookmarkStore(bms)
+        )
+        await client.connect_and_logon()
+        filler = fill(disk)
+        await publish_until_refused(client, b"x" * 200)
+        with pytest.raises(StoreIOError):
+            await client.close()
+        # both files and locks are free: the application makes its client again
+        filler.unlink()
+        again, _ = ha_client(
+            broker, publish_store=FilePublishStore(pub), bookmark_store=FileBookmarkStore(bms)
+        )
+        await again.connect_and_logon()
+        await again.close()
 
     run(go)
