@@ -32,6 +32,12 @@ whether the message is a duplicate to drop), every message the application is do
     message processed since the last batch reached the file: the discards of the loop
     turns not yet written (the subscription yields to the loop every 256 messages it hands
     out from its buffer, so a few hundred at most).
+
+  A write or fsync that fails (``ENOSPC``, ``EIO``) stops the file's writes: the store
+  keeps every record in memory, :meth:`BookmarkStore.holding_discards` is true (the
+  subscriptions hand out nothing more), and :meth:`FileBookmarkStore.recover` rewrites
+  the whole state once the disk takes it. :meth:`FileBookmarkStore.close` releases the
+  file and its lock whatever happened.
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ it has reached every replication destination, so while one is down it fills at t
 publish rate: size it as peak publish rate x longest outage to ride out
 (docs/ha-client.md "Sizing the publish store").
 
+A write or fsync that fails (``ENOSPC``, ``EIO``) stops a :class:`FilePublishStore`'s
+writes: it refuses :meth:`~FilePublishStore.store` with :class:`StoreIOError` (the HA
+client's ``publish`` raises it), keeps what it holds in memory, and
+:meth:`~FilePublishStore.recover` rewrites the whole file from memory once the disk takes
+it. :meth:`~FilePublishStore.close` releases the file and its lock whatever happened.
+
 Record payloads (little-endian)::
 
     b"P" u64 seq | u16 topic length | topic | u32 extra length | extra (JSON) | body
