@@ -9,7 +9,9 @@
   message once, in order, except at most the one in process at each of its own kills;
 - failover between two independent brokers in the chooser;
 - a broker frozen with SIGSTOP is noticed by the heartbeat within two intervals;
-- a consumer slower than the heartbeat window stays connected.
+- a consumer slower than the heartbeat window stays connected;
+- a publisher and a subscriber process whose stores fill their disk wait, and carry on
+  with nothing lost or repeated once there is room.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from server.client import (
     HAClient,
     MemoryBookmarkStore,
 )
+from tests.support.disk import fill, tmpfs
 from tests.support.haclient import fixed_port_server
 from tests.support.server import ROOT, SpoolProcess, read_records
 from tests.support.wait import wait_until
@@ -437,3 +440,51 @@ def test_a_second_process_opening_the_same_store_is_refused(tmp_path: Path) -> N
     again = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                            timeout=60)  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_ha_processes_whose_stores_fill_their_disk_carry_on_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    """A publisher and a bookmark subscriber process keep their file stores on a small
+    tmpfs left with 64 KiB: both fill it mid-stream (the workload is larger than the room,
+    so it is not a race), say so (``ENOSPC`` and the store's path on stderr) and wait;
+    once the filler is deleted both finish: the subscriber processed each message once,
+    in order, and the broker's log holds each publish once."""
+    total = 10_000
+    proc = fixed_port_server(tmp_path / "srv").start()
+    out, pub_log, sub_log = tmp_path / "out", tmp_path / "pub.log", tmp_path / "sub.log"
+    with tmpfs(tmp_path / "stores", "8m") as disk:
+        filler = fill(disk, leave=64 << 10)
+        pub_store, sub_store = disk / "pub.store", disk / "sub.store"
+        sub = _subscriber(proc.ws_url, sub_store, out, total, sub_log, 0.0)
+        with pub_log.open("ab") as err:
+            pub = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.ha_publisher", proc.ws_url, str(pub_store),
+                 str(total), str(tmp_path / "progress")],
+                cwd=ROOT, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        try:
+            for log, store in ((pub_log, pub_store), (sub_log, sub_store)):
+                wait_until(
+                    lambda log=log, store=store: (
+                        f"store {store}: write failed" in log.read_text()
+                        and "(ENOSPC)" in log.read_text()
+                    ),
+                    120, message=f"{store.name} refused by the full disk",
+                )  # fmt: skip
+            assert pub.poll() is None and sub.poll() is None, "a client gave up on its store"
+            assert _lines(out) < total
+            filler.unlink()
+            assert pub.wait(120) == 0, pub_log.read_text()
+            assert sub.wait(120) == 0, sub_log.read_text()
+        finally:
+            for p in (pub, sub):
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            proc.stop()
+    numbers = [int(line.split()[0]) for line in out.read_text().splitlines()]
+    assert numbers == list(range(1, total + 1)), "each once, in order"
+    records = asyncio.run(read_records(proc.config_path))
+    mine = [s for h, s, _ in records if h == pub_hash("ha-crash-publisher")]
+    assert mine == list(range(1, total + 1))

@@ -6,6 +6,10 @@ After a crash it goes on from the store: the store's highest sequence is the las
 it produced (a message is in the file before it is sent, so nothing the broker may have is
 missing from the store), and the store resends what was not persisted. It writes the last
 N it published to PROGRESS now and then, and exits 0 once everything is persisted.
+
+When its store's disk fails (``StoreIOError``: the publish was refused, not numbered) it
+says so on stderr, waits until the store takes publishes again (``wait_for_room``) and
+publishes the same N again, as an application should.
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ import asyncio
 import sys
 from pathlib import Path
 
-from server.client import DefaultServerChooser, FilePublishStore, FixedDelayStrategy, HAClient
+from server.client import (
+    DefaultServerChooser,
+    FilePublishStore,
+    FixedDelayStrategy,
+    HAClient,
+    StoreIOError,
+)
 
 
 async def main(url: str, store: Path, count: int, progress: Path) -> int:
@@ -32,7 +42,13 @@ async def main(url: str, store: Path, count: int, progress: Path) -> int:
           f"{pstore.dropped_bytes} bytes of torn tail dropped)", file=sys.stderr)  # fmt: skip
     while n < count:
         n += 1
-        seq = client.publish("orders", b'{"n":%d}' % n)
+        try:
+            seq = client.publish("orders", b'{"n":%d}' % n)
+        except StoreIOError as exc:
+            print(f"store failed: {exc}", file=sys.stderr)
+            await client.wait_for_room()
+            n -= 1
+            continue
         assert seq == n, (seq, n)
         if n % 500 == 0:
             progress.write_text(str(n))

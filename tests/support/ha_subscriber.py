@@ -11,7 +11,8 @@ messages): a subscriber slower than its publisher.
 It does not reconcile its output with the store: a message whose line was written and
 whose discard was not (a SIGKILL between the two) is processed again after a restart, and
 the test counts those. A line torn by a kill (no newline) was not processed: it is cut off
-at start. Subscription states (catching up after a failover) go to stderr.
+at start. Connection states and what the exception listener hears (a store whose disk
+failed) go to stderr.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ async def main(url: str, store: Path, output: Path, last: int, delay: float) -> 
         connect_timeout=5,
     )
     client.add_connection_state_listener(lambda e: print(e.state.value, e.detail, file=sys.stderr))
+    client.exception_listener = lambda exc: print(f"error: {exc}", file=sys.stderr)
     await client.connect_and_logon()
     sub = await client.subscribe("orders", bookmark="0", sub_id="orders-reader")
     fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
