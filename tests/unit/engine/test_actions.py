@@ -9,10 +9,7 @@ commit: :func:`run_now` advances the clock while it waits.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import wraps
 from pathlib import Path
@@ -25,6 +22,7 @@ from server.actions import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin
 from server.actions.triggers import EARLY
 from server.bookmarks import format_bookmark, pub_hash
 from server.brokerpublish import BROKER_PUBLISHER_PREFIX
+from tests.support.disk import tmpfs
 from tests.support.engine import EngineHarness
 from tests.support.server import config_xml
 
@@ -396,22 +394,6 @@ async def test_runs_are_stored_and_the_last_one_is_shown_after_a_restart(tmp_pat
 
 
 # -- disk usage (a real, small file system) ---------------------------------------------------
-
-
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted at ``path`` (root only: skipped otherwise)."""
-    path.mkdir(parents=True)
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {done.stderr.decode().strip()}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 def disk_actions(watched: Path) -> str:
