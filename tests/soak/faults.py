@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.disk import fill
 from tests.support.server import SpoolProcess
 
 __all__ = ["Broker", "FaultLog", "fill", "tmpfs"]
@@ -121,25 +122,6 @@ def tmpfs(path: Path, size_mb: int) -> Iterator[str | None]:
         yield None
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def fill(path: Path, leave: int = 0) -> Path:
-    """A file taking all the room of ``path``'s file system but ``leave`` bytes.
-
-    Unbuffered: the broker takes room meanwhile, and a buffered file would fail at close.
-    """
-    st = os.statvfs(path)
-    room = st.f_bavail * st.f_frsize - leave
-    filler = path / "filler"
-    chunk = b"\0" * (1 << 20)
-    with open(filler, "wb", buffering=0) as f:
-        while room > 0:
-            try:
-                written = f.write(chunk[: min(room, len(chunk))])
-            except OSError:  # the broker took some of the room meanwhile: full now
-                break
-            room -= written or 0
-    return filler
 
 
 async def wait_for(
