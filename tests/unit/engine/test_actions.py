@@ -24,6 +24,7 @@ from server.bookmarks import format_bookmark, pub_hash
 from server.brokerpublish import BROKER_PUBLISHER_PREFIX
 from tests.support.disk import tmpfs
 from tests.support.engine import EngineHarness
+from tests.support.faults import GatedSeam
 from tests.support.server import config_xml
 
 
@@ -35,9 +36,11 @@ def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
     return wrapper
 
 
-def harness(tmp_path: Path, actions: str, **kw: Any) -> EngineHarness:
+def harness(
+    tmp_path: Path, actions: str, files: GatedSeam | None = None, **kw: Any
+) -> EngineHarness:
     xml = config_xml(tmp_path / "data", admin_interval="1d", actions=actions, **kw)
-    return EngineHarness(tmp_path, xml=xml)
+    return EngineHarness(tmp_path, xml=xml, files=files)
 
 
 async def until_done(h: EngineHarness, work: Awaitable[Any]) -> Any:
@@ -111,7 +114,9 @@ async def test_an_on_admin_run_publishes_as_the_broker_through_the_publish_pipel
 
 @scenario
 async def test_on_demand_runs_check_the_action_and_its_parameters(tmp_path: Path) -> None:
-    async with harness(tmp_path, ANNOUNCE) as h:
+    seam = GatedSeam()
+    seam.gate.set()
+    async with harness(tmp_path, ANNOUNCE, files=seam) as h:
         actions = h.broker.actions
         with pytest.raises(ActionNotFound, match="no action named 'ghost'"):
             await actions.run_admin("ghost", {}, "ops")
@@ -130,12 +135,15 @@ async def test_on_demand_runs_check_the_action_and_its_parameters(tmp_path: Path
             with pytest.raises(BadParameters) as info:
                 await actions.run_admin("announce", params, "ops")
             assert str(info.value) == message
-        # a run in progress (waiting for its publish to be durable) refuses another
+        # a run in progress (waiting for its publish to be durable: the journal write
+        # is held until the test looked) refuses another
+        seam.gate.clear()
         first = asyncio.ensure_future(actions.run_admin("announce", {"who": "bob"}, "ops"))
         await h.settle()
         with pytest.raises(ActionBusy, match="action 'announce' is running"):
             await actions.run_admin("announce", {"who": "bob"}, "ops")
         assert actions.action_info("announce")["running"] is not None
+        seam.gate.set()
         assert (await until_done(h, first)).outcome == "succeeded"
         assert actions.runners["announce"].runs == 1
 
