@@ -14,7 +14,7 @@ clients come from. Faults are packet rules inside the instances' namespaces (nft
 Without root there are no namespaces: the instances share loopback and the network
 faults are skipped (:attr:`Network.why_not` says why; the summary shows it).
 
-Every name carries the run's tag (``sp35-<pid>-...``), the addresses a /24 of
+Every name carries the run's tag (``spnem-<pid>-...``), the addresses a /24 of
 ``10.238.0.0/16`` no interface of this machine uses, and :meth:`Network.down` deletes
 everything it made (a ``finally`` of the run).
 """
@@ -90,7 +90,7 @@ class Network:
             if subprocess.run(["which", tool], capture_output=True).returncode != 0:
                 net.why_not = f"{tool} is not installed: partitions and loss skipped"
                 return net
-        net.tag = f"sp35-{os.getpid()}"
+        net.tag = f"spnem-{os.getpid()}"
         net.subnet = _free_subnet(random.Random())
         net.isolated = True  # the addresses below are the namespaces' from here on
         try:
