@@ -68,7 +68,7 @@ from server.subscriptions import SubscriptionService
 from server.throttle import LogonThrottle, ThrottlePolicy
 from server.tls.listener import TlsListener
 from server.topics import TopicTable
-from server.txlog import FileSeam, TransactionLog
+from server.txlog import FileSeam, TransactionLog, TxlogError
 
 #: how long a graceful stop waits for what was appended to become durable (seconds)
 _DRAIN_DURABLE_TIMEOUT = 5.0
@@ -214,6 +214,8 @@ class Broker:
         repl_cfg = config.replication
         if replication is not None and txlog is not None and repl_cfg and repl_cfg.destinations:
             self.repairer = Repairer(config, txlog, clock, self.events, connector, self.auth)
+        #: the catch-ups of the SOW and queues after repairs (:meth:`_repaired`)
+        self._refolds: set[asyncio.Task[None]] = set()
         #: the start-up waits for a repair of fenced records (not ready meanwhile; the
         #: /replication endpoint serves repair requests, peers may be repairing too)
         self.starting_repair = False
@@ -362,8 +364,12 @@ class Broker:
             self.events.emit(
                 "error", "txlog", "recovery_skipped_fence", first_seq=first, last_seq=last,
                 detail="the SOW and queues were rebuilt without these fenced records; "
-                "restart once they are repaired to rebuild them with them",
+                "they are taken in when a repair writes them back",
             )  # fmt: skip
+        if self.pipeline.unfolded and self.txlog is not None:
+            # the queues' pins and checkpoints hold from them until they are taken in
+            self.queues.unfolded(self.pipeline.unfolded)
+            self.txlog.add_fill_listener(self._repaired)
         self.sow.recovered()
         self.queues.recovered()
         # 4. bootstrap (an empty instance with <Bootstrap>): the copy runs while the web
@@ -377,6 +383,40 @@ class Broker:
             )
             return
         await self._serve()
+
+    def _repaired(self, first_seq: int, last_seq: int) -> None:
+        """A repair wrote records back: those the start-up rebuild went past are taken
+        into the SOW and queues (:meth:`PublishPipeline.refold`), one range at a time."""
+        if self.lifecycle.stopping:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._refold(first_seq, last_seq), name="spool-refold"
+        )
+        self._refolds.add(task)
+        task.add_done_callback(self._refolds.discard)
+
+    async def _refold(self, first_seq: int, last_seq: int) -> None:
+        pipeline = self.pipeline
+        try:
+            done = await pipeline.refold(first_seq, last_seq)
+        except TxlogError as exc:  # the log closed or failed under it: a restart reads it
+            self.events.emit(
+                "error", "txlog", "refold_failed", first_seq=first_seq, last_seq=last_seq,
+                error=f"{type(exc).__name__}: {exc}",
+            )  # fmt: skip
+            return
+        self.queues.unfolded(pipeline.unfolded)
+        if done is not None:
+            self.events.emit(
+                "info", "txlog", "state_refolded", first_seq=first_seq, last_seq=last_seq,
+                records=done[0], changes=done[1], unfolded=len(pipeline.unfolded),
+            )  # fmt: skip
+        elif any(a <= last_seq and b >= first_seq for a, b in pipeline.unfolded):
+            self.events.emit(
+                "warning", "txlog", "refold_deferred", first_seq=first_seq, last_seq=last_seq,
+                detail="records after the repaired ones are damaged: the SOW and queues take "
+                "the repaired records in once those are repaired too",
+            )  # fmt: skip
 
     async def _serve_after(self, boot: Bootstrapper) -> None:
         """The rest of the start-up once the bootstrap is done; a bootstrap that cannot
@@ -472,6 +512,10 @@ class Broker:
         await self.drain()
         if self.repairer is not None:
             await self.repairer.stop()
+        for task in list(self._refolds):  # a restart reads the records they were taking in
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         self.auth.pool.close()
         if self.tls is not None:
             await self.tls.stop()

@@ -42,7 +42,7 @@ from typing import Literal, NamedTuple, Protocol, runtime_checkable
 from server.config import UserConfig
 from server.protocol.errors import ProtocolFailure
 from server.txlog.batch import RecordBatch
-from server.txlog.record import RecordKind
+from server.txlog.record import Record, RecordKind
 
 #: an ack header value (PROTOCOL.md "Acks")
 AckValue = str | int | float | bool | None
@@ -332,6 +332,40 @@ class RecoveringStage(PublishStage, Protocol):
     def recover_from(self) -> int:
         """The first local sequence this stage needs to see (1: the whole log); the
         pipeline starts reading at the lowest of its recovering stages."""
+        ...
+
+
+class Refold(Protocol):
+    """One stage's catch-up after a repair wrote back records its start-up rebuild went
+    past (fenced then): fed the log from the repaired range to its end, then applied.
+
+    The pipeline calls :meth:`repaired` with the repaired range's records, then
+    :meth:`later` with every record after it up to the log's last one, in log order, then
+    :meth:`apply` on the loop with nothing appended since the last :meth:`later`: the
+    stage's state then holds what a rebuild from the whole log would hold.
+    """
+
+    def repaired(self, records: Sequence[Record]) -> None:
+        """Records of the repaired range, in log order (read off the loop)."""
+        ...
+
+    def later(self, records: Sequence[Record]) -> None:
+        """Records after the repaired range, in log order (those already folded)."""
+        ...
+
+    def apply(self) -> int:
+        """Bring the live state up to the fold of the log; returns how many changes
+        were made (keys put or removed, messages entered or taken out)."""
+        ...
+
+
+@runtime_checkable
+class RefoldingStage(RecoveringStage, Protocol):
+    """A recovering stage that can take back, while it runs, records its start-up
+    rebuild went past (server/publishing.py :meth:`PublishPipeline.refold`)."""
+
+    def refold(self) -> Refold:
+        """A fresh catch-up for one repaired range."""
         ...
 
 

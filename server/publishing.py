@@ -35,6 +35,7 @@ deliveries, so a batched frame behaves on the wire exactly like one command per 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Final
 
@@ -51,6 +52,8 @@ from server.ports import (
     PublishRun,
     PublishStage,
     RecoveringStage,
+    Refold,
+    RefoldingStage,
 )
 from server.protocol.commands import take_publish_run
 from server.protocol.errors import (
@@ -69,6 +72,9 @@ from server.txlog.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
+#: a refold reads the rest of the log without yielding once it is this close to its end
+#: (the last records are in the log's memory tail: read without a file, bounded work)
+_REFOLD_TAIL: Final = 4096
 
 
 class PublishPipeline:
@@ -113,8 +119,11 @@ class PublishPipeline:
         #: replicates (two publishers sharing an identity: server/replication/collisions.py)
         self.watch: IdentityWatch | None = None
         #: fenced ranges the stages' recovery went past at start-up (damaged records the
-        #: rebuilt SOW and queue state lacks)
+        #: rebuilt SOW and queue state lacks), as reported at start-up
         self.recovery_skipped: list[tuple[int, int]] = []
+        #: the part of :attr:`recovery_skipped` no :meth:`refold` took back yet
+        self.unfolded: list[tuple[int, int]] = []
+        self._refolding = asyncio.Lock()
 
     async def recover(self, *, batch_count: int = 4096) -> int:
         """Feed the journal, in order, to the stages that rebuild state from it (start-up).
@@ -154,7 +163,90 @@ class PublishPipeline:
                 stage.recover(batch)
             read += len(batch)
             seq = batch.last_seq + 1
+        self.unfolded = list(self.recovery_skipped)
         return read
+
+    async def refold(self, first_seq: int, last_seq: int) -> tuple[int, int] | None:
+        """A repair wrote records ``first_seq..last_seq`` back into the log: the part of
+        them the stages' recovery went past (:attr:`unfolded`) is taken into their state
+        now, as a rebuild from the whole log would have it, without a restart.
+
+        Each such range is read (in worker threads, like any read of the log), then every
+        record after it up to the log's end, and each refolding stage decides from what
+        came later what the repaired records still change (a SOW key stored or removed
+        later keeps its later state; a queue message acked later stays out). The last
+        records are read from the log's memory tail without yielding, so the stages apply
+        the result on the loop with nothing appended since their last record: no live
+        change can slip between the read and the apply. One refold at a time.
+
+        Returns:
+            (records read, changes made), or None when nothing of the range was unfolded,
+            or when a read met damaged records after it that were folded already (their
+            contents are unknown now: the range stays unfolded, and is tried again when
+            the next repair is written).
+        """
+        txlog = self._txlog
+        stages = [s for s in self._stages if isinstance(s, RefoldingStage)]
+        if txlog is None or not stages:
+            return None
+        async with self._refolding:
+            pieces = [
+                (max(first, first_seq), min(last, last_seq))
+                for first, last in self.unfolded
+                if first <= last_seq and last >= first_seq
+            ]
+            if not pieces:
+                return None
+            read = changed = 0
+            for a, b in pieces:
+                done = await self._refold_range(txlog, stages, a, b)
+                if done is None:
+                    return None
+                read += done[0]
+                changed += done[1]
+                self.unfolded = _without(self.unfolded, a, b)
+            return read, changed
+
+    async def _refold_range(
+        self, txlog: TransactionLog, stages: list[RefoldingStage], first: int, last: int
+    ) -> tuple[int, int] | None:
+        """One unfolded range written back: read it and what follows, then apply."""
+        folds: list[Refold] = [stage.refold() for stage in stages]
+        read = 0
+        seq = first
+        while seq <= last:  # the repaired range itself (it was just written: no fence)
+            try:
+                records = await txlog.read_appended(seq, max_count=4096, upto_seq=last)
+            except (FencedRecords, CorruptRecord):
+                return None  # damaged again since the repair: the next repair retries
+            if not records:
+                return None  # retention took it meanwhile: nothing to fold any more
+            for fold in folds:
+                fold.repaired(records)
+            read += len(records)
+            seq = records[-1].seq + 1
+        # every record after it, to the log's end; the condition is checked with no await
+        # between it and the apply below
+        while seq <= txlog.last_seq:
+            try:
+                records = await txlog.read_appended(seq, max_count=4096)
+            except FencedRecords as exc:
+                if not _within(self.unfolded, exc.first_seq, exc.last_seq):
+                    return None  # folded records now damaged: what they did is unknown
+                seq = exc.last_seq + 1  # unfolded too: its own refold comes later
+                continue
+            except CorruptRecord:
+                await txlog.fence_damage_at(seq)
+                return None
+            if not records:
+                break
+            for fold in folds:
+                fold.later(records)
+            read += len(records)
+            seq = records[-1].seq + 1
+            if txlog.last_seq - seq > _REFOLD_TAIL:
+                await asyncio.sleep(0)  # far from the end: let the loop run between reads
+        return read, sum(fold.apply() for fold in folds)
 
     # -- front ends ---------------------------------------------------------------------
 
@@ -602,3 +694,22 @@ def _subrun(run: PublishRun, keep: Sequence[int]) -> PublishRun:
         expirations=[run.expirations[i] for i in keep] if run.expirations else None,
         keys=[run.keys[i] for i in keep] if run.keys else None,
     )
+
+
+def _without(ranges: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:
+    """``ranges`` less the seqs ``first..last``."""
+    out: list[tuple[int, int]] = []
+    for a, b in ranges:
+        if b < first or a > last:
+            out.append((a, b))
+            continue
+        if a < first:
+            out.append((a, first - 1))
+        if b > last:
+            out.append((last + 1, b))
+    return out
+
+
+def _within(ranges: list[tuple[int, int]], first: int, last: int) -> bool:
+    """Whether ``first..last`` lies inside one of ``ranges``."""
+    return any(a <= first and last <= b for a, b in ranges)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -153,6 +153,8 @@ class QueueService:
         #: the replicated queues' ownership traffic (server/queues/transfers.py)
         self.transfers = Transfers(self.queues.values(), self._append, self.kick, events, clock)
         self.stage = QueueStage(list(self.queues.values()), self.kick, self.transfers.send)
+        self.stage.on_refolded = self._refilled
+        self.stage.now_us = lambda: time_us(clock)
         #: bounded queues' refills from the log (server/queues/refill.py)
         self.refills = Refills(txlog, self._refilled, events, clock)
         self._ties: dict[Subscription, Consumer] = {}
@@ -339,6 +341,15 @@ class QueueService:
             if q.pin is not None:
                 q.pin.release()
                 q.pin = None
+
+    def unfolded(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Fenced ranges the start-up rebuild went past that no repair gave back yet
+        (server/publishing.py ``PublishPipeline.unfolded``): the queues' pins and
+        checkpoints hold from them, and move on once they are taken in."""
+        self.stage.unfolded(ranges)
+        for q in self.queues.values():
+            if q.pin is not None:
+                q.pin.move(self._hold_from(q))
 
     def _hold_from(self, q: QueueRuntime) -> int:
         """Where ``q``'s log pin holds: its messages, the changes a restart needs, and the

@@ -6,6 +6,8 @@
   turn (one dispatch for every run of the turn, not one per run).
 - ``recover`` (start-up): the log in order rebuilds each queue: publishes of its
   underlying topics enter it, its ``QUEUE_ACK`` records take out what left it.
+- ``refold`` (while running): records a repair wrote back where the start-up rebuild
+  went past a fence are taken in as that rebuild would have (:class:`QueueRefold`).
 - ``reaches``: never: deliveries leave after the run, so a publisher's acks always come
   first.
 
@@ -119,6 +121,10 @@ class QueueRuntime:
     #: a replay counts the grants of the records after this seq only: the counters
     #: restored from the checkpoint count those up to it (0: every record)
     counted_through: int = 0
+    #: the first record of a range the start-up rebuild went past (fenced) that no
+    #: repair gave back yet (0: none): its messages may still be the queue's, so neither
+    #: the pin nor the checkpoint may pass it (:meth:`QueueStage.unfolded`)
+    unfolded_floor: int = 0
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -164,7 +170,7 @@ class QueueRuntime:
         depth = self.machine.depth
         return depth - own.unreachable() if own is not None else depth
 
-    def _take_pending(self) -> None:
+    def take_pending(self) -> None:
         """Proxied takeovers made as messages entered: to the log with the rest."""
         own = self.ownership
         if own is not None and own.pending:
@@ -300,7 +306,7 @@ class QueueRuntime:
         change received before its message that a restart still needs, or at a message
         whose ack the log refused."""
         hold = self.hold_from(log_end)
-        for floor in (self.early_floor, self.unlogged_floor):
+        for floor in (self.early_floor, self.unlogged_floor, self.unfolded_floor):
             if floor and floor < hold:
                 hold = floor
         return hold
@@ -315,6 +321,8 @@ class QueueRuntime:
         left."""
         if self.unlogged_floor and self.unlogged_floor < hold_from:
             hold_from = self.unlogged_floor  # a message a restart must deliver again
+        if self.unfolded_floor and self.unfolded_floor < hold_from:
+            hold_from = self.unfolded_floor  # records a restart must read once repaired
         early = self.early_records
         if not early:
             return hold_from
@@ -382,7 +390,7 @@ class QueueRuntime:
             self.machine.add_many(messages, gated=gated)
             if own is not None and bodies:
                 own.passed(pub_hash[-1], max(pub_seqs))
-                self._take_pending()
+                self.take_pending()
             return len(messages)
         add = self.machine.add
         n = 0
@@ -409,7 +417,7 @@ class QueueRuntime:
         if own is not None and cut:
             # a bounded queue's inactive messages are passed when activated (activate)
             own.passed(pub_hash[-1], max(pub_seqs) if cut == len(bodies) else max(pub_seqs[:cut]))
-            self._take_pending()
+            self.take_pending()
         return n
 
     def _message(
@@ -465,7 +473,22 @@ class QueueRuntime:
                 window.moved(records[-1].seq + 1, last_seq)
             return n
         finally:
-            self._take_pending()
+            self.take_pending()
+
+    def restore(self, rec: Record) -> bool:
+        """A message of the queue's topics that a repair wrote back, not acked after it
+        (:class:`QueueRefold`): it enters if the filter takes it, as the start-up rebuild
+        would have let it in; one a bounded queue has at or after its cursor is left to
+        the refill. Returns whether it entered."""
+        window = self.window
+        if window is not None and window.cursor and rec.seq >= window.cursor:
+            return False  # inactive: the refill activates it in log order
+        view: MessageView | None = None
+        if self.filter is not None or self.barrier is not None or self.priority is not None:
+            view = MessageView(rec.topic, rec.body, bookmark=rec.bookmark)
+            if self.filter is not None and not self.filter.matches(view):
+                return False
+        return self._enter(rec, view)
 
     def _enter(self, rec: Record, view: MessageView | None) -> bool:
         """One message a refill activates (its ack was not deferred): False when it left
@@ -528,6 +551,10 @@ class QueueStage:
         self._taken: dict[str, list[QueueRuntime]] = {}
         self.recovered_messages = 0
         self.recovered_acks = 0
+        #: told of each queue a refold changed (the service moves its pin and delivers)
+        self.on_refolded: Callable[[QueueRuntime], None] = on_enqueued
+        #: the current time (µs) for ownership changes a refold applies
+        self.now_us: Callable[[], int] = lambda: 0
 
     def takers(self, topic: str) -> list[QueueRuntime]:
         """The queues whose underlying topics include ``topic`` (memoised per topic)."""
@@ -632,8 +659,147 @@ class QueueStage:
                     published_on(batch.path(i), queue.instance),
                 )  # fmt: skip
 
+    def refold(self) -> QueueRefold:
+        return QueueRefold(self, self._by_name)
+
+    def unfolded(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """The ranges the start-up rebuild went past that no refold took back yet: each
+        queue's :attr:`~QueueRuntime.unfolded_floor` (those at or after its checkpoint)."""
+        for q in self._queues:
+            q.unfolded_floor = min(
+                (max(first, q.start_seq) for first, last in ranges if last >= q.start_seq),
+                default=0,
+            )
+
     def recover_from(self) -> int:
         """The earliest queue checkpoint (server/queues/checkpoint.py): each queue takes
         the records from its own on; a queue without one reads the whole log (its state
         is its messages minus its acks, and nothing else keeps it)."""
         return min((q.start_seq or 1 for q in self._queues), default=1 << 62)
+
+
+class QueueRefold:
+    """The queues' catch-up for one repaired range (:class:`~server.ports.Refold`): its
+    records are taken in as the start-up rebuild would have taken them, with what came
+    after them in the log (already folded) deciding what still applies.
+
+    - A message of the range enters its queue unless a ``QUEUE_ACK`` of the queue after
+      it names it (by seq, or by bookmark for a replicated queue): that message left
+      the queue, and must never be delivered again. One already in the queue stays as
+      it is. A bounded queue's message at or after its cursor is left to the refill,
+      which reads the log in order and meets it; one before the cursor enters directly
+      (the window may then hold more than its target until enough leave).
+    - The range's own ``QUEUE_ACK`` and ``QUEUE_TRANSFER`` records are applied as the
+      rebuild applies them (an ack takes its message out, wherever it is; a grant moves
+      ownership by the epoch rule, and counts in the transfer counters; a request is
+      held and answered once the queue runs).
+    - Grants after the range that name a message of it entered ownership when the
+      message was not known here (and were dropped, its publisher's position being past
+      it): they are applied to it now, by the same epoch rule.
+    """
+
+    def __init__(self, stage: QueueStage, by_name: dict[str, QueueRuntime]) -> None:
+        self._stage = stage
+        self._by_name = by_name
+        #: the range's records that concern a queue, in log order
+        self._records: list[Record] = []
+        #: per queue, the range's messages that may enter it: seq -> bookmark
+        self._candidates: dict[QueueRuntime, dict[int, str]] = {}
+        #: per queue, the same by bookmark (a replicated ack names the bookmark)
+        self._by_bookmark: dict[QueueRuntime, dict[str, int]] = {}
+        #: per queue, the latest grant after the range naming one of its messages
+        self._grants: dict[QueueRuntime, dict[str, Grant]] = {}
+
+    def repaired(self, records: Sequence[Record]) -> None:
+        by_name = self._by_name
+        takers = self._stage.takers
+        keep = self._records.append
+        for rec in records:
+            kind = rec.kind
+            if kind in _EVENT_KINDS:
+                if rec.topic in by_name:
+                    keep(rec)
+                continue
+            if kind not in _MESSAGE_KINDS:
+                continue
+            kept = False
+            for queue in takers(rec.topic):
+                if rec.seq < queue.start_seq:
+                    continue  # before its checkpoint: every such message has left it
+                self._candidates.setdefault(queue, {})[rec.seq] = rec.bookmark
+                self._by_bookmark.setdefault(queue, {})[rec.bookmark] = rec.seq
+                if not kept:
+                    keep(rec)
+                    kept = True
+
+    def later(self, records: Sequence[Record]) -> None:
+        if not self._candidates:
+            return
+        by_name = self._by_name
+        for rec in records:
+            kind = rec.kind
+            if kind not in _EVENT_KINDS:
+                continue
+            queue = by_name.get(rec.topic)
+            if queue is None:
+                continue
+            candidates = self._candidates.get(queue)
+            if not candidates:
+                continue
+            by_bm = self._by_bookmark[queue]
+            if kind == _QUEUE_ACK:
+                seqs, bookmarks = decode_ack(rec.body)
+                for seq in seqs:
+                    bm = candidates.pop(seq, None)
+                    if bm is not None:
+                        by_bm.pop(bm, None)
+                for bm in bookmarks:
+                    seq = by_bm.pop(bm, 0)
+                    if seq:
+                        candidates.pop(seq, None)
+                continue
+            grants = self._grants.setdefault(queue, {})
+            for change in decode_transfers(rec.body):
+                if type(change) is Grant and change.bookmark in by_bm:
+                    held = grants.get(change.bookmark)
+                    if held is None or (change.epoch, change.owner) > (held.epoch, held.owner):
+                        grants[change.bookmark] = change
+
+    def apply(self) -> int:
+        stage = self._stage
+        by_name = self._by_name
+        changed: set[QueueRuntime] = set()
+        made = 0
+        for rec in self._records:
+            kind = rec.kind
+            if kind in _EVENT_KINDS:
+                queue = by_name[rec.topic]
+                before = queue.machine.depth
+                queue.receive(kind, rec.body, rec.timestamp_us, replay=True, seq=rec.seq,
+                              mine=not rec.path)  # fmt: skip
+                made += before - queue.machine.depth
+                changed.add(queue)
+                continue
+            for queue in stage.takers(rec.topic):
+                candidates = self._candidates.get(queue)
+                if not candidates or rec.seq not in candidates:
+                    continue  # not the queue's, or acked later
+                if queue.machine.get(rec.bookmark) is not None:
+                    continue
+                if queue.restore(rec):
+                    made += 1
+                    changed.add(queue)
+        now = stage.now_us()
+        for queue, grants in self._grants.items():
+            own = queue.ownership
+            if own is None:
+                continue
+            for grant in grants.values():
+                if queue.machine.get(grant.bookmark) is not None:
+                    queue.outgoing.extend(own.receive(grant, now, replay=True))
+                    changed.add(queue)
+        for queue in changed:
+            queue.take_pending()
+            stage.on_refolded(queue)
+        self._records.clear()
+        return made

@@ -36,9 +36,9 @@ from server.sow.keys import KeySpec
 from server.sow.memory import MemoryStore
 from server.txlog import TransactionLog
 from server.txlog.batch import RecordBatch
-from server.txlog.record import RecordKind, split_sow_key_field
+from server.txlog.record import Record, RecordKind, split_sow_key_field
 
-__all__ = ["LogApplier", "applied_state", "state_at"]
+__all__ = ["LogApplier", "applied_state", "put_key", "record_key", "state_at"]
 
 #: log records read per batch
 _BATCH: Final = 4096
@@ -108,30 +108,23 @@ class LogApplier:
                 continue  # the file holds it already
             rec = batch.record(i)
             kind = int(rec.kind)
-            key, expiration = split_sow_key_field(rec.sow_key)
             if kind == _DELETE:
+                key = split_sow_key_field(rec.sow_key)[0]
                 if store.delete(key, seq=seq) is not None:
                     counts.deletes += 1
                 continue
             if kind not in _PUT_KINDS:
                 continue
-            spec = self._spec_of(rule)
-            if spec.derived or not key:
-                derived = spec.try_key(topic, rec.body)
-                if derived is None:
-                    counts.skipped += 1
-                    continue
-                key = derived
-            ts = rec.timestamp_us
-            if expiration is not None:
-                expires = ts + expiration * 1_000_000 if expiration else 0
-            else:
-                expires = ts + int(rule.expiration * 1_000_000) if rule.expiration else 0
+            keyed = put_key(rule, self._spec_of(rule), topic, rec)
+            if keyed is None:
+                counts.skipped += 1
+                continue
+            key, expires = keyed
             ch = store.put(
                 key,
                 rec.body,
                 seq=seq,
-                timestamp_us=ts,
+                timestamp_us=rec.timestamp_us,
                 pub_hash=rec.pub_hash,
                 pub_seq=rec.pub_seq,
                 expires_us=expires,
@@ -142,6 +135,35 @@ class LogApplier:
                 index = self._expiry_of(topic)
                 if index is not None:
                     index.add(ch.new)
+
+
+def put_key(rule: SowTopicConfig, spec: KeySpec, topic: str, rec: Record) -> tuple[str, int] | None:
+    """The key a ``PUBLISH`` / ``DELTA_PUBLISH`` record of a SOW topic is stored under,
+    and when it expires (wall-clock µs, 0: never), as the log is read: a key the body
+    gives is derived again under the key paths in force. None when the body gives none."""
+    key, expiration = split_sow_key_field(rec.sow_key)
+    if spec.derived or not key:
+        derived = spec.try_key(topic, rec.body)
+        if derived is None:
+            return None
+        key = derived
+    ts = rec.timestamp_us
+    if expiration is not None:
+        return key, ts + expiration * 1_000_000 if expiration else 0
+    return key, ts + int(rule.expiration * 1_000_000) if rule.expiration else 0
+
+
+def record_key(
+    rule: SowTopicConfig, spec: KeySpec, topic: str, rec: Record
+) -> tuple[str, int] | None:
+    """The key a record of a SOW topic changes, and the put's expiry (0 for a delete);
+    None for a record that changes no key (another kind, or a body without its key)."""
+    kind = int(rec.kind)
+    if kind == _DELETE:
+        return split_sow_key_field(rec.sow_key)[0], 0
+    if kind not in _PUT_KINDS:
+        return None
+    return put_key(rule, spec, topic, rec)
 
 
 async def applied_state(

@@ -20,6 +20,8 @@ For a run of publishes to a SOW topic:
 - ``durable`` (the log's group commit): persistent stores write what it covers.
 - ``recover`` (start-up): the log rebuilds transient stores of recorded topics and the
   part of a persistent store's history its file lacks (server/sow/history.py).
+- ``refold`` (while running): records a repair wrote back where that rebuild went past a
+  fence (server/sow/refold.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from server.sow.delta import merge
 from server.sow.filestore import FileStore
 from server.sow.history import LogApplier
 from server.sow.memory import MemoryStore
+from server.sow.refold import SowRefold
 from server.sow.registry import SowTopics
 from server.sow.subscribers import DELETED, SowDelivery
 from server.txlog.batch import RecordBatch
@@ -243,6 +246,11 @@ class SowStage:
 
     def recover(self, batch: RecordBatch) -> None:
         self.applier.apply(batch)
+
+    def refold(self) -> SowRefold:
+        """Records a repair wrote back where the start-up rebuild went past a fence
+        (server/sow/refold.py)."""
+        return SowRefold(self._topics, self._delivery, self._on_deadline)
 
     def recover_from(self) -> int:
         """1 when a transient store of a recorded topic (or a regex rule, whose topics

@@ -186,6 +186,7 @@ class TransactionLog:
         # statistics
         self._open_seq = 0
         self._report: RecoveryReport | None = None
+        self._fill_listeners: list[Callable[[int, int], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -511,6 +512,11 @@ class TransactionLog:
             return 0  # not even the first fitted: append() of it raises the reason
 
     # -- durability ---------------------------------------------------------------------
+
+    def add_fill_listener(self, cb: Callable[[int, int], None]) -> None:
+        """Call ``cb(first_seq, last_seq)`` on the loop after :meth:`fill_fence` wrote
+        records back under those seqs (not for released placeholders)."""
+        self._fill_listeners.append(cb)
 
     def add_durable_listener(self, cb: Callable[[int], None]) -> None:
         """Call ``cb(durable_seq)`` on the loop after each group commit."""
@@ -907,7 +913,10 @@ class TransactionLog:
                 seq += 1
             event = "fence_repaired" if records else "fence_released"
             self._emit(event, {**fence.to_dict(), "written": len(records), "released": released})
-            return fence
+        if records:
+            for cb in self._fill_listeners:
+                cb(first_seq, first_seq + len(records) - 1)
+        return fence
 
     async def release_fence(self, first_seq: int) -> Fence:
         """Stop waiting for the records of the fence that starts at ``first_seq``: an

@@ -11,15 +11,20 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
+from server.queues.checkpoint import checkpoint_name
+from server.sow.history import state_at
 from tests.support.damage import (
     RecordAt,
+    flip_byte,
     journals,
+    records_of,
     truncate_inside_last_record,
     zero_end_of_last_record,
 )
-from tests.support.engine import EngineHarness
+from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, persisted, publish, records, xml
 from tests.support.replication import MemoryFabric, destination
+from tests.support.server import sow_topic
 
 
 def _caught_up(h: EngineHarness) -> bool:
@@ -318,5 +323,170 @@ async def _as_user(tmp_path: Path, repl_writes: str) -> None:
         assert "user 'repl'" in fence.repair and "'orders'" in fence.repair, fence.repair
         assert "<Write>" in fence.repair
         assert not txlog.holds(torn.pub_hash, torn.pub_seq)
+    finally:
+        await scene.close()
+
+
+SOW_AND_QUEUE = sow_topic("orders", "/k", durability="transient") + (
+    "<Queue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>1h</LeasePeriod>"
+    "<MaxPerSubscriptionBacklog>100</MaxPerSubscriptionBacklog></Queue>"
+)
+#: filler bodies: about a thousand fill a 1 MB journal
+PAD = b'{"pad":"' + b"x" * 1000 + b'"}'
+
+
+def _send(client: FakeClient, topic: str, bodies: list[bytes], seqs: range) -> None:
+    """Publish ``bodies`` with publisher sequences ``seqs``, a persisted ack on the last."""
+    last = seqs[-1]
+    client.send(*[
+        ({"c": "publish", "t": topic, "s": s, **({"a": "persisted"} if s == last else {})}, body)
+        for s, body in zip(seqs, bodies, strict=True)
+    ])  # fmt: skip
+
+
+def _order(k: str, v: int) -> bytes:
+    return orjson.dumps({"k": k, "v": v})
+
+
+def _sow(h: EngineHarness) -> dict[str, tuple[bytes, int]]:
+    store = h.broker.sow.topics.store("orders")
+    return {r.key: (r.body, r.seq) for r in store.records()} if store is not None else {}
+
+
+async def _fold(h: EngineHarness) -> dict[str, tuple[bytes, int]]:
+    """The SOW topic as a rebuild from the whole log gives it."""
+    txlog, topics = h.broker.txlog, h.broker.sow.topics
+    assert txlog is not None
+    stores = await state_at(
+        txlog, txlog.last_seq, 1 << 62, topics.rule, topics.spec, lambda t: t == "orders"
+    )
+    return {r.key: (r.body, r.seq) for r in stores["orders"].records()} if stores else {}
+
+
+def _work(client: FakeClient) -> list[str]:
+    return [orjson.loads(body)["m"] for _, body in client.deliveries("q")]
+
+
+def _ack(client: FakeClient, names: set[str]) -> None:
+    bms = [str(h["bm"]) for h, body in client.deliveries("q") if orjson.loads(body)["m"] in names]
+    assert len(bms) == len(names)
+    client.send(({"c": "sow_delete", "t": "work", "bm": ",".join(bms)}, b""))
+
+
+def test_sow_and_queues_take_in_records_repaired_after_start_up(tmp_path: Path) -> None:
+    import asyncio
+
+    asyncio.run(_refolded(tmp_path))
+
+
+async def _refolded(tmp_path: Path) -> None:
+    """A's middle journal is lost and A starts while B is down: its SOW and queue are
+    rebuilt without that journal's records. Once B is back and A's fence is repaired, A
+    takes them in while it runs: the SOW equals the fold of the whole log (a repaired
+    update never undoes a later one, a key deleted later stays deleted), the queue
+    delivers each message not acked exactly once, and no acked message again (acked in
+    the lost journal, or after it)."""
+
+    def config(name: str, other: str, addr: tuple[str, int]) -> str:
+        return xml(
+            tmp_path, name, destination(other, [addr], passthrough=(".*",)),
+            sow=SOW_AND_QUEUE, journal_size="1MB",
+            txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
+            tuning="<JournalRepairWait>0s</JournalRepairWait>",
+        )  # fmt: skip
+
+    scene = _Scene(tmp_path, {"a": config("a", "b", B), "b": config("b", "a", A)})
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
+    try:
+        ha = hs["a"]
+        pub = await ha.logon("pub")
+        worker = await ha.logon("worker")
+        worker.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=100"}, b""))
+        n = 0
+
+        async def send(topic: str, bodies: list[bytes]) -> range:
+            nonlocal n
+            seqs = range(n + 1, n + 1 + len(bodies))
+            n += len(bodies)
+            _send(pub, topic, bodies, seqs)
+            await drive(clock, lambda: persisted(pub) == n)
+            return seqs
+
+        def jobs(*names: str) -> list[bytes]:
+            return [orjson.dumps({"m": m}) for m in names]
+
+        # before the journal that will be lost
+        await send("orders", [_order(k, 1) for k in ("k0", "k1", "k2", "k4")])
+        await send("work-in", jobs("q1", "q2", "q3", "q4", "q5"))
+        await drive(clock, lambda: len(_work(worker)) == 5)
+        await send("pad", [PAD] * 1100)
+        lost_from = ha.last_seq + 1
+        # the lost journal: updates, a new key, a delete; acks of earlier messages; new
+        # messages, two acked there, two acked later, two never
+        _ack(worker, {"q1", "q2"})
+        await send("orders", [_order("k0", 2), _order("k1", 2), _order("k2", 2), _order("k3", 2)])
+        pub.send(({"c": "sow_delete", "t": "orders", "k": "k4", "a": "processed"}, b""))
+        await send("work-in", jobs("r1", "r2", "r3", "r4", "r5", "r6"))
+        await drive(clock, lambda: len(_work(worker)) == 11)
+        _ack(worker, {"r1", "r2"})
+        lost_to = ha.last_seq
+        await send("pad", [PAD] * 1100)
+        # after it: a later update and a later delete of keys it changed, later acks
+        await send("orders", [_order("k0", 3)])
+        pub.send(({"c": "sow_delete", "t": "orders", "k": "k2", "a": "processed"}, b""))
+        _ack(worker, {"r3", "r4"})
+        await send("work-in", jobs("s1"))
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        want_sow = _sow(ha)
+        assert {k: orjson.loads(v[0])["v"] for k, v in want_sow.items()} == {
+            "k0": 3, "k1": 2, "k3": 2,
+        }  # fmt: skip
+        await scene.stop("a")
+        await scene.stop("b")
+        journal_dir = tmp_path / "a" / "data" / "journal"
+        middle = journals(journal_dir, "a")[1]
+        damaged = [r for r in records_of(middle) if lost_from <= r.seq <= lost_to]
+        # the journal held everything published between the two fillers: a byte of each
+        # such record flipped (a finished journal: found when the start-up reads it)
+        assert [r.seq for r in damaged] == list(range(lost_from, lost_to + 1))
+        for rec in reversed(damaged):  # (the scan finds records up to the first damage)
+            flip_byte(middle, rec.offset + rec.length // 2)
+        # as after a crash before the queue checkpoint passed q1 and q2: the start-up
+        # reads the whole log (the acks of q1 and q2 are among the damaged records)
+        (journal_dir / checkpoint_name("a")).unlink()
+
+        again = await scene.start("a")
+        await drive(clock, lambda: again.broker.ready)
+        txlog = again.broker.txlog
+        assert txlog is not None
+        fenced = [(f.first_seq, f.last_seq) for f in txlog.fences]
+        assert fenced and all(f.exact for f in txlog.fences)
+        assert {s for a, b in fenced for s in range(a, b + 1)} >= {r.seq for r in damaged}
+        pipeline = again.broker.pipeline
+        assert pipeline.unfolded == fenced
+        # rebuilt without the damaged records: an older k1, k4 still there, no k3; q1
+        # and q2 back in the queue (their acks were lost), r5 and r6 missing
+        before = {k: orjson.loads(v[0])["v"] for k, v in _sow(again).items()}
+        assert before == {"k0": 3, "k1": 1, "k4": 1}
+        assert again.broker.queues.info("work").depth == 6  # q1..q5, s1
+        # the pin and checkpoint of the queue hold from the damaged range until it is back
+        assert again.broker.queues.queues["work"].pin_from(txlog.last_seq) <= fenced[0][0]
+
+        await scene.start("b")
+        await drive(clock, lambda: not txlog.fences and not pipeline.unfolded)
+        assert _sow(again) == await _fold(again) == want_sow
+        refolded = [e for e in again.broker.events.recent(500) if e["event"] == "state_refolded"]
+        assert [(e["first_seq"], e["last_seq"]) for e in refolded] == fenced
+        consumer = await again.logon("consumer")
+        consumer.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=100"}, b""))
+        want = ["q3", "q4", "q5", "r5", "r6", "s1"]
+        await drive(clock, lambda: len(_work(consumer)) >= len(want))
+        await clock.advance(5)
+        await drive(clock, lambda: True)
+        assert sorted(_work(consumer)) == want  # each once; none acked
+        _ack(consumer, set(want))
+        await drive(clock, lambda: again.broker.queues.info("work").depth == 0)
     finally:
         await scene.close()
