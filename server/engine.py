@@ -385,37 +385,36 @@ class Broker:
         await self._serve()
 
     def _repaired(self, first_seq: int, last_seq: int) -> None:
-        """A repair wrote records back: those the start-up rebuild went past are taken
-        into the SOW and queues (:meth:`PublishPipeline.refold`), one range at a time."""
-        if self.lifecycle.stopping:
+        """A repair wrote fenced records back (or an operator released them): the ranges
+        the start-up rebuild went past that the log holds again are taken into the SOW
+        and queues (:meth:`PublishPipeline.refold`; one at a time, in order)."""
+        if self.lifecycle.stopping or not self.pipeline.unfolded:
             return
-        task = asyncio.get_running_loop().create_task(
-            self._refold(first_seq, last_seq), name="spool-refold"
-        )
+        task = asyncio.get_running_loop().create_task(self._refold(), name="spool-refold")
         self._refolds.add(task)
         task.add_done_callback(self._refolds.discard)
 
-    async def _refold(self, first_seq: int, last_seq: int) -> None:
+    async def _refold(self) -> None:
         pipeline = self.pipeline
         try:
-            done = await pipeline.refold(first_seq, last_seq)
+            done = await pipeline.refold()
         except TxlogError as exc:  # the log closed or failed under it: a restart reads it
             self.events.emit(
-                "error", "txlog", "refold_failed", first_seq=first_seq, last_seq=last_seq,
-                error=f"{type(exc).__name__}: {exc}",
+                "error", "txlog", "refold_failed", error=f"{type(exc).__name__}: {exc}",
+                unfolded=len(pipeline.unfolded),
             )  # fmt: skip
             return
         self.queues.unfolded(pipeline.unfolded)
-        if done is not None:
+        for first, last, records, changes in done.ranges:
             self.events.emit(
-                "info", "txlog", "state_refolded", first_seq=first_seq, last_seq=last_seq,
-                records=done[0], changes=done[1], unfolded=len(pipeline.unfolded),
+                "info", "txlog", "state_refolded", first_seq=first, last_seq=last,
+                records=records, changes=changes, unfolded=len(pipeline.unfolded),
             )  # fmt: skip
-        elif any(a <= last_seq and b >= first_seq for a, b in pipeline.unfolded):
+        for first, last in done.deferred:
             self.events.emit(
-                "warning", "txlog", "refold_deferred", first_seq=first_seq, last_seq=last_seq,
-                detail="records after the repaired ones are damaged: the SOW and queues take "
-                "the repaired records in once those are repaired too",
+                "warning", "txlog", "refold_deferred", first_seq=first, last_seq=last,
+                detail="records after these repaired ones are damaged now: the SOW and "
+                "queues take them in once those are repaired too",
             )  # fmt: skip
 
     async def _serve_after(self, boot: Bootstrapper) -> None:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 from server.acks import DurableAcks
@@ -166,10 +167,10 @@ class PublishPipeline:
         self.unfolded = list(self.recovery_skipped)
         return read
 
-    async def refold(self, first_seq: int, last_seq: int) -> tuple[int, int] | None:
-        """A repair wrote records ``first_seq..last_seq`` back into the log: the part of
-        them the stages' recovery went past (:attr:`unfolded`) is taken into their state
-        now, as a rebuild from the whole log would have it, without a restart.
+    async def refold(self) -> Refolded:
+        """Take the unfolded ranges (:attr:`unfolded`) that no fence covers any more (a
+        repair wrote them back, or an operator released them) into the stages' state, as
+        a rebuild from the whole log would have them, without a restart.
 
         Each such range is read (in worker threads, like any read of the log), then every
         record after it up to the log's end, and each refolding stage decides from what
@@ -179,54 +180,51 @@ class PublishPipeline:
         the result on the loop with nothing appended since their last record: no live
         change can slip between the read and the apply. One refold at a time.
 
-        Returns:
-            (records read, changes made), or None when nothing of the range was unfolded,
-            or when a read met damaged records after it that were folded already (their
-            contents are unknown now: the range stays unfolded, and is tried again when
-            the next repair is written).
+        A range whose read meets records after it that were folded already and are now
+        fenced (damage found since: what they changed is unknown for now) waits, and is
+        tried again at the next call (the next repair written).
         """
         txlog = self._txlog
         stages = [s for s in self._stages if isinstance(s, RefoldingStage)]
+        done = Refolded()
         if txlog is None or not stages:
-            return None
+            return done
         async with self._refolding:
-            pieces = [
-                (max(first, first_seq), min(last, last_seq))
-                for first, last in self.unfolded
-                if first <= last_seq and last >= first_seq
-            ]
-            if not pieces:
-                return None
-            read = changed = 0
-            for a, b in pieces:
-                done = await self._refold_range(txlog, stages, a, b)
-                if done is None:
-                    return None
-                read += done[0]
-                changed += done[1]
-                self.unfolded = _without(self.unfolded, a, b)
-            return read, changed
+            for first, last in list(self.unfolded):
+                if any(f.first_seq <= last and f.last_seq >= first for f in txlog.fences):
+                    continue  # still fenced: its repair has not come yet
+                counts = await self._refold_range(txlog, stages, first, last)
+                if counts is None:
+                    done.deferred.append((first, last))
+                    continue
+                done.ranges.append((first, last, *counts))
+                self.unfolded = _without(self.unfolded, first, last)
+        return done
 
     async def _refold_range(
         self, txlog: TransactionLog, stages: list[RefoldingStage], first: int, last: int
     ) -> tuple[int, int] | None:
-        """One unfolded range written back: read it and what follows, then apply."""
+        """One unfolded range the log holds again: read it and what follows, then apply.
+        Returns (records read, changes made), or None to try again later."""
         folds: list[Refold] = [stage.refold() for stage in stages]
         read = 0
         seq = first
-        while seq <= last:  # the repaired range itself (it was just written: no fence)
+        while seq <= last:  # the range itself (a released placeholder reads as nothing)
             try:
                 records = await txlog.read_appended(seq, max_count=4096, upto_seq=last)
             except (FencedRecords, CorruptRecord):
                 return None  # damaged again since the repair: the next repair retries
             if not records:
-                return None  # retention took it meanwhile: nothing to fold any more
+                break
             for fold in folds:
                 fold.repaired(records)
             read += len(records)
             seq = records[-1].seq + 1
+        if not read:
+            return 0, 0  # released, or taken by retention: nothing to take in
         # every record after it, to the log's end; the condition is checked with no await
         # between it and the apply below
+        seq = last + 1
         while seq <= txlog.last_seq:
             try:
                 records = await txlog.read_appended(seq, max_count=4096)
@@ -694,6 +692,16 @@ def _subrun(run: PublishRun, keep: Sequence[int]) -> PublishRun:
         expirations=[run.expirations[i] for i in keep] if run.expirations else None,
         keys=[run.keys[i] for i in keep] if run.keys else None,
     )
+
+
+@dataclass
+class Refolded:
+    """What one :meth:`PublishPipeline.refold` did."""
+
+    #: ranges taken in: (first seq, last seq, records read, changes made)
+    ranges: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: ranges that wait for damage found after them to be repaired
+    deferred: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _without(ranges: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:

@@ -515,7 +515,7 @@ class TransactionLog:
 
     def add_fill_listener(self, cb: Callable[[int, int], None]) -> None:
         """Call ``cb(first_seq, last_seq)`` on the loop after :meth:`fill_fence` wrote
-        records back under those seqs (not for released placeholders)."""
+        back (or released) the fence of those seqs."""
         self._fill_listeners.append(cb)
 
     def add_durable_listener(self, cb: Callable[[int], None]) -> None:
@@ -913,9 +913,8 @@ class TransactionLog:
                 seq += 1
             event = "fence_repaired" if records else "fence_released"
             self._emit(event, {**fence.to_dict(), "written": len(records), "released": released})
-        if records:
-            for cb in self._fill_listeners:
-                cb(first_seq, first_seq + len(records) - 1)
+        for cb in self._fill_listeners:
+            cb(fence.first_seq, fence.last_seq)
         return fence
 
     async def release_fence(self, first_seq: int) -> Fence:

@@ -140,6 +140,7 @@ async def _unrepairable(tmp_path: Path) -> None:
         tmp_path, "a",
         destination("b", [B], topics=(("orders", None),), exclude="replicate"),
         tuning="<JournalRepairWait>2s</JournalRepairWait>",
+        sow=sow_topic("local", "/n", durability="transient"),
     )  # fmt: skip
     scene = _Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b")})
     clock = scene.clock
@@ -161,9 +162,15 @@ async def _unrepairable(tmp_path: Path) -> None:
         assert info is not None and info["repair"] is not None
         assert info["repair"]["state"] in ("waiting", "repairing")  # it keeps asking
         assert "txlog-damaged" in [a["id"] for a in ops.alerts()]
+        # the SOW was rebuilt without it, and waits for it (the queues' pins would hold)
+        assert again.broker.pipeline.unfolded == [(torn.seq, torn.seq)]
+        assert sorted(again.broker.sow.topics.store("local").keys()) == ["21"]  # type: ignore[union-attr]
         released = await ops.release_fence(torn.seq)
         assert released is not None and released["first_seq"] == torn.seq
         assert txlog.fences == []
+        # given up: nothing to take in, nothing waited for any more
+        await drive(clock, lambda: again.broker.pipeline.unfolded == [])
+        assert sorted(again.broker.sow.topics.store("local").keys()) == ["21"]  # type: ignore[union-attr]
         await drive(clock, lambda: ops.alerts() == [])
         # the message is gone (a released placeholder, no publisher, holds its seq)
         assert [s for h, s, _, _ in await records(again) if h] == list(range(1, 22))
