@@ -28,6 +28,7 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.client import Client, ClientError, Disconnected
+from server.client.queue import subscribe_queue
 from tests.support.certs import TestCA
 from tests.support.damage import (
     RecordAt,
@@ -47,7 +48,7 @@ from tests.support.replication import (
     read_log,
     replication_xml,
 )
-from tests.support.server import SpoolProcess
+from tests.support.server import SpoolProcess, sow_topic
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.faults]
@@ -523,3 +524,127 @@ def test_a_repair_works_over_a_mutual_tls_link(tmp_path: Path) -> None:
     assert _seqs(tmp_path / "a" / "data" / "journal", "a")[torn.seq] == (
         torn.pub_hash, torn.pub_seq,
     )  # fmt: skip
+
+
+# -- the SOW and a queue, repaired after start-up ---------------------------------------
+
+SOW_AND_QUEUE = sow_topic("state", "/k", durability="transient") + (
+    "<Queue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>1h</LeasePeriod>"
+    "<MaxPerSubscriptionBacklog>100</MaxPerSubscriptionBacklog></Queue>"
+)
+
+
+def _durable(proc: SpoolProcess) -> int:
+    info = httpx.get(f"{proc.http_url}/api/replication", timeout=10).json()
+    return int(info["durable_seq"])
+
+
+async def _state(url: str) -> dict[str, int]:
+    async with Client(url, f"sow-{next(_names)}") as client:
+        result = await client.sow("state")
+        return {doc["k"]: doc["v"] for doc in (m.json() for m in result.records)}
+
+
+async def _drain(url: str, idle: float) -> list[str]:
+    """What a new consumer of the queue gets (acking each) until ``idle`` seconds pass
+    without a delivery."""
+    got: list[str] = []
+    async with Client(url, f"consumer-{next(_names)}") as client:
+        sub = await subscribe_queue(client, "work", max_backlog=100)
+        while True:
+            try:
+                msg = await sub.get(timeout=idle)
+            except TimeoutError:
+                return got
+            got.append(msg.json()["m"])
+            msg.ack()
+
+
+def test_a_repair_after_start_up_reaches_the_sow_and_the_queue(tmp_path: Path) -> None:
+    """A byte of each record written between two fillers of A's second journal flipped
+    (updates and a delete of SOW keys, queue messages, queue acks), A started while B is
+    down: A serves the SOW and the queue without them. Then B starts, A's fences are
+    repaired, and A takes the records in while it runs: the SOW holds what the whole log
+    says (never a repaired update over a later one), and a new consumer gets each message
+    nobody acked once, and no acked one."""
+    cluster = Cluster.both_ways(
+        tmp_path, journal_size="1MB", sow=SOW_AND_QUEUE,
+        txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
+        tuning="<JournalRepairWait>0s</JournalRepairWait>",
+    )  # fmt: skip
+    cluster.start()
+    for name, other in (("a", "b"), ("b", "a")):
+        wait_until(lambda n=name, o=other: cluster.destination(n, o)["connected"], 30)
+    a = cluster.procs["a"]
+    pad = b'{"pad":"' + b"x" * BIG + b'"}'
+
+    async def first_life() -> tuple[int, int]:
+        async with Client(a.ws_url, "pub") as pub, Client(a.ws_url, "worker") as worker:
+            sub = await subscribe_queue(worker, "work", max_backlog=100)
+            held = {}
+            n = 0
+
+            async def send(topic: str, bodies: list[bytes]) -> None:
+                nonlocal n
+                for body in bodies:
+                    n += 1
+                    pub.publish(topic, body, seq=n, persisted=True)
+                await pub.wait_persisted(n, timeout=60)
+
+            async def take(count: int) -> None:
+                for _ in range(count):
+                    msg = await sub.get(timeout=30)
+                    held[msg.json()["m"]] = msg
+
+            def jobs(*names: str) -> list[bytes]:
+                return [b'{"m":"%s"}' % m.encode() for m in names]
+
+            def order(k: str, v: int) -> bytes:
+                return b'{"k":"%s","v":%d}' % (k.encode(), v)
+
+            async def ack(*names: str) -> None:
+                for m in names:
+                    held.pop(m).ack()
+                await sub.settled()
+
+            await send("state", [order(k, 1) for k in ("k0", "k1", "k2")])
+            await send("work-in", jobs("q1", "q2", "q3"))
+            await take(3)
+            await send("pad", [pad] * 1100)
+            first = await asyncio.to_thread(_durable, a) + 1
+            await ack("q1")
+            await send("state", [order("k0", 2), order("k1", 2), order("k3", 2)])
+            await pub.sow_delete("state", keys=["k2"])
+            await send("work-in", jobs("r1", "r2", "r3"))
+            await take(3)
+            await ack("r1")
+            last = await asyncio.to_thread(_durable, a)
+            await send("pad", [pad] * 1100)
+            await send("state", [order("k0", 3)])
+            await ack("r2")
+            return first, last
+
+    try:
+        first, last = asyncio.run(first_life())
+        for name in ("a", "b"):
+            wait_until(lambda n=name: cluster.caught_up(n), 90, message=f"{name} caught up")
+        cluster.stop()
+        jdir = cluster.data_dir("a") / "journal"
+        middle = journals(jdir, "a")[1]
+        damaged = [r for r in records_of(middle) if first <= r.seq <= last]
+        assert [r.seq for r in damaged] == list(range(first, last + 1))
+        for rec in reversed(damaged):
+            flip_byte(middle, rec.offset + rec.length // 2)
+        (jdir / "a.queues.ack").unlink()  # as if A crashed before its queue checkpoint
+        cluster.start("a")
+        wait_until(lambda: _fences(a), 60, message="a started with fences")
+        assert asyncio.run(_state(a.ws_url)) == {"k0": 3, "k1": 1, "k2": 1}
+        cluster.start("b")
+        wait_until(lambda: not _fences(a), 120, message="a repaired: nothing fenced")
+        want = {"k0": 3, "k1": 2, "k3": 2}
+        wait_until(lambda: asyncio.run(_state(a.ws_url)) == want, 30, message="a's SOW")
+        assert asyncio.run(_state(cluster.procs["b"].ws_url)) == want
+        assert sorted(asyncio.run(_drain(a.ws_url, idle=3.0))) == ["q2", "q3", "r3"]
+    finally:
+        cluster.stop()
