@@ -46,11 +46,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from server.bookmarks import broker_pub_hash
 from server.clock import SYSTEM_CLOCK, Clock, time_us
 from server.config import TransactionLogConfig
 from server.txlog.batch import RecordBatch
 from server.txlog.caches import CacheWriter
-from server.txlog.codec import encode, encode_run, make_record
+from server.txlog.codec import HEADER_SIZE, encode, encode_run, make_record
 from server.txlog.damage import DamagedRange, FoundBy
 from server.txlog.errors import (
     TxlogClosed,
@@ -221,6 +222,12 @@ class TransactionLog:
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
         await self._publishers.rebuild_gaps(self._journals.items)
+        taken = _records_lost(opened.report)
+        if taken:
+            # the instance's own records (queue acks and ownership changes, sow_deletes)
+            # that a cut tail took may be held by its peers: its next ones must not take
+            # their bookmarks, and those come back late into the gap (docs: "Recovery")
+            self._publishers.skip(broker_pub_hash(self.instance), taken)
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
@@ -985,3 +992,14 @@ class TransactionLog:
             **self._space.stats(),
             **recovery_stats(self._report),
         }
+
+
+def _records_lost(report: RecoveryReport) -> int:
+    """At most how many records recovery took from the end of the log: the seqs of
+    durable records nothing names, and what the bytes cut could have held."""
+    unnamed = 0
+    for lost in report.unnamed:
+        first, last = lost["first_seq"], lost["last_seq"]
+        assert isinstance(first, int) and isinstance(last, int)
+        unnamed += last - first + 1
+    return unnamed + sum(t.bytes_cut // HEADER_SIZE + 1 for t in report.truncations if t.bytes_cut)

@@ -114,6 +114,19 @@ class Publishers:
         if self._gaps is not None and prev is not None:
             self._gaps.add(pub_hash, lo, min(hi, prev[0]))
 
+    def skip(self, pub_hash: int, count: int) -> None:
+        """Move a publisher's highest sequence ``count`` past what the log holds, the
+        sequences passed over becoming a gap: records of it that this log lost (a cut
+        tail) may exist elsewhere under those sequences and come back late, and its next
+        record must not take one of their bookmarks. Only with gap tracking (an instance
+        that replicates: without it, nothing of it exists elsewhere)."""
+        gaps = self._gaps
+        if gaps is None or count <= 0 or not pub_hash:
+            return
+        last, seq = self.table.get(pub_hash, (0, 0))
+        gaps.open_gap(pub_hash, last + 1, last + count)
+        self.table[pub_hash] = (last + count, seq)
+
     def holds(self, pub_hash: int, pub_seq: int) -> bool:
         """Whether the log holds this bookmark, as the table knows it (up to the highest,
         not in a gap; without gap tracking: up to the highest)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.bookmarks import pub_hash
+from server.bookmarks import broker_pub_hash, pub_hash
 from server.clock import VirtualClock
 from server.queues.checkpoint import checkpoint_name
 from server.sow.history import state_at
@@ -497,3 +497,64 @@ async def _refolded(tmp_path: Path) -> None:
         await drive(clock, lambda: again.broker.queues.info("work").depth == 0)
     finally:
         await scene.close()
+
+
+def test_an_instance_that_lost_its_own_last_record_never_reuses_its_bookmark(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    asyncio.run(_own_tail(tmp_path))
+
+
+async def _own_tail(tmp_path: Path) -> None:
+    """A's last record is its own (a sow_delete, under A's broker identity), acked by B,
+    then torn while both are stopped, with nothing of A naming it: A only holds its seq. A starts
+    while B is down and deletes another key: that record must not take the lost one's
+    bookmark (B would drop it as a duplicate, and A the lost one when B sends it back).
+    Once B is back, both hold both deletes and their SOWs agree."""
+    sow = sow_topic("orders", "/n", durability="transient")
+    scene = _Scene(tmp_path, {
+        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",)), sow=sow,
+                 tuning="<JournalRepairWait>0s</JournalRepairWait>"),
+        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",)), sow=sow),
+    })  # fmt: skip
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
+    try:
+        pub = await hs["a"].logon("pub-a")
+        publish(pub, "orders", range(1, 4))
+        await drive(clock, lambda: persisted(pub) == 3)
+        pub.send(({"c": "sow_delete", "t": "orders", "k": "1", "a": "processed"}, b""))
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: sorted(_keys(hs["b"])) == ["2", "3"])
+        await scene.stop("a")
+        await scene.stop("b")
+        jdir = tmp_path / "a" / "data" / "journal"
+        torn = zero_end_of_last_record(journals(jdir, "a")[-1])
+        assert torn.pub_hash == broker_pub_hash("a")
+        # nothing of A names it (no index, no clients.ack): only B's acknowledgment in
+        # A's replication positions says it was durable
+        for path in [*jdir.glob("*.index"), *jdir.glob("*.clients.ack")]:
+            path.unlink()
+        again = await scene.start("a")
+        await drive(clock, lambda: again.broker.ready)
+        report = again.broker.txlog.recovery_report  # type: ignore[union-attr]
+        assert report is not None and report.unnamed
+        assert sorted(_keys(again)) == ["1", "2", "3"]  # the delete went with the tail
+        admin = await again.logon("admin")
+        admin.send(({"c": "sow_delete", "t": "orders", "k": "2", "a": "processed"}, b""))
+        await drive(clock, lambda: sorted(_keys(again)) == ["1", "3"])
+        await drive(clock, lambda: again.durable_seq >= again.last_seq)
+        mine = [s for h, s, _, _ in await records(again) if h == torn.pub_hash]
+        assert mine and mine[-1] > torn.pub_seq  # not the lost record's bookmark
+        await scene.start("b")
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: sorted(_keys(again)) == sorted(_keys(hs["b"])) == ["3"])
+    finally:
+        await scene.close()
+
+
+def _keys(h: EngineHarness) -> list[str]:
+    store = h.broker.sow.topics.store("orders")
+    return store.keys() if store is not None else []
