@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.nemesis.checker import Anomaly
-from tests.nemesis.history import Event, read_history
+from tests.nemesis.history import read_history
 from tests.nemesis.report import table, write_reports
 from tests.nemesis.run import Settings, run_nemesis
 from tests.nemesis.schedule import KINDS
@@ -27,35 +28,13 @@ pytestmark = [pytest.mark.nemesis, pytest.mark.faults, pytest.mark.slow]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "nemesis" / "ci"
 #: the CI run: every kind once (the schedule's first round), shorter faults
 CI = Settings(minutes=3.0, seed=35_2026, instances=3, topology="mixed", pace=0.5)
-#: fault kinds that take the last, durable record of a stopped instance's log (records
-#: damaged elsewhere are fenced, repaired in place and taken into the SOW and queues)
-_TAIL_LOSS = {"torn-tail", "truncate"}
-
-
-def _damaged(events: list[Event]) -> set[str]:
-    return {
-        t
-        for e in events
-        if e.process == "nemesis" and e.f == "start" and e.value["kind"] in _TAIL_LOSS
-        for t in e.value["targets"]
-    }
-
-
-def _queue(a: Anomaly, damaged: set[str]) -> bool:
-    queue = a.category in ("queue-unprocessed", "queue-after-ack") or (
-        a.category == "liveness" and a.detail.startswith("queue")
-    )
-    return queue and bool(damaged) and (a.instance is None or a.instance in damaged)
 
 
 #: Failure modes of the broker this run finds that are reported and not fixed yet: while
 #: this is not empty, a run whose only anomalies are of these kinds is an expected
 #: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
 #: with its fix.
-PENDING = {
-    "an instance whose log lost its last records reuses their bookmarks for its own queue "
-    "acks and ownership changes, which the other copies then drop as duplicates": _queue,
-}
+PENDING: dict[str, Callable[[Anomaly], bool]] = {}
 
 
 @pytest.mark.timeout(1800)
@@ -81,16 +60,10 @@ def test_three_minutes_of_every_fault_kind_on_three_instances_finds_nothing(
     assert not result.misses, summary
     assert result.verdict.checked["SOW snapshots compared"] >= 1, summary
     assert not result.leaked, summary
-    damaged = _damaged(events)
     known = {
-        what
-        for a in result.verdict.anomalies
-        for what, matches in PENDING.items()
-        if matches(a, damaged)
+        what for a in result.verdict.anomalies for what, matches in PENDING.items() if matches(a)
     }
-    unexplained = [
-        a for a in result.verdict.anomalies if not any(m(a, damaged) for m in PENDING.values())
-    ]
+    unexplained = [a for a in result.verdict.anomalies if not any(m(a) for m in PENDING.values())]
     assert not unexplained, summary
     if known:
         pytest.xfail("failure modes with fixes under way: " + "; ".join(sorted(known)))
