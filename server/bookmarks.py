@@ -72,16 +72,21 @@ def pub_hash(client_name: str) -> int:
     return value + FIRST_PUB_HASH if value < FIRST_PUB_HASH else value
 
 
-#: An instance's own publisher identity is ``pub_hash(BROKER_PUBLISHER_PREFIX + name)``:
-#: the messages it publishes itself (actions) and the ``sow_delete`` removals it logs.
+#: An instance's own publisher identity is
+#: ``pub_hash(BROKER_PUBLISHER_PREFIX + name + "#" + incarnation)``: the messages it
+#: publishes itself (actions), the ``sow_delete`` removals and queue records it logs.
 BROKER_PUBLISHER_PREFIX: Final = "spool-broker:"
 
 
-def broker_pub_hash(instance: str) -> int:
-    """The publisher id of instance ``instance`` itself: one id per instance in a
-    replication fabric, so its records (numbered by its log) have bookmarks every other
-    instance de-duplicates on."""
-    return pub_hash(BROKER_PUBLISHER_PREFIX + instance)
+def broker_pub_hash(instance: str, incarnation: str = "") -> int:
+    """The publisher id of instance ``instance`` itself, in the incarnation of its log
+    ``incarnation`` (server/txlog/incarnation.py): one id per log of an instance, so its
+    records (numbered by that log) have bookmarks every other instance de-duplicates on,
+    and a log that starts over never numbers a record under a bookmark an earlier log of
+    the instance used. ``incarnation`` empty: the name alone (instance names hold no
+    ``#``, so the two forms never meet)."""
+    suffix = "#" + incarnation if incarnation else ""
+    return pub_hash(BROKER_PUBLISHER_PREFIX + instance + suffix)
 
 
 def format_bookmark(pub_hash: int, pub_seq: int) -> str:

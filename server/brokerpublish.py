@@ -4,8 +4,9 @@ A message the broker publishes takes the one publish path every message takes
 (:class:`~server.publishing.PublishPipeline`): the same topic checks, the same append, the
 same fan-out and persisted acks for subscribers, with an :class:`~server.ports.Origin` of
 kind ``broker`` (never a fake client session). Its records carry the broker's own
-publisher identity, ``pub_hash("spool-broker:" + instance)``
-(:func:`server.bookmarks.broker_pub_hash`), numbered by the log like any publisher's, so a
+publisher identity, ``pub_hash("spool-broker:" + instance + "#" + token)``
+(:func:`server.bookmarks.broker_pub_hash`; the token names the log:
+server/txlog/incarnation.py), numbered by the log like any publisher's, so a
 bookmark subscriber can resume across them. The instance's ``sow_delete`` records carry
 the same identity and share its sequence (server/sow/deleting.py).
 
@@ -122,7 +123,13 @@ class BrokerPublisher:
         self._pipeline = pipeline
         self._txlog = txlog
         self.name = instance
-        self.pub_hash = broker_pub_hash(instance)
+
+    @property
+    def pub_hash(self) -> int:
+        """The instance's own publisher identity (its log's: server/txlog/incarnation.py;
+        without a log, the name alone: nothing it publishes is then recorded)."""
+        txlog = self._txlog
+        return txlog.own_pub_hash if txlog is not None else broker_pub_hash(self.name)
 
     async def publish(self, topic: str, body: bytes) -> Published:
         """Publish one message and wait until it is durable (when the topic is recorded).

@@ -39,7 +39,6 @@ from typing import Final
 import orjson
 
 from server.alerts import Alert
-from server.bookmarks import broker_pub_hash
 from server.clock import Clock, time_us
 from server.config import Config
 from server.expr import Filter, MessageView, compile_filter
@@ -143,7 +142,6 @@ class QueueService:
         self._auth = entitlements
         self._events = events
         self._clock = clock
-        self._pub = broker_pub_hash(config.name)
         self.queues: dict[str, QueueRuntime] = {
             q.name: QueueRuntime.build(
                 q, clock, config.name, replicated=config.replicates and q.kind != "LocalQueue"
@@ -657,7 +655,7 @@ class QueueService:
         if txlog is None:
             return None  # no log, nothing to record (queues without one are refused at load)
         replicated = queue.ownership is not None
-        pub = self._pub if replicated else 0
+        pub = txlog.own_pub_hash if replicated else 0
         try:
             txlog.append(
                 topic=queue.config.name, message_type="json", pub_hash=pub,

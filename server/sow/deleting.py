@@ -12,13 +12,13 @@ changed meanwhile goes only if its new state still matches. The ``stats`` ack ca
 ``matches`` and ``records_deleted``.
 
 Identity (docs/sow.md "Deletes and replication"): a ``sow_delete``'s records carry the
-instance's own publisher identity (:func:`server.bookmarks.broker_pub_hash`, shared with
-the messages the instance publishes itself) and the next sequences of that publisher, so
-each has a bookmark: replication sends them like publishes and a destination
-de-duplicates them on a resync. The sequence is the log's (``publisher_last`` + 1), so it
-survives restarts with the log. An expiration is logged without identity (``pub_hash``
-0): every instance expires records from its own ``<SOW>`` configuration, and such records
-are never replicated.
+instance's own publisher identity (its log's ``own_pub_hash``: one per log the instance
+had, server/txlog/incarnation.py; shared with the messages the instance publishes itself
+and its queue records) and the next sequences of that publisher, so each has a bookmark:
+replication sends them like publishes and a destination de-duplicates them on a resync.
+The sequence is the log's (``publisher_last`` + 1), so it survives restarts with the log.
+An expiration is logged without identity (``pub_hash`` 0): every instance expires records
+from its own ``<SOW>`` configuration, and such records are never replicated.
 """
 
 from __future__ import annotations
@@ -66,8 +66,6 @@ class SowDeletes:
         entitlements: write entitlements (removing is writing).
         events: log refusals of an expiration.
         clock: filters' time functions.
-        publisher: the instance's publisher id, which a ``sow_delete``'s records carry
-            (0: none, they are logged without identity like expirations).
     """
 
     def __init__(
@@ -78,7 +76,6 @@ class SowDeletes:
         entitlements: Entitlements,
         events: EventSink,
         clock: Clock,
-        publisher: int = 0,
     ) -> None:
         self._topics = topics
         self._delivery = delivery
@@ -86,7 +83,6 @@ class SowDeletes:
         self._auth = entitlements
         self._events = events
         self._clock = clock
-        self._publisher = publisher
 
     # -- the command --------------------------------------------------------------------
 
@@ -199,7 +195,8 @@ class SowDeletes:
         ]
         if not live:
             return 0, None
-        pub = self._publisher if reason == DELETED else 0
+        txlog = self._txlog
+        pub = txlog.own_pub_hash if txlog is not None and reason == DELETED else 0
         seqs, refusal = self._log(topic, [r.key for r in live], pub)
         changes: list[Change] = []
         for rec, seq in zip(live, seqs, strict=False):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from server.bookmarks import broker_pub_hash
 from server.clock import Clock
 from server.config import Config
 from server.ports import Entitlements, PublishRun
@@ -89,10 +88,7 @@ class SowService:
         self.delivery = SowDelivery(
             self._key_steps, entitlements, config.tuning.slow_client_buffer_limit, events
         )
-        self.deletes = SowDeletes(
-            self.topics, self.delivery, txlog, entitlements, events, clock,
-            publisher=broker_pub_hash(config.name),
-        )  # fmt: skip
+        self.deletes = SowDeletes(self.topics, self.delivery, txlog, entitlements, events, clock)
         self.expirer = Expirer(self.topics, self.deletes, clock, events)
         self.stage = SowStage(self.topics, self.delivery, clock, self.expirer.deadline)
         self.queries = SowQueries(

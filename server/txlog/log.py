@@ -187,6 +187,7 @@ class TransactionLog:
         # statistics
         self._open_seq = 0
         self._report: RecoveryReport | None = None
+        self._own_pub = 0
         self._fill_listeners: list[Callable[[int, int], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -221,13 +222,14 @@ class TransactionLog:
         self._open_seq = active.last_seq
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
+        self._own_pub = broker_pub_hash(self.instance, opened.incarnation)
         await self._publishers.rebuild_gaps(self._journals.items)
         taken = _records_lost(opened.report)
         if taken:
             # the instance's own records (queue acks and ownership changes, sow_deletes)
             # that a cut tail took may be held by its peers: its next ones must not take
             # their bookmarks, and those come back late into the gap (docs: "Recovery")
-            self._publishers.skip(broker_pub_hash(self.instance), taken)
+            self._publishers.skip(self._own_pub, taken)
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
@@ -317,6 +319,18 @@ class TransactionLog:
             raise TxlogClosed("the transaction log is not open")
 
     # -- properties ---------------------------------------------------------------------
+
+    @property
+    def own_pub_hash(self) -> int:
+        """The instance's own publisher identity in this log (server/txlog/incarnation.py):
+        what its queue records, ``sow_delete`` removals and own messages carry.
+
+        Raises:
+            TxlogClosed: the log was never opened (the identity comes from its files).
+        """
+        if not self._own_pub:
+            raise TxlogClosed("the transaction log is not open")
+        return self._own_pub
 
     @property
     def last_seq(self) -> int:

@@ -23,6 +23,7 @@ from server.txlog.caches import CacheWriter
 from server.txlog.fences import Fence
 from server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
 from server.txlog.groupcommit import GroupCommit
+from server.txlog.incarnation import own_incarnation
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal
 from server.txlog.reader import PlainSource
@@ -43,6 +44,7 @@ class Opened:
         publishers: the publisher table ``pub_hash -> (last pub_seq, its seq)``.
         handle: the active journal's file, open for writing.
         fences: every fence of the log (server/txlog/fences.py).
+        incarnation: the log's incarnation token (server/txlog/incarnation.py).
     """
 
     report: RecoveryReport
@@ -50,6 +52,7 @@ class Opened:
     publishers: dict[int, tuple[int, int]]
     handle: JournalHandle
     fences: list[Fence]
+    incarnation: str
 
 
 def open_files(
@@ -81,6 +84,8 @@ def open_files(
         journal_size=config.journal_size, seam=seam, block_bytes=block_bytes,
         known_durable=known_durable,
     )  # fmt: skip
+    # before any journal is created: a crash after it leaves a token no record has
+    incarnation = own_incarnation(directory, instance, seam, fresh=not rec.journals)
     journals = [
         Journal(
             r.base,
@@ -125,4 +130,4 @@ def open_files(
         for j in journals:  # nothing is left open behind a failed open()
             j.close()
         raise
-    return Opened(rec.report, journals, rec.publishers, handle, rec.fences)
+    return Opened(rec.report, journals, rec.publishers, handle, rec.fences, incarnation)

@@ -16,9 +16,9 @@ import httpx
 import orjson
 import pytest
 
-from server.bookmarks import format_bookmark, pub_hash
-from server.brokerpublish import BROKER_PUBLISHER_PREFIX
+from server.bookmarks import format_bookmark
 from server.client import SyncClient
+from tests.support.replication import own_identity
 from tests.support.server import SpoolProcess, config_xml
 
 ADMIN_TOKEN = "actions-admin-token-0123456789"
@@ -100,9 +100,6 @@ def action(http: httpx.Client, name: str) -> dict[str, Any]:
     return found[0]
 
 
-BROKER = pub_hash(BROKER_PUBLISHER_PREFIX + "spool-test")
-
-
 # -- start-up ---------------------------------------------------------------------------------
 
 
@@ -120,7 +117,7 @@ def test_the_on_startup_action_ran_before_any_client_was_served(
         sub = client.subscribe("status", bookmark="0")
         first = sub.get(10)
         assert orjson.loads(first.data) == {"up": "spool-test"}
-        assert first.bookmark == format_bookmark(BROKER, 1)
+        assert first.bookmark == format_bookmark(own_identity(server), 1)
     journals = http.get("/api/transaction_log", headers=READER).json()
     assert journals["totals"]["first_seq"] == 1
 

@@ -18,9 +18,15 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin
 
-from server.bookmarks import broker_pub_hash, pub_hash
+from server.bookmarks import pub_hash
 from server.client import Client
-from tests.support.replication import Cluster, destination, publish_resending, read_log
+from tests.support.replication import (
+    Cluster,
+    destination,
+    own_identity,
+    publish_resending,
+    read_log,
+)
 from tests.support.server import sow_topic
 from tests.support.wait import wait_until
 
@@ -116,13 +122,14 @@ def test_sow_deletes_replicate_both_ways_and_expirations_stay_local(tmp_path: Pa
     finally:
         cluster.stop()
     logs = {name: asyncio.run(read_log(cluster.procs[name])) for name in ("a", "b")}
+    identity = {name: own_identity(cluster.procs[name]) for name in ("a", "b")}
     for name, other in (("a", "b"), ("b", "a")):
         deletes = [(h, s, path) for h, s, body, path in logs[name] if not body]
-        own = sorted(s for h, s, path in deletes if h == broker_pub_hash(name) and not path)
-        theirs = sorted(s for h, s, path in deletes if h == broker_pub_hash(other))
+        own = sorted(s for h, s, path in deletes if h == identity[name] and not path)
+        theirs = sorted(s for h, s, path in deletes if h == identity[other])
         assert own == list(range(1, len(own) + 1)) and theirs == list(range(1, len(theirs) + 1))
         assert len(own) == (5 if name == "a" else 2) and len(theirs) == (2 if name == "a" else 5)
-        assert all(path == (other,) for h, _, path in deletes if h == broker_pub_hash(other))
+        assert all(path == (other,) for h, _, path in deletes if h == identity[other])
         assert [h for h, _, _ in deletes].count(0) == 1  # its own expiration of the quote
 
 

@@ -50,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from server.bookmarks import broker_pub_hash, pub_hash
+from server.bookmarks import pub_hash
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import KIND_NAMES, PUBLISH, SOW_DELETE, InstanceLog, LogRecord
@@ -196,7 +196,11 @@ def check(
     faults = _faults(events)
     pubs = _publishers(events)
     by_hash = {pub_hash(p.name): p for p in pubs.values()}
-    brokers = {broker_pub_hash(n) for n in logs}
+    # the instances' own identities (one per log an instance had: server/txlog/incarnation.py):
+    # those of its records that are not publishes (queue acks and transfers, sow_deletes)
+    brokers = {
+        r.pub_hash for log in logs.values() for r in log.records if r.pub_hash and r.kind != PUBLISH
+    }
     _check_journals(v, logs)
     lost_keys = _check_publishers(v, logs, pubs, faults, end)
     _check_unknown(v, logs, by_hash, brokers)

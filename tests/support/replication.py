@@ -28,6 +28,7 @@ from typing import Any
 
 import httpx
 
+from server.bookmarks import broker_pub_hash
 from server.client import Client, ClientError, Disconnected
 from server.config import load_config
 from server.engine import Broker
@@ -37,6 +38,7 @@ from server.replication.errors import NotAccepting
 from server.replication.inbound import InboundLink
 from server.replication.transport import Connector, Dialed, LinkLost
 from server.txlog import TransactionLog
+from server.txlog.incarnation import read_incarnation
 from tests.support.server import SpoolProcess
 
 _EOF = b""
@@ -513,6 +515,15 @@ def event_time(
         if e["event"] == kind and all(e.get(k) == v for k, v in match.items()):
             return datetime.fromisoformat(e["time"]).timestamp()
     return None
+
+
+def own_identity(proc: SpoolProcess) -> int:
+    """The instance's own publisher identity (server/txlog/incarnation.py), from its files."""
+    cfg = load_config(proc.config_path)
+    assert cfg.transaction_log is not None
+    token = read_incarnation(Path(cfg.transaction_log.journal_directory), cfg.name)
+    assert token is not None
+    return broker_pub_hash(cfg.name, token)
 
 
 async def read_log(proc: SpoolProcess) -> list[tuple[int, int, bytes, tuple[str, ...]]]:

@@ -20,8 +20,7 @@ import pytest
 
 from server.actions import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin, RunRecord
 from server.actions.triggers import EARLY
-from server.bookmarks import format_bookmark, pub_hash
-from server.brokerpublish import BROKER_PUBLISHER_PREFIX
+from server.bookmarks import format_bookmark
 from tests.support.disk import tmpfs
 from tests.support.engine import EngineHarness
 from tests.support.faults import GatedSeam
@@ -101,7 +100,8 @@ async def test_an_on_admin_run_publishes_as_the_broker_through_the_publish_pipel
         # values are inserted JSON-escaped: the quote, backslash and newline survive
         assert orjson.loads(live_body) == {"who": "alice", "note": note, "by": "ops",
                                            "on": "spool-test"}  # fmt: skip
-        broker = pub_hash(BROKER_PUBLISHER_PREFIX + "spool-test")
+        assert h.broker.txlog is not None
+        broker = h.broker.txlog.own_pub_hash
         bookmark = format_bookmark(broker, 1)
         assert [hd["bm"] for hd, _ in sub.deliveries("bm")] == [bookmark]
         assert record.steps[0].variables == {"AMPS_PUBLISHED_BOOKMARK": bookmark}

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.bookmarks import broker_pub_hash, pub_hash
+from server.bookmarks import pub_hash
 from server.clock import VirtualClock
 from server.queues.checkpoint import checkpoint_name
 from server.sow.history import state_at
@@ -513,26 +513,17 @@ async def _own_tail(tmp_path: Path) -> None:
     while B is down and deletes another key: that record must not take the lost one's
     bookmark (B would drop it as a duplicate, and A the lost one when B sends it back).
     Once B is back, both hold both deletes and their SOWs agree."""
-    sow = sow_topic("orders", "/n", durability="transient")
-    scene = _Scene(tmp_path, {
-        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",)), sow=sow,
-                 tuning="<JournalRepairWait>0s</JournalRepairWait>"),
-        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",)), sow=sow),
-    })  # fmt: skip
+    scene = _sow_pair(tmp_path, "<JournalRepairWait>0s</JournalRepairWait>")
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
     try:
-        pub = await hs["a"].logon("pub-a")
-        publish(pub, "orders", range(1, 4))
-        await drive(clock, lambda: persisted(pub) == 3)
-        pub.send(({"c": "sow_delete", "t": "orders", "k": "1", "a": "processed"}, b""))
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
-        await drive(clock, lambda: sorted(_keys(hs["b"])) == ["2", "3"])
+        await _a_deleted_key_1(scene)
+        own = _own_identity(hs["a"])
         await scene.stop("a")
         await scene.stop("b")
         jdir = tmp_path / "a" / "data" / "journal"
         torn = zero_end_of_last_record(journals(jdir, "a")[-1])
-        assert torn.pub_hash == broker_pub_hash("a")
+        assert torn.pub_hash == own
         # nothing of A names it (no index, no clients.ack): only B's acknowledgment in
         # A's replication positions says it was durable
         for path in [*jdir.glob("*.index"), *jdir.glob("*.clients.ack")]:
@@ -541,6 +532,7 @@ async def _own_tail(tmp_path: Path) -> None:
         await drive(clock, lambda: again.broker.ready)
         report = again.broker.txlog.recovery_report  # type: ignore[union-attr]
         assert report is not None and report.unnamed
+        assert _own_identity(again) == own  # the same log: the same identity
         assert sorted(_keys(again)) == ["1", "2", "3"]  # the delete went with the tail
         admin = await again.logon("admin")
         admin.send(({"c": "sow_delete", "t": "orders", "k": "2", "a": "processed"}, b""))
@@ -555,6 +547,83 @@ async def _own_tail(tmp_path: Path) -> None:
         await scene.close()
 
 
+def _sow_pair(tmp_path: Path, a_tuning: str = "") -> _Scene:
+    """a and b with a transient SOW topic orders, each the other's destination."""
+    sow = sow_topic("orders", "/n", durability="transient")
+    return _Scene(tmp_path, {
+        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",)), sow=sow,
+                 tuning=a_tuning),
+        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",)), sow=sow),
+    })  # fmt: skip
+
+
+async def _a_deleted_key_1(scene: _Scene) -> None:
+    """Keys 1 to 3 published at a, then key 1 deleted at a (a record of a's own identity),
+    and b caught up."""
+    clock, hs = scene.clock, scene.hs
+    pub = await hs["a"].logon("pub-a")
+    publish(pub, "orders", range(1, 4))
+    await drive(clock, lambda: persisted(pub) == 3)
+    pub.send(({"c": "sow_delete", "t": "orders", "k": "1", "a": "processed"}, b""))
+    await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+    await drive(clock, lambda: sorted(_keys(hs["b"])) == ["2", "3"])
+
+
+def _own_identity(h: EngineHarness) -> int:
+    txlog = h.broker.txlog
+    assert txlog is not None
+    return txlog.own_pub_hash
+
+
 def _keys(h: EngineHarness) -> list[str]:
     store = h.broker.sow.topics.store("orders")
     return store.keys() if store is not None else []
+
+
+def test_an_instance_wiped_and_started_again_never_reuses_its_bookmarks(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    asyncio.run(_wiped_own(tmp_path))
+
+
+async def _wiped_own(tmp_path: Path) -> None:
+    """A logs its own record (a sow_delete, under A's own identity), B holds it. A's data
+    directory is wiped and A starts again alone, empty, without a bootstrap, and deletes a
+    key: that record must not take a bookmark A's earlier log used (B would drop it as a
+    duplicate of the old delete and keep the key, and A the old delete). Once B is back,
+    both hold both deletes and their SOWs agree."""
+    import shutil
+
+    scene = _sow_pair(tmp_path)
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
+    try:
+        await _a_deleted_key_1(scene)
+        old = _own_identity(hs["a"])
+        before = {(h, s) for h, s, _, _ in await records(hs["b"])}
+        assert (old, 1) in before
+        await scene.stop("a")
+        await scene.stop("b")
+        shutil.rmtree(tmp_path / "a" / "data")
+        again = await scene.start("a")  # alone: B holds A's earlier records
+        await drive(clock, lambda: again.broker.ready)
+        other = await again.logon("pub-a2")
+        publish(other, "orders", range(4, 6))
+        await drive(clock, lambda: {"4", "5"} <= set(_keys(again)))
+        other.send(({"c": "sow_delete", "t": "orders", "k": "4", "a": "processed"}, b""))
+        await drive(clock, lambda: "4" not in _keys(again))
+        await drive(clock, lambda: again.durable_seq >= again.last_seq)
+        new = _own_identity(again)
+        mine = [(h, s) for h, s, _, _ in await records(again) if h not in (0, pub_hash("pub-a2"))]
+        assert mine == [(new, 1)] and (new, 1) not in before
+        await scene.start("b")
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(
+            clock, lambda: sorted(_keys(again)) == sorted(_keys(hs["b"])) == ["2", "3", "5"]
+        )
+        held = {(h, s) for h, s, _, _ in await records(again)}
+        assert {(old, 1), (new, 1)} <= held
+    finally:
+        await scene.close()

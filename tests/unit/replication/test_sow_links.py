@@ -13,7 +13,6 @@ from pathlib import Path
 
 import orjson
 
-from server.bookmarks import broker_pub_hash
 from server.clock import VirtualClock
 from server.txlog.record import Record, RecordKind
 from tests.support.engine import EngineHarness, FakeClient
@@ -111,7 +110,7 @@ async def test_replicated_publishes_and_deltas_update_the_destination_sow(tmp_pa
         await drive(clock, lambda: txlog.durable_seq == txlog.last_seq)
         gone = await _logged(b, RecordKind.SOW_DELETE)
         assert [(r.sow_key, r.pub_hash, r.pub_seq, r.path) for r in gone] == [
-            ("2", broker_pub_hash("a"), 1, ("a",))
+            ("2", a.broker.txlog.own_pub_hash, 1, ("a",))
         ]
         # and the other way; the links live on
         assert await _delete(pb, clock, "orders", "3") == 1
@@ -166,11 +165,11 @@ async def test_a_delete_in_a_passthrough_loop_is_applied_once_and_does_not_loop(
         on_a = await _logged(a, RecordKind.SOW_DELETE)
         on_b = await _logged(b, RecordKind.SOW_DELETE)
         assert [(r.sow_key, r.pub_hash, r.path) for r in on_a] == [
-            ("1", broker_pub_hash("a"), ()),
+            ("1", a.broker.txlog.own_pub_hash, ()),
             ("9", 0, ()),
         ]
         assert sorted((r.sow_key, r.pub_hash, r.path) for r in on_b) == [
-            ("1", broker_pub_hash("a"), ("a",)),
+            ("1", a.broker.txlog.own_pub_hash, ("a",)),
             ("9", 0, ()),
         ]
         want = {"2": {"id": 2}, "3": {"id": 3}, "4": {"id": 4}}
