@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.nemesis.checker import Anomaly
-from tests.nemesis.history import Event, read_history
+from tests.nemesis.history import read_history
 from tests.nemesis.report import table, write_reports
 from tests.nemesis.run import Settings, run_nemesis
 from tests.nemesis.schedule import KINDS
@@ -30,31 +30,11 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "nemesis" /
 CI = Settings(minutes=3.0, seed=35_2026, instances=3, topology="mixed", pace=0.5)
 
 
-def _wiped(events: list[Event]) -> set[str]:
-    """The instances the run wiped and started again empty (join-empty)."""
-    return {
-        t
-        for e in events
-        if e.process == "nemesis" and e.f == "start" and e.value["kind"] == "join-empty"
-        for t in e.value["targets"]
-    }
-
-
-def _queue_after_wipe(a: Anomaly, wiped: set[str]) -> bool:
-    queue = a.category in ("queue-unprocessed", "queue-after-ack") or (
-        a.category == "liveness" and a.detail.startswith("queue")
-    )
-    return queue and bool(wiped) and (a.instance is None or a.instance in wiped)
-
-
 #: Failure modes of the broker this run finds that are reported and not fixed yet: while
 #: this is not empty, a run whose only anomalies are of these kinds is an expected
 #: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
 #: with its fix.
-PENDING: dict[str, Callable[[Anomaly, set[str]], bool]] = {
-    "an instance wiped and started again keeps a queue message that every copy acked, "
-    "owned by none": _queue_after_wipe,
-}
+PENDING: dict[str, Callable[[Anomaly], bool]] = {}
 
 
 @pytest.mark.timeout(1800)
@@ -80,16 +60,10 @@ def test_three_minutes_of_every_fault_kind_on_three_instances_finds_nothing(
     assert not result.misses, summary
     assert result.verdict.checked["SOW snapshots compared"] >= 1, summary
     assert not result.leaked, summary
-    wiped = _wiped(events)
     known = {
-        what
-        for a in result.verdict.anomalies
-        for what, matches in PENDING.items()
-        if matches(a, wiped)
+        what for a in result.verdict.anomalies for what, matches in PENDING.items() if matches(a)
     }
-    unexplained = [
-        a for a in result.verdict.anomalies if not any(m(a, wiped) for m in PENDING.values())
-    ]
+    unexplained = [a for a in result.verdict.anomalies if not any(m(a) for m in PENDING.values())]
     assert not unexplained, summary
     if known:
         pytest.xfail("failure modes with fixes under way: " + "; ".join(sorted(known)))
