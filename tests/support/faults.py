@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -262,7 +263,10 @@ class ControlledSeam(FaultySeam):
     def check(self, operation: str, path: Path) -> None:
         self._reload()
         if self._holds(operation, path):
-            self.held_marker.write_text(f"{operation} {path}\n")
+            # whole or absent (a test reads it as soon as it exists)
+            partial = self.held_marker.with_name(self.held_marker.name + ".partial")
+            partial.write_text(f"{operation} {path}\n")
+            os.replace(partial, self.held_marker)
             while self._holds(operation, path):
                 time.sleep(HOLD_POLL)  # until the test removes the line or kills us
                 self._reload()
