@@ -8,14 +8,22 @@ PROTOCOL.md "Bookmarks"): each is *received* (handed to the application) and lat
   before it are discarded (or the broker's durable position once nothing is outstanding:
   :meth:`persisted`);
 - per publisher, the highest sequence such that every received message of that publisher
-  up to it is discarded, and the discarded sequences above it (out-of-order discards).
+  up to it is discarded, and the discarded sequences above it (out-of-order discards);
+- per publisher, which sequences it received: the highest, and the *gaps* below it (the
+  sequences skipped when the next one received jumped, and those below the first one), at
+  most :data:`MAX_GAPS`.
 
 :meth:`resume_bookmark` is MOST_RECENT: the recovery point plus one bookmark per
 publisher, as a list; the broker starts after the **oldest** of them found in its log
 (docs/bookmarks.md), so a failover to a replica whose log interleaves the publishers
-differently still misses nothing. What it replays that the client already discarded,
-:meth:`receive` drops (per publisher, sequences only grow in a log). Before anything was
-discarded the subscription resumes where it started (EPOCH by default).
+differently still misses nothing. What it replays that the client already received,
+:meth:`receive` drops. Duplicates are found by exact membership, as the broker's log does
+(docs/replication.md "De-duplication across sources"): a publisher's sequences need not
+grow in a log, because a message that reached an instance late by another route (its
+publisher failed over) is appended after higher sequences of the same publisher. A
+sequence at or below the publisher's highest received one is new when it lies in a gap.
+Before anything was discarded the subscription resumes where it started (EPOCH by
+default).
 
 Messages received but not discarded when the process died come again after a restart:
 :meth:`reloaded` marks them as expected, so their redelivery is accepted once. Within one
@@ -25,6 +33,7 @@ hands, discarded or not).
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 from typing import Any, Final
 
@@ -39,6 +48,13 @@ MOST_RECENT: Final = "recent"
 _LOADED: Final = 0  # received before a restart, not discarded: its redelivery is accepted
 _DELIVERED: Final = 1
 _DISCARDED: Final = 2
+#: gaps kept per publisher (as the broker's gap table); past it the oldest are forgotten,
+#: their sequences then count as received
+MAX_GAPS: Final = 256
+
+
+def _low(gap: list[int]) -> int:
+    return gap[0]
 
 
 def parse_bookmark(bookmark: str) -> tuple[str, int] | None:
@@ -75,6 +91,10 @@ class ResumeState:
         self._order: deque[_Entry] = deque()
         self._index: dict[str, _Entry] = {}
         self._by_pub: dict[str, deque[_Entry]] = {}
+        #: per publisher: the highest sequence received, and the sorted disjoint
+        #: ``[low, high]`` intervals below it never received
+        self._high: dict[str, int] = {}
+        self._gaps: dict[str, list[list[int]]] = {}
 
     # -- the stream ----------------------------------------------------------------------
 
@@ -86,8 +106,7 @@ class ResumeState:
         parsed = parse_bookmark(bookmark)
         if parsed is None:
             return False
-        pub, seq = parsed
-        return seq <= self._contig.get(pub, -1) or seq in self._above.get(pub, ())
+        return self._seen(*parsed)
 
     def is_discarded(self, bookmark: str) -> bool:
         """Whether the application is done with the message with ``bookmark``."""
@@ -97,8 +116,7 @@ class ResumeState:
         parsed = parse_bookmark(bookmark)
         if parsed is None:
             return False
-        pub, seq = parsed
-        return seq <= self._contig.get(pub, -1) or seq in self._above.get(pub, ())
+        return self._seen(*parsed)  # received and out of the index: discarded
 
     def receive(self, bookmark: str) -> bool:
         """Note that the message with ``bookmark`` reached the application; False when it
@@ -113,13 +131,52 @@ class ResumeState:
         if parsed is None:
             return True  # not a log bookmark: nothing to track
         pub, seq = parsed
-        if seq <= self._contig.get(pub, -1) or seq in self._above.get(pub, ()):
+        if self._seen(pub, seq):
             return False
+        self._note(pub, seq)
         e = _Entry(bookmark, pub, seq, _DELIVERED)
         self._order.append(e)
         self._index[bookmark] = e
         self._by_pub.setdefault(pub, deque()).append(e)
         return True
+
+    def _seen(self, pub: str, seq: int) -> bool:
+        """Whether ``pub``'s ``seq`` was received before (not in the index any more)."""
+        high = self._high.get(pub)
+        if high is None or seq > high:
+            return False
+        gaps = self._gaps.get(pub)
+        if not gaps:
+            return True
+        i = bisect_right(gaps, seq, key=_low) - 1
+        return i < 0 or gaps[i][1] < seq
+
+    def _note(self, pub: str, seq: int) -> None:
+        """``pub``'s ``seq`` (not received before) is received now."""
+        high = self._high.get(pub)
+        if high is None or seq > high:
+            below = 0 if high is None else high  # a first message: everything below is a gap
+            if seq > below + 1:
+                gaps = self._gaps.setdefault(pub, [])
+                gaps.append([below + 1, seq - 1])
+                if len(gaps) > MAX_GAPS:
+                    del gaps[0]
+            self._high[pub] = seq
+            return
+        gaps = self._gaps[pub]  # _seen said seq lies in a gap
+        i = bisect_right(gaps, seq, key=_low) - 1
+        low, up = gaps[i]
+        if low == up:
+            del gaps[i]
+        elif seq == low:
+            gaps[i][0] = seq + 1
+        elif seq == up:
+            gaps[i][1] = seq - 1
+        else:
+            gaps[i][1] = seq - 1
+            gaps.insert(i + 1, [seq + 1, up])
+            if len(gaps) > MAX_GAPS:
+                del gaps[0]
 
     def discard(self, bookmark: str) -> bool:
         """The application is done with ``bookmark``; False if unknown or already done."""
@@ -193,6 +250,8 @@ class ResumeState:
             "contig": self._contig,
             "above": {p: sorted(s) for p, s in self._above.items() if s},
             "order": [[e.bookmark, e.state == _DISCARDED] for e in self._order],
+            "high": self._high,
+            "gaps": {p: g for p, g in self._gaps.items() if g},
         }
 
     @classmethod
@@ -201,6 +260,10 @@ class ResumeState:
         state.recovery = snap.get("recovery")
         state._contig = {str(p): int(s) for p, s in snap.get("contig", {}).items()}
         state._above = {str(p): set(s) for p, s in snap.get("above", {}).items()}
+        state._high = {str(p): int(s) for p, s in snap.get("high", {}).items()}
+        state._gaps = {
+            str(p): [[int(lo), int(up)] for lo, up in g] for p, g in snap.get("gaps", {}).items()
+        }
         for bookmark, discarded in snap.get("order", []):
             parsed = parse_bookmark(bookmark)
             if parsed is None:
@@ -209,7 +272,29 @@ class ResumeState:
             state._order.append(e)
             state._index[bookmark] = e
             state._by_pub.setdefault(e.pub, deque()).append(e)
+        if "high" not in snap:  # written before gaps were kept
+            state._gaps_from_discards()
         return state
+
+    def _gaps_from_discards(self) -> None:
+        """The received sequences as best known from a snapshot without them: every
+        sequence up to the contiguous point, the out-of-order discards, the outstanding
+        entries; the rest above the contiguous point are gaps."""
+        for pub in {*self._contig, *self._above, *self._by_pub}:
+            held = set(self._above.get(pub, ())) | {e.seq for e in self._by_pub.get(pub, ())}
+            contig = self._contig.get(pub, -1)
+            high = max([contig, *held])
+            if high < 0:
+                continue
+            self._high[pub] = high
+            gaps: list[list[int]] = []
+            prev = max(contig, 0)
+            for seq in sorted(x for x in held if x > contig):
+                if seq > prev + 1:
+                    gaps.append([prev + 1, seq - 1])
+                prev = seq
+            if gaps:
+                self._gaps[pub] = gaps[-MAX_GAPS:]
 
 
 __all__ = ["EPOCH", "MOST_RECENT", "NOW", "ResumeState", "parse_bookmark"]
