@@ -202,7 +202,7 @@ class ClientLink:
             self.session.receive(frame)
 
     def start_heartbeat(self, interval: float, beat: Callable[[], None]) -> None:
-        raise NotImplementedError("no heartbeats over a ClientLink")
+        raise RuntimeError("an in-process ClientLink sends no heartbeats: connect without one")
 
     def abort(self) -> None:
         self._loop.create_task(self.close(1006, "aborted"))
