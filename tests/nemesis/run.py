@@ -44,7 +44,7 @@ from tests.nemesis.workloads import (
     SowReader,
     sow_body,
 )
-from tests.soak.harness import leaked_processes
+from tests.soak.harness import leaked_processes, standing_children
 
 __all__ = ["Result", "Settings", "run_nemesis"]
 
@@ -129,6 +129,7 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
     ``keep_data``: each instance's data directory stays there too, in
     ``cluster/<name>/disk-kept`` (as root it lives on a tmpfs unmounted at the end)."""
     started = time.monotonic()
+    standing = standing_children()
     workdir.mkdir(parents=True, exist_ok=True)
     names = ["a", "b", "c", "d", "e"][: settings.instances]
     schedule = draw_schedule(
@@ -180,7 +181,7 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
         acked={p.name: p.acked for p in pubs},
         stored={n: len(log.records) for n, log in logs.items()},
         snapshots=nem.snapshots if nem else 0,
-        leaked=leaked_processes(workdir / "cluster"),
+        leaked=leaked_processes(workdir / "cluster", standing),
         exit_codes=exit_codes,
         workdir=str(workdir),
     )

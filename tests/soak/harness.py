@@ -164,6 +164,7 @@ class SoakResult:
 def run_soak(workdir: Path, settings: SoakSettings) -> SoakResult:
     """Run the soak in ``workdir`` (the data directory goes on a tmpfs there when root)."""
     started = time.monotonic()
+    standing = standing_children()
     disk = workdir / "disk"
     with tmpfs(disk, settings.disk_size_mb()) as why_not:
         data = disk / "data"
@@ -210,7 +211,7 @@ def run_soak(workdir: Path, settings: SoakSettings) -> SoakResult:
             for a in (*actors.publishers, *actors.bookmark_subs, *actors.live_subs)
         },
         broker_counters=dict(actors.broker.counters),
-        leaked=leaked_processes(workdir),
+        leaked=leaked_processes(workdir, standing),
         exit_code=exit_code,
     )
 
@@ -390,11 +391,21 @@ def _progressed(pubs: list[Publisher], marks: dict[str, int]) -> bool:
     )
 
 
-def leaked_processes(workdir: Path) -> list[str]:
-    """Processes still alive that belong to the run: our children, or anything started
-    with a path under ``workdir`` on its command line."""
+def standing_children() -> frozenset[int]:
+    """This process's children before a run (helpers an earlier test left running in the
+    same process, such as multiprocessing's forkserver): :func:`leaked_processes` does not
+    count them."""
+    return frozenset(c.pid for c in psutil.Process().children(recursive=True))
+
+
+def leaked_processes(workdir: Path, before: frozenset[int] = frozenset()) -> list[str]:
+    """Processes still alive that belong to the run: our children not among ``before``
+    (:func:`standing_children` at the start), or anything started with a path under
+    ``workdir`` on its command line."""
     leaked: dict[int, str] = {}
     for child in psutil.Process().children(recursive=True):
+        if child.pid in before:
+            continue
         with contextlib.suppress(psutil.Error):
             if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
                 leaked[child.pid] = " ".join(child.cmdline())[:120]
