@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 
 from tests.nemesis.net import Network
+from tests.support.disk import mount_tmpfs, unmount
 from tests.support.replication import bootstrap_xml, destination, free_ports, replication_xml
 from tests.support.server import ROOT, SpoolProcess, sow_topic
 
@@ -297,14 +298,7 @@ class Instance:
     # -- the disk ---------------------------------------------------------------------
 
     def mount(self, size_mb: int) -> None:
-        if os.geteuid() != 0:
-            self.tmpfs = "a full disk mounts a tmpfs: it needs root"
-            return
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(self.disk)],
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        self.tmpfs = None if done.returncode == 0 else f"cannot mount a tmpfs: {done.stderr}"
+        self.tmpfs = mount_tmpfs(self.disk, f"{size_mb}m")
 
     def unmount(self, keep: bool = False) -> None:
         """Unmount the tmpfs; ``keep``: copy what it holds to ``disk-kept`` first (a run
@@ -313,7 +307,7 @@ class Instance:
             if keep:
                 with contextlib.suppress(OSError):
                     shutil.copytree(self.disk, self.dir / "disk-kept", dirs_exist_ok=True)
-            subprocess.run(["umount", "-l", str(self.disk)], check=False, capture_output=True)
+            unmount(self.disk)
 
     def wipe(self) -> None:
         """Delete everything the instance holds (it is stopped)."""

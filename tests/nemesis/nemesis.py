@@ -22,6 +22,7 @@ import signal
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tests.nemesis import damage
@@ -93,6 +94,12 @@ class Nemesis:
     #: the disk-full fault's own publisher (its history), and how many it sent
     filler: Recorder | None = None
     filled: int = 0
+    #: the directory of the HA clients' file stores, and why it is not a disk of its own
+    #: to fill (None: a tmpfs)
+    stores: Path | None = None
+    stores_tmpfs: str | None = "no store directory"
+    #: whether an HA client reports a store that writes nothing (its disk refused)
+    store_failed: Callable[[], bool] = lambda: False
 
     def _skip(self, period: Period, why: str) -> None:
         self.skipped.setdefault(period.kind, why)
@@ -132,6 +139,8 @@ class Nemesis:
             reason = c.instances[period.targets[0]].tmpfs
             if reason is not None:
                 return reason
+        if period.kind == "client-disk-full":
+            return self.stores_tmpfs
         return None
 
     # -- quiet periods: a SOW snapshot at a quiet point ---------------------------------
@@ -306,6 +315,25 @@ class Nemesis:
         finally:
             refusing.set()
             await burst
+            filler.unlink()
+
+    async def _client_disk_full(self, period: Period) -> None:
+        """Fill the tmpfs of the HA clients' file stores until a client reports a store
+        that writes nothing, hold, free. Each client writes its store again from memory
+        once the disk takes writes (docs/ha-client.md "When a store's disk fails")."""
+        assert self.stores is not None
+        filler = await asyncio.to_thread(fill, self.stores)
+        try:
+            # the stores write as the clients publish and discard: the traffic fills it
+            bit, took = await progress_wait(
+                self.store_failed, self.acked, stall=self.stall, cap=self.stall * 2
+            )
+            if bit:
+                self.rec.info("bit", {"index": period.index, "seconds": round(took, 2)})
+                await asyncio.sleep(period.duration)
+            else:
+                self.misses.append(f"#{period.index} client-disk-full: no store refused a write")
+        finally:
             filler.unlink()
 
     async def _burst(self, inst: Instance, done: asyncio.Event) -> None:

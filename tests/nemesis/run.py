@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import random
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,8 +46,12 @@ from tests.nemesis.workloads import (
     sow_body,
 )
 from tests.soak.harness import leaked_processes, standing_children
+from tests.support.disk import mount_tmpfs, unmount
 
 __all__ = ["Result", "Settings", "run_nemesis"]
+
+#: the tmpfs of the HA clients' file stores (an hour's run writes a few tens of MB)
+STORES_MB = 256
 
 SOW_KEYS = 40
 
@@ -147,6 +152,9 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
     logs: dict[str, InstanceLog] = {}
     exit_codes: dict[str, int | None] = {}
     state: dict[str, Any] = {}
+    stores = workdir / "stores"
+    # the HA clients' file stores on a disk of their own, for the client-disk-full fault
+    state["stores_tmpfs"] = mount_tmpfs(stores, f"{STORES_MB}m")
     try:
         cluster.start(settings.disk_size_mb())
         asyncio.run(_run(cluster, histories, schedule, settings, workdir, state))
@@ -159,6 +167,11 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
         histories.close()
         cluster.close(keep_data)
         net.down()
+        if state["stores_tmpfs"] is None:
+            if keep_data:
+                with contextlib.suppress(OSError):
+                    shutil.copytree(stores, workdir / "stores-kept", dirs_exist_ok=True)
+            unmount(stores)
     events = list(read_history(workdir / "history"))
     verdict = check(events, logs)
     nem: Nemesis | None = state.get("nemesis")
@@ -239,6 +252,7 @@ async def _run(
     ]
     reader = SowReader(rec("sow-reader"), ends)
     state["publishers"] = publishers
+    ha_publishers = [p for p in publishers if isinstance(p, HAPublisher)]
     stop = asyncio.Event()
     clients = [*publishers, *subscribers, *consumers, reader]
     tasks = [asyncio.create_task(c.run(stop), name=getattr(c, "name", "client")) for c in clients]
@@ -251,6 +265,12 @@ async def _run(
         rng=rng,
         stall=settings.stall,
         filler=rec(FILLER),
+        stores=stores,
+        stores_tmpfs=state["stores_tmpfs"],
+        store_failed=lambda: any(
+            c is not None and c.store_failure is not None
+            for c in [p.client for p in ha_publishers] + [s.client for s in subscribers]
+        ),
     )
     state["nemesis"] = nemesis
     background = [

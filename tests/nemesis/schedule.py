@@ -38,6 +38,8 @@ KINDS: dict[str, tuple[tuple[float, float], tuple[str, ...], float]] = {
     "remove-link": ((4, 10), ("pair",), 20),
     "join-empty": ((1, 2), ("one",), 15),
     "restart-all": ((1, 3), ("all",), 15),
+    # the clients' own disk (their file stores), not an instance's: no targets
+    "client-disk-full": ((3, 8), ("clients",), 3),
 }
 
 #: about a quarter of the periods are quiet
@@ -110,6 +112,8 @@ def _targets(rng: random.Random, names: Sequence[str], shape: str) -> tuple[str,
         count = n // 2 + 1
     elif shape == "pair":
         count = 2
+    elif shape == "clients":
+        return ()
     else:  # all
         return tuple(names)
     return tuple(sorted(rng.sample(list(names), count)))

@@ -3,7 +3,7 @@
 | process | what it does | its events (``f``: value) |
 |---|---|---|
 | ``pub-N`` | a plain client publishing ``nem.pub`` with persisted acks; after any failure it connects to the next instance and resends from its last ack | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}``; info ``logon {last_seq}``, ``broken {error}`` |
-| ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}`` (the store's discarded horizon) |
+| ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance; when its store's disk is full it waits for room | ``publish`` invoke ``{first, last, topic}`` (what the store took), ok ``{upto}`` (the store's discarded horizon); info ``store-refused {at, error}`` |
 | ``ha-sub-N`` | an ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH with a ``FileBookmarkStore``; discards each message | ``recv`` ok ``{msgs: [[pub_hash, seq], ...]}``, in processing order |
 | ``qpub`` | a plain publisher of ``nem.q.in`` (the queue's topic) | as ``pub-N`` |
 | ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes; now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered: recorded as it arrives); ``ack`` invoke ``{bm, n}`` (sent), ok ``{bm, n}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
@@ -37,6 +37,7 @@ from server.client import (
     FileBookmarkStore,
     FilePublishStore,
     HAClient,
+    StoreIOError,
     subscribe_queue,
 )
 from server.client.ha import ConnectionStateEvent, StaticAuthenticator
@@ -273,15 +274,27 @@ class HAPublisher:
                     continue
                 first = client.publish_store.last_seq + 1
                 node = self.ends.node_of(client.uri)
-                self.rec.invoke(
-                    "publish", {"topic": TOPIC_PUB, "first": first, "last": first + self.batch - 1},
-                    node,
-                )  # fmt: skip
+                # publish() only stores and queues: nothing is sent before the invoke
+                # below is recorded, which names only what the store took
+                refused: StoreIOError | None = None
                 for n in range(first, first + self.batch):
-                    seq = client.publish(TOPIC_PUB, pub_body(self.name, n))
+                    try:
+                        seq = client.publish(TOPIC_PUB, pub_body(self.name, n))
+                    except StoreIOError as exc:  # its disk is full: nothing was taken
+                        refused = exc
+                        break
                     if seq != n:
                         self.rec.info("renumbered", {"expected": n, "got": seq}, node)
-                self.top = client.publish_store.last_seq
+                last = client.publish_store.last_seq
+                if last >= first:
+                    self.rec.invoke(
+                        "publish", {"topic": TOPIC_PUB, "first": first, "last": last}, node
+                    )
+                self.top = last
+                if refused is not None:
+                    self.rec.info("store-refused", {"at": last + 1, "error": _error(refused)}, node)
+                    await client.wait_for_room()
+                    continue
                 await asyncio.sleep(max(0.0, self.batch / self.rate - (time.monotonic() - started)))
             while not stop.is_set() and not self.done:
                 await asyncio.sleep(0.1)
@@ -312,6 +325,7 @@ class HASubscriber:
     store: Path
     processed: int = 0
     seen: set[tuple[int, int]] = field(default_factory=set)
+    client: HAClient | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Process until stopped (the client made again from its bookmark store after
@@ -319,7 +333,7 @@ class HASubscriber:
         await _restarting(self.rec, self._session, stop, lambda: False)
 
     async def _session(self, stop: asyncio.Event) -> None:
-        client = HAClient(
+        client = self.client = HAClient(
             self.name,
             bookmark_store=FileBookmarkStore(self.store, fsync=False),
             chooser=self.ends.chooser(self.home),

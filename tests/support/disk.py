@@ -17,26 +17,40 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["fill", "tmpfs"]
+__all__ = ["fill", "mount_tmpfs", "tmpfs", "unmount"]
 
 
-@contextlib.contextmanager
-def tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of ``size`` (``mount -o size=``: ``64k``, ``12m``) mounted at ``path`` for
-    the test (root only: the test is skipped otherwise)."""
+def mount_tmpfs(path: Path, size: str) -> str | None:
+    """Mount a tmpfs of ``size`` (``mount -o size=``: ``64k``, ``12m``) at ``path``: None
+    once mounted, else why not (it needs root)."""
     if os.geteuid() != 0:
-        pytest.skip("a disk-full test mounts a tmpfs: it needs root (CI runs as root)")
+        return "a full disk mounts a tmpfs: it needs root"
     path.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        return f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
+    return None
+
+
+def unmount(path: Path) -> None:
+    """Unmount ``path`` (lazily: a file still open there does not keep it)."""
+    subprocess.run(["umount", "-l", str(path)], check=False, capture_output=True)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` for the test (root only: the test is
+    skipped otherwise, as where the mount fails)."""
+    why_not = mount_tmpfs(path, size)
+    if why_not is not None:
+        pytest.skip(f"{why_not} (CI runs as root)")
     try:
         yield path
     finally:
-        subprocess.run(["umount", "-l", str(path)], check=False)
+        unmount(path)
 
 
 def fill(path: Path, leave: int = 0, name: str = "filler") -> Path:
