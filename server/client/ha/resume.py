@@ -274,6 +274,16 @@ class ResumeState:
             state._by_pub.setdefault(e.pub, deque()).append(e)
         if "high" not in snap:  # written before gaps were kept
             state._gaps_from_discards()
+        # a publisher's discarded head was folded into its contiguous point when written:
+        # left in its queue it would hold every later discard of that publisher
+        for pub, queue in list(state._by_pub.items()):
+            while queue and queue[0].state == _DISCARDED:
+                done = queue.popleft()
+                if done.seq > state._contig.get(pub, -1):
+                    state._contig[pub] = done.seq
+                state._above.get(pub, set()).discard(done.seq)
+            if not queue:
+                del state._by_pub[pub]
         return state
 
     def _gaps_from_discards(self) -> None:

@@ -295,3 +295,23 @@ def _replayed_after_restart(
     start = 0 if resume == EPOCH else min(log.index(p) for p in resume.split(",")) + 1
     got = [b for b in log[start:] if restarted.receive(b)]
     return got, [b for b in log if b not in set(discarded)]
+
+
+def test_a_restarted_state_resumes_as_the_running_one_would() -> None:
+    """A publisher's discarded message written while an earlier message of another one is
+    outstanding: after a restart, later discards of that publisher still move its
+    contiguous point: the restarted process resumes from the same list as the running
+    one."""
+    running = ResumeState()
+    for b in (bm(2, 1), bm(1, 5), bm(1, 6)):
+        running.receive(b)
+    running.discard(bm(1, 5))
+    restarted = ResumeState.from_snapshot(running.snapshot())
+    restarted.reloaded()
+    for s in (running, restarted):
+        assert s.receive(bm(2, 1)) is (s is restarted)  # expected again after the restart
+        s.receive(bm(1, 6))
+        s.discard(bm(1, 6))
+        s.discard(bm(2, 1))
+    assert restarted.resume_bookmark() == running.resume_bookmark() == "1|6|,2|1|"
+    assert restarted.outstanding == running.outstanding == 0
