@@ -6,8 +6,9 @@
 // holds at most `capacity` messages (default DEFAULT_CAPACITY, null: no bound): the HA
 // client's publish() waits for room (docs/js-client.md "Sizing the publish store"). A bookmark store keeps, per subscription, which
 // messages were received and which the application discarded (finished with), so that a
-// resubscription starts right after the last message of the discarded prefix and the
-// messages discarded after that point are dropped when they come again.
+// resubscription starts right after the last message of the discarded prefix and what was
+// received already is dropped when it comes again (by exact membership, late messages
+// below a publisher's highest included: SubscriptionBookmarks).
 //
 // Each kind has a memory store and an IndexedDB store (the IndexedDB one survives a page
 // reload or a crash of the tab). An IndexedDB store has one owner at a time: it holds a
@@ -284,15 +285,45 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
 // Bookmark stores
 // ---------------------------------------------------------------------------------------
 
+/** Gaps a bookmark store keeps per publisher (as the broker's gap table); past it the
+ * oldest are forgotten, and their sequences then count as received. */
+export const MAX_GAPS = 256;
+
+/** Verdicts of SubscriptionBookmarks.log(). */
+const DUPLICATE = 0;
+const NEW = 1;
+const REDELIVERED = 2;
+const UNTRACKED = 3;
+
+/** The index of the last gap whose low end is at or below `seq` (-1: none). */
+function gapAtOrBelow(gaps, seq) {
+  let lo = 0;
+  let hi = gaps.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (gaps[mid][0] <= seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo - 1;
+}
+
 /**
- * One subscription's bookmark state (no I/O).
+ * One subscription's bookmark state (no I/O), the same rules as the Python client's
+ * ResumeState (server/client/ha/resume.py, docs/ha-client.md). Each message is *received*
+ * (handed to the application) and later *discarded* (the application is done with it).
  *
- * - `prefix`: the bookmark of the last message of the longest run, from the start, of
- *   messages all discarded (or a durable position the broker reported while nothing was
- *   outstanding): the resume point. A resubscription starts right after it.
- * - `pubSeqs`: per publisher, the highest sequence folded into the prefix: a message of
- *   that publisher at or below it was discarded already (publishers' sequences grow in
- *   log order), so a copy that comes again is dropped.
+ * - `prefix`: the recovery point: the last message, in arrival order, such that it and
+ *   every message before it are discarded (or a durable position the broker reported while
+ *   nothing was outstanding). A resubscription starts right after it.
+ * - `contig`: per publisher, the highest sequence such that every received message of
+ *   that publisher up to it (in arrival order) is discarded.
+ * - `high` and `gaps`: per publisher, which sequences were received: the highest, and the
+ *   sorted `[low, high]` intervals below it never received (those skipped when the next
+ *   message jumped, and those below the first one), at most MAX_GAPS. Duplicates are found
+ *   by **exact membership**, as in the broker's log: a publisher's sequences need not grow
+ *   in a log (after its publisher failed over, an instance can hold its 101 before its
+ *   100, which came late by another route), so a sequence at or below the highest is new
+ *   when it lies in a gap.
  * - `records`: the messages after the prefix, in arrival order, discarded or not.
  *
  * A record recovered from a journal (a page reload) is delivered again once, since the
@@ -302,43 +333,95 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
 export class SubscriptionBookmarks {
   constructor() {
     this.prefix = null;
-    this.pubSeqs = new Map();
+    this.contig = new Map();
+    this.high = new Map();
+    this.gaps = new Map();
     this.records = [];
     this._byBookmark = new Map();
+    /** per publisher, its records after its discarded prefix, in arrival order */
+    this._byPub = new Map();
   }
 
   isDiscarded(bookmark) {
+    const record = this._byBookmark.get(bookmark);
+    if (record !== undefined) return record.discarded;
     const parsed = parseBookmark(bookmark);
-    if (parsed !== null && parsed.seq <= (this.pubSeqs.get(parsed.pub) ?? 0)) return true;
-    return this._byBookmark.get(bookmark)?.discarded === true;
+    return parsed !== null && this._seen(parsed.pub, parsed.seq); // received, out of the records: discarded
   }
 
   /**
    * A message arrived: 0 when it is a duplicate to drop, 1 when it is new, 2 when it is a
-   * message recovered from a journal and not discarded (handed over again, once).
+   * message recovered from a journal and not discarded (handed over again, once), 3 when
+   * its bookmark is not a log bookmark (handed over, nothing to track).
    */
   log(bookmark) {
-    if (this.isDiscarded(bookmark)) return 0;
     const known = this._byBookmark.get(bookmark);
     if (known !== undefined) {
-      if (!known.redeliver) return 0;
+      if (known.discarded || !known.redeliver) return DUPLICATE;
       known.redeliver = false;
-      return 2;
+      return REDELIVERED;
     }
-    this._add(bookmark, false);
-    return 1;
-  }
-
-  /** Replay of a journal's `r` entry (idempotent). */
-  recover(bookmark) {
-    if (!this.isDiscarded(bookmark) && !this._byBookmark.has(bookmark)) this._add(bookmark, true);
-  }
-
-  _add(bookmark, redeliver) {
     const parsed = parseBookmark(bookmark);
-    const record = { bookmark, pub: parsed?.pub ?? null, seq: parsed?.seq ?? 0, discarded: false, redeliver };
+    if (parsed === null) return UNTRACKED;
+    if (this._seen(parsed.pub, parsed.seq)) return DUPLICATE;
+    this._note(parsed.pub, parsed.seq);
+    this._add(bookmark, parsed, false, false);
+    return NEW;
+  }
+
+  /** Replay of a journal's `r` entry (idempotent: what is known already is skipped). */
+  recover(bookmark) {
+    if (this._byBookmark.has(bookmark)) return;
+    const parsed = parseBookmark(bookmark);
+    if (parsed === null || this._seen(parsed.pub, parsed.seq)) return;
+    this._note(parsed.pub, parsed.seq);
+    this._add(bookmark, parsed, true, false);
+  }
+
+  _add(bookmark, parsed, redeliver, discarded) {
+    const record = { bookmark, pub: parsed.pub, seq: parsed.seq, discarded, redeliver };
     this.records.push(record);
     this._byBookmark.set(bookmark, record);
+    let queue = this._byPub.get(parsed.pub);
+    if (queue === undefined) this._byPub.set(parsed.pub, (queue = []));
+    queue.push(record);
+  }
+
+  /** Whether `pub`'s `seq` was received before (it need not be in the records any more). */
+  _seen(pub, seq) {
+    const high = this.high.get(pub);
+    if (high === undefined || seq > high) return false;
+    const gaps = this.gaps.get(pub);
+    if (gaps === undefined || gaps.length === 0) return true;
+    const i = gapAtOrBelow(gaps, seq);
+    return i < 0 || gaps[i][1] < seq;
+  }
+
+  /** `pub`'s `seq` (not received before) is received now. */
+  _note(pub, seq) {
+    const high = this.high.get(pub);
+    if (high === undefined || seq > high) {
+      const below = high ?? 0; // a first message: everything below it is a gap
+      if (seq > below + 1) {
+        let gaps = this.gaps.get(pub);
+        if (gaps === undefined) this.gaps.set(pub, (gaps = []));
+        gaps.push([below + 1, seq - 1]);
+        if (gaps.length > MAX_GAPS) gaps.shift();
+      }
+      this.high.set(pub, seq);
+      return;
+    }
+    const gaps = this.gaps.get(pub); // _seen said seq lies in a gap
+    const i = gapAtOrBelow(gaps, seq);
+    const [low, up] = gaps[i];
+    if (low === up) gaps.splice(i, 1);
+    else if (seq === low) gaps[i][0] = seq + 1;
+    else if (seq === up) gaps[i][1] = seq - 1;
+    else {
+      gaps[i][1] = seq - 1;
+      gaps.splice(i + 1, 0, [seq + 1, up]);
+      if (gaps.length > MAX_GAPS) gaps.shift();
+    }
   }
 
   /** The application finished with a message; true when the state changed. */
@@ -346,8 +429,24 @@ export class SubscriptionBookmarks {
     const record = this._byBookmark.get(bookmark);
     if (record === undefined || record.discarded) return false;
     record.discarded = true;
+    const queue = this._byPub.get(record.pub);
+    if (queue[0] === record) this._foldPublisher(record.pub, queue);
     this._advance();
     return true;
+  }
+
+  /** Fold the discarded head of `pub`'s records into its contiguous point. */
+  _foldPublisher(pub, queue) {
+    let contig = this.contig.get(pub) ?? -1;
+    let n = 0;
+    while (n < queue.length && queue[n].discarded) {
+      if (queue[n].seq > contig) contig = queue[n].seq;
+      n++;
+    }
+    if (n === 0) return;
+    queue.splice(0, n);
+    this.contig.set(pub, contig);
+    if (queue.length === 0) this._byPub.delete(pub);
   }
 
   /** A durable position from the broker: the resume point when nothing is outstanding. */
@@ -360,10 +459,8 @@ export class SubscriptionBookmarks {
   _advance() {
     let n = 0;
     while (n < this.records.length && this.records[n].discarded) {
-      const r = this.records[n];
-      this.prefix = r.bookmark;
-      if (r.pub !== null && r.seq > (this.pubSeqs.get(r.pub) ?? 0)) this.pubSeqs.set(r.pub, r.seq);
-      this._byBookmark.delete(r.bookmark);
+      this.prefix = this.records[n].bookmark;
+      this._byBookmark.delete(this.prefix);
       n++;
     }
     if (n > 0) this.records.splice(0, n);
@@ -371,30 +468,64 @@ export class SubscriptionBookmarks {
 
   /**
    * Where a resubscription starts: null when nothing was discarded yet; else a bookmark
-   * list of the resume point and, per publisher, its highest message folded into it. The
-   * broker starts after the OLDEST of them found in its log: on this instance that is at
-   * or before the resume point (what comes again and was discarded is dropped here), and
-   * on a replica that interleaves publishers differently nothing is skipped.
+   * list of the resume point and, per publisher, its contiguous point. The broker starts
+   * after the OLDEST of them found in its log: on this instance that is at or before the
+   * resume point (what comes again and was received is dropped here), and on a replica
+   * that interleaves publishers differently nothing is skipped.
    */
   resumeBookmark() {
     if (this.prefix === null) return null;
     const list = [this.prefix];
-    for (const [pub, seq] of this.pubSeqs) {
+    for (const [pub, seq] of this.contig) {
       const bookmark = `${pub}|${seq}|`;
       if (bookmark !== this.prefix) list.push(bookmark);
     }
     return list.join(",");
   }
 
-  /** Restore a checkpoint (see `checkpoint()`). */
+  /**
+   * Restore a checkpoint (see `checkpoint()`). One written before gaps were kept
+   * (`{prefix, pubSeqs}`, its records as `r`/`d` entries after it) loads as it was read
+   * then: every sequence of a publisher up to its `pubSeqs` counts as received, and the
+   * records replayed after it make the gaps above.
+   */
   restore(checkpoint) {
+    this.records = [];
+    this._byBookmark.clear();
+    this._byPub.clear();
+    this.gaps = new Map();
     this.prefix = checkpoint.prefix;
-    this.pubSeqs = new Map(Object.entries(checkpoint.pubSeqs));
+    if (checkpoint.high === undefined) {
+      this.contig = new Map(Object.entries(checkpoint.pubSeqs).map(([p, s]) => [p, Number(s)]));
+      this.high = new Map(this.contig);
+      return;
+    }
+    this.contig = new Map(checkpoint.contig);
+    this.high = new Map(checkpoint.high);
+    this.gaps = new Map(checkpoint.gaps.map(([pub, gaps]) => [pub, gaps.map(([lo, up]) => [lo, up])]));
+    for (const [bookmark, discarded] of checkpoint.records) {
+      const parsed = parseBookmark(bookmark);
+      if (parsed !== null) this._add(bookmark, parsed, !discarded, discarded);
+    }
+    // a publisher's discarded head was folded into its contiguous point when written
+    for (const [pub, queue] of [...this._byPub]) this._foldPublisher(pub, queue);
   }
 
-  /** The prefix state, for a compacted journal. */
+  /**
+   * The whole state, for a compacted journal: `prefix`, `contig`, `high`, `gaps` (as
+   * `[publisher, value]` pairs, in their order) and `records` (`[bookmark, discarded]`),
+   * plus `pubSeqs` (the contiguous points as an object) for a page still served the
+   * script that wrote only `{prefix, pubSeqs}`.
+   */
   checkpoint() {
-    return { prefix: this.prefix, pubSeqs: Object.fromEntries(this.pubSeqs) };
+    return {
+      prefix: this.prefix,
+      contig: [...this.contig],
+      high: [...this.high],
+      gaps: [...this.gaps].filter(([, gaps]) => gaps.length > 0),
+      records: this.records.map((r) => [r.bookmark, r.discarded]),
+      pubSeqs: Object.fromEntries(this.contig),
+    };
   }
 }
 
@@ -419,8 +550,8 @@ export class MemoryBookmarkStore {
   /** Record a message's arrival; false when it is a duplicate to drop. */
   log(subId, bookmark) {
     const verdict = this._sub(subId).log(bookmark);
-    if (verdict === 1) this._journal(subId, "r", bookmark);
-    return verdict !== 0;
+    if (verdict === NEW) this._journal(subId, "r", bookmark);
+    return verdict !== DUPLICATE;
   }
 
   isDiscarded(subId, bookmark) {
@@ -575,8 +706,8 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
   }
 
   /**
-   * Rewrite the journal as the live state: one checkpoint per subscription plus its
-   * records after the resume point. One transaction: a crash keeps the old journal or the
+   * Rewrite the journal as the live state: one checkpoint per subscription (its whole
+   * state, records and gaps included). One transaction: a crash keeps the old journal or the
    * new one, never a mix.
    */
   async prune() {
@@ -589,14 +720,6 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
       for (const [subId, sub] of this._subs) {
         journal.add({ s: subId, k: "c", c: sub.checkpoint() });
         size++;
-        for (const r of sub.records) {
-          journal.add({ s: subId, k: "r", b: r.bookmark });
-          size++;
-          if (r.discarded) {
-            journal.add({ s: subId, k: "d", b: r.bookmark });
-            size++;
-          }
-        }
       }
     });
     this._journalSize = size;

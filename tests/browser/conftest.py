@@ -7,7 +7,8 @@
 - ``dashboard_server`` / ``auth_server``: real ``spool serve`` processes shared by a test
   module (starting one takes a second or two), the second with a configured user.
 - ``static_origin``: pages of a made-up origin whose ``/static/`` is served from the
-  repository by Playwright's request routing, for tests of the JavaScript alone.
+  repository by Playwright's request routing, for tests of the JavaScript alone;
+  ``secure_static_origin`` the same on a secure-context origin (IndexedDB stores).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Route, sync_playwright
@@ -38,6 +40,9 @@ CHROMIUM_ARGS = [
 ]
 VIEWPORT = {"width": 1280, "height": 800}
 STATIC_ORIGIN = "http://spool.test"
+#: a routed origin that is a secure context (a ``.localhost`` name), where the Web Locks API
+#: and so the IndexedDB stores of the browser HA client exist
+SECURE_STATIC_ORIGIN = "http://spool.localhost"
 
 ADMIN_USER = "ops"
 ADMIN_PASSWORD = "correct horse battery staple"
@@ -98,7 +103,7 @@ def page(context: BrowserContext, request: pytest.FixtureRequest) -> Iterator[Pa
 
 
 def _serve_static(route: Route) -> None:
-    path = route.request.url[len(STATIC_ORIGIN) :].split("?", 1)[0]
+    path = urlsplit(route.request.url).path
     if path.startswith("/static/"):
         file = (STATIC / path[len("/static/") :]).resolve()
         if file.is_file() and STATIC in file.parents:
@@ -112,18 +117,28 @@ def _serve_static(route: Route) -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def static_origin(browser: Browser) -> Iterator[Page]:
-    """A page on a routed origin with ``window.spool`` = the spool-client.js module."""
+def _static_page(browser: Browser, origin: str) -> Iterator[Page]:
     ctx = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
-    ctx.route(f"{STATIC_ORIGIN}/**", _serve_static)
+    ctx.route(f"{origin}/**", _serve_static)
     page = ctx.new_page()
     errors = PageErrors(page)
-    page.goto(f"{STATIC_ORIGIN}/")
+    page.goto(f"{origin}/")
     page.evaluate("async () => { window.spool = await import('/static/spool-client.js'); }")
     yield page
     ctx.close()
     assert errors.errors == []
+
+
+@pytest.fixture(scope="module")
+def static_origin(browser: Browser) -> Iterator[Page]:
+    """A page on a routed origin with ``window.spool`` = the spool-client.js module."""
+    yield from _static_page(browser, STATIC_ORIGIN)
+
+
+@pytest.fixture(scope="module")
+def secure_static_origin(browser: Browser) -> Iterator[Page]:
+    """As ``static_origin``, on a secure-context origin (IndexedDB stores work there)."""
+    yield from _static_page(browser, SECURE_STATIC_ORIGIN)
 
 
 def _start(workdir: Path, xml: str) -> SpoolProcess:

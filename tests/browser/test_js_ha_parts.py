@@ -162,10 +162,11 @@ def test_most_recent_across_publishers_and_dropped_duplicates(static_origin: Pag
     )
     assert result["empty"] == "0"
     assert result["first"] == [True] * 5
-    assert result["mostRecent"] == "1|1|"  # one publisher folded: the list is one bookmark
+    # the resume point and each publisher's contiguous point: 1|2| is discarded and every
+    # message of publisher 1 before it too (2|1| being outstanding holds only the first)
+    assert result["mostRecent"] == "1|1|,1|2|"
     assert result["again"] == [False, False, False, False]
-    # the resume point and each publisher's highest discarded message (for a replica whose
-    # log interleaves the publishers differently)
+    # (for a replica whose log interleaves the publishers differently)
     assert result["afterAll"] == "2|2|,1|2|"
     assert result["end"] == "3|9|,1|3|,2|2|"
     assert result["outstanding"] == []
@@ -219,12 +220,18 @@ def oracle(log_pubs: list[int], ops: list[Op]) -> dict[str, Any]:
             if not folded:
                 cursor = 0
             else:
-                # the resume list: the last folded message and each publisher's highest
-                # folded one; the broker starts after the oldest of them in its log
-                highest: dict[str, str] = {}
-                for bm in folded:
-                    highest[bm.split("|")[0]] = bm
-                cursor = min(log.index(b) for b in [folded[-1], *highest.values()]) + 1
+                # the resume list: the last folded message and each publisher's last message
+                # such that it and all that publisher's before it are discarded; the broker
+                # starts after the oldest of them in its log
+                contig: dict[str, str] = {}
+                for bm in arrivals:
+                    pub = bm.split("|")[0]
+                    if bm not in discarded:
+                        contig.setdefault(pub, "")
+                    elif contig.get(pub) != "":
+                        contig[pub] = bm
+                points = [folded[-1], *(b for b in contig.values() if b)]
+                cursor = min(log.index(b) for b in points) + 1
             trace.append(["r", cursor])
     return {"log": log, "trace": trace}
 

@@ -1,0 +1,315 @@
+"""The browser HA client's bookmark store (static/spool-ha-stores.js) against the Python
+client's ResumeState (server/client/ha/resume.py), in Chromium without a broker.
+
+Both follow one subscription over a log in which a publisher's sequences need not grow (a
+late message reached the instance after higher sequences of its publisher, e.g. after the
+publisher failed over): the same events (receive, discard, reconnect from the resume
+list, reload, prune) go through the IndexedDB store in the page and through ResumeState,
+and they must agree on every verdict and every resume list; a plain-set oracle says what
+each verdict must be. A store written before gaps were kept still loads."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from playwright.sync_api import Page
+
+from server.client.ha.resume import EPOCH, MAX_GAPS, ResumeState
+
+pytestmark = pytest.mark.browser
+
+Op = tuple[str, int]
+_names = itertools.count()
+
+# The events, run in the page through an IndexedDBBookmarkStore (a reload closes it and
+# opens it again, replaying its journal; prune compacts the journal into checkpoints).
+JS_DRIVER = """
+async ({ log, ops, name }) => {
+  const H = await import('/static/spool-ha.js');
+  const open = async () => { const s = new H.IndexedDBBookmarkStore(name); await s.open(); return s; };
+  let s = await open();
+  const trace = [];
+  let cursor = 0;
+  const resume = (kind) => {
+    const point = s.getMostRecent('sub');
+    cursor = point === H.EPOCH ? 0 : Math.min(...point.split(',').map((b) => log.indexOf(b))) + 1;
+    trace.push([kind, point]);
+  };
+  const arrive = (bms) => { for (const bm of bms) trace.push([bm, s.log('sub', bm)]); };
+  for (const [op, n] of ops) {
+    if (op === 'receive') { arrive(log.slice(cursor, cursor + n)); cursor = Math.min(log.length, cursor + n); }
+    else if (op === 'discard') {
+      const outstanding = s.outstanding('sub');
+      if (outstanding.length) { const bm = outstanding[n % outstanding.length]; s.discard('sub', bm); trace.push(['d', bm]); }
+    } else if (op === 'reconnect') resume('r');
+    else if (op === 'reload') { await s.close(); s = await open(); resume('reload'); }
+    else if (op === 'prune') await s.prune();
+    else if (op === 'drain') { arrive(log.slice(cursor)); cursor = log.length; }
+  }
+  trace.push(['outstanding', s.outstanding('sub')]);
+  const dbName = s.dbName;
+  await s.close();
+  await new Promise((done) => { const r = indexedDB.deleteDatabase(dbName); r.onsuccess = r.onerror = done; });
+  return trace;
+}
+"""
+
+
+def drive_python(log: list[str], ops: list[Op], *, set_oracle: bool = True) -> list[Any]:
+    """The same events through ResumeState (a reload is a restart from its JSON snapshot).
+    With ``set_oracle``, every verdict is also checked against plain sets: a message is
+    handed over when it was never discarded and not handed over yet in this process life;
+    and once the log was drained, every message was either discarded or handed over in
+    the last life (a reload re-delivered exactly what was received and not discarded)."""
+    state = ResumeState()
+    trace: list[Any] = []
+    cursor = 0
+    discarded: set[str] = set()
+    handed: set[str] = set()  # in this process life
+    outstanding: list[str] = []  # received, not discarded, in arrival order
+
+    def arrive(bms: list[str]) -> None:
+        for bm in bms:
+            got = state.receive(bm)
+            if set_oracle:
+                assert got == (bm not in discarded and bm not in handed), bm
+            if got:
+                handed.add(bm)
+                if bm not in outstanding:
+                    outstanding.append(bm)
+            trace.append([bm, got])
+
+    def resume(kind: str) -> int:
+        point = state.resume_bookmark()
+        trace.append([kind, point])
+        return 0 if point == EPOCH else min(log.index(b) for b in point.split(",")) + 1
+
+    for op, n in ops:
+        if op == "receive":
+            arrive(log[cursor : cursor + n])
+            cursor = min(len(log), cursor + n)
+        elif op == "discard" and outstanding:
+            bm = outstanding.pop(n % len(outstanding))
+            state.discard(bm)
+            discarded.add(bm)
+            trace.append(["d", bm])
+        elif op == "reconnect":
+            cursor = resume("r")
+        elif op == "reload":
+            state = ResumeState.from_snapshot(json.loads(json.dumps(state.snapshot())))
+            state.reloaded()
+            handed = set()
+            cursor = resume("reload")
+        elif op == "drain":
+            arrive(log[cursor:])
+            cursor = len(log)
+    assert state.outstanding == len(outstanding)
+    if set_oracle and ops and ops[-1][0] == "drain":
+        assert [b for b in log if b not in discarded and b not in handed] == []
+    trace.append(["outstanding", outstanding])
+    return trace
+
+
+def drive_js(page: Page, log: list[str], ops: list[Op]) -> list[Any]:
+    trace: list[Any] = page.evaluate(
+        JS_DRIVER, {"log": log, "ops": [list(o) for o in ops], "name": f"diff-{next(_names)}"}
+    )
+    return trace
+
+
+def late_log(pubs: list[int], rnd: random.Random) -> list[str]:
+    """A log of ``pubs``' messages: each publisher's sequences grow by 1 or 2 (a skipped
+    one is a gap never filled, as a subscription's filter makes), and for about half the
+    publishers they come in any order (late messages below the publisher's highest)."""
+    seqs: dict[int, list[int]] = {}
+    for pub in pubs:
+        mine = seqs.setdefault(pub, [])
+        mine.append((mine[-1] if mine else 0) + (2 if rnd.random() < 0.2 else 1))
+    for mine in seqs.values():
+        if rnd.random() < 0.5:
+            rnd.shuffle(mine)
+    return [f"{pub}|{seqs[pub].pop(0)}|" for pub in pubs]
+
+
+# receive n messages from the cursor, discard the n-th outstanding one, resubscribe from
+# the resume list, reload the page (with or without compacting the journal first), compact
+ops_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["receive"] * 3 + ["discard"] * 3 + ["reconnect", "reload", "compact", "prune"]
+        ),
+        st.integers(1, 6),
+    ).flatmap(lambda op: st.just([("prune", 0), ("reload", 0)] if op[0] == "compact" else [op])),
+    max_size=40,
+).map(lambda chunks: [op for chunk in chunks for op in chunk])
+
+
+@settings(max_examples=100)
+@given(
+    pubs=st.lists(st.integers(1, 3), min_size=1, max_size=40),
+    rnd=st.randoms(use_true_random=False),
+    ops=ops_strategy,
+)
+def test_the_bookmark_store_agrees_with_resume_state(
+    secure_static_origin: Page, pubs: list[int], rnd: random.Random, ops: list[Op]
+) -> None:
+    log = late_log(pubs, rnd)
+    ops = [*ops, ("reconnect", 0), ("drain", 0)]
+    expected = drive_python(log, ops)
+    assert drive_js(secure_static_origin, log, ops) == expected
+
+
+def test_a_late_message_below_a_publishers_highest_is_delivered_once(
+    secure_static_origin: Page,
+) -> None:
+    """A publisher failed over: the instance holds its 21..30 before its 11..20, which came
+    later by another route. The late ones are new to the subscription, once, also after a
+    reload from a compacted journal (the gap travels in the checkpoint); the store of the
+    version that decided "at or below the highest = duplicate" dropped all ten."""
+    log = [f"1|{q}|" for q in [*range(1, 11), *range(21, 31), *range(11, 21)]]
+    ops: list[Op] = [("receive", 20)]
+    ops += [("discard", 0)] * 20
+    ops += [("receive", 5)] + [("discard", 0)] * 5
+    ops += [("prune", 0), ("reload", 0), ("drain", 0)]
+    trace = drive_js(secure_static_origin, log, ops)
+    assert trace == drive_python(log, ops)
+    delivered = [bm for bm, got in trace if got is True]
+    assert delivered == log  # each once: 16..20 after the reload
+    assert ["reload", "1|15|,1|30|"] in trace
+
+
+def test_a_reload_resumes_as_the_running_page_would(secure_static_origin: Page) -> None:
+    """Publisher 1's 5 is discarded while publisher 2's 1, before it, is outstanding; the
+    journal is compacted and the page reloaded. Later discards of publisher 1 still move its
+    contiguous point: the resume list is the one the page would have without the reload."""
+    log = ["2|1|", "1|5|", "1|6|"]
+    ops: list[Op] = [("receive", 3), ("discard", 1), ("prune", 0), ("reload", 0), ("drain", 0)]
+    ops += [("discard", 1), ("discard", 0), ("reconnect", 0)]
+    trace = drive_js(secure_static_origin, log, ops)
+    assert trace == drive_python(log, ops)
+    assert trace[-2:] == [["r", "1|6|,2|1|"], ["outstanding", []]]
+
+
+def test_past_the_gap_bound_the_oldest_gaps_are_forgotten_as_in_python(
+    secure_static_origin: Page,
+) -> None:
+    """One publisher's even sequences first (a gap before each), then the odd ones late:
+    of the 300 gaps the store keeps the last MAX_GAPS, as ResumeState (and the broker's gap
+    table); the late messages in forgotten gaps count as received. Across a reload whose
+    journal is a checkpoint plus entries after it."""
+    evens = [f"1|{q}|" for q in range(2, 601, 2)]
+    odds = [f"1|{q}|" for q in range(1, 600, 2)]
+    log = evens + odds
+    ops: list[Op] = [("receive", 150), ("prune", 0), ("receive", 150), ("reload", 0), ("drain", 0)]
+    trace = drive_js(secure_static_origin, log, ops)
+    assert trace == drive_python(log, ops, set_oracle=False)
+    forgotten = len(evens) - MAX_GAPS
+    after_reload = trace[trace.index(["reload", "0"]) + 1 :]
+    assert [got for _, got in after_reload[: len(evens)]] == [True] * len(evens)  # outstanding
+    late = after_reload[len(evens) : len(evens) + len(odds)]
+    assert [bm for bm, got in late if got] == odds[forgotten:]
+
+
+# A journal as the store wrote it before gaps were kept: a checkpoint `{prefix, pubSeqs}`
+# (every sequence of a publisher up to pubSeqs counts as received), then its records as
+# `r` / `d` entries.
+OLD_JOURNAL = """
+async ({ name, entries, arrivals }) => {
+  const H = await import('/static/spool-ha.js');
+  const db = await new Promise((resolve, reject) => {
+    const req = indexedDB.open(`spool-bookmark-store/${name}`, 1);
+    req.onupgradeneeded = () => req.result.createObjectStore('journal', { autoIncrement: true });
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error);
+  });
+  await new Promise((resolve, reject) => {
+    const tx = db.transaction('journal', 'readwrite');
+    for (const e of entries) tx.objectStore('journal').add(e);
+    tx.oncomplete = resolve;
+    tx.onerror = () => reject(tx.error);
+  });
+  db.close();
+  const s = new H.IndexedDBBookmarkStore(name);
+  await s.open();
+  const resume = s.getMostRecent('sub');
+  const outstanding = s.outstanding('sub');
+  const got = arrivals.map((b) => s.log('sub', b));
+  await s.prune();
+  await s.close();
+  await s.open();
+  const afterPrune = [s.getMostRecent('sub'), s.outstanding('sub'), arrivals.map((b) => s.log('sub', b))];
+  await s.close();
+  return { resume, outstanding, got, afterPrune };
+}
+"""
+
+
+def test_a_store_written_before_gaps_loads_as_it_did(secure_static_origin: Page) -> None:
+    """The journal of the Python test `test_a_snapshot_without_gaps_keeps_its_out_of_order_
+    discards`, in the browser store's older format: 1..3 and the discarded 6 stay
+    duplicates, the outstanding 5 comes again once, 4 and 7 are new, as the older store
+    decided; compacted in the new format, the same holds after another reload."""
+    entries = [
+        {"s": "sub", "k": "c", "c": {"prefix": "1|3|", "pubSeqs": {"1": 3}}},
+        {"s": "sub", "k": "r", "b": "1|5|"},
+        {"s": "sub", "k": "r", "b": "1|6|"},
+        {"s": "sub", "k": "d", "b": "1|6|"},
+    ]
+    arrivals = [f"1|{q}|" for q in range(1, 8)]
+    result = secure_static_origin.evaluate(
+        OLD_JOURNAL, {"name": "old-format", "entries": entries, "arrivals": arrivals}
+    )
+    assert result["resume"] == "1|3|"
+    assert result["outstanding"] == ["1|5|"]
+    assert result["got"] == [False, False, False, True, True, False, True]
+    old_snapshot = {"start": EPOCH, "recovery": "1|3|", "contig": {"1": 3}, "above": {"1": [6]},
+                    "order": [["1|5|", False], ["1|6|", True]]}  # fmt: skip
+    python = ResumeState.from_snapshot(old_snapshot)
+    python.reloaded()
+    assert [python.receive(b) for b in arrivals] == result["got"]
+    # after the reload the received 4, 5 and 7 come again (not discarded), the rest not
+    assert result["afterPrune"] == [
+        "1|3|",
+        ["1|5|", "1|4|", "1|7|"],
+        [False, False, False, True, True, False, True],
+    ]
+
+
+TAIL_REPEATS = """
+async () => {
+  const H = await import('/static/spool-ha.js');
+  const open = async () => { const s = new H.IndexedDBBookmarkStore('tail-repeats'); await s.open(); return s; };
+  let s = await open();
+  const entries = [];
+  for (const b of ['1|3|', '1|1|', '2|1|', '1|2|']) { s.log('sub', b); entries.push({ s: 'sub', k: 'r', b }); }
+  for (const b of ['1|3|', '1|1|', '1|2|']) { s.discard('sub', b); entries.push({ s: 'sub', k: 'd', b }); }
+  const state = () => [s.getMostRecent('sub'), s.outstanding('sub')];
+  const before = state();
+  await s.close();
+  // the tab died after these entries committed and before its tail was cleaned up
+  const tail = 'spool-bookmark-store/tail-repeats/tail/';
+  entries.forEach((e, i) => localStorage.setItem(tail + i, JSON.stringify(e)));
+  s = await open();
+  const after = state();
+  const again = ['1|1|', '1|2|', '1|3|', '2|1|'].map((b) => s.log('sub', b));
+  await s.close();
+  return { before, after, again };
+}
+"""
+
+
+def test_a_tail_that_repeats_committed_entries_changes_nothing(
+    secure_static_origin: Page,
+) -> None:
+    """Entries replayed twice (committed, and still in the localStorage tail of a tab that
+    died before cleaning it): a message folded into the resume point is not brought back."""
+    result = secure_static_origin.evaluate(TAIL_REPEATS)
+    assert result["before"] == ["1|1|,1|3|", ["2|1|"]]
+    assert result["after"] == result["before"]
+    assert result["again"] == [False, False, False, True]  # 2|1| outstanding: once more
