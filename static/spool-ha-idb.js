@@ -14,6 +14,21 @@ export class StoreLockedError extends SpoolError {
   }
 }
 
+/**
+ * A store's IndexedDB write failed (the origin's storage quota is used up, the transaction
+ * was aborted, ...): what it was to keep was refused. `cause` is the browser's error.
+ */
+export class StoreWriteError extends SpoolError {
+  constructor(kind, name, cause) {
+    const why = cause?.name === "QuotaExceededError" ? "QuotaExceededError (the origin's storage quota is used up)"
+      : `${cause?.name ?? "Error"}${cause?.message ? `: ${cause.message}` : ""}`;
+    super("store write failed", `the ${kind} '${name}' could not write: ${why}`);
+    this.name = "StoreWriteError";
+    this.store = name;
+    this.cause = cause;
+  }
+}
+
 /** The browser cannot host an IndexedDB store (no IndexedDB, or no Web Locks API). */
 export class StoreUnavailableError extends SpoolError {
   constructor(detail) {

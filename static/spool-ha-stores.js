@@ -20,6 +20,7 @@
 
 import { SpoolError } from "./spool-client.js";
 import {
+  StoreWriteError,
   SyncTail,
   WriteBehind,
   openDatabase,
@@ -28,7 +29,7 @@ import {
   takeLock,
 } from "./spool-ha-idb.js";
 
-export { StoreLockedError, StoreUnavailableError } from "./spool-ha-idb.js";
+export { StoreLockedError, StoreUnavailableError, StoreWriteError } from "./spool-ha-idb.js";
 
 /** Bookmark: replay from the start of the log. */
 export const EPOCH = "0";
@@ -199,6 +200,8 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
     this._db = null;
     this._release = null;
     this._writer = null;
+    /** the highest sequence whose write committed: entries above it are not sent yet */
+    this._written = 0;
   }
 
   get dbName() {
@@ -226,6 +229,7 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
         }
       }
       this._ledger = ledger;
+      this._written = ledger.lastSeq;
       this._writer = new WriteBehind(this._db, ["messages", "meta"], (exc) => this.onError(exc));
     } catch (exc) {
       this._db?.close();
@@ -244,13 +248,33 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
     tx.objectStore("meta").put({ lastSeq: this._ledger.lastSeq, lastDiscarded: this._ledger.lastDiscarded }, "state");
   }
 
+  /**
+   * Keep `entry`; resolves once its write committed. A failed write refuses it: it leaves
+   * the store (it is never sent) and the promise rejects with StoreWriteError.
+   */
   store(entry) {
     this._requireOpen();
     this._ledger.add(entry);
     return this._writer.write((tx) => {
       tx.objectStore("messages").put(entry);
       this._saveMeta(tx);
-    });
+    }).then(
+      () => {
+        if (entry.seq > this._written) this._written = entry.seq;
+      },
+      (exc) => {
+        this._ledger.remove(entry.seq);
+        throw new StoreWriteError("publish store", this.name, exc);
+      },
+    );
+  }
+
+  /** Entries above `seq` whose write committed, in order (a message is in IndexedDB
+   * before it is on the wire). */
+  entriesAfter(seq) {
+    const entries = this._ledger.entriesAfter(seq);
+    const unwritten = entries.findIndex((e) => e.seq > this._written);
+    return unwritten < 0 ? entries : entries.slice(0, unwritten);
   }
 
   discardUpTo(seq) {

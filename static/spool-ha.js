@@ -602,7 +602,13 @@ export class HAClient {
       expiration: opts.expiration,
       sowKey: opts.sowKey,
     };
-    await store.store(entry);
+    try {
+      await store.store(entry);
+    } catch (exc) {
+      // refused by the store (StoreWriteError): it is not kept, so it is never sent
+      this._roomFreed();
+      throw exc;
+    }
     // entries stored while disconnected (or replayed meanwhile) are sent by _recover
     if (this._ready && entry.seq > this._sentUpTo) this._send(entry);
     return entry.seq;
@@ -699,6 +705,11 @@ export class HAClient {
 
   _discarded(seq) {
     this.publishStore.discardUpTo(seq);
+    this._roomFreed();
+  }
+
+  /** The store holds fewer messages: flushes may be done, held publishes may go on. */
+  _roomFreed() {
     this._checkFlushes();
     const waiters = this._roomWaiters;
     this._roomWaiters = [];

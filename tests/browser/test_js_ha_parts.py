@@ -831,3 +831,108 @@ def test_a_reused_sequence_warns_or_is_refused(static_origin: Page) -> None:
     assert result["refused"][0] == "reused sequence"
     assert "acks it as a duplicate and drops it" in result["refused"][1]
     assert 'reusedSeq must be "warn", "refuse" or "allow"' in result["bad"]
+
+
+def test_a_publish_the_store_cannot_write_is_refused_and_never_sent(
+    secure_static_origin: Page,
+) -> None:
+    """The origin's storage quota (1 MB here) cannot hold a 2 MB message: its publish
+    rejects with StoreWriteError, it leaves the store, and neither the connection nor the
+    replay after a reconnect nor a reload of the store ever sends it; the publishes around
+    it go out in order."""
+    page = secure_static_origin
+    cdp = page.context.new_cdp_session(page)
+    origin = {"origin": page.evaluate("location.origin")}
+    cdp.send("Storage.overrideQuotaForOrigin", {**origin, "quotaSize": 1024 * 1024})
+    try:
+        result = scripted(
+            page,
+            """
+            broker('ws://a');
+            const storeErrors = [];
+            const store = new H.IndexedDBPublishStore('quota-pub', { onError: (e) => storeErrors.push(e.name) });
+            const ha = make('pub', { chooser: new H.DefaultServerChooser(['ws://a']),
+              delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: store });
+            await ha.connectAndLogon();
+            brokers['ws://a'].ackPersisted = false;        // the store keeps what it holds
+            const seqs = [await ha.publish('t', 'p1')];
+            let refused = null;
+            try { await ha.publish('t', new Uint8Array(2 * 1024 * 1024)); }
+            catch (e) { refused = { name: e.name, reason: e.reason, message: e.message, cause: e.cause?.name }; }
+            seqs.push(await ha.publish('t', 'p3'));
+            await settle();
+            const held = [ha.unpersistedCount(), store.entriesAfter(0).map((e) => e.seq)];
+            events.length = 0;
+            brokers['ws://a'].conn.drop();                 // the reconnect publishes the store again
+            await advance(10);
+            const replayed = events.filter((e) => e[0] === 'publish').map((e) => e[1]);
+            await ha.close();
+            await store.open();
+            const reopened = store.entriesAfter(0).map((e) => e.seq);
+            await store.close();
+            return { seqs, refused, held, replayed, reopened, storeErrors,
+                     log: brokers['ws://a'].log.map(([s, body]) => [s, body.length]), errors };
+            """,
+        )
+    finally:
+        cdp.send("Storage.overrideQuotaForOrigin", origin)
+    assert result["refused"] == {
+        "name": "StoreWriteError",
+        "reason": "store write failed",
+        "message": "store write failed: the publish store 'quota-pub' could not write: "
+        "QuotaExceededError (the origin's storage quota is used up)",
+        "cause": "QuotaExceededError",
+    }
+    assert result["seqs"] == [1, 3]  # 2 was numbered, then refused
+    assert result["held"] == [2, [1, 3]]
+    assert result["replayed"] == [1, 3]
+    assert result["reopened"] == [1, 3]
+    assert result["log"] == [[1, 2], [3, 2], [1, 2], [3, 2]]  # sent, then sent again
+    assert result["storeErrors"] == ["QuotaExceededError"]
+    assert result["errors"] == []
+
+
+def test_a_publish_goes_on_the_wire_only_once_its_write_committed(
+    secure_static_origin: Page,
+) -> None:
+    """Another connection to the store's database holds a write transaction, so the store's
+    write of p2 waits: the reconnect's replay meanwhile sends p1 only (a message is in
+    IndexedDB before it is on the wire, so a refused write can never have been sent); p2
+    goes out once its write committed, once."""
+    result = scripted(
+        secure_static_origin,
+        """
+        broker('ws://a');
+        const store = new H.IndexedDBPublishStore('gate-pub');
+        const ha = make('pub', { chooser: new H.DefaultServerChooser(['ws://a']),
+          delay: new H.FixedDelayStrategy({ delay: 10 }), publishStore: store });
+        await ha.connectAndLogon();
+        brokers['ws://a'].ackPersisted = false;
+        await ha.publish('t', 'p1');
+        const other = await new Promise((resolve) => {
+          const req = indexedDB.open(store.dbName, 1); req.onsuccess = () => resolve(req.result); });
+        let hold = true;
+        const gate = other.transaction(['messages', 'meta'], 'readwrite');
+        const spin = () => { if (hold) gate.objectStore('meta').get('none').onsuccess = spin; };
+        spin();
+        const gateDone = new Promise((resolve) => { gate.oncomplete = resolve; });
+        const p2 = ha.publish('t', 'p2');
+        await settle();
+        events.length = 0;
+        brokers['ws://a'].conn.drop();
+        await advance(10);
+        const whileWaiting = events.filter((e) => e[0] === 'publish').map((e) => e[1]);
+        hold = false;
+        await gateDone;
+        other.close();
+        const seq = await p2;
+        await settle();
+        const after = events.filter((e) => e[0] === 'publish').map((e) => e[1]);
+        await ha.close();
+        return { whileWaiting, seq, after, errors };
+        """,
+    )
+    assert result["whileWaiting"] == [1]
+    assert result["seq"] == 2
+    assert result["after"] == [1, 2]
+    assert result["errors"] == []
