@@ -169,7 +169,8 @@ export class WriteBehind {
  * the tab as soon as `setItem` returns), so a discard is as durable as anything the
  * application recorded synchronously before calling it. Without localStorage (a worker)
  * the tail is off, and a discard of the last milliseconds before a crash may be undone
- * (the message comes again; never a gap).
+ * (the message comes again; never a gap); the same holds for the entries localStorage
+ * refuses when its quota is used up.
  */
 export class SyncTail {
   constructor(prefix) {
@@ -199,10 +200,20 @@ export class SyncTail {
     return entries;
   }
 
-  append(entry) {
+  /**
+   * Keep `entry` until `remove(id)`; returns its id, or -1 when localStorage refused it
+   * (its quota is used up): the entry is then durable when its IndexedDB transaction
+   * commits, as without localStorage. `onRefused(error)` hears each refusal.
+   */
+  append(entry, onRefused = () => {}) {
     if (this._storage === null) return -1;
     const id = this._next++;
-    this._storage.setItem(this._prefix + id, JSON.stringify(entry));
+    try {
+      this._storage.setItem(this._prefix + id, JSON.stringify(entry));
+    } catch (exc) {
+      onRefused(exc);
+      return -1;
+    }
     return id;
   }
 

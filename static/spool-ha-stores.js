@@ -659,6 +659,7 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     this._writer = null;
     this._tail = null;
     this._journalSize = 0;
+    this._tailFull = false;
     this._pruning = null;
     /** bumped by each prune when it writes the state: older entries not yet written are in it */
     this._generation = 0;
@@ -704,7 +705,8 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
     this._journalSize++;
     const entry = { s: subId, k: kind, b: bookmark };
-    const tailId = this._tail.append(entry);
+    const tailId = this._tail.append(entry, (exc) => this._tailRefused(exc));
+    if (tailId >= 0) this._tailFull = false;
     const generation = this._generation;
     this._writer.write((tx) => {
       // a prune run earlier in this transaction wrote the state this entry belongs to
@@ -717,6 +719,13 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
         this._pruning = null;
       });
     }
+  }
+
+  /** localStorage refused a tail entry: reported once until it takes one again. */
+  _tailRefused(exc) {
+    if (this._tailFull) return;
+    this._tailFull = true;
+    this.onError(new StoreWriteError("bookmark store's localStorage tail", this.name, exc));
   }
 
   /** Resolves when every discard so far is in IndexedDB. */

@@ -313,3 +313,51 @@ def test_a_tail_that_repeats_committed_entries_changes_nothing(
     assert result["before"] == ["1|1|,1|3|", ["2|1|"]]
     assert result["after"] == result["before"]
     assert result["again"] == [False, False, False, True]  # 2|1| outstanding: once more
+
+
+FULL_LOCAL_STORAGE = """
+async () => {
+  const H = await import('/static/spool-ha.js');
+  const reported = [];
+  const open = async () => {
+    const s = new H.IndexedDBBookmarkStore('full-tail', { onError: (e) => reported.push(e.message) });
+    await s.open();
+    return s;
+  };
+  let s = await open();
+  const keys = [];
+  for (const size of [100000, 10000, 1000, 100, 10, 1]) {
+    try { for (;;) { const k = `fill${keys.length}`; localStorage.setItem(k, 'x'.repeat(size)); keys.push(k); } }
+    catch { /* full at this size: go on with smaller values */ }
+  }
+  const handed = [];
+  let thrown = null;
+  try {
+    handed.push(s.log('sub', '1|1|'), s.log('sub', '1|2|'));
+    s.discard('sub', '1|1|');
+  } catch (e) { thrown = `${e.name}: ${e.message}`; }
+  await s.flush();
+  for (const k of keys) localStorage.removeItem(k);
+  await s.close();
+  s = await open();
+  const reopened = [s.getMostRecent('sub'), s.outstanding('sub')];
+  await s.close();
+  return { handed, thrown, reported, reopened };
+}
+"""
+
+
+def test_a_full_local_storage_leaves_the_bookmark_store_working(
+    secure_static_origin: Page,
+) -> None:
+    """localStorage (the synchronous tail) refuses every entry: messages are still handed
+    over and discarded, the entries reach IndexedDB (a reload finds them), and the store's
+    onError hears it once."""
+    result = secure_static_origin.evaluate(FULL_LOCAL_STORAGE)
+    assert result["thrown"] is None
+    assert result["handed"] == [True, True]
+    assert result["reported"] == [
+        "store write failed: the bookmark store's localStorage tail 'full-tail' could not "
+        "write: QuotaExceededError (the origin's storage quota is used up)"
+    ]
+    assert result["reopened"] == ["1|1|", ["1|2|"]]
