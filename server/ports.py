@@ -341,8 +341,11 @@ class Refold(Protocol):
 
     The pipeline calls :meth:`repaired` with the repaired range's records, then
     :meth:`later` with every record after it up to the log's last one, in log order, then
-    :meth:`apply` on the loop with nothing appended since the last :meth:`later`: the
-    stage's state then holds what a rebuild from the whole log would hold.
+    :meth:`apply` on the loop with nothing appended since the last :meth:`later`, a
+    bounded part at a time: between two parts the loop runs (live publishes change the
+    state), and :meth:`later` is fed what was appended meanwhile before the next part.
+    Once :attr:`done`, the stage's state holds what a rebuild from the whole log would
+    hold.
     """
 
     def repaired(self, records: Sequence[Record]) -> None:
@@ -353,9 +356,15 @@ class Refold(Protocol):
         """Records after the repaired range, in log order (those already folded)."""
         ...
 
-    def apply(self) -> int:
-        """Bring the live state up to the fold of the log; returns how many changes
-        were made (keys put or removed, messages entered or taken out)."""
+    def apply(self, limit: int) -> int:
+        """Bring about ``limit`` more items (keys, records) of the live state up to the
+        fold of the log; returns how many changes were made (keys put or removed,
+        messages entered or taken out)."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """Nothing is left to apply."""
         ...
 
 

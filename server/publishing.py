@@ -76,6 +76,10 @@ _INLINE: Final = frozenset({"received", "processed"})
 #: a refold reads the rest of the log without yielding once it is this close to its end
 #: (the last records are in the log's memory tail: read without a file, bounded work)
 _REFOLD_TAIL: Final = 4096
+#: how much of a repaired range a refold applies in one step of the loop (SOW keys,
+#: queue records): a missing journal can hold hundreds of thousands of records, and the
+#: loop runs between two parts
+REFOLD_PART: Final = 2048
 
 
 class PublishPipeline:
@@ -125,6 +129,8 @@ class PublishPipeline:
         #: the part of :attr:`recovery_skipped` no :meth:`refold` took back yet
         self.unfolded: list[tuple[int, int]] = []
         self._refolding = asyncio.Lock()
+        #: how much of a repaired range one step of the loop applies (:meth:`refold`)
+        self.refold_part = REFOLD_PART
 
     async def recover(self, *, batch_count: int = 4096) -> int:
         """Feed the journal, in order, to the stages that rebuild state from it (start-up).
@@ -177,12 +183,15 @@ class PublishPipeline:
         came later what the repaired records still change (a SOW key stored or removed
         later keeps its later state; a queue message acked later stays out). The last
         records are read from the log's memory tail without yielding, so the stages apply
-        the result on the loop with nothing appended since their last record: no live
-        change can slip between the read and the apply. One refold at a time.
+        on the loop with nothing appended since their last record: no live change can
+        slip between the read and the apply. They apply :attr:`refold_part` items per
+        step of the loop; before each next part, what was appended meanwhile is read the
+        same way and fed to them. One refold at a time.
 
         A range whose read meets records after it that were folded already and are now
         fenced (damage found since: what they changed is unknown for now) waits, and is
-        tried again at the next call (the next repair written).
+        tried again at the next call (the next repair written). A part applied before
+        that is applied again then, to no effect: each stage's apply is idempotent.
         """
         txlog = self._txlog
         stages = [s for s in self._stages if isinstance(s, RefoldingStage)]
@@ -222,9 +231,28 @@ class PublishPipeline:
             seq = records[-1].seq + 1
         if not read:
             return 0, 0  # released, or taken by retention: nothing to take in
-        # every record after it, to the log's end; the condition is checked with no await
-        # between it and the apply below
+        made = 0
         seq = last + 1
+        while True:
+            # every record after it, to the log's end; the condition is checked with no
+            # await between it and the apply below
+            later = await self._read_later(txlog, folds, seq)
+            if later is None:
+                return None
+            seq, count = later
+            read += count
+            made += sum(fold.apply(self.refold_part) for fold in folds)
+            if all(fold.done for fold in folds):
+                return read, made
+            await asyncio.sleep(0)  # let the loop run between two parts
+
+    async def _read_later(
+        self, txlog: TransactionLog, folds: list[Refold], seq: int
+    ) -> tuple[int, int] | None:
+        """Feed ``folds`` the records from ``seq`` to the log's end, returning with no
+        await after the end was seen: (the next seq, records read), or None when the
+        range must wait (folded records damaged since)."""
+        read = 0
         while seq <= txlog.last_seq:
             try:
                 records = await txlog.read_appended(seq, max_count=4096)
@@ -244,7 +272,7 @@ class PublishPipeline:
             seq = records[-1].seq + 1
             if txlog.last_seq - seq > _REFOLD_TAIL:
                 await asyncio.sleep(0)  # far from the end: let the loop run between reads
-        return read, sum(fold.apply() for fold in folds)
+        return seq, read
 
     # -- front ends ---------------------------------------------------------------------
 

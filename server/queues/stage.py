@@ -709,6 +709,9 @@ class QueueRefold:
         self._by_bookmark: dict[QueueRuntime, dict[str, int]] = {}
         #: per queue, the latest grant after the range naming one of its messages
         self._grants: dict[QueueRuntime, dict[str, Grant]] = {}
+        #: how many of :attr:`_records` were applied, and whether the grants were
+        self._applied = 0
+        self._granted = False
 
     def repaired(self, records: Sequence[Record]) -> None:
         by_name = self._by_name
@@ -765,12 +768,20 @@ class QueueRefold:
                     if held is None or (change.epoch, change.owner) > (held.epoch, held.owner):
                         grants[change.bookmark] = change
 
-    def apply(self) -> int:
+    @property
+    def done(self) -> bool:
+        return self._granted
+
+    def apply(self, limit: int) -> int:
+        """The range's records in log order, ``limit`` at a time; once all are in, the
+        grants after the range that name its messages."""
         stage = self._stage
         by_name = self._by_name
         changed: set[QueueRuntime] = set()
         made = 0
-        for rec in self._records:
+        part = self._records[self._applied : self._applied + max(1, limit)]
+        self._applied += len(part)
+        for rec in part:
             kind = rec.kind
             if kind in _EVENT_KINDS:
                 queue = by_name[rec.topic]
@@ -789,17 +800,19 @@ class QueueRefold:
                 if queue.restore(rec):
                     made += 1
                     changed.add(queue)
-        now = stage.now_us()
-        for queue, grants in self._grants.items():
-            own = queue.ownership
-            if own is None:
-                continue
-            for grant in grants.values():
-                if queue.machine.get(grant.bookmark) is not None:
-                    queue.outgoing.extend(own.receive(grant, now, replay=True))
-                    changed.add(queue)
+        if self._applied >= len(self._records):
+            self._granted = True
+            self._records.clear()
+            now = stage.now_us()
+            for queue, grants in self._grants.items():
+                own = queue.ownership
+                if own is None:
+                    continue
+                for grant in grants.values():
+                    if queue.machine.get(grant.bookmark) is not None:
+                        queue.outgoing.extend(own.receive(grant, now, replay=True))
+                        changed.add(queue)
         for queue in changed:
             queue.take_pending()
             stage.on_refolded(queue)
-        self._records.clear()
         return made

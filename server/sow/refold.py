@@ -11,10 +11,12 @@ state key by key, without rebuilding anything else:
 - the records after the range, up to the log's end, are read; a key any of them changes
   is dropped: its live state is already the fold's (a later put, or a later delete,
   which a repaired put must not undo);
-- the keys left are applied on the loop (:meth:`SowRefold.apply`), with nothing appended
-  since the last record read (server/publishing.py ``PublishPipeline.refold``): a put
-  stores the record under its own log seq, a delete removes the key. A stored record
-  with a seq at or past the repaired one is never replaced (a second guard: it is newer).
+- the keys left are applied on the loop (:meth:`SowRefold.apply`), a bounded number at
+  a time, each part with nothing appended since the last record read (server/publishing.py
+  ``PublishPipeline.refold`` feeds :meth:`SowRefold.later` what live publishes appended
+  between two parts): a put stores the record under its own log seq, a delete removes
+  the key. A stored record with a seq at or past the repaired one is never replaced (a
+  second guard: it is newer).
 
 Subscribers hear of each change as of a live one (a publish; an ``oof`` with reason
 ``deleted``); records whose lifetime ran out meanwhile expire at once, as after a
@@ -24,6 +26,7 @@ are durable).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 from server.config import SowTopicConfig
@@ -91,12 +94,22 @@ class SowRefold:
             if keyed is not None:
                 keys.pop(keyed[0], None)
 
-    def apply(self) -> int:
+    @property
+    def done(self) -> bool:
+        return not any(self._last.values())
+
+    def apply(self, limit: int) -> int:
         topics = self._topics
         made = 0
         for topic, keys in self._last.items():
+            if limit <= 0:
+                break
             if not keys:
                 continue
+            part = list(itertools.islice(keys.items(), limit))
+            for key, _ in part:
+                del keys[key]
+            limit -= len(part)
             target = self._rule(topic)
             assert target is not None
             store = topics.store_for(topic, target[0])
@@ -104,7 +117,7 @@ class SowRefold:
             puts: list[Change] = []
             deletes: list[Change] = []
             earliest = 0
-            for key, (rec, expires) in keys.items():
+            for key, (rec, expires) in part:
                 current = store.get(key)
                 if current is not None and current.seq >= rec.seq:
                     continue  # a later record stored it (not in the log read: a guard)
@@ -130,5 +143,4 @@ class SowRefold:
             if deletes:
                 self._delivery.changed(topic, literal, deletes, DELETED)
             made += len(puts) + len(deletes)
-        self._last.clear()
         return made
