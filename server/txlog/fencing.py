@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from server.txlog.fences import Fence, Part, placeholders
-from server.txlog.index import BlockSpan
+from server.txlog.index import BlockSpan, PublisherSummary
 from server.txlog.record import LOST_KEY
 from server.txlog.salvage import LostSpan, Piece, Salvage
 
@@ -46,6 +46,7 @@ __all__ = [
     "fences_of",
     "journal_parts",
     "neighbours_of",
+    "own_interval",
     "tail_fence",
 ]
 
@@ -247,11 +248,66 @@ def _intervals(lost: dict[int, set[int]]) -> list[tuple[int, int, int]]:
 
 
 def _from_neighbours(before: dict[int, int], after: dict[int, int]) -> list[tuple[int, int, int]]:
+    """Per publisher with a record after the span, the sequences between its last record
+    before (none: 0) and its first after. A publisher whose first records were in the
+    span has none before: its records there are among ``1..first after - 1``."""
     return [
-        (key, before[key] + 1, after[key] - 1)
-        for key in sorted(before.keys() & after.keys())
-        if after[key] > before[key] + 1
+        (key, before.get(key, 0) + 1, after[key] - 1)
+        for key in sorted(after)
+        if after[key] > before.get(key, 0) + 1
     ]
+
+
+class _Index(KeyRanges, Protocol):
+    def publishers(self) -> Iterable[PublisherSummary]: ...
+
+
+class _Indexed(Protocol):
+    @property
+    def base(self) -> int: ...
+    @property
+    def last_seq(self) -> int: ...
+    @property
+    def index(self) -> _Index: ...
+
+
+def own_interval(fence: Fence, own: int, journals: Sequence[_Indexed]) -> tuple[int, int] | None:
+    """The sequences the instance's own records in an inexact ``fence`` lie in (module
+    docstring; docs/transaction-log.md "Fences"), or None when the fence names them
+    already or the log holds none of them around it.
+
+    The instance numbers its own records one after the other (``publisher_last + 1``),
+    so its records in the fence are at most as many as the fence's seqs and follow its
+    last one before (none: 0): ``before + 1 .. first after - 1``, or, with none after,
+    ``before + 1 .. before + records``. Ranges of the fence's own journal whose block lies
+    across the fence are left out: that only widens the interval.
+    """
+    if fence.exact or any(key == own for key, _lo, _hi in fence.identities):
+        return None
+    before = 0
+    after: int | None = None
+    for journal in journals:
+        if journal.last_seq < fence.first_seq or journal.base > fence.last_seq:
+            ranges = [
+                (p.min_pub_seq, p.max_pub_seq, journal.base > fence.last_seq)
+                for p in journal.index.publishers()
+                if p.pub_hash == own
+            ]
+        else:
+            ranges = [
+                (lo, hi, span.seq > fence.last_seq)
+                for key, lo, hi, _n, span in journal.index.key_ranges()
+                if key == own
+                and span is not None
+                and (span.seq + span.count - 1 < fence.first_seq or span.seq > fence.last_seq)
+            ]
+        for lo, hi, later in ranges:
+            if later:
+                after = lo if after is None else min(after, lo)
+            else:
+                before = max(before, hi)
+    hi = after - 1 if after is not None else before + fence.records
+    return (before + 1, hi) if hi > before else None
 
 
 def tail_fence(

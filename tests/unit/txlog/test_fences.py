@@ -149,3 +149,52 @@ def test_a_released_fence_is_passed_over_and_its_seqs_stay_taken(tmp_path: Path)
         await log.close()
 
     run(again)
+
+
+def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
+    tmp_path: Path,
+) -> None:
+    """The instance's own records (its broker identity) were last written in a journal
+    that is now missing, with none after it: the fence's intervals name them
+    (``last before + 1 .. last before + records``: they are numbered one after the
+    other), and the next own record is numbered past them, never with a lost one's
+    bookmark."""
+    mine: list[int] = []
+
+    async def body() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        own = log.own_pub_hash
+        await fill(log, 1500)
+        await fill(log, 5, pub_hash=own)
+        await fill(log, 1500)
+        mine.extend(await fill(log, 5, pub_hash=own))  # the last of its own records ...
+        await fill(log, 1500)
+        await fill(log, 1500)
+        await log.close()
+
+    run(body)
+    files = journal_files(tmp_path)
+    bases = [int(p.name.split(".")[1]) for p in files]
+    at = max(i for i, b in enumerate(bases) if b <= mine[0])
+    assert bases[at + 1] > mine[-1] and at + 2 < len(files)  # ... in a middle journal
+    files[at].unlink()
+    files[at].with_suffix(".index").unlink()
+
+    async def reopened() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        own = log.own_pub_hash
+        (fence,) = log.fences
+        assert not fence.exact and fence.first_seq == bases[at]
+        (named,) = [(lo, hi) for key, lo, hi in fence.identities if key == own]
+        # its own records before the fence: 1..5, or also some of 6..10 when they were
+        # in the journal before
+        assert named[0] <= 6 and named[1] >= 10
+        assert named == (named[0], named[0] - 1 + fence.records)
+        nxt = log.append(topic="orders", message_type="json", pub_hash=own,
+                         pub_seq=log.publisher_last(own) + 1, body=b"{}")  # fmt: skip
+        assert nxt.pub_seq > named[1]
+        await log.close()
+
+    run(reopened)
