@@ -63,6 +63,7 @@ from server.replication.errors import (
     NotEntitledToReplicate,
     PeerShuttingDown,
     ProtocolRefusal,
+    ReconnectRequested,
     RecordRefused,
     ReplicationProtocolError,
     VersionMismatch,
@@ -99,7 +100,7 @@ from server.replication.replies import FailureReplies
 from server.replication.transport import LinkLost, LinkTransport, LinkWriter, SharedTransport
 from server.stats.source import EventSink
 from server.txlog import RecordKind, TransactionLog
-from server.txlog.holdings import with_fenced
+from server.txlog.holdings import lacks_any, with_fenced
 
 __all__ = ["InboundContext", "InboundLink"]
 
@@ -194,6 +195,8 @@ class InboundLink:
         #: the link's effective sync type as the source last told it (None: not yet)
         self.sync_type: str | None = None
         self.last_error: str | None = None
+        #: the fences' intervals the welcome claimed as held (:meth:`resync_if_withheld`)
+        self.claimed: list[tuple[int, int, int]] = []
         self._view_sent = 0
         self._hop = ""
         self._origin: Origin | None = None
@@ -297,6 +300,26 @@ class InboundLink:
         """Send the fabric view when the source has not had the latest one (welcomed)."""
         self._view_sent = share_view(self._ctx.peers, self, self._view_sent)
 
+    def resync_if_withheld(self) -> bool:
+        """A fence this link's welcome claimed as held was filled or released: when the
+        log lacks a sequence of what was claimed (an inexact fence's over-approximation,
+        a released fence), the source withheld it from its resync, so the link ends and
+        the source resyncs at once (docs/replication.md "Resync on connect"). Returns
+        whether it did."""
+        if not self.welcomed or not self.claimed:
+            return False
+        txlog = self._ctx.txlog
+        if not lacks_any(with_fenced(txlog.publishers.holdings(), txlog.fences), self.claimed):
+            return False
+        self.claimed = []
+        self.refuse(
+            ReconnectRequested(
+                "fenced records claimed as held here were repaired or released: "
+                "resync what this instance still lacks"
+            )
+        )
+        return True
+
     def refuse(self, error: LinkRefused) -> None:
         """End the link (an operator, the instance stopping, a newer link of the source)."""
         self.protocol.refuse(error)
@@ -392,7 +415,9 @@ class InboundLink:
         )
         ctx.register(self)
         # fenced records count as held: the repair writes them back in place
-        holdings: Holdings = with_fenced(ctx.txlog.publishers.holdings(), ctx.txlog.fences)
+        fences = ctx.txlog.fences
+        holdings: Holdings = with_fenced(ctx.txlog.publishers.holdings(), fences)
+        self.claimed = [i for f in fences for i in f.identities]
         self.protocol.welcome(
             name=cfg.name,
             group=cfg.group,

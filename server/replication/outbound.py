@@ -785,6 +785,10 @@ class DestinationLink:
             self.last_error = f"refused by {self.remote_name!r}: {text}"
             if isinstance(error, ValidationReported | ValidationFailed):
                 self.validation_failures = [error.detail]
+            if isinstance(error, ReconnectRequested):
+                # the destination asks for a resync now (its holdings changed: a fence
+                # it claimed was filled or released): reconnect at once, as an operator's
+                self._operator_reconnect = True
             self._ctx.events.emit(
                 "warning", "replication", "link_refused", destination=self.name,
                 reason=error.reason, detail=error.detail,

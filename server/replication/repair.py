@@ -31,8 +31,12 @@ under the same local seqs (``TransactionLog.fill_fence``):
    here), else the peer's path and the peer (as a link's record would have it). A fence is
    written only when the records make it up exactly: as many as its seqs (for an exact
    fence, the records that reached this log again elsewhere meanwhile count, and their
-   placeholders are released). Otherwise it stays fenced and says what was found where:
-   nothing is ever invented or renumbered.
+   placeholders are released; for an inexact one that finds more than its seqs, the
+   records that went out from this instance, when they alone are as many). Otherwise it
+   stays fenced and says what was found where, and which bookmarks no peer sent:
+   nothing is ever invented or renumbered. Meanwhile no link's resync sends a fenced
+   record back under a new seq: the instance's holdings claim every fence's intervals
+   (server/txlog/holdings.py ``with_fenced``), so the repair alone fills the range.
 4. **When**: at start-up, before the SOW and queues are rebuilt from the log, for up to
    ``Tuning/JournalRepairWait`` (the instance is not ready meanwhile; the peers are
    started too, and serve repairs while they start); then in the background while fences
@@ -159,6 +163,9 @@ class _Wanted:
     fence: Fence
     intervals: list[tuple[int, int, int]]
     got: dict[tuple[int, int], Record] = field(default_factory=dict)
+    #: bookmarks of the records received that went out from this instance (its name on
+    #: the peer's path: they were in this log)
+    from_here: set[tuple[int, int]] = field(default_factory=set)
 
     def takes(self, pub_hash: int, pub_seq: int) -> bool:
         return any(h == pub_hash and lo <= pub_seq <= hi for h, lo, hi in self.intervals)
@@ -439,11 +446,14 @@ class Repairer:
         hop = format_hop(offer.name, offer.group)
         for run in runs:
             path = _path_here(run.path, me, hop)
+            here = len(path) <= len(run.path)  # this instance's name was on it
             for i, pub_seq in enumerate(run.pub_seqs):
                 for w in wanted:
                     if w.takes(run.pub_hash, pub_seq):
                         key = (run.pub_hash, pub_seq)
                         if key not in w.got:
+                            if here:
+                                w.from_here.add(key)
                             w.got[key] = Record(
                                 run.source_seqs[i], run.timestamps_us[i], run.pub_hash,
                                 pub_seq, run.topic, _MESSAGE_TYPE, RecordKind(run.kind), path,
@@ -495,12 +505,11 @@ class Repairer:
             released = len(elsewhere)
         else:
             released = 0
+            if len(records) > fence.records:
+                records = _narrowed(records, w.from_here, fence.records)
         records.sort(key=lambda r: r.seq)  # the peer's log order
         if len(records) + released != fence.records:
-            note = f"{peer}: {len(records)} of {fence.records} records found" + (
-                f" ({held} held here already)" if held else ""
-            )
-            found.setdefault(fence.first_seq, []).append(note)
+            found.setdefault(fence.first_seq, []).append(_shortfall(peer, w, records, held))
             return
         try:
             await txlog.fill_fence(fence.first_seq, records, released=released)
@@ -532,6 +541,60 @@ class Repairer:
             )
         except TlsError as exc:
             raise LinkTlsFailed(f"TLS files: {exc}") from exc
+
+
+def _narrowed(records: list[Record], from_here: set[tuple[int, int]], wanted: int) -> list[Record]:
+    """An inexact fence's records when the peer holds more in its intervals than it has
+    seqs (its intervals over-approximate: records of topics this instance does not take,
+    or not here yet): those that went out from this instance were in its log, so when
+    they alone are as many as the fence's seqs, they are its records. Otherwise the
+    records are left as found (too many: nothing is written)."""
+    mine = [r for r in records if (r.pub_hash, r.pub_seq) in from_here]
+    return mine if len(mine) == wanted else records
+
+
+#: most missing ranges a fence's repair note lists
+_LISTED: Final = 8
+
+
+def _shortfall(peer: str, w: _Wanted, records: list[Record], held: int) -> str:
+    """What a peer's answer lacked for a fence (its ``repair`` note): how many found,
+    and, when too few, which bookmarks of its intervals no record came for."""
+    fence = w.fence
+    note = f"{peer}: {len(records)} of {fence.records} records found" + (
+        f" ({held} held here already)" if held else ""
+    )
+    if len(records) > fence.records:
+        return note + (
+            ": more records in its intervals than it has seqs, and the ones that went out "
+            "from this instance do not tell which were here"
+        )
+    got = set(w.got)  # found (held here too): not missing
+    missing: list[str] = []
+    total = 0
+    for key, lo, hi in fence.identities:
+        pubs = publisher_of(key)
+        seqs = sorted({s for p, s in got if p in pubs and lo <= s <= hi})
+        prev = lo - 1
+        for s in [*seqs, hi + 1]:
+            if s > prev + 1:
+                total += s - prev - 1
+                if len(missing) < _LISTED:
+                    first, last = prev + 1, s - 1
+                    missing.append(f"{key}|{first}" + (f"..{last}" if last > first else ""))
+            prev = s
+    if not missing:
+        return note
+    listed = ", ".join(missing) + (
+        ", ..." if total > len(missing) and len(missing) == _LISTED else ""
+    )
+    if fence.exact:
+        return f"{note}; missing ({total}, as pub_hash|pub_seqs): {listed}"
+    return (
+        f"{note}; not found ({total} sequences of its intervals, as pub_hash|pub_seqs; "
+        f"the intervals may hold sequences never here: at most "
+        f"{fence.records - len(records)} were): {listed}"
+    )
 
 
 def _asked(fence: Fence) -> list[tuple[int, int, int]]:

@@ -311,6 +311,8 @@ class Replication:
             reverse=self._reverse_messages,
             reverse_gone=self._reverse_gone,
         )
+        # a fence filled or released: the sources told it was held may resync
+        txlog.add_fill_listener(self._fences_gone)
         for dest in self._destination_configs():
             link = DestinationLink(dest, ctx, self._state.destinations.get(dest.name))
             self.destinations[dest.name] = link
@@ -636,6 +638,17 @@ class Replication:
     def alerts(self) -> list[Alert]:
         """The conditions every dashboard page shows (server/alerts.py)."""
         return self.conflicts.alerts(self._clock.time())
+
+    def _fences_gone(self, first_seq: int, last_seq: int) -> None:
+        """A fence was filled or released: each source told its intervals were held here
+        resyncs when it withheld something the log still lacks
+        (:meth:`InboundLink.resync_if_withheld`)."""
+        for link in list(self.inbound.values()):
+            if link.resync_if_withheld():
+                self._events.emit(
+                    "info", "replication", "resync_after_fence", source=link.source,
+                    first_seq=first_seq, last_seq=last_seq,
+                )  # fmt: skip
 
     def _register(self, link: InboundLink) -> None:
         old = self.inbound.get(link.source)

@@ -37,6 +37,7 @@ __all__ = [
     "MAX_BLOCK_READS",
     "HeldPlan",
     "build_gaps",
+    "lacks_any",
     "plan_held",
     "read_held",
     "resync_start",
@@ -189,20 +190,22 @@ def resync_start(
 def with_fenced(
     holdings: dict[int, tuple[int, list[Interval]]], fences: Iterable[Fence]
 ) -> dict[int, tuple[int, list[Interval]]]:
-    """``holdings`` with the records of exact fences counted as held.
+    """``holdings`` with every fence's intervals counted as held.
 
     A fence's records are written back in place, under their seqs, by the repair
     (server/replication/repair.py); a replication source that resent them over a link
-    would give them new seqs (and the fence's placeholders would only be released). So
-    what an instance tells its sources it holds includes them. An index key stands for
-    one of two publishers (``publisher_of``): the one the log knows, else the key itself.
-    Fences that are not exact (their intervals may hold records they do not) count as
-    lacking.
+    would give them new seqs, as late arrivals applied in arrival order (an older SOW
+    value over a newer one, an acked queue message entering again), and the fence could
+    never be filled. So what an instance tells its sources it holds includes them: the
+    repair alone fills a fenced range. An inexact fence's intervals may over-approximate
+    (sequences that were never in the lost range, e.g. records of topics this instance
+    does not take, or records not here yet): those are withheld by the resync only while
+    the fence stands; once it is filled or released, the links that were told so resync
+    again (server/replication/inbound.py). An index key stands for one of two
+    publishers (``publisher_of``): the one the log knows, else the key itself.
     """
     out = {h: (last, list(gaps)) for h, (last, gaps) in holdings.items()}
     for fence in fences:
-        if not fence.exact:
-            continue
         for key, lo, hi in fence.identities:
             pub = next((p for p in publisher_of(key) if p in out), key)
             last, gaps = out.get(pub, (0, []))
@@ -217,3 +220,16 @@ def with_fenced(
                 kept.append((last + 1, lo - 1))  # lacked between the highest and the fence
             out[pub] = (max(last, hi), sorted(kept))
     return out
+
+
+def lacks_any(
+    holdings: dict[int, tuple[int, list[Interval]]], intervals: Iterable[tuple[int, int, int]]
+) -> bool:
+    """Whether ``holdings`` miss a sequence of any ``(index key, first, last)`` interval
+    (an index key read as :func:`with_fenced` reads it): a source told these were held
+    has withheld what it holds of them from its resync."""
+    for key, lo, hi in intervals:
+        pub = next((p for p in publisher_of(key) if p in holdings), key)
+        if _lacks(holdings, pub, lo, hi):
+            return True
+    return False

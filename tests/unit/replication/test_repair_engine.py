@@ -157,6 +157,8 @@ async def _unrepairable(tmp_path: Path) -> None:
         (fence,) = txlog.fences
         assert (fence.first_seq, fence.exact) == (torn.seq, True)
         assert "b: 0 of 1 records found" in fence.repair
+        # it names the record no peer has, so a release is an informed decision
+        assert f"missing (1, as pub_hash|pub_seqs): {torn.pub_hash}|{torn.pub_seq}" in fence.repair
         ops = again.broker.operations
         info = ops.transaction_log_info()
         assert info is not None and info["repair"] is not None
@@ -381,19 +383,28 @@ def _ack(client: FakeClient, names: set[str]) -> None:
     client.send(({"c": "sow_delete", "t": "work", "bm": ",".join(bms)}, b""))
 
 
-def test_sow_and_queues_take_in_records_repaired_after_start_up(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["flipped", "missing"])
+def test_sow_and_queues_take_in_records_repaired_after_start_up(
+    tmp_path: Path, damage: str
+) -> None:
     import asyncio
 
-    asyncio.run(_refolded(tmp_path))
+    asyncio.run(_refolded(tmp_path, damage))
 
 
-async def _refolded(tmp_path: Path) -> None:
+async def _refolded(tmp_path: Path, damage: str) -> None:
     """A's middle journal is lost and A starts while B is down: its SOW and queue are
     rebuilt without that journal's records. Once B is back and A's fence is repaired, A
     takes them in while it runs: the SOW equals the fold of the whole log (a repaired
     update never undoes a later one, a key deleted later stays deleted), the queue
     delivers each message not acked exactly once, and no acked message again (acked in
-    the lost journal, or after it)."""
+    the lost journal, or after it).
+
+    ``flipped``: a byte of each record of the journal is flipped (its index is intact:
+    the fence knows its records' bookmarks exactly). ``missing``: the journal and its
+    index are gone (the fence's bookmarks are those between the records around it, an
+    over-approximation): B's resync must not send its records back as new ones; they
+    come back through the repair, in place, and the log holds each bookmark once."""
 
     def config(name: str, other: str, addr: tuple[str, int]) -> str:
         return xml(
@@ -450,16 +461,23 @@ async def _refolded(tmp_path: Path) -> None:
         assert {k: orjson.loads(v[0])["v"] for k, v in want_sow.items()} == {
             "k0": 3, "k1": 2, "k3": 2,
         }  # fmt: skip
+        held_before = [(h, s) for h, s, _, _ in await records(ha)]
+        last_before = ha.last_seq
         await scene.stop("a")
         await scene.stop("b")
         journal_dir = tmp_path / "a" / "data" / "journal"
         middle = journals(journal_dir, "a")[1]
         damaged = [r for r in records_of(middle) if lost_from <= r.seq <= lost_to]
-        # the journal held everything published between the two fillers: a byte of each
-        # such record flipped (a finished journal: found when the start-up reads it)
+        # the journal held everything published between the two fillers
         assert [r.seq for r in damaged] == list(range(lost_from, lost_to + 1))
-        for rec in reversed(damaged):  # (the scan finds records up to the first damage)
-            flip_byte(middle, rec.offset + rec.length // 2)
+        if damage == "flipped":
+            # a byte of each such record flipped (a finished journal: found when the
+            # start-up reads it)
+            for rec in reversed(damaged):  # (the scan finds records up to the first damage)
+                flip_byte(middle, rec.offset + rec.length // 2)
+        else:
+            middle.unlink()
+            middle.with_suffix(".index").unlink()
         # as after a crash before the queue checkpoint passed q1 and q2: the start-up
         # reads the whole log (the acks of q1 and q2 are among the damaged records)
         (journal_dir / checkpoint_name("a")).unlink()
@@ -469,7 +487,7 @@ async def _refolded(tmp_path: Path) -> None:
         txlog = again.broker.txlog
         assert txlog is not None
         fenced = [(f.first_seq, f.last_seq) for f in txlog.fences]
-        assert fenced and all(f.exact for f in txlog.fences)
+        assert fenced and all(f.exact == (damage == "flipped") for f in txlog.fences)
         assert {s for a, b in fenced for s in range(a, b + 1)} >= {r.seq for r in damaged}
         pipeline = again.broker.pipeline
         assert pipeline.unfolded == fenced
@@ -481,8 +499,14 @@ async def _refolded(tmp_path: Path) -> None:
         # the pin and checkpoint of the queue hold from the damaged range until it is back
         assert again.broker.queues.queues["work"].pin_from(txlog.last_seq) <= fenced[0][0]
 
+        # the instance's own records in it (queue acks) are among what it asks for
+        assert any(key == txlog.own_pub_hash for f in txlog.fences for key, _, _ in f.identities)
         await scene.start("b")
         await drive(clock, lambda: not txlog.fences and not pipeline.unfolded)
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        # nothing came back as a new record: the log is the one it was, each bookmark once
+        assert again.last_seq == last_before
+        assert [(h, s) for h, s, _, _ in await records(again)] == held_before
         assert _sow(again) == await _fold(again) == want_sow
         refolded = [e for e in again.broker.events.recent(500) if e["event"] == "state_refolded"]
         assert [(e["first_seq"], e["last_seq"]) for e in refolded] == fenced
@@ -627,3 +651,111 @@ async def _wiped_own(tmp_path: Path) -> None:
         assert {(old, 1), (new, 1)} <= held
     finally:
         await scene.close()
+
+
+def test_a_missing_journal_no_peer_can_fill_names_what_is_lost_and_a_release_resyncs(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    asyncio.run(_missing_unfillable(tmp_path))
+
+
+async def _missing_unfillable(tmp_path: Path) -> None:
+    """A's middle journal is lost; it held records of a topic A does not replicate, so no
+    peer can give the fence back exactly. While the fence stands, B's resync sends none
+    of its records (A claims them: its repair alone fills the range); the fence names the
+    records no peer sent. Once an operator releases it, A asks B to resync, and B gives
+    back what it holds of the range, once each, as late records."""
+
+    def config(name: str, dest: str) -> str:
+        return xml(
+            tmp_path, name, dest, journal_size="1MB",
+            txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
+            tuning="<JournalRepairWait>0s</JournalRepairWait>",
+        )  # fmt: skip
+
+    def dest(name: str, addr: tuple[str, int]) -> str:
+        topics = (("orders", None), ("pad", None))
+        return destination(name, [addr], topics=topics, exclude="replicate", passthrough=(".*",))
+
+    scene = _Scene(tmp_path, {"a": config("a", dest("b", B)), "b": config("b", dest("a", A))})
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
+    try:
+        ha = hs["a"]
+        pub = await ha.logon("pub")
+        n = 0
+
+        async def send(topic: str, bodies: list[bytes]) -> None:
+            nonlocal n
+            seqs = range(n + 1, n + 1 + len(bodies))
+            n += len(bodies)
+            _send(pub, topic, bodies, seqs)
+            await drive(clock, lambda: persisted(pub) == n)
+
+        await send("orders", [_order("k0", 1)])
+        await send("pad", [PAD] * 1100)
+        await send("orders", [_order("k1", 1)])
+        local_from = n + 1
+        await send("local", [b'{"x":1}', b'{"x":2}'])  # never replicated
+        await send("orders", [_order("k2", 1)])
+        await send("pad", [PAD] * 1100)
+        await send("orders", [_order("k3", 1)])
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        before = [(h, s) for h, s, _, _ in await records(ha)]
+        await scene.stop("a")
+        await scene.stop("b")
+        jdir = tmp_path / "a" / "data" / "journal"
+        middle = journals(jdir, "a")[1]
+        lost = {(r.pub_hash, r.pub_seq) for r in records_of(middle)}
+        local = {(h, s) for h, s in lost if local_from <= s < local_from + 2}
+        assert len(local) == 2
+        middle.unlink()
+        middle.with_suffix(".index").unlink()
+
+        again = await scene.start("a")
+        await drive(clock, lambda: again.broker.ready)
+        txlog = again.broker.txlog
+        assert txlog is not None
+        (fence,) = txlog.fences
+        assert not fence.exact
+        await scene.start("b")
+        await drive(clock, lambda: "records found" in fence.repair)
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        # B sent nothing of the range over the link: A still lacks every record of it
+        assert not any(txlog.holds(h, s) for h, s in lost)
+        assert again.last_seq == len(before)
+        assert f"{fence.records - 2} of {fence.records} records found" in fence.repair
+        (pub_hash,) = {h for h, _ in local}
+        first = min(s for _, s in local)
+        assert f"{pub_hash}|{first}..{first + 1}" in fence.repair, fence.repair
+        assert "at most 2 were" in fence.repair
+
+        await again.broker.operations.release_fence(fence.first_seq)
+        # A asks B to resync: what B holds of the range comes back, late, once each
+        await drive(clock, lambda: any(
+            e["event"] == "resync_after_fence" for e in again.broker.events.recent(200)
+        ))  # fmt: skip
+        await drive(clock, lambda: all(txlog.holds(h, s) for h, s in lost - local))
+        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: txlog.durable_seq >= txlog.last_seq)
+        after = await _bookmarks(again)
+        assert sorted(after) == sorted(set(before) - local)
+        assert len(after) == len(set(after))
+    finally:
+        await scene.close()
+
+
+async def _bookmarks(h: EngineHarness) -> list[tuple[int, int]]:
+    """The bookmarks of a broker's log in order, past released placeholders (a read of a
+    run of them alone returns nothing: the next one starts after it)."""
+    txlog = h.broker.txlog
+    assert txlog is not None
+    out: list[tuple[int, int]] = []
+    seq = txlog.first_seq
+    while seq <= txlog.durable_seq:
+        batch = await txlog.read_batch(seq, max_count=10_000)
+        out.extend((r.pub_hash, r.pub_seq) for r in batch if r.pub_hash)
+        seq = batch[-1].seq + 1 if batch else seq + 1
+    return out

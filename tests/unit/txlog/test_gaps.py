@@ -123,13 +123,14 @@ def _held(last: int, gaps: list[tuple[int, int]]) -> set[int]:
     fenced=st.lists(st.tuples(st.integers(1, 45), st.integers(0, 6)), max_size=3),
     exact=st.booleans(),
 )
-def test_holdings_with_fences_count_exactly_fenced_records_as_held(
+def test_holdings_with_fences_count_every_fenced_interval_as_held(
     held: set[int], fenced: list[tuple[int, int]], exact: bool
 ) -> None:
-    """with_fenced against a set oracle: the held set, plus every seq of an exact fence's
-    intervals (a fence that is not exact adds nothing); other publishers untouched."""
+    """with_fenced against a set oracle: the held set, plus every seq of a fence's
+    intervals, exact or not (the repair alone fills a fenced range); other publishers
+    untouched. lacks_any against the same oracle."""
     from server.txlog.fences import Fence
-    from server.txlog.holdings import with_fenced
+    from server.txlog.holdings import lacks_any, with_fenced
 
     pub, other = 11, 22
     last = max(held, default=0)
@@ -150,11 +151,13 @@ def test_holdings_with_fences_count_exactly_fenced_records_as_held(
     ]  # fmt: skip
     out = with_fenced(holdings, fences)
     want = set(held)
-    if exact:
-        for lo, n in fenced:
-            want |= set(range(lo, lo + n + 1))
+    for lo, n in fenced:
+        want |= set(range(lo, lo + n + 1))
     got = _held(*out[pub]) if pub in out else set()
     assert got == want
+    for lo, n in fenced:
+        assert not lacks_any(out, [(pub, lo, lo + n)])
+        assert lacks_any(holdings, [(pub, lo, lo + n)]) == (not set(range(lo, lo + n + 1)) <= held)
     assert out[other] == (5, [(2, 3)])
     if pub in out:
         gaps_out = out[pub][1]
