@@ -77,7 +77,7 @@ CATEGORIES = (
 )
 #: faults after which a snapshot no longer describes the instance's log (its records
 #: were damaged, or it was wiped and copied anew)
-_REWRITES = {"torn-tail", "truncate", "bit-flip", "lost-writes", "join-empty"}
+_REWRITES = {"torn-tail", "truncate", "bit-flip", "missing-journal", "lost-writes", "join-empty"}
 _SLICE = 40  # most events shown for one anomaly
 
 

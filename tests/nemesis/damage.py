@@ -17,9 +17,9 @@ from typing import Any
 from server.txlog.cli import iter_file_records
 from server.txlog.codec import record_size
 from server.txlog.errors import CorruptRecord
-from server.txlog.files import parse_name
+from server.txlog.files import fsync_dir, parse_name
 
-__all__ = ["bit_flip", "journals", "torn_tail", "truncate_tail"]
+__all__ = ["bit_flip", "journals", "missing_journal", "torn_tail", "truncate_tail"]
 
 
 def journals(journal_dir: Path, instance: str) -> list[Path]:
@@ -125,3 +125,22 @@ def _flip(path: Path, at: int, rng: random.Random) -> None:
         f.write(bytes([byte ^ (1 << rng.randrange(8))]))
         f.flush()
         os.fsync(f.fileno())
+
+
+def missing_journal(journal_dir: Path, instance: str, rng: random.Random) -> dict[str, Any] | None:
+    """Delete a closed journal between two others, and its index (a file lost from the
+    middle of the log); None when there are fewer than three journals."""
+    files = journals(journal_dir, instance)
+    middle = files[1:-1]
+    if not middle:
+        return None
+    path = rng.choice(middle)
+    recs = _records(path)
+    index = path.with_suffix(".index")
+    path.unlink()
+    index.unlink(missing_ok=True)
+    fsync_dir(journal_dir)
+    out: dict[str, Any] = {"file": path.name, "records": len(recs)}
+    if recs:
+        out["first_seq"], out["last_seq"] = recs[0][2].seq, recs[-1][2].seq
+    return out

@@ -387,6 +387,12 @@ class Nemesis:
             period, lambda i: damage.bit_flip(i.data / "journal", i.name, which, rng)
         )
 
+    async def _missing_journal(self, period: Period) -> None:
+        rng = random.Random(period.params["salt"])
+        await self._damage(
+            period, lambda i: damage.missing_journal(i.data / "journal", i.name, rng)
+        )
+
     async def _lost_writes(self, period: Period) -> None:
         insts = self._insts(period)
         for i in insts:

@@ -32,6 +32,7 @@ KINDS: dict[str, tuple[tuple[float, float], tuple[str, ...], float]] = {
     "torn-tail": ((1, 2), ("one", "minority"), 12),
     "truncate": ((1, 2), ("one", "minority"), 12),
     "bit-flip": ((1, 2), ("one", "minority"), 12),
+    "missing-journal": ((1, 2), ("one", "minority"), 15),
     "lost-writes": ((1, 2), ("one", "minority"), 10),
     "clock-jump": ((5, 12), ("one", "minority", "all"), 2),
     "downgrade": ((4, 10), ("one", "all"), 3),
@@ -130,6 +131,8 @@ def _params(rng: random.Random, kind: str, shape: str, names: Sequence[str]) -> 
         return {"signal": rng.choice(("KILL", "TERM")) if kind == "restart-all" else "KILL"}
     if kind == "bit-flip":
         return {"file": rng.choice(("journal", "index")), "salt": rng.randrange(1 << 30)}
+    if kind == "missing-journal":
+        return {"salt": rng.randrange(1 << 30)}
     if kind in ("torn-tail", "truncate"):
         return {"bytes": rng.choice((1, 17, 40, 200)), "salt": rng.randrange(1 << 30)}
     if kind == "join-empty":
