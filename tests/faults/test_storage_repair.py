@@ -561,13 +561,17 @@ async def _drain(url: str, idle: float) -> list[str]:
             msg.ack()
 
 
-def test_a_repair_after_start_up_reaches_the_sow_and_the_queue(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["flipped", "missing"])
+def test_a_repair_after_start_up_reaches_the_sow_and_the_queue(tmp_path: Path, damage: str) -> None:
     """A byte of each record written between two fillers of A's second journal flipped
-    (updates and a delete of SOW keys, queue messages, queue acks), A started while B is
-    down: A serves the SOW and the queue without them. Then B starts, A's fences are
-    repaired, and A takes the records in while it runs: the SOW holds what the whole log
-    says (never a repaired update over a later one), and a new consumer gets each message
-    nobody acked once, and no acked one."""
+    (updates and a delete of SOW keys, queue messages, queue acks), or that journal
+    deleted with its index (its fence then knows only the bookmark intervals around it),
+    A started while B is down: A serves the SOW and the queue without them. Then B
+    starts; its resync sends none of them back as new records: A's fences are repaired
+    in place, and A takes the records in while it runs: the SOW holds what the whole log
+    says (never a repaired update over a later one), a new consumer gets each message
+    nobody acked once, and no acked one, and every local seq of A holds the message it
+    held before, each bookmark once."""
     cluster = Cluster.both_ways(
         tmp_path, journal_size="1MB", sow=SOW_AND_QUEUE,
         txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
@@ -631,11 +635,15 @@ def test_a_repair_after_start_up_reaches_the_sow_and_the_queue(tmp_path: Path) -
             wait_until(lambda n=name: cluster.caught_up(n), 90, message=f"{name} caught up")
         cluster.stop()
         jdir = cluster.data_dir("a") / "journal"
+        before = _seqs(jdir, "a")
         middle = journals(jdir, "a")[1]
         damaged = [r for r in records_of(middle) if first <= r.seq <= last]
         assert [r.seq for r in damaged] == list(range(first, last + 1))
-        for rec in reversed(damaged):
-            flip_byte(middle, rec.offset + rec.length // 2)
+        if damage == "flipped":
+            for rec in reversed(damaged):
+                flip_byte(middle, rec.offset + rec.length // 2)
+        else:
+            remove_journal(middle, "a")
         (jdir / "a.queues.ack").unlink()  # as if A crashed before its queue checkpoint
         cluster.start("a")
         wait_until(lambda: _fences(a), 60, message="a started with fences")
@@ -648,3 +656,6 @@ def test_a_repair_after_start_up_reaches_the_sow_and_the_queue(tmp_path: Path) -
         assert sorted(asyncio.run(_drain(a.ws_url, idle=3.0))) == ["q2", "q3", "r3"]
     finally:
         cluster.stop()
+    after = _seqs(jdir, "a")
+    assert all(after[seq] == bm for seq, bm in before.items()), "a seq changed its message"
+    assert len(set(after.values())) == len(after), "a bookmark is held twice"
