@@ -46,8 +46,8 @@ __all__ = [
     "fences_of",
     "journal_parts",
     "neighbours_of",
-    "own_interval",
     "tail_fence",
+    "unnamed_intervals",
 ]
 
 
@@ -271,43 +271,52 @@ class _Indexed(Protocol):
     def index(self) -> _Index: ...
 
 
-def own_interval(fence: Fence, own: int, journals: Sequence[_Indexed]) -> tuple[int, int] | None:
-    """The sequences the instance's own records in an inexact ``fence`` lie in (module
-    docstring; docs/transaction-log.md "Fences"), or None when the fence names them
-    already or the log holds none of them around it.
+def unnamed_intervals(
+    fence: Fence, own: int, journals: Sequence[_Indexed]
+) -> list[tuple[int, int, int]]:
+    """The intervals of publishers an inexact ``fence`` does not name yet, from every
+    journal of the log (module docstring; docs/transaction-log.md "Fences").
 
-    The instance numbers its own records one after the other (``publisher_last + 1``),
-    so its records in the fence are at most as many as the fence's seqs and follow its
-    last one before (none: 0): ``before + 1 .. first after - 1``, or, with none after,
-    ``before + 1 .. before + records``. Ranges of the fence's own journal whose block lies
-    across the fence are left out: that only widens the interval.
+    A fence made at open knows only the few journals around it (a journal of
+    placeholders or the open journal after it may say nothing), so once the log is open
+    each publisher it lacks is looked up in all of them: one with a record after the
+    fence gets ``last before (none: 0) + 1 .. first after - 1``. The instance's own
+    identity (``own``) numbers its records one after the other (``publisher_last + 1``),
+    so with none of them after the fence its records there are at most as many as the
+    fence's seqs: ``last before + 1 .. last before + records``. Ranges of the fence's own
+    journal whose block lies across the fence are left out: that only widens an interval.
     """
-    if fence.exact or any(key == own for key, _lo, _hi in fence.identities):
-        return None
-    before = 0
-    after: int | None = None
+    if fence.exact:
+        return []
+    named = {key for key, _lo, _hi in fence.identities}
+    before: dict[int, int] = {}
+    after: dict[int, int] = {}
     for journal in journals:
         if journal.last_seq < fence.first_seq or journal.base > fence.last_seq:
+            later = journal.base > fence.last_seq
             ranges = [
-                (p.min_pub_seq, p.max_pub_seq, journal.base > fence.last_seq)
+                (p.pub_hash, p.min_pub_seq, p.max_pub_seq, later)
                 for p in journal.index.publishers()
-                if p.pub_hash == own
             ]
         else:
             ranges = [
-                (lo, hi, span.seq > fence.last_seq)
+                (key, lo, hi, span.seq > fence.last_seq)
                 for key, lo, hi, _n, span in journal.index.key_ranges()
-                if key == own
-                and span is not None
+                if span is not None
                 and (span.seq + span.count - 1 < fence.first_seq or span.seq > fence.last_seq)
             ]
-        for lo, hi, later in ranges:
+        for key, lo, hi, later in ranges:
+            if key in named or key == LOST_KEY:
+                continue
             if later:
-                after = lo if after is None else min(after, lo)
+                after[key] = min(after.get(key, lo), lo)
             else:
-                before = max(before, hi)
-    hi = after - 1 if after is not None else before + fence.records
-    return (before + 1, hi) if hi > before else None
+                before[key] = max(before.get(key, 0), hi)
+    out = _from_neighbours(before, after)
+    if own not in named and own not in after:
+        last = before.get(own, 0)
+        out.append((own, last + 1, last + fence.records))
+    return sorted(out)
 
 
 def tail_fence(

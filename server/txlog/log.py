@@ -60,7 +60,7 @@ from server.txlog.errors import (
 )
 from server.txlog.events import Emitter, EventCallback
 from server.txlog.fences import Fence, FenceTable
-from server.txlog.fencing import neighbours_of, own_interval
+from server.txlog.fencing import neighbours_of, unnamed_intervals
 from server.txlog.files import (
     Compression,
     FileSeam,
@@ -245,7 +245,7 @@ class TransactionLog:
             self._emit("journal_damaged", d.to_dict())
         for fence in opened.fences:
             self._fences.add(fence)
-            self._name_own(fence)
+            self._name_publishers(fence)
         for made in opened.report.fenced:
             self._emit("journal_fenced", made)
         self._space.report()
@@ -865,7 +865,7 @@ class TransactionLog:
             source.retire()
             for fence in mended.fences:
                 self._fences.add(fence)
-                self._name_own(fence)
+                self._name_publishers(fence)
                 if fence.exact:
                     for pub, lo, hi in fence.identities:
                         self._publishers.lost(pub, lo, hi)
@@ -878,21 +878,22 @@ class TransactionLog:
                 or not any(f.first_seq <= d.first_seq <= f.last_seq for f in fenced)
             ]
 
-    def _name_own(self, fence: Fence) -> None:
-        """Add the instance's own records to an inexact fence's intervals
-        (:func:`~server.txlog.fencing.own_interval`): they are what its repair asks for
-        and its holdings claim, like any publisher's. With none of its own records after
-        the fence, its next ones must not take the bookmarks of those in it: its highest
-        sequence moves past the interval (the sequences passed over become a gap, so
-        the repaired ones, or one sent back late after a release, fill it)."""
-        own = own_interval(fence, self._own_pub, self._journals.items)
-        if own is None:
+    def _name_publishers(self, fence: Fence) -> None:
+        """Add to an inexact fence the publishers it does not name yet, the instance's
+        own records among them (:func:`~server.txlog.fencing.unnamed_intervals`): they
+        are what its repair asks for and its holdings claim, like any publisher's. With
+        none of its own records after the fence, its next ones must not take the
+        bookmarks of those in it: its highest sequence moves past the interval (the
+        sequences passed over become a gap, so the repaired ones, or one sent back late
+        after a release, fill it)."""
+        added = unnamed_intervals(fence, self._own_pub, self._journals.items)
+        if not added:
             return
-        lo, hi = own
-        fence.identities = sorted([*fence.identities, (self._own_pub, lo, hi)])
-        last = self._publishers.last(self._own_pub)
-        if last < hi:
-            self._publishers.skip(self._own_pub, hi - last)
+        fence.identities = sorted([*fence.identities, *added])
+        for key, _lo, hi in added:
+            last = self._publishers.last(self._own_pub)
+            if key == self._own_pub and last < hi:
+                self._publishers.skip(self._own_pub, hi - last)
 
     def holds(self, pub_hash: int, pub_seq: int) -> bool:
         """Whether the log holds this bookmark outside its fences (as the publisher

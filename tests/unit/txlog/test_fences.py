@@ -3,12 +3,14 @@ log reads whole again, and so does the next open."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from server.txlog import FencedRecords, TransactionLog
-from server.txlog.record import FLAG_LATE, FLAG_RELEASED, Record, RecordKind
+from server.txlog.index import PublisherSummary
+from server.txlog.record import FLAG_LATE, FLAG_RELEASED, LOST_KEY, Record, RecordKind
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 from tests.unit.txlog.test_scrub import flip, middle_record, read_around_fences, write_log
 
@@ -198,3 +200,50 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
         await log.close()
 
     run(reopened)
+
+
+@dataclass(frozen=True)
+class _Summary:
+    """What a journal's index says of its publishers (the two calls fencing reads)."""
+
+    rows: tuple[PublisherSummary, ...]
+
+    def publishers(self) -> tuple[PublisherSummary, ...]:
+        return self.rows
+
+    def key_ranges(self) -> tuple[()]:
+        return ()
+
+
+@dataclass(frozen=True)
+class _Journal:
+    base: int
+    last_seq: int
+    index: _Summary
+
+
+def _journal(base: int, last: int, *pubs: tuple[int, int, int]) -> _Journal:
+    rows = tuple(PublisherSummary(h, lo, hi, last, hi - lo + 1) for h, lo, hi in pubs)
+    return _Journal(base, last, _Summary(rows))
+
+
+def test_an_inexact_fence_names_every_publisher_from_all_the_journals_of_the_log() -> None:
+    """A fence made at open saw nothing after it (a journal of placeholders, then the open
+    journal): once the log is open, every publisher with a record after it gets the
+    sequences between its last record before and its first after, one seen only after it
+    gets 1..first after - 1, and the instance's own identity, with none after,
+    last before + 1 .. last before + records. Publishers it names are left as they are."""
+    from server.txlog.fences import Fence
+    from server.txlog.fencing import unnamed_intervals
+
+    own = 99
+    fence = Fence(201, 300, 201, "journal missing", "startup", 0, "j",
+                  identities=[(5, 40, 60)])  # fmt: skip
+    journals = [
+        _journal(1, 200, (7, 1, 150), (5, 1, 39), (own, 1, 12)),
+        _journal(301, 301, (LOST_KEY, 301, 301)),  # a placeholder
+        _journal(302, 500, (7, 260, 400), (8, 30, 90), (5, 61, 80)),
+    ]
+    assert unnamed_intervals(fence, own, journals) == [(7, 151, 259), (8, 1, 29), (own, 13, 112)]
+    fence.exact = True
+    assert unnamed_intervals(fence, own, journals) == []
