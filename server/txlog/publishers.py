@@ -21,6 +21,7 @@ from server.txlog.errors import PublisherSequenceRegression
 from server.txlog.gaps import Interval, PublisherGaps
 from server.txlog.holdings import build_gaps, plan_held, read_held, resync_start
 from server.txlog.journal import Journal
+from server.txlog.record import late_key
 
 __all__ = ["Holdings", "Publishers"]
 
@@ -145,9 +146,18 @@ class Publishers:
         }
 
     async def rebuild_gaps(self, journals: Sequence[Journal]) -> None:
-        """At open: the gap table from the journals' indexes (server/txlog/holdings.py)."""
+        """At open: the gap table from the journals' indexes (server/txlog/holdings.py),
+        and each publisher's highest over both its index keys: a late record can be its
+        highest held sequence (its highest had moved past what the log held, as the
+        instance's own identity's does after a lost tail, and the late record filled
+        that gap); the table read from the indexes has it under the late key only."""
         if self._gaps is None:
             return
+        table = self.table
+        for pub, (last, _seq) in list(table.items()):
+            late = table.get(late_key(pub))
+            if late is not None and late[0] > last:
+                table[pub] = late
         plan = plan_held(journals)
         held = await asyncio.to_thread(read_held, plan) if plan.reads else plan.held
         removed = bool(journals) and journals[0].base > 1

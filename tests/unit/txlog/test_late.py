@@ -228,3 +228,30 @@ def test_resync_starts_at_the_oldest_journal_holding_what_the_other_side_lacks(
         await log.close()
 
     run(body)
+
+
+def test_a_late_record_above_the_publishers_other_records_stays_its_highest(
+    tmp_path: Path,
+) -> None:
+    """A publisher's highest moved past what the log holds (the instance's own identity
+    after a lost tail), then a late record in that gap, then a crash: after the reopen
+    the late record still counts as held, and a second copy of it is a duplicate."""
+
+    async def body() -> None:
+        log = _open(tmp_path)
+        await log.open()
+        for s in (1, 2, 3):
+            _append(log, 7, s)
+        log.publishers.skip(7, 2)  # 4 and 5 may exist elsewhere
+        _append(log, 7, 4, late=True)
+        await log.wait_durable(log.last_seq)
+        await log.abort()  # a crash: no publisher table written at close
+        reopened = _open(tmp_path)
+        await reopened.open()
+        assert reopened.publisher_last(7) >= 4
+        assert reopened.holds(7, 4)
+        with pytest.raises(PublisherSequenceRegression):
+            _append(reopened, 7, 4)  # the copy from another route
+        await reopened.close()
+
+    run(body)
