@@ -36,7 +36,8 @@ deliveries, so a batched frame behaves on the wire exactly like one command per 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -194,15 +195,14 @@ class PublishPipeline:
         that is applied again then, to no effect: each stage's apply is idempotent.
         """
         txlog = self._txlog
-        stages = [s for s in self._stages if isinstance(s, RefoldingStage)]
         done = Refolded()
-        if txlog is None or not stages:
+        if txlog is None or not any(isinstance(s, RefoldingStage) for s in self._stages):
             return done
-        async with self._refolding:
+        async with self.refolding():
             for first, last in list(self.unfolded):
                 if any(f.first_seq <= last and f.last_seq >= first for f in txlog.fences):
                     continue  # still fenced: its repair has not come yet
-                counts = await self._refold_range(txlog, stages, first, last)
+                counts = await self._refold_range(txlog, first, last)
                 if counts is None:
                     done.deferred.append((first, last))
                     continue
@@ -210,12 +210,24 @@ class PublishPipeline:
                 self.unfolded = _without(self.unfolded, first, last)
         return done
 
+    def folds(self) -> list[Refold]:
+        """A new :class:`~server.ports.Refold` of each stage that takes repaired ranges
+        in: what :meth:`refold` feeds a range and what follows it, then applies."""
+        return [s.refold() for s in self._stages if isinstance(s, RefoldingStage)]
+
+    @contextlib.asynccontextmanager
+    async def refolding(self) -> AsyncIterator[None]:
+        """One refold at a time: held by :meth:`refold` for its whole run, and by a
+        caller that takes a range in through :meth:`folds` itself."""
+        async with self._refolding:
+            yield
+
     async def _refold_range(
-        self, txlog: TransactionLog, stages: list[RefoldingStage], first: int, last: int
+        self, txlog: TransactionLog, first: int, last: int
     ) -> tuple[int, int] | None:
         """One unfolded range the log holds again: read it and what follows, then apply.
         Returns (records read, changes made), or None to try again later."""
-        folds: list[Refold] = [stage.refold() for stage in stages]
+        folds = self.folds()
         read = 0
         seq = first
         while seq <= last:  # the range itself (a released placeholder reads as nothing)
