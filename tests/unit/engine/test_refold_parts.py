@@ -16,14 +16,20 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.ports import Refold, RefoldingStage
 from server.queues.checkpoint import checkpoint_name
-from server.sow.history import state_at
 from server.sow.subscribers import DELETED
 from server.txlog.record import Record
 from tests.support.damage import flip_byte, journals, records_of
-from tests.support.engine import EngineHarness, FakeClient
-from tests.support.fabric import drive, persisted
+from tests.support.engine import EngineHarness
+from tests.support.fabric import drive
+from tests.support.repair import (
+    Publisher,
+    consume_all,
+    folded_sow,
+    jobs,
+    order,
+    sow_state,
+)
 from tests.support.replication import replication_xml
 from tests.support.server import sow_topic
 
@@ -49,51 +55,6 @@ def _config(tmp_path: Path) -> str:
     )  # fmt: skip
 
 
-class _Publisher:
-    def __init__(self, h: EngineHarness, client: FakeClient) -> None:
-        self.h, self.client, self.n = h, client, 0
-
-    async def send(self, topic: str, bodies: list[bytes]) -> None:
-        seqs = range(self.n + 1, self.n + 1 + len(bodies))
-        self.n += len(bodies)
-        last = seqs[-1]
-        self.client.send(*[
-            ({"c": "publish", "t": topic, "s": s, **({"a": "persisted"} if s == last else {})}, b)
-            for s, b in zip(seqs, bodies, strict=True)
-        ])  # fmt: skip
-        await drive(self.h.clock, lambda: persisted(self.client) == self.n)
-
-    def delete(self, key: str) -> None:
-        self.client.send(({"c": "sow_delete", "t": "orders", "k": key}, b""))
-
-
-def _order(k: str, v: int) -> bytes:
-    return orjson.dumps({"k": k, "v": v})
-
-
-def _jobs(*names: str) -> list[bytes]:
-    return [orjson.dumps({"m": m}) for m in names]
-
-
-def _sow(h: EngineHarness) -> dict[str, tuple[bytes, int]]:
-    store = h.broker.sow.topics.store("orders")
-    return {r.key: (r.body, r.seq) for r in store.records()} if store is not None else {}
-
-
-async def _fold(h: EngineHarness) -> dict[str, tuple[bytes, int]]:
-    """The SOW topic as a rebuild from the whole log gives it."""
-    txlog, topics = h.broker.txlog, h.broker.sow.topics
-    assert txlog is not None
-    stores = await state_at(
-        txlog, txlog.last_seq, 1 << 62, topics.rule, topics.spec, lambda t: t == "orders"
-    )
-    return {r.key: (r.body, r.seq) for r in stores["orders"].records()} if stores else {}
-
-
-def _work(client: FakeClient) -> list[str]:
-    return [orjson.loads(body)["m"] for _, body in client.deliveries("q")]
-
-
 async def _damaged(tmp_path: Path, keys: list[str] = KEYS) -> tuple[EngineHarness, list[Record]]:
     """The instance restarted on a log whose middle journal is fenced, with the records
     the fence replaced (as a peer would send them back). ``keys`` are stored, then
@@ -101,16 +62,16 @@ async def _damaged(tmp_path: Path, keys: list[str] = KEYS) -> tuple[EngineHarnes
     h = EngineHarness(tmp_path / "a", _config(tmp_path))
     await h.__aenter__()
     try:
-        pub = _Publisher(h, await h.logon("pub"))
-        await pub.send("orders", [_order(k, 1) for k in keys])
-        await pub.send("work-in", _jobs("q1", "q2"))
+        pub = Publisher(h, await h.logon("pub"))
+        await pub.send("orders", [order(k, 1) for k in keys])
+        await pub.send("work-in", jobs("q1", "q2"))
         await pub.send("pad", [PAD] * 1100)
         lost_from = h.last_seq + 1
         # the range that will be fenced: every key updated, two deleted, new messages
-        await pub.send("orders", [_order(k, 2) for k in keys])
+        await pub.send("orders", [order(k, 2) for k in keys])
         pub.delete(keys[-2])
         pub.delete(keys[-1])
-        await pub.send("work-in", _jobs(*JOBS))
+        await pub.send("work-in", jobs(*JOBS))
         lost_to = h.last_seq
         txlog = h.broker.txlog
         assert txlog is not None
@@ -119,7 +80,7 @@ async def _damaged(tmp_path: Path, keys: list[str] = KEYS) -> tuple[EngineHarnes
         )
         assert [r.seq for r in lost] == list(range(lost_from, lost_to + 1))
         await pub.send("pad", [PAD] * 1100)
-        await pub.send("orders", [_order("k0", 3)])  # a later update of a repaired key
+        await pub.send("orders", [order("k0", 3)])  # a later update of a repaired key
     finally:
         await h.__aexit__(None, None, None)
     journal_dir = tmp_path / "a" / "data" / "journal"
@@ -133,11 +94,6 @@ async def _damaged(tmp_path: Path, keys: list[str] = KEYS) -> tuple[EngineHarnes
     await again.__aenter__()
     await drive(again.clock, lambda: again.broker.ready)
     return again, lost
-
-
-def _folds(h: EngineHarness) -> list[Refold]:
-    stages = h.broker.pipeline._stages  # the pipeline's own stages, as its refold takes them
-    return [s.refold() for s in stages if isinstance(s, RefoldingStage)]
 
 
 def test_live_changes_between_two_parts_are_not_undone(tmp_path: Path) -> None:
@@ -154,9 +110,9 @@ async def _between_parts(tmp_path: Path) -> None:
         assert txlog is not None
         fence = txlog.fences[0]
         # the instance's own refold waits: the test takes the range in itself
-        async with pipeline._refolding:
+        async with pipeline.refolding():
             await txlog.fill_fence(fence.first_seq, lost)
-            folds = _folds(h)
+            folds = pipeline.folds()
             for fold in folds:
                 fold.repaired(lost)
             seq = fence.last_seq + 1
@@ -167,8 +123,8 @@ async def _between_parts(tmp_path: Path) -> None:
                 fold.apply(1)  # one key and one queue record: the rest waits
             assert not all(fold.done for fold in folds)
             last = txlog.last_seq
-            pub = _Publisher(h, await h.logon("live"))
-            await pub.send("orders", [_order("k5", 9)])
+            pub = Publisher(h, await h.logon("live"))
+            await pub.send("orders", [order("k5", 9)])
             pub.delete("k6")
             await drive(h.clock, lambda: h.durable_seq == last + 2)
             live = await txlog.read_appended(last + 1, max_count=10)
@@ -179,17 +135,12 @@ async def _between_parts(tmp_path: Path) -> None:
                     fold.apply(1)
                 live = []
             pipeline.unfolded = []
-        state = _sow(h)
-        assert state == await _fold(h)
+        state = sow_state(h)
+        assert state == await folded_sow(h)
         want = {k: 2 for k in KEYS[:10] if k != "k6"} | {"k0": 3, "k5": 9}
         assert {k: orjson.loads(v[0])["v"] for k, v in state.items()} == want
-        consumer = await h.logon("consumer")
-        consumer.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=100"}, b""))
         want = sorted(["q1", "q2", *JOBS])
-        await drive(h.clock, lambda: len(_work(consumer)) >= len(want))
-        await h.clock.advance(5)
-        await drive(h.clock, lambda: True)
-        assert sorted(_work(consumer)) == want  # each once
+        assert await consume_all(h, want) == want  # each once
     finally:
         await h.__aexit__(None, None, None)
 
@@ -211,18 +162,13 @@ async def _by_parts(tmp_path: Path, part: int) -> None:
         assert pipeline.unfolded == [(fence.first_seq, fence.last_seq)]
         await txlog.fill_fence(fence.first_seq, lost)
         await drive(h.clock, lambda: not pipeline.unfolded)
-        assert _sow(h) == await _fold(h)
+        assert sow_state(h) == await folded_sow(h)
         refolded = [e for e in h.broker.events.recent(500) if e["event"] == "state_refolded"]
         assert [(e["first_seq"], e["last_seq"]) for e in refolded] == [
             (fence.first_seq, fence.last_seq)
         ]
-        consumer = await h.logon("consumer")
-        consumer.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=100"}, b""))
         want = sorted(["q1", "q2", *JOBS])
-        await drive(h.clock, lambda: len(_work(consumer)) >= len(want))
-        await h.clock.advance(5)
-        await drive(h.clock, lambda: True)
-        assert sorted(_work(consumer)) == want  # each once
+        assert await consume_all(h, want) == want  # each once
     finally:
         await h.__aexit__(None, None, None)
 
@@ -247,7 +193,7 @@ async def _live_delete(tmp_path: Path) -> None:
 
         async def delete_mid_way() -> None:
             # one step of the loop at a time, as the refold applies one key per step
-            while orjson.loads(_sow(h)["k1"][0])["v"] != 2:
+            while orjson.loads(sow_state(h)["k1"][0])["v"] != 2:
                 await asyncio.sleep(0)
             deleted_while_running.append(bool(pipeline.unfolded))
             record = store.get(victim)
@@ -260,8 +206,8 @@ async def _live_delete(tmp_path: Path) -> None:
         await drive(h.clock, lambda: not pipeline.unfolded)
         await deleter
         assert deleted_while_running == [True], "the delete did not come between two parts"
-        state = _sow(h)
+        state = sow_state(h)
         assert victim not in state
-        assert state == await _fold(h)
+        assert state == await folded_sow(h)
     finally:
         await h.__aexit__(None, None, None)

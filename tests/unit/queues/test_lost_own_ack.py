@@ -19,9 +19,9 @@ import pytest
 from server.queues.checkpoint import checkpoint_name
 from tests.support.damage import journals, zero_end_of_last_record
 from tests.support.fabric import A, B, drive, scenario, xml
+from tests.support.repair import Scene, caught_up, own_identity
 from tests.support.replication import destination
 from tests.unit.queues.test_replicated_queues import QUEUE
-from tests.unit.replication.test_repair_engine import _caught_up, _own_identity, _Scene
 
 
 def _configs(tmp_path: Path) -> dict[str, str]:
@@ -40,7 +40,7 @@ def _configs(tmp_path: Path) -> dict[str, str]:
 async def test_a_message_whose_ack_was_lost_on_disk_is_not_delivered_again(
     tmp_path: Path,
 ) -> None:
-    scene = _Scene(tmp_path, _configs(tmp_path))
+    scene = Scene(tmp_path, _configs(tmp_path))
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
     try:
@@ -54,9 +54,9 @@ async def test_a_message_whose_ack_was_lost_on_disk_is_not_delivered_again(
             ({"c": "sow_delete", "t": "work", "bm": str(header["bm"]), "a": "processed"}, b"")
         )
         await drive(clock, lambda: bool(worker.acks("processed")))
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         assert hs["b"].broker.queues.info("work").depth == 0  # b holds the ack
-        own = _own_identity(hs["a"])
+        own = own_identity(hs["a"])
         await scene.stop("a")
         await scene.stop("b")
         jdir = tmp_path / "a" / "data" / "journal"
@@ -71,7 +71,7 @@ async def test_a_message_whose_ack_was_lost_on_disk_is_not_delivered_again(
         consumer = await again.logon("consumer")
         consumer.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=5"}, b""))
         await scene.start("b")
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         await clock.advance(5)
         await drive(clock, lambda: True)
         assert consumer.deliveries("q") == []  # acked before the loss: never again

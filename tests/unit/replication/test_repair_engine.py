@@ -10,9 +10,7 @@ import orjson
 import pytest
 
 from server.bookmarks import pub_hash
-from server.clock import VirtualClock
 from server.queues.checkpoint import checkpoint_name
-from server.sow.history import state_at
 from tests.support.damage import (
     RecordAt,
     flip_byte,
@@ -21,50 +19,26 @@ from tests.support.damage import (
     truncate_inside_last_record,
     zero_end_of_last_record,
 )
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, xml
-from tests.support.replication import MemoryFabric, destination
+from tests.support.repair import (
+    Publisher,
+    Scene,
+    ack_work,
+    caught_up,
+    folded_sow,
+    jobs,
+    order,
+    own_identity,
+    sow_keys,
+    sow_state,
+    work,
+)
+from tests.support.replication import destination
 from tests.support.server import sow_topic
 
 
-def _caught_up(h: EngineHarness) -> bool:
-    repl = h.broker.replication
-    assert repl is not None
-    return all(d.acked >= h.last_seq for d in repl.destinations.values())
-
-
-class _Scene:
-    """Brokers on one memory fabric and virtual clock, started and stopped by name."""
-
-    def __init__(self, tmp_path: Path, configs: dict[str, str]) -> None:
-        self.tmp = tmp_path
-        self.configs = configs
-        self.fabric, self.clock = MemoryFabric(), VirtualClock()
-        self.hs: dict[str, EngineHarness] = {}
-
-    async def start(self, *names: str) -> EngineHarness:
-        """Start ``names`` (each registered at its address first); returns the last."""
-        started = []
-        for name in names:
-            h = EngineHarness(self.tmp / name, self.configs[name], clock=self.clock,
-                              connector=self.fabric.connector(name))  # fmt: skip
-            self.fabric.register({"a": A, "b": B}[name], h.broker)
-            self.hs[name] = h
-            started.append(h)
-        for h in started:
-            await h.__aenter__()
-        return started[-1]
-
-    async def stop(self, name: str) -> None:
-        await self.hs.pop(name).__aexit__(None, None, None)
-
-    async def close(self) -> None:
-        for name in list(self.hs):
-            await self.stop(name)
-        await self.fabric.close()
-
-
-async def _torn_and_restarted(scene: _Scene) -> tuple[EngineHarness, RecordAt]:
+async def _torn_and_restarted(scene: Scene) -> tuple[EngineHarness, RecordAt]:
     """a stopped, the end of its last record zeroed, a started again and ready."""
     await scene.stop("a")
     torn = zero_end_of_last_record(journals(scene.tmp / "a" / "data" / "journal", "a")[-1])
@@ -73,7 +47,7 @@ async def _torn_and_restarted(scene: _Scene) -> tuple[EngineHarness, RecordAt]:
     return again, torn
 
 
-async def _published_last(scene: _Scene, last_publisher: str, count: int) -> None:
+async def _published_last(scene: Scene, last_publisher: str, count: int) -> None:
     """``count`` messages published at the other instance, then ``count`` at
     ``last_publisher`` (a's last records are its), every link caught up."""
     hs, clock = scene.hs, scene.clock
@@ -82,12 +56,12 @@ async def _published_last(scene: _Scene, last_publisher: str, count: int) -> Non
     for name in (other, last_publisher):
         publish(pubs[name], "orders", range(1, count + 1))
         await drive(clock, lambda n=name: persisted(pubs[n]) == count)  # type: ignore[misc]
-    await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+    await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
 
 
-def _both_ways(tmp_path: Path) -> _Scene:
+def _both_ways(tmp_path: Path) -> Scene:
     """a and b, each the other's sync destination, passing every group through."""
-    return _Scene(tmp_path, {
+    return Scene(tmp_path, {
         "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",))),
         "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",))),
     })  # fmt: skip
@@ -142,7 +116,7 @@ async def _unrepairable(tmp_path: Path) -> None:
         tuning="<JournalRepairWait>2s</JournalRepairWait>",
         sow=sow_topic("local", "/n", durability="transient"),
     )  # fmt: skip
-    scene = _Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b")})
+    scene = Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b")})
     clock = scene.clock
     ha = await scene.start("b", "a")
     try:
@@ -150,7 +124,7 @@ async def _unrepairable(tmp_path: Path) -> None:
         publish(pub, "orders", range(1, 21))
         publish(pub, "local", range(21, 23))
         await drive(clock, lambda: persisted(pub) == 22)
-        await drive(clock, lambda: _caught_up(ha))
+        await drive(clock, lambda: caught_up(ha))
         again, torn = await _torn_and_restarted(scene)
         txlog = again.broker.txlog
         assert txlog is not None
@@ -201,7 +175,7 @@ async def _wiped(tmp_path: Path) -> None:
         for n in ("a", "b"):
             publish(pubs[n], "orders", range(1, 31))
             await drive(clock, lambda n=n: persisted(pubs[n]) == 30)
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         want = {(h, s, body) for h, s, body, _ in await records(hs["a"])}
         assert len(want) == 60
         await scene.stop("a")
@@ -313,14 +287,14 @@ async def _as_user(tmp_path: Path, repl_writes: str) -> None:
         tmp_path, "a", destination("b", [B], **creds),  # type: ignore[arg-type]
         users=users(repl_writes), tuning="<JournalRepairWait>2s</JournalRepairWait>",
     )  # fmt: skip
-    scene = _Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b", users=users(".*"))})
+    scene = Scene(tmp_path, {"a": config, "b": xml(tmp_path, "b", users=users(".*"))})
     clock = scene.clock
     ha = await scene.start("b", "a")
     try:
         pub = await ha.logon("pub-a", user_id="pub", pw=PUB)
         publish(pub, "orders", range(1, 21))
         await drive(clock, lambda: persisted(pub) == 20)
-        await drive(clock, lambda: _caught_up(ha))
+        await drive(clock, lambda: caught_up(ha))
         again, torn = await _torn_and_restarted(scene)
         txlog = again.broker.txlog
         assert txlog is not None
@@ -343,44 +317,6 @@ SOW_AND_QUEUE = sow_topic("orders", "/k", durability="transient") + (
 )
 #: filler bodies: about a thousand fill a 1 MB journal
 PAD = b'{"pad":"' + b"x" * 1000 + b'"}'
-
-
-def _send(client: FakeClient, topic: str, bodies: list[bytes], seqs: range) -> None:
-    """Publish ``bodies`` with publisher sequences ``seqs``, a persisted ack on the last."""
-    last = seqs[-1]
-    client.send(*[
-        ({"c": "publish", "t": topic, "s": s, **({"a": "persisted"} if s == last else {})}, body)
-        for s, body in zip(seqs, bodies, strict=True)
-    ])  # fmt: skip
-
-
-def _order(k: str, v: int) -> bytes:
-    return orjson.dumps({"k": k, "v": v})
-
-
-def _sow(h: EngineHarness) -> dict[str, tuple[bytes, int]]:
-    store = h.broker.sow.topics.store("orders")
-    return {r.key: (r.body, r.seq) for r in store.records()} if store is not None else {}
-
-
-async def _fold(h: EngineHarness) -> dict[str, tuple[bytes, int]]:
-    """The SOW topic as a rebuild from the whole log gives it."""
-    txlog, topics = h.broker.txlog, h.broker.sow.topics
-    assert txlog is not None
-    stores = await state_at(
-        txlog, txlog.last_seq, 1 << 62, topics.rule, topics.spec, lambda t: t == "orders"
-    )
-    return {r.key: (r.body, r.seq) for r in stores["orders"].records()} if stores else {}
-
-
-def _work(client: FakeClient) -> list[str]:
-    return [orjson.loads(body)["m"] for _, body in client.deliveries("q")]
-
-
-def _ack(client: FakeClient, names: set[str]) -> None:
-    bms = [str(h["bm"]) for h, body in client.deliveries("q") if orjson.loads(body)["m"] in names]
-    assert len(bms) == len(names)
-    client.send(({"c": "sow_delete", "t": "work", "bm": ",".join(bms)}, b""))
 
 
 @pytest.mark.parametrize("damage", ["flipped", "missing"])
@@ -414,7 +350,7 @@ async def _refolded(tmp_path: Path, damage: str) -> None:
             tuning="<JournalRepairWait>0s</JournalRepairWait>",
         )  # fmt: skip
 
-    scene = _Scene(tmp_path, {"a": config("a", "b", B), "b": config("b", "a", A)})
+    scene = Scene(tmp_path, {"a": config("a", "b", B), "b": config("b", "a", A)})
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
     try:
@@ -422,42 +358,31 @@ async def _refolded(tmp_path: Path, damage: str) -> None:
         pub = await ha.logon("pub")
         worker = await ha.logon("worker")
         worker.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=100"}, b""))
-        n = 0
-
-        async def send(topic: str, bodies: list[bytes]) -> range:
-            nonlocal n
-            seqs = range(n + 1, n + 1 + len(bodies))
-            n += len(bodies)
-            _send(pub, topic, bodies, seqs)
-            await drive(clock, lambda: persisted(pub) == n)
-            return seqs
-
-        def jobs(*names: str) -> list[bytes]:
-            return [orjson.dumps({"m": m}) for m in names]
+        send = Publisher(ha, pub).send
 
         # before the journal that will be lost
-        await send("orders", [_order(k, 1) for k in ("k0", "k1", "k2", "k4")])
+        await send("orders", [order(k, 1) for k in ("k0", "k1", "k2", "k4")])
         await send("work-in", jobs("q1", "q2", "q3", "q4", "q5"))
-        await drive(clock, lambda: len(_work(worker)) == 5)
+        await drive(clock, lambda: len(work(worker)) == 5)
         await send("pad", [PAD] * 1100)
         lost_from = ha.last_seq + 1
         # the lost journal: updates, a new key, a delete; acks of earlier messages; new
         # messages, two acked there, two acked later, two never
-        _ack(worker, {"q1", "q2"})
-        await send("orders", [_order("k0", 2), _order("k1", 2), _order("k2", 2), _order("k3", 2)])
+        ack_work(worker, {"q1", "q2"})
+        await send("orders", [order("k0", 2), order("k1", 2), order("k2", 2), order("k3", 2)])
         pub.send(({"c": "sow_delete", "t": "orders", "k": "k4", "a": "processed"}, b""))
         await send("work-in", jobs("r1", "r2", "r3", "r4", "r5", "r6"))
-        await drive(clock, lambda: len(_work(worker)) == 11)
-        _ack(worker, {"r1", "r2"})
+        await drive(clock, lambda: len(work(worker)) == 11)
+        ack_work(worker, {"r1", "r2"})
         lost_to = ha.last_seq
         await send("pad", [PAD] * 1100)
         # after it: a later update and a later delete of keys it changed, later acks
-        await send("orders", [_order("k0", 3)])
+        await send("orders", [order("k0", 3)])
         pub.send(({"c": "sow_delete", "t": "orders", "k": "k2", "a": "processed"}, b""))
-        _ack(worker, {"r3", "r4"})
+        ack_work(worker, {"r3", "r4"})
         await send("work-in", jobs("s1"))
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
-        want_sow = _sow(ha)
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
+        want_sow = sow_state(ha)
         assert {k: orjson.loads(v[0])["v"] for k, v in want_sow.items()} == {
             "k0": 3, "k1": 2, "k3": 2,
         }  # fmt: skip
@@ -493,7 +418,7 @@ async def _refolded(tmp_path: Path, damage: str) -> None:
         assert pipeline.unfolded == fenced
         # rebuilt without the damaged records: an older k1, k4 still there, no k3; q1
         # and q2 back in the queue (their acks were lost), r5 and r6 missing
-        before = {k: orjson.loads(v[0])["v"] for k, v in _sow(again).items()}
+        before = {k: orjson.loads(v[0])["v"] for k, v in sow_state(again).items()}
         assert before == {"k0": 3, "k1": 1, "k4": 1}
         assert again.broker.queues.info("work").depth == 6  # q1..q5, s1
         # the pin and checkpoint of the queue hold from the damaged range until it is back
@@ -503,21 +428,21 @@ async def _refolded(tmp_path: Path, damage: str) -> None:
         assert any(key == txlog.own_pub_hash for f in txlog.fences for key, _, _ in f.identities)
         await scene.start("b")
         await drive(clock, lambda: not txlog.fences and not pipeline.unfolded)
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         # nothing came back as a new record: the log is the one it was, each bookmark once
         assert again.last_seq == last_before
         assert [(h, s) for h, s, _, _ in await records(again)] == held_before
-        assert _sow(again) == await _fold(again) == want_sow
+        assert sow_state(again) == await folded_sow(again) == want_sow
         refolded = [e for e in again.broker.events.recent(500) if e["event"] == "state_refolded"]
         assert [(e["first_seq"], e["last_seq"]) for e in refolded] == fenced
         consumer = await again.logon("consumer")
         consumer.send(({"c": "subscribe", "t": "work", "sub_id": "q", "o": "max_backlog=100"}, b""))
         want = ["q3", "q4", "q5", "r5", "r6", "s1"]
-        await drive(clock, lambda: len(_work(consumer)) >= len(want))
+        await drive(clock, lambda: len(work(consumer)) >= len(want))
         await clock.advance(5)
         await drive(clock, lambda: True)
-        assert sorted(_work(consumer)) == want  # each once; none acked
-        _ack(consumer, set(want))
+        assert sorted(work(consumer)) == want  # each once; none acked
+        ack_work(consumer, set(want))
         await drive(clock, lambda: again.broker.queues.info("work").depth == 0)
     finally:
         await scene.close()
@@ -542,7 +467,7 @@ async def _own_tail(tmp_path: Path) -> None:
     await scene.start("a", "b")
     try:
         await _a_deleted_key_1(scene)
-        own = _own_identity(hs["a"])
+        own = own_identity(hs["a"])
         await scene.stop("a")
         await scene.stop("b")
         jdir = tmp_path / "a" / "data" / "journal"
@@ -556,32 +481,32 @@ async def _own_tail(tmp_path: Path) -> None:
         await drive(clock, lambda: again.broker.ready)
         report = again.broker.txlog.recovery_report  # type: ignore[union-attr]
         assert report is not None and report.unnamed
-        assert _own_identity(again) == own  # the same log: the same identity
-        assert sorted(_keys(again)) == ["1", "2", "3"]  # the delete went with the tail
+        assert own_identity(again) == own  # the same log: the same identity
+        assert sorted(sow_keys(again)) == ["1", "2", "3"]  # the delete went with the tail
         admin = await again.logon("admin")
         admin.send(({"c": "sow_delete", "t": "orders", "k": "2", "a": "processed"}, b""))
-        await drive(clock, lambda: sorted(_keys(again)) == ["1", "3"])
+        await drive(clock, lambda: sorted(sow_keys(again)) == ["1", "3"])
         await drive(clock, lambda: again.durable_seq >= again.last_seq)
         mine = [s for h, s, _, _ in await records(again) if h == torn.pub_hash]
         assert mine and mine[-1] > torn.pub_seq  # not the lost record's bookmark
         await scene.start("b")
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
-        await drive(clock, lambda: sorted(_keys(again)) == sorted(_keys(hs["b"])) == ["3"])
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: sorted(sow_keys(again)) == sorted(sow_keys(hs["b"])) == ["3"])
     finally:
         await scene.close()
 
 
-def _sow_pair(tmp_path: Path, a_tuning: str = "") -> _Scene:
+def _sow_pair(tmp_path: Path, a_tuning: str = "") -> Scene:
     """a and b with a transient SOW topic orders, each the other's destination."""
     sow = sow_topic("orders", "/n", durability="transient")
-    return _Scene(tmp_path, {
+    return Scene(tmp_path, {
         "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",)), sow=sow,
                  tuning=a_tuning),
         "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",)), sow=sow),
     })  # fmt: skip
 
 
-async def _a_deleted_key_1(scene: _Scene) -> None:
+async def _a_deleted_key_1(scene: Scene) -> None:
     """Keys 1 to 3 published at a, then key 1 deleted at a (a record of a's own identity),
     and b caught up."""
     clock, hs = scene.clock, scene.hs
@@ -589,19 +514,8 @@ async def _a_deleted_key_1(scene: _Scene) -> None:
     publish(pub, "orders", range(1, 4))
     await drive(clock, lambda: persisted(pub) == 3)
     pub.send(({"c": "sow_delete", "t": "orders", "k": "1", "a": "processed"}, b""))
-    await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
-    await drive(clock, lambda: sorted(_keys(hs["b"])) == ["2", "3"])
-
-
-def _own_identity(h: EngineHarness) -> int:
-    txlog = h.broker.txlog
-    assert txlog is not None
-    return txlog.own_pub_hash
-
-
-def _keys(h: EngineHarness) -> list[str]:
-    store = h.broker.sow.topics.store("orders")
-    return store.keys() if store is not None else []
+    await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
+    await drive(clock, lambda: sorted(sow_keys(hs["b"])) == ["2", "3"])
 
 
 def test_an_instance_wiped_and_started_again_never_reuses_its_bookmarks(
@@ -625,7 +539,7 @@ async def _wiped_own(tmp_path: Path) -> None:
     await scene.start("a", "b")
     try:
         await _a_deleted_key_1(scene)
-        old = _own_identity(hs["a"])
+        old = own_identity(hs["a"])
         before = {(h, s) for h, s, _, _ in await records(hs["b"])}
         assert (old, 1) in before
         await scene.stop("a")
@@ -635,17 +549,17 @@ async def _wiped_own(tmp_path: Path) -> None:
         await drive(clock, lambda: again.broker.ready)
         other = await again.logon("pub-a2")
         publish(other, "orders", range(4, 6))
-        await drive(clock, lambda: {"4", "5"} <= set(_keys(again)))
+        await drive(clock, lambda: {"4", "5"} <= set(sow_keys(again)))
         other.send(({"c": "sow_delete", "t": "orders", "k": "4", "a": "processed"}, b""))
-        await drive(clock, lambda: "4" not in _keys(again))
+        await drive(clock, lambda: "4" not in sow_keys(again))
         await drive(clock, lambda: again.durable_seq >= again.last_seq)
-        new = _own_identity(again)
+        new = own_identity(again)
         mine = [(h, s) for h, s, _, _ in await records(again) if h not in (0, pub_hash("pub-a2"))]
         assert mine == [(new, 1)] and (new, 1) not in before
         await scene.start("b")
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         await drive(
-            clock, lambda: sorted(_keys(again)) == sorted(_keys(hs["b"])) == ["2", "3", "5"]
+            clock, lambda: sorted(sow_keys(again)) == sorted(sow_keys(hs["b"])) == ["2", "3", "5"]
         )
         held = {(h, s) for h, s, _, _ in await records(again)}
         assert {(old, 1), (new, 1)} <= held
@@ -679,30 +593,24 @@ async def _missing_unfillable(tmp_path: Path) -> None:
         topics = (("orders", None), ("pad", None))
         return destination(name, [addr], topics=topics, exclude="replicate", passthrough=(".*",))
 
-    scene = _Scene(tmp_path, {"a": config("a", dest("b", B)), "b": config("b", dest("a", A))})
+    scene = Scene(tmp_path, {"a": config("a", dest("b", B)), "b": config("b", dest("a", A))})
     clock, hs = scene.clock, scene.hs
     await scene.start("a", "b")
     try:
         ha = hs["a"]
         pub = await ha.logon("pub")
-        n = 0
+        publisher = Publisher(ha, pub)
+        send = publisher.send
 
-        async def send(topic: str, bodies: list[bytes]) -> None:
-            nonlocal n
-            seqs = range(n + 1, n + 1 + len(bodies))
-            n += len(bodies)
-            _send(pub, topic, bodies, seqs)
-            await drive(clock, lambda: persisted(pub) == n)
-
-        await send("orders", [_order("k0", 1)])
+        await send("orders", [order("k0", 1)])
         await send("pad", [PAD] * 1100)
-        await send("orders", [_order("k1", 1)])
-        local_from = n + 1
+        await send("orders", [order("k1", 1)])
+        local_from = publisher.n + 1
         await send("local", [b'{"x":1}', b'{"x":2}'])  # never replicated
-        await send("orders", [_order("k2", 1)])
+        await send("orders", [order("k2", 1)])
         await send("pad", [PAD] * 1100)
-        await send("orders", [_order("k3", 1)])
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await send("orders", [order("k3", 1)])
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         before = [(h, s) for h, s, _, _ in await records(ha)]
         await scene.stop("a")
         await scene.stop("b")
@@ -722,7 +630,7 @@ async def _missing_unfillable(tmp_path: Path) -> None:
         assert not fence.exact
         await scene.start("b")
         await drive(clock, lambda: "records found" in fence.repair)
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         # B sent nothing of the range over the link: A still lacks every record of it
         assert not any(txlog.holds(h, s) for h, s in lost)
         assert again.last_seq == len(before)
@@ -738,7 +646,7 @@ async def _missing_unfillable(tmp_path: Path) -> None:
             e["event"] == "resync_after_fence" for e in again.broker.events.recent(200)
         ))  # fmt: skip
         await drive(clock, lambda: all(txlog.holds(h, s) for h, s in lost - local))
-        await drive(clock, lambda: all(_caught_up(h) for h in hs.values()))
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         await drive(clock, lambda: txlog.durable_seq >= txlog.last_seq)
         after = await _bookmarks(again)
         assert sorted(after) == sorted(set(before) - local)
