@@ -122,8 +122,9 @@ class Instance:
         self.delay_control = self.dir / "delay.control"
         #: the peers this instance replicates to now (a membership fault removes some)
         self.peers = {dst for (src, dst) in cluster.links if src == name}
-        #: an instance wiped and started empty copies its state from this peer first
-        self.bootstrap_from: str | None = None
+        #: an instance wiped and started empty copies its state from the first of these
+        #: peers that can be copied from, in this order
+        self.bootstrap_from: list[str] | None = None
         self.proc = SpoolProcess(
             self.dir / "run",
             self.config(),
@@ -168,10 +169,9 @@ class Instance:
         ]
         boot = ""
         if self.bootstrap_from is not None:
-            src = c.instances[self.bootstrap_from]
             boot = bootstrap_xml(
                 [".*"],
-                [(src.host, src.port)],
+                [(c.instances[src].host, c.instances[src].port) for src in self.bootstrap_from],
                 "txlog,sow",
                 transport_extra=f"<User>repl</User><Token>{c.tokens.repl}</Token>",
             )

@@ -452,12 +452,15 @@ class Nemesis:
     async def _join_empty(self, period: Period) -> None:
         inst = self._insts(period)[0]
         others = [n for n in self.cluster.names if n != inst.name]
-        source = others[period.params["source_salt"] % len(others)]
+        first = period.params["source_salt"] % len(others)
+        # every peer, as an operator lists them, from a salted first: one whose log waits
+        # for a repair refuses to be copied, and the bootstrap goes on to the next
+        sources = others[first:] + others[:first]
         if not await self._stop_quiesced([inst], "TERM"):
             self.rec.info("not-quiesced", {"index": period.index})
         await asyncio.to_thread(inst.wipe)
-        inst.bootstrap_from = source
-        self.rec.info("bit", {"index": period.index, "wiped": inst.name, "source": source})
+        inst.bootstrap_from = sources
+        self.rec.info("bit", {"index": period.index, "wiped": inst.name, "sources": sources})
         await asyncio.sleep(period.duration)
         await asyncio.to_thread(inst.launch)
 
@@ -472,7 +475,7 @@ class Nemesis:
         self.rec.fail(
             "liveness",
             {"what": f"{inst.name}, started empty, never finished its bootstrap from "
-                     f"{source}: {state.get('state')} {state.get('error')}"},
+                     f"{', '.join(sources)}: {state.get('state')} {state.get('error')}"},
         )  # fmt: skip
         # it joins without one instead (the links' resync fills it), so the run goes on
         await asyncio.to_thread(inst.kill)
