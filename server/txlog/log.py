@@ -233,9 +233,15 @@ class TransactionLog:
         self._state = _OPEN
         for t in opened.report.truncations:
             self._emit("recovery_truncated", t.to_dict())
+        for fence in opened.fences:
+            self._fences.add(fence)
+            self._name_publishers(fence)
+        # the events describe each fence as the log holds it: with the publishers
+        # naming added, which is what its repair asks for
+        held = {fence.first_seq: fence.to_dict() for fence in opened.fences}
         kept = [t.last_kept_us or 0 for t in opened.report.truncations]
         for lost in opened.report.unnamed:
-            self._emit("recovery_lost_unnamed", lost)
+            self._emit("recovery_lost_unnamed", held.get(_first_seq(lost), lost))
             window = lost["window_us"]
             assert isinstance(window, list)
             kept.append(int(window[0] or 0))
@@ -243,11 +249,8 @@ class TransactionLog:
         for d in opened.report.damage:
             self._damage.append(d)
             self._emit("journal_damaged", d.to_dict())
-        for fence in opened.fences:
-            self._fences.add(fence)
-            self._name_publishers(fence)
         for made in opened.report.fenced:
-            self._emit("journal_fenced", made)
+            self._emit("journal_fenced", held.get(_first_seq(made), made))
         self._space.report()
         self._commit.start(active.last_seq, active, opened.handle)
         log.info(
@@ -1036,3 +1039,10 @@ def _records_lost(report: RecoveryReport) -> int:
         assert isinstance(first, int) and isinstance(last, int)
         unnamed += last - first + 1
     return unnamed + sum(t.bytes_cut // HEADER_SIZE + 1 for t in report.truncations if t.bytes_cut)
+
+
+def _first_seq(fence: dict[str, object]) -> int:
+    """The first seq of a fence as the recovery report describes it."""
+    first = fence["first_seq"]
+    assert isinstance(first, int)
+    return first

@@ -15,8 +15,16 @@ from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read
 from tests.unit.txlog.test_scrub import flip, middle_record, read_around_fences, write_log
 
 
-def make_log(tmp: Path) -> TransactionLog:
-    return TransactionLog(config(tmp), INSTANCE, block_bytes=512, track_gaps=True)
+def make_log(
+    tmp: Path, events: list[tuple[str, dict[str, object]]] | None = None
+) -> TransactionLog:
+    def on_event(name: str, fields: dict[str, object]) -> None:
+        if events is not None:
+            events.append((name, fields))
+
+    return TransactionLog(
+        config(tmp), INSTANCE, block_bytes=512, track_gaps=True, on_event=on_event
+    )
 
 
 def original(seq: int) -> Record:
@@ -184,12 +192,19 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
     files[at].with_suffix(".index").unlink()
 
     async def reopened() -> None:
-        log = make_log(tmp_path)
+        events: list[tuple[str, dict[str, object]]] = []
+        log = make_log(tmp_path, events)
         await log.open()
         own = log.own_pub_hash
         (fence,) = log.fences
         assert not fence.exact and fence.first_seq == bases[at]
         (named,) = [(lo, hi) for key, lo, hi in fence.identities if key == own]
+        # the event tells the operator what the repair asks for: its own records too
+        (made,) = [fields for name, fields in events if name == "journal_fenced"]
+        assert made == fence.to_dict()
+        assert {"pub_hash": own, "first_pub_seq": named[0], "last_pub_seq": named[1]} in (
+            made["publishers"]  # type: ignore[operator]
+        )
         # its own records before the fence: 1..5, or also some of 6..10 when they were
         # in the journal before
         assert named[0] <= 6 and named[1] >= 10
