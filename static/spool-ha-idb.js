@@ -101,9 +101,12 @@ export function openDatabase(dbName, stores) {
 }
 
 /**
- * Batches writes made during one task into one IndexedDB transaction (started from a
- * microtask, so a publish loop of a thousand messages is one commit). `write(fn)` adds
- * `fn(tx)` to the batch and resolves when the batch's transaction has committed.
+ * Batches writes into IndexedDB transactions, one transaction at a time: the writes made
+ * while one commits go into the next (a publish loop of a thousand messages is one or two
+ * commits). `write(fn)` adds `fn(tx)` to the batch and resolves when the batch's
+ * transaction has committed. As no transaction starts before the one before it has
+ * settled, `onError` hears a failed one before any write made after it can commit: a store
+ * can then keep what followed out of the database until it has rewritten its whole state.
  */
 export class WriteBehind {
   constructor(db, storeNames, onError) {
@@ -113,6 +116,7 @@ export class WriteBehind {
     this._ops = [];
     this._waiters = [];
     this._scheduled = false;
+    /** the last transaction's outcome (always resolves) */
     this._last = Promise.resolve();
   }
 
@@ -121,7 +125,7 @@ export class WriteBehind {
     const done = new Promise((resolve, reject) => this._waiters.push({ resolve, reject }));
     if (!this._scheduled) {
       this._scheduled = true;
-      queueMicrotask(() => this._commit());
+      this._last.then(() => this._commit());
     }
     return done;
   }
@@ -154,8 +158,12 @@ export class WriteBehind {
 
   /** Resolves when everything written so far has committed (or failed). */
   async settled() {
-    while (this._scheduled || this._ops.length > 0) await Promise.resolve();
-    await this._last.catch(() => {});
+    for (;;) {
+      const last = this._last;
+      await last;
+      if (!this._scheduled && this._last === last) return;
+      await Promise.resolve(); // the next batch starts from the same settlement
+    }
   }
 }
 
@@ -177,6 +185,8 @@ export class SyncTail {
     this._prefix = prefix;
     this._storage = typeof localStorage === "undefined" ? null : localStorage;
     this._next = 0;
+    /** no entry before this id is kept any more (removeBefore) */
+    this._first = 0;
   }
 
   /** The entries a previous owner left, in order; their keys are removed. */
@@ -219,5 +229,17 @@ export class SyncTail {
 
   remove(id) {
     if (id >= 0 && this._storage !== null) this._storage.removeItem(this._prefix + id);
+  }
+
+  /** The id the next entry gets: entries before it were appended already. */
+  get nextId() {
+    return this._next;
+  }
+
+  /** Remove every entry appended before `id` (their state is committed another way). */
+  removeBefore(id) {
+    if (this._storage === null) return;
+    for (let i = this._first; i < id; i++) this._storage.removeItem(this._prefix + i);
+    this._first = Math.max(this._first, id);
   }
 }

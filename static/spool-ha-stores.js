@@ -629,6 +629,9 @@ export class MemoryBookmarkStore {
 const PRUNE_RATIO = 4;
 const PRUNE_FLOOR = 2000;
 
+/** Milliseconds between two attempts to rewrite a bookmark store after a failed write. */
+const REWRITE_RETRY_MS = 1000;
+
 /**
  * A bookmark store in IndexedDB (database `spool-bookmark-store/NAME`): a journal of
  * received (`r`), discarded (`d`) and persisted (`p`) entries and per-subscription
@@ -639,21 +642,42 @@ const PRUNE_FLOOR = 2000;
  * Writes of one task go into one transaction, committed right after the task; until it
  * commits, the entries are also kept synchronously in localStorage (see SyncTail), so a
  * discard survives a reload or a crash of the tab as soon as `discard()` returns.
+ *
+ * A failed transaction lost its entries (the journal would hold what came after them
+ * without them, and a resume point could pass a message whose arrival it never recorded):
+ * from then on no entry goes into the journal. The state is kept in memory and rewritten
+ * whole, as a prune does, every `retryMs` until a rewrite commits; then the journal goes
+ * on. A reload before that finds the journal as it was before the failure, followed by the
+ * localStorage tail: at worst messages come again, never a gap.
  */
 export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
   /**
    * @param {string} name
    * @param {object} [opts]
-   * @param {function(Error)} [opts.onError] an IndexedDB write failed (default: console.error)
+   * @param {function(Error)} [opts.onError] an IndexedDB write failed: a StoreWriteError,
+   *   once until a write commits again (default: console.error)
+   * @param {number} [opts.retryMs] between two rewrites after a failed write (default 1000)
    */
   constructor(name, opts = {}) {
     super();
     if (typeof name !== "string" || name === "") throw new TypeError("IndexedDBBookmarkStore needs a name");
     for (const key of Object.keys(opts)) {
-      if (key !== "onError") throw new TypeError(`IndexedDBBookmarkStore: unknown option '${key}'`);
+      if (key !== "onError" && key !== "retryMs") {
+        throw new TypeError(`IndexedDBBookmarkStore: unknown option '${key}'`);
+      }
+    }
+    const retryMs = opts.retryMs ?? REWRITE_RETRY_MS;
+    if (!Number.isFinite(retryMs) || retryMs <= 0) {
+      throw new TypeError(`IndexedDBBookmarkStore: retryMs must be a positive number of milliseconds, not ${retryMs}`);
     }
     this.name = name;
     this.onError = opts.onError ?? ((exc) => console.error("IndexedDBBookmarkStore:", exc));
+    this._retryMs = retryMs;
+    /** a write failed and no rewrite of the whole state has committed since: why */
+    this._failure = null;
+    /** set while no entry may go into the journal (from a failure to a rewrite) */
+    this._stale = false;
+    this._retryTimer = null;
     this._db = null;
     this._release = null;
     this._writer = null;
@@ -687,7 +711,9 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
         else if (e.k === "p") sub.persisted(e.b);
       }
       this._journalSize = entries.length;
-      this._writer = new WriteBehind(this._db, ["journal"], (exc) => this.onError(exc));
+      this._failure = null;
+      this._stale = false;
+      this._writer = new WriteBehind(this._db, ["journal"], (exc) => this._writeFailed(exc));
       // entries that were only in the tail: into the journal now (they may repeat
       // committed ones when the tab died between a commit and its tail cleanup: replaying
       // an entry twice changes nothing)
@@ -708,13 +734,16 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     const tailId = this._tail.append(entry, (exc) => this._tailRefused(exc));
     if (tailId >= 0) this._tailFull = false;
     const generation = this._generation;
+    let kept = false;
     this._writer.write((tx) => {
+      if (this._stale) return; // after a failed write only the rewrite goes in (it holds this)
+      kept = true;
       // a prune run earlier in this transaction wrote the state this entry belongs to
       if (generation === this._generation) tx.objectStore("journal").add(entry);
-    }).then(() => this._tail.remove(tailId), () => {});
+    }).then(() => { if (kept) this._tail.remove(tailId); }, () => {});
     let live = 0;
     for (const sub of this._subs.values()) live += sub.records.length + 1;
-    if (this._pruning === null && this._journalSize > PRUNE_FLOOR + PRUNE_RATIO * live) {
+    if (!this._stale && this._pruning === null && this._journalSize > PRUNE_FLOOR + PRUNE_RATIO * live) {
       this._pruning = this.prune().finally(() => {
         this._pruning = null;
       });
@@ -728,9 +757,35 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     this.onError(new StoreWriteError("bookmark store's localStorage tail", this.name, exc));
   }
 
-  /** Resolves when every discard so far is in IndexedDB. */
+  /** A transaction failed: keep the journal closed to entries until a rewrite commits. */
+  _writeFailed(exc) {
+    this._stale = true;
+    if (this._failure === null) {
+      this._failure = new StoreWriteError("bookmark store", this.name, exc);
+      this.onError(this._failure);
+    }
+    if (this._retryTimer === null && this._db !== null) {
+      this._retryTimer = setTimeout(() => {
+        this._retryTimer = null;
+        if (this._db !== null && this._stale) this.prune().catch(() => {}); // a failure retries
+      }, this._retryMs);
+    }
+  }
+
+  /**
+   * Resolves when every discard so far is in IndexedDB. After a failed write, rewrites
+   * the whole state now; rejects with the StoreWriteError when that fails too.
+   */
   async flush() {
-    if (this._writer !== null) await this._writer.settled();
+    if (this._writer === null) return;
+    await this._writer.settled();
+    if (this._stale) {
+      try {
+        await this.prune();
+      } catch {
+        throw this._failure;
+      }
+    }
   }
 
   purge(subId) {
@@ -746,21 +801,33 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
   async prune() {
     if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
     let size = 0;
+    let upto = 0;
     await this._writer.write((tx) => {
       const journal = tx.objectStore("journal");
       journal.clear();
       this._generation++;
+      this._stale = false; // entries after this one go in again (a failure sets it back)
+      upto = this._tail.nextId; // the state written holds every entry appended so far
       for (const [subId, sub] of this._subs) {
         journal.add({ s: subId, k: "c", c: sub.checkpoint() });
         size++;
       }
     });
     this._journalSize = size;
+    this._failure = null;
+    this._tail.removeBefore(upto);
   }
 
   async close() {
     if (this._db === null) return;
+    if (this._retryTimer !== null) {
+      clearTimeout(this._retryTimer);
+      this._retryTimer = null;
+    }
     await this._writer.settled();
+    if (this._stale) await this.prune().catch(() => {}); // a last rewrite; the tail has the rest
+    if (this._retryTimer !== null) clearTimeout(this._retryTimer);
+    this._retryTimer = null;
     this._db.close();
     this._db = null;
     this._release();

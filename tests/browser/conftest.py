@@ -141,6 +141,13 @@ def secure_static_origin(browser: Browser) -> Iterator[Page]:
     yield from _static_page(browser, SECURE_STATIC_ORIGIN)
 
 
+@pytest.fixture
+def fresh_secure_origin(browser: Browser) -> Iterator[Page]:
+    """As ``secure_static_origin``, in a browser context of its own: its storage starts
+    empty (the origin's quota is checked when its storage is first written to)."""
+    yield from _static_page(browser, SECURE_STATIC_ORIGIN)
+
+
 def _start(workdir: Path, xml: str) -> SpoolProcess:
     return SpoolProcess(workdir, xml).start()
 

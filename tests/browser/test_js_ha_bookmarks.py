@@ -361,3 +361,109 @@ def test_a_full_local_storage_leaves_the_bookmark_store_working(
         "write: QuotaExceededError (the origin's storage quota is used up)"
     ]
     assert result["reopened"] == ["1|1|", ["1|2|"]]
+
+
+# One subscription's events around a failed IndexedDB write, localStorage full (no tail:
+# the journal is all a reload has). The first transaction fails (the origin's quota is
+# used up) with 1|1|'s arrival in it; then the quota is back, 1|2| arrives and is
+# discarded, and the broker's persisted position passes both.
+LOST_WRITE = {
+    "open": """
+async ({ name }) => {
+  const H = await import('/static/spool-ha.js');
+  window.reported = [];
+  window.memory = new H.MemoryBookmarkStore();
+  window.store = new H.IndexedDBBookmarkStore(name, {
+    retryMs: 600000, onError: (e) => window.reported.push(`${e.name}: ${e.message}`) });
+  await window.store.open();
+  window.fill = [];
+  for (const size of [100000, 10000, 1000, 100, 10, 1]) {
+    try { for (;;) { const k = `fill${window.fill.length}`; localStorage.setItem(k, 'x'.repeat(size)); window.fill.push(k); } }
+    catch { /* full at this size: go on with smaller values */ }
+  }
+  for (const s of [window.store, window.memory]) s.log('sub', '1|1|');
+  try { await window.store.flush(); return null; } catch (e) { return e.name; }
+}
+""",
+    "after": """
+async ({ name, rewrite }) => {
+  for (const s of [window.store, window.memory]) {
+    s.log('sub', '1|2|');
+    s.discard('sub', '1|2|');
+    s.persisted('sub', '1|2|');
+  }
+  if (rewrite) {
+    await window.store.flush();
+    for (const s of [window.store, window.memory]) s.log('sub', '1|3|'); // journaled again
+    await window.store.close();
+  }
+  // a read through a connection of its own waits for every transaction begun before it
+  const journal = await new Promise((resolve, reject) => {
+    const open = indexedDB.open(`spool-bookmark-store/${name}`);
+    open.onerror = () => reject(open.error);
+    open.onsuccess = () => {
+      const read = open.result.transaction('journal', 'readonly').objectStore('journal').getAll();
+      read.onsuccess = () => { open.result.close(); resolve(read.result.map((e) => e.k)); };
+      read.onerror = () => reject(read.error);
+    };
+  });
+  for (const k of window.fill) localStorage.removeItem(k);
+  return { reported: window.reported, journal,
+           memory: [window.memory.resumePoint('sub'), window.memory.outstanding('sub')] };
+}
+""",
+    "reopen": """
+async ({ name }) => {
+  const H = await import('/static/spool-ha.js');
+  const s = new H.IndexedDBBookmarkStore(name);
+  await s.open();
+  const state = [s.resumePoint('sub'), s.outstanding('sub')];
+  const again = s.log('sub', '1|1|');
+  await s.close();
+  return { state, again };
+}
+""",
+}
+
+
+@pytest.mark.parametrize("rewrite", [True, False], ids=["rewritten", "killed-before-rewrite"])
+def test_a_failed_write_never_lets_the_resume_point_pass_a_message(
+    fresh_secure_origin: Page, rewrite: bool
+) -> None:
+    """A transaction of the store fails with a message's arrival in it; the next writes
+    would succeed, and the broker's persisted position passes the message. Nothing goes
+    into the journal after the failure but a rewrite of the whole state: rewritten, the
+    store reopens as the memory store's state; killed before the rewrite, it reopens as it
+    was before the failure. Either way the message is handed over again, never skipped."""
+    name = f"lost-write-{next(_names)}"
+    page = fresh_secure_origin.context.new_page()
+    cdp = page.context.new_cdp_session(page)
+    try:
+        page.goto(fresh_secure_origin.url)
+        origin = {"origin": page.evaluate("location.origin")}
+        # the quota is taken when the database is first written to: used up then, the
+        # first transaction fails; the later ones find it back
+        cdp.send("Storage.overrideQuotaForOrigin", {**origin, "quotaSize": 1})
+        try:
+            failed = page.evaluate(LOST_WRITE["open"], {"name": name})
+        finally:
+            cdp.send("Storage.overrideQuotaForOrigin", origin)
+        after = page.evaluate(LOST_WRITE["after"], {"name": name, "rewrite": rewrite})
+    finally:
+        page.close()  # the store left open when not rewritten: a killed tab
+    reopened = fresh_secure_origin.evaluate(LOST_WRITE["reopen"], {"name": name})
+    assert failed == "StoreWriteError"  # flush() could not rewrite it either
+    lost = [r for r in after["reported"] if "localStorage" not in r]
+    assert lost == [
+        f"StoreWriteError: store write failed: the bookmark store '{name}' could not write: "
+        "QuotaExceededError (the origin's storage quota is used up)"
+    ]
+    if rewrite:
+        assert after["memory"][1] == ["1|1|", "1|3|"]
+        assert after["journal"] == ["c", "r"]  # the whole state, then the journal goes on
+        assert reopened["state"] == after["memory"]
+    else:
+        assert after["memory"][1] == ["1|1|"]
+        assert after["journal"] == []  # nothing written after the failure
+        assert reopened["state"] == [None, []]
+    assert reopened["again"] is True  # 1|1| is handed over again
