@@ -28,7 +28,12 @@ under the same local seqs (``TransactionLog.fill_fence``):
    records this instance published or forwarded, its own order), each with the peer's
    time, its publisher's bookmark, its kind and contents, and the path it had here: the
    peer's path up to this instance's own name when it is on it (the record went out from
-   here), else the peer's path and the peer (as a link's record would have it). A fence is
+   here), else the peer's path and the peer (as a link's record would have it). What the
+   peers of one attempt send adds up: each record counts once, from the first peer that
+   sent it, so a range whose records only several peers hold together (each got part of
+   it over its own links) is made up from all of them. The records of several peers go in
+   in time order, each publisher's in sequence order (a replay meets each publisher's
+   sequences in order). A fence is
    written only when the records make it up exactly: as many as its seqs (for an exact
    fence, the records that reached this log again elsewhere meanwhile count, and their
    placeholders are released; for an inexact one that finds more than its seqs, the
@@ -89,7 +94,7 @@ from server.txlog import Record, RecordKind, TransactionLog
 from server.txlog.fences import Fence
 from server.txlog.record import publisher_of
 
-__all__ = ["RETRY_MAX", "RepairProgress", "Repairer"]
+__all__ = ["RETRY_MAX", "RepairProgress", "Repairer", "merge_in_time_order"]
 
 #: seconds between repair attempts while fences remain: the first, then doubling
 RETRY_MIN: Final = 1.0
@@ -158,7 +163,8 @@ class RepairProgress:
 
 @dataclass(slots=True)
 class _Wanted:
-    """One fence as a repair attempt sees it: what it lacks, what came for it."""
+    """One fence as a repair attempt sees it: what it lacks, what came for it (from
+    every peer asked so far in the attempt)."""
 
     fence: Fence
     intervals: list[tuple[int, int, int]]
@@ -166,6 +172,12 @@ class _Wanted:
     #: bookmarks of the records received that went out from this instance (its name on
     #: the peer's path: they were in this log)
     from_here: set[tuple[int, int]] = field(default_factory=set)
+    #: per record received, the peer that sent it (its place in :attr:`peers`)
+    sent_by: dict[tuple[int, int], int] = field(default_factory=dict)
+    #: the peers that sent records for it, in the order they were asked, and the user of
+    #: this instance each one's records are written as (with ``<Users>``)
+    peers: list[str] = field(default_factory=list)
+    users: list[UserConfig | None] = field(default_factory=list)
 
     def takes(self, pub_hash: int, pub_seq: int) -> bool:
         return any(h == pub_hash and lo <= pub_seq <= hi for h, lo, hi in self.intervals)
@@ -305,6 +317,8 @@ class Repairer:
             progress.next_attempt = None
             before = progress.fences_repaired
             found: dict[int, list[str]] = {}
+            #: per fence (by its first seq), what the peers asked so far sent for it
+            wanted: dict[int, _Wanted] = {}
             for dest in self.peers:
                 for host, port in dest.transport.addresses:
                     fences = self._txlog.fences
@@ -313,7 +327,7 @@ class Repairer:
                     address = format_inet_addr(host, port)
                     progress.peer = f"{dest.name} at {address}"
                     try:
-                        await self._ask(dest, host, port, fences, found)
+                        await self._ask(dest, host, port, fences, wanted, found)
                     except (OSError, LinkLost, LinkTlsFailed, TlsError) as exc:
                         progress.last_error = f"{dest.name} at {address}: {exc}"
                         continue
@@ -342,9 +356,11 @@ class Repairer:
         host: str,
         port: int,
         fences: list[Fence],
+        wanted: dict[int, _Wanted],
         found: dict[int, list[str]],
     ) -> None:
-        """One peer: ask for every fence's records, write back the fences they make up."""
+        """One peer: ask for every fence's records, write back the fences they make up
+        with what the peers asked before in this attempt sent."""
         progress = self.progress
         progress.state = "repairing"
         self._since = self._clock.time()
@@ -354,17 +370,22 @@ class Repairer:
         progress.eta_seconds = None
         progress.fences = len(fences)
         progress.records_wanted = sum(f.records for f in fences)
-        wanted = [_Wanted(f, _asked(f)) for f in fences]
+        asked: list[_Wanted] = []
+        for f in fences:
+            w = wanted.get(f.first_seq)
+            if w is None or w.fence is not f:
+                w = wanted[f.first_seq] = _Wanted(f, _asked(f))
+            asked.append(w)
         user = await self._identify(dest)
         tls = await self._tls_context(dest)
         transport = await self._connector(host, port, tls, self._config.link_timeout)
         try:
-            peer, offer = await self._receive(dest, transport, wanted)
+            peer, offer = await self._receive(dest, transport, asked, user)
         finally:
             with contextlib.suppress(Exception):
                 await transport.close(1000, "repair ended")
-        for w in wanted:
-            await self._write(w, peer, offer, found, user)
+        for w in asked:
+            await self._write(w, peer, offer, found)
 
     async def _identify(self, dest: DestinationConfig) -> UserConfig | None:
         """With ``<Users>``: the user of this instance that ``dest``'s credentials log on
@@ -387,7 +408,11 @@ class Repairer:
             ) from None
 
     async def _receive(
-        self, dest: DestinationConfig, transport: Dialed, wanted: list[_Wanted]
+        self,
+        dest: DestinationConfig,
+        transport: Dialed,
+        wanted: list[_Wanted],
+        user: UserConfig | None,
     ) -> tuple[str, Offer]:
         """The conversation with one peer; the records it sends, sorted to their fences.
 
@@ -430,7 +455,7 @@ class Repairer:
                 elif isinstance(event, DataReceived):
                     assert offer is not None
                     runs = await _runs(event.data, decompressor)
-                    self._sort(runs, wanted, offer)
+                    self._sort(runs, wanted, offer, user)
                     self.progress.bytes_received += len(event.data.payload)
                     self._advance(event.data.upto, offer)
                 elif isinstance(event, Finished):
@@ -440,8 +465,11 @@ class Repairer:
                     raise event.error
             await writer.write()
 
-    def _sort(self, runs: list[Run], wanted: list[_Wanted], offer: Offer) -> None:
-        """Each record received to the fence whose intervals take it (the first one)."""
+    def _sort(
+        self, runs: list[Run], wanted: list[_Wanted], offer: Offer, user: UserConfig | None
+    ) -> None:
+        """Each record received to the fence whose intervals take it (the first one), unless
+        a peer asked before sent it already."""
         me = self._config.name
         hop = format_hop(offer.name, offer.group)
         for run in runs:
@@ -454,6 +482,10 @@ class Repairer:
                         if key not in w.got:
                             if here:
                                 w.from_here.add(key)
+                            if not w.peers or w.peers[-1] != offer.name:
+                                w.peers.append(offer.name)
+                                w.users.append(user)
+                            w.sent_by[key] = len(w.peers) - 1
                             w.got[key] = Record(
                                 run.source_seqs[i], run.timestamps_us[i], run.pub_hash,
                                 pub_seq, run.topic, _MESSAGE_TYPE, RecordKind(run.kind), path,
@@ -478,27 +510,28 @@ class Repairer:
         peer: str,
         offer: Offer,
         found: dict[int, list[str]],
-        user: UserConfig | None,
     ) -> None:
-        """Write one fence back when the records received make it up and ``user`` may
-        write them (module docstring, 3); otherwise say what was found."""
+        """Write one fence back when the records received (from every peer asked so far)
+        make it up and the user each peer's records are written as may write them (module
+        docstring, 3); otherwise say what was found."""
         fence = w.fence
         txlog = self._txlog
         records = [r for r in w.got.values() if not txlog.holds(r.pub_hash, r.pub_seq)]
-        refused = sorted(
-            {
-                r.topic
-                for r in records
-                if user is not None and not self._auth.can_write(user, r.topic)
-            }
-        )
-        if refused and user is not None:
-            found.setdefault(fence.first_seq, []).append(
-                f"{peer}: user {user.name!r} (whom repaired records are written as) may not "
-                f"publish to {', '.join(map(repr, refused))} here: give it a <Write> "
-                "entitlement for them"
-            )
-            return
+        for i, user in enumerate(w.users):
+            if user is None:
+                continue
+            refused = sorted({
+                r.topic for r in records
+                if w.sent_by[(r.pub_hash, r.pub_seq)] == i
+                and not self._auth.can_write(user, r.topic)
+            })  # fmt: skip
+            if refused:
+                found.setdefault(fence.first_seq, []).append(
+                    f"{w.peers[i]}: user {user.name!r} (whom repaired records are written as) "
+                    f"may not publish to {', '.join(map(repr, refused))} here: give it a "
+                    "<Write> entitlement for them"
+                )
+                return
         held = len(w.got) - len(records)
         if fence.exact:
             elsewhere = _held_elsewhere(txlog, fence) - {(r.pub_hash, r.pub_seq) for r in records}
@@ -507,9 +540,13 @@ class Repairer:
             released = 0
             if len(records) > fence.records:
                 records = _narrowed(records, w.from_here, fence.records)
-        records.sort(key=lambda r: r.seq)  # the peer's log order
+        if len({w.sent_by[(r.pub_hash, r.pub_seq)] for r in records}) > 1:
+            records = merge_in_time_order(records, w.sent_by)
+        else:
+            records.sort(key=lambda r: r.seq)  # the peer's log order
         if len(records) + released != fence.records:
-            found.setdefault(fence.first_seq, []).append(_shortfall(peer, w, records, held))
+            label = ", ".join(w.peers) if w.peers else peer
+            found.setdefault(fence.first_seq, []).append(_shortfall(label, w, records, held))
             return
         try:
             await txlog.fill_fence(fence.first_seq, records, released=released)
@@ -526,6 +563,7 @@ class Repairer:
         self._events.emit(
             "info", "txlog", "repaired", first_seq=fence.first_seq, last_seq=fence.last_seq,
             records=len(records), released=released, peer=peer, peer_log=offer.log_id,
+            peers=list(w.peers),
         )  # fmt: skip
 
     async def _tls_context(self, dest: DestinationConfig) -> ssl.SSLContext | None:
@@ -551,6 +589,18 @@ def _narrowed(records: list[Record], from_here: set[tuple[int, int]], wanted: in
     records are left as found (too many: nothing is written)."""
     mine = [r for r in records if (r.pub_hash, r.pub_seq) in from_here]
     return mine if len(mine) == wanted else records
+
+
+def merge_in_time_order(records: list[Record], sent_by: dict[tuple[int, int], int]) -> list[Record]:
+    """Records several peers sent, in one order: by time (each peer's own order where
+    times are equal), then each publisher's records put in the places its records took,
+    in sequence order, so a replay meets every publisher's sequences in order."""
+    order = sorted(records, key=lambda r: (r.timestamp_us, sent_by[(r.pub_hash, r.pub_seq)], r.seq))
+    by_publisher: dict[int, list[Record]] = {}
+    for r in order:
+        by_publisher.setdefault(r.pub_hash, []).append(r)
+    ranked = {pub: iter(sorted(rs, key=lambda r: r.pub_seq)) for pub, rs in by_publisher.items()}
+    return [next(ranked[r.pub_hash]) for r in order]
 
 
 #: most missing ranges a fence's repair note lists

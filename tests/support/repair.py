@@ -12,11 +12,11 @@ import orjson
 from server.clock import VirtualClock
 from server.sow.history import state_at
 from tests.support.engine import EngineHarness, FakeClient
-from tests.support.fabric import A, B, drive, persisted
+from tests.support.fabric import A, B, C, drive, persisted
 from tests.support.replication import MemoryFabric
 
 #: each scene instance's replication address on the memory fabric
-ADDRESSES = {"a": A, "b": B}
+ADDRESSES = {"a": A, "b": B, "c": C}
 
 
 class Scene:

@@ -20,7 +20,7 @@ from tests.support.damage import (
     zero_end_of_last_record,
 )
 from tests.support.engine import EngineHarness
-from tests.support.fabric import A, B, drive, persisted, publish, records, xml
+from tests.support.fabric import A, B, C, drive, persisted, publish, records, xml
 from tests.support.repair import (
     Publisher,
     Scene,
@@ -651,6 +651,79 @@ async def _missing_unfillable(tmp_path: Path) -> None:
         after = await _bookmarks(again)
         assert sorted(after) == sorted(set(before) - local)
         assert len(after) == len(set(after))
+    finally:
+        await scene.close()
+
+
+def test_a_range_only_several_peers_hold_together_is_repaired_from_all_of_them(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    asyncio.run(_from_several(tmp_path))
+
+
+async def _from_several(tmp_path: Path) -> None:
+    """C's middle journal is lost. It held records A's clients published and records B's
+    clients published; A and B replicate only their own clients' records, to C alone, so
+    neither holds the whole range. The repair adds up what both send: the fence is written
+    back, each publisher's records in order, and C's log holds what it held before."""
+
+    def config(name: str, *dests: str) -> str:
+        return xml(
+            tmp_path, name, *dests, journal_size="1MB",
+            txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
+            tuning="<JournalRepairWait>0s</JournalRepairWait>",
+        )  # fmt: skip
+
+    def to(name: str, addr: tuple[str, int]) -> str:
+        return destination(name, [addr], passthrough=())  # their own clients' records only
+
+    scene = Scene(tmp_path, {
+        "a": config("a", to("c", C)),
+        "b": config("b", to("c", C)),
+        "c": config("c", to("a", A), to("b", B)),
+    })  # fmt: skip
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b", "c")
+    try:
+        pubs = {n: Publisher(hs[n], await hs[n].logon(f"pub-{n}")) for n in ("a", "b", "c")}
+
+        async def both(i: int) -> None:
+            await pubs["a"].send("orders", [order(f"a{i}", 1)])
+            await pubs["b"].send("orders", [order(f"b{i}", 1)])
+
+        await both(0)  # before and after the range too: C's journals name both publishers
+        await pubs["c"].send("pad", [PAD] * 1100)
+        for i in range(1, 7):  # the range: A's and B's records, interleaved
+            await both(i)
+        await pubs["c"].send("pad", [PAD] * 1100)
+        await both(7)
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
+        before = [(h, s) for h, s, _, _ in await records(hs["c"])]
+        for name in ("a", "b", "c"):
+            await scene.stop(name)
+        jdir = tmp_path / "c" / "data" / "journal"
+        middle = journals(jdir, "c")[1]
+        lost = [(r.pub_hash, r.pub_seq) for r in records_of(middle)]
+        mine = {pub_hash(f"pub-{n}") for n in ("a", "b")}
+        assert mine <= {h for h, _ in lost}  # both publishers' records are in it
+        middle.unlink()
+        middle.with_suffix(".index").unlink()
+
+        await scene.start("a", "b")
+        again = await scene.start("c")
+        await drive(clock, lambda: again.broker.ready)
+        txlog = again.broker.txlog
+        assert txlog is not None
+        await drive(clock, lambda: not txlog.fences)
+        (repaired,) = [e for e in again.broker.events.recent(500) if e["event"] == "repaired"]
+        assert sorted(repaired["peers"]) == ["a", "b"]
+        after = await _bookmarks(again)
+        assert sorted(after) == sorted(before)
+        for h in {h for h, _ in after}:  # each publisher's sequences in order
+            seqs = [s for k, s in after if k == h]
+            assert seqs == sorted(seqs)
     finally:
         await scene.close()
 
