@@ -150,7 +150,14 @@ class Publishers:
         and each publisher's highest over both its index keys: a late record can be its
         highest held sequence (its highest had moved past what the log held, as the
         instance's own identity's does after a lost tail, and the late record filled
-        that gap); the table read from the indexes has it under the late key only."""
+        that gap); the table read from the indexes has it under the late key only.
+
+        A highest above everything the journals hold of a publisher (``clients.ack``
+        saved the own identity's highest after a :meth:`skip`, or named a record that a
+        cut tail took) is kept, the sequences above what is held being a gap: they are
+        not here. Only while the record the entry names is still in the log (or it names
+        none): past a removed journal, what lay above is not known and counts as held.
+        """
         if self._gaps is None:
             return
         table = self.table
@@ -161,8 +168,26 @@ class Publishers:
         plan = plan_held(journals)
         held = await asyncio.to_thread(read_held, plan) if plan.reads else plan.held
         removed = bool(journals) and journals[0].base > 1
-        self._gaps = build_gaps(held, list(self.table), removed_before=removed)
+        gaps = self._gaps = build_gaps(held, list(table), removed_before=removed)
+        first = journals[0].base if journals else 1
+        top = _highest_held(journals)
+        for pub, (last, seq) in table.items():
+            if seq and seq < first:
+                continue
+            held_top = max(top.get(pub, 0), top.get(late_key(pub), 0))
+            if held_top < last:
+                gaps.open_gap(pub, held_top + 1, last)
 
     def resync_start(self, journals: Iterable[Journal], holdings: Holdings) -> int | None:
         """The first seq of the oldest journal holding something ``holdings`` lack."""
         return resync_start(journals, self.table, holdings)
+
+
+def _highest_held(journals: Iterable[Journal]) -> dict[int, int]:
+    """Per index key, the highest sequence the journals hold (their index summaries)."""
+    top: dict[int, int] = {}
+    for journal in journals:
+        for p in journal.index.publishers():
+            if p.max_pub_seq > top.get(p.pub_hash, 0):
+                top[p.pub_hash] = p.max_pub_seq
+    return top
