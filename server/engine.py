@@ -84,6 +84,7 @@ _TXLOG_LEVELS: Final[dict[str, str]] = {
     "journal_damaged": "error",  # records of a journal are not readable
     "journal_fenced": "error",  # ... and their seqs are held until a repair
     "fence_failed": "error",
+    "own_floor_failed": "error",  # a restart may reuse one of its own bookmarks
     "index_damaged": "warning",  # an index file failed its CRC (rebuilt from its journal)
 }
 

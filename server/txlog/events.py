@@ -32,6 +32,8 @@ name                         fields
                              check found damaged; once per range
 ``index_damaged``            ``journal``, ``path`` (an index file failed its own CRC)
 ``index_rebuilt``            ``journal``, ``path`` (written again from its journal)
+``own_floor_failed``         ``floor``, ``error`` (the own identity's skipped highest could not
+                             be written: server/txlog/ownfloor.py)
 ===========================  ===========================================================
 """
 

@@ -74,6 +74,7 @@ from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.mend import Mended, fence_journal, fill_journal
 from server.txlog.outage import RetryPolicy, WriteOutage
+from server.txlog.ownfloor import write_floor
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.placement import Placement
 from server.txlog.publishers import Holdings, Publishers
@@ -188,6 +189,7 @@ class TransactionLog:
         self._open_seq = 0
         self._report: RecoveryReport | None = None
         self._own_pub = 0
+        self._incarnation = ""
         self._fill_listeners: list[Callable[[int, int], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -222,20 +224,28 @@ class TransactionLog:
         self._open_seq = active.last_seq
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
-        self._own_pub = broker_pub_hash(self.instance, opened.incarnation)
-        await self._publishers.rebuild_gaps(self._journals.items)
+        self._incarnation = opened.incarnation
+        own = self._own_pub = broker_pub_hash(self.instance, opened.incarnation)
+        publishers = self._publishers
+        await publishers.rebuild_gaps(self._journals.items)
+        if opened.own_floor > publishers.last(own):
+            # a skip of an earlier open that no record backs (server/txlog/ownfloor.py)
+            publishers.skip(own, opened.own_floor - publishers.last(own))
+        backed = publishers.last(own)
         taken = _records_lost(opened.report)
         if taken:
             # the instance's own records (queue acks and ownership changes, sow_deletes)
             # that a cut tail took may be held by its peers: its next ones must not take
             # their bookmarks, and those come back late into the gap (docs: "Recovery")
-            self._publishers.skip(self._own_pub, taken)
-        self._state = _OPEN
-        for t in opened.report.truncations:
-            self._emit("recovery_truncated", t.to_dict())
+            publishers.skip(own, taken)
         for fence in opened.fences:
             self._fences.add(fence)
             self._name_publishers(fence)
+        if publishers.last(own) > backed:
+            await self._save_floor()  # before the first append: nothing reuses them
+        self._state = _OPEN
+        for t in opened.report.truncations:
+            self._emit("recovery_truncated", t.to_dict())
         # the events describe each fence as the log holds it: with the publishers
         # naming added, which is what its repair asks for
         held = {fence.first_seq: fence.to_dict() for fence in opened.fences}
@@ -866,6 +876,7 @@ class TransactionLog:
                 return
             self._swap(journal, mended)
             source.retire()
+            own_before = self._publishers.last(self._own_pub)
             for fence in mended.fences:
                 self._fences.add(fence)
                 self._name_publishers(fence)
@@ -873,6 +884,8 @@ class TransactionLog:
                     for pub, lo, hi in fence.identities:
                         self._publishers.lost(pub, lo, hi)
                 self._emit("journal_fenced", fence.to_dict())
+            if self._publishers.last(self._own_pub) > own_before:
+                await self._save_floor()
             fenced = mended.fences
             self._damage = [
                 d
@@ -897,6 +910,23 @@ class TransactionLog:
             last = self._publishers.last(self._own_pub)
             if key == self._own_pub and last < hi:
                 self._publishers.skip(self._own_pub, hi - last)
+
+    async def _save_floor(self) -> None:
+        """Write the own identity's highest as its floor (server/txlog/ownfloor.py): a
+        skip no record backs yet survives a restart. A failure is reported; the skip
+        holds in memory, and the next record of the identity backs it once durable."""
+        floor = self._publishers.last(self._own_pub)
+        try:
+            await asyncio.to_thread(
+                write_floor, self._seam, self._dir, self.instance, self._incarnation, floor
+            )
+        except OSError as exc:
+            log.error(
+                "transaction log %s: the floor %d of its own identity was not written (%s); "
+                "a restart before its next own record is durable may reuse a bookmark",
+                self.instance, floor, exc,
+            )  # fmt: skip
+            self._emit("own_floor_failed", {"floor": floor, "error": str(exc)})
 
     def holds(self, pub_hash: int, pub_seq: int) -> bool:
         """Whether the log holds this bookmark outside its fences (as the publisher

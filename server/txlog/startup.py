@@ -26,6 +26,7 @@ from server.txlog.groupcommit import GroupCommit
 from server.txlog.incarnation import own_incarnation
 from server.txlog.indexbuilder import IndexBuilder
 from server.txlog.journal import Journal
+from server.txlog.ownfloor import UNREADABLE, read_floor, write_floor
 from server.txlog.reader import PlainSource
 from server.txlog.recovery import recover
 from server.txlog.recoveryreport import RecoveryReport
@@ -45,6 +46,7 @@ class Opened:
         handle: the active journal's file, open for writing.
         fences: every fence of the log (server/txlog/fences.py).
         incarnation: the log's incarnation token (server/txlog/incarnation.py).
+        own_floor: the floor of its own identity (server/txlog/ownfloor.py).
     """
 
     report: RecoveryReport
@@ -53,6 +55,7 @@ class Opened:
     handle: JournalHandle
     fences: list[Fence]
     incarnation: str
+    own_floor: int
 
 
 def open_files(
@@ -86,6 +89,12 @@ def open_files(
     )  # fmt: skip
     # before any journal is created: a crash after it leaves a token no record has
     incarnation = own_incarnation(directory, instance, seam, fresh=not rec.journals)
+    own_floor = read_floor(directory, instance, incarnation)
+    if own_floor == UNREADABLE:
+        # it could have said any floor: only a new identity is sure not to reuse a bookmark
+        incarnation = own_incarnation(directory, instance, seam, fresh=True)
+        own_floor = 0
+        write_floor(seam, directory, instance, incarnation, own_floor)
     journals = [
         Journal(
             r.base,
@@ -130,4 +139,4 @@ def open_files(
         for j in journals:  # nothing is left open behind a failed open()
             j.close()
         raise
-    return Opened(rec.report, journals, rec.publishers, handle, rec.fences, incarnation)
+    return Opened(rec.report, journals, rec.publishers, handle, rec.fences, incarnation, own_floor)

@@ -1,16 +1,25 @@
-"""The instance's own identity after a lost tail: its skip survives a restart.
+"""The instance's own identity after a lost tail: its skip survives every kind of restart.
 
 Recovery that cuts a torn tail moves the own identity's highest past the records the tail
 could have held (its peers may hold them), the sequences passed over becoming a gap a late
-copy fills. No record backs that highest; these tests restart the log and check that the
-skipped sequences stay missing (not held) until a late copy fills them.
+copy fills. No record backs that highest; these tests restart the log in every way that
+could forget it (a crash before any own record, a clean close that saves the publisher
+table, old journals removed) and check that the next own record never takes a bookmark
+given out before, and that the skipped sequences stay missing (not held) until a late
+copy fills them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from server.txlog import TransactionLog
+import pytest
+
+from server.bookmarks import broker_pub_hash
+from server.txlog import PublisherSequenceRegression, TransactionLog
+from server.txlog.files import clients_ack_name
+from server.txlog.incarnation import read_incarnation
+from server.txlog.ownfloor import floor_name, read_floor
 from tests.support.damage import journals, zero_end_of_last_record
 from tests.unit.txlog.helpers import INSTANCE, config, run
 
@@ -46,6 +55,32 @@ async def _torn_own_tail(tmp: Path, own_records: int) -> int:
     return own
 
 
+def test_a_skip_survives_a_crash_before_the_next_own_record(tmp_path: Path) -> None:
+    async def body() -> None:
+        own = await _torn_own_tail(tmp_path, 3)
+        log = _log(tmp_path)
+        await log.open()
+        assert log.recovery_report is not None and log.recovery_report.truncations
+        skipped = log.publisher_last(own)
+        assert skipped >= 3 and not log.holds(own, 3) and log.publishers.missing(own, 3)
+        await log.abort()  # a crash: nothing of its own written, no publisher table saved
+        for _ in range(2):
+            log = _log(tmp_path)
+            await log.open()
+            assert log.publisher_last(own) == skipped  # no second skip: nothing was cut
+            assert log.publishers.missing(own, 3)
+            await log.abort()
+        log = _log(tmp_path)
+        await log.open()
+        _append(log, own, 3, late=True)  # the peer's copy of the torn record
+        _append(log, own, skipped + 1)  # the next own record: a new bookmark
+        with pytest.raises(PublisherSequenceRegression):
+            _append(log, own, skipped)
+        await log.close()
+
+    run(body)
+
+
 def test_a_clean_close_after_a_skip_keeps_the_skipped_sequences_missing(tmp_path: Path) -> None:
     """The table saved at close has the skipped highest; what it skipped is not held."""
 
@@ -64,6 +99,58 @@ def test_a_clean_close_after_a_skip_keeps_the_skipped_sequences_missing(tmp_path
         assert log.holds(own, 4)
         _append(log, own, 5, late=True)
         assert log.holds(own, 5)
+        await log.close()
+
+    run(body)
+
+
+def test_the_floor_outlives_the_journals_that_held_the_identity(tmp_path: Path) -> None:
+    async def body() -> None:
+        own = await _torn_own_tail(tmp_path, 2)
+        log = _log(tmp_path, journal_size=4096)
+        await log.open()
+        skipped = log.publisher_last(own)
+        for s in range(4, 400):  # rolls: the journals with the own records are finished
+            _append(log, OTHER, s)
+        await log.wait_durable(log.last_seq)
+        await log.remove(log.journals()[1].id)  # and the one before it
+        assert log.first_seq > 5
+        await log.abort()
+        # a cache anyone may delete: only the journals and the floor say anything now
+        (tmp_path / "journal" / clients_ack_name(INSTANCE)).unlink()
+        log = _log(tmp_path, journal_size=4096)
+        await log.open()
+        assert log.publisher_last(own) == skipped
+        with pytest.raises(PublisherSequenceRegression):
+            _append(log, own, skipped)
+        await log.close()
+
+    run(body)
+
+
+def test_a_floor_of_another_incarnation_is_ignored_and_an_unreadable_one_starts_anew(
+    tmp_path: Path,
+) -> None:
+    async def body() -> None:
+        directory = tmp_path / "journal"
+        own = await _torn_own_tail(tmp_path, 1)
+        log = _log(tmp_path)
+        await log.open()
+        token = read_incarnation(directory, INSTANCE)
+        assert token is not None and own == broker_pub_hash(INSTANCE, token)
+        assert read_floor(directory, INSTANCE, token) == log.publisher_last(own) >= 1
+        assert read_floor(directory, INSTANCE, "0" * 32) == 0
+        await log.close()
+        (directory / floor_name(INSTANCE)).write_bytes(b"\x00garbage")
+        log = _log(tmp_path)
+        await log.open()
+        fresh = log.own_pub_hash
+        assert fresh != own  # any floor could have been there: a new identity
+        assert log.publisher_last(fresh) == 0
+        await log.close()
+        log = _log(tmp_path)
+        await log.open()
+        assert log.own_pub_hash == fresh  # and it keeps that one
         await log.close()
 
     run(body)
