@@ -227,7 +227,7 @@ class TransactionLog:
         self._incarnation = opened.incarnation
         own = self._own_pub = broker_pub_hash(self.instance, opened.incarnation)
         publishers = self._publishers
-        await publishers.rebuild_gaps(self._journals.items)
+        await publishers.rebuild_gaps(self._journals.items, own=own)
         if opened.own_floor > publishers.last(own):
             # a skip of an earlier open that no record backs (server/txlog/ownfloor.py)
             publishers.skip(own, opened.own_floor - publishers.last(own))

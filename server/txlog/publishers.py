@@ -145,12 +145,14 @@ class Publishers:
             for h, (last, _seq) in self.table.items()
         }
 
-    async def rebuild_gaps(self, journals: Sequence[Journal]) -> None:
+    async def rebuild_gaps(self, journals: Sequence[Journal], *, own: int = 0) -> None:
         """At open: the gap table from the journals' indexes (server/txlog/holdings.py),
         and each publisher's highest over both its index keys: a late record can be its
         highest held sequence (its highest had moved past what the log held, as the
         instance's own identity's does after a lost tail, and the late record filled
-        that gap); the table read from the indexes has it under the late key only.
+        that gap); the table read from the indexes has it under the late key only. The
+        instance's own identity (``own``) may have nothing but late records here (its
+        records lost with a tail, one sent back): it is looked up by its late key too.
 
         A highest above everything the journals hold of a publisher (``clients.ack``
         saved the own identity's highest after a :meth:`skip`, or named a record that a
@@ -161,9 +163,9 @@ class Publishers:
         if self._gaps is None:
             return
         table = self.table
-        for pub, (last, _seq) in list(table.items()):
+        for pub in {*table, own} if own else list(table):
             late = table.get(late_key(pub))
-            if late is not None and late[0] > last:
+            if late is not None and late[0] > table.get(pub, (0, 0))[0]:
                 table[pub] = late
         plan = plan_held(journals)
         held = await asyncio.to_thread(read_held, plan) if plan.reads else plan.held

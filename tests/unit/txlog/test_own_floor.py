@@ -104,6 +104,31 @@ def test_a_clean_close_after_a_skip_keeps_the_skipped_sequences_missing(tmp_path
     run(body)
 
 
+def test_an_own_identity_with_only_a_late_record_keeps_it_as_its_highest(
+    tmp_path: Path,
+) -> None:
+    """Its only record torn, sent back late by a peer, then a crash: the late record is
+    all the journals hold of it, under its late key; it is held, and the highest."""
+
+    async def body() -> None:
+        own = await _torn_own_tail(tmp_path, 1)
+        log = _log(tmp_path)
+        await log.open()
+        skipped = log.publisher_last(own)
+        _append(log, own, 1, late=True)
+        await log.wait_durable(log.last_seq)
+        await log.abort()
+        log = _log(tmp_path)
+        await log.open()
+        assert log.holds(own, 1)
+        assert log.publisher_last(own) == skipped
+        with pytest.raises(PublisherSequenceRegression):
+            _append(log, own, 1)
+        await log.close()
+
+    run(body)
+
+
 def test_the_floor_outlives_the_journals_that_held_the_identity(tmp_path: Path) -> None:
     async def body() -> None:
         own = await _torn_own_tail(tmp_path, 2)
