@@ -19,7 +19,8 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
 - **bookmark subscribers** (``ha-sub-*``): each acknowledged message processed
   (``sub-missing``), once (``sub-duplicated``), in a valid order: a publisher's messages
   in increasing sequence, unless an instance's log holds them in the order they came
-  (a late record that filled a gap) (``sub-order``); nothing processed that no log holds
+  (a late record that filled a gap) or held them so before the instance was wiped (its
+  earlier logs, :func:`held_orders`) (``sub-order``); nothing processed that no log holds
   and nobody sent (``sub-unexpected``).
 - **the queue** (``qc-*``): every message whose publish was acknowledged is delivered to
   a consumer that acks it (``queue-unprocessed``: never delivered, or only to consumers
@@ -43,6 +44,7 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,11 +53,12 @@ from typing import Any
 import orjson
 
 from server.bookmarks import pub_hash
+from server.txlog.gaps import Interval, PublisherGaps
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import KIND_NAMES, PUBLISH, SOW_DELETE, InstanceLog, LogRecord
 
-__all__ = ["CATEGORIES", "Anomaly", "Verdict", "check"]
+__all__ = ["CATEGORIES", "Anomaly", "HeldOrders", "Verdict", "check", "held_orders"]
 
 #: every anomaly category, in the order the summary lists them
 CATEGORIES = (
@@ -187,10 +190,20 @@ def _runs(seqs: Iterable[int]) -> str:
     return ", ".join(out[:10]) + more
 
 
+#: per ``nem.pub`` message a log holds after a higher sequence of its publisher: those
+#: higher sequences (inclusive intervals), see :func:`held_orders`
+HeldOrders = dict[tuple[int, int], list[Interval]]
+
+
 def check(
-    events: Sequence[Event], logs: dict[str, InstanceLog], *, end_time: float | None = None
+    events: Sequence[Event],
+    logs: dict[str, InstanceLog],
+    *,
+    end_time: float | None = None,
+    earlier: Sequence[HeldOrders] = (),
 ) -> Verdict:
-    """Every check of the module docstring."""
+    """Every check of the module docstring. ``earlier``: the orders of the logs the
+    instances held before they were wiped (a subscriber may have read them there)."""
     v = Verdict()
     end = end_time if end_time is not None else (events[-1].mono if events else 0.0)
     faults = _faults(events)
@@ -205,11 +218,12 @@ def check(
     lost_keys = _check_publishers(v, logs, pubs, faults, end)
     _check_unknown(v, logs, by_hash, brokers)
     _check_copies(v, logs, lost_keys, faults, end)
-    _check_subscribers(v, events, logs, pubs, faults)
+    _check_subscribers(v, events, logs, pubs, faults, earlier)
     _check_queue(v, events, pubs, faults)
     _check_sow(v, events, logs, pubs)
     _check_liveness(v, events)
     v.checked["instances"] = len(logs)
+    v.checked["wiped logs read"] = len(earlier)
     v.checked["records read"] = sum(len(log.records) for log in logs.values())
     v.checked["messages acknowledged"] = sum(p.acked for p in pubs.values())
     return v
@@ -382,12 +396,38 @@ def _check_copies(
     v.checked["records compared across instances"] = len(union)
 
 
-def _positions(logs: dict[str, InstanceLog]) -> list[dict[tuple[int, int], int]]:
-    """Per log, where each ``nem.pub`` message stands in it."""
-    return [
-        {r.key: i for i, r in enumerate(log.records) if r.topic == TOPIC_PUB and r.kind == PUBLISH}
-        for log in logs.values()
-    ]
+def held_orders(records: Iterable[LogRecord]) -> HeldOrders:
+    """Which ``nem.pub`` messages a log holds after higher sequences of their publisher.
+
+    In log order, a message below its publisher's highest so far (a late record that
+    filled a gap, or a second copy) maps to the higher sequences held before it: the
+    sequences above it up to that highest, less the ones still missing then. A log in
+    each publisher's order gives an empty map, so the map of a wiped log is small enough
+    to keep for the whole check.
+    """
+    out: HeldOrders = {}
+    top: dict[int, int] = {}
+    missing = PublisherGaps(max_gaps=sys.maxsize)
+    for r in records:
+        if r.topic != TOPIC_PUB or r.kind != PUBLISH:
+            continue
+        h, s = r.key
+        highest = top.get(h, 0)
+        if s > highest:
+            missing.advanced(h, highest, [s])
+            top[h] = s
+            continue
+        held, at = out.setdefault(r.key, []), s + 1
+        for lo, hi in missing.gaps(h):
+            if hi < at:
+                continue
+            if lo > at:
+                held.append((at, lo - 1))
+            at = hi + 1
+        if at <= highest:
+            held.append((at, highest))
+        missing.fill(h, s)
+    return out
 
 
 def _check_subscribers(
@@ -396,6 +436,7 @@ def _check_subscribers(
     logs: dict[str, InstanceLog],
     pubs: dict[str, _Pub],
     faults: Sequence[Event],
+    earlier: Sequence[HeldOrders],
 ) -> None:
     expected = {
         (pub_hash(p.name), s)
@@ -405,7 +446,7 @@ def _check_subscribers(
     }
     stored = {r.key for log in logs.values() for r in log.records if r.topic == TOPIC_PUB}
     invoked = {pub_hash(p.name): p.invoked for p in pubs.values() if p.topic == TOPIC_PUB}
-    positions: list[dict[tuple[int, int], int]] | None = None
+    orders: list[HeldOrders] | None = None
     subs: dict[str, list[tuple[tuple[int, int], Event]]] = defaultdict(list)
     for e in events:
         if e.f == "recv" and e.type == "ok":
@@ -454,12 +495,11 @@ def _check_subscribers(
         for (h, s), e in seen:
             prev = top.get(h)
             if prev is not None and s < prev[0] and counts[(h, s)] == 1:
-                if positions is None:
-                    positions = _positions(logs)
-                higher = (h, prev[0])
+                if orders is None:
+                    orders = [*(held_orders(log.records) for log in logs.values()), *earlier]
+                higher = prev[0]
                 if not any(
-                    (h, s) in pos and higher in pos and pos[(h, s)] > pos[higher]
-                    for pos in positions
+                    lo <= higher <= hi for held in orders for lo, hi in held.get((h, s), ())
                 ):
                     bad.append(((h, s), prev[1], e))
             if prev is None or s > prev[0]:

@@ -309,6 +309,28 @@ class Instance:
                     shutil.copytree(self.disk, self.dir / "disk-kept", dirs_exist_ok=True)
             unmount(self.disk)
 
+    def keep_log(self, tag: str) -> None:
+        """Copy the instance's journals (it is stopped) out of its disk before a wipe, to
+        ``wiped/<tag>/data``: a subscriber may have read messages in the order that log
+        held them, which the log copied in after the wipe no longer shows."""
+        dest = self.dir / "wiped" / tag / "data"
+        for part in ("journal", "archive"):
+            if (self.data / part).is_dir():
+                shutil.copytree(
+                    self.data / part,
+                    dest / part,
+                    ignore=shutil.ignore_patterns("*.prealloc.*"),
+                    dirs_exist_ok=True,
+                )
+
+    def wiped_logs(self) -> list[Path]:
+        """The data directories :meth:`keep_log` kept, oldest first."""
+        kept = self.dir / "wiped"
+        if not kept.is_dir():
+            return []
+        dirs = sorted(kept.iterdir(), key=lambda d: (int(d.name.partition("-")[0]), d.name))
+        return [d / "data" for d in dirs]
+
     def wipe(self) -> None:
         """Delete everything the instance holds (it is stopped)."""
         for child in self.disk.iterdir():

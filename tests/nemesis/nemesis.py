@@ -458,6 +458,7 @@ class Nemesis:
         sources = others[first:] + others[:first]
         if not await self._stop_quiesced([inst], "TERM"):
             self.rec.info("not-quiesced", {"index": period.index})
+        await asyncio.to_thread(inst.keep_log, str(period.index))
         await asyncio.to_thread(inst.wipe)
         inst.bootstrap_from = sources
         self.rec.info("bit", {"index": period.index, "wiped": inst.name, "sources": sources})
@@ -479,6 +480,7 @@ class Nemesis:
         )  # fmt: skip
         # it joins without one instead (the links' resync fills it), so the run goes on
         await asyncio.to_thread(inst.kill)
+        await asyncio.to_thread(inst.keep_log, f"{period.index}-unfinished")
         await asyncio.to_thread(inst.wipe)
         inst.bootstrap_from = None
         await self._restart([inst])

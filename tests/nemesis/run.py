@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from server.bookmarks import pub_hash
-from tests.nemesis.checker import Verdict, check
+from tests.nemesis.checker import HeldOrders, Verdict, check, held_orders
 from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW, Cluster
 from tests.nemesis.history import Histories, read_history
 from tests.nemesis.journals import InstanceLog, read_instance
@@ -150,6 +150,7 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
     cluster = Cluster(workdir / "cluster", settings.instances, settings.topology, net)
     histories = Histories(workdir / "history")
     logs: dict[str, InstanceLog] = {}
+    earlier: list[HeldOrders] = []
     exit_codes: dict[str, int | None] = {}
     state: dict[str, Any] = {}
     stores = workdir / "stores"
@@ -163,6 +164,7 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
             exit_codes[inst.name] = inst.stop()
         for inst in cluster:
             logs[inst.name] = read_instance(inst.data, inst.name)
+        earlier = wiped_orders(cluster, keep_data)
     finally:
         histories.close()
         cluster.close(keep_data)
@@ -173,7 +175,7 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
                     shutil.copytree(stores, workdir / "stores-kept", dirs_exist_ok=True)
             unmount(stores)
     events = list(read_history(workdir / "history"))
-    verdict = check(events, logs)
+    verdict = check(events, logs, earlier=earlier)
     nem: Nemesis | None = state.get("nemesis")
     pubs = state.get("publishers", [])
     return Result(
@@ -198,6 +200,19 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
         exit_codes=exit_codes,
         workdir=str(workdir),
     )
+
+
+def wiped_orders(cluster: Cluster, keep_data: bool) -> list[HeldOrders]:
+    """The orders of the logs the instances held before a wipe (the checker's
+    ``earlier``), read from what :meth:`Instance.keep_log` kept; those copies are removed
+    after reading unless ``keep_data``."""
+    out = []
+    for inst in cluster:
+        for data in inst.wiped_logs():
+            out.append(held_orders(read_instance(data, inst.name).records))
+            if not keep_data:
+                shutil.rmtree(data.parent)
+    return out
 
 
 async def _run(
