@@ -491,7 +491,8 @@ def _check_subscribers(
                 )
             )
         top: dict[int, tuple[int, Event]] = {}
-        bad: list[tuple[tuple[int, int], Event, Event]] = []
+        #: (the message, the higher sequence processed before it, when, and it)
+        bad: list[tuple[tuple[int, int], int, Event, Event]] = []
         for (h, s), e in seen:
             prev = top.get(h)
             if prev is not None and s < prev[0] and counts[(h, s)] == 1:
@@ -501,23 +502,26 @@ def _check_subscribers(
                 if not any(
                     lo <= higher <= hi for held in orders for lo, hi in held.get((h, s), ())
                 ):
-                    bad.append(((h, s), prev[1], e))
+                    bad.append(((h, s), higher, prev[1], e))
             if prev is None or s > prev[0]:
                 top[h] = (s, e)
         if bad:
-            (h, s), before, after = bad[0]
+            (h, s), higher, before, after = bad[0]
             v.anomalies.append(
                 Anomaly(
                     "sub-order",
                     f"{name} processed {len(bad)} messages after a higher sequence of their "
-                    f"publisher that no log holds in that order; first {h}|{s}| after "
-                    f"{top[h][0] if h in top else '?'}",
+                    f"publisher that no log holds or held in that order; first {h}|{s}| after "
+                    f"{h}|{higher}|",
                     process=name,
                     time=after.mono,
                     count=len(bad),
                     slice=_slice(
                         [
-                            *_trim([before, after], {(h, s)}),
+                            *_trim(
+                                [after] if before is after else [before, after],
+                                {(h, s), (h, higher)},
+                            ),
                             *_fault_slice(faults, None, before.mono, after.mono),
                         ]
                     ),

@@ -246,6 +246,8 @@ def test_a_late_order_held_only_by_a_wiped_log_is_valid_with_that_log() -> None:
     v = check(s.events, logs_of(full))
     [a] = v.anomalies
     assert (a.category, a.count) == ("sub-order", 2)
+    assert a.detail.endswith(f"first {h}|1| after {h}|4|")
+    assert [m for e in a.slice for m in e["value"]["msgs"]] == [[h, 4], [h, 1]]
     assert check(s.events, logs_of(full), earlier=[held_orders(wiped)]).ok
     # a log that held 1 after 3 only does not make 2 after 4 valid
     partly = [rec(1, "pub-2", 3), rec(2, "pub-2", 1), rec(3, "pub-2", 4), rec(4, "pub-2", 2)]
