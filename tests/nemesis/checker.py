@@ -19,8 +19,8 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
 - **bookmark subscribers** (``ha-sub-*``): each acknowledged message processed
   (``sub-missing``), once (``sub-duplicated``), in a valid order: a publisher's messages
   in increasing sequence, unless an instance's log holds them in the order they came
-  (a late record that filled a gap) or held them so before the instance was wiped (its
-  earlier logs, :func:`held_orders`) (``sub-order``); nothing processed that no log holds
+  (a late record that filled a gap) or held them so before a fault replaced its records
+  (its earlier logs, :func:`held_orders`) (``sub-order``); nothing processed that no log holds
   and nobody sent (``sub-unexpected``).
 - **the queue** (``qc-*``): every message whose publish was acknowledged is delivered to
   a consumer that acks it (``queue-unprocessed``: never delivered, or only to consumers
@@ -202,8 +202,8 @@ def check(
     end_time: float | None = None,
     earlier: Sequence[HeldOrders] = (),
 ) -> Verdict:
-    """Every check of the module docstring. ``earlier``: the orders of the logs the
-    instances held before they were wiped (a subscriber may have read them there)."""
+    """Every check of the module docstring. ``earlier``: the orders of the journals the
+    instances held before a fault replaced them (a subscriber may have read them there)."""
     v = Verdict()
     end = end_time if end_time is not None else (events[-1].mono if events else 0.0)
     faults = _faults(events)
@@ -223,7 +223,7 @@ def check(
     _check_sow(v, events, logs, pubs)
     _check_liveness(v, events)
     v.checked["instances"] = len(logs)
-    v.checked["wiped logs read"] = len(earlier)
+    v.checked["earlier logs read"] = len(earlier)
     v.checked["records read"] = sum(len(log.records) for log in logs.values())
     v.checked["messages acknowledged"] = sum(p.acked for p in pubs.values())
     return v
@@ -402,8 +402,8 @@ def held_orders(records: Iterable[LogRecord]) -> HeldOrders:
     In log order, a message below its publisher's highest so far (a late record that
     filled a gap, or a second copy) maps to the higher sequences held before it: the
     sequences above it up to that highest, less the ones still missing then. A log in
-    each publisher's order gives an empty map, so the map of a wiped log is small enough
-    to keep for the whole check.
+    each publisher's order gives an empty map, so the map of a replaced log is small
+    enough to keep for the whole check.
     """
     out: HeldOrders = {}
     top: dict[int, int] = {}

@@ -309,11 +309,16 @@ class Instance:
                     shutil.copytree(self.disk, self.dir / "disk-kept", dirs_exist_ok=True)
             unmount(self.disk)
 
+    def earlier_log(self, tag: str) -> Path:
+        """Where the journals a fault replaces are kept (``earlier/<tag>/data``, laid out
+        like the data directory): a subscriber may have read messages in the order those
+        held them, which the records copied back in a peer's order no longer show."""
+        return self.dir / "earlier" / tag / "data"
+
     def keep_log(self, tag: str) -> None:
-        """Copy the instance's journals (it is stopped) out of its disk before a wipe, to
-        ``wiped/<tag>/data``: a subscriber may have read messages in the order that log
-        held them, which the log copied in after the wipe no longer shows."""
-        dest = self.dir / "wiped" / tag / "data"
+        """Copy every journal of the instance (it is stopped) to :meth:`earlier_log`, as
+        before a wipe."""
+        dest = self.earlier_log(tag)
         for part in ("journal", "archive"):
             if (self.data / part).is_dir():
                 shutil.copytree(
@@ -323,9 +328,9 @@ class Instance:
                     dirs_exist_ok=True,
                 )
 
-    def wiped_logs(self) -> list[Path]:
-        """The data directories :meth:`keep_log` kept, oldest first."""
-        kept = self.dir / "wiped"
+    def earlier_logs(self) -> list[Path]:
+        """The data directories kept in :meth:`earlier_log`, oldest first."""
+        kept = self.dir / "earlier"
         if not kept.is_dir():
             return []
         dirs = sorted(kept.iterdir(), key=lambda d: (int(d.name.partition("-")[0]), d.name))

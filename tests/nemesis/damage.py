@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -127,15 +128,23 @@ def _flip(path: Path, at: int, rng: random.Random) -> None:
         os.fsync(f.fileno())
 
 
-def missing_journal(journal_dir: Path, instance: str, rng: random.Random) -> dict[str, Any] | None:
+def missing_journal(
+    journal_dir: Path, instance: str, rng: random.Random, keep: Path | None = None
+) -> dict[str, Any] | None:
     """Delete a closed journal between two others, and its index (a file lost from the
-    middle of the log); None when there are fewer than three journals."""
+    middle of the log); None when there are fewer than three journals. ``keep``: a
+    directory the journal is copied to first, with the one before it (the repair writes
+    its records back in a peer's order; the copy keeps the order they had here)."""
     files = journals(journal_dir, instance)
     middle = files[1:-1]
     if not middle:
         return None
     path = rng.choice(middle)
     recs = _records(path)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        for f in files[files.index(path) - 1 : files.index(path) + 1]:
+            shutil.copy2(f, keep / f.name)
     index = path.with_suffix(".index")
     path.unlink()
     index.unlink(missing_ok=True)

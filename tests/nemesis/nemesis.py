@@ -390,7 +390,10 @@ class Nemesis:
     async def _missing_journal(self, period: Period) -> None:
         rng = random.Random(period.params["salt"])
         await self._damage(
-            period, lambda i: damage.missing_journal(i.data / "journal", i.name, rng)
+            period,
+            lambda i: damage.missing_journal(
+                i.data / "journal", i.name, rng, keep=i.earlier_log(str(period.index)) / "journal"
+            ),
         )
 
     async def _lost_writes(self, period: Period) -> None:

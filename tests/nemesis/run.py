@@ -164,7 +164,7 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
             exit_codes[inst.name] = inst.stop()
         for inst in cluster:
             logs[inst.name] = read_instance(inst.data, inst.name)
-        earlier = wiped_orders(cluster, keep_data)
+        earlier = earlier_orders(cluster, keep_data)
     finally:
         histories.close()
         cluster.close(keep_data)
@@ -202,13 +202,13 @@ def run_nemesis(workdir: Path, settings: Settings, keep_data: bool = False) -> R
     )
 
 
-def wiped_orders(cluster: Cluster, keep_data: bool) -> list[HeldOrders]:
-    """The orders of the logs the instances held before a wipe (the checker's
-    ``earlier``), read from what :meth:`Instance.keep_log` kept; those copies are removed
-    after reading unless ``keep_data``."""
+def earlier_orders(cluster: Cluster, keep_data: bool) -> list[HeldOrders]:
+    """The orders of the journals the faults replaced (the checker's ``earlier``), read
+    from what :meth:`Instance.earlier_log` kept; those copies are removed after reading
+    unless ``keep_data``."""
     out = []
     for inst in cluster:
-        for data in inst.wiped_logs():
+        for data in inst.earlier_logs():
             out.append(held_orders(read_instance(data, inst.name).records))
             if not keep_data:
                 shutil.rmtree(data.parent)

@@ -64,9 +64,9 @@ def test_three_minutes_of_every_fault_kind_on_three_instances_finds_nothing(
         assert result.injected.get(kind, 0) >= 1, f"{kind} never injected\n{summary}"
     assert not result.misses, summary
     assert result.verdict.checked["SOW snapshots compared"] >= 1, summary
-    # each instance wiped by join-empty had its log read for the subscribers' order
+    # each log join-empty wiped was read for the subscribers' order
     wiped = result.injected.get("join-empty", 0)
-    assert result.verdict.checked["wiped logs read"] >= wiped, summary
+    assert result.verdict.checked["earlier logs read"] >= wiped, summary
     assert not result.leaked, summary
     known = {
         what for a in result.verdict.anomalies for what, matches in PENDING.items() if matches(a)
