@@ -2,7 +2,8 @@
 
 :class:`JumpingClock` is the real clock plus an offset: the control file holds a number
 of seconds (``-90``, ``3600``), added to :meth:`time` from the moment the file changes;
-an empty or missing file is no offset. Only the wall clock jumps: :meth:`monotonic` and
+a missing file is no offset. An empty file, or one that is not a number, is one being
+written (``write_text`` empties it first): the offset stays. Only the wall clock jumps: :meth:`monotonic` and
 :meth:`sleep` are the system's (no real clock's monotonic time jumps). A daemon thread
 reads the file every ``poll`` seconds, so :meth:`time` costs one addition.
 
@@ -42,9 +43,10 @@ class JumpingClock:
         try:
             text = self.control.read_text().strip()
         except FileNotFoundError:
-            text = ""
+            self.offset = 0.0
+            return
         try:
-            self.offset = float(text) if text else 0.0
+            self.offset = float(text)
         except ValueError:  # a file being written: keep the offset until it is whole
             pass
 
