@@ -202,6 +202,7 @@ class Broker:
         if replication is not None:
             # replicated queues: an instance with a live link into this one is online
             self.queues.peers = replication.inbound.keys
+            replication.on_resynced = self.queues.resynced
         #: the bootstrap of an empty instance (``<Bootstrap>``), None without one
         self.bootstrapper: Bootstrapper | None = None
         if config.bootstrap is not None and txlog is not None:
@@ -315,6 +316,16 @@ class Broker:
             known = await asyncio.to_thread(self._acknowledged) if cfg.replicates else 0
             report = await txlog.open(known_durable=known)
             self.events.emit("info", "txlog", "recovered", **report.to_dict())
+            if cfg.replicates and cfg.replication is not None:
+                # acks of replicated queues the log lost (or never had) may be held by
+                # the sources: the queues hold what they may have acked until they
+                # resent it (server/queues/hold.py)
+                lost = txlog.lost_since_us is not None
+                if lost or not txlog.last_seq:
+                    self.queues.resync_wait(
+                        "lost tail" if lost else "empty log",
+                        [d.name for d in cfg.replication.destinations],
+                    )  # fmt: skip
         # 1b. fenced records: the peers are asked for them before the state is rebuilt
         #     from the log (the instance is not ready meanwhile, for a bounded time)
         repairer = self.repairer
@@ -405,7 +416,10 @@ class Broker:
                 unfolded=len(pipeline.unfolded),
             )  # fmt: skip
             return
-        self.queues.unfolded(pipeline.unfolded)
+        # a range that reads as nothing was released by an operator (or taken by
+        # retention): nothing came back, its queue records are lost
+        released = [(first, last) for first, last, records, _ in done.ranges if not records]
+        self.queues.unfolded(pipeline.unfolded, released)
         for first, last, records, changes in done.ranges:
             self.events.emit(
                 "info", "txlog", "state_refolded", first_seq=first, last_seq=last,

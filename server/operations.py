@@ -776,6 +776,15 @@ class Operations:
             raise QueueNotFound(name)
         return self._queues.set_proxied_transfer(name, enabled, by)
 
+    def release_queue_hold(self, by: str | None = None) -> int:
+        """``POST /api/queues/release_hold``, by user ``by``: stop waiting for the
+        replication sources to resend what this instance lost; the queue messages held
+        for them are delivered (at least once). How many were freed (0: no such hold).
+        """
+        if self._queues is None:
+            return 0
+        return self._queues.release_hold(by)
+
     def sow_topics(self) -> list[SowTopicInfo]:
         """Every SOW topic: records, bytes, key paths, file, last compaction
         (``GET /api/sow``)."""

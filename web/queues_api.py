@@ -8,6 +8,8 @@
 - ``GET /api/queues/{name}/messages``: a page of its messages (cursor ``after``,
   ``limit``) with why each is not being delivered (server/queues/browse.py). Admin only,
   and the user must be entitled to read the queue: it shows message data.
+- ``POST /api/queues/release_hold``: end the resync hold (docs/queues.md "Held after a
+  loss"): ``{"ok": true, "released": N}``.
 - ``POST /api/queues/{name}/enable_proxied_transfer`` / ``disable_proxied_transfer``:
   409 with the reason: queues are not replicated in this version, so every message is
   owned by this instance (docs/queues.md); 404 for a queue that does not exist.
@@ -80,6 +82,11 @@ class QueuesApi:
         limit = int_param(request, "limit", BROWSE_DEFAULT, 1, BROWSE_MAX)
         return self.ops.queue_messages(request.path_params["name"], after, limit, context.user)
 
+    async def release_hold(self, request: Request) -> Any:
+        self._require()
+        freed = self.ops.release_queue_hold(auth_context(request).actor)
+        return {"ok": True, "released": freed}
+
     def _switch(self, enabled: bool) -> Handler:
         async def handler(request: Request) -> Any:
             self._require()
@@ -102,6 +109,25 @@ class QueuesApi:
                     errors=(404,),
                 ),
                 self.queues,
+            ),
+            (
+                Operation(
+                    "POST",
+                    "/api/queues/release_hold",
+                    "Stop waiting for replication sources to resend what this instance lost",
+                    "queues",
+                    description=(
+                        "Ends the queues' resync hold (docs/queues.md \"Held after a "
+                        'loss"): the messages held until every source resent what this '
+                        "instance lost are delivered; one whose ack only a source not "
+                        "heard from holds is delivered again (at least once). Answers "
+                        "`released`: how many messages that freed (0: no such hold). "
+                        "Fenced ranges are released with their fences."
+                    ),
+                    errors=(404,),
+                    access="admin",
+                ),
+                self.release_hold,
             ),
             (
                 Operation(

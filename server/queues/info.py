@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from server.queues.machine import Consumer, Message
@@ -25,6 +25,8 @@ class QueueInfo:
     semantics: str
     depth: int
     backlog: int
+    held: int
+    hold: list[str]
     leased: int
     owned: int
     transferred_in: int
@@ -48,7 +50,7 @@ class QueueInfo:
             "target_queue_depth": self.target_queue_depth, "inactive": self.inactive,
             "deferred_acks": self.deferred_acks,
             "semantics": self.semantics, "depth": self.depth, "backlog": self.backlog,
-            "leased": self.leased, "owned": self.owned,
+            "held": self.held, "hold": list(self.hold), "leased": self.leased, "owned": self.owned,
             "transferred_in": self.transferred_in, "transferred_out": self.transferred_out,
             "proxied_transfer": self.proxied_transfer,
             "requests_open": self.requests_open, "requests_waiting": self.requests_waiting,
@@ -61,11 +63,16 @@ class QueueInfo:
         }  # fmt: skip
 
 
-def describe(q: QueueRuntime, now: int, stuck: bool = False, leases: bool = True) -> QueueInfo:
+def describe(
+    q: QueueRuntime, now: int, stuck: bool = False, leases: bool = True,
+    hold: Sequence[str] = (),
+) -> QueueInfo:  # fmt: skip
     """``q`` at ``now`` (microseconds); its first 50 leases listed (``leases``; the
     metrics need none). ``stuck``: as the stuck-queue watch last found it
-    (server/queues/stuck.py)."""
+    (server/queues/stuck.py). ``hold``: why it holds messages back now
+    (server/queues/hold.py; empty: it does not)."""
     m = q.machine
+    held = m.held()
     lease_start = m.oldest_lease_us()
     oldest = m.oldest_enqueued_us()
     waiting = m.oldest_waiting()
@@ -87,7 +94,8 @@ def describe(q: QueueRuntime, now: int, stuck: bool = False, leases: bool = True
             if window is not None
             else 0
         ),
-        semantics=cfg.semantics, depth=m.depth, backlog=m.ready, leased=m.leased,
+        semantics=cfg.semantics, depth=m.depth, backlog=m.ready - held, held=held,
+        hold=list(hold), leased=m.leased,
         owned=q.owned(), transferred_in=q.transferred_in,
         transferred_out=q.transferred_out,
         proxied_transfer=own.proxied if own is not None else False,

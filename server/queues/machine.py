@@ -238,6 +238,15 @@ class QueueMachine:
         #: :meth:`unpark` says this instance owns it now
         self.gate: Callable[[Message], bool] | None = None
         self._parked: set[int] = set()
+        #: messages this instance may not deliver yet, whoever owns them: those with a
+        #: seq up to :attr:`hold_through` (0: none), and the seqs of :attr:`_held`
+        #: (messages that came back from a range this instance lost); set by
+        #: :meth:`hold`, server/queues/hold.py says why
+        self.hold_through = 0
+        self._held: set[int] = set()
+        #: ready entries a dispatch met while they were held: back in the ready heap when
+        #: the hold ends (:meth:`hold`)
+        self._withheld: list[tuple[int, int]] = []
         self.enqueued = 0
         self.removed: dict[str, int] = {}
 
@@ -406,6 +415,52 @@ class QueueMachine:
     def parked(self) -> int:
         """Ready messages the gate holds back (owned by another instance)."""
         return len(self._parked)
+
+    def hold(self, through: int) -> None:
+        """Hold back (never dispatch) the messages with a seq up to ``through`` (0: none)
+        until the hold ends; a smaller ``through`` than before frees the messages
+        between."""
+        narrower = through < self.hold_through
+        self.hold_through = through
+        if narrower:
+            self._unwithhold()
+
+    def hold_seqs(self, seqs: Iterable[int]) -> None:
+        """Hold back these messages too, until :meth:`release_hold`."""
+        self._held.update(seqs)
+
+    def release_hold(self) -> None:
+        """Every held message may go again (the hold ended)."""
+        self.hold_through = 0
+        self._held.clear()
+        self._unwithhold()
+
+    def _unwithhold(self) -> None:
+        through = self.hold_through
+        held = self._held
+        keep: list[tuple[int, int]] = []
+        ready = self._ready
+        for entry in self._withheld:
+            seq = entry[1]
+            if seq <= through or seq in held:
+                keep.append(entry)
+            elif seq in self._ready_set:
+                ready.push(entry)
+        self._withheld = keep
+
+    @property
+    def holding(self) -> bool:
+        """Whether a hold is on (:meth:`hold`)."""
+        return bool(self.hold_through or self._held)
+
+    def held(self) -> int:
+        """Ready messages the hold keeps back (a pass over the ready set while a hold
+        is on; 0 at once otherwise)."""
+        through = self.hold_through
+        held = self._held
+        if not through and not held:
+            return 0
+        return sum(1 for seq in self._ready_set if seq <= through or seq in held)
 
     def subscribe(self, consumer: Consumer) -> None:
         """A consumer joins (the next :meth:`dispatch` may give it messages)."""
@@ -590,6 +645,8 @@ class QueueMachine:
             weighed = [c for c in self._consumers if c.room > 0]
             weights = [c.room for c in weighed]
         rng = self._rng
+        through = self.hold_through
+        holding = self._held if through or self._held else None
         # the entries left to look at: a count, not a call of ``RunHeap.__bool__`` per
         # message (held entries go back only after the loop)
         left = len(ready)
@@ -599,6 +656,9 @@ class QueueMachine:
             seq = entry[1]
             m = messages.get(seq)
             if m is None or seq not in ready_set:
+                continue
+            if holding is not None and (seq <= through or seq in holding):
+                self._withheld.append(entry)  # until the hold ends (_unwithhold)
                 continue
             if m.barrier and self.oldest_seq() != seq:
                 held.append(entry)

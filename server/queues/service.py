@@ -65,6 +65,7 @@ from server.queues.checkpoint import (
     fingerprint,
 )
 from server.queues.errors import QueueNotFound
+from server.queues.hold import QueueHold, ResyncHold
 from server.queues.info import QueueInfo, describe
 from server.queues.machine import (
     ACKED,
@@ -180,6 +181,10 @@ class QueueService:
         #: would read the whole log, and count the transfers from the log's start)
         self._saved_last = 0
         self._saver: asyncio.Task[None] | None = None
+        #: what the queues hold back after a loss (server/queues/hold.py)
+        self.hold = QueueHold()
+        #: the queues with a hold on (their ``queue_held`` event was emitted)
+        self._holding: set[str] = set()
 
     @property
     def peers(self) -> Callable[[], Iterable[str]] | None:
@@ -340,14 +345,111 @@ class QueueService:
                 q.pin.release()
                 q.pin = None
 
-    def unfolded(self, ranges: Sequence[tuple[int, int]]) -> None:
+    def unfolded(
+        self, ranges: Sequence[tuple[int, int]], released: Sequence[tuple[int, int]] = ()
+    ) -> None:
         """Fenced ranges the start-up rebuild went past that no repair gave back yet
         (server/publishing.py ``PublishPipeline.unfolded``): the queues' pins and
-        checkpoints hold from them, and move on once they are taken in."""
+        checkpoints hold from them, and the messages recorded up to them are held
+        (server/queues/hold.py), until they are taken in. ``released``: ranges that
+        left because an operator released their fence, not because a repair wrote them
+        back: what they held goes again (at least once), and an event says so."""
         self.stage.unfolded(ranges)
         for q in self.queues.values():
             if q.pin is not None:
                 q.pin.move(self._hold_from(q))
+        hold = self.hold
+        if ranges and not hold.fences:
+            hold.fences_since_us = time_us(self._clock)
+        hold.fences = list(ranges)
+        for first, last in released:
+            self._events.emit(
+                "warning", "queue", "queue_hold_released", first_seq=first, last_seq=last,
+                detail="an operator released these fenced records: queue messages held "
+                "for them go to consumers again, and one whose ack was among them is "
+                "delivered again (at least once)",
+            )  # fmt: skip
+        self._apply_hold("repaired" if not released else "released")
+
+    def resync_wait(self, why: str, sources: Iterable[str]) -> None:
+        """Start-up, after the log opened: it lost records it cannot name (``why``:
+        ``lost tail``) or is empty (``empty log``), so acks of replicated queues may be
+        missing until ``sources`` have resent what they hold (:meth:`resynced`): the
+        messages recorded so far, and those that come back by replication with an
+        earlier time, are held. No source: nothing can come back, nothing is held."""
+        waiting = set(sources)
+        if not waiting or not any(q.ownership is not None for q in self.queues.values()):
+            return
+        now = time_us(self._clock)
+        self.hold.resync = ResyncHold(
+            through=self._txlog.last_seq if self._txlog is not None else 0,
+            before_us=now, why=why, waiting=waiting, since_us=now,
+        )  # fmt: skip
+        self._apply_hold("resynced")
+
+    def resynced(self, source: str) -> None:
+        """``source`` resent everything it held when its link's stream began: once every
+        source has, the resync hold ends."""
+        resync = self.hold.resync
+        if resync is None or source not in resync.waiting:
+            return
+        resync.waiting.discard(source)
+        if resync.waiting:
+            self._apply_hold("resynced")  # the reasons changed
+            return
+        self.hold.resync = None
+        self._apply_hold("resynced")
+
+    def release_hold(self, by: str | None = None) -> int:
+        """An operator ends the resync hold (``POST /api/queues/release_hold``, by user
+        ``by``): the sources not heard from are given up on, and the messages held for
+        them go to consumers; one whose ack only such a source holds is delivered again
+        (at least once). Fenced ranges are released with their fences (the transaction
+        log's fence release). Returns how many messages were freed."""
+        resync = self.hold.resync
+        if resync is None:
+            return 0
+        before = sum(q.machine.held() for q in self.queues.values())
+        self.hold.resync = None
+        self._apply_hold("released")
+        freed = before - sum(q.machine.held() for q in self.queues.values())
+        self._events.emit(
+            "warning", "queue", "queue_hold_released", user=by, messages=freed,
+            waiting=sorted(resync.waiting),
+            detail="an operator ended the wait for these sources to resend: queue "
+            "messages held for them go to consumers again, and one whose ack only they "
+            "hold is delivered again (at least once)",
+        )  # fmt: skip
+        return freed
+
+    def _apply_hold(self, ended: str) -> None:
+        """Each queue's hold from :attr:`hold`; a queue whose hold narrowed or ended
+        delivers again. ``ended``: why a hold that ends ended (its event)."""
+        hold = self.hold
+        for q in self.queues.values():
+            replicated = q.ownership is not None
+            m = q.machine
+            before = m.hold_through
+            through = hold.through(q.start_seq, replicated)
+            was = q.config.name in self._holding
+            q.held_before_us = hold.before_us(replicated)
+            if not q.held_before_us:
+                m.release_hold()  # no resync hold (any more): no message held by itself
+            m.hold(through)
+            name = q.config.name
+            if through or q.held_before_us:
+                if not was:
+                    self._holding.add(name)
+                    self._events.emit(
+                        "warning", "queue", "queue_held", queue=name, through_seq=through,
+                        held=m.held(), reasons=hold.reasons(replicated),
+                    )  # fmt: skip
+            elif was:
+                self._holding.discard(name)
+                self._events.emit("info", "queue", "queue_hold_ended", queue=name,
+                                  reason=ended)  # fmt: skip
+            if (was or before) and self._timer is not None:
+                self.kick(q)  # what the hold freed goes now
 
     def _hold_from(self, q: QueueRuntime) -> int:
         """Where ``q``'s log pin holds: its messages, the changes a restart needs, and the
@@ -789,8 +891,10 @@ class QueueService:
     # -- admin --------------------------------------------------------------------------
 
     def alerts(self) -> list[Alert]:
-        """The stuck queues' alerts (every dashboard page's banner, ``/healthz``)."""
-        return self.stuck.alerts()
+        """The stuck queues' and the hold's alerts (every dashboard page's banner,
+        ``/healthz``)."""
+        held = [(name, q.machine.held()) for name, q in sorted(self.queues.items())]
+        return self.hold.alerts(held) + self.stuck.alerts()
 
     def browse(self, name: str, after: int, limit: int) -> BrowsePage:
         """A page of a queue's messages after seq ``after``, with why each waits.
@@ -810,7 +914,7 @@ class QueueService:
         for name, q in self.queues.items():
             i = describe(q, now, self.stuck.is_stuck(name), leases=False)
             out[name] = {
-                "depth": i.depth, "backlog": i.backlog, "leased": i.leased,
+                "depth": i.depth, "backlog": i.backlog, "held": i.held, "leased": i.leased,
                 "consumers": i.consumers, "oldest_lease_age": i.oldest_lease_age,
                 "oldest_message_age": i.oldest_message_age,
                 "oldest_undelivered_age": i.oldest_undelivered_age, "stuck": int(i.stuck),
@@ -843,7 +947,14 @@ class QueueService:
         q = self.queues.get(name)
         if q is None:
             raise QueueNotFound(name)
-        return describe(q, time_us(self._clock), self.stuck.is_stuck(name))
+        return describe(q, time_us(self._clock), self.stuck.is_stuck(name),
+                        hold=self._reasons(q))  # fmt: skip
+
+    def _reasons(self, q: QueueRuntime) -> list[str]:
+        """Why ``q`` holds messages back now (empty: it does not)."""
+        if q.config.name not in self._holding:
+            return []
+        return self.hold.reasons(q.ownership is not None)
 
 
 def _accepts(flt: Filter) -> Callable[[Message], bool]:

@@ -125,6 +125,9 @@ class QueueRuntime:
     #: repair gave back yet (0: none): its messages may still be the queue's, so neither
     #: the pin nor the checkpoint may pass it (:meth:`QueueStage.unfolded`)
     unfolded_floor: int = 0
+    #: a resync hold (server/queues/hold.py): messages that arrive by replication with a
+    #: time before this are held too (0: none)
+    held_before_us: int = 0
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -605,6 +608,9 @@ class QueueStage:
                 run.topic, run.bodies, run.first_seq, [ts] * n, [run.pub_hash] * n,
                 run.pub_seqs, published_on(run.path, queue.instance),
             ):  # fmt: skip
+                if queue.held_before_us and run.path and ts < queue.held_before_us:
+                    # back from a range this instance lost: its ack may still come
+                    queue.machine.hold_seqs(range(run.first_seq, run.first_seq + n))
                 self._on_enqueued(queue)
 
     def duplicated(self, run: PublishRun, i: int, pub_seq: int, held: str | None) -> None:

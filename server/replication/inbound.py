@@ -136,6 +136,9 @@ class InboundContext:
     origins: Callable[[], Origins]
     #: a source was welcomed (a destination of this instance may run back over it)
     welcomed: Callable[[InboundLink], None]
+    #: the source (by name) sent everything it held when the stream began, and all of
+    #: it was recorded here (:attr:`InboundLink.resynced`)
+    resynced: Callable[[str], None] = lambda _source: None
     logons: LogonGuard | None = None
 
 
@@ -192,6 +195,9 @@ class InboundLink:
         self.upto = 0
         self.acked = 0
         self.source_last = 0
+        #: every record the source held when the stream began was examined and what
+        #: was for this instance recorded here (``upto`` reached ``source_last``)
+        self.resynced = False
         #: the link's effective sync type as the source last told it (None: not yet)
         self.sync_type: str | None = None
         self.last_error: str | None = None
@@ -335,6 +341,7 @@ class InboundLink:
             elif isinstance(event, StreamStarted):
                 self.source_last = event.stream.source_last
                 self.upto = max(self.upto, event.stream.start - 1)
+                self._check_resynced()
                 self._spawn(self._apply_loop())
                 self._spawn(self._ack_loop())
                 self._event("streaming", f"resync from {event.stream.start} "
@@ -497,6 +504,12 @@ class InboundLink:
             self.upto = data.upto
             self._pending.append((self._ctx.txlog.last_seq, data.upto))
             self._durable(self._ctx.txlog.durable_seq)
+            self._check_resynced()
+
+    def _check_resynced(self) -> None:
+        if not self.resynced and self.upto >= self.source_last:
+            self.resynced = True
+            self._ctx.resynced(self.source)
 
     def _inflate(self, data: Data) -> list[Run]:
         """Decompress and decode a batch (worker thread)."""

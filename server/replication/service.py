@@ -256,6 +256,9 @@ class Replication:
         self.drops: dict[str, Drops] = {d.name: drops_of(own, d) for d in own.destinations}
         self.destinations: dict[str, DestinationLink] = {}
         self.inbound: dict[str, InboundLink] = {}
+        #: told of each source whose link sent everything the source held when its
+        #: stream began (the queues' resync hold, server/queues/hold.py)
+        self.on_resynced: Callable[[str], None] | None = None
         self._accepted: set[InboundLink] = set()
         #: the links destinations' peers run back over the connections they dialed
         self._reverse: dict[DestinationLink, InboundLink] = {}
@@ -434,6 +437,7 @@ class Replication:
             peers=self,
             origins=self.collisions.origins,
             welcomed=self._offer_return,
+            resynced=self._resynced,
         )
         link = InboundLink(
             ctx, transport, peer if peer is not None else Peer.parse(transport.remote),
@@ -649,6 +653,10 @@ class Replication:
                     "info", "replication", "resync_after_fence", source=link.source,
                     first_seq=first_seq, last_seq=last_seq,
                 )  # fmt: skip
+
+    def _resynced(self, source: str) -> None:
+        if self.on_resynced is not None:
+            self.on_resynced(source)
 
     def _register(self, link: InboundLink) -> None:
         old = self.inbound.get(link.source)

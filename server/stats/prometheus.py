@@ -279,6 +279,8 @@ class SpoolCollector(Collector):
         gauges: tuple[tuple[QueueGauge, str, str], ...] = (
             ("depth", "spool_queue_depth", "Messages in the queue"),
             ("backlog", "spool_queue_backlog", "Messages waiting for a consumer"),
+            ("held", "spool_queue_held",
+             "Messages held back until records this instance lacks come back"),
             ("leased", "spool_queue_leased", "Messages delivered and not acked yet"),
             ("consumers", "spool_queue_consumers", "Queue subscriptions"),
             ("oldest_lease_age", "spool_queue_oldest_lease_age_seconds",

@@ -48,6 +48,7 @@ SpillCounter = Literal["spills", "rejoins", "seconds"]
 QueueGauge = Literal[
     "depth",
     "backlog",
+    "held",
     "leased",
     "consumers",
     "oldest_lease_age",

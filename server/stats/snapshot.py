@@ -83,6 +83,7 @@ class QueueCounters(TypedDict):
 
     depth: int  # messages in the queue
     backlog: int  # waiting for a consumer
+    held: int  # held back after a loss (server/queues/hold.py), not in backlog
     leased: int  # delivered, not acked yet
     consumers: int
     oldest_lease_age: float  # seconds

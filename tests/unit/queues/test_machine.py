@@ -451,3 +451,75 @@ def test_a_gated_run_parks_what_dispatch_would_park(
                 q.ack(c, [m.bookmark for m in c.leased.values()])
     assert machines[0].parked == machines[1].parked == machines[0].depth
     assert machines[0].depth == len(set(range(1, len(owned_here) + 1)) - mine)
+
+
+# -- the hold (server/queues/hold.py) ---------------------------------------------------
+
+
+def _seqs(q: QueueMachine, now: int = 0) -> list[int]:
+    return [d.message.seq for d in q.dispatch(now)]
+
+
+def test_a_hold_keeps_back_what_was_recorded_up_to_it_and_new_work_goes_on() -> None:
+    q = machine(max_backlog=20, lease_period_us=10 * S)
+    q.subscribe(Consumer("a", 20))
+    for seq in range(1, 6):
+        q.add(msg(seq))
+    q.hold(3)
+    assert (q.held(), q.ready) == (3, 5)
+    assert _seqs(q) == [4, 5]
+    q.hold_seqs([7])  # came back from a lost range
+    for seq in (6, 7, 8):
+        q.add(msg(seq))
+    assert _seqs(q) == [6, 8]
+    assert q.held() == 4 and q.holding
+    q.hold(1)  # narrower: 2 and 3 go
+    assert _seqs(q) == [2, 3]
+    q.release_hold()
+    assert _seqs(q) == [1, 7]
+    assert (q.held(), q.holding) == (0, False)
+
+
+def test_a_held_message_acked_meanwhile_never_goes() -> None:
+    q = machine(max_backlog=5, lease_period_us=10 * S)
+    q.subscribe(Consumer("a", 5))
+    q.add(msg(1))
+    q.add(msg(2))
+    q.hold(2)
+    assert _seqs(q) == []
+    q.forget([1])  # its ack came back (a repair, a resync)
+    q.release_hold()
+    assert _seqs(q) == [2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    through=st.integers(0, 12),
+    extra=st.sets(st.integers(1, 12), max_size=4),
+    priorities=st.lists(st.integers(0, 2), min_size=12, max_size=12),
+    room=st.integers(1, 12),
+)
+def test_a_hold_delivers_nothing_it_holds_and_everything_once_it_ends(
+    through: int, extra: set[int], priorities: list[int], room: int
+) -> None:
+    """Held or not, the same messages go, each once: the held ones only after the hold
+    ends, and the others in the order an unheld queue gives them."""
+    held, free = machine(max_backlog=12), machine(max_backlog=12)
+    for q in (held, free):
+        q.subscribe(Consumer("a", 12))
+        for seq, p in enumerate(priorities, 1):
+            q.add(msg(seq, priority=p))
+    held.hold(through)
+    held.hold_seqs(extra)
+    kept = {s for s in range(1, 13) if s <= through or s in extra}
+    got: list[int] = []
+    while True:
+        out = [d.message.seq for d in held.dispatch(0, room)]
+        if not out:
+            break
+        got += out
+    assert not kept & set(got)
+    assert got == [s for s in [d.message.seq for d in free.dispatch(0)] if s not in kept]
+    held.release_hold()
+    rest = [d.message.seq for d in held.dispatch(0)]
+    assert sorted(got + rest) == list(range(1, 13))

@@ -150,3 +150,36 @@ def test_a_bounded_queues_request_before_its_message_is_granted_once_it_is_in_th
     q.admit("work-in", [b"{}"], 2, [0], [7], [1], "c")  # inactive
     assert q.machine.get(bm) is None and own.is_early(bm)
     assert own.answer(2) == [Grant(bm, "b", 1)] and own.requests_waiting() == 0
+
+
+def test_a_message_that_comes_back_from_a_lost_range_is_held_new_work_is_not() -> None:
+    """While a resync hold is on (server/queues/hold.py), a message that arrives by
+    replication with a time before the start-up may come back with its ack behind it:
+    held. One published here, or after the start-up, goes."""
+    from server.ports import AppendedRun, Origin
+    from server.queues.machine import Consumer
+    from server.queues.stage import QueueStage
+
+    q = QueueRuntime.build(  # every message owned here, wherever published
+        QueueConfig(name="work", underlying="work-in", initial_owner="a"), VirtualClock(), "a",
+        replicated=True,
+    )  # fmt: skip
+    stage = QueueStage([q], lambda _q: None)
+    q.held_before_us = 1_000
+
+    def run(seq: int, at: int, path: tuple[str, ...]) -> AppendedRun:
+        return AppendedRun(
+            topic="work-in", topic_literal=b'"work-in"', origin=Origin("replication", "b", None, None),
+            pub_hash=7, pub_seqs=[seq], bodies=[b"{}"], first_seq=seq, timestamp_us=at,
+            corr_ids=None, sow_keys=None, kind=RecordKind.PUBLISH, publisher_name="",
+            path=path,
+        )  # fmt: skip
+
+    stage.appended(run(1, 999, ("a",)))  # back from a's lost tail
+    stage.appended(run(2, 1_000, ("b",)))  # published at b after a started
+    stage.appended(run(3, 10, ()))  # published here (after the start-up, whatever its time)
+    q.machine.subscribe(Consumer("c", 10))
+    assert [d.message.seq for d in q.machine.dispatch(0)] == [2, 3]
+    assert q.machine.held() == 1
+    q.machine.release_hold()
+    assert [d.message.seq for d in q.machine.dispatch(0)] == [1]

@@ -64,7 +64,7 @@ class ScrapedBroker:
             },
             spills=spill_counters(catching_up=1, spills=4, rejoins=3, seconds=2.5),
             disconnects={"slow_client_stalled": 2, "client": 9},
-            queues={"work": {"depth": 7, "backlog": 3, "leased": 4, "consumers": 2,
+            queues={"work": {"depth": 7, "backlog": 3, "held": 0, "leased": 4, "consumers": 2,
                              "oldest_lease_age": 1.5, "oldest_message_age": 9.0,
                              "oldest_undelivered_age": 8.0, "stuck": 1,
                              "enqueued": 20, "removed": {"acked": 12, "expired": 1},

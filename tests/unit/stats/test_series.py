@@ -247,7 +247,7 @@ def test_spills_and_disconnects_by_cause() -> None:
 
 def test_queues_become_gauges_and_counter_rates() -> None:
     def q(enqueued: int, acked: int) -> dict[str, object]:
-        return {"depth": 5, "backlog": 2, "leased": 3, "consumers": 1, "oldest_lease_age": 0.5,
+        return {"depth": 5, "backlog": 2, "held": 0, "leased": 3, "consumers": 1, "oldest_lease_age": 0.5,
                 "oldest_message_age": 4.0, "oldest_undelivered_age": 3.0,
                 "stuck": 0, "enqueued": enqueued, "removed": {"acked": acked},
                 "inactive": 0, "deferred_acks": 0}  # fmt: skip
