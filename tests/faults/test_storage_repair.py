@@ -659,3 +659,86 @@ def test_a_repair_after_start_up_reaches_the_sow_and_the_queue(tmp_path: Path, d
     after = _seqs(jdir, "a")
     assert all(after[seq] == bm for seq, bm in before.items()), "a seq changed its message"
     assert len(set(after.values())) == len(after), "a bookmark is held twice"
+
+
+# -- a queue ack lost on disk ---------------------------------------------------------------
+
+QUEUE = (
+    "<Queue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>1h</LeasePeriod></Queue>"
+)
+
+
+def _queue(proc: SpoolProcess) -> dict[str, object]:
+    info: dict[str, object] = httpx.get(f"{proc.http_url}/api/queues/work", timeout=10).json()
+    return info
+
+
+def _instance(proc: SpoolProcess) -> dict[str, object]:
+    info: dict[str, object] = httpx.get(f"{proc.http_url}/api/instance", timeout=10).json()
+    return info
+
+
+def test_a_queue_ack_torn_on_disk_is_never_delivered_again(tmp_path: Path) -> None:
+    """A consumer at A acks a message; the ack, A's last record, is on B too. Both stop,
+    the end of A's ack is torn, and A starts alone: B stays down past A's repair wait, so
+    A serves its queue with the ack fenced. The message is held (shown as held, not as
+    waiting) and a consumer that subscribes meanwhile gets nothing; B comes back, the ack
+    is repaired, and that consumer's first delivery is new work published after it: the
+    acked message never comes again, and the queue drains."""
+    cluster = Cluster.both_ways(
+        tmp_path, sow=QUEUE, tuning="<JournalRepairWait>1s</JournalRepairWait>"
+    )
+    cluster.start()
+    for name, other in (("a", "b"), ("b", "a")):
+        wait_until(lambda n=name, o=other: cluster.destination(n, o)["connected"], 30)
+    a = cluster.procs["a"]
+
+    async def first_life() -> None:
+        async with Client(a.ws_url, "pub") as pub, Client(a.ws_url, "worker") as worker:
+            sub = await subscribe_queue(worker, "work", max_backlog=10)
+            pub.publish("work-in", b'{"m":"job"}', seq=1, persisted=True)
+            await pub.wait_persisted(1, timeout=60)
+            msg = await sub.get(timeout=30)
+            msg.ack()
+            await sub.settled()
+
+    async def second_life() -> None:
+        async with Client(a.ws_url, "late") as client:
+            sub = await subscribe_queue(client, "work", max_backlog=10)
+            held = await asyncio.to_thread(_queue, a)
+            assert (held["depth"], held["held"], held["backlog"]) == (1, 1, 0)
+            assert held["hold"], "the hold says why"
+            await asyncio.to_thread(cluster.start, "b")
+            await asyncio.to_thread(
+                wait_until, lambda: not _fences(a) and _queue(a)["depth"] == 0, 120,
+                message="a repaired and the ack taken in",
+            )  # fmt: skip
+            async with Client(a.ws_url, "pub-2") as pub:
+                pub.publish("work-in", b'{"m":"new"}', seq=1, persisted=True)
+                await pub.wait_persisted(1, timeout=60)
+            msg = await sub.get(timeout=30)
+            assert msg.json()["m"] == "new"  # the acked job did not come first: never
+            msg.ack()
+            await sub.settled()
+
+    try:
+        asyncio.run(first_life())
+        for name in ("a", "b"):
+            wait_until(lambda n=name: cluster.caught_up(n), 90, message=f"{name} caught up")
+        cluster.stop()
+        jdir = cluster.data_dir("a") / "journal"
+        torn = zero_end_of_last_record(journals(jdir, "a")[-1])
+        assert torn.pub_hash != pub_hash("pub")  # the queue's ack, not the publish
+        (jdir / "a.queues.ack").unlink(missing_ok=True)  # the queue reads the whole log
+        cluster.start("a")
+        wait_until(lambda: _instance(a)["ready"], 60, message="a serves, b still down")
+        assert _fences(a), "a started with its ack fenced"
+        alerts = _instance(a)["alerts"]
+        assert isinstance(alerts, list) and any(x["id"] == "queue-held" for x in alerts)
+        health = httpx.get(f"{a.http_url}/healthz", timeout=10).json()
+        assert health["status"] == "degraded"
+        asyncio.run(second_life())
+        wait_until(lambda: _queue(a)["depth"] == 0, 30, message="the queue drains")
+    finally:
+        cluster.stop()
