@@ -7,6 +7,9 @@ nothing here changes a queue, its leases or its ownership.
 **Why a message waits** (:func:`why_waiting`), the first that applies:
 
 - ``leased``: a consumer holds it (until its lease ends);
+- ``held``: this instance lacks records that may have acked it (a fence not repaired, a
+  lost tail its sources have not resent): it waits for them (docs/queues.md "Held after a
+  loss"; server/queues/hold.py);
 - ``owner_offline``: a replicated queue's message whose owner has no live link into this
   instance: it waits for the owner (or a proxied transfer);
 - ``granted_away``: this instance granted it to another that asked for it;
@@ -45,7 +48,7 @@ _SCAN: Final = 100_000
 _PREVIEW: Final = 256
 
 Reason = Literal[
-    "leased", "owner_offline", "granted_away", "owned_elsewhere", "barrier", "no_consumer",
+    "leased", "held", "owner_offline", "granted_away", "owned_elsewhere", "barrier", "no_consumer",
     "consumers_full", "no_consumer_matches", "ready",
 ]  # fmt: skip
 
@@ -77,6 +80,12 @@ def why_waiting(q: QueueRuntime, m: Message) -> Waiting:
             else ""
         )
         return Waiting("leased", f"leased to {m.holder.name}{held}")
+    if machine.is_held(m.seq):
+        return Waiting(
+            "held",
+            "this instance lacks records that may have acked it (the queue's hold says "
+            "which); it goes once they come back or an operator gives them up",
+        )
     if own is not None:
         view = own.view(m.bookmark)
         if view is not None and view.owner != q.instance:

@@ -448,6 +448,10 @@ class QueueMachine:
                 ready.push(entry)
         self._withheld = keep
 
+    def is_held(self, seq: int) -> bool:
+        """Whether the hold keeps message ``seq`` back (:meth:`hold`)."""
+        return seq <= self.hold_through or seq in self._held
+
     @property
     def holding(self) -> bool:
         """Whether a hold is on (:meth:`hold`)."""

@@ -86,8 +86,8 @@ class StuckWatch:
         if not limit:
             return None
         m = q.machine.oldest_waiting()
-        if m is None:
-            return None
+        if m is None or q.machine.is_held(m.seq):
+            return None  # held: it waits for its ack, not for a consumer (its own alert)
         waited_us = now_us - m.enqueued_us
         if waited_us < limit * 1_000_000 or not has_room(q):
             return None

@@ -105,6 +105,8 @@ async def test_a_message_whose_ack_was_lost_on_disk_is_not_delivered_again(
         assert (info.depth, info.held, info.backlog) == (1, 1, 0)
         assert any("fenced" in why for why in info.hold)
         assert any(a["id"] == "queue-held" for a in again.broker.operations.alerts())
+        (listed,) = again.broker.queues.browse("work", 0, 10).messages
+        assert listed["reason"] == "held"
         consumer = await again.logon("consumer")
         _subscribe(consumer)
         await _a_while(clock)
