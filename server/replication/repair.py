@@ -316,9 +316,11 @@ class Repairer:
             progress.attempts += 1
             progress.next_attempt = None
             before = progress.fences_repaired
+            written = progress.records_repaired
             found: dict[int, list[str]] = {}
             #: per fence (by its first seq), what the peers asked so far sent for it
             wanted: dict[int, _Wanted] = {}
+            answered: tuple[str, Offer] | None = None
             for dest in self.peers:
                 for host, port in dest.transport.addresses:
                     fences = self._txlog.fences
@@ -327,13 +329,19 @@ class Repairer:
                     address = format_inet_addr(host, port)
                     progress.peer = f"{dest.name} at {address}"
                     try:
-                        await self._ask(dest, host, port, fences, wanted, found)
+                        answered = await self._ask(dest, host, port, fences, wanted, found)
                     except (OSError, LinkLost, LinkTlsFailed, TlsError) as exc:
                         progress.last_error = f"{dest.name} at {address}: {exc}"
                         continue
                     except LinkRefused as exc:
                         progress.last_error = f"{dest.name} at {address}: {exc}"
                     break  # one address of a destination answered: the next destination
+            if answered is not None:
+                # what the peers found of a fence they cannot make up goes in now
+                peer, offer = answered
+                for w in wanted.values():
+                    if not w.fence.exact and any(f is w.fence for f in self._txlog.fences):
+                        await self._write(w, peer, offer, found, partial=True)
             for fence in self._txlog.fences:
                 said = found.get(fence.first_seq)
                 fence.repair = (
@@ -348,7 +356,7 @@ class Repairer:
                     "error", "txlog", "repair_incomplete", fences=len(left),
                     detail="; ".join(f"seqs {f.first_seq}..{f.last_seq}: {f.repair}" for f in left),
                 )  # fmt: skip
-            return progress.fences_repaired > before
+            return progress.fences_repaired > before or progress.records_repaired > written
 
     async def _ask(
         self,
@@ -358,9 +366,10 @@ class Repairer:
         fences: list[Fence],
         wanted: dict[int, _Wanted],
         found: dict[int, list[str]],
-    ) -> None:
+    ) -> tuple[str, Offer]:
         """One peer: ask for every fence's records, write back the fences they make up
-        with what the peers asked before in this attempt sent."""
+        with what the peers asked before in this attempt sent. Returns the peer's name
+        and offer."""
         progress = self.progress
         progress.state = "repairing"
         self._since = self._clock.time()
@@ -386,6 +395,7 @@ class Repairer:
                 await transport.close(1000, "repair ended")
         for w in asked:
             await self._write(w, peer, offer, found)
+        return peer, offer
 
     async def _identify(self, dest: DestinationConfig) -> UserConfig | None:
         """With ``<Users>``: the user of this instance that ``dest``'s credentials log on
@@ -510,10 +520,14 @@ class Repairer:
         peer: str,
         offer: Offer,
         found: dict[int, list[str]],
+        *,
+        partial: bool = False,
     ) -> None:
         """Write one fence back when the records received (from every peer asked so far)
         make it up and the user each peer's records are written as may write them (module
-        docstring, 3); otherwise say what was found."""
+        docstring, 3); otherwise say what was found. ``partial`` (an inexact fence, every
+        peer of the attempt asked): the records found that are fewer than its seqs go in
+        its first seqs, and the rest stays fenced."""
         fence = w.fence
         txlog = self._txlog
         records = [r for r in w.got.values() if not txlog.holds(r.pub_hash, r.pub_seq)]
@@ -544,12 +558,19 @@ class Repairer:
             records = merge_in_time_order(records, w.sent_by)
         else:
             records.sort(key=lambda r: r.seq)  # the peer's log order
+        label = ", ".join(w.peers) if w.peers else peer
+        kept = 0
         if len(records) + released != fence.records:
-            label = ", ".join(w.peers) if w.peers else peer
-            found.setdefault(fence.first_seq, []).append(_shortfall(label, w, records, held))
-            return
+            note = _shortfall(label, w, records, held)
+            if not (partial and not fence.exact and 0 < len(records) < fence.records):
+                found.setdefault(fence.first_seq, []).append(note)
+                return
+            kept = fence.records - len(records)
+            found.setdefault(fence.first_seq + len(records), []).append(
+                f"{note}; those found are written back, the other {kept} seqs stay fenced"
+            )
         try:
-            await txlog.fill_fence(fence.first_seq, records, released=released)
+            await txlog.fill_fence(fence.first_seq, records, released=released, kept=kept)
         except (OSError, ValueError) as exc:
             found.setdefault(fence.first_seq, []).append(f"{peer}: not written: {exc}")
             self._events.emit(
@@ -559,11 +580,12 @@ class Repairer:
             return
         progress = self.progress
         progress.records_repaired += len(records)
-        progress.fences_repaired += 1
+        if not kept:
+            progress.fences_repaired += 1
         self._events.emit(
-            "info", "txlog", "repaired", first_seq=fence.first_seq, last_seq=fence.last_seq,
-            records=len(records), released=released, peer=peer, peer_log=offer.log_id,
-            peers=list(w.peers),
+            "info" if not kept else "warning", "txlog", "repaired", first_seq=fence.first_seq,
+            last_seq=fence.last_seq, records=len(records), released=released, kept=kept,
+            peer=peer, peer_log=offer.log_id, peers=list(w.peers),
         )  # fmt: skip
 
     async def _tls_context(self, dest: DestinationConfig) -> ssl.SSLContext | None:

@@ -934,7 +934,7 @@ class TransactionLog:
         return self._publishers.holds(pub_hash, pub_seq)
 
     async def fill_fence(
-        self, first_seq: int, records: list[Record], *, released: int = 0
+        self, first_seq: int, records: list[Record], *, released: int = 0, kept: int = 0
     ) -> Fence:
         """Write ``records`` back in place of the placeholders of the fence that starts at
         ``first_seq``, under its seqs, in order (a repair found them: server/txlog/mend.py).
@@ -945,6 +945,9 @@ class TransactionLog:
                 not used; their time, bookmark, topic, kind, path and contents are).
             released: placeholders left after them, released: records of the fence that
                 reached the log elsewhere meanwhile (nobody waits for them here).
+            kept: placeholders left after them that stay fenced (a repair found part of an
+                inexact fence's records): a fence of those seqs, with the same
+                description, takes its place in :attr:`fences`.
 
         Returns:
             The fence, which is gone from :attr:`fences`.
@@ -974,18 +977,24 @@ class TransactionLog:
                     fill_journal, path=journal.path, source=source, base=journal.base,
                     fence=fence, records=records, released=released, highest_before=highest,
                     instance=self.instance, seam=self._seam, block_bytes=self._block_bytes,
+                    kept=kept,
                 )  # fmt: skip
             finally:
                 source.release()
             self._swap(journal, mended)
             source.retire()
             self._fences.remove(first_seq)
+            for rest in mended.fences:
+                rest.repair = fence.repair
+                self._fences.add(rest)
             seq = first_seq
             for rec in records:
                 self._publishers.restored(rec.pub_hash, rec.pub_seq, seq)
                 seq += 1
             event = "fence_repaired" if records else "fence_released"
-            self._emit(event, {**fence.to_dict(), "written": len(records), "released": released})
+            self._emit(event, {
+                **fence.to_dict(), "written": len(records), "released": released, "kept": kept,
+            })  # fmt: skip
         for cb in self._fill_listeners:
             cb(fence.first_seq, fence.last_seq)
         return fence

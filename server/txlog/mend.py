@@ -120,6 +120,7 @@ def fill_journal(
     instance: str,
     seam: FileSeam,
     block_bytes: int,
+    kept: int = 0,
 ) -> Mended:
     """Write ``records`` in place of ``fence``'s placeholders (module docstring).
 
@@ -130,6 +131,9 @@ def fill_journal(
             used: each takes its slot's seq; the late flag is decided here).
         released: how many placeholders stay after them, released (their records reached
             the log elsewhere meanwhile).
+        kept: how many placeholders stay after them still fenced: a fence of the
+            remaining seqs, with the fence's description (a repair that found only part
+            of an inexact fence's records; the rest may come later). Not with ``released``.
         highest_before: per publisher, its highest sequence in the journals before this
             one (records not late).
         instance, seam, block_bytes: as for :func:`fence_journal`.
@@ -138,10 +142,10 @@ def fill_journal(
         ValueError: the records and released placeholders do not fill the fence, or the
             journal does not hold the fence's placeholders.
     """
-    if len(records) + released != fence.records:
+    if len(records) + released + kept != fence.records or (released and kept):
         raise ValueError(
-            f"{len(records)} records and {released} released placeholders for a fence of "
-            f"{fence.records} seqs"
+            f"{len(records)} records, {released} released and {kept} kept placeholders for "
+            f"a fence of {fence.records} seqs"
         )
     sv = salvage(source, base)
     if sv.damaged:
@@ -171,14 +175,17 @@ def fill_journal(
         )  # fmt: skip
         parts.append(data)
         seq += 1
-    if released:
+    remaining: list[Fence] = []
+    if released or kept:
         rest = Fence(
             seq, fence.last_seq, fence.journal, fence.reason, fence.found_by, fence.found_us,
             fence.path, fence.offset, fence.saved, fence.identities, fence.exact, fence.window,
         )  # fmt: skip
-        parts.extend(placeholders(rest, fence.window[0], released=True))
+        parts.extend(placeholders(rest, fence.window[0], released=bool(released)))
+        if kept:
+            remaining.append(rest)
     parts.append((last[0] + last[1], sv.end))
-    return _rewritten(path, source, base, parts, [], instance, seam, block_bytes)
+    return _rewritten(path, source, base, parts, remaining, instance, seam, block_bytes)
 
 
 def _rewritten(

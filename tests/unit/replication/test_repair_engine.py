@@ -567,7 +567,7 @@ async def _wiped_own(tmp_path: Path) -> None:
         await scene.close()
 
 
-def test_a_missing_journal_no_peer_can_fill_names_what_is_lost_and_a_release_resyncs(
+def test_a_missing_journal_no_peer_fills_whole_gets_back_what_peers_hold(
     tmp_path: Path,
 ) -> None:
     import asyncio
@@ -577,10 +577,10 @@ def test_a_missing_journal_no_peer_can_fill_names_what_is_lost_and_a_release_res
 
 async def _missing_unfillable(tmp_path: Path) -> None:
     """A's middle journal is lost; it held records of a topic A does not replicate, so no
-    peer can give the fence back exactly. While the fence stands, B's resync sends none
-    of its records (A claims them: its repair alone fills the range); the fence names the
-    records no peer sent. Once an operator releases it, A asks B to resync, and B gives
-    back what it holds of the range, once each, as late records."""
+    peer can give the fence back whole. B's resync sends none of its records (A claims
+    them: its repair alone fills the range); the repair writes back what B holds in the
+    fence's first seqs and keeps the rest fenced, naming the records no peer sent. Once
+    an operator releases that, A asks B to resync, and nothing comes twice."""
 
     def config(name: str, dest: str) -> str:
         return xml(
@@ -629,23 +629,27 @@ async def _missing_unfillable(tmp_path: Path) -> None:
         (fence,) = txlog.fences
         assert not fence.exact
         await scene.start("b")
-        await drive(clock, lambda: "records found" in fence.repair)
+        # B holds all but the local records: they go back in the fence's first seqs, and
+        # its last two stay fenced, naming the records no peer sent
+        await drive(clock, lambda: bool(txlog.fences) and txlog.fences[0].records == 2)
+        (rest,) = txlog.fences
+        assert (rest.first_seq, rest.last_seq) == (fence.last_seq - 1, fence.last_seq)
+        assert all(txlog.holds(h, s) for h, s in lost - local)
+        assert not any(txlog.holds(h, s) for h, s in local)
         await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
-        # B sent nothing of the range over the link: A still lacks every record of it
-        assert not any(txlog.holds(h, s) for h, s in lost)
-        assert again.last_seq == len(before)
-        assert f"{fence.records - 2} of {fence.records} records found" in fence.repair
+        assert again.last_seq == len(before)  # nothing came back over the link
+        assert f"{fence.records - 2} of {fence.records} records found" in rest.repair
         (pub_hash,) = {h for h, _ in local}
         first = min(s for _, s in local)
-        assert f"{pub_hash}|{first}..{first + 1}" in fence.repair, fence.repair
-        assert "at most 2 were" in fence.repair
+        assert f"{pub_hash}|{first}..{first + 1}" in rest.repair, rest.repair
+        assert "at most 2 were" in rest.repair
+        assert "the other 2 seqs stay fenced" in rest.repair
 
-        await again.broker.operations.release_fence(fence.first_seq)
-        # A asks B to resync: what B holds of the range comes back, late, once each
+        await again.broker.operations.release_fence(rest.first_seq)
+        # A asks B to resync: it holds nothing of the range A lacks now
         await drive(clock, lambda: any(
             e["event"] == "resync_after_fence" for e in again.broker.events.recent(200)
         ))  # fmt: skip
-        await drive(clock, lambda: all(txlog.holds(h, s) for h, s in lost - local))
         await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
         await drive(clock, lambda: txlog.durable_seq >= txlog.last_seq)
         after = await _bookmarks(again)

@@ -262,3 +262,60 @@ def test_an_inexact_fence_names_every_publisher_from_all_the_journals_of_the_log
     assert unnamed_intervals(fence, own, journals) == [(7, 151, 259), (8, 1, 29), (own, 13, 112)]
     fence.exact = True
     assert unnamed_intervals(fence, own, journals) == []
+
+
+def test_a_fence_filled_in_part_keeps_the_rest_fenced_across_a_restart(tmp_path: Path) -> None:
+    """A journal missing from the middle: a repair found only the first records of its
+    fence. They go back under its first seqs; its last seqs stay a fence with the same
+    description, read as fenced, found again at the next open, and released later."""
+
+    async def body() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        for _ in range(4):
+            await fill(log, 1500)
+        await log.close()
+
+    run(body)
+    files = journal_files(tmp_path)
+    files[1].unlink()
+    files[1].with_suffix(".index").unlink()
+    taken = 10
+
+    async def partly() -> tuple[int, int]:
+        log = make_log(tmp_path)
+        await log.open()
+        (fence,) = log.fences
+        assert not fence.exact
+        found = [original(s) for s in range(fence.first_seq, fence.last_seq - taken + 1)]
+        await log.fill_fence(fence.first_seq, found, kept=taken)
+        (rest,) = log.fences
+        assert (rest.first_seq, rest.last_seq) == (fence.last_seq - taken + 1, fence.last_seq)
+        assert (rest.exact, rest.identities, rest.window) == (
+            fence.exact, fence.identities, fence.window,
+        )  # fmt: skip
+        back = await log.read_appended(
+            fence.first_seq, max_count=10_000, upto_seq=rest.first_seq - 1
+        )
+        assert [r.pub_seq for r in back] == list(range(fence.first_seq, rest.first_seq))
+        with pytest.raises(FencedRecords):
+            await log.read_appended(rest.first_seq, max_count=1)
+        await log.close()
+        return rest.first_seq, rest.last_seq
+
+    first, last = run(partly)
+
+    async def reopened() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        (rest,) = log.fences
+        assert (rest.first_seq, rest.last_seq, rest.exact) == (first, last, False)
+        await log.release_fence(first)
+        assert log.fences == []
+        records = [r for b in await read_all(log) for r in b]
+        assert [r.seq for r in records] == list(range(1, log.last_seq + 1))
+        released = [r for r in records if r.flags & FLAG_RELEASED]
+        assert [r.seq for r in released] == list(range(first, last + 1))
+        await log.close()
+
+    run(reopened)
