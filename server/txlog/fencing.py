@@ -272,7 +272,7 @@ class _Indexed(Protocol):
 
 
 def unnamed_intervals(
-    fence: Fence, own: int, journals: Sequence[_Indexed]
+    fence: Fence, own: int, journals: Sequence[_Indexed], own_floor: int = 0
 ) -> list[tuple[int, int, int]]:
     """The intervals of publishers an inexact ``fence`` does not name yet, from every
     journal of the log (module docstring; docs/transaction-log.md "Fences").
@@ -283,8 +283,12 @@ def unnamed_intervals(
     fence gets ``last before (none: 0) + 1 .. first after - 1``. The instance's own
     identity (``own``) numbers its records one after the other (``publisher_last + 1``),
     so with none of them after the fence its records there are at most as many as the
-    fence's seqs: ``last before + 1 .. last before + records``. Ranges of the fence's own
-    journal whose block lies across the fence are left out: that only widens an interval.
+    fence's seqs, numbered after the last one before it or after a skip that moved its
+    highest past lost ones (``own_floor``, server/txlog/ownfloor.py; no record backs that
+    highest): ``last before + 1 .. max(last before, own_floor) + records``. Wider than the
+    records when the skip came after them: a repair that finds too many writes nothing,
+    but it never asks short of the records. Ranges of the fence's own journal whose block
+    lies across the fence are left out: that only widens an interval.
     """
     if fence.exact:
         return []
@@ -315,7 +319,7 @@ def unnamed_intervals(
     out = _from_neighbours(before, after)
     if own not in named and own not in after:
         last = before.get(own, 0)
-        out.append((own, last + 1, last + fence.records))
+        out.append((own, last + 1, max(last, own_floor) + fence.records))
     return sorted(out)
 
 

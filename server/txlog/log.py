@@ -190,6 +190,8 @@ class TransactionLog:
         self._report: RecoveryReport | None = None
         self._own_pub = 0
         self._incarnation = ""
+        #: the own identity's floor as last written (server/txlog/ownfloor.py)
+        self._own_floor = 0
         self._fill_listeners: list[Callable[[int, int], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -225,6 +227,7 @@ class TransactionLog:
         self._tail.start(active.last_seq + 1)
         self._pubs.update(opened.publishers)
         self._incarnation = opened.incarnation
+        self._own_floor = opened.own_floor
         own = self._own_pub = broker_pub_hash(self.instance, opened.incarnation)
         publishers = self._publishers
         await publishers.rebuild_gaps(self._journals.items, own=own)
@@ -902,7 +905,9 @@ class TransactionLog:
         bookmarks of those in it: its highest sequence moves past the interval (the
         sequences passed over become a gap, so the repaired ones, or one sent back late
         after a release, fill it)."""
-        added = unnamed_intervals(fence, self._own_pub, self._journals.items)
+        added = unnamed_intervals(
+            fence, self._own_pub, self._journals.items, own_floor=self._own_floor
+        )
         if not added:
             return
         fence.identities = sorted([*fence.identities, *added])
@@ -927,6 +932,8 @@ class TransactionLog:
                 self.instance, floor, exc,
             )  # fmt: skip
             self._emit("own_floor_failed", {"floor": floor, "error": str(exc)})
+            return
+        self._own_floor = floor
 
     def holds(self, pub_hash: int, pub_seq: int) -> bool:
         """Whether the log holds this bookmark outside its fences (as the publisher

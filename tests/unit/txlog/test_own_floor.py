@@ -17,11 +17,11 @@ import pytest
 
 from server.bookmarks import broker_pub_hash
 from server.txlog import PublisherSequenceRegression, TransactionLog
-from server.txlog.files import clients_ack_name
+from server.txlog.files import OsFileSeam, clients_ack_name
 from server.txlog.incarnation import read_incarnation
-from server.txlog.ownfloor import floor_name, read_floor
+from server.txlog.ownfloor import floor_name, read_floor, write_floor
 from tests.support.damage import journals, zero_end_of_last_record
-from tests.unit.txlog.helpers import INSTANCE, config, run
+from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, run
 
 OTHER = 0x5EED
 
@@ -179,3 +179,62 @@ def test_a_floor_of_another_incarnation_is_ignored_and_an_unreadable_one_starts_
         await log.close()
 
     run(body)
+
+
+def test_a_missing_journal_asks_for_the_own_records_numbered_past_a_skip(
+    tmp_path: Path,
+) -> None:
+    """The own identity's highest was moved far past its last record (a lost tail, or an
+    earlier fence's interval: its floor), and its next records went into a journal that
+    is now missing, with none after it. The fence's interval for the identity reaches
+    them: they are numbered past the floor, not after the last record before the fence."""
+
+    async def first() -> None:
+        log = _log(tmp_path)
+        await log.open()
+        for s in (1, 2):
+            _append(log, log.own_pub_hash, s)
+        await log.close()
+
+    run(first)
+    token = read_incarnation(tmp_path / "journal", INSTANCE)
+    assert token is not None
+    floor = 5000  # a skip far past its records, as the floor file keeps it
+    write_floor(OsFileSeam(), tmp_path / "journal", INSTANCE, token, floor)
+    mine: list[int] = []
+
+    async def second() -> None:
+        log = _log(tmp_path)
+        await log.open()
+        own = log.own_pub_hash
+        assert log.publisher_last(own) == floor
+        await fill(log, 1500, pub_hash=OTHER)
+        for s in range(floor + 1, floor + 4):
+            mine.append(log.append(topic="t", message_type="json", pub_hash=own,
+                                   pub_seq=s, body=b"{}").seq)  # fmt: skip
+        for _ in range(3):
+            await fill(log, 1500, pub_hash=OTHER)
+        await log.close()
+
+    run(second)
+    files = journal_files(tmp_path)
+    bases = [int(p.name.split(".")[1]) for p in files]
+    at = max(i for i, b in enumerate(bases) if b <= mine[0])
+    assert bases[at + 1] > mine[-1] and at + 2 < len(files)  # a middle journal
+    files[at].unlink()
+    files[at].with_suffix(".index").unlink()
+
+    async def third() -> None:
+        log = _log(tmp_path)
+        await log.open()
+        own = log.own_pub_hash
+        (fence,) = log.fences
+        assert not fence.exact
+        (named,) = [(lo, hi) for key, lo, hi in fence.identities if key == own]
+        assert named[0] <= floor + 1 and named[1] >= floor + 3, (named, fence.records)
+        nxt = log.append(topic="t", message_type="json", pub_hash=own,
+                         pub_seq=log.publisher_last(own) + 1, body=b"{}")  # fmt: skip
+        assert nxt.pub_seq > named[1]
+        await log.close()
+
+    run(third)
