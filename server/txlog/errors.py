@@ -39,6 +39,7 @@ __all__ = [
     "JournalPinned",
     "JournalSequenceGap",
     "JournalUnfinished",
+    "OwnFloorUnwritten",
     "PublisherSequenceRegression",
     "PublishersUnsaved",
     "RecordTooLarge",
@@ -134,6 +135,22 @@ class PublisherSequenceRegression(TxlogError):
         self.pub_hash = pub_hash
         self.pub_seq = pub_seq
         self.last = last
+
+
+class OwnFloorUnwritten(TxlogError):
+    """A record of the instance's own identity numbered past the floor written so far
+    (server/txlog/ownfloor.py): refused until the log has written a floor above it, so
+    no restart can number another record with its bookmark. The log writes the floor
+    well before its highest gets there; this is seen only when that write fails.
+    """
+
+    def __init__(self, pub_seq: int, floor: int) -> None:
+        super().__init__(
+            f"own record {pub_seq} is past the floor written so far ({floor}): "
+            "refused until the floor is written (NAME.ownfloor)"
+        )
+        self.pub_seq = pub_seq
+        self.floor = floor
 
 
 class InvalidInstanceName(TxlogError):

@@ -54,6 +54,7 @@ from server.txlog.caches import CacheWriter
 from server.txlog.codec import HEADER_SIZE, encode, encode_run, make_record
 from server.txlog.damage import DamagedRange, FoundBy
 from server.txlog.errors import (
+    OwnFloorUnwritten,
     TxlogClosed,
     TxlogError,
     TxlogWriteFailed,
@@ -74,7 +75,7 @@ from server.txlog.journal import Journal, JournalInfo, JournalList
 from server.txlog.locate import Located, Locator, LookupView
 from server.txlog.mend import Mended, fence_journal, fill_journal
 from server.txlog.outage import RetryPolicy, WriteOutage
-from server.txlog.ownfloor import write_floor
+from server.txlog.ownfloor import RESERVE, write_floor
 from server.txlog.pins import Pin, PinInfo
 from server.txlog.placement import Placement
 from server.txlog.publishers import Holdings, Publishers
@@ -97,6 +98,8 @@ log = logging.getLogger("spool.txlog")
 TAIL_CACHE_BYTES: Final = 32 << 20
 #: default pace of the scrub (Tuning/JournalScrubRate)
 SCRUB_RATE: Final = 64 << 20
+#: seconds between attempts to write the own identity's floor after one failed
+FLOOR_RETRY: Final = 1.0
 _NEW, _OPEN, _CLOSING, _CLOSED = range(4)
 
 
@@ -192,6 +195,11 @@ class TransactionLog:
         self._incarnation = ""
         #: the own identity's floor as last written (server/txlog/ownfloor.py)
         self._own_floor = 0
+        #: whether its records are numbered ahead against the floor (it replicates)
+        self._own_ahead = False
+        self._floor_lock = asyncio.Lock()
+        self._floor_task: asyncio.Task[None] | None = None
+        self._floor_failed_at: float | None = None
         self._fill_listeners: list[Callable[[int, int], None]] = []
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -244,7 +252,10 @@ class TransactionLog:
         for fence in opened.fences:
             self._fences.add(fence)
             self._name_publishers(fence)
-        if publishers.last(own) > backed:
+        # an instance that replicates numbers its own records ahead against the floor:
+        # whatever a tail lost, even whole records at a clean end, nothing reuses them
+        self._own_ahead = publishers.tracks_gaps
+        if self._own_ahead or publishers.last(own) > backed:
             await self._save_floor()  # before the first append: nothing reuses them
         self._state = _OPEN
         for t in opened.report.truncations:
@@ -286,6 +297,8 @@ class TransactionLog:
             return
         # 1. refuse appends
         self._state = _CLOSING
+        if self._floor_task is not None:
+            await asyncio.gather(self._floor_task, return_exceptions=True)
         # 2. close the partial index block: the next open then has nothing to scan
         self._pending.close_block()
         await self._shut_down("the transaction log is closed", clients_ack=True)
@@ -477,6 +490,10 @@ class TransactionLog:
         if werr is not None:
             raise werr
         self._publishers.check(pub_hash, pub_seq, late=late)
+        own = pub_hash == self._own_pub and self._own_ahead
+        if own and not path and pub_seq > self._own_floor:
+            self._number_ahead()
+            raise OwnFloorUnwritten(pub_seq, self._own_floor)
         if late:
             flags |= FLAG_LATE
         if type(kind) is not RecordKind:
@@ -489,6 +506,8 @@ class TransactionLog:
         )  # fmt: skip
         data = encode(*fields)
         self._placement.place([data], ts, pub_hash, [pub_seq], late=late)
+        if own:
+            self._numbered()
         return make_record(*fields)
 
     def append_many(
@@ -532,22 +551,30 @@ class TransactionLog:
                 prev_seq = prev[0]
         ts = self._last_ts = time_us(self._clock)
         seq = self._pending.last_seq
-        # a sequence that does not increase ends the run there (append() says why)
+        # a sequence that does not increase ends the run there, and so does one of the
+        # own identity past its floor (append() says why)
+        own = pub_hash == self._own_pub and self._own_ahead
+        ceiling = self._own_floor if own and not path else None
         if pub_hash:
             for i, ps in enumerate(pub_seqs):
-                if ps <= prev_seq:
+                if ps <= prev_seq or (ceiling is not None and ps > ceiling):
                     n = i
                     break
                 prev_seq = ps
+            if not n:
+                return 0
         encoded = encode_run(
             seq + 1, ts, pub_hash, pub_seqs[:n], topic, message_type, bodies[:n],
             corr_ids[:n] if corr_ids else None, sow_keys[:n] if sow_keys else None,
             kind=kind, path=path,
         )  # fmt: skip
         try:
-            return self._placement.place(encoded, ts, pub_hash, pub_seqs)
+            done = self._placement.place(encoded, ts, pub_hash, pub_seqs)
         except Exception:
             return 0  # not even the first fitted: append() of it raises the reason
+        if own:
+            self._numbered()
+        return done
 
     # -- durability ---------------------------------------------------------------------
 
@@ -916,11 +943,40 @@ class TransactionLog:
             if key == self._own_pub and last < hi:
                 self._publishers.skip(self._own_pub, hi - last)
 
+    def _numbered(self) -> None:
+        """An own record was appended: past half of what the floor leaves ahead, the
+        next floor is written, in the background, long before an append gets there."""
+        if self._publishers.last(self._own_pub) > self._own_floor - RESERVE // 2:
+            self._number_ahead()
+
+    def _number_ahead(self) -> None:
+        """Write the next floor in the background, unless a write is under way or the
+        last one failed less than :data:`FLOOR_RETRY` seconds ago."""
+        task = self._floor_task
+        failed = self._floor_failed_at
+        if failed is not None and self._clock.monotonic() - failed < FLOOR_RETRY:
+            return
+        if task is None or task.done():
+            self._floor_task = asyncio.get_running_loop().create_task(
+                self._save_floor(), name=f"spool-ownfloor-{self.instance}"
+            )
+
     async def _save_floor(self) -> None:
-        """Write the own identity's highest as its floor (server/txlog/ownfloor.py): a
-        skip no record backs yet survives a restart. A failure is reported; the skip
-        holds in memory, and the next record of the identity backs it once durable."""
-        floor = self._publishers.last(self._own_pub)
+        """Write the own identity's floor (server/txlog/ownfloor.py): its highest, and
+        :data:`RESERVE` above it when it numbers ahead. A skip no record backs yet then
+        survives a restart, and so does every number handed out below the floor. A
+        failure is reported; the skip holds in memory (the next record of the identity
+        backs it once durable), and numbering ahead stops at the last floor written
+        until a later write succeeds."""
+        async with self._floor_lock:
+            floor = self._publishers.last(self._own_pub)
+            if self._own_ahead:
+                floor += RESERVE
+            if floor <= self._own_floor:
+                return
+            await self._write_floor(floor)
+
+    async def _write_floor(self, floor: int) -> None:
         try:
             await asyncio.to_thread(
                 write_floor, self._seam, self._dir, self.instance, self._incarnation, floor
@@ -932,7 +988,9 @@ class TransactionLog:
                 self.instance, floor, exc,
             )  # fmt: skip
             self._emit("own_floor_failed", {"floor": floor, "error": str(exc)})
+            self._floor_failed_at = self._clock.monotonic()
             return
+        self._floor_failed_at = None
         self._own_floor = floor
 
     def holds(self, pub_hash: int, pub_seq: int) -> bool:

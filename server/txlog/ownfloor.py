@@ -1,20 +1,26 @@
-"""The floor of the instance's own identity: how far it numbered records no file backs.
+"""The floor of the instance's own identity: how far it may have numbered its records.
 
 The instance numbers its own records (server/txlog/incarnation.py) one after its highest
-sequence. When recovery cuts a torn tail, or a fence holds records nothing names, records
-of that identity the peers hold may be gone here; the log then moves the identity's
-highest past them (``Publishers.skip``), so its next record does not take one of their
-bookmarks, and the sequences passed over become a gap a late copy fills. No record backs
-that highest: were the instance to stop before it writes another record of its own, the
-table rebuilt at the next open (server/txlog/clients.py, the journals' index summaries)
-would start below it again, and a new record would reuse a lost one's bookmark.
+sequence. Records of that identity its peers hold may be gone here: a cut tail, a fence
+that holds records nothing names, or a tail the storage lost whole at a record boundary,
+which leaves a clean end nothing at open can tell from the real one. Numbering on from
+what the log holds would give a new record the bookmark of a lost one (the peers drop it
+as a duplicate, and this log the lost one when it comes back).
 
-So the log writes the moved highest durably to ``NAME.ownfloor`` before it takes another
-append (at open) or right after the skip (a fence found while running), and reads it at
-every open: an own highest below the floor moves up to it, the sequences in between
-opening as a gap (``TransactionLog.open``). The file is small and separate from the
-journals, so removing old journals never takes it. It names the incarnation it belongs
-to: a log that starts over under a new token ignores the floor of the old one.
+So the log keeps ``NAME.ownfloor``: a sequence no record of the identity is numbered
+beyond before the file says so. An instance that replicates numbers *ahead* against it:
+at open the identity's highest moves up to the floor (the sequences in between opening
+as a gap a late copy fills), and a new floor :data:`RESERVE` above is written durably
+before the log takes an append; while it runs, a new floor is written once the highest
+is half way there, and a record past a floor not yet written is refused. Whatever the
+storage lost, the next record of the identity is numbered above every one it numbered
+before. An instance that does not replicate has no peer to hold its records: it writes
+the floor only when it skips past lost records (``Publishers.skip``), so the skip
+survives a restart before another record backs it.
+
+The file is small and separate from the journals, so removing old journals never takes
+it. It names the incarnation it belongs to: a log that starts over under a new token
+ignores the floor of the old one.
 
 Layout: one line, ``TOKEN FLOOR`` (the incarnation token, 32 hex digits; the floor, a
 decimal), written whole through the file seam (``write_durable``: a crash leaves the old
@@ -30,11 +36,15 @@ from typing import Final
 
 from server.txlog.files import FileSeam, write_durable
 
-__all__ = ["UNREADABLE", "floor_name", "read_floor", "write_floor"]
+__all__ = ["RESERVE", "UNREADABLE", "floor_name", "read_floor", "write_floor"]
 
 _LINE: Final = re.compile(r"([0-9a-f]{32}) ([0-9]{1,20})")
 #: :func:`read_floor` of a file that is there but does not say a floor
 UNREADABLE: Final = -1
+#: how far ahead of its highest an instance that replicates numbers its own records: a
+#: restart passes over at most this many sequences (a gap costs one interval), and a
+#: floor is written once per half of it while running
+RESERVE: Final = 1 << 20
 
 
 def floor_name(instance: str) -> str:

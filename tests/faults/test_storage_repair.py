@@ -26,12 +26,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
+from server.bookmarks import broker_pub_hash, pub_hash
 from server.client import Client, ClientError, Disconnected
 from server.client.queue import subscribe_queue
+from server.replication.state import state_path
+from server.txlog.files import clients_ack_name
+from server.txlog.incarnation import read_incarnation
 from tests.support.certs import TestCA
 from tests.support.damage import (
     RecordAt,
+    cut_last_records,
     flip_byte,
     flip_index_byte,
     journals,
@@ -742,3 +746,67 @@ def test_a_queue_ack_torn_on_disk_is_never_delivered_again(tmp_path: Path) -> No
         wait_until(lambda: _queue(a)["depth"] == 0, 30, message="the queue drains")
     finally:
         cluster.stop()
+
+
+def test_own_records_lost_whole_at_a_clean_end_are_never_numbered_again(
+    tmp_path: Path,
+) -> None:
+    """A consumer at A acks a message; the ack, A's last record, is on B too. Both stop,
+    and A's storage loses that record whole, at a record boundary, with everything that
+    would vouch for it (the open index, ``clients.ack``, the replication state): A's
+    recovery sees a clean end. A starts alone; its queue no longer knows of the ack, so
+    the message goes again and its new ack is A's next own record. That record must
+    not take the lost one's bookmark (B would drop it as a duplicate, and A the lost one
+    when B sends it back): once B is back, both logs hold both acks, each once."""
+    cluster = Cluster.both_ways(tmp_path, sow=QUEUE)
+    cluster.start()
+    for name, other in (("a", "b"), ("b", "a")):
+        wait_until(lambda n=name, o=other: cluster.destination(n, o)["connected"], 30)
+    a, b = cluster.procs["a"], cluster.procs["b"]
+
+    async def ack_one(client_name: str, publish: bool) -> None:
+        async with Client(a.ws_url, client_name) as worker:
+            sub = await subscribe_queue(worker, "work", max_backlog=10)
+            if publish:
+                worker.publish("work-in", b'{"m":"job"}', seq=1, persisted=True)
+                await worker.wait_persisted(1, timeout=60)
+            msg = await sub.get(timeout=30)
+            assert msg.json()["m"] == "job"
+            msg.ack()
+            await sub.settled()
+
+    def settle() -> None:
+        for name in ("a", "b"):
+            wait_until(lambda n=name: cluster.caught_up(n), 90, message=f"{name} caught up")
+
+    try:
+        asyncio.run(ack_one("worker", publish=True))
+        settle()
+        cluster.stop()
+        jdir = cluster.data_dir("a") / "journal"
+        token = read_incarnation(jdir, "a")
+        assert token is not None
+        own = broker_pub_hash("a", token)
+        last = journals(jdir, "a")[-1]
+        (lost,) = cut_last_records(last, 1)
+        assert lost.pub_hash == own  # the queue's ack
+        last.with_suffix(".index").unlink()
+        (jdir / clients_ack_name("a")).unlink()
+        state_path(cluster.data_dir("a"), "a").unlink()
+        (jdir / "a.queues.ack").unlink(missing_ok=True)  # the queue reads the whole log
+        cluster.start("a")
+        wait_until(lambda: _instance(a)["ready"], 60, message="a serves, b still down")
+        assert not _fences(a)  # nothing says a record was lost
+        # delivered again (at least once: nothing here knows of the ack), acked again
+        asyncio.run(ack_one("worker-2", publish=False))
+        cluster.start("b")
+        settle()
+        wait_until(lambda: _queue(a)["depth"] == 0, 30, message="a's queue is empty")
+    finally:
+        cluster.stop()
+    logs = {name: asyncio.run(read_log(p)) for name, p in (("a", a), ("b", b))}
+    acks = {name: sorted(s for h, s, _b, _p in log if h == own) for name, log in logs.items()}
+    assert acks["a"] == acks["b"], acks
+    assert lost.pub_seq in acks["a"]  # given back by B
+    assert len(set(acks["a"])) == len(acks["a"])  # each once
+    assert max(acks["a"]) > lost.pub_seq  # the new ack: a new bookmark

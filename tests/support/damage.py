@@ -18,6 +18,7 @@ from server.txlog.files import index_name, parse_name
 
 __all__ = [
     "RecordAt",
+    "cut_last_records",
     "flip_byte",
     "flip_index_byte",
     "journals",
@@ -82,6 +83,14 @@ def truncate_inside_last_record(path: Path, keep: int = 48) -> RecordAt:
     last = records_of(path)[-1]
     os.truncate(path, last.offset + keep)
     return last
+
+
+def cut_last_records(path: Path, count: int = 1) -> list[RecordAt]:
+    """Storage that lost whole records: the file ends where its last ``count`` records
+    began, at a record boundary, so recovery sees a clean end. Returns them."""
+    lost = records_of(path)[-count:]
+    os.truncate(path, lost[0].offset)
+    return lost
 
 
 def flip_byte(path: Path, offset: int) -> RecordAt:

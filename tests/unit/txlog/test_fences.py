@@ -165,10 +165,10 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
     tmp_path: Path,
 ) -> None:
     """The instance's own records (its broker identity) were last written in a journal
-    that is now missing, with none after it: the fence's intervals name them
-    (``last before + 1 .. last before + records``: they are numbered one after the
-    other), and the next own record is numbered past them, never with a lost one's
-    bookmark."""
+    that is now missing, with none after it: the fence's intervals name them (from the
+    last before + 1, as far as the identity may have numbered them: its floor,
+    server/txlog/ownfloor.py, plus the fence's records), and the next own record is
+    numbered past them, never with a lost one's bookmark."""
     mine: list[int] = []
 
     async def body() -> None:
@@ -208,7 +208,7 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
         # its own records before the fence: 1..5, or also some of 6..10 when they were
         # in the journal before
         assert named[0] <= 6 and named[1] >= 10
-        assert named == (named[0], named[0] - 1 + fence.records)
+        assert named[1] >= named[0] - 1 + fence.records  # never short of what it held
         nxt = log.append(topic="orders", message_type="json", pub_hash=own,
                          pub_seq=log.publisher_last(own) + 1, body=b"{}")  # fmt: skip
         assert nxt.pub_seq > named[1]
