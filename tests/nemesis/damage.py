@@ -83,12 +83,15 @@ def torn_tail(journal_dir: Path, instance: str, count: int) -> dict[str, Any] | 
 
 
 def truncate_tail(journal_dir: Path, instance: str, count: int) -> dict[str, Any] | None:
-    """Cut the journal file inside its last record (a file system that lost its tail)."""
+    """Cut the journal file inside its last record (a file system that lost its tail):
+    at least one byte of it stays, so recovery sees the cut. Whole records lost at a
+    clean end are storage dropping fsynced writes, which the journal alone cannot
+    tell (docs/transaction-log.md "Recovery", step 5)."""
     last = _last_record(journal_dir, instance)
     if last is None:
         return None
     path, offset, size, rec = last
-    n = max(1, min(count, size))
+    n = max(1, min(count, size - 1))
     os.truncate(path, offset + size - n)
     return {**_describe(path, offset, rec), "cut_at": offset + size - n}
 
