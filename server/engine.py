@@ -416,9 +416,14 @@ class Broker:
                 unfolded=len(pipeline.unfolded),
             )  # fmt: skip
             return
-        # a range that reads as nothing was released by an operator (or taken by
-        # retention): nothing came back, its queue records are lost
-        released = [(first, last) for first, last, records, _ in done.ranges if not records]
+        # the seqs an operator released came back as nothing: their queue records are
+        # lost (a range repaired in part may have some); a range that reads as nothing
+        # otherwise was taken by retention, lost the same way
+        txlog = self.txlog
+        released: list[tuple[int, int]] = []
+        for first, last, records, _ in done.ranges:
+            given_up = txlog.released_in(first, last) if txlog is not None else []
+            released += given_up or ([] if records else [(first, last)])
         self.queues.unfolded(pipeline.unfolded, released)
         for first, last, records, changes in done.ranges:
             self.events.emit(

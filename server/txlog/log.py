@@ -201,6 +201,8 @@ class TransactionLog:
         self._floor_task: asyncio.Task[None] | None = None
         self._floor_failed_at: float | None = None
         self._fill_listeners: list[Callable[[int, int], None]] = []
+        #: fenced ranges an operator released (:meth:`release_fence`), oldest first
+        self._given_up: list[tuple[int, int]] = []
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -1076,7 +1078,22 @@ class TransactionLog:
         fence = self._fences.covering(first_seq)
         if fence is None or fence.first_seq != first_seq:
             raise ValueError(f"no fence starts at seq {first_seq}")
-        return await self.fill_fence(first_seq, [], released=fence.records)
+        self._given_up.append((fence.first_seq, fence.last_seq))
+        try:
+            return await self.fill_fence(first_seq, [], released=fence.records)
+        except BaseException:
+            self._given_up.remove((fence.first_seq, fence.last_seq))
+            raise
+
+    def released_in(self, first_seq: int, last_seq: int) -> list[tuple[int, int]]:
+        """The seqs of ``first_seq..last_seq`` an operator released since the log opened
+        (:meth:`release_fence`), as ranges: what they held is lost here, unlike seqs a
+        repair wrote back. A range repaired in part and released in part has both."""
+        return [
+            (max(lo, first_seq), min(hi, last_seq))
+            for lo, hi in self._given_up
+            if lo <= last_seq and hi >= first_seq
+        ]
 
     def _swap(self, journal: Journal, mended: Mended) -> None:
         """A journal written anew replaces the old one (readers in flight keep the old

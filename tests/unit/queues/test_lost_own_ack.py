@@ -177,7 +177,9 @@ async def test_an_operator_who_gives_up_on_the_lost_records_gets_the_message_aga
         assert ops.release_queue_hold("admin") == 1
         await drive(clock, lambda: len(consumer.deliveries("q")) == 1)
         assert _jobs(consumer) == ["job"]  # at least once, as released
-        (released,) = _events(again, "queue_hold_released")
+        # each release says what it gave up: the fenced seqs, then the wait for b
+        fenced, released = _events(again, "queue_hold_released")
+        assert (fenced["first_seq"], fenced["last_seq"]) == (fence.first_seq, fence.last_seq)
         assert released["user"] == "admin" and released["messages"] == 1
         assert ops.release_queue_hold("admin") == 0  # nothing held any more
     finally:

@@ -300,6 +300,7 @@ def test_a_fence_filled_in_part_keeps_the_rest_fenced_across_a_restart(tmp_path:
         assert [r.pub_seq for r in back] == list(range(fence.first_seq, rest.first_seq))
         with pytest.raises(FencedRecords):
             await log.read_appended(rest.first_seq, max_count=1)
+        assert log.released_in(fence.first_seq, fence.last_seq) == []  # repaired, not lost
         await log.close()
         return rest.first_seq, rest.last_seq
 
@@ -312,6 +313,9 @@ def test_a_fence_filled_in_part_keeps_the_rest_fenced_across_a_restart(tmp_path:
         assert (rest.first_seq, rest.last_seq, rest.exact) == (first, last, False)
         await log.release_fence(first)
         assert log.fences == []
+        # what a refold of the whole range is told was lost: the released part only
+        assert log.released_in(first - 5, last + 5) == [(first, last)]
+        assert log.released_in(first - 5, first - 1) == []
         records = [r for b in await read_all(log) for r in b]
         assert [r.seq for r in records] == list(range(1, log.last_seq + 1))
         released = [r for r in records if r.flags & FLAG_RELEASED]
