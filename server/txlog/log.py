@@ -299,8 +299,6 @@ class TransactionLog:
             return
         # 1. refuse appends
         self._state = _CLOSING
-        if self._floor_task is not None:
-            await asyncio.gather(self._floor_task, return_exceptions=True)
         # 2. close the partial index block: the next open then has nothing to scan
         self._pending.close_block()
         await self._shut_down("the transaction log is closed", clients_ack=True)
@@ -323,6 +321,9 @@ class TransactionLog:
 
     async def _shut_down(self, reason: str, *, clients_ack: bool) -> None:
         """The steps :meth:`close` and :meth:`abort` share, once appends are refused."""
+        if self._floor_task is not None:
+            # a floor write under way lands (the next open writes the same file)
+            await asyncio.gather(self._floor_task, return_exceptions=True)
         await self._scrubber.stop()
         commit = self._commit
         # 3. final group commit; the flusher exits once nothing is pending (in a write
