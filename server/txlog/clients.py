@@ -37,6 +37,7 @@ __all__ = [
     "ClientsAckUse",
     "PublisherIndex",
     "encode_clients_ack",
+    "highest_in_fences",
     "parse_clients_ack",
     "rebuild_publishers",
 ]
@@ -132,3 +133,14 @@ def rebuild_publishers(
             if cur is None or p.last_seq > cur[1]:
                 table[p.pub_hash] = (p.max_pub_seq, p.last_seq)
     return table, state
+
+
+def highest_in_fences(data: bytes | None, fenced: Callable[[int], bool]) -> dict[int, int]:
+    """The publishers whose last record ``clients.ack`` names is fenced now: ``pub_hash ->
+    pub_seq``. The table leaves them at what the log still holds; this says how far their
+    records went, so a fence that lacks their names can ask for them (those past the last
+    one the log holds and up to this are in a fence: server/txlog/fencing.py)."""
+    parsed = parse_clients_ack(data) if data is not None else None
+    if parsed is None:
+        return {}
+    return {h: ps for h, (ps, seq) in parsed[1].items() if fenced(seq)}

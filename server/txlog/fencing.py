@@ -31,7 +31,7 @@ Pure computation on values already read: any thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -272,7 +272,11 @@ class _Indexed(Protocol):
 
 
 def unnamed_intervals(
-    fence: Fence, own: int, journals: Sequence[_Indexed], own_floor: int = 0
+    fence: Fence,
+    own: int,
+    journals: Sequence[_Indexed],
+    own_floor: int = 0,
+    highest: Mapping[int, int] | None = None,
 ) -> list[tuple[int, int, int]]:
     """The intervals of publishers an inexact ``fence`` does not name yet, from every
     journal of the log (module docstring; docs/transaction-log.md "Fences").
@@ -287,8 +291,11 @@ def unnamed_intervals(
     highest past lost ones (``own_floor``, server/txlog/ownfloor.py; no record backs that
     highest): ``last before + 1 .. max(last before, own_floor) + records``. Wider than the
     records when the skip came after them: a repair that finds too many writes nothing,
-    but it never asks short of the records. Ranges of the fence's own journal whose block
-    lies across the fence are left out: that only widens an interval.
+    but it never asks short of the records. A publisher with no record after the fence
+    whose highest sequence (``highest``: the publisher table, which ``clients.ack`` keeps
+    past a missing journal) is above its last record before it gets ``last before + 1 ..
+    highest``: those records are nowhere else in the log. Ranges of the fence's own
+    journal whose block lies across the fence are left out: that only widens an interval.
     """
     if fence.exact:
         return []
@@ -317,6 +324,10 @@ def unnamed_intervals(
             else:
                 before[key] = max(before.get(key, 0), hi)
     out = _from_neighbours(before, after)
+    for key, top in (highest or {}).items():
+        last = before.get(key, 0)
+        if key not in named and key not in after and key not in (own, LOST_KEY) and top > last:
+            out.append((key, last + 1, top))
     if own not in named and own not in after:
         last = before.get(own, 0)
         out.append((own, last + 1, max(last, own_floor) + fence.records))

@@ -253,7 +253,7 @@ class TransactionLog:
             publishers.skip(own, taken)
         for fence in opened.fences:
             self._fences.add(fence)
-            self._name_publishers(fence)
+            self._name_publishers(fence, opened.in_fences)
         # an instance that replicates numbers its own records ahead against the floor:
         # whatever a tail lost, even whole records at a clean end, nothing reuses them
         self._own_ahead = publishers.tracks_gaps
@@ -927,17 +927,23 @@ class TransactionLog:
                 or not any(f.first_seq <= d.first_seq <= f.last_seq for f in fenced)
             ]
 
-    def _name_publishers(self, fence: Fence) -> None:
+    def _name_publishers(self, fence: Fence, in_fences: dict[int, int] | None = None) -> None:
         """Add to an inexact fence the publishers it does not name yet, the instance's
         own records among them (:func:`~server.txlog.fencing.unnamed_intervals`): they
         are what its repair asks for and its holdings claim, like any publisher's. With
         none of its own records after the fence, its next ones must not take the
         bookmarks of those in it: its highest sequence moves past the interval (the
         sequences passed over become a gap, so the repaired ones, or one sent back late
-        after a release, fill it)."""
+        after a release, fill it). A publisher with none of its records after the fence
+        is named up to its highest: the publisher table's, or at open the one
+        ``clients.ack`` names in a fence (``in_fences``), which the table leaves out."""
+        highest = {key: last for key, (last, _seq) in self._publishers.table.items()}
+        for key, top in (in_fences or {}).items():
+            highest[key] = max(highest.get(key, 0), top)
         added = unnamed_intervals(
-            fence, self._own_pub, self._journals.items, own_floor=self._own_floor
-        )
+            fence, self._own_pub, self._journals.items, own_floor=self._own_floor,
+            highest=highest,
+        )  # fmt: skip
         if not added:
             return
         fence.identities = sorted([*fence.identities, *added])

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from server.txlog.checking import Examined, examine
-from server.txlog.clients import parse_clients_ack, rebuild_publishers
+from server.txlog.clients import highest_in_fences, parse_clients_ack, rebuild_publishers
 from server.txlog.codec import HEADER, decode
 from server.txlog.discovery import Candidate, discover
 from server.txlog.errors import CorruptRecord, JournalSequenceGap
@@ -118,6 +118,9 @@ class Recovery:
     preallocated: list[Path]
     next_prealloc_number: int
     fences: list[Fence] = field(default_factory=list)
+    #: publishers whose last record (as ``clients.ack`` names it) is fenced: their
+    #: highest sequence, which the publisher table leaves out
+    in_fences: dict[int, int] = field(default_factory=dict)
 
     def close(self) -> None:
         """Release every journal's reader and mapped index (when no log takes them over)."""
@@ -212,6 +215,7 @@ def recover(
     publishers, ack_use = rebuild_publishers(
         ack, [j.index for j in journals], lambda seq: _fenced(fences, seq)
     )
+    in_fences = highest_in_fences(ack, lambda seq: _fenced(fences, seq))
     # make the deletions and moves durable
     if apply and (
         found.leftovers or found.duplicates or truncations or walk.fences or walk.unnamed
@@ -238,8 +242,9 @@ def recover(
         unnamed=tuple(f.to_dict() for f in walk.unnamed),
     )
     return Recovery(
-        report, journals, publishers, found.preallocated, found.next_prealloc_number, fences
-    )
+        report, journals, publishers, found.preallocated, found.next_prealloc_number, fences,
+        in_fences,
+    )  # fmt: skip
 
 
 class _Walk:

@@ -47,6 +47,8 @@ class Opened:
         fences: every fence of the log (server/txlog/fences.py).
         incarnation: the log's incarnation token (server/txlog/incarnation.py).
         own_floor: the floor of its own identity (server/txlog/ownfloor.py).
+        in_fences: publishers whose last record is fenced: their highest sequence
+            (server/txlog/recovery.py ``Recovery.in_fences``).
     """
 
     report: RecoveryReport
@@ -56,6 +58,7 @@ class Opened:
     fences: list[Fence]
     incarnation: str
     own_floor: int
+    in_fences: dict[int, int]
 
 
 def open_files(
@@ -139,4 +142,7 @@ def open_files(
         for j in journals:  # nothing is left open behind a failed open()
             j.close()
         raise
-    return Opened(rec.report, journals, rec.publishers, handle, rec.fences, incarnation, own_floor)
+    return Opened(
+        rec.report, journals, rec.publishers, handle, rec.fences, incarnation, own_floor,
+        rec.in_fences,
+    )  # fmt: skip

@@ -217,6 +217,50 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
     run(reopened)
 
 
+def test_a_missing_journal_names_a_publisher_whose_last_records_it_held(
+    tmp_path: Path,
+) -> None:
+    """A publisher's last records were in a journal that is now missing, with none of
+    its records after it: the neighbours cannot say which they were, the publisher table
+    can (``clients.ack`` names its last record, in the fence): the fence names them, so
+    a repair asks its peers for them."""
+    last = 0x77
+    mine: list[int] = []
+
+    async def body() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        await fill(log, 1500)
+        await fill(log, 5, pub_hash=last)
+        await fill(log, 1500)
+        mine.extend(await fill(log, 5, pub_hash=last))  # its last records ...
+        await fill(log, 1500)
+        await fill(log, 1500)
+        await log.close()
+
+    run(body)
+    files = journal_files(tmp_path)
+    bases = [int(p.name.split(".")[1]) for p in files]
+    at = max(i for i, b in enumerate(bases) if b <= mine[0])
+    assert bases[at + 1] > mine[-1] and at + 2 < len(files)  # ... in a middle journal
+    files[at].unlink()
+    files[at].with_suffix(".index").unlink()
+
+    async def reopened() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        (fence,) = log.fences
+        assert not fence.exact
+        (named,) = [(lo, hi) for key, lo, hi in fence.identities if key == last]
+        # 1..5, or also some of 6..10 when they were in the journal before
+        assert named[0] <= 6 and named[1] == 10
+        # the table says what the log holds of it; the fence, what a repair asks for
+        assert log.publisher_last(last) == 5 and not log.holds(last, 10)
+        await log.close()
+
+    run(reopened)
+
+
 @dataclass(frozen=True)
 class _Summary:
     """What a journal's index says of its publishers (the two calls fencing reads)."""
@@ -246,8 +290,10 @@ def test_an_inexact_fence_names_every_publisher_from_all_the_journals_of_the_log
     """A fence made at open saw nothing after it (a journal of placeholders, then the open
     journal): once the log is open, every publisher with a record after it gets the
     sequences between its last record before and its first after, one seen only after it
-    gets 1..first after - 1, and the instance's own identity, with none after,
-    last before + 1 .. last before + records. Publishers it names are left as they are."""
+    gets 1..first after - 1, one with none after whose highest the publisher table knows
+    gets last before + 1 .. that highest, and the instance's own identity, with none
+    after, last before + 1 .. last before + records. Publishers it names are left as
+    they are."""
     from server.txlog.fences import Fence
     from server.txlog.fencing import unnamed_intervals
 
@@ -260,6 +306,15 @@ def test_an_inexact_fence_names_every_publisher_from_all_the_journals_of_the_log
         _journal(302, 500, (7, 260, 400), (8, 30, 90), (5, 61, 80)),
     ]
     assert unnamed_intervals(fence, own, journals) == [(7, 151, 259), (8, 1, 29), (own, 13, 112)]
+    # the publisher table knows highests past the journals (clients.ack): a publisher
+    # with none after the fence gets last before + 1 .. its highest (11: all of its
+    # records were in the fence); one whose highest is its last before, nothing; the
+    # neighbours decide for one with records after it
+    journals[0] = _journal(1, 200, (7, 1, 150), (5, 1, 39), (own, 1, 12), (9, 1, 20), (10, 1, 5))
+    highest = {7: 400, 8: 90, 5: 80, 9: 35, 10: 5, 11: 12, own: 12}
+    assert unnamed_intervals(fence, own, journals, highest=highest) == [
+        (7, 151, 259), (8, 1, 29), (9, 21, 35), (11, 1, 12), (own, 13, 112),
+    ]  # fmt: skip
     fence.exact = True
     assert unnamed_intervals(fence, own, journals) == []
 
