@@ -54,19 +54,19 @@ class HeldPlan:
 
     Attributes:
         held: index key -> held intervals.
-        reads: ``(journal, block, keys)`` to read: the block holds ranges of ``keys`` with
-            gaps inside.
+        reads: ``(journal, block, ranges)`` to read: the block holds these ranges of
+            sequences (index key -> ranges) with gaps inside.
     """
 
     held: dict[int, list[Interval]] = field(default_factory=dict)
-    reads: list[tuple[Journal, BlockSpan, set[int]]] = field(default_factory=list)
+    reads: list[tuple[Journal, BlockSpan, dict[int, list[Interval]]]] = field(default_factory=list)
 
 
 def plan_held(journals: Iterable[Journal], max_reads: int = MAX_BLOCK_READS) -> HeldPlan:
     """Walk the journals' indexes, newest first (event loop; no I/O)."""
     plan = HeldPlan()
     held = plan.held
-    pending: dict[tuple[int, int], tuple[Journal, BlockSpan, set[int]]] = {}
+    pending: dict[tuple[int, int], tuple[Journal, BlockSpan, dict[int, list[Interval]]]] = {}
     for journal in reversed(list(journals)):
         for key, first, last, count, span in journal.index.key_ranges():
             if count >= last - first + 1 or span is None:
@@ -78,8 +78,8 @@ def plan_held(journals: Iterable[Journal], max_reads: int = MAX_BLOCK_READS) -> 
                 held.setdefault(key, []).append((first, last))  # past the budget: held
                 continue
             if entry is None:
-                entry = pending[slot] = (journal, span, set())
-            entry[2].add(key)
+                entry = pending[slot] = (journal, span, {})
+            entry[2].setdefault(key, []).append((first, last))
     plan.reads = list(pending.values())
     return plan
 
@@ -87,39 +87,42 @@ def plan_held(journals: Iterable[Journal], max_reads: int = MAX_BLOCK_READS) -> 
 def read_held(plan: HeldPlan) -> dict[int, list[Interval]]:
     """Read the planned blocks and add what they hold (worker thread).
 
-    A block that cannot be read (a journal archived meanwhile, a damaged block) counts its
-    ranges as held whole: a gap is only ever claimed when the bytes show it.
+    A block that cannot be read whole (a journal archived meanwhile, a damaged block)
+    counts its ranges as held whole: a gap is only ever claimed when the bytes show it.
     """
     held = plan.held
-    for journal, span, keys in plan.reads:
-        found = _block_sequences(journal, span, keys)
-        for key in keys:
-            seqs = found.get(key)
-            if seqs is None:
-                continue
-            held.setdefault(key, []).extend((s, s) for s in seqs)
+    for journal, span, ranges in plan.reads:
+        found = _block_sequences(journal, span, set(ranges))
+        for key, whole in ranges.items():
+            if found is None:
+                held.setdefault(key, []).extend(whole)
+            else:
+                held.setdefault(key, []).extend((s, s) for s in found.get(key, ()))
     return held
 
 
-def _block_sequences(journal: Journal, span: BlockSpan, keys: set[int]) -> dict[int, list[int]]:
-    """The sequences of ``keys`` in one block (record headers only)."""
+def _block_sequences(
+    journal: Journal, span: BlockSpan, keys: set[int]
+) -> dict[int, list[int]] | None:
+    """The sequences of ``keys`` in one block (record headers only); None when the block
+    cannot be read whole."""
     source = journal.source
     out: dict[int, list[int]] = {}
     if source is None:
-        return out
+        return None
     length = min(span.length, journal.durable_len - span.offset)
     try:
         buf = source.read(span.offset, length)
     except OSError:
-        return out
+        return None
     pos = 0
     for _ in range(span.count):
         if len(buf) - pos < HEADER_SIZE:
-            break
+            return None
         h = HEADER.unpack_from(buf, pos)
         size = h[0]
         if size < MIN_RECORD or pos + size > len(buf):
-            break
+            return None
         key = index_key(h[6], h[3])
         if key in keys:
             out.setdefault(key, []).append(h[7])

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from server.txlog import TransactionLog
 from server.txlog.gaps import PublisherGaps
+from server.txlog.holdings import HeldPlan, plan_held, read_held
+from tests.unit.txlog.helpers import INSTANCE, config, fill, run
 
 PUBS = (11, 22)
 
@@ -163,3 +168,39 @@ def test_holdings_with_fences_count_every_fenced_interval_as_held(
         gaps_out = out[pub][1]
         assert gaps_out == sorted(gaps_out)
         assert all(lo <= hi for lo, hi in gaps_out)
+
+
+def test_a_block_that_cannot_be_read_counts_its_ranges_as_held(tmp_path: Path) -> None:
+    """The gaps inside an index block are read from its record headers at open; a block
+    that cannot be read whole (an I/O error, a journal shorter than its index says)
+    claims no gap: its ranges count as held, so no peer is asked for records the log
+    may hold. A block read whole claims exactly the sequences it lacks."""
+    pub = 0x1234
+
+    async def body() -> None:
+        log = TransactionLog(config(tmp_path), INSTANCE, block_bytes=512, track_gaps=True)
+        await log.open()
+        for s in (1, 2, 5, 6):  # one block: range 1..6, four records
+            log.append(topic="t", message_type="json", pub_hash=pub, pub_seq=s, body=b"{}")
+        await fill(log, 40)  # another publisher's records close the block
+        plan = plan_held(log._journals.items)  # the journals as the log holds them
+        assert [sorted(ranges) for _j, _span, ranges in plan.reads] == [[pub]]
+        read = read_held(HeldPlan(dict(plan.held), list(plan.reads)))
+        assert sorted(read[pub]) == [(1, 1), (2, 2), (5, 5), (6, 6)]
+        journal = plan.reads[0][0]
+        real = journal.source
+        assert real is not None
+
+        class Unreadable:
+            def read(self, offset: int, length: int) -> bytes:
+                raise OSError(5, "Input/output error")
+
+        journal.source = Unreadable()  # type: ignore[assignment]
+        try:
+            read = read_held(HeldPlan(dict(plan.held), list(plan.reads)))
+        finally:
+            journal.source = real
+        assert read[pub] == [(1, 6)]
+        await log.close()
+
+    run(body)
