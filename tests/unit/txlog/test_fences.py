@@ -161,6 +161,34 @@ def test_a_released_fence_is_passed_over_and_its_seqs_stay_taken(tmp_path: Path)
     run(again)
 
 
+def _last_records_in_a_missing_journal(tmp: Path, publisher: int | None) -> int:
+    """A log where ``publisher`` (None: the instance's own identity) wrote five records,
+    then its last five, each among thousands of another's; the journal of its last ones,
+    in the middle of the log, is removed. Returns that journal's base."""
+    mine: list[int] = []
+
+    async def body() -> None:
+        log = make_log(tmp)
+        await log.open()
+        pub = log.own_pub_hash if publisher is None else publisher
+        await fill(log, 1500)
+        await fill(log, 5, pub_hash=pub)
+        await fill(log, 1500)
+        mine.extend(await fill(log, 5, pub_hash=pub))  # its last records ...
+        await fill(log, 1500)
+        await fill(log, 1500)
+        await log.close()
+
+    run(body)
+    files = journal_files(tmp)
+    bases = [int(p.name.split(".")[1]) for p in files]
+    at = max(i for i, b in enumerate(bases) if b <= mine[0])
+    assert bases[at + 1] > mine[-1] and at + 2 < len(files)  # ... in a middle journal
+    files[at].unlink()
+    files[at].with_suffix(".index").unlink()
+    return bases[at]
+
+
 def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
     tmp_path: Path,
 ) -> None:
@@ -169,27 +197,7 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
     last before + 1, as far as the identity may have numbered them: its floor,
     server/txlog/ownfloor.py, plus the fence's records), and the next own record is
     numbered past them, never with a lost one's bookmark."""
-    mine: list[int] = []
-
-    async def body() -> None:
-        log = make_log(tmp_path)
-        await log.open()
-        own = log.own_pub_hash
-        await fill(log, 1500)
-        await fill(log, 5, pub_hash=own)
-        await fill(log, 1500)
-        mine.extend(await fill(log, 5, pub_hash=own))  # the last of its own records ...
-        await fill(log, 1500)
-        await fill(log, 1500)
-        await log.close()
-
-    run(body)
-    files = journal_files(tmp_path)
-    bases = [int(p.name.split(".")[1]) for p in files]
-    at = max(i for i, b in enumerate(bases) if b <= mine[0])
-    assert bases[at + 1] > mine[-1] and at + 2 < len(files)  # ... in a middle journal
-    files[at].unlink()
-    files[at].with_suffix(".index").unlink()
+    lost_base = _last_records_in_a_missing_journal(tmp_path, None)
 
     async def reopened() -> None:
         events: list[tuple[str, dict[str, object]]] = []
@@ -197,7 +205,7 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
         await log.open()
         own = log.own_pub_hash
         (fence,) = log.fences
-        assert not fence.exact and fence.first_seq == bases[at]
+        assert not fence.exact and fence.first_seq == lost_base
         (named,) = [(lo, hi) for key, lo, hi in fence.identities if key == own]
         # the event tells the operator what the repair asks for: its own records too
         (made,) = [fields for name, fields in events if name == "journal_fenced"]
@@ -225,26 +233,7 @@ def test_a_missing_journal_names_a_publisher_whose_last_records_it_held(
     can (``clients.ack`` names its last record, in the fence): the fence names them, so
     a repair asks its peers for them."""
     last = 0x77
-    mine: list[int] = []
-
-    async def body() -> None:
-        log = make_log(tmp_path)
-        await log.open()
-        await fill(log, 1500)
-        await fill(log, 5, pub_hash=last)
-        await fill(log, 1500)
-        mine.extend(await fill(log, 5, pub_hash=last))  # its last records ...
-        await fill(log, 1500)
-        await fill(log, 1500)
-        await log.close()
-
-    run(body)
-    files = journal_files(tmp_path)
-    bases = [int(p.name.split(".")[1]) for p in files]
-    at = max(i for i, b in enumerate(bases) if b <= mine[0])
-    assert bases[at + 1] > mine[-1] and at + 2 < len(files)  # ... in a middle journal
-    files[at].unlink()
-    files[at].with_suffix(".index").unlink()
+    _last_records_in_a_missing_journal(tmp_path, last)
 
     async def reopened() -> None:
         log = make_log(tmp_path)
