@@ -29,6 +29,10 @@ links, actions, ready) only after the copy (server/engine.py).
    server/replication/bootproto.py). A source that refuses for a reason retrying will
    not change soon (wrong credentials, a missing entitlement or a group mismatch there)
    is held off for :data:`REFUSED_RETRY` seconds and reported once per distinct reason;
+   one whose log holds damage waiting for a repair is held off for
+   :data:`DAMAGED_RETRY` seconds, so the next sources are tried first. A source of
+   another log than the one the interrupted copy came from is asked again at once, from
+   its start (what was copied is dropped by bookmark as it comes again);
 4. SOW phase, then log phase: each ``data`` batch goes through the publish pipeline as a
    link's batch does (publisher bookmarks kept, the source appended to the path, so the
    log's de-duplication makes a record sent twice harmless), and once a batch is durable
@@ -96,6 +100,7 @@ from server.replication.errors import (
     ProtocolRefusal,
     RecordRefused,
     ReplicationProtocolError,
+    SourceDamaged,
     ValidationReported,
     VersionMismatch,
 )
@@ -118,6 +123,8 @@ RETRY_MIN: Final = 0.5
 RETRY_MAX: Final = 5.0
 #: seconds a source is left alone after a refusal that retrying will not change soon
 REFUSED_RETRY: Final = 30.0
+#: seconds a source whose log holds damage waiting for a repair is left alone
+DAMAGED_RETRY: Final = 10.0
 #: the refusals of a source that only a change of configuration (there or here) ends
 _LASTING: Final = (
     VersionMismatch, AuthRefused, NameConflict, GroupMismatch, NotEntitledToReplicate,
@@ -312,6 +319,8 @@ class Bootstrapper:
         self._tls_reported: str | None = None
         #: per source address: (monotonic time before which it is not tried, the refusal)
         self._held: dict[str, tuple[float, str]] = {}
+        #: the last attempt met a source of another log than the interrupted copy's
+        self._switched = False
 
     # -- start-up ------------------------------------------------------------------------
 
@@ -374,7 +383,12 @@ class Bootstrapper:
                     self._check_mutual()
                     if self._held_off(format_inet_addr(host, port)):
                         continue
-                    if await self._attempt(host, port):
+                    self._switched = False
+                    done = await self._attempt(host, port)
+                    if not done and self._switched:
+                        # another log than the interrupted copy's: from its start, now
+                        done = await self._attempt(host, port)
+                    if done:
                         await self._finish()
                         return
                     self._check_mutual()
@@ -514,7 +528,14 @@ class Bootstrapper:
                     elif isinstance(event, Closed):
                         if event.by_peer and isinstance(event.error, _LASTING):
                             self._hold_off(address, event.error)
-                        elif event.error.reason != "bootstrapping":
+                            return False
+                        if event.by_peer and isinstance(event.error, SourceDamaged):
+                            # a repair there may take long: the next sources go first
+                            self._held[address] = (
+                                self._clock.monotonic() + DAMAGED_RETRY,
+                                f"{address} refused the bootstrap: {event.error}",
+                            )
+                        if event.error.reason != "bootstrapping":
                             self.progress.error = f"{address}: {event.error}"
                             self.events.emit(
                                 "warning", "replication", "bootstrap_interrupted",
@@ -675,6 +696,7 @@ class _Copy:
         if marker.copied_upto and (marker.source, marker.log_id) != (name, offer.log_id):
             old = f"{marker.source!r} (log {marker.log_id or '?'})"
             marker.copied_upto = 0
+            boot._switched = True
             raise LinkLost(
                 f"the interrupted copy came from {old}, this source is {name!r} (log "
                 f"{offer.log_id}): its log is copied from the start (what is here already "

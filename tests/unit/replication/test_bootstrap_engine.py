@@ -7,8 +7,10 @@ from pathlib import Path
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
+from tests.support.damage import flip_byte, journals, records_of
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, scenario, xml
+from tests.support.repair import Publisher, Scene, caught_up
 from tests.support.replication import MemoryFabric, bootstrap_xml, destination
 
 
@@ -75,3 +77,55 @@ async def test_two_empty_brokers_bootstrapping_from_each_other_both_fail(tmp_pat
         for h in hs.values():
             await h.__aexit__(None, None, None)
         await fabric.close()
+
+
+@scenario
+async def test_a_source_with_damage_no_peer_repairs_gives_way_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """c bootstraps from a, then b. a holds a fenced range that nothing can repair (it
+    has no destination to ask): it serves the copy up to the fence, then refuses, and c
+    copies b's whole log instead. (The copy here is faster than the marker's save, so
+    b is asked from its start either way; the rounds a marker that moved would take are
+    server/replication/bootstrap.py's: a source of another log is asked again at once
+    from its start, and a damaged one waits while the others are tried.)"""
+
+    def config(name: str, *dests: str, bootstrap: str = "") -> str:
+        return xml(
+            tmp_path, name, *dests, journal_size="1MB", bootstrap=bootstrap,
+            txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
+            tuning="<JournalRepairWait>0s</JournalRepairWait>",
+        )  # fmt: skip
+
+    scene = Scene(tmp_path, {
+        "a": config("a"),
+        "b": config("b", destination("a", [A], sync=False, exclude="replicate")),
+        "c": config("c", bootstrap=bootstrap_xml(["orders"], [A, B])),
+    })  # fmt: skip
+    clock, hs = scene.clock, scene.hs
+    try:
+        await scene.start("a", "b")
+        pub = await hs["b"].logon("pub")
+        # about 3 MB: a's first journals are finished ones
+        await Publisher(hs["b"], pub).send("orders", [b'{"pad":"%s"}' % (b"x" * 1000)] * 3000)
+        await drive(clock, lambda: caught_up(hs["b"]))
+        await scene.stop("a")
+        # the last block of the second journal, a finished one (found at open): the copy
+        # gets well past the start of a's log before it meets the fence
+        second = journals(tmp_path / "a" / "data" / "journal", "a")[1]
+        hit = records_of(second)[-1]
+        flip_byte(second, hit.offset + hit.length // 2)
+        await scene.start("a")
+        await drive(clock, lambda: hs["a"].broker.ready)
+        assert hs["a"].broker.txlog is not None and hs["a"].broker.txlog.fences
+        c = await scene.start("c")
+        await drive(clock, lambda: c.broker.ready)
+        boot = c.broker.bootstrapper
+        assert boot is not None and boot.progress.state == "done"
+        assert boot.progress.source == "b"
+        mine = sorted(s for h, s, _, _ in await records(c) if h == pub_hash("pub"))
+        assert mine == list(range(1, 3001))
+        refused = [e for e in c.broker.events.recent(1000) if e["event"] == "bootstrap_interrupted"]
+        assert any(e["reason"] == "source damaged" for e in refused)
+    finally:
+        await scene.close()
