@@ -99,8 +99,10 @@ async def _scenario(cluster: Cluster, proxy: StallingProxy) -> None:
         # the sync destination holds the burst's persisted acks while the link is down
         assert client.persisted_seq < seq
 
-        proxy.resume()
+        # stamped before the resume: the held welcome may cross and be logged before this
+        # thread runs again
         healed = time.time()
+        proxy.resume()
         await client.wait_persisted(seq, timeout=60)  # B got everything, acks flow again
         reconnected = event_time(_events(cluster, "a"), "destination_connected", healed)
         assert reconnected is not None
