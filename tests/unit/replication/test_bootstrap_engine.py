@@ -7,6 +7,8 @@ from pathlib import Path
 
 from server.bookmarks import pub_hash
 from server.clock import VirtualClock
+from server.replication.bootstrap import Marker, marker_path
+from server.replication.state import load, save, state_path
 from tests.support.damage import flip_byte, journals, records_of
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, scenario, xml
@@ -83,12 +85,11 @@ async def test_two_empty_brokers_bootstrapping_from_each_other_both_fail(tmp_pat
 async def test_a_source_with_damage_no_peer_repairs_gives_way_to_the_next(
     tmp_path: Path,
 ) -> None:
-    """c bootstraps from a, then b. a holds a fenced range that nothing can repair (it
-    has no destination to ask): it serves the copy up to the fence, then refuses, and c
-    copies b's whole log instead. (The copy here is faster than the marker's save, so
-    b is asked from its start either way; the rounds a marker that moved would take are
-    server/replication/bootstrap.py's: a source of another log is asked again at once
-    from its start, and a damaged one waits while the others are tried.)"""
+    """c resumes a copy from a that was interrupted (its marker names a's log), with b as
+    the next source. a holds a fenced range that nothing can repair (it has no
+    destination to ask): it serves the copy up to the fence, then refuses. b's log is
+    another, so the copy starts over there at once, and a is not asked again while b
+    copies: asking a again from its start would only reach the fence once more."""
 
     def config(name: str, *dests: str, bootstrap: str = "") -> str:
         return xml(
@@ -118,6 +119,10 @@ async def test_a_source_with_damage_no_peer_repairs_gives_way_to_the_next(
         await scene.start("a")
         await drive(clock, lambda: hs["a"].broker.ready)
         assert hs["a"].broker.txlog is not None and hs["a"].broker.txlog.fences
+        a_state, _ = load(state_path(tmp_path / "a" / "data", "a"))
+        assert a_state is not None
+        interrupted = Marker(copied_upto=100, source="a", records=100, log_id=a_state.log_id)
+        save(marker_path(tmp_path / "c" / "data", "c"), interrupted.encode())
         c = await scene.start("c")
         await drive(clock, lambda: c.broker.ready)
         boot = c.broker.bootstrapper
@@ -125,7 +130,10 @@ async def test_a_source_with_damage_no_peer_repairs_gives_way_to_the_next(
         assert boot.progress.source == "b"
         mine = sorted(s for h, s, _, _ in await records(c) if h == pub_hash("pub"))
         assert mine == list(range(1, 3001))
-        refused = [e for e in c.broker.events.recent(1000) if e["event"] == "bootstrap_interrupted"]
+        events = c.broker.events.recent(1000)
+        refused = [e for e in events if e["event"] == "bootstrap_interrupted"]
         assert any(e["reason"] == "source damaged" for e in refused)
+        copying = [e["source"] for e in events if e["event"] == "bootstrap_copying"]
+        assert copying == ["a", "b"], copying
     finally:
         await scene.close()
