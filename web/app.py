@@ -8,15 +8,17 @@ auth layer (web/auth.py) and the dashboard (web/dashboard.py) are ordinary route
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import PlainTextResponse
 from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.websockets import WebSocket
 
 from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
@@ -68,6 +70,10 @@ def create_app(
         elif transport.type == "amps-replication":
             endpoint = ReplicationEndpoint(broker, transport.name)
             routes.append(WebSocketRoute("/replication", endpoint))
+    # any other websocket path: 404, naming the paths clients use (not a 403 that reads
+    # as an authentication problem)
+    served = [f"/amps/{t.message_type}" for t in config.transports if t.type == "websocket"]
+    routes.append(WebSocketRoute("/{path:path}", _no_websocket_here(served)))
     routes.extend(auth_routes())
     routes.extend(admin_routes(broker.operations, broker.actions))
     routes.extend(dashboard_routes())
@@ -108,3 +114,15 @@ def create_app(
     app.state.broker = broker
     app.state.config = config
     return app
+
+
+def _no_websocket_here(served: list[str]) -> Callable[[WebSocket], Awaitable[None]]:
+    """The endpoint of a websocket upgrade to a path nothing serves: HTTP 404 before the
+    upgrade, its body naming the paths this broker serves (a client prints it)."""
+    hint = f"use {' or '.join(served)}" if served else "this broker serves no websocket clients"
+
+    async def refuse(websocket: WebSocket) -> None:
+        text = f"no websocket endpoint at {websocket.url.path}: {hint}"
+        await websocket.send_denial_response(PlainTextResponse(text, status_code=404))
+
+    return refuse

@@ -49,6 +49,7 @@ from server.client.websocket import (
     encode_frame,
     handshake_request,
     parse_handshake_response,
+    refusal_text,
 )
 
 
@@ -280,7 +281,11 @@ class WebSocketTransport(_FrameTransport):
             )
         except InvalidStatus as exc:
             status = exc.response.status_code
-            raise HandshakeFailed(f"the broker refused the upgrade: HTTP {status}", status) from exc
+            text = refusal_text(exc.response.body or b"")
+            raise HandshakeFailed(
+                f"the broker refused the upgrade: HTTP {status}" + (f": {text}" if text else ""),
+                status,
+            ) from exc
         except InvalidHandshake as exc:
             raise HandshakeFailed(f"websocket handshake failed: {exc}") from exc
         return cls(ws, handlers)
@@ -375,9 +380,14 @@ class _Stream(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.opened.done():
-            self.opened.set_exception(
-                HandshakeFailed("the connection ended during the websocket handshake")
-            )
+            # a refusal whose body was cut short is reported with what came of it
+            failed = HandshakeFailed("the connection ended during the websocket handshake")
+            if self._head is not None:
+                try:
+                    parse_handshake_response(self._head, self.key, ended=True)
+                except HandshakeRejected as rejected:
+                    failed = HandshakeFailed(rejected.reason, rejected.status)
+            self.opened.set_exception(failed)
         self.ended.set()
         self.wake.set()
         self.writable.set()  # a writer waiting for room finds the connection gone

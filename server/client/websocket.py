@@ -37,6 +37,7 @@ __all__ = [
     "encode_frame",
     "handshake_request",
     "parse_handshake_response",
+    "refusal_text",
 ]
 
 ACCEPT_GUID: Final = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -48,6 +49,10 @@ own transports read 256 KiB at most)."""
 
 MAX_HEAD: Final = 16 * 1024
 """A handshake response whose head is longer than this is not a websocket server."""
+
+MAX_REFUSAL_TEXT: Final = 200
+"""How much of a refusal's body (an HTTP status other than 101) goes into its reason: the
+broker says there what to do (the websocket paths it serves, for a wrong one)."""
 
 
 class ProtocolViolation(Exception):
@@ -96,19 +101,27 @@ def handshake_request(host: str, resource: str, key: str) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
 
 
-def parse_handshake_response(data: bytes | bytearray, key: str) -> int | None:
+def parse_handshake_response(
+    data: bytes | bytearray, key: str, *, ended: bool = False
+) -> int | None:
     """Check a server's answer to :func:`handshake_request`.
 
     Returns how many bytes of ``data`` the response head took (what follows is already
-    websocket frames), or None when the head is not complete yet.
+    websocket frames), or None when the head is not complete yet, or (a refusal with a
+    ``Content-Length``) its first :data:`MAX_REFUSAL_TEXT` bytes of body are not.
+    ``ended``: the connection ended, nothing more comes (a refusal is reported with what
+    arrived of its body).
 
     Raises:
-        HandshakeRejected: not ``101 Switching Protocols`` with the right headers.
+        HandshakeRejected: not ``101 Switching Protocols`` with the right headers. A
+            refusal's reason ends with the first line of its body, when it has one.
     """
     end = data.find(b"\r\n\r\n")
     if end < 0:
         if len(data) > MAX_HEAD:
             raise HandshakeRejected("the handshake response has no end")
+        if ended:
+            raise HandshakeRejected("the connection ended during the websocket handshake")
         return None
     try:
         head = bytes(data[:end]).decode("iso-8859-1")
@@ -119,14 +132,23 @@ def parse_handshake_response(data: bytes | bytearray, key: str) -> int | None:
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
         raise HandshakeRejected(f"not an HTTP response: {status_line[:80]!r}")
     status = int(parts[1])
-    if status != 101:
-        raise HandshakeRejected(f"the broker refused the upgrade: HTTP {status}", status)
     headers: dict[str, list[str]] = {}
     for line in header_lines:
         name, sep, value = line.partition(":")
         if not sep:
             raise HandshakeRejected(f"a malformed header line: {line[:80]!r}", status)
         headers.setdefault(name.strip().lower(), []).append(value.strip())
+    if status != 101:
+        body = bytes(data[end + 4 :])
+        length = headers.get("content-length", [""])[0]
+        wanted = min(int(length), MAX_REFUSAL_TEXT) if length.isdigit() else 0
+        if len(body) < wanted and not ended:
+            return None
+        text = refusal_text(body[:wanted] if length.isdigit() else body)
+        raise HandshakeRejected(
+            f"the broker refused the upgrade: HTTP {status}" + (f": {text}" if text else ""),
+            status,
+        )
 
     def tokens(name: str) -> set[str]:
         return {t.strip().lower() for v in headers.get(name, []) for t in v.split(",")}
@@ -142,6 +164,15 @@ def parse_handshake_response(data: bytes | bytearray, key: str) -> int | None:
     if headers.get("sec-websocket-protocol"):
         raise HandshakeRejected("the server chose a subprotocol that was not offered", status)
     return end + 4
+
+
+def refusal_text(body: bytes | bytearray) -> str:
+    """The first line of a refusal's body, printable, at most :data:`MAX_REFUSAL_TEXT`
+    characters ("" when there is none)."""
+    line = bytes(body[:MAX_REFUSAL_TEXT]).decode("utf-8", "replace").strip().splitlines()
+    if not line:
+        return ""
+    return "".join(c if c.isprintable() else "?" for c in line[0]).strip()
 
 
 # -- frames in ------------------------------------------------------------------------------

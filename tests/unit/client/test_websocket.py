@@ -23,6 +23,7 @@ from server.client.websocket import (
     accept_for,
     handshake_request,
     parse_handshake_response,
+    refusal_text,
 )
 
 KEY = base64.b64encode(bytes(range(16))).decode()
@@ -209,3 +210,64 @@ def test_a_bad_response_is_rejected_with_its_reason(
     with pytest.raises(HandshakeRejected) as info:
         parse_handshake_response(data, KEY)
     assert info.value.status == status and words in info.value.reason
+
+
+def refusal(body: bytes, *, length: int | None = None) -> bytes:
+    size = len(body) if length is None else length
+    return (
+        response("Content-Type: text/plain", f"Content-Length: {size}", status="404 Not Found")
+        + body
+    )
+
+
+NOT_HERE = b"no websocket endpoint at /amps/xml: use /amps/json"
+
+
+@given(st.integers(0, 300))
+def test_a_refusal_waits_for_its_body_and_names_it(cut: int) -> None:
+    """A wrong path's 404 says which paths the broker serves: the reason carries the
+    body's first line, however the bytes arrive."""
+    data = refusal(NOT_HERE)
+    partial = data[: min(cut, len(data) - 1)]
+    assert parse_handshake_response(partial, KEY) is None
+    with pytest.raises(HandshakeRejected) as info:
+        parse_handshake_response(data, KEY)
+    assert info.value.status == 404
+    assert info.value.reason == f"the broker refused the upgrade: HTTP 404: {NOT_HERE.decode()}"
+
+
+def test_a_refusal_cut_short_by_the_end_of_the_connection_says_what_came() -> None:
+    data = refusal(NOT_HERE)
+    head = data[: len(data) - len(NOT_HERE)]
+    with pytest.raises(HandshakeRejected) as info:
+        parse_handshake_response(data[:-10], KEY, ended=True)
+    assert info.value.status == 404 and info.value.reason.endswith(NOT_HERE[:-10].decode().strip())
+    with pytest.raises(HandshakeRejected) as info:
+        parse_handshake_response(head, KEY, ended=True)
+    assert info.value.reason == "the broker refused the upgrade: HTTP 404"
+    with pytest.raises(HandshakeRejected) as info:
+        parse_handshake_response(head[:20], KEY, ended=True)
+    assert info.value.status is None and "ended" in info.value.reason
+
+
+def test_a_long_refusal_body_is_read_only_as_far_as_its_reason_needs() -> None:
+    body = b"x" * 5000
+    data = refusal(body)[:-4000]  # the rest never needed
+    with pytest.raises(HandshakeRejected) as info:
+        parse_handshake_response(data, KEY)
+    assert info.value.reason.endswith(": " + "x" * 200)
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        (b"", ""),
+        (b"\r\n  \n", ""),
+        (b"first line\nsecond", "first line"),
+        (b"  padded  ", "padded"),
+        (b"bell\x07 and \xff", "bell? and \ufffd"),
+        (b"y" * 300, "y" * 200),
+    ],
+)
+def test_refusal_text_is_one_printable_line(body: bytes, text: str) -> None:
+    assert refusal_text(body) == text
