@@ -37,6 +37,7 @@ from server.protocol.errors import ProtocolFailure
 if TYPE_CHECKING:  # annotations only: each subcommand imports what it runs when it runs
     from server.clock import Clock
     from server.config import Config
+    from server.eventlog import ConsoleFormat
     from server.txlog import FileSeam
 
 EXIT_OK = 0
@@ -73,8 +74,16 @@ def serve_config(args: argparse.Namespace) -> Config | None:
     ``--listen`` and ``--data-dir``); None, the error printed, when it is refused."""
     from server.config import ConfigError, default_config, load_config, with_overrides
 
+    if args.config and args.config_file and args.config != args.config_file:
+        print(
+            f"spool: two configuration files ({args.config_file} and --config "
+            f"{args.config}): give one",
+            file=sys.stderr,
+        )
+        return None
+    path = args.config or args.config_file
     try:
-        config = load_config(args.config) if args.config else default_config()
+        config = load_config(path) if path else default_config()
         return with_overrides(
             config, listen=args.listen, data_dir=Path(args.data_dir) if args.data_dir else None
         )
@@ -111,11 +120,20 @@ def serve_locked(
         serve = importlib.import_module("web.serve")
         code: int = serve.run(
             config, port_file=Path(args.port_file) if args.port_file else None,
-            log_level=args.log_level, lock=lock, files=files, clock=clock,
+            log_level=args.log_level, log_format=_log_format(args.log_format), lock=lock,
+            files=files, clock=clock,
         )  # fmt: skip
         return code
     finally:
         lock.release()
+
+
+def _log_format(asked: str) -> ConsoleFormat:
+    """``--log-format``: ``auto`` is text for a person at a terminal, JSON lines for
+    whatever collects stderr otherwise."""
+    if asked == "text" or (asked == "auto" and sys.stderr.isatty()):
+        return "text"
+    return "json"
 
 
 # -- publish / subscribe -----------------------------------------------------------------
@@ -123,6 +141,43 @@ def serve_locked(
 
 class UsageError(Exception):
     """A command line that cannot work (printed, exit code 2)."""
+
+
+#: the websocket path a broker serves its clients at unless configured otherwise
+CLIENT_PATH = "/amps/json"
+
+
+def broker_url(text: str) -> str:
+    """The websocket URL a client command connects to, from what a user may type: a
+    ``ws://`` or ``wss://`` URL as it is, ``http://`` / ``https://`` as ``ws://`` /
+    ``wss://``, or ``HOST:PORT`` as ``ws://HOST:PORT``; with no path, the clients' path
+    (:data:`CLIENT_PATH`).
+
+    Raises:
+        UsageError: anything else (one line saying what is expected).
+    """
+    from urllib.parse import urlsplit
+
+    expected = (
+        f"{text!r} is not a broker address: give ws://HOST:PORT{CLIENT_PATH} (wss:// with "
+        "TLS), an http:// or https:// URL of the broker, or HOST:PORT"
+    )
+    given = text.strip()
+    scheme, sep, rest = given.partition("://")
+    if not sep:
+        scheme, rest = "ws", given
+    scheme = {"http": "ws", "https": "wss"}.get(scheme.lower(), scheme.lower())
+    if scheme not in ("ws", "wss"):
+        raise UsageError(expected)
+    try:
+        parts = urlsplit(f"{scheme}://{rest}")
+        port = parts.port
+    except ValueError:
+        raise UsageError(expected) from None
+    if not parts.hostname or (not sep and port is None):
+        raise UsageError(expected)  # a bare word is a forgotten URL, not a host
+    path = parts.path if parts.path not in ("", "/") else CLIENT_PATH
+    return parts._replace(path=path, fragment="").geturl()
 
 
 def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -165,7 +220,7 @@ async def _publish(args: argparse.Namespace) -> int:
     client = Client(args.url, name, **_client_kwargs(args))
     await client.connect()
     try:
-        last = 0
+        last = count = 0
         if args.data == "-":
             # Whatever stdin has ready, split into lines, goes out as one batch
             # (publish_many: one encoding pass, one frame); a partial last line waits.
@@ -180,21 +235,35 @@ async def _publish(args: argparse.Namespace) -> int:
                 bodies = [ln.rstrip(b"\r") for ln in lines if ln.rstrip(b"\r")]
                 if bodies:
                     last = client.publish_many(args.topic, bodies, persisted=True)
+                    count += len(bodies)
             if pending.rstrip(b"\r"):
                 last = client.publish(args.topic, pending.rstrip(b"\r"), persisted=True)
+                count += 1
         else:
             data = args.data if args.data is not None else ""
             last = client.publish(args.topic, data.encode(), persisted=True)
+            count = 1
         await client.flush(timeout=args.timeout)
         if client.failures:
             f = client.failures[0]
             print(f"spool: publish failed: {f.reason}", file=sys.stderr)
             return EXIT_REFUSED
-        if args.verbose:
-            print(f"published up to seq {last}", file=sys.stderr)
+        if not args.quiet:
+            print(_published(count, args.topic, args.url, name, last))
         return EXIT_OK
     finally:
         await client.close()
+
+
+def _published(count: int, topic: str, url: str, name: str, last: int) -> str:
+    """What ``spool publish`` says it did."""
+    if not count:
+        return f"published nothing to {topic}: stdin had no lines"
+    plural = "" if count == 1 else "s"
+    return (
+        f"published {count} message{plural} to {topic} at {url}, persisted "
+        f"(client {name!r}, last sequence {last})"
+    )
 
 
 async def _subscribe(args: argparse.Namespace) -> int:
@@ -309,6 +378,7 @@ def _run_client(coro_fn: Any, args: argparse.Namespace) -> int:
     from server.client import Disconnected
 
     try:
+        args.url = broker_url(args.url)
         result: int = asyncio.run(coro_fn(args))
         return result
     except UsageError as exc:
@@ -355,7 +425,9 @@ def cmd_sow_delete(args: argparse.Namespace) -> int:
 
 def _client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "url", help="websocket URL, e.g. ws://127.0.0.1:9007/amps/json or wss://... (TLS)"
+        "url",
+        help="the broker: ws://127.0.0.1:9007/amps/json, wss://... (TLS), http(s)://HOST:PORT "
+        "or HOST:PORT (the path defaults to /amps/json)",
     )
     p.add_argument("topic", help="topic (a regular expression for subscribe)")
     p.add_argument("--name", help="client name (default: spool-<command>-<pid>)")
@@ -384,9 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "serve",
         help="run a broker instance",
-        description="Run a broker instance (embedded default without --config).",
+        description="Run a broker instance (the embedded default without a configuration file).",
     )
-    p.add_argument("--config", help="XML configuration file (CONFIG.md)")
+    p.add_argument(
+        "config_file", nargs="?", metavar="CONFIG", help="XML configuration file (as --config)"
+    )
+    p.add_argument("--config", help="XML configuration file (docs/configuration.md)")
     p.add_argument("--listen", type=_host_port, help="HOST:PORT for websocket + admin")
     p.add_argument("--data-dir", help="data directory (journals, stats, event log)")
     p.add_argument("--port-file", help="write the bound port to this file once listening")
@@ -396,13 +471,20 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (the event log is separate)",
     )
+    p.add_argument(
+        "--log-format",
+        default="auto",
+        choices=["auto", "text", "json"],
+        help="the event log on stderr: text on a terminal, JSON lines otherwise (auto), or "
+        "as given; the event log file is JSON lines always",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("publish", help="publish one message, or lines from stdin with '-'")
     _client_args(p)
     p.add_argument("data", nargs="?", help="message body, or '-' to read lines from stdin")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for acks")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("subscribe", help="print messages of a topic")

@@ -38,7 +38,7 @@ from server.clients import ClientRegistry
 from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
 from server.dispatch import CommandHandler, Dispatcher
-from server.eventlog import EventLog
+from server.eventlog import ConsoleFormat, EventLog
 from server.fanout import FanOut
 from server.lifecycle import Lifecycle
 from server.logons import LogonGuard
@@ -96,6 +96,8 @@ class Broker:
         config: the instance configuration.
         clock: the time source every part uses.
         console_log: also log events to the console.
+        console_format: how they look there: ``json`` lines, or ``text`` for a person at a
+            terminal (the event log file is JSON lines always).
         files: the file seam journal writes go through (None: the real one; fault tests
             inject write and fsync failures here).
         connector: how replication links dial their destinations (tests link in-process
@@ -123,13 +125,17 @@ class Broker:
         *,
         clock: Clock = SYSTEM_CLOCK,
         console_log: bool = True,
+        console_format: ConsoleFormat = "json",
         files: FileSeam | None = None,
         connector: Connector = connect_websocket,
     ) -> None:
         self.config = config
         self.clock = clock
         self.lifecycle = Lifecycle(started_at=clock.time())
-        self.events = EventLog(config.data_directory, config.name, console=console_log, clock=clock)
+        self.events = EventLog(
+            config.data_directory, config.name, console=console_log,
+            console_format=console_format, clock=clock,
+        )  # fmt: skip
         tuning = config.tuning
         self.auth = Authenticator(config.users, ScryptPool(tuning.password_check_threads))
         self.logons = LogonGuard(

@@ -18,7 +18,7 @@ import sys
 from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import orjson
 
@@ -45,12 +45,44 @@ def _redact(fields: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: how events look on the console: JSON lines (for collectors) or text (for a person)
+ConsoleFormat = Literal["json", "text"]
+
+#: the fields every event has, shown first by :func:`text_line`
+_HEAD: Final = ("time", "level", "category", "event")
+
+
 class _JsonLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = getattr(record, "spool_line", None)
         if isinstance(line, str):
             return line
         return super().format(record)
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = getattr(record, "spool_entry", None)
+        if isinstance(entry, dict):
+            return text_line(entry)
+        return super().format(record)
+
+
+def text_line(entry: dict[str, Any]) -> str:
+    """One event as a person reads it: ``2026-11-29 22:15:01.123 WARNING replication
+    destination_disconnected destination=b detail="nothing heard for 6.0 s"`` (UTC; a
+    value that is not a plain word is quoted as JSON)."""
+    stamp = str(entry.get("time", ""))[:23].replace("T", " ")
+    level = str(entry.get("level", "")).upper()
+    words = [stamp, f"{level:<7}", str(entry.get("category", "")), str(entry.get("event", ""))]
+    for key, value in entry.items():
+        if key in _HEAD:
+            continue
+        text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+        if not text or any(c.isspace() or c in '"=' for c in text) or not text.isprintable():
+            text = orjson.dumps(text).decode()
+        words.append(f"{key}={text}")
+    return " ".join(words)
 
 
 class EventLog:
@@ -60,6 +92,7 @@ class EventLog:
         directory: where ``NAME.events.log`` rotates (None: console only).
         name: instance name, the file prefix.
         console: also write lines to stderr.
+        console_format: as JSON lines (the file's format) or as text (:func:`text_line`).
         max_bytes / backups: rotation policy.
         level: the lowest level written to the handlers (``recent()`` keeps every event).
         keep: how many events ``recent()`` remembers.
@@ -73,6 +106,7 @@ class EventLog:
         name: str,
         *,
         console: bool = True,
+        console_format: ConsoleFormat = "json",
         max_bytes: int = 16 * 1024 * 1024,
         backups: int = 5,
         level: str = "info",
@@ -99,7 +133,7 @@ class EventLog:
             handlers.append(fh)
         if console:
             ch = logging.StreamHandler(sys.stderr)
-            ch.setFormatter(formatter)
+            ch.setFormatter(_TextFormatter() if console_format == "text" else formatter)
             handlers.append(ch)
         self._handlers = handlers
         self._listener = logging.handlers.QueueListener(self._queue, *handlers)
@@ -121,7 +155,9 @@ class EventLog:
         if self._closed:
             return
         line = orjson.dumps(entry, default=str).decode()
-        self._logger.log(_LEVELS.get(level, logging.INFO), line, extra={"spool_line": line})
+        self._logger.log(
+            _LEVELS.get(level, logging.INFO), line, extra={"spool_line": line, "spool_entry": entry}
+        )
 
     def recent(self, limit: int = 200) -> list[dict[str, Any]]:
         """The newest events, oldest first."""

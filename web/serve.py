@@ -28,6 +28,7 @@ from server.clock import SYSTEM_CLOCK, Clock
 from server.config import Config
 from server.datalock import DataDirectoryLock
 from server.engine import Broker
+from server.eventlog import ConsoleFormat
 from server.tls.errors import TlsError
 from server.txlog import FileSeam
 from web.app import create_app
@@ -185,6 +186,7 @@ def run(
     *,
     port_file: Path | None = None,
     log_level: str = "warning",
+    log_format: ConsoleFormat = "json",
     lock: DataDirectoryLock | None = None,
     files: FileSeam | None = None,
     clock: Clock | None = None,
@@ -192,6 +194,7 @@ def run(
     """Serve until a signal; returns the process exit code.
 
     Args:
+        log_format: the event log on stderr (server/eventlog.py).
         lock: the instance's data-directory lock, taken by the caller (its lock files get
             the bound address).
         files: the transaction log's file seam (None: the real one; the fault tests'
@@ -199,7 +202,7 @@ def run(
         clock: the broker's time source (None: the system's; the same launcher injects
             one whose wall clock jumps).
     """
-    broker = Broker(config, files=files, clock=clock or SYSTEM_CLOCK)
+    broker = Broker(config, files=files, clock=clock or SYSTEM_CLOCK, console_format=log_format)
     app = create_app(config, broker=broker)
     ws = next((t for t in config.transports if t.type == "websocket"), None)
     http_protocol, ws_protocol = protocols(tls=broker.tls is not None)

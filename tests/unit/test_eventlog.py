@@ -7,11 +7,12 @@ import asyncio
 from pathlib import Path
 
 import orjson
+import pytest
 
 from server.clock import VirtualClock
 from server.config import AdminConfig, Config
 from server.engine import Broker
-from server.eventlog import EventLog
+from server.eventlog import EventLog, text_line
 
 START = 1_700_000_000.25
 START_ISO = "2023-11-14T22:13:20.250000+00:00"
@@ -66,3 +67,31 @@ def test_the_broker_stamps_its_events_with_its_own_clock(tmp_path: Path) -> None
         assert broker.events.recent()[-1]["time"] == START_ISO
     finally:
         broker.events.close()
+
+
+def test_a_text_line_reads_as_a_sentence_and_quotes_what_is_not_a_word() -> None:
+    entry = {
+        "time": "2026-11-29T22:15:01.123456+00:00", "level": "warning",
+        "category": "replication", "event": "destination_disconnected",
+        "destination": "b", "detail": "nothing heard for 6.0 s", "seqs": [1, 2],
+        "ok": True, "empty": "", "eq": "a=b",
+    }  # fmt: skip
+    assert text_line(entry) == (
+        "2026-11-29 22:15:01.123 WARNING replication destination_disconnected "
+        'destination=b detail="nothing heard for 6.0 s" seqs=[1,2] ok=true empty="" eq="a=b"'
+    )
+
+
+def test_the_console_gets_text_when_asked_and_the_file_keeps_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = EventLog(tmp_path, "t", console=True, console_format="text", clock=VirtualClock(START))
+    try:
+        log.emit("info", "instance", "started", port=9007, password="hunter2")
+    finally:
+        log.close()
+    assert capsys.readouterr().err == (
+        "2023-11-14 22:13:20.250 INFO    instance started port=9007 password=***\n"
+    )
+    (line,) = (tmp_path / "t.events.log").read_bytes().splitlines()
+    assert orjson.loads(line)["password"] == "***"
