@@ -8,7 +8,7 @@ NODE_STAMP := node_modules/.installed-stamp
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-long test-spark lint typecheck bench bench-quick browser java clean soak nemesis fuzz fabric-screenshot
+.PHONY: install run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP)
 
@@ -42,6 +42,15 @@ java:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
 	fi
 
+# promtool for the operations files' tests (server/ops: the alert rules are checked and
+# unit-tested by it): Debian's prometheus package when it is missing.
+promtool:
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  echo "installing promtool (Debian's prometheus package)"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	fi
+
 run: install
 	$(PY) -m server.cli serve $(ARGS)
 
@@ -61,11 +70,11 @@ CODEC_TESTS := tests/unit/protocol tests/unit/txlog/test_codec.py tests/unit/txl
 
 # The suite leaves out the `long` tests (repeated runs, minutes each; each has a short
 # variant in the suite): `make test-long` runs them.
-test: install browser java lint typecheck
+test: install browser java promtool lint typecheck
 	$(PY) -m pytest -m "not long" $(PYTEST_ARGS)
 	SPOOL_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(CODEC_TESTS)
 
-test-fast: install
+test-fast: install promtool
 	$(PY) -m pytest -m "not browser and not slow and not faults and not spark" $(PYTEST_ARGS)
 
 test-long: install browser java

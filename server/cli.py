@@ -3,7 +3,7 @@
 ``spool serve`` runs an instance; ``spool publish`` / ``spool subscribe`` / ``spool sow URL
 TOPIC`` / ``spool sow-delete`` are small clients;
 ``spool journal ...``, ``spool sow ...``, ``spool stats ...``, ``spool pipeline ...`` and
-``spool passwd`` come from their subsystems.
+``spool passwd`` come from their subsystems; ``spool ops`` prints an operations file.
 
 Exit codes: 0 success, 1 the broker refused (failure ack; the reason is printed),
 2 usage or configuration error, 3 cannot connect / connection lost, 4 (``serve``) the data
@@ -420,6 +420,13 @@ def cmd_sow_delete(args: argparse.Namespace) -> int:
     return _run_client(_sow_delete, args)
 
 
+def cmd_ops(args: argparse.Namespace) -> int:
+    from server import ops
+
+    sys.stdout.write(ops.read(args.what))
+    return EXIT_OK
+
+
 # -- parser --------------------------------------------------------------------------------
 
 
@@ -532,6 +539,20 @@ def build_parser() -> argparse.ArgumentParser:
     register_stats(sub)
     register_auth(sub)
     register_pipeline(sub)
+
+    p = sub.add_parser(
+        "ops",
+        help="print an operations file: Prometheus alert rules or a Grafana dashboard",
+        description="Print an operations file shipped with the broker (docs/monitoring.md).",
+    )
+    from server.ops import FILES
+
+    p.add_argument(
+        "what",
+        choices=sorted(FILES),
+        help="alerts: Prometheus alert rules (YAML); grafana: a dashboard to import (JSON)",
+    )
+    p.set_defaults(func=cmd_ops)
     return parser
 
 
