@@ -26,7 +26,7 @@ from server.pipeline.errors import BadOption
 from server.pipeline.scope import Scope
 from server.pipeline.tally import DamageReport, Tally
 
-__all__ = ["EXPORT_COLUMNS", "ExportResult", "run_export", "topic_selector"]
+__all__ = ["EXPORT_COLUMNS", "ExportResult", "check_export", "run_export", "topic_selector"]
 
 #: the record columns written (the partition columns topic and date come last)
 EXPORT_COLUMNS = (
@@ -84,6 +84,17 @@ def topic_selector(topic: str | None) -> Callable[[pa.RecordBatch], pa.RecordBat
     return keep
 
 
+def check_export(out: Path, overwrite: bool) -> None:
+    """Where an export goes, checked before any Spark work (``spool pipeline export``
+    calls it before it starts Spark).
+
+    Raises:
+        BadOption: ``out`` exists and not ``overwrite``.
+    """
+    if out.exists() and not overwrite:
+        raise BadOption("OUT", str(out), "exists already (use --overwrite to replace it)")
+
+
 def run_export(
     spark: SparkSession,
     scope: Scope,
@@ -99,8 +110,7 @@ def run_export(
     Raises:
         BadOption: a bad ``flatten`` schema; ``out`` exists and not ``overwrite``.
     """
-    if out.exists() and not overwrite:
-        raise BadOption("OUT", str(out), "exists already (use --overwrite to replace it)")
+    check_export(out, overwrite)
     schema = _flatten_schema(flatten) if flatten else None
     tally = tally or Tally(spark.sparkContext)
     df = scope.load(spark)

@@ -30,7 +30,7 @@ from server.pipeline.errors import BadOption
 from server.pipeline.scope import Scope
 from server.pipeline.tally import DamageReport, Tally
 
-__all__ = ["GrepResult", "grep_frame", "run_grep"]
+__all__ = ["GrepResult", "check_grep", "grep_frame", "run_grep"]
 
 _OUT = pa.schema(
     [
@@ -53,7 +53,16 @@ class GrepResult:
     damage: list[DamageReport] = field(default_factory=list)
 
 
-def _check(topic: str | None, filter_text: str | None) -> None:
+def check_grep(topic: str | None, filter_text: str | None, parquet: Path | None = None) -> None:
+    """A grep's options, checked before any Spark work (``spool pipeline grep`` calls it
+    before it starts Spark).
+
+    Raises:
+        BadOption: a bad topic expression, or ``parquet`` exists; FilterSyntaxError: a bad
+            filter (it says where).
+    """
+    if parquet is not None and parquet.exists():
+        raise BadOption("--parquet", str(parquet), "exists already")
     if topic is not None:
         try:
             re.compile(topic)
@@ -67,7 +76,7 @@ def grep_frame(
     df: DataFrame, tally: Tally, topic: str | None, filter_text: str | None
 ) -> DataFrame:
     """The matching records of the source frame ``df`` (damage counted by ``tally``)."""
-    _check(topic, filter_text)
+    check_grep(topic, filter_text)
 
     def select(batch: pa.RecordBatch) -> pa.RecordBatch | None:
         topics = batch.column("topic").to_pylist()
@@ -131,8 +140,10 @@ def run_grep(
     """Search ``scope``; write JSON lines to ``out`` (in log order) or Parquet to ``parquet``.
 
     Raises:
-        BadOption: a bad topic expression; FilterSyntaxError: a bad filter.
+        BadOption: a bad topic expression, or ``parquet`` exists; FilterSyntaxError: a bad
+            filter.
     """
+    check_grep(topic, filter_text, parquet)
     tally = tally or Tally(spark.sparkContext)
     matches = grep_frame(scope.load(spark), tally, topic, filter_text)
     result = GrepResult()

@@ -20,12 +20,12 @@ from pyspark.sql import SparkSession
 
 from server.expr import FilterSyntaxError
 from server.pipeline.errors import BadOption, PipelineError
-from server.pipeline.export import run_export
-from server.pipeline.grep import run_grep
+from server.pipeline.export import check_export, run_export
+from server.pipeline.grep import check_grep, run_grep
 from server.pipeline.progress import Progress
 from server.pipeline.scope import Scope
 from server.pipeline.session import spark_session
-from server.pipeline.stats import interval_name, parse_intervals, run_stats
+from server.pipeline.stats import check_stats, interval_name, parse_intervals, run_stats
 from server.pipeline.tally import DamageReport, Tally
 
 __all__ = ["run"]
@@ -69,6 +69,13 @@ def run(command: str, args: argparse.Namespace) -> int:
         conf = _conf(args.conf)
         intervals = parse_intervals(args.intervals) if command == "stats" else ()
         scope = Scope.resolve(args.dir, args.archive, args.name, args.start, args.end)
+        # every option is checked before Spark starts, which takes seconds
+        if command == "stats":
+            check_stats(args.db, args.parquet)
+        elif command == "grep":
+            check_grep(args.topic, args.filter_text, args.parquet)
+        else:
+            check_export(args.out, args.overwrite)
         spark = spark_session(args.master, f"spool-pipeline-{command}", conf)
         job: Callable[[], int] = {
             "stats": lambda: _stats(spark, scope, args, intervals),

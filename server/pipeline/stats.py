@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_INTERVALS",
     "DIMENSIONS",
     "StatsResult",
+    "check_stats",
     "parse_intervals",
     "run_stats",
     "stats_frames",
@@ -197,6 +198,19 @@ def _interval_name(size: Column) -> Column:
     return out
 
 
+def check_stats(db: Path | None, parquet: Path | None) -> None:
+    """Where the statistics go, checked before any Spark work (``spool pipeline stats``
+    calls it before it starts Spark).
+
+    Raises:
+        BadOption: neither output given, or ``parquet`` exists.
+    """
+    if db is None and parquet is None:
+        raise BadOption("output", None, "give --db (the stats database) and/or --parquet DIR")
+    if parquet is not None and parquet.exists():
+        raise BadOption("--parquet", str(parquet), "exists already")
+
+
 def run_stats(
     spark: SparkSession,
     scope: Scope,
@@ -211,10 +225,7 @@ def run_stats(
     Raises:
         BadOption: neither output given, or ``parquet`` exists.
     """
-    if db is None and parquet is None:
-        raise BadOption("output", None, "give --db (the stats database) and/or --parquet DIR")
-    if parquet is not None and parquet.exists():
-        raise BadOption("--parquet", str(parquet), "exists already")
+    check_stats(db, parquet)
     started = time.time()
     tally = tally or Tally(spark.sparkContext)
     # the projection is cached with the damage rows in it: the records and the damage

@@ -214,6 +214,33 @@ def test_cli_without_java(journals: Journals) -> None:
     assert "Spark needs Java 17 or newer: no java on PATH" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["stats"], "give --db (the stats database) and/or --parquet DIR"),
+        (["stats", "--parquet", "{taken}"], "exists already"),
+        (["grep", "--parquet", "{taken}"], "exists already"),
+        (["grep", "--topic", "("], "not a regular expression"),
+        (["export", "{taken}"], "exists already (use --overwrite to replace it)"),
+    ],
+)
+def test_cli_options_are_refused_before_spark_starts(
+    journals: Journals, tmp_path: Path, argv: list[str], error: str
+) -> None:
+    """Without Java, Spark cannot start: the answer being about the options shows they were
+    checked first (not after Spark's start-up, as a run that wastes it)."""
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    command, *rest = (a.format(taken=taken) for a in argv)
+    done = subprocess.run(
+        [sys.executable, "-m", "server.cli", "pipeline", command, str(journals.journal),
+         *rest, "--archive", str(journals.archive)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env_without_java(),
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and error in done.stderr, done.stderr
+
+
 def test_progress_line(spark: SparkSession, journals: Journals) -> None:
     tally = Tally(spark.sparkContext)
     out = io.StringIO()
