@@ -4,7 +4,9 @@ Spark looks, at the first use of a Python data source in a session, for installe
 top-level modules named ``pyspark_*`` that define ``DefaultSource``, and registers each
 under its ``name()``. With the Spool package installed (``pip install
 'spool-broker[pipeline]'``, also on the executors of a cluster), ``spark.read.format(
-"spool")`` works in any PySpark session without calling ``register``.
+"spool")`` works in any PySpark session without calling ``register`` and without any
+setting: this source leaves a query's WHERE clause to Spark (``register`` adds the one
+that applies it itself, with the setting that needs).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
@@ -33,14 +33,24 @@ Mode = Literal["PERMISSIVE", "DROPMALFORMED", "FAILFAST"]
 _MODES: Final = ("PERMISSIVE", "DROPMALFORMED", "FAILFAST")
 _PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
-READ_OPTIONS: Final = ("path", "archive", "name", "mode", "partitionbytes", "batchrows")
+#: what both a batch read and a stream take: where the journals are and how to read them
+_SOURCE_OPTIONS: Final = ("path", "archive", "name", "mode", "partitionbytes", "batchrows")
+READ_OPTIONS: Final = (
+    *_SOURCE_OPTIONS,
+    "startingoffsets",
+    "endingoffsets",
+    "startingtimestamp",
+    "endingtimestamp",
+)
 STREAM_OPTIONS: Final = (
-    *READ_OPTIONS,
+    *_SOURCE_OPTIONS,
     "adminurl",
     "admintoken",
     "pinowner",
     "startingoffsets",
+    "startingtimestamp",
     "maxrecordspertrigger",
+    "maxbytespertrigger",
     "failondataloss",
 )
 WRITE_OPTIONS: Final = (
@@ -62,7 +72,11 @@ _SPELLING: Final = {
     "admintoken": "adminToken",
     "pinowner": "pinOwner",
     "startingoffsets": "startingOffsets",
+    "endingoffsets": "endingOffsets",
+    "startingtimestamp": "startingTimestamp",
+    "endingtimestamp": "endingTimestamp",
     "maxrecordspertrigger": "maxRecordsPerTrigger",
+    "maxbytespertrigger": "maxBytesPerTrigger",
     "failondataloss": "failOnDataLoss",
     "clientname": "clientName",
     "batchsize": "batchSize",
@@ -120,6 +134,11 @@ class ReadOptions:
         mode: what damaged bytes become (``mode``).
         slice_bytes: most bytes per input partition (``partitionBytes``).
         batch_rows: most rows per Arrow batch (``batchRows``).
+        starting, ending: the positions the read starts and ends at (``startingOffsets``,
+            ``endingOffsets``; server/pipeline/positions.py); None: the whole log.
+        ts_lo, ts_hi: records from ``ts_lo`` and before ``ts_hi``, microseconds
+            (``startingTimestamp``, ``endingTimestamp``, given in milliseconds as Kafka's
+            are); None: unbounded.
     """
 
     journal_dir: Path
@@ -128,6 +147,10 @@ class ReadOptions:
     mode: Mode = "PERMISSIVE"
     slice_bytes: int = DEFAULT_SLICE_BYTES
     batch_rows: int = 8192
+    starting: str | None = None
+    ending: str | None = None
+    ts_lo: int | None = None
+    ts_hi: int | None = None
 
 
 def _read(opts: dict[str, str]) -> ReadOptions:
@@ -148,13 +171,47 @@ def _read(opts: dict[str, str]) -> ReadOptions:
     )
 
 
+def _millis(opts: dict[str, str], key: str) -> int | None:
+    """A ``...Timestamp`` option: milliseconds since the epoch, as microseconds."""
+    text = opts.get(key)
+    if text is None:
+        return None
+    try:
+        return int(text) * 1000
+    except ValueError:
+        raise BadOption(
+            _spelled(key), text, "milliseconds since the Unix epoch (as Kafka's options)"
+        ) from None
+
+
+def _one_start(opts: dict[str, str], *, ending: bool) -> None:
+    """A range starts (and ends) by an offset or by a timestamp, not both."""
+    for offsets, stamp in (("startingoffsets", "startingtimestamp"),) + (
+        (("endingoffsets", "endingtimestamp"),) if ending else ()
+    ):
+        if offsets in opts and stamp in opts:
+            raise BadOption(
+                _spelled(stamp),
+                opts[stamp],
+                f"give {_spelled(offsets)} or {_spelled(stamp)}, not both",
+            )
+
+
 def parse_read(options: Mapping[str, str]) -> ReadOptions:
     """The options of a batch read.
 
     Raises:
-        BadOption: unknown option, missing path, bad value.
+        BadOption: unknown option, missing path, bad value, an end given twice.
     """
-    return _read(_check_known(options, READ_OPTIONS))
+    opts = _check_known(options, READ_OPTIONS)
+    _one_start(opts, ending=True)
+    return replace(
+        _read(opts),
+        starting=opts.get("startingoffsets"),
+        ending=opts.get("endingoffsets"),
+        ts_lo=_millis(opts, "startingtimestamp"),
+        ts_hi=_millis(opts, "endingtimestamp"),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +224,13 @@ class StreamOptions:
             point and retention pins come from it. None: files only (see docs/pipeline.md).
         admin_token: bearer token for the admin API when the instance has users.
         pin_owner: name of the retention pin of this query (required with ``adminUrl``).
-        starting: ``earliest``, ``latest``, a seq, a bookmark or a time.
+        starting: ``earliest``, ``latest``, a seq, a bookmark or a time
+            (``startingOffsets``).
+        starting_ts: start at the first record at or after this time, microseconds
+            (``startingTimestamp``, given in milliseconds); None: ``starting`` decides.
         max_records: most records per micro-batch (None: all available).
+        max_bytes: about the most journal bytes per micro-batch, in whole index blocks
+            and at least one (``maxBytesPerTrigger``; None: no such limit).
         fail_on_data_loss: raise when needed records were removed (else skip ahead).
     """
 
@@ -177,7 +239,9 @@ class StreamOptions:
     admin_token: str | None = None
     pin_owner: str | None = None
     starting: str = "earliest"
+    starting_ts: int | None = None
     max_records: int | None = None
+    max_bytes: int | None = None
     fail_on_data_loss: bool = True
 
 
@@ -203,14 +267,24 @@ def parse_stream(options: Mapping[str, str]) -> StreamOptions:
         raise BadOption("pinOwner", owner, "1 to 200 letters, digits, '_', '.', ':' or '-'")
     if owner is not None and url is None:
         raise BadOption("pinOwner", owner, "needs adminUrl (pins are taken over REST)")
+    _one_start(opts, ending=False)
     max_records = opts.get("maxrecordspertrigger")
+    max_bytes = opts.get("maxbytespertrigger")
+    if max_records and max_bytes:
+        raise BadOption(
+            "maxBytesPerTrigger",
+            max_bytes,
+            "give maxRecordsPerTrigger or maxBytesPerTrigger, not both",
+        )
     return StreamOptions(
         read=_read(opts),
         admin_url=url.rstrip("/") if url else None,
         admin_token=opts.get("admintoken") or None,
         pin_owner=owner,
         starting=opts.get("startingoffsets", "earliest"),
+        starting_ts=_millis(opts, "startingtimestamp"),
         max_records=_int(opts, "maxrecordspertrigger", 0, 1) if max_records else None,
+        max_bytes=_int(opts, "maxbytespertrigger", 0, 1) if max_bytes else None,
         fail_on_data_loss=_bool(opts, "failondataloss", True),
     )
 

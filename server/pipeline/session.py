@@ -11,8 +11,9 @@ it too or build their own session and call :func:`~server.pipeline.source.regist
   would listen on every interface) and shuffles use twice as many partitions as cores
   (Spark's default, 200, is sized for clusters: thousands of tiny tasks for a stats job). Executors run this interpreter (``PYSPARK_PYTHON``),
   so they import the same Spool.
-- **Settings the source needs**: Python filter pushdown on (Spark refuses a source that
-  implements ``pushFilters`` without it), session time zone UTC (the log's times).
+- **Settings the source needs**: Python filter pushdown on (the source :func:`register`
+  adds takes a query's filters, and Spark refuses such a reader without it), session time
+  zone UTC (the log's times).
 - **Quiet**: Spark's log4j configured by ``log4j2.properties`` beside this module (warnings
   and errors only), its console progress bar off (``spool pipeline`` prints its own line).
 """

@@ -9,8 +9,9 @@ reads exactly the same records: journals never change below the durable point.
   after it may still be lost in a crash and reused, so they are never read. Without
   ``adminUrl``, the end of the valid records in the files (for an instance that is not
   running; docs/pipeline.md explains the risk on a live one).
-- **maxRecordsPerTrigger** caps a micro-batch (Spark's ``ReadMaxRows``); ``Trigger.
-  AvailableNow`` reads up to the latest offset seen when the query started.
+- **maxRecordsPerTrigger** caps a micro-batch (Spark's ``ReadMaxRows``), or
+  **maxBytesPerTrigger** (``ReadMaxBytes``: whole index blocks, at least one);
+  ``Trigger.AvailableNow`` reads up to the latest offset seen when the query started.
 - **Retention**: with ``adminUrl`` the stream holds a pin named ``pinOwner`` at the first
   seq it still needs: taken at the start (and again after a restart), moved at each
   ``commit``. The pin outlives the query (a restart from the checkpoint needs the same
@@ -31,19 +32,19 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
 
-from server.bookmarks import BookmarkPoint, Epoch, Now, TimePoint, parse_bookmark
 from server.pipeline.admin import AdminClient
 from server.pipeline.catalog import Catalog
-from server.pipeline.errors import BadOption, RecordsRemoved
+from server.pipeline.errors import RecordsRemoved
 from server.pipeline.options import StreamOptions
 from server.pipeline.partition import SlicePartition
 from server.pipeline.planner import plan_scan
+from server.pipeline.positions import seq_at
 from server.pipeline.predicate import ScanPredicate
-from server.protocol.errors import InvalidBookmark
 
 __all__ = ["SpoolStreamReader"]
 
@@ -103,37 +104,19 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"seq": start}
 
     def _starting(self) -> int:
-        text = self.options.starting.strip()
-        if text.lower() == "earliest":
-            with self._catalog() as catalog:
-                return catalog.first_seq
-        if text.lower() == "latest":
-            return self._end()
-        if text.isdigit():
-            return max(1, int(text))
-        try:
-            spec = parse_bookmark(text)
-        except InvalidBookmark as exc:
-            raise BadOption(
-                "startingOffsets", text, f"earliest, latest, a seq, a bookmark or a time ({exc})"
-            ) from exc
+        o = self.options
         with self._catalog() as catalog:
-            if isinstance(spec, Epoch):
-                return catalog.first_seq
-            if isinstance(spec, Now):
-                return self._end()
-            if isinstance(spec, BookmarkPoint):
-                seq = catalog.seq_for_bookmark(spec.pub_hash, spec.pub_seq)
-                if seq is None:
-                    raise BadOption("startingOffsets", text, "no record has this bookmark")
-                return seq + 1  # a bookmark means "after this message", as a subscription
-            if isinstance(spec, TimePoint):
-                return catalog.seq_for_time(spec.timestamp_us)
-        raise BadOption("startingOffsets", text, "earliest, latest, a seq, a bookmark or a time")
+            if o.starting_ts is not None:
+                return catalog.seq_for_time(o.starting_ts)
+            return seq_at(catalog, o.starting, "startingOffsets", self._end)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        n = self.options.max_records
-        return ReadMaxRows(n) if n else ReadAllAvailable()
+        o = self.options
+        if o.max_records:
+            return ReadMaxRows(o.max_records)
+        if o.max_bytes:
+            return ReadMaxBytes(o.max_bytes)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._end()
@@ -144,6 +127,9 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = self._end() if self._target is None else self._target
         if isinstance(limit, ReadMaxRows):
             end = min(end, first + limit.max_rows)
+        elif isinstance(limit, ReadMaxBytes):
+            with self._catalog() as catalog:
+                end = min(end, bytes_end(catalog, first, limit.max_bytes))
         return {"seq": max(end, first)}
 
     def reportLatestOffset(self) -> dict[str, int]:
@@ -176,3 +162,18 @@ class SpoolStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._admin is not None:
             self._admin.close()
             self._admin = None
+
+
+def bytes_end(catalog: Catalog, first: int, max_bytes: int) -> int:
+    """The first seq not to read in a micro-batch from ``first`` that reads about
+    ``max_bytes`` of journal: whole index blocks (the one holding ``first`` counted whole),
+    as many as fit, and at least one, so every trigger moves on."""
+    total = 0
+    for journal in catalog.journals:
+        for block in journal.blocks:
+            if block.last_seq < first:
+                continue
+            if total and total + block.length > max_bytes:
+                return block.first_seq
+            total += block.length
+    return catalog.journals[-1].next_seq if catalog.journals else first

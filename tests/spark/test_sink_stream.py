@@ -13,11 +13,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyspark import TaskContext
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from server.client import Client
+from server.pipeline.catalog import Catalog
 from server.pipeline.errors import BadOption
-from tests.spark.conftest import broker, publish_corpus, scan_files
+from server.pipeline.stream import bytes_end
+from tests.spark.conftest import Journals, broker, publish_corpus, scan_files
 from tests.support.server import SpoolProcess
 
 
@@ -86,6 +89,20 @@ def test_sink_refuses_what_it_cannot_do(spark: SparkSession, live: SpoolProcess)
     assert BadOption  # the errors above are BadOption raised in the planning worker
 
 
+def to_parquet(stream: DataFrame, out: Path, checkpoint: Path) -> StreamingQuery:
+    """Run ``stream`` into a Parquet directory until it has read what is there now."""
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(600)
+    assert query.exception() is None, query.exception()
+    return query
+
+
 def test_stream_sees_every_message_once_across_a_restart(
     spark: SparkSession, live: SpoolProcess, tmp_path: Path
 ) -> None:
@@ -102,15 +119,7 @@ def test_stream_sees_every_message_once_across_a_restart(
             .where("damage IS NULL")
             .select("seq", "bookmark", "topic", "data")
         )
-        query = (
-            stream.writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(600)
-        assert query.exception() is None, query.exception()
+        to_parquet(stream, out, checkpoint)
 
     asyncio.run(publish_corpus(live.ws_url, 2000))
     run_query()
@@ -144,3 +153,48 @@ async def _last_seq(url: str, name: str) -> int:
     async with Client(url, name) as c:
         assert c.logon is not None
         return c.logon.last_seq
+
+
+def test_a_stream_takes_about_max_bytes_per_trigger_in_whole_blocks(journals: Journals) -> None:
+    """maxBytesPerTrigger: each micro-batch is whole index blocks that fit (the first one
+    always, so a stream moves on), and the next block would not have fitted."""
+    limit = 200_000
+    with Catalog.open(journals.journal, journals.archive) as catalog:
+        blocks = [b for j in catalog.journals for b in j.blocks]
+        first, steps = catalog.first_seq, 0
+        end_of_log = catalog.journals[-1].next_seq
+        while first < end_of_log:
+            end = bytes_end(catalog, first, limit)
+            taken = [b for b in blocks if b.last_seq >= first and b.first_seq < end]
+            assert taken and taken[-1].last_seq == end - 1  # whole blocks, at least one
+            size = sum(b.length for b in taken)
+            assert size <= limit or len(taken) == 1
+            following = [b for b in blocks if b.first_seq == end]
+            if following:
+                assert size + following[0].length > limit  # the next one did not fit
+            first, steps = end, steps + 1
+    assert steps > 3
+
+
+def test_a_stream_over_files_reads_every_record_once_from_its_start(
+    spark: SparkSession, journals: Journals, tmp_path: Path
+) -> None:
+    """Without adminUrl (an instance that is not running), from startingTimestamp, in
+    micro-batches of about maxBytesPerTrigger: every record from that time, once."""
+    start = journals.records[6000]
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    stream = (
+        spark.readStream.format("spool")
+        .option("archive", str(journals.archive))
+        .option("startingTimestamp", str(start.timestamp_us // 1000))
+        .option("maxBytesPerTrigger", "300000")
+        .load(str(journals.journal))
+        .select("seq")
+    )
+    query = to_parquet(stream, out, checkpoint)
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) > 1
+    got = ds.dataset(out, format="parquet").to_table().column("seq").to_pylist()
+    first_ms = start.timestamp_us // 1000 * 1000
+    first_seq = next(r.seq for r in journals.records if r.timestamp_us >= first_ms)
+    assert sorted(got) == [r.seq for r in journals.records if r.seq >= first_seq]

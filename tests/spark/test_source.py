@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections import Counter
 from datetime import UTC, datetime
@@ -18,7 +19,9 @@ from server.pipeline.errors import AmbiguousInstance, JavaNotFound, JournalDirec
 from server.pipeline.planner import plan_scan
 from server.pipeline.predicate import ScanPredicate
 from server.pipeline.session import check_java
+from server.pipeline.source import register
 from server.txlog.files import journal_name
+from server.txlog.record import Record
 from tests.spark.conftest import INSTANCE, Journals, env_without_java
 
 
@@ -81,6 +84,7 @@ def test_large_journals_give_several_partitions(spark: SparkSession, journals: J
         ("seq BETWEEN 5000 AND 5200", lambda r: 5000 <= r.seq <= 5200),
         ("seq > 15500", lambda r: r.seq > 15500),
         ("topic = 'trades' AND seq < 3000", lambda r: r.topic == "trades" and r.seq < 3000),
+        ("seq > 100000000", lambda r: False),  # nothing planned: an empty result
     ],
 )
 def test_pushed_down_filters_read_fewer_blocks(
@@ -113,6 +117,78 @@ def test_time_filter_matches_python(spark: SparkSession, journals: Journals) -> 
     moment = datetime.fromtimestamp(t / 1_000_000, UTC).replace(tzinfo=None)
     got = load(spark, journals).where(f"timestamp >= '{moment.isoformat()}'").count()
     assert got == sum(1 for r in recs if r.timestamp_us >= t)
+
+
+def bookmark(r: Record) -> str:
+    return f"{r.pub_hash}|{r.pub_seq}|"
+
+
+def test_range_options_read_between_their_positions(
+    spark: SparkSession, journals: Journals
+) -> None:
+    """startingOffsets / endingOffsets as Kafka users name them: a bookmark is the place
+    just after its record (the start excludes it, the end includes it), a seq the place
+    before that record; the timestamps (milliseconds) keep ``start <= t < end``."""
+    recs = journals.records
+    a, b = recs[3000], recs[9000]
+
+    def seqs(**options: str) -> list[int]:
+        return sorted(r.seq for r in load(spark, journals, **options).select("seq").collect())
+
+    assert seqs(startingOffsets=bookmark(a), endingOffsets=bookmark(b)) == [
+        r.seq for r in recs if a.seq < r.seq <= b.seq
+    ]
+    assert seqs(startingOffsets="15990") == [r.seq for r in recs if r.seq >= 15990]
+    assert seqs(endingOffsets="11") == list(range(1, 11))
+    assert seqs(startingOffsets="latest") == []
+    assert seqs(startingOffsets=bookmark(a), endingOffsets=bookmark(a)) == []
+    lo_ms, hi_ms = a.timestamp_us // 1000 + 1, b.timestamp_us // 1000
+    assert seqs(startingTimestamp=str(lo_ms), endingTimestamp=str(hi_ms)) == [
+        r.seq for r in recs if lo_ms * 1000 <= r.timestamp_us < hi_ms * 1000
+    ]
+    # the range narrows what is planned, as a pushed-down filter does
+    narrow = load(spark, journals, partitionBytes=str(64 * 1024), endingOffsets="2000")
+    everything = load(spark, journals, partitionBytes=str(64 * 1024))
+    assert narrow.rdd.getNumPartitions() < everything.rdd.getNumPartitions() / 2
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"startingOffsets": "1", "startingTimestamp": "0"}, "not both"),
+        ({"endingOffsets": "9", "endingTimestamp": "0"}, "not both"),
+        ({"startingTimestamp": "yesterday"}, "milliseconds since the Unix epoch"),
+        ({"endingOffsets": "7|2|"}, "no record of these journals has this bookmark"),
+        ({"startingOffsets": "soon"}, "earliest, latest, a seq"),
+    ],
+)
+def test_range_options_that_cannot_work_are_refused(
+    spark: SparkSession, journals: Journals, options: dict[str, str], words: str
+) -> None:
+    with pytest.raises(PySparkException, match=re.escape(words)):
+        load(spark, journals, **options).count()
+
+
+def test_the_source_spark_finds_by_itself_reads_without_pushdown(
+    spark: SparkSession, journals: Journals
+) -> None:
+    """The source ``pyspark_spool`` offers needs no setting: with filter pushdown off (a
+    plain session's default), a WHERE clause is applied by Spark after the read. The
+    pushdown source would be refused there."""
+    from pyspark_spool import DefaultSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        with pytest.raises(PySparkException, match="DATA_SOURCE_PUSHDOWN_DISABLED"):
+            load(spark, journals).where("seq < 10").count()
+        spark.dataSource.register(DefaultSource)
+        got = load(spark, journals).where("seq < 10 AND topic = 'trades'").select("seq")
+        assert sorted(r.seq for r in got.collect()) == [
+            r.seq for r in journals.records if r.seq < 10 and r.topic == "trades"
+        ]
+    finally:
+        register(spark)
+    assert spark.conf.get("spark.sql.python.filterPushdown.enabled") == "true"
 
 
 def copy_corpus(journals: Journals, dest: Path) -> Path:
