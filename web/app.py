@@ -25,6 +25,7 @@ from server.config import Config
 from server.engine import Broker
 from web.admin import admin_routes
 from web.auth import auth_middleware, auth_routes
+from web.clientmodules import ClientModuleCors
 from web.dashboard import dashboard_routes
 from web.headers import SecurityHeadersMiddleware
 from web.origins import OriginPolicy
@@ -86,7 +87,10 @@ def create_app(
             )
         )
     routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
-    middleware: list[Middleware] = [Middleware(SecurityHeadersMiddleware)]
+    middleware: list[Middleware] = [
+        Middleware(SecurityHeadersMiddleware),
+        Middleware(ClientModuleCors),
+    ]
     if config.admin.allowed_origins:
         # pages of the allowed origins may read the API's answers (and send the headers
         # it needs); the origin checks themselves are web/origins.py's

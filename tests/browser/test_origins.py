@@ -153,3 +153,38 @@ def test_with_users_a_page_of_another_origin_must_log_on_with_a_token(
         if e["event"] == "disconnected" and e.get("cause") == "logon_failed"
     ]
     assert failures
+
+
+def test_a_page_of_another_origin_imports_the_client_from_the_broker(
+    foreign_page: tuple[Page, list[str]], auth_server: SpoolProcess
+) -> None:
+    """The client modules are served with CORS, so a page elsewhere loads them from the
+    broker itself (an ES module of another origin needs it); the dashboard's own scripts
+    are not. Connecting is still the websocket's origin check: here, a logon with a
+    token."""
+    page, _ = foreign_page
+    result = page.evaluate(
+        """async ({ base, url, user, token }) => {
+          const { SpoolClient } = await import(`${base}/static/spool-client.js`);
+          const { HAClient } = await import(`${base}/static/spool-ha.js`);
+          const client = new SpoolClient(url, { name: 'elsewhere-import', userId: user,
+                                                password: token });
+          await client.connect();
+          client.close();
+          let dashboard;
+          try { await fetch(`${base}/static/js/query.js`); dashboard = 'read'; }
+          catch (e) { dashboard = 'refused'; }
+          return { ha: typeof HAClient, dashboard };
+        }""",
+        {
+            "base": auth_server.http_url,
+            "url": auth_server.ws_url,
+            "user": ADMIN_USER,
+            "token": ADMIN_TOKEN,
+        },
+    )
+    assert result == {"ha": "function", "dashboard": "refused"}
+    clients = api(auth_server, "/api/clients")["clients"]
+    assert not [c for c in clients if c["name"] == "elsewhere-import"]  # it logged off
+    logons = api(auth_server, "/api/events", category="session")["events"]
+    assert any(e["event"] == "logon" and e.get("client") == "elsewhere-import" for e in logons)

@@ -160,3 +160,19 @@ def test_rest_actions_honour_allowed_origins_with_cors(local: SpoolProcess) -> N
         # a foreign page cannot even read an answer (no CORS header for it)
         other = http.get("/api/instance", headers={"Origin": "http://evil.example"})
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_the_client_modules_are_served_to_pages_of_any_origin(local: SpoolProcess) -> None:
+    """Public code, no data: a page elsewhere may import the client from the broker.
+    The dashboard's scripts and the API keep their origin rules."""
+    origin = {"Origin": "http://evil.example"}
+    for module in ("spool-client.js", "spool-ha.js", "spool-ha-stores.js"):
+        got = httpx.get(f"{local.http_url}/static/{module}", headers=origin)
+        assert got.status_code == 200
+        assert got.headers["access-control-allow-origin"] == "*"
+        assert "access-control-allow-credentials" not in got.headers
+    allowed = httpx.get(f"{local.http_url}/static/spool-client.js", headers={"Origin": ALLOWED})
+    assert allowed.headers["access-control-allow-origin"] == "*"
+    for path in ("/static/js/query.js", "/api/instance"):
+        other = httpx.get(f"{local.http_url}{path}", headers=origin)
+        assert "access-control-allow-origin" not in other.headers, path
