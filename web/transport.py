@@ -5,9 +5,11 @@ This is the thin I/O shell around the sans-I/O codec: frames received from the s
 endpoint rather than a Starlette ``WebSocket`` handler because it sits on the hottest path
 of the broker and needs nothing but ``receive`` and ``send``.
 
-Before the upgrade, the page the handshake comes from is checked (web/origins.py): a page
-of another origin is refused with HTTP 403 when the broker has no users (it would be
-served as a trusted local client), and otherwise may only log on with a password or token.
+Before anything is read, the page the handshake comes from is checked (web/origins.py): a
+page of another origin is refused when the broker has no users (it would be served as a
+trusted local client): the upgrade is accepted and closed at once with 1008 and a reason
+naming ``Admin/AllowedOrigins``, which a browser shows the page (the status of a refused
+upgrade it hides). With users it may only log on with a password or token.
 A connection is also refused before the upgrade while too many connections have not
 logged on yet (server/clients.py: ``MaxConnectionsBeforeLogon[PerAddress]``).
 """
@@ -16,9 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Final
 
-import orjson
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
@@ -30,8 +30,6 @@ from web.wsdirect import PIECES_EXTENSION, SendPieces
 
 #: "try again later": the transport is disabled or the broker is not ready.
 CLOSE_TRY_AGAIN = 1013
-#: the ASGI extension that lets an app answer a websocket handshake with an HTTP response
-_HTTP_RESPONSE: Final = "websocket.http.response"
 
 
 class AsgiTransport:
@@ -155,33 +153,21 @@ class WebsocketEndpoint:
                 await session.closed_event.wait()
 
     async def _refuse(self, scope: Scope, send: Send, verdict: OriginVerdict) -> None:
-        """HTTP 403 instead of the upgrade, with a JSON body saying why when the server
-        lets the app answer (uvicorn does; otherwise the server sends a bare 403)."""
+        """Accept the upgrade and close at once with 1008 and a reason naming the fix:
+        a browser hides the HTTP status of a refused upgrade from the page (its script
+        sees code 1006 and nothing else), but shows it a close's reason. Nothing the page
+        sends is read."""
         client = scope.get("client")
         remote = f"{client[0]}:{client[1]}" if client else "unknown"
         self.broker.events.emit(
             "warning", "session", "origin_refused", origin=verdict.origin, remote=remote
         )
-        if _HTTP_RESPONSE not in scope.get("extensions", {}):
-            await send({"type": "websocket.close", "code": 1008, "reason": "forbidden origin"})
-            return
-        body = orjson.dumps(
-            {
-                "error": "forbidden",
-                "detail": (
-                    f"a page of origin {verdict.origin} may not use this broker: it is not "
-                    "the broker's own origin nor in Admin/AllowedOrigins"
-                ),
-            }
-        )
-        await send(
-            {
-                "type": "websocket.http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "websocket.http.response.body", "body": body})
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.close", "code": 1008, "reason": refusal(verdict.origin)})
+
+
+def refusal(origin: str | None) -> str:
+    """The close reason for a page of a refused origin (at most 123 bytes, the most a
+    close frame carries)."""
+    shown = (origin or "null").encode()[:60].decode(errors="ignore")
+    return f"origin {shown} may not use this broker: add it to Admin/AllowedOrigins"

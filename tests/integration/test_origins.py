@@ -1,5 +1,5 @@
-"""Issue 20, part 4, against real servers: a web page of another origin cannot use the
-broker (websocket: HTTP 403 before the upgrade without users, a logon that needs a
+"""Against real servers: a web page of another origin cannot use the broker (websocket:
+closed with 1008 and the fix before anything is read without users, a logon that needs a
 password or token with users; REST: no action with the no-users trust or the cookie),
 while the broker's own pages, ``Admin/AllowedOrigins`` and non-browser clients work."""
 
@@ -15,7 +15,8 @@ import httpx
 import orjson
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close
 from websockets.typing import Origin
 
 from tests.support.server import SpoolProcess, config_xml
@@ -66,31 +67,49 @@ async def logon(url: str, origin: str | None, name: str, **fields: Any) -> dict[
         return ack
 
 
-def refused(url: str, origin: str) -> InvalidStatus:
-    with pytest.raises(InvalidStatus) as info:
-        asyncio.run(logon(url, origin, "x"))
-    return info.value
+def refused(url: str, origin: str) -> Close:
+    """Connect as a page of ``origin``, send a logon, and return the close that ends it."""
+
+    async def attempt() -> Close:
+        async with connect(url, compression=None, origin=Origin(origin)) as ws:
+            with contextlib.suppress(ConnectionClosed):
+                await ws.send(orjson.dumps({"c": "logon", "cid": "l", "client_name": "x"}))
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), 10)
+            assert info.value.rcvd is not None
+            return info.value.rcvd
+
+    return asyncio.run(attempt())
 
 
 @pytest.mark.parametrize(
     "origin",
     ["http://evil.example", "null", "https://127.0.0.1:1", "http://localhost:3000"],
 )
-def test_without_users_a_foreign_page_gets_403_before_the_upgrade(
+def test_without_users_a_foreign_page_is_closed_with_the_fix_before_anything_is_read(
     local: SpoolProcess, origin: str
 ) -> None:
-    exc = refused(local.ws_url, origin)
-    assert exc.response.status_code == 403
-    body = orjson.loads(exc.response.body)
-    assert body["error"] == "forbidden"
-    assert origin in body["detail"] and "Admin/AllowedOrigins" in body["detail"]
-    # nothing was served: no client appeared, the refusal is in the event log
+    """Closed with 1008 at once, with a reason a browser shows the page (the status of a
+    refused upgrade it hides from scripts)."""
+    close = refused(local.ws_url, origin)
+    assert close.code == 1008
+    assert (
+        close.reason == f"origin {origin} may not use this broker: add it to Admin/AllowedOrigins"
+    )
+    # nothing was served: the logon was not read, the refusal is in the event log
     clients = httpx.get(f"{local.http_url}/api/clients").json()["clients"]
     assert [c for c in clients if c["name"] == "x"] == []
     assert any(
         line.get("event") == "origin_refused" and line.get("origin") == origin
         for line in _events(local)
     )
+
+
+def test_a_long_refused_origin_still_fits_a_close_frame(local: SpoolProcess) -> None:
+    origin = "http://" + "a" * 200 + ".example"
+    close = refused(local.ws_url, origin)
+    assert close.code == 1008 and len(close.reason.encode()) <= 123
+    assert close.reason.endswith("add it to Admin/AllowedOrigins")
 
 
 def _events(proc: SpoolProcess) -> list[dict[str, Any]]:
