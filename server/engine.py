@@ -600,3 +600,7 @@ class Broker:
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)
+        if event == "journal_fenced" and self.repairer is not None:
+            # damage found while running (the scrub, a read): ask the peers now, not at
+            # the repair loop's next wake
+            self.repairer.request()

@@ -46,7 +46,8 @@ under the same local seqs (``TransactionLog.fill_fence``):
    ``Tuning/JournalRepairWait`` (the instance is not ready meanwhile; the peers are
    started too, and serve repairs while they start); then in the background while fences
    remain, every few seconds (doubling up to :data:`RETRY_MAX`), and at once when asked
-   (``POST /api/transaction_log/repair``).
+   (``POST /api/transaction_log/repair``) or when a fence is made while the instance runs
+   (the scrub, a read: the broker calls :meth:`Repairer.request`).
 
 Writing a fence is one journal rewrite (server/txlog/rewrite.py): interrupted at any point,
 the next open finishes it or leaves the fence as it was, and the next repair asks again.

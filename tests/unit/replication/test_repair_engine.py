@@ -11,6 +11,7 @@ import pytest
 
 from server.bookmarks import pub_hash
 from server.queues.checkpoint import checkpoint_name
+from server.replication.repair import RETRY_MAX
 from tests.support.damage import (
     RecordAt,
     flip_byte,
@@ -20,7 +21,7 @@ from tests.support.damage import (
     zero_end_of_last_record,
 )
 from tests.support.engine import EngineHarness
-from tests.support.fabric import A, B, C, drive, persisted, publish, records, xml
+from tests.support.fabric import A, B, C, drive, persisted, publish, records, scenario, xml
 from tests.support.repair import (
     Publisher,
     Scene,
@@ -744,3 +745,38 @@ async def _bookmarks(h: EngineHarness) -> list[tuple[int, int]]:
         out.extend((r.pub_hash, r.pub_seq) for r in batch if r.pub_hash)
         seq = batch[-1].seq + 1 if batch else seq + 1
     return out
+
+
+@scenario
+async def test_damage_the_scrub_finds_while_running_is_repaired_at_once(
+    tmp_path: Path,
+) -> None:
+    """A record of a finished journal damaged under a running instance: the scrub fences
+    it, and the repair asks the peer at once, not at the repair loop's next wake (up to
+    half a minute away while nothing was fenced)."""
+    config = {"journal_size": "1MB"}
+    scene = Scene(tmp_path, {
+        "a": xml(tmp_path, "a", destination("b", [B], passthrough=(".*",)), **config),
+        "b": xml(tmp_path, "b", destination("a", [A], passthrough=(".*",)), **config),
+    })  # fmt: skip
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
+    try:
+        pub = await hs["a"].logon("pub")
+        await Publisher(hs["a"], pub).send("orders", [b'{"pad":"%s"}' % (b"x" * 1000)] * 1500)
+        await drive(clock, lambda: caught_up(hs["a"]))
+        txlog, repairer = hs["a"].broker.txlog, hs["a"].broker.repairer
+        assert txlog is not None and repairer is not None
+        before = await records(hs["a"])
+        first = journals(tmp_path / "a" / "data" / "journal", "a")[0]
+        hit = records_of(first)[100]
+        flip_byte(first, hit.offset + hit.length // 2)
+        assert txlog.scrub()
+        await drive(clock, lambda: bool(txlog.fences))
+        fenced_at = clock.time()
+        await drive(clock, lambda: not txlog.fences)
+        assert clock.time() - fenced_at < RETRY_MAX / 10
+        assert repairer.progress.records_repaired == 1
+        assert await records(hs["a"]) == before
+    finally:
+        await scene.close()
