@@ -64,16 +64,17 @@ def create_app(
 
     origins = OriginPolicy(config.admin.allowed_origins, auth_enabled=broker.auth.enabled)
     routes: list[BaseRoute] = []
+    served: list[str] = []  # the websocket paths of clients
     for transport in config.transports:
         if transport.type == "websocket":
             path = f"/amps/{transport.message_type}"
+            served.append(path)
             routes.append(WebSocketRoute(path, WebsocketEndpoint(broker, transport.name, origins)))
         elif transport.type == "amps-replication":
             endpoint = ReplicationEndpoint(broker, transport.name)
             routes.append(WebSocketRoute("/replication", endpoint))
     # any other websocket path: 404, naming the paths clients use (not a 403 that reads
     # as an authentication problem)
-    served = [f"/amps/{t.message_type}" for t in config.transports if t.type == "websocket"]
     routes.append(WebSocketRoute("/{path:path}", _no_websocket_here(served)))
     routes.extend(auth_routes())
     routes.extend(admin_routes(broker.operations, broker.actions))
