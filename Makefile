@@ -5,12 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 NODE_STAMP := node_modules/.installed-stamp
+DEVPATH := .devpath
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
+.PHONY: install devpath run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
 
-install: $(STAMP) $(NODE_STAMP)
+install: $(STAMP) $(NODE_STAMP) devpath
 
 # setup.py compiles the hot loops' Cython twins (server/**/*_c.pyx) into the editable
 # install; without a C compiler it warns and the pure-Python twins run.
@@ -19,6 +20,17 @@ $(STAMP): pyproject.toml setup.py $(wildcard server/*.pyx server/*/*.pyx server/
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+# The import names of pyproject.toml's package-dir table (`spool.server` is server/, ...)
+# as links in $(DEVPATH)/: mypy and import-linter read the code there, and a second
+# checkout (a git worktree) runs its own code with PYTHONPATH=$(DEVPATH):. and this venv.
+# The editable install finds the same names through its own mapping.
+devpath:
+	@rm -rf $(DEVPATH) && $(PYTHON) -c 'import os, tomllib; \
+	  layout = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; \
+	  links = {os.path.join("$(DEVPATH)", *name.split(".")): folder for name, folder in layout.items()}; \
+	  [os.makedirs(os.path.dirname(link), exist_ok=True) for link in links]; \
+	  [os.symlink(os.path.relpath(folder, os.path.dirname(link)), link) for link, folder in links.items()]'
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -52,14 +64,14 @@ promtool:
 	fi
 
 run: install
-	$(PY) -m server.cli serve $(ARGS)
+	$(PY) -m spool.server.cli serve $(ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP) devpath
 	$(VENV)/bin/ruff check server web tests migrations
 	$(VENV)/bin/ruff format --check server web tests migrations
 	$(VENV)/bin/lint-imports
 
-typecheck: $(STAMP)
+typecheck: $(STAMP) devpath
 	$(VENV)/bin/mypy
 
 # The codec tests run twice: with the compiled twins (the suite) and with the pure-Python
@@ -111,4 +123,4 @@ fuzz: install
 	$(PY) -m tests.fuzz $(ARGS)
 
 clean:
-	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache test-artifacts
+	rm -rf $(VENV) $(DEVPATH) node_modules .mypy_cache .ruff_cache .pytest_cache test-artifacts

@@ -1,5 +1,9 @@
-"""Build the compiled twins of the hot loops (see server/speedups.py); metadata is in
-pyproject.toml.
+"""Build the compiled twins of the hot loops (see server/speedups.py) and list the
+packages; metadata is in pyproject.toml.
+
+The import names map to the repository's folders in pyproject.toml
+(``[tool.setuptools.package-dir]``); every subfolder holding Python code is a subpackage
+of its folder's name, found here so the list never drifts from the tree.
 
 Every extension is *optional*: when the C compiler is missing or fails, setuptools warns
 and the installation goes on with the pure-Python implementations (the broker says so at
@@ -11,17 +15,21 @@ without isolation on a machine lacking Cython) nothing is compiled either.
 from __future__ import annotations
 
 import os
+import tomllib
+from pathlib import Path
 
 from setuptools import Extension, setup
 
+_HERE = Path(__file__).resolve().parent
+
 _SOURCES = {
-    "server.protocol._frame_c": ["server/protocol/_frame_c.pyx"],
-    "server.protocol._commands_c": ["server/protocol/_commands_c.pyx"],
-    "server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
-    "server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
-    "server._wire_c": ["server/_wire_c.pyx"],
-    "server.sow._fileformat_c": ["server/sow/_fileformat_c.pyx"],
-    "server.replication._frames_c": ["server/replication/_frames_c.pyx"],
+    "spool.server.protocol._frame_c": ["server/protocol/_frame_c.pyx"],
+    "spool.server.protocol._commands_c": ["server/protocol/_commands_c.pyx"],
+    "spool.server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
+    "spool.server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
+    "spool.server._wire_c": ["server/_wire_c.pyx"],
+    "spool.server.sow._fileformat_c": ["server/sow/_fileformat_c.pyx"],
+    "spool.server.replication._frames_c": ["server/replication/_frames_c.pyx"],
 }
 
 
@@ -41,4 +49,28 @@ def _extensions() -> list[Extension]:
     return built
 
 
-setup(ext_modules=_extensions())
+def _packages() -> list[str]:
+    with open(_HERE / "pyproject.toml", "rb") as f:
+        tool = tomllib.load(f)["tool"]["setuptools"]
+    layout: dict[str, str] = tool["package-dir"]
+    data: dict[str, list[str]] = tool["package-data"]
+    found: set[str] = set()
+    for name, folder in layout.items():
+        root = _HERE / folder
+        if not root.is_dir():
+            raise SystemExit(
+                f"spool: {folder}/ is missing (the package {name}); "
+                "run `npm ci` first for the front-end packages the dashboard ships"
+            )
+        found.add(name)
+        # a subfolder is a subpackage when it holds Python code or files the package ships
+        # (listing those keeps setuptools from warning about importable data folders)
+        subfolders = {p.parent.relative_to(root) for p in root.rglob("*.py")}
+        subfolders |= {Path(pattern).parent for pattern in data.get(name, [])}
+        for rel in subfolders:
+            if rel.parts and "__pycache__" not in rel.parts:
+                found.add(".".join((name, *rel.parts)))
+    return sorted(found)
+
+
+setup(packages=_packages(), ext_modules=_extensions())

@@ -13,8 +13,8 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import Connection
 
-from server.stats.db import create_stats_engine
-from server.stats.models import Base
+from spool.server.stats.db import create_stats_engine
+from spool.server.stats.models import Base
 
 config = context.config
 target_metadata = Base.metadata

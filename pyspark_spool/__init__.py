@@ -11,6 +11,6 @@ that applies it itself, with the setting that needs).
 
 from __future__ import annotations
 
-from server.pipeline.source import SpoolDataSource as DefaultSource
+from spool.server.pipeline.source import SpoolDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

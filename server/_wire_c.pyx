@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=True, wraparound=True, cdivision=True
-"""Compiled loops of the delivery encoder :mod:`server.wire` (same bytes).
+"""Compiled loops of the delivery encoder :mod:`spool.server.wire` (same bytes).
 
-:mod:`server.wire` builds the constant part of a run's headers once and formats only
+:mod:`spool.server.wire` builds the constant part of a run's headers once and formats only
 what changes per message: the bookmark's numbers, the body length and the body. These two
 functions do that per-message part into one preallocated ``bytes`` (two passes: sizes,
 then copies), instead of one ``%`` format and one ``bytes`` per message joined afterwards.

@@ -3,7 +3,7 @@
 A publish that asked for a ``persisted`` ack is answered once its record is durable: today
 written and fsynced to the local journal (:class:`LocalHorizon`); with replication, also
 acknowledged by every sync destination (a horizon that waits for both). This module does
-not care which: it registers on a :class:`~server.ports.DurabilityHorizon` and releases
+not care which: it registers on a :class:`~spool.server.ports.DurabilityHorizon` and releases
 what the new horizon covers.
 
 Persisted acks are conflated per client (PROTOCOL.md "Acks"): each release sends one ack
@@ -22,7 +22,7 @@ after a failure finds them as duplicates, acknowledged as persisted.
 docs/protocol.md) also gets, for the publishes that asked for ``persisted``, conflated
 ``replicated`` acks: ``s`` is the highest publisher sequence of this connection such that
 it and every earlier one is durable here and acknowledged by every replication destination
-that takes it, sync or async (the :class:`~server.ports.Watermark` the instance gives:
+that takes it, sync or async (the :class:`~spool.server.ports.Watermark` the instance gives:
 server/replication/horizon.py's replicated watermark, or the local fsync without
 replication). An HA publisher whose failover is unsafe keeps its messages until then.
 They are tracked beside the persisted ones (one entry per run, as for persisted acks),
@@ -35,13 +35,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from server.bookmarks import format_bookmark
-from server.clock import Clock
-from server.ports import DurabilityHorizon, Outbound, Watermark
-from server.protocol.commands import Command
-from server.protocol.errors import ProtocolFailure, TxlogFull
-from server.stats.histogram import LatencyHistogram
-from server.txlog import TransactionLog, WriteOutage
+from spool.server.bookmarks import format_bookmark
+from spool.server.clock import Clock
+from spool.server.ports import DurabilityHorizon, Outbound, Watermark
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import ProtocolFailure, TxlogFull
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.txlog import TransactionLog, WriteOutage
 
 
 class LocalHorizon:

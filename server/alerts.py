@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from server.txlog import TransactionLog
+from spool.server.txlog import TransactionLog
 
 __all__ = ["Alert", "iso_time", "txlog_alerts"]
 

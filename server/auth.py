@@ -6,10 +6,10 @@ dashboard login all go through :class:`Authenticator`, so there is one place tha
 compares secrets, and it does so in constant time.
 
 Password hashes have the form ``scrypt$N$r$p$SALT$HASH`` (salt and hash base64); that
-format (hash, parse, verify) is :mod:`server.passwords`, and ``spool passwd`` (registered
+format (hash, parse, verify) is :mod:`spool.server.passwords`, and ``spool passwd`` (registered
 here) prints a new one. Verifying costs tens of milliseconds by design; code on the event
 loop uses :meth:`Authenticator.authenticate_async`, which runs scrypt on the bounded
-password-check pool (:mod:`server.scryptpool`), never on the loop's default executor.
+password-check pool (:mod:`spool.server.scryptpool`), never on the loop's default executor.
 
 Over mutual TLS a verified client certificate whose subject is a user's
 ``CertificateSubject`` identifies that user (:meth:`Authenticator.by_certificate`).
@@ -20,7 +20,7 @@ the topic, in linear time (server/regex.py: RE2); a user without any has none. `
 only listens on loopback, see CONFIG.md).
 
 Errors: :class:`InvalidEntitlement` (a ``SpoolError``) for a Read/Write pattern that is
-not a regex; malformed hashes are :class:`server.passwords.InvalidPasswordHash`, raised by
+not a regex; malformed hashes are :class:`spool.server.passwords.InvalidPasswordHash`, raised by
 the config loader, and simply never verify here.
 """
 
@@ -34,11 +34,11 @@ import secrets
 import sys
 from typing import Final
 
-from server.config import UserConfig
-from server.passwords import hash_password, verify_password
-from server.protocol.errors import SpoolError
-from server.regex import Regex, RegexRefused, compile_regex
-from server.scryptpool import ScryptPool
+from spool.server.config import UserConfig
+from spool.server.passwords import hash_password, verify_password
+from spool.server.protocol.errors import SpoolError
+from spool.server.regex import Regex, RegexRefused, compile_regex
+from spool.server.scryptpool import ScryptPool
 
 _ENTITLEMENT_CACHE_MAX: Final = 65536
 

@@ -22,7 +22,7 @@ they are what a client's bookmark store sends (one position per publisher).
 Publisher ids 0 and 1 are reserved: ``0`` is EPOCH and ``0|1|`` is NOW, so :func:`pub_hash`
 never returns them and a bookmark naming them any other way is invalid.
 
-Every malformed value raises :class:`~server.protocol.errors.InvalidBookmark` with a detail
+Every malformed value raises :class:`~spool.server.protocol.errors.InvalidBookmark` with a detail
 saying what was wrong; nothing else escapes :func:`parse_bookmark`.
 """
 
@@ -36,7 +36,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Final, Literal, TypeAlias
 
-from server.protocol.errors import InvalidBookmark
+from spool.server.protocol.errors import InvalidBookmark
 
 EPOCH_TEXT: Final = "0"
 NOW_TEXT: Final = "0|1|"

@@ -1,11 +1,11 @@
 """The broker as a publisher: messages the instance itself publishes (actions, later others).
 
 A message the broker publishes takes the one publish path every message takes
-(:class:`~server.publishing.PublishPipeline`): the same topic checks, the same append, the
-same fan-out and persisted acks for subscribers, with an :class:`~server.ports.Origin` of
+(:class:`~spool.server.publishing.PublishPipeline`): the same topic checks, the same append, the
+same fan-out and persisted acks for subscribers, with an :class:`~spool.server.ports.Origin` of
 kind ``broker`` (never a fake client session). Its records carry the broker's own
 publisher identity, ``pub_hash("spool-broker:" + instance + "#" + token)``
-(:func:`server.bookmarks.broker_pub_hash`; the token names the log:
+(:func:`spool.server.bookmarks.broker_pub_hash`; the token names the log:
 server/txlog/incarnation.py), numbered by the log like any publisher's, so a
 bookmark subscriber can resume across them. The instance's ``sow_delete`` records carry
 the same identity and share its sequence (server/sow/deleting.py).
@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from server.backpressure import MAX_FRAME
-from server.bookmarks import BROKER_PUBLISHER_PREFIX, broker_pub_hash, format_bookmark
-from server.engine_errors import PublishRefused
-from server.ports import AckValue, Origin, PublishRun
-from server.protocol.errors import ProtocolFailure
-from server.publishing import PublishPipeline
-from server.txlog import TransactionLog
+from spool.server.backpressure import MAX_FRAME
+from spool.server.bookmarks import BROKER_PUBLISHER_PREFIX, broker_pub_hash, format_bookmark
+from spool.server.engine_errors import PublishRefused
+from spool.server.ports import AckValue, Origin, PublishRun
+from spool.server.protocol.errors import ProtocolFailure
+from spool.server.publishing import PublishPipeline
+from spool.server.txlog import TransactionLog
 
 __all__ = ["BROKER_PUBLISHER_PREFIX", "BrokerPublisher", "Published"]
 

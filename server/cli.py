@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from server import __version__, speedups
-from server.protocol.errors import ProtocolFailure
+from spool.server import __version__, speedups
+from spool.server.protocol.errors import ProtocolFailure
 
 if TYPE_CHECKING:  # annotations only: each subcommand imports what it runs when it runs
-    from server.clock import Clock
-    from server.config import Config
-    from server.eventlog import ConsoleFormat
-    from server.txlog import FileSeam
+    from spool.server.clock import Clock
+    from spool.server.config import Config
+    from spool.server.eventlog import ConsoleFormat
+    from spool.server.txlog import FileSeam
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -48,7 +48,7 @@ EXIT_IN_USE = 4
 
 
 def _host_port(text: str) -> tuple[str, int]:
-    from server.config import InetAddrError, parse_inet_addr
+    from spool.server.config import InetAddrError, parse_inet_addr
 
     try:
         return parse_inet_addr(text)
@@ -72,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def serve_config(args: argparse.Namespace) -> Config | None:
     """The configuration ``spool serve`` runs with (its file or the embedded default, with
     ``--listen`` and ``--data-dir``); None, the error printed, when it is refused."""
-    from server.config import ConfigError, default_config, load_config, with_overrides
+    from spool.server.config import ConfigError, default_config, load_config, with_overrides
 
     if args.config and args.config_file and args.config != args.config_file:
         print(
@@ -107,7 +107,7 @@ def serve_locked(
     launcher passes one that injects failures); ``clock`` the broker's time source
     (None: the system's; the same launcher passes one whose wall clock jumps).
     """
-    from server.datalock import DataDirectoryInUse, DataDirectoryLock
+    from spool.server.datalock import DataDirectoryInUse, DataDirectoryLock
 
     try:
         lock = DataDirectoryLock.acquire(config)
@@ -117,7 +117,7 @@ def serve_locked(
     try:
         # The CLI is the composition root: it is the one place in server/ that starts the
         # web layer, and it does so by name so the package dependency still points down.
-        serve = importlib.import_module("web.serve")
+        serve = importlib.import_module("spool.web.serve")
         code: int = serve.run(
             config, port_file=Path(args.port_file) if args.port_file else None,
             log_level=args.log_level, log_format=_log_format(args.log_format), lock=lock,
@@ -190,7 +190,7 @@ def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         UsageError: TLS options with a ``ws://`` URL.
     """
-    from server.client import ClientError, client_context
+    from spool.server.client import ClientError, client_context
 
     password = args.password or os.environ.get("SPOOL_PASSWORD")
     kwargs: dict[str, Any] = {"user_id": args.user, "password": password}
@@ -214,7 +214,7 @@ def _client_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _publish(args: argparse.Namespace) -> int:
-    from server.client import Client
+    from spool.server.client import Client
 
     name = args.name or f"spool-publish-{os.getpid()}"
     client = Client(args.url, name, **_client_kwargs(args))
@@ -267,7 +267,7 @@ def _published(count: int, topic: str, url: str, name: str, last: int) -> str:
 
 
 async def _subscribe(args: argparse.Namespace) -> int:
-    from server.client import Client
+    from spool.server.client import Client
 
     name = args.name or f"spool-subscribe-{os.getpid()}"
     client = Client(args.url, name, **_client_kwargs(args))
@@ -309,7 +309,7 @@ async def _subscribe(args: argparse.Namespace) -> int:
 
 
 async def _sow(args: argparse.Namespace) -> int:
-    from server.client import Client
+    from spool.server.client import Client
 
     name = args.name or f"spool-sow-{os.getpid()}"
     client = Client(args.url, name, **_client_kwargs(args))
@@ -350,7 +350,7 @@ async def _sow(args: argparse.Namespace) -> int:
 
 
 async def _sow_delete(args: argparse.Namespace) -> int:
-    from server.client import Client
+    from spool.server.client import Client
 
     keys = None
     if args.keys is not None:
@@ -375,7 +375,7 @@ async def _sow_delete(args: argparse.Namespace) -> int:
 
 
 def _run_client(coro_fn: Any, args: argparse.Namespace) -> int:
-    from server.client import Disconnected
+    from spool.server.client import Disconnected
 
     try:
         args.url = broker_url(args.url)
@@ -421,7 +421,7 @@ def cmd_sow_delete(args: argparse.Namespace) -> int:
 
 
 def cmd_ops(args: argparse.Namespace) -> int:
-    from server import ops
+    from spool.server import ops
 
     sys.stdout.write(ops.read(args.what))
     return EXIT_OK
@@ -504,11 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--show-bookmark", action="store_true", help="prefix lines with bookmark")
     p.set_defaults(func=cmd_subscribe)
 
-    from server.auth import register as register_auth
-    from server.pipeline.cli import register as register_pipeline
-    from server.sow.cli import register as register_sow
-    from server.stats.cli import register as register_stats
-    from server.txlog.cli import register as register_journal
+    from spool.server.auth import register as register_auth
+    from spool.server.pipeline.cli import register as register_pipeline
+    from spool.server.sow.cli import register as register_sow
+    from spool.server.stats.cli import register as register_stats
+    from spool.server.txlog.cli import register as register_journal
 
     register_journal(sub)
     sow_commands = register_sow(sub)
@@ -545,7 +545,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="print an operations file: Prometheus alert rules or a Grafana dashboard",
         description="Print an operations file shipped with the broker (docs/monitoring.md).",
     )
-    from server.ops import FILES
+    from spool.server.ops import FILES
 
     p.add_argument(
         "what",

@@ -24,7 +24,7 @@ from this instance changes for it: :meth:`ClientRegistry.failover_changed`) and
 A client that asks for neither sees exactly what it saw before they existed.
 
 On an instance that replicates, a name not logged on here is first asked of every linked
-instance (server/replication/clientnames.py, through the :class:`~server.ports.NameClaims`
+instance (server/replication/clientnames.py, through the :class:`~spool.server.ports.NameClaims`
 port): a client of that name logged on at another instance, or logging on there earlier,
 makes this logon fail with ``name in use elsewhere``. Two clients with one name would share
 a publisher identity, and replication would drop one's messages as the other's duplicates.
@@ -38,20 +38,20 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from server import __version__
-from server.acks import DurableAcks
-from server.auth import Authenticator
-from server.bookmarks import pub_hash
-from server.clock import Clock
-from server.config import Config, UserConfig
-from server.engine_errors import TransportNotFound
-from server.eventlog import EventLog
-from server.lifecycle import Lifecycle
-from server.logons import LogonGuard
-from server.peer import Peer
-from server.ports import AckValue, NameClaims
-from server.protocol.commands import Command
-from server.protocol.errors import (
+from spool.server import __version__
+from spool.server.acks import DurableAcks
+from spool.server.auth import Authenticator
+from spool.server.bookmarks import pub_hash
+from spool.server.clock import Clock
+from spool.server.config import Config, UserConfig
+from spool.server.engine_errors import TransportNotFound
+from spool.server.eventlog import EventLog
+from spool.server.lifecycle import Lifecycle
+from spool.server.logons import LogonGuard
+from spool.server.peer import Peer
+from spool.server.ports import AckValue, NameClaims
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import (
     AuthFailure,
     InvalidMessage,
     InvalidOptions,
@@ -60,10 +60,10 @@ from server.protocol.errors import (
     NameInUseElsewhere,
     ShuttingDown,
 )
-from server.scryptpool import PoolBusy
-from server.session import CLOSE_GOING_AWAY, Session, Transport
-from server.throttle import address_key
-from server.txlog import TransactionLog
+from spool.server.scryptpool import PoolBusy
+from spool.server.session import CLOSE_GOING_AWAY, Session, Transport
+from spool.server.throttle import address_key
+from spool.server.txlog import TransactionLog
 
 #: what a logon's ``o`` may ask for (docs/protocol.md "Logon options")
 LOGON_OPTIONS: Final = frozenset({"failover", "replicated"})

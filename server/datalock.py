@@ -38,8 +38,8 @@ from typing import Final
 
 import orjson
 
-from server.config import Config
-from server.protocol.errors import SpoolError
+from spool.server.config import Config
+from spool.server.protocol.errors import SpoolError
 
 __all__ = [
     "DATA_LOCK_NAME",

@@ -1,8 +1,8 @@
 """One connection's command order: frames in, runs of publishes and commands out, in order.
 
-A :class:`Dispatcher` is a connection's :class:`~server.ports.FrameHandler`. For each frame
+A :class:`Dispatcher` is a connection's :class:`~spool.server.ports.FrameHandler`. For each frame
 it takes runs of plain publishes straight to the publish pipeline (the hot path, no
-:func:`~server.protocol.commands.decode_command` per message), decodes everything else
+:func:`~spool.server.protocol.commands.decode_command` per message), decodes everything else
 and runs it through the broker's command table.
 
 Some commands must wait for I/O before they can run: a ``logon`` whose credentials are
@@ -33,12 +33,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from server.clock import SYSTEM_CLOCK, Clock
-from server.expr import FilterSyntaxError, compile_filter, is_known
-from server.lifecycle import Lifecycle
-from server.ports import PublishRun
-from server.protocol.commands import Command, UnknownCommand, decode_command
-from server.protocol.errors import (
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.expr import FilterSyntaxError, compile_filter, is_known
+from spool.server.lifecycle import Lifecycle
+from spool.server.ports import PublishRun
+from spool.server.protocol.commands import Command, UnknownCommand, decode_command
+from spool.server.protocol.errors import (
     InvalidCommand,
     InvalidMessage,
     InvalidOptions,
@@ -46,10 +46,10 @@ from server.protocol.errors import (
     ProtocolFailure,
     ShuttingDown,
 )
-from server.protocol.frame import FrameError, parse_frame
-from server.publishing import PublishPipeline
-from server.session import CLOSE_INVALID_DATA, Session
-from server.stats.source import EventSink
+from spool.server.protocol.frame import FrameError, parse_frame
+from spool.server.publishing import PublishPipeline
+from spool.server.session import CLOSE_INVALID_DATA, Session
+from spool.server.stats.source import EventSink
 
 #: a command handler: runs the command now (returns None) or returns what to await first
 CommandHandler = Callable[[Session, Command], Awaitable[None] | None]

@@ -29,46 +29,46 @@ import os
 from collections.abc import Mapping
 from typing import Final
 
-from server import __version__
-from server.acks import DurableAcks, LocalHorizon
-from server.actions import Actions
-from server.auth import Authenticator
-from server.brokerpublish import BrokerPublisher
-from server.clients import ClientRegistry
-from server.clock import SYSTEM_CLOCK, Clock
-from server.config import Config
-from server.dispatch import CommandHandler, Dispatcher
-from server.eventlog import ConsoleFormat, EventLog
-from server.fanout import FanOut
-from server.lifecycle import Lifecycle
-from server.logons import LogonGuard
-from server.metrics import Metrics
-from server.operations import Operations
-from server.peer import Peer
-from server.ports import DurabilityHorizon
-from server.publishing import PublishPipeline
-from server.queues.service import QueueService
-from server.quotas import Quotas
-from server.replication.bootstrap import Bootstrapper
-from server.replication.errors import BootstrapFailed
-from server.replication.horizon import SyncHorizon
-from server.replication.repair import Repairer
-from server.replication.service import Replication
-from server.replication.state import load as load_replication_state
-from server.replication.state import state_path
-from server.replication.transport import Connector, connect_websocket
-from server.router import Router
-from server.scryptpool import ScryptPool
-from server.session import Session, Transport
-from server.sow import SowService
-from server.spills import Spills
-from server.stalls import StallWatch
-from server.stats.sampler import Sampler
-from server.subscriptions import SubscriptionService
-from server.throttle import LogonThrottle, ThrottlePolicy
-from server.tls.listener import TlsListener
-from server.topics import TopicTable
-from server.txlog import FileSeam, TransactionLog, TxlogError
+from spool.server import __version__
+from spool.server.acks import DurableAcks, LocalHorizon
+from spool.server.actions import Actions
+from spool.server.auth import Authenticator
+from spool.server.brokerpublish import BrokerPublisher
+from spool.server.clients import ClientRegistry
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.config import Config
+from spool.server.dispatch import CommandHandler, Dispatcher
+from spool.server.eventlog import ConsoleFormat, EventLog
+from spool.server.fanout import FanOut
+from spool.server.lifecycle import Lifecycle
+from spool.server.logons import LogonGuard
+from spool.server.metrics import Metrics
+from spool.server.operations import Operations
+from spool.server.peer import Peer
+from spool.server.ports import DurabilityHorizon
+from spool.server.publishing import PublishPipeline
+from spool.server.queues.service import QueueService
+from spool.server.quotas import Quotas
+from spool.server.replication.bootstrap import Bootstrapper
+from spool.server.replication.errors import BootstrapFailed
+from spool.server.replication.horizon import SyncHorizon
+from spool.server.replication.repair import Repairer
+from spool.server.replication.service import Replication
+from spool.server.replication.state import load as load_replication_state
+from spool.server.replication.state import state_path
+from spool.server.replication.transport import Connector, connect_websocket
+from spool.server.router import Router
+from spool.server.scryptpool import ScryptPool
+from spool.server.session import Session, Transport
+from spool.server.sow import SowService
+from spool.server.spills import Spills
+from spool.server.stalls import StallWatch
+from spool.server.stats.sampler import Sampler
+from spool.server.subscriptions import SubscriptionService
+from spool.server.throttle import LogonThrottle, ThrottlePolicy
+from spool.server.tls.listener import TlsListener
+from spool.server.topics import TopicTable
+from spool.server.txlog import FileSeam, TransactionLog, TxlogError
 
 #: how long a graceful stop waits for what was appended to become durable (seconds)
 _DRAIN_DURABLE_TIMEOUT = 5.0

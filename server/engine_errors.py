@@ -12,13 +12,13 @@ Hierarchy::
     TlsNotConfigured              a TLS action on a listener without TLS
     PublishRefused                the broker's own publish was refused (.reason, .detail)
 
-A journal that does not exist is :class:`server.txlog.errors.JournalNotFound` (the log's
+A journal that does not exist is :class:`spool.server.txlog.errors.JournalNotFound` (the log's
 own error; the admin API maps both families to 404).
 """
 
 from __future__ import annotations
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 
 class AdminError(SpoolError):

@@ -22,7 +22,7 @@ from typing import Any, Final, Literal
 
 import orjson
 
-from server.clock import SYSTEM_CLOCK, Clock
+from spool.server.clock import SYSTEM_CLOCK, Clock
 
 _SECRET_WORDS: Final = ("password", "token", "secret", "authorization", "cookie")
 _SECRET_KEYS: Final = frozenset({"pw", "passwd"})

@@ -2,10 +2,10 @@
 
 One implementation for every run length (a single publish is a run of one). For a run:
 the router is asked once; a subscription with a content filter decides message by message
-(one :class:`~server.expr.MessageView` per message, shared by every filter, so a body is
+(one :class:`~spool.server.expr.MessageView` per message, shared by every filter, so a body is
 parsed at most once whatever number of filters read it); then each client connection gets
 one message per publish whatever number of its subscriptions matched (``sids`` lists them),
-encoded in one pass per connection by :func:`server.wire.encode_run` and queued as one
+encoded in one pass per connection by :func:`spool.server.wire.encode_run` and queued as one
 piece. Connections whose matching subscriptions are the same get the very same bytes.
 
 Bookmarks come from the run's records (``AppendedRun.pub_hash``/``pub_seqs``), never from
@@ -13,7 +13,7 @@ the connection that published them: a replicated message keeps the bookmark its 
 gave it elsewhere.
 
 Back-pressure (server/backpressure.py): a connection's share of a run is offered to it
-(:meth:`~server.ports.Outbound.live_fits`) once encoded. When it does not fit and its
+(:meth:`~spool.server.ports.Outbound.live_fits`) once encoded. When it does not fit and its
 subscriptions could read it back from the log (a recorded topic, no filter on
 ``CLIENT_NAME()``), they *spill*: the :class:`Spiller` (server/spills.py) starts their
 catch-up read at the run's first record, and the fan-out skips them for recorded runs until
@@ -25,15 +25,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final, Protocol
 
-from server.backpressure import route
-from server.bookmarks import format_bookmark, format_timestamp_us
-from server.clock import Clock, time_us
-from server.expr import MessageView
-from server.ports import AppendedRun, Entitlements, Outbound
-from server.router import Router
-from server.subscription import Subscription
-from server.txlog.record import RecordKind
-from server.wire import encode_run, sids_json
+from spool.server.backpressure import route
+from spool.server.bookmarks import format_bookmark, format_timestamp_us
+from spool.server.clock import Clock, time_us
+from spool.server.expr import MessageView
+from spool.server.ports import AppendedRun, Entitlements, Outbound
+from spool.server.router import Router
+from spool.server.subscription import Subscription
+from spool.server.txlog.record import RecordKind
+from spool.server.wire import encode_run, sids_json
 
 #: record kinds that are no message: a replicated ``sow_delete``, a queue's acks and
 #: ownership transfers (their stages apply them; plain subscribers hear nothing)

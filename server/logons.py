@@ -3,7 +3,7 @@
 The websocket logon (server/clients.py), the dashboard login (web/auth.py) and an
 incoming replication link's hello (server/replication/inbound.py) all ask one
 :class:`LogonGuard` before checking a password and tell it the outcome. The websocket and
-the dashboard count in the same :class:`~server.throttle.LogonThrottle`, so a guesser
+the dashboard count in the same :class:`~spool.server.throttle.LogonThrottle`, so a guesser
 gains nothing by switching between them. Replication links have a throttle of their own
 (same policy): a replication source that keeps presenting wrong or no credentials (a
 peer configured before its users were) uses up its own budget, never that of the
@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final, Literal, TypedDict
 
-from server.clock import Clock
-from server.stats.source import EventSink
-from server.throttle import LogonThrottle, address_key
+from spool.server.clock import Clock
+from spool.server.stats.source import EventSink
+from spool.server.throttle import LogonThrottle, address_key
 
 __all__ = ["LogonCounters", "LogonGuard", "LogonPath"]
 

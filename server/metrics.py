@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, get_args
 
-from server.acks import DurableAcks
-from server.clients import ClientRegistry
-from server.clock import Clock
-from server.logons import LogonGuard
-from server.publishing import PublishPipeline
-from server.scryptpool import ScryptPool
-from server.session import DisconnectCause
-from server.spills import Spills
-from server.stats.snapshot import (
+from spool.server.acks import DurableAcks
+from spool.server.clients import ClientRegistry
+from spool.server.clock import Clock
+from spool.server.logons import LogonGuard
+from spool.server.publishing import PublishPipeline
+from spool.server.scryptpool import ScryptPool
+from spool.server.session import DisconnectCause
+from spool.server.spills import Spills
+from spool.server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
     MetricsSnapshot,
@@ -31,10 +31,10 @@ from server.stats.snapshot import (
     TransportCounters,
     TxlogCounters,
 )
-from server.subscription import Subscription
-from server.tls.listener import TlsListener
-from server.topics import TopicTable
-from server.txlog import TransactionLog
+from spool.server.subscription import Subscription
+from spool.server.tls.listener import TlsListener
+from spool.server.topics import TopicTable
+from spool.server.txlog import TransactionLog
 
 #: every cause a connection can end with, so each is counted from zero
 DISCONNECT_CAUSES: Final[tuple[str, ...]] = get_args(DisconnectCause)

@@ -14,15 +14,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from server import __version__, speedups
-from server.acks import DurableAcks
-from server.alerts import Alert, txlog_alerts
-from server.auth import Authenticator
-from server.brokerpublish import BrokerPublisher, Published
-from server.clients import ClientRegistry
-from server.clock import Clock
-from server.config import Config, UserConfig
-from server.engine_errors import (
+from spool.server import __version__, speedups
+from spool.server.acks import DurableAcks
+from spool.server.alerts import Alert, txlog_alerts
+from spool.server.auth import Authenticator
+from spool.server.brokerpublish import BrokerPublisher, Published
+from spool.server.clients import ClientRegistry
+from spool.server.clock import Clock
+from spool.server.config import Config, UserConfig
+from spool.server.engine_errors import (
     ClientNotFound,
     NoTransactionLog,
     PinNotFound,
@@ -30,34 +30,34 @@ from server.engine_errors import (
     StatsUnavailable,
     TlsNotConfigured,
 )
-from server.eventlog import EventLog
-from server.lifecycle import Lifecycle
-from server.logons import LogonGuard
-from server.metrics import Metrics
-from server.queues.errors import QueueNotEntitled, QueueNotFound
-from server.queues.service import QueueService
-from server.replication.bootstrap import Bootstrapper, BootstrapProgress
-from server.replication.errors import ReplicationNotConfigured
-from server.replication.fabric import FabricGraph, fabric_graph, fabric_route
-from server.replication.repair import Repairer
-from server.replication.service import Replication, ReplicationInfo
-from server.replication.topology import RouteTrace
-from server.session import Session
-from server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
-from server.stats.actionruns import ActionRunRow, StoredRun
-from server.stats.host import FilesystemUsage, filesystem_usage
-from server.stats.sampler import Sampler
-from server.stats.snapshot import MetricsSnapshot
-from server.subscriptions import SubscriptionService
-from server.tls.certificate import CertificateDict
-from server.tls.listener import TlsListener, TlsStatus
-from server.txlog import TransactionLog
-from server.txlog.errors import JournalNotFound
-from server.txlog.files import Compression
-from server.txlog.journal import JournalInfo
-from server.txlog.outage import WriteOutageDict
-from server.txlog.pins import Pin, PinInfo
-from server.txlog.space import ShortfallDict
+from spool.server.eventlog import EventLog
+from spool.server.lifecycle import Lifecycle
+from spool.server.logons import LogonGuard
+from spool.server.metrics import Metrics
+from spool.server.queues.errors import QueueNotEntitled, QueueNotFound
+from spool.server.queues.service import QueueService
+from spool.server.replication.bootstrap import Bootstrapper, BootstrapProgress
+from spool.server.replication.errors import ReplicationNotConfigured
+from spool.server.replication.fabric import FabricGraph, fabric_graph, fabric_route
+from spool.server.replication.repair import Repairer
+from spool.server.replication.service import Replication, ReplicationInfo
+from spool.server.replication.topology import RouteTrace
+from spool.server.session import Session
+from spool.server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
+from spool.server.stats.actionruns import ActionRunRow, StoredRun
+from spool.server.stats.host import FilesystemUsage, filesystem_usage
+from spool.server.stats.sampler import Sampler
+from spool.server.stats.snapshot import MetricsSnapshot
+from spool.server.subscriptions import SubscriptionService
+from spool.server.tls.certificate import CertificateDict
+from spool.server.tls.listener import TlsListener, TlsStatus
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.errors import JournalNotFound
+from spool.server.txlog.files import Compression
+from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.outage import WriteOutageDict
+from spool.server.txlog.pins import Pin, PinInfo
+from spool.server.txlog.space import ShortfallDict
 
 JournalAction = Literal["archive", "compress", "remove"]
 JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")
@@ -743,7 +743,7 @@ class Operations:
         return [q.to_dict() for q in self._queues.infos()] if self._queues else []
 
     def queue_info(self, name: str) -> dict[str, object]:
-        """One queue (:class:`~server.queues.errors.QueueNotFound`: 404)."""
+        """One queue (:class:`~spool.server.queues.errors.QueueNotFound`: 404)."""
         from_service = self._queues
         if from_service is None:
             raise QueueNotFound(name)
@@ -770,7 +770,7 @@ class Operations:
     def set_proxied_transfer(self, name: str, enabled: bool, by: str | None = None) -> int:
         """``POST /api/queues/{name}/enable_proxied_transfer`` (and disable), by user
         ``by`` (the event log says who): how many messages were taken over now. Refused
-        (:class:`~server.queues.errors.ProxiedTransferUnavailable`: 409) for a queue
+        (:class:`~spool.server.queues.errors.ProxiedTransferUnavailable`: 409) for a queue
         that is not replicated."""
         if self._queues is None:
             raise QueueNotFound(name)
@@ -791,7 +791,7 @@ class Operations:
         return self._sow.topic_infos()
 
     def sow_topic(self, topic: str) -> SowTopicInfo:
-        """One SOW topic (:class:`~server.sow.errors.SowTopicNotFound`: 404)."""
+        """One SOW topic (:class:`~spool.server.sow.errors.SowTopicNotFound`: 404)."""
         return self._sow.topic_info(topic)
 
     def sow_keys(self, topic: str, *, after: str | None = None, limit: int = 1000) -> SowKeys:

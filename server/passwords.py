@@ -3,13 +3,13 @@
 One module owns the format both ways: :func:`hash_password` writes it (``spool passwd``),
 :func:`parse_password_hash` reads and bounds it (the configuration loader refuses a bad
 hash at start-up with the element's path), and :func:`verify_password` checks a password
-against it in constant time. It sits below both ``server.config`` and ``server.auth`` so
+against it in constant time. It sits below both ``spool.server.config`` and ``spool.server.auth`` so
 that the loader can validate a hash without importing the authenticator, which itself reads
 the configuration's users.
 
 Errors::
 
-    SpoolError (server.protocol.errors)
+    SpoolError (spool.server.protocol.errors)
     └── InvalidPasswordHash    a PasswordHash not shaped scrypt$N$r$p$salt$hash (ValueError)
 
 Verifying costs tens of milliseconds of CPU by design: code on the event loop runs it in a
@@ -27,7 +27,7 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = [
     "SCRYPT_N",

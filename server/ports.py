@@ -39,10 +39,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol, runtime_checkable
 
-from server.config import UserConfig
-from server.protocol.errors import ProtocolFailure
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.config import UserConfig
+from spool.server.protocol.errors import ProtocolFailure
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 #: an ack header value (PROTOCOL.md "Acks")
 AckValue = str | int | float | bool | None
@@ -187,7 +187,7 @@ class PublishRun:
         sow_keys: per message, the SOW key field it is logged with (``""`` for none), or
             None: the ``k`` given by the publisher, which a SOW stage's ``prepare``
             replaces with what the record must carry
-            (:func:`server.txlog.record.sow_key_field`).
+            (:func:`spool.server.txlog.record.sow_key_field`).
         expirations: per message, the lifetime in seconds given with ``e`` (None for
             none), or None when no message gave one. Only a stage that keeps records
             (SOW) takes it; a topic without one refuses it.
@@ -274,7 +274,7 @@ class PreparingStage(PublishStage, Protocol):
         """On the loop, before the append: derive keys, merge deltas, or refuse.
 
         The whole run is refused by raising a
-        :class:`~server.protocol.errors.ProtocolFailure`; single messages (a body without
+        :class:`~spool.server.protocol.errors.ProtocolFailure`; single messages (a body without
         its key field) by returning them: the pipeline answers each alone and publishes
         the rest of the run.
         """

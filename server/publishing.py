@@ -1,9 +1,9 @@
 """The publish pipeline: every publish takes this one path, a run at a time.
 
 A client's publishes, a replicated message and the broker's own all enter
-:meth:`PublishPipeline.publish` as a :class:`~server.ports.PublishRun` (consecutive
+:meth:`PublishPipeline.publish` as a :class:`~spool.server.ports.PublishRun` (consecutive
 publishes to one topic; a single publish is a run of one) with an
-:class:`~server.ports.Origin`::
+:class:`~spool.server.ports.Origin`::
 
     checks (topic, entitlement: once per run)
       -> prepare stages            (SOW keys, delta merge: may refuse the run)
@@ -41,8 +41,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.acks import DurableAcks
-from server.ports import (
+from spool.server.acks import DurableAcks
+from spool.server.ports import (
     AckRequest,
     AppendedRun,
     DurabilityHorizon,
@@ -57,8 +57,8 @@ from server.ports import (
     Refold,
     RefoldingStage,
 )
-from server.protocol.commands import take_publish_run
-from server.protocol.errors import (
+from spool.server.protocol.commands import take_publish_run
+from spool.server.protocol.errors import (
     Duplicate,
     InvalidMessage,
     InvalidTopic,
@@ -66,11 +66,11 @@ from server.protocol.errors import (
     ProtocolFailure,
     TxlogFull,
 )
-from server.protocol.frame import Message
-from server.stats.source import EventSink
-from server.topics import Topic, TopicTable
-from server.txlog import CorruptRecord, FencedRecords, TransactionLog, TxlogWriteFailed
-from server.txlog.record import RecordKind
+from spool.server.protocol.frame import Message
+from spool.server.stats.source import EventSink
+from spool.server.topics import Topic, TopicTable
+from spool.server.txlog import CorruptRecord, FencedRecords, TransactionLog, TxlogWriteFailed
+from spool.server.txlog.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
@@ -211,7 +211,7 @@ class PublishPipeline:
         return done
 
     def folds(self) -> list[Refold]:
-        """A new :class:`~server.ports.Refold` of each stage that takes repaired ranges
+        """A new :class:`~spool.server.ports.Refold` of each stage that takes repaired ranges
         in: what :meth:`refold` feeds a range and what follows it, then applies."""
         return [s.refold() for s in self._stages if isinstance(s, RefoldingStage)]
 
@@ -293,7 +293,7 @@ class PublishPipeline:
 
         Returns:
             The index of the first message not taken (``start`` when none was): it is not
-            a plain publish, and :func:`~server.protocol.commands.decode_command` decides
+            a plain publish, and :func:`~spool.server.protocol.commands.decode_command` decides
             what it is.
         """
         i = start

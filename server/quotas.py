@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from server.config import TuningConfig
-from server.protocol.errors import LimitExceeded
-from server.session import Session
-from server.subscription import Subscription
+from spool.server.config import TuningConfig
+from spool.server.protocol.errors import LimitExceeded
+from spool.server.session import Session
+from spool.server.subscription import Subscription
 
 __all__ = ["Quotas"]
 

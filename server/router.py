@@ -5,7 +5,7 @@ regular-expression topics, in a list that is searched once per *topic* and cache
 brokers see a few thousand distinct topics and millions of messages, so the cache turns a
 per-message regex scan into a dict lookup). Any change to the regex set clears the cache.
 
-Which topics are regular expressions is decided by :mod:`server.protocol.topic`; a regex
+Which topics are regular expressions is decided by :mod:`spool.server.protocol.topic`; a regex
 subscription matches with ``re.search`` semantics.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from server.subscription import Subscription
+from spool.server.subscription import Subscription
 
 _CACHE_LIMIT: Final = 20_000
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, TypeVar
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = ["PoolBusy", "ScryptPool"]
 

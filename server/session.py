@@ -2,10 +2,10 @@
 
 The transport (the websocket adapter in web/transport.py) hands every received frame to
 :meth:`Session.receive`, which passes it to the connection's
-:class:`~server.ports.FrameHandler` (the dispatcher, server/dispatch.py). Everything the
+:class:`~spool.server.ports.FrameHandler` (the dispatcher, server/dispatch.py). Everything the
 broker sends goes through one outbound buffer drained by a single writer task, so all
 messages that become ready in one turn of the event loop leave in one WebSocket frame
-(frame batching). A session is an :class:`~server.ports.Outbound`: the publish pipeline,
+(frame batching). A session is an :class:`~spool.server.ports.Outbound`: the publish pipeline,
 the fan-out, the replay sinks and the acks send through that interface only.
 
 The outbound buffer follows the back-pressure policy of server/backpressure.py, with
@@ -26,15 +26,15 @@ import contextlib
 from collections.abc import Sequence
 from typing import Final, Literal, Protocol, cast
 
-from server.backpressure import BufferLimits
-from server.clock import Clock
-from server.config import UserConfig
-from server.peer import Peer
-from server.ports import AckValue, FrameHandler, Origin, Traffic
-from server.protocol.commands import encode_ack
-from server.protocol.errors import HeartbeatTimeout, ProtocolFailure, SlowClient
-from server.stats.source import EventSink
-from server.subscription import Subscription
+from spool.server.backpressure import BufferLimits
+from spool.server.clock import Clock
+from spool.server.config import UserConfig
+from spool.server.peer import Peer
+from spool.server.ports import AckValue, FrameHandler, Origin, Traffic
+from spool.server.protocol.commands import encode_ack
+from spool.server.protocol.errors import HeartbeatTimeout, ProtocolFailure, SlowClient
+from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
 
 #: WebSocket close codes used by the broker.
 CLOSE_NORMAL: Final = 1000

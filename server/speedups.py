@@ -32,13 +32,13 @@ ENABLED: Final[bool] = os.environ.get(ENV_VAR, "") in ("", "0")
 
 #: every compiled module, with the public module that selects it.
 EXTENSIONS: Final[dict[str, str]] = {
-    "server.protocol._frame_c": "server.protocol.frame, server.protocol.delivery",
-    "server.protocol._commands_c": "server.protocol.commands",
-    "server.txlog._codec_c": "server.txlog.codec",
-    "server.txlog._batch_c": "server.txlog.batch",
-    "server._wire_c": "server.wire",
-    "server.sow._fileformat_c": "server.sow.fileformat",
-    "server.replication._frames_c": "server.replication.frames",
+    "spool.server.protocol._frame_c": "spool.server.protocol.frame, spool.server.protocol.delivery",
+    "spool.server.protocol._commands_c": "spool.server.protocol.commands",
+    "spool.server.txlog._codec_c": "spool.server.txlog.codec",
+    "spool.server.txlog._batch_c": "spool.server.txlog.batch",
+    "spool.server._wire_c": "spool.server.wire",
+    "spool.server.sow._fileformat_c": "spool.server.sow.fileformat",
+    "spool.server.replication._frames_c": "spool.server.replication.frames",
 }
 
 Implementation = Literal["compiled", "python", "partial"]

@@ -5,7 +5,7 @@ policy), the fan-out hands its subscriptions here instead of disconnecting the c
 Each one gets a catch-up read: a replay cursor (server/replay) over the log *as appended*
 (``AppendedSource``, the horizon following ``last_seq``: a live subscription receives
 messages before the group commit, so its catch-up does too), starting at the first record
-it was not given, paced to the consumer by its :class:`~server.replay.sink.CatchUpSink`
+it was not given, paced to the consumer by its :class:`~spool.server.replay.sink.CatchUpSink`
 (which waits for room in the client's buffer). When the read has delivered every record
 appended so far, the sink calls :meth:`Spills.rejoin` synchronously, from the cursor's
 horizon check, before any other task runs: from the next append on the fan-out feeds the
@@ -15,7 +15,7 @@ server/backpressure.py says why).
 The read holds a retention pin on the journals it still needs, like a bookmark replay
 (journal removal answers 409 meanwhile). A read that fails (a damaged journal) cannot give
 the subscription its messages without a gap: the failure is logged and the connection
-overflows (``slow client``, :meth:`~server.ports.Outbound.overflow`), which is what a burst
+overflows (``slow client``, :meth:`~spool.server.ports.Outbound.overflow`), which is what a burst
 did to it before spilling existed.
 
 Counters for the metrics snapshot: spills, rejoins, seconds spent catching up.
@@ -27,14 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from server.clock import Clock
-from server.ports import Entitlements
-from server.replay import FunctionHorizon, ReplayCursor, ReplayMember, ReplayPlan
-from server.replay.sink import CatchUpSink
-from server.replay.sources import AppendedSource
-from server.stats.source import EventSink
-from server.subscription import Subscription
-from server.txlog import TransactionLog
+from spool.server.clock import Clock
+from spool.server.ports import Entitlements
+from spool.server.replay import FunctionHorizon, ReplayCursor, ReplayMember, ReplayPlan
+from spool.server.replay.sink import CatchUpSink
+from spool.server.replay.sources import AppendedSource
+from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
+from spool.server.txlog import TransactionLog
 
 #: records a catch-up read takes per batch (most come from the log's in-memory tail)
 _BATCH_COUNT: Final = 4096

@@ -23,10 +23,10 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Final
 
-from server.clock import Clock
-from server.protocol.errors import SlowClient
-from server.session import Session
-from server.stats.source import EventSink
+from spool.server.clock import Clock
+from spool.server.protocol.errors import SlowClient
+from spool.server.session import Session
+from spool.server.stats.source import EventSink
 
 #: a deadline this close to now counts as reached (float sums of virtual times)
 _EPSILON: Final = 1e-9

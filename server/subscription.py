@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from server.backpressure import LiveFeed
-from server.bookmarks import SpecKind
-from server.config import UserConfig
-from server.expr import Filter
-from server.ports import Outbound
-from server.protocol.options import SubscribeOptions
-from server.regex import Regex
+from spool.server.backpressure import LiveFeed
+from spool.server.bookmarks import SpecKind
+from spool.server.config import UserConfig
+from spool.server.expr import Filter
+from spool.server.ports import Outbound
+from spool.server.protocol.options import SubscribeOptions
+from spool.server.regex import Regex
 
 State = Literal["live", "replaying", "paused"]
 
@@ -50,7 +50,7 @@ class Progress:
 class Subscription:
     """One subscription of one client connection.
 
-    Live subscriptions sit in the :class:`~server.router.Router` and get messages as they
+    Live subscriptions sit in the :class:`~spool.server.router.Router` and get messages as they
     are published; bookmark subscriptions are fed by a replay cursor over the transaction
     log for their whole life (server/replay) and never enter the router.
 

@@ -1,6 +1,6 @@
 """Subscriptions: subscribe, unsubscribe, replace, pause and resume.
 
-A live (non-bookmark) subscription goes into the :class:`~server.router.Router` and gets
+A live (non-bookmark) subscription goes into the :class:`~spool.server.router.Router` and gets
 messages from the fan-out stage as they are published; after a burst its connection could
 not take, it catches up from the log for a while (server/spills.py) and ending it stops
 that read too. A bookmark subscription gets a
@@ -9,7 +9,7 @@ live, with no gap or duplicate at the cut-over. Its cursor runs in its own task 
 reports failures back here (``on_error``), which become failure acks.
 
 Paused bookmark subscriptions resumed together share one cursor so that their messages
-reach the client in log order (:func:`server.replay.resume_together`); that cursor waits
+reach the client in log order (:func:`spool.server.replay.resume_together`); that cursor waits
 for the *strictest* durability its members asked for, so resuming a ``fully_durable``
 subscription with a persisted one never delivers the former's records early. ``live``
 subscriptions deliver before the group commit and therefore cannot be paused or resumed
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 
 import orjson
 
-from server.bookmarks import BookmarkSpec, lookup_points, parse_bookmark, spec_kind
-from server.clock import Clock
-from server.config import Config
-from server.expr import Filter, compile_filter
-from server.ports import DurabilityHorizon, Entitlements, Outbound
-from server.protocol.commands import Command
-from server.protocol.errors import (
+from spool.server.bookmarks import BookmarkSpec, lookup_points, parse_bookmark, spec_kind
+from spool.server.clock import Clock
+from spool.server.config import Config
+from spool.server.expr import Filter, compile_filter
+from spool.server.ports import DurabilityHorizon, Entitlements, Outbound
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import (
     BadFilter,
     InvalidMessage,
     InvalidOptions,
@@ -39,10 +39,10 @@ from server.protocol.errors import (
     SubIdInUse,
     SubIdNotFound,
 )
-from server.protocol.options import SubscribeOptions, parse_subscribe_options
-from server.protocol.topic import compile_topic, is_regex_topic
-from server.quotas import Quotas
-from server.replay import (
+from spool.server.protocol.options import SubscribeOptions, parse_subscribe_options
+from spool.server.protocol.topic import compile_topic, is_regex_topic
+from spool.server.quotas import Quotas
+from spool.server.replay import (
     FunctionHorizon,
     Horizon,
     ReplayCursor,
@@ -51,15 +51,15 @@ from server.replay import (
     build_member,
     resume_together,
 )
-from server.replay.sink import BookmarkSink
-from server.replay.sources import AppendedSource
-from server.router import Router
-from server.session import Session
-from server.spills import Spills
-from server.stats.source import EventSink
-from server.subscription import Subscription
-from server.txlog import TransactionLog
-from server.txlog.log import Located
+from spool.server.replay.sink import BookmarkSink
+from spool.server.replay.sources import AppendedSource
+from spool.server.router import Router
+from spool.server.session import Session
+from spool.server.spills import Spills
+from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.log import Located
 
 #: records a replay cursor reads per batch: large reads, since each file read is one hop
 #: to a thread and back

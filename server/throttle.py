@@ -36,7 +36,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Final
 
-from server.clock import Clock
+from spool.server.clock import Clock
 
 __all__ = ["LogonThrottle", "ThrottlePolicy", "address_key"]
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from server.ports import (
+from spool.server.ports import (
     AppendedRun,
     AppendedStage,
     DuplicateStage,
@@ -29,9 +29,9 @@ from server.ports import (
     PublishStage,
     Refusals,
 )
-from server.protocol.errors import InvalidTopic
-from server.protocol.topic import is_regex_topic
-from server.wire import topic_json
+from spool.server.protocol.errors import InvalidTopic
+from spool.server.protocol.topic import is_regex_topic
+from spool.server.wire import topic_json
 
 #: most topics the table keeps
 TOPIC_LIMIT: Final = 10_000

@@ -29,7 +29,7 @@ import re
 from decimal import Decimal, Inexact, InvalidOperation, localcontext
 from typing import Final
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = [
     "DURATION_UNITS",

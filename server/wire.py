@@ -3,7 +3,7 @@
 Delivered messages are the hottest bytes in the broker, so their headers are assembled from
 pre-encoded pieces (the topic and the subscription ids are JSON-encoded once) instead of
 going through a JSON encoder per message. The per-message loops of the common shapes run
-compiled when the extension is built (``_wire_c.pyx``, see :mod:`server.speedups`); the
+compiled when the extension is built (``_wire_c.pyx``, see :mod:`spool.server.speedups`); the
 list comprehensions here are the pure-Python implementation and their oracle. Every
 producer of ``publish`` messages (the live fan-out, the replay sink, the SOW, later
 replication) encodes here, so the layout is
@@ -24,12 +24,12 @@ from typing import Final
 
 import orjson
 
-from server import speedups
-from server.bookmarks import format_bookmark, format_timestamp_us
-from server.txlog.batch import RecordBatch
+from spool.server import speedups
+from spool.server.bookmarks import format_bookmark, format_timestamp_us
+from spool.server.txlog.batch import RecordBatch
 
 try:
-    from server import _wire_c
+    from spool.server import _wire_c
 except ImportError:  # not built: speedups.status() says why
     _wire_c = None  # type: ignore[assignment]
 
@@ -89,7 +89,7 @@ def encode_publish(
         sids: the subscription ids as a JSON literal (:func:`sids_json`).
         body: the body, byte for byte as published.
         bookmark: ``format_bookmark(...)`` text, or None for topics not in the log.
-        ts: the ``ts`` value (:func:`server.bookmarks.format_timestamp_us`), when asked.
+        ts: the ``ts`` value (:func:`spool.server.bookmarks.format_timestamp_us`), when asked.
         corr_id: the publisher's correlation id, passed through.
     """
     head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
@@ -331,7 +331,7 @@ def encode_sow_records(
 ) -> bytes:
     """Many ``sow`` messages of one topic, joined: a query result batch.
 
-    ``records`` are :class:`~server.ports.SowRecord` values (``key, body, seq,
+    ``records`` are :class:`~spool.server.ports.SowRecord` values (``key, body, seq,
     timestamp_us, pub_hash, pub_seq, ...``); the layout is :func:`encode_sow_record`'s,
     formatted in one pass (a query sends hundreds of thousands of records).
     """

@@ -1,9 +1,9 @@
 """The REST admin API (ADMIN_API.md): reads, actions, probes and /metrics.
 
 Every endpoint is declared once in the table built by :func:`_operations` (an OpenAPI
-:class:`~web.openapi.Operation` plus its handler); routes and ``/api/openapi.json`` come
+:class:`~spool.web.openapi.Operation` plus its handler); routes and ``/api/openapi.json`` come
 from that table. The layer is thin: handlers call the instance's admin surface
-(:class:`server.operations.Operations`) and turn its typed errors into the JSON bodies of
+(:class:`spool.server.operations.Operations`) and turn its typed errors into the JSON bodies of
 web/api_errors.py.
 
 - Reads run on the event loop and only copy broker state; host metrics (psutil, directory
@@ -13,7 +13,7 @@ web/api_errors.py.
   ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
 - Subsystems this instance does not have (replication when not configured, queues, SOW)
   answer 404 with the reason, never made-up data. The configured actions are the
-  instance's :class:`server.actions.Actions` (their runs go through the same admin
+  instance's :class:`spool.server.actions.Actions` (their runs go through the same admin
   surface). The SOW's endpoints are web/sow_api.py, the queues' web/queues_api.py.
 """
 
@@ -32,31 +32,31 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, NoMatchFound, Route
 from starlette.types import Receive, Scope, Send
 
-from server.actions import (
+from spool.server.actions import (
     ActionBusy,
     ActionNotFound,
     Actions,
     BadParameters,
     NotOnAdmin,
 )
-from server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
-from server.eventlog import EventLog
-from server.operations import JOURNAL_ACTIONS, JournalAction, Operations
-from server.protocol.errors import InvalidOptions, SubIdNotFound
-from server.stats.host import HostProbe
-from server.stats.prometheus import make_registry
-from server.stats.query import UnknownMetric
-from server.stats.sampler import instance_directories
-from server.stats.timeparse import BadTimeValue, format_time
-from server.tls.errors import TlsError
-from server.txlog.errors import (
+from spool.server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
+from spool.server.eventlog import EventLog
+from spool.server.operations import JOURNAL_ACTIONS, JournalAction, Operations
+from spool.server.protocol.errors import InvalidOptions, SubIdNotFound
+from spool.server.stats.host import HostProbe
+from spool.server.stats.prometheus import make_registry
+from spool.server.stats.query import UnknownMetric
+from spool.server.stats.sampler import instance_directories
+from spool.server.stats.timeparse import BadTimeValue, format_time
+from spool.server.tls.errors import TlsError
+from spool.server.txlog.errors import (
     JournalActive,
     JournalNotFound,
     JournalPinned,
     JournalUnfinished,
     PublishersUnsaved,
 )
-from web.api_errors import (
+from spool.web.api_errors import (
     ActionFailed,
     ApiError,
     BadRequest,
@@ -67,13 +67,13 @@ from web.api_errors import (
     NotFound,
     NotReady,
 )
-from web.auth import auth_context, csrf_token_for, require_admin
-from web.openapi import Operation, QueryParam, openapi_document
-from web.params import EVENTS_MAX, int_param, json_body
-from web.queues_api import QueuesApi, queue_error
-from web.replication_api import ReplicationApi, replication_error
-from web.sow_api import SowApi, sow_error
-from web.stats_api import StatsApi
+from spool.web.auth import auth_context, csrf_token_for, require_admin
+from spool.web.openapi import Operation, QueryParam, openapi_document
+from spool.web.params import EVENTS_MAX, int_param, json_body
+from spool.web.queues_api import QueuesApi, queue_error
+from spool.web.replication_api import ReplicationApi, replication_error
+from spool.web.sow_api import SowApi, sow_error
+from spool.web.stats_api import StatsApi
 
 PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import orjson
 from starlette.responses import Response
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 
 class JSONResponse(Response):

@@ -20,17 +20,17 @@ from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
-from server.clock import SYSTEM_CLOCK, Clock
-from server.config import Config
-from server.engine import Broker
-from web.admin import admin_routes
-from web.auth import auth_middleware, auth_routes
-from web.clientmodules import ClientModuleCors
-from web.dashboard import dashboard_routes
-from web.headers import SecurityHeadersMiddleware
-from web.origins import OriginPolicy
-from web.replication import ReplicationEndpoint
-from web.transport import WebsocketEndpoint
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.config import Config
+from spool.server.engine import Broker
+from spool.web.admin import admin_routes
+from spool.web.auth import auth_middleware, auth_routes
+from spool.web.clientmodules import ClientModuleCors
+from spool.web.dashboard import dashboard_routes
+from spool.web.headers import SecurityHeadersMiddleware
+from spool.web.origins import OriginPolicy
+from spool.web.replication import ReplicationEndpoint
+from spool.web.transport import WebsocketEndpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 STATIC_DIR = ROOT / "static"

@@ -49,14 +49,14 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from server.auth import Authenticator
-from server.clock import SYSTEM_CLOCK, Clock
-from server.config import UserConfig, is_loopback
-from server.logons import LogonGuard
-from server.scryptpool import PoolBusy
-from web.api_errors import ApiError, Forbidden, TooManyRequests, Unauthorized
-from web.origins import OriginPolicy
-from web.tls import tls_of
+from spool.server.auth import Authenticator
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.config import UserConfig, is_loopback
+from spool.server.logons import LogonGuard
+from spool.server.scryptpool import PoolBusy
+from spool.web.api_errors import ApiError, Forbidden, TooManyRequests, Unauthorized
+from spool.web.origins import OriginPolicy
+from spool.web.tls import tls_of
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
 SESSION_IDLE_TIMEOUT: Final = 8 * 3600.0
@@ -410,7 +410,7 @@ def auth_context(request: HTTPConnection) -> AuthContext:
     """
     context = request.scope.get(_SCOPE_CONTEXT)
     if not isinstance(context, AuthContext):
-        raise RuntimeError("web.auth.AuthMiddleware is not installed")
+        raise RuntimeError("spool.web.auth.AuthMiddleware is not installed")
     return context
 
 
@@ -454,7 +454,7 @@ def _login_templates() -> Jinja2Templates:
 def _state(request: HTTPConnection) -> AuthState:
     state = request.scope.get(_SCOPE_STATE)
     if not isinstance(state, AuthState):
-        raise RuntimeError("web.auth.AuthMiddleware is not installed")
+        raise RuntimeError("spool.web.auth.AuthMiddleware is not installed")
     return state
 
 

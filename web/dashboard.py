@@ -40,13 +40,13 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import Receive, Scope, Send
 
-from server.alerts import Alert
-from server.clock import Clock
-from server.stats.histogram import HistogramSnapshot
-from server.stats.rates import interval_histogram, rate
-from server.stats.snapshot import MetricsSnapshot
-from web.auth import csrf_token_for
-from web.fabric import fabric_csp, fabric_peer_origins
+from spool.server.alerts import Alert
+from spool.server.clock import Clock
+from spool.server.stats.histogram import HistogramSnapshot
+from spool.server.stats.rates import interval_histogram, rate
+from spool.server.stats.snapshot import MetricsSnapshot
+from spool.web.auth import csrf_token_for
+from spool.web.fabric import fabric_csp, fabric_peer_origins
 
 TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
 templates: Final = Jinja2Templates(directory=TEMPLATES_DIR)
@@ -145,7 +145,7 @@ def page_context(request: Request, page: Page) -> dict[str, Any]:
         "plaintext_exposed": state.config.plaintext_exposed,
         # conditions every page shows until they end (a write outage...): server/alerts.py
         "alerts": state.broker.operations.alerts(),
-        # set by web.auth's middleware (Starlette's convention): a UserConfig or None
+        # set by spool.web.auth's middleware (Starlette's convention): a UserConfig or None
         "user_name": getattr(request.scope.get("user"), "name", None),
     }
 
@@ -231,7 +231,7 @@ class LivePointBuilder:
     """Turns successive :class:`MetricsSnapshot` readings into :class:`LivePoint` rates.
 
     Counters in the snapshot are cumulative; a rate needs the previous reading, so the
-    first snapshot only sets the baseline. Rates follow :mod:`server.stats.rates`, the
+    first snapshot only sets the baseline. Rates follow :mod:`spool.server.stats.rates`, the
     rule of the stats database too: a counter that went down was reset (the engine
     restarted) and counts from zero, never as a negative rate.
     """
@@ -293,13 +293,13 @@ class LogItem(TypedDict):
 
 
 class RecentEvents(Protocol):
-    """The event log as the feed sees it (server.eventlog.EventLog)."""
+    """The event log as the feed sees it (spool.server.eventlog.EventLog)."""
 
     def recent(self, limit: int = 200) -> list[dict[str, Any]]: ...
 
 
 class LiveSource(Protocol):
-    """The part of the broker the feed reads (:class:`server.operations.Operations`)."""
+    """The part of the broker the feed reads (:class:`spool.server.operations.Operations`)."""
 
     @property
     def clock(self) -> Clock: ...

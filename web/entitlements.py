@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from starlette.requests import HTTPConnection
 
-from server.auth import Authenticator
-from web.api_errors import Forbidden
-from web.auth import auth_context
+from spool.server.auth import Authenticator
+from spool.web.api_errors import Forbidden
+from spool.web.auth import auth_context
 
 __all__ = ["read_check", "require_read"]
 

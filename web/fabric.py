@@ -18,8 +18,8 @@ the browser tab's ``sessionStorage``, never in a cookie or on this server).
 
 from __future__ import annotations
 
-from server.config import Config, format_inet_addr
-from web.headers import CSP
+from spool.server.config import Config, format_inet_addr
+from spool.web.headers import CSP
 
 __all__ = ["fabric_csp", "fabric_peer_origins"]
 

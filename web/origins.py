@@ -18,7 +18,7 @@ served like any local client: the page could read and publish everything. So:
 A foreign page gets no *ambient* authority, i.e. nothing the browser supplies by itself:
 its websocket upgrade is refused with HTTP 403 before the upgrade when the broker has no
 users; with users it is let through only to a logon that carries a password or token the
-page itself holds (:attr:`server.session.Session.foreign_origin`; the logon refuses any
+page itself holds (:attr:`spool.server.session.Session.foreign_origin`; the logon refuses any
 other credential). On the REST side, a foreign page's actions made with the dashboard's
 cookie or the no-users trust are refused (web/auth.py); a bearer token works from any
 origin. Allowed origins also get CORS headers on the API (web/app.py), or they could not
@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from server.config import OriginError, WebOrigin, is_loopback, parse_host_header, parse_origin
+from spool.server.config import OriginError, WebOrigin, is_loopback, parse_host_header, parse_origin
 
 __all__ = ["OriginPolicy", "OriginVerdict", "Provenance"]
 

@@ -13,9 +13,9 @@ from typing import Any, Final
 import orjson
 from starlette.requests import Request
 
-from server.clock import Clock
-from server.stats.timeparse import parse_time
-from web.api_errors import BadRequest, PayloadTooLarge
+from spool.server.clock import Clock
+from spool.server.stats.timeparse import parse_time
+from spool.web.api_errors import BadRequest, PayloadTooLarge
 
 __all__ = [
     "DEFAULT_WINDOW",

@@ -24,14 +24,14 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from server.operations import Operations
-from server.queues.browse import BROWSE_MAX
-from server.queues.errors import ProxiedTransferUnavailable, QueueNotEntitled, QueueNotFound
-from web.api_errors import ApiError, Conflict, Forbidden, NotFound
-from web.auth import auth_context, require_admin
-from web.entitlements import read_check, require_read
-from web.openapi import Operation, QueryParam
-from web.params import int_param
+from spool.server.operations import Operations
+from spool.server.queues.browse import BROWSE_MAX
+from spool.server.queues.errors import ProxiedTransferUnavailable, QueueNotEntitled, QueueNotFound
+from spool.web.api_errors import ApiError, Conflict, Forbidden, NotFound
+from spool.web.auth import auth_context, require_admin
+from spool.web.entitlements import read_check, require_read
+from spool.web.openapi import Operation, QueryParam
+from spool.web.params import int_param
 
 __all__ = ["QueuesApi", "queue_error"]
 

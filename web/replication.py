@@ -2,10 +2,10 @@
 
 Like web/transport.py for clients, this is the thin I/O shell around the sans-I/O link
 protocol: bytes received from the socket go to
-:meth:`server.replication.inbound.InboundLink.receive` (awaited: a link whose batches pile
+:meth:`spool.server.replication.inbound.InboundLink.receive` (awaited: a link whose batches pile
 up stops being read, and TCP backpressure reaches the source); the link writes through
 :class:`AsgiLinkTransport`. Authentication is the link's own (its hello, or the client
-certificate the TLS listener verified, handed over as the :class:`~server.peer.Peer`), as
+certificate the TLS listener verified, handed over as the :class:`~spool.server.peer.Peer`), as
 the protocol logon is for clients; the endpoint only refuses connections when the
 ``amps-replication`` transport is disabled or the instance is not ready, and any handshake
 that names a page's ``Origin``: a replication link is never a browser page (the source's
@@ -18,7 +18,7 @@ Every connection's liveness is watched from its accept (web/wsdirect.py's extens
 aborted, and the link ends saying so.
 
 The first message tells the two conversations apart (:meth:`Replication.open
-<server.replication.service.Replication.open>`, shared with the tests' in-memory fabric):
+<spool.server.replication.service.Replication.open>`, shared with the tests' in-memory fabric):
 ``hello`` opens a link, ``bootstrap`` asks for a copy of this instance's state
 (server/replication/bootsource.py; authenticated the same way), ``repair`` asks for records
 another instance's log holds fenced (server/replication/repairsource.py). A bootstrap
@@ -34,15 +34,15 @@ import contextlib
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
-from server.engine import Broker
-from server.replication.bootsource import BootstrapSource
-from server.replication.errors import NotAccepting
-from server.replication.frames import first_type
-from server.replication.inbound import InboundLink
-from server.replication.transport import LinkLost
-from web.tls import peer_of
-from web.transport import CLOSE_TRY_AGAIN
-from web.wsdirect import LIVENESS_EXTENSION, Watch
+from spool.server.engine import Broker
+from spool.server.replication.bootsource import BootstrapSource
+from spool.server.replication.errors import NotAccepting
+from spool.server.replication.frames import first_type
+from spool.server.replication.inbound import InboundLink
+from spool.server.replication.transport import LinkLost
+from spool.web.tls import peer_of
+from spool.web.transport import CLOSE_TRY_AGAIN
+from spool.web.wsdirect import LIVENESS_EXTENSION, Watch
 
 
 class AsgiLinkTransport:

@@ -19,16 +19,16 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from server.operations import Operations
-from server.replication.errors import (
+from spool.server.operations import Operations
+from spool.server.replication.errors import (
     DestinationNotFound,
     ReplicationNotConfigured,
     SyncChangeRefused,
 )
-from server.stats.timeparse import format_time
-from web.api_errors import ApiError, BadRequest, Conflict, NotFound
-from web.openapi import Operation, QueryParam
-from web.params import EVENTS_MAX, TIME_HELP, int_param, time_window
+from spool.server.stats.timeparse import format_time
+from spool.web.api_errors import ApiError, BadRequest, Conflict, NotFound
+from spool.web.openapi import Operation, QueryParam
+from spool.web.params import EVENTS_MAX, TIME_HELP, int_param, time_window
 
 __all__ = ["ReplicationApi", "replication_error"]
 

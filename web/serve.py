@@ -23,17 +23,17 @@ from pathlib import Path
 
 import uvicorn
 
-from server import speedups
-from server.clock import SYSTEM_CLOCK, Clock
-from server.config import Config
-from server.datalock import DataDirectoryLock
-from server.engine import Broker
-from server.eventlog import ConsoleFormat
-from server.tls.errors import TlsError
-from server.txlog import FileSeam
-from web.app import create_app
-from web.tls import tls_protocols
-from web.wsdirect import DirectWebSocketProtocol
+from spool.server import speedups
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.config import Config
+from spool.server.datalock import DataDirectoryLock
+from spool.server.engine import Broker
+from spool.server.eventlog import ConsoleFormat
+from spool.server.tls.errors import TlsError
+from spool.server.txlog import FileSeam
+from spool.web.app import create_app
+from spool.web.tls import tls_protocols
+from spool.web.wsdirect import DirectWebSocketProtocol
 
 
 class SpoolServer(uvicorn.Server):

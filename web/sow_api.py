@@ -24,12 +24,12 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from server.operations import Operations
-from server.protocol.errors import InvalidTopic
-from server.sow.errors import SowTopicNotFound
-from web.api_errors import ApiError, BadRequest, Conflict, NotFound
-from web.entitlements import read_check, require_read
-from web.openapi import Operation, QueryParam
+from spool.server.operations import Operations
+from spool.server.protocol.errors import InvalidTopic
+from spool.server.sow.errors import SowTopicNotFound
+from spool.web.api_errors import ApiError, BadRequest, Conflict, NotFound
+from spool.web.entitlements import read_check, require_read
+from spool.web.openapi import Operation, QueryParam
 
 __all__ = ["KEYS_MAX", "SowApi", "sow_error"]
 

@@ -19,11 +19,11 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
-from server.operations import Operations
-from server.stats.timeparse import format_time, parse_duration, parse_time
-from web.api_errors import BadRequest, NotReady
-from web.openapi import Operation, QueryParam
-from web.params import TIME_HELP, json_body, time_window
+from spool.server.operations import Operations
+from spool.server.stats.timeparse import format_time, parse_duration, parse_time
+from spool.web.api_errors import BadRequest, NotReady
+from spool.web.openapi import Operation, QueryParam
+from spool.web.params import TIME_HELP, json_body, time_window
 
 __all__ = ["StatsApi"]
 

@@ -32,9 +32,9 @@ from typing import Final, TypedDict
 from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from server.peer import Peer
-from server.tls.certificate import der_subject
-from web.wsdirect import DirectWebSocketProtocol
+from spool.server.peer import Peer
+from spool.server.tls.certificate import der_subject
+from spool.web.wsdirect import DirectWebSocketProtocol
 
 __all__ = ["TlsExtension", "peer_of", "tls_of", "tls_protocols"]
 

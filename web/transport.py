@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from starlette.datastructures import Headers
 from starlette.types import Receive, Scope, Send
 
-from server.engine import Broker
-from server.session import CLOSE_NORMAL
-from web.origins import OriginPolicy, OriginVerdict
-from web.tls import peer_of
-from web.wsdirect import PIECES_EXTENSION, SendPieces
+from spool.server.engine import Broker
+from spool.server.session import CLOSE_NORMAL
+from spool.web.origins import OriginPolicy, OriginVerdict
+from spool.web.tls import peer_of
+from spool.web.wsdirect import PIECES_EXTENSION, SendPieces
 
 #: "try again later": the transport is disabled or the broker is not ready.
 CLOSE_TRY_AGAIN = 1013

@@ -48,7 +48,7 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from websockets.http11 import Request
 from websockets.protocol import State
 
-from server.replication.liveness import Liveness
+from spool.server.replication.liveness import Liveness
 
 __all__ = [
     "LIVENESS_EXTENSION",

@@ -2,7 +2,7 @@
 
 An action runs on triggers (a schedule, start-up, shutdown, a REST call, disk usage, an
 event), checks conditions and runs modules in order, each through the instance's admin
-surface (:class:`server.operations.Operations`, the one REST uses): archive, compress and
+surface (:class:`spool.server.operations.Operations`, the one REST uses): archive, compress and
 remove journals, truncate statistics, enable and disable transports, publish a message as
 the broker, raise an event, shut down. Every run is recorded (``/api/actions``, the stats
 database's ``action_run`` table).
@@ -21,14 +21,20 @@ Modules, each depending only on those below it (an import-linter contract keeps 
     results     run and step records and their JSON shapes
     errors      why an action cannot be run on demand
 
-The configuration model is :mod:`server.config.actions`; docs/actions.md is the guide.
+The configuration model is :mod:`spool.server.config.actions`; docs/actions.md is the guide.
 """
 
 from __future__ import annotations
 
-from server.actions.errors import ActionBusy, ActionError, ActionNotFound, BadParameters, NotOnAdmin
-from server.actions.results import RunDict, RunRecord
-from server.actions.service import ActionInfo, Actions
+from spool.server.actions.errors import (
+    ActionBusy,
+    ActionError,
+    ActionNotFound,
+    BadParameters,
+    NotOnAdmin,
+)
+from spool.server.actions.results import RunDict, RunRecord
+from spool.server.actions.service import ActionInfo, Actions
 
 __all__ = [
     "ActionBusy",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.config import (
+from spool.server.config import (
     ArchiveJournals,
     CompressJournals,
     DowngradeReplication,
@@ -25,7 +25,7 @@ from server.config import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from server.units import format_duration
+from spool.server.units import format_duration
 
 __all__ = ["describe_step", "describe_trigger"]
 

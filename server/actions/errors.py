@@ -14,7 +14,7 @@ A run that starts but fails is not an exception: its record says so (outcome ``f
 
 from __future__ import annotations
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = ["ActionBusy", "ActionError", "ActionNotFound", "BadParameters", "NotOnAdmin"]
 

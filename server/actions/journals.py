@@ -3,7 +3,7 @@
 A journal module (archive, compress, remove) is given the log's journals (oldest first, the
 active one last) and its pins, and decides here, without I/O:
 
-- **due**: the journals its limits select (:class:`~server.config.JournalLimits`): older
+- **due**: the journals its limits select (:class:`~spool.server.config.JournalLimits`): older
   than ``Age`` (by the time of their last record), or beyond the newest ``Count``, or
   beyond the newest journals that fit in ``Size`` bytes. Count and Size are taken over the
   journals the module could still act on (not yet archived, not yet compressed; all of
@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from server.config import JournalLimits
-from server.txlog.journal import JournalInfo
-from server.txlog.pins import PinInfo
+from spool.server.config import JournalLimits
+from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.pins import PinInfo
 
 __all__ = ["JournalOp", "PinnedJournal", "Selection", "due_times", "in_scope", "select"]
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import asyncio
 
-from server.clock import Clock
-from server.config import Config
-from server.expr.values import Value
-from server.operations import Operations
-from server.stats.host import HostProbe, host_metric_values
-from server.stats.sampler import instance_directories
-from server.stats.series import snapshot_values
-from server.stats.snapshot import MetricsSnapshot
+from spool.server.clock import Clock
+from spool.server.config import Config
+from spool.server.expr.values import Value
+from spool.server.operations import Operations
+from spool.server.stats.host import HostProbe, host_metric_values
+from spool.server.stats.sampler import instance_directories
+from spool.server.stats.series import snapshot_values
+from spool.server.stats.snapshot import MetricsSnapshot
 
 __all__ = ["MetricsDocument", "nest"]
 

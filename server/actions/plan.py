@@ -2,7 +2,7 @@
 
 For every journal module of every action (archive, compress, remove) and every journal it
 could still act on, :func:`journal_plan` says from when the journal is due
-(:func:`server.actions.journals.due_times`: now by ``Count``/``Size``, or once its last
+(:func:`spool.server.actions.journals.due_times`: now by ``Count``/``Size``, or once its last
 record is older than ``Age``, never before an older journal) and so which run will act on
 it: the first firing of one of the action's schedules at or after that time, or, for an
 action that only runs on demand, at start-up, at shutdown, on disk usage or on an event,
@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypedDict
 
-from server.actions.journals import JournalOp, due_times
-from server.actions.results import iso
-from server.config import (
+from spool.server.actions.journals import JournalOp, due_times
+from spool.server.actions.results import iso
+from spool.server.config import (
     ActionConfig,
     ArchiveJournals,
     CompressJournals,
@@ -38,8 +38,8 @@ from server.config import (
     RemoveJournals,
     Trigger,
 )
-from server.txlog.journal import JournalInfo
-from server.txlog.pins import PinInfo
+from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.pins import PinInfo
 
 __all__ = ["PlannedAction", "ScheduledAction", "journal_plan"]
 

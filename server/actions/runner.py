@@ -2,7 +2,7 @@
 
 A run starts from the variables every run has (the instance, the action, the trigger, the
 time) plus what its trigger gives (the on-admin parameters and user, the disk reading, the
-raising run's context), then runs each step in file order (:mod:`server.actions.steps`).
+raising run's context), then runs each step in file order (:mod:`spool.server.actions.steps`).
 A condition that does not hold stops the run there; a module that fails stops it too (as
 in AMPS: a failed step must not let the steps that depend on it run). Every step gets its
 own result, the ones never reached say ``not_run``.
@@ -22,14 +22,14 @@ from typing import Final
 
 import orjson
 
-from server.actions.errors import ActionBusy
-from server.actions.metricsdoc import MetricsDocument
-from server.actions.results import RunDict, RunRecord, StepResult, iso
-from server.actions.steps import RaiseEvent, StepContext, run_step
-from server.clock import Clock
-from server.config import ActionConfig, Config, IfCondition, IfDiskUsage
-from server.operations import Operations
-from server.stats.actionruns import ActionRunRow
+from spool.server.actions.errors import ActionBusy
+from spool.server.actions.metricsdoc import MetricsDocument
+from spool.server.actions.results import RunDict, RunRecord, StepResult, iso
+from spool.server.actions.steps import RaiseEvent, StepContext, run_step
+from spool.server.clock import Clock
+from spool.server.config import ActionConfig, Config, IfCondition, IfDiskUsage
+from spool.server.operations import Operations
+from spool.server.stats.actionruns import ActionRunRow
 
 __all__ = ["RECENT_RUNS", "ActionRunner"]
 

@@ -1,7 +1,7 @@
 """When a calendar schedule fires next: daily and weekly times in a named time zone.
 
-Pure functions of a :class:`~server.config.Schedule` and an instant (epoch seconds); the
-trigger (:mod:`server.actions.triggers`) sleeps on the injected clock until the instant
+Pure functions of a :class:`~spool.server.config.Schedule` and an instant (epoch seconds); the
+trigger (:mod:`spool.server.actions.triggers`) sleeps on the injected clock until the instant
 this returns. Timers (``every``) are not here: they count from the instance's start on the
 monotonic clock.
 
@@ -21,7 +21,7 @@ import zoneinfo
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Final
 
-from server.config import Schedule
+from spool.server.config import Schedule
 
 __all__ = ["next_fire", "zone_of"]
 

@@ -26,15 +26,15 @@ from typing import Any, Final, TypedDict, cast
 
 import orjson
 
-from server.actions.describe import describe_step, describe_trigger
-from server.actions.errors import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin
-from server.actions.metricsdoc import MetricsDocument
-from server.actions.plan import PlannedAction, ScheduledAction, journal_plan
-from server.actions.results import RunDict, RunRecord, iso
-from server.actions.runner import ActionRunner
-from server.actions.triggers import DiskUsageTrigger, Fire, ScheduleTrigger
-from server.clock import Clock
-from server.config import (
+from spool.server.actions.describe import describe_step, describe_trigger
+from spool.server.actions.errors import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin
+from spool.server.actions.metricsdoc import MetricsDocument
+from spool.server.actions.plan import PlannedAction, ScheduledAction, journal_plan
+from spool.server.actions.results import RunDict, RunRecord, iso
+from spool.server.actions.runner import ActionRunner
+from spool.server.actions.triggers import DiskUsageTrigger, Fire, ScheduleTrigger
+from spool.server.clock import Clock
+from spool.server.config import (
     ActionParameter,
     Config,
     IfCondition,
@@ -47,9 +47,9 @@ from server.config import (
     OnStartup,
     Step,
 )
-from server.operations import Operations
-from server.txlog.journal import JournalInfo
-from server.txlog.pins import PinInfo
+from spool.server.operations import Operations
+from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.pins import PinInfo
 
 __all__ = ["SHUTDOWN_BUDGET", "STOP_BUDGET", "ActionInfo", "Actions"]
 

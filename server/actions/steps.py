@@ -1,9 +1,9 @@
 """What each condition and module does when a run reaches it.
 
 One coroutine per module, each taking its configuration and the :class:`StepContext` of
-the run and returning a :class:`~server.actions.results.StepResult` (the runner fills in
+the run and returning a :class:`~spool.server.actions.results.StepResult` (the runner fills in
 its index and duration). Every effect goes through the instance's admin surface
-(:class:`~server.operations.Operations`), the one REST uses: journals, statistics,
+(:class:`~spool.server.operations.Operations`), the one REST uses: journals, statistics,
 transports, replication destinations, the broker's own publish, the shutdown request. A module that cannot do its
 work returns ``failed`` with the reason (the runner also turns an unexpected exception into
 ``failed``): nothing here raises into the scheduler.
@@ -22,11 +22,11 @@ from typing import Final
 
 import orjson
 
-from server.actions.journals import JournalOp, PinnedJournal, select
-from server.actions.metricsdoc import MetricsDocument
-from server.actions.results import PinnedDict, StepResult, StepStatus
-from server.clock import Clock
-from server.config import (
+from spool.server.actions.journals import JournalOp, PinnedJournal, select
+from spool.server.actions.metricsdoc import MetricsDocument
+from spool.server.actions.results import PinnedDict, StepResult, StepStatus
+from spool.server.clock import Clock
+from spool.server.config import (
     ArchiveJournals,
     CompressJournals,
     Config,
@@ -44,15 +44,15 @@ from server.config import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from server.engine_errors import PublishRefused, TransportNotFound
-from server.expr import FilterSyntaxError, MessageView, compile_filter
-from server.operations import JournalDict, Operations
-from server.protocol.topic import is_regex_topic
-from server.queues.errors import QueueError
-from server.replication.errors import ReplicationError
-from server.stats.host import FilesystemUsage
-from server.txlog.errors import JournalPinned
-from server.units import format_duration
+from spool.server.engine_errors import PublishRefused, TransportNotFound
+from spool.server.expr import FilterSyntaxError, MessageView, compile_filter
+from spool.server.operations import JournalDict, Operations
+from spool.server.protocol.topic import is_regex_topic
+from spool.server.queues.errors import QueueError
+from spool.server.replication.errors import ReplicationError
+from spool.server.stats.host import FilesystemUsage
+from spool.server.txlog.errors import JournalPinned
+from spool.server.units import format_duration
 
 __all__ = ["MAX_EVENT_DEPTH", "RaiseEvent", "StepContext", "run_step"]
 

@@ -1,6 +1,6 @@
 """The triggers that fire by themselves: schedules and disk usage, each a task on the clock.
 
-Every trigger sleeps on the injected :class:`~server.clock.Clock` (a test drives it with a
+Every trigger sleeps on the injected :class:`~spool.server.clock.Clock` (a test drives it with a
 virtual clock and asserts exact times) and, when it fires, calls ``fire(trigger, detail,
 variables)``: the service runs the action unless it is running already (then the firing is
 skipped, never queued: a ten-second schedule behind a two-minute run does not pile up).
@@ -8,7 +8,7 @@ skipped, never queued: a ten-second schedule behind a two-minute run does not pi
 - **Timer** (``Every 15m``): fires every interval from the instance's start, on the
   monotonic clock; intervals missed while a run was in progress are skipped.
 - **Calendar** (``Daily 02:00``, ``Weekly Sun 03:00``, in a time zone): sleeps toward the
-  next wall-clock instant (:func:`server.actions.schedule.next_fire`) at most
+  next wall-clock instant (:func:`spool.server.actions.schedule.next_fire`) at most
   :data:`WALL_CHECK` at a time, so a wall clock that is set while it sleeps (NTP, a
   resumed machine) moves the run by at most that much.
 - **Disk usage** (``amps-action-on-disk-usage``): reads the file system's usage every
@@ -25,11 +25,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from server.actions.schedule import next_fire
-from server.clock import Clock
-from server.config import OnDiskUsage, OnSchedule
-from server.operations import Operations
-from server.stats.host import FilesystemUsage
+from spool.server.actions.schedule import next_fire
+from spool.server.clock import Clock
+from spool.server.config import OnDiskUsage, OnSchedule
+from spool.server.operations import Operations
+from spool.server.stats.host import FilesystemUsage
 
 __all__ = ["EARLY", "WALL_CHECK", "DiskUsageTrigger", "Fire", "ScheduleTrigger"]
 

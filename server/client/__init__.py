@@ -9,7 +9,7 @@ commands as bytes), ``connection`` (the transport: bytes in and out over a webso
 client over the others: stores, server chooser, reconnect; docs/ha-client.md).
 """
 
-from server.client.client import (
+from spool.server.client.client import (
     Ack,
     Client,
     ClientError,
@@ -19,10 +19,10 @@ from server.client.client import (
     SowResult,
     Subscription,
 )
-from server.client.connection import HandshakeFailed
-from server.client.errors import ReusedSequence, ReusedSequenceWarning
-from server.client.events import FailoverSafety
-from server.client.ha import (
+from spool.server.client.connection import HandshakeFailed
+from spool.server.client.errors import ReusedSequence, ReusedSequenceWarning
+from spool.server.client.events import FailoverSafety
+from spool.server.client.ha import (
     EPOCH,
     MOST_RECENT,
     NOW,
@@ -52,9 +52,9 @@ from server.client.ha import (
     StoreIOError,
     StoreLocked,
 )
-from server.client.queue import QueueMessage, QueueSubscription, subscribe_queue
-from server.client.sync import SyncClient, SyncSubscription
-from server.client.tls import client_context
+from spool.server.client.queue import QueueMessage, QueueSubscription, subscribe_queue
+from spool.server.client.sync import SyncClient, SyncSubscription
+from spool.server.client.tls import client_context
 
 __all__ = [
     "EPOCH",

@@ -1,6 +1,6 @@
 """The messages of one subscription that its consumer has not taken yet.
 
-Deliveries arrive in runs (:class:`~server.client.events.Delivered`: the consecutive
+Deliveries arrive in runs (:class:`~spool.server.client.events.Delivered`: the consecutive
 messages of one frame for one subscription), and the buffer keeps them as those runs: a
 frame of a thousand deliveries is one append, not a thousand queue puts, and
 :meth:`MessageBuffer.get_batch` hands a whole run to a consumer that wants batches
@@ -19,7 +19,7 @@ import asyncio
 from collections import deque
 from typing import Final
 
-from server.client.events import Message
+from spool.server.client.events import Message
 
 #: what :meth:`MessageBuffer.take` returns when nothing waits.
 EMPTY: Final = object()

@@ -2,16 +2,16 @@
 
 The client is three parts, so the HA client can reuse the first two as they are:
 
-- the *connection* (:mod:`server.client.connection`): one websocket, bytes in and out,
+- the *connection* (:mod:`spool.server.client.connection`): one websocket, bytes in and out,
   the reader, writer and heartbeat tasks; no protocol knowledge;
-- the *session state* (:mod:`server.client.state`, sans-I/O): frames in, events out;
+- the *session state* (:mod:`spool.server.client.state`, sans-I/O): frames in, events out;
   commands encoded and batched into frames; command ids, waiting commands, subscriptions
   by id, publish sequence numbers and the last persisted one;
 - this module: :class:`Client` composes the two. It turns commands into futures it awaits,
   and applies the state's events to asyncio objects: acks resolve futures, deliveries go
   to a :class:`Subscription`'s queue, persisted acks wake :meth:`Client.wait_persisted`.
 
-The package imports only ``server.protocol`` and ``websockets``.
+The package imports only ``spool.server.protocol`` and ``websockets``.
 
 Typical use::
 
@@ -30,10 +30,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from server.client.buffer import EMPTY, MessageBuffer
-from server.client.connection import Connector, Handlers, Transport, connect_websocket
-from server.client.errors import ClientError, Disconnected
-from server.client.events import (
+from spool.server.client.buffer import EMPTY, MessageBuffer
+from spool.server.client.connection import Connector, Handlers, Transport, connect_websocket
+from spool.server.client.errors import ClientError, Disconnected
+from spool.server.client.events import (
     Ack,
     Completed,
     ConnectionFailed,
@@ -49,9 +49,9 @@ from server.client.events import (
     QueryRecords,
     Replied,
 )
-from server.client.state import SessionState, encode_body
-from server.protocol.errors import ProtocolFailure, failure_for
-from server.protocol.frame import FrameError
+from spool.server.client.state import SessionState, encode_body
+from spool.server.protocol.errors import ProtocolFailure, failure_for
+from spool.server.protocol.frame import FrameError
 
 #: the queue item that ends a subscription's iteration (after an unsubscribe).
 _END: Final = object()
@@ -171,7 +171,7 @@ class Client:
             (backpressure reaches the broker, which then applies its slow-client policy).
         max_size: the largest frame accepted from the broker, in bytes.
         connector: opens the transport (default: a websocket); tests pass a double.
-        ssl: TLS context for a ``wss://`` URL (:func:`server.client.client_context`: a CA
+        ssl: TLS context for a ``wss://`` URL (:func:`spool.server.client.client_context`: a CA
             file, a client certificate for mutual TLS); refused with a ``ws://`` URL.
         logon_options: the logon's ``o``: ``failover`` (the broker's failover notices
             update :attr:`safety`), ``replicated`` (``replicated`` acks update

@@ -37,7 +37,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.frames import Opcode
 
-from server.client.websocket import (
+from spool.server.client.websocket import (
     Closed,
     Event,
     HandshakeRejected,
@@ -337,7 +337,7 @@ handshake before it drops the connection."""
 
 class _Stream(asyncio.BufferedProtocol):
     """The socket's side of a :class:`StreamTransport`: reads land in the buffer of an
-    :class:`~server.client.websocket.Inbound` (after the handshake's response head), whole
+    :class:`~spool.server.client.websocket.Inbound` (after the handshake's response head), whole
     messages wait in a deque for the transport's reader task."""
 
     def __init__(self, key: str, max_size: int | None) -> None:
@@ -478,7 +478,7 @@ class _Stream(asyncio.BufferedProtocol):
 
 class StreamTransport(_FrameTransport):
     """:class:`Transport` on an asyncio ``BufferedProtocol`` and Spool's own frame reader
-    (:mod:`server.client.websocket`): the socket reads into the one buffer the messages
+    (:mod:`spool.server.client.websocket`): the socket reads into the one buffer the messages
     are sliced from, once. The default transport (docs/performance.md, "Client")."""
 
     def __init__(self, stream: _Stream, handlers: Handlers) -> None:

@@ -1,7 +1,7 @@
 """What the Python client raises when the failure is not a broker failure ack.
 
 A broker refusal (a failure ack) is raised as its typed
-:class:`~server.protocol.errors.ProtocolFailure` subclass, the same classes the broker
+:class:`~spool.server.protocol.errors.ProtocolFailure` subclass, the same classes the broker
 itself uses, so a caller matches ``except errors.NotEntitled`` on both sides of the wire.
 Everything else the client raises is rooted here::
 
@@ -13,7 +13,7 @@ and :class:`ReusedSequenceWarning`, the warning of the same case (``reused_seq="
 
 When the connection ends because the broker sent a frame the client cannot parse, the
 :class:`Disconnected` is chained (``__cause__``) to the
-:class:`~server.protocol.frame.FrameError` that says what was wrong with it.
+:class:`~spool.server.protocol.frame.FrameError` that says what was wrong with it.
 """
 
 from __future__ import annotations

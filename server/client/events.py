@@ -1,8 +1,8 @@
 """What the client's session state reports: received values and the events that carry them.
 
-:meth:`server.client.state.SessionState.receive_frame` turns the bytes of one frame into a
+:meth:`spool.server.client.state.SessionState.receive_frame` turns the bytes of one frame into a
 list of these events, in the order their messages arrived. The API layer
-(:class:`server.client.client.Client`) applies them in that order; an HA client applies
+(:class:`spool.server.client.client.Client`) applies them in that order; an HA client applies
 the same events to its own stores. The events hold no asyncio objects: a subscription is
 whatever handle type ``S`` the owner registered with the state.
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
-from server.protocol.errors import ProtocolFailure
-from server.protocol.frame import FrameError
-from server.protocol.message import Delivery
+from spool.server.protocol.errors import ProtocolFailure
+from spool.server.protocol.frame import FrameError
+from spool.server.protocol.message import Delivery
 
 #: a message delivered to a subscription (topic, data, sub_ids, bookmark, timestamp,
 #: correlation_id, header, json()): built by the frame splitter for clients without a
@@ -264,7 +264,7 @@ class ConnectionFailed:
 #: the one heartbeat event (it carries nothing, so it is never allocated per beat).
 HEARTBEAT: Final = HeartbeatReceived()
 
-#: everything :meth:`~server.client.state.SessionState.receive_frame` returns.
+#: everything :meth:`~spool.server.client.state.SessionState.receive_frame` returns.
 Event: TypeAlias = (
     Delivered[S]
     | QueryRecords[S]

@@ -24,7 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, Final, TypeVar
 
-from server.client.client import Ack, Client, Message, Subscription
+from spool.server.client.client import Ack, Client, Message, Subscription
 
 __all__ = [
     "ACK",

@@ -13,10 +13,10 @@ once per loop turn, so everything queued in one turn leaves in one frame (PROTOC
 lets clients batch like the server does).
 
 Inbound, :meth:`SessionState.receive_frame` parses one frame and returns the
-:mod:`~server.client.events` its messages mean, in arrival order, after updating its own
+:mod:`~spool.server.client.events` its messages mean, in arrival order, after updating its own
 bookkeeping (waiting commands, persisted sequence, logon). The owner applies the events in
 that order. Like the websockets library's ``protocol.py``, a parse error is never raised:
-it becomes a :class:`~server.client.events.ConnectionFailed` event, and later frames are
+it becomes a :class:`~spool.server.client.events.ConnectionFailed` event, and later frames are
 ignored.
 """
 
@@ -29,13 +29,13 @@ from typing import Any, Final, Generic, TypeVar, cast
 
 import orjson
 
-from server.client.errors import (
+from spool.server.client.errors import (
     Disconnected,
     ReusedSequence,
     ReusedSequenceWarning,
     reused_text,
 )
-from server.client.events import (
+from spool.server.client.events import (
     HEARTBEAT,
     Ack,
     Completed,
@@ -54,11 +54,11 @@ from server.client.events import (
     Replicated,
     Replied,
 )
-from server.protocol.delivery import split_deliveries
-from server.protocol.errors import failure_for
-from server.protocol.frame import FrameError, encode_publishes
-from server.protocol.message import Message as FrameMessage
-from server.protocol.message import delivery_of
+from spool.server.protocol.delivery import split_deliveries
+from spool.server.protocol.errors import failure_for
+from spool.server.protocol.frame import FrameError, encode_publishes
+from spool.server.protocol.message import Message as FrameMessage
+from spool.server.protocol.message import delivery_of
 
 S = TypeVar("S")
 
@@ -83,7 +83,7 @@ class SessionState(Generic[S]):
     """One session's state: what was sent, what is awaited, what arrived.
 
     ``S`` is the owner's subscription handle (the asyncio client registers its
-    :class:`~server.client.client.Subscription` objects); deliveries and subscription
+    :class:`~spool.server.client.client.Subscription` objects); deliveries and subscription
     events carry the handle, so the owner never looks a subscription up again.
 
     Attributes:
@@ -198,7 +198,7 @@ class SessionState(Generic[S]):
         """Queue a command whose ``ack`` the owner will wait for; returns its command id.
 
         ``header`` keeps a ``cid`` it already has. The id stays in :attr:`waiting` until
-        the final ack arrives (a :class:`~server.client.events.Replied` event) or the
+        the final ack arrives (a :class:`~spool.server.client.events.Replied` event) or the
         owner stops waiting (:meth:`forget`).
         """
         cid: str = header.setdefault("cid", self.next_cid())
@@ -442,7 +442,7 @@ class SessionState(Generic[S]):
         """The events of one frame from the broker, in arrival order.
 
         Never raises: a malformed message ends the frame with a
-        :class:`~server.client.events.ConnectionFailed` event after the events of the
+        :class:`~spool.server.client.events.ConnectionFailed` event after the events of the
         messages before it, and every later frame is ignored.
         """
         if self.error is not None:
@@ -614,7 +614,7 @@ class SessionState(Generic[S]):
 
     def connection_lost(self, reason: str = "", code: int | None = None) -> None:
         """The connection ended: nothing waits any more, and later commands raise
-        :class:`~server.client.errors.Disconnected` with this reason and code."""
+        :class:`~spool.server.client.errors.Disconnected` with this reason and code."""
         if self._lost is None:
             self._lost = Disconnected(reason, code)
         self._waiting.clear()

@@ -1,4 +1,4 @@
-"""A thin synchronous wrapper over the asyncio :class:`~server.client.client.Client`.
+"""A thin synchronous wrapper over the asyncio :class:`~spool.server.client.client.Client`.
 
 It runs the async client on a private event loop in a daemon thread, so scripts and REPLs
 can use Spool without asyncio. Every call blocks until the async call finishes.
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from server.client.client import Ack, Client, LogonInfo, Message, SowResult, Subscription
+from spool.server.client.client import Ack, Client, LogonInfo, Message, SowResult, Subscription
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """TLS for the client: a context that verifies the broker by default.
 
-:func:`client_context` builds the :class:`ssl.SSLContext` a :class:`~server.client.Client`
+:func:`client_context` builds the :class:`ssl.SSLContext` a :class:`~spool.server.client.Client`
 (and the ``spool`` CLI) connects to a ``wss://`` URL with: the broker's certificate is
 verified against the system's CAs, or against ``cafile`` when given, and its host name
 checked; TLS 1.2 at least. ``certfile`` / ``keyfile`` present a client certificate
@@ -14,7 +14,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from server.client.errors import ClientError
+from spool.server.client.errors import ClientError
 
 __all__ = ["client_context"]
 

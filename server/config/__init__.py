@@ -26,16 +26,16 @@ Modules, each depending only on those above it::
     loader      load_config (a file), parse_config (text)
     defaults    default_config, with_overrides, render_default_xml
 
-Other modules import from this package only (``from server.config import Config``); the
-modules inside it are its own business. Password hashes are :mod:`server.passwords` and the
-regex-topic rule is :mod:`server.protocol.topic`: both are shared with other layers.
+Other modules import from this package only (``from spool.server.config import Config``); the
+modules inside it are its own business. Password hashes are :mod:`spool.server.passwords` and the
+regex-topic rule is :mod:`spool.server.protocol.topic`: both are shared with other layers.
 
 Decisions where CONFIG.md is silent are listed in docs/configuration.md.
 """
 
 from __future__ import annotations
 
-from server.config.actions import (
+from spool.server.config.actions import (
     BASE_VARIABLES,
     DISK_VARIABLES,
     ActionConfig,
@@ -69,16 +69,16 @@ from server.config.actions import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from server.config.defaults import default_config, render_default_xml, with_overrides
-from server.config.errors import (
+from spool.server.config.defaults import default_config, render_default_xml, with_overrides
+from spool.server.config.errors import (
     BIND_REQUIRES_USERS,
     SHARED_ADDRESS,
     ConfigError,
     InetAddrError,
     OriginError,
 )
-from server.config.loader import load_config, parse_config
-from server.config.model import (
+from spool.server.config.loader import load_config, parse_config
+from spool.server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
     EXPLICIT_JOURNAL_DIRECTORY,
     EXPLICIT_STATS_FILE,
@@ -101,7 +101,7 @@ from server.config.model import (
     TuningConfig,
     UserConfig,
 )
-from server.config.netaddr import (
+from spool.server.config.netaddr import (
     WebOrigin,
     format_inet_addr,
     is_loopback,
@@ -109,7 +109,7 @@ from server.config.netaddr import (
     parse_inet_addr,
     parse_origin,
 )
-from server.config.template import Template
+from spool.server.config.template import Template
 
 __all__ = [
     "BASE_VARIABLES",

@@ -3,8 +3,8 @@
 An action (CONFIG.md, AMPS "Actions") is a name, one or more triggers (``<On>``) and an
 ordered list of steps: conditions (``<If>``) and modules (``<Do>``), run in file order.
 Every trigger, condition and module is a dataclass of its own carrying exactly the options
-that module takes, already validated by :mod:`server.config.sections.actions`, so the
-scheduler (:mod:`server.actions`) never re-checks a value. Each carries its AMPS module name
+that module takes, already validated by :mod:`spool.server.config.sections.actions`, so the
+scheduler (:mod:`spool.server.actions`) never re-checks a value. Each carries its AMPS module name
 (``module``) and the path of its element (``where``), so run records and errors name the
 step the way the operator wrote it.
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final, Literal
 
-from server.config.template import Template
-from server.units import format_duration, format_size
+from spool.server.config.template import Template
+from spool.server.units import format_duration, format_size
 
 __all__ = [
     "ACTION_MODULES",

@@ -1,4 +1,4 @@
-"""From the element tree to a :class:`~server.config.model.Config`: the root and the
+"""From the element tree to a :class:`~spool.server.config.model.Config`: the root and the
 contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
@@ -30,14 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from server.config.actions import ActionConfig
-from server.config.errors import (
+from spool.server.config.actions import ActionConfig
+from spool.server.config.errors import (
     BIND_REQUIRES_USERS,
     PLAINTEXT_NEEDS_PERMISSION,
     SHARED_ADDRESS,
     SHARED_TLS,
 )
-from server.config.model import (
+from spool.server.config.model import (
     DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
@@ -53,20 +53,20 @@ from server.config.model import (
     TuningConfig,
     UserConfig,
 )
-from server.config.netaddr import format_inet_addr, is_loopback
-from server.config.sections.actions import read_actions
-from server.config.sections.admin import AdminPart, read_admin
-from server.config.sections.bootstrap import BootstrapPart, read_bootstrap
-from server.config.sections.replication import ReplicationPart, read_replication
-from server.config.sections.sow import read_sow
-from server.config.sections.tls import ListenerPart
-from server.config.sections.transactionlog import read_transaction_log
-from server.config.sections.transports import TransportPart, read_transports
-from server.config.sections.tuning import read_tuning
-from server.config.sections.users import read_users
-from server.config.values import Bind, Context, read_name, read_path
-from server.config.xmltree import Children, Node, Spec, fail, reject_attributes
-from server.units import format_size
+from spool.server.config.netaddr import format_inet_addr, is_loopback
+from spool.server.config.sections.actions import read_actions
+from spool.server.config.sections.admin import AdminPart, read_admin
+from spool.server.config.sections.bootstrap import BootstrapPart, read_bootstrap
+from spool.server.config.sections.replication import ReplicationPart, read_replication
+from spool.server.config.sections.sow import read_sow
+from spool.server.config.sections.tls import ListenerPart
+from spool.server.config.sections.transactionlog import read_transaction_log
+from spool.server.config.sections.transports import TransportPart, read_transports
+from spool.server.config.sections.tuning import read_tuning
+from spool.server.config.sections.users import read_users
+from spool.server.config.values import Bind, Context, read_name, read_path
+from spool.server.config.xmltree import Children, Node, Spec, fail, reject_attributes
+from spool.server.units import format_size
 
 __all__ = ["build"]
 

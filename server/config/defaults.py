@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from server.config.errors import (
+from spool.server.config.errors import (
     BIND_REQUIRES_USERS,
     PLAINTEXT_NEEDS_PERMISSION,
     ConfigError,
     InetAddrError,
 )
-from server.config.model import (
+from spool.server.config.model import (
     DEFAULT_HOST,
     DEFAULT_NAME,
     DEFAULT_PORT,
@@ -31,8 +31,8 @@ from server.config.model import (
     TransactionLogConfig,
     TransportConfig,
 )
-from server.config.netaddr import check_host, check_port, is_loopback
-from server.units import format_duration, format_size
+from spool.server.config.netaddr import check_host, check_port, is_loopback
+from spool.server.units import format_duration, format_size
 
 __all__ = ["default_config", "render_default_xml", "with_overrides"]
 

@@ -2,12 +2,12 @@
 
 Errors::
 
-    SpoolError (server.protocol.errors)
+    SpoolError (spool.server.protocol.errors)
     ├── ConfigError            a configuration that cannot run: .path, .line, .message
     ├── InetAddrError          an address that is not HOST:PORT (also a ValueError)
     └── OriginError            a web origin that is not scheme://host[:port] (also a ValueError)
 
-(:class:`server.passwords.InvalidPasswordHash` and :class:`server.units.UnitError` are
+(:class:`spool.server.passwords.InvalidPasswordHash` and :class:`spool.server.units.UnitError` are
 raised by the value parsers the loader uses; the loader turns both into a
 :class:`ConfigError` at the element that holds the value.)
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = [
     "BIND_REQUIRES_USERS",

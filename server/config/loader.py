@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from server.config.build import build
-from server.config.errors import ConfigError
-from server.config.model import Config
-from server.config.values import Context
-from server.config.xmltree import parse_tree
+from spool.server.config.build import build
+from spool.server.config.errors import ConfigError
+from spool.server.config.model import Config
+from spool.server.config.values import Context
+from spool.server.config.xmltree import parse_tree
 
 __all__ = ["load_config", "parse_config"]
 

@@ -1,6 +1,6 @@
 """The configuration model: frozen dataclasses the rest of the broker reads.
 
-Everything here is already validated: the loader (:mod:`server.config.build`) refuses a
+Everything here is already validated: the loader (:mod:`spool.server.config.build`) refuses a
 file before any of these is built from it, so readers never re-check a value. Paths are
 absolute, durations are float seconds, sizes int bytes. :class:`TransactionLogConfig`
 also answers "is this topic recorded?" with a matcher compiled once per rule tuple.
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from server.config.actions import ActionConfig
-from server.config.netaddr import format_inet_addr, is_loopback
+from spool.server.config.actions import ActionConfig
+from spool.server.config.netaddr import format_inet_addr, is_loopback
 
 __all__ = [
     "DEFAULT_HOST",

@@ -21,7 +21,7 @@ import ipaddress
 import re
 from typing import Final, NamedTuple
 
-from server.config.errors import InetAddrError, OriginError
+from spool.server.config.errors import InetAddrError, OriginError
 
 __all__ = [
     "WebOrigin",

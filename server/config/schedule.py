@@ -13,7 +13,7 @@ explicitly, as in AMPS; it contradicts a ``TimeZone`` that is not UTC. Words are
 case-insensitive; day names are English, whole or in three letters.
 
 This module only parses (sans-I/O apart from loading the zone from the system's time
-zone database); :mod:`server.actions.schedule` computes when a schedule fires.
+zone database); :mod:`spool.server.actions.schedule` computes when a schedule fires.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import re
 import zoneinfo
 from typing import Final
 
-from server.config.actions import Schedule
-from server.units import UnitError, parse_duration
+from spool.server.config.actions import Schedule
+from spool.server.units import UnitError, parse_duration
 
 __all__ = ["MAX_INTERVAL", "MIN_INTERVAL", "ScheduleError", "check_zone", "parse_every"]
 

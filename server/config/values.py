@@ -2,7 +2,7 @@
 
 Every reader takes the element (for the path and line of its error) and the
 :class:`Context` (environment and base directory), and either returns the value in the
-model's units or raises a :class:`~server.config.errors.ConfigError` at that element. Range
+model's units or raises a :class:`~spool.server.config.errors.ConfigError` at that element. Range
 checks live with the reader (``minimum``/``maximum``) so that every range error reads the
 same way; the section readers choose the bounds.
 """
@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from server.config.errors import InetAddrError
-from server.config.netaddr import parse_inet_addr
-from server.config.xmltree import Node, fail
-from server.regex import RegexRefused, compile_regex
-from server.units import UnitError, format_duration, format_size, parse_duration, parse_size
+from spool.server.config.errors import InetAddrError
+from spool.server.config.netaddr import parse_inet_addr
+from spool.server.config.xmltree import Node, fail
+from spool.server.regex import RegexRefused, compile_regex
+from spool.server.units import UnitError, format_duration, format_size, parse_duration, parse_size
 
 __all__ = [
     "DAY",
@@ -216,7 +216,7 @@ def read_linear_regex(node: Node, ctx: Context) -> str:
 
 
 def read_bind(node: Node, ctx: Context) -> Bind:
-    """An ``InetAddr`` (see :func:`~server.config.netaddr.parse_inet_addr`)."""
+    """An ``InetAddr`` (see :func:`~spool.server.config.netaddr.parse_inet_addr`)."""
     try:
         host, port = parse_inet_addr(read_value(node, ctx))
     except InetAddrError as exc:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from xml.parsers import expat
 
-from server.config.errors import ConfigError
+from spool.server.config.errors import ConfigError
 
 __all__ = ["Children", "Node", "Spec", "fail", "parse_tree", "reject_attributes"]
 

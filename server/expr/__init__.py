@@ -31,7 +31,7 @@ The language itself is documented in docs/filters.md.
 
 from __future__ import annotations
 
-from server.expr.cache import (
+from spool.server.expr.cache import (
     CACHE_SIZE,
     cache_sizes,
     clear_caches,
@@ -39,12 +39,12 @@ from server.expr.cache import (
     compile_value,
     is_known,
 )
-from server.expr.compiled import Filter, ValueExpr
-from server.expr.errors import FilterSyntaxError
-from server.expr.functions import FUNCTIONS
-from server.expr.parser import parse
-from server.expr.reference import evaluate_reference
-from server.expr.view import MessageView
+from spool.server.expr.compiled import Filter, ValueExpr
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.expr.functions import FUNCTIONS
+from spool.server.expr.parser import parse
+from spool.server.expr.reference import evaluate_reference
+from spool.server.expr.view import MessageView
 
 __all__ = [
     "CACHE_SIZE",

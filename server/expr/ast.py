@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.expr.values import Value, format_float
-from server.regex import Regex
+from spool.server.expr.values import Value, format_float
+from spool.server.regex import Regex
 
 MAX_DEPTH: Final = 64
 """Deepest tree (and deepest nesting of parentheses, calls and unary operators) accepted."""

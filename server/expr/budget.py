@@ -7,10 +7,10 @@ what one filter may cost is bounded before any of that work is done:
 - it has at most :data:`TOKENS_MAX` tokens (refused after the lexer, before the parser:
   the tree has at most one node per token, so this bounds the nodes, the ``IN`` lists
   and the closures compiled from them);
-- its nesting is at most :data:`~server.expr.ast.MAX_DEPTH` levels (the parser);
+- its nesting is at most :data:`~spool.server.expr.ast.MAX_DEPTH` levels (the parser);
 - its regular expressions (``LIKE``, ``REGEXP_MATCH`` with a literal pattern) compile to
   at most :data:`REGEX_PROGRAM_MAX` instructions in all (each one at most
-  :data:`server.regex.PROGRAM_MAX`): a search costs about that many steps per character
+  :data:`spool.server.regex.PROGRAM_MAX`): a search costs about that many steps per character
   of the text searched, and the patterns are compiled as the parser meets them, so the
   total is checked after each one;
 - the string functions that can make a string longer than their inputs (``REPLACE``,
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from server.expr.errors import FilterSyntaxError
+from spool.server.expr.errors import FilterSyntaxError
 
 __all__ = [
     "BUILD_MAX",

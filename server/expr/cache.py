@@ -2,7 +2,7 @@
 
 :func:`compile_filter` and :func:`compile_value` are the entry points of the package. Both
 keep what they compiled in a bounded LRU keyed by text and clock, so 1,000 subscriptions
-with the same filter share one :class:`~server.expr.compiled.Filter`, and a client that
+with the same filter share one :class:`~spool.server.expr.compiled.Filter`, and a client that
 subscribes and unsubscribes in a loop does not recompile (nor grow memory without bound).
 A text that does not compile is remembered too (:data:`REFUSED_SIZE` of them): a client
 sending the same large bad filter again is answered without parsing it again, and a
@@ -16,11 +16,11 @@ import threading
 from collections import OrderedDict
 from typing import Final, Generic, TypeVar
 
-from server.clock import SYSTEM_CLOCK, Clock
-from server.expr.ast import Node
-from server.expr.compiled import Filter, ValueExpr
-from server.expr.errors import FilterSyntaxError
-from server.expr.parser import parse
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.expr.ast import Node
+from spool.server.expr.compiled import Filter, ValueExpr
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.expr.parser import parse
 
 CACHE_SIZE: Final = 4096
 """Compiled filters (and value expressions) kept by the LRU caches."""

@@ -1,7 +1,7 @@
 """The building blocks every compiled expression is made of: closures over a message view.
 
 A compiled expression is a tree of plain Python closures taking a
-:class:`~server.expr.view.MessageView`. ``value`` closures (:data:`Fn`) return the
+:class:`~spool.server.expr.view.MessageView`. ``value`` closures (:data:`Fn`) return the
 three-valued result; ``true``/``false`` closures (:data:`Pred`) answer "is it TRUE?" /
 "is it FALSE?" with a plain bool, which is all ``Filter.matches`` needs. The pieces here
 are the ones every node kind shares: constants, field reads and ``and``/``or`` chains.
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from server.expr.values import Value, resolve
-from server.expr.view import MessageView
+from spool.server.expr.values import Value, resolve
+from spool.server.expr.view import MessageView
 
 Fn = Callable[[MessageView], Value]
 """A compiled expression in ``value`` mode."""

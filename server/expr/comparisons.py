@@ -5,7 +5,7 @@ generated from a small source template per (operator, constant kind, mode), with
 operator written inline, the dict lookup inline for top-level fields, and a type test
 that sends the common case (a number against a number, a string against a string)
 straight to one Python comparison. Anything else (arrays, NULL, booleans, a numeric
-string against a number) falls back to :func:`server.expr.values.compare`, the same
+string against a number) falls back to :func:`spool.server.expr.values.compare`, the same
 function the reference evaluator uses. Templates contain no user data: the key and the
 constant are closure variables. A comparison of two computed values always goes through
 ``compare``.
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from server.expr.closures import Fn, Mode, constant
-from server.expr.values import COMPARISONS, Value, comparable, compare, parse_number
+from spool.server.expr.closures import Fn, Mode, constant
+from spool.server.expr.values import COMPARISONS, Value, comparable, compare, parse_number
 
 _OP_SOURCE: Final = {
     "=": "==",

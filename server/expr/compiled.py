@@ -2,7 +2,7 @@
 
 A :class:`Filter` answers "does this message match?" (subscriptions, SOW queries, queue
 barriers); a :class:`ValueExpr` gives an expression's value (conflation keys, SOW keys,
-Spark). Both wrap the closure the :class:`~server.expr.compiler.Compiler` built, plus what
+Spark). Both wrap the closure the :class:`~spool.server.expr.compiler.Compiler` built, plus what
 callers need to know about the expression without evaluating it (the fields and
 functions it reads). Evaluation never raises: a filter runs inside the fan-out, where an
 exception would take a session down for one odd message.
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 
-from server.clock import Clock
-from server.expr.ast import Call, Field, Node, walk
-from server.expr.closures import Fn, Pred
-from server.expr.compiler import Compiler
-from server.expr.values import Value
-from server.expr.view import MessageView
+from spool.server.clock import Clock
+from spool.server.expr.ast import Call, Field, Node, walk
+from spool.server.expr.closures import Fn, Pred
+from spool.server.expr.compiler import Compiler
+from spool.server.expr.values import Value
+from spool.server.expr.view import MessageView
 
 
 def _paths(tree: Node) -> frozenset[str]:

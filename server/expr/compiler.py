@@ -7,19 +7,19 @@ Design, and why:
   needs "is TRUE", and three-valued logic maps onto the modes without ever materialising
   NULL: ``a AND b`` is TRUE iff both are TRUE, ``NOT a`` is TRUE iff ``a`` is FALSE, and so
   on. Each mode is a chain of plain ``and``/``or`` over bools
-  (:mod:`server.expr.closures`).
+  (:mod:`spool.server.expr.closures`).
 * ``field OP constant``, the shape of most filters, is generated from source templates
-  with the operator inline (:mod:`server.expr.comparisons`).
+  with the operator inline (:mod:`spool.server.expr.comparisons`).
 * ``IN`` with constant lists becomes set lookups; ``LIKE`` keeps its compiled pattern;
   ``BETWEEN`` two numbers is one chained Python comparison for numeric fields.
 * Sub-expressions without fields, clock or message functions are folded at compile time
-  by the reference evaluator (:mod:`server.expr.folding`), so a constant means exactly
+  by the reference evaluator (:mod:`spool.server.expr.folding`), so a constant means exactly
   what the reference says.
-* The body is read through :class:`~server.expr.view.MessageView`, parsed on first field
+* The body is read through :class:`~spool.server.expr.view.MessageView`, parsed on first field
   access, once per message however many filters read it.
 
-:class:`~server.expr.compiled.Filter` and :class:`~server.expr.compiled.ValueExpr` wrap
-the closures this module builds; :func:`~server.expr.cache.compile_filter` is the entry
+:class:`~spool.server.expr.compiled.Filter` and :class:`~spool.server.expr.compiled.ValueExpr` wrap
+the closures this module builds; :func:`~spool.server.expr.cache.compile_filter` is the entry
 point callers use.
 """
 
@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from server.clock import Clock
-from server.expr.ast import (
+from spool.server.clock import Clock
+from spool.server.expr.ast import (
     Affix,
     And,
     Arith,
@@ -45,7 +45,7 @@ from server.expr.ast import (
     Or,
     Unary,
 )
-from server.expr.closures import (
+from spool.server.expr.closures import (
     Fn,
     Mode,
     Pred,
@@ -55,10 +55,10 @@ from server.expr.closures import (
     constant,
     field_getter,
 )
-from server.expr.comparisons import constant_comparison, general_comparison
-from server.expr.folding import ConstantFolder
-from server.expr.functions import FUNCTIONS, invoke
-from server.expr.values import (
+from spool.server.expr.comparisons import constant_comparison, general_comparison
+from spool.server.expr.folding import ConstantFolder
+from spool.server.expr.functions import FUNCTIONS, invoke
+from spool.server.expr.values import (
     ARITHMETIC,
     FLIPPED,
     Value,
@@ -75,7 +75,7 @@ from server.expr.values import (
     positive,
     truth,
 )
-from server.expr.view import MessageView
+from spool.server.expr.view import MessageView
 
 _PREDICATES: Final = (Comparison, In, Between, Like, Affix, IsNull, And, Or, Not)
 """Nodes whose value is already True/False/None (no truth() conversion needed)."""

@@ -2,7 +2,7 @@
 
 Hierarchy::
 
-    server.protocol.errors.BadFilter     wire reason "bad filter"
+    spool.server.protocol.errors.BadFilter     wire reason "bad filter"
     └── FilterSyntaxError                 carries .position (1-based column) and .message
 
 Everything wrong with the *text* of an expression (a lexical error, a grammar error, an
@@ -15,7 +15,7 @@ number is needed) never raise: they evaluate to NULL (see docs/filters.md).
 
 from __future__ import annotations
 
-from server.protocol.errors import BadFilter
+from spool.server.protocol.errors import BadFilter
 
 
 class FilterSyntaxError(BadFilter):

@@ -2,19 +2,19 @@
 
 A sub-expression without fields, clock or message functions has the same value for every
 message, so the compiler replaces it by that value. The value is computed by the
-reference evaluator (:func:`~server.expr.reference.evaluate_node`), so a folded constant
+reference evaluator (:func:`~spool.server.expr.reference.evaluate_node`), so a folded constant
 means exactly what the reference says it means -- the differential tests compare the two
 evaluators, and folding cannot make them disagree.
 """
 
 from __future__ import annotations
 
-from server.clock import Clock
-from server.expr.ast import Call, Field, Literal, Node
-from server.expr.functions import FUNCTIONS
-from server.expr.reference import evaluate_node
-from server.expr.values import Value
-from server.expr.view import MessageView
+from spool.server.clock import Clock
+from spool.server.expr.ast import Call, Field, Literal, Node
+from spool.server.expr.functions import FUNCTIONS
+from spool.server.expr.reference import evaluate_node
+from spool.server.expr.values import Value
+from spool.server.expr.view import MessageView
 
 
 class ConstantFolder:

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from server.expr.ast import Step, is_name_char
-from server.expr.errors import FilterSyntaxError
+from spool.server.expr.ast import Step, is_name_char
+from spool.server.expr.errors import FilterSyntaxError
 
 
 class Kind(enum.Enum):

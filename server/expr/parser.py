@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from server.expr.ast import (
+from spool.server.expr.ast import (
     MAX_DEPTH,
     Affix,
     And,
@@ -39,10 +39,10 @@ from server.expr.ast import (
     Or,
     Unary,
 )
-from server.expr.budget import check_regex_total, check_text, check_tokens
-from server.expr.errors import FilterSyntaxError
-from server.expr.functions import compile_regex, lookup
-from server.expr.lexer import Kind, Token, tokenize
+from spool.server.expr.budget import check_regex_total, check_text, check_tokens
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.expr.functions import compile_regex, lookup
+from spool.server.expr.lexer import Kind, Token, tokenize
 
 _COMPARISON_OPS: Final = frozenset({"=", "==", "!=", "<>", "<", "<=", ">", ">="})
 _KEYWORDS: Final = frozenset(

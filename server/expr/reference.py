@@ -9,8 +9,8 @@ differential property test). The compiler also uses it to fold constant sub-expr
 
 from __future__ import annotations
 
-from server.clock import SYSTEM_CLOCK, Clock
-from server.expr.ast import (
+from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.expr.ast import (
     Affix,
     And,
     Arith,
@@ -28,9 +28,9 @@ from server.expr.ast import (
     Or,
     Unary,
 )
-from server.expr.functions import FUNCTIONS, invoke
-from server.expr.parser import parse
-from server.expr.values import (
+from spool.server.expr.functions import FUNCTIONS, invoke
+from spool.server.expr.parser import parse
+from spool.server.expr.values import (
     ARITHMETIC,
     COMPARISONS,
     Value,
@@ -47,7 +47,7 @@ from server.expr.values import (
     resolve,
     truth,
 )
-from server.expr.view import MessageView
+from spool.server.expr.view import MessageView
 
 
 class Reference:

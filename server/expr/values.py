@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from server.regex import Regex
+from spool.server.regex import Regex
 
 Value = Any
 """``None | bool | int | float | str | list[Value] | dict[str, Value]``."""

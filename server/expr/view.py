@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import orjson
 
-from server.expr.values import Value
+from spool.server.expr.values import Value
 
 #: body parses so far (see the module docstring for why not a class attribute)
 _PARSES: list[int] = [0]

@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-from server.pipeline.errors import AdminRequestFailed
+from spool.server.pipeline.errors import AdminRequestFailed
 
 __all__ = ["AdminClient", "LogPosition"]
 

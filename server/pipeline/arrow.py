@@ -30,7 +30,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from server.pipeline.scanner import Columns, Damage
+from spool.server.pipeline.scanner import Columns, Damage
 
 __all__ = ["ARROW_SCHEMA", "COLUMNS", "SPARK_SCHEMA", "damage_batch", "records_batch"]
 

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server.pipeline.errors import PipelineNotInstalled
+from spool.server.pipeline.errors import PipelineNotInstalled
 
 __all__ = ["add_commands", "register"]
 
@@ -84,7 +84,7 @@ def _error(command: str, exc: BaseException) -> int:
 def _load(command: str) -> Any:
     """The job machinery (imports Spark); None after reporting a missing extra."""
     try:
-        return importlib.import_module("server.pipeline.jobs")
+        return importlib.import_module("spool.server.pipeline.jobs")
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "pandas"):
             print(f"spool pipeline {command}: {PipelineNotInstalled(exc.name)}", file=sys.stderr)

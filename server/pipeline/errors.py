@@ -23,7 +23,7 @@ Hierarchy::
 
 from __future__ import annotations
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = [
     "AdminRequestFailed",

@@ -22,9 +22,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from server.pipeline.errors import BadOption
-from server.pipeline.scope import Scope
-from server.pipeline.tally import DamageReport, Tally
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.scope import Scope
+from spool.server.pipeline.tally import DamageReport, Tally
 
 __all__ = ["EXPORT_COLUMNS", "ExportResult", "check_export", "run_export", "topic_selector"]
 

@@ -3,7 +3,7 @@
 Like AMPS's ``amps-grep``, but distributed: the journals are scanned by the ``spool``
 source (seq range from ``--from`` / ``--to`` pushed down to index blocks), and each
 executor runs, per Arrow batch, the topic regular expression and the content filter
-compiled by :mod:`server.expr` (``Filter.select`` over the batch, the same evaluation a
+compiled by :mod:`spool.server.expr` (``Filter.select`` over the batch, the same evaluation a
 bookmark subscription's replay uses: ``TOPIC()``, ``BOOKMARK()`` and ``TIMESTAMP()``
 as the broker sees them; ``CLIENT_NAME()`` is empty, the journal keeps only the
 publisher's id). Output: JSON lines (``bookmark``, ``timestamp``, ``topic``, ``data``; a
@@ -24,11 +24,11 @@ import orjson
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from server.bookmarks import format_timestamp_us
-from server.expr import compile_filter
-from server.pipeline.errors import BadOption
-from server.pipeline.scope import Scope
-from server.pipeline.tally import DamageReport, Tally
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.expr import compile_filter
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.scope import Scope
+from spool.server.pipeline.tally import DamageReport, Tally
 
 __all__ = ["GrepResult", "check_grep", "grep_frame", "run_grep"]
 

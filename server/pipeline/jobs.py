@@ -18,15 +18,15 @@ from typing import IO
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from server.expr import FilterSyntaxError
-from server.pipeline.errors import BadOption, PipelineError
-from server.pipeline.export import check_export, run_export
-from server.pipeline.grep import check_grep, run_grep
-from server.pipeline.progress import Progress
-from server.pipeline.scope import Scope
-from server.pipeline.session import spark_session
-from server.pipeline.stats import check_stats, interval_name, parse_intervals, run_stats
-from server.pipeline.tally import DamageReport, Tally
+from spool.server.expr import FilterSyntaxError
+from spool.server.pipeline.errors import BadOption, PipelineError
+from spool.server.pipeline.export import check_export, run_export
+from spool.server.pipeline.grep import check_grep, run_grep
+from spool.server.pipeline.progress import Progress
+from spool.server.pipeline.scope import Scope
+from spool.server.pipeline.session import spark_session
+from spool.server.pipeline.stats import check_stats, interval_name, parse_intervals, run_stats
+from spool.server.pipeline.tally import DamageReport, Tally
 
 __all__ = ["run"]
 

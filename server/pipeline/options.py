@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final, Literal
 
-from server.pipeline.errors import BadOption
-from server.pipeline.planner import DEFAULT_SLICE_BYTES
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.planner import DEFAULT_SLICE_BYTES
 
 __all__ = [
     "READ_OPTIONS",

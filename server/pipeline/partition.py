@@ -15,12 +15,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from server.pipeline.arrow import damage_batch, records_batch
-from server.pipeline.errors import DamagedJournal
-from server.pipeline.options import Mode
-from server.pipeline.planner import Slice
-from server.pipeline.predicate import ScanPredicate
-from server.pipeline.scanner import Columns, SliceScanner
+from spool.server.pipeline.arrow import damage_batch, records_batch
+from spool.server.pipeline.errors import DamagedJournal
+from spool.server.pipeline.options import Mode
+from spool.server.pipeline.planner import Slice
+from spool.server.pipeline.predicate import ScanPredicate
+from spool.server.pipeline.scanner import Columns, SliceScanner
 
 __all__ = ["SlicePartition", "read_slice"]
 

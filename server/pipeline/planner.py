@@ -2,7 +2,7 @@
 
 A :class:`Slice` is a contiguous run of whole index blocks of one journal (a few MB, so a
 large journal gives several), or the unindexed rest of a journal. The planner drops the
-blocks a :class:`~server.pipeline.predicate.ScanPredicate` cannot match, using only the
+blocks a :class:`~spool.server.pipeline.predicate.ScanPredicate` cannot match, using only the
 indexes (no journal byte is read here):
 
 - **seq**: blocks outside the seq range (each block knows its first seq and count);
@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.pipeline.catalog import Block, Catalog, JournalFile
-from server.pipeline.predicate import ScanPredicate
+from spool.server.pipeline.catalog import Block, Catalog, JournalFile
+from spool.server.pipeline.predicate import ScanPredicate
 
 __all__ = ["DEFAULT_SLICE_BYTES", "ScanPlan", "Slice", "plan_scan"]
 

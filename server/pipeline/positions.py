@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from server.bookmarks import BookmarkPoint, Epoch, Now, TimePoint, parse_bookmark
-from server.pipeline.catalog import Catalog
-from server.pipeline.errors import BadOption
-from server.protocol.errors import InvalidBookmark
+from spool.server.bookmarks import BookmarkPoint, Epoch, Now, TimePoint, parse_bookmark
+from spool.server.pipeline.catalog import Catalog
+from spool.server.pipeline.errors import BadOption
+from spool.server.protocol.errors import InvalidBookmark
 
 __all__ = ["seq_at"]
 

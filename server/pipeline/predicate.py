@@ -3,7 +3,7 @@
 A :class:`ScanPredicate` is the conjunction a reader applies to each record's header
 before it copies the body, and the planner uses to skip whole index blocks (seq and
 publisher ranges exactly, time by the blocks' running maximum). It is a plain value:
-picklable, hashable, no Spark in it; :mod:`server.pipeline.pushdown` builds one from the
+picklable, hashable, no Spark in it; :mod:`spool.server.pipeline.pushdown` builds one from the
 filters Spark pushes, the jobs build one from their command line.
 
 Bounds are inclusive. Times are microseconds since the Unix epoch (UTC), as in the log.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
-from server.txlog.record import RecordKind
+from spool.server.txlog.record import RecordKind
 
 __all__ = ["KIND_CODES", "KIND_NAMES", "MAX_SEQ", "ScanPredicate"]
 

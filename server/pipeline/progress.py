@@ -15,7 +15,7 @@ from typing import TextIO
 
 from pyspark import SparkContext
 
-from server.pipeline.tally import Tally
+from spool.server.pipeline.tally import Tally
 
 __all__ = ["Progress"]
 

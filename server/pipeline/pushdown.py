@@ -1,4 +1,4 @@
-"""Spark's pushed filters -> a :class:`~server.pipeline.predicate.ScanPredicate`.
+"""Spark's pushed filters -> a :class:`~spool.server.pipeline.predicate.ScanPredicate`.
 
 Spark offers the source the conjuncts of a query's WHERE clause (``pushFilters``). The
 ones on ``seq``, ``timestamp``, ``topic``, ``publisher_id`` and ``kind`` that a predicate
@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from server.pipeline.predicate import KIND_CODES, ScanPredicate
+from spool.server.pipeline.predicate import KIND_CODES, ScanPredicate
 
 __all__ = ["push_filters"]
 

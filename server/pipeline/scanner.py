@@ -1,12 +1,12 @@
 """Reading a slice: journal bytes -> columns of kept records, and damage reports.
 
 The executor side of the source. A :class:`SliceScanner` reads its slice's bytes through
-:mod:`server.txlog.reader` (plain files by ``pread``, compressed ones chunk by chunk),
+:mod:`spool.server.txlog.reader` (plain files by ``pread``, compressed ones chunk by chunk),
 checks them, and decodes the records with the record codec's header
-(:data:`server.txlog.codec.HEADER`; :func:`~server.txlog.codec.check_at` names the damage,
-:func:`~server.txlog.codec.build_record` decodes the rare records with a replication path,
+(:data:`spool.server.txlog.codec.HEADER`; :func:`~spool.server.txlog.codec.check_at` names the damage,
+:func:`~spool.server.txlog.codec.build_record` decodes the rare records with a replication path,
 correlation id or SOW key) into plain Python lists, one per column, that
-:mod:`server.pipeline.arrow` turns into Arrow record batches.
+:mod:`spool.server.pipeline.arrow` turns into Arrow record batches.
 
 Checks, as the log's own readers do them: each index block is checked with one CRC-32C
 over its bytes (the index keeps it); the records of a block that checks skip their own
@@ -17,7 +17,7 @@ exact record. Every record's format byte, lengths and sequence are checked in an
 :class:`Damage` (journal, offset, reason, seqs and bytes lost) and goes on at the next
 index block, whose start the index gives; in unindexed bytes, where no record boundary is
 known after the damage, it goes on with the next slice. Unindexed bytes are read in
-windows of whole records (:class:`~server.txlog.reader.RecordWindows`), which decides
+windows of whole records (:class:`~spool.server.txlog.reader.RecordWindows`), which decides
 where their data ends exactly as ``spool journal verify`` does. A slice's records are
 decoded with the predicate applied on the header, so filtered-out records cost no body
 copy.
@@ -32,11 +32,11 @@ from typing import Final
 
 import google_crc32c
 
-from server.pipeline.catalog import Block
-from server.pipeline.errors import UnreadableJournal
-from server.pipeline.planner import Slice
-from server.pipeline.predicate import KIND_NAMES, ScanPredicate
-from server.txlog.codec import (
+from spool.server.pipeline.catalog import Block
+from spool.server.pipeline.errors import UnreadableJournal
+from spool.server.pipeline.planner import Slice
+from spool.server.pipeline.predicate import KIND_NAMES, ScanPredicate
+from spool.server.txlog.codec import (
     CRC_RESIDUE,
     FORMAT,
     HEADER,
@@ -46,10 +46,10 @@ from server.txlog.codec import (
     check_at,
     decode_text,
 )
-from server.txlog.errors import CorruptRecord
-from server.txlog.files import Compression, journal_name
-from server.txlog.reader import JournalSource, RecordWindows, open_source
-from server.txlog.record import FLAG_RELEASED, RecordKind
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.files import Compression, journal_name
+from spool.server.txlog.reader import JournalSource, RecordWindows, open_source
+from spool.server.txlog.record import FLAG_RELEASED, RecordKind
 
 __all__ = ["Columns", "Damage", "ScanStats", "SliceScanner", "open_journal"]
 

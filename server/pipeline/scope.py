@@ -17,11 +17,11 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from server.bookmarks import BookmarkPoint, TimePoint, parse_bookmark
-from server.pipeline.catalog import Catalog
-from server.pipeline.errors import BadOption
-from server.pipeline.predicate import MAX_SEQ
-from server.protocol.errors import InvalidBookmark
+from spool.server.bookmarks import BookmarkPoint, TimePoint, parse_bookmark
+from spool.server.pipeline.catalog import Catalog
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.predicate import MAX_SEQ
+from spool.server.protocol.errors import InvalidBookmark
 
 __all__ = ["Scope"]
 

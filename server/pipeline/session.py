@@ -1,10 +1,10 @@
 """A SparkSession for the pipeline: checked Java, loopback defaults, quiet logs, ``spool``.
 
 :func:`spark_session` is what ``spool pipeline`` and the tests use; applications can use
-it too or build their own session and call :func:`~server.pipeline.source.register`.
+it too or build their own session and call :func:`~spool.server.pipeline.source.register`.
 
 - **Java**: Spark needs Java 17 or newer; a missing or older one is a
-  :class:`~server.pipeline.errors.JavaNotFound` naming what to install, before Spark
+  :class:`~spool.server.pipeline.errors.JavaNotFound` naming what to install, before Spark
   prints a page of launcher errors.
 - **Local by default, loopback only**: the master is ``local[*]`` unless given (or set by
   ``spark-submit``); in local mode the driver binds 127.0.0.1, the web UI is off (it
@@ -32,8 +32,8 @@ from typing import Final
 
 from pyspark.sql import SparkSession
 
-from server.pipeline.errors import JavaNotFound
-from server.pipeline.source import register
+from spool.server.pipeline.errors import JavaNotFound
+from spool.server.pipeline.source import register
 
 __all__ = ["LOG4J_CONFIG", "check_java", "spark_session"]
 

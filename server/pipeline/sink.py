@@ -1,7 +1,7 @@
 """``df.write.format("spool")``: rows published to a broker, each stored exactly once.
 
 Each write task publishes its partition's rows through the Python client
-(:mod:`server.client`) under the client name ``<clientName>-<partition>`` with the
+(:mod:`spool.server.client`) under the client name ``<clientName>-<partition>`` with the
 publish sequences ``1, 2, 3...`` in row order, asking for persisted acks. The broker keeps,
 per client name, the highest sequence stored and drops anything at or below it as a
 duplicate (PROTOCOL.md). So when Spark retries a task (an executor died, a speculative
@@ -38,9 +38,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from server.client import Client, client_context
-from server.pipeline.errors import BadOption, PublishFailed
-from server.pipeline.options import WriteOptions
+from spool.server.client import Client, client_context
+from spool.server.pipeline.errors import BadOption, PublishFailed
+from spool.server.pipeline.options import WriteOptions
 
 __all__ = ["SinkCommit", "SpoolWriter"]
 

@@ -33,16 +33,16 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from server.pipeline.arrow import SPARK_SCHEMA
-from server.pipeline.catalog import Catalog
-from server.pipeline.options import ReadOptions, parse_read, parse_stream, parse_write
-from server.pipeline.partition import SlicePartition
-from server.pipeline.planner import plan_scan
-from server.pipeline.positions import seq_at
-from server.pipeline.predicate import MAX_SEQ, ScanPredicate
-from server.pipeline.pushdown import push_filters
-from server.pipeline.sink import SpoolWriter
-from server.pipeline.stream import SpoolStreamReader
+from spool.server.pipeline.arrow import SPARK_SCHEMA
+from spool.server.pipeline.catalog import Catalog
+from spool.server.pipeline.options import ReadOptions, parse_read, parse_stream, parse_write
+from spool.server.pipeline.partition import SlicePartition
+from spool.server.pipeline.planner import plan_scan
+from spool.server.pipeline.positions import seq_at
+from spool.server.pipeline.predicate import MAX_SEQ, ScanPredicate
+from spool.server.pipeline.pushdown import push_filters
+from spool.server.pipeline.sink import SpoolWriter
+from spool.server.pipeline.stream import SpoolStreamReader
 
 __all__ = ["PushdownDataSource", "PushdownReader", "SpoolDataSource", "SpoolReader", "register"]
 

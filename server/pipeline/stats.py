@@ -31,10 +31,10 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from server.pipeline.errors import BadOption
-from server.pipeline.scope import Scope
-from server.pipeline.statsdb import PipelineStatsWriter, WindowRow
-from server.pipeline.tally import DamageReport, Tally
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.scope import Scope
+from spool.server.pipeline.statsdb import PipelineStatsWriter, WindowRow
+from spool.server.pipeline.tally import DamageReport, Tally
 
 __all__ = [
     "DEFAULT_INTERVALS",

@@ -23,9 +23,9 @@ from typing import Final
 from sqlalchemy import Engine, select, update
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from server.stats.db import open_stats_engine
-from server.stats.models import Metric, PipelineRun, Sample
-from server.stats.series import segment
+from spool.server.stats.db import open_stats_engine
+from spool.server.stats.models import Metric, PipelineRun, Sample
+from spool.server.stats.series import segment
 
 __all__ = ["FIELDS", "PipelineStatsWriter", "WindowRow", "series_path"]
 
@@ -35,7 +35,7 @@ _CHUNK: Final = 20_000
 
 @dataclass(frozen=True, slots=True)
 class WindowRow:
-    """One window of one key, as :func:`server.pipeline.stats.stats_frames` gives it."""
+    """One window of one key, as :func:`spool.server.pipeline.stats.stats_frames` gives it."""
 
     dimension: str
     key: str

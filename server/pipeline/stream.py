@@ -37,14 +37,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from server.pipeline.admin import AdminClient
-from server.pipeline.catalog import Catalog
-from server.pipeline.errors import RecordsRemoved
-from server.pipeline.options import StreamOptions
-from server.pipeline.partition import SlicePartition
-from server.pipeline.planner import plan_scan
-from server.pipeline.positions import seq_at
-from server.pipeline.predicate import ScanPredicate
+from spool.server.pipeline.admin import AdminClient
+from spool.server.pipeline.catalog import Catalog
+from spool.server.pipeline.errors import RecordsRemoved
+from spool.server.pipeline.options import StreamOptions
+from spool.server.pipeline.partition import SlicePartition
+from spool.server.pipeline.planner import plan_scan
+from spool.server.pipeline.positions import seq_at
+from spool.server.pipeline.predicate import ScanPredicate
 
 __all__ = ["SpoolStreamReader"]
 

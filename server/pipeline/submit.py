@@ -3,7 +3,7 @@
 ``spark-submit`` takes a Python file, not a console script::
 
     spark-submit --master spark://head:7077 --py-files spool_broker.whl \\
-        "$(python -c 'import server.pipeline.submit as m; print(m.__file__)')" \\
+        "$(python -c 'import spool.server.pipeline.submit as m; print(m.__file__)')" \\
         stats /shared/spool/journal --parquet /shared/out/stats
 
 The arguments are those of ``spool pipeline`` (docs/pipeline.md); the master is the one
@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from server.pipeline.cli import add_commands
+from spool.server.pipeline.cli import add_commands
 
 __all__ = ["main"]
 

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Compiled loop of :func:`server.protocol.commands.take_publish_run_py` (same results).
+"""Compiled loop of :func:`spool.server.protocol.commands.take_publish_run_py` (same results).
 
 The publish run scanner reads each header of a publisher's frame to decide whether it is
 a *plain* publish of the run; here the header is walked with ``PyDict_Next`` and the keys
@@ -77,7 +77,7 @@ cdef inline bint _non_negative_int(object value):
 
 
 def take_publish_run(list msgs, Py_ssize_t start, dict ack_cache, object scan_type):
-    """See :func:`server.protocol.commands.take_publish_run_py`."""
+    """See :func:`spool.server.protocol.commands.take_publish_run_py`."""
     cdef Py_ssize_t n = len(msgs)
     cdef Py_ssize_t j = start
     cdef Py_ssize_t pos

@@ -1,4 +1,4 @@
-from server.protocol.message import Delivery, FrameError, Message, ParsedFrame
+from spool.server.protocol.message import Delivery, FrameError, Message, ParsedFrame
 
 def parse_frame(data: bytes) -> ParsedFrame: ...
 def split_deliveries(

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of :func:`server.protocol.frame.parse_frame_py` (same API, same results).
+"""Compiled twin of :func:`spool.server.protocol.frame.parse_frame_py` (same API, same results).
 
 The pure-Python splitter is the specification: for every input this module returns equal
 messages and an error of the same type, text and ``cid`` (tests/unit/protocol/
@@ -24,7 +24,7 @@ from libc.string cimport memchr, memcmp, memcpy
 
 import orjson
 
-from server.protocol.message import (
+from spool.server.protocol.message import (
     LONG,
     MAX_HEADER_BYTES,
     Delivery,
@@ -36,7 +36,7 @@ from server.protocol.message import (
     normalize,
     sub_ids_of,
 )
-from server.protocol.message import _UNSET, _sids_cache
+from spool.server.protocol.message import _UNSET, _sids_cache
 
 
 cdef extern from "Python.h":
@@ -326,7 +326,7 @@ cdef object _one(bytes frame, const char *buf, Py_ssize_t pos, Py_ssize_t end,
 
 
 def parse_frame(data):
-    """Split a frame into messages (compiled; see :func:`server.protocol.frame.parse_frame_py`)."""
+    """Split a frame into messages (compiled; see :func:`spool.server.protocol.frame.parse_frame_py`)."""
     cdef bytes frame = data if type(data) is bytes else bytes(data)
     cdef list messages = []
     cdef Py_ssize_t pos = 0, nxt = 0
@@ -466,7 +466,7 @@ cdef object _fast_delivery(const char *buf, Py_ssize_t pos, Py_ssize_t end,
 
 def split_deliveries(data):
     """A frame from the broker as deliveries and other messages (compiled; see
-    :func:`server.protocol.delivery.split_deliveries_py`)."""
+    :func:`spool.server.protocol.delivery.split_deliveries_py`)."""
     cdef bytes frame = data if type(data) is bytes else bytes(data)
     cdef list items = []
     cdef Py_ssize_t pos = 0, nxt = 0
@@ -511,7 +511,7 @@ cdef inline char *_put_digits(char *p, unsigned long long v, int n) noexcept:
 
 
 def encode_publishes(bytes head, first_seq, bytes mid, list bodies):
-    """Compiled :func:`server.protocol.frame.encode_publishes_py` (same bytes)."""
+    """Compiled :func:`spool.server.protocol.frame.encode_publishes_py` (same bytes)."""
     cdef Py_ssize_t n = len(bodies), k, total = 0, bl
     cdef Py_ssize_t hl = PyBytes_GET_SIZE(head), ml = PyBytes_GET_SIZE(mid)
     cdef unsigned long long seq

@@ -1,6 +1,6 @@
 """Client commands and server acks (PROTOCOL.md "Commands from a client", "Acks"), sans-I/O.
 
-:func:`decode_command` turns a decoded :class:`~server.protocol.frame.Message` into a typed
+:func:`decode_command` turns a decoded :class:`~spool.server.protocol.frame.Message` into a typed
 :class:`Command`, validating every header field's type once, so the engine never has to
 guess. :func:`encode_ack` builds ack messages.
 """
@@ -13,9 +13,9 @@ from typing import Any, Final, Literal, get_args
 
 import orjson
 
-from server import speedups
-from server.protocol.errors import InvalidCommand, InvalidMessage
-from server.protocol.frame import Message
+from spool.server import speedups
+from spool.server.protocol.errors import InvalidCommand, InvalidMessage
+from spool.server.protocol.frame import Message
 
 CommandName = Literal[
     "logon",
@@ -245,7 +245,7 @@ def take_publish_run_py(msgs: list[Message], start: int) -> PublishScan | None:
     """The run of *plain* publishes to one topic at ``msgs[start:]``, or None.
 
     The pure-Python implementation and the oracle of the compiled loop
-    (``_commands_c.pyx``, :mod:`server.speedups`); :func:`take_publish_run` is the one
+    (``_commands_c.pyx``, :mod:`spool.server.speedups`); :func:`take_publish_run` is the one
     selected.
 
     The publish hot path: a publisher's frame usually holds many publishes to one topic,
@@ -325,7 +325,7 @@ def _take_publish_run_c(msgs: list[Message], start: int) -> PublishScan | None:
 
 
 try:
-    from server.protocol._commands_c import take_publish_run as _scan_c
+    from spool.server.protocol._commands_c import take_publish_run as _scan_c
 except ImportError:  # not built: speedups.status() says why
     _scan_c = None  # type: ignore[assignment]
 

@@ -17,9 +17,9 @@ one error (the messages before a malformed one are still delivered, as a stream 
 would), and the ``encode_*`` helpers return bytes for the caller to send.
 
 :func:`parse_frame_py` and :func:`encode_publishes_py` are the definitions and the oracles
-of their compiled twins in ``_frame_c.pyx`` (:mod:`server.speedups`); :func:`parse_frame`
+of their compiled twins in ``_frame_c.pyx`` (:mod:`spool.server.speedups`); :func:`parse_frame`
 and :func:`encode_publishes` are the ones selected at import. The values they return live
-in :mod:`server.protocol.message`.
+in :mod:`spool.server.protocol.message`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import Any, Final
 
 import orjson
 
-from server import speedups
-from server.protocol.message import (
+from spool.server import speedups
+from spool.server.protocol.message import (
     LONG,
     LONG_KEYS,
     MAX_HEADER_BYTES,
@@ -139,7 +139,7 @@ def parse_frame_py(data: bytes) -> ParsedFrame:
 parse_frame: Callable[[bytes], ParsedFrame] = parse_frame_py
 if speedups.ENABLED:
     try:
-        from server.protocol._frame_c import parse_frame as _parse_frame_c
+        from spool.server.protocol._frame_c import parse_frame as _parse_frame_c
     except ImportError:  # not built: speedups.status() says why
         pass
     else:
@@ -158,7 +158,7 @@ def encode_publishes_py(head: bytes, first_seq: int, mid: bytes, bodies: list[by
 encode_publishes: Callable[[bytes, int, bytes, list[bytes]], bytes] = encode_publishes_py
 if speedups.ENABLED:
     try:
-        from server.protocol._frame_c import encode_publishes as _encode_publishes_c
+        from spool.server.protocol._frame_c import encode_publishes as _encode_publishes_c
     except ImportError:  # not built: speedups.status() says why
         pass
     else:

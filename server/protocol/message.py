@@ -1,9 +1,9 @@
 """The values of the frame codec (PROTOCOL.md "Transport and framing"), sans-I/O.
 
 :class:`Message`, :class:`ParsedFrame` and :class:`FrameError` are what
-:func:`server.protocol.frame.parse_frame` returns. They live in their own module because
+:func:`spool.server.protocol.frame.parse_frame` returns. They live in their own module because
 the frame splitter exists twice (pure Python in ``frame.py``, compiled in ``_frame_c.pyx``,
-see :mod:`server.speedups`) and both must build exactly these objects; so do the header
+see :mod:`spool.server.speedups`) and both must build exactly these objects; so do the header
 rules they share (long keys, the largest header, where a failure ack's ``cid`` comes from).
 """
 
@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import orjson
 
-from server.protocol.errors import InvalidMessage
+from spool.server.protocol.errors import InvalidMessage
 
 #: long header keys accepted on input, mapped to the short keys used everywhere inside.
 LONG_KEYS: Final[dict[str, str]] = {
@@ -130,8 +130,8 @@ def sub_ids_of(sids: str) -> tuple[str, ...]:
 class Delivery:
     """A ``publish`` message as a client receives it: the fields it needs, read once.
 
-    The client-side value of a delivered message (``server.client`` names it
-    ``Message``). The frame splitters for clients (:func:`server.protocol.delivery.
+    The client-side value of a delivered message (``spool.server.client`` names it
+    ``Message``). The frame splitters for clients (:func:`spool.server.protocol.delivery.
     split_deliveries`) build it straight from the bytes for the broker's own header
     layout, so the full header dict is built only if someone asks for :attr:`header`,
     and the body is decoded as JSON only by :meth:`json`, once.

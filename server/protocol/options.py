@@ -15,7 +15,7 @@ Values:
   (``2X``, ``.5X``); N > 0.
 - counts (``top_n``, ``max_backlog``): a positive integer.
 
-Rejected with :class:`~server.protocol.errors.InvalidOptions` (the detail names the item):
+Rejected with :class:`~spool.server.protocol.errors.InvalidOptions` (the detail names the item):
 unknown names, malformed or out-of-range values, a value on a flag or none on a valued
 option, a valued option given twice, and contradictions: ``rate``, ``pause`` or ``resume``
 with ``live`` (PROTOCOL.md), ``live`` with ``fully_durable``, ``pause`` with ``resume``,
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final, Literal, TypeAlias
 
-from server.protocol.errors import InvalidOptions
+from spool.server.protocol.errors import InvalidOptions
 
 Durability: TypeAlias = Literal["live", "persisted", "fully_durable"]
 NotFoundPolicy: TypeAlias = Literal["now", "epoch", "fail"]

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from server.protocol.errors import BadRegexTopic
-from server.regex import Regex, RegexRefused, compile_regex
+from spool.server.protocol.errors import BadRegexTopic
+from spool.server.regex import Regex, RegexRefused, compile_regex
 
 __all__ = ["REGEX_METACHARACTERS", "compile_topic", "is_regex_topic"]
 

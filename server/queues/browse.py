@@ -25,7 +25,7 @@ nothing here changes a queue, its leases or its ownership.
 
 Pages are in log order with a cursor (the seq to continue after), so a browser never
 loads a whole queue and a page of a deep queue costs a bisection and a skip in C
-(:meth:`~server.queues.machine.QueueMachine.page_after`), never a walk of the queue in
+(:meth:`~spool.server.queues.machine.QueueMachine.page_after`), never a walk of the queue in
 Python on the event loop.
 """
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from server.queues.machine import Message
-from server.queues.stage import QueueRuntime
+from spool.server.queues.machine import Message
+from spool.server.queues.stage import QueueRuntime
 
 __all__ = ["BROWSE_MAX", "BrowsePage", "Waiting", "browse", "why_waiting"]
 

@@ -52,7 +52,7 @@ from typing import Final
 
 import orjson
 
-from server.config.model import QueueConfig
+from spool.server.config.model import QueueConfig
 
 __all__ = [
     "CHECKPOINT_INTERVAL",

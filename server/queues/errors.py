@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = ["ProxiedTransferUnavailable", "QueueError", "QueueNotEntitled", "QueueNotFound"]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from server.alerts import Alert, iso_time
+from spool.server.alerts import Alert, iso_time
 
 __all__ = ["QueueHold", "ResyncHold"]
 

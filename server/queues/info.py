@@ -6,8 +6,8 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from server.queues.machine import Consumer, Message
-from server.queues.stage import QueueRuntime
+from spool.server.queues.machine import Consumer, Message
+from spool.server.queues.stage import QueueRuntime
 
 __all__ = ["QueueInfo", "describe"]
 

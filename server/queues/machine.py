@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import Final, Literal, NamedTuple
 
-from server.queues.runheap import RunHeap
+from spool.server.queues.runheap import RunHeap
 
 __all__ = [
     "ACKED",

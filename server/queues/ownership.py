@@ -99,7 +99,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from server.queues.runheap import RunHeap
+from spool.server.queues.runheap import RunHeap
 
 __all__ = ["MAX_EARLY", "MAX_REASK_US", "REASK_US", "Ack", "Grant", "OwnerView", "Ownership",
            "Request", "RequestState", "Wire"]  # fmt: skip

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import orjson
 
-from server.queues.ownership import Grant, Request
+from spool.server.queues.ownership import Grant, Request
 
 __all__ = ["decode_ack", "decode_transfers", "encode_ack_bookmarks", "encode_ack_seqs",
            "encode_transfers"]  # fmt: skip

@@ -23,12 +23,12 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
-from server.clock import Clock
-from server.queues.machine import Message, Removal
-from server.queues.stage import QueueRuntime
-from server.stats.source import EventSink
-from server.txlog import TransactionLog
-from server.txlog.record import Record
+from spool.server.clock import Clock
+from spool.server.queues.machine import Message, Removal
+from spool.server.queues.stage import QueueRuntime
+from spool.server.stats.source import EventSink
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.record import Record
 
 __all__ = ["Refills"]
 

@@ -38,13 +38,13 @@ from typing import Final
 
 import orjson
 
-from server.alerts import Alert
-from server.clock import Clock, time_us
-from server.config import Config
-from server.expr import Filter, MessageView, compile_filter
-from server.ports import Entitlements
-from server.protocol.commands import Command
-from server.protocol.errors import (
+from spool.server.alerts import Alert
+from spool.server.clock import Clock, time_us
+from spool.server.config import Config
+from spool.server.expr import Filter, MessageView, compile_filter
+from spool.server.ports import Entitlements
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import (
     BadFilter,
     InvalidMessage,
     InvalidOptions,
@@ -53,10 +53,10 @@ from server.protocol.errors import (
     SubIdInUse,
     TxlogFull,
 )
-from server.protocol.options import parse_subscribe_options
-from server.queues import checkpoint
-from server.queues.browse import BrowsePage, browse
-from server.queues.checkpoint import (
+from spool.server.protocol.options import parse_subscribe_options
+from spool.server.queues import checkpoint
+from spool.server.queues.browse import BrowsePage, browse
+from spool.server.queues.checkpoint import (
     CHECKPOINT_INTERVAL,
     Checkpoint,
     CheckpointError,
@@ -64,10 +64,10 @@ from server.queues.checkpoint import (
     checkpoint_name,
     fingerprint,
 )
-from server.queues.errors import QueueNotFound
-from server.queues.hold import QueueHold, ResyncHold
-from server.queues.info import QueueInfo, describe
-from server.queues.machine import (
+from spool.server.queues.errors import QueueNotFound
+from spool.server.queues.hold import QueueHold, ResyncHold
+from spool.server.queues.info import QueueInfo, describe
+from spool.server.queues.machine import (
     ACKED,
     DELIVERED,
     AckResult,
@@ -76,21 +76,21 @@ from server.queues.machine import (
     Message,
     Removal,
 )
-from server.queues.records import encode_ack_bookmarks, encode_ack_seqs
-from server.queues.refill import Refills
-from server.queues.stage import QueueRuntime, QueueStage
-from server.queues.stuck import StuckWatch
-from server.queues.transfers import Transfers
-from server.session import Session
-from server.stats.snapshot import QueueCounters
-from server.stats.source import EventSink
-from server.subscription import Subscription
-from server.subscriptions import SubscriptionService
-from server.txlog import TransactionLog
-from server.txlog.errors import TxlogError
-from server.txlog.files import write_durable
-from server.txlog.record import RecordKind
-from server.wire import encode_queued
+from spool.server.queues.records import encode_ack_bookmarks, encode_ack_seqs
+from spool.server.queues.refill import Refills
+from spool.server.queues.stage import QueueRuntime, QueueStage
+from spool.server.queues.stuck import StuckWatch
+from spool.server.queues.transfers import Transfers
+from spool.server.session import Session
+from spool.server.stats.snapshot import QueueCounters
+from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
+from spool.server.subscriptions import SubscriptionService
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.errors import TxlogError
+from spool.server.txlog.files import write_durable
+from spool.server.txlog.record import RecordKind
+from spool.server.wire import encode_queued
 
 __all__ = ["QueueInfo", "QueueService"]
 

@@ -21,20 +21,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.bookmarks import format_bookmark, format_bookmarks
-from server.clock import Clock
-from server.config.model import QueueConfig
-from server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
-from server.ports import AppendedRun, Outbound, PublishRun
-from server.protocol.errors import InvalidTopic
-from server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
-from server.queues.ownership import Grant, Ownership, Wire
-from server.queues.records import decode_ack, decode_transfers
-from server.queues.window import Window
-from server.txlog.batch import RecordBatch
-from server.txlog.pins import Pin
-from server.txlog.record import Record, RecordKind
-from server.wire import topic_json
+from spool.server.bookmarks import format_bookmark, format_bookmarks
+from spool.server.clock import Clock
+from spool.server.config.model import QueueConfig
+from spool.server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
+from spool.server.ports import AppendedRun, Outbound, PublishRun
+from spool.server.protocol.errors import InvalidTopic
+from spool.server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
+from spool.server.queues.ownership import Grant, Ownership, Wire
+from spool.server.queues.records import decode_ack, decode_transfers
+from spool.server.queues.window import Window
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.pins import Pin
+from spool.server.txlog.record import Record, RecordKind
+from spool.server.wire import topic_json
 
 __all__ = ["QueueRuntime", "QueueStage", "published_on"]
 
@@ -685,7 +685,7 @@ class QueueStage:
 
 
 class QueueRefold:
-    """The queues' catch-up for one repaired range (:class:`~server.ports.Refold`): its
+    """The queues' catch-up for one repaired range (:class:`~spool.server.ports.Refold`): its
     records are taken in as the start-up rebuild would have taken them, with what came
     after them in the log (already folded) deciding what still applies.
 

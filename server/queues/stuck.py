@@ -10,7 +10,7 @@ never grants it, a barrier waits for a message that does not leave...
 :class:`StuckWatch` is told the queues once a second (the service's watch): it keeps
 which are stuck since when, reports the changes (events ``queue_stuck`` and
 ``queue_unstuck``) and answers the alerts every dashboard page shows
-(server/alerts.py's :class:`~server.alerts.Alert`) and ``/healthz``'s reasons. Pure: time
+(server/alerts.py's :class:`~spool.server.alerts.Alert`) and ``/healthz``'s reasons. Pure: time
 is passed in.
 """
 
@@ -20,10 +20,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from server.alerts import Alert
-from server.queues.browse import Waiting, why_waiting
-from server.queues.stage import QueueRuntime
-from server.stats.source import EventSink
+from spool.server.alerts import Alert
+from spool.server.queues.browse import Waiting, why_waiting
+from spool.server.queues.stage import QueueRuntime
+from spool.server.stats.source import EventSink
 
 __all__ = ["Stuck", "StuckWatch", "has_room"]
 

@@ -2,7 +2,7 @@
 
 :class:`Transfers` drives the ownership (server/queues/ownership.py) of every replicated
 queue of an instance (a ``Queue`` or ``GroupLocalQueue`` on an instance that replicates;
-docs/queues.md "Replicated queues"); :class:`~server.queues.service.QueueService` owns it
+docs/queues.md "Replicated queues"); :class:`~spool.server.queues.service.QueueService` owns it
 and calls it from its timer and its admin surface:
 
 - the link state: an instance with a live replication link into this one is online,
@@ -28,14 +28,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
-from server.clock import Clock, time_us
-from server.protocol.errors import ProtocolFailure
-from server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
-from server.queues.ownership import Ack, Grant, Request, Wire
-from server.queues.records import encode_ack_bookmarks, encode_transfers
-from server.queues.stage import QueueRuntime
-from server.stats.source import EventSink
-from server.txlog.record import RecordKind
+from spool.server.clock import Clock, time_us
+from spool.server.protocol.errors import ProtocolFailure
+from spool.server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
+from spool.server.queues.ownership import Ack, Grant, Request, Wire
+from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
+from spool.server.queues.stage import QueueRuntime
+from spool.server.stats.source import EventSink
+from spool.server.txlog.record import RecordKind
 
 __all__ = ["DEFAULT_TYPICAL_US", "REQUEST_INTERVAL", "Append", "Transfers"]
 

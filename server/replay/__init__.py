@@ -34,24 +34,24 @@ A cursor with several members is a *group*: paused subscriptions resumed togethe
 cursor (:func:`resume_together`, or moving members between cursors) so their messages
 reach the client in log order.
 
-Time comes from an injected :class:`~server.clock.Clock`: pacing, conflation windows, future
+Time comes from an injected :class:`~spool.server.clock.Clock`: pacing, conflation windows, future
 range ends and the periodic position acks all use it, so tests drive a ``VirtualClock``.
 Two adapters live beside the cursor: ``sink.py`` (``BookmarkSink``: what a client's
 bookmark subscription takes from each batch, encoded by server/wire.py) and ``sources.py``
 (``AppendedSource``: the log as a ``live`` subscription sees it). Decisions where
 PROTOCOL.md is silent are written down in docs/bookmarks.md. Every name
-below is importable from ``server.replay`` itself.
+below is importable from ``spool.server.replay`` itself.
 """
 
 from __future__ import annotations
 
-from server.replay.conflation import Conflator
-from server.replay.cursor import ReplayCursor, resume_together
-from server.replay.errors import ReplayGapError
-from server.replay.member import MESSAGE_KINDS, ReplayMember, build_member
-from server.replay.pacing import BURST_WINDOW, MAX_LAG, RatePacer
-from server.replay.plan import ReplayPlan, StopRule, Verdict, plan_replay, resolve_start
-from server.replay.ports import (
+from spool.server.replay.conflation import Conflator
+from spool.server.replay.cursor import ReplayCursor, resume_together
+from spool.server.replay.errors import ReplayGapError
+from spool.server.replay.member import MESSAGE_KINDS, ReplayMember, build_member
+from spool.server.replay.pacing import BURST_WINDOW, MAX_LAG, RatePacer
+from spool.server.replay.plan import ReplayPlan, StopRule, Verdict, plan_replay, resolve_start
+from spool.server.replay.ports import (
     DurableHorizon,
     FunctionHorizon,
     Horizon,

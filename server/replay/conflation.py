@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import orjson
 
-from server.txlog.record import Record
+from spool.server.txlog.record import Record
 
 
 @dataclasses.dataclass(slots=True, eq=False)

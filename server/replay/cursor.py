@@ -16,13 +16,13 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from server.clock import SYSTEM_CLOCK, TIME_EPSILON, Clock, time_us
-from server.ports import Outbound
-from server.protocol.errors import SubIdNotFound
-from server.replay.errors import ReplayGapError
-from server.replay.member import ReplayMember
-from server.replay.ports import DurableHorizon, Horizon, LowestHorizon, ReplaySource
-from server.txlog.record import Record
+from spool.server.clock import SYSTEM_CLOCK, TIME_EPSILON, Clock, time_us
+from spool.server.ports import Outbound
+from spool.server.protocol.errors import SubIdNotFound
+from spool.server.replay.errors import ReplayGapError
+from spool.server.replay.member import ReplayMember
+from spool.server.replay.ports import DurableHorizon, Horizon, LowestHorizon, ReplaySource
+from spool.server.txlog.record import Record
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ other to raise it.
 
 from __future__ import annotations
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 
 class ReplayGapError(SpoolError):

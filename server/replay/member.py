@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from server.bookmarks import BookmarkSpec
-from server.protocol.options import SubscribeOptions
-from server.replay.conflation import Conflator
-from server.replay.errors import ReplayGapError
-from server.replay.pacing import RatePacer
-from server.replay.plan import ReplayPlan, Verdict, plan_replay
-from server.replay.ports import ReplaySink, ReplaySource
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.bookmarks import BookmarkSpec
+from spool.server.protocol.options import SubscribeOptions
+from spool.server.replay.conflation import Conflator
+from spool.server.replay.errors import ReplayGapError
+from spool.server.replay.pacing import RatePacer
+from spool.server.replay.plan import ReplayPlan, Verdict, plan_replay
+from spool.server.replay.ports import ReplaySink, ReplaySource
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 #: Record kinds a bookmark subscription delivers by default (queue bookkeeping is not data).
 MESSAGE_KINDS: Final = frozenset({RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH})

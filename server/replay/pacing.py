@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from server.clock import TIME_EPSILON
-from server.protocol.options import Rate
-from server.txlog.record import Record
+from spool.server.clock import TIME_EPSILON
+from spool.server.protocol.options import Rate
+from spool.server.txlog.record import Record
 
 #: Token buckets hold this many seconds of rate, so fast rates need not sleep per message.
 BURST_WINDOW: Final = 0.01

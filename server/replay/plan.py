@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Literal, TypeAlias
 
-from server.bookmarks import (
+from spool.server.bookmarks import (
     BookmarkList,
     BookmarkPoint,
     BookmarkSpec,
@@ -22,10 +22,10 @@ from server.bookmarks import (
     Range,
     TimePoint,
 )
-from server.protocol.errors import BookmarkNotFound, InvalidBookmark
-from server.protocol.options import NotFoundPolicy
-from server.replay.ports import ReplaySource
-from server.txlog.record import Record
+from spool.server.protocol.errors import BookmarkNotFound, InvalidBookmark
+from spool.server.protocol.options import NotFoundPolicy
+from spool.server.replay.ports import ReplaySource
+from spool.server.txlog.record import Record
 
 Verdict: TypeAlias = Literal["pass", "last", "beyond"]
 
@@ -106,7 +106,7 @@ class StopRule:
         way to disk), so the bound is the log's answer for that moment.
 
         This runs while the cursor runs and asks the synchronous ``seq_for_time``: the
-        known limit written down on :class:`~server.replay.ports.ReplaySource`.
+        known limit written down on :class:`~spool.server.replay.ports.ReplaySource`.
         """
         if self._stop_at_us is not None and self._time_bound is None and now_us >= self._stop_at_us:
             self._time_bound = source.seq_for_time(self._stop_at_us) - 1

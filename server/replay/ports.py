@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record
 
 
 class ReplaySource(Protocol):
@@ -29,7 +29,7 @@ class ReplaySource(Protocol):
 
     Known limit: the two lookups are synchronous. Planning calls them before a cursor runs
     (the engine resolves lookups that would read a journal file in a worker thread first),
-    but :meth:`StopRule.on_clock <server.replay.plan.StopRule.on_clock>` calls
+    but :meth:`StopRule.on_clock <spool.server.replay.plan.StopRule.on_clock>` calls
     ``seq_for_time`` *while the cursor runs*, when the clock passes a future range end; an
     implementation may then read a file on the event loop (the transaction log answers from
     its in-memory tail when the moment has just passed, the usual case). See "Known limits"

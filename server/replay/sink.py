@@ -2,7 +2,7 @@
 
 :class:`BookmarkSink` feeds a bookmark subscription. It selects what the subscription
 takes (topic, entitlement, filter) from each batch the cursor reads, encodes the
-deliveries with :func:`server.wire.encode_batch`, and waits for room in the client's
+deliveries with :func:`spool.server.wire.encode_batch`, and waits for room in the client's
 outbound buffer between pieces, so a replay paces itself to the consumer instead of ever
 tripping the slow-client limit. :class:`CatchUpSink` does the same for a live subscription
 that spilled after a burst (server/spills.py) and hands it back to the live path when its
@@ -15,20 +15,20 @@ from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from itertools import accumulate
 
-from server.backpressure import FeedError
-from server.bookmarks import format_timestamp_us
-from server.expr import MessageView
-from server.ports import Entitlements
-from server.subscription import Subscription
-from server.txlog.batch import RecordBatch
-from server.txlog.pins import Pin
-from server.txlog.record import Record
-from server.wire import encode_batch, topic_json
+from spool.server.backpressure import FeedError
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.expr import MessageView
+from spool.server.ports import Entitlements
+from spool.server.subscription import Subscription
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.pins import Pin
+from spool.server.txlog.record import Record
+from spool.server.wire import encode_batch, topic_json
 
 #: deliveries encoded into one queued piece before the client's buffer is checked
 _PIECE = 256
 #: the most bytes of one piece (fewer deliveries per piece for large messages); a
-#: connection with a small limit asks for less (:attr:`~server.ports.Outbound.piece_bytes`)
+#: connection with a small limit asks for less (:attr:`~spool.server.ports.Outbound.piece_bytes`)
 _PIECE_BYTES = 64 * 1024
 #: first guess of a delivery's header bytes (corrected by what encoding shows)
 _HEAD_GUESS = 96

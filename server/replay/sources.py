@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from server.txlog import TransactionLog
-from server.txlog.batch import RecordBatch
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.batch import RecordBatch
 
 
 class AppendedSource:

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of the run decoder of :mod:`server.replication.frames` (same results).
+"""Compiled twin of the run decoder of :mod:`spool.server.replication.frames` (same results).
 
-:func:`decode_run_fields` is the loop of :func:`server.replication.frames.decode_runs_py`
+:func:`decode_run_fields` is the loop of :func:`spool.server.replication.frames.decode_runs_py`
 over a ``data`` payload: it reads each run's header, path, fixed per-record fields and
 bodies in place and builds the run's columns (one int per numeric field, one ``bytes``
 per body) without a Python-level loop per record. Correlation ids and SOW keys (rare on
@@ -16,8 +16,8 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
-from server.replication.errors import ReplicationProtocolError
-from server.txlog.record import RecordKind
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.txlog.record import RecordKind
 
 cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind) - {int(RecordKind.LOST)}
 
@@ -47,7 +47,7 @@ cdef inline uint64_t _get64(const char *p) noexcept:
 
 
 def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
-    """The runs of a ``data`` payload as tuples of :class:`~server.replication.frames.Run`
+    """The runs of a ``data`` payload as tuples of :class:`~spool.server.replication.frames.Run`
     fields, or ``None`` when the payload is malformed (the caller asks the Python twin,
     which raises the exact error). ``strings`` is the Python twin's column reader for
     correlation ids and SOW keys."""

@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.replication.errors import ReplicationProtocolError
+from spool.server.replication.errors import ReplicationProtocolError
 
 __all__ = [
     "BOOTSTRAP",

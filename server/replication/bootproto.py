@@ -2,7 +2,7 @@
 
 One :class:`BootstrapProtocol` is one end of one bootstrap: the *requester* (an empty
 instance copying its first state) or the *source* (the instance it copies from). Like
-:class:`~server.replication.protocol.LinkProtocol`, the adapter feeds received bytes with
+:class:`~spool.server.replication.protocol.LinkProtocol`, the adapter feeds received bytes with
 :meth:`~BootstrapProtocol.receive_data`, takes events with
 :meth:`~BootstrapProtocol.events_received` and bytes with
 :meth:`~BootstrapProtocol.data_to_send`; a malformed or out-of-order message closes the
@@ -29,14 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from server.replication.errors import (
+from spool.server.replication.errors import (
     LinkRefused,
     ProtocolRefusal,
     ReplicationProtocolError,
     SourceBootstrapping,
     refusal_for,
 )
-from server.replication.frames import (
+from spool.server.replication.frames import (
     PROTOCOL_VERSION,
     Bootstrap,
     Busy,
@@ -49,7 +49,7 @@ from server.replication.frames import (
     Repair,
     encode,
 )
-from server.replication.protocol import Closed, DataReceived
+from spool.server.replication.protocol import Closed, DataReceived
 
 __all__ = [
     "BootState",

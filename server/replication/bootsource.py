@@ -3,7 +3,7 @@ on the same conversation, a repair: server/replication/repairsource.py).
 
 The ``/replication`` endpoint (web/replication.py) hands a connection whose first message
 is ``bootstrap`` (not ``hello``) to :meth:`BootstrapSource.serve`. The conversation is the
-sans-I/O :class:`~server.replication.bootproto.BootstrapProtocol`; this adapter:
+sans-I/O :class:`~spool.server.replication.bootproto.BootstrapProtocol`; this adapter:
 
 1. authenticates the requester exactly like a link's source (server/replication/linkauth.py)
    and checks that its user may read every topic it asks for by name;
@@ -35,29 +35,29 @@ from typing import Final
 
 import zstandard
 
-from server.auth import Authenticator
-from server.clock import Clock
-from server.config import Config, UserConfig
-from server.logons import LogonGuard
-from server.peer import Peer
-from server.ports import SowRecord
-from server.replication.bootproto import BootstrapProtocol, BootstrapRequested, Role
-from server.replication.errors import (
+from spool.server.auth import Authenticator
+from spool.server.clock import Clock
+from spool.server.config import Config, UserConfig
+from spool.server.logons import LogonGuard
+from spool.server.peer import Peer
+from spool.server.ports import SowRecord
+from spool.server.replication.bootproto import BootstrapProtocol, BootstrapRequested, Role
+from spool.server.replication.errors import (
     BootstrapNotAllowed,
     LinkRefused,
     NotEntitledToReplicate,
     SourceDamaged,
 )
-from server.replication.frames import Bootstrap, Offer, RecordsWriter, Repair
-from server.replication.linkauth import authenticate_peer
-from server.replication.packing import pack_runs
-from server.replication.repairsource import plan_repair, send_repair
-from server.replication.routing import REPLICATED_KINDS
-from server.replication.transport import LinkLost, LinkTransport, LinkWriter
-from server.sow.memory import MemoryStore
-from server.stats.source import EventSink
-from server.txlog import FencedRecords, RecordKind, TransactionLog
-from server.txlog.batch import RecordBatch
+from spool.server.replication.frames import Bootstrap, Offer, RecordsWriter, Repair
+from spool.server.replication.linkauth import authenticate_peer
+from spool.server.replication.packing import pack_runs
+from spool.server.replication.repairsource import plan_repair, send_repair
+from spool.server.replication.routing import REPLICATED_KINDS
+from spool.server.replication.transport import LinkLost, LinkTransport, LinkWriter
+from spool.server.sow.memory import MemoryStore
+from spool.server.stats.source import EventSink
+from spool.server.txlog import FencedRecords, RecordKind, TransactionLog
+from spool.server.txlog.batch import RecordBatch
 
 __all__ = ["BootstrapBusy", "BootstrapSource", "SourceContext"]
 

@@ -70,15 +70,15 @@ from typing import Final
 import orjson
 import zstandard
 
-from server.alerts import Alert
-from server.auth import Authenticator
-from server.clock import Clock
-from server.config import BootstrapConfig, Config, UserConfig, format_inet_addr
-from server.ports import Origin, PublishRun, Traffic
-from server.protocol.errors import NotEntitled, ProtocolFailure, TxlogFull
-from server.publishing import PublishPipeline
-from server.replication import state as state_file
-from server.replication.bootproto import (
+from spool.server.alerts import Alert
+from spool.server.auth import Authenticator
+from spool.server.clock import Clock
+from spool.server.config import BootstrapConfig, Config, UserConfig, format_inet_addr
+from spool.server.ports import Origin, PublishRun, Traffic
+from spool.server.protocol.errors import NotEntitled, ProtocolFailure, TxlogFull
+from spool.server.publishing import PublishPipeline
+from spool.server.replication import state as state_file
+from spool.server.replication.bootproto import (
     BootstrapProtocol,
     Finished,
     Offered,
@@ -86,8 +86,8 @@ from server.replication.bootproto import (
     Role,
     SourceBusy,
 )
-from server.replication.bootsource import BootstrapBusy
-from server.replication.errors import (
+from spool.server.replication.bootsource import BootstrapBusy
+from spool.server.replication.errors import (
     AuthRefused,
     BootstrapFailed,
     BootstrapNotAllowed,
@@ -104,17 +104,30 @@ from server.replication.errors import (
     ValidationReported,
     VersionMismatch,
 )
-from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Data, Offer, Run, decode_runs
-from server.replication.hops import format_hop
-from server.replication.linkauth import authenticate_own
-from server.replication.protocol import Closed, DataReceived
-from server.replication.replies import FailureReplies
-from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
-from server.sow.memory import MemoryStore
-from server.stats.source import EventSink
-from server.tls.context import load_dial_context
-from server.tls.errors import TlsError
-from server.txlog import RecordKind, TransactionLog
+from spool.server.replication.frames import (
+    PROTOCOL_VERSION,
+    Bootstrap,
+    Data,
+    Offer,
+    Run,
+    decode_runs,
+)
+from spool.server.replication.hops import format_hop
+from spool.server.replication.linkauth import authenticate_own
+from spool.server.replication.protocol import Closed, DataReceived
+from spool.server.replication.replies import FailureReplies
+from spool.server.replication.transport import (
+    Connector,
+    Dialed,
+    LinkLost,
+    LinkTlsFailed,
+    LinkWriter,
+)
+from spool.server.sow.memory import MemoryStore
+from spool.server.stats.source import EventSink
+from spool.server.tls.context import load_dial_context
+from spool.server.tls.errors import TlsError
+from spool.server.txlog import RecordKind, TransactionLog
 
 __all__ = ["BootstrapProgress", "Bootstrapper", "Marker", "marker_path"]
 

@@ -31,10 +31,10 @@ import itertools
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from server.clock import Clock
-from server.replication.fabricview import PeerLink
-from server.replication.peerframes import Claim, Claimed
-from server.stats.source import EventSink
+from spool.server.clock import Clock
+from spool.server.replication.fabricview import PeerLink
+from spool.server.replication.peerframes import Claim, Claimed
+from spool.server.stats.source import EventSink
 
 __all__ = ["CLAIM_TIMEOUT", "ClientNames"]
 

@@ -40,13 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.clock import Clock
-from server.ports import PublishRun
-from server.replication.conflicts import Conflicts
-from server.replication.frames import Holdings, Origins
-from server.replication.hops import format_hop, parse_hop
-from server.stats.source import EventSink
-from server.txlog import TransactionLog
+from spool.server.clock import Clock
+from spool.server.ports import PublishRun
+from spool.server.replication.conflicts import Conflicts
+from spool.server.replication.frames import Holdings, Origins
+from spool.server.replication.hops import format_hop, parse_hop
+from spool.server.stats.source import EventSink
+from spool.server.txlog import TransactionLog
 
 __all__ = ["MAX_SEGMENTS", "MAX_SUSPECTS", "CollisionWatch", "differing_origins"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict
 
-from server.alerts import Alert, iso_time
+from spool.server.alerts import Alert, iso_time
 
 __all__ = ["ALERT_HOLD", "Conflict", "ConflictKind", "Conflicts"]
 

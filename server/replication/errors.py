@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Final
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 __all__ = [
     "REASONS",

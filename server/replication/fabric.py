@@ -3,7 +3,7 @@
 ``GET /api/fabric`` (docs/admin-api.md) answers with :func:`fabric_graph`, and ``GET
 /api/fabric/route`` with :func:`fabric_route` (where a topic goes): a graph of
 instances (grouped by Group) and directed links, built from what the replication service
-knows (its :class:`~server.replication.service.ReplicationInfo`) - pure, so tested alone.
+knows (its :class:`~spool.server.replication.service.ReplicationInfo`) - pure, so tested alone.
 
 Each instance is reached by the fabric page (docs/dashboard.md) at its *admin URL*: Spool
 serves the admin API on the same port as ``/replication``, so a destination's configured
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Final, TypedDict
 
-from server.config import Config
-from server.replication.service import Replication, ReplicationInfo
-from server.replication.topology import RouteTrace, route_trace
-from server.replication.validation import parse_summary, summarize
+from spool.server.config import Config
+from spool.server.replication.service import Replication, ReplicationInfo
+from spool.server.replication.topology import RouteTrace, route_trace
+from spool.server.replication.validation import parse_summary, summarize
 
 __all__ = [
     "LAGGING_SECONDS",

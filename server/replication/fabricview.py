@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from server.replication.errors import ReplicationProtocolError
-from server.replication.peerframes import FabricEntry, FabricView, PeerMessage
-from server.replication.validation import Summary, parse_summary
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.peerframes import FabricEntry, FabricView, PeerMessage
+from spool.server.replication.validation import Summary, parse_summary
 
 __all__ = ["FabricKnowledge", "PeerExchange", "PeerLink", "share_view"]
 

@@ -33,7 +33,7 @@ Records go as the source's log holds them (its seq and time, the publisher's boo
 the path so far); the receiver appends the sender to the path and records them in its own
 log with its own seq and time.
 
-Errors: anything malformed raises :class:`~server.replication.errors.ReplicationProtocolError`
+Errors: anything malformed raises :class:`~spool.server.replication.errors.ReplicationProtocolError`
 with what was wrong; the protocol object (server/replication/protocol.py) turns it into a
 refusal and closes the link.
 """
@@ -49,8 +49,8 @@ from typing import Final
 
 import orjson
 
-from server import speedups
-from server.replication.bootframes import (
+from spool.server import speedups
+from spool.server.replication.bootframes import (
     BOOT_TYPES,
     BOOTSTRAP,
     BUSY,
@@ -67,8 +67,8 @@ from server.replication.bootframes import (
     boot_fields,
     parse_boot,
 )
-from server.replication.errors import ReplicationProtocolError
-from server.replication.peerframes import (
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.peerframes import (
     CLAIM,
     CLAIMED,
     FABRIC,
@@ -81,7 +81,7 @@ from server.replication.peerframes import (
     parse_peer,
     peer_fields,
 )
-from server.txlog.record import RecordKind
+from spool.server.txlog.record import RecordKind
 
 __all__ = [
     "CHANNEL",
@@ -574,8 +574,8 @@ def _decode_runs_c(payload: bytes, count: int) -> list[Run]:
 
 
 try:
-    from server.replication._frames_c import decode_run_fields as _decode_run_fields
-    from server.replication._frames_c import pack_fixed as _pack_fixed
+    from spool.server.replication._frames_c import decode_run_fields as _decode_run_fields
+    from spool.server.replication._frames_c import pack_fixed as _pack_fixed
 except ImportError:  # not built: speedups.status() says why
     _decode_run_fields = None  # type: ignore[assignment]
     _pack_fixed = None  # type: ignore[assignment]

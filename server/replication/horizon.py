@@ -1,6 +1,6 @@
 """The sync durability horizon: the local fsync and every destination that is sync now.
 
-A :class:`~server.ports.DurabilityHorizon` for an instance that replicates: persisted acks
+A :class:`~spool.server.ports.DurabilityHorizon` for an instance that replicates: persisted acks
 (server/acks.py ``DurableAcks``), flush acks and ``fully_durable`` subscriptions wait on
 it. Its position is the lowest of
 
@@ -20,7 +20,7 @@ The replication push itself follows the *local* horizon (the log's durable liste
 this one: a destination cannot be sent what waits for its own ack.
 
 Its :attr:`failure` is the local log's (a write outage: ``txlog full`` with its cause), as
-:class:`~server.acks.LocalHorizon` says it. A sync destination that is down is not a
+:class:`~spool.server.acks.LocalHorizon` says it. A sync destination that is down is not a
 failure: acks wait for it (or for a downgrade).
 
 Beside it, :attr:`SyncHorizon.replicated` is how far the log has reached **every**
@@ -38,9 +38,9 @@ import heapq
 from collections.abc import Callable
 from typing import Protocol
 
-from server.acks import LocalHorizon
-from server.protocol.errors import ProtocolFailure
-from server.txlog import TransactionLog
+from spool.server.acks import LocalHorizon
+from spool.server.protocol.errors import ProtocolFailure
+from spool.server.txlog import TransactionLog
 
 __all__ = ["HorizonMember", "ReplicatedWatermark", "SyncHorizon"]
 

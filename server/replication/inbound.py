@@ -47,15 +47,15 @@ from typing import Final
 
 import zstandard
 
-from server.auth import Authenticator
-from server.clock import Clock
-from server.config import Config, UserConfig
-from server.logons import LogonGuard
-from server.peer import Peer
-from server.ports import Origin, PublishRun, Traffic
-from server.protocol.errors import NotEntitled, ProtocolFailure
-from server.publishing import PublishPipeline
-from server.replication.errors import (
+from spool.server.auth import Authenticator
+from spool.server.clock import Clock
+from spool.server.config import Config, UserConfig
+from spool.server.logons import LogonGuard
+from spool.server.peer import Peer
+from spool.server.ports import Origin, PublishRun, Traffic
+from spool.server.protocol.errors import NotEntitled, ProtocolFailure
+from spool.server.publishing import PublishPipeline
+from spool.server.replication.errors import (
     GroupMismatch,
     LinkRefused,
     NameConflict,
@@ -68,8 +68,8 @@ from server.replication.errors import (
     ReplicationProtocolError,
     VersionMismatch,
 )
-from server.replication.fabricview import PeerExchange, share_view
-from server.replication.frames import (
+from spool.server.replication.fabricview import PeerExchange, share_view
+from spool.server.replication.frames import (
     PROTOCOL_VERSION,
     Data,
     Hello,
@@ -80,10 +80,10 @@ from server.replication.frames import (
     Run,
     decode_runs,
 )
-from server.replication.history import LinkEvent
-from server.replication.hops import format_hop
-from server.replication.linkauth import authenticate_peer
-from server.replication.protocol import (
+from spool.server.replication.history import LinkEvent
+from spool.server.replication.hops import format_hop
+from spool.server.replication.linkauth import authenticate_peer
+from spool.server.replication.protocol import (
     Carried,
     Closed,
     DataReceived,
@@ -96,11 +96,11 @@ from server.replication.protocol import (
     StreamStarted,
     SyncNoticed,
 )
-from server.replication.replies import FailureReplies
-from server.replication.transport import LinkLost, LinkTransport, LinkWriter, SharedTransport
-from server.stats.source import EventSink
-from server.txlog import RecordKind, TransactionLog
-from server.txlog.holdings import lacks_any, with_fenced
+from spool.server.replication.replies import FailureReplies
+from spool.server.replication.transport import LinkLost, LinkTransport, LinkWriter, SharedTransport
+from spool.server.stats.source import EventSink
+from spool.server.txlog import RecordKind, TransactionLog
+from spool.server.txlog.holdings import lacks_any, with_fenced
 
 __all__ = ["InboundContext", "InboundLink"]
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from server.auth import Authenticator
-from server.config import ReplicationTransport, UserConfig
-from server.logons import LogonGuard
-from server.peer import Peer
-from server.replication.errors import AuthRefused, NotAccepting
-from server.scryptpool import PoolBusy
-from server.tls.certificate import load_pem_chain
+from spool.server.auth import Authenticator
+from spool.server.config import ReplicationTransport, UserConfig
+from spool.server.logons import LogonGuard
+from spool.server.peer import Peer
+from spool.server.replication.errors import AuthRefused, NotAccepting
+from spool.server.scryptpool import PoolBusy
+from spool.server.tls.certificate import load_pem_chain
 
 __all__ = ["authenticate_own", "authenticate_peer"]
 

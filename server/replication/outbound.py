@@ -44,11 +44,11 @@ from typing import Final
 
 import zstandard
 
-from server.clock import TIME_EPSILON, Clock
-from server.config import Config, DestinationConfig
-from server.replication.collisions import differing_origins
-from server.replication.dialer import Backoff, Dialer
-from server.replication.errors import (
+from spool.server.clock import TIME_EPSILON, Clock
+from spool.server.config import Config, DestinationConfig
+from spool.server.replication.collisions import differing_origins
+from spool.server.replication.dialer import Backoff, Dialer
+from spool.server.replication.errors import (
     LinkRefused,
     NameConflict,
     PeerShuttingDown,
@@ -57,13 +57,13 @@ from server.replication.errors import (
     ValidationFailed,
     ValidationReported,
 )
-from server.replication.fabricview import PeerExchange, share_view
-from server.replication.frames import Message, Origins, PeerMessage
-from server.replication.history import LinkEvent
-from server.replication.hops import format_hop
-from server.replication.inflight import InFlight
-from server.replication.packing import pack_runs
-from server.replication.protocol import (
+from spool.server.replication.fabricview import PeerExchange, share_view
+from spool.server.replication.frames import Message, Origins, PeerMessage
+from spool.server.replication.history import LinkEvent
+from spool.server.replication.hops import format_hop
+from spool.server.replication.inflight import InFlight
+from spool.server.replication.packing import pack_runs
+from spool.server.replication.protocol import (
     Acked,
     Carried,
     Closed,
@@ -74,10 +74,10 @@ from server.replication.protocol import (
     State,
     Welcomed,
 )
-from server.replication.routing import Held, Route, held_by
-from server.replication.state import Acked as AckedState
-from server.replication.syncstate import SyncState
-from server.replication.transport import (
+from spool.server.replication.routing import Held, Route, held_by
+from spool.server.replication.state import Acked as AckedState
+from spool.server.replication.syncstate import SyncState
+from spool.server.replication.transport import (
     Connector,
     Dialed,
     LinkLost,
@@ -86,12 +86,12 @@ from server.replication.transport import (
     LinkWriter,
     ReturnConnection,
 )
-from server.replication.validation import validate
-from server.stats.source import EventSink
-from server.tls.context import load_dial_context
-from server.tls.errors import TlsError
-from server.txlog import FencedRecords, Pin, TransactionLog
-from server.txlog.batch import RecordBatch
+from spool.server.replication.validation import validate
+from spool.server.stats.source import EventSink
+from spool.server.tls.context import load_dial_context
+from spool.server.tls.errors import TlsError
+from spool.server.txlog import FencedRecords, Pin, TransactionLog
+from spool.server.txlog.batch import RecordBatch
 
 __all__ = ["DestinationLink", "LinkContext", "marker_wait"]
 
@@ -1024,7 +1024,7 @@ class DestinationLink:
 def marker_wait(now: float, last_sent: float) -> float:
     """Seconds until an idle stream's position marker is due: 0.0 when it is due now.
 
-    A remainder under :data:`~server.clock.TIME_EPSILON` counts as due: ``now + wait`` may
+    A remainder under :data:`~spool.server.clock.TIME_EPSILON` counts as due: ``now + wait`` may
     round back to ``now``, and the pump would then sleep for nothing and compute the same
     remainder again, forever on a virtual clock (the marker never went out and a sync
     destination's acks would stall).

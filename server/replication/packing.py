@@ -2,7 +2,7 @@
 
 A destination gets the records a route chose from one :class:`RecordBatch` as *runs*:
 consecutive chosen records of one topic, publisher, kind and path (docs/replication.md),
-each added to a :class:`~server.replication.frames.RecordsWriter` column by column.
+each added to a :class:`~spool.server.replication.frames.RecordsWriter` column by column.
 
 Why the fast paths: the common batch is every record of a stretch of the log, of one
 topic and publisher, without paths (a destination of publishers connected here). Its
@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from server.replication.frames import RecordsWriter
-from server.replication.inflight import InFlight
-from server.txlog.batch import RecordBatch
+from spool.server.replication.frames import RecordsWriter
+from spool.server.replication.inflight import InFlight
+from spool.server.txlog.batch import RecordBatch
 
 __all__ = ["pack_runs"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from server.replication.errors import ReplicationProtocolError
+from spool.server.replication.errors import ReplicationProtocolError
 
 __all__ = [
     "CLAIM",

@@ -35,13 +35,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from server.replication.errors import (
+from spool.server.replication.errors import (
     LinkRefused,
     ProtocolRefusal,
     ReplicationProtocolError,
     refusal_for,
 )
-from server.replication.frames import (
+from spool.server.replication.frames import (
     PROTOCOL_VERSION,
     Ack,
     Data,
@@ -177,7 +177,7 @@ class LinkProtocol:
         side: which end.
         channel: 0 for the conversation of the end that opened the connection, 1 for the
             one the accepting end runs back over it (its messages carry
-            :data:`~server.replication.frames.CHANNEL`).
+            :data:`~spool.server.replication.frames.CHANNEL`).
         carries: this end reads the connection, and the other conversation's messages it
             reads become :class:`Carried` events (else they break the protocol).
 

@@ -69,13 +69,13 @@ from typing import Final
 
 import zstandard
 
-from server.alerts import Alert
-from server.auth import Authenticator
-from server.clock import Clock
-from server.config import Config, DestinationConfig, UserConfig, format_inet_addr
-from server.replication.bootproto import BootstrapProtocol, Finished, Offered, Role
-from server.replication.errors import AuthRefused, LinkRefused, ReplicationProtocolError
-from server.replication.frames import (
+from spool.server.alerts import Alert
+from spool.server.auth import Authenticator
+from spool.server.clock import Clock
+from spool.server.config import Config, DestinationConfig, UserConfig, format_inet_addr
+from spool.server.replication.bootproto import BootstrapProtocol, Finished, Offered, Role
+from spool.server.replication.errors import AuthRefused, LinkRefused, ReplicationProtocolError
+from spool.server.replication.frames import (
     PROTOCOL_VERSION,
     Data,
     Offer,
@@ -84,16 +84,22 @@ from server.replication.frames import (
     Run,
     decode_runs,
 )
-from server.replication.hops import format_hop, parse_hop
-from server.replication.linkauth import authenticate_own
-from server.replication.protocol import Closed, DataReceived
-from server.replication.transport import Connector, Dialed, LinkLost, LinkTlsFailed, LinkWriter
-from server.stats.source import EventSink
-from server.tls.context import load_dial_context
-from server.tls.errors import TlsError
-from server.txlog import Record, RecordKind, TransactionLog
-from server.txlog.fences import Fence
-from server.txlog.record import publisher_of
+from spool.server.replication.hops import format_hop, parse_hop
+from spool.server.replication.linkauth import authenticate_own
+from spool.server.replication.protocol import Closed, DataReceived
+from spool.server.replication.transport import (
+    Connector,
+    Dialed,
+    LinkLost,
+    LinkTlsFailed,
+    LinkWriter,
+)
+from spool.server.stats.source import EventSink
+from spool.server.tls.context import load_dial_context
+from spool.server.tls.errors import TlsError
+from spool.server.txlog import Record, RecordKind, TransactionLog
+from spool.server.txlog.fences import Fence
+from spool.server.txlog.record import publisher_of
 
 __all__ = ["RETRY_MAX", "RepairProgress", "Repairer", "merge_in_time_order"]
 

@@ -33,11 +33,11 @@ import bisect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
-from server.replication.frames import RecordsWriter, Repair
-from server.replication.packing import pack_runs
-from server.replication.routing import REPLICATED_KINDS
-from server.txlog import FencedRecords, RecordKind, TransactionLog
-from server.txlog.batch import RecordBatch
+from spool.server.replication.frames import RecordsWriter, Repair
+from spool.server.replication.packing import pack_runs
+from spool.server.replication.routing import REPLICATED_KINDS
+from spool.server.txlog import FencedRecords, RecordKind, TransactionLog
+from spool.server.txlog.batch import RecordBatch
 
 __all__ = ["WINDOW_SLACK", "RepairPlan", "plan_repair", "send_repair"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
-from server.backpressure import MAX_FRAME
-from server.ports import AckValue
-from server.protocol.errors import ProtocolFailure
+from spool.server.backpressure import MAX_FRAME
+from spool.server.ports import AckValue
+from spool.server.protocol.errors import ProtocolFailure
 
 __all__ = ["FailureReplies"]
 

@@ -37,7 +37,7 @@ queue and takes its underlying topic too). A destination that takes only the und
 topic (an archive copy) gets the messages without the queue's events: it need not host
 the queue. A local queue's ``QUEUE_ACK`` (no identity) is never sent.
 
-A :class:`Route` decides a whole :class:`~server.txlog.batch.RecordBatch` at once: per
+A :class:`Route` decides a whole :class:`~spool.server.txlog.batch.RecordBatch` at once: per
 record only dict lookups and a path check; filters run through ``Filter.select`` over the
 records that need them, one reused view per filter (the replay's batch form).
 """
@@ -48,12 +48,12 @@ import bisect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from server.config import DestinationConfig
-from server.config.model import QueueConfig
-from server.expr import Filter, compile_filter
-from server.replication.hops import PassThrough, on_path
-from server.txlog.batch import RecordBatch
-from server.txlog.record import RecordKind
+from spool.server.config import DestinationConfig
+from spool.server.config.model import QueueConfig
+from spool.server.expr import Filter, compile_filter
+from spool.server.replication.hops import PassThrough, on_path
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import RecordKind
 
 __all__ = ["REPLICATED_KINDS", "Held", "Route", "held_by"]
 

@@ -4,7 +4,7 @@
 or an ``amps-replication`` transport (server/engine.py), and what the admin surface reads
 and acts on (server/operations.py). It owns:
 
-- one :class:`~server.replication.outbound.DestinationLink` per destination, started with
+- one :class:`~spool.server.replication.outbound.DestinationLink` per destination, started with
   the instance and stopped with it;
 - the inbound links accepted on ``/replication`` (web/replication.py hands each new
   connection's first bytes to :meth:`Replication.open`, which tells a link from a
@@ -13,7 +13,7 @@ and acts on (server/operations.py). It owns:
   (:meth:`check_identity`); and the links destinations' peers run back over the
   connections this instance dialed (one connection per pair: docs/replication.md
   "Passive destinations");
-- the :class:`~server.replication.horizon.SyncHorizon` persisted acks, flush acks and
+- the :class:`~spool.server.replication.horizon.SyncHorizon` persisted acks, flush acks and
   ``fully_durable`` subscriptions wait on;
 - the state kept between runs (server/replication/state.py), saved by a once-a-second tick
   that also samples each link's send rate;
@@ -37,29 +37,29 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypedDict
 
-from server.alerts import Alert
-from server.auth import Authenticator
-from server.clock import Clock
-from server.config import Config, DestinationConfig, UserConfig
-from server.lifecycle import Lifecycle
-from server.logons import LogonGuard
-from server.peer import Peer
-from server.ports import AckValue
-from server.publishing import PublishPipeline
-from server.replication import state as state_file
-from server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
-from server.replication.clientnames import ClientNames
-from server.replication.collisions import CollisionWatch
-from server.replication.conflicts import Conflict, Conflicts
-from server.replication.errors import (
+from spool.server.alerts import Alert
+from spool.server.auth import Authenticator
+from spool.server.clock import Clock
+from spool.server.config import Config, DestinationConfig, UserConfig
+from spool.server.lifecycle import Lifecycle
+from spool.server.logons import LogonGuard
+from spool.server.peer import Peer
+from spool.server.ports import AckValue
+from spool.server.publishing import PublishPipeline
+from spool.server.replication import state as state_file
+from spool.server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
+from spool.server.replication.clientnames import ClientNames
+from spool.server.replication.collisions import CollisionWatch
+from spool.server.replication.conflicts import Conflict, Conflicts
+from spool.server.replication.errors import (
     DestinationNotFound,
     LinkReplaced,
     NameConflict,
     NotAccepting,
     PeerShuttingDown,
 )
-from server.replication.fabricview import FabricKnowledge, PeerLink
-from server.replication.frames import (
+from spool.server.replication.fabricview import FabricKnowledge, PeerLink
+from spool.server.replication.frames import (
     Claim,
     Claimed,
     FabricEntry,
@@ -69,25 +69,25 @@ from server.replication.frames import (
     PeerMessage,
     first_type,
 )
-from server.replication.history import LinkEvent, LinkHistory
-from server.replication.horizon import SyncHorizon
-from server.replication.inbound import InboundContext, InboundLink
-from server.replication.outbound import DestinationLink, LinkContext
-from server.replication.state import ReplicationState
-from server.replication.syncstate import check_downgrade
-from server.replication.topology import Drops, DropsInfo, RouteTrace, drops_of, route_trace
-from server.replication.transport import (
+from spool.server.replication.history import LinkEvent, LinkHistory
+from spool.server.replication.horizon import SyncHorizon
+from spool.server.replication.inbound import InboundContext, InboundLink
+from spool.server.replication.outbound import DestinationLink, LinkContext
+from spool.server.replication.state import ReplicationState
+from spool.server.replication.syncstate import check_downgrade
+from spool.server.replication.topology import Drops, DropsInfo, RouteTrace, drops_of, route_trace
+from spool.server.replication.transport import (
     Connector,
     LinkTransport,
     SharedTransport,
     connect_websocket,
 )
-from server.replication.validation import parse_summary, summarize
-from server.sow.memory import MemoryStore
-from server.stats.snapshot import LinkCounters
-from server.stats.source import EventSink
-from server.stats.writer import LinkSampleRow
-from server.txlog import TransactionLog
+from spool.server.replication.validation import parse_summary, summarize
+from spool.server.sow.memory import MemoryStore
+from spool.server.stats.snapshot import LinkCounters
+from spool.server.stats.source import EventSink
+from spool.server.stats.writer import LinkSampleRow
+from spool.server.txlog import TransactionLog
 
 __all__ = ["DestinationInfo", "InboundInfo", "Replication", "ReplicationInfo"]
 
@@ -501,7 +501,7 @@ class Replication:
         busy: Callable[[str], BootstrapBusy | None] | None,
     ) -> InboundLink | BootstrapSource:
         """A connection on ``/replication`` whose first bytes arrived (``first``: at
-        least a whole message prefix, :func:`~server.replication.frames.first_type`): the
+        least a whole message prefix, :func:`~spool.server.replication.frames.first_type`): the
         one place that tells its conversations apart, for the web endpoint
         (web/replication.py) and the tests' in-memory fabric alike. A ``bootstrap`` request
         is served even while this instance bootstraps itself (``busy`` answers it then;

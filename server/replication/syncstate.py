@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-from server.replication.errors import SyncChangeRefused
+from spool.server.replication.errors import SyncChangeRefused
 
 __all__ = ["Effective", "SyncState", "check_downgrade"]
 

@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, TypedDict
 
-from server.replication.hops import format_hop, on_path, parse_hop
-from server.replication.validation import Destination, Rule, Summary
+from spool.server.replication.hops import format_hop, on_path, parse_hop
+from spool.server.replication.validation import Destination, Rule, Summary
 
 __all__ = [
     "MAX_ROUTES",

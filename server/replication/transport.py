@@ -43,10 +43,10 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.protocol import State
 
-from server.config import format_inet_addr
-from server.replication.errors import ReplicationError
-from server.replication.frames import Message
-from server.replication.liveness import Liveness
+from spool.server.config import format_inet_addr
+from spool.server.replication.errors import ReplicationError
+from spool.server.replication.frames import Message
+from spool.server.replication.liveness import Liveness
 
 __all__ = [
     "CHUNK",

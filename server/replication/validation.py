@@ -73,14 +73,14 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from server.config import (
+from spool.server.config import (
     NON_EXCLUDABLE_CHECKS,
     VALIDATION_CHECKS,
     Config,
     DestinationConfig,
     ReplicationTopic,
 )
-from server.replication.errors import ReplicationProtocolError, ValidationFailed
+from spool.server.replication.errors import ReplicationProtocolError, ValidationFailed
 
 __all__ = ["Block", "Summary", "parse_summary", "summarize", "validate"]
 

@@ -27,9 +27,9 @@ it so); docs/sow.md describes the behaviour and the decisions where PROTOCOL.md 
 
 from __future__ import annotations
 
-from server.sow.admin import SowCompaction, SowKeys, SowTopicInfo
-from server.sow.errors import SowError, SowFileError, SowTopicNotFound
-from server.sow.service import SowService
+from spool.server.sow.admin import SowCompaction, SowKeys, SowTopicInfo
+from spool.server.sow.errors import SowError, SowFileError, SowTopicNotFound
+from spool.server.sow.service import SowService
 
 __all__ = [
     "SowCompaction",

@@ -1,6 +1,6 @@
 from collections.abc import Callable
 
-from server.ports import SowRecord
+from spool.server.ports import SowRecord
 
 def encode_puts(
     records: list[SowRecord], fallback: Callable[[list[SowRecord]], bytes]

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of the SOW file's two loops (:mod:`server.sow.fileformat`, same API).
+"""Compiled twin of the SOW file's two loops (:mod:`spool.server.sow.fileformat`, same API).
 
 :func:`encode_puts` writes the put changes of a batch of records into one preallocated
 ``bytes`` with the CRC-32C computed in place; :func:`live_changes` walks a file's changes

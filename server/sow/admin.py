@@ -1,6 +1,6 @@
 """The SOW as operators see it: the JSON shapes of ``/api/sow`` (ADMIN_API.md), typed.
 
-:class:`~server.sow.service.SowService` builds these on the loop (a copy of counters and
+:class:`~spool.server.sow.service.SowService` builds these on the loop (a copy of counters and
 paths, no file access); ``server/operations.py`` exposes them to REST and the dashboard.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from server.bookmarks import format_timestamp_us
-from server.config import SowTopicConfig
-from server.sow.filestore import CompactReport, FileStore
-from server.sow.memory import MemoryStore
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.config import SowTopicConfig
+from spool.server.sow.filestore import CompactReport, FileStore
+from spool.server.sow.memory import MemoryStore
 
 __all__ = ["SowCompaction", "SowKeys", "SowTopicInfo", "compaction_info", "topic_info"]
 

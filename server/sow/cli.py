@@ -27,17 +27,17 @@ from typing import TextIO
 
 import orjson
 
-from server.config import ConfigError, SowTopicConfig, load_config
-from server.sow.filestore import read_sow_file, write_sow_file
-from server.sow.history import LogApplier
-from server.sow.keys import KeySpec
-from server.sow.memory import MemoryStore
-from server.sow.registry import sow_file_name
-from server.txlog.batch import RecordBatch
-from server.txlog.cli import iter_file_records
-from server.txlog.errors import CorruptRecord
-from server.txlog.files import parse_name
-from server.txlog.record import FLAG_RELEASED, Record, RecordKind
+from spool.server.config import ConfigError, SowTopicConfig, load_config
+from spool.server.sow.filestore import read_sow_file, write_sow_file
+from spool.server.sow.history import LogApplier
+from spool.server.sow.keys import KeySpec
+from spool.server.sow.memory import MemoryStore
+from spool.server.sow.registry import sow_file_name
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.cli import iter_file_records
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.files import parse_name
+from spool.server.txlog.record import FLAG_RELEASED, Record, RecordKind
 
 __all__ = ["cmd_rebuild", "cmd_verify", "register"]
 

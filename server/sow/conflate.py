@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from server.clock import Clock
-from server.ports import Change, SowRecord
-from server.sow.memory import new_change
+from spool.server.clock import Clock
+from spool.server.ports import Change, SowRecord
+from spool.server.sow.memory import new_change
 
 __all__ = ["SowConflation"]
 

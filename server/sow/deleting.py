@@ -27,12 +27,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Final
 
-from server.bookmarks import format_timestamp_us
-from server.clock import Clock
-from server.expr import Filter, MessageView, compile_filter
-from server.ports import Change, Entitlements, SowRecord
-from server.protocol.commands import Command
-from server.protocol.errors import (
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.clock import Clock
+from spool.server.expr import Filter, MessageView, compile_filter
+from spool.server.ports import Change, Entitlements, SowRecord
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import (
     BadFilter,
     InvalidMessage,
     InvalidTopic,
@@ -40,16 +40,16 @@ from server.protocol.errors import (
     ProtocolFailure,
     TxlogFull,
 )
-from server.protocol.topic import is_regex_topic
-from server.session import Session
-from server.sow.memory import MemoryStore
-from server.sow.query import QueryRun, Source, parse_key_list
-from server.sow.registry import SowTopics
-from server.sow.subscribers import DELETED, SowDelivery
-from server.stats.source import EventSink
-from server.txlog import TransactionLog
-from server.txlog.record import RecordKind
-from server.wire import topic_json
+from spool.server.protocol.topic import is_regex_topic
+from spool.server.session import Session
+from spool.server.sow.memory import MemoryStore
+from spool.server.sow.query import QueryRun, Source, parse_key_list
+from spool.server.sow.registry import SowTopics
+from spool.server.sow.subscribers import DELETED, SowDelivery
+from spool.server.stats.source import EventSink
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.record import RecordKind
+from spool.server.wire import topic_json
 
 __all__ = ["SowDeletes"]
 

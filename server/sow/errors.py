@@ -1,7 +1,7 @@
 """Errors of the SOW that are not wire failures.
 
 Wire failures (a message without its key, a query with a bad ``orderby``...) are the
-classes of :mod:`server.protocol.errors`, with the detail saying what was wrong; this
+classes of :mod:`spool.server.protocol.errors`, with the detail saying what was wrong; this
 module holds what the SOW raises about its files and its admin surface::
 
     SpoolError
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 
 class SowError(SpoolError):

@@ -1,7 +1,7 @@
 """The task that removes expired SOW records, on the injected clock.
 
 It sleeps until the earliest deadline of any store (server/sow/expiry.py), removes what
-is due through :meth:`server.sow.deleting.SowDeletes.remove` (logged as ``SOW_DELETE``,
+is due through :meth:`spool.server.sow.deleting.SowDeletes.remove` (logged as ``SOW_DELETE``,
 ``oof`` reason ``expired``), and sleeps again; a new deadline earlier than the one it
 sleeps towards wakes it. When the log refuses the removals (``txlog full``) the records
 stay and it tries again a second later.
@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 from typing import Final
 
-from server.clock import Clock, time_us
-from server.sow.deleting import SowDeletes
-from server.sow.registry import SowTopics
-from server.sow.subscribers import EXPIRED
-from server.stats.source import EventSink
+from spool.server.clock import Clock, time_us
+from spool.server.sow.deleting import SowDeletes
+from spool.server.sow.registry import SowTopics
+from spool.server.sow.subscribers import EXPIRED
+from spool.server.stats.source import EventSink
 
 __all__ = ["Expirer"]
 

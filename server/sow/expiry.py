@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 
-from server.ports import SowRecord
+from spool.server.ports import SowRecord
 
 __all__ = ["ExpiryIndex"]
 

@@ -49,8 +49,8 @@ from typing import Final
 
 import google_crc32c
 
-from server import speedups
-from server.ports import SowRecord
+from spool.server import speedups
+from spool.server.ports import SowRecord
 
 __all__ = [
     "CHANGE_DELETE",
@@ -280,7 +280,7 @@ def encode_puts_py(records: list[SowRecord]) -> bytes:
     """The put changes of ``records``, concatenated (the SOW writer's batch).
 
     This is the pure-Python implementation and the oracle of the compiled one
-    (``_fileformat_c.pyx``, :mod:`server.speedups`); :data:`encode_puts` is the one
+    (``_fileformat_c.pyx``, :mod:`spool.server.speedups`); :data:`encode_puts` is the one
     selected.
     """
     return b"".join(map(encode_put, records))
@@ -321,8 +321,8 @@ def _live_changes_c(buf: bytes, pos: int, base_seq: int) -> LiveScan:
 
 
 try:
-    from server.sow._fileformat_c import encode_puts as _encode_puts_compiled
-    from server.sow._fileformat_c import live_changes as _live_changes_compiled
+    from spool.server.sow._fileformat_c import encode_puts as _encode_puts_compiled
+    from spool.server.sow._fileformat_c import live_changes as _live_changes_compiled
 except ImportError:  # not built: speedups.status() says why
     _encode_puts_compiled = None  # type: ignore[assignment]
     _live_changes_compiled = None  # type: ignore[assignment]

@@ -1,6 +1,6 @@
-"""The persistent backend of :class:`~server.ports.TopicStore`: memory plus one file.
+"""The persistent backend of :class:`~spool.server.ports.TopicStore`: memory plus one file.
 
-Reads are answered from memory (a :class:`~server.sow.memory.MemoryStore`); every change
+Reads are answered from memory (a :class:`~spool.server.sow.memory.MemoryStore`); every change
 is also written to the topic's file (server/sow/fileformat.py) by a writer task whose
 file work (write, fsync, read, rename) runs in a worker thread, never on the loop.
 
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from server.clock import Clock, time_us
-from server.ports import SowRecord
-from server.sow.fileformat import (
+from spool.server.clock import Clock, time_us
+from spool.server.ports import SowRecord
+from spool.server.sow.fileformat import (
     CHANGE_PUT,
     ChangeRecord,
     Damage,
@@ -47,7 +47,7 @@ from server.sow.fileformat import (
     live_changes,
     read_changes,
 )
-from server.sow.memory import MemoryStore, new_record
+from spool.server.sow.memory import MemoryStore, new_record
 
 __all__ = [
     "AUTO_COMPACT_MIN",

@@ -1,4 +1,4 @@
-"""The memory backend of :class:`~server.ports.TopicStore`: a dict of immutable records.
+"""The memory backend of :class:`~spool.server.ports.TopicStore`: a dict of immutable records.
 
 Also the in-memory half of the persistent backend (server/sow/filestore.py extends it),
 and the scratch store a historical query rebuilds from the transaction log. Records are
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from server.ports import Change, SowRecord
+from spool.server.ports import Change, SowRecord
 
 __all__ = ["MemoryStore", "new_change", "new_record"]
 

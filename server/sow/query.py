@@ -28,10 +28,10 @@ from typing import Final, overload
 
 import orjson
 
-from server.bookmarks import format_timestamp_us
-from server.expr import Filter
-from server.ports import SowRecord
-from server.protocol.errors import InvalidMessage
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.expr import Filter
+from spool.server.ports import SowRecord
+from spool.server.protocol.errors import InvalidMessage
 
 __all__ = [
     "CHUNK",

@@ -25,7 +25,7 @@ from typing import Final
 
 import orjson
 
-from server.bookmarks import (
+from spool.server.bookmarks import (
     BookmarkPoint,
     BookmarkSpec,
     Epoch,
@@ -34,11 +34,11 @@ from server.bookmarks import (
     lookup_points,
     parse_bookmark,
 )
-from server.clock import Clock, time_us
-from server.expr import Filter, compile_filter
-from server.ports import Entitlements, SowRecord
-from server.protocol.commands import Command
-from server.protocol.errors import (
+from spool.server.clock import Clock, time_us
+from spool.server.expr import Filter, compile_filter
+from spool.server.ports import Entitlements, SowRecord
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import (
     BadFilter,
     BookmarkNotFound,
     InvalidBookmark,
@@ -49,22 +49,29 @@ from server.protocol.errors import (
     ProtocolFailure,
     SubIdInUse,
 )
-from server.protocol.options import SubscribeOptions, parse_subscribe_options
-from server.protocol.topic import compile_topic, is_regex_topic
-from server.regex import Regex
-from server.session import Session
-from server.sow.conflate import SowConflation
-from server.sow.history import state_at
-from server.sow.memory import MemoryStore
-from server.sow.query import MAX_BATCH, OrderField, QueryRun, Source, parse_key_list, parse_orderby
-from server.sow.registry import SowTopics
-from server.sow.streaming import StreamSpec, stream_query
-from server.sow.subscribers import SowDelivery, SowSubscriber
-from server.stats.source import EventSink
-from server.subscription import Subscription
-from server.subscriptions import SubscriptionService
-from server.txlog import TransactionLog
-from server.wire import topic_json
+from spool.server.protocol.options import SubscribeOptions, parse_subscribe_options
+from spool.server.protocol.topic import compile_topic, is_regex_topic
+from spool.server.regex import Regex
+from spool.server.session import Session
+from spool.server.sow.conflate import SowConflation
+from spool.server.sow.history import state_at
+from spool.server.sow.memory import MemoryStore
+from spool.server.sow.query import (
+    MAX_BATCH,
+    OrderField,
+    QueryRun,
+    Source,
+    parse_key_list,
+    parse_orderby,
+)
+from spool.server.sow.registry import SowTopics
+from spool.server.sow.streaming import StreamSpec, stream_query
+from spool.server.sow.subscribers import SowDelivery, SowSubscriber
+from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
+from spool.server.subscriptions import SubscriptionService
+from spool.server.txlog import TransactionLog
+from spool.server.wire import topic_json
 
 __all__ = ["SowQueries"]
 

@@ -29,14 +29,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from server.config import SowTopicConfig
-from server.ports import Change
-from server.sow.history import record_key
-from server.sow.keys import KeySpec
-from server.sow.registry import SowTopics
-from server.sow.subscribers import DELETED, SowDelivery
-from server.txlog.record import Record, RecordKind
-from server.wire import topic_json
+from spool.server.config import SowTopicConfig
+from spool.server.ports import Change
+from spool.server.sow.history import record_key
+from spool.server.sow.keys import KeySpec
+from spool.server.sow.registry import SowTopics
+from spool.server.sow.subscribers import DELETED, SowDelivery
+from spool.server.txlog.record import Record, RecordKind
+from spool.server.wire import topic_json
 
 __all__ = ["SowRefold"]
 
@@ -44,7 +44,7 @@ _DELETE = int(RecordKind.SOW_DELETE)
 
 
 class SowRefold:
-    """The SOW's catch-up for one repaired range (:class:`~server.ports.Refold`).
+    """The SOW's catch-up for one repaired range (:class:`~spool.server.ports.Refold`).
 
     Args:
         topics: rules, specs and stores.

@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final
 
-from server.clock import Clock
-from server.config import Config, SowTopicConfig
-from server.regex import Regex
-from server.sow.expiry import ExpiryIndex
-from server.sow.fileformat import decode_header
-from server.sow.filestore import FileStore, LoadReport
-from server.sow.keys import KeySpec
-from server.sow.memory import MemoryStore
-from server.stats.source import EventSink
+from spool.server.clock import Clock
+from spool.server.config import Config, SowTopicConfig
+from spool.server.regex import Regex
+from spool.server.sow.expiry import ExpiryIndex
+from spool.server.sow.fileformat import decode_header
+from spool.server.sow.filestore import FileStore, LoadReport
+from spool.server.sow.keys import KeySpec
+from spool.server.sow.memory import MemoryStore
+from spool.server.stats.source import EventSink
 
 __all__ = ["SowTopics", "sow_file_name"]
 

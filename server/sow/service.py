@@ -23,36 +23,36 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from server.clock import Clock
-from server.config import Config
-from server.ports import Entitlements, PublishRun
-from server.protocol.commands import Command
-from server.protocol.errors import (
+from spool.server.clock import Clock
+from spool.server.config import Config
+from spool.server.ports import Entitlements, PublishRun
+from spool.server.protocol.commands import Command
+from spool.server.protocol.errors import (
     InvalidMessage,
     InvalidOptions,
     InvalidTopic,
     SubIdInUse,
 )
-from server.protocol.options import parse_subscribe_options
-from server.protocol.topic import is_regex_topic
-from server.publishing import PublishPipeline
-from server.session import Session
-from server.sow.admin import SowCompaction, SowKeys, SowTopicInfo, compaction_info, topic_info
-from server.sow.deleting import SowDeletes
-from server.sow.errors import SowTopicNotFound
-from server.sow.expirer import Expirer
-from server.sow.filestore import FileStore, LoadReport
-from server.sow.memory import MemoryStore
-from server.sow.querying import SowQueries, check_sow_options, new_subscription
-from server.sow.registry import SowTopics
-from server.sow.stage import SowStage
-from server.sow.subscribers import SowDelivery
-from server.stats.source import EventSink
-from server.subscriptions import SubscriptionService
-from server.txlog import TransactionLog
-from server.txlog.pins import Pin
-from server.txlog.record import RecordKind
-from server.wire import topic_json
+from spool.server.protocol.options import parse_subscribe_options
+from spool.server.protocol.topic import is_regex_topic
+from spool.server.publishing import PublishPipeline
+from spool.server.session import Session
+from spool.server.sow.admin import SowCompaction, SowKeys, SowTopicInfo, compaction_info, topic_info
+from spool.server.sow.deleting import SowDeletes
+from spool.server.sow.errors import SowTopicNotFound
+from spool.server.sow.expirer import Expirer
+from spool.server.sow.filestore import FileStore, LoadReport
+from spool.server.sow.memory import MemoryStore
+from spool.server.sow.querying import SowQueries, check_sow_options, new_subscription
+from spool.server.sow.registry import SowTopics
+from spool.server.sow.stage import SowStage
+from spool.server.sow.subscribers import SowDelivery
+from spool.server.stats.source import EventSink
+from spool.server.subscriptions import SubscriptionService
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.pins import Pin
+from spool.server.txlog.record import RecordKind
+from spool.server.wire import topic_json
 
 __all__ = ["SowService"]
 

@@ -30,18 +30,18 @@ from collections.abc import Callable
 
 import orjson
 
-from server.clock import Clock, time_us
-from server.ports import AppendedRun, Change, Outbound, PublishRun, Refusals
-from server.protocol.errors import InvalidMessage, ProtocolFailure
-from server.sow.delta import merge
-from server.sow.filestore import FileStore
-from server.sow.history import LogApplier
-from server.sow.memory import MemoryStore
-from server.sow.refold import SowRefold
-from server.sow.registry import SowTopics
-from server.sow.subscribers import DELETED, SowDelivery
-from server.txlog.batch import RecordBatch
-from server.txlog.record import (
+from spool.server.clock import Clock, time_us
+from spool.server.ports import AppendedRun, Change, Outbound, PublishRun, Refusals
+from spool.server.protocol.errors import InvalidMessage, ProtocolFailure
+from spool.server.sow.delta import merge
+from spool.server.sow.filestore import FileStore
+from spool.server.sow.history import LogApplier
+from spool.server.sow.memory import MemoryStore
+from spool.server.sow.refold import SowRefold
+from spool.server.sow.registry import SowTopics
+from spool.server.sow.subscribers import DELETED, SowDelivery
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import (
     SOW_FIELD_SEPARATOR,
     RecordKind,
     sow_key_field,

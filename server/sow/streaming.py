@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from server.ports import Outbound, SowRecord
-from server.sow.query import QueryRun, Source
-from server.wire import encode_group, encode_sow_records
+from spool.server.ports import Outbound, SowRecord
+from spool.server.sow.query import QueryRun, Source
+from spool.server.wire import encode_group, encode_sow_records
 
 __all__ = ["StreamSpec", "stream_query"]
 

@@ -31,17 +31,17 @@ from typing import Final
 
 import orjson
 
-from server.bookmarks import format_timestamp_us
-from server.expr import MessageView
-from server.ports import Change, Entitlements
-from server.protocol.errors import SlowClient
-from server.router import Router
-from server.session import Session
-from server.sow.conflate import SowConflation
-from server.sow.delta import diff
-from server.stats.source import EventSink
-from server.subscription import Subscription
-from server.wire import encode_keyed, encode_oof
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.expr import MessageView
+from spool.server.ports import Change, Entitlements
+from spool.server.protocol.errors import SlowClient
+from spool.server.router import Router
+from spool.server.session import Session
+from spool.server.sow.conflate import SowConflation
+from spool.server.sow.delta import diff
+from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
+from spool.server.wire import encode_keyed, encode_oof
 
 __all__ = ["SowDelivery", "SowSubscriber"]
 

@@ -2,7 +2,7 @@
 
 Each run of a configured action is one ``action_run`` row (server/stats/models.py): a few
 columns to list and filter by, and the whole run as JSON (its steps, their results, the
-files touched), written by :mod:`server.actions` and handed back as stored. The table is
+files touched), written by :mod:`spool.server.actions` and handed back as stored. The table is
 bounded per action: after each insert, rows of that action beyond :data:`KEEP_PER_ACTION`
 (the oldest) are deleted in the same transaction, so a ten-second schedule cannot grow the
 database without end. Sample retention and ``truncate-statistics`` leave the table alone:
@@ -16,7 +16,7 @@ from typing import Final
 
 from sqlalchemy import Engine, delete, insert, select
 
-from server.stats.models import ActionRun
+from spool.server.stats.models import ActionRun
 
 __all__ = ["KEEP_PER_ACTION", "ActionRunLog", "ActionRunRow", "StoredRun"]
 
@@ -49,7 +49,7 @@ class ActionRunLog:
     """Writes and reads ``action_run`` rows.
 
     Args:
-        engine: an engine from :func:`server.stats.db.open_stats_engine`.
+        engine: an engine from :func:`spool.server.stats.db.open_stats_engine`.
         keep: runs kept per action.
 
     Thread-safety: each call opens its own connection (SQLite serialises writers).

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
+from spool.server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
 
 
 def open_read_only(path: Path) -> sqlite3.Connection:

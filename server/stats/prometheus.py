@@ -47,9 +47,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from server.stats.histogram import LatencyHistogram
-from server.stats.series import QueueGauge
-from server.stats.snapshot import (
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.series import QueueGauge
+from spool.server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
     QueueCounters,
@@ -59,7 +59,7 @@ from server.stats.snapshot import (
     TransportCounters,
     TxlogCounters,
 )
-from server.stats.source import MetricsSource
+from spool.server.stats.source import MetricsSource
 
 
 class PrometheusSource(MetricsSource, Protocol):
@@ -97,7 +97,7 @@ class SpoolCollector(Collector):
     """Builds the ``spool_*`` families from one snapshot per scrape.
 
     Args:
-        broker: what is scraped (``server.operations.Operations``).
+        broker: what is scraped (``spool.server.operations.Operations``).
     """
 
     def __init__(self, broker: PrometheusSource) -> None:

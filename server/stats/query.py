@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, Integer, cast, func, select
 
-from server.protocol.errors import SpoolError
-from server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
+from spool.server.protocol.errors import SpoolError
+from spool.server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
 
 
 class UnknownMetric(SpoolError):
@@ -30,7 +30,7 @@ class StatsReader:
     """Queries over the stats tables.
 
     Args:
-        engine: an engine from :func:`server.stats.db.open_stats_engine`.
+        engine: an engine from :func:`spool.server.stats.db.open_stats_engine`.
     """
 
     def __init__(self, engine: Engine) -> None:

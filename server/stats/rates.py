@@ -1,7 +1,7 @@
 """Counter arithmetic: how two readings of a cumulative counter become a rate.
 
-Every counter of a :class:`~server.stats.snapshot.MetricsSnapshot` is cumulative; the stats
-series (:mod:`server.stats.series`) and the dashboard's live feed (``web/dashboard.py``)
+Every counter of a :class:`~spool.server.stats.snapshot.MetricsSnapshot` is cumulative; the stats
+series (:mod:`spool.server.stats.series`) and the dashboard's live feed (``web/dashboard.py``)
 both turn two readings into a per-second rate. The rule lives here, once, so the stored
 history and the live chart cannot disagree about the same interval.
 
@@ -17,13 +17,13 @@ one that is not seen makes that interval's increase too small, never too large (
 limit as Prometheus).
 
 The persisted-ack latency histogram follows the same rule bucket by bucket
-(:meth:`~server.stats.histogram.HistogramSnapshot.delta`): an interval's observations are
+(:meth:`~spool.server.stats.histogram.HistogramSnapshot.delta`): an interval's observations are
 the difference of two cumulative snapshots, or the whole newer snapshot after a reset.
 """
 
 from __future__ import annotations
 
-from server.stats.histogram import HistogramSnapshot
+from spool.server.stats.histogram import HistogramSnapshot
 
 
 def increase(current: float, previous: float | None) -> float:

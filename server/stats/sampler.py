@@ -2,13 +2,13 @@
 
 Per tick, on the event loop: take ``broker.metrics_snapshot()`` (cheap, no I/O) and a
 snapshot of the persisted-ack histogram, turn them into metric values against the previous
-tick (:mod:`server.stats.series`, by the counter rule of :mod:`server.stats.rates`). Then,
+tick (:mod:`spool.server.stats.series`, by the counter rule of :mod:`spool.server.stats.rates`). Then,
 in worker threads: read host metrics (psutil, a directory scan) and write every row in one
 transaction. The loop never waits on SQLite.
 
 Retention: samples older than ``Admin/StatsRetention`` are deleted at start and then every
 :data:`RETENTION_EVERY` seconds; the admin API's truncate action deletes on demand through
-the same :class:`~server.stats.store.StatsStore`.
+the same :class:`~spool.server.stats.store.StatsStore`.
 
 Failures to write (disk full, locked file) are reported to the event log once per kind and
 sampling goes on: statistics must never take the broker down.
@@ -22,16 +22,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, ParamSpec, Protocol
 
-from server.clock import Clock
-from server.config import Config
-from server.stats.histogram import HistogramSnapshot
-from server.stats.host import HostProbe, host_metric_values
-from server.stats.rates import interval_histogram
-from server.stats.series import snapshot_values
-from server.stats.snapshot import MetricsSnapshot
-from server.stats.source import MetricsSource
-from server.stats.store import StatsStore
-from server.stats.writer import LinkEventRow, LinkSampleRow
+from spool.server.clock import Clock
+from spool.server.config import Config
+from spool.server.stats.histogram import HistogramSnapshot
+from spool.server.stats.host import HostProbe, host_metric_values
+from spool.server.stats.rates import interval_histogram
+from spool.server.stats.series import snapshot_values
+from spool.server.stats.snapshot import MetricsSnapshot
+from spool.server.stats.source import MetricsSource
+from spool.server.stats.store import StatsStore
+from spool.server.stats.writer import LinkEventRow, LinkSampleRow
 
 RETENTION_EVERY: Final = 300.0  # seconds between retention passes
 
@@ -71,7 +71,7 @@ class Sampler:
     """Samples the broker into the stats database.
 
     Args:
-        broker: the metrics source (``server.operations.Operations``).
+        broker: the metrics source (``spool.server.operations.Operations``).
         config: the instance configuration (``admin.interval``, ``admin.stats_file``,
             ``admin.stats_retention``, the directories).
         clock: time source; sampling times are ``clock.time()``.

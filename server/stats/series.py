@@ -2,7 +2,7 @@
 
 Pure functions (no I/O, no clock) so the mapping is tested on its own. Counters become both
 the cumulative value and a per-second rate over the sampling interval, by the rule of
-:mod:`server.stats.rates` (the one the dashboard's live feed uses too): a counter that went
+:mod:`spool.server.stats.rates` (the one the dashboard's live feed uses too): a counter that went
 down (a client reconnected under the same name, the broker restarted) counts from zero
 again, as Prometheus ``rate()`` does. Names inside paths are percent-encoded
 (:func:`segment`), so ``topics/%2Faudit%2Fx/msgs_in_rate`` is topic ``/audit/x``.
@@ -33,9 +33,9 @@ from __future__ import annotations
 from typing import Final, Literal
 from urllib.parse import quote
 
-from server.stats.histogram import HistogramSnapshot
-from server.stats.rates import rate
-from server.stats.snapshot import MetricsSnapshot
+from spool.server.stats.histogram import HistogramSnapshot
+from spool.server.stats.rates import rate
+from spool.server.stats.snapshot import MetricsSnapshot
 
 Counter = Literal["msgs_in", "msgs_out", "bytes_in", "bytes_out"]
 """A traffic counter of the instance and of each client."""
@@ -99,7 +99,7 @@ def snapshot_values(
         previous: the previous tick's snapshot (None: every counter counts from zero).
         elapsed: seconds between the two snapshots (rates are skipped when not positive).
         ack_delta: persisted-ack latencies observed during the interval
-            (:func:`server.stats.rates.interval_histogram`).
+            (:func:`spool.server.stats.rates.interval_histogram`).
     """
     out: dict[str, float] = {}
     before: float | None

@@ -1,6 +1,6 @@
 """The shape of a metrics snapshot: what the broker counts, read once per tick or scrape.
 
-The engine builds one with :meth:`server.metrics.Metrics.snapshot` (cheap, on the loop, no
+The engine builds one with :meth:`spool.server.metrics.Metrics.snapshot` (cheap, on the loop, no
 I/O); the stats sampler, the Prometheus collector and the dashboard's live feed read it.
 Counters are cumulative since the start of the instance (a client's counters since its
 connection); rates are computed by the readers over two snapshots.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from server.stats.histogram import LatencyHistogram
+from spool.server.stats.histogram import LatencyHistogram
 
 
 class ClientCounters(TypedDict):

@@ -1,6 +1,6 @@
 """What the stats code needs from the broker, as structural types (no import of the engine).
 
-``server.operations.Operations`` satisfies these protocols; tests may pass any object that
+``spool.server.operations.Operations`` satisfies these protocols; tests may pass any object that
 does.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from server.stats.snapshot import MetricsSnapshot
+from spool.server.stats.snapshot import MetricsSnapshot
 
 
 class EventSink(Protocol):

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from server.stats.actionruns import ActionRunLog
-from server.stats.db import open_stats_engine
-from server.stats.query import StatsReader
-from server.stats.writer import StatsWriter
+from spool.server.stats.actionruns import ActionRunLog
+from spool.server.stats.db import open_stats_engine
+from spool.server.stats.query import StatsReader
+from spool.server.stats.writer import StatsWriter
 
 
 class StatsStore:

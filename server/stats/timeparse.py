@@ -18,8 +18,8 @@ import re
 from datetime import UTC, datetime
 from typing import Final
 
-from server import units
-from server.protocol.errors import SpoolError
+from spool.server import units
+from spool.server.protocol.errors import SpoolError
 
 _COMPACT: Final = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})(?:\.(\d{1,6}))?Z?$")
 
@@ -65,7 +65,7 @@ def parse_time(text: str) -> float:
 def parse_duration(text: str) -> float:
     """Seconds for a duration such as ``10s``, ``1m``, ``7d`` or ``30`` (seconds).
 
-    The units are those of the configuration file (:func:`server.units.parse_duration`).
+    The units are those of the configuration file (:func:`spool.server.units.parse_duration`).
 
     Raises:
         BadTimeValue: unrecognised form, or not strictly positive.

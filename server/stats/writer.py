@@ -16,7 +16,7 @@ from typing import Final
 from sqlalchemy import Connection, Engine, delete, exists, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
+from spool.server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
 
 _CHUNK: Final = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
@@ -36,7 +36,7 @@ class StatsWriter:
     """Inserts sample rows; see the module docstring for the transaction shape.
 
     Args:
-        engine: an engine from :func:`server.stats.db.open_stats_engine`.
+        engine: an engine from :func:`spool.server.stats.db.open_stats_engine`.
 
     Thread-safety: each call opens its own connection; SQLite serialises writers (WAL),
     waiting up to the busy timeout.

@@ -11,6 +11,6 @@ loader can use the lowest without importing the rest):
     listener     the live side: the active certificate pair, reloads that new handshakes
                  pick up (existing connections keep theirs), the expiry watch
 
-``server.config`` validates the files through ``context`` at start-up, so a bad
+``spool.server.config`` validates the files through ``context`` at start-up, so a bad
 certificate is a configuration error at the element that names it.
 """

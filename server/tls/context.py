@@ -38,8 +38,8 @@ from cryptography.hazmat.primitives.serialization import (
     load_pem_private_key,
 )
 
-from server.tls.certificate import CertificateInfo, certificate_info, load_pem_chain
-from server.tls.errors import (
+from spool.server.tls.certificate import CertificateInfo, certificate_info, load_pem_chain
+from spool.server.tls.errors import (
     CaCertificateInvalid,
     CertificateInvalid,
     Element,

@@ -6,7 +6,7 @@ the admin API says which file to fix. Messages name files, never their contents.
 
 Hierarchy::
 
-    SpoolError (server.protocol.errors)
+    SpoolError (spool.server.protocol.errors)
     └── TlsError                    .element: Certificate | PrivateKey | CACertificate
         ├── TlsFileUnreadable       the file cannot be read
         ├── CertificateInvalid      not a PEM certificate (chain)
@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 Element = Literal["Certificate", "PrivateKey", "CACertificate"]
 

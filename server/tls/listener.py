@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final, TypedDict
 
-from server.clock import Clock
-from server.config import TlsConfig
-from server.stats.source import EventSink
-from server.tls.certificate import CertificateDict, CertificateInfo
-from server.tls.context import MINIMUM_VERSION, ServerPair, load_server_pair
-from server.tls.errors import CertificateNotValid
+from spool.server.clock import Clock
+from spool.server.config import TlsConfig
+from spool.server.stats.source import EventSink
+from spool.server.tls.certificate import CertificateDict, CertificateInfo
+from spool.server.tls.context import MINIMUM_VERSION, ServerPair, load_server_pair
+from spool.server.tls.errors import CertificateNotValid
 
 __all__ = ["EXPIRY_WARNING", "TlsListener", "TlsStatus"]
 

@@ -8,8 +8,8 @@ recovery rules.
 
 from __future__ import annotations
 
-from server.txlog.batch import RecordBatch
-from server.txlog.errors import (
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.errors import (
     CorruptRecord,
     FencedRecords,
     FieldOutOfRange,
@@ -27,16 +27,16 @@ from server.txlog.errors import (
     TxlogFull,
     TxlogWriteFailed,
 )
-from server.txlog.events import EventCallback
-from server.txlog.files import FileSeam, JournalHandle, OsFileSeam
-from server.txlog.journal import JournalInfo
-from server.txlog.locate import Located, LookupView
-from server.txlog.log import TransactionLog
-from server.txlog.outage import WriteOutage
-from server.txlog.pins import Pin, PinInfo
-from server.txlog.record import Record, RecordKind
-from server.txlog.recoveryreport import RecoveryReport, Truncation
-from server.txlog.space import PreallocationShortfall
+from spool.server.txlog.events import EventCallback
+from spool.server.txlog.files import FileSeam, JournalHandle, OsFileSeam
+from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.locate import Located, LookupView
+from spool.server.txlog.log import TransactionLog
+from spool.server.txlog.outage import WriteOutage
+from spool.server.txlog.pins import Pin, PinInfo
+from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.recoveryreport import RecoveryReport, Truncation
+from spool.server.txlog.space import PreallocationShortfall
 
 __all__ = [
     "CorruptRecord",

@@ -1,4 +1,4 @@
-from server.txlog.codec import Special
+from spool.server.txlog.codec import Special
 
 def decode_columns(
     buf: bytes,

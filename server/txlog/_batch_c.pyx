@@ -1,9 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of the bulk record decoder of :mod:`server.txlog.batch` (same results).
+"""Compiled twin of the bulk record decoder of :mod:`spool.server.txlog.batch` (same results).
 
-:func:`decode_columns` is the loop of :func:`server.txlog.batch.decode_batch_py`: it reads
+:func:`decode_columns` is the loop of :func:`spool.server.txlog.batch.decode_batch_py`: it reads
 each record's header in place, checks its CRC-32C in place (``crc32c.h``), and fills the
-columns a :class:`~server.txlog.batch.RecordBatch` keeps, one ``bytes`` per body and one
+columns a :class:`~spool.server.txlog.batch.RecordBatch` keeps, one ``bytes`` per body and one
 int per numeric column; ``batch.py`` wraps them in the batch. Records of a rare shape
 (a path, correlation id or SOW key) and every damaged record go through the very functions
 the Python implementation uses (``special_fields``, ``check_at``), so the fields kept and
@@ -21,9 +21,9 @@ from libc.string cimport memcmp, memcpy
 
 import google_crc32c
 
-from server.txlog.codec import HEADER, check_at, decode_text, special_fields
-from server.txlog.record import RecordKind
-from server.txlog.errors import CorruptRecord
+from spool.server.txlog.codec import HEADER, check_at, decode_text, special_fields
+from spool.server.txlog.record import RecordKind
+from spool.server.txlog.errors import CorruptRecord
 
 
 cdef extern from "crc32c.h":

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Compiled twin of the record encoder of :mod:`server.txlog.codec` (same API, same bytes).
+"""Compiled twin of the record encoder of :mod:`spool.server.txlog.codec` (same API, same bytes).
 
-:func:`encode_run` is :func:`server.txlog.codec.encode_run_py` with the record header
+:func:`encode_run` is :func:`spool.server.txlog.codec.encode_run_py` with the record header
 written field by field into one preallocated ``bytes`` and the CRC-32C computed in place
 (``crc32c.h``: the SSE 4.2 instruction, or google_crc32c where the CPU lacks it), so a
 record costs one allocation. Its results, including where it stops on a field that does
@@ -96,7 +96,7 @@ cdef inline void _put64(char *p, uint64_t v) noexcept:
 def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
                bytes path_bytes=b"", int npath=0):
     """Consecutive publish records of one publisher and topic (compiled; see
-    :func:`server.txlog.codec.encode_run_py` for the contract). A replicated run's path
+    :func:`spool.server.txlog.codec.encode_run_py` for the contract). A replicated run's path
     comes encoded (``path_bytes``: each name as a length byte and its UTF-8, ``npath``
     names), as the Python encoder lays it out after the message type."""
     cdef bytes tb = topic.encode()

@@ -20,9 +20,9 @@ from typing import Final, overload
 
 import google_crc32c
 
-from server import speedups
-from server.bookmarks import format_bookmark
-from server.txlog.codec import (
+from spool.server import speedups
+from spool.server.bookmarks import format_bookmark
+from spool.server.txlog.codec import (
     CRC_RESIDUE,
     FORMAT,
     HEADER,
@@ -34,8 +34,8 @@ from server.txlog.codec import (
     decode_text,
     special_fields,
 )
-from server.txlog.errors import CorruptRecord
-from server.txlog.record import Record
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.record import Record
 
 __all__ = ["RecordBatch", "decode_batch", "decode_batch_py"]
 
@@ -54,7 +54,7 @@ class RecordBatch(Sequence[Record]):
     not tracked by the cycle collector, tuples are, and a replay that allocates millions
     of tracked objects pays for collector passes over them (measured: up to half the
     decode time). Of a record with a path, correlation id or SOW key the batch keeps
-    those three fields (:data:`~server.txlog.codec.Special`): a replicating instance reads
+    those three fields (:data:`~spool.server.txlog.codec.Special`): a replicating instance reads
     every record that came from elsewhere (each has a path) back only to route it, and
     building each one's :class:`Record` for that was 13 % of its pump. Every record is
     built on demand from the buffer.
@@ -271,14 +271,14 @@ def decode_batch_py(
 ) -> tuple[RecordBatch, int]:
     """Decode consecutive records into a :class:`RecordBatch`.
 
-    Same contract as :func:`server.txlog.codec.decode_records` (limits, checks, a zero
+    Same contract as :func:`spool.server.txlog.codec.decode_records` (limits, checks, a zero
     length or an incomplete last record ending the batch), but no Record is built.
     Records lying wholly inside ``trusted`` (positions in ``buf`` already verified, by
     index-block CRCs or because the bytes never left memory) skip their own CRC; every
     other check still applies.
 
     This is the pure-Python implementation and the oracle of the compiled one
-    (``_batch_c.pyx``, :mod:`server.speedups`); :func:`decode_batch` is the one selected.
+    (``_batch_c.pyx``, :mod:`spool.server.speedups`); :func:`decode_batch` is the one selected.
 
     Raises:
         CorruptRecord: a complete record fails its checks.
@@ -395,7 +395,7 @@ def _decode_batch_c(
 _BIG: Final = 1 << 62
 
 try:
-    from server.txlog._batch_c import decode_columns as _decode_columns
+    from spool.server.txlog._batch_c import decode_columns as _decode_columns
 except ImportError:  # not built: speedups.status() says why
     _decode_columns = None  # type: ignore[assignment]
 

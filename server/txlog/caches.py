@@ -9,8 +9,8 @@ latched.
 Per journal the index file goes through two forms (see :mod:`.indexfile`): while the journal is
 active, an *open* index - a header, then one entry appended per closed block; once the
 journal is finished, the *sealed* index replaces it atomically, and the journal's in-memory
-:class:`~server.txlog.indexbuilder.IndexBuilder` is swapped for the mmapped
-:class:`~server.txlog.sealedindex.SealedIndex` on the loop.
+:class:`~spool.server.txlog.indexbuilder.IndexBuilder` is swapped for the mmapped
+:class:`~spool.server.txlog.sealedindex.SealedIndex` on the loop.
 
 Thread contract: the work of one batch runs in a worker thread, one batch at a time (the
 cache task awaits each). The index file descriptors belong to that work; the loop touches
@@ -30,20 +30,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.txlog.clients import (
+from spool.server.txlog.clients import (
     PublisherIndex,
     encode_clients_ack,
     parse_clients_ack,
     rebuild_publishers,
 )
-from server.txlog.events import EventCallback
-from server.txlog.files import clients_ack_name, index_name, write_atomic
-from server.txlog.filethread import FileThread
-from server.txlog.groupcommit import Batch
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.indexfile import encode_open_header
-from server.txlog.journal import Journal
-from server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.events import EventCallback
+from spool.server.txlog.files import clients_ack_name, index_name, write_atomic
+from spool.server.txlog.filethread import FileThread
+from spool.server.txlog.groupcommit import Batch
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.indexfile import encode_open_header
+from spool.server.txlog.journal import Journal
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["CacheWriter"]
 

@@ -15,7 +15,7 @@ journal is checked the cheapest way its files allow, as the recovery rules say
 - the journal that was being written is checked at disk speed where its index covers it
   (one CRC-32C per ~4 KB block, read in large chunks), record by record after that;
 - a journal without a usable index is scanned record by record into a new
-  :class:`~server.txlog.indexbuilder.IndexBuilder`;
+  :class:`~spool.server.txlog.indexbuilder.IndexBuilder`;
 - with ``trust`` off (``verify``) every record is scanned, and the index file is only
   compared with what the scan found.
 
@@ -25,7 +25,7 @@ the journal's index and open reader for the log to keep.
 
 Thread contract: everything here runs in the one thread that runs recovery (a worker
 thread at ``open()``, the CLI's main thread); an :class:`Examined` and the index and
-reader it holds stay with that thread until :func:`~server.txlog.recovery.recover`
+reader it holds stay with that thread until :func:`~spool.server.txlog.recovery.recover`
 returns them.
 """
 
@@ -37,15 +37,15 @@ from typing import Final
 
 import google_crc32c
 
-from server.txlog.codec import HEADER, HEADER_SIZE, scan
-from server.txlog.damage import DamagedRange
-from server.txlog.discovery import Candidate
-from server.txlog.errors import CorruptRecord
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.indexfile import parse_open_index
-from server.txlog.reader import JournalSource, RecordWindows, open_source
-from server.txlog.salvage import nonzero_end, ranges_of, salvage
-from server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.codec import HEADER, HEADER_SIZE, scan
+from spool.server.txlog.damage import DamagedRange
+from spool.server.txlog.discovery import Candidate
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.indexfile import parse_open_index
+from spool.server.txlog.reader import JournalSource, RecordWindows, open_source
+from spool.server.txlog.salvage import nonzero_end, ranges_of, salvage
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["SCAN_CHUNK", "Examined", "examine", "scan_into"]
 

@@ -30,18 +30,18 @@ from typing import Any, TextIO
 
 import orjson
 
-from server.bookmarks import format_bookmark
-from server.txlog.codec import decode_records, record_size
-from server.txlog.damage import DamagedRange
-from server.txlog.discovery import discover
-from server.txlog.errors import CorruptRecord, JournalSequenceGap, TxlogError
-from server.txlog.files import discover_instances, parse_name
-from server.txlog.journal import Journal
-from server.txlog.lookup import plan_bookmark, plan_time, search_span
-from server.txlog.reader import WINDOW, RecordWindows, open_source
-from server.txlog.record import FLAG_RELEASED, Record, RecordKind
-from server.txlog.recovery import Recovery, recover
-from server.txlog.salvage import ranges_of, salvage
+from spool.server.bookmarks import format_bookmark
+from spool.server.txlog.codec import decode_records, record_size
+from spool.server.txlog.damage import DamagedRange
+from spool.server.txlog.discovery import discover
+from spool.server.txlog.errors import CorruptRecord, JournalSequenceGap, TxlogError
+from spool.server.txlog.files import discover_instances, parse_name
+from spool.server.txlog.journal import Journal
+from spool.server.txlog.lookup import plan_bookmark, plan_time, search_span
+from spool.server.txlog.reader import WINDOW, RecordWindows, open_source
+from spool.server.txlog.record import FLAG_RELEASED, Record, RecordKind
+from spool.server.txlog.recovery import Recovery, recover
+from spool.server.txlog.salvage import ranges_of, salvage
 
 __all__ = ["iter_file_records", "parse_position", "register"]
 
@@ -115,7 +115,7 @@ def iter_file_records(path: Path, *, window: int = WINDOW) -> Iterator[tuple[int
     """``(offset, record)`` of every record of one journal file, plain or compressed.
 
     Stops at the end of data (the zeros of a preallocated journal), wherever the read
-    windows of ``window`` bytes fall (:class:`~server.txlog.reader.RecordWindows`).
+    windows of ``window`` bytes fall (:class:`~spool.server.txlog.reader.RecordWindows`).
 
     Raises:
         CorruptRecord: at the first damaged record, or a torn one at the end of the file

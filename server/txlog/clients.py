@@ -30,8 +30,8 @@ from typing import Final, Literal, Protocol
 
 import google_crc32c
 
-from server.txlog.index import PublisherSummary
-from server.txlog.record import LOST_KEY
+from spool.server.txlog.index import PublisherSummary
+from spool.server.txlog.record import LOST_KEY
 
 __all__ = [
     "ClientsAckUse",

@@ -48,9 +48,9 @@ from typing import Final
 
 import google_crc32c
 
-from server import speedups
-from server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from server.txlog.record import FLAG_LATE, LOST_KEY, Record, RecordKind, late_key
+from spool.server import speedups
+from spool.server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
+from spool.server.txlog.record import FLAG_LATE, LOST_KEY, Record, RecordKind, late_key
 
 __all__ = [
     "CRC_RESIDUE",
@@ -226,7 +226,7 @@ def encode_run_py(
     :func:`encode` instead.
 
     This is the pure-Python implementation and the oracle of the compiled one
-    (``_codec_c.pyx``, :mod:`server.speedups`); :data:`encode_run` is the one selected.
+    (``_codec_c.pyx``, :mod:`spool.server.speedups`); :data:`encode_run` is the one selected.
 
     Returns:
         The encoded records, from the first; fewer than given when one cannot be encoded
@@ -345,7 +345,7 @@ def _encode_run_c(
 
 
 try:
-    from server.txlog._codec_c import encode_run as _encode_plain_c
+    from spool.server.txlog._codec_c import encode_run as _encode_plain_c
 except ImportError:  # not built: speedups.status() says why
     _encode_plain_c = None  # type: ignore[assignment]
 
@@ -638,7 +638,7 @@ class ScanResult:
     Attributes:
         rows: ``(journal offset, length, timestamp_us, pub_hash, pub_seq)`` per record,
             the offset being ``base`` plus the record's position in the buffer;
-            ``pub_hash`` is the record's index key (:func:`~server.txlog.record.index_key`).
+            ``pub_hash`` is the record's index key (:func:`~spool.server.txlog.record.index_key`).
         end: position in the buffer just past the last valid record.
         next_seq: the seq the next record must carry.
         reason: ``None`` when the scan stopped cleanly (end of data, or an incomplete

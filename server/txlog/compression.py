@@ -35,8 +35,8 @@ from typing import Final
 
 import zstandard
 
-from server.txlog.errors import CorruptRecord
-from server.txlog.files import Compression
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.files import Compression
 
 __all__ = ["CHUNK_BYTES", "CompressedReader", "compress_journal"]
 

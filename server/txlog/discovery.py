@@ -1,7 +1,7 @@
 """Finding an instance's files: journals (one per base), their indexes, preallocated files.
 
 The first step of recovery, and all of it that looks at directory listings. Only files
-named by the prefix rule of this instance (:func:`~server.txlog.files.parse_name`) are
+named by the prefix rule of this instance (:func:`~spool.server.txlog.files.parse_name`) are
 considered, in the journal directory and the archive directory. What an interrupted
 operation can leave behind is sorted out here, without touching anything:
 
@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.txlog.files import Compression, parse_name
+from spool.server.txlog.files import Compression, parse_name
 
 __all__ = ["Candidate", "Discovered", "discover"]
 

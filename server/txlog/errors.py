@@ -1,7 +1,7 @@
 """Failures of the transaction log, one class per reason.
 
 The transaction log raises these on purpose; everything else is a bug. ``TxlogFull`` is a
-wire failure (``txlog full``) and lives in :mod:`server.protocol.errors` with the other
+wire failure (``txlog full``) and lives in :mod:`spool.server.protocol.errors` with the other
 reasons a client can see; it is re-exported here so storage code has one import.
 
 Hierarchy::
@@ -27,7 +27,7 @@ Hierarchy::
 
 from __future__ import annotations
 
-from server.protocol.errors import SpoolError, TxlogFull
+from spool.server.protocol.errors import SpoolError, TxlogFull
 
 __all__ = [
     "CorruptRecord",
@@ -57,7 +57,7 @@ class TxlogError(SpoolError):
 class TxlogWriteFailed(TxlogError):
     """A journal write, fsync, truncate or file creation failed.
 
-    It starts a write outage (:class:`~server.txlog.outage.WriteOutage`): the log refuses
+    It starts a write outage (:class:`~spool.server.txlog.outage.WriteOutage`): the log refuses
     appends with this exception while it retries the write on its own, through fresh file
     descriptors (after a failed fsync the page cache can no longer be trusted to match the
     disk), and takes appends again once a retry writes and fsyncs everything it had

@@ -26,7 +26,7 @@ name                         fields
 ``journal_archived``         ``journal``, ``path``
 ``journal_compressed``       ``journal``, ``path``, ``bytes``
 ``journal_removed``          ``journal``, ``path``
-``journal_damaged``          a :class:`~server.txlog.damage.DamagedRange` (``journal``,
+``journal_damaged``          a :class:`~spool.server.txlog.damage.DamagedRange` (``journal``,
                              ``path``, ``offset``, ``end``, ``first_seq``, ``last_seq``,
                              ``records``, ``reason``, ``found_by``, ``found_us``): records a
                              check found damaged; once per range

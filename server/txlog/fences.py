@@ -4,7 +4,7 @@ When a check finds records of a journal damaged (a flipped bit, a torn or trunca
 finished journal, a journal missing from the middle of the log), the records after them
 are intact and stay readable: the damaged ones are *fenced*. Each of their local
 sequences keeps its place in the log as a **placeholder record** (kind
-:attr:`~server.txlog.record.RecordKind.LOST`, 56 bytes, no publisher, no topic), so seqs
+:attr:`~spool.server.txlog.record.RecordKind.LOST`, 56 bytes, no publisher, no topic), so seqs
 stay contiguous, no seq is ever given to another record, and the journal, its index and
 every reader keep their rules. The damaged bytes are kept in ``damaged/``. A repair from a
 replication peer writes the records back in place of their placeholders, with the same
@@ -15,16 +15,16 @@ The first placeholder of a fence carries the fence's description in its body (JS
 known of the records it stands for: the *bookmark intervals* ``(pub_hash, first, last)``
 they lie in and the time window between the intact records around them, which is what a
 repair asks its peers for. Placeholders are indexed under
-:data:`~server.txlog.record.LOST_KEY` with their own seq, so a journal's index says
+:data:`~spool.server.txlog.record.LOST_KEY` with their own seq, so a journal's index says
 whether and where it holds fences without a record being read.
 
-A placeholder with :data:`~server.txlog.record.FLAG_RELEASED` no longer stands for
+A placeholder with :data:`~spool.server.txlog.record.FLAG_RELEASED` no longer stands for
 records anyone waits for: an operator released its fence (the loss is accepted); readers
 pass over it.
 
 The :class:`FenceTable` is the log's list of fences (event loop only); readers ask it
 before reading (server/txlog/reading.py) and get
-:class:`~server.txlog.errors.FencedRecords` for a fenced seq.
+:class:`~spool.server.txlog.errors.FencedRecords` for a fenced seq.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from typing import Final
 
 import orjson
 
-from server.txlog.codec import encode
-from server.txlog.errors import FencedRecords
-from server.txlog.record import FLAG_RELEASED, RecordKind
+from spool.server.txlog.codec import encode
+from spool.server.txlog.errors import FencedRecords
+from spool.server.txlog.record import FLAG_RELEASED, RecordKind
 
 __all__ = [
     "META_VERSION",

@@ -1,7 +1,7 @@
 """Turning damage into fences: which local sequences, and what their records were.
 
 A journal read past its damage (server/txlog/salvage.py) gives its intact pieces and its
-lost spans; :func:`fences_of` makes each span a :class:`~server.txlog.fences.Fence` with
+lost spans; :func:`fences_of` makes each span a :class:`~spool.server.txlog.fences.Fence` with
 what a repair must ask a peer for:
 
 - **the bookmarks of its records**, the best the log can tell:
@@ -35,10 +35,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from server.txlog.fences import Fence, Part, placeholders
-from server.txlog.index import BlockSpan, PublisherSummary
-from server.txlog.record import LOST_KEY
-from server.txlog.salvage import LostSpan, Piece, Salvage
+from spool.server.txlog.fences import Fence, Part, placeholders
+from spool.server.txlog.index import BlockSpan, PublisherSummary
+from spool.server.txlog.record import LOST_KEY
+from spool.server.txlog.salvage import LostSpan, Piece, Salvage
 
 __all__ = [
     "KeyRanges",

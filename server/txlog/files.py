@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
-from server.txlog.errors import InvalidInstanceName
+from spool.server.txlog.errors import InvalidInstanceName
 
 __all__ = [
     "DAMAGED_DIR",

@@ -12,7 +12,7 @@ creation fails (a full disk, ``EIO``), nothing of the batch counts as durable an
 batch goes back in front of what is pending (:meth:`Pending.restore`): every record the
 log accepted stays in memory, byte for byte. The log refuses appends
 (:attr:`GroupCommit.write_error`) and the flusher retries after ``WriteRetryInterval``,
-doubling up to 16 times it (:class:`~server.txlog.outage.RetryPolicy`), until one attempt
+doubling up to 16 times it (:class:`~spool.server.txlog.outage.RetryPolicy`), until one attempt
 writes and fsyncs everything; then the durable position moves, the waiting acks go out and
 appends are taken again.
 
@@ -40,15 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from server.clock import Clock
-from server.txlog.errors import TxlogWriteFailed
-from server.txlog.events import EventCallback
-from server.txlog.files import FileSeam, JournalHandle, fsync_dir
-from server.txlog.filethread import FileThread
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.journal import Journal, JournalList
-from server.txlog.outage import RetryPolicy, WriteOutage
-from server.txlog.reader import JournalSource, PlainSource
+from spool.server.clock import Clock
+from spool.server.txlog.errors import TxlogWriteFailed
+from spool.server.txlog.events import EventCallback
+from spool.server.txlog.files import FileSeam, JournalHandle, fsync_dir
+from spool.server.txlog.filethread import FileThread
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.journal import Journal, JournalList
+from spool.server.txlog.outage import RetryPolicy, WriteOutage
+from spool.server.txlog.reader import JournalSource, PlainSource
 
 __all__ = ["FLUSH_HIGH_WATER", "Batch", "GroupCommit", "Pending", "Waiters", "Written"]
 

@@ -1,6 +1,6 @@
 """What the log holds per publisher, rebuilt at start-up: the gap table from the indexes.
 
-:class:`~server.txlog.gaps.PublisherGaps` lives in memory; at :meth:`TransactionLog.open`
+:class:`~spool.server.txlog.gaps.PublisherGaps` lives in memory; at :meth:`TransactionLog.open`
 it is rebuilt from the journals' bookmark indexes, which already say, per block, the range
 of each publisher's sequences and how many records it has there:
 
@@ -13,7 +13,7 @@ of each publisher's sequences and how many records it has there:
 - the records of the block still being filled are known one by one (the builder's rows).
 
 A publisher's late records are indexed under its late key
-(:func:`~server.txlog.record.late_key`); both keys' ranges count as held. When journals
+(:func:`~spool.server.txlog.record.late_key`); both keys' ranges count as held. When journals
 were removed (the log no longer starts at seq 1), sequences below a publisher's lowest
 held one are not gaps: they may have been in the removed journals.
 
@@ -26,12 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
-from server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD
-from server.txlog.fences import Fence
-from server.txlog.gaps import Interval, PublisherGaps
-from server.txlog.index import BlockSpan
-from server.txlog.journal import Journal
-from server.txlog.record import LOST_KEY, index_key, late_key, publisher_of
+from spool.server.txlog.codec import HEADER, HEADER_SIZE, MIN_RECORD
+from spool.server.txlog.fences import Fence
+from spool.server.txlog.gaps import Interval, PublisherGaps
+from spool.server.txlog.index import BlockSpan
+from spool.server.txlog.journal import Journal
+from spool.server.txlog.record import LOST_KEY, index_key, late_key, publisher_of
 
 __all__ = [
     "MAX_BLOCK_READS",

@@ -29,7 +29,7 @@ import secrets
 from pathlib import Path
 from typing import Final
 
-from server.txlog.files import FileSeam, write_durable
+from spool.server.txlog.files import FileSeam, write_durable
 
 __all__ = ["incarnation_name", "own_incarnation", "read_incarnation"]
 

@@ -14,9 +14,9 @@ An index lives in three modules, one noun each, on top of the answers defined he
 
 - :mod:`.indexfile`: the bytes of an ``.index`` file (open and sealed forms) and their
   codec, without I/O.
-- :mod:`.indexbuilder`: :class:`~server.txlog.indexbuilder.IndexBuilder`, the index of the
+- :mod:`.indexbuilder`: :class:`~spool.server.txlog.indexbuilder.IndexBuilder`, the index of the
   active journal, built in memory record by record.
-- :mod:`.sealedindex`: :class:`~server.txlog.sealedindex.SealedIndex`, a finished
+- :mod:`.sealedindex`: :class:`~spool.server.txlog.sealedindex.SealedIndex`, a finished
   journal's index read through ``mmap``.
 
 Both index classes answer the same questions (``span_for_seq``, ``span_for_time``,

@@ -2,9 +2,9 @@
 
 :class:`IndexBuilder` is on the append hot path (:meth:`IndexBuilder.add` runs once per
 record on the event loop), so its per-record work is a tuple append and a CRC update;
-everything else happens once per block (about every :data:`~server.txlog.index.BLOCK_BYTES`
+everything else happens once per block (about every :data:`~spool.server.txlog.index.BLOCK_BYTES`
 of records). It answers the same lookups as a
-:class:`~server.txlog.sealedindex.SealedIndex` and produces both file forms
+:class:`~spool.server.txlog.sealedindex.SealedIndex` and produces both file forms
 (:mod:`.indexfile`): an open-form entry per closed block, for the cache writer to append,
 and the sealed form when the journal is finished. Recovery also fills one in bulk from a
 scan (:meth:`IndexBuilder.add_scanned`) or from a verified open index
@@ -20,9 +20,9 @@ from itertools import repeat
 
 import google_crc32c
 
-from server.txlog.codec import ScanResult
-from server.txlog.index import BLOCK_BYTES, BlockSpan, PublisherSummary
-from server.txlog.indexfile import (
+from spool.server.txlog.codec import ScanResult
+from spool.server.txlog.index import BLOCK_BYTES, BlockSpan, PublisherSummary
+from spool.server.txlog.indexfile import (
     RANGE,
     BlockRow,
     JournalFacts,
@@ -340,7 +340,7 @@ class IndexBuilder:
         return entries
 
     def add_scanned(self, buf: bytes, buf_offset: int, res: ScanResult) -> None:
-        """Account every record of a :func:`~server.txlog.codec.scan` of ``buf``.
+        """Account every record of a :func:`~spool.server.txlog.codec.scan` of ``buf``.
 
         ``buf_offset`` is the journal offset of ``buf[0]`` (the scan's ``base``). Block
         CRCs are computed over whole runs of ``buf`` rather than record by record, and

@@ -62,7 +62,7 @@ from typing import Final, NamedTuple
 
 import google_crc32c
 
-from server.txlog.index import BLOCK_BYTES
+from spool.server.txlog.index import BLOCK_BYTES
 
 __all__ = [
     "BLOCK",

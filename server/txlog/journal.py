@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from server.bookmarks import format_bookmark
-from server.txlog.files import Compression
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.reader import JournalSource
-from server.txlog.sealedindex import SealedIndex
+from spool.server.bookmarks import format_bookmark
+from spool.server.txlog.files import Compression
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.reader import JournalSource
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["Journal", "JournalInfo", "JournalList", "JournalState"]
 

@@ -2,7 +2,7 @@
 
 A lookup is first *planned* from memory - the publisher table, the journals' indexes, the
 in-memory tail - which either answers it or narrows it to one index block of one journal
-(:class:`~server.txlog.lookup.SpanQuery`). A block whose records are all in the tail is
+(:class:`~spool.server.txlog.lookup.SpanQuery`). A block whose records are all in the tail is
 searched there; otherwise its bytes (a few KB; a chunk decompression when compressed) are
 read from the file. :class:`Locator` does that read synchronously (``seq_for_*``) or in a
 worker thread (``locate_*``).
@@ -27,11 +27,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from server.txlog.batch import RecordBatch
-from server.txlog.journal import JournalList
-from server.txlog.lookup import SpanQuery, plan_bookmark, plan_late, plan_time, search_span
-from server.txlog.record import Record, late_key
-from server.txlog.tail import TailCache
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.journal import JournalList
+from spool.server.txlog.lookup import SpanQuery, plan_bookmark, plan_late, plan_time, search_span
+from spool.server.txlog.record import Record, late_key
+from spool.server.txlog.tail import TailCache
 
 __all__ = ["Located", "Locator", "LogReads", "LookupView"]
 
@@ -248,7 +248,7 @@ class LogReads(Protocol):
 class LookupView:
     """The log as a replay planner sees it once the planning's lookups were prefetched.
 
-    A read-only replay source (``server.replay.ReplaySource``): ``seq_for_bookmark`` and
+    A read-only replay source (``spool.server.replay.ReplaySource``): ``seq_for_bookmark`` and
     ``seq_for_time`` answer from memory when memory can, else from the :class:`Located`
     given (no file is read); every other member is the log's. A lookup that neither answers
     is read from the file as the log itself would - a caller that prefetched too little is

@@ -46,49 +46,49 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from server.bookmarks import broker_pub_hash
-from server.clock import SYSTEM_CLOCK, Clock, time_us
-from server.config import TransactionLogConfig
-from server.txlog.batch import RecordBatch
-from server.txlog.caches import CacheWriter
-from server.txlog.codec import HEADER_SIZE, encode, encode_run, make_record
-from server.txlog.damage import DamagedRange, FoundBy
-from server.txlog.errors import (
+from spool.server.bookmarks import broker_pub_hash
+from spool.server.clock import SYSTEM_CLOCK, Clock, time_us
+from spool.server.config import TransactionLogConfig
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.caches import CacheWriter
+from spool.server.txlog.codec import HEADER_SIZE, encode, encode_run, make_record
+from spool.server.txlog.damage import DamagedRange, FoundBy
+from spool.server.txlog.errors import (
     OwnFloorUnwritten,
     TxlogClosed,
     TxlogError,
     TxlogWriteFailed,
 )
-from server.txlog.events import Emitter, EventCallback
-from server.txlog.fences import Fence, FenceTable
-from server.txlog.fencing import neighbours_of, unnamed_intervals
-from server.txlog.files import (
+from spool.server.txlog.events import Emitter, EventCallback
+from spool.server.txlog.fences import Fence, FenceTable
+from spool.server.txlog.fencing import neighbours_of, unnamed_intervals
+from spool.server.txlog.files import (
     Compression,
     FileSeam,
     OsFileSeam,
     validate_instance,
 )
-from server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
-from server.txlog.index import BLOCK_BYTES
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.journal import Journal, JournalInfo, JournalList
-from server.txlog.locate import Located, Locator, LookupView
-from server.txlog.mend import Mended, fence_journal, fill_journal
-from server.txlog.outage import RetryPolicy, WriteOutage
-from server.txlog.ownfloor import RESERVE, write_floor
-from server.txlog.pins import Pin, PinInfo
-from server.txlog.placement import Placement
-from server.txlog.publishers import Holdings, Publishers
-from server.txlog.reading import RecordReader
-from server.txlog.record import FLAG_LATE, Record, RecordKind
-from server.txlog.recoveryreport import RecoveryReport, recovery_stats
-from server.txlog.reindex import reindex
-from server.txlog.retention import Retention
-from server.txlog.scrub import Scrubber, ScrubStatus, block_hints
-from server.txlog.sealedindex import SealedIndex
-from server.txlog.space import DiskSpace, PreallocationShortfall
-from server.txlog.startup import open_files
-from server.txlog.tail import TailCache
+from spool.server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
+from spool.server.txlog.index import BLOCK_BYTES
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.journal import Journal, JournalInfo, JournalList
+from spool.server.txlog.locate import Located, Locator, LookupView
+from spool.server.txlog.mend import Mended, fence_journal, fill_journal
+from spool.server.txlog.outage import RetryPolicy, WriteOutage
+from spool.server.txlog.ownfloor import RESERVE, write_floor
+from spool.server.txlog.pins import Pin, PinInfo
+from spool.server.txlog.placement import Placement
+from spool.server.txlog.publishers import Holdings, Publishers
+from spool.server.txlog.reading import RecordReader
+from spool.server.txlog.record import FLAG_LATE, Record, RecordKind
+from spool.server.txlog.recoveryreport import RecoveryReport, recovery_stats
+from spool.server.txlog.reindex import reindex
+from spool.server.txlog.retention import Retention
+from spool.server.txlog.scrub import Scrubber, ScrubStatus, block_hints
+from spool.server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.space import DiskSpace, PreallocationShortfall
+from spool.server.txlog.startup import open_files
+from spool.server.txlog.tail import TailCache
 
 __all__ = ["EventCallback", "Located", "LookupView", "TransactionLog"]
 
@@ -829,7 +829,7 @@ class TransactionLog:
         Returns:
             Whether that journal has a fence at or after ``seq`` now: the same read then
             stops before it, and a read of the fence raises
-            :class:`~server.txlog.errors.FencedRecords`, which the caller can skip. False
+            :class:`~spool.server.txlog.errors.FencedRecords`, which the caller can skip. False
             when the check fenced nothing there (the read's error stands).
         """
         if self._state != _OPEN or seq < self.first_seq:
@@ -929,7 +929,7 @@ class TransactionLog:
 
     def _name_publishers(self, fence: Fence, in_fences: dict[int, int] | None = None) -> None:
         """Add to an inexact fence the publishers it does not name yet, the instance's
-        own records among them (:func:`~server.txlog.fencing.unnamed_intervals`): they
+        own records among them (:func:`~spool.server.txlog.fencing.unnamed_intervals`): they
         are what its repair asks for and its holdings claim, like any publisher's. With
         none of its own records after the fence, its next ones must not take the
         bookmarks of those in it: its highest sequence moves past the interval (the

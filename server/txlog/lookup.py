@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import google_crc32c
 
-from server.txlog.codec import CRC_RESIDUE, HEADER, HEADER_SIZE, MIN_RECORD
-from server.txlog.errors import CorruptRecord
-from server.txlog.index import BlockSpan
-from server.txlog.journal import Journal
+from spool.server.txlog.codec import CRC_RESIDUE, HEADER, HEADER_SIZE, MIN_RECORD
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.index import BlockSpan
+from spool.server.txlog.journal import Journal
 
 __all__ = ["Match", "SpanQuery", "plan_bookmark", "plan_late", "plan_time", "search_span"]
 

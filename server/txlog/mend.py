@@ -26,15 +26,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.txlog.codec import encode
-from server.txlog.fences import Fence, Part, placeholders
-from server.txlog.fencing import Neighbours, fences_of, journal_parts
-from server.txlog.files import DAMAGED_DIR, FileSeam, index_name
-from server.txlog.reader import JournalSource, open_source
-from server.txlog.record import FLAG_LATE, Record
-from server.txlog.rewrite import keep_damaged, rewrite_journal
-from server.txlog.salvage import BlockHint, salvage
-from server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.codec import encode
+from spool.server.txlog.fences import Fence, Part, placeholders
+from spool.server.txlog.fencing import Neighbours, fences_of, journal_parts
+from spool.server.txlog.files import DAMAGED_DIR, FileSeam, index_name
+from spool.server.txlog.reader import JournalSource, open_source
+from spool.server.txlog.record import FLAG_LATE, Record
+from spool.server.txlog.rewrite import keep_damaged, rewrite_journal
+from spool.server.txlog.salvage import BlockHint, salvage
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["Mended", "fence_journal", "fill_journal"]
 

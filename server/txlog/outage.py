@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final, TypedDict
 
-from server.txlog.errors import TxlogWriteFailed
+from spool.server.txlog.errors import TxlogWriteFailed
 
 __all__ = ["MAX_BACKOFF_FACTOR", "RetryPolicy", "WriteOutage", "WriteOutageDict"]
 

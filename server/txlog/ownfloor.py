@@ -34,7 +34,7 @@ import re
 from pathlib import Path
 from typing import Final
 
-from server.txlog.files import FileSeam, write_durable
+from spool.server.txlog.files import FileSeam, write_durable
 
 __all__ = ["RESERVE", "UNREADABLE", "floor_name", "read_floor", "write_floor"]
 

@@ -3,7 +3,7 @@
 A replay, a queue or a replication destination that will read from seq ``S`` holds a
 :class:`Pin` at ``S`` and moves it forward as it progresses. Archiving, compressing or
 removing a journal that holds any seq at or after the lowest pin is refused
-(:class:`~server.txlog.errors.JournalPinned`), so data someone still needs is never taken
+(:class:`~spool.server.txlog.errors.JournalPinned`), so data someone still needs is never taken
 away under them. Pins live in memory: holders take them again when they start.
 
 Pins belong to the event loop (no locking).

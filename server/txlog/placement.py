@@ -4,7 +4,7 @@ the in-memory tail, and rolling to the next journal.
 :meth:`Placement.place` is the bookkeeping half of every append (the facade encodes and
 checks; this puts the bytes where the flusher and the readers find them). It does no I/O:
 a roll only switches the journal in memory and accounts its room
-(:meth:`~server.txlog.space.DiskSpace.room_for_roll`); the flusher thread finishes the old
+(:meth:`~spool.server.txlog.space.DiskSpace.room_for_roll`); the flusher thread finishes the old
 file and creates the new one at the next commit. Event loop only.
 """
 
@@ -14,14 +14,14 @@ import bisect
 from itertools import accumulate
 from pathlib import Path
 
-from server.txlog.files import journal_name
-from server.txlog.groupcommit import GroupCommit, Pending
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.journal import Journal
-from server.txlog.publishers import Publishers
-from server.txlog.record import late_key
-from server.txlog.space import DiskSpace
-from server.txlog.tail import TailCache
+from spool.server.txlog.files import journal_name
+from spool.server.txlog.groupcommit import GroupCommit, Pending
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.journal import Journal
+from spool.server.txlog.publishers import Publishers
+from spool.server.txlog.record import late_key
+from spool.server.txlog.space import DiskSpace
+from spool.server.txlog.tail import TailCache
 
 __all__ = ["Placement"]
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
-from server.bookmarks import format_bookmark
-from server.txlog.errors import PublisherSequenceRegression
-from server.txlog.gaps import Interval, PublisherGaps
-from server.txlog.holdings import build_gaps, plan_held, read_held, resync_start
-from server.txlog.journal import Journal
-from server.txlog.record import late_key
+from spool.server.bookmarks import format_bookmark
+from spool.server.txlog.errors import PublisherSequenceRegression
+from spool.server.txlog.gaps import Interval, PublisherGaps
+from spool.server.txlog.holdings import build_gaps, plan_held, read_held, resync_start
+from spool.server.txlog.journal import Journal
+from spool.server.txlog.record import late_key
 
 __all__ = ["Holdings", "Publishers"]
 

@@ -1,7 +1,7 @@
 """Reading journal bytes and records from files (blocking: call from a worker thread).
 
 A :class:`JournalSource` gives random access to a journal's raw bytes whatever its form:
-:class:`PlainSource` preads a plain file, :class:`~server.txlog.compression.CompressedReader`
+:class:`PlainSource` preads a plain file, :class:`~spool.server.txlog.compression.CompressedReader`
 decompresses the chunks of a ``.zst``/``.gz`` one. The log keeps one source per journal;
 :func:`read_span` turns a byte position into decoded records. :class:`RecordWindows` reads
 a journal front to back in bounded windows of whole records: every reader that walks a
@@ -24,8 +24,8 @@ from typing import Final, Protocol
 
 import google_crc32c
 
-from server.txlog.batch import RecordBatch, decode_batch
-from server.txlog.codec import (
+from spool.server.txlog.batch import RecordBatch, decode_batch
+from spool.server.txlog.codec import (
     FORMAT,
     HEADER_SIZE,
     MIN_RECORD,
@@ -33,10 +33,10 @@ from server.txlog.codec import (
     record_size,
     skip_to,
 )
-from server.txlog.compression import CompressedReader
-from server.txlog.errors import CorruptRecord
-from server.txlog.files import Compression
-from server.txlog.record import Record
+from spool.server.txlog.compression import CompressedReader
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.files import Compression
+from spool.server.txlog.record import Record
 
 __all__ = ["WINDOW", "JournalSource", "PlainSource", "RecordWindows", "open_source", "read_span"]
 

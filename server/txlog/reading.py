@@ -1,7 +1,7 @@
 """Reading a live log's records back by seq (replay, replication, the admin API).
 
 Durable records come from the in-memory tail when it holds them, else from the journal
-file holding them, decoded in a worker thread (:func:`~server.txlog.reader.read_span`,
+file holding them, decoded in a worker thread (:func:`~spool.server.txlog.reader.read_span`,
 which checks the bytes against the index's block CRCs). A read never crosses a journal's
 end: the caller asks again from the next seq. Records appended but not durable yet are
 always in the tail (it evicts durable records only), so ``live`` readers never touch a
@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from server.txlog.batch import RecordBatch
-from server.txlog.errors import CorruptRecord, TxlogError
-from server.txlog.fences import FenceTable
-from server.txlog.groupcommit import GroupCommit, Pending
-from server.txlog.journal import JournalList
-from server.txlog.reader import read_span
-from server.txlog.record import Record
-from server.txlog.tail import TailCache
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.errors import CorruptRecord, TxlogError
+from spool.server.txlog.fences import FenceTable
+from spool.server.txlog.groupcommit import GroupCommit, Pending
+from spool.server.txlog.journal import JournalList
+from spool.server.txlog.reader import read_span
+from spool.server.txlog.record import Record
+from spool.server.txlog.tail import TailCache
 
 __all__ = ["RecordReader"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Final
 
-from server.bookmarks import format_bookmark
+from spool.server.bookmarks import format_bookmark
 
 #: ``Record.flags`` bit: the record was appended below its publisher's highest sequence,
 #: filling a gap (server/txlog/gaps.py): a message that reached this instance late, by

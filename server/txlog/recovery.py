@@ -45,13 +45,13 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from server.txlog.checking import Examined, examine
-from server.txlog.clients import highest_in_fences, parse_clients_ack, rebuild_publishers
-from server.txlog.codec import HEADER, decode
-from server.txlog.discovery import Candidate, discover
-from server.txlog.errors import CorruptRecord, JournalSequenceGap
-from server.txlog.fences import Fence, Part, placeholders
-from server.txlog.fencing import (
+from spool.server.txlog.checking import Examined, examine
+from spool.server.txlog.clients import highest_in_fences, parse_clients_ack, rebuild_publishers
+from spool.server.txlog.codec import HEADER, decode
+from spool.server.txlog.discovery import Candidate, discover
+from spool.server.txlog.errors import CorruptRecord, JournalSequenceGap
+from spool.server.txlog.fences import Fence, Part, placeholders
+from spool.server.txlog.fencing import (
     KeyRanges,
     Neighbours,
     fences_of,
@@ -59,7 +59,7 @@ from server.txlog.fencing import (
     neighbours_of,
     tail_fence,
 )
-from server.txlog.files import (
+from spool.server.txlog.files import (
     DAMAGED_DIR,
     Compression,
     FileSeam,
@@ -67,16 +67,16 @@ from server.txlog.files import (
     clients_ack_name,
     parse_name,
 )
-from server.txlog.index import BLOCK_BYTES
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.indexfile import parse_open_index
-from server.txlog.reader import JournalSource
-from server.txlog.record import FLAG_RELEASED, LOST_KEY, RecordKind
-from server.txlog.recoveryreport import RecoveryReport, Truncation
-from server.txlog.repair import cut_journal, finish_journal, remove_files, sync_directories
-from server.txlog.rewrite import adopt_pending, keep_damaged, rewrite_journal
-from server.txlog.salvage import BlockHint, LostSpan, Salvage, salvage
-from server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.index import BLOCK_BYTES
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.indexfile import parse_open_index
+from spool.server.txlog.reader import JournalSource
+from spool.server.txlog.record import FLAG_RELEASED, LOST_KEY, RecordKind
+from spool.server.txlog.recoveryreport import RecoveryReport, Truncation
+from spool.server.txlog.repair import cut_journal, finish_journal, remove_files, sync_directories
+from spool.server.txlog.rewrite import adopt_pending, keep_damaged, rewrite_journal
+from spool.server.txlog.salvage import BlockHint, LostSpan, Salvage, salvage
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["RecoveredJournal", "Recovery", "fences_in", "recover"]
 

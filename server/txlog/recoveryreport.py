@@ -1,7 +1,7 @@
 """What recovery found and did: :class:`RecoveryReport` and the :class:`Truncation` s in it.
 
 Recovery (:mod:`.recovery`) returns one report per run; the log keeps the one of its
-:meth:`~server.txlog.log.TransactionLog.open` (``recovery_report``, ``recovery_*``
+:meth:`~spool.server.txlog.log.TransactionLog.open` (``recovery_report``, ``recovery_*``
 statistics, a ``recovery_truncated`` event per cut) and ``spool journal verify`` prints
 it. Both are plain values: frozen, JSON-ready through ``to_dict()``.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from server.txlog.damage import DamagedRange
+from spool.server.txlog.damage import DamagedRange
 
 __all__ = ["RecoveryReport", "Truncation", "recovery_stats"]
 

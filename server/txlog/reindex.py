@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.txlog.checking import scan_into
-from server.txlog.files import Compression, write_atomic
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.reader import open_source
-from server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.checking import scan_into
+from spool.server.txlog.files import Compression, write_atomic
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.reader import open_source
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["reindex"]
 

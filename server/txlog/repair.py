@@ -3,7 +3,7 @@
 Everything here runs only when recovery may change the disk (``open()``, never ``spool
 journal verify`` / ``find``), in recovery's worker thread, before the log exists: no
 other thread touches these files meanwhile. Journal writes go through the
-:class:`~server.txlog.files.FileSeam`, so the same fault injection that tests the append
+:class:`~spool.server.txlog.files.FileSeam`, so the same fault injection that tests the append
 path tests recovery's writes.
 
 **A disk short of room does not stop recovery** where only an optimisation needs room:
@@ -28,9 +28,9 @@ import shutil
 from pathlib import Path
 from typing import Final
 
-from server.txlog.checking import Examined
-from server.txlog.discovery import Candidate
-from server.txlog.files import (
+from spool.server.txlog.checking import Examined
+from spool.server.txlog.discovery import Candidate
+from spool.server.txlog.files import (
     DAMAGED_DIR,
     FileSeam,
     JournalHandle,
@@ -39,9 +39,9 @@ from server.txlog.files import (
     journal_name,
     write_atomic,
 )
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.reader import JournalSource, open_source
-from server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.reader import JournalSource, open_source
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = [
     "cut_journal",

@@ -1,7 +1,7 @@
 """Retention: who still needs which journals, and archiving, compressing, removing them.
 
 Holders (a replay, a queue, a replication destination) take a
-:class:`~server.txlog.pins.Pin` at the oldest seq they still need. ``archive``,
+:class:`~spool.server.txlog.pins.Pin` at the oldest seq they still need. ``archive``,
 ``compress`` and ``remove`` act on a journal *and every older one* (ADMIN_API.md), never on
 the active journal, and refuse - doing nothing - when a pin still needs any of them. A
 journal that was just rolled is acted on only once the commit that finishes it (truncate,
@@ -20,17 +20,17 @@ import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
-from server.txlog.clients import PublisherIndex
-from server.txlog.compression import compress_journal
-from server.txlog.errors import (
+from spool.server.txlog.clients import PublisherIndex
+from spool.server.txlog.compression import compress_journal
+from spool.server.txlog.errors import (
     JournalActive,
     JournalNotFound,
     JournalPinned,
     JournalUnfinished,
     PublishersUnsaved,
 )
-from server.txlog.events import EventCallback
-from server.txlog.files import (
+from spool.server.txlog.events import EventCallback
+from spool.server.txlog.files import (
     Compression,
     FileSeam,
     fsync_dir,
@@ -38,10 +38,10 @@ from server.txlog.files import (
     journal_name,
     move_journal,
 )
-from server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
-from server.txlog.pins import Pin, PinInfo, PinRegistry
-from server.txlog.reader import JournalSource, open_source
-from server.txlog.space import DiskSpace
+from spool.server.txlog.journal import Journal, JournalInfo, JournalList, JournalState
+from spool.server.txlog.pins import Pin, PinInfo, PinRegistry
+from spool.server.txlog.reader import JournalSource, open_source
+from spool.server.txlog.space import DiskSpace
 
 __all__ = ["Retention"]
 
@@ -57,7 +57,7 @@ class Retention:
         instance: the instance name (prefixes the file names).
         emit: the log's event callback (``journal_archived``, ``journal_compressed``,
             ``journal_removed``).
-        check_open: raises :class:`~server.txlog.errors.TxlogClosed` unless the log is open.
+        check_open: raises :class:`~spool.server.txlog.errors.TxlogClosed` unless the log is open.
         settle: returns once every record appended so far is durable and the caches of
             its commits are written (so a just-rolled journal is finished and sealed);
             during a write outage, once the caches of the commits made are written.

@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from server.txlog.checking import scan_into
-from server.txlog.fences import Part
-from server.txlog.files import (
+from spool.server.txlog.checking import scan_into
+from spool.server.txlog.fences import Part
+from spool.server.txlog.files import (
     EXT,
     FileSeam,
     OsFileSeam,
@@ -45,9 +45,9 @@ from server.txlog.files import (
     journal_name,
     write_atomic,
 )
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.indexfile import parse_sealed
-from server.txlog.reader import JournalSource, open_source
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.indexfile import parse_sealed
+from spool.server.txlog.reader import JournalSource, open_source
 
 __all__ = ["NEW_SUFFIX", "adopt_pending", "keep_damaged", "rewrite_journal"]
 

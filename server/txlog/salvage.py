@@ -15,7 +15,7 @@ How the next intact record is found after damage at offset ``p`` expecting seq `
    first seq is known);
 2. **a search**: before that block (or without an index), every offset after ``p`` whose
    byte 4 is the format byte is tried as a record start: its length must fit, its seq
-   must be at least ``s`` and at most one per :data:`~server.txlog.codec.MIN_RECORD`
+   must be at least ``s`` and at most one per :data:`~spool.server.txlog.codec.MIN_RECORD`
    bytes skipped, its CRC must check, and the record after it must check too (or the data
    end there). The earliest such offset wins.
 
@@ -36,7 +36,7 @@ from typing import Final
 
 import google_crc32c
 
-from server.txlog.codec import (
+from spool.server.txlog.codec import (
     CRC_RESIDUE,
     FORMAT,
     HEADER,
@@ -45,9 +45,9 @@ from server.txlog.codec import (
     record_size,
     scan,
 )
-from server.txlog.damage import DamagedRange, FoundBy
-from server.txlog.errors import CorruptRecord
-from server.txlog.reader import JournalSource, PlainSource
+from spool.server.txlog.damage import DamagedRange, FoundBy
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.reader import JournalSource, PlainSource
 
 __all__ = [
     "BlockHint",

@@ -17,7 +17,7 @@ first, and checks its bytes against the CRC-32C its index keeps for each block (
   its journal to be checked at once (:meth:`Scrubber.check_soon`).
 - **What it reports**: for a block whose bytes do not match, the journal is read record
   by record past the damage (server/txlog/salvage.py) and each lost span reported as a
-  :class:`~server.txlog.damage.DamagedRange`; an index file that fails its CRC is
+  :class:`~spool.server.txlog.damage.DamagedRange`; an index file that fails its CRC is
   reported too. What the log does with them is the log's business (``found``).
 
 Event loop only; the reads run in worker threads.
@@ -33,15 +33,15 @@ from typing import Final
 
 import google_crc32c
 
-from server.clock import Clock, time_us
-from server.txlog.damage import DamagedRange, FoundBy
-from server.txlog.errors import CorruptRecord
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.indexfile import parse_sealed
-from server.txlog.journal import Journal, JournalList
-from server.txlog.reader import JournalSource
-from server.txlog.salvage import BlockHint, ranges_of, salvage
-from server.txlog.sealedindex import SealedIndex
+from spool.server.clock import Clock, time_us
+from spool.server.txlog.damage import DamagedRange, FoundBy
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.indexfile import parse_sealed
+from spool.server.txlog.journal import Journal, JournalList
+from spool.server.txlog.reader import JournalSource
+from spool.server.txlog.salvage import BlockHint, ranges_of, salvage
+from spool.server.txlog.sealedindex import SealedIndex
 
 __all__ = ["CHUNK", "ScrubStatus", "Scrubber", "block_hints", "damaged_ranges"]
 

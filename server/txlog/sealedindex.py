@@ -13,8 +13,8 @@ import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from server.txlog.index import BlockSpan, PublisherSummary
-from server.txlog.indexfile import (
+from spool.server.txlog.index import BlockSpan, PublisherSummary
+from spool.server.txlog.indexfile import (
     BLOCK,
     FOOTER_SIZE,
     HEADER,

@@ -5,7 +5,7 @@ counts them in :attr:`~DiskSpace.used`: every journal at its size on disk (the a
 at ``JournalSize``, since it is allocated whole; a finished one at its data length; a
 compressed one at its compressed size) plus every preallocated file, including one still
 being made. A roll that would take ``used`` past the limit raises
-:class:`~server.txlog.errors.TxlogFull`.
+:class:`~spool.server.txlog.errors.TxlogFull`.
 
 Preallocation keeps ``PreallocatedJournalFiles`` files of ``JournalSize`` ready, so a roll
 renames a file instead of allocating 64 MB on the commit path. Files are made one at a
@@ -44,10 +44,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypedDict
 
-from server.clock import Clock
-from server.txlog.errors import TxlogFull
-from server.txlog.events import EventCallback
-from server.txlog.files import FileSeam, fsync_dir, prealloc_name
+from spool.server.clock import Clock
+from spool.server.txlog.errors import TxlogFull
+from spool.server.txlog.events import EventCallback
+from spool.server.txlog.files import FileSeam, fsync_dir, prealloc_name
 
 __all__ = ["DiskSpace", "PreallocationShortfall", "ShortfallDict"]
 

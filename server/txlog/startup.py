@@ -7,9 +7,9 @@ finished journal, from a preallocated file when there is one - with its open ind
 brings the preallocated files to ``PreallocatedJournalFiles``. Allocations that fail (a
 disk short of room) are reported as a preallocation shortfall, not as a failed open: the
 instance recovers, serves reads and takes writes until one really fails. The parts it fills in
-(:class:`~server.txlog.groupcommit.GroupCommit`'s first handle,
-:class:`~server.txlog.caches.CacheWriter`'s index descriptor,
-:class:`~server.txlog.space.DiskSpace`'s accounting) are not used by the loop until
+(:class:`~spool.server.txlog.groupcommit.GroupCommit`'s first handle,
+:class:`~spool.server.txlog.caches.CacheWriter`'s index descriptor,
+:class:`~spool.server.txlog.space.DiskSpace`'s accounting) are not used by the loop until
 ``open()`` has them back.
 """
 
@@ -18,19 +18,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.config import TransactionLogConfig
-from server.txlog.caches import CacheWriter
-from server.txlog.fences import Fence
-from server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
-from server.txlog.groupcommit import GroupCommit
-from server.txlog.incarnation import own_incarnation
-from server.txlog.indexbuilder import IndexBuilder
-from server.txlog.journal import Journal
-from server.txlog.ownfloor import UNREADABLE, read_floor, write_floor
-from server.txlog.reader import PlainSource
-from server.txlog.recovery import recover
-from server.txlog.recoveryreport import RecoveryReport
-from server.txlog.space import DiskSpace
+from spool.server.config import TransactionLogConfig
+from spool.server.txlog.caches import CacheWriter
+from spool.server.txlog.fences import Fence
+from spool.server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
+from spool.server.txlog.groupcommit import GroupCommit
+from spool.server.txlog.incarnation import own_incarnation
+from spool.server.txlog.indexbuilder import IndexBuilder
+from spool.server.txlog.journal import Journal
+from spool.server.txlog.ownfloor import UNREADABLE, read_floor, write_floor
+from spool.server.txlog.reader import PlainSource
+from spool.server.txlog.recovery import recover
+from spool.server.txlog.recoveryreport import RecoveryReport
+from spool.server.txlog.space import DiskSpace
 
 __all__ = ["Opened", "open_files"]
 

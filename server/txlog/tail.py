@@ -2,7 +2,7 @@
 
 Layout: ``records[head:]`` holds the records ``first, first + 1, ...`` up to the last one
 appended, one ``bytes`` object per record, byte for byte what is (or will be) written to the
-journal. Encoded bytes rather than :class:`~server.txlog.record.Record` objects because
+journal. Encoded bytes rather than :class:`~spool.server.txlog.record.Record` objects because
 ``bytes`` are not tracked by the garbage collector, so a large tail does not lengthen
 collector passes. Records enter on append (the log extends :attr:`TailCache.records`
 directly, once per run) and leave in whole group-commit batches, oldest first, once they
@@ -18,10 +18,10 @@ from bisect import bisect_left
 from collections import deque
 from itertools import accumulate
 
-from server.txlog.batch import RecordBatch, decode_batch
-from server.txlog.codec import HEADER, decode_records
-from server.txlog.lookup import SpanQuery
-from server.txlog.record import Record
+from spool.server.txlog.batch import RecordBatch, decode_batch
+from spool.server.txlog.codec import HEADER, decode_records
+from spool.server.txlog.lookup import SpanQuery
+from spool.server.txlog.record import Record
 
 __all__ = ["TailCache"]
 

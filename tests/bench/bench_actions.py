@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.actions.plan import ScheduledAction, journal_plan
-from server.config import parse_config
-from server.txlog.journal import JournalInfo
+from spool.server.actions.plan import ScheduledAction, journal_plan
+from spool.server.config import parse_config
+from spool.server.txlog.journal import JournalInfo
 from tests.support.engine import EngineHarness
 from tests.support.server import config_xml
 

@@ -28,13 +28,13 @@ import sys
 import time
 from collections.abc import Callable
 
-from server import speedups
-from server.client.state import SessionState
-from server.protocol.commands import decode_command, take_publish_run
-from server.protocol.frame import parse_frame
-from server.txlog.batch import decode_batch
-from server.txlog.codec import encode_run as encode_records
-from server.wire import encode_batch, encode_run, sids_json, topic_json
+from spool.server import speedups
+from spool.server.client.state import SessionState
+from spool.server.protocol.commands import decode_command, take_publish_run
+from spool.server.protocol.frame import parse_frame
+from spool.server.txlog.batch import decode_batch
+from spool.server.txlog.codec import encode_run as encode_records
+from spool.server.wire import encode_batch, encode_run, sids_json, topic_json
 
 BODY = b'{"order":123456,"sym":"ABCD","qty":100,"px":101.25,"side":"buy","acct":"XYZ-1"}'.ljust(
     100, b" "

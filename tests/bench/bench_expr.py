@@ -27,9 +27,9 @@ from typing import Any
 
 import orjson
 
-from server.expr import MessageView, clear_caches, compile_filter
-from server.expr.parser import parse
-from server.expr.reference import evaluate_node
+from spool.server.expr import MessageView, clear_caches, compile_filter
+from spool.server.expr.parser import parse
+from spool.server.expr.reference import evaluate_node
 
 FILTER = "/qty > 100 AND /sym = 'IBM'"
 SYMBOLS = ["IBM", "MSFT", "AAPL", "GOOG", "ORCL", "SAP", "INTC", "AMD"]

@@ -31,13 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from server.config import TransactionLogConfig
-from server.pipeline.grep import run_grep
-from server.pipeline.scope import Scope
-from server.pipeline.session import spark_session
-from server.pipeline.stats import run_stats
-from server.txlog import TransactionLog
-from server.txlog.cli import iter_file_records
+from spool.server.config import TransactionLogConfig
+from spool.server.pipeline.grep import run_grep
+from spool.server.pipeline.scope import Scope
+from spool.server.pipeline.session import spark_session
+from spool.server.pipeline.stats import run_stats
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.cli import iter_file_records
 
 INSTANCE = "bench"
 QUICK_TIMEOUT_S = 420

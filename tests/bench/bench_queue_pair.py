@@ -7,7 +7,7 @@ owner, and the ack is applied on the other copy. This measures that part alone, 
 process and without I/O, so a change to the queue's code shows in a number that does not
 move with the machine's load as the end-to-end scenario's does.
 
-Two :class:`~server.queues.stage.QueueRuntime` copies ``a`` and ``b`` of one replicated
+Two :class:`~spool.server.queues.stage.QueueRuntime` copies ``a`` and ``b`` of one replicated
 queue, two consumers of backlog 500 on each. Runs of 100 messages are published on ``a``
 and ``b`` in turn; each run enters both copies (``admit``, as the publish pipeline and
 the replication link hand them over); each copy then delivers what it may
@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import time
 
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.machine import Consumer, Delivery
-from server.queues.records import encode_ack_bookmarks
-from server.queues.stage import QueueRuntime
-from server.txlog.record import RecordKind
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.machine import Consumer, Delivery
+from spool.server.queues.records import encode_ack_bookmarks
+from spool.server.queues.stage import QueueRuntime
+from spool.server.txlog.record import RecordKind
 
 RUN = 100
 BACKLOG = 50_000

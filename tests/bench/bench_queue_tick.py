@@ -3,7 +3,7 @@
 One replicated queue on instance ``a`` holding ``N`` messages published on ``b`` (so owned
 by ``b``), one consumer here with room: the situation of an instance whose consumers wait
 for work owned elsewhere. What one timer tick costs is measured: the ownership pass of
-:class:`~server.queues.transfers.Transfers` (offline owners, transfer requests) plus the
+:class:`~spool.server.queues.transfers.Transfers` (offline owners, transfer requests) plus the
 dispatch the tick's kick runs (``QueueMachine.dispatch``), after a first tick that asked
 for what was due. No request is answered (the owner is busy), which is the steady state
 that used to cost O(depth) per tick.
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import time
 
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.machine import Consumer
-from server.queues.stage import QueueRuntime
-from server.queues.transfers import Transfers
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.machine import Consumer
+from spool.server.queues.stage import QueueRuntime
+from spool.server.queues.transfers import Transfers
 
 RUN = 1000
 TICK_US = 50_000

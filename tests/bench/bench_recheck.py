@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from server.clock import VirtualClock
+from spool.server.clock import VirtualClock
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, C, drive, fabric_of, persisted, publish, xml
 from tests.support.replication import MemoryFabric, destination

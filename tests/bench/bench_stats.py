@@ -16,11 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from server.auth import Authenticator
-from server.config import UserConfig
-from server.passwords import hash_password, verify_password
-from server.stats.histogram import LatencyHistogram
-from server.stats.store import StatsStore
+from spool.server.auth import Authenticator
+from spool.server.config import UserConfig
+from spool.server.passwords import hash_password, verify_password
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.store import StatsStore
 
 
 def _rate(count: int, seconds: float) -> float:

@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from server.config import TransactionLogConfig
-from server.txlog import TransactionLog
+from spool.server.config import TransactionLogConfig
+from spool.server.txlog import TransactionLog
 
 BODY = b'{"order":123456,"sym":"ABCD","qty":100,"px":101.25,"side":"buy","acct":"XYZ-1"}'.ljust(
     100, b" "

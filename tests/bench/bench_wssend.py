@@ -8,7 +8,7 @@ the same frames, taken in turn (ABBA, so a drift of the machine's load falls on 
 
 - ``uvicorn``: uvicorn's websockets protocol, the pieces joined and sent with
   ``websocket.send`` (the path before issue 14's change);
-- ``direct``: :class:`~web.wsdirect.DirectWebSocketProtocol`, the pieces written after
+- ``direct``: :class:`~spool.web.wsdirect.DirectWebSocketProtocol`, the pieces written after
   the header without joining them.
 
 Metrics: ``uvicorn_cpu_us_per_mb``, ``direct_cpu_us_per_mb`` and ``direct_vs_uvicorn``
@@ -30,8 +30,8 @@ import uvicorn
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from web.transport import AsgiTransport, pieces_of
-from web.wsdirect import DirectWebSocketProtocol
+from spool.web.transport import AsgiTransport, pieces_of
+from spool.web.wsdirect import DirectWebSocketProtocol
 
 PIECE = 64 * 1024
 PIECES = 16

@@ -253,7 +253,7 @@ def _spool_specs() -> list[ScenarioSpec]:
                 "publish",
                 f"Spool's asyncio Client: publish_many() batches of 100, {label} bodies, "
                 "persisted acks, 10,000 unacked at most; ends at the last persisted ack",
-                {"body_bytes": size, "ack": "persisted", "client": "server.client.Client"},
+                {"body_bytes": size, "ack": "persisted", "client": "spool.server.client.Client"},
                 ("msgs_per_s",),
             )
         )
@@ -263,7 +263,7 @@ def _spool_specs() -> list[ScenarioSpec]:
                 "replay",
                 f"Spool's asyncio Client: subscribe from EPOCH, async for batch in "
                 f"sub.batches() reading every body, {label} bodies",
-                {"body_bytes": size, "filter": None, "client": "server.client.Client"},
+                {"body_bytes": size, "filter": None, "client": "spool.server.client.Client"},
                 ("msgs_per_s",),
             )
         )

@@ -223,7 +223,7 @@ METHOD: Final = (
 def spool_version() -> str:
     """``spool --version`` as the brokers of this run see it (which hot loops run)."""
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "--version"],
+        [sys.executable, "-m", "spool.server.cli", "--version"],
         cwd=ROOT,
         capture_output=True,
         text=True,

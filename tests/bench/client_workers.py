@@ -1,7 +1,7 @@
 """Everyday-client workers: Spool's own asyncio ``Client``, used as an application would.
 
 The lean workers (workers.py) send pre-encoded frames and count raw bytes; these measure
-what a user of ``server.client.Client`` gets, client cost included: publishing with
+what a user of ``spool.server.client.Client`` gets, client cost included: publishing with
 :meth:`Client.publish_many` (a batch of 100 encoded in one pass, like redis-py's pipeline
 of 100 against which it is compared) and persisted acks, and replaying from EPOCH with
 ``async for batch in sub.batches()``, reading every message's body (the message objects
@@ -14,7 +14,7 @@ import asyncio
 import time
 from typing import Any
 
-from server.client import Client
+from spool.server.client import Client
 from tests.bench.bodies import body_pool
 from tests.bench.processes import Gate
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from server.client import (
+from spool.server.client import (
     Client,
     DefaultServerChooser,
     FileBookmarkStore,

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from server.protocol.frame import encode_message
+from spool.server.protocol.frame import encode_message
 from tests.bench.catalog import ScenarioSpec
 from tests.bench.processes import Gate, Task, run_tasks
 from tests.bench.suite import Suite, reason_of

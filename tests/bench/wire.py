@@ -1,6 +1,6 @@
 """A lean websocket speaker of PROTOCOL.md for the benchmark workers.
 
-The Python client (``server.client``) builds a ``Message`` object and an asyncio queue
+The Python client (``spool.server.client``) builds a ``Message`` object and an asyncio queue
 entry per delivered message; measuring through it would measure the client. The workers
 use raw ``websockets`` connections instead: commands are pre-encoded bytes, delivered
 messages are counted with ``bytes.count`` over whole frames (every delivered message starts
@@ -21,7 +21,7 @@ from typing import Any, Final
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
-from server.protocol.frame import encode_message, parse_frame
+from spool.server.protocol.frame import encode_message, parse_frame
 
 #: the start of every delivered message (PROTOCOL.md: the server sends ``c`` first).
 PUBLISH_MARK: Final = b'{"c":"publish"'

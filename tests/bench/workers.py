@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 import httpx
 from websockets.asyncio.client import ClientConnection
 
-from server.client.connection import Handlers, StreamTransport
+from spool.server.client.connection import Handlers, StreamTransport
 from tests.bench.bodies import STAMP_RE, PublishEncoder, body_pool, stamped_body
 from tests.bench.processes import Gate
 from tests.bench.stats import latency_summary

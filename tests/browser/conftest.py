@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Route, sync_playwright
 
-from server.passwords import hash_password
+from spool.server.passwords import hash_password
 from tests.support.server import SpoolProcess, config_xml
 
 ROOT = Path(__file__).resolve().parents[2]

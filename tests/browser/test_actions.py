@@ -11,7 +11,7 @@ import orjson
 import pytest
 from playwright.sync_api import Page, expect
 
-from server.client.sync import SyncClient
+from spool.server.client.sync import SyncClient
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until
 

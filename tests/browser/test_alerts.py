@@ -15,8 +15,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from server.client.sync import SyncClient
-from server.protocol import errors
+from spool.server.client.sync import SyncClient
+from spool.server.protocol import errors
 from tests.support.server import SpoolProcess, config_xml
 
 pytestmark = pytest.mark.browser

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from server.client.sync import SyncClient
+from spool.server.client.sync import SyncClient
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, artifact_path
 from tests.support.server import SpoolProcess
 from tests.support.wait import wait_until

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from server.client.sync import SyncClient
-from server.passwords import hash_password
+from spool.server.client.sync import SyncClient
+from spool.server.passwords import hash_password
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER
 from tests.support.replication import Cluster, destination
 from tests.support.wait import wait_until

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from server.client import SyncClient, client_context
-from server.passwords import hash_password
+from spool.server.client import SyncClient, client_context
+from spool.server.passwords import hash_password
 from tests.browser.conftest import VIEWPORT, PageErrors, artifact_path
 from tests.support.certs import TestCA
 from tests.support.server import SpoolProcess, config_xml

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Page
 
-from server.protocol.frame import LONG_KEYS, encode_frame, encode_message, parse_frame
+from spool.server.protocol.frame import LONG_KEYS, encode_frame, encode_message, parse_frame
 
 pytestmark = pytest.mark.browser
 

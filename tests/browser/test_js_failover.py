@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import BrowserContext
 
-from server.bookmarks import pub_hash
-from server.client import Client, DefaultServerChooser, FixedDelayStrategy, HAClient
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client, DefaultServerChooser, FixedDelayStrategy, HAClient
 from tests.support.haclient import fixed_port_server
 from tests.support.replication import Cluster, destination, publish_numbered, read_log
 from tests.support.wait import wait_until

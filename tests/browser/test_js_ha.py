@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pytest
 from playwright.sync_api import BrowserContext, Page, Route
 
-from server.bookmarks import pub_hash
+from spool.server.bookmarks import pub_hash
 from tests.support.replication import free_ports, publish_resending, read_log
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until

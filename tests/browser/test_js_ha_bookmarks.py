@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Page
 
-from server.client.ha.resume import EPOCH, MAX_GAPS, ResumeState
+from spool.server.client.ha.resume import EPOCH, MAX_GAPS, ResumeState
 
 pytestmark = pytest.mark.browser
 

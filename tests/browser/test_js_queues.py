@@ -13,7 +13,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from server.client import Client, subscribe_queue
+from spool.server.client import Client, subscribe_queue
 from tests.support.server import SpoolProcess, config_xml
 
 pytestmark = pytest.mark.browser

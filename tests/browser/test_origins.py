@@ -19,7 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
 
-from server.client.sync import SyncClient
+from spool.server.client.sync import SyncClient
 from tests.browser.conftest import ADMIN_TOKEN, ADMIN_USER, STATIC, VIEWPORT
 from tests.support.server import SpoolProcess
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from server.client.sync import SyncClient
+from spool.server.client.sync import SyncClient
 from tests.support.server import ROOT, SpoolProcess, config_xml
 
 pytestmark = pytest.mark.browser

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
-from server.client.sync import SyncClient
+from spool.server.client.sync import SyncClient
 from tests.support.server import SpoolProcess, config_xml, sow_topic
 
 pytestmark = pytest.mark.browser

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client, Disconnected
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client, Disconnected
 from tests.conftest import ServerFactory
 from tests.support.server import read_records
 

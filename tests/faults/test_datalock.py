@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from server.cli import EXIT_IN_USE
-from server.client import Client
-from server.pipeline.catalog import Catalog
+from spool.server.cli import EXIT_IN_USE
+from spool.server.client import Client
+from spool.server.pipeline.catalog import Catalog
 from tests.support.server import ROOT, SpoolProcess, config_xml
 
 pytestmark = [pytest.mark.faults]
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.faults]
 def serve_once(config: Path, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run ``spool serve`` expecting it to exit on its own (refused)."""
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", "serve", "--config", str(config)],
+        [sys.executable, "-m", "spool.server.cli", "serve", "--config", str(config)],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
 
@@ -76,7 +76,7 @@ def test_a_second_instance_is_refused_until_the_holder_dies(tmp_path: Path) -> N
         assert lock["pid"] == first.pid and lock["address"] == f"127.0.0.1:{first.port}"
         # journal tools read a running broker's journals without the lock
         verify = subprocess.run(
-            [sys.executable, "-m", "server.cli", "journal", "verify", str(data / "journal"),
+            [sys.executable, "-m", "spool.server.cli", "journal", "verify", str(data / "journal"),
              "--json"],
             cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip

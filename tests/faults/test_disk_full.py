@@ -23,12 +23,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.client import Client
-from server.protocol import errors
+from spool.server.client import Client
+from spool.server.protocol import errors
+from spool.web.dashboard import PAGES
 from tests.support.disk import fill, tmpfs
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import async_wait_until, wait_until
-from web.dashboard import PAGES
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import (
+from spool.server.bookmarks import pub_hash
+from spool.server.client import (
     ConnectionState,
     DefaultServerChooser,
     FailoverSafety,

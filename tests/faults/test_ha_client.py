@@ -30,8 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import (
+from spool.server.bookmarks import pub_hash
+from spool.server.client import (
     ConnectionState,
     ConnectionStateEvent,
     DefaultServerChooser,
@@ -409,7 +409,7 @@ def test_a_second_process_opening_the_same_store_is_refused(tmp_path: Path) -> N
     path = tmp_path / "pub.store"
     code = (
         "import asyncio, sys\n"
-        "from server.client import FilePublishStore, StoreLocked\n"
+        "from spool.server.client import FilePublishStore, StoreLocked\n"
         "async def main():\n"
         f"    s = FilePublishStore({str(path)!r})\n"
         "    try:\n"

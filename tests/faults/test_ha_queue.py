@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient
+from spool.server.client import DefaultServerChooser, FixedDelayStrategy, HAClient
 from tests.support.haclient import fixed_port_server
 from tests.support.server import SpoolProcess
 from tests.support.wait import wait_until

@@ -12,14 +12,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import (
+from spool.server.bookmarks import pub_hash
+from spool.server.client import (
     DefaultServerChooser,
     ExponentialDelayStrategy,
     FilePublishStore,
     HAClient,
 )
-from server.protocol.errors import TxlogFull
+from spool.server.protocol.errors import TxlogFull
 from tests.support.server import SpoolProcess, config_xml, read_records
 from tests.support.wait import async_wait_until
 

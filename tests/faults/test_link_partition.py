@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.netns import VethNet, pair, veth_net
 from tests.support.replication import (
     event_time,

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client, Disconnected
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client, Disconnected
 from tests.support.replication import destination, free_ports, read_log, replication_xml
 from tests.support.server import SpoolProcess, config_xml, read_records
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
+from spool.server.bookmarks import pub_hash
 from tests.support.netns import VethNet, pair, veth_net
 from tests.support.replication import publish_resending, read_log
 from tests.support.server import ROOT

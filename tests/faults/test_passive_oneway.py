@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
+from spool.server.bookmarks import pub_hash
 from tests.support.netns import PLAINTEXT, VethNet, veth_net
 from tests.support.replication import (
     destination,

@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client, ClientError, Disconnected
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client, ClientError, Disconnected
 from tests.support.replication import Cluster, destination, publish_resending, read_log
 from tests.support.wait import wait_until
 

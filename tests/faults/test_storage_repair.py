@@ -26,12 +26,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import broker_pub_hash, pub_hash
-from server.client import Client, ClientError, Disconnected
-from server.client.queue import subscribe_queue
-from server.replication.state import state_path
-from server.txlog.files import clients_ack_name
-from server.txlog.incarnation import read_incarnation
+from spool.server.bookmarks import broker_pub_hash, pub_hash
+from spool.server.client import Client, ClientError, Disconnected
+from spool.server.client.queue import subscribe_queue
+from spool.server.replication.state import state_path
+from spool.server.txlog.files import clients_ack_name
+from spool.server.txlog.incarnation import read_incarnation
 from tests.support.certs import TestCA
 from tests.support.damage import (
     RecordAt,

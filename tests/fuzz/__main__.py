@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tests.fuzz.targets import TARGETS
+from tests.support.server import CHECKOUT_PATH
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = Path(__file__).resolve().parent / "corpus"
@@ -75,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--target", action="append", choices=sorted(TARGETS))
     parser.add_argument("--json", type=Path, default=ARTIFACTS / "summary.json")
     args = parser.parse_args(argv)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH}
     results = [run_target(name, args.seconds, env) for name in args.target or list(TARGETS)]
     compiled = os.environ.get("SPOOL_NO_EXTENSIONS", "") in ("", "0")
     print(f"fuzzing ({'compiled twins vs Python oracles' if compiled else 'pure Python'})")

@@ -12,7 +12,7 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["server"]):
+with atheris.instrument_imports(include=["spool"]):
     from tests.fuzz.targets import TARGETS
 
 

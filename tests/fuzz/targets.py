@@ -25,20 +25,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-from server.bookmarks import format_spec, parse_bookmark
-from server.clock import VirtualClock
-from server.config import ConfigError, parse_config
-from server.expr import MessageView, compile_filter, compile_value, evaluate_reference
-from server.protocol.commands import (
+from spool.server.bookmarks import format_spec, parse_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.config import ConfigError, parse_config
+from spool.server.expr import MessageView, compile_filter, compile_value, evaluate_reference
+from spool.server.protocol.commands import (
     _ACK_CACHE,
     Command,
     PublishScan,
     decode_command,
     take_publish_run_py,
 )
-from server.protocol.errors import InvalidBookmark, ProtocolFailure
-from server.protocol.frame import FrameError, ParsedFrame, parse_frame_py
-from server.protocol.options import parse_subscribe_options
+from spool.server.protocol.errors import InvalidBookmark, ProtocolFailure
+from spool.server.protocol.frame import FrameError, ParsedFrame, parse_frame_py
+from spool.server.protocol.options import parse_subscribe_options
 from tests.unit.expr.helpers import expression_work, same, work_memory_bound
 
 __all__ = [
@@ -59,7 +59,7 @@ _CALLS_PER_TOKEN: Final = 400
 
 def _compiled() -> tuple[ModuleType | None, ModuleType | None]:
     try:
-        from server.protocol import _commands_c, _frame_c
+        from spool.server.protocol import _commands_c, _frame_c
     except ImportError:  # not built here: the frame target checks the Python parser alone
         return None, None
     return _frame_c, _commands_c

@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from server.bookmarks import format_bookmark
-from server.client import SyncClient
+from spool.server.bookmarks import format_bookmark
+from spool.server.client import SyncClient
 from tests.support.replication import own_identity
 from tests.support.server import SpoolProcess, config_xml
 

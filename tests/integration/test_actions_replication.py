@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.replication import Cluster, destination
 from tests.support.wait import wait_until
 

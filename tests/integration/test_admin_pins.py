@@ -6,7 +6,7 @@ import asyncio
 
 import httpx
 
-from server.client import Client
+from spool.server.client import Client
 from tests.conftest import ServerFactory
 
 

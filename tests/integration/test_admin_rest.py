@@ -18,14 +18,14 @@ from typing import Any
 import httpx
 import pytest
 
-from server.client import SyncClient
-from server.config import AdminConfig, Config
-from server.stats.timeparse import format_time
+from spool.server.client import SyncClient
+from spool.server.config import AdminConfig, Config
+from spool.server.stats.timeparse import format_time
+from spool.web.admin import AdminApi
+from spool.web.app import create_app
 from tests.support.roster import bearer, three_users
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until
-from web.admin import AdminApi
-from web.app import create_app
 
 ADMIN_TOKEN = "admin-token-0123456789"
 READER_TOKEN = "reader-token-0123456789"

@@ -12,8 +12,8 @@ import httpx
 import psutil
 import pytest
 
-from server.client import SyncClient
-from server.passwords import hash_password
+from spool.server.client import SyncClient
+from spool.server.passwords import hash_password
 from tests.support.server import SpoolProcess, config_xml
 
 ADMIN_TOKEN = "admin-token-abcdefghij"

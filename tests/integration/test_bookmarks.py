@@ -13,10 +13,10 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from server.bookmarks import format_bookmark, pub_hash
-from server.client import Client, Message
-from server.protocol import errors
-from server.protocol.frame import parse_frame
+from spool.server.bookmarks import format_bookmark, pub_hash
+from spool.server.client import Client, Message
+from spool.server.protocol import errors
+from spool.server.protocol.frame import parse_frame
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import async_wait_until
 

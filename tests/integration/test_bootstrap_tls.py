@@ -17,8 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client, client_context
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client, client_context
 from tests.support.certs import TestCA
 from tests.support.replication import bootstrap_xml, free_ports, read_log, replication_xml
 from tests.support.server import SpoolProcess, sow_topic

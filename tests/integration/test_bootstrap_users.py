@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client
-from server.replication.bootstrap import Marker, marker_path
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client
+from spool.server.replication.bootstrap import Marker, marker_path
 from tests.support.replication import (
     Cluster,
     bootstrap_xml,

@@ -20,7 +20,7 @@ from tests.support.wait import wait_until
 
 def spool(*argv: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", *argv],
+        [sys.executable, "-m", "spool.server.cli", *argv],
         cwd=ROOT,
         input=stdin.decode() if stdin is not None else None,
         capture_output=True,
@@ -94,7 +94,7 @@ def test_serve_takes_its_file_as_an_argument_and_logs_text_on_a_terminal(
     port_file = tmp_path / "port"
     main, terminal = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "serve", str(config), "--port-file", str(port_file)],
+        [sys.executable, "-m", "spool.server.cli", "serve", str(config), "--port-file", str(port_file)],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.server import SpoolProcess
 
 BATCHES = 20

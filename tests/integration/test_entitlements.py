@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from server.client import Client
-from server.protocol import errors
+from spool.server.client import Client
+from spool.server.protocol import errors
 from tests.support.server import SpoolProcess, config_xml
 
 FEED = "feed-token-0123456789"

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.server import ROOT, SpoolProcess
 
 NOTICE = "spool: hot loops run as"
@@ -22,7 +22,7 @@ NOTICE = "spool: hot loops run as"
 
 def _version(env: dict[str, str]) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "--version"],
+        [sys.executable, "-m", "spool.server.cli", "--version"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -90,7 +90,7 @@ def test_cli_publishes_stdin_in_batches_and_subscribes_in_batches(tmp_path: Path
     lines = [b'{"n":%d}' % i for i in range(3000)]
     try:
         pub = subprocess.run(
-            [sys.executable, "-m", "server.cli", "publish", server.ws_url, "cli/t", "-"],
+            [sys.executable, "-m", "spool.server.cli", "publish", server.ws_url, "cli/t", "-"],
             cwd=ROOT,
             input=b"\n".join(lines) + b"\r\n\n",
             capture_output=True,
@@ -100,7 +100,7 @@ def test_cli_publishes_stdin_in_batches_and_subscribes_in_batches(tmp_path: Path
         assert pub.returncode == 0, pub.stderr
         assert b"published 3000 messages to cli/t" in pub.stdout
         sub = subprocess.run(
-            [sys.executable, "-m", "server.cli", "subscribe", server.ws_url, "cli/t",
+            [sys.executable, "-m", "spool.server.cli", "subscribe", server.ws_url, "cli/t",
              "--bookmark", "0", "--count", "2999"],
             cwd=ROOT,
             capture_output=True,

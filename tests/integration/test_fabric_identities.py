@@ -18,9 +18,9 @@ import httpx
 import orjson
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client
-from server.protocol.errors import NameInUseElsewhere
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client
+from spool.server.protocol.errors import NameInUseElsewhere
 from tests.support.certs import TestCA
 from tests.support.replication import (
     Cluster,

@@ -12,8 +12,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from server.client import Client, Disconnected, ReusedSequenceWarning
-from server.protocol import errors
+from spool.server.client import Client, Disconnected, ReusedSequenceWarning
+from spool.server.protocol import errors
 from tests.support.server import SpoolProcess, config_xml
 
 
@@ -42,7 +42,7 @@ async def raw_exchange(
         while len(out) < expect:
             data = await asyncio.wait_for(ws.recv(), timeout)
             assert isinstance(data, bytes)
-            from server.protocol.frame import parse_frame
+            from spool.server.protocol.frame import parse_frame
 
             out.extend(m.header for m in parse_frame(data).messages)
     return out
@@ -272,7 +272,7 @@ def test_1000_concurrent_subscribers_receive_every_message(server: SpoolProcess)
             await ws.recv()
             await ready.wait()
             got: list[int] = []
-            from server.protocol.frame import parse_frame
+            from spool.server.protocol.frame import parse_frame
 
             while len(got) < n_msgs:
                 frame = await asyncio.wait_for(ws.recv(), 30)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from server.client import (
+from spool.server.client import (
     Client,
     DefaultServerChooser,
     FixedDelayStrategy,
@@ -19,7 +19,7 @@ from server.client import (
     SowRecoveryPointAdapter,
 )
 from tests.conftest import ServerFactory
-from tests.support.server import ROOT, SpoolProcess, sow_topic
+from tests.support.server import CHECKOUT_PATH, ROOT, SpoolProcess, sow_topic
 
 GUIDE = ROOT / "docs" / "ha-client.md"
 
@@ -35,7 +35,7 @@ def example() -> str:
 def test_the_guides_example_runs_and_resumes(spool_server: SpoolProcess, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     script.write_text(example())
-    env = {**os.environ, "SPOOL_URL": spool_server.ws_url, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "SPOOL_URL": spool_server.ws_url, "PYTHONPATH": CHECKOUT_PATH}
     outputs = []
     for _ in range(2):
         done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.replication import (
     Cluster,
     destination,

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import orjson
 
-from server.client.sync import SyncClient
+from spool.server.client.sync import SyncClient
 from tests.support.server import SpoolProcess
 
 

@@ -21,8 +21,8 @@ import psutil
 import pytest
 from websockets.asyncio.client import connect
 
-from server.passwords import SCRYPT_N, SCRYPT_P, SCRYPT_R, hash_password
-from server.protocol.frame import encode_message, parse_frame
+from spool.server.passwords import SCRYPT_N, SCRYPT_P, SCRYPT_R, hash_password
+from spool.server.protocol.frame import encode_message, parse_frame
 from tests.support.server import SpoolProcess, config_xml
 
 PASSWORD = "the right password"

@@ -16,9 +16,9 @@ import httpx
 import psutil
 import pytest
 
-from server.client import Client
-from server.protocol import errors
-from server.protocol.frame import encode_message
+from spool.server.client import Client
+from spool.server.protocol import errors
+from spool.server.protocol.frame import encode_message
 from tests.support.roster import bearer
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until

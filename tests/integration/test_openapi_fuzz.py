@@ -31,7 +31,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from server.client import SyncClient
+from spool.server.client import SyncClient
 from tests.support.server import SpoolProcess, config_xml
 
 pytestmark = [pytest.mark.slow]

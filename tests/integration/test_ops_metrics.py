@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from server.client import client_context
+from spool.server.client import client_context
 from tests.support.certs import TestCA
 from tests.support.server import ROOT, SpoolProcess, config_xml
 

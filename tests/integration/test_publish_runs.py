@@ -18,7 +18,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from server.protocol.frame import parse_frame
+from spool.server.protocol.frame import parse_frame
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import async_wait_until
 

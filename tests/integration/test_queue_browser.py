@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.client import Client, subscribe_queue
+from spool.server.client import Client, subscribe_queue
 from tests.support.roster import bearer
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import orjson
 
-from server.client import Client, subscribe_queue
-from server.protocol.errors import TxlogFull
+from spool.server.client import Client, subscribe_queue
+from spool.server.protocol.errors import TxlogFull
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until
 

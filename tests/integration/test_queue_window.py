@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from server.client import Client, subscribe_queue
+from spool.server.client import Client, subscribe_queue
 from tests.integration.test_queues import ServerFactory, api
 from tests.support.server import SpoolProcess
 from tests.support.wait import async_wait_until, wait_until

@@ -32,13 +32,13 @@ from typing import Any
 import orjson
 import pytest
 
-from server.client import Client, subscribe_queue
-from server.config import load_config
-from server.queues.checkpoint import checkpoint_name
-from server.queues.ownership import Grant
-from server.queues.records import decode_transfers
-from server.txlog import TransactionLog
-from server.txlog.record import RecordKind
+from spool.server.client import Client, subscribe_queue
+from spool.server.config import load_config
+from spool.server.queues.checkpoint import checkpoint_name
+from spool.server.queues.ownership import Grant
+from spool.server.queues.records import decode_transfers
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.record import RecordKind
 from tests.support.replication import Cluster
 from tests.support.wait import wait_until
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.client import Client, subscribe_queue
+from spool.server.client import Client, subscribe_queue
 from tests.support.replication import Cluster
 from tests.support.wait import wait_until
 

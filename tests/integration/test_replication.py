@@ -18,8 +18,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin
 
-from server.bookmarks import pub_hash
-from server.client import Client
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client
 from tests.support.replication import (
     Cluster,
     destination,

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import Client
+from spool.server.bookmarks import pub_hash
+from spool.server.client import Client
 from tests.support.certs import TestCA
 from tests.support.replication import destination, free_ports, read_log, replication_xml
 from tests.support.server import SpoolProcess

@@ -13,12 +13,12 @@ import httpx
 import pytest
 from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 
-from server.client import Client
-from server.config import load_config
-from server.protocol import errors
+from spool.server.client import Client
+from spool.server.config import load_config
+from spool.server.protocol import errors
+from spool.web.app import create_app
 from tests.support.roster import bearer
 from tests.support.server import ROOT, SpoolProcess, config_xml, sow_topic
-from web.app import create_app
 
 ALICE_TOKEN = "alice-token-0123456789"
 OPS_TOKEN = "ops-token-0123456789abc"

@@ -15,8 +15,8 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from server.client import Client, Message, Subscription
-from server.protocol.errors import InvalidTopic
+from spool.server.client import Client, Message, Subscription
+from spool.server.protocol.errors import InvalidTopic
 from tests.support.server import SpoolProcess, sow_topic
 
 T = TypeVar("T")

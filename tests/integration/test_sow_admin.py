@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.roster import bearer, three_users
 from tests.support.server import SpoolProcess, config_xml, sow_topic
 from tests.support.wait import wait_until

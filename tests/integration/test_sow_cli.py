@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.server import SpoolProcess, config_xml, sow_topic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +33,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
 
 def spool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", *args],
+        [sys.executable, "-m", "spool.server.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

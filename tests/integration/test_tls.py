@@ -19,9 +19,9 @@ import httpx
 import pytest
 from websockets.exceptions import InvalidMessage
 
-from server.client import Client, HandshakeFailed, client_context
-from server.passwords import hash_password
-from server.protocol.errors import AuthFailure, NotEntitled
+from spool.server.client import Client, HandshakeFailed, client_context
+from spool.server.passwords import hash_password
+from spool.server.protocol.errors import AuthFailure, NotEntitled
 from tests.support.certs import Issued, TestCA
 from tests.support.server import ROOT, SpoolProcess, config_xml, sow_topic
 from tests.support.wait import wait_until
@@ -142,7 +142,7 @@ def test_python_client_refuses_a_server_not_signed_by_its_ca(
 
 def spool(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", *args],
+        [sys.executable, "-m", "spool.server.cli", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,

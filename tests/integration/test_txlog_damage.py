@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from server.client import Client
+from spool.server.client import Client
 from tests.support.damage import flip_byte, journals
 from tests.support.wait import wait_until
 

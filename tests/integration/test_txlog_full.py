@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from server.client import Client
-from server.protocol import errors
+from spool.server.client import Client
+from spool.server.protocol import errors
 
 
 def test_txlog_full_fails_publishes_and_keeps_serving(spool_server_factory: Any) -> None:

@@ -4,7 +4,7 @@ own protocol, plain and over TLS, with and without per-message-deflate, and is t
 Each case runs a real uvicorn on 127.0.0.1 (an ephemeral port) twice with the same ASGI
 app: once with uvicorn's websockets protocol (the oracle: the app's ``AsgiTransport``
 finds no pieces extension and sends each frame joined, through ``websocket.send``) and
-once with the class `spool serve` uses (:func:`web.serve.protocols`). A raw socket
+once with the class `spool serve` uses (:func:`spool.web.serve.protocols`). A raw socket
 client does the upgrade and keeps every byte after the handshake up to and including
 the server's close frame; both byte streams must be equal. The frames cover each header
 length form (7-bit, 16-bit and 64-bit lengths and their edges), the one-write limit of
@@ -27,10 +27,10 @@ from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.frames import Frame, Opcode
 
+from spool.web.serve import protocols
+from spool.web.transport import AsgiTransport, pieces_of
+from spool.web.wsdirect import DirectWebSocketProtocol, frame_header
 from tests.support.certs import TestCA, client_context
-from web.serve import protocols
-from web.transport import AsgiTransport, pieces_of
-from web.wsdirect import DirectWebSocketProtocol, frame_header
 
 
 def _frames() -> list[list[bytes]]:

@@ -52,8 +52,8 @@ from typing import Any
 
 import orjson
 
-from server.bookmarks import pub_hash
-from server.txlog.gaps import Interval, PublisherGaps
+from spool.server.bookmarks import pub_hash
+from spool.server.txlog.gaps import Interval, PublisherGaps
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import KIND_NAMES, PUBLISH, SOW_DELETE, InstanceLog, LogRecord

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.txlog.cli import iter_file_records
-from server.txlog.errors import CorruptRecord
-from server.txlog.record import FLAG_LATE, RecordKind
-from server.txlog.recovery import recover
+from spool.server.txlog.cli import iter_file_records
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.record import FLAG_LATE, RecordKind
+from spool.server.txlog.recovery import recover
 from tests.nemesis.cluster import TOPIC_SOW
 
 __all__ = ["InstanceLog", "LogRecord", "read_instance"]

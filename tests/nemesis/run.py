@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from server.bookmarks import pub_hash
+from spool.server.bookmarks import pub_hash
 from tests.nemesis.checker import HeldOrders, Verdict, check, held_orders
 from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW, Cluster
 from tests.nemesis.history import Histories, read_history

@@ -9,7 +9,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import broker_pub_hash, pub_hash
+from spool.server.bookmarks import broker_pub_hash, pub_hash
 from tests.nemesis.checker import HeldOrders, check, held_orders
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event

@@ -13,8 +13,8 @@ import asyncio
 import random
 from pathlib import Path
 
-from server.bookmarks import pub_hash
-from server.txlog import TransactionLog
+from spool.server.bookmarks import pub_hash
+from spool.server.txlog import TransactionLog
 from tests.nemesis import damage
 from tests.nemesis.checker import held_orders
 from tests.nemesis.cluster import TOPIC_PUB, Cluster

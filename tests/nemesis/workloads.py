@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from server.client import (
+from spool.server.client import (
     Client,
     DefaultServerChooser,
     ExponentialDelayStrategy,
@@ -40,7 +40,7 @@ from server.client import (
     StoreIOError,
     subscribe_queue,
 )
-from server.client.ha import ConnectionStateEvent, StaticAuthenticator
+from spool.server.client.ha import ConnectionStateEvent, StaticAuthenticator
 from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Recorder
 

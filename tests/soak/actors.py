@@ -32,14 +32,14 @@ from urllib.parse import urlsplit
 import orjson
 from websockets.asyncio.client import connect
 
-from server.client import Client, ClientError
-from server.client.connection import (
+from spool.server.client import Client, ClientError
+from spool.server.client.connection import (
     Handlers,
     Transport,
     WebSocketTransport,
     connect_websocket,
 )
-from server.protocol.errors import ProtocolFailure, TxlogFull
+from spool.server.protocol.errors import ProtocolFailure, TxlogFull
 
 __all__ = [
     "TOPICS",

@@ -1,8 +1,8 @@
 """The soak's oracle: the journals, read back without the broker, against what clients saw.
 
 The log is read with the transaction log's read-only APIs (the ones ``spool journal
-verify`` uses: :func:`server.txlog.recovery.recover` with ``apply=False`` and
-:func:`server.txlog.cli.iter_file_records`), after the broker stopped. Then:
+verify`` uses: :func:`spool.server.txlog.recovery.recover` with ``apply=False`` and
+:func:`spool.server.txlog.cli.iter_file_records`), after the broker stopped. Then:
 
 - **publishers**: the records of each publisher are exactly its sequences ``1..top`` in
   that order (``top`` = the last one it sent; it stopped only once all were acknowledged
@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from server.bookmarks import pub_hash
-from server.txlog.cli import iter_file_records
-from server.txlog.recovery import recover
+from spool.server.bookmarks import pub_hash
+from spool.server.txlog.cli import iter_file_records
+from spool.server.txlog.recovery import recover
 from tests.soak.actors import BookmarkSubscriber, LiveSubscriber, Publisher
 
 __all__ = ["Check", "LogRecord", "Verdict", "judge", "read_log"]

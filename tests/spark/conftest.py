@@ -21,11 +21,11 @@ import httpx
 import pytest
 from pyspark.sql import SparkSession
 
-from server.client import Client
-from server.pipeline.session import spark_session
-from server.txlog.cli import iter_file_records
-from server.txlog.files import parse_name
-from server.txlog.record import Record
+from spool.server.client import Client
+from spool.server.pipeline.session import spark_session
+from spool.server.txlog.cli import iter_file_records
+from spool.server.txlog.files import parse_name
+from spool.server.txlog.record import Record
 from tests.support.server import SpoolProcess, config_xml
 
 INSTANCE = "spool-spark"

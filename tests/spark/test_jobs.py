@@ -1,4 +1,4 @@
-"""The journal jobs: grep against server.expr, export round trip, stats against Python."""
+"""The journal jobs: grep against spool.server.expr, export round trip, stats against Python."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import SparkSession
 
-from server.bookmarks import format_time_bookmark, format_timestamp_us
-from server.cli import main
-from server.expr import MessageView, compile_filter
-from server.pipeline.export import run_export
-from server.pipeline.grep import run_grep
-from server.pipeline.progress import Progress
-from server.pipeline.scope import Scope
-from server.pipeline.stats import run_stats
-from server.pipeline.statsdb import series_path
-from server.pipeline.tally import Tally
+from spool.server.bookmarks import format_time_bookmark, format_timestamp_us
+from spool.server.cli import main
+from spool.server.expr import MessageView, compile_filter
+from spool.server.pipeline.export import run_export
+from spool.server.pipeline.grep import run_grep
+from spool.server.pipeline.progress import Progress
+from spool.server.pipeline.scope import Scope
+from spool.server.pipeline.stats import run_stats
+from spool.server.pipeline.statsdb import series_path
+from spool.server.pipeline.tally import Tally
 from tests.spark.conftest import INSTANCE, Journals, broker, env_without_java
 from tests.support.server import ROOT
 
@@ -54,7 +54,7 @@ FILTERS = (
 
 
 def direct(journals: Journals, text: str) -> list[int]:
-    """The oracle: server.expr on every record, as the broker's replay evaluates it."""
+    """The oracle: spool.server.expr on every record, as the broker's replay evaluates it."""
     flt = compile_filter(text)
     return [
         r.seq
@@ -195,7 +195,7 @@ def test_stats_equal_python_and_are_served_by_api_stats(
 
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "pipeline", "grep", str(tmp_path / "nope")],
+        [sys.executable, "-m", "spool.server.cli", "pipeline", "grep", str(tmp_path / "nope")],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2
@@ -206,7 +206,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_cli_without_java(journals: Journals) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "pipeline", "stats", str(journals.journal),
+        [sys.executable, "-m", "spool.server.cli", "pipeline", "stats", str(journals.journal),
          "--archive", str(journals.archive), "--parquet", "/tmp/never"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env_without_java(),
     )  # fmt: skip
@@ -233,7 +233,7 @@ def test_cli_options_are_refused_before_spark_starts(
     taken.mkdir()
     command, *rest = (a.format(taken=taken) for a in argv)
     done = subprocess.run(
-        [sys.executable, "-m", "server.cli", "pipeline", command, str(journals.journal),
+        [sys.executable, "-m", "spool.server.cli", "pipeline", command, str(journals.journal),
          *rest, "--archive", str(journals.archive)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False, env=env_without_java(),
     )  # fmt: skip

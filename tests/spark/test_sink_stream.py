@@ -16,10 +16,10 @@ from pyspark import TaskContext
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from server.client import Client
-from server.pipeline.catalog import Catalog
-from server.pipeline.errors import BadOption
-from server.pipeline.stream import bytes_end
+from spool.server.client import Client
+from spool.server.pipeline.catalog import Catalog
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.stream import bytes_end
 from tests.spark.conftest import Journals, broker, publish_corpus, scan_files
 from tests.support.server import SpoolProcess
 

@@ -13,15 +13,15 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from server.pipeline.arrow import ARROW_SCHEMA, SPARK_SCHEMA
-from server.pipeline.catalog import Catalog
-from server.pipeline.errors import AmbiguousInstance, JavaNotFound, JournalDirectoryNotFound
-from server.pipeline.planner import plan_scan
-from server.pipeline.predicate import ScanPredicate
-from server.pipeline.session import check_java
-from server.pipeline.source import register
-from server.txlog.files import journal_name
-from server.txlog.record import Record
+from spool.server.pipeline.arrow import ARROW_SCHEMA, SPARK_SCHEMA
+from spool.server.pipeline.catalog import Catalog
+from spool.server.pipeline.errors import AmbiguousInstance, JavaNotFound, JournalDirectoryNotFound
+from spool.server.pipeline.planner import plan_scan
+from spool.server.pipeline.predicate import ScanPredicate
+from spool.server.pipeline.session import check_java
+from spool.server.pipeline.source import register
+from spool.server.txlog.files import journal_name
+from spool.server.txlog.record import Record
 from tests.spark.conftest import INSTANCE, Journals, env_without_java
 
 

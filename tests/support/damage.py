@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.txlog.codec import HEADER, scan
-from server.txlog.files import index_name, parse_name
+from spool.server.txlog.codec import HEADER, scan
+from spool.server.txlog.files import index_name, parse_name
 
 __all__ = [
     "RecordAt",

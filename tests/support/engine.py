@@ -25,14 +25,14 @@ from typing import Any
 
 import orjson
 
-from server.client.connection import Handlers
-from server.clock import VirtualClock
-from server.config import parse_config
-from server.engine import Broker
-from server.protocol.frame import parse_frame
-from server.replication.transport import Connector
-from server.session import Session
-from server.txlog import FileSeam
+from spool.server.client.connection import Handlers
+from spool.server.clock import VirtualClock
+from spool.server.config import parse_config
+from spool.server.engine import Broker
+from spool.server.protocol.frame import parse_frame
+from spool.server.replication.transport import Connector
+from spool.server.session import Session
+from spool.server.txlog import FileSeam
 from tests.support.server import config_xml
 from tests.support.wait import async_wait_until
 
@@ -135,7 +135,7 @@ class FakeClient:
 
 
 class ClientLink:
-    """A :class:`server.client.Client` connection to the in-process broker (the client's
+    """A :class:`spool.server.client.Client` connection to the in-process broker (the client's
     ``Transport``): the client's frames go to the session's ``receive`` on the next loop
     turn, the broker's frames to the client's handler as the session's writer sends them.
 
@@ -297,7 +297,7 @@ class EngineHarness:
         max_size: int | None,
         ssl: Any = None,
     ) -> ClientLink:
-        """A ``connector`` for :class:`server.client.Client` and ``HAClient``: every URL
+        """A ``connector`` for :class:`spool.server.client.Client` and ``HAClient``: every URL
         reaches this broker (:attr:`links` keeps the connections, in order)."""
         link = ClientLink(self, handlers)
         self.links.append(link)

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from functools import wraps
 from pathlib import Path
 
-from server.clock import VirtualClock
+from spool.server.clock import VirtualClock
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.replication import MemoryFabric, destination, replication_xml
 

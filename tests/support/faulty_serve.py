@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from server.cli import EXIT_USAGE, build_parser, serve_config, serve_locked
+from spool.server.cli import EXIT_USAGE, build_parser, serve_config, serve_locked
 from tests.support.clocks import JumpingClock
 from tests.support.faults import ControlledSeam
 

@@ -18,7 +18,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from server.client import (
+from spool.server.client import (
     DefaultServerChooser,
     FilePublishStore,
     FixedDelayStrategy,

@@ -23,7 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from server.client import DefaultServerChooser, FileBookmarkStore, FixedDelayStrategy, HAClient
+from spool.server.client import (
+    DefaultServerChooser,
+    FileBookmarkStore,
+    FixedDelayStrategy,
+    HAClient,
+)
 
 
 def _cut_torn_line(output: Path) -> None:

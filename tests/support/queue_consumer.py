@@ -15,7 +15,7 @@ import asyncio
 import os
 import sys
 
-from server.client import Client, subscribe_queue
+from spool.server.client import Client, subscribe_queue
 
 
 async def consume(url: str, name: str, queue: str, journal: str, backlog: int) -> None:

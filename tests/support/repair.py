@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from server.clock import VirtualClock
-from server.sow.history import state_at
+from spool.server.clock import VirtualClock
+from spool.server.sow.history import state_at
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, C, drive, persisted
 from tests.support.replication import MemoryFabric

@@ -28,17 +28,17 @@ from typing import Any
 
 import httpx
 
-from server.bookmarks import broker_pub_hash
-from server.client import Client, ClientError, Disconnected
-from server.config import load_config
-from server.engine import Broker
-from server.peer import Peer
-from server.replication.bootsource import BootstrapSource
-from server.replication.errors import NotAccepting
-from server.replication.inbound import InboundLink
-from server.replication.transport import Connector, Dialed, LinkLost
-from server.txlog import TransactionLog
-from server.txlog.incarnation import read_incarnation
+from spool.server.bookmarks import broker_pub_hash
+from spool.server.client import Client, ClientError, Disconnected
+from spool.server.config import load_config
+from spool.server.engine import Broker
+from spool.server.peer import Peer
+from spool.server.replication.bootsource import BootstrapSource
+from spool.server.replication.errors import NotAccepting
+from spool.server.replication.inbound import InboundLink
+from spool.server.replication.transport import Connector, Dialed, LinkLost
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.incarnation import read_incarnation
 from tests.support.server import SpoolProcess
 
 _EOF = b""

@@ -4,7 +4,7 @@ only), and a feed allowed to read and write every topic."""
 
 from __future__ import annotations
 
-from server.passwords import hash_password
+from spool.server.passwords import hash_password
 
 ADMIN_PASSWORD = "ops-password"
 

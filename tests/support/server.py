@@ -10,11 +10,14 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from server.config import load_config
-from server.txlog import TransactionLog
+from spool.server.config import load_config
+from spool.server.txlog import TransactionLog
 from tests.support.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_PATH = os.pathsep.join((str(ROOT / ".devpath"), str(ROOT)))
+"""A PYTHONPATH that runs this checkout's code (``spool.*`` from its ``.devpath`` links,
+``tests`` from its root) whichever checkout the venv was installed from."""
 
 
 def config_xml(
@@ -128,7 +131,7 @@ class SpoolProcess:
         if self.port_file.exists():
             self.port_file.unlink()
         self._log = open(self.log_path, "ab")  # noqa: SIM115
-        launcher = ["-m", "server.cli"]
+        launcher = ["-m", "spool.server.cli"]
         if self.control is not None:
             launcher = ["-m", "tests.support.faulty_serve", "--control", str(self.control)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}

@@ -1,8 +1,8 @@
 """Complete metrics snapshots for tests, built with keyword overrides.
 
 The stats series, the Prometheus collector and the dashboard's live feed read a
-:class:`~server.stats.snapshot.MetricsSnapshot` by key without defaults, so a test feeds
-them the whole shape, as :meth:`server.metrics.Metrics.snapshot` builds it: every field
+:class:`~spool.server.stats.snapshot.MetricsSnapshot` by key without defaults, so a test feeds
+them the whole shape, as :meth:`spool.server.metrics.Metrics.snapshot` builds it: every field
 is here with a neutral default (no traffic, no clients, no transaction log), and a test
 names only what it is about::
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from server.stats.histogram import LatencyHistogram
-from server.stats.snapshot import (
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.snapshot import (
     ClientCounters,
     LinkCounters,
     MetricsSnapshot,

@@ -26,7 +26,7 @@ import orjson
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from server.protocol.frame import parse_frame
+from spool.server.protocol.frame import parse_frame
 
 #: kernel receive buffer of the reader's socket, bytes
 RCVBUF = 64 * 1024

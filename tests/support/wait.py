@@ -6,7 +6,7 @@ condition's truthy value, so a test can wait for a value and use it::
 
     journals = wait_until(lambda: len(j := list_journals()) >= 3 and j, message="3 journals")
 
-Code running on a :class:`server.clock.VirtualClock` should not poll for what only the loop
+Code running on a :class:`spool.server.clock.VirtualClock` should not poll for what only the loop
 does: ``await clock.advance(...)`` or ``await clock.wait_all_blocked()`` settle the loop.
 Poll only for work outside the loop (threads such as ``asyncio.to_thread``, processes).
 """
@@ -100,7 +100,7 @@ def _timed_out(message: str, timeout: float, last: object) -> str:
 
 # -- loop turns (virtual time) --------------------------------------------------------
 #
-# Code driven by ``server.clock.VirtualClock`` makes progress only when the loop runs its
+# Code driven by ``spool.server.clock.VirtualClock`` makes progress only when the loop runs its
 # ready tasks: no wall time needs to pass, and waiting for it would only slow the tests
 # down and make them load-sensitive. These two helpers count loop turns instead of seconds.
 

@@ -9,11 +9,11 @@ import io
 
 import pytest
 
-from server.auth import Authenticator, InvalidEntitlement, register
-from server.clock import VirtualClock
-from server.config import UserConfig
-from server.passwords import hash_password, verify_password
-from web.auth import SessionStore, safe_next
+from spool.server.auth import Authenticator, InvalidEntitlement, register
+from spool.server.clock import VirtualClock
+from spool.server.config import UserConfig
+from spool.server.passwords import hash_password, verify_password
+from spool.web.auth import SessionStore, safe_next
 
 OPS_HASH = hash_password("correct horse")
 USERS = (

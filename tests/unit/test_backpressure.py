@@ -20,7 +20,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.backpressure import MAX_FRAME, BufferLimits, FeedError, LiveFeed, route
+from spool.server.backpressure import MAX_FRAME, BufferLimits, FeedError, LiveFeed, route
 
 
 def test_thresholds_are_fractions_of_the_limit() -> None:

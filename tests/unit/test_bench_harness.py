@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.protocol.frame import parse_frame
+from spool.server.protocol.frame import parse_frame
 from tests.bench.bodies import (
     POOL,
     STAMP_RE,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import (
+from spool.server.bookmarks import (
     MAX_LIST_ITEMS,
     BookmarkList,
     BookmarkPoint,
@@ -28,7 +28,7 @@ from server.bookmarks import (
     pub_hash,
     spec_kind,
 )
-from server.protocol.errors import InvalidBookmark
+from spool.server.protocol.errors import InvalidBookmark
 
 
 def us(year: int, month: int, day: int, hour: int, minute: int, second: int) -> int:

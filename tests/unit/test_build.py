@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 from tests.support.server import ROOT
@@ -17,11 +18,14 @@ def test_build_without_a_compiler_succeeds_with_no_extension(tmp_path: Path) -> 
     src.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    shutil.copytree(
-        ROOT / "server",
-        src / "server",
-        ignore=shutil.ignore_patterns("*.so", "*_c.c", "__pycache__"),
-    )
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        folders = tomllib.load(f)["tool"]["setuptools"]["package-dir"].values()
+    for folder in folders:  # every folder the packages come from (setup.py lists them)
+        shutil.copytree(
+            ROOT / folder,
+            src / folder,
+            ignore=shutil.ignore_patterns("*.so", "*_c.c", "__pycache__"),
+        )
     done = subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--build-lib", "out", "--build-temp", "tmp"],
         cwd=src,
@@ -32,5 +36,5 @@ def test_build_without_a_compiler_succeeds_with_no_extension(tmp_path: Path) -> 
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert 'building extension "server.protocol._frame_c" failed' in done.stderr
+    assert 'building extension "spool.server.protocol._frame_c" failed' in done.stderr
     assert not list(src.rglob("*.so"))  # nothing was compiled, nothing half-built left

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.cli import UsageError, broker_url
+from spool.server.cli import UsageError, broker_url
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from typing import Any, cast
 
 import pytest
 
-from server import clock as clock_module
-from server.clock import VirtualClock, ready_callbacks, wait_all_blocked
+from spool.server import clock as clock_module
+from spool.server.clock import VirtualClock, ready_callbacks, wait_all_blocked
 
 START = 1_700_000_000.0
 

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.config import parse_config
-from server.datalock import (
+from spool.server.config import parse_config
+from spool.server.datalock import (
     DATA_LOCK_NAME,
     DataDirectoryInUse,
     DataDirectoryLock,

@@ -9,10 +9,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.clock import VirtualClock
-from server.config import AdminConfig, Config
-from server.engine import Broker
-from server.eventlog import EventLog, text_line
+from spool.server.clock import VirtualClock
+from spool.server.config import AdminConfig, Config
+from spool.server.engine import Broker
+from spool.server.eventlog import EventLog, text_line
 
 START = 1_700_000_000.25
 START_ISO = "2023-11-14T22:13:20.250000+00:00"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from server.protocol.frame import ParsedFrame
+from spool.server.protocol.frame import ParsedFrame
 from tests.fuzz import targets
 from tests.fuzz.targets import COMPILED, TARGETS
 

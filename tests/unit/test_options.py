@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.protocol.errors import InvalidOptions
-from server.protocol.options import (
+from spool.server.protocol.errors import InvalidOptions
+from spool.server.protocol.options import (
     DEFAULT_OPTIONS,
     Rate,
     SubscribeOptions,

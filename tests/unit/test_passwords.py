@@ -9,13 +9,13 @@ import re
 
 import pytest
 
-from server.passwords import (
+from spool.server.passwords import (
     InvalidPasswordHash,
     hash_password,
     parse_password_hash,
     verify_password,
 )
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 
 SALT = base64.b64encode(bytes(range(16))).decode()
 DIGEST = base64.b64encode(bytes(range(100, 132))).decode()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.regex import PATTERN_MAX, PROGRAM_MAX, RegexRefused, compile_regex
+from spool.server.regex import PATTERN_MAX, PROGRAM_MAX, RegexRefused, compile_regex
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.protocol.topic import compile_topic, is_regex_topic
-from server.router import Router
+from spool.server.protocol.topic import compile_topic, is_regex_topic
+from spool.server.router import Router
 
 
 @dataclass(eq=False)

@@ -1,4 +1,4 @@
-"""What server.speedups reports when some or all compiled modules are missing (the
+"""What spool.server.speedups reports when some or all compiled modules are missing (the
 "no compiler at install" case), without uninstalling anything: the import is refused."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from server import speedups
+from spool.server import speedups
 
 
 @pytest.fixture
@@ -44,10 +44,10 @@ def test_no_module_built_is_pure_python_with_a_notice(
 
 
 def test_some_modules_built_is_partial(fresh_status: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    _refuse(monkeypatch, {"server._wire_c"})
+    _refuse(monkeypatch, {"spool.server._wire_c"})
     st = speedups.status()
     assert st["implementation"] == "partial"
-    assert st["modules"]["server._wire_c"].startswith("not built")
+    assert st["modules"]["spool.server._wire_c"].startswith("not built")
     assert speedups.describe().startswith("partly pure Python")
 
 

@@ -17,10 +17,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from server.clock import VirtualClock
-from server.logons import LogonGuard, LogonPath
-from server.scryptpool import PoolBusy, ScryptPool
-from server.throttle import LogonThrottle, ThrottlePolicy, address_key
+from spool.server.clock import VirtualClock
+from spool.server.logons import LogonGuard, LogonPath
+from spool.server.scryptpool import PoolBusy, ScryptPool
+from spool.server.throttle import LogonThrottle, ThrottlePolicy, address_key
 
 POLICY = ThrottlePolicy(per_address=4, per_user=5, window=60.0, per_pair=2)
 HOSTS = ("10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2", "::ffff:10.0.0.1")

@@ -17,11 +17,11 @@ from cryptography.x509.oid import NameOID
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.clock import VirtualClock
-from server.config import TlsConfig
-from server.tls.certificate import InvalidName, canonical_name
-from server.tls.errors import CertificateNotValid, KeyMismatch
-from server.tls.listener import EXPIRY_WARNING, TlsListener
+from spool.server.clock import VirtualClock
+from spool.server.config import TlsConfig
+from spool.server.tls.certificate import InvalidName, canonical_name
+from spool.server.tls.errors import CertificateNotValid, KeyMismatch
+from spool.server.tls.listener import EXPIRY_WARNING, TlsListener
 from tests.support.certs import DAY, Issued, TestCA, client_context
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.protocol.errors import SpoolError
-from server.units import (
+from spool.server.protocol.errors import SpoolError
+from spool.server.units import (
     DURATION_UNITS,
     SIZE_UNITS,
     UnitError,

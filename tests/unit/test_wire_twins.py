@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server import wire
-from server.txlog.batch import decode_batch_py
-from server.txlog.codec import encode_run_py
+from spool.server import wire
+from spool.server.txlog.batch import decode_batch_py
+from spool.server.txlog.codec import encode_run_py
 from tests.support.twins import compiled, outcome
 
-_kernel = compiled("server._wire_c")
+_kernel = compiled("spool.server._wire_c")
 
 U64 = 1 << 64
 numbers = st.one_of(

@@ -12,8 +12,12 @@ iterator that outlives connections); ``queue`` (a queue consumer that outlives
 connections); ``haclient`` (the reconnect handler composing them).
 """
 
-from server.client.ha.bookmarkstore import BookmarkStore, FileBookmarkStore, MemoryBookmarkStore
-from server.client.ha.chooser import (
+from spool.server.client.ha.bookmarkstore import (
+    BookmarkStore,
+    FileBookmarkStore,
+    MemoryBookmarkStore,
+)
+from spool.server.client.ha.chooser import (
     Authenticator,
     Credentials,
     DefaultServerChooser,
@@ -21,8 +25,8 @@ from server.client.ha.chooser import (
     ServerChooser,
     StaticAuthenticator,
 )
-from server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy, FixedDelayStrategy
-from server.client.ha.errors import (
+from spool.server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy, FixedDelayStrategy
+from spool.server.client.ha.errors import (
     CatchUpTimeout,
     HAError,
     PublishFlushTimeout,
@@ -33,24 +37,30 @@ from server.client.ha.errors import (
     StoreIOError,
     StoreLocked,
 )
-from server.client.ha.haclient import FailoverListener, HAClient
-from server.client.ha.listeners import (
+from spool.server.client.ha.haclient import FailoverListener, HAClient
+from spool.server.client.ha.listeners import (
     ConnectionState,
     ConnectionStateEvent,
     DefaultSubscriptionManager,
     SubscriptionManager,
 )
-from server.client.ha.publishstore import (
+from spool.server.client.ha.publishstore import (
     DEFAULT_CAPACITY,
     FilePublishStore,
     MemoryPublishStore,
     PublishStore,
     StoredPublish,
 )
-from server.client.ha.queue import HAQueueMessage, HAQueueSubscription
-from server.client.ha.recovery import RecoveryPointAdapter, SowRecoveryPointAdapter
-from server.client.ha.resume import EPOCH, MOST_RECENT, NOW
-from server.client.ha.subscription import ACTIVE, CATCHING_UP, ENDED, HAMessage, HASubscription
+from spool.server.client.ha.queue import HAQueueMessage, HAQueueSubscription
+from spool.server.client.ha.recovery import RecoveryPointAdapter, SowRecoveryPointAdapter
+from spool.server.client.ha.resume import EPOCH, MOST_RECENT, NOW
+from spool.server.client.ha.subscription import (
+    ACTIVE,
+    CATCHING_UP,
+    ENDED,
+    HAMessage,
+    HASubscription,
+)
 
 __all__ = [
     "ACTIVE",

@@ -6,14 +6,14 @@ message it hands to the application (:meth:`BookmarkStore.receive`, which also a
 whether the message is a duplicate to drop), every message the application is done with
 (:meth:`BookmarkStore.discard`) and the broker's periodic durable position
 (:meth:`BookmarkStore.persisted`). The per-subscription logic is
-:class:`~server.client.ha.resume.ResumeState`; the stores keep those states.
+:class:`~spool.server.client.ha.resume.ResumeState`; the stores keep those states.
 
 - :class:`MemoryBookmarkStore`: in memory; with a
-  :class:`~server.client.ha.recovery.RecoveryPointAdapter` it also saves each
+  :class:`~spool.server.client.ha.recovery.RecoveryPointAdapter` it also saves each
   subscription's recovery point elsewhere (a SOW topic: the
-  :class:`~server.client.ha.recovery.SowRecoveryPointAdapter`) and starts from what the
+  :class:`~spool.server.client.ha.recovery.SowRecoveryPointAdapter`) and starts from what the
   adapter loaded.
-- :class:`FileBookmarkStore`: a :mod:`~server.client.ha.recordlog` of JSON records --
+- :class:`FileBookmarkStore`: a :mod:`~spool.server.client.ha.recordlog` of JSON records --
   ``start`` (a subscription's first bookmark), ``r`` (received bookmarks, one record per
   delivered run), ``d`` (discarded bookmarks), ``p`` (a durable position), ``x`` (purged)
   and ``snap`` (a subscription's whole state); compacted into ``snap`` records by
@@ -50,16 +50,16 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from server.client.ha.errors import StoreClosed, StoreIOError
-from server.client.ha.recordlog import (
+from spool.server.client.ha.errors import StoreClosed, StoreIOError
+from spool.server.client.ha.recordlog import (
     ImmediateWriter,
     RecordFile,
     RecordWriter,
     Rewrite,
     StoreHealth,
 )
-from server.client.ha.recovery import RecoveryPointAdapter
-from server.client.ha.resume import EPOCH, ResumeState
+from spool.server.client.ha.recovery import RecoveryPointAdapter
+from spool.server.client.ha.resume import EPOCH, ResumeState
 
 #: how a file store writes: each record when it happens, or in batches per loop turn
 Writes = Literal["each", "batched"]

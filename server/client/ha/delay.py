@@ -5,7 +5,7 @@ injected :class:`random.Random`, so tests assert exact schedules on a virtual cl
 
 The reconnect handler calls :meth:`DelayStrategy.get_connect_wait_duration` with the URI it
 is about to try, waits that long, tries, and calls :meth:`DelayStrategy.reset` after a
-successful logon. A strategy gives up by raising :class:`~server.client.ha.errors.
+successful logon. A strategy gives up by raising :class:`~spool.server.client.ha.errors.
 ReconnectGaveUp`.
 
 Exponential schedule (``ExponentialDelayStrategy``), per URI, counted from the last reset:
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from server.client.ha.errors import ReconnectGaveUp
+from spool.server.client.ha.errors import ReconnectGaveUp
 
 #: a monotonic clock in seconds (``time.monotonic`` by default; a virtual one in tests).
 MonotonicClock = Callable[[], float]

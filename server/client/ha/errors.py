@@ -1,4 +1,4 @@
-"""What the HA client raises, rooted at :class:`~server.client.errors.ClientError`::
+"""What the HA client raises, rooted at :class:`~spool.server.client.errors.ClientError`::
 
     ClientError
     └── HAError                  a failure of the HA client's own machinery
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import errno as _errno
 
-from server.client.errors import ClientError
+from spool.server.client.errors import ClientError
 
 
 class HAError(ClientError):

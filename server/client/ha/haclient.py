@@ -1,4 +1,4 @@
-"""The HA client: a :class:`~server.client.client.Client` per connection, composed with
+"""The HA client: a :class:`~spool.server.client.client.Client` per connection, composed with
 the pure parts into one session that survives restarts and failovers.
 
 The reconnect handler (:meth:`HAClient._reconnect`) runs the seed's steps in order:
@@ -19,7 +19,7 @@ The reconnect handler (:meth:`HAClient._reconnect`) runs the seed's steps in ord
 A failure in any step after 3 (the connection dropped again) starts over at step 1. Giving
 up raises :class:`ReconnectGaveUp` in every waiter and in every subscription's iteration,
 and reaches the exception listener. Lost connections are noticed by the transport (a close
-or a reset) or by the heartbeat monitor (:mod:`~server.client.ha.heartbeat`).
+or a reset) or by the heartbeat monitor (:mod:`~spool.server.client.ha.heartbeat`).
 
 Publishing: :meth:`HAClient.publish` numbers the message, puts it in the publish store
 and returns; a sender task sends what the store holds once the store has written it
@@ -52,10 +52,10 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from server.client.client import Client, SowResult, Subscription
-from server.client.connection import Connector, connect_websocket
-from server.client.errors import ClientError, Disconnected
-from server.client.events import (
+from spool.server.client.client import Client, SowResult, Subscription
+from spool.server.client.connection import Connector, connect_websocket
+from spool.server.client.errors import ClientError, Disconnected
+from spool.server.client.events import (
     Event,
     Failed,
     FailoverChanged,
@@ -66,10 +66,10 @@ from server.client.events import (
     PositionReported,
     Replicated,
 )
-from server.client.ha.bookmarkstore import BookmarkStore, MemoryBookmarkStore
-from server.client.ha.chooser import ServerChooser
-from server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy
-from server.client.ha.errors import (
+from spool.server.client.ha.bookmarkstore import BookmarkStore, MemoryBookmarkStore
+from spool.server.client.ha.chooser import ServerChooser
+from spool.server.client.ha.delay import DelayStrategy, ExponentialDelayStrategy
+from spool.server.client.ha.errors import (
     CatchUpTimeout,
     HAError,
     PublishFlushTimeout,
@@ -78,8 +78,8 @@ from server.client.ha.errors import (
     StoreClosed,
     StoreIOError,
 )
-from server.client.ha.heartbeat import Liveness
-from server.client.ha.listeners import (
+from spool.server.client.ha.heartbeat import Liveness
+from spool.server.client.ha.listeners import (
     ConnectionState,
     ConnectionStateEvent,
     ConnectionStateListener,
@@ -87,11 +87,11 @@ from server.client.ha.listeners import (
     ExceptionListener,
     SubscriptionManager,
 )
-from server.client.ha.publishstore import MemoryPublishStore, PublishStore
-from server.client.ha.queue import ACKED_MEMORY, HAQueueSubscription
-from server.client.ha.resume import EPOCH, MOST_RECENT, NOW
-from server.client.ha.sender import PublishSender
-from server.client.ha.subscription import (
+from spool.server.client.ha.publishstore import MemoryPublishStore, PublishStore
+from spool.server.client.ha.queue import ACKED_MEMORY, HAQueueSubscription
+from spool.server.client.ha.resume import EPOCH, MOST_RECENT, NOW
+from spool.server.client.ha.sender import PublishSender
+from spool.server.client.ha.subscription import (
     ACTIVE,
     CATCHING_UP,
     END,
@@ -99,8 +99,8 @@ from server.client.ha.subscription import (
     HASubscription,
     SubscriptionSpec,
 )
-from server.client.state import encode_body
-from server.protocol.errors import BookmarkNotFound, ProtocolFailure, TxlogFull
+from spool.server.client.state import encode_body
+from spool.server.protocol.errors import BookmarkNotFound, ProtocolFailure, TxlogFull
 
 #: what a failed connection attempt may raise (docs/python-client.md "Connecting").
 _CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
@@ -130,7 +130,7 @@ class HAClient:
         connect_timeout: for one connection attempt (connect and logon).
         queue_size: per subscription, messages buffered before the reader stops.
         subscription_manager: replaces the default (re-enter everything, in order).
-        connector / ssl: as for :class:`~server.client.client.Client`.
+        connector / ssl: as for :class:`~spool.server.client.client.Client`.
         sleep: waits of the delay strategy (a virtual clock's in tests).
         catch_up_timeout: seconds a resumed bookmark subscription waits for a server that
             lacks its resume point (a failover over an unsafe link) before its

@@ -14,7 +14,7 @@ import os
 import socket
 from pathlib import Path
 
-from server.client.ha.errors import StoreLocked
+from spool.server.client.ha.errors import StoreLocked
 
 
 class StoreLock:

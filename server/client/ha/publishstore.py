@@ -9,7 +9,7 @@ already has (``duplicate``), so nothing is lost and nothing is stored twice.
 - :class:`MemoryPublishStore`: survives reconnects and failovers, not a restart of the
   client process.
 - :class:`FilePublishStore`: also survives a killed client process. An append-only
-  :mod:`~server.client.ha.recordlog` of ``P`` records (one publish) and ``D`` records
+  :mod:`~spool.server.client.ha.recordlog` of ``P`` records (one publish) and ``D`` records
   (everything up to a sequence is persisted), written and fsynced off the event loop in
   batches; a torn tail is dropped at open; compacted (crash-safe rewrite) once the
   discarded records outweigh the live ones.
@@ -50,8 +50,8 @@ from typing import Any, Final, Protocol
 
 import orjson
 
-from server.client.ha.errors import StoreClosed, StoreIOError
-from server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite, StoreHealth
+from spool.server.client.ha.errors import StoreClosed, StoreIOError
+from spool.server.client.ha.recordlog import RecordFile, RecordWriter, Rewrite, StoreHealth
 
 _P: Final = struct.Struct("<QH")
 _U32: Final = struct.Struct("<I")

@@ -36,10 +36,10 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
-from server.client.client import Client
-from server.client.events import Message
-from server.client.ha.subscription import HAMessage, HASubscription, SubscriptionSpec
-from server.client.queue import ACK, QueueAcks, Settling, auto_acked
+from spool.server.client.client import Client
+from spool.server.client.events import Message
+from spool.server.client.ha.subscription import HAMessage, HASubscription, SubscriptionSpec
+from spool.server.client.queue import ACK, QueueAcks, Settling, auto_acked
 
 __all__ = ["HAQueueMessage", "HAQueueSubscription"]
 

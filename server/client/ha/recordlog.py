@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-from server.client.ha.errors import StoreClosed, StoreIOError
-from server.client.ha.lockfile import StoreLock
+from spool.server.client.ha.errors import StoreClosed, StoreIOError
+from spool.server.client.ha.lockfile import StoreLock
 
 _HEAD: Final = struct.Struct("<II")
 #: a length above this is a torn or foreign header, not a record

@@ -25,8 +25,8 @@ from typing import Protocol
 
 import orjson
 
-from server.client.client import Client
-from server.client.errors import ClientError
+from spool.server.client.client import Client
+from spool.server.client.errors import ClientError
 
 
 class RecoveryPointAdapter(Protocol):

@@ -3,7 +3,7 @@
 :class:`PublishSender` owns the publish sequence and what was sent on the current
 connection. ``add`` numbers a publish and stores it; a sender task sends what the store
 holds above what was sent, **once the store has written it** (``await store.sync()``), so a
-message is in a :class:`~server.client.ha.publishstore.FilePublishStore` before it is on
+message is in a :class:`~spool.server.client.ha.publishstore.FilePublishStore` before it is on
 the wire. After each logon, :meth:`PublishSender.logged_on` trims the store to the
 broker's ``s`` when failover from that broker is safe (what it persisted is on every sync
 destination) and rewinds what counts as sent, and :meth:`PublishSender.send` (awaited by
@@ -27,10 +27,10 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from server.client.client import Client
-from server.client.errors import ClientError
-from server.client.ha.errors import PublishGap
-from server.client.ha.publishstore import PublishStore, StoredPublish
+from spool.server.client.client import Client
+from spool.server.client.errors import ClientError
+from spool.server.client.ha.errors import PublishGap
+from spool.server.client.ha.publishstore import PublishStore, StoredPublish
 
 
 class PublishSender:

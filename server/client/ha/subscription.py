@@ -2,17 +2,17 @@
 
 An :class:`HASubscription` has its own bounded buffer. For every connection the HA client
 subscribes again under the **same** ``sub_id`` and a *pump* moves the messages of that
-connection's :class:`~server.client.client.Subscription` into the buffer, asking the
+connection's :class:`~spool.server.client.client.Subscription` into the buffer, asking the
 bookmark store about each run first: a message the subscription already received (replayed
 again after a resubscription from the resume point) is dropped there, so the iteration
 sees every message once, in order, across failovers. When the connection is lost the pump
 stops after the last message that arrived; the iteration just waits for the next
 connection. It ends on ``unsubscribe()`` or ``close()``, and raises when reconnection gives
-up (:class:`~server.client.ha.errors.ReconnectGaveUp`) or the broker refuses the
+up (:class:`~spool.server.client.ha.errors.ReconnectGaveUp`) or the broker refuses the
 resubscription.
 
 Messages come wrapped as :class:`HAMessage` (the fields of
-:class:`~server.client.events.Message`, plus :meth:`HAMessage.discard`). Before it hands
+:class:`~spool.server.client.events.Message`, plus :meth:`HAMessage.discard`). Before it hands
 out a message, the iteration makes sure the discards made so far are where the bookmark
 store keeps them (a file store writes each one at once, but holds them in memory during
 a compaction: the iteration then waits), so a killed process repeats at most the message
@@ -30,11 +30,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from server.client.buffer import EMPTY, MessageBuffer
-from server.client.client import Subscription
-from server.client.errors import Disconnected
-from server.client.events import Message
-from server.client.ha.bookmarkstore import BookmarkStore
+from spool.server.client.buffer import EMPTY, MessageBuffer
+from spool.server.client.client import Subscription
+from spool.server.client.errors import Disconnected
+from spool.server.client.events import Message
+from spool.server.client.ha.bookmarkstore import BookmarkStore
 
 #: the queue item that ends an iteration.
 END: Final = object()
@@ -66,7 +66,7 @@ class SubscriptionSpec:
 
 
 class HAMessage:
-    """A delivered message of an HA subscription: :class:`~server.client.events.Message`'s
+    """A delivered message of an HA subscription: :class:`~spool.server.client.events.Message`'s
     fields, and :meth:`discard` to tell the bookmark store the application is done."""
 
     __slots__ = ("message", "subscription")

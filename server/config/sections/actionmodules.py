@@ -1,6 +1,6 @@
 """The ``<Options>`` of each action module: one reader per module, each returning its model.
 
-:mod:`server.config.sections.actions` reads the shape of an action and hands every
+:mod:`spool.server.config.sections.actions` reads the shape of an action and hands every
 ``<On>``, ``<If>`` and ``<Do>`` to the reader of its ``<Module>`` here, with the facts of
 the other sections an option is checked against (:class:`ActionFacts`: the transports, the
 transaction log, the instance's directories) and the variables defined at that point of the
@@ -22,7 +22,7 @@ from typing import Final
 
 import orjson
 
-from server.config.actions import (
+from spool.server.config.actions import (
     ActionParameter,
     ArchiveJournals,
     CompressJournals,
@@ -48,10 +48,10 @@ from server.config.actions import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from server.config.model import MESSAGE_TYPES
-from server.config.schedule import ScheduleError, check_zone, parse_every
-from server.config.template import Template, TemplateError, is_byte_variable
-from server.config.values import (
+from spool.server.config.model import MESSAGE_TYPES
+from spool.server.config.schedule import ScheduleError, check_zone, parse_every
+from spool.server.config.template import Template, TemplateError, is_byte_variable
+from spool.server.config.values import (
     DAY,
     Context,
     read_choice,
@@ -63,9 +63,9 @@ from server.config.values import (
     read_size,
     read_value,
 )
-from server.config.xmltree import Children, Node, Spec, fail
-from server.expr import FilterSyntaxError, compile_filter
-from server.protocol.topic import is_regex_topic
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.expr import FilterSyntaxError, compile_filter
+from spool.server.protocol.topic import is_regex_topic
 
 __all__ = [
     "CONDITION_READERS",

@@ -18,7 +18,7 @@ Every error names the element: an unknown module (with a "did you mean"), a modu
 wrong place (a ``Do`` module under ``<On>``), a missing or unknown option, a bad schedule, a
 variable nothing defines, a module of a subsystem this version does not have (the queue
 modules), a replication module without a sync destination to act on. The options
-of each module are read by :mod:`server.config.sections.actionmodules`.
+of each module are read by :mod:`spool.server.config.sections.actionmodules`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Final
 
-from server.config.actions import (
+from spool.server.config.actions import (
     ACTION_MODULES,
     BASE_VARIABLES,
     CONDITION_MODULES,
@@ -41,7 +41,7 @@ from server.config.actions import (
     Step,
     Trigger,
 )
-from server.config.sections.actionmodules import (
+from spool.server.config.sections.actionmodules import (
     CONDITION_READERS,
     DO_READERS,
     TRIGGER_READERS,
@@ -49,8 +49,8 @@ from server.config.sections.actionmodules import (
     ActionFacts,
     Scope,
 )
-from server.config.values import Context, read_name, read_value
-from server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.values import Context, read_name, read_value
+from spool.server.config.xmltree import Children, Node, Spec, fail
 
 __all__ = ["ActionFacts", "read_actions"]
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from server.config.errors import OriginError
-from server.config.model import AdminConfig
-from server.config.netaddr import parse_origin
-from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
-from server.config.values import (
+from spool.server.config.errors import OriginError
+from spool.server.config.model import AdminConfig
+from spool.server.config.netaddr import parse_origin
+from spool.server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
+from spool.server.config.values import (
     DAY,
     Bind,
     Context,
@@ -21,8 +21,8 @@ from server.config.values import (
     read_path,
     read_value,
 )
-from server.config.xmltree import Children, Node, Spec, fail
-from server.units import format_duration
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.units import format_duration
 
 __all__ = ["AdminPart", "read_admin"]
 

@@ -15,17 +15,17 @@ Refused here, at the element that says it: no Topic, a Topic with a Filter (a bo
 copies whole topics), an unknown or repeated DataType, a Transport without InetAddr (the
 destination's transport rules apply). The prerequisites that involve other sections (a
 transaction log, an ``amps-replication`` transport, local SOW definitions for the topics
-of a ``sow`` bootstrap) are checked by :mod:`server.config.build`.
+of a ``sow`` bootstrap) are checked by :mod:`spool.server.config.build`.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from server.config.model import MESSAGE_TYPES, BootstrapConfig, ReplicationTopic
-from server.config.sections.replication import read_replication_transport, read_topic_name
-from server.config.values import Context, read_choice, read_value
-from server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.model import MESSAGE_TYPES, BootstrapConfig, ReplicationTopic
+from spool.server.config.sections.replication import read_replication_transport, read_topic_name
+from spool.server.config.values import Context, read_choice, read_value
+from spool.server.config.xmltree import Children, Node, Spec, fail
 
 __all__ = ["BootstrapPart", "read_bootstrap"]
 

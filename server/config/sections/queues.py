@@ -26,7 +26,7 @@
 "TargetQueueDepth"). Refused here, at the element that says it: expressions that do not
 compile, values out of range. Cross-checks with other sections (the transaction log
 records the underlying topic, replicated queues, the initial owner) are in
-:mod:`server.config.build`. docs/queues.md explains the defaults.
+:mod:`spool.server.config.build`. docs/queues.md explains the defaults.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from server.config.model import MESSAGE_TYPES, QueueConfig
-from server.config.values import (
+from spool.server.config.model import MESSAGE_TYPES, QueueConfig
+from spool.server.config.values import (
     Context,
     read_choice,
     read_duration,
@@ -44,9 +44,9 @@ from server.config.values import (
     read_regex,
     read_value,
 )
-from server.config.xmltree import Children, Node, Spec, fail
-from server.expr import FilterSyntaxError, compile_filter, compile_value
-from server.protocol.topic import is_regex_topic
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.expr import FilterSyntaxError, compile_filter, compile_value
+from spool.server.protocol.topic import is_regex_topic
 
 __all__ = ["QUEUE_KINDS", "read_queue"]
 

@@ -34,7 +34,7 @@ Password and a Token together, a User without either; TLS files without ``<TLS>t
 client Certificate without its PrivateKey, a TLS file that cannot be used (read and
 checked here, as the listener's are). Cross-checks with other sections
 (the transaction log records the topic, MinimumSyncDestinations, at most 64 sync
-destinations) are in :mod:`server.config.build`.
+destinations) are in :mod:`spool.server.config.build`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from server.config.model import (
+from spool.server.config.model import (
     MESSAGE_TYPES,
     NON_EXCLUDABLE_CHECKS,
     PASS_EVERY_GROUP,
@@ -52,7 +52,7 @@ from server.config.model import (
     ReplicationTopic,
     ReplicationTransport,
 )
-from server.config.values import (
+from spool.server.config.values import (
     Context,
     read_bind,
     read_bool,
@@ -63,11 +63,11 @@ from server.config.values import (
     read_regex,
     read_value,
 )
-from server.config.xmltree import Children, Node, Spec, fail
-from server.expr import FilterSyntaxError, compile_filter
-from server.protocol.topic import is_regex_topic
-from server.tls.context import load_dial_context
-from server.tls.errors import TlsError
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.expr import FilterSyntaxError, compile_filter
+from spool.server.protocol.topic import is_regex_topic
+from spool.server.tls.context import load_dial_context
+from spool.server.tls.errors import TlsError
 
 __all__ = [
     "DestinationPart",

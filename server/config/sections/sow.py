@@ -1,10 +1,10 @@
 """The ``<SOW>`` section: topics whose latest message per key is kept (State of the World).
 
 Each ``<Topic>`` names a topic (exact, or a regular expression by the rule of
-:mod:`server.protocol.topic`), its message type (``json``), zero or more ``<Key>`` JSON
+:mod:`spool.server.protocol.topic`), its message type (``json``), zero or more ``<Key>`` JSON
 paths, its ``<Durability>`` (``persistent`` by default, as in AMPS, or ``transient``) and an
 optional ``<Expiration>``. Queues (``<Queue>``, ``<GroupLocalQueue>``, ``<LocalQueue>``)
-belong to the same section in CONFIG.md; :mod:`server.config.sections.queues` reads them.
+belong to the same section in CONFIG.md; :mod:`spool.server.config.sections.queues` reads them.
 
 A topic may be kept by one rule only as far as the file can tell: the same ``Name`` twice
 is refused. Two rules that overlap (an exact name and a regex that also matches it) are
@@ -16,17 +16,17 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from server.config.model import MESSAGE_TYPES, SOW_DURABILITIES, QueueConfig, SowTopicConfig
-from server.config.sections.queues import QUEUE_KINDS, read_queue
-from server.config.values import (
+from spool.server.config.model import MESSAGE_TYPES, SOW_DURABILITIES, QueueConfig, SowTopicConfig
+from spool.server.config.sections.queues import QUEUE_KINDS, read_queue
+from spool.server.config.values import (
     Context,
     read_choice,
     read_duration,
     read_regex,
     read_value,
 )
-from server.config.xmltree import Children, Node, Spec, fail
-from server.protocol.topic import is_regex_topic
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.protocol.topic import is_regex_topic
 
 __all__ = ["read_sow"]
 

@@ -10,7 +10,7 @@ Within one section: ``Certificate`` and ``PrivateKey`` go together; ``CACertific
 and ``ClientAuth`` need them; ``ClientAuth`` ``optional`` or ``required`` needs a
 ``CACertificate`` (the CA that client certificates must chain to); ``AllowPlaintext``
 ``true`` contradicts a ``Certificate``. The files are read and checked here
-(:func:`server.tls.context.load_server_pair`), so an unreadable file, a key that does not
+(:func:`spool.server.tls.context.load_server_pair`), so an unreadable file, a key that does not
 match its certificate or an encrypted key is refused at start-up at its element.
 """
 
@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from server.config.model import TlsConfig
-from server.config.values import Context, read_bool, read_choice, read_path
-from server.config.xmltree import Children, Node, fail
-from server.tls.context import CLIENT_AUTH, load_server_pair
-from server.tls.errors import TlsError
+from spool.server.config.model import TlsConfig
+from spool.server.config.values import Context, read_bool, read_choice, read_path
+from spool.server.config.xmltree import Children, Node, fail
+from spool.server.tls.context import CLIENT_AUTH, load_server_pair
+from spool.server.tls.errors import TlsError
 
 __all__ = ["TLS_ELEMENTS", "ListenerPart", "read_listener"]
 

@@ -1,6 +1,6 @@
 """The ``<TransactionLog>`` section: where the journal lives and which topics it records.
 
-A topic ``Name`` is a regular expression by the rule of :mod:`server.protocol.topic` (the
+A topic ``Name`` is a regular expression by the rule of :mod:`spool.server.protocol.topic` (the
 one the subscription router applies), checked to compile at load time.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from server.config.model import (
+from spool.server.config.model import (
     EXPLICIT_ARCHIVE_DIRECTORY,
     EXPLICIT_JOURNAL_DIRECTORY,
     MESSAGE_TYPES,
     TopicRule,
     TransactionLogConfig,
 )
-from server.config.values import (
+from spool.server.config.values import (
     GB,
     MB,
     Context,
@@ -28,9 +28,9 @@ from server.config.values import (
     read_size,
     read_value,
 )
-from server.config.xmltree import Children, Node, Spec, fail
-from server.protocol.topic import is_regex_topic
-from server.units import format_size
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.protocol.topic import is_regex_topic
+from spool.server.units import format_size
 
 __all__ = ["read_transaction_log"]
 

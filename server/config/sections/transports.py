@@ -12,15 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from server.config.model import (
+from spool.server.config.model import (
     DEFAULT_HOST,
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
     MESSAGE_TYPES,
     TransportConfig,
 )
-from server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
-from server.config.values import (
+from spool.server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
+from spool.server.config.values import (
     GB,
     KB,
     Bind,
@@ -31,7 +31,7 @@ from server.config.values import (
     read_name,
     read_size,
 )
-from server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Node, Spec, fail
 
 __all__ = ["TransportPart", "read_transports"]
 

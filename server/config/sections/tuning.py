@@ -18,9 +18,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Final
 
-from server.config.model import MAX_SYNC_DESTINATIONS, TuningConfig
-from server.config.values import DAY, GB, KB, Context, read_duration, read_int, read_size
-from server.config.xmltree import Children, Node, Spec
+from spool.server.config.model import MAX_SYNC_DESTINATIONS, TuningConfig
+from spool.server.config.values import DAY, GB, KB, Context, read_duration, read_int, read_size
+from spool.server.config.xmltree import Children, Node, Spec
 
 __all__ = ["read_tuning"]
 

@@ -5,7 +5,7 @@ over mutual TLS (``CertificateSubject``: the certificate's subject as an RFC 451
 kept in canonical form; unique among users).
 
 Secrets are checked for shape here (a PasswordHash through
-:func:`server.passwords.parse_password_hash`, a Token for length and characters) so that a
+:func:`spool.server.passwords.parse_password_hash`, a Token for length and characters) so that a
 broken user is refused at start-up rather than at the first logon. Error messages never
 quote a token or a hash: they end up in logs.
 """
@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from server.config.model import UserConfig
-from server.config.values import Context, read_bool, read_linear_regex, read_value
-from server.config.xmltree import Children, Node, Spec, fail
-from server.passwords import InvalidPasswordHash, parse_password_hash
-from server.tls.certificate import InvalidName, canonical_name
+from spool.server.config.model import UserConfig
+from spool.server.config.values import Context, read_bool, read_linear_regex, read_value
+from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.passwords import InvalidPasswordHash, parse_password_hash
+from spool.server.tls.certificate import InvalidName, canonical_name
 
 __all__ = ["read_users"]
 

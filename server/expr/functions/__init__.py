@@ -10,7 +10,7 @@ enforces that for both evaluators.
 Three kinds of functions exist: ``pure`` ones depend only on their arguments (the compiler
 folds them when the arguments are constants), ``message`` ones read the message being
 filtered (``TOPIC()``, ``BOOKMARK()``, ``TIMESTAMP()``, ``CLIENT_NAME()``), and ``clock``
-ones read the injected :class:`~server.clock.Clock` (``NOW()``, ``UNIX_TIMESTAMP()``).
+ones read the injected :class:`~spool.server.clock.Clock` (``NOW()``, ``UNIX_TIMESTAMP()``).
 
 Modules, lowest first (each imports only those above it)::
 
@@ -28,15 +28,15 @@ Modules, lowest first (each imports only those above it)::
     registry.py    FUNCTIONS, lookup  the families joined into one table by name
 
 The names the parser, the evaluators and callers use are importable from
-``server.expr.functions`` itself.
+``spool.server.expr.functions`` itself.
 """
 
 from __future__ import annotations
 
-from server.expr.functions.function import RUNTIME_ERRORS, Function, Kind, invoke
-from server.expr.functions.regex import compile_regex
-from server.expr.functions.registry import FUNCTIONS, lookup
-from server.expr.functions.timestamps import UNITS, format_time, parse_time, to_epoch
+from spool.server.expr.functions.function import RUNTIME_ERRORS, Function, Kind, invoke
+from spool.server.expr.functions.regex import compile_regex
+from spool.server.expr.functions.registry import FUNCTIONS, lookup
+from spool.server.expr.functions.timestamps import UNITS, format_time, parse_time, to_epoch
 
 __all__ = [
     "FUNCTIONS",

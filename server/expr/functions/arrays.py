@@ -12,9 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from server.expr.budget import built
-from server.expr.functions.function import Function
-from server.expr.values import GT, LT, Value, comparable, compare_scalar, scalar, to_number, to_text
+from spool.server.expr.budget import built
+from spool.server.expr.functions.function import Function
+from spool.server.expr.values import (
+    GT,
+    LT,
+    Value,
+    comparable,
+    compare_scalar,
+    scalar,
+    to_number,
+    to_text,
+)
 
 
 def _elements(value: Value) -> list[Value]:

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from server.expr.ast import Call
-from server.expr.values import Value, scalar
+from spool.server.expr.ast import Call
+from spool.server.expr.values import Value, scalar
 
 if TYPE_CHECKING:
-    from server.clock import Clock
-    from server.expr.view import MessageView
+    from spool.server.clock import Clock
+    from spool.server.expr.view import MessageView
 
 Kind = Literal["pure", "message", "clock"]
 

@@ -1,18 +1,18 @@
 """Message functions: ``TOPIC``, ``BOOKMARK``, ``TIMESTAMP``, ``CLIENT_NAME``.
 
-They read the :class:`~server.expr.view.MessageView` being filtered instead of arguments,
+They read the :class:`~spool.server.expr.view.MessageView` being filtered instead of arguments,
 so they are never folded, and callers check :attr:`Filter.functions
-<server.expr.compiled.Filter.functions>` to prepare only the metadata a filter reads.
+<spool.server.expr.compiled.Filter.functions>` to prepare only the metadata a filter reads.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from server.expr.functions.function import Function
+from spool.server.expr.functions.function import Function
 
 if TYPE_CHECKING:
-    from server.expr.view import MessageView
+    from spool.server.expr.view import MessageView
 
 
 def _topic(view: MessageView) -> str:

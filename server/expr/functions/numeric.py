@@ -1,7 +1,7 @@
 """Numeric functions: ``ABS``, ``CEILING``, ``FLOOR``, ``ROUND``, ``MOD``, ``POWER``,
 ``SQRT``, ``LOG``, ``LN``, ``EXP``.
 
-Arguments go through :func:`~server.expr.values.to_number` (a numeric string counts).
+Arguments go through :func:`~spool.server.expr.values.to_number` (a numeric string counts).
 Integers stay integers where the mathematics allows it (``POWER(2, 10) = 1024``,
 ``MOD(-10, 3) = -1``), so results compare exactly; what has no real answer is NULL.
 """
@@ -12,8 +12,8 @@ import math
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Final
 
-from server.expr.functions.function import Function
-from server.expr.values import Value, to_integer, to_number
+from spool.server.expr.functions.function import Function
+from spool.server.expr.values import Value, to_integer, to_number
 
 
 def _abs(x: Value) -> int | float | None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import functools
 
-from server.expr.errors import FilterSyntaxError
-from server.regex import Regex, RegexRefused
-from server.regex import compile_regex as compile_linear
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.regex import Regex, RegexRefused
+from spool.server.regex import compile_regex as compile_linear
 
 
 @functools.lru_cache(maxsize=512)

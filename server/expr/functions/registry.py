@@ -11,14 +11,14 @@ import difflib
 from collections.abc import Iterable
 from typing import Final
 
-from server.expr.errors import FilterSyntaxError
-from server.expr.functions.arrays import ARRAY_FUNCTIONS
-from server.expr.functions.function import Function
-from server.expr.functions.message import MESSAGE_FUNCTIONS
-from server.expr.functions.numeric import NUMERIC_FUNCTIONS
-from server.expr.functions.scalars import SCALAR_FUNCTIONS
-from server.expr.functions.strings import STRING_FUNCTIONS
-from server.expr.functions.timestamps import TIME_FUNCTIONS
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.expr.functions.arrays import ARRAY_FUNCTIONS
+from spool.server.expr.functions.function import Function
+from spool.server.expr.functions.message import MESSAGE_FUNCTIONS
+from spool.server.expr.functions.numeric import NUMERIC_FUNCTIONS
+from spool.server.expr.functions.scalars import SCALAR_FUNCTIONS
+from spool.server.expr.functions.strings import STRING_FUNCTIONS
+from spool.server.expr.functions.timestamps import TIME_FUNCTIONS
 
 
 def _by_name(families: Iterable[tuple[Function, ...]]) -> dict[str, Function]:

@@ -12,8 +12,8 @@ import math
 import zlib
 from typing import Final
 
-from server.expr.functions.function import Function
-from server.expr.values import Value, is_null, to_integer, to_text
+from spool.server.expr.functions.function import Function
+from spool.server.expr.values import Value, is_null, to_integer, to_text
 
 
 def _coalesce(*args: Value) -> Value:

@@ -1,7 +1,7 @@
 """String functions: comparison (``INSTR``, ``STARTS_WITH``, ``REGEXP_MATCH``...) and
 manipulation (``CONCAT``, ``SUBSTR``, ``TRIM``...).
 
-Arguments go through :func:`~server.expr.values.to_text`, so a number is searched or cut
+Arguments go through :func:`~spool.server.expr.values.to_text`, so a number is searched or cut
 as its shortest decimal text, and a NULL argument gives NULL (``CONCAT`` alone skips
 NULLs). Positions are 1-based, as in SQL and AMPS.
 """
@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from server.expr.ast import Call
-from server.expr.ast import Literal as LiteralNode
-from server.expr.budget import built
-from server.expr.functions.function import Function
-from server.expr.functions.regex import cached_regex, compile_regex
-from server.expr.values import Value, to_integer, to_text
+from spool.server.expr.ast import Call
+from spool.server.expr.ast import Literal as LiteralNode
+from spool.server.expr.budget import built
+from spool.server.expr.functions.function import Function
+from spool.server.expr.functions.regex import cached_regex, compile_regex
+from spool.server.expr.values import Value, to_integer, to_text
 
 # --- string comparison -------------------------------------------------------------------
 

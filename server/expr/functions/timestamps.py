@@ -3,7 +3,7 @@
 
 A timestamp is epoch seconds or an ISO-8601 string (the extended form people write, or the
 basic form of bookmarks and journal timestamps). ``NOW()`` and the argument-less forms
-read the :class:`~server.clock.Clock` the expression was compiled with (the system clock
+read the :class:`~spool.server.clock.Clock` the expression was compiled with (the system clock
 unless the caller injects another), so tests run on virtual time; being ``clock``
 functions, the compiler never folds them into constants.
 """
@@ -15,14 +15,14 @@ import math
 import re
 from typing import TYPE_CHECKING, Final
 
-from server.expr.ast import Call
-from server.expr.ast import Literal as LiteralNode
-from server.expr.errors import FilterSyntaxError
-from server.expr.functions.function import Function
-from server.expr.values import Value, to_number, to_text
+from spool.server.expr.ast import Call
+from spool.server.expr.ast import Literal as LiteralNode
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.expr.functions.function import Function
+from spool.server.expr.values import Value, to_number, to_text
 
 if TYPE_CHECKING:
-    from server.clock import Clock
+    from spool.server.clock import Clock
 
 _EPOCH: Final = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ONE_US: Final = _dt.timedelta(microseconds=1)

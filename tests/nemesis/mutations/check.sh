@@ -7,7 +7,7 @@
 #
 # MUTATION is a patch of this directory (without .patch); its expected category is in
 # the table below. The copy goes to a scratch directory (the compiled extensions come
-# along; this checkout's .venv runs it, the copy first on PYTHONPATH), is patched, and
+# along; this checkout's .venv runs it, the copy's .devpath first on PYTHONPATH), is patched, and
 # is deleted afterwards. Exit 0 when the category was reported, 1 when it was not.
 set -euo pipefail
 
@@ -35,7 +35,7 @@ ln -s "$here/node_modules" "$scratch/node_modules"
 (cd "$scratch" && patch -s -p1 < "$patch_file")
 out=$scratch/test-artifacts/nemesis
 set +e
-(cd "$scratch" && PYTHONPATH=$scratch "$here/.venv/bin/python" -m tests.nemesis \
+(cd "$scratch" && PYTHONPATH=$scratch/.devpath:$scratch "$here/.venv/bin/python" -m tests.nemesis \
   --minutes 1 --seed 35 --faults pause,delay --out "$out" "$@")
 set -e
 mkdir -p "$here/test-artifacts/nemesis/mutations"

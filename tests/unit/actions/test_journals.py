@@ -13,10 +13,10 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.actions.journals import JournalOp, due_times, in_scope, select
-from server.config import JournalLimits
-from server.txlog.journal import JournalInfo, JournalState
-from server.txlog.pins import PinInfo
+from spool.server.actions.journals import JournalOp, due_times, in_scope, select
+from spool.server.config import JournalLimits
+from spool.server.txlog.journal import JournalInfo, JournalState
+from spool.server.txlog.pins import PinInfo
 
 NOW = 1_000_000.0
 

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.actions.journals import JournalOp, due_times
-from server.actions.plan import PlannedAction, ScheduledAction, journal_plan
-from server.actions.results import iso
-from server.config import (
+from spool.server.actions.journals import JournalOp, due_times
+from spool.server.actions.plan import PlannedAction, ScheduledAction, journal_plan
+from spool.server.actions.results import iso
+from spool.server.config import (
     ActionConfig,
     ArchiveJournals,
     CompressJournals,
@@ -32,8 +32,8 @@ from server.config import (
     Template,
     Trigger,
 )
-from server.txlog.journal import JournalInfo
-from server.txlog.pins import PinInfo
+from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.pins import PinInfo
 from tests.unit.actions.test_journals import NOW, limits_strategy, logs
 
 HOUR = 3600.0

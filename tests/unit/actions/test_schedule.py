@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.actions.schedule import next_fire, zone_of
-from server.config import Schedule
+from spool.server.actions.schedule import next_fire, zone_of
+from spool.server.config import Schedule
 
 ZONES = [
     "UTC",

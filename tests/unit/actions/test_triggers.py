@@ -8,9 +8,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from server.actions.triggers import EARLY, ScheduleTrigger
-from server.clock import VirtualClock
-from server.config import OnSchedule, Schedule
+from spool.server.actions.triggers import EARLY, ScheduleTrigger
+from spool.server.clock import VirtualClock
+from spool.server.config import OnSchedule, Schedule
 
 
 class Runs:

@@ -8,8 +8,8 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.client.buffer import EMPTY, MessageBuffer
-from server.protocol.message import Delivery
+from spool.server.client.buffer import EMPTY, MessageBuffer
+from spool.server.protocol.message import Delivery
 
 END = object()
 

@@ -2,7 +2,7 @@
 
 Two kinds of broker stand in for the real one:
 
-- a fake transport (the :class:`~server.client.connection.Transport` seam): the test plays
+- a fake transport (the :class:`~spool.server.client.connection.Transport` seam): the test plays
   the broker by reading the commands the client flushed and feeding frames to it;
 - a scripted websocket server on loopback, for the regressions about what reaches a
   consumer when the connection ends or a queue is full (they run over the real transport).
@@ -22,10 +22,10 @@ import pytest
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from server.client import Client, ClientError, Disconnected, Message, client_context
-from server.client.connection import Handlers, Transport
-from server.protocol import errors
-from server.protocol.frame import FrameError, encode_message, parse_frame
+from spool.server.client import Client, ClientError, Disconnected, Message, client_context
+from spool.server.client.connection import Handlers, Transport
+from spool.server.protocol import errors
+from spool.server.protocol.frame import FrameError, encode_message, parse_frame
 from tests.support.wait import async_wait_until
 
 P = ParamSpec("P")

@@ -16,7 +16,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
-from server.client.connection import (
+from spool.server.client.connection import (
     QUEUE_HIGH,
     Connector,
     Handlers,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import server.client
+import spool.server.client
 
-PACKAGE = Path(server.client.__file__).parent
+PACKAGE = Path(spool.server.client.__file__).parent
 
 
 def imported(module: str) -> set[str]:
@@ -29,18 +29,18 @@ def imported(module: str) -> set[str]:
 def test_the_session_state_imports_no_io(module: str) -> None:
     io = {n for n in imported(module) if n.split(".")[0] in {"asyncio", "socket", "websockets"}}
     assert io == set()
-    parts = {n for n in imported(module) if n.startswith("server.client.")}
-    assert parts <= {"server.client.errors", "server.client.events"}
+    parts = {n for n in imported(module) if n.startswith("spool.server.client.")}
+    assert parts <= {"spool.server.client.errors", "spool.server.client.events"}
 
 
 def test_the_transport_knows_no_protocol() -> None:
     """The transport speaks websocket (its sans-I/O codec), never Spool's protocol."""
-    assert {n for n in imported("connection") if n.startswith("server")} == {
-        "server.client.websocket"
+    assert {n for n in imported("connection") if n.startswith("spool.server")} == {
+        "spool.server.client.websocket"
     }
 
 
 def test_the_websocket_codec_does_no_io() -> None:
     io = {n for n in imported("websocket") if n.split(".")[0] in {"asyncio", "socket", "ssl"}}
     assert io == set()
-    assert {n for n in imported("websocket") if n.startswith("server")} == set()
+    assert {n for n in imported("websocket") if n.startswith("spool.server")} == set()

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.client.errors import Disconnected, ReusedSequence, ReusedSequenceWarning
-from server.client.events import (
+from spool.server.client.errors import Disconnected, ReusedSequence, ReusedSequenceWarning
+from spool.server.client.events import (
     HEARTBEAT,
     Completed,
     ConnectionFailed,
@@ -30,10 +30,10 @@ from server.client.events import (
     QueryRecords,
     Replied,
 )
-from server.client.state import CLIENT_VERSION, MAX_FRAME_BYTES, SessionState, encode_body
-from server.protocol import errors
-from server.protocol.delivery import split_deliveries
-from server.protocol.frame import FrameError, encode_message, parse_frame
+from spool.server.client.state import CLIENT_VERSION, MAX_FRAME_BYTES, SessionState, encode_body
+from spool.server.protocol import errors
+from spool.server.protocol.delivery import split_deliveries
+from spool.server.protocol.frame import FrameError, encode_message, parse_frame
 
 Header = dict[str, Any]
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.frames import Close, Frame, Opcode
 
-from server.client.websocket import (
+from spool.server.client.websocket import (
     MIN_BUFFER,
     Closed,
     Event,

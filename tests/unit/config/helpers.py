@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config import Config, ConfigError, parse_config
+from spool.server.config import Config, ConfigError, parse_config
 
 MB = 1024 * 1024
 SALT = base64.b64encode(bytes(range(16))).decode()

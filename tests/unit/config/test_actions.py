@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.config import (
+from spool.server.config import (
     ActionParameter,
     ArchiveJournals,
     CompressJournals,
@@ -33,8 +33,8 @@ from server.config import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from server.config.schedule import ScheduleError, parse_every
-from server.config.template import TemplateError
+from spool.server.config.schedule import ScheduleError, parse_every
+from spool.server.config.template import TemplateError
 from tests.unit.config.helpers import BASE, assert_refused, doc, parse
 
 TXLOG = "<TransactionLog><Topic><Name>.*</Name></Topic></TransactionLog>"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import BootstrapConfig, ReplicationTopic, ReplicationTransport
+from spool.server.config import BootstrapConfig, ReplicationTopic, ReplicationTransport
 from tests.unit.config.helpers import assert_refused, doc, parse
 
 TRANSPORTS = (

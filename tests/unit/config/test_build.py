@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config import (
+from spool.server.config import (
     EXPLICIT_ARCHIVE_DIRECTORY,
     EXPLICIT_JOURNAL_DIRECTORY,
     EXPLICIT_STATS_FILE,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config import (
+from spool.server.config import (
     AdminConfig,
     Config,
     ConfigError,

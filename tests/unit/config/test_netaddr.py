@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.config import (
+from spool.server.config import (
     InetAddrError,
     OriginError,
     WebOrigin,

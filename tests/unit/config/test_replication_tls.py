@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config import ReplicationTransport
+from spool.server.config import ReplicationTransport
 from tests.support.certs import TestCA
 from tests.unit.config.helpers import assert_refused, doc, parse
 from tests.unit.config.test_replication import repl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import SowTopicConfig
+from spool.server.config import SowTopicConfig
 from tests.unit.config.helpers import assert_refused, doc, parse
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import (
+from spool.server.config import (
     ConfigError,
 )
-from server.protocol.errors import SpoolError
+from spool.server.protocol.errors import SpoolError
 from tests.unit.config.helpers import (
     assert_refused,
     doc,

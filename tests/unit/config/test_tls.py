@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from server.config import ConfigError, TlsConfig, parse_config
+from spool.server.config import ConfigError, TlsConfig, parse_config
 from tests.support.certs import TestCA
 from tests.unit.config.helpers import TOKEN, USERS, doc
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from server.config import (
+from spool.server.config import (
     TopicRule,
     TransactionLogConfig,
     default_config,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import (
+from spool.server.config import (
     TransportConfig,
 )
 from tests.unit.config.helpers import (

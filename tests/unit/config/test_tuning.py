@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.config import TuningConfig
+from spool.server.config import TuningConfig
 from tests.unit.config.helpers import assert_refused, doc, parse
 
 # (id, body inside <SpoolConfig> after <Name>, path, line, fragment of the message)

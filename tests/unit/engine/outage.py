@@ -9,7 +9,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
-from server.txlog import TransactionLog
+from spool.server.txlog import TransactionLog
 from tests.support.engine import EngineHarness, FakeClient
 
 #: the first retry one second after a failed write (then 2 s, 4 s...)

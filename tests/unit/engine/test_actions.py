@@ -18,9 +18,9 @@ from typing import Any
 import orjson
 import pytest
 
-from server.actions import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin, RunRecord
-from server.actions.triggers import EARLY
-from server.bookmarks import format_bookmark
+from spool.server.actions import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin, RunRecord
+from spool.server.actions.triggers import EARLY
+from spool.server.bookmarks import format_bookmark
 from tests.support.disk import tmpfs
 from tests.support.engine import EngineHarness
 from tests.support.faults import GatedSeam

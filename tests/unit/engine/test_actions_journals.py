@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from server.actions import RunRecord
-from server.actions.runner import ActionRunner
-from server.actions.triggers import EARLY
-from server.txlog.files import journal_name
+from spool.server.actions import RunRecord
+from spool.server.actions.runner import ActionRunner
+from spool.server.actions.triggers import EARLY
+from spool.server.txlog.files import journal_name
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.server import config_xml
 

@@ -15,9 +15,9 @@ import asyncio
 from datetime import datetime
 from pathlib import Path
 
-from server.actions import RunRecord
-from server.actions.runner import ActionRunner
-from server.clock import VirtualClock
+from spool.server.actions import RunRecord
+from spool.server.actions.runner import ActionRunner
+from spool.server.clock import VirtualClock
 from tests.support.engine import EngineHarness
 from tests.support.fabric import B, drive, fabric_of, persisted, publish, scenario, xml
 from tests.support.replication import destination

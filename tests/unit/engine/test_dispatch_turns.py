@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from server.dispatch import Dispatcher
+from spool.server.dispatch import Dispatcher
 from tests.support.engine import EngineHarness, FakeClient
 
 

@@ -6,8 +6,8 @@ import asyncio
 import threading
 from pathlib import Path
 
-from server.dispatch import INLINE_FILTER_MAX
-from server.expr import is_known
+from spool.server.dispatch import INLINE_FILTER_MAX
+from spool.server.expr import is_known
 from tests.support.engine import EngineHarness
 
 

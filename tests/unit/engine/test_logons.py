@@ -11,8 +11,8 @@ from functools import wraps
 from pathlib import Path
 from typing import Any
 
-from server.passwords import hash_password
-from server.peer import Peer
+from spool.server.passwords import hash_password
+from spool.server.peer import Peer
 from tests.support.engine import EngineHarness, FakeClient, FakeTransport
 
 PASSWORD = "engine password"

@@ -16,9 +16,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.queues.checkpoint import checkpoint_name
-from server.sow.subscribers import DELETED
-from server.txlog.record import Record
+from spool.server.queues.checkpoint import checkpoint_name
+from spool.server.sow.subscribers import DELETED
+from spool.server.txlog.record import Record
 from tests.support.damage import flip_byte, journals, records_of
 from tests.support.engine import EngineHarness
 from tests.support.fabric import drive

@@ -10,10 +10,15 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from server.bookmarks import pub_hash
-from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient, MemoryPublishStore
-from server.protocol.errors import TxlogFull
-from server.txlog import TransactionLog
+from spool.server.bookmarks import pub_hash
+from spool.server.client import (
+    DefaultServerChooser,
+    FixedDelayStrategy,
+    HAClient,
+    MemoryPublishStore,
+)
+from spool.server.protocol.errors import TxlogFull
+from spool.server.txlog import TransactionLog
 from tests.support.engine import EngineHarness
 from tests.support.faults import FaultySeam
 from tests.unit.engine.outage import RETRY, failures, next_retry, publish, scenario, txlog_of

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from server.bookmarks import format_bookmark, pub_hash
-from server.ports import Origin, PublishRun
-from server.protocol.errors import InvalidOptions
+from spool.server.bookmarks import format_bookmark, pub_hash
+from spool.server.ports import Origin, PublishRun
+from spool.server.protocol.errors import InvalidOptions
 from tests.support.engine import EngineHarness, FakeClient
 
 

@@ -11,23 +11,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.acks import DurableAcks, LocalHorizon
-from server.bookmarks import format_bookmark
-from server.clock import VirtualClock
-from server.expr import MessageView, compile_filter
-from server.fanout import FanOut
-from server.ports import AckValue, AppendedRun, Origin, PublishRun
-from server.protocol.commands import decode_command
-from server.protocol.errors import InvalidTopic, NotEntitled, ProtocolFailure, TxlogFull
-from server.protocol.frame import Message, parse_frame
-from server.protocol.options import parse_subscribe_options
-from server.publishing import PublishPipeline
-from server.router import Router
-from server.subscription import Subscription
-from server.topics import TopicTable
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
-from server.wire import encode_batch, encode_publish, encode_run, topic_json
+from spool.server.acks import DurableAcks, LocalHorizon
+from spool.server.bookmarks import format_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.expr import MessageView, compile_filter
+from spool.server.fanout import FanOut
+from spool.server.ports import AckValue, AppendedRun, Origin, PublishRun
+from spool.server.protocol.commands import decode_command
+from spool.server.protocol.errors import InvalidTopic, NotEntitled, ProtocolFailure, TxlogFull
+from spool.server.protocol.frame import Message, parse_frame
+from spool.server.protocol.options import parse_subscribe_options
+from spool.server.publishing import PublishPipeline
+from spool.server.router import Router
+from spool.server.subscription import Subscription
+from spool.server.topics import TopicTable
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
+from spool.server.wire import encode_batch, encode_publish, encode_run, topic_json
 from tests.support.engine import EngineHarness
 
 #: the paced readers' turn of a peer that is never replayed to

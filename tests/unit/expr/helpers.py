@@ -8,8 +8,8 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from server.expr import FilterSyntaxError
-from server.expr.budget import BUILD_MAX
+from spool.server.expr import FilterSyntaxError
+from spool.server.expr.budget import BUILD_MAX
 
 
 def same(a: Any, b: Any) -> bool:

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.expr import FilterSyntaxError, MessageView, compile_filter, compile_value
-from server.expr.budget import REGEX_PROGRAM_MAX, TEXT_MAX, TOKENS_MAX
-from server.expr.cache import clear_caches
-from server.expr.lexer import tokenize
+from spool.server.expr import FilterSyntaxError, MessageView, compile_filter, compile_value
+from spool.server.expr.budget import REGEX_PROGRAM_MAX, TEXT_MAX, TOKENS_MAX
+from spool.server.expr.cache import clear_caches
+from spool.server.expr.lexer import tokenize
 from tests.unit.expr.helpers import expression_work as _work
 from tests.unit.expr.helpers import work_memory_bound
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from server.clock import VirtualClock
-from server.expr import (
+from spool.server.clock import VirtualClock
+from spool.server.expr import (
     CACHE_SIZE,
     Filter,
     FilterSyntaxError,
@@ -20,7 +20,7 @@ from server.expr import (
     compile_filter,
     compile_value,
 )
-from server.protocol.errors import BadFilter
+from spool.server.protocol.errors import BadFilter
 
 
 def view(doc: dict[str, Any], topic: str = "t") -> MessageView:

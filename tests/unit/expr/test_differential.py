@@ -14,10 +14,10 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.clock import VirtualClock
-from server.expr import MessageView, compile_filter, compile_value, evaluate_reference, parse
-from server.expr.ast import render
-from server.expr.values import truth
+from spool.server.clock import VirtualClock
+from spool.server.expr import MessageView, compile_filter, compile_value, evaluate_reference, parse
+from spool.server.expr.ast import render
+from spool.server.expr.values import truth
 from tests.unit.expr.helpers import same
 
 CLOCK = VirtualClock(start=1_700_000_000.25)

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.expr.ast import quote
-from server.expr.errors import FilterSyntaxError
-from server.expr.lexer import Kind, tokenize
+from spool.server.expr.ast import quote
+from spool.server.expr.errors import FilterSyntaxError
+from spool.server.expr.lexer import Kind, tokenize
 
 
 def kinds(text: str) -> list[Kind]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.expr import FilterSyntaxError, compile_filter, parse
-from server.expr.ast import MAX_DEPTH, And, Case, Comparison, Literal, Or, render
-from server.protocol.errors import BadFilter
+from spool.server.expr import FilterSyntaxError, compile_filter, parse
+from spool.server.expr.ast import MAX_DEPTH, And, Case, Comparison, Literal, Or, render
+from spool.server.protocol.errors import BadFilter
 
 
 @pytest.mark.parametrize(

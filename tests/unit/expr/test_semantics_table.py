@@ -14,9 +14,9 @@ from typing import Any
 import orjson
 import pytest
 
-from server.clock import VirtualClock
-from server.expr import MessageView, compile_filter, compile_value, evaluate_reference
-from server.expr.values import truth
+from spool.server.clock import VirtualClock
+from spool.server.expr import MessageView, compile_filter, compile_value, evaluate_reference
+from spool.server.expr.values import truth
 from tests.unit.expr.helpers import same
 
 DOC: dict[str, Any] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from server.expr import MessageView, compile_filter
+from spool.server.expr import MessageView, compile_filter
 
 
 def test_body_is_parsed_lazily_and_once() -> None:

@@ -19,9 +19,9 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
-from server.bookmarks import pub_hash
-from server.client.connection import Handlers, Transport
-from server.protocol.frame import encode_message, parse_frame
+from spool.server.bookmarks import pub_hash
+from spool.server.client.connection import Handlers, Transport
+from spool.server.protocol.frame import encode_message, parse_frame
 
 Header = dict[str, Any]
 

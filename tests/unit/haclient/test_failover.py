@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from server.bookmarks import pub_hash
-from server.client import (
+from spool.server.bookmarks import pub_hash
+from spool.server.client import (
     MOST_RECENT,
     CatchUpTimeout,
     ConnectionState,
@@ -25,8 +25,8 @@ from server.client import (
     MemoryPublishStore,
     PublishStoreFull,
 )
-from server.client.ha import ACTIVE, CATCHING_UP, ENDED
-from server.clock import VirtualClock
+from spool.server.client.ha import ACTIVE, CATCHING_UP, ENDED
+from spool.server.clock import VirtualClock
 from tests.unit.haclient.fakebroker import FakeBroker
 from tests.unit.haclient.test_haclient import make, run_async
 

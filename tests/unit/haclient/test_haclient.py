@@ -11,7 +11,7 @@ from typing import Any, ParamSpec
 
 import pytest
 
-from server.client import (
+from spool.server.client import (
     ConnectionState,
     ConnectionStateEvent,
     DefaultServerChooser,
@@ -24,8 +24,8 @@ from server.client import (
     PublishGap,
     ReconnectGaveUp,
 )
-from server.clock import VirtualClock
-from server.protocol.errors import NotEntitled, TxlogFull
+from spool.server.clock import VirtualClock
+from spool.server.protocol.errors import NotEntitled, TxlogFull
 from tests.unit.haclient.fakebroker import FakeBroker
 
 P = ParamSpec("P")

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.client.ha.chooser import Credentials, DefaultServerChooser, StaticAuthenticator
-from server.client.ha.delay import ExponentialDelayStrategy, FixedDelayStrategy
-from server.client.ha.errors import ReconnectGaveUp
-from server.client.ha.heartbeat import Liveness
-from server.client.ha.resume import EPOCH, ResumeState, parse_bookmark
+from spool.server.client.ha.chooser import Credentials, DefaultServerChooser, StaticAuthenticator
+from spool.server.client.ha.delay import ExponentialDelayStrategy, FixedDelayStrategy
+from spool.server.client.ha.errors import ReconnectGaveUp
+from spool.server.client.ha.heartbeat import Liveness
+from spool.server.client.ha.resume import EPOCH, ResumeState, parse_bookmark
 
 
 class Clock:

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import pub_hash
-from server.client import DefaultServerChooser, FixedDelayStrategy, HAClient
-from server.client.ha.bookmarkstore import FileBookmarkStore, Writes
-from server.client.ha.errors import StoreIOError
-from server.client.ha.publishstore import FilePublishStore, StoredPublish
+from spool.server.bookmarks import pub_hash
+from spool.server.client import DefaultServerChooser, FixedDelayStrategy, HAClient
+from spool.server.client.ha.bookmarkstore import FileBookmarkStore, Writes
+from spool.server.client.ha.errors import StoreIOError
+from spool.server.client.ha.publishstore import FilePublishStore, StoredPublish
 from tests.support.disk import fill, tmpfs
 from tests.support.wait import async_wait_until, run_turns
 from tests.unit.haclient.fakebroker import FakeBroker

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.client.ha.bookmarkstore import FileBookmarkStore, MemoryBookmarkStore
-from server.client.ha.errors import StoreLocked
-from server.client.ha.publishstore import (
+from spool.server.client.ha.bookmarkstore import FileBookmarkStore, MemoryBookmarkStore
+from spool.server.client.ha.errors import StoreLocked
+from spool.server.client.ha.publishstore import (
     FilePublishStore,
     MemoryPublishStore,
     PublishStore,
     StoredPublish,
 )
-from server.client.ha.recordlog import decode_records, encode_record
+from spool.server.client.ha.recordlog import decode_records, encode_record
 
 Factory = Callable[[Path], PublishStore]
 P = ParamSpec("P")
@@ -114,7 +114,7 @@ async def test_file_publish_store_drops_a_torn_tail(tmp_path: Path) -> None:
 async def test_file_publish_store_compacts_and_keeps_the_last_sequence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("server.client.ha.publishstore.COMPACT_MIN_BYTES", 10_000)
+    monkeypatch.setattr("spool.server.client.ha.publishstore.COMPACT_MIN_BYTES", 10_000)
     path = tmp_path / "pub.store"
     store = FilePublishStore(path)
     await store.open()

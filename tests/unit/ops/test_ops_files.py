@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from server import ops
-from server.cli import main
+from spool.server import ops
+from spool.server.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
 OPS = ROOT / "server" / "ops"

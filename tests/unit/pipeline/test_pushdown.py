@@ -22,10 +22,10 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
-from server.pipeline.errors import BadOption
-from server.pipeline.options import parse_read, parse_stream, parse_write
-from server.pipeline.predicate import KIND_CODES, MAX_SEQ, ScanPredicate
-from server.pipeline.pushdown import push_filters
+from spool.server.pipeline.errors import BadOption
+from spool.server.pipeline.options import parse_read, parse_stream, parse_write
+from spool.server.pipeline.predicate import KIND_CODES, MAX_SEQ, ScanPredicate
+from spool.server.pipeline.pushdown import push_filters
 
 OPS = {
     EqualTo: lambda a, b: a == b,

@@ -9,13 +9,13 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.protocol import commands
-from server.protocol.commands import PublishScan, decode_command, take_publish_run_py
-from server.protocol.frame import parse_frame_py
-from server.protocol.message import Message
+from spool.server.protocol import commands
+from spool.server.protocol.commands import PublishScan, decode_command, take_publish_run_py
+from spool.server.protocol.frame import parse_frame_py
+from spool.server.protocol.message import Message
 from tests.support.twins import compiled, typed
 
-_c = compiled("server.protocol._commands_c")
+_c = compiled("spool.server.protocol._commands_c")
 
 # ack strings validated once (as decode_command does for the first publish of a client)
 for text in ("persisted", "processed,persisted", "received"):

@@ -3,7 +3,7 @@ the reasons Spool adds where the contract is silent (docs/protocol.md)."""
 
 from __future__ import annotations
 
-from server.protocol import errors
+from spool.server.protocol import errors
 
 PROTOCOL_REASONS = [
     "logon required",

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.protocol.commands import (
+from spool.server.protocol.commands import (
     CommandError,
     UnknownCommand,
     decode_command,
     encode_ack,
 )
-from server.protocol.errors import InvalidCommand, InvalidMessage
-from server.protocol.frame import (
+from spool.server.protocol.errors import InvalidCommand, InvalidMessage
+from spool.server.protocol.frame import (
     LONG_KEYS,
     FrameError,
     Message,

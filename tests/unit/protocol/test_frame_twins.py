@@ -10,10 +10,10 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from server.protocol.frame import LONG_KEYS, ParsedFrame, parse_frame_py
+from spool.server.protocol.frame import LONG_KEYS, ParsedFrame, parse_frame_py
 from tests.support.twins import compiled, typed
 
-_c = compiled("server.protocol._frame_c")
+_c = compiled("spool.server.protocol._frame_c")
 
 # Keys and values that reach every branch of the compiled header parser: the common keys,
 # long keys, unknown keys, escapes, non-ASCII, control characters, braces and quotes in
@@ -151,9 +151,9 @@ def test_value_cache_never_mixes_up_strings() -> None:
 
 # -- the client's splitter and publish encoder ---------------------------------------------
 
-from server.protocol.delivery import split_deliveries_py  # noqa: E402
-from server.protocol.frame import encode_publishes_py  # noqa: E402
-from server.protocol.message import Delivery  # noqa: E402
+from spool.server.protocol.delivery import split_deliveries_py  # noqa: E402
+from spool.server.protocol.frame import encode_publishes_py  # noqa: E402
+from spool.server.protocol.message import Delivery  # noqa: E402
 
 
 def _split_view(result: tuple[list[Any], Any]) -> Any:

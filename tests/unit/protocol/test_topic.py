@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.protocol.errors import BadRegexTopic
-from server.protocol.topic import REGEX_METACHARACTERS, compile_topic, is_regex_topic
+from spool.server.protocol.errors import BadRegexTopic
+from spool.server.protocol.topic import REGEX_METACHARACTERS, compile_topic, is_regex_topic
 
 
 @pytest.mark.parametrize(

@@ -7,15 +7,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import format_bookmark
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.browse import browse, why_waiting
-from server.queues.machine import Consumer, Message, QueueMachine, QueuePolicy
-from server.queues.ownership import Request
-from server.queues.records import encode_transfers
-from server.queues.stage import QueueRuntime
-from server.txlog.record import RecordKind
+from spool.server.bookmarks import format_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.browse import browse, why_waiting
+from spool.server.queues.machine import Consumer, Message, QueueMachine, QueuePolicy
+from spool.server.queues.ownership import Request
+from spool.server.queues.records import encode_transfers
+from spool.server.queues.stage import QueueRuntime
+from spool.server.txlog.record import RecordKind
 
 LEASE_US = 30_000_000
 

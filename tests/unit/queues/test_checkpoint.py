@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import format_bookmark
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.checkpoint import (
+from spool.server.bookmarks import format_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.checkpoint import (
     Checkpoint,
     CheckpointError,
     LastRecord,
@@ -20,12 +20,12 @@ from server.queues.checkpoint import (
     encode,
     fingerprint,
 )
-from server.queues.machine import ACKED
-from server.queues.ownership import Grant, Request, Wire
-from server.queues.records import encode_ack_bookmarks, encode_transfers
-from server.queues.stage import QueueRuntime, QueueStage
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.queues.machine import ACKED
+from spool.server.queues.ownership import Grant, Request, Wire
+from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
+from spool.server.queues.stage import QueueRuntime, QueueStage
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 ACK = int(RecordKind.QUEUE_ACK)
 TRANSFER = int(RecordKind.QUEUE_TRANSFER)

@@ -7,17 +7,17 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.bookmarks import format_bookmark
-from server.protocol.delivery import split_deliveries, split_deliveries_py
-from server.queues.ownership import Grant, Request
-from server.queues.records import (
+from spool.server.bookmarks import format_bookmark
+from spool.server.protocol.delivery import split_deliveries, split_deliveries_py
+from spool.server.queues.ownership import Grant, Request
+from spool.server.queues.records import (
     decode_ack,
     decode_transfers,
     encode_ack_bookmarks,
     encode_ack_seqs,
     encode_transfers,
 )
-from server.wire import encode_queued, topic_json
+from spool.server.wire import encode_queued, topic_json
 
 
 @given(st.lists(st.integers(1, 1 << 62)))

@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
-from server.queues.checkpoint import decode
-from server.txlog.errors import JournalPinned
-from server.txlog.record import RecordKind
+from spool.server.queues.checkpoint import decode
+from spool.server.txlog.errors import JournalPinned
+from spool.server.txlog.record import RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.faults import FaultySeam
 

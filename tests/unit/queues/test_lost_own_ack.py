@@ -15,9 +15,9 @@ from pathlib import Path
 
 import orjson
 
-from server.clock import VirtualClock
-from server.queues.checkpoint import checkpoint_name
-from server.replication.state import state_path
+from spool.server.clock import VirtualClock
+from spool.server.queues.checkpoint import checkpoint_name
+from spool.server.replication.state import state_path
 from tests.support.damage import journals, zero_end_of_last_record
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, scenario, xml

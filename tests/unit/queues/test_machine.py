@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.queues.machine import (
+from spool.server.queues.machine import (
     Consumer,
     Message,
     QueueMachine,

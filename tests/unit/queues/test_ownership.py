@@ -12,7 +12,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.queues.ownership import MAX_REASK_US, REASK_US, Ack, Grant, Ownership, Request, Wire
+from spool.server.queues.ownership import (
+    MAX_REASK_US,
+    REASK_US,
+    Ack,
+    Grant,
+    Ownership,
+    Request,
+    Wire,
+)
 
 S = 1_000_000
 NAMES = ("a", "b", "c")

@@ -63,16 +63,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from server.bookmarks import broker_pub_hash, format_bookmark
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.machine import Consumer, Removal
-from server.queues.ownership import Grant, Ownership
-from server.queues.records import decode_transfers, encode_ack_bookmarks
-from server.queues.stage import QueueRuntime, QueueStage
-from server.queues.transfers import Transfers
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.bookmarks import broker_pub_hash, format_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.machine import Consumer, Removal
+from spool.server.queues.ownership import Grant, Ownership
+from spool.server.queues.records import decode_transfers, encode_ack_bookmarks
+from spool.server.queues.stage import QueueRuntime, QueueStage
+from spool.server.queues.transfers import Transfers
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 S = 1_000_000
 #: rounds of the fair schedule within which every message must be acked (a round is a

@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.queues.ownership import Ack, Grant, Ownership, Request
+from spool.server.queues.ownership import Ack, Grant, Ownership, Request
 
 S = 1_000_000
 HERE = "b"

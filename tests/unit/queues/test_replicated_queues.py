@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from server.clock import VirtualClock
+from spool.server.clock import VirtualClock
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, fabric_of, scenario, xml
 from tests.support.replication import MemoryFabric, destination

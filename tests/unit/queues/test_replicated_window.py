@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.clock import VirtualClock
+from spool.server.clock import VirtualClock
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, fabric_of, scenario, xml
 from tests.support.replication import MemoryFabric, destination

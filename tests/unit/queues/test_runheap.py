@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.queues.runheap import RunHeap
+from spool.server.queues.runheap import RunHeap
 
 # pushes of mostly increasing keys (the queue's case) and of any key, pops and peeks
 _OPS = st.lists(

@@ -3,13 +3,13 @@ records and messages meeting in either order."""
 
 from __future__ import annotations
 
-from server.bookmarks import format_bookmark
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.ownership import Grant, Ownership, Request
-from server.queues.records import encode_ack_bookmarks, encode_transfers
-from server.queues.stage import QueueRuntime
-from server.txlog.record import RecordKind
+from spool.server.bookmarks import format_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.ownership import Grant, Ownership, Request
+from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
+from spool.server.queues.stage import QueueRuntime
+from spool.server.txlog.record import RecordKind
 
 
 def _runtime(instance: str = "c") -> QueueRuntime:
@@ -156,9 +156,9 @@ def test_a_message_that_comes_back_from_a_lost_range_is_held_new_work_is_not() -
     """While a resync hold is on (server/queues/hold.py), a message that arrives by
     replication with a time before the start-up may come back with its ack behind it:
     held. One published here, or after the start-up, goes."""
-    from server.ports import AppendedRun, Origin
-    from server.queues.machine import Consumer
-    from server.queues.stage import QueueStage
+    from spool.server.ports import AppendedRun, Origin
+    from spool.server.queues.machine import Consumer
+    from spool.server.queues.stage import QueueStage
 
     q = QueueRuntime.build(  # every message owned here, wherever published
         QueueConfig(name="work", underlying="work-in", initial_owner="a"), VirtualClock(), "a",

@@ -4,12 +4,12 @@ alert clears when that no longer holds."""
 
 from __future__ import annotations
 
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.eventlog import EventLog
-from server.queues.machine import Consumer
-from server.queues.stage import QueueRuntime
-from server.queues.stuck import StuckWatch
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.eventlog import EventLog
+from spool.server.queues.machine import Consumer
+from spool.server.queues.stage import QueueRuntime
+from spool.server.queues.stuck import StuckWatch
 
 S = 1_000_000
 

@@ -17,14 +17,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.machine import Consumer, Message
-from server.queues.records import encode_ack_seqs
-from server.queues.stage import QueueRuntime, QueueStage
-from server.queues.window import Window
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.machine import Consumer, Message
+from spool.server.queues.records import encode_ack_seqs
+from spool.server.queues.stage import QueueRuntime, QueueStage
+from spool.server.queues.window import Window
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 _PUB = 7
 

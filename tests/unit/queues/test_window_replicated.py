@@ -24,15 +24,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from server.bookmarks import broker_pub_hash, format_bookmark
-from server.clock import VirtualClock
-from server.config.model import QueueConfig
-from server.queues.ownership import Grant, Ownership, Request
-from server.queues.records import encode_ack_bookmarks, encode_transfers
-from server.queues.stage import QueueRuntime, QueueStage
-from server.queues.window import Window
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.bookmarks import broker_pub_hash, format_bookmark
+from spool.server.clock import VirtualClock
+from spool.server.config.model import QueueConfig
+from spool.server.queues.ownership import Grant, Ownership, Request
+from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
+from spool.server.queues.stage import QueueRuntime, QueueStage
+from spool.server.queues.window import Window
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 #: publishers: a client of instance a, and one of instance b (its messages reach a with
 #: the replication path ("b",))

@@ -1,7 +1,7 @@
 """The replay tests' two log backends: :class:`FakeLog` and a real transaction log.
 
 The cursor tests run over both (nats-server's habit of running one suite over every store):
-the fake makes any state easy to set up, the real :class:`~server.txlog.TransactionLog`
+the fake makes any state easy to set up, the real :class:`~spool.server.txlog.TransactionLog`
 serves the columnar ``read_view`` batches, durable-only reads and lookups production
 uses. :class:`TxlogLog` gives the real log the fake's helper API (``append``, ``flush``,
 ``publish``, ``records``, read counters, the ``live`` views).
@@ -20,13 +20,13 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeAlias
 
-from server.clock import SYSTEM_CLOCK, VirtualClock
-from server.config import TransactionLogConfig
-from server.replay import FunctionHorizon, Horizon
-from server.replay.sources import AppendedSource
-from server.txlog import TransactionLog
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.clock import SYSTEM_CLOCK, VirtualClock
+from spool.server.config import TransactionLogConfig
+from spool.server.replay import FunctionHorizon, Horizon
+from spool.server.replay.sources import AppendedSource
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 from tests.support.faults import GatedSeam
 from tests.unit.replay.fakes import PUB, FakeLog, next_timestamp
 
@@ -39,7 +39,7 @@ BACKENDS: tuple[Backend, ...] = ("fake", "txlog")
 class TxlogLog:
     """A real :class:`TransactionLog` in a directory, with :class:`FakeLog`'s helper API.
 
-    It is itself the :class:`~server.replay.ReplaySource` handed to cursors (each call goes
+    It is itself the :class:`~spool.server.replay.ReplaySource` handed to cursors (each call goes
     to the log; reads are counted like the fake's). Records are stamped with the test's
     clock, as the fake stamps them; the log's own clock only paces its flusher, which has
     no interval to wait (the gate decides when it writes).

@@ -1,9 +1,9 @@
 """In-memory stand-ins for the transaction log and a subscription's sink.
 
-``FakeLog`` implements :class:`server.replay.ReplaySource` over a list of records with an
+``FakeLog`` implements :class:`spool.server.replay.ReplaySource` over a list of records with an
 appended end, a durable pointer and an ``asyncio.Condition``; ``FakeSink`` records every
 call with the (virtual) time it happened. tests/unit/replay/backends.py gives a real
-:class:`~server.txlog.TransactionLog` the same helper API, so cursor tests run over both.
+:class:`~spool.server.txlog.TransactionLog` the same helper API, so cursor tests run over both.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import bisect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from server.bookmarks import pub_hash
-from server.clock import VirtualClock, time_us
-from server.replay import FunctionHorizon, Horizon
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.bookmarks import pub_hash
+from spool.server.clock import VirtualClock, time_us
+from spool.server.replay import FunctionHorizon, Horizon
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 PUB: int = pub_hash("publisher-a")
 PUB_B: int = pub_hash("publisher-b")

@@ -14,11 +14,11 @@ from typing import Any
 import orjson
 import pytest
 
-from server.bookmarks import format_time_bookmark, parse_bookmark
-from server.clock import VirtualClock, time_us
-from server.protocol.errors import BookmarkNotFound
-from server.protocol.options import parse_subscribe_options
-from server.replay import (
+from spool.server.bookmarks import format_time_bookmark, parse_bookmark
+from spool.server.clock import VirtualClock, time_us
+from spool.server.protocol.errors import BookmarkNotFound
+from spool.server.protocol.options import parse_subscribe_options
+from spool.server.replay import (
     FunctionHorizon,
     ReplayCursor,
     ReplayGapError,
@@ -26,8 +26,8 @@ from server.replay import (
     build_member,
     resume_together,
 )
-from server.txlog.batch import RecordBatch
-from server.txlog.record import RecordKind
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import RecordKind
 from tests.support.wait import async_wait_until, run_turns, turns_until
 from tests.unit.replay.backends import LogFactory, ReplayLog, TxlogLog, run_async
 from tests.unit.replay.fakes import PUB, PUB_B, FakeLog, FakeSink

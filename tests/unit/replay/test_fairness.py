@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from server.clock import VirtualClock
+from spool.server.clock import VirtualClock
 from tests.support.wait import turns_until
 from tests.unit.replay.backends import LogFactory, run_async
 from tests.unit.replay.fakes import FakeSink

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.protocol.options import Rate
-from server.replay import MAX_LAG, RatePacer
-from server.txlog.record import Record
+from spool.server.protocol.options import Rate
+from spool.server.replay import MAX_LAG, RatePacer
+from spool.server.txlog.record import Record
 from tests.unit.replay.fakes import FakeLog
 
 

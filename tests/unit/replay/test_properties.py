@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import (
+from spool.server.bookmarks import (
     BookmarkList,
     BookmarkPoint,
     Endpoint,
@@ -26,10 +26,10 @@ from server.bookmarks import (
     TimePoint,
     parse_bookmark,
 )
-from server.clock import VirtualClock
-from server.protocol.options import SubscribeOptions
-from server.replay import ReplayCursor, build_member, resume_together
-from server.txlog.record import Record
+from spool.server.clock import VirtualClock
+from spool.server.protocol.options import SubscribeOptions
+from spool.server.replay import ReplayCursor, build_member, resume_together
+from spool.server.txlog.record import Record
 from tests.support.wait import run_turns, turns_until
 from tests.unit.replay.backends import BACKENDS, Backend, LogFactory, ReplayLog
 from tests.unit.replay.fakes import PUB, PUB_B, FakeSink

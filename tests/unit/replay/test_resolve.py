@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from server.bookmarks import BookmarkPoint, format_time_bookmark, parse_bookmark
-from server.protocol.errors import BookmarkNotFound
-from server.protocol.options import NotFoundPolicy
-from server.replay import ReplayPlan, ReplaySource, StopRule, plan_replay, resolve_start
-from server.txlog.record import Record
+from spool.server.bookmarks import BookmarkPoint, format_time_bookmark, parse_bookmark
+from spool.server.protocol.errors import BookmarkNotFound
+from spool.server.protocol.options import NotFoundPolicy
+from spool.server.replay import ReplayPlan, ReplaySource, StopRule, plan_replay, resolve_start
+from spool.server.txlog.record import Record
 from tests.unit.replay.backends import LogFactory, ReplayLog, run_async
 from tests.unit.replay.fakes import PUB, PUB_B, FakeLog
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.replication.bootproto import (
+from spool.server.replication.bootproto import (
     BootState,
     BootstrapProtocol,
     BootstrapRequested,
@@ -18,13 +18,13 @@ from server.replication.bootproto import (
     Role,
     SourceBusy,
 )
-from server.replication.errors import (
+from spool.server.replication.errors import (
     AuthRefused,
     ProtocolRefusal,
     ReplicationProtocolError,
     SourceBootstrapping,
 )
-from server.replication.frames import (
+from spool.server.replication.frames import (
     PROTOCOL_VERSION,
     Bootstrap,
     Busy,
@@ -37,8 +37,8 @@ from server.replication.frames import (
     encode,
     first_type,
 )
-from server.replication.frames import MessageType as T
-from server.replication.protocol import Closed, DataReceived
+from spool.server.replication.frames import MessageType as T
+from spool.server.replication.protocol import Closed, DataReceived
 
 
 def _request(data_types: list[str], *, start: int = 0, sow_done: bool = False) -> Bootstrap:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.bookmarks import pub_hash
-from server.clock import VirtualClock
-from server.replication.bootstrap import Marker, marker_path
-from server.replication.state import load, save, state_path
+from spool.server.bookmarks import pub_hash
+from spool.server.clock import VirtualClock
+from spool.server.replication.bootstrap import Marker, marker_path
+from spool.server.replication.state import load, save, state_path
 from tests.support.damage import flip_byte, journals, records_of
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, scenario, xml

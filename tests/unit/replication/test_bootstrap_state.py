@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.replication.bootstrap import BootstrapProgress, Marker, marker_path
-from server.replication.errors import BootstrapFailed
-from server.replication.state import save
+from spool.server.replication.bootstrap import BootstrapProgress, Marker, marker_path
+from spool.server.replication.errors import BootstrapFailed
+from spool.server.replication.state import save
 
 
 @given(

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.clock import VirtualClock
-from server.peer import Peer
-from server.replication.bootstrap import REFUSED_RETRY, Bootstrapper
+from spool.server.clock import VirtualClock
+from spool.server.peer import Peer
+from spool.server.replication.bootstrap import REFUSED_RETRY, Bootstrapper
 from tests.support.certs import TestCA
 from tests.support.engine import EngineHarness
 from tests.support.fabric import A, B, drive, persisted, publish, records, scenario, xml

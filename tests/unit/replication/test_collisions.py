@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.bookmarks import pub_hash
+from spool.server.bookmarks import pub_hash
 from tests.support.fabric import (
     A,
     B,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.replication.dialer import FIRST_DELAY, JITTER, MAX_DELAY, STABLE_AFTER, Dialer
+from spool.server.replication.dialer import FIRST_DELAY, JITTER, MAX_DELAY, STABLE_AFTER, Dialer
 
 A, B, C = ("10.0.0.1", 1), ("10.0.0.2", 2), ("10.0.0.3", 3)
 

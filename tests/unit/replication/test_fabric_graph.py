@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.config import parse_config
-from server.replication.fabric import fabric_graph
-from server.replication.service import ReplicationInfo
+from spool.server.config import parse_config
+from spool.server.replication.fabric import fabric_graph
+from spool.server.replication.service import ReplicationInfo
 
 XML = """<SpoolConfig><Name>a</Name><Group>nyc</Group>
 <Transports><Transport><Name>r</Name><Type>amps-replication</Type></Transport></Transports>

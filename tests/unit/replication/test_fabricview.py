@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from server.config import parse_config
-from server.replication.errors import ReplicationProtocolError
-from server.replication.fabricview import FabricKnowledge
-from server.replication.peerframes import FabricEntry
-from server.replication.protocol import LinkProtocol, PeerReceived, Side, State
-from server.replication.validation import summarize
+from spool.server.config import parse_config
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.fabricview import FabricKnowledge
+from spool.server.replication.peerframes import FabricEntry
+from spool.server.replication.protocol import LinkProtocol, PeerReceived, Side, State
+from spool.server.replication.validation import summarize
 from tests.support.fabric import B, C, drive, fabric_of, scenario, xml
 from tests.support.replication import destination
 
@@ -51,7 +51,7 @@ def test_peer_messages_go_only_once_welcomed() -> None:
     with pytest.raises(ReplicationProtocolError, match="once the link is welcomed"):
         src.send_peer(view)
     # a peer message before the welcome breaks the protocol
-    from server.replication.frames import encode
+    from spool.server.replication.frames import encode
 
     dst.receive_data(encode(view))
     assert dst.state is State.CLOSED and dst.closed_by is not None

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.replication import frames
-from server.replication.errors import ReplicationProtocolError
-from server.replication.frames import (
+from spool.server.replication import frames
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.frames import (
     MAX_MESSAGE,
     Ack,
     Claim,
@@ -31,10 +31,10 @@ from server.replication.frames import (
     decode_runs_py,
     encode,
 )
-from server.txlog.record import RecordKind
+from spool.server.txlog.record import RecordKind
 
 try:
-    from server.replication import _frames_c
+    from spool.server.replication import _frames_c
 except ImportError:  # not built
     _frames_c = None  # type: ignore[assignment]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.replication.inflight import InFlight
+from spool.server.replication.inflight import InFlight
 
 
 def test_first_and_acks_within_and_across_runs() -> None:

@@ -3,7 +3,7 @@
 A source logs on with a user and token (or password), checked behind the instance's logon
 throttle like any logon (path ``replication``), or over mutual TLS with a client
 certificate whose subject is a user's ``CertificateSubject``. The memory fabric hands the
-destination a :class:`~server.peer.Peer` as the TLS listener would (``fabric.peers``).
+destination a :class:`~spool.server.peer.Peer` as the TLS listener would (``fabric.peers``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
-from server.peer import Peer
+from spool.server.peer import Peer
 from tests.support.fabric import B, drive, fabric_of, persisted, publish, records, scenario
 from tests.support.fabric import xml as instance
 from tests.support.replication import destination

@@ -15,13 +15,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.bookmarks import pub_hash
-from server.clock import VirtualClock
-from server.replication import protocol as link_protocol
-from server.replication.errors import ReconnectRequested, SyncChangeRefused
-from server.replication.outbound import marker_wait
-from server.replication.routing import Route
-from server.replication.transport import LinkLost
+from spool.server.bookmarks import pub_hash
+from spool.server.clock import VirtualClock
+from spool.server.replication import protocol as link_protocol
+from spool.server.replication.errors import ReconnectRequested, SyncChangeRefused
+from spool.server.replication.outbound import marker_wait
+from spool.server.replication.routing import Route
+from spool.server.replication.transport import LinkLost
 from tests.support.engine import EngineHarness
 from tests.support.fabric import (
     A,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.replication.liveness import PINGS_PER_TIMEOUT, Liveness
+from spool.server.replication.liveness import PINGS_PER_TIMEOUT, Liveness
 
 # what happens between two ticks: bytes heard, or reading paused / resumed, after a delay
 happenings = st.lists(

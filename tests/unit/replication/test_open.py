@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from server.clock import VirtualClock
-from server.peer import Peer
-from server.replication.bootsource import BootstrapSource
-from server.replication.errors import NotAccepting
-from server.replication.frames import PROTOCOL_VERSION, Bootstrap, Hello, encode
-from server.replication.inbound import InboundLink
-from server.replication.service import Replication
+from spool.server.clock import VirtualClock
+from spool.server.peer import Peer
+from spool.server.replication.bootsource import BootstrapSource
+from spool.server.replication.errors import NotAccepting
+from spool.server.replication.frames import PROTOCOL_VERSION, Bootstrap, Hello, encode
+from spool.server.replication.inbound import InboundLink
+from spool.server.replication.service import Replication
 from tests.support.engine import EngineHarness
 from tests.support.fabric import B, C, scenario, xml
 from tests.support.replication import MemoryFabric, bootstrap_xml

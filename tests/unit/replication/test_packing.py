@@ -5,11 +5,11 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.replication.frames import decode_runs
-from server.replication.inflight import InFlight
-from server.replication.packing import pack_runs
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.replication.frames import decode_runs
+from spool.server.replication.inflight import InFlight
+from spool.server.replication.packing import pack_runs
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 
 def _record(

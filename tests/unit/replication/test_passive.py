@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.bookmarks import pub_hash
+from spool.server.bookmarks import pub_hash
 from tests.support.fabric import A, B, drive, fabric_of, persisted, publish, records, scenario, xml
 from tests.support.replication import destination
 

@@ -8,13 +8,13 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.replication.errors import (
+from spool.server.replication.errors import (
     GroupMismatch,
     ProtocolRefusal,
     ReplicationProtocolError,
     ValidationReported,
 )
-from server.replication.protocol import (
+from spool.server.replication.protocol import (
     Acked,
     Closed,
     DataReceived,

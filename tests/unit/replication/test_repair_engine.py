@@ -9,9 +9,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.bookmarks import pub_hash
-from server.queues.checkpoint import checkpoint_name
-from server.replication.repair import RETRY_MAX
+from spool.server.bookmarks import pub_hash
+from spool.server.queues.checkpoint import checkpoint_name
+from spool.server.replication.repair import RETRY_MAX
 from tests.support.damage import (
     RecordAt,
     flip_byte,

@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.replication.repair import merge_in_time_order
-from server.txlog import Record, RecordKind
+from spool.server.replication.repair import merge_in_time_order
+from spool.server.txlog import Record, RecordKind
 
 
 def _record(i: int, pub: int, pub_seq: int, ts: int) -> Record:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.config import DestinationConfig, ReplicationTopic, ReplicationTransport
-from server.config.model import QueueConfig
-from server.replication.collisions import differing_origins
-from server.replication.hops import format_hop, on_path, parse_hop
-from server.replication.routing import Route, held_by
-from server.txlog.batch import RecordBatch
-from server.txlog.record import Record, RecordKind
+from spool.server.config import DestinationConfig, ReplicationTopic, ReplicationTransport
+from spool.server.config.model import QueueConfig
+from spool.server.replication.collisions import differing_origins
+from spool.server.replication.hops import format_hop, on_path, parse_hop
+from spool.server.replication.routing import Route, held_by
+from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.record import Record, RecordKind
 
 
 def _dest(*topics: ReplicationTopic, passthrough: tuple[str, ...] = ()) -> DestinationConfig:

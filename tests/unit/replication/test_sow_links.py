@@ -13,8 +13,8 @@ from pathlib import Path
 
 import orjson
 
-from server.clock import VirtualClock
-from server.txlog.record import Record, RecordKind
+from spool.server.clock import VirtualClock
+from spool.server.txlog.record import Record, RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, fabric_of, scenario, xml
 from tests.support.replication import MemoryFabric, destination

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from server.replication.state import Acked, ReplicationState
+from spool.server.replication.state import Acked, ReplicationState
 
 
 def test_a_state_round_trips_with_its_identities() -> None:

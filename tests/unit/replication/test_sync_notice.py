@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from server.replication.errors import ReplicationProtocolError
-from server.replication.frames import FrameParser, SyncNotice, encode
-from server.replication.protocol import Closed, LinkProtocol, Side, SyncNoticed
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.frames import FrameParser, SyncNotice, encode
+from spool.server.replication.protocol import Closed, LinkProtocol, Side, SyncNoticed
 from tests.unit.replication.test_protocol import _hello, _welcome
 
 

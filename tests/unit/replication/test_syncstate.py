@@ -8,8 +8,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from server.replication.errors import SyncChangeRefused
-from server.replication.syncstate import SyncState, check_downgrade
+from spool.server.replication.errors import SyncChangeRefused
+from spool.server.replication.syncstate import SyncState, check_downgrade
 
 NAMES = ("b", "c", "d")
 CONFIGURED = {"b": True, "c": True, "d": False}

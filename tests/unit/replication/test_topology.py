@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from server.config import parse_config
-from server.replication.topology import (
+from spool.server.config import parse_config
+from spool.server.replication.topology import (
     MAX_ROUTES,
     RouteTrace,
     drops_of,
     passes_every_group,
     route_trace,
 )
-from server.replication.validation import Summary, parse_summary, summarize
+from spool.server.replication.validation import Summary, parse_summary, summarize
 from tests.support.fabric import B, C, fabric_of, scenario, xml
 from tests.support.replication import destination
 

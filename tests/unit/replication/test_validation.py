@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from server.config import Config, DestinationConfig, parse_config
-from server.replication.errors import ReplicationProtocolError
-from server.replication.validation import parse_summary, summarize, validate
+from spool.server.config import Config, DestinationConfig, parse_config
+from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.validation import parse_summary, summarize, validate
 
 
 def _config(name: str, txlog: str, destinations: str, sow: str = "") -> Config:

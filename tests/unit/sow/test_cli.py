@@ -8,9 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from server.cli import main
-from server.sow.filestore import read_sow_file
-from server.txlog import TransactionLog
+from spool.server.cli import main
+from spool.server.sow.filestore import read_sow_file
+from spool.server.txlog import TransactionLog
 from tests.support.engine import EngineHarness
 from tests.support.server import config_xml, sow_topic
 from tests.unit.sow.test_engine_sow import pub

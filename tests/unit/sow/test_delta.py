@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.sow.delta import diff, merge
+from spool.server.sow.delta import diff, merge
 
 leaves = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=3))
 names = st.sampled_from(["a", "b", "c", "d"])

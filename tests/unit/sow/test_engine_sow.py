@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 
-from server.protocol.frame import parse_frame
-from server.txlog.record import RecordKind
+from spool.server.protocol.frame import parse_frame
+from spool.server.txlog.record import RecordKind
 from tests.support.engine import EngineHarness
 from tests.support.server import sow_topic
 

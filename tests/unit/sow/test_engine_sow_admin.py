@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from server.auth import Authenticator
-from server.config import UserConfig
-from server.protocol.errors import InvalidTopic
-from server.sow import SowTopicNotFound
+from spool.server.auth import Authenticator
+from spool.server.config import UserConfig
+from spool.server.protocol.errors import InvalidTopic
+from spool.server.sow import SowTopicNotFound
 from tests.support.server import sow_topic
 from tests.unit.sow.test_engine_sow import ORDERS, harness, pub, scenario
 from tests.unit.sow.test_engine_sow_live import view

@@ -12,7 +12,7 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.bookmarks import format_bookmark, format_time_bookmark, pub_hash
+from spool.server.bookmarks import format_bookmark, format_time_bookmark, pub_hash
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.server import sow_topic
 from tests.unit.sow.test_engine_sow import ORDERS, harness, pub, scenario

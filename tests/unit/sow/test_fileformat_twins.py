@@ -12,18 +12,18 @@ import google_crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.ports import SowRecord
-from server.sow.fileformat import (
+from spool.server.ports import SowRecord
+from spool.server.sow.fileformat import (
     Damage,
     encode_delete,
     encode_header,
     encode_puts_py,
     live_changes_py,
 )
-from server.sow.memory import new_record
+from spool.server.sow.memory import new_record
 from tests.support.twins import compiled, outcome, typed
 
-_c = compiled("server.sow._fileformat_c")
+_c = compiled("spool.server.sow._fileformat_c")
 
 U64 = 1 << 64
 edge_ints = st.one_of(

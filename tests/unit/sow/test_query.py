@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.expr import compile_filter
-from server.protocol.errors import InvalidMessage
-from server.sow import query as query_mod
-from server.sow.memory import MemoryStore
-from server.sow.query import QueryRun, Source, parse_key_list, parse_orderby
+from spool.server.expr import compile_filter
+from spool.server.protocol.errors import InvalidMessage
+from spool.server.sow import query as query_mod
+from spool.server.sow.memory import MemoryStore
+from spool.server.sow.query import QueryRun, Source, parse_key_list, parse_orderby
 
 
 def source(docs: list[Any], topic: str = "t") -> Source:

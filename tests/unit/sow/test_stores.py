@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.clock import VirtualClock
-from server.ports import SowRecord, TopicStore
-from server.sow.fileformat import Damage, decode_header, read_changes
-from server.sow.filestore import FileStore, read_sow_file, write_sow_file
-from server.sow.memory import MemoryStore, new_record
+from spool.server.clock import VirtualClock
+from spool.server.ports import SowRecord, TopicStore
+from spool.server.sow.fileformat import Damage, decode_header, read_changes
+from spool.server.sow.filestore import FileStore, read_sow_file, write_sow_file
+from spool.server.sow.memory import MemoryStore, new_record
 
 CLOCK = VirtualClock()
 

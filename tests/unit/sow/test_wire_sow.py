@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.bookmarks import format_timestamp_us
-from server.protocol.frame import parse_frame
-from server.sow.memory import new_record
-from server.wire import (
+from spool.server.bookmarks import format_timestamp_us
+from spool.server.protocol.frame import parse_frame
+from spool.server.sow.memory import new_record
+from spool.server.wire import (
     encode_group,
     encode_keyed,
     encode_oof,

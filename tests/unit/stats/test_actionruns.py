@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.stats.actionruns import ActionRunLog, ActionRunRow
-from server.stats.store import StatsStore
+from spool.server.stats.actionruns import ActionRunLog, ActionRunRow
+from spool.server.stats.store import StatsStore
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from server.stats.cli import register
-from server.stats.store import StatsStore
-from server.stats.timeparse import parse_time
+from spool.server.stats.cli import register
+from spool.server.stats.store import StatsStore
+from spool.server.stats.timeparse import parse_time
 
 T0 = parse_time("20240501T000000Z")
 

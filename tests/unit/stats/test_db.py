@@ -14,10 +14,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from server.stats.db import alembic_config, open_stats_engine
-from server.stats.models import Base
-from server.stats.query import UnknownMetric
-from server.stats.store import StatsStore
+from spool.server.stats.db import alembic_config, open_stats_engine
+from spool.server.stats.models import Base
+from spool.server.stats.query import UnknownMetric
+from spool.server.stats.store import StatsStore
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.stats.histogram import (
+from spool.server.stats.histogram import (
     BOUNDS,
     PROMETHEUS_BOUNDS,
     HistogramSnapshot,

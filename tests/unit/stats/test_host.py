@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from server.stats.host import HostProbe, directory_bytes, host_metric_values
+from spool.server.stats.host import HostProbe, directory_bytes, host_metric_values
 
 
 def test_directory_bytes_sums_files_recursively(tmp_path: Path) -> None:

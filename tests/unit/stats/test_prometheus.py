@@ -5,10 +5,10 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from server.eventlog import EventLog
-from server.stats.histogram import LatencyHistogram
-from server.stats.prometheus import make_registry
-from server.stats.snapshot import MetricsSnapshot
+from spool.server.eventlog import EventLog
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.prometheus import make_registry
+from spool.server.stats.snapshot import MetricsSnapshot
 from tests.support.snapshots import (
     client_counters,
     link_counters,

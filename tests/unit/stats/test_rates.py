@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from server.stats.histogram import HistogramSnapshot, LatencyHistogram
-from server.stats.rates import increase, interval_histogram, rate
+from spool.server.stats.histogram import HistogramSnapshot, LatencyHistogram
+from spool.server.stats.rates import increase, interval_histogram, rate
 
 counts = st.integers(min_value=0, max_value=2**53)
 """Counter readings (exact as floats, like every counter the broker keeps)."""

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from server.clock import VirtualClock
-from server.config import AdminConfig, Config
-from server.eventlog import EventLog
-from server.stats.histogram import LatencyHistogram
-from server.stats.sampler import Sampler
-from server.stats.snapshot import MetricsSnapshot
-from server.stats.store import StatsStore
+from spool.server.clock import VirtualClock
+from spool.server.config import AdminConfig, Config
+from spool.server.eventlog import EventLog
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.sampler import Sampler
+from spool.server.stats.snapshot import MetricsSnapshot
+from spool.server.stats.store import StatsStore
 from tests.support.snapshots import metrics_snapshot
 from tests.support.wait import async_wait_until
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from server.stats.histogram import LatencyHistogram
-from server.stats.series import segment, snapshot_values
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.series import segment, snapshot_values
 from tests.support.snapshots import (
     client_counters,
     link_counters,

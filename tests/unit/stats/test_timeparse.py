@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
+from spool.server.stats.timeparse import BadTimeValue, format_time, parse_duration, parse_time
 
 MAY_1 = datetime(2024, 5, 1, 12, 30, 15, tzinfo=UTC).timestamp()
 

@@ -1,7 +1,7 @@
 """Shared pieces of the transaction-log tests: configs, reading everything (the faulty seam
 lives in tests/support/faults.py, shared with the engine and process tests).
 
-Tests that set the wall time of appends use :class:`server.clock.VirtualClock` (or pass
+Tests that set the wall time of appends use :class:`spool.server.clock.VirtualClock` (or pass
 ``timestamp_us`` when the times must step back, which a clock does not). A log on a
 virtual clock is configured with ``flush_interval=0``: the flusher then never sleeps on the
 clock, so group commits happen without the test moving time - only the test that checks
@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-from server.config import TransactionLogConfig
-from server.txlog import RecordBatch, TransactionLog
+from spool.server.config import TransactionLogConfig
+from spool.server.txlog import RecordBatch, TransactionLog
 from tests.support.faults import FaultyHandle, FaultySeam
 
 __all__ = [

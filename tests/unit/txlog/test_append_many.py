@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from server.clock import VirtualClock, time_us
-from server.txlog import PublisherSequenceRegression, TransactionLog, TxlogFull
-from server.txlog.record import RecordKind
+from spool.server.clock import VirtualClock, time_us
+from spool.server.txlog import PublisherSequenceRegression, TransactionLog, TxlogFull
+from spool.server.txlog.record import RecordKind
 from tests.unit.txlog.helpers import INSTANCE, config, run
 
 runs_strategy = st.lists(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from server.txlog import TransactionLog
-from server.txlog.cli import parse_position, register
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.cli import parse_position, register
 from tests.unit.txlog.helpers import INSTANCE, config, journal_files, run
 
 T0 = 1_700_000_000_000_000  # 20231114T221320Z

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from server.txlog.clients import encode_clients_ack, parse_clients_ack, rebuild_publishers
-from server.txlog.index import PublisherSummary
+from spool.server.txlog.clients import encode_clients_ack, parse_clients_ack, rebuild_publishers
+from spool.server.txlog.index import PublisherSummary
 
 
 @dataclass

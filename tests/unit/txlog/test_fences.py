@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from server.txlog import FencedRecords, TransactionLog
-from server.txlog.index import PublisherSummary
-from server.txlog.record import FLAG_LATE, FLAG_RELEASED, LOST_KEY, Record, RecordKind
+from spool.server.txlog import FencedRecords, TransactionLog
+from spool.server.txlog.index import PublisherSummary
+from spool.server.txlog.record import FLAG_LATE, FLAG_RELEASED, LOST_KEY, Record, RecordKind
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 from tests.unit.txlog.test_scrub import flip, middle_record, read_around_fences, write_log
 
@@ -283,8 +283,8 @@ def test_an_inexact_fence_names_every_publisher_from_all_the_journals_of_the_log
     gets last before + 1 .. that highest, and the instance's own identity, with none
     after, last before + 1 .. last before + records. Publishers it names are left as
     they are."""
-    from server.txlog.fences import Fence
-    from server.txlog.fencing import unnamed_intervals
+    from spool.server.txlog.fences import Fence
+    from spool.server.txlog.fencing import unnamed_intervals
 
     own = 99
     fence = Fence(201, 300, 201, "journal missing", "startup", 0, "j",

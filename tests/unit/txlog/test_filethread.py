@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from server.txlog import filethread
-from server.txlog.filethread import FileThread
+from spool.server.txlog import filethread
+from spool.server.txlog.filethread import FileThread
 
 
 async def _in_order() -> None:

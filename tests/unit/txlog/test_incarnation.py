@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from server.bookmarks import broker_pub_hash
-from server.txlog import TransactionLog, TxlogClosed
-from server.txlog.incarnation import incarnation_name, read_incarnation
+from spool.server.bookmarks import broker_pub_hash
+from spool.server.txlog import TransactionLog, TxlogClosed
+from spool.server.txlog.incarnation import incarnation_name, read_incarnation
 from tests.unit.txlog.helpers import INSTANCE, config, run
 
 

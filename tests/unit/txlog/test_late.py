@@ -19,8 +19,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.txlog import PublisherSequenceRegression, TransactionLog
-from server.txlog.record import FLAG_LATE
+from spool.server.txlog import PublisherSequenceRegression, TransactionLog
+from spool.server.txlog.record import FLAG_LATE
 from tests.unit.txlog.helpers import INSTANCE, config, read_all, run
 
 PUBS = (101, 202)

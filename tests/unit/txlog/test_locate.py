@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from server.bookmarks import lookup_points, parse_bookmark
-from server.replay import ReplaySource, plan_replay
-from server.txlog import Located, TransactionLog
-from server.txlog.reader import PlainSource
+from spool.server.bookmarks import lookup_points, parse_bookmark
+from spool.server.replay import ReplaySource, plan_replay
+from spool.server.txlog import Located, TransactionLog
+from spool.server.txlog.reader import PlainSource
 from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, run
 

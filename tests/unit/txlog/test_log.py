@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from server.clock import VirtualClock, time_us
-from server.txlog import (
+from spool.server.clock import VirtualClock, time_us
+from spool.server.txlog import (
     JournalActive,
     JournalNotFound,
     JournalPinned,
@@ -21,7 +21,7 @@ from server.txlog import (
     TxlogClosed,
     TxlogFull,
 )
-from server.txlog.files import prealloc_name
+from spool.server.txlog.files import prealloc_name
 from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import (
     INSTANCE,

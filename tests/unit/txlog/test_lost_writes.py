@@ -13,7 +13,7 @@ import errno
 import threading
 from pathlib import Path
 
-from server.txlog import TransactionLog
+from spool.server.txlog import TransactionLog
 from tests.support.faults import ControlledSeam, FaultySeam
 from tests.support.wait import wait_until
 from tests.unit.txlog.helpers import INSTANCE, config, fill, read_all, run

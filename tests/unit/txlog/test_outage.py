@@ -15,15 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from server.clock import VirtualClock
-from server.txlog import (
+from spool.server.clock import VirtualClock
+from spool.server.txlog import (
     JournalUnfinished,
     TransactionLog,
     TxlogClosed,
     TxlogWriteFailed,
     WriteOutage,
 )
-from server.txlog.recovery import recover
+from spool.server.txlog.recovery import recover
 from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, read_all, run
 

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from server.bookmarks import broker_pub_hash
-from server.txlog import PublisherSequenceRegression, TransactionLog
-from server.txlog import log as txlog_module
-from server.txlog.errors import OwnFloorUnwritten
-from server.txlog.events import EventCallback
-from server.txlog.files import OsFileSeam, clients_ack_name
-from server.txlog.incarnation import read_incarnation
-from server.txlog.ownfloor import RESERVE, floor_name, read_floor, write_floor
+from spool.server.bookmarks import broker_pub_hash
+from spool.server.txlog import PublisherSequenceRegression, TransactionLog
+from spool.server.txlog import log as txlog_module
+from spool.server.txlog.errors import OwnFloorUnwritten
+from spool.server.txlog.events import EventCallback
+from spool.server.txlog.files import OsFileSeam, clients_ack_name
+from spool.server.txlog.incarnation import read_incarnation
+from spool.server.txlog.ownfloor import RESERVE, floor_name, read_floor, write_floor
 from tests.support.damage import cut_last_records, journals, zero_end_of_last_record
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, run
 

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from server.txlog import TransactionLog
+from spool.server.txlog import TransactionLog
 from tests.support.damage import (
     journals,
     records_of,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from server.clock import VirtualClock
-from server.txlog import PublishersUnsaved, TransactionLog
-from server.txlog.clients import parse_clients_ack
-from server.txlog.files import clients_ack_name
+from spool.server.clock import VirtualClock
+from spool.server.txlog import PublishersUnsaved, TransactionLog
+from spool.server.txlog.clients import parse_clients_ack
+from spool.server.txlog.files import clients_ack_name
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, run
 
 PUB = 11

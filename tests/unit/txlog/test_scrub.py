@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from server.clock import VirtualClock
-from server.txlog import TransactionLog
-from server.txlog.codec import HEADER, scan
-from server.txlog.errors import CorruptRecord, FencedRecords
-from server.txlog.files import index_name
+from spool.server.clock import VirtualClock
+from spool.server.txlog import TransactionLog
+from spool.server.txlog.codec import HEADER, scan
+from spool.server.txlog.errors import CorruptRecord, FencedRecords
+from spool.server.txlog.files import index_name
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 
 Events = list[tuple[str, dict[str, object]]]

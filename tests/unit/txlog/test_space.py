@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from server.clock import VirtualClock
-from server.txlog import TxlogFull
-from server.txlog.files import FileSeam, OsFileSeam, journal_name, prealloc_name
-from server.txlog.space import DiskSpace
+from spool.server.clock import VirtualClock
+from spool.server.txlog import TxlogFull
+from spool.server.txlog.files import FileSeam, OsFileSeam, journal_name, prealloc_name
+from spool.server.txlog.space import DiskSpace
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, run
 
 SIZE = 4096

@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from server.clock import VirtualClock, time_us
-from server.txlog import (
+from spool.server.clock import VirtualClock, time_us
+from spool.server.txlog import (
     JournalInfo,
     JournalPinned,
     JournalUnfinished,
@@ -40,9 +40,9 @@ from server.txlog import (
     TransactionLog,
     TxlogWriteFailed,
 )
-from server.txlog.codec import encode, scan
-from server.txlog.outage import MAX_BACKOFF_FACTOR
-from server.txlog.record import RecordKind
+from spool.server.txlog.codec import encode, scan
+from spool.server.txlog.outage import MAX_BACKOFF_FACTOR
+from spool.server.txlog.record import RecordKind
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config
 
 RETRY = 0.01  # WriteRetryInterval of the machine's log (virtual seconds)

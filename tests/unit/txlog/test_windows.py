@@ -22,18 +22,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.pipeline.catalog import TAIL_SCAN_LIMIT, Catalog
-from server.pipeline.planner import plan_scan
-from server.pipeline.predicate import ScanPredicate
-from server.pipeline.scanner import READ_BYTES, Columns, Damage, SliceScanner
-from server.sow.cli import cmd_rebuild
-from server.txlog.cli import cmd_dump, cmd_verify, iter_file_records
-from server.txlog.codec import decode, encode, encode_record
-from server.txlog.compression import compress_journal
-from server.txlog.errors import CorruptRecord
-from server.txlog.files import journal_name
-from server.txlog.reader import READ_SLACK, WINDOW, PlainSource, read_span
-from server.txlog.record import Record, RecordKind
+from spool.server.pipeline.catalog import TAIL_SCAN_LIMIT, Catalog
+from spool.server.pipeline.planner import plan_scan
+from spool.server.pipeline.predicate import ScanPredicate
+from spool.server.pipeline.scanner import READ_BYTES, Columns, Damage, SliceScanner
+from spool.server.sow.cli import cmd_rebuild
+from spool.server.txlog.cli import cmd_dump, cmd_verify, iter_file_records
+from spool.server.txlog.codec import decode, encode, encode_record
+from spool.server.txlog.compression import compress_journal
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.files import journal_name
+from spool.server.txlog.reader import READ_SLACK, WINDOW, PlainSource, read_span
+from spool.server.txlog.record import Record, RecordKind
 from tests.soak.oracle import read_log
 from tests.support.server import config_xml, sow_topic
 

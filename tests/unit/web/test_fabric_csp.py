@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from server.config import parse_config
-from web.fabric import fabric_csp, fabric_peer_origins
-from web.headers import CSP
+from spool.server.config import parse_config
+from spool.web.fabric import fabric_csp, fabric_peer_origins
+from spool.web.headers import CSP
 
 XML = """<SpoolConfig><Name>a</Name>
 <Admin><AllowedOrigins>https://ops.example.com http://127.0.0.1:9107</AllowedOrigins></Admin>

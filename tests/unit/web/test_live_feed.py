@@ -13,26 +13,26 @@ from typing import Any
 import orjson
 import pytest
 
-from server.alerts import Alert
-from server.clock import VirtualClock, wait_all_blocked
-from server.eventlog import EventLog
-from server.stats.histogram import LatencyHistogram
-from server.stats.series import snapshot_values
-from server.stats.snapshot import MetricsSnapshot
-from tests.support.snapshots import (
-    client_counters,
-    metrics_snapshot,
-    spill_counters,
-    subscription_lag,
-    txlog_counters,
-)
-from web.dashboard import (
+from spool.server.alerts import Alert
+from spool.server.clock import VirtualClock, wait_all_blocked
+from spool.server.eventlog import EventLog
+from spool.server.stats.histogram import LatencyHistogram
+from spool.server.stats.series import snapshot_values
+from spool.server.stats.snapshot import MetricsSnapshot
+from spool.web.dashboard import (
     SUBSCRIBER_QUEUE,
     EventStreamResponse,
     LiveFeed,
     LivePointBuilder,
     LiveSubscriber,
     sse_event,
+)
+from tests.support.snapshots import (
+    client_counters,
+    metrics_snapshot,
+    spill_counters,
+    subscription_lag,
+    txlog_counters,
 )
 
 # -- LivePointBuilder -------------------------------------------------------------------

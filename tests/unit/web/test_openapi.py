@@ -8,7 +8,7 @@ parameter's schema so clients (and generators) know the valid range.
 
 from __future__ import annotations
 
-from web.openapi import Operation, QueryParam, openapi_document
+from spool.web.openapi import Operation, QueryParam, openapi_document
 
 
 def _doc(*query: QueryParam) -> dict[str, object]:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from server.config import WebOrigin
-from web.origins import OriginPolicy
+from spool.server.config import WebOrigin
+from spool.web.origins import OriginPolicy
 
 ALLOWED = ("https://ops.example.com", "http://localhost:3000")
 
