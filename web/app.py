@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -20,6 +19,7 @@ from starlette.routing import BaseRoute, Mount, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket
 
+from spool.server import resources
 from spool.server.clock import SYSTEM_CLOCK, Clock
 from spool.server.config import Config
 from spool.server.engine import Broker
@@ -31,11 +31,6 @@ from spool.web.headers import SecurityHeadersMiddleware
 from spool.web.origins import OriginPolicy
 from spool.web.replication import ReplicationEndpoint
 from spool.web.transport import WebsocketEndpoint
-
-ROOT = Path(__file__).resolve().parent.parent
-STATIC_DIR = ROOT / "static"
-UPLOT_DIR = ROOT / "node_modules" / "uplot" / "dist"
-CYTOSCAPE_DIR = ROOT / "node_modules" / "cytoscape" / "dist"
 
 
 def create_app(
@@ -79,15 +74,14 @@ def create_app(
     routes.extend(auth_routes())
     routes.extend(admin_routes(broker.operations, broker.actions))
     routes.extend(dashboard_routes())
-    if UPLOT_DIR.is_dir():
-        routes.append(Mount("/static/vendor/uplot", StaticFiles(directory=UPLOT_DIR), name="uplot"))
-    if CYTOSCAPE_DIR.is_dir():
-        routes.append(
-            Mount(
-                "/static/vendor/cytoscape", StaticFiles(directory=CYTOSCAPE_DIR), name="cytoscape"
+    for name, package in (("uplot", resources.UPLOT), ("cytoscape", resources.CYTOSCAPE)):
+        vendored = resources.find_resource_dir(package)
+        if vendored is not None:  # a checkout before `npm ci` has none: pages without charts
+            routes.append(
+                Mount(f"/static/vendor/{name}", StaticFiles(directory=vendored / "dist"), name=name)
             )
-        )
-    routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
+    static = StaticFiles(directory=resources.resource_dir(resources.STATIC))
+    routes.append(Mount("/static", static, name="static"))
     middleware: list[Middleware] = [
         Middleware(SecurityHeadersMiddleware),
         Middleware(ClientModuleCors),

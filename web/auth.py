@@ -39,7 +39,6 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import quote, urlsplit
 
@@ -53,12 +52,12 @@ from spool.server.auth import Authenticator
 from spool.server.clock import SYSTEM_CLOCK, Clock
 from spool.server.config import UserConfig, is_loopback
 from spool.server.logons import LogonGuard
+from spool.server.resources import TEMPLATES, resource_dir
 from spool.server.scryptpool import PoolBusy
 from spool.web.api_errors import ApiError, Forbidden, TooManyRequests, Unauthorized
 from spool.web.origins import OriginPolicy
 from spool.web.tls import tls_of
 
-TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
 SESSION_IDLE_TIMEOUT: Final = 8 * 3600.0
 SESSION_MAX_AGE: Final = 24 * 3600.0
 MAX_SESSIONS: Final = 10_000
@@ -447,7 +446,7 @@ _templates: Jinja2Templates | None = None
 def _login_templates() -> Jinja2Templates:
     global _templates
     if _templates is None:
-        _templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+        _templates = Jinja2Templates(directory=resource_dir(TEMPLATES))
     return _templates
 
 

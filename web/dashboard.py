@@ -30,7 +30,6 @@ import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, NotRequired, Protocol, TypedDict
 
 import orjson
@@ -42,14 +41,14 @@ from starlette.types import Receive, Scope, Send
 
 from spool.server.alerts import Alert
 from spool.server.clock import Clock
+from spool.server.resources import TEMPLATES, resource_dir
 from spool.server.stats.histogram import HistogramSnapshot
 from spool.server.stats.rates import interval_histogram, rate
 from spool.server.stats.snapshot import MetricsSnapshot
 from spool.web.auth import csrf_token_for
 from spool.web.fabric import fabric_csp, fabric_peer_origins
 
-TEMPLATES_DIR: Final = Path(__file__).resolve().parent.parent / "templates"
-templates: Final = Jinja2Templates(directory=TEMPLATES_DIR)
+templates: Final = Jinja2Templates(directory=resource_dir(TEMPLATES))
 
 SAMPLE_INTERVAL: Final = 1.0
 """Seconds between two live points."""

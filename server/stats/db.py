@@ -22,7 +22,8 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event
 
-MIGRATIONS_DIR: Final = Path(__file__).resolve().parents[2] / "migrations"
+from spool.server.resources import MIGRATIONS, resource_dir
+
 BUSY_TIMEOUT_MS: Final = 10_000
 
 # Two openers of the same file in one process (sampler and admin API) must not race on the
@@ -56,7 +57,7 @@ def create_stats_engine(path: Path) -> Engine:
 def alembic_config(url: str) -> AlembicConfig:
     """An Alembic configuration built in code (no alembic.ini needed at run time)."""
     cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(resource_dir(MIGRATIONS)))
     cfg.set_main_option("sqlalchemy.url", url)
     return cfg
 
