@@ -9,7 +9,7 @@ DEVPATH := .devpath
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install devpath run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
+.PHONY: install devpath dist run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP) devpath
 
@@ -67,6 +67,17 @@ promtool:
 
 run: install
 	$(PY) -m spool.server.cli serve $(ARGS)
+
+# The wheels, in dist/: the compiled one for this platform and the pure-Python one
+# (py3-none-any: any platform, the hot loops as Python). build/ goes in between, or the
+# second would take the first one's extensions.
+dist: install
+	rm -rf dist build
+	$(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
+	rm -rf build
+	SPOOL_NO_EXTENSIONS=1 $(PY) -m pip wheel -q --no-deps --no-build-isolation -w dist .
+	rm -rf build
+	@ls dist
 
 lint: $(STAMP) devpath
 	$(VENV)/bin/ruff check server web tests migrations
