@@ -79,10 +79,13 @@ dist: install
 	rm -rf build
 	@ls dist
 
-lint: $(STAMP) devpath
+# The JavaScript client modules (static/spool-*.js, the npm package spool-broker-client)
+# are type-checked from their JSDoc by the TypeScript compiler (tests/js/tsconfig.json).
+lint: $(STAMP) $(NODE_STAMP) devpath
 	$(VENV)/bin/ruff check server web tests migrations
 	$(VENV)/bin/ruff format --check server web tests migrations
 	$(VENV)/bin/lint-imports
+	node_modules/.bin/tsc --checkJs --noEmit -p tests/js/tsconfig.json
 
 typecheck: $(STAMP) devpath
 	$(VENV)/bin/mypy

@@ -219,7 +219,7 @@ function parseOne(bytes, pos, end) {
   try {
     header = JSON.parse(decoder.decode(bytes.subarray(pos, hend)));
   } catch (exc) {
-    return { error: `header is not JSON: ${exc.message}` };
+    return { error: `header is not JSON: ${exc instanceof Error ? exc.message : exc}` };
   }
   if (header === null || typeof header !== "object" || Array.isArray(header)) {
     return { error: "header is not a JSON object" };
@@ -494,8 +494,22 @@ export class SpoolMessage {
     this._body = body;
     this._text = null;
     this._frame = null;
-    /** set by the HA client: marks the message discarded in its bookmark store */
+    /** set by the HA client: marks the message discarded in its bookmark store
+     * @type {Array<() => void> | null} */
     this._discards = null;
+    // a delivery read by splitFrame (fromFrame): offsets into `_frame` (-1: absent)
+    /** @type {string | undefined} */
+    this._topic = undefined;
+    /** @type {string | undefined} */
+    this._sids = undefined;
+    this._bmS = -1;
+    this._bmE = -1;
+    this._tsS = -1;
+    this._tsE = -1;
+    this._xS = -1;
+    this._xE = -1;
+    this._bodyStart = 0;
+    this._bodyLen = 0;
   }
 
   /**
@@ -545,11 +559,13 @@ export class SpoolMessage {
     return this._header === null ? "publish" : this.header.c;
   }
 
+  /** @returns {string} */
   get topic() {
-    return this._header === null ? this._topic : this.header.t;
+    return this._header === null ? this._topic ?? "" : this.header.t;
   }
 
-  /** The bookmark `PUBHASH|PUBSEQ|` (messages of recorded topics only). */
+  /** The bookmark `PUBHASH|PUBSEQ|` (messages of recorded topics only).
+   * @returns {string | undefined} */
   get bookmark() {
     if (this._header !== null) return this._header.bm;
     return this._bmS >= 0 ? ascii(this._frame, this._bmS, this._bmE) : undefined;
@@ -615,6 +631,19 @@ export class SpoolMessage {
 // ---------------------------------------------------------------------------------------
 
 /**
+ * What the session needs of a transport (WebSocketTransport, or one passed through
+ * `transportFactory`).
+ * @typedef {object} Transport
+ * @property {(timeoutMs: number) => Promise<void>} open
+ * @property {(frame: Uint8Array) => void} send
+ * @property {(code?: number, reason?: string) => void} close
+ * @property {boolean} isOpen
+ * @property {number} bufferedAmount bytes handed to the socket and not yet sent
+ * @property {(frame: Uint8Array) => void} onFrame set by the session
+ * @property {(info: {code: number, reason: string, wasClean: boolean}) => void} onClose set by the session
+ */
+
+/**
  * Whole frames over one browser WebSocket.
  *
  * Callbacks: `onFrame(Uint8Array)` for every frame received, `onClose({code, reason,
@@ -623,21 +652,25 @@ export class SpoolMessage {
 export class WebSocketTransport {
   constructor(url) {
     this.url = url;
+    /** @type {(frame: Uint8Array) => void} */
     this.onFrame = () => {};
+    /** @type {(info: {code: number, reason: string, wasClean: boolean}) => void} */
     this.onClose = () => {};
+    /** @type {WebSocket | null} */
     this._ws = null;
     this._closed = false;
   }
 
   /** Open the socket; resolves when it is open, rejects with SpoolError if it cannot. */
   open(timeoutMs = 10000) {
-    return new Promise((resolve, reject) => {
+    return /** @type {Promise<void>} */ (new Promise((resolve, reject) => {
       let settled = false;
+      /** @type {WebSocket} */
       let ws;
       try {
         ws = new WebSocket(this.url);
       } catch (exc) {
-        reject(new SpoolError("disconnected", `cannot open ${this.url}: ${exc.message}`));
+        reject(new SpoolError("disconnected", `cannot open ${this.url}: ${exc instanceof Error ? exc.message : exc}`));
         return;
       }
       ws.binaryType = "arraybuffer";
@@ -671,7 +704,7 @@ export class WebSocketTransport {
       };
       // an error is always followed by close; close carries the information
       ws.onerror = () => {};
-    });
+    }));
   }
 
   get isOpen() {
@@ -684,7 +717,7 @@ export class WebSocketTransport {
   }
 
   send(frame) {
-    if (!this.isOpen) throw new SpoolError("disconnected", "the connection is not open");
+    if (this._ws === null || !this.isOpen) throw new SpoolError("disconnected", "the connection is not open");
     this._ws.send(frame);
   }
 
@@ -751,7 +784,7 @@ export class SpoolClient {
    * @param {number} [opts.heartbeatIdle] seconds without traffic that mean the connection
    *   is dead (default: two intervals)
    * @param {number} [opts.timeoutMs] connect + logon timeout (default 10 s)
-   * @param {function(string): object} [opts.transportFactory] builds the transport
+   * @param {(url: string) => Transport} [opts.transportFactory] builds the transport
    * @param {string} [opts.logonOptions] the logon's `o`: "failover" (the broker's failover
    *   notices: the "failover" event, `safety`), "replicated" (its replicated acks: the
    *   "replicated" event, `lastReplicatedSeq`); docs/protocol.md "Logon options"
@@ -822,6 +855,10 @@ export class SpoolClient {
    * object, at each notice), "message" (delivered messages that match no local
    * subscription).
    * Returns a function that removes the listener.
+   *
+   * @param {"disconnect" | "error" | "persisted" | "replicated" | "failover" | "message"} event
+   * @param {(value: any) => void} callback
+   * @returns {() => void}
    */
   on(event, callback) {
     if (!this._listeners.has(event)) this._listeners.set(event, new Set());
@@ -829,6 +866,10 @@ export class SpoolClient {
     return () => this.off(event, callback);
   }
 
+  /**
+   * @param {string} event
+   * @param {(value: any) => void} callback
+   */
   off(event, callback) {
     this._listeners.get(event)?.delete(callback);
   }
@@ -1003,10 +1044,12 @@ export class SpoolClient {
     return String(this._cid);
   }
 
+  /** The open transport (SpoolError "disconnected" when there is none). */
   _requireOpen() {
     if (this._transport === null || !this._transport.isOpen) {
       throw new SpoolError("disconnected", "not connected");
     }
+    return this._transport;
   }
 
   /**
@@ -1103,8 +1146,7 @@ export class SpoolClient {
   }
 
   async _publishCommand(command, topic, data, opts) {
-    this._requireOpen();
-    if (this._transport.bufferedAmount > HIGH_WATER_BYTES) await this._drain();
+    if (this._requireOpen().bufferedAmount > HIGH_WATER_BYTES) await this._drain();
     this._requireOpen();
     if (opts.seq !== undefined && opts.seq <= this.lastSeq && this.reusedSeq !== "allow") {
       const text = `publish sequence ${opts.seq} is not above ${this.lastSeq}, the highest this client ` +
@@ -1203,16 +1245,16 @@ export class SpoolClient {
    *   a list or a range: makes this a bookmark (replay) subscription
    * @param {string} [opts.options] comma-separated options ("timestamp", "live", ...)
    * @param {string} [opts.subId] the subscription id (default: generated)
-   * @param {function(object)} [opts.onCompleted] called with the completed ack (replay
+   * @param {function(object): void} [opts.onCompleted] called with the completed ack (replay
    *   reached the live point, or the range end)
-   * @param {function(SpoolError)} [opts.onError] called on a later failure
-   * @param {function(string)} [opts.onPosition] called with the durable position the
+   * @param {function(SpoolError): void} [opts.onError] called on a later failure
+   * @param {function(string): void} [opts.onPosition] called with the durable position the
    *   broker reports periodically for a bookmark subscription
-   * @param {function(SpoolMessage[])} [opts.onBatch] called instead of `onMessage` with
+   * @param {function(SpoolMessage[]): void} [opts.onBatch] called instead of `onMessage` with
    *   the messages of one frame for this subscription, in order (a replay delivers them
    *   by the thousand): one call per frame instead of one per message. The array is the
    *   callback's to keep; message bodies are views into the frame (copy to keep them).
-   * @param {function(SpoolMessage)} onMessage called for every message delivered
+   * @param {function(SpoolMessage): void} onMessage called for every message delivered
    * @returns {Promise<string>}
    */
   async subscribe(topic, opts = {}, onMessage = () => {}) {
@@ -1243,8 +1285,8 @@ export class SpoolClient {
    * @param {string} [opts.orderby] e.g. "/px DESC, /id"
    * @param {number} [opts.batchSize] records per frame (`bs`)
    * @param {boolean} [opts.delta] `sow_and_delta_subscribe`: changes come as deltas
-   * @param {function(object)} [opts.onSnapshot] the snapshot was delivered
-   * @param {function(SpoolMessage)} onMessage
+   * @param {function(object): void} [opts.onSnapshot] the snapshot was delivered
+   * @param {function(SpoolMessage): void} onMessage
    * @returns {Promise<string>}
    */
   async sowAndSubscribe(topic, opts = {}, onMessage = () => {}) {
@@ -1353,7 +1395,7 @@ export class SpoolClient {
    * @param {string} [opts.bookmark] the state as of a bookmark or a time (historical)
    * @param {string[]} [opts.keys] only these keys
    * @param {string} [opts.options] e.g. "timestamp", "no_sowkey"
-   * @param {function(SpoolMessage)} [opts.onRecord]
+   * @param {function(SpoolMessage): void} [opts.onRecord]
    * @param {number} [opts.timeoutMs]
    * @returns {Promise<{records: SpoolMessage[], matches: number, returned: number}>}
    */
@@ -1407,6 +1449,9 @@ export class SpoolClient {
    *
    * @param {string} topic
    * @param {object} opts exactly one of `filter`, `keys`, `data`
+   * @param {string} [opts.filter] a content filter
+   * @param {string[]} [opts.keys] SOW keys
+   * @param {*} [opts.data] a message body whose key fields name the record
    * @param {number} [opts.timeoutMs]
    * @returns {Promise<number>}
    */
@@ -1442,7 +1487,7 @@ export class SpoolClient {
    * @param {string} queue
    * @param {object} [opts] `filter`, `subId`, `maxBacklog` (the broker grants at most the
    *   queue's MaxPerSubscriptionBacklog; 1 when not given), `autoAck`
-   * @param {function(SpoolMessage)} onMessage
+   * @param {function(SpoolMessage): void} onMessage
    * @returns {Promise<string>} the sub id
    */
   async queueSubscribe(queue, opts = {}, onMessage = () => {}) {
@@ -1489,6 +1534,7 @@ export class SpoolClient {
   _sendQueueAcks() {
     const pending = this._queueAcks;
     this._queueAcks = new Map();
+    if (pending === undefined) return;
     for (const [key, bookmarks] of pending) {
       const [option, queue] = key.split("\u0000");
       const cid = this._nextCid();

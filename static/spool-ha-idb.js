@@ -83,11 +83,11 @@ export function request(req) {
 }
 
 function transactionDone(tx) {
-  return new Promise((resolve, reject) => {
+  return /** @type {Promise<void>} */ (new Promise((resolve, reject) => {
     tx.oncomplete = () => resolve();
     tx.onerror = () => reject(tx.error);
     tx.onabort = () => reject(tx.error ?? new DOMException("transaction aborted", "AbortError"));
-  });
+  }));
 }
 
 export function openDatabase(dbName, stores) {
@@ -192,6 +192,7 @@ export class SyncTail {
   /** The entries a previous owner left, in order; their keys are removed. */
   drain() {
     if (this._storage === null) return [];
+    /** @type {Array<[number, string]>} */
     const found = [];
     for (let i = 0; i < this._storage.length; i++) {
       const key = this._storage.key(i);
@@ -201,7 +202,7 @@ export class SyncTail {
     const entries = [];
     for (const [, key] of found) {
       try {
-        entries.push(JSON.parse(this._storage.getItem(key)));
+        entries.push(JSON.parse(this._storage.getItem(key) ?? "null"));
       } catch {
         // a torn value cannot happen with localStorage; skip anything unreadable
       }
@@ -214,6 +215,10 @@ export class SyncTail {
    * Keep `entry` until `remove(id)`; returns its id, or -1 when localStorage refused it
    * (its quota is used up): the entry is then durable when its IndexedDB transaction
    * commits, as without localStorage. `onRefused(error)` hears each refusal.
+   */
+  /**
+   * @param {*} entry
+   * @param {(error: unknown) => void} [onRefused]
    */
   append(entry, onRefused = () => {}) {
     if (this._storage === null) return -1;

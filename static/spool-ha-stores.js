@@ -186,7 +186,7 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
   /**
    * @param {string} name the store's name (one per publishing client name, usually that name)
    * @param {object} [opts]
-   * @param {function(Error)} [opts.onError] an IndexedDB write failed (default: console.error)
+   * @param {function(Error): void} [opts.onError] an IndexedDB write failed (default: console.error)
    * @param {number|null} [opts.capacity] the most messages it holds (null: no bound)
    */
   constructor(name, opts = {}) {
@@ -240,8 +240,10 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
     }
   }
 
+  /** The open store's writer (SpoolError "closed" when it is not open). */
   _requireOpen() {
-    if (this._db === null) throw new SpoolError("closed", `publish store '${this.name}' is not open`);
+    if (this._writer === null) throw new SpoolError("closed", `publish store '${this.name}' is not open`);
+    return this._writer;
   }
 
   _saveMeta(tx) {
@@ -253,9 +255,9 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
    * the store (it is never sent) and the promise rejects with StoreWriteError.
    */
   store(entry) {
-    this._requireOpen();
+    const writer = this._requireOpen();
     this._ledger.add(entry);
-    return this._writer.write((tx) => {
+    return writer.write((tx) => {
       tx.objectStore("messages").put(entry);
       this._saveMeta(tx);
     }).then(
@@ -278,9 +280,9 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
   }
 
   discardUpTo(seq) {
-    this._requireOpen();
+    const writer = this._requireOpen();
     const n = this._ledger.discardUpTo(seq);
-    this._writer.write((tx) => {
+    writer.write((tx) => {
       tx.objectStore("messages").delete(IDBKeyRange.upperBound(seq));
       this._saveMeta(tx);
     }).catch(() => {}); // reported through onError
@@ -288,19 +290,20 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
   }
 
   remove(seq) {
-    this._requireOpen();
+    const writer = this._requireOpen();
     const removed = this._ledger.remove(seq);
-    if (removed) this._writer.write((tx) => tx.objectStore("messages").delete(seq)).catch(() => {});
+    if (removed) writer.write((tx) => tx.objectStore("messages").delete(seq)).catch(() => {});
     return removed;
   }
 
   /** Wait for every write to commit, close the database and release the lock. */
   async close() {
-    if (this._db === null) return;
+    if (this._db === null || this._writer === null) return;
     await this._writer.settled();
     this._db.close();
     this._db = null;
-    this._release();
+    this._writer = null;
+    this._release?.();
     this._release = null;
   }
 }
@@ -654,7 +657,7 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
   /**
    * @param {string} name
    * @param {object} [opts]
-   * @param {function(Error)} [opts.onError] an IndexedDB write failed: a StoreWriteError,
+   * @param {function(Error): void} [opts.onError] an IndexedDB write failed: a StoreWriteError,
    *   once until a write commits again (default: console.error)
    * @param {number} [opts.retryMs] between two rewrites after a failed write (default 1000)
    */
@@ -727,20 +730,28 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     }
   }
 
+  /** The open store's writer and tail (SpoolError "closed" when it is not open). */
+  _requireOpen() {
+    if (this._writer === null || this._tail === null) {
+      throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
+    }
+    return { writer: this._writer, tail: this._tail };
+  }
+
   _journal(subId, kind, bookmark) {
-    if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
+    const { writer, tail } = this._requireOpen();
     this._journalSize++;
     const entry = { s: subId, k: kind, b: bookmark };
-    const tailId = this._tail.append(entry, (exc) => this._tailRefused(exc));
+    const tailId = tail.append(entry, (exc) => this._tailRefused(exc));
     if (tailId >= 0) this._tailFull = false;
     const generation = this._generation;
     let kept = false;
-    this._writer.write((tx) => {
+    writer.write((tx) => {
       if (this._stale) return; // after a failed write only the rewrite goes in (it holds this)
       kept = true;
       // a prune run earlier in this transaction wrote the state this entry belongs to
       if (generation === this._generation) tx.objectStore("journal").add(entry);
-    }).then(() => { if (kept) this._tail.remove(tailId); }, () => {});
+    }).then(() => { if (kept) tail.remove(tailId); }, () => {});
     let live = 0;
     for (const sub of this._subs.values()) live += sub.records.length + 1;
     if (!this._stale && this._pruning === null && this._journalSize > PRUNE_FLOOR + PRUNE_RATIO * live) {
@@ -799,15 +810,15 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
    * new one, never a mix.
    */
   async prune() {
-    if (this._db === null) throw new SpoolError("closed", `bookmark store '${this.name}' is not open`);
+    const { writer, tail } = this._requireOpen();
     let size = 0;
     let upto = 0;
-    await this._writer.write((tx) => {
+    await writer.write((tx) => {
       const journal = tx.objectStore("journal");
       journal.clear();
       this._generation++;
       this._stale = false; // entries after this one go in again (a failure sets it back)
-      upto = this._tail.nextId; // the state written holds every entry appended so far
+      upto = tail.nextId; // the state written holds every entry appended so far
       for (const [subId, sub] of this._subs) {
         journal.add({ s: subId, k: "c", c: sub.checkpoint() });
         size++;
@@ -815,11 +826,11 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     });
     this._journalSize = size;
     this._failure = null;
-    this._tail.removeBefore(upto);
+    tail.removeBefore(upto);
   }
 
   async close() {
-    if (this._db === null) return;
+    if (this._db === null || this._writer === null) return;
     if (this._retryTimer !== null) {
       clearTimeout(this._retryTimer);
       this._retryTimer = null;
@@ -830,7 +841,8 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     this._retryTimer = null;
     this._db.close();
     this._db = null;
-    this._release();
+    this._writer = null;
+    this._release?.();
     this._release = null;
   }
 }

@@ -172,6 +172,59 @@ function refuseUnknown(what, opts, known) {
 let subCounter = 0;
 
 /**
+ * Where to connect next (DefaultServerChooser, or any object with these methods).
+ * @typedef {object} ServerChooser
+ * @property {() => (string | null | undefined)} getCurrentURI the URI to try now (null: give up)
+ * @property {() => (Authenticator | null | undefined | Promise<Authenticator | null | undefined>)} [getCurrentAuthenticator]
+ * @property {(error: unknown, uri: string) => void} reportFailure
+ * @property {(uri: string) => void} reportSuccess
+ * @property {(uri: string, safe: boolean | null) => void} [reportSafety]
+ * @property {() => string} [getError]
+ */
+
+/**
+ * Credentials for one server.
+ * @typedef {{userId?: string, password?: string}} Authenticator
+ */
+
+/**
+ * How long to wait before the next attempt (FixedDelayStrategy, ExponentialDelayStrategy).
+ * @typedef {object} DelayStrategy
+ * @property {(uri: string) => number} getConnectWaitDuration ms; throws to give up
+ * @property {() => void} reset
+ */
+
+/**
+ * Options of HAClient.publish and deltaPublish.
+ * @typedef {object} PublishOptions
+ * @property {string} [correlationId]
+ * @property {number} [expiration] seconds
+ * @property {string} [sowKey]
+ */
+
+/**
+ * @typedef {object} HAClientOptions
+ * @property {ServerChooser} chooser e.g. `new DefaultServerChooser([uri, ...])`
+ * @property {DelayStrategy} [delay] default `new ExponentialDelayStrategy()`
+ * @property {import("./spool-ha-stores.js").MemoryPublishStore} [publishStore]
+ *   MemoryPublishStore or IndexedDBPublishStore
+ * @property {import("./spool-ha-stores.js").MemoryBookmarkStore} [bookmarkStore]
+ *   MemoryBookmarkStore or IndexedDBBookmarkStore
+ * @property {boolean} [errorOnPublishGap] refuse a server whose last persisted sequence is
+ *   below what the publish store discarded (PublishGapError)
+ * @property {number} [heartbeat] seconds (see setHeartbeat)
+ * @property {number} [heartbeatIdle] seconds
+ * @property {number} [timeoutMs] connect + logon timeout per attempt
+ * @property {(url: string) => import("./spool-client.js").Transport} [transportFactory] as SpoolClient's
+ * @property {{setTimeout: (fn: () => void, ms: number) => any, clearTimeout: (timer: any) => void}} [timers]
+ *   for the waits between attempts (tests inject a virtual clock)
+ * @property {number} [catchUpTimeoutMs] how long a resumed bookmark subscription waits for a
+ *   server that lacks its resume point (default 60000)
+ * @property {"epoch" | "now" | "fail"} [catchUpPolicy] then: "epoch" (default), "now" or "fail"
+ * @property {number} [catchUpRetryMs] between two attempts meanwhile (default 500)
+ */
+
+/**
  * A client that reconnects on its own. See the module comment and docs/js-client.md.
  *
  * ```js
@@ -187,25 +240,12 @@ let subCounter = 0;
 export class HAClient {
   /**
    * @param {string} name the client name (publisher identity; keep it stable)
-   * @param {object} opts
-   * @param {object} opts.chooser a ServerChooser (e.g. DefaultServerChooser)
-   * @param {object} [opts.delay] a delay strategy (default ExponentialDelayStrategy())
-   * @param {object} [opts.publishStore] MemoryPublishStore or IndexedDBPublishStore
-   * @param {object} [opts.bookmarkStore] MemoryBookmarkStore or IndexedDBBookmarkStore
-   * @param {boolean} [opts.errorOnPublishGap] refuse a server whose last persisted
-   *   sequence is below what the publish store discarded (PublishGapError)
-   * @param {number} [opts.heartbeat] seconds (see setHeartbeat)
-   * @param {number} [opts.heartbeatIdle] seconds
-   * @param {number} [opts.timeoutMs] connect + logon timeout per attempt
-   * @param {function(string): object} [opts.transportFactory] as SpoolClient's
-   * @param {{setTimeout: Function, clearTimeout: Function}} [opts.timers] for the waits
-   *   between attempts (tests inject a virtual clock)
-   * @param {number} [opts.catchUpTimeoutMs] how long a resumed bookmark subscription waits
-   *   for a server that lacks its resume point (default 60000)
-   * @param {string} [opts.catchUpPolicy] then: "epoch" (default), "now" or "fail"
-   * @param {number} [opts.catchUpRetryMs] between two attempts meanwhile (default 500)
+   * @param {HAClientOptions} opts
    */
-  constructor(name, opts = {}) {
+  constructor(name, opts) {
+    if (opts === null || typeof opts !== "object") {
+      throw new TypeError("HAClient needs options with a chooser (e.g. new DefaultServerChooser([uri, ...]))");
+    }
     if (typeof name !== "string" || name === "") throw new TypeError("HAClient needs a client name");
     refuseUnknown("HAClient", opts, ["chooser", "delay", "publishStore", "bookmarkStore", "errorOnPublishGap",
       "heartbeat", "heartbeatIdle", "timeoutMs", "transportFactory", "timers", "catchUpTimeoutMs",
@@ -423,7 +463,7 @@ export class HAClient {
   }
 
   _sleep(ms) {
-    return new Promise((resolve) => {
+    return /** @type {Promise<void>} */ (new Promise((resolve) => {
       const timer = this._timers.setTimeout(() => {
         this._sleeping = null;
         resolve();
@@ -433,7 +473,7 @@ export class HAClient {
         this._sleeping = null;
         resolve();
       };
-    });
+    }));
   }
 
   async _connectLoop() {
@@ -566,14 +606,18 @@ export class HAClient {
    *
    * @param {string} topic
    * @param {*} data
-   * @param {object} [opts] `correlationId`, `expiration`, `sowKey`
+   * @param {PublishOptions} [opts]
    * @returns {Promise<number>}
    */
   publish(topic, data, opts = {}) {
     return this._publish("publish", topic, data, opts);
   }
 
-  /** A delta publish (see SpoolClient.deltaPublish), stored like `publish`. */
+  /** A delta publish (see SpoolClient.deltaPublish), stored like `publish`.
+   * @param {string} topic
+   * @param {*} data
+   * @param {PublishOptions} [opts]
+   * @returns {Promise<number>} */
   deltaPublish(topic, data, opts = {}) {
     return this._publish("delta_publish", topic, data, opts);
   }
@@ -704,7 +748,7 @@ export class HAClient {
   }
 
   _discarded(seq) {
-    this.publishStore.discardUpTo(seq);
+    this.publishStore?.discardUpTo(seq);
     this._roomFreed();
   }
 
@@ -787,6 +831,14 @@ export class HAClient {
    *
    * Resolves to the sub id once the broker accepted it, or at once when disconnected (it is
    * placed by the reconnect).
+   *
+   * @param {string} topic
+   * @param {{filter?: string, bookmark?: string, options?: string, subId?: string,
+   *   onCompleted?: (ack: object) => void, onError?: (error: Error) => void,
+   *   onPosition?: (bookmark: string) => void,
+   *   onBatch?: (messages: import("./spool-client.js").SpoolMessage[]) => void}} [opts]
+   * @param {(message: import("./spool-client.js").SpoolMessage) => void} [onMessage]
+   * @returns {Promise<string>}
    */
   subscribe(topic, opts = {}, onMessage = () => {}) {
     return this._subscribe("subscribe", topic, opts, onMessage);
@@ -923,7 +975,9 @@ export class HAClient {
 
   /** Place one subscription on the current connection (see DefaultSubscriptionManager).
    * `startAt`: a bookmark the catch-up policy chose (EPOCH or NOW) instead of the resume
-   * point. */
+   * point.
+   * @param {*} record
+   * @param {{throwRefusal?: boolean, startAt?: string}} [opts] */
   async _place(record, { throwRefusal = false, startAt = undefined } = {}) {
     if (record.command === "queue") return this._placeQueue(record, throwRefusal);
     const { subId, opts } = record;
