@@ -1,4 +1,4 @@
-// Spool browser client: the protocol of PROTOCOL.md over a WebSocket, as an ES module.
+// Spool client: the protocol of PROTOCOL.md over a WebSocket, as an ES module (browsers, Node, Deno).
 //
 // The module has three layers, each usable alone:
 //
@@ -644,14 +644,54 @@ export class SpoolMessage {
  */
 
 /**
- * Whole frames over one browser WebSocket.
+ * A WebSocket class: the browser's (and Node 22's, Deno's) global `WebSocket`, or one with
+ * the same interface, such as the default export of the `ws` package on Node 20.
+ * @typedef {new (url: string) => any} WebSocketClass
+ */
+
+/** WebSocket.OPEN (the same in every implementation). */
+const OPEN = 1;
+
+/** The global WebSocket class, or null where the runtime has none (Node before 22). */
+function globalWebSocket() {
+  return typeof globalThis.WebSocket === "function" ? globalThis.WebSocket : null;
+}
+
+/**
+ * The WebSocket class a client uses: `given`, else the global one; a TypeError naming the
+ * fix where there is neither (Node 20 has no global WebSocket).
+ * @param {string} what the class whose options lack it
+ * @param {WebSocketClass | undefined} given
+ * @returns {WebSocketClass}
+ */
+function resolveWebSocket(what, given) {
+  if (given !== undefined && given !== null) {
+    if (typeof given !== "function") throw new TypeError(`${what}: the WebSocket option must be a WebSocket class`);
+    return given;
+  }
+  const found = globalWebSocket();
+  if (found === null) {
+    throw new TypeError(
+      `${what}: this runtime has no global WebSocket (Node before 22): install the ws package and pass ` +
+        "its class, e.g. import WebSocket from \"ws\"; new SpoolClient(url, { WebSocket })");
+  }
+  return found;
+}
+
+/**
+ * Whole frames over one WebSocket (the global WebSocket, or the class given).
  *
  * Callbacks: `onFrame(Uint8Array)` for every frame received, `onClose({code, reason,
  * wasClean})` once when the socket is gone (whoever closed it).
  */
 export class WebSocketTransport {
-  constructor(url) {
+  /**
+   * @param {string} url
+   * @param {WebSocketClass} [WebSocketImpl] default: the global WebSocket
+   */
+  constructor(url, WebSocketImpl) {
     this.url = url;
+    this._WebSocket = resolveWebSocket("WebSocketTransport", WebSocketImpl);
     /** @type {(frame: Uint8Array) => void} */
     this.onFrame = () => {};
     /** @type {(info: {code: number, reason: string, wasClean: boolean}) => void} */
@@ -668,7 +708,7 @@ export class WebSocketTransport {
       /** @type {WebSocket} */
       let ws;
       try {
-        ws = new WebSocket(this.url);
+        ws = new this._WebSocket(this.url);
       } catch (exc) {
         reject(new SpoolError("disconnected", `cannot open ${this.url}: ${exc instanceof Error ? exc.message : exc}`));
         return;
@@ -708,7 +748,7 @@ export class WebSocketTransport {
   }
 
   get isOpen() {
-    return this._ws !== null && this._ws.readyState === WebSocket.OPEN;
+    return this._ws !== null && this._ws.readyState === OPEN;
   }
 
   /** Bytes handed to the socket and not yet sent. */
@@ -784,7 +824,10 @@ export class SpoolClient {
    * @param {number} [opts.heartbeatIdle] seconds without traffic that mean the connection
    *   is dead (default: two intervals)
    * @param {number} [opts.timeoutMs] connect + logon timeout (default 10 s)
-   * @param {(url: string) => Transport} [opts.transportFactory] builds the transport
+   * @param {WebSocketClass} [opts.WebSocket] the WebSocket class (default: the global one;
+   *   on Node 20 pass the `ws` package's: `import WebSocket from "ws"`)
+   * @param {(url: string) => Transport} [opts.transportFactory] builds the transport (instead of
+   *   a WebSocketTransport)
    * @param {string} [opts.logonOptions] the logon's `o`: "failover" (the broker's failover
    *   notices: the "failover" event, `safety`), "replicated" (its replicated acks: the
    *   "replicated" event, `lastReplicatedSeq`); docs/protocol.md "Logon options"
@@ -805,7 +848,13 @@ export class SpoolClient {
       throw new TypeError(`reusedSeq must be "warn", "refuse" or "allow", not ${JSON.stringify(opts.reusedSeq)}`);
     }
     this.reusedSeq = opts.reusedSeq ?? "warn";
-    this._transportFactory = opts.transportFactory ?? ((u) => new WebSocketTransport(u));
+    if (opts.transportFactory !== undefined) {
+      this._transportFactory = opts.transportFactory;
+    } else {
+      // resolved now, so that a runtime without WebSocket fails here with the fix, not at connect()
+      const WebSocketImpl = resolveWebSocket("SpoolClient", opts.WebSocket);
+      this._transportFactory = (/** @type {string} */ u) => new WebSocketTransport(u, WebSocketImpl);
+    }
     this._transport = null;
     this._listeners = new Map();
     this._cid = 0;

@@ -215,6 +215,8 @@ let subCounter = 0;
  * @property {number} [heartbeat] seconds (see setHeartbeat)
  * @property {number} [heartbeatIdle] seconds
  * @property {number} [timeoutMs] connect + logon timeout per attempt
+ * @property {import("./spool-client.js").WebSocketClass} [WebSocket] the WebSocket class, as
+ *   SpoolClient's (on Node 20: the `ws` package's)
  * @property {(url: string) => import("./spool-client.js").Transport} [transportFactory] as SpoolClient's
  * @property {{setTimeout: (fn: () => void, ms: number) => any, clearTimeout: (timer: any) => void}} [timers]
  *   for the waits between attempts (tests inject a virtual clock)
@@ -248,7 +250,7 @@ export class HAClient {
     }
     if (typeof name !== "string" || name === "") throw new TypeError("HAClient needs a client name");
     refuseUnknown("HAClient", opts, ["chooser", "delay", "publishStore", "bookmarkStore", "errorOnPublishGap",
-      "heartbeat", "heartbeatIdle", "timeoutMs", "transportFactory", "timers", "catchUpTimeoutMs",
+      "heartbeat", "heartbeatIdle", "timeoutMs", "WebSocket", "transportFactory", "timers", "catchUpTimeoutMs",
       "catchUpPolicy", "catchUpRetryMs"]);
     if (!CATCH_UP_POLICIES.includes(opts.catchUpPolicy ?? "epoch")) {
       throw new TypeError(`catchUpPolicy must be one of ${CATCH_UP_POLICIES.join(", ")}, not ${JSON.stringify(opts.catchUpPolicy)}`);
@@ -271,6 +273,7 @@ export class HAClient {
       heartbeat: opts.heartbeat,
       heartbeatIdle: opts.heartbeatIdle,
       timeoutMs: opts.timeoutMs,
+      WebSocket: opts.WebSocket,
       transportFactory: opts.transportFactory,
       logonOptions: "failover,replicated",
       reusedSeq: "allow", // resends on purpose
