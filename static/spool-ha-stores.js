@@ -61,10 +61,22 @@ export function parseBookmark(bookmark) {
 // ---------------------------------------------------------------------------------------
 
 /**
+ * One message a publish store holds: the HA client numbered it `seq` (its sequence number
+ * under the client name: it is sent, and sent again after a reconnect, under that number
+ * only), `command` "publish" or "delta_publish", `body` the bytes sent.
+ * @typedef {object} PublishStoreEntry
+ * @property {number} seq
+ * @property {"publish" | "delta_publish"} command
+ * @property {string} topic
+ * @property {Uint8Array} body
+ * @property {string} [correlationId]
+ * @property {number} [expiration]
+ * @property {string} [sowKey]
+ */
+
+/**
  * The publish store's state (no I/O): the messages not yet persisted, in sequence order,
  * the highest sequence number ever stored and the highest one discarded.
- *
- * An entry is `{seq, command, topic, body (Uint8Array), correlationId, expiration, sowKey}`.
  */
 export class PublishLedger {
   constructor() {
@@ -138,42 +150,82 @@ export class MemoryPublishStore {
     this.capacity = checkCapacity("MemoryPublishStore", opts.capacity === undefined ? DEFAULT_CAPACITY : opts.capacity);
   }
 
+  /** Make the store ready (the HA client calls it in connectAndLogon; a persistent store
+   * loads what it held). Calling it again does nothing. */
   async open() {}
 
+  /** The highest sequence number stored or confirmed so far: the HA client numbers the
+   * next publish `lastSeq + 1`. */
   get lastSeq() {
     return this._ledger.lastSeq;
   }
 
+  /** The highest sequence number discarded as confirmed by the broker. */
   get lastDiscarded() {
     return this._ledger.lastDiscarded;
   }
 
-  /** Keep `entry`; resolves once it is stored (durably, for a persistent store). */
+  /**
+   * Copies of the messages the store holds, in sequence order: those the broker has not
+   * confirmed yet, which the HA client sends (again, after a reconnect or at the first
+   * logon after a reload) under these sequence numbers unless the broker confirms them
+   * first. After `open()` of a persistent store these are what an earlier page stored,
+   * including messages whose `publish` never resolved (a reload came between the store's
+   * write and the resolve): an application that keeps its own record of what it published
+   * reconciles it with them (HAClient's `onRestore`) rather than publishing them again.
+   * @returns {PublishStoreEntry[]}
+   */
+  pending() {
+    return this._ledger.entriesAfter(0).map((e) => ({ ...e, body: e.body.slice() }));
+  }
+
+  /**
+   * Keep `entry` (the HA client calls it); resolves once it is stored (durably, for a
+   * persistent store).
+   * @param {PublishStoreEntry} entry
+   * @returns {Promise<void>}
+   */
   store(entry) {
     this._ledger.add(entry);
     return Promise.resolve();
   }
 
+  /** Drop every message up to `seq` (confirmed by the broker); returns how many.
+   * @param {number} seq
+   * @returns {number} */
   discardUpTo(seq) {
     return this._ledger.discardUpTo(seq);
   }
 
+  /** Drop message `seq` (the broker refused it); whether the store held it.
+   * @param {number} seq
+   * @returns {boolean} */
   remove(seq) {
     return this._ledger.remove(seq);
   }
 
+  /** The messages above `seq` the HA client may send now, in order (the store's own
+   * objects: do not change them).
+   * @param {number} seq
+   * @returns {PublishStoreEntry[]} */
   entriesAfter(seq) {
     return this._ledger.entriesAfter(seq);
   }
 
+  /** How many messages the store holds.
+   * @returns {number} */
   unpersistedCount() {
     return this._ledger.count;
   }
 
+  /** How many messages above `seq` the store holds.
+   * @param {number} seq
+   * @returns {number} */
   countAfter(seq) {
     return this._ledger.countAfter(seq);
   }
 
+  /** Release the store (a persistent one waits for its writes to commit). */
   async close() {}
 }
 

@@ -224,6 +224,27 @@ let subCounter = 0;
  *   server that lacks its resume point (default 60000)
  * @property {"epoch" | "now" | "fail"} [catchUpPolicy] then: "epoch" (default), "now" or "fail"
  * @property {number} [catchUpRetryMs] between two attempts meanwhile (default 500)
+ * @property {(restored: RestoredPublishes) => (void | Promise<void>)} [onRestore] called once,
+ *   when connectAndLogon() has opened the publish store and before the first connection
+ *   (so before anything is sent again), with what the store holds: see RestoredPublishes.
+ *   connectAndLogon() waits for a promise it returns; if it throws, connectAndLogon()
+ *   rejects with that error and closes the stores again.
+ */
+
+/**
+ * What a publish store held when the HA client opened it (HAClientOptions.onRestore): the
+ * messages an earlier page (or run) stored and the broker has not confirmed, in sequence
+ * order. The client sends each again under its own sequence number after the logon (the
+ * broker acks those it already has as duplicates): they are published, or on their way,
+ * even when their `publish()` never resolved (a reload came between the store's write and
+ * the resolve). An application that keeps its own record of what it published marks them
+ * in flight instead of publishing them again, which would send them twice under new
+ * sequence numbers.
+ * @typedef {object} RestoredPublishes
+ * @property {import("./spool-ha-stores.js").PublishStoreEntry[]} pending copies of the
+ *   entries (`seq`, `command`, `topic`, `body` bytes, `correlationId`, `expiration`, `sowKey`)
+ * @property {number} lastSeq the highest sequence number the store used: the next publish
+ *   is numbered above it
  */
 
 /**
@@ -251,7 +272,11 @@ export class HAClient {
     if (typeof name !== "string" || name === "") throw new TypeError("HAClient needs a client name");
     refuseUnknown("HAClient", opts, ["chooser", "delay", "publishStore", "bookmarkStore", "errorOnPublishGap",
       "heartbeat", "heartbeatIdle", "timeoutMs", "WebSocket", "transportFactory", "timers", "catchUpTimeoutMs",
-      "catchUpPolicy", "catchUpRetryMs"]);
+      "catchUpPolicy", "catchUpRetryMs", "onRestore"]);
+    if (opts.onRestore !== undefined && typeof opts.onRestore !== "function") {
+      throw new TypeError("HAClient: onRestore must be a function");
+    }
+    this._onRestore = opts.onRestore ?? null;
     if (!CATCH_UP_POLICIES.includes(opts.catchUpPolicy ?? "epoch")) {
       throw new TypeError(`catchUpPolicy must be one of ${CATCH_UP_POLICIES.join(", ")}, not ${JSON.stringify(opts.catchUpPolicy)}`);
     }
@@ -414,8 +439,9 @@ export class HAClient {
   }
 
   /**
-   * Open the stores (taking their locks: StoreLockedError if another tab has one), then
-   * run the reconnect steps until a server takes the logon. Resolves to the logon ack;
+   * Open the stores (taking their locks: StoreLockedError if another tab has one), call
+   * `onRestore` with what the publish store holds, then run the reconnect steps until a
+   * server takes the logon. Resolves to the logon ack;
    * rejects with ReconnectGaveUpError when the delay strategy or the chooser gives up.
    */
   async connectAndLogon() {
@@ -426,6 +452,11 @@ export class HAClient {
       try {
         await this.publishStore?.open();
         await this.bookmarkStore?.open();
+        // before the first connection: nothing of the store has been sent again yet
+        if (this._onRestore !== null && this.publishStore !== null) {
+          const store = this.publishStore;
+          await this._onRestore({ pending: store.pending(), lastSeq: store.lastSeq });
+        }
       } catch (exc) {
         this._opening = null;
         await this.publishStore?.close();
