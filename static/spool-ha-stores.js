@@ -728,7 +728,8 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
     this.name = name;
     this.onError = opts.onError ?? ((exc) => console.error("IndexedDBBookmarkStore:", exc));
     this._retryMs = retryMs;
-    /** a write failed and no rewrite of the whole state has committed since: why */
+    /** a write failed and no rewrite of the whole state has committed since: why
+     * @type {import("./spool-ha-idb.js").StoreWriteError | null} */
     this._failure = null;
     /** set while no entry may go into the journal (from a failure to a rewrite) */
     this._stale = false;

@@ -24,6 +24,8 @@ import { SpoolClient, SpoolError, toBytes } from "./spool-client.js";
 import { ExponentialDelayStrategy } from "./spool-ha-reconnect.js";
 import { EPOCH, MOST_RECENT, NOW } from "./spool-ha-stores.js";
 
+/** @typedef {import("./spool-client.js").SpoolMessage} SpoolMessage */
+
 export * from "./spool-ha-reconnect.js";
 export * from "./spool-ha-stores.js";
 
@@ -870,8 +872,8 @@ export class HAClient {
    * @param {{filter?: string, bookmark?: string, options?: string, subId?: string,
    *   onCompleted?: (ack: object) => void, onError?: (error: Error) => void,
    *   onPosition?: (bookmark: string) => void,
-   *   onBatch?: (messages: import("./spool-client.js").SpoolMessage[]) => void}} [opts]
-   * @param {(message: import("./spool-client.js").SpoolMessage) => void} [onMessage]
+   *   onBatch?: (messages: SpoolMessage[]) => void}} [opts]
+   * @param {(message: SpoolMessage) => void} [onMessage]
    * @returns {Promise<string>}
    */
   subscribe(topic, opts = {}, onMessage = () => {}) {
