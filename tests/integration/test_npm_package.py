@@ -206,6 +206,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     info = json.loads(packed.stdout)[0]
     shipped = sorted(f["path"] for f in info["files"])
     assert shipped == [
+        "README.md",
         "package.json",
         "spool-client.js",
         "spool-ha-idb.js",
@@ -218,7 +219,9 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "types/spool-ha-stores.d.ts",
         "types/spool-ha.d.ts",
     ]
-    assert not (ROOT / "static" / "types").exists(), "postpack left the declarations in static/"
+    # the broker serves static/: what prepack made for the package is gone again
+    assert not (ROOT / "static" / "types").exists()
+    assert not (ROOT / "static" / "README.md").exists()
     proj = work / "project"
     proj.mkdir()
     (proj / "package.json").write_text(
