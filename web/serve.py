@@ -33,7 +33,7 @@ from spool.server.tls.errors import TlsError
 from spool.server.txlog import FileSeam
 from spool.web.app import create_app
 from spool.web.tls import tls_protocols
-from spool.web.wsdirect import DirectWebSocketProtocol
+from spool.web.wsdirect import DirectWebSocketProtocol, probe
 
 
 class SpoolServer(uvicorn.Server):
@@ -60,6 +60,7 @@ class SpoolServer(uvicorn.Server):
         self.should_exit = True
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._check_websocket_protocol()
         await super().startup(sockets)
         if not self.started:
             return
@@ -90,6 +91,21 @@ class SpoolServer(uvicorn.Server):
         notice = speedups.startup_notice()
         if notice is not None:
             print(notice, file=sys.stderr, flush=True)
+
+    def _check_websocket_protocol(self) -> None:
+        """Turn the websocket extensions off, with a warning, when this uvicorn lacks one
+        of the internals they use (web/wsdirect.py), before the first connection."""
+        protocol_class = self.config.ws_protocol_class
+        if protocol_class is None or not issubclass(protocol_class, DirectWebSocketProtocol):
+            return
+        missing = probe(protocol_class, self.config, self.server_state)
+        if missing:
+            self.broker.events.emit(
+                "warning", "instance", "websocket_extensions_off",
+                uvicorn=uvicorn.__version__, missing=missing,
+                effect="frames are sent through uvicorn's send; replication links keep "
+                "uvicorn's keepalive (a partitioned peer is noticed later)",
+            )  # fmt: skip
 
     def _sighup(self) -> None:
         """Reload the TLS certificate pair (a failure is in the event log; the old pair

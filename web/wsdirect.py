@@ -33,18 +33,29 @@ and aborts the connection, so the endpoint receives ``websocket.disconnect`` at 
 uvicorn's own keepalive cannot do that for a partitioned peer: its timeout closes the
 connection politely, which waits for the bytes in the write buffer to leave, and they
 cannot.
+
+Both reach into uvicorn's protocol (the attributes in :data:`UVICORN_INTERNALS`), which
+uvicorn does not promise to keep: pyproject.toml pins the range of uvicorn releases the
+byte-level test ran against, and at start-up :func:`missing_internals` looks for every
+one of them on a real instance. When one is missing (a uvicorn outside that range), the
+server turns both extensions off (:attr:`DirectWebSocketProtocol.extensions_enabled`)
+with a warning in the event log: every frame then goes through uvicorn's ``send`` and
+links keep uvicorn's keepalive, slower and blind to a partitioned peer, but correct.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 from asyncio import TimerHandle
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+from uvicorn.config import Config
 from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
 from websockets.http11 import Request
 from websockets.protocol import State
 
@@ -72,6 +83,53 @@ _MEDIUM: Final = struct.Struct("!BBH")
 _LONG: Final = struct.Struct("!BBQ")
 
 
+#: what the extensions use of uvicorn's protocol beyond its public interface: methods of
+#: the class, attributes of an instance, and attributes of its websockets connection
+UVICORN_INTERNALS: Final = {
+    "class": ("handle_connect", "data_received", "connection_lost", "stop_keepalive", "send"),
+    "instance": (
+        "conn", "loop", "transport", "writable", "disconnected", "handshake_initiated",
+        "handshake_complete", "close_sent", "initial_response",
+    ),
+    "conn": ("extensions", "state", "expect_continuation_frame", "send_ping", "data_to_send"),
+}  # fmt: skip
+
+
+def missing_internals(protocol: object) -> list[str]:
+    """The names of :data:`UVICORN_INTERNALS` that ``protocol`` (an instance of uvicorn's
+    websockets protocol, as the server would make it) lacks; empty when all are there."""
+    missing = [
+        f"{type(protocol).__name__}.{name}"
+        for name in UVICORN_INTERNALS["class"]
+        if not callable(getattr(type(protocol), name, None))
+    ]
+    missing.extend(
+        f"protocol.{name}" for name in UVICORN_INTERNALS["instance"] if not hasattr(protocol, name)
+    )
+    conn = getattr(protocol, "conn", None)
+    if conn is not None:
+        missing.extend(
+            f"protocol.conn.{name}" for name in UVICORN_INTERNALS["conn"] if not hasattr(conn, name)
+        )
+    return missing
+
+
+def probe(
+    protocol_class: type[DirectWebSocketProtocol], config: Config, state: ServerState
+) -> list[str]:
+    """Make one instance of ``protocol_class`` as uvicorn would (no connection) and look
+    for :data:`UVICORN_INTERNALS` on it; when any is missing, turn the extensions off for
+    every connection. Returns what is missing (empty: the extensions stay on). From the
+    server's start-up, on its event loop, before it listens."""
+    instance = protocol_class(
+        config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop()
+    )
+    missing = missing_internals(instance)
+    if missing:
+        DirectWebSocketProtocol.extensions_enabled = False
+    return missing
+
+
 #: sends one binary message given as pieces and their total size
 SendPieces = Callable[[Sequence[bytes], int], Awaitable[None]]
 #: watches a connection's liveness: a timeout in seconds, and what to call (with the
@@ -94,19 +152,25 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
     Attributes:
         direct_frames: frames this connection wrote through the direct path (the
             tests check that it is taken; the fallback does not count).
+        extensions_enabled: whether connections get the two extensions (class-wide; the
+            server turns it off when :func:`missing_internals` finds something missing).
     """
 
     direct_frames: int = 0
+    extensions_enabled: bool = True
     _liveness: Liveness | None = None
     _on_silent: Callable[[float], None] | None = None
     _watch_timer: TimerHandle | None = None
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
-        if self.handshake_initiated and not self.close_sent:
-            # the ASGI task is created but has not run: its scope is this dict
-            extensions = self.scope["extensions"]
-            assert extensions is not None  # uvicorn's scope always has the dict
+        if self.extensions_enabled and self.handshake_initiated and not self.close_sent:
+            # the ASGI task is created but has not run: its scope is this dict (set by
+            # uvicorn's handle_connect, so it cannot be looked for before a connection)
+            scope = getattr(self, "scope", None)
+            extensions = scope.get("extensions") if isinstance(scope, dict) else None
+            if extensions is None:
+                return  # not uvicorn's scope as known: the connection goes without
             extensions[PIECES_EXTENSION] = {"send_pieces": self.send_pieces}
             extensions[LIVENESS_EXTENSION] = {"watch": self.watch}
 

@@ -18,19 +18,24 @@ import base64
 import random
 import socket
 import ssl
+import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
+from packaging.requirements import Requirement
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
 from websockets.frames import Frame, Opcode
 
 from spool.web.serve import protocols
 from spool.web.transport import AsgiTransport, pieces_of
-from spool.web.wsdirect import DirectWebSocketProtocol, frame_header
+from spool.web.wsdirect import DirectWebSocketProtocol, frame_header, probe
 from tests.support.certs import TestCA, client_context
+from tests.support.server import ROOT
 
 
 def _frames() -> list[list[bytes]]:
@@ -211,3 +216,51 @@ def test_pieces_fallback_joins() -> None:
     pieces: Sequence[bytes] = [b"ab", b"c", b"def"]
     asyncio.run(AsgiTransport(send, "x").send_pieces(pieces, 6))  # type: ignore[arg-type]
     assert sent == [{"type": "websocket.send", "bytes": b"abcdef"}]
+
+
+def test_the_pinned_uvicorn_has_every_internal_the_extensions_use() -> None:
+    """The uvicorn installed is in the range pyproject.toml pins (the range this module's
+    byte-level test ran against), and the start-up probe finds everything there."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        dependencies = tomllib.load(f)["project"]["dependencies"]
+    (pin,) = [Requirement(d) for d in dependencies if Requirement(d).name == "uvicorn"]
+    assert pin.specifier.contains(uvicorn.__version__)
+    assert any(spec.operator == "<" for spec in pin.specifier), "an upper bound is pinned"
+
+    async def probe_installed() -> list[str]:
+        config = uvicorn.Config(_App(), ws=DirectWebSocketProtocol, lifespan="off")
+        config.load()
+        return probe(DirectWebSocketProtocol, config, ServerState())
+
+    assert asyncio.run(probe_installed()) == []
+    assert DirectWebSocketProtocol.extensions_enabled
+
+
+class _UvicornWithoutAnInternal(DirectWebSocketProtocol):
+    """uvicorn's protocol as a release outside the pinned range might have it: one of
+    the instance attributes the extensions use is gone."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        del self.initial_response
+
+
+def test_a_uvicorn_without_an_internal_serves_through_its_own_send() -> None:
+    """The probe names what is missing and turns both extensions off: connections get
+    neither, and the bytes on the wire are uvicorn's own, frame for frame."""
+
+    async def run() -> None:
+        config = uvicorn.Config(_App(), ws=_UvicornWithoutAnInternal, lifespan="off")
+        config.load()
+        missing = probe(_UvicornWithoutAnInternal, config, ServerState())
+        assert missing == ["protocol.initial_response"]
+        _, oracle, o_ops, _ = await _session(WebSocketsSansIOProtocol, deflate=False, tls=None)
+        _, sent, ops, app = await _session(DirectWebSocketProtocol, deflate=False, tls=None)
+        assert not app.had_extension and app.direct_frames is None
+        assert ops == o_ops and sent == oracle
+
+    try:
+        asyncio.run(run())
+        assert not DirectWebSocketProtocol.extensions_enabled
+    finally:
+        DirectWebSocketProtocol.extensions_enabled = True
