@@ -102,16 +102,22 @@ def test_publisher_with_file_store_loses_nothing_across_three_broker_kills(tmp_p
 
 
 def test_publisher_process_killed_three_times_resumes_from_its_file_store(tmp_path: Path) -> None:
+    """The workload is gated on the kills, not on who is faster: the publisher may go a
+    little past each kill's point (the kill lands mid-stream, or while it waits there),
+    never to the end before the last kill."""
     total = 40_000
     rng = random.Random(16)
     proc = fixed_port_server(tmp_path / "srv").start()
     store, progress, log = tmp_path / "pub.store", tmp_path / "progress", tmp_path / "pub.log"
+    gate = tmp_path / "gate"
+    points = (total // 5, total * 2 // 5, total * 3 // 5)
+    margin = total // 20
 
     def publisher() -> subprocess.Popen[bytes]:
         with log.open("ab") as err:
             return subprocess.Popen(
                 [sys.executable, "-m", "tests.support.ha_publisher", proc.ws_url, str(store),
-                 str(total), str(progress)],
+                 str(total), str(progress), str(gate)],
                 cwd=ROOT, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
 
@@ -121,14 +127,16 @@ def test_publisher_process_killed_three_times_resumes_from_its_file_store(tmp_pa
 
     pub = publisher()
     try:
-        for point in (total // 5, total * 2 // 5, total * 3 // 5):
+        for point in points:
+            gate.write_text(str(point + margin))
             wait_until(functools.partial(_progressed, done, point, pub), 120,
                        message=f"{point} published")  # fmt: skip
-            assert pub.poll() is None, "the publisher finished before the kills\n" + log.read_text()
+            assert pub.poll() is None, "the publisher stopped before its kill\n" + log.read_text()
             time.sleep(rng.uniform(0.0, 0.03))  # seeded: somewhere in the next few batches
             pub.send_signal(signal.SIGKILL)  # anywhere: mid-write of the store included
             pub.wait()
             pub = publisher()
+        gate.write_text(str(total))
         assert pub.wait(120) == 0, log.read_text()
     finally:
         if pub.poll() is None:

@@ -7,6 +7,10 @@ it produced (a message is in the file before it is sent, so nothing the broker m
 missing from the store), and the store resends what was not persisted. It writes the last
 N it published to PROGRESS now and then, and exits 0 once everything is persisted.
 
+With a fifth argument GATE (a file holding a number), it publishes no message above that
+number until the file says more: a test gates the workload on its fault schedule, so the
+process cannot finish before the faults however fast it runs.
+
 When its store's disk fails (``StoreIOError``: the publish was refused, not numbered) it
 says so on stderr, waits until the store takes publishes again (``wait_for_room``) and
 publishes the same N again, as an application should.
@@ -27,7 +31,15 @@ from spool.server.client import (
 )
 
 
-async def main(url: str, store: Path, count: int, progress: Path) -> int:
+def _gate(path: Path | None) -> int:
+    """The highest message the gate lets through (no gate: every one)."""
+    if path is None:
+        return sys.maxsize
+    text = path.read_text() if path.exists() else ""
+    return int(text) if text.strip() else 0
+
+
+async def main(url: str, store: Path, count: int, progress: Path, gate: Path | None) -> int:
     pstore = FilePublishStore(store)
     client = HAClient(
         "ha-crash-publisher",
@@ -40,7 +52,12 @@ async def main(url: str, store: Path, count: int, progress: Path) -> int:
     n = client.publish_store.last_seq
     print(f"resuming after {n} ({client.unpersisted_count()} to resend, "
           f"{pstore.dropped_bytes} bytes of torn tail dropped)", file=sys.stderr)  # fmt: skip
+    allowed = _gate(gate)
     while n < count:
+        while n >= allowed:  # the test's schedule holds the workload here
+            progress.write_text(str(n))
+            await asyncio.sleep(0.01)
+            allowed = _gate(gate)
         n += 1
         try:
             seq = client.publish("orders", b'{"n":%d}' % n)
@@ -60,4 +77,5 @@ async def main(url: str, store: Path, count: int, progress: Path) -> int:
 
 if __name__ == "__main__":
     url, store, count, progress = sys.argv[1:5]
-    sys.exit(asyncio.run(main(url, Path(store), int(count), Path(progress))))
+    gate = Path(sys.argv[5]) if len(sys.argv) > 5 else None
+    sys.exit(asyncio.run(main(url, Path(store), int(count), Path(progress), gate)))
