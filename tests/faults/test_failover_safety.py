@@ -28,7 +28,7 @@ from spool.server.client import (
     HAClient,
 )
 from tests.support.replication import Cluster, destination, read_log
-from tests.support.wait import async_wait_until
+from tests.support.wait import async_wait_until, wait_until
 
 pytestmark = [pytest.mark.faults]
 
@@ -109,7 +109,11 @@ def test_a_downgrade_over_rest_mid_stream_loses_nothing_either(tmp_path: Path) -
 
     async def downgrade(client: HAClient) -> None:
         # b is down and sync: persisted acks wait for it until the operator downgrades
-        await asyncio.sleep(0.5)
+        def held() -> bool:  # durable on a, past the horizon: held for b
+            info = cluster.replication("a")
+            return bool(info["durable_seq"] > info["horizon"])
+
+        await asyncio.to_thread(wait_until, held, 10, message="acks held for b")
         assert client.unpersisted_count() > 0
         async with httpx.AsyncClient(base_url=a.http_url) as http:
             response = await http.post("/api/replication/b/downgrade")

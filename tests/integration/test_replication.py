@@ -20,6 +20,7 @@ from websockets.typing import Origin
 
 from spool.server.bookmarks import pub_hash
 from spool.server.client import Client
+from spool.server.protocol.errors import SubIdNotFound
 from tests.support.replication import (
     Cluster,
     destination,
@@ -172,6 +173,20 @@ def test_without_passthrough_a_chain_passes_only_its_own_and_filters_apply(
     assert all(path == ("b",) for _, _, _, path in c)
 
 
+async def _assert_acks_held(cluster: Cluster, client: Client, acked: int) -> None:
+    """a's sync horizon stays at ``acked`` though more is durable there (its sync
+    destination is down), and the client got no persisted ack beyond it: the reply to a
+    command comes after every ack a sent before it on the connection, so none is still
+    on its way (an ``unsubscribe`` is answered once processed; ``flush`` would wait for
+    the held acks; its refusal is its reply)."""
+    info = cluster.replication("a")
+    assert info["horizon"] == acked < info["durable_seq"], info
+    with pytest.raises(SubIdNotFound):
+        await client.unsubscribe("no-such-subscription", timeout=10)
+    assert client.persisted_seq == acked
+    assert cluster.replication("a")["horizon"] == acked
+
+
 def test_a_down_sync_destination_stalls_acks_until_a_rest_downgrade_releases_them(
     tmp_path: Path,
 ) -> None:
@@ -194,14 +209,13 @@ def test_a_down_sync_destination_stalls_acks_until_a_rest_downgrade_releases_the
             )
             for s in range(101, 201):
                 client.publish("orders", b'{"n":%d}' % s, seq=s, persisted=True)
-            # durable on a, but its sync destination is down: no ack for a while
+            # durable on a, but its sync destination is down: the horizon stays at 100
             await asyncio.to_thread(
                 wait_until,
                 lambda: cluster.replication("a")["durable_seq"] >= 200,
                 10,
             )
-            await asyncio.sleep(1.0)
-            assert client.persisted_seq == 100
+            await _assert_acks_held(cluster, client, 100)
             async with httpx.AsyncClient(base_url=a_url) as http:
                 t0 = time.monotonic()
                 response = await http.post("/api/replication/b/downgrade")
@@ -233,8 +247,10 @@ def test_a_down_sync_destination_stalls_acks_until_a_rest_downgrade_releases_the
             )
             for s in range(201, 251):
                 client.publish("orders", b'{"n":%d}' % s, seq=s, persisted=True)
-            await asyncio.sleep(1.0)
-            assert client.persisted_seq == 200
+            await asyncio.to_thread(
+                wait_until, lambda: cluster.replication("a")["durable_seq"] >= 250, 10
+            )
+            await _assert_acks_held(cluster, client, 200)
             await asyncio.to_thread(cluster.procs["b"].start)
             await client.wait_persisted(250, timeout=30)
 
