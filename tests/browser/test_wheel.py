@@ -12,6 +12,7 @@ through a path file naming this venv's site-packages, where no ``spool`` package
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -127,13 +128,10 @@ def test_the_wheel_holds_only_the_projects_names_and_every_file_it_serves(
     assert "No module named 'server'" in refused.stderr
 
 
-@pytest.fixture(scope="module")
-def serving(
-    installed: Installed, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[str, Path]]:
-    """The address of the installed broker, serving from an empty directory, and its data
-    directory."""
-    base = tmp_path_factory.mktemp("serve")
+@contextlib.contextmanager
+def _installed_broker(installed: Installed, base: Path) -> Iterator[tuple[str, Path]]:
+    """The installed ``spool serve``, started from an empty directory, until SIGTERM: its
+    address and its data directory. It must stop cleanly and write nothing beside it."""
     empty, data, port_file = base / "empty", base / "data", base / "port"
     empty.mkdir()
     proc = subprocess.Popen(
@@ -148,9 +146,17 @@ def serving(
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == -signal.SIGTERM, err.decode()[-3000:]  # drained, then the signal
-        assert "Traceback" not in err.decode()
-        assert list(empty.iterdir()) == []  # nothing written beside the working directory
+    assert proc.returncode == -signal.SIGTERM, err.decode()[-3000:]  # drained, then the signal
+    assert "Traceback" not in err.decode()
+    assert list(empty.iterdir()) == []  # nothing written beside the working directory
+
+
+@pytest.fixture(scope="module")
+def serving(
+    installed: Installed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Path]]:
+    with _installed_broker(installed, tmp_path_factory.mktemp("serve")) as broker:
+        yield broker
 
 
 def test_the_installed_broker_serves_its_dashboard_from_an_empty_directory(
@@ -176,22 +182,10 @@ def test_the_installed_broker_serves_its_dashboard_from_an_empty_directory(
 def test_a_plain_pyspark_session_reads_the_installed_brokers_log(
     installed: Installed, tmp_path: Path
 ) -> None:
-    empty, data, port_file = tmp_path / "empty", tmp_path / "data", tmp_path / "port"
-    empty.mkdir()
-    proc = subprocess.Popen(
-        [installed.bin("spool"), "serve", "--data-dir", str(data),
-         "--listen", "127.0.0.1:0", "--port-file", str(port_file)],
-        cwd=empty, env=installed.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        port = wait_until(lambda: port_file.exists() and port_file.read_text().strip(), 60,
-                          0.05, "the installed broker to listen")  # fmt: skip
+    with _installed_broker(installed, tmp_path) as (address, data):
         for i in range(5):
-            _run([installed.bin("spool"), "publish", "-q", f"127.0.0.1:{port}", "orders",
-                  f'{{"i":{i}}}'], env=installed.env)  # fmt: skip
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+            _run([installed.bin("spool"), "publish", "-q", address, "orders", f'{{"i":{i}}}'],
+                 env=installed.env)  # fmt: skip
     script = (
         "from pyspark.sql import SparkSession\n"
         "spark = SparkSession.builder.master('local[1]').getOrCreate()\n"
@@ -200,6 +194,6 @@ def test_a_plain_pyspark_session_reads_the_installed_brokers_log(
         "for r in df.orderBy('seq').collect(): print(r.topic, bytes(r.data).decode())\n"
         "spark.stop()\n"
     )
-    done = _run([installed.bin("python"), "-c", script], env=installed.env, cwd=empty)
+    done = _run([installed.bin("python"), "-c", script], env=installed.env, cwd=tmp_path / "empty")
     rows = [line for line in done.stdout.splitlines() if line.startswith("orders ")]
     assert rows == [f'orders {{"i":{i}}}' for i in range(5)]
