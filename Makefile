@@ -9,7 +9,7 @@ DEVPATH := .devpath
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install devpath dist run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
+.PHONY: install devpath dist nftables run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP) devpath
 
@@ -65,6 +65,15 @@ promtool:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	fi
 
+# nft (Debian's nftables) for the partition tests and the nemesis's partitions and packet
+# loss, which run as root in network namespaces: without it they are skipped (the
+# nemesis says so in its summary), so the suite installs it where it can.
+nftables:
+	@if ! command -v nft >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing nft (Debian's nftables package)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nftables >/dev/null; \
+	fi
+
 run: install
 	$(PY) -m spool.server.cli serve $(ARGS)
 
@@ -98,14 +107,14 @@ CODEC_TESTS := tests/unit/protocol tests/unit/txlog/test_codec.py tests/unit/txl
 
 # The suite leaves out the `long` tests (repeated runs, minutes each; each has a short
 # variant in the suite): `make test-long` runs them.
-test: install browser java promtool lint typecheck
+test: install browser java promtool nftables lint typecheck
 	$(PY) -m pytest -m "not long" $(PYTEST_ARGS)
 	SPOOL_NO_EXTENSIONS=1 $(PY) -m pytest -q -p no:cacheprovider $(CODEC_TESTS)
 
 test-fast: install promtool
 	$(PY) -m pytest -m "not browser and not slow and not faults and not spark" $(PYTEST_ARGS)
 
-test-long: install browser java
+test-long: install browser java nftables
 	$(PY) -m pytest -m long $(PYTEST_ARGS)
 
 test-spark: install java
@@ -130,7 +139,7 @@ soak: install
 # The nemesis (tests/nemesis, docs/nemesis.md): 3-5 replicating instances under mixed faults
 # (namespaces, partitions, a full tmpfs: root), histories checked against every journal.
 # ARGS="--minutes 60 --seed 2 --instances 5"; ARGS="--scenario torn-tail".
-nemesis: install
+nemesis: install nftables
 	$(PY) -m tests.nemesis $(ARGS)
 
 # Coverage-guided fuzzing (tests/fuzz, docs/fuzzing.md): each target 30 s by default.
