@@ -4,7 +4,7 @@
 // (a conflated persisted ack, or the logon ack's `s`; while failing over from the broker is
 // unsafe, a replicated ack), so that a reconnect can publish the rest again in order. It
 // holds at most `capacity` messages (default DEFAULT_CAPACITY, null: no bound): the HA
-// client's publish() waits for room (docs/js-client.md "Sizing the publish store"). A bookmark store keeps, per subscription, which
+// client's publish() waits for room (docs/js-client.md "Failover safety"). A bookmark store keeps, per subscription, which
 // messages were received and which the application discarded (finished with), so that a
 // resubscription starts right after the last message of the discarded prefix and what was
 // received already is dropped when it comes again (by exact membership, late messages

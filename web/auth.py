@@ -1,6 +1,6 @@
 """Authentication of the HTTP side: bearer tokens for /api, login sessions for the dashboard.
 
-Model (docs/admin-api.md, "Authentication"):
+Model (docs/admin-api.md, "Authentication and authorisation"):
 
 - **Users configured** (``<Users>``): ``/api`` needs ``Authorization: Bearer TOKEN`` (a
   user's ``<Token>``) or the dashboard's session cookie; actions (every ``POST``) need a

@@ -13,7 +13,7 @@ leave fewer effective sync destinations than the floor is refused; the floor nev
 upgrades anything (:func:`check_downgrade`).
 
 At start-up every destination is what its configuration says: a downgrade lasts until the
-process stops (docs/replication.md "Downgrade and upgrade").
+process stops (docs/replication.md "The sync horizon, downgrade and upgrade").
 """
 
 from __future__ import annotations

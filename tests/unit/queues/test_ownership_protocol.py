@@ -1,5 +1,5 @@
 """The replicated queues' ownership protocol, checked against its invariants
-(docs/queues.md "Replicated queues: the protocol's invariants") with restarts.
+(docs/queues.md "The protocol's invariants") with restarts.
 
 The model is the environment only: each instance's log (a list of records), the
 replication links (one FIFO per ordered pair, delivering what the source logged, in its

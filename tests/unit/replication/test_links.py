@@ -195,7 +195,7 @@ async def test_a_late_copy_from_one_route_is_kept_and_a_second_copy_dropped(
             assert len(got) == 101  # exactly once each
         await drive(clock, lambda: len(sub.deliveries("w")) == 101)
         delivered = [orjson_n(body) for _, body in sub.deliveries("w")]
-        # in C's log order: the late 100 after 101 (docs/bookmarks.md "Order")
+        # in C's log order: the late 100 after 101 (docs/protocol.md "Bookmarks")
         assert delivered == await seqs_of(c) == [*range(1, 100), 101, 100]
 
 
