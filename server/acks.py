@@ -6,7 +6,7 @@ acknowledged by every sync destination (a horizon that waits for both). This mod
 not care which: it registers on a :class:`~spool.server.ports.DurabilityHorizon` and releases
 what the new horizon covers.
 
-Persisted acks are conflated per client (PROTOCOL.md "Acks"): each release sends one ack
+Persisted acks are conflated per client (docs/protocol.md "Acks"): each release sends one ack
 with the highest publisher sequence it covers and that bookmark, however many publishes it
 covers. Flush acks (``flush``: every earlier command of this connection processed and
 persisted) wait on the same horizon, in order.

@@ -1,7 +1,7 @@
-"""Authentication and topic entitlements of the ``Users`` configuration (CONFIG.md).
+"""Authentication and topic entitlements of the ``Users`` configuration (docs/configuration.md).
 
 A user logs on with a password (stored as an scrypt hash) or a token. The websocket
-logon (PROTOCOL.md ``user_id`` / ``pw``), the REST API (``Authorization: Bearer``) and the
+logon (docs/protocol.md ``user_id`` / ``pw``), the REST API (``Authorization: Bearer``) and the
 dashboard login all go through :class:`Authenticator`, so there is one place that
 compares secrets, and it does so in constant time.
 
@@ -17,7 +17,7 @@ Over mutual TLS a verified client certificate whose subject is a user's
 Entitlements: ``Read`` / ``Write`` are regexes matched with ``re.search`` semantics against
 the topic, in linear time (server/regex.py: RE2); a user without any has none. ``Admin`` grants the REST actions, not topics. With no
 ``Users`` configured authentication is disabled and everything is allowed (the broker then
-only listens on loopback, see CONFIG.md).
+only listens on loopback, see docs/configuration.md).
 
 Errors: :class:`InvalidEntitlement` (a ``SpoolError``) for a Read/Write pattern that is
 not a regex; malformed hashes are :class:`spool.server.passwords.InvalidPasswordHash`, raised by

@@ -1,7 +1,7 @@
 """Bookmark values: parse and format EPOCH, NOW, bookmarks, timestamps, lists and ranges.
 
 A subscriber names where a replay starts (and, for a range, where it ends) with the ``bm``
-header (PROTOCOL.md "Bookmarks"). This module turns that text into value types and back;
+header (docs/protocol.md "Bookmarks"). This module turns that text into value types and back;
 it does no I/O and knows nothing about the transaction log (``server/replay.py`` resolves
 the values against the log).
 

@@ -9,7 +9,7 @@ credential.
 the client name is claimed (the same user reconnecting takes it over and the old connection
 is dropped; another user is refused with ``name in use``), and the logon ack tells the
 client the last sequence the log holds for its name, so it can resend what was not
-persisted (PROTOCOL.md "Acks").
+persisted (docs/protocol.md "Acks").
 
 A connection that has not logged on costs the broker a socket and a session while it
 proves nothing, so it gets ``Tuning/LogonTimeout`` to log on (then it is closed with

@@ -64,7 +64,7 @@ class PublishRefused(SpoolError):
     """A message the broker itself published was refused by the publish pipeline.
 
     Attributes:
-        reason: the PROTOCOL.md failure reason (``invalid topic``, ``txlog full``...).
+        reason: the docs/protocol.md failure reason (``invalid topic``, ``txlog full``...).
         detail: the explanation.
     """
 

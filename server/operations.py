@@ -3,7 +3,7 @@
 ``web/admin.py`` is a thin HTTP layer over :class:`Operations`; the scheduled and on-demand
 actions (server/actions) call the same methods, never the web layer. Reads copy broker
 state on the loop; actions that touch files (journals, the stats database, file-system
-usage) do their I/O in threads. Results are the JSON shapes of ADMIN_API.md, typed.
+usage) do their I/O in threads. Results are the JSON shapes of docs/admin-api.md, typed.
 """
 
 from __future__ import annotations
@@ -592,7 +592,7 @@ class Operations:
         return self._replication
 
     def replication_info(self) -> ReplicationInfo:
-        """Destinations and incoming links (ADMIN_API.md ``/api/replication``).
+        """Destinations and incoming links (docs/admin-api.md ``/api/replication``).
 
         Raises:
             ReplicationNotConfigured: the instance does not replicate.
@@ -853,7 +853,7 @@ def _iso_us(us: int | None) -> str | None:
 
 
 def journal_dict(j: JournalInfo) -> JournalDict:
-    """A journal as ADMIN_API.md shows it (times as ISO-8601 UTC)."""
+    """A journal as docs/admin-api.md shows it (times as ISO-8601 UTC)."""
     return {
         "id": j.id,
         "path": j.path,

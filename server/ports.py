@@ -44,7 +44,7 @@ from spool.server.protocol.errors import ProtocolFailure
 from spool.server.txlog.batch import RecordBatch
 from spool.server.txlog.record import Record, RecordKind
 
-#: an ack header value (PROTOCOL.md "Acks")
+#: an ack header value (docs/protocol.md "Acks")
 AckValue = str | int | float | bool | None
 
 #: one message of a run that asked for acks: (index in the run, ack kinds, cid)
@@ -104,7 +104,7 @@ class Outbound(Protocol):
         reason: str | None = None,
         **fields: AckValue,
     ) -> None:
-        """Send one ack (PROTOCOL.md "Acks")."""
+        """Send one ack (docs/protocol.md "Acks")."""
         ...
 
     def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:

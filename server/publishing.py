@@ -662,7 +662,7 @@ class PublishPipeline:
 
     def _refuse(self, origin: Origin, run: PublishRun, i: int, exc: ProtocolFailure) -> None:
         """Message ``i`` failed: its ``received`` ack if asked, then the failure (always),
-        with the message's own ``s`` when it gave one (PROTOCOL.md "Acks"), so a client
+        with the message's own ``s`` when it gave one (docs/protocol.md "Acks"), so a client
         waiting for that sequence to persist learns it will not."""
         replies = origin.replies
         if replies is None:

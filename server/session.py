@@ -56,7 +56,7 @@ DisconnectCause = Literal[
     "admin",  # disconnected from the admin API
     "shutting_down",  # the broker stops
 ]
-"""Why a connection ended: the metrics count disconnects by cause (PROTOCOL.md gives the
+"""Why a connection ended: the metrics count disconnects by cause (docs/protocol.md gives the
 client one reason string, ``slow client``, for both slow-client causes)."""
 
 
@@ -196,7 +196,7 @@ class Session:
         drain: bool = False,
         cause: DisconnectCause = "client",
     ) -> None:
-        """Close the connection with a PROTOCOL.md reason and forget the session.
+        """Close the connection with a docs/protocol.md reason and forget the session.
 
         With ``drain`` (graceful shutdown) what is already buffered is sent first, for at
         most two seconds.
@@ -334,7 +334,7 @@ class Session:
         self.send(encode_ack(kind, cid=cid, status=status, reason=reason, **fields))
 
     def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
-        """A failure ack with the reason string of PROTOCOL.md (always sent)."""
+        """A failure ack with the reason string of docs/protocol.md (always sent)."""
         self.send(
             encode_ack(
                 "processed", cid=cid, status="failure", reason=exc.reason,

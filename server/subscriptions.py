@@ -13,7 +13,7 @@ reach the client in log order (:func:`spool.server.replay.resume_together`); tha
 for the *strictest* durability its members asked for, so resuming a ``fully_durable``
 subscription with a persisted one never delivers the former's records early. ``live``
 subscriptions deliver before the group commit and therefore cannot be paused or resumed
-(PROTOCOL.md refuses ``pause``/``resume`` with ``live``; the admin API refuses the same).
+(docs/protocol.md refuses ``pause``/``resume`` with ``live``; the admin API refuses the same).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Sizes and durations as operators write them: ``64MB``, ``512KB``, ``30us``, ``15s``, ``2h``.
 
-CONFIG.md writes every size and duration with a unit, the way AMPS configuration files do.
+docs/configuration.md writes every size and duration with a unit, the way AMPS configuration files do.
 This module turns that text into the numbers the broker uses (``int`` bytes, ``float``
 seconds) and back, so the parser, the docs and ``spool config show-default`` agree.
 

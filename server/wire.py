@@ -1,4 +1,4 @@
-"""The only encoder of outbound data messages (PROTOCOL.md "Messages from the server").
+"""The only encoder of outbound data messages (docs/protocol.md "Messages from the server").
 
 Delivered messages are the hottest bytes in the broker, so their headers are assembled from
 pre-encoded pieces (the topic and the subscription ids are JSON-encoded once) instead of
@@ -230,7 +230,7 @@ def encode_batch(
 
 
 # -- SOW: query results, live deliveries with a key, out-of-focus notices -----------------
-# (server/sow uses these; the layouts are PROTOCOL.md "Messages from the server")
+# (server/sow uses these; the layouts are docs/protocol.md "Messages from the server")
 
 
 def key_json(key: str) -> bytes:

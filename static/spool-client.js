@@ -1,4 +1,4 @@
-// Spool client: the protocol of PROTOCOL.md over a WebSocket, as an ES module (browsers, Node, Deno).
+// Spool client: the protocol of docs/protocol.md over a WebSocket, as an ES module (browsers, Node, Deno).
 //
 // The module has three layers, each usable alone:
 //
@@ -24,7 +24,7 @@ const decoder = new TextDecoder("utf-8");
 /** Version string sent on logon. */
 export const CLIENT_VERSION = "spool-js/1";
 
-/** Long header keys accepted on input (PROTOCOL.md), mapped to the short keys used here. */
+/** Long header keys accepted on input (docs/protocol.md), mapped to the short keys used here. */
 const LONG_KEYS = Object.freeze({
   command: "c",
   command_id: "cid",
@@ -59,7 +59,7 @@ export const MAX_HEADER_BYTES = 64 * 1024;
 /**
  * A failure reported by the broker (a failure ack) or met by the client.
  *
- * `reason` is one of the exact strings of PROTOCOL.md ("bad filter", "invalid bookmark",
+ * `reason` is one of the exact strings of docs/protocol.md ("bad filter", "invalid bookmark",
  * ...) for broker failures, or one of the client-side reasons "disconnected" (the
  * connection ended before the answer came), "timeout" (no answer in time), "closed" (the
  * client was closed by its owner) and "invalid message" (the broker sent bytes that do not
@@ -1774,7 +1774,7 @@ export class SpoolClient {
     if (bar > 0) this._pubHash = bookmark.slice(0, bar);
   }
 
-  /** Bookmark of this client's publish number `seq` (PROTOCOL.md: `PUBHASH|PUBSEQ|`). */
+  /** Bookmark of this client's publish number `seq` (docs/protocol.md: `PUBHASH|PUBSEQ|`). */
   _bookmarkOf(seq) {
     return this._pubHash === null ? null : `${this._pubHash}|${seq}|`;
   }
@@ -1791,7 +1791,7 @@ export class SpoolClient {
 
   _onPersisted(header, failed) {
     if (header.sub_id !== undefined) {
-      // the periodic durable position of a bookmark subscription (PROTOCOL.md "Acks")
+      // the periodic durable position of a bookmark subscription (docs/protocol.md "Acks")
       const sub = this._subs.get(header.sub_id);
       if (sub !== undefined && header.bm) {
         sub.lastBookmark = header.bm;

@@ -1,4 +1,4 @@
-"""The REST admin API (ADMIN_API.md): reads, actions, probes and /metrics.
+"""The REST admin API (docs/admin-api.md): reads, actions, probes and /metrics.
 
 Every endpoint is declared once in the table built by :func:`_operations` (an OpenAPI
 :class:`~spool.web.openapi.Operation` plus its handler); routes and ``/api/openapi.json`` come

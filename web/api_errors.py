@@ -1,6 +1,6 @@
 """The REST error catalog: one exception class per HTTP failure the admin API returns.
 
-Every 4xx/5xx body is ``{"error": REASON, "detail": TEXT}`` (ADMIN_API.md). ``REASON`` is
+Every 4xx/5xx body is ``{"error": REASON, "detail": TEXT}`` (docs/admin-api.md). ``REASON`` is
 the short, stable string a script can match on (the class's ``error``); ``detail`` is for
 humans and never contains secrets.
 

@@ -1,4 +1,4 @@
-"""The queues' part of the REST admin API: ``/api/queues`` (ADMIN_API.md).
+"""The queues' part of the REST admin API: ``/api/queues`` (docs/admin-api.md).
 
 - ``GET /api/queues``: every queue the user may read: depth, backlog (ready messages),
   leased, owned, transferred in/out, proxied transfer on/off, oldest lease age,

@@ -1,4 +1,4 @@
-"""The replication part of the REST admin API (ADMIN_API.md ``/api/replication``).
+"""The replication part of the REST admin API (docs/admin-api.md ``/api/replication``).
 
 - ``GET /api/fabric``: the replication graph this instance sees (docs/admin-api.md).
 - ``GET /api/fabric/route?topic=``: where a message of that topic published here goes.

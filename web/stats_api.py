@@ -1,4 +1,4 @@
-"""The statistics part of the REST admin API (ADMIN_API.md ``/api/stats``).
+"""The statistics part of the REST admin API (docs/admin-api.md ``/api/stats``).
 
 - ``GET /api/stats?metric=&t0=&t1=&step=``: one series from the stats database, averaged
   into ``step`` buckets (chosen so an answer holds at most :data:`AUTO_POINTS` points when

@@ -1,4 +1,4 @@
-"""Actions: scheduled and on-demand administration of an instance (CONFIG.md ``Actions``).
+"""Actions: scheduled and on-demand administration of an instance (docs/configuration.md ``Actions``).
 
 An action runs on triggers (a schedule, start-up, shutdown, a REST call, disk usage, an
 event), checks conditions and runs modules in order, each through the instance's admin

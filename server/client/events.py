@@ -46,7 +46,7 @@ class Ack:
         kind: the ack type (``processed``, ``completed``, ``persisted``, ...).
         cid: the command id it answers; ``None`` on conflated persisted acks.
         status: ``success`` or ``failure``.
-        reason: the failure reason string of PROTOCOL.md, on failures.
+        reason: the failure reason string of docs/protocol.md, on failures.
         header: the whole header, short keys.
     """
 

@@ -9,7 +9,7 @@ and no sockets, so it is tested with bytes alone and reused unchanged by the HA 
 
 Outbound, every command method encodes its message and appends it to a buffer;
 :meth:`SessionState.data_to_send` joins the buffer into one frame. The owner calls it
-once per loop turn, so everything queued in one turn leaves in one frame (PROTOCOL.md
+once per loop turn, so everything queued in one turn leaves in one frame (docs/protocol.md
 lets clients batch like the server does).
 
 Inbound, :meth:`SessionState.receive_frame` parses one frame and returns the

@@ -1,4 +1,4 @@
-"""Instance configuration: the AMPS-shaped XML file of CONFIG.md as frozen dataclasses.
+"""Instance configuration: the AMPS-shaped XML file of docs/configuration.md as frozen dataclasses.
 
 The model (the dataclasses) is what the rest of the broker reads. :func:`load_config` parses
 and validates a file, :func:`parse_config` the same from text, :func:`default_config` is the
@@ -30,7 +30,8 @@ Other modules import from this package only (``from spool.server.config import C
 modules inside it are its own business. Password hashes are :mod:`spool.server.passwords` and the
 regex-topic rule is :mod:`spool.server.protocol.topic`: both are shared with other layers.
 
-Decisions where CONFIG.md is silent are listed in docs/configuration.md.
+Decisions beyond the AMPS shape are listed in docs/configuration.md "Decisions where the AMPS
+model is silent".
 """
 
 from __future__ import annotations

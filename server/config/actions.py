@@ -1,6 +1,6 @@
 """The model of ``<Actions>``: what each action runs on, checks and does (frozen dataclasses).
 
-An action (CONFIG.md, AMPS "Actions") is a name, one or more triggers (``<On>``) and an
+An action (docs/configuration.md, AMPS "Actions") is a name, one or more triggers (``<On>``) and an
 ordered list of steps: conditions (``<If>``) and modules (``<Do>``), run in file order.
 Every trigger, condition and module is a dataclass of its own carrying exactly the options
 that module takes, already validated by :mod:`spool.server.config.sections.actions`, so the

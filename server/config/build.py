@@ -85,7 +85,8 @@ _ROOT_SPEC: Final[Spec] = {
     "Actions": False,
     "Bootstrap": False,
 }
-#: CONFIG.md sections that this version refuses, with the feature each belongs to.
+#: Sections of the AMPS-shaped file that this version refuses, with the feature each belongs
+#: to (docs/configuration.md "Not supported yet").
 _UNSUPPORTED: Final[Mapping[str, str]] = {}
 
 
@@ -155,7 +156,7 @@ def _authentication(admin: AdminPart, users: tuple[UserConfig, ...]) -> str:
         raise fail(
             admin.authentication,
             "Authentication none contradicts <Users>: with users configured every /api call "
-            "needs a token (ADMIN_API.md); use token or remove the element",
+            "needs a token (docs/admin-api.md); use token or remove the element",
         )
     return authentication
 

@@ -68,7 +68,7 @@ def _listen(listen: tuple[str, int]) -> tuple[str, int]:
 def default_config(
     *, data_dir: Path | None = None, listen: tuple[str, int] | None = None
 ) -> Config:
-    """The embedded default (CONFIG.md): what ``spool serve`` runs without a file.
+    """The embedded default (docs/configuration.md): what ``spool serve`` runs without a file.
 
     Instance and group ``spool``; everything under ``./data`` (or ``data_dir``), made
     absolute against the current directory; every topic recorded in the transaction log

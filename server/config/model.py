@@ -47,7 +47,7 @@ __all__ = [
     "UserConfig",
 ]
 
-#: The shared web address when the file gives none (CONFIG.md).
+#: The shared web address when the file gives none (docs/configuration.md).
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 9007
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
@@ -564,7 +564,7 @@ class UserConfig:
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """One instance's configuration (CONFIG.md), as loaded from a file or the default.
+    """One instance's configuration (docs/configuration.md), as loaded from a file or the default.
 
     Attributes:
         name: the instance name; prefixes its files.

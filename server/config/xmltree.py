@@ -141,7 +141,7 @@ class Children:
     Args:
         node: the element.
         spec: the children it may have, and whether each may repeat.
-        unsupported: children that CONFIG.md describes but this version does not have,
+        unsupported: children of the AMPS-shaped file that this version does not have,
             each with the feature they belong to ("<X> is not supported yet (FEATURE
             arrive in a later version of Spool)"); refused, never ignored.
 

@@ -1,4 +1,4 @@
-"""The few admin REST calls a stream makes to a live instance (ADMIN_API.md, httpx).
+"""The few admin REST calls a stream makes to a live instance (docs/admin-api.md, httpx).
 
 A stream reads journal files directly, but two facts only the running broker knows:
 

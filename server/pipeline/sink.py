@@ -4,7 +4,7 @@ Each write task publishes its partition's rows through the Python client
 (:mod:`spool.server.client`) under the client name ``<clientName>-<partition>`` with the
 publish sequences ``1, 2, 3...`` in row order, asking for persisted acks. The broker keeps,
 per client name, the highest sequence stored and drops anything at or below it as a
-duplicate (PROTOCOL.md). So when Spark retries a task (an executor died, a speculative
+duplicate (docs/protocol.md). So when Spark retries a task (an executor died, a speculative
 copy ran), the new attempt sends the same rows under the same name and sequences, and the
 broker stores only what the failed attempt had not: each row lands in the log once. The
 attempt also learns from the logon ack how far the name already got and skips sending

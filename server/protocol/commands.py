@@ -1,4 +1,4 @@
-"""Client commands and server acks (PROTOCOL.md "Commands from a client", "Acks"), sans-I/O.
+"""Client commands and server acks (docs/protocol.md "Commands from a client", "Acks"), sans-I/O.
 
 :func:`decode_command` turns a decoded :class:`~spool.server.protocol.frame.Message` into a typed
 :class:`Command`, validating every header field's type once, so the engine never has to

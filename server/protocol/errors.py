@@ -1,6 +1,6 @@
 """The one catalog of failure reasons, as typed exceptions.
 
-Every failure a client can see is one of the reason strings of PROTOCOL.md ("Failure
+Every failure a client can see is one of the reason strings of docs/protocol.md ("Failure
 reasons"). Each reason has exactly one exception class here, so code raises a *kind* of
 failure and the session turns it into a failure ack with the exact wire string; the REST
 layer maps the same classes to 4xx JSON bodies.
@@ -8,7 +8,7 @@ layer maps the same classes to 4xx JSON bodies.
 Hierarchy::
 
     SpoolError                      root of everything Spool raises on purpose
-    └── ProtocolFailure             has a wire ``reason`` (PROTOCOL.md)
+    └── ProtocolFailure             has a wire ``reason`` (docs/protocol.md)
         ├── LogonRequired           "logon required"
         ├── NameInUse               "name in use"
         ├── NameInUseElsewhere      "name in use elsewhere" (another instance of the fabric)
@@ -41,7 +41,7 @@ class SpoolError(Exception):
 
 
 class ProtocolFailure(SpoolError):
-    """A failure with a reason string from PROTOCOL.md.
+    """A failure with a reason string from docs/protocol.md.
 
     Attributes:
         reason: the exact wire string clients match on.

@@ -1,4 +1,4 @@
-"""Frame and header codec of PROTOCOL.md ("Transport and framing"), sans-I/O.
+"""Frame and header codec of docs/protocol.md ("Transport and framing"), sans-I/O.
 
 A WebSocket frame carries one or more messages. A message is a compact JSON header object
 immediately followed by its body::

@@ -1,4 +1,4 @@
-"""The values of the frame codec (PROTOCOL.md "Transport and framing"), sans-I/O.
+"""The values of the frame codec (docs/protocol.md "Transport and framing"), sans-I/O.
 
 :class:`Message`, :class:`ParsedFrame` and :class:`FrameError` are what
 :func:`spool.server.protocol.frame.parse_frame` returns. They live in their own module because

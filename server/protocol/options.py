@@ -1,6 +1,6 @@
 """Subscribe options (the ``o`` header): parse them once into a typed, frozen value.
 
-PROTOCOL.md "Subscribe options" lists what a subscription may ask for. The text is a
+docs/protocol.md "Subscribe options" lists what a subscription may ask for. The text is a
 comma-separated list of ``name`` or ``name=value`` items; ``conflation_key=[/a,/b]`` holds
 commas inside brackets, so items are split only on commas outside brackets. Empty items
 (``live,,timestamp`` or a trailing comma) are ignored.
@@ -18,7 +18,7 @@ Values:
 Rejected with :class:`~spool.server.protocol.errors.InvalidOptions` (the detail names the item):
 unknown names, malformed or out-of-range values, a value on a flag or none on a valued
 option, a valued option given twice, and contradictions: ``rate``, ``pause`` or ``resume``
-with ``live`` (PROTOCOL.md), ``live`` with ``fully_durable``, ``pause`` with ``resume``,
+with ``live`` (docs/protocol.md), ``live`` with ``fully_durable``, ``pause`` with ``resume``,
 ``rate_max_gap`` without ``rate=NX`` (only a time-scaled replay has gaps to skip), and
 ``conflation_key`` without ``conflation``.
 """
@@ -94,7 +94,7 @@ class Rate:
 
 @dataclass(frozen=True, slots=True)
 class SubscribeOptions:
-    """Every subscribe option of PROTOCOL.md, typed. The defaults are "not given".
+    """Every subscribe option of docs/protocol.md, typed. The defaults are "not given".
 
     Attributes:
         live: deliver a message before it is persisted (lowest latency, may deliver a

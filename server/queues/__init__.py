@@ -1,8 +1,8 @@
 """Message queues: views over recorded topics whose messages each go to one consumer.
 
 Modules, highest first (each imports only those below it; an import-linter contract keeps
-it so); docs/queues.md describes the behaviour and the decisions where the contracts are
-silent::
+it so); docs/queues.md describes the behaviour and the decisions where the AMPS model
+leaves room::
 
     service     QueueService: commands (subscribe, unsubscribe, sow_delete as the ack),
                 the lease timer, start-up from the log, the admin surface

@@ -1,4 +1,4 @@
-"""A queue as ``/api/queues`` shows it (ADMIN_API.md) and the metrics count it."""
+"""A queue as ``/api/queues`` shows it (docs/admin-api.md) and the metrics count it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["QueueInfo", "describe"]
 
 @dataclass(frozen=True, slots=True)
 class QueueInfo:
-    """One queue as ``/api/queues`` shows it (ADMIN_API.md)."""
+    """One queue as ``/api/queues`` shows it (docs/admin-api.md)."""
 
     name: str
     kind: str

@@ -38,8 +38,8 @@ Time comes from an injected :class:`~spool.server.clock.Clock`: pacing, conflati
 range ends and the periodic position acks all use it, so tests drive a ``VirtualClock``.
 Two adapters live beside the cursor: ``sink.py`` (``BookmarkSink``: what a client's
 bookmark subscription takes from each batch, encoded by server/wire.py) and ``sources.py``
-(``AppendedSource``: the log as a ``live`` subscription sees it). Decisions where
-PROTOCOL.md is silent are written down in docs/bookmarks.md. Every name
+(``AppendedSource``: the log as a ``live`` subscription sees it). The decisions
+taken where the AMPS model leaves room are in docs/bookmarks.md. Every name
 below is importable from ``spool.server.replay`` itself.
 """
 

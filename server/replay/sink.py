@@ -207,7 +207,7 @@ class BookmarkSink:
         sub.progress.state = "live"
 
     def position(self, bookmark: str) -> None:
-        """The periodic position ack (PROTOCOL.md "Acks": sparse subscribers advance)."""
+        """The periodic position ack (docs/protocol.md "Acks": sparse subscribers advance)."""
         out = self.sub.outbound
         if not out.closed:
             out.ack("persisted", None, sub_id=self.sub.sub_id, bm=bookmark)

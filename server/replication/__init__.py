@@ -8,7 +8,7 @@ destination records them through the same publish pipeline as client publishes (
 publisher's bookmark and path kept, de-duplicated by bookmark), delivers them to its
 subscribers and acknowledges positions back once durable there. Persisted acks and
 ``fully_durable`` subscriptions wait on a horizon that includes every destination whose
-effective sync type is sync. docs/replication.md has the model; CONFIG.md the settings.
+effective sync type is sync. docs/replication.md has the model; docs/configuration.md the settings.
 
 Modules, lowest first::
 

@@ -104,7 +104,7 @@ class EventInfo(TypedDict):
 
 
 class DestinationInfo(TypedDict):
-    """A destination as ``GET /api/replication`` shows it (ADMIN_API.md)."""
+    """A destination as ``GET /api/replication`` shows it (docs/admin-api.md)."""
 
     name: str
     group: str

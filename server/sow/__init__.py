@@ -2,7 +2,7 @@
 query-and-subscribe, deltas, out-of-focus notices, expiration and history.
 
 Modules, highest first (each imports only those below it; an import-linter contract keeps
-it so); docs/sow.md describes the behaviour and the decisions where PROTOCOL.md is silent::
+it so); docs/sow.md describes the behaviour and the decisions where the AMPS model leaves room::
 
     service       SowService: the commands, start / stop, the admin surface
     querying      sow, sow_and_subscribe (snapshot + live, historical), per-connection streams

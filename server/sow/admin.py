@@ -1,4 +1,4 @@
-"""The SOW as operators see it: the JSON shapes of ``/api/sow`` (ADMIN_API.md), typed.
+"""The SOW as operators see it: the JSON shapes of ``/api/sow`` (docs/admin-api.md), typed.
 
 :class:`~spool.server.sow.service.SowService` builds these on the loop (a copy of counters and
 paths, no file access); ``server/operations.py`` exposes them to REST and the dashboard.

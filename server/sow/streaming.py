@@ -2,7 +2,7 @@
 
 The result of a query (server/sow/query.py) is sent as it is produced, paced to the
 consumer: the filtering advances a slice per loop turn, records are encoded ``bs`` at a
-time (each batch a websocket frame of its own, PROTOCOL.md) or 256 at a time without
+time (each batch a websocket frame of its own, docs/protocol.md) or 256 at a time without
 ``bs``, and between batches the stream waits while the client's outbound buffer is full,
 exactly as a replay does. A million-record answer never holds the loop, nor fills the
 broker's memory faster than the client reads.

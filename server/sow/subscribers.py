@@ -48,7 +48,7 @@ __all__ = ["SowDelivery", "SowSubscriber"]
 #: updates held back during a snapshot: (topic, topic literal, changes, deletion reason)
 Pending = tuple[str, bytes, list[Change], str | None]
 
-#: oof reasons (PROTOCOL.md "Messages from the server")
+#: oof reasons (docs/protocol.md "Messages from the server")
 DELETED: Final = "deleted"
 EXPIRED: Final = "expired"
 MATCH: Final = "match"

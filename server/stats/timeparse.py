@@ -2,7 +2,7 @@
 
 Times (``t0`` / ``t1`` / ``before`` / ``--since``) are accepted as:
 
-- ``YYYYmmddTHHMMSS[.ffffff][Z]``: the bookmark timestamp form of PROTOCOL.md, always UTC;
+- ``YYYYmmddTHHMMSS[.ffffff][Z]``: the bookmark timestamp form of docs/protocol.md, always UTC;
 - ISO-8601 (``2024-05-01T12:00:00Z``, ``2024-05-01 12:00``, offsets); naive means UTC;
 - a plain number: seconds since the Unix epoch.
 

@@ -15,7 +15,7 @@ middle, no journals...).
 Output is human-readable by default, JSON lines with ``--json``.
 
 Bookmarks are ``PUBHASH|PUBSEQ|``; times are ``YYYYmmddTHHMMSS[.ffffff][Z]`` (UTC) as in
-PROTOCOL.md.
+docs/protocol.md.
 """
 
 from __future__ import annotations

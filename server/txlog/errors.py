@@ -125,7 +125,7 @@ class FieldOutOfRange(TxlogError):
 class PublisherSequenceRegression(TxlogError):
     """An append whose ``pub_seq`` is not above the publisher's last one.
 
-    The engine drops duplicates before appending (PROTOCOL.md: ``s`` must increase); the
+    The engine drops duplicates before appending (docs/protocol.md: ``s`` must increase); the
     log refuses them too because its bookmark index relies on each publisher's sequence
     increasing along the log.
     """

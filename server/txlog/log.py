@@ -1,6 +1,6 @@
 """The transaction log: append on the event loop, group commit in a thread, read anywhere.
 
-:class:`TransactionLog` is the broker's truth (ARCHITECTURE.md). Its contract:
+:class:`TransactionLog` is the broker's truth (docs/architecture.md). Its contract:
 
 - :meth:`~TransactionLog.append` runs on the event loop and does no I/O: it encodes the
   record, adds it to the pending buffer and the active journal's index, and wakes the

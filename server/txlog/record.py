@@ -102,7 +102,7 @@ class Record:
 
     @property
     def bookmark(self) -> str:
-        """The wire bookmark ``PUBHASH|PUBSEQ|`` (PROTOCOL.md)."""
+        """The wire bookmark ``PUBHASH|PUBSEQ|`` (docs/protocol.md)."""
         return format_bookmark(self.pub_hash, self.pub_seq)
 
 

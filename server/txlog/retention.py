@@ -2,7 +2,7 @@
 
 Holders (a replay, a queue, a replication destination) take a
 :class:`~spool.server.txlog.pins.Pin` at the oldest seq they still need. ``archive``,
-``compress`` and ``remove`` act on a journal *and every older one* (ADMIN_API.md), never on
+``compress`` and ``remove`` act on a journal *and every older one* (docs/admin-api.md), never on
 the active journal, and refuse - doing nothing - when a pin still needs any of them. A
 journal that was just rolled is acted on only once the commit that finishes it (truncate,
 fsync) is done and its index sealed; the checks are made again after waiting, as a pin may

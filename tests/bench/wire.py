@@ -1,4 +1,4 @@
-"""A lean websocket speaker of PROTOCOL.md for the benchmark workers.
+"""A lean websocket speaker of docs/protocol.md for the benchmark workers.
 
 The Python client (``spool.server.client``) builds a ``Message`` object and an asyncio queue
 entry per delivered message; measuring through it would measure the client. The workers
@@ -23,7 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from spool.server.protocol.frame import encode_message, parse_frame
 
-#: the start of every delivered message (PROTOCOL.md: the server sends ``c`` first).
+#: the start of every delivered message (docs/protocol.md: the server sends ``c`` first).
 PUBLISH_MARK: Final = b'{"c":"publish"'
 #: the start of every ack.
 ACK_MARK: Final = b'{"c":"ack"'

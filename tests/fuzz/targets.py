@@ -9,7 +9,7 @@ plain functions, so the corpus replays under pytest without atheris
 | target | input | what must hold |
 |---|---|---|
 | ``frame`` | a websocket frame | the compiled parser and the pure-Python one (its oracle) return the same messages and the same error; the publish-run scanner's twins agree on what they take |
-| ``command`` | a frame | every message decodes to a command or fails with a PROTOCOL.md failure; so do its options, bookmark and filter, as the broker reads them |
+| ``command`` | a frame | every message decodes to a command or fails with a docs/protocol.md failure; so do its options, bookmark and filter, as the broker reads them |
 | ``filter`` | ``EXPRESSION NUL BODY`` | compiling fails only with ``bad filter``; a compiled filter evaluates any body without raising, and agrees with the tree-walking reference |
 | ``filter_budget`` | ``EXPRESSION NUL BODY`` | compiling and evaluating stay within the expression budget in work units: function calls linear in the tokens, memory within a bound of the body, the text and ``BUILD_MAX`` (server/expr/budget.py) |
 | ``bookmark`` | a ``bm`` value | parsing fails only with ``invalid bookmark``; a parsed value formats back to text that parses to the same value |
@@ -108,7 +108,7 @@ def frame(data: bytes) -> None:
 
 
 def command(data: bytes) -> None:
-    """Every message of a frame decodes, or fails with a PROTOCOL.md reason."""
+    """Every message of a frame decodes, or fails with a docs/protocol.md reason."""
     parsed = parse_frame_py(data)
     if parsed.error is not None:
         assert isinstance(parsed.error, FrameError)

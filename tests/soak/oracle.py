@@ -70,7 +70,8 @@ def read_log(journal_dir: Path, archive_dir: Path | None, instance: str) -> LogR
 
 
 def matches(pattern: str, topic: str) -> bool:
-    """Whether a subscription to ``pattern`` covers ``topic`` (PROTOCOL.md's regex rule)."""
+    """Whether a subscription to ``pattern`` covers ``topic`` (the regex rule of
+    docs/protocol.md "Subscribing")."""
     if _REGEX.search(pattern):
         return re.search(pattern, topic) is not None
     return pattern == topic

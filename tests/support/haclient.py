@@ -23,6 +23,6 @@ def fixed_port_server(workdir: Path, port: int | None = None, **config_kw: objec
     """A broker whose websocket listener keeps ``port`` across restarts."""
     xml = config_xml(workdir / "data", **config_kw)  # type: ignore[arg-type]
     assert _ANY_PORT in xml
-    # the admin API and the websocket listener share one address (CONFIG.md)
+    # the admin API and the websocket listener share one address (docs/configuration.md)
     xml = xml.replace(_ANY_PORT, f"<InetAddr>127.0.0.1:{port or free_port()}</InetAddr>")
     return SpoolProcess(workdir, xml)

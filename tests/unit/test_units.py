@@ -1,4 +1,4 @@
-"""Sizes and durations: the table of CONFIG.md, round-trips, and garbage refused."""
+"""Sizes and durations: the table of docs/configuration.md "General rules", round-trips, and garbage refused."""
 
 from __future__ import annotations
 

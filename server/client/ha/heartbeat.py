@@ -1,7 +1,7 @@
 """When a silent connection counts as dead (pure: times in, decisions out).
 
 ``set_heartbeat(interval, idle)`` asks the broker to send a heartbeat every ``interval``
-seconds (the logon's ``hb``, PROTOCOL.md; the broker also drops a client silent for two
+seconds (the logon's ``hb``, docs/protocol.md; the broker also drops a client silent for two
 intervals, so the client beats back at the same interval). Any frame is proof of life; a
 connection from which nothing arrived for ``idle`` seconds (default: two intervals) is
 dead, and the reconnect handler runs. The monitor looks every ``idle / 8`` seconds, so a

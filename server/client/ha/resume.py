@@ -1,7 +1,7 @@
 """Where one bookmark subscription resumes, and which redelivered messages to drop (pure).
 
 :class:`ResumeState` follows one subscription's messages by bookmark (``PUBHASH|PUBSEQ|``,
-PROTOCOL.md "Bookmarks"): each is *received* (handed to the application) and later
+docs/protocol.md "Bookmarks"): each is *received* (handed to the application) and later
 *discarded* (the application is done with it). From that it keeps:
 
 - the **recovery point**: the last message, in arrival order, such that it and every message
@@ -37,9 +37,9 @@ from bisect import bisect_right
 from collections import deque
 from typing import Any, Final
 
-#: PROTOCOL.md: replay from the start of the log.
+#: docs/protocol.md: replay from the start of the log.
 EPOCH: Final = "0"
-#: PROTOCOL.md: live messages only.
+#: docs/protocol.md: live messages only.
 NOW: Final = "0|1|"
 #: resume from the bookmark store (EPOCH when it has nothing for the subscription): a
 #: client-side name, resolved by the HA client from its store; brokers refuse it

@@ -7,9 +7,8 @@ transaction log, the instance's directories) and the variables defined at that p
 action (:class:`Scope`), so a ``{{VARIABLE}}`` no trigger or earlier module defines is an
 error at the option that uses it.
 
-Modules CONFIG.md lists whose subsystem does not exist in this version (the replication
-and queue modules) are refused with "not supported yet" naming the element, never
-accepted and ignored.
+A module whose subsystem this version does not have is refused with "not supported yet"
+naming the element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`: none now).
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ __all__ = [
     "Scope",
 ]
 
-#: Modules CONFIG.md lists whose subsystem this version does not have (none now).
+#: Modules of the AMPS model whose subsystem this version does not have (none now).
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {}
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

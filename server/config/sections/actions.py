@@ -1,4 +1,4 @@
-"""The ``<Actions>`` section: scheduled and on-demand administration (CONFIG.md, AMPS).
+"""The ``<Actions>`` section: scheduled and on-demand administration (docs/configuration.md, AMPS).
 
 Shape::
 

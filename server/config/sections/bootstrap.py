@@ -1,6 +1,6 @@
 """The ``<Bootstrap>`` section: where an empty instance copies its first state from.
 
-Shaped as CONFIG.md shows it::
+Shaped as docs/configuration.md shows it::
 
     <Bootstrap>
       <Topic><Name>orders</Name><MessageType>json</MessageType></Topic>   <!-- one or more -->

@@ -50,7 +50,7 @@ from spool.server.protocol.topic import is_regex_topic
 
 __all__ = ["QUEUE_KINDS", "read_queue"]
 
-#: the elements that declare a queue (CONFIG.md), by replication type
+#: the elements that declare a queue (docs/configuration.md), by replication type
 QUEUE_KINDS: Final = ("Queue", "LocalQueue", "GroupLocalQueue")
 
 _SPEC: Final[Spec] = {

@@ -1,6 +1,6 @@
 """The ``<Replication>`` section: the destinations this instance pushes messages to.
 
-Shaped like AMPS's (CONFIG.md; docs/replication.md has the whole model)::
+Shaped like AMPS's (docs/configuration.md; docs/replication.md has the whole model)::
 
     <Replication>
       <AckInterval>1ms</AckInterval>          <!-- optional: a destination's ack conflation -->

@@ -4,7 +4,7 @@ Each ``<Topic>`` names a topic (exact, or a regular expression by the rule of
 :mod:`spool.server.protocol.topic`), its message type (``json``), zero or more ``<Key>`` JSON
 paths, its ``<Durability>`` (``persistent`` by default, as in AMPS, or ``transient``) and an
 optional ``<Expiration>``. Queues (``<Queue>``, ``<GroupLocalQueue>``, ``<LocalQueue>``)
-belong to the same section in CONFIG.md; :mod:`spool.server.config.sections.queues` reads them.
+belong to the same section in docs/configuration.md; :mod:`spool.server.config.sections.queues` reads them.
 
 A topic may be kept by one rule only as far as the file can tell: the same ``Name`` twice
 is refused. Two rules that overlap (an exact name and a regex that also matches it) are

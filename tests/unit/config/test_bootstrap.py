@@ -1,4 +1,4 @@
-"""The <Bootstrap> section and its prerequisites (CONFIG.md; docs/bootstrap.md)."""
+"""The <Bootstrap> section and its prerequisites (docs/configuration.md; docs/bootstrap.md)."""
 
 from __future__ import annotations
 

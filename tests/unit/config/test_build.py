@@ -1,5 +1,5 @@
-"""Whole files: what loads (CONFIG.md's example, the minimal file, every optional element),
-from where, and the contradictions between sections."""
+"""Whole files: what loads (an example shaped like docs/configuration.md's, the minimal file,
+every optional element), from where, and the contradictions between sections."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ CONFIG_MD_EXAMPLE = """\
 
 
 # What the example holds for replication: the inbound transport, the floor of sync
-# destinations and (in CONFIG.md, not in the example above) the <Replication> section.
+# destinations and (not in the example above) the <Replication> section.
 REPLICATION_TRANSPORT = """\
     <Transport><Name>amps-replication</Name><Type>amps-replication</Type>
       <InetAddr>127.0.0.1:9007</InetAddr></Transport>   <!-- served at /replication -->

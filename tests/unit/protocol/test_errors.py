@@ -1,5 +1,5 @@
-"""The failure catalog matches PROTOCOL.md's reason strings exactly, one class each, plus
-the reasons Spool adds where the contract is silent (docs/protocol.md)."""
+"""The failure catalog matches the reason strings of docs/protocol.md "Failure reasons"
+exactly, one class each."""
 
 from __future__ import annotations
 
