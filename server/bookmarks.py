@@ -2,8 +2,8 @@
 
 A subscriber names where a replay starts (and, for a range, where it ends) with the ``bm``
 header (docs/protocol.md "Bookmarks"). This module turns that text into value types and back;
-it does no I/O and knows nothing about the transaction log (``server/replay.py`` resolves
-the values against the log).
+it does no I/O and knows nothing about the transaction log (``server/replay/plan.py``
+resolves the values against the log: ``plan_replay``, ``resolve_start``).
 
 Grammar (whitespace around the whole value and around list items is ignored)::
 

@@ -571,8 +571,8 @@ _SOW_WORDS = frozenset({"verify", "rebuild", "query", "-h", "--help"})
 
 
 def _expand(argv: list[str]) -> list[str]:
-    """``spool sow URL TOPIC ...`` is ``spool sow query URL TOPIC ...`` (the issue's form;
-    ``verify`` and ``rebuild`` keep their names)."""
+    """``spool sow URL TOPIC ...`` is ``spool sow query URL TOPIC ...`` (the short form a
+    query is usually typed in; ``verify`` and ``rebuild`` keep their names)."""
     if len(argv) >= 2 and argv[0] == "sow" and argv[1] not in _SOW_WORDS:
         return ["sow", "query", *argv[1:]]
     return argv

@@ -13,8 +13,8 @@ written once::
 
 Bookmarks are ``format_bookmark(pub_hash, pub_seq)`` (server/bookmarks.py, the one
 definition of the text); the run encoders below format the same text straight into bytes
-(``%d|%d|``), which ``tests/unit/test_wire.py`` checks against ``format_bookmark`` so the
-two cannot drift apart. Sans-I/O: bytes in, bytes out.
+(``%d|%d|``), which ``tests/unit/engine/test_seams.py`` checks against ``format_bookmark``
+so the two cannot drift apart. Sans-I/O: bytes in, bytes out.
 """
 
 from __future__ import annotations
