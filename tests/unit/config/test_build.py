@@ -31,6 +31,7 @@ from tests.unit.config.helpers import (
     HASH,
     MB,
     TOKEN,
+    TOKEN2,
     USERS,
     assert_refused,
     doc,
@@ -206,6 +207,18 @@ def test_config_md_example_with_its_replication_section() -> None:
             (("127.0.0.1", 9107), ("127.0.0.1", 9207)), compression="zstd"
         ),
     )
+
+
+def test_the_documented_file_loads() -> None:
+    """docs/configuration.md "A file with every section" says its file loads as it is."""
+    page = (Path(__file__).resolve().parents[3] / "docs" / "configuration.md").read_text()
+    section = page.split("\n## A file with every section\n", 1)[1]
+    xml = section.split("```xml\n", 1)[1].split("```", 1)[0]
+    cfg = parse(xml, env={"OPS_HASH": HASH, "FEED_TOKEN": TOKEN, "REPL_TOKEN": TOKEN2})
+    assert cfg.name == "spool-a" and cfg.replicates
+    assert cfg.replication is not None and [d.name for d in cfg.replication.destinations] == [
+        "spool-b"
+    ]
 
 
 def test_config_md_example_loads_without_replication(tmp_path: Path) -> None:
