@@ -342,7 +342,7 @@ export function parseFrame(bytes) {
     joined.set(bytes.subarray(starts[k], ends[k]), at);
     at += ends[k] - starts[k];
   }
-  joined[at++] = BRACKET_CLOSE;
+  joined[at] = BRACKET_CLOSE;
   let headers;
   try {
     headers = JSON.parse(decoder.decode(joined));
@@ -427,7 +427,7 @@ export function splitFrame(bytes) {
   let sidsLen = -1;
   while (pos < end) {
     let message = null;
-    let i = expect(bytes, pos, end, PREFIX_PUBLISH);
+    const i = expect(bytes, pos, end, PREFIX_PUBLISH);
     if (i >= 0) {
       const limit = Math.min(end, pos + MAX_HEADER_BYTES);
       const tEnd = plainStringEnd(bytes, i, limit);
@@ -798,7 +798,9 @@ function randomSuffix() {
 }
 
 function nextTick(ms) {
-  return new Promise((resolve) => setTimeout(resolve, ms));
+  return new Promise((resolve) => {
+    setTimeout(resolve, ms);
+  });
 }
 
 /**
@@ -1391,11 +1393,11 @@ export class SpoolClient {
       // the snapshot's records carry the qid (here the sub id), not `sids`
       this._queries.set(subId, {
         onRecord: (message) => this._deliverTo(sub, message),
-        onGroup: (header) => {
-          if (header.c !== "group_end") return;
+        onGroup: (group) => {
+          if (group.c !== "group_end") return;
           this._queries.delete(subId);
           try {
-            opts.onSnapshot?.(header);
+            opts.onSnapshot?.(group);
           } catch (exc) {
             this._emit("error", exc);
           }

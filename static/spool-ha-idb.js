@@ -122,7 +122,9 @@ export class WriteBehind {
 
   write(op) {
     this._ops.push(op);
-    const done = new Promise((resolve, reject) => this._waiters.push({ resolve, reject }));
+    const done = new Promise((resolve, reject) => {
+      this._waiters.push({ resolve, reject });
+    });
     if (!this._scheduled) {
       this._scheduled = true;
       this._last.then(() => this._commit());

@@ -670,7 +670,9 @@ export class HAClient {
     }
     while (store.capacity !== null && store.unpersistedCount() >= store.capacity) {
       // back-pressure: the broker confirms what the store holds (or the client closes)
-      await new Promise((resolve, reject) => this._roomWaiters.push({ resolve, reject }));
+      await new Promise((resolve, reject) => {
+        this._roomWaiters.push({ resolve, reject });
+      });
       if (this._closed) throw new SpoolError("closed", "the HA client was closed");
     }
     const entry = {

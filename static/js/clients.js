@@ -54,7 +54,7 @@ const rows = new KeyedTable(table.tBodies[0], {
   key: (c) => c.name,
   columns: CELLS.length + 1,
   empty: "No client is connected.",
-  create: (c) => {
+  create: () => {
     const tr = el("tr");
     for (const field of CELLS) {
       tr.append(el("td", { className: NUMERIC.has(field) ? "num" : field === "name" ? "mono" : "",

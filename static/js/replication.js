@@ -83,7 +83,7 @@ const destinations = new KeyedTable($id("destinations-table").tBodies[0], {
   key: (d) => d.name,
   columns: DEST_CELLS.length + 1,
   empty: "This instance has no destination.",
-  create: (d) => {
+  create: () => {
     const tr = el("tr", { className: "clickable" });
     for (const field of DEST_CELLS) {
       const num = ["acked", "behind", "rate", "disconnects"].includes(field);

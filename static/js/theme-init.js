@@ -2,11 +2,11 @@
 // light-theme user never sees a dark flash). Kept out of the HTML so a strict
 // Content-Security-Policy (script-src 'self') works.
 (function () {
-  var theme = "dark";
+  let theme = "dark";
   try {
-    var saved = window.localStorage.getItem("spool.theme");
+    const saved = window.localStorage.getItem("spool.theme");
     if (saved === "light" || saved === "dark") theme = saved;
-  } catch (e) {
+  } catch {
     /* storage disabled: keep the default */
   }
   document.documentElement.setAttribute("data-theme", theme);
