@@ -89,12 +89,14 @@ dist: install
 	@ls dist
 
 # The JavaScript client modules (static/spool-*.js, the npm package spool-broker-client)
-# are type-checked from their JSDoc by the TypeScript compiler (tests/js/tsconfig.json).
+# are type-checked from their JSDoc by the TypeScript compiler (tests/js/tsconfig.json);
+# ESLint checks all of static/ (tests/js/eslint.config.js).
 lint: $(STAMP) $(NODE_STAMP) devpath
 	$(VENV)/bin/ruff check server web tests migrations
 	$(VENV)/bin/ruff format --check server web tests migrations
 	$(VENV)/bin/lint-imports
 	node_modules/.bin/tsc --checkJs --noEmit -p tests/js/tsconfig.json
+	node_modules/.bin/eslint --config tests/js/eslint.config.js static
 
 typecheck: $(STAMP) devpath
 	$(VENV)/bin/mypy
