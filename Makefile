@@ -9,7 +9,7 @@ DEVPATH := .devpath
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 
-.PHONY: install devpath dist nftables run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
+.PHONY: install devpath hooks dist nftables run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP) devpath
 
@@ -88,6 +88,20 @@ dist: install
 	rm -rf build
 	@ls dist
 
+# The first commit under the commit rule (CONTRIBUTING.md "Commits"): `make lint` checks the
+# message of every commit after it. The history before it is not rewritten.
+COMMIT_RULE_BASE := 1ec2aca53bda7a49b5a72fb9b5438e9aa7003d4a
+
+# The commit-msg hook runs the same check on each new message. `git rev-parse --git-path
+# hooks` is the hooks folder every worktree of the repository shares; the hook runs the
+# checker of the checkout it commits in (standard library only: any python3).
+hooks:
+	@hooks=$$(git rev-parse --git-path hooks) && mkdir -p "$$hooks" && \
+	printf '%s\n' '#!/bin/sh' '# Installed by `make hooks`: the commit rule of CONTRIBUTING.md.' \
+	  '[ -f tests/tools/commitmsg.py ] || exit 0' \
+	  'exec python3 -m tests.tools.commitmsg --file "$$1"' > "$$hooks/commit-msg" && \
+	chmod +x "$$hooks/commit-msg" && echo "installed $$hooks/commit-msg"
+
 # The JavaScript client modules (static/spool-*.js, the npm package spool-broker-client)
 # are type-checked from their JSDoc by the TypeScript compiler (tests/js/tsconfig.json);
 # ESLint checks all of static/ (tests/js/eslint.config.js).
@@ -97,6 +111,7 @@ lint: $(STAMP) $(NODE_STAMP) devpath
 	$(VENV)/bin/lint-imports
 	node_modules/.bin/tsc --checkJs --noEmit -p tests/js/tsconfig.json
 	node_modules/.bin/eslint --config tests/js/eslint.config.js static
+	$(PY) -m tests.tools.commitmsg --range $(COMMIT_RULE_BASE)..HEAD
 
 typecheck: $(STAMP) devpath
 	$(VENV)/bin/mypy
