@@ -1,10 +1,10 @@
 """One instance per data directory: an exclusive lock held for the life of the process.
 
-Two ``spool serve`` processes on the same data directory both appended to the same
-journals and both acknowledged publishes; after a restart half of what they acknowledged
-was gone. Like Kafka's ``.lock`` in each log directory and PostgreSQL's
-``postmaster.pid``, an instance now takes an exclusive lock before it touches any file,
-and a second process refuses to start, naming the holder.
+Two ``spool serve`` processes on the same data directory would both append to the same
+journals and both acknowledge publishes; after a restart half of what they acknowledged
+would be gone. Like Kafka's ``.lock`` in each log directory and PostgreSQL's
+``postmaster.pid``, an instance takes an exclusive lock before it touches any file, and a
+second process refuses to start, naming the holder.
 
 The lock is ``flock(LOCK_EX | LOCK_NB)`` on a small file: advisory, exclusive per open
 file description (a second open of the same file in the same process conflicts too, unlike

@@ -155,17 +155,17 @@ def tune_gc() -> None:
     A replay or a publish burst allocates container objects by the million (header
     tuples, batch lists), nearly all freed by reference counting, never by the cycle
     collector. With CPython's default threshold the collector runs every 700
-    allocations and re-examines what is alive, measured at up to half the cost of
-    decoding a replay batch. Everything alive after start-up (modules, config, app) is
+    allocations and re-examines what is alive, which can cost as much as decoding a
+    replay batch. Everything alive after start-up (modules, config, app) is
     moved out of the collector's sight (``gc.freeze``), and young collections run every
     10,000 allocations: each pause stays in the low milliseconds, garbage cycles are
     still collected.
 
     A queue's messages live from their publish to their ack: long enough to survive a
     young collection, rarely long enough to outlive the next middle one. With CPython's
-    10 young collections per middle one, each survivor was examined once more there
-    and promoted, and full collections followed the promotions (a replicated queue
-    broker: 4 % of its CPU in middle and full collections). With 1,000 most survivors
+    10 young collections per middle one, each survivor would be examined once more there
+    and promoted, and full collections would follow the promotions (a steady cost on a
+    replicated queue broker). With 1,000 most survivors
     are acked, and freed by reference counting, before a middle collection comes;
     cyclic garbage that outlives a young collection waits longer (about 10 million
     allocations) to be collected.

@@ -15,7 +15,7 @@ from, and whom to tell that the connection ended. Its tasks are the connection's
 :class:`Transport` is the small protocol the client depends on, so a test double or
 another transport (TLS options, a different library) fits; :class:`WebSocketTransport`
 implements it with the ``websockets`` library, permessage-deflate off (it costs 40-60% of
-the throughput on loopback, see the toolchain notes) and the library's own keepalive pings
+the throughput on loopback; docs/configuration.md, ``PerMessageDeflate``) and the library's own keepalive pings
 off (Spool has protocol heartbeats).
 """
 

@@ -186,8 +186,8 @@ class Removal(NamedTuple):
 #: of that length is ~2 ms, the ready set's minimum over 1,000,000 messages ~15 ms)
 _WAITING_WALK: Final = 65_536
 
-#: ``Delivery`` / ``Removal`` built from a tuple without the generated ``__new__`` (a
-#: Python-level function call per message: 3 % of a queue broker's thread)
+#: ``Delivery`` / ``Removal`` built from a tuple without the generated ``__new__`` (which
+#: is a Python-level function call per message, on the delivery hot path)
 _make = tuple.__new__
 
 
@@ -217,7 +217,7 @@ class QueueMachine:
         self._messages: dict[int, Message] = {}
         #: seqs in log order, the ones gone dropped lazily from the left: the oldest
         #: message in O(1) amortised (``next(iter(dict))`` walks every deleted slot at the
-        #: front of a dict that is consumed first-in first-out: measured 5 % of a run)
+        #: front of a dict that is consumed first-in first-out, so it grows with the queue)
         self._order: deque[int] = deque()
         self._by_bookmark: dict[str, Message] = {}
         #: ready messages: (-priority, seq) (a RunHeap: made ready in log order, they
@@ -347,7 +347,7 @@ class QueueMachine:
 
     def add_many(self, messages: Iterable[Message], gated: bool = False) -> None:
         """:meth:`add` for each of ``messages`` in turn (a run of publishes enters in one
-        call: the per-message lookups of ``add`` were 7 % of a queue broker's thread).
+        call: the attribute lookups ``add`` would repeat per message are done once).
 
         ``gated``: the messages are likely owned by another instance (replicated here):
         the :attr:`gate` is asked now and the ones it holds back are parked at once,
@@ -637,8 +637,8 @@ class QueueMachine:
             free = sum(c.room for c in self._consumers if c.room > 0)
         # proportional fairness among consumers without a filter (the usual case): the
         # candidates and their weights (free backlog) are kept here as leases are taken
-        # instead of being rebuilt from every consumer at every message (_choose was 12 %
-        # of a queue broker's thread); the same picks as _choose for the same numbers
+        # instead of being rebuilt from every consumer at every message (O(consumers) per
+        # message in _choose); the same picks as _choose for the same numbers
         weighed: list[Consumer] | None = None
         weights: list[int] = []
         if (
@@ -725,7 +725,7 @@ class QueueMachine:
                 return None
             if len(candidates) == 1:
                 return candidates[0]
-            # a weighted pick without random.choices' per-call setup (8 % of a run)
+            # a weighted pick without random.choices' per-call setup (paid per message)
             point = self._rng.random() * sum(weights)
             for c, w in zip(candidates, weights, strict=True):
                 point -= w

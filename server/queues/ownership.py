@@ -5,7 +5,7 @@ records in, the delivery gate) and server/queues/transfers.py (requests from the
 link state, proxied transfer); tests/unit/queues/test_ownership.py runs several of them
 over a fake link.
 
-The rules (the public AMPS model of replicated queues, issue 17; docs/queues.md):
+The rules (the public AMPS model of replicated queues; docs/queues.md):
 
 - every message has exactly one **owner**: the instance where it was published, or the
   queue's ``InitialOwner``; only the owner delivers it. A message published on two
@@ -88,8 +88,8 @@ Costs: the request pass of the 50 ms timer is O(messages due) (a heap of candida
 arrival, owners that are offline parked per owner); owners and owned counts are kept as
 counts per owner; hand-backs cost what they move; a proxied takeover (an owner found
 offline with proxied transfer on, an operator's action) walks this copy's messages once
-to find that owner's (a set of bookmarks per owner, kept for it, cost every message two
-set operations: 3 % of a replicated queue broker's thread).
+to find that owner's (rather than keeping a set of bookmarks per owner for it, which
+would cost every message two set operations on the hot path).
 """
 
 from __future__ import annotations
@@ -278,8 +278,8 @@ class Ownership:
     _owned_by: dict[str, int] = field(default_factory=dict)
     _offline: set[str] = field(default_factory=set)
     #: candidates for requests: (waiting since, token, bookmark), the oldest first (a
-    #: RunHeap: messages arrive in time order, so almost every push and pop is O(1); a
-    #: binary heap's were 4 % of a replicated queue broker's thread)
+    #: RunHeap: messages arrive in time order, so almost every push and pop is O(1),
+    #: where a binary heap's are O(log n) on every message)
     _due: RunHeap[tuple[int, int, str]] = field(default_factory=RunHeap)
     _tokens: int = 0
     #: candidates whose owner was offline when they came due, per owner

@@ -8,8 +8,8 @@ Why the fast paths: the common batch is every record of a stretch of the log, of
 topic and publisher, without paths (a destination of publishers connected here). Its
 runs are found with two ``set()`` calls instead of a comparison per record, and a run of
 consecutive records takes its columns as slices of the batch's columns instead of one
-Python-level index per record and column (measured on a sync pair: the source's CPU per
-replicated message; docs/performance.md).
+Python-level index per record and column (this packing is much of the source's CPU per
+replicated message on a sync pair; docs/performance.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 :func:`load_server_pair` reads and checks a certificate chain, its private key and
 optionally a CA bundle, and returns a ready :class:`ssl.SSLContext` with the facts of the
 leaf certificate. :func:`load_dial_context` is the other end: the context a replication
-link dials its destination's listener with (issue 15). Both are called by the
+link dials its destination's listener with. Both are called by the
 configuration loader (so a bad file is a configuration error at its element); the
 listener's also on every reload, in a worker thread (they read files).
 

@@ -52,12 +52,12 @@ class RecordBatch(Sequence[Record]):
     The per-record facts replay needs are kept as columns of plain ints (time, publisher
     id, publisher sequence) rather than one header tuple per record: ints and bytes are
     not tracked by the cycle collector, tuples are, and a replay that allocates millions
-    of tracked objects pays for collector passes over them (measured: up to half the
-    decode time). Of a record with a path, correlation id or SOW key the batch keeps
+    of tracked objects pays for collector passes over them (which can cost as much as the
+    decoding itself). Of a record with a path, correlation id or SOW key the batch keeps
     those three fields (:data:`~spool.server.txlog.codec.Special`): a replicating instance reads
     every record that came from elsewhere (each has a path) back only to route it, and
-    building each one's :class:`Record` for that was 13 % of its pump. Every record is
-    built on demand from the buffer.
+    building each one's :class:`Record` for that would be a large share of its pump.
+    Every record is built on demand from the buffer.
 
     Attributes:
         topics: the records' topics.

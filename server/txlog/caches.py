@@ -198,7 +198,7 @@ class CacheWriter:
         for j in created:
             self._new_index(j.base, done)
         # One write per journal, not one per entry: a batch of small records closes many
-        # blocks (a syscall each was ~10 % of a 1 KB persisted publish's broker samples).
+        # blocks, and a syscall each would weigh on every small persisted publish.
         entries: dict[int, list[bytes]] = {}
         for j, entry in batch.index_entries:
             entries.setdefault(j.base, []).append(entry)

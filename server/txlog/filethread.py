@@ -3,10 +3,10 @@
 The group commit hands its batch to a thread every ``FlushInterval`` (1 ms by default)
 and the cache writer its index entries after each commit. ``asyncio.to_thread`` costs a
 context copy, an executor submit (locks, a semaphore, a work item), two chained futures
-and the wake-ups, for each of those: measured here at ~85 us of CPU per call against
-~38 us for a job put on one thread's queue and resolved with ``call_soon_threadsafe``.
-At a thousand commits a second that difference was several percent of a core on every
-instance, paid per commit whatever the message rate (docs/performance.md, issue 15).
+and the wake-ups, for each of those: about twice the CPU of a job put on one thread's
+queue and resolved with ``call_soon_threadsafe``. At a thousand commits a second that
+difference is a visible share of a core on every instance, paid per commit whatever the
+message rate (docs/performance.md).
 
 :class:`FileThread` runs jobs in submission order on one thread (so the files it owns
 need no lock). The thread starts on the first job and ends after :data:`IDLE_EXIT`
