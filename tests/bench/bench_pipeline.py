@@ -1,4 +1,4 @@
-"""Benchmarks of the Spark pipeline (issue 13): the source, grep and stats over a log.
+"""Benchmarks of the Spark pipeline: the source, grep and stats over a log.
 
 A log of 2,000,000 records of 100-byte JSON bodies over 4
 topics and 3 publishers is written with the transaction log itself (64 MB journals, their

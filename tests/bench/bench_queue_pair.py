@@ -1,4 +1,4 @@
-"""Benchmark of a replicated queue's own work per message on two instances (issue 17).
+"""Benchmark of a replicated queue's own work per message on two instances.
 
 ``spool.queue.replicated.4consumers.100B`` is bound by the CPU of its two brokers on this
 two-core machine, and about a third of each broker's thread is the queue itself: every

@@ -7,7 +7,7 @@ first send to the reader's disconnect is divided by the megabytes sent. Two serv
 the same frames, taken in turn (ABBA, so a drift of the machine's load falls on both):
 
 - ``uvicorn``: uvicorn's websockets protocol, the pieces joined and sent with
-  ``websocket.send`` (the path before issue 14's change);
+  ``websocket.send`` (the stock path);
 - ``direct``: :class:`~spool.web.wsdirect.DirectWebSocketProtocol`, the pieces written after
   the header without joining them.
 

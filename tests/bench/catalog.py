@@ -5,9 +5,8 @@ parameters in the JSON), so a history of runs can be compared by name. A scenari
 to a *family*: the family runner starts what the scenarios share (one broker, one Redis)
 and measures each selected scenario in turn.
 
-Targets come from the issues that own the features (issue 2: delivery and batching,
-issue 4: persisted publish, issue 5: replay, issue 7: this suite, issue 21: TLS within
-0.8x of plain text); they are reported, never asserted: benchmarks are not tests.
+Targets are the goals each feature was built to (delivery and batching, persisted
+publish, replay, TLS within 0.8x of plain text). They are reported, never asserted: benchmarks are not tests.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ BODY_SIZES: Final[dict[str, int]] = {"100B": 100, "1KB": 1024}
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A goal for one metric, e.g. ``msgs_per_s >= 100000`` (issue 4)."""
+    """A goal for one metric, e.g. ``msgs_per_s >= 100000``."""
 
     metric: str
     op: Op
@@ -75,8 +74,8 @@ class Comparison:
     """A Spool scenario against a peer scenario on one metric (ratio Spool / peer).
 
     With ``goal`` the ratio is checked against ``goal_ratio`` (1.0: Spool at or above the
-    peer; 0.8: TLS within 20% of the plain figure, issue 21; 0.6: replicated publish
-    against the unreplicated one, issue 15).
+    peer; 0.8: TLS within 20% of the plain figure; 0.6: replicated publish against the
+    unreplicated one).
 
     ``peer_metric`` names the peer's metric when it differs from ``metric``: a scenario
     that measures both sides itself (the paired TLS replay) is its own peer.
@@ -487,7 +486,7 @@ def _peer_specs() -> list[ScenarioSpec]:
 
 
 def _sow_specs() -> list[ScenarioSpec]:
-    """The SOW scenarios (issue 12; measured by tests/bench/sow_family.py)."""
+    """The SOW scenarios (measured by tests/bench/sow_family.py)."""
     return [
         ScenarioSpec(
             "spool.sow.update.100k_keys.100B",
@@ -521,7 +520,7 @@ def _sow_specs() -> list[ScenarioSpec]:
 
 
 def _ha_specs() -> list[ScenarioSpec]:
-    """The HA client scenarios (issue 16; measured by tests/bench/ha_family.py)."""
+    """The HA client scenarios (measured by tests/bench/ha_family.py)."""
     return [
         *(
             ScenarioSpec(
@@ -547,7 +546,7 @@ def _ha_specs() -> list[ScenarioSpec]:
 
 
 def _queue_specs() -> list[ScenarioSpec]:
-    """The queue scenario (issue 17; measured by tests/bench/queue_family.py)."""
+    """The queue scenario (measured by tests/bench/queue_family.py)."""
     return [
         ScenarioSpec(
             "spool.queue.4consumers.100B",
@@ -567,7 +566,7 @@ def _queue_specs() -> list[ScenarioSpec]:
             "consumers and a publisher (half the messages) on each; each message received once",
             {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
             ("msgs_per_s", "publish_msgs_per_s"),
-            # issue 17 asks for "the same with two replicated instances": the same target
+            # the same with two replicated instances: the same target
             (Target("msgs_per_s", ">=", 50_000, "issue 17"),),
         ),
         ScenarioSpec(

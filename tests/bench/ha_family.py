@@ -1,4 +1,4 @@
-"""The HA client scenarios (issue 16): what the stores cost.
+"""The HA client scenarios: what the stores cost.
 
 - ``spool.ha.publish.{memory,file}_store.100B``: one ``HAClient`` publishes through its
   publish store, ``publish_many`` batches of 100, at most 10,000 unpersisted (every

@@ -4,8 +4,8 @@ A ratio between two scenarios measured minutes apart on the shared two-core mach
 divides two different loads: the load of other work drifts by more than the difference
 being measured in that time. A paired run measures both sides under the same load: two
 measurements of each, in the order :func:`pair_order` gives (A, B, B, A, then B, A, A, B,
-and so on), each side's two combined (:func:`combined`). The TLS replay (issue 21) and
-the replicated publish (issue 15) families run their goal ratios this way.
+and so on), each side's two combined (:func:`combined`). The TLS replay and the
+replicated publish families run their goal ratios this way.
 """
 
 from __future__ import annotations

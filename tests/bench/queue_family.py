@@ -1,4 +1,4 @@
-"""The queue scenario (issue 17): publish + consume + ack through one queue with four
+"""The queue scenario: publish + consume + ack through one queue with four
 consumers.
 
 One broker has the queue ``bench-q`` over the recorded topic ``bench/q/in``

@@ -9,7 +9,7 @@ downgraded over REST (``POST /api/replication/b/downgrade``), sync with it upgra
 (the upgrade completes once B has caught up). Both are **paired** with the unreplicated
 instance (tests/bench/pairing.py): each run publishes twice to A and twice to the
 unreplicated instance, ABBA, and ``vs_unreplicated`` is the ratio of the two rates of that
-run, the goal ratio of issue 15 (>= 0.6x for sync). The lag scenario paces a publisher on A at
+run, checked against its goal ratio (>= 0.6x for sync). The lag scenario paces a publisher on A at
 10,000 msgs/s and measures publish-to-delivery at a live subscriber on B: the local
 fsync at A, the push, B's record and fan-out. The bootstrap scenario starts a fresh, empty
 instance with ``<Bootstrap>`` from A per run and measures the copy of A's whole log (what

@@ -1,4 +1,4 @@
-"""The SOW scenarios (issue 12): updates into a SOW topic of 100,000 keys, a full query
+"""The SOW scenarios: updates into a SOW topic of 100,000 keys, a full query
 of 100,000 records, and the snapshot of a ``sow_and_subscribe`` of 100,000 records.
 
 One broker keeps every ``bench/sow/...`` topic in a persistent SOW keyed by ``/id`` and

@@ -1,4 +1,4 @@
-"""The TLS scenarios (issue 21): persisted publish and replay from EPOCH over ``wss://``.
+"""The TLS scenarios: persisted publish and replay from EPOCH over ``wss://``.
 
 The brokers serve a certificate of a throwaway CA made for the run; the clients verify it
 (the same lean workers as the plain families, given the CA file).
@@ -15,10 +15,10 @@ The brokers serve a certificate of a throwaway CA made for the run; the clients 
   included) and of the subscriber process, and ``cpu_vs_plain`` the ratio of the two
   sides' total CPU per message (plain over TLS).
 
-Why paired: the ratio used to divide the TLS replay by the replay family's figure,
-measured minutes earlier. On the shared two-core machine the load of other work drifts by
-more than TLS costs in that time (the stored runs had spreads of 34-48 % and ratios from
-0.61x to 0.88x); runs back to back under the same load, alternating which goes first,
+Why paired: dividing the TLS replay by the replay family's figure, measured minutes
+earlier, compares different loads. On a shared two-core machine the load of other work
+drifts by more than TLS costs in that time (unpaired runs spread by a third or more);
+runs back to back under the same load, alternating which goes first,
 compare like with like. CPU per message is printed because on a loaded machine it is the
 steadier figure (docs/performance.md).
 """
@@ -39,7 +39,7 @@ from tests.support.server import SpoolProcess
 
 def run_tls(suite: Suite, specs: Sequence[ScenarioSpec]) -> None:
     """Persisted publish and replay over wss:// against fresh TLS brokers (goal >= 0.8x
-    the plain figures, issue 21).
+    the plain figures).
 
     Each half gets its own fresh broker, as the plain families do: replay from EPOCH reads
     the whole log, so on the publish scenarios' broker it also scanned their millions of

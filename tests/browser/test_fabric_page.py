@@ -1,4 +1,4 @@
-"""The fabric page against three real instances A -> B -> C (issue 19 acceptance): the
+"""The fabric page against three real instances A -> B -> C: the
 page on A merges the three instances' /api/fabric (B and C are other origins that allow
 A's), draws three nodes and their links, a downgrade clicked on A -> B reaches A's REST
 state and the page, and killing C turns its node and links "down" within two refresh

@@ -1,4 +1,4 @@
-"""Issue 4 acceptance: every acked message survives SIGKILL, exactly once, in order.
+"""Every acked message survives SIGKILL, exactly once, in order.
 
 A publisher requests persisted acks for 200,000 messages while the broker process is
 killed with SIGKILL at random moments (seeded) at least five times. After each restart the

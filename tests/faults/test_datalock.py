@@ -1,7 +1,7 @@
-"""One instance per data directory, with real processes (issue 20, part 2).
+"""One instance per data directory, with real processes.
 
-Two ``spool serve`` on one data directory both ran and both acknowledged publishes; half
-of what they acknowledged was lost at the next restart. Now the second refuses to start,
+Two ``spool serve`` on one data directory would both run and both acknowledge publishes;
+half of what they acknowledged would be lost at the next restart. The second refuses to start,
 naming the holder's pid and address; the kernel releases the lock of a SIGKILLed holder,
 so the next start succeeds; ``spool journal`` reads a running broker's journals without
 the lock.

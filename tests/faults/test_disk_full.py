@@ -1,4 +1,4 @@
-"""A full disk and a failing disk are survived, with real processes (issue 20, part 1).
+"""A full disk and a failing disk are survived, with real processes.
 
 The journal lives on a small tmpfs (``mount -t tmpfs -o size=...``, which fails with
 ``ENOSPC`` at exactly its size; root only, as CI runs), or the broker runs under
@@ -181,7 +181,7 @@ async def _replay_all(proc: SpoolProcess) -> int:
 def test_a_broker_starts_on_a_disk_without_room_for_its_preallocated_journals(
     tmp_path: Path,
 ) -> None:
-    """It used to exit with code 3 at start-up: 2 x 64 MB of preallocation did not fit."""
+    """Start-up must not exit (code 3) when 2 x 64 MB of preallocation do not fit."""
     disk = tmp_path / "disk"
     with tmpfs(disk, "8m"):
         fill(disk, leave=4 << 20)

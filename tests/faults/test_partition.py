@@ -1,5 +1,5 @@
-"""A network partition between two replicating instances heals with no loss (issue 15
-acceptance; network namespaces, so root only - CI runs as root).
+"""A network partition between two replicating instances heals with no loss (network
+namespaces, so root only - CI runs as root).
 
 Topology: instance A in the root namespace on 10.200.N.1, instance B in its own namespace
 on 10.200.N.2, joined by a veth pair; both bind a non-loopback address, so both have users

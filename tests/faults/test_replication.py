@@ -1,4 +1,4 @@
-"""Replication under failures (issue 15 acceptance): SIGKILL of either side of a sync pair
+"""Replication under failures: SIGKILL of either side of a sync pair
 mid-stream, and a client failing over from a killed instance to its replica.
 
 The partition test (network namespaces, root only) is tests/faults/test_partition.py.

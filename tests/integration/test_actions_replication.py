@@ -1,5 +1,5 @@
-"""The replication modules of actions between real `spool serve` processes (issue 18
-acceptance): a scheduled downgrade releases the persisted acks a down sync destination
+"""The replication modules of actions between real `spool serve` processes: a
+scheduled downgrade releases the persisted acks a down sync destination
 holds once it has been behind longer than ``Age``, and the scheduled upgrade makes it
 sync again after it came back and caught up. Publishes go through the Python client;
 the state is read from the admin API (``/api/replication``, ``/api/actions/NAME``).

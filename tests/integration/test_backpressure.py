@@ -1,4 +1,4 @@
-"""Issue 20, part 3, against real processes: a burst does not cut a subscriber that keeps
+"""Back-pressure against real processes: a burst does not cut a subscriber that keeps
 reading; a subscriber that stops reading is disconnected after ``SlowClientTimeout``.
 
 The reader runs in its own process (tests/support/steady_reader.py) with a small socket

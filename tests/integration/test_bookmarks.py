@@ -1,4 +1,4 @@
-"""Issue 5 acceptance: bookmark subscriptions against a real broker process."""
+"""Bookmark subscriptions against a real broker process."""
 
 from __future__ import annotations
 

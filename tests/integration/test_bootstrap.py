@@ -1,4 +1,4 @@
-"""Bootstrap between real `spool serve` processes on loopback (issue 19 acceptance).
+"""Bootstrap between real `spool serve` processes on loopback.
 
 An empty instance with ``<Bootstrap>`` copies the log and SOW of its source before it
 serves; a SIGKILL mid-copy and a restart resume it; two empty instances configured to

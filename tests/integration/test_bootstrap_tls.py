@@ -1,4 +1,4 @@
-"""Bootstrap over TLS between real `spool serve` processes (issue 19).
+"""Bootstrap over TLS between real `spool serve` processes.
 
 The source ``a`` serves its ``amps-replication`` transport (the shared listener) with a
 certificate from a throwaway CA. ``b``, empty, bootstraps from it with ``<TLS>true</TLS>``

@@ -1,9 +1,9 @@
 """The Python client cuts what it queued into frames the broker accepts.
 
-Regression: an application that calls ``publish_many`` in a loop without awaiting queued
+An application that calls ``publish_many`` in a loop without awaiting must not queue
 everything into one frame (21 MB for twenty batches of 1,000 x 1 KB), past the broker's
-16 MiB message limit, and the broker closed the connection ("frame with 21128894 bytes
-exceeds limit"). The client now sends frames of at most 1 MiB.
+16 MiB message limit: the broker would close the connection ("frame with 21128894 bytes
+exceeds limit"). The client sends frames of at most 1 MiB.
 """
 
 from __future__ import annotations

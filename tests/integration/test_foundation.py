@@ -1,4 +1,4 @@
-"""Issue 2 acceptance: pub/sub over websockets against a real `spool serve` process."""
+"""Pub/sub over websockets against a real `spool serve` process."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ def test_an_idle_socket_is_closed_at_the_logon_deadline(
 def test_one_peer_failing_its_logons_spares_the_users_of_its_address(
     server: SpoolProcess,
 ) -> None:
-    """A program with wrong credentials on 127.0.0.1 used to lock every user there out."""
+    """A program with wrong credentials on 127.0.0.1 does not lock every user there out."""
 
     async def scenario() -> None:
         for i in range(12):

@@ -1,5 +1,5 @@
-"""Replicated queues between two real ``spool serve`` processes on loopback (issue 17
-acceptance): consumers on both, each message processed once; the owner SIGKILLed, proxied
+"""Replicated queues between two real ``spool serve`` processes on loopback:
+consumers on both, each message processed once; the owner SIGKILLed, proxied
 transfer enabled on the survivor over REST, the stuck messages delivered (with the
 documented duplicate risk shown); the owner back: what the survivor took and has not out
 is handed back at once, what its consumer holds when that lease ends, proxied transfer

@@ -146,8 +146,8 @@ class SoakResult:
         ]
         cut = {k: v for k, v in self.broker_counters.items() if k.startswith("disconnects/slow")}
         if any(cut.values()):
-            # the slow reader keeps reading: issue 20 part 3 says it should be spilled, not
-            # cut; the oracle still holds (it resumes), so this is reported, not failed
+            # the slow reader keeps reading: back-pressure should spill it to the log, not
+            # cut it; the oracle still holds (it resumes), so this is reported, not failed
             rows.append(f"WARN  slow-client disconnects of a reader that keeps reading: {cut}")
         for c in self.verdict.checks:
             rows.append(f"{'PASS' if c.ok else 'FAIL'}  {c.name}: {c.detail}")

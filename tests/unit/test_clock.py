@@ -77,9 +77,9 @@ def test_ready_callbacks_sees_a_call_from_another_thread() -> None:
 
 
 def test_ready_callbacks_while_other_threads_add_callbacks() -> None:
-    """Regression: counting iterated the live deque in Python while worker threads (the
-    end of every ``asyncio.to_thread``) appended to it: "deque mutated during iteration"
-    broke a virtual-clock advance during journal work in threads."""
+    """Counting must not iterate the live deque in Python while worker threads (the end
+    of every ``asyncio.to_thread``) append to it: "deque mutated during iteration" would
+    break a virtual-clock advance during journal work in threads."""
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()

@@ -233,8 +233,8 @@ async def _raw_server(answer: bytes) -> tuple[asyncio.Server, int]:
 async def test_a_connection_lost_during_the_handshake_is_handshake_failed(
     transport_class: type[StreamTransport | WebSocketTransport],
 ) -> None:
-    """Regression: a broker killed while answering the upgrade surfaced websockets'
-    ``InvalidMessage``, which a reconnect loop catching ``Disconnected`` let through."""
+    """A broker killed while answering the upgrade must not surface websockets'
+    ``InvalidMessage``, which a reconnect loop catching ``Disconnected`` would let through."""
     server, port = await _raw_server(b"")
     async with server:
         try:

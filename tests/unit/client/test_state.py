@@ -623,9 +623,9 @@ def test_the_one_subscription_fast_path_gives_the_general_events(
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=MAX_FRAME_BYTES + 10), min_size=1, max_size=12))
 def test_frames_out_stay_under_the_limit_unless_one_message_is_larger(sizes: list[int]) -> None:
-    """Regression: publishing faster than the socket drains queued everything into one
-    frame (21 MB from twenty ``publish_many`` of 1,000 x 1 KB), past the broker's 16 MiB
-    message limit, and the broker closed the connection."""
+    """Publishing faster than the socket drains must not queue everything into one frame
+    (21 MB from twenty ``publish_many`` of 1,000 x 1 KB), past the broker's 16 MiB
+    message limit: the broker would close the connection."""
     state: SessionState[str] = SessionState("p")
     for n in sizes:
         state.publish("t", b"x" * n)

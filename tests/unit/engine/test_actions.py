@@ -450,8 +450,8 @@ async def _disk_scenario(tmp_path: Path, small: Path) -> None:
 
 @scenario
 async def test_the_broker_publishes_where_no_user_may(tmp_path: Path) -> None:
-    """Regression: with <Users>, the pipeline checked the broker's own publish against the
-    entitlements of "no user" and refused it (not entitled). The broker is trusted."""
+    """With <Users>, the broker's own publish is not checked against the entitlements of
+    "no user" (which would refuse it): the broker is trusted."""
     users = "<User><Name>feed</Name><Token>feed-token-0123456789</Token><Read>.*</Read></User>"
     async with harness(tmp_path, ANNOUNCE, users=users) as h:
         record = await run_now(h, "announce", who="alice")

@@ -1,4 +1,4 @@
-"""Back-pressure as engine scenarios on the virtual clock (issue 20, part 3).
+"""Back-pressure as engine scenarios on the virtual clock.
 
 A burst a live subscriber cannot take at once spills its subscription to a catch-up read of
 the log and back, with every message delivered once and in order; what cannot be read back

@@ -372,8 +372,8 @@ async def test_at_most_once_holds_a_consumer_whose_connection_is_full(tmp_path: 
 async def test_replacing_a_queue_subscription_by_a_plain_one_ends_its_leases(
     tmp_path: Path,
 ) -> None:
-    """Regression: a queue subscription replaced by a subscription to another topic kept
-    its consumer, so queue messages kept coming under the new subscription's id."""
+    """A queue subscription replaced by a subscription to another topic drops its
+    consumer, so no queue message comes under the new subscription's id."""
     async with harness(tmp_path, queue_xml()) as h:
         p = await h.logon("pub")
         a, b = await h.logon("a"), await h.logon("b")

@@ -321,8 +321,8 @@ TestQueueModel.settings = settings(max_examples=150, stateful_step_count=40)
 
 
 def test_a_leased_message_past_its_expiration_is_not_due_until_its_lease_ends() -> None:
-    """Regression: the deadline of a leased, expired message stayed at the top of the
-    heap, so next_deadline_us() kept answering a past time and the service's timer spun."""
+    """The deadline of a leased, expired message must not stay at the top of the heap:
+    next_deadline_us() would keep answering a past time and the service's timer spin."""
     q = machine(expiration_us=10 * S, lease_period_us=30 * S)
     a = Consumer("a", 1)
     q.subscribe(a)
@@ -345,8 +345,8 @@ def test_a_message_back_from_its_lease_keeps_its_expiration() -> None:
 
 
 def test_at_most_once_skips_a_held_consumer() -> None:
-    """Regression: at-most-once ignored the backlog entirely, so a consumer the service
-    held (backlog 0: its connection was full) still got every message."""
+    """At-most-once respects the backlog too: a consumer the service holds (backlog 0:
+    its connection is full) gets no message."""
     q = machine(semantics="at-most-once", fairness="round-robin")
     full, free = Consumer("full", 0), Consumer("free", 1)
     q.subscribe(full)

@@ -19,9 +19,9 @@ def _runtime(instance: str = "c") -> QueueRuntime:
 
 
 def test_a_message_acked_elsewhere_before_it_arrived_does_not_enter() -> None:
-    """Regression: the ack of a replicated queue's message that reached this copy before
-    the message (links are ordered per pair only) left the message in the state machine
-    for ever, owned by nobody, never delivered, pinning the log."""
+    """The ack of a replicated queue's message can reach this copy before the message
+    (links are ordered per pair only); the message must not then stay in the state
+    machine for ever, owned by nobody, never delivered, pinning the log."""
     q = QueueRuntime.build(
         QueueConfig(name="work", underlying="work-in"), VirtualClock(), "c", replicated=True
     )

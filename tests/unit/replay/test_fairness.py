@@ -1,11 +1,10 @@
 """A replay shares its event loop: it yields between batches even when nothing it awaits
 suspends (records served from the log's memory tail, a client with room to spare).
 
-Found with the benchmark (issue 21): every replay of 1M messages stopped sending for
-60-470 ms at the log's tail, plain and TLS alike, because the cursor read and encoded the
-whole in-memory tail (about 200,000 records) in one turn of the loop, before the
-connection's writer could send any of it; every other task of the instance (other
-clients, acks, heartbeats) waited as long.
+Without that, a replay of 1M messages would stop sending for hundreds of milliseconds at
+the log's tail: the cursor would read and encode the whole in-memory tail (about 200,000
+records) in one turn of the loop, before the connection's writer could send any of it,
+and every other task of the instance (other clients, acks, heartbeats) would wait as long.
 """
 
 from __future__ import annotations

@@ -373,14 +373,13 @@ class _FailingOnce(Route):
 async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
     tmp_path: Path,
 ) -> None:
-    """Regression: the pump sent a batch on a protocol the session had just closed (the
-    peer refused the link while the pump held records), raised, and stayed dead: the link
-    reconnected and showed streaming, but nothing more was sent.
+    """A batch sent on a protocol the session has just closed (the peer refused the link
+    while the pump held records) must not kill the pump: otherwise the link reconnects and
+    shows streaming, but nothing more is sent.
 
-    Regression 2: the fix returned from ``_send`` without sending, and the pump read the
-    same batch again at once, forever, never yielding: the instance's loop hung (a sync
-    pair's fault test, one run in a few; the stack dump showed the pump in pack_runs).
-    Now ``_send`` raises LinkLost and the pump waits for the link task."""
+    Nor may ``_send`` return without sending: the pump would read the same batch again at
+    once, forever, never yielding, and hang the instance's loop. ``_send`` raises LinkLost
+    and the pump waits for the link task."""
     configs = {
         "a": xml(tmp_path, "a", destination("b", [B], sync=False, exclude="replicate")),
         "b": xml(tmp_path, "b"),
@@ -423,10 +422,9 @@ async def test_the_pump_survives_a_link_closed_under_it_and_an_unexpected_error(
     gap=st.floats(min_value=0.0, max_value=0.2, allow_nan=False),
 )
 def test_an_idle_marker_wait_always_moves_time(last_sent: float, gap: float) -> None:
-    """Regression: the pump slept ``MARKER_INTERVAL - (now - last_sent)``; a remainder like
+    """A wait of ``MARKER_INTERVAL - (now - last_sent)`` is not enough: a remainder like
     1.4e-17 (now 0.15, last sent 0.1) is absorbed by ``now + wait``, so on the virtual clock
-    the pump woke at the same instant forever and the marker never went out (the A -> B -> C
-    chain test hung about one run in five)."""
+    the pump would wake at the same instant forever and the marker never go out."""
     now = last_sent + gap
     wait = marker_wait(now, last_sent)
     assert wait >= 0.0
@@ -439,13 +437,12 @@ def test_an_idle_marker_wait_always_moves_time(last_sent: float, gap: float) -> 
 async def test_the_pump_waits_while_a_lost_link_is_being_cleared_instead_of_spinning(
     tmp_path: Path,
 ) -> None:
-    """Regression (the intermittent hang of a sync pair's SIGKILL test): a source's link
-    protocol closed (its reader saw the connection go) while the dial loop's session had
-    not yet run to clear the stream. With durable records to send, the pump read, packed,
-    saw the link was not streaming, returned without awaiting anything and read again:
-    the session never got the loop back and the instance hung. Here the protocol is
-    closed under a session that never notices (the pipe stays up); on the old code this
-    test hangs in the first ``drive``."""
+    """A source's link protocol can close (its reader saw the connection go) before the
+    dial loop's session has run to clear the stream. With durable records to send, a pump
+    that read, packed, saw the link was not streaming, and returned without awaiting
+    anything would read again at once: the session would never get the loop back and the
+    instance would hang. Here the protocol is closed under a session that never notices
+    (the pipe stays up); a pump that does not yield hangs in the first ``drive``."""
     configs = {
         "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
         "b": xml(tmp_path, "b"),

@@ -218,10 +218,10 @@ def test_replay_plans_the_same_against_the_view_without_reading(
 def test_a_lookup_survives_a_commit_that_moves_the_tail_during_its_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Regression: a lookup reads a block's durable bytes in a thread and finds the rest
-    in the tail. A group commit landing during that read made the rest durable and the
-    tail evicted it, so the record sought was in neither and the lookup answered None
-    (the state machine caught it now and then). The block is read again instead."""
+    """A lookup reads a block's durable bytes in a thread and finds the rest in the
+    tail. A group commit landing during that read makes the rest durable and the tail
+    evicts it, so the record sought is in neither: the block is read again rather than
+    answering None."""
     reading, release = threading.Event(), threading.Event()
     gated = [False]
     original = PlainSource.read
