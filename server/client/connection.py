@@ -479,7 +479,8 @@ class _Stream(asyncio.BufferedProtocol):
 class StreamTransport(_FrameTransport):
     """:class:`Transport` on an asyncio ``BufferedProtocol`` and Spool's own frame reader
     (:mod:`spool.server.client.websocket`): the socket reads into the one buffer the messages
-    are sliced from, once. The default transport (docs/performance.md, "The Python client reads into one buffer")."""
+    are sliced from, once. The default transport (docs/python-client.md; why:
+    docs/performance-log.md "The Python client reads into one buffer")."""
 
     def __init__(self, stream: _Stream, handlers: Handlers) -> None:
         self._stream = stream

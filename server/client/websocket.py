@@ -2,10 +2,10 @@
 
 Why not the ``websockets`` library's reader: it copies every received byte three times
 before the client sees a message (the socket's chunk, appended to its buffer, sliced out
-again) through a generator per frame. A replay of 1 KB messages spent a third of the
-client's time there (docs/performance.md). :class:`Inbound` owns the one buffer the socket
-reads into (an asyncio ``BufferedProtocol`` asks it for room) and slices each message out
-of it once. Outbound frames are still made by the library (``websockets.frames.Frame``:
+again) through a generator per frame, a large share of a replaying client's time
+(docs/performance-log.md "The Python client reads into one buffer"). :class:`Inbound` owns
+the one buffer the socket reads into (an asyncio ``BufferedProtocol`` asks it for room) and
+slices each message out of it once. Outbound frames are still made by the library (``websockets.frames.Frame``:
 client frames must be masked, and its C masking is the fast one).
 
 Only what a Spool client needs is spoken: no extensions (permessage-deflate is off, it

@@ -9,7 +9,8 @@ topic and publisher, without paths (a destination of publishers connected here).
 runs are found with two ``set()`` calls instead of a comparison per record, and a run of
 consecutive records takes its columns as slices of the batch's columns instead of one
 Python-level index per record and column (this packing is much of the source's CPU per
-replicated message on a sync pair; docs/performance.md).
+replicated message on a sync pair; docs/performance-log.md "A replicated pair's CPU per
+message").
 """
 
 from __future__ import annotations

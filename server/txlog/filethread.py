@@ -6,7 +6,7 @@ context copy, an executor submit (locks, a semaphore, a work item), two chained 
 and the wake-ups, for each of those: about twice the CPU of a job put on one thread's
 queue and resolved with ``call_soon_threadsafe``. At a thousand commits a second that
 difference is a visible share of a core on every instance, paid per commit whatever the
-message rate (docs/performance.md).
+message rate (docs/transaction-log.md).
 
 :class:`FileThread` runs jobs in submission order on one thread (so the files it owns
 need no lock). The thread starts on the first job and ends after :data:`IDLE_EXIT`
