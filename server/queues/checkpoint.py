@@ -1,45 +1,16 @@
 """Where each queue's recovery may start: the ``NAME.queues.ack`` checkpoint file.
 
-Without it, start-up reads the whole retained log when queues are configured (a queue's
-state is its messages minus its acks, and nothing else keeps it), so restart time grows
-with retention. The checkpoint keeps, per queue, a log seq **from which a replay gives
-the same queue**: every message of the queue before it has left (acked, expired, past a
-limit, delivered at most once), and every record that changes a message still in the
-queue (or still to come) is at or after it. Recovery then reads from the smallest of the
-queues' seqs, and each queue takes only the records from its own on
-(server/queues/stage.py).
-
-A queue's seq is the smaller of
-
-- where its log pin holds (its oldest message, or a bounded queue's cursor, or the end of
-  the log when it is empty): messages before it have left, and their acks come after them;
-- the record of each ownership change a replicated queue received *before its message*
-  (links are ordered per pair only; an ack, a grant, or a transfer request to this
-  instance): it is kept here (:meth:`QueueRuntime.early_records`)
-  while the change waits, while its message is in the queue, and, once the message left
-  (or never entered, acked first), until the pin passed where the message can be. A replay
-  from after such a record would lose the change (an ack: the message delivered again; a
-  grant: two owners).
-
-**Transfer counters.** A replicated queue's ``transferred_in`` / ``transferred_out``
-are counted from the grants of this copy's log, one record at a time as it is logged or
-read back (server/queues/stage.py ``QueueRuntime._count``). The file keeps each queue's
-counters as they were through its last record (taken at the same moment as that
-record, between two loop turns: every record up to it counted, none after), and the
-replay counts only the grants of the records after it. So a restart gives the counters
-the whole history of the log would, exactly, whichever checkpoint it starts from (an
-older one only means more records are replayed and counted).
-
-**Crash safety.** A checkpoint is only ever too early, never too late:
-
-- the seqs are taken, then the log is made durable up to its end at that moment, then the
-  file is written (temp file, fsync, rename): a checkpoint never names acks the disk may
-  lose;
-- a crash before the rename leaves the previous (earlier) checkpoint;
-- the file names the last record it covers (seq, publisher, time): a log that does not
-  hold that record (restored, replaced, truncated) makes start-up ignore the checkpoint
-  and read the whole log, as does a queue whose definition changed (underlying topic,
-  filter, kind, replication): the file stores a fingerprint of each.
+Without it, start-up would read the whole retained log when queues are configured (a
+queue's state is its messages minus its acks), so restart time would grow with retention.
+The checkpoint keeps, per queue, a log seq **from which a replay gives the same queue**
+(every message before it has left, every record that changes a message still to come is
+at or after it; a replicated queue's changes that arrived before their message hold it
+back), the queue's transfer counters through the last record it covers, and a fingerprint
+of the queue's definition. It is only ever too early, never too late: the log is made
+durable before the file is written (temp file, fsync, rename), and a log that does not
+hold the record the file names makes start-up read the whole log. Recovery reads from the
+smallest seq, each queue from its own (server/queues/stage.py). See docs/queues.md "The
+checkpoint: restart time that does not grow with retention".
 """
 
 from __future__ import annotations

@@ -1,95 +1,15 @@
 """Who may deliver each message of a replicated queue: ownership, transfers, proxied
-transfer and its hand-back. A pure state machine per instance and queue (no I/O, time
-passed in), wired by server/queues/stage.py (replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER``
-records in, the delivery gate) and server/queues/transfers.py (requests from the timer,
-link state, proxied transfer); tests/unit/queues/test_ownership.py runs several of them
-over a fake link.
+transfer and its hand-back.
 
-The rules (the public AMPS model of replicated queues; docs/queues.md):
-
-- every message has exactly one **owner**: the instance where it was published, or the
-  queue's ``InitialOwner``; only the owner delivers it. A message published on two
-  instances (a publisher failed over and sent it again, same bookmark, before the first
-  copy reached the second instance) has a first owner on each until the copies meet;
-  then the higher instance name wins everywhere (:meth:`Ownership.claim`: a first owner
-  is a claim at epoch 0, ordered like grants, and the instance whose owner changes logs
-  it as a grant at epoch 0);
-- an instance with spare backlog **requests** a message owned elsewhere once it waited
-  longer than the typical publish-to-ack time; the owner **grants the first request
-  only**, at once if no consumer there has the message out, else it **holds** the
-  request and grants it when that lease ends unacked (:meth:`Ownership.answer`); the
-  grant is broadcast so every copy converges. A request is answered (granted) or
-  superseded (the message was acked, or ownership moved past its epoch: the requester
-  hears of it and asks the new owner). The requester repeats a request not answered yet
-  after :data:`REASK_US`, twice as long each time up to :data:`MAX_REASK_US`, in case it
-  could not reach the owner; the owner takes a repeat as the same request;
-- **decisions are made live and logged**: reading the log back at start-up replays the
-  grants that were logged and holds the requests that were not answered, to answer them
-  once the instance runs (a grant decided while replaying would be in memory only);
-- acks are broadcast: every copy drops the message;
-- **proxied transfer**: an operator lets this instance take over the messages owned by an
-  instance that is offline; it broadcasts the takeover. The offline owner may have
-  delivered some of them before it went down: those can be processed twice (the
-  documented duplicate risk);
-- **hand-back**: when the owner a message was taken from by proxy is online again, the
-  taker hands the message back (a grant to that owner), unless a consumer here has it
-  out: then when that lease ends unacked. Ownership returns to where the configuration
-  puts it (the publishing instance, the ``InitialOwner`` of a group-local queue), whose
-  local consumers come first, and nothing stays with an instance that took it only
-  because its owner was away. A takeover another instance won in the meantime is that
-  instance's to hand back.
-
-Every ownership change carries an epoch (one more than the message's previous one); a
-copy applies a change only with a higher epoch (ties broken by instance name), so
-changes that cross on the links converge to the same owner everywhere.
-
-**Acks and grants that arrive before their message** (links are ordered per pair only)
-are kept until the message arrives, and no longer than it can still arrive: a message
-``H|S|`` can no longer enter this copy once the copy's position from publisher ``H`` (the
-highest sequence of ``H`` seen on the queue's topics, :meth:`Ownership.passed`) reached
-``S`` (replication de-duplicates by bookmark: a lower sequence of the same publisher is
-never recorded afterwards). One already past that point is not kept at all (a second
-ack of a message processed twice, a grant of a message acked here). A hard cap
-(:attr:`Ownership.max_early`) drops the oldest beyond it and counts them
-(:attr:`Ownership.early_dropped`; the service reports it as an event): a dropped early
-ack lets its message be delivered here once more, a dropped early grant leaves its
-message with its first owner on this copy.
-
-**Requests that arrive before their message** (an ``InitialOwner`` asked for a message
-published elsewhere, relayed faster than the message) are kept the same way, the first
-asker of the highest epoch per message, until the message enters (then the request is
-held like any other and :meth:`Ownership.answer` answers it at the next pass), is acked,
-or can no longer arrive; one read back from the log at start-up too. So the owner
-answers as soon as it can, not when the requester happens to ask again (up to
-:data:`MAX_REASK_US` later), and the queue checkpoint keeps the request's record while it
-waits (:meth:`Ownership.is_early`). The cap drops the oldest of them beyond it (not
-counted: the requester asks again).
-
-**A bounded queue** (``TargetQueueDepth``, server/queues/window.py) activates its
-messages in log order as room frees up; an inactive message is not known here. An ack
-or grant that names one is kept with the early changes and applied when the message is
-activated (:meth:`Ownership.message`), and the position of a publisher moves at
-activation, not at arrival (:meth:`Ownership.passed` is called for what the window
-passed): "can no longer arrive" then means "can no longer be activated", which is the
-same rule over the same log order, so a restart that replays the log reaches the same
-owner per message as live operation. The cap grows by the queue's inactive messages
-(:attr:`Ownership.extra_early`): each may have one change kept. A message whose owner
-is offline while proxied transfer is on is taken over when it is activated
-(:attr:`Ownership.pending` holds the takeover for the log). A request for a message
-this owner has inactive is granted like one for an active message (an inactive message
-is never leased): the owner knows it is in its log from the publisher's arrival position
-(:meth:`Ownership.arrived`), and its owner and epoch from the change kept for it (or, none
-kept, the requester's claim of epoch 0: the initial owner is the same everywhere). The
-grant is kept like a received one and applied at activation. Without it, two instances
-each holding active what the other owns and has inactive would ask each other in vain
-for ever.
-
-Costs: the request pass of the 50 ms timer is O(messages due) (a heap of candidates by
-arrival, owners that are offline parked per owner); owners and owned counts are kept as
-counts per owner; hand-backs cost what they move; a proxied takeover (an owner found
-offline with proxied transfer on, an operator's action) walks this copy's messages once
-to find that owner's (rather than keeping a set of bookmarks per owner for it, which
-would cost every message two set operations on the hot path).
+A pure state machine per instance and queue (no I/O, time passed in), wired by
+server/queues/stage.py (replicated ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records in, the
+delivery gate) and server/queues/transfers.py (requests from the timer, link state,
+proxied transfer). It keeps the public AMPS model of replicated queues: one owner per
+message, requests granted by the owner only, every change ordered by epoch (then instance
+name) so the copies converge, decisions logged before anyone relies on them (a replay
+decides nothing), and changes that arrive before their message kept until it can no
+longer arrive. tests/unit/queues/test_ownership.py runs several of them over a fake link.
+See docs/queues.md "Replicated queues" and "The protocol's invariants".
 """
 
 from __future__ import annotations
