@@ -1,57 +1,16 @@
 """Bootstrapping: an empty instance copies its first state from a peer before it serves.
 
-With ``<Bootstrap>`` configured, :meth:`Bootstrapper.needed` decides at start-up (after the
-log's recovery, before replication and clients):
-
-- a *marker file* (``DataDirectory/replication/NAME.bootstrap.json``) is there: an earlier
-  bootstrap was interrupted; it resumes;
-- else the instance holds state (a record in its log, or a SOW record): nothing is copied,
-  ever (a bootstrap never overwrites state; the event log says it was skipped);
-- else it is empty: the bootstrap runs.
-
-While it runs the instance is not ready: the websocket transports refuse client
-connections (web/transport.py answers "not ready" before the upgrade), ``/replication``
-refuses links, and the admin API and dashboard are up and show the progress
-(``GET /api/bootstrap``; docs/bootstrap.md). The engine finishes its start-up (replication
-links, actions, ready) only after the copy (server/engine.py).
-
-:meth:`Bootstrapper.run`, until done:
-
-1. with ``<Users>``, find whose entitlements the copied records carry: the user of this
-   instance that the bootstrap's own credentials log on as (the check a link presenting
-   them here would pass, server/replication/linkauth.py), so a copy writes exactly what
-   a live link logged on as that user may write; that user must be able to write every
-   topic the bootstrap names. Either failing stops start-up with the fix
-   (:class:`BootstrapFailed`) before anything is copied;
-2. write the marker (so a kill at any later point is seen as an interruption);
-3. try the sources in their ``InetAddr`` order; the first that accepts is copied from
-   (server/replication/bootsource.py serves it; the conversation is
-   server/replication/bootproto.py). A source that refuses for a reason retrying will
-   not change soon (wrong credentials, a missing entitlement or a group mismatch there)
-   is held off for :data:`REFUSED_RETRY` seconds and reported once per distinct reason;
-   one whose log holds damage waiting for a repair is held off for
-   :data:`DAMAGED_RETRY` seconds, so the next sources are tried first. A source of
-   another log than the one the interrupted copy came from is asked again at once, from
-   its start (what was copied is dropped by bookmark as it comes again);
-4. SOW phase, then log phase: each ``data`` batch goes through the publish pipeline as a
-   link's batch does (publisher bookmarks kept, the source appended to the path, so the
-   log's de-duplication makes a record sent twice harmless), and once a batch is durable
-   here the marker records how far the source's log was copied (``copied_upto``) and
-   whether the SOW phase ended: a restarted instance asks from there. A record this
-   instance refuses is never skipped: a full log is waited out (the copy is tried again),
-   anything else (the user may not write its topic, the topic's configuration here cannot
-   take it) stops start-up with the record's topic and the fix; the marker keeps what was
-   copied, so the restarted instance resumes;
-5. a source that answers ``busy`` is bootstrapping itself: its name joins
-   :attr:`waiting_on`, and the next source (or round) is tried; finding this instance's
-   own name in a busy source's list - or being asked for a copy by an instance this one
-   is waiting on - is a *mutual bootstrap*: both are empty and configured from each other,
-   neither can finish; :class:`MutualBootstrap` stops start-up with the fix;
-6. when the whole copy is durable, the marker is removed: the instance is bootstrapped.
-
-Live replication then takes over with no gap: the source's link to this instance resyncs
-from what this instance holds per publisher (its welcome's holdings), which now includes
-every copied record.
+With ``<Bootstrap>`` configured, :meth:`Bootstrapper.needed` decides at start-up (after
+the log's recovery, before replication and clients): a marker file
+(``DataDirectory/replication/NAME.bootstrap.json``) means an interrupted copy resumes;
+an instance holding any state is never copied over; an empty one is. While it runs the
+instance is not ready (clients and links are refused, the admin API shows progress).
+:meth:`Bootstrapper.run` checks the user the copied records are written as, writes the
+marker, tries the sources in ``InetAddr`` order (server/replication/bootsource.py serves,
+server/replication/bootproto.py is the conversation), copies the SOW then the log through
+the publish pipeline as a link's batches, records progress in the marker once durable,
+never skips a record it refuses, and detects a mutual bootstrap. Live replication then
+takes over with no gap. See docs/bootstrap.md.
 """
 
 from __future__ import annotations

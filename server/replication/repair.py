@@ -1,60 +1,18 @@
 """Repair: the records this instance's log holds fenced, brought back from its peers.
 
-A fence (server/txlog/fences.py) holds the local seqs of records this log lost - bytes
-that failed their checks, a journal missing from the middle of the log, durable records
-of a torn tail - in place, with what is known of them: the bookmark intervals they lie in
-and the time window around them. The :class:`Repairer` asks this instance's replication
-peers for exactly those records and writes them back in place of their placeholders,
-under the same local seqs (``TransactionLog.fill_fence``):
-
-1. **Whom it asks**: each destination of ``<Replication>``, in its configured order, at
-   its addresses in order, with the destination's own transport: TLS and credentials
-   (server/replication/repairsource.py serves the request there and authenticates it like
-   a link's source). A peer that lost the same records (its own fence) has nothing to
-   send; asking again later finds them once that peer repaired itself from its own
-   peers: the repair travels down a chain one instance at a time.
-2. **What it asks**: a ``repair`` request (server/replication/bootframes.py) naming every
-   fence: its record count, its bookmark intervals (each index key asked as itself and as
-   the publisher it may be the late key of: an index does not say which) and its window.
-   The peer sends every record whose bookmark lies in an interval, **whoever published it
-   and whatever its path**: loop protection keeps a link from sending an instance what it
-   already has; an instance that asks has lost it.
-3. **What it writes**: with ``<Users>``, records are written back as the user of this
-   instance that the destination's own credentials log on as (the rule for every record
-   that comes from another instance, as a bootstrap's copies: docs/security.md), and only
-   when that user may write their topics here; otherwise the fence stays and says so. Per
-   fence, the records received whose bookmark lies in its
-   intervals and that the log does not hold elsewhere, in the peer's log order (for
-   records this instance published or forwarded, its own order), each with the peer's
-   time, its publisher's bookmark, its kind and contents, and the path it had here: the
-   peer's path up to this instance's own name when it is on it (the record went out from
-   here), else the peer's path and the peer (as a link's record would have it). What the
-   peers of one attempt send adds up: each record counts once, from the first peer that
-   sent it, so a range whose records only several peers hold together (each got part of
-   it over its own links) is made up from all of them. The records of several peers go in
-   in time order, each publisher's in sequence order (a replay meets each publisher's
-   sequences in order). A fence is
-   written only when the records make it up exactly: as many as its seqs (for an exact
-   fence, the records that reached this log again elsewhere meanwhile count, and their
-   placeholders are released; for an inexact one that finds more than its seqs, the
-   records that went out from this instance, when they alone are as many). Otherwise it
-   stays fenced and says what was found where, and which bookmarks no peer sent:
-   nothing is ever invented or renumbered. Meanwhile no link's resync sends a fenced
-   record back under a new seq: the instance's holdings claim every fence's intervals
-   (server/txlog/holdings.py ``with_fenced``), so the repair alone fills the range.
-4. **When**: at start-up, before the SOW and queues are rebuilt from the log, for up to
-   ``Tuning/JournalRepairWait`` (the instance is not ready meanwhile; the peers are
-   started too, and serve repairs while they start); then in the background while fences
-   remain, every few seconds (doubling up to :data:`RETRY_MAX`), and at once when asked
-   (``POST /api/transaction_log/repair``) or when a fence is made while the instance runs
-   (the scrub, a read: the broker calls :meth:`Repairer.request`).
-
-Writing a fence is one journal rewrite (server/txlog/rewrite.py): interrupted at any point,
-the next open finishes it or leaves the fence as it was, and the next repair asks again.
-Repairing is idempotent: what was written back is no longer fenced, so never asked for
-again.
-
-Event loop only; the reads and writes of the log run in its worker threads.
+A fence (server/txlog/fences.py) holds the local seqs of records this log lost (bytes
+that failed their checks, a journal missing from the middle, durable records of a torn
+tail) with the bookmark intervals they lie in and the time window around them. The
+:class:`Repairer` asks each destination of ``<Replication>`` in order, over its own
+transport and credentials (server/replication/repairsource.py serves the request), for
+every record whose bookmark lies in those intervals, and writes them back in place of
+their placeholders under the same local seqs (``TransactionLog.fill_fence``, one journal
+rewrite), as the user the link logs on as. A fence is written only when the records of
+one attempt make it up exactly; otherwise it stays and says what was found where: nothing
+is invented or renumbered. It runs at start-up (up to ``Tuning/JournalRepairWait``), then
+in the background while fences remain, and at once when asked. Event loop only; the log's
+reads and writes run in its worker threads. See docs/replication.md "Repair: damaged
+records brought back from the peers".
 """
 
 from __future__ import annotations

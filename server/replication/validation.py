@@ -2,69 +2,15 @@
 
 Two instances that replicate to each other must agree on what their topics are, or a
 failover loses messages or changes what subscribers see. When a link connects, each side
-sends a summary of its configuration (:func:`summarize`: the topics its transaction log
-records, its SOW topics and their keys, its queues, and its own destinations with their
-topic blocks, filters, passthrough and excluded checks); the source then runs the checks
-below for each of its topic blocks toward that destination, except those the block
-excludes (``ExcludeValidation``; ``queue`` and ``queue_underlying`` cannot be excluded).
-The first failures are logged on the source with the exact fix, sent to the destination
-(which logs them too), shown on the dashboard, and the link closes.
-
-===================  ===========================================================
-check                the destination must ...
-===================  ===========================================================
-``txlog``            record the topic in its transaction log
-``replicate``        replicate the topic back to this instance
-``sow``              keep the topic in its SOW when this instance does (and not
-                     when this instance does not)
-``keys``             give a SOW topic the same Key definitions, in the same order
-``cascade``          enforce, where it replicates the topic itself, every check
-                     this instance enforces for it
-``queue``            define the topic as a queue exactly when this instance does
-``replicate_filter`` replicate the topic back with the same Filter
-``queue_passthrough`` pass this instance's group through for a queue topic
-``queue_underlying`` give a queue the same underlying topic
-===================  ===========================================================
-
-What "the topic" is: a block names one topic or a regular expression of topics. A rule of
-the other side *covers* a block when it is the same text, a pattern that matches every
-topic, or a pattern that matches the block's one topic name; a rule naming one topic never
-covers a pattern (a pattern may take topics that rule does not).
-
-SOW topics: the summary lists each side's ``<SOW><Topic>`` rules (name or pattern, and
-their ``<Key>`` paths in order: the key is made of them in that order). The ``sow`` and
-``keys`` checks look at every SOW rule of either side that a block replicates (the block
-covers the rule, or the rule covers the block): the other side must keep it in its SOW
-too (a rule that covers it), with the same keys, or a failover changes what ``sow``
-queries answer and how updates merge. ``Durability`` and ``Expiration`` may differ (a
-memory-only SOW on a reporting instance is a deliberate choice).
-
-Queues: the summary lists each queue (name, kind, underlying topic, ``Filter``, a
-group-local queue's ``InitialOwner``). A block concerns a queue when it covers (or is
-covered by) the queue's name or its underlying topic. The queue's acks and ownership
-transfers are logged on its name and go where a block takes the name
-(server/replication/routing.py); its messages go where a block takes the underlying
-topic. ``queue``:
-
-- a block that takes the name of one of this instance's queues replicates the queue: the
-  other side defines the same queue (name, kind, ``Filter``, ``InitialOwner``: otherwise
-  the copies disagree on which messages are in the queue, or on who owns them), and this
-  destination also takes its underlying topic (the copy would get acks and transfers of
-  messages it never receives). A block naming a ``LocalQueue`` (the queue's name itself,
-  not a pattern that happens to match it) is an error: a local queue is this instance's
-  alone and none of its records leave it;
-- a block that takes only a queue's underlying topic sends the messages without the
-  queue's events: allowed when the other side does not define the queue (an archive
-  copy), an error when it does (its copy would never learn of acks or transfers);
-- every distributed queue *of the other side* a block concerns exists here, with the same
-  kind (a message published here would enter that copy owned by an instance without the
-  queue, and wait there for ever).
-
-``queue_underlying``: queues of the same name take the same underlying topic (text and
-kind).
-
-Pure: the summary is plain JSON data; :func:`validate` reads the peer's defensively (it
-came from the network) and raises ReplicationProtocolError for a malformed one.
+sends a summary of its configuration (:func:`summarize`: recorded topics, SOW topics and
+their keys, queues, its own destinations with their topic blocks, filters, passthrough
+and excluded checks); the source runs the checks (``txlog``, ``replicate``, ``sow``,
+``keys``, ``cascade``, ``queue``, ``replicate_filter``, ``queue_passthrough``,
+``queue_underlying``) for each topic block toward that destination, except those the block
+excludes. The first failures are logged with the exact fix, sent to the destination, shown
+on the dashboard, and the link closes. Pure: the summary is plain JSON; :func:`validate`
+reads the peer's defensively (it came from the network) and raises
+ReplicationProtocolError for a malformed one. See docs/replication.md "Validation".
 """
 
 from __future__ import annotations
