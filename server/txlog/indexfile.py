@@ -1,54 +1,14 @@
 """The index file: the bytes of ``NAME.<base20>.index`` and their codec (no I/O).
 
-This module is the only definition of the layout; :mod:`.indexbuilder` produces it and
-:mod:`.sealedindex` reads it. Everything is little-endian. Both forms start with the
-32-byte header::
-
-    0   8  magic        b"SPOOLIDX"
-    8   1  version      1
-    9   1  form         1 = open (appended while the journal is active), 2 = sealed
-    10  2  reserved
-    12  4  block_bytes  the target block size used
-    16  8  base_seq     the journal's base sequence
-    24  4  header_crc   CRC-32C of bytes [0, 24)
-    28  4  reserved
-
-Block entry (48 bytes)::
-
-    0   8  first_seq    seq of the block's first record
-    8   8  offset       journal offset of the block
-    16  4  length       bytes of journal covered
-    20  4  count        records in the block
-    24  8  ts_max       i64 running maximum timestamp_us (this journal) at the block's end
-    32  4  data_crc     CRC-32C of the block's journal bytes
-    36  4  last_rel     offset of the block's last record, relative to ``offset``
-    40  2  npub         open form: publisher-range entries following (by pub_hash)
-    42  2  reserved
-    44  4  entry_crc    open form: CRC-32C of this entry (this field as 0) + its ranges
-
-Publisher-range entry (40 bytes; a publisher's lowest and highest sequence in the
-block: its first and last, except under a late key, server/txlog/record.py)::
-
-    0   8  pub_hash     8  8  first_pub_seq    16 8  last_pub_seq
-    24  8  last_seq     seq of the last_pub_seq record
-    32  4  block        block number      36 4  count   records of that publisher in it
-
-**Open form** (the active journal): header, then block entries each followed by its
-``npub`` range entries, appended after the journal bytes they describe were fsynced (the
-index itself is not fsynced: a torn or stale entry fails its ``entry_crc`` or its
-``data_crc`` against the journal, and recovery scans from there).
-
-**Sealed form** (written once when a journal is finished; read through ``mmap``)::
-
-    header | block entries (48 x nblocks) | range entries sorted by (pub_hash, first)
-           | publisher summaries sorted by pub_hash (40 x npubs) | footer (112 bytes)
-
-Publisher summary: ``pub_hash, min_pub_seq, max_pub_seq, last_seq, count`` (5 x u64).
-Footer: ``count, data_len, first_seq, last_seq, first_ts, last_ts, ts_max, first_pub_hash,
-first_pub_seq, last_pub_hash, last_pub_seq`` (u64/i64), ``nblocks, nranges, npubs``
-(u32), magic ``0x58495053`` (u32), reserved (u32), ``file_crc`` (u32, CRC-32C of every
-byte before it). In the sealed form a block entry's ``npub`` and ``entry_crc`` are 0
-(the whole-file CRC covers them).
+This module is the only definition of the layout in code; :mod:`.indexbuilder` produces
+it and :mod:`.sealedindex` reads it. Both forms share a 32-byte header (magic
+``b"SPOOLIDX"``, version, form, block size, base seq, header CRC), little-endian. The
+*open* form (the active journal) is block entries, each followed by its publisher ranges
+and its own CRC, appended after the journal bytes they describe were fsynced (the index
+is not fsynced: a torn or stale entry fails a CRC, and recovery scans from there). The
+*sealed* form (written once, read through ``mmap``) is the block table, the publisher
+ranges and summaries, sorted, and a footer with a CRC of the whole file. See
+docs/transaction-log.md "Index file layout" for every field.
 
 Thread-safety: pure functions over bytes and immutable values; safe from any thread.
 """
