@@ -1,43 +1,17 @@
 """Bookmark stores: where each bookmark subscription resumes, kept per subscription id.
 
 The HA client asks the store for a subscription's resume bookmark when it subscribes and
-when it resubscribes after a reconnect (under the same ``sub_id``), tells it about every
-message it hands to the application (:meth:`BookmarkStore.receive`, which also answers
-whether the message is a duplicate to drop), every message the application is done with
-(:meth:`BookmarkStore.discard`) and the broker's periodic durable position
-(:meth:`BookmarkStore.persisted`). The per-subscription logic is
-:class:`~spool.server.client.ha.resume.ResumeState`; the stores keep those states.
-
-- :class:`MemoryBookmarkStore`: in memory; with a
-  :class:`~spool.server.client.ha.recovery.RecoveryPointAdapter` it also saves each
-  subscription's recovery point elsewhere (a SOW topic: the
-  :class:`~spool.server.client.ha.recovery.SowRecoveryPointAdapter`) and starts from what the
-  adapter loaded.
-- :class:`FileBookmarkStore`: a :mod:`~spool.server.client.ha.recordlog` of JSON records --
-  ``start`` (a subscription's first bookmark), ``r`` (received bookmarks, one record per
-  delivered run), ``d`` (discarded bookmarks), ``p`` (a durable position), ``x`` (purged)
-  and ``snap`` (a subscription's whole state); compacted into ``snap`` records by
-  :meth:`prune` and automatically every ``compact_every`` records.
-
-  How a discard reaches the file (``writes``):
-
-  - ``"each"`` (the default): every record is written to the file (the OS, not
-    necessarily the disk: fsyncs follow from a thread) when it happens, so a discard is in
-    the file before the next message is handed to the application. A process killed while
-    processing gets again at most the message it was processing. During a compaction
-    (a thread) records wait in memory and the subscription hands out nothing until they
-    are written (:meth:`BookmarkStore.holding_discards`).
-  - ``"batched"``: records are written off the loop in batches, the discards of one
-    event-loop turn in one record. Cheaper per message; a killed process gets again every
-    message processed since the last batch reached the file: the discards of the loop
-    turns not yet written (the subscription yields to the loop every 256 messages it hands
-    out from its buffer, so a few hundred at most).
-
-  A write or fsync that fails (``ENOSPC``, ``EIO``) stops the file's writes: the store
-  keeps every record in memory, :meth:`BookmarkStore.holding_discards` is true (the
-  subscriptions hand out nothing more), and :meth:`FileBookmarkStore.recover` rewrites
-  the whole state once the disk takes it. :meth:`FileBookmarkStore.close` releases the
-  file and its lock whatever happened.
+resubscribes (same ``sub_id``), and tells it about every message it hands out
+(:meth:`BookmarkStore.receive`, which also says whether it is a duplicate to drop), every
+message the application is done with (:meth:`BookmarkStore.discard`) and the broker's
+durable position (:meth:`BookmarkStore.persisted`); the per-subscription logic is
+:class:`~spool.server.client.ha.resume.ResumeState`. :class:`MemoryBookmarkStore` keeps the
+states in memory (optionally with a recovery-point adapter, e.g. a SOW topic);
+:class:`FileBookmarkStore` logs them as JSON records in a
+:mod:`~spool.server.client.ha.recordlog`, ``writes="each"`` (a crash window of one
+message) or ``"batched"``, compacted into ``snap`` records, and keeps them in memory when
+its disk fails until :meth:`FileBookmarkStore.recover`. See docs/ha-client.md "Bookmark
+subscriptions" and "When a store's disk fails".
 """
 
 from __future__ import annotations

@@ -2,46 +2,15 @@
 the pure parts into one session that survives restarts and failovers.
 
 The reconnect handler (:meth:`HAClient._reconnect`) runs the seed's steps in order:
-
-1. **chooser**: the next URI and its credentials (``None``: give up with ``get_error()``);
-2. **delay**: wait what the delay strategy says (it may give up);
-3. **connect** and 4. **logon**: a new ``Client`` (with the heartbeat, if set); with
-   ``error_on_publish_gap``, a logon ack whose ``s`` is below what the store already
-   discarded is a failed attempt on that server (a :class:`PublishGap` to the exception
-   listener, the chooser moves on: another server may have the messages);
-5. **report success** to the chooser (and reset the delay strategy); tell the connection
-   state listeners (LOGGED_ON, FAILED_OVER when the URI changed);
-6. **trim** the publish store to the logon ack's ``s``;
-7. **republish** what the store still holds, in order, with the same sequence numbers;
-8. **resubscribe** through the subscription manager: bookmark subscriptions from the
-   bookmark store's resume point under the same ``sub_id``, the others as they were.
-
-A failure in any step after 3 (the connection dropped again) starts over at step 1. Giving
-up raises :class:`ReconnectGaveUp` in every waiter and in every subscription's iteration,
-and reaches the exception listener. Lost connections are noticed by the transport (a close
-or a reset) or by the heartbeat monitor (:mod:`~spool.server.client.ha.heartbeat`).
-
-Publishing: :meth:`HAClient.publish` numbers the message, puts it in the publish store
-and returns; a sender task sends what the store holds once the store has written it
-(``await store.sync()``: with a :class:`FilePublishStore` a message is on disk before it is
-on the wire), always with ``a=persisted``.
-
-Failover safety (docs/ha-client.md "Failover safety"): every logon asks for the broker's
-failover notices and replicated acks (``o=failover,replicated``). While failing over from
-the broker is safe (every destination holds persisted acks; or it does not replicate),
-each persisted ack discards the store up to its ``s``. While it is unsafe (an async or
-downgraded link), only replicated acks do: a message stays until it has reached every
-destination, so a failover after the broker's disk is lost republishes it. With such a
-broker the logon's ``s`` does not trim the store either: everything it holds is sent again
-and the broker acks what it has as duplicates. The safety (the logon's, then each notice)
-goes to the failover listeners and to the chooser (which prefers safe servers).
-
-A file store whose disk fails (``ENOSPC``, ``EIO``) stops writing and keeps its state in
-memory (docs/ha-client.md "When a store's disk fails"): the client hands its
-:class:`StoreIOError` to the exception listener, refuses new publishes with it while the
-publish store is failed (nothing unstored is sent), holds each bookmark subscription's
-next message until its discards are written, and rewrites the failed store from memory
-every ``store_retry`` seconds until the disk takes it. The connection is not touched.
+chooser, delay, connect and logon, report success, trim the publish store to the logon
+ack's ``s``, republish what it holds, resubscribe (bookmark subscriptions from the bookmark
+store's resume point); a failure after connecting starts over, and giving up raises
+:class:`ReconnectGaveUp` everywhere. Publishes are numbered, stored, and sent once stored,
+always with ``a=persisted``; what discards them depends on the broker's failover safety
+(persisted acks, or replicated acks while failover is unsafe). A file store whose disk
+fails keeps its state in memory and is rewritten every ``store_retry`` seconds. See
+docs/ha-client.md "The reconnect handler", "Failover safety" and "When a store's disk
+fails".
 """
 
 from __future__ import annotations

@@ -1,41 +1,16 @@
 """Publish stores: every publish the broker has not acked as persisted, kept for resending.
 
 The HA client numbers each publish, stores it, sends it with ``a=persisted`` and discards
-everything up to the sequence of each conflated persisted ack. After a reconnect it trims
-the store to the logon ack's ``s`` (what the broker already has for this client name) and
-resends the rest in order with their own sequence numbers; the broker recognises any it
-already has (``duplicate``), so nothing is lost and nothing is stored twice.
-
-- :class:`MemoryPublishStore`: survives reconnects and failovers, not a restart of the
-  client process.
-- :class:`FilePublishStore`: also survives a killed client process. An append-only
-  :mod:`~spool.server.client.ha.recordlog` of ``P`` records (one publish) and ``D`` records
-  (everything up to a sequence is persisted), written and fsynced off the event loop in
-  batches; a torn tail is dropped at open; compacted (crash-safe rewrite) once the
-  discarded records outweigh the live ones.
-
-The highest sequence ever stored survives compaction and restarts (a ``D`` record heads
-every compacted file), so a restarted publisher never reuses a sequence number the broker
-would drop as a duplicate.
-
-A store holds at most ``capacity`` messages (default :data:`DEFAULT_CAPACITY`; ``None``:
-no bound). The HA client refuses a publish that does not fit (``PublishStoreFull``) and
-offers ``wait_for_room``: the back-pressure a publisher needs when the broker confirms
-more slowly than it publishes. When failover is unsafe the store keeps each message until
-it has reached every replication destination, so while one is down it fills at the
-publish rate: size it as peak publish rate x longest outage to ride out
-(docs/ha-client.md "Sizing the publish store").
-
-A write or fsync that fails (``ENOSPC``, ``EIO``) stops a :class:`FilePublishStore`'s
-writes: it refuses :meth:`~FilePublishStore.store` with :class:`StoreIOError` (the HA
-client's ``publish`` raises it), keeps what it holds in memory, and
-:meth:`~FilePublishStore.recover` rewrites the whole file from memory once the disk takes
-it. :meth:`~FilePublishStore.close` releases the file and its lock whatever happened.
-
-Record payloads (little-endian)::
-
-    b"P" u64 seq | u16 topic length | topic | u32 extra length | extra (JSON) | body
-    b"D" u64 seq
+up to each persisted ack; after a reconnect it trims the store to the logon ack's ``s`` and
+resends the rest with their own sequence numbers (the broker drops what it already has).
+:class:`MemoryPublishStore` survives reconnects and failovers; :class:`FilePublishStore`
+also a killed client process (an append-only :mod:`~spool.server.client.ha.recordlog` of
+``P`` and ``D`` records, fsynced off the loop, compacted crash-safely, the highest sequence
+kept across compactions and restarts). A store holds at most ``capacity`` messages
+(``PublishStoreFull``, ``wait_for_room``); a file store whose disk fails refuses new
+publishes with :class:`StoreIOError` until :meth:`~FilePublishStore.recover`. See
+docs/ha-client.md "Sizing the publish store", "FilePublishStore on disk" and "When a
+store's disk fails".
 """
 
 from __future__ import annotations
