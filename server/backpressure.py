@@ -13,9 +13,10 @@ kinds of bytes enter it, each with its own rule (:class:`BufferLimits`):
   each queued only while the buffer is below L/4. The check and the queueing happen in
   one turn of the event loop, so the paced producers of one connection take turns at it
   and, together, never bring the buffer past L/2: what cannot be read back keeps the
-  other half, and data that could be read back never disconnects anyone. (Sized by the
-  average record of a read, a piece of a subscription taking the large records among
-  small ones, or of two catch-ups, used to pass L, and the next heartbeat was refused.)
+  other half, and data that could be read back never disconnects anyone. (Pieces are
+  bounded in bytes, not sized by the average record of a read: a piece of a subscription
+  taking the large records among small ones, or two catch-ups, would otherwise pass L,
+  and the next heartbeat would be refused.)
   A bookmark replay queues the first piece of each read without the check (its cursor
   may hand the subscription to another cursor meanwhile, which must not overtake it),
   right after waiting for room at the end of the previous read: one piece over L/2 per
