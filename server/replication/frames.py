@@ -1,41 +1,14 @@
 """The replication wire format: messages as bytes and back, with no I/O.
 
-A link is a byte stream (carried in websocket messages, but any framing of the stream is
-the same stream: a websocket message may hold several protocol messages, or part of one).
-Each protocol message is::
-
-    u32 length   bytes that follow (type byte + payload), at most MAX_MESSAGE
-    u8  type     MessageType, with COMPRESSED (0x80) set on a zstd-compressed DATA
-    ...          payload
-
-Control messages (``hello``, ``welcome``, ``refuse``, ``stream``, ``sync``, and the
-peer messages either end sends once welcomed, server/replication/peerframes.py) carry a
-JSON object;
-``ack`` a u64; ``data`` a binary batch of records::
-
-    u64 upto     the source has examined its log up to this local seq (acks name it)
-    u32 count    records that follow
-    runs         (zstd-compressed as a whole when the type has COMPRESSED)
-
-Records go in *runs* - consecutive records of one topic, publisher, kind and path - laid
-out by column, so both sides handle a run's records with a few calls into C (``map`` of a
-struct's ``pack``, ``iter_unpack``, a slice per body) rather than Python code per field::
-
-    run (little-endian):
-    u32 count  u64 pub_hash  u8 kind  u8 flags (1: correlation ids, 2: SOW keys)
-    u16 topic_len  u8 path_count  topic  path entries (u8 length + UTF-8 each)
-    count x (u64 source_seq, i64 timestamp_us, u64 pub_seq, u32 body_len)
-    [flags & 1] count x u16 lengths, then the correlation ids
-    [flags & 2] count x u16 lengths, then the SOW keys
-    the bodies, concatenated
-
-Records go as the source's log holds them (its seq and time, the publisher's bookmark,
-the path so far); the receiver appends the sender to the path and records them in its own
-log with its own seq and time.
-
-Errors: anything malformed raises :class:`~spool.server.replication.errors.ReplicationProtocolError`
-with what was wrong; the protocol object (server/replication/protocol.py) turns it into a
-refusal and closes the link.
+A link is a byte stream of length-prefixed messages (``u32 length``, ``u8 type``,
+payload), so any framing of the stream by websocket messages is the same stream. Control
+messages carry a JSON object, ``ack`` a u64, ``data`` a binary batch of records laid out
+by column in *runs* (consecutive records of one topic, publisher, kind and path), so both
+sides handle a run with a few calls into C rather than Python code per field; a batch may
+be zstd-compressed as a whole. Anything malformed raises
+:class:`~spool.server.replication.errors.ReplicationProtocolError` with what was wrong;
+the protocol object (server/replication/protocol.py) turns it into a refusal and closes
+the link. See docs/replication.md "Wire format" for every field.
 """
 
 from __future__ import annotations

@@ -1,45 +1,17 @@
 """Which records of the log go to a destination (AMPS's four rules, in this order).
 
-1. the record is in the transaction log (everything a source reads is);
-2. a topic block of the destination takes it: its topic (name or pattern) and, when the
-   block has one, its Filter (several blocks for one topic: any of them);
-3. it was published here, or it arrived by replication from an instance whose group the
-   destination's PassThrough matches (server/replication/hops.py);
-4. the destination is not already on its path (loop protection).
-
-The same rules apply while resyncing. One more skip applies only then: a record the
-destination already holds (its holdings said so at connect) is not sent again. And one
-exception applies only then, to a destination whose log is not the one the source knew
-(started over empty, or never seen): a record that carries the destination on its path
-but that its holdings say it lacks is sent (``returning``): the destination had it once -
-it published or forwarded it - and lost it with its log; loop protection keeps an instance
-from being sent what it has, not what it lost.
-
-The command stream is replicated: ``PUBLISH`` records, a SOW's ``DELTA_PUBLISH`` records
-(the merged message; the destination's SOW stage takes it like a local publish) and the
-``SOW_DELETE`` records of a ``sow_delete``. Those carry the source instance's publisher
-identity and a sequence (server/sow/deleting.py), so a destination de-duplicates them by
-bookmark like messages (a delete sent again on a resync is dropped, not applied over a
-newer publish of its key). Two rules differ for deletes:
-
-- a block's Filter does not apply to a delete (it has no body to match): it goes wherever
-  a block takes its topic, since the destination may hold a version of the record that
-  matched; removing a key the destination does not hold changes nothing there;
-- a ``SOW_DELETE`` without identity (``pub_hash`` 0: an expiration, or a record of a
-  version that logged none) is not sent: every instance expires records from its own
-  ``<SOW>`` configuration.
-
-A replicated queue's ``QUEUE_ACK`` and ``QUEUE_TRANSFER`` records (server/queues/records.py)
-carry the same identity and follow the same rules as a delete, except that they are
-logged on the queue's name: they go to a destination that a block of takes the queue's
-name (the ``queue`` and ``queue_underlying`` validation checks make sure it has the same
-queue and takes its underlying topic too). A destination that takes only the underlying
-topic (an archive copy) gets the messages without the queue's events: it need not host
-the queue. A local queue's ``QUEUE_ACK`` (no identity) is never sent.
-
-A :class:`Route` decides a whole :class:`~spool.server.txlog.batch.RecordBatch` at once: per
-record only dict lookups and a path check; filters run through ``Filter.select`` over the
-records that need them, one reused view per filter (the replay's batch form).
+A record goes when it is in the transaction log, a topic block of the destination takes
+it (topic, and the block's Filter when it has one), it was published here or arrived from
+a group the destination's PassThrough matches (server/replication/hops.py), and the
+destination is not on its path (loop protection). Resync adds one skip (what the
+destination's holdings say it has) and one exception (``returning``: what a destination
+that lost its log once had). ``SOW_DELETE`` records and a replicated queue's
+``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records follow the same rules, except that no Filter
+applies to them, the queue's go where its name goes, and those without publisher identity
+are never sent. A :class:`Route` decides a whole
+:class:`~spool.server.txlog.batch.RecordBatch` at once (dict lookups and a path check per
+record; filters through ``Filter.select``). See docs/replication.md "Routing: which
+records go to a destination", "Resync on connect", "SOW topics" and "Validation".
 """
 
 from __future__ import annotations
