@@ -2,41 +2,13 @@
 
 This is the one definition of the on-disk record. The broker, the ``spool journal`` tools
 and the PySpark pipeline all read journals through it, so it imports only the standard
-library and ``google_crc32c`` (hardware CRC-32C) and never touches a file.
-
-Record layout (little-endian; offsets in bytes from the start of the record)::
-
-    off  size  field         meaning
-    0    4     length        u32  whole record, this field and the CRC included (>= 56)
-    4    1     format        u8   0xA1 (record format 1); anything else is not a record
-    5    1     kind          u8   RecordKind (1 publish, 2 delta result, 3 sow_delete, ...)
-    6    2     flags         u16  bit flags, opaque to the log
-    8    8     seq           u64  local sequence; contiguous within an instance's log
-    16   8     timestamp_us  i64  server time recorded, microseconds since the Unix epoch UTC
-    24   8     pub_hash      u64  publisher id (64-bit hash of its client name)  } the
-    32   8     pub_seq       u64  publisher's sequence number                    } bookmark
-    40   2     topic_len     u16
-    42   1     mtype_len     u8   message type length
-    43   1     path_count    u8   number of instance names in the replication path
-    44   2     corr_len      u16  correlation id length
-    46   2     sow_key_len   u16
-    48   4     body_len      u32
-    52   ...   topic, message type, path (each name: u8 length + UTF-8), correlation id,
-               SOW key (all UTF-8), then the body (opaque bytes)
-    L-4  4     crc32c        u32  CRC-32C (Castagnoli) of bytes [0, L-4)
-
-A zero ``length`` marks the end of data: journals are preallocated with zeros, so the
-first record slot that was never written reads as zero (so do 1 to 3 zero bytes at the
-very end of a file, too few for a length field: a record filled the journal to within
-them). The fixed lengths are checked
-against ``length`` so that a corrupt length cannot make a reader run off into the next
-record, and the CRC covers every byte, lengths included. Because CRC-32C has a fixed
-residue, checking a record is one CRC over the whole record compared with
-:data:`CRC_RESIDUE` (no unpacking of the stored CRC).
-
-Reasons reported for bad bytes (``CorruptRecord.reason`` and scan results) are stable
-strings: ``torn record``, ``bad length``, ``bad format``, ``crc mismatch``,
-``length mismatch``, ``sequence gap``, ``unknown kind``, ``bad utf-8``.
+library and ``google_crc32c`` (hardware CRC-32C) and never touches a file. A record is a
+56-byte little-endian header (length, format ``0xA1``, kind, flags, seq, time, publisher
+bookmark, field lengths), its variable fields and body, and a CRC-32C of everything before
+it; a zero length marks the end of data (preallocated zeros). The fixed lengths are
+checked against ``length`` so a corrupt length cannot run a reader into the next record,
+and checking a record is one CRC compared with :data:`CRC_RESIDUE`. Reasons for bad bytes
+are stable strings. See docs/transaction-log.md "Record format" for every field.
 """
 
 from __future__ import annotations

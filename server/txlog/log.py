@@ -1,26 +1,5 @@
 """The transaction log: append on the event loop, group commit in a thread, read anywhere.
 
-:class:`TransactionLog` is the broker's truth (docs/architecture.md). Its contract:
-
-- :meth:`~TransactionLog.append` runs on the event loop and does no I/O: it encodes the
-  record, adds it to the pending buffer and the active journal's index, and wakes the
-  flusher. It assigns ``seq = last_seq + 1`` and the timestamp.
-- The **flusher** gathers appends and hands each batch to a worker thread that writes and
-  fsyncs it - at most one fsync per ``FlushInterval`` (group commit), or sooner when a lot
-  is pending. Back on the loop, ``durable_seq`` advances, durable listeners run (persisted
-  acks, durable delivery) and :meth:`wait_durable` callers wake.
-- A failed write or fsync starts a **write outage** (:class:`WriteOutage`): the log
-  refuses appends with :class:`TxlogWriteFailed`, keeps what it had accepted in memory
-  and retries on its own (``WriteRetryInterval``, with back-off), rewriting it through
-  fresh file descriptors; the first attempt that succeeds ends the outage.
-- **Reads** return durable records only: recent ones from an in-memory tail cache, older
-  ones decoded in a thread from plain or compressed journals.
-- **Journals** roll at ``JournalSize`` into preallocated files; finished journals can be
-  archived, compressed or removed, oldest first, unless a :class:`Pin` still needs them.
-
-The class is a facade over parts that each own one kind of state:
-
-=====================  ==================================================================
 :mod:`.groupcommit`    pending appends, the flusher, the durable position, write outages
 :mod:`.caches`         index entries, sealed indexes, ``clients.ack`` after each commit
 :mod:`.placement`      appended bytes into the active journal, index and tail; rolls
@@ -36,6 +15,18 @@ The class is a facade over parts that each own one kind of state:
 Thread-safety: every public method is for the event loop that called :meth:`open`.
 State is never shared with threads: a worker receives the data of one batch or one read
 and reports back.
+=======
+:class:`TransactionLog` is the broker's truth (docs/architecture.md). :meth:`~TransactionLog.append`
+runs on the event loop and does no I/O (it assigns ``seq`` and the timestamp); the
+flusher hands batches to a worker thread that writes and fsyncs them, at most once per
+``FlushInterval``, then advances ``durable_seq`` and wakes durable listeners; a failed
+write starts a :class:`WriteOutage` (appends refused with :class:`TxlogWriteFailed`,
+retried on its own); reads return durable records only; journals roll into preallocated
+files and retention honours every :class:`Pin`. The class is a facade over parts that
+each own one kind of state (docs/transaction-log.md lists them). Thread-safety: every
+public method is for the event loop that called :meth:`open`; a worker receives the data
+of one batch or one read and reports back. See docs/transaction-log.md "Group commit and
+durability" and "A full disk".
 """
 
 from __future__ import annotations

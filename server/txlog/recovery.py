@@ -1,41 +1,15 @@
 """Recovery: find the journals of an instance, check them, cut damage, rebuild indexes.
 
 Run at every open (in a worker thread) and, read-only, by ``spool journal verify`` and
-``spool journal find``. The rules, after Kafka's ``LogSegment.recover`` and nats-server's
-``rebuildStateFromBufLocked``:
-
-1. **Prefix rule.** Only ``NAME.*`` files of this instance (see :mod:`.files`) are looked
-   at, in the journal and archive directories.
-2. **Duplicates** from an interrupted archive or compress (the same base twice) keep the
-   most advanced copy (archived > compressed > plain); the other is deleted.
-3. **Checks.** Journals are taken in base order. A finished journal with a valid sealed
-   index is trusted after cheap checks (its edge blocks, its size: server/txlog/checking.py);
-   the last plain journal - the one that was being written - is always checked, at disk
-   speed when its index covers it (one CRC per block) and record by record after the
-   last indexed block. A journal without a valid index is scanned record by record and
-   its index rebuilt.
-4. **Damage is fenced, never followed by a cut of intact records.** A damaged journal is
-   read past its damage (server/txlog/salvage.py): the records after it are kept, and the
-   damaged local sequences become placeholders (a *fence*, server/txlog/fences.py) in a
-   rewritten journal (server/txlog/rewrite.py); the original is kept in
-   ``JournalDirectory/damaged/``. A journal missing between two others is fenced the same
-   way (a journal of placeholders takes its place). Each fence is reported.
-5. **A torn tail is cut.** Damage that runs to the end of the last journal's data was
-   never complete (a crash mid-write leaves one every time): the bytes are kept in
-   ``damaged/`` and cut, as they always were. Records among them that were *known to be
-   durable* (``clients.ack`` or the open index covered them, or a replication peer
-   acknowledged them: ``known_durable``) are fenced after the cut, so their seqs are never
-   given to other records and a repair can bring them back (server/txlog/fencing.py).
-6. **Publishers**: the ``clients.ack`` table, trimmed to the recovered log, completed
-   from the index summaries of the journals it does not cover.
-7. **Fences**: every fence of the recovered log, from the indexes (placeholders are
-   indexed under their own key) and the description in each fence's first placeholder.
-
-:func:`recover` runs these steps in order over parts that each do one of them:
-:mod:`.discovery` (1, 2: what is on disk), :mod:`.checking` (3: one journal, read-only),
-:mod:`.fencing` and :mod:`.rewrite` (4, 5: fences and the journals that hold them),
-:mod:`.repair` (cuts, trims, index files; only with ``apply``), :mod:`.clients` (6) and
-:mod:`.recoveryreport` (what is reported).
+``spool journal find``, after Kafka's ``LogSegment.recover`` and nats-server's
+``rebuildStateFromBufLocked``: only this instance's files, duplicates of an interrupted
+archive resolved, journals checked (a sealed index trusted after cheap checks, the last
+journal always checked), damage fenced and the intact records after it kept, a torn tail
+cut (its known-durable records fenced), the publisher table and the fences rebuilt.
+:func:`recover` runs these steps over parts that each do one of them: :mod:`.discovery`,
+:mod:`.checking`, :mod:`.fencing` and :mod:`.rewrite`, :mod:`.repair` (only with
+``apply``), :mod:`.clients` and :mod:`.recoveryreport`. See docs/transaction-log.md
+"Recovery" for the rules step by step.
 """
 
 from __future__ import annotations

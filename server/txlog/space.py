@@ -1,37 +1,15 @@
 """Disk space of the log: preallocated journal files and the ``MaxSize`` accounting.
 
-``TransactionLog/MaxSize`` bounds the bytes of journals kept locally. :class:`DiskSpace`
-counts them in :attr:`~DiskSpace.used`: every journal at its size on disk (the active one
-at ``JournalSize``, since it is allocated whole; a finished one at its data length; a
-compressed one at its compressed size) plus every preallocated file, including one still
-being made. A roll that would take ``used`` past the limit raises
-:class:`~spool.server.txlog.errors.TxlogFull`.
-
-Preallocation keeps ``PreallocatedJournalFiles`` files of ``JournalSize`` ready, so a roll
-renames a file instead of allocating 64 MB on the commit path. Files are made one at a
-time in a worker thread (:meth:`DiskSpace.replenish`), their room counted in ``used``
-before the thread starts. Two counters keep that honest while a file is being made:
-
-- ``busy``: preallocations under way (each already counted in ``used``).
-- ``void``: of those, how many a roll has *taken the room of*. A roll that finds no
-  preallocated file and no room, while a preallocation is under way, does not fail: the
-  new journal takes the room reserved for the file being made (``used`` is unchanged,
-  ``void`` goes up), and that file is deleted as soon as it is done instead of being
-  kept. The roll is refused only when ``busy <= void`` (no reserved room is left to take).
-
-**Preallocation is an optimisation.** On a disk without room for ``JournalSize`` bytes an
-allocation fails; that is not a write failure. The log goes on without the file (a journal
-is then created unallocated and its writes extend it, so the disk refuses writes only when
-one really fails) and :attr:`DiskSpace.shortfall` says so (event ``preallocation_failed``,
-once; a dashboard warning) until the files are back (``preallocation_restored``). After a
-failure no file is attempted at every commit (each attempt would claim and give back
-``JournalSize`` bytes several hundred times a second): the next attempt waits for a roll
-or for journals removed or moved away (:meth:`DiskSpace.retry`).
-
-Thread contract: :meth:`DiskSpace.prepare` runs in a worker thread during open, before the
-loop uses this object (:meth:`DiskSpace.report` then emits what it found, on the loop);
-:meth:`DiskSpace.allocate_file` runs in worker threads and touches no state; everything
-else is for the event loop.
+:class:`DiskSpace` counts the bytes of journals kept locally (and preallocated files,
+including one still being made) against ``TransactionLog/MaxSize``; a roll past it raises
+:class:`~spool.server.txlog.errors.TxlogFull`. Preallocation keeps
+``PreallocatedJournalFiles`` files ready so a roll renames a file instead of allocating
+on the commit path; the ``busy`` / ``void`` counters let a roll take the room of a file
+still being made. Preallocation is an optimisation: a failed allocation is not a write
+failure (:attr:`DiskSpace.shortfall`, retried at a roll or after journals go). Thread
+contract: :meth:`DiskSpace.prepare` runs in a worker thread during open,
+:meth:`DiskSpace.allocate_file` in worker threads touching no state, everything else on
+the event loop. See docs/transaction-log.md "A full disk".
 """
 
 from __future__ import annotations
