@@ -1,42 +1,12 @@
 """The SOW file format: a header, then an append-only list of puts and deletes (sans-I/O).
 
-A persistent SOW topic keeps one file (server/sow/filestore.py writes it). The file is a
-*checkpoint* of the topic's state for topics recorded in the transaction log: it holds
-only changes whose log records are durable, each with its log sequence, so after a crash
-the state is the file's valid prefix plus the log after that prefix's last sequence. For
-topics the log does not record, the file is the only copy.
-
-Layout (little-endian)::
-
-    header
-      0   8  magic        b"SPOOLSOW"
-      8   2  version      u16, 1
-      10  2  flags        u16, 0
-      12  8  base_seq     u64  log sequence the state includes before the first change
-                               (set by a compaction, which drops old changes)
-      20  8  written_us   i64  when the header was written
-      28  2  topic_len    u16
-      30  2  keys_len     u16
-      32  .. topic, Key paths joined by ","  (UTF-8)
-      ..  4  crc32c of the header before it
-    change (repeated)
-      0   4  length       u32  the whole change, this field and the CRC included
-      4   1  op           1 put, 2 delete
-      5   1  0
-      6   2  key_len      u16
-      8   8  seq          u64  log sequence of the change (0: a topic not in the log)
-      put only:
-      16  8  timestamp_us i64
-      24  8  pub_hash     u64
-      32  8  pub_seq      u64
-      40  8  expires_us   i64  0 = never
-      48  4  body_len     u32
-      ..     key, body
-      L-4 4  crc32c of the change before it
-
-A change whose length runs past the end, whose CRC fails or whose fields do not add up
-ends the readable part: :func:`read_changes` reports where and why, and the owner
-truncates the file there (a torn tail after a crash is the usual case).
+A persistent SOW topic keeps one file (server/sow/filestore.py writes it). For topics
+recorded in the transaction log the file is a *checkpoint*: it holds only changes whose
+log records are durable, each with its log sequence, so after a crash the state is the
+file's valid prefix plus the log after that prefix's last sequence; for other topics it is
+the only copy. A change whose length runs past the end, whose CRC fails or whose fields do
+not add up ends the readable part: :func:`read_changes` reports where and why, and the
+owner truncates the file there. See docs/sow.md "Durability and recovery" for the layout.
 """
 
 from __future__ import annotations
