@@ -1,34 +1,14 @@
 """Publisher identity collisions found on the replicated stream.
 
-Replication de-duplicates by bookmark (publisher identity + sequence). Two publishers that
-share an identity - one client name used on two instances at once, where the logon check
-(server/replication/clientnames.py) could not see it: a partition, or instances with no
-link between them - publish the same bookmarks with different messages, and each instance
-keeps whichever copy it got first and takes the other for a duplicate. This finds them.
-
-**Origins.** For every publisher, the watch remembers where the runs it appended came from:
-its *origin*, the first entry of a record's path (the instance it was published to), or
-this instance itself for a client's publish here. A publisher's origin changes rarely (a
-failover), so it keeps a few segments per publisher (``first sequence -> origin``), noted
-once per appended run, never per message.
-
-**Duplicates.** A duplicate whose origin is the held copy's origin is the same message
-again, by another route (a fabric with passthrough sends most messages to an instance more
-than once): nothing to do, and that is nearly every duplicate. One whose origin differs
-(or whose held copy's origin is not known: appended before this process started) is a
-*suspect*: the message was published through two instances. That happens legitimately
-when an HA publisher fails over and publishes again what it had not seen acknowledged - the
-same message. So a suspect is checked off the event loop: the held record is read
-(``locate_bookmark`` then one record) and the bodies compared. The same body: nothing lost.
-Another body: a **collision** - two messages with one bookmark; the instance holds one and
-dropped the other. It is logged (``replication/publisher_collision``, error, with the
-publisher, the sequence, both origins and where the dropped copy came from), kept in the
-conflicts list (``GET /api/replication``) and shown as an alert on every dashboard page.
-Once a publisher's collision is confirmed, its later suspects are counted without reading.
-
-Bounds: at most :data:`MAX_SUSPECTS` suspects wait to be checked (one is read at a time);
-beyond that a suspect is counted as unchecked on its publisher's entry. Segments per
-publisher: :data:`MAX_SEGMENTS` (older sequences then count as unknown, and are checked).
+Replication de-duplicates by bookmark. Two publishers that share an identity (one client
+name used on two instances the logon check could not ask) publish the same bookmarks with
+different messages, and each instance keeps whichever copy it got first. This finds them:
+the watch remembers each publisher's *origin* per appended run (a few segments per
+publisher, never per message); a duplicate from another origin is a *suspect*, checked off
+the event loop by comparing the held record's body. Another body is a **collision**:
+logged, kept in the conflicts list and shown as an alert. Bounded by
+:data:`MAX_SUSPECTS` and :data:`MAX_SEGMENTS`. See docs/replication.md "Publisher
+identities".
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """The sync durability horizon: the local fsync and every destination that is sync now.
 
-A :class:`~spool.server.ports.DurabilityHorizon` for an instance that replicates: persisted acks
-(server/acks.py ``DurableAcks``), flush acks and ``fully_durable`` subscriptions wait on
-it. Its position is the lowest of
-
-- the local durable seq (written and fsynced here), and
-- for each destination whose *effective* sync type is sync, how far that destination is
-  done with the log: every record up to it was acknowledged by the destination, or is not
-  for it (its topic blocks, filters, passthrough or path leave it out), so a publish to a
-  topic a down destination does not take is not held up by it.
-
-It only moves forward: a destination that becomes sync again (an upgrade completes once it
-has caught up) holds acks from then on, it does not take back acks already sent. A
-downgrade recomputes at once, so the acks that waited only for that destination leave in
-the same loop turn. No destination: the local fsync alone (persisted acks then say "on this
-instance's disk", and the instance warns at start that it is a single point of loss).
-
-The replication push itself follows the *local* horizon (the log's durable listener), not
-this one: a destination cannot be sent what waits for its own ack.
-
-Its :attr:`failure` is the local log's (a write outage: ``txlog full`` with its cause), as
-:class:`~spool.server.acks.LocalHorizon` says it. A sync destination that is down is not a
-failure: acks wait for it (or for a downgrade).
-
-Beside it, :attr:`SyncHorizon.replicated` is how far the log has reached **every**
-destination, sync or not (the lowest of the local durable seq and every destination's
-horizon): the *replicated watermark*. Clients that ask for ``replicated`` acks at logon
-(docs/protocol.md) are told from it which of their publishes are on every destination, so
-an HA publisher whose failover is unsafe (an async or downgraded link) keeps the others.
-A destination that is down holds it back, whatever its sync type: that is the point.
+A :class:`~spool.server.ports.DurabilityHorizon` for an instance that replicates: persisted
+acks, flush acks and ``fully_durable`` subscriptions wait on it. Its position is the lowest
+of the local durable seq and, for each destination whose *effective* sync type is sync,
+how far that destination is done with the log (acknowledged, or not for it). It only moves
+forward; a downgrade recomputes at once. The replication push follows the local horizon,
+not this one. Its :attr:`failure` is the local log's; a sync destination that is down is
+not a failure. :attr:`SyncHorizon.replicated` is the replicated watermark: how far the log
+has reached every destination, sync or not. See docs/replication.md "The sync horizon,
+downgrade and upgrade".
 """
 
 from __future__ import annotations

@@ -1,39 +1,17 @@
 """A link from a source: authenticate it, check it, record what it sends, ack back.
 
 The web layer (web/replication.py) accepts a websocket on ``/replication`` and pushes its
-bytes into :meth:`InboundLink.receive`. The link:
-
-1. on the hello: checks the protocol version, that this instance is not stopping, that the
-   source does not carry this instance's own Name, that the Group the source expects is
-   this instance's Group (both names in the refusal), and the credentials (with
-   ``<Users>`` configured a source must log on as a user, whose Write entitlements then
-   apply to every replicated message: a verified client certificate mapped to a user, or
-   a user and password/token checked off the loop behind the instance's logon throttle);
-   then welcomes it with this
-   instance's name, group, log identity, holdings (what it holds per publisher, so the
-   source resyncs from what is missing), when its log lost records it cannot name (a torn
-   tail cut at its start: the source then resyncs from around that time) and
-   configuration summary;
-2. on each ``data`` batch, in order: decompresses it (in a thread), and publishes its
-   records through the instance's publish pipeline like client publishes - as runs of
-   one topic, publisher, kind and path - keeping each record's publisher bookmark and
-   appending the source to its path. The pipeline de-duplicates by bookmark (a late copy
-   fills its publisher's gap), records, and delivers to local subscribers; a run of a
-   source's ``sow_delete`` records (kind ``SOW_DELETE``, the source instance's publisher
-   identity) takes the same path and the SOW stage removes its keys;
-3. acknowledges ``upto`` positions once what they covered is durable here (after the local
-   group commit), conflated: at most one ack per ``Replication/AckInterval``.
-
-A refusal by the pipeline (the link's user may not write a topic; the log is full) ends
-the link with the reason: the source keeps the records and sends them again when the link
-comes back (after the entitlement is fixed, or once there is room), so nothing is lost.
-
-One connection may carry a link each way (docs/replication.md "Passive destinations"). A
-link on a connection the source dialed (``channel`` 0) hands the messages of the
-connection's second conversation - a destination of this instance running back over it -
-to whoever :meth:`~InboundLink.attach` ed; a link on a connection this instance dialed
-(``channel`` 1) is fed those messages by that connection's reader
-(:meth:`~InboundLink.receive_messages`) and writes through it.
+bytes into :meth:`InboundLink.receive`. On the hello the link checks the protocol version,
+that this instance is not stopping, the source's Name and expected Group, and its
+credentials (with ``<Users>``, the user whose Write entitlements then apply to every
+replicated record), and welcomes it with this instance's identity, holdings and
+configuration summary. Each ``data`` batch is decompressed (in a thread) and published
+through the instance's publish pipeline as runs, keeping each record's bookmark and
+appending the source to its path (de-duplicated by bookmark); ``upto`` positions are
+acknowledged once durable here, conflated. A refusal by the pipeline ends the link: the
+source keeps the records and sends them again, so nothing is lost. One connection may
+carry a link each way (``channel`` 0 or 1). See docs/replication.md "A link's life" and
+"Passive destinations: one connection, both ways".
 """
 
 from __future__ import annotations

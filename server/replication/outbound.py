@@ -1,35 +1,17 @@
 """One destination: its link's life, its position in the log, its sync type.
 
-A :class:`DestinationLink` runs two tasks for as long as the instance runs:
-
-- the **dial loop** (:meth:`DestinationLink._run`): take the next address of the failover
-  list (server/replication/dialer.py), connect, say hello, wait for the welcome, validate
-  both configurations (server/replication/validation.py), choose where the resync starts,
-  start the stream, then read acks until the link ends; then back to the top of the list;
-- the **pump** (:meth:`DestinationLink._pump`): follow the local durable position and read
-  the log from this destination's position. While streaming it sends the records the
-  destination's routing takes (server/replication/routing.py), in log order, as ``data``
-  batches that also say how far the log was examined; while disconnected it only scans,
-  to know how far the destination is *done* - the first record it takes but has not
-  acknowledged stops the scan.
-
-Where the resync starts: the destination's holdings (what it holds per publisher) give the
-oldest journal with something it lacks (``TransactionLog.resync_start``); when the remote
-is the same instance and log as at the last acknowledgment, never before the record after
-that acknowledgment either - unless its holdings lack a record there: then the last
-:data:`RECHECK_RECORDS` records it acknowledged are examined again (it lost a tail it
-acknowledged, to storage that cut it at a record boundary). During the resync, records the
-destination already holds (per its holdings) are skipped; to a destination whose log is
-not the one this source knew (wiped and started over empty, or never seen) or that lacks
-records it acknowledged, the records it lacks are sent even when it is on their path: it
-published or forwarded them once, and lost them with its log. A destination that says it
-lost records it cannot name (a torn tail cut at its start: ``lost_since``) is resynced from
-a little before that time whatever it acknowledged, the same way.
-
-The horizon (:attr:`horizon`, for server/replication/horizon.py): every local seq up to it
-was acknowledged by the destination or is not for it. Acknowledged positions move the
-destination's retention pin (journals stay until every destination acked them) and are
-saved between runs (server/replication/state.py).
+A :class:`DestinationLink` runs two tasks for as long as the instance runs: the **dial
+loop** (:meth:`DestinationLink._run`: next address of the failover list, hello, welcome,
+validation, where the resync starts, the stream, then acks until the link ends) and the
+**pump** (:meth:`DestinationLink._pump`: reads the log from this destination's position
+and sends what its routing takes, in log order, or only scans while disconnected to know
+how far the destination is done). The resync starts from what the destination's holdings
+lack, and re-examines the last :data:`RECHECK_RECORDS` records it acknowledged when it
+lost a tail. The :attr:`horizon` (every local seq up to it acknowledged or not for this
+destination) feeds server/replication/horizon.py; acknowledged positions move the
+destination's retention pin and are saved (server/replication/state.py). See
+docs/replication.md "Resync on connect" and "The re-check of acknowledged records, and
+its bound".
 """
 
 from __future__ import annotations
