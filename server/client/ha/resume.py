@@ -2,33 +2,13 @@
 
 :class:`ResumeState` follows one subscription's messages by bookmark (``PUBHASH|PUBSEQ|``,
 docs/protocol.md "Bookmarks"): each is *received* (handed to the application) and later
-*discarded* (the application is done with it). From that it keeps:
-
-- the **recovery point**: the last message, in arrival order, such that it and every message
-  before it are discarded (or the broker's durable position once nothing is outstanding:
-  :meth:`persisted`);
-- per publisher, the highest sequence such that every received message of that publisher
-  up to it is discarded, and the discarded sequences above it (out-of-order discards);
-- per publisher, which sequences it received: the highest, and the *gaps* below it (the
-  sequences skipped when the next one received jumped, and those below the first one), at
-  most :data:`MAX_GAPS`.
-
+*discarded* (the application is done with it). From that it keeps the recovery point, per
+publisher the highest sequence discarded with everything below it, and which sequences it
+received (the highest and the gaps below it, at most :data:`MAX_GAPS`).
 :meth:`resume_bookmark` is MOST_RECENT: the recovery point plus one bookmark per
-publisher, as a list; the broker starts after the **oldest** of them found in its log
-(docs/bookmarks.md), so a failover to a replica whose log interleaves the publishers
-differently still misses nothing. What it replays that the client already received,
-:meth:`receive` drops. Duplicates are found by exact membership, as the broker's log does
-(docs/replication.md "De-duplication across sources"): a publisher's sequences need not
-grow in a log, because a message that reached an instance late by another route (its
-publisher failed over) is appended after higher sequences of the same publisher. A
-sequence at or below the publisher's highest received one is new when it lies in a gap.
-Before anything was discarded the subscription resumes where it started (EPOCH by
-default).
-
-Messages received but not discarded when the process died come again after a restart:
-:meth:`reloaded` marks them as expected, so their redelivery is accepted once. Within one
-process, a message already received is always a duplicate (it is in the application's
-hands, discarded or not).
+publisher; :meth:`receive` drops what the replay brings again, by exact membership as the
+broker's log does; :meth:`reloaded` accepts once the redelivery of what a dead process
+received but did not discard. See docs/ha-client.md "Bookmark subscriptions".
 """
 
 from __future__ import annotations
