@@ -2,34 +2,11 @@
 
 A link that is refused or fails carries its reason to both sides: the side that found it
 sends a ``refuse`` message with the reason string (:attr:`LinkRefused.reason`, stable, a
-peer may match on it) and a detail meant for an operator, logs it, and closes. The
-admin surface raises the others; web/admin.py maps them to 404 and 409.
-
-Hierarchy::
-
-    SpoolError
-    └── ReplicationError
-        ├── ReplicationProtocolError   the peer sent bytes that are not the protocol
-        ├── LinkRefused                a link that cannot go on (reason string below)
-        │   ├── VersionMismatch            "version mismatch"
-        │   ├── AuthRefused                "auth failure"
-        │   ├── NotAccepting               "not accepting" (endpoint disabled, not ready)
-        │   ├── NameConflict               "name conflict" (the peer has this instance's Name)
-        │   ├── GroupMismatch              "group mismatch" (both group names in the detail)
-        │   ├── ValidationFailed           "validation failed" (check, topic, exact fix)
-        │   ├── ValidationReported         "validation failed", as received from the peer
-        │   ├── NotEntitledToReplicate     "not entitled" (the link's user may not write)
-        │   ├── RecordRefused              "record refused" (e.g. the log is full)
-        │   ├── LinkReplaced               "replaced" (the same source connected again)
-        │   ├── ReconnectRequested         "reconnect" (an operator asked for it)
-        │   ├── PeerShuttingDown           "shutting down"
-        │   ├── SourceBootstrapping        "bootstrapping" (a bootstrap's source copies too)
-        │   ├── BootstrapNotAllowed        "bootstrap refused" (topics not recorded there)
-        ├── BootstrapFailed            a bootstrap that cannot complete (start-up stops)
-        │   └── MutualBootstrap            two empty instances bootstrap from each other
-        ├── ReplicationNotConfigured   the instance does not replicate (REST 404)
-        ├── DestinationNotFound        no destination of that name (REST 404)
-        └── SyncChangeRefused          a downgrade or upgrade that cannot be done (REST 409)
+peer may match on it) and a detail meant for an operator, logs it, and closes. Every
+refusal is a :class:`LinkRefused` subclass; :class:`ReplicationProtocolError` is a peer
+that does not speak the protocol, :class:`BootstrapFailed` a bootstrap that cannot
+complete. The admin surface raises the others; web/admin.py maps them to 404 and 409. The
+reasons and when each is sent are listed in docs/replication.md "Refusal reasons".
 """
 
 from __future__ import annotations
