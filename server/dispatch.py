@@ -14,8 +14,9 @@ unsubscribe sent in the same frame never overtakes them). Other connections are 
 One connection's commands take the event loop for at most about :data:`TURN_BUDGET`
 seconds at a time: once a frame (or the backlog) has used it, the commands left wait in
 the backlog, in order, and go on at the loop's next turn, after what other connections
-sent meanwhile. A frame of a hundred subscribes with filters took 30 ms in one go; now
-it yields every 2 ms. Runs of publishes are not cut (a run is one pipeline call).
+sent meanwhile. A frame of a hundred subscribes with filters, which would take tens of
+milliseconds in one go, yields every 2 ms. Runs of publishes are not cut (a run is one
+pipeline call).
 
 A command carrying a long content filter (over :data:`INLINE_FILTER_MAX` characters) that
 the filter caches do not know yet waits the same way while the filter is compiled on the
