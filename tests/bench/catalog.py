@@ -119,7 +119,7 @@ def _spool_specs() -> list[ScenarioSpec]:
     for label, size in BODY_SIZES.items():
         targets: tuple[Target, ...] = ()
         if label == "100B":
-            targets = (Target("msgs_per_s", ">=", 100_000, "issue 4"),)
+            targets = (Target("msgs_per_s", ">=", 100_000, "persisted publishing"),)
         specs.append(
             ScenarioSpec(
                 f"spool.publish.persisted.{label}",
@@ -139,7 +139,7 @@ def _spool_specs() -> list[ScenarioSpec]:
             "paced publisher at 20,000 msgs/s, persisted acks; send -> persisted ack latency",
             {"body_bytes": 100, "rate_per_s": 20_000},
             ("p50_ms", "p99_ms", "p999_ms", "achieved_msgs_per_s"),
-            (Target("p99_ms", "<", 10, "issue 4"),),
+            (Target("p99_ms", "<", 10, "persisted publishing"),),
         )
     )
     for label, size in BODY_SIZES.items():
@@ -150,7 +150,7 @@ def _spool_specs() -> list[ScenarioSpec]:
                 f"one publisher -> one live subscriber, {label} bodies",
                 {"body_bytes": size, "subscribers": 1},
                 ("delivered_msgs_per_s",),
-                (Target("delivered_msgs_per_s", ">=", 100_000, "issue 2"),)
+                (Target("delivered_msgs_per_s", ">=", 100_000, "live delivery"),)
                 if label == "100B"
                 else (),
                 profile=label == "100B",
@@ -165,7 +165,7 @@ def _spool_specs() -> list[ScenarioSpec]:
                 "aggregate deliveries",
                 {"body_bytes": size, "subscribers": 100},
                 ("delivered_msgs_per_s",),
-                (Target("delivered_msgs_per_s", ">=", 300_000, "issue 2"),)
+                (Target("delivered_msgs_per_s", ">=", 300_000, "live delivery"),)
                 if label == "100B"
                 else (),
                 profile=label == "100B",
@@ -191,7 +191,7 @@ def _spool_specs() -> list[ScenarioSpec]:
                 f"paced publisher at {rate:,} msgs/s -> one live subscriber; publish-to-delivery",
                 {"body_bytes": 100, "rate_per_s": rate},
                 ("p50_ms", "p99_ms", "p999_ms", "achieved_msgs_per_s"),
-                (Target("p99_ms", "<", 5, "issue 2"),) if rate == 10_000 else (),
+                (Target("p99_ms", "<", 5, "live delivery"),) if rate == 10_000 else (),
             )
         )
     specs.append(
@@ -211,7 +211,9 @@ def _spool_specs() -> list[ScenarioSpec]:
                 f"bookmark subscription from EPOCH (0) over the whole log, {label} bodies",
                 {"body_bytes": size, "filter": None},
                 ("msgs_per_s", "mb_per_s"),
-                (Target("msgs_per_s", ">=", 300_000, "issue 5"),) if label == "100B" else (),
+                (Target("msgs_per_s", ">=", 300_000, "bookmark replay"),)
+                if label == "100B"
+                else (),
                 profile=label == "100B",
             )
         )
@@ -223,7 +225,7 @@ def _spool_specs() -> list[ScenarioSpec]:
                 "scanned = log messages replayed per second",
                 {"body_bytes": size, "filter": "/k = 7"},
                 ("scanned_msgs_per_s", "delivered_msgs_per_s"),
-                (Target("scanned_msgs_per_s", ">=", 300_000, "issue 5"),)
+                (Target("scanned_msgs_per_s", ">=", 300_000, "bookmark replay"),)
                 if label == "100B"
                 else (),
             )
@@ -237,8 +239,8 @@ def _spool_specs() -> list[ScenarioSpec]:
                 {"body_bytes": size},
                 ("stop_restart_s", "kill_restart_s"),
                 (
-                    Target("stop_restart_s", "<", 3, "issue 4"),
-                    Target("kill_restart_s", "<", 3, "issue 4"),
+                    Target("stop_restart_s", "<", 3, "persisted publishing"),
+                    Target("kill_restart_s", "<", 3, "persisted publishing"),
                 )
                 if label == "100B"
                 else (),
@@ -274,7 +276,7 @@ def _spool_specs() -> list[ScenarioSpec]:
             "batch callback, counting every message",
             {"body_bytes": 100, "filter": None, "client": "spool-client.js"},
             ("msgs_per_s",),
-            (Target("msgs_per_s", ">=", 300_000, "issue 14"),),
+            (Target("msgs_per_s", ">=", 300_000, "compiled hot loops"),),
         )
     )
     specs.append(
@@ -362,7 +364,7 @@ def _replication_specs() -> list[ScenarioSpec]:
             "publish-to-delivery across the link",
             {"body_bytes": 100, "rate_per_s": 10_000, "mode": "lag"},
             ("p50_ms", "p99_ms", "p999_ms", "achieved_msgs_per_s"),
-            (Target("p99_ms", "<", 20, "issue 15"),),
+            (Target("p99_ms", "<", 20, "replication"),),
         )
     )
     specs.append(
@@ -495,7 +497,7 @@ def _sow_specs() -> list[ScenarioSpec]:
             "(100-byte JSON bodies keyed by /id, 100 per frame); ends at a flush ack",
             {"body_bytes": 100, "keys": 100_000},
             ("updates_per_s",),
-            (Target("updates_per_s", ">=", 100_000, "issue 12"),),
+            (Target("updates_per_s", ">=", 100_000, "state of the world"),),
             profile=True,
         ),
         ScenarioSpec(
@@ -505,7 +507,7 @@ def _sow_specs() -> list[ScenarioSpec]:
             "to group_end",
             {"body_bytes": 100, "records": 100_000, "bs": 1000},
             ("records_per_s", "first_record_ms"),
-            (Target("records_per_s", ">=", 500_000, "issue 12"),),
+            (Target("records_per_s", ">=", 500_000, "state of the world"),),
             profile=True,
         ),
         ScenarioSpec(
@@ -556,7 +558,7 @@ def _queue_specs() -> list[ScenarioSpec]:
             "delivery",
             {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
             ("msgs_per_s", "publish_msgs_per_s"),
-            (Target("msgs_per_s", ">=", 50_000, "issue 17"),),
+            (Target("msgs_per_s", ">=", 50_000, "queues"),),
             profile=True,
         ),
         ScenarioSpec(
@@ -567,7 +569,7 @@ def _queue_specs() -> list[ScenarioSpec]:
             {"body_bytes": 100, "consumers": 4, "max_backlog": 500},
             ("msgs_per_s", "publish_msgs_per_s"),
             # the same with two replicated instances: the same target
-            (Target("msgs_per_s", ">=", 50_000, "issue 17"),),
+            (Target("msgs_per_s", ">=", 50_000, "queues"),),
         ),
         ScenarioSpec(
             "spool.restart.queue.100B",
@@ -585,7 +587,7 @@ def _queue_specs() -> list[ScenarioSpec]:
                 "stop_startup_s",
                 "full_replay_startup_s",
             ),
-            (Target("stop_restart_s", "<", 3, "issue 32"),),
+            (Target("stop_restart_s", "<", 3, "queue liveness"),),
             warmup=0,
         ),
         ScenarioSpec(
