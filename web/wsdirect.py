@@ -2,12 +2,12 @@
 
 The broker sends big binary frames (up to 1 MiB during a replay, joined from pieces of
 at most 64 KiB: server/session.py). Through uvicorn's websockets-based protocol each
-frame was copied three more times before the socket: ``b"".join`` of the pieces into
-one frame (the session writer), ``Frame.serialize`` of the ``websockets`` library
-(header and payload written into a ``BytesIO``), and, on Python 3.11's socket
-transport, the slice of what the first ``send()`` left (``data[n:]`` of a ``bytes``)
-before it is appended to the transport's buffer. Measured on the 1 KB replay, that was
-more than a quarter of the broker's CPU (``memmove``, ``Frame.serialize`` and the join).
+frame would be copied three more times before the socket: ``b"".join`` of the pieces
+into one frame (the session writer), ``Frame.serialize`` of the ``websockets`` library
+(header and payload written into a ``BytesIO``), and, on Python 3.11's socket transport,
+the slice of what the first ``send()`` left (``data[n:]`` of a ``bytes``) before it is
+appended to the transport's buffer. On a replay of big messages those copies are a large
+part of the broker's work (`make bench` measures the difference: `feature.bench_wssend`).
 
 :class:`DirectWebSocketProtocol` is uvicorn's own class (what ``ws="auto"`` picks with
 ``websockets`` installed), with one addition: an ASGI extension,

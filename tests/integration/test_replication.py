@@ -1,4 +1,4 @@
-"""Replication between real `spool serve` processes on loopback (issue 15 acceptance).
+"""Replication between real `spool serve` processes on loopback.
 
 Each test starts its instances on ports chosen before they start (they must know each
 other's address), publishes with the Python client, reads the admin API, and reads the
