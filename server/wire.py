@@ -260,7 +260,11 @@ def encode_sow_record(
     bookmark: str | None = None,
     ts: str | None = None,
 ) -> bytes:
-    """One ``sow`` message: a query-result record (``key`` None: ``no_sowkey``)."""
+    """One ``sow`` message: a query-result record (``key`` None: ``no_sowkey``).
+
+    Readable twin of :func:`encode_keyed`, which writes the same tail after its own
+    head: tests/unit/sow/test_wire_sow.py checks them against each other.
+    """
     head = b'{"c":"sow","t":' + topic_literal + b',"qid":' + qid
     if key is not None:
         head += b',"k":' + orjson.dumps(key)
@@ -284,7 +288,9 @@ def encode_keyed(
 
     The tail after the head is the same as :func:`encode_sow_record`'s, written out in
     both: a shared helper would cost one more call per record, and this runs once per
-    live delivery of every SOW subscriber.
+    live delivery of every SOW subscriber. Fast twin of :func:`encode_sow_record`:
+    tests/unit/sow/test_wire_sow.py checks them against each other (same tail bytes,
+    same errors).
     """
     head = b'{"c":"publish","t":' + topic_literal + b',"sids":' + sids
     if key is not None:

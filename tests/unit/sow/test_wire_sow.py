@@ -3,7 +3,7 @@ message says what it should."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool.server.bookmarks import format_timestamp_us
@@ -17,6 +17,7 @@ from spool.server.wire import (
     encode_sow_records,
     topic_json,
 )
+from tests.support.twins import outcome
 
 records = st.lists(
     st.builds(
@@ -81,3 +82,33 @@ def test_group_keyed_and_oof_messages_parse() -> None:
                       "ts": "ts", "l": 2}  # fmt: skip
     assert got[2] == {"c": "oof", "t": "t", "sids": "s", "k": "k", "reason": "expired", "l": 2}
     assert got[3] == {"c": "group_end", "qid": "q", "l": 0}
+
+
+# a lone surrogate: neither orjson nor str.encode takes it, so both encoders must raise
+texts = st.one_of(st.text(max_size=8), st.just("a\ud800"), st.sampled_from(['k"}{[]\\', "é€😀"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([b'"orders"', b'"a/b"', topic_json('t"{}')]),
+    st.one_of(st.none(), texts),
+    st.binary(max_size=30),
+    st.one_of(st.none(), st.just(""), texts),
+    st.one_of(st.none(), st.just(""), texts),
+)
+def test_a_keyed_delivery_is_a_sow_record_with_the_publish_head(
+    topic: bytes, key: str | None, body: bytes, bookmark: str | None, ts: str | None
+) -> None:
+    """``encode_keyed`` writes out :func:`encode_sow_record`'s tail (its fast twin):
+    past their heads (``publish`` with ``sids`` / ``sow`` with ``qid``) the bytes are
+    the same, and an argument one cannot encode raises the same error in both."""
+    sids, qid = b'"s1,s2"', b'"q"'
+    keyed = outcome(encode_keyed, topic, sids, key, body, bookmark, ts)
+    record = outcome(encode_sow_record, topic, qid, key, body, bookmark, ts)
+    if keyed[0] == "raised" or record[0] == "raised":
+        assert keyed == record
+        return
+    keyed_head = b'{"c":"publish","t":' + topic + b',"sids":' + sids
+    record_head = b'{"c":"sow","t":' + topic + b',"qid":' + qid
+    assert keyed[1].startswith(keyed_head) and record[1].startswith(record_head)
+    assert keyed[1][len(keyed_head) :] == record[1][len(record_head) :]
