@@ -340,7 +340,10 @@ class Ownership:
 
     def message(self, bookmark: str, published_on: str, now_us: int) -> bool:
         """A message entered the queue here (published here or replicated). False: it
-        was acked elsewhere already (it does not enter)."""
+        was acked elsewhere already (it does not enter).
+
+        Readable twin of :meth:`messages`: tests/unit/queues/test_ownership_runs.py
+        checks them against each other."""
         if bookmark in self._entries:
             return True
         early: Grant | None = None
@@ -371,7 +374,12 @@ class Ownership:
         (``now_us[i]`` for ``bookmarks[i]``): which entered (None: every one did). The
         usual message (nothing kept for it, its owner online) is done here without a
         call each: :meth:`message` per message was the largest part of a replicated
-        queue's admission."""
+        queue's admission.
+
+        Fast twin of :meth:`message`: tests/unit/queues/test_ownership_runs.py checks
+        them against each other (the same answers and the same view of every message;
+        the request heap is compacted once per run, so it may hold other stale places,
+        which are skipped when they come due)."""
         entries = self._entries
         early = self._early
         requests = self._early_requests
