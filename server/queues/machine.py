@@ -638,7 +638,9 @@ class QueueMachine:
         # proportional fairness among consumers without a filter (the usual case): the
         # candidates and their weights (free backlog) are kept here as leases are taken
         # instead of being rebuilt from every consumer at every message (O(consumers) per
-        # message in _choose); the same picks as _choose for the same numbers
+        # message in _choose); the same picks as _choose for the same numbers. Fast twin
+        # of _choose's proportional pick: tests/unit/queues/test_machine.py checks them
+        # against each other (same picks, same random numbers drawn)
         weighed: list[Consumer] | None = None
         weights: list[int] = []
         if (
@@ -711,6 +713,13 @@ class QueueMachine:
         return out
 
     def _choose(self, m: Message, unlimited: bool) -> Consumer | None:
+        """The consumer with room that gets ``m`` under the queue's fairness (None: no
+        consumer with room accepts it; ``unlimited``: at-most-once, only held consumers
+        are skipped).
+
+        Readable twin of the proportional pick inlined in :meth:`dispatch` for consumers
+        without a filter: tests/unit/queues/test_machine.py checks them against each
+        other."""
         consumers = self._consumers
         fairness = self.policy.fairness
         if fairness == "proportional" and not unlimited:
