@@ -188,6 +188,9 @@ function normalizeHeader(header) {
  * Split a frame into messages, one header at a time (the definition; `parseFrame` gives
  * the same result faster and falls back to this whenever it is not sure).
  *
+ * Readable twin of `parseFrame` and `splitFrame`: tests/browser/test_js_codec.py checks
+ * them against each other.
+ *
  * Never throws: a malformed message ends parsing and is reported in `error`; the messages
  * before it are returned (a stream parser would have delivered them already).
  *
@@ -307,6 +310,9 @@ const scratch = { end: -1, length: -1 };
  * (`parseFrameOneByOne`: a malformed header, an `l` this scan does not read, long keys),
  * that definition runs instead, so both always agree.
  *
+ * Fast twin of `parseFrameOneByOne`: tests/browser/test_js_codec.py checks them against
+ * each other (the same messages, header keys in the same order, and the same error).
+ *
  * @param {Uint8Array} bytes the frame
  * @returns {{messages: Array<{header: object, body: Uint8Array}>, error: string|null}}
  */
@@ -408,8 +414,9 @@ function ascii(bytes, start, stop) {
  * ASCII strings) becomes a lazy `SpoolMessage` read straight from the bytes (no string,
  * header object or body view allocated until asked for; the topic and `sids` strings are
  * shared by a frame's messages); any other message is `{header, body}` as
- * `parseFrameOneByOne` gives it, and so is the error. A Chromium test checks that the
- * messages' headers and bodies are exactly the definition's.
+ * `parseFrameOneByOne` gives it, and so is the error. Fast twin of `parseFrameOneByOne`:
+ * tests/browser/test_js_codec.py checks them against each other (every message's header
+ * and body, lazy or not, and the error are exactly the definition's).
  *
  * @param {Uint8Array} bytes the frame
  * @returns {{items: Array<SpoolMessage|{header: object, body: Uint8Array}>, error: string|null}}

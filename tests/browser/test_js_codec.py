@@ -2,7 +2,9 @@
 
 server/protocol/frame.py is the oracle: frames it encodes must parse the same in the
 browser, frames the browser encodes must parse in Python to what was encoded, and a
-truncated frame must yield the same good messages (and an error) on both sides.
+truncated frame must yield the same good messages (and an error) on both sides. The
+client's fast parsers, ``parseFrame`` and ``splitFrame``, are also held to its readable
+one-header-at-a-time definition, ``parseFrameOneByOne``.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from playwright.sync_api import Page
 
@@ -232,3 +234,94 @@ def test_broker_deliveries_take_the_lazy_path(static_origin: Page) -> None:
     )
     split, one, lazy, fields_agree = static_origin.evaluate(JS_SPLIT_TWINS, list(frame))
     assert split == one and lazy == 50 and fields_agree
+
+
+JS_ALL_TWINS = """(bytes) => {
+  const data = new Uint8Array(bytes);
+  const view = (r, items) => ({error: r.error, messages: items.map((m) =>
+    [JSON.stringify(Object.entries(m.header)), Array.from(m.body)])});
+  const split = window.spool.splitFrame(data);
+  const fast = window.spool.parseFrame(data);
+  const one = window.spool.parseFrameOneByOne(data);
+  const lazy = split.items.filter((m) => m instanceof window.spool.SpoolMessage);
+  const fields = lazy.every((m) => m.topic === m.header.t && m.bookmark === m.header.bm);
+  return [view(split, split.items), view(fast, fast.messages), view(one, one.messages),
+          lazy.length, fields];
+}"""
+
+plain_text = st.text(alphabet="abc/|,.-_ 019{}[]:", max_size=8)
+# strings as a delivery header may carry them: printable ASCII, JSON's awkward
+# characters, brackets and braces, and text beyond ASCII
+header_text = st.one_of(
+    ascii_text,
+    st.text(alphabet='{}[]"\\:,é€😀 |', max_size=8),
+    st.text(alphabet=st.characters(exclude_categories=["Cs"]), max_size=6),
+)
+
+
+@st.composite
+def edge_frames(draw: st.DrawFn) -> bytes:
+    """Deliveries in the broker's layout with any strings (raw UTF-8 or escaped), empty
+    and bracket-filled bodies, other messages, a last message without ``l``; then
+    maybe cut anywhere or just before its end, spliced, or followed by bytes that are no
+    message."""
+    parts = []
+    for _ in range(draw(st.integers(min_value=0, max_value=5))):
+        body = draw(st.one_of(st.just(b""), st.binary(max_size=12), header_text.map(str.encode)))
+        if draw(st.booleans()):
+            # half of them with plain strings only: the layout splitFrame reads lazily
+            text = plain_text if draw(st.booleans()) else header_text
+            ascii_only = draw(st.booleans())
+
+            def lit(value: str, ascii_only: bool = ascii_only) -> bytes:
+                return json.dumps(value, ensure_ascii=ascii_only).encode()
+
+            topic, sids = lit(draw(text)), lit(draw(text))
+            h = b'{"c":"publish","t":%s,"sids":%s' % (topic, sids)
+            for key in ("bm", "ts", "x"):
+                if draw(st.booleans()):
+                    h += b',"%s":%s' % (key.encode(), lit(draw(text)))
+            parts.append(h + b',"l":%d}' % len(body) + body)
+        else:
+            parts.append(encode_message(draw(headers), body))
+    frame = b"".join(parts)
+    edit = draw(
+        st.sampled_from(["none", "none", "cut", "short", "short", "splice", "nol", "garbage"])
+    )
+    if edit == "cut":
+        frame = frame[: draw(st.integers(0, len(frame)))]
+    elif edit == "short":  # a byte or two short of its end: mostly inside the last body
+        frame = frame[: -draw(st.integers(1, 2))]
+    elif edit == "splice" and frame:
+        i = draw(st.integers(0, len(frame) - 1))
+        frame = frame[:i] + draw(st.binary(min_size=1, max_size=3)) + frame[i + 1 :]
+    elif edit == "nol":
+        frame += encode_message(draw(headers), draw(bodies), with_length=False)
+    elif edit == "garbage":
+        frame += draw(st.sampled_from([b"x", b"[]", b'{"c":"a"', b'{"l":9}ab', b"}{"]))
+    return frame
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(edge_frames())
+@example(b"")
+@example(b'{"c":"publish","t":"a","sids":"s","l":0}')
+@example(b'{"c":"publish","t":"a","sids":"s","l":3}ab')  # a lazy body cut short
+@example('{"c":"publish","t":"é{","sids":"[s]","l":2}{}'.encode())
+def test_both_fast_parsers_agree_with_the_definition_on_edge_frames(
+    static_origin: Page, frame: bytes
+) -> None:
+    """``parseFrame`` and ``splitFrame`` (the fast twins) against ``parseFrameOneByOne``
+    (the readable twin): the same messages (header keys in the same order, the same
+    bodies) and the same error, whatever the frame; a lazily read delivery's fields are
+    its header's."""
+    split, fast, one, lazy, fields_agree = static_origin.evaluate(JS_ALL_TWINS, list(frame))
+    event("lazy deliveries" if lazy else "no lazy delivery")
+    event("error" if one["error"] is not None else "no error")
+    assert split == one
+    assert fast == one
+    assert fields_agree
+    if frame == b"":
+        assert one == {"error": "empty frame", "messages": []}
