@@ -33,9 +33,7 @@ a publisher identity, and replication would drop one's messages as the other's d
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from spool.server import __version__
@@ -87,14 +85,6 @@ def logon_options(text: str | None) -> frozenset[str]:
     return options
 
 
-@dataclass(frozen=True, slots=True)
-class ClosedSession:
-    """A connection that went away (the admin API lists the last ones)."""
-
-    name: str | None
-    remote: str
-
-
 class ClientRegistry:
     """Every connection of an instance, by name once logged on. Owned by the event loop.
 
@@ -141,7 +131,6 @@ class ClientRegistry:
         self.by_name: dict[str, Session] = {}
         self._transport_enabled = {t.name: t.enabled for t in config.transports}
         self._transport_conns = {t.name: 0 for t in config.transports}
-        self._closed: deque[ClosedSession] = deque(maxlen=100)
         #: data messages and bytes sent to connections that are gone (totals stay monotonic)
         self.msgs_out_closed = 0
         self.bytes_out_closed = 0
@@ -274,7 +263,6 @@ class ClientRegistry:
             forget(session)
         if session.name is not None and self.by_name.get(session.name) is session:
             del self.by_name[session.name]
-        self._closed.append(ClosedSession(session.name, session.remote))
         self.msgs_out_closed += session.traffic.msgs_out
         self.bytes_out_closed += session.traffic.bytes_out
         cause = session.close_cause or "client"
@@ -530,10 +518,6 @@ class ClientRegistry:
                 continue
             session.failover_seen = key
             session.ack("failover", None, "success", None, detail=detail, **fields)
-
-    @property
-    def recently_closed(self) -> list[ClosedSession]:
-        return list(self._closed)
 
 
 def _failover_key(fields: Mapping[str, AckValue]) -> tuple[AckValue, ...]:

@@ -446,10 +446,6 @@ class SubscriptionService:
 
     # -- views --------------------------------------------------------------------------
 
-    def is_bookmark(self, sub: Subscription) -> bool:
-        """Whether ``sub`` is fed by a replay cursor."""
-        return sub in self._replays
-
 
 def _check_available(options: SubscribeOptions) -> None:
     """Refuse options whose subsystem does not exist yet (never accept and ignore)."""

@@ -413,11 +413,6 @@ def auth_context(request: HTTPConnection) -> AuthContext:
     return context
 
 
-def current_user(request: HTTPConnection) -> UserConfig | None:
-    """The authenticated user (None when anonymous or when auth is disabled)."""
-    return auth_context(request).user
-
-
 def require_admin(request: HTTPConnection) -> AuthContext:
     """The caller's context if they may run actions.
 

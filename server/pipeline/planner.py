@@ -87,10 +87,6 @@ class ScanPlan:
     journals: int = 0
     notes: list[str] = field(default_factory=list)
 
-    @property
-    def bytes_planned(self) -> int:
-        return sum(b.length for s in self.slices for b in s.blocks)
-
 
 def plan_scan(
     catalog: Catalog, predicate: ScanPredicate, slice_bytes: int = DEFAULT_SLICE_BYTES

@@ -34,7 +34,6 @@ CommandName = Literal[
 
 COMMANDS: Final[frozenset[str]] = frozenset(get_args(CommandName))
 
-AckKind = Literal["received", "processed", "persisted", "completed", "stats"]
 ACK_KINDS: Final[frozenset[str]] = frozenset(
     {"received", "processed", "persisted", "completed", "stats"}
 )

@@ -584,9 +584,6 @@ class QueueService:
             self._end(sub)
         self._waiting.discard(session)
 
-    def is_queue_subscription(self, sub: Subscription) -> bool:
-        return sub in self._ties
-
     # -- acks (sow_delete) --------------------------------------------------------------
 
     def ack(self, session: Session, cmd: Command, queue: QueueRuntime) -> Awaitable[None] | None:

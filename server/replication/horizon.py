@@ -92,11 +92,6 @@ class SyncHorizon:
     def seq(self) -> int:
         return max(self._seq, 0)
 
-    @property
-    def local_seq(self) -> int:
-        """The local fsync alone."""
-        return self._txlog.durable_seq
-
     def holding(self) -> list[HorizonMember]:
         """The destinations persisted acks wait for now."""
         return [m for m in self._members if m.holds_acks]

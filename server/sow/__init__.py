@@ -28,13 +28,12 @@ it so); docs/sow.md describes the behaviour and the decisions where the AMPS mod
 from __future__ import annotations
 
 from spool.server.sow.admin import SowCompaction, SowKeys, SowTopicInfo
-from spool.server.sow.errors import SowError, SowFileError, SowTopicNotFound
+from spool.server.sow.errors import SowError, SowTopicNotFound
 from spool.server.sow.service import SowService
 
 __all__ = [
     "SowCompaction",
     "SowError",
-    "SowFileError",
     "SowKeys",
     "SowService",
     "SowTopicInfo",

@@ -51,10 +51,6 @@ class SowConflation:
         self._windows: dict[tuple[str, str], _Window] = {}
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def open_windows(self) -> int:
-        return len(self._windows)
-
     def add(self, topic: str, literal: bytes, changes: list[Change], reason: str | None) -> None:
         """Take changes of one topic."""
         windows = self._windows

@@ -174,9 +174,3 @@ class MemoryStore:
         self._bytes += len(rec.body) - (len(old.body) if old is not None else 0)
         if rec.version > self._version:
             self._version = rec.version
-
-    def _unload(self, key: str) -> None:
-        """Forget a key read back as deleted from a file (no change to write)."""
-        old = self._records.pop(key, None)
-        if old is not None:
-            self._bytes -= len(old.body)

@@ -252,7 +252,3 @@ class FenceTable:
             return fence
         i = bisect.bisect_right(self._firsts, seq)
         return self._items[i] if i < len(self._items) else None
-
-    def in_journal(self, base: int) -> list[Fence]:
-        """The fences whose placeholders a journal holds."""
-        return [f for f in self._items if f.journal == base]
