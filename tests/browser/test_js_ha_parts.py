@@ -224,11 +224,12 @@ def oracle(log_pubs: list[int], ops: list[Op]) -> dict[str, Any]:
                 # such that it and all that publisher's before it are discarded; the broker
                 # starts after the oldest of them in its log
                 contig: dict[str, str] = {}
+                held: set[str] = set()  # publishers with a message not discarded yet
                 for bm in arrivals:
                     pub = bm.split("|")[0]
                     if bm not in discarded:
-                        contig.setdefault(pub, "")
-                    elif contig.get(pub) != "":
+                        held.add(pub)
+                    elif pub not in held:
                         contig[pub] = bm
                 points = [folded[-1], *(b for b in contig.values() if b)]
                 cursor = min(log.index(b) for b in points) + 1
