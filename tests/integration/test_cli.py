@@ -124,12 +124,17 @@ def test_serve_takes_its_file_as_an_argument_and_logs_text_on_a_terminal(
         proc.terminate()
         proc.wait(30)
         os.close(main)
-    lines = seen.decode().splitlines()
-    starting = next(line for line in lines if " instance starting " in line)
+    text = seen.decode(errors="replace")
+    lines = text.splitlines()
+    starting = next((line for line in lines if " instance starting " in line), None)
+    assert starting is not None, text
     stamp, _, rest = starting.partition(" INFO    ")
-    assert time.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")  # a time a person reads
-    assert rest.startswith("instance starting name=") and f"config={config}" in rest
-    assert not any(line.startswith("{") for line in lines)
+    try:
+        time.strptime(stamp, "%Y-%m-%d %H:%M:%S.%f")  # a time a person reads
+    except ValueError:
+        pytest.fail(f"not a time a person reads: {stamp!r} in\n{text}")
+    assert rest.startswith("instance starting name=") and f"config={config}" in rest, text
+    assert not any(line.startswith("{") for line in lines), text
 
 
 def test_serve_refuses_two_different_configuration_files(tmp_path: Path) -> None:
