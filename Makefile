@@ -8,8 +8,9 @@ NODE_STAMP := node_modules/.installed-stamp
 DEVPATH := .devpath
 CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
+RUNS ?= 3
 
-.PHONY: install devpath hooks dist nftables run test test-fast test-long test-spark lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
+.PHONY: install devpath hooks dist nftables run test test-fast test-long test-spark test-loaded lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
 
 install: $(STAMP) $(NODE_STAMP) devpath
 
@@ -136,6 +137,11 @@ test-long: install browser java nftables
 
 test-spark: install java
 	$(PY) -m pytest -m spark $(PYTEST_ARGS)
+
+# `make test` RUNS times in a row beside one busy process per core, stopping at the
+# first failure: finds the tests that pass only when the machine is idle.
+test-loaded: install browser java promtool nftables
+	$(PY) -m tests.tools.loaded --runs $(RUNS) -- $(MAKE) test PYTEST_ARGS="$(PYTEST_ARGS)"
 
 # docs/fabric.png: the fabric page of three real instances A -> B -> C, taken by its
 # browser test (tests/browser/test_fabric_page.py) before it downgrades and kills.
