@@ -10,10 +10,10 @@ same way; the section readers choose the bounds.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from spool.server.config.errors import InetAddrError
 from spool.server.config.netaddr import parse_inet_addr
@@ -134,40 +134,45 @@ def read_size(
     node: Node, ctx: Context, *, minimum: int, maximum: int, zero_ok: bool = False
 ) -> int:
     """A size (``64MB``) in bytes within ``minimum..maximum`` (or 0 when ``zero_ok``)."""
-    try:
-        size = parse_size(read_value(node, ctx))
-    except UnitError as exc:
-        raise fail(node, str(exc)) from None
-    if zero_ok and size == 0:
-        return 0
-    if not minimum <= size <= maximum:
-        zero = " (or 0)" if zero_ok else ""
-        raise fail(
-            node,
-            f"{node.tag} must be between {format_size(minimum)} and {format_size(maximum)}"
-            f"{zero}, got {format_size(size)}",
-        )
-    return size
+    return _read_quantity(node, ctx, parse_size, format_size, minimum, maximum, zero_ok)
 
 
 def read_duration(
     node: Node, ctx: Context, *, minimum: float, maximum: float, zero_ok: bool = False
 ) -> float:
     """A duration (``15s``) in seconds within ``minimum..maximum`` (or 0 when ``zero_ok``)."""
+    return _read_quantity(node, ctx, parse_duration, format_duration, minimum, maximum, zero_ok)
+
+
+#: a quantity with a unit: bytes (int) or seconds (float)
+_Q = TypeVar("_Q", int, float)
+
+
+def _read_quantity(
+    node: Node,
+    ctx: Context,
+    parse: Callable[[str], _Q],
+    write: Callable[[_Q], str],
+    minimum: _Q,
+    maximum: _Q,
+    zero_ok: bool,
+) -> _Q:
+    """A value with a unit, read by ``parse`` and written back in errors by ``write``,
+    within ``minimum..maximum`` (or 0 when ``zero_ok``)."""
     try:
-        seconds = parse_duration(read_value(node, ctx))
+        value = parse(read_value(node, ctx))
     except UnitError as exc:
         raise fail(node, str(exc)) from None
-    if zero_ok and seconds == 0:
-        return 0.0
-    if not minimum <= seconds <= maximum:
+    if zero_ok and value == 0:
+        return value
+    if not minimum <= value <= maximum:
         zero = " (or 0)" if zero_ok else ""
         raise fail(
             node,
-            f"{node.tag} must be between {format_duration(minimum)} and "
-            f"{format_duration(maximum)}{zero}, got {format_duration(seconds)}",
+            f"{node.tag} must be between {write(minimum)} and {write(maximum)}"
+            f"{zero}, got {write(value)}",
         )
-    return seconds
+    return value
 
 
 def read_path(node: Node, ctx: Context) -> Path:
