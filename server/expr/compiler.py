@@ -317,36 +317,34 @@ class Compiler:
 
     def true(self, node: Node) -> Pred:
         """A closure telling whether ``node`` is TRUE."""
-        is_const, const = self.fold(node)
-        if is_const:
-            return always(truth(const) is True)
-        if isinstance(node, And):
-            return all_of([self.true(i) for i in node.items])
-        if isinstance(node, Or):
-            return any_of([self.true(i) for i in node.items])
-        if isinstance(node, Not):
-            return self.false(node.operand)
-        if isinstance(node, Comparison):
-            return self.comparison(node, "true")
-        fn = self.value(node)
-        if isinstance(node, _PREDICATES):
-            return lambda view: fn(view) is True
-        return lambda view: truth(fn(view)) is True
+        return self.predicate(node, True)
 
     def false(self, node: Node) -> Pred:
         """A closure telling whether ``node`` is FALSE."""
+        return self.predicate(node, False)
+
+    def predicate(self, node: Node, want: bool) -> Pred:
+        """A closure telling whether ``node`` is ``want`` (TRUE or FALSE; UNKNOWN is
+        neither). The two modes are duals: NOT swaps them, and AND is "every item TRUE"
+        but "some item FALSE" (OR the reverse)."""
         is_const, const = self.fold(node)
         if is_const:
-            return always(truth(const) is False)
+            return always(truth(const) is want)
         if isinstance(node, And):
-            return any_of([self.false(i) for i in node.items])
+            items = [self.predicate(i, want) for i in node.items]
+            return all_of(items) if want else any_of(items)
         if isinstance(node, Or):
-            return all_of([self.false(i) for i in node.items])
+            items = [self.predicate(i, want) for i in node.items]
+            return any_of(items) if want else all_of(items)
         if isinstance(node, Not):
-            return self.true(node.operand)
+            return self.predicate(node.operand, not want)
         if isinstance(node, Comparison):
-            return self.comparison(node, "false")
+            return self.comparison(node, "true" if want else "false")
         fn = self.value(node)
         if isinstance(node, _PREDICATES):
+            if want:
+                return lambda view: fn(view) is True
             return lambda view: fn(view) is False
+        if want:
+            return lambda view: truth(fn(view)) is True
         return lambda view: truth(fn(view)) is False
