@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.jsonfields import int_field, str_field
 
 __all__ = [
     "BOOTSTRAP",
@@ -71,22 +72,6 @@ BOOT_TYPES: Final = {
 MAX_REPAIR_FENCES: Final = 1024
 #: most bookmark intervals one fence names
 MAX_FENCE_INTERVALS: Final = 4096
-
-
-def _str(obj: dict[str, object], key: str, what: str, *, optional: bool = False) -> str | None:
-    value = obj.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise ReplicationProtocolError(f"{what} needs a string {key!r}")
-    return value
-
-
-def _int(obj: dict[str, object], key: str, what: str) -> int:
-    value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ReplicationProtocolError(f"{what} needs a non-negative integer {key!r}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,8 +302,8 @@ def _fences(value: object) -> list[RepairFence]:
             or not (window[1] is None or isinstance(window[1], int))
         ):
             raise ReplicationProtocolError("a repair fence needs a 'window' [t_lo, t_hi|null]")
-        first = _int(entry, "first_seq", "repair fence")
-        records = _int(entry, "records", "repair fence")
+        first = int_field(entry, "first_seq", "repair fence")
+        records = int_field(entry, "records", "repair fence")
         out.append(RepairFence(first, records, ivs, (window[0], window[1])))
     return out
 
@@ -327,20 +312,20 @@ def parse_boot(base: int, obj: dict[str, object]) -> BootMessage:
     """The JSON messages of a bootstrap and of a repair (docs/bootstrap.md,
     docs/replication.md "Repair")."""
     if base == REPAIR:
-        compression = _str(obj, "compression", "repair", optional=True)
+        compression = str_field(obj, "compression", "repair", optional=True)
         if compression not in (None, "zstd"):
             raise ReplicationProtocolError(f"unknown compression {compression!r}")
         return Repair(
-            version=_int(obj, "version", "repair"),
-            name=_str(obj, "name", "repair") or "",
-            group=_str(obj, "group", "repair") or "",
-            user=_str(obj, "user", "repair", optional=True),
-            secret=_str(obj, "secret", "repair", optional=True),
+            version=int_field(obj, "version", "repair"),
+            name=str_field(obj, "name", "repair") or "",
+            group=str_field(obj, "group", "repair") or "",
+            user=str_field(obj, "user", "repair", optional=True),
+            secret=str_field(obj, "secret", "repair", optional=True),
             fences=_fences(obj.get("fences")),
             compression=compression,
         )
     if base == BOOTSTRAP:
-        compression = _str(obj, "compression", "bootstrap", optional=True)
+        compression = str_field(obj, "compression", "bootstrap", optional=True)
         if compression not in (None, "zstd"):
             raise ReplicationProtocolError(f"unknown compression {compression!r}")
         data_types = _names(obj, "data_types", "bootstrap")
@@ -350,30 +335,30 @@ def parse_boot(base: int, obj: dict[str, object]) -> BootMessage:
         if not isinstance(sow_done, bool):
             raise ReplicationProtocolError("bootstrap needs a boolean 'sow_done'")
         return Bootstrap(
-            version=_int(obj, "version", "bootstrap"),
-            name=_str(obj, "name", "bootstrap") or "",
-            group=_str(obj, "group", "bootstrap") or "",
-            user=_str(obj, "user", "bootstrap", optional=True),
-            secret=_str(obj, "secret", "bootstrap", optional=True),
+            version=int_field(obj, "version", "bootstrap"),
+            name=str_field(obj, "name", "bootstrap") or "",
+            group=str_field(obj, "group", "bootstrap") or "",
+            user=str_field(obj, "user", "bootstrap", optional=True),
+            secret=str_field(obj, "secret", "bootstrap", optional=True),
             topics=_topics(obj.get("topics")),
             data_types=data_types,
-            start=_int(obj, "start", "bootstrap"),
+            start=int_field(obj, "start", "bootstrap"),
             sow_done=sow_done,
             compression=compression,
         )
     if base == OFFER:
         return Offer(
-            name=_str(obj, "name", "offer") or "",
-            group=_str(obj, "group", "offer") or "",
-            log_id=_str(obj, "log_id", "offer") or "",
-            first_seq=_int(obj, "first_seq", "offer"),
-            last_seq=_int(obj, "last_seq", "offer"),
-            log_bytes=_int(obj, "log_bytes", "offer"),
-            sow_records=_int(obj, "sow_records", "offer"),
+            name=str_field(obj, "name", "offer") or "",
+            group=str_field(obj, "group", "offer") or "",
+            log_id=str_field(obj, "log_id", "offer") or "",
+            first_seq=int_field(obj, "first_seq", "offer"),
+            last_seq=int_field(obj, "last_seq", "offer"),
+            log_bytes=int_field(obj, "log_bytes", "offer"),
+            sow_records=int_field(obj, "sow_records", "offer"),
         )
     if base == DONE:
-        phase = _str(obj, "phase", "done")
+        phase = str_field(obj, "phase", "done")
         if phase not in ("sow", "txlog"):
             raise ReplicationProtocolError(f"done phase {phase!r} (sow, txlog)")
-        return Done(phase, _int(obj, "last_seq", "done"))
-    return Busy(_str(obj, "name", "busy") or "", _names(obj, "waiting_on", "busy"))
+        return Done(phase, int_field(obj, "last_seq", "done"))
+    return Busy(str_field(obj, "name", "busy") or "", _names(obj, "waiting_on", "busy"))

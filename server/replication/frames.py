@@ -41,6 +41,7 @@ from spool.server.replication.bootframes import (
     parse_boot,
 )
 from spool.server.replication.errors import ReplicationProtocolError
+from spool.server.replication.jsonfields import int_field, str_field
 from spool.server.replication.peerframes import (
     CLAIM,
     CLAIMED,
@@ -571,27 +572,11 @@ def _obj(payload: bytes, what: str) -> dict[str, object]:
     return obj
 
 
-def _str(obj: dict[str, object], key: str, what: str, *, optional: bool = False) -> str | None:
-    value = obj.get(key)
-    if value is None and optional:
-        return None
-    if not isinstance(value, str):
-        raise ReplicationProtocolError(f"{what} needs a string {key!r}")
-    return value
-
-
-def _int(obj: dict[str, object], key: str, what: str) -> int:
-    value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ReplicationProtocolError(f"{what} needs a non-negative integer {key!r}")
-    return value
-
-
 def _optional_int(obj: dict[str, object], key: str, what: str) -> int | None:
     """An integer that may be absent or null (a field a peer of an older build omits)."""
     if obj.get(key) is None:
         return None
-    return _int(obj, key, what)
+    return int_field(obj, key, what)
 
 
 def _dict(obj: dict[str, object], key: str, what: str) -> dict[str, object]:
@@ -649,42 +634,44 @@ def _parse(kind: int, payload: bytes) -> Message:
         return Ack(_U64.unpack(payload)[0])
     if base == MessageType.HELLO:
         obj = _obj(payload, "hello")
-        compression = _str(obj, "compression", "hello", optional=True)
+        compression = str_field(obj, "compression", "hello", optional=True)
         if compression not in (None, "zstd"):
             raise ReplicationProtocolError(f"unknown compression {compression!r}")
         return Hello(
-            version=_int(obj, "version", "hello"),
-            name=_str(obj, "name", "hello") or "",
-            group=_str(obj, "group", "hello") or "",
-            destination=_str(obj, "destination", "hello") or "",
-            expect_group=_str(obj, "expect_group", "hello") or "",
-            user=_str(obj, "user", "hello", optional=True),
-            secret=_str(obj, "secret", "hello", optional=True),
+            version=int_field(obj, "version", "hello"),
+            name=str_field(obj, "name", "hello") or "",
+            group=str_field(obj, "group", "hello") or "",
+            destination=str_field(obj, "destination", "hello") or "",
+            expect_group=str_field(obj, "expect_group", "hello") or "",
+            user=str_field(obj, "user", "hello", optional=True),
+            secret=str_field(obj, "secret", "hello", optional=True),
             compression=compression,
             validation=_dict(obj, "validation", "hello"),
-            instance_id=_str(obj, "instance_id", "hello", optional=True) or "",
+            instance_id=str_field(obj, "instance_id", "hello", optional=True) or "",
         )
     if base == MessageType.WELCOME:
         obj = _obj(payload, "welcome")
         return Welcome(
-            version=_int(obj, "version", "welcome"),
-            name=_str(obj, "name", "welcome") or "",
-            group=_str(obj, "group", "welcome") or "",
-            log_id=_str(obj, "log_id", "welcome") or "",
+            version=int_field(obj, "version", "welcome"),
+            name=str_field(obj, "name", "welcome") or "",
+            group=str_field(obj, "group", "welcome") or "",
+            log_id=str_field(obj, "log_id", "welcome") or "",
             holdings=_holdings(obj.get("holdings")),
             validation=_dict(obj, "validation", "welcome"),
-            instance_id=_str(obj, "instance_id", "welcome", optional=True) or "",
+            instance_id=str_field(obj, "instance_id", "welcome", optional=True) or "",
             origins=_origins(obj.get("origins")),
             lost_since=_optional_int(obj, "lost_since", "welcome"),
         )
     if base == MessageType.REFUSE:
         obj = _obj(payload, "refuse")
-        return Refuse(_str(obj, "reason", "refuse") or "", _str(obj, "detail", "refuse") or "")
+        return Refuse(
+            str_field(obj, "reason", "refuse") or "", str_field(obj, "detail", "refuse") or ""
+        )
     if base == MessageType.STREAM:
         obj = _obj(payload, "stream")
-        return Stream(_int(obj, "start", "stream"), _int(obj, "source_last", "stream"))
+        return Stream(int_field(obj, "start", "stream"), int_field(obj, "source_last", "stream"))
     if base == MessageType.SYNC:
-        effective = _str(_obj(payload, "sync"), "effective", "sync")
+        effective = str_field(_obj(payload, "sync"), "effective", "sync")
         if effective not in ("sync", "async", "upgrading"):
             raise ReplicationProtocolError(f"unknown sync type {effective!r}")
         return SyncNotice(effective)
