@@ -3,6 +3,7 @@
 Modules, lowest first: ``errors`` (what the client raises), ``events`` (values and the
 events of the session state), ``state`` (sans-I/O session state: frames in, events out,
 commands as bytes), ``connection`` (the transport: bytes in and out over a websocket),
+``options`` (``ClientOptions``: how a client or an HA client connects and logs on),
 ``client`` (the asyncio API composing the two), ``sync`` (a blocking wrapper), ``queue``
 (queue consumers: per-message ack / cancel, auto-ack); ``tls``
 (the client's TLS context: verify by default, CA file, client certificate); ``ha`` (the HA
@@ -20,7 +21,7 @@ from spool.server.client.client import (
     Subscription,
 )
 from spool.server.client.connection import HandshakeFailed
-from spool.server.client.errors import ReusedSequence, ReusedSequenceWarning
+from spool.server.client.errors import InvalidOption, ReusedSequence, ReusedSequenceWarning
 from spool.server.client.events import FailoverSafety
 from spool.server.client.ha import (
     EPOCH,
@@ -52,6 +53,7 @@ from spool.server.client.ha import (
     StoreIOError,
     StoreLocked,
 )
+from spool.server.client.options import ClientOptions
 from spool.server.client.queue import QueueMessage, QueueSubscription, subscribe_queue
 from spool.server.client.sync import SyncClient, SyncSubscription
 from spool.server.client.tls import client_context
@@ -64,6 +66,7 @@ __all__ = [
     "CatchUpTimeout",
     "Client",
     "ClientError",
+    "ClientOptions",
     "ConnectionState",
     "ConnectionStateEvent",
     "DefaultServerChooser",
@@ -81,6 +84,7 @@ __all__ = [
     "HAQueueSubscription",
     "HASubscription",
     "HandshakeFailed",
+    "InvalidOption",
     "LogonInfo",
     "MemoryBookmarkStore",
     "MemoryPublishStore",

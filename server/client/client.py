@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from dataclasses import dataclass, replace
+from typing import Any, Final, Unpack
 
 from spool.server.client.buffer import EMPTY, MessageBuffer
-from spool.server.client.connection import Connector, Handlers, Transport, connect_websocket
-from spool.server.client.errors import ClientError, Disconnected
+from spool.server.client.connection import Handlers, Transport
+from spool.server.client.errors import ClientError, Disconnected, InvalidOption
 from spool.server.client.events import (
     Ack,
     Completed,
@@ -49,6 +48,7 @@ from spool.server.client.events import (
     QueryRecords,
     Replied,
 )
+from spool.server.client.options import ClientKeywords, ClientOptions, resolve
 from spool.server.client.state import SessionState, encode_body
 from spool.server.protocol.errors import ProtocolFailure, failure_for
 from spool.server.protocol.frame import FrameError
@@ -163,26 +163,17 @@ class Client:
 
     Args:
         url: ``ws://host:port/amps/json``, or ``wss://`` on a TLS listener (the broker's
-            certificate is verified: against ``ssl``'s CAs, else the system's).
+            certificate is verified: against the ``ssl`` option's CAs, else the system's).
         name: client name (unique per instance; it is the publisher identity).
-        user_id / password: credentials when the instance has Users.
-        heartbeat: seconds; the broker beats at this interval and drops a silent client.
-        queue_size: messages buffered per subscription before the reader stops reading
-            (backpressure reaches the broker, which then applies its slow-client policy).
-        max_size: the largest frame accepted from the broker, in bytes.
-        connector: opens the transport (default: a websocket); tests pass a double.
-        ssl: TLS context for a ``wss://`` URL (:func:`spool.server.client.client_context`: a CA
-            file, a client certificate for mutual TLS); refused with a ``ws://`` URL.
-        logon_options: the logon's ``o``: ``failover`` (the broker's failover notices
-            update :attr:`safety`), ``replicated`` (``replicated`` acks update
-            :attr:`replicated_seq`); docs/protocol.md "Logon options".
-        reused_seq: a publish given a ``seq`` at or below the highest this client name
-            already used (or the broker persisted, from the logon) is dropped by the broker
-            as a duplicate: ``warn`` (a :class:`ReusedSequenceWarning`), ``refuse`` (raise
-            :class:`ReusedSequence`, nothing sent) or ``allow`` (a deliberate resend).
+        options: how to connect and log on (:class:`ClientOptions`: credentials, TLS,
+            heartbeat, timeouts, buffer sizes; docs/python-client.md "Options").
+        **keywords: the same options as keyword arguments (``heartbeat=1.0``), instead
+            of ``options``.
 
     Raises:
-        ClientError: ``ssl`` given for a ``ws://`` URL.
+        InvalidOption: an option out of its range, or ``options`` and option keywords
+            both given.
+        ClientError: the ``ssl`` option given for a ``ws://`` URL.
     """
 
     def __init__(
@@ -190,32 +181,18 @@ class Client:
         url: str,
         name: str,
         *,
-        user_id: str | None = None,
-        password: str | None = None,
-        heartbeat: float | None = None,
-        queue_size: int = 10_000,
-        max_size: int = 64 * 1024 * 1024,
-        connector: Connector = connect_websocket,
-        ssl: ssl.SSLContext | None = None,
-        logon_options: str | None = None,
-        reused_seq: str = "warn",
+        options: ClientOptions | None = None,
+        **keywords: Unpack[ClientKeywords],
     ) -> None:
-        if ssl is not None and not url.lower().startswith("wss://"):
+        opts = resolve(options, keywords)
+        if opts.ssl is not None and not url.lower().startswith("wss://"):
             raise ClientError(f"a TLS context needs a wss:// URL, not {url!r}")
-        if reused_seq not in ("warn", "refuse", "allow"):
-            raise ClientError(f"reused_seq must be warn, refuse or allow, not {reused_seq!r}")
         self.url = url
-        self.ssl = ssl
         self.name = name
-        self.user_id = user_id
-        self.password = password
-        self.heartbeat = heartbeat
-        self.queue_size = queue_size
-        self.max_size = max_size
-        self.logon_options = logon_options
-        self._connector = connector
+        #: the options given (a heartbeat set later by :meth:`set_heartbeat` replaces its own)
+        self.options = opts
         self._state: SessionState[Subscription] = SessionState(name)
-        self._state.reused_seq = reused_seq
+        self._state.reused_seq = opts.reused_seq
         self._conn: Transport | None = None
         #: the transport's ``flush_soon`` once connected; before that, commands only queue.
         self._flush_soon: Callable[[], None] = _nothing
@@ -270,22 +247,26 @@ class Client:
 
     # -- connection ----------------------------------------------------------------------
 
-    async def connect(self, timeout: float = 10.0) -> LogonInfo:
-        """Open the connection and log on; raises the typed failure if refused."""
+    async def connect(self, timeout: float | None = None) -> LogonInfo:
+        """Open the connection and log on, each within ``timeout`` seconds (default: the
+        ``connect_timeout`` option); raises the typed failure if refused."""
+        opts = self.options
+        if timeout is None:
+            timeout = opts.connect_timeout
         handlers = Handlers(self._frame_received, self._state.data_to_send, self._connection_lost)
-        self._conn = await self._connector(
-            self.url, handlers, open_timeout=timeout, max_size=self.max_size, ssl=self.ssl
+        self._conn = await opts.connector(
+            self.url, handlers, open_timeout=timeout, max_size=opts.max_size, ssl=opts.ssl
         )
         self._flush_soon = self._conn.flush_soon
         cid = self._state.logon_command(
-            user_id=self.user_id, password=self.password, heartbeat=self.heartbeat,
-            options=self.logon_options,
+            user_id=opts.user_id, password=opts.password, heartbeat=opts.heartbeat,
+            options=opts.logon_options,
         )  # fmt: skip
         await self._reply(cid, timeout)
         info = self._state.logon
         assert info is not None  # a successful logon ack sets it
-        if self.heartbeat:
-            self._conn.start_heartbeat(self.heartbeat, self._beat)
+        if opts.heartbeat:
+            self._conn.start_heartbeat(opts.heartbeat, self._beat)
         return info
 
     async def __aenter__(self) -> Client:
@@ -309,7 +290,7 @@ class Client:
     def set_heartbeat(self, interval: float) -> None:
         """Ask the broker to beat every ``interval`` seconds from now on (``heartbeat``
         with ``o=start,N``) and beat back at the same interval."""
-        self.heartbeat = interval
+        self.options = replace(self.options, heartbeat=interval)
         self._state.send({"c": "heartbeat", "o": f"start,{interval:g}"})
         self._flush_soon()
         if self._conn is not None:
@@ -483,7 +464,7 @@ class Client:
         """Register subscription ``sid`` (and, with ``query``, its snapshot's records),
         queue its command (``send`` returns the cid) and wait for the broker's answer; on
         any failure the registration is undone (a replaced subscription comes back)."""
-        sub = Subscription(self, sid, self.queue_size)
+        sub = Subscription(self, sid, self.options.queue_size)
         replaced = self._state.add_subscription(sid, sub)
         if query:
             self._state.add_query(sid, sub)
@@ -729,7 +710,9 @@ __all__ = [
     "Ack",
     "Client",
     "ClientError",
+    "ClientOptions",
     "Disconnected",
+    "InvalidOption",
     "LogonInfo",
     "Message",
     "ProtocolFailure",

@@ -7,6 +7,7 @@ Everything else the client raises is rooted here::
 
     ClientError             a client-side failure that is not a broker failure ack
     ├── Disconnected        the connection ended; carries the broker's close reason and code
+    ├── InvalidOption       a client option out of its range (also a ``ValueError``)
     └── ReusedSequence      a hand-set sequence the broker would drop (``reused_seq="refuse"``)
 
 and :class:`ReusedSequenceWarning`, the warning of the same case (``reused_seq="warn"``).
@@ -37,6 +38,11 @@ class Disconnected(ClientError):
         super().__init__(reason or "disconnected")
         self.reason = reason
         self.code = code
+
+
+class InvalidOption(ClientError, ValueError):
+    """A client option out of its range, or given twice (``options=`` and a keyword):
+    raised when the options are made, before anything connects."""
 
 
 def reused_text(seq: int, highest: int) -> str:
@@ -70,6 +76,7 @@ class ReusedSequenceWarning(UserWarning):
 __all__ = [
     "ClientError",
     "Disconnected",
+    "InvalidOption",
     "ReusedSequence",
     "ReusedSequenceWarning",
     "reused_text",

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Final, Unpack
 
 from spool.server.client.client import Client, SowResult, Subscription
-from spool.server.client.connection import Connector, connect_websocket
-from spool.server.client.errors import ClientError, Disconnected
+from spool.server.client.errors import ClientError, Disconnected, InvalidOption
 from spool.server.client.events import (
     Event,
     Failed,
@@ -68,6 +67,7 @@ from spool.server.client.ha.subscription import (
     HASubscription,
     SubscriptionSpec,
 )
+from spool.server.client.options import ClientKeywords, ClientOptions, resolve
 from spool.server.client.state import encode_body
 from spool.server.protocol.errors import BookmarkNotFound, ProtocolFailure, TxlogFull
 
@@ -79,6 +79,8 @@ _CONNECT_ERRORS = (OSError, TimeoutError, ClientError)
 _LOGON_ERRORS = (*_CONNECT_ERRORS, ProtocolFailure)
 #: what every logon asks for (docs/protocol.md "Logon options")
 LOGON_OPTIONS = "failover,replicated"
+#: the client options the HA client sets on every connection itself
+_SET_BY_HA: Final = frozenset({"user_id", "password", "logon_options", "reused_seq"})
 #: told ``(uri, safety)`` whenever a server says how safe failing over from it is
 FailoverListener = Callable[[str, FailoverSafety], None]
 #: what a resumed bookmark subscription does once its server has lacked its resume point
@@ -96,10 +98,13 @@ class HAClient:
         chooser: the servers (required).
         delay: the reconnect delay strategy (default: exponential).
         error_on_publish_gap: fail a logon whose ``s`` is below what the store discarded.
-        connect_timeout: for one connection attempt (connect and logon).
-        queue_size: per subscription, messages buffered before the reader stops.
+        options: how each connection connects (:class:`ClientOptions`, as for
+            :class:`~spool.server.client.client.Client`; docs/python-client.md
+            "Options"), or the same as keyword arguments (``connect_timeout=5``). The HA
+            client sets ``user_id`` and ``password`` (the chooser's authenticator),
+            ``logon_options`` and ``reused_seq`` itself; a ``heartbeat`` is
+            :meth:`set_heartbeat` with that interval.
         subscription_manager: replaces the default (re-enter everything, in order).
-        connector / ssl: as for :class:`~spool.server.client.client.Client`.
         sleep: waits of the delay strategy (a virtual clock's in tests).
         catch_up_timeout: seconds a resumed bookmark subscription waits for a server that
             lacks its resume point (a failover over an unsafe link) before its
@@ -122,17 +127,22 @@ class HAClient:
         chooser: ServerChooser,
         delay: DelayStrategy | None = None,
         error_on_publish_gap: bool = False,
-        connect_timeout: float = 10.0,
-        queue_size: int = 10_000,
+        options: ClientOptions | None = None,
         subscription_manager: SubscriptionManager[HASubscription] | None = None,
-        connector: Connector = connect_websocket,
-        ssl: ssl.SSLContext | None = None,
         sleep: Callable[[float], Any] = asyncio.sleep,
         catch_up_timeout: float = 60.0,
         catch_up_policy: str = "epoch",
         catch_up_retry: float = 0.5,
         store_retry: float = 1.0,
+        **keywords: Unpack[ClientKeywords],
     ) -> None:
+        opts = resolve(options, keywords)
+        owned = sorted(opts.changed() & _SET_BY_HA)
+        if owned:
+            raise InvalidOption(
+                f"{', '.join(owned)}: the HA client sets these itself (credentials come from "
+                "the chooser's authenticator)"
+            )
         if catch_up_policy not in CATCH_UP_POLICIES:
             raise ValueError(
                 f"catch_up_policy must be one of {', '.join(CATCH_UP_POLICIES)}, not "
@@ -155,17 +165,18 @@ class HAClient:
         self.chooser = chooser
         self.delay: DelayStrategy = delay or ExponentialDelayStrategy()
         self.error_on_publish_gap = error_on_publish_gap
-        self.connect_timeout = connect_timeout
-        self.queue_size = queue_size
+        #: what each connection's :class:`Client` is given (its credentials, logon options
+        #: and heartbeat filled in per connection)
+        self.options = opts
         self.subscriptions: SubscriptionManager[HASubscription] = (
             subscription_manager or DefaultSubscriptionManager()
         )
-        self._connector = connector
-        self._ssl = ssl
         self._sleep = sleep
         self.exception_listener: ExceptionListener | None = None
         self._state_listeners: list[ConnectionStateListener] = []
-        self._liveness: Liveness | None = None
+        self._liveness: Liveness | None = (
+            None if opts.heartbeat is None else Liveness.of(opts.heartbeat)
+        )
         self._client: Client | None = None
         self._uri: str | None = None
         self._sender = PublishSender(self.publish_store, lambda: self._client, self._ready)
@@ -348,16 +359,15 @@ class HAClient:
                     await self._sleep(wait)
                 self._tell(ConnectionState.RECONNECTING, uri)
                 creds = self.chooser.current_authenticator().authenticate(uri)
-                client = Client(
-                    uri, self.name, user_id=creds.user_id, password=creds.password,
+                client = Client(uri, self.name, options=replace(
+                    self.options, user_id=creds.user_id, password=creds.password,
                     heartbeat=self._liveness.interval if self._liveness else None,
-                    queue_size=self.queue_size, connector=self._connector, ssl=self._ssl,
                     logon_options=LOGON_OPTIONS, reused_seq="allow",  # resends on purpose
-                )  # fmt: skip
+                ))  # fmt: skip
                 client.event_hook = self._event
                 # 3. connect, 4. logon
                 try:
-                    info = await client.connect(self.connect_timeout)
+                    info = await client.connect()
                 except _LOGON_ERRORS as exc:
                     last_error = exc
                     await client.close()
@@ -775,7 +785,7 @@ class HAClient:
         if bookmark is not None:
             store.register(sub_id, bookmark)
         sub = HASubscription(
-            sub_id, spec, self.queue_size,
+            sub_id, spec, self.options.queue_size,
             receive=store.receive if bookmark is not None else None,
             discard=store.discard, unsubscribe=self.unsubscribe,
             store=store if bookmark is not None else None,
@@ -824,7 +834,7 @@ class HAClient:
         options = f"max_backlog={max_backlog}" if max_backlog is not None else None
         spec = SubscriptionSpec("subscribe", queue, filter, options, None)
         sub = HAQueueSubscription(
-            sub_id, spec, self.queue_size, current=self._ready, unsubscribe=self.unsubscribe,
+            sub_id, spec, self.options.queue_size, current=self._ready, unsubscribe=self.unsubscribe,
             acked_memory=acked_memory,
         )  # fmt: skip
         added = await self._add(sub, timeout)
