@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, expect
 
 from spool.server.client.sync import SyncClient
+from spool.web.clientmodules import CLIENT_MODULE
 from tests.browser.conftest import ADMIN_TOKEN, ADMIN_USER, STATIC, VIEWPORT
 from tests.support.server import SpoolProcess
 
@@ -38,11 +39,15 @@ def api(server: SpoolProcess, path: str, **params: str) -> Any:
 
 
 class _ElsewhereHandler(BaseHTTPRequestHandler):
-    """Another web application: a blank page and a copy of the JavaScript client."""
+    """Another web application: a blank page and a copy of the JavaScript client (the
+    entry module and the modules it imports)."""
 
     def do_GET(self) -> None:
-        if self.path == "/static/spool-client.js":
-            body, kind = (STATIC / "spool-client.js").read_bytes(), "text/javascript"
+        if CLIENT_MODULE.fullmatch(self.path):
+            body, kind = (
+                (STATIC / self.path.removeprefix("/static/")).read_bytes(),
+                "text/javascript",
+            )
         else:
             body, kind = b"<!doctype html><title>elsewhere</title>", "text/html"
         self.send_response(200)

@@ -101,6 +101,7 @@ def test_the_wheel_holds_only_the_projects_names_and_every_file_it_serves(
     }
     for shipped in (
         "spool/static/spool-client.js",
+        "spool/static/spool-codec.js",
         "spool/static/js/overview.js",
         "spool/static/css/dashboard.css",
         "spool/templates/base.html",
