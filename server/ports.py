@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from spool.server.config import UserConfig
 from spool.server.protocol.errors import ProtocolFailure
@@ -54,6 +54,8 @@ AckRequest = tuple[int, frozenset[str], str | None]
 Refusals = list[tuple[int, ProtocolFailure]]
 
 OriginKind = Literal["client", "replication", "broker"]
+
+_T = TypeVar("_T")
 
 
 class Outbound(Protocol):
@@ -175,14 +177,25 @@ class PublishRun:
     """Consecutive publishes to one topic from one origin: the unit of the publish path.
 
     Columns, not objects: a publisher's frame carries a hundred publishes and the pipeline
-    does its checks and bookkeeping once per run.
+    does its checks and bookkeeping once per run. Message ``i`` is entry ``i`` of every
+    column: ``pub_seqs`` and ``bodies`` always, each optional column (``corr_ids``,
+    ``sow_keys``, ``expirations``, ``keys``) either None (no message has one) or a list
+    with an entry per message. ``acks`` is not a column: it lists only the messages that
+    asked for acks, each by its index in the run.
+
+    The run owns its columns: the pipeline takes parts of a run with :meth:`select`,
+    :meth:`slice` and :meth:`as_appended`, never by picking columns itself. A new column
+    is a field here, one line in :meth:`_rows` (and one in :meth:`as_appended` when the
+    appended stages read it); every part of a run then carries it aligned.
 
     Attributes:
         topic: the topic.
         pub_hash: the records' publisher id (the first half of their bookmarks).
         pub_seqs: per message, the publisher's sequence, or None for "the next one".
         bodies: per message, the body.
-        acks: the messages that asked for acks, in order.
+        acks: the messages that asked for acks, as (index in the run, kinds, cid), in
+            ascending index order, at most one per message. A part of the run renumbers
+            them to its own indexes and drops the ones of messages it leaves out.
         corr_ids: per message, the correlation id (``""`` for none), or None.
         sow_keys: per message, the SOW key field it is logged with (``""`` for none), or
             None: the ``k`` given by the publisher, which a SOW stage's ``prepare``
@@ -191,6 +204,7 @@ class PublishRun:
         expirations: per message, the lifetime in seconds given with ``e`` (None for
             none), or None when no message gave one. Only a stage that keeps records
             (SOW) takes it; a topic without one refuses it.
+        keys: per message, the key a preparing stage derived (SOW), or None.
         kind: the record kind the messages are logged as.
         path: instances the messages travelled through (replication), origin first.
         publisher_name: the publishing client's name, when known (``CLIENT_NAME()``).
@@ -208,6 +222,103 @@ class PublishRun:
     publisher_name: str = ""
     expirations: list[int | None] | None = None
     keys: list[str] | None = None
+
+    def slice(self, start: int, stop: int) -> PublishRun:
+        """Messages ``start:stop`` as a run of their own (this run itself when that is
+        all of it; ``0 <= start <= stop <= len(bodies)``)."""
+        if start == 0 and stop == len(self.bodies):
+            return self
+        acks = [(i - start, kinds, cid) for i, kinds, cid in self.acks if start <= i < stop]
+        return self._rows(slice(start, stop), acks)
+
+    def select(self, keep: Sequence[int]) -> PublishRun:
+        """The messages ``keep`` (indexes, ascending, each once) as a run of their own, in
+        that order (this run itself when ``keep`` is all of it)."""
+        if len(keep) == len(self.bodies):
+            return self
+        if isinstance(keep, range) and keep.step == 1:
+            return self.slice(keep.start, keep.stop)
+        acks: list[AckRequest] = []
+        if self.acks:
+            position = {old: new for new, old in enumerate(keep)}
+            acks = [(position[i], kinds, cid) for i, kinds, cid in self.acks if i in position]
+        return self._rows(keep, acks)
+
+    def _rows(self, rows: _Rows, acks: list[AckRequest]) -> PublishRun:
+        """The messages ``rows`` of every column, with ``acks`` (renumbered already)."""
+        return PublishRun(
+            topic=self.topic,
+            pub_hash=self.pub_hash,
+            pub_seqs=_pick(self.pub_seqs, rows),
+            bodies=_pick(self.bodies, rows),
+            acks=acks,
+            corr_ids=_pick_optional(self.corr_ids, rows),
+            sow_keys=_pick_optional(self.sow_keys, rows),
+            kind=self.kind,
+            path=self.path,
+            publisher_name=self.publisher_name,
+            expirations=_pick_optional(self.expirations, rows),
+            keys=_pick_optional(self.keys, rows),
+        )
+
+    def as_appended(
+        self,
+        lo: int,
+        hi: int,
+        *,
+        topic_literal: bytes,
+        origin: Origin,
+        pub_seqs: Sequence[int],
+        first_seq: int,
+        timestamp_us: int | None,
+    ) -> AppendedRun:
+        """Messages ``lo:hi``, appended from ``first_seq`` (0: not recorded) with the
+        publisher sequences ``pub_seqs`` (theirs alone), as the appended stages take
+        them. The whole run shares its columns instead of copying them."""
+        if lo == 0 and hi == len(self.bodies):
+            rows: slice | None = None
+        else:
+            rows = slice(lo, hi)
+        return AppendedRun(
+            topic=self.topic,
+            topic_literal=topic_literal,
+            origin=origin,
+            pub_hash=self.pub_hash,
+            pub_seqs=pub_seqs,
+            bodies=self.bodies if rows is None else self.bodies[rows],
+            first_seq=first_seq,
+            timestamp_us=timestamp_us,
+            corr_ids=_part(self.corr_ids, rows),
+            sow_keys=_part(self.sow_keys, rows),
+            kind=self.kind,
+            publisher_name=self.publisher_name,
+            keys=_part(self.keys, rows),
+            path=self.path,
+        )
+
+
+#: which messages of a run a part takes: a stretch, or indexes in ascending order
+_Rows: TypeAlias = slice | Sequence[int]
+
+
+def _pick(column: list[_T], rows: _Rows) -> list[_T]:
+    """The entries ``rows`` of a column, as a new list."""
+    if isinstance(rows, slice):
+        return column[rows]
+    return [column[i] for i in rows]
+
+
+def _pick_optional(column: list[_T] | None, rows: _Rows) -> list[_T] | None:
+    """The entries ``rows`` of an optional column (None stays None)."""
+    return None if column is None else _pick(column, rows)
+
+
+def _part(column: list[_T] | None, rows: slice | None) -> list[_T] | None:
+    """The stretch ``rows`` of an optional column; the column itself when ``rows`` is
+    None (the whole run)."""
+    if column is None or rows is None:
+        return column
+    return column[rows]
 
 
 @dataclass(slots=True, eq=False)

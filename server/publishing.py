@@ -44,7 +44,6 @@ from typing import Final
 from spool.server.acks import DurableAcks
 from spool.server.ports import (
     AckRequest,
-    AppendedRun,
     DurabilityHorizon,
     DurableStage,
     Entitlements,
@@ -350,7 +349,7 @@ class PublishPipeline:
                     refusals.extend((place[i], run, i, exc) for i, exc in refused)
                     keep = [i for i in range(len(run.bodies)) if i not in out]
                     place = [place[i] for i in keep]
-                    run = _subrun(run, keep)
+                    run = run.select(keep)
                     if not keep:
                         break
         except ProtocolFailure as exc:
@@ -367,11 +366,11 @@ class PublishPipeline:
             while end < len(place) and place[end] < position:
                 end += 1
             if end > start:
-                self._store(origin, topic, _subrun(run, range(start, end)))
+                self._store(origin, topic, run.slice(start, end))
             start = end
             self._refuse(origin, refused_run, i, why)
         if start < len(place):
-            self._store(origin, topic, _subrun(run, range(start, len(place))))
+            self._store(origin, topic, run.slice(start, len(place)))
 
     def _store(self, origin: Origin, topic: Topic, run: PublishRun) -> None:
         """Log (when the topic is recorded), ack and hand over a run every stage took."""
@@ -600,20 +599,19 @@ class PublishPipeline:
             for idx, kinds, cid in inline:
                 if idx > pos:
                     self._hand_over(origin, topic, run, pos, idx, seqs[pos - lo : idx - lo],
-                                    bodies[pos - lo : idx - lo],
                                     first_seq + pos - lo if first_seq else 0,
                                     timestamp_us)  # fmt: skip
                 _send_acks(replies, kinds, cid, seqs[idx - lo], first_seq > 0)
                 pos = idx
             if pos < hi:
-                self._hand_over(origin, topic, run, pos, hi, seqs[pos - lo :], bodies[pos - lo :],
+                self._hand_over(origin, topic, run, pos, hi, seqs[pos - lo :],
                                 first_seq + pos - lo if first_seq else 0, timestamp_us)  # fmt: skip
             return
         if replies is not None:
             for _idx, kinds, cid in inline:
                 _send_acks(replies, kinds, cid, seqs[_idx - lo], first_seq > 0)
         if stages:
-            self._hand_over(origin, topic, run, lo, hi, seqs, bodies, first_seq, timestamp_us)
+            self._hand_over(origin, topic, run, lo, hi, seqs, first_seq, timestamp_us)
 
     def _hand_over(
         self,
@@ -623,26 +621,19 @@ class PublishPipeline:
         lo: int,
         hi: int,
         seqs: Sequence[int],
-        bodies: Sequence[bytes],
         first_seq: int,
         timestamp_us: int | None,
     ) -> None:
-        """Messages ``lo:hi`` to the topic's appended stages, as one run."""
-        appended = AppendedRun(
-            topic=run.topic,
+        """Messages ``lo:hi`` (publisher sequences ``seqs``) to the topic's appended
+        stages, as one run."""
+        appended = run.as_appended(
+            lo,
+            hi,
             topic_literal=topic.literal,
             origin=origin,
-            pub_hash=run.pub_hash,
             pub_seqs=seqs,
-            bodies=bodies,
             first_seq=first_seq,
             timestamp_us=timestamp_us,
-            corr_ids=run.corr_ids[lo:hi] if run.corr_ids else None,
-            sow_keys=run.sow_keys[lo:hi] if run.sow_keys else None,
-            kind=run.kind,
-            publisher_name=run.publisher_name,
-            keys=run.keys[lo:hi] if run.keys else None,
-            path=run.path,
         )
         for stage in topic.appended:
             stage(appended)
@@ -713,25 +704,6 @@ def _send_acks(
         replies.ack("persisted", None, s=s or None)
     if "processed" in kinds:
         replies.ack("processed", cid)
-
-
-def _subrun(run: PublishRun, keep: Sequence[int]) -> PublishRun:
-    """The messages ``keep`` (indexes, ascending) of ``run`` as a run of their own."""
-    position = {old: new for new, old in enumerate(keep)}
-    return PublishRun(
-        topic=run.topic,
-        pub_hash=run.pub_hash,
-        pub_seqs=[run.pub_seqs[i] for i in keep],
-        bodies=[run.bodies[i] for i in keep],
-        acks=[(position[i], kinds, cid) for i, kinds, cid in run.acks if i in position],
-        corr_ids=[run.corr_ids[i] for i in keep] if run.corr_ids else None,
-        sow_keys=[run.sow_keys[i] for i in keep] if run.sow_keys else None,
-        kind=run.kind,
-        path=run.path,
-        publisher_name=run.publisher_name,
-        expirations=[run.expirations[i] for i in keep] if run.expirations else None,
-        keys=[run.keys[i] for i in keep] if run.keys else None,
-    )
 
 
 @dataclass
