@@ -140,10 +140,14 @@ class BrokerPublisher:
         """
         answer = _Answer()
         origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
-        run = PublishRun(
-            topic, self.pub_hash, [None], [body], [(0, frozenset({"processed"}), None)],
+        run = PublishRun.one(
+            topic,
+            self.pub_hash,
+            None,
+            body,
+            acks=frozenset({"processed"}),
             publisher_name=self.name,
-        )  # fmt: skip
+        )
         txlog = self._txlog
         before = txlog.publisher_last(self.pub_hash) if txlog is not None else 0
         self._pipeline.publish(origin, run)

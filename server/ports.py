@@ -223,6 +223,38 @@ class PublishRun:
     expirations: list[int | None] | None = None
     keys: list[str] | None = None
 
+    @classmethod
+    def one(
+        cls,
+        topic: str,
+        pub_hash: int,
+        pub_seq: int | None,
+        body: bytes,
+        *,
+        acks: frozenset[str] = frozenset(),
+        cid: str | None = None,
+        corr_id: str = "",
+        sow_key: str = "",
+        expiration: int | None = None,
+        kind: RecordKind = RecordKind.PUBLISH,
+        publisher_name: str = "",
+    ) -> PublishRun:
+        """A single publish as a run of one (``acks``: the kinds it asked for, ``cid``
+        theirs; an empty ``corr_id``/``sow_key`` and no ``expiration`` leave the column
+        out)."""
+        return cls(
+            topic=topic,
+            pub_hash=pub_hash,
+            pub_seqs=[pub_seq],
+            bodies=[body],
+            acks=[(0, acks, cid)] if acks else [],
+            corr_ids=[corr_id] if corr_id else None,
+            sow_keys=[sow_key] if sow_key else None,
+            kind=kind,
+            publisher_name=publisher_name,
+            expirations=[expiration] if expiration is not None else None,
+        )
+
     def slice(self, start: int, stop: int) -> PublishRun:
         """Messages ``start:stop`` as a run of their own (this run itself when that is
         all of it; ``0 <= start <= stop <= len(bodies)``)."""

@@ -254,22 +254,20 @@ class SowService:
         origin = session.origin
         assert origin is not None and self._pipeline is not None
         kinds = cmd.acks - {"received"}  # sent by the dispatcher
-        corr = cmd.field("x")
-        key = cmd.field("k")
-        expiration = cmd.field("e")
         self._pipeline.publish(
             origin,
-            PublishRun(
-                topic=topic,
-                pub_hash=session.pub_hash,
-                pub_seqs=[cmd.seq],
-                bodies=[cmd.body],
-                acks=[(0, kinds, cmd.cid)] if kinds else [],
-                corr_ids=[corr] if corr else None,
-                sow_keys=[key] if key else None,
+            PublishRun.one(
+                topic,
+                session.pub_hash,
+                cmd.seq,
+                cmd.body,
+                acks=kinds,
+                cid=cmd.cid,
+                corr_id=cmd.field("x") or "",
+                sow_key=cmd.field("k") or "",
+                expiration=cmd.field("e"),
                 kind=RecordKind.DELTA_PUBLISH,
                 publisher_name=origin.name,
-                expirations=[expiration] if expiration is not None else None,
             ),
         )
 

@@ -126,3 +126,16 @@ def test_as_appended_keeps_columns_aligned(run: PublishRun, data: st.DataObject)
     )  # fmt: skip
     assert appended.publisher_name == run.publisher_name
     assert appended.origin is origin and appended.first_seq == 7
+
+
+def test_a_single_publish_carries_only_the_columns_it_gave() -> None:
+    plain = PublishRun.one("t", 5, None, b"x")
+    assert (plain.pub_seqs, plain.bodies, plain.acks) == ([None], [b"x"], [])
+    assert (plain.corr_ids, plain.sow_keys, plain.expirations, plain.keys) == (None,) * 4
+    full = PublishRun.one(
+        "t", 5, 3, b"x", acks=frozenset({"processed"}), cid="c", corr_id="x1", sow_key="k",
+        expiration=60, kind=RecordKind.DELTA_PUBLISH, publisher_name="pub",
+    )  # fmt: skip
+    assert full.acks == [(0, frozenset({"processed"}), "c")]
+    assert (full.corr_ids, full.sow_keys, full.expirations) == (["x1"], ["k"], [60])
+    assert (full.kind, full.publisher_name) == (RecordKind.DELTA_PUBLISH, "pub")
