@@ -556,9 +556,29 @@ class PublishPipeline:
         first_seq: int,
         timestamp_us: int | None,
     ) -> None:
-        """Messages ``lo:hi`` passed (and were appended from ``first_seq``, when recorded):
-        count them, register their persisted ack, send inline acks and hand them to the
-        topic's stages, each message's acks before its deliveries."""
+        """Messages ``lo:hi`` passed (and were appended from ``first_seq``, when recorded),
+        with the publisher sequences ``seqs``: counted, their acks registered, then acked
+        and handed to the topic's stages."""
+        inline = self._count_and_register(origin, topic, run, lo, hi, seqs, first_seq)
+        self._ack_and_hand_over(origin, topic, run, lo, hi, seqs, first_seq, timestamp_us, inline)
+
+    def _count_and_register(
+        self,
+        origin: Origin,
+        topic: Topic,
+        run: PublishRun,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int],
+        first_seq: int,
+    ) -> list[AckRequest]:
+        """Count messages ``lo:hi`` in (origin, instance, topic) and register their
+        ``persisted`` ack with the durable acks (a recorded run's waits for the horizon).
+
+        Returns:
+            The acks of ``lo:hi`` that go out as the messages pass, in message order:
+            ``received`` and ``processed``, and ``persisted`` when not recorded.
+        """
         bodies = run.bodies if lo == 0 and hi == len(run.bodies) else run.bodies[lo:hi]
         k = hi - lo
         nbytes = sum(map(len, bodies))
@@ -567,32 +587,51 @@ class PublishPipeline:
         self.bytes_in += nbytes
         topic.msgs_in += k
         topic.bytes_in += nbytes
-        replies = origin.replies
         inline: list[AckRequest] = []
-        if run.acks:
-            recorded = first_seq > 0
-            persist_at = -1
-            for req in run.acks:
-                idx, kinds, _cid = req
-                if idx < lo or idx >= hi:
-                    continue
-                if "persisted" in kinds and recorded:
-                    persist_at = idx
-                if not _INLINE.isdisjoint(kinds) or ("persisted" in kinds and not recorded):
-                    inline.append(req)
-            if persist_at >= 0 and replies is not None:
-                # one pending entry for the stretch: persisted acks are conflated anyway
-                self._acks.expect_persisted(
-                    replies, run.pub_hash, first_seq + persist_at - lo, seqs[persist_at - lo]
-                )
-            elif not recorded and replies is not None:
-                # acked persisted inline; a peer that asked for replicated acks hears of
-                # the stretch's last sequence once what came before it has replicated
-                top = max((seqs[i - lo] for i, k, _ in run.acks if lo <= i < hi
-                           and "persisted" in k), default=0)  # fmt: skip
-                if top:
-                    self._acks.expect_unrecorded(replies, run.pub_hash, top)
-        stages = topic.appended
+        if not run.acks:
+            return inline
+        replies = origin.replies
+        recorded = first_seq > 0
+        persist_at = -1
+        for req in run.acks:
+            idx, kinds, _cid = req
+            if idx < lo or idx >= hi:
+                continue
+            if "persisted" in kinds and recorded:
+                persist_at = idx
+            if not _INLINE.isdisjoint(kinds) or ("persisted" in kinds and not recorded):
+                inline.append(req)
+        if persist_at >= 0 and replies is not None:
+            # one pending entry for the stretch: persisted acks are conflated anyway
+            self._acks.expect_persisted(
+                replies, run.pub_hash, first_seq + persist_at - lo, seqs[persist_at - lo]
+            )
+        elif not recorded and replies is not None:
+            # acked persisted inline; a peer that asked for replicated acks hears of
+            # the stretch's last sequence once what came before it has replicated
+            top = max((seqs[i - lo] for i, k, _ in run.acks if lo <= i < hi
+                       and "persisted" in k), default=0)  # fmt: skip
+            if top:
+                self._acks.expect_unrecorded(replies, run.pub_hash, top)
+        return inline
+
+    def _ack_and_hand_over(
+        self,
+        origin: Origin,
+        topic: Topic,
+        run: PublishRun,
+        lo: int,
+        hi: int,
+        seqs: Sequence[int],
+        first_seq: int,
+        timestamp_us: int | None,
+        inline: list[AckRequest],
+    ) -> None:
+        """Send the ``inline`` acks of messages ``lo:hi`` and hand the messages to the
+        topic's appended stages. When a stage may deliver to the publisher itself, the
+        run is split at each acked message so that its acks go out before its
+        deliveries; otherwise the acks go first and the run is handed over whole."""
+        replies = origin.replies
         if inline and replies is not None and any(r(run.topic, replies) for r in topic.reaches):
             # the publisher also receives this run: each message's acks before its delivery
             pos = lo
@@ -608,9 +647,9 @@ class PublishPipeline:
                                 first_seq + pos - lo if first_seq else 0, timestamp_us)  # fmt: skip
             return
         if replies is not None:
-            for _idx, kinds, cid in inline:
-                _send_acks(replies, kinds, cid, seqs[_idx - lo], first_seq > 0)
-        if stages:
+            for idx, kinds, cid in inline:
+                _send_acks(replies, kinds, cid, seqs[idx - lo], first_seq > 0)
+        if topic.appended:
             self._hand_over(origin, topic, run, lo, hi, seqs, first_seq, timestamp_us)
 
     def _hand_over(
