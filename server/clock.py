@@ -64,6 +64,40 @@ def time_us(clock: Clock) -> int:
     return int(clock.time() * 1_000_000)
 
 
+async def sleep_or_wake(clock: Clock, seconds: float | None, event: asyncio.Event) -> bool:
+    """Wait ``seconds`` of ``clock``'s time, or less if ``event`` is set first.
+
+    The one way a background loop of the broker naps between rounds while staying
+    wakeable (an operator's request, new work, a stop). ``seconds`` None waits for the
+    event alone. The event is neither cleared before nor after: each caller clears it
+    where its own loop needs to (before computing the next deadline, or after waking).
+    The wait always takes at least one loop turn, even when the event is already set, so
+    a loop that is woken on every round still lets other tasks run.
+
+    Both waits run as tasks that are cancelled on the way out (also when the caller is
+    cancelled), so none outlives the call by more than the loop turn that ends it.
+
+    Returns:
+        True when the time ran out (the clock's sleep finished, whether or not the event
+        was set in the same turn), False when the event ended the wait first.
+    """
+    loop = asyncio.get_running_loop()
+    waiter = loop.create_task(event.wait())
+    if seconds is None:
+        try:
+            await waiter
+        finally:
+            waiter.cancel()
+        return False
+    sleeper = loop.create_task(clock.sleep(seconds))
+    try:
+        done, _ = await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        sleeper.cancel()
+        waiter.cancel()
+    return sleeper in done
+
+
 # -- quiescence -------------------------------------------------------------------------
 
 QUIET_TURNS: Final = 2

@@ -29,7 +29,7 @@ import zstandard
 
 from spool.server.alerts import Alert
 from spool.server.auth import Authenticator
-from spool.server.clock import Clock
+from spool.server.clock import Clock, sleep_or_wake
 from spool.server.config import Config, DestinationConfig, UserConfig, format_inet_addr
 from spool.server.replication.bootproto import BootstrapProtocol, Finished, Offered, Role
 from spool.server.replication.errors import AuthRefused, LinkRefused, ReplicationProtocolError
@@ -252,7 +252,6 @@ class Repairer:
 
     async def _run(self) -> None:
         delay = RETRY_MIN
-        loop = asyncio.get_running_loop()
         while True:
             if self._txlog.fences:
                 repaired = await self.attempt()
@@ -262,13 +261,7 @@ class Repairer:
             if self._txlog.fences:
                 self.progress.state = "waiting"
                 self.progress.next_attempt = self._clock.time() + delay
-            sleeper = loop.create_task(self._clock.sleep(delay))
-            waiter = loop.create_task(self._wake.wait())
-            try:
-                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                waiter.cancel()
+            await sleep_or_wake(self._clock, delay, self._wake)
             self._wake.clear()
 
     # -- one attempt ------------------------------------------------------------------

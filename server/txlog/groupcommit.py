@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from spool.server.clock import Clock
+from spool.server.clock import Clock, sleep_or_wake
 from spool.server.txlog.errors import TxlogWriteFailed
 from spool.server.txlog.events import EventCallback
 from spool.server.txlog.files import FileSeam, JournalHandle, fsync_dir
@@ -497,13 +497,9 @@ class GroupCommit:
         if self._poke.is_set():
             self._poke.clear()
             return
-        sleep = asyncio.ensure_future(self._clock.sleep(delay))
-        poke = asyncio.ensure_future(self._poke.wait())
         try:
-            await asyncio.wait({sleep, poke}, return_when=asyncio.FIRST_COMPLETED)
+            await sleep_or_wake(self._clock, delay, self._poke)
         finally:
-            sleep.cancel()
-            poke.cancel()
             self._poke.clear()
         self.retries += 1
 

@@ -33,7 +33,7 @@ from typing import Final
 
 import google_crc32c
 
-from spool.server.clock import Clock, time_us
+from spool.server.clock import Clock, sleep_or_wake, time_us
 from spool.server.txlog.damage import DamagedRange, FoundBy
 from spool.server.txlog.errors import CorruptRecord
 from spool.server.txlog.indexbuilder import IndexBuilder
@@ -179,21 +179,12 @@ class Scrubber:
 
     async def _run(self) -> None:
         status = self.status
-        loop = asyncio.get_running_loop()
         while True:
             if not self._wanted and not self._soon:
                 if status.interval:
                     status.next_pass_us = time_us(self._clock) + int(status.interval * 1e6)
-                sleeper = loop.create_task(self._clock.sleep(status.interval or 86400.0))
-                waiter = loop.create_task(self._wake.wait())
-                try:
-                    done, _ = await asyncio.wait(
-                        {sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    sleeper.cancel()
-                    waiter.cancel()
-                if sleeper in done and status.interval:
+                slept = await sleep_or_wake(self._clock, status.interval or 86400.0, self._wake)
+                if slept and status.interval:
                     self._wanted = True
             self._wake.clear()
             status.next_pass_us = None

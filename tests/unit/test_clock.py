@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from spool.server import clock as clock_module
-from spool.server.clock import VirtualClock, ready_callbacks, wait_all_blocked
+from spool.server.clock import VirtualClock, ready_callbacks, sleep_or_wake, wait_all_blocked
 
 START = 1_700_000_000.0
 
@@ -441,3 +441,100 @@ def test_a_real_wait_moves_time_many_times_at_distinct_instants() -> None:
         assert wakes == pytest.approx(50_000, abs=2)
 
     run(main())
+
+
+# -- sleep_or_wake ----------------------------------------------------------------------
+
+
+def new_tasks(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+    """Tasks of the running loop that were not there ``before``."""
+    return asyncio.all_tasks() - before
+
+
+def test_sleep_or_wake_returns_true_when_the_time_runs_out() -> None:
+    async def scenario() -> None:
+        before = asyncio.all_tasks()
+        clock = VirtualClock(START)
+        event = asyncio.Event()
+        nap = asyncio.create_task(sleep_or_wake(clock, 2.0, event))
+        await clock.advance(1.999)
+        assert not nap.done()
+        await clock.advance(0.001)
+        assert nap.done() and nap.result() is True
+        assert not event.is_set()
+        await clock.wait_all_blocked()
+        assert new_tasks(before) == set() and clock.sleepers == 0
+
+    run(scenario())
+
+
+def test_sleep_or_wake_returns_false_when_the_event_is_set_first() -> None:
+    async def scenario() -> None:
+        before = asyncio.all_tasks()
+        clock = VirtualClock(START)
+        event = asyncio.Event()
+        nap = asyncio.create_task(sleep_or_wake(clock, 5.0, event))
+        await clock.advance(1.0)
+        event.set()
+        await clock.wait_all_blocked()
+        assert nap.done() and nap.result() is False
+        assert event.is_set()  # the caller clears it, not the helper
+        assert clock.monotonic() == 1.0
+        assert new_tasks(before) == set() and clock.sleepers == 0
+
+    run(scenario())
+
+
+def test_sleep_or_wake_on_an_event_already_set_still_yields_once() -> None:
+    async def scenario() -> None:
+        before = asyncio.all_tasks()
+        clock = VirtualClock(START)
+        event = asyncio.Event()
+        event.set()
+        ran: list[str] = []
+
+        async def other() -> None:
+            ran.append("other")
+
+        task = asyncio.create_task(other())
+        assert await sleep_or_wake(clock, 5.0, event) is False
+        assert ran == ["other"]  # a loop woken every round does not starve the others
+        await task
+        await clock.wait_all_blocked()
+        assert new_tasks(before) == set() and clock.sleepers == 0
+
+    run(scenario())
+
+
+def test_sleep_or_wake_without_a_time_waits_for_the_event_alone() -> None:
+    async def scenario() -> None:
+        before = asyncio.all_tasks()
+        clock = VirtualClock(START)
+        event = asyncio.Event()
+        nap = asyncio.create_task(sleep_or_wake(clock, None, event))
+        await clock.advance(1_000_000.0)
+        assert not nap.done() and clock.sleepers == 0
+        event.set()
+        await clock.wait_all_blocked()
+        assert nap.result() is False
+        assert new_tasks(before) == set()
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("seconds", [5.0, None])
+def test_cancelling_sleep_or_wake_leaves_no_task_behind(seconds: float | None) -> None:
+    async def scenario() -> None:
+        before = asyncio.all_tasks()
+        clock = VirtualClock(START)
+        event = asyncio.Event()
+        nap = asyncio.create_task(sleep_or_wake(clock, seconds, event))
+        await clock.wait_all_blocked()
+        assert len(new_tasks(before)) > 1  # the nap and what it waits on
+        nap.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await nap
+        await clock.wait_all_blocked()
+        assert new_tasks(before) == set() and clock.sleepers == 0
+
+    run(scenario())
