@@ -39,7 +39,7 @@ from typing import Final
 import orjson
 
 from spool.server.alerts import Alert
-from spool.server.clock import Clock, time_us
+from spool.server.clock import Clock, sleep_or_wake, time_us
 from spool.server.config import Config
 from spool.server.expr import Filter, MessageView, compile_filter
 from spool.server.ports import Entitlements
@@ -866,17 +866,8 @@ class QueueService:
                 step = now + transfers.interval_us
                 soon = min(soon, step) if soon else step
             self._target_us = soon
-            waiter = asyncio.ensure_future(self._wake.wait())
-            if not soon:
-                await waiter
-                continue
-            sleeper = asyncio.ensure_future(clock.sleep(max(0.0, (soon - now) / 1_000_000)))
-            try:
-                await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for f in (waiter, sleeper):
-                    if not f.done():
-                        f.cancel()
+            wait = max(0.0, (soon - now) / 1_000_000) if soon else None
+            await sleep_or_wake(clock, wait, self._wake)
 
     async def _run_watch(self) -> None:
         """The stuck-queue watch: every queue once a second (its cost: finding each

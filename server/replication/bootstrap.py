@@ -31,7 +31,7 @@ import zstandard
 
 from spool.server.alerts import Alert
 from spool.server.auth import Authenticator
-from spool.server.clock import Clock
+from spool.server.clock import Clock, sleep_or_wake
 from spool.server.config import BootstrapConfig, Config, UserConfig, format_inet_addr
 from spool.server.ports import Origin, PublishRun, Traffic
 from spool.server.protocol.errors import NotEntitled, ProtocolFailure, TxlogFull
@@ -558,13 +558,9 @@ class Bootstrapper:
     async def _pause(self, delay: float) -> None:
         self._wake.clear()
         self.progress.retry_at = self._clock.time() + delay
-        sleeper = asyncio.get_running_loop().create_task(self._clock.sleep(delay))
-        waiter = asyncio.get_running_loop().create_task(self._wake.wait())
         try:
-            await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            await sleep_or_wake(self._clock, delay, self._wake)
         finally:
-            sleeper.cancel()
-            waiter.cancel()
             self.progress.retry_at = None
 
     async def _tls_context(self) -> ssl.SSLContext | None:

@@ -26,7 +26,7 @@ from typing import Final
 
 import zstandard
 
-from spool.server.clock import TIME_EPSILON, Clock
+from spool.server.clock import TIME_EPSILON, Clock, sleep_or_wake
 from spool.server.config import Config, DestinationConfig
 from spool.server.replication.collisions import differing_origins
 from spool.server.replication.dialer import Backoff, Dialer
@@ -905,18 +905,8 @@ class DestinationLink:
         self._horizon_changed()
 
     async def _sleep_until_woken(self, timeout: float | None) -> None:
-        wake = self._wake
-        if timeout is None:
-            await wake.wait()
-        else:
-            sleeper = asyncio.get_running_loop().create_task(self._ctx.clock.sleep(timeout))
-            waiter = asyncio.get_running_loop().create_task(wake.wait())
-            try:
-                await asyncio.wait({sleeper, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sleeper.cancel()
-                waiter.cancel()
-        wake.clear()
+        await sleep_or_wake(self._ctx.clock, timeout, self._wake)
+        self._wake.clear()
 
     def _scan(self, batch: RecordBatch) -> None:
         """Disconnected: how far the destination is done (to the first record for it)."""

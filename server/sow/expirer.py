@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from typing import Final
 
-from spool.server.clock import Clock, time_us
+from spool.server.clock import Clock, sleep_or_wake, time_us
 from spool.server.sow.deleting import SowDeletes
 from spool.server.sow.registry import SowTopics
 from spool.server.sow.subscribers import EXPIRED
@@ -85,16 +85,7 @@ class Expirer:
     async def _sleep(self, seconds: float | None) -> None:
         """Until ``seconds`` passed on the clock (None: for ever), or :meth:`deadline`."""
         self._wake.clear()
-        waker = asyncio.ensure_future(self._wake.wait())
-        if seconds is None:
-            await waker
-            return
-        sleeper = asyncio.ensure_future(self._clock.sleep(seconds))
-        try:
-            await asyncio.wait({waker, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waker, sleeper):
-                task.cancel()
+        await sleep_or_wake(self._clock, seconds, self._wake)
 
     def expire(self, now_us: int) -> bool:
         """Remove every record due at ``now_us``; False when the log refused some."""
