@@ -140,12 +140,27 @@ class Waiters:
 class Pending:
     """What the loop appended since the flusher last took a batch (event loop only).
 
-    The log's append path writes these fields directly, bound to locals once per run (it
-    is the hot path); the flusher takes them whole with :meth:`take`.
+    The log's append path adds records a run at a time (:meth:`add`) and rolls journals
+    (:meth:`roll`); the flusher takes everything whole (:meth:`take`) and puts back a
+    batch it failed to write (:meth:`restore`). Only these methods change the fields;
+    other modules read them.
 
-    Layout: the active journal's data bytes ``[offset, offset + len(buf))`` are ``buf``,
-    and ``length`` is where the active journal's data ends (``offset + len(buf)``); bytes
-    of journals rolled since the last take wait in ``chunks``.
+    Invariants (every method keeps them; tests/unit/txlog/test_pending_machine.py checks
+    them):
+
+    - ``length == offset + len(buf)``: ``buf`` is the active journal's data bytes
+      ``[offset, length)`` not yet taken, and ``length`` is where its data ends.
+    - Per journal, the bytes not yet durable are ``chunks`` (in order, each starting
+      where the one before it ends) followed, for the active journal, by ``buf``; a
+      chunk of a rolled journal always comes before any byte of a later journal.
+    - ``taken_seq <= last_seq``, and ``last_seq - taken_seq`` records are pending (their
+      bytes are in ``buf``, or in ``chunks`` after a take put them there).
+    - ``builder`` is the active journal's index: the entries of its closed blocks that
+      are not yet taken are in ``index``, in block order.
+    - Each journal in ``finished`` is finished and rolling, and older than the active one.
+
+    :meth:`drop` (a simulated crash) forgets what was not taken and leaves ``taken_seq``
+    behind ``last_seq``: the log is not used after it.
 
     Attributes:
         journals: the log's journals (the newest is the active one).
@@ -201,6 +216,33 @@ class Pending:
     def empty(self) -> bool:
         """Nothing for the flusher to write."""
         return not (self.buf or self.chunks or self.index or self.finished)
+
+    def add(
+        self,
+        offsets: list[int],
+        datas: list[bytes],
+        sizes: list[int],
+        ts: int,
+        key: int,
+        pub_seqs: list[int],
+    ) -> None:
+        """Append a run of encoded records to the active journal, from seq ``last_seq + 1``.
+
+        ``offsets`` are where each record starts in the journal and, last, where the run
+        ends (``offsets[0] == length``); ``sizes`` are the records' lengths; ``key`` is the
+        index key of all of them (a publisher's, or its late key) and ``pub_seqs`` their
+        publisher sequences. The caller checked that the run fits the journal. Index
+        entries of the blocks the run closes go into :attr:`index`.
+        """
+        active = self.journals.active
+        index = self.index
+        for entry in self.builder.add_run(
+            self.last_seq + 1, offsets, datas, sizes, ts, key, pub_seqs
+        ):
+            index.append((active, entry))
+        self.buf += b"".join(datas)
+        self.length = offsets[-1]
+        self.last_seq += len(datas)
 
     def take(self) -> Batch:
         """Everything pending, as one batch; pending starts over after it."""
@@ -272,6 +314,18 @@ class GroupCommit:
     batches. :meth:`create_journal` and :meth:`close_files` run in worker threads at open
     and after the flusher ended. Everything else is for the event loop.
 
+    Invariants (the flusher and the methods here keep them; other modules only read the
+    fields and tell it about appends through :meth:`placed`):
+
+    - ``durable_seq <= pending.taken_seq <= pending.last_seq``, and ``durable_seq`` only
+      moves forward, to the last seq of a batch whose write and fsync succeeded.
+    - Nobody waits in ``durable`` for a seq at or below ``durable_seq``, nor in
+      ``appended`` for one at or below ``pending.last_seq`` once :meth:`placed` returned.
+    - While records are pending and no outage is under way, the flusher is awake or will
+      wake (:meth:`placed` sets its event after every append).
+    - ``outage`` is set exactly while the last commit attempt failed; ``write_error`` is
+      its error, and the log refuses appends meanwhile.
+
     Args:
         pending: what the append path accumulates.
         directory: the journal directory (fsynced when a batch creates a file).
@@ -315,8 +369,8 @@ class GroupCommit:
         self._unallocated = unallocated
         #: highest seq written and fsynced (written here only)
         self.durable_seq = 0
-        #: set by the append path to start a commit
-        self.wake = asyncio.Event()
+        #: set by :meth:`placed` (and :meth:`stop`) to start a commit
+        self._wake = asyncio.Event()
         #: callers of wait_durable, released as batches become durable
         self.durable = Waiters()
         #: callers of wait_appended, released by the append path
@@ -384,7 +438,7 @@ class GroupCommit:
         fails too they are never written (none of them was acknowledged as persisted).
         """
         self._stopping = True
-        self.wake.set()
+        self._wake.set()
         self._poke.set()
         if self._task is not None:
             await self._task
@@ -427,6 +481,14 @@ class GroupCommit:
         with contextlib.suppress(ValueError):
             self._listeners.remove(cb)
 
+    def placed(self, seq: int) -> None:
+        """The append path placed records up to ``seq`` in :class:`Pending`: release the
+        callers of ``wait_appended`` up to it and wake the flusher to commit them."""
+        appended = self.appended
+        if appended.due(seq):
+            appended.release(seq)
+        self._wake.set()
+
     def fail_waiters(self, exc: BaseException) -> None:
         """Fail everyone waiting for durability or for appends (no append can come)."""
         self.durable.fail(exc)
@@ -450,8 +512,8 @@ class GroupCommit:
             if pending.empty:
                 if self._stopping:
                     return
-                self.wake.clear()
-                await self.wake.wait()
+                self._wake.clear()
+                await self._wake.wait()
                 continue
             if self.outage is not None:
                 if not self._stopping:
@@ -461,7 +523,7 @@ class GroupCommit:
                 delay = self._last_flush + interval - clock.monotonic()
                 if delay > 0 and not self._stopping and len(pending.buf) < FLUSH_HIGH_WATER:
                     await clock.sleep(delay)
-            self.wake.clear()
+            self._wake.clear()
             if pending.empty:
                 continue  # dropped by abort() while we waited
             batch = pending.take()

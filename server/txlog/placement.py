@@ -94,16 +94,14 @@ class Placement:
         pending = self._pending
         key = late_key(pub_hash) if late and pub_hash else pub_hash
         tail = self._tail.records
-        seq = pending.last_seq
-        offset = pending.length
         journal_size = self._journal_size
-        pend_index = pending.index
         sizes = list(map(len, encoded))
         n = len(encoded)
         done = 0
         while done < n:
             # the records that fit in the active journal (one too big for any journal
             # goes alone into an empty one); the rest after a roll
+            offset = pending.length
             offsets = list(accumulate(sizes[done:] if done else sizes, initial=offset))
             fit = bisect.bisect_right(offsets, journal_size, 1) - 1
             if not fit and not offset:
@@ -111,38 +109,24 @@ class Placement:
             if fit:
                 stop = done + fit
                 datas = encoded[done:stop] if done or stop < n else encoded
-                builder = pending.builder
-                active = pending.journals.active
-                for entry in builder.add_run(
-                    seq + 1, offsets[: fit + 1], datas, sizes[done:stop], ts, key,
-                    pub_seqs[done:stop],
-                ):  # fmt: skip
-                    pend_index.append((active, entry))
-                pending.buf += b"".join(datas)
+                pending.add(
+                    offsets[: fit + 1], datas, sizes[done:stop], ts, key, pub_seqs[done:stop]
+                )
                 tail.extend(datas)
-                seq += fit
-                offset = offsets[fit]
                 done = stop
             if done == n:
                 break
-            # roll between records: this run's bookkeeping first
-            pending.length = offset
-            pending.last_seq = seq
+            # roll between records
             try:
-                self.roll(seq + 1)
+                self.roll(pending.last_seq + 1)
             except Exception:
                 if not done:
                     raise
                 break
-            offset = 0
-        pending.length = offset
-        pending.last_seq = seq
         if done:
+            seq = pending.last_seq
             self._pubs.placed(pub_hash, pub_seqs[:done], seq, late=late)
-            commit = self._commit
-            if commit.appended.due(seq):
-                commit.appended.release(seq)
-            commit.wake.set()
+            self._commit.placed(seq)
         return done
 
     def roll(self, seq: int) -> None:
