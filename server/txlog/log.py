@@ -48,6 +48,7 @@ from spool.server.txlog.errors import (
     OwnFloorUnwritten,
     TxlogClosed,
     TxlogError,
+    TxlogFull,
     TxlogWriteFailed,
 )
 from spool.server.txlog.events import Emitter, EventCallback
@@ -564,8 +565,13 @@ class TransactionLog:
         )  # fmt: skip
         try:
             done = self._placement.place(encoded, ts, pub_hash, pub_seqs)
-        except Exception:
-            return 0  # not even the first fitted: append() of it raises the reason
+        except TxlogFull:
+            # The one refusal place() raises: a roll past MaxSize before the first
+            # record (a later record's ends the run quietly). The run stops and append()
+            # of that record raises the same reason. Anything else is a fault that must
+            # propagate: placing may have begun, and reporting 0 would make the caller
+            # append those records again.
+            return 0
         if own:
             self._numbered()
         return done

@@ -14,6 +14,7 @@ import bisect
 from itertools import accumulate
 from pathlib import Path
 
+from spool.server.txlog.errors import TxlogFull
 from spool.server.txlog.files import journal_name
 from spool.server.txlog.groupcommit import GroupCommit, Pending
 from spool.server.txlog.indexbuilder import IndexBuilder
@@ -119,7 +120,9 @@ class Placement:
             # roll between records
             try:
                 self.roll(pending.last_seq + 1)
-            except Exception:
+            except TxlogFull:
+                # MaxSize: the records placed so far stay (accounted below), the rest is
+                # refused; nothing else is a reason to end a run (a fault propagates)
                 if not done:
                     raise
                 break

@@ -152,6 +152,12 @@ def test_a_run_stops_where_a_roll_would_exceed_max_size(tmp_path: Path) -> None:
         assert log.last_seq == total
         with pytest.raises(TxlogFull):
             log.append(topic="t", message_type="json", pub_hash=1, pub_seq=total + 1, body=b"x")
+        # a run whose first record needs the refused roll places nothing and says so
+        refused = log.append_many(
+            topic="t", message_type="json", pub_hash=1, pub_seqs=[total + 1, total + 2],
+            bodies=[b"x" * 100] * 2,
+        )  # fmt: skip
+        assert refused == 0 and log.last_seq == total and log.publisher_last(1) == total
         records = await log.read_batch(1, max_count=100_000)
         assert [r.pub_seq for r in records] == list(range(1, total + 1))
         await log.close()
