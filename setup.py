@@ -42,7 +42,17 @@ def _extensions() -> list[Extension]:
         print("spool: Cython is not installed: building no compiled extension")
         return []
     exts = [Extension(name, sources) for name, sources in _SOURCES.items()]
-    built = list(cythonize(exts, compiler_directives={"language_level": "3"}, quiet=True))
+    # server/ on the include path: the twins share inline helpers through
+    # server/_buffers.pxd (``from _buffers cimport ...``), which a package-qualified
+    # cimport would look for under spool/server/, a folder only the installed tree has
+    built = list(
+        cythonize(
+            exts,
+            compiler_directives={"language_level": "3"},
+            include_path=[str(_HERE / "server")],
+            quiet=True,
+        )
+    )
     for ext in built:
         # set after cythonize, which does not carry the flag over to the Extensions it makes
         ext.optional = True

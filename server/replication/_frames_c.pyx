@@ -15,6 +15,7 @@ the same message (tests/unit/replication/test_frames.py).
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from _buffers cimport get16, get32, get64
 
 from spool.server.replication.errors import ReplicationProtocolError
 from spool.server.txlog.record import RecordKind
@@ -26,24 +27,6 @@ cdef enum:
     _FIXED_SIZE = 28  # u64 source_seq, i64 timestamp_us, u64 pub_seq, u32 body_len
     _HAS_CORR = 1
     _HAS_KEYS = 2
-
-
-cdef inline uint32_t _get32(const char *p) noexcept:
-    cdef uint32_t v
-    memcpy(&v, p, 4)
-    return v
-
-
-cdef inline uint16_t _get16(const char *p) noexcept:
-    cdef uint16_t v
-    memcpy(&v, p, 2)
-    return v
-
-
-cdef inline uint64_t _get64(const char *p) noexcept:
-    cdef uint64_t v
-    memcpy(&v, p, 8)
-    return v
 
 
 def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
@@ -66,11 +49,11 @@ def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
         while got < count:
             if end - pos < _RUN_SIZE:
                 return None
-            n = _get32(buf + pos)
-            pub_hash = _get64(buf + pos + 4)
+            n = get32(buf + pos)
+            pub_hash = get64(buf + pos + 4)
             kind = <uint8_t>buf[pos + 12]
             flags = <uint8_t>buf[pos + 13]
-            tl = _get16(buf + pos + 14)
+            tl = get16(buf + pos + 14)
             npath = <uint8_t>buf[pos + 16]
             pos += _RUN_SIZE
             if kind not in _KINDS or n == 0 or got + n > count:
@@ -105,13 +88,13 @@ def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
             total = 0
             for i in range(n):
                 rec = buf + fixed + i * _FIXED_SIZE
-                blen = _get32(rec + 24)
+                blen = get32(rec + 24)
                 total += blen
                 if total > end - pos:
                     return None
-                seqs[i] = _get64(rec)
-                times[i] = <int64_t>_get64(rec + 8)
-                pub_seqs[i] = _get64(rec + 16)
+                seqs[i] = get64(rec)
+                times[i] = <int64_t>get64(rec + 8)
+                pub_seqs[i] = get64(rec + 16)
                 bodies[i] = PyBytes_FromStringAndSize(buf + body_pos, blen)
                 body_pos += blen
             pos = body_pos

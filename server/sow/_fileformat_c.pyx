@@ -14,6 +14,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from _buffers cimport get16, get32, get64, put16, put32, put64
 
 import google_crc32c
 
@@ -44,36 +45,6 @@ cdef inline uint32_t _crc(const unsigned char *p, Py_ssize_t n) except? 0xFFFFFF
     if _HW:
         return spool_crc32c(p, n)
     return _crc_py(PyBytes_FromStringAndSize(<const char *>p, n))
-
-
-cdef inline void _put16(char *p, uint16_t v) noexcept:
-    memcpy(p, &v, 2)  # little-endian, like every CPU Spool runs on
-
-
-cdef inline void _put32(char *p, uint32_t v) noexcept:
-    memcpy(p, &v, 4)
-
-
-cdef inline void _put64(char *p, uint64_t v) noexcept:
-    memcpy(p, &v, 8)
-
-
-cdef inline uint16_t _get16(const char *p) noexcept:
-    cdef uint16_t v
-    memcpy(&v, p, 2)
-    return v
-
-
-cdef inline uint32_t _get32(const char *p) noexcept:
-    cdef uint32_t v
-    memcpy(&v, p, 4)
-    return v
-
-
-cdef inline uint64_t _get64(const char *p) noexcept:
-    cdef uint64_t v
-    memcpy(&v, p, 8)
-    return v
 
 
 cdef inline bint _fits_u64(object v) except -1:
@@ -121,19 +92,19 @@ def encode_puts(records, fallback):
         kl = PyBytes_GET_SIZE(kb)
         bl = PyBytes_GET_SIZE(body)
         length = _PUT_FIXED + kl + bl + 4
-        _put32(p, <uint32_t>length)
+        put32(p, <uint32_t>length)
         p[4] = <char>_OP_PUT
         p[5] = 0
-        _put16(p + 6, <uint16_t>kl)
-        _put64(p + 8, <uint64_t>PyLong_AsUnsignedLongLong(rec[2]))
-        _put64(p + 16, <uint64_t>PyLong_AsLongLong(rec[3]))
-        _put64(p + 24, <uint64_t>PyLong_AsUnsignedLongLong(rec[4]))
-        _put64(p + 32, <uint64_t>PyLong_AsUnsignedLongLong(rec[5]))
-        _put64(p + 40, <uint64_t>PyLong_AsLongLong(rec[6]))
-        _put32(p + 48, <uint32_t>bl)
+        put16(p + 6, <uint16_t>kl)
+        put64(p + 8, <uint64_t>PyLong_AsUnsignedLongLong(rec[2]))
+        put64(p + 16, <uint64_t>PyLong_AsLongLong(rec[3]))
+        put64(p + 24, <uint64_t>PyLong_AsUnsignedLongLong(rec[4]))
+        put64(p + 32, <uint64_t>PyLong_AsUnsignedLongLong(rec[5]))
+        put64(p + 40, <uint64_t>PyLong_AsLongLong(rec[6]))
+        put32(p + 48, <uint32_t>bl)
         memcpy(p + _PUT_FIXED, PyBytes_AS_STRING(kb), kl)
         memcpy(p + _PUT_FIXED + kl, PyBytes_AS_STRING(body), bl)
-        _put32(p + length - 4, _crc(<const unsigned char *>p, length - 4))
+        put32(p + length - 4, _crc(<const unsigned char *>p, length - 4))
         p += length
     return out
 
@@ -154,10 +125,10 @@ def live_changes(bytes buf, Py_ssize_t pos, base_seq):
     while pos < end:
         if end - pos < _COMMON:
             return live, _top(top, top_c), (pos, "torn change")
-        length = _get32(b + pos)
+        length = get32(b + pos)
         op = <uint8_t>b[pos + 4]
-        kl = _get16(b + pos + 6)
-        seq = _get64(b + pos + 8)
+        kl = get16(b + pos + 6)
+        seq = get64(b + pos + 8)
         if length == 0:
             return live, _top(top, top_c), (pos, "zero length")
         if pos + <Py_ssize_t>length > end:
@@ -176,7 +147,7 @@ def live_changes(bytes buf, Py_ssize_t pos, base_seq):
             key = PyUnicode_DecodeUTF8(b + pos + fixed, kl, NULL)
         except UnicodeDecodeError:
             return live, _top(top, top_c), (pos, "bad utf-8")
-        body_len = _get32(b + pos + fixed - 4) if op == _OP_PUT else 0
+        body_len = get32(b + pos + fixed - 4) if op == _OP_PUT else 0
         if <Py_ssize_t>length != fixed + kl + body_len + 4:
             return live, _top(top, top_c), (pos, "length mismatch")
         if op == _OP_PUT:

@@ -18,6 +18,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_Append
 from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
+from _buffers cimport get16, get32, get64
 
 import google_crc32c
 
@@ -50,24 +51,6 @@ cdef enum:
     _FORMAT = 0xA1
 
 cdef uint32_t _RESIDUE = 0x48674BC7
-
-
-cdef inline uint32_t _get32(const char *p) noexcept:
-    cdef uint32_t v
-    memcpy(&v, p, 4)
-    return v
-
-
-cdef inline uint16_t _get16(const char *p) noexcept:
-    cdef uint16_t v
-    memcpy(&v, p, 2)
-    return v
-
-
-cdef inline uint64_t _get64(const char *p) noexcept:
-    cdef uint64_t v
-    memcpy(&v, p, 8)
-    return v
 
 
 cdef inline bint _crc_ok(const char *p, Py_ssize_t n) except -1:
@@ -120,7 +103,7 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
     while pos < end and seq <= stop_seq and pos - start < max_bytes:
         if end - pos < _HEADER_SIZE:
             break
-        length = _get32(b + pos)
+        length = get32(b + pos)
         if length == 0 or (length >= _MIN_RECORD and pos + length > end):
             break  # end of data, or incomplete: the caller decides
         if (
@@ -129,18 +112,18 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
             or ((pos < t_start or pos + length > t_stop) and not _crc_ok(b + pos, length))
         ):
             _check_at(buf, pos, end)  # raises with the precise reason
-        rseq = _get64(b + pos + 8)
+        rseq = get64(b + pos + 8)
         if rseq != seq:
             raise _CorruptRecord(pos, "sequence gap")
         kind = <unsigned char>b[pos + 5]
-        tl = _get16(b + pos + 40)
+        tl = get16(b + pos + 40)
         ml = <unsigned char>b[pos + 42]
-        bl = _get32(b + pos + 48)
+        bl = get32(b + pos + 48)
         pc = <unsigned char>b[pos + 43]
-        if pc or _get16(b + pos + 44) or _get16(b + pos + 46):
+        if pc or get16(b + pos + 44) or get16(b + pos + 46):
             spec = None
             key = None
-            if pc and not _get16(b + pos + 44) and not _get16(b + pos + 46) and kind in _kinds_known:
+            if pc and not get16(b + pos + 44) and not get16(b + pos + 46) and kind in _kinds_known:
                 # a path only: walk its names; bytes that do not add up go to Python
                 rec_end = pos + length - 4 - bl
                 q = pos + _HEADER_SIZE + tl + ml
@@ -180,9 +163,9 @@ def decode_columns(bytes buf, Py_ssize_t pos, Py_ssize_t end, expect_seq, Py_ssi
             prev_kind = kind
             kinds.add(kind)
         kc[idx] = <char>kind
-        PyList_Append(times, <int64_t>_get64(b + pos + 16))
-        PyList_Append(hashes, _get64(b + pos + 24))
-        PyList_Append(pseqs, _get64(b + pos + 32))
+        PyList_Append(times, <int64_t>get64(b + pos + 16))
+        PyList_Append(hashes, get64(b + pos + 24))
+        PyList_Append(pseqs, get64(b + pos + 32))
         last_off = pos
         pos += length
         idx += 1

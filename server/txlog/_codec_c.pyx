@@ -12,6 +12,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.list cimport PyList_Append
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
+from _buffers cimport put16, put32, put64
 
 import google_crc32c
 
@@ -81,18 +82,6 @@ cdef inline bint _i64(object value, int64_t *out):
     return True
 
 
-cdef inline void _put16(char *p, uint16_t v) noexcept:
-    memcpy(p, &v, 2)  # the journal is little-endian, like every CPU Spool runs on
-
-
-cdef inline void _put32(char *p, uint32_t v) noexcept:
-    memcpy(p, &v, 4)
-
-
-cdef inline void _put64(char *p, uint64_t v) noexcept:
-    memcpy(p, &v, 8)
-
-
 def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type, bodies,
                bytes path_bytes=b"", int npath=0):
     """Consecutive publish records of one publisher and topic (compiled; see
@@ -136,26 +125,26 @@ def encode_run(first_seq, timestamp_us, pub_hash, pub_seqs, topic, message_type,
             seq += 1
         rec = PyBytes_FromStringAndSize(NULL, length)
         p = PyBytes_AS_STRING(rec)
-        _put32(p, <uint32_t>length)
+        put32(p, <uint32_t>length)
         p[4] = <char>_FORMAT
         p[5] = <char>_KIND_PUBLISH
-        _put16(p + 6, 0)
-        _put64(p + 8, seq)
-        _put64(p + 16, <uint64_t>ts)
-        _put64(p + 24, ph)
-        _put64(p + 32, ps)
-        _put16(p + 40, <uint16_t>tl)
+        put16(p + 6, 0)
+        put64(p + 8, seq)
+        put64(p + 16, <uint64_t>ts)
+        put64(p + 24, ph)
+        put64(p + 32, ps)
+        put16(p + 40, <uint16_t>tl)
         p[42] = <char><uint8_t>ml
         p[43] = <char><uint8_t>npath
-        _put16(p + 44, 0)
-        _put16(p + 46, 0)
-        _put32(p + 48, <uint32_t>bl)
+        put16(p + 44, 0)
+        put16(p + 46, 0)
+        put32(p + 48, <uint32_t>bl)
         memcpy(p + _HEADER_SIZE, PyBytes_AS_STRING(tb), tl)
         memcpy(p + _HEADER_SIZE + tl, PyBytes_AS_STRING(mb), ml)
         memcpy(p + _HEADER_SIZE + tl + ml, PyBytes_AS_STRING(path_bytes), pl)
         memcpy(p + _HEADER_SIZE + tl + ml + pl, PyBytes_AS_STRING(body), bl)
         crc = crc_of(<const unsigned char *>p, length - 4)
-        _put32(p + length - 4, crc)
+        put32(p + length - 4, crc)
         PyList_Append(out, rec)
         i += 1
     if not stopped and n_seqs != n_bodies:
