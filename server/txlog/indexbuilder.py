@@ -403,23 +403,9 @@ class IndexBuilder:
         self.b_crc.append(self._cur_crc)
         self.b_last_rel.append(last_rel)
         ranges_out = []
-        all_ranges = self.ranges
-        summary = self.summary
+        add_range = self._add_range
         for h, (f, lst, cnt, last_seq) in sorted(pubs.items()):
-            row = [f, lst, last_seq, block_no, cnt]
-            rl = all_ranges.get(h)
-            if rl is None:
-                all_ranges[h] = [row]
-                summary[h] = [f, lst, last_seq, cnt]
-            else:
-                rl.append(row)
-                s = summary[h]
-                if f < s[0]:
-                    s[0] = f
-                if lst > s[1]:
-                    s[1] = lst
-                s[2] = last_seq
-                s[3] += cnt
+            add_range(h, f, lst, last_seq, block_no, cnt)
             if encode:
                 ranges_out.append(RANGE.pack(h, f, lst, last_seq, block_no, cnt))
         entry = (
@@ -442,10 +428,29 @@ class IndexBuilder:
         self._cur_ts_max = -(1 << 63)
         return entry
 
+    def _add_range(
+        self, h: int, first_ps: int, last_ps: int, last_seq: int, block_no: int, count: int
+    ) -> None:
+        """Account a closed block's range of publisher key ``h``: a row of ``ranges`` and
+        the key's ``summary`` (min and max pub_seq, last seq, count)."""
+        row = [first_ps, last_ps, last_seq, block_no, count]
+        rl = self.ranges.get(h)
+        if rl is None:
+            self.ranges[h] = [row]
+            self.summary[h] = [first_ps, last_ps, last_seq, count]
+            return
+        rl.append(row)
+        s = self.summary[h]
+        if first_ps < s[0]:
+            s[0] = first_ps
+        if last_ps > s[1]:
+            s[1] = last_ps
+        s[2] = last_seq
+        s[3] += count
+
     def restore(self, entries: list[OpenIndexEntry]) -> None:
         """Re-add closed blocks read from an open-form index (already verified)."""
-        all_ranges = self.ranges
-        summary = self.summary
+        add_range = self._add_range
         b_first, b_off, b_len, b_cnt = self.b_first, self.b_off, self.b_len, self.b_cnt
         b_ts, b_crc, b_rel = self.b_ts, self.b_crc, self.b_last_rel
         block_no = len(b_first)
@@ -458,20 +463,7 @@ class IndexBuilder:
             b_crc.append(dcrc)
             b_rel.append(last_rel)
             for h, f, lst, last_seq, _blk, rcnt in ranges:
-                row = [f, lst, last_seq, block_no, rcnt]
-                rl = all_ranges.get(h)
-                if rl is None:
-                    all_ranges[h] = [row]
-                    summary[h] = [f, lst, last_seq, rcnt]
-                else:
-                    rl.append(row)
-                    s = summary[h]
-                    if f < s[0]:
-                        s[0] = f
-                    if lst > s[1]:
-                        s[1] = lst
-                    s[2] = last_seq
-                    s[3] += rcnt
+                add_range(h, f, lst, last_seq, block_no, rcnt)
             block_no += 1
             self._closed_count += cnt
             self._closed_end = off + length
