@@ -477,7 +477,7 @@ class QueueService:
                         "topic to replay its messages)"
                     )
                 existing = session.subs.get(cmd.sub_id or cmd.cid or "")
-                if existing in self._ties and "replace" in (cmd.options or ""):
+                if existing in self._ties and _replaces(cmd):
                     self._end(existing)  # replaced by another kind: its leases return
                 return sub(session, cmd)
             self.subscribe(session, cmd, queue)
@@ -943,6 +943,15 @@ class QueueService:
         if q.config.name not in self._holding:
             return []
         return self.hold.reasons(q.ownership is not None)
+
+
+def _replaces(cmd: Command) -> bool:
+    """Whether ``cmd`` replaces the subscription of its sub id: its options are valid and
+    name ``replace`` (a command with invalid options fails, and leaves it as it is)."""
+    try:
+        return parse_subscribe_options(cmd.options).replace
+    except InvalidOptions:
+        return False
 
 
 def _accepts(flt: Filter) -> Callable[[Message], bool]:

@@ -521,3 +521,29 @@ async def test_the_log_is_kept_from_the_checkpoint_on_disk(tmp_path: Path) -> No
     async with harness(tmp_path, q) as h:
         events = [e["event"] for e in h.broker.events.recent()]
         assert "queue_recovered" in events and "queue_checkpoint_ignored" not in events
+
+
+@scenario
+async def test_a_failed_subscribe_leaves_the_queue_subscription_of_its_sub_id(
+    tmp_path: Path,
+) -> None:
+    """Only a subscribe whose options are valid and name ``replace`` replaces a queue
+    subscription: ``replace`` inside another option (a conflation key's path, an unknown
+    name) does not, so a subscribe that fails leaves it consuming."""
+    async with harness(tmp_path, queue_xml()) as h:
+        p = await h.logon("pub")
+        a = await h.logon("a")
+        a.send(sub())
+        await h.settle()
+        p.send(pub(1), pub(2))
+        await h.settle()
+        assert [n for n, _, _ in got(a)] == [1]
+        a.send(sub(topic="elsewhere", options="noreplace"))
+        a.send(sub(topic="elsewhere", options="conflation=1s,conflation_key=[/replace]"))
+        await h.settle()
+        fails = [a["reason"] for a in a.acks() if a.get("status") == "failure"]
+        assert fails == ["invalid options", "subid in use"]
+        assert h.broker.queues.info("work").consumers == 1
+        a.send(ack(got(a)[0][1]))
+        await h.settle()
+        assert [n for n, _, _ in got(a)] == [1, 2]  # still the queue's consumer
