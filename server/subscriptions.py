@@ -39,7 +39,7 @@ from spool.server.protocol.errors import (
     SubIdInUse,
     SubIdNotFound,
 )
-from spool.server.protocol.options import SubscribeOptions, parse_subscribe_options
+from spool.server.protocol.options import SubscribeOptions
 from spool.server.protocol.topic import compile_topic, is_regex_topic
 from spool.server.quotas import Quotas
 from spool.server.replay import (
@@ -193,7 +193,7 @@ class SubscriptionService:
         sub_id = cmd.sub_id or cmd.cid
         if not sub_id:
             raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
-        options = parse_subscribe_options(cmd.options)
+        options = cmd.opts.subscribe()
         if options.resume or (
             options.pause and all(i.strip() in session.subs for i in sub_id.split(","))
         ):

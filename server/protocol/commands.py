@@ -2,7 +2,8 @@
 
 :func:`decode_command` turns a decoded :class:`~spool.server.protocol.frame.Message` into a typed
 :class:`Command`, validating every header field's type once, so the engine never has to
-guess. :func:`encode_ack` builds ack messages.
+guess; it reads the options (``o``) once too, into :class:`CommandOptions`.
+:func:`encode_ack` builds ack messages.
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ from typing import Any, Final, Literal, get_args
 import orjson
 
 from spool.server import speedups
-from spool.server.protocol.errors import InvalidCommand, InvalidMessage
+from spool.server.protocol.errors import InvalidCommand, InvalidMessage, InvalidOptions
 from spool.server.protocol.frame import Message
+from spool.server.protocol.options import (
+    DEFAULT_OPTIONS,
+    SubscribeOptions,
+    parse_subscribe_options,
+)
 
 CommandName = Literal[
     "logon",
@@ -113,9 +119,91 @@ class UnknownCommand(InvalidCommand):
         self.cid = cid
 
 
+@dataclass(frozen=True, slots=True)
+class CommandOptions:
+    """A command's options (``o``), read once by :func:`decode_command`.
+
+    The text is a comma-separated list of ``name`` or ``name=value`` items; commas inside
+    ``[...]`` stay in their item (``conflation_key=[/a,/b]``) and empty items are ignored
+    (docs/protocol.md "Subscribe options"). Reading never fails: text that is not valid
+    subscribe options keeps why (:attr:`problem`), and :meth:`subscribe` raises it when a
+    handler asks for them, so every handler keeps its own order of checks. Options with
+    a grammar of their own (``o=cancel`` of a queue's ``sow_delete``) are read from
+    :attr:`items` and :attr:`names`, never by searching the text.
+
+    Attributes:
+        text: the ``o`` header as received (None: not given).
+        items: the items, stripped, in order.
+        names: each item's name (the part before any ``=``, stripped).
+        parsed: the subscribe options (server/protocol/options.py), None when the text
+            is not valid subscribe options.
+        problem: why it is not ("" when it is), the ``invalid options`` detail.
+    """
+
+    text: str | None
+    items: tuple[str, ...]
+    names: frozenset[str]
+    parsed: SubscribeOptions | None
+    problem: str
+
+    def subscribe(self) -> SubscribeOptions:
+        """The subscribe options (``subscribe``, ``sow``, ``sow_and_subscribe``, ...).
+
+        Raises:
+            InvalidOptions: the text is not valid subscribe options.
+        """
+        if self.parsed is None:
+            raise InvalidOptions(self.problem)
+        return self.parsed
+
+    @property
+    def replace(self) -> bool:
+        """Valid subscribe options that name ``replace``."""
+        return self.parsed is not None and self.parsed.replace
+
+
+#: the options of a command without ``o``
+NO_OPTIONS: Final = CommandOptions(None, (), frozenset(), DEFAULT_OPTIONS, "")
+
+
+def read_options(text: str | None) -> CommandOptions:
+    """Read an ``o`` header once (:class:`CommandOptions`); never raises."""
+    if text is None:
+        return NO_OPTIONS
+    items = tuple(_split_items(text))
+    names = frozenset(item.partition("=")[0].strip() for item in items)
+    try:
+        return CommandOptions(text, items, names, parse_subscribe_options(text), "")
+    except InvalidOptions as exc:
+        return CommandOptions(text, items, names, None, exc.detail)
+
+
+def _split_items(text: str) -> list[str]:
+    """The stripped, non-empty items of ``text``, split on commas outside ``[...]`` (an
+    unbalanced bracket splits as far as it can: such text is not valid subscribe options,
+    which :func:`parse_subscribe_options` reports)."""
+    items: list[str] = []
+    depth = 0
+    start = 0
+    for index, char in enumerate(text):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            items.append(text[start:index])
+            start = index + 1
+    items.append(text[start:])
+    return [item.strip() for item in items if item.strip()]
+
+
 @dataclass(slots=True)
 class Command:
-    """A validated client command. Absent optional fields are ``None``."""
+    """A validated client command. Absent optional fields are ``None``.
+
+    ``options`` is the ``o`` header as received; ``opts`` is the same, read once
+    (:class:`CommandOptions`): handlers use ``opts``.
+    """
 
     name: str
     cid: str | None
@@ -129,6 +217,7 @@ class Command:
     seq: int | None
     body: bytes
     header: dict[str, Any]
+    opts: CommandOptions
 
     def field(self, key: str) -> Any:
         """Any other header field, as received (already type-checked where known)."""
@@ -183,6 +272,7 @@ def decode_command(msg: Message) -> Command:
     topic = h.get("t")
     if name in _NEEDS_TOPIC and not topic:
         raise CommandError(f"'{name}' needs a topic 't'", cid)
+    options = h.get("o")
     return Command(
         name=name,
         cid=cid,
@@ -191,11 +281,12 @@ def decode_command(msg: Message) -> Command:
         sub_id=h.get("sub_id"),
         query_id=h.get("qid"),
         bookmark=h.get("bm"),
-        options=h.get("o"),
+        options=options,
         filter=h.get("f"),
         seq=h.get("s"),
         body=msg.body,
         header=h,
+        opts=read_options(options),
     )
 
 

@@ -53,7 +53,6 @@ from spool.server.protocol.errors import (
     SubIdInUse,
     TxlogFull,
 )
-from spool.server.protocol.options import parse_subscribe_options
 from spool.server.queues import checkpoint
 from spool.server.queues.browse import BrowsePage, browse
 from spool.server.queues.checkpoint import (
@@ -477,7 +476,7 @@ class QueueService:
                         "topic to replay its messages)"
                     )
                 existing = session.subs.get(cmd.sub_id or cmd.cid or "")
-                if existing in self._ties and _replaces(cmd):
+                if existing in self._ties and cmd.opts.replace:
                     self._end(existing)  # replaced by another kind: its leases return
                 return sub(session, cmd)
             self.subscribe(session, cmd, queue)
@@ -508,7 +507,7 @@ class QueueService:
             InvalidOptions: an option a queue subscription cannot honour.
             NotEntitled, SubIdInUse, BadFilter, InvalidMessage: as any subscribe.
         """
-        options = parse_subscribe_options(cmd.options)
+        options = cmd.opts.subscribe()
         given = {item.split("=", 1)[0].strip() for item in (cmd.options or "").split(",")}
         given.discard("")
         refused = sorted(given - _SUBSCRIBE_OPTIONS)
@@ -590,7 +589,7 @@ class QueueService:
         """``sow_delete`` on a queue: ``bm`` (acks of leased messages; ``cancel``,
         ``expire``) or ``f`` (remove every matching message; write entitlement; on a
         bounded queue its inactive ones too, read from the log: answered when done)."""
-        opts = {o.strip() for o in (cmd.options or "").split(",") if o.strip()}
+        opts = set(cmd.opts.items)
         bad = sorted(opts - _ACK_OPTIONS)
         if bad:
             raise InvalidOptions(f"'{bad[0]}' is not a sow_delete option of a queue "
@@ -943,15 +942,6 @@ class QueueService:
         if q.config.name not in self._holding:
             return []
         return self.hold.reasons(q.ownership is not None)
-
-
-def _replaces(cmd: Command) -> bool:
-    """Whether ``cmd`` replaces the subscription of its sub id: its options are valid and
-    name ``replace`` (a command with invalid options fails, and leaves it as it is)."""
-    try:
-        return parse_subscribe_options(cmd.options).replace
-    except InvalidOptions:
-        return False
 
 
 def _accepts(flt: Filter) -> Callable[[Message], bool]:

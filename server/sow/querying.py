@@ -49,7 +49,7 @@ from spool.server.protocol.errors import (
     ProtocolFailure,
     SubIdInUse,
 )
-from spool.server.protocol.options import SubscribeOptions, parse_subscribe_options
+from spool.server.protocol.options import SubscribeOptions
 from spool.server.protocol.topic import compile_topic, is_regex_topic
 from spool.server.regex import Regex
 from spool.server.session import Session
@@ -219,7 +219,7 @@ class SowQueries:
         """``sow``: a query now, or a historical one (``bm``)."""
         topic = cmd.topic
         assert topic is not None
-        options = parse_subscribe_options(cmd.options)
+        options = cmd.opts.subscribe()
         for name in (
             "live",
             "fully_durable",
@@ -277,7 +277,7 @@ class SowQueries:
         topic = cmd.topic
         assert topic is not None and session.name is not None
         delta = cmd.name == "sow_and_delta_subscribe"
-        options = parse_subscribe_options(cmd.options)
+        options = cmd.opts.subscribe()
         sub_id = cmd.sub_id or cmd.cid
         if not sub_id or "," in sub_id:
             raise InvalidMessage(f"{cmd.name} needs one sub_id (or a cid to use as one)")

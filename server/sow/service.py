@@ -33,7 +33,6 @@ from spool.server.protocol.errors import (
     InvalidTopic,
     SubIdInUse,
 )
-from spool.server.protocol.options import parse_subscribe_options
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.publishing import PublishPipeline
 from spool.server.session import Session
@@ -188,7 +187,7 @@ class SowService:
                 raise InvalidTopic(f"delta_subscribe needs a SOW topic; {topic!r} keeps no records")
             self._make_room(session, cmd)
             return self._subscriptions.subscribe(session, cmd)
-        options = parse_subscribe_options(cmd.options)
+        options = cmd.opts.subscribe()
         sub_id = cmd.sub_id or cmd.cid
         if not sub_id:
             raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
@@ -220,7 +219,7 @@ class SowService:
         sub = session.subs.get(sub_id or "")
         if sub is None or self.delivery.get(sub) is None:
             return
-        if parse_subscribe_options(cmd.options).replace:
+        if cmd.opts.subscribe().replace:
             self.queries.replace(session, sub.sub_id)
 
     def unsubscribe(self, session: Session, cmd: Command) -> None:
