@@ -508,9 +508,7 @@ class QueueService:
             NotEntitled, SubIdInUse, BadFilter, InvalidMessage: as any subscribe.
         """
         options = cmd.opts.subscribe()
-        given = {item.split("=", 1)[0].strip() for item in (cmd.options or "").split(",")}
-        given.discard("")
-        refused = sorted(given - _SUBSCRIBE_OPTIONS)
+        refused = sorted(cmd.opts.names - _SUBSCRIBE_OPTIONS)
         if refused:
             raise InvalidOptions(
                 f"'{refused[0]}' is not available on a queue subscription (it takes "

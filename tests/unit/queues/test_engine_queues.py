@@ -547,3 +547,17 @@ async def test_a_failed_subscribe_leaves_the_queue_subscription_of_its_sub_id(
         a.send(ack(got(a)[0][1]))
         await h.settle()
         assert [n for n, _, _ in got(a)] == [1, 2]  # still the queue's consumer
+
+
+@scenario
+async def test_a_refused_queue_option_is_named_whole(tmp_path: Path) -> None:
+    """The refusal of an option a queue subscription does not take names the option,
+    even one whose value holds commas (``conflation_key=[/a,/b]``)."""
+    async with harness(tmp_path, queue_xml()) as h:
+        a = await h.logon("a")
+        a.send(sub(options="max_backlog=2,conflation=1s,conflation_key=[/a,/b]"))
+        await h.settle()
+        (fail,) = [a for a in a.acks() if a.get("status") == "failure"]
+        assert fail["reason"] == "invalid options"
+        assert fail["detail"].startswith("'conflation' is not available on a queue")
+        assert h.broker.queues.info("work").consumers == 0
