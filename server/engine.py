@@ -7,9 +7,10 @@ path has its own module (docs/architecture.md has the map)::
     transport -> Session (connection) -> Dispatcher (one connection's command order)
         runs of publishes -> PublishPipeline -> TransactionLog.append_many
                                              -> appended stages: FanOut -> Router -> Sessions
-        the command table -> ClientRegistry (logon), SowService (SOW commands; routes
-                             subscribe / unsubscribe), SubscriptionService (subscribe...),
-                             DurableAcks (flush)
+        the command table (CommandTable: routes by topic kind) -> ClientRegistry (logon),
+                             QueueService (queue subscriptions and acks), SowService
+                             (SOW commands and subscriptions), SubscriptionService
+                             (plain and bookmark subscriptions), DurableAcks (flush)
     group commit -> durability horizon -> DurableAcks (persisted, flush acks)
                                        -> replay cursors (bookmark subscriptions)
     Operations (REST admin, actions) -> reads and actions over the parts
@@ -36,6 +37,7 @@ from spool.server.auth import Authenticator
 from spool.server.brokerpublish import BrokerPublisher
 from spool.server.clients import ClientRegistry
 from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.commandtable import CommandTable
 from spool.server.config import Config
 from spool.server.dispatch import CommandHandler, Dispatcher
 from spool.server.eventlog import ConsoleFormat, EventLog
@@ -278,22 +280,14 @@ class Broker:
         self.operations.bootstrap = self.bootstrapper
         self.operations.repairer = self.repairer
         self.actions = Actions(config, self.operations, clock)
-        #: the command table: every command but ``publish`` and ``heartbeat``, which the
-        #: dispatcher runs itself (the publish pipeline, the connection's heartbeat)
-        #: queues take subscribe / unsubscribe / sow_delete of a queue by name first
-        self.commands: Mapping[str, CommandHandler] = self.queues.route({
-            "logon": self.clients.logon,
-            # SOW topics by name are the SOW's; it hands the rest to the subscriptions
-            "subscribe": self.sow.subscribe,
-            "delta_subscribe": self.sow.subscribe,
-            "unsubscribe": self.sow.unsubscribe,
-            "flush": self.acks.flush,
-            "delta_publish": self.sow.delta_publish,
-            "sow": self.sow.sow,
-            "sow_and_subscribe": self.sow.sow_and_subscribe,
-            "sow_and_delta_subscribe": self.sow.sow_and_subscribe,
-            "sow_delete": self.sow.sow_delete,
-        })  # fmt: skip
+        #: the command table and its routing rule (server/commandtable.py): every
+        #: command but ``publish`` and ``heartbeat``, which the dispatcher runs itself (the
+        #: publish pipeline, the connection's heartbeat); subscribe-like commands go to the
+        #: queues, the SOW or the subscriptions by the kind of their topic
+        self.command_table = CommandTable(
+            self.clients, self.acks, self.subscriptions, self.sow, self.queues
+        )
+        self.commands: Mapping[str, CommandHandler] = self.command_table.handlers
         self._sampler: Sampler | None = None
 
     # -- lifecycle -----------------------------------------------------------------------

@@ -194,9 +194,7 @@ class SubscriptionService:
         if not sub_id:
             raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
         options = cmd.opts.subscribe()
-        if options.resume or (
-            options.pause and all(i.strip() in session.subs for i in sub_id.split(","))
-        ):
+        if self.pauses_or_resumes(session, cmd):
             self._pause_resume_command(session, cmd, sub_id, options)
             return None
         if "," in sub_id:
@@ -378,6 +376,26 @@ class SubscriptionService:
             cursor.close()
 
     # -- pause / resume -----------------------------------------------------------------
+
+    @staticmethod
+    def pauses_or_resumes(session: Session, cmd: Command) -> bool:
+        """Whether ``cmd``, a subscribe with valid options and a sub id, pauses or
+        resumes subscriptions rather than making one: ``resume``, or ``pause`` naming
+        only existing subscriptions of ``session`` (a comma list of sub ids)."""
+        options = cmd.opts.parsed
+        sub_id = cmd.sub_id or cmd.cid
+        if options is None or not sub_id:
+            return False
+        return options.resume or (
+            options.pause and all(i.strip() in session.subs for i in sub_id.split(","))
+        )
+
+    def pause_or_resume(self, session: Session, cmd: Command) -> None:
+        """A subscribe that :meth:`pauses_or_resumes` (to any topic: the command table
+        routes those of a SOW topic here, :meth:`subscribe` takes the others)."""
+        sub_id = cmd.sub_id or cmd.cid
+        assert sub_id and self.pauses_or_resumes(session, cmd)
+        self._pause_resume_command(session, cmd, sub_id, cmd.opts.subscribe())
 
     def _pause_resume_command(
         self, session: Session, cmd: Command, sub_ids: str, options: SubscribeOptions

@@ -3,12 +3,14 @@
 :class:`QueueService` is what the broker sees of the queues (docs/queues.md):
 
 - its publish stage (:attr:`QueueService.stage`, server/queues/stage.py);
-- the command table entries it routes (:meth:`QueueService.route`): ``subscribe`` to a
-  queue by name is a queue subscription (``max_backlog`` is taken here and refused
-  anywhere else), ``unsubscribe`` ends it (its leases return to the queue), and
-  ``sow_delete`` on a queue is the consumer's ack: ``bm`` a bookmark list (``cancel``:
-  give them back; ``expire``: drop them unprocessed) or ``f`` a filter (remove every
-  matching message). Anything else goes to the handler it wraps;
+- its command handlers, which the command table (server/commandtable.py) routes a
+  queue's commands to: ``subscribe`` to a queue by name is a queue subscription
+  (:meth:`QueueService.subscribe`; ``max_backlog`` is taken here and refused anywhere
+  else), ``unsubscribe`` ends it (:meth:`QueueService.end`: its leases return to the
+  queue), as does a ``replace`` by another kind of subscription
+  (:meth:`QueueService.end_replaced`), and ``sow_delete`` on a queue is the consumer's
+  ack (:meth:`QueueService.ack`): ``bm`` a bookmark list (``cancel``: give them back;
+  ``expire``: drop them unprocessed) or ``f`` a filter (remove every matching message);
 - a connection that closes ends its queue subscriptions (leases return at once);
 - deliveries at the end of each loop turn, one dispatch per queue that changed, one
   ``send_messages`` per consumer connection;
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -93,9 +95,6 @@ from spool.server.wire import encode_queued
 
 __all__ = ["QueueInfo", "QueueService"]
 
-#: a command handler of the broker's command table (server/dispatch.py has the same shape)
-Handler = Callable[[Session, Command], Awaitable[None] | None]
-
 #: the options a queue subscription takes (anything else is refused, never ignored)
 _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 #: the options of ``sow_delete`` on a queue
@@ -122,7 +121,7 @@ class QueueService:
     Args:
         config: the ``SOW`` queues.
         txlog: the transaction log (queues need one: the configuration says so).
-        subscriptions: ``unsubscribe_targets`` of the subscription service.
+        subscriptions: the subscription service (its quotas).
         entitlements: read (subscribe, ack) and write (``sow_delete`` by filter).
         events: the event log.
         clock: lease and expiration times.
@@ -457,56 +456,17 @@ class QueueService:
         saved = self._saved_last
         return saved if saved and saved < hold else hold
 
-    # -- routing ------------------------------------------------------------------------
-
-    def route(self, others: Mapping[str, Handler]) -> dict[str, Handler]:
-        """The command table with queue commands taken here: ``subscribe``,
-        ``unsubscribe`` and ``sow_delete`` to a queue by name; the rest to ``others``."""
-        table = dict(others)
-        if not self.queues:
-            return table
-        sub, unsub, delete = others["subscribe"], others["unsubscribe"], others["sow_delete"]
-
-        def subscribe(session: Session, cmd: Command) -> Awaitable[None] | None:
-            queue = self.queues.get(cmd.topic or "")
-            if queue is None or cmd.bookmark:
-                if queue is not None:
-                    raise InvalidOptions(
-                        "a queue subscription takes no bookmark (subscribe to the underlying "
-                        "topic to replay its messages)"
-                    )
-                existing = session.subs.get(cmd.sub_id or cmd.cid or "")
-                if existing in self._ties and cmd.opts.replace:
-                    self._end(existing)  # replaced by another kind: its leases return
-                return sub(session, cmd)
-            self.subscribe(session, cmd, queue)
-            return None
-
-        def unsubscribe(session: Session, cmd: Command) -> Awaitable[None] | None:
-            for sub_id in self._subscriptions.unsubscribe_targets(session, cmd):
-                self._end(session.subs[sub_id])
-            return unsub(session, cmd)
-
-        def sow_delete(session: Session, cmd: Command) -> Awaitable[None] | None:
-            queue = self.queues.get(cmd.topic or "")
-            if queue is None:
-                return delete(session, cmd)
-            return self.ack(session, cmd, queue)
-
-        table["subscribe"] = subscribe
-        table["unsubscribe"] = unsubscribe
-        table["sow_delete"] = sow_delete
-        return table
-
     # -- subscriptions ------------------------------------------------------------------
 
-    def subscribe(self, session: Session, cmd: Command, queue: QueueRuntime) -> None:
-        """A subscription to a queue by name: leases up to its backlog.
+    def subscribe(self, session: Session, cmd: Command) -> None:
+        """``subscribe`` to a queue by name, without a bookmark (the command table routes
+        it here): leases up to its backlog.
 
         Raises:
             InvalidOptions: an option a queue subscription cannot honour.
             NotEntitled, SubIdInUse, BadFilter, InvalidMessage: as any subscribe.
         """
+        queue = self.queues[cmd.topic or ""]
         options = cmd.opts.subscribe()
         refused = sorted(cmd.opts.names - _SUBSCRIBE_OPTIONS)
         if refused:
@@ -541,7 +501,7 @@ class QueueService:
             except Exception as exc:
                 raise BadFilter(f"cannot compile filter: {exc}") from exc
         if existing is not None:
-            self._end(existing)
+            self.end(existing)
         assert session.name is not None
         sub = Subscription(
             outbound=session, client=session.name, user=session.user, sub_id=sub_id,
@@ -563,8 +523,18 @@ class QueueService:
             session.ack("processed", cmd.cid, sub_id=sub_id, max_backlog=consumer.backlog)
         self.kick(queue)
 
-    def _end(self, sub: Subscription) -> None:
-        """A queue subscription ends: its leases return (or leave, past MaxDeliveries)."""
+    def end_replaced(self, session: Session, cmd: Command) -> None:
+        """A ``subscribe`` that is not a queue subscription (the command table calls
+        this first): when it replaces a queue subscription (its options are valid and
+        name ``replace``), that one ends."""
+        existing = session.subs.get(cmd.sub_id or cmd.cid or "")
+        if existing in self._ties and cmd.opts.replace:
+            assert existing is not None
+            self.end(existing)  # its leases return
+
+    def end(self, sub: Subscription) -> None:
+        """A queue subscription ends (``unsubscribe``, a replace): its leases return (or
+        leave, past MaxDeliveries); any other subscription is left alone."""
         consumer = self._ties.pop(sub, None)
         if consumer is None:
             return
@@ -578,15 +548,17 @@ class QueueService:
         """The connection closed: its queue subscriptions end (before the subscription
         service forgets them)."""
         for sub in list(session.subs.values()):
-            self._end(sub)
+            self.end(sub)
         self._waiting.discard(session)
 
     # -- acks (sow_delete) --------------------------------------------------------------
 
-    def ack(self, session: Session, cmd: Command, queue: QueueRuntime) -> Awaitable[None] | None:
-        """``sow_delete`` on a queue: ``bm`` (acks of leased messages; ``cancel``,
-        ``expire``) or ``f`` (remove every matching message; write entitlement; on a
-        bounded queue its inactive ones too, read from the log: answered when done)."""
+    def ack(self, session: Session, cmd: Command) -> Awaitable[None] | None:
+        """``sow_delete`` on a queue (the command table routes it here): ``bm`` (acks of
+        leased messages; ``cancel``, ``expire``) or ``f`` (remove every matching message;
+        write entitlement; on a bounded queue its inactive ones too, read from the log:
+        answered when done)."""
+        queue = self.queues[cmd.topic or ""]
         opts = set(cmd.opts.items)
         bad = sorted(opts - _ACK_OPTIONS)
         if bad:

@@ -4,12 +4,14 @@
 sees of the SOW:
 
 - its publish stage (:attr:`SowService.stage`, server/sow/stage.py);
-- the command table entries: ``sow``, ``sow_and_subscribe``,
-  ``sow_and_delta_subscribe``, ``sow_delete``, ``delta_publish``, and ``subscribe`` /
-  ``delta_subscribe`` / ``unsubscribe``, which it routes: a subscription to a SOW topic by
-  name (or a ``delta_subscribe`` to a regex) without a bookmark is a SOW subscription
-  (server/sow/subscribers.py), anything else goes to the subscription service, which
-  refuses the SOW-only options with the reason;
+- its command handlers: ``sow``, ``sow_and_subscribe``, ``sow_and_delta_subscribe``,
+  ``sow_delete``, ``delta_publish``, and the SOW subscriptions: the command table
+  (server/commandtable.py) routes a ``subscribe`` to a SOW topic by name (or a
+  ``delta_subscribe`` to one or to a regex) without a bookmark to :meth:`subscribe`
+  (server/sow/subscribers.py); anything else goes to the subscription service, which
+  refuses the SOW-only options with the reason. :meth:`end` ends a SOW subscription
+  (``unsubscribe``), :meth:`end_replaced` one that a plain or bookmark subscription
+  replaces;
 - start-up in two steps around the log's recovery (:meth:`open`, then
   :meth:`recovered`), and :meth:`close`;
 - the admin reads and the compaction action (server/operations.py exposes them).
@@ -29,7 +31,6 @@ from spool.server.ports import Entitlements, PublishRun
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
     InvalidMessage,
-    InvalidOptions,
     InvalidTopic,
     SubIdInUse,
 )
@@ -47,6 +48,7 @@ from spool.server.sow.registry import SowTopics
 from spool.server.sow.stage import SowStage
 from spool.server.sow.subscribers import SowDelivery
 from spool.server.stats.source import EventSink
+from spool.server.subscription import Subscription
 from spool.server.subscriptions import SubscriptionService
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.pins import Pin
@@ -170,31 +172,17 @@ class SowService:
 
     # -- subscriptions ------------------------------------------------------------------
 
-    def subscribe(self, session: Session, cmd: Command) -> Awaitable[None] | None:
-        """``subscribe`` / ``delta_subscribe``: a SOW subscription, or the subscription
-        service's."""
+    def subscribe(self, session: Session, cmd: Command) -> None:
+        """``subscribe`` / ``delta_subscribe`` of a SOW topic by name (a
+        ``delta_subscribe`` of a regex too), without a bookmark: a SOW subscription (the
+        command table routes a ``pause`` / ``resume`` of existing subscriptions to the
+        subscription service instead)."""
         topic = cmd.topic or ""
         delta = cmd.name == "delta_subscribe"
-        regex = is_regex_topic(topic)
-        keyed = not regex and self.topics.rule(topic) is not None
-        if cmd.bookmark or not (keyed or (delta and regex)):
-            if delta and cmd.bookmark:
-                raise InvalidOptions(
-                    "delta_subscribe cannot take a bookmark: deltas come from the stored "
-                    "records, a bookmark replay delivers the log"
-                )
-            if delta:
-                raise InvalidTopic(f"delta_subscribe needs a SOW topic; {topic!r} keeps no records")
-            self._make_room(session, cmd)
-            return self._subscriptions.subscribe(session, cmd)
         options = cmd.opts.subscribe()
         sub_id = cmd.sub_id or cmd.cid
         if not sub_id:
             raise InvalidMessage("subscribe needs a sub_id (or a cid to use as one)")
-        if options.resume or (
-            options.pause and all(i.strip() in session.subs for i in sub_id.split(","))
-        ):
-            return self._subscriptions.subscribe(session, cmd)  # pause / resume of ids
         if "," in sub_id:
             raise InvalidMessage("a sub_id cannot contain ',' (lists only with pause/resume)")
         check_sow_options(options, snapshot=False)
@@ -213,8 +201,14 @@ class SowService:
             session.ack("processed", cmd.cid, sub_id=sub_id)
         return None
 
-    def _make_room(self, session: Session, cmd: Command) -> None:
-        """A ``replace`` of a SOW subscription by a plain or bookmark one: end it first."""
+    def end_replaced(self, session: Session, cmd: Command) -> None:
+        """A ``subscribe`` that makes a plain or bookmark subscription (the command table
+        calls this first): when it replaces a SOW subscription, that one ends.
+
+        Raises:
+            InvalidOptions: the options are not valid (and a SOW subscription has the
+                sub id).
+        """
         sub_id = cmd.sub_id or cmd.cid
         sub = session.subs.get(sub_id or "")
         if sub is None or self.delivery.get(sub) is None:
@@ -222,12 +216,10 @@ class SowService:
         if cmd.opts.subscribe().replace:
             self.queries.replace(session, sub.sub_id)
 
-    def unsubscribe(self, session: Session, cmd: Command) -> None:
-        """``unsubscribe``: SOW subscriptions end here, then the subscription service
-        ends the rest and acks."""
-        for sub_id in self._subscriptions.unsubscribe_targets(session, cmd):
-            self.queries.drop(session.subs[sub_id])
-        self._subscriptions.unsubscribe(session, cmd)
+    def end(self, sub: Subscription) -> None:
+        """A SOW subscription ends (``unsubscribe``); any other is left alone (the
+        subscription service forgets it)."""
+        self.queries.drop(sub)
 
     def drop_all(self, session: Session) -> None:
         """The connection closed (before the subscription service forgets its subs)."""
