@@ -28,15 +28,17 @@ command                     handled by
 ``unsubscribe``             every service: the queues and the SOW end theirs, then the
                             subscriptions end the rest and ack
 ``sow_delete``              queue: the queues (the consumer's ack); else the SOW
-``sow``, ``sow_and_*``,     the SOW (it refuses a topic that is not a SOW topic)
-``delta_publish``
+``sow_and_subscribe``,      the SOW (it refuses a topic that is not a SOW topic)
+``sow_and_delta_subscribe``
+``sow``, ``delta_publish``  the SOW
 ``logon``, ``flush``        the client registry, the durable acks
 ==========================  ==============================================================
 
-A ``subscribe`` with ``replace`` whose sub id names a subscription of another kind ends
-that one before the new one is made: a queue subscription (its leases return) when the
-command does not go to the queues, a SOW subscription when it goes to the subscriptions
-as a plain or bookmark one. The services expose plain handlers and never call each
+A subscribing command with ``replace`` whose sub id names a subscription of another kind
+ends that one before the new one is made: a queue subscription (its leases return) when
+the command does not go to the queues, a SOW subscription when a ``subscribe`` goes to
+the subscriptions as a plain or bookmark one (the SOW ends its own otherwise). A command
+the rule refuses changes nothing. The services expose plain handlers and never call each
 other's; the checks of a command (entitlements, topic, options) run in the handler that
 takes it, in that handler's order.
 """
@@ -91,6 +93,7 @@ class CommandTable:
         self._queue_ack: CommandHandler = queues.ack
         self._sow_subscribe: CommandHandler = sow.subscribe
         self._sow_delete: CommandHandler = sow.sow_delete
+        self._sow_and_subscribe: CommandHandler = sow.sow_and_subscribe
         self._pause_resume: CommandHandler = subscriptions.pause_or_resume
         self._subscribe: CommandHandler = subscriptions.subscribe
         self.handlers: dict[str, CommandHandler] = {
@@ -101,8 +104,8 @@ class CommandTable:
             "flush": acks.flush,
             "delta_publish": sow.delta_publish,
             "sow": sow.sow,
-            "sow_and_subscribe": sow.sow_and_subscribe,
-            "sow_and_delta_subscribe": sow.sow_and_subscribe,
+            "sow_and_subscribe": self._routed,
+            "sow_and_delta_subscribe": self._routed,
             "sow_delete": self._routed,
         }
 
@@ -115,8 +118,9 @@ class CommandTable:
         return "sow" if self._sow.topics.rule(topic) is not None else "plain"
 
     def route(self, session: Session, cmd: Command) -> CommandHandler:
-        """The handler of a ``subscribe``, ``delta_subscribe`` or ``sow_delete`` (the
-        routing rule); it changes nothing.
+        """The handler of a ``subscribe``, ``delta_subscribe``, ``sow_and_subscribe``,
+        ``sow_and_delta_subscribe`` or ``sow_delete`` (the routing rule); it changes
+        nothing.
 
         Raises:
             InvalidOptions: a ``subscribe`` to a queue, or a ``delta_subscribe``, with
@@ -126,6 +130,8 @@ class CommandTable:
         topic = cmd.topic or ""
         if cmd.name == "sow_delete":
             return self._queue_ack if topic in self._queues.queues else self._sow_delete
+        if cmd.name in ("sow_and_subscribe", "sow_and_delta_subscribe"):
+            return self._sow_and_subscribe
         delta = cmd.name == "delta_subscribe"
         if not delta and topic in self._queues.queues:
             if cmd.bookmark:
@@ -152,11 +158,10 @@ class CommandTable:
     def _routed(self, session: Session, cmd: Command) -> Awaitable[None] | None:
         """A command :meth:`route` decides; a ``replace`` ends what it replaces first."""
         handler = self.route(session, cmd)
-        if cmd.name == "subscribe":
-            if handler is not self._queue_subscribe:
-                self._queues.end_replaced(session, cmd)
-            if handler is self._subscribe:
-                self._sow.end_replaced(session, cmd)
+        if cmd.name != "sow_delete" and handler is not self._queue_subscribe:
+            self._queues.end_replaced(session, cmd)
+        if cmd.name == "subscribe" and handler is self._subscribe:
+            self._sow.end_replaced(session, cmd)
         return handler(session, cmd)
 
     def _unsubscribe(self, session: Session, cmd: Command) -> None:

@@ -524,9 +524,10 @@ class QueueService:
         self.kick(queue)
 
     def end_replaced(self, session: Session, cmd: Command) -> None:
-        """A ``subscribe`` that is not a queue subscription (the command table calls
-        this first): when it replaces a queue subscription (its options are valid and
-        name ``replace``), that one ends."""
+        """A subscribing command that is not a queue subscription (``subscribe``,
+        ``delta_subscribe``, ``sow_and_subscribe``...; the command table calls this
+        first): when it replaces a queue subscription (its options are valid and name
+        ``replace``), that one ends."""
         existing = session.subs.get(cmd.sub_id or cmd.cid or "")
         if existing in self._ties and cmd.opts.replace:
             assert existing is not None

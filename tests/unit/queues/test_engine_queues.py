@@ -17,6 +17,7 @@ from spool.server.txlog.errors import JournalPinned
 from spool.server.txlog.record import RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.faults import FaultySeam
+from tests.support.server import sow_topic
 
 Msg = tuple[dict[str, Any], bytes]
 
@@ -561,3 +562,36 @@ async def test_a_refused_queue_option_is_named_whole(tmp_path: Path) -> None:
         assert fail["reason"] == "invalid options"
         assert fail["detail"].startswith("'conflation' is not available on a queue")
         assert h.broker.queues.info("work").consumers == 0
+
+
+@scenario
+async def test_a_sow_subscription_replacing_a_queue_subscription_ends_its_leases(
+    tmp_path: Path,
+) -> None:
+    """A ``delta_subscribe`` or ``sow_and_subscribe`` with ``replace`` that takes the
+    sub id of a queue subscription ends it like a plain subscribe does: its leases return
+    and no queue message comes under the new subscription's id."""
+    orders = sow_topic("orders", "/id")
+    async with harness(
+        tmp_path,
+        queue_xml(
+            "<LeasePeriod>1h</LeasePeriod><MaxPerSubscriptionBacklog>5</MaxPerSubscriptionBacklog>"
+        )
+        + orders,
+    ) as h:
+        p = await h.logon("pub")
+        a, b = await h.logon("a"), await h.logon("b")
+        a.send(sub("s1"), sub("s2"))
+        await h.settle()
+        p.send(pub(1), pub(2), pub(3))
+        await h.settle()
+        assert sorted(n for n, _, _ in got(a)) == [1, 2]
+        a.send(({"c": "delta_subscribe", "t": "orders", "sub_id": "s1", "o": "replace"}, b""))
+        a.send(({"c": "sow_and_subscribe", "t": "orders", "sub_id": "s2", "o": "replace"}, b""))
+        await h.settle()
+        assert not [x for x in a.acks() if x.get("status") == "failure"]
+        assert h.broker.queues.info("work").consumers == 0
+        b.send(sub(options="max_backlog=3"))
+        await h.settle()
+        assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2), (2, 2), (3, 1)]
+        assert sorted(n for n, _, _ in got(a)) == [1, 2]  # nothing more from the queue
