@@ -115,7 +115,11 @@ class CommandTable:
             return "queue"
         if is_regex_topic(topic):
             return "regex"
-        return "sow" if self._sow.topics.rule(topic) is not None else "plain"
+        return "sow" if self._keeps(topic) else "plain"
+
+    def _keeps(self, topic: str) -> bool:
+        """Whether a SOW rule keeps ``topic`` (a name)."""
+        return self._sow.topics.rule(topic) is not None
 
     def route(self, session: Session, cmd: Command) -> CommandHandler:
         """The handler of a ``subscribe``, ``delta_subscribe``, ``sow_and_subscribe``,
@@ -128,21 +132,22 @@ class CommandTable:
             InvalidTopic: a ``delta_subscribe`` to a topic that keeps no records.
         """
         topic = cmd.topic or ""
+        kind = self.kind(topic)
         if cmd.name == "sow_delete":
-            return self._queue_ack if topic in self._queues.queues else self._sow_delete
+            return self._queue_ack if kind == "queue" else self._sow_delete
         if cmd.name in ("sow_and_subscribe", "sow_and_delta_subscribe"):
             return self._sow_and_subscribe
         delta = cmd.name == "delta_subscribe"
-        if not delta and topic in self._queues.queues:
+        if not delta and kind == "queue":
             if cmd.bookmark:
                 raise InvalidOptions(
                     "a queue subscription takes no bookmark (subscribe to the underlying "
                     "topic to replay its messages)"
                 )
             return self._queue_subscribe
-        regex = is_regex_topic(topic)
-        keyed = not regex and self._sow.topics.rule(topic) is not None
-        if not cmd.bookmark and (keyed or (delta and regex)):
+        # a delta_subscribe to a queue's name that a SOW rule keeps too is the SOW's
+        keyed = kind == "sow" or (kind == "queue" and self._keeps(topic))
+        if not cmd.bookmark and (keyed or (delta and kind == "regex")):
             if self._subscriptions.pauses_or_resumes(session, cmd):
                 return self._pause_resume
             return self._sow_subscribe
