@@ -34,13 +34,17 @@ command                     handled by
 ``logon``, ``flush``        the client registry, the durable acks
 ==========================  ==============================================================
 
-A subscribing command with ``replace`` whose sub id names a subscription of another kind
-ends that one before the new one is made: a queue subscription (its leases return) when
-the command does not go to the queues, a SOW subscription when a ``subscribe`` goes to
-the subscriptions as a plain or bookmark one (the SOW ends its own otherwise). A command
-the rule refuses changes nothing. The services expose plain handlers and never call each
-other's; the checks of a command (entitlements, topic, options) run in the handler that
-takes it, in that handler's order.
+A subscribing command with ``replace`` whose sub id names an existing subscription ends
+that one only once the new one passed every check of the handler that takes it (routing,
+options, entitlements, topic, filter, quotas, bookmark), whatever the two kinds: a refused
+replace leaves the old subscription exactly as it was (a queue consumer keeps its leases
+and its place, a SOW subscriber what it holds). Each handler ends it at that point, one
+of its own kind itself and any other through :meth:`SubscriptionService.drop`, which ends
+a subscription of any kind with the ends this table gives it (a queue subscription's
+leases return, a SOW subscription leaves the SOW).
+A queue subscription replaces only another queue subscription (``subid in use``
+otherwise). The services expose plain handlers and never call each other's; the checks
+of a command run in the handler that takes it, in that handler's order.
 """
 
 from __future__ import annotations
@@ -88,6 +92,8 @@ class CommandTable:
         self._subscriptions = subscriptions
         self._sow = sow
         self._queues = queues
+        # an accepted replace ends the subscription it takes over, whatever its kind
+        subscriptions.ends = (queues.end, sow.end)
         # the handlers :meth:`route` chooses from, bound once (so they compare by identity)
         self._queue_subscribe: CommandHandler = queues.subscribe
         self._queue_ack: CommandHandler = queues.ack
@@ -161,13 +167,9 @@ class CommandTable:
         return self._subscribe
 
     def _routed(self, session: Session, cmd: Command) -> Awaitable[None] | None:
-        """A command :meth:`route` decides; a ``replace`` ends what it replaces first."""
-        handler = self.route(session, cmd)
-        if cmd.name != "sow_delete" and handler is not self._queue_subscribe:
-            self._queues.end_replaced(session, cmd)
-        if cmd.name == "subscribe" and handler is self._subscribe:
-            self._sow.end_replaced(session, cmd)
-        return handler(session, cmd)
+        """A command :meth:`route` decides (its handler ends what a ``replace`` takes
+        over, once the new subscription is accepted)."""
+        return self.route(session, cmd)(session, cmd)
 
     def _unsubscribe(self, session: Session, cmd: Command) -> None:
         """``unsubscribe``: queue and SOW subscriptions end in their services, then the

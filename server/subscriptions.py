@@ -18,7 +18,7 @@ subscriptions deliver before the group commit and therefore cannot be paused or 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -122,6 +122,9 @@ class SubscriptionService:
         self._events = events
         self._clock = clock
         self._replays: dict[Subscription, _Replay] = {}
+        #: how the other services end a subscription of theirs that a ``replace`` takes
+        #: over (each leaves any other alone); the command table sets them
+        self.ends: tuple[Callable[[Subscription], None], ...] = ()
 
     def records(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
@@ -179,10 +182,15 @@ class SubscriptionService:
         return start
 
     def drop(self, session: Session, sub_id: str) -> None:
-        """End subscription ``sub_id`` of ``session`` (a ``replace`` by another service)."""
+        """End subscription ``sub_id`` of ``session``, whatever its kind (:attr:`ends`),
+        for a ``replace``. Every subscribing handler calls this once the new subscription
+        passed all its checks, so a refused replace leaves the old one as it was."""
         sub = session.subs.pop(sub_id, None)
-        if sub is not None:
-            self._drop(sub)
+        if sub is None:
+            return
+        for end in self.ends:
+            end(sub)
+        self._drop(sub)
 
     def _subscribe(
         self, session: Session, cmd: Command, located: Located | None, *, paused: bool = False
@@ -226,9 +234,6 @@ class SubscriptionService:
                 raise InvalidTopic(f"topic {topic!r} is not recorded in the transaction log")
         else:
             _check_live_options(options)
-        if existing is not None:
-            self._drop(existing)
-            del session.subs[sub_id]
         sub = Subscription(
             outbound=session,
             client=session.name,
@@ -245,33 +250,54 @@ class SubscriptionService:
             acks=cmd.acks,
             sid_bytes=orjson.dumps(sub_id),
         )
+        # a bookmark that is not found (``bookmark_not_found=fail``) is refused here,
+        # before a replace ends the subscription this one takes over
+        planned = None if spec is None else self._plan_replay(sub, spec, options, located)
+        if existing is not None:
+            self.drop(session, sub_id)
         start: int | None = None
-        if spec is None:
+        if planned is None:
             self._router.add(sub)
         else:
-            start = self._start_replay(sub, spec, options, located, paused=paused)
+            start = self._start_replay(sub, planned, options, paused=paused)
         session.subs[sub_id] = sub
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
         return start
 
-    def _start_replay(
+    def _plan_replay(
         self,
         sub: Subscription,
         spec: BookmarkSpec,
         options: SubscribeOptions,
         located: Located | None,
-        *,
-        paused: bool = False,
-    ) -> int:
-        """Start the replay cursor of a bookmark subscription; returns its first seq."""
+    ) -> tuple[BookmarkSink, ReplayMember]:
+        """The replay of a bookmark subscription, planned (nothing started or held yet).
+
+        Raises:
+            BookmarkNotFound: under ``bookmark_not_found=fail``.
+        """
         txlog = self._txlog
         assert txlog is not None
         sink = BookmarkSink(sub, self._auth)
         # with conflation the filter must run before records are conflated
         accept = sink.accepts if options.conflation else None
         planning: ReplaySource = txlog if located is None else txlog.with_lookups(located)
-        member = build_member(sink, spec, options, planning, accept=accept)  # BookmarkNotFound
+        return sink, build_member(sink, spec, options, planning, accept=accept)
+
+    def _start_replay(
+        self,
+        sub: Subscription,
+        planned: tuple[BookmarkSink, ReplayMember],
+        options: SubscribeOptions,
+        *,
+        paused: bool = False,
+    ) -> int:
+        """Start the replay cursor of a bookmark subscription (:meth:`_plan_replay`);
+        returns its first seq."""
+        txlog = self._txlog
+        assert txlog is not None
+        sink, member = planned
         # hold the journals this replay still needs (journal removal answers 409)
         sink.pin = txlog.pin(f"replay:{sub.client}:{sub.sub_id}", member.next_seq)
         start = member.next_seq

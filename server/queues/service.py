@@ -7,8 +7,9 @@
   queue's commands to: ``subscribe`` to a queue by name is a queue subscription
   (:meth:`QueueService.subscribe`; ``max_backlog`` is taken here and refused anywhere
   else), ``unsubscribe`` ends it (:meth:`QueueService.end`: its leases return to the
-  queue), as does a ``replace`` by another kind of subscription
-  (:meth:`QueueService.end_replaced`), and ``sow_delete`` on a queue is the consumer's
+  queue), as does a ``replace`` by another kind of subscription once that one is
+  accepted (the subscription service calls :meth:`QueueService.end` then, through the
+  ends the command table gives it), and ``sow_delete`` on a queue is the consumer's
   ack (:meth:`QueueService.ack`): ``bm`` a bookmark list (``cancel``: give them back;
   ``expire``: drop them unprocessed) or ``f`` a filter (remove every matching message);
 - a connection that closes ends its queue subscriptions (leases return at once);
@@ -523,19 +524,9 @@ class QueueService:
             session.ack("processed", cmd.cid, sub_id=sub_id, max_backlog=consumer.backlog)
         self.kick(queue)
 
-    def end_replaced(self, session: Session, cmd: Command) -> None:
-        """A subscribing command that is not a queue subscription (``subscribe``,
-        ``delta_subscribe``, ``sow_and_subscribe``...; the command table calls this
-        first): when it replaces a queue subscription (its options are valid and name
-        ``replace``), that one ends."""
-        existing = session.subs.get(cmd.sub_id or cmd.cid or "")
-        if existing in self._ties and cmd.opts.replace:
-            assert existing is not None
-            self.end(existing)  # its leases return
-
     def end(self, sub: Subscription) -> None:
-        """A queue subscription ends (``unsubscribe``, a replace): its leases return (or
-        leave, past MaxDeliveries); any other subscription is left alone."""
+        """A queue subscription ends (``unsubscribe``, an accepted replace): its leases
+        return (or leave, past MaxDeliveries); any other subscription is left alone."""
         consumer = self._ties.pop(sub, None)
         if consumer is None:
             return

@@ -10,8 +10,9 @@ sees of the SOW:
   ``delta_subscribe`` to one or to a regex) without a bookmark to :meth:`subscribe`
   (server/sow/subscribers.py); anything else goes to the subscription service, which
   refuses the SOW-only options with the reason. :meth:`end` ends a SOW subscription
-  (``unsubscribe``), :meth:`end_replaced` one that a plain or bookmark subscription
-  replaces;
+  (``unsubscribe``, or a ``replace`` by a plain or bookmark subscription once that one
+  is accepted: the subscription service calls it then, through the ends the command
+  table gives it);
 - start-up in two steps around the log's recovery (:meth:`open`, then
   :meth:`recovered`), and :meth:`close`;
 - the admin reads and the compaction action (server/operations.py exposes them).
@@ -201,24 +202,9 @@ class SowService:
             session.ack("processed", cmd.cid, sub_id=sub_id)
         return None
 
-    def end_replaced(self, session: Session, cmd: Command) -> None:
-        """A ``subscribe`` that makes a plain or bookmark subscription (the command table
-        calls this first): when it replaces a SOW subscription, that one ends.
-
-        Raises:
-            InvalidOptions: the options are not valid (and a SOW subscription has the
-                sub id).
-        """
-        sub_id = cmd.sub_id or cmd.cid
-        sub = session.subs.get(sub_id or "")
-        if sub is None or self.delivery.get(sub) is None:
-            return
-        if cmd.opts.subscribe().replace:
-            self.queries.replace(session, sub.sub_id)
-
     def end(self, sub: Subscription) -> None:
-        """A SOW subscription ends (``unsubscribe``); any other is left alone (the
-        subscription service forgets it)."""
+        """A SOW subscription ends (``unsubscribe``, an accepted replace); any other is
+        left alone (the subscription service forgets it)."""
         self.queries.drop(sub)
 
     def drop_all(self, session: Session) -> None:
