@@ -1,5 +1,7 @@
 """The transaction log: append on the event loop, group commit in a thread, read anywhere.
 
+:class:`TransactionLog` is a facade over parts that each own one kind of state:
+
 :mod:`.groupcommit`    pending appends, the flusher, the durable position, write outages
 :mod:`.caches`         index entries, sealed indexes, ``clients.ack`` after each commit
 :mod:`.placement`      appended bytes into the active journal, index and tail; rolls
@@ -10,23 +12,17 @@
 :mod:`.retention`      pins; archive, compress, remove
 :mod:`.startup`        the file work of ``open()``: recovery, the active journal
 :mod:`.scrub`          every journal read back and checked, paced; damage it finds
-=====================  ==================================================================
+
+The log assigns ``seq`` and the timestamp on the event loop, with no I/O; the flusher
+hands batches to a worker thread that writes and fsyncs them, at most once per
+``FlushInterval``, then advances ``durable_seq``. Reads return durable records only. A
+failed write starts a :class:`WriteOutage`: appends are refused with
+:class:`TxlogWriteFailed` until a retry succeeds. Retention honours every :class:`Pin`.
 
 Thread-safety: every public method is for the event loop that called :meth:`open`.
 State is never shared with threads: a worker receives the data of one batch or one read
-and reports back.
-=======
-:class:`TransactionLog` is the broker's truth (docs/architecture.md). :meth:`~TransactionLog.append`
-runs on the event loop and does no I/O (it assigns ``seq`` and the timestamp); the
-flusher hands batches to a worker thread that writes and fsyncs them, at most once per
-``FlushInterval``, then advances ``durable_seq`` and wakes durable listeners; a failed
-write starts a :class:`WriteOutage` (appends refused with :class:`TxlogWriteFailed`,
-retried on its own); reads return durable records only; journals roll into preallocated
-files and retention honours every :class:`Pin`. The class is a facade over parts that
-each own one kind of state (docs/transaction-log.md lists them). Thread-safety: every
-public method is for the event loop that called :meth:`open`; a worker receives the data
-of one batch or one read and reports back. See docs/transaction-log.md "Group commit and
-durability" and "A full disk".
+and reports back. See docs/transaction-log.md ("Group commit and durability", "A full
+disk").
 """
 
 from __future__ import annotations
