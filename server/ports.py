@@ -12,7 +12,7 @@ core (only the protocol, the config model and the record types):
 - :class:`PublishRun` / :class:`AppendedRun`: the unit of the publish pipeline, a run of
   consecutive publishes to one topic (a single publish is a run of one), as columns.
 - :class:`PublishStage` and its hooks: what the pipeline calls for each run (before the
-  append, after it), when the durability horizon moves, and once per journal batch at
+  append, after it), when the local fsync moves, and once per journal batch at
   start-up. The live fan-out is the first stage; SOW, queues and the replication push
   come next.
 - :class:`DurabilityHorizon`: how far the log is durable. Persisted acks, flush acks and
@@ -445,10 +445,10 @@ class AppendedStage(PublishStage, Protocol):
 
 @runtime_checkable
 class DurableStage(PublishStage, Protocol):
-    """A stage that follows the durability horizon."""
+    """A stage that follows the local fsync."""
 
     def durable(self, seq: int) -> None:
-        """The horizon reached ``seq`` (push to replicas, start lease timers)."""
+        """The local fsync reached ``seq`` (push to replicas, start lease timers)."""
         ...
 
 
@@ -526,7 +526,7 @@ class DurabilityHorizon(Protocol):
 
     Persisted acks and flush acks are released by :meth:`on_advance`; a
     ``fully_durable`` bookmark subscription delivers up to :attr:`seq`. It also satisfies
-    the replay cursor's ``Horizon`` (``seq`` and ``wait``).
+    the replay cursor's ``ReadLimit`` (``seq`` and ``wait``).
 
     A horizon that cannot move for now (the local log refuses writes: a full disk, a
     failed fsync) says so with :attr:`failure` and :meth:`on_failure`: whoever answers a

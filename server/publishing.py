@@ -88,7 +88,7 @@ class PublishPipeline:
     Args:
         topics: the topic table (resolves each topic's checks and stages once).
         txlog: the transaction log, or None (nothing is recorded).
-        horizon: the durability horizon (stages with a ``durable`` hook follow it).
+        local_fsync: the local fsync (stages with a ``durable`` hook follow it).
         acks: persisted acks, released by the durability horizon.
         entitlements: who may publish to which topic.
         events: where unexpected append failures are reported.
@@ -99,7 +99,7 @@ class PublishPipeline:
         self,
         topics: TopicTable,
         txlog: TransactionLog | None,
-        horizon: DurabilityHorizon | None,
+        local_fsync: DurabilityHorizon | None,
         acks: DurableAcks,
         entitlements: Entitlements,
         events: EventSink,
@@ -113,10 +113,10 @@ class PublishPipeline:
         self._events = events
         self._stages = stages
         topics.set_stages(stages)
-        if horizon is not None:
+        if local_fsync is not None:
             for stage in stages:
                 if isinstance(stage, DurableStage):
-                    horizon.on_advance(stage.durable)
+                    local_fsync.on_advance(stage.durable)
         #: messages and body bytes published (all topics, all origins)
         self.msgs_in = 0
         self.bytes_in = 0

@@ -3,12 +3,12 @@
 When a connection cannot take a run of a recorded topic (server/backpressure.py has the
 policy), the fan-out hands its subscriptions here instead of disconnecting the client.
 Each one gets a catch-up read: a replay cursor (server/replay) over the log *as appended*
-(``AppendedSource``, the horizon following ``last_seq``: a live subscription receives
+(``AppendedSource``, the limit following ``last_seq``: a live subscription receives
 messages before the group commit, so its catch-up does too), starting at the first record
 it was not given, paced to the consumer by its :class:`~spool.server.replay.sink.CatchUpSink`
 (which waits for room in the client's buffer). When the read has delivered every record
 appended so far, the sink calls :meth:`Spills.rejoin` synchronously, from the cursor's
-horizon check, before any other task runs: from the next append on the fan-out feeds the
+limit check, before any other task runs: from the next append on the fan-out feeds the
 subscription again. Nothing is lost and nothing repeats at either edge (the module doc of
 server/backpressure.py says why).
 
@@ -29,7 +29,7 @@ from typing import Final
 
 from spool.server.clock import Clock
 from spool.server.ports import Entitlements
-from spool.server.replay import FunctionHorizon, ReplayCursor, ReplayMember, ReplayPlan
+from spool.server.replay import FunctionLimit, ReplayCursor, ReplayMember, ReplayPlan
 from spool.server.replay.sink import CatchUpSink
 from spool.server.replay.sources import AppendedSource
 from spool.server.stats.source import EventSink
@@ -95,7 +95,7 @@ class Spills:
             AppendedSource(txlog),
             (member,),
             clock=self._clock,
-            horizon=FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended),
+            limit=FunctionLimit(lambda: txlog.last_seq, txlog.wait_appended),
             batch_count=_BATCH_COUNT,
             batch_bytes=_BATCH_BYTES,
             on_error=self._failed,

@@ -43,8 +43,8 @@ from spool.server.protocol.options import SubscribeOptions
 from spool.server.protocol.topic import compile_topic, is_regex_topic
 from spool.server.quotas import Quotas
 from spool.server.replay import (
-    FunctionHorizon,
-    Horizon,
+    FunctionLimit,
+    ReadLimit,
     ReplayCursor,
     ReplayMember,
     ReplaySource,
@@ -316,21 +316,21 @@ class SubscriptionService:
         txlog = self._txlog
         assert txlog is not None
         source: ReplaySource = txlog
-        horizon: Horizon | None = None  # the cursor's default: the local fsync
+        limit: ReadLimit | None = None  # the cursor's default: the local fsync
         match options.durability:
             case "live":
                 # deliver records as soon as they are appended, before the group commit
                 source = AppendedSource(txlog)
-                horizon = FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended)
+                limit = FunctionLimit(lambda: txlog.last_seq, txlog.wait_appended)
             case "fully_durable":
-                horizon = self._horizon
+                limit = self._horizon
             case "persisted":
                 pass
         return ReplayCursor(
             source,
             (member,),
             clock=self._clock,
-            horizon=horizon,
+            limit=limit,
             position_interval=self._config.tuning.persisted_ack_interval,
             batch_count=_BATCH_COUNT,
             batch_bytes=_BATCH_BYTES,

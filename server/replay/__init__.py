@@ -22,10 +22,10 @@ from spool.server.replay.member import MESSAGE_KINDS, ReplayMember, build_member
 from spool.server.replay.pacing import BURST_WINDOW, MAX_LAG, RatePacer
 from spool.server.replay.plan import ReplayPlan, StopRule, Verdict, plan_replay, resolve_start
 from spool.server.replay.ports import (
-    DurableHorizon,
-    FunctionHorizon,
-    Horizon,
-    LowestHorizon,
+    DurableLimit,
+    FunctionLimit,
+    LowestLimit,
+    ReadLimit,
     ReplaySink,
     ReplaySource,
 )
@@ -35,11 +35,11 @@ __all__ = [
     "MAX_LAG",
     "MESSAGE_KINDS",
     "Conflator",
-    "DurableHorizon",
-    "FunctionHorizon",
-    "Horizon",
-    "LowestHorizon",
+    "DurableLimit",
+    "FunctionLimit",
+    "LowestLimit",
     "RatePacer",
+    "ReadLimit",
     "ReplayCursor",
     "ReplayGapError",
     "ReplayMember",

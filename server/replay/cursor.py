@@ -1,10 +1,10 @@
 """The replay loop: one task reading the log and feeding one or more members.
 
-The cursor owns the only await points of a replay (reading, waiting for the horizon,
+The cursor owns the only await points of a replay (reading, waiting for the limit,
 pacing sleeps, the sink's back-pressure) and the task they run in (:meth:`ReplayCursor.start`
 with ``on_error``, or ``await run()``); everything it decides per record is delegated to the
 pure layers below it (plan, pacing, conflation, member). :func:`resume_together` builds a
-group that waits for the strictest horizon of its members. The engine's subscription
+group that waits for the strictest limit of its members. The engine's subscription
 service (server/subscriptions.py) starts one cursor per bookmark subscription and merges
 them only through :func:`resume_together`.
 """
@@ -21,7 +21,7 @@ from spool.server.ports import Outbound
 from spool.server.protocol.errors import SubIdNotFound
 from spool.server.replay.errors import ReplayGapError
 from spool.server.replay.member import ReplayMember
-from spool.server.replay.ports import DurableHorizon, Horizon, LowestHorizon, ReplaySource
+from spool.server.replay.ports import DurableLimit, LowestLimit, ReadLimit, ReplaySource
 from spool.server.txlog.record import Record
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,9 @@ class ReplayCursor:
     cancels the task ``start()`` created); ``await wait_closed()`` waits for the end. The
     loop also ends by itself once every member has finished (range end, ``top_n``) or left.
 
-    Each pass: read a batch up to the horizon (and the members' range ends), hand it to the
+    Each pass: read a batch up to the limit (and the members' range ends), hand it to the
     members (a group gets it record by record, so interleaving across members is log
-    order), drain each outbox through its pacer to its sink. At the horizon: tell new
+    order), drain each outbox through its pacer to its sink. At the limit: tell new
     arrivals ``caught_up``, then wait for the next durable record, waking early for clock
     deadlines: conflation windows, future range ends and position acks (every
     ``position_interval`` seconds after catch-up, ``sink.position(bm)`` of the latest
@@ -57,7 +57,7 @@ class ReplayCursor:
         members: Iterable[ReplayMember] = (),
         *,
         clock: Clock = SYSTEM_CLOCK,
-        horizon: Horizon | None = None,
+        limit: ReadLimit | None = None,
         position_interval: float = 1.0,
         batch_count: int = 1000,
         batch_bytes: int = 1 << 20,
@@ -67,7 +67,7 @@ class ReplayCursor:
         self.source = source
         self.paced = paced
         self.clock = clock
-        self.horizon: Horizon = horizon if horizon is not None else DurableHorizon(source)
+        self.limit: ReadLimit = limit if limit is not None else DurableLimit(source)
         self.position_interval = position_interval
         self.batch_count = batch_count
         self.batch_bytes = batch_bytes
@@ -268,7 +268,7 @@ class ReplayCursor:
         return members
 
     async def _step(self, members: list[ReplayMember]) -> bool:
-        """Read and feed one batch; False when there is nothing to read (at the horizon).
+        """Read and feed one batch; False when there is nothing to read (at the limit).
 
         With a ``paced`` connection the read is pulled by its outbound buffer: it waits
         for the connection's turn (one paced reader at a time), then for room in its
@@ -298,10 +298,10 @@ class ReplayCursor:
             for m in members:
                 m.next_seq = max(m.next_seq, first)
             read_from = first
-        horizon = self.horizon.seq
-        if read_from > horizon:
+        limit_seq = self.limit.seq
+        if read_from > limit_seq:
             return False
-        limit = horizon
+        limit = limit_seq
         bounds = [m.stop_bound for m in members]
         if all(b is not None for b in bounds):
             limit = min(limit, max(b for b in bounds if b is not None))
@@ -319,7 +319,7 @@ class ReplayCursor:
             upto_seq=limit,
         )
         if not batch and read_from > self.source.durable_seq:
-            # A horizon ahead of disk (``live``) over a log that serves durable records
+            # A limit ahead of disk (``live``) over a log that serves durable records
             # only: the records exist but are not readable until the next group commit.
             await self._interruptible(self.source.wait_durable(read_from))
             return True
@@ -398,7 +398,7 @@ class ReplayCursor:
         return True
 
     async def _idle(self, members: list[ReplayMember]) -> None:
-        """At the horizon: announce catch-up, then wait for data or a deadline."""
+        """At the limit: announce catch-up, then wait for data or a deadline."""
         mono = self.clock.monotonic()
         for m in members:
             if not m.caught_up:
@@ -412,7 +412,7 @@ class ReplayCursor:
         if delay is not None:
             self._arm_timer(delay)
         read_from = min(m.next_seq for m in members)
-        await self._interruptible(self.horizon.wait(read_from))
+        await self._interruptible(self.limit.wait(read_from))
 
     # -- time-driven work --
 
@@ -420,10 +420,10 @@ class ReplayCursor:
         """Close due conflation windows, settle passed range ends, send due position acks."""
         now_us = time_us(self.clock)
         mono = self.clock.monotonic()
-        horizon = self.horizon.seq
+        limit = self.limit.seq
         self._refresh_mark()
         for m in members:
-            m.tick(now_us, self.source, m.next_seq > horizon)
+            m.tick(now_us, self.source, m.next_seq > limit)
             position = self._position_for(m)
             if position is not None and mono + TIME_EPSILON >= m.next_position_at:
                 m.sink.position(position)
@@ -433,17 +433,17 @@ class ReplayCursor:
     def _next_delay(self, members: list[ReplayMember]) -> float | None:
         now_us = time_us(self.clock)
         mono = self.clock.monotonic()
-        horizon = self.horizon.seq
+        limit = self.limit.seq
         delays: list[float] = []
         for m in members:
-            deadline = m.deadline_us(m.next_seq > horizon)
+            deadline = m.deadline_us(m.next_seq > limit)
             if deadline is not None:
                 delays.append((deadline - now_us) / 1e6)
             if self._position_for(m) is not None:
                 delays.append(m.next_position_at - mono)
             elif self._undurable and m.caught_up and not m.finished:
                 # A live cursor read records not on disk yet: look again later for a
-                # durable position to ack (the horizon it waits on ignores durability).
+                # durable position to ack (the limit it waits on ignores durability).
                 wait = m.next_position_at - mono
                 delays.append(wait if wait > 0 else self.position_interval)
         return min(delays) if delays else None
@@ -530,17 +530,17 @@ def resume_together(cursors: Sequence[ReplayCursor]) -> ReplayCursor:
     if any(c.source is not first.source or c.clock is not first.clock for c in cursors):
         raise ValueError("cursors to resume together must share the source and the clock")
     members: list[ReplayMember] = []
-    horizons: list[Horizon] = []
+    limits: list[ReadLimit] = []
     for cursor in cursors:
         members.extend(cursor.take_members())
-        if all(h is not cursor.horizon for h in horizons):
-            horizons.append(cursor.horizon)
+        if all(h is not cursor.limit for h in limits):
+            limits.append(cursor.limit)
         cursor.close()
     return ReplayCursor(
         first.source,
         members,
         clock=first.clock,
-        horizon=horizons[0] if len(horizons) == 1 else LowestHorizon(horizons),
+        limit=limits[0] if len(limits) == 1 else LowestLimit(limits),
         position_interval=first.position_interval,
         batch_count=first.batch_count,
         batch_bytes=first.batch_bytes,

@@ -1,7 +1,7 @@
-"""The interfaces a replay cursor is driven through, and the horizons built on them.
+"""The interfaces a replay cursor is driven through, and the limits built on them.
 
 A cursor reads a :class:`ReplaySource`, delivers to one :class:`ReplaySink` per
-subscription and reads no further than a :class:`Horizon`. These are the seams the rest of
+subscription and reads no further than a :class:`ReadLimit`. These are the seams the rest of
 the broker plugs into (the transaction log, the engine's per-subscription sink, durability
 levels such as ``live`` and, later, ``fully_durable``), so they live apart from the cursor
 and import nothing of it.
@@ -81,12 +81,12 @@ class ReplaySink(Protocol):
         ...
 
 
-class Horizon(Protocol):
+class ReadLimit(Protocol):
     """How far a cursor may read: the durability level its subscription asked for.
 
-    The default is :class:`DurableHorizon` (locally persisted). The engine supplies one that
+    The default is :class:`DurableLimit` (locally persisted). The engine supplies one that
     follows appends for ``live`` and one that follows every sync replication destination
-    for ``fully_durable`` (with none configured, that is the durable horizon).
+    for ``fully_durable`` (with none configured, that is the durable limit).
     """
 
     @property
@@ -97,7 +97,7 @@ class Horizon(Protocol):
         ...
 
 
-class DurableHorizon:
+class DurableLimit:
     """Records the log has fsynced: the default delivery point."""
 
     def __init__(self, source: ReplaySource) -> None:
@@ -111,10 +111,10 @@ class DurableHorizon:
         await self._source.wait_durable(seq)
 
 
-class FunctionHorizon:
-    """A horizon from two callables, for the engine's ``live`` (appended) and
+class FunctionLimit:
+    """A limit from two callables, for the engine's ``live`` (appended) and
     ``fully_durable`` (replicated) delivery points, e.g.
-    ``FunctionHorizon(lambda: txlog.last_seq, txlog.wait_appended)``."""
+    ``FunctionLimit(lambda: txlog.last_seq, txlog.wait_appended)``."""
 
     def __init__(self, seq: Callable[[], int], wait: Callable[[int], Awaitable[None]]) -> None:
         self._seq = seq
@@ -128,23 +128,23 @@ class FunctionHorizon:
         await self._wait(seq)
 
 
-class LowestHorizon:
-    """The strictest of several horizons: how far a group of members may read.
+class LowestLimit:
+    """The strictest of several limits: how far a group of members may read.
 
     Subscriptions resumed together share one cursor, and a record may only reach them once
     *every* member's durability level allows it; otherwise a default subscription grouped
     with a ``live`` one would receive records before they are on disk.
     """
 
-    def __init__(self, horizons: Sequence[Horizon]) -> None:
-        if not horizons:
-            raise ValueError("LowestHorizon needs at least one horizon")
-        self._horizons = tuple(horizons)
+    def __init__(self, limits: Sequence[ReadLimit]) -> None:
+        if not limits:
+            raise ValueError("LowestLimit needs at least one limit")
+        self._limits = tuple(limits)
 
     @property
     def seq(self) -> int:
-        return min(h.seq for h in self._horizons)
+        return min(h.seq for h in self._limits)
 
     async def wait(self, seq: int) -> None:
-        for horizon in self._horizons:
-            await horizon.wait(seq)
+        for limit in self._limits:
+            await limit.wait(seq)

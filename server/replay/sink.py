@@ -225,7 +225,7 @@ class CatchUpSink(BookmarkSink):
         entitlements: read entitlements.
         on_caught_up: called with ``sub`` when the read has delivered every record
             appended so far, on the loop, before anything else runs (the cursor calls
-            :meth:`caught_up` synchronously at its horizon check).
+            :meth:`caught_up` synchronously at its limit check).
     """
 
     def __init__(

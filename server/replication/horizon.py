@@ -34,7 +34,7 @@ class HorizonMember(Protocol):
         ...
 
     @property
-    def horizon(self) -> int:
+    def settled(self) -> int:
         """Every local seq up to this is acknowledged by it or not for it."""
         ...
 
@@ -122,7 +122,7 @@ class SyncHorizon:
         the replicated watermark if every destination does."""
         new = everywhere = self._txlog.durable_seq
         for member in self._members:
-            h = member.horizon
+            h = member.settled
             if h < everywhere:
                 everywhere = h
             if h < new and member.holds_acks:

@@ -1,6 +1,6 @@
 """The records a destination was sent and has not acknowledged yet, kept a run at a time.
 
-A source needs two facts about them: the first one's seq (its horizon is just below it)
+A source needs two facts about them: the first one's seq (its settled seq is just below it)
 and its time (how many seconds the destination is behind). Acks come every millisecond
 or so and cover whole batches; keeping one ``(seq, timestamp)`` pair per record meant a
 Python-level append and pop for every replicated message on the source's hot path. Here

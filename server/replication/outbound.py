@@ -7,7 +7,7 @@ validation, where the resync starts, the stream, then acks until the link ends) 
 and sends what its routing takes, in log order, or only scans while disconnected to know
 how far the destination is done). The resync starts from what the destination's holdings
 lack, and re-examines the last :data:`RECHECK_RECORDS` records it acknowledged when it
-lost a tail. The :attr:`horizon` (every local seq up to it acknowledged or not for this
+lost a tail. The :attr:`settled` (every local seq up to it acknowledged or not for this
 destination) feeds server/replication/horizon.py; acknowledged positions move the
 destination's retention pin and are saved (server/replication/state.py). See
 docs/replication.md "Resync on connect" and "The re-check of acknowledged records, and
@@ -108,7 +108,7 @@ class LinkContext:
     rng: random.Random
     summary: dict[str, object]
     changed: Callable[[], None]
-    horizon_moved: Callable[[], None]
+    settled_moved: Callable[[], None]
     record: Callable[[LinkEvent], None]
     #: this instance's identity (the hello carries it)
     instance_id: Callable[[], str]
@@ -326,14 +326,14 @@ class DestinationLink:
         """What to keep between runs."""
         return AckedState(self.remote_name, self.remote_log_id, self.acked)
 
-    # -- the horizon ----------------------------------------------------------------------
+    # -- the settled seq ------------------------------------------------------------------
 
     @property
     def holds_acks(self) -> bool:
         return self.sync.holds_acks
 
     @property
-    def horizon(self) -> int:
+    def settled(self) -> int:
         """Every local seq up to this is acknowledged by the destination or not for it."""
         if self._stream is not None:
             head = self._unacked.first()
@@ -367,16 +367,16 @@ class DestinationLink:
     def _durable(self, _seq: int) -> None:
         self._wake.set()
 
-    def _horizon_changed(self) -> None:
-        if self.sync.caught_up(self.horizon_for_upgrade()):
+    def _settled_changed(self) -> None:
+        if self.sync.caught_up(self.settled_for_upgrade()):
             self._event("upgraded", "caught up: persisted acks wait for it again")
             self.announce_sync()  # the destination shows the link sync again
             self._ctx.failover_changed(f"destination {self.name!r} upgraded: it is sync again")
-        self._ctx.horizon_moved()
+        self._ctx.settled_moved()
 
-    def horizon_for_upgrade(self) -> int:
+    def settled_for_upgrade(self) -> int:
         """How far it is done while connected (an upgrade completes on this)."""
-        return self.horizon if self._stream is not None else self.acked
+        return self.settled if self._stream is not None else self.acked
 
     # -- the dial loop --------------------------------------------------------------------
 
@@ -750,7 +750,7 @@ class DestinationLink:
         )
         ctx.failover_changed(f"destination {self.name!r} connected")
         self._wake.set()
-        self._horizon_changed()
+        self._settled_changed()
         self._view_sent = 0
         self.share_view()
         return True
@@ -800,7 +800,7 @@ class DestinationLink:
         if self._pin is not None:
             self._pin.move(position + 1)
         self._ctx.changed()
-        self._horizon_changed()
+        self._settled_changed()
 
     # -- the pump -----------------------------------------------------------------------
 
@@ -878,7 +878,7 @@ class DestinationLink:
                 except LinkLost:
                     await self._sleep_until_woken(0.05)
                     continue
-            self._horizon_changed()
+            self._settled_changed()
             # one loop turn per batch: reading the tail and a pipe with room never
             # suspend, and a pump that does not yield starves the instance (clients, the
             # link tasks that would end its stream)
@@ -902,7 +902,7 @@ class DestinationLink:
                 "fence_skipped",
                 f"local seqs {fenced.first_seq}..{last} are fenced ({fenced.reason}): not sent",
             )
-        self._horizon_changed()
+        self._settled_changed()
 
     async def _sleep_until_woken(self, timeout: float | None) -> None:
         await sleep_or_wake(self._ctx.clock, timeout, self._wake)

@@ -303,7 +303,7 @@ class Replication:
             rng=self._rng,
             summary=self.summary,
             changed=self._changed,
-            horizon_moved=self.horizon.recompute,
+            settled_moved=self.horizon.recompute,
             record=self.history.record,
             failover_changed=self._failover_changed,
             instance_id=self.instance_id,
@@ -705,7 +705,7 @@ class Replication:
         target = self._txlog.durable_seq
         link.sync.upgrade(target)
         self._sync_event(link, "upgrading", f"becomes sync once it has acknowledged up to {target}")
-        if link.connected and link.sync.caught_up(link.horizon_for_upgrade()):
+        if link.connected and link.sync.caught_up(link.settled_for_upgrade()):
             self._sync_event(link, "upgraded", "caught up: persisted acks wait for it again")
             self._failover_changed(f"destination {name!r} upgraded: it is sync again")
         self.horizon.recompute()

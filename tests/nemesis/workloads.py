@@ -3,7 +3,7 @@
 | process | what it does | its events (``f``: value) |
 |---|---|---|
 | ``pub-N`` | a plain client publishing ``nem.pub`` with persisted acks; after any failure it connects to the next instance and resends from its last ack | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}``; info ``logon {last_seq}``, ``broken {error}`` |
-| ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance; when its store's disk is full it waits for room | ``publish`` invoke ``{first, last, topic}`` (what the store took), ok ``{upto}`` (the store's discarded horizon); info ``store-refused {at, error}`` |
+| ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance; when its store's disk is full it waits for room | ``publish`` invoke ``{first, last, topic}`` (what the store took), ok ``{upto}`` (the store's discard mark); info ``store-refused {at, error}`` |
 | ``ha-sub-N`` | an ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH with a ``FileBookmarkStore``; discards each message | ``recv`` ok ``{msgs: [[pub_hash, seq], ...]}``, in processing order |
 | ``qpub`` | a plain publisher of ``nem.q.in`` (the queue's topic) | as ``pub-N`` |
 | ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes; now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered: recorded as it arrives); ``ack`` invoke ``{bm, n}`` (sent), ok ``{bm, n}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |

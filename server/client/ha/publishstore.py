@@ -228,7 +228,7 @@ def decode_publish(payload: bytes) -> StoredPublish:
 
 
 def _compacted(last_discarded: int, live: Sequence[StoredPublish]) -> list[bytes]:
-    """A store's whole state as the records of a compacted file: the discarded horizon
+    """A store's whole state as the records of a compacted file: the discard mark
     first (so the highest sequence survives), then every live publish."""
     payloads = [encode_discard(last_discarded)]
     payloads.extend(encode_publish(e) for e in live)

@@ -22,7 +22,7 @@ from typing import Any, Literal, ParamSpec, TypeAlias
 
 from spool.server.clock import SYSTEM_CLOCK, VirtualClock
 from spool.server.config import TransactionLogConfig
-from spool.server.replay import FunctionHorizon, Horizon
+from spool.server.replay import FunctionLimit, ReadLimit
 from spool.server.replay.sources import AppendedSource
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.batch import RecordBatch
@@ -142,9 +142,9 @@ class TxlogLog:
         """What the engine gives a ``live`` cursor: the log's appended records too."""
         return LiveView(self)
 
-    def live_horizon(self) -> Horizon:
-        """The engine's ``live`` horizon over this log."""
-        return FunctionHorizon(lambda: self.txlog.last_seq, self.txlog.wait_appended)
+    def live_limit(self) -> ReadLimit:
+        """The engine's ``live`` limit over this log."""
+        return FunctionLimit(lambda: self.txlog.last_seq, self.txlog.wait_appended)
 
     # -- ReplaySource --
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from spool.server.bookmarks import pub_hash
 from spool.server.clock import VirtualClock, time_us
-from spool.server.replay import FunctionHorizon, Horizon
+from spool.server.replay import FunctionLimit, ReadLimit
 from spool.server.txlog.batch import RecordBatch
 from spool.server.txlog.record import Record, RecordKind
 
@@ -28,7 +28,7 @@ class FakeLog:
 
     ``append`` adds a record (not yet durable); ``flush`` makes records durable and wakes
     ``wait_durable`` callers. Sequence numbers are contiguous from ``first_seq``. Reads
-    serve every appended record (a ``DurableHorizon`` keeps a cursor at the durable point),
+    serve every appended record (a ``DurableLimit`` keeps a cursor at the durable point),
     unless ``durable_reads_only``: then they serve durable records only, as the real log's
     ``read_view`` does.
     """
@@ -115,9 +115,9 @@ class FakeLog:
         """The source a ``live`` cursor reads: this log serves appended records already."""
         return self
 
-    def live_horizon(self) -> Horizon:
-        """The engine's ``live`` horizon, built the way the engine builds it."""
-        return FunctionHorizon(lambda: self.last_seq, self.wait_appended)
+    def live_limit(self) -> ReadLimit:
+        """The engine's ``live`` limit, built the way the engine builds it."""
+        return FunctionLimit(lambda: self.last_seq, self.wait_appended)
 
     # -- ReplaySource --
 

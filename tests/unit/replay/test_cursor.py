@@ -19,7 +19,7 @@ from spool.server.clock import VirtualClock, time_us
 from spool.server.protocol.errors import BookmarkNotFound
 from spool.server.protocol.options import parse_subscribe_options
 from spool.server.replay import (
-    FunctionHorizon,
+    FunctionLimit,
     ReplayCursor,
     ReplayGapError,
     ReplaySource,
@@ -371,15 +371,13 @@ async def test_periodic_position_ack_for_a_sparse_subscriber(logs: LogFactory) -
 
 
 @run_async
-async def test_live_horizon_delivers_before_persistence_but_acks_durable_positions(
+async def test_live_limit_delivers_before_persistence_but_acks_durable_positions(
     logs: LogFactory,
 ) -> None:
     clock = VirtualClock()
     log = await logs.open(clock)
     sink = FakeSink()
-    cursor = cursor_for(
-        log.live_source(), sink, "0", "live", clock=clock, horizon=log.live_horizon()
-    )
+    cursor = cursor_for(log.live_source(), sink, "0", "live", clock=clock, limit=log.live_limit())
     cursor.start()
     await turns_until(lambda: sink.count("caught_up") == 1)
     log.append()
@@ -412,7 +410,7 @@ async def test_live_cursor_replays_durable_history_then_reads_ahead_of_disk(
         "0",
         "live",
         clock=clock,
-        horizon=log.live_horizon(),
+        limit=log.live_limit(),
         batch_count=2,
     )
     cursor.start()
@@ -779,7 +777,7 @@ async def test_group_with_different_durability_waits_for_the_strictest(
     log = await logs.open(clock)
     source = log.live_source()  # cursors resumed together share one source
     fast, safe = FakeSink("fast"), FakeSink("safe")
-    c_fast = cursor_for(source, fast, "0", "live", clock=clock, horizon=log.live_horizon())
+    c_fast = cursor_for(source, fast, "0", "live", clock=clock, limit=log.live_limit())
     c_safe = cursor_for(source, safe, "0", clock=clock)  # the default: durable
     c_fast.start(paused=True)
     c_safe.start(paused=True)
@@ -821,11 +819,11 @@ async def test_no_position_ack_while_conflation_holds_messages(logs: LogFactory)
 
 
 @run_async
-async def test_function_horizon_bounds_reads_and_is_awaited_past_its_end(
+async def test_function_limit_bounds_reads_and_is_awaited_past_its_end(
     logs: LogFactory,
 ) -> None:
-    """The cursor reads no further than the horizon's ``seq`` even with more durable, and
-    at the horizon awaits its ``wait`` for exactly the next record it needs."""
+    """The cursor reads no further than the limit's ``seq`` even with more durable, and
+    at the limit awaits its ``wait`` for exactly the next record it needs."""
     clock = VirtualClock()
     log = await logs.open(clock)
     await fill(log, 5)
@@ -845,14 +843,14 @@ async def test_function_horizon_bounds_reads_and_is_awaited_past_its_end(
         moved.set()
 
     sink = FakeSink()
-    cursor = cursor_for(log, sink, "0", clock=clock, horizon=FunctionHorizon(lambda: allowed, wait))
+    cursor = cursor_for(log, sink, "0", clock=clock, limit=FunctionLimit(lambda: allowed, wait))
     cursor.start()
     await turns_until(lambda: asked == [1])
     assert sink.got == [] and log.reads == 0
     allow(3)
     await turns_until(lambda: asked == [1, 4])
     assert sink.seqs == [1, 2, 3]
-    assert max(log.read_sizes) == 3  # never read past the horizon
+    assert max(log.read_sizes) == 3  # never read past the limit
     allow(5)
     await turns_until(lambda: asked == [1, 4, 6])
     assert sink.seqs == [1, 2, 3, 4, 5]
@@ -911,13 +909,13 @@ async def test_moving_a_member_during_a_blocked_delivery_never_duplicates(logs: 
 
 
 @run_async
-async def test_live_horizon_over_a_log_serving_durable_records_only(logs: LogFactory) -> None:
-    """A ``live`` horizon over the log itself (not the engine's appended view): the
+async def test_live_limit_over_a_log_serving_durable_records_only(logs: LogFactory) -> None:
+    """A ``live`` limit over the log itself (not the engine's appended view): the
     record exists but cannot be read until it is durable; the cursor waits, no error."""
     clock = VirtualClock()
     log = await logs.open(clock, durable_reads_only=True)
     sink = FakeSink()
-    cursor = cursor_for(log, sink, "0", "live", clock=clock, horizon=log.live_horizon())
+    cursor = cursor_for(log, sink, "0", "live", clock=clock, limit=log.live_limit())
     cursor.start()
     await run_turns()
     log.append()
