@@ -2,17 +2,17 @@
 
 A user logs on with a password (stored as an scrypt hash) or a token. The websocket
 logon (docs/protocol.md ``user_id`` / ``pw``), the REST API (``Authorization: Bearer``) and the
-dashboard login all go through :class:`Authenticator`, so there is one place that
+dashboard login all go through :class:`UserAuthenticator`, so there is one place that
 compares secrets, and it does so in constant time.
 
 Password hashes have the form ``scrypt$N$r$p$SALT$HASH`` (salt and hash base64); that
 format (hash, parse, verify) is :mod:`spool.server.passwords`, and ``spool passwd`` (registered
 here) prints a new one. Verifying costs tens of milliseconds by design; code on the event
-loop uses :meth:`Authenticator.authenticate_async`, which runs scrypt on the bounded
+loop uses :meth:`UserAuthenticator.authenticate_async`, which runs scrypt on the bounded
 password-check pool (:mod:`spool.server.scryptpool`), never on the loop's default executor.
 
 Over mutual TLS a verified client certificate whose subject is a user's
-``CertificateSubject`` identifies that user (:meth:`Authenticator.by_certificate`).
+``CertificateSubject`` identifies that user (:meth:`UserAuthenticator.by_certificate`).
 
 Entitlements: ``Read`` / ``Write`` are regexes matched with ``re.search`` semantics against
 the topic, in linear time (server/regex.py: RE2); a user without any has none. ``Admin`` grants the REST actions, not topics. With no
@@ -72,7 +72,7 @@ def _compile(user: str, patterns: tuple[str, ...]) -> tuple[Regex, ...]:
     return tuple(compiled)
 
 
-class Authenticator:
+class UserAuthenticator:
     """Checks credentials and entitlements against the configured users.
 
     Args:

@@ -38,7 +38,7 @@ from typing import Final
 
 from spool.server import __version__
 from spool.server.acks import DurableAcks
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.bookmarks import pub_hash
 from spool.server.clock import Clock
 from spool.server.config import Config, UserConfig
@@ -106,7 +106,7 @@ class ClientRegistry:
     def __init__(
         self,
         config: Config,
-        auth: Authenticator,
+        auth: UserAuthenticator,
         txlog: TransactionLog | None,
         acks: DurableAcks,
         lifecycle: Lifecycle,

@@ -33,7 +33,7 @@ from typing import Final
 from spool.server import __version__
 from spool.server.acks import DurableAcks, LocalHorizon
 from spool.server.actions import Actions
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher
 from spool.server.clients import ClientRegistry
 from spool.server.clock import SYSTEM_CLOCK, Clock
@@ -139,7 +139,7 @@ class Broker:
             console_format=console_format, clock=clock,
         )  # fmt: skip
         tuning = config.tuning
-        self.auth = Authenticator(config.users, ScryptPool(tuning.password_check_threads))
+        self.auth = UserAuthenticator(config.users, ScryptPool(tuning.password_check_threads))
         self.logons = LogonGuard(
             LogonThrottle(
                 ThrottlePolicy(

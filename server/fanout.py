@@ -31,7 +31,7 @@ from spool.server.clock import Clock, time_us
 from spool.server.expr import MessageView
 from spool.server.ports import AppendedRun, Entitlements, Outbound
 from spool.server.router import Router
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.txlog.record import RecordKind
 from spool.server.wire import encode_run, sids_json
 
@@ -42,18 +42,18 @@ _NOT_MESSAGES: Final = frozenset(
 )
 
 #: messages of a run each subscription of one connection takes (None: all of them)
-_Taken = list[tuple[Subscription, list[int] | None]]
+_Taken = list[tuple[SessionSubscription, list[int] | None]]
 
 
 class Spiller(Protocol):
     """Where live subscriptions go when their connection cannot take a run (server/spills.py)."""
 
-    def spill(self, subs: Sequence[Subscription], first_seq: int) -> None:
+    def spill(self, subs: Sequence[SessionSubscription], first_seq: int) -> None:
         """Catch ``subs`` up from the log, starting at record ``first_seq``."""
         ...
 
 
-def readable(sub: Subscription) -> bool:
+def readable(sub: SessionSubscription) -> bool:
     """Whether a catch-up read from the log gives ``sub`` what the live path would: not
     when its filter reads ``CLIENT_NAME()`` (records do not keep the publisher's name)."""
     flt = sub.filter
@@ -128,7 +128,7 @@ class FanOut:
         self,
         run: AppendedRun,
         peer: Outbound,
-        takers: Sequence[Subscription],
+        takers: Sequence[SessionSubscription],
         data: bytes,
         count: int,
     ) -> None:
@@ -145,7 +145,7 @@ class FanOut:
         self,
         run: AppendedRun,
         peer: Outbound,
-        takers: Sequence[Subscription],
+        takers: Sequence[SessionSubscription],
         nbytes: int,
         can_read_back: bool,
     ) -> None:
@@ -160,10 +160,10 @@ class FanOut:
             case "deliver":  # pragma: no cover - route() never delivers what does not fit
                 raise AssertionError("route() delivered what does not fit")
 
-    def _deliver(self, run: AppendedRun, matches: Sequence[Subscription], n: int) -> None:
+    def _deliver(self, run: AppendedRun, matches: Sequence[SessionSubscription], n: int) -> None:
         """The general case: entitlements, filters, several subscriptions per connection."""
         per_peer: dict[Outbound, _Taken] = {}
-        filtered: list[tuple[Subscription, list[int]]] = []
+        filtered: list[tuple[SessionSubscription, list[int]]] = []
         auth = self._auth
         recorded = run.recorded
         for sub in matches:
@@ -218,7 +218,7 @@ class FanOut:
                 data = encoded[key] = self._encode(run, sids, range(n), self._ts(run, want_ts))
             self._offer(run, peer, [sub for sub, _ in subs], data, n)
             return
-        takers: list[list[Subscription]] = [[] for _ in range(n)]
+        takers: list[list[SessionSubscription]] = [[] for _ in range(n)]
         for sub, sel in subs:
             for i in range(n) if sel is None else sel:
                 takers[i].append(sub)
@@ -233,7 +233,7 @@ class FanOut:
             self._offer(run, peer, took, b"".join(pieces), len(pieces))
 
     def _select(
-        self, run: AppendedRun, filtered: list[tuple[Subscription, list[int]]], n: int
+        self, run: AppendedRun, filtered: list[tuple[SessionSubscription, list[int]]], n: int
     ) -> None:
         """Fill each filtered subscription's list with the messages its filter matches."""
         needs_bm = any("BOOKMARK" in sub.filter.functions for sub, _ in filtered if sub.filter)

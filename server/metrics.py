@@ -31,7 +31,7 @@ from spool.server.stats.snapshot import (
     TransportCounters,
     TxlogCounters,
 )
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.tls.listener import TlsListener
 from spool.server.topics import TopicTable
 from spool.server.txlog import TransactionLog
@@ -92,7 +92,7 @@ class Metrics:
         self._clock = clock
         self._replication = replication
 
-    def seconds_behind(self, sub: Subscription) -> float:
+    def seconds_behind(self, sub: SessionSubscription) -> float:
         """How far behind the durable end of the log a bookmark subscription's position is,
         or a live one's while it catches up after a burst (0 when caught up, and for live
         subscriptions on the live path)."""

@@ -17,7 +17,7 @@ from typing import Literal, TypedDict
 from spool.server import __version__, speedups
 from spool.server.acks import DurableAcks
 from spool.server.alerts import Alert, txlog_alerts
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher, Published
 from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
@@ -127,7 +127,7 @@ class LogonPolicyInfo(TypedDict):
     password_check_threads: int
 
 
-class LogonInfo(TypedDict):
+class LogonsReport(TypedDict):
     """``GET /api/logons``: outcomes per path, the throttle now, the password pool."""
 
     policy: LogonPolicyInfo
@@ -220,7 +220,7 @@ class Operations:
         config: Config,
         clock: Clock,
         events: EventLog,
-        auth: Authenticator,
+        auth: UserAuthenticator,
         lifecycle: Lifecycle,
         clients: ClientRegistry,
         subscriptions: SubscriptionService,
@@ -451,7 +451,7 @@ class Operations:
         cert = await self._tls.reload(actor)
         return cert.as_dict()
 
-    def logon_info(self) -> LogonInfo:
+    def logon_info(self) -> LogonsReport:
         """Logon outcomes, who is throttled now, and the password-check pool."""
         tuning = self.config.tuning
         snap = self._metrics.security()

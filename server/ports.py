@@ -619,7 +619,7 @@ class IdentityWatch(Protocol):
 
 
 class Entitlements(Protocol):
-    """Who may read and write which topics (server/auth.py ``Authenticator``)."""
+    """Who may read and write which topics (server/auth.py ``UserAuthenticator``)."""
 
     @property
     def enabled(self) -> bool:

@@ -29,7 +29,7 @@ from typing import Final
 from spool.server.config import TuningConfig
 from spool.server.protocol.errors import LimitExceeded
 from spool.server.session import Session
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 
 __all__ = ["Quotas"]
 
@@ -56,7 +56,9 @@ class Quotas:
         user = session.user
         return self._sessions_of(user.name) if user is not None else ()
 
-    def admit_subscription(self, session: Session, replacing: Subscription | None = None) -> None:
+    def admit_subscription(
+        self, session: Session, replacing: SessionSubscription | None = None
+    ) -> None:
         """Refuse a subscription that would pass the connection's or the user's quota.
 
         Raises:
@@ -72,7 +74,7 @@ class Quotas:
             _check(held, t.max_subscriptions_per_user, "subscriptions", _of_user(session),
                    "MaxSubscriptionsPerUser")  # fmt: skip
 
-    def admit_replay(self, session: Session, replacing: Subscription | None = None) -> None:
+    def admit_replay(self, session: Session, replacing: SessionSubscription | None = None) -> None:
         """Refuse a bookmark subscription that would pass the replay quotas.
 
         Raises:

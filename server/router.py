@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 
 _CACHE_LIMIT: Final = 20_000
 
@@ -22,18 +22,18 @@ class Router:
     """Index of live subscriptions by topic. Owned by the event loop: no locks."""
 
     def __init__(self) -> None:
-        self._exact: dict[str, list[Subscription]] = {}
-        self._regex: list[Subscription] = []
-        self._regex_cache: dict[str, tuple[Subscription, ...]] = {}
+        self._exact: dict[str, list[SessionSubscription]] = {}
+        self._regex: list[SessionSubscription] = []
+        self._regex_cache: dict[str, tuple[SessionSubscription, ...]] = {}
 
-    def add(self, sub: Subscription) -> None:
+    def add(self, sub: SessionSubscription) -> None:
         if sub.pattern is None:
             self._exact.setdefault(sub.topic, []).append(sub)
         else:
             self._regex.append(sub)
             self._regex_cache.clear()
 
-    def remove(self, sub: Subscription) -> None:
+    def remove(self, sub: SessionSubscription) -> None:
         if sub.pattern is None:
             subs = self._exact.get(sub.topic)
             if subs is not None:
@@ -50,7 +50,7 @@ class Router:
                 return
             self._regex_cache.clear()
 
-    def match(self, topic: str) -> list[Subscription]:
+    def match(self, topic: str) -> list[SessionSubscription]:
         """Every live subscription whose topic matches, exact ones first."""
         exact = self._exact.get(topic)
         if not self._regex:

@@ -34,7 +34,7 @@ from spool.server.ports import AckValue, FrameHandler, Origin, Traffic
 from spool.server.protocol.commands import encode_ack
 from spool.server.protocol.errors import HeartbeatTimeout, ProtocolFailure, SlowClient
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 
 #: WebSocket close codes used by the broker.
 CLOSE_NORMAL: Final = 1000
@@ -132,7 +132,7 @@ class Session:
         #: with the ``failover`` option: what the client was last told of failover safety
         self.failover_seen: tuple[AckValue, ...] | None = None
         self.origin: Origin | None = None
-        self.subs: dict[str, Subscription] = {}
+        self.subs: dict[str, SessionSubscription] = {}
         self.handler: FrameHandler | None = None
         #: pieces to send; None marks a frame boundary (send_batch)
         self._out: list[bytes | None] = []

@@ -33,7 +33,7 @@ from spool.server.replay import FunctionLimit, ReplayCursor, ReplayMember, Repla
 from spool.server.replay.sink import CatchUpSink
 from spool.server.replay.sources import AppendedSource
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.txlog import TransactionLog
 
 #: records a catch-up read takes per batch (most come from the log's in-memory tail)
@@ -71,20 +71,20 @@ class Spills:
         self._auth = entitlements
         self._events = events
         self._clock = clock
-        self._reads: dict[Subscription, _CatchUp] = {}
+        self._reads: dict[SessionSubscription, _CatchUp] = {}
         self.spills = 0
         self.rejoins = 0
         self._seconds_done = 0.0
 
     # -- the fan-out's Spiller ------------------------------------------------------------
 
-    def spill(self, subs: Sequence[Subscription], first_seq: int) -> None:
+    def spill(self, subs: Sequence[SessionSubscription], first_seq: int) -> None:
         """Catch ``subs`` up from the log from record ``first_seq`` (the first one of the
         run their connection could not take)."""
         for sub in subs:
             self._start(sub, first_seq)
 
-    def _start(self, sub: Subscription, first_seq: int) -> None:
+    def _start(self, sub: SessionSubscription, first_seq: int) -> None:
         txlog = self._txlog
         sub.progress.feed.spill(first_seq, self._clock.monotonic())
         sub.progress.state = "replaying"
@@ -112,7 +112,7 @@ class Spills:
 
     # -- the end of a catch-up ------------------------------------------------------------
 
-    def rejoin(self, sub: Subscription) -> None:
+    def rejoin(self, sub: SessionSubscription) -> None:
         """The read of ``sub`` delivered every record appended so far: the fan-out feeds
         it again from the next append (called by its sink, from the cursor's task)."""
         read = self._reads.pop(sub)
@@ -129,7 +129,7 @@ class Spills:
             at_seq=read.member.next_seq - 1,
         )  # fmt: skip
 
-    def cancel(self, sub: Subscription) -> None:
+    def cancel(self, sub: SessionSubscription) -> None:
         """``sub`` ends (unsubscribed, replaced, its connection closed): stop its read."""
         read = self._reads.pop(sub, None)
         if read is None:
@@ -137,7 +137,7 @@ class Spills:
         self._seconds_done += sub.progress.feed.end(self._clock.monotonic())
         self._stop(sub, read)
 
-    def _stop(self, sub: Subscription, read: _CatchUp) -> None:
+    def _stop(self, sub: SessionSubscription, read: _CatchUp) -> None:
         if read.sink.pin is not None:
             read.sink.pin.release()
             read.sink.pin = None

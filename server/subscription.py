@@ -1,7 +1,7 @@
 """A subscription of one client: what it asked for, and how far it got.
 
 The value part (topic, filter, options, bookmark...) is fixed when the subscription is
-made (a ``replace`` makes a new one); :class:`Progress` is the part its delivery moves
+made (a ``replace`` makes a new one); :class:`SubscriptionProgress` is the part its delivery moves
 (state, position, counts). Runtime handles (the replay cursor, its task, its sink) are
 kept by their owner, server/subscriptions.py, not here.
 """
@@ -23,7 +23,7 @@ State = Literal["live", "replaying", "paused"]
 
 
 @dataclass(slots=True)
-class Progress:
+class SubscriptionProgress:
     """Where a subscription stands (moved by its delivery; read by admin views).
 
     Attributes:
@@ -47,7 +47,7 @@ class Progress:
 
 
 @dataclass(frozen=True, eq=False, slots=True)
-class Subscription:
+class SessionSubscription:
     """One subscription of one client connection.
 
     Live subscriptions sit in the :class:`~spool.server.router.Router` and get messages as they
@@ -86,7 +86,7 @@ class Subscription:
     cid: str | None = None
     acks: frozenset[str] = frozenset()
     sid_bytes: bytes = b""
-    progress: Progress = field(default_factory=Progress)
+    progress: SubscriptionProgress = field(default_factory=SubscriptionProgress)
 
     @property
     def want_ts(self) -> bool:

@@ -57,7 +57,7 @@ from spool.server.router import Router
 from spool.server.session import Session
 from spool.server.spills import Spills
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.log import Located
 
@@ -121,10 +121,10 @@ class SubscriptionService:
         self._auth = entitlements
         self._events = events
         self._clock = clock
-        self._replays: dict[Subscription, _Replay] = {}
+        self._replays: dict[SessionSubscription, _Replay] = {}
         #: how the other services end a subscription of theirs that a ``replace`` takes
         #: over (each leaves any other alone); the command table sets them
-        self.ends: tuple[Callable[[Subscription], None], ...] = ()
+        self.ends: tuple[Callable[[SessionSubscription], None], ...] = ()
 
     def records(self, topic: str) -> bool:
         """Whether the transaction log records ``topic``."""
@@ -234,7 +234,7 @@ class SubscriptionService:
                 raise InvalidTopic(f"topic {topic!r} is not recorded in the transaction log")
         else:
             _check_live_options(options)
-        sub = Subscription(
+        sub = SessionSubscription(
             outbound=session,
             client=session.name,
             user=session.user,
@@ -267,7 +267,7 @@ class SubscriptionService:
 
     def _plan_replay(
         self,
-        sub: Subscription,
+        sub: SessionSubscription,
         spec: BookmarkSpec,
         options: SubscribeOptions,
         located: Located | None,
@@ -287,7 +287,7 @@ class SubscriptionService:
 
     def _start_replay(
         self,
-        sub: Subscription,
+        sub: SessionSubscription,
         planned: tuple[BookmarkSink, ReplayMember],
         options: SubscribeOptions,
         *,
@@ -386,7 +386,7 @@ class SubscriptionService:
             self._drop(sub)
         session.subs.clear()
 
-    def _drop(self, sub: Subscription) -> None:
+    def _drop(self, sub: SessionSubscription) -> None:
         replay = self._replays.pop(sub, None)
         if replay is None:
             self._router.remove(sub)
@@ -435,7 +435,7 @@ class SubscriptionService:
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_ids)
 
-    def _replay_of(self, session: Session, sub_id: str) -> tuple[Subscription, _Replay]:
+    def _replay_of(self, session: Session, sub_id: str) -> tuple[SessionSubscription, _Replay]:
         sub = session.subs.get(sub_id)
         replay = self._replays.get(sub) if sub is not None else None
         if sub is None or replay is None:

@@ -48,7 +48,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.clock import SYSTEM_CLOCK, Clock
 from spool.server.config import UserConfig, is_loopback
 from spool.server.logons import LogonGuard
@@ -76,7 +76,7 @@ Via = Literal["token", "session", "certificate", "local", "anonymous"]
 
 
 @dataclass(slots=True)
-class Session:
+class LoginSession:
     """A dashboard login: who, its CSRF token, and when it was made and last used."""
 
     id: str = field(repr=False)
@@ -108,22 +108,22 @@ class SessionStore:
         self._idle = idle_timeout
         self._max_age = max_age
         self._max = max_sessions
-        self._sessions: dict[str, Session] = {}
+        self._sessions: dict[str, LoginSession] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def create(self, user: str) -> Session:
+    def create(self, user: str) -> LoginSession:
         """A new session for ``user`` (a fresh id on every login: no session fixation)."""
         now = self._clock.monotonic()
         while len(self._sessions) >= self._max:
             oldest = min(self._sessions.values(), key=lambda s: s.last_seen)
             del self._sessions[oldest.id]
-        session = Session(secrets.token_urlsafe(32), user, secrets.token_urlsafe(32), now, now)
+        session = LoginSession(secrets.token_urlsafe(32), user, secrets.token_urlsafe(32), now, now)
         self._sessions[session.id] = session
         return session
 
-    def get(self, session_id: str | None) -> Session | None:
+    def get(self, session_id: str | None) -> LoginSession | None:
         """The live session with this id (refreshing its idle timer), or None."""
         if not session_id:
             return None
@@ -158,7 +158,7 @@ class AuthContext:
     user: UserConfig | None
     via: Via
     admin: bool
-    session: Session | None = None
+    session: LoginSession | None = None
 
     @property
     def actor(self) -> str:
@@ -172,7 +172,7 @@ class AuthContext:
 class AuthState:
     """What the middleware and the /login, /logout routes share (found in the ASGI scope)."""
 
-    authenticator: Authenticator
+    authenticator: UserAuthenticator
     sessions: SessionStore
     logons: LogonGuard
     metrics_public: bool
@@ -246,7 +246,7 @@ class AuthMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        authenticator: Authenticator,
+        authenticator: UserAuthenticator,
         logons: LogonGuard,
         *,
         metrics_public: bool = False,
@@ -368,7 +368,7 @@ class AuthMiddleware:
 
 
 def auth_middleware(
-    authenticator: Authenticator,
+    authenticator: UserAuthenticator,
     logons: LogonGuard,
     *,
     metrics_public: bool = False,

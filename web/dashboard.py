@@ -3,7 +3,7 @@
 Pages are Jinja2 templates (templates/) with ES modules (static/js/) that read the REST
 admin API; this module only renders the page shells and runs ``/live/events``.
 
-Live stream: one :class:`LiveFeed` per app samples ``broker.metrics_snapshot()`` once a
+Live stream: one :class:`DashboardFeed` per app samples ``broker.metrics_snapshot()`` once a
 second, turns cumulative counters into rates (:class:`LivePointBuilder`) and fans the
 encoded event out to every open dashboard, so ten open browsers cost one snapshot a
 second, not ten. The feed runs while someone listens (and for :data:`IDLE_GRACE` after).
@@ -348,7 +348,7 @@ class LiveSubscriber:
         self.queue.put_nowait(None)
 
 
-class LiveFeed:
+class DashboardFeed:
     """Samples the broker once a second for every open stream (see the module docstring).
 
     Args:
@@ -496,12 +496,12 @@ class LiveFeed:
         return fresh
 
 
-def live_feed(request: Request) -> LiveFeed:
+def live_feed(request: Request) -> DashboardFeed:
     """The app's feed, created on first use (on the app's event loop)."""
     state = request.app.state
-    feed: LiveFeed | None = getattr(state, "live_feed", None)
+    feed: DashboardFeed | None = getattr(state, "live_feed", None)
     if feed is None:
-        feed = LiveFeed(state.broker.operations)
+        feed = DashboardFeed(state.broker.operations)
         state.live_feed = feed
     return feed
 
@@ -516,7 +516,7 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, feed: LiveFeed, *, max_seconds: float = STREAM_MAX_SECONDS) -> None:
+    def __init__(self, feed: DashboardFeed, *, max_seconds: float = STREAM_MAX_SECONDS) -> None:
         self.status_code = 200
         self.background = None
         self.init_headers({"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

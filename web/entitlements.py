@@ -18,14 +18,14 @@ from collections.abc import Callable
 
 from starlette.requests import HTTPConnection
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.web.api_errors import Forbidden
 from spool.web.auth import auth_context
 
 __all__ = ["read_check", "require_read"]
 
 
-def read_check(request: HTTPConnection, auth: Authenticator) -> Callable[[str], bool]:
+def read_check(request: HTTPConnection, auth: UserAuthenticator) -> Callable[[str], bool]:
     """Whether the user of ``request`` may read a topic (a function of the topic)."""
     if not auth.enabled:
         return lambda topic: True
@@ -33,7 +33,7 @@ def read_check(request: HTTPConnection, auth: Authenticator) -> Callable[[str], 
     return lambda topic: auth.can_read(user, topic)
 
 
-def require_read(request: HTTPConnection, auth: Authenticator, topic: str) -> None:
+def require_read(request: HTTPConnection, auth: UserAuthenticator, topic: str) -> None:
     """Refuse (403) a request for data of ``topic`` its user may not read.
 
     Raises:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Unpack
 
 from spool.server.client.buffer import EMPTY, MessageBuffer
-from spool.server.client.connection import Handlers, Transport
+from spool.server.client.connection import ClientTransport, Handlers
 from spool.server.client.errors import ClientError, Disconnected, InvalidOption
 from spool.server.client.events import (
     Ack,
@@ -193,7 +193,7 @@ class Client:
         self.options = opts
         self._state: SessionState[Subscription] = SessionState(name)
         self._state.reused_seq = opts.reused_seq
-        self._conn: Transport | None = None
+        self._conn: ClientTransport | None = None
         #: the transport's ``flush_soon`` once connected; before that, commands only queue.
         self._flush_soon: Callable[[], None] = _nothing
         self._waiters: dict[str, asyncio.Future[Ack]] = {}

@@ -6,13 +6,13 @@ from, and whom to tell that the connection ended. Its tasks are the connection's
 
 - a reader that hands every received frame to ``frame_received`` (awaited, so a consumer
   that stops reading stops the reader, and TCP backpressure reaches the broker);
-- a writer that, woken by :meth:`Transport.flush_soon`, sends whatever ``data_to_send``
+- a writer that, woken by :meth:`ClientTransport.flush_soon`, sends whatever ``data_to_send``
   returns: it runs once per loop turn at most, so everything queued in one turn leaves in
   one frame;
 - an optional heartbeat timer that calls a ``beat`` callable every interval, and the
   time of the last received frame, for a caller that wants to notice a silent broker.
 
-:class:`Transport` is the small protocol the client depends on, so a test double or
+:class:`ClientTransport` is the small protocol the client depends on, so a test double or
 another transport (TLS options, a different library) fits; :class:`WebSocketTransport`
 implements it with the ``websockets`` library, permessage-deflate off (it costs 40-60% of
 the throughput on loopback; docs/configuration.md, ``PerMessageDeflate``) and the library's own keepalive pings
@@ -42,9 +42,9 @@ from spool.server.client.websocket import (
     Event,
     HandshakeRejected,
     Inbound,
-    Message,
     Ping,
     Violation,
+    WebSocketMessage,
     encode_close,
     encode_frame,
     handshake_request,
@@ -85,7 +85,7 @@ class Handlers:
     connection_lost: Callable[[str, int | None], None]
 
 
-class Transport(Protocol):
+class ClientTransport(Protocol):
     """One open connection, as the client uses it."""
 
     @property
@@ -127,7 +127,7 @@ class Transport(Protocol):
 
 
 class Connector(Protocol):
-    """Opens a :class:`Transport` (the client's ``connector`` argument).
+    """Opens a :class:`ClientTransport` (the client's ``connector`` argument).
 
     ``ssl`` is the TLS context for a ``wss://`` URL (None: the library's default, which
     verifies against the system's CAs).
@@ -141,7 +141,7 @@ class Connector(Protocol):
         open_timeout: float,
         max_size: int | None,
         ssl: ssl.SSLContext | None = None,
-    ) -> Awaitable[Transport]: ...
+    ) -> Awaitable[ClientTransport]: ...
 
 
 class TransportClosed(ConnectionError):
@@ -251,7 +251,7 @@ class _FrameTransport(ABC):
 
 
 class WebSocketTransport(_FrameTransport):
-    """:class:`Transport` over a ``websockets`` client connection."""
+    """:class:`ClientTransport` over a ``websockets`` client connection."""
 
     def __init__(self, ws: ClientConnection, handlers: Handlers) -> None:
         self._ws = ws
@@ -419,7 +419,7 @@ class _Stream(asyncio.BufferedProtocol):
 
     def _deliver(self, events: list[Event]) -> None:
         for event in events:
-            if type(event) is Message:
+            if type(event) is WebSocketMessage:
                 self.messages.append(event.data)
                 self.queued += len(event.data)
             elif type(event) is Ping:
@@ -477,7 +477,7 @@ class _Stream(asyncio.BufferedProtocol):
 
 
 class StreamTransport(_FrameTransport):
-    """:class:`Transport` on an asyncio ``BufferedProtocol`` and Spool's own frame reader
+    """:class:`ClientTransport` on an asyncio ``BufferedProtocol`` and Spool's own frame reader
     (:mod:`spool.server.client.websocket`): the socket reads into the one buffer the messages
     are sliced from, once. The default transport (docs/python-client.md; why:
     docs/performance-log.md "The Python client reads into one buffer")."""
@@ -597,7 +597,7 @@ async def connect_websocket(
     open_timeout: float,
     max_size: int | None,
     ssl: ssl.SSLContext | None = None,
-) -> Transport:
+) -> ClientTransport:
     """The default :class:`Connector`: a :class:`StreamTransport`."""
     return await StreamTransport.open(
         url, handlers, open_timeout=open_timeout, max_size=max_size, ssl=ssl
@@ -611,7 +611,7 @@ async def connect_library_websocket(
     open_timeout: float,
     max_size: int | None,
     ssl: ssl.SSLContext | None = None,
-) -> Transport:
+) -> ClientTransport:
     """A :class:`Connector` for the ``websockets`` library's transport
     (:class:`WebSocketTransport`): what the client used before :class:`StreamTransport`,
     kept as its reference in the transport tests."""
@@ -621,10 +621,10 @@ async def connect_library_websocket(
 
 
 __all__ = [
+    "ClientTransport",
     "Connector",
     "Handlers",
     "StreamTransport",
-    "Transport",
     "TransportClosed",
     "WebSocketTransport",
     "connect_library_websocket",

@@ -28,10 +28,10 @@ __all__ = [
     "Event",
     "HandshakeRejected",
     "Inbound",
-    "Message",
     "Ping",
     "ProtocolViolation",
     "Violation",
+    "WebSocketMessage",
     "accept_for",
     "encode_close",
     "encode_frame",
@@ -179,7 +179,7 @@ def refusal_text(body: bytes | bytearray) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Message:
+class WebSocketMessage:
     """A whole data message (text or binary, fragments joined): its payload bytes."""
 
     data: bytes
@@ -209,7 +209,7 @@ class Violation:
     reason: str
 
 
-Event = Message | Ping | Closed | Violation
+Event = WebSocketMessage | Ping | Closed | Violation
 """What :meth:`Inbound.received` returns, in the order received."""
 
 _CONTINUATION: Final = 0x0
@@ -366,7 +366,7 @@ class Inbound:
                 if fin:
                     if opcode == _TEXT:
                         _check_text(payload)
-                    events.append(Message(payload))
+                    events.append(WebSocketMessage(payload))
                 else:
                     self._fragments.append(payload)
                     self._fragment_size = length
@@ -382,7 +382,7 @@ class Inbound:
                     self._fragment_size = 0
                     if self._fragment_text:
                         _check_text(whole)
-                    events.append(Message(whole))
+                    events.append(WebSocketMessage(whole))
             elif opcode == _PING:
                 events.append(Ping(payload))
             elif opcode == _PONG:

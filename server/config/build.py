@@ -65,7 +65,7 @@ from spool.server.config.sections.transports import TransportPart, read_transpor
 from spool.server.config.sections.tuning import read_tuning
 from spool.server.config.sections.users import read_users
 from spool.server.config.values import Bind, Context, read_name, read_path
-from spool.server.config.xmltree import Children, Node, Spec, fail, reject_attributes
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail, reject_attributes
 from spool.server.units import format_size
 
 __all__ = ["build"]
@@ -162,7 +162,7 @@ def _authentication(admin: AdminPart, users: tuple[UserConfig, ...]) -> str:
 
 
 def _check_message_sizes(
-    transports: Sequence[TransportPart] | None, tuning: TuningConfig, limit_node: Node | None
+    transports: Sequence[TransportPart] | None, tuning: TuningConfig, limit_node: XmlNode | None
 ) -> None:
     """No transport may accept a message larger than a client's buffer."""
     if transports is None and limit_node is not None:
@@ -187,7 +187,7 @@ def _check_message_sizes(
 
 
 def _check_queues(
-    sow_node: Node,
+    sow_node: XmlNode,
     queues: tuple[QueueConfig, ...],
     txlog: TransactionLogConfig | None,
     instance: str,
@@ -244,7 +244,7 @@ def _check_local_queues_stay(
                 )
 
 
-def child_text(node: Node) -> str:
+def child_text(node: XmlNode) -> str:
     """The text of ``node``'s ``<Name>`` child ("" when it has none)."""
     for child in node.children:
         if child.tag == "Name":
@@ -257,7 +257,7 @@ def _check_replication(
     transports: Sequence[TransportPart] | None,
     txlog: TransactionLogConfig | None,
     tuning: TuningConfig,
-    min_sync_node: Node | None,
+    min_sync_node: XmlNode | None,
 ) -> None:
     """Replication against the transaction log, the transports and Tuning."""
     inbound = next((t for t in transports or () if t.config.type == "amps-replication"), None)
@@ -340,7 +340,7 @@ def _check_bootstrap(
             )
 
 
-def build(root: Node, ctx: Context) -> Config:
+def build(root: XmlNode, ctx: Context) -> Config:
     """Read and cross-check a whole configuration (``source_path`` is left None).
 
     Raises:

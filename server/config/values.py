@@ -17,7 +17,7 @@ from typing import Final, TypeVar
 
 from spool.server.config.errors import InetAddrError
 from spool.server.config.netaddr import parse_inet_addr
-from spool.server.config.xmltree import Node, fail
+from spool.server.config.xmltree import XmlNode, fail
 from spool.server.regex import RegexRefused, compile_regex
 from spool.server.units import UnitError, format_duration, format_size, parse_duration, parse_size
 
@@ -65,13 +65,13 @@ class Bind:
 
     host: str
     port: int
-    node: Node
+    node: XmlNode
 
 
 _VARIABLE: Final = re.compile(r"\$(\$\{)|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 
 
-def _expand(node: Node, text: str, env: Mapping[str, str]) -> str:
+def _expand(node: XmlNode, text: str, env: Mapping[str, str]) -> str:
     """Expand ``${NAME}``; ``$${`` is a literal ``${``; an unset variable is an error."""
 
     def substitute(match: re.Match[str]) -> str:
@@ -92,7 +92,7 @@ def _expand(node: Node, text: str, env: Mapping[str, str]) -> str:
     return _VARIABLE.sub(substitute, text)
 
 
-def read_value(node: Node, ctx: Context) -> str:
+def read_value(node: XmlNode, ctx: Context) -> str:
     """The text of a leaf element, stripped and with ``${VAR}`` expanded; never empty."""
     if node.children:
         raise fail(
@@ -109,7 +109,7 @@ _TRUE: Final = frozenset({"true", "yes", "1"})
 _FALSE: Final = frozenset({"false", "no", "0"})
 
 
-def read_bool(node: Node, ctx: Context) -> bool:
+def read_bool(node: XmlNode, ctx: Context) -> bool:
     """``true``/``false``, ``yes``/``no`` or ``1``/``0``, any case."""
     value = read_value(node, ctx).lower()
     if value in _TRUE:
@@ -119,7 +119,7 @@ def read_bool(node: Node, ctx: Context) -> bool:
     raise fail(node, f"{value!r} is not a boolean (use true/false, yes/no or 1/0)")
 
 
-def read_int(node: Node, ctx: Context, *, minimum: int, maximum: int) -> int:
+def read_int(node: XmlNode, ctx: Context, *, minimum: int, maximum: int) -> int:
     """Decimal digits (no sign) within ``minimum..maximum``."""
     value = read_value(node, ctx)
     if not (value.isascii() and value.isdigit()):
@@ -131,14 +131,14 @@ def read_int(node: Node, ctx: Context, *, minimum: int, maximum: int) -> int:
 
 
 def read_size(
-    node: Node, ctx: Context, *, minimum: int, maximum: int, zero_ok: bool = False
+    node: XmlNode, ctx: Context, *, minimum: int, maximum: int, zero_ok: bool = False
 ) -> int:
     """A size (``64MB``) in bytes within ``minimum..maximum`` (or 0 when ``zero_ok``)."""
     return _read_quantity(node, ctx, parse_size, format_size, minimum, maximum, zero_ok)
 
 
 def read_duration(
-    node: Node, ctx: Context, *, minimum: float, maximum: float, zero_ok: bool = False
+    node: XmlNode, ctx: Context, *, minimum: float, maximum: float, zero_ok: bool = False
 ) -> float:
     """A duration (``15s``) in seconds within ``minimum..maximum`` (or 0 when ``zero_ok``)."""
     return _read_quantity(node, ctx, parse_duration, format_duration, minimum, maximum, zero_ok)
@@ -149,7 +149,7 @@ _Q = TypeVar("_Q", int, float)
 
 
 def _read_quantity(
-    node: Node,
+    node: XmlNode,
     ctx: Context,
     parse: Callable[[str], _Q],
     write: Callable[[_Q], str],
@@ -175,7 +175,7 @@ def _read_quantity(
     return value
 
 
-def read_path(node: Node, ctx: Context) -> Path:
+def read_path(node: XmlNode, ctx: Context) -> Path:
     """A path, made absolute against the context's base directory."""
     value = read_value(node, ctx)
     if "\x00" in value:
@@ -187,7 +187,7 @@ def read_path(node: Node, ctx: Context) -> Path:
 _SAFE_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 
 
-def read_name(node: Node, ctx: Context, what: str) -> str:
+def read_name(node: XmlNode, ctx: Context, what: str) -> str:
     """A name that is safe in file names and URLs (instance, group, transport)."""
     value = read_value(node, ctx)
     if not _SAFE_NAME.fullmatch(value):
@@ -199,7 +199,7 @@ def read_name(node: Node, ctx: Context, what: str) -> str:
     return value
 
 
-def read_regex(node: Node, ctx: Context) -> str:
+def read_regex(node: XmlNode, ctx: Context) -> str:
     """A pattern that compiles with :mod:`re` (returned as text)."""
     value = read_value(node, ctx)
     try:
@@ -209,7 +209,7 @@ def read_regex(node: Node, ctx: Context) -> str:
     return value
 
 
-def read_linear_regex(node: Node, ctx: Context) -> str:
+def read_linear_regex(node: XmlNode, ctx: Context) -> str:
     """A pattern that compiles for linear-time matching (server/regex.py: RE2), returned
     as text: entitlement patterns are matched by RE2 on every new topic a user touches."""
     value = read_value(node, ctx)
@@ -220,7 +220,7 @@ def read_linear_regex(node: Node, ctx: Context) -> str:
     return value
 
 
-def read_bind(node: Node, ctx: Context) -> Bind:
+def read_bind(node: XmlNode, ctx: Context) -> Bind:
     """An ``InetAddr`` (see :func:`~spool.server.config.netaddr.parse_inet_addr`)."""
     try:
         host, port = parse_inet_addr(read_value(node, ctx))
@@ -229,7 +229,7 @@ def read_bind(node: Node, ctx: Context) -> Bind:
     return Bind(host, port, node)
 
 
-def read_choice(node: Node, ctx: Context, allowed: Sequence[str], what: str) -> str:
+def read_choice(node: XmlNode, ctx: Context, allowed: Sequence[str], what: str) -> str:
     """One of ``allowed``, spelled exactly."""
     value = read_value(node, ctx)
     if value not in allowed:

@@ -20,31 +20,31 @@ from xml.parsers import expat
 
 from spool.server.config.errors import ConfigError
 
-__all__ = ["Children", "Node", "Spec", "fail", "parse_tree", "reject_attributes"]
+__all__ = ["Children", "Spec", "XmlNode", "fail", "parse_tree", "reject_attributes"]
 
 #: Child element -> may it repeat?
 Spec = Mapping[str, bool]
 
 
 @dataclass(eq=False, slots=True)
-class Node:
+class XmlNode:
     """One element with the line it starts on; ``path`` is filled once the tree is built."""
 
     tag: str
     line: int
     attributes: tuple[str, ...] = ()
-    children: list[Node] = field(default_factory=list)
+    children: list[XmlNode] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     path: str = ""
 
 
-def fail(node: Node, message: str) -> ConfigError:
+def fail(node: XmlNode, message: str) -> ConfigError:
     """A :class:`ConfigError` at ``node`` (its path and line); the caller raises it."""
     return ConfigError(node.path, node.line, message)
 
 
-def parse_tree(data: bytes | str) -> Node:
-    """Parse XML into :class:`Node` objects, refusing DOCTYPE and processing instructions.
+def parse_tree(data: bytes | str) -> XmlNode:
+    """Parse XML into :class:`XmlNode` objects, refusing DOCTYPE and processing instructions.
 
     Raises:
         ConfigError: malformed XML, an unencodable character, a DOCTYPE or a processing
@@ -66,15 +66,15 @@ def parse_tree(data: bytes | str) -> Node:
         override = "utf-8"
     parser = expat.ParserCreate(encoding=override)
     parser.buffer_text = True
-    stack: list[Node] = []
-    roots: list[Node] = []
+    stack: list[XmlNode] = []
+    roots: list[XmlNode] = []
 
     def open_path() -> str:
         return "".join("/" + node.tag for node in stack)
 
     def start(tag: str, attributes: dict[str, str]) -> None:
         parent = stack[-1] if stack else None
-        node = Node(tag, parser.CurrentLineNumber, tuple(attributes))
+        node = XmlNode(tag, parser.CurrentLineNumber, tuple(attributes))
         if parent is None:
             roots.append(node)
         else:
@@ -118,7 +118,7 @@ def parse_tree(data: bytes | str) -> Node:
     return root
 
 
-def _assign_paths(root: Node) -> None:
+def _assign_paths(root: XmlNode) -> None:
     """Give every node its path; repeated siblings get an XPath-style ``[n]`` suffix."""
     root.path = "/" + root.tag
     pending = [root]
@@ -151,10 +151,10 @@ class Children:
     """
 
     def __init__(
-        self, node: Node, spec: Spec, unsupported: Mapping[str, str] | None = None
+        self, node: XmlNode, spec: Spec, unsupported: Mapping[str, str] | None = None
     ) -> None:
         self.node = node
-        self._by_tag: dict[str, list[Node]] = {}
+        self._by_tag: dict[str, list[XmlNode]] = {}
         if "".join(node.text).strip():
             raise fail(node, f"<{node.tag}> holds elements, not text")
         for child in node.children:
@@ -169,16 +169,16 @@ class Children:
                 )
             siblings.append(child)
 
-    def one(self, tag: str) -> Node | None:
+    def one(self, tag: str) -> XmlNode | None:
         """The child called ``tag``, or None."""
         nodes = self._by_tag.get(tag)
         return nodes[0] if nodes else None
 
-    def many(self, tag: str) -> list[Node]:
+    def many(self, tag: str) -> list[XmlNode]:
         """Every child called ``tag``, in file order."""
         return self._by_tag.get(tag, [])
 
-    def require(self, tag: str, why: str = "") -> Node:
+    def require(self, tag: str, why: str = "") -> XmlNode:
         """The child called ``tag``; its absence is an error at this element."""
         node = self.one(tag)
         if node is None:
@@ -186,7 +186,9 @@ class Children:
         return node
 
 
-def _unknown(child: Node, parent: Node, spec: Spec, unsupported: Mapping[str, str]) -> ConfigError:
+def _unknown(
+    child: XmlNode, parent: XmlNode, spec: Spec, unsupported: Mapping[str, str]
+) -> ConfigError:
     if child.tag in unsupported:
         return fail(
             child,
@@ -208,7 +210,7 @@ def _unknown(child: Node, parent: Node, spec: Spec, unsupported: Mapping[str, st
     )
 
 
-def reject_attributes(root: Node) -> None:
+def reject_attributes(root: XmlNode) -> None:
     """Refuse any attribute anywhere in the tree: every value is a child element.
 
     Raises:

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from spool.server.queues.machine import Message
+from spool.server.queues.machine import QueuedMessage
 from spool.server.queues.stage import QueueRuntime
 
 __all__ = ["BROWSE_MAX", "BrowsePage", "Waiting", "browse", "why_waiting"]
@@ -68,7 +68,7 @@ class Waiting:
     since_us: int = 0
 
 
-def why_waiting(q: QueueRuntime, m: Message) -> Waiting:
+def why_waiting(q: QueueRuntime, m: QueuedMessage) -> Waiting:
     """Why ``m`` (a message of ``q``) is not being delivered now."""
     machine = q.machine
     own = q.ownership
@@ -162,7 +162,7 @@ def browse(q: QueueRuntime, after: int, limit: int, now_us: int) -> BrowsePage:
     )
 
 
-def _row(q: QueueRuntime, m: Message, now_us: int) -> dict[str, object]:
+def _row(q: QueueRuntime, m: QueuedMessage, now_us: int) -> dict[str, object]:
     own = q.ownership
     view = own.view(m.bookmark) if own is not None else None
     why = why_waiting(q, m)

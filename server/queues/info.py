@@ -6,7 +6,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from spool.server.queues.machine import Consumer, Message
+from spool.server.queues.machine import Consumer, QueuedMessage
 from spool.server.queues.stage import QueueRuntime
 
 __all__ = ["QueueInfo", "describe"]
@@ -113,7 +113,7 @@ def describe(
     )  # fmt: skip
 
 
-def _first_leased(consumers: Iterable[Consumer], n: int) -> list[Message]:
+def _first_leased(consumers: Iterable[Consumer], n: int) -> list[QueuedMessage]:
     """The ``n`` leased messages first in log order, from what the consumers hold (not a
     walk of the whole queue: a deep queue with few leases would cost its depth)."""
     return heapq.nsmallest(

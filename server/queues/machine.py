@@ -48,10 +48,10 @@ __all__ = [
     "EXPIRED",
     "AckResult",
     "Consumer",
-    "Delivery",
-    "Message",
+    "QueueDelivery",
     "QueueMachine",
     "QueuePolicy",
+    "QueuedMessage",
     "Removal",
 ]
 
@@ -100,7 +100,7 @@ class QueuePolicy:
 
 
 @dataclass(slots=True, eq=False)
-class Message:
+class QueuedMessage:
     """One message of the queue.
 
     Attributes:
@@ -152,8 +152,8 @@ class Consumer:
 
     name: str
     backlog: int
-    accepts: Callable[[Message], bool] | None = None
-    leased: dict[int, Message] = field(default_factory=dict)
+    accepts: Callable[[QueuedMessage], bool] | None = None
+    leased: dict[int, QueuedMessage] = field(default_factory=dict)
     delivered: int = 0
     token: object = None
     #: when it was last given a message (the machine's delivery counter; round-robin)
@@ -165,11 +165,11 @@ class Consumer:
         return self.backlog - len(self.leased)
 
 
-class Delivery(NamedTuple):
+class QueueDelivery(NamedTuple):
     """A message to send: to whom, which, its delivery number (1: first) and lease period."""
 
     consumer: Consumer
-    message: Message
+    message: QueuedMessage
     number: int
     lease_us: int
 
@@ -177,7 +177,7 @@ class Delivery(NamedTuple):
 class Removal(NamedTuple):
     """A message that left the queue, and why."""
 
-    message: Message
+    message: QueuedMessage
     reason: RemovalReason
 
 
@@ -186,7 +186,7 @@ class Removal(NamedTuple):
 #: of that length is ~2 ms, the ready set's minimum over 1,000,000 messages ~15 ms)
 _WAITING_WALK: Final = 65_536
 
-#: ``Delivery`` / ``Removal`` built from a tuple without the generated ``__new__`` (which
+#: ``QueueDelivery`` / ``Removal`` built from a tuple without the generated ``__new__`` (which
 #: is a Python-level function call per message, on the delivery hot path)
 _make = tuple.__new__
 
@@ -196,7 +196,7 @@ class AckResult(NamedTuple):
     the bookmarks it could not apply (unknown, or not leased to that consumer)."""
 
     removed: list[Removal]
-    returned: list[Message]
+    returned: list[QueuedMessage]
     refused: list[str]
 
 
@@ -214,12 +214,12 @@ class QueueMachine:
         self.policy = policy
         self._rng = rng if rng is not None else random.Random()
         #: every message still in the queue, by seq (insertion order is log order)
-        self._messages: dict[int, Message] = {}
+        self._messages: dict[int, QueuedMessage] = {}
         #: seqs in log order, the ones gone dropped lazily from the left: the oldest
         #: message in O(1) amortised (``next(iter(dict))`` walks every deleted slot at the
         #: front of a dict that is consumed first-in first-out, so it grows with the queue)
         self._order: deque[int] = deque()
-        self._by_bookmark: dict[str, Message] = {}
+        self._by_bookmark: dict[str, QueuedMessage] = {}
         #: ready messages: (-priority, seq) (a RunHeap: made ready in log order, they
         #: never reach its heap)
         self._ready: RunHeap[tuple[int, int]] = RunHeap()
@@ -236,7 +236,7 @@ class QueueMachine:
         #: ownership, server/queues/ownership.py); a message it may not stays ready here,
         #: parked out of the ready heap (a dispatch does not walk it again) until
         #: :meth:`unpark` says this instance owns it now
-        self.gate: Callable[[Message], bool] | None = None
+        self.gate: Callable[[QueuedMessage], bool] | None = None
         self._parked: set[int] = set()
         #: messages this instance may not deliver yet, whoever owns them: those with a
         #: seq up to :attr:`hold_through` (0: none), and the seqs of :attr:`_held`
@@ -289,7 +289,7 @@ class QueueMachine:
             return 0
         return self._leases.peek()[0] - self.policy.lease_period_us
 
-    def oldest_waiting(self) -> Message | None:
+    def oldest_waiting(self) -> QueuedMessage | None:
         """The first message in log order that waits for a consumer (ready: not leased;
         one owned by another instance counts). Usually found within the leased messages
         ahead of it (what the consumers hold: the messages gone from the front are
@@ -304,7 +304,7 @@ class QueueMachine:
                 return self._messages.get(seq)
         return self._messages.get(min(ready))
 
-    def page_after(self, seq: int, limit: int, scan: int) -> tuple[list[Message], int]:
+    def page_after(self, seq: int, limit: int, scan: int) -> tuple[list[QueuedMessage], int]:
         """At most ``limit`` messages after ``seq`` in log order, looking at no more than
         ``scan`` places of the order (ones gone are skipped), and the seq to continue
         after (0: the end was reached). A bisection finds where to start: the order is
@@ -312,7 +312,7 @@ class QueueMachine:
         costs the skip in C, not a walk in Python."""
         order = self._order
         messages = self._messages
-        out: list[Message] = []
+        out: list[QueuedMessage] = []
         start = bisect_right(order, seq)
         last = seq
         for looked, s in enumerate(islice(order, start, None)):
@@ -329,23 +329,23 @@ class QueueMachine:
         oldest = self.oldest_seq()
         return self._messages[oldest].enqueued_us if oldest else 0
 
-    def get(self, bookmark: str) -> Message | None:
+    def get(self, bookmark: str) -> QueuedMessage | None:
         return self._by_bookmark.get(bookmark)
 
-    def messages(self) -> Iterator[Message]:
+    def messages(self) -> Iterator[QueuedMessage]:
         """Every message still in the queue, in log order."""
         return iter(self._messages.values())
 
     # -- input --------------------------------------------------------------------------
 
-    def add(self, message: Message) -> None:
+    def add(self, message: QueuedMessage) -> None:
         """A message entered the queue (appended to its underlying topic, or recovered).
 
         ``expires_us`` is set from the policy when the message has none of its own.
         """
         self.add_many((message,))
 
-    def add_many(self, messages: Iterable[Message], gated: bool = False) -> None:
+    def add_many(self, messages: Iterable[QueuedMessage], gated: bool = False) -> None:
         """:meth:`add` for each of ``messages`` in turn (a run of publishes enters in one
         call: the attribute lookups ``add`` would repeat per message are done once).
 
@@ -390,11 +390,11 @@ class QueueMachine:
             if m is not None:
                 self._drop(m)
 
-    def drop(self, bookmarks: Iterable[str], reason: RemovalReason) -> list[Message]:
+    def drop(self, bookmarks: Iterable[str], reason: RemovalReason) -> list[QueuedMessage]:
         """Replicated queues: messages another instance says left the queue (acked
         there); a lease held here on one of them ends (the documented duplicate risk of
         a proxied transfer). Returns the messages dropped."""
-        out: list[Message] = []
+        out: list[QueuedMessage] = []
         for bm in bookmarks:
             m = self._by_bookmark.get(bm)
             if m is not None:
@@ -482,7 +482,7 @@ class QueueMachine:
 
     # -- acks ---------------------------------------------------------------------------
 
-    def _held_by(self, consumer: Consumer, m: Message) -> bool:
+    def _held_by(self, consumer: Consumer, m: QueuedMessage) -> bool:
         if m.holder is consumer:
             return True
         return self.policy.leasing == "sublet" and m.holder is None and m.last_holder is consumer
@@ -532,7 +532,7 @@ class QueueMachine:
             self.removed[reason] = self.removed.get(reason, 0) + len(removed)
         return result
 
-    def remove_where(self, matches: Callable[[Message], bool]) -> list[Removal]:
+    def remove_where(self, matches: Callable[[QueuedMessage], bool]) -> list[Removal]:
         """Remove every message in the queue that ``matches`` (``sow_delete`` with a
         filter), leased or not."""
         gone = [m for m in self._messages.values() if matches(m)]
@@ -593,7 +593,7 @@ class QueueMachine:
             removed.append(self._count(Removal(m, EXPIRED)))
         return removed
 
-    def _end_lease(self, m: Message, removed: list[Removal]) -> None:
+    def _end_lease(self, m: QueuedMessage, removed: list[Removal]) -> None:
         """A lease ended unacked (expiry, disconnect)."""
         self._release(m)
         limit = self.policy.max_deliveries
@@ -610,14 +610,14 @@ class QueueMachine:
 
     # -- delivery -----------------------------------------------------------------------
 
-    def dispatch(self, now_us: int, limit: int = 1 << 30) -> list[Delivery]:
+    def dispatch(self, now_us: int, limit: int = 1 << 30) -> list[QueueDelivery]:
         """Give ready messages to consumers with room, in priority and log order, while
         any consumer can take one (at most ``limit`` deliveries).
 
         A message no consumer with room accepts (filters), and a barrier with messages
         ahead of it, stay ready; the ones behind them go on.
         """
-        out: list[Delivery] = []
+        out: list[QueueDelivery] = []
         self._now_us = max(self._now_us, now_us)
         if not self._ready or not self._consumers:
             return out
@@ -696,7 +696,7 @@ class QueueMachine:
             ready_set.discard(seq)
             m.deliveries += 1
             consumer.delivered += 1
-            out.append(_make(Delivery, (consumer, m, m.deliveries, lease_us)))
+            out.append(_make(QueueDelivery, (consumer, m, m.deliveries, lease_us)))
             if at_most_once:
                 self._drop(m)
                 self._count(Removal(m, DELIVERED))
@@ -712,7 +712,7 @@ class QueueMachine:
             ready.push(entry)
         return out
 
-    def _choose(self, m: Message, unlimited: bool) -> Consumer | None:
+    def _choose(self, m: QueuedMessage, unlimited: bool) -> Consumer | None:
         """The consumer with room that gets ``m`` under the queue's fairness (None: no
         consumer with room accepts it; ``unlimited``: at-most-once, only held consumers
         are skipped).
@@ -757,19 +757,19 @@ class QueueMachine:
 
     # -- internals ----------------------------------------------------------------------
 
-    def _make_ready(self, m: Message) -> None:
+    def _make_ready(self, m: QueuedMessage) -> None:
         if self._parked:
             self._parked.discard(m.seq)
         self._ready_set.add(m.seq)
         self._ready.push((-m.priority, m.seq))
 
-    def _release(self, m: Message) -> None:
+    def _release(self, m: QueuedMessage) -> None:
         holder = m.holder
         if holder is not None:
             holder.leased.pop(m.seq, None)
             m.holder = None
 
-    def _drop(self, m: Message) -> None:
+    def _drop(self, m: QueuedMessage) -> None:
         seq = m.seq
         holder = m.holder  # _release, inlined (once per message that leaves)
         if holder is not None:

@@ -21,8 +21,18 @@ from typing import Final, NamedTuple
 
 from spool.server.queues.runheap import RunHeap
 
-__all__ = ["MAX_EARLY", "MAX_REASK_US", "REASK_US", "Ack", "Grant", "OwnerView", "Ownership",
-           "Request", "RequestState", "Wire"]  # fmt: skip
+__all__ = [
+    "MAX_EARLY",
+    "MAX_REASK_US",
+    "REASK_US",
+    "Grant",
+    "OwnerView",
+    "Ownership",
+    "OwnershipAck",
+    "Request",
+    "RequestState",
+    "Wire",
+]  # fmt: skip
 
 #: most acks and grants kept for messages this copy has not seen yet (a safety net: the
 #: position rule prunes them long before, unless a publisher stops for good)
@@ -56,13 +66,13 @@ class Grant(NamedTuple):
     proxied: bool = False
 
 
-class Ack(NamedTuple):
+class OwnershipAck(NamedTuple):
     """``bookmark`` was processed: every copy drops it."""
 
     bookmark: str
 
 
-Wire = Request | Grant | Ack
+Wire = Request | Grant | OwnershipAck
 
 
 class OwnerView(NamedTuple):
@@ -513,7 +523,7 @@ class Ownership:
 
     def acked(self, bookmark: str) -> list[Wire]:
         """A consumer here acked the message: drop it and tell the others."""
-        return [Ack(bookmark)] if self.acked_many((bookmark,)) else []
+        return [OwnershipAck(bookmark)] if self.acked_many((bookmark,)) else []
 
     def acked_many(self, bookmarks: Iterable[str]) -> int:
         """:meth:`acked` for each of ``bookmarks`` (the ``QUEUE_ACK`` record written for
@@ -657,7 +667,7 @@ class Ownership:
     # -- from the other instances -------------------------------------------------------
 
     def receive_acks(self, bookmarks: Iterable[str]) -> None:
-        """:meth:`receive` of an :class:`Ack` for each of ``bookmarks`` (a replicated
+        """:meth:`receive` of an :class:`OwnershipAck` for each of ``bookmarks`` (a replicated
         ``QUEUE_ACK`` record names a run of them)."""
         entries = self._entries
         forget = self._forget
@@ -666,7 +676,7 @@ class Ownership:
             if entry is not None:
                 forget(bm, entry)
             else:
-                self.receive(Ack(bm))  # one that did not arrive yet, or cannot any more
+                self.receive(OwnershipAck(bm))  # one that did not arrive yet, or cannot any more
 
     def receive(self, msg: Wire, now_us: int = 0, replay: bool = False) -> list[Wire]:
         """Apply one message from another instance (or, ``replay``, one read back from
@@ -679,7 +689,7 @@ class Ownership:
         given away while the requester never heard of it, and each would ask the other
         for it for ever."""
         bm = msg.bookmark
-        if type(msg) is Ack:
+        if type(msg) is OwnershipAck:
             entry = self._entries.pop(bm, None)
             if entry is not None:
                 self._forget(bm, entry)

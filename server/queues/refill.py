@@ -24,7 +24,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from spool.server.clock import Clock
-from spool.server.queues.machine import Message, Removal
+from spool.server.queues.machine import QueuedMessage, Removal
 from spool.server.queues.stage import QueueRuntime
 from spool.server.stats.source import EventSink
 from spool.server.txlog import TransactionLog
@@ -143,7 +143,7 @@ class Refills:
         self.wanted(queue)
 
     async def remove_where(
-        self, queue: QueueRuntime, matches: Callable[[Message], bool]
+        self, queue: QueueRuntime, matches: Callable[[QueuedMessage], bool]
     ) -> tuple[list[Removal], list[tuple[int, str]]]:
         """A removal by filter of a bounded queue: its active messages that ``matches``
         takes leave the state machine, and the seqs of its inactive ones (as of now) are

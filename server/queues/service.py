@@ -74,8 +74,8 @@ from spool.server.queues.machine import (
     DELIVERED,
     AckResult,
     Consumer,
-    Delivery,
-    Message,
+    QueueDelivery,
+    QueuedMessage,
     Removal,
 )
 from spool.server.queues.records import encode_ack_bookmarks, encode_ack_seqs
@@ -86,7 +86,7 @@ from spool.server.queues.transfers import Transfers
 from spool.server.session import Session
 from spool.server.stats.snapshot import QueueCounters
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.subscriptions import SubscriptionService
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.errors import TxlogError
@@ -112,7 +112,7 @@ class _Tie:
     """What a consumer is tied to: its connection, subscription and queue."""
 
     session: Session
-    sub: Subscription
+    sub: SessionSubscription
     queue: QueueRuntime
 
 
@@ -155,7 +155,7 @@ class QueueService:
         self.stage.now_us = lambda: time_us(clock)
         #: bounded queues' refills from the log (server/queues/refill.py)
         self.refills = Refills(txlog, self._refilled, events, clock)
-        self._ties: dict[Subscription, Consumer] = {}
+        self._ties: dict[SessionSubscription, Consumer] = {}
         self._dirty: set[QueueRuntime] = set()
         self._scheduled = False
         self._wake = asyncio.Event()
@@ -504,7 +504,7 @@ class QueueService:
         if existing is not None:
             self.end(existing)
         assert session.name is not None
-        sub = Subscription(
+        sub = SessionSubscription(
             outbound=session, client=session.name, user=session.user, sub_id=sub_id,
             topic=name, pattern=None, filter=flt, filter_text=cmd.filter, options=options,
             cid=cmd.cid, acks=cmd.acks, sid_bytes=orjson.dumps(sub_id),
@@ -524,7 +524,7 @@ class QueueService:
             session.ack("processed", cmd.cid, sub_id=sub_id, max_backlog=consumer.backlog)
         self.kick(queue)
 
-    def end(self, sub: Subscription) -> None:
+    def end(self, sub: SessionSubscription) -> None:
         """A queue subscription ends (``unsubscribe``, an accepted replace): its leases
         return (or leave, past MaxDeliveries); any other subscription is left alone."""
         consumer = self._ties.pop(sub, None)
@@ -778,7 +778,7 @@ class QueueService:
         if not session.closed:
             self.kick(queue)
 
-    def _send(self, queue: QueueRuntime, deliveries: list[Delivery]) -> None:
+    def _send(self, queue: QueueRuntime, deliveries: list[QueueDelivery]) -> None:
         per_session: dict[Session, list[bytes]] = {}
         literal = queue.literal
         for d in deliveries:
@@ -906,8 +906,8 @@ class QueueService:
         return self.hold.reasons(q.ownership is not None)
 
 
-def _accepts(flt: Filter) -> Callable[[Message], bool]:
-    def accepts(m: Message) -> bool:
+def _accepts(flt: Filter) -> Callable[[QueuedMessage], bool]:
+    def accepts(m: QueuedMessage) -> bool:
         return flt.matches(MessageView(m.topic, m.body, bookmark=m.bookmark))
 
     return accepts

@@ -27,7 +27,7 @@ from spool.server.config.model import QueueConfig
 from spool.server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
 from spool.server.ports import AppendedRun, Outbound, PublishRun
 from spool.server.protocol.errors import InvalidTopic
-from spool.server.queues.machine import ELSEWHERE, Message, QueueMachine, QueuePolicy
+from spool.server.queues.machine import ELSEWHERE, QueuedMessage, QueueMachine, QueuePolicy
 from spool.server.queues.ownership import Grant, Ownership, Wire
 from spool.server.queues.records import decode_ack, decode_transfers
 from spool.server.queues.window import Window
@@ -382,7 +382,7 @@ class QueueRuntime:
                 else None
             )
             messages = [
-                Message(seq, bm, topic, body, ts)
+                QueuedMessage(seq, bm, topic, body, ts)
                 for seq, bm, body, ts in zip(seqs, bms, bodies, timestamps_us, strict=True)
             ]
             if entered is not None:  # some were acked elsewhere before they came (rare)
@@ -425,7 +425,7 @@ class QueueRuntime:
 
     def _message(
         self, seq: int, bm: str, topic: str, body: bytes, ts_us: int, view: MessageView | None
-    ) -> Message:
+    ) -> QueuedMessage:
         """A queue message, its priority and barrier read from ``view`` (None when the
         queue has neither)."""
         prio = 0
@@ -435,7 +435,7 @@ class QueueRuntime:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 prio = int(value)
         is_barrier = barrier is not None and view is not None and barrier.matches(view)
-        return Message(seq, bm, topic, body, ts_us, priority=prio, barrier=is_barrier)
+        return QueuedMessage(seq, bm, topic, body, ts_us, priority=prio, barrier=is_barrier)
 
     def activate(self, records: Sequence[Record], last_seq: int) -> int:
         """A refill of the window: ``records`` read from the log at its cursor, in order
@@ -506,7 +506,7 @@ class QueueRuntime:
                                        view))  # fmt: skip
         return True
 
-    def inactive_matches(self, records: Sequence[Record], matches: Callable[[Message], bool]
+    def inactive_matches(self, records: Sequence[Record], matches: Callable[[QueuedMessage], bool]
                          ) -> list[tuple[int, str]]:  # fmt: skip
         """A removal by filter reaching inactive messages: the seqs and bookmarks of the
         queue's messages among ``records`` (read from the log at the cursor) that
@@ -525,7 +525,7 @@ class QueueRuntime:
             bm = rec.bookmark
             if flt is not None and not flt.matches(MessageView(rec.topic, rec.body, bookmark=bm)):
                 continue
-            if matches(Message(rec.seq, bm, rec.topic, rec.body, rec.timestamp_us)):
+            if matches(QueuedMessage(rec.seq, bm, rec.topic, rec.body, rec.timestamp_us)):
                 out.append((rec.seq, bm))
         return out
 

@@ -31,7 +31,7 @@ from typing import Final
 from spool.server.clock import Clock, time_us
 from spool.server.protocol.errors import ProtocolFailure
 from spool.server.queues.errors import ProxiedTransferUnavailable, QueueNotFound
-from spool.server.queues.ownership import Ack, Grant, Request, Wire
+from spool.server.queues.ownership import Grant, OwnershipAck, Request, Wire
 from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
 from spool.server.queues.stage import QueueRuntime
 from spool.server.stats.source import EventSink
@@ -104,7 +104,7 @@ class Transfers:
         if not changes:
             return
         transfers = [c for c in changes if type(c) is Request or type(c) is Grant]
-        acks = [c.bookmark for c in changes if type(c) is Ack]
+        acks = [c.bookmark for c in changes if type(c) is OwnershipAck]
         failure = None
         if transfers:
             failure = self._append(queue, RecordKind.QUEUE_TRANSFER,

@@ -19,7 +19,7 @@ from spool.server.backpressure import FeedError
 from spool.server.bookmarks import format_timestamp_us
 from spool.server.expr import MessageView
 from spool.server.ports import Entitlements
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.txlog.batch import RecordBatch
 from spool.server.txlog.pins import Pin
 from spool.server.txlog.record import Record
@@ -55,7 +55,7 @@ class BookmarkSink:
         entitlements: read entitlements (regex topics are checked per record topic).
     """
 
-    def __init__(self, sub: Subscription, entitlements: Entitlements) -> None:
+    def __init__(self, sub: SessionSubscription, entitlements: Entitlements) -> None:
         self.sub = sub
         self.sub_id = sub.sub_id
         self._auth = entitlements
@@ -230,9 +230,9 @@ class CatchUpSink(BookmarkSink):
 
     def __init__(
         self,
-        sub: Subscription,
+        sub: SessionSubscription,
         entitlements: Entitlements,
-        on_caught_up: Callable[[Subscription], None],
+        on_caught_up: Callable[[SessionSubscription], None],
     ) -> None:
         super().__init__(sub, entitlements)
         self._on_caught_up = on_caught_up

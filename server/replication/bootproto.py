@@ -49,7 +49,7 @@ from spool.server.replication.frames import (
     Repair,
     encode,
 )
-from spool.server.replication.protocol import Closed, DataReceived
+from spool.server.replication.protocol import DataReceived, LinkClosed
 
 __all__ = [
     "BootState",
@@ -111,7 +111,9 @@ class Finished:
     last_seq: int
 
 
-BootEvent = BootstrapRequested | Offered | SourceBusy | DataReceived | PhaseDone | Finished | Closed
+BootEvent = (
+    BootstrapRequested | Offered | SourceBusy | DataReceived | PhaseDone | Finished | LinkClosed
+)
 
 
 class BootstrapProtocol:
@@ -123,14 +125,14 @@ class BootstrapProtocol:
     Attributes:
         state: where the conversation is.
         phase: ``sow`` or ``txlog`` while copying (what the data messages hold).
-        closed_by: the :class:`Closed` event once closed.
+        closed_by: the :class:`LinkClosed` event once closed.
     """
 
     def __init__(self, role: Role) -> None:
         self.role = role
         self.state = BootState.HANDSHAKE
         self.phase = ""
-        self.closed_by: Closed | None = None
+        self.closed_by: LinkClosed | None = None
         self._parser = FrameParser()
         self._out: list[bytes] = []
         self._events: list[BootEvent] = []
@@ -319,6 +321,6 @@ class BootstrapProtocol:
 
     def _close(self, error: LinkRefused, *, by_peer: bool) -> None:
         self.state = BootState.CLOSED
-        closed = Closed(error, by_peer)
+        closed = LinkClosed(error, by_peer)
         self.closed_by = closed
         self._events.append(closed)

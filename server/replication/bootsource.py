@@ -35,7 +35,7 @@ from typing import Final
 
 import zstandard
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.clock import Clock
 from spool.server.config import Config, UserConfig
 from spool.server.logons import LogonGuard
@@ -81,7 +81,7 @@ class SourceContext:
 
     config: Config
     txlog: TransactionLog
-    auth: Authenticator
+    auth: UserAuthenticator
     logons: LogonGuard | None
     clock: Clock
     events: EventSink

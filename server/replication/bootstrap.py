@@ -30,7 +30,7 @@ import orjson
 import zstandard
 
 from spool.server.alerts import Alert
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.clock import Clock, sleep_or_wake
 from spool.server.config import BootstrapConfig, Config, UserConfig, format_inet_addr
 from spool.server.ports import Origin, PublishRun, Traffic
@@ -73,7 +73,7 @@ from spool.server.replication.frames import (
 )
 from spool.server.replication.hops import format_hop
 from spool.server.replication.linkauth import authenticate_own
-from spool.server.replication.protocol import Closed, DataReceived
+from spool.server.replication.protocol import DataReceived, LinkClosed
 from spool.server.replication.replies import FailureReplies
 from spool.server.replication.transport import (
     Connector,
@@ -266,7 +266,7 @@ class Bootstrapper:
         clock: Clock,
         events: EventSink,
         connector: Connector,
-        auth: Authenticator,
+        auth: UserAuthenticator,
     ) -> None:
         self.config = config
         self.bootstrap = bootstrap
@@ -497,7 +497,7 @@ class Bootstrapper:
                         return True
                     elif isinstance(event, SourceBusy):
                         self._busy(event.busy.name, event.busy.waiting_on)
-                    elif isinstance(event, Closed):
+                    elif isinstance(event, LinkClosed):
                         if event.by_peer and isinstance(event.error, _LASTING):
                             self._hold_off(address, event.error)
                             return False

@@ -23,7 +23,7 @@ from typing import Final, Literal, TypedDict
 
 from spool.server.alerts import Alert, iso_time
 
-__all__ = ["ALERT_HOLD", "Conflict", "ConflictKind", "Conflicts"]
+__all__ = ["ALERT_HOLD", "ConflictInfo", "ConflictKind", "Conflicts"]
 
 #: how long after it was last seen a conflict stays an alert (seconds)
 ALERT_HOLD: Final = 3600.0
@@ -38,7 +38,7 @@ _TITLES: Final[dict[str, str]] = {
 }
 
 
-class Conflict(TypedDict):
+class ConflictInfo(TypedDict):
     """One conflict as the admin API shows it.
 
     Attributes:
@@ -63,7 +63,7 @@ class Conflicts:
     """The conflicts an instance found. Owned by the event loop."""
 
     def __init__(self) -> None:
-        self._found: dict[tuple[str, str], Conflict] = {}
+        self._found: dict[tuple[str, str], ConflictInfo] = {}
 
     def report(
         self, kind: ConflictKind, name: str, detail: str, now: float, count: int = 1
@@ -83,14 +83,14 @@ class Conflicts:
         entry["detail"] = detail
         return False
 
-    def all(self) -> list[Conflict]:
+    def all(self) -> list[ConflictInfo]:
         """Every conflict remembered, newest first."""
         return sorted(self._found.values(), key=lambda c: c["last_seen"], reverse=True)
 
     def alerts(self, now: float) -> list[Alert]:
         """One alert per kind with a conflict seen within :data:`ALERT_HOLD` (a refused
         logon is not one: the refusal kept the names apart, nothing was lost)."""
-        recent: dict[str, list[Conflict]] = {}
+        recent: dict[str, list[ConflictInfo]] = {}
         for c in self.all():
             if c["kind"] != "client_name" and now - c["last_seen"] <= ALERT_HOLD:
                 recent.setdefault(c["kind"], []).append(c)

@@ -62,7 +62,7 @@ __all__ = [
     "COMPRESSED",
     "MAX_MESSAGE",
     "PROTOCOL_VERSION",
-    "Ack",
+    "AckFrame",
     "Bootstrap",
     "Busy",
     "Claim",
@@ -248,7 +248,7 @@ class Data:
 
 
 @dataclass(frozen=True, slots=True)
-class Ack:
+class AckFrame:
     """Destination -> source: everything up to ``position`` is durable here."""
 
     position: int
@@ -269,7 +269,7 @@ Message = (
     | Refuse
     | Stream
     | Data
-    | Ack
+    | AckFrame
     | SyncNotice
     | Bootstrap
     | Offer
@@ -303,7 +303,7 @@ def _encoded(message: Message) -> tuple[int, bytes]:
     if isinstance(message, Data):
         kind = MessageType.DATA | (COMPRESSED if message.compressed else 0)
         return kind, _DATA_HEAD.pack(message.upto, message.count) + message.payload
-    if isinstance(message, Ack):
+    if isinstance(message, AckFrame):
         return MessageType.ACK, _U64.pack(message.position)
     if isinstance(message, Hello):
         return MessageType.HELLO, orjson.dumps(
@@ -631,7 +631,7 @@ def _parse(kind: int, payload: bytes) -> Message:
     if base == MessageType.ACK:
         if len(payload) != _U64.size:
             raise ReplicationProtocolError("an ack is a u64 position")
-        return Ack(_U64.unpack(payload)[0])
+        return AckFrame(_U64.unpack(payload)[0])
     if base == MessageType.HELLO:
         obj = _obj(payload, "hello")
         compression = str_field(obj, "compression", "hello", optional=True)

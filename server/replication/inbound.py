@@ -25,7 +25,7 @@ from typing import Final
 
 import zstandard
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.clock import Clock
 from spool.server.config import Config, UserConfig
 from spool.server.logons import LogonGuard
@@ -63,10 +63,10 @@ from spool.server.replication.hops import format_hop
 from spool.server.replication.linkauth import authenticate_peer
 from spool.server.replication.protocol import (
     Carried,
-    Closed,
     DataReceived,
     Event,
     HelloReceived,
+    LinkClosed,
     LinkProtocol,
     PeerReceived,
     Side,
@@ -93,7 +93,7 @@ class InboundContext:
     config: Config
     txlog: TransactionLog
     pipeline: PublishPipeline
-    auth: Authenticator
+    auth: UserAuthenticator
     clock: Clock
     events: EventSink
     summary: dict[str, object]
@@ -342,7 +342,7 @@ class InboundLink:
                 # connection (nobody attached: it just ended; what it said is moot)
                 if self._sink is not None:
                     self._sink(event.message)
-            elif isinstance(event, Closed):
+            elif isinstance(event, LinkClosed):
                 self._finish(event)
 
     async def _authenticate(self, hello: Hello) -> UserConfig:
@@ -420,7 +420,7 @@ class InboundLink:
             "connected", f"from {self.remote} as user {self.user.name if self.user else None}"
         )
 
-    def _finish(self, event: Closed) -> None:
+    def _finish(self, event: LinkClosed) -> None:
         if self._closed.is_set():
             return
         error = event.error

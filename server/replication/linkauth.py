@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.config import ReplicationTransport, UserConfig
 from spool.server.logons import LogonGuard
 from spool.server.peer import Peer
@@ -29,7 +29,7 @@ __all__ = ["authenticate_own", "authenticate_peer"]
 
 
 async def authenticate_peer(
-    auth: Authenticator,
+    auth: UserAuthenticator,
     logons: LogonGuard | None,
     peer: Peer,
     *,
@@ -89,7 +89,7 @@ async def authenticate_peer(
 
 
 async def authenticate_own(
-    auth: Authenticator, transport: ReplicationTransport, *, label: str
+    auth: UserAuthenticator, transport: ReplicationTransport, *, label: str
 ) -> UserConfig:
     """The user of this instance that ``transport``'s own credentials log on as: the user
     a link presenting them here would be (its ``<User>`` with the password or token, or a

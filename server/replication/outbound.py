@@ -48,8 +48,8 @@ from spool.server.replication.packing import pack_runs
 from spool.server.replication.protocol import (
     Acked,
     Carried,
-    Closed,
     Event,
+    LinkClosed,
     LinkProtocol,
     PeerReceived,
     Side,
@@ -57,7 +57,7 @@ from spool.server.replication.protocol import (
     Welcomed,
 )
 from spool.server.replication.routing import Held, Route, held_by
-from spool.server.replication.state import Acked as AckedState
+from spool.server.replication.state import AckedState
 from spool.server.replication.syncstate import SyncState
 from spool.server.replication.transport import (
     Connector,
@@ -579,7 +579,7 @@ class DestinationLink:
                         self._acked(event.position)
                     elif isinstance(event, PeerReceived):
                         ctx.peers.peer_received(event.message, self)
-                    elif isinstance(event, Closed):
+                    elif isinstance(event, LinkClosed):
                         self._closed(event)
                 await writer.write()
                 if protocol.state is State.CLOSED:
@@ -760,7 +760,7 @@ class DestinationLink:
         self.last_error = f"{error.reason}: {error.detail}"
         self._event("refused", self.last_error)
 
-    def _closed(self, event: Closed) -> None:
+    def _closed(self, event: LinkClosed) -> None:
         error = event.error
         text = f"{error.reason}: {error.detail}"
         if event.by_peer:

@@ -9,7 +9,7 @@ websockets library's ``protocol.py``: the adapter feeds received bytes with
 :meth:`~LinkProtocol.data_to_send`, and calls the side's methods (``hello``, ``welcome``,
 ``start_stream``, ``send_data``, ``ack``, ``refuse``) to act. It never raises into the
 adapter for what the peer sent: a malformed or out-of-order message records the error,
-queues a refusal for the peer and closes (a :class:`Closed` event says why).
+queues a refusal for the peer and closes (a :class:`LinkClosed` event says why).
 
 The conversation::
 
@@ -43,7 +43,7 @@ from spool.server.replication.errors import (
 )
 from spool.server.replication.frames import (
     PROTOCOL_VERSION,
-    Ack,
+    AckFrame,
     Data,
     FrameParser,
     Hello,
@@ -61,10 +61,10 @@ from spool.server.replication.frames import (
 __all__ = [
     "Acked",
     "Carried",
-    "Closed",
     "DataReceived",
     "Event",
     "HelloReceived",
+    "LinkClosed",
     "LinkProtocol",
     "PeerReceived",
     "Side",
@@ -145,7 +145,7 @@ class Acked:
 
 
 @dataclass(frozen=True, slots=True)
-class Closed:
+class LinkClosed:
     """The link is closed.
 
     Attributes:
@@ -166,7 +166,7 @@ Event = (
     | Acked
     | PeerReceived
     | Carried
-    | Closed
+    | LinkClosed
 )
 
 
@@ -183,7 +183,7 @@ class LinkProtocol:
 
     Attributes:
         state: where the conversation is.
-        closed_by: the :class:`Closed` event once closed.
+        closed_by: the :class:`LinkClosed` event once closed.
     """
 
     def __init__(self, side: Side, *, channel: int = 0, carries: bool = False) -> None:
@@ -191,7 +191,7 @@ class LinkProtocol:
         self.channel = channel
         self._carries = carries
         self.state = State.HANDSHAKE
-        self.closed_by: Closed | None = None
+        self.closed_by: LinkClosed | None = None
         self._parser = FrameParser()
         self._out: list[bytes] = []
         self._events: list[Event] = []
@@ -363,7 +363,7 @@ class LinkProtocol:
         if position < self._acked:
             raise ReplicationProtocolError(f"ack went back from {self._acked} to {position}")
         self._acked = position
-        self._out.append(self._encode(Ack(position)))
+        self._out.append(self._encode(AckFrame(position)))
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -391,7 +391,7 @@ class LinkProtocol:
                 )
             self.state = State.WELCOMED
             self._events.append(Welcomed(message))
-        elif isinstance(message, Ack):
+        elif isinstance(message, AckFrame):
             if self.state is not State.STREAMING:
                 raise ReplicationProtocolError("an ack before the stream began")
             if message.position < self._acked or message.position > self._upto:
@@ -452,6 +452,6 @@ class LinkProtocol:
 
     def _close(self, error: LinkRefused, *, by_peer: bool) -> None:
         self.state = State.CLOSED
-        closed = Closed(error, by_peer)
+        closed = LinkClosed(error, by_peer)
         self.closed_by = closed
         self._events.append(closed)

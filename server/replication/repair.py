@@ -28,7 +28,7 @@ from typing import Final
 import zstandard
 
 from spool.server.alerts import Alert
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.clock import Clock, sleep_or_wake
 from spool.server.config import Config, DestinationConfig, UserConfig, format_inet_addr
 from spool.server.replication.bootproto import BootstrapProtocol, Finished, Offered, Role
@@ -44,7 +44,7 @@ from spool.server.replication.frames import (
 )
 from spool.server.replication.hops import format_hop, parse_hop
 from spool.server.replication.linkauth import authenticate_own
-from spool.server.replication.protocol import Closed, DataReceived
+from spool.server.replication.protocol import DataReceived, LinkClosed
 from spool.server.replication.transport import (
     Connector,
     Dialed,
@@ -167,7 +167,7 @@ class Repairer:
         clock: Clock,
         events: EventSink,
         connector: Connector,
-        auth: Authenticator,
+        auth: UserAuthenticator,
     ) -> None:
         self._config = config
         self._auth = auth
@@ -429,7 +429,7 @@ class Repairer:
                 elif isinstance(event, Finished):
                     assert offer is not None
                     return offer.name, offer
-                elif isinstance(event, Closed):
+                elif isinstance(event, LinkClosed):
                     raise event.error
             await writer.write()
 

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypedDict
 
 from spool.server.alerts import Alert
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.clock import Clock
 from spool.server.config import Config, DestinationConfig, UserConfig
 from spool.server.lifecycle import Lifecycle
@@ -50,7 +50,7 @@ from spool.server.replication import state as state_file
 from spool.server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
 from spool.server.replication.clientnames import ClientNames
 from spool.server.replication.collisions import CollisionWatch
-from spool.server.replication.conflicts import Conflict, Conflicts
+from spool.server.replication.conflicts import ConflictInfo, Conflicts
 from spool.server.replication.errors import (
     DestinationNotFound,
     LinkReplaced,
@@ -170,7 +170,7 @@ class ReplicationInfo(TypedDict):
     durable_seq: int
     destinations: list[DestinationInfo]
     incoming: list[InboundInfo]
-    conflicts: list[Conflict]
+    conflicts: list[ConflictInfo]
     identity_checks: dict[str, int]
 
 
@@ -214,7 +214,7 @@ class Replication:
         config: Config,
         txlog: TransactionLog,
         pipeline: PublishPipeline,
-        auth: Authenticator,
+        auth: UserAuthenticator,
         lifecycle: Lifecycle,
         clock: Clock,
         events: EventSink,

@@ -36,13 +36,13 @@ from typing import Final
 
 import orjson
 
-__all__ = ["FILE_VERSION", "Acked", "ReplicationState", "load", "save", "state_path"]
+__all__ = ["FILE_VERSION", "AckedState", "ReplicationState", "load", "save", "state_path"]
 
 FILE_VERSION: Final = 1
 
 
 @dataclass(slots=True)
-class Acked:
+class AckedState:
     """How far one destination acknowledged this instance's log.
 
     Attributes:
@@ -61,7 +61,7 @@ class ReplicationState:
     """The file's content."""
 
     log_id: str
-    destinations: dict[str, Acked] = field(default_factory=dict)
+    destinations: dict[str, AckedState] = field(default_factory=dict)
     instance_id: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @classmethod
@@ -119,7 +119,7 @@ class ReplicationState:
                 raise ValueError(f"destination {name!r}: remote and remote_log_id are strings")
             if not isinstance(acked, int) or acked < 0:
                 raise ValueError(f"destination {name!r}: acked is a non-negative integer")
-            state.destinations[name] = Acked(remote, remote_id, acked)
+            state.destinations[name] = AckedState(remote, remote_id, acked)
         return state
 
 

@@ -34,10 +34,10 @@ __all__ = [
     "MAX_ROUTES",
     "Drops",
     "DropsInfo",
-    "Hop",
     "Reached",
-    "Route",
     "RouteTrace",
+    "TraceHop",
+    "TraceRoute",
     "drops_of",
     "passes_every_group",
     "route_trace",
@@ -123,7 +123,7 @@ def drops_of(summary: Summary, dest: Destination) -> Drops:
 # -- the route trace ----------------------------------------------------------------------
 
 
-class Hop(TypedDict):
+class TraceHop(TypedDict):
     """One link a message crosses: from ``source`` to ``target`` (instance names), its sync
     type (effective where the trace's instance knows it: its own links; else configured),
     the filter that decides which messages cross it (None: all of them) and, for this
@@ -136,11 +136,11 @@ class Hop(TypedDict):
     connected: bool | None
 
 
-class Route(TypedDict):
+class TraceRoute(TypedDict):
     """One way a message reaches ``reaches``: the hops, in order."""
 
     reaches: str
-    hops: list[Hop]
+    hops: list[TraceHop]
 
 
 class Unreached(TypedDict):
@@ -178,7 +178,7 @@ class RouteTrace(TypedDict):
     origin: str
     recorded: bool
     reached: list[Reached]
-    routes: list[Route]
+    routes: list[TraceRoute]
     not_reached: list[Unreached]
     unknown: list[str]
     truncated: bool
@@ -188,7 +188,7 @@ class RouteTrace(TypedDict):
 class _State:
     instance: str
     path: tuple[str, ...]  # the hops it came through, origin first (NAME@GROUP)
-    hops: list[Hop] = field(default_factory=list)
+    hops: list[TraceHop] = field(default_factory=list)
 
 
 def _recorded(summary: Summary, topic: str) -> bool:
@@ -228,7 +228,7 @@ def route_trace(
     connected = connected or {}
     start = summaries.get(origin)
     recorded = start is not None and _recorded(start, topic)
-    routes: list[Route] = []
+    routes: list[TraceRoute] = []
     not_reached: dict[tuple[str, str], Unreached] = {}
     unknown: list[str] = []
     truncated = False
@@ -255,7 +255,7 @@ def route_trace(
                 continue
             not_reached.pop((here.name, target), None)
             flt = next((b.filter for b in dest.blocks if _takes(b.rule, topic)), None)
-            hop: Hop = {
+            hop: TraceHop = {
                 "source": here.name,
                 "target": target,
                 "sync_type": sync_types.get((here.name, dest.name), dest.sync_type),
@@ -306,7 +306,7 @@ def _stopped(dest: Destination, topic: str, arrived_from: str | None, here: str)
     return None
 
 
-def _reached(routes: list[Route]) -> list[Reached]:
+def _reached(routes: list[TraceRoute]) -> list[Reached]:
     out: dict[str, Reached] = {}
     for route in routes:
         name = route["reaches"]

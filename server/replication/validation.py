@@ -28,7 +28,7 @@ from spool.server.config import (
 )
 from spool.server.replication.errors import ReplicationProtocolError, ValidationFailed
 
-__all__ = ["Block", "Summary", "parse_summary", "summarize", "validate"]
+__all__ = ["Summary", "TopicBlock", "parse_summary", "summarize", "validate"]
 
 #: patterns that take every topic
 _EVERYTHING: Final = frozenset({".*", "^.*", ".*$", "^.*$", "", "^", "(.*)"})
@@ -53,7 +53,7 @@ class Rule:
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
+class TopicBlock:
     """A destination's topic block, as a summary lists it."""
 
     rule: Rule
@@ -68,7 +68,7 @@ class Destination:
     name: str
     group: str
     passthrough: tuple[str, ...]
-    blocks: tuple[Block, ...]
+    blocks: tuple[TopicBlock, ...]
     #: its configured sync type (``sync`` / ``async``; None from a summary without it)
     sync_type: str | None = None
 
@@ -179,7 +179,7 @@ def _strs(value: object, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _block(value: object) -> Block:
+def _block(value: object) -> TopicBlock:
     if not isinstance(value, dict):
         raise _malformed("a topic block is an object")
     name, is_regex, flt = value.get("name"), value.get("is_regex"), value.get("filter")
@@ -187,7 +187,9 @@ def _block(value: object) -> Block:
         raise _malformed("a topic block has a name and is_regex")
     if flt is not None and not isinstance(flt, str):
         raise _malformed("a topic block's filter is a string")
-    return Block(Rule(name, is_regex), flt, frozenset(_strs(value.get("exclude", []), "exclude")))
+    return TopicBlock(
+        Rule(name, is_regex), flt, frozenset(_strs(value.get("exclude", []), "exclude"))
+    )
 
 
 def _destination(value: object) -> Destination:
@@ -258,7 +260,7 @@ def _topic_xml(rule: Rule) -> str:
     return f"<Topic><Name>{rule.name}</Name><MessageType>json</MessageType></Topic>"
 
 
-def _back_to(remote: Summary, local: Summary, rule: Rule) -> list[tuple[Destination, Block]]:
+def _back_to(remote: Summary, local: Summary, rule: Rule) -> list[tuple[Destination, TopicBlock]]:
     """The remote's blocks that replicate ``rule``'s topics back to the local instance."""
     return [
         (d, b)
@@ -293,7 +295,7 @@ def _sow_xml(subject: Rule, sow: SowTopic) -> str:
     )
 
 
-def _sow_check(local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+def _sow_check(local: Summary, remote: Summary, block: TopicBlock) -> ValidationFailed | None:
     """``sow``: what the block replicates of either side's SOW is in the other's SOW."""
     for side, other in ((local, remote), (remote, local)):
         for subject, sow in _sow_in(side, block.rule):
@@ -307,7 +309,7 @@ def _sow_check(local: Summary, remote: Summary, block: Block) -> ValidationFaile
     return None
 
 
-def _keys_check(local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+def _keys_check(local: Summary, remote: Summary, block: TopicBlock) -> ValidationFailed | None:
     """``keys``: a SOW topic within the block has the same keys, in order, on both sides."""
     peer = remote.name
     for subject, here in _sow_in(local, block.rule):
@@ -432,7 +434,9 @@ def _same_queue(
     return None
 
 
-def _check(check: str, local: Summary, remote: Summary, block: Block) -> ValidationFailed | None:
+def _check(
+    check: str, local: Summary, remote: Summary, block: TopicBlock
+) -> ValidationFailed | None:
     """One check of one block; None when it passes."""
     rule = block.rule
     topic = rule.name
@@ -519,7 +523,7 @@ def validate(
     there = parse_summary(remote)
     failures: list[ValidationFailed] = []
     for topic in destination.topics:
-        block = Block(Rule(topic.name, topic.is_regex), topic.filter, topic.exclude_validation)
+        block = TopicBlock(Rule(topic.name, topic.is_regex), topic.filter, topic.exclude_validation)
         for check in VALIDATION_CHECKS:
             if check in block.exclude and check not in NON_EXCLUDABLE_CHECKS:
                 continue

@@ -29,8 +29,8 @@ __all__ = [
     "MAGIC",
     "VERSION",
     "ChangeRecord",
-    "Damage",
     "Header",
+    "SowDamage",
     "decode_header",
     "encode_delete",
     "encode_header",
@@ -84,7 +84,7 @@ class ChangeRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class Damage:
+class SowDamage:
     """Where the readable part of a file ends and why (``torn change`` at the tail after
     a crash; anything else is damage inside the file)."""
 
@@ -172,12 +172,12 @@ def encode_delete(key: str, seq: int) -> bytes:
     return data + _U32.pack(_crc(data))
 
 
-def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | Damage]:
-    """The changes from ``pos`` to the end of ``buf``; a :class:`Damage` ends the walk
+def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | SowDamage]:
+    """The changes from ``pos`` to the end of ``buf``; a :class:`SowDamage` ends the walk
     where the readable part ends (nothing after it is trusted)."""
     put = _PUT.unpack_from
     for item in walk_changes(buf, pos):
-        if type(item) is Damage:
+        if type(item) is SowDamage:
             yield item
             return
         at, length, op, key, seq = item  # type: ignore[misc]
@@ -193,9 +193,9 @@ def read_changes(buf: bytes, pos: int) -> Iterator[ChangeRecord | Damage]:
 Found = tuple[int, int, int, str, int]
 
 
-def walk_changes(buf: bytes, pos: int) -> Iterator[Found | Damage]:
+def walk_changes(buf: bytes, pos: int) -> Iterator[Found | SowDamage]:
     """Where the changes from ``pos`` are, checked (length, op, CRC, UTF-8 key, field
-    sizes) but not decoded beyond the key; a :class:`Damage` ends the walk.
+    sizes) but not decoded beyond the key; a :class:`SowDamage` ends the walk.
 
     The one validation of the format: :func:`read_changes` decodes what it finds, and a
     compaction copies the live changes' bytes as they are (no object per change, no
@@ -209,33 +209,33 @@ def walk_changes(buf: bytes, pos: int) -> Iterator[Found | Damage]:
     del_fixed = _DEL.size
     while pos < end:
         if end - pos < _COMMON.size:
-            yield Damage(pos, "torn change")
+            yield SowDamage(pos, "torn change")
             return
         length, op, _pad, kl, seq = unpack(buf, pos)
         if length == 0:
-            yield Damage(pos, "zero length")
+            yield SowDamage(pos, "zero length")
             return
         if pos + length > end:
-            yield Damage(pos, "torn change")
+            yield SowDamage(pos, "torn change")
             return
         if op == CHANGE_PUT:
             fixed = put_fixed
         elif op == CHANGE_DELETE:
             fixed = del_fixed
         else:
-            yield Damage(pos, "bad op")
+            yield SowDamage(pos, "bad op")
             return
         if length < fixed + kl + 4 or crc(buf[pos : pos + length]) != _CRC_RESIDUE:
-            yield Damage(pos, "crc mismatch" if length >= fixed + kl + 4 else "bad length")
+            yield SowDamage(pos, "crc mismatch" if length >= fixed + kl + 4 else "bad length")
             return
         try:
             key = buf[pos + fixed : pos + fixed + kl].decode()
         except UnicodeDecodeError:
-            yield Damage(pos, "bad utf-8")
+            yield SowDamage(pos, "bad utf-8")
             return
         extra = body_len(buf, pos + fixed - 4)[0] if op == CHANGE_PUT else 0
         if length != fixed + kl + extra + 4:
-            yield Damage(pos, "length mismatch")
+            yield SowDamage(pos, "length mismatch")
             return
         yield pos, length, op, key, seq
         pos += length
@@ -243,7 +243,7 @@ def walk_changes(buf: bytes, pos: int) -> Iterator[Found | Damage]:
 
 #: what :func:`live_changes` finds: live key -> (offset, length) of its last put, the
 #: highest sequence, and where the readable part ends (None: at the end)
-LiveScan = tuple[dict[str, tuple[int, int]], int, Damage | None]
+LiveScan = tuple[dict[str, tuple[int, int]], int, SowDamage | None]
 
 
 def encode_puts_py(records: list[SowRecord]) -> bytes:
@@ -267,7 +267,7 @@ def live_changes_py(buf: bytes, pos: int, base_seq: int) -> LiveScan:
     live: dict[str, tuple[int, int]] = {}
     top = base_seq
     for found in walk_changes(buf, pos):
-        if type(found) is Damage:
+        if type(found) is SowDamage:
             return live, top, found
         at, length, op, key, seq = found  # type: ignore[misc]
         if op == CHANGE_PUT:
@@ -287,7 +287,7 @@ def _encode_puts_c(records: list[SowRecord]) -> bytes:
 def _live_changes_c(buf: bytes, pos: int, base_seq: int) -> LiveScan:
     assert _live_changes_compiled is not None
     live, top, damage = _live_changes_compiled(buf, pos, base_seq)
-    return live, top, (Damage(*damage) if damage is not None else None)
+    return live, top, (SowDamage(*damage) if damage is not None else None)
 
 
 try:

@@ -38,8 +38,8 @@ from spool.server.ports import SowRecord
 from spool.server.sow.fileformat import (
     CHANGE_PUT,
     ChangeRecord,
-    Damage,
     Header,
+    SowDamage,
     decode_header,
     encode_delete,
     encode_header,
@@ -94,7 +94,7 @@ class LoadReport:
     status: LoadStatus
     records: int
     file_seq: int
-    damage: Damage | None = None
+    damage: SowDamage | None = None
     rekeyed: bool = False
     dropped: int = 0
     moved_to: Path | None = None
@@ -135,7 +135,7 @@ class _Read:
     file_seq: int
     valid_end: int
     size: int
-    damage: Damage | None
+    damage: SowDamage | None
 
 
 def read_sow_file(path: Path) -> _Read:
@@ -149,10 +149,10 @@ def read_sow_file(path: Path) -> _Read:
         return _Read(None, header, {}, 0, 0, len(buf), None)
     live: dict[str, ChangeRecord] = {}
     top = header.base_seq
-    damage: Damage | None = None
+    damage: SowDamage | None = None
     valid = header.size
     for change in read_changes(buf, header.size):
-        if isinstance(change, Damage):
+        if isinstance(change, SowDamage):
             damage = change
             break
         if change.op == CHANGE_PUT:

@@ -68,7 +68,7 @@ from spool.server.sow.registry import SowTopics
 from spool.server.sow.streaming import StreamSpec, stream_query
 from spool.server.sow.subscribers import SowDelivery, SowSubscriber
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.subscriptions import SubscriptionService
 from spool.server.txlog import TransactionLog
 from spool.server.wire import topic_json
@@ -127,7 +127,7 @@ class SowQueries:
         self._last: dict[Session, asyncio.Task[None]] = {}
         self._tasks: dict[Session, set[asyncio.Task[None]]] = {}
         #: the snapshot stream of a sow_and_subscribe, by subscription
-        self._streams: dict[Subscription, asyncio.Task[None]] = {}
+        self._streams: dict[SessionSubscription, asyncio.Task[None]] = {}
 
     # -- shared checks ------------------------------------------------------------------
 
@@ -331,7 +331,7 @@ class SowQueries:
     def subscriber(
         self,
         session: Session,
-        sub: Subscription,
+        sub: SessionSubscription,
         options: SubscribeOptions,
         delta: bool,
         *,
@@ -498,7 +498,7 @@ class SowQueries:
         session: Session,
         cmd: Command,
         work: Callable[[], Awaitable[None]],
-        sub: Subscription | None = None,
+        sub: SessionSubscription | None = None,
     ) -> None:
         """Run ``work`` after this connection's earlier streams; failures become acks."""
         prev = self._last.get(session)
@@ -557,7 +557,7 @@ class SowQueries:
         else:
             self._subscriptions.drop(session, sub_id)
 
-    def drop(self, sub: Subscription) -> bool:
+    def drop(self, sub: SessionSubscription) -> bool:
         """End a SOW subscription (its snapshot stream too); False when ``sub`` is not one."""
         stream = self._streams.pop(sub, None)
         if stream is not None:
@@ -609,10 +609,10 @@ def new_subscription(
     pattern: Regex | None,
     flt: Filter | None,
     options: SubscribeOptions,
-) -> Subscription:
-    """The :class:`Subscription` value of a SOW subscription."""
+) -> SessionSubscription:
+    """The :class:`SessionSubscription` value of a SOW subscription."""
     assert session.name is not None
-    return Subscription(
+    return SessionSubscription(
         outbound=session,
         client=session.name,
         user=session.user,

@@ -49,7 +49,7 @@ from spool.server.sow.registry import SowTopics
 from spool.server.sow.stage import SowStage
 from spool.server.sow.subscribers import SowDelivery
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.subscriptions import SubscriptionService
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.pins import Pin
@@ -202,7 +202,7 @@ class SowService:
             session.ack("processed", cmd.cid, sub_id=sub_id)
         return None
 
-    def end(self, sub: Subscription) -> None:
+    def end(self, sub: SessionSubscription) -> None:
         """A SOW subscription ends (``unsubscribe``, an accepted replace); any other is
         left alone (the subscription service forgets it)."""
         self.queries.drop(sub)

@@ -40,7 +40,7 @@ from spool.server.session import Session
 from spool.server.sow.conflate import SowConflation
 from spool.server.sow.delta import diff
 from spool.server.stats.source import EventSink
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.wire import encode_keyed, encode_oof
 
 __all__ = ["SowDelivery", "SowSubscriber"]
@@ -73,7 +73,7 @@ class SowSubscriber:
         qid: the query id of its snapshot, as a JSON literal.
     """
 
-    sub: Subscription
+    sub: SessionSubscription
     session: Session
     delta: bool
     oof: bool
@@ -118,14 +118,14 @@ class SowDelivery:
         self._limit = buffer_limit
         self._events = events
         self.router = Router()
-        self.subscribers: dict[Subscription, SowSubscriber] = {}
+        self.subscribers: dict[SessionSubscription, SowSubscriber] = {}
 
     def add(self, ss: SowSubscriber) -> None:
         """Start delivering to ``ss`` (held back while ``ss.pending`` is a list)."""
         self.subscribers[ss.sub] = ss
         self.router.add(ss.sub)
 
-    def remove(self, sub: Subscription) -> SowSubscriber | None:
+    def remove(self, sub: SessionSubscription) -> SowSubscriber | None:
         """Stop delivering to ``sub``."""
         ss = self.subscribers.pop(sub, None)
         if ss is not None:
@@ -135,7 +135,7 @@ class SowDelivery:
             ss.pending = None
         return ss
 
-    def get(self, sub: Subscription) -> SowSubscriber | None:
+    def get(self, sub: SessionSubscription) -> SowSubscriber | None:
         return self.subscribers.get(sub)
 
     def __len__(self) -> int:

@@ -38,7 +38,7 @@ RETENTION_EVERY: Final = 300.0  # seconds between retention passes
 P = ParamSpec("P")
 
 
-class LinkEvent(Protocol):
+class LinkEventView(Protocol):
     """A replication link event (server/replication/history.py ``LinkEvent``)."""
 
     @property
@@ -91,7 +91,7 @@ class Sampler:
         config: Config,
         clock: Clock,
         *,
-        link_events: Callable[[], Sequence[LinkEvent]] | None = None,
+        link_events: Callable[[], Sequence[LinkEventView]] | None = None,
         link_samples: Callable[[], Sequence[LinkSampleRow]] | None = None,
     ) -> None:
         self._broker = broker

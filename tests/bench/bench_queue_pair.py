@@ -27,7 +27,7 @@ import time
 
 from spool.server.clock import VirtualClock
 from spool.server.config.model import QueueConfig
-from spool.server.queues.machine import Consumer, Delivery
+from spool.server.queues.machine import Consumer, QueueDelivery
 from spool.server.queues.records import encode_ack_bookmarks
 from spool.server.queues.stage import QueueRuntime
 from spool.server.txlog.record import RecordKind
@@ -57,7 +57,7 @@ def _publish(copies: list[QueueRuntime], origin: int, pub_seq: int, seq: int, no
                 copies[origin].instance)  # fmt: skip
 
 
-def _ack(copies: list[QueueRuntime], i: int, delivered: list[Delivery]) -> None:
+def _ack(copies: list[QueueRuntime], i: int, delivered: list[QueueDelivery]) -> None:
     """Copy ``i``'s consumers ack ``delivered``; the acks reach the other copy."""
     q = copies[i]
     by_consumer: dict[Consumer, list[str]] = {}
@@ -82,7 +82,7 @@ def _cpu_us_per_msg(total: int) -> float:
         _publish(copies, origin, pub[origin], seq[0], now)
         pub[origin] += RUN
         seq[0] += RUN
-    pending: list[list[Delivery]] = [[], []]
+    pending: list[list[QueueDelivery]] = [[], []]
     start = time.process_time()
     for k in range(total // RUN):
         now += 200

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.config import UserConfig
 from spool.server.passwords import hash_password, verify_password
 from spool.server.stats.histogram import LatencyHistogram
@@ -65,7 +65,7 @@ def run(quick: bool = False) -> dict[str, float]:
             store.close()
 
     users = tuple(UserConfig(name=f"u{i}", token=f"token-{i:04d}") for i in range(100))
-    auth = Authenticator(users)
+    auth = UserAuthenticator(users)
     lookups = 2_000 * scale
     start = time.perf_counter()
     for i in range(lookups):

@@ -34,8 +34,8 @@ from websockets.asyncio.client import connect
 
 from spool.server.client import Client, ClientError
 from spool.server.client.connection import (
+    ClientTransport,
     Handlers,
-    Transport,
     WebSocketTransport,
     connect_websocket,
 )
@@ -116,7 +116,7 @@ async def small_buffer_connector(
     open_timeout: float,
     max_size: int | None,
     ssl: ssl.SSLContext | None = None,
-) -> Transport:
+) -> ClientTransport:
     """A websocket whose socket has a :data:`SLOW_RCVBUF` receive buffer and whose library
     holds at most two frames: a reader that takes messages late pushes back at once."""
     parts = urlsplit(url)

@@ -9,7 +9,7 @@ import io
 
 import pytest
 
-from spool.server.auth import Authenticator, InvalidEntitlement, register
+from spool.server.auth import InvalidEntitlement, UserAuthenticator, register
 from spool.server.clock import VirtualClock
 from spool.server.config import UserConfig
 from spool.server.passwords import hash_password, verify_password
@@ -24,7 +24,7 @@ USERS = (
 
 
 def test_authenticate_by_password_and_token() -> None:
-    auth = Authenticator(USERS)
+    auth = UserAuthenticator(USERS)
     assert auth.enabled
     assert auth.authenticate("ops", "correct horse") is USERS[0]
     assert auth.authenticate("ops", "wrong") is None
@@ -41,7 +41,7 @@ def test_authenticate_by_password_and_token() -> None:
 
 
 def test_authenticate_async_matches_sync() -> None:
-    auth = Authenticator(USERS)
+    auth = UserAuthenticator(USERS)
 
     async def main() -> list[UserConfig | None]:
         return list(
@@ -57,7 +57,7 @@ def test_authenticate_async_matches_sync() -> None:
 
 
 def test_entitlements_use_regex_search() -> None:
-    auth = Authenticator(USERS)
+    auth = UserAuthenticator(USERS)
     feed, audit, ops = USERS[1], USERS[2], USERS[0]
     assert auth.can_read(feed, "orders") and auth.can_write(feed, "orders")
     assert not auth.can_read(feed, "orders2") and not auth.can_write(feed, "trades")
@@ -71,7 +71,7 @@ def test_entitlements_use_regex_search() -> None:
 
 
 def test_disabled_authentication_allows_everything() -> None:
-    auth = Authenticator(())
+    auth = UserAuthenticator(())
     assert not auth.enabled
     assert auth.authenticate("anyone", "anything") is None
     assert auth.can_read(None, "x") and auth.can_write(None, "x") and auth.is_admin(None)
@@ -79,7 +79,7 @@ def test_disabled_authentication_allows_everything() -> None:
 
 def test_bad_entitlement_regex() -> None:
     with pytest.raises(InvalidEntitlement) as info:
-        Authenticator((UserConfig(name="u", token="t", read=("(",)),))
+        UserAuthenticator((UserConfig(name="u", token="t", read=("(",)),))
     assert info.value.user == "u" and info.value.pattern == "("
 
 

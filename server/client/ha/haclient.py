@@ -46,7 +46,7 @@ from spool.server.client.ha.errors import (
     StoreClosed,
     StoreIOError,
 )
-from spool.server.client.ha.heartbeat import Liveness
+from spool.server.client.ha.heartbeat import HeartbeatLiveness
 from spool.server.client.ha.listeners import (
     ConnectionState,
     ConnectionStateEvent,
@@ -174,8 +174,8 @@ class HAClient:
         self._sleep = sleep
         self.exception_listener: ExceptionListener | None = None
         self._state_listeners: list[ConnectionStateListener] = []
-        self._liveness: Liveness | None = (
-            None if opts.heartbeat is None else Liveness.of(opts.heartbeat)
+        self._liveness: HeartbeatLiveness | None = (
+            None if opts.heartbeat is None else HeartbeatLiveness.of(opts.heartbeat)
         )
         self._client: Client | None = None
         self._uri: str | None = None
@@ -281,7 +281,7 @@ class HAClient:
     def set_heartbeat(self, interval: float, idle: float | None = None) -> None:
         """Heartbeats every ``interval`` seconds; nothing received for ``idle`` (default:
         two intervals) means the connection is dead and the reconnect handler runs."""
-        self._liveness = Liveness.of(interval, idle)
+        self._liveness = HeartbeatLiveness.of(interval, idle)
         c = self._client
         if c is not None and not c.closed.is_set():
             c.set_heartbeat(interval)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Liveness:
+class HeartbeatLiveness:
     """The heartbeat settings and the decisions made from them.
 
     Attributes:
@@ -26,7 +26,7 @@ class Liveness:
     idle: float
 
     @classmethod
-    def of(cls, interval: float, idle: float | None = None) -> Liveness:
+    def of(cls, interval: float, idle: float | None = None) -> HeartbeatLiveness:
         if interval <= 0:
             raise ValueError(f"heartbeat interval must be > 0, not {interval}")
         idle = 2 * interval if idle is None else idle
@@ -47,4 +47,4 @@ class Liveness:
         return max(0.0, min(self.check_every, last_received + self.idle - now))
 
 
-__all__ = ["Liveness"]
+__all__ = ["HeartbeatLiveness"]

@@ -4,7 +4,7 @@
 ``<On>``, ``<If>`` and ``<Do>`` to the reader of its ``<Module>`` here, with the facts of
 the other sections an option is checked against (:class:`ActionFacts`: the transports, the
 transaction log, the instance's directories) and the variables defined at that point of the
-action (:class:`Scope`), so a ``{{VARIABLE}}`` no trigger or earlier module defines is an
+action (:class:`ActionScope`), so a ``{{VARIABLE}}`` no trigger or earlier module defines is an
 error at the option that uses it.
 
 A module whose subsystem this version does not have is refused with "not supported yet"
@@ -62,7 +62,7 @@ from spool.server.config.values import (
     read_size,
     read_value,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.expr import FilterSyntaxError, compile_filter
 from spool.server.protocol.topic import is_regex_topic
 
@@ -72,7 +72,7 @@ __all__ = [
     "TRIGGER_READERS",
     "UNSUPPORTED_MODULES",
     "ActionFacts",
-    "Scope",
+    "ActionScope",
 ]
 
 #: Modules of the AMPS model whose subsystem this version does not have (none now).
@@ -106,7 +106,7 @@ class ActionFacts:
     queues: tuple[str, ...] = ()
 
 
-class Scope:
+class ActionScope:
     """The variables defined at a point of an action (None: not checked, see below).
 
     An action raised by an event inherits the raiser's variables, which the loader cannot
@@ -120,7 +120,7 @@ class Scope:
         if self.names is not None:
             self.names.update(names)
 
-    def template(self, node: Node, ctx: Context) -> Template:
+    def template(self, node: XmlNode, ctx: Context) -> Template:
         """The value of ``node`` as a template whose references are all defined."""
         text = read_value(node, ctx)
         try:
@@ -143,7 +143,7 @@ class Scope:
 class _Options:
     """The ``<Options>`` of an ``On``/``If``/``Do`` element (absent = no options)."""
 
-    def __init__(self, element: Node, options: Node | None, spec: Spec, name: str) -> None:
+    def __init__(self, element: XmlNode, options: XmlNode | None, spec: Spec, name: str) -> None:
         self.element = element
         self.node = options
         if options is None:
@@ -153,13 +153,13 @@ class _Options:
             raise fail(options, f"{name} takes no options; remove <Options>")
         self.kids = Children(options, spec)
 
-    def one(self, tag: str) -> Node | None:
+    def one(self, tag: str) -> XmlNode | None:
         return self.kids.one(tag) if self.kids is not None else None
 
-    def many(self, tag: str) -> list[Node]:
+    def many(self, tag: str) -> list[XmlNode]:
         return self.kids.many(tag) if self.kids is not None else []
 
-    def require(self, tag: str, name: str, why: str = "") -> Node:
+    def require(self, tag: str, name: str, why: str = "") -> XmlNode:
         node = self.one(tag)
         if node is None:
             where = self.node if self.node is not None else self.element
@@ -167,14 +167,14 @@ class _Options:
         return node
 
 
-StepReader = Callable[[Node, Node | None, Context, ActionFacts, Scope], Step]
-TriggerReader = Callable[[Node, Node | None, Context, ActionFacts], Trigger]
+StepReader = Callable[[XmlNode, XmlNode | None, Context, ActionFacts, ActionScope], Step]
+TriggerReader = Callable[[XmlNode, XmlNode | None, Context, ActionFacts], Trigger]
 
 
 # -- shared values --------------------------------------------------------------------------
 
 
-def _percent(node: Node, ctx: Context) -> float:
+def _percent(node: XmlNode, ctx: Context) -> float:
     value = read_value(node, ctx)
     match = _PERCENT.fullmatch(value)
     number = float(match.group(1)) if match else -1.0
@@ -183,7 +183,7 @@ def _percent(node: Node, ctx: Context) -> float:
     return number
 
 
-def _disk_path(node: Node, ctx: Context, facts: ActionFacts) -> tuple[str, Path | None]:
+def _disk_path(node: XmlNode, ctx: Context, facts: ActionFacts) -> tuple[str, Path | None]:
     """A directory of the instance (journal, archive, data, stats: no path), or a path."""
     value = read_value(node, ctx)
     if value in facts.directories:
@@ -200,7 +200,9 @@ def _disk_path(node: Node, ctx: Context, facts: ActionFacts) -> tuple[str, Path 
 # -- triggers -------------------------------------------------------------------------------
 
 
-def _on_schedule(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+def _on_schedule(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
+) -> Trigger:
     name = "amps-action-on-schedule"
     opts = _Options(element, options, {"Every": False, "TimeZone": False}, name)
     every = opts.require("Every", name, " (15m, Daily 02:00, Weekly Sun 03:00)")
@@ -217,17 +219,21 @@ def _on_schedule(element: Node, options: Node | None, ctx: Context, facts: Actio
     return OnSchedule(schedule, where=element.path)
 
 
-def _on_startup(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+def _on_startup(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
+) -> Trigger:
     _Options(element, options, {}, "amps-action-on-startup")
     return OnStartup(where=element.path)
 
 
-def _on_shutdown(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+def _on_shutdown(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
+) -> Trigger:
     _Options(element, options, {}, "amps-action-on-shutdown")
     return OnShutdown(where=element.path)
 
 
-def _parameter(node: Node, ctx: Context) -> ActionParameter:
+def _parameter(node: XmlNode, ctx: Context) -> ActionParameter:
     kids = Children(node, {"Name": False, "Default": False, "Pattern": False, "Description": False})
     name_node = kids.require("Name")
     name = read_value(name_node, ctx)
@@ -254,7 +260,9 @@ def _parameter(node: Node, ctx: Context) -> ActionParameter:
     return ActionParameter(name, default, pattern, description)
 
 
-def _on_admin(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+def _on_admin(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
+) -> Trigger:
     opts = _Options(element, options, {"Parameter": True}, "amps-action-on-admin")
     parameters: list[ActionParameter] = []
     first: dict[str, int] = {}
@@ -271,7 +279,7 @@ def _on_admin(element: Node, options: Node | None, ctx: Context, facts: ActionFa
 
 
 def _on_disk_usage(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
 ) -> Trigger:
     name = "amps-action-on-disk-usage"
     spec: Spec = {"Path": False, "Above": False, "Interval": False, "Repeat": False}
@@ -293,7 +301,9 @@ def _on_disk_usage(
     return OnDiskUsage(label, path, above, interval, repeat, where=element.path)
 
 
-def _on_execute(element: Node, options: Node | None, ctx: Context, facts: ActionFacts) -> Trigger:
+def _on_execute(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
+) -> Trigger:
     opts = _Options(element, options, {"Event": False}, "amps-action-on-execute")
     event = read_name(opts.require("Event", "amps-action-on-execute"), ctx, "event name")
     return OnExecute(event, where=element.path)
@@ -313,7 +323,7 @@ TRIGGER_READERS: Final[Mapping[str, TriggerReader]] = {
 
 
 def _if_condition(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-if-condition"
     opts = _Options(element, options, {"Condition": False}, name)
@@ -329,7 +339,7 @@ def _if_condition(
 
 
 def _if_disk_usage(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-if-disk-usage"
     spec: Spec = {"Path": False, "Above": False, "Below": False, "FreeBelow": False}
@@ -379,7 +389,7 @@ def _limits(name: str, opts: _Options, ctx: Context) -> JournalLimits:
     return JournalLimits(age, count, size)
 
 
-def _needs_txlog(element: Node, name: str, facts: ActionFacts) -> None:
+def _needs_txlog(element: XmlNode, name: str, facts: ActionFacts) -> None:
     if not facts.has_txlog:
         raise fail(element, f"{name} acts on the transaction log's journals: configure a "
                    "<TransactionLog>, or remove this module")  # fmt: skip
@@ -389,7 +399,7 @@ _LIMITS: Final[Spec] = {"Age": False, "Count": False, "Size": False}
 
 
 def _archive(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-archive-journal"
     _needs_txlog(element, name, facts)
@@ -398,7 +408,7 @@ def _archive(
 
 
 def _compress(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-compress-journal"
     _needs_txlog(element, name, facts)
@@ -414,7 +424,7 @@ def _compress(
 
 
 def _remove(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-remove-journal"
     _needs_txlog(element, name, facts)
@@ -423,7 +433,7 @@ def _remove(
 
 
 def _truncate(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-truncate-statistics"
     opts = _Options(element, options, {"Age": False}, name)
@@ -436,7 +446,11 @@ def _transport(enabled: bool) -> StepReader:
     name = f"amps-action-do-{'enable' if enabled else 'disable'}-transport"
 
     def reader(
-        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+        element: XmlNode,
+        options: XmlNode | None,
+        ctx: Context,
+        facts: ActionFacts,
+        scope: ActionScope,
     ) -> Step:
         opts = _Options(element, options, {"Transport": False}, name)
         node = opts.require("Transport", name, " (a transport's <Name>)")
@@ -459,7 +473,11 @@ def _replication(downgrade: bool) -> StepReader:
     )
 
     def reader(
-        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+        element: XmlNode,
+        options: XmlNode | None,
+        ctx: Context,
+        facts: ActionFacts,
+        scope: ActionScope,
     ) -> Step:
         sync = [d for d, is_sync in facts.destinations.items() if is_sync]
         if not sync:
@@ -497,7 +515,11 @@ def _proxied(enabled: bool) -> StepReader:
     name = f"amps-action-do-{'enable' if enabled else 'disable'}-proxied-transfer"
 
     def reader(
-        element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+        element: XmlNode,
+        options: XmlNode | None,
+        ctx: Context,
+        facts: ActionFacts,
+        scope: ActionScope,
     ) -> Step:
         if not facts.replicated_queues:
             raise fail(element, f"{name} switches proxied transfer of replicated queues, and "
@@ -523,7 +545,7 @@ def _proxied(enabled: bool) -> StepReader:
 
 
 def _publish(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-publish-message"
     opts = _Options(element, options, {"Topic": False, "Data": False, "MessageType": False}, name)
@@ -548,7 +570,7 @@ def _publish(
 
 
 def _execute_event(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     opts = _Options(element, options, {"Event": False}, "amps-action-do-execute-event")
     event = read_name(opts.require("Event", "amps-action-do-execute-event"), ctx, "event name")
@@ -556,7 +578,7 @@ def _execute_event(
 
 
 def _shutdown(
-    element: Node, options: Node | None, ctx: Context, facts: ActionFacts, scope: Scope
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     _Options(element, options, {}, "amps-action-do-shutdown")
     return Shutdown(where=element.path)

@@ -47,10 +47,10 @@ from spool.server.config.sections.actionmodules import (
     TRIGGER_READERS,
     UNSUPPORTED_MODULES,
     ActionFacts,
-    Scope,
+    ActionScope,
 )
 from spool.server.config.values import Context, read_name, read_value
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
 __all__ = ["ActionFacts", "read_actions"]
 
@@ -68,7 +68,7 @@ _PLACES: Final[Mapping[str, tuple[str, ...]]] = {
 _WHAT: Final[Mapping[str, str]] = {"On": "a trigger", "If": "a condition", "Do": "a module"}
 
 
-def _module_name(node: Node, ctx: Context) -> tuple[str, Node | None]:
+def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None]:
     """The ``<Module>`` of an ``On``/``If``/``Do`` element, checked for its place, and the
     element's ``<Options>``."""
     kids = Children(node, _STEP_SPEC)
@@ -101,12 +101,12 @@ def _module_name(node: Node, ctx: Context) -> tuple[str, Node | None]:
     )
 
 
-def _triggers(kids: Children, ctx: Context, facts: ActionFacts, action: Node) -> list[Trigger]:
+def _triggers(kids: Children, ctx: Context, facts: ActionFacts, action: XmlNode) -> list[Trigger]:
     nodes = kids.many("On")
     if not nodes:
         raise fail(action, "<Action> needs an <On> (when it runs, e.g. amps-action-on-schedule)")
     triggers: list[Trigger] = []
-    seen: dict[type, Node] = {}
+    seen: dict[type, XmlNode] = {}
     for node in nodes:
         name, options = _module_name(node, ctx)
         trigger = TRIGGER_READERS[name](node, options, ctx, facts)
@@ -120,19 +120,19 @@ def _triggers(kids: Children, ctx: Context, facts: ActionFacts, action: Node) ->
     return triggers
 
 
-def _scope(triggers: list[Trigger]) -> Scope:
+def _scope(triggers: list[Trigger]) -> ActionScope:
     """The variables a run of these triggers starts with (unchecked under on-execute)."""
     if any(isinstance(t, OnExecute) for t in triggers):
-        return Scope(None)
+        return ActionScope(None)
     names = set(BASE_VARIABLES)
     for trigger in triggers:
         names.update(trigger.provides)
         if isinstance(trigger, OnAdmin):
             names.update(p.name for p in trigger.parameters)
-    return Scope(names)
+    return ActionScope(names)
 
 
-def _action(node: Node, ctx: Context, facts: ActionFacts) -> ActionConfig:
+def _action(node: XmlNode, ctx: Context, facts: ActionFacts) -> ActionConfig:
     kids = Children(node, _ACTION_SPEC)
     name = read_name(kids.require("Name", " (unique; POST /api/actions/NAME)"), ctx, "action name")
     triggers = _triggers(kids, ctx, facts, node)
@@ -152,7 +152,7 @@ def _action(node: Node, ctx: Context, facts: ActionFacts) -> ActionConfig:
 
 
 def read_actions(
-    node: Node,
+    node: XmlNode,
     ctx: Context,
     *,
     transports: tuple[str, ...],

@@ -21,7 +21,7 @@ from spool.server.config.values import (
     read_path,
     read_value,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.units import format_duration
 
 __all__ = ["AdminPart", "read_admin"]
@@ -54,12 +54,12 @@ class AdminPart:
 
     bind: Bind | None
     config: AdminConfig
-    authentication: Node | None
+    authentication: XmlNode | None
     stats_explicit: bool
     listener: ListenerPart
 
 
-def read_admin(node: Node | None, ctx: Context, data_dir: Path) -> AdminPart:
+def read_admin(node: XmlNode | None, ctx: Context, data_dir: Path) -> AdminPart:
     """Read ``<Admin>`` (absent: every default, the stats file under ``data_dir``)."""
     default = AdminConfig(stats_file=data_dir / "stats.db")
     if node is None:
@@ -102,7 +102,7 @@ def read_admin(node: Node | None, ctx: Context, data_dir: Path) -> AdminPart:
     return AdminPart(bind, config, auth_node, stats_node is not None, listener)
 
 
-def _allowed_origins(nodes: list[Node], ctx: Context) -> tuple[str, ...]:
+def _allowed_origins(nodes: list[XmlNode], ctx: Context) -> tuple[str, ...]:
     """Every ``<AllowedOrigins>``: each a list of origins separated by commas or spaces,
     kept canonical and without repeats (the element may also repeat)."""
     origins: list[str] = []

@@ -25,7 +25,7 @@ from typing import Final
 from spool.server.config.model import MESSAGE_TYPES, BootstrapConfig, ReplicationTopic
 from spool.server.config.sections.replication import read_replication_transport, read_topic_name
 from spool.server.config.values import Context, read_choice, read_value
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
 __all__ = ["BootstrapPart", "read_bootstrap"]
 
@@ -50,9 +50,9 @@ class BootstrapPart:
     def __init__(
         self,
         config: BootstrapConfig,
-        node: Node,
-        topic_nodes: list[Node],
-        data_node: Node | None,
+        node: XmlNode,
+        topic_nodes: list[XmlNode],
+        data_node: XmlNode | None,
     ) -> None:
         self.config = config
         self.node = node
@@ -60,7 +60,7 @@ class BootstrapPart:
         self.data_node = data_node
 
 
-def _topic(node: Node, ctx: Context) -> ReplicationTopic:
+def _topic(node: XmlNode, ctx: Context) -> ReplicationTopic:
     kids = Children(node, _TOPIC_SPEC)
     name, regex = read_topic_name(kids.require("Name"), ctx)
     message_type = "json"
@@ -69,7 +69,7 @@ def _topic(node: Node, ctx: Context) -> ReplicationTopic:
     return ReplicationTopic(name=name, is_regex=regex, message_type=message_type)
 
 
-def _data_types(node: Node, ctx: Context) -> frozenset[str]:
+def _data_types(node: XmlNode, ctx: Context) -> frozenset[str]:
     parts = [p.strip() for p in read_value(node, ctx).split(",")]
     seen: list[str] = []
     for part in parts:
@@ -84,7 +84,7 @@ def _data_types(node: Node, ctx: Context) -> frozenset[str]:
     return frozenset(seen)
 
 
-def read_bootstrap(node: Node, ctx: Context) -> BootstrapPart:
+def read_bootstrap(node: XmlNode, ctx: Context) -> BootstrapPart:
     """Read ``<Bootstrap>``."""
     kids = Children(node, _SPEC)
     topic_nodes = kids.many("Topic")

@@ -44,7 +44,7 @@ from spool.server.config.values import (
     read_regex,
     read_value,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.expr import FilterSyntaxError, compile_filter, compile_value
 from spool.server.protocol.topic import is_regex_topic
 
@@ -77,7 +77,7 @@ _MAX_COUNT: Final = 1_000_000
 _MAX_SECONDS: Final = 10 * 365 * 86400.0
 
 
-def _expression(node: Node, ctx: Context, *, value: bool) -> str:
+def _expression(node: XmlNode, ctx: Context, *, value: bool) -> str:
     text = read_value(node, ctx)
     try:
         if value:
@@ -89,7 +89,7 @@ def _expression(node: Node, ctx: Context, *, value: bool) -> str:
     return text
 
 
-def read_queue(node: Node, ctx: Context) -> QueueConfig:
+def read_queue(node: XmlNode, ctx: Context) -> QueueConfig:
     """Read one queue element (its tag is its replication type).
 
     Raises:

@@ -63,7 +63,7 @@ from spool.server.config.values import (
     read_regex,
     read_value,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.expr import FilterSyntaxError, compile_filter
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.tls.context import load_dial_context
@@ -121,7 +121,11 @@ class DestinationPart:
     __slots__ = ("config", "node", "sync_node", "topic_nodes")
 
     def __init__(
-        self, config: DestinationConfig, node: Node, topic_nodes: list[Node], sync_node: Node
+        self,
+        config: DestinationConfig,
+        node: XmlNode,
+        topic_nodes: list[XmlNode],
+        sync_node: XmlNode,
     ) -> None:
         self.config = config
         self.node = node
@@ -135,14 +139,14 @@ class ReplicationPart:
     __slots__ = ("config", "destinations", "node")
 
     def __init__(
-        self, config: ReplicationConfig, node: Node, destinations: list[DestinationPart]
+        self, config: ReplicationConfig, node: XmlNode, destinations: list[DestinationPart]
     ) -> None:
         self.config = config
         self.node = node
         self.destinations = destinations
 
 
-def _exclusions(node: Node, ctx: Context) -> frozenset[str]:
+def _exclusions(node: XmlNode, ctx: Context) -> frozenset[str]:
     names = [part.strip() for part in read_value(node, ctx).split(",") if part.strip()]
     for name in names:
         if name not in VALIDATION_CHECKS:
@@ -160,7 +164,7 @@ def _exclusions(node: Node, ctx: Context) -> frozenset[str]:
     return frozenset(names)
 
 
-def read_topic_name(name_node: Node, ctx: Context) -> tuple[str, bool]:
+def read_topic_name(name_node: XmlNode, ctx: Context) -> tuple[str, bool]:
     """A topic block's ``<Name>``: the name or regex, and whether it is a regex."""
     name = read_value(name_node, ctx)
     if len(name) > _TOPIC_NAME_MAX or any(ord(ch) < 32 for ch in name):
@@ -174,7 +178,7 @@ def read_topic_name(name_node: Node, ctx: Context) -> tuple[str, bool]:
     return name, regex
 
 
-def _topic(node: Node, ctx: Context) -> ReplicationTopic:
+def _topic(node: XmlNode, ctx: Context) -> ReplicationTopic:
     kids = Children(node, _TOPIC_SPEC)
     name, regex = read_topic_name(kids.require("Name"), ctx)
     message_type = "json"
@@ -200,7 +204,7 @@ def _topic(node: Node, ctx: Context) -> ReplicationTopic:
 
 
 def read_replication_transport(
-    node: Node, ctx: Context, *, passive_ok: bool = False
+    node: XmlNode, ctx: Context, *, passive_ok: bool = False
 ) -> ReplicationTransport:
     """A ``<Transport>`` of replication (a Destination's, or Bootstrap's sources).
 
@@ -258,7 +262,7 @@ def read_replication_transport(
 
 
 def _tls(
-    node: Node, kids: Children, ctx: Context
+    node: XmlNode, kids: Children, ctx: Context
 ) -> tuple[bool, Path | None, Path | None, Path | None]:
     """``TLS`` and its files: checked now, as the listener's are (a link must not find a
     bad file on its first dial)."""
@@ -292,7 +296,7 @@ def _tls(
     return True, ca, certificate, private_key
 
 
-def _passthrough(node: Node, nodes: list[Node], ctx: Context) -> tuple[str, ...]:
+def _passthrough(node: XmlNode, nodes: list[XmlNode], ctx: Context) -> tuple[str, ...]:
     """A destination's PassThrough patterns: none given is :data:`PASS_EVERY_GROUP` (the
     whole log goes on); one empty ``<PassThrough/>`` is none at all (only messages
     published to this instance go to it)."""
@@ -310,7 +314,7 @@ def _passthrough(node: Node, nodes: list[Node], ctx: Context) -> tuple[str, ...]
     return tuple(read_regex(n, ctx) for n in nodes)
 
 
-def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:
+def _destination(node: XmlNode, ctx: Context, instance: str) -> DestinationPart:
     kids = Children(node, _DESTINATION_SPEC)
     name_node = kids.require("Name", " (the destination instance's name)")
     name = read_name(name_node, ctx, "destination name")
@@ -345,7 +349,7 @@ def _destination(node: Node, ctx: Context, instance: str) -> DestinationPart:
     return DestinationPart(config, node, topic_nodes, sync_node)
 
 
-def read_replication(node: Node, ctx: Context, instance: str) -> ReplicationPart:
+def read_replication(node: XmlNode, ctx: Context, instance: str) -> ReplicationPart:
     """Read ``<Replication>`` for the instance called ``instance``."""
     kids = Children(node, _REPLICATION_SPEC)
     ack_interval = ReplicationConfig().ack_interval
@@ -355,7 +359,7 @@ def read_replication(node: Node, ctx: Context, instance: str) -> ReplicationPart
     if (timeout_node := kids.one("LinkTimeout")) is not None:
         link_timeout = read_duration(timeout_node, ctx, minimum=0.3, maximum=600.0)
     parts: list[DestinationPart] = []
-    seen: dict[str, Node] = {}
+    seen: dict[str, XmlNode] = {}
     for dest_node in kids.many("Destination"):
         part = _destination(dest_node, ctx, instance)
         first = seen.get(part.config.name)

@@ -25,7 +25,7 @@ from spool.server.config.values import (
     read_regex,
     read_value,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.protocol.topic import is_regex_topic
 
 __all__ = ["read_sow"]
@@ -45,7 +45,7 @@ _KEY_PATH: Final = re.compile(r"(?:/[^/,\[\]\s]+)+")
 _MAX_EXPIRATION: Final = 10 * 365 * 86400.0
 
 
-def _name(node: Node, ctx: Context) -> tuple[str, bool]:
+def _name(node: XmlNode, ctx: Context) -> tuple[str, bool]:
     name = read_value(node, ctx)
     if len(name) > _TOPIC_NAME_MAX or any(ord(ch) < 32 for ch in name):
         raise fail(
@@ -58,7 +58,7 @@ def _name(node: Node, ctx: Context) -> tuple[str, bool]:
     return name, regex
 
 
-def _keys(nodes: list[Node], ctx: Context) -> tuple[str, ...]:
+def _keys(nodes: list[XmlNode], ctx: Context) -> tuple[str, ...]:
     keys: list[str] = []
     first_line: dict[str, int] = {}
     for node in nodes:
@@ -76,7 +76,7 @@ def _keys(nodes: list[Node], ctx: Context) -> tuple[str, ...]:
     return tuple(keys)
 
 
-def _topic(node: Node, ctx: Context) -> SowTopicConfig:
+def _topic(node: XmlNode, ctx: Context) -> SowTopicConfig:
     kids = Children(node, _TOPIC_SPEC)
     name, regex = _name(kids.require("Name", " (the topic, or a regular expression)"), ctx)
     message_type = "json"
@@ -101,7 +101,7 @@ def _topic(node: Node, ctx: Context) -> SowTopicConfig:
 
 
 def read_sow(
-    node: Node, ctx: Context
+    node: XmlNode, ctx: Context
 ) -> tuple[tuple[SowTopicConfig, ...], tuple[QueueConfig, ...]]:
     """Read ``<SOW>``: at least one ``<Topic>`` or queue, names unique.
 

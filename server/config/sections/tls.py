@@ -21,7 +21,7 @@ from typing import Final
 
 from spool.server.config.model import TlsConfig
 from spool.server.config.values import Context, read_bool, read_choice, read_path
-from spool.server.config.xmltree import Children, Node, fail
+from spool.server.config.xmltree import Children, XmlNode, fail
 from spool.server.tls.context import CLIENT_AUTH, load_server_pair
 from spool.server.tls.errors import TlsError
 
@@ -49,9 +49,9 @@ class ListenerPart:
     """
 
     tls: TlsConfig | None
-    tls_node: Node | None
+    tls_node: XmlNode | None
     allow_plaintext: bool | None
-    plaintext_node: Node | None
+    plaintext_node: XmlNode | None
 
 
 def read_listener(kids: Children, ctx: Context) -> ListenerPart:

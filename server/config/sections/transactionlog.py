@@ -28,7 +28,7 @@ from spool.server.config.values import (
     read_size,
     read_value,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.units import format_size
 
@@ -48,7 +48,7 @@ _TOPIC_SPEC: Final[Spec] = {"Name": False, "MessageType": False}
 _TOPIC_NAME_MAX: Final = 1024
 
 
-def _topic(node: Node, ctx: Context) -> TopicRule:
+def _topic(node: XmlNode, ctx: Context) -> TopicRule:
     kids = Children(node, _TOPIC_SPEC)
     name_node = kids.require("Name")
     name = read_value(name_node, ctx)
@@ -66,7 +66,7 @@ def _topic(node: Node, ctx: Context) -> TopicRule:
     return TopicRule(name=name, message_type=message_type, is_regex=regex)
 
 
-def _topics(node: Node, kids: Children, ctx: Context) -> tuple[TopicRule, ...]:
+def _topics(node: XmlNode, kids: Children, ctx: Context) -> tuple[TopicRule, ...]:
     topic_nodes = kids.many("Topic")
     if not topic_nodes:
         raise fail(
@@ -89,7 +89,7 @@ def _topics(node: Node, kids: Children, ctx: Context) -> tuple[TopicRule, ...]:
 
 
 def read_transaction_log(
-    node: Node, ctx: Context, data_dir: Path
+    node: XmlNode, ctx: Context, data_dir: Path
 ) -> tuple[TransactionLogConfig, frozenset[str]]:
     """Read ``<TransactionLog>``.
 

@@ -31,7 +31,7 @@ from spool.server.config.values import (
     read_name,
     read_size,
 )
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
 __all__ = ["TransportPart", "read_transports"]
 
@@ -65,12 +65,12 @@ class TransportPart:
 
     bind: Bind | None
     config: TransportConfig
-    node: Node
-    max_message_size: Node | None
+    node: XmlNode
+    max_message_size: XmlNode | None
     listener: ListenerPart
 
 
-def _transport(node: Node, ctx: Context) -> TransportPart:
+def _transport(node: XmlNode, ctx: Context) -> TransportPart:
     kids = Children(node, _TRANSPORT_SPEC)
     name = read_name(kids.require("Name"), ctx, "transport name")
     kind = read_choice(kids.require("Type"), ctx, _TRANSPORT_TYPES, "transport Type")
@@ -111,7 +111,7 @@ def _transport(node: Node, ctx: Context) -> TransportPart:
     return TransportPart(bind, config, node, size_node, read_listener(kids, ctx))
 
 
-def read_transports(node: Node, ctx: Context) -> list[TransportPart]:
+def read_transports(node: XmlNode, ctx: Context) -> list[TransportPart]:
     """Read ``<Transports>``: unique names, one websocket transport per message type, one
     amps-replication transport.
 

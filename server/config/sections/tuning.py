@@ -20,7 +20,7 @@ from typing import Final
 
 from spool.server.config.model import MAX_SYNC_DESTINATIONS, TuningConfig
 from spool.server.config.values import DAY, GB, KB, Context, read_duration, read_int, read_size
-from spool.server.config.xmltree import Children, Node, Spec
+from spool.server.config.xmltree import Children, Spec, XmlNode
 
 __all__ = ["read_tuning"]
 
@@ -63,7 +63,9 @@ _COUNTS: Final[dict[str, tuple[str, int]]] = {
 }
 
 
-def read_tuning(node: Node | None, ctx: Context) -> tuple[TuningConfig, Node | None, Node | None]:
+def read_tuning(
+    node: XmlNode | None, ctx: Context
+) -> tuple[TuningConfig, XmlNode | None, XmlNode | None]:
     """Read ``<Tuning>`` (absent: the defaults).
 
     Returns:

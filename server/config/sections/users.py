@@ -17,7 +17,7 @@ from typing import Final
 
 from spool.server.config.model import UserConfig
 from spool.server.config.values import Context, read_bool, read_linear_regex, read_value
-from spool.server.config.xmltree import Children, Node, Spec, fail
+from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 from spool.server.passwords import InvalidPasswordHash, parse_password_hash
 from spool.server.tls.certificate import InvalidName, canonical_name
 
@@ -37,7 +37,7 @@ _MIN_TOKEN_LENGTH: Final = 16
 _USER_NAME: Final = re.compile(r"[A-Za-z0-9_.@+-]{1,128}")
 
 
-def _user(node: Node, ctx: Context) -> tuple[UserConfig, Node | None, Node | None]:
+def _user(node: XmlNode, ctx: Context) -> tuple[UserConfig, XmlNode | None, XmlNode | None]:
     """One user, and its Token and CertificateSubject elements (the uniqueness checks
     report at them)."""
     kids = Children(node, _USER_SPEC)
@@ -99,7 +99,7 @@ def _user(node: Node, ctx: Context) -> tuple[UserConfig, Node | None, Node | Non
     return user, token_node, subject_node
 
 
-def read_users(node: Node | None, ctx: Context) -> tuple[UserConfig, ...]:
+def read_users(node: XmlNode | None, ctx: Context) -> tuple[UserConfig, ...]:
     """Read ``<Users>`` (absent: no users); names and tokens must be unique."""
     if node is None:
         return ()

@@ -2,7 +2,7 @@
 
 Two kinds of broker stand in for the real one:
 
-- a fake transport (the :class:`~spool.server.client.connection.Transport` seam): the test plays
+- a fake transport (the :class:`~spool.server.client.connection.ClientTransport` seam): the test plays
   the broker by reading the commands the client flushed and feeding frames to it;
 - a scripted websocket server on loopback, for the regressions about what reaches a
   consumer when the connection ends or a queue is full (they run over the real transport).
@@ -23,7 +23,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from spool.server.client import Client, ClientError, Disconnected, Message, client_context
-from spool.server.client.connection import Handlers, Transport
+from spool.server.client.connection import ClientTransport, Handlers
 from spool.server.protocol import errors
 from spool.server.protocol.frame import FrameError, encode_message, parse_frame
 from tests.support.wait import async_wait_until
@@ -63,7 +63,7 @@ def delivery(sids: str, body: bytes, **fields: Any) -> tuple[Header, bytes]:
 
 
 class FakeTransport:
-    """A :class:`Transport` with the broker played by the test."""
+    """A :class:`ClientTransport` with the broker played by the test."""
 
     def __init__(self, handlers: Handlers) -> None:
         self.handlers = handlers
@@ -132,7 +132,7 @@ class FakeConnector:
         open_timeout: float,
         max_size: int | None,
         ssl: ssl.SSLContext | None = None,
-    ) -> Transport:
+    ) -> ClientTransport:
         self.calls.append((url, open_timeout, max_size))
         self.ssl = ssl
         self.transport = FakeTransport(handlers)

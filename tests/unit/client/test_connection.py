@@ -18,11 +18,11 @@ from websockets.exceptions import ConnectionClosed
 
 from spool.server.client.connection import (
     QUEUE_HIGH,
+    ClientTransport,
     Connector,
     Handlers,
     HandshakeFailed,
     StreamTransport,
-    Transport,
     WebSocketTransport,
     connect_library_websocket,
     connect_websocket,
@@ -102,7 +102,7 @@ TRANSPORTS = pytest.mark.parametrize(
 )
 
 
-async def opened(peer: Peer, side: Client, connector: Connector) -> tuple[Any, Transport]:
+async def opened(peer: Peer, side: Client, connector: Connector) -> tuple[Any, ClientTransport]:
     server = await serve(peer.handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     transport = await connector(

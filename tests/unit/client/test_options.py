@@ -25,7 +25,7 @@ from spool.server.client import (
     InvalidOption,
     client_context,
 )
-from spool.server.client.connection import Handlers, Transport, connect_websocket
+from spool.server.client.connection import ClientTransport, Handlers, connect_websocket
 from spool.server.client.ha.chooser import StaticAuthenticator
 from spool.server.client.options import ClientKeywords
 from spool.server.protocol.frame import encode_message, parse_frame
@@ -157,7 +157,7 @@ class RecordingConnector:
     def __call__(
         self, url: str, handlers: Handlers, *, open_timeout: float, max_size: int | None,
         ssl: Any = None,
-    ) -> Awaitable[Transport]:  # fmt: skip
+    ) -> Awaitable[ClientTransport]:  # fmt: skip
         self.opened.append({"open_timeout": open_timeout, "max_size": max_size, "ssl": ssl})
         return connect_websocket(
             url, handlers, open_timeout=open_timeout, max_size=max_size, ssl=ssl

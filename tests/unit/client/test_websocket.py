@@ -17,9 +17,9 @@ from spool.server.client.websocket import (
     Event,
     HandshakeRejected,
     Inbound,
-    Message,
     Ping,
     Violation,
+    WebSocketMessage,
     accept_for,
     handshake_request,
     parse_handshake_response,
@@ -80,7 +80,7 @@ def conversations(draw: st.DrawFn) -> tuple[bytes, list[Event]]:
             wire.append(
                 server_frame(opcode if i == 0 else Opcode.CONT, chunk, fin=i == len(chunks) - 1)
             )
-        expected.append(Message(data))
+        expected.append(WebSocketMessage(data))
     if draw(st.booleans()):
         code = draw(st.sampled_from([1000, 1001, 1011, 4001]))
         reason = draw(st.text(max_size=20))
@@ -104,15 +104,15 @@ def test_a_64_bit_length_and_a_buffer_that_grows_and_shrinks_back() -> None:
     big = bytes(range(256)) * 8192  # 2 MiB: more than the initial buffer
     frame = server_frame(Opcode.BINARY, big)
     inbound = Inbound()
-    assert read_in_chunks(inbound, frame + frame[:20], [65_536] * 100) == [Message(big)]
+    assert read_in_chunks(inbound, frame + frame[:20], [65_536] * 100) == [WebSocketMessage(big)]
     assert len(inbound.room()) == len(frame) - 20  # a frame alike in progress: room for it
-    assert inbound.feed(frame[20:] + frame[:3]) == [Message(big)]
+    assert inbound.feed(frame[20:] + frame[:3]) == [WebSocketMessage(big)]
     assert len(inbound.room()) == len(frame) - 3
-    assert inbound.feed(frame[3:]) == [Message(big)]
+    assert inbound.feed(frame[3:]) == [WebSocketMessage(big)]
     assert len(inbound.room()) == len(frame)  # empty, and frames are that large: kept
-    assert read_in_chunks(inbound, frame + b"\x82\x05sm", [1 << 20] * 3) == [Message(big)]
+    assert read_in_chunks(inbound, frame + b"\x82\x05sm", [1 << 20] * 3) == [WebSocketMessage(big)]
     assert len(inbound.room()) == len(frame) - 4  # the next frame's head, at the front
-    assert inbound.feed(b"all") == [Message(b"small")]
+    assert inbound.feed(b"all") == [WebSocketMessage(b"small")]
     assert len(inbound.room()) == MIN_BUFFER  # empty after a small frame: let go
 
 
@@ -137,7 +137,7 @@ def test_what_a_server_must_not_send_is_a_violation_with_its_close_code(
 ) -> None:
     inbound = Inbound()
     events = inbound.feed(b"\x82\x02ok" + wire)
-    assert events[0] == Message(b"ok")  # what came before still counts
+    assert events[0] == WebSocketMessage(b"ok")  # what came before still counts
     assert len(events) == 2 and isinstance(events[1], Violation)
     assert events[1].code == code and words in events[1].reason
     assert inbound.feed(b"\x82\x02ok") == []  # nothing after it is read
@@ -145,7 +145,7 @@ def test_what_a_server_must_not_send_is_a_violation_with_its_close_code(
 
 def test_a_message_over_the_size_limit_is_refused_before_it_is_read() -> None:
     inbound = Inbound(max_size=1000)
-    assert inbound.feed(server_frame(Opcode.BINARY, b"a" * 1000)) == [Message(b"a" * 1000)]
+    assert inbound.feed(server_frame(Opcode.BINARY, b"a" * 1000)) == [WebSocketMessage(b"a" * 1000)]
     [violation] = inbound.feed(server_frame(Opcode.BINARY, b"a" * 1001)[:4])  # the head
     assert isinstance(violation, Violation) and violation.code == 1009
     fragmented = Inbound(max_size=1000)

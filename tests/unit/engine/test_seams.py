@@ -23,7 +23,7 @@ from spool.server.protocol.frame import Message, parse_frame
 from spool.server.protocol.options import parse_subscribe_options
 from spool.server.publishing import PublishPipeline
 from spool.server.router import Router
-from spool.server.subscription import Subscription
+from spool.server.subscription import SessionSubscription
 from spool.server.topics import TopicTable
 from spool.server.txlog.batch import RecordBatch
 from spool.server.txlog.record import Record, RecordKind
@@ -261,8 +261,8 @@ def test_a_horizon_that_cannot_move_fails_flushes_and_tells_persisted_waiters_on
 
 def _sub(
     peer: Peer, sub_id: str, topic: str, flt: str | None = None, ts: bool = False
-) -> Subscription:
-    return Subscription(
+) -> SessionSubscription:
+    return SessionSubscription(
         outbound=peer, client="c", user=None, sub_id=sub_id, topic=topic, pattern=None,
         filter=compile_filter(flt) if flt else None, filter_text=flt,
         options=parse_subscribe_options("timestamp" if ts else None),

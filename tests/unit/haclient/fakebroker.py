@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spool.server.bookmarks import pub_hash
-from spool.server.client.connection import Handlers, Transport
+from spool.server.client.connection import ClientTransport, Handlers
 from spool.server.protocol.frame import encode_message, parse_frame
 
 Header = dict[str, Any]
@@ -55,7 +55,7 @@ class FakeBroker:
         open_timeout: float,
         max_size: int | None,
         ssl: ssl.SSLContext | None = None,
-    ) -> Transport:
+    ) -> ClientTransport:
         self.attempts.append((url, self.now()))
         if self.fail_next:
             self.fail_next -= 1

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from spool.server.client.ha.chooser import Credentials, DefaultServerChooser, StaticAuthenticator
 from spool.server.client.ha.delay import ExponentialDelayStrategy, FixedDelayStrategy
 from spool.server.client.ha.errors import ReconnectGaveUp
-from spool.server.client.ha.heartbeat import Liveness
+from spool.server.client.ha.heartbeat import HeartbeatLiveness
 from spool.server.client.ha.resume import EPOCH, ResumeState, parse_bookmark
 
 
@@ -106,14 +106,14 @@ def test_chooser_rotates_on_failure_stays_on_success_and_gives_up_with_an_error(
 
 
 def test_liveness() -> None:
-    lv = Liveness.of(1.0)
+    lv = HeartbeatLiveness.of(1.0)
     assert lv.idle == 2.0
     assert not lv.dead(now=11.99, last_received=10.0)
     assert lv.dead(now=12.0, last_received=10.0)
     assert lv.next_check(now=10.0, last_received=10.0) == 0.25
     assert lv.next_check(now=11.9, last_received=10.0) == pytest.approx(0.1)
     with pytest.raises(ValueError):
-        Liveness.of(1.0, 0.5)
+        HeartbeatLiveness.of(1.0, 0.5)
 
 
 def bm(pub: int, seq: int) -> str:

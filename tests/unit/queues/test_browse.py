@@ -11,7 +11,7 @@ from spool.server.bookmarks import format_bookmark
 from spool.server.clock import VirtualClock
 from spool.server.config.model import QueueConfig
 from spool.server.queues.browse import browse, why_waiting
-from spool.server.queues.machine import Consumer, Message, QueueMachine, QueuePolicy
+from spool.server.queues.machine import Consumer, QueuedMessage, QueueMachine, QueuePolicy
 from spool.server.queues.ownership import Request
 from spool.server.queues.records import encode_transfers
 from spool.server.queues.stage import QueueRuntime
@@ -20,8 +20,8 @@ from spool.server.txlog.record import RecordKind
 LEASE_US = 30_000_000
 
 
-def _msg(seq: int, ts: int = 0, **kw: object) -> Message:
-    return Message(seq, format_bookmark(1, seq), "work-in", b'{"n":%d}' % seq, ts, **kw)  # type: ignore[arg-type]
+def _msg(seq: int, ts: int = 0, **kw: object) -> QueuedMessage:
+    return QueuedMessage(seq, format_bookmark(1, seq), "work-in", b'{"n":%d}' % seq, ts, **kw)  # type: ignore[arg-type]
 
 
 @settings(max_examples=200, deadline=None)

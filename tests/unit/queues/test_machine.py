@@ -12,7 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from spool.server.queues.machine import (
     Consumer,
-    Message,
+    QueuedMessage,
     QueueMachine,
     QueuePolicy,
 )
@@ -20,8 +20,8 @@ from spool.server.queues.machine import (
 S = 1_000_000  # one second in microseconds
 
 
-def msg(seq: int, *, priority: int = 0, barrier: bool = False, at: int = 0) -> Message:
-    return Message(seq, f"1|{seq}|", "work", b"{}", at, priority=priority, barrier=barrier)
+def msg(seq: int, *, priority: int = 0, barrier: bool = False, at: int = 0) -> QueuedMessage:
+    return QueuedMessage(seq, f"1|{seq}|", "work", b"{}", at, priority=priority, barrier=barrier)
 
 
 def machine(**kw: object) -> QueueMachine:
@@ -382,7 +382,7 @@ def test_proportional_picks_of_unfiltered_consumers_are_those_of_choose(
     ``_choose`` (the readable twin). Same seed, same traffic: the same consumer gets the
     same message at every step, and both draw the same random numbers."""
 
-    def everything(_m: Message) -> bool:
+    def everything(_m: QueuedMessage) -> bool:
         return True
 
     rngs = [random.Random(seed) for _ in range(2)]

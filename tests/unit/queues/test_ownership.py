@@ -15,9 +15,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from spool.server.queues.ownership import (
     MAX_REASK_US,
     REASK_US,
-    Ack,
     Grant,
     Ownership,
+    OwnershipAck,
     Request,
     Wire,
 )
@@ -278,7 +278,7 @@ def test_no_request_goes_to_an_offline_owner_and_they_resume_when_it_is_back() -
 
 def test_an_ack_before_its_message_is_applied_when_it_arrives() -> None:
     c = Ownership("c")
-    c.receive(Ack("7|3|"))  # b acked a's message before a's publish reached c
+    c.receive(OwnershipAck("7|3|"))  # b acked a's message before a's publish reached c
     assert c.early() == 1
     assert c.message("7|3|", "a", 0) is False  # it does not enter
     assert c.early() == 0 and len(c) == 0
@@ -286,7 +286,7 @@ def test_an_ack_before_its_message_is_applied_when_it_arrives() -> None:
 
 def test_an_ack_is_not_kept_once_its_message_cannot_arrive() -> None:
     c = Ownership("c")
-    c.receive(Ack("7|3|"))
+    c.receive(OwnershipAck("7|3|"))
     c.receive(Grant("7|4|", "b", 1))
     c.passed(7, 3)  # publisher 7's position passed 3: the message was filtered out
     assert c.early() == 1
@@ -295,8 +295,8 @@ def test_an_ack_is_not_kept_once_its_message_cannot_arrive() -> None:
     # a second ack of a message that came and went (processed twice) is not kept at all
     c.message("7|11|", "a", 0)
     c.passed(7, 11)
-    c.receive(Ack("7|11|"))
-    c.receive(Ack("7|11|"))
+    c.receive(OwnershipAck("7|11|"))
+    c.receive(OwnershipAck("7|11|"))
     c.receive(Grant("7|11|", "b", 1))
     assert c.early() == 0 and len(c) == 0
 
@@ -304,7 +304,7 @@ def test_an_ack_is_not_kept_once_its_message_cannot_arrive() -> None:
 def test_early_changes_are_capped() -> None:
     c = Ownership("c", max_early=3)
     for i in range(1, 6):
-        c.receive(Ack(f"9|{i}|"))
+        c.receive(OwnershipAck(f"9|{i}|"))
     assert c.early() == 3 and c.early_dropped == 2
     # the oldest went: their messages enter (the documented cost of the cap)
     assert c.message("9|1|", "a", 0) is True
@@ -327,7 +327,7 @@ class EarlyOracle(RuleBasedStateMachine):
     @rule(pub=st.integers(1, 3), seq=st.integers(1, 30), grant=st.booleans())
     def change(self, pub: int, seq: int, grant: bool) -> None:
         bm = f"{pub}|{seq}|"
-        self.o.receive(Grant(bm, "b", 1) if grant else Ack(bm))
+        self.o.receive(Grant(bm, "b", 1) if grant else OwnershipAck(bm))
         if bm in self.entered:
             if not grant:
                 self.entered.discard(bm)
@@ -519,7 +519,7 @@ TestConvergesWithProxies.settings = settings(max_examples=200, stateful_step_cou
 
 
 def test_wire_values_are_plain_tuples() -> None:
-    assert Request("m", "b", "a", 0) == ("m", "b", "a", 0) and Ack("m") == ("m",)
+    assert Request("m", "b", "a", 0) == ("m", "b", "a", 0) and OwnershipAck("m") == ("m",)
     assert Grant("m", "b", 2) == ("m", "b", 2, False)
 
 
@@ -529,7 +529,7 @@ def test_the_request_heap_stays_bounded_while_nothing_is_asked() -> None:
     o = Ownership("b")
     for i in range(20_000):
         o.message(f"1|{i}|", "a", 0)
-        o.receive(Ack(f"1|{i}|"))
+        o.receive(OwnershipAck(f"1|{i}|"))
     assert len(o._due) <= 1024 + 2
     o.message("1|x|", "a", 0)
     assert o.want(10 * S, 1, S) == [Request("1|x|", "b", "a", 0)]

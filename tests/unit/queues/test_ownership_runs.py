@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from spool.server.queues.ownership import Ack, Grant, Ownership, Request
+from spool.server.queues.ownership import Grant, Ownership, OwnershipAck, Request
 
 S = 1_000_000
 HERE = "b"
@@ -69,7 +69,7 @@ class RunsMatchMessages(RuleBasedStateMachine):
         if self.known:
             bms += data.draw(st.lists(st.sampled_from(self.known), max_size=4))
         for bm in bms:
-            self.one.receive(Ack(bm))
+            self.one.receive(OwnershipAck(bm))
         self.run.receive_acks(bms)
 
     @rule(publisher=st.sampled_from(sorted(PUBLISHERS)), ahead=st.integers(0, 3),

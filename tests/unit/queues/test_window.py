@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from spool.server.clock import VirtualClock
 from spool.server.config.model import QueueConfig
-from spool.server.queues.machine import Consumer, Message
+from spool.server.queues.machine import Consumer, QueuedMessage
 from spool.server.queues.records import encode_ack_seqs
 from spool.server.queues.stage import QueueRuntime, QueueStage
 from spool.server.queues.window import Window
@@ -115,7 +115,7 @@ class BoundedVersusUnbounded(RuleBasedStateMachine):
 
     @rule(mod=st.integers(2, 4), rem=st.integers(0, 3))
     def remove_by_filter(self, mod: int, rem: int) -> None:
-        def matches(m: Message) -> bool:
+        def matches(m: QueuedMessage) -> bool:
             return m.seq % mod == rem
 
         active = [r.message.seq for r in self.bounded.machine.remove_where(matches)]

@@ -38,7 +38,7 @@ from spool.server.replication.frames import (
     first_type,
 )
 from spool.server.replication.frames import MessageType as T
-from spool.server.replication.protocol import Closed, DataReceived
+from spool.server.replication.protocol import DataReceived, LinkClosed
 
 
 def _request(data_types: list[str], *, start: int = 0, sow_done: bool = False) -> Bootstrap:
@@ -117,7 +117,7 @@ def test_busy_carries_who_the_source_waits_on_and_closes() -> None:
     _pipe(source, requester, [])
     busy, closed = requester.events_received()
     assert busy == SourceBusy(Busy("a", ["b"]))
-    assert isinstance(closed, Closed) and isinstance(closed.error, SourceBootstrapping)
+    assert isinstance(closed, LinkClosed) and isinstance(closed.error, SourceBootstrapping)
 
 
 def test_a_refusal_reaches_the_requester_with_its_class() -> None:
@@ -128,7 +128,7 @@ def test_a_refusal_reaches_the_requester_with_its_class() -> None:
     source.refuse(AuthRefused("unknown user"))
     _pipe(source, requester, [])
     (closed,) = requester.events_received()
-    assert isinstance(closed, Closed) and closed.by_peer
+    assert isinstance(closed, LinkClosed) and closed.by_peer
     assert isinstance(closed.error, AuthRefused) and closed.error.detail == "unknown user"
 
 
@@ -148,7 +148,7 @@ def test_a_requester_refuses_out_of_order_messages(message: Data | Done | Bootst
     requester.data_to_send()
     requester.receive_data(encode(message))
     (closed,) = requester.events_received()
-    assert isinstance(closed, Closed) and isinstance(closed.error, ProtocolRefusal)
+    assert isinstance(closed, LinkClosed) and isinstance(closed.error, ProtocolRefusal)
     assert not closed.by_peer
     assert first_type(requester.data_to_send()) == T.REFUSE
 
@@ -158,7 +158,7 @@ def test_a_done_of_the_wrong_phase_is_refused() -> None:
     requester.request(_request(["txlog", "sow"]))
     requester.receive_data(encode(_OFFER) + encode(Done("txlog", 9)))
     events = requester.events_received()
-    assert isinstance(events[-1], Closed) and "done(txlog) while copying sow" in str(
+    assert isinstance(events[-1], LinkClosed) and "done(txlog) while copying sow" in str(
         events[-1].error
     )
 
@@ -170,11 +170,11 @@ def test_a_source_takes_one_request_of_its_version() -> None:
         encode(Bootstrap(9, old.name, old.group, None, None, old.topics, ["txlog"], 0, False, None))
     )
     (closed,) = source.events_received()
-    assert isinstance(closed, Closed) and "protocol version 9" in str(closed.error)
+    assert isinstance(closed, LinkClosed) and "protocol version 9" in str(closed.error)
     source = BootstrapProtocol(Role.SOURCE)
     source.receive_data(encode(_request(["txlog"])) + encode(_request(["txlog"])))
     events = source.events_received()
-    assert isinstance(events[0], BootstrapRequested) and isinstance(events[1], Closed)
+    assert isinstance(events[0], BootstrapRequested) and isinstance(events[1], LinkClosed)
 
 
 def test_the_wrong_side_cannot_act() -> None:
@@ -294,5 +294,5 @@ def test_a_malformed_repair_request_is_refused_with_what_is_wrong(
     source = BootstrapProtocol(Role.SOURCE)
     source.receive_data(frame + bytes([T.REPAIR]) + payload)
     (closed,) = source.events_received()
-    assert isinstance(closed, Closed) and isinstance(closed.error, ProtocolRefusal)
+    assert isinstance(closed, LinkClosed) and isinstance(closed.error, ProtocolRefusal)
     assert fragment in closed.error.detail

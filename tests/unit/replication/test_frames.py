@@ -13,7 +13,7 @@ from spool.server.replication import frames
 from spool.server.replication.errors import ReplicationProtocolError
 from spool.server.replication.frames import (
     MAX_MESSAGE,
-    Ack,
+    AckFrame,
     Claim,
     Claimed,
     Data,
@@ -77,7 +77,7 @@ datas = st.builds(
     Data, upto=u64, count=st.integers(0, 2**32 - 1), payload=st.binary(max_size=64),
     compressed=st.booleans(),
 )  # fmt: skip
-acks = st.builds(Ack, position=u64)
+acks = st.builds(AckFrame, position=u64)
 fabric_views = st.builds(
     FabricView,
     st.lists(

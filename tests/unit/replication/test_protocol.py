@@ -16,9 +16,9 @@ from spool.server.replication.errors import (
 )
 from spool.server.replication.protocol import (
     Acked,
-    Closed,
     DataReceived,
     HelloReceived,
+    LinkClosed,
     LinkProtocol,
     Side,
     State,
@@ -53,7 +53,7 @@ class LinkMachine(RuleBasedStateMachine):
         self.acks_seen: list[int] = []
         self.upto = 0
         self.durable = 0
-        self.closed: list[Closed] = []
+        self.closed: list[LinkClosed] = []
 
     def _pump(self, data: st.DataObject) -> None:
         for _ in range(4):
@@ -97,7 +97,7 @@ class LinkMachine(RuleBasedStateMachine):
                     self.received.append((d.upto, d.count, d.payload))
                 elif isinstance(event, Acked):
                     self.acks_seen.append(event.position)
-                elif isinstance(event, Closed):
+                elif isinstance(event, LinkClosed):
                     self.closed.append(event)
 
     @rule(data=st.data())
@@ -198,7 +198,7 @@ def test_out_of_order_messages_close_the_link_with_a_protocol_error() -> None:
     fake.send_data(5, 0, b"", compressed=False)
     dst.receive_data(fake.data_to_send())
     assert dst.state is State.CLOSED
-    (event,) = [e for e in dst.events_received() if isinstance(e, Closed)]
+    (event,) = [e for e in dst.events_received() if isinstance(e, LinkClosed)]
     assert isinstance(event.error, ProtocolRefusal) and "before the stream" in event.error.detail
     src.receive_data(dst.data_to_send())
     assert src.state is State.CLOSED

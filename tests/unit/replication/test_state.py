@@ -5,12 +5,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from spool.server.replication.state import Acked, ReplicationState
+from spool.server.replication.state import AckedState, ReplicationState
 
 
 def test_a_state_round_trips_with_its_identities() -> None:
     state = ReplicationState.new()
-    state.destinations["b"] = Acked("b", "L", 42)
+    state.destinations["b"] = AckedState("b", "L", 42)
     back = ReplicationState.decode(state.encode())
     assert (back.log_id, back.instance_id) == (state.log_id, state.instance_id)
     assert back.destinations == state.destinations

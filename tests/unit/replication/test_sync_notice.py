@@ -6,7 +6,7 @@ import pytest
 
 from spool.server.replication.errors import ReplicationProtocolError
 from spool.server.replication.frames import FrameParser, SyncNotice, encode
-from spool.server.replication.protocol import Closed, LinkProtocol, Side, SyncNoticed
+from spool.server.replication.protocol import LinkClosed, LinkProtocol, Side, SyncNoticed
 from tests.unit.replication.test_protocol import _hello, _welcome
 
 
@@ -51,4 +51,4 @@ def test_not_before_the_stream() -> None:
     _hello_src = LinkProtocol(Side.SOURCE)
     _hello(_hello_src)
     dst.receive_data(_hello_src.data_to_send() + encode(SyncNotice("sync")))
-    assert isinstance(dst.events_received()[-1], Closed)
+    assert isinstance(dst.events_received()[-1], LinkClosed)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spool.server.auth import Authenticator
+from spool.server.auth import UserAuthenticator
 from spool.server.config import UserConfig
 from spool.server.protocol.errors import InvalidTopic
 from spool.server.sow import SowTopicNotFound
@@ -77,7 +77,7 @@ async def test_regex_queries_read_only_entitled_topics_and_revocation_sends_oof(
         assert [(c, k) for c, k, _ in view(r)] == [("publish", "A")]
         # the reader's entitlements change (a new Users): what it holds goes out of focus
         users = (UserConfig(name="r", token="tok-reader-0123456789", read=("^none$",)),)
-        h.broker.sow.delivery._auth = Authenticator(users)
+        h.broker.sow.delivery._auth = UserAuthenticator(users)
         assert h.broker.sow.revoke_entitlements() == 1
         await h.settle()
         assert view(r) == [("oof", "A", "entitlement")]

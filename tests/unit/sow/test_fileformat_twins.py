@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from spool.server.ports import SowRecord
 from spool.server.sow.fileformat import (
-    Damage,
+    SowDamage,
     encode_delete,
     encode_header,
     encode_puts_py,
@@ -51,7 +51,7 @@ def test_encode_puts_twins_agree(recs: list[SowRecord]) -> None:
 
 def _live_c(buf: bytes, pos: int, base: int) -> object:
     live, top, damage = _c.live_changes(buf, pos, base)
-    return live, top, (Damage(*damage) if damage is not None else None)
+    return live, top, (SowDamage(*damage) if damage is not None else None)
 
 
 changes = st.lists(

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from spool.server.clock import VirtualClock
 from spool.server.ports import SowRecord, TopicStore
-from spool.server.sow.fileformat import Damage, decode_header, read_changes
+from spool.server.sow.fileformat import SowDamage, decode_header, read_changes
 from spool.server.sow.filestore import FileStore, read_sow_file, write_sow_file
 from spool.server.sow.memory import MemoryStore, new_record
 
@@ -231,7 +231,7 @@ def test_open_reports_repairs_and_damage_in_the_middle(tmp_path: Path) -> None:
         offsets = []
         pos = header.size
         for c in read_changes(bytes(buf), header.size):
-            assert not isinstance(c, Damage)
+            assert not isinstance(c, SowDamage)
             offsets.append(pos)
             pos += c.size
         buf[offsets[2] + 20] ^= 0xFF  # damage the third change

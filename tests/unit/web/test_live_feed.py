@@ -21,8 +21,8 @@ from spool.server.stats.series import snapshot_values
 from spool.server.stats.snapshot import MetricsSnapshot
 from spool.web.dashboard import (
     SUBSCRIBER_QUEUE,
+    DashboardFeed,
     EventStreamResponse,
-    LiveFeed,
     LivePointBuilder,
     LiveSubscriber,
     sse_event,
@@ -194,7 +194,7 @@ def test_a_stream_starts_with_history_then_gets_one_point_per_interval() -> None
     async def scenario() -> None:
         src = Source()
         src.events.emit("info", "session", "logon", client="a")
-        feed = LiveFeed(src, interval=1.0, idle_grace=10.0)
+        feed = DashboardFeed(src, interval=1.0, idle_grace=10.0)
         sub = feed.subscribe()
         [(name, history)] = parse(await next_item(sub))
         assert name == "history"
@@ -221,7 +221,7 @@ def test_every_point_carries_the_alerts_of_its_moment() -> None:
 
     async def scenario() -> None:
         src = Source()
-        feed = LiveFeed(src, interval=1.0, idle_grace=10.0)
+        feed = DashboardFeed(src, interval=1.0, idle_grace=10.0)
         sub = feed.subscribe()
         await next_item(sub)
         await src.clock.advance(1.0)
@@ -247,7 +247,7 @@ def test_every_point_carries_the_alerts_of_its_moment() -> None:
 def test_new_event_log_entries_are_sent_once_with_increasing_ids() -> None:
     async def scenario() -> None:
         src = Source()
-        feed = LiveFeed(src, interval=1.0)
+        feed = DashboardFeed(src, interval=1.0)
         sub = feed.subscribe()
         await next_item(sub)
         src.events.emit("warning", "session", "slow_client", client="x")
@@ -267,7 +267,7 @@ def test_new_event_log_entries_are_sent_once_with_increasing_ids() -> None:
 def test_the_sampler_stops_after_the_idle_grace_and_restarts_on_demand() -> None:
     async def scenario() -> None:
         src = Source()
-        feed = LiveFeed(src, interval=1.0, idle_grace=3.0)
+        feed = DashboardFeed(src, interval=1.0, idle_grace=3.0)
         sub = feed.subscribe()
         feed.unsubscribe(sub)
         assert feed.running
@@ -290,7 +290,7 @@ def test_the_sampler_stops_after_the_idle_grace_and_restarts_on_demand() -> None
 def test_streams_end_when_the_broker_starts_stopping() -> None:
     async def scenario() -> None:
         src = Source()
-        feed = LiveFeed(src, interval=1.0)
+        feed = DashboardFeed(src, interval=1.0)
         sub = feed.subscribe()
         await next_item(sub)
         src.stopping = True
@@ -306,7 +306,7 @@ def test_streams_end_when_the_broker_starts_stopping() -> None:
 def test_a_reader_that_falls_behind_is_ended_and_dropped() -> None:
     async def scenario() -> None:
         src = Source()
-        feed = LiveFeed(src, interval=1.0)
+        feed = DashboardFeed(src, interval=1.0)
         slow = feed.subscribe()  # never read: the history, then one point a second
         await src.clock.advance(SUBSCRIBER_QUEUE - 1)
         assert feed.subscribers == 1  # the history and SUBSCRIBER_QUEUE - 1 points: full
@@ -326,7 +326,7 @@ def test_a_reader_that_falls_behind_is_ended_and_dropped() -> None:
 def test_the_response_streams_until_the_client_disconnects() -> None:
     async def scenario() -> None:
         src = Source()
-        feed = LiveFeed(src, interval=1.0)
+        feed = DashboardFeed(src, interval=1.0)
         sent: list[dict[str, Any]] = []
         gone = asyncio.Event()
 
@@ -357,7 +357,7 @@ def test_the_response_streams_until_the_client_disconnects() -> None:
 
 
 async def _stream_until_it_ends(
-    feed: LiveFeed, response: EventStreamResponse, close_feed: bool
+    feed: DashboardFeed, response: EventStreamResponse, close_feed: bool
 ) -> list[dict[str, Any]]:
     """Run a response whose client never leaves; returns what it sent."""
     never = asyncio.Event()
@@ -384,7 +384,7 @@ END_OF_BODY = {"type": "http.response.body", "body": b"", "more_body": False}
 
 def test_the_response_ends_cleanly_when_its_time_is_up() -> None:
     async def scenario() -> None:
-        feed = LiveFeed(Source(), interval=1.0)
+        feed = DashboardFeed(Source(), interval=1.0)
         sent = await _stream_until_it_ends(feed, EventStreamResponse(feed, max_seconds=0.0), False)
         assert sent[-1] == END_OF_BODY
         assert feed.subscribers == 0
@@ -395,7 +395,7 @@ def test_the_response_ends_cleanly_when_its_time_is_up() -> None:
 
 def test_the_response_ends_cleanly_when_the_feed_closes() -> None:
     async def scenario() -> None:
-        feed = LiveFeed(Source(), interval=1.0)
+        feed = DashboardFeed(Source(), interval=1.0)
         sent = await _stream_until_it_ends(feed, EventStreamResponse(feed), True)
         assert sent[-1] == END_OF_BODY
         assert feed.subscribers == 0
