@@ -18,7 +18,7 @@ install: $(STAMP) $(NODE_STAMP) devpath
 # install; without a C compiler it warns and the pure-Python twins run.
 # npm first: the package maps the vendored front-end packages (uPlot, cytoscape) from
 # node_modules/ (pyproject.toml's package-dir table).
-$(STAMP): pyproject.toml setup.py $(wildcard server/*.pyx server/*.pxd server/*/*.pyx server/*/*.h) | $(NODE_STAMP)
+$(STAMP): pyproject.toml setup.py $(wildcard server/*.pyx server/*.pxd server/*/*.pyx server/*/*.h server/*/*/*.pyx server/*/*/*.h) | $(NODE_STAMP)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

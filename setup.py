@@ -25,8 +25,8 @@ _HERE = Path(__file__).resolve().parent
 _SOURCES = {
     "spool.server.protocol._frame_c": ["server/protocol/_frame_c.pyx"],
     "spool.server.protocol._commands_c": ["server/protocol/_commands_c.pyx"],
-    "spool.server.txlog._codec_c": ["server/txlog/_codec_c.pyx"],
-    "spool.server.txlog._batch_c": ["server/txlog/_batch_c.pyx"],
+    "spool.server.txlog.format._codec_c": ["server/txlog/format/_codec_c.pyx"],
+    "spool.server.txlog.format._batch_c": ["server/txlog/format/_batch_c.pyx"],
     "spool.server._wire_c": ["server/_wire_c.pyx"],
     "spool.server.sow._fileformat_c": ["server/sow/_fileformat_c.pyx"],
     "spool.server.replication._frames_c": ["server/replication/_frames_c.pyx"],

@@ -80,7 +80,7 @@ BROKER_PUBLISHER_PREFIX: Final = "spool-broker:"
 
 def broker_pub_hash(instance: str, incarnation: str = "") -> int:
     """The publisher id of instance ``instance`` itself, in the incarnation of its log
-    ``incarnation`` (server/txlog/incarnation.py): one id per log of an instance, so its
+    ``incarnation`` (server/txlog/publishers/incarnation.py): one id per log of an instance, so its
     records (numbered by that log) have bookmarks every other instance de-duplicates on,
     and a log that starts over never numbers a record under a bookmark an earlier log of
     the instance used. ``incarnation`` empty: the name alone (instance names hold no

@@ -6,7 +6,7 @@ same fan-out and persisted acks for subscribers, with an :class:`~spool.server.p
 kind ``broker`` (never a fake client session). Its records carry the broker's own
 publisher identity, ``pub_hash("spool-broker:" + instance + "#" + token)``
 (:func:`spool.server.bookmarks.broker_pub_hash`; the token names the log:
-server/txlog/incarnation.py), numbered by the log like any publisher's, so a
+server/txlog/publishers/incarnation.py), numbered by the log like any publisher's, so a
 bookmark subscriber can resume across them. The instance's ``sow_delete`` records carry
 the same identity and share its sequence (server/sow/deleting.py).
 
@@ -126,7 +126,7 @@ class BrokerPublisher:
 
     @property
     def pub_hash(self) -> int:
-        """The instance's own publisher identity (its log's: server/txlog/incarnation.py;
+        """The instance's own publisher identity (its log's: server/txlog/publishers/incarnation.py;
         without a log, the name alone: nothing it publishes is then recorded)."""
         txlog = self._txlog
         return txlog.own_pub_hash if txlog is not None else broker_pub_hash(self.name)

@@ -369,7 +369,7 @@ class Broker:
         await self.sow.open()
         # 3. publish stages rebuild their state from the journal (SOW, queues: from
         #    their checkpoint); fenced records are not there to rebuild from
-        #    (server/txlog/fences.py)
+        #    (server/txlog/damage/fences.py)
         await self.queues.load_checkpoint()
         await self.pipeline.recover()
         for first, last in self.pipeline.recovery_skipped:

@@ -32,7 +32,7 @@ from spool.server.expr import MessageView
 from spool.server.ports import AppendedRun, Entitlements, Outbound
 from spool.server.router import Router
 from spool.server.subscription import SessionSubscription
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from spool.server.wire import encode_run, sids_json
 
 #: record kinds that are no message: a replicated ``sow_delete``, a queue's acks and

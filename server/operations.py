@@ -52,12 +52,12 @@ from spool.server.subscriptions import SubscriptionService
 from spool.server.tls.certificate import CertificateDict
 from spool.server.tls.listener import TlsListener, TlsStatus
 from spool.server.txlog import TransactionLog
+from spool.server.txlog.append.outage import WriteOutageDict
+from spool.server.txlog.append.space import ShortfallDict
 from spool.server.txlog.errors import JournalNotFound
-from spool.server.txlog.files import Compression
-from spool.server.txlog.journal import JournalInfo
-from spool.server.txlog.outage import WriteOutageDict
-from spool.server.txlog.pins import Pin, PinInfo
-from spool.server.txlog.space import ShortfallDict
+from spool.server.txlog.retention.pins import Pin, PinInfo
+from spool.server.txlog.storage.files import Compression
+from spool.server.txlog.storage.journal import JournalInfo
 
 JournalAction = Literal["archive", "compress", "remove"]
 JOURNAL_ACTIONS: tuple[JournalAction, ...] = ("archive", "compress", "remove")

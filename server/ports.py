@@ -41,8 +41,8 @@ from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_ch
 
 from spool.server.config import UserConfig
 from spool.server.protocol.errors import ProtocolFailure
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 #: an ack header value (docs/protocol.md "Acks")
 AckValue = str | int | float | bool | None
@@ -200,7 +200,7 @@ class PublishRun:
         sow_keys: per message, the SOW key field it is logged with (``""`` for none), or
             None: the ``k`` given by the publisher, which a SOW stage's ``prepare``
             replaces with what the record must carry
-            (:func:`spool.server.txlog.record.sow_key_field`).
+            (:func:`spool.server.txlog.format.record.sow_key_field`).
         expirations: per message, the lifetime in seconds given with ``e`` (None for
             none), or None when no message gave one. Only a stage that keeps records
             (SOW) takes it; a topic without one refuses it.

@@ -15,7 +15,7 @@ publishes to one topic; a single publish is a run of one) with an
 
 De-duplication is by bookmark, exactly: a message whose sequence is at or below its
 publisher's highest is a duplicate unless the log is missing that sequence (a *gap*,
-server/txlog/gaps.py, tracked when replication is configured). A publisher that fails over
+server/txlog/publishers/gaps.py, tracked when replication is configured). A publisher that fails over
 between instances can make one instance receive its 101 by one route before its 100 by
 another; 100 then fills the gap as a late record instead of being dropped.
 
@@ -69,7 +69,7 @@ from spool.server.protocol.frame import Message
 from spool.server.stats.source import EventSink
 from spool.server.topics import Topic, TopicTable
 from spool.server.txlog import CorruptRecord, FencedRecords, TransactionLog, TxlogWriteFailed
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})

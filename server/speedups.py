@@ -34,8 +34,8 @@ ENABLED: Final[bool] = os.environ.get(ENV_VAR, "") in ("", "0")
 EXTENSIONS: Final[dict[str, str]] = {
     "spool.server.protocol._frame_c": "spool.server.protocol.frame, spool.server.protocol.delivery",
     "spool.server.protocol._commands_c": "spool.server.protocol.commands",
-    "spool.server.txlog._codec_c": "spool.server.txlog.codec",
-    "spool.server.txlog._batch_c": "spool.server.txlog.batch",
+    "spool.server.txlog.format._codec_c": "spool.server.txlog.format.codec",
+    "spool.server.txlog.format._batch_c": "spool.server.txlog.format.batch",
     "spool.server._wire_c": "spool.server.wire",
     "spool.server.sow._fileformat_c": "spool.server.sow.fileformat",
     "spool.server.replication._frames_c": "spool.server.replication.frames",

@@ -26,7 +26,7 @@ import orjson
 
 from spool.server import speedups
 from spool.server.bookmarks import format_bookmark, format_timestamp_us
-from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.format.batch import RecordBatch
 
 try:
     from spool.server import _wire_c

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from spool.server.config import JournalLimits
-from spool.server.txlog.journal import JournalInfo
-from spool.server.txlog.pins import PinInfo
+from spool.server.txlog.retention.pins import PinInfo
+from spool.server.txlog.storage.journal import JournalInfo
 
 __all__ = ["JournalOp", "PinnedJournal", "Selection", "due_times", "in_scope", "select"]
 

@@ -38,8 +38,8 @@ from spool.server.config import (
     RemoveJournals,
     Trigger,
 )
-from spool.server.txlog.journal import JournalInfo
-from spool.server.txlog.pins import PinInfo
+from spool.server.txlog.retention.pins import PinInfo
+from spool.server.txlog.storage.journal import JournalInfo
 
 __all__ = ["PlannedAction", "ScheduledAction", "journal_plan"]
 

@@ -48,8 +48,8 @@ from spool.server.config import (
     Step,
 )
 from spool.server.operations import Operations
-from spool.server.txlog.journal import JournalInfo
-from spool.server.txlog.pins import PinInfo
+from spool.server.txlog.retention.pins import PinInfo
+from spool.server.txlog.storage.journal import JournalInfo
 
 __all__ = ["SHUTDOWN_BUDGET", "STOP_BUDGET", "ActionInfo", "Actions"]
 

@@ -505,7 +505,7 @@ class TuningConfig:
             effective type sync than this is refused (it never causes an upgrade).
         journal_scrub_interval: seconds between the end of one scrub of the transaction
             log (every journal byte read back and checked) and the start of the next; 0:
-            only on demand (server/txlog/scrub.py).
+            only on demand (server/txlog/damage/scrub.py).
         journal_scrub_rate: bytes per second the scrub reads at most.
         journal_repair_wait: seconds the start-up waits for a repair of fenced records
             from replication peers before it serves anyway (0: it does not wait; the repair
@@ -627,7 +627,7 @@ class Config:
     @property
     def replicates(self) -> bool:
         """Whether the instance takes part in replication (destinations or an inbound
-        endpoint): its log then tracks publisher gaps (server/txlog/gaps.py)."""
+        endpoint): its log then tracks publisher gaps (server/txlog/publishers/gaps.py)."""
         return self.replication is not None or self.replication_transport is not None
 
     @property

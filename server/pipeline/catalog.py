@@ -2,7 +2,7 @@
 
 A :class:`Catalog` lists an instance's journal files in the journal and archive
 directories (plain and compressed; the prefix rule and file names of
-:mod:`spool.server.txlog.files`), and gives each one the index blocks a reader plans with:
+:mod:`spool.server.txlog.storage.files`), and gives each one the index blocks a reader plans with:
 ``(first seq, offset, length, records, running max time, CRC)`` per ~4 KB block, from the
 journal's sealed index, or its open index plus a scan of the tail the open index does not
 cover yet (the active journal of a running broker). A journal whose index is missing or
@@ -12,7 +12,7 @@ decode it whole, with every record checked.
 Nothing here writes: indexes are read, never rebuilt on disk, and duplicates left by an
 interrupted archive or compress are resolved the way recovery resolves them (archived >
 compressed > plain) without deleting anything, so a catalog is safe on a live instance's
-directories. Lookups of a bookmark or a time reuse :mod:`spool.server.txlog.lookup`.
+directories. Lookups of a bookmark or a time reuse :mod:`spool.server.txlog.storage.search`.
 
 Everything blocks (file reads): the Spark driver and executors call it, never an event
 loop.
@@ -32,15 +32,15 @@ from spool.server.pipeline.errors import (
     NoJournals,
     UnreadableJournal,
 )
-from spool.server.txlog.codec import scan
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.files import Compression, index_name, parse_name
-from spool.server.txlog.indexbuilder import IndexBuilder
-from spool.server.txlog.indexfile import parse_open_index
-from spool.server.txlog.journal import Journal
-from spool.server.txlog.lookup import SpanQuery, plan_bookmark, plan_time, search_span
-from spool.server.txlog.reader import JournalSource, RecordWindows, open_source
-from spool.server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.format.codec import scan
+from spool.server.txlog.index.builder import IndexBuilder
+from spool.server.txlog.index.fileformat import parse_open_index
+from spool.server.txlog.index.sealed import SealedIndex
+from spool.server.txlog.storage.files import Compression, index_name, parse_name
+from spool.server.txlog.storage.journal import Journal
+from spool.server.txlog.storage.search import SpanQuery, plan_bookmark, plan_time, search_span
+from spool.server.txlog.storage.source import JournalSource, RecordWindows, open_source
 
 __all__ = ["TAIL_SCAN_LIMIT", "Block", "Catalog", "JournalFile"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 __all__ = ["KIND_CODES", "KIND_NAMES", "MAX_SEQ", "ScanPredicate"]
 

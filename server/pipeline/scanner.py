@@ -1,10 +1,10 @@
 """Reading a slice: journal bytes -> columns of kept records, and damage reports.
 
 The executor side of the source. A :class:`SliceScanner` reads its slice's bytes through
-:mod:`spool.server.txlog.reader` (plain files by ``pread``, compressed ones chunk by chunk),
+:mod:`spool.server.txlog.storage.source` (plain files by ``pread``, compressed ones chunk by chunk),
 checks them, and decodes the records with the record codec's header
-(:data:`spool.server.txlog.codec.HEADER`; :func:`~spool.server.txlog.codec.check_at` names the damage,
-:func:`~spool.server.txlog.codec.build_record` decodes the rare records with a replication path,
+(:data:`spool.server.txlog.format.codec.HEADER`; :func:`~spool.server.txlog.format.codec.check_at` names the damage,
+:func:`~spool.server.txlog.format.codec.build_record` decodes the rare records with a replication path,
 correlation id or SOW key) into plain Python lists, one per column, that
 :mod:`spool.server.pipeline.arrow` turns into Arrow record batches.
 
@@ -17,7 +17,7 @@ exact record. Every record's format byte, lengths and sequence are checked in an
 :class:`Damage` (journal, offset, reason, seqs and bytes lost) and goes on at the next
 index block, whose start the index gives; in unindexed bytes, where no record boundary is
 known after the damage, it goes on with the next slice. Unindexed bytes are read in
-windows of whole records (:class:`~spool.server.txlog.reader.RecordWindows`), which decides
+windows of whole records (:class:`~spool.server.txlog.storage.source.RecordWindows`), which decides
 where their data ends exactly as ``spool journal verify`` does. A slice's records are
 decoded with the predicate applied on the header, so filtered-out records cost no body
 copy.
@@ -36,7 +36,8 @@ from spool.server.pipeline.catalog import Block
 from spool.server.pipeline.errors import UnreadableJournal
 from spool.server.pipeline.planner import Slice
 from spool.server.pipeline.predicate import KIND_NAMES, ScanPredicate
-from spool.server.txlog.codec import (
+from spool.server.txlog.errors import CorruptRecord
+from spool.server.txlog.format.codec import (
     CRC_RESIDUE,
     FORMAT,
     HEADER,
@@ -46,10 +47,9 @@ from spool.server.txlog.codec import (
     check_at,
     decode_text,
 )
-from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.files import Compression, journal_name
-from spool.server.txlog.reader import JournalSource, RecordWindows, open_source
-from spool.server.txlog.record import FLAG_RELEASED, RecordKind
+from spool.server.txlog.format.record import FLAG_RELEASED, RecordKind
+from spool.server.txlog.storage.files import Compression, journal_name
+from spool.server.txlog.storage.source import JournalSource, RecordWindows, open_source
 
 __all__ = ["Columns", "Damage", "ScanStats", "SliceScanner", "open_journal"]
 
@@ -348,7 +348,7 @@ class SliceScanner:
                 if kind == _LOST:
                     if not h[3] & FLAG_RELEASED:
                         # a fenced seq: its record is damaged or missing, waiting for a
-                        # repair (server/txlog/fences.py); reported as damage
+                        # repair (server/txlog/damage/fences.py); reported as damage
                         raise CorruptRecord(pos, "fenced")
                     pos += length  # released: nothing stands here any more
                     seq += 1
@@ -438,7 +438,7 @@ class SliceScanner:
         yield Damage(s.base, s.path, offset, reason, first_seq, records, max(0, nbytes))
 
 
-#: a placeholder of a fenced seq (server/txlog/fences.py)
+#: a placeholder of a fenced seq (server/txlog/damage/fences.py)
 _LOST: Final = int(RecordKind.LOST)
 
 

@@ -7,7 +7,7 @@ queues without the records of that range, so a message acked there is back in th
 until the range comes back. Two kinds of range, each keyed on the log's sequence so a
 hold costs nothing per message while none is on:
 
-- **a fence** (server/txlog/fences.py) the start-up rebuild went past: the messages
+- **a fence** (server/txlog/damage/fences.py) the start-up rebuild went past: the messages
   recorded up to the fence's last seq are held, in every queue, until a repair writes
   the range back and the queues take it in (``QueueRefold``), or an operator releases
   the fence (then they go again: at least once).

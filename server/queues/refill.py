@@ -28,7 +28,7 @@ from spool.server.queues.machine import QueuedMessage, Removal
 from spool.server.queues.stage import QueueRuntime
 from spool.server.stats.source import EventSink
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 
 __all__ = ["Refills"]
 

@@ -90,8 +90,8 @@ from spool.server.subscription import SessionSubscription
 from spool.server.subscriptions import SubscriptionService
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.errors import TxlogError
-from spool.server.txlog.files import write_durable
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.storage.files import write_durable
 from spool.server.wire import encode_queued
 
 __all__ = ["QueueInfo", "QueueService"]

@@ -31,9 +31,9 @@ from spool.server.queues.machine import ELSEWHERE, QueuedMessage, QueueMachine, 
 from spool.server.queues.ownership import Grant, Ownership, Wire
 from spool.server.queues.records import decode_ack, decode_transfers
 from spool.server.queues.window import Window
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.pins import Pin
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.retention.pins import Pin
 from spool.server.wire import topic_json
 
 __all__ = ["QueueRuntime", "QueueStage", "published_on"]

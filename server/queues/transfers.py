@@ -35,7 +35,7 @@ from spool.server.queues.ownership import Grant, OwnershipAck, Request, Wire
 from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
 from spool.server.queues.stage import QueueRuntime
 from spool.server.stats.source import EventSink
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 __all__ = ["DEFAULT_TYPICAL_US", "REQUEST_INTERVAL", "Append", "Transfers"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import orjson
 
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 
 
 @dataclasses.dataclass(slots=True, eq=False)

@@ -22,7 +22,7 @@ from spool.server.protocol.errors import SubIdNotFound
 from spool.server.replay.errors import ReplayGapError
 from spool.server.replay.member import ReplayMember
 from spool.server.replay.ports import DurableLimit, LowestLimit, ReadLimit, ReplaySource
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from spool.server.replay.errors import ReplayGapError
 from spool.server.replay.pacing import RatePacer
 from spool.server.replay.plan import ReplayPlan, Verdict, plan_replay
 from spool.server.replay.ports import ReplaySink, ReplaySource
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 #: Record kinds a bookmark subscription delivers by default (queue bookkeeping is not data).
 MESSAGE_KINDS: Final = frozenset({RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH})

@@ -11,7 +11,7 @@ from typing import Final
 
 from spool.server.clock import TIME_EPSILON
 from spool.server.protocol.options import Rate
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 
 #: Token buckets hold this many seconds of rate, so fast rates need not sleep per message.
 BURST_WINDOW: Final = 0.01

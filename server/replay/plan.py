@@ -25,7 +25,7 @@ from spool.server.bookmarks import (
 from spool.server.protocol.errors import BookmarkNotFound, InvalidBookmark
 from spool.server.protocol.options import NotFoundPolicy
 from spool.server.replay.ports import ReplaySource
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 
 Verdict: TypeAlias = Literal["pass", "last", "beyond"]
 

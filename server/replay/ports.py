@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record
 
 
 class ReplaySource(Protocol):

@@ -20,9 +20,9 @@ from spool.server.bookmarks import format_timestamp_us
 from spool.server.expr import MessageView
 from spool.server.ports import Entitlements
 from spool.server.subscription import SessionSubscription
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.pins import Pin
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record
+from spool.server.txlog.retention.pins import Pin
 from spool.server.wire import encode_batch, topic_json
 
 #: deliveries encoded into one queued piece before the client's buffer is checked

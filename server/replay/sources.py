@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.format.batch import RecordBatch
 
 
 class AppendedSource:

@@ -18,7 +18,7 @@ from libc.string cimport memcpy
 from _buffers cimport get16, get32, get64
 
 from spool.server.replication.errors import ReplicationProtocolError
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind) - {int(RecordKind.LOST)}
 

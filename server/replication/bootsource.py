@@ -57,7 +57,7 @@ from spool.server.replication.transport import LinkLost, LinkTransport, LinkWrit
 from spool.server.sow.memory import MemoryStore
 from spool.server.stats.source import EventSink
 from spool.server.txlog import FencedRecords, RecordKind, TransactionLog
-from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.format.batch import RecordBatch
 
 __all__ = ["BootstrapBusy", "BootstrapSource", "SourceContext"]
 

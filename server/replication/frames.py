@@ -55,7 +55,7 @@ from spool.server.replication.peerframes import (
     parse_peer,
     peer_fields,
 )
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 __all__ = [
     "CHANNEL",

@@ -78,7 +78,7 @@ from spool.server.replication.replies import FailureReplies
 from spool.server.replication.transport import LinkLost, LinkTransport, LinkWriter, SharedTransport
 from spool.server.stats.source import EventSink
 from spool.server.txlog import RecordKind, TransactionLog
-from spool.server.txlog.holdings import lacks_any, with_fenced
+from spool.server.txlog.publishers.holdings import lacks_any, with_fenced
 
 __all__ = ["InboundContext", "InboundLink"]
 

@@ -73,7 +73,7 @@ from spool.server.stats.source import EventSink
 from spool.server.tls.context import load_dial_context
 from spool.server.tls.errors import TlsError
 from spool.server.txlog import FencedRecords, Pin, TransactionLog
-from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.format.batch import RecordBatch
 
 __all__ = ["DestinationLink", "LinkContext", "marker_wait"]
 

@@ -20,7 +20,7 @@ from typing import Final
 
 from spool.server.replication.frames import RecordsWriter
 from spool.server.replication.inflight import InFlight
-from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.format.batch import RecordBatch
 
 __all__ = ["pack_runs"]
 

@@ -1,6 +1,6 @@
 """Repair: the records this instance's log holds fenced, brought back from its peers.
 
-A fence (server/txlog/fences.py) holds the local seqs of records this log lost (bytes
+A fence (server/txlog/damage/fences.py) holds the local seqs of records this log lost (bytes
 that failed their checks, a journal missing from the middle, durable records of a torn
 tail) with the bookmark intervals they lie in and the time window around them. The
 :class:`Repairer` asks each destination of ``<Replication>`` in order, over its own
@@ -56,8 +56,8 @@ from spool.server.stats.source import EventSink
 from spool.server.tls.context import load_dial_context
 from spool.server.tls.errors import TlsError
 from spool.server.txlog import Record, RecordKind, TransactionLog
-from spool.server.txlog.fences import Fence
-from spool.server.txlog.record import publisher_of
+from spool.server.txlog.damage.fences import Fence
+from spool.server.txlog.format.record import publisher_of
 
 __all__ = ["RETRY_MAX", "RepairProgress", "Repairer", "merge_in_time_order"]
 

@@ -37,7 +37,7 @@ from spool.server.replication.frames import RecordsWriter, Repair
 from spool.server.replication.packing import pack_runs
 from spool.server.replication.routing import REPLICATED_KINDS
 from spool.server.txlog import FencedRecords, RecordKind, TransactionLog
-from spool.server.txlog.batch import RecordBatch
+from spool.server.txlog.format.batch import RecordBatch
 
 __all__ = ["WINDOW_SLACK", "RepairPlan", "plan_repair", "send_repair"]
 

@@ -9,7 +9,7 @@ that lost its log once had). ``SOW_DELETE`` records and a replicated queue's
 ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records follow the same rules, except that no Filter
 applies to them, the queue's go where its name goes, and those without publisher identity
 are never sent. A :class:`Route` decides a whole
-:class:`~spool.server.txlog.batch.RecordBatch` at once (dict lookups and a path check per
+:class:`~spool.server.txlog.format.batch.RecordBatch` at once (dict lookups and a path check per
 record; filters through ``Filter.select``). See docs/replication.md "Routing: which
 records go to a destination", "Resync on connect", "SOW topics" and "Validation".
 """
@@ -24,8 +24,8 @@ from spool.server.config import DestinationConfig
 from spool.server.config.model import QueueConfig
 from spool.server.expr import Filter, compile_filter
 from spool.server.replication.hops import PassThrough, on_path
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import RecordKind
 
 __all__ = ["REPLICATED_KINDS", "Held", "Route", "held_by"]
 

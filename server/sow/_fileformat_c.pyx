@@ -19,7 +19,7 @@ from _buffers cimport get16, get32, get64, put16, put32, put64
 import google_crc32c
 
 
-cdef extern from "../txlog/crc32c.h":
+cdef extern from "../txlog/format/crc32c.h":
     int spool_crc32c_available()
     uint32_t spool_crc32c(const unsigned char *p, size_t n) nogil
 

@@ -33,11 +33,11 @@ from spool.server.sow.history import LogApplier
 from spool.server.sow.keys import KeySpec
 from spool.server.sow.memory import MemoryStore
 from spool.server.sow.registry import sow_file_name
-from spool.server.txlog.batch import RecordBatch
 from spool.server.txlog.cli import iter_file_records
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.files import parse_name
-from spool.server.txlog.record import FLAG_RELEASED, Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import FLAG_RELEASED, Record, RecordKind
+from spool.server.txlog.storage.files import parse_name
 
 __all__ = ["cmd_rebuild", "cmd_verify", "register"]
 

@@ -13,7 +13,7 @@ changed meanwhile goes only if its new state still matches. The ``stats`` ack ca
 
 Identity (docs/sow.md "Deletes and replication"): a ``sow_delete``'s records carry the
 instance's own publisher identity (its log's ``own_pub_hash``: one per log the instance
-had, server/txlog/incarnation.py; shared with the messages the instance publishes itself
+had, server/txlog/publishers/incarnation.py; shared with the messages the instance publishes itself
 and its queue records) and the next sequences of that publisher, so each has a bookmark:
 replication sends them like publishes and a destination de-duplicates them on a resync.
 The sequence is the log's (``publisher_last`` + 1), so it survives restarts with the log.
@@ -48,7 +48,7 @@ from spool.server.sow.registry import SowTopics
 from spool.server.sow.subscribers import DELETED, SowDelivery
 from spool.server.stats.source import EventSink
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from spool.server.wire import topic_json
 
 __all__ = ["SowDeletes"]

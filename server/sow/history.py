@@ -14,7 +14,7 @@ two callers:
   with a ``bm`` neither misses nor repeats a message). A record whose lifetime had run
   out at that point is not in the state, whether or not its expiration was logged yet.
 
-Keys: a record carries its key in the log (:func:`~spool.server.txlog.record.sow_key_field`);
+Keys: a record carries its key in the log (:func:`~spool.server.txlog.format.record.sow_key_field`);
 for a topic with ``<Key>`` paths the key is derived from the body again under the
 configuration in force, so a change of Key paths re-keys the history instead of mixing
 two key schemes. A record whose body gives no key under the current paths is skipped and
@@ -35,8 +35,8 @@ from spool.server.sow.filestore import FileStore
 from spool.server.sow.keys import KeySpec
 from spool.server.sow.memory import MemoryStore
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind, split_sow_key_field
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind, split_sow_key_field
 
 __all__ = ["LogApplier", "applied_state", "put_key", "record_key", "state_at"]
 

@@ -12,7 +12,7 @@ once). The rules, written down in docs/sow.md "Keys":
   escaped by a backslash, so different tuples never give the same key;
 - control characters in a key are written ``\\u00XX``: a key never contains one, which is
   what lets a log record carry a message's lifetime after its key
-  (:func:`spool.server.txlog.record.sow_key_field`);
+  (:func:`spool.server.txlog.format.record.sow_key_field`);
 - a ``k`` header on a topic with ``<Key>`` paths must equal the key the body gives.
 """
 

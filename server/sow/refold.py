@@ -1,6 +1,6 @@
 """Records a repair wrote back, taken into the SOW while it runs.
 
-A range the start-up rebuild went past (fenced: server/txlog/fences.py) left the SOW
+A range the start-up rebuild went past (fenced: server/txlog/damage/fences.py) left the SOW
 without its records. Once a repair writes them back, the log holds them again, and a
 rebuild from the whole log would give every key the effect of **the last record of the
 log that changes it** (a put stores its body, a delete removes it: every change to a
@@ -35,7 +35,7 @@ from spool.server.sow.history import record_key
 from spool.server.sow.keys import KeySpec
 from spool.server.sow.registry import SowTopics
 from spool.server.sow.subscribers import DELETED, SowDelivery
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.record import Record, RecordKind
 from spool.server.wire import topic_json
 
 __all__ = ["SowRefold"]

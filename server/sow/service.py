@@ -52,8 +52,8 @@ from spool.server.stats.source import EventSink
 from spool.server.subscription import SessionSubscription
 from spool.server.subscriptions import SubscriptionService
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.pins import Pin
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.retention.pins import Pin
 from spool.server.wire import topic_json
 
 __all__ = ["SowService"]

@@ -40,8 +40,8 @@ from spool.server.sow.memory import MemoryStore
 from spool.server.sow.refold import SowRefold
 from spool.server.sow.registry import SowTopics
 from spool.server.sow.subscribers import DELETED, SowDelivery
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import (
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import (
     SOW_FIELD_SEPARATOR,
     RecordKind,
     sow_key_field,

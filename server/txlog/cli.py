@@ -8,7 +8,7 @@
 
 All three only read: they are safe on the directory of a running broker. ``verify``
 checks every record of every journal (ignoring indexes), reads each journal past its
-damage (server/txlog/salvage.py) to list every damaged range with the local sequences it
+damage (server/txlog/damage/salvage.py) to list every damaged range with the local sequences it
 held, and reports exactly what recovery would do; its exit code is 0 when clean, 1 when
 damage was found, 2 when the log cannot be opened at all (a missing journal in the
 middle, no journals...).
@@ -31,17 +31,17 @@ from typing import Any, TextIO
 import orjson
 
 from spool.server.bookmarks import format_bookmark
-from spool.server.txlog.codec import decode_records, record_size
-from spool.server.txlog.damage import DamagedRange
-from spool.server.txlog.discovery import discover
+from spool.server.txlog.damage.ranges import DamagedRange
+from spool.server.txlog.damage.salvage import ranges_of, salvage
 from spool.server.txlog.errors import CorruptRecord, JournalSequenceGap, TxlogError
-from spool.server.txlog.files import discover_instances, parse_name
-from spool.server.txlog.journal import Journal
-from spool.server.txlog.lookup import plan_bookmark, plan_time, search_span
-from spool.server.txlog.reader import WINDOW, RecordWindows, open_source
-from spool.server.txlog.record import FLAG_RELEASED, Record, RecordKind
-from spool.server.txlog.recovery import Recovery, recover
-from spool.server.txlog.salvage import ranges_of, salvage
+from spool.server.txlog.format.codec import decode_records, record_size
+from spool.server.txlog.format.record import FLAG_RELEASED, Record, RecordKind
+from spool.server.txlog.recovery.discovery import discover
+from spool.server.txlog.recovery.recover import Recovery, recover
+from spool.server.txlog.storage.files import discover_instances, parse_name
+from spool.server.txlog.storage.journal import Journal
+from spool.server.txlog.storage.search import plan_bookmark, plan_time, search_span
+from spool.server.txlog.storage.source import WINDOW, RecordWindows, open_source
 
 __all__ = ["iter_file_records", "parse_position", "register"]
 
@@ -115,7 +115,7 @@ def iter_file_records(path: Path, *, window: int = WINDOW) -> Iterator[tuple[int
     """``(offset, record)`` of every record of one journal file, plain or compressed.
 
     Stops at the end of data (the zeros of a preallocated journal), wherever the read
-    windows of ``window`` bytes fall (:class:`~spool.server.txlog.reader.RecordWindows`).
+    windows of ``window`` bytes fall (:class:`~spool.server.txlog.storage.source.RecordWindows`).
 
     Raises:
         CorruptRecord: at the first damaged record, or a torn one at the end of the file

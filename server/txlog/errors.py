@@ -57,7 +57,7 @@ class TxlogError(SpoolError):
 class TxlogWriteFailed(TxlogError):
     """A journal write, fsync, truncate or file creation failed.
 
-    It starts a write outage (:class:`~spool.server.txlog.outage.WriteOutage`): the log refuses
+    It starts a write outage (:class:`~spool.server.txlog.append.outage.WriteOutage`): the log refuses
     appends with this exception while it retries the write on its own, through fresh file
     descriptors (after a failed fsync the page cache can no longer be trusted to match the
     disk), and takes appends again once a retry writes and fsyncs everything it had
@@ -139,7 +139,7 @@ class PublisherSequenceRegression(TxlogError):
 
 class OwnFloorUnwritten(TxlogError):
     """A record of the instance's own identity numbered past the floor written so far
-    (server/txlog/ownfloor.py): refused until the log has written a floor above it, so
+    (server/txlog/publishers/ownfloor.py): refused until the log has written a floor above it, so
     no restart can number another record with its bookmark. The log writes the floor
     well before its highest gets there; this is seen only when that write fails.
     """
@@ -160,7 +160,7 @@ class InvalidInstanceName(TxlogError):
 class FencedRecords(TxlogError):
     """A read reached local sequences whose records are damaged or missing.
 
-    The log keeps their place (a fence, server/txlog/fences.py) until a repair from a
+    The log keeps their place (a fence, server/txlog/damage/fences.py) until a repair from a
     replication peer writes them back; a reader gets this instead of data, and may go on
     from ``last_seq + 1`` where it asked to skip damage.
 

@@ -2,16 +2,16 @@
 
 :class:`TransactionLog` is a facade over parts that each own one kind of state:
 
-:mod:`.groupcommit`    pending appends, the flusher, the durable position, write outages
-:mod:`.caches`         index entries, sealed indexes, ``clients.ack`` after each commit
-:mod:`.placement`      appended bytes into the active journal, index and tail; rolls
-:mod:`.space`          preallocated files and ``MaxSize`` accounting
-:mod:`.tail`           the in-memory tail of recent records
-:mod:`.reading`        records back by seq, from the tail or the journal files
-:mod:`.locate`         lookups by bookmark and time, prefetched answers
-:mod:`.retention`      pins; archive, compress, remove
-:mod:`.startup`        the file work of ``open()``: recovery, the active journal
-:mod:`.scrub`          every journal read back and checked, paced; damage it finds
+:mod:`.append.groupcommit`  pending appends, the flusher, the durable position, write outages
+:mod:`.append.cachewriter`  index entries, sealed indexes, ``clients.ack`` after each commit
+:mod:`.append.placement`    appended bytes into the active journal, index and tail; rolls
+:mod:`.append.space`        preallocated files and ``MaxSize`` accounting
+:mod:`.append.tail`         the in-memory tail of recent records
+:mod:`.read.recordreader`   records back by seq, from the tail or the journal files
+:mod:`.read.locator`        lookups by bookmark and time, prefetched answers
+:mod:`.retention.service`   pins; archive, compress, remove
+:mod:`.startup`             the file work of ``open()``: recovery, the active journal
+:mod:`.damage.scrub`        every journal read back and checked, paced; damage it finds
 
 The log assigns ``seq`` and the timestamp on the event loop, with no I/O; the flusher
 hands batches to a worker thread that writes and fsyncs them, at most once per
@@ -36,10 +36,16 @@ from typing import Final
 from spool.server.bookmarks import broker_pub_hash
 from spool.server.clock import SYSTEM_CLOCK, Clock, time_us
 from spool.server.config import TransactionLogConfig
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.caches import CacheWriter
-from spool.server.txlog.codec import HEADER_SIZE, encode, encode_run, make_record
-from spool.server.txlog.damage import DamagedRange, FoundBy
+from spool.server.txlog.append.cachewriter import CacheWriter
+from spool.server.txlog.append.groupcommit import Batch, GroupCommit, Pending, Written
+from spool.server.txlog.append.outage import RetryPolicy, WriteOutage
+from spool.server.txlog.append.placement import Placement
+from spool.server.txlog.append.space import DiskSpace, PreallocationShortfall
+from spool.server.txlog.append.tail import TailCache
+from spool.server.txlog.damage.fenceplan import neighbours_of, unnamed_intervals
+from spool.server.txlog.damage.fences import Fence, FenceTable
+from spool.server.txlog.damage.ranges import DamagedRange, FoundBy
+from spool.server.txlog.damage.scrub import Scrubber, ScrubStatus, block_hints
 from spool.server.txlog.errors import (
     OwnFloorUnwritten,
     TxlogClosed,
@@ -48,35 +54,29 @@ from spool.server.txlog.errors import (
     TxlogWriteFailed,
 )
 from spool.server.txlog.events import Emitter, EventCallback
-from spool.server.txlog.fences import Fence, FenceTable
-from spool.server.txlog.fencing import neighbours_of, unnamed_intervals
-from spool.server.txlog.files import (
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.codec import HEADER_SIZE, encode, encode_run, make_record
+from spool.server.txlog.format.record import FLAG_LATE, Record, RecordKind
+from spool.server.txlog.index.answers import BLOCK_BYTES
+from spool.server.txlog.index.builder import IndexBuilder
+from spool.server.txlog.index.sealed import SealedIndex
+from spool.server.txlog.publishers.ownfloor import RESERVE, write_floor
+from spool.server.txlog.publishers.table import Holdings, Publishers
+from spool.server.txlog.read.locator import Located, Locator, LookupView
+from spool.server.txlog.read.recordreader import RecordReader
+from spool.server.txlog.recovery.online import Mended, fence_journal, fill_journal
+from spool.server.txlog.recovery.reindex import reindex
+from spool.server.txlog.recovery.report import RecoveryReport, recovery_stats
+from spool.server.txlog.retention.pins import Pin, PinInfo
+from spool.server.txlog.retention.service import Retention
+from spool.server.txlog.startup import open_files
+from spool.server.txlog.storage.files import (
     Compression,
     FileSeam,
     OsFileSeam,
     validate_instance,
 )
-from spool.server.txlog.groupcommit import Batch, GroupCommit, Pending, Written
-from spool.server.txlog.index import BLOCK_BYTES
-from spool.server.txlog.indexbuilder import IndexBuilder
-from spool.server.txlog.journal import Journal, JournalInfo, JournalList
-from spool.server.txlog.locate import Located, Locator, LookupView
-from spool.server.txlog.mend import Mended, fence_journal, fill_journal
-from spool.server.txlog.outage import RetryPolicy, WriteOutage
-from spool.server.txlog.ownfloor import RESERVE, write_floor
-from spool.server.txlog.pins import Pin, PinInfo
-from spool.server.txlog.placement import Placement
-from spool.server.txlog.publishers import Holdings, Publishers
-from spool.server.txlog.reading import RecordReader
-from spool.server.txlog.record import FLAG_LATE, Record, RecordKind
-from spool.server.txlog.recoveryreport import RecoveryReport, recovery_stats
-from spool.server.txlog.reindex import reindex
-from spool.server.txlog.retention import Retention
-from spool.server.txlog.scrub import Scrubber, ScrubStatus, block_hints
-from spool.server.txlog.sealedindex import SealedIndex
-from spool.server.txlog.space import DiskSpace, PreallocationShortfall
-from spool.server.txlog.startup import open_files
-from spool.server.txlog.tail import TailCache
+from spool.server.txlog.storage.journal import Journal, JournalInfo, JournalList
 
 __all__ = ["EventCallback", "Located", "LookupView", "TransactionLog"]
 
@@ -96,15 +96,15 @@ class TransactionLog:
 
     Args:
         config: the TransactionLog section.
-        instance: the instance name (prefixes every file; see :mod:`.files`).
+        instance: the instance name (prefixes every file; see :mod:`.storage.files`).
         clock: time source for timestamps and the group-commit interval.
         on_event: called on the loop with structured events (:mod:`.events`).
         files: the file seam for journal writes (tests inject failures through it).
         tail_cache_bytes: budget of recent records kept in memory for readers.
         block_bytes: index block size (tests use small blocks).
-        track_gaps: keep each publisher's gaps, for late records (server/txlog/publishers.py).
+        track_gaps: keep each publisher's gaps, for late records (server/txlog/publishers/table.py).
         scrub_interval: seconds between scrubs of every journal (0: only on demand, with
-            :meth:`scrub`); the first starts at :meth:`start_scrub` (server/txlog/scrub.py).
+            :meth:`scrub`); the first starts at :meth:`start_scrub` (server/txlog/damage/scrub.py).
         scrub_rate: bytes per second a scrub reads at most.
     """
 
@@ -181,7 +181,7 @@ class TransactionLog:
         self._report: RecoveryReport | None = None
         self._own_pub = 0
         self._incarnation = ""
-        #: the own identity's floor as last written (server/txlog/ownfloor.py)
+        #: the own identity's floor as last written (server/txlog/publishers/ownfloor.py)
         self._own_floor = 0
         #: whether its records are numbered ahead against the floor (it replicates)
         self._own_ahead = False
@@ -197,8 +197,8 @@ class TransactionLog:
     async def open(self, *, known_durable: int = 0) -> RecoveryReport:
         """Recover the journals, rebuild missing indexes, preallocate; start the flusher.
 
-        All file work runs in a worker thread. Damage is fenced (server/txlog/fences.py),
-        a torn tail cut (server/txlog/recovery.py).
+        All file work runs in a worker thread. Damage is fenced (server/txlog/damage/fences.py),
+        a torn tail cut (server/txlog/recovery/recover.py).
 
         Args:
             known_durable: a seq known to have been durable from outside the log (a
@@ -230,7 +230,7 @@ class TransactionLog:
         publishers = self._publishers
         await publishers.rebuild_gaps(self._journals.items, own=own)
         if opened.own_floor > publishers.last(own):
-            # a skip of an earlier open that no record backs (server/txlog/ownfloor.py)
+            # a skip of an earlier open that no record backs (server/txlog/publishers/ownfloor.py)
             publishers.skip(own, opened.own_floor - publishers.last(own))
         backed = publishers.last(own)
         taken = _records_lost(opened.report)
@@ -343,7 +343,7 @@ class TransactionLog:
 
     @property
     def own_pub_hash(self) -> int:
-        """The instance's own publisher identity in this log (server/txlog/incarnation.py):
+        """The instance's own publisher identity in this log (server/txlog/publishers/incarnation.py):
         what its queue records, ``sow_delete`` removals and own messages carry.
 
         Raises:
@@ -409,7 +409,7 @@ class TransactionLog:
     @property
     def fences(self) -> list[Fence]:
         """The fenced ranges of the log, oldest first: damaged or missing records whose
-        seqs are held in place until a repair writes them back (server/txlog/fences.py)."""
+        seqs are held in place until a repair writes them back (server/txlog/damage/fences.py)."""
         return list(self._fences)
 
     @property
@@ -432,7 +432,7 @@ class TransactionLog:
 
     @property
     def publishers(self) -> Publishers:
-        """The publisher table: highest sequences, gaps and holdings (publishers.py)."""
+        """The publisher table: highest sequences, gaps and holdings (publishers/table.py)."""
         return self._publishers
 
     def resync_start(self, holdings: Holdings) -> int:
@@ -870,7 +870,7 @@ class TransactionLog:
 
     async def _fence(self, journal: Journal, found_by: FoundBy) -> None:
         """Fence the damage of a finished journal: it is written anew with placeholders
-        for its damaged records (server/txlog/mend.py) and swapped in; the records after
+        for its damaged records (server/txlog/recovery/online.py) and swapped in; the records after
         the damage stay readable."""
         async with self._retention.lock:
             if self._state != _OPEN or journal not in self._journals.items:
@@ -922,7 +922,7 @@ class TransactionLog:
 
     def _name_publishers(self, fence: Fence, in_fences: dict[int, int] | None = None) -> None:
         """Add to an inexact fence the publishers it does not name yet, the instance's
-        own records among them (:func:`~spool.server.txlog.fencing.unnamed_intervals`): they
+        own records among them (:func:`~spool.server.txlog.damage.fenceplan.unnamed_intervals`): they
         are what its repair asks for and its holdings claim, like any publisher's. With
         none of its own records after the fence, its next ones must not take the
         bookmarks of those in it: its highest sequence moves past the interval (the
@@ -964,7 +964,7 @@ class TransactionLog:
             )
 
     async def _save_floor(self) -> None:
-        """Write the own identity's floor (server/txlog/ownfloor.py): its highest, and
+        """Write the own identity's floor (server/txlog/publishers/ownfloor.py): its highest, and
         :data:`RESERVE` above it when it numbers ahead. A skip no record backs yet then
         survives a restart, and so does every number handed out below the floor. A
         failure is reported; the skip holds in memory (the next record of the identity
@@ -1004,7 +1004,7 @@ class TransactionLog:
         self, first_seq: int, records: list[Record], *, released: int = 0, kept: int = 0
     ) -> Fence:
         """Write ``records`` back in place of the placeholders of the fence that starts at
-        ``first_seq``, under its seqs, in order (a repair found them: server/txlog/mend.py).
+        ``first_seq``, under its seqs, in order (a repair found them: server/txlog/recovery/online.py).
 
         Args:
             first_seq: the fence.

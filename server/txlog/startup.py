@@ -7,9 +7,9 @@ finished journal, from a preallocated file when there is one - with its open ind
 brings the preallocated files to ``PreallocatedJournalFiles``. Allocations that fail (a
 disk short of room) are reported as a preallocation shortfall, not as a failed open: the
 instance recovers, serves reads and takes writes until one really fails. The parts it fills in
-(:class:`~spool.server.txlog.groupcommit.GroupCommit`'s first handle,
-:class:`~spool.server.txlog.caches.CacheWriter`'s index descriptor,
-:class:`~spool.server.txlog.space.DiskSpace`'s accounting) are not used by the loop until
+(:class:`~spool.server.txlog.append.groupcommit.GroupCommit`'s first handle,
+:class:`~spool.server.txlog.append.cachewriter.CacheWriter`'s index descriptor,
+:class:`~spool.server.txlog.append.space.DiskSpace`'s accounting) are not used by the loop until
 ``open()`` has them back.
 """
 
@@ -19,18 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spool.server.config import TransactionLogConfig
-from spool.server.txlog.caches import CacheWriter
-from spool.server.txlog.fences import Fence
-from spool.server.txlog.files import FileSeam, JournalHandle, fsync_dir, journal_name
-from spool.server.txlog.groupcommit import GroupCommit
-from spool.server.txlog.incarnation import own_incarnation
-from spool.server.txlog.indexbuilder import IndexBuilder
-from spool.server.txlog.journal import Journal
-from spool.server.txlog.ownfloor import UNREADABLE, read_floor, write_floor
-from spool.server.txlog.reader import PlainSource
-from spool.server.txlog.recovery import recover
-from spool.server.txlog.recoveryreport import RecoveryReport
-from spool.server.txlog.space import DiskSpace
+from spool.server.txlog.append.cachewriter import CacheWriter
+from spool.server.txlog.append.groupcommit import GroupCommit
+from spool.server.txlog.append.space import DiskSpace
+from spool.server.txlog.damage.fences import Fence
+from spool.server.txlog.index.builder import IndexBuilder
+from spool.server.txlog.publishers.incarnation import own_incarnation
+from spool.server.txlog.publishers.ownfloor import UNREADABLE, read_floor, write_floor
+from spool.server.txlog.recovery.recover import recover
+from spool.server.txlog.recovery.report import RecoveryReport
+from spool.server.txlog.storage.files import FileSeam, JournalHandle, fsync_dir, journal_name
+from spool.server.txlog.storage.journal import Journal
+from spool.server.txlog.storage.source import PlainSource
 
 __all__ = ["Opened", "open_files"]
 
@@ -44,11 +44,11 @@ class Opened:
         journals: every journal, oldest first; the last one is active.
         publishers: the publisher table ``pub_hash -> (last pub_seq, its seq)``.
         handle: the active journal's file, open for writing.
-        fences: every fence of the log (server/txlog/fences.py).
-        incarnation: the log's incarnation token (server/txlog/incarnation.py).
-        own_floor: the floor of its own identity (server/txlog/ownfloor.py).
+        fences: every fence of the log (server/txlog/damage/fences.py).
+        incarnation: the log's incarnation token (server/txlog/publishers/incarnation.py).
+        own_floor: the floor of its own identity (server/txlog/publishers/ownfloor.py).
         in_fences: publishers whose last record is fenced: their highest sequence
-            (server/txlog/recovery.py ``Recovery.in_fences``).
+            (server/txlog/recovery/recover.py ``Recovery.in_fences``).
     """
 
     report: RecoveryReport

@@ -11,7 +11,7 @@ import {
 const alert = new Alert(document.getElementById("page-alert"));
 const $id = (id) => document.getElementById(id);
 
-// Journal states (server/txlog/journal.py JournalInfo): active (being appended to),
+// Journal states (server/txlog/storage/journal.py JournalInfo): active (being appended to),
 // closed (finished, plain), compressed, archived, preallocated (created ahead, empty).
 const ACTIONS = {
   archive: {

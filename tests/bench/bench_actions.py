@@ -26,7 +26,7 @@ from typing import Any
 
 from spool.server.actions.plan import ScheduledAction, journal_plan
 from spool.server.config import parse_config
-from spool.server.txlog.journal import JournalInfo
+from spool.server.txlog.storage.journal import JournalInfo
 from tests.support.engine import EngineHarness
 from tests.support.server import config_xml
 

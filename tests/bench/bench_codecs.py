@@ -32,8 +32,8 @@ from spool.server import speedups
 from spool.server.client.state import SessionState
 from spool.server.protocol.commands import decode_command, take_publish_run
 from spool.server.protocol.frame import parse_frame
-from spool.server.txlog.batch import decode_batch
-from spool.server.txlog.codec import encode_run as encode_records
+from spool.server.txlog.format.batch import decode_batch
+from spool.server.txlog.format.codec import encode_run as encode_records
 from spool.server.wire import encode_batch, encode_run, sids_json, topic_json
 
 BODY = b'{"order":123456,"sym":"ABCD","qty":100,"px":101.25,"side":"buy","acct":"XYZ-1"}'.ljust(

@@ -30,7 +30,7 @@ from spool.server.config.model import QueueConfig
 from spool.server.queues.machine import Consumer, QueueDelivery
 from spool.server.queues.records import encode_ack_bookmarks
 from spool.server.queues.stage import QueueRuntime
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 RUN = 100
 BACKLOG = 50_000

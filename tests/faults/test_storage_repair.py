@@ -30,8 +30,8 @@ from spool.server.bookmarks import broker_pub_hash, pub_hash
 from spool.server.client import Client, ClientError, Disconnected
 from spool.server.client.queue import subscribe_queue
 from spool.server.replication.state import state_path
-from spool.server.txlog.files import clients_ack_name
-from spool.server.txlog.incarnation import read_incarnation
+from spool.server.txlog.publishers.incarnation import read_incarnation
+from spool.server.txlog.storage.files import clients_ack_name
 from tests.support.certs import TestCA
 from tests.support.damage import (
     RecordAt,
@@ -354,7 +354,7 @@ def test_an_instance_wiped_and_started_empty_gets_back_what_its_peer_holds(
 
 #: where A's repair is held (tests/support/faults.py ``hold``) and killed: the operation
 #: on its rewrite's new journal, and whether the rewrite reached its commit point there
-#: (server/txlog/rewrite.py: the new journal and its index written and fsynced)
+#: (server/txlog/recovery/rewrite.py: the new journal and its index written and fsynced)
 KILL_POINTS: dict[str, tuple[str, bool]] = {
     "copying the new journal": ("write", False),
     "before the new journal's fsync": ("fsync", False),

@@ -38,7 +38,7 @@ from spool.server.queues.checkpoint import checkpoint_name
 from spool.server.queues.ownership import Grant
 from spool.server.queues.records import decode_transfers
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from tests.support.replication import Cluster
 from tests.support.wait import wait_until
 

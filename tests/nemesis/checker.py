@@ -53,7 +53,7 @@ from typing import Any
 import orjson
 
 from spool.server.bookmarks import pub_hash
-from spool.server.txlog.gaps import Interval, PublisherGaps
+from spool.server.txlog.publishers.gaps import Interval, PublisherGaps
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import KIND_NAMES, PUBLISH, SOW_DELETE, InstanceLog, LogRecord
@@ -209,7 +209,7 @@ def check(
     faults = _faults(events)
     pubs = _publishers(events)
     by_hash = {pub_hash(p.name): p for p in pubs.values()}
-    # the instances' own identities (one per log an instance had: server/txlog/incarnation.py):
+    # the instances' own identities (one per log an instance had: server/txlog/publishers/incarnation.py):
     # those of its records that are not publishes (queue acks and transfers, sow_deletes)
     brokers = {
         r.pub_hash for log in logs.values() for r in log.records if r.pub_hash and r.kind != PUBLISH

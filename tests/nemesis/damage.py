@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from spool.server.txlog.cli import iter_file_records
-from spool.server.txlog.codec import record_size
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.files import fsync_dir, parse_name
+from spool.server.txlog.format.codec import record_size
+from spool.server.txlog.storage.files import fsync_dir, parse_name
 
 __all__ = ["bit_flip", "journals", "missing_journal", "torn_tail", "truncate_tail"]
 

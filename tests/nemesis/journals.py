@@ -12,8 +12,8 @@ from pathlib import Path
 
 from spool.server.txlog.cli import iter_file_records
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.record import FLAG_LATE, RecordKind
-from spool.server.txlog.recovery import recover
+from spool.server.txlog.format.record import FLAG_LATE, RecordKind
+from spool.server.txlog.recovery.recover import recover
 from tests.nemesis.cluster import TOPIC_SOW
 
 __all__ = ["InstanceLog", "LogRecord", "read_instance"]

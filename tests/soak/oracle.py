@@ -1,7 +1,7 @@
 """The soak's oracle: the journals, read back without the broker, against what clients saw.
 
 The log is read with the transaction log's read-only APIs (the ones ``spool journal
-verify`` uses: :func:`spool.server.txlog.recovery.recover` with ``apply=False`` and
+verify`` uses: :func:`spool.server.txlog.recovery.recover.recover` with ``apply=False`` and
 :func:`spool.server.txlog.cli.iter_file_records`), after the broker stopped. Then:
 
 - **publishers**: the records of each publisher are exactly its sequences ``1..top`` in
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from spool.server.bookmarks import pub_hash
 from spool.server.txlog.cli import iter_file_records
-from spool.server.txlog.recovery import recover
+from spool.server.txlog.recovery.recover import recover
 from tests.soak.actors import BookmarkSubscriber, LiveSubscriber, Publisher
 
 __all__ = ["Check", "LogRecord", "Verdict", "judge", "read_log"]

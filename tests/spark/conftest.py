@@ -24,8 +24,8 @@ from pyspark.sql import SparkSession
 from spool.server.client import Client
 from spool.server.pipeline.session import spark_session
 from spool.server.txlog.cli import iter_file_records
-from spool.server.txlog.files import parse_name
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
+from spool.server.txlog.storage.files import parse_name
 from tests.support.server import SpoolProcess, config_xml
 
 INSTANCE = "spool-spark"

@@ -20,8 +20,8 @@ from spool.server.pipeline.planner import plan_scan
 from spool.server.pipeline.predicate import ScanPredicate
 from spool.server.pipeline.session import check_java
 from spool.server.pipeline.source import register
-from spool.server.txlog.files import journal_name
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
+from spool.server.txlog.storage.files import journal_name
 from tests.spark.conftest import INSTANCE, Journals, env_without_java
 
 

@@ -3,7 +3,7 @@
 Each function edits the files of a transaction log that no process has open: a torn write
 (the end of the last record zeroed), a truncation in the middle of a record, a flipped
 bit in a finished journal, a damaged index file, a journal deleted from the middle of the
-log. They find records with the log's own codec (server/txlog/codec.py), so a test names
+log. They find records with the log's own codec (server/txlog/format/codec.py), so a test names
 *which* record to damage, not a byte offset it would have to compute.
 """
 
@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from spool.server.txlog.codec import HEADER, scan
-from spool.server.txlog.files import index_name, parse_name
+from spool.server.txlog.format.codec import HEADER, scan
+from spool.server.txlog.storage.files import index_name, parse_name
 
 __all__ = [
     "RecordAt",

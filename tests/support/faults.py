@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from spool.server.txlog.files import JournalHandle, OsFileSeam
+from spool.server.txlog.storage.files import JournalHandle, OsFileSeam
 
 __all__ = ["ControlledSeam", "FaultyHandle", "FaultySeam"]
 

@@ -38,7 +38,7 @@ from spool.server.replication.errors import NotAccepting
 from spool.server.replication.inbound import InboundLink
 from spool.server.replication.transport import Connector, Dialed, LinkLost
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.incarnation import read_incarnation
+from spool.server.txlog.publishers.incarnation import read_incarnation
 from tests.support.server import SpoolProcess
 
 _EOF = b""
@@ -518,7 +518,7 @@ def event_time(
 
 
 def own_identity(proc: SpoolProcess) -> int:
-    """The instance's own publisher identity (server/txlog/incarnation.py), from its files."""
+    """The instance's own publisher identity (server/txlog/publishers/incarnation.py), from its files."""
     cfg = load_config(proc.config_path)
     assert cfg.transaction_log is not None
     token = read_incarnation(Path(cfg.transaction_log.journal_directory), cfg.name)

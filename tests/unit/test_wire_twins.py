@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool.server import wire
-from spool.server.txlog.batch import decode_batch_py
-from spool.server.txlog.codec import encode_run_py
+from spool.server.txlog.format.batch import decode_batch_py
+from spool.server.txlog.format.codec import encode_run_py
 from tests.support.twins import compiled, outcome
 
 _kernel = compiled("spool.server._wire_c")

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from spool.server.actions.journals import JournalOp, due_times, in_scope, select
 from spool.server.config import JournalLimits
-from spool.server.txlog.journal import JournalInfo, JournalState
-from spool.server.txlog.pins import PinInfo
+from spool.server.txlog.retention.pins import PinInfo
+from spool.server.txlog.storage.journal import JournalInfo, JournalState
 
 NOW = 1_000_000.0
 

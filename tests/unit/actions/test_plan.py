@@ -32,8 +32,8 @@ from spool.server.config import (
     Template,
     Trigger,
 )
-from spool.server.txlog.journal import JournalInfo
-from spool.server.txlog.pins import PinInfo
+from spool.server.txlog.retention.pins import PinInfo
+from spool.server.txlog.storage.journal import JournalInfo
 from tests.unit.actions.test_journals import NOW, limits_strategy, logs
 
 HOUR = 3600.0

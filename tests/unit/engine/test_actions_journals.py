@@ -20,7 +20,7 @@ import pytest
 from spool.server.actions import RunRecord
 from spool.server.actions.runner import ActionRunner
 from spool.server.actions.triggers import EARLY
-from spool.server.txlog.files import journal_name
+from spool.server.txlog.storage.files import journal_name
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.server import config_xml
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool.server.ports import AckRequest, Origin, PublishRun
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 #: the per-message columns; every other field is shared by the run's messages
 COLUMNS = ("pub_seqs", "bodies", "corr_ids", "sow_keys", "expirations", "keys")

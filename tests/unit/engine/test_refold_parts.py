@@ -18,7 +18,7 @@ import pytest
 
 from spool.server.queues.checkpoint import checkpoint_name
 from spool.server.sow.subscribers import DELETED
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 from tests.support.damage import flip_byte, journals, records_of
 from tests.support.engine import EngineHarness
 from tests.support.fabric import drive

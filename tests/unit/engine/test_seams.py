@@ -25,8 +25,8 @@ from spool.server.publishing import PublishPipeline
 from spool.server.router import Router
 from spool.server.subscription import SessionSubscription
 from spool.server.topics import TopicTable
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 from spool.server.wire import encode_batch, encode_publish, encode_run, topic_json
 from tests.support.engine import EngineHarness
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from spool.server.txlog.codec import HEADER, scan
+from spool.server.txlog.format.codec import HEADER, scan
 from tests.support.engine import EngineHarness
 from tests.support.server import config_xml, sow_topic
 

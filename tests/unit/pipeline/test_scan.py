@@ -22,8 +22,8 @@ from spool.server.pipeline.predicate import KIND_CODES, ScanPredicate
 from spool.server.pipeline.scanner import Columns, Damage, SliceScanner
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.cli import iter_file_records
-from spool.server.txlog.files import index_name, journal_name
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.storage.files import index_name, journal_name
 from tests.unit.txlog.helpers import INSTANCE, config
 
 T0 = 1_700_000_000_000_000
@@ -173,7 +173,7 @@ def test_compressed_moved_and_unindexed_journals(journal_dir: Path, tmp_path: Pa
     (d / index_name(INSTANCE, catalog.journals[1].base)).unlink()  # rebuilt by the catalog
     # the first journal is compressed after planning: readers find it under its new name
     src = d / journal_name(INSTANCE, first.base)
-    from spool.server.txlog.compression import compress_journal
+    from spool.server.txlog.storage.compression import compress_journal
 
     compress_journal(src, d / journal_name(INSTANCE, first.base, "zstd"),
                      "zstd", data_len=first.indexed_end)  # fmt: skip

@@ -15,7 +15,7 @@ from spool.server.queues.machine import Consumer, QueuedMessage, QueueMachine, Q
 from spool.server.queues.ownership import Request
 from spool.server.queues.records import encode_transfers
 from spool.server.queues.stage import QueueRuntime
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 LEASE_US = 30_000_000
 

@@ -24,8 +24,8 @@ from spool.server.queues.machine import ACKED
 from spool.server.queues.ownership import Grant, Request, Wire
 from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
 from spool.server.queues.stage import QueueRuntime, QueueStage
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 ACK = int(RecordKind.QUEUE_ACK)
 TRANSFER = int(RecordKind.QUEUE_TRANSFER)

@@ -14,7 +14,7 @@ import pytest
 
 from spool.server.queues.checkpoint import decode
 from spool.server.txlog.errors import JournalPinned
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.faults import FaultySeam
 from tests.support.server import sow_topic

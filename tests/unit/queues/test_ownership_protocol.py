@@ -71,8 +71,8 @@ from spool.server.queues.ownership import Grant, Ownership
 from spool.server.queues.records import decode_transfers, encode_ack_bookmarks
 from spool.server.queues.stage import QueueRuntime, QueueStage
 from spool.server.queues.transfers import Transfers
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 S = 1_000_000
 #: rounds of the fair schedule within which every message must be acked (a round is a

@@ -14,7 +14,7 @@ from spool.server.bookmarks import format_bookmark, pub_hash
 from spool.server.clock import VirtualClock
 from spool.server.queues.ownership import Grant, Ownership
 from spool.server.queues.records import decode_transfers
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, publish, scenario, xml
 from tests.support.replication import MemoryFabric, destination

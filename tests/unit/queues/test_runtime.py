@@ -9,7 +9,7 @@ from spool.server.config.model import QueueConfig
 from spool.server.queues.ownership import Grant, Ownership, Request
 from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
 from spool.server.queues.stage import QueueRuntime
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 
 def _runtime(instance: str = "c") -> QueueRuntime:

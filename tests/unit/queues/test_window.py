@@ -23,8 +23,8 @@ from spool.server.queues.machine import Consumer, QueuedMessage
 from spool.server.queues.records import encode_ack_seqs
 from spool.server.queues.stage import QueueRuntime, QueueStage
 from spool.server.queues.window import Window
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 _PUB = 7
 

@@ -31,8 +31,8 @@ from spool.server.queues.ownership import Grant, Ownership, Request
 from spool.server.queues.records import encode_ack_bookmarks, encode_transfers
 from spool.server.queues.stage import QueueRuntime, QueueStage
 from spool.server.queues.window import Window
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 #: publishers: a client of instance a, and one of instance b (its messages reach a with
 #: the replication path ("b",))

@@ -25,8 +25,8 @@ from spool.server.config import TransactionLogConfig
 from spool.server.replay import FunctionLimit, ReadLimit
 from spool.server.replay.sources import AppendedSource
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 from tests.support.faults import GatedSeam
 from tests.unit.replay.fakes import PUB, FakeLog, next_timestamp
 

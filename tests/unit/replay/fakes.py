@@ -16,8 +16,8 @@ from typing import Any
 from spool.server.bookmarks import pub_hash
 from spool.server.clock import VirtualClock, time_us
 from spool.server.replay import FunctionLimit, ReadLimit
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 PUB: int = pub_hash("publisher-a")
 PUB_B: int = pub_hash("publisher-b")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from spool.server.replay import Conflator
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 from tests.unit.replay.fakes import FakeLog
 
 S = 1_000_000  # µs

@@ -26,8 +26,8 @@ from spool.server.replay import (
     build_member,
     resume_together,
 )
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import RecordKind
 from tests.support.wait import async_wait_until, run_turns, turns_until
 from tests.unit.replay.backends import LogFactory, ReplayLog, TxlogLog, run_async
 from tests.unit.replay.fakes import PUB, PUB_B, FakeLog, FakeSink

@@ -6,7 +6,7 @@ import pytest
 
 from spool.server.protocol.options import Rate
 from spool.server.replay import MAX_LAG, RatePacer
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 from tests.unit.replay.fakes import FakeLog
 
 

@@ -29,7 +29,7 @@ from spool.server.bookmarks import (
 from spool.server.clock import VirtualClock
 from spool.server.protocol.options import SubscribeOptions
 from spool.server.replay import ReplayCursor, build_member, resume_together
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 from tests.support.wait import run_turns, turns_until
 from tests.unit.replay.backends import BACKENDS, Backend, LogFactory, ReplayLog
 from tests.unit.replay.fakes import PUB, PUB_B, FakeSink

@@ -13,7 +13,7 @@ from spool.server.bookmarks import BookmarkPoint, format_time_bookmark, parse_bo
 from spool.server.protocol.errors import BookmarkNotFound
 from spool.server.protocol.options import NotFoundPolicy
 from spool.server.replay import ReplayPlan, ReplaySource, StopRule, plan_replay, resolve_start
-from spool.server.txlog.record import Record
+from spool.server.txlog.format.record import Record
 from tests.unit.replay.backends import LogFactory, ReplayLog, run_async
 from tests.unit.replay.fakes import PUB, PUB_B, FakeLog
 

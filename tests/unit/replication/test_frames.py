@@ -31,7 +31,7 @@ from spool.server.replication.frames import (
     decode_runs_py,
     encode,
 )
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 
 try:
     from spool.server.replication import _frames_c

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from spool.server.replication.frames import decode_runs
 from spool.server.replication.inflight import InFlight
 from spool.server.replication.packing import pack_runs
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 
 def _record(

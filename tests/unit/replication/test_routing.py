@@ -11,8 +11,8 @@ from spool.server.config.model import QueueConfig
 from spool.server.replication.collisions import differing_origins
 from spool.server.replication.hops import format_hop, on_path, parse_hop
 from spool.server.replication.routing import Route, held_by
-from spool.server.txlog.batch import RecordBatch
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind
 
 
 def _dest(*topics: ReplicationTopic, passthrough: tuple[str, ...] = ()) -> DestinationConfig:

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 
 from spool.server.clock import VirtualClock
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.record import Record, RecordKind
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.fabric import A, B, drive, fabric_of, scenario, xml
 from tests.support.replication import MemoryFabric, destination

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from spool.server.protocol.frame import parse_frame
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from tests.support.engine import EngineHarness
 from tests.support.server import sow_topic
 

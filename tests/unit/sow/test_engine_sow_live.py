@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from tests.support.engine import FakeClient
 from tests.support.server import sow_topic
 from tests.unit.sow.test_engine_sow import ORDERS, harness, pub, scenario

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from spool.server.protocol.errors import InvalidMessage
 from spool.server.sow.keys import MAX_KEY_CHARS, KeySpec, check_given_key
-from spool.server.txlog.record import sow_key_field, split_sow_key_field
+from spool.server.txlog.format.record import sow_key_field, split_sow_key_field
 
 scalars = st.one_of(
     st.text(max_size=20),

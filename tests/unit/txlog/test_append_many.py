@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from spool.server.clock import VirtualClock, time_us
 from spool.server.txlog import PublisherSequenceRegression, TransactionLog, TxlogFull
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.record import RecordKind
 from tests.unit.txlog.helpers import INSTANCE, config, run
 
 runs_strategy = st.lists(

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool.server.txlog import CorruptRecord
-from spool.server.txlog.batch import decode_batch
-from spool.server.txlog.codec import decode_records, encode
-from spool.server.txlog.indexbuilder import IndexBuilder
-from spool.server.txlog.reader import verified_range
+from spool.server.txlog.format.batch import decode_batch
+from spool.server.txlog.format.codec import decode_records, encode
+from spool.server.txlog.index.builder import IndexBuilder
+from spool.server.txlog.storage.source import verified_range
 from tests.unit.txlog.helpers import journal_files, run
 from tests.unit.txlog.test_recovery import flip, make_log, offset_of, write_log
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from spool.server.txlog.clients import encode_clients_ack, parse_clients_ack, rebuild_publishers
-from spool.server.txlog.index import PublisherSummary
+from spool.server.txlog.index.answers import PublisherSummary
+from spool.server.txlog.publishers.clientsack import (
+    encode_clients_ack,
+    parse_clients_ack,
+    rebuild_publishers,
+)
 
 
 @dataclass

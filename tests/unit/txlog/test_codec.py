@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spool.server.txlog.batch import RecordBatch, decode_batch
-from spool.server.txlog.codec import (
+from spool.server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
+from spool.server.txlog.format.batch import RecordBatch, decode_batch
+from spool.server.txlog.format.codec import (
     CRC_RESIDUE,
     HEADER_SIZE,
     MIN_RECORD,
@@ -21,8 +22,7 @@ from spool.server.txlog.codec import (
     scan,
     skip_to,
 )
-from spool.server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.record import Record, RecordKind
 
 U64 = st.integers(min_value=0, max_value=(1 << 64) - 1)
 names = st.text(min_size=0, max_size=20)

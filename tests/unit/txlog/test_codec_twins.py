@@ -10,17 +10,17 @@ import google_crc32c
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from spool.server.txlog import codec
-from spool.server.txlog.batch import RecordBatch, decode_batch_py
-from spool.server.txlog.codec import encode, encode_run_py
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format import codec
+from spool.server.txlog.format.batch import RecordBatch, decode_batch_py
+from spool.server.txlog.format.codec import encode, encode_run_py
+from spool.server.txlog.format.record import RecordKind
 from tests.support.twins import compiled, outcome, typed
 
-_codec = compiled("spool.server.txlog._codec_c")
-_batch = compiled("spool.server.txlog._batch_c")
+_codec = compiled("spool.server.txlog.format._codec_c")
+_batch = compiled("spool.server.txlog.format._batch_c")
 # the selected decoder when compiled (the wrapper around decode_columns)
-from spool.server.txlog import batch as batch_module  # noqa: E402
+from spool.server.txlog.format import batch as batch_module  # noqa: E402
 
 _decode_c = batch_module._decode_batch_c
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from spool.server.txlog.compression import CHUNK_BYTES, CompressedReader, compress_journal
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.files import Compression
+from spool.server.txlog.storage.compression import CHUNK_BYTES, CompressedReader, compress_journal
+from spool.server.txlog.storage.files import Compression
 
 
 def raw_data(n: int) -> bytes:

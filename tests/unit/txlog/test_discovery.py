@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spool.server.txlog.discovery import discover
-from spool.server.txlog.files import index_name, journal_name, prealloc_name
+from spool.server.txlog.recovery.discovery import discover
+from spool.server.txlog.storage.files import index_name, journal_name, prealloc_name
 
 
 def touch(directory: Path, name: str) -> Path:

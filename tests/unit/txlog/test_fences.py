@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from spool.server.txlog import FencedRecords, TransactionLog
-from spool.server.txlog.index import PublisherSummary
-from spool.server.txlog.record import FLAG_LATE, FLAG_RELEASED, LOST_KEY, Record, RecordKind
+from spool.server.txlog.format.record import FLAG_LATE, FLAG_RELEASED, LOST_KEY, Record, RecordKind
+from spool.server.txlog.index.answers import PublisherSummary
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 from tests.unit.txlog.test_scrub import flip, middle_record, read_around_fences, write_log
 
@@ -195,7 +195,7 @@ def test_a_missing_journal_names_the_instances_own_records_and_skips_past_them(
     """The instance's own records (its broker identity) were last written in a journal
     that is now missing, with none after it: the fence's intervals name them (from the
     last before + 1, as far as the identity may have numbered them: its floor,
-    server/txlog/ownfloor.py, plus the fence's records), and the next own record is
+    server/txlog/publishers/ownfloor.py, plus the fence's records), and the next own record is
     numbered past them, never with a lost one's bookmark."""
     lost_base = _last_records_in_a_missing_journal(tmp_path, None)
 
@@ -283,8 +283,8 @@ def test_an_inexact_fence_names_every_publisher_from_all_the_journals_of_the_log
     gets last before + 1 .. that highest, and the instance's own identity, with none
     after, last before + 1 .. last before + records. Publishers it names are left as
     they are."""
-    from spool.server.txlog.fences import Fence
-    from spool.server.txlog.fencing import unnamed_intervals
+    from spool.server.txlog.damage.fenceplan import unnamed_intervals
+    from spool.server.txlog.damage.fences import Fence
 
     own = 99
     fence = Fence(201, 300, 201, "journal missing", "startup", 0, "j",

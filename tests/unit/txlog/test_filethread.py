@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from spool.server.txlog import filethread
-from spool.server.txlog.filethread import FileThread
+from spool.server.txlog.append import filethread
+from spool.server.txlog.append.filethread import FileThread
 
 
 async def _in_order() -> None:

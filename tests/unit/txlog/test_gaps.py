@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.gaps import PublisherGaps
-from spool.server.txlog.holdings import HeldPlan, plan_held, read_held
+from spool.server.txlog.publishers.gaps import PublisherGaps
+from spool.server.txlog.publishers.holdings import HeldPlan, plan_held, read_held
 from tests.unit.txlog.helpers import INSTANCE, config, fill, run
 
 PUBS = (11, 22)
@@ -134,8 +134,8 @@ def test_holdings_with_fences_count_every_fenced_interval_as_held(
     """with_fenced against a set oracle: the held set, plus every seq of a fence's
     intervals, exact or not (the repair alone fills a fenced range); other publishers
     untouched. lacks_any against the same oracle."""
-    from spool.server.txlog.fences import Fence
-    from spool.server.txlog.holdings import lacks_any, with_fenced
+    from spool.server.txlog.damage.fences import Fence
+    from spool.server.txlog.publishers.holdings import lacks_any, with_fenced
 
     pub, other = 11, 22
     last = max(held, default=0)

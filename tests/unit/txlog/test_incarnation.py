@@ -15,7 +15,7 @@ import pytest
 
 from spool.server.bookmarks import broker_pub_hash
 from spool.server.txlog import TransactionLog, TxlogClosed
-from spool.server.txlog.incarnation import incarnation_name, read_incarnation
+from spool.server.txlog.publishers.incarnation import incarnation_name, read_incarnation
 from tests.unit.txlog.helpers import INSTANCE, config, run
 
 

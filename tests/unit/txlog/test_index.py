@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spool.server.txlog.codec import encode, scan
-from spool.server.txlog.indexbuilder import IndexBuilder
-from spool.server.txlog.indexfile import BLOCK, parse_open_index
-from spool.server.txlog.record import RecordKind
-from spool.server.txlog.sealedindex import SealedIndex
+from spool.server.txlog.format.codec import encode, scan
+from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.index.builder import IndexBuilder
+from spool.server.txlog.index.fileformat import BLOCK, parse_open_index
+from spool.server.txlog.index.sealed import SealedIndex
 
 Row = tuple[int, int, int, int, int, int]  # seq, offset, length, ts, pub_hash, pub_seq
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from spool.server.txlog import PublisherSequenceRegression, TransactionLog
-from spool.server.txlog.record import FLAG_LATE
+from spool.server.txlog.format.record import FLAG_LATE
 from tests.unit.txlog.helpers import INSTANCE, config, read_all, run
 
 PUBS = (101, 202)

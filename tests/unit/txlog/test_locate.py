@@ -12,7 +12,7 @@ import pytest
 from spool.server.bookmarks import lookup_points, parse_bookmark
 from spool.server.replay import ReplaySource, plan_replay
 from spool.server.txlog import Located, TransactionLog
-from spool.server.txlog.reader import PlainSource
+from spool.server.txlog.storage.source import PlainSource
 from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, run
 

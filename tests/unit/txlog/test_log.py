@@ -21,7 +21,7 @@ from spool.server.txlog import (
     TxlogClosed,
     TxlogFull,
 )
-from spool.server.txlog.files import prealloc_name
+from spool.server.txlog.storage.files import prealloc_name
 from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import (
     INSTANCE,

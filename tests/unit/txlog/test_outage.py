@@ -23,7 +23,7 @@ from spool.server.txlog import (
     TxlogWriteFailed,
     WriteOutage,
 )
-from spool.server.txlog.recovery import recover
+from spool.server.txlog.recovery.recover import recover
 from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, read_all, run
 

@@ -1,7 +1,7 @@
 """The instance's own identity after a lost tail: no restart numbers a record again.
 
 An instance that replicates numbers its own records ahead against a floor written before
-they are handed out (server/txlog/ownfloor.py), and recovery that cuts a torn tail moves
+they are handed out (server/txlog/publishers/ownfloor.py), and recovery that cuts a torn tail moves
 the highest past what the tail could have held: the sequences passed over become a gap a
 late copy fills. No record backs that highest; these tests restart the log in every way
 that could forget it (a crash before any own record, a clean close that saves the
@@ -22,9 +22,9 @@ from spool.server.txlog import PublisherSequenceRegression, TransactionLog
 from spool.server.txlog import log as txlog_module
 from spool.server.txlog.errors import OwnFloorUnwritten
 from spool.server.txlog.events import EventCallback
-from spool.server.txlog.files import OsFileSeam, clients_ack_name
-from spool.server.txlog.incarnation import read_incarnation
-from spool.server.txlog.ownfloor import RESERVE, floor_name, read_floor, write_floor
+from spool.server.txlog.publishers.incarnation import read_incarnation
+from spool.server.txlog.publishers.ownfloor import RESERVE, floor_name, read_floor, write_floor
+from spool.server.txlog.storage.files import OsFileSeam, clients_ack_name
 from tests.support.damage import cut_last_records, journals, zero_end_of_last_record
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, run
 

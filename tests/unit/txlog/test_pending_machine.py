@@ -1,4 +1,4 @@
-"""A hypothesis state machine over the group commit's pending state (server/txlog/groupcommit.py),
+"""A hypothesis state machine over the group commit's pending state (server/txlog/append/groupcommit.py),
 checked against a byte-level oracle.
 
 Rules: runs of records added to the active journal (:meth:`Pending.add`), partial index
@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from spool.server.txlog.groupcommit import Pending
-from spool.server.txlog.indexbuilder import IndexBuilder
-from spool.server.txlog.journal import Journal, JournalList
+from spool.server.txlog.append.groupcommit import Pending
+from spool.server.txlog.index.builder import IndexBuilder
+from spool.server.txlog.storage.journal import Journal, JournalList
 
 BLOCK_BYTES = 64  # small, so that runs close index blocks often
 KEY = 7

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from spool.server.txlog import FencedRecords, RecoveryReport, TransactionLog
-from spool.server.txlog.codec import encode
-from spool.server.txlog.files import clients_ack_name, journal_name
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.format.codec import encode
+from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.storage.files import clients_ack_name, journal_name
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 
 Events = list[tuple[str, dict[str, object]]]

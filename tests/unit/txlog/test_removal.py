@@ -17,8 +17,8 @@ import pytest
 
 from spool.server.clock import VirtualClock
 from spool.server.txlog import PublishersUnsaved, TransactionLog
-from spool.server.txlog.clients import parse_clients_ack
-from spool.server.txlog.files import clients_ack_name
+from spool.server.txlog.publishers.clientsack import parse_clients_ack
+from spool.server.txlog.storage.files import clients_ack_name
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config, run
 
 PUB = 11

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from spool.server.txlog.codec import encode
-from spool.server.txlog.files import OsFileSeam, index_name, journal_name
-from spool.server.txlog.indexfile import parse_sealed
-from spool.server.txlog.reader import PlainSource
-from spool.server.txlog.record import RecordKind
-from spool.server.txlog.rewrite import NEW_SUFFIX, adopt_pending, rewrite_journal
+from spool.server.txlog.format.codec import encode
+from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.index.fileformat import parse_sealed
+from spool.server.txlog.recovery.rewrite import NEW_SUFFIX, adopt_pending, rewrite_journal
+from spool.server.txlog.storage.files import OsFileSeam, index_name, journal_name
+from spool.server.txlog.storage.source import PlainSource
 
 INSTANCE = "spool-a"
 

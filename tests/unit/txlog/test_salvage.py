@@ -12,9 +12,9 @@ from pathlib import Path
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from spool.server.txlog.codec import encode
-from spool.server.txlog.record import RecordKind
-from spool.server.txlog.salvage import LostSpan, salvage
+from spool.server.txlog.damage.salvage import LostSpan, salvage
+from spool.server.txlog.format.codec import encode
+from spool.server.txlog.format.record import RecordKind
 
 
 class BytesSource:
@@ -57,7 +57,7 @@ def intact_seqs(result_pieces: list[list[int]]) -> list[int]:
 
 
 def seqs_of(sv: object) -> list[int]:
-    from spool.server.txlog.salvage import Salvage
+    from spool.server.txlog.damage.salvage import Salvage
 
     assert isinstance(sv, Salvage)
     return [p.first_seq + i for p in sv.pieces for i in range(len(p.rows))]

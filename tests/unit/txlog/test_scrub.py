@@ -13,9 +13,9 @@ import pytest
 
 from spool.server.clock import VirtualClock
 from spool.server.txlog import TransactionLog
-from spool.server.txlog.codec import HEADER, scan
 from spool.server.txlog.errors import CorruptRecord, FencedRecords
-from spool.server.txlog.files import index_name
+from spool.server.txlog.format.codec import HEADER, scan
+from spool.server.txlog.storage.files import index_name
 from tests.unit.txlog.helpers import INSTANCE, config, fill, journal_files, read_all, run
 
 Events = list[tuple[str, dict[str, object]]]

@@ -16,8 +16,8 @@ import pytest
 
 from spool.server.clock import VirtualClock
 from spool.server.txlog import TxlogFull
-from spool.server.txlog.files import FileSeam, OsFileSeam, journal_name, prealloc_name
-from spool.server.txlog.space import DiskSpace
+from spool.server.txlog.append.space import DiskSpace
+from spool.server.txlog.storage.files import FileSeam, OsFileSeam, journal_name, prealloc_name
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, run
 
 SIZE = 4096

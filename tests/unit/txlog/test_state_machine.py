@@ -40,9 +40,9 @@ from spool.server.txlog import (
     TransactionLog,
     TxlogWriteFailed,
 )
-from spool.server.txlog.codec import encode, scan
-from spool.server.txlog.outage import MAX_BACKOFF_FACTOR
-from spool.server.txlog.record import RecordKind
+from spool.server.txlog.append.outage import MAX_BACKOFF_FACTOR
+from spool.server.txlog.format.codec import encode, scan
+from spool.server.txlog.format.record import RecordKind
 from tests.unit.txlog.helpers import INSTANCE, FaultySeam, config
 
 RETRY = 0.01  # WriteRetryInterval of the machine's log (virtual seconds)

@@ -28,12 +28,12 @@ from spool.server.pipeline.predicate import ScanPredicate
 from spool.server.pipeline.scanner import READ_BYTES, Columns, Damage, SliceScanner
 from spool.server.sow.cli import cmd_rebuild
 from spool.server.txlog.cli import cmd_dump, cmd_verify, iter_file_records
-from spool.server.txlog.codec import decode, encode, encode_record
-from spool.server.txlog.compression import compress_journal
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.files import journal_name
-from spool.server.txlog.reader import READ_SLACK, WINDOW, PlainSource, read_span
-from spool.server.txlog.record import Record, RecordKind
+from spool.server.txlog.format.codec import decode, encode, encode_record
+from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.storage.compression import compress_journal
+from spool.server.txlog.storage.files import journal_name
+from spool.server.txlog.storage.source import READ_SLACK, WINDOW, PlainSource, read_span
 from tests.soak.oracle import read_log
 from tests.support.server import config_xml, sow_topic
 

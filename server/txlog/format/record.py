@@ -1,0 +1,127 @@
+"""Transaction-log record values (the codec that writes and reads them lives beside them).
+
+A :class:`Record` is one entry of the journal: a message as the instance recorded it. The
+local ``seq`` is this instance's order (delivery order); ``(pub_hash, pub_seq)`` is the
+bookmark, the same on every replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Final
+
+from spool.server.bookmarks import format_bookmark
+
+#: ``Record.flags`` bit: the record was appended below its publisher's highest sequence,
+#: filling a gap (server/txlog/publishers/gaps.py): a message that reached this instance late, by
+#: another replication route. Its publisher's sequences no longer increase along the log
+#: there, so the bookmark index files it under :func:`index_key` instead, which keeps the
+#: publisher's own ranges increasing (lookups try both).
+FLAG_LATE: Final = 0x0001
+#: what a late record's publisher id is combined with to give its index key
+_LATE_SALT: Final = 0x9E3779B97F4A7C15
+#: ``Record.flags`` bit of a :attr:`RecordKind.LOST` placeholder whose records are not
+#: waited for any more: an operator released its fence (the loss is accepted) or they
+#: reached the log again elsewhere. Readers pass over such a placeholder; one without the
+#: bit stands for records that are damaged and fenced (server/txlog/damage/fences.py).
+FLAG_RELEASED: Final = 0x0002
+#: the bookmark-index key the placeholders of fenced records are indexed under, with their
+#: own seq as their sequence: a journal's index then says where its fences are without a
+#: record being read (its publisher summary, its ranges)
+LOST_KEY: Final = 0x4C4F53545245434F
+
+
+def late_key(pub_hash: int) -> int:
+    """The bookmark-index key of a publisher's late records."""
+    return pub_hash ^ _LATE_SALT
+
+
+def index_key(pub_hash: int, flags: int) -> int:
+    """The publisher id a record is indexed under (its own, or :func:`late_key`)."""
+    return pub_hash ^ _LATE_SALT if flags & FLAG_LATE else pub_hash
+
+
+def publisher_of(key: int) -> tuple[int, int]:
+    """The two publishers an index key may stand for: itself, and the publisher whose
+    late key it is (an index range does not say which; one of them never published)."""
+    return key, key ^ _LATE_SALT
+
+
+#: separates a SOW key from the message's lifetime in a record's SOW key field
+SOW_FIELD_SEPARATOR: Final = "\x1e"
+
+
+class RecordKind(IntEnum):
+    """What a record stands for. Values are stored on disk: never renumber."""
+
+    PUBLISH = 1
+    DELTA_PUBLISH = 2
+    SOW_DELETE = 3
+    QUEUE_ACK = 4
+    QUEUE_TRANSFER = 5
+    #: a placeholder for one local seq whose record is damaged or missing: the seq stays
+    #: taken, and a repair writes the record back in its place (server/txlog/damage/fences.py);
+    #: never replicated, never delivered
+    LOST = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One journal entry.
+
+    Attributes:
+        seq: local sequence, 1-based, contiguous within an instance's log.
+        timestamp_us: server time the record was appended (microseconds since the Unix epoch).
+        pub_hash: 64-bit publisher id (hash of the publishing client's name).
+        pub_seq: the publisher's sequence number.
+        topic: topic name.
+        message_type: e.g. ``json``.
+        kind: see :class:`RecordKind`.
+        path: instance names the message travelled through (replication), origin first.
+        flags: bit flags: :data:`FLAG_LATE`; the others are reserved.
+        body: the message body, byte for byte as published.
+        corr_id: the publisher's correlation id (``x``), passed through untouched.
+        sow_key: the SOW key field: for a record of a SOW topic its key, followed by
+            :data:`SOW_FIELD_SEPARATOR` and its lifetime in seconds when the message gave
+            one (``e``); see :func:`sow_key_field` and :func:`split_sow_key_field`.
+    """
+
+    seq: int
+    timestamp_us: int
+    pub_hash: int
+    pub_seq: int
+    topic: str
+    message_type: str
+    kind: RecordKind
+    path: tuple[str, ...]
+    flags: int
+    body: bytes
+    corr_id: str = ""
+    sow_key: str = ""
+
+    @property
+    def bookmark(self) -> str:
+        """The wire bookmark ``PUBHASH|PUBSEQ|`` (docs/protocol.md)."""
+        return format_bookmark(self.pub_hash, self.pub_seq)
+
+
+def sow_key_field(key: str, expiration: int | None = None) -> str:
+    """The SOW key field of a record: the key, and the message's ``e`` when it had one.
+
+    The record format has no field of its own for a message's lifetime, and a SOW record
+    must keep it for the transaction log to stay the truth (a store rebuilt from the log
+    expires the record when it would have expired). A key never contains the separator:
+    the SOW refuses keys with control characters.
+    """
+    if expiration is None:
+        return key
+    return f"{key}{SOW_FIELD_SEPARATOR}{expiration}"
+
+
+def split_sow_key_field(field: str) -> tuple[str, int | None]:
+    """``(key, expiration seconds or None)`` of a SOW key field (:func:`sow_key_field`)."""
+    key, sep, rest = field.partition(SOW_FIELD_SEPARATOR)
+    if not sep or not rest.isdigit():
+        return (field, None) if not sep else (key, None)
+    return key, int(rest)
