@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -64,23 +64,8 @@ class JournalInfo:
     pinned_by: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """A JSON-ready dict."""
-        return {
-            "id": self.id,
-            "path": self.path,
-            "state": self.state,
-            "size_bytes": self.size_bytes,
-            "data_bytes": self.data_bytes,
-            "compression": self.compression,
-            "records": self.records,
-            "first_seq": self.first_seq,
-            "last_seq": self.last_seq,
-            "first_bookmark": self.first_bookmark,
-            "last_bookmark": self.last_bookmark,
-            "first_time_us": self.first_time_us,
-            "last_time_us": self.last_time_us,
-            "pinned_by": self.pinned_by,
-        }
+        """A JSON-ready dict: every field, in the order declared."""
+        return asdict(self)
 
 
 class Journal:
