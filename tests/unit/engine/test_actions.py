@@ -274,11 +274,13 @@ async def step_to(h: EngineHarness, name: str, when: float, runs: int) -> RunRec
 
     One firing at a time: a run records itself in a thread, and a virtual clock moved past
     the next firing meanwhile would (rightly) skip that firing as one that came due during
-    a run.
+    a run. The run is counted in its own task; the trigger that awaits it takes its next
+    firing (``next_run``) at a later turn of the loop, which is let run before returning.
     """
     await h.clock.advance(when - h.clock.time())
     runner = h.broker.actions.runners[name]
     await h.until(lambda: runner.runs == runs)
+    await h.clock.wait_all_blocked()
     return runner.recent[-1]
 
 
