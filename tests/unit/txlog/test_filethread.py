@@ -54,23 +54,24 @@ async def _after_close() -> None:
     worker = FileThread("t")
     running = threading.Lock()
     order: list[int] = []
-    release = threading.Event()
+    started, release = threading.Event(), threading.Event()
 
     def job(i: int, slow: bool = False) -> int:
         assert running.acquire(blocking=False), "two jobs ran at once"
         try:
             if slow:
-                release.wait(5)
+                started.set()
+                release.wait(60)
             order.append(i)
             return i
         finally:
             running.release()
 
     first = asyncio.ensure_future(worker.run(lambda: job(0, slow=True)))
-    await asyncio.sleep(0.05)  # let the slow job start
+    assert await asyncio.to_thread(started.wait, 60), "the slow job never started"
     worker.close()
     later = [asyncio.ensure_future(worker.run(lambda i=i: job(i))) for i in range(1, 6)]
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # room for a later job to start beside the slow one (wrongly)
     release.set()
     assert await first == 0
     assert [await f for f in later] == [1, 2, 3, 4, 5]
