@@ -98,8 +98,14 @@ def test_a_ten_second_partition_heals_with_no_loss(tmp_path: Path, net: VethNet)
         def partition_when_busy() -> None:
             wait_until(lambda: progress_a["n"] >= PER_SIDE // 4, 120, interval=0.01)
             net.set_link(False)
-            time.sleep(PARTITION)
-            net.set_link(True)
+            cut = time.monotonic()
+            try:
+                # at least PARTITION, and until a dropped its link (LinkTimeout of
+                # silence): a loaded machine may take longer to notice than the cut lasts
+                wait_until(lambda: not connected("a"), 120, message="a saw the partition")
+                time.sleep(max(0.0, PARTITION - (time.monotonic() - cut)))
+            finally:
+                net.set_link(True)
 
         cutter = threading.Thread(target=partition_when_busy, daemon=True)
         cutter.start()
