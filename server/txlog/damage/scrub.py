@@ -215,10 +215,12 @@ class Scrubber:
         index = journal.index
         if isinstance(index, SealedIndex) and index.path is not None:
             index_bad = not await asyncio.to_thread(_index_intact, index, journal.base)
+            if self._journal(journal.base) is not journal:
+                return  # removed, archived or compressed meanwhile: its index is closed
         hints = block_hints(index, journal.durable_len)
         bad = await self._verify(journal, hints)
         ranges: list[DamagedRange] = []
-        if bad:
+        if bad and self._journal(journal.base) is journal:
             source = journal.source
             assert source is not None
             source.acquire()

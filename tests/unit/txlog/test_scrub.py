@@ -6,6 +6,8 @@ records after them stay readable. A damaged index file is written again from its
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import time
 from pathlib import Path
 
@@ -245,6 +247,48 @@ def test_the_scrub_reads_no_faster_than_its_rate(tmp_path: Path) -> None:
             assert clock.monotonic() - started < total / rate + 30, "the pass never ended"
         took = clock.monotonic() - started
         assert took >= (total - largest) / rate
+        await log.close()
+
+    run(body)
+
+
+def test_a_journal_removed_while_the_scrub_reads_its_index_is_passed_over(
+    tmp_path: Path,
+) -> None:
+    """The scrub reads a sealed index file in a thread; a journal removed meanwhile has
+    its mapped index closed, and the scrub goes on with the next one (and the next pass)
+    instead of failing on it."""
+    write_log(tmp_path, 2000)
+
+    async def body() -> None:
+        log = make_log(tmp_path)
+        await log.open()
+        oldest = log.journals()[0]
+        index_path = Path(oldest.path).parent / index_name(INSTANCE, oldest.id)
+        assert index_path.exists()
+        # the index file becomes a pipe: the scrub's read of it waits for this test
+        sealed = index_path.read_bytes()
+        pipe = index_path.with_suffix(".pipe")
+        os.mkfifo(pipe)
+        os.replace(pipe, index_path)
+        log.start_scrub()
+        assert log.scrub()
+        deadline = time.monotonic() + 20
+        while True:  # the scrub's thread has the pipe open for reading
+            try:
+                writer = os.open(index_path, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                assert exc.errno == errno.ENXIO and time.monotonic() < deadline
+                await asyncio.sleep(0.01)
+        await log.remove(oldest.id)
+        os.set_blocking(writer, True)
+        os.write(writer, sealed)
+        os.close(writer)
+        await until(lambda: log.scrub_status.passes == 1)
+        assert log.scrub()  # the scrub lives on
+        await until(lambda: log.scrub_status.passes == 2)
+        assert log.scrub_status.damage_found == 0
         await log.close()
 
     run(body)
