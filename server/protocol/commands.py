@@ -21,6 +21,7 @@ from spool.server.protocol.options import (
     DEFAULT_OPTIONS,
     SubscribeOptions,
     parse_subscribe_options,
+    split_items,
 )
 
 CommandName = Literal[
@@ -170,31 +171,12 @@ def read_options(text: str | None) -> CommandOptions:
     """Read an ``o`` header once (:class:`CommandOptions`); never raises."""
     if text is None:
         return NO_OPTIONS
-    items = tuple(_split_items(text))
+    items = tuple(split_items(text, strict=False))
     names = frozenset(item.partition("=")[0].strip() for item in items)
     try:
         return CommandOptions(text, items, names, parse_subscribe_options(text), "")
     except InvalidOptions as exc:
         return CommandOptions(text, items, names, None, exc.detail)
-
-
-def _split_items(text: str) -> list[str]:
-    """The stripped, non-empty items of ``text``, split on commas outside ``[...]`` (an
-    unbalanced bracket splits as far as it can: such text is not valid subscribe options,
-    which :func:`parse_subscribe_options` reports)."""
-    items: list[str] = []
-    depth = 0
-    start = 0
-    for index, char in enumerate(text):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth = max(depth - 1, 0)
-        elif char == "," and depth == 0:
-            items.append(text[start:index])
-            start = index + 1
-    items.append(text[start:])
-    return [item.strip() for item in items if item.strip()]
 
 
 @dataclass(slots=True)

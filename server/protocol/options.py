@@ -222,8 +222,13 @@ def _parse_keys(text: str, item: str) -> tuple[str, ...]:
     return paths
 
 
-def _split_items(text: str) -> list[str]:
-    """Split on commas outside ``[...]``."""
+def split_items(text: str, *, strict: bool = True) -> list[str]:
+    """The stripped, non-empty items of ``text``, split on commas outside ``[...]``.
+
+    ``strict``: an unbalanced bracket raises :class:`InvalidOptions`. Otherwise it splits
+    as far as it can: reading a command's options never fails, and such text is not valid
+    subscribe options, which :func:`parse_subscribe_options` reports.
+    """
     items: list[str] = []
     depth = 0
     start = 0
@@ -233,11 +238,13 @@ def _split_items(text: str) -> list[str]:
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise InvalidOptions(f"unbalanced ']' in options {text[:80]!r}")
+                if strict:
+                    raise InvalidOptions(f"unbalanced ']' in options {text[:80]!r}")
+                depth = 0
         elif char == "," and depth == 0:
             items.append(text[start:index])
             start = index + 1
-    if depth != 0:
+    if depth != 0 and strict:
         raise InvalidOptions(f"unbalanced '[' in options {text[:80]!r}")
     items.append(text[start:])
     return [item.strip() for item in items if item.strip()]
@@ -257,7 +264,7 @@ def parse_subscribe_options(text: str | None) -> SubscribeOptions:
         raise InvalidOptions(f"options longer than {_MAX_OPTIONS_TEXT} characters")
     flags: set[str] = set()
     values: dict[str, str] = {}
-    for item in _split_items(text):
+    for item in split_items(text):
         name, has_value, value = item.partition("=")
         name = name.strip()
         if name in _FLAGS:
