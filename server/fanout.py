@@ -7,6 +7,8 @@ parsed at most once whatever number of filters read it); then each client connec
 one message per publish whatever number of its subscriptions matched (``sids`` lists them),
 encoded in one pass per connection by :func:`spool.server.wire.encode_run` and queued as one
 piece. Connections whose matching subscriptions are the same get the very same bytes.
+Each subscription's ``progress.delivered`` grows by the messages it took once its
+connection's piece is queued: one integer add per subscription per run.
 
 Bookmarks come from the run's records (``AppendedRun.pub_hash``/``pub_seqs``), never from
 the connection that published them: a replicated message keeps the bookmark its publisher
@@ -119,6 +121,7 @@ class FanOut:
                 can_read_back = recorded and self._spiller is not None
                 if peer.live_fits(len(data), readable=can_read_back):
                     peer.send_messages(data, n)
+                    only.progress.delivered += n
                 else:
                     self._refused(run, peer, (only,), len(data), can_read_back)
                 return
@@ -131,15 +134,17 @@ class FanOut:
         takers: Sequence[SessionSubscription],
         data: bytes,
         count: int,
-    ) -> None:
-        """Queue one connection's share of ``run`` if it fits; else spill or overflow."""
+    ) -> bool:
+        """Queue one connection's share of ``run`` if it fits (True); else spill or
+        overflow (False: the spilled subscriptions' catch-up read delivers it)."""
         can_read_back = (
             run.first_seq > 0 and self._spiller is not None and all(map(readable, takers))
         )
         if peer.live_fits(len(data), readable=can_read_back):
             peer.send_messages(data, count)
-        else:
-            self._refused(run, peer, takers, len(data), can_read_back)
+            return True
+        self._refused(run, peer, takers, len(data), can_read_back)
+        return False
 
     def _refused(
         self,
@@ -191,10 +196,12 @@ class FanOut:
                         data = encoded[key] = self._encode(
                             run, sub.sid_bytes, range(n), self._ts(run, sub.want_ts)
                         )
-                    self._offer(run, peer, (sub,), data, n)
+                    if self._offer(run, peer, (sub,), data, n):
+                        sub.progress.delivered += n
                 elif sel:
                     data = self._encode(run, sub.sid_bytes, sel, self._ts(run, sub.want_ts))
-                    self._offer(run, peer, (sub,), data, len(sel))
+                    if self._offer(run, peer, (sub,), data, len(sel)):
+                        sub.progress.delivered += len(sel)
             else:
                 self._deliver_several(run, peer, subs, n, encoded)
 
@@ -216,7 +223,9 @@ class FanOut:
             data = encoded.get(key)
             if data is None:
                 data = encoded[key] = self._encode(run, sids, range(n), self._ts(run, want_ts))
-            self._offer(run, peer, [sub for sub, _ in subs], data, n)
+            if self._offer(run, peer, [sub for sub, _ in subs], data, n):
+                for sub, _ in subs:
+                    sub.progress.delivered += n
             return
         takers: list[list[SessionSubscription]] = [[] for _ in range(n)]
         for sub, sel in subs:
@@ -230,7 +239,10 @@ class FanOut:
                 pieces.append(self._encode(run, sids, (i,), self._ts(run, want_ts)))
         if pieces:
             took = [sub for sub, sel in subs if sel is None or sel]
-            self._offer(run, peer, took, b"".join(pieces), len(pieces))
+            if self._offer(run, peer, took, b"".join(pieces), len(pieces)):
+                # one message per publish, but each subscription counts what it took
+                for sub, sel in subs:
+                    sub.progress.delivered += n if sel is None else len(sel)
 
     def _select(
         self, run: AppendedRun, filtered: list[tuple[SessionSubscription, list[int]]], n: int

@@ -33,7 +33,11 @@ class SubscriptionProgress:
         position: bookmark of the last record its replay cursor (or catch-up read) passed.
         position_seq: local sequence of that record.
         position_time_us: record time of that record.
-        delivered: messages delivered by its replay cursor (or catch-up reads).
+        delivered: messages delivered to it, whatever the path: the live fan-out,
+            its replay cursor or catch-up reads, a SOW snapshot and SOW updates
+            (out-of-focus notices included), queue deliveries (redeliveries included).
+            A message one delivery names several subscriptions in (``sids``) counts
+            for each of them.
         feed: a live subscription's path: fed by the fan-out, or catching up from the log
             (server/backpressure.py; moved by server/spills.py).
     """

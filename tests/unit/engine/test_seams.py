@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -293,12 +294,13 @@ def _run(bodies: list[bytes]) -> AppendedRun:
 def test_a_connection_gets_one_message_per_publish_naming_the_subscriptions_that_took_it() -> None:
     router = Router()
     one, two = Peer(), Peer()
-    for sub in (
+    subs = (
         _sub(one, "even", "t", "/n % 2 = 0"),
         _sub(one, "big", "t", "/n > 2"),
         _sub(one, "all", "t"),
         _sub(two, "odd", "t", "/n % 2 = 1"),
-    ):
+    )
+    for sub in subs:
         router.add(sub)
     parses = MessageView.parse_count()
     FanOut(router, _NoAuth(), VirtualClock()).appended(_run([b'{"n":%d}' % n for n in range(1, 5)]))
@@ -311,6 +313,44 @@ def test_a_connection_gets_one_message_per_publish_naming_the_subscriptions_that
     ]
     assert [b for _, b in two.messages()] == [b'{"n":1}', b'{"n":3}']
     assert (one.counted, two.counted) == (4, 2)
+    # each subscription counts the messages it took, though a message names several
+    assert [sub.progress.delivered for sub in subs] == [2, 2, 4, 2]
+
+
+class _Full(Peer):
+    """A connection whose buffer takes no more: its live runs are refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overflowed = 0
+
+    def live_fits(self, nbytes: int, *, readable: bool) -> bool:
+        return False
+
+    def overflow(self, nbytes: int) -> None:
+        self.overflowed += 1
+
+
+def test_each_subscription_counts_the_live_messages_queued_to_it() -> None:
+    router = Router()
+    alone, pair, full = Peer(), Peer(), _Full()
+    solo = _sub(alone, "solo", "a")
+    first, second = _sub(pair, "x", "b"), _sub(pair, "y", "b")
+    refused = _sub(full, "z", "c")
+    for sub in (solo, first, second, refused):
+        router.add(sub)
+    fan = FanOut(router, _NoAuth(), VirtualClock())
+
+    def run(topic: str, n: int) -> AppendedRun:
+        return dataclasses.replace(_run([b"{}"] * n), topic=topic, topic_literal=topic_json(topic))
+
+    for _ in range(3):
+        fan.appended(run("a", 5))  # one plain subscription: the fast path
+        fan.appended(run("b", 2))  # two of one connection: one message per publish
+        fan.appended(run("c", 4))  # refused: nothing was delivered
+    assert (solo.progress.delivered, first.progress.delivered) == (15, 6)
+    assert (second.progress.delivered, refused.progress.delivered) == (6, 0)
+    assert (alone.counted, pair.counted, full.overflowed) == (15, 6, 3)
 
 
 # -- the pipeline's stages --------------------------------------------------------------
