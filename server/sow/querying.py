@@ -322,7 +322,7 @@ class SowQueries:
 
         async def snapshot_then_live() -> None:
             on_sent = _holder(ss)
-            if await stream_query(session, run, spec, on_sent):
+            if await stream_query(session, run, spec, on_sent, sub.progress):
                 await self.go_live(ss)
 
         self._stream(session, cmd, snapshot_then_live, sub)
@@ -428,7 +428,13 @@ class SowQueries:
                         txlog, upto, asof, self._topics.rule, self._topics.spec, wanted
                     )
                     sources = [_source(stores[t], None) for t in sorted(stores)]
-                sent = await stream_query(session, QueryRun(sources, flt, order, top_n), spec)
+                sub = session.subs.get(sub_id)
+                sent = await stream_query(
+                    session,
+                    QueryRun(sources, flt, order, top_n),
+                    spec,
+                    progress=sub.progress if sub is not None else None,
+                )
                 if sent and session.subs.get(sub_id) is not None:
                     self._subscriptions.resume(session, [sub_id])
 

@@ -20,6 +20,7 @@ from typing import Final
 
 from spool.server.ports import Outbound, SowRecord
 from spool.server.sow.query import QueryRun, Source
+from spool.server.subscription import SubscriptionProgress
 from spool.server.wire import encode_group, encode_sow_records
 
 __all__ = ["StreamSpec", "stream_query"]
@@ -58,12 +59,15 @@ async def stream_query(
     run: QueryRun,
     spec: StreamSpec,
     on_sent: Callable[[Source, SowRecord], None] | None = None,
+    progress: SubscriptionProgress | None = None,
 ) -> bool:
     """Send ``run``'s result to ``out``; False when the connection went away first.
 
     Args:
         on_sent: told of each record as it is queued (a ``sow_and_subscribe`` subscriber
             that tracks what it holds).
+        progress: the subscription whose snapshot this is (``sow_and_subscribe``): its
+            ``delivered`` counts the records queued, one add per piece.
     """
     out.send(encode_group(b"group_begin", spec.qid, spec.sub_id))
     while not run.step():
@@ -81,6 +85,8 @@ async def stream_query(
             encode_sow_records(src.literal, qid, records, send_key=send_key, want_ts=want_ts),
             len(records),
         )
+        if progress is not None:
+            progress.delivered += len(records)
         if on_sent is not None:
             for rec in records:
                 on_sent(src, rec)

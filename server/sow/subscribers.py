@@ -197,7 +197,9 @@ class SowDelivery:
         """Encode and queue what ``changes`` mean to ``ss``; returns messages queued."""
         data, n = self.encode(ss, topic, literal, changes, reason)
         if n:
-            ss.sub.outbound.send_messages(data, n)
+            sub = ss.sub
+            sub.outbound.send_messages(data, n)
+            sub.progress.delivered += n
         return n
 
     # -- what a change means to one subscriber ------------------------------------------
@@ -329,6 +331,7 @@ class SowDelivery:
                     data, n = self._lost_entitlement(ss, topic, topic_literal(topic), keys)
                     if n:
                         ss.sub.outbound.send_messages(data, n)
+                        ss.sub.progress.delivered += n
                         sent += n
         return sent
 
