@@ -785,11 +785,14 @@ class QueueService:
             tie = d.consumer.token
             assert isinstance(tie, _Tie)
             m = d.message
+            sub = tie.sub
             per_session.setdefault(tie.session, []).append(
                 encode_queued(
-                    literal, tie.sub.sid_bytes, m.body, m.bookmark, d.lease_us // 1000, d.number
+                    literal, sub.sid_bytes, m.body, m.bookmark, d.lease_us // 1000, d.number
                 )
             )
+            # redeliveries count again: each is a message its consumer receives
+            sub.progress.delivered += 1
         for session, parts in per_session.items():
             session.send_messages(b"".join(parts), len(parts))
 
