@@ -1,9 +1,10 @@
 // Subscriptions: every subscription of every client (GET /api/subscriptions every second),
-// Pause / Resume per bookmark subscription, and a multi-select "resume together" (one POST
+// the messages each was delivered and their rate (computed here from the counters' deltas,
+// as the Clients page does), Pause / Resume per bookmark subscription, and a multi-select "resume together" (one POST
 // with {"sub_ids": [...]}, so the broker resumes them on one shared cursor).
 
 import {
-  Alert, KeyedTable, Poller, TableSort, api, badge, busy, el, fmtInt, fmtLag, setText,
+  Alert, KeyedTable, Poller, TableSort, api, badge, busy, el, fmtInt, fmtLag, fmtRate, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -19,6 +20,8 @@ let subs = [];
 let shown = [];
 /** keys of the selected subscriptions (see keyOf) */
 const selected = new Set();
+/** key -> {at, delivered} of the previous poll, for rates */
+let previous = new Map();
 
 /** A row's key: `["client","sub_id"]` (JSON keeps any character of either part apart). */
 const keyOf = (s) => JSON.stringify([s.client, s.sub_id]);
@@ -56,7 +59,8 @@ function resume(button, client, subIds) {
 }
 
 const CELLS = ["client", "sub_id", "topic", "filter", "bookmark_kind", "options", "state",
-  "position", "delivered", "seconds_behind"];
+  "position", "rate", "delivered", "seconds_behind"];
+const NUMERIC = new Set(["rate", "delivered", "seconds_behind"]);
 
 const rows = new KeyedTable(table.tBodies[0], {
   key: keyOf,
@@ -72,7 +76,7 @@ const rows = new KeyedTable(table.tBodies[0], {
     });
     tr.append(el("td", { className: "check" }, box));
     for (const field of CELLS) {
-      const num = field === "delivered" || field === "seconds_behind";
+      const num = NUMERIC.has(field);
       tr.append(el("td", { className: num ? "num" : ["sub_id", "topic", "filter", "position",
         "options"].includes(field) ? "mono clip" : "", dataset: { field } }));
     }
@@ -99,6 +103,7 @@ const rows = new KeyedTable(table.tBodies[0], {
           td.replaceChildren(badge(s.state));
         }
       } else if (field === "delivered") setText(td, fmtInt(s.delivered));
+      else if (field === "rate") setText(td, s.rate === null ? "–" : fmtRate(s.rate));
       else if (field === "seconds_behind") setText(td, bookmark ? fmtLag(s.seconds_behind) : "–");
       else if (field === "bookmark_kind") {
         setText(td, s.bookmark_kind ?? "none");
@@ -146,6 +151,17 @@ function render() {
 const poller = new Poller(async () => {
   try {
     subs = (await api("/api/subscriptions")).subscriptions;
+    const now = performance.now();
+    const next = new Map();
+    for (const s of subs) {
+      const key = keyOf(s);
+      const before = previous.get(key);
+      const dt = before ? (now - before.at) / 1000 : 0;
+      // a replace restarts the count: a drop is no negative rate
+      s.rate = before && dt > 0 ? Math.max(0, s.delivered - before.delivered) / dt : null;
+      next.set(key, { at: now, delivered: s.delivered });
+    }
+    previous = next;
     const present = new Set(subs.map(keyOf));
     for (const key of [...selected]) if (!present.has(key)) selected.delete(key);
     render();

@@ -178,6 +178,11 @@ def test_pause_and_resume_a_bookmark_subscription(
         message="resumed over REST",
     )
     expect(row.locator('button[data-action="pause"]')).to_be_enabled()
+    # the plain subscription counts what the live fan-out delivered to it
+    publish(feeder, "ticks", 25, start=100)
+    expect(plain.locator('td[data-field="delivered"]')).to_have_text("25")
+    # its rate, from one poll to the next (a dash before the second poll)
+    expect(plain.locator('td[data-field="rate"]')).to_have_text(re.compile(r"^\d"))
 
 
 def test_resume_several_paused_subscriptions_together(
