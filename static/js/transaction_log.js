@@ -17,7 +17,7 @@ const ACTIONS = {
   archive: {
     title: "Archive",
     verb: "archived",
-    text: "moves the files to the archive directory; replays can no longer read them",
+    text: "moves the files to the archive directory (replays can still read them)",
     allowed: (j) => j.state === "closed" || j.state === "compressed",
   },
   compress: {
@@ -54,7 +54,9 @@ let journals = [];
 
 async function journalAction(button, action, journal) {
   const spec = ACTIONS[action];
-  const older = journals.filter((j) => j.id < journal.id).length;
+  // the action takes every older journal it applies to (never a preallocated or
+  // active file, nor one already in the state it makes)
+  const older = journals.filter((j) => j.id < journal.id && spec.allowed(j)).length;
   const yes = await confirmDialog({
     title: `${spec.title} journal ${journal.id}${older ? ` and ${older} older` : ""}?`,
     message: [

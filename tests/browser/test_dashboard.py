@@ -336,6 +336,11 @@ def test_the_transaction_log_page_lists_journals_and_archives_after_asking(
     assert any(j["id"] == oldest["id"] for j in journals())
 
     row.locator('button[data-action="archive"]').click()
+    # the oldest journal takes no other with it, preallocated files included; archived
+    # journals stay readable
+    expect(dialog).to_contain_text(f"Archive journal {oldest['id']}?")
+    expect(dialog).not_to_contain_text("older")
+    expect(dialog).to_contain_text("replays can still read them")
     page.locator('dialog [data-action="confirm"]').click()
     expect(page.locator("#page-alert")).to_contain_text(f"journal {oldest['id']}")
     wait_until(
