@@ -8,7 +8,9 @@ Blocking: call from a thread.
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, Integer, cast, func, select
+from collections.abc import Sequence
+
+from sqlalchemy import Engine, Integer, cast, func, or_, select
 
 from spool.server.protocol.errors import SpoolError
 from spool.server.stats.models import LinkSample, Metric, ReplicationEvent, Sample
@@ -40,6 +42,25 @@ class StatsReader:
         """Every metric path that has samples, sorted."""
         with self._engine.connect() as conn:
             return list(conn.scalars(select(Metric.path).order_by(Metric.path)))
+
+    def last_samples(self, prefixes: Sequence[str]) -> list[tuple[str, float]]:
+        """``(path, time of its newest sample)`` of every sampler series whose path starts
+        with one of ``prefixes`` (a series without samples reports 0)."""
+        if not prefixes:
+            return []
+        newest = (
+            select(Sample.ts)
+            .where(Sample.metric_id == Metric.id)
+            .order_by(Sample.ts.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = select(Metric.path, newest).where(
+            Metric.run_id.is_(None),
+            or_(*(Metric.path.startswith(p, autoescape=True) for p in prefixes)),
+        )
+        with self._engine.connect() as conn:
+            return [(path, float(ts or 0.0)) for path, ts in conn.execute(query)]
 
     def query_series(
         self, metric_path: str, t0: float, t1: float, step: float | None = None

@@ -102,6 +102,23 @@ class StatsWriter:
             conn.execute(delete(LinkSample).where(LinkSample.ts < before))
         return int(deleted or 0)
 
+    def delete_series(self, paths: Sequence[str]) -> int:
+        """Delete the sampler's series ``paths`` with all their samples.
+
+        Batched: one transaction per :data:`_CHUNK` paths, so a long list never holds
+        the database's write lock for long. Series of a pipeline run are left alone.
+
+        Returns:
+            The number of sample rows deleted.
+        """
+        deleted = 0
+        for chunk in _chunks(sorted(paths), _CHUNK):
+            ids = select(Metric.id).where(Metric.path.in_(chunk), Metric.run_id.is_(None))
+            with self._engine.begin() as conn:
+                deleted += conn.execute(delete(Sample).where(Sample.metric_id.in_(ids))).rowcount
+                conn.execute(delete(Metric).where(Metric.path.in_(chunk), Metric.run_id.is_(None)))
+        return deleted
+
     def write_link_events(self, rows: Sequence[LinkEventRow]) -> int:
         """Store replication link events (one transaction); returns rows written."""
         if not rows:

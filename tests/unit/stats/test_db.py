@@ -133,6 +133,50 @@ def test_many_metrics_in_one_write(store: StatsStore) -> None:
     assert store.reader.query_series("clients/c777/msgs_in", 0, 2) == [(1.0, 777.0)]
 
 
+def test_delete_series_removes_the_series_and_their_samples_in_batches(
+    store: StatsStore,
+) -> None:
+    # more paths than one batch holds, and names LIKE would misread (% and _)
+    doomed = [f"clients/c{i}/msgs_in" for i in range(1_100)] + ["clients/a%25_b/msgs_in"]
+    kept = ["clients/keep/msgs_in", "instance/msgs_in"]
+    for ts in (1.0, 2.0):
+        store.writer.write(ts, dict.fromkeys([*doomed, *kept], ts))
+    assert store.writer.delete_series([*doomed, "clients/never/msgs_in"]) == 2 * len(doomed)
+    assert store.reader.list_metrics() == kept
+    assert store.reader.query_series("clients/keep/msgs_in", 0, 3) == [(1.0, 1.0), (2.0, 2.0)]
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sample")).scalar() == 4
+    assert store.writer.delete_series([]) == 0
+
+
+def test_delete_series_leaves_pipeline_series_alone(store: StatsStore) -> None:
+    store.writer.write(1.0, {"clients/x/msgs_in": 1.0})
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO pipeline_run (id, job, instance, source, started_at, records,"
+                " intervals, damaged_spans) VALUES (1, 'stats', 'i', '/j', 0, 0, '1m', 0)"
+            )
+        )
+        conn.execute(text("UPDATE metric SET run_id = 1"))
+    assert store.writer.delete_series(["clients/x/msgs_in"]) == 0
+    assert store.reader.list_metrics() == ["clients/x/msgs_in"]
+    assert store.reader.last_samples(["clients/"]) == []
+
+
+def test_last_samples_gives_each_series_its_newest_time(store: StatsStore) -> None:
+    store.writer.write(1.0, {"clients/a/msgs_in": 1.0, "subscriptions/a/s/seconds_behind": 0.0})
+    store.writer.write(5.0, {"clients/a/msgs_in": 2.0, "instance/msgs_in": 2.0})
+    store.writer.write(3.0, {"clients/a_b/msgs_in": 2.0, "clientsX/a/msgs_in": 2.0})
+    got = sorted(store.reader.last_samples(["clients/", "subscriptions/"]))
+    assert got == [
+        ("clients/a/msgs_in", 5.0),
+        ("clients/a_b/msgs_in", 3.0),
+        ("subscriptions/a/s/seconds_behind", 1.0),
+    ]
+    assert store.reader.last_samples([]) == []
+
+
 def test_readers_see_data_while_the_file_is_open_elsewhere(store: StatsStore) -> None:
     store.writer.write(1.0, {"a": 1.0})
     other = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)
