@@ -172,6 +172,9 @@ def render_default_xml() -> str:
     <Interval>{format_duration(admin.interval)}</Interval>
     <Authentication>{admin.authentication}</Authentication>
     <StatsRetention>{format_duration(admin.stats_retention)}</StatsRetention>
+    <!-- a disconnected client's series: kept this long, and at most this many in all -->
+    <ClientStatsRetention>{format_duration(admin.client_stats_retention)}</ClientStatsRetention>
+    <ClientStatsLimit>{admin.client_stats_limit}</ClientStatsLimit>
     <MetricsPublic>{boolean(admin.metrics_public)}</MetricsPublic>
     <!-- <AllowedOrigins>https://ops.example.com</AllowedOrigins>: web pages of other
          origins that may use the websocket and the API (none: the broker's own pages) -->

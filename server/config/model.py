@@ -136,6 +136,10 @@ class AdminConfig:
     interval: float = 10.0  # seconds, >= 1
     authentication: str = "none"  # "none" | "token"
     stats_retention: float = 7 * 86400.0  # seconds of samples kept
+    #: seconds a disconnected client's (an ended subscription's) series are kept
+    client_stats_retention: float = 3600.0
+    #: the most per-client and per-subscription series kept (server/stats/clientseries.py)
+    client_stats_limit: int = 5000
     metrics_public: bool = False  # /healthz and /metrics readable without auth off-loopback
     #: browser origins besides the broker's own that may use the websocket and the REST
     #: API with ambient credentials (no users, a dashboard session): canonical

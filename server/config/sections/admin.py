@@ -18,6 +18,7 @@ from spool.server.config.values import (
     read_bool,
     read_choice,
     read_duration,
+    read_int,
     read_path,
     read_value,
 )
@@ -32,11 +33,15 @@ _ADMIN_SPEC: Final[Spec] = {
     "Interval": False,
     "Authentication": False,
     "StatsRetention": False,
+    "ClientStatsRetention": False,
+    "ClientStatsLimit": False,
     "MetricsPublic": False,
     "AllowedOrigins": True,
     **TLS_ELEMENTS,
 }
 _AUTHENTICATION: Final = ("none", "token")
+#: the most per-client series ClientStatsLimit may keep (about 100 000 clients)
+MAX_CLIENT_STATS: Final = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,14 @@ def read_admin(node: XmlNode | None, ctx: Context, data_dir: Path) -> AdminPart:
                 f"StatsRetention ({format_duration(retention)}) is shorter than the sampling "
                 f"Interval ({format_duration(interval)}): no sample would be kept",
             )
+    client_retention = default.client_stats_retention
+    if (client_retention_node := kids.one("ClientStatsRetention")) is not None:
+        client_retention = read_duration(
+            client_retention_node, ctx, minimum=1.0, maximum=3650 * DAY, zero_ok=True
+        )
+    client_limit = default.client_stats_limit
+    if (client_limit_node := kids.one("ClientStatsLimit")) is not None:
+        client_limit = read_int(client_limit_node, ctx, minimum=0, maximum=MAX_CLIENT_STATS)
     auth_node = kids.one("Authentication")
     authentication = default.authentication
     if auth_node is not None:
@@ -95,6 +108,8 @@ def read_admin(node: XmlNode | None, ctx: Context, data_dir: Path) -> AdminPart:
         interval=interval,
         authentication=authentication,
         stats_retention=retention,
+        client_stats_retention=client_retention,
+        client_stats_limit=client_limit,
         metrics_public=metrics_public,
         allowed_origins=_allowed_origins(kids.many("AllowedOrigins"), ctx),
     )

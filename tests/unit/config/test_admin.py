@@ -34,6 +34,41 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "StatsRetention (30s) is shorter than the sampling Interval (1m)",
     ),
     (
+        "ClientStatsRetention negative",
+        "<Admin>\n<ClientStatsRetention>-1h</ClientStatsRetention></Admin>",
+        "/SpoolConfig/Admin/ClientStatsRetention",
+        4,
+        "'-1h' is not a valid duration: a sign is not allowed",
+    ),
+    (
+        "ClientStatsRetention without a unit it knows",
+        "<Admin><ClientStatsRetention>1y</ClientStatsRetention></Admin>",
+        "/SpoolConfig/Admin/ClientStatsRetention",
+        3,
+        "unknown unit 'y'",
+    ),
+    (
+        "ClientStatsRetention above ten years",
+        "<Admin><ClientStatsRetention>3651d</ClientStatsRetention></Admin>",
+        "/SpoolConfig/Admin/ClientStatsRetention",
+        3,
+        "ClientStatsRetention must be between 1s and 3650d",
+    ),
+    (
+        "ClientStatsLimit not a number",
+        "<Admin><ClientStatsLimit>lots</ClientStatsLimit></Admin>",
+        "/SpoolConfig/Admin/ClientStatsLimit",
+        3,
+        "'lots' is not a whole number",
+    ),
+    (
+        "ClientStatsLimit too large",
+        "<Admin>\n<ClientStatsLimit>1000001</ClientStatsLimit></Admin>",
+        "/SpoolConfig/Admin/ClientStatsLimit",
+        4,
+        "ClientStatsLimit must be between 0 and 1000000, got 1000001",
+    ),
+    (
         "AllowedOrigins with a path",
         "<Admin><AllowedOrigins>https://ops.example.com/dash</AllowedOrigins></Admin>",
         "/SpoolConfig/Admin/AllowedOrigins",
@@ -102,3 +137,26 @@ def test_allowed_origins_are_canonical_without_repeats_across_elements() -> None
 
 def test_no_allowed_origins_by_default() -> None:
     assert parse(doc("<Transports/>")).admin.allowed_origins == ()
+
+
+def test_client_stats_defaults() -> None:
+    admin = parse(doc("<Transports/>")).admin
+    assert (admin.client_stats_retention, admin.client_stats_limit) == (3600.0, 5000)
+
+
+def test_client_stats_accepted() -> None:
+    body = (
+        "<Admin><ClientStatsRetention>15m</ClientStatsRetention>"
+        "<ClientStatsLimit>200</ClientStatsLimit></Admin><Transports/>"
+    )
+    admin = parse(doc(body)).admin
+    assert (admin.client_stats_retention, admin.client_stats_limit) == (900.0, 200)
+
+
+def test_client_stats_zero_means_at_once_and_none() -> None:
+    body = (
+        "<Admin><ClientStatsRetention>0</ClientStatsRetention>"
+        "<ClientStatsLimit>0</ClientStatsLimit></Admin><Transports/>"
+    )
+    admin = parse(doc(body)).admin
+    assert (admin.client_stats_retention, admin.client_stats_limit) == (0.0, 0)
