@@ -10,6 +10,13 @@ Retention: samples older than ``Admin/StatsRetention`` are deleted at start and 
 :data:`RETENTION_EVERY` seconds; the admin API's truncate action deletes on demand through
 the same :class:`~spool.server.stats.store.StatsStore`.
 
+Per-client series (``clients/C/...``, ``subscriptions/C/S/...``) are bounded by
+:mod:`spool.server.stats.clientseries`: each tick's values pass through its
+:class:`~spool.server.stats.clientseries.ClientSeries` before the write, and the series it
+lets go (idle past ``Admin/ClientStatsRetention``, or pushed out by
+``Admin/ClientStatsLimit``) are deleted in a worker thread, in batches, before the write.
+At start it learns the series already in the database, so a restart forgets nothing.
+
 Failures to write (disk full, locked file) are reported to the event log once per kind and
 sampling goes on: statistics must never take the broker down.
 """
@@ -24,6 +31,7 @@ from typing import Final, ParamSpec, Protocol
 
 from spool.server.clock import Clock
 from spool.server.config import Config
+from spool.server.stats.clientseries import GROUP_SEGMENTS, ClientSeries
 from spool.server.stats.histogram import HistogramSnapshot
 from spool.server.stats.host import HostProbe, host_metric_values
 from spool.server.stats.rates import interval_histogram
@@ -109,6 +117,9 @@ class Sampler:
         self._previous_acks: HistogramSnapshot | None = None
         self._last_retention = 0.0
         self._reported: set[str] = set()
+        self._clients = ClientSeries(
+            float(config.admin.client_stats_retention), config.admin.client_stats_limit
+        )
         self._inflight: asyncio.Future[int] | None = None
         self.ticks = 0
         self.last_tick: float | None = None
@@ -123,9 +134,18 @@ class Sampler:
         """Seconds between ticks."""
         return self._interval
 
+    @property
+    def client_series(self) -> ClientSeries:
+        """The per-client series kept and their last-seen times."""
+        return self._clients
+
     async def start(self) -> None:
         """Open and migrate the database (in a thread), take the baseline, start ticking."""
-        self._store = await asyncio.to_thread(StatsStore.open, self._config.admin.stats_file)
+        self._store = store = await asyncio.to_thread(
+            StatsStore.open, self._config.admin.stats_file
+        )
+        prefixes = [f"{first}/" for first in GROUP_SEGMENTS]
+        self._clients.restore(await asyncio.to_thread(store.reader.last_samples, prefixes))
         self._baseline()
         await self._apply_retention()
         # The schedule is anchored here, not when the task first runs.
@@ -182,7 +202,15 @@ class Sampler:
             values.update(host_metric_values(reading))
         except Exception as exc:  # psutil can fail on exotic platforms; keep broker stats
             self._report("host_metrics_failed", exc)
+        admission = self._clients.admit(now, values)
+        values = admission.values
+        self._report_refused(admission.refused)
         store = self._store
+        if store is not None and admission.expired:
+            try:
+                await self._in_thread(store.writer.delete_series, admission.expired)
+            except Exception as exc:
+                self._report("write_failed", exc)
         if store is not None:
             try:
                 written = await self._in_thread(store.writer.write, now, values)
@@ -230,6 +258,20 @@ class Sampler:
             return
         if deleted:
             self._broker.events.emit("info", "stats", "retention", deleted_samples=deleted)
+
+    def _report_refused(self, refused: list[str]) -> None:
+        """Say once, when it starts, that ClientStatsLimit keeps new clients' series out."""
+        if not refused:
+            self._reported.discard("client_stats_limit")
+            return
+        if "client_stats_limit" in self._reported:
+            return
+        self._reported.add("client_stats_limit")
+        self._broker.events.emit(
+            "warning", "stats", "client_stats_limit",
+            limit=self._config.admin.client_stats_limit, refused=len(refused),
+            first=refused[0],
+        )  # fmt: skip
 
     def _report(self, event: str, exc: BaseException) -> None:
         if event in self._reported:
