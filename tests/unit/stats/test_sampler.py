@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import text
@@ -168,11 +169,18 @@ def test_a_slow_tick_skips_missed_intervals(tmp_path: Path) -> None:
     async def main() -> None:
         clock = VirtualClock(START)
         broker = MetricsBroker(clock)
-        sampler = Sampler(broker, make_config(tmp_path), clock)
+        config = make_config(tmp_path)
+        sampler = Sampler(broker, config, clock)
         await sampler.start()
+        # A slow disk: the tick's write waits for this writer's lock, so the tick cannot
+        # end before the clock has passed the missed deadlines (the clock does not wait
+        # for threads, and a fast tick would otherwise sleep again at +20).
+        disk = sqlite3.connect(config.admin.stats_file, isolation_level=None)
         try:
             await parked(clock)
+            disk.execute("BEGIN IMMEDIATE")
             await clock.advance(35.0)  # one wake-up at +10, the +20/+30 deadlines are gone
+            disk.execute("COMMIT")
             await ticked(sampler, 1)
             await parked(clock)
             assert sampler.last_tick == START + 10
@@ -180,6 +188,7 @@ def test_a_slow_tick_skips_missed_intervals(tmp_path: Path) -> None:
             await ticked(sampler, 2)
             assert sampler.last_tick == START + 45
         finally:
+            disk.close()
             await sampler.stop()
             broker.events.close()
 
