@@ -2,7 +2,11 @@
 // GET /api/fabric (this instance's first, then each instance's destinations' admin URLs,
 // breadth first), drawn with cytoscape (instances grouped by Group, links coloured by
 // health) and as tables, refreshed every `data-refresh` ms. An instance whose /api/fabric
-// does not answer is "down", and so is every link with it. Clicking an instance opens its
+// the browser cannot fetch ("Failed to fetch": a CORS refusal and a network error look the
+// same to a page) is judged by the views of the instances that answered: if one of them
+// sees a link with it connected, it runs and refuses this page ("unknown", with the origin
+// to add to its Admin/AllowedOrigins), and its links keep the state those views give them;
+// if none does, it is "down", and so is every link with it. Clicking an instance opens its
 // dashboard; clicking a link shows its history (GET /api/replication/history on the
 // link's source) and the downgrade / upgrade / reconnect actions (POST on the source).
 // Calls to other instances carry the bearer token the operator saved for that instance
@@ -107,6 +111,8 @@ async function discover() {
   const links = new Map();
   const queue = [{ name: SELF, url: null }];
   const visited = new Set();
+  // instances the browser could not fetch at all: judged once every answer is in
+  const unanswered = new Set();
   while (queue.length) {
     const { name, url } = queue.shift();
     if (visited.has(name)) continue;
@@ -121,6 +127,11 @@ async function discover() {
       graph = await call(name, url, "/api/fabric");
     } catch (err) {
       const entry = known ?? { name, group: name, admin_url: url };
+      if (err.status === 0) {
+        unanswered.add(name);
+        instances.set(name, { ...entry, state: "down", note: err.detail || err.message });
+        continue;
+      }
       // refused (no or a wrong token) is not down: this page cannot tell how it is
       const refused = err.status === 401 || err.status === 403;
       const note = refused
@@ -150,6 +161,7 @@ async function discover() {
       if (!old || link.reported_by === link.source) links.set(link.id, { ...link });
     }
   }
+  for (const name of unanswered) judgeUnanswered(instances.get(name), links);
   for (const link of links.values()) {
     const ends = [instances.get(link.source), instances.get(link.target)];
     if (ends.some((end) => end?.state === "down")) {
@@ -158,6 +170,25 @@ async function discover() {
     }
   }
   return { instances, links };
+}
+
+/**
+ * An instance whose API the browser could not fetch. The page cannot tell a CORS refusal
+ * from a network error, but the instances that answered can say whether it runs: a link
+ * with it that one of them sees connected (this instance's own destinations and inbound
+ * links first) means it is up and refuses this page's origin (or its call, for an
+ * instance with <Users>), so it is "unknown" with what to do; with no such link it is
+ * "down" (its note keeps the browser's error).
+ */
+function judgeUnanswered(inst, links) {
+  const seen = [...links.values()].filter((l) => l.source === inst.name || l.target === inst.name);
+  const live = seen.find((l) => l.reported_by === SELF && l.state === "connected")
+    ?? seen.find((l) => l.state === "connected");
+  if (!live) return;
+  inst.state = "unknown";
+  inst.note = `add ${window.location.origin} to ${inst.name}'s Admin/AllowedOrigins`
+    + ` (${live.reported_by} sees the link ${live.source} → ${live.target} connected, so`
+    + ` ${inst.name} runs and refused this browser's call: CORS, or its auth)`;
 }
 
 // -- drawing --------------------------------------------------------------------------------
@@ -313,7 +344,7 @@ const instanceTable = new KeyedTable($id("fabric-instances").tBodies[0], {
   update: (tr, i) => {
     setText(tr.querySelector('[data-field="group"]'), i.group);
     const state = tr.querySelector('[data-field="state"]');
-    state.replaceChildren(badge(i.state), i.note ? el("span", { className: "muted", text: ` ${i.note}` }) : "");
+    state.replaceChildren(badge(i.state), i.note ? el("span", { className: "muted", text: `: ${i.note}` }) : "");
     const dash = tr.querySelector('[data-field="dashboard"]');
     const href = i.name === SELF ? "/" : i.admin_url;
     dash.replaceChildren(href ? el("a", { text: "open", attrs: { href, target: "_blank",

@@ -2,7 +2,9 @@
 page on A merges the three instances' /api/fabric (B and C are other origins that allow
 A's), draws three nodes and their links, a downgrade clicked on A -> B reaches A's REST
 state and the page, and killing C turns its node and links "down" within two refresh
-intervals; the page manages B's client and subscription. Also writes docs/fabric.png when SPOOL_FABRIC_SCREENSHOT is set (the
+intervals; the page manages B's client and subscription. A peer that does not allow the
+page's origin is "unknown" (with the origin to add), not down, while its link is up.
+Also writes docs/fabric.png when SPOOL_FABRIC_SCREENSHOT is set (the
 `make fabric-screenshot` target)."""
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
 from spool.server.client.sync import SyncClient
 from spool.server.passwords import hash_password
-from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER
+from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, PageErrors
 from tests.support.replication import Cluster, destination
 from tests.support.wait import wait_until
 
@@ -251,3 +253,43 @@ def test_the_route_trace_follows_a_topic_and_marks_a_link_that_drops(
         expect(reached.locator("tr")).to_have_count(1)
     finally:
         cluster.stop()
+
+
+def test_a_peer_that_refuses_the_page_is_unknown_and_its_link_up(
+    context: BrowserContext, tmp_path: Path
+) -> None:
+    """A -> B where B does not list A's dashboard in its AllowedOrigins: the browser's call
+    to B fails like a network error, but A sees its link to B connected, so B is
+    ``unknown`` with the origin to add, and the link keeps A's view (up), with no ``down``
+    anywhere; once B is really gone (SIGKILL) A sees the link drop, and both are down.
+    The browser logs B's CORS refusal as a console error: the only one this page may have."""
+    page = context.new_page()
+    errors = PageErrors(page)
+    cluster = Cluster(tmp_path, ["a", "b"])
+    cluster.add("a", destinations=[destination("b", [cluster.address("b")],
+                                               exclude="replicate")])  # fmt: skip
+    cluster.add("b")
+    cluster.start()
+    try:
+        wait_until(lambda: cluster.destination("a", "b")["connected"], 30)
+        a_url = cluster.procs["a"].http_url
+        page.goto(f"{a_url}/fabric")
+        b_state = page.locator('#fabric-instances tr[data-key="b"] [data-field="state"]')
+        expect(b_state.locator(".badge")).to_have_text("unknown", timeout=15_000)
+        expect(b_state).to_contain_text(f"unknown: add {a_url} to b's Admin/AllowedOrigins")
+        ab = page.locator('#fabric-links tbody tr[data-key="a->b"] [data-field="state"]')
+        expect(ab.locator(".badge")).to_have_text("ok")
+        expect(ab).to_contain_text("connected")
+        expect(page.locator(".badge.down")).to_have_count(0)
+        expect(page.locator("#summary")).not_to_contain_text("down")
+
+        cluster.procs["b"].kill()
+        deadline_ms = int(2 * REFRESH_S * 1000) + 5_000  # A's link notices, then a refresh
+        expect(b_state.locator(".badge")).to_have_text("down", timeout=deadline_ms)
+        expect(ab.locator(".badge")).to_have_text("down", timeout=deadline_ms)
+        expect(b_state).not_to_contain_text("AllowedOrigins")
+    finally:
+        cluster.stop()
+    b_api = f"{cluster.procs['b'].http_url}/api/fabric"
+    refused = f"Access to fetch at '{b_api}' from origin '{a_url}' has been blocked by CORS"
+    assert [e for e in errors.errors if refused not in e] == []
