@@ -16,8 +16,9 @@ A destination's link carries ``drops``: what it does not get, in sentences
 
 Link health: ``down`` (not connected), ``lagging`` (connected, more than
 :data:`LAGGING_SECONDS` behind), ``ok``. An instance other than this one is ``up`` when a
-link with it is connected, else ``unknown`` (this instance cannot tell it from a partition;
-the page marks it ``down`` when its own call to it fails).
+link with it is connected, else ``unknown`` (this instance cannot tell it from a partition).
+The page marks it ``down`` when its own call to it fails and no instance that answered
+sees a link with it connected; with such a link it is ``unknown``, refusing the browser.
 """
 
 from __future__ import annotations
