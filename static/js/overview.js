@@ -1,7 +1,9 @@
-// Overview: live KPIs and charts from the SSE stream, instance and host from the API.
+// Overview: live KPIs and charts from the SSE stream, instance and host from the API. The
+// charts open with what the stats database holds of their five minutes (stored.js).
 
 import { TimeChart } from "./charts.js";
 import { live } from "./live.js";
+import { fetchStored, joinStored } from "./stored.js";
 import {
   Alert, Poller, api, el, fmtBytes, fmtCompact, fmtDateTime, fmtDuration, fmtInt, fmtLag,
   fmtMs, fmtPercent, fmtRate, setText,
@@ -12,13 +14,25 @@ const $id = (id) => document.getElementById(id);
 
 // -- live figures -----------------------------------------------------------------------
 
+/** The charts' window, in seconds. */
+const WINDOW = 300;
+/** The stats series of the charts, by the live point's field they continue. */
+const STORED = {
+  msgs_in: "instance/msgs_in_rate",
+  msgs_out: "instance/msgs_out_rate",
+  ack_p50_ms: "persisted_ack/p50_ms",
+  ack_p99_ms: "persisted_ack/p99_ms",
+};
+/** What the stats database held of the window when the page opened (none until it answers). */
+let stored = { points: [], interval: null };
+
 const rates = new TimeChart($id("chart-rates"), {
   series: [
     { label: "in", color: "--in", fill: true, fmt: (v) => `${fmtRate(v)}/s` },
     { label: "out", color: "--out", fmt: (v) => `${fmtRate(v)}/s` },
   ],
   yFormat: fmtCompact,
-  window: 300,
+  window: WINDOW,
 });
 const latency = new TimeChart($id("chart-latency"), {
   series: [
@@ -27,14 +41,15 @@ const latency = new TimeChart($id("chart-latency"), {
   ],
   yFormat: (v) => (v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : v >= 1 ? v.toFixed(2) : v.toFixed(3)),
   empty: "no persisted acks yet",
-  window: 300,
+  window: WINDOW,
 });
 
 function redrawCharts() {
-  const pts = live.points;
+  const pts = joinStored(stored, live.points);
   const xs = pts.map((p) => p.time);
-  rates.setData([xs, pts.map((p) => p.msgs_in), pts.map((p) => p.msgs_out)]);
-  latency.setData([xs, pts.map((p) => p.ack_p50_ms), pts.map((p) => p.ack_p99_ms)]);
+  const col = (field) => pts.map((p) => p[field] ?? null);
+  rates.setData([xs, col("msgs_in"), col("msgs_out")]);
+  latency.setData([xs, col("ack_p50_ms"), col("ack_p99_ms")]);
 }
 
 /** Rows of a <dl class="kv">, made once and then updated in place (no flicker). */
@@ -108,6 +123,10 @@ live.addEventListener("point", (e) => {
   showPoint(e.detail);
 });
 live.start();
+fetchStored(STORED, WINDOW).then((answer) => {
+  stored = answer;
+  redrawCharts();
+});
 
 // -- instance ---------------------------------------------------------------------------
 

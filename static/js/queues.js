@@ -1,9 +1,11 @@
 // Queues: GET /api/queues every 2 s (depth, backlog, leases, ownership per instance), the
-// depth and age of the selected queue as charts, its first leases, and the proxied-transfer
-// switch (an admin POST; the broker answers 409 while queues are not replicated, and the
-// page shows that answer).
+// depth and age of the selected queue as charts (opening with what the stats database holds
+// of their ten minutes, stored.js), its first leases, and the proxied-transfer switch (an
+// admin POST; the broker answers 409 while queues are not replicated, and the page shows
+// that answer).
 
 import { TimeChart } from "./charts.js";
+import { fetchStored, joinStored, metricSegment } from "./stored.js";
 import {
   Alert, KeyedTable, Poller, api, busy, confirmDialog, el, fmtDuration, fmtInt, fmtLag, setText,
 } from "./ui.js";
@@ -12,8 +14,33 @@ const alert = new Alert(document.getElementById("page-alert"));
 const $id = (id) => document.getElementById(id);
 /** Points kept per queue for the charts (10 minutes at one poll every 2 s). */
 const MAX_POINTS = 300;
+/** The charts' window, in seconds. */
+const WINDOW = 600;
 const history = new Map();
+/** Per queue: what the stats database held of the window when it was first charted. */
+const stored = new Map();
 let selected = null;
+
+/** The stats series of a queue's charts, by the polled field they continue. */
+function storedSeries(name) {
+  const base = `queues/${metricSegment(name)}`;
+  return Object.fromEntries(["depth", "leased", "oldest_message_age", "oldest_undelivered_age",
+    "oldest_lease_age"].map((field) => [field, `${base}/${field}`]));
+}
+
+/** The queue's stored points (none until the stats database answered, asked once per queue). */
+function storedOf(name) {
+  let entry = stored.get(name);
+  if (entry === undefined) {
+    entry = { points: [], interval: null };
+    stored.set(name, entry);
+    fetchStored(storedSeries(name), WINDOW).then((answer) => {
+      stored.set(name, answer);
+      if (name === selected) drawCharts(name);
+    });
+  }
+  return entry;
+}
 
 const depthChart = new TimeChart($id("chart-depth"), {
   series: [
@@ -21,7 +48,7 @@ const depthChart = new TimeChart($id("chart-depth"), {
     { label: "leased", color: "--out", fmt: fmtInt },
   ],
   yFormat: fmtInt,
-  window: 600,
+  window: WINDOW,
 });
 const ageChart = new TimeChart($id("chart-age"), {
   series: [
@@ -32,7 +59,7 @@ const ageChart = new TimeChart($id("chart-age"), {
   // ages of a few seconds or less are the usual case: whole seconds would label every
   // tick "0"; fmtLag says "850 ms", "12.3 s", "4m 05s"
   yFormat: fmtLag,
-  window: 600,
+  window: WINDOW,
 });
 
 async function switchTransfer(button, q) {
@@ -114,15 +141,20 @@ function leasesOf(q) {
 
 let lastQueues = [];
 
+function drawCharts(name) {
+  const pts = joinStored(storedOf(name), history.get(name) ?? []);
+  const xs = pts.map((p) => p.time);
+  const col = (field) => pts.map((p) => p[field] ?? null);
+  depthChart.setData([xs, col("depth"), col("leased")]);
+  ageChart.setData([xs, col("oldest_message_age"), col("oldest_undelivered_age"),
+    col("oldest_lease_age")]);
+}
+
 function redraw() {
   const q = lastQueues.find((x) => x.name === selected) ?? lastQueues[0];
   if (!q) return;
   selected = q.name;
-  const pts = history.get(q.name) ?? [];
-  const xs = pts.map((p) => p.time);
-  depthChart.setData([xs, pts.map((p) => p.depth), pts.map((p) => p.leased)]);
-  ageChart.setData([xs, pts.map((p) => p.oldest_message_age),
-    pts.map((p) => p.oldest_undelivered_age), pts.map((p) => p.oldest_lease_age)]);
+  drawCharts(q.name);
   for (const tr of $id("queues-table").tBodies[0].rows) tr.classList.toggle("selected", tr.queue?.name === selected);
   api(`/api/queues/${encodeURIComponent(q.name)}`).then(leasesOf, (err) => alert.error(err, "leases"));
 }
