@@ -18,8 +18,8 @@
 import cytoscape from "/static/vendor/cytoscape/cytoscape.esm.min.mjs";
 import { TimeChart } from "./charts.js";
 import {
-  Alert, ApiError, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtInt, fmtLag,
-  fmtRate, setText,
+  Alert, ApiError, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBehind, fmtInt,
+  fmtLag, fmtRate, setText,
 } from "./ui.js";
 
 const root = document.getElementById("fabric-root");
@@ -324,7 +324,7 @@ $id("fabric-route-form").addEventListener("submit", async (event) => {
 
 function edgeLabel(link) {
   const sync = link.effective_sync_type ?? "";
-  const lag = link.state === "connected" ? `${fmtInt(link.messages_behind)} behind` : link.state;
+  const lag = link.state === "connected" ? fmtBehind(link.messages_behind) : link.state;
   return [sync, lag].filter(Boolean).join(" · ");
 }
 
@@ -378,7 +378,7 @@ const linkTable = new KeyedTable($id("fabric-links").tBodies[0], {
       el("span", { className: "muted", text: ` ${l.state}` }),
       ...(l.drops?.length ? [" ", el("span", { className: "badge drops", text: "drops",
         dataset: { field: "drops" }, attrs: { title: l.drops.join("\n") } })] : []));
-    setText(tr.querySelector('[data-field="behind"]'), fmtInt(l.messages_behind));
+    setText(tr.querySelector('[data-field="behind"]'), fmtBehind(l.messages_behind));
     setText(tr.querySelector('[data-field="lag"]'),
       l.seconds_behind === null ? "–" : fmtLag(l.seconds_behind));
     setText(tr.querySelector('[data-field="rate"]'), fmtRate(l.msgs_per_sec));

@@ -6,8 +6,8 @@
 
 import { TimeChart } from "./charts.js";
 import {
-  Alert, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtCompact, fmtDateTime,
-  fmtInt, fmtLag, fmtRate, setText,
+  Alert, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBehind, fmtCompact,
+  fmtDateTime, fmtInt, fmtLag, fmtRate, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -117,7 +117,7 @@ const destinations = new KeyedTable($id("destinations-table").tBodies[0], {
       : d.address && d.tls ? `wss://${d.address}` : d.address;
     linkCell(c.link, d.status, where, d.connected ? null : d.last_error);
     setText(c.acked, fmtInt(d.last_acked_position));
-    setText(c.behind, `${fmtCompact(d.messages_behind)} · ${fmtLag(d.seconds_behind)}`);
+    setText(c.behind, fmtBehind(d.messages_behind, d.seconds_behind));
     setText(c.rate, fmtRate(d.msgs_per_sec_out));
     setText(c.disconnects, fmtInt(d.disconnects));
     setText(c.passthrough, d.passthrough.length ? d.passthrough.join(", ") : "published here only");
@@ -150,7 +150,7 @@ const incoming = new KeyedTable($id("incoming-table").tBodies[0], {
       .filter(Boolean).join(" · "));
     setText(c[3], fmtInt(i.received_position));
     setText(c[4], fmtInt(i.last_acked_position));
-    setText(c[5], fmtCompact(i.messages_behind));
+    setText(c[5], fmtBehind(i.messages_behind));
     setText(c[6], fmtRate(i.msgs_per_sec_in));
   },
 });

@@ -241,6 +241,18 @@ export function fmtLag(seconds) {
   return `${m}m ${String(Math.floor(seconds % 60)).padStart(2, "0")}s`;
 }
 
+/**
+ * How far a replication link is behind: "caught up", "1 message", "12 messages · 2.5 s".
+ * `seconds` (the age of the oldest record not acked) is left out when there is none.
+ */
+export function fmtBehind(messages, seconds = null) {
+  if (messages === null || messages === undefined || Number.isNaN(messages)) return "–";
+  const lag = typeof seconds === "number" && seconds > 0 ? fmtLag(seconds) : "";
+  if (messages <= 0 && !lag) return "caught up";
+  const count = `${fmtInt(messages)} ${messages === 1 ? "message" : "messages"}`;
+  return lag ? `${count} · ${lag}` : count;
+}
+
 function toDate(value) {
   if (value === null || value === undefined || value === "") return null;
   if (value instanceof Date) return value;

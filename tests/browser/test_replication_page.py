@@ -74,6 +74,29 @@ def test_the_destination_sees_the_incoming_link(page: Page, pair: Cluster) -> No
     expect(page.locator("#summary")).to_contain_text("0 destinations")
     expect(page.locator("#incoming-table tbody")).to_contain_text("a @ a")
     expect(page.locator("#incoming-table tbody .badge")).to_have_text("streaming")
+    # a link with nothing to send says so, not "0"
+    expect(page.locator("#incoming-table tbody td").nth(5)).to_have_text("caught up")
+
+
+@pytest.mark.parametrize(
+    ("messages", "seconds", "shown"),
+    [
+        (0, 0, "caught up"),
+        (0, None, "caught up"),
+        (1, 0, "1 message"),
+        (1500, None, "1,500 messages"),
+        (12, 2.5, "12 messages · 2.5 s"),
+        (0, 0.25, "0 messages · 250 ms"),
+        (None, None, "\u2013"),  # the "no value" dash
+    ],
+)
+def test_how_far_behind_a_link_is_reads_as_words(
+    static_origin: Page, messages: int | None, seconds: float | None, shown: str
+) -> None:
+    got = static_origin.evaluate(
+        "async ([m, s]) => (await import('/static/js/ui.js')).fmtBehind(m, s)", [messages, seconds]
+    )
+    assert got == shown
 
 
 def test_the_history_charts_draw_the_stats_of_the_chosen_destination(
