@@ -416,9 +416,9 @@ class InboundLink:
         self.share_view()
         ctx.welcomed(self)
         self._writer.write_soon()
-        self._event(
-            "connected", f"from {self.remote} as user {self.user.name if self.user else None}"
-        )
+        # an instance without users has no user to name
+        user = f" as user {self.user.name}" if self.user is not None else ""
+        self._event("connected", f"from {self.remote}{user}")
 
     def _finish(self, event: LinkClosed) -> None:
         if self._closed.is_set():

@@ -76,6 +76,10 @@ def test_the_destination_sees_the_incoming_link(page: Page, pair: Cluster) -> No
     expect(page.locator("#incoming-table tbody .badge")).to_have_text("streaming")
     # a link with nothing to send says so, not "0"
     expect(page.locator("#incoming-table tbody td").nth(5)).to_have_text("caught up")
+    # the link's events: no user configured, so none named
+    connected = page.locator("#events-table tbody tr", has_text="connected").first
+    expect(connected).to_contain_text("from ")
+    expect(connected).not_to_contain_text("as user")
 
 
 @pytest.mark.parametrize(
