@@ -19,6 +19,15 @@ function took(seconds) {
   return `${Math.floor(seconds / 60)}m ${String(Math.floor(seconds % 60)).padStart(2, "0")}s`;
 }
 
+/**
+ * A trigger in words. The broker describes an on-admin trigger with the REST path's
+ * placeholder (it does not know the action there); the page names the action itself.
+ */
+function triggerText(trigger, action) {
+  if (trigger.module !== "amps-action-on-admin") return trigger.description;
+  return `on demand: Run now, or POST /api/actions/${encodeURIComponent(action)}`;
+}
+
 /** A cell of several lines (one <div> each), rebuilt only when the text changes. */
 function setLines(td, lines) {
   const key = lines.join("\n");
@@ -117,7 +126,7 @@ const rows = new KeyedTable($id("actions-table").tBodies[0], {
       const td = tr.cells[i];
       switch (field) {
         case "name": setText(td, a.name); break;
-        case "triggers": setLines(td, a.triggers.map((t) => t.description)); break;
+        case "triggers": setLines(td, a.triggers.map((t) => triggerText(t, a.name))); break;
         case "next_run": setText(td, a.next_run ? fmtDateTime(a.next_run) : "–"); break;
         case "steps": setLines(td, a.steps.map((s) => `${s.index}. ${s.description}`)); break;
         case "last":

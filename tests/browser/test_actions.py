@@ -59,7 +59,8 @@ def test_run_an_on_admin_action_from_the_dashboard_with_its_parameters(
         page.goto(f"{actions_server.http_url}/actions")
         greet = page.locator('#actions-table tr[data-key="greet"]')
         nightly = page.locator('#actions-table tr[data-key="nightly"]')
-        expect(greet.locator('td[data-field="triggers"]')).to_contain_text("on demand")
+        greet_triggers = greet.locator('td[data-field="triggers"]')
+        expect(greet_triggers).to_have_text("on demand: Run now, or POST /api/actions/greet")
         expect(nightly.locator('td[data-field="triggers"]')).to_have_text("daily at 03:00 UTC")
         expect(nightly.locator('td[data-field="next_run"]')).not_to_have_text(NO_VALUE)
         expect(nightly.locator('td[data-field="steps"]')).to_contain_text(
