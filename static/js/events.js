@@ -14,8 +14,9 @@ const categorySelect = $id("category");
 const search = $id("search");
 const categories = new Set();
 
+/** The entry's own fields as "key=value" words; a field without a value is left out. */
 function details(entry) {
-  return Object.entries(entry).filter(([k]) => !BASE.has(k))
+  return Object.entries(entry).filter(([k, v]) => !BASE.has(k) && v !== null && v !== undefined)
     .map(([k, v]) => `${k}=${typeof v === "object" && v !== null ? JSON.stringify(v) : v}`).join(" ");
 }
 

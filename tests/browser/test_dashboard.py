@@ -362,6 +362,45 @@ def test_the_events_page_follows_the_event_log(
     expect(page.locator("#events-table tbody tr", has_text="events-newcomer")).to_have_count(0)
 
 
+def test_the_events_page_leaves_out_empty_fields_and_wraps_between_words(
+    page: Page, dashboard_server: SpoolProcess, client_factory: Any
+) -> None:
+    client_factory("events-wrapper-desk-7")  # logs on with no user: the instance has none
+    served = httpx.get(f"{dashboard_server.http_url}/events", timeout=10).text
+    assert "events-wrapper-desk-7" in served
+    assert "=None" not in served
+
+    page.set_viewport_size({"width": 768, "height": 1024})
+    page.goto(f"{dashboard_server.http_url}/events")
+    expect(page.locator("#live-note")).to_have_text("live")
+    row = page.locator("#events-table tbody tr", has_text="events-wrapper-desk-7").first
+    details = row.locator("td").last
+    expect(details).to_contain_text("client=events-wrapper-desk-7")
+    expect(details).not_to_contain_text("=null")
+    # each field=value on one line: the cell wraps at spaces, never inside a word
+    lines, split = details.evaluate(
+        """(td) => {
+          const text = td.firstChild;
+          const range = document.createRange();
+          range.selectNodeContents(td);
+          const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+          const split = [];
+          let at = 0;
+          for (const word of text.data.split(" ")) {
+            range.setStart(text, at);
+            range.setEnd(text, at + word.length);
+            if (new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size > 1) {
+              split.push(word);
+            }
+            at += word.length + 1;
+          }
+          return [lines, split];
+        }"""
+    )
+    assert lines > 1, "the details fit on one line: nothing to check at this width"
+    assert split == []
+
+
 # -- theme ------------------------------------------------------------------------------
 
 
