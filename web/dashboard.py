@@ -45,7 +45,7 @@ from spool.server.resources import TEMPLATES, resource_dir
 from spool.server.stats.histogram import HistogramSnapshot
 from spool.server.stats.rates import interval_histogram, rate
 from spool.server.stats.snapshot import MetricsSnapshot
-from spool.web.auth import csrf_token_for
+from spool.web.auth import auth_context, csrf_token_for
 from spool.web.fabric import fabric_csp, fabric_peer_origins
 
 templates: Final = Jinja2Templates(directory=resource_dir(TEMPLATES))
@@ -128,7 +128,9 @@ PAGES: Final[tuple[Page, ...]] = (
 
 
 def page_context(request: Request, page: Page) -> dict[str, Any]:
-    """What every page template gets: instance identity, navigation, user, CSRF token."""
+    """What every page template gets: instance identity, navigation, user and whether they
+    may act, CSRF token."""
+    who = auth_context(request)
     state = request.app.state
     return {
         "page": page,
@@ -146,6 +148,8 @@ def page_context(request: Request, page: Page) -> dict[str, Any]:
         "alerts": state.broker.operations.alerts(),
         # set by spool.web.auth's middleware (Starlette's convention): a UserConfig or None
         "user_name": getattr(request.scope.get("user"), "name", None),
+        # whether the user may act (every POST): the pages disable the buttons otherwise
+        "admin": who.admin,
     }
 
 

@@ -4,7 +4,8 @@
 // run's steps in a dialog.
 
 import {
-  Alert, KeyedTable, Poller, api, badge, busy, el, fmtDateTime, fmtInt, setText,
+  Alert, KeyedTable, Poller, allowAction, api, badge, busy, el, fmtDateTime, fmtInt,
+  setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -153,7 +154,7 @@ const rows = new KeyedTable($id("actions-table").tBodies[0], {
     });
     const button = tr.cells[CELLS.length].firstChild;
     button.hidden = !a.on_admin;
-    button.disabled = Boolean(a.running);
+    allowAction(button, !a.running);
   },
 });
 

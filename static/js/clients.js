@@ -2,8 +2,8 @@
 // (computed here from the counters' deltas) and a Disconnect button per client.
 
 import {
-  Alert, KeyedTable, Poller, TableSort, api, busy, confirmDialog, el, fmtBytes, fmtDateTime,
-  fmtInt, fmtRate, setText,
+  Alert, KeyedTable, Poller, TableSort, allowAction, api, busy, confirmDialog, el, fmtBytes,
+  fmtDateTime, fmtInt, fmtRate, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -62,6 +62,7 @@ const rows = new KeyedTable(table.tBodies[0], {
     }
     const button = el("button", { type: "button", className: "small danger", text: "Disconnect",
       dataset: { action: "disconnect" } });
+    allowAction(button);
     button.addEventListener("click", () => disconnect(button, tr.dataset.key));
     tr.append(el("td", {}, button));
     return tr;

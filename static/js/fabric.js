@@ -18,8 +18,8 @@
 import cytoscape from "/static/vendor/cytoscape/cytoscape.esm.min.mjs";
 import { TimeChart } from "./charts.js";
 import {
-  Alert, ApiError, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBehind, fmtInt,
-  fmtLag, fmtRate, setText,
+  Alert, ApiError, KeyedTable, Poller, allowAction, api, badge, busy, confirmDialog, el,
+  fmtBehind, fmtInt, fmtLag, fmtRate, setText,
 } from "./ui.js";
 
 const root = document.getElementById("fabric-root");
@@ -385,7 +385,7 @@ const linkTable = new KeyedTable($id("fabric-links").tBodies[0], {
     const cell = tr.querySelector('[data-field="actions"]');
     if (!cell.firstChild) cell.append(...actionButtons(l.id));
     for (const button of cell.querySelectorAll("button")) {
-      button.disabled = !ACTIONS[button.dataset.action].allowed(current.links.get(l.id));
+      allowLinkAction(button, current.links.get(l.id));
     }
   },
 });
@@ -425,7 +425,7 @@ const clientTable = new KeyedTable($id("fabric-clients").tBodies[0], {
   update: (tr, c) => {
     setText(tr.querySelector('[data-field="user"]'), c.user ?? "–");
     setText(tr.querySelector('[data-field="subs"]'), fmtInt(c.subscriptions));
-    tr.querySelector("button").disabled = c.name === null;
+    allowAction(tr.querySelector("button"), c.name !== null, managed === SELF);
   },
 });
 
@@ -453,8 +453,9 @@ const subscriptionTable = new KeyedTable($id("fabric-subscriptions").tBodies[0],
   update: (tr, s) => {
     tr.querySelector('[data-field="state"]').replaceChildren(badge(s.state));
     const replay = s.bookmark_kind !== "none";
-    tr.querySelector('[data-action="pause"]').disabled = !replay || s.state === "paused";
-    tr.querySelector('[data-action="resume"]').disabled = s.state !== "paused";
+    const here = managed === SELF;
+    allowAction(tr.querySelector('[data-action="pause"]'), replay && s.state !== "paused", here);
+    allowAction(tr.querySelector('[data-action="resume"]'), s.state === "paused", here);
   },
 });
 
@@ -499,6 +500,11 @@ const ACTIONS = {
 
 function sourceUp(link) {
   return current.instances.get(link.source)?.state === "up";
+}
+
+/** A link action is made on the link's source: this user's rights count only there. */
+function allowLinkAction(button, link) {
+  allowAction(button, ACTIONS[button.dataset.action].allowed(link), link?.source === SELF);
 }
 
 function actionButtons(id) {
@@ -548,7 +554,7 @@ async function choose(id) {
   setText($id("fabric-link-name"), `${link.source} → ${link.target}`);
   $id("fabric-link-actions").replaceChildren(...actionButtons(id));
   for (const button of $id("fabric-link-actions").querySelectorAll("button")) {
-    button.disabled = !ACTIONS[button.dataset.action].allowed(link);
+    allowLinkAction(button, link);
   }
   if (charts === null) {
     charts = {
@@ -610,7 +616,7 @@ async function refresh() {
   await loadInstance();
   if (chosen !== null && current.links.has(chosen)) {
     for (const button of $id("fabric-link-actions").querySelectorAll("button")) {
-      button.disabled = !ACTIONS[button.dataset.action].allowed(current.links.get(chosen));
+      allowLinkAction(button, current.links.get(chosen));
     }
   }
 }

@@ -6,8 +6,8 @@
 
 import { TimeChart } from "./charts.js";
 import {
-  Alert, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBehind, fmtCompact,
-  fmtDateTime, fmtInt, fmtLag, fmtRate, setText,
+  Alert, KeyedTable, Poller, allowAction, api, badge, busy, confirmDialog, el, fmtBehind,
+  fmtCompact, fmtDateTime, fmtInt, fmtLag, fmtRate, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -128,7 +128,7 @@ const destinations = new KeyedTable($id("destinations-table").tBodies[0], {
         attrs: { title: d.drops.summary.join("\n") } }));
     }
     for (const button of tr.cells[DEST_CELLS.length].querySelectorAll("button")) {
-      button.disabled = !ACTIONS[button.dataset.action].allowed(d);
+      allowAction(button, ACTIONS[button.dataset.action].allowed(d));
     }
   },
 });

@@ -4,8 +4,8 @@
 // ones; the broker answers 409 while something still needs them).
 
 import {
-  Alert, KeyedTable, Poller, api, badge, busy, confirmDialog, el, fmtBytes, fmtDateTime, fmtInt,
-  fmtMs, setText,
+  Alert, KeyedTable, Poller, allowAction, api, badge, busy, confirmDialog, el, fmtBytes,
+  fmtDateTime, fmtInt, fmtMs, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -172,7 +172,7 @@ const rows = new KeyedTable($id("journals-table").tBodies[0], {
       }
     });
     for (const button of tr.cells[CELLS.length].querySelectorAll("button")) {
-      button.disabled = !ACTIONS[button.dataset.action].allowed(j);
+      allowAction(button, ACTIONS[button.dataset.action].allowed(j));
     }
   },
 });

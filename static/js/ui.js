@@ -461,6 +461,34 @@ export function confirmDialog({ title, message, confirm = "Confirm", danger = fa
   });
 }
 
+// -- admin rights -----------------------------------------------------------------------
+
+/**
+ * Whether the logged-on user may act on this instance: an admin, or anyone when the
+ * instance has no users. The top bar carries it (web/dashboard.py); the broker refuses
+ * the POST of anyone else anyway, this only spares them a button that cannot work.
+ */
+export const isAdmin = document.querySelector(".topbar")?.dataset.admin !== "false";
+
+const ADMIN_NEEDED = "An admin is needed for this: your user may look, not act";
+
+/**
+ * Enable an action button when `allowed` and the user may act; for a non-admin it stays
+ * disabled and its title says why. `here` false: the action goes to another instance,
+ * which judges it by the credentials sent there (the fabric page), not by this user.
+ */
+export function allowAction(button, allowed = true, here = true) {
+  const refused = here && !isAdmin;
+  button.disabled = refused || !allowed;
+  if (refused) {
+    if (button.dataset.ownTitle === undefined) button.dataset.ownTitle = button.title;
+    button.title = ADMIN_NEEDED;
+  } else if (button.dataset.ownTitle !== undefined) {
+    button.title = button.dataset.ownTitle;
+    delete button.dataset.ownTitle;
+  }
+}
+
 /** Disable a button while an async action runs. */
 export async function busy(button, action) {
   button.disabled = true;

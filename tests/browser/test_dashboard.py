@@ -16,8 +16,9 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from spool.server.client.sync import SyncClient
+from spool.server.passwords import hash_password
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, artifact_path
-from tests.support.server import SpoolProcess
+from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.browser
@@ -97,6 +98,60 @@ def test_log_in_and_act_with_the_session(page: Page, auth_server: SpoolProcess) 
 
     page.locator("form[action='/logout'] button").click()
     expect(page).to_have_url(re.compile(r"/login"))
+
+
+VIEWER_USER = "watcher"
+VIEWER_PASSWORD = "looks but does not touch"
+TAP_ACTION = """<Action><Name>tap</Name>
+  <On><Module>amps-action-on-admin</Module></On>
+  <Do><Module>amps-action-do-publish-message</Module>
+    <Options><Topic>taps</Topic><Data>{"tap":1}</Data></Options></Do>
+</Action>"""
+
+
+@pytest.fixture(scope="module")
+def viewer_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
+    """A broker with an admin and a user without <Admin>, and one on-demand action."""
+    workdir = tmp_path_factory.mktemp("viewer")
+    users = (
+        f"<User><Name>{ADMIN_USER}</Name><PasswordHash>{hash_password(ADMIN_PASSWORD)}"
+        f"</PasswordHash><Token>{ADMIN_TOKEN}</Token><Admin>true</Admin></User>"
+        f"<User><Name>{VIEWER_USER}</Name><PasswordHash>{hash_password(VIEWER_PASSWORD)}"
+        "</PasswordHash></User>"
+    )
+    xml = config_xml(workdir / "data", name="spool-viewer", users=users, actions=TAP_ACTION)
+    proc = SpoolProcess(workdir, xml).start()
+    yield proc
+    proc.stop()
+
+
+def test_a_user_who_is_no_admin_sees_the_action_buttons_disabled(
+    page: Page, viewer_server: SpoolProcess
+) -> None:
+    page.goto(f"{viewer_server.http_url}/login")
+    page.fill("#username", VIEWER_USER)
+    page.fill("#password", VIEWER_PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("#instance-name")).to_have_text("spool-viewer")
+    admin_needed = re.compile("admin is needed")
+
+    with SyncClient(viewer_server.ws_url, "viewed-1", user_id=ADMIN_USER, password=ADMIN_TOKEN):
+        page.goto(f"{viewer_server.http_url}/clients")
+        disconnect = page.locator('tr[data-key="viewed-1"] button[data-action="disconnect"]')
+        expect(disconnect).to_be_disabled()
+        expect(disconnect).to_have_attribute("title", admin_needed)
+
+    page.goto(f"{viewer_server.http_url}/actions")
+    run_now = page.locator('#actions-table tr[data-key="tap"] button[data-action="run-now"]')
+    expect(run_now).to_be_disabled()
+    expect(run_now).to_have_attribute("title", admin_needed)
+
+    page.goto(f"{viewer_server.http_url}/transaction-log")
+    buttons = page.locator("#journals-table tbody button")
+    expect(buttons.first).to_be_visible()
+    for i in range(buttons.count()):
+        expect(buttons.nth(i)).to_be_disabled()
+        expect(buttons.nth(i)).to_have_attribute("title", admin_needed)
 
 
 # -- overview ---------------------------------------------------------------------------
