@@ -7,7 +7,8 @@
 import { TimeChart } from "./charts.js";
 import { fetchStored, joinStored, metricSegment } from "./stored.js";
 import {
-  Alert, KeyedTable, Poller, api, busy, confirmDialog, el, fmtDuration, fmtInt, fmtLag, setText,
+  Alert, KeyedTable, Poller, allowAction, api, busy, confirmDialog, el, fmtDuration, fmtInt, fmtLag,
+  setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -109,6 +110,7 @@ const table = new KeyedTable($id("queues-table").tBodies[0], {
     const browse = el("a", { className: "button small browse", text: "messages",
       onclick: (ev) => ev.stopPropagation() });
     const button = el("button", { type: "button", className: "small proxied-transfer" });
+    allowAction(button);
     button.addEventListener("click", (ev) => {
       ev.stopPropagation();
       switchTransfer(button, tr.queue);

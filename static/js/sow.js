@@ -8,7 +8,8 @@
 
 import { SpoolClient } from "../spool-client.js";
 import {
-  Alert, ApiError, KeyedTable, Poller, api, busy, confirmDialog, el, fmtBytes, fmtInt, setText,
+  Alert, ApiError, KeyedTable, Poller, allowAction, api, busy, confirmDialog, el, fmtBytes, fmtInt,
+  setText,
 } from "./ui.js";
 
 /** Field columns shown after the key (the rest is in the expanded JSON). */
@@ -81,6 +82,7 @@ const topicsTable = new KeyedTable($id("topics-table").tBodies[0], {
     if (t.durability === "persistent") {
       const button = el("button", { type: "button", className: "small", text: "Compact",
         dataset: { action: "compact" } });
+      allowAction(button);
       button.addEventListener("click", () => compact(button, t.topic));
       actions.append(button);
     }

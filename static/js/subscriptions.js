@@ -4,7 +4,8 @@
 // with {"sub_ids": [...]}, so the broker resumes them on one shared cursor).
 
 import {
-  Alert, KeyedTable, Poller, TableSort, api, badge, busy, el, fmtInt, fmtLag, fmtRate, setText,
+  Alert, KeyedTable, Poller, TableSort, allowAction, api, badge, busy, el, fmtInt, fmtLag, fmtRate,
+  setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -114,8 +115,8 @@ const rows = new KeyedTable(table.tBodies[0], {
       }
     });
     const [pauseBtn, resumeBtn] = tr.cells[CELLS.length + 1].querySelectorAll("button");
-    pauseBtn.disabled = !bookmark || s.state === "paused";
-    resumeBtn.disabled = !bookmark || s.state !== "paused";
+    allowAction(pauseBtn, bookmark && s.state !== "paused");
+    allowAction(resumeBtn, bookmark && s.state === "paused");
   },
 });
 
@@ -127,12 +128,12 @@ function updateSelection() {
   const picked = selectedSubs();
   const clients = new Set(picked.map((s) => s.client));
   setText(selectionLabel, picked.length ? `${picked.length} selected` : "none selected");
-  pauseSelected.disabled = picked.length === 0;
   clearSelection.disabled = picked.length === 0;
-  resumeSelected.disabled = picked.length === 0 || clients.size !== 1;
   resumeSelected.title = clients.size > 1
     ? "Resume together works on the subscriptions of one client: select one client's only"
     : "Resume the selected subscriptions of one client together, on one shared cursor";
+  allowAction(pauseSelected, picked.length > 0);
+  allowAction(resumeSelected, picked.length > 0 && clients.size === 1);
   const selectable = shown.filter(isBookmark);
   selectAll.checked = selectable.length > 0 && selectable.every((s) => selected.has(keyOf(s)));
   selectAll.indeterminate = !selectAll.checked && selectable.some((s) => selected.has(keyOf(s)));

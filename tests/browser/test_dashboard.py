@@ -18,7 +18,7 @@ from playwright.sync_api import Locator, Page, expect
 from spool.server.client.sync import SyncClient
 from spool.server.passwords import hash_password
 from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, artifact_path
-from tests.support.server import SpoolProcess, config_xml
+from tests.support.server import SpoolProcess, config_xml, sow_topic
 from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.browser
@@ -111,15 +111,23 @@ TAP_ACTION = """<Action><Name>tap</Name>
 
 @pytest.fixture(scope="module")
 def viewer_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
-    """A broker with an admin and a user without <Admin>, and one on-demand action."""
+    """A broker with an admin and a user who may read but is no admin, an on-demand
+    action, a SOW topic and a queue."""
     workdir = tmp_path_factory.mktemp("viewer")
     users = (
         f"<User><Name>{ADMIN_USER}</Name><PasswordHash>{hash_password(ADMIN_PASSWORD)}"
-        f"</PasswordHash><Token>{ADMIN_TOKEN}</Token><Admin>true</Admin></User>"
+        f"</PasswordHash><Token>{ADMIN_TOKEN}</Token><Admin>true</Admin>"
+        "<Read>.*</Read><Write>.*</Write></User>"
         f"<User><Name>{VIEWER_USER}</Name><PasswordHash>{hash_password(VIEWER_PASSWORD)}"
-        "</PasswordHash></User>"
+        "</PasswordHash><Read>.*</Read></User>"
     )
-    xml = config_xml(workdir / "data", name="spool-viewer", users=users, actions=TAP_ACTION)
+    sow = sow_topic("prices", "/sym") + (
+        "<Queue><Name>jobs</Name><MessageType>json</MessageType>"
+        "<UnderlyingTopic>jobs-in</UnderlyingTopic></Queue>"
+    )
+    xml = config_xml(
+        workdir / "data", name="spool-viewer", users=users, actions=TAP_ACTION, sow=sow
+    )
     proc = SpoolProcess(workdir, xml).start()
     yield proc
     proc.stop()
@@ -135,23 +143,35 @@ def test_a_user_who_is_no_admin_sees_the_action_buttons_disabled(
     expect(page.locator("#instance-name")).to_have_text("spool-viewer")
     admin_needed = re.compile("admin is needed")
 
-    with SyncClient(viewer_server.ws_url, "viewed-1", user_id=ADMIN_USER, password=ADMIN_TOKEN):
+    def refused(button: Locator) -> None:
+        expect(button).to_be_disabled()
+        expect(button).to_have_attribute("title", admin_needed)
+
+    creds = {"user_id": ADMIN_USER, "password": ADMIN_TOKEN}
+    with SyncClient(viewer_server.ws_url, "viewed-1", **creds) as client:
+        client.subscribe("viewed", bookmark="0")
         page.goto(f"{viewer_server.http_url}/clients")
-        disconnect = page.locator('tr[data-key="viewed-1"] button[data-action="disconnect"]')
-        expect(disconnect).to_be_disabled()
-        expect(disconnect).to_have_attribute("title", admin_needed)
+        refused(page.locator('tr[data-key="viewed-1"] button[data-action="disconnect"]'))
+        page.goto(f"{viewer_server.http_url}/subscriptions")
+        row = page.locator("#subs-table tbody tr", has_text="viewed-1")
+        refused(row.locator('button[data-action="pause"]'))
+        row.locator("input[type=checkbox]").check()
+        refused(page.locator("#pause-selected"))
+        refused(page.locator("#resume-selected"))
 
     page.goto(f"{viewer_server.http_url}/actions")
-    run_now = page.locator('#actions-table tr[data-key="tap"] button[data-action="run-now"]')
-    expect(run_now).to_be_disabled()
-    expect(run_now).to_have_attribute("title", admin_needed)
+    refused(page.locator('#actions-table tr[data-key="tap"] button[data-action="run-now"]'))
+
+    page.goto(f"{viewer_server.http_url}/sow")
+    refused(page.locator('tr.sow-topic button[data-action="compact"]'))
+    page.goto(f"{viewer_server.http_url}/queues")
+    refused(page.locator("#queues-table button.proxied-transfer"))
 
     page.goto(f"{viewer_server.http_url}/transaction-log")
     buttons = page.locator("#journals-table tbody button")
     expect(buttons.first).to_be_visible()
     for i in range(buttons.count()):
-        expect(buttons.nth(i)).to_be_disabled()
-        expect(buttons.nth(i)).to_have_attribute("title", admin_needed)
+        refused(buttons.nth(i))
 
 
 # -- overview ---------------------------------------------------------------------------
