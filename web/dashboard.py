@@ -119,6 +119,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/actions", "actions", "Actions", "actions.html"),
     Page("/history", "history", "History", "history.html"),
     Page("/query", "query", "Query", "query.html"),
+    Page("/publish", "publish", "Publish", "publish.html"),
     Page("/sow", "sow", "SOW", "sow.html"),
     Page("/queues", "queues", "Queues", "queues.html"),
     # one queue's messages (?queue=NAME), reached from the Queues page
