@@ -2,10 +2,16 @@
 // (static/spool-client.js) over the websocket, as the Query page subscribes. The broker
 // checks the websocket user's entitlements and answers with its own acks, so what the
 // page shows (the ack, its bookmark, a refusal and its reason) is the broker's word.
+//
+// The Query page's Re-publish button hands a received message over in sessionStorage
+// (REPUBLISH_KEY; a tab opened from the Query page starts with a copy of its storage)
+// and opens /publish?republish=1, which fills the form with it.
 
 import { SpoolClient } from "../spool-client.js";
 import { Alert, el, fmtInt, setText } from "./ui.js";
 
+/** Where the Query page leaves the message to re-publish (the same name in query.js). */
+const REPUBLISH_KEY = "spool.republish";
 /** The most messages one press of Publish sends. */
 const MAX_COUNT = 1000;
 /** Rows kept in the table of results. */
@@ -21,6 +27,8 @@ const results = $id("results-table").tBodies[0];
 let client = null;
 /** the credentials `client` logged on with, to open a new connection when they change */
 let clientKey = "";
+/** the message being re-published: {topic, bookmark, ...} from the Query page, or null */
+let original = null;
 /** the last publish asked for: what a refusal that comes without a waiting promise is about */
 let lastRequest = { topic: "", count: 1, ack: "none" };
 
@@ -179,11 +187,47 @@ function published({ topic, count, ack }, acks) {
   setText($id("p-seq"), seqRange(seqs[0], seqs[seqs.length - 1]));
   setText($id("p-bookmark"), bookmark);
   addResult({ topic, count, ack, result: ack === "none" ? "sent" : "published", detail: bookmark });
+  if (original !== null) {
+    const was = original.bookmark ? ` (the original: ${original.bookmark})` : "";
+    alert.ok(last === null
+      ? `re-published to ${topic} as a new message${was}; a persisted ack shows its new bookmark`
+      : `re-published to ${topic} as a new message with the new bookmark ${last}${was}`);
+  }
+}
+
+/** Fill the form with the message the Query page handed over (REPUBLISH_KEY). */
+function takeRepublished() {
+  let message;
+  try {
+    message = JSON.parse(sessionStorage.getItem(REPUBLISH_KEY) ?? "null");
+  } catch {
+    message = null;
+  }
+  sessionStorage.removeItem(REPUBLISH_KEY);
+  if (message === null || typeof message.topic !== "string") {
+    alert.error("the message to re-publish is not here any more: press Re-publish on the Query page again",
+      "re-publish");
+    return;
+  }
+  original = message;
+  $id("topic").value = message.topic;
+  $id("body").value = message.body ?? "";
+  $id("sow-key").value = message.sowKey ?? "";
+  $id("correlation-id").value = message.correlationId ?? "";
+  $id("ack-mode").value = "persisted";
+  setText($id("p-heading"), "Re-publish");
+  const note = $id("republish-note");
+  note.hidden = false;
+  setText(note, `a copy of ${message.bookmark ? `the message ${message.bookmark}` : "a message"} ` +
+    `from the Query page: publishing it makes a new message, with a new bookmark`);
 }
 
 function reset() {
   for (const id of ["topic", "body", "sow-key", "correlation-id"]) $id(id).value = "";
   $id("count").value = "1";
+  original = null;
+  $id("republish-note").hidden = true;
+  setText($id("p-heading"), "Message");
   alert.clear();
 }
 
@@ -201,4 +245,5 @@ publishBtn.disabled = false;
 window.addEventListener("pagehide", () => closeClient());
 
 const params = new URLSearchParams(location.search);
-if (params.get("topic")) $id("topic").value = params.get("topic");
+if (params.get("republish")) takeRepublished();
+else if (params.get("topic")) $id("topic").value = params.get("topic");

@@ -1,6 +1,7 @@
 // Query: a subscription made by this page itself, through the browser Spool client
 // (static/spool-client.js) over the websocket. Messages stream into the table (newest
-// first, the last N kept); failure acks show their reason inline.
+// first, the last N kept); failure acks show their reason inline. A row's Re-publish
+// button opens the Publish page (static/js/publish.js) in a new tab with the message.
 
 import { SpoolClient } from "../spool-client.js";
 import { Alert, el, fmtInt, fmtRate, setText } from "./ui.js";
@@ -14,6 +15,8 @@ const tbody = $id("messages-table").tBodies[0];
 const bookmarkKind = $id("bookmark-kind");
 const bookmarkField = $id("bookmark-field");
 const decoder = new TextDecoder("utf-8", { fatal: false });
+/** Where the Publish page takes the message to re-publish from (the same name there). */
+const REPUBLISH_KEY = "spool.republish";
 
 let client = null;
 let count = 0;
@@ -44,7 +47,23 @@ function row(m) {
     el("td", { className: "mono", text: m.bookmark ?? "–" }),
     el("td", { className: "mono", text: m.timestamp ? formatTs(m.timestamp) : "–" }),
     el("td", { className: "mono", text: m.topic }),
-    body);
+    body,
+    el("td", {},
+      el("button", { type: "button", className: "small", text: "Re-publish",
+        title: "open the Publish page with this message (a new message, with a new bookmark)",
+        dataset: { action: "republish" }, onclick: () => republish(m) })));
+}
+
+/**
+ * Open the Publish page with this message in the form. It goes through sessionStorage,
+ * which a tab opened from this one starts with a copy of (nothing in the URL or on the
+ * server); without a new tab (a blocked pop-up) this tab goes to the Publish page.
+ */
+function republish(m) {
+  const { topic, body, sowKey, correlationId, bookmark } = m;
+  sessionStorage.setItem(REPUBLISH_KEY, JSON.stringify({ topic, body, sowKey, correlationId, bookmark }));
+  const url = "/publish?republish=1";
+  if (window.open(url, "_blank") === null) location.assign(url);
 }
 
 /**
@@ -81,8 +100,10 @@ function onMessage(message) {
     bookmark: message.bookmark,
     timestamp: message.timestamp,
     topic: message.topic,
-    // copy out of the frame: the text is all the table needs
+    // copy out of the frame: the text is all the table (and a re-publish) needs
     body: decoder.decode(message.body),
+    correlationId: message.correlationId,
+    sowKey: message.sowKey,
   });
   if (pending.length > maxRows()) pending.splice(0, pending.length - maxRows());
   if (frame === null) frame = requestAnimationFrame(flushRows);

@@ -1,7 +1,8 @@
 """The dashboard's Publish page in Chromium against a real broker with users: a publish
 from the page reaches a live subscriber byte for byte, a persisted ack shows its
 bookmark, a user without the write entitlement sees the broker's refusal (and nothing is
-published).
+published), and a message re-published from a Query result row reaches the subscriber as
+a new message.
 
 The page is driven like an operator would; what was published is checked with a Python
 client subscribed from the test process, not through the page's own code.
@@ -17,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from spool.server.client.sync import SyncClient, SyncSubscription
 from spool.server.passwords import hash_password
 from tests.browser.conftest import PageErrors, artifact_path
-from tests.support.server import SpoolProcess, config_xml
+from tests.support.server import SpoolProcess, config_xml, sow_topic
 
 pytestmark = pytest.mark.browser
 
@@ -49,7 +50,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
         f"<User><Name>{READER}</Name><PasswordHash>{hash_password(READER_PASSWORD)}"
         "</PasswordHash><Read>.*</Read></User>"
     )
-    xml = config_xml(workdir / "data", name="spool-publish", users=users)
+    xml = config_xml(
+        workdir / "data", name="spool-publish", users=users, sow=sow_topic("pub-prices", "/sym")
+    )
     proc = SpoolProcess(workdir, xml).start()
     yield proc
     proc.stop()
@@ -181,3 +184,91 @@ def test_a_user_without_the_write_entitlement_sees_the_broker_s_refusal(
     watcher.publish("pub-orders", b"after the refusals", persisted=True)
     watcher.flush()
     assert next_body(sub) == b"after the refusals"
+
+
+def query_live(page: Page, topic: str) -> None:
+    """Start a live-only query of ``topic`` on the Query page (logged in)."""
+    page.fill("#topic", topic)
+    page.fill("#ws-password", WRITER_PASSWORD)
+    page.click("#start")
+    expect(page.locator("#q-state")).to_have_text("running")
+
+
+def re_publish(page: Page, row: Locator) -> Page:
+    """Press a Query row's Re-publish: the Publish page it opens in a new tab."""
+    with page.context.expect_page() as opened:
+        row.locator("button[data-action='republish']").click()
+    publish = opened.value
+    expect(publish).to_have_url(re.compile(r"/publish\?republish=1$"))
+    return publish
+
+
+def test_re_publish_from_a_query_result_reaches_the_subscriber(
+    page: Page, server: SpoolProcess, watcher: SyncClient
+) -> None:
+    log_in(page, server, WRITER, WRITER_PASSWORD, "/query")
+    query_live(page, "pub-orders")
+    body = '{"id": 10, "qty": 5}'
+    watcher.publish("pub-orders", body, persisted=True, correlation_id="first-10")
+    watcher.flush()
+    row = page.locator("#messages-table tbody tr").first
+    expect(row.locator("td.body-cell")).to_have_text(body)
+    original = row.locator("td").nth(1).inner_text()
+    assert BOOKMARK.match(original)
+
+    sub = watcher.subscribe("pub-orders")
+    publish = re_publish(page, row)
+    errors = PageErrors(publish)
+    expect(publish.locator("#topic")).to_have_value("pub-orders")
+    expect(publish.locator("#body")).to_have_value(body)
+    expect(publish.locator("#correlation-id")).to_have_value("first-10")
+    expect(publish.locator("#sow-key")).to_have_value("")
+    expect(publish.locator("#ack-mode")).to_have_value("persisted")
+    expect(publish.locator("#republish-note")).to_contain_text(original)
+
+    # the operator may edit before publishing
+    publish.fill("#correlation-id", "again-10")
+    publish.fill("#ws-password", WRITER_PASSWORD)
+    publish.click("#publish")
+    expect(publish.locator("#p-result")).to_have_text("published")
+    new = publish.locator("#p-bookmark")
+    expect(new).to_have_text(BOOKMARK)
+    assert new.inner_text() != original
+    expect(publish.locator("#page-alert")).to_contain_text(
+        f"as a new message with the new bookmark {new.inner_text()} (the original: {original})"
+    )
+    message = sub.get(timeout=20)
+    assert message.data == body.encode()
+    assert message.bookmark == new.inner_text()
+    assert message.correlation_id == "again-10"
+    # the Query page, still open, gets the new message too
+    expect(page.locator("#q-count")).to_have_text("2")
+    publish.screenshot(path=artifact_path("test_re_publish_the_publish_tab"))
+    assert errors.errors == [], "JavaScript errors on the Publish tab"
+
+
+def test_re_publish_of_a_sow_record_keeps_its_key(
+    page: Page, server: SpoolProcess, watcher: SyncClient
+) -> None:
+    log_in(page, server, WRITER, WRITER_PASSWORD, "/query")
+    query_live(page, "pub-prices")  # a SOW subscription: its deliveries carry the key
+    body = '{"sym": "AA", "px": 10.5}'
+    watcher.publish("pub-prices", body, persisted=True)
+    watcher.flush()
+    row = page.locator("#messages-table tbody tr").first
+    expect(row.locator("td.body-cell")).to_have_text(body)
+    key = watcher.sow("pub-prices").records[0].key
+
+    sub = watcher.subscribe("pub-prices")
+    publish = re_publish(page, row)
+    errors = PageErrors(publish)
+    expect(publish.locator("#sow-key")).to_have_value(str(key))
+    expect(publish.locator("#body")).to_have_value(body)
+    publish.fill("#ws-password", WRITER_PASSWORD)
+    publish.click("#publish")
+    expect(publish.locator("#p-result")).to_have_text("published")
+    message = sub.get(timeout=20)
+    assert message.data == body.encode()
+    assert message.bookmark == publish.locator("#p-bookmark").inner_text()
+    assert message.header.get("k") == key
+    assert errors.errors == [], "JavaScript errors on the Publish tab"
