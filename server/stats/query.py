@@ -62,6 +62,25 @@ class StatsReader:
         with self._engine.connect() as conn:
             return [(path, float(ts or 0.0)) for path, ts in conn.execute(query)]
 
+    def latest_values(self, prefix: str, suffix: str, since: float) -> dict[str, float]:
+        """The newest value since ``since`` of every sampler series whose path starts with
+        ``prefix`` and ends with ``suffix`` (one query, however many series; a series
+        without a sample since then is left out): ``path -> value``."""
+        newest = (
+            select(Sample.value)
+            .where(Sample.metric_id == Metric.id, Sample.ts >= since)
+            .order_by(Sample.ts.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        query = select(Metric.path, newest).where(
+            Metric.run_id.is_(None),
+            Metric.path.startswith(prefix, autoescape=True),
+            Metric.path.endswith(suffix, autoescape=True),
+        )
+        with self._engine.connect() as conn:
+            return {path: float(value) for path, value in conn.execute(query) if value is not None}
+
     def query_series(
         self, metric_path: str, t0: float, t1: float, step: float | None = None
     ) -> list[tuple[float, float]]:

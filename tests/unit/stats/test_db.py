@@ -177,6 +177,18 @@ def test_last_samples_gives_each_series_its_newest_time(store: StatsStore) -> No
     assert store.reader.last_samples([]) == []
 
 
+def test_latest_values_give_each_matching_series_its_newest_recent_value(
+    store: StatsStore,
+) -> None:
+    store.writer.write(1.0, {"topics/a/msgs_in_rate": 1.0, "topics/old/msgs_in_rate": 9.0})
+    store.writer.write(5.0, {"topics/a/msgs_in_rate": 2.0, "topics/a/bytes_in_rate": 20.0})
+    store.writer.write(6.0, {"topics/a/msgs_in": 3.0, "clients/a/msgs_in_rate": 4.0})
+    got = store.reader.latest_values("topics/", "_in_rate", since=4.0)
+    assert got == {"topics/a/msgs_in_rate": 2.0, "topics/a/bytes_in_rate": 20.0}
+    # the prefix is literal, not a LIKE pattern
+    assert store.reader.latest_values("topics_", "_in_rate", since=0.0) == {}
+
+
 def test_readers_see_data_while_the_file_is_open_elsewhere(store: StatsStore) -> None:
     store.writer.write(1.0, {"a": 1.0})
     other = sqlite3.connect(f"file:{store.path}?mode=ro", uri=True)
