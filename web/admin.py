@@ -14,7 +14,8 @@ web/api_errors.py.
 - Subsystems this instance does not have (replication when not configured, queues, SOW)
   answer 404 with the reason, never made-up data. The configured actions are the
   instance's :class:`spool.server.actions.Actions` (their runs go through the same admin
-  surface). The SOW's endpoints are web/sow_api.py, the queues' web/queues_api.py.
+  surface). The SOW's endpoints are web/sow_api.py, the queues' web/queues_api.py, the topic
+  list's web/topics_api.py.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from spool.web.queues_api import QueuesApi, queue_error
 from spool.web.replication_api import ReplicationApi, replication_error
 from spool.web.sow_api import SowApi, sow_error
 from spool.web.stats_api import StatsApi
+from spool.web.topics_api import TopicsApi
 
 PIN_OWNER: Final = re.compile(r"[A-Za-z0-9_.:-]{1,200}")
 
@@ -203,6 +205,7 @@ class AdminApi:
         self.queues = QueuesApi(ops)
         self.replication = ReplicationApi(ops)
         self.stats = StatsApi(ops)
+        self.topics = TopicsApi(ops)
         self.endpoints = self._table()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -670,6 +673,7 @@ class AdminApi:
             *(ApiEndpoint(op, handler) for op, handler in self.replication.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.queues.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.sow.operations()),
+            *(ApiEndpoint(op, handler) for op, handler in self.topics.operations()),
             get("/api/openapi.json", self.openapi, "This document", "instance"),
         ]
 
