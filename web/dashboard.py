@@ -118,6 +118,7 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/fabric", "fabric", "Fabric", "fabric.html", extra=_fabric_peers, csp=_fabric_csp),
     Page("/actions", "actions", "Actions", "actions.html"),
     Page("/history", "history", "History", "history.html"),
+    Page("/topics", "topics", "Topics", "topics.html"),
     Page("/query", "query", "Query", "query.html"),
     Page("/publish", "publish", "Publish", "publish.html"),
     Page("/sow", "sow", "SOW", "sow.html"),

@@ -1,7 +1,9 @@
 // Query: a subscription made by this page itself, through the browser Spool client
 // (static/spool-client.js) over the websocket. Messages stream into the table (newest
-// first, the last N kept); failure acks show their reason inline. A row's Re-publish
-// button opens the Publish page (static/js/publish.js) in a new tab with the message.
+// first, the last N kept); failure acks show their reason inline. The URL's query string
+// fills the form (topic, filter, bookmark); with a bookmark the query starts at once. A
+// row's Re-publish button opens the Publish page (static/js/publish.js) in a new tab with
+// the message.
 
 import { SpoolClient } from "../spool-client.js";
 import { Alert, el, fmtInt, fmtRate, setText } from "./ui.js";
@@ -206,6 +208,21 @@ bookmarkKind.addEventListener("change", () => {
 });
 window.addEventListener("pagehide", () => client?.close());
 
+// -- inputs from the URL (/query?topic=T&filter=F&bookmark=B) ------------------------------
+
 const params = new URLSearchParams(location.search);
 if (params.get("topic")) $id("topic").value = params.get("topic");
 if (params.get("filter")) $id("filter").value = params.get("filter");
+if (params.has("bookmark")) {
+  const bookmark = params.get("bookmark").trim();
+  const preset = [...bookmarkKind.options].some((o) => o.value === bookmark && o.value !== "custom");
+  bookmarkKind.value = preset ? bookmark : "custom";
+  bookmarkField.hidden = preset;
+  if (!preset) $id("bookmark").value = bookmark;
+  // a link that names a bookmark asks for that replay: run it, unless the websocket needs
+  // a password the URL cannot carry
+  if (params.get("topic")) {
+    if ($id("ws-password")) $id("ws-password").focus();
+    else start();
+  }
+}
