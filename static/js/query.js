@@ -1,9 +1,9 @@
 // Query: a subscription made by this page itself, through the browser Spool client
 // (static/spool-client.js) over the websocket. Messages stream into the table (newest
 // first, the last N kept); failure acks show their reason inline. The URL's query string
-// fills the form (topic, filter, bookmark); with a bookmark the query starts at once. A
-// row's Re-publish button opens the Publish page (static/js/publish.js) in a new tab with
-// the message.
+// fills the form (topic, filter, bookmark); with a bookmark the query starts at once.
+// "Replay from here" starts a new query after a row's bookmark; a row's Re-publish button
+// opens the Publish page (static/js/publish.js) in a new tab with the message.
 
 import { SpoolClient } from "../spool-client.js";
 import { Alert, el, fmtInt, fmtRate, setText } from "./ui.js";
@@ -50,7 +50,8 @@ function row(m) {
     el("td", { className: "mono", text: m.timestamp ? formatTs(m.timestamp) : "–" }),
     el("td", { className: "mono", text: m.topic }),
     body,
-    el("td", {},
+    el("td", { className: "actions" },
+      replayButton(m),
       el("button", { type: "button", className: "small", text: "Re-publish",
         title: "open the Publish page with this message (a new message, with a new bookmark)",
         dataset: { action: "republish" }, onclick: () => republish(m) })));
@@ -66,6 +67,22 @@ function republish(m) {
   sessionStorage.setItem(REPUBLISH_KEY, JSON.stringify({ topic, body, sowKey, correlationId, bookmark }));
   const url = "/publish?republish=1";
   if (window.open(url, "_blank") === null) location.assign(url);
+}
+
+/** "Replay from here": a new query of the same topic and filter after `m`'s bookmark. */
+function replayButton(m) {
+  return el("button", { type: "button", className: "small replay", text: "Replay from here",
+    disabled: !m.bookmark, title: m.bookmark ? `replay after ${m.bookmark}` : "no bookmark",
+    onclick: () => replayFrom(m.bookmark) });
+}
+
+function replayFrom(bookmark) {
+  if (client !== null) stop();
+  clearRows();
+  bookmarkKind.value = "custom";
+  bookmarkField.hidden = false;
+  $id("bookmark").value = bookmark;
+  start();
 }
 
 /**
@@ -182,6 +199,14 @@ async function start() {
   }
 }
 
+function clearRows() {
+  tbody.replaceChildren();
+  pending = [];
+  count = 0;
+  setText($id("q-count"), "0");
+  setText($id("q-shown"), "0");
+}
+
 function stop(state = "stopped") {
   const c = client;
   client = null;
@@ -196,13 +221,7 @@ form.addEventListener("submit", (e) => {
   start();
 });
 stopBtn.addEventListener("click", () => stop());
-$id("clear").addEventListener("click", () => {
-  tbody.replaceChildren();
-  pending = [];
-  count = 0;
-  setText($id("q-count"), "0");
-  setText($id("q-shown"), "0");
-});
+$id("clear").addEventListener("click", clearRows);
 bookmarkKind.addEventListener("change", () => {
   bookmarkField.hidden = bookmarkKind.value !== "custom";
 });

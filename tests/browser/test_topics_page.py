@@ -1,5 +1,6 @@
 """The Topics page and what it leads to, in Chromium at 1440x900 against a real broker: the
-list with its counts, and a topic's link that opens the Query page replaying it.
+list with its counts, a topic's link that opens the Query page replaying it, and "Replay
+from here" on a result row.
 
 Messages are published with a Python client; what the page shows is checked against what
 was published.
@@ -41,7 +42,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
         for sym, px in (("AA", 10), ("BB", 20)):
             feeder.publish("prices", {"sym": sym, "px": px}, persisted=True)
         for i in range(6):
-            # a body that needs quoting in CSV (comma, quote) and a correlation id
             feeder.publish(
                 "ticks", {"i": i, "note": f'a, "b" {i}'}, persisted=True, correlation_id=f"c{i}"
             )
@@ -117,6 +117,23 @@ def test_a_topic_opens_the_query_page_replaying_it(page: Page, server: SpoolProc
     rows = shown(page)
     assert [json.loads(r["body"])["i"] for r in rows] == [2, 1, 0]
     assert {r["topic"] for r in rows} == {"orders"}
+
+
+def test_replay_from_here_starts_after_the_rows_bookmark(page: Page, server: SpoolProcess) -> None:
+    replay(page, server, "ticks", 6)
+    before = shown(page)
+    # the row of i = 2 (rows are newest first: i = 5, 4, 3, 2, 1, 0)
+    chosen = result_rows(page).nth(3)
+    assert json.loads(before[3]["body"])["i"] == 2
+    chosen.locator("button.replay").click()
+    expect(page.locator("#q-completed")).to_have_text("reached live")
+    expect(result_rows(page)).to_have_count(3)
+    after = shown(page)
+    # the new result's first row (the oldest, at the bottom) is the one after the bookmark
+    assert [json.loads(r["body"])["i"] for r in after] == [5, 4, 3]
+    assert after == before[:3]
+    expect(page.locator("#bookmark-kind")).to_have_value("custom")
+    expect(page.locator("#bookmark")).to_have_value(before[3]["bookmark"])
 
 
 def test_with_users_the_link_fills_the_form_and_waits_for_the_password(
