@@ -3,7 +3,8 @@
 // first, the last N kept); failure acks show their reason inline. The URL's query string
 // fills the form (topic, filter, bookmark); with a bookmark the query starts at once.
 // "Replay from here" starts a new query after a row's bookmark; a row's Re-publish button
-// opens the Publish page (static/js/publish.js) in a new tab with the message.
+// opens the Publish page (static/js/publish.js) in a new tab with the message; the export
+// buttons download the rows shown as JSON lines or CSV.
 
 import { SpoolClient } from "../spool-client.js";
 import { Alert, el, fmtInt, fmtRate, setText } from "./ui.js";
@@ -19,6 +20,8 @@ const bookmarkField = $id("bookmark-field");
 const decoder = new TextDecoder("utf-8", { fatal: false });
 /** Where the Publish page takes the message to re-publish from (the same name there). */
 const REPUBLISH_KEY = "spool.republish";
+/** The message each table row shows (what the exports read). */
+const shownMessage = new WeakMap();
 
 let client = null;
 let count = 0;
@@ -44,7 +47,7 @@ function maxRows() {
 function row(m) {
   const body = el("td", { className: "body-cell", text: m.body, title: "click to expand" });
   body.addEventListener("click", () => body.classList.toggle("expanded"));
-  return el("tr", {},
+  const tr = el("tr", {},
     el("td", { className: "num", text: fmtInt(m.n) }),
     el("td", { className: "mono", text: m.bookmark ?? "–" }),
     el("td", { className: "mono", text: m.timestamp ? formatTs(m.timestamp) : "–" }),
@@ -55,6 +58,8 @@ function row(m) {
       el("button", { type: "button", className: "small", text: "Re-publish",
         title: "open the Publish page with this message (a new message, with a new bookmark)",
         dataset: { action: "republish" }, onclick: () => republish(m) })));
+  shownMessage.set(tr, m);
+  return tr;
 }
 
 /**
@@ -119,10 +124,10 @@ function onMessage(message) {
     bookmark: message.bookmark,
     timestamp: message.timestamp,
     topic: message.topic,
+    sowKey: message.sowKey ?? null,
+    correlationId: message.correlationId ?? null,
     // copy out of the frame: the text is all the table (and a re-publish) needs
     body: decoder.decode(message.body),
-    correlationId: message.correlationId,
-    sowKey: message.sowKey,
   });
   if (pending.length > maxRows()) pending.splice(0, pending.length - maxRows());
   if (frame === null) frame = requestAnimationFrame(flushRows);
@@ -226,6 +231,48 @@ bookmarkKind.addEventListener("change", () => {
   bookmarkField.hidden = bookmarkKind.value !== "custom";
 });
 window.addEventListener("pagehide", () => client?.close());
+
+// -- export -----------------------------------------------------------------------------
+
+/** The rows shown, in table order (newest first), as export records. */
+function shownRecords() {
+  const out = [];
+  for (const tr of tbody.rows) {
+    const m = shownMessage.get(tr);
+    if (m === undefined) continue;
+    out.push({ bookmark: m.bookmark ?? null, timestamp: m.timestamp ?? null, topic: m.topic,
+      sow_key: m.sowKey, correlation_id: m.correlationId, body: m.body });
+  }
+  return out;
+}
+
+const EXPORT_FIELDS = ["bookmark", "timestamp", "topic", "sow_key", "correlation_id", "body"];
+
+/** One CSV field per RFC 4180: always quoted, a quote doubled; null is empty. */
+function csvField(value) {
+  return `"${String(value ?? "").replaceAll('"', '""')}"`;
+}
+
+function download(text, type, extension) {
+  const topic = $id("topic").value.trim().replace(/[^A-Za-z0-9_.-]+/g, "_") || "query";
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+  const link = el("a", { attrs: { href: URL.createObjectURL(new Blob([text], { type })),
+    download: `spool-${topic}-${stamp}.${extension}` } });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+}
+
+$id("export-jsonl").addEventListener("click", () => {
+  const lines = shownRecords().map((r) => `${JSON.stringify(r)}\n`);
+  download(lines.join(""), "application/x-ndjson", "jsonl");
+});
+$id("export-csv").addEventListener("click", () => {
+  const lines = [EXPORT_FIELDS, ...shownRecords().map((r) => EXPORT_FIELDS.map((f) => r[f]))];
+  download(lines.map((fields) => `${fields.map(csvField).join(",")}\r\n`).join(""),
+    "text/csv", "csv");
+});
 
 // -- inputs from the URL (/query?topic=T&filter=F&bookmark=B) ------------------------------
 

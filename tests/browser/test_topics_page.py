@@ -1,18 +1,22 @@
 """The Topics page and what it leads to, in Chromium at 1440x900 against a real broker: the
-list with its counts, a topic's link that opens the Query page replaying it, and "Replay
-from here" on a result row.
+list with its counts, a topic's link that opens the Query page replaying it, "Replay from
+here" on a result row, and the JSON-lines and CSV exports of the rows shown.
 
 Messages are published with a Python client; what the page shows is checked against what
-was published.
+was published, the downloads against the table.
 
 Also writes docs/topics.png when SPOOL_SCREENSHOTS=1.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
@@ -25,6 +29,7 @@ pytestmark = pytest.mark.browser
 
 #: the size the Topics page is checked (and pictured) at
 VIEWPORT = {"width": 1440, "height": 900}
+EXPORT_FIELDS = ["bookmark", "timestamp", "topic", "sow_key", "correlation_id", "body"]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
         for sym, px in (("AA", 10), ("BB", 20)):
             feeder.publish("prices", {"sym": sym, "px": px}, persisted=True)
         for i in range(6):
+            # a body that needs quoting in CSV (comma, quote) and a correlation id
             feeder.publish(
                 "ticks", {"i": i, "note": f'a, "b" {i}'}, persisted=True, correlation_id=f"c{i}"
             )
@@ -134,6 +140,33 @@ def test_replay_from_here_starts_after_the_rows_bookmark(page: Page, server: Spo
     assert after == before[:3]
     expect(page.locator("#bookmark-kind")).to_have_value("custom")
     expect(page.locator("#bookmark")).to_have_value(before[3]["bookmark"])
+
+
+def download(page: Page, button: str) -> str:
+    with page.expect_download() as info:
+        page.click(button)
+    path = info.value.path()
+    return Path(path).read_bytes().decode("utf-8")  # as written: CRLF kept
+
+
+def test_the_exports_hold_exactly_the_rows_shown(page: Page, server: SpoolProcess) -> None:
+    replay(page, server, "ticks", 6)
+    rows = shown(page)
+
+    lines = download(page, "#export-jsonl").splitlines()
+    records: list[dict[str, Any]] = [json.loads(line) for line in lines]
+    assert [list(r) for r in records] == [EXPORT_FIELDS] * len(rows)
+    assert [{k: r[k] for k in ("bookmark", "topic", "body")} for r in records] == rows
+    assert [r["correlation_id"] for r in records] == [f"c{i}" for i in (5, 4, 3, 2, 1, 0)]
+    assert all(r["timestamp"] for r in records)
+
+    text = download(page, "#export-csv")
+    assert text.endswith("\r\n")
+    table = list(csv.reader(io.StringIO(text, newline="")))
+    assert table[0] == EXPORT_FIELDS
+    assert [dict(zip(EXPORT_FIELDS, r, strict=True)) for r in table[1:]] == [
+        {k: "" if v is None else str(v) for k, v in r.items()} for r in records
+    ]
 
 
 def test_with_users_the_link_fills_the_form_and_waits_for_the_password(
