@@ -325,6 +325,12 @@ class Operations:
         """Where a message of ``topic`` published here goes (``GET /api/fabric/route``)."""
         return fabric_route(self.config, self._replication, topic)
 
+    def first_hops(self, topic: str) -> list[str]:
+        """The instances a message of ``topic`` published here goes to directly (the
+        one-hop instances of :meth:`fabric_route`, from this instance's links alone)."""
+        replication = self._replication
+        return replication.first_hops(topic) if replication is not None else []
+
     def bootstrap_info(self) -> dict[str, object]:
         """The bootstrap's progress (``GET /api/bootstrap``; docs/bootstrap.md)."""
         boot = self.bootstrap

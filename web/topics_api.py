@@ -60,8 +60,7 @@ class TopicsApi:
         self.ops = ops
 
     async def topics(self, request: Request) -> Any:
-        readable = read_check(request, self.ops.auth)
-        rows = [row for row in self._rows() if readable(row["topic"])]
+        rows = self._rows(read_check(request, self.ops.auth))
         rates = await self._rates()
         if rates is not None:
             for row in rows:
@@ -70,13 +69,13 @@ class TopicsApi:
                 row["bytes_per_second"] = rates.get(f"{_PREFIX}{name}/bytes_in_rate", 0.0)
         return {"topics": rows}
 
-    def _rows(self) -> list[TopicRow]:
-        """Every known topic, in name order (on the loop: copies of broker state)."""
+    def _rows(self, readable: Callable[[str], bool]) -> list[TopicRow]:
+        """Every known topic the user may read, in name order (on the loop: copies of
+        broker state, and per topic a lookup in this instance's links)."""
         counters = self.ops.metrics_snapshot()["topics"]
         records = {t["topic"]: t["records"] for t in self.ops.sow_topics()}
         depths = {str(q["name"]): _int(q.get("depth")) for q in self.ops.queue_infos()}
-        names = sorted(set(counters) | set(records) | set(depths))
-        routed = self._routes_here()
+        names = sorted(n for n in set(counters) | set(records) | set(depths) if readable(n))
         rows: list[TopicRow] = []
         for name in names:
             traffic = counters.get(name)
@@ -91,20 +90,10 @@ class TopicsApi:
                     "bytes_per_second": None,
                     "sow_records": records.get(name),
                     "queue_depth": depths.get(name),
-                    "destinations": self._destinations(name) if routed else [],
+                    "destinations": self.ops.first_hops(name),
                 }
             )
         return rows
-
-    def _routes_here(self) -> bool:
-        """Whether this instance has destinations (without, every topic goes nowhere)."""
-        repl = self.ops.config.replication
-        return repl is not None and bool(repl.destinations)
-
-    def _destinations(self, topic: str) -> list[str]:
-        """The destinations a message of ``topic`` published here goes to directly."""
-        trace = self.ops.fabric_route(topic)
-        return sorted(r["instance"] for r in trace["reached"] if r["hops"] == 1)
 
     async def _rates(self) -> dict[str, float] | None:
         """The newest per-topic rate samples (None: the statistics database is not open)."""

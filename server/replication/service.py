@@ -634,6 +634,19 @@ class Replication:
             connected={(me, d.name): d.connected for d in dests},
         )  # fmt: skip
 
+    def first_hops(self, topic: str) -> list[str]:
+        """The instances a message of ``topic`` published here goes to directly: the
+        instances of :meth:`route` one hop away, from this instance's own links alone
+        (no trace over the fabric view), cheap enough to ask for every topic of a list."""
+        log = self.config.transaction_log
+        if log is None or not log.records(topic):
+            return []
+        return sorted({
+            d.remote_name if d.remote_log_id else d.name
+            for d in self.destinations.values()
+            if d.route.blocks_for(topic) is not None
+        })  # fmt: skip
+
     def _logon_refused(self, name: str, why: str) -> None:
         """A logon here was refused: the name is held at another instance."""
         detail = f"a logon here was refused: {why}"
