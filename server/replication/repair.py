@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final
@@ -297,6 +297,7 @@ class Repairer:
             if answered is not None:
                 # what the peers found of a fence they cannot make up goes in now
                 peer, offer = answered
+                self._apportion(list(wanted.values()))
                 for w in wanted.values():
                     if not w.fence.exact and any(f is w.fence for f in self._txlog.fences):
                         await self._write(w, peer, offer, found, partial=True)
@@ -351,9 +352,18 @@ class Repairer:
         finally:
             with contextlib.suppress(Exception):
                 await transport.close(1000, "repair ended")
+        self._apportion(asked)
         for w in asked:
             await self._write(w, peer, offer, found)
         return peer, offer
+
+    def _apportion(self, asked: list[_Wanted]) -> None:
+        """Share the records found among neighbouring inexact fences (:func:`_runs_of`)
+        that still stand (one written back already takes nothing more)."""
+        fences = self._txlog.fences
+        standing = [w for w in asked if any(f is w.fence for f in fences)]
+        for run in _runs_of(standing):
+            _share(run, lambda r: not self._txlog.holds(r.pub_hash, r.pub_seq))
 
     async def _identify(self, dest: DestinationConfig) -> UserConfig | None:
         """With ``<Users>``: the user of this instance that ``dest``'s credentials log on
@@ -559,6 +569,89 @@ class Repairer:
             )
         except TlsError as exc:
             raise LinkTlsFailed(f"TLS files: {exc}") from exc
+
+
+def _runs_of(wanted: list[_Wanted]) -> list[list[_Wanted]]:
+    """The runs of two or more inexact fences whose seqs follow one another.
+
+    Fences next to each other are one stretch of the log that was lost in parts (a
+    journal missing beside the placeholders of an earlier loss); the intervals of each
+    come from the journals around the whole stretch, so every one of them asks for the
+    records of all. A record goes to the first fence that asks for it (:meth:`_sort`),
+    which may then hold more records than seqs while the next holds none: a run's
+    records are shared out along it (:func:`_share`).
+    """
+    runs: list[list[_Wanted]] = []
+    current: list[_Wanted] = []
+    for w in sorted(wanted, key=lambda w: w.fence.first_seq):
+        if current and not w.fence.exact and current[-1].fence.last_seq + 1 == w.fence.first_seq:
+            current.append(w)
+            continue
+        if len(current) > 1:
+            runs.append(current)
+        current = [] if w.fence.exact else [w]
+    if len(current) > 1:
+        runs.append(current)
+    return runs
+
+
+def _share(run: list[_Wanted], lacked: Callable[[Record], bool]) -> None:
+    """Share the records found for a run of neighbouring fences out along it: in the
+    order they had (one peer's log order, or :func:`merge_in_time_order` across peers),
+    each fence takes the next records its intervals take, up to its seqs. Only when
+    they are no more than the run's seqs (narrowed to those that went out from this
+    instance, as :func:`_narrowed` does for one fence): with more, which of them were
+    here is not known, and they stay where they are (nothing is written).
+
+    Args:
+        run: the fences of the run, in seq order.
+        lacked: whether the log lacks a record (those it holds are left alone).
+    """
+    peers: list[str] = []
+    owner: dict[tuple[int, int], _Wanted] = {}
+    for w in run:
+        for key in w.got:
+            owner[key] = w
+        for name in w.peers:
+            if name not in peers:
+                peers.append(name)
+    records = [w.got[key] for key, w in owner.items() if lacked(w.got[key])]
+    capacity = sum(w.fence.records for w in run)
+    if len(records) > capacity:
+        records = _narrowed(records, {k for w in run for k in w.from_here}, capacity)
+        if len(records) > capacity:
+            return
+    by_peer = {key: peers.index(w.peers[w.sent_by[key]]) for key, w in owner.items()}
+    if len(set(by_peer.values())) > 1:
+        records = merge_in_time_order(records, by_peer)
+    else:
+        records.sort(key=lambda r: r.seq)
+    i, room = 0, run[0].fence.records
+    for r in records:
+        key = (r.pub_hash, r.pub_seq)
+        while i < len(run) and (room == 0 or not run[i].takes(*key)):
+            i += 1
+            room = run[i].fence.records if i < len(run) else 0
+        if i == len(run):
+            return  # the rest cannot go in order: they stay where they are
+        _move(key, owner[key], run[i])
+        room -= 1
+
+
+def _move(key: tuple[int, int], src: _Wanted, dst: _Wanted) -> None:
+    """A record found for ``src`` belongs to ``dst``: moved with who sent it."""
+    if src is dst:
+        return
+    sender = src.sent_by.pop(key)
+    peer, user = src.peers[sender], src.users[sender]
+    if peer not in dst.peers:
+        dst.peers.append(peer)
+        dst.users.append(user)
+    dst.sent_by[key] = dst.peers.index(peer)
+    dst.got[key] = src.got.pop(key)
+    if key in src.from_here:
+        src.from_here.discard(key)
+        dst.from_here.add(key)
 
 
 def _narrowed(records: list[Record], from_here: set[tuple[int, int]], wanted: int) -> list[Record]:

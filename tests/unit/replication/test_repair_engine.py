@@ -17,6 +17,7 @@ from tests.support.damage import (
     flip_byte,
     journals,
     records_of,
+    remove_journal,
     truncate_inside_last_record,
     zero_end_of_last_record,
 )
@@ -778,5 +779,96 @@ async def test_damage_the_scrub_finds_while_running_is_repaired_at_once(
         assert clock.time() - fenced_at < RETRY_MAX / 10
         assert repairer.progress.records_repaired == 1
         assert await records(hs["a"]) == before
+    finally:
+        await scene.close()
+
+
+@pytest.mark.parametrize("local", ["none", "first", "second"])
+def test_a_journal_lost_next_to_a_standing_fence_is_repaired_with_it(
+    tmp_path: Path, local: str
+) -> None:
+    import asyncio
+
+    asyncio.run(_lost_next_to_a_fence(tmp_path, local))
+
+
+async def _lost_next_to_a_fence(tmp_path: Path, local: str) -> None:
+    """A loses a journal from the middle of its log while its peer is away: the fence
+    stands. A restarts and has lost the journal after it too: a second fence, next to
+    the first. Both take their intervals from the journals around the pair, so both ask
+    for the records of both. Each record used to go to the first fence that asked for
+    it, which then had more records than seqs and the second none: neither was ever
+    written back. Neighbouring fences are repaired as one run of seqs: every record a
+    peer holds comes back, once, in the order it had. With ``local``, the first or the
+    second journal also held a record of a topic A does not replicate: the pair is one
+    record short, the records found fill their seqs in order and one seq stays fenced
+    (the fence that is whole is written back first, and takes nothing more after)."""
+
+    def config(name: str, dest: str) -> str:
+        return xml(
+            tmp_path, name, dest, journal_size="1MB",
+            txlog_extra="<PreallocatedJournalFiles>1</PreallocatedJournalFiles>",
+            tuning="<JournalRepairWait>0s</JournalRepairWait>",
+        )  # fmt: skip
+
+    def dest(name: str, addr: tuple[str, int]) -> str:
+        topics = (("pad", None),)
+        return destination(name, [addr], topics=topics, exclude="replicate", passthrough=(".*",))
+
+    scene = Scene(tmp_path, {"a": config("a", dest("b", B)), "b": config("b", dest("a", A))})
+    clock, hs = scene.clock, scene.hs
+    await scene.start("a", "b")
+    try:
+        ha = hs["a"]
+        x = Publisher(ha, await ha.logon("x")).send
+        y = Publisher(ha, await ha.logon("y")).send
+        await y("pad", [PAD] * 10)
+        await x("pad", [PAD] * 1000)
+        kept = await x("local", [b'{"x":1}']) if local == "first" else range(0)
+        await x("pad", [PAD] * 1000)
+        await y("pad", [PAD] * 490)
+        if local == "second":
+            kept = await y("local", [b'{"y":1}'])
+        local_keys = {(pub_hash("x" if local == "first" else "y"), s) for s in kept}
+        await y("pad", [PAD] * 1510)
+        await x("pad", [PAD] * 10)
+        await y("pad", [PAD] * 10)
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
+        before = await _bookmarks(ha)
+        await scene.stop("b")
+        await scene.stop("a")
+        jdir = tmp_path / "a" / "data" / "journal"
+        files = journals(jdir, "a")
+        assert len(files) >= 4, files
+        lost = remove_journal(files[1], "a")
+        again = await scene.start("a")
+        txlog = again.broker.txlog
+        assert txlog is not None
+        assert len(txlog.fences) == 1  # nobody to repair it from yet
+        await scene.stop("a")
+        lost += remove_journal(files[2], "a")
+
+        again = await scene.start("a")
+        txlog = again.broker.txlog
+        assert txlog is not None
+        fences = [(f.first_seq, f.last_seq) for f in txlog.fences]
+        assert len(fences) == 2 and fences[0][1] + 1 == fences[1][0], fences
+        unsent = {(r.pub_hash, r.pub_seq) for r in lost} & local_keys
+        assert len(unsent) == len(kept)  # the local record was in a journal lost
+        await scene.start("b")
+        if kept:
+            await drive(clock, lambda: [f.records for f in txlog.fences] == [1])
+            (rest,) = txlog.fences
+            assert fences[0][0] <= rest.first_seq <= fences[1][1]
+            await again.broker.operations.release_fence(rest.first_seq)  # no peer has it
+        else:
+            await drive(clock, lambda: not txlog.fences)
+        assert all(
+            txlog.holds(r.pub_hash, r.pub_seq)
+            for r in lost
+            if (r.pub_hash, r.pub_seq) not in unsent
+        )
+        await drive(clock, lambda: all(caught_up(h) for h in hs.values()))
+        assert await _bookmarks(again) == [b for b in before if b not in unsent]
     finally:
         await scene.close()
