@@ -69,6 +69,9 @@ $id("fabric-credentials").addEventListener("submit", (event) => {
   form.reset();
   poller.now();
 });
+// the button starts disabled, so the browser cannot submit the form itself (a GET with
+// the token in the URL) before this script handles it
+$id("fabric-credentials").querySelector("button[type=submit]").disabled = false;
 
 // -- calls to an instance ------------------------------------------------------------------
 

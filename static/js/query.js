@@ -225,6 +225,9 @@ form.addEventListener("submit", (e) => {
   e.preventDefault();
   start();
 });
+// the button starts disabled, so the browser cannot submit the form itself (a GET with
+// the password in the URL) before this script handles it
+startBtn.disabled = false;
 stopBtn.addEventListener("click", () => stop());
 $id("clear").addEventListener("click", clearRows);
 bookmarkKind.addEventListener("change", () => {

@@ -410,6 +410,9 @@ form.addEventListener("submit", (e) => {
   e.preventDefault();
   start();
 });
+// the button starts disabled, so the browser cannot submit the form itself (a GET with
+// the password in the URL) before this script handles it
+startBtn.disabled = false;
 stopBtn.addEventListener("click", () => stop());
 window.addEventListener("pagehide", () => close());
 

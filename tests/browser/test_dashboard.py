@@ -13,11 +13,17 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from spool.server.client.sync import SyncClient
 from spool.server.passwords import hash_password
-from tests.browser.conftest import ADMIN_PASSWORD, ADMIN_TOKEN, ADMIN_USER, artifact_path
+from tests.browser.conftest import (
+    ADMIN_PASSWORD,
+    ADMIN_TOKEN,
+    ADMIN_USER,
+    VIEWPORT,
+    artifact_path,
+)
 from tests.support.server import SpoolProcess, config_xml, sow_topic
 from tests.support.wait import wait_until
 
@@ -498,3 +504,36 @@ def test_the_theme_toggle_switches_and_is_remembered(
     page.screenshot(path=artifact_path("theme-light"))
     page.click("#theme-toggle")
     expect(html).to_have_attribute("data-theme", "dark")
+
+
+@pytest.mark.parametrize(
+    ("path", "field"),
+    [("/query", "#ws-password"), ("/sow", "#ws-password"), ("/fabric", "input[name=token]")],
+)
+def test_a_secret_never_goes_into_a_url_before_the_page_script_runs(
+    browser: Browser, auth_server: SpoolProcess, path: str, field: str
+) -> None:
+    """A form the page's script handles is not a browser form: pressed before the script
+    ran (a slow network, scripts blocked), the browser would submit it itself, as a GET
+    with the password or token in the URL (in the history, the access logs, the Referer).
+    With scripts off, Enter in the field sends nothing."""
+    ctx = browser.new_context(viewport=VIEWPORT, java_script_enabled=False)  # type: ignore[arg-type]
+    try:
+        page = ctx.new_page()
+        page.goto(f"{auth_server.http_url}/login")
+        page.fill("#username", ADMIN_USER)
+        page.fill("#password", ADMIN_PASSWORD)
+        page.click("button[type=submit]")
+        expect(page.locator("#instance-name")).to_have_text("spool-auth")
+        page.goto(f"{auth_server.http_url}{path}")
+        sent: list[str] = []
+        page.on("request", lambda request: sent.append(request.url))
+        form = page.locator("form", has=page.locator(field))
+        for required in form.locator("input[required]").all():
+            required.fill("orders")  # the browser submits nothing while one is empty
+        page.fill(field, "s3cret-value")
+        page.press(field, "Enter")  # waits for a navigation it starts to commit
+        assert not [url for url in sent if "s3cret" in url], sent
+        assert "s3cret" not in page.url
+    finally:
+        ctx.close()
