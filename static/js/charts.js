@@ -15,16 +15,28 @@ function colour(value) {
   return value.startsWith("--") ? cssVar(value) : value;
 }
 
+/** A time (epoch seconds) as a Date whose local fields read UTC, for uPlot's `fmtDate`. */
 const utc = (ts) => globalThis.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
+
+/** uPlot date templates: 24-hour, read from {@link utc} dates, so UTC in any time zone. */
+const TEMPLATES = { day: "{MM}-{DD} {HH}:{mm}", minute: "{HH}:{mm}", second: "{HH}:{mm}:{ss}" };
+/** @type {?Object<string, function(Date): string>} built on first use (uPlot loads first) */
+let stamps = null;
+
+/** `ts` (epoch seconds) in UTC, as one of {@link TEMPLATES}. */
+function stamp(kind, ts) {
+  stamps ??= Object.fromEntries(Object.entries(TEMPLATES)
+    .map(([name, template]) => [name, globalThis.uPlot.fmtDate(template)]));
+  return stamps[kind](utc(ts));
+}
 
 /** Tick labels in UTC, as precise as the visible span needs (24-hour clock). */
 function timeTicks(u, splits) {
   const span = u.scales.x.max - u.scales.x.min;
   return splits.map((t, i) => {
-    const iso = new Date(t * 1000).toISOString();
-    if (span > 2 * 86400) return `${iso.slice(5, 10)} ${iso.slice(11, 16)}`;
-    if (span > 900) return i === 0 || iso.slice(11, 16) === "00:00" ? `${iso.slice(5, 10)} ${iso.slice(11, 16)}` : iso.slice(11, 16);
-    return iso.slice(11, 19);
+    if (span > 2 * 86400) return stamp("day", t);
+    if (span > 900) return i === 0 || stamp("minute", t) === "00:00" ? stamp("day", t) : stamp("minute", t);
+    return stamp("second", t);
   });
 }
 
@@ -99,7 +111,7 @@ export class TimeChart {
         },
       },
       series: [
-        { label: "time (UTC)", value: (u, v) => (v === null ? "–" : utc(v).toISOString().slice(11, 19)) },
+        { label: "time (UTC)", value: (u, v) => (v === null ? "–" : stamp("second", v)) },
         ...series.map((s) => ({
           label: s.label,
           stroke: colour(s.color),

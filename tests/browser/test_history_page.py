@@ -1,0 +1,122 @@
+"""The History page in Chromium against a real broker: the series it opens on, several
+series overlaid, and times in UTC on a browser whose clock is in another time zone.
+
+The page is read like an operator reads it: the form, the legend under the chart (uPlot
+shows the time and the values of the point under the cursor there) and the summary. The
+time axis is drawn on a canvas: its labels are read from the chart object, which an init
+script collects as the page builds it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from tests.browser.conftest import VIEWPORT, PageErrors
+from tests.browser.test_dashboard import api
+from tests.support.server import SpoolProcess
+from tests.support.wait import wait_until
+
+pytestmark = pytest.mark.browser
+
+#: a time zone far from UTC all year (no daylight saving time): a time shown in the
+#: browser's local time instead of UTC is off by hours
+ZONE = "Asia/Kolkata"
+
+#: keeps every uPlot chart the page builds in `window.charts` (uPlot is a classic script
+#: assigning the global `uPlot`; the setter wraps its constructor)
+COLLECT_CHARTS = """
+(() => {
+  let wrapped;
+  Object.defineProperty(window, "uPlot", {
+    configurable: true,
+    get: () => wrapped,
+    set(real) {
+      wrapped = function (...args) {
+        const chart = new real(...args);
+        (window.charts ??= []).push(chart);
+        return chart;
+      };
+      Object.assign(wrapped, real);
+      wrapped.prototype = real.prototype;
+    },
+  });
+})();
+"""
+
+
+@pytest.fixture
+def zoned_page(browser: Browser) -> Iterator[Page]:
+    """A page whose browser clock is in :data:`ZONE`, its charts collected."""
+    ctx = browser.new_context(viewport=VIEWPORT, timezone_id=ZONE)  # type: ignore[arg-type]
+    ctx.add_init_script(COLLECT_CHARTS)
+    page = ctx.new_page()
+    errors = PageErrors(page)
+    yield page
+    ctx.close()
+    assert errors.errors == [], "JavaScript errors on the page"
+
+
+def sampled(server: SpoolProcess, metric: str, count: int = 2) -> list[list[float]]:
+    """Wait until the stats database holds ``count`` samples of ``metric``; return them."""
+
+    def points() -> list[list[float]] | None:
+        try:
+            found = list(api(server, f"/api/stats?metric={metric}")["points"])
+        except httpx.HTTPStatusError:  # 404 until the sampler wrote the series once
+            return None
+        return found if len(found) >= count else None
+
+    result: list[list[float]] = wait_until(points, timeout=30, message=f"{count} samples")
+    return result
+
+
+def legend(page: Page, x_fraction: float) -> dict[str, str]:
+    """Hover the chart at ``x_fraction`` of its width and read its legend."""
+    over = page.locator("#chart-history .u-over")
+    box = over.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * x_fraction, box["y"] + box["height"] / 2)
+    rows = page.locator("#chart-history .u-legend .u-series")
+    labels = rows.locator(".u-label").all_inner_texts()
+    values = rows.locator(".u-value").all_inner_texts()
+    return dict(zip(labels, values, strict=True))
+
+
+def utc_clock(epoch: float, template: str = "%H:%M:%S") -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime(template)
+
+
+def test_times_are_utc_on_a_browser_in_another_time_zone(
+    zoned_page: Page, dashboard_server: SpoolProcess
+) -> None:
+    metric = "instance/connections"  # sampled every interval for as long as the broker runs
+    sampled(dashboard_server, metric)
+    page = zoned_page
+    page.goto(f"{dashboard_server.http_url}/history?metric={metric}&last=900")
+    expect(page.locator("#chart-history .empty-note")).to_be_hidden()
+
+    def hovered() -> str | None:
+        when = legend(page, 0.995).get("time (UTC)", "")
+        return when if re.fullmatch(r"\d\d:\d\d:\d\d", when) else None
+
+    when = wait_until(hovered, timeout=10, interval=0.2, message="a point under the cursor")
+    times = {
+        utc_clock(t) for t, _ in api(dashboard_server, f"/api/stats?metric={metric}")["points"]
+    }
+    assert when in times, (when, sorted(times)[-5:])
+
+    axis: Any = page.evaluate(
+        "() => { const x = window.charts.at(-1).axes[0];"
+        " return { splits: x._splits, values: x._values }; }"
+    )
+    assert axis["values"], axis
+    for split, label in zip(axis["splits"], axis["values"], strict=True):
+        forms = (utc_clock(split, f) for f in ("%H:%M:%S", "%H:%M", "%m-%d %H:%M"))
+        assert label in forms, axis
