@@ -1,6 +1,7 @@
-// History: any metric of the stats database (GET /api/stats/metrics) over a time range
-// (GET /api/stats?metric=&t0=&t1=&step=), charted. The choice lives in the URL, so a view
-// can be bookmarked or pasted to a colleague. Presets ("last 15m") follow the clock.
+// History: series of the stats database (GET /api/stats/metrics) over a time range
+// (GET /api/stats?metric=&t0=&t1=&step=, one request per series), overlaid on one chart,
+// each in its own colour. The choice lives in the URL (`metric=a&metric=b`), so a view can
+// be bookmarked or pasted to a colleague. Presets ("last 15m") follow the clock.
 
 import { TimeChart } from "./charts.js";
 import {
@@ -11,6 +12,7 @@ const alert = new Alert(document.getElementById("page-alert"));
 const $id = (id) => document.getElementById(id);
 const form = $id("history-form");
 const metricInput = $id("metric");
+const seriesList = $id("series-list");
 const t0Input = $id("t0");
 const t1Input = $id("t1");
 const stepSelect = $id("step");
@@ -21,10 +23,20 @@ let metrics = [];
 /** seconds of the active preset (a range ending now), or null for a fixed range */
 let preset = 3600;
 let refreshTimer = null;
+/** The series shown, in the order they were added (their colours follow it). */
+let shown = [];
 let chart = null;
-let chartMetric = null;
+/** The series the chart was built for (a different list builds a new one). */
+let chartKey = null;
 /** [t0, t1] of the last query: the chart shows the whole window asked for */
 let shownRange = null;
+
+/** Series colours, by position in the list (CSS variables, so they follow the theme). */
+const COLOURS = ["--in", "--out", "--accent", "--p99", "--p50", "--err", "--muted", "--text"];
+
+function colourOf(i) {
+  return COLOURS[i % COLOURS.length];
+}
 
 function formatterFor(metric) {
   if (/bytes/.test(metric)) return fmtBytes;
@@ -59,7 +71,7 @@ function applyPreset(seconds) {
 
 function saveUrl() {
   const params = new URLSearchParams();
-  params.set("metric", metricInput.value.trim());
+  for (const metric of shown) params.append("metric", metric);
   if (preset !== null) params.set("last", String(preset));
   else {
     params.set("t0", t0Input.value);
@@ -71,7 +83,7 @@ function saveUrl() {
 
 function loadUrl() {
   const params = new URLSearchParams(location.search);
-  if (params.get("metric")) metricInput.value = params.get("metric");
+  shown = [...new Set(params.getAll("metric").map((m) => m.trim()).filter(Boolean))];
   if (params.get("step")) stepSelect.value = params.get("step");
   if (params.get("t0") && params.get("t1")) {
     preset = null;
@@ -83,7 +95,7 @@ function loadUrl() {
   }
 }
 
-/** Points as uPlot columns, with a null where samples are missing (a visible gap). */
+/** Points as [xs, ys], with a null where samples are missing (a visible gap). */
 function columns(points, step) {
   const gap = 2.5 * Math.max(step || 0, interval);
   const xs = [];
@@ -101,26 +113,94 @@ function columns(points, step) {
   return [xs, ys];
 }
 
-function summarize(metric, points, fmt) {
+/**
+ * Several series' columns on one time axis, as uPlot data. A series without a sample at
+ * another's time gets `undefined` there, which uPlot draws across (a null is a gap).
+ */
+function aligned(all) {
+  const xs = [...new Set(all.flatMap(([times]) => times))].sort((a, b) => a - b);
+  const ys = all.map(([times, values]) => {
+    const at = new Map(times.map((t, i) => [t, values[i]]));
+    return xs.map((t) => (at.has(t) ? at.get(t) : undefined));
+  });
+  return [xs, ...ys];
+}
+
+function summaryRow(metric, points, fmt, i) {
   const values = points.map((p) => p[1]);
-  const rows = values.length === 0 ? [["samples", "0"]] : [
-    ["samples", fmtInt(values.length)],
-    ["last", fmt(values[values.length - 1])],
-    ["min", fmt(Math.min(...values))],
-    ["max", fmt(Math.max(...values))],
-    ["mean", fmt(values.reduce((a, b) => a + b, 0) / values.length)],
-    ["first sample", `${fmtDateTime(points[0][0])} UTC`],
-    ["last sample", `${fmtDateTime(points[points.length - 1][0])} UTC`],
+  const swatch = el("span", { text: "■ ", style: { color: `var(${colourOf(i)})` } });
+  const cells = values.length === 0 ? [fmtInt(0), "–", "–", "–", "–", "–", "–"] : [
+    fmtInt(values.length),
+    fmt(values[values.length - 1]),
+    fmt(Math.min(...values)),
+    fmt(Math.max(...values)),
+    fmt(values.reduce((a, b) => a + b, 0) / values.length),
+    fmtDateTime(points[0][0]),
+    fmtDateTime(points[points.length - 1][0]),
   ];
-  $id("summary").replaceChildren(el("dt", { text: "metric" }), el("dd", { text: metric }),
-    ...rows.flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: v })]));
+  return el("tr", { dataset: { metric } },
+    el("td", { className: "mono" }, swatch, metric),
+    ...cells.map((text, c) => el("td", { className: c < 5 ? "num" : "mono", text })));
+}
+
+/** The list of series above the chart: each with its colour and a button to remove it. */
+function renderList() {
+  seriesList.replaceChildren(...shown.map((metric, i) => el("span", {
+    className: "series mono", dataset: { metric },
+  },
+  el("span", { text: "■ ", style: { color: `var(${colourOf(i)})` } }),
+  metric,
+  " ",
+  el("button", { type: "button", className: "small remove", text: "×", title: `remove ${metric}`,
+    attrs: { "aria-label": `remove ${metric}` }, onclick: () => removeSeries(metric) }))));
+}
+
+/** Add the series typed or picked (once), and show the list again. */
+function addSeries() {
+  const metric = metricInput.value.trim();
+  if (metric && !shown.includes(metric)) shown.push(metric);
+  metricInput.value = "";
+  renderList();
+  show();
+}
+
+function removeSeries(metric) {
+  shown = shown.filter((m) => m !== metric);
+  renderList();
+  show();
+}
+
+function buildChart() {
+  const key = JSON.stringify(shown);
+  if (chart !== null && chartKey === key) return;
+  chart?.destroy();
+  $id("chart-history").replaceChildren();
+  const fmts = shown.map(formatterFor);
+  chart = new TimeChart($id("chart-history"), {
+    series: shown.map((metric, i) => ({ label: metric, color: colourOf(i), fill: shown.length === 1,
+      fmt: fmts[i] })),
+    yFormat: fmts[0],
+    height: 340,
+    zeroBased: !shown.some((m) => /seq|time/.test(m)),
+    empty: "no samples in this range",
+    xRange: () => shownRange,
+  });
+  chartKey = key;
 }
 
 async function show() {
   clearTimeout(refreshTimer);
-  const metric = metricInput.value.trim();
-  if (!metric) return;
   if (preset !== null) applyPreset(preset);
+  saveUrl();
+  if (shown.length === 0) {
+    chart?.destroy();
+    chart = null;
+    chartKey = null;
+    $id("chart-history").replaceChildren();
+    $id("summary").tBodies[0].replaceChildren();
+    setText($id("points-label"), "add a series to chart it");
+    return;
+  }
   const t0 = fromInput(t0Input.value);
   const t1 = fromInput(t1Input.value);
   if (t0 === null || t1 === null) {
@@ -131,35 +211,26 @@ async function show() {
     alert.error({ error: "bad range", detail: "From must be before To" });
     return;
   }
-  saveUrl();
-  const params = new URLSearchParams({ metric, t0: `${t0Input.value}Z`, t1: `${t1Input.value}Z` });
-  if (stepSelect.value) params.set("step", stepSelect.value);
-  try {
-    const series = await api(`/api/stats?${params}`);
-    shownRange = [t0, t1];
-    const fmt = formatterFor(metric);
-    if (chart === null || chartMetric !== metric) {
-      chart?.destroy();
-      $id("chart-history").replaceChildren();
-      chart = new TimeChart($id("chart-history"), {
-        series: [{ label: metric, color: "--accent", fill: true, fmt }],
-        yFormat: fmt,
-        height: 340,
-        zeroBased: !/seq|time/.test(metric),
-        empty: "no samples in this range",
-        xRange: () => shownRange,
-      });
-      chartMetric = metric;
-    }
-    chart.setData(columns(series.points, series.step));
-    setText($id("points-label"),
-      `${fmtInt(series.points.length)} points${series.step ? ` · step ${series.step} s` : " · raw"}`);
-    setText($id("range-label"), `${fmtDateTime(t0)} → ${fmtDateTime(t1)} UTC`);
-    summarize(metric, series.points, fmt);
-    alert.clear();
-  } catch (err) {
-    alert.error(err, metric);
-  }
+  const metricsShown = [...shown];
+  const answers = await Promise.allSettled(metricsShown.map((metric) => {
+    const params = new URLSearchParams({ metric, t0: `${t0Input.value}Z`, t1: `${t1Input.value}Z` });
+    if (stepSelect.value) params.set("step", stepSelect.value);
+    return api(`/api/stats?${params}`);
+  }));
+  if (JSON.stringify(metricsShown) !== JSON.stringify(shown)) return; // the list changed meanwhile
+  shownRange = [t0, t1];
+  buildChart();
+  const series = answers.map((a) => (a.status === "fulfilled" ? a.value : { points: [], step: null }));
+  chart.setData(aligned(series.map((s) => columns(s.points, s.step))));
+  const points = series.reduce((n, s) => n + s.points.length, 0);
+  const step = series.find((s) => s.step)?.step;
+  setText($id("points-label"), `${fmtInt(points)} points${step ? ` · step ${step} s` : " · raw"}`);
+  setText($id("range-label"), `${fmtDateTime(t0)} → ${fmtDateTime(t1)} UTC`);
+  $id("summary").tBodies[0].replaceChildren(...metricsShown.map((metric, i) =>
+    summaryRow(metric, series[i].points, formatterFor(metric), i)));
+  const failed = answers.findIndex((a) => a.status === "rejected");
+  if (failed >= 0) alert.error(answers[failed].reason, metricsShown[failed]);
+  else alert.clear();
   if (preset !== null) refreshTimer = setTimeout(show, Math.max(5, interval) * 1000);
 }
 
@@ -169,9 +240,10 @@ async function loadMetrics() {
     metrics = answer.metrics ?? [];
     interval = Number(answer.interval) || interval;
     $id("metric-list").replaceChildren(...metrics.map((m) => el("option", { value: m })));
-    if (!metricInput.value && metrics.length) {
-      metricInput.value = metrics.find((m) => /msgs_in_rate$/.test(m))
-        ?? metrics.find((m) => /msgs_in/.test(m)) ?? metrics[0];
+    if (shown.length === 0 && metrics.length) {
+      shown = [metrics.find((m) => /msgs_in_rate$/.test(m))
+        ?? metrics.find((m) => /msgs_in/.test(m)) ?? metrics[0]];
+      renderList();
     }
     if (metrics.length === 0) {
       alert.error({ error: "no data", detail: "the stats database has no series yet (the sampler writes one every interval)" });
@@ -195,12 +267,15 @@ for (const input of [t0Input, t1Input]) {
 }
 form.addEventListener("submit", (e) => {
   e.preventDefault();
-  show();
+  if (metricInput.value.trim()) addSeries();
+  else show();
 });
+$id("add-metric").addEventListener("click", addSeries);
 metricInput.addEventListener("change", () => {
-  if (metrics.includes(metricInput.value.trim())) show();
+  if (metrics.includes(metricInput.value.trim())) addSeries();
 });
 
 loadUrl();
+renderList();
 await loadMetrics();
 await show();

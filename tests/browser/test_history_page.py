@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -120,3 +121,69 @@ def test_times_are_utc_on_a_browser_in_another_time_zone(
     for split, label in zip(axis["splits"], axis["values"], strict=True):
         forms = (utc_clock(split, f) for f in ("%H:%M:%S", "%H:%M", "%m-%d %H:%M"))
         assert label in forms, axis
+
+
+def series_shown(page: Page) -> list[str]:
+    """The series listed above the chart, in order."""
+    return [
+        str(s.get_attribute("data-metric"))
+        for s in page.locator("#series-list [data-metric]").all()
+    ]
+
+
+def url_metrics(page: Page) -> list[str]:
+    """The series the page's URL names (``metric=a&metric=b``)."""
+    return parse_qs(urlsplit(page.url).query).get("metric", [])
+
+
+def test_several_series_are_overlaid_and_kept_in_the_url(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    first, second, third = "instance/connections", "instance/subscriptions", "process/threads"
+    for metric in (first, second, third):
+        sampled(dashboard_server, metric)
+    page.goto(f"{dashboard_server.http_url}/history?metric={first}&metric={second}&last=900")
+    expect(page.locator("#chart-history .empty-note")).to_be_hidden()
+    expect(page.locator("#series-list [data-metric]")).to_have_count(2)
+    assert series_shown(page) == [first, second]
+    labels = page.locator("#chart-history .u-legend .u-series .u-label")
+    expect(labels).to_have_text(["time (UTC)", first, second])
+    markers = page.locator("#chart-history .u-legend .u-series .u-marker")
+    colours = markers.evaluate_all("ms => ms.slice(1).map(m => getComputedStyle(m).borderColor)")
+    assert len(set(colours)) == 2, colours
+    rows = page.locator("#summary tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text(first)
+    expect(rows.nth(1)).to_contain_text(second)
+    for row in rows.all():  # each series its own summary: samples, last, min, max, mean
+        expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^[1-9][\d,]*$"))
+
+    # add a third: typed and added, listed last, charted, in the URL
+    page.fill("#metric", third)
+    page.click("#add-metric")
+    expect(labels).to_have_text(["time (UTC)", first, second, third])
+    assert url_metrics(page) == [first, second, third]
+    expect(rows).to_have_count(3)
+
+    # remove the first: the others stay, in order
+    page.locator(f'#series-list [data-metric="{first}"] button.remove').click()
+    expect(labels).to_have_text(["time (UTC)", second, third])
+    expect(rows).to_have_count(2)
+    assert series_shown(page) == [second, third]
+    assert url_metrics(page) == [second, third]
+
+    # the view, pasted elsewhere, opens the same
+    page.goto(page.url)
+    expect(labels).to_have_text(["time (UTC)", second, third])
+
+
+def test_an_old_single_metric_url_still_opens_that_series(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    metric = "instance/connections"
+    sampled(dashboard_server, metric)
+    page.goto(f"{dashboard_server.http_url}/history?metric={metric}&last=900")
+    labels = page.locator("#chart-history .u-legend .u-series .u-label")
+    expect(labels).to_have_text(["time (UTC)", metric])
+    expect(page.locator("#summary tbody tr")).to_have_count(1)
+    expect(page.locator("#summary")).to_contain_text(metric)
