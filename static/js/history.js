@@ -31,6 +31,12 @@ let chartKey = null;
 /** [t0, t1] of the last query: the chart shows the whole window asked for */
 let shownRange = null;
 
+/**
+ * What the page opens on when the URL names no series: the instance's own message rates,
+ * in and out (not the first series of the list, often a client's idle rate).
+ */
+const OPENING_SERIES = ["instance/msgs_in_rate", "instance/msgs_out_rate"];
+
 /** Series colours, by position in the list (CSS variables, so they follow the theme). */
 const COLOURS = ["--in", "--out", "--accent", "--p99", "--p50", "--err", "--muted", "--text"];
 
@@ -240,9 +246,8 @@ async function loadMetrics() {
     metrics = answer.metrics ?? [];
     interval = Number(answer.interval) || interval;
     $id("metric-list").replaceChildren(...metrics.map((m) => el("option", { value: m })));
-    if (shown.length === 0 && metrics.length) {
-      shown = [metrics.find((m) => /msgs_in_rate$/.test(m))
-        ?? metrics.find((m) => /msgs_in/.test(m)) ?? metrics[0]];
+    if (shown.length === 0) {
+      shown = OPENING_SERIES.filter((m) => metrics.includes(m));
       renderList();
     }
     if (metrics.length === 0) {

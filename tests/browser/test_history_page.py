@@ -19,6 +19,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from spool.server.client.sync import SyncClient
 from tests.browser.conftest import VIEWPORT, PageErrors
 from tests.browser.test_dashboard import api
 from tests.support.server import SpoolProcess
@@ -187,3 +188,26 @@ def test_an_old_single_metric_url_still_opens_that_series(
     expect(labels).to_have_text(["time (UTC)", metric])
     expect(page.locator("#summary tbody tr")).to_have_count(1)
     expect(page.locator("#summary")).to_contain_text(metric)
+
+
+def test_without_a_series_in_the_url_it_opens_on_the_instance_rates(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    # a client's series sort before the instance's ("clients/..." < "instance/...")
+    with SyncClient(dashboard_server.ws_url, "aaa-history-client") as client:
+        client.publish("history-rates", {"i": 1})
+        client.flush()
+
+        def listed() -> bool:
+            names = api(dashboard_server, "/api/stats/metrics")["metrics"]
+            return "clients/aaa-history-client/msgs_in_rate" in names
+
+        wait_until(listed, timeout=30, message="the client's series listed")
+        sampled(dashboard_server, "instance/msgs_out_rate")
+        page.goto(f"{dashboard_server.http_url}/history")
+        rates = ["instance/msgs_in_rate", "instance/msgs_out_rate"]
+        labels = page.locator("#chart-history .u-legend .u-series .u-label")
+        expect(labels).to_have_text(["time (UTC)", *rates])
+        assert series_shown(page) == rates
+        assert url_metrics(page) == rates
+        expect(page.locator("#summary tbody tr")).to_have_count(2)
