@@ -7,8 +7,7 @@
 import { TimeChart } from "./charts.js";
 import { fetchStored, joinStored, metricSegment } from "./stored.js";
 import {
-  Alert, KeyedTable, Poller, allowAction, api, busy, confirmDialog, el, fmtDuration, fmtInt, fmtLag,
-  setText,
+  Alert, KeyedTable, Poller, allowAction, api, busy, confirmDialog, el, fmtDuration, fmtInt, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -43,6 +42,25 @@ function storedOf(name) {
   return entry;
 }
 
+/** `x` with at most `digits` decimals, trailing zeros dropped: 2.50 -> "2.5", 3.0 -> "3". */
+function trimmed(x, digits) {
+  return String(Number(x.toFixed(digits)));
+}
+
+/**
+ * An age (seconds) with its unit, for the Age chart's axis and legend: "0 s", "0.25 s",
+ * "12 s", "3 min", "1.5 h", "2 d". Ages of a second or less are the usual case, so the
+ * fractions of a second stay; a larger age takes the unit that keeps the number short.
+ */
+function fmtAge(seconds) {
+  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return "–";
+  const s = Math.max(0, seconds);
+  if (s < 60) return `${trimmed(s, s < 0.1 ? 3 : s < 1 ? 2 : 1)} s`;
+  if (s < 3600) return `${trimmed(s / 60, 1)} min`;
+  if (s < 2 * 86400) return `${trimmed(s / 3600, 1)} h`;
+  return `${trimmed(s / 86400, 1)} d`;
+}
+
 const depthChart = new TimeChart($id("chart-depth"), {
   series: [
     { label: "depth", color: "--in", fill: true, fmt: fmtInt },
@@ -53,13 +71,11 @@ const depthChart = new TimeChart($id("chart-depth"), {
 });
 const ageChart = new TimeChart($id("chart-age"), {
   series: [
-    { label: "oldest message", color: "--p99", fmt: (v) => fmtDuration(v) },
-    { label: "oldest undelivered", color: "--warn", fmt: (v) => fmtDuration(v) },
-    { label: "oldest lease", color: "--p50", fmt: (v) => fmtDuration(v) },
+    { label: "oldest message", color: "--p99", fmt: fmtAge },
+    { label: "oldest undelivered", color: "--warn", fmt: fmtAge },
+    { label: "oldest lease", color: "--p50", fmt: fmtAge },
   ],
-  // ages of a few seconds or less are the usual case: whole seconds would label every
-  // tick "0"; fmtLag says "850 ms", "12.3 s", "4m 05s"
-  yFormat: fmtLag,
+  yFormat: fmtAge,
   window: WINDOW,
 });
 

@@ -16,10 +16,12 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from spool.server.client.sync import SyncClient
+from tests.browser.conftest import VIEWPORT, PageErrors
 from tests.browser.test_dashboard import api, publish
+from tests.browser.test_history_page import COLLECT_CHARTS
 from tests.support.server import SpoolProcess, config_xml
 from tests.support.wait import wait_until
 
@@ -126,3 +128,38 @@ def test_the_queues_charts_open_with_the_stored_minutes(
                           message="a stored age point")  # fmt: skip
     assert age["oldest message"] != "\u2013", age  # the "no value" dash
     expect(page.locator("#page-alert")).to_be_hidden()
+
+
+def test_the_queues_age_chart_labels_ages_with_their_unit(
+    browser: Browser, charts_server: SpoolProcess
+) -> None:
+    """The age axis is drawn on a canvas: its labels are read from the chart object."""
+    ctx = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    ctx.add_init_script(COLLECT_CHARTS)
+    page = ctx.new_page()
+    errors = PageErrors(page)
+    try:
+        with SyncClient(charts_server.ws_url, "charts-age-feeder") as feeder:
+            publish(feeder, "work-in", 2)  # no consumer: they wait, and age
+        page.goto(f"{charts_server.http_url}/queues")
+        expect(page.locator("#chart-age .empty-note")).to_be_hidden()
+
+        def axis() -> list[str] | None:
+            labels: list[str] = page.evaluate(
+                "() => window.charts.find((c) => c.root.closest('#chart-age')).axes[1]._values"
+            )
+            # ticks above 0: the oldest message has aged since it was published
+            return labels if labels and len(labels) >= 3 else None
+
+        labels = wait_until(axis, timeout=20, interval=0.3, message="age axis ticks")
+        assert all(re.fullmatch(r"\d+(\.\d+)? (s|min|h|d)", label) for label in labels), labels
+        assert len(set(labels)) == len(labels), labels
+        legend = page.locator("#chart-age .u-legend .u-series").nth(1).locator(".u-value")
+        over = page.locator("#chart-age .u-over")
+        box = over.bounding_box()
+        assert box is not None
+        page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+        expect(legend).to_have_text(re.compile(r"^\d+(\.\d+)? (s|min|h|d)$"))
+    finally:
+        ctx.close()
+    assert errors.errors == [], "JavaScript errors on the page"
