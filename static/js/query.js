@@ -34,10 +34,21 @@ function wsUrl() {
   return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/amps/json`;
 }
 
-function setState(state, text = state) {
+/** The status line's state, and after it why (a failure's reason, "replay complete"). */
+function setState(state, text = state, detail = "") {
   const node = $id("q-state");
   node.className = `state-${state}`;
   setText(node, text);
+  setText($id("q-detail"), detail);
+}
+
+/**
+ * Whether the replay asked for has an end: a range (`[start:end]`, `(start:end)`, ...) or
+ * `top_n`. Its completed ack is that end (nothing is delivered after it); an open-ended
+ * replay's completed ack is the live point, and live messages follow.
+ */
+function hasEnd(bookmark, options) {
+  return /^[[(]/.test(bookmark) || options.some((o) => o.startsWith("top_n="));
 }
 
 function maxRows() {
@@ -169,12 +180,15 @@ async function start() {
     password: $id("ws-password")?.value || undefined,
     heartbeat: 10,
   });
+  const ends = hasEnd(bookmark, options);
+  const own = client;
   client.on("disconnect", ({ error }) => {
-    if (client === null) return;
+    if (client !== own) return;
     alert.error(error, `connection to ${instance}`);
-    setState("failed", "disconnected");
     client = null;
     running(false);
+    endReplay();
+    setState("failed", "disconnected", error?.reason ?? "");
   });
   client.on("error", (err) => alert.error(err));
   running(true);
@@ -184,24 +198,42 @@ async function start() {
   setText($id("q-count"), "0");
   setText($id("q-completed"), bookmark ? "replaying" : "–");
   setText($id("q-bookmark"), "–");
+  setText($id("q-subid"), "–");
   try {
-    await client.connect();
-    const subId = await client.subscribe(topic, {
+    await own.connect();
+    const subId = await own.subscribe(topic, {
       filter: $id("filter").value.trim() || undefined,
       bookmark: bookmark || undefined,
       options: options.join(",") || undefined,
-      onCompleted: () => setText($id("q-completed"), "reached live"),
+      onCompleted: () => {
+        if (client !== own) return;
+        if (!ends) {
+          setText($id("q-completed"), "reached live");
+          return;
+        }
+        // the end of the range: nothing more comes, so the page's subscription ends here
+        setText($id("q-completed"), "complete");
+        stop("stopped", "replay complete");
+      },
       onError: (err) => {
+        if (client !== own) return;
         alert.error(err, "subscription");
-        stop("failed");
+        stop("failed", err.reason ?? String(err));
       },
     }, onMessage);
+    if (client !== own) return; // ended while the answer came (a short range, Stop)
     setText($id("q-subid"), subId);
     setState("running", "running");
   } catch (err) {
+    if (client !== own) return;
     alert.error(err, `subscribe to ${topic}`);
-    stop("failed");
+    stop("failed", err?.reason ?? String(err));
   }
+}
+
+/** A replay that did not get to its end says so no longer ("replaying" would be stale). */
+function endReplay() {
+  if ($id("q-completed").textContent === "replaying") setText($id("q-completed"), "–");
 }
 
 function clearRows() {
@@ -212,13 +244,15 @@ function clearRows() {
   setText($id("q-shown"), "0");
 }
 
-function stop(state = "stopped") {
+/** End the page's subscription: `state` "stopped" or "failed", `detail` why. */
+function stop(state = "stopped", detail = "") {
   const c = client;
   client = null;
   if (c !== null) c.close();
   running(false);
   updateRate();
-  setState(state, state === "failed" ? "failed" : "stopped");
+  endReplay();
+  setState(state, state === "failed" ? "failed" : "stopped", detail);
 }
 
 form.addEventListener("submit", (e) => {
