@@ -27,12 +27,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from spool.server import __version__
 from spool.server.acks import DurableAcks, LocalHorizon
 from spool.server.actions import Actions
+from spool.server.alertrules import AlertRules
 from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher
 from spool.server.clients import ClientRegistry
@@ -65,6 +66,7 @@ from spool.server.session import Session, Transport
 from spool.server.sow import SowService
 from spool.server.spills import Spills
 from spool.server.stalls import StallWatch
+from spool.server.stats.host import FilesystemUsage, filesystem_usage
 from spool.server.stats.sampler import Sampler
 from spool.server.subscriptions import SubscriptionService
 from spool.server.throttle import LogonThrottle, ThrottlePolicy
@@ -279,6 +281,12 @@ class Broker:
         )
         self.operations.bootstrap = self.bootstrapper
         self.operations.repairer = self.repairer
+        #: the operator's alert rules (``Admin/Alerts``), evaluated on their own timer
+        self.alert_rules = AlertRules(
+            config.admin.alert_rules, self.metrics.snapshot, self._journal_disk, clock,
+            self.events,
+        )  # fmt: skip
+        self.operations.alert_rules = self.alert_rules
         self.actions = Actions(config, self.operations, clock)
         #: the command table and its routing rule (server/commandtable.py): every
         #: command but ``publish`` and ``heartbeat``, which the dispatcher runs itself (the
@@ -469,6 +477,8 @@ class Broker:
         )  # fmt: skip
         await self._sampler.start()
         self.operations.sampler = self._sampler
+        # 6b. the operator's alert rules (server/alertrules.py)
+        self.alert_rules.start()
         # 7. TLS: say what is served, watch its expiry; or say the listener is plain text
         if self.tls is not None:
             self.tls.start()
@@ -545,7 +555,8 @@ class Broker:
         #    append to the log)
         await self.sow.close()
         await self.queues.close()
-        # 4. statistics sampler: last sample, close the database
+        # 4. statistics sampler: last sample, close the database; no more alert rules
+        await self.alert_rules.stop()
         self.operations.sampler = None
         if self._sampler is not None:
             with contextlib.suppress(Exception):
@@ -591,6 +602,15 @@ class Broker:
         return self.txlog is not None and (
             self.subscriptions.records(topic) or self.queues.stage.takes_events(topic)
         )
+
+    @property
+    def _journal_disk(self) -> Callable[[], FilesystemUsage] | None:
+        """The transaction log's file system now (blocking), for ``disk_free`` rules."""
+        txlog = self.config.transaction_log
+        if txlog is None:
+            return None
+        directory = txlog.journal_directory
+        return lambda: filesystem_usage(directory)
 
     def _txlog_event(self, event: str, fields: dict[str, object]) -> None:
         self.events.emit(_TXLOG_LEVELS.get(event, "info"), "txlog", event, **fields)

@@ -16,6 +16,7 @@ from typing import Literal, TypedDict
 
 from spool.server import __version__, speedups
 from spool.server.acks import DurableAcks
+from spool.server.alertrules import AlertRules, RuleInfo
 from spool.server.alerts import Alert, txlog_alerts
 from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher, Published
@@ -256,6 +257,8 @@ class Operations:
         self.bootstrap: Bootstrapper | None = None
         #: the repair of fenced records from the destinations (None: no destination)
         self.repairer: Repairer | None = None
+        #: the operator's alert rules (``Admin/Alerts``), set by the engine
+        self.alert_rules: AlertRules | None = None
         #: retention pins taken over the admin API (a Spark stream's), by owner
         self._admin_pins: dict[str, Pin] = {}
 
@@ -302,7 +305,12 @@ class Operations:
         repl = self._replication
         conflicts = repl.alerts() if repl is not None else []
         repairing = self.repairer.alerts() if self.repairer is not None else []
-        return booting + txlog_alerts(self._txlog) + repairing + stuck + conflicts
+        rules = self.alert_rules.alerts() if self.alert_rules is not None else []
+        return booting + txlog_alerts(self._txlog) + repairing + stuck + conflicts + rules
+
+    def alert_rules_info(self) -> list[RuleInfo]:
+        """The operator's alert rules and their states (``GET /api/alerts/rules``)."""
+        return self.alert_rules.info() if self.alert_rules is not None else []
 
     def health(self) -> dict[str, object]:
         """``GET /healthz``: ``ok``, or ``degraded`` with the reasons (the ids and titles

@@ -56,6 +56,7 @@ from spool.server.config.model import (
 from spool.server.config.netaddr import format_inet_addr, is_loopback
 from spool.server.config.sections.actions import read_actions
 from spool.server.config.sections.admin import AdminPart, read_admin
+from spool.server.config.sections.alerts import check_alert_rules
 from spool.server.config.sections.bootstrap import BootstrapPart, read_bootstrap
 from spool.server.config.sections.replication import ReplicationPart, read_replication
 from spool.server.config.sections.sow import read_sow
@@ -418,6 +419,12 @@ def build(root: XmlNode, ctx: Context) -> Config:
     if sow_node is not None and queues:
         _check_queues(sow_node, queues, txlog, name, replicates)
         _check_local_queues_stay(replication, queues)
+    check_alert_rules(
+        admin.alerts,
+        queues=[q.name for q in queues],
+        destinations=[d.name for d in (replication.config.destinations if replication else ())],
+        has_txlog=txlog is not None,
+    )
 
     if transports is None:
         transport_configs: tuple[TransportConfig, ...] = (

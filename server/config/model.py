@@ -12,12 +12,13 @@ import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from spool.server.config.actions import ActionConfig
 from spool.server.config.netaddr import format_inet_addr, is_loopback
 
 __all__ = [
+    "ALERT_METRICS",
     "DEFAULT_HOST",
     "DEFAULT_MAX_MESSAGE_SIZE",
     "DEFAULT_NAME",
@@ -32,6 +33,9 @@ __all__ = [
     "SOW_DURABILITIES",
     "VALIDATION_CHECKS",
     "AdminConfig",
+    "AlertMeasure",
+    "AlertMetric",
+    "AlertRuleConfig",
     "Config",
     "DestinationConfig",
     "QueueConfig",
@@ -126,6 +130,52 @@ class TlsConfig:
     client_auth: str = "none"
 
 
+AlertMetric = Literal[
+    "queue_age", "subscription_lag", "link_behind", "disk_free", "publish_rate_drop"
+]
+#: every metric an alert rule may watch, in the order docs/configuration.md lists them
+ALERT_METRICS: Final[tuple[AlertMetric, ...]] = (
+    "queue_age",
+    "subscription_lag",
+    "link_behind",
+    "disk_free",
+    "publish_rate_drop",
+)
+#: what a rule's value and threshold count: ``messages`` are records of the log,
+#: ``per_second`` messages published per second
+AlertMeasure = Literal["seconds", "messages", "bytes", "percent", "per_second"]
+
+
+@dataclass(frozen=True, slots=True)
+class AlertRuleConfig:
+    """An ``Admin/Alerts/Rule``: a threshold the broker watches (server/alertrules.py).
+
+    Attributes:
+        name: unique among the rules; the alert's id and the metrics' ``rule`` label.
+        metric: what is watched.
+        measure: the unit of the value and the threshold (from how the threshold was
+            written: ``30s`` is seconds, ``5000 messages`` messages, ``10%`` percent...).
+        above: the rule holds while the value is above ``threshold`` (else below it).
+        threshold: in ``measure`` units.
+        target: the queue (``queue_age``), destination (``link_behind``), client
+            (``subscription_lag``) or topic (``publish_rate_drop``) watched; None: the
+            worst of them (``publish_rate_drop``: every topic together).
+        sub_id: with a client, one of its subscriptions (``subscription_lag``).
+        hold: seconds the condition must hold before the rule fires (``For``).
+        level: the alert's level while it fires.
+    """
+
+    name: str
+    metric: AlertMetric
+    measure: AlertMeasure
+    above: bool
+    threshold: float
+    target: str | None = None
+    sub_id: str | None = None
+    hold: float = 0.0
+    level: Literal["warning", "error"] = "warning"
+
+
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     """REST admin + dashboard + /metrics; served on the web port."""
@@ -145,6 +195,8 @@ class AdminConfig:
     #: API with ambient credentials (no users, a dashboard session): canonical
     #: ``scheme://host[:port]`` (server/config/netaddr.py ``parse_origin``)
     allowed_origins: tuple[str, ...] = ()
+    #: the operator's alert rules (``Alerts/Rule``), in file order
+    alert_rules: tuple[AlertRuleConfig, ...] = ()
 
     @property
     def address(self) -> str:

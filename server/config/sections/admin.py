@@ -9,6 +9,7 @@ from typing import Final
 from spool.server.config.errors import OriginError
 from spool.server.config.model import AdminConfig
 from spool.server.config.netaddr import parse_origin
+from spool.server.config.sections.alerts import AlertRulePart, read_alerts
 from spool.server.config.sections.tls import TLS_ELEMENTS, ListenerPart, read_listener
 from spool.server.config.values import (
     DAY,
@@ -37,6 +38,7 @@ _ADMIN_SPEC: Final[Spec] = {
     "ClientStatsLimit": False,
     "MetricsPublic": False,
     "AllowedOrigins": True,
+    "Alerts": False,
     **TLS_ELEMENTS,
 }
 _AUTHENTICATION: Final = ("none", "token")
@@ -55,6 +57,8 @@ class AdminPart:
         authentication: the Authentication element, if given (checked against Users).
         stats_explicit: whether the file gave FileName (so ``--data-dir`` leaves it alone).
         listener: the TLS elements it gave (sections/tls.py).
+        alerts: the alert rules with their elements (cross-checked against the queues,
+            destinations and transaction log).
     """
 
     bind: Bind | None
@@ -62,6 +66,7 @@ class AdminPart:
     authentication: XmlNode | None
     stats_explicit: bool
     listener: ListenerPart
+    alerts: tuple[AlertRulePart, ...] = ()
 
 
 def read_admin(node: XmlNode | None, ctx: Context, data_dir: Path) -> AdminPart:
@@ -113,8 +118,12 @@ def read_admin(node: XmlNode | None, ctx: Context, data_dir: Path) -> AdminPart:
         metrics_public=metrics_public,
         allowed_origins=_allowed_origins(kids.many("AllowedOrigins"), ctx),
     )
+    alerts_node = kids.one("Alerts")
+    alerts = read_alerts(alerts_node, ctx) if alerts_node is not None else ()
+    if alerts:
+        config = replace(config, alert_rules=tuple(part.config for part in alerts))
     listener = read_listener(kids, ctx)
-    return AdminPart(bind, config, auth_node, stats_node is not None, listener)
+    return AdminPart(bind, config, auth_node, stats_node is not None, listener, alerts)
 
 
 def _allowed_origins(nodes: list[XmlNode], ctx: Context) -> tuple[str, ...]:
