@@ -4,14 +4,19 @@ The counters live where the work happens (the publish pipeline, each connection'
 the topic table, the log, the persisted-ack histogram); :meth:`Metrics.snapshot` reads them
 all at one moment, on the loop, without I/O, for the stats sampler, the Prometheus
 collector and the dashboard's live feed (server/stats/snapshot.py has the shape).
+:class:`AlertRuleGauges` adds the operator's alert rules to ``/metrics``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final, get_args
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
 from spool.server.acks import DurableAcks
+from spool.server.alertrules import AlertRules
 from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
 from spool.server.logons import LogonGuard
@@ -222,3 +227,33 @@ class Metrics:
             "tls_reloads": tls.reloads if tls is not None else 0,
             "plaintext_exposed": self._plaintext_exposed,
         }
+
+
+class AlertRuleGauges(Collector):
+    """``spool_alert_firing{rule}`` (1 while the rule fires) and ``spool_alert_value{rule}``
+    (its last value, in the unit of its threshold; absent before one could be read).
+
+    Args:
+        rules: the instance's alert rules (server/alertrules.py).
+    """
+
+    def __init__(self, rules: AlertRules) -> None:
+        self._rules = rules
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        firing = GaugeMetricFamily(
+            "spool_alert_firing", "1 while the alert rule fires", labels=["rule"]
+        )
+        value = GaugeMetricFamily(
+            "spool_alert_value", "The alert rule's last value (its threshold's unit)",
+            labels=["rule"],
+        )  # fmt: skip
+        for name, fires, last in self._rules.gauges():
+            firing.add_metric([name], 1.0 if fires else 0.0)
+            if last is not None:
+                value.add_metric([name], last)
+        yield firing
+        yield value

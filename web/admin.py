@@ -42,6 +42,7 @@ from spool.server.actions import (
 )
 from spool.server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
 from spool.server.eventlog import EventLog
+from spool.server.metrics import AlertRuleGauges
 from spool.server.operations import JOURNAL_ACTIONS, JournalAction, Operations
 from spool.server.protocol.errors import InvalidOptions, SubIdNotFound
 from spool.server.stats.host import HostProbe
@@ -199,6 +200,8 @@ class AdminApi:
         self.ops = ops
         self.actions = actions
         self.registry = make_registry(ops)
+        if ops.alert_rules is not None:
+            self.registry.register(AlertRuleGauges(ops.alert_rules))
         self.probe = HostProbe(instance_directories(ops.config))
         self._document: dict[str, Any] | None = None
         self.sow = SowApi(ops)
@@ -241,6 +244,10 @@ class AdminApi:
             "auth_enabled": self.ops.auth.enabled,
             "csrf_token": csrf_token_for(request),
         }
+
+    async def alert_rules(self, request: Request) -> Any:
+        require_admin(request)
+        return {"rules": self.ops.alert_rules_info()}
 
     async def clients(self, request: Request) -> Any:
         return {"clients": self.ops.clients_info()}
@@ -475,6 +482,13 @@ class AdminApi:
                     ),
                     QueryParam("category", "only this category, e.g. admin"),
                 ),
+            ),
+            get(
+                "/api/alerts/rules",
+                self.alert_rules,
+                "The operator's alert rules: state (inactive, pending, firing), since, value",
+                "instance",
+                access="admin",
             ),
             get("/api/clients", self.clients, "Connected clients", "clients"),
             get("/api/clients/{name}", self.client, "One client", "clients", errors=(404,)),

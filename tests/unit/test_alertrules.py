@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from spool.server.alertrules import RuleMachine, describe
 from spool.server.config import AlertRuleConfig
+from spool.server.metrics import AlertRuleGauges
 from tests.support.engine import EngineHarness
 
 
@@ -117,6 +118,7 @@ def test_a_queue_rule_fires_on_the_engine_and_clears_when_the_message_is_consume
             tmp_path, sow=QUEUE, admin_extra=RULES, flush_interval="10ms"
         ) as h:
             ops = h.broker.operations
+            rules = h.broker.alert_rules
             pub = await h.logon("pub")
             pub.send(({"c": "publish", "t": "work-in"}, b'{"n":1}'))
             await h.commit()
@@ -147,6 +149,13 @@ def test_a_queue_rule_fires_on_the_engine_and_clears_when_the_message_is_consume
             assert [e["rule"] for e in fired] == ["slow-in", "work-old"]
             assert fired[1]["level"] == "error" and fired[1]["category"] == "alert"
             assert fired[1]["threshold"] == 5.0 and fired[1]["metric_value"] > 5.0
+            gauges = {name: (fires, value) for name, fires, value in rules.gauges()}
+            assert gauges["work-old"][0] is True
+            families = {f.name: f for f in AlertRuleGauges(rules).collect()}
+            assert {s.labels["rule"]: s.value for s in families["spool_alert_firing"].samples} == {
+                "work-old": 1.0,
+                "slow-in": 1.0,
+            }
             # a consumer takes the message and acks it: the rule clears at the next tick
             c = await h.logon("worker")
             c.send(({"c": "subscribe", "t": "work", "sub_id": "s", "a": "processed"}, b""))
