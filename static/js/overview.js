@@ -5,7 +5,7 @@ import { TimeChart } from "./charts.js";
 import { live } from "./live.js";
 import { fetchStored, joinStored } from "./stored.js";
 import {
-  Alert, Poller, api, el, fmtBytes, fmtCompact, fmtDateTime, fmtDuration, fmtInt, fmtLag,
+  Alert, ApiError, KeyedTable, Poller, api, el, fmtBytes, fmtCompact, fmtDateTime, fmtDuration, fmtInt, fmtLag,
   fmtMs, fmtPercent, fmtRate, setText,
 } from "./ui.js";
 
@@ -226,6 +226,54 @@ const hostPoller = new Poller(async () => {
   }
 }, 5000);
 hostPoller.start();
+
+// -- alert rules (Admin/Alerts; admins only: the panel stays hidden for other users) -----
+
+/** What a rule watches, in a few words. */
+function ruleTarget(rule) {
+  if (rule.target === null) return `${rule.metric} (worst)`;
+  return rule.sub_id === null ? `${rule.metric} ${rule.target}` : `${rule.metric} ${rule.target}/${rule.sub_id}`;
+}
+
+const ruleTable = new KeyedTable($id("alert-rules").tBodies[0], {
+  key: (rule) => rule.name,
+  columns: 7,
+  create: () => el("tr", {},
+    el("td", { className: "mono" }), el("td"), el("td", { className: "mono" }), el("td"),
+    el("td", {}, el("span", { className: "badge" })), el("td", { className: "mono" }),
+    el("td", { className: "num mono" })),
+  update: (tr, rule) => {
+    const [name, watches, threshold, level, state, since, value] = tr.cells;
+    setText(name, rule.name);
+    setText(watches, ruleTarget(rule));
+    const wait = rule.for_seconds > 0 ? ` for ${rule.for_seconds}s` : "";
+    setText(threshold, `${rule.comparison} ${rule.threshold_text}${wait}`);
+    setText(level, rule.level);
+    const badge = state.firstElementChild;
+    badge.className = `badge ${rule.state}`;
+    setText(badge, rule.state);
+    tr.dataset.state = rule.state;
+    setText(since, rule.since === null ? "–" : fmtDateTime(rule.since));
+    setText(value, rule.value_text ?? "–");
+  },
+});
+
+const rulesPoller = new Poller(async () => {
+  try {
+    const { rules } = await api("/api/alerts/rules");
+    $id("alert-rules-panel").hidden = rules.length === 0;
+    ruleTable.render(rules);
+    setText($id("alert-rules-updated"), new Date().toISOString().slice(11, 19));
+    alert.clear("rules");
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 403) {
+      rulesPoller.stop();
+      return;
+    }
+    alert.error(err, "alert rules", "rules");
+  }
+}, 2000);
+rulesPoller.start();
 
 // -- listener security and logons -------------------------------------------------------
 
