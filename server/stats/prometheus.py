@@ -30,6 +30,7 @@ Families (``_total`` suffixes are added by the exposition format for counters)::
     spool_password_checks_pending
     spool_tls_enabled, spool_tls_certificate_not_after_seconds,
     spool_tls_certificate_reloads_total, spool_plaintext_listener
+    spool_alert_firing{rule}, spool_alert_value{rule}  (alert rules: server/metrics.py)
     process_* / python_*                             (prometheus-client's collectors)
 """
 
