@@ -287,10 +287,17 @@ class AdminApi:
     async def events(self, request: Request) -> Any:
         limit = int_param(request, "limit", 200, 1, EVENTS_MAX)
         category = request.query_params.get("category")
-        events = self.ops.events.recent(EVENTS_MAX if category else limit)
-        if category:
-            events = [e for e in events if e.get("category") == category][-limit:]
-        return {"events": events}
+        client = request.query_params.get("client")
+        if not category and not client:
+            return {"events": self.ops.events.recent(limit)}
+        # a filter looks through every entry kept, then keeps the newest ``limit``
+        events = [
+            e
+            for e in self.ops.events.recent(EVENTS_MAX)
+            if (not category or e.get("category") == category)
+            and (not client or e.get("client") == client)
+        ]
+        return {"events": events[-limit:]}
 
     async def actions_list(self, request: Request) -> Any:
         return {"actions": self.actions.info()}
@@ -481,6 +488,7 @@ class AdminApi:
                         maximum=EVENTS_MAX,
                     ),
                     QueryParam("category", "only this category, e.g. admin"),
+                    QueryParam("client", "only the entries naming this client"),
                 ),
             ),
             get(

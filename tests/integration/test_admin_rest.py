@@ -347,6 +347,34 @@ def test_pause_and_resume_bookmark_subscriptions(server: SpoolProcess, http: htt
     assert any(e["target"] == "replayer/r1" and e["status"] == 200 for e in logged)
 
 
+def test_events_of_one_client(server: SpoolProcess, http: httpx.Client) -> None:
+    with feed_client(server, "events-pub") as pub:
+        pub.publish("orders", '{"i":0}', persisted=True)
+        pub.flush()
+    with feed_client(server, "events-other") as other, feed_client(server, "events-one") as one:
+        one.subscribe("orders", bookmark="0", sub_id="e1")
+        other.subscribe("orders", bookmark="0", sub_id="e2")
+        http.post("/api/subscriptions/events-one/e1/pause", headers=ADMIN).raise_for_status()
+        http.post("/api/subscriptions/events-other/e2/pause", headers=ADMIN).raise_for_status()
+
+    def of(client: str, **params: Any) -> list[dict[str, Any]]:
+        answer = http.get("/api/events", params={"client": client, **params}, headers=READER)
+        answer.raise_for_status()
+        return list(answer.json()["events"])
+
+    wait_until(
+        lambda: [e["event"] for e in of("events-one")] == ["logon", "paused", "disconnected"],
+        timeout=15,
+        interval=0.05,
+        message="the client's pause and disconnect, and nothing else",
+    )
+    assert {e["client"] for e in of("events-other")} == {"events-other"}
+    assert [e["event"] for e in of("events-one", limit=1)] == ["disconnected"]
+    admin = of("events-one", category="admin")
+    assert admin == [], "admin actions name their target, not a client field"
+    assert of("nobody-by-this-name") == []
+
+
 def test_pausing_a_live_bookmark_subscription_is_refused_like_the_protocol_refuses_it(
     server: SpoolProcess, http: httpx.Client
 ) -> None:
