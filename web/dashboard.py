@@ -109,9 +109,29 @@ def _fabric_csp(request: Request) -> str:
     return fabric_csp(request.app.state.config)
 
 
+def _client_detail(request: Request) -> dict[str, Any]:
+    """The client page's client and, on a subscription's address, that subscription: the
+    page's script reads them from the template (they may name a client that left)."""
+    return {
+        "client_name": request.path_params["name"],
+        "sub_id": request.path_params.get("sub_id", ""),
+    }
+
+
 PAGES: Final[tuple[Page, ...]] = (
     Page("/", "overview", "Overview", "overview.html"),
     Page("/clients", "clients", "Clients", "clients.html"),
+    # one client, connected or gone, and one of its subscriptions: reached from the
+    # Clients and Subscriptions pages
+    Page("/clients/{name}", "client", "Client", "client.html", extra=_client_detail, nav=False),
+    Page(
+        "/clients/{name}/subs/{sub_id}",
+        "client-subscription",
+        "Client",
+        "client.html",
+        extra=_client_detail,
+        nav=False,
+    ),
     Page("/subscriptions", "subscriptions", "Subscriptions", "subscriptions.html"),
     Page("/transaction-log", "transaction-log", "Transaction log", "transaction_log.html"),
     Page("/replication", "replication", "Replication", "replication.html"),

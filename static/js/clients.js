@@ -60,6 +60,8 @@ const rows = new KeyedTable(table.tBodies[0], {
       tr.append(el("td", { className: NUMERIC.has(field) ? "num" : field === "name" ? "mono" : "",
         dataset: { field } }));
     }
+    // the name opens the client's page
+    tr.cells[0].append(el("a", { className: "client-link" }));
     const button = el("button", { type: "button", className: "small danger", text: "Disconnect",
       dataset: { action: "disconnect" } });
     allowAction(button);
@@ -68,7 +70,10 @@ const rows = new KeyedTable(table.tBodies[0], {
     return tr;
   },
   update: (tr, c) => {
-    CELLS.forEach((field, i) => setText(tr.cells[i], format(field, c)));
+    const link = tr.cells[0].firstChild;
+    link.href = `/clients/${encodeURIComponent(c.name)}`;
+    setText(link, c.name);
+    CELLS.forEach((field, i) => { if (i > 0) setText(tr.cells[i], format(field, c)); });
   },
 });
 

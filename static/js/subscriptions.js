@@ -81,6 +81,11 @@ const rows = new KeyedTable(table.tBodies[0], {
       tr.append(el("td", { className: num ? "num" : ["sub_id", "topic", "filter", "position",
         "options"].includes(field) ? "mono clip" : "", dataset: { field } }));
     }
+    // the client opens its page; the sub id opens it with that subscription chosen
+    const clientPath = `/clients/${encodeURIComponent(s.client)}`;
+    tr.cells[1].append(el("a", { className: "client-link", href: clientPath, text: s.client }));
+    tr.cells[2].append(el("a", { href: `${clientPath}/subs/${encodeURIComponent(s.sub_id)}`,
+      text: s.sub_id }));
     const pauseBtn = el("button", { type: "button", className: "small", text: "Pause",
       dataset: { action: "pause" } });
     const resumeBtn = el("button", { type: "button", className: "small", text: "Resume",
@@ -103,6 +108,8 @@ const rows = new KeyedTable(table.tBodies[0], {
           td.dataset.state = s.state;
           td.replaceChildren(badge(s.state));
         }
+      } else if (field === "client" || field === "sub_id") {
+        td.title = s[field];
       } else if (field === "delivered") setText(td, fmtInt(s.delivered));
       else if (field === "rate") setText(td, s.rate === null ? "–" : fmtRate(s.rate));
       else if (field === "seconds_behind") setText(td, bookmark ? fmtLag(s.seconds_behind) : "–");
