@@ -10,7 +10,7 @@ CHROMIUM ?= /usr/bin/chromium
 PYTEST_ARGS ?=
 RUNS ?= 3
 
-.PHONY: install devpath hooks dist nftables run test test-fast test-long test-spark test-loaded lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot
+.PHONY: install devpath hooks dist nftables run test test-fast test-long test-spark test-loaded lint typecheck bench bench-quick browser java promtool clean soak nemesis fuzz fabric-screenshot screenshots
 
 install: $(STAMP) $(NODE_STAMP) devpath
 
@@ -147,6 +147,13 @@ test-loaded: install browser java promtool nftables
 # browser test (tests/browser/test_fabric_page.py) before it downgrades and kills.
 fabric-screenshot: install browser
 	SPOOL_FABRIC_SCREENSHOT=1 $(PY) -m pytest -q tests/browser/test_fabric_page.py
+
+# The pictures of docs/dashboard.md: every page of the navigation at 1440x900
+# (docs/pages/), and the pages with a test of their own (client, publish, topics).
+screenshots: install browser
+	SPOOL_SCREENSHOTS=1 $(PY) -m pytest -q tests/browser/test_dashboard_layout.py \
+		tests/browser/test_client_page.py tests/browser/test_publish_page.py \
+		tests/browser/test_topics_page.py
 
 bench: install java
 	$(PY) -m tests.bench $(ARGS)

@@ -3,13 +3,17 @@
 Every page of the navigation, at 1280x800, 1440x900 and 768x1024, with a publisher running
 and clients with long names: the document never scrolls sideways, the top bar's clock,
 theme toggle and log-out button are inside the viewport, and a wide table scrolls inside
-its own box, where the Clients table's Disconnect button can be reached.
+its own box, where the Clients table's Disconnect button can be reached. With
+SPOOL_SCREENSHOTS=1 it also writes each page at 1440x900 to docs/pages/NAME.png (the
+pictures docs/dashboard.md shows: ``make screenshots``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import BrowserContext, Page, expect
@@ -23,6 +27,9 @@ from tests.support.server import SpoolProcess, config_xml
 pytestmark = pytest.mark.browser
 
 SIZES = [(1280, 800), (1440, 900), (768, 1024)]
+#: where the pages' pictures go, and the size they are taken at
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "pages"
+SCREENSHOT_SIZE = (1440, 900)
 NAV = [p for p in PAGES if p.nav]
 LONG_NAME = "market-data-feed-handler-" + "eu-west-primary-" * 4 + "publisher"
 TOPIC = "prices/" + "eu-west/" * 6 + "quotes"
@@ -127,6 +134,9 @@ def test_every_page_fits_the_width_with_traffic(
         if p.name == "clients":
             expect(page.locator(f'tr[data-key="{LONG_NAME}"]')).to_be_visible()
         assert_fits(page, f"{p.path} at {width}x{height}")
+        if (width, height) == SCREENSHOT_SIZE and os.environ.get("SPOOL_SCREENSHOTS") == "1":
+            SCREENSHOTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / f"{p.name}.png"))
 
     # the widest table scrolls in its own box; its last column is reachable there
     page.goto(f"{busy_server.http_url}/clients")
