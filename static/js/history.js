@@ -51,15 +51,24 @@ function formatterFor(metric) {
   return fmtCompact;
 }
 
-/** "2024-05-01T12:00:00" (a datetime-local value, read as UTC) <-> epoch seconds */
+/**
+ * The From/To fields hold UTC in 24-hour form, "2024-05-01 12:00:00", as plain text: a
+ * browser's own date-time input shows its locale (12-hour AM/PM in en-US) whatever the
+ * page says. "2024-05-01T12:00" (the older URLs' form, no seconds) is read too.
+ */
 function toInput(epoch) {
-  return new Date(epoch * 1000).toISOString().slice(0, 19);
+  return new Date(epoch * 1000).toISOString().slice(0, 19).replace("T", " ");
+}
+
+/** A field's value as ISO-8601 UTC ("2024-05-01T12:00:00Z"), null when it is not a time. */
+function isoOf(value) {
+  const m = /^(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})(:\d{2})?$/.exec(value.trim());
+  return m ? `${m[1]}T${m[2]}${m[3] ?? ":00"}Z` : null;
 }
 
 function fromInput(value) {
-  if (!value) return null;
-  const full = value.length === 16 ? `${value}:00` : value;
-  const t = Date.parse(`${full}Z`);
+  const iso = isoOf(value);
+  const t = iso === null ? NaN : Date.parse(iso);
   return Number.isNaN(t) ? null : t / 1000;
 }
 
@@ -210,7 +219,7 @@ async function show() {
   const t0 = fromInput(t0Input.value);
   const t1 = fromInput(t1Input.value);
   if (t0 === null || t1 === null) {
-    alert.error({ error: "bad range", detail: "give both From and To" });
+    alert.error({ error: "bad range", detail: "give From and To as YYYY-MM-DD HH:MM:SS (UTC)" });
     return;
   }
   if (t0 >= t1) {
@@ -219,7 +228,7 @@ async function show() {
   }
   const metricsShown = [...shown];
   const answers = await Promise.allSettled(metricsShown.map((metric) => {
-    const params = new URLSearchParams({ metric, t0: `${t0Input.value}Z`, t1: `${t1Input.value}Z` });
+    const params = new URLSearchParams({ metric, t0: isoOf(t0Input.value), t1: isoOf(t1Input.value) });
     if (stepSelect.value) params.set("step", stepSelect.value);
     return api(`/api/stats?${params}`);
   }));

@@ -211,3 +211,27 @@ def test_without_a_series_in_the_url_it_opens_on_the_instance_rates(
         assert series_shown(page) == rates
         assert url_metrics(page) == rates
         expect(page.locator("#summary tbody tr")).to_have_count(2)
+
+
+def test_from_and_to_are_utc_in_24_hour_form_on_a_browser_in_another_time_zone(
+    zoned_page: Page, dashboard_server: SpoolProcess
+) -> None:
+    """A browser's own date-time input shows its locale (12-hour AM/PM in en-US) under a
+    "(UTC)" label: the range fields are plain UTC text, 24-hour, and what is typed there
+    is the range asked for."""
+    metric = "instance/connections"
+    page = zoned_page
+    page.goto(f"{dashboard_server.http_url}/history?metric={metric}&last=3600")
+    expect(page.locator("#t1")).to_have_value(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"))
+    shown = datetime.strptime(page.input_value("#t1"), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    # UTC, not the browser's zone (five and a half hours away)
+    assert abs(shown.timestamp() - datetime.now(UTC).timestamp()) < 3600
+
+    page.fill("#t0", "2026-01-02 13:00:00")
+    page.fill("#t1", "2026-01-02 14:30:00")
+    with page.expect_request(lambda r: "/api/stats?" in r.url and "metric=" in r.url) as asked:
+        page.press("#t1", "Enter")
+    query = parse_qs(urlsplit(asked.value.url).query)
+    assert (query["t0"], query["t1"]) == (["2026-01-02T13:00:00Z"], ["2026-01-02T14:30:00Z"])
+    url = parse_qs(urlsplit(page.url).query)
+    assert (url["t0"], url["t1"]) == (["2026-01-02 13:00:00"], ["2026-01-02 14:30:00"])
