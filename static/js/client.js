@@ -11,7 +11,7 @@
 import { TimeChart } from "./charts.js";
 import { fetchStored, joinStored, metricSegment } from "./stored.js";
 import {
-  Alert, KeyedTable, Poller, allowAction, api, badge, busy, confirmDialog, el, fmtBytes,
+  Alert, KeyedTable, Poller, allowAction, api, badge, disconnectClient, el, fmtBytes,
   fmtDateTime, fmtInt, fmtLag, fmtRate, setText,
 } from "./ui.js";
 
@@ -129,22 +129,7 @@ function renderFacts() {
 }
 
 disconnectButton.addEventListener("click", async () => {
-  const yes = await confirmDialog({
-    title: `Disconnect ${name}?`,
-    message: ["The broker closes this client's connection now.",
-      "A client with reconnect logic will come back under the same name."],
-    confirm: "Disconnect",
-    danger: true,
-  });
-  if (!yes) return;
-  await busy(disconnectButton, async () => {
-    try {
-      await api(`/api/clients/${encodeURIComponent(name)}/disconnect`, { method: "POST" });
-      alert.ok(`${name} disconnected`);
-    } catch (err) {
-      alert.error(err, `disconnect ${name}`);
-    }
-  });
+  if (!(await disconnectClient(disconnectButton, name, alert))) return;
   await poller.now();
   await eventsPoller.now();
 });

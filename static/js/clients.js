@@ -2,7 +2,7 @@
 // (computed here from the counters' deltas) and a Disconnect button per client.
 
 import {
-  Alert, KeyedTable, Poller, TableSort, allowAction, api, busy, confirmDialog, el, fmtBytes,
+  Alert, KeyedTable, Poller, TableSort, allowAction, api, disconnectClient, el, fmtBytes,
   fmtDateTime, fmtInt, fmtRate, setText,
 } from "./ui.js";
 
@@ -31,23 +31,7 @@ function format(field, c) {
 }
 
 async function disconnect(button, name) {
-  const yes = await confirmDialog({
-    title: `Disconnect ${name}?`,
-    message: ["The broker closes this client's connection now.",
-      "A client with reconnect logic will come back under the same name."],
-    confirm: "Disconnect",
-    danger: true,
-  });
-  if (!yes) return;
-  await busy(button, async () => {
-    try {
-      await api(`/api/clients/${encodeURIComponent(name)}/disconnect`, { method: "POST" });
-      alert.ok(`${name} disconnected`);
-    } catch (err) {
-      alert.error(err, `disconnect ${name}`);
-    }
-  });
-  await poller.now();
+  if (await disconnectClient(button, name, alert)) await poller.now();
 }
 
 const rows = new KeyedTable(table.tBodies[0], {

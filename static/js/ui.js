@@ -498,3 +498,28 @@ export async function busy(button, action) {
     button.disabled = false;
   }
 }
+
+/**
+ * Disconnect client `name` after the operator confirms (POST /api/clients/NAME/disconnect,
+ * the Clients page and a client's page); `button` is busy meanwhile, the outcome goes to
+ * `alert`. Returns whether the broker was asked.
+ */
+export async function disconnectClient(button, name, alert) {
+  const yes = await confirmDialog({
+    title: `Disconnect ${name}?`,
+    message: ["The broker closes this client's connection now.",
+      "A client with reconnect logic will come back under the same name."],
+    confirm: "Disconnect",
+    danger: true,
+  });
+  if (!yes) return false;
+  await busy(button, async () => {
+    try {
+      await api(`/api/clients/${encodeURIComponent(name)}/disconnect`, { method: "POST" });
+      alert.ok(`${name} disconnected`);
+    } catch (err) {
+      alert.error(err, `disconnect ${name}`);
+    }
+  });
+  return true;
+}
