@@ -30,9 +30,10 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
   one message to several consumers before its ack are allowed (at-least-once) and
   counted; an ack whose confirmation was cut off by a fault counts as sent. So are, and
   counted apart, deliveries after the ack of a message the publisher sent to several
-  instances (it failed over before the first confirmed) by one of those instances,
-  other than the ack's, of its own copy: docs/queues.md "A message published on two
-  instances" says why no instance can know of the other copy before it arrives.
+  instances (it failed over before the first confirmed) by an instance, other than the
+  ack's, that owned a copy (one it was published on, or one a transfer granted it):
+  docs/queues.md "A message published on two instances" says why no instance can know
+  of the other copy before it arrives.
 - **the SOW**: each snapshot taken at a quiet point equals the fold of that instance's
   log up to the position the snapshot reflects (``sow-fold``); a read returns only
   values some writer published (``sow-unexpected``).
@@ -56,7 +57,14 @@ from spool.server.bookmarks import pub_hash
 from spool.server.txlog.publishers.gaps import Interval, PublisherGaps
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
-from tests.nemesis.journals import KIND_NAMES, PUBLISH, SOW_DELETE, InstanceLog, LogRecord
+from tests.nemesis.journals import (
+    KIND_NAMES,
+    PUBLISH,
+    QUEUE_TRANSFER,
+    SOW_DELETE,
+    InstanceLog,
+    LogRecord,
+)
 
 __all__ = ["CATEGORIES", "Anomaly", "HeldOrders", "Verdict", "check", "held_orders"]
 
@@ -219,7 +227,7 @@ def check(
     _check_unknown(v, logs, by_hash, brokers)
     _check_copies(v, logs, lost_keys, faults, end)
     _check_subscribers(v, events, logs, pubs, faults, earlier)
-    _check_queue(v, events, pubs, faults)
+    _check_queue(v, events, logs, pubs, faults)
     _check_sow(v, events, logs, pubs)
     _check_liveness(v, events)
     v.checked["instances"] = len(logs)
@@ -531,14 +539,33 @@ def _check_subscribers(
     v.checked["messages processed by subscribers"] = sum(len(s) for s in subs.values())
 
 
-def _published_twice(on: set[str], ack: Event, later: Sequence[Event]) -> bool:
+def _published_twice(on: set[str], owners: set[str], ack: Event, later: Sequence[Event]) -> bool:
     """Deliveries after a confirmed ack that docs/queues.md ("A message published on two
     instances") allows: the message was published on several instances and every later
-    delivery is of an instance's own copy, on another instance than the ack's. Until the
-    copies (and the ack) cross the links, nothing tells that instance the message was
-    published elsewhere. A delivery anywhere else (an instance that only holds a
-    replicated copy) is still an anomaly."""
-    return len(on) > 1 and all(d.node in on and d.node != ack.node for d in later)
+    delivery is by an owner of a copy, on another instance than the ack's. Each copy has
+    its owner: the instance it was published on, or one a transfer granted it to before
+    the copies met (``owners``: every instance a grant of the message named). Until the
+    copies (and the ack) cross the links, nothing tells that owner the message was
+    published elsewhere. A delivery by an instance that never owned it (one that only
+    holds a replicated copy) is still an anomaly."""
+    return len(on) > 1 and all(
+        d.node != ack.node and (d.node in on or d.node in owners) for d in later
+    )
+
+
+def _granted(logs: dict[str, InstanceLog], publisher: str) -> dict[int, set[str]]:
+    """Per message of ``publisher`` (its sequence), every instance a queue transfer in any
+    log granted it to (``["g", bookmark, owner, epoch, ...]`` items: docs/queues.md)."""
+    prefix = f"{pub_hash(publisher)}|"
+    out: dict[int, set[str]] = defaultdict(set)
+    for log in logs.values():
+        for r in log.records:
+            if r.kind != QUEUE_TRANSFER or r.body is None:
+                continue
+            for item in orjson.loads(r.body):
+                if item[0] == "g" and str(item[1]).startswith(prefix):
+                    out[int(str(item[1]).split("|")[1])].add(str(item[2]))
+    return out
 
 
 def _trim(events: Iterable[Event], keys: set[tuple[int, int]]) -> list[Event]:
@@ -551,7 +578,11 @@ def _trim(events: Iterable[Event], keys: set[tuple[int, int]]) -> list[Event]:
 
 
 def _check_queue(
-    v: Verdict, events: Sequence[Event], pubs: dict[str, _Pub], faults: Sequence[Event]
+    v: Verdict,
+    events: Sequence[Event],
+    logs: dict[str, InstanceLog],
+    pubs: dict[str, _Pub],
+    faults: Sequence[Event],
 ) -> None:
     qpubs = [p for p in pubs.values() if p.topic == TOPIC_QIN]
     deliveries: dict[int, list[Event]] = defaultdict(list)
@@ -577,11 +608,15 @@ def _check_queue(
             if e.type == "invoke":
                 for n in range(e.value["first"], e.value["last"] + 1):
                     published_on[n].add(e.node)
+    owners: dict[int, set[str]] = defaultdict(set)
+    for p in qpubs:
+        for n, names in _granted(logs, p.name).items():
+            owners[n] |= names
     after = []
     twice = 0
     for n, ack in confirmed.items():
         later = [d for d in deliveries[n] if d.mono > ack.mono]
-        if later and _published_twice(published_on[n], ack, later):
+        if later and _published_twice(published_on[n], owners[n], ack, later):
             twice += 1
         elif later:
             after.append((n, ack, later))

@@ -28,7 +28,8 @@ class LogRecord:
     kind: int
     path: tuple[str, ...]
     late: bool
-    #: the body, kept for the SOW topic only (the fold needs it)
+    #: the body, kept for the SOW topic (the fold needs it) and for queue transfers (the
+    #: queue check reads who was granted a message)
     body: bytes | None
 
     @property
@@ -72,7 +73,9 @@ def read_instance(data_dir: Path, name: str) -> InstanceLog:
                             int(rec.kind),
                             tuple(rec.path),
                             bool(rec.flags & FLAG_LATE),
-                            rec.body if rec.topic == TOPIC_SOW else None,
+                            rec.body
+                            if rec.topic == TOPIC_SOW or rec.kind == RecordKind.QUEUE_TRANSFER
+                            else None,
                         )
                     )
             except CorruptRecord as exc:
@@ -88,4 +91,5 @@ def read_instance(data_dir: Path, name: str) -> InstanceLog:
 
 PUBLISH = int(RecordKind.PUBLISH)
 SOW_DELETE = int(RecordKind.SOW_DELETE)
+QUEUE_TRANSFER = int(RecordKind.QUEUE_TRANSFER)
 KIND_NAMES = {int(k): k.name.lower() for k in RecordKind}

@@ -13,7 +13,7 @@ from spool.server.bookmarks import broker_pub_hash, pub_hash
 from tests.nemesis.checker import HeldOrders, check, held_orders
 from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
-from tests.nemesis.journals import PUBLISH, InstanceLog, LogRecord
+from tests.nemesis.journals import PUBLISH, QUEUE_TRANSFER, InstanceLog, LogRecord
 
 NAMES = ("a", "b", "c")
 
@@ -175,6 +175,39 @@ def test_a_message_published_on_two_instances_may_be_delivered_by_both() -> None
     s.add("invoke", "qc-c", "process", {"bm": "x|2|", "n": 2, "dc": 2}, node="c")
     [a] = check(s.events, logs_of(records)).anomalies
     assert a.category == "queue-after-ack" and "n=2" in a.detail
+
+
+def test_a_copy_granted_away_before_the_copies_met_may_be_delivered_by_its_owner() -> None:
+    """As above, but a granted its copy of message 2 to c (its consumer went away) before
+    b's copy reached them: c owns a copy and may deliver it after b's ack until that ack
+    arrives (a note); a grant of another message to c changes nothing."""
+    s = Story()
+    s.add("invoke", "qpub", "publish", {"topic": TOPIC_QIN, "first": 1, "last": 2})
+    s.add("ok", "qpub", "publish", {"upto": 1})
+    s.add("invoke", "qpub", "publish", {"topic": TOPIC_QIN, "first": 2, "last": 2}, node="b")
+    s.add("ok", "qpub", "publish", {"upto": 2}, node="b")
+    for n, node in ((1, "a"), (2, "b")):
+        q = f"qc-{node}"
+        s.add("invoke", q, "process", {"bm": f"x|{n}|", "n": n, "dc": 1}, node=node)
+        s.add("invoke", q, "ack", {"bm": f"x|{n}|", "n": n}, node=node)
+        s.add("ok", q, "ack", {"bm": f"x|{n}|", "n": n}, node=node)
+    s.add("invoke", "qc-c", "process", {"bm": "x|2|", "n": 2, "dc": 2}, node="c")
+    published = [rec(1, "qpub", 1, TOPIC_QIN), rec(2, "qpub", 2, TOPIC_QIN)]
+
+    def granted(n: int) -> LogRecord:
+        body = orjson.dumps([["g", f"{pub_hash('qpub')}|{n}|", "c", 1, False]])
+        return LogRecord(3, broker_pub_hash("a"), 1, "nem.q", QUEUE_TRANSFER, (), False, body)
+
+    [a] = check(s.events, logs_of([*published, granted(1)])).anomalies
+    assert a.category == "queue-after-ack" and "n=2" in a.detail
+    v = check(s.events, logs_of([*published, granted(2)]))
+    assert v.anomalies == []
+    assert (
+        v.notes[
+            "queue messages published on two instances, delivered after an ack of the other copy"
+        ]
+        == 1
+    )
 
 
 def test_a_queue_message_nobody_acked_is_unprocessed() -> None:
