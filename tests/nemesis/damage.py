@@ -17,7 +17,7 @@ from typing import Any
 
 from spool.server.txlog.cli import iter_file_records
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.format.codec import record_size
+from spool.server.txlog.format.codec import HEADER_SIZE, record_size
 from spool.server.txlog.storage.files import fsync_dir, parse_name
 
 __all__ = ["bit_flip", "journals", "missing_journal", "torn_tail", "truncate_tail"]
@@ -68,12 +68,15 @@ def _describe(path: Path, offset: int, rec: Any) -> dict[str, Any]:
 
 def torn_tail(journal_dir: Path, instance: str, count: int) -> dict[str, Any] | None:
     """Zero the last ``count`` bytes of the last record (a torn write of an fsynced
-    record)."""
+    record), its header left whole: the start of the write reached the disk. Zeroing a
+    whole record (one no longer than ``count``) would make it indistinguishable from
+    space never written, which is storage dropping an fsynced write (``lost-writes``),
+    not a torn one (docs/transaction-log.md "Recovery", step 5)."""
     last = _last_record(journal_dir, instance)
     if last is None:
         return None
     path, offset, size, rec = last
-    n = max(1, min(count, size))
+    n = max(1, min(count, size - HEADER_SIZE))
     with open(path, "r+b") as f:
         f.seek(offset + size - n)
         f.write(b"\0" * n)
