@@ -6,6 +6,11 @@ per frame: the subscriber must see the same messages in the same order, and the
 publisher the same acks (processed/received in order, failures with the same reasons,
 the same highest persisted sequence), for a script that mixes plain publishes with every
 case the run hands to the general path.
+
+A flush is acked once what came before it is also persisted (docs/protocol.md "Flush"),
+so where its ack falls among the acks of later commands depends on when the log's write
+completes: the flushes are compared apart, each acked once, successfully, and after every
+ack of the commands before it.
 """
 
 from __future__ import annotations
@@ -128,8 +133,26 @@ async def _variant(url: str, p: str, batched: bool) -> tuple[list[Any], list[Any
         for h, _ in acks
         if h.get("a") != "persisted"
     ]
+    _check_flushes(plain_acks)
     top = max(h["s"] for h, _ in acks if h.get("a") == "persisted" and "s" in h)
-    return deliveries, plain_acks, top
+    return deliveries, [a for a in plain_acks if a[1] not in _FLUSHES], top
+
+
+#: the script's flushes, each with the commands before it that are answered
+_FLUSHES = {
+    "f1": ("c2", "c4", "c5"),
+    "end": ("c2", "c4", "c5", "c10", "c13", "c15", *(f"k{n}" for n in range(13, 40))),
+}
+
+
+def _check_flushes(acks: list[tuple[Any, ...]]) -> None:
+    """Each flush is acked once, successfully, after every ack of the commands before it."""
+    cids = [a[1] for a in acks]
+    for flush, before in _FLUSHES.items():
+        assert cids.count(flush) == 1, (flush, acks)
+        at = cids.index(flush)
+        assert acks[at][2] == "success", acks[at]
+        assert all(cid in cids[:at] for cid in before), (flush, acks)
 
 
 def test_a_batched_frame_behaves_like_one_command_per_frame(server: SpoolProcess) -> None:
