@@ -103,18 +103,27 @@ def encode_publish(
 
 
 def encode_queued(
-    topic_literal: bytes, sids: bytes, body: bytes, bookmark: str, lease_ms: int, count: int
+    topic_literal: bytes,
+    sids: bytes,
+    body: bytes,
+    bookmark: str,
+    lease_ms: int,
+    count: int,
+    corr_id: str = "",
 ) -> bytes:
     """One delivery of a queue message (docs/queues.md "On the wire"): its bookmark (what
     the consumer acks with ``sow_delete``), ``lp`` the lease period in milliseconds (0:
-    at-most-once, nothing to ack) and ``dc`` how many times it was delivered (above 1: a
-    redelivery after a lease ended unacked)."""
-    return b'{"c":"publish","t":%b,"sids":%b,"bm":"%b","lp":%d,"dc":%d,"l":%d}%b' % (
+    at-most-once, nothing to ack), ``dc`` how many times it was delivered (above 1: a
+    redelivery after a lease ended unacked) and ``x`` the publisher's correlation id when
+    it gave one."""
+    x = b',"x":' + orjson.dumps(corr_id) if corr_id else b""
+    return b'{"c":"publish","t":%b,"sids":%b,"bm":"%b","lp":%d,"dc":%d%b,"l":%d}%b' % (
         topic_literal,
         sids,
         bookmark.encode(),
         lease_ms,
         count,
+        x,
         len(body),
         body,
     )

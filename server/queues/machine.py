@@ -118,6 +118,7 @@ class QueuedMessage:
         last_holder: the consumer that held its last lease (``sublet`` acks).
         lease_until_us: when the current lease ends.
         lease_no: bumped at every lease, so a stale timer entry is recognised.
+        corr_id: the publisher's correlation id ("" when none), delivered as ``x``.
     """
 
     seq: int
@@ -134,6 +135,7 @@ class QueuedMessage:
     last_holder: Consumer | None = None
     lease_until_us: int = 0
     lease_no: int = 0
+    corr_id: str = ""
 
 
 @dataclass(slots=True, eq=False)

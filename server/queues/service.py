@@ -788,7 +788,13 @@ class QueueService:
             sub = tie.sub
             per_session.setdefault(tie.session, []).append(
                 encode_queued(
-                    literal, sub.sid_bytes, m.body, m.bookmark, d.lease_us // 1000, d.number
+                    literal,
+                    sub.sid_bytes,
+                    m.body,
+                    m.bookmark,
+                    d.lease_us // 1000,
+                    d.number,
+                    m.corr_id,
                 )
             )
             # redeliveries count again: each is a message its consumer receives

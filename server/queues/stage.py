@@ -364,10 +364,12 @@ class QueueRuntime:
         pub_hash: Sequence[int],
         pub_seqs: Sequence[int],
         origin: str = "",
+        corr_ids: Sequence[str] | None = None,
     ) -> int:
         """Messages of ``topic`` (consecutive seqs from ``first_seq``, published on
-        instance ``origin``) enter the queue if its filter takes them (and its window
-        has room: the others are inactive); returns how many did."""
+        instance ``origin``, with ``corr_ids`` when any has one) enter the queue if its
+        filter takes them (and its window has room: the others are inactive); returns
+        how many did."""
         flt, barrier, priority = self.filter, self.barrier, self.priority
         own = self.ownership
         window = self.window
@@ -385,6 +387,9 @@ class QueueRuntime:
                 QueuedMessage(seq, bm, topic, body, ts)
                 for seq, bm, body, ts in zip(seqs, bms, bodies, timestamps_us, strict=True)
             ]
+            if corr_ids is not None:
+                for m, corr_id in zip(messages, corr_ids, strict=True):
+                    m.corr_id = corr_id
             if entered is not None:  # some were acked elsewhere before they came (rare)
                 messages = [m for m, ok in zip(messages, entered, strict=True) if ok]
             # another instance's messages are parked as they enter (their owner
@@ -413,7 +418,8 @@ class QueueRuntime:
             if own is not None and not own.message(bm, origin or self.instance,
                                                    timestamps_us[i]):  # fmt: skip
                 continue  # acked on another instance before it arrived here
-            add(self._message(first_seq + i, bm, topic, body, timestamps_us[i], view))
+            add(self._message(first_seq + i, bm, topic, body, timestamps_us[i], view,
+                              corr_ids[i] if corr_ids is not None else ""))  # fmt: skip
             n += 1
         if own is not None and window is not None and pub_seqs:
             own.arrived(pub_hash[-1], max(pub_seqs))
@@ -424,7 +430,14 @@ class QueueRuntime:
         return n
 
     def _message(
-        self, seq: int, bm: str, topic: str, body: bytes, ts_us: int, view: MessageView | None
+        self,
+        seq: int,
+        bm: str,
+        topic: str,
+        body: bytes,
+        ts_us: int,
+        view: MessageView | None,
+        corr_id: str,
     ) -> QueuedMessage:
         """A queue message, its priority and barrier read from ``view`` (None when the
         queue has neither)."""
@@ -435,7 +448,9 @@ class QueueRuntime:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 prio = int(value)
         is_barrier = barrier is not None and view is not None and barrier.matches(view)
-        return QueuedMessage(seq, bm, topic, body, ts_us, priority=prio, barrier=is_barrier)
+        return QueuedMessage(
+            seq, bm, topic, body, ts_us, priority=prio, barrier=is_barrier, corr_id=corr_id
+        )
 
     def activate(self, records: Sequence[Record], last_seq: int) -> int:
         """A refill of the window: ``records`` read from the log at its cursor, in order
@@ -503,7 +518,7 @@ class QueueRuntime:
         ):
             return False
         self.machine.add(self._message(rec.seq, bm, rec.topic, rec.body, rec.timestamp_us,
-                                       view))  # fmt: skip
+                                       view, rec.corr_id))  # fmt: skip
         return True
 
     def inactive_matches(self, records: Sequence[Record], matches: Callable[[QueuedMessage], bool]
@@ -606,7 +621,7 @@ class QueueStage:
         for queue in self.takers(run.topic):
             if queue.admit(
                 run.topic, run.bodies, run.first_seq, [ts] * n, [run.pub_hash] * n,
-                run.pub_seqs, published_on(run.path, queue.instance),
+                run.pub_seqs, published_on(run.path, queue.instance), run.corr_ids,
             ):  # fmt: skip
                 if queue.held_before_us and run.path and ts < queue.held_before_us:
                     # back from a range this instance lost: its ack may still come
@@ -637,6 +652,7 @@ class QueueStage:
 
     def recover(self, batch: RecordBatch) -> None:
         by_name = self._by_name
+        corr_ids = batch.has_corr_ids()
         kinds = batch.kinds()
         plain = kinds <= {int(RecordKind.PUBLISH)}
         first = batch.first_seq
@@ -663,6 +679,7 @@ class QueueStage:
                     topic, [batch.bodies[i]], first + i, [batch.timestamps_us[i]],
                     [batch.pub_hashes[i]], [batch.pub_seqs[i]],
                     published_on(batch.path(i), queue.instance),
+                    [batch.corr_id(i)] if corr_ids else None,
                 )  # fmt: skip
 
     def refold(self) -> QueueRefold:

@@ -595,3 +595,29 @@ async def test_a_sow_subscription_replacing_a_queue_subscription_ends_its_leases
         await h.settle()
         assert sorted((n, dc) for n, _, dc in got(b)) == [(1, 2), (2, 2), (3, 1)]
         assert sorted(n for n, _, _ in got(a)) == [1, 2]  # nothing more from the queue
+
+
+@scenario
+async def test_a_queue_message_keeps_its_correlation_id(tmp_path: Path) -> None:
+    """``x`` is passed through on queue deliveries as on any other (docs/protocol.md),
+    also after a restart (read back from the log) and from a bounded queue's log."""
+    for name, extra in (("plain", ""), ("bounded", "<TargetQueueDepth>1</TargetQueueDepth>")):
+        base = tmp_path / name
+        async with harness(base, queue_xml(extra)) as h:
+            p = await h.logon("pub")
+            p.send(({"c": "publish", "t": "work-in", "x": "order-7"}, b'{"n":1}'), pub(2))
+            await h.settle()
+            c = await h.logon("c")
+            c.send(sub())
+            await h.settle()
+            assert [hd.get("x") for hd, _ in c.deliveries()] == ["order-7"]
+            await h.commit()
+        async with harness(base, queue_xml(extra)) as h:
+            c = await h.logon("c")
+            c.send(sub(options="max_backlog=1"))
+            await h.settle()
+            (first,) = c.deliveries()
+            assert first[0].get("x") == "order-7"
+            c.send(ack(str(first[0]["bm"])))
+            await h.until(lambda c=c: len(c.deliveries()) == 2)  # a refill reads the log
+            assert [hd.get("x") for hd, _ in c.deliveries()] == ["order-7", None]
