@@ -1,4 +1,4 @@
-"""The broker as a publisher: messages the instance itself publishes (actions, later others).
+"""The broker as a publisher: messages the instance itself publishes (actions, dead letters).
 
 A message the broker publishes takes the one publish path every message takes
 (:class:`~spool.server.publishing.PublishPipeline`): the same topic checks, the same append, the
@@ -18,6 +18,7 @@ refusal, and it returns once the message is durable (recorded topics).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spool.server.backpressure import MAX_FRAME
@@ -130,6 +131,20 @@ class BrokerPublisher:
         without a log, the name alone: nothing it publishes is then recorded)."""
         txlog = self._txlog
         return txlog.own_pub_hash if txlog is not None else broker_pub_hash(self.name)
+
+    def publish_now(self, topic: str, bodies: Sequence[bytes]) -> ProtocolFailure | None:
+        """Publish ``bodies`` to ``topic`` as one run, in this turn of the loop, without
+        waiting for the log to make them durable: the caller writes what depends on them
+        right after them (a queue's ``QUEUE_ACK`` after its dead letters), so the log's
+        order keeps them together. Returns why the pipeline refused (some of) them."""
+        answer = _Answer()
+        origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
+        run = PublishRun(
+            topic, self.pub_hash, [None] * len(bodies), list(bodies), [],
+            publisher_name=self.name,
+        )  # fmt: skip
+        self._pipeline.publish(origin, run)
+        return answer.failure
 
     async def publish(self, topic: str, body: bytes) -> Published:
         """Publish one message and wait until it is durable (when the topic is recorded).

@@ -202,6 +202,9 @@ class Broker:
             stages=(self.sow.stage, self.queues.stage, self.fanout),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
+        #: the instance as a publisher (actions, the queues' dead letters)
+        broker = BrokerPublisher(self.pipeline, txlog, config.name)
+        self.queues.dead_letters = broker.publish_now
         self.replication: Replication | None = None
         if txlog is not None and sync is not None:
             self.replication = Replication(
@@ -274,7 +277,7 @@ class Broker:
             txlog,
             self.tls,
             self.logons,
-            BrokerPublisher(self.pipeline, txlog, config.name),
+            broker,
             replication,
             sow=self.sow,
             queues=self.queues,

@@ -929,7 +929,7 @@ export class HAClient {
 
   /**
    * Consume a queue across reconnects. `onMessage(m)` gets each leased message with
-   * `m.ack()`, `m.cancel()`, `m.expire()`, `m.deliveryCount`, `m.leasePeriodMs` (as
+   * `m.ack()`, `m.cancel()`, `m.expire()`, `m.reject(reason)`, `m.deliveryCount`, `m.leasePeriodMs` (as
    * SpoolClient.queueSubscribe). After a reconnect the subscription is placed again under
    * the same sub id and the broker delivers again what was leased and not acked (at least
    * once). A message the application acked is never handed to it again (its last
@@ -984,10 +984,10 @@ export class HAClient {
     }
     if (record.held.has(bm)) return; // the application holds a copy: its ack settles this lease
     record.held.add(bm);
-    const send = { ack: m.ack, cancel: m.cancel, expire: m.expire };
+    const send = { ack: m.ack, cancel: m.cancel, expire: m.expire, reject: m.reject };
     let settled = false;
-    for (const kind of ["ack", "cancel", "expire"]) {
-      m[kind] = () => {
+    for (const kind of ["ack", "cancel", "expire", "reject"]) {
+      m[kind] = (...args) => {
         if (settled) throw new SpoolError("invalid message", `queue message ${bm} was already settled`);
         settled = true;
         record.held.delete(bm);
@@ -997,7 +997,7 @@ export class HAClient {
         }
         // sent on the current connection; none while disconnected (the lease ended with the
         // connection: the redelivery is acked, or handed back, when it comes)
-        if (this._ready) send[kind]();
+        if (this._ready) send[kind](...args);
         else m.settled = true;
       };
     }

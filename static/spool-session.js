@@ -780,7 +780,8 @@ export class SpoolClient {
   /**
    * Subscribe to a queue. Each message handed to `onMessage` is leased to this
    * subscription: call `m.ack()` when it is processed, `m.cancel()` to give it back,
-   * `m.expire()` to drop it (acks of one task leave as one `sow_delete`). With
+   * `m.expire()` to drop it, `m.reject(reason)` to refuse it (it leaves the queue for its
+   * dead-letter topic, if it has one; acks of one task leave as one `sow_delete`). With
    * `opts.autoAck` the message is acked once `onMessage` returned (or its promise
    * resolved) and cancelled if it threw. `m.deliveryCount` above 1 means an earlier
    * delivery's lease ended unacked; `m.leasePeriodMs` is its lease (0: at-most-once).
@@ -792,10 +793,10 @@ export class SpoolClient {
    * @returns {Promise<string>} the sub id
    */
   async queueSubscribe(queue, opts = {}, onMessage = () => {}) {
-    const settle = (m, option) => {
+    const settle = (m, option, reason = "") => {
       if (m.settled) throw new SpoolError("invalid message", `queue message ${m.bookmark} was already settled`);
       m.settled = true;
-      this._queueSettle(queue, m.bookmark, option);
+      this._queueSettle(queue, m.bookmark, option, reason);
     };
     const wrap = (m) => {
       m.deliveryCount = Number(m.header.dc ?? 1);
@@ -804,6 +805,7 @@ export class SpoolClient {
       m.ack = () => settle(m, "");
       m.cancel = () => settle(m, "cancel");
       m.expire = () => settle(m, "expire");
+      m.reject = (reason = "") => settle(m, "reject", String(reason));
       if (!opts.autoAck) {
         onMessage(m);
         return;
@@ -820,10 +822,13 @@ export class SpoolClient {
     }, wrap);
   }
 
-  /** Queue an ack (option "" ), cancel or expire; sent with the others of this task. */
-  _queueSettle(queue, bookmark, option) {
+  /**
+   * Queue an ack (option ""), cancel, expire or reject (with `reason`); sent with the
+   * others of this task.
+   */
+  _queueSettle(queue, bookmark, option, reason = "") {
     if (!this._queueAcks) this._queueAcks = new Map();
-    const key = `${option}\u0000${queue}`;
+    const key = JSON.stringify([option, reason, queue]);
     let list = this._queueAcks.get(key);
     if (!list) this._queueAcks.set(key, (list = []));
     list.push(bookmark);
@@ -837,10 +842,10 @@ export class SpoolClient {
     this._queueAcks = new Map();
     if (pending === undefined) return;
     for (const [key, bookmarks] of pending) {
-      const [option, queue] = key.split("\u0000");
+      const [option, reason, queue] = JSON.parse(key);
       const cid = this._nextCid();
       const header = { c: "sow_delete", cid, t: queue, bm: bookmarks.join(","), a: "stats",
-        o: option || undefined };
+        o: option || undefined, reason: reason || undefined };
       this._request(cid, header, null, 0, "stats").catch((err) => this._emit("error", err));
     }
   }

@@ -603,15 +603,19 @@ class Client:
         bookmarks: Sequence[str],
         *,
         option: str | None = None,
+        reason: str | None = None,
         timeout: float = 30.0,
     ) -> Ack:
         """Acknowledge queue messages by bookmark (a ``sow_delete`` with ``bm``);
-        ``option`` ``cancel`` gives them back, ``expire`` drops them unprocessed. Returns
+        ``option`` ``cancel`` gives them back, ``expire`` drops them unprocessed,
+        ``reject`` refuses them (``reason``: why, kept with their dead letters). Returns
         the ``stats`` ack (``records_deleted``, ``returned``, ``refused``).
         server/client/queue.py batches these per loop turn."""
         header: dict[str, Any] = {"c": "sow_delete", "t": queue, "bm": ",".join(bookmarks)}
         if option is not None:
             header["o"] = option
+        if reason is not None:
+            header["reason"] = reason
         return await self._reply(self._state.command(header, ack="stats"), timeout)
 
     async def unsubscribe(self, sub_id: str = "all", timeout: float = 30.0) -> None:

@@ -6,7 +6,7 @@ acks batched per loop turn, and an auto-ack iteration (docs/python-client.md "Qu
     sub = await subscribe_queue(client, "work", max_backlog=10)
     async for msg in sub:                 # explicit: ack when done
         handle(msg.json())
-        msg.ack()                         # or msg.cancel(), msg.expire()
+        msg.ack()                 # or msg.cancel(), msg.expire(), msg.reject("why")
     async for msg in sub.auto_ack():      # acked when the loop asks for the next one
         handle(msg.json())
 
@@ -36,14 +36,14 @@ __all__ = [
     "subscribe_queue",
 ]
 
-#: the settling of a processed message (``cancel`` and ``expire`` are the others)
+#: the settling of a processed message (``cancel``, ``expire`` and ``reject`` are the others)
 ACK: Final = ""
 
 
 class Settling(ABC):
-    """What a consumer may do with a leased queue message; each ends in ``_settle(kind)``
-    (``ACK``, ``cancel`` or ``expire``), which the message class defines and which sets
-    ``settled``."""
+    """What a consumer may do with a leased queue message; each ends in
+    ``_settle(kind, reason)`` (``ACK``, ``cancel``, ``expire`` or ``reject``), which the
+    message class defines and which sets ``settled``."""
 
     __slots__ = ()
     settled: bool  # in the message class's slots
@@ -60,8 +60,13 @@ class Settling(ABC):
         """Drop it without processing it."""
         self._settle("expire")
 
+    def reject(self, reason: str = "") -> None:
+        """Refuse it: it leaves the queue and is not delivered again (to the queue's
+        dead-letter topic, with ``reason``, when the queue has one)."""
+        self._settle("reject", reason)
+
     @abstractmethod
-    def _settle(self, kind: str) -> None:
+    def _settle(self, kind: str, reason: str = "") -> None:
         """Settle the message as ``kind`` (each message class says where it goes)."""
 
     @staticmethod
@@ -86,13 +91,14 @@ class QueueAcks:
         self.acks: list[Ack] = []
         self.errors: list[BaseException] = []
         self._current = current
-        self._pending: dict[str, list[str]] = {}
+        self._pending: dict[tuple[str, str], list[str]] = {}
         self._scheduled = False
         self._inflight: set[asyncio.Task[None]] = set()
 
-    def add(self, kind: str, bookmark: str) -> None:
-        """Settle ``bookmark`` as ``kind`` (``ACK``, ``cancel``, ``expire``) this turn."""
-        self._pending.setdefault(kind, []).append(bookmark)
+    def add(self, kind: str, bookmark: str, reason: str = "") -> None:
+        """Settle ``bookmark`` as ``kind`` (``ACK``, ``cancel``, ``expire``, ``reject``
+        with ``reason``) this turn."""
+        self._pending.setdefault((kind, reason), []).append(bookmark)
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._send_all)
@@ -103,14 +109,18 @@ class QueueAcks:
         client = self._current()
         if client is None:
             return
-        for kind, bookmarks in pending.items():
-            task = asyncio.get_running_loop().create_task(self._send(client, kind, bookmarks))
+        for (kind, reason), bookmarks in pending.items():
+            task = asyncio.get_running_loop().create_task(
+                self._send(client, kind, reason, bookmarks)
+            )
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
-    async def _send(self, client: Client, kind: str, bookmarks: list[str]) -> None:
+    async def _send(self, client: Client, kind: str, reason: str, bookmarks: list[str]) -> None:
         try:
-            ack = await client.queue_ack(self.queue, bookmarks, option=kind or None)
+            ack = await client.queue_ack(
+                self.queue, bookmarks, option=kind or None, reason=reason or None
+            )
         except Exception as exc:  # kept for settled(); the lease returns the messages
             self.errors.append(exc)
             return
@@ -166,11 +176,11 @@ class QueueMessage(Settling):
     def json(self) -> Any:
         return self.message.json()
 
-    def _settle(self, kind: str) -> None:
+    def _settle(self, kind: str, reason: str = "") -> None:
         if self.settled:
             raise RuntimeError(f"queue message {self.bookmark} was already acked or cancelled")
         self.settled = True
-        self._sub._queue_ack(kind, self.bookmark)
+        self._sub._queue_ack(kind, self.bookmark, reason)
 
 
 class QueueSubscription:
@@ -211,8 +221,8 @@ class QueueSubscription:
         """The next message (TimeoutError after ``timeout``)."""
         return QueueMessage(self, await self.subscription.get(timeout))
 
-    def _queue_ack(self, kind: str, bookmark: str) -> None:
-        self._out.add(kind, bookmark)
+    def _queue_ack(self, kind: str, bookmark: str, reason: str = "") -> None:
+        self._out.add(kind, bookmark, reason)
 
     async def settled(self) -> None:
         """Return once the broker processed every ack, cancel and expire given so far."""

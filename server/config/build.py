@@ -195,14 +195,16 @@ def _check_queues(
     replicates: bool,
 ) -> None:
     """Queues live in the transaction log: it must record each queue's underlying topic
-    (a regex is checked on start-up, topic by topic). On an instance that does not
-    replicate, a ``<GroupLocalQueue>``'s InitialOwner must be this instance (it would own
-    no message otherwise)."""
+    (a regex is checked on start-up, topic by topic) and its dead-letter topic, which is
+    a topic, not a queue's name. On an instance that does not replicate, a
+    ``<GroupLocalQueue>``'s InitialOwner must be this instance (it would own no message
+    otherwise)."""
     by_name = {
         child_text(node): node
         for node in sow_node.children
         if node.tag in ("Queue", "LocalQueue", "GroupLocalQueue")
     }
+    names = {q.name for q in queues}
     for queue in queues:
         node = by_name.get(queue.name, sow_node)
         if txlog is None:
@@ -213,6 +215,21 @@ def _check_queues(
                 node,
                 f"the transaction log does not record {queue.underlying!r}, the underlying "
                 f"topic of queue {queue.name!r}: add a TransactionLog <Topic> for it",
+            )
+        dead = queue.dead_letter
+        if dead is not None and not txlog.records(dead.topic):
+            raise fail(
+                node,
+                f"the transaction log does not record {dead.topic!r}, the dead-letter topic "
+                f"of queue {queue.name!r}: a dead letter is kept in the log, add a "
+                "TransactionLog <Topic> for it",
+            )
+        if dead is not None and dead.topic in names:
+            raise fail(
+                node,
+                f"the dead-letter topic of queue {queue.name!r} is {dead.topic!r}, a queue's "
+                "name: publish dead letters to a topic (a queue may take it as its "
+                "UnderlyingTopic)",
             )
         if queue.initial_owner is not None and not replicates and queue.initial_owner != instance:
             raise fail(

@@ -425,6 +425,26 @@ class ReplicationConfig:
         return next((d for d in self.destinations if d.name == name), None)
 
 
+#: why a message may leave a queue for its dead-letter topic (docs/queues.md "Dead letters")
+DEAD_LETTER_REASONS: Final = ("max_deliveries", "max_cancels", "expired", "rejected")
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterConfig:
+    """A queue's ``<DeadLetter>``: where the messages it gives up on go.
+
+    Attributes:
+        topic: the topic the broker publishes each dead letter to (recorded by the
+            transaction log; a SOW topic or another queue's underlying topic when the
+            dead letters should be keyed or worked off).
+        reasons: the removals that make a dead letter (:data:`DEAD_LETTER_REASONS`); any
+            other removal just leaves the queue, as without a ``<DeadLetter>``.
+    """
+
+    topic: str
+    reasons: frozenset[str] = frozenset(DEAD_LETTER_REASONS)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueConfig:
     """A ``SOW/Queue``, ``SOW/LocalQueue`` or ``SOW/GroupLocalQueue`` (docs/queues.md).
@@ -452,6 +472,7 @@ class QueueConfig:
         stuck_age: ``StuckMessageAge``: seconds the oldest waiting message may wait while
             consumers here have room before the queue counts as stuck (an alert,
             ``/healthz`` degraded; 0: never).
+        dead_letter: where messages the queue gives up on go (None: they just leave).
     """
 
     name: str
@@ -472,6 +493,7 @@ class QueueConfig:
     initial_owner: str | None = None
     target_queue_depth: int = 0
     stuck_age: float = 300.0
+    dead_letter: DeadLetterConfig | None = None
     _pattern: re.Pattern[str] | None = field(
         init=False, repr=False, compare=False, hash=False, default=None
     )

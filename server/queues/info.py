@@ -43,6 +43,8 @@ class QueueInfo:
     enqueued: int
     removed: dict[str, int]
     leases: list[dict[str, object]]
+    dead_letter_topic: str | None = None
+    dead_lettered: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -60,6 +62,7 @@ class QueueInfo:
             "oldest_undelivered_age": self.oldest_undelivered_age, "stuck": self.stuck,
             "consumers": self.consumers,
             "enqueued": self.enqueued, "removed": dict(self.removed), "leases": self.leases,
+            "dead_letter_topic": self.dead_letter_topic, "dead_lettered": self.dead_lettered,
         }  # fmt: skip
 
 
@@ -110,6 +113,8 @@ def describe(
         stuck=stuck,
         consumers=len(m.consumers), enqueued=m.enqueued, removed=dict(m.removed),
         leases=listed,
+        dead_letter_topic=cfg.dead_letter.topic if cfg.dead_letter is not None else None,
+        dead_lettered=q.dead_lettered_count,
     )  # fmt: skip
 
 

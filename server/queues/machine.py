@@ -9,7 +9,8 @@ oracle (tests/unit/queues/test_machine.py).
 
 A message is in exactly one of three states: *ready* (waiting for a consumer), *leased*
 (delivered to one consumer, whose lease ends at ``lease_until_us``) or gone (removed: acked,
-expired, past ``MaxDeliveries`` or ``MaxCancels``, or delivered under at-most-once).
+expired, rejected, past ``MaxDeliveries`` or ``MaxCancels``, or delivered under
+at-most-once).
 
 - **Order**: ready messages go out by priority (higher first), then in log order.
 - **Barrier**: a message the ``BarrierExpression`` matched is delivered only when no
@@ -46,6 +47,7 @@ __all__ = [
     "DELIVERED",
     "DELIVERY_LIMIT",
     "EXPIRED",
+    "REJECTED",
     "AckResult",
     "Consumer",
     "QueueDelivery",
@@ -59,13 +61,15 @@ Fairness = Literal["proportional", "round-robin", "fast"]
 Leasing = Literal["sublet", "strict"]
 Semantics = Literal["at-least-once", "at-most-once"]
 RemovalReason = Literal[
-    "acked", "expired", "max_deliveries", "max_cancels", "delivered", "elsewhere"
+    "acked", "expired", "max_deliveries", "max_cancels", "rejected", "delivered", "elsewhere"
 ]
 
 ACKED: Final = "acked"
 EXPIRED: Final = "expired"
 DELIVERY_LIMIT: Final = "max_deliveries"
 CANCEL_LIMIT: Final = "max_cancels"
+#: the consumer refused the message (``reject``): it is not to be delivered again
+REJECTED: Final = "rejected"
 #: at-most-once: a message leaves the queue when it is delivered
 DELIVERED: Final = "delivered"
 #: a replicated queue's message another instance removed (acked, delivered, ...)
@@ -496,6 +500,11 @@ class QueueMachine:
     def expire(self, consumer: Consumer, bookmarks: Iterable[str]) -> AckResult:
         """The consumer says these messages are not to be processed (``expire``)."""
         return self._settle(consumer, bookmarks, EXPIRED)
+
+    def reject(self, consumer: Consumer, bookmarks: Iterable[str]) -> AckResult:
+        """The consumer refuses these messages (``reject``): they leave the queue, as
+        dead letters where the queue has a dead-letter topic."""
+        return self._settle(consumer, bookmarks, REJECTED)
 
     def cancel(self, consumer: Consumer, bookmarks: Iterable[str]) -> AckResult:
         """The consumer gives these back (``cancel``): ready again, unless the message

@@ -51,12 +51,13 @@ from spool.server.protocol.errors import (
     BadFilter,
     InvalidMessage,
     InvalidOptions,
+    InvalidTopic,
     NotEntitled,
     ProtocolFailure,
     SubIdInUse,
     TxlogFull,
 )
-from spool.server.queues import checkpoint
+from spool.server.queues import checkpoint, deadletter
 from spool.server.queues.browse import BrowsePage, browse
 from spool.server.queues.checkpoint import (
     CHECKPOINT_INTERVAL,
@@ -66,12 +67,14 @@ from spool.server.queues.checkpoint import (
     checkpoint_name,
     fingerprint,
 )
+from spool.server.queues.deadletter import DeadLetter
 from spool.server.queues.errors import QueueNotFound
 from spool.server.queues.hold import QueueHold, ResyncHold
 from spool.server.queues.info import QueueInfo, describe
 from spool.server.queues.machine import (
     ACKED,
     DELIVERED,
+    REJECTED,
     AckResult,
     Consumer,
     QueueDelivery,
@@ -99,7 +102,9 @@ __all__ = ["QueueInfo", "QueueService"]
 #: the options a queue subscription takes (anything else is refused, never ignored)
 _SUBSCRIBE_OPTIONS: Final = frozenset({"max_backlog", "replace"})
 #: the options of ``sow_delete`` on a queue
-_ACK_OPTIONS: Final = frozenset({"cancel", "expire"})
+_ACK_OPTIONS: Final = frozenset({"cancel", "expire", "reject"})
+#: the longest ``reason`` a consumer may give with ``reject`` (characters)
+MAX_REJECT_REASON: Final = 1024
 #: how often the stuck-queue watch looks at every queue (seconds)
 STUCK_CHECK_INTERVAL: Final = 1.0
 #: how long a shutdown waits for the last checkpoint (the log durable to its end, the
@@ -152,6 +157,12 @@ class QueueService:
         self.transfers = Transfers(self.queues.values(), self._append, self.kick, events, clock)
         self.stage = QueueStage(list(self.queues.values()), self.kick, self.transfers.send)
         self.stage.on_refolded = self._refilled
+        if txlog is not None:
+            self.stage.own_pub_hash = lambda: txlog.own_pub_hash
+        #: publishes a queue's dead letters to a topic, in the current turn, through the
+        #: publish pipeline (set by the broker, which owns the pipeline): returns why it
+        #: refused
+        self.dead_letters: Callable[[str, Sequence[bytes]], ProtocolFailure | None] | None = None
         self.stage.now_us = lambda: time_us(clock)
         #: bounded queues' refills from the log (server/queues/refill.py)
         self.refills = Refills(txlog, self._refilled, events, clock)
@@ -299,9 +310,19 @@ class QueueService:
                               error=f"{type(exc).__name__}: {exc}")  # fmt: skip
 
     def recovered(self) -> None:
-        """Start-up, after the log was read: pin the log from each queue's oldest
-        message, report, start the timer."""
+        """Start-up, after the log was read: log the acks of dead letters a crash kept
+        out of the log, pin the log from each queue's oldest message, report, start the
+        timer."""
         txlog = self._txlog
+        for q, (seqs, bookmarks) in self.stage.unacked_dead().items():
+            body = encode_ack_bookmarks(bookmarks) if q.ownership is not None else (
+                encode_ack_seqs(seqs))  # fmt: skip
+            failure = self._append(q, RecordKind.QUEUE_ACK, body, "dead_letter")
+            self._events.emit(
+                "warning" if failure is None else "error", "queue", "dead_letter_acked",
+                queue=q.config.name, messages=len(seqs) + len(bookmarks),
+                reason=str(failure) if failure is not None else "the ack was not in the log",
+            )  # fmt: skip
         for q in self.queues.values():
             if txlog is not None:
                 q.pin = txlog.pin(f"queue:{q.config.name}", self._hold_from(q))
@@ -555,9 +576,10 @@ class QueueService:
         bad = sorted(opts - _ACK_OPTIONS)
         if bad:
             raise InvalidOptions(f"'{bad[0]}' is not a sow_delete option of a queue "
-                                 "(cancel or expire)")  # fmt: skip
+                                 "(cancel, expire or reject)")  # fmt: skip
         if len(opts) > 1:
-            raise InvalidOptions("cancel and expire cannot be given together")
+            raise InvalidOptions("cancel, expire and reject cannot be given together")
+        detail = _reject_reason(cmd, "reject" in opts)
         name = queue.config.name
         machine = queue.machine
         auth = self._auth
@@ -568,7 +590,7 @@ class QueueService:
             )
         if cmd.filter:
             if opts:
-                raise InvalidOptions("cancel and expire take bookmarks (bm), not a filter")
+                raise InvalidOptions("cancel, expire and reject take bookmarks (bm), not a filter")
             if auth.enabled and not auth.can_write(session.user, name):
                 raise NotEntitled(f"user {session.user_name!r} may not delete from {name!r}")
             try:
@@ -602,12 +624,14 @@ class QueueService:
                 r = machine.cancel(consumer, bms)
             elif "expire" in opts:
                 r = machine.expire(consumer, bms)
+            elif "reject" in opts:
+                r = machine.reject(consumer, bms)
             else:
                 r = machine.ack(consumer, bms)
             total.removed.extend(r.removed)
             total.returned.extend(r.returned)
             total.refused.extend(r.refused)
-        self._finish(session, cmd, queue, total, len(bookmarks))
+        self._finish(session, cmd, queue, total, len(bookmarks), detail=detail)
         return None
 
     async def _remove_bounded(
@@ -644,13 +668,14 @@ class QueueService:
         result: AckResult,
         matches: int,
         extra: int = 0,
+        detail: str = "",
     ) -> None:
         if queue.ownership is not None and result.removed:
             now = time_us(self._clock)
             queue.acked_after(
                 [now - r.message.enqueued_us for r in result.removed if r.reason == "acked"]
             )
-        failure = self._log(queue, result.removed)
+        failure = self._log(queue, result.removed, detail)
         if failure is not None:
             session.fail(cmd.cid, failure)
         elif "processed" in cmd.acks:
@@ -666,20 +691,35 @@ class QueueService:
 
     # -- the log ------------------------------------------------------------------------
 
-    def _log(self, queue: QueueRuntime, removed: list[Removal]) -> ProtocolFailure | None:
-        """Record what left ``queue`` (one ``QUEUE_ACK`` record per reason), and move its
-        pin. A refusal of the log is returned: those messages are gone here but the log
-        still holds them, so a restart delivers them again (at least once, never lost)."""
+    def _log(
+        self, queue: QueueRuntime, removed: list[Removal], detail: str = ""
+    ) -> ProtocolFailure | None:
+        """Record what left ``queue`` (its dead letters first, where it has a dead-letter
+        topic; then one ``QUEUE_ACK`` record per reason), and move its pin. A refusal of
+        the log is returned: those messages are gone here but the log still holds them,
+        so a restart delivers them again (at least once, never lost). ``detail``: a
+        consumer's reason for a ``reject``."""
         txlog = self._txlog
         if not removed or txlog is None:
             return None
         own = queue.ownership
-        by_reason: dict[str, list[Removal]] = {}
-        for r in removed:
-            by_reason.setdefault(r.reason, []).append(r)
         if own is not None:
             own.acked_many([r.message.bookmark for r in removed])
         failure: ProtocolFailure | None = None
+        dead = queue.config.dead_letter
+        acking = removed
+        if dead is not None:
+            letters = [r for r in removed if r.reason in dead.reasons]
+            if letters:
+                failure = self._dead_letter(queue, dead.topic, letters, detail)
+                if failure is not None:
+                    # no ack for them: a restart takes the ones that reached the
+                    # dead-letter topic out of the queue, and delivers the others again
+                    queue.unlogged(r.message.seq for r in letters)
+                    acking = [r for r in removed if r.reason not in dead.reasons]
+        by_reason: dict[str, list[Removal]] = {}
+        for r in acking:
+            by_reason.setdefault(r.reason, []).append(r)
         for reason, items in by_reason.items():
             if own is None:
                 body = encode_ack_seqs([r.message.seq for r in items])
@@ -697,6 +737,37 @@ class QueueService:
             queue.pin.move(self._hold_from(queue))
         if queue.window is not None:
             self.refills.wanted(queue)
+        return failure
+
+    def _dead_letter(
+        self, queue: QueueRuntime, topic: str, letters: list[Removal], detail: str
+    ) -> ProtocolFailure | None:
+        """Publish ``letters`` (messages that left ``queue``) to its dead-letter
+        ``topic``, in this turn, before their ``QUEUE_ACK``; the pipeline's refusal is
+        returned (and reported)."""
+        publish = self.dead_letters
+        if publish is None:  # pragma: no cover - the broker sets it before any queue runs
+            return InvalidTopic("dead letters have no publisher")
+        now = time_us(self._clock)
+        name = queue.config.name
+        bodies = []
+        for r in letters:
+            m = r.message
+            holder = m.last_holder
+            letter = DeadLetter(
+                queue=name, topic=m.topic, bookmark=m.bookmark, seq=m.seq,
+                instance=queue.instance, reason=r.reason, deliveries=m.deliveries,
+                cancels=m.cancels, consumer=holder.name if holder is not None else "",
+                enqueued_us=m.enqueued_us, dead_lettered_us=now,
+                detail=detail if r.reason == REJECTED else "",
+            )  # fmt: skip
+            bodies.append(deadletter.encode(letter, m.body))
+        failure = publish(topic, bodies)
+        if failure is not None:  # counted with the other refusals by the caller
+            self._events.emit("error", "queue", "dead_letter_refused", queue=name, topic=topic,
+                              messages=len(bodies), reason=str(failure))  # fmt: skip
+        else:
+            queue.dead_lettered_count += len(bodies)
         return failure
 
     def _refilled(self, queue: QueueRuntime) -> None:
@@ -913,6 +984,18 @@ class QueueService:
         if q.config.name not in self._holding:
             return []
         return self.hold.reasons(q.ownership is not None)
+
+
+def _reject_reason(cmd: Command, rejecting: bool) -> str:
+    """The ``reason`` a consumer gave with ``reject`` ("" when none)."""
+    reason = cmd.field("reason")
+    if reason is None:
+        return ""
+    if not rejecting:
+        raise InvalidMessage("a reason goes with o=reject only")
+    if not isinstance(reason, str) or len(reason) > MAX_REJECT_REASON:
+        raise InvalidMessage(f"reason must be a string of at most {MAX_REJECT_REASON} characters")
+    return reason
 
 
 def _accepts(flt: Filter) -> Callable[[QueuedMessage], bool]:

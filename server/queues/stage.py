@@ -27,9 +27,16 @@ from spool.server.config.model import QueueConfig
 from spool.server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
 from spool.server.ports import AppendedRun, Outbound, PublishRun
 from spool.server.protocol.errors import InvalidTopic
+from spool.server.queues import deadletter
+from spool.server.queues.deadletter import DeadLetter
 from spool.server.queues.machine import ELSEWHERE, QueuedMessage, QueueMachine, QueuePolicy
 from spool.server.queues.ownership import Grant, Ownership, Wire
-from spool.server.queues.records import decode_ack, decode_transfers
+from spool.server.queues.records import (
+    decode_ack,
+    decode_transfers,
+    encode_ack_bookmarks,
+    encode_ack_seqs,
+)
 from spool.server.queues.window import Window
 from spool.server.txlog.format.batch import RecordBatch
 from spool.server.txlog.format.record import Record, RecordKind
@@ -128,6 +135,8 @@ class QueueRuntime:
     #: a resync hold (server/queues/hold.py): messages that arrive by replication with a
     #: time before this are held too (0: none)
     held_before_us: int = 0
+    #: messages published to the dead-letter topic by this instance since it started
+    dead_lettered_count: int = 0
 
     def acked_after(self, waits_us: Iterable[int]) -> None:
         """Messages were acked ``waits_us`` after they were published, in that order
@@ -274,6 +283,23 @@ class QueueRuntime:
             if count and type(change) is Grant:
                 self._count(change, mine)
             self.outgoing.extend(own.receive(change, now_us, replay))
+        return True
+
+    def dead_lettered(self, letter: DeadLetter, mine: bool, replay: bool) -> bool:
+        """A dead letter of this queue's (:mod:`~spool.server.queues.deadletter`),
+        published here (``mine``) or on another instance, read back at start-up
+        (``replay``) or arriving by replication: its message left the queue, as the
+        ``QUEUE_ACK`` logged after it says. Taken as that ack (the same message leaves
+        the same way; the ack that follows changes nothing more), so a crash between the
+        two, or an instance that never sends the ack, cannot leave the message in the
+        queue as well. A local queue takes only its own (local seqs); no early note is
+        kept (the ack after it keeps one). Returns whether it applied."""
+        if self.ownership is None:
+            if not mine:
+                return False
+            self.receive(_QUEUE_ACK, encode_ack_seqs([letter.seq]), replay=replay)
+        else:
+            self.receive(_QUEUE_ACK, encode_ack_bookmarks([letter.bookmark]), replay=replay)
         return True
 
     def _note_early(self, bookmarks: Sequence[str], seq: int) -> None:
@@ -567,6 +593,18 @@ class QueueStage:
         self._on_enqueued = on_enqueued
         self._log_now = log_now
         self._taken: dict[str, list[QueueRuntime]] = {}
+        #: the queues that publish dead letters to each topic
+        self._dead: dict[str, list[QueueRuntime]] = {}
+        for q in queues:
+            if q.config.dead_letter is not None:
+                self._dead.setdefault(q.config.dead_letter.topic, []).append(q)
+        #: this instance's publisher identity (the only one that may publish to a
+        #: dead-letter topic here: :meth:`prepare`)
+        self.own_pub_hash: Callable[[], int] = lambda: 0
+        #: start-up: per queue, its dead letters published here that no ``QUEUE_ACK``
+        #: followed in the log yet (a crash between the two): local seqs, bookmarks. The
+        #: service logs the missing acks once recovery is done (:meth:`unacked_dead`)
+        self._dead_unacked: dict[QueueRuntime, tuple[set[int], set[str]]] = {}
         self.recovered_messages = 0
         self.recovered_acks = 0
         #: told of each queue a refold changed (the service moves its pin and delivers)
@@ -584,7 +622,7 @@ class QueueStage:
         return found
 
     def applies_to(self, topic: str) -> bool:
-        return self.takes_events(topic) or bool(self.takers(topic))
+        return self.takes_events(topic) or bool(self.takers(topic)) or topic in self._dead
 
     def takes_events(self, topic: str) -> bool:
         """Whether ``topic`` is a replicated queue's name (its acks and transfers arrive
@@ -598,6 +636,17 @@ class QueueStage:
         a stage that prepares it: this stage takes a queue's name)."""
         if run.kind in _EVENT_KINDS and not run.path:
             raise InvalidTopic(f"{run.topic!r} is a queue: its acks come from consumers")
+        if (
+            run.topic in self._dead
+            and run.kind in _MESSAGE_KINDS
+            and not run.path
+            and run.pub_hash != self.own_pub_hash()
+        ):
+            names = ", ".join(repr(q.config.name) for q in self._dead[run.topic])
+            raise InvalidTopic(
+                f"{run.topic!r} is the dead-letter topic of queue {names}: only the broker "
+                "publishes there"
+            )
         return None
 
     def reaches(self, topic: str, peer: Outbound) -> bool:
@@ -616,6 +665,10 @@ class QueueStage:
             return
         if run.kind not in _MESSAGE_KINDS:
             return
+        if run.path and run.topic in self._dead:
+            # another instance's dead letters: the message left the queue there (ours
+            # were taken out before they were published)
+            self._dead_letters(run.topic, run.bodies, mine=False, replay=False)
         ts = run.timestamp_us or 0
         n = len(run.bodies)
         for queue in self.takers(run.topic):
@@ -627,6 +680,52 @@ class QueueStage:
                     # back from a range this instance lost: its ack may still come
                     queue.machine.hold_seqs(range(run.first_seq, run.first_seq + n))
                 self._on_enqueued(queue)
+
+    def _dead_letters(
+        self, topic: str, bodies: Iterable[bytes], mine: bool, replay: bool, seq: int = 0
+    ) -> None:
+        """Dead letters on ``topic``: each takes its message out of the queue it names,
+        when that queue publishes its dead letters there (a body that is not a dead
+        letter of one of them is left alone). ``seq``: where the first one is in the
+        log (start-up: a queue reads only from its checkpoint on)."""
+        queues = self._dead[topic]
+        for i, body in enumerate(bodies):
+            found = deadletter.decode(body)
+            if found is None:
+                continue
+            letter = found[0]
+            for queue in queues:
+                if queue.config.name != letter.queue or (seq and seq + i < queue.start_seq):
+                    continue
+                if queue.dead_lettered(letter, mine, replay) and replay and mine:
+                    seqs, bookmarks = self._dead_unacked.setdefault(queue, (set(), set()))
+                    if queue.ownership is None:
+                        seqs.add(letter.seq)
+                    else:
+                        bookmarks.add(letter.bookmark)
+                if not replay:
+                    self._on_enqueued(queue)
+
+    def unacked_dead(self) -> dict[QueueRuntime, tuple[list[int], list[str]]]:
+        """Start-up, once the log is read: per queue, the dead letters published here
+        whose ``QUEUE_ACK`` is not in the log (local seqs, bookmarks); forgotten here."""
+        out = {
+            q: (sorted(seqs), sorted(bookmarks))
+            for q, (seqs, bookmarks) in self._dead_unacked.items()
+            if seqs or bookmarks
+        }
+        self._dead_unacked.clear()
+        return out
+
+    def _acked_dead(self, queue: QueueRuntime, body: bytes) -> None:
+        """Start-up: a ``QUEUE_ACK`` of ``queue`` read back: the dead letters it names
+        have their ack."""
+        pending = self._dead_unacked.get(queue)
+        if pending is None:
+            return
+        seqs, bookmarks = decode_ack(body)
+        pending[0].difference_update(seqs)
+        pending[1].difference_update(bookmarks)
 
     def duplicated(self, run: PublishRun, i: int, pub_seq: int, held: str | None) -> None:
         """Another instance's copy of a message the log held (the pipeline dropped it):
@@ -652,6 +751,8 @@ class QueueStage:
 
     def recover(self, batch: RecordBatch) -> None:
         by_name = self._by_name
+        dead = self._dead
+        dead_unacked = self._dead_unacked
         corr_ids = batch.has_corr_ids()
         kinds = batch.kinds()
         plain = kinds <= {int(RecordKind.PUBLISH)}
@@ -666,9 +767,14 @@ class QueueStage:
                     queue.receive(kind, batch.bodies[i], batch.timestamps_us[i], replay=True,
                                   seq=first + i, mine=not batch.path(i))  # fmt: skip
                     self.recovered_acks += kind == _QUEUE_ACK
+                    if dead_unacked and kind == _QUEUE_ACK:
+                        self._acked_dead(queue, batch.bodies[i])
                 continue
             if kind not in _MESSAGE_KINDS:
                 continue
+            if dead and topic in dead:
+                self._dead_letters(topic, (batch.bodies[i],), mine=not batch.path(i),
+                                   replay=True, seq=first + i)  # fmt: skip
             takers = self.takers(topic)
             if not takers:
                 continue

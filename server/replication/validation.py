@@ -87,6 +87,8 @@ class Queue:
     kind: str = "Queue"
     filter: str | None = None
     initial_owner: str | None = None
+    #: the topic its dead letters go to (None: it has none)
+    dead_letter: str | None = None
 
     @property
     def under(self) -> Rule:
@@ -139,6 +141,7 @@ def summarize(config: Config) -> dict[str, object]:
                 "kind": q.kind,
                 "filter": q.filter,
                 "initial_owner": q.initial_owner,
+                "dead_letter": q.dead_letter.topic if q.dead_letter is not None else None,
             }
             for q in config.queues
         ],
@@ -221,10 +224,14 @@ def _queue(value: object) -> Queue:
     regex, kind = value.get("underlying_regex", False), value.get("kind", "Queue")
     if not isinstance(regex, bool) or not isinstance(kind, str):
         raise _malformed("a queue's underlying_regex is a boolean and its kind a string")
-    flt, owner = value.get("filter"), value.get("initial_owner")
-    if not isinstance(flt, (str, type(None))) or not isinstance(owner, (str, type(None))):
-        raise _malformed("a queue's filter and initial_owner are strings or null")
-    return Queue(_rule(value.get("topic")), underlying, regex, kind, flt, owner)
+    flt, owner, dead = value.get("filter"), value.get("initial_owner"), value.get("dead_letter")
+    if (
+        not isinstance(flt, (str, type(None)))
+        or not isinstance(owner, (str, type(None)))
+        or not isinstance(dead, (str, type(None)))
+    ):
+        raise _malformed("a queue's filter, initial_owner and dead_letter are strings or null")
+    return Queue(_rule(value.get("topic")), underlying, regex, kind, flt, owner, dead)
 
 
 def _list(obj: dict[str, object], key: str) -> list[object]:
@@ -383,6 +390,15 @@ def _queue_check(local: Summary, remote: Summary, rule: Rule) -> ValidationFaile
                 "messages it never receives",
                 f"add {_topic_xml(q.under)} to this destination",
             )  # fmt: skip
+        dead = Rule(q.dead_letter, False) if q.dead_letter is not None else None
+        if dead is not None and not any(b.rule.covers(dead) for b in carried):
+            return ValidationFailed(
+                "queue", rule.name,
+                f"queue {name!r} is replicated to {peer!r} but its dead-letter topic "
+                f"{q.dead_letter!r} is not: a message given up on here would stay in the "
+                f"queue on {peer!r} until its ack came, and its dead letter would be here only",
+                f"add {_topic_xml(dead)} to this destination",
+            )  # fmt: skip
     mine = {q.rule.name: q for q in local.queues}
     for name, q in sorted(_queues_of(remote, rule).items()):
         if q.kind != "LocalQueue" and name not in mine:
@@ -405,8 +421,8 @@ def _missing_queue(rule: Rule, q: Queue, has: Summary, lacks: Summary) -> Valida
 def _same_queue(
     local: Summary, remote: Summary, rule: Rule, here: Queue, there: Queue
 ) -> ValidationFailed | None:
-    """The definitions that must agree between two copies of a queue: kind, ``Filter``
-    and a group-local queue's ``InitialOwner``."""
+    """The definitions that must agree between two copies of a queue: kind, ``Filter``,
+    a group-local queue's ``InitialOwner`` and the ``DeadLetter`` topic."""
     name, peer = here.rule.name, remote.name
     if there.kind != here.kind:
         return ValidationFailed(
@@ -430,6 +446,15 @@ def _same_queue(
             f"{there.initial_owner!r} on {peer!r}: the copies would disagree on who owns "
             "new messages",
             f"give queue {name!r} the same <InitialOwner> on both instances",
+        )  # fmt: skip
+    if here.dead_letter != there.dead_letter:
+        return ValidationFailed(
+            "queue", rule.name,
+            f"queue {name!r} has dead-letter topic {here.dead_letter!r} on {local.name!r} and "
+            f"{there.dead_letter!r} on {peer!r}: a message given up on would go to a "
+            "different place depending on where",
+            f"give queue {name!r} the same <DeadLetter><Topic> on both instances"
+            + (f" ({here.dead_letter})" if here.dead_letter else " (none)"),
         )  # fmt: skip
     return None
 

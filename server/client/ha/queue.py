@@ -67,13 +67,13 @@ class HAQueueMessage(HAMessage, Settling):
         """The same as :meth:`ack` (the application is done with it)."""
         self.ack()
 
-    def _settle(self, kind: str) -> None:
+    def _settle(self, kind: str, reason: str = "") -> None:
         if self.settled:
             raise RuntimeError(f"queue message {self.bookmark} was already acked or cancelled")
         self.settled = True
         sub = self.subscription
         assert isinstance(sub, HAQueueSubscription)
-        sub.settle(kind, self.bookmark or "")
+        sub.settle(kind, self.bookmark or "", reason)
 
 
 class HAQueueSubscription(HASubscription):
@@ -153,18 +153,19 @@ class HAQueueSubscription(HASubscription):
 
     # -- acks ---------------------------------------------------------------------------
 
-    def settle(self, kind: str, bookmark: str) -> None:
-        """The application acked (``""``), cancelled or expired ``bookmark``."""
+    def settle(self, kind: str, bookmark: str, reason: str = "") -> None:
+        """The application acked (``""``), cancelled, expired or rejected ``bookmark``
+        (``reason``: why it rejected it)."""
         self._held.discard(bookmark)
         if kind == ACK and bookmark:
             acked = self._acked
             acked[bookmark] = None
             if len(acked) > self._memory:
                 acked.popitem(last=False)
-        self._queue_ack(kind, bookmark)
+        self._queue_ack(kind, bookmark, reason)
 
-    def _queue_ack(self, kind: str, bookmark: str) -> None:
-        self._out.add(kind, bookmark)
+    def _queue_ack(self, kind: str, bookmark: str, reason: str = "") -> None:
+        self._out.add(kind, bookmark, reason)
 
     async def settled(self) -> None:
         """Return once every ack, cancel and expire given so far was answered by the

@@ -18,6 +18,10 @@
       <Priority>/prio</Priority>                 <!-- an expression; higher goes first -->
       <Expiration>1h</Expiration>                <!-- default: for ever -->
       <StuckMessageAge>5m</StuckMessageAge>      <!-- alert past this; 0: never -->
+      <DeadLetter>                               <!-- where given-up messages go -->
+        <Topic>work-dead</Topic>
+        <Reasons>max_deliveries,rejected</Reasons>  <!-- default: all four -->
+      </DeadLetter>
     </Queue>
     <GroupLocalQueue>... <InitialOwner>spool-a</InitialOwner></GroupLocalQueue>
 
@@ -31,10 +35,16 @@ records the underlying topic, replicated queues, the initial owner) are in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Final
 
-from spool.server.config.model import MESSAGE_TYPES, QueueConfig
+from spool.server.config.model import (
+    DEAD_LETTER_REASONS,
+    MESSAGE_TYPES,
+    DeadLetterConfig,
+    QueueConfig,
+)
 from spool.server.config.values import (
     Context,
     read_choice,
@@ -71,7 +81,9 @@ _SPEC: Final[Spec] = {
     "InitialOwner": False,
     "TargetQueueDepth": False,
     "StuckMessageAge": False,
+    "DeadLetter": False,
 }
+_DEAD_LETTER_SPEC: Final[Spec] = {"Topic": False, "Reasons": False}
 _UNSUPPORTED: Final[Mapping[str, str]] = {}
 _MAX_COUNT: Final = 1_000_000
 _MAX_SECONDS: Final = 10 * 365 * 86400.0
@@ -87,6 +99,28 @@ def _expression(node: XmlNode, ctx: Context, *, value: bool) -> str:
     except FilterSyntaxError as exc:
         raise fail(node, f"the {node.tag} does not compile: {exc}") from None
     return text
+
+
+def _dead_letter(node: XmlNode, ctx: Context, queue: str) -> DeadLetterConfig:
+    kids = Children(node, _DEAD_LETTER_SPEC)
+    topic_node = kids.require("Topic", " (where the dead letters are published)")
+    topic = read_value(topic_node, ctx)
+    if is_regex_topic(topic):
+        raise fail(topic_node, "a dead-letter Topic is one topic, not a regular expression")
+    if topic == queue:
+        raise fail(topic_node, f"a queue cannot be its own dead-letter topic ({queue!r})")
+    reasons = frozenset(DEAD_LETTER_REASONS)
+    if (reasons_node := kids.one("Reasons")) is not None:
+        items = [r.strip() for r in read_value(reasons_node, ctx).split(",")]
+        unknown = [r for r in items if r not in DEAD_LETTER_REASONS]
+        if unknown or not all(items):
+            raise fail(
+                reasons_node,
+                f"{(unknown or [''])[0]!r} is not a dead-letter reason "
+                f"(allowed: {', '.join(DEAD_LETTER_REASONS)})",
+            )
+        reasons = frozenset(items)
+    return DeadLetterConfig(topic=topic, reasons=reasons)
 
 
 def read_queue(node: XmlNode, ctx: Context) -> QueueConfig:
@@ -154,10 +188,21 @@ def read_queue(node: XmlNode, ctx: Context) -> QueueConfig:
         )  # fmt: skip
     elif owner_node is not None:
         raise fail(owner_node, f"InitialOwner is for <GroupLocalQueue>, not <{node.tag}>")
+    dead_letter = None
+    if (n := kids.one("DeadLetter")) is not None:
+        dead_letter = _dead_letter(n, ctx, name)
+        if (regex and re.search(underlying, dead_letter.topic)) or (
+            not regex and underlying == dead_letter.topic
+        ):
+            raise fail(
+                n,
+                f"dead letters of {name!r} would enter the queue again: its UnderlyingTopic "
+                f"takes {dead_letter.topic!r}",
+            )
     return QueueConfig(
         name=name, kind=node.tag, underlying=underlying, underlying_regex=regex,
         filter=filt, semantics=semantics, lease_period=lease, max_backlog=backlog,
         max_deliveries=deliveries, max_cancels=cancels, fairness=fairness, leasing=leasing,
         barrier=barrier, priority=priority, expiration=expiration, initial_owner=owner,
-        target_queue_depth=target, stuck_age=stuck,
+        target_queue_depth=target, stuck_age=stuck, dead_letter=dead_letter,
     )  # fmt: skip

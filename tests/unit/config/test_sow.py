@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spool.server.config import SowTopicConfig
+from spool.server.config import ConfigError, SowTopicConfig
 from tests.unit.config.helpers import assert_refused, doc, parse
 
 
@@ -219,6 +219,47 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "InitialOwner is for <GroupLocalQueue>",
     ),
     (
+        "dead-letter topic that is a regex",
+        sow("<Queue><Name>q</Name><DeadLetter><Topic>^dead</Topic></DeadLetter></Queue>"),
+        "/SpoolConfig/SOW/Queue/DeadLetter/Topic",
+        4,
+        "one topic, not a regular expression",
+    ),
+    (
+        "dead-letter topic that is the queue",
+        sow("<Queue><Name>q</Name><DeadLetter><Topic>q</Topic></DeadLetter></Queue>"),
+        "/SpoolConfig/SOW/Queue/DeadLetter/Topic",
+        4,
+        "a queue cannot be its own dead-letter topic",
+    ),
+    (
+        "dead letters that would enter the queue again",
+        sow(
+            "<Queue><Name>q</Name><UnderlyingTopic>^jobs</UnderlyingTopic>",
+            "<DeadLetter><Topic>jobs-dead</Topic></DeadLetter></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/DeadLetter",
+        5,
+        "would enter the queue again",
+    ),
+    (
+        "dead-letter reason unknown",
+        sow(
+            "<Queue><Name>q</Name><DeadLetter><Topic>d</Topic>",
+            "<Reasons>rejected,acked</Reasons></DeadLetter></Queue>",
+        ),
+        "/SpoolConfig/SOW/Queue/DeadLetter/Reasons",
+        5,
+        "'acked' is not a dead-letter reason (allowed: max_deliveries, max_cancels, expired,",
+    ),
+    (
+        "dead letter without a topic",
+        sow("<Queue><Name>q</Name><DeadLetter></DeadLetter></Queue>"),
+        "/SpoolConfig/SOW/Queue/DeadLetter",
+        4,
+        "needs a <Topic>",
+    ),
+    (
         "GroupLocalQueue without InitialOwner",
         sow("<Topic><Name>a</Name></Topic>", "<GroupLocalQueue><Name>q</Name></GroupLocalQueue>"),
         "/SpoolConfig/SOW/GroupLocalQueue",
@@ -347,3 +388,27 @@ def test_stuck_message_age_defaults_to_five_minutes_and_zero_turns_it_off() -> N
         )
     )
     assert [q.stuck_age for q in cfg.queues] == [300.0, 0.0, 90.0]
+
+
+def test_a_dead_letter_topic_is_read_and_checked_against_the_log() -> None:
+    log = "<TransactionLog><Topic><Name>work-in</Name></Topic>{}</TransactionLog>"
+    queue = (
+        "<Queue><Name>work</Name><UnderlyingTopic>work-in</UnderlyingTopic><DeadLetter>"
+        "<Topic>work-dead</Topic>{}</DeadLetter></Queue>"
+    )
+    recorded = log.format("<Topic><Name>work-dead</Name></Topic>")
+    cfg = parse(doc(recorded + sow(queue.format("<Reasons>rejected, expired</Reasons>"))))
+    (work,) = cfg.queues
+    assert work.dead_letter is not None and work.dead_letter.topic == "work-dead"
+    assert work.dead_letter.reasons == {"rejected", "expired"}
+    (every,) = parse(doc(recorded + sow(queue.format("")))).queues
+    assert every.dead_letter is not None
+    assert every.dead_letter.reasons == {"max_deliveries", "max_cancels", "expired", "rejected"}
+    with pytest.raises(ConfigError, match="does not record 'work-dead', the dead-letter topic"):
+        parse(doc(log.format("") + sow(queue.format(""))))
+    two = sow(
+        queue.format(""),
+        "<Queue><Name>work-dead</Name><UnderlyingTopic>work-in</UnderlyingTopic></Queue>",
+    )
+    with pytest.raises(ConfigError, match="'work-dead', a queue's name"):
+        parse(doc(recorded + two))

@@ -283,6 +283,34 @@ def test_a_queue_needs_its_underlying_topic_replicated_with_it() -> None:
     assert "<Topic><Name>work-in</Name>" in failure.fix
 
 
+def test_a_queue_dead_letter_topic_must_match_and_be_replicated_with_it() -> None:
+    dead = "<DeadLetter><Topic>work-dead</Topic></DeadLetter>"
+    q = _queue("Queue", "work", "work-in", dead)
+    logged = "work-in work work-dead"
+    a = _config("a", logged, _pair_dest("b", "work-in", "work", "work-dead"), q)
+    b = _config("b", logged, _pair_dest("a", "work-in", "work", "work-dead"), q)
+    assert validate(summarize(a), summarize(b), _only(a)) == []
+    other = _queue("Queue", "work", "work-in", "<DeadLetter><Topic>work-x</Topic></DeadLetter>")
+    b_other = _config("b", logged + " work-x", _pair_dest("a", "work-in", "work"), other)
+    (failure, *_) = validate(summarize(a), summarize(b_other), _only(a))
+    assert failure.check == "queue"
+    assert "dead-letter topic 'work-dead' on 'a' and 'work-x' on 'b'" in failure.detail
+    assert "the same <DeadLetter><Topic> on both instances (work-dead)" in failure.fix
+    none = _config("b", logged, _pair_dest("a", "work-in", "work"), _queue("Queue", "work",
+                                                                        "work-in"))  # fmt: skip
+    assert "on 'b'" in validate(summarize(a), summarize(none), _only(a))[0].detail
+    not_sent = _config("a", logged, _pair_dest("b", "work-in", "work"), q)
+    (failure,) = validate(summarize(not_sent), summarize(b), _only(not_sent))
+    assert failure.check == "queue"
+    assert "its dead-letter topic 'work-dead' is not" in failure.detail
+    assert "<Topic><Name>work-dead</Name>" in failure.fix
+    # a summary without the member (an instance that has no dead letters) reads as none
+    older = summarize(none)
+    for entry in older["queues"]:  # type: ignore[attr-defined]
+        del entry["dead_letter"]
+    assert parse_summary(older).queues[0].dead_letter is None
+
+
 def test_an_archive_copy_takes_the_underlying_topic_without_the_queue() -> None:
     """A destination that takes only the underlying topic needs no queue; one that
     defines the queue must get its events (its name) too."""
