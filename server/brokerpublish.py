@@ -132,16 +132,19 @@ class BrokerPublisher:
         txlog = self._txlog
         return txlog.own_pub_hash if txlog is not None else broker_pub_hash(self.name)
 
-    def publish_now(self, topic: str, bodies: Sequence[bytes]) -> ProtocolFailure | None:
-        """Publish ``bodies`` to ``topic`` as one run, in this turn of the loop, without
-        waiting for the log to make them durable: the caller writes what depends on them
-        right after them (a queue's ``QUEUE_ACK`` after its dead letters), so the log's
-        order keeps them together. Returns why the pipeline refused (some of) them."""
+    def publish_now(
+        self, topic: str, bodies: Sequence[bytes], corr_ids: Sequence[str] = ()
+    ) -> ProtocolFailure | None:
+        """Publish ``bodies`` to ``topic`` as one run (with ``corr_ids``, one per body,
+        when given), in this turn of the loop, without waiting for the log to make them
+        durable: the caller writes what depends on them right after them (a queue's
+        ``QUEUE_ACK`` after its dead letters), so the log's order keeps them together.
+        Returns why the pipeline refused (some of) them."""
         answer = _Answer()
         origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
         run = PublishRun(
             topic, self.pub_hash, [None] * len(bodies), list(bodies), [],
-            publisher_name=self.name,
+            corr_ids=list(corr_ids) if any(corr_ids) else None, publisher_name=self.name,
         )  # fmt: skip
         self._pipeline.publish(origin, run)
         return answer.failure

@@ -32,10 +32,12 @@ from spool.server.engine_errors import (
     TlsNotConfigured,
 )
 from spool.server.eventlog import EventLog
+from spool.server.expr import compile_filter
 from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
 from spool.server.metrics import Metrics
 from spool.server.queues.errors import QueueNotEntitled, QueueNotFound
+from spool.server.queues.redrive import Redriver, RedriveRefused
 from spool.server.queues.service import QueueService
 from spool.server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from spool.server.replication.errors import ReplicationNotConfigured
@@ -252,6 +254,8 @@ class Operations:
         self._replication = replication
         self._sow = sow
         self._queues = queues
+        #: the queues' redrives (made at the first one)
+        self._redriver: Redriver | None = None
         self.sampler: Sampler | None = None
         #: the instance's bootstrap (``<Bootstrap>``), set by the engine
         self.bootstrap: Bootstrapper | None = None
@@ -789,6 +793,67 @@ class Operations:
         if self._queues is None:
             raise QueueNotFound(name)
         return self._queues.set_proxied_transfer(name, enabled, by)
+
+    async def redrive_dead_letters(
+        self,
+        name: str,
+        *,
+        filter: str | None = None,
+        limit: int = 100,
+        target: str | None = None,
+        user: UserConfig | None = None,
+        by: str | None = None,
+    ) -> dict[str, object]:
+        """Send back up to ``limit`` of queue ``name``'s dead letters that match
+        ``filter`` (read as the dead letter: ``/dead_letter/reason``, ``/message/...``)
+        to ``target`` (None: each to its original topic), by user ``by``
+        (``POST /api/queues/{name}/redrive``, docs/queues.md "Redrive").
+
+        Raises:
+            QueueNotFound: no such queue (404).
+            QueueNotEntitled: ``user`` may not read the dead-letter topic (403).
+            RedriveRefused: no dead-letter topic, not a keyed SOW topic, a target the log
+                does not record or the user may not publish to (409).
+            RedriveFailed: the log refused a message partway (503).
+            BadFilter: the filter does not compile (400).
+        """
+        queues = self._queues
+        if queues is None or name not in queues.queues:
+            raise QueueNotFound(name)
+        cfg = queues.queues[name].config
+        dead = cfg.dead_letter
+        if dead is None:
+            raise RedriveRefused(
+                f"queue {name!r} has no <DeadLetter>: no dead letters to send back"
+            )
+        rule = self._sow.topics.rule(dead.topic)
+        store = self._sow.topics.store(dead.topic)
+        if rule is None or store is None or not rule.keys:
+            raise RedriveRefused(
+                f"the dead-letter topic {dead.topic!r} of queue {name!r} is not a SOW topic "
+                "with a <Key>: a redrive marks each dead letter it sends back by replacing "
+                f"its record; add <SOW><Topic><Name>{dead.topic}</Name>"
+                "<Key>/dead_letter/bookmark</Key></Topic>"
+            )
+        if self.auth.enabled and not self.auth.can_read(user, dead.topic):
+            raise QueueNotEntitled(user.name if user is not None else None, dead.topic)
+        matches = compile_filter(filter, clock=self.clock) if filter else None
+        txlog = self._txlog
+        if self._redriver is None:
+            if txlog is None or self._publisher is None:  # pragma: no cover - queues need both
+                raise RedriveRefused("this instance cannot publish")
+            tl = self.config.transaction_log
+            self._redriver = Redriver(
+                txlog, self._publisher.publish_now,
+                tl.records if tl is not None else (lambda _topic: False), self.events,
+                self.clock,
+            )  # fmt: skip
+        auth = self.auth
+        done = await self._redriver.redrive(
+            cfg, store.records(), matches=matches, limit=limit, target=target,
+            may_write=lambda topic: not auth.enabled or auth.can_write(user, topic), by=by or "",
+        )  # fmt: skip
+        return done.to_dict()
 
     def release_queue_hold(self, by: str | None = None) -> int:
         """``POST /api/queues/release_hold``, by user ``by``: stop waiting for the

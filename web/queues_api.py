@@ -10,6 +10,8 @@
   and the user must be entitled to read the queue: it shows message data.
 - ``POST /api/queues/release_hold``: end the resync hold (docs/queues.md "Held after a
   loss"): ``{"ok": true, "released": N}``.
+- ``POST /api/queues/{name}/redrive``: send back dead letters (``filter``, ``limit``,
+  ``target``); admin, and the user must read the dead-letter topic and write the target.
 - ``POST /api/queues/{name}/enable_proxied_transfer`` / ``disable_proxied_transfer``:
   409 with the reason: queues are not replicated in this version, so every message is
   owned by this instance (docs/queues.md); 404 for a queue that does not exist.
@@ -25,13 +27,16 @@ from typing import Any, Final
 from starlette.requests import Request
 
 from spool.server.operations import Operations
+from spool.server.protocol.errors import BadFilter
+from spool.server.protocol.topic import is_regex_topic
 from spool.server.queues.browse import BROWSE_MAX
 from spool.server.queues.errors import ProxiedTransferUnavailable, QueueNotEntitled, QueueNotFound
-from spool.web.api_errors import ApiError, Conflict, Forbidden, NotFound
+from spool.server.queues.redrive import REDRIVE_MAX, RedriveFailed, RedriveRefused
+from spool.web.api_errors import ApiError, BadRequest, Conflict, Forbidden, NotFound, NotReady
 from spool.web.auth import auth_context, require_admin
 from spool.web.entitlements import read_check, require_read
 from spool.web.openapi import Operation, QueryParam
-from spool.web.params import int_param
+from spool.web.params import int_param, json_body
 
 __all__ = ["QueuesApi", "queue_error"]
 
@@ -46,8 +51,12 @@ def queue_error(exc: Exception) -> ApiError | None:
     """The REST error for a queue exception (None: not one of the queues')."""
     if isinstance(exc, QueueNotFound):
         return NotFound(str(exc))
-    if isinstance(exc, ProxiedTransferUnavailable):
+    if isinstance(exc, ProxiedTransferUnavailable | RedriveRefused):
         return Conflict(str(exc))
+    if isinstance(exc, RedriveFailed):
+        return NotReady(str(exc))
+    if isinstance(exc, BadFilter):
+        return BadRequest(exc.detail or exc.reason)
     if isinstance(exc, QueueNotEntitled):
         return Forbidden(str(exc))
     return None
@@ -86,6 +95,29 @@ class QueuesApi:
         self._require()
         freed = self.ops.release_queue_hold(auth_context(request).actor)
         return {"ok": True, "released": freed}
+
+    async def redrive(self, request: Request) -> Any:
+        self._require()
+        context = require_admin(request)
+        body = await json_body(request)
+        unknown = sorted(set(body) - {"filter", "limit", "target"})
+        if unknown:
+            raise BadRequest(f"unknown field {unknown[0]!r}: the body is "
+                             '{"filter": "...", "limit": N, "target": "topic"}')  # fmt: skip
+        flt, limit, target = body.get("filter"), body.get("limit", 100), body.get("target")
+        if flt is not None and not isinstance(flt, str):
+            raise BadRequest("filter must be a string (a filter over the dead letters)")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= REDRIVE_MAX:
+            raise BadRequest(f"limit must be an integer from 1 to {REDRIVE_MAX}")
+        if target is not None and (
+            not isinstance(target, str) or not target or is_regex_topic(target)
+        ):
+            raise BadRequest("target must be a topic name (not a regular expression)")
+        done = await self.ops.redrive_dead_letters(
+            request.path_params["name"], filter=flt or None, limit=limit, target=target,
+            user=context.user, by=context.actor,
+        )  # fmt: skip
+        return {"ok": True, **done}
 
     def _switch(self, enabled: bool) -> Handler:
         async def handler(request: Request) -> Any:
@@ -165,6 +197,29 @@ class QueuesApi:
                     ),
                 ),
                 self.messages,
+            ),
+            (
+                Operation(
+                    "POST",
+                    "/api/queues/{name}/redrive",
+                    "Send a queue's dead letters back to be worked again",
+                    "queues",
+                    description=(
+                        'Body `{"filter", "limit", "target"}`, all optional: the dead '
+                        "letters that match `filter` (read as the dead letter: "
+                        "`/dead_letter/reason = 'rejected'`, `/message/...`), at most "
+                        f"`limit` (default 100, at most {REDRIVE_MAX}), are published again "
+                        "to `target` (default: each to its original topic) with their "
+                        "original bookmark as correlation id, and marked `redriven` in the "
+                        "dead-letter topic. Needs the dead-letter topic to be a SOW topic "
+                        "with a key (409 otherwise). Admin; the user must read the "
+                        "dead-letter topic (403) and write the target (409). At least once: "
+                        'docs/queues.md "Redrive".'
+                    ),
+                    errors=(400, 403, 404, 409, 503),
+                    access="admin",
+                ),
+                self.redrive,
             ),
             *(
                 (

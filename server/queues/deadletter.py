@@ -26,10 +26,27 @@ import orjson
 
 from spool.server.bookmarks import format_timestamp_us
 
-__all__ = ["DeadLetter", "decode", "encode"]
+__all__ = ["DeadLetter", "Redrive", "decode", "encode"]
 
 #: how a dead letter's body starts: what :func:`decode` checks before parsing anything
 PREFIX: Final = b'{"dead_letter":'
+
+
+@dataclass(frozen=True, slots=True)
+class Redrive:
+    """Where a dead letter was sent back to (``POST /api/queues/NAME/redrive``).
+
+    Attributes:
+        topic: the topic its message was published to again.
+        bookmark: the bookmark of that new message.
+        at_us: when.
+        by: who asked ("" when not known).
+    """
+
+    topic: str
+    bookmark: str
+    at_us: int
+    by: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +66,9 @@ class DeadLetter:
         enqueued_us: when it was recorded (microseconds since the Unix epoch).
         dead_lettered_us: when it left the queue.
         detail: the consumer's reason for a ``reject`` ("" when none was given).
+        redriven: where its message was sent back to (None: not yet). A dead letter that
+            says so is a later copy of the first, published to mark it: it removes
+            nothing from the queue.
     """
 
     queue: str
@@ -63,6 +83,7 @@ class DeadLetter:
     enqueued_us: int
     dead_lettered_us: int
     detail: str = ""
+    redriven: Redrive | None = None
 
 
 def encode(letter: DeadLetter, body: bytes) -> bytes:
@@ -81,6 +102,7 @@ def encode(letter: DeadLetter, body: bytes) -> bytes:
             "enqueued": format_timestamp_us(letter.enqueued_us),
             "dead_lettered": format_timestamp_us(letter.dead_lettered_us),
             "detail": letter.detail,
+            **_redrive_json(letter.redriven),
         }
     )
     if _is_json(body):
@@ -125,12 +147,42 @@ def _letter(head: object) -> DeadLetter | None:
     gone = _time(head.get("dead_lettered"))
     if enqueued is None or gone is None:
         return None
+    redriven = None
+    if "redriven" in head:
+        redriven = _redrive(head["redriven"])
+        if redriven is None:
+            return None
     return DeadLetter(
         queue=head["queue"], topic=head["topic"], bookmark=head["bookmark"], seq=head["seq"],
         instance=head["instance"], reason=head["reason"], deliveries=head["deliveries"],
         cancels=head["cancels"], consumer=head["consumer"], enqueued_us=enqueued,
-        dead_lettered_us=gone, detail=head["detail"],
+        dead_lettered_us=gone, detail=head["detail"], redriven=redriven,
     )  # fmt: skip
+
+
+def _redrive_json(redrive: Redrive | None) -> dict[str, object]:
+    if redrive is None:
+        return {}
+    return {
+        "redriven": {
+            "topic": redrive.topic,
+            "bookmark": redrive.bookmark,
+            "at": format_timestamp_us(redrive.at_us),
+            "by": redrive.by,
+        }
+    }
+
+
+def _redrive(value: object) -> Redrive | None:
+    if not isinstance(value, dict):
+        return None
+    topic, bookmark, by = value.get("topic"), value.get("bookmark"), value.get("by")
+    at = _time(value.get("at"))
+    if not isinstance(topic, str) or not isinstance(bookmark, str) or not isinstance(by, str):
+        return None
+    if at is None:
+        return None
+    return Redrive(topic, bookmark, at, by)
 
 
 def _time(value: object) -> int | None:

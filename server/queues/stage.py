@@ -691,8 +691,8 @@ class QueueStage:
         queues = self._dead[topic]
         for i, body in enumerate(bodies):
             found = deadletter.decode(body)
-            if found is None:
-                continue
+            if found is None or found[0].redriven is not None:
+                continue  # not a dead letter, or the mark of one sent back (no removal)
             letter = found[0]
             for queue in queues:
                 if queue.config.name != letter.queue or (seq and seq + i < queue.start_seq):

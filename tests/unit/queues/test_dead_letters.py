@@ -5,10 +5,13 @@ between them; nobody but the broker publishes there."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
+import pytest
 
 from spool.server.bookmarks import format_bookmark
 from spool.server.clock import VirtualClock
@@ -17,6 +20,8 @@ from spool.server.ports import AppendedRun, Origin
 from spool.server.queues import deadletter
 from spool.server.queues.checkpoint import checkpoint_name
 from spool.server.queues.deadletter import DeadLetter
+from spool.server.queues.errors import QueueNotFound
+from spool.server.queues.redrive import RedriveRefused
 from spool.server.queues.stage import QueueRuntime, QueueStage
 from spool.server.txlog.format.record import RecordKind
 from tests.support.damage import journals, zero_end_of_last_record
@@ -295,3 +300,71 @@ def test_a_dead_letter_alone_takes_the_message_out_of_a_replicated_queue() -> No
     # a body on the dead-letter topic that is not a dead letter changes nothing
     stage.appended(_appended("work-dead", 5, b'{"dead_letter":{}}', ("a",)))
     assert q.machine.depth == 1
+
+
+async def _durable(h: EngineHarness, work: Awaitable[T]) -> T:
+    """``work``, which waits until what it wrote is durable: virtual time moves (the
+    log's group commit) until it is done."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        await h.clock.advance(0.01)
+        await asyncio.sleep(0.001)  # the fsync thread reports
+    return task.result()
+
+
+@scenario
+async def test_redrive_sends_dead_letters_back_once_with_their_lineage(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml(DEAD) + SOW) as h:
+        _, c, bms = await _reject_cancel_ack_and_time_out(h)
+        ops = h.broker.operations
+        seen = len(c.deliveries())
+        done = await _durable(h, ops.redrive_dead_letters(
+            "work", filter="/dead_letter/reason = 'rejected'", by="admin"))  # fmt: skip
+        assert done["redriven"] == 1
+        (sent,) = done["messages"]  # type: ignore[misc]
+        assert (sent["original"], sent["topic"]) == (bms[0], "work-in")
+        await h.settle()
+        (header, body) = c.deliveries()[seen]
+        assert orjson.loads(body) == {"n": 0}
+        assert (header["bm"], header["x"]) == (sent["bookmark"], bms[0])  # the lineage
+        store = h.broker.sow.topics.store("work-dead")
+        assert store is not None
+        marks = {
+            head["bookmark"]: head.get("redriven")
+            for head in (orjson.loads(r.body)["dead_letter"] for r in store.records())
+        }
+        assert marks[bms[0]] is not None and marks[bms[0]]["bookmark"] == sent["bookmark"]
+        assert marks[bms[0]]["by"] == "admin" and marks[bms[1]] is None
+        # the same again finds nothing left to send; the rest go, each to its topic
+        again = await _durable(
+            h, ops.redrive_dead_letters("work", filter="/dead_letter/reason = 'rejected'")
+        )
+        assert again["redriven"] == 0
+        rest = await _durable(h, ops.redrive_dead_letters("work", limit=1))
+        assert [m["original"] for m in rest["messages"]] == [bms[1]]  # type: ignore[attr-defined]
+        rest = await _durable(h, ops.redrive_dead_letters("work"))
+        assert [m["original"] for m in rest["messages"]] == [bms[3]]  # type: ignore[attr-defined]
+        assert h.broker.queues.info("work").depth == 3
+        await h.commit()
+    # a restart reads the marks without taking anything out of the queue
+    async with harness(tmp_path, queue_xml(DEAD) + SOW) as h:
+        assert h.broker.queues.info("work").depth == 3
+
+
+@scenario
+async def test_a_redrive_is_refused_where_it_cannot_mark_or_record(tmp_path: Path) -> None:
+    unkeyed = sow_topic("work-dead")
+    async with harness(
+        tmp_path, queue_xml(DEAD) + unkeyed, topics=("work-in", "work-dead", "work")
+    ) as h:
+        ops = h.broker.operations
+        with pytest.raises(RedriveRefused, match="not a SOW topic with a <Key>"):
+            await ops.redrive_dead_letters("work")
+    async with harness(tmp_path / "2", queue_xml(DEAD) + SOW,
+                       topics=("work-in", "work-dead", "work")) as h:  # fmt: skip
+        await _reject_cancel_ack_and_time_out(h)
+        ops = h.broker.operations
+        with pytest.raises(RedriveRefused, match="does not record 'elsewhere'"):
+            await ops.redrive_dead_letters("work", target="elsewhere")
+        with pytest.raises(QueueNotFound):
+            await ops.redrive_dead_letters("nope")

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spool.server.queues import deadletter
-from spool.server.queues.deadletter import DeadLetter
+from spool.server.queues.deadletter import DeadLetter, Redrive
 
 _text = st.text(max_size=40)
 _count = st.integers(min_value=0, max_value=2**40)
@@ -28,6 +28,7 @@ letters = st.builds(
     enqueued_us=_time_us,
     dead_lettered_us=_time_us,
     detail=_text,
+    redriven=st.none() | st.builds(Redrive, topic=_text, bookmark=_text, at_us=_time_us, by=_text),
 )
 
 json_values = st.recursive(
