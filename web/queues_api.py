@@ -26,12 +26,13 @@ from typing import Any, Final
 
 from starlette.requests import Request
 
+from spool.server.config.model import REDRIVE_MAX
 from spool.server.operations import Operations
 from spool.server.protocol.errors import BadFilter
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.queues.browse import BROWSE_MAX
 from spool.server.queues.errors import ProxiedTransferUnavailable, QueueNotEntitled, QueueNotFound
-from spool.server.queues.redrive import REDRIVE_MAX, RedriveFailed, RedriveRefused
+from spool.server.queues.redrive import RedriveFailed, RedriveRefused
 from spool.web.api_errors import ApiError, BadRequest, Conflict, Forbidden, NotFound, NotReady
 from spool.web.auth import auth_context, require_admin
 from spool.web.entitlements import read_check, require_read

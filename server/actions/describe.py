@@ -16,6 +16,7 @@ from spool.server.config import (
     OnShutdown,
     OnStartup,
     PublishMessage,
+    RedriveDeadLetters,
     RemoveJournals,
     SetProxiedTransfer,
     SetTransport,
@@ -82,6 +83,8 @@ def describe_step(step: Step) -> str:
         case SetProxiedTransfer():
             return (f"{'enable' if step.enabled else 'disable'} proxied transfer of "
                     f"queue{'s' if len(step.queues) > 1 else ''} {', '.join(step.queues)}")  # fmt: skip
+        case RedriveDeadLetters():
+            return f"redrive dead letters of queue {step.queue}"
         case Shutdown():
             return "shut the instance down"
     return ""

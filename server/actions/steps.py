@@ -36,6 +36,7 @@ from spool.server.config import (
     IfCondition,
     IfDiskUsage,
     PublishMessage,
+    RedriveDeadLetters,
     RemoveJournals,
     SetProxiedTransfer,
     SetTransport,
@@ -47,6 +48,7 @@ from spool.server.config import (
 from spool.server.engine_errors import PublishRefused, TransportNotFound
 from spool.server.expr import FilterSyntaxError, MessageView, compile_filter
 from spool.server.operations import JournalDict, Operations
+from spool.server.protocol.errors import ProtocolFailure
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.queues.errors import QueueError
 from spool.server.replication.errors import ReplicationError
@@ -355,6 +357,24 @@ async def _proxied(step: SetProxiedTransfer, ctx: StepContext) -> StepResult:
     return _result(step, "ok", message, variables=variables)
 
 
+async def _redrive(step: RedriveDeadLetters, ctx: StepContext) -> StepResult:
+    """Send the step's queue's dead letters back (as the REST redrive does); the event
+    log names the action as the one who asked."""
+    action = ctx.variables.get("AMPS_ACTION_NAME", "")
+    try:
+        done = await ctx.ops.redrive_dead_letters(
+            step.queue, filter=step.filter, limit=step.limit, target=step.target,
+            by=f"action {action}",
+        )  # fmt: skip
+    except (QueueError, ProtocolFailure) as exc:
+        return _result(step, "failed", str(exc))
+    count = done["redriven"]
+    variables = {"AMPS_DEAD_LETTERS_REDRIVEN": str(count)}
+    ctx.variables.update(variables)
+    return _result(step, "ok", f"{count} dead letter(s) of {step.queue} sent back",
+                   variables=variables)  # fmt: skip
+
+
 async def _shutdown(step: Shutdown, ctx: StepContext) -> StepResult:
     if ctx.ops.stopping:
         return _result(step, "ok", "the instance is already shutting down")
@@ -385,5 +405,7 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _execute_event(step, ctx)
         case SetProxiedTransfer():
             return await _proxied(step, ctx)
+        case RedriveDeadLetters():
+            return await _redrive(step, ctx)
         case Shutdown():
             return await _shutdown(step, ctx)

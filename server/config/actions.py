@@ -430,6 +430,27 @@ class SetProxiedTransfer:
 
 
 @dataclass(frozen=True, slots=True)
+class RedriveDeadLetters:
+    """``spool-action-do-redrive-dead-letters``: send a queue's dead letters back, as
+    ``POST /api/queues/{name}/redrive`` does (docs/queues.md "Redrive").
+
+    Attributes:
+        queue: the queue (it has a ``<DeadLetter>``).
+        filter: which dead letters (None: all not sent back yet).
+        limit: at most this many per run.
+        target: where they go (None: each to its original topic).
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_DEAD_LETTERS_REDRIVEN",)
+    queue: str
+    filter: str | None
+    limit: int
+    target: str | None
+    where: str = ""
+    module: str = "spool-action-do-redrive-dead-letters"
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """``amps-action-do-shutdown``: stop the instance gracefully (as SIGTERM does)."""
 
@@ -449,6 +470,7 @@ DoStep = (
     | PublishMessage
     | ExecuteEvent
     | SetProxiedTransfer
+    | RedriveDeadLetters
     | Shutdown
 )
 Step = Condition | DoStep
@@ -501,4 +523,5 @@ ACTION_MODULES: Final = (
     "amps-action-do-enable-proxied-transfer",
     "amps-action-do-disable-proxied-transfer",
     "amps-action-do-shutdown",
+    "spool-action-do-redrive-dead-letters",
 )

@@ -463,6 +463,7 @@ def build(root: XmlNode, ctx: Context) -> Config:
             if replicates
             else (),
             queues=tuple(q.name for q in queues),
+            dead_letter_queues=tuple(q.name for q in queues if q.dead_letter is not None),
         )
     return Config(
         name=name,

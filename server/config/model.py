@@ -427,6 +427,8 @@ class ReplicationConfig:
 
 #: why a message may leave a queue for its dead-letter topic (docs/queues.md "Dead letters")
 DEAD_LETTER_REASONS: Final = ("max_deliveries", "max_cancels", "expired", "rejected")
+#: the most dead letters one redrive sends back (docs/queues.md "Redrive")
+REDRIVE_MAX: Final = 10_000
 
 
 @dataclass(frozen=True, slots=True)

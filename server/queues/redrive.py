@@ -28,7 +28,7 @@ from typing import Final
 
 from spool.server.bookmarks import format_bookmark
 from spool.server.clock import Clock, time_us
-from spool.server.config.model import QueueConfig
+from spool.server.config.model import REDRIVE_MAX, QueueConfig
 from spool.server.expr import Filter, MessageView
 from spool.server.ports import SowRecord
 from spool.server.protocol.errors import ProtocolFailure
@@ -38,10 +38,8 @@ from spool.server.queues.errors import QueueError
 from spool.server.stats.source import EventSink
 from spool.server.txlog import TransactionLog
 
-__all__ = ["REDRIVE_MAX", "RedriveFailed", "RedriveRefused", "Redriven", "Redriver"]
+__all__ = ["RedriveFailed", "RedriveRefused", "Redriven", "Redriver"]
 
-#: the most dead letters one redrive sends back
-REDRIVE_MAX: Final = 10_000
 #: records read between two yields to the event loop
 _CHUNK: Final = 512
 
@@ -134,6 +132,10 @@ class Redriver:
         dead = queue.dead_letter
         if dead is None:  # pragma: no cover - the caller checks
             raise RedriveRefused(f"queue {queue.name!r} has no <DeadLetter>")
+        if not 1 <= limit <= REDRIVE_MAX:
+            raise RedriveRefused(
+                f"a redrive sends back 1 to {REDRIVE_MAX} dead letters, not {limit}"
+            )
         lock = self._running.setdefault(queue.name, asyncio.Lock())
         async with lock:
             chosen = await _select(queue.name, dead.topic, records, matches, limit)

@@ -38,6 +38,7 @@ from spool.server.config.actions import (
     OnShutdown,
     OnStartup,
     PublishMessage,
+    RedriveDeadLetters,
     RemoveJournals,
     SetProxiedTransfer,
     SetTransport,
@@ -47,7 +48,7 @@ from spool.server.config.actions import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from spool.server.config.model import MESSAGE_TYPES
+from spool.server.config.model import MESSAGE_TYPES, REDRIVE_MAX
 from spool.server.config.schedule import ScheduleError, check_zone, parse_every
 from spool.server.config.template import Template, TemplateError, is_byte_variable
 from spool.server.config.values import (
@@ -96,6 +97,7 @@ class ActionFacts:
         replicated_queues: the queues whose messages have owners on several instances
             (a ``Queue`` or ``GroupLocalQueue`` of an instance that replicates).
         queues: every configured queue.
+        dead_letter_queues: the queues with a ``<DeadLetter>``.
     """
 
     transports: tuple[str, ...]
@@ -104,6 +106,7 @@ class ActionFacts:
     destinations: Mapping[str, bool] = field(default_factory=dict)
     replicated_queues: tuple[str, ...] = ()
     queues: tuple[str, ...] = ()
+    dead_letter_queues: tuple[str, ...] = ()
 
 
 class ActionScope:
@@ -544,6 +547,37 @@ def _proxied(enabled: bool) -> StepReader:
     return reader
 
 
+def _redrive(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
+) -> Step:
+    name = "spool-action-do-redrive-dead-letters"
+    opts = _Options(
+        element, options, {"Queue": False, "Filter": False, "Limit": False, "Target": False}, name
+    )
+    queue_node = opts.require("Queue", name, " (the queue whose dead letters go back)")
+    queue = read_value(queue_node, ctx)
+    if queue not in facts.dead_letter_queues:
+        what = "has no <DeadLetter>" if queue in facts.queues else "is not a configured queue"
+        raise fail(queue_node, f"queue {queue!r} {what}; queues with dead letters: "
+                   f"{', '.join(facts.dead_letter_queues) or 'none'}")  # fmt: skip
+    flt: str | None = None
+    if (filter_node := opts.one("Filter")) is not None:
+        flt = read_value(filter_node, ctx)
+        try:
+            compile_filter(flt)
+        except FilterSyntaxError as exc:
+            raise fail(filter_node, f"the Filter does not compile: {exc}") from None
+    limit = 100
+    if (limit_node := opts.one("Limit")) is not None:
+        limit = read_int(limit_node, ctx, minimum=1, maximum=REDRIVE_MAX)
+    target: str | None = None
+    if (target_node := opts.one("Target")) is not None:
+        target = read_value(target_node, ctx)
+        if is_regex_topic(target):
+            raise fail(target_node, "the Target is one topic, not a regular expression")
+    return RedriveDeadLetters(queue, flt, limit, target, where=element.path)
+
+
 def _publish(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
@@ -598,4 +632,5 @@ DO_READERS: Final[Mapping[str, StepReader]] = {
     "amps-action-do-enable-proxied-transfer": _proxied(True),
     "amps-action-do-disable-proxied-transfer": _proxied(False),
     "amps-action-do-shutdown": _shutdown,
+    "spool-action-do-redrive-dead-letters": _redrive,
 }

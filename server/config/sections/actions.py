@@ -160,6 +160,7 @@ def read_actions(
     destinations: Mapping[str, bool] | None = None,
     replicated_queues: tuple[str, ...] = (),
     queues: tuple[str, ...] = (),
+    dead_letter_queues: tuple[str, ...] = (),
 ) -> tuple[ActionConfig, ...]:
     """Read ``<Actions>`` (see the module docstring).
 
@@ -172,14 +173,17 @@ def read_actions(
             replication modules name them).
         replicated_queues, queues: the replicated queues (the proxied-transfer
             modules switch them) and every queue.
+        dead_letter_queues: the queues with a dead-letter topic (the redrive module
+            names one).
 
     Raises:
         ConfigError: at the first element in error.
     """
     directories = ("data", "stats", "journal", "archive") if has_txlog else ("data", "stats")
     facts = ActionFacts(
-        transports, has_txlog, directories, dict(destinations or {}), replicated_queues, queues
-    )
+        transports, has_txlog, directories, dict(destinations or {}), replicated_queues, queues,
+        dead_letter_queues,
+    )  # fmt: skip
     kids = Children(node, _ACTIONS_SPEC)
     actions: list[ActionConfig] = []
     first: dict[str, int] = {}

@@ -58,6 +58,12 @@ def do(module: str, options: str = "", tag: str = "Do") -> str:
 
 
 ADMIN = on("amps-action-on-admin")
+REDRIVE = "spool-action-do-redrive-dead-letters"
+#: two queues on one line, one with a dead-letter topic
+QUEUES = (
+    "<SOW><Queue><Name>work</Name><DeadLetter><Topic>work-dead</Topic></DeadLetter></Queue>"
+    "<Queue><Name>plain</Name></Queue></SOW>"
+)
 ARCHIVE = do("amps-action-do-archive-journal", "<Age>1d</Age>")
 
 
@@ -185,6 +191,16 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
      f"{A}/Do/Options/Destination[2]", 8, "destination 'b' is named twice"),
     ("proxied transfer without replicated queues", TXLOG + "\n" + action(ADMIN, do("amps-action-do-enable-proxied-transfer")),
      f"{A}/Do", 8, "switches proxied transfer of replicated queues, and this instance has none"),
+    ("redrive of a queue without dead letters", TXLOG + QUEUES + "\n" + action(ADMIN, do(REDRIVE, "<Queue>plain</Queue>")),
+     f"{A}/Do/Options/Queue", 8, "queue 'plain' has no <DeadLetter>; queues with dead letters: work"),
+    ("redrive of no queue", TXLOG + QUEUES + "\n" + action(ADMIN, do(REDRIVE, "<Queue>nope</Queue>")),
+     f"{A}/Do/Options/Queue", 8, "queue 'nope' is not a configured queue"),
+    ("redrive filter", TXLOG + QUEUES + "\n" + action(ADMIN, do(REDRIVE, "<Queue>work</Queue><Filter>/a ==</Filter>")),
+     f"{A}/Do/Options/Filter", 8, "the Filter does not compile"),
+    ("redrive limit", TXLOG + QUEUES + "\n" + action(ADMIN, do(REDRIVE, "<Queue>work</Queue><Limit>10001</Limit>")),
+     f"{A}/Do/Options/Limit", 8, "Limit must be between 1 and 10000"),
+    ("redrive target", TXLOG + QUEUES + "\n" + action(ADMIN, do(REDRIVE, "<Queue>work</Queue><Target>^w</Target>")),
+     f"{A}/Do/Options/Target", 8, "the Target is one topic, not a regular expression"),
     ("no Module", TXLOG + "\n" + action(ADMIN, "<Do><Options/></Do>"), f"{A}/Do", 8,
      "<Do> needs a <Module>"),
     ("unknown option", TXLOG + "\n" + action(ADMIN, do("amps-action-do-archive-journal", "<Age>1d</Age><Days>3</Days>")),

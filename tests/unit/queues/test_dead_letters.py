@@ -368,3 +368,34 @@ async def test_a_redrive_is_refused_where_it_cannot_mark_or_record(tmp_path: Pat
             await ops.redrive_dead_letters("work", target="elsewhere")
         with pytest.raises(QueueNotFound):
             await ops.redrive_dead_letters("nope")
+
+
+REDRIVE_ACTION = (
+    "<Action><Name>redrive</Name><On><Module>amps-action-on-admin</Module></On>"
+    "<Do><Module>spool-action-do-redrive-dead-letters</Module><Options><Queue>work</Queue>"
+    "<Filter>/dead_letter/reason = 'max_deliveries'</Filter><Limit>5</Limit></Options></Do>"
+    "</Action>"
+)
+
+
+@scenario
+async def test_the_redrive_action_sends_back_what_its_filter_takes(tmp_path: Path) -> None:
+    async with harness(tmp_path, queue_xml(DEAD) + SOW, actions=REDRIVE_ACTION) as h:
+        _, _, bms = await _reject_cancel_ack_and_time_out(h)
+        run = await _durable(h, h.broker.actions.run_admin("redrive", {}, "ops"))
+        (step,) = run.steps
+        assert (step.status, step.variables) == ("ok", {"AMPS_DEAD_LETTERS_REDRIVEN": "1"})
+        store = h.broker.sow.topics.store("work-dead")
+        assert store is not None
+        redriven = [
+            head["bookmark"]
+            for head in (orjson.loads(r.body)["dead_letter"] for r in store.records())
+            if "redriven" in head
+        ]
+        assert redriven == [bms[3]]  # the one past MaxDeliveries
+        assert (
+            "action redrive"
+            in orjson.loads(next(r.body for r in store.records() if b'"redriven"' in r.body))[
+                "dead_letter"
+            ]["redriven"]["by"]
+        )
