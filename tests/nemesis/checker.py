@@ -33,7 +33,10 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
   instances (it failed over before the first confirmed) by an instance, other than the
   ack's, that owned a copy (one it was published on, or one a transfer granted it):
   docs/queues.md "A message published on two instances" says why no instance can know
-  of the other copy before it arrives.
+  of the other copy before it arrives. A confirmed reject settles a message as an ack
+  does, and its dead letter (a publish of ``nem.q.dead`` naming the message's bookmark)
+  is in the logs (``dead-letter-lost`` otherwise); every copy's records are checked like
+  any others (``divergent``, ``duplicated``).
 - **the SOW**: each snapshot taken at a quiet point equals the fold of that instance's
   log up to the position the snapshot reflects (``sow-fold``); a read returns only
   values some writer published (``sow-unexpected``).
@@ -54,8 +57,9 @@ from typing import Any
 import orjson
 
 from spool.server.bookmarks import pub_hash
+from spool.server.queues import deadletter
 from spool.server.txlog.publishers.gaps import Interval, PublisherGaps
-from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QDEAD, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import (
     KIND_NAMES,
@@ -80,6 +84,7 @@ CATEGORIES = (
     "sub-unexpected",
     "queue-unprocessed",
     "queue-after-ack",
+    "dead-letter-lost",
     "sow-fold",
     "sow-unexpected",
     "liveness",
@@ -664,6 +669,39 @@ def _check_queue(
     v.notes["queue messages delivered more than once before their ack"] = multi
     v.notes["queue consumers died holding a lease"] = sum(len(d) for d in dies.values())
     v.checked["queue messages"] = len(acked)
+    _check_dead_letters(v, logs, [e for e in confirmed.values() if e.value.get("reject")])
+
+
+def _check_dead_letters(v: Verdict, logs: dict[str, InstanceLog], rejects: Sequence[Event]) -> None:
+    """Each confirmed reject has its dead letter in the logs (the copies check compares
+    the logs, so one holding it is enough here)."""
+    letters: Counter[str] = Counter()
+    for log in logs.values():
+        seen: set[str] = set()
+        for r in log.records:
+            if r.topic != TOPIC_QDEAD or r.kind != PUBLISH or r.body is None:
+                continue
+            found = deadletter.decode(r.body)
+            if found is not None and found[0].redriven is None:
+                seen.add(found[0].bookmark)
+        letters.update(seen)
+    lost = [e for e in rejects if e.value["bm"] not in letters]
+    if lost:
+        first = lost[0]
+        v.anomalies.append(
+            Anomaly(
+                "dead-letter-lost",
+                f"{len(lost)} confirmed rejects without a dead letter in any log; first "
+                f"n={first.value['n']} ({first.value['bm']}) rejected by {first.process} on "
+                f"{first.node} at {first.mono:.2f} s",
+                first.node,
+                first.process,
+                time=first.mono,
+                count=len(lost),
+                slice=_slice(lost[:_SLICE]),
+            )
+        )
+    v.checked["dead letters of confirmed rejects"] = len(rejects) - len(lost)
 
 
 def _check_sow(

@@ -11,7 +11,8 @@ What every instance holds (the same on all, so every check has one expectation):
 
 - the transaction log records every topic; journals of 1 MB, one preallocated;
 - ``nem.pub``: the publishers' topic; ``nem.sow``: a SOW topic keyed by ``/k``;
-  ``nem.q``: a replicated queue over ``nem.q.in`` (at-least-once, 10 s lease);
+  ``nem.q``: a replicated queue over ``nem.q.in`` (at-least-once, 10 s lease) whose
+  dead letters go to ``nem.q.dead``, a SOW topic keyed by the original bookmark;
 - users ``app`` (clients), ``repl`` (the links and bootstraps) and ``ops`` (admin), with
   tokens: the listeners are not on loopback;
 - destinations by topology, every one passing every group through:
@@ -51,6 +52,7 @@ from tests.support.server import ROOT, SpoolProcess, sow_topic
 __all__ = [
     "QUEUE",
     "TOPIC_PUB",
+    "TOPIC_QDEAD",
     "TOPIC_QIN",
     "TOPIC_SOW",
     "TOPOLOGIES",
@@ -63,6 +65,7 @@ TOPIC_PUB = "nem.pub"
 TOPIC_SOW = "nem.sow"
 TOPIC_QIN = "nem.q.in"
 QUEUE = "nem.q"
+TOPIC_QDEAD = "nem.q.dead"
 TOPOLOGIES = ("sync", "mixed", "chain")
 #: the port every instance listens on inside its own namespace (nothing else is there)
 NS_PORT = 9100
@@ -178,7 +181,8 @@ class Instance:
         queue = (
             f"<Queue><Name>{QUEUE}</Name><UnderlyingTopic>{TOPIC_QIN}</UnderlyingTopic>"
             "<LeasePeriod>10s</LeasePeriod><MaxPerSubscriptionBacklog>10"
-            "</MaxPerSubscriptionBacklog></Queue>"
+            f"</MaxPerSubscriptionBacklog><DeadLetter><Topic>{TOPIC_QDEAD}</Topic>"
+            "</DeadLetter></Queue>"
         )
         return replication_xml(
             self.data,
@@ -195,7 +199,9 @@ class Instance:
             users=c.tokens.users_xml(),
             admin_interval="2s",
             admin_extra="<AllowPlaintext>true</AllowPlaintext>" if c.net.isolated else "",
-            sow=sow_topic(TOPIC_SOW, "/k") + queue,
+            sow=sow_topic(TOPIC_SOW, "/k")
+            + queue
+            + sow_topic(TOPIC_QDEAD, "/dead_letter/bookmark"),
             bootstrap=boot,
         )
 

@@ -14,7 +14,7 @@ from spool.server.txlog.cli import iter_file_records
 from spool.server.txlog.errors import CorruptRecord
 from spool.server.txlog.format.record import FLAG_LATE, RecordKind
 from spool.server.txlog.recovery.recover import recover
-from tests.nemesis.cluster import TOPIC_SOW
+from tests.nemesis.cluster import TOPIC_QDEAD, TOPIC_SOW
 
 __all__ = ["InstanceLog", "LogRecord", "read_instance"]
 
@@ -74,7 +74,8 @@ def read_instance(data_dir: Path, name: str) -> InstanceLog:
                             tuple(rec.path),
                             bool(rec.flags & FLAG_LATE),
                             rec.body
-                            if rec.topic == TOPIC_SOW or rec.kind == RecordKind.QUEUE_TRANSFER
+                            if rec.topic in (TOPIC_SOW, TOPIC_QDEAD)
+                            or rec.kind == RecordKind.QUEUE_TRANSFER
                             else None,
                         )
                     )

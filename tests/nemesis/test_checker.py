@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spool.server.bookmarks import broker_pub_hash, pub_hash
+from spool.server.queues import deadletter
+from spool.server.queues.deadletter import DeadLetter, Redrive
 from tests.nemesis.checker import HeldOrders, check, held_orders
-from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QDEAD, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import PUBLISH, QUEUE_TRANSFER, InstanceLog, LogRecord
 
@@ -311,3 +313,31 @@ def test_held_orders_name_exactly_the_higher_sequences_a_log_held_before(
     assert got == expected
     for ivs in held.values():
         assert all(lo <= hi for lo, hi in ivs)
+
+
+def test_a_confirmed_reject_needs_its_dead_letter_in_a_log() -> None:
+    s = Story()
+    s.publish("qpub", TOPIC_QIN, 1, 2, 2)
+    bms = {n: f"{pub_hash('qpub')}|{n}|" for n in (1, 2)}
+    for n in (1, 2):
+        s.add("invoke", "qc-a", "process", {"bm": bms[n], "n": n, "dc": 1})
+        s.add("invoke", "qc-a", "ack", {"bm": bms[n], "n": n, "reject": True})
+        s.add("ok", "qc-a", "ack", {"bm": bms[n], "n": n, "reject": True})
+    broker = broker_pub_hash("a")
+
+    def letter(n: int, seq: int, redriven: Redrive | None = None) -> LogRecord:
+        body = deadletter.encode(
+            DeadLetter("nem.q", TOPIC_QIN, bms[n], n, "a", "rejected", 1, 0, "qc-a/q", 0, 0,
+                       redriven=redriven),
+            b'{"n":%d}' % n,
+        )  # fmt: skip
+        return LogRecord(seq, broker, seq, TOPIC_QDEAD, PUBLISH, (), False, body)
+
+    queued = [rec(1, "qpub", 1, TOPIC_QIN), rec(2, "qpub", 2, TOPIC_QIN)]
+    ack = LogRecord(9, broker, 9, "nem.q", 4, (), False, None)  # the queue's own records
+    assert categories(s, logs_of([*queued, letter(1, 3), letter(2, 4), ack])) == {}
+    # 2's dead letter is nowhere (a mark of a redrive does not count as one)
+    marked = letter(2, 4, Redrive(TOPIC_QIN, "1|1|", 0))
+    v = check(s.events, logs_of([*queued, letter(1, 3), marked, ack]))
+    [a] = v.anomalies
+    assert a.category == "dead-letter-lost" and "n=2" in a.detail

@@ -6,7 +6,7 @@
 | ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance; when its store's disk is full it waits for room | ``publish`` invoke ``{first, last, topic}`` (what the store took), ok ``{upto}`` (the store's discard mark); info ``store-refused {at, error}`` |
 | ``ha-sub-N`` | an ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH with a ``FileBookmarkStore``; discards each message | ``recv`` ok ``{msgs: [[pub_hash, seq], ...]}``, in processing order |
 | ``qpub`` | a plain publisher of ``nem.q.in`` (the queue's topic) | as ``pub-N`` |
-| ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes; now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered: recorded as it arrives); ``ack`` invoke ``{bm, n}`` (sent), ok ``{bm, n}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
+| ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes, but rejects every one whose ``n`` is 5 modulo 17 (to the dead-letter topic); now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered: recorded as it arrives); ``ack`` invoke ``{bm, n, reject}`` (sent), ok ``{bm, n, reject}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
 | ``sow-w-N`` | a plain publisher of ``nem.sow`` (keys ``k0..k{K-1}``) | as ``pub-N`` |
 | ``sow-reader`` | a SOW query on each instance in turn | ``sow-read`` ok ``{rows: {key: [writer, n]}}`` |
 
@@ -464,9 +464,13 @@ class QueueConsumer:
                 client.abandon("the consumer dies holding its lease")
                 return
             await self.ends.gate.wait()
-            self.rec.invoke("ack", {"bm": bm, "n": n}, node)
+            reject = rejected(n)
+            self.rec.invoke("ack", {"bm": bm, "n": n, "reject": reject}, node)
             self.attempted.add(n)
-            msg.ack()
+            if reject:
+                msg.reject("nemesis rejects it")
+            else:
+                msg.ack()
             await sub.settled()
             if sub.errors:
                 raise sub.errors.pop()
@@ -477,7 +481,12 @@ class QueueConsumer:
             await client.flush(timeout=SILENCE)
             self.acked += 1
             self.confirmed.add(n)
-            self.rec.ok("ack", {"bm": bm, "n": n}, node)
+            self.rec.ok("ack", {"bm": bm, "n": n, "reject": reject}, node)
+
+
+def rejected(n: int) -> bool:
+    """Whether the queue consumers reject message ``n`` (to the dead-letter topic)."""
+    return n % 17 == 5
 
 
 @dataclass
