@@ -18,6 +18,7 @@ from typing import Final, TypeVar
 from spool.server.config.errors import InetAddrError
 from spool.server.config.netaddr import parse_inet_addr
 from spool.server.config.xmltree import XmlNode, fail
+from spool.server.expr import FilterSyntaxError, compile_filter, compile_value
 from spool.server.regex import RegexRefused, compile_regex
 from spool.server.units import UnitError, format_duration, format_size, parse_duration, parse_size
 
@@ -235,3 +236,16 @@ def read_choice(node: XmlNode, ctx: Context, allowed: Sequence[str], what: str) 
     if value not in allowed:
         raise fail(node, f"{value!r} is not a valid {what} (allowed: {', '.join(allowed)})")
     return value
+
+
+def read_expression(node: XmlNode, ctx: Context, *, value: bool = False) -> str:
+    """A filter (or, ``value``, a value expression) that compiles, as written."""
+    text = read_value(node, ctx)
+    try:
+        if value:
+            compile_value(text)
+        else:
+            compile_filter(text)
+    except FilterSyntaxError as exc:
+        raise fail(node, f"the {node.tag} does not compile: {exc}") from None
+    return text

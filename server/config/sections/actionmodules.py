@@ -56,6 +56,7 @@ from spool.server.config.values import (
     Context,
     read_choice,
     read_duration,
+    read_expression,
     read_int,
     read_name,
     read_path,
@@ -562,11 +563,7 @@ def _redrive(
                    f"{', '.join(facts.dead_letter_queues) or 'none'}")  # fmt: skip
     flt: str | None = None
     if (filter_node := opts.one("Filter")) is not None:
-        flt = read_value(filter_node, ctx)
-        try:
-            compile_filter(flt)
-        except FilterSyntaxError as exc:
-            raise fail(filter_node, f"the Filter does not compile: {exc}") from None
+        flt = read_expression(filter_node, ctx)
     limit = 100
     if (limit_node := opts.one("Limit")) is not None:
         limit = read_int(limit_node, ctx, minimum=1, maximum=REDRIVE_MAX)

@@ -49,13 +49,13 @@ from spool.server.config.values import (
     Context,
     read_choice,
     read_duration,
+    read_expression,
     read_int,
     read_name,
     read_regex,
     read_value,
 )
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
-from spool.server.expr import FilterSyntaxError, compile_filter, compile_value
 from spool.server.protocol.topic import is_regex_topic
 
 __all__ = ["QUEUE_KINDS", "read_queue"]
@@ -87,18 +87,6 @@ _DEAD_LETTER_SPEC: Final[Spec] = {"Topic": False, "Reasons": False}
 _UNSUPPORTED: Final[Mapping[str, str]] = {}
 _MAX_COUNT: Final = 1_000_000
 _MAX_SECONDS: Final = 10 * 365 * 86400.0
-
-
-def _expression(node: XmlNode, ctx: Context, *, value: bool) -> str:
-    text = read_value(node, ctx)
-    try:
-        if value:
-            compile_value(text)
-        else:
-            compile_filter(text)
-    except FilterSyntaxError as exc:
-        raise fail(node, f"the {node.tag} does not compile: {exc}") from None
-    return text
 
 
 def _dead_letter(node: XmlNode, ctx: Context, queue: str) -> DeadLetterConfig:
@@ -145,11 +133,11 @@ def read_queue(node: XmlNode, ctx: Context) -> QueueConfig:
             underlying = read_regex(under_node, ctx)
     filt = barrier = priority = None
     if (n := kids.one("Filter")) is not None:
-        filt = _expression(n, ctx, value=False)
+        filt = read_expression(n, ctx)
     if (n := kids.one("BarrierExpression")) is not None:
-        barrier = _expression(n, ctx, value=False)
+        barrier = read_expression(n, ctx)
     if (n := kids.one("Priority")) is not None:
-        priority = _expression(n, ctx, value=True)
+        priority = read_expression(n, ctx, value=True)
     semantics = "at-least-once"
     if (n := kids.one("Semantics")) is not None:
         semantics = read_choice(n, ctx, ("at-least-once", "at-most-once"), "Semantics")

@@ -58,13 +58,13 @@ from spool.server.config.values import (
     read_bool,
     read_choice,
     read_duration,
+    read_expression,
     read_name,
     read_path,
     read_regex,
     read_value,
 )
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
-from spool.server.expr import FilterSyntaxError, compile_filter
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.tls.context import load_dial_context
 from spool.server.tls.errors import TlsError
@@ -186,11 +186,7 @@ def _topic(node: XmlNode, ctx: Context) -> ReplicationTopic:
         message_type = read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
     text: str | None = None
     if (filter_node := kids.one("Filter")) is not None:
-        text = read_value(filter_node, ctx)
-        try:
-            compile_filter(text)
-        except FilterSyntaxError as exc:
-            raise fail(filter_node, f"the Filter does not compile: {exc}") from None
+        text = read_expression(filter_node, ctx)
     excluded: frozenset[str] = frozenset()
     if (exclude_node := kids.one("ExcludeValidation")) is not None:
         excluded = _exclusions(exclude_node, ctx)
