@@ -430,32 +430,22 @@ def _same_queue(
             f"queue {name!r} is a {here.kind} on {local.name!r} and a {there.kind} on {peer!r}",
             f"make queue {name!r} a <{here.kind}> on {peer!r} (or both <{there.kind}>)",
         )  # fmt: skip
-    if (here.filter or None) != (there.filter or None):
-        return ValidationFailed(
-            "queue", rule.name,
-            f"queue {name!r} has Filter {here.filter!r} on {local.name!r} and "
-            f"{there.filter!r} on {peer!r}: the copies would disagree on which messages "
-            "are in the queue",
-            f"give queue {name!r} the same <Filter> on both instances"
-            + (f" ({here.filter})" if here.filter else " (none)"),
-        )  # fmt: skip
-    if here.initial_owner != there.initial_owner:
-        return ValidationFailed(
-            "queue", rule.name,
-            f"queue {name!r} has InitialOwner {here.initial_owner!r} on {local.name!r} and "
-            f"{there.initial_owner!r} on {peer!r}: the copies would disagree on who owns "
-            "new messages",
-            f"give queue {name!r} the same <InitialOwner> on both instances",
-        )  # fmt: skip
-    if here.dead_letter != there.dead_letter:
-        return ValidationFailed(
-            "queue", rule.name,
-            f"queue {name!r} has dead-letter topic {here.dead_letter!r} on {local.name!r} and "
-            f"{there.dead_letter!r} on {peer!r}: a message given up on would go to a "
-            "different place depending on where",
-            f"give queue {name!r} the same <DeadLetter><Topic> on both instances"
-            + (f" ({here.dead_letter})" if here.dead_letter else " (none)"),
-        )  # fmt: skip
+    for what, element, mine, theirs, why in (
+        ("Filter", "<Filter>", here.filter or None, there.filter or None,
+         "the copies would disagree on which messages are in the queue"),
+        ("InitialOwner", "<InitialOwner>", here.initial_owner, there.initial_owner,
+         "the copies would disagree on who owns new messages"),
+        ("dead-letter topic", "<DeadLetter><Topic>", here.dead_letter, there.dead_letter,
+         "a message given up on would go to a different place depending on where"),
+    ):  # fmt: skip
+        if mine != theirs:
+            return ValidationFailed(
+                "queue", rule.name,
+                f"queue {name!r} has {what} {mine!r} on {local.name!r} and {theirs!r} on "
+                f"{peer!r}: {why}",
+                f"give queue {name!r} the same {element} on both instances"
+                + (f" ({mine})" if mine else " (none)"),
+            )  # fmt: skip
     return None
 
 
