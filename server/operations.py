@@ -23,6 +23,7 @@ from spool.server.brokerpublish import BrokerPublisher, Published
 from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
 from spool.server.config import Config, UserConfig
+from spool.server.config.model import QueueConfig
 from spool.server.engine_errors import (
     ClientNotFound,
     NoTransactionLog,
@@ -37,7 +38,8 @@ from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
 from spool.server.metrics import Metrics
 from spool.server.queues.errors import QueueNotEntitled, QueueNotFound
-from spool.server.queues.redrive import Redriver, RedriveRefused
+from spool.server.queues.redrive import PREVIEW, Redriver, RedriveRefused, letter_dict
+from spool.server.queues.redrive import select as select_letters
 from spool.server.queues.service import QueueService
 from spool.server.replication.bootstrap import Bootstrapper, BootstrapProgress
 from spool.server.replication.errors import ReplicationNotConfigured
@@ -47,6 +49,7 @@ from spool.server.replication.service import Replication, ReplicationInfo
 from spool.server.replication.topology import RouteTrace
 from spool.server.session import Session
 from spool.server.sow import SowCompaction, SowKeys, SowService, SowTopicInfo
+from spool.server.sow.memory import MemoryStore
 from spool.server.stats.actionruns import ActionRunRow, StoredRun
 from spool.server.stats.host import FilesystemUsage, filesystem_usage
 from spool.server.stats.sampler import Sampler
@@ -817,26 +820,7 @@ class Operations:
             RedriveFailed: the log refused a message partway (503).
             BadFilter: the filter does not compile (400).
         """
-        queues = self._queues
-        if queues is None or name not in queues.queues:
-            raise QueueNotFound(name)
-        cfg = queues.queues[name].config
-        dead = cfg.dead_letter
-        if dead is None:
-            raise RedriveRefused(
-                f"queue {name!r} has no <DeadLetter>: no dead letters to send back"
-            )
-        rule = self._sow.topics.rule(dead.topic)
-        store = self._sow.topics.store(dead.topic)
-        if rule is None or store is None or not rule.keys:
-            raise RedriveRefused(
-                f"the dead-letter topic {dead.topic!r} of queue {name!r} is not a SOW topic "
-                "with a <Key>: a redrive marks each dead letter it sends back by replacing "
-                f"its record; add <SOW><Topic><Name>{dead.topic}</Name>"
-                "<Key>/dead_letter/bookmark</Key></Topic>"
-            )
-        if self.auth.enabled and not self.auth.can_read(user, dead.topic):
-            raise QueueNotEntitled(user.name if user is not None else None, dead.topic)
+        cfg, store = self._dead_letter_store(name, user)
         matches = compile_filter(filter, clock=self.clock) if filter else None
         txlog = self._txlog
         if self._redriver is None:
@@ -854,6 +838,55 @@ class Operations:
             may_write=lambda topic: not auth.enabled or auth.can_write(user, topic), by=by or "",
         )  # fmt: skip
         return done.to_dict()
+
+    async def dead_letters(
+        self,
+        name: str,
+        *,
+        filter: str | None = None,
+        limit: int = 100,
+        redriven: bool = False,
+        user: UserConfig | None = None,
+    ) -> dict[str, object]:
+        """Queue ``name``'s dead letters that match ``filter``, at most ``limit``, those
+        sent back already too with ``redriven`` (``GET /api/queues/{name}/dead_letters``).
+        Raises as :meth:`redrive_dead_letters` does (it reads the same topic)."""
+        cfg, store = self._dead_letter_store(name, user)
+        assert cfg.dead_letter is not None
+        matches = compile_filter(filter, clock=self.clock) if filter else None
+        found = await select_letters(
+            name, cfg.dead_letter.topic, store.records(), matches, limit, redriven=redriven
+        )
+        return {
+            "queue": name,
+            "dead_letter_topic": cfg.dead_letter.topic,
+            "letters": [letter_dict(letter, body, PREVIEW) for letter, body in found],
+        }
+
+    def _dead_letter_store(
+        self, name: str, user: UserConfig | None
+    ) -> tuple[QueueConfig, MemoryStore]:
+        """Queue ``name``'s configuration and its dead-letter topic's SOW store, once the
+        queue has one that is keyed and ``user`` may read it."""
+        queues = self._queues
+        if queues is None or name not in queues.queues:
+            raise QueueNotFound(name)
+        cfg = queues.queues[name].config
+        dead = cfg.dead_letter
+        if dead is None:
+            raise RedriveRefused(f"queue {name!r} has no <DeadLetter>: it keeps no dead letters")
+        rule = self._sow.topics.rule(dead.topic)
+        store = self._sow.topics.store(dead.topic)
+        if rule is None or store is None or not rule.keys:
+            raise RedriveRefused(
+                f"the dead-letter topic {dead.topic!r} of queue {name!r} is not a SOW topic "
+                "with a <Key>: its dead letters are read from its records, and a redrive "
+                "marks each one it sends back by replacing its record; add <SOW><Topic>"
+                f"<Name>{dead.topic}</Name><Key>/dead_letter/bookmark</Key></Topic>"
+            )
+        if self.auth.enabled and not self.auth.can_read(user, dead.topic):
+            raise QueueNotEntitled(user.name if user is not None else None, dead.topic)
+        return cfg, store
 
     def release_queue_hold(self, by: str | None = None) -> int:
         """``POST /api/queues/release_hold``, by user ``by``: stop waiting for the

@@ -10,6 +10,9 @@
   and the user must be entitled to read the queue: it shows message data.
 - ``POST /api/queues/release_hold``: end the resync hold (docs/queues.md "Held after a
   loss"): ``{"ok": true, "released": N}``.
+- ``GET /api/queues/{name}/dead_letters``: its dead letters (``filter``, ``limit``,
+  ``redriven``), with what happened and the start of each message; admin, and the user
+  must read the dead-letter topic.
 - ``POST /api/queues/{name}/redrive``: send back dead letters (``filter``, ``limit``,
   ``target``); admin, and the user must read the dead-letter topic and write the target.
 - ``POST /api/queues/{name}/enable_proxied_transfer`` / ``disable_proxied_transfer``:
@@ -91,6 +94,19 @@ class QueuesApi:
         after = int_param(request, "after", 0, 0, 1 << 62)
         limit = int_param(request, "limit", BROWSE_DEFAULT, 1, BROWSE_MAX)
         return self.ops.queue_messages(request.path_params["name"], after, limit, context.user)
+
+    async def dead_letters(self, request: Request) -> Any:
+        self._require()
+        context = require_admin(request)
+        limit = int_param(request, "limit", 100, 1, REDRIVE_MAX)
+        flt = request.query_params.get("filter") or None
+        redriven = request.query_params.get("redriven", "false")
+        if redriven not in ("true", "false"):
+            raise BadRequest("redriven must be true or false")
+        return await self.ops.dead_letters(
+            request.path_params["name"], filter=flt, limit=limit, redriven=redriven == "true",
+            user=context.user,
+        )  # fmt: skip
 
     async def release_hold(self, request: Request) -> Any:
         self._require()
@@ -198,6 +214,40 @@ class QueuesApi:
                     ),
                 ),
                 self.messages,
+            ),
+            (
+                Operation(
+                    "GET",
+                    "/api/queues/{name}/dead_letters",
+                    "A queue's dead letters: why each left the queue, and its message",
+                    "queues",
+                    description=(
+                        "The dead letters of the queue that match `filter` (read as the "
+                        "dead letter: `/dead_letter/reason = 'rejected'`, `/message/...`), at "
+                        "most `limit`, in the dead-letter topic's SOW order; those sent back "
+                        "already too with `redriven=true`. Each: the original `bookmark` and "
+                        "`topic`, `reason`, `deliveries`, `cancels`, `consumer`, `instance`, "
+                        "`enqueued`, `dead_lettered`, `detail`, `redriven` (null, or where "
+                        "it went) and the first 256 bytes of the message (`data`, "
+                        "`truncated`). Needs the dead-letter topic to be a SOW topic with a "
+                        "key (409 otherwise). Admin; the user must read the dead-letter "
+                        "topic (403)."
+                    ),
+                    errors=(400, 403, 404, 409),
+                    access="admin",
+                    query=(
+                        QueryParam("filter", "a filter over the dead letters"),
+                        QueryParam(
+                            "limit",
+                            f"at most this many, 1..{REDRIVE_MAX}, default 100",
+                            type="integer",
+                            minimum=1,
+                            maximum=REDRIVE_MAX,
+                        ),
+                        QueryParam("redriven", "true: list those sent back already too"),
+                    ),
+                ),
+                self.dead_letters,
             ),
             (
                 Operation(

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
-from spool.server.bookmarks import format_bookmark
+from spool.server.bookmarks import format_bookmark, format_timestamp_us
 from spool.server.clock import Clock, time_us
 from spool.server.config.model import REDRIVE_MAX, QueueConfig
 from spool.server.expr import Filter, MessageView
@@ -38,10 +38,13 @@ from spool.server.queues.errors import QueueError
 from spool.server.stats.source import EventSink
 from spool.server.txlog import TransactionLog
 
-__all__ = ["RedriveFailed", "RedriveRefused", "Redriven", "Redriver"]
+__all__ = ["PREVIEW", "RedriveFailed", "RedriveRefused", "Redriven", "Redriver", "letter_dict",
+           "select"]  # fmt: skip
 
 #: records read between two yields to the event loop
 _CHUNK: Final = 512
+#: bytes of a dead letter's message a listing shows
+PREVIEW: Final = 256
 
 #: publishes bodies (with correlation ids) to a topic as the broker, in this turn:
 #: returns why the pipeline refused
@@ -138,7 +141,7 @@ class Redriver:
             )
         lock = self._running.setdefault(queue.name, asyncio.Lock())
         async with lock:
-            chosen = await _select(queue.name, dead.topic, records, matches, limit)
+            chosen = await select(queue.name, dead.topic, records, matches, limit)
             for topic in sorted({target or letter.topic for letter, _ in chosen}):
                 if not self._recorded(topic):
                     raise RedriveRefused(
@@ -191,15 +194,18 @@ class Redriver:
         return sent
 
 
-async def _select(
+async def select(
     queue: str,
     dead_topic: str,
     records: Sequence[SowRecord],
     matches: Filter | None,
     limit: int,
+    *,
+    redriven: bool = False,
 ) -> list[tuple[DeadLetter, bytes]]:
     """The first ``limit`` dead letters of ``queue`` among ``records`` that were not sent
-    back yet and that ``matches`` (read as the dead letter, envelope and all)."""
+    back yet (``redriven``: those too) and that ``matches`` (read as the dead letter,
+    envelope and all), in store order."""
     out: list[tuple[DeadLetter, bytes]] = []
     for start in range(0, len(records), _CHUNK):
         for rec in records[start : start + _CHUNK]:
@@ -207,7 +213,7 @@ async def _select(
             if found is None:
                 continue
             letter, body = found
-            if letter.queue != queue or letter.redriven is not None:
+            if letter.queue != queue or (letter.redriven is not None and not redriven):
                 continue
             if matches is not None and not matches.matches(
                 MessageView(dead_topic, rec.body, bookmark=format_bookmark(rec.pub_hash,
@@ -219,6 +225,25 @@ async def _select(
                 return out
         await asyncio.sleep(0)
     return out
+
+
+def letter_dict(letter: DeadLetter, body: bytes, preview: int) -> dict[str, object]:
+    """A dead letter as ``GET /api/queues/{name}/dead_letters`` lists it: what happened,
+    and the first ``preview`` bytes of its message."""
+    mark = letter.redriven
+    return {
+        "bookmark": letter.bookmark, "topic": letter.topic, "reason": letter.reason,
+        "deliveries": letter.deliveries, "cancels": letter.cancels,
+        "consumer": letter.consumer, "instance": letter.instance,
+        "enqueued": format_timestamp_us(letter.enqueued_us),
+        "dead_lettered": format_timestamp_us(letter.dead_lettered_us),
+        "detail": letter.detail,
+        "redriven": None if mark is None else {
+            "topic": mark.topic, "bookmark": mark.bookmark,
+            "at": format_timestamp_us(mark.at_us), "by": mark.by,
+        },
+        "data": body[:preview].decode("utf-8", "replace"), "truncated": len(body) > preview,
+    }  # fmt: skip
 
 
 def _runs(

@@ -55,6 +55,16 @@ def test_a_rejected_message_is_redriven_with_its_lineage(
         0, "work-dead", 1,
     )  # fmt: skip
     assert info["removed"] == {"rejected": 1}
+    (letter,) = api(server, "/api/queues/work/dead_letters")["letters"]
+    assert (letter["bookmark"], letter["reason"], letter["detail"]) == (
+        original, "rejected", "cannot parse",
+    )  # fmt: skip
+    assert letter["data"] == '{"n":1}' and letter["redriven"] is None
+    assert api(server, "/api/queues/work/dead_letters?filter=/dead_letter/deliveries%20%3E%201") == {
+        "queue": "work", "dead_letter_topic": "work-dead", "letters": [],
+    }  # fmt: skip
+    bad = httpx.get(server.http_url + "/api/queues/work/dead_letters?redriven=yes", timeout=10)
+    assert bad.status_code == 400
 
     # bad requests change nothing
     assert redrive(server, {"limit": 0}).status_code == 400
@@ -81,6 +91,9 @@ def test_a_rejected_message_is_redriven_with_its_lineage(
         "original": original, "topic": "work-in", "bookmark": bookmark
     }  # fmt: skip
     assert redrive(server, {}).json()["redriven"] == 0  # nothing left to send back
+    assert api(server, "/api/queues/work/dead_letters")["letters"] == []
+    (marked,) = api(server, "/api/queues/work/dead_letters?redriven=true")["letters"]
+    assert marked["redriven"]["bookmark"] == bookmark
     server.stop()
     server.start()
     info = api(server, "/api/queues/work")
