@@ -240,6 +240,37 @@ def _check_queues(
             )
 
 
+def _check_dead_letter_cycles(sow_node: XmlNode, queues: tuple[QueueConfig, ...]) -> None:
+    """Dead letters never come back to the queue that gave them up through other queues
+    (a queue taking another's dead-letter topic, whose own dead letters go to a topic the
+    first takes, and so on): each round would wrap a message in one more envelope, for
+    ever. A queue is followed to the queues that take its dead-letter topic."""
+    by_name = {q.name: q for q in queues}
+    nodes = {child_text(node): node for node in sow_node.children if node.tag in
+             ("Queue", "LocalQueue", "GroupLocalQueue")}  # fmt: skip
+
+    def next_of(q: QueueConfig) -> list[QueueConfig]:
+        dead = q.dead_letter
+        return [] if dead is None else [o for o in queues if o.takes(dead.topic)]
+
+    for start in queues:
+        todo = [(o, [start.name, o.name]) for o in next_of(start)]
+        seen: set[str] = set()
+        while todo:
+            q, path = todo.pop()
+            if q.name == start.name:
+                raise fail(
+                    nodes.get(start.name, sow_node),
+                    "dead letters would come back to queue "
+                    f"{start.name!r}: {' -> '.join(path)} (each queue takes the dead-letter "
+                    "topic of the one before it); end the loop",
+                )
+            if q.name in seen:
+                continue
+            seen.add(q.name)
+            todo.extend((o, [*path, o.name]) for o in next_of(by_name[q.name]))
+
+
 def _check_local_queues_stay(
     replication: ReplicationPart | None, queues: tuple[QueueConfig, ...]
 ) -> None:
@@ -435,6 +466,7 @@ def build(root: XmlNode, ctx: Context) -> Config:
         _check_bootstrap(bootstrap, transports, txlog, sow)
     if sow_node is not None and queues:
         _check_queues(sow_node, queues, txlog, name, replicates)
+        _check_dead_letter_cycles(sow_node, queues)
         _check_local_queues_stay(replication, queues)
     check_alert_rules(
         admin.alerts,

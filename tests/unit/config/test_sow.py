@@ -412,3 +412,23 @@ def test_a_dead_letter_topic_is_read_and_checked_against_the_log() -> None:
     )
     with pytest.raises(ConfigError, match="'work-dead', a queue's name"):
         parse(doc(recorded + two))
+
+
+def test_dead_letters_that_would_come_back_through_other_queues_are_refused() -> None:
+    log = "<TransactionLog><Topic><Name>.*</Name></Topic></TransactionLog>"
+
+    def queue(name: str, under: str, dead: str) -> str:
+        return (
+            f"<Queue><Name>{name}</Name><UnderlyingTopic>{under}</UnderlyingTopic>"
+            f"<DeadLetter><Topic>{dead}</Topic></DeadLetter></Queue>"
+        )
+
+    with pytest.raises(ConfigError, match="dead letters would come back to queue 'a': a -> b -> a"):
+        parse(doc(log + sow(queue("a", "in-a", "dead-a"), queue("b", "dead-a", "in-a"))))
+    three = sow(queue("a", "in-a", "dead-a"), queue("b", "dead-a", "dead-b"),
+                queue("c", "^dead-b", "in-a"))  # fmt: skip
+    with pytest.raises(ConfigError, match="a -> b -> c -> a"):
+        parse(doc(log + three))
+    # a chain that ends is fine: a's dead letters are worked off by b, whose go to a topic
+    chain = sow(queue("a", "in-a", "dead-a"), queue("b", "dead-a", "dead-b"))
+    assert [q.name for q in parse(doc(log + chain)).queues] == ["a", "b"]
