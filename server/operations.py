@@ -821,6 +821,14 @@ class Operations:
             BadFilter: the filter does not compile (400).
         """
         cfg, store = self._dead_letter_store(name, user)
+        queues = self._queues
+        assert queues is not None
+        if target is not None and any(
+            q.config.dead_letter is not None and q.config.dead_letter.topic == target
+            for q in queues.queues.values()
+        ):
+            raise RedriveRefused(f"{target!r} is a dead-letter topic: redrive to a topic "
+                                 "that a queue takes, or to the original topic")  # fmt: skip
         matches = compile_filter(filter, clock=self.clock) if filter else None
         txlog = self._txlog
         if self._redriver is None:

@@ -366,6 +366,8 @@ async def test_a_redrive_is_refused_where_it_cannot_mark_or_record(tmp_path: Pat
         ops = h.broker.operations
         with pytest.raises(RedriveRefused, match="does not record 'elsewhere'"):
             await ops.redrive_dead_letters("work", target="elsewhere")
+        with pytest.raises(RedriveRefused, match="'work-dead' is a dead-letter topic"):
+            await ops.redrive_dead_letters("work", target="work-dead")
         with pytest.raises(QueueNotFound):
             await ops.redrive_dead_letters("nope")
 
