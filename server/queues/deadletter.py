@@ -30,6 +30,8 @@ __all__ = ["DeadLetter", "Redrive", "decode", "encode"]
 
 #: how a dead letter's body starts: what :func:`decode` checks before parsing anything
 PREFIX: Final = b'{"dead_letter":'
+#: what joins the head and the original body in an envelope
+_MEMBER: Final = b',"message":'
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +108,7 @@ def encode(letter: DeadLetter, body: bytes) -> bytes:
         }
     )
     if _is_json(body):
-        return PREFIX + head + b',"message":' + body + b"}"
+        return PREFIX + head + _MEMBER + body + b"}"
     return PREFIX + head + b',"message_base64":"' + base64.b64encode(body) + b'"}'
 
 
@@ -120,11 +122,12 @@ def decode(body: bytes) -> tuple[DeadLetter, bytes] | None:
         return None
     if not isinstance(doc, dict):
         return None
-    letter = _letter(doc.get("dead_letter"))
+    head = doc.get("dead_letter")
+    letter = _letter(head)
     if letter is None:
         return None
     if "message" in doc:
-        return letter, _message(body, doc["message"])
+        return letter, _message(body, head, doc["message"])
     encoded = doc.get("message_base64")
     if not isinstance(encoded, str):
         return None
@@ -210,17 +213,13 @@ def _is_json(body: bytes) -> bool:
     return True
 
 
-def _message(body: bytes, parsed: object) -> bytes:
-    """The original body inside envelope ``body``, byte for byte: what lies between the
-    head's ``,"message":`` and the closing brace (the head's keys are fixed, and a JSON
-    string holds no unescaped quote, so the first such member after the head is it). An
-    envelope made elsewhere with another layout gives the parsed value re-encoded."""
-    at = body.find(b',"message":', len(PREFIX))
-    if at >= 0:
-        raw = body[at + len(b',"message":') : -1]
-        try:
-            if orjson.loads(raw) == parsed:
-                return raw
-        except orjson.JSONDecodeError:
-            pass
+def _message(body: bytes, head: object, parsed: object) -> bytes:
+    """The original body inside envelope ``body``, byte for byte: what follows the head
+    as :func:`encode` wrote it (``head`` encoded again gives the same bytes, so the
+    message is found without parsing it a second time), up to the closing brace. An
+    envelope with another layout gives the parsed value re-encoded."""
+    written = orjson.dumps(head)
+    end = len(PREFIX) + len(written)
+    if body[len(PREFIX) : end] == written and body[end : end + len(_MEMBER)] == _MEMBER:
+        return body[end + len(_MEMBER) : -1]
     return orjson.dumps(parsed)
