@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from spool.server.backpressure import MAX_FRAME
 from spool.server.bookmarks import BROKER_PUBLISHER_PREFIX, broker_pub_hash, format_bookmark
 from spool.server.engine_errors import PublishRefused
-from spool.server.ports import AckValue, Origin, PublishRun
+from spool.server.ports import AckRequest, AckValue, Origin, PublishRun
 from spool.server.protocol.errors import ProtocolFailure
 from spool.server.publishing import PublishPipeline
 from spool.server.txlog import TransactionLog
@@ -32,6 +33,7 @@ from spool.server.txlog import TransactionLog
 __all__ = ["BROKER_PUBLISHER_PREFIX", "BrokerPublisher", "Published"]
 
 
+_PROCESSED: Final = frozenset({"processed"})
 #: the paced readers' turn of a peer that is never replayed to
 _NO_TURN = asyncio.Lock()
 
@@ -140,14 +142,24 @@ class BrokerPublisher:
         durable: the caller writes what depends on them right after them (a queue's
         ``QUEUE_ACK`` after its dead letters), so the log's order keeps them together.
         Returns why the pipeline refused (some of) them."""
+        return self._publish(topic, bodies, corr_ids).failure
+
+    def _publish(
+        self,
+        topic: str,
+        bodies: Sequence[bytes],
+        corr_ids: Sequence[str],
+        acks: list[AckRequest] | None = None,
+    ) -> _Answer:
+        """One run of ``bodies`` through the pipeline, as the broker; what it answered."""
         answer = _Answer()
         origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
         run = PublishRun(
-            topic, self.pub_hash, [None] * len(bodies), list(bodies), [],
+            topic, self.pub_hash, [None] * len(bodies), list(bodies), acks or [],
             corr_ids=list(corr_ids) if any(corr_ids) else None, publisher_name=self.name,
         )  # fmt: skip
         self._pipeline.publish(origin, run)
-        return answer.failure
+        return answer
 
     async def publish(self, topic: str, body: bytes) -> Published:
         """Publish one message and wait until it is durable (when the topic is recorded).
@@ -156,19 +168,9 @@ class BrokerPublisher:
             PublishRefused: the pipeline refused it (the protocol's reason: a regex topic,
                 txlog full, a failed write...).
         """
-        answer = _Answer()
-        origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
-        run = PublishRun.one(
-            topic,
-            self.pub_hash,
-            None,
-            body,
-            acks=frozenset({"processed"}),
-            publisher_name=self.name,
-        )
         txlog = self._txlog
         before = txlog.publisher_last(self.pub_hash) if txlog is not None else 0
-        self._pipeline.publish(origin, run)
+        answer = self._publish(topic, [body], (), acks=[(0, _PROCESSED, None)])
         if answer.failure is not None:
             raise PublishRefused(answer.failure.reason, answer.failure.detail)
         if not answer.processed:  # pragma: no cover - the pipeline always answers
