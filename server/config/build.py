@@ -58,6 +58,7 @@ from spool.server.config.sections.actions import read_actions
 from spool.server.config.sections.admin import AdminPart, read_admin
 from spool.server.config.sections.alerts import check_alert_rules
 from spool.server.config.sections.bootstrap import BootstrapPart, read_bootstrap
+from spool.server.config.sections.queues import QUEUE_KINDS
 from spool.server.config.sections.replication import ReplicationPart, read_replication
 from spool.server.config.sections.sow import read_sow
 from spool.server.config.sections.tls import ListenerPart
@@ -199,11 +200,7 @@ def _check_queues(
     a topic, not a queue's name. On an instance that does not replicate, a
     ``<GroupLocalQueue>``'s InitialOwner must be this instance (it would own no message
     otherwise)."""
-    by_name = {
-        child_text(node): node
-        for node in sow_node.children
-        if node.tag in ("Queue", "LocalQueue", "GroupLocalQueue")
-    }
+    by_name = _queue_nodes(sow_node)
     names = {q.name for q in queues}
     for queue in queues:
         node = by_name.get(queue.name, sow_node)
@@ -240,14 +237,18 @@ def _check_queues(
             )
 
 
+def _queue_nodes(sow_node: XmlNode) -> dict[str, XmlNode]:
+    """The queue elements of ``<SOW>`` by their name (where a refusal points)."""
+    return {child_text(node): node for node in sow_node.children if node.tag in QUEUE_KINDS}
+
+
 def _check_dead_letter_cycles(sow_node: XmlNode, queues: tuple[QueueConfig, ...]) -> None:
     """Dead letters never come back to the queue that gave them up through other queues
     (a queue taking another's dead-letter topic, whose own dead letters go to a topic the
     first takes, and so on): each round would wrap a message in one more envelope, for
     ever. A queue is followed to the queues that take its dead-letter topic."""
     by_name = {q.name: q for q in queues}
-    nodes = {child_text(node): node for node in sow_node.children if node.tag in
-             ("Queue", "LocalQueue", "GroupLocalQueue")}  # fmt: skip
+    nodes = _queue_nodes(sow_node)
 
     def next_of(q: QueueConfig) -> list[QueueConfig]:
         dead = q.dead_letter
