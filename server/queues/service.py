@@ -948,7 +948,8 @@ class QueueService:
                 "oldest_message_age": i.oldest_message_age,
                 "oldest_undelivered_age": i.oldest_undelivered_age, "stuck": int(i.stuck),
                 "enqueued": i.enqueued,
-                "removed": dict(i.removed), "inactive": i.inactive,
+                "removed": dict(i.removed), "dead_lettered": i.dead_lettered,
+                "inactive": i.inactive,
                 "deferred_acks": i.deferred_acks,
             }  # fmt: skip
         return out

@@ -313,6 +313,12 @@ class SpoolCollector(Collector):
                                 labels=["queue", "reason"]),
             (([q, r], float(n)) for q, c in queues.items() for r, n in c["removed"].items()),
         )  # fmt: skip
+        yield _labelled(
+            CounterMetricFamily("spool_queue_dead_lettered",
+                                "Messages the queue published to its dead-letter topic",
+                                labels=["queue"]),
+            (([q], float(c["dead_lettered"])) for q, c in queues.items()),
+        )  # fmt: skip
 
     @staticmethod
     def _spills(spills: SpillCounters) -> Iterator[Metric]:

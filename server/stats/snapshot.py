@@ -92,6 +92,7 @@ class QueueCounters(TypedDict):
     stuck: int  # 1 while the queue is stuck (server/queues/stuck.py)
     enqueued: int  # messages that entered it since the start
     removed: dict[str, int]  # messages that left it, by reason (acked, expired, ...)
+    dead_lettered: int  # messages it published to its dead-letter topic since the start
     inactive: int  # TargetQueueDepth: messages waiting in the log, not active
     deferred_acks: int  # TargetQueueDepth: acks of inactive messages, applied at activation
 

@@ -68,7 +68,7 @@ class ScrapedBroker:
                              "oldest_lease_age": 1.5, "oldest_message_age": 9.0,
                              "oldest_undelivered_age": 8.0, "stuck": 1,
                              "enqueued": 20, "removed": {"acked": 12, "expired": 1},
-                             "inactive": 40, "deferred_acks": 2}},
+                             "dead_lettered": 3, "inactive": 40, "deferred_acks": 2}},
         )  # fmt: skip
 
 
@@ -102,6 +102,7 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_queue_stuck", (("queue", "work"),))] == 1
     assert got[("spool_queue_enqueued_total", (("queue", "work"),))] == 20
     assert got[("spool_queue_removed_total", (("queue", "work"), ("reason", "acked")))] == 12
+    assert got[("spool_queue_dead_lettered_total", (("queue", "work"),))] == 3
     assert got[("spool_spills_total", ())] == 4
     assert got[("spool_catch_ups_total", ())] == 3
     assert got[("spool_catch_up_seconds_total", ())] == 2.5

@@ -250,7 +250,7 @@ def test_queues_become_gauges_and_counter_rates() -> None:
         return {"depth": 5, "backlog": 2, "held": 0, "leased": 3, "consumers": 1, "oldest_lease_age": 0.5,
                 "oldest_message_age": 4.0, "oldest_undelivered_age": 3.0,
                 "stuck": 0, "enqueued": enqueued, "removed": {"acked": acked},
-                "inactive": 0, "deferred_acks": 0}  # fmt: skip
+                "dead_lettered": 0, "inactive": 0, "deferred_acks": 0}  # fmt: skip
 
     prev = metrics_snapshot(queues={"a/b": q(10, 4)})  # type: ignore[dict-item]
     cur = metrics_snapshot(queues={"a/b": q(30, 14)})  # type: ignore[dict-item]
