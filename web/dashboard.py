@@ -145,6 +145,14 @@ PAGES: Final[tuple[Page, ...]] = (
     Page("/queues", "queues", "Queues", "queues.html"),
     # one queue's messages (?queue=NAME), reached from the Queues page
     Page("/queues/messages", "queue-messages", "Queue messages", "queue_messages.html", nav=False),
+    # one queue's dead letters and their redrive (?queue=NAME), reached from the Queues page
+    Page(
+        "/queues/dead-letters",
+        "queue-dead-letters",
+        "Dead letters",
+        "queue_dead_letters.html",
+        nav=False,
+    ),
     Page("/events", "events", "Events", "events.html", extra=_recent_events),
 )
 

@@ -131,12 +131,18 @@ const table = new KeyedTable($id("queues-table").tBodies[0], {
       ev.stopPropagation();
       switchTransfer(button, tr.queue);
     });
-    tr.append(el("td", { className: "actions" }, button), el("td", { className: "actions" }, browse));
+    const dead = el("a", { className: "button small dead-letters", text: "dead letters",
+      onclick: (ev) => ev.stopPropagation() });
+    tr.append(el("td", { className: "actions" }, button), el("td", { className: "actions" }, browse, " ", dead));
     return tr;
   },
   update(tr, q) {
     tr.queue = q;
     tr.querySelector("a.browse").href = `/queues/messages?queue=${encodeURIComponent(q.name)}`;
+    const dead = tr.querySelector("a.dead-letters");
+    dead.hidden = !q.dead_letter_topic;
+    dead.href = `/queues/dead-letters?queue=${encodeURIComponent(q.name)}`;
+    dead.title = `${fmtInt(q.dead_lettered ?? 0)} published to ${q.dead_letter_topic} by this instance since it started`;
     tr.classList.toggle("stuck", Boolean(q.stuck));
     tr.dataset.stuck = q.stuck ? "1" : "0";
     for (const td of tr.querySelectorAll("td[data-field]")) setText(td, cell(td.dataset.field, q));
