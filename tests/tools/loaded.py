@@ -22,14 +22,20 @@ import sys
 import time
 from collections.abc import Sequence
 
-#: What a burner runs: a busy loop that ends when its parent (this tool) is gone, so a
-#: burner never outlives a tool killed with SIGKILL.
-BURN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(100_000): pass\n"
+#: What a burner runs: a busy loop that ends when its parent (this tool, whose pid it is
+#: given) is gone, so a burner never outlives a tool killed with SIGKILL. The pid comes
+#: from the tool, not from the burner's own first look: a tool killed while a burner's
+#: interpreter was still starting would otherwise leave it watching its new parent.
+BURN = (
+    "import os, sys\nparent = int(sys.argv[1])\n"
+    "while os.getppid() == parent:\n    for _ in range(100_000): pass\n"
+)
 
 
 def start_burners(count: int) -> list[subprocess.Popen[bytes]]:
     """Start ``count`` busy processes."""
-    return [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(count)]
+    tool = str(os.getpid())
+    return [subprocess.Popen([sys.executable, "-c", BURN, tool]) for _ in range(count)]
 
 
 def stop_burners(burners: Sequence[subprocess.Popen[bytes]]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import loaded
 from tests.tools.loaded import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,3 +124,11 @@ def test_a_command_is_required() -> None:
     with pytest.raises(SystemExit) as exit_:
         main(["--runs", "1"])
     assert exit_.value.code == 2
+
+
+def test_a_burner_whose_tool_is_already_gone_ends_at_once() -> None:
+    """A tool killed while a burner's interpreter starts: the burner was told the tool's
+    pid, sees another parent, and ends (it does not adopt its new parent as the one to
+    watch)."""
+    gone = subprocess.run([sys.executable, "-c", loaded.BURN, "0"], timeout=60, check=False)
+    assert gone.returncode == 0
