@@ -20,6 +20,7 @@ import orjson
 
 from tests.support.engine import EngineHarness, FakeClient
 from tests.support.faults import GatedSeam
+from tests.support.server import sow_topic
 
 LIMIT = 256 * 1024  # spill at 128 KB, replays paced at 64 KB, frames of at most 64 KB
 TUNING = (
@@ -57,6 +58,43 @@ def burst(pub: FakeClient, topic: str, first: int, count: int, per_frame: int = 
 
 def ids(client: FakeClient, sub_id: str) -> list[int]:
     return [orjson.loads(b)["i"] for _, b in client.deliveries(sub_id)]
+
+
+@scenario
+async def test_two_queries_of_large_records_never_pass_half_the_limit(tmp_path: Path) -> None:
+    """Two SOW queries of 10 KB records on one connection under a 128 KB limit, with
+    heartbeats: each query queues pieces of at most L/4, whatever its batch size in
+    records (a piece of 100 such records is eight times the limit, and the heartbeat ack
+    after it disconnected the client as slow), so every record arrives once, in order."""
+    async with harness(
+        tmp_path, tuning=SMALL, sow=sow_topic("s", "/id", durability="transient")
+    ) as h:
+        pub = await h.logon("pub")
+        pub.send(*(({"c": "publish", "t": "s"}, body(i, id=i, big="y" * 9000)) for i in range(100)))
+        await h.commit()
+        sub = await h.logon("reader", hb=1)
+        sub.transport.rate = 400_000.0
+        sub.send(*(({"c": "sow", "t": "s", "qid": q, "a": "processed"}, b"") for q in ("q1", "q2")))
+        depths: list[int] = []
+
+        def ended() -> int:
+            return sum(1 for hd, _ in sub.received() if hd.get("c") == "group_end")
+
+        def done() -> bool:
+            depths.append(sub.session.queue_depth)
+            sub.send(({"c": "heartbeat", "o": "beat"}, b""))
+            return sub.closed or ended() == 2
+
+        await pump(h, done)
+        assert not sub.closed, sub.transport.close_reason
+        for q in ("q1", "q2"):
+            got = [
+                orjson.loads(b)["id"]
+                for hd, b in sub.received()
+                if hd.get("qid") == q and hd["c"] == "sow"
+            ]
+            assert got == list(range(100))
+        assert max(depths) <= SMALL_LIMIT // 2 + 4096
 
 
 async def pump(h: EngineHarness, cond: Callable[[], bool], step: float = 0.01) -> None:
