@@ -62,7 +62,10 @@ def test_subscriptions_per_user_count_every_connection_of_the_user(tmp_path: Pat
             one = await h.logon("one", user_id="alice", pw=TOKENS["alice"])
             two = await h.logon("two", user_id="alice", pw=TOKENS["alice"])
             bob = await h.logon("bob", user_id="bob", pw=TOKENS["bob"])
+            # the user's connections are served side by side: which of two commands sent
+            # at once comes first is not defined, so "one" holds its two before "two" asks
             one.send(sub("a"), sub("b"))
+            await h.until(lambda: len(one.acks("processed")) == 2)
             two.send(sub("c"), sub("d"))
             bob.send(sub("a"))
             await h.until(lambda: len(two.acks("processed")) == 2 and bob.acks("processed"))
