@@ -932,9 +932,10 @@ export class HAClient {
    * `m.ack()`, `m.cancel()`, `m.expire()`, `m.reject(reason)`, `m.deliveryCount`, `m.leasePeriodMs` (as
    * SpoolClient.queueSubscribe). After a reconnect the subscription is placed again under
    * the same sub id and the broker delivers again what was leased and not acked (at least
-   * once). A message the application acked is never handed to it again (its last
-   * `ackedMemory` acks are remembered: a redelivery is acked again, unseen), and a
-   * redelivery of a message it still holds is not handed twice.
+   * once). A message the application acked, expired or rejected is never handed to it
+   * again (its last `ackedMemory` are remembered: a redelivery is settled again the same
+   * way, unseen; a cancelled one was given back and comes again), and a redelivery of a
+   * message it still holds is not handed twice.
    *
    * @param {string} queue
    * @param {object} [opts] `filter`, `subId`, `maxBacklog`, `autoAck` (acked once
@@ -952,12 +953,12 @@ export class HAClient {
     const memory = opts.ackedMemory ?? ACKED_MEMORY;
     if (!(Number.isInteger(memory) && memory >= 1)) throw new TypeError("ackedMemory must be a whole number >= 1");
     const record = { subId, command: "queue", topic: queue, opts: { ...opts }, onMessage, placed: false,
-      acked: new Map(), held: new Set(), reacked: 0, memory };
+      done: new Map(), held: new Set(), reacked: 0, memory };
     return this._add(record);
   }
 
-  /** Redeliveries of acked messages a queue subscription acked again without handing them
-   * to the application. */
+  /** Redeliveries of messages acked, expired or rejected that a queue subscription settled
+   * again the same way without handing them to the application. */
   queueReacked(subId) {
     return this._manager.get(subId)?.reacked ?? 0;
   }
@@ -977,9 +978,10 @@ export class HAClient {
 
   _queueDelivered(record, m) {
     const bm = m.bookmark;
-    if (record.acked.has(bm)) {
+    const done = record.done.get(bm);
+    if (done !== undefined) {
       record.reacked++;
-      m.ack(); // on this connection: its lease is ours now
+      m[done.kind](...done.args); // on this connection: its lease is ours now
       return;
     }
     if (record.held.has(bm)) return; // the application holds a copy: its ack settles this lease
@@ -991,12 +993,12 @@ export class HAClient {
         if (settled) throw new SpoolError("invalid message", `queue message ${bm} was already settled`);
         settled = true;
         record.held.delete(bm);
-        if (kind === "ack") {
-          record.acked.set(bm, true);
-          if (record.acked.size > record.memory) record.acked.delete(record.acked.keys().next().value);
+        if (kind !== "cancel") { // settled for good: a redelivery is settled again the same way
+          record.done.set(bm, { kind, args });
+          if (record.done.size > record.memory) record.done.delete(record.done.keys().next().value);
         }
         // sent on the current connection; none while disconnected (the lease ended with the
-        // connection: the redelivery is acked, or handed back, when it comes)
+        // connection: the redelivery is settled, or handed back, when it comes)
         if (this._ready) send[kind](...args);
         else m.settled = true;
       };

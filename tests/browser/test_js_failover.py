@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 from playwright.sync_api import BrowserContext
 
@@ -28,6 +29,7 @@ from spool.server.bookmarks import pub_hash
 from spool.server.client import Client, DefaultServerChooser, FixedDelayStrategy, HAClient
 from tests.support.haclient import fixed_port_server
 from tests.support.replication import Cluster, destination, publish_numbered, read_log
+from tests.support.server import SpoolProcess, sow_topic
 from tests.support.wait import wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.faults]
@@ -140,11 +142,13 @@ def test_the_browser_client_loses_nothing_when_the_source_and_its_disk_are_lost(
 QUEUE = (
     "<Queue><Name>work</Name><MessageType>json</MessageType>"
     "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>30s</LeasePeriod>"
-    "<MaxPerSubscriptionBacklog>8</MaxPerSubscriptionBacklog></Queue>"
+    "<MaxPerSubscriptionBacklog>8</MaxPerSubscriptionBacklog>"
+    "<DeadLetter><Topic>work-dead</Topic></DeadLetter></Queue>"
+    + sow_topic("work-dead", "/dead_letter/bookmark")
 )
 
 CONSUMER = """
-async ({ url }) => {
+async ({ url, holdFrom }) => {
   const H = await import('/static/spool-ha.js');
   const ha = new H.HAClient('browser-worker', {
     chooser: new H.DefaultServerChooser([url]),
@@ -153,11 +157,25 @@ async ({ url }) => {
   window.worker = ha;
   window.processed = [];
   window.errors = [];
+  window.states = [];
+  // the page rejects every third message; at each count of holdFrom it keeps the next
+  // one to reject until the test calls settleHeld(), once the broker is gone
+  window.holdFrom = holdFrom;
+  window.held = null;
+  const settle = (m, n) => { if (n % 3 === 2) m.reject(`bad ${n}`); else m.ack(); };
+  window.settleHeld = () => { const { m, n } = window.held; window.held = null; settle(m, n); };
   ha.setExceptionListener((e) => window.errors.push(String(e)));
+  ha.addConnectionStateListener((s) => window.states.push(s));
   await ha.connectAndLogon();
   await ha.queueSubscribe('work', { subId: 'w', maxBacklog: 8 }, (m) => {
-    window.processed.push(m.json().n);
-    m.ack();
+    const n = m.json().n;
+    window.processed.push(n);
+    if (window.holdFrom.length && window.processed.length >= window.holdFrom[0] && n % 3 === 2) {
+      window.holdFrom.shift();
+      window.held = { m, n };
+      return;
+    }
+    settle(m, n);
   });
 }
 """
@@ -186,21 +204,45 @@ def test_the_browser_client_consumes_a_queue_once_across_broker_kills(
         assert isinstance(got, list)
         return got
 
+    def went_since(count: int) -> bool:
+        """The page's client reported a disconnect after its first ``count`` states."""
+        states = page.evaluate("window.states")
+        assert isinstance(states, list)
+        return "disconnected" in states[count:]
+
     try:
         with ThreadPoolExecutor(1) as pool:
             pool.submit(asyncio.run, feed()).result()
         page.goto(app_origin)
-        page.evaluate(CONSUMER, {"url": proc.ws_url})
-        for point in kills:  # the consumer acks as it goes; the kill lands at an ack
-            wait_until(lambda p=point: len(processed()) >= p, 60, message=f"{point} processed")
+        page.evaluate(CONSUMER, {"url": proc.ws_url, "holdFrom": list(kills)})
+        for point in kills:
+            # a reject given while the broker is down never reaches it: the redelivery
+            # must be rejected again by the client, not handed to the page a second time
+            wait_until(lambda: page.evaluate("window.held !== null"), 60,
+                       message=f"a reject held after {point} processed")  # fmt: skip
+            gone = page.evaluate("window.states.length")
             proc.kill()
+            wait_until(lambda g=gone: went_since(g), 30, message="the page saw the broker go")
+            page.evaluate("window.settleHeld()")
             proc.start()
         wait_until(lambda: len(set(processed())) == total, 120, message="every message")
         got = processed()
+        wait_until(lambda: depth(proc) == 0, 60, message="the queue emptied")
+        r = httpx.get(f"{proc.http_url}/api/queues/work/dead_letters?limit=1000", timeout=10)
+        letters = r.json()["letters"]
     finally:
         proc.stop()
     assert sorted(got) == list(range(total)), "each message handed to the page once"
+    # a reject lost with its connection was sent again, with the page's reason
+    rejected = sorted(json.loads(x["data"])["n"] for x in letters)
+    assert rejected == list(range(2, total, 3))
+    assert all(x["detail"] == f"bad {json.loads(x['data'])['n']}" for x in letters)
     assert page.evaluate("window.errors") == [] and uncaught == []
+
+
+def depth(proc: SpoolProcess) -> int:
+    r = httpx.get(f"{proc.http_url}/api/queues/work", timeout=10)
+    return int(r.json()["depth"])
 
 
 LATE_SUBSCRIBER = """

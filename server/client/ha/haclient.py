@@ -828,8 +828,9 @@ class HAClient:
         leased at once; the broker grants at most the queue's
         ``MaxPerSubscriptionBacklog``, 1 when not given). After a reconnect it subscribes
         again under the same ``sub_id``; what was leased and not acked is delivered again
-        (docs/queues.md); a message the application acked is never handed to it again
-        (its last ``acked_memory`` acks are remembered: server/client/ha/queue.py)."""
+        (docs/queues.md); a message the application acked, expired or rejected is never
+        handed to it again (its last ``acked_memory`` are remembered and a redelivery is
+        settled again the same way: server/client/ha/queue.py)."""
         sub_id = self._new_sub_id(sub_id)
         options = f"max_backlog={max_backlog}" if max_backlog is not None else None
         spec = SubscriptionSpec("subscribe", queue, filter, options, None)

@@ -1,7 +1,7 @@
 """Queue consumers on the HA client: a queue subscription that outlives connections.
 
 ``sub = await ha.subscribe_queue("work", max_backlog=10)``; ``async for msg in sub``,
-then ``msg.ack()`` (or ``cancel()``, ``expire()``), as on the plain client
+then ``msg.ack()`` (or ``cancel()``, ``expire()``, ``reject(reason)``), as on the plain client
 (server/client/queue.py). After a reconnect (a broker restart, a failover) the HA client
 subscribes again under the same ``sub_id``, and the broker's at-least-once rule applies
 (docs/queues.md): what was leased on the lost connection and not acked goes back to the
@@ -10,10 +10,14 @@ queue and is delivered again, here or to another consumer, with a higher deliver
 What this class adds, so that the application sees each message once as long as this
 client lives:
 
-- **nothing acked comes back**: it remembers the bookmarks the application acked (the
-  last ``acked_memory`` of them). A redelivery of one (its ack did not reach the broker
-  before the connection was lost, or reached an instance that failed before the ack
-  replicated) is acked again at once and not handed to the application;
+- **nothing settled for good comes back**: it remembers the bookmarks the application
+  acked, expired or rejected (the last ``acked_memory`` of them, with the reason of a
+  reject). A redelivery of one (the settlement did not reach the broker before the
+  connection was lost, or reached an instance that failed before it replicated) is
+  settled again the same way at once and not handed to the application: an ack again,
+  or the same reject, so a rejected message reaches the dead-letter topic with the
+  application's reason, not processed a second time. A cancelled message was given back
+  on purpose: its redelivery is handed over;
 - **nothing is handed twice while it is held**: a redelivery of a message the application
   has not settled yet (it is in the buffer or being processed) is not handed again; the
   application's ack of the first copy, sent on the current connection, settles the new
@@ -23,11 +27,11 @@ What it cannot do: a message whose ack was lost may have been delivered to *anot
 consumer meanwhile, which then processes it too (at least once); and a restarted process
 has forgotten what it acked.
 
-Acks, cancels and expires of one loop turn leave as one ``sow_delete`` per kind on the
-current connection. One given while disconnected, or lost with its connection, is not
-resent: the lease it was for ended with the connection (the broker answers an ack from
-another connection with ``refused``), and the redelivery is acked (or handed back, for a
-cancel) when it comes.
+Acks, cancels, expires and rejects of one loop turn leave as one ``sow_delete`` per kind
+on the current connection. One given while disconnected, or lost with its connection, is
+not resent: the lease it was for ended with the connection (the broker answers an ack
+from another connection with ``refused``), and the redelivery is settled again (or
+handed back, for a cancel) when it comes.
 """
 
 from __future__ import annotations
@@ -43,8 +47,11 @@ from spool.server.client.queue import ACK, QueueAcks, Settling, auto_acked
 
 __all__ = ["HAQueueMessage", "HAQueueSubscription"]
 
-#: acked bookmarks remembered per subscription unless told otherwise
+#: settled bookmarks remembered per subscription unless told otherwise
 ACKED_MEMORY: Final = 100_000
+#: the settlements a redelivery gets again without reaching the application (a cancel
+#: gives the message back on purpose: its redelivery is handed over)
+_FOR_GOOD: Final = frozenset({ACK, "expire", "reject"})
 
 
 class HAQueueMessage(HAMessage, Settling):
@@ -83,8 +90,8 @@ class HAQueueSubscription(HASubscription):
         queue: the queue's name.
         acks: the ``stats`` acks of the acks sent so far.
         errors: acks that could not be sent or failed (their exceptions).
-        reacked: redeliveries of acked messages acked again without reaching the
-            application.
+        reacked: redeliveries of messages acked, expired or rejected, settled again the
+            same way without reaching the application.
     """
 
     def __init__(
@@ -108,20 +115,24 @@ class HAQueueSubscription(HASubscription):
         self.acks = self._out.acks
         self.errors = self._out.errors
         self.reacked = 0
-        self._acked: OrderedDict[str, None] = OrderedDict()
+        #: bookmark -> how the application settled it for good (kind, reject reason)
+        self._done: OrderedDict[str, tuple[str, str]] = OrderedDict()
         self._memory = acked_memory
         self._held: set[str] = set()
 
     # -- deliveries ---------------------------------------------------------------------
 
     def _admit(self, _sub_id: str, bookmarks: list[str]) -> list[bool]:
-        """Which deliveries reach the application: not an acked one (acked again here),
-        not one it holds already."""
+        """Which deliveries reach the application: not one it settled for good (settled
+        again here, the same way), not one it holds already."""
         flags = []
+        done = self._done
         for bm in bookmarks:
-            if bm in self._acked:
+            settled = done.get(bm)
+            if settled is not None:
+                kind, reason = settled
                 self.reacked += 1
-                self._queue_ack(ACK, bm)
+                self._queue_ack(kind, bm, reason)
                 flags.append(False)
             elif bm in self._held:
                 flags.append(False)
@@ -155,20 +166,20 @@ class HAQueueSubscription(HASubscription):
 
     def settle(self, kind: str, bookmark: str, reason: str = "") -> None:
         """The application acked (``""``), cancelled, expired or rejected ``bookmark``
-        (``reason``: why it rejected it)."""
+        (``reason``: why it rejected it); all but a cancel are remembered."""
         self._held.discard(bookmark)
-        if kind == ACK and bookmark:
-            acked = self._acked
-            acked[bookmark] = None
-            if len(acked) > self._memory:
-                acked.popitem(last=False)
+        if kind in _FOR_GOOD and bookmark:
+            done = self._done
+            done[bookmark] = (kind, reason)
+            if len(done) > self._memory:
+                done.popitem(last=False)
         self._queue_ack(kind, bookmark, reason)
 
     def _queue_ack(self, kind: str, bookmark: str, reason: str = "") -> None:
         self._out.add(kind, bookmark, reason)
 
     async def settled(self) -> None:
-        """Return once every ack, cancel and expire given so far was answered by the
+        """Return once every ack, cancel, expire and reject given so far was answered by the
         broker (or lost with its connection: the message comes again, module docstring)."""
         await self._out.settled()
 
