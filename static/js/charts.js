@@ -19,7 +19,10 @@ function colour(value) {
 const utc = (ts) => globalThis.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
 
 /** uPlot date templates: 24-hour, read from {@link utc} dates, so UTC in any time zone. */
-const TEMPLATES = { day: "{MM}-{DD} {HH}:{mm}", minute: "{HH}:{mm}", second: "{HH}:{mm}:{ss}" };
+const TEMPLATES = {
+  day: "{MM}-{DD} {HH}:{mm}", minute: "{HH}:{mm}", second: "{HH}:{mm}:{ss}",
+  daySecond: "{MM}-{DD} {HH}:{mm}:{ss}", date: "{YYYY}-{MM}-{DD}",
+};
 /** @type {?Object<string, function(Date): string>} built on first use (uPlot loads first) */
 let stamps = null;
 
@@ -28,6 +31,14 @@ function stamp(kind, ts) {
   stamps ??= Object.fromEntries(Object.entries(TEMPLATES)
     .map(([name, template]) => [name, globalThis.uPlot.fmtDate(template)]));
   return stamps[kind](utc(ts));
+}
+
+/** The legend's time of a point: with its day when the visible range holds more than one
+ * UTC day (a time alone would not say which). */
+function pointTime(u, ts) {
+  const { min, max } = u.scales.x;
+  const days = min !== undefined && max !== undefined && stamp("date", min) !== stamp("date", max);
+  return stamp(days ? "daySecond" : "second", ts);
 }
 
 /** Tick labels in UTC, as precise as the visible span needs (24-hour clock). */
@@ -111,7 +122,7 @@ export class TimeChart {
         },
       },
       series: [
-        { label: "time (UTC)", value: (u, v) => (v === null ? "–" : stamp("second", v)) },
+        { label: "time (UTC)", value: (u, v) => (v === null ? "–" : pointTime(u, v)) },
         ...series.map((s) => ({
           label: s.label,
           stroke: colour(s.color),

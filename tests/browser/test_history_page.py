@@ -10,6 +10,7 @@ script collects as the page builds it.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -106,12 +107,13 @@ def test_times_are_utc_on_a_browser_in_another_time_zone(
 
     def hovered() -> str | None:
         when = legend(page, 0.995).get("time (UTC)", "")
-        return when if re.fullmatch(r"\d\d:\d\d:\d\d", when) else None
+        return when if re.fullmatch(r"(\d\d-\d\d )?\d\d:\d\d:\d\d", when) else None
 
     when = wait_until(hovered, timeout=10, interval=0.2, message="a point under the cursor")
-    times = {
-        utc_clock(t) for t, _ in api(dashboard_server, f"/api/stats?metric={metric}")["points"]
-    }
+    points = api(dashboard_server, f"/api/stats?metric={metric}")["points"]
+    # the day is shown only when the window holds two UTC days (near midnight)
+    form = "%m-%d %H:%M:%S" if len(when) > 8 else "%H:%M:%S"
+    times = {utc_clock(t, form) for t, _ in points}
     assert when in times, (when, sorted(times)[-5:])
 
     axis: Any = page.evaluate(
@@ -122,6 +124,15 @@ def test_times_are_utc_on_a_browser_in_another_time_zone(
     for split, label in zip(axis["splits"], axis["values"], strict=True):
         forms = (utc_clock(split, f) for f in ("%H:%M:%S", "%H:%M", "%m-%d %H:%M"))
         assert label in forms, axis
+
+    # over two days, a time alone would not say which day: the legend shows it
+    page.goto(f"{dashboard_server.http_url}/history?metric={metric}&last=172800")
+    expect(page.locator("#chart-history .empty-note")).to_be_hidden()
+    when = wait_until(hovered, timeout=10, interval=0.2, message="a point under the cursor")
+    assert re.fullmatch(r"\d\d-\d\d \d\d:\d\d:\d\d", when), when
+    # a point of that range is a bucket of samples: a day of the two-day window
+    now = time.time()
+    assert when[:5] in {utc_clock(now - days * 86400, "%m-%d") for days in range(3)}, when
 
 
 def series_shown(page: Page) -> list[str]:
