@@ -28,6 +28,10 @@ core (only the protocol, the config model and the record types):
 - :class:`IdentityWatch`: what the publish pipeline tells replication about each
   publisher's runs and duplicates, so two publishers that share an identity are found
   (server/replication/collisions.py).
+- :class:`HappeningSink` and the happenings (:class:`ClientHappening`,
+  :class:`SubscriptionHappening`, :class:`LinkHappening`): what the parts that react to
+  the broker's own life (event topics, message-driven actions) are told, through the bus
+  of server/happenings.py.
 
 Who implements what is listed in docs/architecture.md ("Ports").
 """
@@ -37,7 +41,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import ClassVar, Literal, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from spool.server.config import UserConfig
 from spool.server.protocol.errors import ProtocolFailure
@@ -751,4 +755,142 @@ class TopicStore(Protocol):
     @property
     def body_bytes(self) -> int:
         """Bytes of the stored bodies."""
+        ...
+
+
+# -- happenings ---------------------------------------------------------------------------
+
+#: the kinds of happening a sink subscribes to (server/happenings.py)
+HappeningFamily = Literal["clients", "subscriptions", "links"]
+#: why a subscription ended
+SubscriptionEnd = Literal["unsubscribe", "replaced", "disconnect"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHappening:
+    """A step in the life of a client connection on this instance.
+
+    Attributes:
+        event: ``connected`` (the websocket was accepted), ``logged_on``, ``logon_failed``
+            (the credentials were refused) or ``disconnected``.
+        time_us: when it happened (the broker's clock, microseconds since the epoch).
+        connection: the connection's number on this instance (from 1 at each start): it
+            ties a ``connected`` to its ``logged_on`` and ``disconnected``.
+        client: the client name once logged on (``logon_failed``: the name asked for).
+        user: the user logged on (``logon_failed``: the ``user_id`` given).
+        remote: the peer's ``host:port``.
+        transport: the configured transport's name.
+        tls: the TLS version, None in plain text.
+        certificate: the subject of a verified client certificate.
+        version: ``logged_on``: the client's version string.
+        options: ``logged_on``: the logon options it asked for (``failover,replicated``).
+        reason: ``disconnected``: why the connection closed; ``logon_failed``: the failure.
+        cause: ``disconnected``: the cause's name (server/session.py ``DisconnectCause``).
+        msgs_in: ``disconnected``: messages the connection sent the broker.
+        msgs_out: ``disconnected``: messages the broker sent it.
+        subscriptions: ``disconnected``: the subscriptions it still held.
+    """
+
+    family: ClassVar[HappeningFamily] = "clients"
+    event: Literal["connected", "logged_on", "logon_failed", "disconnected"]
+    time_us: int
+    connection: int
+    client: str | None
+    user: str | None
+    remote: str
+    transport: str
+    tls: str | None = None
+    certificate: str | None = None
+    version: str | None = None
+    options: str | None = None
+    reason: str | None = None
+    cause: str | None = None
+    msgs_in: int | None = None
+    msgs_out: int | None = None
+    subscriptions: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionHappening:
+    """A subscription of any kind began or ended, or a one-shot query was accepted.
+
+    Attributes:
+        event: ``added``, ``removed`` or ``queried`` (a ``sow`` query).
+        time_us: when it happened.
+        connection: the connection's number on this instance.
+        client: the client name.
+        user: the user logged on.
+        sub_id: the subscription id (a query: its query id, else its cid, else "").
+        command: the command that made it (``subscribe``, ``sow_and_subscribe``, ...).
+        kind: ``live``, ``bookmark``, ``sow``, ``queue`` or ``query``.
+        topic: the topic or regular expression subscribed to.
+        filter: its filter, as given.
+        options: its options, as given ("" when none).
+        bookmark_kind: what its bookmark names (``none``, ``epoch``, ``now``, ...); never
+            the bookmark itself.
+        reason: ``removed``: why it ended.
+    """
+
+    family: ClassVar[HappeningFamily] = "subscriptions"
+    event: Literal["added", "removed", "queried"]
+    time_us: int
+    connection: int
+    client: str
+    user: str | None
+    sub_id: str
+    command: str
+    kind: str
+    topic: str
+    filter: str | None
+    options: str
+    bookmark_kind: str
+    reason: SubscriptionEnd | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LinkHappening:
+    """A replication link of this instance changed (server/replication/history.py).
+
+    Attributes:
+        event: the link event (``connected``, ``disconnected``, ``downgraded``, ...).
+        time_us: when it happened.
+        direction: ``out`` (a destination of this instance) or ``in`` (a source).
+        link: the destination's or the source's name.
+        remote: ``out``: the name of the instance that answered, when known.
+        connected: whether the link is connected after the event.
+        sync_type: ``out``: the link's effective sync type after the event; ``in``: what
+            the source last said.
+        detail: what the event log says of it, for a person.
+    """
+
+    family: ClassVar[HappeningFamily] = "links"
+    event: str
+    time_us: int
+    direction: Literal["out", "in"]
+    link: str
+    remote: str | None
+    connected: bool
+    sync_type: str | None
+    detail: str
+
+
+Happening = ClientHappening | SubscriptionHappening | LinkHappening
+"""Anything the happenings bus carries."""
+
+
+class HappeningSink(Protocol):
+    """A part that is told of the broker's happenings (server/happenings.py).
+
+    ``happened`` runs on the event loop while the producer is in the middle of a state
+    change: it keeps the value and acts in a later turn. It never blocks, publishes or
+    changes broker state itself.
+    """
+
+    @property
+    def families(self) -> frozenset[HappeningFamily]:
+        """The families it wants."""
+        ...
+
+    def happened(self, happening: Happening) -> None:
+        """One happening of a family it wants."""
         ...
