@@ -34,7 +34,7 @@ from spool.server.ports import AckValue, FrameHandler, Origin, Traffic
 from spool.server.protocol.commands import encode_ack
 from spool.server.protocol.errors import HeartbeatTimeout, ProtocolFailure, SlowClient
 from spool.server.stats.source import EventSink
-from spool.server.subscription import SessionSubscription
+from spool.server.subscription import SubscriptionTable
 
 #: WebSocket close codes used by the broker.
 CLOSE_NORMAL: Final = 1000
@@ -93,7 +93,7 @@ class Session:
         pub_hash: the publisher id of the client name (its records' bookmarks).
         version: the client's version string from the logon.
         origin: the session as the publish pipeline sees it (None before logon).
-        subs: its subscriptions by sub id (kept by server/subscriptions.py).
+        subs: its subscriptions of every kind, by sub id.
         handler: where received frames go (the dispatcher).
         send_started: monotonic time the writer's current send began (None between
             sends): a client that reads nothing keeps it set (server/stalls.py).
@@ -132,7 +132,7 @@ class Session:
         #: with the ``failover`` option: what the client was last told of failover safety
         self.failover_seen: tuple[AckValue, ...] | None = None
         self.origin: Origin | None = None
-        self.subs: dict[str, SessionSubscription] = {}
+        self.subs = SubscriptionTable()
         self.handler: FrameHandler | None = None
         #: pieces to send; None marks a frame boundary (send_batch)
         self._out: list[bytes | None] = []

@@ -3,11 +3,13 @@
 The value part (topic, filter, options, bookmark...) is fixed when the subscription is
 made (a ``replace`` makes a new one); :class:`SubscriptionProgress` is the part its delivery moves
 (state, position, counts). Runtime handles (the replay cursor, its task, its sink) are
-kept by their owner, server/subscriptions.py, not here.
+kept by their owner, server/subscriptions.py, not here. A connection's subscriptions of
+every kind are in its :class:`SubscriptionTable`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -15,7 +17,7 @@ from spool.server.backpressure import LiveFeed
 from spool.server.bookmarks import SpecKind
 from spool.server.config import UserConfig
 from spool.server.expr import Filter
-from spool.server.ports import Outbound
+from spool.server.ports import Outbound, SubscriptionEnd
 from spool.server.protocol.options import SubscribeOptions
 from spool.server.regex import Regex
 
@@ -96,3 +98,72 @@ class SessionSubscription:
     def want_ts(self) -> bool:
         """Whether delivered messages carry ``ts`` (the ``timestamp`` option)."""
         return self.options.timestamp
+
+
+#: told of each change of a :class:`SubscriptionTable`: ``added`` (reason None) or
+#: ``removed`` with why
+TableListener = Callable[
+    [Literal["added", "removed"], SessionSubscription, SubscriptionEnd | None], None
+]
+
+
+class SubscriptionTable(Mapping[str, SessionSubscription]):
+    """A connection's subscriptions of every kind, by sub id.
+
+    The one place a subscription is added to a connection or removed from it (plain,
+    bookmark, SOW and queue subscriptions alike): a read-only mapping with :meth:`add`,
+    :meth:`remove` and :meth:`clear`, so whoever wants to know of each change (the
+    subscription happenings) hears of every one through :attr:`listener`.
+
+    Attributes:
+        listener: told of each change after it is made; None when nobody wants to know.
+    """
+
+    __slots__ = ("_subs", "listener")
+
+    def __init__(self) -> None:
+        self._subs: dict[str, SessionSubscription] = {}
+        self.listener: TableListener | None = None
+
+    def __getitem__(self, sub_id: str) -> SessionSubscription:
+        return self._subs[sub_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._subs)
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def __contains__(self, sub_id: object) -> bool:
+        return sub_id in self._subs
+
+    def values(self) -> ValuesView[SessionSubscription]:
+        return self._subs.values()
+
+    def add(self, sub: SessionSubscription) -> None:
+        """``sub`` joins the connection; one of the same sub id it replaces is removed
+        (``replaced``) first."""
+        listener = self.listener
+        old = self._subs.get(sub.sub_id)
+        self._subs[sub.sub_id] = sub
+        if listener is not None:
+            if old is not None:
+                listener("removed", old, "replaced")
+            listener("added", sub, None)
+
+    def remove(self, sub_id: str, reason: SubscriptionEnd) -> SessionSubscription | None:
+        """Take subscription ``sub_id`` away (None when there is none)."""
+        sub = self._subs.pop(sub_id, None)
+        if sub is not None and self.listener is not None:
+            self.listener("removed", sub, reason)
+        return sub
+
+    def clear(self, reason: SubscriptionEnd) -> list[SessionSubscription]:
+        """Take every subscription away; returns them, in the order they were added."""
+        subs = list(self._subs.values())
+        self._subs.clear()
+        listener = self.listener
+        if listener is not None:
+            for sub in subs:
+                listener("removed", sub, reason)
+        return subs

@@ -185,7 +185,7 @@ class SubscriptionService:
         """End subscription ``sub_id`` of ``session``, whatever its kind (:attr:`ends`),
         for a ``replace``. Every subscribing handler calls this once the new subscription
         passed all its checks, so a refused replace leaves the old one as it was."""
-        sub = session.subs.pop(sub_id, None)
+        sub = session.subs.remove(sub_id, "replaced")
         if sub is None:
             return
         for end in self.ends:
@@ -260,7 +260,7 @@ class SubscriptionService:
             self._router.add(sub)
         else:
             start = self._start_replay(sub, planned, options, paused=paused)
-        session.subs[sub_id] = sub
+        session.subs.add(sub)
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
         return start
@@ -376,15 +376,16 @@ class SubscriptionService:
     def unsubscribe(self, session: Session, cmd: Command) -> None:
         """``unsubscribe`` with a sub id list or ``all``."""
         for sub_id in self.unsubscribe_targets(session, cmd):
-            self._drop(session.subs.pop(sub_id))
+            sub = session.subs.remove(sub_id, "unsubscribe")
+            if sub is not None:  # None: named twice in the list
+                self._drop(sub)
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid)
 
     def drop_all(self, session: Session) -> None:
         """The connection closed: end every subscription it had."""
-        for sub in session.subs.values():
+        for sub in session.subs.clear("disconnect"):
             self._drop(sub)
-        session.subs.clear()
 
     def _drop(self, sub: SessionSubscription) -> None:
         replay = self._replays.pop(sub, None)

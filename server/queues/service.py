@@ -540,7 +540,7 @@ class QueueService:
         )  # fmt: skip
         queue.machine.subscribe(consumer)
         self._ties[sub] = consumer
-        session.subs[sub_id] = sub
+        session.subs.add(sub)
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id, max_backlog=consumer.backlog)
         self.kick(queue)

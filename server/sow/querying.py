@@ -315,7 +315,7 @@ class SowQueries:
         ss = self.subscriber(session, sub, options, delta, pending=True)
         # one step: the snapshot, and every later change held back for after it
         self._delivery.add(ss)
-        session.subs[sub_id] = sub
+        session.subs.add(sub)
         run = QueryRun(self._sources(topic, pattern, wanted), flt, order, top_n)
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
@@ -559,7 +559,7 @@ class SowQueries:
         if sub is None:
             return
         if self.drop(sub):
-            del session.subs[sub_id]
+            session.subs.remove(sub_id, "replaced")
         else:
             self._subscriptions.drop(session, sub_id)
 

@@ -197,7 +197,7 @@ class SowService:
             self.queries.replace(session, sub_id)
         sub = new_subscription(session, cmd, sub_id, topic, pattern, flt, options)
         self.delivery.add(self.queries.subscriber(session, sub, options, delta, pending=False))
-        session.subs[sub_id] = sub
+        session.subs.add(sub)
         if "processed" in cmd.acks:
             session.ack("processed", cmd.cid, sub_id=sub_id)
         return None

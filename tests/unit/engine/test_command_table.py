@@ -158,6 +158,10 @@ async def test_unsubscribe_ends_a_subscription_of_every_kind(tmp_path: Path) -> 
         assert sorted(c.session.subs) == ["m", "p", "q", "r", "s"]
         assert b.queues.info("work").consumers == 1
         assert len(b.sow.delivery.router.match("orders")) == 1
+        # a sub id named twice ends once
+        c.send(({"c": "unsubscribe", "sub_id": "p,p", "cid": "pp", "a": "processed"}, b""))
+        await h.settle()
+        assert _acked(c, "pp") and sorted(c.session.subs) == ["m", "q", "r", "s"]
         c.send(({"c": "unsubscribe", "sub_id": "all", "cid": "u", "a": "processed"}, b""))
         await h.settle()
         assert _acked(c, "u")
