@@ -33,21 +33,23 @@ a publisher identity, and replication would drop one's messages as the other's d
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final
+from typing import Any, Final, Literal
 
 from spool.server import __version__
 from spool.server.acks import DurableAcks
 from spool.server.auth import UserAuthenticator
 from spool.server.bookmarks import pub_hash
-from spool.server.clock import Clock
+from spool.server.clock import Clock, time_us
 from spool.server.config import Config, UserConfig
 from spool.server.engine_errors import TransportNotFound
 from spool.server.eventlog import EventLog
+from spool.server.happenings import Happenings
 from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
 from spool.server.peer import Peer
-from spool.server.ports import AckValue, NameClaims
+from spool.server.ports import AckValue, ClientHappening, NameClaims
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
     AuthFailure,
@@ -113,11 +115,14 @@ class ClientRegistry:
         events: EventLog,
         clock: Clock,
         logons: LogonGuard,
+        happenings: Happenings,
         *,
         logon_fields: Callable[[UserConfig | None], Mapping[str, AckValue]] | None = None,
         name_claims: NameClaims | None = None,
     ) -> None:
         self._config = config
+        self._happenings = happenings
+        self._connections = itertools.count(1)
         self._logons = logons
         self._auth = auth
         self._txlog = txlog
@@ -161,6 +166,7 @@ class ClientRegistry:
             events=self._events,
             buffer_limit=self._config.tuning.slow_client_buffer_limit,
             peer=peer,
+            connection=next(self._connections),
         )
         self.sessions.add(session)
         self._transport_conns[transport_name] = self._transport_conns.get(transport_name, 0) + 1
@@ -174,6 +180,8 @@ class ClientRegistry:
             "info", "session", "connected", remote=transport.remote, transport=transport_name,
             tls=p.tls_version, certificate=p.client_subject,
         )  # fmt: skip
+        if self._happenings.clients:
+            self._happenings.emit(self._client_happening("connected", session))
         return session
 
     # -- before logon --------------------------------------------------------------------
@@ -249,6 +257,7 @@ class ClientRegistry:
         """Forget a session: its name, its subscriptions, what it waited for."""
         if session not in self.sessions:
             return
+        held = len(session.subs)
         self.sessions.discard(session)
         self._logged_on_or_gone(session)
         if session.user is not None:
@@ -278,6 +287,12 @@ class ClientRegistry:
             msgs_in=session.traffic.msgs_in,
             msgs_out=session.traffic.msgs_out,
         )
+        if self._happenings.clients:
+            self._happenings.emit(self._client_happening(
+                "disconnected", session, reason=session.close_reason or "closed", cause=cause,
+                msgs_in=session.traffic.msgs_in, msgs_out=session.traffic.msgs_out,
+                subscriptions=held,
+            ))  # fmt: skip
 
     async def close_all(self) -> None:
         """Close every connection with ``shutting down`` after what it has buffered."""
@@ -443,6 +458,12 @@ class ClientRegistry:
             "warning", "session", "auth_failure", remote=session.remote, user=user_id,
             client=cmd.field("client_name"), certificate=session.peer.client_subject,
         )  # fmt: skip
+        if self._happenings.clients:
+            name = cmd.field("client_name")
+            self._happenings.emit(self._client_happening(
+                "logon_failed", session, client=name if isinstance(name, str) else None,
+                user=user_id if isinstance(user_id, str) else None, reason=AuthFailure.reason,
+            ))  # fmt: skip
 
     def _complete(self, session: Session, cmd: Command, user: UserConfig | None) -> None:
         """Claim the client name and answer with the logon ack (credentials checked)."""
@@ -500,6 +521,28 @@ class ClientRegistry:
         self._events.emit(
             "info", "session", "logon", client=name, user=user_name, remote=session.remote
         )
+        if self._happenings.clients:
+            self._happenings.emit(self._client_happening(
+                "logged_on", session, version=session.version or None,
+                options=",".join(sorted(options)) or None,
+            ))  # fmt: skip
+
+    def _client_happening(
+        self,
+        event: Literal["connected", "logged_on", "logon_failed", "disconnected"],
+        session: Session,
+        **fields: Any,
+    ) -> ClientHappening:
+        """What :class:`~spool.server.ports.ClientHappening` says of ``session`` now
+        (``fields``: the event's own, or another ``client`` and ``user``)."""
+        peer = session.peer
+        named: dict[str, Any] = {"client": session.name, "user": session.user_name}
+        named.update(fields)
+        return ClientHappening(
+            event=event, time_us=time_us(self._clock), connection=session.connection,
+            remote=session.remote, transport=session.transport_name, tls=peer.tls_version,
+            certificate=peer.client_subject, **named,
+        )  # fmt: skip
 
     def failover_changed(self, detail: str) -> None:
         """The safety of failing over from this instance may have changed (a destination

@@ -43,6 +43,7 @@ from spool.server.config import Config
 from spool.server.dispatch import CommandHandler, Dispatcher
 from spool.server.eventlog import ConsoleFormat, EventLog
 from spool.server.fanout import FanOut
+from spool.server.happenings import Happenings
 from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
 from spool.server.metrics import Metrics
@@ -112,6 +113,8 @@ class Broker:
         clock: the time source every part uses.
         lifecycle: ready / stopping.
         events: the event log.
+        happenings: the broker's own life (clients, subscriptions, links) for the parts
+            that publish or act on it (server/happenings.py).
         auth: users and entitlements (password checks on their own bounded pool).
         logons: the logon throttle and counters, shared by the websocket logon and the
             dashboard login.
@@ -140,6 +143,8 @@ class Broker:
             config.data_directory, config.name, console=console_log,
             console_format=console_format, clock=clock,
         )  # fmt: skip
+        #: the broker's own life told to the parts that publish or act on it
+        self.happenings = Happenings(self.events, clock)
         tuning = config.tuning
         self.auth = UserAuthenticator(config.users, ScryptPool(tuning.password_check_threads))
         self.logons = LogonGuard(
@@ -236,6 +241,7 @@ class Broker:
         self.starting_repair = False
         self.clients = ClientRegistry(
             config, self.auth, txlog, self.acks, self.lifecycle, self.events, clock, self.logons,
+            self.happenings,
             logon_fields=replication.failover_fields if replication is not None else None,
             name_claims=replication.client_names if replication is not None else None,
         )  # fmt: skip

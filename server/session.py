@@ -87,6 +87,7 @@ class Session:
         transport_name: the configured transport it came in on.
         connected_at: wall-clock time of the connection.
         traffic: messages and bytes in and out.
+        connection: its number on this instance (from 1 at each start).
         name: the client name, once logged on.
         user: the authenticated user (None without users).
         user_name: the user's name, or the ``user_id`` given when there are no users.
@@ -114,8 +115,10 @@ class Session:
         events: EventSink,
         buffer_limit: int,
         peer: Peer | None = None,
+        connection: int = 0,
     ) -> None:
         self.transport = transport
+        self.connection = connection
         self.peer = peer if peer is not None else Peer.parse(transport.remote)
         self.remote = transport.remote
         self.transport_name = transport_name

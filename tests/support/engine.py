@@ -29,6 +29,7 @@ from spool.server.client.connection import Handlers
 from spool.server.clock import VirtualClock
 from spool.server.config import parse_config
 from spool.server.engine import Broker
+from spool.server.ports import Happening, HappeningFamily
 from spool.server.protocol.frame import parse_frame
 from spool.server.replication.transport import Connector
 from spool.server.session import Session
@@ -208,6 +209,17 @@ class ClientLink:
         self._loop.create_task(self.close(1006, "aborted"))
 
 
+class HappeningRecorder:
+    """A happenings sink that keeps what it is told, in order."""
+
+    def __init__(self, families: frozenset[HappeningFamily]) -> None:
+        self.families = families
+        self.got: list[Happening] = []
+
+    def happened(self, happening: Happening) -> None:
+        self.got.append(happening)
+
+
 class EngineHarness:
     """A broker in this process, on a virtual clock.
 
@@ -281,6 +293,13 @@ class EngineHarness:
             if not stopping.done() and not self.clock.advancing:
                 await self.clock.advance(0.01)
         stopping.result()
+
+    def sink(self, *families: HappeningFamily) -> HappeningRecorder:
+        """A sink of the broker's happenings of ``families``, added now (before the
+        connections it is to hear of)."""
+        recorder = HappeningRecorder(frozenset(families))
+        self.broker.happenings.add(recorder)
+        return recorder
 
     def connect(self) -> FakeClient:
         """A new connection (not logged on)."""
