@@ -33,6 +33,7 @@ a publisher identity, and replication would drop one's messages as the other's d
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal
@@ -49,7 +50,13 @@ from spool.server.happenings import Happenings
 from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
 from spool.server.peer import Peer
-from spool.server.ports import AckValue, ClientHappening, NameClaims
+from spool.server.ports import (
+    AckValue,
+    ClientHappening,
+    NameClaims,
+    SubscriptionEnd,
+    SubscriptionHappening,
+)
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
     AuthFailure,
@@ -62,6 +69,7 @@ from spool.server.protocol.errors import (
 )
 from spool.server.scryptpool import PoolBusy
 from spool.server.session import CLOSE_GOING_AWAY, Session, Transport
+from spool.server.subscription import SessionSubscription
 from spool.server.throttle import address_key
 from spool.server.txlog import TransactionLog
 
@@ -526,6 +534,26 @@ class ClientRegistry:
                 "logged_on", session, version=session.version or None,
                 options=",".join(sorted(options)) or None,
             ))  # fmt: skip
+        if self._happenings.subscriptions:  # none exists before the logon
+            session.subs.listener = functools.partial(self._subscription_changed, session)
+
+    def _subscription_changed(
+        self,
+        session: Session,
+        event: Literal["added", "removed"],
+        sub: SessionSubscription,
+        reason: SubscriptionEnd | None,
+    ) -> None:
+        """A subscription of ``session`` began or ended (its table's listener)."""
+        happenings = self._happenings
+        if not happenings.subscriptions:  # the bus closed at shutdown
+            return
+        happenings.emit(SubscriptionHappening(
+            event=event, time_us=time_us(self._clock), connection=session.connection,
+            client=sub.client, user=session.user_name, sub_id=sub.sub_id, command=sub.command,
+            kind=sub.kind, topic=sub.topic, filter=sub.filter_text, options=sub.options.raw,
+            bookmark_kind=sub.bookmark_kind, reason=reason,
+        ))  # fmt: skip
 
     def _client_happening(
         self,

@@ -53,8 +53,12 @@ from collections.abc import Awaitable
 from typing import Literal, TypeAlias
 
 from spool.server.acks import DurableAcks
+from spool.server.bookmarks import parse_bookmark, spec_kind
 from spool.server.clients import ClientRegistry
+from spool.server.clock import Clock, time_us
 from spool.server.dispatch import CommandHandler
+from spool.server.happenings import Happenings
+from spool.server.ports import SubscriptionHappening
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import InvalidOptions, InvalidTopic
 from spool.server.protocol.topic import is_regex_topic
@@ -76,6 +80,9 @@ class CommandTable:
         subscriptions: plain and bookmark subscriptions.
         sow: SOW queries, subscriptions, deletes and delta publishes.
         queues: queue subscriptions and acks.
+        happenings: told of each ``sow`` query accepted (subscriptions are told by the
+            connection's table).
+        clock: when.
 
     Attributes:
         handlers: command name -> handler, what the dispatcher runs.
@@ -88,8 +95,12 @@ class CommandTable:
         subscriptions: SubscriptionService,
         sow: SowService,
         queues: QueueService,
+        happenings: Happenings,
+        clock: Clock,
     ) -> None:
         self._subscriptions = subscriptions
+        self._happenings = happenings
+        self._clock = clock
         self._sow = sow
         self._queues = queues
         # an accepted replace ends the subscription it takes over, whatever its kind
@@ -109,7 +120,7 @@ class CommandTable:
             "unsubscribe": self._unsubscribe,
             "flush": acks.flush,
             "delta_publish": sow.delta_publish,
-            "sow": sow.sow,
+            "sow": self._sow_query,
             "sow_and_subscribe": self._routed,
             "sow_and_delta_subscribe": self._routed,
             "sow_delete": self._routed,
@@ -170,6 +181,21 @@ class CommandTable:
         """A command :meth:`route` decides (its handler ends what a ``replace`` takes
         over, once the new subscription is accepted)."""
         return self.route(session, cmd)(session, cmd)
+
+    def _sow_query(self, session: Session, cmd: Command) -> None:
+        """``sow``: the query runs; once it is accepted (it did not raise), a sink of
+        subscriptions is told of it."""
+        self._sow.sow(session, cmd)
+        happenings = self._happenings
+        if happenings.subscriptions and session.name is not None:
+            happenings.emit(SubscriptionHappening(
+                event="queried", time_us=time_us(self._clock), connection=session.connection,
+                client=session.name, user=session.user_name,
+                sub_id=cmd.query_id or cmd.cid or "", command=cmd.name, kind="query",
+                topic=cmd.topic or "", filter=cmd.filter,
+                options=cmd.options or "",
+                bookmark_kind=spec_kind(parse_bookmark(cmd.bookmark)) if cmd.bookmark else "none",
+            ))  # fmt: skip
 
     def _unsubscribe(self, session: Session, cmd: Command) -> None:
         """``unsubscribe``: queue and SOW subscriptions end in their services, then the

@@ -302,8 +302,9 @@ class Broker:
         #: publish pipeline, the connection's heartbeat); subscribe-like commands go to the
         #: queues, the SOW or the subscriptions by the kind of their topic
         self.command_table = CommandTable(
-            self.clients, self.acks, self.subscriptions, self.sow, self.queues
-        )
+            self.clients, self.acks, self.subscriptions, self.sow, self.queues,
+            self.happenings, clock,
+        )  # fmt: skip
         self.commands: Mapping[str, CommandHandler] = self.command_table.handlers
         self._sampler: Sampler | None = None
 

@@ -22,6 +22,9 @@ from spool.server.protocol.options import SubscribeOptions
 from spool.server.regex import Regex
 
 State = Literal["live", "replaying", "paused"]
+#: how a subscription is fed: the router (live), a replay cursor (bookmark), the SOW's
+#: delivery (sow) or a queue
+SubKind = Literal["live", "bookmark", "sow", "queue"]
 
 
 @dataclass(slots=True)
@@ -75,6 +78,8 @@ class SessionSubscription:
         cid: the subscribe command's id (for later acks and failures).
         acks: the acks the subscribe asked for.
         sid_bytes: ``sub_id`` as a JSON literal (encoded once).
+        kind: how it is fed.
+        command: the command that made it (``subscribe``, ``sow_and_subscribe``, ...).
         progress: where it stands.
     """
 
@@ -92,6 +97,8 @@ class SessionSubscription:
     cid: str | None = None
     acks: frozenset[str] = frozenset()
     sid_bytes: bytes = b""
+    kind: SubKind = "live"
+    command: str = "subscribe"
     progress: SubscriptionProgress = field(default_factory=SubscriptionProgress)
 
     @property

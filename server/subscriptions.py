@@ -170,14 +170,17 @@ class SubscriptionService:
         if not session.closed:
             self._subscribe(session, cmd, located)
 
-    def subscribe_paused(self, session: Session, cmd: Command, located: Located | None) -> int:
+    def subscribe_paused(
+        self, session: Session, cmd: Command, located: Located | None, command: str
+    ) -> int:
         """A bookmark subscription made paused, for the live part of a ``sow_and_subscribe``
         with a ``bm`` (server/sow): its snapshot is computed up to the seq before the one
         returned (where the replay starts), sent, and then the subscription is resumed.
 
-        ``located`` holds the lookups its bookmark needs (``TransactionLog.locate_all``).
+        ``located`` holds the lookups its bookmark needs (``TransactionLog.locate_all``);
+        ``command`` is the client's (``cmd`` is the ``subscribe`` standing in for it).
         """
-        start = self._subscribe(session, cmd, located, paused=True)
+        start = self._subscribe(session, cmd, located, paused=True, command=command)
         assert start is not None  # a bookmark subscription has a start
         return start
 
@@ -193,9 +196,16 @@ class SubscriptionService:
         self._drop(sub)
 
     def _subscribe(
-        self, session: Session, cmd: Command, located: Located | None, *, paused: bool = False
+        self,
+        session: Session,
+        cmd: Command,
+        located: Located | None,
+        *,
+        paused: bool = False,
+        command: str | None = None,
     ) -> int | None:
-        """Make the subscription; returns where its replay starts (None: a live one)."""
+        """Make the subscription; returns where its replay starts (None: a live one).
+        ``command``: the client's command when ``cmd`` stands in for it."""
         topic = cmd.topic
         assert topic is not None and session.name is not None
         sub_id = cmd.sub_id or cmd.cid
@@ -249,6 +259,8 @@ class SubscriptionService:
             cid=cmd.cid,
             acks=cmd.acks,
             sid_bytes=orjson.dumps(sub_id),
+            kind="bookmark" if spec is not None else "live",
+            command=command or cmd.name,
         )
         # a bookmark that is not found (``bookmark_not_found=fail``) is refused here,
         # before a replace ends the subscription this one takes over

@@ -528,7 +528,8 @@ class QueueService:
         sub = SessionSubscription(
             outbound=session, client=session.name, user=session.user, sub_id=sub_id,
             topic=name, pattern=None, filter=flt, filter_text=cmd.filter, options=options,
-            cid=cmd.cid, acks=cmd.acks, sid_bytes=orjson.dumps(sub_id),
+            cid=cmd.cid, acks=cmd.acks, sid_bytes=orjson.dumps(sub_id), kind="queue",
+            command=cmd.name,
         )  # fmt: skip
         wanted = options.max_backlog or 1
         accepts = None

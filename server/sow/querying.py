@@ -416,7 +416,7 @@ class SowQueries:
             located = await txlog.locate_all(bookmarks, times) if bookmarks or times else None
             if session.closed:
                 return
-            start = self._subscriptions.subscribe_paused(session, replay_cmd, located)
+            start = self._subscriptions.subscribe_paused(session, replay_cmd, located, cmd.name)
 
             async def snapshot_then_resume() -> None:
                 upto = start - 1
@@ -631,6 +631,8 @@ def new_subscription(
         cid=cmd.cid,
         acks=cmd.acks,
         sid_bytes=orjson.dumps(sub_id),
+        kind="sow",
+        command=cmd.name,
     )
 
 
