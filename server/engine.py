@@ -214,7 +214,7 @@ class Broker:
         if txlog is not None and sync is not None:
             self.replication = Replication(
                 config, txlog, self.pipeline, self.auth, self.lifecycle, clock, self.events, sync,
-                connector=connector, logons=self.logons,
+                connector=connector, logons=self.logons, happenings=self.happenings,
             )  # fmt: skip
         replication = self.replication
         if replication is not None:

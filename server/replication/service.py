@@ -41,10 +41,11 @@ from spool.server.alerts import Alert
 from spool.server.auth import UserAuthenticator
 from spool.server.clock import Clock
 from spool.server.config import Config, DestinationConfig, UserConfig
+from spool.server.happenings import Happenings
 from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
 from spool.server.peer import Peer
-from spool.server.ports import AckValue
+from spool.server.ports import AckValue, LinkHappening
 from spool.server.publishing import PublishPipeline
 from spool.server.replication import state as state_file
 from spool.server.replication.bootsource import BootstrapBusy, BootstrapSource, SourceContext
@@ -207,6 +208,7 @@ class Replication:
         logons: the instance's logon throttle and counters (inbound links' password
             logons go through it, path ``replication``).
         rng: the dialers' jitter.
+        happenings: told of each link event (server/happenings.py).
     """
 
     def __init__(
@@ -223,8 +225,10 @@ class Replication:
         connector: Connector = connect_websocket,
         rng: random.Random | None = None,
         logons: LogonGuard | None = None,
+        happenings: Happenings | None = None,
     ) -> None:
         self.config = config
+        self._happenings = happenings
         self._logons = logons
         self._txlog = txlog
         self._pipeline = pipeline
@@ -304,7 +308,7 @@ class Replication:
             summary=self.summary,
             changed=self._changed,
             settled_moved=self.horizon.recompute,
-            record=self.history.record,
+            record=self._record,
             failover_changed=self._failover_changed,
             instance_id=self.instance_id,
             identity=self.check_identity,
@@ -429,7 +433,7 @@ class Replication:
             accepting=accepting,
             register=self._register,
             unregister=self._unregister,
-            record=self.history.record,
+            record=self._record,
             ack_interval=self._ack_interval,
             logons=self._logons,
             instance_id=self.instance_id,
@@ -736,8 +740,31 @@ class Replication:
     def _sync_event(self, link: DestinationLink, event: str, detail: str) -> None:
         self._events.emit("info", "replication", f"destination_{event}", destination=link.name,
                           detail=detail)  # fmt: skip
-        self.history.record(LinkEvent(self._clock.time(), link.name, "out", event, detail))
+        self._record(LinkEvent(self._clock.time(), link.name, "out", event, detail))
         link.announce_sync()
+
+    def _record(self, event: LinkEvent) -> None:
+        """A link event: kept in the history, and told to the happenings bus with the
+        link's state after it."""
+        self.history.record(event)
+        happenings = self._happenings
+        if happenings is None or not happenings.links:
+            return
+        if event.direction == "out":
+            out = self.destinations.get(event.link)
+            remote = out.remote_name if out is not None else None
+            connected = out is not None and out.connected
+            sync_type: str | None = out.sync.effective if out is not None else None
+        else:
+            inbound = self.inbound.get(event.link)
+            remote = event.link
+            connected = event.event not in ("disconnected", "refused")
+            sync_type = inbound.sync_type if inbound is not None else None
+        happenings.emit(LinkHappening(
+            event=event.event, time_us=int(event.time * 1_000_000),
+            direction="out" if event.direction == "out" else "in", link=event.link,
+            remote=remote, connected=connected, sync_type=sync_type, detail=event.detail,
+        ))  # fmt: skip
 
     def info(self) -> ReplicationInfo:
         """Everything ``GET /api/replication`` shows."""
