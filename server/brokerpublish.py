@@ -26,7 +26,7 @@ from spool.server.backpressure import MAX_FRAME
 from spool.server.bookmarks import BROKER_PUBLISHER_PREFIX, broker_pub_hash, format_bookmark
 from spool.server.engine_errors import PublishRefused
 from spool.server.ports import AckRequest, AckValue, Origin, PublishRun
-from spool.server.protocol.errors import ProtocolFailure
+from spool.server.protocol.errors import InvalidTopic, ProtocolFailure
 from spool.server.publishing import PublishPipeline
 from spool.server.txlog import TransactionLog
 
@@ -121,11 +121,17 @@ class BrokerPublisher:
     """
 
     def __init__(
-        self, pipeline: PublishPipeline, txlog: TransactionLog | None, instance: str
+        self,
+        pipeline: PublishPipeline,
+        txlog: TransactionLog | None,
+        instance: str,
+        *,
+        reserved: frozenset[str] = frozenset(),
     ) -> None:
         self._pipeline = pipeline
         self._txlog = txlog
         self.name = instance
+        self._reserved = reserved
 
     @property
     def pub_hash(self) -> int:
@@ -144,15 +150,29 @@ class BrokerPublisher:
         Returns why the pipeline refused (some of) them."""
         return self._publish(topic, bodies, corr_ids).failure
 
+    def publish_events(self, topic: str, bodies: Sequence[bytes]) -> ProtocolFailure | None:
+        """:meth:`publish_now` for the event topics' own messages (server/eventtopics), the
+        one publisher an event topic that is on takes."""
+        return self._publish(topic, bodies, (), events=True).failure
+
     def _publish(
         self,
         topic: str,
         bodies: Sequence[bytes],
         corr_ids: Sequence[str],
         acks: list[AckRequest] | None = None,
+        *,
+        events: bool = False,
     ) -> _Answer:
-        """One run of ``bodies`` through the pipeline, as the broker; what it answered."""
+        """One run of ``bodies`` through the pipeline, as the broker; what it answered.
+        An event topic that is on takes only the event topics' own (``events``): an
+        action or an operator could otherwise forge what the broker says happened."""
         answer = _Answer()
+        if topic in self._reserved and not events:
+            answer.failure = InvalidTopic(
+                f"{topic!r} is an event topic: only the broker's own events are published there"
+            )
+            return answer
         origin = Origin(kind="broker", name=self.name, user=None, replies=answer)
         run = PublishRun(
             topic, self.pub_hash, [None] * len(bodies), list(bodies), acks or [],

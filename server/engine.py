@@ -42,6 +42,7 @@ from spool.server.commandtable import CommandTable
 from spool.server.config import Config
 from spool.server.dispatch import CommandHandler, Dispatcher
 from spool.server.eventlog import ConsoleFormat, EventLog
+from spool.server.eventtopics import EventTopics
 from spool.server.fanout import FanOut
 from spool.server.happenings import Happenings
 from spool.server.lifecycle import Lifecycle
@@ -188,7 +189,9 @@ class Broker:
         self.router = Router()
         self.spills = Spills(txlog, self.auth, self.events, clock) if txlog is not None else None
         self.fanout = FanOut(self.router, self.auth, clock, self.spills)
-        self.topics = TopicTable(self._records)
+        #: the event topics that are on: only their own messages are published there
+        reserved = config.event_topics.topics
+        self.topics = TopicTable(self._records, reserved=reserved)
         #: what one connection and one user may hold at once (the registry, made below,
         #: knows a user's connections)
         self.quotas = Quotas(config.tuning, lambda user: self.clients.sessions_of(user))
@@ -207,9 +210,20 @@ class Broker:
             stages=(self.sow.stage, self.queues.stage, self.fanout),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
-        #: the instance as a publisher (actions, the queues' dead letters)
-        broker = BrokerPublisher(self.pipeline, txlog, config.name)
+        #: the instance as a publisher (actions, the queues' dead letters, event topics)
+        broker = BrokerPublisher(self.pipeline, txlog, config.name, reserved=reserved)
         self.queues.dead_letters = broker.publish_now
+        #: the event topics that are on (``<EventTopics>``), a sink of the happenings
+        self.event_topics: EventTopics | None = None
+        events_cfg = config.event_topics
+        if events_cfg.enabled:
+            self.event_topics = EventTopics(
+                events_cfg.topics, max_per_second=events_cfg.max_events_per_second,
+                sow_interval=events_cfg.sow_stats_interval, instance=config.name,
+                group=config.group, publish=broker.publish_events, clock=clock,
+                events=self.events, sow_stats=self.sow.topic_infos,
+            )  # fmt: skip
+            self.happenings.add(self.event_topics)
         self.replication: Replication | None = None
         if txlog is not None and sync is not None:
             self.replication = Replication(
@@ -508,7 +522,10 @@ class Broker:
             self.txlog.start_scrub()
         if self.repairer is not None:
             self.repairer.start()
-        # 11. serve
+        # 11. event topics: what happened while starting goes out now, the SOW samples begin
+        if self.event_topics is not None:
+            self.event_topics.start()
+        # 12. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
 
@@ -565,6 +582,10 @@ class Broker:
         #    append to the log)
         await self.sow.close()
         await self.queues.close()
+        #    event topics: what the drain told of (clients leaving) goes out, then nothing
+        if self.event_topics is not None:
+            await self.event_topics.close()
+        self.happenings.close()
         # 4. statistics sampler: last sample, close the database; no more alert rules
         await self.alert_rules.stop()
         self.operations.sampler = None

@@ -328,6 +328,10 @@ class PublishPipeline:
         place = list(range(len(run.bodies)))
         try:
             topic = self._topics.admit(run.topic)
+            if topic.reserved and origin.kind == "client":
+                raise InvalidTopic(
+                    f"{run.topic!r} is an event topic: only the broker publishes there"
+                )
             auth = self._auth
             # the broker's own messages (actions) are trusted: no user's entitlements apply
             if (

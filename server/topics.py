@@ -49,6 +49,7 @@ class Topic:
         appended: the stages' ``appended`` hooks, in stage order.
         reaches: the stages' ``reaches`` hooks (may a run's hand-over send to a peer now).
         duplicated: the stages' ``duplicated`` hooks (a replicated message the log held).
+        reserved: an event topic that is on: only the broker publishes there.
         msgs_in: messages published to it (since it entered the table).
         bytes_in: body bytes published to it.
     """
@@ -60,6 +61,7 @@ class Topic:
     appended: tuple[Callable[[AppendedRun], None], ...]
     reaches: tuple[Callable[[str, Outbound], bool], ...]
     duplicated: tuple[Callable[[PublishRun, int, int, str | None], None], ...] = ()
+    reserved: bool = False
     msgs_in: int = 0
     bytes_in: int = 0
 
@@ -71,6 +73,7 @@ class TopicTable:
         records: whether the transaction log records a topic.
         stages: the publish stages, in the order they run.
         limit: most entries kept.
+        reserved: the event topics that are on (clients may not publish there).
     """
 
     def __init__(
@@ -79,8 +82,10 @@ class TopicTable:
         stages: tuple[PublishStage, ...] = (),
         *,
         limit: int = TOPIC_LIMIT,
+        reserved: frozenset[str] = frozenset(),
     ) -> None:
         self._records = records
+        self._reserved = reserved
         self._stages = stages
         self._limit = limit
         self._entries: OrderedDict[str, Topic] = OrderedDict()
@@ -118,6 +123,7 @@ class TopicTable:
             appended=tuple(s.appended for s in stages if isinstance(s, AppendedStage)),
             reaches=tuple(s.reaches for s in stages if isinstance(s, AppendedStage)),
             duplicated=tuple(s.duplicated for s in stages if isinstance(s, DuplicateStage)),
+            reserved=name in self._reserved,
         )
         self._entries[name] = entry
         if len(self._entries) > self._limit:

@@ -2,7 +2,8 @@
 contradictions between sections.
 
 Sections are read in a fixed order (``Name``, ``Group``, ``DataDirectory``, ``Admin``,
-``Transports``, ``TransactionLog``, ``Replication``, ``SOW``, ``Tuning``, ``Users``) and
+``Transports``, ``TransactionLog``, ``Replication``, ``SOW``, ``Tuning``, ``Users``,
+``EventTopics``) and
 then checked against each other, each contradiction reported at the element that makes it;
 ``Actions`` is read last, against the transports, the transaction log and the replication
 destinations its modules name:
@@ -21,7 +22,9 @@ destinations its modules name:
   ``amps-replication`` transport (live replication takes over after the copy) and a local
   ``SOW/Topic`` for each topic of a ``sow``-only bootstrap (with ``txlog,sow`` a topic may
   be a plain one; a SOW record the source sends for a topic without a local SOW/Topic
-  stops the bootstrap with that fix, server/replication/bootstrap.py).
+  stops the bootstrap with that fix, server/replication/bootstrap.py);
+- ``<EventTopics>``: ``/spool/events/links`` needs replication, ``/spool/stats/sow`` a
+  SOW topic, and no queue nor dead-letter topic may take an event topic's name.
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ from spool.server.config.model import (
     DEFAULT_MAX_MESSAGE_SIZE,
     DEFAULT_PORT,
     DEFAULT_TRANSPORT,
+    EVENTS_LINKS,
     EXPLICIT_STATS_FILE,
     MAX_SYNC_DESTINATIONS,
+    STATS_SOW,
     Config,
+    EventTopicsConfig,
     QueueConfig,
     SowTopicConfig,
     TlsConfig,
@@ -58,6 +64,7 @@ from spool.server.config.sections.actions import read_actions
 from spool.server.config.sections.admin import AdminPart, read_admin
 from spool.server.config.sections.alerts import check_alert_rules
 from spool.server.config.sections.bootstrap import BootstrapPart, read_bootstrap
+from spool.server.config.sections.eventtopics import EventTopicsPart, read_event_topics
 from spool.server.config.sections.queues import QUEUE_KINDS
 from spool.server.config.sections.replication import ReplicationPart, read_replication
 from spool.server.config.sections.sow import read_sow
@@ -86,6 +93,7 @@ _ROOT_SPEC: Final[Spec] = {
     "Users": False,
     "Actions": False,
     "Bootstrap": False,
+    "EventTopics": False,
 }
 #: Sections of the AMPS-shaped file that this version refuses, with the feature each belongs
 #: to (docs/configuration.md "Not supported yet").
@@ -390,6 +398,35 @@ def _check_bootstrap(
             )
 
 
+def _check_event_topics(
+    part: EventTopicsPart,
+    sow: Sequence[SowTopicConfig],
+    queues: Sequence[QueueConfig],
+    replicates: bool,
+) -> None:
+    """What the event topics need of the other sections: links to tell of, SOW topics to
+    sample, and names no queue takes (only the broker publishes an event topic)."""
+    nodes = part.name_nodes
+    if EVENTS_LINKS in nodes and not replicates:
+        raise fail(
+            nodes[EVENTS_LINKS],
+            f"{EVENTS_LINKS} needs <Replication> or an amps-replication transport: this "
+            "instance has no links",
+        )
+    if STATS_SOW in nodes and not sow:
+        raise fail(nodes[STATS_SOW], f"{STATS_SOW} needs at least one <SOW><Topic> to sample")
+    for q in queues:
+        for name, what in ((q.name, "a queue's name"), (
+            q.dead_letter.topic if q.dead_letter is not None else None,
+            f"the dead-letter topic of queue {q.name!r}",
+        )):  # fmt: skip
+            if name in nodes:
+                raise fail(
+                    nodes[name],
+                    f"{name!r} is {what}: an event topic is published by the broker only",
+                )
+
+
 def build(root: XmlNode, ctx: Context) -> Config:
     """Read and cross-check a whole configuration (``source_path`` is left None).
 
@@ -429,6 +466,9 @@ def build(root: XmlNode, ctx: Context) -> Config:
     sow, queues = read_sow(sow_node, ctx) if sow_node is not None else ((), ())
     tuning, limit_node, min_sync_node = read_tuning(kids.one("Tuning"), ctx)
     users = read_users(kids.one("Users"), ctx)
+    event_topics: EventTopicsPart | None = None
+    if (event_topics_node := kids.one("EventTopics")) is not None:
+        event_topics = read_event_topics(event_topics_node, ctx)
     if admin.stats_explicit:
         explicit = explicit | {EXPLICIT_STATS_FILE}
 
@@ -469,6 +509,8 @@ def build(root: XmlNode, ctx: Context) -> Config:
         _check_queues(sow_node, queues, txlog, name, replicates)
         _check_dead_letter_cycles(sow_node, queues)
         _check_local_queues_stay(replication, queues)
+    if event_topics is not None:
+        _check_event_topics(event_topics, sow, queues, replicates)
     check_alert_rules(
         admin.alerts,
         queues=[q.name for q in queues],
@@ -515,4 +557,5 @@ def build(root: XmlNode, ctx: Context) -> Config:
         allow_plaintext=allow_plaintext,
         explicit_paths=explicit,
         actions=actions,
+        event_topics=event_topics.config if event_topics is not None else EventTopicsConfig(),
     )

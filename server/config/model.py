@@ -24,6 +24,10 @@ __all__ = [
     "DEFAULT_NAME",
     "DEFAULT_PORT",
     "DEFAULT_TRANSPORT",
+    "EVENTS_CLIENTS",
+    "EVENTS_LINKS",
+    "EVENTS_SUBSCRIPTIONS",
+    "EVENT_TOPICS",
     "EXPLICIT_ARCHIVE_DIRECTORY",
     "EXPLICIT_JOURNAL_DIRECTORY",
     "EXPLICIT_STATS_FILE",
@@ -31,6 +35,7 @@ __all__ = [
     "NON_EXCLUDABLE_CHECKS",
     "PASS_EVERY_GROUP",
     "SOW_DURABILITIES",
+    "STATS_SOW",
     "VALIDATION_CHECKS",
     "AdminConfig",
     "AlertMeasure",
@@ -38,6 +43,7 @@ __all__ = [
     "AlertRuleConfig",
     "Config",
     "DestinationConfig",
+    "EventTopicsConfig",
     "QueueConfig",
     "ReplicationConfig",
     "ReplicationTopic",
@@ -383,6 +389,36 @@ class DestinationConfig:
         return not self.transport.addresses
 
 
+#: The event topics (docs/protocol.md "Event topics"): what the broker publishes about its
+#: own life, each turned on by ``<EventTopics><Topic>``.
+EVENTS_CLIENTS: Final = "/spool/events/clients"
+EVENTS_SUBSCRIPTIONS: Final = "/spool/events/subscriptions"
+EVENTS_LINKS: Final = "/spool/events/links"
+STATS_SOW: Final = "/spool/stats/sow"
+EVENT_TOPICS: Final = (EVENTS_CLIENTS, EVENTS_SUBSCRIPTIONS, EVENTS_LINKS, STATS_SOW)
+
+
+@dataclass(frozen=True, slots=True)
+class EventTopicsConfig:
+    """The ``<EventTopics>`` section: which event topics the broker publishes.
+
+    Attributes:
+        topics: the event topics turned on (none: the section is absent).
+        sow_stats_interval: seconds between two samples of ``/spool/stats/sow``.
+        max_events_per_second: each topic's budget (a burst of as many); what is over it
+            is dropped and counted.
+    """
+
+    topics: frozenset[str] = frozenset()
+    sow_stats_interval: float = 10.0
+    max_events_per_second: int = 1000
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any event topic is on."""
+        return bool(self.topics)
+
+
 @dataclass(frozen=True, slots=True)
 class BootstrapConfig:
     """The ``<Bootstrap>`` section: where an empty instance copies its first state from.
@@ -666,6 +702,7 @@ class Config:
         explicit_paths: which data-directory-derived paths the file gave itself
             (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
         actions: the scheduled and on-demand actions (``<Actions>``), in file order.
+        event_topics: the event topics turned on (``<EventTopics>``).
     """
 
     name: str
@@ -685,6 +722,7 @@ class Config:
     source_path: Path | None = None
     explicit_paths: frozenset[str] = frozenset()
     actions: tuple[ActionConfig, ...] = ()
+    event_topics: EventTopicsConfig = EventTopicsConfig()
 
     def sow_topic(self, topic: str) -> SowTopicConfig | None:
         """The ``SOW/Topic`` rule that keeps ``topic`` (the first that matches), or None."""

@@ -17,6 +17,13 @@ from typing import Any, Final
 import orjson
 
 from spool.server.bookmarks import format_timestamp_us
+from spool.server.config import (
+    EVENT_TOPICS,
+    EVENTS_CLIENTS,
+    EVENTS_LINKS,
+    EVENTS_SUBSCRIPTIONS,
+    STATS_SOW,
+)
 from spool.server.ports import ClientHappening, Happening, LinkHappening, SubscriptionHappening
 from spool.server.sow.admin import SowTopicInfo
 
@@ -34,12 +41,10 @@ __all__ = [
     "topic_of",
 ]
 
-CLIENTS: Final = "/spool/events/clients"
-SUBSCRIPTIONS: Final = "/spool/events/subscriptions"
-LINKS: Final = "/spool/events/links"
-SOW_STATS: Final = "/spool/stats/sow"
-#: every event topic, in the order the docs list them
-EVENT_TOPICS: Final = (CLIENTS, SUBSCRIPTIONS, LINKS, SOW_STATS)
+CLIENTS: Final = EVENTS_CLIENTS
+SUBSCRIPTIONS: Final = EVENTS_SUBSCRIPTIONS
+LINKS: Final = EVENTS_LINKS
+SOW_STATS: Final = STATS_SOW
 
 #: the longest text a client chose that a message keeps (characters)
 MAX_TEXT: Final = 1024

@@ -36,11 +36,13 @@ def config_xml(
     txlog_extra: str = "",
     actions: str = "",
     sow: str = "",
+    event_topics: str = "",
 ) -> str:
     """An instance config listening on 127.0.0.1:0 with everything under ``data_dir``.
 
     ``actions`` is the inside of an ``<Actions>`` element (none when empty); ``sow`` the
-    inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any.
+    inside of a ``<SOW>`` section (its ``<Topic>`` elements), if any; ``event_topics`` the
+    inside of ``<EventTopics>``.
     """
     tl = ""
     if txlog:
@@ -70,6 +72,7 @@ def config_xml(
         f"{'<Tuning>' + tuning + '</Tuning>' if tuning else ''}"
         f"{'<Users>' + users + '</Users>' if users else ''}"
         f"{'<Actions>' + actions + '</Actions>' if actions else ''}"
+        f"{'<EventTopics>' + event_topics + '</EventTopics>' if event_topics else ''}"
         "</SpoolConfig>"
     )
 

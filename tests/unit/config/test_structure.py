@@ -23,7 +23,7 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         "/SpoolConfig/Logging",
         3,
         "unknown element <Logging> in <SpoolConfig> (allowed: Actions, Admin, Bootstrap, DataDirectory, "
-        "Group, Name, Replication, SOW, TransactionLog, Transports, Tuning, Users)",
+        "EventTopics, Group, Name, Replication, SOW, TransactionLog, Transports, Tuning, Users)",
     ),
     (
         "case-sensitive name",

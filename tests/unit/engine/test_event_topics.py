@@ -1,0 +1,116 @@
+"""Event topics on a broker on a virtual clock: a subscriber sees the broker's own life
+as JSON messages (clients, subscriptions, SOW samples), bookmark subscribers replay them
+when they are recorded; clients and the broker's other publishes cannot write there; with
+the section off, nothing is built and the names are ordinary topics."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from spool.server.engine_errors import PublishRefused
+from tests.support.engine import EngineHarness, FakeClient
+from tests.support.server import sow_topic
+
+CLIENTS = "/spool/events/clients"
+SUBS = "/spool/events/subscriptions"
+SOW_STATS = "/spool/stats/sow"
+ON = (
+    f"<Topic><Name>{CLIENTS}</Name></Topic><Topic><Name>{SUBS}</Name></Topic>"
+    f"<Topic><Name>{SOW_STATS}</Name><Interval>5s</Interval></Topic>"
+)
+
+
+def docs(c: FakeClient, sub_id: str) -> list[dict[str, Any]]:
+    return [orjson.loads(body) for _, body in c.deliveries(sub_id)]
+
+
+def test_a_subscriber_sees_other_clients_come_subscribe_and_go(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with EngineHarness(tmp_path, event_topics=ON, sow=sow_topic("orders", "/id")) as h:
+            watcher = await h.logon("watcher")
+            watcher.send(({"c": "subscribe", "t": CLIENTS, "sub_id": "c"}, b""),
+                         ({"c": "subscribe", "t": SUBS, "sub_id": "s"}, b""))  # fmt: skip
+            await h.settle()
+            c = await h.logon("worker", version="py-2")
+            c.send(({"c": "subscribe", "t": "orders", "sub_id": "o", "f": "/qty > 5"}, b""))
+            await h.settle()
+            await c.session.close("bye")
+            await h.settle()
+            clients = [d for d in docs(watcher, "c") if d["client"] in ("worker", None)
+                       and d["connection"] == c.session.connection]  # fmt: skip
+            assert [d["event"] for d in clients] == ["connected", "logged_on", "disconnected"]
+            assert clients[1]["version"] == "py-2" and clients[2]["reason"] == "bye"
+            assert all(d["instance"] == "spool-test" for d in clients)
+            subs = [d for d in docs(watcher, "s") if d["client"] == "worker"]
+            assert [(d["event"], d["sub_id"], d["kind"], d["filter"], d["reason"]) for d in subs] == [
+                ("added", "o", "sow", "/qty > 5", None),
+                ("removed", "o", "sow", "/qty > 5", "disconnect"),
+            ]  # fmt: skip
+            # the watcher's own subscriptions too: both went out at the turn after them
+            own = [d["sub_id"] for d in docs(watcher, "s") if d["client"] == "watcher"]
+            assert own == ["c", "s"]
+
+    asyncio.run(scenario())
+
+
+def test_the_sow_is_sampled_and_recorded_events_replay(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with EngineHarness(tmp_path, event_topics=ON, sow=sow_topic("orders", "/id")) as h:
+            pub = await h.logon("pub")
+            pub.send(*(({"c": "publish", "t": "orders"}, orjson.dumps({"id": i}))
+                       for i in range(3)))  # fmt: skip
+            await h.commit()
+            reader = await h.logon("reader")
+            reader.send(({"c": "subscribe", "t": SOW_STATS, "sub_id": "w"}, b""))
+            await h.settle()
+            await h.clock.advance(5)
+            await h.settle()
+            (sample,) = [d for d in docs(reader, "w") if d["topic"] == "orders"]
+            assert (sample["event"], sample["records"]) == ("sample", 3)
+            await h.commit()
+            # recorded (the log records .*): a bookmark subscriber replays the connects
+            late = await h.logon("late")
+            late.send(({"c": "subscribe", "t": CLIENTS, "sub_id": "r", "bm": "0"}, b""))
+            await h.settle()
+            await h.commit()  # a bookmark subscription gets what is durable
+            await h.until(lambda: len(docs(late, "r")) >= 6)
+            names = [d["client"] for d in docs(late, "r") if d["event"] == "logged_on"]
+            assert names[:2] == ["pub", "reader"]
+
+    asyncio.run(scenario())
+
+
+def test_only_the_broker_publishes_to_an_event_topic_that_is_on(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with EngineHarness(tmp_path, event_topics=ON, sow=sow_topic("o", "/id")) as h:
+            c = await h.logon("forger")
+            c.send(({"c": "publish", "t": CLIENTS, "cid": "p", "a": "processed"},
+                    b'{"event":"logged_on","client":"admin"}'))  # fmt: skip
+            await h.settle()
+            (ack,) = [a for a in c.acks() if a.get("cid") == "p"]
+            assert ack["status"] == "failure" and ack["reason"] == "invalid topic"
+            assert "only the broker" in ack["detail"]
+            with pytest.raises(PublishRefused):
+                await h.broker.operations.publish(CLIENTS, b"{}")
+
+    asyncio.run(scenario())
+
+
+def test_with_the_section_off_nothing_is_built(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        async with EngineHarness(tmp_path) as h:
+            b = h.broker
+            assert b.event_topics is None and not b.happenings.clients
+            c = await h.logon("c")
+            assert c.session.subs.listener is None
+            c.send(({"c": "publish", "t": CLIENTS, "cid": "p", "a": "processed"}, b"{}"))
+            await h.settle()
+            (ack,) = [a for a in c.acks() if a.get("cid") == "p"]
+            assert ack["status"] == "success"
+
+    asyncio.run(scenario())
