@@ -283,6 +283,7 @@ class Broker:
             spills=self.spills,
             replication=replication.counters if replication is not None else None,
             queues=self.queues.counters if self.queues.enabled else None,
+            event_topics=self.event_topics.counters if self.event_topics is not None else None,
         )
         self.operations = Operations(
             config,
@@ -301,6 +302,7 @@ class Broker:
             replication,
             sow=self.sow,
             queues=self.queues,
+            event_topics=self.event_topics,
         )
         self.operations.bootstrap = self.bootstrapper
         self.operations.repairer = self.repairer

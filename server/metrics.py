@@ -26,6 +26,7 @@ from spool.server.session import DisconnectCause
 from spool.server.spills import Spills
 from spool.server.stats.snapshot import (
     ClientCounters,
+    EventTopicCounters,
     LinkCounters,
     MetricsSnapshot,
     QueueCounters,
@@ -81,8 +82,10 @@ class Metrics:
         *,
         replication: Callable[[], dict[str, LinkCounters]] | None = None,
         queues: Callable[[], dict[str, QueueCounters]] | None = None,
+        event_topics: Callable[[], dict[str, EventTopicCounters]] | None = None,
     ) -> None:
         self._queues = queues
+        self._event_topics = event_topics
         self._plaintext_exposed = plaintext_exposed
         self._logons = logons
         self._passwords = passwords
@@ -192,6 +195,7 @@ class Metrics:
             "security": self.security(),
             "spills": self._spill_counters(),
             "queues": self._queues() if self._queues is not None else {},
+            "event_topics": self._event_topics() if self._event_topics is not None else {},
             "disconnects": {
                 cause: registry.disconnects.get(cause, 0) for cause in DISCONNECT_CAUSES
             },

@@ -22,7 +22,7 @@ from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher, Published
 from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
-from spool.server.config import Config, UserConfig
+from spool.server.config import STATS_SOW, Config, UserConfig
 from spool.server.config.model import QueueConfig
 from spool.server.engine_errors import (
     ClientNotFound,
@@ -33,6 +33,7 @@ from spool.server.engine_errors import (
     TlsNotConfigured,
 )
 from spool.server.eventlog import EventLog
+from spool.server.eventtopics import EventTopics
 from spool.server.expr import compile_filter
 from spool.server.lifecycle import Lifecycle
 from spool.server.logons import LogonGuard
@@ -240,8 +241,10 @@ class Operations:
         *,
         sow: SowService,
         queues: QueueService | None = None,
+        event_topics: EventTopics | None = None,
     ) -> None:
         self._publisher = publisher
+        self._event_topics = event_topics
         self._tls = tls
         self._logons = logons
         self.config = config
@@ -282,6 +285,24 @@ class Operations:
     @property
     def started_at(self) -> float:
         return self.lifecycle.started_at
+
+    def event_topics(self) -> list[dict[str, object]]:
+        """``GET /api/event_topics``: each event topic that is on, with whether the log
+        records it, its counters and its budget."""
+        topics = self._event_topics
+        if topics is None:
+            return []
+        cfg = self.config.event_topics
+        tl = self.config.transaction_log
+        counters = topics.counters()
+        return [
+            {
+                "topic": name, "recorded": tl is not None and tl.records(name),
+                **counters[name], "max_events_per_second": cfg.max_events_per_second,
+                "interval": cfg.sow_stats_interval if name == STATS_SOW else None,
+            }
+            for name in sorted(topics.topics)
+        ]  # fmt: skip
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         """Every counter now (server/stats/snapshot.py)."""

@@ -1,12 +1,13 @@
-"""The topic browser's part of the REST admin API: ``GET /api/topics`` (docs/admin-api.md).
+"""The topic browser's part of the REST admin API: ``GET /api/topics`` and
+``GET /api/event_topics`` (docs/admin-api.md).
 
 Every topic the instance knows, one row each: the topics published to since the start (the
-topic table's counters in the metrics snapshot), the SOW topics that have a store and the
-configured queues. A row says what kind of topic it is (``queue``, ``sow`` or ``plain``,
-in that order when a name is more than one), how many messages and body bytes were
-published to it since the start and per second now, its SOW record count, its queue depth,
-and the replication destinations a message published to it here goes to directly (this
-instance's links of ``GET /api/fabric/route``).
+topic table's counters in the metrics snapshot), the SOW topics that have a store, the
+configured queues and the event topics that are on. A row says what kind of topic it is
+(``queue``, ``event``, ``sow`` or ``plain``, in that order when a name is more than one),
+how many messages and body bytes were published to it since the start and per second now,
+its SOW record count, its queue depth, and the replication destinations a message
+published to it here goes to directly (this instance's links of ``GET /api/fabric/route``).
 
 The rates are the newest ``topics/T/{msgs_in,bytes_in}_rate`` samples of the statistics
 database (server/stats/series.py), read in a thread with one query; ``null`` while the
@@ -32,7 +33,7 @@ from spool.web.openapi import Operation
 __all__ = ["TopicRow", "TopicsApi"]
 
 Handler = Callable[[Request], Awaitable[Any]]
-Kind = Literal["plain", "sow", "queue"]
+Kind = Literal["plain", "sow", "queue", "event"]
 
 _PREFIX: Final = "topics/"
 #: sampling intervals back a rate sample may be and still count as now
@@ -75,11 +76,17 @@ class TopicsApi:
         counters = self.ops.metrics_snapshot()["topics"]
         records = {t["topic"]: t["records"] for t in self.ops.sow_topics()}
         depths = {str(q["name"]): _int(q.get("depth")) for q in self.ops.queue_infos()}
-        names = sorted(n for n in set(counters) | set(records) | set(depths) if readable(n))
+        events = {str(t["topic"]) for t in self.ops.event_topics()}
+        names = sorted(
+            n for n in set(counters) | set(records) | set(depths) | events if readable(n)
+        )
         rows: list[TopicRow] = []
         for name in names:
             traffic = counters.get(name)
-            kind: Kind = "queue" if name in depths else "sow" if name in records else "plain"
+            kind: Kind = (
+                "queue" if name in depths else "event" if name in events
+                else "sow" if name in records else "plain"
+            )  # fmt: skip
             rows.append(
                 {
                     "topic": name,
@@ -104,9 +111,29 @@ class TopicsApi:
         since = self.ops.clock.time() - _FRESH_INTERVALS * self.ops.config.admin.interval
         return await asyncio.to_thread(store.reader.latest_values, _PREFIX, "_in_rate", since)
 
+    async def event_topics(self, request: Request) -> Any:
+        return {"event_topics": self.ops.event_topics()}
+
     def operations(self) -> list[tuple[Operation, Handler]]:
         """The table rows (web/admin.py wraps them)."""
         return [
+            (
+                Operation(
+                    "GET",
+                    "/api/event_topics",
+                    "The event topics that are on: recorded or not, messages published, "
+                    "dropped over the budget, refused",
+                    "topics",
+                    description=(
+                        "Each event topic turned on by <EventTopics> (docs/protocol.md "
+                        '"Event topics"), in name order: `recorded` (the transaction log '
+                        "records it), `published`, `dropped` (over `max_events_per_second`), "
+                        "`refused` (by the publish path) since the start, and `interval` "
+                        "(the SOW samples' period; null for the others). Empty when none is on."
+                    ),
+                ),
+                self.event_topics,
+            ),
             (
                 Operation(
                     "GET",

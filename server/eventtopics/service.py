@@ -36,6 +36,7 @@ from spool.server.eventtopics.messages import (
 from spool.server.ports import Happening, HappeningFamily
 from spool.server.protocol.errors import ProtocolFailure
 from spool.server.sow.admin import SowTopicInfo
+from spool.server.stats.snapshot import EventTopicCounters
 from spool.server.stats.source import EventSink
 
 __all__ = ["EventTopics", "Publish"]
@@ -143,8 +144,8 @@ class EventTopics:
             self._flush()
         self._closed = True
 
-    def counters(self) -> dict[str, dict[str, int]]:
-        """Per topic: published, dropped, refused."""
+    def counters(self) -> dict[str, EventTopicCounters]:
+        """Per topic: published, dropped, refused (the metrics snapshot)."""
         return {
             t: {"published": self.published[t], "dropped": self.dropped[t],
                 "refused": self.refused[t]}

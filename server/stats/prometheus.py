@@ -52,6 +52,7 @@ from spool.server.stats.histogram import LatencyHistogram
 from spool.server.stats.series import QueueGauge
 from spool.server.stats.snapshot import (
     ClientCounters,
+    EventTopicCounters,
     LinkCounters,
     QueueCounters,
     SecurityCounters,
@@ -158,6 +159,7 @@ class SpoolCollector(Collector):
         yield self._ack_histogram(snap["persisted_ack_latency"])
         yield from self._replication(snap["replication"])
         yield from self._queues(snap["queues"])
+        yield from self._event_topics(snap["event_topics"])
         yield from self._security(snap["security"])
 
     @staticmethod
@@ -319,6 +321,24 @@ class SpoolCollector(Collector):
                                 labels=["queue"]),
             (([q], float(c["dead_lettered"])) for q, c in queues.items()),
         )  # fmt: skip
+
+    @staticmethod
+    def _event_topics(topics: dict[str, EventTopicCounters]) -> Iterator[Metric]:
+        if not topics:
+            return
+        counters: tuple[tuple[Literal["published", "dropped", "refused"], str, str], ...] = (
+            ("published", "spool_event_topic_messages",
+             "Messages the broker published to an event topic"),
+            ("dropped", "spool_event_topic_dropped",
+             "Happenings over MaxEventsPerSecond, not published to their event topic"),
+            ("refused", "spool_event_topic_refused",
+             "Event topic messages the publish path refused"),
+        )  # fmt: skip
+        for key, metric, doc in counters:
+            yield _labelled(
+                CounterMetricFamily(metric, doc, labels=["topic"]),
+                (([t], float(c[key])) for t, c in topics.items()),
+            )
 
     @staticmethod
     def _spills(spills: SpillCounters) -> Iterator[Metric]:

@@ -140,6 +140,14 @@ class SecurityCounters(TypedDict):
     plaintext_exposed: bool
 
 
+class EventTopicCounters(TypedDict):
+    """One event topic that is on (server/eventtopics)."""
+
+    published: int  # messages published since the start
+    dropped: int  # happenings over MaxEventsPerSecond, not published
+    refused: int  # messages the publish path refused
+
+
 class MetricsSnapshot(TypedDict):
     """Everything counted, at one moment (``time``, epoch seconds)."""
 
@@ -162,3 +170,5 @@ class MetricsSnapshot(TypedDict):
     queues: dict[str, QueueCounters]
     #: connections ended since the start, by cause (every cause, zeros included)
     disconnects: dict[str, int]
+    #: the event topics that are on, by topic
+    event_topics: dict[str, EventTopicCounters]

@@ -60,7 +60,7 @@ const rows = new KeyedTable(table.tBodies[0], {
     return tr;
   },
   update(tr, t) {
-    tr.querySelector("a.sow").hidden = t.kind !== "sow";
+    tr.querySelector("a.sow").hidden = t.sow_records === null; // an event topic may be kept in a SOW too
     for (const td of tr.querySelectorAll("td[data-field]")) {
       const field = td.dataset.field;
       if (field === "topic") continue;

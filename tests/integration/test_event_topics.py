@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -54,6 +55,14 @@ def test_a_watcher_sees_another_client_over_the_wire(
             ]  # fmt: skip
 
     asyncio.run(scenario())
+    listed = httpx.get(f"{server.http_url}/api/event_topics", timeout=10).json()
+    rows = {row["topic"]: row for row in listed["event_topics"]}
+    assert sorted(rows) == [CLIENTS, SUBS] and rows[CLIENTS]["recorded"] is True
+    assert rows[CLIENTS]["published"] >= 4 and rows[CLIENTS]["dropped"] == 0
+    topics = httpx.get(f"{server.http_url}/api/topics", timeout=10).json()["topics"]
+    assert {t["topic"]: t["kind"] for t in topics}[SUBS] == "event"
+    metrics = httpx.get(f"{server.http_url}/metrics", timeout=10).text
+    assert f'spool_event_topic_messages_total{{topic="{CLIENTS}"}}' in metrics
 
 
 def test_links_without_replication_stop_the_start(spool_server_factory: ServerFactory) -> None:

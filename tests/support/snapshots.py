@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from spool.server.stats.histogram import LatencyHistogram
 from spool.server.stats.snapshot import (
     ClientCounters,
+    EventTopicCounters,
     LinkCounters,
     MetricsSnapshot,
     QueueCounters,
@@ -198,6 +199,7 @@ def metrics_snapshot(
     spills: SpillCounters | None = None,
     disconnects: Mapping[str, int] | None = None,
     queues: Mapping[str, QueueCounters] | None = None,
+    event_topics: Mapping[str, EventTopicCounters] | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -221,4 +223,5 @@ def metrics_snapshot(
         "spills": spills if spills is not None else spill_counters(),
         "disconnects": dict(disconnects or {}),
         "queues": dict(queues or {}),
+        "event_topics": dict(event_topics or {}),
     }

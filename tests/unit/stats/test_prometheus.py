@@ -69,6 +69,8 @@ class ScrapedBroker:
                              "oldest_undelivered_age": 8.0, "stuck": 1,
                              "enqueued": 20, "removed": {"acked": 12, "expired": 1},
                              "dead_lettered": 3, "inactive": 40, "deferred_acks": 2}},
+            event_topics={"/spool/events/clients": {"published": 11, "dropped": 2,
+                                                    "refused": 1}},
         )  # fmt: skip
 
 
@@ -103,6 +105,10 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_queue_enqueued_total", (("queue", "work"),))] == 20
     assert got[("spool_queue_removed_total", (("queue", "work"), ("reason", "acked")))] == 12
     assert got[("spool_queue_dead_lettered_total", (("queue", "work"),))] == 3
+    clients = (("topic", "/spool/events/clients"),)
+    assert got[("spool_event_topic_messages_total", clients)] == 11
+    assert got[("spool_event_topic_dropped_total", clients)] == 2
+    assert got[("spool_event_topic_refused_total", clients)] == 1
     assert got[("spool_spills_total", ())] == 4
     assert got[("spool_catch_ups_total", ())] == 3
     assert got[("spool_catch_up_seconds_total", ())] == 2.5
