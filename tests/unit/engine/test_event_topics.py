@@ -114,3 +114,25 @@ def test_with_the_section_off_nothing_is_built(tmp_path: Path) -> None:
             assert ack["status"] == "success"
 
     asyncio.run(scenario())
+
+
+def test_the_connections_a_shutdown_closes_are_in_the_log_after_it(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        on = f"<Topic><Name>{CLIENTS}</Name></Topic>"
+        async with EngineHarness(tmp_path, event_topics=on) as h:
+            for name in ("a", "b"):
+                await h.logon(name)
+            await h.settle()
+        async with EngineHarness(tmp_path, event_topics=on) as h:
+            reader = await h.logon("reader")
+            reader.send(({"c": "subscribe", "t": CLIENTS, "sub_id": "r", "bm": "0"}, b""))
+
+            def gone() -> list[dict[str, Any]]:
+                return [d for d in docs(reader, "r") if d["event"] == "disconnected"
+                        and d["client"] in ("a", "b")]  # fmt: skip
+
+            await h.until(lambda: len(gone()) == 2)
+            assert {d["cause"] for d in gone()} == {"shutting_down"}
+
+    asyncio.run(scenario())
+
