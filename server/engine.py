@@ -39,7 +39,7 @@ from spool.server.brokerpublish import BrokerPublisher
 from spool.server.clients import ClientRegistry
 from spool.server.clock import SYSTEM_CLOCK, Clock
 from spool.server.commandtable import CommandTable
-from spool.server.config import Config
+from spool.server.config import EVENTS_CLIENTS, EVENTS_SUBSCRIPTIONS, Config
 from spool.server.dispatch import CommandHandler, Dispatcher
 from spool.server.eventlog import ConsoleFormat, EventLog
 from spool.server.eventtopics import EventTopics
@@ -526,10 +526,28 @@ class Broker:
             self.repairer.start()
         # 11. event topics: what happened while starting goes out now, the SOW samples begin
         if self.event_topics is not None:
+            self._warn_event_readers(self.event_topics.topics)
             self.event_topics.start()
         # 12. serve
         self.lifecycle.ready = True
         self.events.emit("info", "instance", "started", name=cfg.name)
+
+    def _warn_event_readers(self, topics: frozenset[str]) -> None:
+        """Name the users who are not admins and may read the event topics that show
+        other users' clients and subscriptions (docs/protocol.md "Event topics",
+        docs/security.md)."""
+        watched = sorted(topics & {EVENTS_CLIENTS, EVENTS_SUBSCRIPTIONS})
+        if not self.auth.enabled or not watched:
+            return
+        for user in self.config.users:
+            readable = [t for t in watched if not user.admin and self.auth.can_read(user, t)]
+            if readable:
+                self.events.emit(
+                    "warning", "instance", "event_topics_readable", user=user.name,
+                    topics=readable,
+                    detail="this user is not an admin and may read what other users' "
+                    "clients and subscriptions do: narrow its <Read> if that is not meant",
+                )  # fmt: skip
 
     async def drain(self) -> None:
         """Shutdown step 1: refuse new work, close every client with ``shutting down``,

@@ -136,3 +136,32 @@ def test_the_connections_a_shutdown_closes_are_in_the_log_after_it(tmp_path: Pat
 
     asyncio.run(scenario())
 
+
+USERS = (
+    "<User><Name>ops</Name><Token>ops-token-0123456789ab</Token><Admin>true</Admin>"
+    "<Read>.*</Read><Write>.*</Write></User>"
+    "<User><Name>wide</Name><Token>wide-token-0123456789</Token><Read>.*</Read></User>"
+    "<User><Name>app</Name><Token>app-token-01234567890</Token><Read>^orders$</Read>"
+    "<Write>^orders$</Write></User>"
+)
+
+
+def test_read_entitlements_apply_and_wide_readers_are_named(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        on = f"<Topic><Name>{CLIENTS}</Name></Topic>"
+        async with EngineHarness(tmp_path, event_topics=on, users=USERS) as h:
+            warned = [e for e in h.broker.events.recent()
+                      if e["event"] == "event_topics_readable"]  # fmt: skip
+            assert [(e["user"], e["topics"]) for e in warned] == [("wide", [CLIENTS])]
+            app = await h.logon("app", user_id="app", pw="app-token-01234567890")
+            app.send(({"c": "subscribe", "t": CLIENTS, "sub_id": "c", "cid": "c",
+                       "a": "processed"}, b""),
+                     ({"c": "subscribe", "t": ".*", "sub_id": "all"}, b""))  # fmt: skip
+            await h.settle()
+            (refused,) = [a for a in app.acks() if a.get("cid") == "c"]
+            assert refused["status"] == "failure" and refused["reason"] == "not entitled"
+            await h.logon("other", user_id="ops", pw="ops-token-0123456789ab")
+            await h.settle()
+            assert app.deliveries("all") == []  # a regex subscription skips what it may not read
+
+    asyncio.run(scenario())
