@@ -23,7 +23,7 @@ from spool.server.brokerpublish import BrokerPublisher, Published
 from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
 from spool.server.config import STATS_SOW, Config, UserConfig
-from spool.server.config.model import QueueConfig
+from spool.server.config.model import REDRIVE_MAX, QueueConfig
 from spool.server.engine_errors import (
     ClientNotFound,
     NoTransactionLog,
@@ -890,6 +890,7 @@ class Operations:
             "queue": name,
             "dead_letter_topic": cfg.dead_letter.topic,
             "letters": [letter_dict(letter, body, PREVIEW) for letter, body in found],
+            "redrive_max": REDRIVE_MAX,
         }
 
     def _dead_letter_store(

@@ -16,8 +16,8 @@ const $id = (id) => document.getElementById(id);
 const queue = new URLSearchParams(location.search).get("queue") ?? "";
 /** letters a listing shows */
 const LIST = 200;
-/** letters one redrive request sends back at most (the broker's limit) */
-const REDRIVE_BATCH = 10000;
+/** letters one redrive request sends back at most: the broker's limit, from the listing */
+let redriveMax = 0;
 const COLUMNS = 12;
 
 const filterBox = $id("filter");
@@ -102,6 +102,7 @@ async function load() {
   try {
     const page = await api(`/api/queues/${encodeURIComponent(queue)}/dead_letters?${params}`);
     letters = page.letters;
+    redriveMax = page.redrive_max;
     listedFilter = filter;
     setText($id("dead-topic"), `→ ${page.dead_letter_topic}`);
     const shown = new Set(letters.map((l) => l.bookmark));
@@ -182,12 +183,12 @@ redriveAll.addEventListener("click", async () => {
   await busy(redriveAll, async () => {
     let total = 0;
     try {
-      // a redrive sends back at most REDRIVE_BATCH letters and passes over those it marked,
+      // a redrive sends back at most redriveMax letters and passes over those it marked,
       // so asking again until a request sends back fewer covers every match
       for (;;) {
-        const done = await redrive(filter, REDRIVE_BATCH);
+        const done = await redrive(filter, redriveMax);
         total += done.redriven;
-        if (done.redriven < REDRIVE_BATCH) break;
+        if (done.redriven < redriveMax) break;
       }
       selected.clear();
       alert.ok(`${fmtInt(total)} sent back ${where()}`);

@@ -61,7 +61,7 @@ def test_a_rejected_message_is_redriven_with_its_lineage(
     )  # fmt: skip
     assert letter["data"] == '{"n":1}' and letter["redriven"] is None
     assert api(server, "/api/queues/work/dead_letters?filter=/dead_letter/deliveries%20%3E%201") == {
-        "queue": "work", "dead_letter_topic": "work-dead", "letters": [],
+        "queue": "work", "dead_letter_topic": "work-dead", "letters": [], "redrive_max": 10_000,
     }  # fmt: skip
     bad = httpx.get(server.http_url + "/api/queues/work/dead_letters?redriven=yes", timeout=10)
     assert bad.status_code == 400
