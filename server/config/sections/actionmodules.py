@@ -7,8 +7,9 @@ transaction log, the instance's directories) and the variables defined at that p
 action (:class:`ActionScope`), so a ``{{VARIABLE}}`` no trigger or earlier module defines is an
 error at the option that uses it.
 
-A module whose subsystem this version does not have is refused with "not supported yet"
-naming the element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`: none now).
+A module of the AMPS model that this version does not run is refused with "not supported
+yet" naming the element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`;
+docs/actions.md "Against the AMPS modules" lists each with its status).
 """
 
 from __future__ import annotations
@@ -77,8 +78,26 @@ __all__ = [
     "ActionScope",
 ]
 
-#: Modules of the AMPS model whose subsystem this version does not have (none now).
-UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {}
+_MESSAGE_TRIGGERS: Final = "message-driven triggers"
+_CLIENT_TRIGGERS: Final = "client-driven triggers"
+
+#: Modules of the AMPS model this version does not run, with what they belong to.
+UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
+    "amps-action-on-publish-message": _MESSAGE_TRIGGERS,
+    "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
+    "amps-action-on-sow-expire-message": _MESSAGE_TRIGGERS,
+    "amps-action-on-sow-delete-message": _MESSAGE_TRIGGERS,
+    "amps-action-on-oof-message": _MESSAGE_TRIGGERS,
+    "amps-action-on-message-condition-timeout": _MESSAGE_TRIGGERS,
+    "amps-action-on-connect-client": _CLIENT_TRIGGERS,
+    "amps-action-on-disconnect-client": _CLIENT_TRIGGERS,
+    "amps-action-on-subscribe": _CLIENT_TRIGGERS,
+    "amps-action-on-unsubscribe": _CLIENT_TRIGGERS,
+    "amps-action-do-delete-sow": "SOW deletes from actions",
+    "amps-action-do-query-sow": "SOW queries from actions",
+    "amps-action-do-extract-values": "values extracted from a triggering message",
+    "amps-action-do-echo-message": "messages echoed to the event log",
+}
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _PERCENT: Final = re.compile(r"(\d{1,2}(?:\.\d+)?)\s*%?")
