@@ -5,11 +5,16 @@ journals, prints the summary table, writes ``summary.json`` and ``report.html`` 
 ``--out``), and exits 0 only when the checker found nothing. ``--schedule`` prints the
 schedule of a seed without running it; ``--scenario NAME`` runs a named scenario
 (tests/nemesis/scenarios.py).
+
+SIGTERM (a CI job's timeout, ``kill``) stops a run as Ctrl-C does: the instances are
+stopped, the network namespaces deleted and the tmpfs disks unmounted before the exit
+(status 130), so a stopped run leaves nothing behind on the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -96,13 +101,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     from tests.nemesis.report import table, write_reports
 
-    if args.workdir is not None:
-        result = run_nemesis(args.workdir, settings, keep_data=True)
-        events = list(read_history(args.workdir / "history"))
-    else:
-        with tempfile.TemporaryDirectory(prefix="spool-nemesis-") as tmp:
-            result = run_nemesis(Path(tmp), settings)
-            events = list(read_history(Path(tmp) / "history"))
+    # a KeyboardInterrupt unwinds through the run's cleanup (the finally of run_nemesis)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        if args.workdir is not None:
+            result = run_nemesis(args.workdir, settings, keep_data=True)
+            events = list(read_history(args.workdir / "history"))
+        else:
+            with tempfile.TemporaryDirectory(prefix="spool-nemesis-") as tmp:
+                result = run_nemesis(Path(tmp), settings)
+                events = list(read_history(Path(tmp) / "history"))
+    except KeyboardInterrupt:
+        print("interrupted: the instances were stopped and the network removed", flush=True)
+        return 130
     print(table(result))
     paths = write_reports(result, events, args.out)
     print(f"summary: {paths['json']}\nreport: {paths['html']}")
