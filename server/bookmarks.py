@@ -54,6 +54,8 @@ _BOOKMARK_RE: Final = re.compile(r"([0-9]{1,20})\|([0-9]{1,20})\|?")
 _TIME_RE: Final = re.compile(
     r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})(?:\.([0-9]{1,6}))?Z?"
 )
+#: how :func:`parse_moment_us` (and a bookmark) writes a moment
+MOMENT_FORM: Final = "YYYYmmddTHHMMSS[.ffffff][Z] (UTC)"
 _UNIX_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US: Final = timedelta(microseconds=1)
 _FORMS: Final = "expected 0, 0|1|, PUBHASH|PUBSEQ|, YYYYmmddTHHMMSS[Z], a comma list or a range"
@@ -245,16 +247,41 @@ def format_time_bookmark(timestamp_us: int) -> str:
     )
 
 
-def _parse_time(match: re.Match[str], text: str) -> TimePoint:
-    year, month, day, hour, minute, second, fraction = match.groups()
+def parse_moment_us(text: str) -> int:
+    """Microseconds since the Unix epoch of a moment written as a bookmark writes one,
+    ``YYYYmmddTHHMMSS[.f{1,6}][Z]``, always UTC (the ``Z`` may be left out).
+
+    Public so that other grammars naming a moment (a publish's ``deliver_at``,
+    server/protocol/options.py) read exactly the bookmarks' form.
+
+    Raises:
+        ValueError: ``text`` is not of that form, or names no date and time of the
+            calendar (a 30 February, hour 24); the message says which, without ``text``.
+    """
+    match = _TIME_RE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"expected a moment {MOMENT_FORM}")
     try:
-        moment = datetime(
-            int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=UTC
-        )
+        return _moment_us(match)
+    except ValueError as exc:
+        raise ValueError(f"no such moment: {exc}") from exc
+
+
+def _moment_us(match: re.Match[str]) -> int:
+    """:func:`parse_moment_us` of a match of ``_TIME_RE``; ValueError for no such moment."""
+    year, month, day, hour, minute, second, fraction = match.groups()
+    moment = datetime(
+        int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=UTC
+    )
+    micros = int(fraction.ljust(6, "0")) if fraction else 0
+    return (moment - _UNIX_EPOCH) // _ONE_US + micros
+
+
+def _parse_time(match: re.Match[str], text: str) -> TimePoint:
+    try:
+        return TimePoint(_moment_us(match))
     except ValueError as exc:
         raise InvalidBookmark(f"{text!r} is not a valid moment: {exc}") from exc
-    micros = int(fraction.ljust(6, "0")) if fraction else 0
-    return TimePoint((moment - _UNIX_EPOCH) // _ONE_US + micros)
 
 
 # -- parsing --------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from spool.server.protocol.errors import (
     ShuttingDown,
 )
 from spool.server.protocol.frame import FrameError, parse_frame
-from spool.server.publishing import PublishPipeline
+from spool.server.publishing import PublishPipeline, refuse_publish_options
 from spool.server.session import CLOSE_INVALID_DATA, Session
 from spool.server.stats.source import EventSink
 
@@ -209,11 +209,14 @@ class Dispatcher:
             await pending
 
     def _publish(self, cmd: Command) -> None:
-        """A publish the run path did not take (a correlation id, a SOW key, a first
-        use of an ack string...): the same pipeline, as a run of one."""
+        """A publish the run path did not take (a correlation id, a SOW key, options, a
+        first use of an ack string...): the same pipeline, as a run of one, once its
+        options are known to ask for nothing this version would ignore."""
         session = self._session
         origin = session.origin
         assert origin is not None
+        if refuse_publish_options(session, cmd):
+            return
         kinds = cmd.acks - {"received"}  # already sent by dispatch()
         self._pipeline.publish(
             origin,

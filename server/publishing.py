@@ -56,10 +56,11 @@ from spool.server.ports import (
     Refold,
     RefoldingStage,
 )
-from spool.server.protocol.commands import take_publish_run
+from spool.server.protocol.commands import Command, take_publish_run
 from spool.server.protocol.errors import (
     Duplicate,
     InvalidMessage,
+    InvalidOptions,
     InvalidTopic,
     NotEntitled,
     ProtocolFailure,
@@ -71,6 +72,10 @@ from spool.server.topics import Topic, TopicTable
 from spool.server.txlog import CorruptRecord, FencedRecords, TransactionLog, TxlogWriteFailed
 from spool.server.txlog.format.record import RecordKind
 
+#: the detail of a publish refused for asking to be delivered later
+DELAYED_DELIVERY_UNAVAILABLE: Final = (
+    "delayed delivery (deliver_at / deliver_after) is not available on this version"
+)
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
 #: a refold reads the rest of the log without yielding once it is this close to its end
@@ -705,6 +710,32 @@ class PublishPipeline:
         if "received" in kinds:
             replies.ack("received", cid)
         replies.fail(cid, exc, s=run.pub_seqs[i])
+
+
+def refuse_publish_options(replies: Outbound, cmd: Command) -> bool:
+    """Refuse a ``publish`` or ``delta_publish`` command for its options (``o``), before
+    it enters the pipeline; returns whether it was refused.
+
+    No option is accepted and ignored (docs/architecture.md "Delivery semantics"): options
+    that are not valid publish options are ``invalid options`` with the grammar's detail
+    (server/protocol/options.py), and so are the valid ``deliver_at`` and
+    ``deliver_after``, since this version does not delay deliveries
+    (:data:`DELAYED_DELIVERY_UNAVAILABLE`). A refused publish is answered as the pipeline
+    answers one (:meth:`PublishPipeline._refuse`): a failure ack with its own ``s``, so a
+    client waiting for that sequence to persist learns at once that it will not; nothing
+    of it is stored or delivered, and the connection goes on. An absent or empty ``o`` is
+    an ordinary publish. The runs of plain publishes never get here: a header with ``o``
+    is not plain (:func:`~spool.server.protocol.commands.take_publish_run`).
+    """
+    if cmd.opts.text is None:
+        return False
+    try:
+        if cmd.opts.publish().delayed:
+            raise InvalidOptions(DELAYED_DELIVERY_UNAVAILABLE)
+    except InvalidOptions as exc:
+        replies.fail(cmd.cid, exc, s=cmd.seq)
+        return True
+    return False
 
 
 def _hold(held: dict[int, int], pub_hash: int, s: int) -> None:

@@ -19,7 +19,9 @@ from spool.server.protocol.errors import InvalidCommand, InvalidMessage, Invalid
 from spool.server.protocol.frame import Message
 from spool.server.protocol.options import (
     DEFAULT_OPTIONS,
+    PublishOptions,
     SubscribeOptions,
+    parse_publish_options,
     parse_subscribe_options,
     split_items,
 )
@@ -130,7 +132,8 @@ class CommandOptions:
     subscribe options keeps why (:attr:`problem`), and :meth:`subscribe` raises it when a
     handler asks for them, so every handler keeps its own order of checks. Options with
     a grammar of their own (``o=cancel`` of a queue's ``sow_delete``) are read from
-    :attr:`items` and :attr:`names`, never by searching the text.
+    :attr:`items` and :attr:`names`, never by searching the text; a publish's by
+    :meth:`publish`.
 
     Attributes:
         text: the ``o`` header as received (None: not given).
@@ -156,6 +159,16 @@ class CommandOptions:
         if self.parsed is None:
             raise InvalidOptions(self.problem)
         return self.parsed
+
+    def publish(self) -> PublishOptions:
+        """The publish options (``publish``, ``delta_publish``; docs/protocol.md "Publish
+        options"), read from :attr:`text` when asked: a publish with ``o`` is rare, and
+        :attr:`parsed` holds what the text means to a subscribe.
+
+        Raises:
+            InvalidOptions: the text is not valid publish options.
+        """
+        return parse_publish_options(self.text)
 
     @property
     def replace(self) -> bool:

@@ -1,4 +1,4 @@
-"""Subscribe options (the ``o`` header): parse them once into a typed, frozen value.
+"""Subscribe and publish options (the ``o`` header): parse them into typed, frozen values.
 
 docs/protocol.md "Subscribe options" lists what a subscription may ask for. The text is a
 comma-separated list of ``name`` or ``name=value`` items; ``conflation_key=[/a,/b]`` holds
@@ -21,6 +21,14 @@ option, a valued option given twice, and contradictions: ``rate``, ``pause`` or 
 with ``live`` (docs/protocol.md), ``live`` with ``fully_durable``, ``pause`` with ``resume``,
 ``rate_max_gap`` without ``rate=NX`` (only a time-scaled replay has gaps to skip), and
 ``conflation_key`` without ``conflation``.
+
+Publish options (``publish``, ``delta_publish``; docs/protocol.md "Publish options") use
+the same list syntax and :func:`parse_publish_options` reads them: ``deliver_at=MOMENT``
+(the bookmarks' moment, ``YYYYmmddTHHMMSS[.f{1,6}][Z]``, UTC, read by
+:func:`spool.server.bookmarks.parse_moment_us`) or ``deliver_after=DURATION`` (> 0). It
+refuses any other name, both of them together, one given twice, a missing or malformed
+value and either one without ``=``. What a broker does with valid ones is its own
+decision (server/publishing.py ``refuse_publish_options``), not this grammar's.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Final, Literal, TypeAlias
 
+from spool.server.bookmarks import format_time_bookmark, parse_moment_us
 from spool.server.protocol.errors import InvalidOptions
 
 Durability: TypeAlias = Literal["live", "persisted", "fully_durable"]
@@ -340,3 +349,91 @@ def _check_combinations(o: SubscribeOptions) -> None:
         raise InvalidOptions("'rate_max_gap' applies only to a rate=NX replay")
     if o.conflation_key and o.conflation is None:
         raise InvalidOptions("'conflation_key' needs 'conflation'")
+
+
+# -- publish options ----------------------------------------------------------------------
+
+#: the publish options, each with the form of its value (for refusals)
+_PUBLISH_VALUED: Final[dict[str, str]] = {"deliver_at": "MOMENT", "deliver_after": "DURATION"}
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOptions:
+    """The options of a ``publish`` or ``delta_publish``, typed. The defaults are "not
+    given": an absent or empty ``o`` is an ordinary publish.
+
+    Attributes:
+        deliver_at_us: deliver at this moment (microseconds since the Unix epoch, UTC).
+        deliver_after_s: deliver this many seconds (> 0) after the broker takes it.
+        raw: the option text as received (for logs).
+    """
+
+    deliver_at_us: int | None = None
+    deliver_after_s: float | None = None
+    raw: str = ""
+
+    @property
+    def delayed(self) -> bool:
+        """Whether the publish asks for delayed delivery (either option)."""
+        return self.deliver_at_us is not None or self.deliver_after_s is not None
+
+    def to_text(self) -> str:
+        """The canonical option text; ``parse_publish_options(o.to_text())`` equals ``o``
+        except for :attr:`raw`."""
+        items: list[str] = []
+        if self.deliver_at_us is not None:
+            items.append(f"deliver_at={format_time_bookmark(self.deliver_at_us)}")
+        if self.deliver_after_s is not None:
+            items.append(f"deliver_after={_format_number(self.deliver_after_s)}s")
+        return ",".join(items)
+
+
+NO_PUBLISH_OPTIONS: Final = PublishOptions()
+
+
+def parse_publish_options(text: str | None) -> PublishOptions:
+    """Parse the ``o`` header of a publish command (None, empty or only commas and
+    spaces: :data:`NO_PUBLISH_OPTIONS`, an ordinary publish).
+
+    Raises:
+        InvalidOptions: an unknown name, ``deliver_at`` with ``deliver_after``, an option
+            given twice, a value missing or malformed (a moment that is not
+            ``YYYYmmddTHHMMSS[.ffffff][Z]`` or not on the calendar, a duration that is
+            not one or not > 0), an option without ``=``; the detail names the item.
+    """
+    if text is None:
+        return NO_PUBLISH_OPTIONS
+    if not isinstance(text, str):
+        raise InvalidOptions("options are a comma-separated string")
+    if len(text) > _MAX_OPTIONS_TEXT:
+        raise InvalidOptions(f"options longer than {_MAX_OPTIONS_TEXT} characters")
+    values: dict[str, str] = {}
+    for item in split_items(text):
+        name, has_value, value = item.partition("=")
+        name = name.strip()
+        form = _PUBLISH_VALUED.get(name)
+        if form is None:
+            raise InvalidOptions(f"unknown publish option {name[:80]!r}")
+        if not has_value:
+            raise InvalidOptions(f"'{name}' is not a flag: give it a value ({name}={form})")
+        if not value.strip():
+            raise InvalidOptions(f"{item!r}: the value is missing ({name}={form})")
+        if name in values:
+            raise InvalidOptions(f"'{name}' is given twice")
+        values[name] = value.strip()
+    if len(values) > 1:
+        raise InvalidOptions("'deliver_at' and 'deliver_after' contradict each other: give one")
+    if not values:
+        return PublishOptions(raw=text)
+    if "deliver_at" in values:
+        return PublishOptions(deliver_at_us=_parse_moment(values["deliver_at"]), raw=text)
+    item = f"deliver_after={values['deliver_after']}"
+    return PublishOptions(deliver_after_s=parse_duration(values["deliver_after"], item), raw=text)
+
+
+def _parse_moment(value: str) -> int:
+    """The moment of ``deliver_at=value``, in microseconds since the Unix epoch."""
+    try:
+        return parse_moment_us(value)
+    except ValueError as exc:
+        raise InvalidOptions(f"'deliver_at={value}': {exc}") from exc

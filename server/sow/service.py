@@ -36,7 +36,7 @@ from spool.server.protocol.errors import (
     SubIdInUse,
 )
 from spool.server.protocol.topic import is_regex_topic
-from spool.server.publishing import PublishPipeline
+from spool.server.publishing import PublishPipeline, refuse_publish_options
 from spool.server.session import Session
 from spool.server.sow.admin import SowCompaction, SowKeys, SowTopicInfo, compaction_info, topic_info
 from spool.server.sow.deleting import SowDeletes
@@ -224,7 +224,10 @@ class SowService:
 
     def delta_publish(self, session: Session, cmd: Command) -> None:
         """``delta_publish``: through the publish pipeline as a run of one, logged as a
-        ``DELTA_PUBLISH`` record once the stage merged it."""
+        ``DELTA_PUBLISH`` record once the stage merged it. Its options are a publish's,
+        checked first, as a ``publish`` checks them before its topic."""
+        if refuse_publish_options(session, cmd):
+            return
         topic = cmd.topic or ""
         if is_regex_topic(topic) or self.topics.rule(topic) is None:
             raise InvalidTopic(f"delta_publish needs a SOW topic; {topic!r} keeps no records")
