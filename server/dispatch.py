@@ -57,6 +57,8 @@ CommandHandler = Callable[[Session, Command], Awaitable[None] | None]
 
 #: the interval of ``heartbeat`` with ``o=start`` and no number (seconds)
 _DEFAULT_BEAT: Final = 30.0
+#: the commands whose refusal carries their ``s``
+_PUBLISHES: Final = frozenset({"publish", "delta_publish"})
 #: seconds of one connection's commands before the loop is given to the others
 TURN_BUDGET: Final = 0.002
 #: longer filter texts are compiled off the event loop (about 1 ms of compiling at most
@@ -268,7 +270,11 @@ class Dispatcher:
 
     def _failed(self, cmd: Command, exc: ProtocolFailure) -> None:
         session = self._session
-        session.fail(cmd.cid, exc)
+        if cmd.seq is not None and cmd.name in _PUBLISHES:
+            # a refused publish names its sequence, as the pipeline's refusals do
+            session.fail(cmd.cid, exc, s=cmd.seq)
+        else:
+            session.fail(cmd.cid, exc)
         if cmd.name == "logon" and session.origin is None:
             session.close_soon(exc.reason, cause="logon_failed")
 
