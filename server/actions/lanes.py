@@ -1,0 +1,203 @@
+"""Lanes: the bounded queue between the events an action reacts to and the task that runs it.
+
+An event-driven action (every trigger of it an event: a message published, a SOW record
+removed, a client connecting...) is not run once per event as a scheduled action is run
+once per firing: at thousands of messages a second, a run per message would skip the
+messages that arrive during a run and write a history row per message. Its candidate
+messages go into its lane instead, and one worker task takes them in batches, in the order
+they came. The event-driven action service (to come) owns one lane per such action: the
+publish path and the happenings bus offer to it, the action's worker takes from it.
+
+What a lane promises:
+
+- **the producer is never slowed**: :meth:`EventLane.offer` neither blocks nor raises and
+  costs O(1) on the event loop. What does not fit is dropped and counted, never waited
+  for: a publisher must not wait for an action's side effects;
+- **capacity counts messages**, not items: an item is one candidate message or a run of
+  them (:class:`Candidates`), and a run of 100 takes 100 places. An item fits whole or is
+  dropped whole;
+- **first in, first out**: the worker sees the items in the order they were offered, so
+  an action's firings follow their sources' order;
+- **stopping drains**: after :meth:`EventLane.stop` offers are dropped (and counted), the
+  worker takes what is queued, then :meth:`EventLane.take` returns an empty batch, its
+  sign to end.
+
+Checkpoint marks (the restart of on-publish actions): after a batch the worker records
+with :meth:`EventLane.done` the source seq up to which every candidate is done (a dropped
+or filtered-out candidate is done too: a drop is final) and the last seq of the messages
+the batch derived. A seq may become the action's checkpoint only once it and those derived
+messages are durable in the log: a restart resumes after the checkpoint, so a derived
+message a crash took away would otherwise never be written again.
+:meth:`EventLane.checkpoint` answers that seq for the log's durable seq and forgets the
+marks it covers, so a lane keeps only the marks of what is not durable yet.
+
+Pure asyncio: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Final, Generic, Protocol, TypeVar
+
+__all__ = ["DEFAULT_TAKE", "MAX_MARKS", "Candidates", "EventLane"]
+
+#: Most candidate messages one :meth:`EventLane.take` hands over (a batch of the worker).
+DEFAULT_TAKE: Final = 256
+#: Most checkpoint marks a lane keeps waiting for durability. Only reached when nobody asks
+#: for the checkpoint (an instance without a log); beyond it the oldest mark is forgotten,
+#: which makes the checkpoint later, never earlier than it may be.
+MAX_MARKS: Final = 1024
+
+
+class Candidates(Protocol):
+    """What a lane holds: one candidate message for an action, or a run of them."""
+
+    @property
+    def count(self) -> int:
+        """How many candidate messages the item stands for (at least 1)."""
+        ...
+
+
+C = TypeVar("C", bound=Candidates)
+
+
+class EventLane(Generic[C]):
+    """The bounded FIFO of one event-driven action (see the module docstring).
+
+    Args:
+        action: the action's name (for the service's events and counters).
+        capacity: most candidate messages queued at once (at least 1).
+        checkpoint: the checkpoint the action starts from (read at start-up), answered by
+            :meth:`checkpoint` until a later one is durable; None: it has none.
+
+    Attributes:
+        offered: candidate messages offered, queued or not.
+        queued: candidate messages waiting for the worker now (at most ``capacity``).
+        dropped: candidate messages that did not fit, or came after :meth:`stop`.
+        taken: candidate messages handed to the worker (``offered`` is always
+            ``taken + dropped + queued``).
+        accepting: False once :meth:`stop` was called.
+    """
+
+    def __init__(self, action: str, capacity: int, *, checkpoint: int | None = None) -> None:
+        if capacity < 1:
+            raise ValueError(f"a lane holds at least one message, not {capacity}")
+        self.action = action
+        self.capacity = capacity
+        self.offered = 0
+        self.queued = 0
+        self.dropped = 0
+        self.taken = 0
+        self.accepting = True
+        self._items: deque[C] = deque()
+        #: set when an item was queued or the lane stopped: wakes a waiting take
+        self._ready = asyncio.Event()
+        #: (upto_seq, needs): upto_seq may be the checkpoint once the log is durable
+        #: through needs. needs strictly increases along the deque, so the marks a durable
+        #: seq covers are a prefix of it
+        self._marks: deque[tuple[int, int]] = deque()
+        self._checkpoint = checkpoint
+        self._last_done = checkpoint
+        self._durable = 0
+
+    # -- the producer's side ------------------------------------------------------------
+
+    def offer(self, item: C) -> bool:
+        """Queue ``item`` if it fits whole and the lane accepts; else count it dropped.
+
+        Never blocks, never raises, O(1). Returns whether it was queued.
+        """
+        count = item.count
+        self.offered += count
+        if not self.accepting or self.queued + count > self.capacity:
+            self.dropped += count
+            return False
+        self._items.append(item)
+        self.queued += count
+        self._ready.set()
+        return True
+
+    def stop(self) -> None:
+        """Refuse offers from now on (they are dropped and counted); what is queued stays
+        for the worker, whose :meth:`take` returns an empty batch once it is taken."""
+        self.accepting = False
+        self._ready.set()
+
+    # -- the worker's side --------------------------------------------------------------
+
+    async def take(self, limit: int = DEFAULT_TAKE) -> list[C]:
+        """The next batch, oldest first: waits until an item is queued.
+
+        A batch holds at most ``limit`` candidate messages, except that its first item is
+        taken whatever its count (a run longer than ``limit`` comes alone rather than never).
+        Returns an empty batch only when the lane is stopped and empty: the worker's end.
+        """
+        while not self._items:
+            if not self.accepting:
+                return []
+            self._ready.clear()
+            await self._ready.wait()
+        return self.take_nowait(limit)
+
+    def take_nowait(self, limit: int = DEFAULT_TAKE) -> list[C]:
+        """The batch :meth:`take` would return now, empty when nothing is queued."""
+        items = self._items
+        batch: list[C] = []
+        total = 0
+        while items:
+            count = items[0].count
+            if batch and total + count > limit:
+                break
+            batch.append(items.popleft())
+            total += count
+        self.queued -= total
+        self.taken += total
+        return batch
+
+    def done(self, upto_seq: int, derived_seq: int | None = None) -> None:
+        """Record a checkpoint mark: every candidate whose source seq is at most
+        ``upto_seq`` is done, and the messages derived from them end at ``derived_seq``
+        in the log (None: none were derived).
+
+        Marks come in source order (the worker's batches are), so ``upto_seq`` never goes
+        back. O(1).
+
+        Raises:
+            ValueError: ``upto_seq`` is below the previous mark's or the start checkpoint.
+        """
+        if self._last_done is not None and upto_seq < self._last_done:
+            raise ValueError(
+                f"lane {self.action!r}: mark {upto_seq} is behind the previous one, "
+                f"{self._last_done}"
+            )
+        self._last_done = upto_seq
+        needs = upto_seq if derived_seq is None else max(upto_seq, derived_seq)
+        marks = self._marks
+        if marks and needs <= marks[-1][1]:
+            # durable when the previous mark is (the checkpoint moves in order): one mark
+            marks[-1] = (upto_seq, marks[-1][1])
+            return
+        marks.append((upto_seq, needs))
+        if len(marks) > MAX_MARKS:
+            marks.popleft()  # the next mark covers it, once durable
+
+    def checkpoint(self, durable_seq: int) -> int | None:
+        """The highest source seq whose candidates are all done and whose derived messages
+        are durable, with the log durable through ``durable_seq`` (a seq below one given
+        before changes nothing: durability does not go back). None: there is none yet.
+
+        The marks it covers are forgotten; it is never ahead of a mark not recorded or
+        not durable, and never goes back.
+        """
+        if durable_seq > self._durable:
+            self._durable = durable_seq
+        marks = self._marks
+        while marks and marks[0][1] <= self._durable:
+            self._checkpoint = marks.popleft()[0]
+        return self._checkpoint
+
+    @property
+    def marks(self) -> int:
+        """How many checkpoint marks wait for durability."""
+        return len(self._marks)
