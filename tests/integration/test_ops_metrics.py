@@ -1,6 +1,6 @@
 """Every metric the shipped alert rules and dashboard use (server/ops) is one a real
-broker's ``/metrics`` serves: a TLS instance with a queue, so the families that exist
-only with TLS or queues are there too."""
+broker's ``/metrics`` serves: a TLS instance with a queue and an event topic, so the
+families that exist only with TLS, queues or event topics are there too."""
 
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ def test_every_metric_the_ops_files_use_is_served(tmp_path: Path) -> None:
     xml = config_xml(
         tmp_path / "data",
         sow=QUEUE,
+        event_topics="<Topic><Name>/spool/events/clients</Name></Topic>",
         admin_extra=f"<Certificate>{cert.cert_path}</Certificate>"
         f"<PrivateKey>{cert.key_path}</PrivateKey>",
     )
