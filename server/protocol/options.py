@@ -259,6 +259,14 @@ def split_items(text: str, *, strict: bool = True) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
+def _check_text(text: object) -> None:
+    """Refuse an ``o`` header that is not a string, or longer than the options may be."""
+    if not isinstance(text, str):
+        raise InvalidOptions("options are a comma-separated string")
+    if len(text) > _MAX_OPTIONS_TEXT:
+        raise InvalidOptions(f"options longer than {_MAX_OPTIONS_TEXT} characters")
+
+
 def parse_subscribe_options(text: str | None) -> SubscribeOptions:
     """Parse the ``o`` header of a subscribe command (None or empty: all defaults).
 
@@ -267,10 +275,7 @@ def parse_subscribe_options(text: str | None) -> SubscribeOptions:
     """
     if text is None:
         return DEFAULT_OPTIONS
-    if not isinstance(text, str):
-        raise InvalidOptions("options are a comma-separated string")
-    if len(text) > _MAX_OPTIONS_TEXT:
-        raise InvalidOptions(f"options longer than {_MAX_OPTIONS_TEXT} characters")
+    _check_text(text)
     flags: set[str] = set()
     values: dict[str, str] = {}
     for item in split_items(text):
@@ -403,10 +408,7 @@ def parse_publish_options(text: str | None) -> PublishOptions:
     """
     if text is None:
         return NO_PUBLISH_OPTIONS
-    if not isinstance(text, str):
-        raise InvalidOptions("options are a comma-separated string")
-    if len(text) > _MAX_OPTIONS_TEXT:
-        raise InvalidOptions(f"options longer than {_MAX_OPTIONS_TEXT} characters")
+    _check_text(text)
     values: dict[str, str] = {}
     for item in split_items(text):
         name, has_value, value = item.partition("=")
