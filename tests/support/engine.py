@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from functools import wraps
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,6 +39,16 @@ from tests.support.server import config_xml
 from tests.support.wait import async_wait_until
 
 Header = dict[str, Any]
+
+
+def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
+    """A test written as a coroutine of ``tmp_path``, run on a loop of its own."""
+
+    @wraps(fn)
+    def wrapper(tmp_path: Path) -> None:
+        asyncio.run(fn(tmp_path))
+
+    return wrapper
 
 
 class FakeTransport:

@@ -9,9 +9,8 @@ commit: :func:`run_now` advances the clock while it waits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +21,9 @@ from spool.server.actions import ActionBusy, ActionNotFound, BadParameters, NotO
 from spool.server.actions.triggers import EARLY
 from spool.server.bookmarks import format_bookmark
 from tests.support.disk import tmpfs
-from tests.support.engine import EngineHarness
+from tests.support.engine import EngineHarness, scenario
 from tests.support.faults import GatedSeam
 from tests.support.server import config_xml
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def harness(

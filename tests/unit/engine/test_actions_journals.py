@@ -9,9 +9,7 @@ and let the journal work (moves, zstd, unlinks) finish in its threads.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from spool.server.actions import RunRecord
 from spool.server.actions.runner import ActionRunner
 from spool.server.actions.triggers import EARLY
 from spool.server.txlog.storage.files import journal_name
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness, FakeClient, scenario
 from tests.support.server import config_xml
 
 #: a record over half a journal (1 MB): every journal holds exactly one record
@@ -29,14 +27,6 @@ BIG = b'{"pad":"' + b"x" * 600_000 + b'"}'
 #: about seventeen records per journal
 MEDIUM = b'{"pad":"' + b"y" * 60_000 + b'"}'
 DAY = 86400.0
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def harness(tmp_path: Path, actions: str) -> EngineHarness:

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from functools import wraps
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness, FakeClient, scenario
 from tests.support.faults import GatedSeam
 from tests.support.server import sow_topic
 
@@ -28,14 +27,6 @@ TUNING = (
 )
 TRANSPORT = "<MaxMessageSize>64KB</MaxMessageSize>"
 PAD = b"x" * 1000
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def harness(tmp_path: Path, **kw: Any) -> EngineHarness:

@@ -4,9 +4,6 @@ owns it, or is refused before any service sees it."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +16,11 @@ from spool.server.protocol.commands import COMMANDS, decode_command
 from spool.server.protocol.errors import InvalidOptions, InvalidTopic, ProtocolFailure
 from spool.server.protocol.message import Message
 from spool.server.session import Session
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness, FakeClient, scenario
 from tests.support.server import sow_topic
 
 #: a topic of each kind on the harness below
 TOPICS = {"queue": "work", "sow": "orders", "regex": "^ord", "plain": "news"}
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def harness(tmp_path: Path) -> EngineHarness:

@@ -4,16 +4,13 @@ a flood of password checks does not hold up the journal's fsync."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
 from spool.server.passwords import hash_password
 from spool.server.peer import Peer
-from tests.support.engine import EngineHarness, FakeClient, FakeTransport
+from tests.support.engine import EngineHarness, FakeClient, FakeTransport, scenario
 
 PASSWORD = "engine password"
 TOKEN = "engine-token-0123456789"
@@ -29,14 +26,6 @@ TUNING = (
     "<LogonFailuresPerUser>5</LogonFailuresPerUser>"
     "<LogonFailureWindow>60s</LogonFailureWindow>"
 )
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def connect_from(h: EngineHarness, peer: Peer) -> FakeClient:

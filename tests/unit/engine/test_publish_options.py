@@ -6,28 +6,17 @@ delivered, and the connection goes on. An empty ``o`` is an ordinary publish."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness, FakeClient, scenario
 from tests.support.server import sow_topic
 
 Msg = tuple[dict[str, Any], bytes]
 
 DELAYED = "delayed delivery (deliver_at / deliver_after) is not available on this version"
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def harness(tmp_path: Path) -> EngineHarness:

@@ -7,8 +7,6 @@ surface, the publish pipeline) and asserts exact virtual times where time matter
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +15,7 @@ import pytest
 from spool.server.bookmarks import format_bookmark, pub_hash
 from spool.server.ports import Origin, PublishRun
 from spool.server.protocol.errors import InvalidOptions
-from tests.support.engine import EngineHarness, FakeClient
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
+from tests.support.engine import EngineHarness, FakeClient, scenario
 
 
 def publish(topic: str, body: bytes, **header: Any) -> tuple[dict[str, Any], bytes]:

@@ -3,9 +3,6 @@ sow_delete, leases that run out, disconnects, backlog limits, barriers, recovery
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -15,19 +12,11 @@ import pytest
 from spool.server.queues.checkpoint import decode
 from spool.server.txlog.errors import JournalPinned
 from spool.server.txlog.format.record import RecordKind
-from tests.support.engine import EngineHarness, FakeClient
+from tests.support.engine import EngineHarness, FakeClient, scenario
 from tests.support.faults import FaultySeam
 from tests.support.server import sow_topic
 
 Msg = tuple[dict[str, Any], bytes]
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def queue_xml(

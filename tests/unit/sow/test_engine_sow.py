@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from functools import wraps
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +9,10 @@ import orjson
 
 from spool.server.protocol.frame import parse_frame
 from spool.server.txlog.format.record import RecordKind
-from tests.support.engine import EngineHarness
+from tests.support.engine import EngineHarness, scenario
 from tests.support.server import sow_topic
 
 Msg = tuple[dict[str, Any], bytes]
-
-
-def scenario(fn: Callable[[Path], Awaitable[None]]) -> Callable[[Path], None]:
-    @wraps(fn)
-    def wrapper(tmp_path: Path) -> None:
-        asyncio.run(fn(tmp_path))
-
-    return wrapper
 
 
 def pub(topic: str, doc: Any, **header: Any) -> Msg:
