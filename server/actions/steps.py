@@ -300,16 +300,13 @@ async def _replication(
     return _result(step, "partial" if refused else "ok", message, variables=variables)
 
 
-def _json_escape(value: str) -> str:
-    """``value`` as the inside of a JSON string (quotes, backslashes, controls escaped)."""
-    return orjson.dumps(value).decode()[1:-1]
-
-
 async def _publish(step: PublishMessage, ctx: StepContext) -> StepResult:
     topic = step.topic.expand(ctx.variables)
     if not topic or is_regex_topic(topic) or any(ord(ch) < 32 for ch in topic):
         return _result(step, "failed", f"{topic!r} cannot be published to (not a topic name)")
-    body = step.data.expand(ctx.variables, _json_escape)
+    # escaped inside JSON strings, raw in value positions; a value that is not JSON where
+    # it stands fails the step here rather than reaching subscribers
+    body = step.data.expand_json(ctx.variables)
     try:
         orjson.loads(body)
     except orjson.JSONDecodeError as exc:

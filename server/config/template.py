@@ -6,8 +6,11 @@ the braces allowed) is replaced by the variable's value; ``{{AMPS_BYTE_XX}}`` by
 ``XX`` (two hex digits), for characters XML cannot hold. A ``{{`` that does not start a
 reference is an error at load time, so a typo is never sent out as text.
 
-Expansion can escape what it inserts (a JSON body gets JSON-escaped values, so a value
-with a quote cannot break the document it is put in). Sans-I/O.
+Expansion can escape what it inserts. A JSON body is expanded with
+:meth:`Template.expand_json`, which knows from the literal text where each reference sits:
+inside a JSON string the value is JSON-escaped (a value with a quote cannot break the
+document it is put in); in a value position it is inserted as is, so a number, a boolean
+or a whole JSON document can be put there. Sans-I/O.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["BYTE_PREFIX", "Template", "TemplateError", "is_byte_variable"]
+import orjson
+
+__all__ = ["BYTE_PREFIX", "Template", "TemplateError", "is_byte_variable", "json_escape"]
 
 #: ``{{AMPS_BYTE_XX}}`` inserts the byte XX.
 BYTE_PREFIX: Final = "AMPS_BYTE_"
@@ -36,10 +41,13 @@ class Template:
     Attributes:
         text: the value as written.
         parts: alternating literal text (even indexes) and variable names (odd indexes).
+        in_string: per reference (in the order of :attr:`variables`), whether it sits inside
+            a JSON string of the literal text; :meth:`expand_json` escapes exactly those.
     """
 
     text: str
     parts: tuple[str, ...]
+    in_string: tuple[bool, ...]
 
     @classmethod
     def parse(cls, text: str) -> Template:
@@ -58,7 +66,7 @@ class Template:
         tail = text[pos:]
         _check_literal(tail)
         parts.append(tail)
-        return cls(text, tuple(parts))
+        return cls(text, tuple(parts), _string_positions(parts))
 
     @property
     def variables(self) -> tuple[str, ...]:
@@ -84,10 +92,69 @@ class Template:
             if i % 2 == 0:
                 out.append(part)
                 continue
-            byte = _BYTE.fullmatch(part)
-            value = chr(int(byte.group(1), 16)) if byte else variables.get(part, "")
+            value = _value(part, variables)
             out.append(escape(value) if escape is not None else value)
         return "".join(out)
+
+    def expand_json(self, variables: Mapping[str, str]) -> str:
+        """The value as a JSON body: references inside strings escaped, others raw.
+
+        A reference inside a JSON string of the literal text gets its value JSON-escaped,
+        so any text fits there. A reference elsewhere (a value position, as in
+        ``{"qty":{{QTY}}}``) gets its value as is: it must be JSON there (a number, ``true``,
+        a whole document), and whether the result is JSON is for the caller to check.
+
+        A body that is JSON with every value escaped (``expand`` with :func:`json_escape`)
+        expands to the same text: a value that escaping changes gains a backslash, and a
+        backslash outside a string is never JSON, so outside the strings of such a body
+        every value is one escaping leaves alone (a number, ``true``, ``false``, ``null``).
+        """
+        out: list[str] = []
+        for i, part in enumerate(self.parts):
+            if i % 2 == 0:
+                out.append(part)
+                continue
+            value = _value(part, variables)
+            out.append(json_escape(value) if self.in_string[i // 2] else value)
+        return "".join(out)
+
+
+def json_escape(value: str) -> str:
+    """``value`` as the inside of a JSON string (quotes, backslashes, controls escaped)."""
+    return orjson.dumps(value).decode()[1:-1]
+
+
+def _value(name: str, variables: Mapping[str, str]) -> str:
+    byte = _BYTE.fullmatch(name)
+    return chr(int(byte.group(1), 16)) if byte else variables.get(name, "")
+
+
+def _string_positions(parts: list[str]) -> tuple[bool, ...]:
+    """Per reference, whether it sits inside a JSON string of the literal text.
+
+    One scan over the literal parts, tracking whether a ``"`` has opened a string and
+    whether a backslash escapes the next character; a reference counts as one opaque
+    piece of what surrounds it (an escaped value inside a string, a whole JSON value
+    outside), so it changes neither. A reference right after a backslash inside a string
+    makes the escape depend on the value; from there on the scan cannot tell, so that
+    reference and every later one count as inside a string (escaped, the safe choice).
+    """
+    inside = escaped = lost = False
+    positions: list[bool] = []
+    for i, part in enumerate(parts):
+        if i % 2 == 1:
+            lost = lost or escaped
+            escaped = False
+            positions.append(inside or lost)
+            continue
+        for ch in part:
+            if escaped:
+                escaped = False
+            elif inside and ch == "\\":
+                escaped = True
+            elif ch == '"':
+                inside = not inside
+    return tuple(positions)
 
 
 def _check_literal(literal: str) -> None:

@@ -103,6 +103,47 @@ async def test_an_on_admin_run_publishes_as_the_broker_through_the_publish_pipel
         assert again.steps[0].variables["AMPS_PUBLISHED_BOOKMARK"] == format_bookmark(broker, 2)
 
 
+ORDER = """
+<Action><Name>order</Name>
+  <On><Module>amps-action-on-admin</Module><Options>
+    <Parameter><Name>sym</Name></Parameter>
+    <Parameter><Name>qty</Name></Parameter>
+    <Parameter><Name>source</Name><Default>null</Default></Parameter>
+  </Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options>
+    <Topic>orders</Topic>
+    <Data>{"sym":"{{sym}}","qty":{{qty}},"source":{{source}}}</Data>
+  </Options></Do>
+</Action>"""
+
+
+@scenario
+async def test_a_reference_in_a_value_position_of_data_is_inserted_as_json(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path, ORDER) as h:
+        sub = await h.logon("sub")
+        sub.send(({"c": "subscribe", "t": "orders", "sub_id": "s"}, b""))
+        await h.settle()
+        source = {"id": 'a "quoted" \\ id', "legs": [1, 2.5, None, True]}
+        record = await run_now(
+            h, "order", sym='X"Y', qty="12", source=orjson.dumps(source).decode()
+        )
+        assert record.outcome == "succeeded", record.message
+        await h.until(lambda: len(sub.deliveries("s")) == 1)
+        # the string reference is escaped, the value positions hold the values as JSON
+        assert orjson.loads(sub.deliveries("s")[0][1]) == {
+            "sym": 'X"Y', "qty": 12, "source": source,
+        }  # fmt: skip
+        # a value position given text that is not JSON there fails the step, nothing is sent
+        failed = await run_now(h, "order", sym="X", qty="twelve")
+        assert failed.outcome == "failed"
+        assert failed.steps[0].message.startswith("the expanded Data is not JSON (")
+        assert failed.steps[0].message.endswith("""'{"sym":"X","qty":twelve,"source":null}'""")
+        await h.settle()
+        assert len(sub.deliveries("s")) == 1
+
+
 @scenario
 async def test_on_demand_runs_check_the_action_and_its_parameters(tmp_path: Path) -> None:
     seam = GatedSeam()
