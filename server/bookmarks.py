@@ -91,6 +91,30 @@ def broker_pub_hash(instance: str, incarnation: str = "") -> int:
     return pub_hash(BROKER_PUBLISHER_PREFIX + instance + suffix)
 
 
+#: A derived message's publisher identity (a message an action publishes because of another
+#: message) is ``pub_hash(DERIVED_PUBLISHER_PREFIX + action + "/" + step + "#" + source)``.
+DERIVED_PUBLISHER_PREFIX: Final = "spool-action:"
+#: The beginnings of client names a logon refuses (server/clients.py): nobody publishes
+#: under the broker's own identity or a derived one, so no client's sequence can make the
+#: de-duplication drop the broker's messages, or take one a derived message needs.
+RESERVED_CLIENT_PREFIXES: Final = (BROKER_PUBLISHER_PREFIX, DERIVED_PUBLISHER_PREFIX)
+
+
+def derived_pub_hash(action: str, step: int, source_pub_hash: int) -> int:
+    """The publisher id of what step ``step`` of action ``action`` publishes because of
+    messages of publisher ``source_pub_hash``.
+
+    A derived message takes its source's ``pub_seq``, so this publisher's sequences rise as
+    its source's do, and a second run over the same source (a catch-up after a restart, a
+    failover, two instances running the action) repeats a bookmark the log holds: the
+    publish pipeline drops it as a duplicate, and there is one derived message per source.
+    The source's id is part of the name because two sources number from 1 alike, the step
+    because one action may publish twice per message. The prefix keeps the id apart from
+    every client's (a logon refuses the prefix: :data:`RESERVED_CLIENT_PREFIXES`) and from
+    the broker's own (:func:`broker_pub_hash`)."""
+    return pub_hash(f"{DERIVED_PUBLISHER_PREFIX}{action}/{step}#{source_pub_hash}")
+
+
 def format_bookmark(pub_hash: int, pub_seq: int) -> str:
     """The wire bookmark ``PUBHASH|PUBSEQ|`` (decimal)."""
     return f"{pub_hash}|{pub_seq}|"

@@ -9,7 +9,10 @@ credential.
 the client name is claimed (the same user reconnecting takes it over and the old connection
 is dropped; another user is refused with ``name in use``), and the logon ack tells the
 client the last sequence the log holds for its name, so it can resend what was not
-persisted (docs/protocol.md "Acks").
+persisted (docs/protocol.md "Acks"). A name is the client's publisher identity, so names
+starting ``spool-broker:`` or ``spool-action:`` are refused (``invalid message``): those
+are the identities of the broker's own messages and of the messages actions derive
+(server/bookmarks.py): a client publishing under one would take sequences they need.
 
 A connection that has not logged on costs the broker a socket and a session while it
 proves nothing, so it gets ``Tuning/LogonTimeout`` to log on (then it is closed with
@@ -41,7 +44,7 @@ from typing import Any, Final, Literal
 from spool.server import __version__
 from spool.server.acks import DurableAcks
 from spool.server.auth import UserAuthenticator
-from spool.server.bookmarks import pub_hash
+from spool.server.bookmarks import RESERVED_CLIENT_PREFIXES, pub_hash
 from spool.server.clock import Clock, time_us
 from spool.server.config import Config, UserConfig
 from spool.server.engine_errors import TransportNotFound
@@ -400,8 +403,15 @@ class ClientRegistry:
         name = cmd.field("client_name")
         if not name:
             raise InvalidMessage("logon needs a client_name")
+        name = str(name)
+        if name.startswith(RESERVED_CLIENT_PREFIXES):
+            raise InvalidMessage(
+                f"client name {name!r} is reserved: names starting "
+                + " or ".join(repr(p) for p in RESERVED_CLIENT_PREFIXES)
+                + " are the broker's own publisher identities"
+            )
         logon_options(cmd.options)
-        return str(name)
+        return name
 
     async def _authenticated_logon(
         self, session: Session, cmd: Command, cert_user: UserConfig | None

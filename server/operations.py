@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypedDict
@@ -19,7 +20,7 @@ from spool.server.acks import DurableAcks
 from spool.server.alertrules import AlertRules, RuleInfo
 from spool.server.alerts import Alert, txlog_alerts
 from spool.server.auth import UserAuthenticator
-from spool.server.brokerpublish import BrokerPublisher, Published
+from spool.server.brokerpublish import BrokerPublisher, DerivedOutcome, Published
 from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
 from spool.server.config import STATS_SOW, Config, UserConfig
@@ -758,6 +759,44 @@ class Operations:
         if self._publisher is None:
             raise PublishRefused("invalid topic", "this instance has no publish pipeline")
         return await self._publisher.publish(topic, body)
+
+    def publish_derived(
+        self,
+        topic: str,
+        pub_hash: int,
+        pub_seqs: Sequence[int],
+        bodies: Sequence[bytes],
+        corr_ids: Sequence[str],
+        *,
+        action: str,
+    ) -> DerivedOutcome:
+        """Publish messages action ``action`` derived from others, under the derived
+        identity ``pub_hash`` with the sequences ``pub_seqs``, without waiting for
+        durability (:meth:`wait_durable` on the outcome's ``last_seq``): a re-run of the
+        same sources stores nothing twice (:meth:`BrokerPublisher.publish_derived`).
+
+        Raises:
+            PublishRefused: the instance has no publish pipeline.
+            ValueError: the batch is malformed (columns of different lengths, ids out
+                of range).
+        """
+        if self._publisher is None:
+            raise PublishRefused("invalid topic", "this instance has no publish pipeline")
+        return self._publisher.publish_derived(
+            topic, pub_hash, pub_seqs, bodies, corr_ids, action=action
+        )
+
+    async def wait_durable(self, seq: int) -> None:
+        """Return once every record of the log up to ``seq`` is durable here (written and
+        fsynced); at once for 0 (nothing was recorded) or without a log. A write outage
+        does not end the wait: the log retries until the disk takes the records.
+
+        Raises:
+            TxlogClosed: the log closed before ``seq`` was durable.
+        """
+        if seq <= 0 or self._txlog is None:
+            return
+        await self._txlog.wait_durable(seq)
 
     def request_shutdown(self, reason: str) -> bool:
         """Stop the instance gracefully, as SIGTERM does (the host process acts on it).
