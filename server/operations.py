@@ -979,6 +979,28 @@ class Operations:
         """A page of a SOW topic's keys, in store order."""
         return self._sow.keys(topic, after=after, limit=limit)
 
+    async def delete_sow(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: Sequence[str] | None = None,
+        by: str,
+    ) -> int:
+        """Delete the records of SOW topic ``topic`` that ``filter`` matches, or those of
+        ``keys`` (exactly one), as a client's ``sow_delete`` would, without a connection:
+        logged when the topic is recorded (and so replicated), removed, ``oof`` to the
+        subscribers that held them (:meth:`SowDeletes.delete_matching`). ``by`` names
+        who asked (an action) where a refusal is reported. Returns how many went.
+
+        Raises:
+            InvalidTopic: not a SOW topic (or a regex).
+            InvalidMessage: not exactly one of ``filter`` and ``keys``.
+            BadFilter: the filter does not compile.
+            ProtocolFailure: the log refused the removal part way (``txlog full``).
+        """
+        return await self._sow.deletes.delete_matching(topic, filter=filter, keys=keys, by=by)
+
     async def compact_sow(self, topic: str) -> SowCompaction:
         """Compact a persistent SOW topic's file (``POST /api/sow/{topic}/compact``);
         the file work runs in a thread."""

@@ -1,4 +1,4 @@
-"""Removing SOW records: the ``sow_delete`` command, and expirations.
+"""Removing SOW records: the ``sow_delete`` command, deletes without a session, expirations.
 
 A removal is recorded in the transaction log as a ``SOW_DELETE`` record per key (for a
 topic the log records), then applied to the store, then told to the subscribers that hold
@@ -9,7 +9,9 @@ when the log refuses (``txlog full``), nothing is removed that the log does not 
 (the body: the record with the same key goes). A filter runs over a snapshot a slice at a
 time (server/sow/query.py); the removal itself is one step at the end, and a record that
 changed meanwhile goes only if its new state still matches. The ``stats`` ack carries
-``matches`` and ``records_deleted``.
+``matches`` and ``records_deleted``. :meth:`SowDeletes.delete_matching` is the same delete
+by filter or keys for a caller without a connection (an action): one code path selects and
+removes for both; only the acks are the command's alone.
 
 Identity (docs/sow.md "Deletes and replication"): a ``sow_delete``'s records carry the
 instance's own publisher identity (its log's ``own_pub_hash``: one per log the instance
@@ -24,11 +26,12 @@ from its own ``<SOW>`` configuration, and such records are never replicated.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Final
 
 from spool.server.bookmarks import format_timestamp_us
 from spool.server.clock import Clock
+from spool.server.config import SowTopicConfig
 from spool.server.expr import Filter, MessageView, compile_filter
 from spool.server.ports import Change, Entitlements, SowRecord
 from spool.server.protocol.commands import Command
@@ -57,7 +60,8 @@ _SOW_DELETE: Final = RecordKind.SOW_DELETE
 
 
 class SowDeletes:
-    """``sow_delete`` and the removal of expired records. Owned by the event loop.
+    """``sow_delete``, deletes without a session, and the removal of expired records.
+    Owned by the event loop.
 
     Args:
         topics: rules and stores.
@@ -89,11 +93,7 @@ class SowDeletes:
     def sow_delete(self, session: Session, cmd: Command) -> Awaitable[None] | None:
         """``sow_delete``: now (keys, a message) or after a filter ran (the awaitable)."""
         topic = cmd.topic or ""
-        if not topic or is_regex_topic(topic):
-            raise InvalidTopic("sow_delete takes one SOW topic by name")
-        rule = self._topics.rule(topic)
-        if rule is None:
-            raise InvalidTopic(f"{topic!r} is not a SOW topic")
+        rule = self._rule(topic)
         auth = self._auth
         if auth.enabled and not auth.can_write(session.user, topic):
             raise NotEntitled(f"user {session.user_name!r} may not delete from {topic!r}")
@@ -114,44 +114,17 @@ class SowDeletes:
             )
         store = self._topics.store(topic)
         if cmd.filter:
-            try:
-                flt = compile_filter(cmd.filter, clock=self._clock)
-            except BadFilter:
-                raise
-            except Exception as exc:
-                raise BadFilter(f"cannot compile filter: {exc}") from exc
-            return self._by_filter(session, cmd, store, flt)
+            return self._by_filter(session, cmd, store, self._compile(cmd.filter))
         keys = parse_key_list(k) if k else [self._topics.spec(rule).key(topic, cmd.body, None)]
-        records = [r for key in keys if store is not None and (r := store.get(key)) is not None]
+        records = _stored(store, keys)
         self._finish(session, cmd, store, records, len(records))
         return None
 
     async def _by_filter(
         self, session: Session, cmd: Command, store: MemoryStore | None, flt: Filter
     ) -> None:
-        if store is None:
-            self._finish(session, cmd, None, [], 0)
-            return
-        run = QueryRun([Source(store.topic, b"", store.records())], flt)
-        while not run.step():
-            await asyncio.sleep(0)
-        view_topic = store.topic
-        matched: list[SowRecord] = []
-        for _, rec in run.results():
-            current = store.get(rec.key)
-            if current is None:
-                continue
-            if current.version != rec.version and not flt.matches(
-                MessageView(
-                    view_topic,
-                    current.body,
-                    bookmark=current.bookmark,
-                    timestamp=format_timestamp_us(current.timestamp_us),
-                )
-            ):
-                continue
-            matched.append(current)
-        self._finish(session, cmd, store, matched, run.matches)
+        records, matches = await self._matching(store, flt)
+        self._finish(session, cmd, store, records, matches)
 
     def _finish(
         self,
@@ -173,6 +146,108 @@ class SowDeletes:
             session.ack("stats", cmd.cid, matches=matches, records_deleted=deleted)
         if "completed" in cmd.acks and failure is None:
             session.ack("completed", cmd.cid)
+
+    # -- without a session ----------------------------------------------------------------
+
+    async def delete_matching(
+        self,
+        topic: str,
+        *,
+        filter: str | None = None,
+        keys: Sequence[str] | None = None,
+        by: str,
+    ) -> int:
+        """Delete the records of ``topic`` that ``filter`` matches, or those of ``keys``,
+        as a ``sow_delete`` does, for a caller without a connection (an action): the same
+        topic checks and filter compilation, the same snapshot-then-recheck selection, the
+        same removal (logged under the instance's identity when the topic is recorded, so
+        it replicates; applied; ``oof`` ``deleted`` to the subscribers that held the
+        records). There is no ack to send and no user: the broker's own deletes are
+        trusted, as its own publishes are. ``by`` names the caller where a refusal is
+        reported.
+
+        Returns:
+            How many records were removed.
+
+        Raises:
+            InvalidTopic: a regex topic, or a topic that is not a SOW topic.
+            InvalidMessage: not exactly one of ``filter`` and ``keys``, or no key in it.
+            BadFilter: the filter does not compile.
+            ProtocolFailure: the log refused the removal part way (``txlog full``): the
+                records before the refusal were removed, the others kept; a ``warning``
+                ``sow/delete_refused`` event says how many went.
+        """
+        self._rule(topic)
+        if (filter is None) == (keys is None):
+            raise InvalidMessage("a SOW delete takes exactly one of a filter or keys")
+        store = self._topics.store(topic)
+        if filter is not None:
+            records, _ = await self._matching(store, self._compile(filter))
+        else:
+            assert keys is not None
+            wanted = list(dict.fromkeys(k.strip() for k in keys if k.strip()))
+            if not wanted:
+                raise InvalidMessage("a SOW delete by keys names no key")
+            records = _stored(store, wanted)
+        if store is None or not records:
+            return 0
+        deleted, failure = self.remove(store, records, DELETED)
+        if failure is not None:
+            self._events.emit(
+                "warning", "sow", "delete_refused", topic=topic, by=by, deleted=deleted,
+                error=str(failure),
+            )  # fmt: skip
+            raise failure
+        return deleted
+
+    # -- shared by both -----------------------------------------------------------------
+
+    def _rule(self, topic: str) -> SowTopicConfig:
+        """The SOW rule of ``topic``; a regex or a topic that keeps no records is refused."""
+        if not topic or is_regex_topic(topic):
+            raise InvalidTopic("sow_delete takes one SOW topic by name")
+        rule = self._topics.rule(topic)
+        if rule is None:
+            raise InvalidTopic(f"{topic!r} is not a SOW topic")
+        return rule
+
+    def _compile(self, text: str) -> Filter:
+        """A delete's filter, or ``bad filter`` with why it does not compile."""
+        try:
+            return compile_filter(text, clock=self._clock)
+        except BadFilter:
+            raise
+        except Exception as exc:
+            raise BadFilter(f"cannot compile filter: {exc}") from exc
+
+    async def _matching(
+        self, store: MemoryStore | None, flt: Filter
+    ) -> tuple[list[SowRecord], int]:
+        """The records of ``store`` ``flt`` matches, and how many matched: the filter runs
+        over a snapshot a slice at a time (the loop runs between slices), then each match
+        is taken as it is now, and one that changed meanwhile only if it still matches."""
+        if store is None:
+            return [], 0
+        run = QueryRun([Source(store.topic, b"", store.records())], flt)
+        while not run.step():
+            await asyncio.sleep(0)
+        view_topic = store.topic
+        matched: list[SowRecord] = []
+        for _, rec in run.results():
+            current = store.get(rec.key)
+            if current is None:
+                continue
+            if current.version != rec.version and not flt.matches(
+                MessageView(
+                    view_topic,
+                    current.body,
+                    bookmark=current.bookmark,
+                    timestamp=format_timestamp_us(current.timestamp_us),
+                )
+            ):
+                continue
+            matched.append(current)
+        return matched, run.matches
 
     # -- removal ------------------------------------------------------------------------
 
@@ -236,3 +311,10 @@ class SowDeletes:
         seqs.append(rec.seq)
         more, refusal = self._log(topic, keys[done + 1 :], pub)
         return seqs + more, refusal
+
+
+def _stored(store: MemoryStore | None, keys: list[str]) -> list[SowRecord]:
+    """The records ``store`` holds under ``keys``, in their order (absent keys left out)."""
+    if store is None:
+        return []
+    return [r for key in keys if (r := store.get(key)) is not None]
