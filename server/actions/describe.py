@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from spool.server.config import (
     ArchiveJournals,
     CompressJournals,
@@ -10,10 +12,16 @@ from spool.server.config import (
     IfCondition,
     IfDiskUsage,
     OnAdmin,
+    OnClient,
+    OnDeadLetter,
     OnDiskUsage,
     OnExecute,
+    OnLinkState,
+    OnOof,
+    OnPublishMessage,
     OnSchedule,
     OnShutdown,
+    OnSowRemoval,
     OnStartup,
     PublishMessage,
     RedriveDeadLetters,
@@ -46,7 +54,45 @@ def describe_trigger(trigger: Trigger) -> str:
             return f"{trigger.label} file system above {trigger.above:g}% used"
         case OnExecute():
             return f"event {trigger.event}"
+        case OnPublishMessage():
+            return (f"each message published to {trigger.topic.text}{_where(trigger.filter)}"
+                    f"{_source(trigger.source)}")  # fmt: skip
+        case OnSowRemoval():
+            return (f"each SOW record {trigger.reason} from {trigger.topic.text}"
+                    f"{_where(trigger.filter)}{_source(trigger.source)}")  # fmt: skip
+        case OnOof():
+            return (f"each record of {trigger.topic.text} out of focus"
+                    f"{_where(trigger.filter)} ({', '.join(trigger.reasons)})")  # fmt: skip
+        case OnDeadLetter():
+            return (f"each dead letter of {_plural('queue', trigger.queues)} "
+                    f"({', '.join(trigger.reasons)}){_where(trigger.filter)}")  # fmt: skip
+        case OnClient():
+            what = _CLIENT_EVENTS[trigger.event]
+            on = f" on {_plural('transport', trigger.transports)}" if trigger.transports else ""
+            return f"each client {what}{on}{_where(trigger.filter)}"
+        case OnLinkState():
+            links = (_plural("link", trigger.links) if trigger.links
+                     else _LINK_DIRECTIONS[trigger.direction])  # fmt: skip
+            return f"{', '.join(trigger.states)} of {links}{_where(trigger.filter)}"
     return ""
+
+
+_CLIENT_EVENTS: Final = {"connected": "connection", "logged_on": "logon",
+                         "disconnected": "disconnection"}  # fmt: skip
+_LINK_DIRECTIONS: Final = {"out": "links to destinations", "in": "links from sources",
+                           "both": "replication links"}  # fmt: skip
+
+
+def _where(flt: str | None) -> str:
+    return f" where {flt}" if flt is not None else ""
+
+
+def _source(source: str) -> str:
+    return "" if source == "local" else f" ({source} messages)"
+
+
+def _plural(noun: str, names: tuple[str, ...]) -> str:
+    return f"{noun}{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def describe_step(step: Step) -> str:

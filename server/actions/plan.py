@@ -100,6 +100,8 @@ def _occasion(trigger: Trigger) -> str | None:
             return f"when event {trigger.event} is raised"
         case OnSchedule():
             return None
+        case _:  # an event trigger: the loader keeps journal modules out of its actions
+            return f"on each {trigger.module} event"
 
 
 def _op(step: object) -> JournalOp | None:

@@ -13,6 +13,8 @@ Durations are float seconds, sizes int bytes, percentages floats in ``(0, 100)``
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final, Literal
@@ -25,6 +27,8 @@ __all__ = [
     "BASE_VARIABLES",
     "CONDITION_MODULES",
     "DISK_VARIABLES",
+    "EVENT_TRIGGERS",
+    "LINK_STATES",
     "MODULE_PREFIX",
     "TRIGGER_MODULES",
     "ActionConfig",
@@ -35,16 +39,24 @@ __all__ = [
     "DiskThreshold",
     "DoStep",
     "DowngradeReplication",
+    "EventTrigger",
     "ExecuteEvent",
     "IfCondition",
     "IfDiskUsage",
     "JournalLimits",
     "JournalStep",
+    "MessageSource",
     "OnAdmin",
+    "OnClient",
+    "OnDeadLetter",
     "OnDiskUsage",
     "OnExecute",
+    "OnLinkState",
+    "OnOof",
+    "OnPublishMessage",
     "OnSchedule",
     "OnShutdown",
+    "OnSowRemoval",
     "OnStartup",
     "PublishMessage",
     "RemoveJournals",
@@ -53,6 +65,7 @@ __all__ = [
     "SetTransport",
     "Shutdown",
     "Step",
+    "TopicMatch",
     "Trigger",
     "TruncateStatistics",
     "UpgradeReplication",
@@ -209,7 +222,195 @@ class OnExecute:
     module: str = "amps-action-on-execute"
 
 
-Trigger = OnSchedule | OnStartup | OnShutdown | OnAdmin | OnDiskUsage | OnExecute
+# -- event triggers: an action that runs once per message or happening -------------------------
+
+#: Where a message comes from: published on this instance (by a client or the broker) or
+#: received over a replication link.
+MessageSource = Literal["local", "replicated", "all"]
+#: The states a replication link reports (server/replication/history.py), per direction.
+LINK_STATES: Final[Mapping[str, tuple[str, ...]]] = {
+    "out": (
+        "connected", "disconnected", "refused", "downgraded", "upgrading", "upgraded",
+        "reconnect", "tls_failed", "fence_skipped",
+    ),
+    "in": ("connected", "streaming", "sync", "disconnected"),
+}  # fmt: skip
+#: What a removed SOW record or an out-of-focus record gives a run.
+_RECORD_VARIABLES: Final = ("AMPS_TOPIC", "AMPS_DATA", "AMPS_SOW_KEY", "AMPS_BOOKMARK")
+_CLIENT_VARIABLES: Final = (
+    "AMPS_CLIENT_NAME",
+    "AMPS_CONNECTION_NAME",
+    "AMPS_AUTHENTICATION_ID",
+    "AMPS_REMOTE_ADDRESS",
+    "AMPS_TRANSPORT_NAME",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMatch:
+    """The topic an event trigger watches: one name, or a regular expression of names
+    (``is_regex``: the text has a regex metacharacter; matched with ``re.search``, as the
+    ``TransactionLog/Topic`` rules are)."""
+
+    text: str
+    is_regex: bool = False
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is one this trigger watches."""
+        if self.is_regex:
+            return re.search(self.text, topic) is not None
+        return topic == self.text
+
+
+@dataclass(frozen=True, slots=True)
+class OnPublishMessage:
+    """``amps-action-on-publish-message``: once per message published to ``topic``.
+
+    Attributes:
+        topic: the topics it watches.
+        filter: only messages that match this filter (None: all).
+        source: ``local`` (published on this instance, the default), ``replicated``
+            (received over a link) or ``all``.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = (
+        "AMPS_TOPIC", "AMPS_DATA", "AMPS_DATA_LENGTH", "AMPS_BOOKMARK", "AMPS_CORRELATION_ID",
+        "AMPS_CLIENT_NAME", "AMPS_SOW_KEY", "AMPS_TIMESTAMP", "AMPS_MESSAGE_SOURCE",
+    )  # fmt: skip
+    rate: ClassVar[Literal["message", "happening"]] = "message"
+    topic: TopicMatch
+    filter: str | None = None
+    source: MessageSource = "local"
+    where: str = ""
+    module: str = "amps-action-on-publish-message"
+
+
+@dataclass(frozen=True, slots=True)
+class OnSowRemoval:
+    """``amps-action-on-sow-delete-message`` (``reason`` ``deleted``) and
+    ``amps-action-on-sow-expire-message`` (``expired``): once per SOW record removed.
+
+    Attributes:
+        reason: which removals fire it.
+        topic: the SOW topics it watches.
+        filter: only records whose last state matches (None: all).
+        source: deletes made here (``local``), received over a link (``replicated``) or
+            both (``all``); expirations are always local (each instance expires its own).
+    """
+
+    rate: ClassVar[Literal["message", "happening"]] = "message"
+    reason: Literal["deleted", "expired"]
+    topic: TopicMatch
+    filter: str | None = None
+    source: MessageSource = "local"
+    where: str = ""
+    module: str = "amps-action-on-sow-delete-message"
+
+    @property
+    def provides(self) -> tuple[str, ...]:
+        """The record's variables; an expiration adds its reason (``time_limit``)."""
+        extra = ("AMPS_REASON",) if self.reason == "expired" else ()
+        return (*_RECORD_VARIABLES, "AMPS_DATA_LENGTH", *extra)
+
+
+@dataclass(frozen=True, slots=True)
+class OnOof:
+    """``amps-action-on-oof-message``: a SOW record leaves the set its filter selects.
+
+    Attributes:
+        topic: the SOW topics it watches.
+        filter: the set: records that match it (None: every record, so only removals
+            take one out).
+        reasons: ``match`` (an update makes it stop matching), ``deleted``, ``expired``.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = (*_RECORD_VARIABLES, "AMPS_REASON")
+    rate: ClassVar[Literal["message", "happening"]] = "message"
+    topic: TopicMatch
+    filter: str | None = None
+    reasons: tuple[str, ...] = ("match", "deleted", "expired")
+    where: str = ""
+    module: str = "amps-action-on-oof-message"
+
+
+@dataclass(frozen=True, slots=True)
+class OnDeadLetter:
+    """``spool-action-on-queue-dead-letter``: once per message a queue gives up on (on
+    the instance that dead-lettered it).
+
+    Attributes:
+        queues: the queues it watches (each has a ``<DeadLetter>``).
+        reasons: which removals fire it (a subset of the queues' dead-letter reasons).
+        filter: only dead letters (the envelope) that match (None: all).
+    """
+
+    provides: ClassVar[tuple[str, ...]] = (
+        "AMPS_TOPIC", "AMPS_DATA", "AMPS_QUEUE", "AMPS_REASON", "AMPS_BOOKMARK",
+        "AMPS_CONSUMER", "AMPS_DELIVERIES",
+    )  # fmt: skip
+    rate: ClassVar[Literal["message", "happening"]] = "message"
+    queues: tuple[str, ...]
+    reasons: tuple[str, ...]
+    filter: str | None = None
+    where: str = ""
+    module: str = "spool-action-on-queue-dead-letter"
+
+
+@dataclass(frozen=True, slots=True)
+class OnClient:
+    """``amps-action-on-connect-client`` (``connected``), ``amps-action-on-disconnect-client``
+    (``disconnected``) and ``spool-action-on-logon-client`` (``logged_on``).
+
+    Attributes:
+        event: the step in a connection's life that fires it.
+        filter: over the happening as a document (``/client_name``, ``/cause``...).
+        transports: only connections of these transports (empty: every client transport).
+    """
+
+    rate: ClassVar[Literal["message", "happening"]] = "happening"
+    event: Literal["connected", "disconnected", "logged_on"]
+    filter: str | None = None
+    transports: tuple[str, ...] = ()
+    where: str = ""
+    module: str = "amps-action-on-connect-client"
+
+    @property
+    def provides(self) -> tuple[str, ...]:
+        """The connection's variables; a disconnect adds why."""
+        extra = ("AMPS_REASON", "AMPS_DISCONNECT_CAUSE") if self.event == "disconnected" else ()
+        return (*_CLIENT_VARIABLES, *extra)
+
+
+@dataclass(frozen=True, slots=True)
+class OnLinkState:
+    """``spool-action-on-link-state``, and the AMPS replication triggers as fixed
+    selections of it (``amps-action-on-connect-replication``: ``out``, ``connected``...).
+
+    Attributes:
+        direction: ``out`` (destinations), ``in`` (sources) or ``both``.
+        states: the link states that fire it (:data:`LINK_STATES`).
+        links: only these links (empty: all of that direction).
+        filter: over the happening as a document (``/link``, ``/state``, ``/detail``...).
+    """
+
+    provides: ClassVar[tuple[str, ...]] = (
+        "AMPS_REPLICATION_PEER_NAME", "AMPS_LINK_NAME", "AMPS_LINK_DIRECTION",
+        "AMPS_LINK_STATE", "AMPS_LINK_DETAIL", "AMPS_SYNC_TYPE",
+    )  # fmt: skip
+    rate: ClassVar[Literal["message", "happening"]] = "happening"
+    direction: Literal["out", "in", "both"]
+    states: tuple[str, ...]
+    links: tuple[str, ...] = ()
+    filter: str | None = None
+    where: str = ""
+    module: str = "spool-action-on-link-state"
+
+
+EventTrigger = OnPublishMessage | OnSowRemoval | OnOof | OnDeadLetter | OnClient | OnLinkState
+#: The classes of :data:`EventTrigger` (for ``isinstance``).
+EVENT_TRIGGERS: Final = (OnPublishMessage, OnSowRemoval, OnOof, OnDeadLetter, OnClient, OnLinkState)
+
+Trigger = OnSchedule | OnStartup | OnShutdown | OnAdmin | OnDiskUsage | OnExecute | EventTrigger
 
 
 # -- conditions (<If>) ----------------------------------------------------------------------
@@ -496,8 +697,15 @@ class ActionConfig:
         """The first trigger of that class, or None."""
         return next((t for t in self.triggers if isinstance(t, kind)), None)
 
+    @property
+    def event_driven(self) -> bool:
+        """Whether it runs once per message or happening (all its triggers are event
+        triggers: the loader refuses one mixed with a schedule, start-up, admin...)."""
+        return all(isinstance(t, EVENT_TRIGGERS) for t in self.triggers)
 
-#: Trigger module names this version has.
+
+#: Trigger module names this version reads (some are not run yet: the loader refuses
+#: those once the file is checked).
 TRIGGER_MODULES: Final = (
     "amps-action-on-schedule",
     "amps-action-on-startup",
@@ -505,6 +713,21 @@ TRIGGER_MODULES: Final = (
     "amps-action-on-admin",
     "amps-action-on-disk-usage",
     "amps-action-on-execute",
+    "amps-action-on-publish-message",
+    "amps-action-on-sow-delete-message",
+    "amps-action-on-sow-expire-message",
+    "amps-action-on-oof-message",
+    "spool-action-on-queue-dead-letter",
+    "amps-action-on-connect-client",
+    "amps-action-on-disconnect-client",
+    "spool-action-on-logon-client",
+    "amps-action-on-connect-replication",
+    "amps-action-on-disconnect-replication",
+    "amps-action-on-downgrade-replication",
+    "amps-action-on-upgrade-replication",
+    "amps-action-on-connect-incoming-replication",
+    "amps-action-on-disconnect-incoming-replication",
+    "spool-action-on-link-state",
 )
 #: Condition module names this version has.
 CONDITION_MODULES: Final = ("amps-action-if-condition", "amps-action-if-disk-usage")

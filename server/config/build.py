@@ -538,7 +538,13 @@ def build(root: XmlNode, ctx: Context) -> Config:
             if replicates
             else (),
             queues=tuple(q.name for q in queues),
-            dead_letter_queues=tuple(q.name for q in queues if q.dead_letter is not None),
+            dead_letter_reasons={
+                q.name: q.dead_letter.reasons for q in queues if q.dead_letter is not None
+            },
+            client_transports=tuple(t.name for t in transport_configs if t.type == "websocket"),
+            sow_topics=tuple(sow),
+            replicates=replicates,
+            event_topics=event_topics.config.topics if event_topics is not None else frozenset(),
         )
     return Config(
         name=name,

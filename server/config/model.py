@@ -626,6 +626,13 @@ class TuningConfig:
         journal_repair_wait: seconds the start-up waits for a repair of fenced records
             from replication peers before it serves anyway (0: it does not wait; the repair
             goes on in the background: server/replication/repair.py).
+        action_event_queue_depth: candidate messages an event-driven action holds
+            waiting for its worker; what does not fit is dropped and counted (the
+            publisher is never slowed).
+        action_catch_up_records: at start-up, how many records of the log an on-publish
+            action may go back past its checkpoint to run what it had not (0: none).
+        action_history_interval: seconds of one history record of an event-driven action
+            (its runs are counted, not stored one by one).
     """
 
     slow_client_buffer_limit: int = 64 * 1024 * 1024
@@ -659,6 +666,9 @@ class TuningConfig:
     journal_scrub_interval: float = 86400.0
     journal_scrub_rate: int = 64 * 1024 * 1024
     journal_repair_wait: float = 30.0
+    action_event_queue_depth: int = 10_000
+    action_catch_up_records: int = 100_000
+    action_history_interval: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

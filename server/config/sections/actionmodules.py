@@ -7,9 +7,11 @@ transaction log, the instance's directories) and the variables defined at that p
 action (:class:`ActionScope`), so a ``{{VARIABLE}}`` no trigger or earlier module defines is an
 error at the option that uses it.
 
-A module of the AMPS model that this version does not run is refused with "not supported
-yet" naming the element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`;
-docs/actions.md "Against the AMPS modules" lists each with its status).
+A module that this version does not run is refused with "not supported yet" naming the
+element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`; docs/actions.md "Against
+the AMPS modules" lists each with its status). The event triggers (read by
+:mod:`spool.server.config.sections.actiontriggers`) are among them: they are read and
+checked in full before the action is refused.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from spool.server.config.actions import (
     TruncateStatistics,
     UpgradeReplication,
 )
-from spool.server.config.model import MESSAGE_TYPES, REDRIVE_MAX
+from spool.server.config.model import MESSAGE_TYPES, REDRIVE_MAX, SowTopicConfig
 from spool.server.config.schedule import ScheduleError, check_zone, parse_every
 from spool.server.config.template import Template, TemplateError, is_byte_variable
 from spool.server.config.values import (
@@ -76,12 +78,18 @@ __all__ = [
     "UNSUPPORTED_MODULES",
     "ActionFacts",
     "ActionScope",
+    "Options",
+    "TriggerReader",
 ]
 
 _MESSAGE_TRIGGERS: Final = "message-driven triggers"
 _CLIENT_TRIGGERS: Final = "client-driven triggers"
+_LINK_TRIGGERS: Final = "replication link triggers"
 
-#: Modules of the AMPS model this version does not run, with what they belong to.
+#: Modules this version does not run, with what they belong to. Those with a reader (the
+#: event triggers) are read and checked in full, then the action is refused naming the
+#: module (so a file written for the release that runs them is checked now); the others
+#: are refused at their ``<Module>``. Each entry goes when the module runs.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-publish-message": _MESSAGE_TRIGGERS,
     "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
@@ -89,10 +97,20 @@ UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-sow-delete-message": _MESSAGE_TRIGGERS,
     "amps-action-on-oof-message": _MESSAGE_TRIGGERS,
     "amps-action-on-message-condition-timeout": _MESSAGE_TRIGGERS,
+    "spool-action-on-queue-dead-letter": _MESSAGE_TRIGGERS,
     "amps-action-on-connect-client": _CLIENT_TRIGGERS,
     "amps-action-on-disconnect-client": _CLIENT_TRIGGERS,
+    "spool-action-on-logon-client": _CLIENT_TRIGGERS,
     "amps-action-on-subscribe": _CLIENT_TRIGGERS,
     "amps-action-on-unsubscribe": _CLIENT_TRIGGERS,
+    "amps-action-on-connect-replication": _LINK_TRIGGERS,
+    "amps-action-on-disconnect-replication": _LINK_TRIGGERS,
+    "amps-action-on-downgrade-replication": _LINK_TRIGGERS,
+    "amps-action-on-upgrade-replication": _LINK_TRIGGERS,
+    "amps-action-on-connect-incoming-replication": _LINK_TRIGGERS,
+    "amps-action-on-disconnect-incoming-replication": _LINK_TRIGGERS,
+    "amps-action-on-replication-resync-complete": _LINK_TRIGGERS,
+    "spool-action-on-link-state": _LINK_TRIGGERS,
     "amps-action-do-delete-sow": "SOW deletes from actions",
     "amps-action-do-query-sow": "SOW queries from actions",
     "amps-action-do-extract-values": "values extracted from a triggering message",
@@ -118,6 +136,12 @@ class ActionFacts:
             (a ``Queue`` or ``GroupLocalQueue`` of an instance that replicates).
         queues: every configured queue.
         dead_letter_queues: the queues with a ``<DeadLetter>``.
+        dead_letter_reasons: for each of those, the removals that make a dead letter.
+        client_transports: the transports clients connect to (``websocket``).
+        sow_topics: the ``<SOW><Topic>`` rules (the SOW triggers and modules name one).
+        replicates: the instance has links (``<Replication>`` or an ``amps-replication``
+            transport): replicated messages may arrive, link triggers can fire.
+        event_topics: the event topics turned on (``<EventTopics>``).
     """
 
     transports: tuple[str, ...]
@@ -127,21 +151,29 @@ class ActionFacts:
     replicated_queues: tuple[str, ...] = ()
     queues: tuple[str, ...] = ()
     dead_letter_queues: tuple[str, ...] = ()
+    dead_letter_reasons: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    client_transports: tuple[str, ...] = ()
+    sow_topics: tuple[SowTopicConfig, ...] = ()
+    replicates: bool = False
+    event_topics: frozenset[str] = frozenset()
 
 
 class ActionScope:
     """The variables defined at a point of an action (None: not checked, see below).
 
     An action raised by an event inherits the raiser's variables, which the loader cannot
-    know: its references are not checked.
+    know: its references are not checked. ``withheld`` are names no step may add here
+    (``AMPS_PUBLISHED_BOOKMARK`` in an action run by a happening: it publishes without
+    waiting for the transaction log, so it has no bookmark to give).
     """
 
-    def __init__(self, names: set[str] | None) -> None:
+    def __init__(self, names: set[str] | None, withheld: frozenset[str] = frozenset()) -> None:
         self.names = names
+        self.withheld = withheld
 
     def add(self, names: tuple[str, ...]) -> None:
         if self.names is not None:
-            self.names.update(names)
+            self.names.update(n for n in names if n not in self.withheld)
 
     def template(self, node: XmlNode, ctx: Context) -> Template:
         """The value of ``node`` as a template whose references are all defined."""
@@ -163,7 +195,7 @@ class ActionScope:
         return template
 
 
-class _Options:
+class Options:
     """The ``<Options>`` of an ``On``/``If``/``Do`` element (absent = no options)."""
 
     def __init__(self, element: XmlNode, options: XmlNode | None, spec: Spec, name: str) -> None:
@@ -227,7 +259,7 @@ def _on_schedule(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
 ) -> Trigger:
     name = "amps-action-on-schedule"
-    opts = _Options(element, options, {"Every": False, "TimeZone": False}, name)
+    opts = Options(element, options, {"Every": False, "TimeZone": False}, name)
     every = opts.require("Every", name, " (15m, Daily 02:00, Weekly Sun 03:00)")
     zone: str | None = None
     if (zone_node := opts.one("TimeZone")) is not None:
@@ -245,14 +277,14 @@ def _on_schedule(
 def _on_startup(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
 ) -> Trigger:
-    _Options(element, options, {}, "amps-action-on-startup")
+    Options(element, options, {}, "amps-action-on-startup")
     return OnStartup(where=element.path)
 
 
 def _on_shutdown(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
 ) -> Trigger:
-    _Options(element, options, {}, "amps-action-on-shutdown")
+    Options(element, options, {}, "amps-action-on-shutdown")
     return OnShutdown(where=element.path)
 
 
@@ -286,7 +318,7 @@ def _parameter(node: XmlNode, ctx: Context) -> ActionParameter:
 def _on_admin(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
 ) -> Trigger:
-    opts = _Options(element, options, {"Parameter": True}, "amps-action-on-admin")
+    opts = Options(element, options, {"Parameter": True}, "amps-action-on-admin")
     parameters: list[ActionParameter] = []
     first: dict[str, int] = {}
     for node in opts.many("Parameter"):
@@ -306,7 +338,7 @@ def _on_disk_usage(
 ) -> Trigger:
     name = "amps-action-on-disk-usage"
     spec: Spec = {"Path": False, "Above": False, "Interval": False, "Repeat": False}
-    opts = _Options(element, options, spec, name)
+    opts = Options(element, options, spec, name)
     label, path = _disk_path(
         opts.require("Path", name, " (journal, archive, data, stats)"), ctx, facts
     )
@@ -327,7 +359,7 @@ def _on_disk_usage(
 def _on_execute(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
 ) -> Trigger:
-    opts = _Options(element, options, {"Event": False}, "amps-action-on-execute")
+    opts = Options(element, options, {"Event": False}, "amps-action-on-execute")
     event = read_name(opts.require("Event", "amps-action-on-execute"), ctx, "event name")
     return OnExecute(event, where=element.path)
 
@@ -349,7 +381,7 @@ def _if_condition(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-if-condition"
-    opts = _Options(element, options, {"Condition": False}, name)
+    opts = Options(element, options, {"Condition": False}, name)
     node = opts.require("Condition", name, " (a filter over the metrics, e.g. /txlog/bytes > 1e9)")
     template = scope.template(node, ctx)
     # compile it as it will run (references as a number) so a syntax error shows at load
@@ -366,7 +398,7 @@ def _if_disk_usage(
 ) -> Step:
     name = "amps-action-if-disk-usage"
     spec: Spec = {"Path": False, "Above": False, "Below": False, "FreeBelow": False}
-    opts = _Options(element, options, spec, name)
+    opts = Options(element, options, spec, name)
     label, path = _disk_path(
         opts.require("Path", name, " (journal, archive, data, stats)"), ctx, facts
     )
@@ -394,7 +426,7 @@ CONDITION_READERS: Final[Mapping[str, StepReader]] = {
 # -- modules --------------------------------------------------------------------------------
 
 
-def _limits(name: str, opts: _Options, ctx: Context) -> JournalLimits:
+def _limits(name: str, opts: Options, ctx: Context) -> JournalLimits:
     age = count = size = None
     if (age_node := opts.one("Age")) is not None:
         age = read_duration(age_node, ctx, minimum=1e-3, maximum=3650 * DAY, zero_ok=True)
@@ -426,7 +458,7 @@ def _archive(
 ) -> Step:
     name = "amps-action-do-archive-journal"
     _needs_txlog(element, name, facts)
-    opts = _Options(element, options, _LIMITS, name)
+    opts = Options(element, options, _LIMITS, name)
     return ArchiveJournals(_limits(name, opts, ctx), where=element.path)
 
 
@@ -435,7 +467,7 @@ def _compress(
 ) -> Step:
     name = "amps-action-do-compress-journal"
     _needs_txlog(element, name, facts)
-    opts = _Options(element, options, {**_LIMITS, "Method": False}, name)
+    opts = Options(element, options, {**_LIMITS, "Method": False}, name)
     limits = _limits(name, opts, ctx)
     method_node = opts.one("Method")
     if (
@@ -451,7 +483,7 @@ def _remove(
 ) -> Step:
     name = "amps-action-do-remove-journal"
     _needs_txlog(element, name, facts)
-    opts = _Options(element, options, _LIMITS, name)
+    opts = Options(element, options, _LIMITS, name)
     return RemoveJournals(_limits(name, opts, ctx), where=element.path)
 
 
@@ -459,7 +491,7 @@ def _truncate(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-truncate-statistics"
-    opts = _Options(element, options, {"Age": False}, name)
+    opts = Options(element, options, {"Age": False}, name)
     age = read_duration(opts.require("Age", name, " (samples older than that go)"), ctx,
                         minimum=1.0, maximum=3650 * DAY)  # fmt: skip
     return TruncateStatistics(age, where=element.path)
@@ -475,7 +507,7 @@ def _transport(enabled: bool) -> StepReader:
         facts: ActionFacts,
         scope: ActionScope,
     ) -> Step:
-        opts = _Options(element, options, {"Transport": False}, name)
+        opts = Options(element, options, {"Transport": False}, name)
         node = opts.require("Transport", name, " (a transport's <Name>)")
         transport = read_value(node, ctx)
         if transport not in facts.transports:
@@ -511,7 +543,7 @@ def _replication(downgrade: bool) -> StepReader:
             )
             raise fail(element, f"{name} changes the sync type of sync replication "
                        f"destinations, and {what}; remove this module")  # fmt: skip
-        opts = _Options(element, options, {"Age": False, "Destination": True}, name)
+        opts = Options(element, options, {"Age": False, "Destination": True}, name)
         age = read_duration(opts.require("Age", name, why), ctx, minimum=1e-3,
                             maximum=3650 * DAY)  # fmt: skip
         chosen: list[str] = []
@@ -548,7 +580,7 @@ def _proxied(enabled: bool) -> StepReader:
             raise fail(element, f"{name} switches proxied transfer of replicated queues, and "
                        "this instance has none (a <Queue> or <GroupLocalQueue> of an instance "
                        "with <Replication>); remove this module")  # fmt: skip
-        opts = _Options(element, options, {"Queue": True}, name)
+        opts = Options(element, options, {"Queue": True}, name)
         chosen: list[str] = []
         for node in opts.many("Queue"):
             queue = read_value(node, ctx)
@@ -571,7 +603,7 @@ def _redrive(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "spool-action-do-redrive-dead-letters"
-    opts = _Options(
+    opts = Options(
         element, options, {"Queue": False, "Filter": False, "Limit": False, "Target": False}, name
     )
     queue_node = opts.require("Queue", name, " (the queue whose dead letters go back)")
@@ -598,7 +630,7 @@ def _publish(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-publish-message"
-    opts = _Options(element, options, {"Topic": False, "Data": False, "MessageType": False}, name)
+    opts = Options(element, options, {"Topic": False, "Data": False, "MessageType": False}, name)
     topic_node = opts.require("Topic", name)
     topic = scope.template(topic_node, ctx)
     if topic.constant and (
@@ -622,7 +654,7 @@ def _publish(
 def _execute_event(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
-    opts = _Options(element, options, {"Event": False}, "amps-action-do-execute-event")
+    opts = Options(element, options, {"Event": False}, "amps-action-do-execute-event")
     event = read_name(opts.require("Event", "amps-action-do-execute-event"), ctx, "event name")
     return ExecuteEvent(event, where=element.path)
 
@@ -630,7 +662,7 @@ def _execute_event(
 def _shutdown(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
-    _Options(element, options, {}, "amps-action-do-shutdown")
+    Options(element, options, {}, "amps-action-do-shutdown")
     return Shutdown(where=element.path)
 
 

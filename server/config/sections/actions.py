@@ -18,7 +18,14 @@ Every error names the element: an unknown module (with a "did you mean"), a modu
 wrong place (a ``Do`` module under ``<On>``), a missing or unknown option, a bad schedule, a
 variable nothing defines, a module of a subsystem this version does not have (the queue
 modules), a replication module without a sync destination to act on. The options
-of each module are read by :mod:`spool.server.config.sections.actionmodules`.
+of each module are read by :mod:`spool.server.config.sections.actionmodules`, those of the
+event triggers by :mod:`spool.server.config.sections.actiontriggers`.
+
+An action whose triggers are event triggers (once per message or happening) is an *event
+action*: it may not also have a schedule, start-up, admin... trigger (those run it on its
+own, with none of the variables of a message), and its templates use only the variables
+every one of its triggers gives. A module this version does not run yet is refused after
+every action was read and checked.
 """
 
 from __future__ import annotations
@@ -31,16 +38,20 @@ from spool.server.config.actions import (
     ACTION_MODULES,
     BASE_VARIABLES,
     CONDITION_MODULES,
+    EVENT_TRIGGERS,
     MODULE_PREFIX,
     TRIGGER_MODULES,
     ActionConfig,
     OnAdmin,
     OnExecute,
+    OnPublishMessage,
     OnShutdown,
     OnStartup,
     Step,
     Trigger,
 )
+from spool.server.config.errors import ConfigError
+from spool.server.config.model import SowTopicConfig
 from spool.server.config.sections.actionmodules import (
     CONDITION_READERS,
     DO_READERS,
@@ -49,6 +60,7 @@ from spool.server.config.sections.actionmodules import (
     ActionFacts,
     ActionScope,
 )
+from spool.server.config.sections.actiontriggers import EVENT_TRIGGER_READERS
 from spool.server.config.values import Context, read_name, read_value
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
@@ -68,21 +80,25 @@ _PLACES: Final[Mapping[str, tuple[str, ...]]] = {
 _WHAT: Final[Mapping[str, str]] = {"On": "a trigger", "If": "a condition", "Do": "a module"}
 
 
-def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None]:
-    """The ``<Module>`` of an ``On``/``If``/``Do`` element, checked for its place, and the
-    element's ``<Options>``."""
+def _not_supported(module_node: XmlNode, name: str) -> ConfigError:
+    return fail(
+        module_node,
+        f"{name} is not supported yet: {UNSUPPORTED_MODULES[name]} are not part of this "
+        "version of Spool; remove this module",
+    )
+
+
+def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None, XmlNode]:
+    """The ``<Module>`` of an ``On``/``If``/``Do`` element, checked for its place, the
+    element's ``<Options>`` and the ``<Module>`` element."""
     kids = Children(node, _STEP_SPEC)
     module_node = kids.require("Module", f" (the {_WHAT[node.tag][2:]} to run)")
     name = read_value(module_node, ctx)
     allowed = _PLACES[node.tag]
     if name in allowed:
-        return name, kids.one("Options")
+        return name, kids.one("Options"), module_node
     if name in UNSUPPORTED_MODULES:
-        raise fail(
-            module_node,
-            f"{name} is not supported yet: {UNSUPPORTED_MODULES[name]} are not part of this "
-            "version of Spool; remove this module",
-        )
+        raise _not_supported(module_node, name)
     for tag, names in _PLACES.items():
         if name in names:
             raise fail(
@@ -101,30 +117,71 @@ def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None]:
     )
 
 
-def _triggers(kids: Children, ctx: Context, facts: ActionFacts, action: XmlNode) -> list[Trigger]:
+class _Read:
+    """An action as read, with the refusals of what it uses that is not run yet (raised
+    once every action is checked)."""
+
+    __slots__ = ("action", "not_run")
+
+    def __init__(self, action: ActionConfig, not_run: list[ConfigError]) -> None:
+        self.action = action
+        self.not_run = not_run
+
+
+def _triggers(
+    kids: Children, ctx: Context, facts: ActionFacts, action: XmlNode, not_run: list[ConfigError]
+) -> list[Trigger]:
     nodes = kids.many("On")
     if not nodes:
         raise fail(action, "<Action> needs an <On> (when it runs, e.g. amps-action-on-schedule)")
     triggers: list[Trigger] = []
     seen: dict[type, XmlNode] = {}
+    first_of: dict[bool, str] = {}  # event trigger or not -> the first module of that kind
     for node in nodes:
-        name, options = _module_name(node, ctx)
-        trigger = TRIGGER_READERS[name](node, options, ctx, facts)
+        name, options, module_node = _module_name(node, ctx)
+        reader = EVENT_TRIGGER_READERS.get(name) or TRIGGER_READERS[name]
+        trigger = reader(node, options, ctx, facts)
         kind = type(trigger)
         if kind in _SINGLE and kind in seen:
             raise fail(
                 node, f"{name} appears twice in this action (first at line {seen[kind].line})"
             )
+        is_event = isinstance(trigger, EVENT_TRIGGERS)
+        if (not is_event) in first_of:  # the other kind came first
+            action_name = read_value(kids.require("Name"), ctx)
+            event, other = (name, first_of[False]) if is_event else (first_of[True], name)
+            raise fail(
+                node,
+                f"action {action_name!r} runs per event ({event}) and {other} runs it on its "
+                "own: use two actions",
+            )
+        first_of.setdefault(is_event, name)
         seen.setdefault(kind, node)
+        if name in UNSUPPORTED_MODULES:
+            not_run.append(_not_supported(module_node, name))
         triggers.append(trigger)
     return triggers
 
 
 def _scope(triggers: list[Trigger]) -> ActionScope:
-    """The variables a run of these triggers starts with (unchecked under on-execute)."""
+    """The variables a run of these triggers starts with (unchecked under on-execute).
+
+    A run has the variables of the trigger that fired it. Under event triggers, the
+    action's templates may use only what every one of them gives (a run of one cannot
+    fill a variable only another gives, and an empty value in a message body goes
+    unnoticed); under the others, a variable of any trigger may be used (empty in the
+    runs of the others, as in AMPS).
+    """
     if any(isinstance(t, OnExecute) for t in triggers):
         return ActionScope(None)
     names = set(BASE_VARIABLES)
+    if all(isinstance(t, EVENT_TRIGGERS) for t in triggers):
+        shared = set(triggers[0].provides).intersection(*(t.provides for t in triggers[1:]))
+        names.update(shared)
+        # a run of a happening publishes without waiting for the log: no bookmark to give
+        if any(not isinstance(t, OnPublishMessage) for t in triggers):
+            return ActionScope(names, frozenset({"AMPS_PUBLISHED_BOOKMARK"}))
+        return ActionScope(names)
     for trigger in triggers:
         names.update(trigger.provides)
         if isinstance(trigger, OnAdmin):
@@ -132,23 +189,26 @@ def _scope(triggers: list[Trigger]) -> ActionScope:
     return ActionScope(names)
 
 
-def _action(node: XmlNode, ctx: Context, facts: ActionFacts) -> ActionConfig:
+def _action(node: XmlNode, ctx: Context, facts: ActionFacts) -> _Read:
     kids = Children(node, _ACTION_SPEC)
     name = read_name(kids.require("Name", " (unique; POST /api/actions/NAME)"), ctx, "action name")
-    triggers = _triggers(kids, ctx, facts, node)
+    not_run: list[ConfigError] = []
+    triggers = _triggers(kids, ctx, facts, node, not_run)
     scope = _scope(triggers)
     steps: list[Step] = []
     for child in node.children:  # If and Do in file order
         if child.tag not in ("If", "Do"):
             continue
-        module, options = _module_name(child, ctx)
+        module, options, module_node = _module_name(child, ctx)
         readers = CONDITION_READERS if child.tag == "If" else DO_READERS
         step = readers[module](child, options, ctx, facts, scope)
         scope.add(step.provides)
         steps.append(step)
+        if module in UNSUPPORTED_MODULES:
+            not_run.append(_not_supported(module_node, module))
     if not any(child.tag == "Do" for child in node.children):
         raise fail(node, f"action {name!r} needs at least one <Do> (what it does)")
-    return ActionConfig(name, tuple(triggers), tuple(steps), where=node.path)
+    return _Read(ActionConfig(name, tuple(triggers), tuple(steps), where=node.path), not_run)
 
 
 def read_actions(
@@ -160,9 +220,17 @@ def read_actions(
     destinations: Mapping[str, bool] | None = None,
     replicated_queues: tuple[str, ...] = (),
     queues: tuple[str, ...] = (),
-    dead_letter_queues: tuple[str, ...] = (),
+    dead_letter_reasons: Mapping[str, frozenset[str]] | None = None,
+    client_transports: tuple[str, ...] | None = None,
+    sow_topics: tuple[SowTopicConfig, ...] = (),
+    replicates: bool = False,
+    event_topics: frozenset[str] = frozenset(),
 ) -> tuple[ActionConfig, ...]:
     """Read ``<Actions>`` (see the module docstring).
+
+    Every action is read and checked in full before a module this version does not run
+    yet is refused (at its ``<Module>``, the first in file order), so a file written for
+    the release that runs it shows all its other errors now.
 
     Args:
         node: the ``<Actions>`` element.
@@ -170,30 +238,38 @@ def read_actions(
         transports: the configured transport names (enable/disable-transport name one).
         has_txlog: a ``<TransactionLog>`` is configured (the journal modules need it).
         destinations: the replication destinations, name -> configured sync (the
-            replication modules name them).
+            replication modules and triggers name them).
         replicated_queues, queues: the replicated queues (the proxied-transfer
             modules switch them) and every queue.
-        dead_letter_queues: the queues with a dead-letter topic (the redrive module
-            names one).
+        dead_letter_reasons: the queues with a dead-letter topic, each with the reasons
+            it dead-letters for (the redrive module and the dead-letter trigger name one).
+        client_transports: the transports clients connect to (the client triggers name
+            them; None: all of ``transports``).
+        sow_topics: the SOW topic rules (the SOW triggers name a topic they keep).
+        replicates: the instance has replication links.
+        event_topics: the event topics turned on.
 
     Raises:
         ConfigError: at the first element in error.
     """
     directories = ("data", "stats", "journal", "archive") if has_txlog else ("data", "stats")
+    reasons = dict(dead_letter_reasons or {})
     facts = ActionFacts(
         transports, has_txlog, directories, dict(destinations or {}), replicated_queues, queues,
-        dead_letter_queues,
+        tuple(reasons), reasons, transports if client_transports is None else client_transports,
+        sow_topics, replicates, event_topics,
     )  # fmt: skip
     kids = Children(node, _ACTIONS_SPEC)
-    actions: list[ActionConfig] = []
+    read: list[_Read] = []
     first: dict[str, int] = {}
     for action_node in kids.many("Action"):
-        action = _action(action_node, ctx, facts)
-        if action.name in first:
-            raise fail(
-                action_node,
-                f"duplicate action name {action.name!r} (first at line {first[action.name]})",
-            )
-        first[action.name] = action_node.line
-        actions.append(action)
-    return tuple(actions)
+        one = _action(action_node, ctx, facts)
+        name = one.action.name
+        if name in first:
+            raise fail(action_node, f"duplicate action name {name!r} (first at line {first[name]})")
+        first[name] = action_node.line
+        read.append(one)
+    for one in read:
+        if one.not_run:
+            raise one.not_run[0]
+    return tuple(one.action for one in read)

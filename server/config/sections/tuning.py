@@ -11,6 +11,11 @@ logons can cost (docs/security.md). So are the quotas of one connection and one 
 scrub of the transaction log (``JournalScrubInterval``, ``JournalScrubRate``:
 docs/transaction-log.md) and the time start-up waits for the repair of damaged records
 (``JournalRepairWait``: docs/replication.md "Repair").
+
+The bounds of the message-driven actions are here too: the queue of an event-driven
+action (``ActionEventQueueDepth``), how far back an on-publish action catches up at
+start-up (``ActionCatchUpRecords``) and the span of one record of its history
+(``ActionHistoryInterval``): docs/actions.md.
 """
 
 from __future__ import annotations
@@ -47,6 +52,9 @@ _TUNING_SPEC: Final[Spec] = {
     "JournalScrubInterval": False,
     "JournalScrubRate": False,
     "JournalRepairWait": False,
+    "ActionEventQueueDepth": False,
+    "ActionCatchUpRecords": False,
+    "ActionHistoryInterval": False,
 }
 
 #: the counts of ``<Tuning>``: element -> (TuningConfig field, largest value)
@@ -60,6 +68,7 @@ _COUNTS: Final[dict[str, tuple[str, int]]] = {
     "MaxReplaysPerUser": ("max_replays_per_user", 1_000_000),
     "MaxPendingQueriesPerConnection": ("max_pending_queries_per_connection", 100_000),
     "MaxPendingQueriesPerUser": ("max_pending_queries_per_user", 1_000_000),
+    "ActionEventQueueDepth": ("action_event_queue_depth", 1_000_000),
 }
 
 
@@ -121,6 +130,13 @@ def read_tuning(
         tuning = replace(
             tuning, journal_scrub_rate=read_size(node_, ctx, minimum=64 * KB, maximum=100 * GB)
         )
+    if (node_ := kids.one("ActionCatchUpRecords")) is not None:
+        tuning = replace(
+            tuning, action_catch_up_records=read_int(node_, ctx, minimum=0, maximum=100_000_000)
+        )
+    if (node_ := kids.one("ActionHistoryInterval")) is not None:
+        interval = read_duration(node_, ctx, minimum=10.0, maximum=DAY)
+        tuning = replace(tuning, action_history_interval=interval)
     min_sync_node = kids.one("MinimumSyncDestinations")
     if min_sync_node is not None:
         minimum = read_int(min_sync_node, ctx, minimum=0, maximum=MAX_SYNC_DESTINATIONS)

@@ -168,8 +168,8 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
     ("no Do", TXLOG + "\n" + action(ADMIN), A, 5, "action 'a' needs at least one <Do>"),
     ("unknown module", TXLOG + "\n" + action(ADMIN, do("amps-action-do-archive-journals", "<Age>1d</Age>")),
      f"{A}/Do/Module", 8, "unknown module 'amps-action-do-archive-journals' in <Do> (known: "),
-    ("a trigger not built yet", TXLOG + "\n" + action(on("amps-action-on-publish-message"), ARCHIVE),
-     f"{A}/On/Module", 7, "amps-action-on-publish-message is not supported yet: message-driven "
+    ("a trigger not built yet", TXLOG + "\n" + action(on("amps-action-on-deliver-message"), ARCHIVE),
+     f"{A}/On/Module", 7, "amps-action-on-deliver-message is not supported yet: message-driven "
      "triggers are not part of this version of Spool; remove this module"),
     ("a module not built yet", TXLOG + "\n" + action(ADMIN, do("amps-action-do-delete-sow")),
      f"{A}/Do/Module", 8, "amps-action-do-delete-sow is not supported yet"),

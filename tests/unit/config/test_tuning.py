@@ -67,6 +67,48 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
         4,
         "JournalScrubRate",
     ),
+    (
+        "ActionEventQueueDepth zero",
+        "<Tuning>\n<ActionEventQueueDepth>0</ActionEventQueueDepth></Tuning>",
+        "/SpoolConfig/Tuning/ActionEventQueueDepth",
+        4,
+        "ActionEventQueueDepth must be between 1 and 1000000, got 0",
+    ),
+    (
+        "ActionEventQueueDepth too deep",
+        "<Tuning><ActionEventQueueDepth>1000001</ActionEventQueueDepth></Tuning>",
+        "/SpoolConfig/Tuning/ActionEventQueueDepth",
+        3,
+        "ActionEventQueueDepth must be between 1 and 1000000",
+    ),
+    (
+        "ActionCatchUpRecords negative",
+        "<Tuning>\n<ActionCatchUpRecords>-1</ActionCatchUpRecords></Tuning>",
+        "/SpoolConfig/Tuning/ActionCatchUpRecords",
+        4,
+        "'-1' is not a whole number",
+    ),
+    (
+        "ActionCatchUpRecords too many",
+        "<Tuning>\n<ActionCatchUpRecords>100000001</ActionCatchUpRecords></Tuning>",
+        "/SpoolConfig/Tuning/ActionCatchUpRecords",
+        4,
+        "ActionCatchUpRecords must be between 0 and 100000000",
+    ),
+    (
+        "ActionHistoryInterval too short",
+        "<Tuning>\n<ActionHistoryInterval>5s</ActionHistoryInterval></Tuning>",
+        "/SpoolConfig/Tuning/ActionHistoryInterval",
+        4,
+        "ActionHistoryInterval must be between 10s and 1d, got 5s",
+    ),
+    (
+        "ActionHistoryInterval zero",
+        "<Tuning>\n<ActionHistoryInterval>0</ActionHistoryInterval></Tuning>",
+        "/SpoolConfig/Tuning/ActionHistoryInterval",
+        4,
+        "ActionHistoryInterval must be between 10s and 1d",
+    ),
 ]
 
 
@@ -108,3 +150,23 @@ def test_the_journal_scrub_runs_daily_at_64mb_a_second_unless_told_otherwise() -
     assert (tuning.journal_scrub_interval, tuning.journal_scrub_rate) == (21600.0, 8 << 20)
     off = parse(doc("<Tuning><JournalScrubInterval>0</JournalScrubInterval></Tuning><Transports/>"))
     assert off.tuning.journal_scrub_interval == 0.0
+
+
+def test_the_bounds_of_event_actions_default_and_can_be_set() -> None:
+    tuning = parse(doc("<Transports/>")).tuning
+    assert (
+        tuning.action_event_queue_depth,
+        tuning.action_catch_up_records,
+        tuning.action_history_interval,
+    ) == (10_000, 100_000, 60.0)
+    body = (
+        "<Tuning><ActionEventQueueDepth>500</ActionEventQueueDepth>"
+        "<ActionCatchUpRecords>0</ActionCatchUpRecords>"
+        "<ActionHistoryInterval>5m</ActionHistoryInterval></Tuning><Transports/>"
+    )
+    tuning = parse(doc(body)).tuning
+    assert (
+        tuning.action_event_queue_depth,
+        tuning.action_catch_up_records,
+        tuning.action_history_interval,
+    ) == (500, 0, 300.0)
