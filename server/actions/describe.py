@@ -6,9 +6,13 @@ from typing import Final
 
 from spool.server.config import (
     ArchiveJournals,
+    CompactSow,
     CompressJournals,
+    DeleteSow,
     DowngradeReplication,
+    EchoMessage,
     ExecuteEvent,
+    ExtractValues,
     IfCondition,
     IfDiskUsage,
     OnAdmin,
@@ -33,6 +37,7 @@ from spool.server.config import (
     Trigger,
     TruncateStatistics,
     UpgradeReplication,
+    Webhook,
 )
 from spool.server.units import format_duration
 
@@ -133,7 +138,33 @@ def describe_step(step: Step) -> str:
             return f"redrive dead letters of queue {step.queue}"
         case Shutdown():
             return "shut the instance down"
+        case DeleteSow():
+            which = (f"where {step.filter.text}" if step.filter is not None
+                     else f"with key {step.key.text if step.key is not None else ''}")  # fmt: skip
+            return f"delete SOW records of {step.topic.text} {which}"
+        case CompactSow():
+            if not step.topics:
+                return "compact every persistent SOW topic"
+            return f"compact SOW {_plural('topic', step.topics)}"
+        case EchoMessage():
+            return (f"echo ({step.level}, at most {step.max_per_second}/s): "
+                    f"{step.message.text}")  # fmt: skip
+        case ExtractValues():
+            source = f" from {step.data.text}" if step.data is not None else ""
+            return f"extract {', '.join(step.provides)}{source}"
+        case Webhook():
+            # header values and the signing key are secrets, the query may hold a token
+            extra = [_plural("header", tuple(n for n, _ in step.headers))] if step.headers else []
+            if step.signing_key is not None:
+                extra.append("signed")
+            more = f" ({', '.join(extra)})" if extra else ""
+            return f"post to {_without_query(step.url.text)}{more}"
     return ""
+
+
+def _without_query(url: str) -> str:
+    base, mark, _ = url.partition("?")
+    return base + ("?…" if mark else "")
 
 
 def _destinations(names: tuple[str, ...]) -> str:

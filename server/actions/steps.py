@@ -406,3 +406,5 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _redrive(step, ctx)
         case Shutdown():
             return await _shutdown(step, ctx)
+        case _:  # read by the configuration but refused there as not supported yet
+            return _result(step, "failed", f"{step.module} is not supported yet")

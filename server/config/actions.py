@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Final, Literal
 
@@ -34,13 +34,18 @@ __all__ = [
     "ActionConfig",
     "ActionParameter",
     "ArchiveJournals",
+    "CompactSow",
     "CompressJournals",
     "Condition",
+    "DeleteSow",
     "DiskThreshold",
     "DoStep",
     "DowngradeReplication",
+    "EchoMessage",
     "EventTrigger",
+    "EventUse",
     "ExecuteEvent",
+    "ExtractValues",
     "IfCondition",
     "IfDiskUsage",
     "JournalLimits",
@@ -69,6 +74,8 @@ __all__ = [
     "Trigger",
     "TruncateStatistics",
     "UpgradeReplication",
+    "Webhook",
+    "WebhooksConfig",
 ]
 
 #: Every module name starts with this (the AMPS spelling).
@@ -413,6 +420,13 @@ EVENT_TRIGGERS: Final = (OnPublishMessage, OnSowRemoval, OnOof, OnDeadLetter, On
 Trigger = OnSchedule | OnStartup | OnShutdown | OnAdmin | OnDiskUsage | OnExecute | EventTrigger
 
 
+#: Where a step may run (its ``event_use``): ``any`` action, even once per message;
+#: ``happening``: not per message (it changes the instance: a transport, a link, a queue),
+#: but per client or link happening; ``never`` per event (maintenance: journals,
+#: statistics, SOW files; or an action of its own: ``do-execute-event``).
+EventUse = Literal["any", "happening", "never"]
+
+
 # -- conditions (<If>) ----------------------------------------------------------------------
 
 
@@ -424,6 +438,7 @@ class IfCondition:
     """
 
     provides: ClassVar[tuple[str, ...]] = ()
+    event_use: ClassVar[EventUse] = "any"
     expression: Template
     where: str = ""
     module: str = "amps-action-if-condition"
@@ -452,6 +467,7 @@ class IfDiskUsage:
     """
 
     provides: ClassVar[tuple[str, ...]] = DISK_VARIABLES
+    event_use: ClassVar[EventUse] = "happening"
     label: str
     path: Path | None
     threshold: DiskThreshold
@@ -495,6 +511,7 @@ class ArchiveJournals:
     """``amps-action-do-archive-journal``: move due journals to the archive directory."""
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_JOURNALS_ARCHIVED",)
+    event_use: ClassVar[EventUse] = "never"
     limits: JournalLimits
     where: str = ""
     module: str = "amps-action-do-archive-journal"
@@ -505,6 +522,7 @@ class CompressJournals:
     """``amps-action-do-compress-journal``: compress due journals (``zstd`` or ``gzip``)."""
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_JOURNALS_COMPRESSED",)
+    event_use: ClassVar[EventUse] = "never"
     limits: JournalLimits
     method: Literal["zstd", "gzip"] = "zstd"
     where: str = ""
@@ -516,6 +534,7 @@ class RemoveJournals:
     """``amps-action-do-remove-journal``: delete due journals, oldest first."""
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_JOURNALS_REMOVED",)
+    event_use: ClassVar[EventUse] = "never"
     limits: JournalLimits
     where: str = ""
     module: str = "amps-action-do-remove-journal"
@@ -529,6 +548,7 @@ class TruncateStatistics:
     """``amps-action-do-truncate-statistics``: delete stats samples older than ``age``."""
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_STATS_SAMPLES_DELETED",)
+    event_use: ClassVar[EventUse] = "never"
     age: float
     where: str = ""
     module: str = "amps-action-do-truncate-statistics"
@@ -539,6 +559,7 @@ class SetTransport:
     """``amps-action-do-enable-transport`` / ``amps-action-do-disable-transport``."""
 
     provides: ClassVar[tuple[str, ...]] = ()
+    event_use: ClassVar[EventUse] = "happening"
     transport: str
     enabled: bool
     where: str = ""
@@ -558,6 +579,7 @@ class DowngradeReplication:
     """
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_DESTINATIONS_DOWNGRADED",)
+    event_use: ClassVar[EventUse] = "happening"
     age: float
     destinations: tuple[str, ...] = ()
     where: str = ""
@@ -576,6 +598,7 @@ class UpgradeReplication:
     """
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_DESTINATIONS_UPGRADED",)
+    event_use: ClassVar[EventUse] = "happening"
     age: float
     destinations: tuple[str, ...] = ()
     where: str = ""
@@ -590,13 +613,16 @@ class PublishMessage:
     """``amps-action-do-publish-message``: publish ``data`` to ``topic`` as the broker.
 
     Both may hold ``{{VARIABLE}}`` references; in ``data`` (a JSON body) the values are
-    inserted JSON-escaped.
+    inserted JSON-escaped. ``correlation_id`` (a template too) is the message's correlation
+    id (None: none; under an on-publish trigger, the source message's bookmark).
     """
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_PUBLISHED_BOOKMARK",)
+    event_use: ClassVar[EventUse] = "any"
     topic: Template
     data: Template
     message_type: str = "json"
+    correlation_id: Template | None = None
     where: str = ""
     module: str = "amps-action-do-publish-message"
 
@@ -606,6 +632,7 @@ class ExecuteEvent:
     """``amps-action-do-execute-event``: raise ``event`` (runs the ``on-execute`` actions)."""
 
     provides: ClassVar[tuple[str, ...]] = ()
+    event_use: ClassVar[EventUse] = "never"
     event: str
     where: str = ""
     module: str = "amps-action-do-execute-event"
@@ -624,6 +651,7 @@ class SetProxiedTransfer:
     """
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_PROXIED_TRANSFER_TAKEN",)
+    event_use: ClassVar[EventUse] = "happening"
     queues: tuple[str, ...]
     enabled: bool
     where: str = ""
@@ -643,6 +671,7 @@ class RedriveDeadLetters:
     """
 
     provides: ClassVar[tuple[str, ...]] = ("AMPS_DEAD_LETTERS_REDRIVEN",)
+    event_use: ClassVar[EventUse] = "happening"
     queue: str
     filter: str | None
     limit: int
@@ -656,8 +685,138 @@ class Shutdown:
     """``amps-action-do-shutdown``: stop the instance gracefully (as SIGTERM does)."""
 
     provides: ClassVar[tuple[str, ...]] = ()
+    event_use: ClassVar[EventUse] = "happening"
     where: str = ""
     module: str = "amps-action-do-shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteSow:
+    """``amps-action-do-delete-sow``: delete records of a SOW topic, those that match
+    ``filter`` or the one whose key is ``key`` (exactly one of the two is set).
+
+    All three are templates. ``AMPS_SOW_DELETED`` is how many records went.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_SOW_DELETED",)
+    event_use: ClassVar[EventUse] = "any"
+    topic: Template
+    filter: Template | None = None
+    key: Template | None = None
+    where: str = ""
+    module: str = "amps-action-do-delete-sow"
+
+
+@dataclass(frozen=True, slots=True)
+class CompactSow:
+    """``spool-action-do-compact-sow``: rewrite the files of persistent SOW topics without
+    their dead space.
+
+    Attributes:
+        topics: the topics (or the SOW rules' regular expressions) it compacts; empty:
+            every persistent one.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    event_use: ClassVar[EventUse] = "never"
+    topics: tuple[str, ...] = ()
+    where: str = ""
+    module: str = "spool-action-do-compact-sow"
+
+
+@dataclass(frozen=True, slots=True)
+class EchoMessage:
+    """``amps-action-do-echo-message``: write ``message`` (a template) to the event log.
+
+    Attributes:
+        level: the event's level.
+        max_per_second: at most this many lines a second for this step; the rest are
+            counted, and told of in one line.
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ()
+    event_use: ClassVar[EventUse] = "any"
+    message: Template
+    level: Literal["info", "warning", "error"] = "info"
+    max_per_second: int = 100
+    where: str = ""
+    module: str = "amps-action-do-echo-message"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractValues:
+    """``amps-action-do-extract-values``: set variables from expressions over the message
+    that fired the run (or over ``data``, a JSON template, when given).
+
+    Attributes:
+        values: (variable name, value expression) in file order; each expression
+            compiles (the filter language's value expressions, docs/filters.md).
+    """
+
+    event_use: ClassVar[EventUse] = "any"
+    values: tuple[tuple[str, str], ...]
+    data: Template | None = None
+    where: str = ""
+    module: str = "amps-action-do-extract-values"
+
+    @property
+    def provides(self) -> tuple[str, ...]:
+        """The variables it sets."""
+        return tuple(name for name, _ in self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """``spool-action-do-webhook``: POST ``body`` to ``url``.
+
+    The scheme, host and port of ``url`` are written out (templates only in its path and
+    query) and lie under a ``<Webhooks><Allow>`` prefix. Header values and the signing
+    key are secrets: never shown (``repr`` leaves them out; descriptions name headers only).
+
+    Attributes:
+        url: where it posts.
+        body: what it posts.
+        content_type: the ``Content-Type`` header.
+        headers: (name, value template) sent with each post.
+        signing_key: when set, each post carries ``Spool-Signature: sha256=...``, the
+            HMAC-SHA256 of the body with this key.
+        timeout: seconds one attempt may take.
+        retries: further attempts after a connection error, a timeout, 429 or 5xx.
+        backoff: seconds before the first retry (doubling after each).
+        concurrency: posts of this step in flight at once (1: in order).
+    """
+
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_WEBHOOK_STATUS",)
+    event_use: ClassVar[EventUse] = "any"
+    url: Template
+    body: Template
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, Template], ...] = field(default=(), repr=False)
+    signing_key: str | None = field(default=None, repr=False)
+    timeout: float = 5.0
+    retries: int = 3
+    backoff: float = 1.0
+    concurrency: int = 1
+    where: str = ""
+    module: str = "spool-action-do-webhook"
+
+
+@dataclass(frozen=True, slots=True)
+class WebhooksConfig:
+    """``<Actions><Webhooks>``: where webhook modules may post, and how many posts wait.
+
+    Attributes:
+        allow: URL prefixes (``https://hooks.example.com/spool/``), normalised: scheme
+            and host in lower case, default port left out, dot segments resolved. A
+            webhook's URL is under one, scheme included (``http`` only under an
+            ``http://`` entry).
+        threads: threads that post (connects, TLS, reads happen there).
+        queue_depth: posts waiting on the instance at most; past it a post fails.
+    """
+
+    allow: tuple[str, ...] = ()
+    threads: int = 4
+    queue_depth: int = 10_000
 
 
 DoStep = (
@@ -673,6 +832,11 @@ DoStep = (
     | SetProxiedTransfer
     | RedriveDeadLetters
     | Shutdown
+    | DeleteSow
+    | CompactSow
+    | EchoMessage
+    | ExtractValues
+    | Webhook
 )
 Step = Condition | DoStep
 
@@ -731,7 +895,7 @@ TRIGGER_MODULES: Final = (
 )
 #: Condition module names this version has.
 CONDITION_MODULES: Final = ("amps-action-if-condition", "amps-action-if-disk-usage")
-#: Do module names this version has.
+#: Do module names this version reads (as for the triggers).
 ACTION_MODULES: Final = (
     "amps-action-do-archive-journal",
     "amps-action-do-compress-journal",
@@ -747,4 +911,9 @@ ACTION_MODULES: Final = (
     "amps-action-do-disable-proxied-transfer",
     "amps-action-do-shutdown",
     "spool-action-do-redrive-dead-letters",
+    "amps-action-do-delete-sow",
+    "spool-action-do-compact-sow",
+    "amps-action-do-echo-message",
+    "amps-action-do-extract-values",
+    "spool-action-do-webhook",
 )

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
-from spool.server.config.actions import ActionConfig
+from spool.server.config.actions import ActionConfig, WebhooksConfig
 from spool.server.config.errors import (
     BIND_REQUIRES_USERS,
     PLAINTEXT_NEEDS_PERMISSION,
@@ -525,8 +525,9 @@ def build(root: XmlNode, ctx: Context) -> Config:
     else:
         transport_configs = tuple(replace(t.config, host=host, port=port) for t in transports)
     actions: tuple[ActionConfig, ...] = ()
+    webhooks = WebhooksConfig()
     if (actions_node := kids.one("Actions")) is not None:
-        actions = read_actions(
+        actions, webhooks = read_actions(
             actions_node,
             ctx,
             transports=tuple(t.name for t in transport_configs),
@@ -564,4 +565,5 @@ def build(root: XmlNode, ctx: Context) -> Config:
         explicit_paths=explicit,
         actions=actions,
         event_topics=event_topics.config if event_topics is not None else EventTopicsConfig(),
+        webhooks=webhooks,
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
-from spool.server.config.actions import ActionConfig
+from spool.server.config.actions import ActionConfig, WebhooksConfig
 from spool.server.config.netaddr import format_inet_addr, is_loopback
 
 __all__ = [
@@ -713,6 +713,7 @@ class Config:
             (``EXPLICIT_*`` names), so ``--data-dir`` leaves those alone.
         actions: the scheduled and on-demand actions (``<Actions>``), in file order.
         event_topics: the event topics turned on (``<EventTopics>``).
+        webhooks: where webhook modules may post (``<Actions><Webhooks>``).
     """
 
     name: str
@@ -733,6 +734,7 @@ class Config:
     explicit_paths: frozenset[str] = frozenset()
     actions: tuple[ActionConfig, ...] = ()
     event_topics: EventTopicsConfig = EventTopicsConfig()
+    webhooks: WebhooksConfig = field(default_factory=WebhooksConfig)
 
     def sow_topic(self, topic: str) -> SowTopicConfig | None:
         """The ``SOW/Topic`` rule that keeps ``topic`` (the first that matches), or None."""

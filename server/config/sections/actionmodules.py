@@ -27,10 +27,14 @@ import orjson
 from spool.server.config.actions import (
     ActionParameter,
     ArchiveJournals,
+    CompactSow,
     CompressJournals,
+    DeleteSow,
     DiskThreshold,
     DowngradeReplication,
+    EchoMessage,
     ExecuteEvent,
+    ExtractValues,
     IfCondition,
     IfDiskUsage,
     JournalLimits,
@@ -68,7 +72,7 @@ from spool.server.config.values import (
     read_value,
 )
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
-from spool.server.expr import FilterSyntaxError, compile_filter
+from spool.server.expr import FilterSyntaxError, compile_filter, compile_value
 from spool.server.protocol.topic import is_regex_topic
 
 __all__ = [
@@ -79,6 +83,7 @@ __all__ = [
     "ActionFacts",
     "ActionScope",
     "Options",
+    "StepReader",
     "TriggerReader",
 ]
 
@@ -87,9 +92,10 @@ _CLIENT_TRIGGERS: Final = "client-driven triggers"
 _LINK_TRIGGERS: Final = "replication link triggers"
 
 #: Modules this version does not run, with what they belong to. Those with a reader (the
-#: event triggers) are read and checked in full, then the action is refused naming the
-#: module (so a file written for the release that runs them is checked now); the others
-#: are refused at their ``<Module>``. Each entry goes when the module runs.
+#: event triggers; delete-sow, compact-sow, echo, extract-values, webhook) are read and
+#: checked in full, then the action is refused naming the module (so a file written for the
+#: release that runs them is checked now); the others are refused at their ``<Module>``.
+#: Each entry goes when the module runs.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-publish-message": _MESSAGE_TRIGGERS,
     "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
@@ -115,6 +121,8 @@ UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-do-query-sow": "SOW queries from actions",
     "amps-action-do-extract-values": "values extracted from a triggering message",
     "amps-action-do-echo-message": "messages echoed to the event log",
+    "spool-action-do-compact-sow": "SOW compaction from actions",
+    "spool-action-do-webhook": "webhooks",
 }
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -142,6 +150,7 @@ class ActionFacts:
         replicates: the instance has links (``<Replication>`` or an ``amps-replication``
             transport): replicated messages may arrive, link triggers can fire.
         event_topics: the event topics turned on (``<EventTopics>``).
+        webhook_allow: the URL prefixes webhooks may post to (``<Actions><Webhooks>``).
     """
 
     transports: tuple[str, ...]
@@ -156,6 +165,7 @@ class ActionFacts:
     sow_topics: tuple[SowTopicConfig, ...] = ()
     replicates: bool = False
     event_topics: frozenset[str] = frozenset()
+    webhook_allow: tuple[str, ...] = ()
 
 
 class ActionScope:
@@ -164,7 +174,8 @@ class ActionScope:
     An action raised by an event inherits the raiser's variables, which the loader cannot
     know: its references are not checked. ``withheld`` are names no step may add here
     (``AMPS_PUBLISHED_BOOKMARK`` in an action run by a happening: it publishes without
-    waiting for the transaction log, so it has no bookmark to give).
+    waiting for the transaction log, so it has no bookmark to give; ``AMPS_WEBHOOK_STATUS``
+    in any event action: its posts are queued, not waited for).
     """
 
     def __init__(self, names: set[str] | None, withheld: frozenset[str] = frozenset()) -> None:
@@ -177,7 +188,11 @@ class ActionScope:
 
     def template(self, node: XmlNode, ctx: Context) -> Template:
         """The value of ``node`` as a template whose references are all defined."""
-        text = read_value(node, ctx)
+        return self.parse(node, read_value(node, ctx))
+
+    def parse(self, node: XmlNode, text: str) -> Template:
+        """``text`` (a part of the value of ``node``) as a template whose references are
+        all defined; an error names ``node``."""
         try:
             template = Template.parse(text)
         except TemplateError as exc:
@@ -630,7 +645,8 @@ def _publish(
     element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
 ) -> Step:
     name = "amps-action-do-publish-message"
-    opts = Options(element, options, {"Topic": False, "Data": False, "MessageType": False}, name)
+    spec: Spec = {"Topic": False, "Data": False, "MessageType": False, "CorrelationId": False}
+    opts = Options(element, options, spec, name)
     topic_node = opts.require("Topic", name)
     topic = scope.template(topic_node, ctx)
     if topic.constant and (
@@ -639,6 +655,9 @@ def _publish(
     ):  # fmt: skip
         raise fail(topic_node, f"{topic.text!r} cannot be published to: a topic name has no "
                    f"regex characters, no control characters, at most {_TOPIC_MAX} characters")  # fmt: skip
+    if topic.constant and topic.text in facts.event_topics:
+        raise fail(topic_node, f"{topic.text!r} is an event topic turned on in <EventTopics>: "
+                   "only the broker publishes it")  # fmt: skip
     data_node = opts.require("Data", name, " (the message body, JSON)")
     data = scope.template(data_node, ctx)
     if data.constant:
@@ -648,7 +667,133 @@ def _publish(
             raise fail(data_node, f"the Data is not JSON: {exc}") from None
     if (type_node := opts.one("MessageType")) is not None:
         read_choice(type_node, ctx, MESSAGE_TYPES, "MessageType")
-    return PublishMessage(topic, data, where=element.path)
+    correlation_id: Template | None = None
+    if (correlation_node := opts.one("CorrelationId")) is not None:
+        correlation_id = scope.template(correlation_node, ctx)
+        if any(ord(ch) < 32 for ch in correlation_id.text):
+            raise fail(correlation_node, "a CorrelationId has no control characters")
+    return PublishMessage(topic, data, correlation_id=correlation_id, where=element.path)
+
+
+def _sow_rule(node: XmlNode, topic: str, facts: ActionFacts) -> SowTopicConfig:
+    """The SOW rule that keeps ``topic`` (a topic, or a rule's own regular expression)."""
+    for rule in facts.sow_topics:
+        if rule.name == topic or (not is_regex_topic(topic) and rule.matches(topic)):
+            return rule
+    names = ", ".join(r.name for r in facts.sow_topics) or "none"
+    raise fail(node, f"{topic!r} is not a SOW topic (SOW topics: {names})")
+
+
+def _probe_filter(node: XmlNode, template: Template, what: str) -> None:
+    """Compile a filter template as it will run (references as a number), so a syntax
+    error shows at load."""
+    probe = template.expand({}, lambda _: "0") if not template.constant else template.text
+    try:
+        compile_filter(probe)
+    except FilterSyntaxError as exc:
+        raise fail(node, f"bad {what}: {exc}") from None
+
+
+def _delete_sow(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
+) -> Step:
+    name = "amps-action-do-delete-sow"
+    opts = Options(element, options, {"Topic": False, "Filter": False, "Key": False}, name)
+    topic_node = opts.require("Topic", name, " (the SOW topic)")
+    topic = scope.template(topic_node, ctx)
+    if topic.constant:
+        _sow_rule(topic_node, topic.text, facts)
+        if is_regex_topic(topic.text):
+            raise fail(topic_node, "the Topic is one topic, not a regular expression")
+    given = [tag for tag in ("Filter", "Key") if opts.one(tag) is not None]
+    if len(given) != 1:
+        where = opts.node if opts.node is not None else element
+        raise fail(where, f"{name} needs exactly one of <Filter> (the records that match) or "
+                   f"<Key> (one record's key); got {', '.join(given) or 'none'}")  # fmt: skip
+    node = opts.require(given[0], name)
+    template = scope.template(node, ctx)
+    if given[0] == "Key":
+        return DeleteSow(topic, key=template, where=element.path)
+    _probe_filter(node, template, "filter")
+    return DeleteSow(topic, filter=template, where=element.path)
+
+
+def _compact_sow(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
+) -> Step:
+    name = "spool-action-do-compact-sow"
+    if not any(rule.persistent for rule in facts.sow_topics):
+        raise fail(element, f"{name} compacts the files of persistent SOW topics, and this "
+                   "instance has none; remove this module")  # fmt: skip
+    opts = Options(element, options, {"Topic": True}, name)
+    chosen: list[str] = []
+    for node in opts.many("Topic"):
+        topic = read_value(node, ctx)
+        if not _sow_rule(node, topic, facts).persistent:
+            raise fail(node, f"{topic!r} is a transient SOW topic (memory only): it has no "
+                       "file to compact")  # fmt: skip
+        if topic in chosen:
+            raise fail(node, f"topic {topic!r} is named twice")
+        chosen.append(topic)
+    return CompactSow(tuple(chosen), where=element.path)
+
+
+_LEVELS: Final = ("info", "warning", "error")
+
+
+def _echo(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
+) -> Step:
+    name = "amps-action-do-echo-message"
+    spec: Spec = {"Message": False, "Level": False, "MaxPerSecond": False}
+    opts = Options(element, options, spec, name)
+    message = scope.template(opts.require("Message", name, " (the line to write)"), ctx)
+    level = "info"
+    if (level_node := opts.one("Level")) is not None:
+        level = read_choice(level_node, ctx, _LEVELS, "Level")
+    rate = 100
+    if (rate_node := opts.one("MaxPerSecond")) is not None:
+        rate = read_int(rate_node, ctx, minimum=1, maximum=10_000)
+    if level == "warning":
+        return EchoMessage(message, "warning", rate, where=element.path)
+    if level == "error":
+        return EchoMessage(message, "error", rate, where=element.path)
+    return EchoMessage(message, "info", rate, where=element.path)
+
+
+def _extract_values(
+    element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts, scope: ActionScope
+) -> Step:
+    name = "amps-action-do-extract-values"
+    opts = Options(element, options, {"Value": True, "Data": False}, name)
+    data: Template | None = None
+    if (data_node := opts.one("Data")) is not None:
+        data = scope.template(data_node, ctx)
+    nodes = opts.many("Value")
+    if not nodes:
+        where = opts.node if opts.node is not None else element
+        raise fail(where, f"{name} needs at least one <Value> (NAME=expression, e.g. "
+                   "SYM=/sym)")  # fmt: skip
+    values: list[tuple[str, str]] = []
+    first: dict[str, int] = {}
+    for node in nodes:
+        variable, equals, expression = read_value(node, ctx).partition("=")
+        variable, expression = variable.strip(), expression.strip()
+        if not equals or not expression:
+            raise fail(node, "a Value is NAME=expression (e.g. NOTIONAL=/qty * /px)")
+        if not _PARAMETER_NAME.fullmatch(variable) or variable.upper().startswith("AMPS_"):
+            raise fail(node, f"{variable!r} is not a variable name: 1 to 64 letters, digits "
+                       "and _, not starting with a digit nor with AMPS_ (reserved for the "
+                       "broker's variables)")  # fmt: skip
+        if variable in first:
+            raise fail(node, f"{variable!r} is set twice (first at line {first[variable]})")
+        try:
+            compile_value(expression)
+        except FilterSyntaxError as exc:
+            raise fail(node, f"the expression of {variable} does not compile: {exc}") from None
+        first[variable] = node.line
+        values.append((variable, expression))
+    return ExtractValues(tuple(values), data, where=element.path)
 
 
 def _execute_event(
@@ -681,4 +826,8 @@ DO_READERS: Final[Mapping[str, StepReader]] = {
     "amps-action-do-disable-proxied-transfer": _proxied(False),
     "amps-action-do-shutdown": _shutdown,
     "spool-action-do-redrive-dead-letters": _redrive,
+    "amps-action-do-delete-sow": _delete_sow,
+    "spool-action-do-compact-sow": _compact_sow,
+    "amps-action-do-echo-message": _echo,
+    "amps-action-do-extract-values": _extract_values,
 }

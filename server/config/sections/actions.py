@@ -24,14 +24,19 @@ event triggers by :mod:`spool.server.config.sections.actiontriggers`.
 An action whose triggers are event triggers (once per message or happening) is an *event
 action*: it may not also have a schedule, start-up, admin... trigger (those run it on its
 own, with none of the variables of a message), and its templates use only the variables
-every one of its triggers gives. A module this version does not run yet is refused after
-every action was read and checked.
+every one of its triggers gives; its steps may not be maintenance (journals, statistics,
+SOW compaction) nor, once per message, changes of the instance (a transport, a link, a
+queue). Once every action is read, a loop of on-publish actions that the file proves
+(:mod:`spool.server.config.sections.actionloops`) is refused; ``<Webhooks>`` says where
+webhook modules may post (:mod:`spool.server.config.sections.webhooks`). A module this
+version does not run yet is refused last, after every action was read and checked.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Final
 
 from spool.server.config.actions import (
@@ -47,11 +52,14 @@ from spool.server.config.actions import (
     OnPublishMessage,
     OnShutdown,
     OnStartup,
+    PublishMessage,
     Step,
     Trigger,
+    WebhooksConfig,
 )
 from spool.server.config.errors import ConfigError
 from spool.server.config.model import SowTopicConfig
+from spool.server.config.sections.actionloops import check_loops
 from spool.server.config.sections.actionmodules import (
     CONDITION_READERS,
     DO_READERS,
@@ -59,14 +67,16 @@ from spool.server.config.sections.actionmodules import (
     UNSUPPORTED_MODULES,
     ActionFacts,
     ActionScope,
+    StepReader,
 )
 from spool.server.config.sections.actiontriggers import EVENT_TRIGGER_READERS
+from spool.server.config.sections.webhooks import read_webhook, read_webhooks
 from spool.server.config.values import Context, read_name, read_value
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
 __all__ = ["ActionFacts", "read_actions"]
 
-_ACTIONS_SPEC: Final[Spec] = {"Action": True}
+_ACTIONS_SPEC: Final[Spec] = {"Webhooks": False, "Action": True}
 _ACTION_SPEC: Final[Spec] = {"Name": False, "On": True, "If": True, "Do": True}
 _STEP_SPEC: Final[Spec] = {"Module": False, "Options": False}
 #: triggers an action may have once only
@@ -78,6 +88,10 @@ _PLACES: Final[Mapping[str, tuple[str, ...]]] = {
     "Do": ACTION_MODULES,
 }
 _WHAT: Final[Mapping[str, str]] = {"On": "a trigger", "If": "a condition", "Do": "a module"}
+_DO_READERS: Final[Mapping[str, StepReader]] = {
+    **DO_READERS,
+    "spool-action-do-webhook": read_webhook,
+}
 
 
 def _not_supported(module_node: XmlNode, name: str) -> ConfigError:
@@ -86,6 +100,14 @@ def _not_supported(module_node: XmlNode, name: str) -> ConfigError:
         f"{name} is not supported yet: {UNSUPPORTED_MODULES[name]} are not part of this "
         "version of Spool; remove this module",
     )
+
+
+def _correlation_not_supported(options: XmlNode | None) -> ConfigError:
+    """The refusal of a publish step's ``CorrelationId``: read and checked, not run yet."""
+    assert options is not None  # the reader found the option there
+    node = next(child for child in options.children if child.tag == "CorrelationId")
+    return fail(node, "CorrelationId is not supported yet: correlation ids of the messages "
+                "actions publish are not part of this version of Spool; remove this option")  # fmt: skip
 
 
 def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None, XmlNode]:
@@ -118,13 +140,17 @@ def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None, XmlN
 
 
 class _Read:
-    """An action as read, with the refusals of what it uses that is not run yet (raised
-    once every action is checked)."""
+    """An action as read, with what the checks after the last action need: the elements
+    of its steps (the loop check names one) and the refusals of what it uses that is not
+    run yet (raised once everything is checked)."""
 
-    __slots__ = ("action", "not_run")
+    __slots__ = ("action", "not_run", "steps")
 
-    def __init__(self, action: ActionConfig, not_run: list[ConfigError]) -> None:
+    def __init__(
+        self, action: ActionConfig, steps: list[XmlNode], not_run: list[ConfigError]
+    ) -> None:
         self.action = action
+        self.steps = steps
         self.not_run = not_run
 
 
@@ -178,15 +204,32 @@ def _scope(triggers: list[Trigger]) -> ActionScope:
     if all(isinstance(t, EVENT_TRIGGERS) for t in triggers):
         shared = set(triggers[0].provides).intersection(*(t.provides for t in triggers[1:]))
         names.update(shared)
-        # a run of a happening publishes without waiting for the log: no bookmark to give
+        # its webhooks are queued, not waited for: no status to give; a run of a happening
+        # publishes without waiting for the log: no bookmark to give
+        withheld = {"AMPS_WEBHOOK_STATUS"}
         if any(not isinstance(t, OnPublishMessage) for t in triggers):
-            return ActionScope(names, frozenset({"AMPS_PUBLISHED_BOOKMARK"}))
-        return ActionScope(names)
+            withheld.add("AMPS_PUBLISHED_BOOKMARK")
+        return ActionScope(names, frozenset(withheld))
     for trigger in triggers:
         names.update(trigger.provides)
         if isinstance(trigger, OnAdmin):
             names.update(p.name for p in trigger.parameters)
     return ActionScope(names)
+
+
+def _check_event_use(element: XmlNode, module: str, step: Step, rates: set[str]) -> None:
+    """Refuse a step an event action may not run: maintenance (journals, statistics, SOW
+    files) once per event, or a change of the instance (a transport, a link, a queue,
+    shutdown) once per message."""
+    if not rates:
+        return
+    per = "message" if "message" in rates else "event"
+    if step.event_use == "never":
+        raise fail(element, f"{module} is a maintenance step: run it on a schedule or on "
+                   f"demand, not per {per}")  # fmt: skip
+    if step.event_use == "happening" and per == "message":
+        raise fail(element, f"{module} changes the instance: an action may run it per client "
+                   "or link happening, not per message")  # fmt: skip
 
 
 def _action(node: XmlNode, ctx: Context, facts: ActionFacts) -> _Read:
@@ -195,20 +238,27 @@ def _action(node: XmlNode, ctx: Context, facts: ActionFacts) -> _Read:
     not_run: list[ConfigError] = []
     triggers = _triggers(kids, ctx, facts, node, not_run)
     scope = _scope(triggers)
+    rates: set[str] = {t.rate for t in triggers if isinstance(t, EVENT_TRIGGERS)}
     steps: list[Step] = []
+    step_nodes: list[XmlNode] = []
     for child in node.children:  # If and Do in file order
         if child.tag not in ("If", "Do"):
             continue
         module, options, module_node = _module_name(child, ctx)
-        readers = CONDITION_READERS if child.tag == "If" else DO_READERS
+        readers = CONDITION_READERS if child.tag == "If" else _DO_READERS
         step = readers[module](child, options, ctx, facts, scope)
+        _check_event_use(child, module, step, rates)
+        step_nodes.append(child)
         scope.add(step.provides)
         steps.append(step)
         if module in UNSUPPORTED_MODULES:
             not_run.append(_not_supported(module_node, module))
+        if isinstance(step, PublishMessage) and step.correlation_id is not None:
+            not_run.append(_correlation_not_supported(options))
     if not any(child.tag == "Do" for child in node.children):
         raise fail(node, f"action {name!r} needs at least one <Do> (what it does)")
-    return _Read(ActionConfig(name, tuple(triggers), tuple(steps), where=node.path), not_run)
+    action = ActionConfig(name, tuple(triggers), tuple(steps), where=node.path)
+    return _Read(action, step_nodes, not_run)
 
 
 def read_actions(
@@ -225,8 +275,9 @@ def read_actions(
     sow_topics: tuple[SowTopicConfig, ...] = (),
     replicates: bool = False,
     event_topics: frozenset[str] = frozenset(),
-) -> tuple[ActionConfig, ...]:
-    """Read ``<Actions>`` (see the module docstring).
+) -> tuple[tuple[ActionConfig, ...], WebhooksConfig]:
+    """Read ``<Actions>`` (see the module docstring): the actions, and where their webhooks
+    may post (``<Webhooks>``).
 
     Every action is read and checked in full before a module this version does not run
     yet is refused (at its ``<Module>``, the first in file order), so a file written for
@@ -260,6 +311,10 @@ def read_actions(
         sow_topics, replicates, event_topics,
     )  # fmt: skip
     kids = Children(node, _ACTIONS_SPEC)
+    webhooks = WebhooksConfig()
+    if (webhooks_node := kids.one("Webhooks")) is not None:
+        webhooks = read_webhooks(webhooks_node, ctx)
+        facts = replace(facts, webhook_allow=webhooks.allow)
     read: list[_Read] = []
     first: dict[str, int] = {}
     for action_node in kids.many("Action"):
@@ -269,7 +324,8 @@ def read_actions(
             raise fail(action_node, f"duplicate action name {name!r} (first at line {first[name]})")
         first[name] = action_node.line
         read.append(one)
+    check_loops([(one.action, one.steps) for one in read])
     for one in read:
         if one.not_run:
             raise one.not_run[0]
-    return tuple(one.action for one in read)
+    return tuple(one.action for one in read), webhooks

@@ -171,8 +171,8 @@ REFUSED: list[tuple[str, str, str, int, str]] = [
     ("a trigger not built yet", TXLOG + "\n" + action(on("amps-action-on-deliver-message"), ARCHIVE),
      f"{A}/On/Module", 7, "amps-action-on-deliver-message is not supported yet: message-driven "
      "triggers are not part of this version of Spool; remove this module"),
-    ("a module not built yet", TXLOG + "\n" + action(ADMIN, do("amps-action-do-delete-sow")),
-     f"{A}/Do/Module", 8, "amps-action-do-delete-sow is not supported yet"),
+    ("a module not built yet", TXLOG + "\n" + action(ADMIN, do("amps-action-do-query-sow")),
+     f"{A}/Do/Module", 8, "amps-action-do-query-sow is not supported yet"),
     ("did you mean", TXLOG + "\n" + action(ADMIN, do("amps-action-do-archive-jornal")),
      f"{A}/Do/Module", 8, "did you mean amps-action-do-archive-journal?"),
     ("not an AMPS name", TXLOG + "\n" + action(ADMIN, do("archive")),
