@@ -612,8 +612,9 @@ ReplicationStep = DowngradeReplication | UpgradeReplication
 class PublishMessage:
     """``amps-action-do-publish-message``: publish ``data`` to ``topic`` as the broker.
 
-    Both may hold ``{{VARIABLE}}`` references; in ``data`` (a JSON body) the values are
-    inserted JSON-escaped. ``correlation_id`` (a template too) is the message's correlation
+    Both may hold ``{{VARIABLE}}`` references; ``data`` is a JSON body, expanded with
+    :meth:`~spool.server.config.template.Template.expand_json` (values JSON-escaped inside
+    strings, raw in value positions). ``correlation_id`` (a template too) is the message's correlation
     id (None: none; under an on-publish trigger, the source message's bookmark).
     """
 
