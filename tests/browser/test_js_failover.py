@@ -159,17 +159,27 @@ async ({ url, holdFrom }) => {
   window.errors = [];
   window.states = [];
   // the page rejects every third message; at each count of holdFrom it keeps the next
-  // one to reject until the test calls settleHeld(), once the broker is gone
+  // one to reject until the test calls settleHeld(), once the broker is gone. While one
+  // is held the page settles nothing else, so at most maxBacklog messages are out and
+  // the next count is reached only after the broker came back, however fast the page
+  // runs; settleHeld() then settles the held message and those that came after it.
   window.holdFrom = holdFrom;
   window.held = null;
+  window.deferred = [];
   const settle = (m, n) => { if (n % 3 === 2) m.reject(`bad ${n}`); else m.ack(); };
-  window.settleHeld = () => { const { m, n } = window.held; window.held = null; settle(m, n); };
+  window.settleHeld = () => {
+    const { m, n } = window.held;
+    window.held = null;
+    settle(m, n);
+    for (const d of window.deferred.splice(0)) settle(d.m, d.n);
+  };
   ha.setExceptionListener((e) => window.errors.push(String(e)));
   ha.addConnectionStateListener((s) => window.states.push(s));
   await ha.connectAndLogon();
   await ha.queueSubscribe('work', { subId: 'w', maxBacklog: 8 }, (m) => {
     const n = m.json().n;
     window.processed.push(n);
+    if (window.held !== null) { window.deferred.push({ m, n }); return; }
     if (window.holdFrom.length && window.processed.length >= window.holdFrom[0] && n % 3 === 2) {
       window.holdFrom.shift();
       window.held = { m, n };
