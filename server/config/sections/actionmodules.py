@@ -143,8 +143,8 @@ class ActionFacts:
         replicated_queues: the queues whose messages have owners on several instances
             (a ``Queue`` or ``GroupLocalQueue`` of an instance that replicates).
         queues: every configured queue.
-        dead_letter_queues: the queues with a ``<DeadLetter>``.
-        dead_letter_reasons: for each of those, the removals that make a dead letter.
+        dead_letter_reasons: the queues with a ``<DeadLetter>``, each with the removals
+            that make a dead letter (:attr:`dead_letter_queues` are its keys).
         client_transports: the transports clients connect to (``websocket``).
         sow_topics: the ``<SOW><Topic>`` rules (the SOW triggers and modules name one).
         replicates: the instance has links (``<Replication>`` or an ``amps-replication``
@@ -159,13 +159,17 @@ class ActionFacts:
     destinations: Mapping[str, bool] = field(default_factory=dict)
     replicated_queues: tuple[str, ...] = ()
     queues: tuple[str, ...] = ()
-    dead_letter_queues: tuple[str, ...] = ()
     dead_letter_reasons: Mapping[str, frozenset[str]] = field(default_factory=dict)
     client_transports: tuple[str, ...] = ()
     sow_topics: tuple[SowTopicConfig, ...] = ()
     replicates: bool = False
     event_topics: frozenset[str] = frozenset()
     webhook_allow: tuple[str, ...] = ()
+
+    @property
+    def dead_letter_queues(self) -> tuple[str, ...]:
+        """The queues with a ``<DeadLetter>``, in configuration order."""
+        return tuple(self.dead_letter_reasons)
 
 
 class ActionScope:

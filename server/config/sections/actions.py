@@ -307,7 +307,7 @@ def read_actions(
     reasons = dict(dead_letter_reasons or {})
     facts = ActionFacts(
         transports, has_txlog, directories, dict(destinations or {}), replicated_queues, queues,
-        tuple(reasons), reasons, transports if client_transports is None else client_transports,
+        reasons, transports if client_transports is None else client_transports,
         sow_topics, replicates, event_topics,
     )  # fmt: skip
     kids = Children(node, _ACTIONS_SPEC)

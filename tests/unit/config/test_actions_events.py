@@ -38,7 +38,6 @@ FACTS = ActionFacts(
     directories=("data", "stats", "journal", "archive"),
     destinations={"b": True, "c": False},
     queues=("work", "plain"),
-    dead_letter_queues=("work",),
     dead_letter_reasons={"work": frozenset({"max_deliveries", "expired"})},
     client_transports=("websocket-json",),
     sow_topics=(SowTopicConfig("orders", keys=("/id",)), SowTopicConfig("^fx/", is_regex=True)),
@@ -170,7 +169,7 @@ def test_an_action_is_event_driven_when_all_its_triggers_are_event_triggers() ->
 # -- refused by the readers, at the element ------------------------------------------------
 
 NO_LINKS = replace(FACTS, replicates=False, destinations={})
-NO_DEAD = replace(FACTS, dead_letter_queues=(), dead_letter_reasons={})
+NO_DEAD = replace(FACTS, dead_letter_reasons={})
 EXACT_SOW = replace(FACTS, sow_topics=(SowTopicConfig("orders"),))
 
 # (id, module, options, facts, path, fragment)
