@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Final
 
 from spool.server.config.actions import (
@@ -139,19 +139,15 @@ def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None, XmlN
     )
 
 
+@dataclass(frozen=True, slots=True)
 class _Read:
     """An action as read, with what the checks after the last action need: the elements
     of its steps (the loop check names one) and the refusals of what it uses that is not
     run yet (raised once everything is checked)."""
 
-    __slots__ = ("action", "not_run", "steps")
-
-    def __init__(
-        self, action: ActionConfig, steps: list[XmlNode], not_run: list[ConfigError]
-    ) -> None:
-        self.action = action
-        self.steps = steps
-        self.not_run = not_run
+    action: ActionConfig
+    steps: list[XmlNode]
+    not_run: list[ConfigError]
 
 
 def _triggers(
