@@ -38,6 +38,7 @@ from spool.server.config import (
     TruncateStatistics,
     UpgradeReplication,
     Webhook,
+    without_query,
 )
 from spool.server.units import format_duration
 
@@ -158,13 +159,8 @@ def describe_step(step: Step) -> str:
             if step.signing_key is not None:
                 extra.append("signed")
             more = f" ({', '.join(extra)})" if extra else ""
-            return f"post to {_without_query(step.url.text)}{more}"
+            return f"post to {without_query(step.url.text)}{more}"
     return ""
-
-
-def _without_query(url: str) -> str:
-    base, mark, _ = url.partition("?")
-    return base + ("?…" if mark else "")
 
 
 def _destinations(names: tuple[str, ...]) -> str:

@@ -87,6 +87,7 @@ from spool.server.config.actions import (
     UpgradeReplication,
     Webhook,
     WebhooksConfig,
+    without_query,
 )
 from spool.server.config.defaults import default_config, render_default_xml, with_overrides
 from spool.server.config.errors import (
@@ -233,4 +234,5 @@ __all__ = [
     "parse_origin",
     "render_default_xml",
     "with_overrides",
+    "without_query",
 ]

@@ -30,13 +30,13 @@ from typing import Final, NamedTuple
 
 import orjson
 
-from spool.server.config.actions import Step, Webhook, WebhooksConfig
+from spool.server.config.actions import Step, Webhook, WebhooksConfig, without_query
 from spool.server.config.sections.actionmodules import ActionFacts, ActionScope, Options
 from spool.server.config.template import Template, TemplateError
 from spool.server.config.values import Context, read_duration, read_int, read_value
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
-__all__ = ["read_webhook", "read_webhooks", "without_query"]
+__all__ = ["read_webhook", "read_webhooks"]
 
 _WEBHOOKS_SPEC: Final[Spec] = {"Allow": True, "Threads": False, "QueueDepth": False}
 _WEBHOOK_SPEC: Final[Spec] = {
@@ -79,12 +79,6 @@ class _Target(NamedTuple):
         if allow.path.endswith("/") or self.path.startswith(allow.path + "/"):
             return self.path.startswith(allow.path)
         return self.path == allow.path and not partial
-
-
-def without_query(url: str) -> str:
-    """``url`` as it may be shown: its query (where tokens go) cut off."""
-    base, mark, _ = url.partition("?")
-    return base + ("?…" if mark else "")
 
 
 def _target(node: XmlNode, text: str, what: str) -> _Target:

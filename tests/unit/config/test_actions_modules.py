@@ -24,9 +24,10 @@ from spool.server.config import (
     Template,
     Webhook,
     WebhooksConfig,
+    without_query,
 )
 from spool.server.config.sections.actionmodules import DO_READERS, ActionFacts, ActionScope
-from spool.server.config.sections.webhooks import read_webhook, without_query
+from spool.server.config.sections.webhooks import read_webhook
 from spool.server.config.values import Context
 from spool.server.config.xmltree import parse_tree
 from tests.unit.config.helpers import assert_refused, doc, parse
