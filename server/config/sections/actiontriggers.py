@@ -16,7 +16,7 @@ the runtime has one class of link trigger.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final, Literal
 
 from spool.server.config.actions import (
@@ -108,14 +108,23 @@ def _sow_topic(node: XmlNode, topic: TopicMatch, facts: ActionFacts) -> None:
 
 
 def _names(
-    nodes: list[XmlNode], ctx: Context, what: str, check: Mapping[str, str] | None = None
+    nodes: list[XmlNode],
+    ctx: Context,
+    what: str,
+    check: Collection[str] | None = None,
+    *,
+    read: Callable[[XmlNode, Context], str] = read_value,
+    refuse: Callable[[str], str] | None = None,
 ) -> tuple[str, ...]:
-    """Repeated name options, each once; ``check`` maps the names allowed to nothing, and
-    a name not in it is refused (the message lists them)."""
+    """Repeated name options (each value read with ``read``), each once; ``check`` holds
+    the names allowed, and a name not in it is refused with ``refuse(name)``
+    (default: a message listing them)."""
     chosen: list[str] = []
     for node in nodes:
-        value = read_value(node, ctx)
+        value = read(node, ctx)
         if check is not None and value not in check:
+            if refuse is not None:
+                raise fail(node, refuse(value))
             raise fail(node, f"{what} {value!r} is not one of {', '.join(check) or 'none'}")
         if value in chosen:
             raise fail(node, f"{what} {value!r} is named twice")
@@ -187,7 +196,7 @@ def _on_oof(element: XmlNode, options: XmlNode | None, ctx: Context, facts: Acti
     _message_type(opts, ctx)
     flt = _filter(opts, ctx)
     reason_nodes = opts.many("Reason")
-    reasons = _names(reason_nodes, ctx, "Reason", dict.fromkeys(_OOF_REASONS, ""))
+    reasons = _names(reason_nodes, ctx, "Reason", _OOF_REASONS)
     if flt is None and "match" in reasons:
         node = reason_nodes[reasons.index("match")]
         raise fail(node, "Reason match is a record that stops matching the Filter, and this "
@@ -207,13 +216,14 @@ def _on_dead_letter(
                    f"<DeadLetter> (queues: {listed}); remove this trigger")  # fmt: skip
     spec: Spec = {"Queue": True, "Reason": True, "Filter": False}
     opts = Options(element, options, spec, name)
-    for node in opts.many("Queue"):
-        queue = read_value(node, ctx)
-        if queue not in facts.dead_letter_queues:
-            what = "has no <DeadLetter>" if queue in facts.queues else "is not a configured queue"
-            raise fail(node, f"queue {queue!r} {what}; queues with dead letters: "
-                       f"{', '.join(facts.dead_letter_queues)}")  # fmt: skip
-    queues = _names(opts.many("Queue"), ctx, "queue") or facts.dead_letter_queues
+
+    def no_dead_letters(queue: str) -> str:
+        what = "has no <DeadLetter>" if queue in facts.queues else "is not a configured queue"
+        return (f"queue {queue!r} {what}; queues with dead letters: "
+                f"{', '.join(facts.dead_letter_queues)}")  # fmt: skip
+
+    queues = _names(opts.many("Queue"), ctx, "queue", facts.dead_letter_reasons,
+                    refuse=no_dead_letters) or facts.dead_letter_queues  # fmt: skip
     possible: set[str] = set()
     for queue in queues:
         possible.update(facts.dead_letter_reasons.get(queue, ()))
@@ -236,8 +246,8 @@ def _on_client(
         element: XmlNode, options: XmlNode | None, ctx: Context, facts: ActionFacts
     ) -> Trigger:
         opts = Options(element, options, {"Filter": False, "Transport": True}, name)
-        allowed = dict.fromkeys(facts.client_transports, "")
-        transports = _names(opts.many("Transport"), ctx, "client transport", allowed)
+        transports = _names(opts.many("Transport"), ctx, "client transport",
+                            facts.client_transports)  # fmt: skip
         return OnClient(event, _filter(opts, ctx), transports, where=element.path, module=name)
 
     return reader
@@ -246,16 +256,12 @@ def _on_client(
 def _link_names(opts: Options, ctx: Context, facts: ActionFacts, direction: str) -> tuple[str, ...]:
     """The ``Link`` options: a destination's name (``out``), or a source's, which is the
     name of the instance that dials in and cannot be listed in advance (``in``, ``both``)."""
-    chosen: list[str] = []
-    for node in opts.many("Link"):
-        link = read_name(node, ctx, "link name")
-        if direction == "out" and link not in facts.destinations:
-            raise fail(node, f"no replication destination named {link!r} (configured: "
-                       f"{', '.join(facts.destinations) or 'none'})")  # fmt: skip
-        if link in chosen:
-            raise fail(node, f"link {link!r} is named twice")
-        chosen.append(link)
-    return tuple(chosen)
+    return _names(
+        opts.many("Link"), ctx, "link", facts.destinations if direction == "out" else None,
+        read=lambda node, c: read_name(node, c, "link name"),
+        refuse=lambda link: (f"no replication destination named {link!r} (configured: "
+                             f"{', '.join(facts.destinations) or 'none'})"),
+    )  # fmt: skip
 
 
 def _needs_links(element: XmlNode, name: str, facts: ActionFacts, direction: str) -> None:
@@ -285,7 +291,7 @@ def _on_link_state(
         allowed = tuple(dict.fromkeys(LINK_STATES["out"] + LINK_STATES["in"]))
     else:
         allowed = LINK_STATES[direction]
-    states = _names(opts.many("State"), ctx, "State", dict.fromkeys(allowed, ""))
+    states = _names(opts.many("State"), ctx, "State", allowed)
     links = _link_names(opts, ctx, facts, direction)
     return OnLinkState(direction, states or allowed, links, _filter(opts, ctx), where=element.path)
 
