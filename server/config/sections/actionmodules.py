@@ -85,6 +85,7 @@ __all__ = [
     "Options",
     "StepReader",
     "TriggerReader",
+    "sow_rule",
 ]
 
 _MESSAGE_TRIGGERS: Final = "message-driven triggers"
@@ -679,13 +680,14 @@ def _publish(
     return PublishMessage(topic, data, correlation_id=correlation_id, where=element.path)
 
 
-def _sow_rule(node: XmlNode, topic: str, facts: ActionFacts) -> SowTopicConfig:
-    """The SOW rule that keeps ``topic`` (a topic, or a rule's own regular expression)."""
+def sow_rule(node: XmlNode, topic: str, facts: ActionFacts) -> SowTopicConfig:
+    """The SOW rule that keeps ``topic`` (a topic, or a rule's own regular expression);
+    refused at ``node`` when there is none, with the rules listed."""
     for rule in facts.sow_topics:
         if rule.name == topic or (not is_regex_topic(topic) and rule.matches(topic)):
             return rule
     names = ", ".join(r.name for r in facts.sow_topics) or "none"
-    raise fail(node, f"{topic!r} is not a SOW topic (SOW topics: {names})")
+    raise fail(node, f"no SOW topic rule matches {topic!r} (SOW topics: {names})")
 
 
 def _probe_filter(node: XmlNode, template: Template, what: str) -> None:
@@ -706,7 +708,7 @@ def _delete_sow(
     topic_node = opts.require("Topic", name, " (the SOW topic)")
     topic = scope.template(topic_node, ctx)
     if topic.constant:
-        _sow_rule(topic_node, topic.text, facts)
+        sow_rule(topic_node, topic.text, facts)
         if is_regex_topic(topic.text):
             raise fail(topic_node, "the Topic is one topic, not a regular expression")
     given = [tag for tag in ("Filter", "Key") if opts.one(tag) is not None]
@@ -733,7 +735,7 @@ def _compact_sow(
     chosen: list[str] = []
     for node in opts.many("Topic"):
         topic = read_value(node, ctx)
-        if not _sow_rule(node, topic, facts).persistent:
+        if not sow_rule(node, topic, facts).persistent:
             raise fail(node, f"{topic!r} is a transient SOW topic (memory only): it has no "
                        "file to compact")  # fmt: skip
         if topic in chosen:

@@ -32,7 +32,12 @@ from spool.server.config.actions import (
     Trigger,
 )
 from spool.server.config.model import EVENT_TOPICS, MESSAGE_TYPES
-from spool.server.config.sections.actionmodules import ActionFacts, Options, TriggerReader
+from spool.server.config.sections.actionmodules import (
+    ActionFacts,
+    Options,
+    TriggerReader,
+    sow_rule,
+)
 from spool.server.config.values import (
     Context,
     read_choice,
@@ -97,14 +102,11 @@ def _source(opts: Options, ctx: Context, facts: ActionFacts) -> MessageSource:
 
 def _sow_topic(node: XmlNode, topic: TopicMatch, facts: ActionFacts) -> None:
     """Refuse a topic no ``<SOW><Topic>`` rule can keep (its trigger would never fire)."""
-    rules = facts.sow_topics
-    if topic.is_regex:
-        if any(r.is_regex or re.search(topic.text, r.name) for r in rules):
-            return  # two regular expressions: whether they overlap cannot be told
-    elif any(r.matches(topic.text) for r in rules):
-        return
-    names = ", ".join(r.name for r in rules) or "none"
-    raise fail(node, f"no SOW topic rule matches {topic.text!r} (SOW topics: {names})")
+    if topic.is_regex and any(
+        r.is_regex or re.search(topic.text, r.name) for r in facts.sow_topics
+    ):
+        return  # a rule's name it matches, or two regular expressions (overlap unknown)
+    sow_rule(node, topic.text, facts)
 
 
 def _names(
