@@ -5,8 +5,9 @@ queue's state is its messages minus its acks), so restart time would grow with r
 The checkpoint keeps, per queue, a log seq **from which a replay gives the same queue**
 (every message before it has left, every record that changes a message still to come is
 at or after it; a replicated queue's changes that arrived before their message hold it
-back), the queue's transfer counters through the last record it covers, and a fingerprint
-of the queue's definition. It is only ever too early, never too late: the log is made
+back), the queue's transfer counters through the last record it covers, a replicated
+queue's publisher positions then (so that a change replayed for a message that left
+before the seq is known for what it is), and a fingerprint of the queue's definition. It is only ever too early, never too late: the log is made
 durable before the file is written (temp file, fsync, rename), and a log that does not
 hold the record the file names makes start-up read the whole log. Recovery reads from the
 smallest seq, each queue from its own (server/queues/stage.py). See docs/queues.md "The
@@ -39,10 +40,13 @@ __all__ = [
 
 #: how often the service writes a checkpoint that moved (seconds)
 CHECKPOINT_INTERVAL: Final = 5.0
-_VERSION: Final = 2
+_VERSION: Final = 3
 
 #: a queue's transfer counters: (in, out)
 Transferred = tuple[int, int]
+#: a replicated queue's publisher positions: publisher hash -> the sequence its messages
+#: passed (server/queues/ownership.py ``Ownership.seen``)
+Seen = Mapping[int, int]
 
 
 def checkpoint_name(instance: str) -> str:
@@ -66,13 +70,14 @@ class LastRecord:
 
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """Per queue, the seq its replay may start from, the definition it holds for, and
-    its transfer counters through :attr:`last`."""
+    """Per queue, the seq its replay may start from, the definition it holds for, its
+    transfer counters and (replicated) its publisher positions through :attr:`last`."""
 
     last: LastRecord
     seqs: Mapping[str, int]
     fingerprints: Mapping[str, str]
     transferred: Mapping[str, Transferred]
+    seen: Mapping[str, Seen]
 
     def start_of(self, name: str, print_: str) -> int:
         """Where queue ``name`` (defined as ``print_`` now) may start (0: the whole log)."""
@@ -101,6 +106,7 @@ def encode(checkpoint: Checkpoint) -> bytes:
                     "seq": seq,
                     "fingerprint": checkpoint.fingerprints[name],
                     "transferred": list(checkpoint.transferred[name]),
+                    "seen": sorted(checkpoint.seen.get(name, {}).items()),
                 }
                 for name, seq in sorted(checkpoint.seqs.items())
             },
@@ -131,8 +137,10 @@ def decode(data: bytes) -> Checkpoint:
     seqs: dict[str, int] = {}
     prints: dict[str, str] = {}
     transferred: dict[str, Transferred] = {}
+    seen: dict[str, Seen] = {}
     for name, entry in queues.items():
         counts = entry.get("transferred") if isinstance(entry, dict) else None
+        positions = entry.get("seen") if isinstance(entry, dict) else None
         if (
             not isinstance(entry, dict)
             or type(entry.get("seq")) is not int
@@ -141,12 +149,27 @@ def decode(data: bytes) -> Checkpoint:
             or not isinstance(counts, list)
             or len(counts) != 2
             or not all(type(v) is int and v >= 0 for v in counts)
+            or not isinstance(positions, list)
+            or not all(_is_position(p) for p in positions)
         ):
             raise CheckpointError(f"malformed entry for queue {name!r}")
         seqs[name] = entry["seq"]
         prints[name] = entry["fingerprint"]
         transferred[name] = (counts[0], counts[1])
-    return Checkpoint(LastRecord(*last), seqs, prints, transferred)
+        if positions:
+            seen[name] = {pub_hash: seq for pub_hash, seq in positions}
+    return Checkpoint(LastRecord(*last), seqs, prints, transferred, seen)
+
+
+def _is_position(item: object) -> bool:
+    """A ``[publisher hash, sequence]`` pair of the ``seen`` list."""
+    return (
+        isinstance(item, list)
+        and len(item) == 2
+        and all(type(v) is int for v in item)
+        and 0 <= item[0] < 1 << 64
+        and item[1] > 0
+    )
 
 
 def read(path: Path) -> bytes | None:

@@ -486,6 +486,11 @@ class Ownership:
             self._index_early(bm)
         return [grant]
 
+    def seen(self) -> dict[int, int]:
+        """Per publisher, the position its messages passed (:meth:`passed`): what a
+        checkpoint keeps, for a replay that starts after them."""
+        return dict(self._seen)
+
     def passed(self, pub_hash: int, seq: int) -> None:
         """This copy recorded publisher ``pub_hash``'s messages up to ``seq`` on the
         queue's topics: no message of that publisher at or below ``seq`` can enter any

@@ -243,7 +243,8 @@ class QueueService:
         for name, q in self.queues.items():
             start = loaded.start_of(name, self._prints[name])
             if start:
-                q.resume(start, loaded.last.seq, loaded.transferred[name])
+                q.resume(start, loaded.last.seq, loaded.transferred[name],
+                         loaded.seen.get(name, {}))  # fmt: skip
                 self._saved[name] = start
 
     async def _not_this_log(self, last: LastRecord) -> str:
@@ -277,16 +278,20 @@ class QueueService:
         seqs = {name: q.checkpoint_seq(q.hold_from(end), end) for name, q in self.queues.items()}
         if seqs == self._saved or end < 1:
             return False  # the file written stands: a replay from it counts what followed
-        # taken with ``end`` (no await between): the counters through record ``end``
+        # taken with ``end`` (no await between): the counters and publisher positions
+        # through record ``end``
         transferred = {
             name: (q.transferred_in, q.transferred_out) for name, q in self.queues.items()
+        }
+        seen = {
+            name: q.ownership.seen() for name, q in self.queues.items() if q.ownership is not None
         }
         await txlog.wait_durable(end)
         batch = await txlog.read_view(end, max_count=1, upto_seq=end)
         if len(batch) != 1:
             return False  # retention took it meanwhile: the next pass names a newer one
         last = LastRecord(end, batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0])
-        data = checkpoint.encode(Checkpoint(last, seqs, self._prints, transferred))
+        data = checkpoint.encode(Checkpoint(last, seqs, self._prints, transferred, seen))
         await asyncio.to_thread(write_durable, txlog.seam, path, data)
         self._saved = seqs
         self._saved_last = end
@@ -310,10 +315,12 @@ class QueueService:
                               error=f"{type(exc).__name__}: {exc}")  # fmt: skip
 
     def recovered(self) -> None:
-        """Start-up, after the log was read: log the acks of dead letters a crash kept
-        out of the log, pin the log from each queue's oldest message, report, start the
-        timer."""
+        """Start-up, after the log was read: apply what the checkpoint knew of the
+        messages before it (:meth:`QueueRuntime.recovered`), log the acks of dead letters
+        a crash kept out of the log, pin the log from each queue's oldest message,
+        report, start the timer."""
         txlog = self._txlog
+        self.stage.recovered()
         for q, (seqs, bookmarks) in self.stage.unacked_dead().items():
             body = encode_ack_bookmarks(bookmarks) if q.ownership is not None else (
                 encode_ack_seqs(seqs))  # fmt: skip

@@ -17,7 +17,7 @@ queue; the configuration requires the log to record the underlying topics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -128,6 +128,8 @@ class QueueRuntime:
     #: a replay counts the grants of the records after this seq only: the counters
     #: restored from the checkpoint count those up to it (0: every record)
     counted_through: int = 0
+    #: the checkpoint's publisher positions, until the replay is done (:meth:`recovered`)
+    seen_at_checkpoint: dict[int, int] = field(default_factory=dict)
     #: the first record of a range the start-up rebuild went past (fenced) that no
     #: repair gave back yet (0: none): its messages may still be the queue's, so neither
     #: the pin nor the checkpoint may pass it (:meth:`QueueStage.unfolded`)
@@ -189,14 +191,37 @@ class QueueRuntime:
             self.outgoing.extend(own.pending)
             own.pending.clear()
 
-    def resume(self, start_seq: int, counted_through: int, transferred: tuple[int, int]) -> None:
+    def resume(
+        self,
+        start_seq: int,
+        counted_through: int,
+        transferred: tuple[int, int],
+        seen: Mapping[int, int],
+    ) -> None:
         """Start-up from a checkpoint (server/queues/checkpoint.py): recovery takes this
         queue's records from ``start_seq`` on, and the transfer counters are
         ``transferred`` (in, out) as counted through record ``counted_through`` (the
-        checkpoint's last record); the replay counts the grants after it."""
+        checkpoint's last record); the replay counts the grants after it. ``seen``: a
+        replicated queue's publisher positions through that record
+        (:meth:`Ownership.seen`), applied once the replay is done
+        (:meth:`recovered`)."""
         self.start_seq = start_seq
         self.counted_through = counted_through
         self.transferred_in, self.transferred_out = transferred
+        self.seen_at_checkpoint = dict(seen)
+
+    def recovered(self) -> None:
+        """The replay is done: what the checkpoint knew of messages before its seq is
+        applied. A change read after the checkpoint's seq for a message that left before
+        it (a request or ack that crossed the message's ack) would otherwise be kept as
+        waiting for a message that can never come again here, and a bounded queue would
+        grant it once its publisher's later messages reach the log. Applied after the
+        replay, not before: a change replayed before its message must wait for it."""
+        own = self.ownership
+        if own is not None:
+            for pub_hash, seq in self.seen_at_checkpoint.items():
+                own.passed(pub_hash, seq)
+        self.seen_at_checkpoint = {}
 
     def logged(self, changes: Iterable[Wire]) -> None:
         """This instance logged ownership changes it made (one ``QUEUE_TRANSFER``
@@ -799,6 +824,11 @@ class QueueStage:
                 (max(first, q.start_seq) for first, last in ranges if last >= q.start_seq),
                 default=0,
             )
+
+    def recovered(self) -> None:
+        """The start-up replay is done (:meth:`QueueRuntime.recovered`)."""
+        for q in self._queues:
+            q.recovered()
 
     def recover_from(self) -> int:
         """The earliest queue checkpoint (server/queues/checkpoint.py): each queue takes

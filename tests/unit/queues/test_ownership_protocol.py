@@ -102,8 +102,9 @@ class Node:
     checked: int = 0
     #: the highest epoch of each message among the grants in its log
     logged: dict[str, int] = field(default_factory=dict)
-    #: its last queue checkpoint: (seq, last record, transfer counters then)
-    checkpoint: tuple[int, int, tuple[int, int]] | None = None
+    #: its last queue checkpoint: (seq, last record, transfer counters and publisher
+    #: positions then)
+    checkpoint: tuple[int, int, tuple[int, int], dict[int, int]] | None = None
     #: its transfer counters when it stopped
     counted: tuple[int, int] | None = None
     #: the messages its log holds: (publisher, sequence)
@@ -171,8 +172,10 @@ class Protocol(RuleBasedStateMachine):
         rt = QueueRuntime.build(self.config, self.clock, node.name, replicated=True)
         if node.checkpoint is not None:
             rt.resume(*node.checkpoint)
+        stage = QueueStage([rt], lambda q: None)
         if node.log:
-            QueueStage([rt], lambda q: None).recover(RecordBatch.from_records(node.log))
+            stage.recover(RecordBatch.from_records(node.log))
+        stage.recovered()
         if node.counted is not None:
             assert (rt.transferred_in, rt.transferred_out) == node.counted, (
                 node.name, node.checkpoint, node.counted, (rt.transferred_in, rt.transferred_out),
@@ -375,7 +378,8 @@ class Protocol(RuleBasedStateMachine):
     @rule(on=st.sampled_from(ALL_NAMES))
     def checkpoint(self, on: str) -> None:
         """The queue checkpoint, as the service takes it: where a replay may start, the
-        log's last record, the counters through it (the turn's changes not logged yet)."""
+        log's last record, the counters and publisher positions through it (the turn's
+        changes not logged yet)."""
         node = self._up(on)
         if node is None or not node.log:
             return
@@ -383,7 +387,9 @@ class Protocol(RuleBasedStateMachine):
         assert rt is not None
         end = len(node.log)
         start = rt.checkpoint_seq(rt.hold_from(end), end)
-        node.checkpoint = (start, end, (rt.transferred_in, rt.transferred_out))
+        assert rt.ownership is not None
+        seen = rt.ownership.seen()
+        node.checkpoint = (start, end, (rt.transferred_in, rt.transferred_out), seen)
 
     @rule(on=st.sampled_from(ALL_NAMES), kill=st.booleans())
     def stop(self, on: str, kill: bool) -> None:
@@ -635,8 +641,8 @@ def _count_again() -> Any:
     real = QueueRuntime.resume
 
     def resume(self: QueueRuntime, start_seq: int, counted_through: int,
-               transferred: tuple[int, int]) -> None:  # fmt: skip
-        real(self, start_seq, 0, transferred)
+               transferred: tuple[int, int], seen: dict[int, int]) -> None:  # fmt: skip
+        real(self, start_seq, 0, transferred, seen)
 
     return _patched(QueueRuntime, "resume", resume)
 

@@ -79,7 +79,7 @@ def test_transfers_are_counted_once_per_grant_record_out_where_made_in_where_the
 
 def test_a_replay_counts_only_the_grants_after_the_checkpoints_last_record() -> None:
     q = _runtime("a")
-    q.resume(1, counted_through=5, transferred=(4, 6))
+    q.resume(1, counted_through=5, transferred=(4, 6), seen={})
     bm = format_bookmark(7, 1)
     body = encode_transfers([Grant(bm, "a", 1)])
     q.receive(int(RecordKind.QUEUE_TRANSFER), body, replay=True, seq=5)
