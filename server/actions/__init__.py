@@ -19,6 +19,7 @@ Modules, each depending only on those below it (an import-linter contract keeps 
     journals    which journals a journal module acts on (oldest first, no gap, pins)
     schedule    when a calendar schedule fires (time zones, DST)
     lanes       the bounded queue of an event-driven action's candidate messages
+    webhooks    the POSTs of spool-action-do-webhook: threads, queue, retries
     checkpoint  the file where on-publish actions resume after a restart
     results     run and step records and their JSON shapes
     errors      why an action cannot be run on demand
