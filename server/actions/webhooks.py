@@ -20,9 +20,9 @@ The parts, from the bottom:
   destination's ``Retry-After`` asks for more) on the injected clock; any other answer is
   final. Every request submitted gets exactly one :class:`WebhookOutcome`, through the
   callback given with it.
-- :class:`AllowList` says whether a URL lies under one of the operator's allowed prefixes
-  (a runner checks it after expanding a templated URL); :func:`redact` is the only form
-  of a URL that may be shown.
+- where a webhook may post is :class:`spool.server.config.AllowList`, the rule the
+  configuration checks each ``Url`` with (a runner checks the expanded URL with it), and
+  :func:`spool.server.config.redact_url` is the only form of a URL that may be shown.
 
 Secrets: header values may carry credentials, the signing key is one, and a URL's query
 often holds a token. A request keeps its secret headers apart from the others and none
@@ -44,7 +44,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
@@ -53,6 +53,7 @@ import httpx
 
 from spool.server import __version__
 from spool.server.clock import Clock, sleep_or_wake
+from spool.server.config import redact_url
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -62,7 +63,6 @@ __all__ = [
     "MAX_RETRIES",
     "TIMEOUT_RANGE",
     "USER_AGENT",
-    "AllowList",
     "OutcomeCallback",
     "OutcomeResult",
     "ThreadedWebhooks",
@@ -71,7 +71,6 @@ __all__ = [
     "WebhookRequest",
     "WebhookResponse",
     "Webhooks",
-    "redact",
     "retry_delay",
     "signature",
 ]
@@ -150,7 +149,8 @@ class WebhookRequest:
 
     Args:
         action: the action posting it (a FIFO of its own; sent as ``Spool-Action``).
-        url: where to post, query included. Shown only through :func:`redact`.
+        url: where to post, query included. Shown only through
+            :func:`~spool.server.config.redact_url`.
         body: the request body, as is.
         event_id: what identifies the event (sent as ``Spool-Event-Id``): a retry and a
             re-run after a restart carry the same one, so the receiver can drop repeats.
@@ -201,7 +201,7 @@ class WebhookRequest:
     def __repr__(self) -> str:
         names = [name for name, _ in self.headers]
         return (
-            f"WebhookRequest(action={self.action!r}, url={redact(self.url)!r}, "
+            f"WebhookRequest(action={self.action!r}, url={redact_url(self.url)!r}, "
             f"event_id={self.event_id!r}, body={len(self.body)} bytes, headers={names!r}, "
             f"secret_headers={len(self.secret_headers)}, signed={self.signing_key is not None})"
         )
@@ -308,12 +308,13 @@ class WebhookPort(Protocol):
 
 class _RedactUrls(logging.Filter):
     """Rewrites the URLs in httpx's log records (``HTTP Request: POST URL ...``) to their
-    :func:`redact` form, so a query or userinfo never reaches a log handler."""
+    :func:`~spool.server.config.redact_url` form, so a query or userinfo never reaches a
+    log handler."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
         if isinstance(args, tuple) and any(isinstance(a, httpx.URL) for a in args):
-            record.args = tuple(redact(a) if isinstance(a, httpx.URL) else a for a in args)
+            record.args = tuple(redact_url(str(a)) if isinstance(a, httpx.URL) else a for a in args)
         return True
 
 
@@ -466,7 +467,7 @@ class WebhookOutcome:
     Attributes:
         action: the request's action.
         event_id: the request's event id.
-        target: the URL as :func:`redact` shows it.
+        target: the URL as :func:`~spool.server.config.redact_url` shows it.
         result: ``sent`` (a 2xx answer), ``failed`` (a final answer or no answer after
             the last retry), ``dropped`` (never tried: the queue was full or the
             dispatcher stopping), ``cancelled`` (still queued or in delivery when the
@@ -710,7 +711,7 @@ class Webhooks:
         outcome = WebhookOutcome(
             action=request.action,
             event_id=request.event_id,
-            target=redact(request.url),
+            target=redact_url(request.url),
             result=result,
             status=job.status,
             attempts=job.attempts,
@@ -746,151 +747,3 @@ class Webhooks:
         for lane in self._lanes.values():
             while lane.queue:
                 self._finish(lane.queue.popleft(), "cancelled", "stopped", pending=True)
-
-
-# -- destinations -----------------------------------------------------------------------
-
-#: the schemes a webhook may use, with their default ports
-_SCHEMES: Final = {"http": 80, "https": 443}
-#: one percent-encoded byte
-_PERCENT: Final = re.compile(r"%([0-9A-Fa-f]{2})")
-#: the unreserved characters (RFC 3986 section 2.3, "." among them): a server may decode
-#: their escapes, which mean the same as the characters
-_UNRESERVED: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
-#: what a server may take for a segment separator besides "/"
-_SLASHES: Final = re.compile(r"%2[Ff]|%5[Cc]|\\")
-#: the ways a server may read a path: (decode escaped unreserved characters such as
-#: ``%2E``, take ``%2F`` / ``%5C`` / a backslash as a separator); a URL is allowed only
-#: when every reading keeps it under the prefix
-_READINGS: Final = ((False, False), (True, False), (False, True), (True, True))
-
-
-@dataclass(frozen=True, slots=True)
-class _Place:
-    """A URL as the allow list compares it: its origin and, per reading of
-    :data:`_READINGS`, its path segments."""
-
-    scheme: str
-    host: bytes
-    port: int | None  # None: the scheme's default
-    readings: tuple[tuple[str, ...], ...]
-
-
-def _decode_unreserved(segment: str) -> str:
-    """``%2E`` -> ``.`` and so on for unreserved characters; other escapes upper-cased."""
-
-    def one(match: re.Match[str]) -> str:
-        ch = chr(int(match.group(1), 16))
-        return ch if ch in _UNRESERVED else match.group(0).upper()
-
-    return _PERCENT.sub(one, segment)
-
-
-def _segments(path: str, *, decode: bool, split: bool) -> tuple[str, ...]:
-    """The segments of ``path`` (as httpx sends it) as one kind of server reads them.
-
-    httpx already removed the literal ``.`` and ``..`` segments. A server may still
-    decode ``%2E`` to ``.`` (``decode``) and take ``%2F``, ``%5C`` or a backslash for a
-    separator (``split``) before it resolves dot segments, so ``/spool/..%2Fadmin`` may
-    reach ``/admin`` on one server while another reads ``/spool%2Fx`` as one segment,
-    outside ``/spool``. Dot segments are resolved again after decoding (a ``..`` at the
-    root stays there; ``..;x``, which some servers read as ``..``, counts as one). One
-    level of escaping only: a server that decodes twice is not accounted for.
-    """
-    out: list[str] = []
-    for part in _SLASHES.split(path) if split else (path,):
-        for piece in part.split("/"):
-            segment = _decode_unreserved(piece) if decode else piece
-            dots = segment.split(";", 1)[0]
-            if dots == "..":
-                if out:
-                    out.pop()
-            elif dots != ".":
-                out.append(segment)
-    return tuple(out)
-
-
-def _place(url: str | httpx.URL) -> _Place | None:
-    """``url`` as compared, or None: not an absolute http(s) URL with a host, or one
-    carrying credentials (userinfo belongs in a secret header, not a URL)."""
-    try:
-        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return None
-    if parsed.scheme not in _SCHEMES or not parsed.raw_host or parsed.userinfo:
-        return None
-    path = parsed.raw_path.decode("ascii").partition("?")[0].removeprefix("/")
-    readings = tuple(_segments(path, decode=d, split=s) for d, s in _READINGS)
-    # httpx drops a default port only when the scheme was written in lower case
-    port = None if parsed.port == _SCHEMES[parsed.scheme] else parsed.port
-    return _Place(parsed.scheme, parsed.raw_host, port, readings)
-
-
-class AllowList:
-    """The URL prefixes webhooks may post to (``<Actions><Webhooks><Allow>``).
-
-    A URL is allowed when, after normalising both with ``httpx.URL`` (scheme and host
-    lower case, the default port dropped, dot segments removed), one prefix has exactly
-    its scheme, host and port, and the prefix's path segments begin the URL's path, whole
-    segments only: ``https://h/spool`` allows ``https://h/spool`` and ``https://h/spool/x``,
-    not ``https://h/spoolx``; a trailing slash on the prefix changes nothing. So ``http``
-    is only allowed under an ``http://`` prefix and another port is another destination.
-    The path must stay under the prefix however the server reads escapes (see
-    :func:`_segments`): encoded dots and slashes cannot climb out of a prefix, and a
-    path the readings disagree on is refused. A URL with userinfo
-    (``https://user:pw@h/``) is never allowed.
-
-    Raises:
-        ValueError: a prefix that is not an absolute http(s) URL with a host, or that has
-            userinfo, a query or a fragment (the message shows the prefix redacted).
-    """
-
-    def __init__(self, prefixes: Iterable[str]) -> None:
-        self.prefixes = tuple(prefixes)
-        places: list[_Place] = []
-        for prefix in self.prefixes:
-            place = _place(prefix)
-            if place is None or "?" in prefix or "#" in prefix:
-                raise ValueError(
-                    f"allowed webhook prefix {redact(prefix)!r} is not an http:// or "
-                    "https:// URL with a host and a path only"
-                )
-            # https://h/spool/ is https://h/spool
-            readings = tuple(r[:-1] if r and r[-1] == "" else r for r in place.readings)
-            places.append(_Place(place.scheme, place.host, place.port, readings))
-        self._places = tuple(places)
-
-    def allows(self, url: str | httpx.URL) -> bool:
-        """Whether ``url`` lies under one of the prefixes (see the class docstring)."""
-        place = _place(url)
-        if place is None:
-            return False
-        origin = (place.scheme, place.host, place.port)
-        return any(
-            (allowed.scheme, allowed.host, allowed.port) == origin
-            and all(
-                segments[: len(prefix)] == prefix
-                for segments, prefix in zip(place.readings, allowed.readings, strict=True)
-            )
-            for allowed in self._places
-        )
-
-    def __bool__(self) -> bool:
-        return bool(self._places)
-
-    def __repr__(self) -> str:
-        return f"AllowList({[redact(p) for p in self.prefixes]!r})"
-
-
-def redact(url: str | httpx.URL) -> str:
-    """The form of a URL that may be shown: ``https://host:port/path``, plus ``?…`` when
-    it had a query; userinfo and fragment dropped. A text that is not a URL is shown as
-    ``(not a URL)``."""
-    try:
-        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
-        return "(not a URL)"
-    path = parsed.raw_path.decode("ascii").partition("?")[0]
-    scheme = f"{parsed.scheme}://" if parsed.scheme else ""
-    query = "?…" if parsed.query else ""
-    return f"{scheme}{parsed.netloc.decode('ascii')}{path}{query}"

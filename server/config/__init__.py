@@ -13,6 +13,7 @@ Modules, each depending only on those above it::
 
     errors      ConfigError, InetAddrError, OriginError, the messages callers match on
     netaddr     HOST:PORT parsing and formatting, the loopback test, web origins
+    webhookurls where a webhook may post (the Allow rule), how its URL is shown
     template    option values with {{VARIABLE}} references (actions)
     actions     the dataclasses of <Actions>: triggers, conditions, modules
     model       the dataclasses (and the transaction log's topic matcher)
@@ -137,6 +138,7 @@ from spool.server.config.netaddr import (
     parse_origin,
 )
 from spool.server.config.template import Template
+from spool.server.config.webhookurls import AllowList, redact_url
 
 __all__ = [
     "BASE_VARIABLES",
@@ -161,6 +163,7 @@ __all__ = [
     "ActionParameter",
     "AdminConfig",
     "AlertRuleConfig",
+    "AllowList",
     "ArchiveJournals",
     "BootstrapConfig",
     "CompactSow",
@@ -232,6 +235,7 @@ __all__ = [
     "parse_host_header",
     "parse_inet_addr",
     "parse_origin",
+    "redact_url",
     "render_default_xml",
     "with_overrides",
     "without_query",

@@ -2,15 +2,16 @@
 
 A webhook posts from inside the broker's network, so where it may post is the operator's
 decision, written once: ``<Webhooks><Allow>`` lists URL prefixes, and every webhook's
-``Url`` must lie under one. The check is made here, on the text of the option, and needs
-the scheme, host and port written out (``{{VARIABLE}}`` references only in the path and
-the query); the runtime checks the expanded URL again. A plain ``http`` URL needs an
-``http://`` entry (an ``https://`` entry does not cover it). Dot segments are resolved and
-encoded slashes refused before the comparison, so ``/spool/../admin`` is not under
-``/spool/``.
+``Url`` must lie under one. The rule is :mod:`spool.server.config.webhookurls`, the one
+the sender applies to the expanded URL before it posts; here it is applied to the text of
+the option, which needs the scheme, host and port written out (``{{VARIABLE}}`` references
+only in the path and the query), and its refusals become errors at the element. A plain
+``http`` URL needs an ``http://`` entry (an ``https://`` entry does not cover it), and the
+path must stay under the prefix however a server reads escaped dots and slashes, so
+``/spool/../admin`` and ``/spool/..%2Fadmin`` are not under ``/spool/``.
 
 Header values and the signing key are secrets: no error here quotes them, and a URL is
-quoted without its query.
+quoted through :func:`~spool.server.config.webhookurls.redact_url` (no query, no userinfo).
 
 Shape::
 
@@ -26,14 +27,15 @@ Shape::
 from __future__ import annotations
 
 import re
-from typing import Final, NamedTuple
+from typing import Final
 
 import orjson
 
-from spool.server.config.actions import Step, Webhook, WebhooksConfig, without_query
+from spool.server.config.actions import Step, Webhook, WebhooksConfig
 from spool.server.config.sections.actionmodules import ActionFacts, ActionScope, Options
 from spool.server.config.template import Template, TemplateError
 from spool.server.config.values import Context, read_duration, read_int, read_value
+from spool.server.config.webhookurls import AllowList, parse_prefix
 from spool.server.config.xmltree import Children, Spec, XmlNode, fail
 
 __all__ = ["read_webhook", "read_webhooks"]
@@ -43,8 +45,6 @@ _WEBHOOK_SPEC: Final[Spec] = {
     "Url": False, "Body": False, "ContentType": False, "Header": True, "SigningKey": False,
     "Timeout": False, "Retries": False, "Backoff": False, "Concurrency": False,
 }  # fmt: skip
-_ORIGIN: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://([^/?#]*)")
-_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 #: headers each post carries already (from other options, or always)
 _SET_BY_SPOOL: Final = frozenset({
@@ -58,91 +58,18 @@ _MEDIA_TYPE: Final = re.compile(
 _SIGNING_KEY_MIN: Final = 16
 
 
-class _Target(NamedTuple):
-    """An absolute URL's scheme, host and port (lower case, the port always given), and
-    its path with dot segments resolved."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str
-
-    def prefix(self) -> str:
-        port = "" if _DEFAULT_PORTS[self.scheme] == self.port else f":{self.port}"
-        return f"{self.scheme}://{self.host}{port}{self.path}"
-
-    def under(self, allow: _Target, *, partial: bool) -> bool:
-        """Whether this URL lies under the prefix ``allow`` (``partial``: the path goes on
-        with a template, so it only begins with this one)."""
-        if self[:3] != allow[:3]:
-            return False
-        if allow.path.endswith("/") or self.path.startswith(allow.path + "/"):
-            return self.path.startswith(allow.path)
-        return self.path == allow.path and not partial
-
-
-def _target(node: XmlNode, text: str, what: str) -> _Target:
-    """Parse the absolute ``http``/``https`` URL (or the beginning of one) ``text``."""
-    match = _ORIGIN.match(text)
-    if match is None:
-        raise fail(node, f"{what} is not an absolute http:// or https:// URL")
-    scheme = match.group(1).lower()
-    if scheme not in _DEFAULT_PORTS:
-        raise fail(node, f"{what} is a {scheme}:// URL: webhooks post over http or https")
-    authority = match.group(2)
-    if "@" in authority:
-        raise fail(node, f"{what} holds credentials (user@host): send them in a <Header>")
-    if authority.startswith("["):  # an IPv6 address
-        end = authority.find("]")
-        host, port_text = authority[: end + 1], authority[end + 1 :]
-        if end < 0 or (port_text and not port_text.startswith(":")):
-            raise fail(node, f"{what} has a malformed host")
-        port_text = port_text[1:]
-    else:
-        host, _, port_text = authority.partition(":")
-    port = _DEFAULT_PORTS[scheme]
-    if port_text:
-        if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
-            raise fail(node, f"{what} has a port that is not a number from 1 to 65535")
-        port = int(port_text)
-    if not host:
-        raise fail(node, f"{what} names no host")
-    path = text[match.end() :].partition("?")[0].partition("#")[0]
-    return _Target(scheme, host.lower(), port, _resolved(node, path, what))
-
-
-def _resolved(node: XmlNode, path: str, what: str) -> str:
-    """``path`` with its dot segments (``.``, ``..``, also percent-encoded) resolved."""
-    lowered = path.lower()
-    if "%2f" in lowered or "%5c" in lowered or "\\" in path:
-        raise fail(node, f"{what} has an encoded / or a \\ in its path, which could step out "
-                   "of an Allow prefix")  # fmt: skip
-    path = re.sub("%2e", ".", path, flags=re.IGNORECASE) or "/"
-    segments: list[str] = []
-    for segment in path.split("/")[1:]:
-        if segment == "..":
-            if segments:
-                segments.pop()
-        elif segment != ".":
-            segments.append(segment)
-    resolved = "/" + "/".join(segments)
-    if path.endswith(("/.", "/..")) and not resolved.endswith("/"):
-        resolved += "/"
-    return resolved
-
-
 def read_webhooks(node: XmlNode, ctx: Context) -> WebhooksConfig:
     """Read ``<Webhooks>`` (see the module docstring)."""
     kids = Children(node, _WEBHOOKS_SPEC)
     allow: list[str] = []
     for allow_node in kids.many("Allow"):
-        text = read_value(allow_node, ctx)
-        if "?" in text or "#" in text:
-            raise fail(allow_node, "an Allow entry is a URL prefix, without a query or a fragment")
-        prefix = _target(allow_node, text, "the Allow entry").prefix()
-        if prefix in allow:
-            raise fail(allow_node, f"{prefix!r} is allowed twice")
-        allow.append(prefix)
+        prefix = parse_prefix(read_value(allow_node, ctx))
+        if isinstance(prefix, str):
+            raise fail(allow_node, f"the Allow entry {prefix}")
+        text = prefix.text()
+        if text in allow:
+            raise fail(allow_node, f"{text!r} is allowed twice")
+        allow.append(text)
     config = WebhooksConfig(tuple(allow))
     if (threads_node := kids.one("Threads")) is not None:
         config = WebhooksConfig(config.allow, read_int(threads_node, ctx, minimum=1, maximum=64))
@@ -150,31 +77,6 @@ def read_webhooks(node: XmlNode, ctx: Context) -> WebhooksConfig:
         depth = read_int(depth_node, ctx, minimum=1, maximum=1_000_000)
         config = WebhooksConfig(config.allow, config.threads, depth)
     return config
-
-
-def _check_url(node: XmlNode, text: str, allow: tuple[str, ...]) -> None:
-    """Refuse a ``Url`` whose destination is not written out, or not allowed."""
-    origin = _ORIGIN.match(text)
-    first_reference = text.find("{{")
-    if first_reference >= 0 and (origin is None or first_reference < origin.end()):
-        raise fail(node, "the scheme, host and port of a webhook Url are written out: "
-                   "{{VARIABLE}} references only in its path and query")  # fmt: skip
-    constant = text if first_reference < 0 else text[:first_reference]
-    target = _target(node, constant, "the Url")
-    partial = first_reference >= 0 and "?" not in constant and "#" not in constant
-    allowed = [_target(node, prefix, "the Allow entry") for prefix in allow]
-    if any(target.under(entry, partial=partial) for entry in allowed):
-        return
-    if target.scheme == "http" and any(
-        target._replace(scheme="https", port=443 if target.port == 80 else target.port).under(
-            entry, partial=partial
-        )
-        for entry in allowed
-    ):
-        raise fail(node, "the Url posts in plain http, and only an https:// entry of "
-                   "<Webhooks><Allow> covers it: add an http:// entry to allow plain http")  # fmt: skip
-    raise fail(node, f"{without_query(text)!r} is under no <Webhooks><Allow> prefix "
-               f"(allowed: {', '.join(allow)})")  # fmt: skip
 
 
 def _headers(opts: Options, scope: ActionScope, ctx: Context) -> tuple[tuple[str, Template], ...]:
@@ -217,7 +119,11 @@ def read_webhook(
     opts = Options(element, options, _WEBHOOK_SPEC, name)
     url_node = opts.require("Url", name, " (where it posts, under a <Webhooks><Allow> prefix)")
     url = scope.template(url_node, ctx)
-    _check_url(url_node, url.text, facts.webhook_allow)
+    reference = url.text.find("{{")
+    known = None if reference < 0 else reference
+    refusal = AllowList(facts.webhook_allow).refusal(url.text, what="the Url", known=known)
+    if refusal is not None:
+        raise fail(url_node, refusal)
     content_type = "application/json"
     if (type_node := opts.one("ContentType")) is not None:
         content_type = read_value(type_node, ctx)

@@ -105,6 +105,8 @@ READ: list[tuple[str, str, Step]] = [
      Webhook(t("HTTPS://Hooks.Example.COM:443/spool/a/../b"), t("{}"), where="/Do")),
     (WEBHOOK, "<Url>https://hooks.example.com/spool/?{{SYM}}</Url><Body>{}</Body>",
      Webhook(t("https://hooks.example.com/spool/?{{SYM}}"), t("{}"), where="/Do")),
+    (WEBHOOK, "<Url>https://hooks.example.com/spool/a%2Fb</Url><Body>{}</Body>",
+     Webhook(t("https://hooks.example.com/spool/a%2Fb"), t("{}"), where="/Do")),
 ]  # fmt: skip
 
 
@@ -215,11 +217,11 @@ REFUSED: list[tuple[str, str, str, ActionFacts, str, str]] = [
     ("webhook without Body", WEBHOOK, "<Url>https://hooks.example.com/spool/</Url>", FACTS,
      "/Do/Options", f"{WEBHOOK} needs the option <Body>"),
     ("templated host", WEBHOOK, URL + "https://{{SYM}}.example.com/spool/</Url>", FACTS,
-     "/Do/Options/Url", "the scheme, host and port of a webhook Url are written out"),
+     "/Do/Options/Url", "the scheme, host and port of the Url are written out"),
     ("templated scheme", WEBHOOK, URL + "{{SYM}}://hooks.example.com/spool/</Url>", FACTS,
-     "/Do/Options/Url", "the scheme, host and port of a webhook Url are written out"),
+     "/Do/Options/Url", "the scheme, host and port of the Url are written out"),
     ("templated port", WEBHOOK, URL + "https://hooks.example.com:{{SYM}}/spool/</Url>", FACTS,
-     "/Do/Options/Url", "the scheme, host and port of a webhook Url are written out"),
+     "/Do/Options/Url", "the scheme, host and port of the Url are written out"),
     ("another host", WEBHOOK, URL + "https://evil.example.com/spool/</Url>", FACTS,
      "/Do/Options/Url", "'https://evil.example.com/spool/' is under no <Webhooks><Allow> "
      "prefix (allowed: https://hooks.example.com/spool/, http://localhost:8080/hooks)"),
@@ -228,9 +230,10 @@ REFUSED: list[tuple[str, str, str, ActionFacts, str, str]] = [
     ("dot segments", WEBHOOK, URL + "https://hooks.example.com/spool/../admin</Url>", FACTS,
      "/Do/Options/Url", "is under no <Webhooks><Allow> prefix"),
     ("encoded dots", WEBHOOK, URL + "https://hooks.example.com/spool/%2E%2e/admin</Url>", FACTS,
-     "/Do/Options/Url", "is under no <Webhooks><Allow> prefix"),
+     "/Do/Options/Url", "the Url steps out of its <Webhooks><Allow> prefix where a server "
+     "decodes %2E"),
     ("encoded slash", WEBHOOK, URL + "https://hooks.example.com/spool/..%2Fadmin</Url>", FACTS,
-     "/Do/Options/Url", "has an encoded / or a \\ in its path"),
+     "/Do/Options/Url", "reads %2F, %5C or \\ as a /"),
     ("a longer name", WEBHOOK, URL + "http://localhost:8080/hooksmith</Url>", FACTS,
      "/Do/Options/Url", "is under no <Webhooks><Allow> prefix"),
     ("a path cut by a template", WEBHOOK, URL + "https://hooks.example.com/sp{{SYM}}</Url>",
@@ -351,7 +354,7 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("allow not http", actions(one(ON_ADMIN, PLAIN), hooks="<Webhooks><Allow>ftp://h/</Allow>"
      "</Webhooks>"), f"{W}/Allow", 4, "the Allow entry is a ftp:// URL"),
     ("allow with a query", actions(one(ON_ADMIN, PLAIN), hooks="<Webhooks><Allow>https://h/?a=1"
-     "</Allow></Webhooks>"), f"{W}/Allow", 4, "an Allow entry is a URL prefix, without a query"),
+     "</Allow></Webhooks>"), f"{W}/Allow", 4, "the Allow entry has a query or a fragment"),
     ("allow twice", actions(one(ON_ADMIN, PLAIN), hooks="<Webhooks><Allow>https://H/a/</Allow>"
      "<Allow>https://h:443/a/./</Allow></Webhooks>"), f"{W}/Allow[2]", 4,
      "'https://h/a/' is allowed twice"),
