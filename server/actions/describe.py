@@ -38,7 +38,7 @@ from spool.server.config import (
     TruncateStatistics,
     UpgradeReplication,
     Webhook,
-    without_query,
+    redact_url,
 )
 from spool.server.units import format_duration
 
@@ -159,7 +159,7 @@ def describe_step(step: Step) -> str:
             if step.signing_key is not None:
                 extra.append("signed")
             more = f" ({', '.join(extra)})" if extra else ""
-            return f"post to {without_query(step.url.text)}{more}"
+            return f"post to {redact_url(step.url.text)}{more}"
     return ""
 
 

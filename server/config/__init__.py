@@ -88,7 +88,6 @@ from spool.server.config.actions import (
     UpgradeReplication,
     Webhook,
     WebhooksConfig,
-    without_query,
 )
 from spool.server.config.defaults import default_config, render_default_xml, with_overrides
 from spool.server.config.errors import (
@@ -238,5 +237,4 @@ __all__ = [
     "redact_url",
     "render_default_xml",
     "with_overrides",
-    "without_query",
 ]

@@ -76,7 +76,6 @@ __all__ = [
     "UpgradeReplication",
     "Webhook",
     "WebhooksConfig",
-    "without_query",
 ]
 
 #: Every module name starts with this (the AMPS spelling).
@@ -765,13 +764,6 @@ class ExtractValues:
     def provides(self) -> tuple[str, ...]:
         """The variables it sets."""
         return tuple(name for name, _ in self.values)
-
-
-def without_query(url: str) -> str:
-    """A webhook's ``url`` as it may be shown (errors, describe lines): its query, where
-    tokens go, cut off."""
-    base, mark, _ = url.partition("?")
-    return base + ("?…" if mark else "")
 
 
 @dataclass(frozen=True, slots=True)

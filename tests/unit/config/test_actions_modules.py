@@ -24,7 +24,7 @@ from spool.server.config import (
     Template,
     Webhook,
     WebhooksConfig,
-    without_query,
+    redact_url,
 )
 from spool.server.config.sections.actionmodules import DO_READERS, ActionFacts, ActionScope
 from spool.server.config.sections.webhooks import read_webhook
@@ -146,8 +146,8 @@ def test_extract_values_provides_the_names_it_sets() -> None:
 
 
 def test_a_url_is_shown_without_its_query() -> None:
-    assert without_query("https://h/p?token=x") == "https://h/p?…"
-    assert without_query("https://h/p") == "https://h/p"
+    assert redact_url("https://h/p?token=x") == "https://h/p?…"
+    assert redact_url("https://h/p") == "https://h/p"
 
 
 # -- refused by the readers -----------------------------------------------------------------
