@@ -54,6 +54,7 @@ import httpx
 from spool.server import __version__
 from spool.server.clock import Clock, sleep_or_wake
 from spool.server.config import redact_url
+from spool.server.stats.source import EventSink
 
 __all__ = [
     "DEFAULT_DEPTH",
@@ -61,6 +62,7 @@ __all__ = [
     "MAX_CONCURRENCY",
     "MAX_DELAY",
     "MAX_RETRIES",
+    "REPORT_INTERVAL",
     "TIMEOUT_RANGE",
     "USER_AGENT",
     "OutcomeCallback",
@@ -75,8 +77,6 @@ __all__ = [
     "signature",
 ]
 
-log = logging.getLogger("spool.actions")
-
 #: requests queued or being delivered at once in an instance (``<Webhooks><QueueDepth>``)
 DEFAULT_DEPTH: Final = 10_000
 #: most posts of one action in flight at once (``Concurrency``)
@@ -86,6 +86,8 @@ MAX_DELAY: Final = 60.0
 #: the backoff is multiplied by a factor drawn uniformly from [1 - JITTER, 1 + JITTER], so
 #: the retries of many requests failed together do not hit the destination together
 JITTER: Final = 0.2
+#: how often a raising outcome callback is reported in the event log at most (seconds)
+REPORT_INTERVAL: Final = 60.0
 #: the User-Agent sent with every post
 USER_AGENT: Final = f"spool/{__version__}"
 #: bounds of a request's options (the configuration refuses values outside them)
@@ -548,6 +550,8 @@ class Webhooks:
     Args:
         port: posts one attempt (:class:`ThreadedWebhooks` in production).
         clock: the backoff sleeps and the stop budget run on it.
+        events: the event log, told of outcome callbacks that raise (at most once per
+            :data:`REPORT_INTERVAL`, with the class name of the exception only).
         depth: requests queued or in delivery at most, instance-wide.
         rng: draws the jitter (tests seed it); None: a fresh ``random.Random()``.
         concurrency: posts of an action in flight at most, by action name (1 to
@@ -562,6 +566,7 @@ class Webhooks:
             ``attempts - 1`` over the outcomes of the requests tried).
         dropped: requests refused by :meth:`submit`: the queue was full or stopping.
         cancelled: requests the stop budget did not leave time to finish.
+        callback_failures: outcome callbacks that raised.
         accepting: False once :meth:`stop` was called.
     """
 
@@ -569,6 +574,7 @@ class Webhooks:
         self,
         port: WebhookPort,
         clock: Clock,
+        events: EventSink,
         *,
         depth: int = DEFAULT_DEPTH,
         rng: random.Random | None = None,
@@ -589,9 +595,13 @@ class Webhooks:
         self.retries = 0
         self.dropped = 0
         self.cancelled = 0
+        self.callback_failures = 0
         self.accepting = True
         self._port = port
         self._clock = clock
+        self._events = events
+        #: when a raising callback was last reported (the clock's monotonic time)
+        self._reported_at: float | None = None
         self._rng = rng if rng is not None else random.Random()
         self._limits = limits
         self._lanes: dict[str, _Lane] = {}
@@ -614,7 +624,8 @@ class Webhooks:
         ``on_outcome`` is called exactly once with the request's :class:`WebhookOutcome`,
         on the loop: later for a queued request, at once (before this returns) for a
         refused one (``dropped``: the queue holds ``depth`` requests, or the dispatcher is
-        stopping). A callback that raises is logged (its class name) and ignored.
+        stopping). A callback that raises is counted, reported in the event log and
+        otherwise ignored.
         """
         self.submitted += 1
         job = _Job(request, on_outcome)
@@ -719,12 +730,22 @@ class Webhooks:
         )
         try:
             job.on_outcome(outcome)
-        except Exception as exc:
-            log.error(
-                "the outcome callback of a webhook of action %r raised %s",
-                request.action,
-                type(exc).__name__,
-            )
+        except Exception as exc:  # the caller's defect must not stop the deliveries
+            self._callback_failed(request.action, exc)
+
+    def _callback_failed(self, action: str, exc: Exception) -> None:
+        """Count a raising outcome callback; report it unless one was reported within
+        :data:`REPORT_INTERVAL`. Only the exception's class name is shown: its message
+        may quote the URL or a header."""
+        self.callback_failures += 1
+        now = self._clock.monotonic()
+        if self._reported_at is not None and now - self._reported_at < REPORT_INTERVAL:
+            return
+        self._reported_at = now
+        self._events.emit(
+            "error", "actions", "webhook_callback_failed", action=action,
+            error=type(exc).__name__, failures=self.callback_failures,
+        )  # fmt: skip
 
     # -- stopping -----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from spool.server import __version__
 from spool.server.actions.webhooks import (
     JITTER,
     MAX_DELAY,
+    REPORT_INTERVAL,
     ThreadedWebhooks,
     WebhookOutcome,
     WebhookRequest,
@@ -56,6 +57,16 @@ def request(event_id: str = "e1", **options: object) -> WebhookRequest:
     }
     fields.update(options)
     return WebhookRequest(**fields)  # type: ignore[arg-type]
+
+
+class Events:
+    """The event log, recorded."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str, str, dict[str, object]]] = []
+
+    def emit(self, level: str, category: str, event: str, **fields: object) -> None:
+        self.got.append((level, category, event, fields))
 
 
 class ScriptedPort:
@@ -153,7 +164,7 @@ def test_what_is_retried_and_what_is_final(
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, {"e1": answers})
-        hooks = Webhooks(port, clock, rng=random.Random(SEED))
+        hooks = Webhooks(port, clock, Events(), rng=random.Random(SEED))
         outcomes: list[WebhookOutcome] = []
         assert hooks.submit(request(), outcomes.append)
         await clock.advance(600)
@@ -171,7 +182,7 @@ def test_backoff_doubles_with_jitter_up_to_the_cap_at_exact_virtual_times() -> N
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, default=503)
-        hooks = Webhooks(port, clock, rng=random.Random(SEED))
+        hooks = Webhooks(port, clock, Events(), rng=random.Random(SEED))
         outcomes: list[WebhookOutcome] = []
         hooks.submit(request(retries=9, backoff=1.0), outcomes.append)
         await clock.advance(1000)
@@ -234,6 +245,7 @@ def test_retry_after_is_honoured_up_to_the_cap() -> None:
         hooks = Webhooks(
             port,
             clock,
+            Events(),
             rng=random.Random(SEED),
             concurrency={"30": 1, "600": 1, "0": 1, "date": 1},
         )
@@ -268,7 +280,7 @@ def test_concurrency_1_delivers_in_submission_order_retries_included() -> None:
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, {"e2": [500, 200]}, takes=1.0)
-        hooks = Webhooks(port, clock, rng=random.Random(SEED))
+        hooks = Webhooks(port, clock, Events(), rng=random.Random(SEED))
         done: list[str] = []
         for n in range(1, 5):
             hooks.submit(request(f"e{n}"), lambda o: done.append(o.event_id))
@@ -286,7 +298,7 @@ def test_concurrency_above_1_posts_side_by_side_and_actions_run_apart() -> None:
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, takes=1.0)
-        hooks = Webhooks(port, clock, concurrency={"wide": 3})
+        hooks = Webhooks(port, clock, Events(), concurrency={"wide": 3})
         for n in range(6):
             hooks.submit(request(f"w{n}", action="wide"))
         for n in range(2):
@@ -306,7 +318,7 @@ def test_a_full_queue_drops_at_once_and_says_so() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock)
         port.gate = asyncio.Event()  # the destination does not answer for now
-        hooks = Webhooks(port, clock, depth=3, concurrency={"b": 2})
+        hooks = Webhooks(port, clock, Events(), depth=3, concurrency={"b": 2})
         outcomes: list[WebhookOutcome] = []
         accepted = [
             hooks.submit(request(f"e{n}", action="ab"[n % 2]), outcomes.append) for n in range(5)
@@ -334,7 +346,7 @@ def test_send_waits_for_the_outcome_and_a_drop_answers_at_once() -> None:
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, {"e1": [500, 201]})
-        hooks = Webhooks(port, clock, depth=1, rng=random.Random(SEED))
+        hooks = Webhooks(port, clock, Events(), depth=1, rng=random.Random(SEED))
         waiting = asyncio.create_task(hooks.send(request("e1")))
         await clock.wait_all_blocked()
         dropped = await hooks.send(request("e2"))
@@ -357,7 +369,7 @@ def test_stop_drains_within_its_budget_then_cancels_the_rest() -> None:
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, takes=1.0)
-        hooks = Webhooks(port, clock)
+        hooks = Webhooks(port, clock, Events())
         outcomes: list[WebhookOutcome] = []
         for n in range(5):
             hooks.submit(request(f"e{n}"), outcomes.append)
@@ -387,7 +399,7 @@ def test_stop_returns_as_soon_as_the_queue_is_drained() -> None:
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, {"e0": [503, 200]}, takes=1.0)
-        hooks = Webhooks(port, clock, rng=random.Random(SEED))
+        hooks = Webhooks(port, clock, Events(), rng=random.Random(SEED))
         for n in range(2):
             hooks.submit(request(f"e{n}"))
         stopping = asyncio.create_task(hooks.stop(30))
@@ -396,7 +408,7 @@ def test_stop_returns_as_soon_as_the_queue_is_drained() -> None:
         [delay] = expected_delays(1)
         assert port.times() == pytest.approx([0, 1 + delay, 2 + delay])
         assert (hooks.sent, hooks.cancelled) == (2, 0)
-        await Webhooks(port, clock).stop(0)  # nothing pending: at once
+        await Webhooks(port, clock, Events()).stop(0)  # nothing pending: at once
 
     asyncio.run(scenario())
 
@@ -405,7 +417,7 @@ def test_stop_cancels_a_backoff_longer_than_its_budget() -> None:
     async def scenario() -> None:
         clock = VirtualClock()
         port = ScriptedPort(clock, {"e0": [WebhookResponse.answered(429, "50"), 200]})
-        hooks = Webhooks(port, clock)
+        hooks = Webhooks(port, clock, Events())
         outcomes: list[WebhookOutcome] = []
         hooks.submit(request("e0"), outcomes.append)
         stopping = asyncio.create_task(hooks.stop(5))
@@ -418,6 +430,37 @@ def test_stop_cancels_a_backoff_longer_than_its_budget() -> None:
         )
         await clock.advance(100)
         assert len(port.posts) == 1  # the retry never happens
+
+    asyncio.run(scenario())
+
+
+def test_a_raising_callback_is_reported_in_the_event_log_once_a_minute() -> None:
+    def raising(outcome: WebhookOutcome) -> None:
+        raise RuntimeError(outcome.target)
+
+    async def scenario() -> None:
+        clock = VirtualClock()
+        events = Events()
+        hooks = Webhooks(ScriptedPort(clock), clock, events)
+        delivered: list[str] = []
+        for n in range(3):
+            hooks.submit(request(f"e{n}"), raising)
+        hooks.submit(request("e3"), lambda o: delivered.append(o.event_id))
+        await clock.advance(10)
+        assert delivered == ["e3"]  # the raising callbacks stopped nothing
+        assert (hooks.sent, hooks.callback_failures) == (4, 3)
+        assert events.got == [
+            (
+                "error",
+                "actions",
+                "webhook_callback_failed",
+                {"action": "a", "error": "RuntimeError", "failures": 1},
+            )
+        ]
+        await clock.advance(REPORT_INTERVAL)
+        hooks.submit(request("e4"), raising)
+        await clock.advance(10)
+        assert [fields["failures"] for *_, fields in events.got] == [1, 4]
 
     asyncio.run(scenario())
 
@@ -547,7 +590,7 @@ def test_redirects_are_not_followed(threads: list[ThreadedWebhooks]) -> None:
 
     async def scenario() -> WebhookOutcome:
         clock = VirtualClock()
-        hooks = Webhooks(mock_port(threads, httpx.MockTransport(handler)), clock)
+        hooks = Webhooks(mock_port(threads, httpx.MockTransport(handler)), clock, Events())
         return await hooks.send(request())
 
     outcome = asyncio.run(scenario())
@@ -608,7 +651,7 @@ def test_retry_classes_through_the_threads(threads: list[ThreadedWebhooks]) -> N
     async def scenario() -> dict[str, WebhookOutcome]:
         clock = VirtualClock()
         port = mock_port(threads, httpx.MockTransport(handler), n=3)
-        hooks = Webhooks(port, clock, concurrency={name: 1 for name in script})
+        hooks = Webhooks(port, clock, Events(), concurrency={name: 1 for name in script})
         names = list(script)
         outcomes = await asyncio.gather(
             *(hooks.send(request(name, action=name, backoff=0.0)) for name in names)
@@ -654,10 +697,12 @@ def test_no_secret_reaches_an_outcome_a_response_or_a_log_line(
     def raising_callback(outcome: WebhookOutcome) -> None:
         raise ValueError(f"the runner choked on {url} {SECRET}")
 
+    events = Events()
+
     async def scenario() -> list[str]:
         clock = VirtualClock()
         port = mock_port(threads, httpx.MockTransport(handler))
-        hooks = Webhooks(port, clock)
+        hooks = Webhooks(port, clock, events)
         response = await port.post(request("fails", **options))
         failed = await hooks.send(request("fails", **options))
         sent = await hooks.send(request("works", **options))
@@ -681,8 +726,9 @@ def test_no_secret_reaches_an_outcome_a_response_or_a_log_line(
     assert any(SECRET in m and QUERY in m for m in messages)  # the bait
     logged = caplog.text
     assert "HTTP Request: POST https://hooks.example.com/spool/big?…" in logged  # httpx's line
-    assert "raised ValueError" in logged
-    for text in [*texts, logged]:
+    reported = repr(events.got)
+    assert "webhook_callback_failed" in reported and "ValueError" in reported
+    for text in [*texts, logged, reported]:
         for secret in (SECRET, KEY.decode(), QUERY, PASSWORD):
             assert secret not in text, (secret, text)
 
