@@ -53,17 +53,20 @@ import httpx
 
 from spool.server import __version__
 from spool.server.clock import Clock, sleep_or_wake
-from spool.server.config import redact_url
+from spool.server.config import (
+    WEBHOOK_MAX_CONCURRENCY,
+    WEBHOOK_MAX_RETRIES,
+    WEBHOOK_SPOOL_HEADERS,
+    WEBHOOK_TIMEOUT_RANGE,
+    redact_url,
+)
 from spool.server.stats.source import EventSink
 
 __all__ = [
     "DEFAULT_DEPTH",
     "JITTER",
-    "MAX_CONCURRENCY",
     "MAX_DELAY",
-    "MAX_RETRIES",
     "REPORT_INTERVAL",
-    "TIMEOUT_RANGE",
     "USER_AGENT",
     "OutcomeCallback",
     "OutcomeResult",
@@ -79,8 +82,6 @@ __all__ = [
 
 #: requests queued or being delivered at once in an instance (``<Webhooks><QueueDepth>``)
 DEFAULT_DEPTH: Final = 10_000
-#: most posts of one action in flight at once (``Concurrency``)
-MAX_CONCURRENCY: Final = 16
 #: longest wait before a retry, whatever the backoff or the destination's Retry-After ask
 MAX_DELAY: Final = 60.0
 #: the backoff is multiplied by a factor drawn uniformly from [1 - JITTER, 1 + JITTER], so
@@ -90,27 +91,10 @@ JITTER: Final = 0.2
 REPORT_INTERVAL: Final = 60.0
 #: the User-Agent sent with every post
 USER_AGENT: Final = f"spool/{__version__}"
-#: bounds of a request's options (the configuration refuses values outside them)
-TIMEOUT_RANGE: Final = (0.1, 60.0)
-MAX_RETRIES: Final = 10
 #: most bytes of a response body read (then discarded) so its connection can be reused;
 #: a bigger or slower body closes the connection instead
 _DRAIN_LIMIT: Final = 64 * 1024
-
-#: headers the port sets itself: a request may not give them
-_RESERVED: Final = frozenset(
-    {
-        "content-type",
-        "content-length",
-        "transfer-encoding",
-        "host",
-        "connection",
-        "user-agent",
-        "spool-event-id",
-        "spool-action",
-        "spool-signature",
-    }
-)
+#: a header name (RFC 9110 section 5.6.2)
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 #: visible ASCII but "%": what a Spool-* header value carries unencoded
 _HEADER_SAFE: Final = frozenset(chr(c) for c in range(0x20, 0x7F)) - {"%"}
@@ -125,7 +109,7 @@ def _check_header(name: str, value: str, what: str) -> None:
     """Refuse a header the port could not send as given; never quotes the value."""
     if not _TOKEN.fullmatch(name):
         raise ValueError(f"{what} header name {name!r} is not an HTTP token")
-    if name.lower() in _RESERVED:
+    if name.lower() in WEBHOOK_SPOOL_HEADERS:
         raise ValueError(f"{what} header {name!r} is set by Spool itself")
     if _has_control(value):
         raise ValueError(f"{what} header {name!r} has a control character in its value")
@@ -160,8 +144,9 @@ class WebhookRequest:
         secret_headers: headers whose values are never shown (``Authorization: ...``).
         content_type: the ``Content-Type`` sent.
         timeout: real seconds each phase of one attempt may take (connect, write, each
-            read), within :data:`TIMEOUT_RANGE`.
-        retries: retries after the first attempt (0 to :data:`MAX_RETRIES`).
+            read), within :data:`~spool.server.config.WEBHOOK_TIMEOUT_RANGE`.
+        retries: retries after the first attempt (0 to
+            :data:`~spool.server.config.WEBHOOK_MAX_RETRIES`).
         backoff: seconds before the first retry, doubled for each next one.
         signing_key: when set, ``Spool-Signature: sha256=HEX`` is sent, the HMAC-SHA256 of
             the body under this key.
@@ -184,11 +169,11 @@ class WebhookRequest:
     signing_key: bytes | None = None
 
     def __post_init__(self) -> None:
-        low, high = TIMEOUT_RANGE
+        low, high = WEBHOOK_TIMEOUT_RANGE
         if not low <= self.timeout <= high:
             raise ValueError(f"timeout {self.timeout} s is not within {low}-{high} s")
-        if not 0 <= self.retries <= MAX_RETRIES:
-            raise ValueError(f"retries {self.retries} is not within 0-{MAX_RETRIES}")
+        if not 0 <= self.retries <= WEBHOOK_MAX_RETRIES:
+            raise ValueError(f"retries {self.retries} is not within 0-{WEBHOOK_MAX_RETRIES}")
         if not 0 <= self.backoff <= MAX_DELAY:
             raise ValueError(f"backoff {self.backoff} s is not within 0-{MAX_DELAY:g} s")
         for name, value in self.headers:
@@ -555,7 +540,8 @@ class Webhooks:
         depth: requests queued or in delivery at most, instance-wide.
         rng: draws the jitter (tests seed it); None: a fresh ``random.Random()``.
         concurrency: posts of an action in flight at most, by action name (1 to
-            :data:`MAX_CONCURRENCY`); an action not named has 1 (ordered delivery).
+            :data:`~spool.server.config.WEBHOOK_MAX_CONCURRENCY`); an action not named has 1
+            (ordered delivery).
 
     Attributes:
         submitted: requests submitted (``submitted == sent + failed + dropped +
@@ -584,9 +570,10 @@ class Webhooks:
             raise ValueError(f"a webhook queue holds at least one request, not {depth}")
         limits = dict(concurrency or {})
         for action, limit in limits.items():
-            if not 1 <= limit <= MAX_CONCURRENCY:
+            if not 1 <= limit <= WEBHOOK_MAX_CONCURRENCY:
                 raise ValueError(
-                    f"action {action!r}: concurrency {limit} is not within 1-{MAX_CONCURRENCY}"
+                    f"action {action!r}: concurrency {limit} is not within "
+                    f"1-{WEBHOOK_MAX_CONCURRENCY}"
                 )
         self.depth = depth
         self.submitted = 0

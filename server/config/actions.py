@@ -31,6 +31,10 @@ __all__ = [
     "LINK_STATES",
     "MODULE_PREFIX",
     "TRIGGER_MODULES",
+    "WEBHOOK_MAX_CONCURRENCY",
+    "WEBHOOK_MAX_RETRIES",
+    "WEBHOOK_SPOOL_HEADERS",
+    "WEBHOOK_TIMEOUT_RANGE",
     "ActionConfig",
     "ActionParameter",
     "ArchiveJournals",
@@ -764,6 +768,20 @@ class ExtractValues:
     def provides(self) -> tuple[str, ...]:
         """The variables it sets."""
         return tuple(name for name, _ in self.values)
+
+
+#: headers each webhook post carries already (from other options, or always): neither a
+#: ``Header`` option nor the sender's caller may give them
+WEBHOOK_SPOOL_HEADERS: Final = frozenset({
+    "content-type", "content-length", "host", "user-agent", "transfer-encoding",
+    "connection", "spool-event-id", "spool-action", "spool-signature",
+})  # fmt: skip
+#: the shortest and the longest ``Timeout`` of a webhook (seconds)
+WEBHOOK_TIMEOUT_RANGE: Final = (0.1, 60.0)
+#: the most ``Retries`` of a webhook
+WEBHOOK_MAX_RETRIES: Final = 10
+#: the most posts of one webhook step in flight at once (``Concurrency``)
+WEBHOOK_MAX_CONCURRENCY: Final = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,15 @@ from typing import Final
 
 import orjson
 
-from spool.server.config.actions import Step, Webhook, WebhooksConfig
+from spool.server.config.actions import (
+    WEBHOOK_MAX_CONCURRENCY,
+    WEBHOOK_MAX_RETRIES,
+    WEBHOOK_SPOOL_HEADERS,
+    WEBHOOK_TIMEOUT_RANGE,
+    Step,
+    Webhook,
+    WebhooksConfig,
+)
 from spool.server.config.sections.actionmodules import ActionFacts, ActionScope, Options
 from spool.server.config.template import Template, TemplateError
 from spool.server.config.values import Context, read_duration, read_int, read_value
@@ -46,11 +54,6 @@ _WEBHOOK_SPEC: Final[Spec] = {
     "Timeout": False, "Retries": False, "Backoff": False, "Concurrency": False,
 }  # fmt: skip
 _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
-#: headers each post carries already (from other options, or always)
-_SET_BY_SPOOL: Final = frozenset({
-    "content-type", "content-length", "host", "user-agent", "transfer-encoding",
-    "connection", "spool-event-id", "spool-action", "spool-signature",
-})  # fmt: skip
 _MEDIA_TYPE: Final = re.compile(
     r"[A-Za-z0-9!#$&^_.+-]{1,64}/[A-Za-z0-9!#$&^_.+-]{1,64}"
     r"(\s*;\s*[A-Za-z0-9_.-]+=[A-Za-z0-9_.\"-]+)*"
@@ -92,7 +95,7 @@ def _headers(opts: Options, scope: ActionScope, ctx: Context) -> tuple[tuple[str
         ):  # fmt: skip
             raise fail(node, "a Header is 'Name: value' (a name of letters, digits and "
                        "-, a value without control characters)")  # fmt: skip
-        if name.lower() in _SET_BY_SPOOL:
+        if name.lower() in WEBHOOK_SPOOL_HEADERS:
             raise fail(node, f"the header {name} is set by Spool (ContentType sets "
                        "Content-Type; SigningKey, Spool-Signature)")  # fmt: skip
         if name.lower() in seen:
@@ -145,13 +148,14 @@ def read_webhook(
             raise fail(key_node, f"a SigningKey has at least {_SIGNING_KEY_MIN} characters")
     timeout, retries, backoff, concurrency = 5.0, 3, 1.0, 1
     if (node := opts.one("Timeout")) is not None:
-        timeout = read_duration(node, ctx, minimum=0.1, maximum=60.0)
+        low, high = WEBHOOK_TIMEOUT_RANGE
+        timeout = read_duration(node, ctx, minimum=low, maximum=high)
     if (node := opts.one("Retries")) is not None:
-        retries = read_int(node, ctx, minimum=0, maximum=10)
+        retries = read_int(node, ctx, minimum=0, maximum=WEBHOOK_MAX_RETRIES)
     if (node := opts.one("Backoff")) is not None:
         backoff = read_duration(node, ctx, minimum=0.1, maximum=60.0)
     if (node := opts.one("Concurrency")) is not None:
-        concurrency = read_int(node, ctx, minimum=1, maximum=16)
+        concurrency = read_int(node, ctx, minimum=1, maximum=WEBHOOK_MAX_CONCURRENCY)
     return Webhook(
         url, body, content_type, headers, signing_key, timeout, retries, backoff, concurrency,
         where=element.path,
