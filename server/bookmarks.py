@@ -100,7 +100,9 @@ DERIVED_PUBLISHER_PREFIX: Final = "spool-action:"
 RESERVED_CLIENT_PREFIXES: Final = (BROKER_PUBLISHER_PREFIX, DERIVED_PUBLISHER_PREFIX)
 
 
-def derived_pub_hash(action: str, step: int, source_pub_hash: int) -> int:
+def derived_pub_hash(
+    action: str, step: int, source_pub_hash: int, *, unrecorded: bool = False
+) -> int:
     """The publisher id of what step ``step`` of action ``action`` publishes because of
     messages of publisher ``source_pub_hash``.
 
@@ -111,8 +113,14 @@ def derived_pub_hash(action: str, step: int, source_pub_hash: int) -> int:
     The source's id is part of the name because two sources number from 1 alike, the step
     because one action may publish twice per message. The prefix keeps the id apart from
     every client's (a logon refuses the prefix: :data:`RESERVED_CLIENT_PREFIXES`) and from
-    the broker's own (:func:`broker_pub_hash`)."""
-    return pub_hash(f"{DERIVED_PUBLISHER_PREFIX}{action}/{step}#{source_pub_hash}")
+    the broker's own (:func:`broker_pub_hash`).
+
+    A source without a bookmark (published to a topic the log does not record) has no
+    sequence to lend: what is derived from it is numbered on from the log's highest for
+    the id, under an id of its own (``unrecorded``, the name ends ``~``) so the two
+    numberings of one source publisher never meet."""
+    suffix = "~" if unrecorded else ""
+    return pub_hash(f"{DERIVED_PUBLISHER_PREFIX}{action}/{step}#{source_pub_hash}{suffix}")
 
 
 def format_bookmark(pub_hash: int, pub_seq: int) -> str:

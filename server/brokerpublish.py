@@ -86,6 +86,7 @@ class DerivedOutcome:
             (:meth:`spool.server.operations.Operations.wait_durable`) waits for them all;
             0 when the batch put nothing in the log.
         refused: messages refused (``failure`` says why).
+        refused_seqs: the sequences of the messages refused, in order.
     """
 
     accepted: int
@@ -93,6 +94,7 @@ class DerivedOutcome:
     failure: ProtocolFailure | None
     last_seq: int
     refused: int = 0
+    refused_seqs: tuple[int, ...] = ()
 
 
 class _Answer:
@@ -107,6 +109,8 @@ class _Answer:
         self.duplicates = 0
         #: messages refused (:meth:`fail`)
         self.refused = 0
+        #: the sequences of the refused messages, when the pipeline gave them
+        self.refused_seqs: list[int] = []
 
     @property
     def processed(self) -> bool:
@@ -150,6 +154,9 @@ class _Answer:
 
     def fail(self, cid: str | None, exc: ProtocolFailure, **fields: AckValue) -> None:
         self.refused += 1
+        seq = fields.get("s")
+        if isinstance(seq, int):
+            self.refused_seqs.append(seq)
         if self.failure is None:
             self.failure = exc
 
@@ -262,8 +269,9 @@ class BrokerPublisher:
         after = txlog.last_seq if txlog is not None else 0
         last_seq = after if answer.accepted and after > before else 0
         return DerivedOutcome(
-            answer.accepted, answer.duplicates, answer.failure, last_seq, answer.refused
-        )
+            answer.accepted, answer.duplicates, answer.failure, last_seq, answer.refused,
+            tuple(answer.refused_seqs),
+        )  # fmt: skip
 
     def _publish(
         self,
@@ -299,8 +307,9 @@ class BrokerPublisher:
         self._pipeline.publish(origin, run)
         return answer
 
-    async def publish(self, topic: str, body: bytes) -> Published:
-        """Publish one message and wait until it is durable (when the topic is recorded).
+    async def publish(self, topic: str, body: bytes, corr_id: str = "") -> Published:
+        """Publish one message (with correlation id ``corr_id``, ``""``: none) and wait
+        until it is durable (when the topic is recorded).
 
         Raises:
             PublishRefused: the pipeline refused it (the protocol's reason: a regex topic,
@@ -308,7 +317,7 @@ class BrokerPublisher:
         """
         txlog = self._txlog
         before = txlog.publisher_last(self.pub_hash) if txlog is not None else 0
-        answer = self._publish(topic, [body], (), acks=[(0, _PROCESSED, None)])
+        answer = self._publish(topic, [body], (corr_id,), acks=[(0, _PROCESSED, None)])
         if answer.failure is not None:
             raise PublishRefused(answer.failure.reason, answer.failure.detail)
         if not answer.processed:  # pragma: no cover - the pipeline always answers

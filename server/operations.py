@@ -749,16 +749,22 @@ class Operations:
 
     # -- the broker's own messages, the process ---------------------------------------
 
-    async def publish(self, topic: str, body: bytes) -> Published:
-        """Publish ``body`` to ``topic`` as the instance itself (an Origin of kind
-        ``broker``) through the publish pipeline; returns once it is durable.
+    async def publish(self, topic: str, body: bytes, corr_id: str = "") -> Published:
+        """Publish ``body`` to ``topic`` (with correlation id ``corr_id``, ``""``: none) as
+        the instance itself (an Origin of kind ``broker``) through the publish pipeline;
+        returns once it is durable.
 
         Raises:
             PublishRefused: the pipeline's reason (a regex topic, txlog full...).
         """
         if self._publisher is None:
             raise PublishRefused("invalid topic", "this instance has no publish pipeline")
-        return await self._publisher.publish(topic, body)
+        return await self._publisher.publish(topic, body, corr_id)
+
+    def publisher_last(self, pub_hash: int) -> int:
+        """The highest sequence the log holds for publisher ``pub_hash`` (0: none, or no
+        log)."""
+        return self._txlog.publisher_last(pub_hash) if self._txlog is not None else 0
 
     def publish_derived(
         self,

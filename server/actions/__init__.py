@@ -12,6 +12,7 @@ Modules, each depending only on those below it (an import-linter contract keeps 
     service     Actions: the instance's actions, their triggers and runs; what the API reads
     triggers    schedules (timers, calendar times) and disk-usage watchers, on the clock
     runner      one action: steps in order, one run at a time, the record, the history
+    eventrunner one event-driven action: its lane's worker, firings per message, windows
     steps       what each condition and module does
     plan        which policy will touch which journal next (the transaction-log page)
     describe    triggers and steps in words

@@ -13,15 +13,21 @@ Outcomes of a step:
 
 Outcome of a run: ``failed`` if a step failed, else ``stopped`` if a condition stopped it,
 else ``partial`` if a step was partial, else ``succeeded``.
+
+An event-driven action (run once per message) is not recorded run by run: its
+:class:`EventTally` counts what its lane and its firings did, and its history holds one
+*window* record per ``Tuning/ActionHistoryInterval`` (the tally's change over the window in
+``events``) plus the first few failed firings of each window in full.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
 __all__ = [
+    "EventTally",
     "PinnedDict",
     "RunDict",
     "RunOutcome",
@@ -75,6 +81,8 @@ class RunDict(TypedDict):
     message: str
     steps: list[StepDict]
     files: list[str]
+    #: an event-driven action's window: what its tally counted over it (None otherwise)
+    events: dict[str, int] | None
 
 
 def iso(ts: float) -> str:
@@ -152,6 +160,7 @@ class RunRecord:
     steps: list[StepResult] = field(default_factory=list)
     outcome: RunOutcome | None = None
     id: int | None = None
+    events: dict[str, int] | None = None
 
     @property
     def files(self) -> list[str]:
@@ -200,4 +209,51 @@ class RunRecord:
             "message": self.message,
             "steps": [s.to_dict() for s in self.steps],
             "files": self.files,
+            "events": dict(self.events) if self.events is not None else None,
         }
+
+
+@dataclass(slots=True)
+class EventTally:
+    """What an event-driven action did since the instance started (``GET /api/actions``).
+
+    ``offered`` is every candidate message its triggers gave it: ``dropped`` did not fit
+    in its lane (or came while it stopped), ``loop_cut`` were not offered at all (derived
+    too many times over: a loop), the rest were taken by its worker, of which ``matched``
+    passed the trigger's filter and each ran once (``runs`` = ``succeeded`` + ``stopped``
+    + ``failed``).
+
+    Attributes:
+        offered: candidate messages offered to its lane.
+        dropped: candidates its lane had no room for.
+        loop_cut: candidates not offered because they derive from a chain of derived
+            messages as long as the limit.
+        matched: candidates that passed the trigger's filter.
+        runs: firings run (a firing: the steps, once, for one message).
+        succeeded, stopped, failed: firings by outcome.
+        derived: messages its publish steps stored (or delivered, on a topic the log does
+            not record).
+        derived_duplicates: derived messages the log already held (a re-run): not stored
+            again.
+        echo_suppressed: echo lines over a step's ``MaxPerSecond``.
+    """
+
+    offered: int = 0
+    dropped: int = 0
+    loop_cut: int = 0
+    matched: int = 0
+    runs: int = 0
+    succeeded: int = 0
+    stopped: int = 0
+    failed: int = 0
+    derived: int = 0
+    derived_duplicates: int = 0
+    echo_suppressed: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The counters by name."""
+        return asdict(self)
+
+    def since(self, before: dict[str, int]) -> dict[str, int]:
+        """How much each counter moved since ``before`` (an earlier :meth:`counts`)."""
+        return {k: v - before.get(k, 0) for k, v in self.counts().items()}

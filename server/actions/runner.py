@@ -15,7 +15,6 @@ run is kept in memory (the last one, a short history) and stored in the stats da
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
 from collections.abc import Mapping
 from typing import Final
@@ -24,10 +23,10 @@ import orjson
 
 from spool.server.actions.errors import ActionBusy
 from spool.server.actions.metricsdoc import MetricsDocument
-from spool.server.actions.results import RunDict, RunRecord, StepResult, iso
-from spool.server.actions.steps import RaiseEvent, StepContext, run_step
+from spool.server.actions.results import RunDict, RunRecord, iso
+from spool.server.actions.steps import RaiseEvent, StepContext, run_steps
 from spool.server.clock import Clock
-from spool.server.config import ActionConfig, Config, IfCondition, IfDiskUsage
+from spool.server.config import ActionConfig, Config
 from spool.server.operations import Operations
 from spool.server.stats.actionruns import ActionRunRow
 
@@ -137,7 +136,7 @@ class ActionRunner:
                 self._ops, self._instance, self._clock, self._metrics, self._raise_event,
                 self._variables(trigger, context), depth,
             )  # fmt: skip
-            await self._steps(record, ctx)
+            await run_steps(self.config.steps, record, ctx)
             record.finish(self._clock.time())
         finally:
             self.running = None
@@ -153,31 +152,6 @@ class ActionRunner:
         self.runs += 1
         self.recent.append(record)
         return record
-
-    async def _steps(self, record: RunRecord, ctx: StepContext) -> None:
-        stopped = False
-        for index, step in enumerate(self.config.steps, start=1):
-            kind = "if" if isinstance(step, IfCondition | IfDiskUsage) else "do"
-            if stopped:
-                record.steps.append(StepResult(index, kind, step.module, "not_run"))
-                continue
-            started = self._clock.monotonic()
-            try:
-                result = await run_step(step, ctx)
-            except asyncio.CancelledError:
-                record.steps.append(
-                    StepResult(index, kind, step.module, "failed", "cancelled: shutting down")
-                )
-                record.finish(self._clock.time())
-                raise
-            except Exception as exc:  # a module must never take the scheduler down
-                result = StepResult(
-                    index, kind, step.module, "failed", f"{type(exc).__name__}: {exc}"
-                )
-            result.index = index
-            result.duration_s = self._clock.monotonic() - started
-            record.steps.append(result)
-            stopped = result.status in ("failed", "stopped")
 
     async def _store(self, record: RunRecord) -> None:
         """Write the run to the stats database (its id comes back); failures are logged

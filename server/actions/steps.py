@@ -11,10 +11,19 @@ work returns ``failed`` with the reason (the runner also turns an unexpected exc
 Modules add variables to the run's context for the modules after them
 (``AMPS_JOURNALS_ARCHIVED``, ``AMPS_PUBLISHED_BOOKMARK``...; the names are declared on the
 configuration classes, where the loader checks references against them).
+
+The same steps run the firings of an event-driven action, one per message
+(:mod:`spool.server.actions.eventrunner`): then :attr:`StepContext.event` holds the batch
+the firing belongs to. A publish does not wait there: its message joins the batch's
+derived messages (:class:`EventBatch`), published together at the batch's end under a
+derived identity; an echo counts against its step's ``MaxPerSecond``; extract-values
+reads the message that fired the run.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,15 +33,19 @@ import orjson
 
 from spool.server.actions.journals import JournalOp, PinnedJournal, select
 from spool.server.actions.metricsdoc import MetricsDocument
-from spool.server.actions.results import PinnedDict, StepResult, StepStatus
+from spool.server.actions.results import PinnedDict, RunRecord, StepResult, StepStatus
+from spool.server.bookmarks import derived_pub_hash, format_bookmark
 from spool.server.clock import Clock
 from spool.server.config import (
     ArchiveJournals,
     CompressJournals,
     Config,
+    DeleteSow,
     DiskThreshold,
     DowngradeReplication,
+    EchoMessage,
     ExecuteEvent,
+    ExtractValues,
     IfCondition,
     IfDiskUsage,
     PublishMessage,
@@ -46,7 +59,7 @@ from spool.server.config import (
     UpgradeReplication,
 )
 from spool.server.engine_errors import PublishRefused, TransportNotFound
-from spool.server.expr import FilterSyntaxError, MessageView, compile_filter
+from spool.server.expr import FilterSyntaxError, MessageView, compile_filter, compile_value
 from spool.server.operations import JournalDict, Operations
 from spool.server.protocol.errors import ProtocolFailure
 from spool.server.protocol.topic import is_regex_topic
@@ -56,7 +69,17 @@ from spool.server.stats.host import FilesystemUsage
 from spool.server.txlog.errors import JournalPinned
 from spool.server.units import format_duration
 
-__all__ = ["MAX_EVENT_DEPTH", "RaiseEvent", "StepContext", "run_step"]
+__all__ = [
+    "MAX_EVENT_DEPTH",
+    "Derived",
+    "EchoLimit",
+    "EventBatch",
+    "EventFiring",
+    "RaiseEvent",
+    "StepContext",
+    "run_step",
+    "run_steps",
+]
 
 #: How deep events raised by actions may chain (an action raising an event whose action
 #: raises another...) before the raise is refused: a loop in the configuration ends here.
@@ -64,6 +87,89 @@ MAX_EVENT_DEPTH: Final = 4
 
 #: ``raise_event(event, variables, depth)`` -> one line per action it ran
 RaiseEvent = Callable[[str, Mapping[str, str], int], Awaitable[list[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class EventFiring:
+    """The message one firing of an event-driven action runs for.
+
+    Attributes:
+        view: the message (its topic, body, bookmark), as filters read it.
+        pub_hash: its publisher id.
+        pub_seq: its publisher sequence; 0 when it has no bookmark (its topic is not
+            recorded).
+        index: the firing's place in its batch.
+    """
+
+    view: MessageView
+    pub_hash: int
+    pub_seq: int
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """A message a publish step derived, waiting for the end of its batch.
+
+    Attributes:
+        step: the publish step (1-based).
+        topic: where it goes.
+        pub_hash: its derived publisher id.
+        pub_seq: its sequence (its source's); 0: numbered when published (its source has
+            no bookmark).
+        body: the message.
+        corr_id: its correlation id (``""``: none).
+        firing: the firing that derived it (its index in the batch).
+    """
+
+    step: int
+    topic: str
+    pub_hash: int
+    pub_seq: int
+    body: bytes
+    corr_id: str
+    firing: int
+
+
+class EchoLimit:
+    """The ``MaxPerSecond`` of an action's echo steps: lines per step per second of the
+    clock; what is over it is counted, not written."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        #: step -> (the second, lines written in it)
+        self._seconds: dict[int, tuple[int, int]] = {}
+        #: lines not written since the instance started
+        self.suppressed = 0
+
+    def allow(self, step: int, limit: int) -> bool:
+        """Whether one more line of ``step`` fits in this second (counted if not)."""
+        second = math.floor(self._clock.monotonic())
+        at, lines = self._seconds.get(step, (second, 0))
+        if at != second:
+            lines = 0
+        if lines >= limit:
+            self.suppressed += 1
+            return False
+        self._seconds[step] = (second, lines + 1)
+        return True
+
+
+@dataclass(slots=True)
+class EventBatch:
+    """What the firings of one batch of an event-driven action share.
+
+    Attributes:
+        action: the action's name (its derived identities).
+        echo: its echo steps' rate limit.
+        firing: the message of the firing being run.
+        derived: the messages its publish steps derived so far, in order.
+    """
+
+    action: str
+    echo: EchoLimit
+    firing: EventFiring | None = None
+    derived: list[Derived] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -78,6 +184,8 @@ class StepContext:
         variables: the run's context; steps add to it.
         raise_event: runs the actions an event triggers.
         depth: how many raised events led to this run.
+        index: the step being run (1-based; the runner sets it).
+        event: the batch of an event-driven action's firing (None: a run of its own).
     """
 
     ops: Operations
@@ -87,6 +195,8 @@ class StepContext:
     raise_event: RaiseEvent
     variables: dict[str, str] = field(default_factory=dict)
     depth: int = 0
+    index: int = 0
+    event: EventBatch | None = None
 
     def directory(self, label: str, path: Path | None) -> Path:
         """A disk option's directory: the one given, or the instance's by its name."""
@@ -311,14 +421,111 @@ async def _publish(step: PublishMessage, ctx: StepContext) -> StepResult:
         orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         return _result(step, "failed", f"the expanded Data is not JSON ({exc}): {body[:200]!r}")
+    firing = ctx.event.firing if ctx.event is not None else None
+    if step.correlation_id is not None:
+        corr_id = step.correlation_id.expand(ctx.variables)
+        if any(ord(ch) < 32 for ch in corr_id):
+            return _result(step, "failed", f"the correlation id {corr_id!r} has control "
+                           "characters")  # fmt: skip
+    else:  # a derived message names its source
+        corr_id = firing.view.bookmark if firing is not None else ""
+    if ctx.event is not None and firing is not None:
+        return _derive(step, ctx.event, firing, ctx, topic, body, corr_id)
     try:
-        published = await ctx.ops.publish(topic, body.encode())
+        published = await ctx.ops.publish(topic, body.encode(), corr_id)
     except PublishRefused as exc:
         return _result(step, "failed", f"publish to {topic!r} refused: {exc}")
     variables = {"AMPS_PUBLISHED_BOOKMARK": published.bookmark or ""}
     ctx.variables.update(variables)
     where = f" (bookmark {published.bookmark})" if published.bookmark else ""
     return _result(step, "ok", f"published to {topic}{where}", variables=variables)
+
+
+def _derive(
+    step: PublishMessage,
+    batch: EventBatch,
+    firing: EventFiring,
+    ctx: StepContext,
+    topic: str,
+    body: str,
+    corr_id: str,
+) -> StepResult:
+    """A firing's publish: the message joins the batch's derived messages under the
+    identity of this step and its source (its source's sequence when it has one), so
+    running the firing again stores nothing twice."""
+    recorded = firing.pub_seq > 0
+    pub = derived_pub_hash(batch.action, ctx.index, firing.pub_hash, unrecorded=not recorded)
+    batch.derived.append(
+        Derived(ctx.index, topic, pub, firing.pub_seq, body.encode(), corr_id, firing.index)
+    )
+    bookmark = format_bookmark(pub, firing.pub_seq) if recorded else ""
+    variables = {"AMPS_PUBLISHED_BOOKMARK": bookmark}
+    ctx.variables.update(variables)
+    return _result(step, "ok", f"derived to {topic}", variables=variables)
+
+
+async def _delete_sow(step: DeleteSow, ctx: StepContext) -> StepResult:
+    topic = step.topic.expand(ctx.variables)
+    action = ctx.variables.get("AMPS_ACTION_NAME", "")
+    try:
+        if step.key is not None:
+            key = step.key.expand(ctx.variables)
+            deleted = await ctx.ops.delete_sow(topic, keys=[key], by=f"action {action}")
+            what = f"key {key!r}"
+        else:
+            assert step.filter is not None  # the configuration gives exactly one
+            text = step.filter.expand(ctx.variables)
+            deleted = await ctx.ops.delete_sow(topic, filter=text, by=f"action {action}")
+            what = f"filter {text}"
+    except ProtocolFailure as exc:
+        return _result(step, "failed", f"delete from {topic!r} refused: {exc}")
+    variables = {"AMPS_SOW_DELETED": str(deleted)}
+    ctx.variables.update(variables)
+    return _result(step, "ok", f"deleted {deleted} record(s) of {topic} ({what})",
+                   variables=variables)  # fmt: skip
+
+
+async def _echo(step: EchoMessage, ctx: StepContext) -> StepResult:
+    text = step.message.expand(ctx.variables)
+    if ctx.event is not None and not ctx.event.echo.allow(ctx.index, step.max_per_second):
+        return _result(step, "ok", f"over {step.max_per_second} lines a second: counted, "
+                       "not written")  # fmt: skip
+    ctx.ops.events.emit(
+        step.level, "actions", "echo", action=ctx.variables.get("AMPS_ACTION_NAME", ""),
+        message=text,
+    )  # fmt: skip
+    return _result(step, "ok", f"echoed: {text[:200]}")
+
+
+def _as_variable(value: object) -> str:
+    """An extracted value as a variable: text as is, NULL empty, the rest as JSON."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return orjson.dumps(value).decode()
+
+
+async def _extract_values(step: ExtractValues, ctx: StepContext) -> StepResult:
+    if step.data is not None:
+        text = step.data.expand_json(ctx.variables)
+        try:
+            document = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            return _result(step, "failed", f"the expanded Data is not JSON ({exc}): "
+                           f"{text[:200]!r}")  # fmt: skip
+        view = MessageView.of_document("", document if isinstance(document, dict) else {},
+                                       body=text.encode())  # fmt: skip
+    elif ctx.event is not None and ctx.event.firing is not None:
+        view = ctx.event.firing.view
+    else:  # the configuration refuses this: nothing to read without a message or Data
+        return _result(step, "failed", "no message fired this run and the step has no Data")
+    variables = {
+        name: _as_variable(compile_value(expression, clock=ctx.clock).evaluate(view))
+        for name, expression in step.values
+    }
+    ctx.variables.update(variables)
+    return _result(step, "ok", f"extracted {', '.join(variables)}", variables=variables)
 
 
 async def _execute_event(step: ExecuteEvent, ctx: StepContext) -> StepResult:
@@ -381,6 +588,35 @@ async def _shutdown(step: Shutdown, ctx: StepContext) -> StepResult:
     return _result(step, "failed", "nothing hosts this instance that could stop it")
 
 
+async def run_steps(steps: tuple[Step, ...], record: RunRecord, ctx: StepContext) -> None:
+    """Run ``steps`` in order into ``record``: a condition that does not hold or a module
+    that fails stops the run there, and the steps after it say ``not_run``. A module
+    that raises fails (a module must never take its caller down); a cancelled run
+    records the step it was in as failed, finishes the record and goes on cancelling."""
+    stopped = False
+    for index, step in enumerate(steps, start=1):
+        kind = "if" if isinstance(step, IfCondition | IfDiskUsage) else "do"
+        if stopped:
+            record.steps.append(StepResult(index, kind, step.module, "not_run"))
+            continue
+        started = ctx.clock.monotonic()
+        ctx.index = index
+        try:
+            result = await run_step(step, ctx)
+        except asyncio.CancelledError:
+            record.steps.append(
+                StepResult(index, kind, step.module, "failed", "cancelled: shutting down")
+            )
+            record.finish(ctx.clock.time())
+            raise
+        except Exception as exc:  # a module must never take the scheduler down
+            result = StepResult(index, kind, step.module, "failed", f"{type(exc).__name__}: {exc}")
+        result.index = index
+        result.duration_s = ctx.clock.monotonic() - started
+        record.steps.append(result)
+        stopped = result.status in ("failed", "stopped")
+
+
 async def run_step(step: Step, ctx: StepContext) -> StepResult:
     """Run one condition or module (see the module docstring)."""
     match step:
@@ -398,6 +634,12 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _replication(step, ctx)
         case PublishMessage():
             return await _publish(step, ctx)
+        case DeleteSow():
+            return await _delete_sow(step, ctx)
+        case EchoMessage():
+            return await _echo(step, ctx)
+        case ExtractValues():
+            return await _extract_values(step, ctx)
         case ExecuteEvent():
             return await _execute_event(step, ctx)
         case SetProxiedTransfer():

@@ -93,7 +93,7 @@ _CLIENT_TRIGGERS: Final = "client-driven triggers"
 _LINK_TRIGGERS: Final = "replication link triggers"
 
 #: Modules this version does not run, with what they belong to. Those with a reader (the
-#: event triggers; delete-sow, compact-sow, echo, extract-values, webhook) are read and
+#: event triggers; compact-sow, webhook) are read and
 #: checked in full, then the action is refused naming the module (so a file written for the
 #: release that runs them is checked now); the others are refused at their ``<Module>``.
 #: Each entry goes when the module runs.
@@ -118,10 +118,7 @@ UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-disconnect-incoming-replication": _LINK_TRIGGERS,
     "amps-action-on-replication-resync-complete": _LINK_TRIGGERS,
     "spool-action-on-link-state": _LINK_TRIGGERS,
-    "amps-action-do-delete-sow": "SOW deletes from actions",
     "amps-action-do-query-sow": "SOW queries from actions",
-    "amps-action-do-extract-values": "values extracted from a triggering message",
-    "amps-action-do-echo-message": "messages echoed to the event log",
     "spool-action-do-compact-sow": "SOW compaction from actions",
     "spool-action-do-webhook": "webhooks",
 }

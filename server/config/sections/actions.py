@@ -47,12 +47,12 @@ from spool.server.config.actions import (
     MODULE_PREFIX,
     TRIGGER_MODULES,
     ActionConfig,
+    ExtractValues,
     OnAdmin,
     OnExecute,
     OnPublishMessage,
     OnShutdown,
     OnStartup,
-    PublishMessage,
     Step,
     Trigger,
     WebhooksConfig,
@@ -100,14 +100,6 @@ def _not_supported(module_node: XmlNode, name: str) -> ConfigError:
         f"{name} is not supported yet: {UNSUPPORTED_MODULES[name]} are not part of this "
         "version of Spool; remove this module",
     )
-
-
-def _correlation_not_supported(options: XmlNode | None) -> ConfigError:
-    """The refusal of a publish step's ``CorrelationId``: read and checked, not run yet."""
-    assert options is not None  # the reader found the option there
-    node = next(child for child in options.children if child.tag == "CorrelationId")
-    return fail(node, "CorrelationId is not supported yet: correlation ids of the messages "
-                "actions publish are not part of this version of Spool; remove this option")  # fmt: skip
 
 
 def _module_name(node: XmlNode, ctx: Context) -> tuple[str, XmlNode | None, XmlNode]:
@@ -249,8 +241,9 @@ def _action(node: XmlNode, ctx: Context, facts: ActionFacts) -> _Read:
         steps.append(step)
         if module in UNSUPPORTED_MODULES:
             not_run.append(_not_supported(module_node, module))
-        if isinstance(step, PublishMessage) and step.correlation_id is not None:
-            not_run.append(_correlation_not_supported(options))
+        if isinstance(step, ExtractValues) and step.data is None and not rates:
+            raise fail(child, f"{module} without <Data> reads the message that fired the run, "
+                       "and this action runs on no message: give it <Data> (a JSON template)")  # fmt: skip
     if not any(child.tag == "Do" for child in node.children):
         raise fail(node, f"action {name!r} needs at least one <Do> (what it does)")
     action = ActionConfig(name, tuple(triggers), tuple(steps), where=node.path)

@@ -1,7 +1,7 @@
 """The modules of message-driven actions: each reader's model and refusals, ``<Webhooks>``
 and where a webhook may post, what an event action may run (a step's ``event_use``
-against its triggers' rate), the loops refused at load, and every new module (and a
-publish step's ``CorrelationId``) refused as "not supported yet" once the file is checked."""
+against its triggers' rate), the loops refused at load, and the new modules not run yet
+(SOW compaction, webhooks) refused as "not supported yet" once the file is checked."""
 
 from __future__ import annotations
 
@@ -421,10 +421,9 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("a schedule feeds no loop", actions(one(on("amps-action-on-schedule", "<Every>1m</Every>"),
      publishes("t")), one(watches("u"), publishes("v"), name="b")), f"{A}[2]/On/Module", 6,
      NOT_YET),
-    ("a correlation id", actions(one(ON_ADMIN, do(PUBLISH, "<Topic>o</Topic><Data>{}</Data>"
-     "<CorrelationId>c-1</CorrelationId>"))), f"{A}/Do/Options/CorrelationId", 5,
-     "CorrelationId is not supported yet: correlation ids of the messages actions publish are "
-     "not part of this version of Spool; remove this option"),
+    ("extract without data on demand", actions(one(ON_ADMIN, do(EXTRACT, "<Value>N=/n</Value>"),
+     PLAIN)), f"{A}/Do[1]", 5, f"{EXTRACT} without <Data> reads the message that fired the run, "
+     "and this action runs on no message: give it <Data> (a JSON template)"),
 ]  # fmt: skip
 
 
@@ -438,20 +437,29 @@ def test_in_a_file(body: str, path: str, line: int, fragment: str) -> None:
 
 
 NEW_MODULES: list[tuple[str, str]] = [
-    (DELETE, "<Topic>orders</Topic><Key>k-1</Key>"),
     (COMPACT, "<Topic>orders</Topic>"),
-    (ECHO, "<Message>cleaned</Message>"),
-    (EXTRACT, "<Value>N=1 + 1</Value>"),
     (WEBHOOK, "<Url>https://hooks.example.com/spool/x</Url><Body>{}</Body>"),
 ]
 
 
 @pytest.mark.parametrize(("module", "options"), NEW_MODULES, ids=[m for m, _ in NEW_MODULES])
-def test_every_new_module_is_checked_then_refused_as_not_supported_yet(
+def test_every_new_module_not_run_yet_is_checked_then_refused_as_not_supported_yet(
     module: str, options: str
 ) -> None:
     body = actions(one(ON_ADMIN, PLAIN, do(module, options)))
     assert_refused(body, f"{A}/Do[2]/Module", 5, f"{module} {NOT_YET}")
+
+
+def test_delete_echo_extract_and_a_correlation_id_load_in_an_action_run_on_demand() -> None:
+    body = actions(one(ON_ADMIN, do(DELETE, "<Topic>orders</Topic><Key>k-1</Key>"),
+                       do(ECHO, "<Message>{{AMPS_SOW_DELETED}} gone</Message>"),
+                       do(EXTRACT, '<Value>N=/n + 1</Value><Data>{"n":1}</Data>'),
+                       do(PUBLISH, "<Topic>o</Topic><Data>{\"n\":{{N}}}</Data>"
+                          "<CorrelationId>c-{{N}}</CorrelationId>")))  # fmt: skip
+    (action,) = parse(doc(body)).actions
+    assert [s.module for s in action.steps] == [DELETE, ECHO, EXTRACT, PUBLISH]
+    publish = action.steps[3]
+    assert isinstance(publish, PublishMessage) and publish.correlation_id == t("c-{{N}}")
 
 
 def test_webhooks_are_read_normalised_and_default() -> None:
