@@ -33,6 +33,7 @@ from typing import Final
 from spool.server import __version__
 from spool.server.acks import DurableAcks, LocalHorizon
 from spool.server.actions import Actions
+from spool.server.actions.onpublish import PublishTriggers
 from spool.server.alertrules import AlertRules
 from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher
@@ -204,10 +205,13 @@ class Broker:
         )
         self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
         self.queues = QueueService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        #: the on-publish triggers of actions: a stage only when one is configured
+        self.publish_triggers = PublishTriggers(config)
+        on_publish = (self.publish_triggers,) if self.publish_triggers.configured else ()
         # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
         self.pipeline = PublishPipeline(
             self.topics, txlog, local, self.acks, self.auth, self.events,
-            stages=(self.sow.stage, self.queues.stage, self.fanout),
+            stages=(self.sow.stage, self.queues.stage, self.fanout, *on_publish),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
         #: the instance as a publisher (actions, the queues' dead letters, event topics)
@@ -312,7 +316,9 @@ class Broker:
             self.events,
         )  # fmt: skip
         self.operations.alert_rules = self.alert_rules
-        self.actions = Actions(config, self.operations, clock)
+        self.actions = Actions(
+            config, self.operations, clock, publish_triggers=self.publish_triggers
+        )
         #: the command table and its routing rule (server/commandtable.py): every
         #: command but ``publish`` and ``heartbeat``, which the dispatcher runs itself (the
         #: publish pipeline, the connection's heartbeat); subscribe-like commands go to the

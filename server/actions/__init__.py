@@ -11,6 +11,7 @@ Modules, each depending only on those below it (an import-linter contract keeps 
 
     service     Actions: the instance's actions, their triggers and runs; what the API reads
     triggers    schedules (timers, calendar times) and disk-usage watchers, on the clock
+    onpublish   the publish stage that offers published messages to on-publish actions
     runner      one action: steps in order, one run at a time, the record, the history
     eventrunner one event-driven action: its lane's worker, firings per message, windows
     steps       what each condition and module does

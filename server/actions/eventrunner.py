@@ -195,6 +195,8 @@ class EventRunner:
         self._window_steps: list[dict[str, int]] = [{} for _ in config.steps]
         #: failed firings being written to the history
         self._writes: set[asyncio.Task[None]] = set()
+        #: one write at a time: the history keeps the order records were made in
+        self._storing = asyncio.Lock()
 
     @property
     def name(self) -> str:
@@ -228,6 +230,11 @@ class EventRunner:
                 await self.run_batch(batch)
             except TxlogClosed:
                 return  # the log closed under the wait: the instance is stopping
+            except Exception as exc:  # a batch must never end the action's worker
+                self._ops.events.emit(
+                    "error", "actions", "event_batch_failed", action=self.name,
+                    messages=sum(m.count for m in batch), error=f"{type(exc).__name__}: {exc}",
+                )  # fmt: skip
             await asyncio.sleep(0)  # client work interleaves with a busy action
 
     async def run_batch(self, batch: list[MessageRun]) -> None:
@@ -498,7 +505,8 @@ class EventRunner:
             record.outcome or "failed", None, orjson.dumps(data).decode(),
         )  # fmt: skip
         try:
-            record.id = await self._ops.record_action_run(row)
+            async with self._storing:
+                record.id = await self._ops.record_action_run(row)
         except Exception as exc:  # StatsUnavailable, a locked or full database
             if not self._store_failed:
                 self._store_failed = True

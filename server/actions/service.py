@@ -14,6 +14,14 @@ surface, and started and stopped as numbered steps of the engine's own:
 Runs started by triggers and by ``POST /api/actions/NAME`` are tasks of their own, so a
 client that goes away does not cancel a run halfway through a journal. The admin API
 reads :meth:`Actions.info`, :meth:`Actions.history` and :meth:`Actions.journal_plan`.
+
+An event-driven action (run once per message: an on-publish trigger) has an
+:class:`~spool.server.actions.eventrunner.EventRunner` instead: its lane exists from the
+start (the publish stage :class:`~spool.server.actions.onpublish.PublishTriggers` offers
+to it), its worker task starts with the schedules (one per action, so an action's firings
+follow their messages' order while actions run side by side) and its history windows are
+closed on a timer. At stop its lane refuses new messages, the worker runs what is queued
+(within :data:`STOP_BUDGET`), and the last window is recorded.
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ import orjson
 
 from spool.server.actions.describe import describe_step, describe_trigger
 from spool.server.actions.errors import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin
+from spool.server.actions.eventrunner import EventRunner
 from spool.server.actions.metricsdoc import MetricsDocument
+from spool.server.actions.onpublish import PublishTriggers
 from spool.server.actions.plan import PlannedAction, ScheduledAction, journal_plan
 from spool.server.actions.results import RunDict, RunRecord, iso
 from spool.server.actions.runner import ActionRunner
@@ -42,6 +52,7 @@ from spool.server.config import (
     OnAdmin,
     OnDiskUsage,
     OnExecute,
+    OnPublishMessage,
     OnSchedule,
     OnShutdown,
     OnStartup,
@@ -95,6 +106,11 @@ class ActionInfo(TypedDict):
     last_run: RunDict | None
     runs: int
     skipped: int
+    #: run once per message (``runs`` counts firings, ``skipped`` messages dropped, and
+    #: ``last_run`` is the last history window)
+    event_driven: bool
+    #: an event-driven action's tally since the instance started (None for the others)
+    events: dict[str, int] | None
 
 
 class Actions:
@@ -104,21 +120,44 @@ class Actions:
         config: the instance configuration (its ``actions``).
         ops: the admin surface every module acts through.
         clock: the time source of schedules and records.
+        publish_triggers: the publish stage that feeds the on-publish actions (None: a
+            stage of its own, not on any publish path).
     """
 
-    def __init__(self, config: Config, ops: Operations, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: Config,
+        ops: Operations,
+        clock: Clock,
+        *,
+        publish_triggers: PublishTriggers | None = None,
+    ) -> None:
         self._config = config
         self._ops = ops
         self._clock = clock
         metrics = MetricsDocument(ops, config, clock)
+        triggers = publish_triggers if publish_triggers is not None else PublishTriggers(config)
         self.runners: dict[str, ActionRunner] = {
             action.name: ActionRunner(action, config, ops, clock, metrics, self._raise_event)
             for action in config.actions
+            if not action.event_driven
         }
+        #: the event-driven actions, each with its lane
+        self.event_runners: dict[str, EventRunner] = {}
+        for action in config.actions:
+            if not action.event_driven:
+                continue
+            runner_ = EventRunner(action, config, ops, clock, metrics, on_derived=triggers.derived)
+            self.event_runners[action.name] = runner_
+            for index, trigger in enumerate(action.triggers):
+                if isinstance(trigger, OnPublishMessage):
+                    triggers.bind(runner_.lane, trigger, index, runner_.tally)
+        self._workers: set[asyncio.Task[None]] = set()
+        self._windows: set[asyncio.Task[None]] = set()
         self._schedules: dict[str, list[ScheduleTrigger]] = {}
         self._disks: dict[str, list[DiskUsageTrigger]] = {}
-        for action in config.actions:
-            runner = self.runners[action.name]
+        for runner in self.runners.values():
+            action = runner.config
             for trigger in action.triggers:
                 if isinstance(trigger, OnSchedule):
                     self._schedules.setdefault(action.name, []).append(
@@ -136,7 +175,11 @@ class Actions:
 
     async def start(self) -> None:
         """Read back the last stored runs, run the on-startup actions, start the triggers."""
-        for runner in self.runners.values():
+        everyone: list[ActionRunner | EventRunner] = [
+            *self.runners.values(),
+            *self.event_runners.values(),
+        ]
+        for runner in everyone:
             with contextlib.suppress(Exception):  # no database: nothing to show yet
                 stored = await self._ops.action_runs(runner.name, 1)
                 if stored:
@@ -149,6 +192,10 @@ class Actions:
         for disks in self._disks.values():
             for disk in disks:
                 disk.start()
+        loop = asyncio.get_running_loop()
+        for event_runner in self.event_runners.values():
+            self._workers.add(loop.create_task(event_runner.work()))
+            self._windows.add(loop.create_task(event_runner.windows()))
 
     async def shutdown(self) -> None:
         """Run the on-shutdown actions (bounded by :data:`SHUTDOWN_BUDGET`)."""
@@ -177,12 +224,20 @@ class Actions:
         for disks in self._disks.values():
             for disk in disks:
                 await disk.stop()
-        if self._tasks:
-            _done, pending = await asyncio.wait(set(self._tasks), timeout=STOP_BUDGET)
+        for event_runner in self.event_runners.values():
+            event_runner.lane.stop()  # what is queued still runs
+        for window in self._windows:
+            window.cancel()
+        busy = {*self._tasks, *self._workers, *self._windows}
+        if busy:
+            _done, pending = await asyncio.wait(busy, timeout=STOP_BUDGET)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
+        for event_runner in self.event_runners.values():
+            await event_runner.flush()
+            await event_runner.close_window()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -259,7 +314,10 @@ class Actions:
         """
         runner = self.runners.get(name)
         if runner is None:
-            raise ActionNotFound(name)
+            event_runner = self.event_runners.get(name)
+            if event_runner is None:
+                raise ActionNotFound(name)
+            raise NotOnAdmin(name, [t.module for t in event_runner.config.triggers])
         on_admin = runner.config.trigger_of(OnAdmin)
         if not isinstance(on_admin, OnAdmin):
             raise NotOnAdmin(name, [t.module for t in runner.config.triggers])
@@ -275,14 +333,38 @@ class Actions:
 
     def info(self) -> list[ActionInfo]:
         """Every configured action: triggers, next run, steps, the run in progress, the last."""
-        return [self._info(runner) for runner in self.runners.values()]
+        return [self.action_info(action.name) for action in self._config.actions]
 
     def action_info(self, name: str) -> ActionInfo:
         """One action (raises ActionNotFound)."""
         runner = self.runners.get(name)
-        if runner is None:
+        if runner is not None:
+            return self._info(runner)
+        event_runner = self.event_runners.get(name)
+        if event_runner is None:
             raise ActionNotFound(name)
-        return self._info(runner)
+        return self._event_info(event_runner)
+
+    def _event_info(self, runner: EventRunner) -> ActionInfo:
+        action = runner.config
+        counts = runner.counts()
+        return {
+            "name": action.name,
+            "triggers": [
+                {"module": t.module, "description": describe_trigger(t), "next_run": None}
+                for t in action.triggers
+            ],
+            "next_run": None,
+            "on_admin": False,
+            "parameters": [],
+            "steps": [_step_info(i, s) for i, s in enumerate(action.steps, start=1)],
+            "running": None,
+            "last_run": runner.last_run,
+            "runs": counts["runs"],
+            "skipped": counts["dropped"],
+            "event_driven": True,
+            "events": counts,
+        }
 
     def _next_runs(self, name: str) -> dict[int, float | None]:
         schedules = iter(self._schedules.get(name, []))
@@ -327,6 +409,8 @@ class Actions:
             "last_run": runner.last_run,
             "runs": runner.runs,
             "skipped": runner.skipped,
+            "event_driven": False,
+            "events": None,
         }
 
     async def history(
@@ -338,12 +422,16 @@ class Actions:
         Raises:
             ActionNotFound: ``action`` is not configured.
         """
-        if action is not None and action not in self.runners:
+        if action is not None and action not in self.runners and action not in self.event_runners:
             raise ActionNotFound(action)
         try:
             stored = await self._ops.action_runs(action, limit, before_id)
         except Exception:  # no database (or unreadable): what this process remembers
-            runs = [r for runner in self.runners.values() for r in runner.recent
+            runners: list[ActionRunner | EventRunner] = [
+                *self.runners.values(),
+                *self.event_runners.values(),
+            ]
+            runs = [r for runner in runners for r in runner.recent
                     if action is None or runner.name == action]  # fmt: skip
             runs.sort(key=lambda r: r.started, reverse=True)
             return [r.to_dict() for r in runs[:limit]]

@@ -93,12 +93,11 @@ _CLIENT_TRIGGERS: Final = "client-driven triggers"
 _LINK_TRIGGERS: Final = "replication link triggers"
 
 #: Modules this version does not run, with what they belong to. Those with a reader (the
-#: event triggers; compact-sow, webhook) are read and
+#: event triggers but on-publish; compact-sow, webhook) are read and
 #: checked in full, then the action is refused naming the module (so a file written for the
 #: release that runs them is checked now); the others are refused at their ``<Module>``.
 #: Each entry goes when the module runs.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
-    "amps-action-on-publish-message": _MESSAGE_TRIGGERS,
     "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
     "amps-action-on-sow-expire-message": _MESSAGE_TRIGGERS,
     "amps-action-on-sow-delete-message": _MESSAGE_TRIGGERS,

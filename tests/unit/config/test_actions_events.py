@@ -323,17 +323,11 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("an error after an event action", world(one_line(ON_ORDERS, PUBLISH_STEP),
      one_line(on(DELETE, "<Topic>ordrs</Topic>"), PUBLISH_STEP, name="b")),
      f"{A}[2]/On/Options/Topic", 6, "no SOW topic rule matches 'ordrs'"),
-    ("a checked event action", world(one_line(ON_ORDERS, PUBLISH_STEP)), f"{A}/On/Module", 5,
-     NOT_YET),
-    ("a published bookmark after a message", world(one_line(
-        ON_ORDERS, PUBLISH_STEP, do("amps-action-do-publish-message",
-        '<Topic>out</Topic><Data>{"b":"{{AMPS_PUBLISHED_BOOKMARK}}"}</Data>'))),
-     f"{A}/On/Module", 5, NOT_YET),
     ("shared variables", world(one_line(
         ON_ORDERS, on(DELETE, "<Topic>orders</Topic>"), on(OOF, "<Topic>orders</Topic>"),
         do("amps-action-do-publish-message",
            '<Topic>out</Topic><Data>{"k":"{{AMPS_SOW_KEY}}","d":"{{AMPS_DATA}}"}</Data>'))),
-     f"{A}/On[1]/Module", 5, NOT_YET),
+     f"{A}/On[2]/Module", 5, f"{DELETE} is not supported yet"),
     ("the first not run yet in file order", world(
         one_line(on("amps-action-on-admin"), PLAIN_STEP),
         one_line(on(LINK), PLAIN_STEP, name="b")),
@@ -354,8 +348,21 @@ def test_event_actions_in_a_file(body: str, path: str, line: int, fragment: str)
     assert_refused(body, path, line, fragment)
 
 
+def test_an_on_publish_action_loads_with_its_variables_and_published_bookmark() -> None:
+    body = world(one_line(
+        on(PUBLISH, "<Topic>^orders</Topic><Filter>/qty &gt; 1</Filter>"), PUBLISH_STEP,
+        do("amps-action-do-publish-message",
+           '<Topic>out</Topic><Data>{"b":"{{AMPS_PUBLISHED_BOOKMARK}}"}</Data>')))  # fmt: skip
+    (action,) = parse(doc(body)).actions
+    assert action.event_driven
+    (trigger,) = action.triggers
+    assert isinstance(trigger, OnPublishMessage)
+    assert (trigger.topic.text, trigger.topic.is_regex, trigger.filter) == (
+        "^orders", True, "/qty > 1",
+    )  # fmt: skip
+
+
 VALID: list[tuple[str, str]] = [
-    (PUBLISH, "<Topic>^orders</Topic><Filter>/qty &gt; 1</Filter>"),
     (DELETE, "<Topic>orders</Topic>"),
     (EXPIRE, "<Topic>orders</Topic>"),
     (OOF, "<Topic>orders</Topic><Filter>/open</Filter>"),
