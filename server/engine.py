@@ -206,7 +206,7 @@ class Broker:
         self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
         self.queues = QueueService(config, txlog, self.subscriptions, self.auth, self.events, clock)
         #: the on-publish triggers of actions: a stage only when one is configured
-        self.publish_triggers = PublishTriggers(config)
+        self.publish_triggers = PublishTriggers(config, txlog, clock, self.events)
         on_publish = (self.publish_triggers,) if self.publish_triggers.configured else ()
         # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
         self.pipeline = PublishPipeline(

@@ -1,9 +1,9 @@
 """The trigger checkpoint file: where each on-publish action resumes after a restart.
 
 An action triggered by published messages runs on them after they are appended, so a
-crash can stop it with candidates not run yet. At start-up the event-driven action service
-(to come), which owns this file, offers again the log's records after each action's
-checkpoint: runs are at least once across a crash, and the messages they derive are
+crash can stop it with candidates not run yet. At start-up the on-publish stage
+(:mod:`spool.server.actions.onpublish`), which owns this file, offers again the log's
+records after each action's checkpoint: runs are at least once across a crash, and the messages they derive are
 deduplicated by their identity. The file, ``NAME.triggers.json``, holds per action the
 seq :meth:`spool.server.actions.lanes.EventLane.checkpoint` answered (every candidate up
 to it done, its derived messages durable)::
@@ -15,7 +15,7 @@ something in one log only, so a file another log wrote (a data directory copied 
 recreated beside an old file) must not move a single action. An action absent from the
 file has no checkpoint (it starts at the log's end, never replaying history).
 
-This module is the format alone: :func:`encode` and :func:`decode` are pure. The service
+This module is the format alone: :func:`encode` and :func:`decode` are pure. The stage
 writes the bytes whole and durably with the log's helper
 (:func:`spool.server.txlog.storage.files.write_durable`: temp file, fsync, rename,
 directory fsync), so a crash leaves the old file or the new one. A file :func:`decode`

@@ -193,6 +193,8 @@ class EventRunner:
         self._window_failed = 0
         self._window_modules: dict[str, None] = {}
         self._window_steps: list[dict[str, int]] = [{} for _ in config.steps]
+        #: the worker waits for candidates (it holds none it has not run)
+        self.idle = True
         #: failed firings being written to the history
         self._writes: set[asyncio.Task[None]] = set()
         #: one write at a time: the history keeps the order records were made in
@@ -223,7 +225,9 @@ class EventRunner:
     async def work(self) -> None:
         """Take and run batches until the lane is stopped and empty."""
         while True:
+            self.idle = True
             batch = await self.lane.take()
+            self.idle = False  # in the step that took it: nothing runs in between
             if not batch:
                 return
             try:

@@ -5,8 +5,8 @@ removed, a client connecting...) is not run once per event as a scheduled action
 once per firing: at thousands of messages a second, a run per message would skip the
 messages that arrive during a run and write a history row per message. Its candidate
 messages go into its lane instead, and one worker task takes them in batches, in the order
-they came. The event-driven action service (to come) owns one lane per such action: the
-publish path and the happenings bus offer to it, the action's worker takes from it.
+they came. Each such action's runner (:mod:`spool.server.actions.eventrunner`) owns its
+lane: the publish path offers to it, the action's worker takes from it.
 
 What a lane promises:
 
@@ -100,6 +100,13 @@ class EventLane(Generic[C]):
         self._checkpoint = checkpoint
         self._last_done = checkpoint
         self._durable = 0
+
+    def resume(self, checkpoint: int) -> None:
+        """Start from ``checkpoint`` (read at start-up, before any mark): every candidate
+        up to it counts as done, and :meth:`checkpoint` answers it until a later one is
+        durable."""
+        self._checkpoint = checkpoint
+        self._last_done = checkpoint
 
     # -- the producer's side ------------------------------------------------------------
 

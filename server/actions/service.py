@@ -18,10 +18,11 @@ reads :meth:`Actions.info`, :meth:`Actions.history` and :meth:`Actions.journal_p
 An event-driven action (run once per message: an on-publish trigger) has an
 :class:`~spool.server.actions.eventrunner.EventRunner` instead: its lane exists from the
 start (the publish stage :class:`~spool.server.actions.onpublish.PublishTriggers` offers
-to it), its worker task starts with the schedules (one per action, so an action's firings
-follow their messages' order while actions run side by side) and its history windows are
-closed on a timer. At stop its lane refuses new messages, the worker runs what is queued
-(within :data:`STOP_BUDGET`), and the last window is recorded.
+to it, first what the start-up catch-up read back), its worker task starts with the
+schedules (one per action, so an action's firings follow their messages' order while
+actions run side by side), its history windows are closed on a timer and the checkpoints
+written every second. At stop its lane refuses new messages, the worker runs what is
+queued (within :data:`STOP_BUDGET`), and the last window and checkpoints are written.
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ class Actions:
             self.event_runners[action.name] = runner_
             for index, trigger in enumerate(action.triggers):
                 if isinstance(trigger, OnPublishMessage):
-                    triggers.bind(runner_.lane, trigger, index, runner_.tally)
+                    triggers.bind(runner_, trigger, index)
+        self._publish_triggers = triggers
         self._workers: set[asyncio.Task[None]] = set()
         self._windows: set[asyncio.Task[None]] = set()
         self._schedules: dict[str, list[ScheduleTrigger]] = {}
@@ -193,6 +195,17 @@ class Actions:
             for disk in disks:
                 disk.start()
         loop = asyncio.get_running_loop()
+        for name, (offered, dropped) in self._publish_triggers.caught_up.items():
+            self._ops.events.emit(
+                "warning" if dropped else "info", "actions", "catch_up", action=name,
+                messages=offered, dropped=dropped,
+                detail="messages of the log past the action's checkpoint run again",
+            )  # fmt: skip
+        if self.event_runners:
+            # where each action starts is on disk before it runs anything: an action new
+            # to the file, or a file lost, must not make a crash replay history or skip
+            await self._publish_triggers.save()
+            self._windows.add(loop.create_task(self._publish_triggers.keep_checkpoint()))
         for event_runner in self.event_runners.values():
             self._workers.add(loop.create_task(event_runner.work()))
             self._windows.add(loop.create_task(event_runner.windows()))
@@ -238,6 +251,7 @@ class Actions:
         for event_runner in self.event_runners.values():
             await event_runner.flush()
             await event_runner.close_window()
+        await self._publish_triggers.save()
 
     # -- running ----------------------------------------------------------------------------
 

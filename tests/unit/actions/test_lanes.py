@@ -229,3 +229,15 @@ def test_take_ends_once_stopped_and_drained() -> None:
 def test_a_lane_holds_at_least_one_message() -> None:
     with pytest.raises(ValueError, match="at least one"):
         EventLane("a", 0)
+
+
+def test_a_lane_resumes_from_a_checkpoint_read_at_start_up() -> None:
+    lane: EventLane[Run] = EventLane("a", 10)
+    assert lane.checkpoint(0) is None
+    lane.resume(40)
+    assert lane.checkpoint(0) == 40  # what was read back stands until a later one is durable
+    with pytest.raises(ValueError, match="behind the previous one, 40"):
+        lane.done(39)
+    lane.done(45, 50)
+    assert lane.checkpoint(49) == 40
+    assert lane.checkpoint(50) == 45

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from spool.server.actions.checkpoint import checkpoint_name, encode
 from spool.server.actions.eventrunner import MAX_DERIVED_DEPTH
 from spool.server.bookmarks import derived_pub_hash, format_bookmark
 from tests.support.engine import EngineHarness, FakeClient, scenario
@@ -297,3 +298,89 @@ async def test_delete_sow_extract_values_echo_and_publish_per_message(tmp_path: 
         assert h.broker.operations.sow_keys("book")["keys"] == []
         assert [e["message"] for e in named(h, "echo")] == ["A 2", "C 4"]
         assert info(h, "enrich")["events"]["echo_suppressed"] == 1
+
+
+# -- restarts -----------------------------------------------------------------------------------
+
+
+def checkpoint_file(tmp_path: Path) -> Path:
+    return tmp_path / "data" / checkpoint_name("spool-test")
+
+
+async def derive_ten(tmp_path: Path, **kw: Any) -> tuple[list[str], int]:
+    """Run HOT over 30 messages (10 hot) and stop; the hot sources' bookmarks and the
+    log's identity."""
+    async with harness(tmp_path, HOT, **kw) as h:
+        reader = await h.logon("reader")
+        reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d"}, b""))
+        pub = await h.logon("pub")
+        pub.send(*[order(n) for n in range(30)])
+        await until_done(h, h.until(lambda: len(reader.deliveries("d")) == 10))
+        assert h.broker.txlog is not None
+        log_id = h.broker.txlog.own_pub_hash
+        sources = [hd["x"] for hd, _ in reader.deliveries("d")]
+        last_source = h.last_seq - 10  # the derived messages came after the sources
+    saved = orjson.loads(checkpoint_file(tmp_path).read_bytes())
+    assert saved["log"] == log_id and saved["actions"]["hot"] >= last_source
+    return sources, log_id
+
+
+async def derived_after_restart(
+    tmp_path: Path, **kw: Any
+) -> tuple[list[tuple[str, str]], EngineHarness, int]:
+    """Restart with HOT; the derived messages (bookmark, corr id) a replay from the start
+    gives once the catch-up ran, the broker, and the records of SOW topic orders/1."""
+    h = harness(tmp_path, HOT, **kw)
+    async with h:
+        reader = await h.logon("reader")
+        reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d", "bm": "0"}, b""))
+        await until_done(h, h.until(lambda: len(reader.deliveries("d")) >= 10))
+        await until_done(h, h.until(lambda: h.broker.actions.event_runners["hot"].lane.queued == 0
+                                    and h.broker.actions.event_runners["hot"].idle))  # fmt: skip
+        await h.commit()
+        got = [(hd["bm"], hd["x"]) for hd, _ in reader.deliveries("d")]
+        records = h.broker.operations.sow_keys("orders/1")["records"] if "sow" in kw else 0
+    return got, h, records
+
+
+@scenario
+async def test_a_restart_from_an_older_checkpoint_runs_again_and_derives_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    sow = sow_topic("orders/1", "/n")  # a persistent SOW topic: its file has it all
+    sources, log_id = await derive_ten(tmp_path, sow=sow)
+    checkpoint_file(tmp_path).write_bytes(encode(log_id, {"hot": 0}))  # rolled back
+    got, h, records = await derived_after_restart(tmp_path, sow=sow)
+    assert [x for _, x in got] == sources  # one derived message per source, once
+    # reading the log from further back for the catch-up changed nothing in the SOW
+    assert records == 30
+    (caught,) = named(h, "catch_up")
+    assert (caught["action"], caught["messages"], caught["dropped"]) == ("hot", 30, 0)
+    events = h.broker.actions.event_runners["hot"].counts()
+    assert (events["runs"], events["derived"], events["derived_duplicates"]) == (10, 0, 10)
+
+
+@scenario
+async def test_no_checkpoint_or_another_log_starts_at_the_end(tmp_path: Path) -> None:
+    sources, log_id = await derive_ten(tmp_path)
+    checkpoint_file(tmp_path).write_bytes(encode(log_id + 1, {"hot": 0}))
+    got, h, _ = await derived_after_restart(tmp_path)
+    assert [x for _, x in got] == sources and not named(h, "catch_up")
+    (ignored,) = named(h, "checkpoint_ignored")
+    assert "written for another log" in ignored["reason"]
+    assert h.broker.actions.event_runners["hot"].counts()["runs"] == 0
+
+
+@scenario
+async def test_the_catch_up_goes_back_at_most_action_catch_up_records(tmp_path: Path) -> None:
+    sources, log_id = await derive_ten(tmp_path)
+    checkpoint_file(tmp_path).write_bytes(encode(log_id, {"hot": 0}))
+    # the log ends with 30 sources then 10 derived: 16 records back reach 6 sources, 2 hot
+    got, h, _ = await derived_after_restart(
+        tmp_path, tuning="<ActionCatchUpRecords>16</ActionCatchUpRecords>"
+    )
+    assert [x for _, x in got] == sources
+    (caught,) = named(h, "catch_up")
+    assert caught["messages"] == 6
+    events = h.broker.actions.event_runners["hot"].counts()
+    assert (events["runs"], events["derived_duplicates"]) == (2, 2)
