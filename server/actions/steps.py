@@ -60,6 +60,7 @@ from spool.server.config import (
 )
 from spool.server.engine_errors import PublishRefused, TransportNotFound
 from spool.server.expr import FilterSyntaxError, MessageView, compile_filter, compile_value
+from spool.server.expr.values import Value
 from spool.server.operations import JournalDict, Operations
 from spool.server.protocol.errors import ProtocolFailure
 from spool.server.protocol.topic import is_regex_topic
@@ -164,12 +165,15 @@ class EventBatch:
         echo: its echo steps' rate limit.
         firing: the message of the firing being run.
         derived: the messages its publish steps derived so far, in order.
+        metrics: the metrics document its conditions read (read once per batch, at the
+            first condition: per message it would cost a reading of the host each).
     """
 
     action: str
     echo: EchoLimit
     firing: EventFiring | None = None
     derived: list[Derived] = field(default_factory=list)
+    metrics: dict[str, Value] | None = None
 
 
 @dataclass(slots=True)
@@ -246,7 +250,13 @@ async def _if_condition(step: IfCondition, ctx: StepContext) -> StepResult:
         flt = compile_filter(text, clock=ctx.clock)
     except FilterSyntaxError as exc:
         return _result(step, "failed", f"the condition {text!r} does not compile: {exc}")
-    document = await ctx.metrics.read()
+    batch = ctx.event
+    if batch is None:
+        document = await ctx.metrics.read()
+    else:
+        if batch.metrics is None:
+            batch.metrics = await ctx.metrics.read()
+        document = batch.metrics
     view = MessageView.of_document("", document)
     if flt.matches(view):
         return _result(step, "ok", f"{text} holds")

@@ -19,7 +19,13 @@ from spool.server.actions.eventrunner import FAILED_PER_WINDOW, EventRunner, Mes
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.bookmarks import derived_pub_hash, format_bookmark, pub_hash
 from spool.server.config import ActionConfig, OnPublishMessage, Step, Template, TopicMatch
-from spool.server.config.actions import DeleteSow, EchoMessage, ExtractValues, PublishMessage
+from spool.server.config.actions import (
+    DeleteSow,
+    EchoMessage,
+    ExtractValues,
+    IfCondition,
+    PublishMessage,
+)
 from spool.server.ports import AppendedRun, Origin
 from spool.server.txlog.format.record import RecordKind
 from spool.server.wire import topic_json
@@ -237,3 +243,18 @@ async def test_a_window_records_counts_and_only_the_first_failures_in_full(
         ]
         # nothing moved since: no window
         assert await until_done(h, r.close_window()) is None
+
+
+@scenario
+async def test_conditions_of_firings_read_the_metrics_of_their_batch(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        await h.logon("someone")
+        holds = IfCondition(Template.parse("/instance/connections = 1"))
+        r = runner(h, action(holds, EchoMessage(Template.parse("{{AMPS_DATA}}")), flt=None))
+        never = runner(h, action(IfCondition(Template.parse("/instance/connections > 1")),
+                                 EchoMessage(Template.parse("never"))))  # fmt: skip
+        docs = [{"n": n} for n in range(3)]
+        await feed(h, r, unrecorded("in/a", docs))
+        await feed(h, never, unrecorded("in/a", docs))
+        assert (r.counts()["succeeded"], never.counts()["stopped"]) == (3, 3)
+        assert [m for _, m in echoes(h)] == [f'{{"n":{n}}}' for n in range(3)]
