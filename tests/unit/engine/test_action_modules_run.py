@@ -8,6 +8,7 @@ history windows.
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,9 @@ from spool.server.ports import AppendedRun, Origin
 from spool.server.txlog.format.record import RecordKind
 from spool.server.wire import topic_json
 from tests.support.engine import EngineHarness, scenario
+from tests.support.faults import FaultySeam
 from tests.support.server import config_xml, sow_topic
+from tests.unit.engine.outage import RETRY
 
 SOURCE = pub_hash("feed")
 
@@ -258,3 +261,34 @@ async def test_conditions_of_firings_read_the_metrics_of_their_batch(tmp_path: P
         await feed(h, never, unrecorded("in/a", docs))
         assert (r.counts()["succeeded"], never.counts()["stopped"]) == (3, 3)
         assert [m for _, m in echoes(h)] == [f'{{"n":{n}}}' for n in range(3)]
+
+
+@scenario
+async def test_derived_messages_wait_out_a_full_log_and_are_published_once_it_takes_writes(
+    tmp_path: Path,
+) -> None:
+    seam = FaultySeam()
+    xml = config_xml(tmp_path / "data", admin_interval="1d", txlog_extra=RETRY)
+    async with EngineHarness(tmp_path, xml=xml, files=seam) as h:
+        log = h.broker.txlog
+        assert log is not None
+        sub = await h.logon("sub")
+        sub.send(({"c": "subscribe", "t": "out", "sub_id": "s"}, b""))
+        pub = await h.logon("pub")
+        seam.fail("write", errno.ENOSPC)  # the disk fills up
+        pub.send(({"c": "publish", "t": "orders"}, b'{"n":0}'))
+        await h.clock.advance(0.001)
+        await h.until(lambda: log.write_outage is not None)
+        r = runner(h, action(EXTRACT, publish_step()))
+        assert r.lane.offer(unrecorded("in/a", [{"n": 1}, {"n": 2}]))
+        batch = asyncio.ensure_future(r.run_batch(r.lane.take_nowait()))
+        for _ in range(3):  # refused, tried again a second later, and again
+            await h.clock.advance(1.0)
+            await h.settle()
+            assert not batch.done() and not sub.deliveries("s")
+        seam.heal()
+        await until_done(h, batch)
+        await h.until(lambda: len(sub.deliveries("s")) == 2)
+        assert [orjson.loads(b)["n"] for _, b in sub.deliveries("s")] == [1, 2]
+        counts = r.counts()
+        assert (counts["succeeded"], counts["failed"], counts["derived"]) == (2, 0, 2)
