@@ -217,14 +217,14 @@ class RunRecord:
 class EventTally:
     """What an event-driven action did since the instance started (``GET /api/actions``).
 
-    ``offered`` is every candidate message its triggers gave it: ``dropped`` did not fit
-    in its lane (or came while it stopped), ``loop_cut`` were not offered at all (derived
-    too many times over: a loop), the rest were taken by its worker, of which ``matched``
+    ``offered`` is every candidate message its triggers saw: ``loop_cut`` were kept out
+    of its lane (derived too many times over: a loop), ``dropped`` did not fit in it (or
+    came while it stopped), the rest were taken by its worker, of which ``matched``
     passed the trigger's filter and each ran once (``runs`` = ``succeeded`` + ``stopped``
     + ``failed``).
 
     Attributes:
-        offered: candidate messages offered to its lane.
+        offered: candidate messages its triggers saw.
         dropped: candidates its lane had no room for.
         loop_cut: candidates not offered because they derive from a chain of derived
             messages as long as the limit.

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
+from spool.server.actions import NotOnAdmin
 from spool.server.actions.checkpoint import checkpoint_name, encode
 from spool.server.actions.eventrunner import MAX_DERIVED_DEPTH
 from spool.server.bookmarks import derived_pub_hash, format_bookmark
@@ -231,6 +233,8 @@ async def test_windows_and_at_most_five_failed_runs_each_in_the_history(tmp_path
             and "on topic orders/0" in (history[-1]["detail"])
         )
         assert len(named(h, "event_run_failed")) == 5
+        with pytest.raises(NotOnAdmin):  # it runs per message, never on demand
+            await h.broker.actions.run_admin("bad", {}, "ops")
         # nothing moved in the next interval: no window
         await h.clock.advance(10.0)
         await h.settle()
