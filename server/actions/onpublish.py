@@ -126,6 +126,8 @@ class PublishTriggers:
         self.caught_up: dict[str, tuple[int, int]] = {}
         self._saved: dict[str, int] | None = None
         self._write_failed = False
+        #: the checkpoint file's write in progress (in a thread)
+        self._writing: asyncio.Future[None] | None = None
 
     def bind(self, runner: EventRunner, trigger: OnPublishMessage, index: int) -> None:
         """Offer the runs ``trigger`` (the ``index``-th trigger of the runner's action)
@@ -299,8 +301,17 @@ class PublishTriggers:
         if marks == self._saved:
             return
         data = encode(log_id, marks)
+        writing = self._writing
+        if writing is not None and not writing.done():
+            # a write whose caller was cancelled (at stop) still runs: one file at a time
+            await asyncio.wait({writing})
+            if not writing.cancelled():
+                writing.exception()  # reported by its own caller, or lost with it
+        writing = self._writing = asyncio.ensure_future(
+            asyncio.to_thread(write_durable, OsFileSeam(), self._path, data)
+        )
         try:
-            await asyncio.to_thread(write_durable, OsFileSeam(), self._path, data)
+            await asyncio.shield(writing)
         except OSError as exc:
             if not self._write_failed and self._events is not None:
                 self._write_failed = True
