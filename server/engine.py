@@ -34,6 +34,7 @@ from spool.server import __version__
 from spool.server.acks import DurableAcks, LocalHorizon
 from spool.server.actions import Actions
 from spool.server.actions.onpublish import PublishTriggers
+from spool.server.actions.webhooks import WebhookPort
 from spool.server.alertrules import AlertRules
 from spool.server.auth import UserAuthenticator
 from spool.server.brokerpublish import BrokerPublisher
@@ -109,6 +110,8 @@ class Broker:
             inject write and fsync failures here).
         connector: how replication links dial their destinations (tests link in-process
             brokers with an in-memory one).
+        webhooks: what posts the webhooks of actions (tests answer with a fake); None:
+            threads of the actions' own, with real HTTP clients.
 
     Attributes:
         config: the instance configuration.
@@ -137,6 +140,7 @@ class Broker:
         console_format: ConsoleFormat = "json",
         files: FileSeam | None = None,
         connector: Connector = connect_websocket,
+        webhooks: WebhookPort | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -317,8 +321,9 @@ class Broker:
         )  # fmt: skip
         self.operations.alert_rules = self.alert_rules
         self.actions = Actions(
-            config, self.operations, clock, publish_triggers=self.publish_triggers
-        )
+            config, self.operations, clock, publish_triggers=self.publish_triggers,
+            webhooks=webhooks,
+        )  # fmt: skip
         #: the command table and its routing rule (server/commandtable.py): every
         #: command but ``publish`` and ``heartbeat``, which the dispatcher runs itself (the
         #: publish pipeline, the connection's heartbeat); subscribe-like commands go to the

@@ -44,6 +44,7 @@ from spool.server.actions.steps import (
     EventBatch,
     EventFiring,
     StepContext,
+    WebhookOutlet,
     run_steps,
 )
 from spool.server.bookmarks import format_bookmark, format_timestamp_us
@@ -151,6 +152,8 @@ class EventRunner:
         metrics: the metrics document of conditions.
         on_derived: told of each derived id the action published to and how many derived
             hops its messages carry (the publish stage cuts loops with it).
+        webhooks: where its webhook steps post (queued, never waited for; None: it has
+            no webhook step).
     """
 
     def __init__(
@@ -162,8 +165,10 @@ class EventRunner:
         metrics: MetricsDocument,
         *,
         on_derived: Callable[[int, int], None] | None = None,
+        webhooks: WebhookOutlet | None = None,
     ) -> None:
         self.config = config
+        self.webhooks = webhooks
         self._instance = instance
         self._ops = ops
         self._clock = clock
@@ -218,6 +223,13 @@ class EventRunner:
         tally.offered = self.lane.offered + tally.loop_cut
         tally.dropped = self.lane.dropped
         tally.echo_suppressed = self._echo.suppressed
+        if self.webhooks is not None:
+            posts = self.webhooks.tally
+            tally.webhooks_queued = posts.queued
+            tally.webhooks_sent = posts.sent
+            tally.webhooks_failed = posts.failed
+            tally.webhooks_dropped = posts.dropped
+            tally.webhooks_retried = posts.retried
         return tally.counts()
 
     # -- the worker -------------------------------------------------------------------------
@@ -320,7 +332,7 @@ class EventRunner:
         record = RunRecord(self.name, module, detail, self._clock.time())
         ctx = StepContext(
             self._ops, self._instance, self._clock, self._metrics, _no_events,
-            self._variables(module, run, i, bookmark), event=events,
+            self._variables(module, run, i, bookmark), event=events, webhooks=self.webhooks,
         )  # fmt: skip
         await run_steps(self.config.steps, record, ctx)
         record.finish(self._clock.time())
@@ -473,6 +485,10 @@ class EventRunner:
             text += ", " + ", ".join(parts)
         if delta["echo_suppressed"]:
             text += f"; {delta['echo_suppressed']:,} echo lines over the rate"
+        posts = [f"{delta['webhooks_' + k]:,} {k}" for k in ("sent", "failed", "dropped")
+                 if delta["webhooks_" + k]]  # fmt: skip
+        if posts:
+            text += f"; webhooks {', '.join(posts)}"
         return text
 
     @staticmethod

@@ -35,6 +35,7 @@ __all__ = [
     "StepDict",
     "StepResult",
     "StepStatus",
+    "WebhookTally",
     "iso",
 ]
 
@@ -236,6 +237,8 @@ class EventTally:
         derived_duplicates: derived messages the log already held (a re-run): not stored
             again.
         echo_suppressed: echo lines over a step's ``MaxPerSecond``.
+        webhooks_queued, webhooks_sent, webhooks_failed, webhooks_dropped,
+            webhooks_retried: its webhook posts (see :class:`WebhookTally`).
     """
 
     offered: int = 0
@@ -249,6 +252,11 @@ class EventTally:
     derived: int = 0
     derived_duplicates: int = 0
     echo_suppressed: int = 0
+    webhooks_queued: int = 0
+    webhooks_sent: int = 0
+    webhooks_failed: int = 0
+    webhooks_dropped: int = 0
+    webhooks_retried: int = 0
 
     def counts(self) -> dict[str, int]:
         """The counters by name."""
@@ -257,3 +265,28 @@ class EventTally:
     def since(self, before: dict[str, int]) -> dict[str, int]:
         """How much each counter moved since ``before`` (an earlier :meth:`counts`)."""
         return {k: v - before.get(k, 0) for k, v in self.counts().items()}
+
+
+@dataclass(slots=True)
+class WebhookTally:
+    """What the webhook steps of one action posted since the instance started.
+
+    Attributes:
+        queued: posts the sender took (each ends ``sent``, ``failed`` or, cut off by
+            the stop's budget, ``dropped``).
+        sent: posts the destination answered with a 2xx.
+        failed: posts answered with a final error, or with no answer after the last retry.
+        dropped: posts refused (the instance's queue full, or stopping) or cut off by
+            the stop's budget before they were delivered.
+        retried: attempts beyond each post's first.
+    """
+
+    queued: int = 0
+    sent: int = 0
+    failed: int = 0
+    dropped: int = 0
+    retried: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """The counters by name."""
+        return asdict(self)

@@ -24,7 +24,7 @@ import orjson
 from spool.server.actions.errors import ActionBusy
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import RunDict, RunRecord, iso
-from spool.server.actions.steps import RaiseEvent, StepContext, run_steps
+from spool.server.actions.steps import RaiseEvent, StepContext, WebhookOutlet, run_steps
 from spool.server.clock import Clock
 from spool.server.config import ActionConfig, Config
 from spool.server.operations import Operations
@@ -46,6 +46,7 @@ class ActionRunner:
         clock: the time source.
         metrics: the metrics document of conditions (shared by the instance's actions).
         raise_event: runs the actions an event triggers.
+        webhooks: where its webhook steps post (None: the instance has no webhook step).
     """
 
     def __init__(
@@ -56,8 +57,11 @@ class ActionRunner:
         clock: Clock,
         metrics: MetricsDocument,
         raise_event: RaiseEvent,
+        *,
+        webhooks: WebhookOutlet | None = None,
     ) -> None:
         self.config = config
+        self.webhooks = webhooks
         self._instance = instance
         self._ops = ops
         self._clock = clock
@@ -134,7 +138,7 @@ class ActionRunner:
                 context["AMPS_USER"] = user
             ctx = StepContext(
                 self._ops, self._instance, self._clock, self._metrics, self._raise_event,
-                self._variables(trigger, context), depth,
+                self._variables(trigger, context), depth, webhooks=self.webhooks,
             )  # fmt: skip
             await run_steps(self.config.steps, record, ctx)
             record.finish(self._clock.time())

@@ -23,6 +23,13 @@ schedules (one per action, so an action's firings follow their messages' order w
 actions run side by side), its history windows are closed on a timer and the checkpoints
 written every second. At stop its lane refuses new messages, the worker runs what is
 queued (within :data:`STOP_BUDGET`), and the last window and checkpoints are written.
+
+An instance with a ``spool-action-do-webhook`` step has one webhook sender
+(:class:`~spool.server.actions.webhooks.Webhooks`, ``<Actions><Webhooks>``: its queue
+depth and posting threads), shared by its actions, each with its own FIFO and counters.
+It stops after the runs: the posts still queued get :data:`WEBHOOK_STOP_BUDGET` to be
+delivered, what is left is cut off, counted as dropped and reported
+(``actions/webhooks_dropped``), then its threads close.
 """
 
 from __future__ import annotations
@@ -41,12 +48,16 @@ from spool.server.actions.eventrunner import EventRunner
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.onpublish import PublishTriggers
 from spool.server.actions.plan import PlannedAction, ScheduledAction, journal_plan
-from spool.server.actions.results import RunDict, RunRecord, iso
+from spool.server.actions.results import RunDict, RunRecord, WebhookTally, iso
 from spool.server.actions.runner import ActionRunner
+from spool.server.actions.steps import WebhookOutlet
 from spool.server.actions.triggers import DiskUsageTrigger, Fire, ScheduleTrigger
+from spool.server.actions.webhooks import ThreadedWebhooks, WebhookPort, Webhooks
 from spool.server.clock import Clock
 from spool.server.config import (
+    ActionConfig,
     ActionParameter,
+    AllowList,
     Config,
     IfCondition,
     IfDiskUsage,
@@ -58,17 +69,20 @@ from spool.server.config import (
     OnShutdown,
     OnStartup,
     Step,
+    Webhook,
 )
 from spool.server.operations import Operations
 from spool.server.txlog.retention.pins import PinInfo
 from spool.server.txlog.storage.journal import JournalInfo
 
-__all__ = ["SHUTDOWN_BUDGET", "STOP_BUDGET", "ActionInfo", "Actions"]
+__all__ = ["SHUTDOWN_BUDGET", "STOP_BUDGET", "WEBHOOK_STOP_BUDGET", "ActionInfo", "Actions"]
 
 #: Seconds the on-shutdown actions may take together before shutdown goes on without them.
 SHUTDOWN_BUDGET: Final = 10.0
 #: Seconds runs in progress get to finish when the instance stops.
 STOP_BUDGET: Final = 30.0
+#: Seconds the webhook posts still queued at stop get to be delivered (after the runs).
+WEBHOOK_STOP_BUDGET: Final = 10.0
 #: Longest value of an on-admin parameter.
 MAX_PARAMETER: Final = 4096
 
@@ -112,6 +126,8 @@ class ActionInfo(TypedDict):
     event_driven: bool
     #: an event-driven action's tally since the instance started (None for the others)
     events: dict[str, int] | None
+    #: what its webhook steps posted since the instance started (None: it has none)
+    webhooks: dict[str, int] | None
 
 
 class Actions:
@@ -123,6 +139,9 @@ class Actions:
         clock: the time source of schedules and records.
         publish_triggers: the publish stage that feeds the on-publish actions (None: a
             stage of its own, not on any publish path).
+        webhooks: what posts the webhooks (tests pass a fake); None: threads of this
+            service's own (``<Actions><Webhooks><Threads>``), made only when an action
+            has a webhook step.
     """
 
     def __init__(
@@ -132,14 +151,39 @@ class Actions:
         clock: Clock,
         *,
         publish_triggers: PublishTriggers | None = None,
+        webhooks: WebhookPort | None = None,
     ) -> None:
         self._config = config
         self._ops = ops
         self._clock = clock
         metrics = MetricsDocument(ops, config, clock)
+        #: the instance's webhook sender (None: no action has a webhook step)
+        self.webhooks: Webhooks | None = None
+        self._threads: ThreadedWebhooks | None = None
+        hooked = {a.name: _webhook_steps(a) for a in config.actions if _webhook_steps(a)}
+        outlets: dict[str, WebhookOutlet] = {}
+        if hooked:
+            port = webhooks
+            if port is None:
+                port = self._threads = ThreadedWebhooks(config.webhooks.threads, clock)
+            self.webhooks = Webhooks(
+                port, clock, ops.events, depth=config.webhooks.queue_depth,
+                concurrency={name: max(s.concurrency for s in steps)
+                             for name, steps in hooked.items()},
+            )  # fmt: skip
+            allow = AllowList(config.webhooks.allow)
+            outlets = {name: WebhookOutlet(self.webhooks, allow, WebhookTally()) for name in hooked}
         triggers = publish_triggers if publish_triggers is not None else PublishTriggers(config)
         self.runners: dict[str, ActionRunner] = {
-            action.name: ActionRunner(action, config, ops, clock, metrics, self._raise_event)
+            action.name: ActionRunner(
+                action,
+                config,
+                ops,
+                clock,
+                metrics,
+                self._raise_event,
+                webhooks=outlets.get(action.name),
+            )
             for action in config.actions
             if not action.event_driven
         }
@@ -148,7 +192,10 @@ class Actions:
         for action in config.actions:
             if not action.event_driven:
                 continue
-            runner_ = EventRunner(action, config, ops, clock, metrics, on_derived=triggers.derived)
+            runner_ = EventRunner(
+                action, config, ops, clock, metrics, on_derived=triggers.derived,
+                webhooks=outlets.get(action.name),
+            )  # fmt: skip
             self.event_runners[action.name] = runner_
             for index, trigger in enumerate(action.triggers):
                 if isinstance(trigger, OnPublishMessage):
@@ -248,10 +295,28 @@ class Actions:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
+        await self._stop_webhooks()
         for event_runner in self.event_runners.values():
             await event_runner.flush()
             await event_runner.close_window()
         await self._publish_triggers.save()
+
+    async def _stop_webhooks(self) -> None:
+        """Give the queued posts :data:`WEBHOOK_STOP_BUDGET`, cut off the rest (counted
+        as dropped, and reported), close the threads."""
+        sender = self.webhooks
+        if sender is None:
+            return
+        pending = sender.pending
+        await sender.stop(WEBHOOK_STOP_BUDGET)
+        if sender.cancelled:
+            self._ops.events.emit(
+                "warning", "actions", "webhooks_dropped", queued=pending,
+                cut_off=sender.cancelled, budget_s=WEBHOOK_STOP_BUDGET,
+                detail="webhook posts not delivered before the instance stopped",
+            )  # fmt: skip
+        if self._threads is not None:
+            await self._threads.aclose()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -378,6 +443,7 @@ class Actions:
             "skipped": counts["dropped"],
             "event_driven": True,
             "events": counts,
+            "webhooks": runner.webhooks.tally.counts() if runner.webhooks is not None else None,
         }
 
     def _next_runs(self, name: str) -> dict[int, float | None]:
@@ -425,6 +491,7 @@ class Actions:
             "skipped": runner.skipped,
             "event_driven": False,
             "events": None,
+            "webhooks": runner.webhooks.tally.counts() if runner.webhooks is not None else None,
         }
 
     async def history(
@@ -465,6 +532,10 @@ class Actions:
 
             actions.append(ScheduledAction(runner.config, first))
         return journal_plan(journals, pins, actions, self._clock.time())
+
+
+def _webhook_steps(action: ActionConfig) -> list[Webhook]:
+    return [step for step in action.steps if isinstance(step, Webhook)]
 
 
 def _step_info(index: int, step: Step) -> StepInfo:

@@ -17,26 +17,39 @@ The same steps run the firings of an event-driven action, one per message
 the firing belongs to. A publish does not wait there: its message joins the batch's
 derived messages (:class:`EventBatch`), published together at the batch's end under a
 derived identity; an echo counts against its step's ``MaxPerSecond``; extract-values
-reads the message that fired the run.
+reads the message that fired the run; a webhook is queued (:class:`WebhookOutlet`) and
+the firing goes on: the event runner never waits on HTTP. A run of its own (a schedule,
+an admin request, start-up) waits for the post's outcome and sets
+``AMPS_WEBHOOK_STATUS``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+from urllib.parse import quote
 
 import orjson
 
 from spool.server.actions.journals import JournalOp, PinnedJournal, select
 from spool.server.actions.metricsdoc import MetricsDocument
-from spool.server.actions.results import PinnedDict, RunRecord, StepResult, StepStatus
+from spool.server.actions.results import (
+    PinnedDict,
+    RunRecord,
+    StepResult,
+    StepStatus,
+    WebhookTally,
+)
+from spool.server.actions.webhooks import WebhookOutcome, WebhookRequest, Webhooks
 from spool.server.bookmarks import derived_pub_hash, format_bookmark
 from spool.server.clock import Clock
 from spool.server.config import (
+    AllowList,
     ArchiveJournals,
     CompressJournals,
     Config,
@@ -57,6 +70,8 @@ from spool.server.config import (
     Step,
     TruncateStatistics,
     UpgradeReplication,
+    Webhook,
+    redact_url,
 )
 from spool.server.engine_errors import PublishRefused, TransportNotFound
 from spool.server.expr import FilterSyntaxError, MessageView, compile_filter, compile_value
@@ -78,6 +93,7 @@ __all__ = [
     "EventFiring",
     "RaiseEvent",
     "StepContext",
+    "WebhookOutlet",
     "run_step",
     "run_steps",
 ]
@@ -176,6 +192,32 @@ class EventBatch:
     metrics: dict[str, Value] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class WebhookOutlet:
+    """Where an action's webhook steps post.
+
+    Attributes:
+        sender: the instance's webhook sender (its queue, retries, threads).
+        allow: the ``<Webhooks><Allow>`` prefixes; an expanded URL is checked again.
+        tally: the action's webhook counters.
+    """
+
+    sender: Webhooks
+    allow: AllowList
+    tally: WebhookTally
+
+    def count(self, outcome: WebhookOutcome) -> None:
+        """Count what became of one post."""
+        tally = self.tally
+        if outcome.result == "sent":
+            tally.sent += 1
+        elif outcome.result == "failed":
+            tally.failed += 1
+        else:  # refused at once, or cut off by the stop's budget
+            tally.dropped += 1
+        tally.retried += max(outcome.attempts - 1, 0)
+
+
 @dataclass(slots=True)
 class StepContext:
     """What the steps of one run share.
@@ -190,6 +232,7 @@ class StepContext:
         depth: how many raised events led to this run.
         index: the step being run (1-based; the runner sets it).
         event: the batch of an event-driven action's firing (None: a run of its own).
+        webhooks: where its webhook steps post (None: the instance has none).
     """
 
     ops: Operations
@@ -201,6 +244,7 @@ class StepContext:
     depth: int = 0
     index: int = 0
     event: EventBatch | None = None
+    webhooks: WebhookOutlet | None = None
 
     def directory(self, label: str, path: Path | None) -> Path:
         """A disk option's directory: the one given, or the instance's by its name."""
@@ -538,6 +582,91 @@ async def _extract_values(step: ExtractValues, ctx: StepContext) -> StepResult:
     return _result(step, "ok", f"extracted {', '.join(variables)}", variables=variables)
 
 
+def _url_part(value: str) -> str:
+    """A variable's value inside a URL: every character but unreserved ones
+    percent-encoded, so a value cannot add a path segment, a query or a fragment."""
+    return quote(value, safe="")
+
+
+def _event_id(ctx: StepContext) -> str:
+    """What identifies this post to its receiver (``Spool-Event-Id``).
+
+    A firing of a recorded message: the message's bookmark and the step's number
+    (``PUB|SEQ|STEP``), the same for a retry and for a run of the same message again
+    after a restart, so the receiver can drop repeats. Anything else (a run of its own, a
+    message of a topic the log does not record): a fresh identifier, the same for each
+    retry of the post."""
+    firing = ctx.event.firing if ctx.event is not None else None
+    if firing is not None and firing.view.bookmark:
+        return f"{firing.view.bookmark}{ctx.index}"
+    return uuid.uuid4().hex
+
+
+async def _webhook(step: Webhook, ctx: StepContext) -> StepResult:
+    """Post the step's body: queued in a firing, awaited in a run of its own. Messages
+    name the URL only as :func:`~spool.server.config.redact_url` shows it, never a
+    header value or the key."""
+    outlet = ctx.webhooks
+    if outlet is None:
+        return _result(step, "failed", "this instance has no webhook sender")
+    url = step.url.expand(ctx.variables, _url_part)
+    refusal = outlet.allow.refusal(url, what="the expanded Url")
+    if refusal is not None:
+        return _result(step, "failed", f"not posted: {refusal}")
+    target = redact_url(url)
+    if "json" in step.content_type.lower():
+        body = step.body.expand_json(ctx.variables)
+        try:
+            orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            return _result(step, "failed", f"not posted to {target}: the expanded Body is "
+                           f"not JSON ({exc})")  # fmt: skip
+    else:
+        body = step.body.expand(ctx.variables)
+    try:
+        request = WebhookRequest(
+            action=ctx.variables.get("AMPS_ACTION_NAME", ""), url=url, body=body.encode(),
+            event_id=_event_id(ctx), content_type=step.content_type,
+            secret_headers=tuple((name, value.expand(ctx.variables))
+                                 for name, value in step.headers),
+            timeout=step.timeout, retries=step.retries, backoff=step.backoff,
+            signing_key=step.signing_key.encode() if step.signing_key is not None else None,
+        )  # fmt: skip
+    except ValueError as exc:  # names a header, never its value
+        return _result(step, "failed", f"not posted to {target}: {exc}")
+    sender = outlet.sender
+    if ctx.event is not None:  # a firing: queued, never waited for
+        if not sender.submit(request, outlet.count):
+            return _result(step, "failed", f"dropped: {_refused(sender)} ({target})")
+        outlet.tally.queued += 1
+        return _result(step, "ok", f"queued for {target}")
+    future: asyncio.Future[WebhookOutcome] = asyncio.get_running_loop().create_future()
+
+    def settle(outcome: WebhookOutcome) -> None:
+        outlet.count(outcome)
+        if not future.done():
+            future.set_result(outcome)
+
+    if sender.submit(request, settle):
+        outlet.tally.queued += 1
+    # the post goes on if this run is cancelled: its outcome is still counted
+    outcome = await asyncio.shield(future)
+    variables = {"AMPS_WEBHOOK_STATUS": str(outcome.status) if outcome.status else ""}
+    ctx.variables.update(variables)
+    if outcome.result == "dropped":
+        return _result(step, "failed", f"dropped: {_refused(sender)} ({target})",
+                       variables=variables)  # fmt: skip
+    return _result(step, "ok" if outcome.ok else "failed", outcome.describe(),
+                   variables=variables)  # fmt: skip
+
+
+def _refused(sender: Webhooks) -> str:
+    """Why ``sender`` refused a post just now."""
+    if not sender.accepting:
+        return "the instance is stopping"
+    return f"the instance's webhook queue holds {sender.depth} posts already"
+
+
 async def _execute_event(step: ExecuteEvent, ctx: StepContext) -> StepResult:
     if ctx.depth >= MAX_EVENT_DEPTH:
         return _result(
@@ -658,5 +787,7 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _redrive(step, ctx)
         case Shutdown():
             return await _shutdown(step, ctx)
+        case Webhook():
+            return await _webhook(step, ctx)
         case _:  # read by the configuration but refused there as not supported yet
             return _result(step, "failed", f"{step.module} is not supported yet")

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from spool.server.actions.webhooks import WebhookPort
 from spool.server.client.connection import Handlers
 from spool.server.clock import VirtualClock
 from spool.server.config import parse_config
@@ -240,6 +241,7 @@ class EngineHarness:
         clock: a clock shared with other harnesses (several brokers of one scenario).
         connector: how its replication links dial (tests/support/replication.py).
         files: the file seam of the broker's journal writes (fault injection).
+        webhooks: what posts its actions' webhooks (a fake port answering on the loop).
         **config_kw: options of :func:`tests.support.server.config_xml`.
     """
 
@@ -251,6 +253,7 @@ class EngineHarness:
         clock: VirtualClock | None = None,
         connector: Connector | None = None,
         files: FileSeam | None = None,
+        webhooks: WebhookPort | None = None,
         **config_kw: Any,
     ) -> None:
         if xml is None:
@@ -258,7 +261,10 @@ class EngineHarness:
         self.config = parse_config(xml)
         self.clock = clock if clock is not None else VirtualClock()
         extra = {"connector": connector} if connector is not None else {}
-        self.broker = Broker(self.config, clock=self.clock, console_log=False, files=files, **extra)
+        self.broker = Broker(
+            self.config, clock=self.clock, console_log=False, files=files, webhooks=webhooks,
+            **extra,
+        )  # fmt: skip
         self._clients = 0
         #: the client connections made by :meth:`client_connector`
         self.links: list[ClientLink] = []

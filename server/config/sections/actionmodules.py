@@ -93,7 +93,7 @@ _CLIENT_TRIGGERS: Final = "client-driven triggers"
 _LINK_TRIGGERS: Final = "replication link triggers"
 
 #: Modules this version does not run, with what they belong to. Those with a reader (the
-#: event triggers but on-publish; compact-sow, webhook) are read and
+#: event triggers but on-publish; compact-sow) are read and
 #: checked in full, then the action is refused naming the module (so a file written for the
 #: release that runs them is checked now); the others are refused at their ``<Module>``.
 #: Each entry goes when the module runs.
@@ -119,7 +119,6 @@ UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "spool-action-on-link-state": _LINK_TRIGGERS,
     "amps-action-do-query-sow": "SOW queries from actions",
     "spool-action-do-compact-sow": "SOW compaction from actions",
-    "spool-action-do-webhook": "webhooks",
 }
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

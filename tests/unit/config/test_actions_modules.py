@@ -1,7 +1,7 @@
 """The modules of message-driven actions: each reader's model and refusals, ``<Webhooks>``
 and where a webhook may post, what an event action may run (a step's ``event_use``
 against its triggers' rate), the loops refused at load, and the new modules not run yet
-(SOW compaction, webhooks) refused as "not supported yet" once the file is checked."""
+(SOW compaction) refused as "not supported yet" once the file is checked."""
 
 from __future__ import annotations
 
@@ -388,9 +388,6 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("a webhook status per event", actions(one(ON_PUBLISH, HOOK_STEP, do(PUBLISH,
      '<Topic>o</Topic><Data>{"s":"{{AMPS_WEBHOOK_STATUS}}"}</Data>'))), f"{A}/Do[2]/Options/Data",
      5, "unknown variable {{AMPS_WEBHOOK_STATUS}}"),
-    ("a webhook status on demand", actions(one(ON_ADMIN, HOOK_STEP, do(PUBLISH,
-     '<Topic>o</Topic><Data>{"s":"{{AMPS_WEBHOOK_STATUS}}"}</Data>'))), f"{A}/Do[1]/Module", 5,
-     f"{WEBHOOK} {NOT_YET}"),
     ("publish to an enabled event topic", actions(one(ON_ADMIN, publishes(EVENTS_CLIENTS))),
      f"{A}/Do/Options/Topic", 5, "is an event topic turned on in <EventTopics>"),
     # loops
@@ -421,6 +418,13 @@ def test_in_a_file(body: str, path: str, line: int, fragment: str) -> None:
     assert_refused(body, path, line, fragment)
 
 
+def test_a_run_of_its_own_reads_the_webhook_status() -> None:
+    body = actions(one(ON_ADMIN, HOOK_STEP, do(PUBLISH,
+                   '<Topic>o</Topic><Data>{"s":"{{AMPS_WEBHOOK_STATUS}}"}</Data>')))  # fmt: skip
+    (action,) = parse(doc(body)).actions
+    assert [step.module for step in action.steps] == [WEBHOOK, PUBLISH]
+
+
 # (id, body): what the file cannot prove a loop loads (the runtime cuts those)
 NOT_LOOPS: list[tuple[str, str]] = [
     ("filtered", actions(one(watches("t", "<Filter>/n &lt; 3</Filter>"), publishes("t")))),
@@ -445,7 +449,6 @@ def test_what_the_file_cannot_prove_a_loop_loads(body: str) -> None:
 
 NEW_MODULES: list[tuple[str, str]] = [
     (COMPACT, "<Topic>orders</Topic>"),
-    (WEBHOOK, "<Url>https://hooks.example.com/spool/x</Url><Body>{}</Body>"),
 ]
 
 
