@@ -73,8 +73,14 @@ def _with_broker(
 
 
 def _publish_once(
-    suite: Suite, broker: SpoolProcess, spec: ScenarioSpec, cafile: str | None = None
+    suite: Suite,
+    broker: SpoolProcess,
+    spec: ScenarioSpec,
+    cafile: str | None = None,
+    topic: str = "bench/pub",
 ) -> dict[str, float]:
+    """One persisted (or unacked) burst of the publish family to a fresh topic under
+    ``topic``: its rate, bytes, time and the broker's memory after it."""
     s = suite.settings
     rid = suite.next_id()
     persisted = spec.params["ack"] == "persisted"
@@ -85,7 +91,7 @@ def _publish_once(
                 {
                     "url": broker.ws_url,
                     "name": f"pub-{rid}",
-                    "topic": f"bench/pub/{rid}",
+                    "topic": f"{topic}/{rid}",
                     "count": s.publish_count,
                     "body_bytes": spec.params["body_bytes"],
                     "seed": s.seed,

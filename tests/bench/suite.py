@@ -269,6 +269,7 @@ class Suite:
         tuning: str = BENCH_TUNING,
         transport_extra: str = "",
         sow: str = "",
+        actions: str = "",
     ) -> Iterator[SpoolProcess]:
         """A fresh broker (own data directory) for a family; stopped at the end.
 
@@ -276,6 +277,7 @@ class Suite:
             tuning: the ``<Tuning>`` elements (default: the deep buffer of BENCH_TUNING).
             transport_extra: more elements of the websocket transport.
             sow: ``SOW/Topic`` elements of its configuration, if any.
+            actions: ``Action`` elements of its configuration, if any.
 
         Raises:
             RuntimeError / TimeoutError: it did not start (the message holds its log).
@@ -288,6 +290,7 @@ class Suite:
             tuning=tuning,
             transport_extra=transport_extra,
             sow=sow,
+            actions=actions,
         )
         proc = SpoolProcess(d, xml)
         proc.start(timeout=120)
