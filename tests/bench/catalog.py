@@ -402,6 +402,41 @@ def _scrub_specs() -> list[ScenarioSpec]:
     ]  # fmt: skip
 
 
+def _triggers_specs() -> list[ScenarioSpec]:
+    """What message-driven actions cost publishers (tests/bench/triggers_family.py)."""
+    paired = ("msgs_per_s", "triggers_off_msgs_per_s", "vs_triggers_off")
+    return [
+        ScenarioSpec(
+            "spool.triggers.publish.persisted.100B",
+            "triggers",
+            "persisted publish (as spool.publish.persisted) to an instance with 16 "
+            "on-publish actions whose topics match none of the published ones, against "
+            "the same instance without actions; paired in each run (ABBA)",
+            {"body_bytes": 100, "ack": "persisted", "case": "persisted"},
+            paired,
+            (Target("vs_triggers_off", ">=", 0.97, "message-driven actions"),),
+        ),
+        ScenarioSpec(
+            "spool.triggers.publish.persisted.filtered.100B",
+            "triggers",
+            "the same to topics 16 on-publish actions watch, whose filter never holds: "
+            "each message queued for each action and filtered by its worker; paired (ABBA)",
+            {"body_bytes": 100, "ack": "persisted", "case": "filtered"},
+            (*paired, "dropped"),
+            (Target("vs_triggers_off", ">=", 0.9, "message-driven actions"),),
+        ),
+        ScenarioSpec(
+            "spool.triggers.derive.100B",
+            "triggers",
+            "persisted publish to a topic one on-publish action watches with no filter: "
+            "one derived message published per message; derived_per_s from the publish's "
+            "start to the last firing, dropped: messages its queue had no room for",
+            {"body_bytes": 100, "ack": "persisted", "case": "derive"},
+            ("msgs_per_s", "derived_per_s", "dropped"),
+        ),
+    ]
+
+
 def _peer_specs() -> list[ScenarioSpec]:
     specs: list[ScenarioSpec] = []
     for fsync in ("everysec", "always"):
@@ -657,6 +692,7 @@ SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
     + _ha_specs()
     + _queue_specs()
     + _scrub_specs()
+    + _triggers_specs()
     + _peer_specs()
 )
 
@@ -782,6 +818,16 @@ COMPARISONS: Final[tuple[Comparison, ...]] = (
         goal=True,
         goal_ratio=0.9,
         peer_metric="scrub_off_msgs_per_s",
+    ),
+    Comparison(
+        "persisted publish 100B with actions whose triggers match nothing vs without "
+        "(alternating runs, same load)",
+        "spool.triggers.publish.persisted.100B",
+        "spool.triggers.publish.persisted.100B",
+        "msgs_per_s",
+        goal=True,
+        goal_ratio=0.97,
+        peer_metric="triggers_off_msgs_per_s",
     ),
     Comparison(
         "replicated (sync) vs the unreplicated scenario's persisted publish 100B",

@@ -32,6 +32,7 @@ from tests.bench import (
     sow_family,
     spool_families,
     tls_family,
+    triggers_family,
 )
 from tests.bench.catalog import SCENARIOS, ScenarioSpec, feature_spec, select
 from tests.bench.report import compare, format_markdown, format_table
@@ -67,6 +68,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "queue_replicated_bounded": queue_family.run_queue_replicated_bounded,
     "queue_restart": queue_family.run_queue_restart,
     "scrub": scrub_family.run_scrub,
+    "triggers": triggers_family.run_triggers,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,

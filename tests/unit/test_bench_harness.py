@@ -17,7 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spool.server.config import OnPublishMessage, PublishMessage, parse_config
+from spool.server.expr import compile_filter
 from spool.server.protocol.frame import parse_frame
+from tests.bench import triggers_family
 from tests.bench.bodies import (
     POOL,
     STAMP_RE,
@@ -34,6 +37,7 @@ from tests.bench.catalog import (
     format_number,
     select,
 )
+from tests.bench.cli import FAMILIES
 from tests.bench.features import (
     FeatureBenchError,
     discover,
@@ -50,6 +54,7 @@ from tests.bench.results import ScenarioResult, append_run, load_runs
 from tests.bench.stats import higher_is_better, latency_summary, percentile, summarize
 from tests.bench.tls_family import paired_metrics
 from tests.bench.wire import scan_acks
+from tests.support.server import config_xml
 
 # -- statistics ----------------------------------------------------------------------------
 
@@ -285,6 +290,102 @@ def test_paired_sync_publish_is_its_own_peer() -> None:
         if r["label"] == _SYNC_PAIRED
     ]
     assert row["ratio"] == pytest.approx(0.65) and row["goal_met"] is True
+
+
+def test_every_scenario_has_a_family_runner() -> None:
+    assert {s.family for s in SCENARIOS} <= set(FAMILIES)
+    assert FAMILIES["triggers"] is triggers_family.run_triggers
+
+
+def _triggers_on() -> dict[str, tuple[OnPublishMessage, PublishMessage]]:
+    """The trigger and step of each action of the ``triggers-on`` broker, by name."""
+    config = parse_config(
+        config_xml(Path("/nonexistent/data"), actions=triggers_family.actions_xml())
+    )
+    out = {}
+    for action in config.actions:
+        (trigger,) = action.triggers
+        (step,) = action.steps
+        assert isinstance(trigger, OnPublishMessage) and isinstance(step, PublishMessage)
+        out[action.name] = (trigger, step)
+    return out
+
+
+def test_the_triggers_brokers_actions_match_only_their_own_cases_topics() -> None:
+    """The acceptance case's sixteen actions never match a topic the family publishes; the
+    filtered ones match their case's topics and their filter holds for no bench body; the
+    derive action matches its case's topics and what it derives matches no action."""
+    actions = _triggers_on()
+    n = triggers_family.ACTIONS_EACH
+    assert len(actions) == 2 * n + 1
+    published = [f"{prefix}/r7" for prefix in triggers_family.TOPICS.values()]
+    assert published[0] == "bench/pub/r7"  # the publish family's topics
+    bodies = body_pool(100, 1)
+    for i in range(n):
+        trigger, _ = actions[f"nomatch-{i}"]
+        assert not any(trigger.topic.matches(t) for t in published)
+        trigger, _ = actions[f"filtered-{i}"]
+        assert [trigger.topic.matches(t) for t in published] == [False, True, False]
+        assert trigger.filter is not None
+        flt = compile_filter(trigger.filter)
+        assert flt.select([published[1]] * len(bodies), bodies, range(len(bodies))) == []
+    trigger, step = actions["derive"]
+    assert [trigger.topic.matches(t) for t in published] == [False, False, True]
+    assert trigger.filter is None
+    assert not any(t.topic.matches(step.topic.text) for t, _ in actions.values())
+
+
+_TRIGGERS = next(sp for sp in SCENARIOS if sp.name == "spool.triggers.publish.persisted.100B")
+_TRIGGERS_PAIRED = (
+    "persisted publish 100B with actions whose triggers match nothing vs without "
+    "(alternating runs, same load)"
+)
+
+
+def test_the_triggers_goal_divides_by_the_rate_without_actions_of_the_same_runs() -> None:
+    assert Target("vs_triggers_off", ">=", 0.97, "message-driven actions") in _TRIGGERS.targets
+    runs = [
+        triggers_family.paired_metrics(
+            {"msgs_per_s": on, "elapsed_s": 5.0}, {"msgs_per_s": off, "elapsed_s": 4.0}
+        )
+        for on, off in ((97.0, 100.0), (90.0, 100.0), (99.0, 100.0))
+    ]
+    assert [r["vs_triggers_off"] for r in runs] == pytest.approx([0.97, 0.9, 0.99])
+    assert runs[0]["elapsed_s"] == 5.0 and runs[0]["triggers_off_msgs_per_s"] == 100.0
+    rows = {r["label"]: r for r in compare([ScenarioResult(_TRIGGERS, runs=runs).as_dict()])}
+    row = rows[_TRIGGERS_PAIRED]
+    assert (row["spool_value"], row["peer_value"]) == (97.0, 100.0)
+    assert row["ratio"] == pytest.approx(0.97) and row["goal_met"] is True
+    assert row["peer_metric"] == "triggers_off_msgs_per_s"
+    ((_, observed, met),) = ScenarioResult(_TRIGGERS, runs=runs).target_verdicts()
+    assert observed == pytest.approx(0.97) and met
+
+
+def test_action_tallies_are_summed_by_name_and_differenced() -> None:
+    listed: list[dict[str, object]] = [
+        {"name": "filtered-0", "events": {"offered": 10, "dropped": 2, "matched": 0}},
+        {"name": "filtered-1", "events": {"offered": 10, "dropped": 0, "matched": 0}},
+        {"name": "derive", "events": {"offered": 5, "runs": 5}},
+        {"name": "retention", "events": None},
+    ]
+    assert triggers_family.tally(listed, "filtered-") == {"offered": 20, "dropped": 2, "matched": 0}
+    assert triggers_family.tally(listed, "")["offered"] == 25
+    assert triggers_family.moved({"offered": 5, "runs": 1}, {"offered": 9, "runs": 4}) == {
+        "offered": 4,
+        "runs": 3,
+    }
+
+
+def test_the_derive_case_waits_for_every_message_to_be_fired_dropped_or_cut() -> None:
+    settled = triggers_family.derive_settled
+    assert not settled({"offered": 90, "runs": 90}, 100)  # not all offered yet
+    assert not settled({"offered": 100, "runs": 60, "dropped": 30}, 100)  # 10 still queued
+    assert settled({"offered": 100, "runs": 60, "dropped": 30, "loop_cut": 10}, 100)
+    metrics = triggers_family.derive_metrics(
+        1000, 2.0, 4.0, {"derived": 800, "dropped": 200, "failed": 0}
+    )
+    assert metrics["msgs_per_s"] == 500.0 and metrics["derived_per_s"] == 200.0
+    assert (metrics["dropped"], metrics["catch_up_s"]) == (200.0, 2.0)
 
 
 def test_paired_tls_replays_run_abba_and_alternate_which_side_goes_first() -> None:
