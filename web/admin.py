@@ -58,6 +58,7 @@ from spool.server.txlog.errors import (
     JournalUnfinished,
     PublishersUnsaved,
 )
+from spool.web.actions_schema import ACTION_SCHEMAS, ref
 from spool.web.api_errors import (
     ActionFailed,
     ApiError,
@@ -333,7 +334,9 @@ class AdminApi:
         """The OpenAPI document of this table (built once)."""
         if self._document is None:
             version = self.ops.instance_info()["version"]
-            self._document = openapi_document((e.op for e in self.endpoints), version=version)
+            self._document = openapi_document(
+                (e.op for e in self.endpoints), version=version, schemas=ACTION_SCHEMAS
+            )
         return self._document
 
     async def openapi(self, request: Request) -> Any:
@@ -636,6 +639,7 @@ class AdminApi:
                 self.actions_list,
                 "Configured actions: triggers, next run, steps, the run in progress, the last",
                 "actions",
+                response=_listing("actions", ref("Action")),
             ),
             get(
                 "/api/actions/{name}",
@@ -643,6 +647,7 @@ class AdminApi:
                 "One action and its recent runs",
                 "actions",
                 errors=(404,),
+                response=ref("ActionWithRuns"),
                 query=(
                     QueryParam(
                         "limit",
@@ -659,6 +664,12 @@ class AdminApi:
                 "Run a configured on-admin action now (parameters in the body); the run's record",
                 "actions",
                 errors=(400, 404, 409, 500),
+                response={
+                    "type": "object",
+                    "required": ["ok", "run"],
+                    "additionalProperties": False,
+                    "properties": {"ok": {"const": True}, "run": ref("ActionRun")},
+                },
                 body={
                     "type": "object",
                     "properties": {
@@ -675,6 +686,7 @@ class AdminApi:
                 "The history of action runs, newest first",
                 "actions",
                 errors=(400, 404),
+                response=_listing("runs", ref("ActionRun")),
                 query=(
                     QueryParam("action", "only this action's runs"),
                     QueryParam(
@@ -720,6 +732,16 @@ class _UnknownApi(BaseRoute):
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         await NotFound(f"no API endpoint {path}").response()(scope, receive, send)
+
+
+def _listing(key: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The schema of ``{key: [item, ...]}``."""
+    return {
+        "type": "object",
+        "required": [key],
+        "additionalProperties": False,
+        "properties": {key: {"type": "array", "items": item}},
+    }
 
 
 def admin_routes(ops: Operations, actions: Actions) -> list[BaseRoute]:

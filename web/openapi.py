@@ -8,7 +8,7 @@ test compares the app's /api routes with the document's paths).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -78,6 +78,8 @@ class Operation:
         errors: error statuses this operation can return besides the auth ones.
         access: ``public`` (probes), ``user`` (any authenticated user) or ``admin``.
         media_type: the content type of a success (errors are always JSON).
+        response: JSON schema of a success (may refer to the document's component
+            schemas); None: an object, undescribed.
     """
 
     method: Literal["GET", "POST"]
@@ -91,6 +93,7 @@ class Operation:
     access: Literal["public", "user", "admin"] = "user"
     #: what a success answers with (``text/plain`` for the Prometheus exposition)
     media_type: str = "application/json"
+    response: dict[str, Any] | None = None
 
     @property
     def openapi_path(self) -> str:
@@ -134,17 +137,11 @@ def _operation(op: Operation) -> dict[str, Any]:
             "required": False,
             "content": {"application/json": {"schema": op.body}},
         }
+    success = op.response
+    if success is None:
+        success = {"type": "object" if op.media_type == "application/json" else "string"}
     responses: dict[str, Any] = {
-        "200": {
-            "description": "success",
-            "content": {
-                op.media_type: {
-                    "schema": {
-                        "type": "object" if op.media_type == "application/json" else "string"
-                    }
-                }
-            },
-        }
+        "200": {"description": "success", "content": {op.media_type: {"schema": success}}}
     }
     statuses = set(op.errors)
     if op.access != "public":
@@ -161,8 +158,14 @@ def _operation(op: Operation) -> dict[str, Any]:
     return doc
 
 
-def openapi_document(operations: Iterable[Operation], *, version: str) -> dict[str, Any]:
-    """The OpenAPI 3.1 document for ``operations``."""
+def openapi_document(
+    operations: Iterable[Operation],
+    *,
+    version: str,
+    schemas: Mapping[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document for ``operations``; ``schemas`` are the component schemas
+    their responses refer to (``#/components/schemas/NAME``)."""
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:
         paths.setdefault(op.openapi_path, {})[op.method.lower()] = _operation(op)
@@ -195,7 +198,7 @@ def openapi_document(operations: Iterable[Operation], *, version: str) -> dict[s
                     ),
                 },
             },
-            "schemas": {"Error": ERROR_SCHEMA},
+            "schemas": {"Error": ERROR_SCHEMA, **(schemas or {})},
             "responses": {
                 f"E{status}": {
                     "description": text,

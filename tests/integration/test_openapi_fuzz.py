@@ -44,6 +44,13 @@ USERS = (
     f"<User><Name>viewer</Name><Token>{VIEWER_TOKEN}</Token></User>"
     f"<User><Name>feed</Name><Token>{FEED_TOKEN}</Token><Read>.*</Read><Write>.*</Write></User>"
 )
+#: a message-driven action, so GET /api/actions answers with a live tally to validate
+ACTIONS = """
+<Action><Name>per-order</Name>
+  <On><Module>amps-action-on-publish-message</Module><Options>
+    <Topic>orders</Topic><Filter>/i &gt;= 10</Filter></Options></On>
+  <Do><Module>amps-action-do-echo-message</Module><Options><Message>order {{AMPS_DATA}}</Message></Options></Do>
+</Action>"""
 EXAMPLES = 12
 CHECKS = [
     not_a_server_error,
@@ -58,9 +65,12 @@ SEEN: dict[str, Counter[int]] = {}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
     workdir = tmp_path_factory.mktemp("openapi-fuzz")
-    xml = config_xml(workdir / "data", users=USERS, journal_size="1MB", topics=("orders",))
+    xml = config_xml(
+        workdir / "data", users=USERS, journal_size="1MB", topics=("orders",), actions=ACTIONS
+    )
     proc = SpoolProcess(workdir, xml).start()
-    # something for the read endpoints to show: a client, a subscription, recorded messages
+    # something for the read endpoints to show: a client, a subscription, recorded messages,
+    # an action's tally
     with SyncClient(proc.ws_url, "feed", user_id="feed", password=FEED_TOKEN) as feed:
         for i in range(20):
             feed.publish("orders", {"i": i}, persisted=True)
