@@ -1,7 +1,9 @@
 // Actions: the configured actions (GET /api/actions every 2 s) with their triggers, next
 // run, steps and last run; "Run now" for on-admin actions, with a form for their declared
 // parameters (POST /api/actions/NAME); the history of runs (GET /api/action_runs), each
-// run's steps in a dialog.
+// run's steps in a dialog. An action run by messages shows its tally since the instance
+// started under its triggers, its last history window as its last run, and no "Run now"
+// (the broker refuses to run it on demand).
 
 import {
   Alert, KeyedTable, Poller, allowAction, api, badge, busy, el, fmtDateTime, fmtInt,
@@ -35,6 +37,51 @@ function setLines(td, lines) {
   if (td.dataset.text === key) return;
   td.dataset.text = key;
   td.replaceChildren(...lines.map((line) => el("div", { text: line })));
+}
+
+/**
+ * The live tally of an action run by messages: one labelled count each, `dropped` and
+ * `loop cut` emphasised when not zero (messages that did not fire it), the webhook posts
+ * when the action has a webhook step.
+ */
+const TALLY = [
+  ["offered", "offered", "messages its triggers saw"],
+  ["dropped", "dropped", "messages its queue had no room for: they did not fire it"],
+  ["matched", "matched", "messages that passed the trigger's filter"],
+  ["runs", "runs", "firings run, one per matched message"],
+  ["failed", "failed", "firings whose step failed"],
+  ["derived", "derived", "messages its publish steps stored"],
+  ["loop_cut", "loop cut", "messages derived too many times over (a loop): not offered"],
+];
+const WEBHOOK_TALLY = [
+  ["webhooks_sent", "sent"], ["webhooks_failed", "failed"], ["webhooks_dropped", "dropped"],
+];
+const LOSSES = new Set(["dropped", "loop_cut", "failed", "webhooks_failed", "webhooks_dropped"]);
+
+function tallyCount(events, key, label, title) {
+  const n = events[key] ?? 0;
+  const emphasis = LOSSES.has(key) && n > 0;
+  return el("span", { className: emphasis ? "count warn" : "count", title: title ?? "",
+    dataset: { count: key } }, el("b", { text: fmtInt(n) }), ` ${label}`);
+}
+
+/** The tally's elements under the triggers, rebuilt only when a count changes. */
+function setTally(td, a) {
+  const events = a.events;
+  const keys = [...TALLY.map(([k]) => k), ...(a.webhooks ? WEBHOOK_TALLY.map(([k]) => k) : [])];
+  const key = [a.triggers.map((t) => triggerText(t, a.name)).join("\n"),
+    ...keys.map((k) => events[k] ?? 0)].join("|");
+  if (td.dataset.text === key) return;
+  td.dataset.text = key;
+  const counts = TALLY.map(([k, label, title]) => tallyCount(events, k, label, title));
+  const posts = a.webhooks
+    ? [el("span", { className: "muted", text: "webhooks" }),
+      ...WEBHOOK_TALLY.map(([k, label]) => tallyCount(events, k, label))]
+    : [];
+  td.replaceChildren(
+    ...a.triggers.map((t) => el("div", { text: triggerText(t, a.name) })),
+    el("div", { className: "tally mono", dataset: { field: "events" } }, ...counts),
+    posts.length ? el("div", { className: "tally mono", dataset: { field: "webhooks" } }, ...posts) : "");
 }
 
 // -- run now ----------------------------------------------------------------------------
@@ -127,8 +174,13 @@ const rows = new KeyedTable($id("actions-table").tBodies[0], {
       const td = tr.cells[i];
       switch (field) {
         case "name": setText(td, a.name); break;
-        case "triggers": setLines(td, a.triggers.map((t) => triggerText(t, a.name))); break;
-        case "next_run": setText(td, a.next_run ? fmtDateTime(a.next_run) : "–"); break;
+        case "triggers":
+          if (a.event_driven && a.events) setTally(td, a);
+          else setLines(td, a.triggers.map((t) => triggerText(t, a.name)));
+          break;
+        case "next_run":
+          setText(td, a.event_driven ? "each message" : a.next_run ? fmtDateTime(a.next_run) : "–");
+          break;
         case "steps": setLines(td, a.steps.map((s) => `${s.index}. ${s.description}`)); break;
         case "last":
           setText(td, last ? fmtDateTime(last.started) : "never");
@@ -136,7 +188,9 @@ const rows = new KeyedTable($id("actions-table").tBodies[0], {
           break;
         case "outcome": {
           const state = a.running ? "running" : a.last_run?.outcome ?? "";
-          const message = a.running ? "" : a.last_run?.message ?? "";
+          // a history window says what it counted; a run, what its steps did
+          const counted = a.last_run?.events ? a.last_run.detail : null;
+          const message = a.running ? "" : counted ?? a.last_run?.message ?? "";
           const key = `${state}|${message}`;
           if (td.dataset.key !== key) {
             td.dataset.key = key;
@@ -147,14 +201,21 @@ const rows = new KeyedTable($id("actions-table").tBodies[0], {
         }
         case "runs":
           setText(td, fmtInt(a.runs));
-          td.title = a.skipped ? `${a.skipped} firing(s) skipped while a run was in progress` : "";
+          if (a.event_driven) {
+            td.title = "firings: one per matching message";
+          } else {
+            td.title = a.skipped ? `${a.skipped} firing(s) skipped while a run was in progress` : "";
+          }
           break;
         default: break;
       }
     });
-    const button = tr.cells[CELLS.length].firstChild;
+    const cell = tr.cells[CELLS.length];
+    const button = cell.firstChild;
     button.hidden = !a.on_admin;
     allowAction(button, !a.running);
+    // run by messages: nothing to run on demand (POST /api/actions/NAME refuses it)
+    cell.title = a.event_driven ? "Runs once per matching message, not on demand" : "";
   },
 });
 

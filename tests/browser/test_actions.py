@@ -134,3 +134,125 @@ def test_the_transaction_log_page_shows_which_policy_touches_each_journal_next(
     assert "remove by nightly" in (cell.get_attribute("title") or "")
     active = page.locator("#journals-table tbody tr", has=page.locator(".badge.active"))
     expect(active.locator('td[data-field="next"]')).to_contain_text(NO_VALUE)
+
+
+#: an action run by each large trade (it stores a copy on another topic), and one whose
+#: messages fire it again: a loop the broker cuts, and one posting to a closed port
+PER_MESSAGE = """
+<Webhooks><Allow>http://127.0.0.1:1/hooks/</Allow></Webhooks>
+<Action><Name>notify</Name>
+  <On><Module>amps-action-on-publish-message</Module><Options>
+    <Topic>notices</Topic></Options></On>
+  <Do><Module>spool-action-do-webhook</Module><Options>
+    <Url>http://127.0.0.1:1/hooks/notices</Url><Body>{{AMPS_DATA}}</Body>
+    <Retries>0</Retries></Options></Do>
+</Action>
+<Action><Name>loop</Name>
+  <On><Module>amps-action-on-publish-message</Module><Options>
+    <Topic>^loop/</Topic></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options>
+    <Topic>loop/{{AMPS_TOPIC}}</Topic><Data>{"n":1}</Data></Options></Do>
+</Action>
+<Action><Name>big-trades</Name>
+  <On><Module>amps-action-on-publish-message</Module><Options>
+    <Topic>trades</Topic><Filter>/qty &gt;= 10</Filter></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module>
+      <Options><Topic>big-trades</Topic><Data>{{AMPS_DATA}}</Data></Options></Do>
+</Action>"""
+MATCHING, OTHERS = 5, 3
+
+
+@pytest.fixture(scope="module")
+def per_message_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpoolProcess]:
+    workdir = tmp_path_factory.mktemp("dash-per-message")
+    xml = config_xml(
+        workdir / "data", name="spool-per-message", journal_size="1MB", actions=PER_MESSAGE,
+        tuning="<ActionHistoryInterval>10s</ActionHistoryInterval>",
+    )  # fmt: skip
+    proc = SpoolProcess(workdir, xml).start()
+    yield proc
+    proc.stop()
+
+
+def test_an_action_run_by_messages_shows_its_tally_and_windows_and_no_run_button(
+    page: Page, per_message_server: SpoolProcess
+) -> None:
+    page.goto(f"{per_message_server.http_url}/actions")
+    row = page.locator('#actions-table tr[data-key="big-trades"]')
+    triggers = row.locator('td[data-field="triggers"]')
+    expect(triggers).to_contain_text("each message published to trades where /qty >= 10")
+    expect(triggers.locator('[data-count="offered"] b')).to_have_text("0")
+    expect(row.locator('td[data-field="next_run"]')).to_have_text("each message")
+    expect(row.locator('button[data-action="run-now"]')).to_be_hidden()
+    expect(row.locator("td").last).to_have_attribute(
+        "title", "Runs once per matching message, not on demand"
+    )
+    expect(row.locator('td[data-field="last"]')).to_have_text("never")
+
+    with SyncClient(per_message_server.ws_url, "trader") as trader:
+        for qty in [10 + i for i in range(MATCHING)] + [1] * OTHERS:
+            trader.publish("trades", {"qty": qty}, persisted=True)
+        trader.flush()
+
+    # the page refreshes itself: the counts arrive without a reload
+    count = lambda key: triggers.locator(f'[data-count="{key}"]')  # noqa: E731
+    expect(count("offered").locator("b")).to_have_text(str(MATCHING + OTHERS))
+    expect(count("matched").locator("b")).to_have_text(str(MATCHING))
+    expect(count("runs").locator("b")).to_have_text(str(MATCHING))
+    expect(count("derived").locator("b")).to_have_text(str(MATCHING))
+    expect(row.locator('td[data-field="runs"]')).to_have_text(str(MATCHING))
+    for lost in ("dropped", "failed", "loop_cut"):
+        expect(count(lost)).to_have_text(f"0 {lost.replace('_', ' ')}")
+        expect(count(lost)).not_to_have_class("count warn")
+    expect(triggers.locator('[data-field="webhooks"]')).to_have_count(0)
+
+    # the first history window closes after ActionHistoryInterval (10 s)
+    counted = f"{MATCHING + OTHERS} events: {MATCHING} runs, {MATCHING} succeeded"
+    history = page.locator("#history-table tbody tr", has_text=counted)
+    expect(history).to_have_count(1, timeout=30_000)
+    expect(history.locator('td[data-field="outcome"]')).to_have_text("succeeded")
+    expect(history.locator('td[data-field="trigger"]')).to_have_attribute(
+        "title", "amps-action-on-publish-message"
+    )
+    expect(row.locator('td[data-field="outcome"]')).to_have_text(f"succeeded {counted}")
+    expect(row.locator('td[data-field="last"]')).not_to_have_text("never")
+    (action,) = [a for a in api(per_message_server, "/api/actions")["actions"]
+                 if a["name"] == "big-trades"]  # fmt: skip
+    assert action["events"]["offered"] == MATCHING + OTHERS
+
+
+def test_messages_an_action_did_not_run_for_are_emphasised(
+    page: Page, per_message_server: SpoolProcess
+) -> None:
+    page.goto(f"{per_message_server.http_url}/actions")
+    triggers = page.locator('#actions-table tr[data-key="loop"] td[data-field="triggers"]')
+    expect(triggers.locator('[data-count="loop_cut"]')).to_have_text("0 loop cut")
+    with SyncClient(per_message_server.ws_url, "looper") as looper:
+        looper.publish("loop/a", {"n": 0}, persisted=True)
+        looper.flush()
+    # four derived hops run, the fifth message is kept out of the lane
+    cut = triggers.locator('[data-count="loop_cut"]')
+    expect(cut).to_have_text("1 loop cut")
+    expect(cut).to_have_class("count warn")
+    expect(triggers.locator('[data-count="runs"]')).to_have_text("4 runs")
+    expect(triggers.locator('[data-count="derived"]')).to_have_text("4 derived")
+    expect(triggers.locator('[data-count="dropped"]')).to_have_class("count")
+
+
+def test_an_action_with_a_webhook_step_shows_its_posts(
+    page: Page, per_message_server: SpoolProcess
+) -> None:
+    page.goto(f"{per_message_server.http_url}/actions")
+    triggers = page.locator('#actions-table tr[data-key="notify"] td[data-field="triggers"]')
+    posts = triggers.locator('[data-field="webhooks"]')
+    expect(posts.locator(".muted")).to_have_text("webhooks")
+    expect(posts.locator('[data-count="webhooks_failed"]')).to_have_text("0 failed")
+    with SyncClient(per_message_server.ws_url, "notifier") as notifier:
+        notifier.publish("notices", {"n": 1}, persisted=True)
+        notifier.flush()
+    # nothing listens on port 1: the post fails (no retry), and says so
+    failed = posts.locator('[data-count="webhooks_failed"]')
+    expect(failed).to_have_text("1 failed")
+    expect(failed).to_have_class("count warn")
+    expect(posts.locator('[data-count="webhooks_sent"]')).to_have_text("0 sent")
+    expect(triggers.locator('[data-count="runs"]')).to_have_text("1 runs")
