@@ -544,8 +544,11 @@ def _step_info(index: int, step: Step) -> StepInfo:
 
 
 def _run_dict(run_id: int, record: str) -> RunDict:
+    """A stored run as the API shows it. A run stored before runs had event counts has
+    no ``events``: None, as for any run that is not an event-driven action's window."""
     data = cast(RunDict, orjson.loads(record))
     data["id"] = run_id
+    data.setdefault("events", None)
     return data
 
 

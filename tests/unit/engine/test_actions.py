@@ -20,6 +20,7 @@ import pytest
 from spool.server.actions import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin, RunRecord
 from spool.server.actions.triggers import EARLY
 from spool.server.bookmarks import format_bookmark
+from spool.server.stats.actionruns import ActionRunRow
 from tests.support.disk import tmpfs
 from tests.support.engine import EngineHarness, scenario
 from tests.support.faults import GatedSeam
@@ -433,6 +434,24 @@ async def test_runs_are_stored_and_the_last_one_is_shown_after_a_restart(tmp_pat
         assert await h.broker.actions.history(None, 2) == [last, history[1]]
         with pytest.raises(ActionNotFound):
             await h.broker.actions.history("ghost", 1)
+
+
+@scenario
+async def test_a_run_stored_before_runs_had_event_counts_reads_back_without_them(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path, ANNOUNCE) as h:
+        run = await run_now(h, "announce", who="ann")
+        older = run.to_dict()
+        del older["events"]  # the shape of a run stored by an earlier version
+        row = ActionRunRow("announce", older["trigger"], 1.0, 2.0, "ok", "tester",
+                           orjson.dumps(older).decode())  # fmt: skip
+        await h.broker.operations.record_action_run(row)
+        history = await h.broker.actions.history("announce", 1)
+        assert history[0]["events"] is None
+        assert {k: v for k, v in history[0].items() if k not in ("id", "events")} == {
+            k: v for k, v in older.items() if k != "id"
+        }
 
 
 # -- disk usage (a real, small file system) ---------------------------------------------------
