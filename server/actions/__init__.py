@@ -13,6 +13,7 @@ Modules, each depending only on those below it (an import-linter contract keeps 
     triggers    schedules (timers, calendar times) and disk-usage watchers, on the clock
     onpublish   the publish stage that offers published messages to on-publish actions
     runner      one action: steps in order, one run at a time, the record, the history
+    eventrunner an event-driven action: its messages in batches, windows, derived messages
     eventrunner one event-driven action: its lane's worker, firings per message, windows
     steps       what each condition and module does
     plan        which policy will touch which journal next (the transaction-log page)
@@ -23,6 +24,7 @@ Modules, each depending only on those below it (an import-linter contract keeps 
     lanes       the bounded queue of an event-driven action's candidate messages
     webhooks    the POSTs of spool-action-do-webhook: threads, queue, retries
     checkpoint  the file where on-publish actions resume after a restart
+    history     where run records go (the stats database), one write at a time
     results     run and step records and their JSON shapes
     errors      why an action cannot be run on demand
 

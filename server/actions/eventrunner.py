@@ -33,8 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import orjson
-
+from spool.server.actions.history import HistoryWriter
 from spool.server.actions.lanes import EventLane
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import EventTally, RunDict, RunRecord, StepResult, iso
@@ -55,7 +54,6 @@ from spool.server.expr import Filter, MessageView, compile_filter
 from spool.server.operations import Operations
 from spool.server.ports import AppendedRun
 from spool.server.protocol.errors import TxlogFull
-from spool.server.stats.actionruns import ActionRunRow
 from spool.server.txlog import TxlogClosed
 
 __all__ = [
@@ -192,7 +190,7 @@ class EventRunner:
         self.recent: deque[RunRecord] = deque(maxlen=RECENT_WINDOWS)
         #: the last record stored by an earlier process (read at start), until one is here
         self.stored_last: RunDict | None = None
-        self._store_failed = False
+        self._history = HistoryWriter(config.name, ops)
         self._window_start = clock.time()
         self._window_base = self.tally.counts()
         self._window_failed = 0
@@ -202,8 +200,6 @@ class EventRunner:
         self.idle = True
         #: failed firings being written to the history
         self._writes: set[asyncio.Task[None]] = set()
-        #: one write at a time: the history keeps the order records were made in
-        self._storing = asyncio.Lock()
 
     @property
     def name(self) -> str:
@@ -413,7 +409,7 @@ class EventRunner:
             trigger=record.trigger, detail=record.detail, message=record.message,
         )  # fmt: skip
         self.recent.append(record)
-        task = asyncio.get_running_loop().create_task(self._store(record))
+        task = asyncio.get_running_loop().create_task(self._history.store(record))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
@@ -468,7 +464,7 @@ class EventRunner:
                 depth=MAX_DERIVED_DEPTH,
                 detail=f"messages derived {MAX_DERIVED_DEPTH} times over did not fire it",
             )  # fmt: skip
-        await self._store(record)
+        await self._history.store(record)
         self.recent.append(record)
         return record
 
@@ -514,25 +510,3 @@ class EventRunner:
         """Wait for the failed firings being written (at stop)."""
         if self._writes:
             await asyncio.wait(set(self._writes))
-
-    async def _store(self, record: RunRecord) -> None:
-        """Write a record to the stats database (its id comes back); failures are logged
-        once until a write succeeds again."""
-        data = record.to_dict()
-        data["id"] = None
-        row = ActionRunRow(
-            self.name, record.trigger, record.started, record.finished or record.started,
-            record.outcome or "failed", None, orjson.dumps(data).decode(),
-        )  # fmt: skip
-        try:
-            async with self._storing:
-                record.id = await self._ops.record_action_run(row)
-        except Exception as exc:  # StatsUnavailable, a locked or full database
-            if not self._store_failed:
-                self._store_failed = True
-                self._ops.events.emit(
-                    "error", "actions", "history_write_failed", action=self.name,
-                    error=f"{type(exc).__name__}: {exc}",
-                )  # fmt: skip
-            return
-        self._store_failed = False

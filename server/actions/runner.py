@@ -19,16 +19,14 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Final
 
-import orjson
-
 from spool.server.actions.errors import ActionBusy
+from spool.server.actions.history import HistoryWriter
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import RunDict, RunRecord, iso
 from spool.server.actions.steps import RaiseEvent, StepContext, WebhookOutlet, run_steps
 from spool.server.clock import Clock
 from spool.server.config import ActionConfig, Config
 from spool.server.operations import Operations
-from spool.server.stats.actionruns import ActionRunRow
 
 __all__ = ["RECENT_RUNS", "ActionRunner"]
 
@@ -77,7 +75,7 @@ class ActionRunner:
         #: progress
         self.runs = 0
         self.skipped = 0
-        self._store_failed = False
+        self._history = HistoryWriter(config.name, ops)
 
     @property
     def name(self) -> str:
@@ -151,29 +149,8 @@ class ActionRunner:
             message=record.message, duration_s=round((record.finished or 0) - record.started, 6),
             files=len(record.files), **({"user": user} if user is not None else {}),
         )  # fmt: skip
-        await self._store(record)
+        await self._history.store(record)
         # counted once recorded: whoever waits for a run to be counted finds it stored
         self.runs += 1
         self.recent.append(record)
         return record
-
-    async def _store(self, record: RunRecord) -> None:
-        """Write the run to the stats database (its id comes back); failures are logged
-        once until a write succeeds again."""
-        data = record.to_dict()
-        data["id"] = None  # the row's id, given back when the row is read
-        row = ActionRunRow(
-            self.name, record.trigger, record.started, record.finished or record.started,
-            record.outcome or "failed", record.user, orjson.dumps(data).decode(),
-        )  # fmt: skip
-        try:
-            record.id = await self._ops.record_action_run(row)
-        except Exception as exc:  # StatsUnavailable, a locked or full database
-            if not self._store_failed:
-                self._store_failed = True
-                self._ops.events.emit(
-                    "error", "actions", "history_write_failed", action=self.name,
-                    error=f"{type(exc).__name__}: {exc}",
-                )  # fmt: skip
-            return
-        self._store_failed = False
