@@ -20,7 +20,10 @@ from _buffers cimport get16, get32, get64
 from spool.server.replication.errors import ReplicationProtocolError
 from spool.server.txlog.format.record import RecordKind
 
-cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind) - {int(RecordKind.LOST)}
+# the kinds frames.py accepts in a data run (its _KINDS says why these are not)
+cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind) - {
+    int(RecordKind.LOST), int(RecordKind.SCHEDULED), int(RecordKind.DUE)
+}
 
 cdef enum:
     _RUN_SIZE = 17  # u32 count, u64 pub_hash, u8 kind, u8 flags, u16 topic_len, u8 path

@@ -117,8 +117,15 @@ _RUN: Final = struct.Struct("<IQBBHB")
 _FIXED: Final = struct.Struct("<QqQI")
 _HAS_CORR: Final = 1
 _HAS_KEYS: Final = 2
-#: kinds a data run may carry (a LOST placeholder is local to its log: never sent)
-_KINDS: Final = frozenset(int(k) for k in RecordKind) - {int(RecordKind.LOST)}
+#: kinds a data run may carry: not a LOST placeholder or a DUE record, which are local to
+#: the log that wrote them (each instance writes its own due records), and not SCHEDULED,
+#: which this protocol version does not carry (a peer's scheduled message taken as an
+#: ordinary one would be delivered at once, before its due time)
+_KINDS: Final = frozenset(int(k) for k in RecordKind) - {
+    int(RecordKind.LOST),
+    int(RecordKind.SCHEDULED),
+    int(RecordKind.DUE),
+}
 
 
 class MessageType(IntEnum):

@@ -22,7 +22,14 @@ import google_crc32c
 
 from spool.server import speedups
 from spool.server.txlog.errors import CorruptRecord, FieldOutOfRange, RecordTooLarge
-from spool.server.txlog.format.record import FLAG_LATE, LOST_KEY, Record, RecordKind, late_key
+from spool.server.txlog.format.record import (
+    DUE_KEY,
+    FLAG_LATE,
+    LOST_KEY,
+    Record,
+    RecordKind,
+    late_key,
+)
 
 __all__ = [
     "CRC_RESIDUE",
@@ -61,6 +68,7 @@ CRC_RESIDUE: Final = 0x48674BC7
 _U32: Final = struct.Struct("<I")
 _KINDS: Final[dict[int, RecordKind]] = {k.value: k for k in RecordKind}
 _LOST: Final = int(RecordKind.LOST)
+_DUE: Final = int(RecordKind.DUE)
 _crc = google_crc32c.value
 
 # Encoded strings repeat (a few topics, one message type): cache their bytes. Bounded so a
@@ -610,7 +618,9 @@ class ScanResult:
     Attributes:
         rows: ``(journal offset, length, timestamp_us, pub_hash, pub_seq)`` per record,
             the offset being ``base`` plus the record's position in the buffer;
-            ``pub_hash`` is the record's index key (:func:`~spool.server.txlog.format.record.index_key`).
+            ``pub_hash`` is the record's index key (:func:`~spool.server.txlog.format.record.index_key`;
+            a placeholder's is ``LOST_KEY``, a due record's ``DUE_KEY``, with the record's
+            seq as ``pub_seq``).
         end: position in the buffer just past the last valid record.
         next_seq: the seq the next record must carry.
         reason: ``None`` when the scan stopped cleanly (end of data, or an incomplete
@@ -697,9 +707,12 @@ def scan(
             reason = "sequence gap"
             break
         # a late record is indexed under its late key (server/txlog/format/record.py FLAG_LATE),
-        # a placeholder of fenced records under LOST_KEY with its own seq
+        # a placeholder of fenced records under LOST_KEY and a due record under DUE_KEY,
+        # each with its own seq
         if kind == _LOST:
             add((base + pos, length, ts, LOST_KEY, rseq))
+        elif kind == _DUE:
+            add((base + pos, length, ts, DUE_KEY, rseq))
         else:
             add((base + pos, length, ts, late_key(ph) if _f & FLAG_LATE else ph, ps))
         pos += length

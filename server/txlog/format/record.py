@@ -30,6 +30,12 @@ FLAG_RELEASED: Final = 0x0002
 #: own seq as their sequence: a journal's index then says where its fences are without a
 #: record being read (its publisher summary, its ranges)
 LOST_KEY: Final = 0x4C4F53545245434F
+#: the bookmark-index key :attr:`RecordKind.DUE` records are indexed under, with their own
+#: seq as their sequence (as placeholders are under :data:`LOST_KEY`): a due record
+#: repeats the bookmark of its :attr:`RecordKind.SCHEDULED` record, written when it fell
+#: due, so under its publisher's key it would break the rule that a publisher's
+#: sequences increase along the log
+DUE_KEY: Final = 0x4455455245435244
 
 
 def late_key(pub_hash: int) -> int:
@@ -50,6 +56,8 @@ def publisher_of(key: int) -> tuple[int, int]:
 
 #: separates a SOW key from the message's lifetime in a record's SOW key field
 SOW_FIELD_SEPARATOR: Final = "\x1e"
+#: separates a scheduled record's due time from the SOW key field it would have had
+SCHEDULE_SEPARATOR: Final = "\x1d"
 
 
 class RecordKind(IntEnum):
@@ -64,6 +72,14 @@ class RecordKind(IntEnum):
     #: taken, and a repair writes the record back in its place (server/txlog/damage/fences.py);
     #: never replicated, never delivered
     LOST = 6
+    #: a message published for delivery at a due time: recorded (and acknowledged) at
+    #: once, never delivered itself; its SOW key field starts with the due time
+    #: (:func:`schedule_field`)
+    SCHEDULED = 7
+    #: that message at its due time: a copy with the same bookmark, written by each
+    #: instance that holds the scheduled record, and what is delivered; never replicated,
+    #: indexed under :data:`DUE_KEY`
+    DUE = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +100,9 @@ class Record:
         corr_id: the publisher's correlation id (``x``), passed through untouched.
         sow_key: the SOW key field: for a record of a SOW topic its key, followed by
             :data:`SOW_FIELD_SEPARATOR` and its lifetime in seconds when the message gave
-            one (``e``); see :func:`sow_key_field` and :func:`split_sow_key_field`.
+            one (``e``); see :func:`sow_key_field` and :func:`split_sow_key_field`. A
+            :attr:`RecordKind.SCHEDULED` record's holds its due time before that field
+            (:func:`schedule_field`).
     """
 
     seq: int
@@ -125,3 +143,34 @@ def split_sow_key_field(field: str) -> tuple[str, int | None]:
     if not sep or not rest.isdigit():
         return (field, None) if not sep else (key, None)
     return key, int(rest)
+
+
+def schedule_field(due_us: int, field: str) -> str:
+    """The SOW key field of a :attr:`RecordKind.SCHEDULED` record: its due time
+    (microseconds since the Unix epoch) and the field the message would have had
+    otherwise (:func:`sow_key_field`; empty for a topic without a SOW).
+
+    The record format has no field of its own for a due time; the body stays the body,
+    so whatever reads it (filters, SOW keys) reads it unchanged. The due time is a plain
+    decimal number, so it never contains the separator.
+
+    Raises:
+        ValueError: ``due_us`` is negative.
+    """
+    if due_us < 0:
+        raise ValueError(f"a due time cannot be negative: {due_us}")
+    return f"{due_us}{SCHEDULE_SEPARATOR}{field}"
+
+
+def split_schedule_field(field: str) -> tuple[int, str]:
+    """``(due_us, the SOW key field)`` of a :attr:`RecordKind.SCHEDULED` record's field:
+    the inverse of :func:`schedule_field`, and only of it.
+
+    Raises:
+        ValueError: ``field`` is not one :func:`schedule_field` writes: no separator, or
+            not a due time before it (digits only, no sign and no leading zero).
+    """
+    due, sep, rest = field.partition(SCHEDULE_SEPARATOR)
+    if not sep or not due.isascii() or not due.isdigit() or (len(due) > 1 and due[0] == "0"):
+        raise ValueError(f"not the field of a scheduled record: {field[:40]!r}")
+    return int(due), rest

@@ -98,7 +98,8 @@ def test_encode_run_with_surrogates_raises_like_python() -> None:
 
 def _journal(draw: st.DrawFn) -> bytes:
     """Records as the log writes them: runs of plain publishes, some records with a path,
-    a correlation id or a SOW key, other kinds, several topics."""
+    a correlation id or a SOW key, other kinds (scheduled and due records included, and
+    now and then a kind no version defines yet), several topics."""
     out: list[bytes] = []
     seq = 1
     for _ in range(draw(st.integers(min_value=0, max_value=5))):
@@ -113,7 +114,7 @@ def _journal(draw: st.DrawFn) -> bytes:
                 encode(
                     seq, draw(edge_ints.filter(lambda v: -(1 << 63) <= v < 1 << 63)),
                     draw(st.integers(0, U64 - 1)), draw(st.integers(0, U64 - 1)), topic, "json",
-                    draw(st.sampled_from([1, 2, 3, 4, 5])),
+                    draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9])),
                     tuple(draw(st.lists(st.sampled_from(["a", "bb"]), max_size=2))), 0,
                     draw(st.binary(max_size=20)), draw(st.sampled_from(["", "x1"])),
                     draw(st.sampled_from(["", "k"])),
@@ -233,7 +234,15 @@ def test_encode_run_with_a_path_agrees(
 @given(
     st.lists(
         st.tuples(
-            st.sampled_from([RecordKind.PUBLISH, RecordKind.QUEUE_ACK, RecordKind.SOW_DELETE]),
+            st.sampled_from(
+                [
+                    RecordKind.PUBLISH,
+                    RecordKind.QUEUE_ACK,
+                    RecordKind.SOW_DELETE,
+                    RecordKind.SCHEDULED,
+                    RecordKind.DUE,
+                ]
+            ),
             st.sampled_from([(), ("a@g",)]),
         ),
         min_size=1,
