@@ -34,6 +34,7 @@ from spool.server.pipeline.errors import (
 )
 from spool.server.txlog.errors import CorruptRecord
 from spool.server.txlog.format.codec import scan
+from spool.server.txlog.format.record import DUE_KEY
 from spool.server.txlog.index.builder import IndexBuilder
 from spool.server.txlog.index.fileformat import parse_open_index
 from spool.server.txlog.index.sealed import SealedIndex
@@ -122,10 +123,15 @@ class JournalFile:
         return self.blocks[-1].last_seq + 1 if self.blocks else self.base
 
     def blocks_of_publisher(self, pub_hash: int) -> list[int]:
-        """Block numbers holding records of ``pub_hash`` (all of them without an index)."""
+        """Block numbers that may hold records of ``pub_hash`` (all of them without an
+        index), ascending: its own ranges, and those of due records, which the index files
+        under ``DUE_KEY`` whoever published them (a reader keeps this publisher's by the
+        records' headers)."""
         if self.index is None:
             return list(range(len(self.blocks)))
-        return self.index.publisher_blocks(pub_hash)
+        due = self.index.publisher_blocks(DUE_KEY)
+        own = self.index.publisher_blocks(pub_hash)
+        return sorted({*own, *due}) if due else own
 
 
 class Catalog:

@@ -572,6 +572,45 @@ class TransactionLog:
             self._numbered()
         return done
 
+    def append_due(
+        self,
+        *,
+        topic: str,
+        message_type: str,
+        pub_hash: int,
+        pub_seqs: list[int],
+        bodies: list[bytes],
+        corr_ids: list[str] | None = None,
+        sow_keys: list[str] | None = None,
+        path: tuple[str, ...] = (),
+    ) -> int:
+        """Append a run of due records (kind ``DUE``): messages of one publisher, topic and
+        path whose scheduled records the log holds, at their due time (event loop).
+
+        A due record repeats its scheduled record's bookmark, topic, body, correlation id,
+        path and SOW key field (without the due time: ``sow_keys`` are the fields as they
+        would have been), with one timestamp for the run, now. It is no new message of its
+        publisher: no sequence check, the publisher table stays as it is, and the index
+        files the records under ``DUE_KEY`` with their own seqs.
+
+        Returns:
+            How many records were appended, from the first: fewer than given when one
+            does not fit the format or a roll would exceed MaxSize; none when the log is
+            closed or refuses writes (a write failed and is being retried).
+        """
+        n = len(bodies)
+        if self._state != _OPEN or self._commit.write_error is not None or not n:
+            return 0
+        ts = self._last_ts = time_us(self._clock)
+        encoded = encode_run(
+            self._pending.last_seq + 1, ts, pub_hash, pub_seqs, topic, message_type, bodies,
+            corr_ids, sow_keys, kind=RecordKind.DUE, path=path,
+        )  # fmt: skip
+        try:
+            return self._placement.place(encoded, ts, pub_hash, pub_seqs, due=True)
+        except TxlogFull:
+            return 0  # a roll past MaxSize before the first record: nothing was placed
+
     # -- durability ---------------------------------------------------------------------
 
     def add_fill_listener(self, cb: Callable[[int, int], None]) -> None:

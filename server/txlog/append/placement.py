@@ -18,7 +18,7 @@ from spool.server.txlog.append.groupcommit import GroupCommit, Pending
 from spool.server.txlog.append.space import DiskSpace
 from spool.server.txlog.append.tail import TailCache
 from spool.server.txlog.errors import TxlogFull
-from spool.server.txlog.format.record import late_key
+from spool.server.txlog.format.record import DUE_KEY, late_key
 from spool.server.txlog.index.builder import IndexBuilder
 from spool.server.txlog.publishers.table import Publishers
 from spool.server.txlog.storage.files import journal_name
@@ -77,6 +77,8 @@ class Placement:
         pub_hash: int,
         pub_seqs: list[int],
         late: bool = False,
+        *,
+        due: bool = False,
     ) -> int:
         """Put encoded records (consecutive seqs from ``last_seq + 1``) into the active
         journal's pending bytes, index and tail, rolling to a new journal between records
@@ -86,7 +88,9 @@ class Placement:
         no Python-level work per record here, only per block and per roll.
 
         A late record (one record that fills a gap of its publisher, below its highest) is
-        indexed under the publisher's late key and leaves the highest alone.
+        indexed under the publisher's late key and leaves the highest alone. Due records
+        (``due``) are indexed under ``DUE_KEY`` with their own seqs and leave the publisher
+        table alone: they repeat bookmarks the log already holds.
 
         Returns:
             How many were placed. A roll that fails (``TxlogFull``) ends the run there; it
@@ -94,6 +98,11 @@ class Placement:
         """
         pending = self._pending
         key = late_key(pub_hash) if late and pub_hash else pub_hash
+        index_seqs = pub_seqs
+        if due:
+            key = DUE_KEY
+            first = pending.last_seq + 1
+            index_seqs = list(range(first, first + len(encoded)))
         tail = self._tail.records
         journal_size = self._journal_size
         sizes = list(map(len, encoded))
@@ -111,7 +120,7 @@ class Placement:
                 stop = done + fit
                 datas = encoded[done:stop] if done or stop < n else encoded
                 pending.add(
-                    offsets[: fit + 1], datas, sizes[done:stop], ts, key, pub_seqs[done:stop]
+                    offsets[: fit + 1], datas, sizes[done:stop], ts, key, index_seqs[done:stop]
                 )
                 tail.extend(datas)
                 done = stop
@@ -128,7 +137,8 @@ class Placement:
                 break
         if done:
             seq = pending.last_seq
-            self._pubs.placed(pub_hash, pub_seqs[:done], seq, late=late)
+            if not due:
+                self._pubs.placed(pub_hash, pub_seqs[:done], seq, late=late)
             self._commit.placed(seq)
         return done
 

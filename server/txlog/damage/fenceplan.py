@@ -37,7 +37,7 @@ from typing import Protocol
 
 from spool.server.txlog.damage.fences import Fence, Part, placeholders
 from spool.server.txlog.damage.salvage import LostSpan, Piece, Salvage
-from spool.server.txlog.format.record import LOST_KEY
+from spool.server.txlog.format.record import is_publisher_key
 from spool.server.txlog.index.answers import BlockSpan, PublisherSummary
 
 __all__ = [
@@ -91,14 +91,14 @@ def neighbours_of(before: Sequence[_Summaries], after: Sequence[_Summaries]) -> 
     for index in before:
         for p in index.publishers():
             key, high = p.pub_hash, p.max_pub_seq  # type: ignore[attr-defined]
-            if key != LOST_KEY and high > nb.before.get(key, 0):
+            if is_publisher_key(key) and high > nb.before.get(key, 0):
                 nb.before[key] = high
         if index.count:
             nb.t_before = index.last_ts
     for index in reversed(after):
         for p in index.publishers():
             key, low = p.pub_hash, p.min_pub_seq  # type: ignore[attr-defined]
-            if key != LOST_KEY:
+            if is_publisher_key(key):
                 nb.after[key] = min(low, nb.after.get(key, low))
         if index.count:
             nb.t_after = index.first_ts
@@ -173,7 +173,7 @@ def _last_before(rows: _Rows, first: int, nb: Neighbours) -> dict[int, int]:
     found = dict(nb.before)
     for seq in sorted(s for s in rows if s < first):
         key, ps, _ts = rows[seq]
-        if key != LOST_KEY:
+        if is_publisher_key(key):
             found[key] = ps
     return found
 
@@ -182,7 +182,7 @@ def _first_after(rows: _Rows, last: int, nb: Neighbours) -> dict[int, int]:
     found = dict(nb.after)
     for seq in sorted((s for s in rows if s > last), reverse=True):
         key, ps, _ts = rows[seq]
-        if key != LOST_KEY:
+        if is_publisher_key(key):
             found[key] = ps
     return found
 
@@ -211,7 +211,7 @@ def _from_index(
     whole = True
     touched = False
     for key, lo, hi, count, span in index.key_ranges():
-        if span is None or key == LOST_KEY:
+        if span is None or not is_publisher_key(key):
             continue
         b_first, b_last = span.seq, span.seq + span.count - 1
         if b_last < first or b_first > last:
@@ -317,7 +317,7 @@ def unnamed_intervals(
                 and (span.seq + span.count - 1 < fence.first_seq or span.seq > fence.last_seq)
             ]
         for key, lo, hi, later in ranges:
-            if key in named or key == LOST_KEY:
+            if key in named or not is_publisher_key(key):
                 continue
             if later:
                 after[key] = min(after.get(key, lo), lo)
@@ -326,7 +326,13 @@ def unnamed_intervals(
     out = _from_neighbours(before, after)
     for key, top in (highest or {}).items():
         last = before.get(key, 0)
-        if key not in named and key not in after and key not in (own, LOST_KEY) and top > last:
+        if (
+            key not in named
+            and key not in after
+            and key != own
+            and is_publisher_key(key)
+            and top > last
+        ):
             out.append((key, last + 1, top))
     if own not in named and own not in after:
         last = before.get(own, 0)
@@ -368,7 +374,7 @@ def tail_fence(
     ids = sorted(
         (h, highest.get(h, 0) + 1, ps)
         for h, (ps, seq) in known.items()
-        if cut_seq <= seq <= durable_upto and ps > highest.get(h, 0) and h != LOST_KEY
+        if cut_seq <= seq <= durable_upto and ps > highest.get(h, 0) and is_publisher_key(h)
     )
     exact = sum(hi - lo + 1 for _h, lo, hi in ids) == durable_upto - cut_seq + 1
     return Fence(

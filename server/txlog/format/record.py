@@ -38,6 +38,14 @@ LOST_KEY: Final = 0x4C4F53545245434F
 DUE_KEY: Final = 0x4455455245435244
 
 
+def is_publisher_key(key: int) -> bool:
+    """Whether an index key stands for a publisher (its own key or its late key), rather
+    than for records filed under their seq: fence placeholders (:data:`LOST_KEY`) and due
+    records (:data:`DUE_KEY`). Whatever reads index keys as publishers (their highest
+    sequences, their gaps, what a fence lacks of them) skips the others."""
+    return key != LOST_KEY and key != DUE_KEY
+
+
 def late_key(pub_hash: int) -> int:
     """The bookmark-index key of a publisher's late records."""
     return pub_hash ^ _LATE_SALT

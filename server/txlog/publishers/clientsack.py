@@ -30,7 +30,7 @@ from typing import Final, Literal, Protocol
 
 import google_crc32c
 
-from spool.server.txlog.format.record import LOST_KEY
+from spool.server.txlog.format.record import is_publisher_key
 from spool.server.txlog.index.answers import PublisherSummary
 
 __all__ = [
@@ -127,8 +127,8 @@ def rebuild_publishers(
             state = "used" if not todo else "partial"
     for index in todo:
         for p in index.publishers():
-            if p.pub_hash == LOST_KEY:
-                continue  # fenced records' placeholders: no publisher
+            if not is_publisher_key(p.pub_hash):
+                continue  # fenced records' placeholders, due records: no new message
             cur = table.get(p.pub_hash)
             if cur is None or p.last_seq > cur[1]:
                 table[p.pub_hash] = (p.max_pub_seq, p.last_seq)

@@ -15,7 +15,10 @@ of each publisher's sequences and how many records it has there:
 A publisher's late records are indexed under its late key
 (:func:`~spool.server.txlog.format.record.late_key`); both keys' ranges count as held. When journals
 were removed (the log no longer starts at seq 1), sequences below a publisher's lowest
-held one are not gaps: they may have been in the removed journals.
+held one are not gaps: they may have been in the removed journals. Keys that stand for no
+publisher (fence placeholders, due records: ``is_publisher_key``) are passed over: a
+due record repeats a bookmark the log holds, and the ranges of due records, scattered
+along the log, would take the block reads real gaps need.
 
 Blocking (block reads): :func:`read_held` runs in a worker thread.
 """
@@ -28,7 +31,13 @@ from typing import Final
 
 from spool.server.txlog.damage.fences import Fence
 from spool.server.txlog.format.codec import HEADER, HEADER_SIZE, MIN_RECORD
-from spool.server.txlog.format.record import LOST_KEY, index_key, late_key, publisher_of
+from spool.server.txlog.format.record import (
+    RecordKind,
+    index_key,
+    is_publisher_key,
+    late_key,
+    publisher_of,
+)
 from spool.server.txlog.index.answers import BlockSpan
 from spool.server.txlog.publishers.gaps import Interval, PublisherGaps
 from spool.server.txlog.storage.journal import Journal
@@ -46,6 +55,7 @@ __all__ = [
 
 #: most index blocks read at start-up to find the gaps inside them
 MAX_BLOCK_READS: Final = 4096
+_DUE: Final = int(RecordKind.DUE)
 
 
 @dataclass(slots=True)
@@ -69,6 +79,8 @@ def plan_held(journals: Iterable[Journal], max_reads: int = MAX_BLOCK_READS) -> 
     pending: dict[tuple[int, int], tuple[Journal, BlockSpan, dict[int, list[Interval]]]] = {}
     for journal in reversed(list(journals)):
         for key, first, last, count, span in journal.index.key_ranges():
+            if not is_publisher_key(key):
+                continue
             if count >= last - first + 1 or span is None:
                 held.setdefault(key, []).append((first, last))
                 continue
@@ -124,7 +136,7 @@ def _block_sequences(
         if size < MIN_RECORD or pos + size > len(buf):
             return None
         key = index_key(h[6], h[3])
-        if key in keys:
+        if key in keys and h[2] != _DUE:  # a due record is filed under DUE_KEY
             out.setdefault(key, []).append(h[7])
         pos += size
     return out
@@ -182,8 +194,8 @@ def resync_start(
             continue
         for summary in journal.index.publishers():
             key = summary.pub_hash
-            if key == LOST_KEY:
-                continue  # fenced records' placeholders (server/txlog/damage/fences.py)
+            if not is_publisher_key(key):
+                continue  # fenced records' placeholders, due records: nothing to resend
             pub = key if key in publishers or late_key(key) not in publishers else late_key(key)
             if _lacks(holdings, pub, summary.min_pub_seq, summary.max_pub_seq):
                 return journal.base

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from spool.server.bookmarks import format_bookmark
 from spool.server.txlog.errors import PublisherSequenceRegression
-from spool.server.txlog.format.record import late_key
+from spool.server.txlog.format.record import is_publisher_key, late_key
 from spool.server.txlog.publishers.gaps import Interval, PublisherGaps
 from spool.server.txlog.publishers.holdings import build_gaps, plan_held, read_held, resync_start
 from spool.server.txlog.storage.journal import Journal
@@ -186,10 +186,11 @@ class Publishers:
 
 
 def _highest_held(journals: Iterable[Journal]) -> dict[int, int]:
-    """Per index key, the highest sequence the journals hold (their index summaries)."""
+    """Per publisher key (its own or its late key), the highest sequence the journals
+    hold (their index summaries)."""
     top: dict[int, int] = {}
     for journal in journals:
         for p in journal.index.publishers():
-            if p.max_pub_seq > top.get(p.pub_hash, 0):
+            if is_publisher_key(p.pub_hash) and p.max_pub_seq > top.get(p.pub_hash, 0):
                 top[p.pub_hash] = p.max_pub_seq
     return top

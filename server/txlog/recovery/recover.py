@@ -31,7 +31,7 @@ from spool.server.txlog.damage.fences import Fence, Part, placeholders
 from spool.server.txlog.damage.salvage import BlockHint, LostSpan, Salvage, salvage
 from spool.server.txlog.errors import CorruptRecord, JournalSequenceGap
 from spool.server.txlog.format.codec import HEADER, decode
-from spool.server.txlog.format.record import FLAG_RELEASED, LOST_KEY, RecordKind
+from spool.server.txlog.format.record import FLAG_RELEASED, LOST_KEY, RecordKind, is_publisher_key
 from spool.server.txlog.index.answers import BLOCK_BYTES
 from spool.server.txlog.index.builder import IndexBuilder
 from spool.server.txlog.index.fileformat import parse_open_index
@@ -631,7 +631,7 @@ def _tail_evidence(ex: Examined, tail: LostSpan) -> _Evidence:
                 continue
             ev.upto = max(ev.upto, last)
             for h, _first, lst, _ls, _blk, _cnt in e.ranges:
-                if h != LOST_KEY and lst > ev.highest.get(h, 0):
+                if is_publisher_key(h) and lst > ev.highest.get(h, 0):
                     ev.highest[h] = lst
     try:
         head = ex.source.read(tail.offset, HEADER.size)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,8 @@ from spool.server.pipeline.predicate import KIND_CODES, ScanPredicate
 from spool.server.pipeline.scanner import Columns, Damage, SliceScanner
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.cli import iter_file_records
-from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.format.codec import decode, encode
+from spool.server.txlog.format.record import Record, RecordKind, schedule_field
 from spool.server.txlog.storage.files import index_name, journal_name
 from tests.unit.txlog.helpers import INSTANCE, config
 
@@ -253,3 +255,82 @@ def test_damage_comes_after_the_records_before_it(journal_dir: Path, tmp_path: P
     cut = order.index(-block.first_seq)
     assert order[:cut] == list(range(1, block.first_seq))
     assert order[cut + 1] == block.last_seq + 1
+
+
+async def _write_delayed(tmp: Path) -> None:
+    """Publisher 7 schedules 150 messages while 8 publishes; then only 8 publishes, and
+    7's due records come between its messages (blocks that hold no record filed under 7)."""
+    log = TransactionLog(config(tmp, journal_size=16 * 1024), INSTANCE, block_bytes=512)
+    await log.open()
+    kw: dict[str, Any] = {"topic": "orders", "message_type": "json"}
+    for s in range(1, 151):
+        log.append_many(**kw, pub_hash=7, pub_seqs=[s], bodies=[b'{"d":%d}' % s],
+                        sow_keys=[schedule_field(T0 + s, "")], kind=RecordKind.SCHEDULED)  # fmt: skip
+        log.append_many(**kw, pub_hash=8, pub_seqs=[s], bodies=[b"{}"])
+    for s in range(151, 751):
+        log.append_many(**kw, pub_hash=8, pub_seqs=[s], bodies=[b"{}"])
+        if s % 4 == 0:
+            d = s // 4 - 37
+            log.append_due(**kw, pub_hash=7, pub_seqs=[d], bodies=[b'{"d":%d}' % d])
+    await log.close()
+
+
+def test_scheduled_and_due_records_are_rows_of_their_own_kinds(tmp_path: Path) -> None:
+    """Both records of a delayed message are rows, each under its kind's name, the
+    scheduled one with its SOW key field as recorded; a ``publisher_id`` filter keeps the
+    publisher's due rows though the index files them under a key of their own."""
+    asyncio.run(_write_delayed(tmp_path))
+    d = tmp_path / "journal"
+    records = oracle(d)
+    kinds = {r.kind for r in records}
+    assert kinds == {RecordKind.PUBLISH, RecordKind.SCHEDULED, RecordKind.DUE}
+    for p in (
+        ScanPredicate(),
+        ScanPredicate(publishers=frozenset({7})),
+        ScanPredicate(publishers=frozenset({8})),
+        ScanPredicate(kinds=frozenset({KIND_CODES["due"]})),
+        ScanPredicate(kinds=frozenset({KIND_CODES["scheduled"]}), publishers=frozenset({7})),
+    ):
+        seqs, damage = scan(d, p, slice_bytes=2048)
+        want = [
+            r.seq
+            for r in records
+            if p.keeps(r.seq, r.timestamp_us, r.pub_hash, int(r.kind), r.topic)
+        ]
+        assert seqs == want and not damage, p
+    with Catalog.open(d) as catalog:
+        plan = plan_scan(catalog, ScanPredicate(publishers=frozenset({7})))
+    rows: list[tuple[object, ...]] = []
+    for s in plan.slices:
+        for c in SliceScanner(s, ScanPredicate(publishers=frozenset({7}))).scan():
+            assert isinstance(c, Columns)
+            rows.extend(zip(c.seqs, c.kinds, c.sow_keys, strict=True))
+    assert rows == [
+        (r.seq, r.kind.name.lower(), r.sow_key or None) for r in records if r.pub_hash == 7
+    ]
+    assert ("due" in {k for _s, k, _f in rows}) and rows[0][2] == schedule_field(T0 + 1, "")
+
+
+def test_a_record_of_a_kind_no_version_defines_is_damage(tmp_path: Path) -> None:
+    """A journal from a later version: the records before the unknown kind are rows, the
+    rest of its journal a damage row naming it, and no row is made of it."""
+    d = tmp_path / "journal"
+    asyncio.run(_write(tmp_path, 600))
+    with Catalog.open(d) as catalog:
+        victim = catalog.journals[0]
+    (d / index_name(INSTANCE, victim.base)).unlink()
+    path = d / journal_name(INSTANCE, victim.base)
+    raw = bytearray(path.read_bytes())
+    pos = 0
+    for _ in range(100):
+        pos += int.from_bytes(raw[pos : pos + 4], "little")
+    old, _end = decode(bytes(raw), pos)
+    assert not old.path and not old.corr_id and not old.sow_key
+    new = encode(old.seq, old.timestamp_us, old.pub_hash, old.pub_seq, old.topic,
+                 old.message_type, 9, (), old.flags, old.body)  # fmt: skip
+    raw[pos : pos + len(new)] = new
+    path.write_bytes(bytes(raw))
+    seqs, damage = scan(d, ScanPredicate())
+    (hurt,) = damage
+    assert (hurt.reason, hurt.first_seq) == ("unknown kind", old.seq)
+    assert seqs[: old.seq - 1] == list(range(1, old.seq)) and old.seq not in seqs
