@@ -21,7 +21,7 @@ class AppendedSource:
         return self._log.first_seq
 
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
-        return self._log.seq_for_bookmark(pub_hash, pub_seq)
+        return self._log.seq_for_bookmark(pub_hash, pub_seq, delivered=True)
 
     def seq_for_time(self, timestamp_us: int) -> int:
         return self._log.seq_for_time(timestamp_us)

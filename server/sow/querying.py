@@ -470,7 +470,8 @@ class SowQueries:
         if isinstance(bookmark, Epoch):
             return []
         if isinstance(bookmark, BookmarkPoint):
-            seq = await txlog.locate_bookmark(bookmark.pub_hash, bookmark.pub_seq)
+            # the state as it was delivered: a delayed message counts from its due record
+            seq = await txlog.locate_bookmark(bookmark.pub_hash, bookmark.pub_seq, delivered=True)
             if seq is None:
                 raise BookmarkNotFound(f"bookmark {bookmark} is not in this instance's log")
             await txlog.wait_durable(seq)

@@ -756,30 +756,43 @@ class TransactionLog:
     # -- lookups ------------------------------------------------------------------------
 
     def lookups_need_io(self, bookmarks: list[tuple[int, int]], times: list[int]) -> bool:
-        """Whether any of these lookups would read a file (else memory answers them all)."""
-        return self._locator.needs_io(bookmarks, times)
+        """Whether any of these lookups would read a file (else memory answers them all);
+        bookmarks as delivered, as a replay resumes after them."""
+        return self._locator.needs_io(bookmarks, times, delivered=True)
 
     async def locate_all(self, bookmarks: list[tuple[int, int]], times: list[int]) -> Located:
-        """Resolve lookups with any file read in a worker thread, for :meth:`with_lookups`."""
-        return await self._locator.locate_all(bookmarks, times)
+        """Resolve lookups with any file read in a worker thread, for :meth:`with_lookups`
+        (bookmarks as delivered, as :meth:`seq_for_bookmark` finds them)."""
+        return await self._locator.locate_all(bookmarks, times, delivered=True)
 
     def with_lookups(self, located: Located) -> LookupView:
         """This log as a replay source whose lookups answer from ``located`` where memory
         cannot (no file read on the loop). Pass it to the replay planner as its source."""
         return LookupView(self, self._locator, located)
 
-    def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
+    def seq_for_bookmark(
+        self, pub_hash: int, pub_seq: int, *, delivered: bool = True
+    ) -> int | None:
         """Local seq of the message with that bookmark; None if unknown or removed.
 
         A binary search to one index block, then that block's records: from memory when
         recent, else one read of at most a few KB (a chunk decompression for compressed
         journals). :meth:`locate_bookmark` does the read in a thread.
-        """
-        return self._locator.seq_for_bookmark(pub_hash, pub_seq)
 
-    async def locate_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
-        """:meth:`seq_for_bookmark` with any file read done in a worker thread."""
-        return await self._locator.locate_bookmark(pub_hash, pub_seq)
+        As delivered by default (the replay source's lookup: where a replay resumes after
+        it): a delayed message's due record, or its scheduled record when the due record
+        is not found (docs/transaction-log.md "Reading"). ``delivered=False``: the record
+        it was published as.
+        """
+        return self._locator.seq_for_bookmark(pub_hash, pub_seq, delivered)
+
+    async def locate_bookmark(
+        self, pub_hash: int, pub_seq: int, *, delivered: bool = False
+    ) -> int | None:
+        """:meth:`seq_for_bookmark` with any file read done in a worker thread; as
+        published by default (replication, repair: the record the bookmark was recorded
+        as), as delivered with ``delivered=True``."""
+        return await self._locator.locate_bookmark(pub_hash, pub_seq, delivered)
 
     def seq_for_time(self, timestamp_us: int) -> int:
         """First seq recorded at or after ``timestamp_us``; ``last_seq + 1`` if none.

@@ -115,7 +115,11 @@ class TailCache:
         offset = self._head - self._first
         while seq < stop:
             h = HEADER.unpack_from(records[offset + seq])
-            if q.matches(h[5], h[6], h[7]):
+            if q.matches(h[5], h[6], h[7], h[2]):
                 return seq
             seq += 1
         return None
+
+    def encoded(self, seq: int) -> bytes:
+        """The bytes of record ``seq`` (held here: at least :attr:`first`)."""
+        return self.records[self._head + seq - self._first]

@@ -226,6 +226,19 @@ class IndexBuilder:
                 spans.append(current)
         return spans
 
+    def spans_from(self, key: int, pub_seq: int, limit: int) -> list[BlockSpan]:
+        """The first ``limit`` blocks holding records of ``key`` at or above ``pub_seq``,
+        in log order, the block being filled included: for a key whose sequences increase
+        along the log (a publisher's own key, ``DUE_KEY``), a binary search."""
+        rl = self.ranges.get(key, [])
+        i = bisect.bisect_left(rl, pub_seq, key=_last_ps)
+        spans = [self._block(r[3]) for r in rl[i : i + limit]]
+        if len(spans) < limit and any(r[3] == key and r[4] >= pub_seq for r in self._rows):
+            current = self._current()
+            if current is not None:
+                spans.append(current)
+        return spans
+
     def key_ranges(self) -> Iterator[tuple[int, int, int, int, BlockSpan | None]]:
         """Every ``(index key, first, last, count, block)`` range of the journal.
 
@@ -523,3 +536,7 @@ class IndexBuilder:
 
 def _first_ps(row: list[int]) -> int:
     return row[0]
+
+
+def _last_ps(row: list[int]) -> int:
+    return row[1]

@@ -220,6 +220,23 @@ class SealedIndex:
             i += 1
         return spans
 
+    def spans_from(self, key: int, pub_seq: int, limit: int) -> list[BlockSpan]:
+        """The first ``limit`` blocks holding records of ``key`` at or above ``pub_seq``
+        (see IndexBuilder's): the range that may hold ``pub_seq`` by a binary search, then
+        the next ones."""
+        i = max(0, bisect.bisect_right(self._range_key, (key, pub_seq)) - 1)
+        spans: list[BlockSpan] = []
+        while i < self._nr and len(spans) < limit:
+            h, _first, last, _ls, blk, _cnt = RANGE.unpack_from(
+                self._buf, self._ranges_off + i * RANGE.size
+            )
+            if h > key:
+                break
+            if h == key and last >= pub_seq:
+                spans.append(self._span(blk))
+            i += 1
+        return spans
+
     def key_ranges(self) -> Iterator[tuple[int, int, int, int, BlockSpan | None]]:
         """Every ``(index key, first, last, count, block)`` range (as IndexBuilder's)."""
         end = self._ranges_off + self._nr * RANGE.size

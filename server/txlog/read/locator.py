@@ -17,29 +17,58 @@ journal is removed: a time answer from a removed journal is not used). So a view
 outlive the planning - a replay that settles a time end later asks it again - without
 answering from stale prefetches.
 
+A bookmark has one or two records. Looked up *as published* (replication, repair), it is
+the record its publisher's message was recorded as. Looked up *as delivered* (a replay
+resuming after it, a SOW state as of it), a delayed message is where its due record is:
+the scheduled record (server/txlog/format/record.py ``RecordKind.SCHEDULED``) gives its
+due time, and the due record is searched from the first record stamped at or after it,
+in the blocks that hold due records (``DUE_KEY``). Written when due, it is in the first
+block read. When it is not within :data:`MAX_DUE_BLOCKS` blocks (written long after its
+due time), or not in the log (not due yet here), the answer is the scheduled record's
+seq: a replay resuming after it starts earlier than the message was delivered (it may
+deliver again what the subscriber had), never later (it never skips one).
+
+Each lookup is written once, as a generator of the blocks it needs read
+(:meth:`Locator._lookup`); the memory-only, the blocking and the threaded lookups drive it.
+
 Event loop only.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from spool.server.txlog.append.tail import TailCache
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import Record, late_key
+from spool.server.txlog.format.codec import HEADER
+from spool.server.txlog.format.record import DUE_KEY, Record, RecordKind, late_key
 from spool.server.txlog.storage.journal import JournalList
 from spool.server.txlog.storage.search import (
     SpanQuery,
+    due_time,
     plan_bookmark,
+    plan_due,
     plan_late,
     plan_time,
     search_span,
 )
 
-__all__ = ["Located", "Locator", "LogReads", "LookupView"]
+__all__ = ["MAX_DUE_BLOCKS", "Located", "Locator", "LogReads", "LookupView"]
+
+#: most blocks of due records searched for where a delayed message was delivered, from
+#: the first record stamped at its due time (module docstring)
+MAX_DUE_BLOCKS: Final = 64
+
+_SCHEDULED: Final = int(RecordKind.SCHEDULED)
+
+#: a record a lookup found: its seq, its kind, and a scheduled record's due time
+_Hit = tuple[int, int, int | None]
+#: a lookup: yields each block it needs read from its file, is sent what that block
+#: (and the tail after it) holds of what it looks for, returns the answer
+_Steps = Generator[SpanQuery, _Hit | None, int | None]
 
 
 @dataclass(slots=True)
@@ -47,7 +76,8 @@ class Located:
     """Answers of lookups made ahead of a synchronous planning (:meth:`Locator.locate_all`).
 
     Attributes:
-        bookmarks: ``(pub_hash, pub_seq) -> seq`` (None: not in the log).
+        bookmarks: ``(pub_hash, pub_seq) -> seq`` (None: not in the log), as delivered
+            when the lookups were made so (:meth:`Locator.locate_all`).
         times: ``timestamp_us -> seq`` of the first record at or after it.
     """
 
@@ -91,23 +121,78 @@ class Locator:
         plans.extend(plan_late(items, late_key(pub_hash), pub_hash, pub_seq))
         return plans
 
-    def bookmark_in_memory(self, pub_hash: int, pub_seq: int) -> int | SpanQuery | None:
-        """The seq of that bookmark if memory answers it (None: not in the log), else the
-        block to read from its journal file."""
+    def _lookup(self, pub_hash: int, pub_seq: int, delivered: bool) -> _Steps:
+        """A lookup of a bookmark, as published or as delivered (module docstring)."""
+        hit = yield from self._published(pub_hash, pub_seq, delivered)
+        if hit is None:
+            return None
+        seq, kind, due_us = hit
+        if not delivered or kind != _SCHEDULED or due_us is None:
+            return seq
+        start = self.time_in_memory(due_us)
+        if isinstance(start, SpanQuery):
+            at = yield start
+            start = at[0] if at is not None else self._last_seq() + 1
+        items = self._journals.items
+        for plan in plan_due(items, max(seq + 1, start), pub_hash, pub_seq, MAX_DUE_BLOCKS):
+            found = (yield plan) if plan.span.seq < self._tail.first else self._resolve(plan, b"")
+            if found is not None:
+                return found[0]
+        return seq
+
+    def _published(
+        self, pub_hash: int, pub_seq: int, delivered: bool
+    ) -> Generator[SpanQuery, _Hit | None, _Hit | None]:
+        """The record a bookmark was published as: from the publisher table when it is
+        the publisher's last one, else from the blocks that may hold it, those in memory
+        first. As delivered, the table's answer stands when the tail says the record's
+        kind, or when no due record follows it (whatever its kind, the answer is then the
+        record itself): a resume from a publisher's last message reads no file."""
         last = self._pubs.get(pub_hash)
         if not pub_hash or last is None or pub_seq > last[0]:
             return None
         if pub_seq == last[0]:
-            return last[1] if last[1] >= self._journals.items[0].base else None
-        needs_read: SpanQuery | None = None
-        for plan in self._plans(pub_hash, pub_seq):
+            seq = last[1]
+            if seq < self._journals.items[0].base:
+                return None
+            if delivered and seq >= self._tail.first:
+                return self._tail_hit(seq)
+            if not delivered or not self._due_after(seq):
+                return seq, 0, None
+        plans = self._plans(pub_hash, pub_seq)
+        for plan in plans:
+            if plan.span.seq >= self._tail.first:
+                found = self._resolve(plan, b"")
+                if found is not None:
+                    return found
+        for plan in plans:
             if plan.span.seq < self._tail.first:
-                needs_read = needs_read or plan
-                continue
-            found = self._resolve(plan, b"")
-            if found is not None:
-                return found
-        return needs_read
+                found = yield plan
+                if found is not None:
+                    return found
+        return None
+
+    def _due_after(self, seq: int) -> bool:
+        """Whether the log holds a due record after ``seq`` (the indexes' summaries)."""
+        for j in reversed(self._journals.items):
+            summary = j.index.publisher(DUE_KEY)
+            if summary is not None and summary.max_pub_seq > seq:
+                return True
+            if j.base <= seq:
+                return False
+        return False
+
+    def bookmark_in_memory(
+        self, pub_hash: int, pub_seq: int, delivered: bool = False
+    ) -> int | SpanQuery | None:
+        """The seq of that bookmark if memory answers it (None: not in the log), else a
+        block to read from its journal file."""
+        steps = self._lookup(pub_hash, pub_seq, delivered)
+        try:
+            return next(steps)
+        except StopIteration as done:
+            answer: int | None = done.value
+            return answer
 
     def time_in_memory(self, timestamp_us: int) -> int | SpanQuery:
         """The first seq at or after that time if memory answers it, else the block to
@@ -118,42 +203,42 @@ class Locator:
         if plan.span.seq < self._tail.first:
             return plan
         found = self._resolve(plan, b"")
-        return found if found is not None else self._last_seq() + 1
+        return found[0] if found is not None else self._last_seq() + 1
 
-    def needs_io(self, bookmarks: list[tuple[int, int]], times: list[int]) -> bool:
+    def needs_io(
+        self, bookmarks: list[tuple[int, int]], times: list[int], delivered: bool = False
+    ) -> bool:
         """Whether any of these lookups would read a file (else memory answers them all)."""
         return any(
-            isinstance(self.bookmark_in_memory(h, s), SpanQuery) for h, s in bookmarks
+            isinstance(self.bookmark_in_memory(h, s, delivered), SpanQuery) for h, s in bookmarks
         ) or any(isinstance(self.time_in_memory(t), SpanQuery) for t in times)
 
     # -- with a file read -----------------------------------------------------------------
 
-    def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
-        """Seq of the record with that bookmark; None if unknown or removed (a block read
-        on this thread when memory cannot answer)."""
-        answer = self.bookmark_in_memory(pub_hash, pub_seq)
-        if not isinstance(answer, SpanQuery):
+    def seq_for_bookmark(self, pub_hash: int, pub_seq: int, delivered: bool = False) -> int | None:
+        """Seq of the record with that bookmark, as published or as delivered; None if
+        unknown or removed (blocks read on this thread when memory cannot answer)."""
+        steps = self._lookup(pub_hash, pub_seq, delivered)
+        try:
+            plan = next(steps)
+            while True:
+                plan = steps.send(self._resolve(plan, self._read_block(plan)))
+        except StopIteration as done:
+            answer: int | None = done.value
             return answer
-        for plan in self._plans(pub_hash, pub_seq):
-            if plan.span.seq >= self._tail.first:
-                continue  # answered from memory already
-            found = self._resolve(plan, self._read_block(plan))
-            if found is not None:
-                return found
-        return None
 
-    async def locate_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
-        """:meth:`seq_for_bookmark` with the block read in a worker thread."""
-        answer = self.bookmark_in_memory(pub_hash, pub_seq)
-        if not isinstance(answer, SpanQuery):
+    async def locate_bookmark(
+        self, pub_hash: int, pub_seq: int, delivered: bool = False
+    ) -> int | None:
+        """:meth:`seq_for_bookmark` with the blocks read in a worker thread."""
+        steps = self._lookup(pub_hash, pub_seq, delivered)
+        try:
+            plan = next(steps)
+            while True:
+                plan = steps.send(await self._locate(plan))
+        except StopIteration as done:
+            answer: int | None = done.value
             return answer
-        for plan in self._plans(pub_hash, pub_seq):
-            if plan.span.seq >= self._tail.first:
-                continue  # answered from memory already
-            found = await self._locate(plan)
-            if found is not None:
-                return found
-        return None
 
     def seq_for_time(self, timestamp_us: int) -> int:
         """First seq recorded at or after ``timestamp_us``; ``last_seq + 1`` if none (a
@@ -162,7 +247,7 @@ class Locator:
         if not isinstance(answer, SpanQuery):
             return answer
         found = self._resolve(answer, self._read_block(answer))
-        return found if found is not None else self._last_seq() + 1
+        return found[0] if found is not None else self._last_seq() + 1
 
     async def locate_time(self, timestamp_us: int) -> int:
         """:meth:`seq_for_time` with the block read in a worker thread."""
@@ -170,13 +255,15 @@ class Locator:
         if not isinstance(answer, SpanQuery):
             return answer
         found = await self._locate(answer)
-        return found if found is not None else self._last_seq() + 1
+        return found[0] if found is not None else self._last_seq() + 1
 
-    async def locate_all(self, bookmarks: list[tuple[int, int]], times: list[int]) -> Located:
+    async def locate_all(
+        self, bookmarks: list[tuple[int, int]], times: list[int], delivered: bool = False
+    ) -> Located:
         """Resolve every lookup, file reads in a worker thread (for :class:`LookupView`)."""
         found = Located()
         for h, s in bookmarks:
-            found.bookmarks[(h, s)] = await self.locate_bookmark(h, s)
+            found.bookmarks[(h, s)] = await self.locate_bookmark(h, s, delivered)
         for t in times:
             found.times[t] = await self.locate_time(t)
         return found
@@ -196,7 +283,7 @@ class Locator:
         finally:
             source.release()
 
-    async def _locate(self, q: SpanQuery) -> int | None:
+    async def _locate(self, q: SpanQuery) -> _Hit | None:
         """:meth:`_resolve` over a block read in a worker thread.
 
         The read covers the block's bytes durable when it started; the rest of the block
@@ -209,16 +296,26 @@ class Locator:
             buf = await self._read_block_async(q)
             match, seq = search_span(q, buf, self._tail.first)
             if match is not None:
-                return match.seq
+                return match.seq, match.kind, match.due_us
             if seq >= self._tail.first or seq >= q.span.seq + q.span.count:
-                return self._tail.find(q, seq)
+                return self._in_tail(q, seq)
 
-    def _resolve(self, q: SpanQuery, buf: bytes) -> int | None:
-        """The matching seq within the block: its file bytes first, then the tail."""
+    def _resolve(self, q: SpanQuery, buf: bytes) -> _Hit | None:
+        """The matching record within the block: its file bytes first, then the tail."""
         match, seq = search_span(q, buf, self._tail.first)
         if match is not None:
-            return match.seq
-        return self._tail.find(q, seq)
+            return match.seq, match.kind, match.due_us
+        return self._in_tail(q, seq)
+
+    def _in_tail(self, q: SpanQuery, from_seq: int) -> _Hit | None:
+        found = self._tail.find(q, from_seq)
+        return None if found is None else self._tail_hit(found)
+
+    def _tail_hit(self, seq: int) -> _Hit:
+        """Record ``seq`` of the tail as a lookup found it."""
+        data = self._tail.encoded(seq)
+        h = HEADER.unpack_from(data)
+        return seq, h[2], due_time(data, 0, h) if h[2] == _SCHEDULED else None
 
 
 class LogReads(Protocol):
@@ -287,14 +384,15 @@ class LookupView:
         return self._log.first_seq
 
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
-        """The log's :meth:`~Locator.seq_for_bookmark`, with no file read when prefetched."""
-        answer = self._locator.bookmark_in_memory(pub_hash, pub_seq)
+        """The log's :meth:`~Locator.seq_for_bookmark` as delivered (where a replay
+        resumes after it), with no file read when prefetched."""
+        answer = self._locator.bookmark_in_memory(pub_hash, pub_seq, delivered=True)
         if not isinstance(answer, SpanQuery):
             return answer
         known = self._located.bookmarks
         if (pub_hash, pub_seq) in known:
             return known[(pub_hash, pub_seq)]
-        return self._locator.seq_for_bookmark(pub_hash, pub_seq)
+        return self._locator.seq_for_bookmark(pub_hash, pub_seq, delivered=True)
 
     def seq_for_time(self, timestamp_us: int) -> int:
         """The log's :meth:`~Locator.seq_for_time`, with no file read when prefetched."""

@@ -5,6 +5,11 @@ per-publisher summaries or running-maximum timestamps picks one journal, its ind
 one block. :func:`search_span` then walks that block's record headers (a few KB) for the
 exact record. The log adds its in-memory tail on top; ``spool journal find`` uses this
 alone on a directory it must not modify.
+
+A bookmark names the record of the message as it was published. A delayed message has a
+second record with the same bookmark, its due record (server/txlog/format/record.py
+``RecordKind.DUE``), which a lookup by bookmark never takes for it; :func:`plan_due`
+plans the search for that one, where it was delivered.
 """
 
 from __future__ import annotations
@@ -15,11 +20,30 @@ from dataclasses import dataclass
 import google_crc32c
 
 from spool.server.txlog.errors import CorruptRecord
-from spool.server.txlog.format.codec import CRC_RESIDUE, HEADER, HEADER_SIZE, MIN_RECORD
+from spool.server.txlog.format.codec import (
+    CRC_RESIDUE,
+    HEADER,
+    HEADER_SIZE,
+    MIN_RECORD,
+    build_record,
+)
+from spool.server.txlog.format.record import DUE_KEY, RecordKind, split_schedule_field
 from spool.server.txlog.index.answers import BlockSpan
 from spool.server.txlog.storage.journal import Journal
 
-__all__ = ["Match", "SpanQuery", "plan_bookmark", "plan_late", "plan_time", "search_span"]
+__all__ = [
+    "Match",
+    "SpanQuery",
+    "due_time",
+    "plan_bookmark",
+    "plan_due",
+    "plan_late",
+    "plan_time",
+    "search_span",
+]
+
+_DUE = int(RecordKind.DUE)
+_SCHEDULED = int(RecordKind.SCHEDULED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +51,8 @@ class SpanQuery:
     """A lookup narrowed to one block of one journal.
 
     ``timestamp_us`` set: the first record at or after that time; otherwise the record
-    with bookmark ``(pub_hash, pub_seq)``.
+    with bookmark ``(pub_hash, pub_seq)``: its due record when ``due``, else the record it
+    was published as (any kind but a due record).
     """
 
     journal: Journal
@@ -35,23 +60,27 @@ class SpanQuery:
     pub_hash: int = 0
     pub_seq: int = 0
     timestamp_us: int | None = None
+    due: bool = False
 
-    def matches(self, ts: int, pub_hash: int, pub_seq: int) -> bool:
+    def matches(self, ts: int, pub_hash: int, pub_seq: int, kind: int) -> bool:
         """Whether a record with these fields is the one looked for."""
         if self.timestamp_us is not None:
             return ts >= self.timestamp_us
-        return pub_hash == self.pub_hash and pub_seq == self.pub_seq
+        return pub_hash == self.pub_hash and pub_seq == self.pub_seq and (kind == _DUE) == self.due
 
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """The record found: its seq, journal offset, time and bookmark."""
+    """The record found: its seq, journal offset, time, bookmark and kind, and for a
+    scheduled record its due time (None when its field does not say one)."""
 
     seq: int
     offset: int
     timestamp_us: int
     pub_hash: int
     pub_seq: int
+    kind: int = int(RecordKind.PUBLISH)
+    due_us: int | None = None
 
 
 def plan_bookmark(journals: Sequence[Journal], pub_hash: int, pub_seq: int) -> SpanQuery | None:
@@ -90,6 +119,26 @@ def plan_late(
             continue
         plans.extend(
             SpanQuery(j, span, pub_hash, pub_seq) for span in j.index.late_spans(key, pub_seq)
+        )
+    return plans
+
+
+def plan_due(
+    journals: Sequence[Journal], from_seq: int, pub_hash: int, pub_seq: int, limit: int
+) -> list[SpanQuery]:
+    """The first ``limit`` blocks, in log order, that may hold the due record of bookmark
+    ``(pub_hash, pub_seq)`` at or after seq ``from_seq``: the blocks holding due records
+    from there (``DUE_KEY``, indexed by their own seqs, which increase along the log)."""
+    plans: list[SpanQuery] = []
+    for j in journals:
+        if len(plans) >= limit:
+            break
+        summary = j.index.publisher(DUE_KEY)
+        if summary is None or summary.max_pub_seq < from_seq:
+            continue
+        plans.extend(
+            SpanQuery(j, span, pub_hash, pub_seq, due=True)
+            for span in j.index.spans_from(DUE_KEY, from_seq, limit - len(plans))
         )
     return plans
 
@@ -139,8 +188,18 @@ def search_span(q: SpanQuery, buf: bytes, stop_seq: int) -> tuple[Match | None, 
             raise CorruptRecord(q.span.offset + pos, "sequence gap", path)
         if crc(buf[pos : pos + length]) != CRC_RESIDUE:
             raise CorruptRecord(q.span.offset + pos, "crc mismatch", path)
-        if q.matches(h[5], h[6], h[7]):
-            return Match(seq, q.span.offset + pos, h[5], h[6], h[7]), seq
+        if q.matches(h[5], h[6], h[7], h[2]):
+            due = due_time(buf, pos, h) if h[2] == _SCHEDULED else None
+            return Match(seq, q.span.offset + pos, h[5], h[6], h[7], h[2], due), seq
         pos += length
         seq += 1
     return None, seq
+
+
+def due_time(buf: bytes, pos: int, h: tuple[int, ...]) -> int | None:
+    """The due time of the checked scheduled record at ``pos`` (header ``h``); None when
+    its SOW key field does not start with one."""
+    try:
+        return split_schedule_field(build_record(buf, pos, h).sow_key)[0]
+    except (ValueError, CorruptRecord):
+        return None
