@@ -34,7 +34,7 @@ from spool.server.pipeline.errors import (
 )
 from spool.server.txlog.errors import CorruptRecord
 from spool.server.txlog.format.codec import scan
-from spool.server.txlog.format.record import DUE_KEY
+from spool.server.txlog.format.record import DUE_KEY, late_key
 from spool.server.txlog.index.builder import IndexBuilder
 from spool.server.txlog.index.fileformat import parse_open_index
 from spool.server.txlog.index.sealed import SealedIndex
@@ -124,14 +124,17 @@ class JournalFile:
 
     def blocks_of_publisher(self, pub_hash: int) -> list[int]:
         """Block numbers that may hold records of ``pub_hash`` (all of them without an
-        index), ascending: its own ranges, and those of due records, which the index files
-        under ``DUE_KEY`` whoever published them (a reader keeps this publisher's by the
-        records' headers)."""
+        index), ascending: its own ranges, those of its late records (under its late key)
+        and those of due records, which the index files under ``DUE_KEY`` whoever
+        published them (a reader keeps this publisher's by the records' headers)."""
         if self.index is None:
             return list(range(len(self.blocks)))
-        due = self.index.publisher_blocks(DUE_KEY)
         own = self.index.publisher_blocks(pub_hash)
-        return sorted({*own, *due}) if due else own
+        others = [
+            *self.index.publisher_blocks(late_key(pub_hash)),
+            *self.index.publisher_blocks(DUE_KEY),
+        ]
+        return sorted({*own, *others}) if others else own
 
 
 class Catalog:
