@@ -266,7 +266,8 @@ class EventRunner:
         for firing in firings:
             self._settle(firing.record)
         if upto:
-            self.lane.done(upto, derived_last or None)
+            hold = None if events.hold.settled else events.hold
+            self.lane.done(upto, derived_last or None, hold)
 
     def _select(self, item: MessageRun) -> list[int]:
         run = item.run

@@ -27,7 +27,10 @@ with :meth:`EventLane.done` the source seq up to which every candidate is done (
 or filtered-out candidate is done too: a drop is final) and the last seq of the messages
 the batch derived. A seq may become the action's checkpoint only once it and those derived
 messages are durable in the log: a restart resumes after the checkpoint, so a derived
-message a crash took away would otherwise never be written again.
+message a crash took away would otherwise never be written again. A batch's side effects
+still under way when it is done (webhook posts queued, not settled) travel with its mark
+as a :class:`Hold`: the checkpoint does not pass the mark until the hold is released, so
+a post a crash or a stop cut off is made again after the restart.
 :meth:`EventLane.checkpoint` answers that seq for the log's durable seq and forgets the
 marks it covers, so a lane keeps only the marks of what is not durable yet.
 
@@ -40,7 +43,7 @@ import asyncio
 from collections import deque
 from typing import Final, Generic, Protocol, TypeVar
 
-__all__ = ["DEFAULT_TAKE", "MAX_MARKS", "Candidates", "EventLane"]
+__all__ = ["DEFAULT_TAKE", "MAX_MARKS", "Candidates", "EventLane", "Hold"]
 
 #: Most candidate messages one :meth:`EventLane.take` hands over (a batch of the worker).
 DEFAULT_TAKE: Final = 256
@@ -60,6 +63,43 @@ class Candidates(Protocol):
 
 
 C = TypeVar("C", bound=Candidates)
+
+
+class Hold:
+    """Side effects of one batch still under way (see the module docstring): each one
+    :meth:`add` ed is :meth:`release` d once it settled; the batch's checkpoint mark waits
+    until none is left."""
+
+    __slots__ = ("pending",)
+
+    def __init__(self) -> None:
+        self.pending = 0
+
+    def add(self) -> None:
+        self.pending += 1
+
+    def release(self) -> None:
+        self.pending -= 1
+
+    @property
+    def settled(self) -> bool:
+        return self.pending <= 0
+
+
+class _Mark:
+    """A checkpoint mark: ``upto`` may be the checkpoint once the log is durable through
+    ``needs`` and every hold is settled."""
+
+    __slots__ = ("holds", "needs", "upto")
+
+    def __init__(self, upto: int, needs: int, holds: list[Hold]) -> None:
+        self.upto = upto
+        self.needs = needs
+        self.holds = holds
+
+    @property
+    def settled(self) -> bool:
+        return all(h.settled for h in self.holds)
 
 
 class EventLane(Generic[C]):
@@ -93,10 +133,9 @@ class EventLane(Generic[C]):
         self._items: deque[C] = deque()
         #: set when an item was queued or the lane stopped: wakes a waiting take
         self._ready = asyncio.Event()
-        #: (upto_seq, needs): upto_seq may be the checkpoint once the log is durable
-        #: through needs. needs strictly increases along the deque, so the marks a durable
-        #: seq covers are a prefix of it
-        self._marks: deque[tuple[int, int]] = deque()
+        #: needs strictly increases along the deque, so the marks a durable seq covers
+        #: are a prefix of it
+        self._marks: deque[_Mark] = deque()
         self._checkpoint = checkpoint
         self._last_done = checkpoint
         self._durable = 0
@@ -162,10 +201,11 @@ class EventLane(Generic[C]):
         self.taken += total
         return batch
 
-    def done(self, upto_seq: int, derived_seq: int | None = None) -> None:
+    def done(self, upto_seq: int, derived_seq: int | None = None, hold: Hold | None = None) -> None:
         """Record a checkpoint mark: every candidate whose source seq is at most
         ``upto_seq`` is done, and the messages derived from them end at ``derived_seq``
-        in the log (None: none were derived).
+        in the log (None: none were derived); ``hold``: side effects of theirs still
+        under way (the mark waits until it is released).
 
         Marks come in source order (the worker's batches are), so ``upto_seq`` never goes
         back. O(1).
@@ -181,30 +221,36 @@ class EventLane(Generic[C]):
         self._last_done = upto_seq
         needs = upto_seq if derived_seq is None else max(upto_seq, derived_seq)
         marks = self._marks
-        if marks and needs <= marks[-1][1]:
-            # durable when the previous mark is (the checkpoint moves in order): one mark
-            marks[-1] = (upto_seq, marks[-1][1])
+        if marks and needs <= marks[-1].needs:
+            # durable when the previous mark is (the checkpoint moves in order): one mark,
+            # which waits for both marks' holds
+            last = marks[-1]
+            last.upto = upto_seq
+            if hold is not None:
+                last.holds.append(hold)
             return
-        marks.append((upto_seq, needs))
+        marks.append(_Mark(upto_seq, needs, [hold] if hold is not None else []))
         if len(marks) > MAX_MARKS:
-            marks.popleft()  # the next mark covers it, once durable
+            # the next mark covers it, once durable, and waits for its holds too
+            marks[1].holds.extend(marks.popleft().holds)
 
     def checkpoint(self, durable_seq: int) -> int | None:
-        """The highest source seq whose candidates are all done and whose derived messages
+        """The highest source seq whose candidates are all done, whose derived messages
         are durable, with the log durable through ``durable_seq`` (a seq below one given
-        before changes nothing: durability does not go back). None: there is none yet.
+        before changes nothing: durability does not go back), and whose side effects
+        settled. None: there is none yet.
 
-        The marks it covers are forgotten; it is never ahead of a mark not recorded or
-        not durable, and never goes back.
+        The marks it covers are forgotten; it is never ahead of a mark not recorded, not
+        durable or held, and never goes back.
         """
         if durable_seq > self._durable:
             self._durable = durable_seq
         marks = self._marks
-        while marks and marks[0][1] <= self._durable:
-            self._checkpoint = marks.popleft()[0]
+        while marks and marks[0].needs <= self._durable and marks[0].settled:
+            self._checkpoint = marks.popleft().upto
         return self._checkpoint
 
     @property
     def marks(self) -> int:
-        """How many checkpoint marks wait for durability."""
+        """How many checkpoint marks wait for durability or a hold."""
         return len(self._marks)

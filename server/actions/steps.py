@@ -37,6 +37,7 @@ from urllib.parse import quote
 import orjson
 
 from spool.server.actions.journals import JournalOp, PinnedJournal, select
+from spool.server.actions.lanes import Hold
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import (
     PinnedDict,
@@ -183,6 +184,8 @@ class EventBatch:
         derived: the messages its publish steps derived so far, in order.
         metrics: the metrics document its conditions read (read once per batch, at the
             first condition: per message it would cost a reading of the host each).
+        hold: its webhook posts not settled yet (the batch's checkpoint mark waits for
+            them, so a post a crash or a stop cuts off is made again after a restart).
     """
 
     action: str
@@ -190,6 +193,7 @@ class EventBatch:
     firing: EventFiring | None = None
     derived: list[Derived] = field(default_factory=list)
     metrics: dict[str, Value] | None = None
+    hold: Hold = field(default_factory=Hold)
 
 
 @dataclass(frozen=True, slots=True)
@@ -636,7 +640,16 @@ async def _webhook(step: Webhook, ctx: StepContext) -> StepResult:
         return _result(step, "failed", f"not posted to {target}: {exc}")
     sender = outlet.sender
     if ctx.event is not None:  # a firing: queued, never waited for
-        if not sender.submit(request, outlet.count):
+        hold = ctx.event.hold
+
+        def settled(outcome: WebhookOutcome) -> None:
+            outlet.count(outcome)
+            if outcome.result in ("sent", "failed"):
+                hold.release()  # settled; one cut off by the stop stays held
+
+        hold.add()
+        if not sender.submit(request, settled):
+            hold.release()  # refused at once: the step fails, nothing to make again
             return _result(step, "failed", f"dropped: {_refused(sender)} ({target})")
         outlet.tally.queued += 1
         return _result(step, "ok", f"queued for {target}")

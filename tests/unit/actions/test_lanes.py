@@ -26,7 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from spool.server.actions.lanes import MAX_MARKS, EventLane
+from spool.server.actions.lanes import MAX_MARKS, EventLane, Hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,8 @@ class LaneVersusList(RuleBasedStateMachine):
         self.taken: list[Run] = []  # every run handed to the worker, in order
         self.batches: list[list[Run]] = []  # taken, not finished (oldest first)
         self.finished: set[Run] = set()
-        self.marks: list[tuple[int, int]] = []  # (upto_seq, needs), in order
+        self.marks: list[tuple[int, int, Hold | None]] = []  # (upto_seq, needs, hold)
+        self.holds: list[Hold] = []  # the holds not released yet
         self.accepting = True
         self.offered = self.dropped = 0
 
@@ -97,9 +98,10 @@ class LaneVersusList(RuleBasedStateMachine):
             self.batches.append(batch)
 
     @precondition(lambda self: bool(self.batches))
-    @rule(derived=st.integers(0, 3))
-    def finish(self, derived: int) -> None:
-        """The worker ends its oldest batch: what it derived is appended, then marked."""
+    @rule(derived=st.integers(0, 3), posts=st.integers(0, 2))
+    def finish(self, derived: int, posts: int) -> None:
+        """The worker ends its oldest batch: what it derived is appended, then marked,
+        with ``posts`` side effects still under way."""
         batch = self.batches.pop(0)
         self.finished.update(batch)
         derived_seq = None
@@ -107,8 +109,20 @@ class LaneVersusList(RuleBasedStateMachine):
             self.last_seq += derived
             derived_seq = self.last_seq
         upto = batch[-1].last
-        self.lane.done(upto, derived_seq)
-        self.marks.append((upto, upto if derived_seq is None else derived_seq))
+        hold = None
+        if posts:
+            hold = Hold()
+            for _ in range(posts):
+                hold.add()
+                self.holds.append(hold)
+        self.lane.done(upto, derived_seq, hold)
+        self.marks.append((upto, upto if derived_seq is None else derived_seq, hold))
+
+    @precondition(lambda self: bool(self.holds))
+    @rule(which=st.integers(0, 10))
+    def settle(self, which: int) -> None:
+        """One side effect under way settles (in any order)."""
+        self.holds.pop(which % len(self.holds)).release()
 
     @rule(step=st.integers(0, 6))
     def sync(self, step: int) -> None:
@@ -134,19 +148,25 @@ class LaneVersusList(RuleBasedStateMachine):
         assert self.taken + self.queue == self.accepted
 
     @invariant()
-    def the_checkpoint_is_done_and_durable(self) -> None:
-        expected = self.start
-        for upto, needs in self.marks:
-            if needs > self.durable:
+    def the_checkpoint_is_done_durable_and_settled(self) -> None:
+        """Never past a mark not durable or held; exactly the durable prefix once every
+        hold is released (while one is held, marks merged with its mark wait too)."""
+        limit = self.start
+        for upto, needs, hold in self.marks:
+            if needs > self.durable or (hold is not None and not hold.settled):
                 break
-            expected = upto
+            limit = upto
         got = self.lane.checkpoint(self.durable)
-        assert got == expected
+        if not self.holds:
+            assert got == limit
+        else:
+            assert got == self.start or (got is not None and limit is not None and got <= limit)
         if got is None:
             return
         assert got <= self.durable
         assert all(r in self.finished for r in self.accepted if r.first <= got)
-        assert all(needs <= self.durable for upto, needs in self.marks if upto <= got)
+        assert all(needs <= self.durable for upto, needs, _ in self.marks if upto <= got)
+        assert all(h is None or h.settled for upto, _, h in self.marks if upto <= got)
         assert self.lane.marks <= len(self.marks)
 
 
@@ -177,6 +197,30 @@ def test_marks_nobody_asks_about_stay_bounded_and_never_pass_durability() -> Non
     final = 2 * (3 * MAX_MARKS - 1)
     assert lane.checkpoint(final) == final - 1
     assert lane.marks == 0
+
+
+def test_a_held_mark_waits_for_its_side_effects_and_so_do_those_merged_into_it() -> None:
+    lane: EventLane[Run] = EventLane("a", 10)
+    posts = Hold()
+    posts.add()
+    lane.done(5, 8, posts)  # a post under way for sources up to 5
+    lane.done(7)  # durable with the mark before: merged into it
+    assert lane.checkpoint(20) is None
+    posts.release()
+    assert lane.checkpoint(20) == 7
+
+
+def test_a_held_mark_forgotten_past_the_bound_hands_its_hold_on() -> None:
+    lane: EventLane[Run] = EventLane("a", 10)
+    posts = Hold()
+    posts.add()
+    lane.done(1, 2, posts)
+    for i in range(2, MAX_MARKS + 2):
+        lane.done(2 * i - 1, 2 * i)
+    assert lane.marks == MAX_MARKS  # the held mark itself was forgotten
+    assert lane.checkpoint(10 * MAX_MARKS) is None
+    posts.release()
+    assert lane.checkpoint(10 * MAX_MARKS) == 2 * (MAX_MARKS + 1) - 1
 
 
 def test_a_run_that_does_not_fit_whole_is_dropped_whole() -> None:

@@ -241,6 +241,38 @@ async def test_the_stop_cuts_off_the_posts_left_counts_and_reports_them(tmp_path
 
 
 @scenario
+async def test_posts_a_stop_cut_off_are_made_again_after_the_restart_and_only_those(
+    tmp_path: Path,
+) -> None:
+    port = ScriptedPort(VirtualClock(), 200)
+    async with harness(tmp_path, PER_ORDER, port) as h:
+        pub = await h.logon("pub")
+        pub.send(({"c": "publish", "t": "orders/1"}, b'{"n":1}'))
+        runner = h.broker.actions.event_runners["per-order"]
+        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 1))
+        port.gate = asyncio.Event()  # the next posts are never answered
+        pub.send(*[({"c": "publish", "t": "orders/1"}, b'{"n":%d}' % n) for n in (2, 3)])
+        await until_done(h, h.until(lambda: runner.counts()["runs"] == 3))
+    # one post at a time per action: the second waits at the gate, the third behind it
+    sent, waiting = [r.event_id for _, r in port.posts]
+    assert h.broker.actions.action_info("per-order")["webhooks"] == {
+        "queued": 3, "sent": 1, "failed": 0, "dropped": 2, "retried": 0,
+    }  # fmt: skip
+    again = ScriptedPort(VirtualClock())
+    async with harness(tmp_path, PER_ORDER, again) as h:
+        runner = h.broker.actions.event_runners["per-order"]
+        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 2))
+        # the two cut off, the one that waited with the id it had; not the one answered
+        assert [orjson.loads(r.body)["data"]["n"] for _, r in again.posts] == [2, 3]
+        assert again.posts[0][1].event_id == waiting
+    third = ScriptedPort(VirtualClock())
+    async with harness(tmp_path, PER_ORDER, third) as h:
+        await h.settle()
+    assert third.posts == []  # all settled: nothing is made a third time
+    assert sent not in [r.event_id for _, r in again.posts]
+
+
+@scenario
 async def test_no_secret_in_records_descriptions_events_or_the_event_log_file(
     tmp_path: Path,
 ) -> None:
