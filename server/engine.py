@@ -324,6 +324,8 @@ class Broker:
             config, self.operations, clock, publish_triggers=self.publish_triggers,
             webhooks=webhooks,
         )  # fmt: skip
+        if self.actions.happenings_sink is not None:  # client or link triggers
+            self.happenings.add(self.actions.happenings_sink)
         #: the command table and its routing rule (server/commandtable.py): every
         #: command but ``publish`` and ``heartbeat``, which the dispatcher runs itself (the
         #: publish pipeline, the connection's heartbeat); subscribe-like commands go to the

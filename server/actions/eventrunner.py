@@ -18,6 +18,11 @@ in batches, in the order they came, and for each batch:
    checkpoint mark waits; another refusal fails the firings whose messages it refused;
 4. marks the batch done in the lane (the restart checkpoint), then lets the loop run.
 
+A client's or a link's happening (:class:`~spool.server.actions.hooks.HappeningRun`,
+offered by the happenings sink) is one candidate: its trigger's ``Filter`` reads it as a
+document, and a firing has its variables; it waits for nothing, and what it derives has no
+source bookmark (numbered on from the log's last for its derived identity).
+
 Nothing is stored per firing: the tally (:class:`~spool.server.actions.results.EventTally`)
 counts, and every ``Tuning/ActionHistoryInterval`` in which something moved, one *window*
 record goes to the history (``action_run``): the firings counted, one aggregate result per
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from spool.server.actions.history import HistoryWriter
+from spool.server.actions.hooks import HappeningRun, describe, document, variables
 from spool.server.actions.lanes import EventLane
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import EventTally, RunDict, RunRecord, StepResult, iso
@@ -48,7 +54,13 @@ from spool.server.actions.steps import (
 )
 from spool.server.bookmarks import format_bookmark, format_timestamp_us
 from spool.server.clock import Clock
-from spool.server.config import ActionConfig, Config, IfCondition, IfDiskUsage, OnPublishMessage
+from spool.server.config import (
+    EVENT_TRIGGERS,
+    ActionConfig,
+    Config,
+    IfCondition,
+    IfDiskUsage,
+)
 from spool.server.config.template import Template
 from spool.server.expr import Filter, MessageView, compile_filter
 from spool.server.operations import Operations
@@ -174,13 +186,15 @@ class EventRunner:
         self._on_derived = on_derived
         tuning = instance.tuning
         #: the action's candidate messages
-        self.lane: EventLane[MessageRun] = EventLane(config.name, tuning.action_event_queue_depth)
+        self.lane: EventLane[MessageRun | HappeningRun] = EventLane(
+            config.name, tuning.action_event_queue_depth
+        )
         #: what it did since the instance started
         self.tally = EventTally()
         self._interval = tuning.action_history_interval
         self._filters: list[Filter | None] = [
             compile_filter(t.filter, clock=clock)
-            if isinstance(t, OnPublishMessage) and t.filter is not None
+            if isinstance(t, EVENT_TRIGGERS) and t.filter is not None
             else None
             for t in config.triggers
         ]
@@ -249,13 +263,22 @@ class EventRunner:
                 )  # fmt: skip
             await asyncio.sleep(0)  # client work interleaves with a busy action
 
-    async def run_batch(self, batch: list[MessageRun]) -> None:
+    async def run_batch(self, batch: list[MessageRun | HappeningRun]) -> None:
         """Run one batch (see the module docstring)."""
-        upto = max((m.run.first_seq + m.count - 1 for m in batch if m.run.recorded), default=0)
+        upto = max(
+            (m.run.first_seq + m.count - 1 for m in batch
+             if isinstance(m, MessageRun) and m.run.recorded),
+            default=0,
+        )  # fmt: skip
         await self._ops.wait_durable(upto)
         events = EventBatch(self.name, self._echo)
         firings: list[_Firing] = []
         for item in batch:
+            if isinstance(item, HappeningRun):
+                firing = await self._fire_happening(events, item, len(firings))
+                if firing is not None:
+                    firings.append(firing)
+                continue
             chosen = self._select(item)
             self.tally.matched += len(chosen)
             trigger = self.config.triggers[item.trigger]
@@ -268,6 +291,41 @@ class EventRunner:
         if upto:
             hold = None if events.hold.settled else events.hold
             self.lane.done(upto, derived_last or None, hold)
+
+    async def _fire_happening(
+        self, events: EventBatch, item: HappeningRun, index: int
+    ) -> _Firing | None:
+        """Run the steps once for a client's or a link's happening, if the trigger's
+        ``Filter`` takes it (None: it does not)."""
+        happening = item.happening
+        module = self.config.triggers[item.trigger].module
+        self._window_modules[module] = None
+        client = getattr(happening, "client", None) or ""
+        view = MessageView.of_document("", document(happening), client_name=client)
+        flt = self._filters[item.trigger]
+        if flt is not None and not flt.matches(view):
+            return None
+        self.tally.matched += 1
+        events.firing = EventFiring(view, 0, 0, index)
+        record = RunRecord(self.name, module, describe(happening), self._clock.time())
+        ctx = StepContext(
+            self._ops, self._instance, self._clock, self._metrics, _no_events,
+            {**self._base(module), **variables(happening)}, event=events,
+        )  # fmt: skip
+        await run_steps(self.config.steps, record, ctx)
+        record.finish(self._clock.time())
+        return _Firing(record, 0)
+
+    def _base(self, module: str) -> dict[str, str]:
+        """The variables of every firing."""
+        now = self._clock.time()
+        return {
+            "AMPS_INSTANCE_NAME": self._instance.name,
+            "AMPS_ACTION_NAME": self.name,
+            "AMPS_TRIGGER": module,
+            "AMPS_DATETIME": iso(now),
+            "AMPS_UNIX_TIMESTAMP": f"{now:.6f}",
+        }
 
     def _select(self, item: MessageRun) -> list[int]:
         run = item.run
@@ -287,11 +345,7 @@ class EventRunner:
     def _variables(self, module: str, run: AppendedRun, i: int, bookmark: str) -> dict[str, str]:
         now = self._clock.time()
         variables = {
-            "AMPS_INSTANCE_NAME": self._instance.name,
-            "AMPS_ACTION_NAME": self.name,
-            "AMPS_TRIGGER": module,
-            "AMPS_DATETIME": iso(now),
-            "AMPS_UNIX_TIMESTAMP": f"{now:.6f}",
+            **self._base(module),
             "AMPS_TOPIC": run.topic,
             "AMPS_BOOKMARK": bookmark,
             "AMPS_CLIENT_NAME": run.publisher_name,

@@ -15,7 +15,8 @@ Runs started by triggers and by ``POST /api/actions/NAME`` are tasks of their ow
 client that goes away does not cancel a run halfway through a journal. The admin API
 reads :meth:`Actions.info`, :meth:`Actions.history` and :meth:`Actions.journal_plan`.
 
-An event-driven action (run once per message: an on-publish trigger) has an
+An event-driven action (run once per message or happening: an on-publish, client or link
+trigger) has an
 :class:`~spool.server.actions.eventrunner.EventRunner` instead: its lane exists from the
 start (the publish stage :class:`~spool.server.actions.onpublish.PublishTriggers` offers
 to it, first what the start-up catch-up read back), its worker task starts with the
@@ -45,6 +46,7 @@ import orjson
 from spool.server.actions.describe import describe_step, describe_trigger
 from spool.server.actions.errors import ActionBusy, ActionNotFound, BadParameters, NotOnAdmin
 from spool.server.actions.eventrunner import EventRunner
+from spool.server.actions.hooks import ActionHappenings
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.onpublish import PublishTriggers
 from spool.server.actions.plan import PlannedAction, ScheduledAction, journal_plan
@@ -62,8 +64,10 @@ from spool.server.config import (
     IfCondition,
     IfDiskUsage,
     OnAdmin,
+    OnClient,
     OnDiskUsage,
     OnExecute,
+    OnLinkState,
     OnPublishMessage,
     OnSchedule,
     OnShutdown,
@@ -189,6 +193,7 @@ class Actions:
         }
         #: the event-driven actions, each with its lane
         self.event_runners: dict[str, EventRunner] = {}
+        sink = ActionHappenings()
         for action in config.actions:
             if not action.event_driven:
                 continue
@@ -200,7 +205,12 @@ class Actions:
             for index, trigger in enumerate(action.triggers):
                 if isinstance(trigger, OnPublishMessage):
                     triggers.bind(runner_, trigger, index)
+                elif isinstance(trigger, OnClient | OnLinkState):
+                    sink.bind(runner_.lane, trigger, index)
         self._publish_triggers = triggers
+        #: the sink of the happenings bus the client and link triggers need (None: no
+        #: such trigger, the engine adds no sink)
+        self.happenings_sink: ActionHappenings | None = sink if sink.families else None
         self._workers: set[asyncio.Task[None]] = set()
         self._windows: set[asyncio.Task[None]] = set()
         self._schedules: dict[str, list[ScheduleTrigger]] = {}

@@ -367,9 +367,6 @@ VALID: list[tuple[str, str]] = [
     (EXPIRE, "<Topic>orders</Topic>"),
     (OOF, "<Topic>orders</Topic><Filter>/open</Filter>"),
     (DEAD, "<Queue>work</Queue>"),
-    ("amps-action-on-connect-client", ""),
-    ("amps-action-on-disconnect-client", ""),
-    ("spool-action-on-logon-client", ""),
     ("amps-action-on-connect-replication", "<Link>b</Link>"),
     ("amps-action-on-disconnect-replication", ""),
     ("amps-action-on-downgrade-replication", ""),
@@ -386,6 +383,20 @@ def test_every_event_trigger_is_checked_then_refused_as_not_supported_yet(
 ) -> None:
     body = world(one_line(on(module, options), PLAIN_STEP))
     assert_refused(body, f"{A}/On/Module", 5, f"{module} is not supported yet:")
+
+
+RUN: list[tuple[str, str]] = [
+    ("amps-action-on-connect-client", ""),
+    ("amps-action-on-disconnect-client", "<Filter>/cause = 'slow_client'</Filter>"),
+    ("spool-action-on-logon-client", "<Transport>websocket-json</Transport>"),
+]
+
+
+@pytest.mark.parametrize(("module", "options"), RUN, ids=[m for m, _ in RUN])
+def test_the_triggers_that_run_load_into_an_event_action(module: str, options: str) -> None:
+    (action,) = parse(doc(world(one_line(on(module, options), PLAIN_STEP)))).actions
+    assert action.event_driven
+    assert [t.module for t in action.triggers] == [module]
 
 
 def test_a_file_without_event_triggers_still_loads() -> None:

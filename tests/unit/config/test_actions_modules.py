@@ -382,9 +382,6 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("a disk condition per message", actions(one(ON_PUBLISH, do("amps-action-if-disk-usage",
      "<Path>data</Path><Above>90%</Above>", "If"), PLAIN)), f"{A}/If", 5,
      "amps-action-if-disk-usage changes the instance"),
-    ("a transport per client", actions(one(ON_CLIENT, do("amps-action-do-disable-transport",
-     "<Transport>websocket-json</Transport>"))), f"{A}/On/Module", 5,
-     f"amps-action-on-connect-client {NOT_YET}"),
     ("a webhook status per event", actions(one(ON_PUBLISH, HOOK_STEP, do(PUBLISH,
      '<Topic>o</Topic><Data>{"s":"{{AMPS_WEBHOOK_STATUS}}"}</Data>'))), f"{A}/Do[2]/Options/Data",
      5, "unknown variable {{AMPS_WEBHOOK_STATUS}}"),
@@ -458,6 +455,14 @@ def test_every_new_module_not_run_yet_is_checked_then_refused_as_not_supported_y
 ) -> None:
     body = actions(one(ON_ADMIN, PLAIN, do(module, options)))
     assert_refused(body, f"{A}/Do[2]/Module", 5, f"{module} {NOT_YET}")
+
+
+def test_an_action_per_client_may_change_the_instance() -> None:
+    body = actions(one(ON_CLIENT, do("amps-action-do-disable-transport",
+                                      "<Transport>websocket-json</Transport>")))  # fmt: skip
+    (action,) = parse(doc(body)).actions
+    assert action.event_driven
+    assert [s.module for s in action.steps] == ["amps-action-do-disable-transport"]
 
 
 def test_delete_echo_extract_and_a_correlation_id_load_in_an_action_run_on_demand() -> None:
