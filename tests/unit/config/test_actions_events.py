@@ -330,8 +330,8 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
      f"{A}/On[2]/Module", 5, f"{DELETE} is not supported yet"),
     ("the first not run yet in file order", world(
         one_line(on("amps-action-on-admin"), PLAIN_STEP),
-        one_line(on(LINK), PLAIN_STEP, name="b")),
-     f"{A}[2]/On/Module", 6, f"{LINK} is not supported yet: replication link triggers"),
+        one_line(on(DEAD, "<Queue>work</Queue>"), PLAIN_STEP, name="b")),
+     f"{A}[2]/On/Module", 6, f"{DEAD} is not supported yet: message-driven triggers"),
     ("resync complete has no reader", TXLOG + REPLICATION + "\n" + action(
         on("amps-action-on-replication-resync-complete"), PUBLISH_STEP), f"{A}/On/Module", 7,
      "amps-action-on-replication-resync-complete is not supported yet: replication link "
@@ -367,13 +367,6 @@ VALID: list[tuple[str, str]] = [
     (EXPIRE, "<Topic>orders</Topic>"),
     (OOF, "<Topic>orders</Topic><Filter>/open</Filter>"),
     (DEAD, "<Queue>work</Queue>"),
-    ("amps-action-on-connect-replication", "<Link>b</Link>"),
-    ("amps-action-on-disconnect-replication", ""),
-    ("amps-action-on-downgrade-replication", ""),
-    ("amps-action-on-upgrade-replication", ""),
-    ("amps-action-on-connect-incoming-replication", ""),
-    ("amps-action-on-disconnect-incoming-replication", ""),
-    (LINK, "<State>refused</State>"),
 ]
 
 
@@ -389,6 +382,13 @@ RUN: list[tuple[str, str]] = [
     ("amps-action-on-connect-client", ""),
     ("amps-action-on-disconnect-client", "<Filter>/cause = 'slow_client'</Filter>"),
     ("spool-action-on-logon-client", "<Transport>websocket-json</Transport>"),
+    ("amps-action-on-connect-replication", "<Link>b</Link>"),
+    ("amps-action-on-disconnect-replication", ""),
+    ("amps-action-on-downgrade-replication", ""),
+    ("amps-action-on-upgrade-replication", ""),
+    ("amps-action-on-connect-incoming-replication", ""),
+    ("amps-action-on-disconnect-incoming-replication", ""),
+    (LINK, "<State>refused</State>"),
 ]
 
 
