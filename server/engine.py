@@ -207,7 +207,9 @@ class Broker:
         self.stalls = StallWatch(
             lambda: self.clients.sessions, config.tuning.slow_client_timeout, clock, self.events
         )
-        self.sow = SowService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        self.sow = SowService(
+            config, txlog, self.subscriptions, self.auth, self.events, clock, self.happenings
+        )
         self.queues = QueueService(config, txlog, self.subscriptions, self.auth, self.events, clock)
         #: the on-publish triggers of actions: a stage only when one is configured
         self.publish_triggers = PublishTriggers(config, txlog, clock, self.events)

@@ -28,8 +28,9 @@ core (only the protocol, the config model and the record types):
 - :class:`IdentityWatch`: what the publish pipeline tells replication about each
   publisher's runs and duplicates, so two publishers that share an identity are found
   (server/replication/collisions.py).
-- :class:`HappeningSink` and the happenings (:class:`ClientHappening`,
-  :class:`SubscriptionHappening`, :class:`LinkHappening`): what the parts that react to
+- :class:`HappeningSink` (:class:`TopicSink` for the SOW families) and the happenings
+  (:class:`ClientHappening`, :class:`SubscriptionHappening`, :class:`LinkHappening`,
+  :class:`SowRemovalHappening`, :class:`SowChangeHappening`): what the parts that react to
   the broker's own life (event topics, message-driven actions) are told, through the bus
   of server/happenings.py.
 
@@ -761,7 +762,7 @@ class TopicStore(Protocol):
 # -- happenings ---------------------------------------------------------------------------
 
 #: the kinds of happening a sink subscribes to (server/happenings.py)
-HappeningFamily = Literal["clients", "subscriptions", "links"]
+HappeningFamily = Literal["clients", "subscriptions", "links", "sow_removals", "sow_changes"]
 #: why a subscription ended
 SubscriptionEnd = Literal["unsubscribe", "replaced", "disconnect"]
 
@@ -874,8 +875,59 @@ class LinkHappening:
     detail: str
 
 
-Happening = ClientHappening | SubscriptionHappening | LinkHappening
+@dataclass(frozen=True, slots=True)
+class SowRemovalHappening:
+    """Records left a SOW topic of this instance: deleted or expired.
+
+    Built only when a sink watches the topic (:meth:`TopicSink.watches`).
+
+    Attributes:
+        time_us: when it happened.
+        topic: the SOW topic.
+        reason: ``deleted`` (a ``sow_delete``, an action's delete) or ``expired``.
+        records: the records removed, each in its last state.
+        source: ``local`` (deleted or expired here) or ``replicated`` (a delete that came
+            over a replication link).
+        client: who deleted them, when known (a client's name, an action's).
+    """
+
+    family: ClassVar[HappeningFamily] = "sow_removals"
+    time_us: int
+    topic: str
+    reason: Literal["deleted", "expired"]
+    records: tuple[SowRecord, ...]
+    source: Literal["local", "replicated"]
+    client: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SowChangeHappening:
+    """Records of a SOW topic of this instance were updated (a publish stored them).
+
+    Built only when a sink watches the topic (:meth:`TopicSink.watches`).
+
+    Attributes:
+        time_us: when it happened.
+        topic: the SOW topic.
+        changes: each key's state before and after (``old`` None: a new key).
+        source: ``local`` (published here) or ``replicated`` (came over a link).
+    """
+
+    family: ClassVar[HappeningFamily] = "sow_changes"
+    time_us: int
+    topic: str
+    changes: tuple[Change, ...]
+    source: Literal["local", "replicated"]
+
+
+LifeHappening = ClientHappening | SubscriptionHappening | LinkHappening
+"""A happening of the instance's life (what the event topics publish)."""
+Happening = LifeHappening | SowRemovalHappening | SowChangeHappening
 """Anything the happenings bus carries."""
+
+#: The families told per SOW topic: a producer asks whether a sink watches the topic
+#: before it builds a value.
+TOPIC_FAMILIES: frozenset[HappeningFamily] = frozenset({"sow_removals", "sow_changes"})
 
 
 class HappeningSink(Protocol):
@@ -893,4 +945,13 @@ class HappeningSink(Protocol):
 
     def happened(self, happening: Happening) -> None:
         """One happening of a family it wants."""
+        ...
+
+
+class TopicSink(HappeningSink, Protocol):
+    """A sink of the families told per SOW topic (:data:`TOPIC_FAMILIES`): it says which
+    topics it watches."""
+
+    def watches(self, family: HappeningFamily, topic: str) -> bool:
+        """Whether it wants happenings of ``family`` on ``topic``."""
         ...

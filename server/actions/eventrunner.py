@@ -21,7 +21,9 @@ in batches, in the order they came, and for each batch:
 A client's or a link's happening (:class:`~spool.server.actions.hooks.HappeningRun`,
 offered by the happenings sink) is one candidate: its trigger's ``Filter`` reads it as a
 document, and a firing has its variables; it waits for nothing, and what it derives has no
-source bookmark (numbered on from the log's last for its derived identity).
+source bookmark (numbered on from the log's last for its derived identity). So is each
+record of a SOW happening (:class:`~spool.server.actions.hooks.SowRun`): a record removed,
+or an update that takes a record out of an oof trigger's filter.
 
 Nothing is stored per firing: the tally (:class:`~spool.server.actions.results.EventTally`)
 counts, and every ``Tuning/ActionHistoryInterval`` in which something moved, one *window*
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from spool.server.actions.history import HistoryWriter
-from spool.server.actions.hooks import HappeningRun, describe, document, variables
+from spool.server.actions.hooks import HappeningRun, SowRun, describe, document, variables
 from spool.server.actions.lanes import EventLane
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import EventTally, RunDict, RunRecord, StepResult, iso
@@ -60,11 +62,12 @@ from spool.server.config import (
     Config,
     IfCondition,
     IfDiskUsage,
+    OnSowRemoval,
 )
 from spool.server.config.template import Template
 from spool.server.expr import Filter, MessageView, compile_filter
 from spool.server.operations import Operations
-from spool.server.ports import AppendedRun
+from spool.server.ports import AppendedRun, SowRecord, SowRemovalHappening
 from spool.server.protocol.errors import TxlogFull
 from spool.server.txlog import TxlogClosed
 
@@ -139,6 +142,13 @@ def _templates(steps: Sequence[object]) -> set[str]:
     return names
 
 
+def _record_view(topic: str, record: SowRecord) -> MessageView:
+    """A SOW record as a filter reads it (its bookmark, when it has one)."""
+    bookmark = format_bookmark(record.pub_hash, record.pub_seq) if record.pub_seq else ""
+    return MessageView(topic, record.body, bookmark=bookmark,
+                       timestamp=format_timestamp_us(record.timestamp_us))  # fmt: skip
+
+
 def _segments(entries: list[Derived]) -> Iterator[list[Derived]]:
     """``entries`` (of one derived id, in order) cut where the topic changes."""
     group: list[Derived] = []
@@ -186,7 +196,7 @@ class EventRunner:
         self._on_derived = on_derived
         tuning = instance.tuning
         #: the action's candidate messages
-        self.lane: EventLane[MessageRun | HappeningRun] = EventLane(
+        self.lane: EventLane[MessageRun | HappeningRun | SowRun] = EventLane(
             config.name, tuning.action_event_queue_depth
         )
         #: what it did since the instance started
@@ -263,7 +273,7 @@ class EventRunner:
                 )  # fmt: skip
             await asyncio.sleep(0)  # client work interleaves with a busy action
 
-    async def run_batch(self, batch: list[MessageRun | HappeningRun]) -> None:
+    async def run_batch(self, batch: list[MessageRun | HappeningRun | SowRun]) -> None:
         """Run one batch (see the module docstring)."""
         upto = max(
             (m.run.first_seq + m.count - 1 for m in batch
@@ -278,6 +288,9 @@ class EventRunner:
                 firing = await self._fire_happening(events, item, len(firings))
                 if firing is not None:
                     firings.append(firing)
+                continue
+            if isinstance(item, SowRun):
+                await self._fire_records(events, item, firings)
                 continue
             chosen = self._select(item)
             self.tally.matched += len(chosen)
@@ -315,6 +328,57 @@ class EventRunner:
         await run_steps(self.config.steps, record, ctx)
         record.finish(self._clock.time())
         return _Firing(record, 0)
+
+    async def _fire_records(self, events: EventBatch, item: SowRun, firings: list[_Firing]) -> None:
+        """Run the steps once per record of a SOW happening the trigger takes: a removed
+        record whose last state matches its ``Filter`` (on-sow-delete, -expire; oof
+        ``deleted``, ``expired``), or an update whose old state matched and whose new
+        state does not (oof ``match``)."""
+        happening = item.happening
+        trigger = self.config.triggers[item.trigger]
+        module = trigger.module
+        self._window_modules[module] = None
+        flt = self._filters[item.trigger]
+        topic = happening.topic
+        chosen: list[tuple[SowRecord, str]] = []
+        if isinstance(happening, SowRemovalHappening):
+            reason: str = happening.reason
+            if isinstance(trigger, OnSowRemoval):
+                reason = "time_limit" if reason == "expired" else ""
+            for record in happening.records:
+                if flt is None or flt.matches(_record_view(topic, record)):
+                    chosen.append((record, reason))
+        else:
+            assert flt is not None  # an oof ``match`` trigger has a filter
+            for change in happening.changes:
+                old, new = change.old, change.new
+                if old is None or new is None:
+                    continue
+                if flt.matches(_record_view(topic, old)) and not flt.matches(
+                    _record_view(topic, new)
+                ):
+                    chosen.append((new, "match"))
+        self.tally.matched += len(chosen)
+        for record, reason in chosen:
+            view = _record_view(topic, record)
+            events.firing = EventFiring(view, 0, 0, len(firings))
+            variables_ = {
+                **self._base(module), "AMPS_TOPIC": topic, "AMPS_SOW_KEY": record.key,
+                "AMPS_BOOKMARK": view.bookmark,
+                "AMPS_DATA": record.body.decode("utf-8", "replace"),
+                "AMPS_DATA_LENGTH": str(len(record.body)),
+            }  # fmt: skip
+            if reason:
+                variables_["AMPS_REASON"] = reason
+            detail = f"key {record.key} on topic {topic}"
+            run = RunRecord(self.name, module, detail, self._clock.time())
+            ctx = StepContext(
+                self._ops, self._instance, self._clock, self._metrics, _no_events, variables_,
+                event=events,
+            )  # fmt: skip
+            await run_steps(self.config.steps, run, ctx)
+            run.finish(self._clock.time())
+            firings.append(_Firing(run, 0))
 
     def _base(self, module: str) -> dict[str, str]:
         """The variables of every firing."""

@@ -1,8 +1,10 @@
 """The happening triggers: a sink of the happenings bus that offers to actions' lanes.
 
 :class:`ActionHappenings` is added to the bus (server/happenings.py) by the engine when an
-action has a client or link trigger, and only for the families those triggers need: with
-none, producers see the family's flag down and build nothing. :meth:`ActionHappenings.happened`
+action has a client, link or SOW trigger, and only for the families those triggers need:
+with none, producers see the family's flag down and build nothing. For the SOW families it
+says which topics it watches (:meth:`ActionHappenings.watches`), so a SOW topic no trigger
+names costs its publishes and deletes one cached lookup and nothing else. :meth:`ActionHappenings.happened`
 runs on the event loop in the middle of the producer's change, so it only picks the triggers
 the happening concerns (its kind, transport, direction, state, link: a few comparisons) and
 offers a :class:`HappeningRun` to each one's lane (O(1), never blocks; a full lane drops and
@@ -17,26 +19,32 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from spool.server.config import OnClient, OnLinkState
+from spool.server.config import OnClient, OnLinkState, OnOof, OnSowRemoval
 from spool.server.expr.values import Value
 from spool.server.ports import (
     ClientHappening,
     Happening,
     HappeningFamily,
     LinkHappening,
+    SowChangeHappening,
+    SowRemovalHappening,
 )
 
 __all__ = [
     "ActionHappenings",
     "HappeningLane",
     "HappeningRun",
+    "SowRun",
     "describe",
     "document",
+    "families",
     "takes",
     "variables",
 ]
 
 _FAMILY: Final[Mapping[type, HappeningFamily]] = {OnClient: "clients", OnLinkState: "links"}
+#: what an oof trigger's reasons need
+_OOF_REMOVALS: Final = frozenset({"deleted", "expired"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,17 +65,73 @@ class HappeningRun:
         return 1
 
 
+@dataclass(frozen=True, slots=True)
+class SowRun:
+    """Records of one SOW happening a trigger of an action takes (each record, or each
+    change, is one candidate: the worker filters them).
+
+    Attributes:
+        happening: the records removed or the changes stored.
+        trigger: the trigger's index among the action's triggers.
+    """
+
+    happening: SowRemovalHappening | SowChangeHappening
+    trigger: int
+
+    @property
+    def count(self) -> int:
+        """Candidate messages it stands for."""
+        h = self.happening
+        return len(h.records) if isinstance(h, SowRemovalHappening) else len(h.changes)
+
+
 class HappeningLane(Protocol):
     """Where a trigger's happenings wait (an action's lane)."""
 
-    def offer(self, item: HappeningRun) -> bool: ...
+    def offer(self, item: HappeningRun | SowRun) -> bool: ...
 
 
-HappeningTrigger = OnClient | OnLinkState
+HappeningTrigger = OnClient | OnLinkState | OnSowRemoval | OnOof
+
+
+def families(trigger: HappeningTrigger) -> frozenset[HappeningFamily]:
+    """The families ``trigger`` needs told."""
+    if isinstance(trigger, OnSowRemoval):
+        return frozenset({"sow_removals"})
+    if isinstance(trigger, OnOof):
+        out: set[HappeningFamily] = set()
+        if _OOF_REMOVALS.intersection(trigger.reasons):
+            out.add("sow_removals")
+        if "match" in trigger.reasons and trigger.filter is not None:
+            out.add("sow_changes")  # without a filter no update takes a record out
+        return frozenset(out)
+    return frozenset({_FAMILY[type(trigger)]})
 
 
 def takes(trigger: HappeningTrigger, happening: Happening) -> bool:
     """Whether ``trigger`` fires on ``happening`` (before its ``Filter``)."""
+    if isinstance(happening, SowRemovalHappening):
+        if isinstance(trigger, OnSowRemoval):
+            source = trigger.source
+            return (
+                happening.reason == trigger.reason
+                and (source == "all" or source == happening.source)
+                and trigger.topic.matches(happening.topic)
+            )
+        return (
+            isinstance(trigger, OnOof)
+            and happening.reason in trigger.reasons
+            and trigger.topic.matches(happening.topic)
+        )
+    if isinstance(happening, SowChangeHappening):
+        return (
+            isinstance(trigger, OnOof)
+            and "match" in trigger.reasons
+            and trigger.filter is not None
+            and trigger.topic.matches(happening.topic)
+        )
+    if isinstance(trigger, OnSowRemoval | OnOof):
+        return False
     if isinstance(trigger, OnClient):
         return (
             isinstance(happening, ClientHappening)
@@ -83,8 +147,8 @@ def takes(trigger: HappeningTrigger, happening: Happening) -> bool:
 
 
 class ActionHappenings:
-    """The client and link triggers of an instance, as a happenings sink (see the module
-    docstring)."""
+    """The client, link and SOW triggers of an instance, as a happenings sink (see the
+    module docstring)."""
 
     def __init__(self) -> None:
         self._bindings: dict[HappeningFamily, list[tuple[HappeningLane, HappeningTrigger, int]]]
@@ -93,20 +157,29 @@ class ActionHappenings:
     def bind(self, lane: HappeningLane, trigger: HappeningTrigger, index: int) -> None:
         """Offer what ``trigger`` (the ``index``-th trigger of the lane's action) fires on to
         ``lane``. Before the sink is added to the bus."""
-        family = _FAMILY[type(trigger)]
-        self._bindings.setdefault(family, []).append((lane, trigger, index))
+        for family in families(trigger):
+            self._bindings.setdefault(family, []).append((lane, trigger, index))
 
     @property
     def families(self) -> frozenset[HappeningFamily]:
         """The families some trigger watches (none: the sink is not added)."""
         return frozenset(self._bindings)
 
+    def watches(self, family: HappeningFamily, topic: str) -> bool:
+        """Whether a SOW trigger of ``family`` names ``topic`` (the bus remembers it)."""
+        return any(
+            isinstance(trigger, OnSowRemoval | OnOof) and trigger.topic.matches(topic)
+            for _lane, trigger, _index in self._bindings.get(family, ())
+        )
+
     def happened(self, happening: Happening) -> None:
         """Offer ``happening`` to the lane of each trigger it fires."""
-        if not isinstance(happening, ClientHappening | LinkHappening):
-            return
         for lane, trigger, index in self._bindings.get(happening.family, ()):
-            if takes(trigger, happening):
+            if not takes(trigger, happening):
+                continue
+            if isinstance(happening, SowRemovalHappening | SowChangeHappening):
+                lane.offer(SowRun(happening, index))
+            elif isinstance(happening, ClientHappening | LinkHappening):
                 lane.offer(HappeningRun(happening, index))
 
 

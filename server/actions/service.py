@@ -68,9 +68,11 @@ from spool.server.config import (
     OnDiskUsage,
     OnExecute,
     OnLinkState,
+    OnOof,
     OnPublishMessage,
     OnSchedule,
     OnShutdown,
+    OnSowRemoval,
     OnStartup,
     Step,
     Webhook,
@@ -205,11 +207,11 @@ class Actions:
             for index, trigger in enumerate(action.triggers):
                 if isinstance(trigger, OnPublishMessage):
                     triggers.bind(runner_, trigger, index)
-                elif isinstance(trigger, OnClient | OnLinkState):
+                elif isinstance(trigger, OnClient | OnLinkState | OnSowRemoval | OnOof):
                     sink.bind(runner_.lane, trigger, index)
         self._publish_triggers = triggers
-        #: the sink of the happenings bus the client and link triggers need (None: no
-        #: such trigger, the engine adds no sink)
+        #: the sink of the happenings bus the client, link and SOW triggers need (None:
+        #: no such trigger, the engine adds no sink)
         self.happenings_sink: ActionHappenings | None = sink if sink.families else None
         self._workers: set[asyncio.Task[None]] = set()
         self._windows: set[asyncio.Task[None]] = set()

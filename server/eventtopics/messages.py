@@ -24,7 +24,12 @@ from spool.server.config import (
     EVENTS_SUBSCRIPTIONS,
     STATS_SOW,
 )
-from spool.server.ports import ClientHappening, Happening, LinkHappening, SubscriptionHappening
+from spool.server.ports import (
+    ClientHappening,
+    LifeHappening,
+    LinkHappening,
+    SubscriptionHappening,
+)
 from spool.server.sow.admin import SowTopicInfo
 
 __all__ = [
@@ -67,7 +72,7 @@ FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
 }  # fmt: skip
 
 
-def topic_of(happening: Happening) -> str:
+def topic_of(happening: LifeHappening) -> str:
     """The event topic a happening goes to."""
     if isinstance(happening, ClientHappening):
         return CLIENTS
@@ -76,7 +81,7 @@ def topic_of(happening: Happening) -> str:
     return LINKS
 
 
-def encode(happening: Happening, instance: str, group: str) -> bytes:
+def encode(happening: LifeHappening, instance: str, group: str) -> bytes:
     """The message of ``happening`` on instance ``instance`` of ``group``."""
     doc = _head(instance, group, happening.time_us, happening.event)
     if isinstance(happening, ClientHappening):

@@ -33,7 +33,14 @@ from spool.server.eventtopics.messages import (
     encode_sow_stats,
     topic_of,
 )
-from spool.server.ports import Happening, HappeningFamily
+from spool.server.ports import (
+    ClientHappening,
+    Happening,
+    HappeningFamily,
+    LifeHappening,
+    LinkHappening,
+    SubscriptionHappening,
+)
 from spool.server.protocol.errors import ProtocolFailure
 from spool.server.sow.admin import SowTopicInfo
 from spool.server.stats.snapshot import EventTopicCounters
@@ -96,7 +103,7 @@ class EventTopics:
         self._clock = clock
         self._events = events
         self._sow_stats = sow_stats
-        self._pending: dict[str, list[Happening]] = {}
+        self._pending: dict[str, list[LifeHappening]] = {}
         self._scheduled = False
         self._started = False
         self._closed = False
@@ -111,7 +118,9 @@ class EventTopics:
 
     def happened(self, happening: Happening) -> None:
         """Keep ``happening`` for the next turn (or drop it, over the budget)."""
-        if self._closed:
+        if self._closed or not isinstance(
+            happening, ClientHappening | SubscriptionHappening | LinkHappening
+        ):
             return
         topic = topic_of(happening)
         pending = self._pending.setdefault(topic, [])

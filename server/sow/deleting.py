@@ -30,10 +30,11 @@ from collections.abc import Awaitable, Sequence
 from typing import Final
 
 from spool.server.bookmarks import format_timestamp_us
-from spool.server.clock import Clock
+from spool.server.clock import Clock, time_us
 from spool.server.config import SowTopicConfig
 from spool.server.expr import Filter, MessageView, compile_filter
-from spool.server.ports import Change, Entitlements, SowRecord
+from spool.server.happenings import Happenings
+from spool.server.ports import Change, Entitlements, SowRecord, SowRemovalHappening
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
     BadFilter,
@@ -48,7 +49,7 @@ from spool.server.session import Session
 from spool.server.sow.memory import MemoryStore
 from spool.server.sow.query import QueryRun, Source, parse_key_list
 from spool.server.sow.registry import SowTopics
-from spool.server.sow.subscribers import DELETED, SowDelivery
+from spool.server.sow.subscribers import DELETED, EXPIRED, SowDelivery
 from spool.server.stats.source import EventSink
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.format.record import RecordKind
@@ -70,6 +71,7 @@ class SowDeletes:
         entitlements: write entitlements (removing is writing).
         events: log refusals of an expiration.
         clock: filters' time functions.
+        happenings: told of the records removed from a topic a sink watches (None: no one).
     """
 
     def __init__(
@@ -80,9 +82,11 @@ class SowDeletes:
         entitlements: Entitlements,
         events: EventSink,
         clock: Clock,
+        happenings: Happenings | None = None,
     ) -> None:
         self._topics = topics
         self._delivery = delivery
+        self._happenings = happenings
         self._txlog = txlog
         self._auth = entitlements
         self._events = events
@@ -137,7 +141,7 @@ class SowDeletes:
         deleted = 0
         failure: ProtocolFailure | None = None
         if store is not None and records:
-            deleted, failure = self.remove(store, records, DELETED)
+            deleted, failure = self.remove(store, records, DELETED, by=session.name)
         if failure is not None:
             session.fail(cmd.cid, failure)
         elif "processed" in cmd.acks:
@@ -191,7 +195,7 @@ class SowDeletes:
             records = _stored(store, wanted)
         if store is None or not records:
             return 0
-        deleted, failure = self.remove(store, records, DELETED)
+        deleted, failure = self.remove(store, records, DELETED, by=by)
         if failure is not None:
             self._events.emit(
                 "warning", "sow", "delete_refused", topic=topic, by=by, deleted=deleted,
@@ -252,10 +256,11 @@ class SowDeletes:
     # -- removal ------------------------------------------------------------------------
 
     def remove(
-        self, store: MemoryStore, records: list[SowRecord], reason: str
+        self, store: MemoryStore, records: list[SowRecord], reason: str, *, by: str | None = None
     ) -> tuple[int, ProtocolFailure | None]:
         """Remove ``records`` (each only if it is still the stored one): logged first,
-        then applied, then told to subscribers.
+        then applied, then told to subscribers, then to the happenings bus when a sink
+        watches the topic (``by``: who deleted them, when known).
 
         A removal for ``reason`` ``deleted`` (the command) is logged with the instance's
         publisher identity, so it replicates; any other (``expired``) without.
@@ -280,6 +285,16 @@ class SowDeletes:
                 changes.append(ch)
         if changes:
             self._delivery.changed(topic, topic_json(topic), changes, reason)
+            happenings = self._happenings
+            if (
+                happenings is not None
+                and happenings.sow_removals
+                and happenings.sow_interest("sow_removals", topic)
+            ):
+                happenings.emit(SowRemovalHappening(
+                    time_us(self._clock), topic, "expired" if reason == EXPIRED else "deleted",
+                    tuple(c.old for c in changes if c.old is not None), "local", by,
+                ))  # fmt: skip
         return len(changes), refusal
 
     def _log(

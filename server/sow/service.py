@@ -28,6 +28,7 @@ from collections.abc import Awaitable
 
 from spool.server.clock import Clock
 from spool.server.config import Config
+from spool.server.happenings import Happenings
 from spool.server.ports import Entitlements, PublishRun
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
@@ -69,6 +70,8 @@ class SowService:
         entitlements: who may read and write which topic.
         events: the event log.
         clock: record times, expirations, conflation, compaction times.
+        happenings: told of records removed and updated in topics a sink watches (the
+            message-driven actions' SOW triggers; None: no one).
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class SowService:
         entitlements: Entitlements,
         events: EventSink,
         clock: Clock,
+        happenings: Happenings | None = None,
     ) -> None:
         self._config = config
         self._txlog = txlog
@@ -90,9 +94,11 @@ class SowService:
         self.delivery = SowDelivery(
             self._key_steps, entitlements, config.tuning.slow_client_buffer_limit, events
         )
-        self.deletes = SowDeletes(self.topics, self.delivery, txlog, entitlements, events, clock)
+        self.deletes = SowDeletes(
+            self.topics, self.delivery, txlog, entitlements, events, clock, happenings
+        )
         self.expirer = Expirer(self.topics, self.deletes, clock, events)
-        self.stage = SowStage(self.topics, self.delivery, clock, self.expirer.deadline)
+        self.stage = SowStage(self.topics, self.delivery, clock, self.expirer.deadline, happenings)
         self.queries = SowQueries(
             self.topics, self.delivery, subscriptions, txlog, entitlements, events, clock
         )

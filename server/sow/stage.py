@@ -11,12 +11,16 @@ For a run of publishes to a SOW topic:
   store, their deadlines into its expiry index, and the changes, with each record's state
   before and after, to the SOW subscriptions (server/sow/subscribers.py). Per message
   only what must be: the store's put; the run is one call, one subscriber lookup, one
-  encoding pass per subscriber.
+  encoding pass per subscriber. When a sink of the happenings bus watches the topic's
+  updates (an oof trigger of an action), the changes go to it too, as one
+  ``SowChangeHappening``; for any other topic that costs a flag check and, with such a
+  sink, one remembered answer.
 - a replicated ``sow_delete`` (a run of kind ``SOW_DELETE`` from a replication link,
   server/replication/inbound.py): ``prepare`` takes each record's key from its SOW key
   field, the pipeline de-duplicates and logs it like a publish, and ``appended`` removes
   the keys from the store and tells the subscribers that held them (``oof`` reason
-  ``deleted``), as a local ``sow_delete`` does (server/sow/deleting.py).
+  ``deleted``), as a local ``sow_delete`` does (server/sow/deleting.py), and the
+  happenings bus of the records removed (``source`` ``replicated``) when a sink watches.
 - ``durable`` (the log's group commit): persistent stores write what it covers.
 - ``recover`` (start-up): the log rebuilds transient stores of recorded topics and the
   part of a persistent store's history its file lacks (server/sow/history.py).
@@ -31,7 +35,16 @@ from collections.abc import Callable
 import orjson
 
 from spool.server.clock import Clock, time_us
-from spool.server.ports import AppendedRun, Change, Outbound, PublishRun, Refusals
+from spool.server.happenings import Happenings
+from spool.server.ports import (
+    AppendedRun,
+    Change,
+    Outbound,
+    PublishRun,
+    Refusals,
+    SowChangeHappening,
+    SowRemovalHappening,
+)
 from spool.server.protocol.errors import InvalidMessage, ProtocolFailure
 from spool.server.sow.delta import merge
 from spool.server.sow.filestore import FileStore
@@ -70,9 +83,11 @@ class SowStage:
         delivery: SowDelivery,
         clock: Clock,
         on_deadline: Callable[[int], None],
+        happenings: Happenings | None = None,
     ) -> None:
         self._topics = topics
         self._delivery = delivery
+        self._happenings = happenings
         self._clock = clock
         self._on_deadline = on_deadline
         self.applier = LogApplier(topics.rule, topics.spec, topics.store_for, topics.expiry.get)
@@ -203,9 +218,16 @@ class SowStage:
                     life = int(field.rpartition(SOW_FIELD_SEPARATOR)[2])
                     expires[i] = ts + life * 1_000_000 if life else 0
         wanted = bool(self._delivery.router.match(topic))
+        happenings = self._happenings
+        watched = (
+            happenings is not None
+            and happenings.sow_changes
+            and happenings.sow_interest("sow_changes", topic)
+        )
         changes = store.put_run(
             keys, run.bodies, seqs=seqs, timestamp_us=ts, pub_hash=run.pub_hash,
-            pub_seqs=run.pub_seqs, expires=expires, changes=wanted or expires is not None,
+            pub_seqs=run.pub_seqs, expires=expires,
+            changes=wanted or expires is not None or watched,
         )  # fmt: skip
         if expires is not None:
             index = topics.expiry[topic]
@@ -220,6 +242,11 @@ class SowStage:
                 self._on_deadline(earliest)
         if wanted:
             self._delivery.changed(topic, run.topic_literal, changes)
+        if watched and changes:
+            assert happenings is not None
+            happenings.emit(SowChangeHappening(
+                ts, topic, tuple(changes), "replicated" if run.path else "local",
+            ))  # fmt: skip
 
     def _deleted(self, run: AppendedRun) -> None:
         """A replicated ``sow_delete`` run, logged: remove its keys (each with its log
@@ -238,6 +265,17 @@ class SowStage:
                 changes.append(ch)
         if changes:
             self._delivery.changed(topic, run.topic_literal, changes, DELETED)
+            happenings = self._happenings
+            if (
+                happenings is not None
+                and happenings.sow_removals
+                and happenings.sow_interest("sow_removals", topic)
+            ):
+                happenings.emit(SowRemovalHappening(
+                    time_us(self._clock), topic, "deleted",
+                    tuple(c.old for c in changes if c.old is not None),
+                    "replicated" if run.path else "local",
+                ))  # fmt: skip
 
     # -- durability and recovery --------------------------------------------------------
 

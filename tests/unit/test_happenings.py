@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pytest
 
 from spool.server.clock import VirtualClock
-from spool.server.happenings import REPORT_INTERVAL, Happenings
+from spool.server.happenings import INTEREST_LIMIT, REPORT_INTERVAL, Happenings
 from spool.server.ports import (
     ClientHappening,
     Happening,
@@ -105,3 +105,55 @@ def test_after_close_no_sink_is_told_and_none_can_be_added() -> None:
     assert sink.got == []
     with pytest.raises(RuntimeError):
         bus.add(Sink(frozenset({"clients"})))
+
+
+@dataclass
+class TopicWatcher:
+    families: frozenset[HappeningFamily]
+    prefix: str
+    asked: list[tuple[HappeningFamily, str]] = field(default_factory=list)
+
+    def happened(self, happening: Happening) -> None:
+        pass
+
+    def watches(self, family: HappeningFamily, topic: str) -> bool:
+        self.asked.append((family, topic))
+        return topic.startswith(self.prefix)
+
+
+def test_sow_interest_asks_the_sinks_once_per_topic_and_family() -> None:
+    bus = Happenings(Events(), VirtualClock())
+    assert not bus.sow_removals and not bus.sow_changes
+    assert bus.sow_interest("sow_removals", "orders") is False  # no sink: nobody watches
+    watcher = TopicWatcher(frozenset({"sow_removals"}), "ord")
+    bus.add(watcher)
+    assert bus.sow_removals and not bus.sow_changes
+    assert [bus.sow_interest("sow_removals", t) for t in ("orders", "orders", "book")] == [
+        True, True, False,
+    ]  # fmt: skip
+    assert bus.sow_interest("sow_changes", "orders") is False  # not its family
+    assert watcher.asked == [("sow_removals", "orders"), ("sow_removals", "book")]
+    other = TopicWatcher(frozenset({"sow_removals", "sow_changes"}), "bo")
+    bus.add(other)  # a new sink: the answers are asked again
+    assert bus.sow_interest("sow_removals", "book") is True
+    assert bus.sow_interest("sow_changes", "book") is True
+
+
+def test_sow_interest_forgets_every_topic_when_full() -> None:
+    bus = Happenings(Events(), VirtualClock())
+    watcher = TopicWatcher(frozenset({"sow_changes"}), "a")
+    bus.add(watcher)
+    topics = [f"a{i}" for i in range(INTEREST_LIMIT)]
+    for topic in topics:
+        assert bus.sow_interest("sow_changes", topic)
+    assert bus.sow_interest("sow_changes", "a0")  # remembered
+    assert len(watcher.asked) == INTEREST_LIMIT
+    assert bus.sow_interest("sow_changes", "b") is False  # one more: all forgotten
+    assert bus.sow_interest("sow_changes", "a0")
+    assert [t for _, t in watcher.asked[-2:]] == ["b", "a0"]
+
+
+def test_a_sow_sink_that_cannot_say_what_it_watches_is_refused() -> None:
+    bus = Happenings(Events(), VirtualClock())
+    with pytest.raises(TypeError, match="says which topics it watches"):
+        bus.add(Sink(frozenset({"sow_removals"})))

@@ -99,9 +99,6 @@ _LINK_TRIGGERS: Final = "replication link triggers"
 #: Each entry goes when the module runs.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
-    "amps-action-on-sow-expire-message": _MESSAGE_TRIGGERS,
-    "amps-action-on-sow-delete-message": _MESSAGE_TRIGGERS,
-    "amps-action-on-oof-message": _MESSAGE_TRIGGERS,
     "amps-action-on-message-condition-timeout": _MESSAGE_TRIGGERS,
     "spool-action-on-queue-dead-letter": _MESSAGE_TRIGGERS,
     "amps-action-on-subscribe": _CLIENT_TRIGGERS,

@@ -3,16 +3,30 @@ what it offers, and the happening as a filter and a run read it."""
 
 from __future__ import annotations
 
-from spool.server.actions.hooks import ActionHappenings, HappeningRun, document, takes, variables
-from spool.server.config import OnClient, OnLinkState
-from spool.server.ports import ClientHappening, LinkHappening, SubscriptionHappening
+from spool.server.actions.hooks import (
+    ActionHappenings,
+    HappeningRun,
+    SowRun,
+    document,
+    takes,
+    variables,
+)
+from spool.server.config import OnClient, OnLinkState, OnOof, OnSowRemoval, TopicMatch
+from spool.server.ports import (
+    ClientHappening,
+    LinkHappening,
+    SowChangeHappening,
+    SowRecord,
+    SowRemovalHappening,
+    SubscriptionHappening,
+)
 
 
 class Lane:
     def __init__(self) -> None:
-        self.got: list[HappeningRun] = []
+        self.got: list[HappeningRun | SowRun] = []
 
-    def offer(self, item: HappeningRun) -> bool:
+    def offer(self, item: HappeningRun | SowRun) -> bool:
         self.got.append(item)
         return True
 
@@ -57,7 +71,9 @@ def test_the_sink_wants_only_its_families_and_offers_to_each_trigger_it_fires() 
     sink.happened(client("logged_on"))
     sink.happened(SubscriptionHappening("added", 1, 1, "c", None, "s", "subscribe", "live",
                                         "t", None, "", "none"))  # fmt: skip
-    assert [(r.happening.event, r.trigger) for r in a.got] == [("connected", 0)]
+    assert [(r.happening.event, r.trigger) for r in a.got if isinstance(r, HappeningRun)] == [
+        ("connected", 0)
+    ]
     assert [r.trigger for r in b.got] == [2]
 
 
@@ -75,3 +91,30 @@ def test_a_happening_as_a_document_and_as_variables() -> None:
     assert (document(lost)["state"], document(lost)["link"]) == ("disconnected", "b")
     assert variables(lost)["AMPS_REPLICATION_PEER_NAME"] == "inst-b"
     assert variables(lost)["AMPS_LINK_STATE"] == "disconnected"
+
+
+def removal(
+    reason: str = "deleted", source: str = "local", topic: str = "book"
+) -> SowRemovalHappening:
+    record = SowRecord("k", b"{}", 1, 5, 0, 0, 0, 1)
+    return SowRemovalHappening(5, topic, reason, (record,), source)  # type: ignore[arg-type]
+
+
+def test_sow_triggers_take_their_topic_reason_and_source_and_say_what_they_watch() -> None:
+    deletes = OnSowRemoval("deleted", TopicMatch("^bo", is_regex=True), source="replicated")
+    assert takes(deletes, removal(source="replicated"))
+    assert not takes(deletes, removal()) and not takes(deletes, removal("expired", "replicated"))
+    assert not takes(deletes, removal(source="replicated", topic="other"))
+    oof = OnOof(TopicMatch("book"), "/open", reasons=("match", "expired"))
+    assert takes(oof, removal("expired")) and not takes(oof, removal())
+    assert takes(oof, SowChangeHappening(5, "book", (), "replicated"))
+    assert not takes(OnOof(TopicMatch("book")), SowChangeHappening(5, "book", (), "local"))
+    sink = ActionHappenings()
+    lane = Lane()
+    sink.bind(lane, deletes, 0)
+    sink.bind(lane, OnOof(TopicMatch("book"), reasons=("match",)), 1)  # no filter: nothing
+    assert sink.families == {"sow_removals"}
+    assert sink.watches("sow_removals", "book") and not sink.watches("sow_removals", "other")
+    assert not sink.watches("sow_changes", "book")
+    sink.happened(removal(source="replicated"))
+    assert [(r.trigger, r.count) for r in lane.got] == [(0, 1)]

@@ -323,11 +323,6 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("an error after an event action", world(one_line(ON_ORDERS, PUBLISH_STEP),
      one_line(on(DELETE, "<Topic>ordrs</Topic>"), PUBLISH_STEP, name="b")),
      f"{A}[2]/On/Options/Topic", 6, "no SOW topic rule matches 'ordrs'"),
-    ("shared variables", world(one_line(
-        ON_ORDERS, on(DELETE, "<Topic>orders</Topic>"), on(OOF, "<Topic>orders</Topic>"),
-        do("amps-action-do-publish-message",
-           '<Topic>out</Topic><Data>{"k":"{{AMPS_SOW_KEY}}","d":"{{AMPS_DATA}}"}</Data>'))),
-     f"{A}/On[2]/Module", 5, f"{DELETE} is not supported yet"),
     ("the first not run yet in file order", world(
         one_line(on("amps-action-on-admin"), PLAIN_STEP),
         one_line(on(DEAD, "<Queue>work</Queue>"), PLAIN_STEP, name="b")),
@@ -363,9 +358,6 @@ def test_an_on_publish_action_loads_with_its_variables_and_published_bookmark() 
 
 
 VALID: list[tuple[str, str]] = [
-    (DELETE, "<Topic>orders</Topic>"),
-    (EXPIRE, "<Topic>orders</Topic>"),
-    (OOF, "<Topic>orders</Topic><Filter>/open</Filter>"),
     (DEAD, "<Queue>work</Queue>"),
 ]
 
@@ -379,6 +371,9 @@ def test_every_event_trigger_is_checked_then_refused_as_not_supported_yet(
 
 
 RUN: list[tuple[str, str]] = [
+    (DELETE, "<Topic>orders</Topic>"),
+    (EXPIRE, "<Topic>orders</Topic>"),
+    (OOF, "<Topic>orders</Topic><Filter>/open</Filter>"),
     ("amps-action-on-connect-client", ""),
     ("amps-action-on-disconnect-client", "<Filter>/cause = 'slow_client'</Filter>"),
     ("spool-action-on-logon-client", "<Transport>websocket-json</Transport>"),
@@ -397,6 +392,15 @@ def test_the_triggers_that_run_load_into_an_event_action(module: str, options: s
     (action,) = parse(doc(world(one_line(on(module, options), PLAIN_STEP)))).actions
     assert action.event_driven
     assert [t.module for t in action.triggers] == [module]
+
+
+def test_triggers_sharing_the_variables_of_a_record_load_together() -> None:
+    body = world(one_line(
+        ON_ORDERS, on(DELETE, "<Topic>orders</Topic>"), on(OOF, "<Topic>orders</Topic>"),
+        do("amps-action-do-publish-message",
+           '<Topic>out</Topic><Data>{"k":"{{AMPS_SOW_KEY}}","d":"{{AMPS_DATA}}"}</Data>')))  # fmt: skip
+    (action,) = parse(doc(body)).actions
+    assert [t.module for t in action.triggers] == [PUBLISH, DELETE, OOF]
 
 
 def test_a_file_without_event_triggers_still_loads() -> None:

@@ -16,6 +16,7 @@ from tests.support.engine import EngineHarness, scenario
 from tests.support.fabric import B, drive, fabric_of, xml
 from tests.support.fabric import scenario as fabric_scenario
 from tests.support.replication import destination
+from tests.support.server import sow_topic
 from tests.unit.engine.test_actions_events import harness, info, until_done
 
 CLIENTS = """
@@ -154,3 +155,148 @@ async def test_a_link_cut_healed_downgraded_and_upgraded_fires_each_side_s_trigg
             ("connected", "a", "amps-action-on-connect-incoming-replication"),
         ]
         assert info(a, "out")["events"]["runs"] == 5
+
+
+# -- SOW records ------------------------------------------------------------------------------
+
+SOW_ACTIONS = """
+<Action><Name>deleted</Name>
+  <On><Module>amps-action-on-sow-delete-message</Module><Options><Topic>book</Topic></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options><Topic>ops/deleted</Topic>
+    <Data>{"k":"{{AMPS_SOW_KEY}}","at":"{{AMPS_UNIX_TIMESTAMP}}","d":{{AMPS_DATA}}}</Data>
+  </Options></Do>
+</Action>
+<Action><Name>expired</Name>
+  <On><Module>amps-action-on-sow-expire-message</Module><Options><Topic>book</Topic></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options><Topic>ops/expired</Topic>
+    <Data>{"k":"{{AMPS_SOW_KEY}}","at":"{{AMPS_UNIX_TIMESTAMP}}","r":"{{AMPS_REASON}}"}</Data>
+  </Options></Do>
+</Action>
+<Action><Name>oof</Name>
+  <On><Module>amps-action-on-oof-message</Module><Options><Topic>book</Topic>
+    <Filter>/open = true</Filter></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options><Topic>ops/oof</Topic>
+    <Data>{"k":"{{AMPS_SOW_KEY}}","at":"{{AMPS_UNIX_TIMESTAMP}}","r":"{{AMPS_REASON}}","d":{{AMPS_DATA}}}</Data>
+  </Options></Do>
+</Action>"""
+
+
+def entry(sym: str, open_: bool) -> tuple[dict[str, Any], bytes]:
+    return {"c": "publish", "t": "book"}, orjson.dumps({"sym": sym, "open": open_})
+
+
+@scenario
+async def test_sow_deletes_expirations_and_records_out_of_focus_fire_at_their_times(
+    tmp_path: Path,
+) -> None:
+    book = sow_topic("book", "/sym", expiration="10s")
+    async with harness(tmp_path, SOW_ACTIONS, sow=book) as h:
+        assert h.broker.happenings.sow_removals and h.broker.happenings.sow_changes
+        reader = await h.logon("reader")
+        reader.send(*[({"c": "subscribe", "t": f"ops/{t}", "sub_id": t}, b"")
+                      for t in ("deleted", "expired", "oof")])  # fmt: skip
+        pub = await h.logon("pub")
+        await h.settle()
+        t0 = h.clock.time()
+        pub.send(entry("A", True), entry("B", True), entry("C", True), entry("D", False))
+        await h.settle()
+        await h.clock.advance(2)
+        pub.send(entry("A", False), ({"c": "sow_delete", "t": "book", "f": "/sym = 'B'"}, b""))
+        await h.settle()
+        await h.clock.advance(8)  # C and D expire, at t0 + 10
+        await h.settle()
+        await h.clock.advance(2)  # A, updated at t0 + 2, at t0 + 12
+        await h.settle()
+        await until_done(h, h.until(lambda: len(reader.deliveries("expired")) == 3))
+        await h.settle()
+
+        def at(x: dict[str, Any]) -> float:
+            return round(float(x["at"]) - t0, 3)
+
+        deleted = bodies(reader, "deleted")
+        assert [(x["k"], x["d"], at(x)) for x in deleted] == [
+            ("B", {"sym": "B", "open": True}, 2.0),
+        ]
+        expired = bodies(reader, "expired")
+        assert sorted((x["k"], x["r"], at(x)) for x in expired) == [
+            ("A", "time_limit", 12.0), ("C", "time_limit", 10.0), ("D", "time_limit", 10.0),
+        ]  # fmt: skip
+        oof = bodies(reader, "oof")
+        # A stopped matching (its new state), B went while it matched, C expired while it
+        # did; D never matched, A had stopped matching before it expired
+        assert [(x["k"], x["r"], x["d"]["open"], at(x)) for x in oof] == [
+            ("A", "match", False, 2.0),
+            ("B", "deleted", True, 2.0),
+            ("C", "expired", True, 10.0),
+        ]
+        events = info(h, "oof")["events"]
+        assert (events["runs"], events["failed"], events["dropped"]) == (3, 0, 0)
+
+
+@scenario
+async def test_a_sow_topic_no_trigger_names_is_never_watched(tmp_path: Path) -> None:
+    sow = sow_topic("book", "/sym") + sow_topic("other", "/sym")
+    async with harness(tmp_path, SOW_ACTIONS, sow=sow) as h:
+        happenings = h.broker.happenings
+        assert happenings.sow_interest("sow_changes", "book")
+        assert not happenings.sow_interest("sow_changes", "other")
+        assert not happenings.sow_interest("sow_removals", "other")
+        pub = await h.logon("pub")
+        pub.send(({"c": "publish", "t": "other"}, b'{"sym":"A","open":true}'),
+                 ({"c": "sow_delete", "t": "other", "f": "1 = 1"}, b""))  # fmt: skip
+        await h.commit()
+        await h.settle()
+        assert all(
+            info(h, name)["events"]["offered"] == 0 for name in ("deleted", "expired", "oof")
+        )
+    async with harness(tmp_path / "none", "", sow=sow) as h:
+        assert not h.broker.happenings.sow_removals and not h.broker.happenings.sow_changes
+
+
+def on_delete(name: str, source: str, instance: str) -> str:
+    """An action of ``instance`` publishing to ``ops/NAME-INSTANCE`` (a's messages replicate
+    to b: each instance's have topics of their own)."""
+    return f"""
+<Action><Name>{name}</Name>
+  <On><Module>amps-action-on-sow-delete-message</Module><Options><Topic>book</Topic>
+    <MessageSource>{source}</MessageSource></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options><Topic>ops/{name}-{instance}</Topic>
+    <Data>{{"k":"{{{{AMPS_SOW_KEY}}}}","by":"{{{{AMPS_INSTANCE_NAME}}}}"}}</Data></Options></Do>
+</Action>"""
+
+
+@fabric_scenario
+async def test_a_replicated_sow_delete_fires_the_triggers_of_its_message_source(
+    tmp_path: Path,
+) -> None:
+    book = sow_topic("book", "/sym")
+    configs = {
+        "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate"), sow=book,
+                 actions=on_delete("here", "local", "a")),
+        "b": xml(tmp_path, "b", sow=book, actions=on_delete("here", "local", "b")
+                 + on_delete("there", "replicated", "b") + on_delete("both", "all", "b")),
+    }  # fmt: skip
+    async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
+        a, b = h["a"], h["b"]
+        repl = a.broker.replication
+        assert repl is not None
+        await drive(clock, lambda: repl.destinations["b"].connected)
+        pub = await a.logon("pub")
+        pub.send(entry("A", True), entry("B", True))
+        pub.send(({"c": "sow_delete", "t": "book", "f": "/sym = 'B'"}, b""))
+        local = b.broker.operations.sow_keys
+        await drive(clock, lambda: local("book")["keys"] == ["A"])
+        mine = await b.logon("mine")
+        mine.send(entry("C", True), ({"c": "sow_delete", "t": "book", "f": "/sym = 'C'"}, b""))
+        there = await logged(clock, b, "ops/there-b", 1)
+        assert [(x["k"], x["by"]) for x in there] == [("B", "b")]
+        both = await logged(clock, b, "ops/both-b", 2)
+        assert sorted(x["k"] for x in both) == ["B", "C"]
+        here = await logged(clock, b, "ops/here-b", 1)
+        assert [(x["k"], x["by"]) for x in here] == [("C", "b")]
+        at_a = await logged(clock, a, "ops/here-a", 1)
+        assert [(x["k"], x["by"]) for x in at_a] == [("B", "a")]
+        counts = {name: info(b, name)["events"] for name in ("here", "there", "both")}
+        assert {name: c["runs"] for name, c in counts.items()} == {
+            "here": 1, "there": 1, "both": 2,
+        }  # fmt: skip
