@@ -210,7 +210,9 @@ class Broker:
         self.sow = SowService(
             config, txlog, self.subscriptions, self.auth, self.events, clock, self.happenings
         )
-        self.queues = QueueService(config, txlog, self.subscriptions, self.auth, self.events, clock)
+        self.queues = QueueService(
+            config, txlog, self.subscriptions, self.auth, self.events, clock, self.happenings
+        )
         #: the on-publish triggers of actions: a stage only when one is configured
         self.publish_triggers = PublishTriggers(config, txlog, clock, self.events)
         on_publish = (self.publish_triggers,) if self.publish_triggers.configured else ()

@@ -48,6 +48,7 @@ class Happenings:
             some topics (:meth:`sow_interest` says which).
         sow_changes: a sink wants :class:`~spool.server.ports.SowChangeHappening` of some
             topics.
+        dead_letters: a sink wants :class:`~spool.server.ports.DeadLetterHappening`.
         failures: sink calls that raised.
     """
 
@@ -63,6 +64,7 @@ class Happenings:
         self.links = False
         self.sow_removals = False
         self.sow_changes = False
+        self.dead_letters = False
         self.failures = 0
         #: per SOW family, topic -> whether a sink watches it
         self._interest: dict[HappeningFamily, dict[str, bool]] = {}
@@ -121,6 +123,7 @@ class Happenings:
         self.links = bool(sinks.get("links"))
         self.sow_removals = bool(sinks.get("sow_removals"))
         self.sow_changes = bool(sinks.get("sow_changes"))
+        self.dead_letters = bool(sinks.get("dead_letters"))
 
     def _failed(self, sink: HappeningSink, happening: Happening, exc: Exception) -> None:
         self.failures += 1

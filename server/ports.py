@@ -30,7 +30,8 @@ core (only the protocol, the config model and the record types):
   (server/replication/collisions.py).
 - :class:`HappeningSink` (:class:`TopicSink` for the SOW families) and the happenings
   (:class:`ClientHappening`, :class:`SubscriptionHappening`, :class:`LinkHappening`,
-  :class:`SowRemovalHappening`, :class:`SowChangeHappening`): what the parts that react to
+  :class:`SowRemovalHappening`, :class:`SowChangeHappening`, :class:`DeadLetterHappening`):
+  what the parts that react to
   the broker's own life (event topics, message-driven actions) are told, through the bus
   of server/happenings.py.
 
@@ -762,7 +763,9 @@ class TopicStore(Protocol):
 # -- happenings ---------------------------------------------------------------------------
 
 #: the kinds of happening a sink subscribes to (server/happenings.py)
-HappeningFamily = Literal["clients", "subscriptions", "links", "sow_removals", "sow_changes"]
+HappeningFamily = Literal[
+    "clients", "subscriptions", "links", "sow_removals", "sow_changes", "dead_letters"
+]
 #: why a subscription ended
 SubscriptionEnd = Literal["unsubscribe", "replaced", "disconnect"]
 
@@ -920,9 +923,51 @@ class SowChangeHappening:
     source: Literal["local", "replicated"]
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetterFact:
+    """One message a queue gave up on, as its dead letter was published.
+
+    Attributes:
+        topic: the topic it was published to (the queue's).
+        bookmark: its bookmark there.
+        reason: why it left the queue (``max_deliveries``, ``max_cancels``, ``expired``,
+            ``rejected``).
+        consumer: the last consumer that held it ("" when none did).
+        deliveries: how many times it was delivered.
+        body: the message, as published.
+        envelope: the dead letter, as published to the dead-letter topic.
+    """
+
+    topic: str
+    bookmark: str
+    reason: str
+    consumer: str
+    deliveries: int
+    body: bytes
+    envelope: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterHappening:
+    """A queue of this instance published dead letters (only once they were published).
+
+    Attributes:
+        time_us: when it happened.
+        queue: the queue's name.
+        topic: its dead-letter topic.
+        letters: the dead letters, in the order they were published.
+    """
+
+    family: ClassVar[HappeningFamily] = "dead_letters"
+    time_us: int
+    queue: str
+    topic: str
+    letters: tuple[DeadLetterFact, ...]
+
+
 LifeHappening = ClientHappening | SubscriptionHappening | LinkHappening
 """A happening of the instance's life (what the event topics publish)."""
-Happening = LifeHappening | SowRemovalHappening | SowChangeHappening
+Happening = LifeHappening | SowRemovalHappening | SowChangeHappening | DeadLetterHappening
 """Anything the happenings bus carries."""
 
 #: The families told per SOW topic: a producer asks whether a sink watches the topic

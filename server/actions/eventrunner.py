@@ -23,7 +23,8 @@ offered by the happenings sink) is one candidate: its trigger's ``Filter`` reads
 document, and a firing has its variables; it waits for nothing, and what it derives has no
 source bookmark (numbered on from the log's last for its derived identity). So is each
 record of a SOW happening (:class:`~spool.server.actions.hooks.SowRun`): a record removed,
-or an update that takes a record out of an oof trigger's filter.
+or an update that takes a record out of an oof trigger's filter; and each dead letter a
+queue published (:class:`~spool.server.actions.hooks.LetterRun`), read as the dead letter.
 
 Nothing is stored per firing: the tally (:class:`~spool.server.actions.results.EventTally`)
 counts, and every ``Tuning/ActionHistoryInterval`` in which something moved, one *window*
@@ -41,7 +42,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from spool.server.actions.history import HistoryWriter
-from spool.server.actions.hooks import HappeningRun, SowRun, describe, document, variables
+from spool.server.actions.hooks import (
+    HappeningRun,
+    LetterRun,
+    SowRun,
+    describe,
+    document,
+    variables,
+)
 from spool.server.actions.lanes import EventLane
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.actions.results import EventTally, RunDict, RunRecord, StepResult, iso
@@ -62,6 +70,7 @@ from spool.server.config import (
     Config,
     IfCondition,
     IfDiskUsage,
+    OnDeadLetter,
     OnSowRemoval,
 )
 from spool.server.config.template import Template
@@ -196,7 +205,7 @@ class EventRunner:
         self._on_derived = on_derived
         tuning = instance.tuning
         #: the action's candidate messages
-        self.lane: EventLane[MessageRun | HappeningRun | SowRun] = EventLane(
+        self.lane: EventLane[MessageRun | HappeningRun | SowRun | LetterRun] = EventLane(
             config.name, tuning.action_event_queue_depth
         )
         #: what it did since the instance started
@@ -273,7 +282,7 @@ class EventRunner:
                 )  # fmt: skip
             await asyncio.sleep(0)  # client work interleaves with a busy action
 
-    async def run_batch(self, batch: list[MessageRun | HappeningRun | SowRun]) -> None:
+    async def run_batch(self, batch: list[MessageRun | HappeningRun | SowRun | LetterRun]) -> None:
         """Run one batch (see the module docstring)."""
         upto = max(
             (m.run.first_seq + m.count - 1 for m in batch
@@ -291,6 +300,9 @@ class EventRunner:
                 continue
             if isinstance(item, SowRun):
                 await self._fire_records(events, item, firings)
+                continue
+            if isinstance(item, LetterRun):
+                await self._fire_letters(events, item, firings)
                 continue
             chosen = self._select(item)
             self.tally.matched += len(chosen)
@@ -371,6 +383,44 @@ class EventRunner:
             if reason:
                 variables_["AMPS_REASON"] = reason
             detail = f"key {record.key} on topic {topic}"
+            run = RunRecord(self.name, module, detail, self._clock.time())
+            ctx = StepContext(
+                self._ops, self._instance, self._clock, self._metrics, _no_events, variables_,
+                event=events,
+            )  # fmt: skip
+            await run_steps(self.config.steps, run, ctx)
+            run.finish(self._clock.time())
+            firings.append(_Firing(run, 0))
+
+    async def _fire_letters(
+        self, events: EventBatch, item: LetterRun, firings: list[_Firing]
+    ) -> None:
+        """Run the steps once per dead letter of one of the trigger's reasons that its
+        ``Filter`` matches (read as the dead letter: ``/dead_letter/...``,
+        ``/message/...``)."""
+        happening = item.happening
+        trigger = self.config.triggers[item.trigger]
+        assert isinstance(trigger, OnDeadLetter)
+        module = trigger.module
+        self._window_modules[module] = None
+        flt = self._filters[item.trigger]
+        topic = happening.topic
+        for letter in happening.letters:
+            if letter.reason not in trigger.reasons:
+                continue
+            view = MessageView(topic, letter.envelope, bookmark=letter.bookmark,
+                               client_name=letter.consumer)  # fmt: skip
+            if flt is not None and not flt.matches(view):
+                continue
+            self.tally.matched += 1
+            events.firing = EventFiring(view, 0, 0, len(firings))
+            variables_ = {
+                **self._base(module), "AMPS_TOPIC": topic, "AMPS_QUEUE": happening.queue,
+                "AMPS_DATA": letter.envelope.decode("utf-8", "replace"),
+                "AMPS_REASON": letter.reason, "AMPS_BOOKMARK": letter.bookmark,
+                "AMPS_CONSUMER": letter.consumer, "AMPS_DELIVERIES": str(letter.deliveries),
+            }  # fmt: skip
+            detail = f"bookmark {letter.bookmark} of queue {happening.queue} ({letter.reason})"
             run = RunRecord(self.name, module, detail, self._clock.time())
             ctx = StepContext(
                 self._ops, self._instance, self._clock, self._metrics, _no_events, variables_,

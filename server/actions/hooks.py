@@ -1,7 +1,7 @@
 """The happening triggers: a sink of the happenings bus that offers to actions' lanes.
 
 :class:`ActionHappenings` is added to the bus (server/happenings.py) by the engine when an
-action has a client, link or SOW trigger, and only for the families those triggers need:
+action has a client, link, SOW or dead-letter trigger, and only for the families those triggers need:
 with none, producers see the family's flag down and build nothing. For the SOW families it
 says which topics it watches (:meth:`ActionHappenings.watches`), so a SOW topic no trigger
 names costs its publishes and deletes one cached lookup and nothing else. :meth:`ActionHappenings.happened`
@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from spool.server.config import OnClient, OnLinkState, OnOof, OnSowRemoval
+from spool.server.config import OnClient, OnDeadLetter, OnLinkState, OnOof, OnSowRemoval
 from spool.server.expr.values import Value
 from spool.server.ports import (
     ClientHappening,
+    DeadLetterHappening,
     Happening,
     HappeningFamily,
     LinkHappening,
@@ -34,6 +35,7 @@ __all__ = [
     "ActionHappenings",
     "HappeningLane",
     "HappeningRun",
+    "LetterRun",
     "SowRun",
     "describe",
     "document",
@@ -42,7 +44,9 @@ __all__ = [
     "variables",
 ]
 
-_FAMILY: Final[Mapping[type, HappeningFamily]] = {OnClient: "clients", OnLinkState: "links"}
+_FAMILY: Final[Mapping[type, HappeningFamily]] = {
+    OnClient: "clients", OnLinkState: "links", OnDeadLetter: "dead_letters",
+}  # fmt: skip
 #: what an oof trigger's reasons need
 _OOF_REMOVALS: Final = frozenset({"deleted", "expired"})
 
@@ -85,13 +89,32 @@ class SowRun:
         return len(h.records) if isinstance(h, SowRemovalHappening) else len(h.changes)
 
 
+@dataclass(frozen=True, slots=True)
+class LetterRun:
+    """Dead letters of one queue a trigger of an action takes (each letter is one
+    candidate).
+
+    Attributes:
+        happening: the dead letters published.
+        trigger: the trigger's index among the action's triggers.
+    """
+
+    happening: DeadLetterHappening
+    trigger: int
+
+    @property
+    def count(self) -> int:
+        """Candidate messages it stands for."""
+        return len(self.happening.letters)
+
+
 class HappeningLane(Protocol):
     """Where a trigger's happenings wait (an action's lane)."""
 
-    def offer(self, item: HappeningRun | SowRun) -> bool: ...
+    def offer(self, item: HappeningRun | SowRun | LetterRun) -> bool: ...
 
 
-HappeningTrigger = OnClient | OnLinkState | OnSowRemoval | OnOof
+HappeningTrigger = OnClient | OnLinkState | OnSowRemoval | OnOof | OnDeadLetter
 
 
 def families(trigger: HappeningTrigger) -> frozenset[HappeningFamily]:
@@ -130,7 +153,9 @@ def takes(trigger: HappeningTrigger, happening: Happening) -> bool:
             and trigger.filter is not None
             and trigger.topic.matches(happening.topic)
         )
-    if isinstance(trigger, OnSowRemoval | OnOof):
+    if isinstance(happening, DeadLetterHappening):
+        return isinstance(trigger, OnDeadLetter) and happening.queue in trigger.queues
+    if isinstance(trigger, OnSowRemoval | OnOof | OnDeadLetter):
         return False
     if isinstance(trigger, OnClient):
         return (
@@ -147,8 +172,8 @@ def takes(trigger: HappeningTrigger, happening: Happening) -> bool:
 
 
 class ActionHappenings:
-    """The client, link and SOW triggers of an instance, as a happenings sink (see the
-    module docstring)."""
+    """The client, link, SOW and dead-letter triggers of an instance, as a happenings sink
+    (see the module docstring)."""
 
     def __init__(self) -> None:
         self._bindings: dict[HappeningFamily, list[tuple[HappeningLane, HappeningTrigger, int]]]
@@ -179,6 +204,8 @@ class ActionHappenings:
                 continue
             if isinstance(happening, SowRemovalHappening | SowChangeHappening):
                 lane.offer(SowRun(happening, index))
+            elif isinstance(happening, DeadLetterHappening):
+                lane.offer(LetterRun(happening, index))
             elif isinstance(happening, ClientHappening | LinkHappening):
                 lane.offer(HappeningRun(happening, index))
 

@@ -65,6 +65,7 @@ from spool.server.config import (
     IfDiskUsage,
     OnAdmin,
     OnClient,
+    OnDeadLetter,
     OnDiskUsage,
     OnExecute,
     OnLinkState,
@@ -207,11 +208,13 @@ class Actions:
             for index, trigger in enumerate(action.triggers):
                 if isinstance(trigger, OnPublishMessage):
                     triggers.bind(runner_, trigger, index)
-                elif isinstance(trigger, OnClient | OnLinkState | OnSowRemoval | OnOof):
+                elif isinstance(
+                    trigger, OnClient | OnLinkState | OnSowRemoval | OnOof | OnDeadLetter
+                ):
                     sink.bind(runner_.lane, trigger, index)
         self._publish_triggers = triggers
-        #: the sink of the happenings bus the client, link and SOW triggers need (None:
-        #: no such trigger, the engine adds no sink)
+        #: the sink of the happenings bus the client, link, SOW and dead-letter triggers
+        #: need (None: no such trigger, the engine adds no sink)
         self.happenings_sink: ActionHappenings | None = sink if sink.families else None
         self._workers: set[asyncio.Task[None]] = set()
         self._windows: set[asyncio.Task[None]] = set()

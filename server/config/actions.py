@@ -887,8 +887,7 @@ class ActionConfig:
         return all(isinstance(t, EVENT_TRIGGERS) for t in self.triggers)
 
 
-#: Trigger module names this version reads (some are not run yet: the loader refuses
-#: those once the file is checked).
+#: Trigger module names this version reads (and runs).
 TRIGGER_MODULES: Final = (
     "amps-action-on-schedule",
     "amps-action-on-startup",

@@ -45,7 +45,8 @@ from spool.server.alerts import Alert
 from spool.server.clock import Clock, sleep_or_wake, time_us
 from spool.server.config import Config
 from spool.server.expr import Filter, MessageView, compile_filter
-from spool.server.ports import Entitlements
+from spool.server.happenings import Happenings
+from spool.server.ports import DeadLetterFact, DeadLetterHappening, Entitlements
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
     BadFilter,
@@ -131,6 +132,7 @@ class QueueService:
         entitlements: read (subscribe, ack) and write (``sow_delete`` by filter).
         events: the event log.
         clock: lease and expiration times.
+        happenings: told of the dead letters published (None: no one).
     """
 
     def __init__(
@@ -141,8 +143,10 @@ class QueueService:
         entitlements: Entitlements,
         events: EventSink,
         clock: Clock,
+        happenings: Happenings | None = None,
     ) -> None:
         self._txlog = txlog
+        self._happenings = happenings
         self._subscriptions = subscriptions
         self._auth = entitlements
         self._events = events
@@ -752,13 +756,18 @@ class QueueService:
     ) -> ProtocolFailure | None:
         """Publish ``letters`` (messages that left ``queue``) to its dead-letter
         ``topic``, in this turn, before their ``QUEUE_ACK``; the pipeline's refusal is
-        returned (and reported)."""
+        returned (and reported). Once published, the happenings bus is told of them when
+        a sink wants dead letters."""
         publish = self.dead_letters
         if publish is None:  # pragma: no cover - the broker sets it before any queue runs
             return InvalidTopic("dead letters have no publisher")
         now = time_us(self._clock)
         name = queue.config.name
         bodies = []
+        happenings = self._happenings
+        facts: list[DeadLetterFact] | None = (
+            [] if happenings is not None and happenings.dead_letters else None
+        )
         for r in letters:
             m = r.message
             holder = m.last_holder
@@ -769,13 +778,21 @@ class QueueService:
                 enqueued_us=m.enqueued_us, dead_lettered_us=now,
                 detail=detail if r.reason == REJECTED else "",
             )  # fmt: skip
-            bodies.append(deadletter.encode(letter, m.body))
+            envelope = deadletter.encode(letter, m.body)
+            bodies.append(envelope)
+            if facts is not None:
+                facts.append(DeadLetterFact(
+                    m.topic, m.bookmark, r.reason, letter.consumer, m.deliveries, m.body,
+                    envelope,
+                ))  # fmt: skip
         failure = publish(topic, bodies)
         if failure is not None:  # counted with the other refusals by the caller
             self._events.emit("error", "queue", "dead_letter_refused", queue=name, topic=topic,
                               messages=len(bodies), reason=str(failure))  # fmt: skip
         else:
             queue.dead_lettered_count += len(bodies)
+            if facts and happenings is not None and happenings.dead_letters:
+                happenings.emit(DeadLetterHappening(now, name, topic, tuple(facts)))
         return failure
 
     def _refilled(self, queue: QueueRuntime) -> None:

@@ -9,9 +9,9 @@ error at the option that uses it.
 
 A module that this version does not run is refused with "not supported yet" naming the
 element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`; docs/actions.md "Against
-the AMPS modules" lists each with its status). The event triggers (read by
-:mod:`spool.server.config.sections.actiontriggers`) are among them: they are read and
-checked in full before the action is refused.
+the AMPS modules" lists each with its status). The modules not run that have a reader
+here (compact-sow) are read and checked in full before the action is refused.
+The event triggers are read by :mod:`spool.server.config.sections.actiontriggers`.
 """
 
 from __future__ import annotations
@@ -92,15 +92,13 @@ _MESSAGE_TRIGGERS: Final = "message-driven triggers"
 _CLIENT_TRIGGERS: Final = "client-driven triggers"
 _LINK_TRIGGERS: Final = "replication link triggers"
 
-#: Modules this version does not run, with what they belong to. Those with a reader (the
-#: event triggers but on-publish; compact-sow) are read and
-#: checked in full, then the action is refused naming the module (so a file written for the
-#: release that runs them is checked now); the others are refused at their ``<Module>``.
-#: Each entry goes when the module runs.
+#: Modules this version does not run, with what they belong to. Those with a reader
+#: (compact-sow) are read and checked in full, then the action is refused naming the module
+#: (so a file written for the release that runs them is checked now); the others are
+#: refused at their ``<Module>``. Each entry goes when the module runs.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
     "amps-action-on-message-condition-timeout": _MESSAGE_TRIGGERS,
-    "spool-action-on-queue-dead-letter": _MESSAGE_TRIGGERS,
     "amps-action-on-subscribe": _CLIENT_TRIGGERS,
     "amps-action-on-unsubscribe": _CLIENT_TRIGGERS,
     "amps-action-on-replication-resync-complete": _LINK_TRIGGERS,

@@ -6,14 +6,24 @@ from __future__ import annotations
 from spool.server.actions.hooks import (
     ActionHappenings,
     HappeningRun,
+    LetterRun,
     SowRun,
     document,
     takes,
     variables,
 )
-from spool.server.config import OnClient, OnLinkState, OnOof, OnSowRemoval, TopicMatch
+from spool.server.config import (
+    OnClient,
+    OnDeadLetter,
+    OnLinkState,
+    OnOof,
+    OnSowRemoval,
+    TopicMatch,
+)
 from spool.server.ports import (
     ClientHappening,
+    DeadLetterFact,
+    DeadLetterHappening,
     LinkHappening,
     SowChangeHappening,
     SowRecord,
@@ -24,9 +34,9 @@ from spool.server.ports import (
 
 class Lane:
     def __init__(self) -> None:
-        self.got: list[HappeningRun | SowRun] = []
+        self.got: list[HappeningRun | SowRun | LetterRun] = []
 
-    def offer(self, item: HappeningRun | SowRun) -> bool:
+    def offer(self, item: HappeningRun | SowRun | LetterRun) -> bool:
         self.got.append(item)
         return True
 
@@ -118,3 +128,18 @@ def test_sow_triggers_take_their_topic_reason_and_source_and_say_what_they_watch
     assert not sink.watches("sow_changes", "book")
     sink.happened(removal(source="replicated"))
     assert [(r.trigger, r.count) for r in lane.got] == [(0, 1)]
+
+
+def test_a_dead_letter_trigger_takes_its_queues_only() -> None:
+    fact = DeadLetterFact("work-in", "1|1|", "rejected", "c/1", 1, b"{}", b"{}")
+    letters = DeadLetterHappening(5, "work", "work-dead", (fact, fact))
+    on = OnDeadLetter(("work",), ("rejected",))
+    assert takes(on, letters)
+    assert not takes(OnDeadLetter(("other",), ("rejected",)), letters)
+    assert not takes(on, client())
+    sink = ActionHappenings()
+    lane = Lane()
+    sink.bind(lane, on, 0)
+    assert sink.families == {"dead_letters"}
+    sink.happened(letters)
+    assert [(r.trigger, r.count) for r in lane.got] == [(0, 2)]

@@ -300,3 +300,83 @@ async def test_a_replicated_sow_delete_fires_the_triggers_of_its_message_source(
         assert {name: c["runs"] for name, c in counts.items()} == {
             "here": 1, "there": 1, "both": 2,
         }  # fmt: skip
+
+
+# -- dead letters ---------------------------------------------------------------------------------
+
+DEAD_LETTERS = """
+<Action><Name>dead</Name>
+  <On><Module>spool-action-on-queue-dead-letter</Module><Options><Queue>work</Queue>
+    <Reason>max_deliveries</Reason><Reason>rejected</Reason>
+    <Filter>/message/n &lt; 10</Filter></Options></On>
+  <Do><Module>amps-action-do-publish-message</Module><Options><Topic>ops/dead</Topic>
+    <Data>{"q":"{{AMPS_QUEUE}}","t":"{{AMPS_TOPIC}}","r":"{{AMPS_REASON}}","bm":"{{AMPS_BOOKMARK}}",
+      "c":"{{AMPS_CONSUMER}}","n":"{{AMPS_DELIVERIES}}","at":"{{AMPS_UNIX_TIMESTAMP}}",
+      "d":{{AMPS_DATA}}}</Data></Options></Do>
+</Action>"""
+
+QUEUE = (
+    "<Queue><Name>work</Name><MessageType>json</MessageType><UnderlyingTopic>work-in"
+    "</UnderlyingTopic><LeasePeriod>10s</LeasePeriod><MaxPerSubscriptionBacklog>5</MaxPerSubscriptionBacklog>"
+    "<MaxCancels>1</MaxCancels>"
+    "<MaxDeliveries>2</MaxDeliveries><DeadLetter><Topic>work-dead</Topic></DeadLetter></Queue>"
+)
+
+
+@scenario
+async def test_dead_letters_fire_once_published_with_their_reason_and_consumer(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path, DEAD_LETTERS, sow=QUEUE) as h:
+        assert h.broker.happenings.dead_letters
+        reader = await h.logon("reader")
+        reader.send(({"c": "subscribe", "t": "ops/dead", "sub_id": "o"}, b""))
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(({"c": "subscribe", "t": "work", "sub_id": "s", "o": "max_backlog=5"}, b""))
+        await h.settle()
+        t0 = h.clock.time()
+        p.send(*[({"c": "publish", "t": "work-in"}, orjson.dumps({"n": n})) for n in (1, 2, 20)])
+        await h.settle()
+        bms = {orjson.loads(b)["n"]: hd["bm"] for hd, b in c.deliveries("s")}
+        assert sorted(bms) == [1, 2, 20]
+        c.send(({"c": "sow_delete", "t": "work", "bm": bms[1], "o": "cancel"}, b""))  # max_cancels
+        await h.settle()
+        await h.clock.advance(10.5)  # the leases end at t0 + 10: 2 and 20 delivered again
+        await h.settle()
+        await h.clock.advance(10.5)  # at t0 + 20, past MaxDeliveries: dead letters
+        await h.settle()
+        await until_done(h, h.until(lambda: reader.deliveries("o")))
+        await h.settle()
+        got = bodies(reader, "o")
+        # 1 left for max_cancels (not a reason of the trigger), 20 the filter leaves out
+        assert [(x["q"], x["t"], x["r"], x["bm"], x["n"]) for x in got] == [
+            ("work", "work-dead", "max_deliveries", bms[2], "2"),
+        ]
+        assert got[0]["c"].startswith("c/") and got[0]["d"]["message"] == {"n": 2}
+        assert round(float(got[0]["at"]) - t0, 3) == 20.0
+        events = info(h, "dead")["events"]
+        assert (events["offered"], events["matched"], events["runs"]) == (3, 1, 1)
+        assert h.broker.queues.info("work").dead_lettered == 3
+
+
+@scenario
+async def test_a_dead_letter_the_pipeline_refused_fires_nothing(tmp_path: Path) -> None:
+    # the dead-letter topic keeps records by a field no dead letter has: each is refused
+    sow = QUEUE + sow_topic("work-dead", "/missing")
+    async with harness(tmp_path, DEAD_LETTERS, sow=sow) as h:
+        p = await h.logon("pub")
+        c = await h.logon("c")
+        c.send(({"c": "subscribe", "t": "work", "sub_id": "s", "o": "max_backlog=5"}, b""))
+        await h.settle()
+        p.send(({"c": "publish", "t": "work-in"}, b'{"n":1}'))
+        await h.settle()
+        (bm,) = [hd["bm"] for hd, _ in c.deliveries("s")]
+        c.send(({"c": "sow_delete", "t": "work", "bm": bm, "o": "reject"}, b""))
+        await h.settle()
+        refused = [e for e in h.broker.events.recent(100) if e["event"] == "dead_letter_refused"]
+        assert len(refused) == 1
+        assert h.broker.queues.info("work").dead_lettered == 0
+        await h.clock.advance(1)
+        await h.settle()
+        assert info(h, "dead")["events"]["offered"] == 0
