@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import wraps
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from spool.server.actions import RunRecord
 from spool.server.actions.webhooks import WebhookPort
 from spool.server.client.connection import Handlers
 from spool.server.clock import VirtualClock
@@ -38,6 +39,8 @@ from spool.server.session import Session
 from spool.server.txlog import FileSeam
 from tests.support.server import config_xml
 from tests.support.wait import async_wait_until
+
+T = TypeVar("T")
 
 Header = dict[str, Any]
 
@@ -355,6 +358,21 @@ class EngineHarness:
         """Wait (real time, for work in threads such as fsync) until ``cond()`` holds."""
         await async_wait_until(lambda: bool(cond()), timeout=timeout)
 
+    async def drive(self, work: Awaitable[T]) -> T:
+        """Await ``work`` while moving the virtual clock 10 ms at a time (the group
+        commits, timers and backoff sleeps it waits on), letting threads (fsync) report
+        back in real time between steps."""
+        task = asyncio.ensure_future(work)
+        while not task.done():
+            await self.clock.advance(0.01)
+            await asyncio.sleep(0.001)
+        return task.result()
+
+    async def run_admin(self, action: str, user: str = "tester", **params: Any) -> RunRecord:
+        """Run the on-admin action ``action`` as ``user`` with ``params``, the clock moving
+        meanwhile (:meth:`drive`)."""
+        return await self.drive(self.broker.actions.run_admin(action, params, user))
+
     @property
     def durable_seq(self) -> int:
         assert self.broker.txlog is not None
@@ -374,3 +392,12 @@ class EngineHarness:
         await self.clock.advance(tl.flush_interval)
         await self.until(lambda: self.durable_seq >= target)
         await self.settle()
+
+
+def actions_engine(
+    tmp_path: Path, actions: str, files: FileSeam | None = None, **kw: Any
+) -> EngineHarness:
+    """An engine whose configuration holds ``actions`` (the inside of ``<Actions>``), with
+    statistics sampled once a day (the sampler does not wake every virtual second)."""
+    xml = config_xml(tmp_path / "data", admin_interval="1d", actions=actions, **kw)
+    return EngineHarness(tmp_path, xml=xml, files=files)

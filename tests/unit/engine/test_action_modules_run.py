@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from spool.server.actions import RunRecord
 from spool.server.actions.eventrunner import FAILED_PER_WINDOW, EventRunner, MessageRun
 from spool.server.actions.metricsdoc import MetricsDocument
 from spool.server.bookmarks import derived_pub_hash, format_bookmark, pub_hash
@@ -44,20 +42,6 @@ def harness(tmp_path: Path, actions: str = "", **kw: Any) -> EngineHarness:
         sow=sow_topic("orders", "/id"), **kw,
     )  # fmt: skip
     return EngineHarness(tmp_path, xml=xml)
-
-
-async def until_done(h: EngineHarness, work: Awaitable[Any]) -> Any:
-    """Await ``work`` while moving the virtual clock (group commits, timers it waits on)."""
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await h.clock.advance(0.01)
-        await asyncio.sleep(0.001)  # threads (fsync) report back in real time
-    return task.result()
-
-
-async def run_now(h: EngineHarness, name: str, **params: Any) -> RunRecord:
-    record: RunRecord = await until_done(h, h.broker.actions.run_admin(name, params, "tester"))
-    return record
 
 
 def echoes(h: EngineHarness) -> list[tuple[str, str]]:
@@ -100,7 +84,7 @@ async def test_an_action_on_demand_deletes_extracts_echoes_and_sets_a_correlatio
         await h.commit()
         ops = h.broker.operations
         assert ops.sow_keys("orders")["records"] == 4
-        record = await run_now(h, "tidy", id="d")
+        record = await h.run_admin("tidy", id="d")
         assert record.outcome == "succeeded", record.message
         # the key went first, then what the filter matched of the rest
         assert ops.sow_keys("orders")["keys"] == ["b"]
@@ -124,7 +108,7 @@ async def test_a_delete_the_sow_refuses_fails_its_step(tmp_path: Path) -> None:
     <Topic>{{t}}</Topic><Key>k</Key></Options></Do>
 </Action>"""
     async with harness(tmp_path, actions) as h:
-        record = await run_now(h, "bad", t="trades")
+        record = await h.run_admin("bad", t="trades")
         assert record.outcome == "failed"
         assert record.steps[0].message.startswith("delete from 'trades' refused: invalid topic")
 
@@ -167,7 +151,7 @@ async def feed(h: EngineHarness, r: EventRunner, *items: MessageRun) -> None:
     """Offer ``items`` to the runner's lane and run what its worker would take."""
     for item in items:
         assert r.lane.offer(item)
-    await until_done(h, r.run_batch(r.lane.take_nowait()))
+    await h.drive(r.run_batch(r.lane.take_nowait()))
 
 
 @scenario
@@ -208,7 +192,7 @@ async def test_echo_keeps_to_its_rate_and_counts_the_rest(tmp_path: Path) -> Non
         await h.clock.advance(1.0)  # the next second has room again
         await feed(h, r, unrecorded("in/a", [{"n": 9}]))
         assert echoes(h)[-1] == ("info", 'saw {"n":9}')
-        window = await until_done(h, r.close_window())
+        window = await h.drive(r.close_window())
         assert window.events["echo_suppressed"] == 3 and window.events["runs"] == 6
         assert "3 echo lines over the rate" in window.detail
 
@@ -228,8 +212,8 @@ async def test_a_window_records_counts_and_only_the_first_failures_in_full(
         warned = [e for e in h.broker.events.recent(500) if e["event"] == "event_run_failed"]
         assert len(warned) == FAILED_PER_WINDOW
         assert warned[0]["detail"] == "a message on topic in/a"
-        await until_done(h, r.flush())
-        window = await until_done(h, r.close_window())
+        await h.drive(r.flush())
+        window = await h.drive(r.close_window())
         assert window is not None and window.outcome == "failed"
         assert window.detail == "9 events: 9 runs, 2 succeeded, 7 failed"
         assert [(s.status, s.message) for s in window.steps] == [
@@ -238,14 +222,14 @@ async def test_a_window_records_counts_and_only_the_first_failures_in_full(
         ]
         assert window.events is not None
         assert (window.events["offered"], window.events["matched"]) == (9, 9)
-        stored = await until_done(h, h.broker.operations.action_runs("enrich", 20))
+        stored = await h.drive(h.broker.operations.action_runs("enrich", 20))
         records = [orjson.loads(s.record) for s in stored]
         assert [(d["outcome"], d["events"] is not None) for d in records] == [
             ("failed", True),
             *[("failed", False)] * FAILED_PER_WINDOW,
         ]
         # nothing moved since: no window
-        assert await until_done(h, r.close_window()) is None
+        assert await h.drive(r.close_window()) is None
 
 
 @scenario
@@ -287,7 +271,7 @@ async def test_derived_messages_wait_out_a_full_log_and_are_published_once_it_ta
             await h.settle()
             assert not batch.done() and not sub.deliveries("s")
         seam.heal()
-        await until_done(h, batch)
+        await h.drive(batch)
         await h.until(lambda: len(sub.deliveries("s")) == 2)
         assert [orjson.loads(b)["n"] for _, b in sub.deliveries("s")] == [1, 2]
         counts = r.counts()

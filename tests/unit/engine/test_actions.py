@@ -3,16 +3,14 @@ through the admin surface, conditions, failures, events, start-up and shutdown, 
 
 A real Broker (tests/support/engine.py); the broker's own publish goes through the real
 publish pipeline and the real transaction log, so a run that publishes waits for a group
-commit: :func:`run_now` advances the clock while it waits.
+commit: ``EngineHarness.run_admin`` advances the clock while it waits.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -22,30 +20,8 @@ from spool.server.actions.triggers import EARLY
 from spool.server.bookmarks import format_bookmark
 from spool.server.stats.actionruns import ActionRunRow
 from tests.support.disk import tmpfs
-from tests.support.engine import EngineHarness, scenario
+from tests.support.engine import EngineHarness, actions_engine, scenario
 from tests.support.faults import GatedSeam
-from tests.support.server import config_xml
-
-
-def harness(
-    tmp_path: Path, actions: str, files: GatedSeam | None = None, **kw: Any
-) -> EngineHarness:
-    xml = config_xml(tmp_path / "data", admin_interval="1d", actions=actions, **kw)
-    return EngineHarness(tmp_path, xml=xml, files=files)
-
-
-async def until_done(h: EngineHarness, work: Awaitable[Any]) -> Any:
-    """Await ``work`` while moving the virtual clock (group commits, timers it waits on)."""
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await h.clock.advance(0.01)
-        await asyncio.sleep(0.001)  # threads (fsync) report back in real time
-    return task.result()
-
-
-async def run_now(h: EngineHarness, name: str, user: str = "tester", **params: Any) -> RunRecord:
-    record: RunRecord = await until_done(h, h.broker.actions.run_admin(name, params, user))
-    return record
 
 
 def statuses(record: RunRecord) -> list[str]:
@@ -76,13 +52,13 @@ ANNOUNCE = """
 async def test_an_on_admin_run_publishes_as_the_broker_through_the_publish_pipeline(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, ANNOUNCE) as h:
+    async with actions_engine(tmp_path, ANNOUNCE) as h:
         sub = await h.logon("sub")
         sub.send(({"c": "subscribe", "t": "ops/alice", "sub_id": "live"}, b""),
                  ({"c": "subscribe", "t": "ops/alice", "sub_id": "bm", "bm": "0"}, b""))  # fmt: skip
         await h.settle()
         note = 'says "hi" \\ and\nleaves'
-        record = await run_now(h, "announce", user="ops", who="alice", note=note)
+        record = await h.run_admin("announce", user="ops", who="alice", note=note)
         assert record.outcome == "succeeded", record.message
         assert (record.trigger, record.user, record.parameters) == (
             "amps-action-on-admin", "ops", {"who": "alice", "note": note},
@@ -100,7 +76,7 @@ async def test_an_on_admin_run_publishes_as_the_broker_through_the_publish_pipel
         assert record.steps[0].message == f"published to ops/alice (bookmark {bookmark})"
         assert h.broker.txlog is not None and h.broker.txlog.publisher_last(broker) == 1
         # the second publish continues the broker's own numbering
-        again = await run_now(h, "announce", who="alice")
+        again = await h.run_admin("announce", who="alice")
         assert again.steps[0].variables["AMPS_PUBLISHED_BOOKMARK"] == format_bookmark(broker, 2)
 
 
@@ -122,13 +98,13 @@ ORDER = """
 async def test_a_reference_in_a_value_position_of_data_is_inserted_as_json(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, ORDER) as h:
+    async with actions_engine(tmp_path, ORDER) as h:
         sub = await h.logon("sub")
         sub.send(({"c": "subscribe", "t": "orders", "sub_id": "s"}, b""))
         await h.settle()
         source = {"id": 'a "quoted" \\ id', "legs": [1, 2.5, None, True]}
-        record = await run_now(
-            h, "order", sym='X"Y', qty="12", source=orjson.dumps(source).decode()
+        record = await h.run_admin(
+            "order", sym='X"Y', qty="12", source=orjson.dumps(source).decode()
         )
         assert record.outcome == "succeeded", record.message
         await h.until(lambda: len(sub.deliveries("s")) == 1)
@@ -137,7 +113,7 @@ async def test_a_reference_in_a_value_position_of_data_is_inserted_as_json(
             "sym": 'X"Y', "qty": 12, "source": source,
         }  # fmt: skip
         # a value position given text that is not JSON there fails the step, nothing is sent
-        failed = await run_now(h, "order", sym="X", qty="twelve")
+        failed = await h.run_admin("order", sym="X", qty="twelve")
         assert failed.outcome == "failed"
         assert failed.steps[0].message.startswith("the expanded Data is not JSON (")
         assert failed.steps[0].message.endswith("""'{"sym":"X","qty":twelve,"source":null}'""")
@@ -149,7 +125,7 @@ async def test_a_reference_in_a_value_position_of_data_is_inserted_as_json(
 async def test_on_demand_runs_check_the_action_and_its_parameters(tmp_path: Path) -> None:
     seam = GatedSeam()
     seam.gate.set()
-    async with harness(tmp_path, ANNOUNCE, files=seam) as h:
+    async with actions_engine(tmp_path, ANNOUNCE, files=seam) as h:
         actions = h.broker.actions
         with pytest.raises(ActionNotFound, match="no action named 'ghost'"):
             await actions.run_admin("ghost", {}, "ops")
@@ -177,7 +153,7 @@ async def test_on_demand_runs_check_the_action_and_its_parameters(tmp_path: Path
             await actions.run_admin("announce", {"who": "bob"}, "ops")
         assert actions.action_info("announce")["running"] is not None
         seam.gate.set()
-        assert (await until_done(h, first)).outcome == "succeeded"
+        assert (await h.drive(first)).outcome == "succeeded"
         assert actions.runners["announce"].runs == 1
 
 
@@ -201,9 +177,9 @@ STEPS = """
 
 @scenario
 async def test_conditions_over_metrics_and_disk_stop_or_let_the_run_go_on(tmp_path: Path) -> None:
-    async with harness(tmp_path, STEPS) as h:
+    async with actions_engine(tmp_path, STEPS) as h:
         await h.logon("one")
-        stopped = await run_now(h, "guarded", min="5")
+        stopped = await h.run_admin("guarded", min="5")
         assert stopped.outcome == "stopped"
         assert statuses(stopped) == ["stopped", "not_run", "not_run", "not_run"]
         assert stopped.steps[0].message == (
@@ -211,7 +187,7 @@ async def test_conditions_over_metrics_and_disk_stop_or_let_the_run_go_on(tmp_pa
         )
         assert h.broker.operations.transports_info()[0]["enabled"]
 
-        went = await run_now(h, "guarded")
+        went = await h.run_admin("guarded")
         assert went.outcome == "succeeded", went.message
         assert statuses(went) == ["ok", "ok", "ok", "ok"]
         disk = went.steps[1]
@@ -227,9 +203,9 @@ async def test_conditions_over_metrics_and_disk_stop_or_let_the_run_go_on(tmp_pa
 
 @scenario
 async def test_a_failed_module_stops_the_run_and_says_why(tmp_path: Path) -> None:
-    async with harness(tmp_path, STEPS) as h:
+    async with actions_engine(tmp_path, STEPS) as h:
         await h.logon("one")
-        failed = await run_now(h, "guarded", topic="orders.*")
+        failed = await h.run_admin("guarded", topic="orders.*")
         assert failed.outcome == "failed"
         assert statuses(failed) == ["ok", "ok", "failed", "not_run"]
         assert failed.message == (
@@ -269,8 +245,8 @@ EVENTS = (
 
 @scenario
 async def test_raised_events_run_their_actions_and_a_loop_ends(tmp_path: Path) -> None:
-    async with harness(tmp_path, EVENTS) as h:
-        chain = await run_now(h, "start-chain", tag="t1")
+    async with actions_engine(tmp_path, EVENTS) as h:
+        chain = await h.run_admin("start-chain", tag="t1")
         # start-chain raises e1 (depth 1) -> link1 raises e2 ... link3 raises e4 (depth 4)
         # -> link4 may not raise e5: four events already chain to it
         runners = h.broker.actions.runners
@@ -283,7 +259,7 @@ async def test_raised_events_run_their_actions_and_a_loop_ends(tmp_path: Path) -
         assert chain.steps[0].message == "event e1 raised: link1 succeeded"
         assert chain.outcome == "succeeded"
 
-        looped = await run_now(h, "self")
+        looped = await h.run_admin("self")
         assert looped.steps[0].message == "event again raised: self skipped (running)"
         assert runners["self"].skipped == 1
 
@@ -319,7 +295,7 @@ async def step_to(h: EngineHarness, name: str, when: float, runs: int) -> RunRec
 
 @scenario
 async def test_a_timer_fires_every_interval_from_the_start(tmp_path: Path) -> None:
-    async with harness(tmp_path, SCHEDULES) as h:
+    async with actions_engine(tmp_path, SCHEDULES) as h:
         start = h.clock.time()
         for k in range(1, 9):
             record = await step_to(h, "timer", start + 900 * k, k)
@@ -333,7 +309,7 @@ async def test_a_timer_fires_every_interval_from_the_start(tmp_path: Path) -> No
 
 @scenario
 async def test_calendar_times_in_named_zones_fire_at_exact_times(tmp_path: Path) -> None:
-    async with harness(tmp_path, SCHEDULES) as h:
+    async with actions_engine(tmp_path, SCHEDULES) as h:
         # the clock starts on Tuesday 2023-11-14 22:13:20 UTC
         info = h.broker.actions.action_info("paris")
         assert info["next_run"] == "2023-11-15T01:00:00.000+00:00"  # 02:00 CET
@@ -377,8 +353,8 @@ LIFECYCLE = """
 async def test_on_startup_runs_before_clients_and_on_shutdown_before_they_are_closed(
     tmp_path: Path,
 ) -> None:
-    h = harness(tmp_path, LIFECYCLE)
-    await until_done(h, h.broker.start())
+    h = actions_engine(tmp_path, LIFECYCLE)
+    await h.drive(h.broker.start())
     try:
         boot = h.broker.actions.runners["boot"].recent[-1]
         assert boot.outcome == "succeeded" and boot.detail == "start-up"
@@ -390,7 +366,7 @@ async def test_on_startup_runs_before_clients_and_on_shutdown_before_they_are_cl
         await h.until(lambda: len(sub.deliveries("s")) == 1)
         assert orjson.loads(sub.deliveries("s")[0][1]) == {"up": "spool-test"}
     finally:
-        await until_done(h, h.broker.stop())
+        await h.drive(h.broker.stop())
     # the shutdown message reached the subscriber before it was closed
     assert [orjson.loads(b) for _, b in sub.deliveries("s")] == [
         {"up": "spool-test"}, {"down": "amps-action-on-shutdown"},
@@ -400,15 +376,15 @@ async def test_on_startup_runs_before_clients_and_on_shutdown_before_they_are_cl
 
 @scenario
 async def test_the_shutdown_module_asks_the_host_process_to_stop(tmp_path: Path) -> None:
-    async with harness(
+    async with actions_engine(
         tmp_path, LIFECYCLE.replace("amps-action-on-startup", "amps-action-on-admin")
     ) as h:
-        alone = await run_now(h, "stop")
+        alone = await h.run_admin("stop")
         assert alone.outcome == "failed"
         assert alone.message.endswith("nothing hosts this instance that could stop it")
         asked: list[str] = []
         h.broker.lifecycle.shutdown_hosts.append(asked.append)
-        record = await run_now(h, "stop")
+        record = await h.run_admin("stop")
         assert record.outcome == "succeeded"
         assert asked == ["action stop"]
         assert h.broker.lifecycle.shutdown_reason == "action stop"
@@ -419,15 +395,15 @@ async def test_the_shutdown_module_asks_the_host_process_to_stop(tmp_path: Path)
 
 @scenario
 async def test_runs_are_stored_and_the_last_one_is_shown_after_a_restart(tmp_path: Path) -> None:
-    async with harness(tmp_path, ANNOUNCE) as h:
+    async with actions_engine(tmp_path, ANNOUNCE) as h:
         for who in ("ann", "ben", "cid"):
-            await run_now(h, "announce", who=who)
+            await h.run_admin("announce", who=who)
         history = await h.broker.actions.history("announce", 10)
         assert [r["parameters"]["who"] for r in history] == ["cid", "ben", "ann"]
         assert [r["id"] for r in history] == [3, 2, 1]
         assert history[0]["steps"][0]["module"] == "amps-action-do-publish-message"
         last = history[0]
-    async with harness(tmp_path, ANNOUNCE) as h:
+    async with actions_engine(tmp_path, ANNOUNCE) as h:
         info = h.broker.actions.action_info("announce")
         assert info["last_run"] == last
         assert info["runs"] == 0
@@ -440,8 +416,8 @@ async def test_runs_are_stored_and_the_last_one_is_shown_after_a_restart(tmp_pat
 async def test_a_run_stored_before_runs_had_event_counts_reads_back_without_them(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, ANNOUNCE) as h:
-        run = await run_now(h, "announce", who="ann")
+    async with actions_engine(tmp_path, ANNOUNCE) as h:
+        run = await h.run_admin("announce", who="ann")
         older = run.to_dict()
         del older["events"]  # the shape of a run stored by an earlier version
         row = ActionRunRow("announce", older["trigger"], 1.0, 2.0, "ok", "tester",
@@ -472,7 +448,7 @@ def test_the_disk_usage_trigger_fires_once_per_crossing(tmp_path: Path) -> None:
 
 
 async def _disk_scenario(tmp_path: Path, small: Path) -> None:
-    async with harness(tmp_path, disk_actions(small)) as h:
+    async with actions_engine(tmp_path, disk_actions(small)) as h:
         runner = h.broker.actions.runners["full"]
         watcher = h.broker.actions._disks["full"][0]
         await h.clock.advance(30)
@@ -506,8 +482,8 @@ async def test_the_broker_publishes_where_no_user_may(tmp_path: Path) -> None:
     """With <Users>, the broker's own publish is not checked against the entitlements of
     "no user" (which would refuse it): the broker is trusted."""
     users = "<User><Name>feed</Name><Token>feed-token-0123456789</Token><Read>.*</Read></User>"
-    async with harness(tmp_path, ANNOUNCE, users=users) as h:
-        record = await run_now(h, "announce", who="alice")
+    async with actions_engine(tmp_path, ANNOUNCE, users=users) as h:
+        record = await h.run_admin("announce", who="alice")
         assert record.outcome == "succeeded", record.message
         reader = await h.logon("r", user_id="feed", pw="feed-token-0123456789")
         reader.send(({"c": "subscribe", "t": "ops/alice", "sub_id": "s", "bm": "0"}, b""))

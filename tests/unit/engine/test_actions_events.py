@@ -8,7 +8,6 @@ A real Broker (tests/support/engine.py): real publish pipeline, real transaction
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +18,9 @@ from spool.server.actions import NotOnAdmin
 from spool.server.actions.checkpoint import checkpoint_name, encode
 from spool.server.actions.eventrunner import MAX_DERIVED_DEPTH
 from spool.server.bookmarks import derived_pub_hash, format_bookmark
-from tests.support.engine import EngineHarness, FakeClient, scenario
+from tests.support.engine import EngineHarness, FakeClient, actions_engine, scenario
 from tests.support.faults import GatedSeam
-from tests.support.server import config_xml, sow_topic
-
-
-def harness(
-    tmp_path: Path, actions: str, files: GatedSeam | None = None, **kw: Any
-) -> EngineHarness:
-    xml = config_xml(tmp_path / "data", admin_interval="1d", actions=actions, **kw)
-    return EngineHarness(tmp_path, xml=xml, files=files)
-
-
-async def until_done(h: EngineHarness, work: Awaitable[Any]) -> Any:
-    """Await ``work`` while moving the virtual clock (group commits, timers it waits on)."""
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await h.clock.advance(0.01)
-        await asyncio.sleep(0.001)  # threads (fsync) report back in real time
-    return task.result()
+from tests.support.server import sow_topic
 
 
 def source(bookmark: str) -> tuple[int, int]:
@@ -73,14 +56,14 @@ def order(n: int, topic: str = "orders/1") -> tuple[dict[str, Any], bytes]:
 async def test_every_matching_message_derives_one_message_with_its_source_bookmark(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, HOT) as h:
+    async with actions_engine(tmp_path, HOT) as h:
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d", "bm": "0"}, b""),
                     ({"c": "subscribe", "t": "^orders/", "sub_id": "o", "bm": "0"}, b""))  # fmt: skip
         pub = await h.logon("pub")
         pub.send(*[order(n) for n in range(100)], order(300, "other/1"))  # one frame
         await h.until(lambda: len(reader.deliveries("o")) == 100)
-        await until_done(h, h.until(lambda: len(reader.deliveries("d")) >= 34))
+        await h.drive(h.until(lambda: len(reader.deliveries("d")) >= 34))
         await h.commit()
         await h.settle()
         sources = [hd["bm"] for hd, body in reader.deliveries("o") if orjson.loads(body)["hot"]]
@@ -107,14 +90,14 @@ async def test_every_matching_message_derives_one_message_with_its_source_bookma
 async def test_no_hook_without_an_on_publish_trigger_and_none_for_other_topics(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, "") as h:
+    async with actions_engine(tmp_path, "") as h:
         assert not h.broker.publish_triggers.configured
         pub = await h.logon("pub")
         pub.send(order(3, "orders/1"))
         await h.commit()
         entry = h.broker.topics.get("orders/1")
         assert entry is not None and len(entry.appended) == 1  # the fan-out alone
-    async with harness(tmp_path / "on", HOT) as h:
+    async with actions_engine(tmp_path / "on", HOT) as h:
         assert h.broker.publish_triggers.configured
         pub = await h.logon("pub")
         pub.send(order(0, "other/1"), order(3, "orders/1"))
@@ -129,7 +112,7 @@ async def test_no_hook_without_an_on_publish_trigger_and_none_for_other_topics(
 async def test_nothing_is_derived_before_its_source_is_durable(tmp_path: Path) -> None:
     seam = GatedSeam()
     seam.gate.set()
-    async with harness(tmp_path, HOT, files=seam) as h:
+    async with actions_engine(tmp_path, HOT, files=seam) as h:
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d"}, b""))
         await h.settle()
@@ -144,7 +127,7 @@ async def test_nothing_is_derived_before_its_source_is_durable(tmp_path: Path) -
         assert h.durable_seq <= before < h.last_seq
         assert not reader.deliveries("d") and h.last_seq == before + 2
         seam.gate.set()
-        await until_done(h, h.until(lambda: len(reader.deliveries("d")) == 2))
+        await h.drive(h.until(lambda: len(reader.deliveries("d")) == 2))
 
 
 FULL = """
@@ -174,14 +157,14 @@ async def test_a_full_lane_drops_and_counts_and_never_slows_the_publisher(tmp_pa
     tuning = "<ActionEventQueueDepth>10</ActionEventQueueDepth>"
     seam = GatedSeam()
     seam.gate.set()
-    async with harness(tmp_path / "off", "", files=seam) as off:
+    async with actions_engine(tmp_path / "off", "", files=seam) as off:
         seam.gate.clear()  # nothing becomes durable: the worker would wait
         start = off.clock.time()
         plain = [t - start for t in await acked_at(off, await off.logon("pub"), 50)]
         seam.gate.set()
     seam = GatedSeam()
     seam.gate.set()
-    async with harness(tmp_path / "on", FULL, files=seam, tuning=tuning) as h:
+    async with actions_engine(tmp_path / "on", FULL, files=seam, tuning=tuning) as h:
         seam.gate.clear()
         start = h.clock.time()
         times = [t - start for t in await acked_at(h, await h.logon("pub"), 50)]
@@ -190,7 +173,7 @@ async def test_a_full_lane_drops_and_counts_and_never_slows_the_publisher(tmp_pa
         assert (events["offered"], events["dropped"]) == (50, 40)
         assert info(h, "slow")["skipped"] == 40
         seam.gate.set()
-        await until_done(h, h.until(lambda: info(h, "slow")["events"]["runs"] == 10))
+        await h.drive(h.until(lambda: info(h, "slow")["events"]["runs"] == 10))
         await h.clock.advance(60.0)  # the window closes: one warning for the drops
         await h.until(lambda: named(h, "events_dropped"))
         (warning,) = named(h, "events_dropped")
@@ -209,10 +192,10 @@ BAD = """
 @scenario
 async def test_windows_and_at_most_five_failed_runs_each_in_the_history(tmp_path: Path) -> None:
     tuning = "<ActionHistoryInterval>10s</ActionHistoryInterval>"
-    async with harness(tmp_path, BAD, tuning=tuning) as h:
+    async with actions_engine(tmp_path, BAD, tuning=tuning) as h:
         pub = await h.logon("pub")
         pub.send(*[order(n, f"orders/{n}") for n in range(7)])
-        await until_done(h, h.until(lambda: info(h, "bad")["events"]["runs"] == 7))
+        await h.drive(h.until(lambda: info(h, "bad")["events"]["runs"] == 7))
         await h.clock.advance(10.0)
         await h.until(lambda: (info(h, "bad")["last_run"] or {}).get("events"))
         action = info(h, "bad")
@@ -223,7 +206,7 @@ async def test_windows_and_at_most_five_failed_runs_each_in_the_history(tmp_path
         assert window is not None and window["events"]["failed"] == 7
         assert window["detail"] == "7 events: 7 runs, 7 failed"
         assert window["trigger"] == "amps-action-on-publish-message"
-        history = await until_done(h, h.broker.actions.history("bad", 50))
+        history = await h.drive(h.broker.actions.history("bad", 50))
         assert [(r["outcome"], r["events"] is not None) for r in history] == [
             ("failed", True),
             *[("failed", False)] * 5,
@@ -252,12 +235,12 @@ LOOP = """
 
 @scenario
 async def test_a_templated_loop_is_cut_after_four_derived_hops(tmp_path: Path) -> None:
-    async with harness(tmp_path, LOOP) as h:
+    async with actions_engine(tmp_path, LOOP) as h:
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "^loop/", "sub_id": "l"}, b""))
         pub = await h.logon("pub")
         pub.send(({"c": "publish", "t": "loop/a"}, b'{"n":0}'))
-        await until_done(h, h.until(lambda: info(h, "loop")["events"]["loop_cut"] == 1))
+        await h.drive(h.until(lambda: info(h, "loop")["events"]["loop_cut"] == 1))
         await h.commit()
         topics = [hd["t"] for hd, _ in reader.deliveries("l")]
         assert topics == ["loop/" * k + "a" for k in range(1, MAX_DERIVED_DEPTH + 2)]
@@ -284,7 +267,7 @@ ENRICH = """
 
 @scenario
 async def test_delete_sow_extract_values_echo_and_publish_per_message(tmp_path: Path) -> None:
-    async with harness(tmp_path, ENRICH, sow=sow_topic("book", "/sym")) as h:
+    async with actions_engine(tmp_path, ENRICH, sow=sow_topic("book", "/sym")) as h:
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "alerts", "sub_id": "a"}, b""))
         pub = await h.logon("pub")
@@ -294,7 +277,7 @@ async def test_delete_sow_extract_values_echo_and_publish_per_message(tmp_path: 
         pub.send(*[({"c": "publish", "t": "orders"},
                     orjson.dumps({"sym": s, "qty": q, "px": 2})) for s, q in
                    (("A", 1), ("C", 2), ("B", 3))])  # fmt: skip
-        await until_done(h, h.until(lambda: len(reader.deliveries("a")) == 3))
+        await h.drive(h.until(lambda: len(reader.deliveries("a")) == 3))
         got = [(hd["x"], orjson.loads(body)) for hd, body in reader.deliveries("a")]
         # the key's record went, then the stale one (the first firing only)
         assert got == [("A-1", {"sym": "A", "notional": 2}), ("C-0", {"sym": "C", "notional": 4}),
@@ -314,12 +297,12 @@ def checkpoint_file(tmp_path: Path) -> Path:
 async def derive_ten(tmp_path: Path, **kw: Any) -> tuple[list[str], int]:
     """Run HOT over 30 messages (10 hot) and stop; the hot sources' bookmarks and the
     log's identity."""
-    async with harness(tmp_path, HOT, **kw) as h:
+    async with actions_engine(tmp_path, HOT, **kw) as h:
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d"}, b""))
         pub = await h.logon("pub")
         pub.send(*[order(n) for n in range(30)])
-        await until_done(h, h.until(lambda: len(reader.deliveries("d")) == 10))
+        await h.drive(h.until(lambda: len(reader.deliveries("d")) == 10))
         assert h.broker.txlog is not None
         log_id = h.broker.txlog.own_pub_hash
         sources = [hd["x"] for hd, _ in reader.deliveries("d")]
@@ -334,12 +317,12 @@ async def derived_after_restart(
 ) -> tuple[list[tuple[str, str]], EngineHarness, int]:
     """Restart with HOT; the derived messages (bookmark, corr id) a replay from the start
     gives once the catch-up ran, the broker, and the records of SOW topic orders/1."""
-    h = harness(tmp_path, HOT, **kw)
+    h = actions_engine(tmp_path, HOT, **kw)
     async with h:
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d", "bm": "0"}, b""))
-        await until_done(h, h.until(lambda: len(reader.deliveries("d")) >= 10))
-        await until_done(h, h.until(lambda: h.broker.actions.event_runners["hot"].lane.queued == 0
+        await h.drive(h.until(lambda: len(reader.deliveries("d")) >= 10))
+        await h.drive(h.until(lambda: h.broker.actions.event_runners["hot"].lane.queued == 0
                                     and h.broker.actions.event_runners["hot"].idle))  # fmt: skip
         await h.commit()
         got = [(hd["bm"], hd["x"]) for hd, _ in reader.deliveries("d")]

@@ -12,12 +12,12 @@ from typing import Any
 import orjson
 
 from spool.server.clock import VirtualClock
-from tests.support.engine import EngineHarness, scenario
+from tests.support.engine import EngineHarness, actions_engine, scenario
 from tests.support.fabric import B, drive, fabric_of, xml
 from tests.support.fabric import scenario as fabric_scenario
 from tests.support.replication import destination
 from tests.support.server import sow_topic
-from tests.unit.engine.test_actions_events import harness, info, until_done
+from tests.unit.engine.test_actions_events import info
 
 CLIENTS = """
 <Action><Name>who</Name>
@@ -47,7 +47,7 @@ def bodies(client: Any, sub_id: str) -> list[dict[str, Any]]:
 async def test_a_client_connecting_logging_on_and_leaving_fires_each_trigger(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, CLIENTS) as h:
+    async with actions_engine(tmp_path, CLIENTS) as h:
         assert h.broker.happenings.clients and not h.broker.happenings.links
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "^clients/", "sub_id": "s"}, b""))
@@ -56,7 +56,7 @@ async def test_a_client_connecting_logging_on_and_leaving_fires_each_trigger(
         kicked = await h.logon("k")
         await c.session.close("bye", cause="client")
         await kicked.session.close("too slow", cause="slow_client_stalled")
-        await until_done(h, h.until(lambda: len(reader.deliveries("s")) >= 7))
+        await h.drive(h.until(lambda: len(reader.deliveries("s")) >= 7))
         await h.settle()
         got = bodies(reader, "s")
         log = [(b["t"], b["c"]) for b in got if "t" in b and b["n"] != "websocket-json-1"]
@@ -80,7 +80,7 @@ async def test_a_client_connecting_logging_on_and_leaving_fires_each_trigger(
 
 @scenario
 async def test_without_a_client_trigger_the_bus_has_no_client_sink(tmp_path: Path) -> None:
-    async with harness(tmp_path, "") as h:
+    async with actions_engine(tmp_path, "") as h:
         assert h.broker.actions.happenings_sink is None
         assert h.broker.happenings.clients is False
         c = await h.logon("c")
@@ -190,7 +190,7 @@ async def test_sow_deletes_expirations_and_records_out_of_focus_fire_at_their_ti
     tmp_path: Path,
 ) -> None:
     book = sow_topic("book", "/sym", expiration="10s")
-    async with harness(tmp_path, SOW_ACTIONS, sow=book) as h:
+    async with actions_engine(tmp_path, SOW_ACTIONS, sow=book) as h:
         assert h.broker.happenings.sow_removals and h.broker.happenings.sow_changes
         reader = await h.logon("reader")
         reader.send(*[({"c": "subscribe", "t": f"ops/{t}", "sub_id": t}, b"")
@@ -207,7 +207,7 @@ async def test_sow_deletes_expirations_and_records_out_of_focus_fire_at_their_ti
         await h.settle()
         await h.clock.advance(2)  # A, updated at t0 + 2, at t0 + 12
         await h.settle()
-        await until_done(h, h.until(lambda: len(reader.deliveries("expired")) == 3))
+        await h.drive(h.until(lambda: len(reader.deliveries("expired")) == 3))
         await h.settle()
 
         def at(x: dict[str, Any]) -> float:
@@ -236,7 +236,7 @@ async def test_sow_deletes_expirations_and_records_out_of_focus_fire_at_their_ti
 @scenario
 async def test_a_sow_topic_no_trigger_names_is_never_watched(tmp_path: Path) -> None:
     sow = sow_topic("book", "/sym") + sow_topic("other", "/sym")
-    async with harness(tmp_path, SOW_ACTIONS, sow=sow) as h:
+    async with actions_engine(tmp_path, SOW_ACTIONS, sow=sow) as h:
         happenings = h.broker.happenings
         assert happenings.sow_interest("sow_changes", "book")
         assert not happenings.sow_interest("sow_changes", "other")
@@ -249,7 +249,7 @@ async def test_a_sow_topic_no_trigger_names_is_never_watched(tmp_path: Path) -> 
         assert all(
             info(h, name)["events"]["offered"] == 0 for name in ("deleted", "expired", "oof")
         )
-    async with harness(tmp_path / "none", "", sow=sow) as h:
+    async with actions_engine(tmp_path / "none", "", sow=sow) as h:
         assert not h.broker.happenings.sow_removals and not h.broker.happenings.sow_changes
 
 
@@ -327,7 +327,7 @@ QUEUE = (
 async def test_dead_letters_fire_once_published_with_their_reason_and_consumer(
     tmp_path: Path,
 ) -> None:
-    async with harness(tmp_path, DEAD_LETTERS, sow=QUEUE) as h:
+    async with actions_engine(tmp_path, DEAD_LETTERS, sow=QUEUE) as h:
         assert h.broker.happenings.dead_letters
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "ops/dead", "sub_id": "o"}, b""))
@@ -346,7 +346,7 @@ async def test_dead_letters_fire_once_published_with_their_reason_and_consumer(
         await h.settle()
         await h.clock.advance(10.5)  # at t0 + 20, past MaxDeliveries: dead letters
         await h.settle()
-        await until_done(h, h.until(lambda: reader.deliveries("o")))
+        await h.drive(h.until(lambda: reader.deliveries("o")))
         await h.settle()
         got = bodies(reader, "o")
         # 1 left for max_cancels (not a reason of the trigger), 20 the filter leaves out
@@ -364,7 +364,7 @@ async def test_dead_letters_fire_once_published_with_their_reason_and_consumer(
 async def test_a_dead_letter_the_pipeline_refused_fires_nothing(tmp_path: Path) -> None:
     # the dead-letter topic keeps records by a field no dead letter has: each is refused
     sow = QUEUE + sow_topic("work-dead", "/missing")
-    async with harness(tmp_path, DEAD_LETTERS, sow=sow) as h:
+    async with actions_engine(tmp_path, DEAD_LETTERS, sow=sow) as h:
         p = await h.logon("pub")
         c = await h.logon("c")
         c.send(({"c": "subscribe", "t": "work", "sub_id": "s", "o": "max_backlog=5"}, b""))

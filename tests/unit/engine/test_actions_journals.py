@@ -8,7 +8,6 @@ and let the journal work (moves, zstd, unlinks) finish in its threads.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,15 +56,6 @@ async def wait_runs(h: EngineHarness, name: str, count: int) -> RunRecord:
     await h.until(lambda: r.runs >= count and r.running is None, timeout=30)
     assert r.runs == count, f"{name} ran {r.runs} times, expected {count}"
     return r.recent[-1]
-
-
-async def run_now(h: EngineHarness, name: str, **params: str) -> RunRecord:
-    """Run an on-admin action, advancing the clock while it waits for group commits."""
-    task = asyncio.ensure_future(h.broker.actions.run_admin(name, params, "tester"))
-    while not task.done():
-        await h.clock.advance(0.01)
-        await asyncio.sleep(0.001)
-    return task.result()
 
 
 async def publish(h: EngineHarness, client: FakeClient, body: bytes, count: int = 1) -> None:
@@ -174,7 +164,7 @@ async def test_a_pinned_journal_is_skipped_then_handled_once_the_pin_is_released
             ({"c": "subscribe", "t": "orders", "sub_id": "old", "bm": "0", "o": "pause"}, b"")
         )
         await h.settle()
-        first = await run_now(h, "archive-old")
+        first = await h.run_admin("archive-old")
         assert first.outcome == "partial"
         archive, remove = first.steps
         assert (archive.status, archive.journals) == ("partial", [])
@@ -190,7 +180,7 @@ async def test_a_pinned_journal_is_skipped_then_handled_once_the_pin_is_released
 
         reader.send(({"c": "unsubscribe", "sub_id": "old"}, b""))
         await h.settle()
-        second = await run_now(h, "archive-old")
+        second = await h.run_admin("archive-old")
         assert second.outcome == "succeeded"
         archive, remove = second.steps
         assert (archive.journals, archive.pinned) == ([1, 2, 3, 4], [])
@@ -216,11 +206,11 @@ async def test_a_pin_moving_past_a_journal_releases_it_for_the_next_run(tmp_path
             ({"c": "subscribe", "t": "orders", "sub_id": "s", "bm": "0", "o": "pause"}, b"")
         )
         await h.settle()
-        assert (await run_now(h, "archive-old")).outcome == "partial"
+        assert (await h.run_admin("archive-old")).outcome == "partial"
         reader.send(({"c": "subscribe", "t": "orders", "sub_id": "s", "o": "resume"}, b""))
         await h.until(lambda: len(reader.deliveries("s")) == 5, timeout=30)
         await h.settle()
-        again = await run_now(h, "archive-old")
+        again = await h.run_admin("archive-old")
         assert again.outcome == "succeeded", again.message
         assert again.steps[0].journals == [1, 2, 3]
 
@@ -276,7 +266,7 @@ async def test_replay_from_epoch_is_the_same_over_plain_archived_and_compressed_
         written = await eight_journals(h)
         before = await replay_from_epoch(h, "before", written)
         assert len(before) == written
-        shaped = await run_now(h, "shape")
+        shaped = await h.run_admin("shape")
         assert shaped.outcome == "succeeded", shaped.message
         assert shapes(h) == SHAPED
         after = await replay_from_epoch(h, "after", written)
@@ -295,7 +285,7 @@ async def test_a_restart_after_archive_compress_and_remove_recovers(tmp_path: Pa
     async with harness(tmp_path, SHAPES) as h:
         written = await eight_journals(h)
         before = await replay_from_epoch(h, "before", written)
-        assert (await run_now(h, "shape")).outcome == "succeeded"
+        assert (await h.run_admin("shape")).outcome == "succeeded"
         last_seq = h.last_seq
     # 1. archived and compressed journals are found again where they are, in their state
     async with harness(tmp_path, SHAPES) as h:
@@ -303,7 +293,7 @@ async def test_a_restart_after_archive_compress_and_remove_recovers(tmp_path: Pa
         ids = sorted(states(h))
         assert h.last_seq == last_seq
         assert await replay_from_epoch(h, "again", written) == before
-        trimmed = await run_now(h, "trim")
+        trimmed = await h.run_admin("trim")
         assert trimmed.steps[0].journals == ids[:3]
         assert trimmed.steps[0].files[0].startswith(str(tmp_path / "data" / "archive"))
         first_kept = states(h)

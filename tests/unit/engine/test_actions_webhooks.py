@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from spool.server.actions import RunRecord
 from spool.server.actions.service import WEBHOOK_STOP_BUDGET
 from spool.server.actions.webhooks import WebhookRequest, WebhookResponse, signature
 from spool.server.clock import VirtualClock
@@ -91,20 +89,6 @@ def harness(tmp_path: Path, actions: str, port: ScriptedPort) -> EngineHarness:
     return EngineHarness(tmp_path, xml=xml, clock=port.clock, webhooks=port)
 
 
-async def until_done(h: EngineHarness, work: Awaitable[Any]) -> Any:
-    """Await ``work`` while moving the virtual clock (group commits, backoff sleeps)."""
-    task = asyncio.ensure_future(work)
-    while not task.done():
-        await h.clock.advance(0.01)
-        await asyncio.sleep(0.001)  # threads (fsync) report back in real time
-    return task.result()
-
-
-async def run_now(h: EngineHarness) -> RunRecord:
-    record: RunRecord = await until_done(h, h.broker.actions.run_admin("notify", {}, "tester"))
-    return record
-
-
 def named(h: EngineHarness, event: str) -> list[dict[str, Any]]:
     return [e for e in h.broker.events.recent(1000)
             if e["category"] == "actions" and e["event"] == event]  # fmt: skip
@@ -132,7 +116,7 @@ async def test_a_run_of_its_own_retries_when_asked_then_reads_the_status(tmp_pat
         reader = await h.logon("reader")
         reader.send(({"c": "subscribe", "t": "status", "sub_id": "s"}, b""))
         await h.settle()
-        record = await run_now(h)
+        record = await h.run_admin("notify")
         assert record.outcome == "succeeded"
         first = port.times()[0]
         # Retry-After outweighs the backoff (1 s, then 2 s, each +-20 %): at +5 s, then +7 s
@@ -143,7 +127,7 @@ async def test_a_run_of_its_own_retries_when_asked_then_reads_the_status(tmp_pat
             "sent to https://hooks.example.com/spool/notify?\u2026 (HTTP 200, 3 attempts)"
         )
         assert publish.status == "ok"
-        await until_done(h, h.until(lambda: reader.deliveries("s")))
+        await h.drive(h.until(lambda: reader.deliveries("s")))
         assert orjson.loads(reader.deliveries("s")[0][1]) == {"status": "200"}
         requests = [r for _, r in port.posts]
         assert len({r.event_id for r in requests}) == 1  # a retry is the same event
@@ -164,7 +148,7 @@ async def test_a_backoff_retry_comes_within_its_jitter_and_a_final_failure_fails
 ) -> None:
     port = ScriptedPort(VirtualClock(), 503, 503, 404)
     async with harness(tmp_path, on_demand("<Retries>5</Retries><Backoff>2s</Backoff>"), port) as h:
-        record = await run_now(h)
+        record = await h.run_admin("notify")
         assert record.outcome == "failed"
         t0, t1, t2 = port.times()
         assert 1.6 <= t1 - t0 <= 2.4  # 2 s +-20 %
@@ -193,7 +177,7 @@ async def test_a_firing_queues_its_post_with_the_source_bookmark_and_never_waits
         pub = await h.logon("pub")
         pub.send(*[({"c": "publish", "t": "orders/1"}, orjson.dumps({"n": n})) for n in range(3)])
         runner = h.broker.actions.event_runners["per-order"]
-        await until_done(h, h.until(lambda: runner.counts()["runs"] == 3))
+        await h.drive(h.until(lambda: runner.counts()["runs"] == 3))
         events = runner.counts()
         # every firing ran to its end while the first post still waits for an answer
         assert (events["succeeded"], events["webhooks_queued"], events["webhooks_sent"]) == (
@@ -201,7 +185,7 @@ async def test_a_firing_queues_its_post_with_the_source_bookmark_and_never_waits
         )  # fmt: skip
         assert len(port.posts) == 1  # one at a time per action: in order
         port.gate.set()
-        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 3))
+        await h.drive(h.until(lambda: runner.counts()["webhooks_sent"] == 3))
         sources = [hd["bm"] for hd, _ in reader.deliveries("o")]
         requests = [r for _, r in port.posts]
         assert [r.event_id for r in requests] == [f"{bm}1" for bm in sources]
@@ -228,7 +212,7 @@ async def test_the_stop_cuts_off_the_posts_left_counts_and_reports_them(tmp_path
         pub = await h.logon("pub")
         pub.send(*[({"c": "publish", "t": "orders/1"}, b'{"n":1}') for _ in range(2)])
         runner = h.broker.actions.event_runners["per-order"]
-        await until_done(h, h.until(lambda: runner.counts()["runs"] == 2))
+        await h.drive(h.until(lambda: runner.counts()["runs"] == 2))
         stopping_at = h.clock.monotonic()
     assert h.clock.monotonic() - stopping_at >= WEBHOOK_STOP_BUDGET  # the budget was given
     assert h.broker.actions.action_info("per-order")["webhooks"] == {
@@ -249,10 +233,10 @@ async def test_posts_a_stop_cut_off_are_made_again_after_the_restart_and_only_th
         pub = await h.logon("pub")
         pub.send(({"c": "publish", "t": "orders/1"}, b'{"n":1}'))
         runner = h.broker.actions.event_runners["per-order"]
-        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 1))
+        await h.drive(h.until(lambda: runner.counts()["webhooks_sent"] == 1))
         port.gate = asyncio.Event()  # the next posts are never answered
         pub.send(*[({"c": "publish", "t": "orders/1"}, b'{"n":%d}' % n) for n in (2, 3)])
-        await until_done(h, h.until(lambda: runner.counts()["runs"] == 3))
+        await h.drive(h.until(lambda: runner.counts()["runs"] == 3))
     # one post at a time per action: the second waits at the gate, the third behind it
     sent, waiting = [r.event_id for _, r in port.posts]
     assert h.broker.actions.action_info("per-order")["webhooks"] == {
@@ -261,7 +245,7 @@ async def test_posts_a_stop_cut_off_are_made_again_after_the_restart_and_only_th
     again = ScriptedPort(VirtualClock())
     async with harness(tmp_path, PER_ORDER, again) as h:
         runner = h.broker.actions.event_runners["per-order"]
-        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 2))
+        await h.drive(h.until(lambda: runner.counts()["webhooks_sent"] == 2))
         # the two cut off, the one that waited with the id it had; not the one answered
         assert [orjson.loads(r.body)["data"]["n"] for _, r in again.posts] == [2, 3]
         assert again.posts[0][1].event_id == waiting
@@ -278,14 +262,14 @@ async def test_no_secret_in_records_descriptions_events_or_the_event_log_file(
 ) -> None:
     port = ScriptedPort(VirtualClock(), 503, 200, 400)
     async with harness(tmp_path, on_demand() + PER_ORDER.replace(ALLOW, ""), port) as h:
-        assert (await run_now(h)).outcome == "succeeded"
-        assert (await run_now(h)).outcome == "failed"
+        assert (await h.run_admin("notify")).outcome == "succeeded"
+        assert (await h.run_admin("notify")).outcome == "failed"
         pub = await h.logon("pub")
         pub.send(({"c": "publish", "t": "orders/1"}, b'{"n":1}'))
         runner = h.broker.actions.event_runners["per-order"]
-        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 1))
+        await h.drive(h.until(lambda: runner.counts()["webhooks_sent"] == 1))
         await runner.close_window()
-        history = await until_done(h, h.broker.actions.history())
+        history = await h.drive(h.broker.actions.history())
         descriptions = [s["description"] for a in h.broker.actions.info() for s in a["steps"]]
         assert (
             "post to https://hooks.example.com/spool/{{AMPS_ACTION_NAME}}?\u2026 (header "
@@ -312,7 +296,7 @@ async def test_a_full_queue_fails_the_firing_and_counts_the_post_dropped(tmp_pat
         pub = await h.logon("pub")
         pub.send(*[({"c": "publish", "t": "orders/a b"}, b'{"n":1}') for _ in range(2)])
         runner = h.broker.actions.event_runners["per-order"]
-        await until_done(h, h.until(lambda: runner.counts()["runs"] == 2))
+        await h.drive(h.until(lambda: runner.counts()["runs"] == 2))
         events = runner.counts()
         assert (events["succeeded"], events["failed"]) == (1, 1)
         assert (events["webhooks_queued"], events["webhooks_dropped"]) == (1, 1)
@@ -326,4 +310,4 @@ async def test_a_full_queue_fails_the_firing_and_counts_the_post_dropped(tmp_pat
             f"https://hooks.example.com/spool/orders%2Fa%20b?token={QUERY}"
         )
         port.gate.set()
-        await until_done(h, h.until(lambda: runner.counts()["webhooks_sent"] == 1))
+        await h.drive(h.until(lambda: runner.counts()["webhooks_sent"] == 1))
