@@ -331,15 +331,10 @@ class EventRunner:
         if flt is not None and not flt.matches(view):
             return None
         self.tally.matched += 1
-        events.firing = EventFiring(view, 0, 0, index)
-        record = RunRecord(self.name, module, describe(happening), self._clock.time())
-        ctx = StepContext(
-            self._ops, self._instance, self._clock, self._metrics, _no_events,
-            {**self._base(module), **variables(happening)}, event=events,
+        return await self._run(
+            events, EventFiring(view, 0, 0, index), module, describe(happening),
+            {**self._base(module), **variables(happening)},
         )  # fmt: skip
-        await run_steps(self.config.steps, record, ctx)
-        record.finish(self._clock.time())
-        return _Firing(record, 0)
 
     async def _fire_records(self, events: EventBatch, item: SowRun, firings: list[_Firing]) -> None:
         """Run the steps once per record of a SOW happening the trigger takes: a removed
@@ -373,7 +368,6 @@ class EventRunner:
         self.tally.matched += len(chosen)
         for record, reason in chosen:
             view = _record_view(topic, record)
-            events.firing = EventFiring(view, 0, 0, len(firings))
             variables_ = {
                 **self._base(module), "AMPS_TOPIC": topic, "AMPS_SOW_KEY": record.key,
                 "AMPS_BOOKMARK": view.bookmark,
@@ -382,15 +376,9 @@ class EventRunner:
             }  # fmt: skip
             if reason:
                 variables_["AMPS_REASON"] = reason
+            firing = EventFiring(view, 0, 0, len(firings))
             detail = f"key {record.key} on topic {topic}"
-            run = RunRecord(self.name, module, detail, self._clock.time())
-            ctx = StepContext(
-                self._ops, self._instance, self._clock, self._metrics, _no_events, variables_,
-                event=events,
-            )  # fmt: skip
-            await run_steps(self.config.steps, run, ctx)
-            run.finish(self._clock.time())
-            firings.append(_Firing(run, 0))
+            firings.append(await self._run(events, firing, module, detail, variables_))
 
     async def _fire_letters(
         self, events: EventBatch, item: LetterRun, firings: list[_Firing]
@@ -413,22 +401,15 @@ class EventRunner:
             if flt is not None and not flt.matches(view):
                 continue
             self.tally.matched += 1
-            events.firing = EventFiring(view, 0, 0, len(firings))
             variables_ = {
                 **self._base(module), "AMPS_TOPIC": topic, "AMPS_QUEUE": happening.queue,
                 "AMPS_DATA": letter.envelope.decode("utf-8", "replace"),
                 "AMPS_REASON": letter.reason, "AMPS_BOOKMARK": letter.bookmark,
                 "AMPS_CONSUMER": letter.consumer, "AMPS_DELIVERIES": str(letter.deliveries),
             }  # fmt: skip
+            firing = EventFiring(view, 0, 0, len(firings))
             detail = f"bookmark {letter.bookmark} of queue {happening.queue} ({letter.reason})"
-            run = RunRecord(self.name, module, detail, self._clock.time())
-            ctx = StepContext(
-                self._ops, self._instance, self._clock, self._metrics, _no_events, variables_,
-                event=events,
-            )  # fmt: skip
-            await run_steps(self.config.steps, run, ctx)
-            run.finish(self._clock.time())
-            firings.append(_Firing(run, 0))
+            firings.append(await self._run(events, firing, module, detail, variables_))
 
     def _base(self, module: str) -> dict[str, str]:
         """The variables of every firing."""
@@ -493,15 +474,31 @@ class EventRunner:
         )  # fmt: skip
         view = MessageView(run.topic, run.bodies[i], bookmark=bookmark,
                            client_name=run.publisher_name)  # fmt: skip
-        events.firing = EventFiring(view, run.pub_hash, seq, index)
+        return await self._run(
+            events, EventFiring(view, run.pub_hash, seq, index), module, detail,
+            self._variables(module, run, i, bookmark), item.depth,
+        )  # fmt: skip
+
+    async def _run(
+        self,
+        events: EventBatch,
+        firing: EventFiring,
+        module: str,
+        detail: str,
+        variables_: dict[str, str],
+        depth: int = 0,
+    ) -> _Firing:
+        """Run the steps once for ``firing`` of the batch (its record says ``detail``;
+        ``depth``: derived hops from a client's message to its source)."""
+        events.firing = firing
         record = RunRecord(self.name, module, detail, self._clock.time())
         ctx = StepContext(
-            self._ops, self._instance, self._clock, self._metrics, _no_events,
-            self._variables(module, run, i, bookmark), event=events, webhooks=self.webhooks,
+            self._ops, self._instance, self._clock, self._metrics, _no_events, variables_,
+            event=events, webhooks=self.webhooks,
         )  # fmt: skip
         await run_steps(self.config.steps, record, ctx)
         record.finish(self._clock.time())
-        return _Firing(record, item.depth)
+        return _Firing(record, depth)
 
     async def _publish(self, events: EventBatch, firings: list[_Firing]) -> int:
         """Publish the batch's derived messages; the log's last seq once they are in it

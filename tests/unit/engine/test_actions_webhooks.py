@@ -256,6 +256,24 @@ async def test_posts_a_stop_cut_off_are_made_again_after_the_restart_and_only_th
     assert sent not in [r.event_id for _, r in again.posts]
 
 
+ON_LOGON = f"""{ALLOW}
+<Action><Name>on-logon</Name>
+  <On><Module>spool-action-on-logon-client</Module></On>
+  {hook().replace("{{AMPS_DATA}}", '"{{AMPS_CLIENT_NAME}}"')}
+</Action>"""
+
+
+@scenario
+async def test_an_action_a_client_logging_on_runs_posts_its_webhook(tmp_path: Path) -> None:
+    port = ScriptedPort(VirtualClock())
+    async with harness(tmp_path, ON_LOGON, port) as h:
+        runner = h.broker.actions.event_runners["on-logon"]
+        await h.logon("someone")
+        await h.drive(h.until(lambda: runner.counts()["webhooks_sent"] >= 1))
+        bodies = [orjson.loads(r.body) for _, r in port.posts]
+        assert bodies == [{"action": "on-logon", "data": "someone"}]
+
+
 @scenario
 async def test_no_secret_in_records_descriptions_events_or_the_event_log_file(
     tmp_path: Path,
