@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +21,7 @@ import pytest
 
 from spool.server.client import SyncClient
 from tests.support.server import SpoolProcess, config_xml
+from tests.support.wait import wait_until
 
 ADMIN_TOKEN = "hooks-admin-token-0123456789"
 FEED_TOKEN = "hooks-feed-token-0123456789"
@@ -78,13 +78,11 @@ class Destination:
         self.server.server_close()
 
     def wait_for(self, count: int, timeout: float = 30.0) -> list[Post]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def arrived() -> list[Post] | None:
             with self.lock:
-                if len(self.posts) >= count:
-                    return list(self.posts)
-            time.sleep(0.02)
-        raise AssertionError(f"{count} posts expected, {len(self.posts)} came")
+                return list(self.posts) if len(self.posts) >= count else None
+
+        return wait_until(arrived, timeout=timeout, message=f"{count} posts")
 
 
 def actions(port: int) -> str:
@@ -135,15 +133,15 @@ def test_a_post_answered_500_is_retried_and_arrives_once_signed_with_its_event_i
             expected = hmac.new(KEY.encode(), post.body, hashlib.sha256).hexdigest()
             assert hmac.compare_digest(post.headers["Spool-Signature"], f"sha256={expected}")
         with httpx.Client(base_url=proc.http_url, timeout=30.0) as http:
-            deadline = time.monotonic() + 10
-            while True:
+
+            def sent() -> dict[str, Any] | None:
                 listed = http.get(
                     "/api/actions", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}
                 ).json()["actions"]
                 (info,) = [a for a in listed if a["name"] == "per-order"]
-                if info["webhooks"]["sent"] == 1 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+                return info if info["webhooks"]["sent"] == 1 else None
+
+            info = wait_until(sent, interval=0.05, message="the post counted sent")
         assert info["webhooks"] == {"queued": 1, "sent": 1, "failed": 0, "dropped": 0,
                                     "retried": 1}  # fmt: skip
         assert info["events"]["webhooks_sent"] == 1

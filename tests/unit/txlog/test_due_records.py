@@ -41,6 +41,7 @@ from spool.server.txlog.publishers.holdings import plan_held
 from spool.server.txlog.publishers.table import Holdings
 from spool.server.txlog.storage.journal import Journal
 from tests.support.damage import flip_byte, journals, records_of, remove_journal
+from tests.support.wait import async_wait_until
 from tests.unit.txlog.helpers import INSTANCE, config, read_all, run
 
 PUBS = (101, 202)
@@ -371,8 +372,7 @@ def test_a_fence_over_due_records_asks_only_for_publishers_records(
         await log.open()
         log.start_scrub()
         assert log.scrub()
-        while log.scrub_status.passes == 0:
-            await asyncio.sleep(0.01)
+        await async_wait_until(lambda: log.scrub_status.passes, message="a scrub pass")
         (fence,) = log.fences
         assert not fence.exact
         assert fence.identities and all(is_publisher_key(k) for k, _lo, _hi in fence.identities)
