@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from spool.server.clock import SYSTEM_CLOCK, Clock
+from spool.server.clock import SYSTEM_CLOCK, Clock, time_us
 from spool.server.expr import FilterSyntaxError, compile_filter, is_known
 from spool.server.lifecycle import Lifecycle
 from spool.server.ports import PublishRun
@@ -48,9 +48,10 @@ from spool.server.protocol.errors import (
     ShuttingDown,
 )
 from spool.server.protocol.frame import FrameError, parse_frame
-from spool.server.publishing import PublishPipeline, refuse_publish_options
+from spool.server.publishing import PublishPipeline, publish_due, refuse_options
 from spool.server.session import CLOSE_INVALID_DATA, Session
 from spool.server.stats.source import EventSink
+from spool.server.txlog.format.record import RecordKind
 
 #: a command handler: runs the command now (returns None) or returns what to await first
 CommandHandler = Callable[[Session, Command], Awaitable[None] | None]
@@ -213,11 +214,14 @@ class Dispatcher:
     def _publish(self, cmd: Command) -> None:
         """A publish the run path did not take (a correlation id, a SOW key, options, a
         first use of an ack string...): the same pipeline, as a run of one, once its
-        options are known to ask for nothing this version would ignore."""
+        options are read (a delayed publish is stored as a scheduled record)."""
         session = self._session
         origin = session.origin
         assert origin is not None
-        if refuse_publish_options(session, cmd):
+        try:
+            due = publish_due(cmd, time_us(self._clock))
+        except InvalidOptions as exc:
+            refuse_options(session, cmd, exc)
             return
         kinds = cmd.acks - {"received"}  # already sent by dispatch()
         self._pipeline.publish(
@@ -233,6 +237,8 @@ class Dispatcher:
                 sow_key=cmd.field("k") or "",
                 expiration=cmd.field("e"),
                 publisher_name=origin.name,
+                kind=RecordKind.PUBLISH if due is None else RecordKind.SCHEDULED,
+                due_us=due,
             ),
         )
 

@@ -42,6 +42,8 @@ from spool.server.clients import ClientRegistry
 from spool.server.clock import SYSTEM_CLOCK, Clock
 from spool.server.commandtable import CommandTable
 from spool.server.config import EVENTS_CLIENTS, EVENTS_SUBSCRIPTIONS, Config
+from spool.server.delayed.checkpoint import checkpoint_name as delayed_checkpoint
+from spool.server.delayed.service import DelayedDelivery
 from spool.server.dispatch import CommandHandler, Dispatcher
 from spool.server.eventlog import ConsoleFormat, EventLog
 from spool.server.eventtopics import EventTopics
@@ -217,11 +219,21 @@ class Broker:
         self.publish_triggers = PublishTriggers(config, txlog, clock, self.events)
         on_publish = (self.publish_triggers,) if self.publish_triggers.configured else ()
         # durable stages (SOW files) follow the local fsync; acks wait on ``horizon``
+        #: delayed delivery (publishes with ``deliver_at`` / ``deliver_after``): needs a log
+        self.delayed: DelayedDelivery | None = None
+        if txlog is not None and config.transaction_log is not None:
+            self.delayed = DelayedDelivery(
+                txlog, config.name, clock, self.events,
+                config.transaction_log.journal_directory / delayed_checkpoint(config.name),
+            )  # fmt: skip
+        recovering = (self.delayed,) if self.delayed is not None else ()
         self.pipeline = PublishPipeline(
             self.topics, txlog, local, self.acks, self.auth, self.events,
-            stages=(self.sow.stage, self.queues.stage, self.fanout, *on_publish),
+            stages=(self.sow.stage, self.queues.stage, self.fanout, *on_publish, *recovering),
         )  # fmt: skip
         self.sow.attach(self.pipeline)
+        if self.delayed is not None:
+            self.delayed.attach(self.pipeline)
         #: the instance as a publisher (actions, the queues' dead letters, event topics)
         broker = BrokerPublisher(self.pipeline, txlog, config.name, reserved=reserved)
         self.queues.dead_letters = broker.publish_now
@@ -422,6 +434,8 @@ class Broker:
         #    their checkpoint); fenced records are not there to rebuild from
         #    (server/txlog/damage/fences.py)
         await self.queues.load_checkpoint()
+        if self.delayed is not None:
+            await self.delayed.load_checkpoint()
         await self.pipeline.recover()
         for first, last in self.pipeline.recovery_skipped:
             self.events.emit(
@@ -435,6 +449,8 @@ class Broker:
             self.txlog.add_fill_listener(self._repaired)
         self.sow.recovered()
         self.queues.recovered()
+        if self.delayed is not None:
+            self.delayed.recovered()
         # 4. bootstrap (an empty instance with <Bootstrap>): the copy runs while the web
         #    server is up (its progress on the dashboard and /api/bootstrap) but the
         #    instance is not ready: clients and replication links are refused until the
@@ -619,6 +635,8 @@ class Broker:
         #    append to the log)
         await self.sow.close()
         await self.queues.close()
+        if self.delayed is not None:
+            await self.delayed.close()
         #    event topics: what the drain told of (clients leaving) goes out, then nothing
         if self.event_topics is not None:
             await self.event_topics.close()

@@ -211,6 +211,10 @@ class PublishRun:
             none), or None when no message gave one. Only a stage that keeps records
             (SOW) takes it; a topic without one refuses it.
         keys: per message, the key a preparing stage derived (SOW), or None.
+        dues: per message, when a delayed message falls due (microseconds since the
+            epoch), or None: only a run of kind ``SCHEDULED`` has them, and the pipeline
+            writes them into the SOW key fields once the preparing stages have run
+            (:func:`spool.server.txlog.format.record.schedule_field`).
         kind: the record kind the messages are logged as.
         path: instances the messages travelled through (replication), origin first.
         publisher_name: the publishing client's name, when known (``CLIENT_NAME()``).
@@ -228,6 +232,7 @@ class PublishRun:
     publisher_name: str = ""
     expirations: list[int | None] | None = None
     keys: list[str] | None = None
+    dues: list[int] | None = None
 
     @classmethod
     def one(
@@ -244,10 +249,11 @@ class PublishRun:
         expiration: int | None = None,
         kind: RecordKind = RecordKind.PUBLISH,
         publisher_name: str = "",
+        due_us: int | None = None,
     ) -> PublishRun:
         """A single publish as a run of one (``acks``: the kinds it asked for, ``cid``
         theirs; an empty ``corr_id``/``sow_key`` and no ``expiration`` leave the column
-        out)."""
+        out; ``due_us``: a delayed publish's due time, with ``kind`` ``SCHEDULED``)."""
         return cls(
             topic=topic,
             pub_hash=pub_hash,
@@ -259,6 +265,7 @@ class PublishRun:
             kind=kind,
             publisher_name=publisher_name,
             expirations=[expiration] if expiration is not None else None,
+            dues=[due_us] if due_us is not None else None,
         )
 
     def slice(self, start: int, stop: int) -> PublishRun:
@@ -297,6 +304,7 @@ class PublishRun:
             publisher_name=self.publisher_name,
             expirations=_pick_optional(self.expirations, rows),
             keys=_pick_optional(self.keys, rows),
+            dues=_pick_optional(self.dues, rows),
         )
 
     def as_appended(
@@ -598,6 +606,24 @@ class NameClaims(Protocol):
 
     async def claim(self, name: str) -> str | None:
         """None when ``name`` is free on every linked instance, else where it is held."""
+        ...
+
+
+class DelayedSink(Protocol):
+    """Where the pipeline hands the delayed messages it stored (server/delayed/service.py):
+    a run of ``SCHEDULED`` records, acked like any publish and delivered at their due
+    times by the sink, never by the appended stages."""
+
+    def scheduled(
+        self,
+        topic: str,
+        pub_hash: int,
+        pub_seqs: Sequence[int],
+        first_seq: int,
+        dues: Sequence[int],
+    ) -> None:
+        """Records ``first_seq`` onward (one per entry of ``pub_seqs``) fall due at
+        ``dues`` (microseconds since the epoch)."""
         ...
 
 

@@ -44,6 +44,7 @@ from typing import Final
 from spool.server.acks import DurableAcks
 from spool.server.ports import (
     AckRequest,
+    DelayedSink,
     DurabilityHorizon,
     DurableStage,
     Entitlements,
@@ -70,12 +71,19 @@ from spool.server.protocol.frame import Message
 from spool.server.stats.source import EventSink
 from spool.server.topics import Topic, TopicTable
 from spool.server.txlog import CorruptRecord, FencedRecords, TransactionLog, TxlogWriteFailed
-from spool.server.txlog.format.record import RecordKind
-
-#: the detail of a publish refused for asking to be delivered later
-DELAYED_DELIVERY_UNAVAILABLE: Final = (
-    "delayed delivery (deliver_at / deliver_after) is not available on this version"
+from spool.server.txlog.format.record import (
+    Record,
+    RecordKind,
+    schedule_field,
+    split_schedule_field,
+    split_sow_key_field,
 )
+
+#: the kinds a topic without a SOW takes: messages (a delayed one is stored as scheduled)
+_PLAIN_KINDS: Final = frozenset({RecordKind.PUBLISH, RecordKind.SCHEDULED})
+#: the latest moment a delayed message may fall due (the end of year 9999, UTC: the
+#: last a ``deliver_at`` moment can name)
+MAX_DUE_US: Final = 253_402_300_799_999_999
 #: ack kinds that go out message by message, in order with the deliveries
 _INLINE: Final = frozenset({"received", "processed"})
 #: a refold reads the rest of the log without yielding once it is this close to its end
@@ -131,6 +139,9 @@ class PublishPipeline:
         #: fenced ranges the stages' recovery went past at start-up (damaged records the
         #: rebuilt SOW and queue state lacks), as reported at start-up
         self.recovery_skipped: list[tuple[int, int]] = []
+        #: where stored delayed messages go to be delivered at their due time (None: an
+        #: instance without a transaction log, which refuses them)
+        self.delayed: DelayedSink | None = None
         #: the part of :attr:`recovery_skipped` no :meth:`refold` took back yet
         self.unfolded: list[tuple[int, int]] = []
         self._refolding = asyncio.Lock()
@@ -345,11 +356,14 @@ class PublishPipeline:
                 and not auth.can_write(origin.user, run.topic)
             ):
                 raise NotEntitled(f"{origin.name!r} may not publish to {run.topic!r}")
+            scheduled = run.kind == RecordKind.SCHEDULED
+            if scheduled:
+                self._check_scheduled(topic, run)
             if run.expirations is not None and not topic.prepare:
                 raise InvalidMessage(
                     f"'e' (a message lifetime) needs a SOW topic; {run.topic!r} keeps no records"
                 )
-            if run.kind != RecordKind.PUBLISH and not topic.prepare:
+            if run.kind not in _PLAIN_KINDS and not topic.prepare:
                 raise InvalidTopic(f"{run.topic!r} is not a SOW topic")
             for prepare in topic.prepare:
                 refused = prepare(run)
@@ -361,6 +375,8 @@ class PublishPipeline:
                     run = run.select(keep)
                     if not keep:
                         break
+            if scheduled and run.bodies:
+                _write_dues(run)
         except ProtocolFailure as exc:
             refusals.extend((place[i], run, i, exc) for i in range(len(run.bodies)))
             self._answer(origin, refusals)
@@ -380,6 +396,104 @@ class PublishPipeline:
             self._refuse(origin, refused_run, i, why)
         if start < len(place):
             self._store(origin, topic, run.slice(start, len(place)))
+
+    def _check_scheduled(self, topic: Topic, run: PublishRun) -> None:
+        """A run of delayed messages (kind ``SCHEDULED``) before the preparing stages: it
+        needs a recorded topic, and a replicated run brings its due times in its SOW key
+        fields, which are split here so that the stages read the fields as a publish
+        gives them (:func:`_write_dues` puts the due times back after them).
+
+        Raises:
+            InvalidOptions: the topic is not recorded here (or nothing here delivers
+                delayed messages).
+            InvalidMessage: a replicated record without a due time.
+        """
+        if self.delayed is None or self._txlog is None or not topic.recorded:
+            raise InvalidOptions(
+                f"delayed delivery needs a topic the transaction log records; {run.topic!r} "
+                "is not recorded here"
+            )
+        if run.dues is not None:
+            return
+        fields = run.sow_keys or []
+        if len(fields) != len(run.bodies):
+            raise InvalidMessage(f"a scheduled record of {run.topic!r} carries no due time")
+        dues: list[int] = []
+        plain: list[str] = []
+        for logged in fields:
+            try:
+                due, rest = split_schedule_field(logged)
+            except ValueError as exc:
+                raise InvalidMessage(f"a scheduled record of {run.topic!r}: {exc}") from None
+            dues.append(due)
+            plain.append(rest)
+        run.dues = dues
+        _unpack_fields(run, plain)
+
+    def deliver_due(self, name: str, records: Sequence[Record]) -> int:
+        """Write the due records of ``records`` (scheduled records of one topic,
+        publisher and path, in the order they fell due) and hand them to the topic's
+        appended stages as the messages they are: live subscribers, the SOW, queues and
+        actions get them now, in log order with everything else. ``name``: the instance's
+        name (the origin of the hand-over).
+
+        The preparing stages run again on each message, as for a publish (a SOW key is
+        derived from the body the same way); one they refuse now (the topic's key
+        definition changed since) is not written and is reported.
+
+        Returns:
+            How many of ``records`` were dealt with, from the first: written and handed
+            over, or refused and reported. Fewer than all when the log did not take the
+            rest (a full or failing disk): the caller tries those again later.
+        """
+        txlog = self._txlog
+        assert txlog is not None
+        first = records[0]
+        topic = self._topics.admit(first.topic)
+        run = PublishRun(
+            topic=first.topic,
+            pub_hash=first.pub_hash,
+            pub_seqs=[r.pub_seq for r in records],
+            bodies=[r.body for r in records],
+            acks=[],
+            corr_ids=[r.corr_id for r in records] if any(r.corr_id for r in records) else None,
+            kind=RecordKind.DUE,
+            path=first.path,
+        )
+        _unpack_fields(run, [split_schedule_field(r.sow_key)[1] for r in records])
+        keep = list(range(len(records)))
+        for prepare in topic.prepare:
+            refused = prepare(run)
+            if refused:
+                out = {i for i, _ in refused}
+                for i, exc in refused:
+                    self._events.emit(
+                        "error", "delayed", "due_message_refused", topic=run.topic,
+                        bookmark=f"{run.pub_hash}|{run.pub_seqs[i]}|", reason=exc.reason,
+                        detail=exc.detail or "",
+                    )  # fmt: skip
+                chosen = [i for i in range(len(run.bodies)) if i not in out]
+                keep = [keep[i] for i in chosen]
+                run = run.select(chosen)
+                if not keep:
+                    return len(records)
+        seqs = [s for s in run.pub_seqs if s is not None]
+        k = txlog.append_due(
+            topic=run.topic,
+            message_type="json",
+            pub_hash=run.pub_hash,
+            pub_seqs=seqs,
+            bodies=run.bodies,
+            corr_ids=run.corr_ids,
+            sow_keys=run.sow_keys,
+            path=run.path,
+        )
+        if k and topic.appended:
+            origin = Origin(kind="broker", name=name, user=None, replies=None)
+            self._hand_over(origin, topic, run, 0, k, seqs[:k], txlog.last_seq - k + 1,
+                            txlog.last_timestamp_us)  # fmt: skip
+        # the records before the first one not written (refused ones count as dealt with)
+        return len(records) if k == len(keep) else keep[k]
 
     def _store(self, origin: Origin, topic: Topic, run: PublishRun) -> None:
         """Log (when the topic is recorded), ack and hand over a run every stage took."""
@@ -491,7 +605,8 @@ class PublishPipeline:
                 else:
                     if self.watch is not None:
                         self.watch.duplicate(run, j, below, f"{origin.kind} {origin.name!r}")
-                    if run.path and topic.duplicated:
+                    if run.path and topic.duplicated and run.kind != RecordKind.SCHEDULED:
+                        # (a scheduled record is no message to the stages until it is due)
                         # another instance's copy (a replicated queue learns from it
                         # that the message was published there too)
                         held_by = self.watch.origin(pub_hash, below) if self.watch else None
@@ -641,6 +756,14 @@ class PublishPipeline:
         run is split at each acked message so that its acks go out before its
         deliveries; otherwise the acks go first and the run is handed over whole."""
         replies = origin.replies
+        if run.kind == RecordKind.SCHEDULED:
+            # stored and acked now, delivered at the due time by the delayed delivery
+            if replies is not None:
+                for idx, kinds, cid in inline:
+                    _send_acks(replies, kinds, cid, seqs[idx - lo], True)
+            assert run.dues is not None and self.delayed is not None
+            self.delayed.scheduled(run.topic, run.pub_hash, seqs, first_seq, run.dues[lo:hi])
+            return
         if inline and replies is not None and any(r(run.topic, replies) for r in topic.reaches):
             # the publisher also receives this run: each message's acks before its delivery
             pos = lo
@@ -712,30 +835,72 @@ class PublishPipeline:
         replies.fail(cid, exc, s=run.pub_seqs[i])
 
 
-def refuse_publish_options(replies: Outbound, cmd: Command) -> bool:
-    """Refuse a ``publish`` or ``delta_publish`` command for its options (``o``), before
-    it enters the pipeline; returns whether it was refused.
+def publish_due(cmd: Command, now_us: int, *, delta: bool = False) -> int | None:
+    """The due time a ``publish`` (or ``delta_publish``: ``delta``) asks for with its
+    options (``o``), in microseconds since the epoch; None for an ordinary publish (no
+    ``o``, or an empty one). ``deliver_after`` counts from ``now_us``; a ``deliver_at``
+    already past is due at once (it is still stored first and delivered by the delayed
+    delivery, in log order).
 
-    No option is accepted and ignored (docs/architecture.md "Delivery semantics"): options
-    that are not valid publish options are ``invalid options`` with the grammar's detail
-    (server/protocol/options.py), and so are the valid ``deliver_at`` and
-    ``deliver_after``, since this version does not delay deliveries
-    (:data:`DELAYED_DELIVERY_UNAVAILABLE`). A refused publish is answered as the pipeline
-    answers one (:meth:`PublishPipeline._refuse`): a failure ack with its own ``s``, so a
-    client waiting for that sequence to persist learns at once that it will not; nothing
-    of it is stored or delivered, and the connection goes on. An absent or empty ``o`` is
-    an ordinary publish. The runs of plain publishes never get here: a header with ``o``
-    is not plain (:func:`~spool.server.protocol.commands.take_publish_run`).
+    No option is accepted and ignored (docs/architecture.md "Delivery semantics"): a
+    caller answers the refusal as the pipeline answers one (:func:`refuse_options`). The
+    runs of plain publishes never get here: a header with ``o`` is not plain
+    (:func:`~spool.server.protocol.commands.take_publish_run`).
+
+    Raises:
+        InvalidOptions: options that are not valid publish options (the grammar's detail,
+            server/protocol/options.py), a due time past :data:`MAX_DUE_US`, or a delayed
+            ``delta_publish``.
     """
     if cmd.opts.text is None:
-        return False
-    try:
-        if cmd.opts.publish().delayed:
-            raise InvalidOptions(DELAYED_DELIVERY_UNAVAILABLE)
-    except InvalidOptions as exc:
-        replies.fail(cmd.cid, exc, s=cmd.seq)
-        return True
-    return False
+        return None
+    opts = cmd.opts.publish()
+    if opts.deliver_at_us is not None:
+        due = opts.deliver_at_us
+    elif opts.deliver_after_s is not None:
+        due = now_us + round(opts.deliver_after_s * 1_000_000)
+    else:
+        return None
+    if delta:
+        raise InvalidOptions(
+            "delayed delivery is for publish: a delta_publish merges into the record "
+            "stored when it arrives, so it cannot wait"
+        )
+    if due > MAX_DUE_US:
+        raise InvalidOptions("deliver_after reaches past the year 9999")
+    return max(due, 0)
+
+
+def refuse_options(replies: Outbound, cmd: Command, exc: InvalidOptions) -> None:
+    """Answer a publish refused for its options as the pipeline answers a refusal
+    (:meth:`PublishPipeline._refuse`): a failure ack with its own ``s``, so a client
+    waiting for that sequence to persist learns at once that it will not. Nothing of it
+    is stored or delivered, and the connection goes on."""
+    replies.fail(cmd.cid, exc, s=cmd.seq)
+
+
+def _unpack_fields(run: PublishRun, fields: list[str]) -> None:
+    """Give ``run`` the SOW key fields ``fields`` as a publisher gives them: the keys as
+    its ``k``, the lifetimes as its ``e`` (the preparing stages write the fields again)."""
+    if not any(fields):
+        run.sow_keys = None
+        return
+    keys: list[str] = []
+    lives: list[int | None] = []
+    for logged in fields:
+        key, life = split_sow_key_field(logged)
+        keys.append(key)
+        lives.append(life)
+    run.sow_keys = keys
+    run.expirations = lives if any(life is not None for life in lives) else None
+
+
+def _write_dues(run: PublishRun) -> None:
+    """The SOW key fields of a run of delayed messages once the preparing stages wrote
+    theirs: each due time in front of the field (:func:`schedule_field`)."""
+    assert run.dues is not None
+    fields = run.sow_keys or [""] * len(run.bodies)
+    run.sow_keys = [schedule_field(due, f) for due, f in zip(run.dues, fields, strict=True)]
 
 
 def _hold(held: dict[int, int], pub_hash: int, s: int) -> None:

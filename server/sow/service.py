@@ -26,18 +26,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 
-from spool.server.clock import Clock
+from spool.server.clock import Clock, time_us
 from spool.server.config import Config
 from spool.server.happenings import Happenings
 from spool.server.ports import Entitlements, PublishRun
 from spool.server.protocol.commands import Command
 from spool.server.protocol.errors import (
     InvalidMessage,
+    InvalidOptions,
     InvalidTopic,
     SubIdInUse,
 )
 from spool.server.protocol.topic import is_regex_topic
-from spool.server.publishing import PublishPipeline, refuse_publish_options
+from spool.server.publishing import PublishPipeline, publish_due, refuse_options
 from spool.server.session import Session
 from spool.server.sow.admin import SowCompaction, SowKeys, SowTopicInfo, compaction_info, topic_info
 from spool.server.sow.deleting import SowDeletes
@@ -232,7 +233,10 @@ class SowService:
         """``delta_publish``: through the publish pipeline as a run of one, logged as a
         ``DELTA_PUBLISH`` record once the stage merged it. Its options are a publish's,
         checked first, as a ``publish`` checks them before its topic."""
-        if refuse_publish_options(session, cmd):
+        try:
+            publish_due(cmd, time_us(self._clock), delta=True)
+        except InvalidOptions as exc:
+            refuse_options(session, cmd, exc)
             return
         topic = cmd.topic or ""
         if is_regex_topic(topic) or self.topics.rule(topic) is None:

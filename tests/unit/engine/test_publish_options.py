@@ -1,8 +1,8 @@
 """A publish's options (``o``) on the engine (docs/protocol.md "Publish options"): no option
-is accepted and ignored. Options that are not publish options, and the valid
-``deliver_at`` / ``deliver_after`` this version cannot honour, fail the publish with
+is accepted and ignored. Options that are not publish options fail the publish with
 ``invalid options``, its own ``s`` and a precise detail; nothing of it is stored or
-delivered, and the connection goes on. An empty ``o`` is an ordinary publish."""
+delivered, and the connection goes on. An empty ``o`` is an ordinary publish. (Delayed
+delivery itself: tests/unit/delayed/test_delivery.py.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ from tests.support.server import sow_topic
 
 Msg = tuple[dict[str, Any], bytes]
 
-DELAYED = "delayed delivery (deliver_at / deliver_after) is not available on this version"
+DELTA = (
+    "delayed delivery is for publish: a delta_publish merges into the record stored when "
+    "it arrives, so it cannot wait"
+)
 
 
 def harness(tmp_path: Path) -> EngineHarness:
@@ -96,29 +99,6 @@ async def test_options_that_are_not_publish_options_are_refused(tmp_path: Path) 
 
 
 @scenario
-async def test_delayed_delivery_is_refused_not_ignored(tmp_path: Path) -> None:
-    """Valid ``deliver_at`` / ``deliver_after`` are refused: delivering at once would
-    ignore them. A refused sequence leaves no trace: sent again without options, it is
-    stored (not a duplicate)."""
-    async with harness(tmp_path) as h:
-        sub = await h.logon("sub")
-        sub.send(({"c": "subscribe", "t": "t", "sub_id": "s"}, b""))
-        pub = await h.logon("pub")
-        pub.send(publish(1, "deliver_at=20261122T051752Z"), publish(2, " deliver_after = 30s "))
-        await h.settle()
-        assert answers(pub) == {
-            "p1": ("failure", "invalid options", DELAYED, 1),
-            "p2": ("failure", "invalid options", DELAYED, 2),
-        }
-        assert sub.deliveries() == [] and h.last_seq == 0
-        pub.send(publish(1), publish(2))
-        await h.settle()
-        assert [a["status"] for a in pub.acks("processed")[2:]] == ["success", "success"]
-        assert delivered(sub, "s") == [1, 2]
-        assert [(t, s) for t, s, _ in await logged(h)] == [("t", 1), ("t", 2)]
-
-
-@scenario
 async def test_an_empty_or_absent_o_is_an_ordinary_publish(tmp_path: Path) -> None:
     async with harness(tmp_path) as h:
         sub = await h.logon("sub")
@@ -138,7 +118,8 @@ async def test_an_empty_or_absent_o_is_an_ordinary_publish(tmp_path: Path) -> No
 async def test_a_refusal_is_always_answered_in_its_place_in_the_frame(tmp_path: Path) -> None:
     """Without ``a`` the failure ack is sent all the same (with ``s``, no ``cid``); with
     ``received`` that ack comes first. The plain runs before and after the refused
-    publish in one frame are stored and delivered in order."""
+    publish in one frame are stored and delivered in order; a delayed one among them is
+    stored in its place and not delivered now."""
     async with harness(tmp_path) as h:
         sub = await h.logon("sub")
         sub.send(({"c": "subscribe", "t": "t", "sub_id": "s"}, b""))
@@ -155,14 +136,12 @@ async def test_a_refusal_is_always_answered_in_its_place_in_the_frame(tmp_path: 
         await h.settle()
         acks = [(a["a"], a.get("cid"), a["status"], a.get("s")) for a in pub.acks()]
         assert acks == [
-            ("processed", None, "failure", 3),
             ("received", "r", "success", None),
             ("processed", "r", "failure", 6),
         ]
-        assert pub.acks()[0]["detail"] == DELAYED
-        assert pub.acks()[2]["detail"] == "unknown publish option 'x'"
+        assert pub.acks()[1]["detail"] == "unknown publish option 'x'"
         assert delivered(sub, "s") == [1, 2, 4, 5]
-        assert [s for _, s, _ in await logged(h)] == [1, 2, 4, 5]
+        assert [s for _, s, _ in await logged(h)] == [1, 2, 3, 4, 5]
 
 
 @scenario
@@ -180,7 +159,7 @@ async def test_a_delta_publish_reads_its_options_as_a_publish_does(tmp_path: Pat
         await h.settle()
         assert answers(pub) == {
             "p1": ("success", None, "", None),
-            "p2": ("failure", "invalid options", DELAYED, 2),
+            "p2": ("failure", "invalid options", DELTA, 2),
             "p3": ("failure", "invalid options", "unknown publish option 'timestamp'", 3),
             "p4": ("failure", "invalid options", "unknown publish option 'bogus'", 4),
             "p5": ("success", None, "", None),

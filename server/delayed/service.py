@@ -1,0 +1,496 @@
+"""Delayed delivery: stored now, delivered at the due time.
+
+A publish with ``deliver_at`` or ``deliver_after`` is stored at once as a ``SCHEDULED``
+record and acked like any publish (server/publishing.py); nothing receives it then. This
+service keeps every pending one in a :class:`~spool.server.delayed.dueindex.DueIndex` and
+delivers it when it falls due::
+
+    publish -> SCHEDULED record -> scheduled() -> DueIndex
+    timer: pop what is due -> read the SCHEDULED records -> PublishPipeline.deliver_due
+           -> DUE record appended -> live subscribers, SOW, queues, actions
+
+The due record is written by each instance from its own clock, so a replica that holds
+the scheduled record (replication carries it) delivers the message on time too, and a
+replay delivers it where the due record is: in the order subscribers received it.
+
+Start-up rebuilds the index from the ``NAME.delayed.ack`` checkpoint
+(server/delayed/checkpoint.py) and the log after it: a scheduled record adds an entry, a
+due record removes its message's entry. The service is a recovering publish stage that
+applies to no topic, so the pipeline feeds it the log with the SOW and the queues. A pin
+keeps the log from the smallest seq pending (and from the checkpoint's covered record, so
+the due records recovery must see stay too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from spool.server.clock import Clock, sleep_or_wake, time_us
+from spool.server.delayed import checkpoint
+from spool.server.delayed.checkpoint import Checkpoint, CheckpointError, Covered
+from spool.server.delayed.dueindex import DueEntries, DueEntry, DueIndex
+from spool.server.publishing import PublishPipeline
+from spool.server.stats.source import EventSink
+from spool.server.txlog import FencedRecords, TransactionLog
+from spool.server.txlog.errors import TxlogError
+from spool.server.txlog.format.batch import RecordBatch
+from spool.server.txlog.format.record import Record, RecordKind, split_schedule_field
+from spool.server.txlog.retention.pins import Pin
+from spool.server.txlog.storage.files import write_durable
+
+__all__ = ["CHECKPOINT_INTERVAL", "DelayedDelivery", "DelayedInfo", "PendingMessage"]
+
+#: how often the checkpoint is written when something changed (seconds)
+CHECKPOINT_INTERVAL: Final = 10.0
+#: how long a shutdown waits for the log to make the checkpoint's record durable
+CLOSE_CHECKPOINT_TIMEOUT: Final = 10.0
+#: most messages delivered in one step of the timer (the loop runs between steps)
+DELIVERY_BATCH: Final = 1024
+#: how long the timer waits before it tries again messages it could not deliver (the
+#: log refused the due records, or a scheduled record is fenced until a repair)
+RETRY_INTERVAL: Final = 1.0
+
+_SCHEDULED: Final = int(RecordKind.SCHEDULED)
+_DUE: Final = int(RecordKind.DUE)
+_KINDS: Final = frozenset({_SCHEDULED, _DUE})
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMessage:
+    """One pending delayed message, as the admin listing shows it (no body)."""
+
+    due_us: int
+    seq: int
+    topic: str
+    bookmark: str
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedInfo:
+    """The pending delayed messages, counted."""
+
+    pending: int
+    next_due_us: int | None
+    by_topic: dict[str, int]
+    delivered: int
+    waiting: bool
+
+
+class DelayedDelivery:
+    """The pending delayed messages of an instance and the timer that delivers them.
+
+    Owned by the event loop. A publish stage for start-up only: it applies to no topic
+    (the pipeline hands it scheduled runs through :meth:`scheduled`, not as a stage) and
+    recovers from the log.
+
+    Args:
+        txlog: the transaction log (delayed messages need one).
+        name: the instance's name (the origin of due messages).
+        clock: due times and the timer's sleeps.
+        events: the event log.
+        checkpoint_path: ``NAME.delayed.ack`` (None: no checkpoint, start-up reads the
+            whole log).
+    """
+
+    def __init__(
+        self,
+        txlog: TransactionLog,
+        name: str,
+        clock: Clock,
+        events: EventSink,
+        checkpoint_path: Path | None,
+    ) -> None:
+        self._txlog = txlog
+        self._pipeline: PublishPipeline | None = None
+        self._name = name
+        self._clock = clock
+        self._events = events
+        self._path = checkpoint_path
+        self.index = DueIndex()
+        #: pending messages per topic (an entry keeps no topic: its record has it)
+        self.by_topic: Counter[str] = Counter()
+        #: messages delivered (due records written) since start-up
+        self.delivered = 0
+        #: entries taken from the index whose due records are not written yet
+        self._in_flight: list[DueEntry] = []
+        #: until when the timer leaves the index alone after a failed delivery
+        self._retry_at_us = 0
+        self._wake = asyncio.Event()
+        self._timer: asyncio.Task[None] | None = None
+        self._saver: asyncio.Task[None] | None = None
+        self._pin: Pin | None = None
+        #: the checkpoint's covered record (0: none) and whether entries changed since
+        self._covered = 0
+        self._changed = False
+        #: start-up: pending messages by identity, as of the log read so far
+        self._recovering: dict[tuple[int, int], tuple[int, int]] | None = {}
+
+    def attach(self, pipeline: PublishPipeline) -> None:
+        """Deliver through ``pipeline``, and take the delayed messages it stores."""
+        self._pipeline = pipeline
+        pipeline.delayed = self
+
+    # -- the publish path --------------------------------------------------------------
+
+    def applies_to(self, topic: str) -> bool:
+        """No topic's publishes go through this stage: it only recovers."""
+        return False
+
+    def scheduled(
+        self,
+        topic: str,
+        pub_hash: int,
+        pub_seqs: Sequence[int],
+        first_seq: int,
+        dues: Sequence[int],
+    ) -> None:
+        """Records ``first_seq`` onward were stored, due at ``dues``."""
+        index = self.index
+        head = index.peek()
+        for i, due in enumerate(dues):
+            index.add(due, first_seq + i, pub_hash, pub_seqs[i])
+        self.by_topic[topic] += len(dues)
+        self._changed = True
+        if head is None or min(dues) < head:
+            self._wake.set()
+
+    # -- start-up -----------------------------------------------------------------------
+
+    async def load_checkpoint(self) -> None:
+        """Start-up, before the log is read: the entries of the checkpoint, when it is
+        one this log wrote; otherwise (missing, unreadable, or naming a record the log
+        does not hold) recovery reads the whole log, and an event says why."""
+        path = self._path
+        if path is None:
+            return
+        why = ""
+        loaded: Checkpoint | None = None
+        try:
+            data = await asyncio.to_thread(_read, path)
+            if data is not None:
+                loaded = checkpoint.decode(data)
+                why = await self._not_this_log(loaded.covered)
+        except (OSError, CheckpointError, TxlogError) as exc:
+            why = f"{type(exc).__name__}: {exc}"
+        if why:
+            self._events.emit("warning", "delayed", "delayed_checkpoint_ignored",
+                              path=str(path), reason=why)  # fmt: skip
+        if loaded is None or why:
+            return
+        self._covered = loaded.covered.seq
+        pending = self._recovering
+        assert pending is not None
+        entries = loaded.entries
+        for due, seq, pub_hash, pub_seq in entries:
+            pending[(pub_hash, pub_seq)] = (due, seq)
+        self.by_topic = Counter(loaded.by_topic)
+
+    async def _not_this_log(self, covered: Covered) -> str:
+        txlog = self._txlog
+        if not txlog.first_seq <= covered.seq <= txlog.durable_seq:
+            return (
+                f"the log holds records {txlog.first_seq}..{txlog.durable_seq}, not the "
+                f"checkpoint's covered record {covered.seq}"
+            )
+        batch = await txlog.read_view(covered.seq, max_count=1, upto_seq=covered.seq)
+        if len(batch) != 1 or (batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0]) != (
+            covered.pub_hash,
+            covered.pub_seq,
+            covered.timestamp_us,
+        ):
+            return f"record {covered.seq} of the log is not the one the checkpoint names"
+        return ""
+
+    def recover_from(self) -> int:
+        """The first record recovery must read: the one after the checkpoint's."""
+        return self._covered + 1
+
+    def recover(self, batch: RecordBatch) -> None:
+        """A batch of the log at start-up: scheduled records add, due records remove."""
+        pending = self._recovering
+        assert pending is not None
+        if batch.kinds().isdisjoint(_KINDS) or batch.last_seq <= self._covered:
+            return
+        first = batch.first_seq
+        for i in range(len(batch)):
+            kind = batch.kind(i)
+            if kind == _SCHEDULED:
+                seq = first + i
+                if seq <= self._covered:
+                    continue
+                due, _field = split_schedule_field(batch.sow_key(i))
+                pending[(batch.pub_hashes[i], batch.pub_seqs[i])] = (due, seq)
+                self.by_topic[batch.topics[i]] += 1
+            elif (
+                kind == _DUE
+                and first + i > self._covered
+                and pending.pop((batch.pub_hashes[i], batch.pub_seqs[i]), None) is not None
+            ):
+                self._count_out(batch.topics[i])
+
+    def recovered(self) -> None:
+        """Start-up, after the log was read: the index holds what is pending, the log is
+        pinned, the timer and the checkpoint writer start."""
+        pending = self._recovering
+        assert pending is not None
+        self._recovering = None
+        for (pub_hash, pub_seq), (due, seq) in pending.items():
+            self.index.add(due, seq, pub_hash, pub_seq)
+        self._pin = self._txlog.pin("delayed", self._hold_from())
+        self._events.emit(
+            "info", "delayed", "delayed_recovered", pending=len(self.index),
+            from_seq=self._covered + 1,
+        )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        self._timer = loop.create_task(self._run_timer(), name="spool-delayed-timer")
+        if self._path is not None:
+            self._saver = loop.create_task(self._run_saver(), name="spool-delayed-checkpoint")
+
+    # -- delivery -----------------------------------------------------------------------
+
+    async def _run_timer(self) -> None:
+        index = self.index
+        while True:
+            self._wake.clear()
+            now = time_us(self._clock)
+            head = index.peek()
+            target = head if head is None else max(head, self._retry_at_us)
+            if target is None or target > now:
+                wait = None if target is None else (target - now) / 1_000_000
+                await sleep_or_wake(self._clock, wait, self._wake)
+                continue
+            await self.deliver_due(now)
+            await asyncio.sleep(0)  # the loop runs between two steps
+
+    async def deliver_due(self, now_us: int) -> int:
+        """Deliver up to :data:`DELIVERY_BATCH` messages due by ``now_us`` (the timer's
+        step; tests call it directly). Returns how many were delivered."""
+        pipeline = self._pipeline
+        assert pipeline is not None
+        entries = self.index.pop_due(now_us, DELIVERY_BATCH)
+        if not entries:
+            return 0
+        self._in_flight = entries
+        try:
+            records = await self._read(entries)
+        except (FencedRecords, TxlogError) as exc:
+            self._retry(entries, f"{type(exc).__name__}: {exc}")
+            return 0
+        done = 0
+        # runs of one topic, publisher and path, in due order
+        i = 0
+        n = len(entries)
+        while i < n:
+            record = records[i]
+            if record is None:
+                self._lost(entries[i])
+                i += 1
+                done += 1
+                continue
+            j = i + 1
+            while j < n and _same_run(records[j], record):
+                j += 1
+            run = [r for r in records[i:j] if r is not None]
+            k = pipeline.deliver_due(self._name, run)
+            self.delivered += k
+            self._count_out(record.topic, k)
+            done += k
+            if k < j - i:
+                self._retry(entries[i + k :], "the transaction log refused the due records")
+                return done
+            i = j
+        self._in_flight = []
+        self._changed = True
+        self._move_pin()
+        return done
+
+    async def _read(self, entries: list[DueEntry]) -> list[Record | None]:
+        """The scheduled record of each entry (None: the log does not hold it as it was
+        stored), reading runs of consecutive seqs at once."""
+        seqs = sorted({entry[1] for entry in entries})
+        found: dict[int, Record] = {}
+        i = 0
+        txlog = self._txlog
+        while i < len(seqs):
+            j = i + 1
+            while j < len(seqs) and seqs[j] == seqs[j - 1] + 1:
+                j += 1
+            lo, hi = seqs[i], seqs[j - 1]
+            seq = lo
+            while seq <= hi:
+                batch = await txlog.read_appended(seq, max_count=hi - seq + 1, upto_seq=hi)
+                if not batch:
+                    break
+                found.update((r.seq, r) for r in batch)
+                seq = batch[-1].seq + 1
+            i = j
+        out: list[Record | None] = []
+        for _due, seq, pub_hash, pub_seq in entries:
+            got = found.get(seq)
+            if (
+                got is None
+                or got.kind != RecordKind.SCHEDULED
+                or (got.pub_hash, got.pub_seq) != (pub_hash, pub_seq)
+            ):
+                out.append(None)
+            else:
+                out.append(got)
+        return out
+
+    def _count_out(self, topic: str, n: int = 1) -> None:
+        left = self.by_topic[topic] - n
+        if left > 0:
+            self.by_topic[topic] = left
+        else:
+            self.by_topic.pop(topic, None)
+
+    def _lost(self, entry: DueEntry) -> None:
+        """An entry whose scheduled record is not in the log as it was stored (retention
+        or an operator removed it): nothing to deliver; reported. (Its topic is unknown
+        without the record, so the count per topic keeps it.)"""
+        due, seq, pub_hash, pub_seq = entry
+        self._events.emit(
+            "error", "delayed", "delayed_record_missing", seq=seq,
+            bookmark=f"{pub_hash}|{pub_seq}|", due_us=due,
+            detail="the scheduled record of this delayed message is not in the log: "
+            "it cannot be delivered",
+        )  # fmt: skip
+
+    def _retry(self, entries: Sequence[DueEntry], why: str) -> None:
+        """Put back what could not be delivered now; the timer tries again in a second."""
+        for entry in entries:
+            self.index.add(*entry)
+        self._in_flight = []
+        first_time = not self._retry_at_us
+        self._retry_at_us = time_us(self._clock) + int(RETRY_INTERVAL * 1_000_000)
+        if first_time:
+            self._events.emit("warning", "delayed", "delayed_delivery_waiting",
+                              pending=len(self.index), reason=why)  # fmt: skip
+
+    # -- retention and the checkpoint ---------------------------------------------------
+
+    def _hold_from(self) -> int:
+        """The first seq the log must keep: the lowest pending record, and the one after
+        the checkpoint's covered record (recovery reads from there)."""
+        bound = self.index.lowest_seq_bound()
+        start = self._covered + 1
+        low = min((entry[1] for entry in self._in_flight), default=None)
+        candidates = [start] + [b for b in (bound, low) if b is not None]
+        return max(1, min(candidates))
+
+    def _move_pin(self) -> None:
+        if self._pin is not None:
+            self._pin.move(self._hold_from())
+
+    async def save_checkpoint(self) -> bool:
+        """Write the checkpoint if anything changed since the last one, or the log moved
+        on (start-up reads less): the entries now
+        (those being delivered included: the due records written after the covered one
+        remove them at start-up), the log made durable through its last record, then
+        the file (temp, fsync, rename) in a thread. Returns whether a file was written."""
+        path, txlog = self._path, self._txlog
+        end = txlog.last_seq
+        if path is None or end < 1 or (not self._changed and end == self._covered):
+            return False
+        entries = self.index.entries()
+        if self._in_flight:
+            entries = DueEntries.of([*entries, *self._in_flight])
+        by_topic = dict(self.by_topic)
+        self._changed = False
+        await txlog.wait_durable(end)
+        batch = await txlog.read_view(end, max_count=1, upto_seq=end)
+        if len(batch) != 1:
+            self._changed = True
+            return False  # retention took it meanwhile: the next pass names a newer one
+        covered = Covered(end, batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0])
+        data = checkpoint.encode(covered, entries, by_topic)
+        await asyncio.to_thread(_write, txlog, path, data)
+        self._covered = end
+        self._move_pin()
+        return True
+
+    async def _run_saver(self) -> None:
+        while True:
+            await self._clock.sleep(CHECKPOINT_INTERVAL)
+            await self._save_or_report()
+
+    async def _save_or_report(self) -> None:
+        try:
+            await self.save_checkpoint()
+        except (OSError, TxlogError) as exc:
+            self._changed = True
+            # nothing is lost: the previous checkpoint is earlier, recovery reads more
+            self._events.emit("warning", "delayed", "delayed_checkpoint_failed",
+                              error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+
+    async def close(self) -> None:
+        """Shutdown: stop the timer, write the checkpoint (the log is still open),
+        release the pin."""
+        started = self._saver is not None
+        for task in (self._timer, self._saver):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._timer = self._saver = None
+        if started:
+            self._changed = True
+            try:
+                await asyncio.wait_for(self._save_or_report(), CLOSE_CHECKPOINT_TIMEOUT)
+            except TimeoutError:
+                self._events.emit("warning", "delayed", "delayed_checkpoint_failed",
+                                  error="the log did not become durable in time at shutdown")  # fmt: skip
+        if self._pin is not None:
+            self._pin.release()
+            self._pin = None
+
+    # -- admin --------------------------------------------------------------------------
+
+    def info(self) -> DelayedInfo:
+        """The pending messages counted, per topic, and the next due time."""
+        return DelayedInfo(
+            pending=len(self.index) + len(self._in_flight),
+            next_due_us=self.index.peek(),
+            by_topic=dict(sorted(self.by_topic.items())),
+            delivered=self.delivered,
+            waiting=self._retry_at_us > time_us(self._clock),
+        )
+
+    async def upcoming(self, after: tuple[int, int] | None, limit: int) -> list[PendingMessage]:
+        """A page of pending messages in due order (no bodies), from the position
+        ``after`` (a ``(due_us, seq)``); their topics are read from their records."""
+        page = self.index.upcoming(after, limit)
+        records = await self._read(page) if page else []
+        return [
+            PendingMessage(due, seq, record.topic if record is not None else "",
+                           f"{pub_hash}|{pub_seq}|")
+            for (due, seq, pub_hash, pub_seq), record in zip(page, records, strict=True)
+        ]  # fmt: skip
+
+
+def _same_run(record: Record | None, first: Record) -> bool:
+    """Whether ``record`` goes in one due run with ``first`` (one topic, publisher and
+    path: the unit of :meth:`TransactionLog.append_due`)."""
+    return (
+        record is not None
+        and record.topic == first.topic
+        and record.pub_hash == first.pub_hash
+        and record.path == first.path
+    )
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _write(txlog: TransactionLog, path: Path, data: bytes) -> None:
+    write_durable(txlog.seam, path, data)
