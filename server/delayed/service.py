@@ -125,6 +125,8 @@ class DelayedDelivery:
         self._timer: asyncio.Task[None] | None = None
         self._saver: asyncio.Task[None] | None = None
         self._pin: Pin | None = None
+        #: the take-ins of repaired ranges in progress (:meth:`take_repaired`)
+        self._repairs: set[asyncio.Task[int]] = set()
         #: the checkpoint's covered record (0: none) and whether entries changed since
         self._covered = 0
         self._changed = False
@@ -247,10 +249,59 @@ class DelayedDelivery:
             "info", "delayed", "delayed_recovered", pending=len(self.index),
             from_seq=self._covered + 1,
         )  # fmt: skip
+        self._txlog.add_fill_listener(self._filled)
         loop = asyncio.get_running_loop()
         self._timer = loop.create_task(self._run_timer(), name="spool-delayed-timer")
         if self._path is not None:
             self._saver = loop.create_task(self._run_saver(), name="spool-delayed-checkpoint")
+
+    # -- repaired records ---------------------------------------------------------------
+
+    def _filled(self, first_seq: int, last_seq: int) -> None:
+        """A repair wrote fenced records back (or an operator released them): scheduled
+        records among them that recovery could not read are taken in."""
+        if self._timer is None:
+            return  # stopping
+        task = asyncio.get_running_loop().create_task(self.take_repaired(first_seq, last_seq))
+        self._repairs.add(task)
+        task.add_done_callback(self._repairs.discard)
+
+    async def take_repaired(self, first_seq: int, last_seq: int) -> int:
+        """Add the scheduled records of ``first_seq..last_seq`` that are not pending and
+        whose message was not delivered here (no due record found for its bookmark).
+        Returns how many were added.
+
+        A message whose due record the search does not find (written long after its due
+        time) is taken as not delivered: delivered again rather than never.
+        """
+        txlog = self._txlog
+        pending = set(self.index.entries().seq) | {entry[1] for entry in self._in_flight}
+        added = 0
+        seq = first_seq
+        while seq <= last_seq:
+            try:
+                batch = await txlog.read_batch(seq, max_count=1000, upto_seq=last_seq)
+            except (FencedRecords, TxlogError) as exc:
+                self._events.emit("warning", "delayed", "delayed_repair_unread",
+                                  first_seq=seq, last_seq=last_seq, error=str(exc))  # fmt: skip
+                return added
+            if not batch:
+                break
+            for record in batch:
+                if record.kind != RecordKind.SCHEDULED or record.seq in pending:
+                    continue
+                at = await txlog.locate_bookmark(record.pub_hash, record.pub_seq, delivered=True)
+                if at is not None and at != record.seq:
+                    continue  # its due record is in the log: delivered
+                due, _field = split_schedule_field(record.sow_key)
+                self.scheduled(record.topic, record.pub_hash, [record.pub_seq], record.seq, [due])
+                added += 1
+            seq = batch[-1].seq + 1
+        if added:
+            self._move_pin()
+            self._events.emit("info", "delayed", "delayed_repaired", added=added,
+                              first_seq=first_seq, last_seq=last_seq)  # fmt: skip
+        return added
 
     # -- delivery -----------------------------------------------------------------------
 
@@ -439,6 +490,10 @@ class DelayedDelivery:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._timer = self._saver = None
+        for repair in list(self._repairs):  # a restart reads the repaired records again
+            repair.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await repair
         if started:
             self._changed = True
             try:

@@ -233,3 +233,32 @@ async def test_without_its_checkpoint_start_up_finds_the_pending_ones_in_the_log
         await again.until(lambda: delivered(sub) == [1])
         await advance(again, 1)
         assert delivered(sub) == [1]  # 2 was delivered before the restart: not again
+
+
+@scenario
+async def test_a_repaired_range_gives_back_the_pending_ones_recovery_could_not_read(
+    tmp_path: Path,
+) -> None:
+    """Records a fence hid from recovery come back with their repair: a scheduled one
+    not delivered yet is taken in (once), one delivered already is not."""
+    async with harness(tmp_path) as h:
+        sub = await h.logon("sub")
+        subscribe(sub)
+        pub = await h.logon("pub")
+        pub.send(publish(1, "deliver_after=1s"), publish(2, "deliver_after=60s"))
+        pub.send(publish(3, "deliver_after=90s"))
+        await h.settle()
+        await advance(h, 2)
+        assert delivered(sub) == [1]
+        delayed = h.broker.delayed
+        assert delayed is not None
+        # as if recovery had not read message 2's record (fenced then)
+        (gone,) = delayed.index.pop_due(now_us(h) + 60_000_000, 1)
+        assert gone[3] == 2
+        await h.commit()
+        added = await h.drive(delayed.take_repaired(1, h.last_seq))
+        assert added == 1 and len(delayed.index) == 2
+        await advance(h, 60)
+        await h.until(lambda: delivered(sub) == [1, 2])
+        await advance(h, 30)
+        await h.until(lambda: delivered(sub) == [1, 2, 3])
