@@ -17,8 +17,7 @@ Start-up rebuilds the index from the ``NAME.delayed.ack`` checkpoint
 (server/delayed/checkpoint.py) and the log after it: a scheduled record adds an entry, a
 due record removes its message's entry. The service is a recovering publish stage that
 applies to no topic, so the pipeline feeds it the log with the SOW and the queues. A pin
-keeps the log from the smallest seq pending (and from the checkpoint's covered record, so
-the due records recovery must see stay too).
+keeps the log from the smallest seq pending.
 """
 
 from __future__ import annotations
@@ -159,6 +158,8 @@ class DelayedDelivery:
             index.add(due, first_seq + i, pub_hash, pub_seqs[i])
         self.by_topic[topic] += len(dues)
         self._changed = True
+        if self._pin is None and self._recovering is None:
+            self._pin = self._txlog.pin("delayed", first_seq)
         if head is None or min(dues) < head:
             self._wake.set()
 
@@ -244,7 +245,7 @@ class DelayedDelivery:
         self._recovering = None
         for (pub_hash, pub_seq), (due, seq) in pending.items():
             self.index.add(due, seq, pub_hash, pub_seq)
-        self._pin = self._txlog.pin("delayed", self._hold_from())
+        self._move_pin()
         self._events.emit(
             "info", "delayed", "delayed_recovered", pending=len(self.index),
             from_seq=self._covered + 1,
@@ -426,18 +427,28 @@ class DelayedDelivery:
 
     # -- retention and the checkpoint ---------------------------------------------------
 
-    def _hold_from(self) -> int:
-        """The first seq the log must keep: the lowest pending record, and the one after
-        the checkpoint's covered record (recovery reads from there)."""
+    def _hold_from(self) -> int | None:
+        """The first seq the log must keep: the lowest pending record (None: nothing is
+        pending, nothing is held).
+
+        Nothing more is needed for recovery: a due record comes after its scheduled
+        record, so retention never takes a due record and keeps its scheduled one, and a
+        checkpoint whose covered record is gone is ignored (the whole log is read)."""
         bound = self.index.lowest_seq_bound()
-        start = self._covered + 1
         low = min((entry[1] for entry in self._in_flight), default=None)
-        candidates = [start] + [b for b in (bound, low) if b is not None]
-        return max(1, min(candidates))
+        held = [b for b in (bound, low) if b is not None]
+        return max(1, min(held)) if held else None
 
     def _move_pin(self) -> None:
-        if self._pin is not None:
-            self._pin.move(self._hold_from())
+        hold = self._hold_from()
+        if hold is None:
+            if self._pin is not None:
+                self._pin.release()
+                self._pin = None
+        elif self._pin is None:
+            self._pin = self._txlog.pin("delayed", hold)
+        else:
+            self._pin.move(hold)
 
     async def save_checkpoint(self) -> bool:
         """Write the checkpoint if anything changed since the last one, or the log moved

@@ -14,7 +14,7 @@ from spool.server.ports import AckRequest, Origin, PublishRun
 from spool.server.txlog.format.record import RecordKind
 
 #: the per-message columns; every other field is shared by the run's messages
-COLUMNS = ("pub_seqs", "bodies", "corr_ids", "sow_keys", "expirations", "keys")
+COLUMNS = ("pub_seqs", "bodies", "corr_ids", "sow_keys", "expirations", "keys", "dues")
 SHARED = ("topic", "pub_hash", "kind", "path", "publisher_name")
 
 _ACK_KINDS = st.frozensets(st.sampled_from(["received", "processed", "persisted"]), min_size=1)
@@ -50,6 +50,7 @@ def runs(draw: st.DrawFn) -> PublishRun:
         publisher_name=draw(st.sampled_from(["", "pub"])),
         expirations=column(st.none() | st.integers(1, 100)),
         keys=column(st.text(max_size=3)),
+        dues=column(st.integers(0, 1 << 60)),
     )
 
 
