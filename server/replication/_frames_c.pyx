@@ -6,10 +6,12 @@ over a ``data`` payload: it reads each run's header, path, fixed per-record fiel
 bodies in place and builds the run's columns (one int per numeric field, one ``bytes``
 per body) without a Python-level loop per record. Correlation ids and SOW keys (rare on
 the replication path) go through the very function the Python implementation uses
-(``_strings``). Anything malformed - a short payload, an unknown kind, a bad count, bad
-UTF-8, trailing bytes - makes it return ``None``: the caller then runs the Python
-implementation, which raises the exact error, so both twins refuse the same bytes with
-the same message (tests/unit/replication/test_frames.py).
+(``_strings``), and the due times of scheduled records through the log's own reader
+(``split_schedule_field``). Anything malformed - a short payload, an unknown kind, a bad
+count, bad UTF-8, a scheduled record without a due time, trailing bytes - makes it return
+``None``: the caller then runs the Python implementation, which raises the exact error,
+so both twins refuse the same bytes with the same message
+(tests/unit/replication/test_frames.py).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
@@ -18,12 +20,13 @@ from libc.string cimport memcpy
 from _buffers cimport get16, get32, get64
 
 from spool.server.replication.errors import ReplicationProtocolError
-from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.format.record import RecordKind, split_schedule_field
 
 # the kinds frames.py accepts in a data run (its _KINDS says why these are not)
 cdef frozenset _KINDS = frozenset(int(k) for k in RecordKind) - {
-    int(RecordKind.LOST), int(RecordKind.SCHEDULED), int(RecordKind.DUE)
+    int(RecordKind.LOST), int(RecordKind.DUE)
 }
+cdef int _SCHEDULED = int(RecordKind.SCHEDULED)
 
 cdef enum:
     _RUN_SIZE = 17  # u32 count, u64 pub_hash, u8 kind, u8 flags, u16 topic_len, u8 path
@@ -83,6 +86,12 @@ def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
                 corrs, pos = strings(payload, pos, n, "correlation ids")
             if flags & _HAS_KEYS:
                 keys, pos = strings(payload, pos, n, "SOW keys")
+            if kind == _SCHEDULED:
+                # each scheduled record's SOW key field starts with its due time
+                if keys is None:
+                    return None
+                for key in keys:
+                    split_schedule_field(key)
             seqs = [None] * n
             times = [None] * n
             pub_seqs = [None] * n
@@ -105,7 +114,7 @@ def decode_run_fields(bytes payload, Py_ssize_t count, object strings):
                 (topic, pub_hash, kind, tuple(path), seqs, times, pub_seqs, bodies, corrs, keys)
             )
             got += n
-    except (UnicodeDecodeError, ReplicationProtocolError):
+    except (UnicodeDecodeError, ValueError, ReplicationProtocolError):
         return None
     if pos != end:
         return None

@@ -55,7 +55,7 @@ from spool.server.replication.peerframes import (
     parse_peer,
     peer_fields,
 )
-from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.format.record import RecordKind, split_schedule_field
 
 __all__ = [
     "CHANNEL",
@@ -95,10 +95,11 @@ __all__ = [
 
 #: 2 since a source tells its destination the link's effective sync type (``SyncNotice``)
 #: and an empty instance may ask for a bootstrap; 3 since the hello and the welcome carry
-#: the instance's identity (two instances with one Name are told apart). A peer of another
-#: version would misread or drop the link on a message it does not know, so the hello
-#: refuses it up front with both versions instead
-PROTOCOL_VERSION: Final = 3
+#: the instance's identity (two instances with one Name are told apart); 4 since a data
+#: run may carry scheduled records (delayed delivery). A peer of another version would
+#: misread or drop the link mid-stream on a message or a record kind it does not know, so
+#: the hello refuses it up front with both versions instead
+PROTOCOL_VERSION: Final = 4
 #: largest message accepted (a batch is far smaller; a single huge record is not)
 MAX_MESSAGE: Final = 64 << 20
 #: type bit of a DATA message whose records are zstd-compressed
@@ -118,14 +119,15 @@ _FIXED: Final = struct.Struct("<QqQI")
 _HAS_CORR: Final = 1
 _HAS_KEYS: Final = 2
 #: kinds a data run may carry: not a LOST placeholder or a DUE record, which are local to
-#: the log that wrote them (each instance writes its own due records), and not SCHEDULED,
-#: which this protocol version does not carry (a peer's scheduled message taken as an
-#: ordinary one would be delivered at once, before its due time)
+#: the log that wrote them (each instance writes its own due records from its own clock).
+#: A SCHEDULED record goes as any message (its receiver stores it and delivers it when it
+#: falls due); its run carries the SOW key fields, each starting with the due time
+#: (:func:`~spool.server.txlog.format.record.schedule_field`)
 _KINDS: Final = frozenset(int(k) for k in RecordKind) - {
     int(RecordKind.LOST),
-    int(RecordKind.SCHEDULED),
     int(RecordKind.DUE),
 }
+_SCHEDULED: Final = int(RecordKind.SCHEDULED)
 
 
 class MessageType(IntEnum):
@@ -485,6 +487,20 @@ def _strings(payload: bytes, pos: int, n: int, what: str) -> tuple[list[str], in
     return out, pos
 
 
+def _check_due_times(keys: list[str] | None) -> None:
+    """Each record of a run of scheduled records carries its due time at the start of its
+    SOW key field: one without would be taken for a message due at once."""
+    if keys is None:
+        raise ReplicationProtocolError("a run of scheduled records carries no SOW key fields")
+    for key in keys:
+        try:
+            split_schedule_field(key)
+        except ValueError as exc:
+            raise ReplicationProtocolError(
+                f"a scheduled record without a due time: {exc}"
+            ) from None
+
+
 def decode_runs_py(payload: bytes, count: int) -> list[Run]:
     """The runs of an (uncompressed) ``data`` payload (the pure-Python twin, and the
     specification: ``_frames_c.pyx`` gives the same runs, :func:`decode_runs` is the one
@@ -526,6 +542,8 @@ def decode_runs_py(payload: bytes, count: int) -> list[Run]:
                 corrs, pos = _strings(payload, pos, n, "correlation ids")
             if flags & _HAS_KEYS:
                 keys, pos = _strings(payload, pos, n, "SOW keys")
+            if kind == _SCHEDULED:
+                _check_due_times(keys)
             bodies_end = pos + sum(lengths)
             if bodies_end > end:
                 raise ReplicationProtocolError("a data message ends inside a record body")

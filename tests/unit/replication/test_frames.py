@@ -31,7 +31,12 @@ from spool.server.replication.frames import (
     decode_runs_py,
     encode,
 )
-from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.format.record import (
+    RecordKind,
+    schedule_field,
+    sow_key_field,
+    split_schedule_field,
+)
 
 try:
     from spool.server.replication import _frames_c
@@ -111,30 +116,43 @@ def test_any_framing_of_a_stream_gives_the_same_messages(
 
 
 #: the record kinds a data run carries: not the ones local to the log that wrote them
-#: (placeholders, due records), nor a scheduled record (not carried by this version)
+#: (placeholders, due records)
 CARRIED = {
     int(RecordKind.PUBLISH),
     int(RecordKind.DELTA_PUBLISH),
     int(RecordKind.SOW_DELETE),
     int(RecordKind.QUEUE_ACK),
     int(RecordKind.QUEUE_TRANSFER),
+    int(RecordKind.SCHEDULED),
 }
+SCHEDULED = int(RecordKind.SCHEDULED)
 
-runs_strategy = st.lists(
-    st.tuples(
-        st.text(min_size=1, max_size=12),  # topic
-        u64,  # pub_hash
-        st.sampled_from(sorted(CARRIED)),
-        st.lists(names, max_size=3).map(tuple),  # path
-        st.lists(
-            st.tuples(small, st.integers(-(2**62), 2**62), u64, st.binary(max_size=40),
-                      st.text(max_size=6), st.text(max_size=6)),
-            min_size=1, max_size=6,
-        ),  # (source seq, ts, pub seq, body, corr, key) per record
-        st.booleans(),  # with correlation ids / SOW keys
-    ),
-    max_size=6,
+#: a run's records: (source seq, ts, pub seq, body, corr, key) each
+records_strategy = st.lists(
+    st.tuples(small, st.integers(-(2**62), 2**62), u64, st.binary(max_size=40),
+              st.text(max_size=6), st.text(max_size=6)),
+    min_size=1, max_size=6,
 )  # fmt: skip
+
+
+@st.composite
+def run_strategy(draw: st.DrawFn) -> tuple:  # type: ignore[type-arg]
+    """(topic, pub_hash, kind, path, records, with correlation ids / SOW keys); a run of
+    scheduled records has SOW key fields, each starting with its due time."""
+    topic = draw(st.text(min_size=1, max_size=12))
+    pub_hash = draw(u64)
+    kind = draw(st.sampled_from(sorted(CARRIED)))
+    path = draw(st.lists(names, max_size=3).map(tuple))
+    records = draw(records_strategy)
+    extras = draw(st.booleans())
+    if kind == SCHEDULED:
+        dues = draw(st.lists(small, min_size=len(records), max_size=len(records)))
+        records = [(*r[:5], schedule_field(d, r[5])) for r, d in zip(records, dues, strict=True)]
+        extras = True
+    return topic, pub_hash, kind, path, records, extras
+
+
+runs_strategy = st.lists(run_strategy(), max_size=6)
 
 
 @given(runs_strategy)
@@ -162,9 +180,9 @@ def test_runs_round_trip(runs: list[tuple]) -> None:  # type: ignore[type-arg]
         assert run.sow_keys == ([r[5] for r in records] if extras else None)
 
 
-def _one_run() -> bytes:
+def _one_run(kind: int = 1, keys: list[bytes] | None = None) -> bytes:
     writer = RecordsWriter()
-    writer.add_run(b"t", 3, 1, ("a@g",), [1], [2], [4], [b"body"])
+    writer.add_run(b"t", 3, kind, ("a@g",), [1], [2], [4], [b"body"], None, keys)
     return writer.payload()
 
 
@@ -184,12 +202,64 @@ def test_truncated_and_padded_runs_are_refused() -> None:
     bad_kind[12] = 99
     with pytest.raises(ReplicationProtocolError, match="unknown record kind 99"):
         decode_runs(bytes(bad_kind), 1)
-    # a placeholder of fenced records and a due record are local to their log, and a
-    # scheduled record is not carried by this protocol version: never accepted from a peer
-    for kind in (RecordKind.LOST, RecordKind.SCHEDULED, RecordKind.DUE):
-        bad_kind[12] = int(kind)
-        with pytest.raises(ReplicationProtocolError, match=f"unknown record kind {int(kind)}$"):
-            decode_runs(bytes(bad_kind), 1)
+    # a placeholder of fenced records and a due record are local to their log: never
+    # accepted from a peer (a due record would be delivered twice, at two due times)
+    for kind in (RecordKind.LOST, RecordKind.DUE):
+        for run in (payload, _one_run(keys=[schedule_field(5, "k").encode()])):
+            bad_kind = bytearray(run)
+            bad_kind[12] = int(kind)
+            with pytest.raises(ReplicationProtocolError, match=f"unknown record kind {int(kind)}$"):
+                decode_runs(bytes(bad_kind), 1)
+
+
+def _decoders() -> list[Callable[[bytes, int], list[Run]]]:
+    """The Python twin, and the compiled one when it is built."""
+    return [decode_runs_py] + ([frames._decode_runs_c] if _frames_c is not None else [])
+
+
+def test_a_run_of_scheduled_records_round_trips_in_both_twins() -> None:
+    """Kind 7 goes as a message: bookmark, path, body as published, correlation id, and
+    the SOW key field with the due time in front, byte for byte."""
+    fields = [
+        schedule_field(1764547230000000, sow_key_field("k1", 60)),
+        schedule_field(1764547231000000, ""),
+    ]
+    writer = RecordsWriter()
+    writer.add_run(
+        b"orders", 0xFEED, SCHEDULED, ("a@ga",), [10, 11], [20, 21], [5, 6],
+        [b'{"qty":1}', b'{"qty":2}'], [b"c1", b""], [f.encode() for f in fields],
+    )  # fmt: skip
+    expected = [
+        Run("orders", 0xFEED, SCHEDULED, ("a@ga",), [10, 11], [20, 21], [5, 6],
+            [b'{"qty":1}', b'{"qty":2}'], ["c1", ""], fields)
+    ]  # fmt: skip
+    for decode in _decoders():
+        assert decode(writer.payload(), 2) == expected
+    assert [split_schedule_field(f) for f in fields] == [
+        (1764547230000000, "k1\x1e60"),
+        (1764547231000000, ""),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("keys", "fragment"),
+    [
+        (None, "a run of scheduled records carries no SOW key fields"),
+        ([b"k1"], "a scheduled record without a due time: not the field of a scheduled"),
+        ([b"-5\x1dk1"], "a scheduled record without a due time"),
+        ([b"\x1dk1"], "a scheduled record without a due time"),
+    ],
+)
+def test_a_scheduled_record_without_its_due_time_is_refused_by_both_twins(
+    keys: list[bytes] | None, fragment: str
+) -> None:
+    """Taken as an ordinary message it would be delivered at once: the run is malformed."""
+    payload = _one_run(SCHEDULED, keys)
+    for decode in _decoders():
+        with pytest.raises(ReplicationProtocolError, match=fragment):
+            decode(payload, 1)
+    if _frames_c is not None:
+        assert _frames_c.decode_run_fields(payload, 1, frames._strings) is None
 
 
 @pytest.mark.skipif(_frames_c is None, reason="the compiled twin is not built")
@@ -197,7 +267,7 @@ def test_truncated_and_padded_runs_are_refused() -> None:
 def test_both_run_decoders_take_the_same_kinds(kind: int) -> None:
     """Each decoder has its own list of the kinds a run carries: a run of any kind byte is
     taken by both or refused by both, with the same message."""
-    payload = bytearray(_one_run())
+    payload = bytearray(_one_run(keys=[schedule_field(5, "k").encode()]))
     payload[12] = kind
     raw = bytes(payload)
     python = _outcome(decode_runs_py, raw, 1)

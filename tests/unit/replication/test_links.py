@@ -222,17 +222,18 @@ async def test_a_group_mismatch_refuses_the_link_with_both_names(tmp_path: Path)
 async def test_a_peer_of_another_protocol_version_is_refused_with_both_versions(
     tmp_path: Path,
 ) -> None:
-    """Each version added messages an older instance does not know: the hello refuses the
-    link up front instead of it breaking mid-stream (the source here speaks version 2)."""
+    """Each version added messages or record kinds an older instance does not know: the
+    hello refuses the link up front instead of it breaking mid-stream (the source here
+    speaks version 3, which carries no scheduled records)."""
     configs = {
         "a": xml(tmp_path, "a", destination("b", [B], exclude="replicate")),
         "b": xml(tmp_path, "b"),
     }
-    with mock.patch.object(link_protocol, "PROTOCOL_VERSION", 2):
+    with mock.patch.object(link_protocol, "PROTOCOL_VERSION", 3):
         async with fabric_of(tmp_path, configs) as (_fabric, clock, h):
             link = h["a"].broker.replication.destinations["b"]
             await drive(clock, lambda: link.last_error and "protocol version" in link.last_error)
-            assert "protocol version 2, this instance speaks 3" in link.last_error
+            assert "protocol version 3, this instance speaks 4" in link.last_error
             assert not link.connected
 
 
