@@ -15,12 +15,15 @@ sans-I/O :class:`~spool.server.replication.bootproto.BootstrapProtocol`; this ad
 4. SOW phase (``DataType`` sow): the records of the SOW topics asked for that the log no
    longer holds (their seq is before the log's first, or the log does not record the
    topic), with their publisher bookmarks; the log phase brings the rest;
-5. log phase (``DataType`` txlog): every ``PUBLISH``, ``DELTA_PUBLISH`` and identified
-   ``SOW_DELETE`` record of the topics asked for, **including records that came from the
-   requester** (loop protection is a link's rule, not a copy's: an instance rebuilt empty
-   must get back what it once published), as runs of a link's ``data`` messages. Writes
-   wait for the socket (TCP backpressure): a slow requester slows the read of the log,
-   nothing piles up here.
+5. log phase (``DataType`` txlog): every record of the topics asked for whose kind a link
+   replicates (server/replication/routing.py ``REPLICATED_KINDS``) but an unidentified
+   ``SOW_DELETE`` (an expiration): a delayed message's ``SCHEDULED`` record too, so the
+   requester delivers the pending ones when they fall due, never its ``DUE`` record (each
+   instance writes its own); **including records that came from the requester** (loop
+   protection is a link's rule, not a copy's: an instance rebuilt empty must get back
+   what it once published), as runs of a link's ``data`` messages. Writes wait for the
+   socket (TCP backpressure): a slow requester slows the read of the log, nothing piles
+   up here.
 
 Reading is in the log's batches (off the loop: ``read_view`` does its I/O in a thread).
 """

@@ -14,7 +14,9 @@ bootstrap source, which authenticates the requester like a link's source):
    slack (the log's end for a range with nothing after it);
 2. an ``offer`` of that range (the requester's progress and ETA);
 3. **which records**: every record of that range whose bookmark lies in an interval and
-   whose kind a link replicates, **whoever published it and whatever its path**: loop
+   whose kind a link replicates (a delayed message's scheduled record, as it was
+   published; never its due record, which only the log that wrote it has, under the same
+   bookmark), **whoever published it and whatever its path**: loop
    protection is a link's rule against sending an instance what it already has; an
    instance that asks for a record has lost it. A record whose topic the requester's user
    may not read is not sent. Records this log holds fenced itself are not there to send:

@@ -5,7 +5,10 @@ it (topic, and the block's Filter when it has one), it was published here or arr
 a group the destination's PassThrough matches (server/replication/hops.py), and the
 destination is not on its path (loop protection). Resync adds one skip (what the
 destination's holdings say it has) and one exception (``returning``: what a destination
-that lost its log once had). ``SOW_DELETE`` records and a replicated queue's
+that lost its log once had). A delayed message's ``SCHEDULED`` record goes as a publish
+does (the Filter reads its body, which is the body as published): the destination keeps
+it and delivers the message when it falls due; its ``DUE`` record never goes, each
+instance writes its own. ``SOW_DELETE`` records and a replicated queue's
 ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records follow the same rules, except that no Filter
 applies to them, the queue's go where its name goes, and those without publisher identity
 are never sent. A :class:`Route` decides a whole
@@ -38,9 +41,11 @@ _QUEUE_EVENTS: Final = frozenset({int(RecordKind.QUEUE_ACK), int(RecordKind.QUEU
 #: records that are no message: no Filter applies, and only with identity are they sent
 _EVENTS: Final = _QUEUE_EVENTS | {_DELETE}
 
-#: the record kinds a destination is sent (module docstring)
+#: the record kinds a destination is sent (module docstring): messages, a delayed one as
+#: its SCHEDULED record, and the events; never a LOST placeholder or a DUE record, which
+#: are local to the log that wrote them (the link protocol refuses them too)
 REPLICATED_KINDS: Final = frozenset(
-    {int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH)} | _EVENTS
+    {int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH), int(RecordKind.SCHEDULED)} | _EVENTS
 )
 
 #: per topic: the filters of the blocks that take it (None: a block without a filter)

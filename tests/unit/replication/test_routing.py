@@ -1,5 +1,6 @@
 """Routing: topic blocks and filters, passthrough over the arrival group, loop protection,
-and the resync skip of what the destination holds."""
+and the resync skip of what the destination holds; the record kinds a link, a bootstrap
+and a repair send."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ from hypothesis import strategies as st
 
 from spool.server.config import DestinationConfig, ReplicationTopic, ReplicationTransport
 from spool.server.config.model import QueueConfig
+from spool.server.replication import frames
+from spool.server.replication.bootsource import _choose
 from spool.server.replication.collisions import differing_origins
+from spool.server.replication.frames import Repair, RepairFence
 from spool.server.replication.hops import format_hop, on_path, parse_hop
-from spool.server.replication.routing import Route, held_by
+from spool.server.replication.repairsource import RepairPlan
+from spool.server.replication.routing import REPLICATED_KINDS, Route, held_by
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.format.record import Record, RecordKind, schedule_field
 
 
 def _dest(*topics: ReplicationTopic, passthrough: tuple[str, ...] = ()) -> DestinationConfig:
@@ -215,3 +220,105 @@ def test_the_per_topic_decision_agrees_with_the_per_record_rules(
     route = Route(_dest(*topics, passthrough=(".*",)))
     batch = _batch(*rows)
     assert route.select(batch, "c") == route.select(batch, "c", lambda _h, _s, _p: False)
+
+
+SCHEDULED, DUE, PUBLISH = RecordKind.SCHEDULED, RecordKind.DUE, RecordKind.PUBLISH
+
+
+def _delayed(
+    *rows: tuple[RecordKind, int, bytes, tuple[str, ...]], topic: str = "orders"
+) -> RecordBatch:
+    """Records of publisher 7: (kind, pub_seq, body, path). A scheduled record's SOW key
+    field holds its due time; a due record repeats its bookmark without it."""
+    return RecordBatch.from_records(
+        [
+            Record(i + 1, 0, 7, pub_seq, topic, "json", kind, path, 0, body,
+                   sow_key=schedule_field(1_000 + pub_seq, "") if kind == SCHEDULED else "")
+            for i, (kind, pub_seq, body, path) in enumerate(rows)
+        ]
+    )  # fmt: skip
+
+
+def test_every_kind_a_destination_is_sent_is_one_the_link_protocol_carries() -> None:
+    assert int(SCHEDULED) in REPLICATED_KINDS
+    assert REPLICATED_KINDS <= frames._KINDS
+    assert REPLICATED_KINDS.isdisjoint({int(DUE), int(RecordKind.LOST)})
+
+
+def test_a_scheduled_record_goes_as_a_publish_with_the_filter_on_its_body() -> None:
+    """The block's Filter reads the body as published (the due time is in the SOW key
+    field, not the body); the due record, the copy this instance delivered, never goes,
+    whatever its body."""
+    batch = _delayed(
+        (SCHEDULED, 1, b'{"qty":1}', ()),
+        (SCHEDULED, 2, b'{"qty":0}', ()),
+        (DUE, 1, b'{"qty":1}', ()),
+        (PUBLISH, 3, b'{"qty":1}', ()),
+        (DUE, 2, b'{"qty":0}', ()),
+    )
+    filtered = Route(_dest(ReplicationTopic("orders", filter="/qty > 0")))
+    assert filtered.select(batch, "c") == [0, 3]
+    everything = Route(_dest(ReplicationTopic(".*", is_regex=True)))
+    assert everything.select(batch, "c") == [0, 1, 3]
+    assert Route(_dest(ReplicationTopic("trades"))).select(batch, "c") == []
+    # a batch of due records alone, or of scheduled records alone
+    dues = _delayed((DUE, 1, b'{"qty":1}', ()), (DUE, 2, b'{"qty":1}', ()))
+    assert everything.select(dues, "c") == []
+    assert filtered.select(dues, "c") == []
+    scheduled = _delayed((SCHEDULED, 1, b'{"qty":1}', ()), (SCHEDULED, 2, b'{"qty":0}', ()))
+    assert everything.select(scheduled, "c") == [0, 1]
+    assert filtered.select(scheduled, "c") == [0]
+
+
+def test_a_scheduled_record_follows_the_path_passthrough_and_resync_rules() -> None:
+    body = b'{"qty":1}'
+    batch = _delayed(
+        (SCHEDULED, 1, body, ("c@gc",)),  # came from the destination: loop protection
+        (SCHEDULED, 2, body, ("a@ga",)),  # came from a, group ga
+        (SCHEDULED, 3, body, ()),  # published here
+        (DUE, 3, body, ()),
+    )
+    topics = (ReplicationTopic(".*", is_regex=True),)
+    assert Route(_dest(*topics, passthrough=(".*",))).select(batch, "c") == [1, 2]
+    assert Route(_dest(*topics, passthrough=("^gb$",))).select(batch, "c") == [2]
+    # resync: what the destination holds is skipped; a destination that lost its log
+    # gets back the one it sent and lacks, never the due record
+    held = held_by({7: (2, [])})
+    assert Route(_dest(*topics, passthrough=(".*",))).select(batch, "c", held) == [2]
+    lacks = held_by({})
+    returning = Route(_dest(*topics, passthrough=(".*",)))
+    assert returning.select(batch, "c", lacks, returning=True) == [0, 1, 2]
+
+
+def test_a_bootstrap_copies_scheduled_records_and_never_due_ones() -> None:
+    """The empty instance delivers the pending delayed messages itself when they fall
+    due; it writes its own due records. Loop protection is no rule of a copy."""
+    batch = _delayed(
+        (SCHEDULED, 1, b"{}", ("c@gc",)),
+        (DUE, 1, b"{}", ("c@gc",)),
+        (PUBLISH, 2, b"{}", ()),
+        (SCHEDULED, 3, b"{}", ()),
+        (DUE, 3, b"{}", ()),
+    )
+    assert _choose(batch, lambda t: t == "orders", lambda _t: True) == [0, 2, 3]
+    assert _choose(batch, lambda t: t == "trades", lambda _t: True) == []
+    assert _choose(batch, lambda _t: True, lambda _t: False) == []
+    dues = _delayed((DUE, 1, b"{}", ()), (DUE, 3, b"{}", ()))
+    assert _choose(dues, lambda _t: True, lambda _t: True) == []
+
+
+def test_a_repair_sends_a_scheduled_record_it_holds_and_never_a_due_one() -> None:
+    """The requester lost both records of bookmark 7:1 (and 7:3): the peer holds the
+    scheduled record as it was published and sends it; the due record is local to the
+    log that wrote it, so it is not sent even though it has the bookmark asked for."""
+    request = Repair(1, "a", "g", None, None, [RepairFence(5, 4, [(7, 1, 3)], (0, None))], None)
+    plan = RepairPlan(request, 1, 10)
+    batch = _delayed(
+        (SCHEDULED, 1, b"{}", ("a@g",)),
+        (DUE, 1, b"{}", ("a@g",)),
+        (SCHEDULED, 3, b"{}", ()),
+        (DUE, 3, b"{}", ()),
+        (SCHEDULED, 4, b"{}", ()),  # not asked for
+    )
+    assert plan.choose(batch, lambda _t: True) == [0, 2]
+    assert plan.choose(batch, lambda _t: False) == []
