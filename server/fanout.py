@@ -25,7 +25,7 @@ they rejoin. Otherwise the connection overflows and is disconnected (``slow clie
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Protocol
 
 from spool.server.backpressure import route
 from spool.server.bookmarks import format_bookmark, format_timestamp_us
@@ -34,14 +34,8 @@ from spool.server.expr import MessageView
 from spool.server.ports import AppendedRun, Entitlements, Outbound
 from spool.server.router import Router
 from spool.server.subscription import SessionSubscription
-from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.format.record import MESSAGE_KINDS
 from spool.server.wire import encode_run, sids_json
-
-#: record kinds that are no message: a replicated ``sow_delete``, a queue's acks and
-#: ownership transfers (their stages apply them; plain subscribers hear nothing)
-_NOT_MESSAGES: Final = frozenset(
-    {RecordKind.SOW_DELETE, RecordKind.QUEUE_ACK, RecordKind.QUEUE_TRANSFER}
-)
 
 #: messages of a run each subscription of one connection takes (None: all of them)
 _Taken = list[tuple[SessionSubscription, list[int] | None]]
@@ -98,11 +92,14 @@ class FanOut:
     def appended(self, run: AppendedRun) -> None:
         """Deliver ``run`` to every live subscription that takes (some of) it.
 
-        A run of ``SOW_DELETE`` records (a replicated ``sow_delete``) is no message: the
-        SOW stage tells its subscribers, plain subscribers hear nothing of it; nor of a
-        replicated queue's ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records (the queue stage's).
+        Only runs of the message kinds (``MESSAGE_KINDS``) are delivered. A run of
+        ``SOW_DELETE`` records (a replicated ``sow_delete``) is no message: the SOW stage
+        tells its subscribers, plain subscribers hear nothing of it; nor of a replicated
+        queue's ``QUEUE_ACK`` / ``QUEUE_TRANSFER`` records (the queue stage's); nor of a
+        delayed message's ``SCHEDULED`` record (its ``DUE`` record is delivered when it
+        falls due).
         """
-        if run.kind in _NOT_MESSAGES:
+        if run.kind not in MESSAGE_KINDS:
             return
         matches = self._router.match(run.topic)
         if not matches:

@@ -56,7 +56,7 @@ from spool.server.stats.source import EventSink
 from spool.server.topics import TOPIC_LIMIT
 from spool.server.txlog import TransactionLog, TxlogClosed
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import RecordKind
+from spool.server.txlog.format.record import MESSAGE_KINDS, RecordKind
 from spool.server.txlog.storage.files import OsFileSeam, write_durable
 from spool.server.wire import topic_json
 
@@ -69,8 +69,6 @@ CHECKPOINT_INTERVAL: Final = 1.0
 #: message of a forgotten identity counts as a client's, so a loop runs at most this
 #: many more hops before it is cut again).
 LINEAGE_LIMIT: Final = 65_536
-_PUBLISHES: Final = (RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH)
-_PUBLISH_KINDS: Final = frozenset(int(k) for k in _PUBLISHES)
 #: nothing to read back: the pipeline starts no earlier for this stage
 _NOTHING: Final = 1 << 62
 
@@ -152,7 +150,7 @@ class PublishTriggers:
 
     def appended(self, run: AppendedRun) -> None:
         """Offer ``run`` to the lane of each trigger that watches its topic and source."""
-        if run.kind not in _PUBLISHES:
+        if run.kind not in MESSAGE_KINDS:
             return
         bindings = self._by_topic.get(run.topic)
         if bindings is None:  # forgotten since the topic table asked
@@ -230,12 +228,12 @@ class PublishTriggers:
         topics = batch.topics
         kinds = batch.kinds()
         plain = kinds <= {int(RecordKind.PUBLISH)}
-        if not plain and not kinds & _PUBLISH_KINDS:
+        if not plain and not kinds & MESSAGE_KINDS:
             return
         for i in range(len(batch)):
             seq = first + i
             kind = int(RecordKind.PUBLISH) if plain else batch.kind(i)
-            if kind not in _PUBLISH_KINDS:
+            if kind not in MESSAGE_KINDS:
                 continue
             topic = topics[i]
             bindings = self._by_topic.get(topic)

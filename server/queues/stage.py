@@ -39,14 +39,12 @@ from spool.server.queues.records import (
 )
 from spool.server.queues.window import Window
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.format.record import MESSAGE_KINDS, Record, RecordKind
 from spool.server.txlog.retention.pins import Pin
 from spool.server.wire import topic_json
 
 __all__ = ["QueueRuntime", "QueueStage", "published_on"]
 
-#: record kinds whose messages enter a queue
-_MESSAGE_KINDS: Final = frozenset({RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH})
 _QUEUE_ACK: Final = int(RecordKind.QUEUE_ACK)
 _QUEUE_TRANSFER: Final = int(RecordKind.QUEUE_TRANSFER)
 #: the record kinds of a queue's own events (logged on the queue's name)
@@ -519,7 +517,7 @@ class QueueRuntime:
         try:
             for rec in records:
                 seq = rec.seq
-                if seq < cursor or rec.kind not in _MESSAGE_KINDS or not takes(rec.topic):
+                if seq < cursor or rec.kind not in MESSAGE_KINDS or not takes(rec.topic):
                     continue
                 view: MessageView | None = None
                 if flt is not None or barrier is not None or priority is not None:
@@ -586,7 +584,7 @@ class QueueRuntime:
         for rec in records:
             if rec.seq < window.cursor or rec.seq in window.deferred:
                 continue
-            if rec.kind not in _MESSAGE_KINDS or not config.takes(rec.topic):
+            if rec.kind not in MESSAGE_KINDS or not config.takes(rec.topic):
                 continue
             bm = rec.bookmark
             if flt is not None and not flt.matches(MessageView(rec.topic, rec.body, bookmark=bm)):
@@ -663,7 +661,7 @@ class QueueStage:
             raise InvalidTopic(f"{run.topic!r} is a queue: its acks come from consumers")
         if (
             run.topic in self._dead
-            and run.kind in _MESSAGE_KINDS
+            and run.kind in MESSAGE_KINDS
             and not run.path
             and run.pub_hash != self.own_pub_hash()
         ):
@@ -688,7 +686,7 @@ class QueueStage:
                                   seq=run.first_seq + i)  # fmt: skip
                 self._on_enqueued(queue)
             return
-        if run.kind not in _MESSAGE_KINDS:
+        if run.kind not in MESSAGE_KINDS:
             return
         if run.path and run.topic in self._dead:
             # another instance's dead letters: the message left the queue there (ours
@@ -759,7 +757,7 @@ class QueueStage:
         rest of the run: the dropped copy will not come again (the link's position
         passes it with the next record logged from there), so a crash must not keep the
         records after it and lose the claim (the log loses only a suffix)."""
-        if run.kind not in _MESSAGE_KINDS:
+        if run.kind not in MESSAGE_KINDS:
             return
         bm = format_bookmark(run.pub_hash, pub_seq)
         for queue in self.takers(run.topic):
@@ -795,7 +793,7 @@ class QueueStage:
                     if dead_unacked and kind == _QUEUE_ACK:
                         self._acked_dead(queue, batch.bodies[i])
                 continue
-            if kind not in _MESSAGE_KINDS:
+            if kind not in MESSAGE_KINDS:
                 continue
             if dead and topic in dead:
                 self._dead_letters(topic, (batch.bodies[i],), mine=not batch.path(i),
@@ -882,7 +880,7 @@ class QueueRefold:
                 if rec.topic in by_name:
                     keep(rec)
                 continue
-            if kind not in _MESSAGE_KINDS:
+            if kind not in MESSAGE_KINDS:
                 continue
             kept = False
             for queue in takers(rec.topic):

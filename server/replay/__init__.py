@@ -18,7 +18,7 @@ from __future__ import annotations
 from spool.server.replay.conflation import Conflator
 from spool.server.replay.cursor import ReplayCursor, resume_together
 from spool.server.replay.errors import ReplayGapError
-from spool.server.replay.member import MESSAGE_KINDS, ReplayMember, build_member
+from spool.server.replay.member import ReplayMember, build_member
 from spool.server.replay.pacing import BURST_WINDOW, MAX_LAG, RatePacer
 from spool.server.replay.plan import ReplayPlan, StopRule, Verdict, plan_replay, resolve_start
 from spool.server.replay.ports import (
@@ -33,7 +33,6 @@ from spool.server.replay.ports import (
 __all__ = [
     "BURST_WINDOW",
     "MAX_LAG",
-    "MESSAGE_KINDS",
     "Conflator",
     "DurableLimit",
     "FunctionLimit",

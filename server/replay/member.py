@@ -8,7 +8,6 @@ resume several together) with their position intact.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Final
 
 from spool.server.bookmarks import BookmarkSpec
 from spool.server.protocol.options import SubscribeOptions
@@ -18,10 +17,7 @@ from spool.server.replay.pacing import RatePacer
 from spool.server.replay.plan import ReplayPlan, Verdict, plan_replay
 from spool.server.replay.ports import ReplaySink, ReplaySource
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import Record, RecordKind
-
-#: Record kinds a bookmark subscription delivers by default (queue bookkeeping is not data).
-MESSAGE_KINDS: Final = frozenset({RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH})
+from spool.server.txlog.format.record import MESSAGE_KINDS, Record
 
 
 class ReplayMember:
@@ -41,7 +37,7 @@ class ReplayMember:
         top_n: int | None = None,
         pacer: RatePacer | None = None,
         conflator: Conflator | None = None,
-        kinds: frozenset[RecordKind] = MESSAGE_KINDS,
+        kinds: frozenset[int] = MESSAGE_KINDS,
     ) -> None:
         self.sink = sink
         self.next_seq = plan.start_seq
@@ -217,7 +213,7 @@ def build_member(
     source: ReplaySource,
     *,
     accept: Callable[[Record], bool] | None = None,
-    kinds: frozenset[RecordKind] = MESSAGE_KINDS,
+    kinds: frozenset[int] = MESSAGE_KINDS,
 ) -> ReplayMember:
     """A member for a subscribe command: resolves ``spec`` and wires the options.
 

@@ -36,13 +36,17 @@ from spool.server.sow.keys import KeySpec
 from spool.server.sow.memory import MemoryStore
 from spool.server.txlog import TransactionLog
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import Record, RecordKind, split_sow_key_field
+from spool.server.txlog.format.record import (
+    MESSAGE_KINDS,
+    Record,
+    RecordKind,
+    split_sow_key_field,
+)
 
 __all__ = ["LogApplier", "applied_state", "put_key", "record_key", "state_at"]
 
 #: log records read per batch
 _BATCH: Final = 4096
-_PUT_KINDS: Final = frozenset({int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH)})
 _DELETE: Final = int(RecordKind.SOW_DELETE)
 
 
@@ -113,7 +117,7 @@ class LogApplier:
                 if store.delete(key, seq=seq) is not None:
                     counts.deletes += 1
                 continue
-            if kind not in _PUT_KINDS:
+            if kind not in MESSAGE_KINDS:
                 continue
             keyed = put_key(rule, self._spec_of(rule), topic, rec)
             if keyed is None:
@@ -161,7 +165,7 @@ def record_key(
     kind = int(rec.kind)
     if kind == _DELETE:
         return split_sow_key_field(rec.sow_key)[0], 0
-    if kind not in _PUT_KINDS:
+    if kind not in MESSAGE_KINDS:
         return None
     return put_key(rule, spec, topic, rec)
 

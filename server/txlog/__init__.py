@@ -51,7 +51,7 @@ from spool.server.txlog.errors import (
 )
 from spool.server.txlog.events import EventCallback
 from spool.server.txlog.format.batch import RecordBatch
-from spool.server.txlog.format.record import Record, RecordKind
+from spool.server.txlog.format.record import MESSAGE_KINDS, Record, RecordKind
 from spool.server.txlog.log import TransactionLog
 from spool.server.txlog.read.locator import Located, LookupView
 from spool.server.txlog.recovery.report import RecoveryReport, Truncation
@@ -60,6 +60,7 @@ from spool.server.txlog.storage.files import FileSeam, JournalHandle, OsFileSeam
 from spool.server.txlog.storage.journal import JournalInfo
 
 __all__ = [
+    "MESSAGE_KINDS",
     "CorruptRecord",
     "EventCallback",
     "FencedRecords",

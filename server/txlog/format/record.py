@@ -90,6 +90,19 @@ class RecordKind(IntEnum):
     DUE = 8
 
 
+#: The record kinds delivered as messages, wherever the log is read or a stage decides by
+#: kind: live subscribers, bookmark replays and catch-up reads, SOW stores (the record
+#: puts its key), queues (it enters them), on-publish actions. A :attr:`RecordKind.DUE`
+#: record is one, at its own position in the log; its :attr:`RecordKind.SCHEDULED`
+#: record is not (nor are deletes, a queue's events and placeholders). Plain ints, so
+#: that a batch's kinds (``RecordBatch.kinds()``) and a record's compare alike. Every
+#: such reader takes its kinds from here: a new kind that is a message is added here
+#: once.
+MESSAGE_KINDS: Final[frozenset[int]] = frozenset(
+    {int(RecordKind.PUBLISH), int(RecordKind.DELTA_PUBLISH), int(RecordKind.DUE)}
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Record:
     """One journal entry.
