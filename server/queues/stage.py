@@ -656,12 +656,14 @@ class QueueStage:
     def prepare(self, run: PublishRun) -> None:
         """Only a replication link brings a queue's own records (acks, transfers); no
         client can publish them (the pipeline refuses any other kind on a topic without
-        a stage that prepares it: this stage takes a queue's name)."""
+        a stage that prepares it: this stage takes a queue's name). Nor a dead letter:
+        a delayed one is refused when it is published, as its due record, written
+        without this check, would be read back as a dead letter."""
         if run.kind in _EVENT_KINDS and not run.path:
             raise InvalidTopic(f"{run.topic!r} is a queue: its acks come from consumers")
         if (
             run.topic in self._dead
-            and run.kind in MESSAGE_KINDS
+            and (run.kind in MESSAGE_KINDS or run.kind == RecordKind.SCHEDULED)
             and not run.path
             and run.pub_hash != self.own_pub_hash()
         ):

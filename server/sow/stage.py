@@ -55,6 +55,7 @@ from spool.server.sow.registry import SowTopics
 from spool.server.sow.subscribers import DELETED, SowDelivery
 from spool.server.txlog.format.batch import RecordBatch
 from spool.server.txlog.format.record import (
+    MESSAGE_KINDS,
     SOW_FIELD_SEPARATOR,
     RecordKind,
     sow_key_field,
@@ -196,6 +197,8 @@ class SowStage:
         if run.kind == _DELETE:
             self._deleted(run)
             return
+        if run.kind not in MESSAGE_KINDS:
+            return  # a delayed message's scheduled record: its due record puts the key
         topics = self._topics
         topic = run.topic
         rule = topics.rule(topic)
