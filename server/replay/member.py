@@ -67,8 +67,8 @@ class ReplayMember:
 
     @property
     def stop_bound(self) -> int | None:
-        """The last seq this member could deliver, when known (None: open-ended)."""
-        return None if self._stop is None else self._stop.bound
+        """The last seq this member reads, when known (None: open-ended)."""
+        return None if self._stop is None else self._stop.read_bound
 
     @property
     def ranged(self) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 from spool.server.bookmarks import (
     BookmarkList,
@@ -25,9 +25,12 @@ from spool.server.bookmarks import (
 from spool.server.protocol.errors import BookmarkNotFound, InvalidBookmark
 from spool.server.protocol.options import NotFoundPolicy
 from spool.server.replay.ports import ReplaySource
-from spool.server.txlog.format.record import Record
+from spool.server.txlog.format.record import Record, RecordKind
 
 Verdict: TypeAlias = Literal["pass", "last", "beyond"]
+
+_SCHEDULED: Final = int(RecordKind.SCHEDULED)
+_DUE: Final = int(RecordKind.DUE)
 
 
 class StopRule:
@@ -39,9 +42,24 @@ class StopRule:
     that publisher), or a moment (reached at the first record stamped past it, or when the
     clock passes it: then :meth:`on_clock` fixes the bound from the log's time index).
     A list ends at the newest of its bookmarks.
+
+    An end bookmark is where it was delivered: a delayed message's is its due record. When
+    the record met for it is its scheduled record (the message was not due yet when the
+    range was planned, or reached the log only since), the range goes on to that
+    message's due record, as it would end there had it been planned after the due time.
     """
 
-    __slots__ = ("_inclusive", "_last_seq", "_pending", "_stop_at_us", "_time_bound")
+    __slots__ = (
+        "_awaited",
+        "_due_met",
+        "_ends",
+        "_inclusive",
+        "_last_seq",
+        "_look_at",
+        "_pending",
+        "_stop_at_us",
+        "_time_bound",
+    )
 
     def __init__(
         self,
@@ -50,11 +68,17 @@ class StopRule:
         pending: Iterable[BookmarkPoint] = (),
         inclusive: bool = True,
         stop_at_us: int | None = None,
+        found: Iterable[BookmarkPoint] = (),
+        look_at: int | None = None,
     ) -> None:
         """
         Args:
             last_seq: the last seq to deliver, as far as found bookmarks say.
             pending: end bookmarks not found in the log yet.
+            found: the end bookmarks found (``last_seq`` is theirs): one found as its
+                scheduled record is waited for at its due record.
+            look_at: the seq an exclusive end was found at, past ``last_seq``: read
+                before the range ends, in case it is a scheduled record.
             inclusive: whether a pending bookmark met later is itself delivered.
             stop_at_us: records stamped at or after this are past a time end.
         """
@@ -66,13 +90,30 @@ class StopRule:
         self._inclusive = inclusive
         self._stop_at_us = stop_at_us
         self._time_bound: int | None = None
+        self._ends = {(p.pub_hash, p.pub_seq) for p in found}
+        self._look_at = look_at
+        #: end bookmarks met as scheduled records, whose due records end the range
+        self._awaited: set[tuple[int, int]] = set()
+        #: end bookmarks whose due record was met (a scheduled record met again after a
+        #: pause waits for nothing)
+        self._due_met: set[tuple[int, int]] = set()
 
     @property
     def bound(self) -> int | None:
         """The last seq to deliver, once known."""
         if self._stop_at_us is not None:
             return self._time_bound
-        return None if self._pending else self._last_seq
+        return None if self._pending or self._awaited else self._last_seq
+
+    @property
+    def read_bound(self) -> int | None:
+        """The last seq to read: :attr:`bound`, or the record an exclusive end was found
+        at, just past it (a scheduled record moves the end to its due record)."""
+        bound = self.bound
+        look_at = self._look_at
+        if bound is not None and look_at is not None and look_at > bound:
+            return look_at
+        return bound
 
     @property
     def deadline_us(self) -> int | None:
@@ -84,6 +125,9 @@ class StopRule:
     def verdict(self, rec: Record) -> Verdict:
         """``pass``: deliver and go on; ``last``: deliver, then stop; ``beyond``: stop
         before it. Idempotent for a record met again (after a pause)."""
+        kind = rec.kind
+        if kind in (_SCHEDULED, _DUE) and self._delayed(rec, kind):
+            return "pass"
         if self._pending:
             wanted = self._pending.get(rec.pub_hash)
             if wanted is not None and rec.pub_seq >= wanted:
@@ -99,7 +143,30 @@ class StopRule:
         bound = self.bound
         if bound is None or rec.seq < bound:
             return "pass"
-        return "last" if rec.seq == bound else "beyond"
+        if rec.seq == bound:
+            look_at = self._look_at
+            return "pass" if look_at is not None and look_at > bound else "last"
+        return "beyond"
+
+    def _delayed(self, rec: Record, kind: int) -> bool:
+        """A scheduled or due record: True when it is an end bookmark's scheduled record
+        (its due record is waited for, this one passes), else False (the usual rules)."""
+        point = (rec.pub_hash, rec.pub_seq)
+        if kind == _DUE:
+            if point in self._awaited:
+                self._awaited.discard(point)
+                self._due_met.add(point)
+                last = rec.seq if self._inclusive else rec.seq - 1
+                self._last_seq = last if self._last_seq is None else max(self._last_seq, last)
+            return False
+        if self._stop_at_us is not None or point in self._due_met:
+            return False
+        if self._pending.get(rec.pub_hash) == rec.pub_seq:
+            del self._pending[rec.pub_hash]
+        elif point not in self._ends:
+            return False
+        self._awaited.add(point)
+        return True
 
     def on_clock(self, now_us: int, source: ReplaySource) -> None:
         """The clock passed a time end: every record up to it is in the log (or on its
@@ -113,7 +180,7 @@ class StopRule:
 
     def reached(self, next_seq: int) -> bool:
         """Whether a member about to read ``next_seq`` is past the end."""
-        bound = self.bound
+        bound = self.read_bound
         return bound is not None and next_seq > bound
 
 
@@ -188,7 +255,11 @@ def _resolve_stop(spec: Range, source: ReplaySource, policy: NotFoundPolicy) -> 
             if pending and policy == "fail":
                 raise BookmarkNotFound(f"end bookmark {pending[0]} is not in the log")
             last = (max(found) if inclusive else max(found) - 1) if found else None
-            return StopRule(last_seq=last, pending=pending, inclusive=inclusive)
+            ends = [p for p in points if p not in pending]
+            return StopRule(
+                last_seq=last, pending=pending, inclusive=inclusive, found=ends,
+                look_at=max(found) if found and not inclusive else None,
+            )  # fmt: skip
     raise InvalidBookmark(f"not an end point: {end!r}")
 
 
