@@ -317,6 +317,18 @@ def test_a_connection_gets_one_message_per_publish_naming_the_subscriptions_that
     assert [sub.progress.delivered for sub in subs] == [2, 2, 4, 2]
 
 
+def test_the_fan_out_delivers_message_kinds_only_a_due_run_but_no_scheduled_one() -> None:
+    router = Router()
+    peer = Peer()
+    router.add(_sub(peer, "all", "t"))
+    fan = FanOut(router, _NoAuth(), VirtualClock())
+    for kind in RecordKind:
+        fan.appended(dataclasses.replace(_run([b'{"k":%d}' % kind]), kind=kind))
+    assert [b for _, b in peer.messages()] == [
+        b'{"k":%d}' % k for k in (RecordKind.PUBLISH, RecordKind.DELTA_PUBLISH, RecordKind.DUE)
+    ]
+
+
 class _Full(Peer):
     """A connection whose buffer takes no more: its live runs are refused."""
 
