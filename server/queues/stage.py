@@ -26,7 +26,7 @@ from spool.server.clock import Clock
 from spool.server.config.model import QueueConfig
 from spool.server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
 from spool.server.ports import AppendedRun, Outbound, PublishRun
-from spool.server.protocol.errors import InvalidTopic
+from spool.server.protocol.errors import InvalidOptions, InvalidTopic
 from spool.server.queues import deadletter
 from spool.server.queues.deadletter import DeadLetter
 from spool.server.queues.machine import ELSEWHERE, QueuedMessage, QueueMachine, QueuePolicy
@@ -658,9 +658,23 @@ class QueueStage:
         client can publish them (the pipeline refuses any other kind on a topic without
         a stage that prepares it: this stage takes a queue's name). Nor a dead letter:
         a delayed one is refused when it is published, as its due record, written
-        without this check, would be read back as a dead letter."""
+        without this check, would be read back as a dead letter.
+
+        A delayed message to a topic a replicated queue takes is refused too: each
+        instance enters it at its own due record, while the queue's ownership protocol
+        takes a publisher's messages to arrive in its sequence order (acks and grants of
+        a sequence below one already seen are dropped), so a copy could keep a message
+        another instance acked."""
         if run.kind in _EVENT_KINDS and not run.path:
             raise InvalidTopic(f"{run.topic!r} is a queue: its acks come from consumers")
+        if run.kind == RecordKind.SCHEDULED:
+            replicated = [q.config.name for q in self.takers(run.topic) if q.ownership is not None]
+            if replicated:
+                raise InvalidOptions(
+                    f"delayed delivery is not available on {run.topic!r}: replicated queue "
+                    f"{replicated[0]!r} takes it (a replicated queue takes messages in "
+                    "their publishers' order)"
+                )
         if (
             run.topic in self._dead
             and (run.kind in MESSAGE_KINDS or run.kind == RecordKind.SCHEDULED)
