@@ -327,6 +327,7 @@ class Broker:
             sow=self.sow,
             queues=self.queues,
             event_topics=self.event_topics,
+            delayed=self.delayed,
         )
         self.operations.bootstrap = self.bootstrapper
         self.operations.repairer = self.repairer

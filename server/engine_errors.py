@@ -52,6 +52,13 @@ class NoTransactionLog(AdminError):
         super().__init__("(not configured)")
 
 
+class DelayedNotConfigured(SpoolError):
+    """A read of the delayed messages on an instance without a transaction log (404)."""
+
+    def __init__(self) -> None:
+        super().__init__("delayed delivery needs a transaction log on this instance")
+
+
 class StatsUnavailable(SpoolError):
     """The statistics database is not open (before start, or after stop)."""
 

@@ -25,8 +25,10 @@ from spool.server.clients import ClientRegistry
 from spool.server.clock import Clock
 from spool.server.config import STATS_SOW, Config, UserConfig
 from spool.server.config.model import REDRIVE_MAX, QueueConfig
+from spool.server.delayed.service import DelayedDelivery, PendingMessage
 from spool.server.engine_errors import (
     ClientNotFound,
+    DelayedNotConfigured,
     NoTransactionLog,
     PinNotFound,
     PublishRefused,
@@ -56,6 +58,7 @@ from spool.server.stats.actionruns import ActionRunRow, StoredRun
 from spool.server.stats.host import FilesystemUsage, filesystem_usage
 from spool.server.stats.sampler import Sampler
 from spool.server.stats.snapshot import MetricsSnapshot
+from spool.server.stats.timeparse import format_time
 from spool.server.subscriptions import SubscriptionService
 from spool.server.tls.certificate import CertificateDict
 from spool.server.tls.listener import TlsListener, TlsStatus
@@ -202,6 +205,33 @@ class PinTaken(TypedDict):
     durable_seq: int
 
 
+class DelayedTopic(TypedDict):
+    topic: str
+    pending: int
+
+
+class DelayedSummary(TypedDict):
+    pending: int
+    next_due: str | None
+    next_due_us: int | None
+    delivered: int
+    waiting: bool
+    topics: list[DelayedTopic]
+
+
+class DelayedMessage(TypedDict):
+    due: str
+    due_us: int
+    seq: int
+    topic: str
+    bookmark: str
+
+
+class DelayedPage(TypedDict):
+    messages: list[DelayedMessage]
+    next_after: str | None
+
+
 class TransactionLogInfo(TypedDict):
     journals: list[JournalDict]
     totals: TxlogTotals
@@ -243,8 +273,10 @@ class Operations:
         sow: SowService,
         queues: QueueService | None = None,
         event_topics: EventTopics | None = None,
+        delayed: DelayedDelivery | None = None,
     ) -> None:
         self._publisher = publisher
+        self._delayed = delayed
         self._event_topics = event_topics
         self._tls = tls
         self._logons = logons
@@ -972,6 +1004,59 @@ class Operations:
             return 0
         return self._queues.release_hold(by)
 
+    # -- delayed delivery ---------------------------------------------------------------
+
+    @property
+    def has_delayed(self) -> bool:
+        """Whether delayed delivery runs here (it needs a transaction log)."""
+        return self._delayed is not None
+
+    def delayed_info(self) -> DelayedSummary:
+        """The pending delayed messages counted, every topic's (``GET /api/delayed``
+        leaves out the topics its user may not read).
+
+        Raises:
+            DelayedNotConfigured: no transaction log here (404).
+        """
+        info = self._delayed_service().info()
+        return {
+            "pending": info.pending,
+            "next_due": _due_time(info.next_due_us) if info.next_due_us is not None else None,
+            "next_due_us": info.next_due_us,
+            "delivered": info.delivered,
+            "waiting": info.waiting,
+            "topics": [{"topic": t, "pending": n} for t, n in info.by_topic.items()],
+        }
+
+    async def delayed_messages(
+        self, after: tuple[int, int] | None, limit: int, user: UserConfig | None
+    ) -> DelayedPage:
+        """A page of the pending delayed messages in due order, after the position
+        ``after`` (``(due_us, seq)``; None: from the first), without bodies
+        (``GET /api/delayed/messages``). Their bookmarks say which messages exist, so
+        the messages of a topic ``user`` may not read are left out; the page then holds
+        fewer than ``limit``, and ``next_after`` still moves past them.
+
+        Raises:
+            DelayedNotConfigured: no transaction log here (404).
+        """
+        # one more than asked: whether a next page exists, without an empty last page
+        found = await self._delayed_service().upcoming(after, limit + 1)
+        page = found[:limit]
+        auth = self.auth
+        return {
+            "messages": [
+                _delayed_message(m) for m in page
+                if not auth.enabled or auth.can_read(user, m.topic)
+            ],
+            "next_after": f"{page[-1].due_us}:{page[-1].seq}" if len(found) > limit else None,
+        }  # fmt: skip
+
+    def _delayed_service(self) -> DelayedDelivery:
+        if self._delayed is None:
+            raise DelayedNotConfigured()
+        return self._delayed
+
     def sow_topics(self) -> list[SowTopicInfo]:
         """Every SOW topic: records, bytes, key paths, file, last compaction
         (``GET /api/sow``)."""
@@ -1049,6 +1134,16 @@ class Operations:
         if store is None:
             raise StatsUnavailable("the statistics database is not open")
         return await asyncio.to_thread(store.action_runs.recent, action, limit, before_id)
+
+
+def _due_time(us: int) -> str:
+    """A due time as the API writes times (ISO-8601 UTC, milliseconds, ``Z``)."""
+    return format_time(us / 1e6)
+
+
+def _delayed_message(m: PendingMessage) -> DelayedMessage:
+    return {"due": _due_time(m.due_us), "due_us": m.due_us, "seq": m.seq, "topic": m.topic,
+            "bookmark": m.bookmark}  # fmt: skip
 
 
 def _iso(ts: float) -> str:

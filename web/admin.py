@@ -11,11 +11,12 @@ web/api_errors.py.
 - Actions are POST, need an admin (the auth middleware checks, and :func:`require_admin`
   again here), and each one is written to the event log with the user who asked:
   ``admin/action`` with ``user``, ``action``, ``target``, ``status``.
-- Subsystems this instance does not have (replication when not configured, queues, SOW)
-  answer 404 with the reason, never made-up data. The configured actions are the
+- Subsystems this instance does not have (replication when not configured, queues, SOW,
+  delayed delivery without a transaction log) answer 404 with the reason, never made-up
+  data. The configured actions are the
   instance's :class:`spool.server.actions.Actions` (their runs go through the same admin
-  surface). The SOW's endpoints are web/sow_api.py, the queues' web/queues_api.py, the topic
-  list's web/topics_api.py.
+  surface). The SOW's endpoints are web/sow_api.py, the queues' web/queues_api.py, delayed
+  delivery's web/delayed_api.py, the topic list's web/topics_api.py.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ from spool.server.actions import (
     BadParameters,
     NotOnAdmin,
 )
-from spool.server.engine_errors import AdminError, StatsUnavailable, TlsNotConfigured
+from spool.server.engine_errors import (
+    AdminError,
+    DelayedNotConfigured,
+    StatsUnavailable,
+    TlsNotConfigured,
+)
 from spool.server.eventlog import EventLog
 from spool.server.metrics import AlertRuleGauges
 from spool.server.operations import JOURNAL_ACTIONS, JournalAction, Operations
@@ -71,6 +77,7 @@ from spool.web.api_errors import (
     NotReady,
 )
 from spool.web.auth import auth_context, csrf_token_for, require_admin
+from spool.web.delayed_api import DelayedApi
 from spool.web.openapi import Operation, QueryParam, openapi_document
 from spool.web.params import EVENTS_MAX, int_param, json_body
 from spool.web.queues_api import QueuesApi, queue_error
@@ -112,7 +119,12 @@ def _map_error(exc: Exception) -> ApiError:
         return replication
     if isinstance(
         exc,
-        AdminError | JournalNotFound | UnknownMetric | TlsNotConfigured | ActionNotFound,
+        AdminError
+        | JournalNotFound
+        | UnknownMetric
+        | TlsNotConfigured
+        | ActionNotFound
+        | DelayedNotConfigured,
     ):
         return NotFound(str(exc))
     if isinstance(exc, BadParameters):
@@ -207,6 +219,7 @@ class AdminApi:
         self._document: dict[str, Any] | None = None
         self.sow = SowApi(ops)
         self.queues = QueuesApi(ops)
+        self.delayed = DelayedApi(ops)
         self.replication = ReplicationApi(ops)
         self.stats = StatsApi(ops)
         self.topics = TopicsApi(ops)
@@ -706,6 +719,7 @@ class AdminApi:
             ),
             *(ApiEndpoint(op, handler) for op, handler in self.replication.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.queues.operations()),
+            *(ApiEndpoint(op, handler) for op, handler in self.delayed.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.sow.operations()),
             *(ApiEndpoint(op, handler) for op, handler in self.topics.operations()),
             get("/api/openapi.json", self.openapi, "This document", "instance"),

@@ -107,6 +107,14 @@ def test_reads_answer_with_their_documented_shapes(http: httpx.Client) -> None:
     assert http.get("/api/subscriptions", headers=READER).json() == {"subscriptions": []}
     txlog = http.get("/api/transaction_log", headers=READER).json()
     assert {"journals", "totals", "flush_latency_ms"} <= set(txlog)
+    assert http.get("/api/delayed", headers=READER).json() == {
+        "pending": 0, "next_due": None, "next_due_us": None, "delivered": 0,
+        "waiting": False, "topics": [],
+    }  # fmt: skip
+    assert http.get("/api/delayed/messages", headers=READER).status_code == 403
+    assert http.get("/api/delayed/messages", headers=ADMIN).json() == {
+        "messages": [], "next_after": None,
+    }  # fmt: skip
     transports = http.get("/api/transports", headers=READER).json()["transports"]
     assert [t["name"] for t in transports] == ["websocket-json"] and transports[0]["enabled"]
     assert http.get("/api/actions", headers=READER).json() == {"actions": []}
@@ -244,6 +252,8 @@ def test_absent_subsystems_say_so(http: httpx.Client, path: str, detail: str) ->
         ("GET", "/api/stats?metric=instance/connections&step=1ms", None),
         ("GET", "/api/events?limit=0", None),
         ("GET", "/api/events?limit=ten", None),
+        ("GET", "/api/delayed/messages?after=12", None),
+        ("GET", "/api/delayed/messages?limit=1001", None),
         ("POST", "/api/transaction_log/journals/abc/archive", None),
         ("POST", "/api/stats/truncate", None),
         ("POST", "/api/stats/truncate", {"before": "x"}),
