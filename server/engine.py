@@ -308,6 +308,7 @@ class Broker:
             replication=replication.counters if replication is not None else None,
             queues=self.queues.counters if self.queues.enabled else None,
             event_topics=self.event_topics.counters if self.event_topics is not None else None,
+            delayed=self.delayed.counters if self.delayed is not None else None,
         )
         self.operations = Operations(
             config,

@@ -26,6 +26,7 @@ from spool.server.session import DisconnectCause
 from spool.server.spills import Spills
 from spool.server.stats.snapshot import (
     ClientCounters,
+    DelayedCounters,
     EventTopicCounters,
     LinkCounters,
     MetricsSnapshot,
@@ -63,6 +64,7 @@ class Metrics:
         tls: the listener's TLS, or None.
         plaintext_exposed: the listener is off loopback without TLS (AllowPlaintext).
         spills: the catch-up reads of live subscriptions (None without a log).
+        delayed: delayed delivery's counters (None without a log).
     """
 
     def __init__(
@@ -83,7 +85,9 @@ class Metrics:
         replication: Callable[[], dict[str, LinkCounters]] | None = None,
         queues: Callable[[], dict[str, QueueCounters]] | None = None,
         event_topics: Callable[[], dict[str, EventTopicCounters]] | None = None,
+        delayed: Callable[[], DelayedCounters] | None = None,
     ) -> None:
+        self._delayed = delayed
         self._queues = queues
         self._event_topics = event_topics
         self._plaintext_exposed = plaintext_exposed
@@ -196,6 +200,7 @@ class Metrics:
             "spills": self._spill_counters(),
             "queues": self._queues() if self._queues is not None else {},
             "event_topics": self._event_topics() if self._event_topics is not None else {},
+            "delayed": self._delayed() if self._delayed is not None else None,
             "disconnects": {
                 cause: registry.disconnects.get(cause, 0) for cause in DISCONNECT_CAUSES
             },

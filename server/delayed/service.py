@@ -35,6 +35,7 @@ from spool.server.delayed import checkpoint
 from spool.server.delayed.checkpoint import Checkpoint, CheckpointError, Covered
 from spool.server.delayed.dueindex import DueEntries, DueEntry, DueIndex
 from spool.server.publishing import PublishPipeline
+from spool.server.stats.snapshot import DelayedCounters
 from spool.server.stats.source import EventSink
 from spool.server.txlog import FencedRecords, TransactionLog
 from spool.server.txlog.errors import TxlogError
@@ -527,6 +528,10 @@ class DelayedDelivery:
             delivered=self.delivered,
             waiting=self._retry_at_us > time_us(self._clock),
         )
+
+    def counters(self) -> DelayedCounters:
+        """What the metrics count of it (server/metrics.py)."""
+        return {"pending": len(self.index) + len(self._in_flight), "delivered": self.delivered}
 
     async def upcoming(self, after: tuple[int, int] | None, limit: int) -> list[PendingMessage]:
         """A page of pending messages in due order (no bodies), from the position

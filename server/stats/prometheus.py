@@ -30,6 +30,7 @@ Families (``_total`` suffixes are added by the exposition format for counters)::
     spool_password_checks_pending
     spool_tls_enabled, spool_tls_certificate_not_after_seconds,
     spool_tls_certificate_reloads_total, spool_plaintext_listener
+    spool_delayed_pending, spool_delayed_delivered_total  (delayed delivery; with a log)
     spool_alert_firing{rule}, spool_alert_value{rule}  (alert rules: server/metrics.py)
     process_* / python_*                             (prometheus-client's collectors)
 """
@@ -52,6 +53,7 @@ from spool.server.stats.histogram import LatencyHistogram
 from spool.server.stats.series import QueueGauge
 from spool.server.stats.snapshot import (
     ClientCounters,
+    DelayedCounters,
     EventTopicCounters,
     LinkCounters,
     QueueCounters,
@@ -160,6 +162,9 @@ class SpoolCollector(Collector):
         yield from self._replication(snap["replication"])
         yield from self._queues(snap["queues"])
         yield from self._event_topics(snap["event_topics"])
+        delayed = snap["delayed"]
+        if delayed is not None:
+            yield from self._delayed(delayed)
         yield from self._security(snap["security"])
 
     @staticmethod
@@ -339,6 +344,21 @@ class SpoolCollector(Collector):
                 CounterMetricFamily(metric, doc, labels=["topic"]),
                 (([t], float(c[key])) for t, c in topics.items()),
             )
+
+    @staticmethod
+    def _delayed(delayed: DelayedCounters) -> Iterator[Metric]:
+        # no per-topic family: a topic label per delayed topic is unbounded cardinality
+        # (GET /api/delayed has the counts per topic)
+        yield GaugeMetricFamily(
+            "spool_delayed_pending",
+            "Delayed messages stored and not delivered yet",
+            value=float(delayed["pending"]),
+        )
+        yield CounterMetricFamily(
+            "spool_delayed_delivered",
+            "Delayed messages delivered at their due time",
+            value=float(delayed["delivered"]),
+        )
 
     @staticmethod
     def _spills(spills: SpillCounters) -> Iterator[Metric]:

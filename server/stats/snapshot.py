@@ -148,6 +148,13 @@ class EventTopicCounters(TypedDict):
     refused: int  # messages the publish path refused
 
 
+class DelayedCounters(TypedDict):
+    """Delayed delivery (server/delayed): publishes stored to be delivered later."""
+
+    pending: int  # messages not delivered yet
+    delivered: int  # messages delivered at their due time since the start
+
+
 class MetricsSnapshot(TypedDict):
     """Everything counted, at one moment (``time``, epoch seconds)."""
 
@@ -172,3 +179,5 @@ class MetricsSnapshot(TypedDict):
     disconnects: dict[str, int]
     #: the event topics that are on, by topic
     event_topics: dict[str, EventTopicCounters]
+    #: delayed delivery (None: no transaction log, so none)
+    delayed: DelayedCounters | None

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from spool.server.stats.histogram import LatencyHistogram
 from spool.server.stats.snapshot import (
     ClientCounters,
+    DelayedCounters,
     EventTopicCounters,
     LinkCounters,
     MetricsSnapshot,
@@ -200,6 +201,7 @@ def metrics_snapshot(
     disconnects: Mapping[str, int] | None = None,
     queues: Mapping[str, QueueCounters] | None = None,
     event_topics: Mapping[str, EventTopicCounters] | None = None,
+    delayed: DelayedCounters | None = None,
 ) -> MetricsSnapshot:
     """A complete snapshot; every field not given is empty (a fresh histogram for acks)."""
     return {
@@ -224,4 +226,5 @@ def metrics_snapshot(
         "disconnects": dict(disconnects or {}),
         "queues": dict(queues or {}),
         "event_topics": dict(event_topics or {}),
+        "delayed": delayed,
     }

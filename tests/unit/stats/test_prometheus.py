@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from spool.server.eventlog import EventLog
 from spool.server.stats.histogram import LatencyHistogram
 from spool.server.stats.prometheus import make_registry
-from spool.server.stats.snapshot import MetricsSnapshot
+from spool.server.stats.snapshot import DelayedCounters, MetricsSnapshot
 from tests.support.snapshots import (
     client_counters,
     link_counters,
@@ -29,6 +29,7 @@ class ScrapedBroker:
         self.latency = LatencyHistogram()
         self.msgs_in = 0
         self.scrapes = 0
+        self.delayed: DelayedCounters | None = {"pending": 6, "delivered": 40}
 
     def metrics_snapshot(self) -> MetricsSnapshot:
         self.scrapes += 1
@@ -71,6 +72,7 @@ class ScrapedBroker:
                              "dead_lettered": 3, "inactive": 40, "deferred_acks": 2}},
             event_topics={"/spool/events/clients": {"published": 11, "dropped": 2,
                                                     "refused": 1}},
+            delayed=self.delayed,
         )  # fmt: skip
 
 
@@ -109,6 +111,8 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_event_topic_messages_total", clients)] == 11
     assert got[("spool_event_topic_dropped_total", clients)] == 2
     assert got[("spool_event_topic_refused_total", clients)] == 1
+    assert got[("spool_delayed_pending", ())] == 6
+    assert got[("spool_delayed_delivered_total", ())] == 40
     assert got[("spool_spills_total", ())] == 4
     assert got[("spool_catch_ups_total", ())] == 3
     assert got[("spool_catch_up_seconds_total", ())] == 2.5
@@ -133,8 +137,10 @@ def test_exposition_reflects_the_snapshot_at_scrape_time() -> None:
     assert got[("spool_replication_sync", (("link", "b"),))] == 1
     assert got[("spool_replication_disconnects_total", (("link", "b"),))] == 3
     broker.msgs_in = 9
+    broker.delayed = None  # no transaction log: no delayed delivery, no family
     again = samples(generate_latest(registry).decode())
     assert again[("spool_messages_in_total", ())] == 9
+    assert not any(name.startswith("spool_delayed_") for name, _ in again)
     broker.events.close()
 
 

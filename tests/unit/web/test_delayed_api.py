@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from spool.server.bookmarks import format_time_bookmark
 from spool.server.stats.timeparse import format_time
@@ -42,6 +43,14 @@ async def get(http: httpx.AsyncClient, path: str, token: str = OPS) -> Any:
     r = await http.get(path, headers=bearer(token))
     assert r.status_code == 200, r.text
     return r.json()
+
+
+async def scrape(http: httpx.AsyncClient) -> tuple[float, float]:
+    """``spool_delayed_pending`` and ``spool_delayed_delivered_total`` of ``/metrics``."""
+    r = await http.get("/metrics", headers=bearer(OPS))
+    assert r.status_code == 200, r.text
+    got = {s.name: s.value for f in text_string_to_metric_families(r.text) for s in f.samples}
+    return got["spool_delayed_pending"], got["spool_delayed_delivered_total"]
 
 
 def format_iso(us: int) -> str:
@@ -90,6 +99,7 @@ async def test_the_counts_follow_the_messages_until_they_fall_due(tmp_path: Path
         # the totals are the instance's; the topics only those the user may read
         mine = await get(http, "/api/delayed", AUDITOR)
         assert mine["pending"] == 3 and mine["topics"] == [{"topic": "orders", "pending": 2}]
+        assert await scrape(http) == (3.0, 0.0)
         await h.clock.advance(10.01)
         await h.settle()
         info = await get(http, "/api/delayed")
@@ -107,6 +117,7 @@ async def test_the_counts_follow_the_messages_until_they_fall_due(tmp_path: Path
             "waiting": False, "topics": [],
         }  # fmt: skip
         assert (await get(http, "/api/delayed/messages")) == {"messages": [], "next_after": None}
+        assert await scrape(http) == (0.0, 3.0)
 
 
 @scenario
