@@ -1,11 +1,14 @@
 // Transaction log: journal files (GET /api/transaction_log every 3 s), totals, flush
 // latency, the configured action that will act on each journal next (`next_actions`), and
 // archive / compress / remove with a confirmation (each acts on the journal and all older
-// ones; the broker answers 409 while something still needs them).
+// ones; the broker answers 409 while something still needs them). Below, the delayed
+// messages the log holds until their due time (GET /api/delayed and, for an admin, the
+// first page of GET /api/delayed/messages, every 3 s); hidden on an instance without a
+// log (404).
 
 import {
-  Alert, KeyedTable, Poller, allowAction, api, badge, busy, confirmDialog, el, fmtBytes,
-  fmtDateTime, fmtInt, fmtMs, setText,
+  Alert, ApiError, KeyedTable, Poller, allowAction, api, badge, busy, confirmDialog, el,
+  fmtBytes, fmtDateTime, fmtInt, fmtMs, isAdmin, setText,
 } from "./ui.js";
 
 const alert = new Alert(document.getElementById("page-alert"));
@@ -234,3 +237,89 @@ const poller = new Poller(async () => {
   }
 }, 3000);
 poller.start();
+
+// -- delayed messages ---------------------------------------------------------------------
+
+/** Messages of the "Next delayed messages" table: the first page of the listing. */
+const NEXT_PAGE = 20;
+
+const delayedTopics = new KeyedTable($id("delayed-topics").tBodies[0], {
+  key: (t) => t.topic,
+  columns: 2,
+  empty: "No delayed message pending.",
+  create: () => el("tr", {}, el("td", { className: "mono" }), el("td", { className: "num" })),
+  update: (tr, t) => {
+    setText(tr.cells[0], t.topic);
+    setText(tr.cells[1], fmtInt(t.pending));
+  },
+});
+
+const delayedNext = new KeyedTable($id("delayed-messages").tBodies[0], {
+  key: (m) => `${m.due_us}:${m.seq}`,
+  columns: 4,
+  empty: "No delayed message pending.",
+  create: () => el("tr", {},
+    el("td", { className: "mono" }), el("td", { className: "mono" }),
+    el("td", { className: "num" }), el("td", { className: "mono" })),
+  update: (tr, m) => {
+    setText(tr.cells[0], fmtDateTime(m.due, { ms: true }));
+    // a message whose record could not be read (a fenced range) has no topic
+    setText(tr.cells[1], m.topic || "–");
+    setText(tr.cells[2], fmtInt(m.seq));
+    setText(tr.cells[3], m.bookmark);
+  },
+});
+
+/** Whether this user gets the listing (an admin; it stops at a 403). */
+let listMessages = isAdmin;
+
+function renderDelayed(info) {
+  const shown = info.topics.reduce((n, t) => n + t.pending, 0);
+  const facts = [
+    ["pending", fmtInt(info.pending)],
+    ["next due", info.next_due === null ? "–" : `${fmtDateTime(info.next_due)} UTC`],
+    ["delivered since start", fmtInt(info.delivered)],
+    ["retrying", info.waiting ? "yes: the log refused the due records, or a record is fenced" : "no"],
+  ];
+  // the totals count every topic; the list only the topics this user may read
+  if (shown < info.pending) facts.push(["in topics not shown", fmtInt(info.pending - shown)]);
+  kv($id("delayed-kv"), facts);
+  delayedTopics.render(info.topics);
+}
+
+async function refreshNext() {
+  try {
+    const page = await api(`/api/delayed/messages?limit=${NEXT_PAGE}`);
+    delayedNext.render(page.messages);
+    setText($id("delayed-next-updated"),
+      page.next_after === null ? "every pending message" : `the first ${NEXT_PAGE} due`);
+    $id("delayed-next").hidden = false;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 403) {
+      listMessages = false;
+      $id("delayed-next").hidden = true;
+      return;
+    }
+    throw err;
+  }
+}
+
+const delayedPoller = new Poller(async () => {
+  try {
+    renderDelayed(await api("/api/delayed"));
+    if (listMessages) await refreshNext();
+    $id("delayed").hidden = false;
+    setText($id("delayed-updated"), new Date().toISOString().slice(11, 19));
+    alert.clear("delayed");
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) {
+      // no transaction log, so no delayed delivery: nothing to show while this instance runs
+      $id("delayed").hidden = true;
+      $id("delayed-next").hidden = true;
+      delayedPoller.stop();
+      return;
+    }
+    alert.error(err, "delayed messages", "delayed");
+  }
+}, 3000);
+delayedPoller.start();

@@ -12,8 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
-from playwright.sync_api import Browser, Locator, Page, expect
+from playwright.sync_api import Browser, Locator, Page, Route, expect
+from websockets.sync.client import connect
 
 from spool.server.client.sync import SyncClient
 from spool.server.passwords import hash_password
@@ -429,6 +431,63 @@ def test_the_transaction_log_page_lists_journals_and_archives_after_asking(
         message="archived over REST",
     )
     expect(row.locator(".badge").first).to_have_text("archived")
+
+
+def publish_delayed(server: SpoolProcess, *messages: tuple[str, str]) -> None:
+    """Publish ``(topic, options)`` each over a websocket of its own (the Python client
+    sends no publish options) and check each processed ack."""
+    with connect(server.ws_url) as ws:
+        ws.send(orjson.dumps({"c": "logon", "cid": "l", "client_name": "delayed-feeder",
+                              "a": "processed"}))  # fmt: skip
+        ws.recv(timeout=10)
+        for n, (topic, options) in enumerate(messages, 1):
+            body = orjson.dumps({"n": n})
+            header = {"c": "publish", "t": topic, "s": n, "cid": f"p{n}", "a": "processed",
+                      "o": options, "l": len(body)}  # fmt: skip
+            ws.send(orjson.dumps(header) + body)
+            ack = orjson.loads(ws.recv(timeout=10))
+            assert ack["cid"] == f"p{n}" and ack["status"] == "success", ack
+
+
+def test_the_transaction_log_page_shows_the_delayed_messages(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    publish_delayed(
+        dashboard_server,
+        ("reminders", "deliver_after=1h"),
+        ("orders", "deliver_after=3h"),
+        ("reminders", "deliver_after=2h"),
+    )
+    page.goto(f"{dashboard_server.http_url}/transaction-log")
+    kv = page.locator("#delayed-kv")
+    expect(kv).to_contain_text("pending3")
+    expect(kv).to_contain_text("retryingno")
+    topics = page.locator("#delayed-topics tbody tr")
+    expect(topics).to_have_count(2)
+    expect(topics.nth(0)).to_have_text("orders1")  # in name order
+    expect(topics.nth(1)).to_have_text("reminders2")
+    upcoming = page.locator("#delayed-messages tbody tr")
+    expect(upcoming).to_have_count(3)
+    expect(upcoming.nth(0).locator("td").nth(1)).to_have_text("reminders")
+    expect(upcoming.nth(2).locator("td").nth(1)).to_have_text("orders")
+    expect(page.locator("#delayed-next-updated")).to_have_text("every pending message")
+
+
+def test_the_delayed_panels_stay_hidden_without_a_transaction_log(
+    page: Page, dashboard_server: SpoolProcess
+) -> None:
+    # an instance without a log answers 404 (tests/unit/web/test_delayed_api.py)
+    def not_found(route: Route) -> None:
+        route.fulfill(status=404, content_type="application/json", body=json.dumps(
+            {"error": "not found",
+             "detail": "delayed delivery needs a transaction log on this instance"}))  # fmt: skip
+
+    page.route("**/api/delayed*", not_found)
+    page.goto(f"{dashboard_server.http_url}/transaction-log")
+    expect(page.locator("#totals")).to_contain_text("durable seq")
+    expect(page.locator("#delayed")).to_be_hidden()
+    expect(page.locator("#delayed-next")).to_be_hidden()
+    expect(page.locator("#page-alert")).to_be_hidden()
 
 
 def test_the_events_page_follows_the_event_log(
