@@ -371,3 +371,28 @@ async def test_the_catch_up_goes_back_at_most_action_catch_up_records(tmp_path: 
     assert caught["messages"] == 6
     events = h.broker.actions.event_runners["hot"].counts()
     assert (events["runs"], events["derived_duplicates"]) == (2, 2)
+
+
+@scenario
+async def test_a_delayed_message_fires_when_it_falls_due_not_when_it_is_stored(
+    tmp_path: Path,
+) -> None:
+    async with actions_engine(tmp_path, HOT) as h:
+        reader = await h.logon("reader")
+        reader.send(({"c": "subscribe", "t": "^derived/", "sub_id": "d"}, b""))
+        pub = await h.logon("pub")
+        pub.send(({"c": "publish", "t": "orders/1", "s": 7, "o": "deliver_after=30s"},
+                  orjson.dumps({"n": 3, "hot": True})))  # fmt: skip
+        await h.commit()
+        await h.clock.advance(29)
+        await h.commit()
+        await h.settle()
+        assert reader.deliveries("d") == []
+        assert info(h, "hot")["events"]["offered"] == 0
+        await h.clock.advance(1.01)
+        await h.drive(h.until(lambda: len(reader.deliveries("d")) == 1))
+        ((_header, body),) = reader.deliveries("d")
+        doc = orjson.loads(body)
+        assert doc["order"]["n"] == 3
+        assert source(doc["from"])[1] == 7  # the bookmark it was published with
+        assert info(h, "hot")["events"]["offered"] == 1
