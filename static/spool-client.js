@@ -36,7 +36,7 @@ export {
 } from "./spool-codec.js";
 export { SpoolMessage } from "./spool-message.js";
 export { WebSocketTransport } from "./spool-transport.js";
-export { CLIENT_VERSION, SpoolClient } from "./spool-session.js";
+export { CLIENT_VERSION, publishOptions, SpoolClient } from "./spool-session.js";
 
 /** @typedef {import("./spool-transport.js").Transport} Transport */
 /** @typedef {import("./spool-transport.js").WebSocketClass} WebSocketClass */

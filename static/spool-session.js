@@ -36,6 +36,52 @@ function safetyOf(header, detail) {
   });
 }
 
+/** Two digits (or `width`), zero-padded. */
+function pad(value, width = 2) {
+  return String(value).padStart(width, "0");
+}
+
+/**
+ * The `o` header of a delayed publish (docs/protocol.md "Publish options"), or undefined
+ * when neither option is given: `deliverAt` as `deliver_at=YYYYmmddTHHMMSS.fffZ` (UTC, to
+ * the millisecond a Date holds), `deliverAfterMs` as `deliver_after=NNNms` (a fraction of
+ * a millisecond is kept to the picosecond, written without an exponent).
+ *
+ * @param {object} opts
+ * @param {Date} [opts.deliverAt] deliver at this moment
+ * @param {number} [opts.deliverAfterMs] deliver this many milliseconds (> 0) after the
+ *   broker takes the message
+ * @returns {string | undefined}
+ * @throws {TypeError} both given, a `deliverAt` that is not a valid Date, a
+ *   `deliverAfterMs` that is not a finite number > 0 (and at most 2^53 - 1)
+ */
+export function publishOptions({ deliverAt, deliverAfterMs } = {}) {
+  if (deliverAt !== undefined && deliverAfterMs !== undefined) {
+    throw new TypeError("deliverAt and deliverAfterMs contradict each other: give one");
+  }
+  if (deliverAt !== undefined) {
+    if (!(deliverAt instanceof Date) || Number.isNaN(deliverAt.getTime())) {
+      throw new TypeError(`deliverAt must be a valid Date, not ${String(deliverAt)}`);
+    }
+    const d = deliverAt;
+    return `deliver_at=${pad(d.getUTCFullYear(), 4)}${pad(d.getUTCMonth() + 1)}${pad(d.getUTCDate())}` +
+      `T${pad(d.getUTCHours())}${pad(d.getUTCMinutes())}${pad(d.getUTCSeconds())}` +
+      `.${pad(d.getUTCMilliseconds(), 3)}Z`;
+  }
+  if (deliverAfterMs !== undefined) {
+    if (typeof deliverAfterMs !== "number" || !(deliverAfterMs > 0) || deliverAfterMs > Number.MAX_SAFE_INTEGER) {
+      throw new TypeError(`deliverAfterMs must be a finite number of milliseconds > 0, not ${String(deliverAfterMs)}`);
+    }
+    if (Number.isInteger(deliverAfterMs)) return `deliver_after=${deliverAfterMs}ms`;
+    // toFixed never writes an exponent (below 1e21): to the picosecond, far below the
+    // broker's microsecond
+    const text = deliverAfterMs.toFixed(9).replace(/\.?0+$/, "");
+    if (text === "0") throw new TypeError(`deliverAfterMs ${deliverAfterMs} is below a picosecond`);
+    return `deliver_after=${text}ms`;
+  }
+  return undefined;
+}
+
 /** Largest frame the client builds when it batches messages (the server accepts 16 MB). */
 const MAX_BATCH_BYTES = 1024 * 1024;
 /** Above this many bytes waiting in the socket, publish() waits before queueing more. */
@@ -427,6 +473,10 @@ export class SpoolClient {
    * @param {string} [opts.correlationId]
    * @param {number} [opts.expiration] seconds
    * @param {string} [opts.sowKey]
+   * @param {Date} [opts.deliverAt] delayed delivery: the broker stores the message now and
+   *   delivers it at this moment (a topic its transaction log records)
+   * @param {number} [opts.deliverAfterMs] delayed delivery this many milliseconds (> 0)
+   *   after the broker takes it; one of the two (`publishOptions` throws TypeError)
    */
   async publish(topic, data, opts = {}) {
     return this._publishCommand("publish", topic, data, opts);
@@ -447,6 +497,7 @@ export class SpoolClient {
   }
 
   async _publishCommand(command, topic, data, opts) {
+    const options = publishOptions({ deliverAt: opts.deliverAt, deliverAfterMs: opts.deliverAfterMs });
     if (this._requireOpen().bufferedAmount > HIGH_WATER_BYTES) await this._drain();
     this._requireOpen();
     if (opts.seq !== undefined && opts.seq <= this.lastSeq && this.reusedSeq !== "allow") {
@@ -470,6 +521,7 @@ export class SpoolClient {
       x: opts.correlationId,
       e: opts.expiration,
       k: opts.sowKey,
+      o: options,
     };
     if (acks.length === 0) {
       this._queue(encodeMessage(header, data));

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any, Final, Unpack
 
 from spool.server.client.buffer import EMPTY, MessageBuffer
@@ -49,7 +50,7 @@ from spool.server.client.events import (
     Replied,
 )
 from spool.server.client.options import ClientKeywords, ClientOptions, resolve
-from spool.server.client.state import SessionState, encode_body
+from spool.server.client.state import SessionState, encode_body, publish_options
 from spool.server.protocol.errors import ProtocolFailure, failure_for
 from spool.server.protocol.frame import FrameError
 
@@ -357,17 +358,37 @@ class Client:
         auto_seq: bool = True,
         sow_key: str | None = None,
         expiration: int | None = None,
+        deliver_at: datetime | None = None,
+        deliver_after: float | timedelta | None = None,
+        options: str | None = None,
     ) -> int:
         """Queue a publish (sent with the next frame); returns its sequence number.
 
         With ``persisted`` the broker acks durability; :meth:`wait_persisted` waits for it.
         On a SOW topic, ``sow_key`` gives the record's key (topics without ``Key`` paths)
         and ``expiration`` its lifetime in seconds.
+
+        Delayed delivery (a topic the transaction log records; docs/protocol.md "Publish
+        options"): the broker stores and acks the message now and delivers it at
+        ``deliver_at`` (an aware datetime, to the microsecond) or ``deliver_after``
+        seconds (or a timedelta, > 0) after it takes it; one of the two. ``options`` is
+        the ``o`` header as text instead (what the two produce; the HA client resends a
+        stored one through it).
+
+        Raises:
+            ValueError: ``deliver_at`` with ``deliver_after`` (or either with ``options``),
+                a naive ``deliver_at``, a ``deliver_after`` that is not > 0.
         """
-        if sow_key is not None or expiration is not None:
+        delayed = publish_options(deliver_at, deliver_after)
+        if delayed is not None:
+            if options is not None:
+                raise ValueError("give options or deliver_at / deliver_after, not both")
+            options = delayed
+        if sow_key is not None or expiration is not None or options is not None:
             seq = self._state.publish_keyed(topic, encode_body(data), sow_key=sow_key,
                                             expiration=expiration, persisted=persisted,
-                                            seq=seq, correlation_id=correlation_id)  # fmt: skip
+                                            seq=seq, correlation_id=correlation_id,
+                                            options=options)  # fmt: skip
             self._flush_soon()
             return seq
         seq = self._state.publish(

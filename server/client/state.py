@@ -23,8 +23,11 @@ ignored.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Final, Generic, TypeVar, cast
 
 import orjson
@@ -77,6 +80,74 @@ def encode_body(data: bytes | str | Any) -> bytes:
     if isinstance(data, str):
         return data.encode()
     return orjson.dumps(data)
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def publish_options(
+    deliver_at: datetime | None = None, deliver_after: float | timedelta | None = None
+) -> str | None:
+    """The ``o`` header of a delayed publish (docs/protocol.md "Publish options"), or None
+    when neither is given.
+
+    ``deliver_at`` is written to the microsecond in UTC (``YYYYmmddTHHMMSS.ffffffZ``);
+    ``deliver_after`` (seconds, or a timedelta) exactly: whole seconds (``30s``), else
+    whole milliseconds (``1500ms``), else a decimal number of seconds (``0.0005s``).
+
+    Raises:
+        ValueError: both given; ``deliver_at`` not a datetime or naive (no timezone: which
+            moment it names depends on the machine); ``deliver_after`` not a number or
+            timedelta, or not finite and > 0.
+    """
+    if deliver_at is not None and deliver_after is not None:
+        raise ValueError("deliver_at and deliver_after contradict each other: give one")
+    if deliver_at is not None:
+        return f"deliver_at={_moment_text(deliver_at)}"
+    if deliver_after is not None:
+        return f"deliver_after={_duration_text(deliver_after)}"
+    return None
+
+
+def _moment_text(at: datetime) -> str:
+    if not isinstance(at, datetime):
+        raise ValueError(f"deliver_at must be a datetime, not {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError(
+            "deliver_at is a naive datetime: give it a timezone (e.g. "
+            "datetime.now(timezone.utc)), as which moment a naive one names depends on the "
+            "machine's local time"
+        )
+    d = at.astimezone(UTC)
+    return (
+        f"{d.year:04d}{d.month:02d}{d.day:02d}T{d.hour:02d}{d.minute:02d}{d.second:02d}"
+        f".{d.microsecond:06d}Z"
+    )
+
+
+def _duration_text(after: float | timedelta) -> str:
+    if isinstance(after, timedelta):
+        micros = after // timedelta(microseconds=1)
+        if micros <= 0:
+            raise ValueError(f"deliver_after must be greater than zero, not {after}")
+        seconds, fraction = divmod(micros, 1_000_000)
+        if fraction == 0:
+            return f"{seconds}s"
+        if fraction % 1000 == 0:
+            return f"{micros // 1000}ms"
+        return f"{seconds}.{fraction:06d}".rstrip("0") + "s"
+    if isinstance(after, bool) or not isinstance(after, int | float):
+        raise ValueError(
+            f"deliver_after must be seconds or a timedelta, not {type(after).__name__}"
+        )
+    if not math.isfinite(after) or after <= 0:
+        raise ValueError(f"deliver_after must be a finite number of seconds > 0, not {after}")
+    if after == int(after):
+        return f"{int(after)}s"
+    millis = after * 1000
+    if millis == int(millis) and int(millis) / 1000 == after:
+        return f"{int(millis)}ms"
+    return format(Decimal(repr(float(after))), "f") + "s"
 
 
 class SessionState(Generic[S]):
@@ -308,10 +379,12 @@ class SessionState(Generic[S]):
         persisted: bool = False,
         seq: int | None = None,
         correlation_id: str | None = None,
+        options: str | None = None,
     ) -> int:
-        """Queue a ``publish`` (or a ``delta_publish``) with a SOW key or a lifetime;
-        returns its sequence number (``seq``: this one, as the HA client resends a stored
-        publish with its own number; the counter moves forward past it)."""
+        """Queue a ``publish`` (or a ``delta_publish``) with a SOW key, a lifetime or
+        options (the ``o`` header, :func:`publish_options`); returns its sequence number
+        (``seq``: this one, as the HA client resends a stored publish with its own number;
+        the counter moves forward past it)."""
         if seq is None:
             self.seq += 1
             seq = self.seq
@@ -325,6 +398,8 @@ class SessionState(Generic[S]):
             header["k"] = sow_key
         if expiration is not None:
             header["e"] = expiration
+        if options is not None:
+            header["o"] = options
         if persisted:
             header["a"] = "persisted"
         if correlation_id is not None:
@@ -625,4 +700,4 @@ class SessionState(Generic[S]):
         return self._lost is not None
 
 
-__all__ = ["CLIENT_VERSION", "SessionState", "encode_body"]
+__all__ = ["CLIENT_VERSION", "SessionState", "encode_body", "publish_options"]

@@ -175,3 +175,49 @@ def test_messages_route_by_sub_id_and_positions_move_resume_points(static_origin
     assert result["resumeA"] == "9|5|"
     assert result["failed"] == "txlog full"
     assert result["subs"] == ["b"]
+
+
+def test_delayed_publish_options_become_the_o_header(static_origin: Page) -> None:
+    """``deliverAt`` (UTC, to the millisecond) and ``deliverAfterMs`` are written in the
+    broker's grammar (docs/protocol.md "Publish options"); bad ones throw before a
+    sequence number is taken."""
+    result = run(
+        static_origin,
+        """
+        const { publishOptions } = window.spool;
+        let t;
+        const client = new SpoolClient('ws://scripted', { name: 'pub',
+          transportFactory: () => (t = new ScriptedTransport({ s: 0 })) });
+        await client.connect();
+        await client.publish('t', 'a', { deliverAt: new Date(Date.UTC(2030, 0, 2, 3, 4, 5, 67)) });
+        await client.publish('t', 'b', { deliverAfterMs: 30000 });
+        await client.publish('t', 'c');
+        await tick();
+        const sent = t.frames.flat().filter((h) => h.c === 'publish').map((h) => [h.s, h.o ?? null]);
+        const thrown = async (opts) => {
+          try { await client.publish('t', 'x', opts); return null; } catch (e) { return e.name; }
+        };
+        const bad = [
+          await thrown({ deliverAfterMs: 0 }),
+          await thrown({ deliverAfterMs: -5 }),
+          await thrown({ deliverAfterMs: NaN }),
+          await thrown({ deliverAfterMs: Infinity }),
+          await thrown({ deliverAfterMs: '30' }),
+          await thrown({ deliverAt: new Date(NaN) }),
+          await thrown({ deliverAt: '2030-01-01' }),
+          await thrown({ deliverAt: new Date(), deliverAfterMs: 5 }),
+        ];
+        return { sent, bad, lastSeq: client.lastSeq,
+          fractions: [publishOptions({ deliverAfterMs: 1.5 }),
+                      publishOptions({ deliverAfterMs: 0.000001 }),
+                      publishOptions({})] };
+        """,
+    )
+    assert result["sent"] == [
+        [1, "deliver_at=20300102T030405.067Z"],
+        [2, "deliver_after=30000ms"],
+        [3, None],
+    ]
+    assert result["bad"] == ["TypeError"] * 8
+    assert result["lastSeq"] == 3
+    assert result["fractions"] == ["deliver_after=1.5ms", "deliver_after=0.000001ms", None]

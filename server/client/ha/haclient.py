@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, Final, Unpack
 
 from spool.server.client.client import Client, SowResult, Subscription
@@ -68,7 +69,7 @@ from spool.server.client.ha.subscription import (
     SubscriptionSpec,
 )
 from spool.server.client.options import ClientKeywords, ClientOptions, resolve
-from spool.server.client.state import encode_body
+from spool.server.client.state import encode_body, publish_options
 from spool.server.protocol.errors import BookmarkNotFound, ProtocolFailure, TxlogFull
 
 #: what a failed connection attempt may raise (docs/python-client.md "Connecting").
@@ -584,10 +585,22 @@ class HAClient:
         sow_key: str | None = None,
         expiration: int | None = None,
         correlation_id: str | None = None,
+        deliver_at: datetime | None = None,
+        deliver_after: float | timedelta | None = None,
     ) -> int:
         """Store a publish and send it as soon as it is stored and a connection is up;
-        returns its sequence number. Every publish asks for a persisted ack."""
-        return self._store(topic, data, sow_key, expiration, correlation_id, delta=False)
+        returns its sequence number. Every publish asks for a persisted ack.
+
+        ``deliver_at`` / ``deliver_after`` ask for delayed delivery as
+        :meth:`Client.publish <spool.server.client.client.Client.publish>` (same checks,
+        ValueError); the store keeps the option text with the message and a resend
+        carries it. A ``deliver_after`` counts from when a broker takes the message: a
+        message resent after a reconnect because no broker had persisted it counts from
+        the resend.
+        """
+        options = publish_options(deliver_at, deliver_after)
+        return self._store(topic, data, sow_key, expiration, correlation_id, delta=False,
+                           options=options)  # fmt: skip
 
     def delta_publish(
         self,
@@ -602,7 +615,8 @@ class HAClient:
         return self._store(topic, data, sow_key, expiration, correlation_id, delta=True)
 
     def _store(self, topic: str, data: bytes | str | Any, sow_key: str | None,
-               expiration: int | None, correlation_id: str | None, *, delta: bool) -> int:  # fmt: skip
+               expiration: int | None, correlation_id: str | None, *, delta: bool,
+               options: str | None = None) -> int:  # fmt: skip
         self._check_open()
         self._check_room(1)
         self._check_store()
@@ -615,6 +629,8 @@ class HAClient:
             extra["x"] = correlation_id
         if delta:
             extra["delta"] = True
+        if options is not None:
+            extra["o"] = options
         return self._sender.add(topic, encode_body(data), extra or None)
 
     def publish_many(self, topic: str, items: list[bytes | str | Any]) -> int:

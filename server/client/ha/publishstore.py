@@ -45,7 +45,8 @@ class StoredPublish:
         seq: its sequence number (kept across resends).
         topic / body: what was published.
         extra: the other header fields to resend (``k`` SOW key, ``e`` expiration, ``x``
-            correlation id, ``delta`` for a delta_publish), or ``None``.
+            correlation id, ``o`` publish options such as ``deliver_at=...``, ``delta``
+            for a delta_publish), or ``None``.
     """
 
     seq: int

@@ -176,7 +176,8 @@ class PublishSender:
                                      persisted=True, seq=e.seq, correlation_id=x.get("x"))  # fmt: skip
             else:
                 client.publish(e.topic, e.body, seq=e.seq, persisted=True, sow_key=x.get("k"),
-                               expiration=x.get("e"), correlation_id=x.get("x"))  # fmt: skip
+                               expiration=x.get("e"), correlation_id=x.get("x"),
+                               options=x.get("o"))  # fmt: skip
             i += 1
         self.sent = max(self.sent, upto)
 
