@@ -437,6 +437,30 @@ def _triggers_specs() -> list[ScenarioSpec]:
     ]
 
 
+def _delayed_specs() -> list[ScenarioSpec]:
+    """How late delayed messages are delivered (tests/bench/delayed_family.py)."""
+    return [
+        ScenarioSpec(
+            "spool.delayed.lateness.paced",
+            "delayed",
+            "publisher at 2,000 msgs/s for 10 s, each message deliver_at its send + 2 s; "
+            "a subscriber's receive time minus the due time (ms); count must equal the sent",
+            {"case": "paced", "rate_per_s": 2000, "seconds": 10.0, "delay_s": 2.0},
+            ("p50_ms", "p99_ms", "p999_ms", "max_ms", "count"),
+            (Target("p99_ms", "<", 50.0, "delayed delivery"),),
+        ),
+        ScenarioSpec(
+            "spool.delayed.lateness.burst",
+            "delayed",
+            "50,000 messages published at once, all deliver_at one moment 15 s ahead: "
+            "lateness of the last delivery and the drain rate from the due moment",
+            {"case": "burst", "count": 50_000, "lead_s": 15.0},
+            ("last_ms", "drain_msgs_per_s", "p50_ms", "count"),
+            warmup=0,
+        ),
+    ]
+
+
 def _peer_specs() -> list[ScenarioSpec]:
     specs: list[ScenarioSpec] = []
     for fsync in ("everysec", "always"):
@@ -693,6 +717,7 @@ SCENARIOS: Final[tuple[ScenarioSpec, ...]] = tuple(
     + _queue_specs()
     + _scrub_specs()
     + _triggers_specs()
+    + _delayed_specs()
     + _peer_specs()
 )
 

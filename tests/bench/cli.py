@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tests.bench import (
+    delayed_family,
     features,
     ha_family,
     neighbour,
@@ -69,6 +70,7 @@ FAMILIES: Final[dict[str, Family]] = {
     "queue_restart": queue_family.run_queue_restart,
     "scrub": scrub_family.run_scrub,
     "triggers": triggers_family.run_triggers,
+    "delayed": delayed_family.run_delayed,
     "redis": peer_families.run_redis,
     "mosquitto": peer_families.run_mosquitto,
     "feature": features.run_features,

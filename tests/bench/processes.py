@@ -31,7 +31,12 @@ from multiprocessing.synchronize import Event
 from typing import Any, Final
 
 #: modules imported once in the fork server, so each worker starts warm.
-PRELOAD: Final = ["tests.bench.workers", "tests.bench.peer_workers", "tests.bench.client_workers"]
+PRELOAD: Final = [
+    "tests.bench.workers",
+    "tests.bench.peer_workers",
+    "tests.bench.client_workers",
+    "tests.bench.delayed_workers",
+]
 
 
 class WorkerError(Exception):

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from spool.server.config import OnPublishMessage, PublishMessage, parse_config
 from spool.server.expr import compile_filter
 from spool.server.protocol.frame import parse_frame
-from tests.bench import triggers_family
+from tests.bench import delayed_family, triggers_family
 from tests.bench.bodies import (
     POOL,
     STAMP_RE,
@@ -295,6 +295,30 @@ def test_paired_sync_publish_is_its_own_peer() -> None:
 def test_every_scenario_has_a_family_runner() -> None:
     assert {s.family for s in SCENARIOS} <= set(FAMILIES)
     assert FAMILIES["triggers"] is triggers_family.run_triggers
+
+
+def test_the_delayed_family_is_selected_by_its_prefix_and_holds_the_p99_goal() -> None:
+    chosen = select(SCENARIOS, only=[r"spool\.delayed"])
+    assert [s.name for s in chosen] == [
+        "spool.delayed.lateness.paced",
+        "spool.delayed.lateness.burst",
+    ]
+    assert FAMILIES["delayed"] is delayed_family.run_delayed
+    (goal,) = chosen[0].targets
+    assert (goal.metric, goal.op, goal.value) == ("p99_ms", "<", 50.0)
+
+
+def test_delayed_lateness_counts_early_deliveries_and_the_burst_drains_from_its_due() -> None:
+    lateness = [-1_000_000, 2_000_000, 3_000_000, 40_000_000]
+    out = delayed_family.lateness_metrics(lateness)
+    assert out["p50_ms"] == 2.0 and out["max_ms"] == 40.0
+    assert out["min_ms"] == -1.0 and out["early"] == 1.0 and out["samples"] == 4.0
+    due_us = 1_000_000
+    sub = {"count": 4, "lateness_ns": lateness, "first_ns": due_us * 1000 + 1_000_000,
+           "last_ns": due_us * 1000 + 500_000_000}  # fmt: skip
+    burst = delayed_family.burst_metrics(sub, {"due_us": due_us, "stored_ahead_s": 3.5})
+    assert burst["first_ms"] == 1.0 and burst["last_ms"] == 500.0
+    assert burst["drain_msgs_per_s"] == 8.0 and burst["stored_ahead_s"] == 3.5
 
 
 def _triggers_on() -> dict[str, tuple[OnPublishMessage, PublishMessage]]:
