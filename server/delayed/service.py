@@ -37,7 +37,7 @@ from spool.server.delayed.dueindex import DueEntries, DueEntry, DueIndex
 from spool.server.publishing import PublishPipeline
 from spool.server.stats.snapshot import DelayedCounters
 from spool.server.stats.source import EventSink
-from spool.server.txlog import FencedRecords, TransactionLog
+from spool.server.txlog import CorruptRecord, FencedRecords, TransactionLog
 from spool.server.txlog.errors import TxlogError
 from spool.server.txlog.format.batch import RecordBatch
 from spool.server.txlog.format.record import Record, RecordKind, split_schedule_field
@@ -119,8 +119,11 @@ class DelayedDelivery:
         self.delivered = 0
         #: entries taken from the index whose due records are not written yet
         self._in_flight: list[DueEntry] = []
-        #: until when the timer leaves the index alone after a failed delivery
-        self._retry_at_us = 0
+        #: until when delivery pauses after the log refused due records (0: not paused)
+        self._paused_until_us = 0
+        #: messages set aside while their scheduled records are fenced, and until when
+        self._deferred: list[DueEntry] = []
+        self._deferred_until_us = 0
         self._wake = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
         self._saver: asyncio.Task[None] | None = None
@@ -277,7 +280,8 @@ class DelayedDelivery:
         time) is taken as not delivered: delivered again rather than never.
         """
         txlog = self._txlog
-        pending = set(self.index.entries().seq) | {entry[1] for entry in self._in_flight}
+        pending = set(self.index.entries().seq)
+        pending.update(entry[1] for entry in (*self._in_flight, *self._deferred))
         added = 0
         seq = first_seq
         while seq <= last_seq:
@@ -312,8 +316,18 @@ class DelayedDelivery:
         while True:
             self._wake.clear()
             now = time_us(self._clock)
+            if self._deferred and now >= self._deferred_until_us:
+                for entry in self._deferred:
+                    index.add(*entry)
+                self._deferred = []
             head = index.peek()
-            target = head if head is None else max(head, self._retry_at_us)
+            if head is not None:
+                head = max(head, self._paused_until_us)
+            target = min(
+                (t for t in (head, self._deferred_until_us if self._deferred else None)
+                 if t is not None),
+                default=None,
+            )  # fmt: skip
             if target is None or target > now:
                 wait = None if target is None else (target - now) / 1_000_000
                 await sleep_or_wake(self._clock, wait, self._wake)
@@ -323,7 +337,13 @@ class DelayedDelivery:
 
     async def deliver_due(self, now_us: int) -> int:
         """Deliver up to :data:`DELIVERY_BATCH` messages due by ``now_us`` (the timer's
-        step; tests call it directly). Returns how many were delivered."""
+        step; tests call it directly). Returns how many were delivered.
+
+        Two failures wait and try again: a log that refuses the due records (a full or
+        failing disk) pauses every delivery for :data:`RETRY_INTERVAL`, the messages
+        staying pending in order; a scheduled record that is fenced (damaged, awaiting a
+        repair) sets that message aside for as long, and the others go on.
+        """
         pipeline = self._pipeline
         assert pipeline is not None
         entries = self.index.pop_due(now_us, DELIVERY_BATCH)
@@ -331,10 +351,15 @@ class DelayedDelivery:
             return 0
         self._in_flight = entries
         try:
-            records = await self._read(entries)
-        except (FencedRecords, TxlogError) as exc:
-            self._retry(entries, f"{type(exc).__name__}: {exc}")
+            records, fenced = await self._read(entries)
+        except TxlogError as exc:
+            self._pause(entries, f"{type(exc).__name__}: {exc}")
             return 0
+        if fenced:
+            self._set_aside([e for e in entries if e[1] in fenced])
+            keep = [i for i, e in enumerate(entries) if e[1] not in fenced]
+            entries = [entries[i] for i in keep]
+            records = [records[i] for i in keep]
         done = 0
         # runs of one topic, publisher and path, in due order
         i = 0
@@ -355,19 +380,27 @@ class DelayedDelivery:
             self._count_out(record.topic, k)
             done += k
             if k < j - i:
-                self._retry(entries[i + k :], "the transaction log refused the due records")
+                self._pause(entries[i + k :], "the transaction log refused the due records")
                 return done
             i = j
         self._in_flight = []
+        self._paused_until_us = 0
         self._changed = True
         self._move_pin()
         return done
 
-    async def _read(self, entries: list[DueEntry]) -> list[Record | None]:
+    async def _read(self, entries: list[DueEntry]) -> tuple[list[Record | None], set[int]]:
         """The scheduled record of each entry (None: the log does not hold it as it was
-        stored), reading runs of consecutive seqs at once."""
+        stored), reading runs of consecutive seqs at once; and the seqs that are fenced
+        (unreadable until a repair writes them back).
+
+        Raises:
+            TxlogError: the log cannot be read (closed, or damage no check found yet).
+        """
         seqs = sorted({entry[1] for entry in entries})
         found: dict[int, Record] = {}
+        fenced: set[int] = set()
+        checked: set[int] = set()  # reads whose damage was fenced after they failed
         i = 0
         txlog = self._txlog
         while i < len(seqs):
@@ -377,7 +410,19 @@ class DelayedDelivery:
             lo, hi = seqs[i], seqs[j - 1]
             seq = lo
             while seq <= hi:
-                batch = await txlog.read_appended(seq, max_count=hi - seq + 1, upto_seq=hi)
+                try:
+                    batch = await txlog.read_appended(seq, max_count=hi - seq + 1, upto_seq=hi)
+                except FencedRecords as exc:
+                    fenced.update(range(max(seq, exc.first_seq), min(hi, exc.last_seq) + 1))
+                    seq = max(seq, exc.last_seq) + 1
+                    continue
+                except CorruptRecord:
+                    # damage no check had found yet: fenced now (its peers repair it),
+                    # then read again; when it cannot be fenced, the error stands
+                    if seq not in checked and await txlog.fence_damage_at(seq):
+                        checked.add(seq)
+                        continue
+                    raise
                 if not batch:
                     break
                 found.update((r.seq, r) for r in batch)
@@ -394,7 +439,7 @@ class DelayedDelivery:
                 out.append(None)
             else:
                 out.append(got)
-        return out
+        return out, fenced
 
     def _count_out(self, topic: str, n: int = 1) -> None:
         left = self.by_topic[topic] - n
@@ -415,16 +460,25 @@ class DelayedDelivery:
             "it cannot be delivered",
         )  # fmt: skip
 
-    def _retry(self, entries: Sequence[DueEntry], why: str) -> None:
-        """Put back what could not be delivered now; the timer tries again in a second."""
+    def _pause(self, entries: Sequence[DueEntry], why: str) -> None:
+        """The log refused the due records: put the messages back and pause every
+        delivery for :data:`RETRY_INTERVAL` (reported once per pause)."""
         for entry in entries:
             self.index.add(*entry)
         self._in_flight = []
-        first_time = not self._retry_at_us
-        self._retry_at_us = time_us(self._clock) + int(RETRY_INTERVAL * 1_000_000)
-        if first_time:
+        if not self._paused_until_us:
             self._events.emit("warning", "delayed", "delayed_delivery_waiting",
                               pending=len(self.index), reason=why)  # fmt: skip
+        self._paused_until_us = time_us(self._clock) + int(RETRY_INTERVAL * 1_000_000)
+
+    def _set_aside(self, entries: Sequence[DueEntry]) -> None:
+        """Messages whose scheduled records are fenced: tried again after
+        :data:`RETRY_INTERVAL` (a repair may have written them back by then)."""
+        if not self._deferred:
+            self._events.emit("warning", "delayed", "delayed_record_fenced",
+                              messages=len(entries), first_seq=min(e[1] for e in entries))  # fmt: skip
+        self._deferred.extend(entries)
+        self._deferred_until_us = time_us(self._clock) + int(RETRY_INTERVAL * 1_000_000)
 
     # -- retention and the checkpoint ---------------------------------------------------
 
@@ -436,7 +490,7 @@ class DelayedDelivery:
         record, so retention never takes a due record and keeps its scheduled one, and a
         checkpoint whose covered record is gone is ignored (the whole log is read)."""
         bound = self.index.lowest_seq_bound()
-        low = min((entry[1] for entry in self._in_flight), default=None)
+        low = min((entry[1] for entry in (*self._in_flight, *self._deferred)), default=None)
         held = [b for b in (bound, low) if b is not None]
         return max(1, min(held)) if held else None
 
@@ -462,8 +516,8 @@ class DelayedDelivery:
         if path is None or end < 1 or (not self._changed and end == self._covered):
             return False
         entries = self.index.entries()
-        if self._in_flight:
-            entries = DueEntries.of([*entries, *self._in_flight])
+        if self._in_flight or self._deferred:
+            entries = DueEntries.of([*entries, *self._in_flight, *self._deferred])
         by_topic = dict(self.by_topic)
         self._changed = False
         await txlog.wait_durable(end)
@@ -522,22 +576,22 @@ class DelayedDelivery:
     def info(self) -> DelayedInfo:
         """The pending messages counted, per topic, and the next due time."""
         return DelayedInfo(
-            pending=len(self.index) + len(self._in_flight),
+            pending=len(self.index) + len(self._in_flight) + len(self._deferred),
             next_due_us=self.index.peek(),
             by_topic=dict(sorted(self.by_topic.items())),
             delivered=self.delivered,
-            waiting=self._retry_at_us > time_us(self._clock),
+            waiting=bool(self._paused_until_us or self._deferred),
         )
 
     def counters(self) -> DelayedCounters:
         """What the metrics count of it (server/metrics.py)."""
-        return {"pending": len(self.index) + len(self._in_flight), "delivered": self.delivered}
+        return {"pending": self.info().pending, "delivered": self.delivered}
 
     async def upcoming(self, after: tuple[int, int] | None, limit: int) -> list[PendingMessage]:
         """A page of pending messages in due order (no bodies), from the position
         ``after`` (a ``(due_us, seq)``); their topics are read from their records."""
         page = self.index.upcoming(after, limit)
-        records = await self._read(page) if page else []
+        records = (await self._read(page))[0] if page else []
         return [
             PendingMessage(due, seq, record.topic if record is not None else "",
                            f"{pub_hash}|{pub_seq}|")

@@ -14,6 +14,7 @@ import orjson
 from spool.server.bookmarks import format_time_bookmark
 from spool.server.delayed.checkpoint import checkpoint_name
 from spool.server.txlog.format.record import RecordKind, split_schedule_field
+from tests.support.damage import flip_byte, journals, records_of
 from tests.support.engine import EngineHarness, FakeClient, scenario
 from tests.support.server import sow_topic
 
@@ -262,3 +263,32 @@ async def test_a_repaired_range_gives_back_the_pending_ones_recovery_could_not_r
         await h.until(lambda: delivered(sub) == [1, 2])
         await advance(h, 30)
         await h.until(lambda: delivered(sub) == [1, 2, 3])
+
+
+@scenario
+async def test_a_damaged_scheduled_record_waits_for_its_repair_and_holds_no_other_back(
+    tmp_path: Path,
+) -> None:
+    h = harness(tmp_path)
+    async with h:
+        pub = await h.logon("pub")
+        pub.send(*(publish(n, f"deliver_after={10 * n}s") for n in (1, 2, 3)))
+        await h.settle()
+    tl = h.config.transaction_log
+    assert tl is not None
+    (journal,) = journals(tl.journal_directory, h.config.name)
+    first = next(r for r in records_of(journal) if r.pub_seq == 1)
+    flip_byte(journal, first.offset + first.length // 2)
+    again = harness(tmp_path, clock=h.clock)
+    async with again:
+        delayed = again.broker.delayed
+        assert delayed is not None
+        sub = await again.logon("sub")
+        subscribe(sub)
+        await advance(again, 31)
+        await again.until(lambda: delivered(sub) == [2, 3])
+        info = delayed.info()
+        assert (info.pending, info.waiting) == (1, True)  # 1 waits for a repair
+        fenced = [e for e in again.broker.events.recent(1000)
+                  if e["event"] == "delayed_record_fenced"]  # fmt: skip
+        assert fenced and fenced[0]["first_seq"] == first.seq
