@@ -52,6 +52,7 @@ from spool.server.clock import Clock
 from spool.server.config import (
     AllowList,
     ArchiveJournals,
+    CompactSow,
     CompressJournals,
     Config,
     DeleteSow,
@@ -82,6 +83,7 @@ from spool.server.protocol.errors import ProtocolFailure
 from spool.server.protocol.topic import is_regex_topic
 from spool.server.queues.errors import QueueError
 from spool.server.replication.errors import ReplicationError
+from spool.server.sow.errors import SowTopicNotFound
 from spool.server.stats.host import FilesystemUsage
 from spool.server.txlog.errors import JournalPinned
 from spool.server.units import format_duration
@@ -543,6 +545,35 @@ async def _delete_sow(step: DeleteSow, ctx: StepContext) -> StepResult:
                    variables=variables)  # fmt: skip
 
 
+async def _compact_sow(step: CompactSow, ctx: StepContext) -> StepResult:
+    """Compact the files of the persistent SOW topics the step names (a topic, or a
+    rule's regular expression: every topic it keeps), one after the other; the first
+    that fails stops the step."""
+    names = set(step.topics)
+    chosen = [
+        info["topic"]
+        for info in ctx.ops.sow_topics()
+        if info["durability"] == "persistent"
+        and (not names or info["topic"] in names or info["rule"] in names)
+    ]
+    before = after = 0
+    for topic in chosen:
+        try:
+            done = await ctx.ops.compact_sow(topic)
+        except (OSError, ProtocolFailure, SowTopicNotFound) as exc:
+            return _result(step, "failed", f"compaction of {topic!r} failed: {exc}")
+        before += done["before_bytes"]
+        after += done["after_bytes"]
+    variables = {"AMPS_SOW_COMPACTED": str(len(chosen))}
+    ctx.variables.update(variables)
+    if not chosen:
+        return _result(step, "ok", "no persistent SOW topic of these has a file yet",
+                       variables=variables)  # fmt: skip
+    topics = f"{len(chosen)} topic{'s' if len(chosen) > 1 else ''}"
+    return _result(step, "ok", f"compacted {topics}: {before} -> {after} bytes",
+                   variables=variables)  # fmt: skip
+
+
 async def _echo(step: EchoMessage, ctx: StepContext) -> StepResult:
     text = step.message.expand(ctx.variables)
     if ctx.event is not None and not ctx.event.echo.allow(ctx.index, step.max_per_second):
@@ -788,6 +819,8 @@ async def run_step(step: Step, ctx: StepContext) -> StepResult:
             return await _publish(step, ctx)
         case DeleteSow():
             return await _delete_sow(step, ctx)
+        case CompactSow():
+            return await _compact_sow(step, ctx)
         case EchoMessage():
             return await _echo(step, ctx)
         case ExtractValues():

@@ -715,14 +715,14 @@ class DeleteSow:
 @dataclass(frozen=True, slots=True)
 class CompactSow:
     """``spool-action-do-compact-sow``: rewrite the files of persistent SOW topics without
-    their dead space.
+    their dead space. ``AMPS_SOW_COMPACTED`` is how many topics were compacted.
 
     Attributes:
         topics: the topics (or the SOW rules' regular expressions) it compacts; empty:
             every persistent one.
     """
 
-    provides: ClassVar[tuple[str, ...]] = ()
+    provides: ClassVar[tuple[str, ...]] = ("AMPS_SOW_COMPACTED",)
     event_use: ClassVar[EventUse] = "never"
     topics: tuple[str, ...] = ()
     where: str = ""

@@ -9,8 +9,8 @@ error at the option that uses it.
 
 A module that this version does not run is refused with "not supported yet" naming the
 element, never accepted and ignored (:data:`UNSUPPORTED_MODULES`; docs/actions.md "Against
-the AMPS modules" lists each with its status). The modules not run that have a reader
-here (compact-sow) are read and checked in full before the action is refused.
+the AMPS modules" lists each with its status). A module not run that has a reader here
+is read and checked in full before the action is refused.
 The event triggers are read by :mod:`spool.server.config.sections.actiontriggers`.
 """
 
@@ -92,10 +92,10 @@ _MESSAGE_TRIGGERS: Final = "message-driven triggers"
 _CLIENT_TRIGGERS: Final = "client-driven triggers"
 _LINK_TRIGGERS: Final = "replication link triggers"
 
-#: Modules this version does not run, with what they belong to. Those with a reader
-#: (compact-sow) are read and checked in full, then the action is refused naming the module
-#: (so a file written for the release that runs them is checked now); the others are
-#: refused at their ``<Module>``. Each entry goes when the module runs.
+#: Modules this version does not run, with what they belong to. One with a reader is read
+#: and checked in full, then the action is refused naming the module (so a file written
+#: for the release that runs it is checked now); the others are refused at their
+#: ``<Module>``. Each entry goes when the module runs.
 UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-deliver-message": _MESSAGE_TRIGGERS,
     "amps-action-on-message-condition-timeout": _MESSAGE_TRIGGERS,
@@ -103,7 +103,6 @@ UNSUPPORTED_MODULES: Final[Mapping[str, str]] = {
     "amps-action-on-unsubscribe": _CLIENT_TRIGGERS,
     "amps-action-on-replication-resync-complete": _LINK_TRIGGERS,
     "amps-action-do-query-sow": "SOW queries from actions",
-    "spool-action-do-compact-sow": "SOW compaction from actions",
 }
 
 _PARAMETER_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")

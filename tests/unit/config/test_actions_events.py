@@ -326,9 +326,9 @@ IN_FILE: list[tuple[str, str, str, int, str]] = [
     ("the first not run yet in file order", world(
         one_line(on("amps-action-on-admin"), PLAIN_STEP),
         one_line(on("amps-action-on-admin"), PLAIN_STEP,
-                 do("spool-action-do-compact-sow", "<Topic>orders</Topic>"), name="b")),
+                 do("amps-action-do-query-sow", "<Topic>orders</Topic>"), name="b")),
      f"{A}[2]/Do[2]/Module", 6,
-     "spool-action-do-compact-sow is not supported yet: SOW compaction from actions"),
+     "amps-action-do-query-sow is not supported yet: SOW queries from actions"),
     ("resync complete has no reader", TXLOG + REPLICATION + "\n" + action(
         on("amps-action-on-replication-resync-complete"), PUBLISH_STEP), f"{A}/On/Module", 7,
      "amps-action-on-replication-resync-complete is not supported yet: replication link "

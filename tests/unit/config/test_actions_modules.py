@@ -347,7 +347,6 @@ def watches(topic: str, extra: str = "") -> str:
 
 
 W = "/SpoolConfig/Actions/Webhooks"
-NOT_YET = "is not supported yet:"
 
 # (id, body, path, line, fragment)
 IN_FILE: list[tuple[str, str, str, int, str]] = [
@@ -444,17 +443,11 @@ def test_what_the_file_cannot_prove_a_loop_loads(body: str) -> None:
     assert parse(doc(body)).actions
 
 
-NEW_MODULES: list[tuple[str, str]] = [
-    (COMPACT, "<Topic>orders</Topic>"),
-]
-
-
-@pytest.mark.parametrize(("module", "options"), NEW_MODULES, ids=[m for m, _ in NEW_MODULES])
-def test_every_new_module_not_run_yet_is_checked_then_refused_as_not_supported_yet(
-    module: str, options: str
-) -> None:
-    body = actions(one(ON_ADMIN, PLAIN, do(module, options)))
-    assert_refused(body, f"{A}/Do[2]/Module", 5, f"{module} {NOT_YET}")
+def test_compaction_loads_in_an_action_run_on_demand() -> None:
+    body = actions(one(ON_ADMIN, do(COMPACT, "<Topic>orders</Topic>"),
+                       do(ECHO, "<Message>{{AMPS_SOW_COMPACTED}} compacted</Message>")))  # fmt: skip
+    (action,) = parse(doc(body)).actions
+    assert [s.module for s in action.steps] == [COMPACT, ECHO]
 
 
 def test_an_action_per_client_may_change_the_instance() -> None:

@@ -113,6 +113,41 @@ async def test_a_delete_the_sow_refuses_fails_its_step(tmp_path: Path) -> None:
         assert record.steps[0].message.startswith("delete from 'trades' refused: invalid topic")
 
 
+COMPACT = """
+<Action><Name>compact</Name>
+  <On><Module>amps-action-on-admin</Module></On>
+  <Do><Module>spool-action-do-compact-sow</Module><Options>
+    <Topic>orders</Topic></Options></Do>
+  <Do><Module>amps-action-do-echo-message</Module><Options>
+    <Message>compacted {{AMPS_SOW_COMPACTED}}</Message></Options></Do>
+</Action>"""
+
+
+@scenario
+async def test_an_action_compacts_a_persistent_sow_topic_and_keeps_every_record(
+    tmp_path: Path,
+) -> None:
+    async with harness(tmp_path, COMPACT) as h:
+        pub = await h.logon("pub")
+        # every key written ten times: the file holds nine dead versions of each
+        for version in range(10):
+            pub.send(*[({"c": "publish", "t": "orders"},
+                        orjson.dumps({"id": k, "v": version, "pad": "x" * 200}))
+                       for k in range(50)])  # fmt: skip
+            await h.commit()
+        ops = h.broker.operations
+        before = ops.sow_topic("orders")
+        record = await h.run_admin("compact")
+        assert record.outcome == "succeeded", record.message
+        assert record.steps[0].message.startswith("compacted 1 topic: ")
+        assert ("info", "compacted 1") in echoes(h)
+        after = ops.sow_topic("orders")
+        assert after["records"] == before["records"] == 50
+        assert after["file_bytes"] is not None and before["file_bytes"] is not None
+        assert after["file_bytes"] < before["file_bytes"]
+        assert after["last_compaction"] is not None
+
+
 # -- the event runner -------------------------------------------------------------------------
 
 
