@@ -33,7 +33,7 @@ from spool.server.client.ha.recordlog import (
     StoreHealth,
 )
 from spool.server.client.ha.recovery import RecoveryPointAdapter
-from spool.server.client.ha.resume import EPOCH, ResumeState
+from spool.server.client.ha.resume import EPOCH, MAX_GAPS, ResumeState
 
 #: how a file store writes: each record when it happens, or in batches per loop turn
 Writes = Literal["each", "batched"]
@@ -93,11 +93,20 @@ class MemoryBookmarkStore:
 
     Args:
         adapter: where recovery points are also saved and loaded from at :meth:`open`.
+        max_gaps: gap intervals kept per publisher and subscription: the most messages
+            of one publisher that can be on their way out of its order at once (delayed
+            ones, late records) and still be delivered once
+            (:class:`~spool.server.client.ha.resume.ResumeState`).
     """
 
-    def __init__(self, adapter: RecoveryPointAdapter | None = None) -> None:
+    def __init__(
+        self, adapter: RecoveryPointAdapter | None = None, *, max_gaps: int = MAX_GAPS
+    ) -> None:
+        if max_gaps < 1:
+            raise ValueError(f"max_gaps must be at least 1, not {max_gaps}")
         self._states: dict[str, ResumeState] = {}
         self._adapter = adapter
+        self.max_gaps = max_gaps
         self._dirty: set[str] = set()
         self._flush_scheduled = False
         self._closed = False
@@ -107,7 +116,7 @@ class MemoryBookmarkStore:
         if self._adapter is not None:
             for sub_id, bookmark in (await self._adapter.load()).items():
                 if sub_id not in self._states:
-                    state = ResumeState(bookmark)
+                    state = ResumeState(bookmark, max_gaps=self.max_gaps)
                     self._states[sub_id] = state
 
     def _state(self, sub_id: str) -> ResumeState:
@@ -115,13 +124,13 @@ class MemoryBookmarkStore:
             raise StoreClosed("bookmark store is closed")
         state = self._states.get(sub_id)
         if state is None:
-            state = self._states[sub_id] = ResumeState()
+            state = self._states[sub_id] = ResumeState(max_gaps=self.max_gaps)
         return state
 
     def register(self, sub_id: str, start: str = EPOCH) -> str:
         state = self._states.get(sub_id)
         if state is None:
-            state = self._states[sub_id] = ResumeState(start)
+            state = self._states[sub_id] = ResumeState(start, max_gaps=self.max_gaps)
             self._logged_start(sub_id, start)
         return state.resume_bookmark()
 
@@ -260,6 +269,8 @@ class FileBookmarkStore(MemoryBookmarkStore):
         writes: ``"each"`` (every record in the file when it happens: a killed process
             repeats at most the message it was processing) or ``"batched"`` (a batch per
             loop turn, off the loop: a few hundred at most); module docstring.
+        max_gaps: as for :class:`MemoryBookmarkStore` (a ``snap`` record with more
+            gaps of a publisher loads its newest ``max_gaps``).
 
     Raises (from :meth:`open`):
         StoreLocked: another client holds the store.
@@ -274,10 +285,11 @@ class FileBookmarkStore(MemoryBookmarkStore):
         compact_every: int = 50_000,
         adapter: RecoveryPointAdapter | None = None,
         writes: Writes = "each",
+        max_gaps: int = MAX_GAPS,
     ) -> None:
         if writes not in ("each", "batched"):
             raise ValueError(f"writes must be 'each' or 'batched', not {writes!r}")
-        super().__init__(adapter)
+        super().__init__(adapter, max_gaps=max_gaps)
         self.path = Path(path)
         self.writes: Writes = writes
         self._file = RecordFile(self.path)
@@ -301,18 +313,19 @@ class FileBookmarkStore(MemoryBookmarkStore):
         except OSError as exc:
             raise StoreIOError(str(self.path), "open", exc) from exc
         states = self._states
+        max_gaps = self.max_gaps
         for p in payloads:
             rec: dict[str, Any] = orjson.loads(p)
             kind = rec["k"]
             sid = rec["s"]
             if kind == "snap":
-                states[sid] = ResumeState.from_snapshot(rec["v"])
+                states[sid] = ResumeState.from_snapshot(rec["v"], max_gaps=max_gaps)
             elif kind == "start":
-                states.setdefault(sid, ResumeState(rec["v"]))
+                states.setdefault(sid, ResumeState(rec["v"], max_gaps=max_gaps))
             elif kind == "x":
                 states.pop(sid, None)
             else:
-                state = states.setdefault(sid, ResumeState())
+                state = states.setdefault(sid, ResumeState(max_gaps=max_gaps))
                 if kind == "r":
                     for bm in rec["v"]:
                         state.receive(bm)

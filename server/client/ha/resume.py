@@ -4,7 +4,8 @@
 docs/protocol.md "Bookmarks"): each is *received* (handed to the application) and later
 *discarded* (the application is done with it). From that it keeps the recovery point, per
 publisher the highest sequence discarded with everything below it, and which sequences it
-received (the highest and the gaps below it, at most :data:`MAX_GAPS`).
+received (the highest and the gaps below it, at most ``max_gaps``, :data:`MAX_GAPS` by
+default).
 :meth:`resume_bookmark` is MOST_RECENT: the recovery point plus one bookmark per
 publisher; :meth:`receive` drops what the replay brings again, by exact membership as the
 broker's log does; :meth:`reloaded` accepts once the redelivery of what a dead process
@@ -28,9 +29,15 @@ MOST_RECENT: Final = "recent"
 _LOADED: Final = 0  # received before a restart, not discarded: its redelivery is accepted
 _DELIVERED: Final = 1
 _DISCARDED: Final = 2
-#: gaps kept per publisher (as the broker's gap table); past it the oldest are forgotten,
-#: their sequences then count as received
-MAX_GAPS: Final = 256
+#: gap intervals kept per publisher by default. A gap stays open for each message of a
+#: publisher still to come below its highest received: a late record after a failover, or
+#: a delayed message (docs/protocol.md "Delayed delivery") while later ones of its
+#: publisher are delivered before it; a publisher with thousands pending holds thousands.
+#: Each costs about 150 bytes (some 10 MB for a publisher at the bound). The bound only
+#: guards against unbounded growth: past it the oldest gaps are forgotten and their
+#: sequences count as received, so a message still to come in one is dropped as a
+#: duplicate.
+MAX_GAPS: Final = 65_536
 
 
 def _low(gap: list[int]) -> int:
@@ -61,10 +68,15 @@ class ResumeState:
     Args:
         start: the bookmark the subscription started from (where it resumes until a
             message is discarded).
+        max_gaps: gap intervals kept per publisher (:data:`MAX_GAPS`); past it the
+            oldest are forgotten.
     """
 
-    def __init__(self, start: str = EPOCH) -> None:
+    def __init__(self, start: str = EPOCH, *, max_gaps: int = MAX_GAPS) -> None:
+        if max_gaps < 1:
+            raise ValueError(f"max_gaps must be at least 1, not {max_gaps}")
         self.start = start
+        self.max_gaps = max_gaps
         self.recovery: str | None = None
         self._contig: dict[str, int] = {}
         self._above: dict[str, set[int]] = {}
@@ -139,7 +151,7 @@ class ResumeState:
             if seq > below + 1:
                 gaps = self._gaps.setdefault(pub, [])
                 gaps.append([below + 1, seq - 1])
-                if len(gaps) > MAX_GAPS:
+                if len(gaps) > self.max_gaps:
                     del gaps[0]
             self._high[pub] = seq
             return
@@ -155,7 +167,7 @@ class ResumeState:
         else:
             gaps[i][1] = seq - 1
             gaps.insert(i + 1, [seq + 1, up])
-            if len(gaps) > MAX_GAPS:
+            if len(gaps) > self.max_gaps:
                 del gaps[0]
 
     def discard(self, bookmark: str) -> bool:
@@ -235,14 +247,17 @@ class ResumeState:
         }
 
     @classmethod
-    def from_snapshot(cls, snap: dict[str, Any]) -> ResumeState:
-        state = cls(str(snap.get("start", EPOCH)))
+    def from_snapshot(cls, snap: dict[str, Any], *, max_gaps: int = MAX_GAPS) -> ResumeState:
+        """The state :meth:`snapshot` wrote; a publisher with more gaps than ``max_gaps``
+        keeps the newest ``max_gaps`` (the oldest forgotten, as when they open)."""
+        state = cls(str(snap.get("start", EPOCH)), max_gaps=max_gaps)
         state.recovery = snap.get("recovery")
         state._contig = {str(p): int(s) for p, s in snap.get("contig", {}).items()}
         state._above = {str(p): set(s) for p, s in snap.get("above", {}).items()}
         state._high = {str(p): int(s) for p, s in snap.get("high", {}).items()}
         state._gaps = {
-            str(p): [[int(lo), int(up)] for lo, up in g] for p, g in snap.get("gaps", {}).items()
+            str(p): [[int(lo), int(up)] for lo, up in g[-max_gaps:]]
+            for p, g in snap.get("gaps", {}).items()
         }
         for bookmark, discarded in snap.get("order", []):
             parsed = parse_bookmark(bookmark)
@@ -284,7 +299,7 @@ class ResumeState:
                     gaps.append([prev + 1, seq - 1])
                 prev = seq
             if gaps:
-                self._gaps[pub] = gaps[-MAX_GAPS:]
+                self._gaps[pub] = gaps[-self.max_gaps :]
 
 
-__all__ = ["EPOCH", "MOST_RECENT", "NOW", "ResumeState", "parse_bookmark"]
+__all__ = ["EPOCH", "MAX_GAPS", "MOST_RECENT", "NOW", "ResumeState", "parse_bookmark"]

@@ -193,6 +193,56 @@ async def test_bookmark_store_tracks_resume_points(kind: str, tmp_path: Path) ->
     await store.close()
 
 
+def _three_gaps(store: MemoryBookmarkStore, sub: str) -> None:
+    """Publisher 1's 2, 4 and 6, discarded: gaps at 1, 3 and 5."""
+    store.register(sub, "0")
+    assert store.receive(sub, ["1|2|", "1|4|", "1|6|"]) == [True] * 3
+    for b in ("1|2|", "1|4|", "1|6|"):
+        store.discard(sub, b)
+
+
+@pytest.mark.parametrize("kind", ["memory", "file"])
+@run_async
+async def test_a_bookmark_store_passes_max_gaps_to_its_subscriptions(
+    kind: str, tmp_path: Path
+) -> None:
+    """Past ``max_gaps`` gaps of a publisher the oldest (1) is forgotten: its sequence
+    counts as received."""
+    store = (
+        MemoryBookmarkStore(max_gaps=2)
+        if kind == "memory"
+        else FileBookmarkStore(tmp_path / "bm", max_gaps=2)
+    )
+    await store.open()
+    _three_gaps(store, "s")
+    assert store.receive("s", ["1|1|", "1|3|", "1|5|"]) == [False, True, True]
+    await store.close()
+    with pytest.raises(ValueError, match="max_gaps"):
+        MemoryBookmarkStore(max_gaps=0)
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+@run_async
+async def test_a_file_bookmark_store_reopened_with_a_smaller_max_gaps(
+    compacted: bool, tmp_path: Path
+) -> None:
+    """Written with the default bound, reopened with ``max_gaps=2``: replaying its records,
+    or loading its ``snap`` record, keeps the newest two gaps."""
+    path = tmp_path / "bm"
+    store = FileBookmarkStore(path)
+    await store.open()
+    _three_gaps(store, "s")
+    if compacted:
+        store.prune()
+    await store.close()
+    kinds = [orjson.loads(p)["k"] for p in decode_records(path.read_bytes())[0]]
+    assert ("snap" in kinds) is compacted
+    again = FileBookmarkStore(path, max_gaps=2)
+    await again.open()
+    assert again.receive("s", ["1|1|", "1|3|", "1|5|"]) == [False, True, True]
+    await again.close()
+
+
 @run_async
 async def test_file_bookmark_store_survives_a_restart_and_compacts(tmp_path: Path) -> None:
     path = tmp_path / "bm.store"
