@@ -364,9 +364,25 @@ export class IndexedDBPublishStore extends MemoryPublishStore {
 // Bookmark stores
 // ---------------------------------------------------------------------------------------
 
-/** Gaps a bookmark store keeps per publisher (as the broker's gap table); past it the
- * oldest are forgotten, and their sequences then count as received. */
-export const MAX_GAPS = 256;
+/**
+ * Gap intervals a bookmark store keeps per publisher and subscription by default (option
+ * `maxGaps`). A gap stays open for each message of a publisher still to come below its
+ * highest received: a late record after a failover, or a delayed message (protocol.md
+ * "Delayed delivery") while later ones of its publisher are handed over before it; a
+ * publisher with thousands pending holds thousands. Each costs some tens of bytes (a few
+ * MB for a publisher at the bound). The bound only guards against unbounded growth: past
+ * it the oldest gaps are forgotten and their sequences count as received, so a message
+ * still to come in one is dropped as a duplicate.
+ */
+export const MAX_GAPS = 65536;
+
+/** `maxGaps` checked: a positive integer (default MAX_GAPS). */
+function checkMaxGaps(owner, maxGaps) {
+  if (!Number.isInteger(maxGaps) || maxGaps < 1) {
+    throw new TypeError(`${owner}: maxGaps must be a positive integer, not ${maxGaps}`);
+  }
+  return maxGaps;
+}
 
 /** Verdicts of SubscriptionBookmarks.log(). */
 const DUPLICATE = 0;
@@ -398,7 +414,7 @@ function gapAtOrBelow(gaps, seq) {
  *   that publisher up to it (in arrival order) is discarded.
  * - `high` and `gaps`: per publisher, which sequences were received: the highest, and the
  *   sorted `[low, high]` intervals below it never received (those skipped when the next
- *   message jumped, and those below the first one), at most MAX_GAPS. Duplicates are found
+ *   message jumped, and those below the first one), at most `maxGaps`. Duplicates are found
  *   by **exact membership**, as in the broker's log: a publisher's sequences need not grow
  *   in a log (after its publisher failed over, an instance can hold its 101 before its
  *   100, which came late by another route), so a sequence at or below the highest is new
@@ -410,7 +426,13 @@ function gapAtOrBelow(gaps, seq) {
  * not handed over twice.
  */
 export class SubscriptionBookmarks {
-  constructor() {
+  /**
+   * @param {object} [opts]
+   * @param {number} [opts.maxGaps] gap intervals kept per publisher (default MAX_GAPS);
+   *   past it the oldest are forgotten
+   */
+  constructor(opts = {}) {
+    this.maxGaps = checkMaxGaps("SubscriptionBookmarks", opts.maxGaps ?? MAX_GAPS);
     this.prefix = null;
     this.contig = new Map();
     this.high = new Map();
@@ -485,7 +507,7 @@ export class SubscriptionBookmarks {
         let gaps = this.gaps.get(pub);
         if (gaps === undefined) this.gaps.set(pub, (gaps = []));
         gaps.push([below + 1, seq - 1]);
-        if (gaps.length > MAX_GAPS) gaps.shift();
+        if (gaps.length > this.maxGaps) gaps.shift();
       }
       this.high.set(pub, seq);
       return;
@@ -499,7 +521,7 @@ export class SubscriptionBookmarks {
     else {
       gaps[i][1] = seq - 1;
       gaps.splice(i + 1, 0, [seq + 1, up]);
-      if (gaps.length > MAX_GAPS) gaps.shift();
+      if (gaps.length > this.maxGaps) gaps.shift();
     }
   }
 
@@ -566,7 +588,8 @@ export class SubscriptionBookmarks {
    * Restore a checkpoint (see `checkpoint()`). One written before gaps were kept
    * (`{prefix, pubSeqs}`, its records as `r`/`d` entries after it) loads as it was read
    * then: every sequence of a publisher up to its `pubSeqs` counts as received, and the
-   * records replayed after it make the gaps above.
+   * records replayed after it make the gaps above. A publisher with more gaps than
+   * `maxGaps` keeps the newest `maxGaps` (the oldest forgotten, as when they open).
    */
   restore(checkpoint) {
     this.records = [];
@@ -581,7 +604,9 @@ export class SubscriptionBookmarks {
     }
     this.contig = new Map(checkpoint.contig);
     this.high = new Map(checkpoint.high);
-    this.gaps = new Map(checkpoint.gaps.map(([pub, gaps]) => [pub, gaps.map(([lo, up]) => [lo, up])]));
+    this.gaps = new Map(
+      checkpoint.gaps.map(([pub, gaps]) => [pub, gaps.slice(-this.maxGaps).map(([lo, up]) => [lo, up])]),
+    );
     for (const [bookmark, discarded] of checkpoint.records) {
       const parsed = parseBookmark(bookmark);
       if (parsed !== null) this._add(bookmark, parsed, !discarded, discarded);
@@ -610,7 +635,17 @@ export class SubscriptionBookmarks {
 
 /** A bookmark store in memory: survives reconnects, not a page reload. */
 export class MemoryBookmarkStore {
-  constructor() {
+  /**
+   * @param {object} [opts]
+   * @param {number} [opts.maxGaps] gap intervals kept per publisher and subscription
+   *   (default MAX_GAPS): the most messages of one publisher that can be on their way out
+   *   of its order at once (delayed ones, late records) and still be handed over once
+   */
+  constructor(opts = {}) {
+    for (const key of Object.keys(opts)) {
+      if (key !== "maxGaps") throw new TypeError(`${new.target.name}: unknown option '${key}'`);
+    }
+    this._maxGaps = checkMaxGaps(new.target.name, opts.maxGaps ?? MAX_GAPS);
     /** subId -> SubscriptionBookmarks */
     this._subs = new Map();
   }
@@ -620,7 +655,7 @@ export class MemoryBookmarkStore {
   _sub(subId) {
     let sub = this._subs.get(subId);
     if (sub === undefined) {
-      sub = new SubscriptionBookmarks();
+      sub = new SubscriptionBookmarks({ maxGaps: this._maxGaps });
       this._subs.set(subId, sub);
     }
     return sub;
@@ -712,12 +747,14 @@ export class IndexedDBBookmarkStore extends MemoryBookmarkStore {
    * @param {function(Error): void} [opts.onError] an IndexedDB write failed: a StoreWriteError,
    *   once until a write commits again (default: console.error)
    * @param {number} [opts.retryMs] between two rewrites after a failed write (default 1000)
+   * @param {number} [opts.maxGaps] as for MemoryBookmarkStore (a checkpoint with more gaps
+   *   of a publisher loads its newest `maxGaps`)
    */
   constructor(name, opts = {}) {
-    super();
+    super(opts.maxGaps === undefined ? {} : { maxGaps: opts.maxGaps });
     if (typeof name !== "string" || name === "") throw new TypeError("IndexedDBBookmarkStore needs a name");
     for (const key of Object.keys(opts)) {
-      if (key !== "onError" && key !== "retryMs") {
+      if (key !== "onError" && key !== "retryMs" && key !== "maxGaps") {
         throw new TypeError(`IndexedDBBookmarkStore: unknown option '${key}'`);
       }
     }

@@ -30,9 +30,9 @@ _names = itertools.count()
 # The events, run in the page through an IndexedDBBookmarkStore (a reload closes it and
 # opens it again, replaying its journal; prune compacts the journal into checkpoints).
 JS_DRIVER = """
-async ({ log, ops, name }) => {
+async ({ log, ops, name, opts }) => {
   const H = await import('/static/spool-ha.js');
-  const open = async () => { const s = new H.IndexedDBBookmarkStore(name); await s.open(); return s; };
+  const open = async () => { const s = new H.IndexedDBBookmarkStore(name, opts); await s.open(); return s; };
   let s = await open();
   const trace = [];
   let cursor = 0;
@@ -61,13 +61,15 @@ async ({ log, ops, name }) => {
 """
 
 
-def drive_python(log: list[str], ops: list[Op], *, set_oracle: bool = True) -> list[Any]:
+def drive_python(
+    log: list[str], ops: list[Op], *, set_oracle: bool = True, max_gaps: int = MAX_GAPS
+) -> list[Any]:
     """The same events through ResumeState (a reload is a restart from its JSON snapshot).
     With ``set_oracle``, every verdict is also checked against plain sets: a message is
     handed over when it was never discarded and not handed over yet in this process life;
     and once the log was drained, every message was either discarded or handed over in
     the last life (a reload re-delivered exactly what was received and not discarded)."""
-    state = ResumeState()
+    state = ResumeState(max_gaps=max_gaps)
     trace: list[Any] = []
     cursor = 0
     discarded: set[str] = set()
@@ -102,7 +104,8 @@ def drive_python(log: list[str], ops: list[Op], *, set_oracle: bool = True) -> l
         elif op == "reconnect":
             cursor = resume("r")
         elif op == "reload":
-            state = ResumeState.from_snapshot(json.loads(json.dumps(state.snapshot())))
+            snap = json.loads(json.dumps(state.snapshot()))
+            state = ResumeState.from_snapshot(snap, max_gaps=max_gaps)
             state.reloaded()
             handed = set()
             cursor = resume("reload")
@@ -116,9 +119,11 @@ def drive_python(log: list[str], ops: list[Op], *, set_oracle: bool = True) -> l
     return trace
 
 
-def drive_js(page: Page, log: list[str], ops: list[Op]) -> list[Any]:
+def drive_js(page: Page, log: list[str], ops: list[Op], **opts: Any) -> list[Any]:
+    """The events through an IndexedDBBookmarkStore with options ``opts``."""
     trace: list[Any] = page.evaluate(
-        JS_DRIVER, {"log": log, "ops": [list(o) for o in ops], "name": f"diff-{next(_names)}"}
+        JS_DRIVER,
+        {"log": log, "ops": [list(o) for o in ops], "name": f"diff-{next(_names)}", "opts": opts},
     )
     return trace
 
@@ -200,20 +205,77 @@ def test_past_the_gap_bound_the_oldest_gaps_are_forgotten_as_in_python(
     secure_static_origin: Page,
 ) -> None:
     """One publisher's even sequences first (a gap before each), then the odd ones late:
-    of the 300 gaps the store keeps the last MAX_GAPS, as ResumeState (and the broker's gap
-    table); the late messages in forgotten gaps count as received. Across a reload whose
-    journal is a checkpoint plus entries after it."""
+    of the 300 gaps a store with ``maxGaps: 256`` keeps the last 256, as ResumeState with
+    ``max_gaps=256``; the late messages in forgotten gaps count as received. Across a
+    reload whose journal is a checkpoint plus entries after it."""
+    bound = 256
     evens = [f"1|{q}|" for q in range(2, 601, 2)]
     odds = [f"1|{q}|" for q in range(1, 600, 2)]
     log = evens + odds
     ops: list[Op] = [("receive", 150), ("prune", 0), ("receive", 150), ("reload", 0), ("drain", 0)]
-    trace = drive_js(secure_static_origin, log, ops)
-    assert trace == drive_python(log, ops, set_oracle=False)
-    forgotten = len(evens) - MAX_GAPS
+    trace = drive_js(secure_static_origin, log, ops, maxGaps=bound)
+    assert trace == drive_python(log, ops, set_oracle=False, max_gaps=bound)
+    forgotten = len(evens) - bound
     after_reload = trace[trace.index(["reload", "0"]) + 1 :]
     assert [got for _, got in after_reload[: len(evens)]] == [True] * len(evens)  # outstanding
     late = after_reload[len(evens) : len(evens) + len(odds)]
     assert [bm for bm, got in late if got] == odds[forgotten:]
+
+
+DEFAULT_BOUND = """
+async ({ name, n }) => {
+  const H = await import('/static/spool-ha.js');
+  const refused = [];
+  for (const make of [() => new H.MemoryBookmarkStore({ maxGaps: 0 }),
+                      () => new H.MemoryBookmarkStore({ maxGaps: 1.5 }),
+                      () => new H.MemoryBookmarkStore({ gaps: 2 }),
+                      () => new H.IndexedDBBookmarkStore(name, { maxGaps: -1 })]) {
+    try { make(); refused.push(null); } catch (e) { refused.push(e.message); }
+  }
+  // immediate (even) messages first, then the delayed (odd) ones as they fall due, in a
+  // scrambled order; then everything once more
+  const evens = [], odds = [];
+  for (let q = 2; q <= n; q += 2) evens.push(`1|${q}|`);
+  for (let q = 1; q < n; q += 2) odds.push(`1|${(q * 7919) % n | 1}|`);
+  const memory = new H.MemoryBookmarkStore();
+  const handed = [...evens, ...odds].filter((b) => memory.log('sub', b));
+  const again = [...evens, ...odds].filter((b) => memory.log('sub', b));
+  // a checkpoint written with the default bound, opened with maxGaps 2: the newest 2 gaps
+  let s = new H.IndexedDBBookmarkStore(name);
+  await s.open();
+  for (const b of ['1|2|', '1|4|', '1|6|']) { s.log('sub', b); s.discard('sub', b); }
+  await s.prune();
+  await s.close();
+  s = new H.IndexedDBBookmarkStore(name, { maxGaps: 2 });
+  await s.open();
+  const reopened = ['1|1|', '1|3|', '1|5|'].map((b) => s.log('sub', b));
+  const dbName = s.dbName;
+  await s.close();
+  await new Promise((done) => { const r = indexedDB.deleteDatabase(dbName); r.onsuccess = r.onerror = done; });
+  return { maxGaps: H.MAX_GAPS, refused, handed, again, odds, reopened };
+}
+"""
+
+
+def test_thousands_of_delayed_messages_are_each_handed_over_once(
+    secure_static_origin: Page,
+) -> None:
+    """With the default bound (MAX_GAPS, as Python's) a publisher's 10,000 messages, the
+    odd ones delayed past the even ones, are each handed over once; ``maxGaps`` must be a
+    positive integer; a checkpoint with more gaps than ``maxGaps`` keeps the newest, as
+    ResumeState.from_snapshot."""
+    n = 10_000
+    result = secure_static_origin.evaluate(DEFAULT_BOUND, {"name": "default-bound", "n": n})
+    assert result["maxGaps"] == MAX_GAPS == 65_536
+    assert result["refused"] == [
+        "MemoryBookmarkStore: maxGaps must be a positive integer, not 0",
+        "MemoryBookmarkStore: maxGaps must be a positive integer, not 1.5",
+        "MemoryBookmarkStore: unknown option 'gaps'",
+        "IndexedDBBookmarkStore: maxGaps must be a positive integer, not -1",
+    ]
+    assert sorted(result["odds"]) == sorted(f"1|{q}|" for q in range(1, n, 2))
+    assert len(result["handed"]) == n and result["again"] == []
+    assert result["reopened"] == [False, True, True]
 
 
 # A journal as the store wrote it before gaps were kept: a checkpoint `{prefix, pubSeqs}`
