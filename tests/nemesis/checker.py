@@ -16,12 +16,22 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
 - **copies**: every record with a publisher identity is on every instance (each topology
   here reaches every instance from every other): ``divergent`` otherwise (split-brain,
   a copy never repaired, a record only one instance kept).
-- **bookmark subscribers** (``ha-sub-*``): each acknowledged message processed
+- **bookmark subscribers** (``ha-sub-*`` of ``nem.pub``, ``dsub`` of ``nem.delay``):
+  each acknowledged message of their topic processed
   (``sub-missing``), once (``sub-duplicated``), in a valid order: a publisher's messages
   in increasing sequence, unless an instance's log holds them in the order they came
   (a late record that filled a gap) or held them so before a fault replaced its records
-  (its earlier logs, :func:`held_orders`) (``sub-order``); nothing processed that no log holds
-  and nobody sent (``sub-unexpected``).
+  (its earlier logs, :func:`held_orders`) (``sub-order``; not for ``dsub``: delayed
+  messages come in due order); nothing processed that no log holds and nobody sent
+  (``sub-unexpected``).
+- **delayed delivery** (``dpub``, ``dsub``): a delayed message is stored once as a
+  scheduled record (``lost``, ``duplicated`` and ``divergent`` go by it) and falls due once
+  on every instance that holds it (``delay-undelivered``: no due record in its log;
+  a second one is ``duplicated``); ``dsub`` receives nothing before its due time, less
+  a tolerance (``delay-early``): 50 ms, plus the largest forward clock offset the
+  nemesis applied between the message's first send and its receipt (an instance whose
+  clock is ahead writes the due record early by that much). How late the messages came
+  is reported (:attr:`Verdict.delayed`), not judged: pauses and kills delay them.
 - **the queue** (``qc-*``): every message whose publish was acknowledged is delivered to
   a consumer that acks it (``queue-unprocessed``: never delivered, or only to consumers
   that died holding it; the final drain also requires every copy's depth to reach 0, so
@@ -48,6 +58,7 @@ docs/nemesis.md) and the smallest slice of the history that shows it.
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -59,12 +70,14 @@ import orjson
 from spool.server.bookmarks import pub_hash
 from spool.server.queues import deadletter
 from spool.server.txlog.publishers.gaps import Interval, PublisherGaps
-from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QDEAD, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.cluster import TOPIC_DELAY, TOPIC_PUB, TOPIC_QDEAD, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
 from tests.nemesis.journals import (
+    DUE,
     KIND_NAMES,
     PUBLISH,
     QUEUE_TRANSFER,
+    SCHEDULED,
     SOW_DELETE,
     InstanceLog,
     LogRecord,
@@ -82,6 +95,8 @@ CATEGORIES = (
     "sub-duplicated",
     "sub-order",
     "sub-unexpected",
+    "delay-early",
+    "delay-undelivered",
     "queue-unprocessed",
     "queue-after-ack",
     "dead-letter-lost",
@@ -95,6 +110,14 @@ CATEGORIES = (
 #: were damaged, or it was wiped and copied anew)
 _REWRITES = {"torn-tail", "truncate", "bit-flip", "missing-journal", "lost-writes", "join-empty"}
 _SLICE = 40  # most events shown for one anomaly
+#: the records a publisher's message is stored as (a delayed one: its scheduled record)
+_STORED = (PUBLISH, SCHEDULED)
+#: how early a delayed message may arrive with no clock ahead (seconds): the broker's
+#: timer and the clients' clocks are the machine's, so this is rounding and scheduling
+EARLY_TOLERANCE_S = 0.05
+#: how long after a clock jump's ``end`` an instance may still run on its offset (the
+#: clock re-reads its control file every 50 ms)
+_CLOCK_SETTLE_S = 1.0
 
 
 @dataclass
@@ -129,6 +152,8 @@ class Verdict:
     checked: dict[str, int] = field(default_factory=dict)
     #: facts that are not anomalies (deliveries before an ack, ...)
     notes: dict[str, Any] = field(default_factory=dict)
+    #: delayed delivery: counts, the early tolerance, lateness percentiles (ms)
+    delayed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -225,13 +250,17 @@ def check(
     # the instances' own identities (one per log an instance had: server/txlog/publishers/incarnation.py):
     # those of its records that are not publishes (queue acks and transfers, sow_deletes)
     brokers = {
-        r.pub_hash for log in logs.values() for r in log.records if r.pub_hash and r.kind != PUBLISH
+        r.pub_hash
+        for log in logs.values()
+        for r in log.records
+        if r.pub_hash and r.kind not in (PUBLISH, SCHEDULED, DUE)
     }
     _check_journals(v, logs)
     lost_keys = _check_publishers(v, logs, pubs, faults, end)
     _check_unknown(v, logs, by_hash, brokers)
     _check_copies(v, logs, lost_keys, faults, end)
     _check_subscribers(v, events, logs, pubs, faults, earlier)
+    _check_delayed(v, events, logs, pubs, faults)
     _check_queue(v, events, logs, pubs, faults)
     _check_sow(v, events, logs, pubs)
     _check_liveness(v, events)
@@ -270,7 +299,7 @@ def _check_publishers(
     for p in pubs.values():
         h = pub_hash(p.name)
         for log in logs.values():
-            seqs = [r.pub_seq for r in log.records if r.pub_hash == h and r.kind == PUBLISH]
+            seqs = [r.pub_seq for r in log.records if r.pub_hash == h and r.kind in _STORED]
             counts = Counter(seqs)
             held = set(counts)
             lost = [s for s in range(1, p.acked + 1) if s not in held]
@@ -319,6 +348,19 @@ def _check_publishers(
                         log.name,
                         p.name,
                         count=len(twice),
+                    )
+                )
+            dues = Counter(r.pub_seq for r in log.records if r.pub_hash == h and r.kind == DUE)
+            again = sorted(s for s, n in dues.items() if n > 1)
+            if again:
+                v.anomalies.append(
+                    Anomaly(
+                        "duplicated",
+                        f"{p.name}: {_runs(again)} fell due more than once on {log.name} "
+                        "(two due records: a replay there delivers them twice)",
+                        log.name,
+                        p.name,
+                        count=len(again),
                     )
                 )
             extra = sorted(s for s in held if s > p.invoked or s < 1)
@@ -379,8 +421,11 @@ def _check_copies(
     faults: Sequence[Event],
     end: float,
 ) -> None:
+    # due records are each instance's own (never replicated): compared by their
+    # scheduled records here, checked per instance by _check_delayed
     held: dict[str, dict[tuple[int, int], LogRecord]] = {
-        n: {r.key: r for r in log.records if r.pub_hash} for n, log in logs.items()
+        n: {r.key: r for r in log.records if r.pub_hash and r.kind != DUE}
+        for n, log in logs.items()
     }
     union: dict[tuple[int, int], LogRecord] = {}
     for recs in held.values():
@@ -451,21 +496,22 @@ def _check_subscribers(
     faults: Sequence[Event],
     earlier: Sequence[HeldOrders],
 ) -> None:
-    expected = {
-        (pub_hash(p.name), s)
-        for p in pubs.values()
-        if p.topic == TOPIC_PUB
-        for s in range(1, p.acked + 1)
-    }
-    stored = {r.key for log in logs.values() for r in log.records if r.topic == TOPIC_PUB}
-    invoked = {pub_hash(p.name): p.invoked for p in pubs.values() if p.topic == TOPIC_PUB}
     orders: list[HeldOrders] | None = None
     subs: dict[str, list[tuple[tuple[int, int], Event]]] = defaultdict(list)
     for e in events:
         if e.f == "recv" and e.type == "ok":
-            for h, s in e.value["msgs"]:
-                subs[e.process].append(((h, s), e))
+            for m in e.value["msgs"]:
+                subs[e.process].append(((m[0], m[1]), e))
     for name, seen in sorted(subs.items()):
+        topic = subscribed_topic(name)
+        expected = {
+            (pub_hash(p.name), s)
+            for p in pubs.values()
+            if p.topic == topic
+            for s in range(1, p.acked + 1)
+        }
+        stored = {r.key for log in logs.values() for r in log.records if r.topic == topic}
+        invoked = {pub_hash(p.name): p.invoked for p in pubs.values() if p.topic == topic}
         keys = [k for k, _ in seen]
         counts = Counter(keys)
         twice = [k for k, n in counts.items() if n > 1]
@@ -506,7 +552,8 @@ def _check_subscribers(
         top: dict[int, tuple[int, Event]] = {}
         #: (the message, the higher sequence processed before it, when, and it)
         bad: list[tuple[tuple[int, int], int, Event, Event]] = []
-        for (h, s), e in seen:
+        # delayed messages come in due order, not in their publisher's
+        for (h, s), e in seen if topic == TOPIC_PUB else ():
             prev = top.get(h)
             if prev is not None and s < prev[0] and counts[(h, s)] == 1:
                 if orders is None:
@@ -542,6 +589,140 @@ def _check_subscribers(
             )
     v.checked["bookmark subscribers"] = len(subs)
     v.checked["messages processed by subscribers"] = sum(len(s) for s in subs.values())
+
+
+def subscribed_topic(process: str) -> str:
+    """The topic a bookmark subscriber's history is about, by its name."""
+    return TOPIC_DELAY if process.startswith("dsub") else TOPIC_PUB
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of a sorted, non-empty sequence (nearest rank)."""
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _ahead(faults: Sequence[Event]) -> list[tuple[float, float, float]]:
+    """The forward clock jumps the nemesis applied: (from, to, offset s), ``to`` with
+    the time an instance may take to see the offset go."""
+    ends = {e.value["index"]: e.mono for e in faults if e.f == "end"}
+    out = []
+    for e in faults:
+        if e.f != "start" or e.value["kind"] != "clock-jump":
+            continue
+        offset = float(e.value["params"]["offset_s"])
+        if offset > 0:
+            to = ends.get(e.value["index"], float("inf")) + _CLOCK_SETTLE_S
+            out.append((e.mono, to, offset))
+    return out
+
+
+def _check_delayed(
+    v: Verdict,
+    events: Sequence[Event],
+    logs: dict[str, InstanceLog],
+    pubs: dict[str, _Pub],
+    faults: Sequence[Event],
+) -> None:
+    """Each delayed message fell due on every instance that holds it; ``dsub`` received
+    none before its due time less the tolerance; how late they came (a note)."""
+    dpubs = {pub_hash(p.name): p for p in pubs.values() if p.topic == TOPIC_DELAY}
+    #: (pub_hash, seq) -> (due, its first send)
+    due: dict[tuple[int, int], tuple[float, Event]] = {}
+    for h, p in dpubs.items():
+        for e in p.events:
+            if e.type != "invoke":
+                continue
+            for s, t in zip(
+                range(e.value["first"], e.value["last"] + 1), e.value["due"], strict=True
+            ):
+                due.setdefault((h, s), (t, e))
+    for log in logs.values():
+        scheduled = {r.key for r in log.records if r.kind == SCHEDULED and r.pub_hash in dpubs}
+        fell = {r.key for r in log.records if r.kind == DUE and r.pub_hash in dpubs}
+        never = sorted(scheduled - fell)
+        if never:
+            v.anomalies.append(
+                Anomaly(
+                    "delay-undelivered",
+                    f"{len(never)} delayed messages {log.name} holds never fell due there "
+                    f"(no due record); first {never[:5]}",
+                    log.name,
+                    count=len(never),
+                )
+            )
+    ahead = _ahead(faults)
+    run_tolerance = EARLY_TOLERANCE_S + max((o for _, _, o in ahead), default=0.0)
+    first: dict[tuple[int, int], float] = {}
+    early: list[tuple[tuple[int, int], float, float, Event]] = []
+    within = 0
+    received = 0
+    for e in events:
+        if e.f != "recv" or e.type != "ok" or subscribed_topic(e.process) != TOPIC_DELAY:
+            continue
+        for m in e.value["msgs"]:
+            key = (m[0], m[1])
+            if key not in due:
+                continue  # nobody sent it: sub-unexpected
+            received += 1
+            wall = float(m[2])
+            t, sent = due[key]
+            first.setdefault(key, wall - t)
+            if wall >= t - EARLY_TOLERANCE_S:
+                continue
+            tolerance = EARLY_TOLERANCE_S + max(
+                (o for lo, hi, o in ahead if lo <= e.mono and sent.mono <= hi), default=0.0
+            )
+            if wall >= t - tolerance:
+                within += 1
+            else:
+                early.append((key, t - wall, tolerance, e))
+    if early:
+        (h, s), by, tolerance, e = early[0]
+        sent = due[(h, s)][1]
+        v.anomalies.append(
+            Anomaly(
+                "delay-early",
+                f"{e.process} received {len(early)} delayed messages before their due time "
+                f"beyond the tolerance; first {h}|{s}|, due {due[(h, s)][0]:.6f}, received "
+                f"{by:.3f} s early on {e.node} (tolerance {tolerance:.3f} s)",
+                e.node,
+                e.process,
+                time=e.mono,
+                count=len(early),
+                slice=_slice(
+                    [sent, *_trim([e], {(h, s)}), *_fault_slice(faults, None, sent.mono, e.mono)]
+                ),
+            )
+        )
+    late = sorted(first.values())
+    acked = sum(p.acked for p in dpubs.values())
+    v.delayed = {
+        "acknowledged": acked,
+        "received": received,
+        "distinct received": len(first),
+        "due records": {
+            n: sum(1 for r in log.records if r.kind == DUE and r.pub_hash in dpubs)
+            for n, log in logs.items()
+        },
+        "early tolerance s": round(run_tolerance, 3),
+        "early within the clock tolerance": within,
+        "early beyond it": len(early),
+        "lateness ms": (
+            {
+                name: round(_percentile(late, q) * 1000, 1)
+                for name, q in (
+                    ("min", 0.0),
+                    ("p50", 0.5),
+                    ("p90", 0.9),
+                    ("p99", 0.99),
+                    ("max", 1.0),
+                )
+            }
+            if late
+            else {}
+        ),
+    }
+    v.checked["delayed messages received"] = len(first)
 
 
 def _published_twice(on: set[str], owners: set[str], ack: Event, later: Sequence[Event]) -> bool:

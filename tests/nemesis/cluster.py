@@ -10,7 +10,9 @@ namespace (:mod:`tests.nemesis.proxy`).
 What every instance holds (the same on all, so every check has one expectation):
 
 - the transaction log records every topic; journals of 1 MB, one preallocated;
-- ``nem.pub``: the publishers' topic; ``nem.sow``: a SOW topic keyed by ``/k``;
+- ``nem.pub``: the publishers' topic; ``nem.delay``: the delayed publisher's (a plain
+  recorded topic like ``nem.pub``: no queue takes it, which would refuse delayed
+  publishes); ``nem.sow``: a SOW topic keyed by ``/k``;
   ``nem.q``: a replicated queue over ``nem.q.in`` (at-least-once, 10 s lease) whose
   dead letters go to ``nem.q.dead``, a SOW topic keyed by the original bookmark;
 - users ``app`` (clients), ``repl`` (the links and bootstraps) and ``ops`` (admin), with
@@ -51,6 +53,7 @@ from tests.support.server import ROOT, SpoolProcess, sow_topic
 
 __all__ = [
     "QUEUE",
+    "TOPIC_DELAY",
     "TOPIC_PUB",
     "TOPIC_QDEAD",
     "TOPIC_QIN",
@@ -62,6 +65,8 @@ __all__ = [
 ]
 
 TOPIC_PUB = "nem.pub"
+#: delayed publishes (``deliver_at``); recorded and replicated as every topic is
+TOPIC_DELAY = "nem.delay"
 TOPIC_SOW = "nem.sow"
 TOPIC_QIN = "nem.q.in"
 QUEUE = "nem.q"

@@ -93,4 +93,8 @@ def read_instance(data_dir: Path, name: str) -> InstanceLog:
 PUBLISH = int(RecordKind.PUBLISH)
 SOW_DELETE = int(RecordKind.SOW_DELETE)
 QUEUE_TRANSFER = int(RecordKind.QUEUE_TRANSFER)
+#: a delayed message as published (never delivered), and each instance's own record of
+#: it falling due (the one delivered; never replicated): docs/transaction-log.md
+SCHEDULED = int(RecordKind.SCHEDULED)
+DUE = int(RecordKind.DUE)
 KIND_NAMES = {int(k): k.name.lower() for k in RecordKind}

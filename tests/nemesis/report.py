@@ -58,6 +58,7 @@ def table(result: Result) -> str:
         "records in each log: " + ", ".join(f"{k} {v}" for k, v in result.stored.items()),
         "checked: " + ", ".join(f"{k} {v}" for k, v in result.verdict.checked.items()),
         "notes: " + ", ".join(f"{k} {v}" for k, v in result.verdict.notes.items()),
+        delayed_line(result.verdict.delayed),
         "",
     ]
     counts = result.verdict.counts()
@@ -83,6 +84,20 @@ def table(result: Result) -> str:
         f"verdict: {'PASS' if result.ok else 'FAIL'} (anomalies: {len(result.verdict.anomalies)})"
     )
     return "\n".join(rows)
+
+
+def delayed_line(d: dict[str, Any]) -> str:
+    """The delayed messages: counts, the early tolerance and how late they came."""
+    if not d:
+        return "delayed: none checked"
+    late = ", ".join(f"{k} {v:g}" for k, v in d.get("lateness ms", {}).items()) or "-"
+    dues = ", ".join(f"{k} {v}" for k, v in d.get("due records", {}).items())
+    return (
+        f"delayed: acknowledged {d['acknowledged']}, received {d['distinct received']} "
+        f"({d['received']} deliveries); due records {dues}; early within the clock "
+        f"tolerance ({d['early tolerance s']:g} s) {d['early within the clock tolerance']}, "
+        f"beyond it {d['early beyond it']}; lateness ms: {late}"
+    )
 
 
 def _series(events: Sequence[Event], end: float) -> dict[str, Any]:

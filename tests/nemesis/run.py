@@ -8,7 +8,8 @@ long nothing may move before a wait gives up and says so):
    healed at its end, then a wait until the publishers move again);
 3. the final heal: publishers stop taking new sequence numbers and get everything
    acknowledged; every copy catches up; the bookmark subscribers process every
-   acknowledged message; the queue drains; a last SOW snapshot. A wait that stalls is a
+   acknowledged message; every instance delivers every delayed message it holds (none
+   pending); the queue drains; a last SOW snapshot. A wait that stalls is a
    ``liveness`` failure in the history (the run goes on to the checker);
 4. stop the instances (SIGTERM), read every journal, check, report.
 """
@@ -30,13 +31,14 @@ import orjson
 
 from spool.server.bookmarks import pub_hash
 from tests.nemesis.checker import HeldOrders, Verdict, check, held_orders
-from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW, Cluster
+from tests.nemesis.cluster import QUEUE, TOPIC_DELAY, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW, Cluster
 from tests.nemesis.history import Histories, read_history
 from tests.nemesis.journals import InstanceLog, read_instance
 from tests.nemesis.nemesis import FILLER, Nemesis, progress_wait
 from tests.nemesis.net import Network
 from tests.nemesis.schedule import KINDS, Schedule, draw_schedule
 from tests.nemesis.workloads import (
+    Delays,
     Endpoints,
     HAPublisher,
     HASubscriber,
@@ -119,6 +121,7 @@ class Result:
                 "stored": self.stored,
             },
             "sow_snapshots": self.snapshots,
+            "delayed": self.verdict.delayed,
             "checked": self.verdict.checked,
             "notes": self.verdict.notes,
             "anomaly_counts": dict(self.verdict.counts()),
@@ -230,6 +233,12 @@ async def _run(
     stores.mkdir(exist_ok=True)
     rec = histories.recorder
     rate = settings.rate
+    rng = random.Random(settings.seed ^ 0x5EED)
+    consumers = [
+        QueueConsumer(rec(f"qc-{n}"), ends, f"qc-{n}", n, random.Random(rng.random()))
+        for n in names
+    ]
+    delays = Delays(random.Random(rng.random()))
     publishers: list[Publisher | HAPublisher] = [
         Publisher(rec("pub-1"), ends, "pub-1", TOPIC_PUB, names[0], rate),
         Publisher(rec("pub-2"), ends, "pub-2", TOPIC_PUB, names[1], rate),
@@ -255,15 +264,24 @@ async def _run(
             batch=5,
             body=sow_body(SOW_KEYS),
         ),
+        # published on one instance, subscribed on another: the due record dsub reads is
+        # written from the clock of an instance that got the message by replication
+        Publisher(
+            rec("dpub"), ends, "dpub", TOPIC_DELAY, names[-1], rate / 4, batch=5, delays=delays
+        ),
     ]
     subscribers = [
         HASubscriber(rec("ha-sub-1"), ends, "ha-sub-1", names[0], stores / "ha-sub-1.store"),
         HASubscriber(rec("ha-sub-2"), ends, "ha-sub-2", names[-1], stores / "ha-sub-2.store"),
-    ]
-    rng = random.Random(settings.seed ^ 0x5EED)
-    consumers = [
-        QueueConsumer(rec(f"qc-{n}"), ends, f"qc-{n}", n, random.Random(rng.random()))
-        for n in names
+        HASubscriber(
+            rec("dsub"),
+            ends,
+            "dsub",
+            names[0],
+            stores / "dsub.store",
+            topic=TOPIC_DELAY,
+            timed=True,
+        ),
     ]
     reader = SowReader(rec("sow-reader"), ends)
     state["publishers"] = publishers
@@ -366,7 +384,13 @@ async def _final(
                     )
             return "; ".join(out)
         if what.startswith("subscribers"):
-            return ", ".join(f"{s.name} lacks {len(expected - s.seen)}" for s in subscribers)
+            return ", ".join(f"{s.name} lacks {len(wanted(s) - s.seen)}" for s in subscribers)
+        if what.startswith("delayed"):
+            return "; ".join(
+                f"{n} pending {d.get('pending')} next due {d.get('next_due')} "
+                f"waiting {d.get('waiting')}"
+                for n, d in (await delayed()).items()
+            )
         if what.startswith("queue"):
             left = sorted(queue_expected - acked())
             depths = []
@@ -405,11 +429,42 @@ async def _final(
         if p.name.startswith(("pub-", "ha-pub-"))
         for s in range(1, p.acked + 1)
     }
+    dexpected = {
+        (pub_hash(p.name), s) for p in publishers if p.name == "dpub" for s in range(1, p.acked + 1)
+    }
+
+    def wanted(s: HASubscriber) -> set[tuple[int, int]]:
+        return dexpected if s.topic == TOPIC_DELAY else expected
+
     await bounded(
         "subscribers process every acknowledged message",
-        lambda: all(expected <= s.seen for s in subscribers),
+        lambda: all(wanted(s) <= s.seen for s in subscribers),
         lambda: sum(len(s.seen) for s in subscribers),
     )
+
+    async def delayed() -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for inst in cluster:
+            try:
+                out[inst.name] = await inst.api("/api/delayed")
+            except Exception as exc:
+                out[inst.name] = {"pending": None, "error": repr(exc)[:120]}
+        return out
+
+    async def pending() -> int:
+        """Minus the delayed messages still pending on every instance (grows as they
+        fall due; one that does not answer counts as a million)."""
+        return -sum(
+            10**6 if d.get("pending") is None else int(d["pending"])
+            for d in (await delayed()).values()
+        )
+
+    async def none_pending() -> bool:
+        return await pending() == 0
+
+    # each instance writes its own due records: one whose timer missed the due time
+    # would hold its delayed messages forever, which dsub (on one instance) cannot see
+    await bounded("delayed messages fall due on every instance", none_pending, pending)
     qpub = next(p for p in publishers if p.name == "qpub")
     queue_expected = set(range(1, qpub.acked + 1))
 

@@ -13,9 +13,16 @@ from spool.server.bookmarks import broker_pub_hash, pub_hash
 from spool.server.queues import deadletter
 from spool.server.queues.deadletter import DeadLetter, Redrive
 from tests.nemesis.checker import HeldOrders, check, held_orders
-from tests.nemesis.cluster import TOPIC_PUB, TOPIC_QDEAD, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.cluster import TOPIC_DELAY, TOPIC_PUB, TOPIC_QDEAD, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Event
-from tests.nemesis.journals import PUBLISH, QUEUE_TRANSFER, InstanceLog, LogRecord
+from tests.nemesis.journals import (
+    DUE,
+    PUBLISH,
+    QUEUE_TRANSFER,
+    SCHEDULED,
+    InstanceLog,
+    LogRecord,
+)
 
 NAMES = ("a", "b", "c")
 
@@ -341,3 +348,116 @@ def test_a_confirmed_reject_needs_its_dead_letter_in_a_log() -> None:
     v = check(s.events, logs_of([*queued, letter(1, 3), marked, ack]))
     [a] = v.anomalies
     assert a.category == "dead-letter-lost" and "n=2" in a.detail
+
+
+# -- delayed delivery: dpub publishes nem.delay with deliver_at, dsub subscribes ----------
+
+DUE_AT = 1000.0  # message n is due at DUE_AT + n (epoch seconds)
+
+
+def delayed_story(count: int = 3) -> Story:
+    s = Story()
+    dues = [DUE_AT + n for n in range(1, count + 1)]
+    s.add("invoke", "dpub", "publish",
+          {"topic": TOPIC_DELAY, "first": 1, "last": count, "due": dues}, node="c")  # fmt: skip
+    s.add("ok", "dpub", "publish", {"upto": count}, node="c")
+    return s
+
+
+def delayed_records(count: int = 3, *, due: bool = True) -> list[LogRecord]:
+    """Each message's scheduled record, then (``due``) its due record."""
+    out = [rec(n, "dpub", n, TOPIC_DELAY, kind=SCHEDULED) for n in range(1, count + 1)]
+    if due:
+        out += [rec(count + n, "dpub", n, TOPIC_DELAY, kind=DUE) for n in range(1, count + 1)]
+    return out
+
+
+def received(s: Story, *late: tuple[int, float], node: str = "a") -> None:
+    """dsub took message n at its due time plus the lateness given (seconds)."""
+    h = pub_hash("dpub")
+    s.add("ok", "dsub", "recv", {"msgs": [[h, n, DUE_AT + n + by] for n, by in late]}, node)
+
+
+def test_delayed_messages_received_once_at_their_due_time_are_clean() -> None:
+    s = delayed_story()
+    # in due order, which is not the publisher's (no sub-order for dsub)
+    received(s, (2, 0.01), (1, 0.2), (3, 1.5))
+    v = check(s.events, logs_of(delayed_records()))
+    assert v.anomalies == []
+    assert v.delayed["distinct received"] == 3
+    assert v.delayed["due records"] == {"a": 3, "b": 3, "c": 3}
+    assert v.delayed["lateness ms"] == {
+        "min": 10.0, "p50": 200.0, "p90": 1500.0, "p99": 1500.0, "max": 1500.0
+    }  # fmt: skip
+    assert v.delayed["early tolerance s"] == 0.05
+
+
+def test_a_delayed_message_never_received_or_received_twice_fails() -> None:
+    s = delayed_story()
+    received(s, (1, 0.1), (3, 0.1))
+    assert categories(s, logs_of(delayed_records())) == {"sub-missing": 1}
+    received(s, (2, 0.1), (3, 0.1), node="b")  # the HA client let a replay's copy through
+    assert categories(s, logs_of(delayed_records())) == {"sub-duplicated": 1}
+
+
+def test_a_delayed_message_lost_from_a_log_is_lost() -> None:
+    s = delayed_story()
+    received(s, (1, 0.1), (2, 0.1), (3, 0.1))
+    full = delayed_records()
+    without = [r for r in full if r.pub_seq != 2]
+    v = check(s.events, logs_of(full, b=without))
+    [a] = v.anomalies
+    assert (a.category, a.sub, a.instance) == ("lost", "middle", "b")
+
+
+def test_a_delayed_message_received_early_beyond_the_tolerance_fails() -> None:
+    s = delayed_story()
+    received(s, (1, 0.1), (2, -0.04), (3, -0.5))
+    v = check(s.events, logs_of(delayed_records()))
+    [a] = v.anomalies
+    assert (a.category, a.count, a.process) == ("delay-early", 1, "dsub")
+    assert f"{pub_hash('dpub')}|3|" in a.detail and "0.500 s early" in a.detail
+    assert [m[1] for e in a.slice if e["f"] == "recv" for m in e["value"]["msgs"]] == [3]
+    assert v.delayed["early beyond it"] == 1
+
+
+def test_an_early_delivery_within_a_forward_clock_jump_passes() -> None:
+    """An instance whose clock is 30 s ahead writes due records up to 30 s early: the
+    tolerance covers it while such a jump overlaps the message's send-to-receipt span,
+    not for a jump back, nor for one that ended before the message was sent."""
+    s = Story()
+    jump = {"index": 4, "kind": "clock-jump", "shape": "one", "targets": ["a"],
+            "duration": 5.0, "params": {"offset_s": 30}}  # fmt: skip
+    s.add("info", "nemesis", "start", jump, None)
+    s.add("info", "nemesis", "end", {"index": 4, "kind": "clock-jump"}, None)
+    for _ in range(3):  # past the time the instance may still run on the offset
+        s.add("info", "nemesis", "quiet", {"index": 5, "duration": 5.0}, None)
+    story = delayed_story()
+    s.events += [Event(e.type, e.wall, float(len(s.events) + i), e.process, e.f, e.value, e.node)
+                 for i, e in enumerate(story.events)]  # fmt: skip
+    received(s, (1, 0.1), (2, 0.1), (3, -4.0))
+    [a] = check(s.events, logs_of(delayed_records())).anomalies
+    assert a.category == "delay-early"  # the jump ended before the send
+    s.add("info", "nemesis", "start", {**jump, "index": 6, "params": {"offset_s": -300}}, None)
+    received(s, (3, -4.0))
+    assert categories(s, logs_of(delayed_records())) == {"delay-early": 2, "sub-duplicated": 1}
+    s.add("info", "nemesis", "start", {**jump, "index": 7}, None)  # healed at the end
+    received(s, (3, -4.0))
+    v = check(s.events, logs_of(delayed_records()))
+    assert dict(v.counts()) == {"delay-early": 2, "sub-duplicated": 1}
+    assert v.delayed["early within the clock tolerance"] == 1
+    assert v.delayed["early tolerance s"] == 30.05
+    # received 31 s early: beyond even that jump
+    received(s, (3, -31.0))
+    assert check(s.events, logs_of(delayed_records())).delayed["early beyond it"] == 3
+
+
+def test_a_delayed_message_that_never_fell_due_on_an_instance_fails() -> None:
+    s = delayed_story()
+    received(s, (1, 0.1), (2, 0.1), (3, 0.1))
+    full = delayed_records()
+    no_due = [r for r in full if not (r.kind == DUE and r.pub_seq == 3)]
+    twice = [*full, rec(99, "dpub", 1, TOPIC_DELAY, kind=DUE)]
+    v = check(s.events, logs_of(full, b=no_due, c=twice))
+    got = {(a.category, a.instance, a.count) for a in v.anomalies}
+    assert got == {("delay-undelivered", "b", 1), ("duplicated", "c", 1)}

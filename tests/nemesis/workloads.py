@@ -5,6 +5,8 @@
 | ``pub-N`` | a plain client publishing ``nem.pub`` with persisted acks; after any failure it connects to the next instance and resends from its last ack | ``publish`` invoke ``{first, last, topic}``, ok ``{upto}``; info ``logon {last_seq}``, ``broken {error}`` |
 | ``ha-pub-N`` | an ``HAClient`` with a ``FilePublishStore`` over every instance; when its store's disk is full it waits for room | ``publish`` invoke ``{first, last, topic}`` (what the store took), ok ``{upto}`` (the store's discard mark); info ``store-refused {at, error}`` |
 | ``ha-sub-N`` | an ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH with a ``FileBookmarkStore``; discards each message | ``recv`` ok ``{msgs: [[pub_hash, seq], ...]}``, in processing order |
+| ``dpub`` | a plain publisher of ``nem.delay``, as ``pub-N``, each message with ``deliver_at``: a seeded random 0.5-8 s after its first send, fixed per sequence (a resend asks for the same moment), carried in its body (``due``) | as ``pub-N``, the invoke with ``due`` (epoch seconds, one per sequence of ``first..last``) |
+| ``dsub`` | an ``HAClient`` bookmark subscriber of ``nem.delay`` from EPOCH, as ``ha-sub-N`` | ``recv`` ok ``{msgs: [[pub_hash, seq, wall], ...]}``: ``wall``, the machine's clock when it took the message |
 | ``qpub`` | a plain publisher of ``nem.q.in`` (the queue's topic) | as ``pub-N`` |
 | ``qc-X`` | a consumer of queue ``nem.q`` on instance X; acks each message and flushes, but rejects every one whose ``n`` is 5 modulo 17 (to the dead-letter topic); now and then dies holding its lease (drops the connection without acking) | ``process`` invoke ``{bm, n, dc}`` (delivered: recorded as it arrives); ``ack`` invoke ``{bm, n, reject}`` (sent), ok ``{bm, n, reject}`` once processed and flushed (confirmed), fail ``{bm, n, refused}``; info ``die {bm, n}`` |
 | ``sow-w-N`` | a plain publisher of ``nem.sow`` (keys ``k0..k{K-1}``) | as ``pub-N`` |
@@ -25,6 +27,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +44,11 @@ from spool.server.client import (
     subscribe_queue,
 )
 from spool.server.client.ha import ConnectionStateEvent, StaticAuthenticator
-from tests.nemesis.cluster import QUEUE, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
+from tests.nemesis.cluster import QUEUE, TOPIC_DELAY, TOPIC_PUB, TOPIC_QIN, TOPIC_SOW
 from tests.nemesis.history import Recorder
 
 __all__ = [
+    "Delays",
     "Endpoints",
     "HAPublisher",
     "HASubscriber",
@@ -72,6 +76,30 @@ def parse_bookmark(bookmark: str | None) -> tuple[int, int]:
 def pub_body(name: str, seq: int) -> bytes:
     """A publisher's message ``seq`` (the same bytes when it is sent again)."""
     return orjson.dumps({"p": name, "n": seq, "pad": "x" * 64})
+
+
+def delayed_body(name: str, seq: int, due: float) -> bytes:
+    """A delayed publisher's message ``seq``, due at ``due`` (epoch seconds)."""
+    return orjson.dumps({"p": name, "n": seq, "due": due})
+
+
+@dataclass
+class Delays:
+    """The due times of a delayed publisher's messages: each drawn once, at its first
+    send, ``lo``..``hi`` seconds after it; a resend (after a failover) asks for the same
+    moment, so every instance that stores the message has it due at one time."""
+
+    rng: random.Random
+    lo: float = 0.5
+    hi: float = 8.0
+    due: dict[int, float] = field(default_factory=dict)
+
+    def of(self, seq: int) -> float:
+        """Epoch seconds (to the microsecond, as ``deliver_at`` carries them)."""
+        t = self.due.get(seq)
+        if t is None:
+            t = self.due[seq] = round(time.time() + self.rng.uniform(self.lo, self.hi), 6)
+        return t
 
 
 def sow_body(keys: int) -> Callable[[str, int], bytes]:
@@ -149,7 +177,8 @@ async def _restarting(
 
 @dataclass
 class Publisher:
-    """A plain client publishing with persisted acks, resending after a failure.
+    """A plain client publishing with persisted acks, resending after a failure; with
+    ``delays``, each message delayed (``deliver_at``, the body :func:`delayed_body`).
 
     Attributes:
         top: the highest sequence sent; acked: the highest persisted ack received.
@@ -163,6 +192,7 @@ class Publisher:
     rate: float
     batch: int = 10
     body: Callable[[str, int], bytes] = pub_body
+    delays: Delays | None = None
     top: int = 0
     acked: int = 0
     draining: bool = False
@@ -212,9 +242,22 @@ class Publisher:
                 end = nxt + self.batch - 1
             else:
                 end = min(self.top, nxt + self.batch - 1)
-            self.rec.invoke("publish", {"topic": self.topic, "first": nxt, "last": end}, node)
-            for seq in range(nxt, end + 1):
-                client.publish(self.topic, self.body(self.name, seq), seq=seq, persisted=True)
+            value: dict[str, Any] = {"topic": self.topic, "first": nxt, "last": end}
+            if self.delays is None:
+                self.rec.invoke("publish", value, node)
+                for seq in range(nxt, end + 1):
+                    client.publish(self.topic, self.body(self.name, seq), seq=seq, persisted=True)
+            else:
+                dues = [self.delays.of(seq) for seq in range(nxt, end + 1)]
+                self.rec.invoke("publish", {**value, "due": dues}, node)
+                for seq, due in zip(range(nxt, end + 1), dues, strict=True):
+                    client.publish(
+                        self.topic,
+                        delayed_body(self.name, seq, due),
+                        seq=seq,
+                        persisted=True,
+                        deliver_at=datetime.fromtimestamp(due, UTC),
+                    )
             self.top = max(self.top, end)
             await client.wait_persisted(end, timeout=SILENCE)
             nxt = end + 1
@@ -315,14 +358,17 @@ class HAPublisher:
 
 @dataclass
 class HASubscriber:
-    """An ``HAClient`` bookmark subscriber of ``nem.pub`` from EPOCH (a file bookmark
-    store), discarding each message once recorded."""
+    """An ``HAClient`` bookmark subscriber of ``topic`` from EPOCH (a file bookmark
+    store), discarding each message once recorded; ``timed``: with the wall time it took
+    each (the delayed topic's subscriber, whose checks compare it with the due time)."""
 
     rec: Recorder
     ends: Endpoints
     name: str
     home: str
     store: Path
+    topic: str = TOPIC_PUB
+    timed: bool = False
     processed: int = 0
     seen: set[tuple[int, int]] = field(default_factory=set)
     client: HAClient | None = None
@@ -342,7 +388,7 @@ class HASubscriber:
         )
         client.set_heartbeat(1.0, SILENCE / 2)
         _listen(self.rec, self.ends, client)
-        batch: list[list[int]] = []
+        batch: list[list[Any]] = []
         node: str | None = None
         last_flush = time.monotonic()
 
@@ -355,7 +401,7 @@ class HASubscriber:
 
         try:
             await client.connect_and_logon()
-            sub = await client.subscribe(TOPIC_PUB, bookmark="0", sub_id=self.name)
+            sub = await client.subscribe(self.topic, bookmark="0", sub_id=self.name)
             while not stop.is_set():
                 try:
                     msg = await sub.get(timeout=0.5)
@@ -367,7 +413,10 @@ class HASubscriber:
                     flush()
                     node = now_node
                 key = parse_bookmark(msg.bookmark)
-                batch.append([key[0], key[1]])
+                if self.timed:
+                    batch.append([key[0], key[1], round(time.time(), 6)])
+                else:
+                    batch.append([key[0], key[1]])
                 self.seen.add(key)
                 self.processed += 1
                 client.discard(msg)
@@ -528,4 +577,4 @@ def sow_rows(records: Sequence[Any]) -> dict[str, list[Any]]:
 
 
 #: what the harness publishes where (topic -> the publishers' prefix)
-TOPICS = {TOPIC_PUB: "pub", TOPIC_QIN: "qpub", TOPIC_SOW: "sow-w"}
+TOPICS = {TOPIC_PUB: "pub", TOPIC_DELAY: "dpub", TOPIC_QIN: "qpub", TOPIC_SOW: "sow-w"}
