@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -133,8 +133,10 @@ class DelayedDelivery:
         #: the checkpoint's covered record (0: none) and whether entries changed since
         self._covered = 0
         self._changed = False
-        #: start-up: pending messages by identity, as of the log read so far
-        self._recovering: dict[tuple[int, int], tuple[int, int]] | None = {}
+        #: start-up: the checkpoint's entries, the scheduled records read after it (by
+        #: identity: due time, seq) and the due records read after it whose scheduled
+        #: record is not among those (by identity: topic); None once recovered
+        self._recovering: _Recovery | None = _Recovery()
 
     def attach(self, pipeline: PublishPipeline) -> None:
         """Deliver through ``pipeline``, and take the delayed messages it stores."""
@@ -191,11 +193,8 @@ class DelayedDelivery:
         if loaded is None or why:
             return
         self._covered = loaded.covered.seq
-        pending = self._recovering
-        assert pending is not None
-        entries = loaded.entries
-        for due, seq, pub_hash, pub_seq in entries:
-            pending[(pub_hash, pub_seq)] = (due, seq)
+        assert self._recovering is not None
+        self._recovering.loaded = loaded.entries
         self.by_topic = Counter(loaded.by_topic)
 
     async def _not_this_log(self, covered: Covered) -> str:
@@ -220,35 +219,41 @@ class DelayedDelivery:
 
     def recover(self, batch: RecordBatch) -> None:
         """A batch of the log at start-up: scheduled records add, due records remove."""
-        pending = self._recovering
-        assert pending is not None
+        rec = self._recovering
+        assert rec is not None
         if batch.kinds().isdisjoint(_KINDS) or batch.last_seq <= self._covered:
             return
         first = batch.first_seq
         for i in range(len(batch)):
             kind = batch.kind(i)
+            if first + i <= self._covered or (kind != _SCHEDULED and kind != _DUE):
+                continue
+            identity = (batch.pub_hashes[i], batch.pub_seqs[i])
             if kind == _SCHEDULED:
-                seq = first + i
-                if seq <= self._covered:
-                    continue
                 due, _field = split_schedule_field(batch.sow_key(i))
-                pending[(batch.pub_hashes[i], batch.pub_seqs[i])] = (due, seq)
+                rec.scanned[identity] = (due, first + i)
                 self.by_topic[batch.topics[i]] += 1
-            elif (
-                kind == _DUE
-                and first + i > self._covered
-                and pending.pop((batch.pub_hashes[i], batch.pub_seqs[i]), None) is not None
-            ):
+            elif rec.scanned.pop(identity, None) is not None:
                 self._count_out(batch.topics[i])
+            else:
+                rec.delivered[identity] = batch.topics[i]
 
     def recovered(self) -> None:
         """Start-up, after the log was read: the index holds what is pending, the log is
         pinned, the timer and the checkpoint writer start."""
-        pending = self._recovering
-        assert pending is not None
+        rec = self._recovering
+        assert rec is not None
         self._recovering = None
-        for (pub_hash, pub_seq), (due, seq) in pending.items():
-            self.index.add(due, seq, pub_hash, pub_seq)
+        index = self.index
+        delivered = rec.delivered
+        for due, seq, pub_hash, pub_seq in rec.loaded:
+            topic = delivered.get((pub_hash, pub_seq))
+            if topic is None:
+                index.add(due, seq, pub_hash, pub_seq)
+            else:
+                self._count_out(topic)  # delivered after the checkpoint was written
+        for (pub_hash, pub_seq), (due, seq) in rec.scanned.items():
+            index.add(due, seq, pub_hash, pub_seq)
         self._move_pin()
         self._events.emit(
             "info", "delayed", "delayed_recovered", pending=len(self.index),
@@ -597,6 +602,17 @@ class DelayedDelivery:
                            f"{pub_hash}|{pub_seq}|")
             for (due, seq, pub_hash, pub_seq), record in zip(page, records, strict=True)
         ]  # fmt: skip
+
+
+@dataclass(slots=True)
+class _Recovery:
+    """What start-up gathers before the index is built (:meth:`DelayedDelivery.recovered`):
+    the checkpoint's entries go into the index as they are, less those delivered since,
+    so a million pending messages are never held twice."""
+
+    loaded: DueEntries = field(default_factory=lambda: DueEntries.of(()))
+    scanned: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    delivered: dict[tuple[int, int], str] = field(default_factory=dict)
 
 
 def _same_run(record: Record | None, first: Record) -> bool:
