@@ -52,6 +52,8 @@ CHECKPOINT_INTERVAL: Final = 10.0
 CLOSE_CHECKPOINT_TIMEOUT: Final = 10.0
 #: most messages delivered in one step of the timer (the loop runs between steps)
 DELIVERY_BATCH: Final = 1024
+#: the longest the timer sleeps before it reads the wall clock again (seconds)
+MAX_NAP: Final = 1.0
 #: how long the timer waits before it tries again messages it could not deliver (the
 #: log refused the due records, or a scheduled record is fenced until a repair)
 RETRY_INTERVAL: Final = 1.0
@@ -334,7 +336,10 @@ class DelayedDelivery:
                 default=None,
             )  # fmt: skip
             if target is None or target > now:
-                wait = None if target is None else (target - now) / 1_000_000
+                # due times are wall-clock times and the nap runs on the loop's clock:
+                # it is cut to MAX_NAP, so a wall clock stepped back (NTP, an operator)
+                # delays deliveries by at most that much, never by the size of the step
+                wait = None if target is None else min((target - now) / 1_000_000, MAX_NAP)
                 await sleep_or_wake(self._clock, wait, self._wake)
                 continue
             await self.deliver_due(now)

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from spool.server.bookmarks import format_time_bookmark
+from spool.server.clock import VirtualClock
 from spool.server.delayed.checkpoint import checkpoint_name
 from spool.server.txlog.format.record import RecordKind, split_schedule_field
 from tests.support.damage import flip_byte, journals, records_of
@@ -292,3 +293,37 @@ async def test_a_damaged_scheduled_record_waits_for_its_repair_and_holds_no_othe
         fenced = [e for e in again.broker.events.recent(1000)
                   if e["event"] == "delayed_record_fenced"]  # fmt: skip
         assert fenced and fenced[0]["first_seq"] == first.seq
+
+
+class SteppedClock(VirtualClock):
+    """A virtual clock whose wall-clock reading an operator (or NTP) can step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step = 0.0
+
+    def time(self) -> float:
+        return super().time() + self.step
+
+
+@scenario
+async def test_a_wall_clock_stepped_back_and_forth_delays_delivery_by_at_most_a_second(
+    tmp_path: Path,
+) -> None:
+    clock = SteppedClock()
+    async with harness(tmp_path, clock=clock) as h:
+        sub = await h.logon("sub")
+        subscribe(sub)
+        pub = await h.logon("pub")
+        start = now_us(h)
+        pub.send(publish(1, "deliver_after=10s"))
+        await advance(h, 2)
+        clock.step = -3600.0  # the wall clock an hour back...
+        # ...when a message due earlier than the head makes the timer compute its nap
+        pub.send(publish(2, f"deliver_at={format_time_bookmark(start + 9_000_000)}"))
+        await advance(h, 1)
+        clock.step = 0.0  # ...and it is set right again
+        await advance(h, 5.5)
+        assert delivered(sub) == []
+        await advance(h, 2.5)  # due at 9 s and 10 s: naps end every second
+        assert delivered(sub) == [2, 1]
