@@ -132,6 +132,8 @@ class DelayedDelivery:
         self._pin: Pin | None = None
         #: the take-ins of repaired ranges in progress (:meth:`take_repaired`)
         self._repairs: set[asyncio.Task[int]] = set()
+        #: fences whose lost due records were looked for (:meth:`audit_fences`)
+        self._audited: set[tuple[int, int]] = set()
         #: the checkpoint's covered record (0: none) and whether entries changed since
         self._covered = 0
         self._changed = False
@@ -314,6 +316,70 @@ class DelayedDelivery:
             self._move_pin()
             self._events.emit("info", "delayed", "delayed_repaired", added=added,
                               first_seq=first_seq, last_seq=last_seq)  # fmt: skip
+        return added
+
+    async def audit_fences(self) -> int:
+        """Deliver again the messages whose due records a fence holds: a due record is
+        local to this log, so no peer can repair it, and without it a replay here would
+        never deliver its message. Each fence is audited once: the scheduled records
+        before it that fell due by the end of its time window, are not pending, and whose
+        due record the delivered lookup does not find are delivered again (a message whose
+        due record was written long after its due time may be delivered twice: never
+        lost). Reads the log before each new fence, in worker threads. Returns how many
+        messages were taken back in.
+        """
+        txlog = self._txlog
+        added = 0
+        for fence in list(txlog.fences):
+            key = (fence.first_seq, fence.last_seq)
+            if key in self._audited:
+                continue
+            found = await self._redeliver_before(fence.first_seq, fence.window[1])
+            self._audited.add(key)
+            if found:
+                self._events.emit(
+                    "warning", "delayed", "delayed_due_records_lost", messages=found,
+                    first_seq=fence.first_seq, last_seq=fence.last_seq,
+                    detail="due records in fenced records cannot be repaired from peers: "
+                    "these messages are delivered again",
+                )  # fmt: skip
+            added += found
+        if added:
+            self._move_pin()
+        return added
+
+    async def _redeliver_before(self, end_seq: int, until_us: int | None) -> int:
+        txlog = self._txlog
+        pending = set(self.index.entries().seq)
+        pending.update(entry[1] for entry in (*self._in_flight, *self._deferred))
+        added = 0
+        seq = txlog.first_seq
+        while seq < end_seq:
+            try:
+                batch = await txlog.read_view(seq, max_count=4096, upto_seq=end_seq - 1)
+            except FencedRecords as exc:
+                seq = exc.last_seq + 1
+                continue
+            except TxlogError:
+                return added  # damage no check found yet: the next audit reads on
+            if not len(batch):
+                break
+            if _SCHEDULED in batch.kinds():
+                first = batch.first_seq
+                for i in range(len(batch)):
+                    if batch.kind(i) != _SCHEDULED or first + i in pending:
+                        continue
+                    due, _field = split_schedule_field(batch.sow_key(i))
+                    if until_us is not None and due > until_us:
+                        continue
+                    pub_hash, pub_seq = batch.pub_hashes[i], batch.pub_seqs[i]
+                    at = await txlog.locate_bookmark(pub_hash, pub_seq, delivered=True)
+                    if at is not None and at != first + i:
+                        continue  # its due record is in the log
+                    self.scheduled(batch.topics[i], pub_hash, [pub_seq], first + i, [due])
+                    added += 1
+            seq = batch.last_seq + 1
+            await asyncio.sleep(0)
         return added
 
     # -- delivery -----------------------------------------------------------------------
@@ -544,6 +610,12 @@ class DelayedDelivery:
 
     async def _run_saver(self) -> None:
         while True:
+            if self._txlog.fences:
+                try:
+                    await self.audit_fences()
+                except (OSError, TxlogError) as exc:  # tried again at the next pass
+                    self._events.emit("warning", "delayed", "delayed_audit_failed",
+                                      error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             await self._clock.sleep(CHECKPOINT_INTERVAL)
             await self._save_or_report()
 

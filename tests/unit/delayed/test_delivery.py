@@ -327,3 +327,36 @@ async def test_a_wall_clock_stepped_back_and_forth_delays_delivery_by_at_most_a_
         assert delivered(sub) == []
         await advance(h, 2.5)  # due at 9 s and 10 s: naps end every second
         assert delivered(sub) == [2, 1]
+
+
+@scenario
+async def test_a_due_record_lost_to_damage_is_written_again(tmp_path: Path) -> None:
+    """No peer holds this log's due records: one that is damaged is replaced by a new
+    one at the end of the log, so its message is delivered again rather than never."""
+    h = harness(tmp_path)
+    async with h:
+        pub = await h.logon("pub")
+        pub.send(publish(1, "deliver_after=1s"), publish(2, "deliver_after=1s"))
+        await advance(h, 2)
+    tl = h.config.transaction_log
+    assert tl is not None
+    (journal,) = journals(tl.journal_directory, h.config.name)
+    rows = records_of(journal)
+    # message 1 as stored (seq 1), then as delivered: its due record (seq 3)
+    assert [r.seq for r in rows if r.pub_seq == 1] == [1, 3]
+    due_of_1 = rows[2]
+    flip_byte(journal, due_of_1.offset + due_of_1.length // 2)
+    again = harness(tmp_path, clock=h.clock)
+    async with again:
+        log = again.broker.txlog
+        assert log is not None
+        await again.drive(again.until(lambda: log.last_seq == 5))
+        await again.commit()
+        # (a replay here waits at the fence, as for any fenced record: read past it)
+        after = await log.read_batch(5, max_count=10)
+        assert [(r.kind, r.pub_seq) for r in after] == [(DUE, 1)]
+        lost = [e for e in again.broker.events.recent(1000)
+                if e["event"] == "delayed_due_records_lost"]  # fmt: skip
+        assert lost and lost[0]["messages"] == 1
+        await advance(again, 20)
+        assert log.last_seq == 5  # audited once: nothing more is written
