@@ -43,7 +43,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, NamedTuple, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import (
+    Any,
+    ClassVar,
+    Literal,
+    NamedTuple,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    runtime_checkable,
+)
 
 from spool.server.config import UserConfig
 from spool.server.protocol.errors import ProtocolFailure
@@ -386,6 +395,9 @@ class AppendedRun:
         publisher_name: the publishing client's name, when known.
         keys: per message, the key a preparing stage derived, or None.
         path: the instances the run came through by replication (empty: published here).
+        documents: per message, its body parsed once by whichever stage after the append
+            reads fields first (the filters of on-publish actions), shared by the others;
+            None until one does.
     """
 
     topic: str
@@ -402,6 +414,7 @@ class AppendedRun:
     publisher_name: str
     keys: Sequence[str] | None = None
     path: tuple[str, ...] = ()
+    documents: list[dict[str, Any] | None] | None = None
 
     @property
     def recorded(self) -> bool:

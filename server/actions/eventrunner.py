@@ -431,10 +431,12 @@ class EventRunner:
         seqs = run.pub_seqs
         us = run.timestamp_us
         stamp = format_timestamp_us(us) if us is not None else ""
+        if run.documents is None:  # the actions that filter this run share each parse
+            run.documents = [None] * len(run.bodies)
         return flt.select(
             [run.topic] * n, run.bodies, range(n),
             bookmark_of=(lambda i: format_bookmark(run.pub_hash, seqs[i])) if run.recorded else None,
-            timestamp_of=lambda _: stamp,
+            timestamp_of=lambda _: stamp, documents=run.documents,
         )  # fmt: skip
 
     def _variables(self, module: str, run: AppendedRun, i: int, bookmark: str) -> dict[str, str]:

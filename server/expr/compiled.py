@@ -75,6 +75,7 @@ class Filter:
         indices: Iterable[int],
         bookmark_of: Callable[[int], str] | None = None,
         timestamp_of: Callable[[int], str] | None = None,
+        documents: list[dict[str, Value] | None] | None = None,
     ) -> list[int]:
         """The indices ``i`` of messages ``(topics[i], bodies[i])`` the filter matches.
 
@@ -83,6 +84,8 @@ class Filter:
         ``bookmark_of`` / ``timestamp_of`` give a record's ``BOOKMARK()`` and
         ``TIMESTAMP()``; they are called only when the filter uses those functions.
         ``CLIENT_NAME()`` is empty (a replayed record does not keep its publisher's name).
+        ``documents``, when given, holds each body parsed (None: not yet), shared by the
+        filters that read the same messages: a body parsed here is kept there.
         """
         view = MessageView("", b"")
         pred = self._pred
@@ -94,7 +97,7 @@ class Filter:
         for i in indices:
             view.topic = topics[i]
             view.body = bodies[i]
-            view._doc = None
+            view._doc = None if documents is None else documents[i]
             if bm_of is not None:
                 view.bookmark = bm_of(i)
             if ts_of is not None:
@@ -104,6 +107,8 @@ class Filter:
                     keep(i)
             except Exception:  # as in matches(): an error is "no match", never a crash
                 self.errors += 1
+            if documents is not None:
+                documents[i] = view._doc
         return out
 
     def __eq__(self, other: object) -> bool:

@@ -316,3 +316,25 @@ def test_select_agrees_with_matches(text: str, docs: list[dict[str, Any]], data:
         if flt.matches(MessageView(topics[i], bodies[i], bookmark=bookmark(i), timestamp=stamp(i)))
     ]
     assert flt.select(topics, bodies, indices, bookmark, stamp) == want
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    texts=st.lists(predicates, min_size=2, max_size=4),
+    docs=st.lists(documents, min_size=1, max_size=8),
+)
+def test_filters_sharing_parsed_documents_select_what_each_selects_alone(
+    texts: list[str], docs: list[dict[str, Any]]
+) -> None:
+    """The on-publish actions of one run share each parsed body: the same choice as
+    without sharing, and a body is parsed at most once whatever the number of filters."""
+    bodies = [orjson.dumps(d) for d in docs] + [b"not json", b"[1]"]
+    topics = ["t"] * len(bodies)
+    indices = range(len(bodies))
+    filters = [compile_filter(text, clock=CLOCK) for text in texts]
+    alone = [flt.select(topics, bodies, indices) for flt in filters]
+    shared: list[dict[str, Any] | None] = [None] * len(bodies)
+    before = MessageView.parse_count()
+    together = [flt.select(topics, bodies, indices, documents=shared) for flt in filters]
+    assert together == alone
+    assert MessageView.parse_count() - before <= len(bodies)
