@@ -282,50 +282,25 @@ class DelayedDelivery:
 
     async def take_repaired(self, first_seq: int, last_seq: int) -> int:
         """Add the scheduled records of ``first_seq..last_seq`` that are not pending and
-        whose message was not delivered here (no due record found for its bookmark).
-        Returns how many were added.
-
-        A message whose due record the search does not find (written long after its due
-        time) is taken as not delivered: delivered again rather than never.
-        """
-        txlog = self._txlog
-        pending = set(self.index.entries().seq)
-        pending.update(entry[1] for entry in (*self._in_flight, *self._deferred))
-        added = 0
-        seq = first_seq
-        while seq <= last_seq:
-            try:
-                batch = await txlog.read_batch(seq, max_count=1000, upto_seq=last_seq)
-            except (FencedRecords, TxlogError) as exc:
-                self._events.emit("warning", "delayed", "delayed_repair_unread",
-                                  first_seq=seq, last_seq=last_seq, error=str(exc))  # fmt: skip
-                return added
-            if not batch:
-                break
-            for record in batch:
-                if record.kind != RecordKind.SCHEDULED or record.seq in pending:
-                    continue
-                at = await txlog.locate_bookmark(record.pub_hash, record.pub_seq, delivered=True)
-                if at is not None and at != record.seq:
-                    continue  # its due record is in the log: delivered
-                due, _field = split_schedule_field(record.sow_key)
-                self.scheduled(record.topic, record.pub_hash, [record.pub_seq], record.seq, [due])
-                added += 1
-            seq = batch[-1].seq + 1
-        if added:
-            self._move_pin()
-            self._events.emit("info", "delayed", "delayed_repaired", added=added,
+        whose message was not delivered here: no due record of its bookmark after it in
+        the log (read to its end, so a due record written long after its due time is
+        found too). Returns how many were added."""
+        found = await self._undelivered(first_seq, last_seq, None)
+        if found is None:
+            return 0
+        self._take_back(found)
+        if found:
+            self._events.emit("info", "delayed", "delayed_repaired", added=len(found),
                               first_seq=first_seq, last_seq=last_seq)  # fmt: skip
-        return added
+        return len(found)
 
     async def audit_fences(self) -> int:
         """Deliver again the messages whose due records a fence holds: a due record is
         local to this log, so no peer can repair it, and without it a replay here would
         never deliver its message. Each fence is audited once: the scheduled records
-        before it that fell due by the end of its time window, are not pending, and whose
-        due record the delivered lookup does not find are delivered again (a message whose
-        due record was written long after its due time may be delivered twice: never
-        lost). Reads the log before each new fence, in worker threads. Returns how many
+        before it that fell due by the end of its time window, are not pending, and have
+        no due record anywhere the log can be read (before the fence or after it) are
+        delivered again. Reads the whole log, in worker threads. Returns how many
         messages were taken back in.
         """
         txlog = self._txlog
@@ -334,53 +309,73 @@ class DelayedDelivery:
             key = (fence.first_seq, fence.last_seq)
             if key in self._audited:
                 continue
-            found = await self._redeliver_before(fence.first_seq, fence.window[1])
+            found = await self._undelivered(txlog.first_seq, fence.first_seq - 1, fence.window[1])
+            if found is None:
+                continue  # the log could not be read: the next pass tries again
             self._audited.add(key)
+            self._take_back(found)
             if found:
                 self._events.emit(
-                    "warning", "delayed", "delayed_due_records_lost", messages=found,
+                    "warning", "delayed", "delayed_due_records_lost", messages=len(found),
                     first_seq=fence.first_seq, last_seq=fence.last_seq,
                     detail="due records in fenced records cannot be repaired from peers: "
                     "these messages are delivered again",
                 )  # fmt: skip
-            added += found
-        if added:
-            self._move_pin()
+            added += len(found)
         return added
 
-    async def _redeliver_before(self, end_seq: int, until_us: int | None) -> int:
+    async def _undelivered(
+        self, first_seq: int, last_seq: int, due_by: int | None
+    ) -> list[tuple[str, int, int, int, int]] | None:
+        """The scheduled records of ``first_seq..last_seq`` (due by ``due_by`` when given)
+        that are not pending and have no due record in the readable log after them, as
+        ``(topic, pub_hash, pub_seq, seq, due_us)``; None when the log could not be read.
+
+        One pass from ``first_seq`` to the log's end as it is now: a scheduled record
+        becomes a candidate where it is read, and a due record of its bookmark read later
+        takes it out; fenced ranges are passed over (their due records are the lost ones).
+        """
         txlog = self._txlog
         pending = set(self.index.entries().seq)
         pending.update(entry[1] for entry in (*self._in_flight, *self._deferred))
-        added = 0
-        seq = txlog.first_seq
-        while seq < end_seq:
+        candidates: dict[tuple[int, int], tuple[str, int, int]] = {}
+        end = txlog.last_seq
+        seq = first_seq
+        while seq <= end:
             try:
-                batch = await txlog.read_view(seq, max_count=4096, upto_seq=end_seq - 1)
+                batch = await txlog.read_view(seq, max_count=4096, upto_seq=end)
             except FencedRecords as exc:
                 seq = exc.last_seq + 1
                 continue
-            except TxlogError:
-                return added  # damage no check found yet: the next audit reads on
+            except TxlogError as exc:
+                self._events.emit("warning", "delayed", "delayed_scan_unread",
+                                  first_seq=seq, error=str(exc))  # fmt: skip
+                return None
             if not len(batch):
                 break
-            if _SCHEDULED in batch.kinds():
+            kinds = batch.kinds()
+            if _SCHEDULED in kinds or (_DUE in kinds and candidates):
                 first = batch.first_seq
                 for i in range(len(batch)):
-                    if batch.kind(i) != _SCHEDULED or first + i in pending:
-                        continue
-                    due, _field = split_schedule_field(batch.sow_key(i))
-                    if until_us is not None and due > until_us:
-                        continue
-                    pub_hash, pub_seq = batch.pub_hashes[i], batch.pub_seqs[i]
-                    at = await txlog.locate_bookmark(pub_hash, pub_seq, delivered=True)
-                    if at is not None and at != first + i:
-                        continue  # its due record is in the log
-                    self.scheduled(batch.topics[i], pub_hash, [pub_seq], first + i, [due])
-                    added += 1
+                    kind = batch.kind(i)
+                    at = first + i
+                    if kind == _DUE:
+                        candidates.pop((batch.pub_hashes[i], batch.pub_seqs[i]), None)
+                    elif kind == _SCHEDULED and at <= last_seq and at not in pending:
+                        due, _field = split_schedule_field(batch.sow_key(i))
+                        if due_by is None or due <= due_by:
+                            identity = (batch.pub_hashes[i], batch.pub_seqs[i])
+                            candidates[identity] = (batch.topics[i], at, due)
             seq = batch.last_seq + 1
             await asyncio.sleep(0)
-        return added
+        return [(topic, h, s, at, due) for (h, s), (topic, at, due) in candidates.items()]
+
+    def _take_back(self, found: list[tuple[str, int, int, int, int]]) -> None:
+        """Make these messages pending again (delivered when due: at once, when past)."""
+        for topic, pub_hash, pub_seq, seq, due in found:
+            self.scheduled(topic, pub_hash, [pub_seq], seq, [due])
+        if found:
+            self._move_pin()
 
     # -- delivery -----------------------------------------------------------------------
 

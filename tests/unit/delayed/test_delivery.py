@@ -25,7 +25,8 @@ SCHEDULED, DUE, PUBLISH = RecordKind.SCHEDULED, RecordKind.DUE, RecordKind.PUBLI
 
 def harness(tmp_path: Path, **kw: Any) -> EngineHarness:
     """A broker recording every topic, ``orders`` a SOW topic keyed by ``/id``."""
-    return EngineHarness(tmp_path, sow=sow_topic("orders", "/id"), journal_size="1MB", **kw)
+    kw.setdefault("journal_size", "1MB")
+    return EngineHarness(tmp_path, sow=sow_topic("orders", "/id"), **kw)
 
 
 def publish(n: int, o: str | None = None, *, t: str = "t", **header: Any) -> Msg:
@@ -360,3 +361,44 @@ async def test_a_due_record_lost_to_damage_is_written_again(tmp_path: Path) -> N
         assert lost and lost[0]["messages"] == 1
         await advance(again, 20)
         assert log.last_seq == 5  # audited once: nothing more is written
+
+
+@scenario
+async def test_the_audit_finds_due_records_written_long_after_their_due_time(
+    tmp_path: Path,
+) -> None:
+    """1,200 messages of 1 KB all fall due at one moment: the last due records come more
+    than 64 blocks of due records after the first record of that moment, past where the
+    bounded lookup as delivered searches. A fence after them must not make the audit
+    deliver any of them again: it reads the log for their due records."""
+    h = harness(tmp_path, journal_size="64MB")
+    pad = "x" * 1000
+    async with h:
+        pub = await h.logon("pub")
+        for n in range(1, 1201):
+            pub.send(({"c": "publish", "t": "t", "s": n, "o": "deliver_after=1s"},
+                      b'{"id":%d,"pad":"%s"}' % (n, pad.encode())))  # fmt: skip
+        await h.settle()
+        await advance(h, 2)
+        await h.until(lambda: h.broker.delayed is not None and h.broker.delayed.delivered == 1200)
+        pub.send(publish(5000), publish(5001))
+        await h.settle()
+    tl = h.config.transaction_log
+    assert tl is not None
+    (journal,) = journals(tl.journal_directory, h.config.name)
+    plain = next(r for r in records_of(journal) if r.pub_seq == 5000)
+    flip_byte(journal, plain.offset + plain.length // 2)
+    again = harness(tmp_path, clock=h.clock, journal_size="64MB")
+    async with again:
+        log = again.broker.txlog
+        delayed = again.broker.delayed
+        assert log is not None and delayed is not None
+        assert [(f.first_seq, f.last_seq) for f in log.fences] == [(plain.seq, plain.seq)]
+        last = log.last_seq
+        # the bounded lookup does not find the last due records: the audit must read
+        pub_hash = (await log.read_batch(1, max_count=1))[0].pub_hash
+        stored_at = await log.locate_bookmark(pub_hash, 1200)
+        assert await log.locate_bookmark(pub_hash, 1200, delivered=True) == stored_at
+        assert await again.drive(delayed.audit_fences()) == 0
+        await advance(again, 2)
+        assert log.last_seq == last  # no due record written again
