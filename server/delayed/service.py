@@ -188,7 +188,10 @@ class DelayedDelivery:
             data = await asyncio.to_thread(_read, path)
             if data is not None:
                 loaded = checkpoint.decode(data)
-                why = await self._not_this_log(loaded.covered)
+                c = loaded.covered
+                why = await self._txlog.not_holding(
+                    c.seq, c.pub_hash, c.pub_seq, c.timestamp_us, "the checkpoint's covered record"
+                )
         except (OSError, CheckpointError, TxlogError) as exc:
             why = f"{type(exc).__name__}: {exc}"
         if why:
@@ -200,22 +203,6 @@ class DelayedDelivery:
         assert self._recovering is not None
         self._recovering.loaded = loaded.entries
         self.by_topic = Counter(loaded.by_topic)
-
-    async def _not_this_log(self, covered: Covered) -> str:
-        txlog = self._txlog
-        if not txlog.first_seq <= covered.seq <= txlog.durable_seq:
-            return (
-                f"the log holds records {txlog.first_seq}..{txlog.durable_seq}, not the "
-                f"checkpoint's covered record {covered.seq}"
-            )
-        batch = await txlog.read_view(covered.seq, max_count=1, upto_seq=covered.seq)
-        if len(batch) != 1 or (batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0]) != (
-            covered.pub_hash,
-            covered.pub_seq,
-            covered.timestamp_us,
-        ):
-            return f"record {covered.seq} of the log is not the one the checkpoint names"
-        return ""
 
     def recover_from(self) -> int:
         """The first record recovery must read: the one after the checkpoint's."""

@@ -235,7 +235,14 @@ class QueueService:
             data = await asyncio.to_thread(checkpoint.read, path)
             if data is not None:
                 loaded = checkpoint.decode(data)
-                why = await self._not_this_log(loaded.last)
+                last = loaded.last
+                why = await txlog.not_holding(
+                    last.seq,
+                    last.pub_hash,
+                    last.pub_seq,
+                    last.timestamp_us,
+                    "the checkpoint's last record",
+                )
         except (OSError, CheckpointError, TxlogError) as exc:
             why = f"{type(exc).__name__}: {exc}"
         if loaded is None or why:
@@ -250,25 +257,6 @@ class QueueService:
                 q.resume(start, loaded.last.seq, loaded.transferred[name],
                          loaded.seen.get(name, {}))  # fmt: skip
                 self._saved[name] = start
-
-    async def _not_this_log(self, last: LastRecord) -> str:
-        """Why a checkpoint does not belong to this log ("": it does): the log must hold
-        the record it names, the same one."""
-        txlog = self._txlog
-        assert txlog is not None
-        if not txlog.first_seq <= last.seq <= txlog.durable_seq:
-            return (
-                f"the log holds records {txlog.first_seq}..{txlog.durable_seq}, not the "
-                f"checkpoint's last record {last.seq}"
-            )
-        batch = await txlog.read_view(last.seq, max_count=1, upto_seq=last.seq)
-        if len(batch) != 1 or (batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0]) != (
-            last.pub_hash,
-            last.pub_seq,
-            last.timestamp_us,
-        ):
-            return f"record {last.seq} of the log is not the one the checkpoint names"
-        return ""
 
     async def save_checkpoint(self) -> bool:
         """Write the checkpoint if a queue's start moved: the seqs now, then the log made

@@ -806,6 +806,23 @@ class TransactionLog:
         """:meth:`seq_for_time` with any file read done in a worker thread."""
         return await self._locator.locate_time(timestamp_us)
 
+    async def not_holding(
+        self, seq: int, pub_hash: int, pub_seq: int, timestamp_us: int, what: str
+    ) -> str:
+        """Why this log does not hold the durable record ``seq`` written by ``pub_hash``
+        / ``pub_seq`` at ``timestamp_us`` ("" when it does): how a checkpoint that names
+        the last record it covers (``what``) tells whether it was written for this log."""
+        if not self.first_seq <= seq <= self.durable_seq:
+            return f"the log holds records {self.first_seq}..{self.durable_seq}, not {what} {seq}"
+        batch = await self.read_view(seq, max_count=1, upto_seq=seq)
+        if len(batch) != 1 or (batch.pub_hashes[0], batch.pub_seqs[0], batch.timestamps_us[0]) != (
+            pub_hash,
+            pub_seq,
+            timestamp_us,
+        ):
+            return f"record {seq} of the log is not the one the checkpoint names"
+        return ""
+
     # -- retention ----------------------------------------------------------------------
 
     def pin(self, owner: str, seq: int) -> Pin:
