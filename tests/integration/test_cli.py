@@ -115,10 +115,12 @@ def test_serve_takes_its_file_as_an_argument_and_logs_text_on_a_terminal(
             seen += chunk
         if proc.poll() is not None:
             raise AssertionError(f"spool serve exited: {seen.decode(errors='replace')}")
-        return b" instance started " in seen
+        # the broker says it started during the server's startup, before the socket
+        # listens; the port file is written once it does
+        return b" instance started " in seen and port_file.exists()
 
     try:
-        wait_until(started, 30, 0.05, "spool serve to say it started")
+        wait_until(started, 30, 0.05, "spool serve to say it started and write its port")
         assert port_file.read_text().strip()
     finally:
         proc.terminate()
