@@ -207,32 +207,62 @@ def _not_found(what: str, source: ReplaySource, policy: NotFoundPolicy) -> int:
 
 
 def _resolve_start_point(
-    point: Endpoint, inclusive: bool, source: ReplaySource, policy: NotFoundPolicy
+    point: Endpoint,
+    inclusive: bool,
+    source: ReplaySource,
+    policy: NotFoundPolicy,
+    *,
+    resume: bool,
 ) -> tuple[int, int | None]:
-    """(start seq, time gate) of one start endpoint."""
+    """(start seq, time gate) of one start endpoint; ``resume``: a subscription's resume
+    point (a range's start goes by position alone)."""
     match point:
         case Epoch():
             return source.first_seq, None
         case Now():
             return source.durable_seq + 1, None
         case BookmarkPoint(pub_hash=h, pub_seq=s):
-            seq = source.seq_for_bookmark(h, s)
-            if seq is None:
+            start = _start_at(h, s, inclusive, source, resume)
+            if start is None:
                 return _not_found(f"bookmark {point}", source, policy), None
-            return (seq if inclusive else seq + 1), None
+            return start, None
         case BookmarkList(points=points):
             found = [
-                seq
+                start
                 for p in points
-                if (seq := source.seq_for_bookmark(p.pub_hash, p.pub_seq)) is not None
+                if (start := _start_at(p.pub_hash, p.pub_seq, inclusive, source, resume))
+                is not None
             ]
             if not found:
                 return _not_found("no bookmark of the list", source, policy), None
-            return (min(found) if inclusive else min(found) + 1), None
+            return min(found), None
         case TimePoint(timestamp_us=us):
             gate = us if inclusive else us + 1
             return source.seq_for_time(gate), gate
     raise InvalidBookmark(f"not a start point: {point!r}")
+
+
+def _start_at(
+    pub_hash: int, pub_seq: int, inclusive: bool, source: ReplaySource, resume: bool
+) -> int | None:
+    """Where a replay starting at (``inclusive``) or after a bookmark starts; None when
+    the log does not hold it.
+
+    A resume point is never after the first record of a later message of the
+    bookmark's publisher (``seq_for_later``): a client resuming after a publisher's
+    message may not have its later ones, and this log may hold one before the
+    bookmark's own delivery (the bookmark's record arrived late, or a later delayed
+    message fell due first). The records in between may come again; a client's
+    bookmark store discards them.
+    """
+    seq = source.seq_for_bookmark(pub_hash, pub_seq)
+    if seq is None:
+        return None
+    start = seq if inclusive else seq + 1
+    if not resume:
+        return start
+    later = source.seq_for_later(pub_hash, pub_seq)
+    return start if later is None else min(start, later)
 
 
 def _resolve_stop(spec: Range, source: ReplaySource, policy: NotFoundPolicy) -> StopRule:
@@ -277,12 +307,12 @@ def plan_replay(
     """
     if isinstance(spec, Range):
         start, gate = _resolve_start_point(
-            spec.start, spec.start_inclusive, source, not_found_policy
+            spec.start, spec.start_inclusive, source, not_found_policy, resume=False
         )
         stop = _resolve_stop(spec, source, not_found_policy)
     else:
         start, gate = _resolve_start_point(
-            spec, isinstance(spec, TimePoint), source, not_found_policy
+            spec, isinstance(spec, TimePoint), source, not_found_policy, resume=True
         )
         stop = None
     return ReplayPlan(max(start, source.first_seq), gate, stop)

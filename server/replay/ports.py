@@ -47,6 +47,14 @@ class ReplaySource(Protocol):
         (a delayed message's due record); None when the log does not hold it."""
         ...
 
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        """The first record, in log order, of a message of that publisher with a higher
+        sequence (None: none here). A resume after the bookmark starts there at the
+        latest, so it never skips a later message of the bookmark's publisher that this
+        log holds before the bookmark's own delivery (docs/bookmarks.md "Where a replay
+        starts")."""
+        ...
+
     def seq_for_time(self, timestamp_us: int) -> int: ...
 
     async def read_view(

@@ -23,6 +23,9 @@ class AppendedSource:
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
         return self._log.seq_for_bookmark(pub_hash, pub_seq, delivered=True)
 
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        return self._log.seq_for_later(pub_hash, pub_seq)
+
     def seq_for_time(self, timestamp_us: int) -> int:
         return self._log.seq_for_time(timestamp_us)
 

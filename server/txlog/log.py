@@ -794,6 +794,12 @@ class TransactionLog:
         as), as delivered with ``delivered=True``."""
         return await self._locator.locate_bookmark(pub_hash, pub_seq, delivered)
 
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        """Seq of the first record of a message of that publisher with a higher sequence
+        (None: the log holds none): where a resume after the bookmark starts at the
+        latest (docs/transaction-log.md "Reading"; ``Locator.seq_for_later``)."""
+        return self._locator.seq_for_later(pub_hash, pub_seq)
+
     def seq_for_time(self, timestamp_us: int) -> int:
         """First seq recorded at or after ``timestamp_us``; ``last_seq + 1`` if none.
 

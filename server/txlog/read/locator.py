@@ -52,6 +52,7 @@ from spool.server.txlog.storage.search import (
     plan_bookmark,
     plan_due,
     plan_late,
+    plan_later,
     plan_time,
     search_span,
 )
@@ -79,10 +80,13 @@ class Located:
         bookmarks: ``(pub_hash, pub_seq) -> seq`` (None: not in the log), as delivered
             when the lookups were made so (:meth:`Locator.locate_all`).
         times: ``timestamp_us -> seq`` of the first record at or after it.
+        later: ``(pub_hash, pub_seq) -> seq`` of the first record of a later message of
+            that publisher (None: none in the log), :meth:`Locator.seq_for_later`.
     """
 
     bookmarks: dict[tuple[int, int], int | None] = field(default_factory=dict)
     times: dict[int, int] = field(default_factory=dict)
+    later: dict[tuple[int, int], int | None] = field(default_factory=dict)
 
 
 class Locator:
@@ -182,12 +186,34 @@ class Locator:
                 return False
         return False
 
+    def _later(self, pub_hash: int, pub_seq: int) -> _Steps:
+        """The first record, in log order, of a message of ``pub_hash`` with a sequence
+        above ``pub_seq``: the publisher table says whether there is one, the indexes
+        where (server/txlog/storage/search.py ``plan_later``)."""
+        last = self._pubs.get(pub_hash)
+        if not pub_hash or last is None or pub_seq >= last[0]:
+            return None
+        plan = plan_later(self._journals.items, pub_hash, pub_seq)
+        if plan is None:
+            return None
+        found = self._resolve(plan, b"") if plan.span.seq >= self._tail.first else (yield plan)
+        return None if found is None else found[0]
+
     def bookmark_in_memory(
         self, pub_hash: int, pub_seq: int, delivered: bool = False
     ) -> int | SpanQuery | None:
         """The seq of that bookmark if memory answers it (None: not in the log), else a
         block to read from its journal file."""
         steps = self._lookup(pub_hash, pub_seq, delivered)
+        try:
+            return next(steps)
+        except StopIteration as done:
+            answer: int | None = done.value
+            return answer
+
+    def later_in_memory(self, pub_hash: int, pub_seq: int) -> int | SpanQuery | None:
+        """:meth:`seq_for_later` if memory answers it, else a block to read."""
+        steps = self._later(pub_hash, pub_seq)
         try:
             return next(steps)
         except StopIteration as done:
@@ -209,9 +235,11 @@ class Locator:
         self, bookmarks: list[tuple[int, int]], times: list[int], delivered: bool = False
     ) -> bool:
         """Whether any of these lookups would read a file (else memory answers them all)."""
-        return any(
-            isinstance(self.bookmark_in_memory(h, s, delivered), SpanQuery) for h, s in bookmarks
-        ) or any(isinstance(self.time_in_memory(t), SpanQuery) for t in times)
+        return (
+            any(isinstance(self.bookmark_in_memory(h, s, delivered), SpanQuery) for h, s in bookmarks)
+            or (delivered and any(isinstance(self.later_in_memory(h, s), SpanQuery) for h, s in bookmarks))
+            or any(isinstance(self.time_in_memory(t), SpanQuery) for t in times)
+        )  # fmt: skip
 
     # -- with a file read -----------------------------------------------------------------
 
@@ -231,7 +259,34 @@ class Locator:
         self, pub_hash: int, pub_seq: int, delivered: bool = False
     ) -> int | None:
         """:meth:`seq_for_bookmark` with the blocks read in a worker thread."""
-        steps = self._lookup(pub_hash, pub_seq, delivered)
+        return await self._drive(self._lookup(pub_hash, pub_seq, delivered))
+
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        """Seq of the first record, in log order, of a message of ``pub_hash`` with a
+        sequence above ``pub_seq``; None if the log holds none (a block read on this
+        thread when memory cannot answer).
+
+        A resume after a bookmark starts there at the latest: a later message of the
+        bookmark's publisher comes before the bookmark's own delivery when the bookmark's
+        record arrived late (replicated after that later message: its publisher failed
+        over to this instance before its earlier messages reached it) or is a delayed
+        message's (a later message fell due first).
+        """
+        steps = self._later(pub_hash, pub_seq)
+        try:
+            plan = next(steps)
+            while True:
+                plan = steps.send(self._resolve(plan, self._read_block(plan)))
+        except StopIteration as done:
+            answer: int | None = done.value
+            return answer
+
+    async def locate_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        """:meth:`seq_for_later` with the block read in a worker thread."""
+        return await self._drive(self._later(pub_hash, pub_seq))
+
+    async def _drive(self, steps: _Steps) -> int | None:
+        """Run a lookup, each block it needs read in a worker thread."""
         try:
             plan = next(steps)
             while True:
@@ -260,10 +315,14 @@ class Locator:
     async def locate_all(
         self, bookmarks: list[tuple[int, int]], times: list[int], delivered: bool = False
     ) -> Located:
-        """Resolve every lookup, file reads in a worker thread (for :class:`LookupView`)."""
+        """Resolve every lookup, file reads in a worker thread (for :class:`LookupView`);
+        with ``delivered``, where a resume after each bookmark starts at the latest too
+        (:meth:`seq_for_later`)."""
         found = Located()
         for h, s in bookmarks:
             found.bookmarks[(h, s)] = await self.locate_bookmark(h, s, delivered)
+            if delivered:
+                found.later[(h, s)] = await self.locate_later(h, s)
         for t in times:
             found.times[t] = await self.locate_time(t)
         return found
@@ -393,6 +452,16 @@ class LookupView:
         if (pub_hash, pub_seq) in known:
             return known[(pub_hash, pub_seq)]
         return self._locator.seq_for_bookmark(pub_hash, pub_seq, delivered=True)
+
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        """The log's :meth:`~Locator.seq_for_later`, with no file read when prefetched."""
+        answer = self._locator.later_in_memory(pub_hash, pub_seq)
+        if not isinstance(answer, SpanQuery):
+            return answer
+        known = self._located.later
+        if (pub_hash, pub_seq) in known:
+            return known[(pub_hash, pub_seq)]
+        return self._locator.seq_for_later(pub_hash, pub_seq)
 
     def seq_for_time(self, timestamp_us: int) -> int:
         """The log's :meth:`~Locator.seq_for_time`, with no file read when prefetched."""

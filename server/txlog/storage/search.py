@@ -38,6 +38,7 @@ __all__ = [
     "plan_bookmark",
     "plan_due",
     "plan_late",
+    "plan_later",
     "plan_time",
     "search_span",
 ]
@@ -50,9 +51,10 @@ _SCHEDULED = int(RecordKind.SCHEDULED)
 class SpanQuery:
     """A lookup narrowed to one block of one journal.
 
-    ``timestamp_us`` set: the first record at or after that time; otherwise the record
-    with bookmark ``(pub_hash, pub_seq)``: its due record when ``due``, else the record it
-    was published as (any kind but a due record).
+    ``timestamp_us`` set: the first record at or after that time; ``above``: the first
+    record of a message of ``pub_hash`` with a sequence above ``pub_seq`` (any kind but a
+    due record); otherwise the record with bookmark ``(pub_hash, pub_seq)``: its due
+    record when ``due``, else the record it was published as (any kind but a due record).
     """
 
     journal: Journal
@@ -61,12 +63,15 @@ class SpanQuery:
     pub_seq: int = 0
     timestamp_us: int | None = None
     due: bool = False
+    above: bool = False
 
     def matches(self, ts: int, pub_hash: int, pub_seq: int, kind: int) -> bool:
         """Whether a record with these fields is the one looked for."""
         if self.timestamp_us is not None:
             return ts >= self.timestamp_us
-        return pub_hash == self.pub_hash and pub_seq == self.pub_seq and (kind == _DUE) == self.due
+        if pub_hash != self.pub_hash or (kind == _DUE) != self.due:
+            return False
+        return pub_seq > self.pub_seq if self.above else pub_seq == self.pub_seq
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +126,34 @@ def plan_late(
             SpanQuery(j, span, pub_hash, pub_seq) for span in j.index.late_spans(key, pub_seq)
         )
     return plans
+
+
+def plan_later(journals: Sequence[Journal], pub_hash: int, pub_seq: int) -> SpanQuery | None:
+    """The block holding the first record, in log order, of a message of ``pub_hash``
+    with a sequence above ``pub_seq`` (None: the log holds none).
+
+    That record is always under the publisher's own index key, whose sequences increase
+    along the log: a record filed under the late key arrived after one of its publisher
+    with a higher sequence, which therefore comes before it. So the first journal whose
+    own range goes above ``pub_seq`` holds it, and a binary search in that journal's
+    ranges gives the block.
+    """
+    if not pub_hash:
+        return None
+    holder: Journal | None = None
+    for j in reversed(journals):
+        summary = j.index.publisher(pub_hash)
+        if summary is None:
+            continue
+        if summary.max_pub_seq <= pub_seq:
+            break
+        holder = j
+        if summary.min_pub_seq <= pub_seq:
+            break
+    if holder is None:
+        return None
+    spans = holder.index.spans_from(pub_hash, pub_seq + 1, 1)
+    return SpanQuery(holder, spans[0], pub_hash, pub_seq, above=True) if spans else None
 
 
 def plan_due(

@@ -62,9 +62,11 @@ class TxlogLog:
         *,
         tail_cache_bytes: int | None = None,
         journal_size: int = 64 * 1024,
+        track_gaps: bool = False,
     ) -> TxlogLog:
         """Open a new log under ``directory`` (``tail_cache_bytes=0``: reads of durable
-        records go to the journal files)."""
+        records go to the journal files; ``track_gaps``: it takes late records, as a
+        replicated instance's log does)."""
         config = TransactionLogConfig(
             journal_directory=directory / "journal",
             archive_directory=directory / "archive",
@@ -76,7 +78,9 @@ class TxlogLog:
         extra: dict[str, int] = {}
         if tail_cache_bytes is not None:
             extra["tail_cache_bytes"] = tail_cache_bytes
-        txlog = TransactionLog(config, "replay-test", clock=SYSTEM_CLOCK, files=seam, **extra)
+        txlog = TransactionLog(
+            config, "replay-test", clock=SYSTEM_CLOCK, files=seam, track_gaps=track_gaps, **extra
+        )
         seam.gate.set()
         await txlog.open()
         seam.gate.clear()
@@ -163,6 +167,9 @@ class TxlogLog:
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
         return self.txlog.seq_for_bookmark(pub_hash, pub_seq)
 
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        return self.txlog.seq_for_later(pub_hash, pub_seq)
+
     def seq_for_time(self, timestamp_us: int) -> int:
         return self.txlog.seq_for_time(timestamp_us)
 
@@ -208,6 +215,9 @@ class LiveView:
 
     def seq_for_bookmark(self, pub_hash: int, pub_seq: int) -> int | None:
         return self._source.seq_for_bookmark(pub_hash, pub_seq)
+
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        return self._source.seq_for_later(pub_hash, pub_seq)
 
     def seq_for_time(self, timestamp_us: int) -> int:
         return self._source.seq_for_time(timestamp_us)

@@ -137,6 +137,16 @@ class FakeLog:
         seq = self._by_bookmark.get((pub_hash, pub_seq))
         return seq if seq is not None and seq >= self._first else None
 
+    def seq_for_later(self, pub_hash: int, pub_seq: int) -> int | None:
+        return next(
+            (
+                r.seq
+                for r in self.records
+                if r.pub_hash == pub_hash and r.pub_seq > pub_seq and r.kind != RecordKind.DUE
+            ),
+            None,
+        )
+
     def seq_for_time(self, timestamp_us: int) -> int:
         stamps = [r.timestamp_us for r in self.records]
         return self._first + bisect.bisect_left(stamps, timestamp_us)
