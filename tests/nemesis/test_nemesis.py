@@ -34,22 +34,7 @@ CI = Settings(minutes=3.0, seed=35_2026, instances=3, topology="mixed", pace=0.5
 #: this is not empty, a run whose only anomalies are of these kinds is an expected
 #: failure (xfail, naming them); any other anomaly fails the test. Remove each entry
 #: with its fix.
-PENDING: dict[str, Callable[[Anomaly], bool]] = {
-    # An HA bookmark subscriber of delayed messages that fails over can miss a message
-    # due before later ones of its publisher (seed 352026: dsub never got dpub 248 and
-    # 249, due before 246, 247 and 250, after failing over between instances whose due
-    # records lie in different orders): where a resume starts on the new instance for a
-    # publisher whose messages fall due out of its sequence order is not settled yet.
-    "a delayed message missed by an HA subscriber after failover": lambda a: (
-        (a.category == "sub-missing" and a.detail.startswith("dsub "))
-        or (
-            a.category == "liveness"
-            and "dsub lacks" in a.detail
-            and "ha-sub-1 lacks 0" in a.detail
-            and "ha-sub-2 lacks 0" in a.detail
-        )
-    ),
-}
+PENDING: dict[str, Callable[[Anomaly], bool]] = {}
 
 
 @pytest.mark.timeout(1800)
