@@ -11,7 +11,8 @@ Run: ``python -m tests.bench.bench_txlog [--quick]``; prints a JSON dict of metr
   indexes, then with every ``.index`` and ``clients.ack`` deleted.
 - ``read_batch_records_per_s`` / ``read_view_records_per_s``: replay from the journal
   files (tail cache off), as lists of Record and as columnar batches.
-- ``bookmark_lookup_us`` / ``time_lookup_us``: random lookups over the whole log.
+- ``bookmark_lookup_us`` / ``later_lookup_us`` / ``time_lookup_us``: random lookups over
+  the whole log (``later``: where a resume after the bookmark starts at the latest).
 """
 
 from __future__ import annotations
@@ -157,6 +158,10 @@ async def _restart_and_replay(tmp: Path, n: int) -> dict[str, float]:
     for ph, ps in probes:
         assert log.seq_for_bookmark(ph, ps) is not None
     out["bookmark_lookup_us"] = (time.perf_counter() - start) / len(probes) * 1e6
+    start = time.perf_counter()
+    for ph, ps in probes:
+        assert log.seq_for_later(ph, ps) is not None
+    out["later_lookup_us"] = (time.perf_counter() - start) / len(probes) * 1e6
     t0 = log.journals()[0].first_time_us or 0
     t1 = log.journals()[-3].last_time_us or t0
     times = [rng.randrange(t0, t1 + 1) for _ in range(2000)]
