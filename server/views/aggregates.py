@@ -17,7 +17,7 @@ from spool.server.expr.values import Value, is_null
 from spool.server.views.heap import IndexedHeap
 from spool.server.views.numbers import ExactSum, Number, json_number, number_input
 
-__all__ = ["State", "input_of", "new_state"]
+__all__ = ["State", "count_input", "input_function", "input_of", "new_state"]
 
 Input = Number | None
 
@@ -35,6 +35,9 @@ class Count:
 
     def remove(self, x: Input) -> None:
         self.n -= 1 if x else 0
+
+    def replace(self, before: Input, after: Input) -> None:
+        self.n += (1 if after else 0) - (1 if before else 0)
 
     def result(self) -> Number | None:
         return self.n
@@ -55,6 +58,16 @@ class Sum:
     def remove(self, x: Input) -> None:
         if x is not None:
             self.s.remove(x)
+
+    def replace(self, before: Input, after: Input) -> None:
+        s = self.s
+        if type(before) is int and type(after) is int:
+            s.ints += after - before  # the common case: one int for another
+            return
+        if before is not None:
+            s.remove(before)
+        if after is not None:
+            s.add(after)
 
     def result(self) -> Number | None:
         return self.s.total()
@@ -103,6 +116,10 @@ class Extreme:
             del self.counts[x]
             self.heap.remove(self.sign * x)
 
+    def replace(self, before: Input, after: Input) -> None:
+        self.add(after)  # first: the value may stay the extreme
+        self.remove(before)
+
     def result(self) -> Number | None:
         if not self.counts:
             return None
@@ -126,8 +143,16 @@ def new_state(function: str) -> State:
     return _STATES[function]()
 
 
+def count_input(value: Value) -> Input:
+    """COUNT's input: 1 unless ``value`` is NULL."""
+    return 0 if is_null(value) else 1
+
+
+def input_function(function: str) -> Callable[[Value], Input]:
+    """How a record's argument value becomes the input of ``function``."""
+    return count_input if function == "COUNT" else number_input
+
+
 def input_of(function: str, value: Value) -> Input:
     """The input a record gives ``function`` when its argument's value is ``value``."""
-    if function == "COUNT":
-        return 0 if is_null(value) else 1
-    return number_input(value)
+    return input_function(function)(value)

@@ -22,14 +22,16 @@ Owned by one thread (the event loop); no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple, Protocol
 
 import orjson
 
 from spool.server.expr import Filter, MessageView, ValueExpr, compile_filter, compile_value
+from spool.server.expr.ast import Field
+from spool.server.expr.parser import parse
 from spool.server.expr.values import Value, resolve
-from spool.server.views.aggregates import State, input_of, new_state
+from spool.server.views.aggregates import State, input_function, new_state
 from spool.server.views.definition import ViewDefinition
 from spool.server.views.numbers import json_number
 
@@ -39,7 +41,7 @@ MAX_GROUP_KEY_CHARS: Final = 4096
 """Longest group key (a SOW key's limit): a record whose grouping values give a longer
 one is left out of the view."""
 
-_SCALARS: Final = (str, int, float, bool)
+_SCALARS: Final = frozenset((str, int, float, bool))
 
 Contribution = tuple[str, tuple[Any, ...]]
 """What one underlying record gives the view: its group's key and its aggregate inputs."""
@@ -104,6 +106,23 @@ def _put(doc: dict[str, Value], steps: tuple[str, ...], value: Value) -> None:
     doc[steps[-1]] = value
 
 
+def _loads(body: bytes) -> dict[str, Value]:
+    """A body as a document: one that is not a JSON object has no fields."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return doc if type(doc) is dict else {}
+
+
+def _top_level(text: str) -> str | None:
+    """The field name when ``text`` is one top-level field (``/qty``), else None."""
+    tree = parse(text)
+    if isinstance(tree, Field) and len(tree.steps) == 1 and isinstance(tree.steps[0], str):
+        return tree.steps[0]
+    return None
+
+
 def _json_value(value: Value) -> Value:
     """A computed field's value as JSON can hold it (NULL when it cannot)."""
     t = type(value)
@@ -142,15 +161,24 @@ class ViewEngine:
             if text not in args:
                 args.append(text)
             inputs.append((agg.function, args.index(text)))
-        self._args: list[ValueExpr] = [compile_value(a) for a in args]
-        self._inputs = inputs
+        # An argument that is one top-level field is read with dict.get; others are
+        # compiled expressions over a MessageView (made only when something needs it).
+        self._readers: list[tuple[str | None, ValueExpr]] = [
+            (_top_level(a), compile_value(a)) for a in args
+        ]
+        self._inputs = [(i, input_function(f)) for f, i in inputs]
+        names = [g[0] for g in definition.grouping if len(g) == 1]
+        self._group_names = names if len(names) == len(definition.grouping) else None
+        self._needs_view = self._filter is not None or any(n is None for n, _ in self._readers)
         self._functions = [agg.function for agg in definition.aggregates]
         # what each output field is: (steps, kind, index, expression, slots)
         self._outputs: list[tuple[tuple[str, ...], str, int, ValueExpr | None, dict[str, int]]] = []
         for item in definition.projection:
             expr = compile_value(item.expression) if item.kind == "computed" else None
             self._outputs.append((item.out, item.kind, item.index, expr, definition.slots(item)))
-        self._flat = all(len(item.out) == 1 for item in definition.projection)
+        self._simple: list[tuple[str, bool, int]] | None = None
+        if all(len(i.out) == 1 and i.kind != "computed" for i in definition.projection):
+            self._simple = [(i.out[0], i.kind == "group", i.index) for i in definition.projection]
         self._members: dict[str, Contribution] = {}
         self._groups: dict[str, _Group] = {}
 
@@ -190,18 +218,61 @@ class ViewEngine:
         """
         new = change.new
         if new is None:
-            return self._move(change.key, None)
-        return self._move(change.key, self._contribution(new.body, document))
+            touched: dict[str, bytes | None] = {}
+            self._update(change.key, None, touched)
+            return self._changes(touched)
+        contribution = self._contribution(new.body, document)
+        old = self._members.get(change.key)
+        if contribution is None or old is None or old[0] != contribution[0]:
+            moved: dict[str, bytes | None] = {}
+            self._update(change.key, contribution, moved)
+            return self._changes(moved)
+        # the usual update: the record stays in its group
+        gkey, after = contribution
+        before = old[1]
+        if before == after and _same(before, after):
+            return []
+        self._members[change.key] = contribution
+        g = self._groups[gkey]
+        for state, x, y in zip(g.states, before, after, strict=True):
+            if x is not y:
+                state.replace(x, y)
+        body = self._render(g)
+        if body == g.body:
+            return []
+        g.body = body
+        return [ViewChange(gkey, body)]
+
+    def apply_many(
+        self, changes: Sequence[Change], documents: Sequence[dict[str, Value] | None] | None = None
+    ) -> list[ViewChange]:
+        """Take a run of changes (a ``put_run``'s) and return the view's changes: one per
+        group the run changed, its record as the run left it, each group rendered once.
+
+        ``documents``, when given, holds per change its new body parsed (None: parse it).
+        """
+        touched: dict[str, bytes | None] = {}
+        update = self._update
+        contribution = self._contribution
+        for i, change in enumerate(changes):
+            new = change.new
+            if new is None:
+                update(change.key, None, touched)
+            else:
+                doc = None if documents is None else documents[i]
+                update(change.key, contribution(new.body, doc), touched)
+        return self._changes(touched)
 
     def load(self, records: Iterable[Record]) -> None:
         """Build the view from the underlying topic's records (at start-up: the view is
         derived state and is not stored). The view must be empty."""
         if self._members:
             raise ValueError("load() builds a view from nothing: this one has records")
+        scratch: dict[str, bytes | None] = {}
         for rec in records:
             contribution = self._contribution(rec.body, None)
             if contribution is not None:
-                self._join(rec.key, contribution, None)
+                self._update(rec.key, contribution, scratch)
         for g in self._groups.values():
             g.body = self._render(g)
 
@@ -215,75 +286,96 @@ class ViewEngine:
     # --- inside --------------------------------------------------------------------------
 
     def _contribution(self, body: bytes, document: dict[str, Value] | None) -> Contribution | None:
-        if document is None:
-            view = MessageView(self.topic, body)
+        view: MessageView | None = None
+        if self._needs_view:
+            if document is None:
+                view = MessageView(self.topic, body)
+            else:
+                view = MessageView.of_document(self.topic, document, body=body)
+            flt = self._filter
+            if flt is not None and not flt.matches(view):
+                return None
+            doc = view.document
+        elif document is not None:
+            doc = document
         else:
-            view = MessageView.of_document(self.topic, document, body=body)
-        flt = self._filter
-        if flt is not None and not flt.matches(view):
-            return None
-        doc = view.document
-        values: list[Value] = []
-        for steps in self._grouping:
-            v = resolve(doc, steps)
+            doc = _loads(body)
+        names = self._group_names
+        if names is not None:
+            values = [doc.get(n) for n in names]
+        else:
+            values = [resolve(doc, steps) for steps in self._grouping]
+        for v in values:
             if type(v) not in _SCALARS:
                 return None  # missing, NULL, an object or an array: no group
-            values.append(v)
         try:
             key = group_key(values)
         except TypeError:  # an int beyond 64 bits from a document not parsed by orjson
             return None
         if len(key) > MAX_GROUP_KEY_CHARS:
             return None
-        raw = [a.evaluate(view) for a in self._args]
-        inputs = tuple(input_of(function, 1 if i < 0 else raw[i]) for function, i in self._inputs)
-        return (key, inputs)
+        raw = [
+            doc.get(name) if name is not None else expr.evaluate(view)  # type: ignore[arg-type]
+            for name, expr in self._readers
+        ]
+        return (key, tuple([convert(1 if i < 0 else raw[i]) for i, convert in self._inputs]))
 
-    def _move(self, key: str, new: Contribution | None) -> list[ViewChange]:
+    def _update(self, key: str, new: Contribution | None, touched: dict[str, bytes | None]) -> None:
+        """Put ``key``'s new contribution in place of its old one, noting in ``touched``
+        the record each group had before its first change (None: the group was absent)."""
         members = self._members
         old = members.get(key)
         if new is None:
             if old is None:
-                return []
+                return
             del members[key]
-            return self._leave(old)
-        if old is not None and old[0] == new[0] and _same(old[1], new[1]):
-            return []
-        members[key] = new
-        if old is None:
-            return self._join(key, new, [])
-        if old[0] == new[0]:
-            g = self._groups[old[0]]
-            for state, before, after in zip(g.states, old[1], new[1], strict=True):
-                state.remove(before)
-                state.add(after)
-            return self._rendered(new[0], g, [])
-        return self._join(key, new, self._leave(old))
+        else:
+            if old is not None and old[0] == new[0] and _same(old[1], new[1]):
+                return
+            members[key] = new
+        groups = self._groups
+        if old is not None:
+            gkey, inputs = old
+            g = groups[gkey]
+            if gkey not in touched:
+                touched[gkey] = g.body
+            if new is not None and new[0] == gkey:
+                for state, x, y in zip(g.states, inputs, new[1], strict=True):
+                    if x is not y:
+                        state.replace(x, y)
+                return
+            g.members -= 1
+            if not g.members:
+                del groups[gkey]
+            else:
+                for state, x in zip(g.states, inputs, strict=True):
+                    state.remove(x)
+        if new is not None:
+            gkey, inputs = new
+            g = groups.get(gkey)  # type: ignore[assignment]
+            if gkey not in touched:
+                touched[gkey] = None if g is None else g.body
+            if g is None:
+                g = self._new_group(gkey)
+            g.members += 1
+            for state, x in zip(g.states, inputs, strict=True):
+                state.add(x)
 
-    def _leave(self, old: Contribution) -> list[ViewChange]:
-        gkey, inputs = old
-        g = self._groups[gkey]
-        g.members -= 1
-        if not g.members:
-            del self._groups[gkey]
-            return [ViewChange(gkey, None)]
-        for state, x in zip(g.states, inputs, strict=True):
-            state.remove(x)
-        return self._rendered(gkey, g, [])
-
-    def _join(self, key: str, new: Contribution, out: list[ViewChange] | None) -> list[ViewChange]:
-        """Put ``new`` into its group; render it unless ``out`` is None (a bulk load)."""
-        gkey, inputs = new
-        g = self._groups.get(gkey)
-        if g is None:
-            g = self._new_group(gkey)
-        g.members += 1
-        for state, x in zip(g.states, inputs, strict=True):
-            state.add(x)
-        if out is None:
-            self._members[key] = new
-            return []
-        return self._rendered(gkey, g, out)
+    def _changes(self, touched: dict[str, bytes | None]) -> list[ViewChange]:
+        """Render the touched groups; report those whose record is not what it was."""
+        out: list[ViewChange] = []
+        groups = self._groups
+        for gkey, before in touched.items():
+            g = groups.get(gkey)
+            if g is None:
+                if before is not None:
+                    out.append(ViewChange(gkey, None))
+                continue
+            body = self._render(g)
+            g.body = body
+            if body != before:
+                out.append(ViewChange(gkey, body))
+        return out
 
     def _new_group(self, gkey: str) -> _Group:
         values = tuple(orjson.loads(b"[" + gkey.encode() + b"]"))
@@ -294,17 +386,15 @@ class ViewEngine:
         self._groups[gkey] = g
         return g
 
-    def _rendered(self, gkey: str, g: _Group, out: list[ViewChange]) -> list[ViewChange]:
-        body = self._render(g)
-        if body != g.body:
-            g.body = body
-            out.append(ViewChange(gkey, body))
-        return out
-
     def _render(self, g: _Group) -> bytes:
         results = [s.result() for s in g.states]
+        simple = self._simple
+        if simple is not None:  # flat output paths, no computed field
+            values = g.values
+            return orjson.dumps(
+                {name: values[i] if grouped else results[i] for name, grouped, i in simple}
+            )
         record: dict[str, Value] = {}
-        flat = self._flat
         for steps, kind, index, expr, slots in self._outputs:
             if kind == "aggregate":
                 value = results[index]
@@ -316,10 +406,7 @@ class ViewEngine:
                 for name, i in slots.items():
                     doc[name] = results[i]
                 value = _json_value(expr.evaluate(MessageView.of_document(self.topic, doc)))
-            if flat:
-                record[steps[0]] = value
-            else:
-                _put(record, steps, value)
+            _put(record, steps, value)
         return orjson.dumps(record)
 
 

@@ -35,6 +35,8 @@ Number = int | float
 
 def number_input(value: Value) -> Number | None:
     """The input an aggregate takes from ``value``, or None (not a number)."""
+    if type(value) is int:
+        return value
     n = to_number(value)
     if type(n) is float:
         if not math.isfinite(n):

@@ -95,7 +95,9 @@ class ViewMachine(RuleBasedStateMachine):
 
     def _apply(self, change: Any) -> None:
         assert self.engine is not None
-        out = self.engine.apply(change)
+        self._record(self.engine.apply(change))
+
+    def _record(self, out: list[Any]) -> None:
         keys = [vc.key for vc in out]
         assert len(keys) == len(set(keys)), out
         for vc in out:
@@ -110,6 +112,21 @@ class ViewMachine(RuleBasedStateMachine):
     def put(self, key: str, doc: dict[str, Any], lifetime: int) -> None:
         expires = self.now + lifetime if lifetime else 0
         self._apply(self.store.put(key, orjson.dumps(doc), expires_us=expires))
+
+    @rule(
+        run=st.lists(st.tuples(st.sampled_from(KEYS), documents()), min_size=1, max_size=6),
+        parsed=st.booleans(),
+    )
+    def put_run(self, run: list[tuple[str, dict[str, Any]]], parsed: bool) -> None:
+        """A run of publishes (repeated keys included), applied as one run."""
+        assert self.engine is not None
+        bodies = [orjson.dumps(doc) for _, doc in run]
+        changes = self.store.put_run(
+            [k for k, _ in run], bodies, seqs=[0] * len(run), timestamp_us=0, pub_hash=0,
+            pub_seqs=[0] * len(run), expires=None, changes=True,
+        )  # fmt: skip
+        documents = [doc for _, doc in run] if parsed else None
+        self._record(self.engine.apply_many(changes, documents))
 
     @precondition(lambda self: len(self.store) > 0)
     @rule(data=st.data())
