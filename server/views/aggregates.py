@@ -13,9 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from spool.server.expr.values import Value, is_null
+from spool.server.expr.values import Value
 from spool.server.views.heap import IndexedHeap
-from spool.server.views.numbers import ExactSum, Number, json_number, number_input
+from spool.server.views.numbers import (
+    INT_MAX,
+    INT_MIN,
+    ExactSum,
+    Number,
+    json_number,
+    number_input,
+)
 
 __all__ = ["State", "count_input", "input_function", "input_of", "new_state"]
 
@@ -43,34 +50,32 @@ class Count:
         return self.n
 
 
-class Sum:
+class Sum(ExactSum):
     """SUM: the exact sum of the numeric inputs; NULL when there is none."""
 
-    __slots__ = ("s",)
-
-    def __init__(self) -> None:
-        self.s = ExactSum()
+    __slots__ = ()
 
     def add(self, x: Input) -> None:
         if x is not None:
-            self.s.add(x)
+            ExactSum.add(self, x)
 
     def remove(self, x: Input) -> None:
         if x is not None:
-            self.s.remove(x)
+            ExactSum.remove(self, x)
 
     def replace(self, before: Input, after: Input) -> None:
-        s = self.s
         if type(before) is int and type(after) is int:
-            s.ints += after - before  # the common case: one int for another
+            self.ints += after - before  # the common case: one int for another
             return
         if before is not None:
-            s.remove(before)
+            ExactSum.remove(self, before)
         if after is not None:
-            s.add(after)
+            ExactSum.add(self, after)
 
     def result(self) -> Number | None:
-        return self.s.total()
+        if self.count and not self.floats and INT_MIN <= self.ints <= INT_MAX:
+            return self.ints  # the common case: a sum of ints JSON can hold
+        return self.total()
 
 
 class Avg(Sum):
@@ -79,7 +84,7 @@ class Avg(Sum):
     __slots__ = ()
 
     def result(self) -> Number | None:
-        return self.s.mean()
+        return self.mean()
 
 
 class Extreme:
@@ -144,8 +149,13 @@ def new_state(function: str) -> State:
 
 
 def count_input(value: Value) -> Input:
-    """COUNT's input: 1 unless ``value`` is NULL."""
-    return 0 if is_null(value) else 1
+    """COUNT's input: 1 unless ``value`` is NULL (missing, ``null``, ``""``, ``[]``)."""
+    if value is None:
+        return 0
+    t = type(value)
+    if (t is str or t is list) and not value:
+        return 0
+    return 1
 
 
 def input_function(function: str) -> Callable[[Value], Input]:

@@ -21,14 +21,16 @@ from typing import Final
 
 from spool.server.expr.values import Value, to_number
 
-__all__ = ["ExactSum", "json_number", "number_input"]
+__all__ = ["INT_MAX", "INT_MIN", "ExactSum", "json_number", "number_input"]
 
 SCALE: Final = 1074
 """A float is an integer number of ``2**-SCALE`` units (the smallest subnormal)."""
 
 _ONE: Final = 1 << SCALE
-_INT_MIN: Final = -(2**63)
-_INT_MAX: Final = 2**64 - 1
+INT_MIN: Final = -(2**63)
+"""The smallest int JSON numbers are read and written as (signed 64-bit)."""
+INT_MAX: Final = 2**64 - 1
+"""The largest (unsigned 64-bit)."""
 
 Number = int | float
 
@@ -54,7 +56,7 @@ def units(x: float) -> int:
 
 def json_number(n: Number | None) -> Number | None:
     """``n`` as JSON can hold it: a huge int as the nearest float (NULL beyond floats)."""
-    if type(n) is int and not _INT_MIN <= n <= _INT_MAX:
+    if type(n) is int and not INT_MIN <= n <= INT_MAX:
         try:
             return float(n)
         except OverflowError:
