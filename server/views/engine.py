@@ -297,7 +297,7 @@ class ViewEngine:
                 return None
             doc = view.document
         elif document is not None:
-            doc = document
+            doc = document if type(document) is dict else {}
         else:
             doc = _loads(body)
         names = self._group_names

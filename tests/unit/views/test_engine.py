@@ -156,6 +156,8 @@ def test_a_parsed_document_is_used_instead_of_the_body() -> None:
     engine = ViewEngine(parse_definition(["SUM(/q) AS /q"], ["/g"]), "t")
     change = store.put("k", b"not parsed")
     assert engine.apply(change, {"g": "a", "q": 2}) == [ViewChange('"a"', b'{"q":2}')]
+    # a document that is not an object has no fields: the record leaves its group
+    assert engine.apply(change, [1, 2]) == [ViewChange('"a"', None)]  # type: ignore[arg-type]
 
 
 def test_load_builds_from_records_and_clear_forgets() -> None:
