@@ -14,6 +14,9 @@ Values:
   1024 bytes) of message bodies, or ``NX`` times the original publish pace
   (``2X``, ``.5X``); N > 0.
 - counts (``top_n``, ``max_backlog``): a positive integer.
+- ``select``: a select list, ``[-/,+/a,+/b/c]`` or ``[-/secret]`` (its grammar and
+  refusals: server/protocol/selection.py). Which commands and subscriptions may carry
+  one is the handlers' decision, not this grammar's.
 
 Rejected with :class:`~spool.server.protocol.errors.InvalidOptions` (the detail names the item):
 unknown names, malformed or out-of-range values, a value on a flag or none on a valued
@@ -41,6 +44,7 @@ from typing import Final, Literal, TypeAlias
 
 from spool.server.bookmarks import format_time_bookmark, parse_moment_us
 from spool.server.protocol.errors import InvalidOptions
+from spool.server.protocol.selection import SelectList, parse_select
 
 Durability: TypeAlias = Literal["live", "persisted", "fully_durable"]
 NotFoundPolicy: TypeAlias = Literal["now", "epoch", "fail"]
@@ -58,6 +62,7 @@ _VALUED: Final = frozenset(
         "top_n",
         "bookmark_not_found",
         "max_backlog",
+        "select",
     }
 )
 _NUMBER: Final = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -122,6 +127,8 @@ class SubscribeOptions:
         oof: send out-of-focus notices.
         no_sowkey: leave ``k`` off delivered messages.
         max_backlog: queue subscriptions: most unacknowledged messages leased at once.
+        select: the fields to deliver (server/protocol/selection.py), None for whole
+            messages.
         raw: the option text as received (for listings and logs).
     """
 
@@ -140,6 +147,7 @@ class SubscribeOptions:
     oof: bool = False
     no_sowkey: bool = False
     max_backlog: int | None = None
+    select: SelectList | None = None
     raw: str = ""
 
     @property
@@ -168,6 +176,8 @@ class SubscribeOptions:
             items.append(f"bookmark_not_found={self.bookmark_not_found}")
         if self.max_backlog is not None:
             items.append(f"max_backlog={self.max_backlog}")
+        if self.select is not None:
+            items.append(f"select={self.select.to_text()}")
         return ",".join(items)
 
 
@@ -337,6 +347,7 @@ def _build(flags: set[str], values: dict[str, str], raw: str) -> SubscribeOption
             if "max_backlog" in values
             else None
         ),
+        select=parse_select(values["select"], item("select")) if "select" in values else None,
         raw=raw,
     )
 

@@ -231,6 +231,7 @@ class SowQueries:
             "conflation",
             "max_backlog",
             "bookmark_not_found",
+            "select",
         ):
             if _given(options, name):
                 raise InvalidOptions(
@@ -283,6 +284,8 @@ class SowQueries:
             raise InvalidMessage(f"{cmd.name} needs one sub_id (or a cid to use as one)")
         if options.pause or options.resume:
             raise InvalidOptions(f"'pause' and 'resume' are not options of {cmd.name}")
+        if options.select is not None:
+            raise InvalidOptions(f"'select': select lists are not available on {cmd.name}")
         existing = session.subs.get(sub_id)
         if existing is not None and not options.replace:
             raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
@@ -604,6 +607,10 @@ def check_sow_options(options: SubscribeOptions, *, snapshot: bool) -> None:
         )
     if options.max_backlog is not None:
         raise InvalidOptions("max_backlog is for queue subscriptions")
+    if options.select is not None:
+        raise InvalidOptions(
+            "'select': select lists are not available on subscriptions to a SOW topic by name"
+        )
     if options.top_n is not None and not snapshot:
         raise InvalidOptions("'top_n' shapes a query: use sow_and_subscribe")
 

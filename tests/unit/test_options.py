@@ -17,6 +17,7 @@ from spool.server.protocol.options import (
     parse_rate,
     parse_subscribe_options,
 )
+from spool.server.protocol.selection import SelectList
 
 
 def test_none_and_empty_are_defaults() -> None:
@@ -155,6 +156,18 @@ paths = st.lists(
 ).map(tuple)
 
 
+selects = st.builds(
+    SelectList,
+    st.booleans(),
+    st.dictionaries(
+        st.lists(st.sampled_from(["a", "b", "px", "id"]), min_size=1, max_size=3).map(tuple),
+        st.booleans(),
+        min_size=1,
+        max_size=4,
+    ).map(lambda rules: tuple(sorted((keep, path) for path, keep in rules.items()))),
+)
+
+
 @st.composite
 def option_values(draw: st.DrawFn) -> SubscribeOptions:
     durability = draw(st.sampled_from(["persisted", "live", "fully_durable"]))
@@ -179,6 +192,7 @@ def option_values(draw: st.DrawFn) -> SubscribeOptions:
         oof=draw(st.booleans()),
         no_sowkey=draw(st.booleans()),
         max_backlog=draw(st.none() | st.integers(min_value=1, max_value=10**6)),
+        select=draw(st.none() | selects),
     )
 
 
