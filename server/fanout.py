@@ -10,6 +10,13 @@ piece. Connections whose matching subscriptions are the same get the very same b
 Each subscription's ``progress.delivered`` grows by the messages it took once its
 connection's piece is queued: one integer add per subscription per run.
 
+A subscription with a select list (server/protocol/selection.py) gets the projection of
+each message: a run's message is projected once per distinct select list, whatever the
+number of subscriptions that share it, and only for the messages some of them take.
+On a connection, the subscriptions of one select list share messages as above; those of
+another list, or of none, get theirs apart (their bodies differ). Filters read the whole
+message. Subscriptions without a select list never meet any of this.
+
 Bookmarks come from the run's records (``AppendedRun.pub_hash``/``pub_seqs``), never from
 the connection that published them: a replicated message keeps the bookmark its publisher
 gave it elsewhere.
@@ -32,6 +39,7 @@ from spool.server.bookmarks import format_bookmark, format_timestamp_us
 from spool.server.clock import Clock, time_us
 from spool.server.expr import MessageView
 from spool.server.ports import AppendedRun, Entitlements, Outbound
+from spool.server.protocol.selection import SelectList
 from spool.server.router import Router
 from spool.server.subscription import SessionSubscription
 from spool.server.txlog.format.record import MESSAGE_KINDS
@@ -107,12 +115,17 @@ class FanOut:
         n = len(run.bodies)
         if len(matches) == 1:
             only = matches[0]
-            if only.filter is None and (only.pattern is None or not self._auth.enabled):
+            if (
+                only.filter is None
+                and only.select is None
+                and (only.pattern is None or not self._auth.enabled)
+            ):
                 # the common case: one plain subscription, nothing to select or group
                 recorded = run.first_seq > 0
                 if recorded and only.progress.feed.catching_up:
                     return  # its catch-up read delivers this run
-                data = self._encode(run, only.sid_bytes, range(n), self._ts(run, only.want_ts))
+                ts = self._ts(run, only.want_ts)
+                data = self._encode(run, run.bodies, only.sid_bytes, range(n), ts)
                 peer = only.outbound
                 # no filter: it can read the run back when the log holds it
                 can_read_back = recorded and self._spiller is not None
@@ -163,8 +176,10 @@ class FanOut:
                 raise AssertionError("route() delivered what does not fit")
 
     def _deliver(self, run: AppendedRun, matches: Sequence[SessionSubscription], n: int) -> None:
-        """The general case: entitlements, filters, several subscriptions per connection."""
+        """The general case: entitlements, filters, select lists, several subscriptions
+        per connection."""
         per_peer: dict[Outbound, _Taken] = {}
+        selecting: dict[tuple[Outbound, SelectList], _Taken] = {}
         filtered: list[tuple[SessionSubscription, list[int]]] = []
         auth = self._auth
         recorded = run.recorded
@@ -173,7 +188,12 @@ class FanOut:
                 continue  # catching up from the log, which delivers this run
             if auth.enabled and sub.pattern is not None and not auth.can_read(sub.user, run.topic):
                 continue  # exact topics were checked when the subscription was made
-            if sub.filter is None:
+            if sub.select is not None:
+                chosen: list[int] | None = None if sub.filter is None else []
+                if chosen is not None:
+                    filtered.append((sub, chosen))
+                selecting.setdefault((sub.outbound, sub.select), []).append((sub, chosen))
+            elif sub.filter is None:
                 per_peer.setdefault(sub.outbound, []).append((sub, None))
             else:
                 taken: list[int] = []
@@ -182,7 +202,9 @@ class FanOut:
         if filtered:
             self._select(run, filtered, n)
         encoded: dict[tuple[bytes, bool], bytes] = {}
+        bodies = run.bodies
         for peer, subs in per_peer.items():
+            # _deliver_to, inlined: a call per connection costs the many-connection case
             if len(subs) == 1:
                 sub, sel = subs[0]
                 if sel is None:
@@ -191,22 +213,76 @@ class FanOut:
                     data = encoded.get(key)
                     if data is None:
                         data = encoded[key] = self._encode(
-                            run, sub.sid_bytes, range(n), self._ts(run, sub.want_ts)
+                            run, bodies, sub.sid_bytes, range(n), self._ts(run, sub.want_ts)
                         )
                     if self._offer(run, peer, (sub,), data, n):
                         sub.progress.delivered += n
                 elif sel:
-                    data = self._encode(run, sub.sid_bytes, sel, self._ts(run, sub.want_ts))
+                    data = self._encode(run, bodies, sub.sid_bytes, sel, self._ts(run, sub.want_ts))
                     if self._offer(run, peer, (sub,), data, len(sel)):
                         sub.progress.delivered += len(sel)
             else:
-                self._deliver_several(run, peer, subs, n, encoded)
+                self._deliver_several(run, peer, subs, bodies, n, encoded)
+        if selecting:
+            projected: dict[SelectList, list[bytes]] = {}
+            by_list: dict[SelectList, dict[tuple[bytes, bool], bytes]] = {}
+            for (peer, select), subs in selecting.items():
+                chosen_bodies = projected.setdefault(select, [b""] * n)
+                self._project(run, select, subs, chosen_bodies)
+                self._deliver_to(run, peer, subs, chosen_bodies, n, by_list.setdefault(select, {}))
+
+    @staticmethod
+    def _project(run: AppendedRun, select: SelectList, subs: _Taken, bodies: list[bytes]) -> None:
+        """Fill ``bodies`` (the run's, as ``select`` delivers them; shared by every
+        connection with that list) with the messages ``subs`` take that are not there
+        yet: each message is projected once per list, whatever the subscribers."""
+        n = len(bodies)
+        if any(sel is None for _, sel in subs):
+            wanted: Sequence[int] = range(n)
+        else:
+            wanted = sorted({i for _, sel in subs if sel for i in sel})
+        whole = run.bodies
+        for i in wanted:
+            if not bodies[i]:  # only an empty body projects to nothing, cheaply again
+                bodies[i] = select.project(whole[i])
+
+    def _deliver_to(
+        self,
+        run: AppendedRun,
+        peer: Outbound,
+        subs: _Taken,
+        bodies: Sequence[bytes],
+        n: int,
+        encoded: dict[tuple[bytes, bool], bytes],
+    ) -> None:
+        """One connection's subscriptions that share ``bodies`` (the run's, or their
+        select list's projection of it); ``encoded``: bytes already made for these
+        bodies, shared by connections that take the same."""
+        if len(subs) == 1:
+            sub, sel = subs[0]
+            if sel is None:
+                # connections that take the whole run under the same ids share bytes
+                key = (sub.sid_bytes, sub.want_ts)
+                data = encoded.get(key)
+                if data is None:
+                    data = encoded[key] = self._encode(
+                        run, bodies, sub.sid_bytes, range(n), self._ts(run, sub.want_ts)
+                    )
+                if self._offer(run, peer, (sub,), data, n):
+                    sub.progress.delivered += n
+            elif sel:
+                data = self._encode(run, bodies, sub.sid_bytes, sel, self._ts(run, sub.want_ts))
+                if self._offer(run, peer, (sub,), data, len(sel)):
+                    sub.progress.delivered += len(sel)
+        else:
+            self._deliver_several(run, peer, subs, bodies, n, encoded)
 
     def _deliver_several(
         self,
         run: AppendedRun,
         peer: Outbound,
         subs: _Taken,
+        bodies: Sequence[bytes],
         n: int,
         encoded: dict[tuple[bytes, bool], bytes],
     ) -> None:
@@ -219,7 +295,9 @@ class FanOut:
             key = (sids, want_ts)
             data = encoded.get(key)
             if data is None:
-                data = encoded[key] = self._encode(run, sids, range(n), self._ts(run, want_ts))
+                data = encoded[key] = self._encode(
+                    run, bodies, sids, range(n), self._ts(run, want_ts)
+                )
             if self._offer(run, peer, [sub for sub, _ in subs], data, n):
                 for sub, _ in subs:
                     sub.progress.delivered += n
@@ -233,7 +311,7 @@ class FanOut:
             if these:
                 want_ts = any(s.want_ts for s in these)
                 sids = sids_json([s.sub_id for s in these])
-                pieces.append(self._encode(run, sids, (i,), self._ts(run, want_ts)))
+                pieces.append(self._encode(run, bodies, sids, (i,), self._ts(run, want_ts)))
         if pieces:
             took = [sub for sub, sel in subs if sel is None or sel]
             if self._offer(run, peer, took, b"".join(pieces), len(pieces)):
@@ -279,12 +357,16 @@ class FanOut:
 
     @staticmethod
     def _encode(
-        run: AppendedRun, sids: bytes, part: Sequence[int] | range, ts: str | None
+        run: AppendedRun,
+        bodies: Sequence[bytes],
+        sids: bytes,
+        part: Sequence[int] | range,
+        ts: str | None,
     ) -> bytes:
         return encode_run(
             run.topic_literal,
             sids,
-            run.bodies,
+            bodies,
             part,
             pub_hash=run.pub_hash,
             pub_seqs=run.pub_seqs if run.recorded else None,

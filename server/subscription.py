@@ -19,6 +19,7 @@ from spool.server.config import UserConfig
 from spool.server.expr import Filter
 from spool.server.ports import Outbound, SubscriptionEnd
 from spool.server.protocol.options import SubscribeOptions
+from spool.server.protocol.selection import SelectList
 from spool.server.regex import Regex
 
 State = Literal["live", "replaying", "paused"]
@@ -81,6 +82,8 @@ class SessionSubscription:
         kind: how it is fed.
         command: the command that made it (``subscribe``, ``sow_and_subscribe``, ...).
         progress: where it stands.
+        select: its select list (``options.select``, kept here for the delivery loops),
+            None when it takes whole messages.
     """
 
     outbound: Outbound
@@ -100,6 +103,10 @@ class SessionSubscription:
     kind: SubKind = "live"
     command: str = "subscribe"
     progress: SubscriptionProgress = field(default_factory=SubscriptionProgress)
+    select: SelectList | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "select", self.options.select)
 
     @property
     def want_ts(self) -> bool:

@@ -73,7 +73,6 @@ _UNAVAILABLE = (
             "(they come from the stored records, a replay delivers the log)"),
     ("no_sowkey", "SOW keys are sent on subscriptions to a SOW topic by name, without a bookmark"),
     ("max_backlog", "max_backlog is for queue subscriptions (a subscription to a queue by name)"),
-    ("select", "select lists are not available on plain and bookmark subscriptions"),
 )  # fmt: skip
 
 

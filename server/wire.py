@@ -197,6 +197,7 @@ def encode_batch(
     topic_literal: bytes | None = None,
     want_ts: bool = False,
     literal_of: Callable[[str], bytes] = topic_json,
+    bodies: Sequence[bytes] | None = None,
 ) -> bytes:
     """The deliveries of records ``part`` of a log batch (the replay sink's encoder).
 
@@ -205,8 +206,11 @@ def encode_batch(
             (a subscription to one topic); None looks each record's topic up.
         want_ts: add ``ts`` (the record's time) to each message.
         literal_of: the topic-literal cache (:func:`topic_json`).
+        bodies: what to deliver in place of the records' bodies, by the same index (a
+            select list's projections); None: the bodies.
     """
-    bodies = batch.bodies
+    if bodies is None:
+        bodies = batch.bodies
     hashes = batch.pub_hashes
     pseqs = batch.pub_seqs
     if topic_literal is not None and not want_ts and not batch.has_corr_ids():

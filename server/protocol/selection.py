@@ -41,6 +41,15 @@ _LONG_NUMBER: Final = re.compile(rb"[0-9]{20}")
 EMPTY_OBJECT: Final = b"{}"
 
 
+_projections = 0
+
+
+def projection_count() -> int:
+    """How many bodies :meth:`SelectList.project` projected so far (the tests check that
+    a message is projected once per distinct select list, whatever the subscribers)."""
+    return _projections
+
+
 @dataclass(slots=True)
 class _Node:
     """A place in the select tree: what the item naming it says (None: no item names it,
@@ -85,6 +94,8 @@ class SelectList:
 
     def project(self, body: bytes) -> bytes:
         """The part of ``body`` this list delivers (module docstring)."""
+        global _projections
+        _projections += 1
         if _LONG_NUMBER.search(body) is not None:
             return self._rare(body)  # orjson would read a wide integer as a float
         try:

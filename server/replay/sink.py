@@ -2,7 +2,8 @@
 
 :class:`BookmarkSink` feeds a bookmark subscription. It selects what the subscription
 takes (topic, entitlement, filter) from each batch the cursor reads, encodes the
-deliveries with :func:`spool.server.wire.encode_batch`, and waits for room in the client's
+deliveries with :func:`spool.server.wire.encode_batch` (a subscription with a select list
+gets each record's projection: its filter read the whole record), and waits for room in the client's
 outbound buffer between pieces, so a replay paces itself to the consumer instead of ever
 tripping the slow-client limit. :class:`CatchUpSink` does the same for a live subscription
 that spilled after a burst (server/spills.py) and hands it back to the live path when its
@@ -113,7 +114,7 @@ class BookmarkSink:
         # buffer is below that when a piece is queued, so paced producers, taking turns
         # at that check, never bring it past half the limit together (backpressure.py)
         budget = max(1, min(_PIECE_BYTES, out.piece_bytes))
-        bodies = batch.bodies
+        bodies = batch.bodies if sub.select is None else self._project(batch.bodies, sel)
         overhead = _HEAD_GUESS
         # running body bytes of the selected records (C loops, no Python step per message)
         ends = list(accumulate(map(len, map(bodies.__getitem__, sel))))
@@ -134,14 +135,21 @@ class BookmarkSink:
             fit = bisect_right(range(start, min(len(sel), start + _PIECE)), budget, key=cost)
             end = start + max(1, fit)
             part = sel[start:end]
-            data = encode_batch(batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts)
+            data = encode_batch(
+                batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts, bodies=bodies
+            )
             while len(data) > budget and len(part) > 1:
                 # headers larger than guessed: learn their size, and halve the piece
                 heads = len(data) - sum(len(bodies[i]) for i in part)
                 overhead = max(overhead, heads // len(part) + 1)
                 part = part[: len(part) // 2]
                 data = encode_batch(
-                    batch, part, sub.sid_bytes, topic_literal=literal, want_ts=want_ts
+                    batch,
+                    part,
+                    sub.sid_bytes,
+                    topic_literal=literal,
+                    want_ts=want_ts,
+                    bodies=bodies,
                 )
             out.send_messages(data, len(part))
             delivered += len(part)
@@ -158,6 +166,16 @@ class BookmarkSink:
         if not out.has_room():
             await out.wait_room()
         return delivered
+
+    def _project(self, bodies: Sequence[bytes], sel: Sequence[int]) -> list[bytes]:
+        """``bodies`` with those of ``sel`` (the records delivered) projected onto the
+        subscription's select list."""
+        select = self.sub.select
+        assert select is not None
+        projected = list(bodies)
+        for i in sel:
+            projected[i] = select.project(bodies[i])
+        return projected
 
     def _select(self, batch: RecordBatch) -> Sequence[int]:
         """Indices of the records this subscription takes: topic, entitlement, filter."""
