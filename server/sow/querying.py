@@ -76,7 +76,7 @@ from spool.server.wire import topic_json
 __all__ = ["SowQueries"]
 
 #: options a query (``sow``) takes
-_QUERY_OPTIONS: Final = ("no_sowkey", "timestamp", "top_n")
+_QUERY_OPTIONS: Final = ("no_sowkey", "timestamp", "top_n", "select")
 #: options that only a bookmark replay has (refused on a SOW subscription without ``bm``)
 _REPLAY_ONLY: Final = (
     ("rate", "a replay pace"),
@@ -231,7 +231,6 @@ class SowQueries:
             "conflation",
             "max_backlog",
             "bookmark_not_found",
-            "select",
         ):
             if _given(options, name):
                 raise InvalidOptions(
@@ -248,7 +247,14 @@ class SowQueries:
             raise InvalidMessage("'k' names records of one topic, not of a regular expression")
         qid = cmd.query_id or cmd.cid or ""
         spec = StreamSpec(
-            orjson.dumps(qid), None, bs, not options.no_sowkey, options.timestamp, cmd.cid, cmd.acks
+            orjson.dumps(qid),
+            None,
+            bs,
+            not options.no_sowkey,
+            options.timestamp,
+            cmd.cid,
+            cmd.acks,
+            options.select,
         )
         bookmark = parse_bookmark(cmd.bookmark) if cmd.bookmark else None
         if bookmark is None or isinstance(bookmark, Now):
@@ -284,8 +290,6 @@ class SowQueries:
             raise InvalidMessage(f"{cmd.name} needs one sub_id (or a cid to use as one)")
         if options.pause or options.resume:
             raise InvalidOptions(f"'pause' and 'resume' are not options of {cmd.name}")
-        if options.select is not None:
-            raise InvalidOptions(f"'select': select lists are not available on {cmd.name}")
         existing = session.subs.get(sub_id)
         if existing is not None and not options.replace:
             raise SubIdInUse(f"sub_id {sub_id!r} is already in use on this connection")
@@ -306,6 +310,7 @@ class SowQueries:
             options.timestamp,
             cmd.cid,
             cmd.acks,
+            options.select,
         )
         if cmd.bookmark:
             return self._historical_subscribe(
@@ -607,10 +612,6 @@ def check_sow_options(options: SubscribeOptions, *, snapshot: bool) -> None:
         )
     if options.max_backlog is not None:
         raise InvalidOptions("max_backlog is for queue subscriptions")
-    if options.select is not None:
-        raise InvalidOptions(
-            "'select': select lists are not available on subscriptions to a SOW topic by name"
-        )
     if options.top_n is not None and not snapshot:
         raise InvalidOptions("'top_n' shapes a query: use sow_and_subscribe")
 

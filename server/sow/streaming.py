@@ -26,6 +26,7 @@ from operator import attrgetter
 from typing import Final
 
 from spool.server.ports import Outbound, SowRecord
+from spool.server.protocol.selection import SelectList
 from spool.server.sow.query import QueryRun, Source
 from spool.server.subscription import SubscriptionProgress
 from spool.server.wire import encode_group, encode_sow_records
@@ -54,6 +55,8 @@ class StreamSpec:
         want_ts: records carry ``ts`` (the ``timestamp`` option).
         cid: the command id for the acks.
         acks: the acks the command asked for.
+        select: the select list the records' bodies are projected onto (the filter and
+            ``orderby`` read the whole records), None for whole records.
     """
 
     qid: bytes
@@ -63,6 +66,7 @@ class StreamSpec:
     want_ts: bool
     cid: str | None
     acks: frozenset[str]
+    select: SelectList | None = None
 
 
 async def stream_query(
@@ -90,11 +94,14 @@ async def stream_query(
     qid = spec.qid
     send_key = spec.send_key
     want_ts = spec.want_ts
+    select = spec.select
     budget = max(1, out.piece_bytes)
     since_yield = 0
     for src, records in run.batches(per):
 
         def encode(part: Sequence[SowRecord], literal: bytes = src.literal) -> bytes:
+            if select is not None:
+                part = [rec._replace(body=select.project(rec.body)) for rec in part]
             return encode_sow_records(literal, qid, part, send_key=send_key, want_ts=want_ts)
 
         overhead = _HEAD_GUESS + len(qid) + len(src.literal)

@@ -12,6 +12,11 @@ a SOW subscription needs beyond a plain one:
   may no longer read (``entitlement``);
 - deltas: a delta subscriber receives only the fields that changed, plus the key fields,
   when it holds the previous state of the record (otherwise the whole record);
+- select lists (server/protocol/selection.py): what a subscriber with one receives is
+  the projection of what it would receive without (a record, a delta, an ``oof``
+  notice's body), made once per list and body whatever the number of subscribers; a
+  delta in which no selected field changed is not sent (the subscriber's copy of the
+  selected fields is still current). Filters and deltas read the whole records;
 - conflation (server/sow/conflate.py);
 - the updates that arrive while a ``sow_and_subscribe`` snapshot is being sent wait in
   the subscriber's ``pending`` list and follow its ``group_end``, so that nothing is lost
@@ -35,6 +40,7 @@ from spool.server.bookmarks import format_timestamp_us
 from spool.server.expr import MessageView
 from spool.server.ports import Change, Entitlements
 from spool.server.protocol.errors import SlowClient
+from spool.server.protocol.selection import EMPTY_OBJECT, SelectList
 from spool.server.router import Router
 from spool.server.session import Session
 from spool.server.sow.conflate import SowConflation
@@ -47,6 +53,10 @@ __all__ = ["SowDelivery", "SowSubscriber"]
 
 #: updates held back during a snapshot: (topic, topic literal, changes, deletion reason)
 Pending = tuple[str, bytes, list[Change], str | None]
+
+#: most projections kept between two changes (they are shared by the subscribers of a
+#: change that have the same select list)
+_PROJECTIONS_KEPT: Final = 1024
 
 #: oof reasons (docs/protocol.md "Messages from the server")
 DELETED: Final = "deleted"
@@ -119,6 +129,8 @@ class SowDelivery:
         self._events = events
         self.router = Router()
         self.subscribers: dict[SessionSubscription, SowSubscriber] = {}
+        #: projections of bodies, by select list and body (equal bytes project alike)
+        self._projected: dict[tuple[SelectList, bytes], bytes] = {}
 
     def add(self, ss: SowSubscriber) -> None:
         """Start delivering to ``ss`` (held back while ``ss.pending`` is a list)."""
@@ -150,6 +162,8 @@ class SowDelivery:
         subs = self.router.match(topic)
         if not subs:
             return
+        if self._projected:
+            self._projected.clear()
         for sub in subs:
             ss = self.subscribers.get(sub)
             if ss is not None:
@@ -204,6 +218,16 @@ class SowDelivery:
 
     # -- what a change means to one subscriber ------------------------------------------
 
+    def _project(self, select: SelectList, body: bytes) -> bytes:
+        """``body`` projected onto ``select``, once per list and body."""
+        key = (select, body)
+        out = self._projected.get(key)
+        if out is None:
+            if len(self._projected) >= _PROJECTIONS_KEPT:
+                self._projected.clear()
+            out = self._projected[key] = select.project(body)
+        return out
+
     def encode(
         self,
         ss: SowSubscriber,
@@ -222,7 +246,8 @@ class SowDelivery:
         flt = sub.filter
         want_ts = sub.want_ts
         send_key = ss.send_key
-        if flt is None and held is None:
+        select = sub.select
+        if flt is None and held is None and select is None:
             # the common case: every put goes out whole, deletions mean nothing to it
             parts = [
                 encode_keyed(
@@ -247,13 +272,14 @@ class SowDelivery:
                 if held is not None and key in held:
                     held.discard(key)
                     if oof and c.old is not None:
+                        last = c.old.body
                         parts.append(
                             encode_oof(
                                 literal,
                                 sids,
                                 key if send_key else None,
                                 reason or DELETED,
-                                c.old.body,
+                                last if select is None else self._project(select, last),
                             )
                         )
                 continue
@@ -274,7 +300,7 @@ class SowDelivery:
                                 sids,
                                 key if send_key else None,
                                 MATCH,
-                                new.body,
+                                new.body if select is None else self._project(select, new.body),
                                 new.bookmark,
                             )
                         )
@@ -287,7 +313,11 @@ class SowDelivery:
                 if delta is not None:
                     if delta == b"{}":
                         continue  # nothing changed
+                    if select is not None and not self._selected_change(select, c.old.body, body):
+                        continue  # nothing it selects changed: its copy is current
                     body = delta
+            if select is not None:
+                body = self._project(select, body)
             if held is not None:
                 held.add(key)
             parts.append(
@@ -301,6 +331,12 @@ class SowDelivery:
                 )
             )
         return b"".join(parts), len(parts)
+
+    def _selected_change(self, select: SelectList, old: bytes, new: bytes) -> bool:
+        """Whether a field ``select`` delivers changed from ``old`` to ``new`` (records
+        whose delta, without the key fields, is an object)."""
+        changes = _delta(old, new, ())
+        return changes is None or select.project(changes) != EMPTY_OBJECT
 
     def _lost_entitlement(
         self, ss: SowSubscriber, topic: str, literal: bytes, held: set[str] | None

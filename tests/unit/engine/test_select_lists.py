@@ -168,3 +168,82 @@ def test_only_the_messages_taken_are_projected() -> None:
     FanOut(router, _NoAuth(), VirtualClock()).appended(_run([b'{"n":%d}' % n for n in range(5)]))
     assert projection_count() - before == 1
     assert [b for _, b in peer.messages()] == [b'{"n":3}']
+
+
+# -- SOW topics -------------------------------------------------------------------------
+
+
+def sow_msgs(client: FakeClient, qid: str) -> list[tuple[str, object]]:
+    return [
+        (str(hd["k"]), orjson.loads(b))
+        for hd, b in client.received()
+        if hd.get("c") == "sow" and hd.get("qid") == qid
+    ]
+
+
+@scenario
+async def test_sow_queries_and_subscriptions_deliver_the_selected_fields(tmp_path: Path) -> None:
+    async with EngineHarness(tmp_path, sow=sow_topic("orders", "/id")) as h:
+        pub = await h.logon("pub")
+        pub.send(*(publish("orders", o) for o in ORDERS[:3]))
+        await h.commit()
+        c = await h.logon("c")
+        c.send(
+            ({"c": "sow", "t": "orders", "qid": "q", "o": "select=[-/,+/px]", "f": "/qty >= 10",
+              "orderby": "/qty DESC"}, b""),
+        )  # fmt: skip
+        await h.until(lambda: any(hd.get("c") == "group_end" for hd, _ in c.received()))
+        assert [b for _, b in sow_msgs(c, "q")] == [{"px": 3.0}, {"px": 1.5}]
+        c.send(
+            ({"c": "sow_and_subscribe", "t": "orders", "sub_id": "ss", "o": "select=[-/meta]",
+              "f": "/id < 2"}, b""),
+            ({"c": "subscribe", "t": "orders", "sub_id": "plain", "o": "select=[-/,+/qty],oof",
+              "f": "/qty < 25"}, b""),
+            ({"c": "delta_subscribe", "t": "orders", "sub_id": "d",
+              "o": "select=[-/,+/id,+/px,+/meta/note]"}, b""),
+        )  # fmt: skip
+        await h.settle()
+        assert [b for _, b in sow_msgs(c, "ss")] == [
+            {"id": 0, "px": 0.0, "qty": 0},
+            {"id": 1, "px": 1.5, "qty": 10},
+        ]
+        # a new record: whole (as selected) to every subscriber
+        pub.send(
+            publish("orders", {"id": 5, "px": 5.0, "qty": 5, "meta": {"src": "y", "note": "m"}})
+        )
+        await h.commit()
+        await h.settle()
+        assert got(c, "plain") == [{"qty": 5}]
+        assert got(c, "d") == [{"id": 5, "px": 5.0, "meta": {"note": "m"}}]
+        c.new()
+        # a delta subscriber gets the selected fields that changed (and the key fields
+        # the delta carries, as selected)
+        pub.send(
+            publish("orders", {"id": 5, "px": 6.0, "qty": 5, "meta": {"src": "y", "note": "m"}})
+        )
+        await h.commit()
+        await h.settle()
+        assert [orjson.loads(b) for hd, b in c.new() if hd.get("sids") == "d"] == [
+            {"id": 5, "px": 6.0}
+        ]
+        # nothing it selects changed (only /qty and /meta/src): nothing is sent to it;
+        # the plain subscriber's filter no longer matches: its oof carries the selection
+        pub.send(
+            publish("orders", {"id": 5, "px": 6.0, "qty": 50, "meta": {"src": "z", "note": "m"}})
+        )
+        await h.commit()
+        await h.settle()
+        fresh = c.new()
+        assert [hd.get("sids") for hd, _ in fresh if hd.get("c") == "publish"] == []
+        assert [(hd["reason"], orjson.loads(b)) for hd, b in fresh if hd.get("c") == "oof"] == [
+            ("match", {"qty": 50})
+        ]
+        # and the next change it selects is a delta from what it holds
+        pub.send(
+            publish("orders", {"id": 5, "px": 6.0, "qty": 50, "meta": {"src": "z", "note": "q"}})
+        )
+        await h.commit()
+        await h.settle()
+        assert [orjson.loads(b) for hd, b in c.new() if hd.get("sids") == "d"] == [
+            {"id": 5, "meta": {"note": "q"}}
+        ]
