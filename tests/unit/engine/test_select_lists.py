@@ -39,14 +39,6 @@ def got(client: FakeClient, sub_id: str) -> list[object]:
     return [orjson.loads(b) for _, b in client.deliveries(sub_id)]
 
 
-def failures(client: FakeClient) -> list[tuple[str, str]]:
-    return [
-        (str(a.get("cid")), str(a.get("reason")))
-        for a in client.acks("processed")
-        if a.get("status") == "failure"
-    ]
-
-
 @scenario
 async def test_live_and_replay_deliver_the_selected_fields(tmp_path: Path) -> None:
     async with EngineHarness(tmp_path) as h:
@@ -87,18 +79,39 @@ async def test_live_and_replay_deliver_the_selected_fields(tmp_path: Path) -> No
         ]
 
 
+QUEUE = (
+    "<Queue><Name>work</Name><MessageType>json</MessageType>"
+    "<UnderlyingTopic>work-in</UnderlyingTopic><LeasePeriod>1h</LeasePeriod></Queue>"
+)
+
+
 @scenario
 async def test_refusals(tmp_path: Path) -> None:
-    async with EngineHarness(tmp_path, sow=sow_topic("orders", "/id")) as h:
+    async with EngineHarness(tmp_path, sow=sow_topic("orders", "/id") + QUEUE) as h:
         c = await h.logon("c")
         c.send(
-            subscribe("md", "s1", cid="bad", o="select=[+/a,+/a]"),
+            subscribe("md", "s1", cid="twice", o="select=[+/a,+/a]"),
             subscribe("md", "s2", cid="empty", o="select=[]"),
-            subscribe("md", "s3", cid="ok", o="select=[-/,+/a]"),
-        )
+            subscribe("orders", "s3", cid="form", o="select=[a]"),
+            ({"c": "sow", "t": "orders", "cid": "path", "a": "processed", "o": "select=[+/a//b]"},
+             b""),
+            subscribe("work", "s4", cid="queue", o="select=[-/,+/a]"),
+            subscribe("md", "s5", cid="ok", o="select=[-/,+/a]"),
+        )  # fmt: skip
         await h.settle()
-        assert failures(c) == [("bad", "invalid options"), ("empty", "invalid options")]
-        assert [a["cid"] for a in c.acks("processed") if a["status"] == "success"][-1] == "ok"
+        refused = [a for a in c.acks("processed") if a.get("status") == "failure"]
+        assert [(a["cid"], a["reason"]) for a in refused] == [
+            (cid, "invalid options") for cid in ("twice", "empty", "form", "path", "queue")
+        ]
+        details = [str(a.get("detail", "")) for a in refused]
+        for detail, words in zip(
+            details,
+            ("listed twice", "empty", "unknown select item", "/a/b", "not available on a queue"),
+            strict=True,
+        ):
+            assert words in detail, (detail, words)
+        assert [a["cid"] for a in c.acks("processed") if a["status"] == "success"] == ["ok"]
+        assert set(c.session.subs) == {"s5"}
 
 
 def _sub(peer: Peer, sub_id: str, options: str, flt: str | None = None) -> SessionSubscription:
@@ -247,3 +260,24 @@ async def test_sow_queries_and_subscriptions_deliver_the_selected_fields(tmp_pat
         assert [orjson.loads(b) for hd, b in c.new() if hd.get("sids") == "d"] == [
             {"id": 5, "meta": {"note": "q"}}
         ]
+
+
+@scenario
+async def test_a_historical_sow_and_subscribe_selects_snapshot_and_replay(tmp_path: Path) -> None:
+    async with EngineHarness(tmp_path, sow=sow_topic("orders", "/id")) as h:
+        c = await h.logon("c")
+        c.send(subscribe("orders", "w"))
+        await h.settle()
+        pub = await h.logon("pub")
+        pub.send(*(publish("orders", o) for o in ORDERS[:3]))
+        await h.commit()
+        await h.until(lambda: len(c.deliveries("w")) == 3)
+        second = c.deliveries("w")[1][0]["bm"]
+        c.send(
+            ({"c": "sow_and_subscribe", "t": "orders", "sub_id": "h", "bm": second,
+              "o": "select=[-/,+/id]"}, b""),
+        )  # fmt: skip
+        await h.until(lambda: len(c.deliveries("h")) == 1)
+        assert sorted(b["id"] for _, b in sow_msgs(c, "h")) == [0, 1]  # type: ignore[index]
+        assert all(b.keys() == {"id"} for _, b in sow_msgs(c, "h"))  # type: ignore[attr-defined]
+        assert got(c, "h") == [{"id": 2}]
