@@ -161,3 +161,34 @@ def test_sow_and_subscribe_then_live_changes_oof_and_deltas(
         ["2", {"id": 2, "px": 50}],
         ["3", {"id": 3, "px": 3, "note": "x"}],
     ]
+
+
+def test_select_lists_in_the_options(client_page: Page, sow_server: SpoolProcess) -> None:
+    result = run(
+        client_page,
+        sow_server,
+        """
+        const c = new SpoolClient(url, { name: 'js-sow-select' });
+        await c.connect();
+        const live = [];
+        await c.subscribe('js-sel-plain', { options: 'select=[-/,+/id,+/px]' },
+                          (m) => live.push(m.json()));
+        const deltas = [];
+        await c.deltaSubscribe('js-orders', { options: 'select=[-/,+/sel]', filter: '/id >= 100' },
+                               (m) => deltas.push(m.json()));
+        await c.publish('js-sel-plain', { id: 1, px: 2, secret: 's' }, { ackPersisted: true });
+        for (const [sel, other] of [[1, 'a'], [1, 'b'], [2, 'b']]) {
+          await c.publish('js-orders', { id: 100, sel, other }, { ackPersisted: true });
+        }
+        const query = await c.sow('js-orders', { filter: '/id = 100', options: 'select=[-/other]' });
+        await within(until(() => live.length >= 1 && deltas.length >= 2, 'deliveries'), 10000, 'live');
+        const refused = await refusal(c.subscribe('js-sel-plain', { options: 'select=[+/a,+/a]' }));
+        c.close();
+        return { live, deltas, query: query.records.map((m) => m.json()), refused };
+        """,
+    )
+    assert result["live"] == [{"id": 1, "px": 2}]
+    # the second publish changed only /other: nothing selected changed, nothing was sent
+    assert result["deltas"] == [{"sel": 1}, {"sel": 2}]
+    assert result["query"] == [{"id": 100, "sel": 2}]
+    assert result["refused"] == "invalid options"
